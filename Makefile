@@ -1,0 +1,29 @@
+# Two entry points (see README): `make quickstart` and `make test`.
+# Both create .venv with everything the project needs, then run.
+PY ?= python3
+VENV := .venv
+STAMP := $(VENV)/.installed
+
+.PHONY: quickstart test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --upgrade pip >/dev/null
+	$(VENV)/bin/python -m pip install -e '.[dev]'
+	touch $(STAMP)
+
+quickstart: $(STAMP)
+	$(VENV)/bin/python jobs/quickstart.py
+
+test: $(STAMP)
+	$(VENV)/bin/python -m pytest -q
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check store jobs tests
+	$(VENV)/bin/mypy store
+
+bench: $(STAMP)
+	$(VENV)/bin/python jobs/bench_store.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,29 @@
+"""spark-rmq's message store: RocketMQ 4.9's commitlog, consume queues and dispatcher in Python.
+
+No Spark import here: usable from plain Python, jobs, notebooks and the Spark data source.
+"""
+
+from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
+from .config_files import TopicConfig
+from .errors import (
+    ConfigError,
+    CorruptStoreError,
+    InvalidGroupError,
+    InvalidMessageError,
+    InvalidTopicError,
+    MessageTooLargeError,
+    QueueIdError,
+    StoreClosedError,
+    StoreError,
+)
+from .message_store import MessageStore
+from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
+from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
+
+__all__ = [
+    "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
+    "StoreError", "ConfigError", "CorruptStoreError", "InvalidGroupError", "InvalidMessageError",
+    "InvalidTopicError", "MessageTooLargeError", "QueueIdError", "StoreClosedError",
+    "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
+    "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",
+]

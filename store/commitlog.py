@@ -1,0 +1,183 @@
+"""The commitlog: every message of every topic, appended in one sequence of segments.
+
+Segments are ``<root>/commitlog/<20-digit start offset>`` of ``mapped_file_size_commit_log``
+bytes; records are laid out as :mod:`store.record` says; each full segment ends with a blank
+record. Appends happen under the store's append lock (see :mod:`store.append_state`);
+reads are lock-free and never go past the published tail the caller passes in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from .append_state import AppendState
+from .decode import concat_tables, message_table, read_columns
+from .encode import EncodedBatch
+from .mapped_file import MappedFile, MappedFileQueue
+from .record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, ScanResult, decode_at
+from .scan import SegmentScan, StopReason, scan_segment
+
+
+@dataclass
+class AppendResult:
+    physical_offsets: np.ndarray
+    queue_offsets: np.ndarray
+    store_timestamp: int
+    start: int  # tail before the append
+    end: int  # tail after it
+
+
+def plan_positions(tail: int, lengths: np.ndarray, segment_size: int) -> tuple[np.ndarray, list[tuple[int, int]]]:
+    """Commitlog offset of each record and the blank records that end full segments.
+
+    A record goes into the current segment only if ``length + 8 <= bytes left``
+    (RocketMQ's END_FILE_MIN_BLANK_LENGTH); otherwise a blank fills the segment and the
+    record starts the next one. One numpy pass per segment roll, none per record.
+    """
+    n = len(lengths)
+    starts = np.empty(n, np.int64)
+    if n == 0:
+        return starts, []
+    starts[0] = 0
+    np.cumsum(lengths[:-1], out=starts[1:])
+    starts += tail
+    blanks: list[tuple[int, int]] = []
+    i = 0
+    while i < n:
+        seg_end = (int(starts[i]) // segment_size + 1) * segment_size
+        need = starts[i:] + lengths[i:] + END_FILE_MIN_BLANK_LENGTH
+        k = i + int(np.searchsorted(need, seg_end, side="right"))
+        if k >= n:
+            break
+        blank = seg_end - int(starts[k])
+        blanks.append((int(starts[k]), blank))
+        starts[k:] += blank
+        i = k
+    return starts, blanks
+
+
+def assign_queue_offsets(batch: EncodedBatch, queues: dict[str, int]) -> np.ndarray:
+    """QUEUEOFFSET per row: each queue's next offset plus the row's rank within its queue.
+
+    Updates ``queues`` (the shared ``topicQueueTable``). Loops over the distinct queues of the
+    batch, not over rows.
+    """
+    key = (batch.topic_index.astype(np.int64) << 32) | batch.queue_id.astype(np.int64)
+    uniq, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
+    order = np.argsort(inverse, kind="stable")
+    group_start = np.zeros(len(uniq), np.int64)
+    np.cumsum(counts[:-1], out=group_start[1:])
+    rank = np.empty(batch.n, np.int64)
+    rank[order] = np.arange(batch.n) - np.repeat(group_start, counts)
+    base = np.empty(len(uniq), np.int64)
+    for g, k in enumerate(uniq.tolist()):
+        name = f"{batch.topics[k >> 32]}/{k & 0xFFFFFFFF}"
+        base[g] = queues.get(name, 0)
+        queues[name] = int(base[g] + counts[g])
+    return base[inverse] + rank
+
+
+class CommitLog:
+    def __init__(self, directory: Path, segment_size: int) -> None:
+        self.segments = MappedFileQueue(directory, segment_size)
+
+    @property
+    def segment_size(self) -> int:
+        return self.segments.size
+
+    def min_offset(self) -> int:
+        """Offset of the first byte still stored (the start of the oldest segment)."""
+        starts = self.segments.segment_starts()
+        return starts[0] if starts else 0
+
+    # ----------------------------------------------------------------- append
+    def scrub(self, tail: int) -> None:
+        """Zero a crashed writer's unpublished bytes past ``tail`` (they are not records).
+
+        Without this, a later scan that had lost the published state could mistake them
+        for records. The check costs one 8-byte read when there is nothing to scrub.
+        """
+        seg = self.segments.for_offset(tail)
+        if seg is None:
+            return
+        rel = tail - seg.start
+        arr = seg.array()
+        if arr[rel : rel + 8].any():
+            arr[rel:] = 0
+
+    def append(self, batch: EncodedBatch, state: AppendState) -> AppendResult:
+        """Write ``batch`` at ``state.tail``; caller holds the append lock and publishes ``state``."""
+        self.scrub(state.tail)
+        queue_offsets = assign_queue_offsets(batch, state.queues)
+        starts, blanks = plan_positions(state.tail, batch.lengths, self.segment_size)
+        store_ts = max(int(time.time() * 1000), state.store_timestamp)
+        data = batch.records(queue_offsets, starts, store_ts)
+        view = memoryview(data)  # type: ignore[arg-type]
+        rel = np.zeros(batch.n + 1, np.int64)
+        np.cumsum(batch.lengths, out=rel[1:])
+        cut_rows = [0] + [int(np.searchsorted(starts, pos)) for pos, _ in blanks] + [batch.n]
+        for a, b in zip(cut_rows[:-1], cut_rows[1:], strict=True):
+            if b > a:  # rows a..b-1 are contiguous in one segment
+                pos = int(starts[a])
+                seg = self.segments.for_offset(pos, create=True)
+                assert seg is not None
+                if a > 0:
+                    self.scrub(pos)
+                seg.write(pos - seg.start, view[int(rel[a]) : int(rel[b])])
+        for pos, size in blanks:
+            seg = self.segments.for_offset(pos, create=True)
+            assert seg is not None
+            seg.write(pos - seg.start, np.array([size, BLANK_MAGIC], ">i4").tobytes())
+        end = int(starts[-1] + batch.lengths[-1]) if batch.n else state.tail
+        result = AppendResult(starts, queue_offsets, store_ts, state.tail, end)
+        state.tail = end
+        state.store_timestamp = store_ts
+        return result
+
+    # ------------------------------------------------------------------- read
+    def segment(self, offset: int) -> MappedFile | None:
+        return self.segments.for_offset(offset)
+
+    def record_at(self, offset: int, tail: int) -> ScanResult | None:
+        """The record starting at ``offset`` (scalar decode), ``None`` if out of range."""
+        seg = self.segments.for_offset(offset)
+        if seg is None or offset >= tail:
+            return None
+        return decode_at(memoryview(seg.array()), offset - seg.start)
+
+    def read_messages(self, offsets: np.ndarray) -> pa.Table:
+        """Decode the records at these commitlog offsets (ascending) into the message table."""
+        offsets = np.asarray(offsets, np.int64)
+        if len(offsets) == 0:
+            return concat_tables([])
+        seg_of = offsets // self.segment_size
+        cuts = np.flatnonzero(np.diff(seg_of)) + 1
+        tables = []
+        for part in np.split(offsets, cuts):
+            seg = self.segments.for_offset(int(part[0]))
+            assert seg is not None
+            cols = read_columns(seg.buffer(), seg.start, part - seg.start)
+            tables.append(message_table(cols))
+        return concat_tables(tables)
+
+    def scan(self, start: int, limit: int, *, check_crc: bool = False) -> Iterator[tuple[MappedFile, SegmentScan]]:
+        """Walk segments from ``start`` up to ``limit`` (exclusive), following blanks."""
+        pos = start
+        while pos < limit:
+            seg = self.segments.for_offset(pos)
+            if seg is None:
+                return
+            result = scan_segment(seg.array(), pos - seg.start, min(limit, seg.end) - seg.start, check_crc=check_crc)
+            yield seg, result
+            if result.reason is not StopReason.BLANK:
+                return
+            pos = seg.end
+
+    def close(self) -> None:
+        self.segments.close()

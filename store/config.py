@@ -1,0 +1,139 @@
+"""The store's one configuration dataclass.
+
+Field names are RocketMQ's ``MessageStoreConfig``/``BrokerConfig`` names in snake_case, with
+their units in the docstring below. :meth:`StoreConfig.from_properties` reads a RocketMQ
+``broker.conf``-style file (``camelCase=value`` lines).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from .errors import ConfigError
+
+GiB = 1 << 30
+MiB = 1 << 20
+
+#: RocketMQ's default delay levels (``messageDelayLevel``).
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+
+SYNC_FLUSH = "SYNC_FLUSH"
+ASYNC_FLUSH = "ASYNC_FLUSH"
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Configuration of a :class:`store.MessageStore`.
+
+    Sizes are bytes, intervals milliseconds, unless the name says otherwise.
+
+    - ``mapped_file_size_commit_log``: commitlog segment size (default 1 GiB). When a store
+      already has segments, their size wins (a store is never reinterpreted with another size).
+    - ``mapped_file_size_consume_queue``: consume-queue segment size, a multiple of 20
+      (default 300000 units x 20 B).
+    - ``max_message_size``: largest body accepted (default 4 MiB).
+    - ``store_host``: ``"ip:port"`` written as STOREHOST and used in offset msgIds.
+    - ``born_host``: ``"ip:port"`` written as BORNHOST; ``None`` means the store host.
+    - ``default_topic_queue_nums``: queues of an auto-created topic.
+    - ``auto_create_topic_enable``: create unknown topics on first put.
+    - ``flush_disk_type``: ``ASYNC_FLUSH`` (default) or ``SYNC_FLUSH``.
+    - ``flush_interval_commit_log``, ``flush_commit_log_least_pages``,
+      ``flush_commit_log_thorough_interval``: the async flusher's knobs.
+    - ``check_crc_on_recover``: verify body CRCs when recovering.
+    - ``reput_interval_ms``: how often the background dispatcher looks for new records.
+    - ``file_reserved_time`` (hours), ``delete_when`` (hours of day, ``"04"`` or ``"04;16"``),
+      ``disk_max_used_space_ratio`` (percent): retention.
+    - ``message_delay_level``: the delay levels, RocketMQ's syntax.
+    """
+
+    mapped_file_size_commit_log: int = GiB
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    max_message_size: int = 4 * MiB
+    store_host: str = "127.0.0.1:10911"
+    born_host: str | None = None
+    default_topic_queue_nums: int = 4
+    auto_create_topic_enable: bool = True
+    flush_disk_type: str = ASYNC_FLUSH
+    flush_interval_commit_log: int = 500
+    flush_commit_log_least_pages: int = 4
+    flush_commit_log_thorough_interval: int = 10_000
+    check_crc_on_recover: bool = True
+    reput_interval_ms: int = 1
+    file_reserved_time: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+
+    def __post_init__(self) -> None:
+        if self.mapped_file_size_commit_log < 4096:
+            raise ConfigError("mapped_file_size_commit_log must be at least 4096 bytes")
+        if (
+            self.mapped_file_size_consume_queue < 20
+            or self.mapped_file_size_consume_queue % 20
+        ):
+            raise ConfigError("mapped_file_size_consume_queue must be a positive multiple of 20")
+        if not 0 < self.max_message_size:
+            raise ConfigError("max_message_size must be positive")
+        if not 1 <= self.default_topic_queue_nums <= 1024:
+            raise ConfigError("default_topic_queue_nums must be in 1..1024")
+        if self.flush_disk_type not in (SYNC_FLUSH, ASYNC_FLUSH):
+            raise ConfigError(f"flush_disk_type must be {SYNC_FLUSH} or {ASYNC_FLUSH}")
+        from .hosts import parse_host  # local import: hosts imports errors only
+
+        parse_host(self.store_host, what="store_host")
+        if self.born_host is not None:
+            parse_host(self.born_host, what="born_host")
+
+    def replace(self, **changes: Any) -> StoreConfig:
+        """A copy with some fields changed."""
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_properties(cls, path: str | Path, **overrides: Any) -> StoreConfig:
+        """Read a RocketMQ ``broker.conf``-style file: ``camelCaseName=value`` per line.
+
+        Unknown keys are ignored (a broker.conf holds many broker-only settings);
+        ``brokerIP1`` and ``listenPort`` make up ``store_host``.
+        Raises :class:`ConfigError` for a value of the wrong type.
+        """
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        ip, port = None, None
+        for raw in Path(path).read_text(encoding="utf-8").splitlines():
+            line = raw.strip()
+            if not line or line.startswith("#") or "=" not in line:
+                continue
+            key, _, value = line.partition("=")
+            key, value = key.strip(), value.strip()
+            if key == "brokerIP1":
+                ip = value
+                continue
+            if key == "listenPort":
+                port = value
+                continue
+            name = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+            if name not in known:
+                continue
+            values[name] = _coerce(name, known[name].type, value)
+        if ip is not None or port is not None:
+            values["store_host"] = f"{ip or '127.0.0.1'}:{port or 10911}"
+        values.update(overrides)
+        return cls(**values)
+
+
+def _coerce(name: str, typ: Any, value: str) -> Any:
+    t = str(typ)
+    try:
+        if "bool" in t:
+            if value.lower() not in ("true", "false"):
+                raise ValueError(value)
+            return value.lower() == "true"
+        if "int" in t:
+            return int(value)
+    except ValueError as exc:
+        raise ConfigError(f"{name}: cannot read {value!r}") from exc
+    return value

@@ -1,0 +1,159 @@
+"""Consume queues: per (topic, queueId), the commitlog position of each message, in order.
+
+``<root>/consumequeue/<topic>/<queueId>/<20-digit>`` segments of
+``mapped_file_size_consume_queue`` bytes (300000 units by default), named by logical byte
+offset (``queueOffset * 20``). A unit is 20 bytes, big-endian:
+
+| field           | bytes | meaning                                                    |
+|-----------------|-------|------------------------------------------------------------|
+| commitLogOffset | 8     | where the record starts in the commitlog                   |
+| size            | 4     | its TOTALSIZE                                              |
+| tagsCode        | 8     | Java ``String.hashCode`` of its TAGS (0 without tags)      |
+
+Unit ``i`` is at byte ``i*20``. A queue is dense. Slots before the first message of a queue
+whose first segment starts past 0 hold the filler ``(0, 0x7FFFFFFF, 0)``. Nothing is
+checksummed; the dispatcher can rebuild every unit from the commitlog.
+
+Only the dispatcher writes units, holding ``dispatch.lock``; readers that need the queue's
+end take that lock shared for the moment they look (so they never see a half-written unit).
+Units below the end never change (until retention deletes whole segments).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .mapped_file import MappedFile, MappedFileQueue
+
+CQ_UNIT_SIZE = 20
+CQ_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tagsCode", ">i8")])
+assert CQ_UNIT.itemsize == CQ_UNIT_SIZE
+FILLER_SIZE = 0x7FFFFFFF
+
+
+class ConsumeQueue:
+    def __init__(self, directory: Path, segment_size: int) -> None:
+        self.directory = directory
+        self.segments = MappedFileQueue(directory, segment_size)
+
+    @property
+    def units_per_segment(self) -> int:
+        return self.segments.size // CQ_UNIT_SIZE
+
+    def _units(self, seg: MappedFile) -> np.ndarray:
+        return seg.array().view(CQ_UNIT)
+
+    # ---------------------------------------------------------------- bounds
+    def max_offset(self) -> int:
+        """Logical offset after the last unit written (0 for an empty queue)."""
+        starts = self.segments.segment_starts()
+        for start in reversed(starts):
+            seg = self.segments.get(start)
+            assert seg is not None
+            sizes = self._units(seg)["size"]
+            written = int(_first_zero(sizes))
+            if written or start == starts[0]:
+                return (start // CQ_UNIT_SIZE) + written
+        return 0
+
+    def min_offset(self, commitlog_min: int = 0) -> int:
+        """First logical offset whose unit is real and whose record is still in the commitlog."""
+        for start in self.segments.segment_starts():
+            seg = self.segments.get(start)
+            assert seg is not None
+            units = self._units(seg)
+            written = int(_first_zero(units["size"]))
+            if written == 0:
+                continue
+            live = (units["size"][:written] != FILLER_SIZE) & (units["offset"][:written] >= commitlog_min)
+            hit = np.flatnonzero(live)
+            if len(hit):
+                return start // CQ_UNIT_SIZE + int(hit[0])
+            if written < len(units):
+                return start // CQ_UNIT_SIZE + written
+        return self.max_offset()
+
+    # ------------------------------------------------------------------ read
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Copy units ``[start, start+count)`` (the caller keeps it below the end)."""
+        out = np.empty(count, CQ_UNIT)
+        per = self.units_per_segment
+        done = 0
+        while done < count:
+            logical = start + done
+            seg = self.segments.get((logical // per) * per * CQ_UNIT_SIZE)
+            if seg is None:
+                return out[:done]
+            i = logical % per
+            take = min(count - done, per - i)
+            out[done : done + take] = self._units(seg)[i : i + take]
+            done += take
+        return out
+
+    # ----------------------------------------------------------------- write
+    def write(self, first: int, units: np.ndarray, current_max: int) -> int:
+        """Write ``units`` at logical offsets ``first, first+1, ...``; returns units written.
+
+        Units below ``current_max`` are already there (re-dispatch is idempotent) and are
+        skipped. A gap between ``current_max`` and ``first`` is filled with filler units so the
+        queue stays dense (it happens when a queue's first message is past offset 0).
+        """
+        skip = max(0, current_max - first)
+        if skip >= len(units):
+            return 0
+        units = units[skip:]
+        first += skip
+        if first > current_max:
+            gap = np.zeros(first - current_max, CQ_UNIT)
+            gap["size"] = FILLER_SIZE
+            self._write_at(current_max, gap)
+        self._write_at(first, units)
+        return len(units)
+
+    def _write_at(self, first: int, units: np.ndarray) -> None:
+        per = self.units_per_segment
+        done = 0
+        while done < len(units):
+            logical = first + done
+            seg = self.segments.get((logical // per) * per * CQ_UNIT_SIZE, create=True)
+            assert seg is not None
+            i = logical % per
+            take = min(len(units) - done, per - i)
+            self._units(seg)[i : i + take] = units[done : done + take]
+            done += take
+
+    def truncate(self, logical: int) -> None:
+        """Drop units at and past ``logical`` (zero them; delete whole segments past it)."""
+        per = self.units_per_segment
+        for start in self.segments.segment_starts():
+            first = start // CQ_UNIT_SIZE
+            if first >= logical and first > 0:
+                self.segments.forget(start)
+                (self.directory / f"{start:020d}").unlink(missing_ok=True)
+            elif first + per > logical:
+                seg = self.segments.get(start)
+                assert seg is not None
+                self._units(seg)[logical - first :] = np.zeros(1, CQ_UNIT)[0]
+
+    def flush(self) -> None:
+        for start in self.segments.segment_starts():
+            seg = self.segments.get(start)
+            if seg is not None:
+                seg.flush()
+
+    def close(self) -> None:
+        self.segments.close()
+
+
+def _first_zero(sizes: np.ndarray) -> int:
+    """Index of the first unit with size 0 (units are written densely from the start)."""
+    lo, hi = 0, len(sizes)
+    while lo < hi:  # binary search: written units have size > 0, the rest are zero
+        mid = (lo + hi) // 2
+        if sizes[mid] != 0:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo

@@ -1,0 +1,185 @@
+"""The dispatcher (RocketMQ's ReputMessageService): commitlog records -> consume-queue units.
+
+It walks the commitlog from its saved position up to the published tail, decodes the fields
+a unit needs (topic, queue id, queue offset, size, TAGS) for the whole run at once, and
+writes each queue's units as one slice. Prepared and rolled-back transaction records get no
+unit. It holds ``dispatch.lock`` while it works, so any number of processes may call it;
+only one dispatches at a time.
+
+Its position lives in ``<root>/dispatch.state`` (``{"version": 1, "offset": N}``), replaced
+atomically after the units are written. It is a hint, never a source of truth: a crash
+between writing units and saving the position only means the next run walks those records
+again, and writing a unit that is already there is skipped (idempotent). Without the file,
+the position is rebuilt RocketMQ's way: the largest ``commitLogOffset + size`` of any queue.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from .commitlog import CommitLog
+from .consume_queue import CQ_UNIT, ConsumeQueue
+from .decode import dispatch_columns, read_columns
+from .fileio import InterProcessLock, replace_file
+from .record import is_consumable
+
+log = logging.getLogger(__name__)
+
+#: Bytes of commitlog decoded per step: bounds memory whatever the backlog.
+DISPATCH_CHUNK = 32 << 20
+
+
+class Dispatcher:
+    def __init__(
+        self,
+        commitlog: CommitLog,
+        queue_for: Callable[[str, int], ConsumeQueue],
+        all_queues: Callable[[], list[ConsumeQueue]],
+        published_tail: Callable[[], int],
+        state_path: Path,
+        lock: InterProcessLock,
+    ) -> None:
+        self.commitlog = commitlog
+        self.queue_for = queue_for
+        self.all_queues = all_queues
+        self.published_tail = published_tail
+        self.state_path = state_path
+        self.lock = lock
+        self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+        self.last_error: BaseException | None = None
+
+    # ---------------------------------------------------------------- state
+    def _load_position(self) -> int:
+        try:
+            d = json.loads(self.state_path.read_bytes())
+            return int(d["offset"])
+        except FileNotFoundError:
+            pass
+        except (ValueError, KeyError, TypeError) as exc:
+            log.warning("ignoring unreadable %s (%s); rebuilding the position", self.state_path, exc)
+        return self._derive_position()
+
+    def _derive_position(self) -> int:
+        """RocketMQ's rule: dispatch resumes at the largest commitlog end referenced by any queue."""
+        best = self.commitlog.min_offset()
+        for cq in self.all_queues():
+            n = cq.max_offset()
+            if n > cq.min_offset():
+                u = cq.read(n - 1, 1)
+                if len(u):
+                    best = max(best, int(u["offset"][0]) + int(u["size"][0]))
+        return best
+
+    def _save_position(self, offset: int) -> None:
+        replace_file(self.state_path, json.dumps({"version": 1, "offset": offset}).encode())
+
+    def position(self) -> int:
+        with self.lock.held():
+            return self._load_position()
+
+    # ------------------------------------------------------------- dispatch
+    def dispatch(self) -> int:
+        """Turn every published, not yet dispatched record into consume-queue units.
+
+        Returns how many records were dispatched (0 when up to date).
+        """
+        total = 0
+        with self.lock.held():
+            pos = max(self._load_position(), self.commitlog.min_offset())
+            tail = self.published_tail()
+            start_pos = pos
+            maxes: dict[tuple[str, int], int] = {}
+            while pos < tail:
+                limit = min(tail, pos + DISPATCH_CHUNK)
+                progressed = False
+                for seg, scan in self.commitlog.scan(pos, limit):
+                    if len(scan.positions):
+                        total += self._dispatch_run(seg.buffer(), seg.start, scan.positions, maxes)
+                    new_pos = seg.start + scan.end
+                    if scan.reason.value == "blank":
+                        new_pos = seg.end
+                    elif scan.reason.value == "corrupt":
+                        from .errors import CorruptStoreError
+
+                        raise CorruptStoreError(f"cannot dispatch: {scan.detail}", path=str(seg.path), offset=new_pos)
+                    progressed = progressed or new_pos > pos
+                    pos = new_pos
+                if not progressed:
+                    break
+            if pos != start_pos:
+                self._save_position(pos)
+        return total
+
+    def _dispatch_run(self, source, base: int, positions: np.ndarray, maxes: dict[tuple[str, int], int]) -> int:
+        cols = read_columns(source, base, positions, with_body=False)
+        h = cols.header
+        keep = np.asarray(is_consumable(h["sysFlag"]))
+        _, codes = dispatch_columns(cols)
+        topic_codes = cols.topic.dictionary_encode()
+        topics = topic_codes.dictionary.to_pylist()
+        tidx = np.asarray(topic_codes.indices, dtype=np.int64)
+        qid = h["queueId"].astype(np.int64)
+        key = (tidx << 32) | qid
+        key = key[keep]
+        units = np.empty(int(keep.sum()), CQ_UNIT)
+        units["offset"] = cols.offsets[keep]
+        units["size"] = h["totalSize"][keep]
+        units["tagsCode"] = codes[keep]
+        qoff = h["queueOffset"].astype(np.int64)[keep]
+        order = np.lexsort((qoff, key))
+        key, units, qoff = key[order], units[order], qoff[order]
+        bounds = np.flatnonzero(np.diff(key)) + 1
+        written = 0
+        for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(key)], strict=True):
+            if hi <= lo:
+                continue
+            k = int(key[lo])
+            topic, q = topics[k >> 32], k & 0xFFFFFFFF
+            cq = self.queue_for(topic, q)
+            cur = maxes.get((topic, q))
+            if cur is None:
+                cur = cq.max_offset()
+            # runs of consecutive queue offsets (a gap would mean a lost record: filled)
+            run_breaks = np.flatnonzero(np.diff(qoff[lo:hi]) != 1) + 1
+            for a, b in zip(np.r_[0, run_breaks], np.r_[run_breaks, hi - lo], strict=True):
+                first = int(qoff[lo + a])
+                if first > cur:
+                    log.warning("consume queue %s/%d: gap %d..%d filled", topic, q, cur, first)
+                written += cq.write(first, units[lo + a : lo + b], cur)
+                cur = max(cur, first + (b - a))
+            maxes[(topic, q)] = cur
+        return int(len(positions))
+
+    # ----------------------------------------------------------- background
+    def start(self, interval_ms: int) -> None:
+        """Dispatch in a daemon thread every ``interval_ms`` until :meth:`stop`."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    n = self.dispatch()
+                except BaseException as exc:  # keep serving; surface the error to callers
+                    self.last_error = exc
+                    log.exception("dispatch failed")
+                    n = 0
+                if n == 0:
+                    self._stop.wait(interval_ms / 1000.0)
+
+        self._thread = threading.Thread(target=loop, name="rmq-dispatcher", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None

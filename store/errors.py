@@ -1,0 +1,65 @@
+"""The store's typed errors: one base class, one subclass per kind of failure.
+
+Expected outcomes (end of a segment, no message at an offset, an empty queue) are
+return values or status enums, never exceptions. Exceptions mean the caller asked for
+something invalid, or the files on disk are not what they must be.
+"""
+
+from __future__ import annotations
+
+
+class StoreError(Exception):
+    """Base class of every error raised by :mod:`store`."""
+
+
+class InvalidMessageError(StoreError, ValueError):
+    """A message (one row of a batch) is invalid; nothing of its batch was written.
+
+    ``row`` is the 0-based index of the offending row in the input batch (``None`` when
+    the problem is with a whole column), ``field`` the column name.
+    """
+
+    def __init__(self, message: str, *, row: int | None, field: str) -> None:
+        where = f"row {row}, field {field!r}" if row is not None else f"field {field!r}"
+        super().__init__(f"{where}: {message}")
+        self.row = row
+        self.field = field
+        self.reason = message
+
+
+class InvalidTopicError(InvalidMessageError):
+    """A topic name is empty, longer than 127 bytes or uses characters outside ``[%|a-zA-Z0-9_-]``."""
+
+
+class InvalidGroupError(StoreError, ValueError):
+    """A consumer group name is not a valid RocketMQ name."""
+
+
+class MessageTooLargeError(InvalidMessageError):
+    """A body is over ``max_message_size`` or a properties string is over 32767 bytes."""
+
+
+class QueueIdError(InvalidMessageError):
+    """A queue id is negative or not below the topic's number of write queues."""
+
+
+class ConfigError(StoreError, ValueError):
+    """A :class:`store.StoreConfig` value, or a config file, is invalid."""
+
+
+class CorruptStoreError(StoreError):
+    """Files on disk are not a valid store (bad segment size, unreadable state, a bad record)."""
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None) -> None:
+        parts = [message]
+        if path is not None:
+            parts.append(f"file {path}")
+        if offset is not None:
+            parts.append(f"offset {offset}")
+        super().__init__("; ".join(parts))
+        self.path = path
+        self.offset = offset
+
+
+class StoreClosedError(StoreError):
+    """The store was used after :meth:`store.MessageStore.close`."""

@@ -1,0 +1,166 @@
+"""Fixed-size memory-mapped segment files and the queue of them (RocketMQ's MappedFile/Queue).
+
+A segment is a file of exactly ``size`` bytes named by the 20-digit offset of its first
+byte. New segments are created sparse (``ftruncate``) so a 1 GiB segment costs no disk until
+written. Every process maps the same files ``MAP_SHARED``: bytes written by one process are
+visible to the others through the page cache at once; what makes them *meaningful* to a
+reader is the published tail (see :mod:`store.append_state`), never the bytes themselves.
+
+Nothing here decides what is valid data: that is the commitlog's and the recovery's job.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import threading
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from .errors import CorruptStoreError
+from .paths import parse_segment_name, segment_name
+
+
+class MappedFile:
+    """One segment file, mapped on first use."""
+
+    def __init__(self, path: Path, start: int, size: int) -> None:
+        self.path = path
+        self.start = start
+        self.size = size
+        self._mm: mmap.mmap | None = None
+        self._np: np.ndarray | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def end(self) -> int:
+        return self.start + self.size
+
+    def _map(self) -> mmap.mmap:
+        if self._mm is None:
+            with self._lock:
+                if self._mm is None:
+                    fd = os.open(self.path, os.O_RDWR)
+                    try:
+                        actual = os.fstat(fd).st_size
+                        if actual != self.size:
+                            raise CorruptStoreError(
+                                f"segment is {actual} bytes, expected {self.size}", path=str(self.path)
+                            )
+                        self._mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                    finally:
+                        os.close(fd)
+        return self._mm
+
+    @property
+    def mm(self) -> mmap.mmap:
+        return self._map()
+
+    def array(self) -> np.ndarray:
+        """The segment as a writable uint8 numpy array (zero-copy over the mapping)."""
+        if self._np is None:
+            self._np = np.frombuffer(self._map(), np.uint8)
+        return self._np
+
+    def buffer(self) -> pa.Buffer:
+        """The segment as an Arrow buffer (zero-copy). Do not keep it past a read."""
+        return pa.py_buffer(self.array())
+
+    def write(self, rel: int, data: memoryview | bytes) -> None:
+        self._map()[rel : rel + len(data)] = data
+
+    def flush(self, rel_from: int = 0, rel_to: int | None = None) -> None:
+        """msync the pages covering ``[rel_from, rel_to)`` to disk."""
+        if self._mm is None:
+            return
+        page = mmap.PAGESIZE
+        lo = (rel_from // page) * page
+        hi = self.size if rel_to is None else min(self.size, rel_to)
+        if hi > lo:
+            self._mm.flush(lo, hi - lo)
+
+    def close(self) -> None:
+        with self._lock:
+            self._np = None
+            if self._mm is not None:
+                try:
+                    self._mm.close()
+                except BufferError:
+                    pass  # a caller still holds a zero-copy view; the mapping goes with it
+                self._mm = None
+
+
+class MappedFileQueue:
+    """The segments of one directory, by start offset.
+
+    ``size`` is taken from the existing files when there are any (all must agree), else from
+    the configured default. Segment creation must be serialized by the caller (the append
+    lock); lookups are safe from any thread or process.
+    """
+
+    def __init__(self, directory: Path, default_size: int) -> None:
+        self.directory = directory
+        self._segments: dict[int, MappedFile] = {}
+        self._lock = threading.Lock()
+        self.size = default_size
+        sizes = {p.stat().st_size for p in self._files()}
+        if len(sizes) > 1:
+            raise CorruptStoreError(f"segments of different sizes {sorted(sizes)}", path=str(directory))
+        if sizes:
+            self.size = sizes.pop()
+            if self.size <= 0:
+                raise CorruptStoreError("empty segment file", path=str(directory))
+
+    def _files(self) -> list[Path]:
+        if not self.directory.is_dir():
+            return []
+        return sorted(p for p in self.directory.iterdir() if parse_segment_name(p.name) is not None)
+
+    def segment_starts(self) -> list[int]:
+        """Start offsets of the segments on disk now, ascending."""
+        return [parse_segment_name(p.name) for p in self._files()]  # type: ignore[misc]
+
+    def segment_start_for(self, offset: int) -> int:
+        return offset - offset % self.size
+
+    def get(self, start: int, *, create: bool = False) -> MappedFile | None:
+        """The segment starting at ``start``; ``None`` if absent and not ``create``."""
+        seg = self._segments.get(start)
+        if seg is not None:
+            return seg
+        path = self.directory / segment_name(start)
+        with self._lock:
+            seg = self._segments.get(start)
+            if seg is not None:
+                return seg
+            if not path.exists():
+                if not create:
+                    return None
+                self.directory.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                try:
+                    if os.fstat(fd).st_size < self.size:
+                        os.ftruncate(fd, self.size)
+                finally:
+                    os.close(fd)
+            seg = MappedFile(path, start, self.size)
+            self._segments[start] = seg
+            return seg
+
+    def for_offset(self, offset: int, *, create: bool = False) -> MappedFile | None:
+        return self.get(self.segment_start_for(offset), create=create)
+
+    def forget(self, start: int) -> None:
+        with self._lock:
+            seg = self._segments.pop(start, None)
+        if seg is not None:
+            seg.close()
+
+    def close(self) -> None:
+        with self._lock:
+            segs = list(self._segments.values())
+            self._segments.clear()
+        for seg in segs:
+            seg.close()

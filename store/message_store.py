@@ -1,0 +1,486 @@
+"""The facade: :class:`MessageStore` ties the commitlog, consume queues, dispatcher and config
+files of one store root together, and is what other code (the Spark source/sink, jobs, the
+CLI, notebooks) uses.
+
+Concurrency: any number of processes may open the same root and call any method. Appends
+are serialized by ``append.lock`` and published atomically (``append.state``), dispatching
+by ``dispatch.lock``, config changes by ``config.lock``. Readers never read past what was
+published.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import os
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from .append_state import AppendState, AppendStateFile
+from .commitlog import CommitLog
+from .config import StoreConfig
+from .config_files import ConsumerOffsetManager, TopicConfig, TopicConfigManager
+from .consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
+from .decode import empty_message_table
+from .dispatcher import Dispatcher
+from .encode import prepare_batch
+from .errors import InvalidMessageError, StoreClosedError
+from .hashing import java_string_hash
+from .hosts import host_bytes
+from .msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
+from .paths import StorePaths, parse_segment_name, validate_topic
+from .record import SYSFLAG_BORNHOST_V6, ScanKind, is_consumable
+from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
+from .scan import StopReason
+from .schema import PUT_RESULT_SCHEMA, TS
+
+log = logging.getLogger(__name__)
+
+
+def parse_tag_filter(tags: str | None) -> set[str] | None:
+    """``"A || B"`` -> {"A", "B"}; ``"*"``, ``""`` or ``None`` -> None (everything)."""
+    if tags is None:
+        return None
+    parts = {t.strip() for t in tags.split("||")}
+    parts.discard("")
+    if not parts or "*" in parts:
+        return None
+    return parts
+
+
+class MessageStore:
+    """A RocketMQ-compatible message store rooted at a directory.
+
+    Open with :meth:`open`; use as a context manager or call :meth:`close`.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
+        self.config = config or StoreConfig()
+        self.paths = StorePaths(Path(root))
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        self.paths.config_dir.mkdir(exist_ok=True)
+        self._closed = False
+        self._append_lock = InterProcessLockFactory.get(self.paths.append_lock)
+        self._dispatch_lock = InterProcessLockFactory.get(self.paths.dispatch_lock)
+        self._config_lock = InterProcessLockFactory.get(self.paths.root / "config.lock")
+        self.topic_config = TopicConfigManager(
+            self.paths.topics_json, self._config_lock,
+            default_queues=self.config.default_topic_queue_nums,
+            auto_create=self.config.auto_create_topic_enable,
+        )
+        self.consumer_offsets = ConsumerOffsetManager(self.paths.consumer_offset_json, self._config_lock)
+        self.commitlog = CommitLog(self.paths.commitlog_dir, self.config.mapped_file_size_commit_log)
+        self._cq_size = self._consume_queue_segment_size()
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._queues_lock = threading.Lock()
+        self._state_file = AppendStateFile(self.paths.append_state)
+        self._store_host = host_bytes(self.config.store_host)
+        self._born_host = host_bytes(self.config.born_host or self.config.store_host)
+        self._uniq = UniqKeyGenerator(self._store_host[:4] if len(self._store_host) == 8 else b"\x7f\x00\x00\x01")
+        self._rr: dict[str, int] = {}
+        self._rr_lock = threading.Lock()
+        self.dispatcher = Dispatcher(
+            self.commitlog, self.consume_queue, self._all_queues, self.published_tail,
+            self.paths.dispatch_state, self._dispatch_lock,
+        )
+        with self._append_lock.held():
+            if self._state_file.load() is None:
+                self._state_file.publish(self._rebuild_state())
+
+    @classmethod
+    def open(cls, root: str | os.PathLike[str], config: StoreConfig | None = None) -> MessageStore:
+        """Open (creating if needed) the store at ``root``.
+
+        Segment sizes of an existing store are taken from its files. Raises
+        :class:`store.errors.CorruptStoreError` if the files are not a valid store.
+        """
+        return cls(root, config)
+
+    def __enter__(self) -> MessageStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -------------------------------------------------------------- internals
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError("the store is closed")
+
+    def _consume_queue_segment_size(self) -> int:
+        """The consume-queue segment size of this store's files, else the configured one."""
+        cq_root = self.paths.consumequeue_dir
+        if cq_root.is_dir():
+            for topic_dir in cq_root.iterdir():
+                for qdir in topic_dir.iterdir() if topic_dir.is_dir() else []:
+                    for f in qdir.iterdir() if qdir.is_dir() else []:
+                        if parse_segment_name(f.name) is not None:
+                            return f.stat().st_size
+        return self.config.mapped_file_size_consume_queue
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The consume queue of (topic, queue id) (no file is created until a unit is written)."""
+        key = (topic, int(queue_id))
+        cq = self._queues.get(key)
+        if cq is None:
+            with self._queues_lock:
+                cq = self._queues.get(key)
+                if cq is None:
+                    cq = ConsumeQueue(self.paths.queue_dir(topic, queue_id), self._cq_size)
+                    self._queues[key] = cq
+        return cq
+
+    def _all_queues(self) -> list[ConsumeQueue]:
+        out = []
+        root = self.paths.consumequeue_dir
+        if root.is_dir():
+            for topic_dir in sorted(root.iterdir()):
+                if not topic_dir.is_dir():
+                    continue
+                for qdir in sorted(topic_dir.iterdir()):
+                    if qdir.name.isdigit():
+                        out.append(self.consume_queue(topic_dir.name, int(qdir.name)))
+        return out
+
+    def _rebuild_state(self) -> AppendState:
+        """The append state recovered from the commitlog itself (no state file yet)."""
+        state = AppendState()
+        start = self.commitlog.min_offset()
+        state.tail = start
+        starts = self.commitlog.segments.segment_starts()
+        if not starts:
+            return state
+        limit = starts[-1] + self.commitlog.segment_size
+        for seg, scan in self.commitlog.scan(start, limit, check_crc=self.config.check_crc_on_recover):
+            if len(scan.positions):
+                from .decode import read_columns
+
+                cols = read_columns(seg.buffer(), seg.start, scan.positions, with_body=False)
+                h = cols.header
+                keep = np.asarray(is_consumable(h["sysFlag"]))
+                topics = cols.topic.to_numpy(zero_copy_only=False)
+                for t, q, o in zip(topics[keep], h["queueId"][keep], h["queueOffset"][keep], strict=True):
+                    name = f"{t}/{int(q)}"
+                    state.queues[name] = max(state.queues.get(name, 0), int(o) + 1)
+                state.store_timestamp = max(state.store_timestamp, int(h["storeTimestamp"].max()))
+            state.tail = seg.start + scan.end
+            if scan.reason is StopReason.BLANK:
+                state.tail = seg.end
+            elif scan.reason is StopReason.CORRUPT:
+                log.warning("commitlog: %s at offset %d of %s; the log ends there", scan.detail, state.tail, seg.path)
+        return state
+
+    def published_tail(self) -> int:
+        """The commitlog offset below which every record is whole and readable."""
+        state = self._state_file.load()
+        return state.tail if state is not None else 0
+
+    def append_state(self) -> AppendState:
+        state = self._state_file.load()
+        return state if state is not None else AppendState()
+
+    def _round_robin(self, topic: str, queues: int, n: int) -> int:
+        with self._rr_lock:
+            first = self._rr.get(topic, 0)
+            self._rr[topic] = (first + n) % queues
+        return first % queues
+
+    # ------------------------------------------------------------------- put
+    def put_batch(self, table: pa.Table | pa.RecordBatch) -> pa.Table:
+        """Append every row of ``table`` as one message; all or nothing.
+
+        Columns: ``topic`` (string) and ``body`` (binary or string) required; optional
+        ``queueId`` (int; null or absent = round robin), ``tags`` (string), ``keys``
+        (list<string>), ``properties`` (map<string,string>), ``flag`` (int32),
+        ``bornTimestamp`` (timestamp or int64 ms). Returns, per input row and in input order,
+        ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``.
+
+        Raises :class:`store.errors.InvalidMessageError` (or a subclass) naming the row and
+        field of the first bad row; nothing of the batch is written then.
+        """
+        return self._put_batch(table)[0]
+
+    def _put_batch(self, table: pa.Table | pa.RecordBatch) -> tuple[pa.Table, np.ndarray]:
+        self._check_open()
+        batch = prepare_batch(
+            table,
+            queue_counts=self.topic_config.write_queue_counts,
+            max_message_size=self.config.max_message_size,
+            max_record_size=self.commitlog.segment_size - 8,
+            store_host=self._store_host,
+            born_host=self._born_host,
+            uniq_keys=self._uniq,
+            round_robin=self._round_robin,
+        )
+        if batch.n == 0:
+            return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)
+        with self._append_lock.held():
+            state = self._state_file.load() or self._rebuild_state()
+            result = self.commitlog.append(batch, state)
+            self._state_file.publish(state)
+        ts = pa.array(np.full(batch.n, result.store_timestamp * 1000, np.int64)).view(TS)
+        return pa.Table.from_arrays(
+            [pa.array(result.physical_offsets), pa.array(result.queue_offsets),
+             offset_msg_ids(self._store_host, result.physical_offsets), ts],
+            schema=PUT_RESULT_SCHEMA,
+        ), batch.queue_id
+
+    def put(
+        self,
+        topic: str,
+        body: bytes | str,
+        *,
+        queue_id: int | None = None,
+        tags: str | None = None,
+        keys: Iterable[str] | str = (),
+        properties: Mapping[str, str] | None = None,
+        flag: int = 0,
+    ) -> PutMessageResult:
+        """Append one message; see :meth:`put_batch` for the fields and errors."""
+        if isinstance(keys, str):
+            keys = [k for k in keys.split(" ") if k]
+        cols: dict[str, pa.Array] = {
+            "topic": pa.array([topic], pa.string()),
+            "body": pa.array([body.encode() if isinstance(body, str) else bytes(body)], pa.binary()),
+            "queueId": pa.array([queue_id], pa.int32()),
+            "tags": pa.array([tags], pa.string()),
+            "keys": pa.array([list(keys)], pa.list_(pa.string())),
+            "flag": pa.array([flag], pa.int64()),
+        }
+        if properties:
+            cols["properties"] = pa.array([list(properties.items())], pa.map_(pa.string(), pa.string()))
+        for name, value in (("tags", tags),):
+            if value is not None and not isinstance(value, str):
+                raise InvalidMessageError(f"must be a string, got {type(value).__name__}", row=0, field=name)
+        table, queue_ids = self._put_batch(pa.table(cols))
+        res = table.to_pylist()[0]
+        return PutMessageResult(
+            PutMessageStatus.PUT_OK, res["commitLogOffset"], res["queueOffset"], res["msgId"],
+            res["storeTimestamp"], int(queue_ids[0]),
+        )
+
+    # -------------------------------------------------------------- dispatch
+    def dispatch(self) -> int:
+        """Build consume-queue units for every published record not yet dispatched; returns how many."""
+        self._check_open()
+        return self.dispatcher.dispatch()
+
+    def start_dispatcher(self) -> None:
+        """Dispatch continuously in a background thread (every ``reput_interval_ms``)."""
+        self._check_open()
+        self.dispatcher.start(self.config.reput_interval_ms)
+
+    def stop_dispatcher(self) -> None:
+        self.dispatcher.stop()
+
+    # ------------------------------------------------------------------ read
+    def _queue_exists(self, topic: str, queue_id: int) -> bool:
+        tc = self.topic_config.get(topic)
+        if tc is None:
+            self.topic_config.reload()
+            tc = self.topic_config.get(topic)
+        if tc is not None:
+            return 0 <= queue_id < max(tc.read_queue_nums, tc.write_queue_nums) or self.paths.queue_dir(topic, queue_id).is_dir()
+        return self.paths.queue_dir(topic, queue_id).is_dir()
+
+    def _bounds(self, cq: ConsumeQueue) -> tuple[int, int]:
+        with self._dispatch_lock.held(shared=True):
+            return cq.min_offset(self.commitlog.min_offset()), cq.max_offset()
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        """Logical offset of the oldest message still in the queue."""
+        validate_topic(topic)
+        return self._bounds(self.consume_queue(topic, queue_id))[0]
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        """Logical offset after the newest dispatched message of the queue (0 if empty)."""
+        validate_topic(topic)
+        return self._bounds(self.consume_queue(topic, queue_id))[1]
+
+    def get_messages(
+        self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, tags: str | None = "*"
+    ) -> GetMessageResult:
+        """Read up to ``max_count`` messages of a queue from ``offset`` (RocketMQ's ``getMessage``).
+
+        ``tags`` is a subscription (``"*"`` or ``"A || B"``): units are filtered on their tag
+        hash first, then the decoded messages on the exact TAGS string. ``group`` names the
+        consumer (validated; reading does not commit anything). The status and
+        ``next_begin_offset`` follow RocketMQ (see :class:`GetMessageStatus`).
+        """
+        self._check_open()
+        from .paths import validate_group
+
+        validate_group(group)
+        validate_topic(topic)
+        empty = empty_message_table()
+        if queue_id < 0 or not self._queue_exists(topic, queue_id):
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, empty)
+        cq = self.consume_queue(topic, queue_id)
+        lo, hi = self._bounds(cq)
+        if hi == 0:
+            return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, empty)
+        if offset < lo:
+            return GetMessageResult(GetMessageStatus.OFFSET_TOO_SMALL, lo, lo, hi, empty)
+        if offset == hi:
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, empty)
+        if offset > hi:
+            nxt = lo if lo == 0 else hi  # RocketMQ: back to 0 when the queue starts at 0
+            return GetMessageResult(GetMessageStatus.OFFSET_OVERFLOW_BADLY, nxt, lo, hi, empty)
+        wanted = parse_tag_filter(tags)
+        window = max_count if wanted is None else max(800, max_count)
+        units = cq.read(offset, min(window, hi - offset))
+        live = (units["size"] != FILLER_SIZE) & (units["offset"] >= self.commitlog.min_offset())
+        match = live.copy()
+        if wanted is not None:
+            codes = np.array([java_string_hash(t) for t in wanted], np.int64)
+            match &= np.isin(units["tagsCode"].astype(np.int64), codes)
+        hits = np.flatnonzero(match)
+        if len(hits) >= max_count:
+            hits = hits[:max_count]
+            scanned = int(hits[-1]) + 1
+        else:
+            scanned = len(units)
+        if len(hits) == 0:
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING if not live.any() else GetMessageStatus.NO_MATCHED_MESSAGE
+            return GetMessageResult(status, offset + scanned, lo, hi, empty)
+        table = self.commitlog.read_messages(units["offset"][hits].astype(np.int64))
+        if wanted is not None:
+            import pyarrow.compute as pc
+
+            table = table.filter(pc.fill_null(pc.is_in(table["tags"], pa.array(sorted(wanted))), False))
+        status = GetMessageStatus.FOUND if table.num_rows else GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, offset + scanned, lo, hi, table)
+
+    def read_queue(self, topic: str, queue_id: int, start: int, end: int) -> pa.Table:
+        """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table."""
+        validate_topic(topic)
+        cq = self.consume_queue(topic, queue_id)
+        lo, hi = self._bounds(cq)
+        start, end = max(start, lo), min(end, hi)
+        if end <= start:
+            return empty_message_table()
+        units = cq.read(start, end - start)
+        live = (units["size"] != FILLER_SIZE) & (units["offset"] >= self.commitlog.min_offset())
+        return self.commitlog.read_messages(units["offset"][live].astype(np.int64))
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        """The first queue offset whose store time is at or after ``ts_ms`` (max offset if none).
+
+        Store times never go back in this store, so a binary search over the queue is exact.
+        (RocketMQ's own lookup returns the nearest message instead; see docs/format.md.)
+        """
+        validate_topic(topic)
+        cq = self.consume_queue(topic, queue_id)
+        lo, hi = self._bounds(cq)
+        tail = self.published_tail()
+        left, right = lo, hi
+        while left < right:
+            mid = (left + right) // 2
+            unit = cq.read(mid, 1)
+            if unit["size"][0] == FILLER_SIZE:
+                left = mid + 1
+                continue
+            rec = self.commitlog.record_at(int(unit["offset"][0]), tail)
+            store_ts = rec.record.store_timestamp if rec is not None and rec.record is not None else 0
+            if store_ts < ts_ms:
+                left = mid + 1
+            else:
+                right = mid
+        return left
+
+    def message_by_offset(self, commit_log_offset: int) -> dict[str, Any] | None:
+        """The message whose record starts at this commitlog offset, as a dict row; ``None`` if none."""
+        self._check_open()
+        if commit_log_offset < self.commitlog.min_offset():
+            return None
+        rec = self.commitlog.record_at(int(commit_log_offset), self.published_tail())
+        if rec is None or rec.kind is not ScanKind.RECORD:
+            return None
+        rows = self.commitlog.read_messages(np.array([commit_log_offset], np.int64)).to_pylist()
+        return rows[0] if rows else None
+
+    def message_by_id(self, msg_id: str) -> dict[str, Any] | None:
+        """The message with this offset msgId (store host + commitlog offset); ``None`` if none."""
+        parsed = parse_offset_msg_id(msg_id)
+        if parsed is None:
+            return None
+        host, offset = parsed
+        row = self.message_by_offset(offset)
+        if row is None or row["msgId"] != msg_id.upper():
+            return None
+        del host
+        return row
+
+    # --------------------------------------------------------- offsets, topics
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``group``'s progress on a queue in ``config/consumerOffset.json``."""
+        self.consumer_offsets.commit(group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """``group``'s committed offset on a queue, or -1 if it has none."""
+        return self.consumer_offsets.committed(group, topic, queue_id)
+
+    def create_topic(self, topic: str, queues: int | None = None, *, read_queues: int | None = None) -> TopicConfig:
+        """Create or resize a topic in ``config/topics.json``."""
+        n = queues or self.config.default_topic_queue_nums
+        tc = TopicConfig(validate_topic(topic), read_queues or n, n)
+        self.topic_config.put(tc)
+        return tc
+
+    def topics(self) -> dict[str, TopicConfig]:
+        self.topic_config.reload()
+        return self.topic_config.topics()
+
+    # ------------------------------------------------------------------ close
+    def flush(self) -> None:
+        """Force the commitlog's and consume queues' written pages to disk."""
+        for start in self.commitlog.segments.segment_starts():
+            seg = self.commitlog.segments.get(start)
+            if seg is not None:
+                seg.flush()
+        for cq in list(self._queues.values()):
+            cq.flush()
+
+    def close(self) -> None:
+        """Stop the dispatcher, flush and unmap everything. Idempotent."""
+        if self._closed:
+            return
+        self.dispatcher.stop()
+        self.flush()
+        self._closed = True
+        self.commitlog.close()
+        for cq in self._queues.values():
+            cq.close()
+
+
+class InterProcessLockFactory:
+    """One :class:`InterProcessLock` per lock file per process.
+
+    POSIX record locks are per process: two lock objects on one file in the same process
+    would not exclude each other (and closing either fd drops both), so stores opened twice
+    in one process share their lock objects.
+    """
+
+    _locks: dict[str, Any] = {}
+    _mutex = threading.Lock()
+
+    @classmethod
+    def get(cls, path: Path) -> Any:
+        from .fileio import InterProcessLock
+
+        key = os.path.realpath(path)
+        with cls._mutex:
+            lock = cls._locks.get(key)
+            if lock is None or os.getpid() != getattr(lock, "_pid", None):
+                lock = InterProcessLock(path)
+                lock._pid = os.getpid()  # type: ignore[attr-defined]
+                cls._locks[key] = lock
+            return lock
+
+
+_ = (SYSFLAG_BORNHOST_V6, CQ_UNIT_SIZE, dt)

@@ -1,0 +1,132 @@
+"""Every path of a store directory, built in one place.
+
+```
+<root>/commitlog/<20-digit start offset>            commitlog segments
+<root>/consumequeue/<topic>/<queueId>/<20-digit>      consume-queue segments
+<root>/config/topics.json, consumerOffset.json         RocketMQ config files
+<root>/checkpoint, abort, lock                         RocketMQ's control files
+<root>/append.state, append.lock                       ours: the published tail and queue offsets
+<root>/dispatch.state, dispatch.lock                   ours: the dispatcher's progress
+```
+
+Topic and group names reach the filesystem only through :func:`validate_topic` /
+:func:`validate_group`: RocketMQ's charset ``[%|a-zA-Z0-9_-]`` has no ``/`` and no ``.``,
+so a valid name can never climb out of its directory.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import InvalidGroupError, InvalidTopicError
+
+TOPIC_MAX_BYTES = 127
+_NAME_RE = re.compile(r"[%|a-zA-Z0-9_-]+")
+
+
+def topic_problem(topic: object) -> str | None:
+    """Why ``topic`` is not a valid RocketMQ topic name, or ``None`` when it is."""
+    if not isinstance(topic, str):
+        return f"topic must be a string, not {type(topic).__name__}"
+    if not topic:
+        return "topic is empty"
+    if len(topic.encode("utf-8")) > TOPIC_MAX_BYTES:
+        return f"topic is longer than {TOPIC_MAX_BYTES} bytes"
+    if not _NAME_RE.fullmatch(topic):
+        return f"topic {topic!r} has characters outside [%|a-zA-Z0-9_-]"
+    return None
+
+
+def validate_topic(topic: object, *, row: int | None = None) -> str:
+    """Return ``topic`` if valid; raise :class:`InvalidTopicError` naming the row otherwise."""
+    problem = topic_problem(topic)
+    if problem is not None:
+        raise InvalidTopicError(problem, row=row, field="topic")
+    assert isinstance(topic, str)
+    return topic
+
+
+def validate_group(group: object) -> str:
+    """Return ``group`` if it is a valid RocketMQ group name (same charset, 255 bytes max)."""
+    if (
+        not isinstance(group, str)
+        or not group
+        or len(group.encode("utf-8")) > 255
+        or not _NAME_RE.fullmatch(group)
+    ):
+        raise InvalidGroupError(f"invalid consumer group name {group!r}")
+    return group
+
+
+def segment_name(offset: int) -> str:
+    """RocketMQ's segment file name: the start offset zero-padded to 20 digits."""
+    return f"{offset:020d}"
+
+
+def parse_segment_name(name: str) -> int | None:
+    """The start offset named by a segment file, or ``None`` for any other file."""
+    if len(name) == 20 and name.isdigit():
+        return int(name)
+    return None
+
+
+@dataclass(frozen=True)
+class StorePaths:
+    """The paths of one store root."""
+
+    root: Path
+
+    @property
+    def commitlog_dir(self) -> Path:
+        return self.root / "commitlog"
+
+    @property
+    def consumequeue_dir(self) -> Path:
+        return self.root / "consumequeue"
+
+    @property
+    def config_dir(self) -> Path:
+        return self.root / "config"
+
+    @property
+    def topics_json(self) -> Path:
+        return self.config_dir / "topics.json"
+
+    @property
+    def consumer_offset_json(self) -> Path:
+        return self.config_dir / "consumerOffset.json"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.root / "checkpoint"
+
+    @property
+    def abort(self) -> Path:
+        return self.root / "abort"
+
+    @property
+    def lock(self) -> Path:
+        return self.root / "lock"
+
+    @property
+    def append_state(self) -> Path:
+        return self.root / "append.state"
+
+    @property
+    def append_lock(self) -> Path:
+        return self.root / "append.lock"
+
+    @property
+    def dispatch_state(self) -> Path:
+        return self.root / "dispatch.state"
+
+    @property
+    def dispatch_lock(self) -> Path:
+        return self.root / "dispatch.lock"
+
+    def queue_dir(self, topic: str, queue_id: int) -> Path:
+        """``consumequeue/<topic>/<queueId>``; the topic must already be validated."""
+        validate_topic(topic)
+        return self.consumequeue_dir / topic / str(int(queue_id))
