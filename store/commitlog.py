@@ -68,13 +68,30 @@ def assign_queue_offsets(batch: EncodedBatch, queues: dict[str, int]) -> np.ndar
     Updates ``queues`` (the shared ``topicQueueTable``). Loops over the distinct queues of the
     batch, not over rows.
     """
-    key = (batch.topic_index.astype(np.int64) << 32) | batch.queue_id.astype(np.int64)
-    uniq, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
-    order = np.argsort(inverse, kind="stable")
-    group_start = np.zeros(len(uniq), np.int64)
-    np.cumsum(counts[:-1], out=group_start[1:])
+    qid = batch.queue_id.astype(np.int64)
+    span = int(qid.max()) + 1 if batch.n else 1
+    if len(batch.topics) * span <= 1 << 16:  # dense keys: group with a bincount, no sort
+        dense = batch.topic_index.astype(np.int64) * span + qid
+        all_counts = np.bincount(dense, minlength=len(batch.topics) * span)
+        groups = np.flatnonzero(all_counts)
+        lookup = np.zeros(len(all_counts), np.int64)
+        lookup[groups] = np.arange(len(groups))
+        inverse = lookup[dense]
+        counts = all_counts[groups]
+        uniq = ((groups // span) << 32) | (groups % span)
+    else:
+        key = (batch.topic_index.astype(np.int64) << 32) | qid
+        uniq, inverse, counts = np.unique(key, return_inverse=True, return_counts=True)
     rank = np.empty(batch.n, np.int64)
-    rank[order] = np.arange(batch.n) - np.repeat(group_start, counts)
+    if len(uniq) <= 16:  # few queues (the usual case): a running count per queue, no sort
+        for g in range(len(uniq)):
+            mask = inverse == g
+            rank[mask] = np.arange(int(counts[g]))
+    else:
+        order = np.argsort(inverse, kind="stable")
+        group_start = np.zeros(len(uniq), np.int64)
+        np.cumsum(counts[:-1], out=group_start[1:])
+        rank[order] = np.arange(batch.n) - np.repeat(group_start, counts)
     base = np.empty(len(uniq), np.int64)
     for g, k in enumerate(uniq.tolist()):
         name = f"{batch.topics[k >> 32]}/{k & 0xFFFFFFFF}"

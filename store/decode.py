@@ -54,7 +54,15 @@ def _hosts_to_strings(raw: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     if n == 0:
         return pa.array([], pa.string()), np.zeros(0, np.int64)
     keys = np.ascontiguousarray(raw).view(f"V{w}").ravel()
-    uniq, inverse = np.unique(keys, return_inverse=True)
+    if w == 8:
+        as_int = keys.view(np.uint64)
+        if (as_int == as_int[0]).all():  # the usual case: one host for the whole run
+            name = pa.array([format_host(bytes(keys[0]))], pa.string())
+            return name.take(pa.array(np.zeros(n, np.int32))), np.zeros(n, np.int64)
+        uniq_i, inverse = np.unique(as_int, return_inverse=True)
+        uniq = uniq_i.view(f"V{w}")
+    else:
+        uniq, inverse = np.unique(keys, return_inverse=True)
     names = pa.array([format_host(bytes(u)) for u in uniq], pa.string())
     return names.take(pa.array(inverse.astype(np.int64))), inverse
 

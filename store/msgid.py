@@ -24,15 +24,14 @@ import time
 import numpy as np
 import pyarrow as pa
 
-_HEX = np.frombuffer(b"0123456789ABCDEF", np.uint8)
+#: Two uppercase hex characters per byte value, as one uint16 each: hex is one table lookup.
+_HEX2 = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), np.uint16)
 
 
 def hex_rows(raw: np.ndarray) -> pa.StringArray:
     """Uppercase hex of each row of a 2-D uint8 array, as a string array (vectorized)."""
     n, width = raw.shape
-    out = np.empty((n, width * 2), np.uint8)
-    out[:, 0::2] = _HEX[raw >> 4]
-    out[:, 1::2] = _HEX[raw & 0x0F]
+    out = _HEX2[raw]
     offsets = np.arange(0, n * width * 2 + 1, width * 2, dtype=np.int32)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
 
@@ -82,8 +81,8 @@ class UniqKeyGenerator:
         start = d.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         return int(start.timestamp() * 1000)
 
-    def generate(self, n: int) -> pa.StringArray:
-        """``n`` distinct ids, as a string array."""
+    def _raw(self, n: int) -> np.ndarray:
+        """``n`` distinct 16-byte ids (rows of a uint8 array)."""
         if os.getpid() != self._pid:  # forked: a new process needs its own prefix
             self.__init__(self._prefix[:4])  # type: ignore[misc]
         now = time.time()
@@ -95,4 +94,19 @@ class UniqKeyGenerator:
         raw = np.empty((n, 16), np.uint8)
         raw[:, :10] = np.frombuffer(self._prefix, np.uint8)
         raw[:, 10:] = seq.astype(">i8").view(np.uint8).reshape(n, 8)[:, 2:]
-        return hex_rows(raw)
+        return raw
+
+    def generate(self, n: int) -> pa.StringArray:
+        """``n`` distinct ids, as a string array of 32 uppercase hex characters."""
+        return hex_rows(self._raw(n))
+
+    def generate_property(self, n: int) -> pa.BinaryArray:
+        """``n`` distinct ``UNIQ_KEY\x01<id>\x02`` property items, built directly in numpy."""
+        prefix = b"UNIQ_KEY\x01"
+        width = len(prefix) + 32 + 1
+        out = np.empty((n, width), np.uint8)
+        out[:, : len(prefix)] = np.frombuffer(prefix, np.uint8)
+        out[:, len(prefix) : len(prefix) + 32] = _HEX2[self._raw(n)].view(np.uint8).reshape(n, 32)
+        out[:, -1] = 2
+        offsets = np.arange(0, n * width + 1, width, dtype=np.int32)
+        return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])

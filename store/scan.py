@@ -18,7 +18,6 @@ end-of-segment record, corrupt record, limit), instead of raising: recovery deci
 from __future__ import annotations
 
 import enum
-import zlib
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,6 +29,7 @@ from .record import (
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     ScanKind,
+    crc32,
     decode_at,
 )
 
@@ -144,7 +144,7 @@ def _first_bad(seg: np.ndarray, pos: np.ndarray, size: np.ndarray, check_crc: bo
         ends = (pos[:first] + hsize[:first] + body_len[:first]).tolist()
         mv = memoryview(seg)
         got = np.fromiter(
-            (zlib.crc32(mv[a:b]) & 0x7FFFFFFF for a, b in zip(starts, ends, strict=True)), np.int64, first
+            (crc32(mv[a:b]) & 0x7FFFFFFF for a, b in zip(starts, ends, strict=True)), np.int64, first
         )
         mismatch = np.flatnonzero(got != crc)
         if len(mismatch) and int(mismatch[0]) < first:

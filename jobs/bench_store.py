@@ -1,0 +1,136 @@
+"""Benchmark of the store's hot paths, each printed beside a peer measured in the same run.
+
+    python jobs/bench_store.py [--messages N] [--dir PATH]
+
+For 100-byte and 4 KiB bodies:
+- ``put_batch`` (async flush: pages reach disk in the background) vs a plain sequential
+  ``write()`` of the same number of bytes into a new file (the ceiling for any append path);
+- dispatch (commitlog -> consume queues);
+- reading every queue back into Arrow tables vs a plain sequential read of the same bytes.
+
+Before measuring, a scratch file as large as the run's data is written and deleted: on a VM
+the first touch of guest memory is slow, and without the warm-up whichever measurement runs
+first pays for it. Figures are wall-clock on this machine; nothing here is a test threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+import store
+
+
+def _warm_up(path: Path, nbytes: int) -> None:
+    chunk = b"\x00" * (16 << 20)
+    with open(path, "wb") as f:
+        for _ in range(max(1, nbytes // len(chunk))):
+            f.write(chunk)
+    path.unlink()
+
+
+def _plain_write(path: Path, chunk: bytes, count: int) -> float:
+    t0 = time.perf_counter()
+    with open(path, "wb") as f:
+        for _ in range(count):
+            f.write(chunk)
+    return time.perf_counter() - t0
+
+
+def _plain_read(path: Path, chunk_size: int) -> float:
+    t0 = time.perf_counter()
+    with open(path, "rb", buffering=0) as f:
+        while f.read(chunk_size):
+            pass
+    return time.perf_counter() - t0
+
+
+def bench(body_size: int, messages: int, batch_rows: int, workdir: Path) -> dict[str, float]:
+    root = workdir / f"store-{body_size}"
+    shutil.rmtree(root, ignore_errors=True)
+    rng = np.random.default_rng(7)
+    bodies = pa.array(
+        [rng.bytes(body_size) for _ in range(batch_rows)], pa.binary()
+    )
+    table = pa.table({"topic": pa.array(["BenchTopic"] * batch_rows), "body": bodies, "tags": pa.array(["TagA", "TagB"] * (batch_rows // 2))})
+    batches = max(1, messages // batch_rows)
+    n = batches * batch_rows
+    payload = n * body_size
+
+    s = store.MessageStore.open(root)
+    s.put_batch(table.slice(0, 16))  # creates the topic and the first segment
+    s.dispatch()
+    tail0 = s.published_tail()
+    record_bytes_estimate = (s.put_batch(table.slice(0, 2))["commitLogOffset"][1].as_py() - s.put_batch(table.slice(0, 1))["commitLogOffset"][0].as_py())
+    _warm_up(workdir / "warm", 3 * n * max(record_bytes_estimate, body_size))
+
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        s.put_batch(table)
+    t_put = time.perf_counter() - t0
+    written = s.published_tail() - tail0
+
+    plain = workdir / "plain.bin"
+    chunk = os.urandom(max(1, written // batches))
+    t_plain = _plain_write(plain, chunk, batches)
+
+    t0 = time.perf_counter()
+    dispatched = s.dispatch()
+    t_dispatch = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    read = 0
+    step = 65536
+    for q in range(4):
+        lo, hi = s.min_offset("BenchTopic", q), s.max_offset("BenchTopic", q)
+        for off in range(lo, hi, step):
+            read += s.read_queue("BenchTopic", q, off, min(hi, off + step)).num_rows
+    t_read = time.perf_counter() - t0
+    t_plain_read = _plain_read(plain, 8 << 20)
+    s.close()
+    plain.unlink()
+    shutil.rmtree(root, ignore_errors=True)
+
+    mb = 1e6
+    out = {
+        "put_msgs": n / t_put, "put_MBps": written / t_put / mb, "put_payload_MBps": payload / t_put / mb,
+        "plain_write_MBps": written / t_plain / mb,
+        "dispatch_msgs": dispatched / t_dispatch,
+        "read_msgs": read / t_read, "read_MBps": written * read / max(n, 1) / t_read / mb,
+        "plain_read_MBps": written / t_plain_read / mb,
+    }
+    print(f"\n== body {body_size} B: {n:,} messages, batches of {batch_rows:,}, {written / mb:,.0f} MB of records")
+    print(f"put_batch       {out['put_msgs']:>12,.0f} msgs/s  {out['put_MBps']:>8,.0f} MB/s records  ({out['put_payload_MBps']:,.0f} MB/s bodies)")
+    print(f"plain write()   {'':>12}         {out['plain_write_MBps']:>8,.0f} MB/s   -> put_batch = {out['put_MBps'] / out['plain_write_MBps']:.0%} of plain")
+    print(f"dispatch        {out['dispatch_msgs']:>12,.0f} msgs/s")
+    print(f"read to Arrow   {out['read_msgs']:>12,.0f} msgs/s  {out['read_MBps']:>8,.0f} MB/s")
+    print(f"plain read()    {'':>12}         {out['plain_read_MBps']:>8,.0f} MB/s")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--messages", type=int, default=2_000_000, help="messages with 100-byte bodies")
+    ap.add_argument("--messages-4k", type=int, default=200_000, help="messages with 4 KiB bodies")
+    ap.add_argument("--batch", type=int, default=65536)
+    ap.add_argument("--dir", type=Path, default=None)
+    args = ap.parse_args()
+    workdir = args.dir or Path(tempfile.mkdtemp(prefix="rmq-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        bench(100, args.messages, args.batch, workdir)
+        bench(4096, args.messages_4k, min(args.batch, 16384), workdir)
+    finally:
+        if args.dir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,209 @@
+"""Shared fixtures and helpers of the store test suite.
+
+``refcodec`` (tests/refcodec.py) is the independent, stdlib-only decoder: the store's files
+are checked with it, never with the store's own decoder.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+if str(TESTS_DIR) not in sys.path:
+    sys.path.insert(0, str(TESTS_DIR))
+if str(REPO_ROOT) not in sys.path:
+    sys.path.insert(0, str(REPO_ROOT))
+
+import refcodec as rc  # noqa: E402
+
+import store  # noqa: E402
+
+FIXTURES = Path(__file__).resolve().parents[2] / "shared/fixtures/rocketmq"
+FIXTURE_COMMITLOG = FIXTURES / "commitlog-8k-4.9" / "00000000000000000000"
+FIXTURE_CONFIG_DIR = FIXTURES / "broker-4.4-store" / "config"
+
+#: Tiny segments so that a few hundred messages roll the commitlog and the consume queues.
+SMALL_COMMITLOG = 4096
+SMALL_CQ = 20 * 50
+
+UTC = dt.UTC
+
+
+# --------------------------------------------------------------------------- pytest hooks
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """``optin`` tests run only with RMQ_OPTIN=1 (``slow`` ones always run)."""
+    if os.environ.get("RMQ_OPTIN") == "1":
+        return
+    skip = pytest.mark.skip(reason="opt-in heavy run: set RMQ_OPTIN=1")
+    for item in items:
+        if "optin" in item.keywords:
+            item.add_marker(skip)
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture
+def fixture_dir() -> Path:
+    """The shared folder of real RocketMQ files (skips when it is absent)."""
+    if not FIXTURES.is_dir():
+        pytest.skip(f"RocketMQ fixture folder not found at {FIXTURES}")
+    return FIXTURES
+
+
+@pytest.fixture
+def small_config() -> store.StoreConfig:
+    """4 KiB commitlog segments and 50-unit consume-queue segments (everything rolls)."""
+    return small_store_config()
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    return tmp_path / "store"
+
+
+@pytest.fixture
+def ms(root: Path, small_config: store.StoreConfig) -> Iterator[store.MessageStore]:
+    """An open store with tiny segments, closed after the test."""
+    s = store.MessageStore.open(root, small_config)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def small_store_config(**changes: Any) -> store.StoreConfig:
+    values: dict[str, Any] = {
+        "mapped_file_size_commit_log": SMALL_COMMITLOG,
+        "mapped_file_size_consume_queue": SMALL_CQ,
+    }
+    values.update(changes)
+    return store.StoreConfig(**values)
+
+
+def copy_file(src: Path, dst: Path) -> None:
+    """Copy content only (the fixtures are read-only; the copies must be writable)."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(src, dst)
+
+
+def batch(n: int | None = None, **cols: Any) -> pa.Table:
+    """A put_batch table; scalar column values are repeated ``n`` times."""
+    if n is None:
+        n = max(len(v) for v in cols.values() if isinstance(v, list | tuple | pa.Array))
+    out = {}
+    for name, value in cols.items():
+        if isinstance(value, pa.Array | pa.ChunkedArray):
+            out[name] = value
+        elif isinstance(value, list | tuple):
+            out[name] = list(value)
+        else:
+            out[name] = [value] * n
+    return pa.table(out)
+
+
+def ms_to_dt(ms: int) -> dt.datetime:
+    return dt.datetime.fromtimestamp(ms / 1000, tz=UTC)
+
+
+def dt_to_ms(value: dt.datetime) -> int:
+    return int(round(value.timestamp() * 1000))
+
+
+def commitlog_dir(root: Path) -> str:
+    return str(root / "commitlog")
+
+
+def queue_dir(root: Path, topic: str, qid: int) -> str:
+    return str(root / "consumequeue" / topic / str(qid))
+
+
+def walk(root: Path) -> list[rc.RefRecord]:
+    """Every record of the store's commitlog, read by the reference codec ([] if none)."""
+    d = commitlog_dir(root)
+    return rc.walk_commitlog(d) if os.path.isdir(d) else []
+
+
+def units(root: Path, topic: str, qid: int) -> list[tuple[int, int, int]]:
+    """The consume-queue units of a queue, read by the reference codec ([] if none)."""
+    d = queue_dir(root, topic, qid)
+    return rc.read_consume_queue(d) if os.path.isdir(d) else []
+
+
+def snapshot_files(root: Path, *names: str) -> dict[str, bytes]:
+    """Bytes of every commitlog/consume-queue segment plus the named files under ``root``."""
+    out: dict[str, bytes] = {}
+    for sub in ("commitlog", "consumequeue"):
+        base = root / sub
+        if base.is_dir():
+            for p in sorted(base.rglob("*")):
+                if p.is_file():
+                    out[str(p.relative_to(root))] = p.read_bytes()
+    for name in names:
+        p = root / name
+        out[name] = p.read_bytes() if p.exists() else b"<absent>"
+    return out
+
+
+def read_queue_all(s: store.MessageStore, topic: str, qid: int, *, max_count: int = 32,
+                   tags: str | None = "*", group: str = "g") -> list[dict[str, Any]]:
+    """Every message of a queue through get_messages, following next_begin_offset."""
+    rows: list[dict[str, Any]] = []
+    offset = s.min_offset(topic, qid)
+    for _ in range(100_000):
+        res = s.get_messages(group, topic, qid, offset, max_count=max_count, tags=tags)
+        if res.status in (store.GetMessageStatus.FOUND, store.GetMessageStatus.NO_MATCHED_MESSAGE):
+            assert res.next_begin_offset > offset
+            rows.extend(res.messages.to_pylist())
+            offset = res.next_begin_offset
+            continue
+        assert res.status in (
+            store.GetMessageStatus.OFFSET_OVERFLOW_ONE,
+            store.GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+            store.GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+        ), res.status
+        return rows
+    raise AssertionError("get_messages did not reach the end of the queue")
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: float = 0.005) -> bool:
+    """Poll ``predicate`` until it is true or ``timeout`` seconds pass; returns its last value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if predicate():
+            return True
+        if time.monotonic() >= deadline:
+            return bool(predicate())
+        time.sleep(interval)
+
+
+def next_ms() -> None:
+    """Busy-wait until the wall clock's millisecond changes (distinct store timestamps)."""
+    start = int(time.time() * 1000)
+    while int(time.time() * 1000) <= start:
+        time.sleep(0.0005)
+
+
+def subprocess_env() -> dict[str, str]:
+    """Environment for child Python processes: the repository importable from anywhere."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(REPO_ROOT), str(TESTS_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
+    )
+    return env
