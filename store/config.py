@@ -8,7 +8,6 @@ their units in the docstring below. :meth:`StoreConfig.from_properties` reads a 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -100,7 +99,8 @@ class StoreConfig:
         ``brokerIP1`` and ``listenPort`` make up ``store_host``.
         Raises :class:`ConfigError` for a value of the wrong type.
         """
-        known = {f.name: f for f in fields(cls)}
+        # match RocketMQ's camelCase keys by letters only: 'checkCRCOnRecover' is check_crc_on_recover
+        known = {f.name.replace("_", "").lower(): f for f in fields(cls)}
         values: dict[str, Any] = {}
         ip, port = None, None
         for raw in Path(path).read_text(encoding="utf-8").splitlines():
@@ -115,10 +115,10 @@ class StoreConfig:
             if key == "listenPort":
                 port = value
                 continue
-            name = re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
-            if name not in known:
+            f = known.get(key.replace("_", "").lower())
+            if f is None:
                 continue
-            values[name] = _coerce(name, known[name].type, value)
+            values[f.name] = _coerce(f.name, f.type, value)
         if ip is not None or port is not None:
             values["store_host"] = f"{ip or '127.0.0.1'}:{port or 10911}"
         values.update(overrides)

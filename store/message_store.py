@@ -294,11 +294,13 @@ class MessageStore:
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """Logical offset of the oldest message still in the queue."""
+        self._check_open()
         validate_topic(topic)
         return self._bounds(self.consume_queue(topic, queue_id))[0]
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """Logical offset after the newest dispatched message of the queue (0 if empty)."""
+        self._check_open()
         validate_topic(topic)
         return self._bounds(self.consume_queue(topic, queue_id))[1]
 
@@ -358,6 +360,7 @@ class MessageStore:
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int) -> pa.Table:
         """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table."""
+        self._check_open()
         validate_topic(topic)
         cq = self.consume_queue(topic, queue_id)
         lo, hi = self._bounds(cq)
@@ -374,6 +377,7 @@ class MessageStore:
         Store times never go back in this store, so a binary search over the queue is exact.
         (RocketMQ's own lookup returns the nearest message instead; see docs/format.md.)
         """
+        self._check_open()
         validate_topic(topic)
         cq = self.consume_queue(topic, queue_id)
         lo, hi = self._bounds(cq)
@@ -419,20 +423,24 @@ class MessageStore:
     # --------------------------------------------------------- offsets, topics
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Record ``group``'s progress on a queue in ``config/consumerOffset.json``."""
+        self._check_open()
         self.consumer_offsets.commit(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         """``group``'s committed offset on a queue, or -1 if it has none."""
+        self._check_open()
         return self.consumer_offsets.committed(group, topic, queue_id)
 
     def create_topic(self, topic: str, queues: int | None = None, *, read_queues: int | None = None) -> TopicConfig:
         """Create or resize a topic in ``config/topics.json``."""
+        self._check_open()
         n = queues or self.config.default_topic_queue_nums
         tc = TopicConfig(validate_topic(topic), read_queues or n, n)
         self.topic_config.put(tc)
         return tc
 
     def topics(self) -> dict[str, TopicConfig]:
+        self._check_open()
         self.topic_config.reload()
         return self.topic_config.topics()
 
