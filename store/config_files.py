@@ -178,6 +178,23 @@ class TopicConfigManager:
                 self._topics[config.topic_name] = config
                 self._write()
 
+    def planned_queue_counts(self, topics: list[str]) -> list[int]:
+        """Write queue count of each topic as it is or would be once auto-created (creates nothing).
+
+        Raises :class:`store.errors.InvalidTopicError` for a missing topic when auto-creation is off.
+        """
+        if any(t not in self._topics for t in topics):
+            self.reload()
+        out = []
+        for t in topics:
+            tc = self._topics.get(t)
+            if tc is None and not self.auto_create:
+                from .errors import InvalidTopicError
+
+                raise InvalidTopicError(f"topic {t!r} does not exist and auto-creation is off", row=None, field="topic")
+            out.append(tc.write_queue_nums if tc is not None else self.default_queues)
+        return out
+
     def write_queue_counts(self, topics: list[str]) -> list[int]:
         """Write queue count of each topic, creating missing topics (validated names)."""
         missing = [t for t in topics if t not in self._topics]

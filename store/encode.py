@@ -178,7 +178,9 @@ def prepare_batch(
     # --- topic: validate the distinct values only (topics are few)
     topic = _as_string(cols["topic"], "topic")
     if topic.null_count:
-        raise InvalidMessageError("topic is null", row=_first(np.asarray(topic.is_null())), field="topic")
+        from .errors import InvalidTopicError
+
+        raise InvalidTopicError("topic is null", row=_first(np.asarray(topic.is_null())), field="topic")
     enc = pc.dictionary_encode(topic)
     topics: list[str] = enc.dictionary.to_pylist()
     topic_index = np.asarray(enc.indices, dtype=np.int64)

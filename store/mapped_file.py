@@ -157,13 +157,21 @@ class MappedFileQueue:
             if not path.exists():
                 if not create:
                     return None
+                # created full-size under a temporary name, then linked into place: another
+                # process listing the directory never sees a segment of the wrong size
                 self.directory.mkdir(parents=True, exist_ok=True)
-                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                tmp = self.directory / f".{segment_name(start)}.{os.getpid()}.{threading.get_ident()}.tmp"
+                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:
-                    if os.fstat(fd).st_size < self.size:
-                        os.ftruncate(fd, self.size)
+                    os.ftruncate(fd, self.size)
                 finally:
                     os.close(fd)
+                try:
+                    os.link(tmp, path)  # fails if another process created it first: keep theirs
+                except FileExistsError:
+                    pass
+                finally:
+                    os.unlink(tmp)
             seg = MappedFile(path, start, self.size)
             self._segments[start] = seg
             return seg

@@ -209,7 +209,7 @@ class MessageStore:
         self._check_open()
         batch = prepare_batch(
             table,
-            queue_counts=self.topic_config.write_queue_counts,
+            queue_counts=self.topic_config.planned_queue_counts,
             max_message_size=self.config.max_message_size,
             max_record_size=self.commitlog.segment_size - 8,
             store_host=self._store_host,
@@ -219,6 +219,13 @@ class MessageStore:
         )
         if batch.n == 0:
             return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)
+        # only a fully valid batch creates its topics; a topic resized meanwhile is re-checked
+        counts = self.topic_config.write_queue_counts(batch.topics)
+        if (batch.queue_id >= np.asarray(counts)[batch.topic_index]).any():
+            from .errors import QueueIdError
+
+            row = int(np.flatnonzero(batch.queue_id >= np.asarray(counts)[batch.topic_index])[0])
+            raise QueueIdError("queue id is not below the topic's queue count", row=row, field="queueId")
         with self._append_lock.held():
             state = self._state_file.load() or self._rebuild_state()
             result = self.commitlog.append(batch, state)
@@ -244,6 +251,18 @@ class MessageStore:
         """Append one message; see :meth:`put_batch` for the fields and errors."""
         if isinstance(keys, str):
             keys = [k for k in keys.split(" ") if k]
+        if not isinstance(body, bytes | bytearray | memoryview | str):
+            raise InvalidMessageError(f"body must be bytes or str, got {type(body).__name__}", row=0, field="body")
+        checks = (
+            ("tags", tags is None or isinstance(tags, str)),
+            ("keys", all(isinstance(k, str) for k in keys)),
+            ("properties", properties is None or all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items())),
+            ("flag", isinstance(flag, int) and not isinstance(flag, bool)),
+            ("queueId", queue_id is None or (isinstance(queue_id, int) and not isinstance(queue_id, bool))),
+        )
+        for name, ok in checks:
+            if not ok:
+                raise InvalidMessageError("has a value of the wrong type", row=0, field=name)
         cols: dict[str, pa.Array] = {
             "topic": pa.array([topic], pa.string()),
             "body": pa.array([body.encode() if isinstance(body, str) else bytes(body)], pa.binary()),
@@ -254,9 +273,6 @@ class MessageStore:
         }
         if properties:
             cols["properties"] = pa.array([list(properties.items())], pa.map_(pa.string(), pa.string()))
-        for name, value in (("tags", tags),):
-            if value is not None and not isinstance(value, str):
-                raise InvalidMessageError(f"must be a string, got {type(value).__name__}", row=0, field=name)
         table, queue_ids = self._put_batch(pa.table(cols))
         res = table.to_pylist()[0]
         return PutMessageResult(

@@ -753,16 +753,13 @@ def test_config_from_properties(tmp_path: Path) -> None:
         store.StoreConfig.from_properties(bad)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="StoreConfig.from_properties turns camelCase into snake_case with a regex that splits "
-    "every capital, so RocketMQ's key 'checkCRCOnRecover' becomes 'check_c_r_c_on_recover', "
-    "matches no field and is silently ignored (check_crc_on_recover stays True)",
-)
+# RocketMQ's key is 'checkCRCOnRecover' (a regex camel->snake split made it check_c_r_c_...; fixed in 0a51de4)
 def test_config_from_properties_check_crc(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
-    conf.write_text("checkCRCOnRecover=false\n", "utf-8")
-    assert store.StoreConfig.from_properties(conf).check_crc_on_recover is False
+    conf.write_text("checkCRCOnRecover=false\nflushCommitLogThoroughInterval=2000\n", "utf-8")
+    cfg = store.StoreConfig.from_properties(conf)
+    assert cfg.check_crc_on_recover is False
+    assert cfg.flush_commit_log_thorough_interval == 2000
 
 
 # --------------------------------------------------------------------------- closed store
@@ -788,29 +785,8 @@ def _closed_calls():
     }
 
 
-_REMAPS = ("never calls _check_open(): after close() it maps the closed store's segments again "
-           "(close() already ran, so they are never unmapped) and answers instead of raising "
-           "StoreClosedError")
-_CONFIG_WRITE = ("never calls _check_open(): after close() it still rewrites config/*.json instead "
-                 "of raising StoreClosedError")
-_CONFIG_READ = ("never calls _check_open(): after close() it still reads config/*.json and answers "
-                "instead of raising StoreClosedError")
-_NOT_CHECKED = {
-    "min_offset": _REMAPS, "max_offset": _REMAPS, "offset_for_timestamp": _REMAPS,
-    "read_queue": _REMAPS, "commit_offset": _CONFIG_WRITE, "create_topic": _CONFIG_WRITE,
-    "committed_offset": _CONFIG_READ, "topics": _CONFIG_READ,
-}
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=f"MessageStore.{n} {_NOT_CHECKED[n]}"))
-        if n in _NOT_CHECKED
-        else n
-        for n in _closed_calls()
-    ],
-)
+# (min_offset .. topics did not check before commit 0a51de4; these cases pin that fix)
+@pytest.mark.parametrize("name", list(_closed_calls()))
 def test_closed_store_raises(root: Path, name: str) -> None:
     s = store.MessageStore.open(root, small_store_config())
     s.put("T", b"x", queue_id=0)
@@ -931,3 +907,108 @@ def test_statuses_after_oldest_segment_removed(root: Path) -> None:
         assert s.dispatch() == 1
         assert read_queue_all(s, "RT", 0)[-1]["body"] == b"after"
     assert [r.queue_offset for r in walk(root)] == list(range(first_kept, 61))
+
+
+# --------------------------------------------------------------------------- more hosts, filters
+
+
+def test_ipv6_born_host_ipv4_store_host(root: Path) -> None:
+    cfg = small_store_config(born_host="[::1]:1234")
+    with store.MessageStore.open(root, cfg) as s:
+        res = s.put("M6", b"mixed", queue_id=0, tags="t")
+        s.dispatch()
+        row = s.message_by_id(res.msg_id)
+    [rec] = walk(root)
+    assert rec.sys_flag == rc.SYSFLAG_BORN_HOST_V6
+    assert (rec.born_host, rec.store_host) == ("[::1]:1234", DEFAULT_HOST)
+    assert len(res.msg_id) == 32 and res.msg_id == rec.msg_id
+    assert row is not None and row["bornHost"] == "[::1]:1234" and row["storeHost"] == DEFAULT_HOST
+    assert row["body"] == b"mixed" and row["tags"] == "t" and row["sysFlag"] == rc.SYSFLAG_BORN_HOST_V6
+
+
+def test_ipv6_message_by_id(root: Path) -> None:
+    with store.MessageStore.open(root, small_store_config(store_host="[2001:db8::7]:10911")) as s:
+        ids = [s.put("V6", b"%d" % i).msg_id for i in range(3)]
+        for i, msg_id in enumerate(ids):
+            row = s.message_by_id(msg_id)
+            assert row is not None and row["body"] == b"%d" % i
+        assert s.message_by_id(ids[0][:-1] + "F") is None
+
+
+def test_tag_filter_beyond_one_window(ms: store.MessageStore) -> None:
+    n = 1000
+    ms.put_batch(batch(topic="W", body=[b"%d" % i for i in range(n)], queueId=pa.array([0] * n, pa.int32()),
+                       tags=pa.array(["x"] * (n - 1) + ["y"], pa.string())))
+    ms.dispatch()
+    offset, statuses = 0, []
+    while True:
+        res = ms.get_messages("g", "W", 0, offset, tags="y")
+        statuses.append(res.status)
+        if res.status is not S.NO_MATCHED_MESSAGE:
+            break
+        assert res.next_begin_offset > offset
+        offset = res.next_begin_offset
+    assert statuses[-1] is S.FOUND
+    assert _bodies(res) == [n - 1] and res.next_begin_offset == n
+
+
+# --------------------------------------------------------------------------- damaged files
+
+
+def test_corrupt_record_stops_dispatch(ms: store.MessageStore, root: Path) -> None:
+    out = ms.put_batch(batch(topic="D", body=[b"abc"] * 5, queueId=pa.array([0] * 5, pa.int32()))).to_pylist()
+    at = out[3]["commitLogOffset"]
+    seg = root / "commitlog" / f"{0:020d}"
+    data = bytearray(seg.read_bytes())
+    data[at + 4 : at + 8] = b"\x00\x00\x00\x01"  # bad magic
+    seg.write_bytes(bytes(data))
+    with pytest.raises(store.CorruptStoreError):
+        ms.dispatch()
+    assert ms.max_offset("D", 0) <= 3
+    assert ms.message_by_offset(at) is None
+    assert ms.message_by_offset(out[2]["commitLogOffset"])["body"] == b"abc"
+
+
+def test_segments_of_different_sizes(root: Path) -> None:
+    with store.MessageStore.open(root, small_store_config()) as s:
+        s.put("T", b"x")
+    (root / "commitlog" / f"{SMALL_COMMITLOG:020d}").write_bytes(bytes(100))
+    with pytest.raises(store.CorruptStoreError):
+        store.MessageStore.open(root, small_store_config())
+
+
+def test_unreadable_append_state(root: Path) -> None:
+    with store.MessageStore.open(root, small_store_config()) as s:
+        s.put("T", b"x")
+    (root / "append.state").write_text("not json")
+    with pytest.raises(store.CorruptStoreError):
+        store.MessageStore.open(root, small_store_config())
+
+
+def test_config_file_falls_back_to_backup(root: Path) -> None:
+    with store.MessageStore.open(root, small_store_config()) as s:
+        s.commit_offset("g", "T", 0, 5)
+        s.commit_offset("g", "T", 0, 6)
+    (root / "config" / "consumerOffset.json").write_text("{garbage")
+    with store.MessageStore.open(root, small_store_config()) as s:
+        assert s.committed_offset("g", "T", 0) == 5  # the .bak holds the state before the last commit
+        s.commit_offset("g", "T", 1, 9)
+    data = rc.parse_fastjson((root / "config" / "consumerOffset.json").read_text("utf-8"))
+    assert data["offsetTable"]["T@g"] == {"0": 5, "1": 9}
+    (root / "config" / "topics.json").write_text("[")
+    with pytest.raises(store.CorruptStoreError):
+        store.MessageStore.open(root, small_store_config())
+
+
+def test_commit_offset_validation(ms: store.MessageStore) -> None:
+    with pytest.raises(store.InvalidGroupError):
+        ms.commit_offset("bad group", "T", 0, 1)
+    with pytest.raises(store.InvalidTopicError):
+        ms.commit_offset("g", "bad/topic", 0, 1)
+    with pytest.raises(store.ConfigError):
+        ms.commit_offset("g", "T", -1, 1)
+    with pytest.raises(store.ConfigError):
+        ms.commit_offset("g", "T", 0, -5)
+    assert ms.committed_offset("g", "T", 0) == -1
+    ms.commit_offset("g", "T", 0, 0)
+    assert ms.committed_offset("g", "T", 0) == 0
