@@ -144,8 +144,7 @@ class CommitLog:
                 pos = int(starts[a])
                 seg = self.segments.for_offset(pos, create=True)
                 assert seg is not None
-                if a > 0:
-                    self.scrub(pos)
+                self.scrub(pos)  # also when the first record of the batch rolls over
                 seg.write(pos - seg.start, view[int(rel[a]) : int(rel[b])])
         for pos, size in blanks:
             seg = self.segments.for_offset(pos, create=True)

@@ -215,3 +215,40 @@ def test_scalar_codec_agrees_with_put_batch(rows: list[dict[str, Any]]) -> None:
             )
             assert rec.encode() == raw
             assert rc.decode_record(rec.encode())[1] == ref
+
+
+# --------------------------------------------------------------------------- many queues
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(st.lists(st.lists(st.tuples(st.integers(0, 79), st.integers(0, 1023)), min_size=1, max_size=120),
+                min_size=1, max_size=3))
+def test_queue_offsets_with_many_queues(all_batches: list[list[tuple[int, int]]]) -> None:
+    """QUEUEOFFSET is each queue's next offset plus the row's rank in the batch, for any mix of queues."""
+    expected_next: dict[tuple[str, int], int] = {}
+    with tempfile.TemporaryDirectory() as d:
+        root = Path(d) / "store"
+        cfg = small_store_config(default_topic_queue_nums=1024, mapped_file_size_commit_log=1 << 16)
+        with store.MessageStore.open(root, cfg) as s:
+            for rows in all_batches:
+                tbl = pa.table({
+                    "topic": pa.array([f"Q{t}" for t, _ in rows]),
+                    "body": pa.array([b"%d" % i for i in range(len(rows))], pa.binary()),
+                    "queueId": pa.array([q for _, q in rows], pa.int32()),
+                })
+                got = s.put_batch(tbl).column("queueOffset").to_pylist()
+                want = []
+                for t, q in rows:
+                    key = (f"Q{t}", q)
+                    want.append(expected_next.get(key, 0))
+                    expected_next[key] = want[-1] + 1
+                assert got == want
+            assert s.dispatch() == sum(len(b) for b in all_batches)
+            for (topic, q), n in expected_next.items():
+                assert s.max_offset(topic, q) == n
+        seen: dict[tuple[str, int], int] = {}
+        for rec in walk(root):
+            key = (rec.topic, rec.queue_id)
+            assert rec.queue_offset == seen.get(key, 0)
+            seen[key] = rec.queue_offset + 1
+        assert seen == expected_next
