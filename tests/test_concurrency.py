@@ -299,7 +299,7 @@ class _PausedCreation:
             assert self.created.wait(10), "the writer never created a segment"
             o = threading.Thread(target=guarded(other), name="other")
             o.start()
-            o.join(2.0)  # a store that raises does so at once; one that waits for the writer's lock blocks
+            o.join(0.5)  # a store that raises does so at once; one that waits for the writer's lock blocks
         finally:
             self.release.set()
         o.join(20)

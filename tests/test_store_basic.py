@@ -1073,14 +1073,6 @@ def test_dead_writer_bytes_are_not_part_of_the_log(root: Path, tmp_path: Path) -
     assert [r.body[:1] for r in walk(root)] == [b"a", b"a", b"a", b"S"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="CommitLog.append scrubs a new segment only for rows after the batch's first "
-    "('if a > 0: self.scrub(pos)'); when the batch's FIRST record rolls to the next segment, a "
-    "dead writer's unpublished records left in that segment survive right after the new record: "
-    "RocketMQ/refcodec read them as part of the log, and so does the rebuild when append.state is "
-    "lost (a phantom message whose put never returned)",
-)
 def test_dead_writer_bytes_in_next_segment_are_scrubbed(root: Path, tmp_path: Path) -> None:
     with store.MessageStore.open(root, small_store_config()) as s:
         for _ in range(11):
