@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+import refcodec as rc
 from conftest import (
     FIXTURE_COMMITLOG,
     FIXTURE_CONFIG_DIR,
@@ -22,7 +24,6 @@ from conftest import (
     walk,
 )
 
-import refcodec as rc
 import store
 from store import GetMessageStatus as S
 
@@ -195,9 +196,7 @@ def test_round_robin_append_after_fixture_continues_queue_offsets(fixture_root: 
         assert by_queue[q] == [0, 1]
 
 
-def pa_table_abc(n: int):
-    import pyarrow as pa
-
+def pa_table_abc(n: int) -> pa.Table:
     return pa.table({"topic": ["abc"] * n, "body": [b"m%d" % i for i in range(n)]})
 
 

@@ -16,14 +16,13 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import refcodec as rc
 from conftest import ms_to_dt, read_queue_all, small_store_config, units, walk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import refcodec as rc
 import store
-from store.record import Record, decode_at
-from store.record import ScanKind
+from store.record import Record, ScanKind, decode_at
 
 TOPICS = ["T0", "T1", "t_a", "%RETRY%g", "x-y|z"]
 QUEUES = 4
@@ -252,3 +251,31 @@ def test_queue_offsets_with_many_queues(all_batches: list[list[tuple[int, int]]]
             assert rec.queue_offset == seen.get(key, 0)
             seen[key] = rec.queue_offset + 1
         assert seen == expected_next
+
+
+# --------------------------------------------------------------------------- large batches, large bodies
+
+
+def test_large_batch_and_large_bodies(tmp_path: Path) -> None:
+    """Thousands of rows in one call (CRCs computed off-thread) and bodies over 1 KiB (memoryview CRC path)."""
+    import random
+
+    rnd = random.Random(7)
+    root = tmp_path / "big"
+    cfg = small_store_config(mapped_file_size_commit_log=1 << 20, max_message_size=300_000)
+    many = [rnd.randbytes(rnd.randrange(0, 64)) for _ in range(6000)]
+    big = [rnd.randbytes(rnd.randrange(1025, 250_000)) for _ in range(12)]
+    with store.MessageStore.open(root, cfg) as s:
+        out_many = s.put_batch(pa.table({"topic": pa.array(["M"] * len(many)), "body": pa.array(many, pa.binary())}))
+        out_big = s.put_batch(pa.table({"topic": pa.array(["B"] * len(big)), "body": pa.array(big, pa.binary()),
+                                        "queueId": pa.array([0] * len(big), pa.int32())}))
+        assert s.dispatch() == len(many) + len(big)
+        got_big = read_queue_all(s, "B", 0, max_count=5)
+        assert [r["body"] for r in got_big] == big
+        got_many = sorted((r["commitLogOffset"], r["body"]) for q in range(QUEUES) for r in read_queue_all(s, "M", q, max_count=500))
+        assert [b for _, b in got_many] == many
+    recs = walk(root)  # refcodec checks every body CRC
+    assert [r.body for r in recs] == many + big
+    assert [r.physical_offset for r in recs] == out_many.column("commitLogOffset").to_pylist() + out_big.column("commitLogOffset").to_pylist()
+    assert all(r.body_crc == rc.body_crc(r.body) for r in recs)
+    assert len({r.physical_offset // (1 << 20) for r in recs}) >= 3
