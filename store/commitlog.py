@@ -157,9 +157,6 @@ class CommitLog:
         return result
 
     # ------------------------------------------------------------------- read
-    def segment(self, offset: int) -> MappedFile | None:
-        return self.segments.for_offset(offset)
-
     def record_at(self, offset: int, tail: int) -> ScanResult | None:
         """The record starting at ``offset`` (scalar decode), ``None`` if out of range."""
         seg = self.segments.for_offset(offset)

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError, CorruptStoreError
-from .fileio import InterProcessLock, read_with_backup, replace_file
+from .fileio import InterProcessLock, replace_file
 from .paths import validate_group, validate_topic
 
 PERM_READ, PERM_WRITE, PERM_INHERIT = 4, 2, 1
@@ -257,4 +257,4 @@ class ConsumerOffsetManager:
 
 
 __all__ = ["TopicConfig", "TopicConfigManager", "ConsumerOffsetManager", "quote_int_keys",
-           "load_fastjson", "dump_fastjson", "read_with_backup"]
+           "load_fastjson", "dump_fastjson"]

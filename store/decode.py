@@ -13,7 +13,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .gather import fixed_rows, gather_slices, to_binary
 from .hashing import tags_codes
@@ -36,7 +35,6 @@ class RecordColumns:
 
     offsets: np.ndarray  # commitlog offset of each record (int64)
     header: dict[str, np.ndarray]  # fixed fields by record.header_dtype names, native dtypes
-    born_host_raw: list[tuple[np.ndarray, bytes]]  # unused placeholder for symmetry
     body: pa.Array | None
     topic: pa.StringArray
     properties: pa.StringArray
@@ -123,7 +121,7 @@ def read_columns(source: pa.Buffer, base: int, positions: np.ndarray, *, with_bo
     props_len = header["totalSize"].astype(np.int64) - (props_start - positions)
     props = to_binary(gather_slices(source, props_start, props_len)).cast(pa.string())
     return RecordColumns(
-        offsets=base + positions, header=header, born_host_raw=[], body=body, topic=topic,
+        offsets=base + positions, header=header, body=body, topic=topic,
         properties=props, born_host=born_host, store_host=store_host, store_host_raw=store_raw,
     )
 
@@ -191,4 +189,4 @@ def concat_tables(tables: list[pa.Table]) -> pa.Table:
     return pa.concat_tables(tables).combine_chunks()
 
 
-__all__ = ["RecordColumns", "read_columns", "message_table", "msg_ids", "dispatch_columns", "pc"]
+__all__ = ["RecordColumns", "read_columns", "message_table", "msg_ids", "dispatch_columns"]

@@ -136,7 +136,6 @@ class Dispatcher:
         order = np.lexsort((qoff, key))
         key, units, qoff = key[order], units[order], qoff[order]
         bounds = np.flatnonzero(np.diff(key)) + 1
-        written = 0
         for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(key)], strict=True):
             if hi <= lo:
                 continue
@@ -152,7 +151,7 @@ class Dispatcher:
                 first = int(qoff[lo + a])
                 if first > cur:
                     log.warning("consume queue %s/%d: gap %d..%d filled", topic, q, cur, first)
-                written += cq.write(first, units[lo + a : lo + b], cur)
+                cq.write(first, units[lo + a : lo + b], cur)
                 cur = max(cur, first + (b - a))
             maxes[(topic, q)] = cur
         return int(len(positions))

@@ -30,7 +30,6 @@ from .properties import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
-    ParsedProperties,
     join_pairs,
     list_offsets,
     single_property,

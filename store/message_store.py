@@ -10,7 +10,6 @@ published.
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import threading
@@ -25,7 +24,7 @@ from .append_state import AppendState, AppendStateFile
 from .commitlog import CommitLog
 from .config import StoreConfig
 from .config_files import ConsumerOffsetManager, TopicConfig, TopicConfigManager
-from .consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
+from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .decode import empty_message_table
 from .dispatcher import Dispatcher
 from .encode import prepare_batch
@@ -34,7 +33,7 @@ from .hashing import java_string_hash
 from .hosts import host_bytes
 from .msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
 from .paths import StorePaths, parse_segment_name, validate_topic
-from .record import SYSFLAG_BORNHOST_V6, ScanKind, is_consumable
+from .record import ScanKind, is_consumable
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from .scan import StopReason
 from .schema import PUT_RESULT_SCHEMA, TS
@@ -163,10 +162,16 @@ class MessageStore:
                 cols = read_columns(seg.buffer(), seg.start, scan.positions, with_body=False)
                 h = cols.header
                 keep = np.asarray(is_consumable(h["sysFlag"]))
-                topics = cols.topic.to_numpy(zero_copy_only=False)
-                for t, q, o in zip(topics[keep], h["queueId"][keep], h["queueOffset"][keep], strict=True):
-                    name = f"{t}/{int(q)}"
-                    state.queues[name] = max(state.queues.get(name, 0), int(o) + 1)
+                enc = cols.topic.dictionary_encode()
+                names = enc.dictionary.to_pylist()
+                key = (np.asarray(enc.indices, np.int64)[keep] << 32) | h["queueId"][keep].astype(np.int64)
+                qoff = h["queueOffset"][keep].astype(np.int64)
+                uniq, inverse = np.unique(key, return_inverse=True)
+                best = np.full(len(uniq), -1, np.int64)
+                np.maximum.at(best, inverse, qoff)  # per queue: the largest offset seen
+                for k, o in zip(uniq.tolist(), best.tolist(), strict=True):  # one step per queue
+                    name = f"{names[k >> 32]}/{k & 0xFFFFFFFF}"
+                    state.queues[name] = max(state.queues.get(name, 0), o + 1)
                 state.store_timestamp = max(state.store_timestamp, int(h["storeTimestamp"].max()))
             state.tail = seg.start + scan.end
             if scan.reason is StopReason.BLANK:
@@ -429,11 +434,11 @@ class MessageStore:
         parsed = parse_offset_msg_id(msg_id)
         if parsed is None:
             return None
-        host, offset = parsed
+        _host, offset = parsed
         row = self.message_by_offset(offset)
+        # the decoded record's own msgId carries its store host: a foreign host does not match
         if row is None or row["msgId"] != msg_id.upper():
             return None
-        del host
         return row
 
     # --------------------------------------------------------- offsets, topics
@@ -506,5 +511,3 @@ class InterProcessLockFactory:
                 cls._locks[key] = lock
             return lock
 
-
-_ = (SYSFLAG_BORNHOST_V6, CQ_UNIT_SIZE, dt)
