@@ -75,7 +75,7 @@ class StoreConfig:
             or self.mapped_file_size_consume_queue % 20
         ):
             raise ConfigError("mapped_file_size_consume_queue must be a positive multiple of 20")
-        if not 0 < self.max_message_size:
+        if not self.max_message_size > 0:
             raise ConfigError("max_message_size must be positive")
         if not 1 <= self.default_topic_queue_nums <= 1024:
             raise ConfigError("default_topic_queue_nums must be in 1..1024")

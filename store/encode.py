@@ -15,8 +15,8 @@ Two steps, split around the append lock:
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,12 +35,12 @@ from .properties import (
     single_property,
 )
 from .record import (
-    crc32,
     MAGIC_V1,
     PROPERTIES_MAX_BYTES,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
     TRAILER_LENGTH_FIELDS,
+    crc32,
     header_dtype,
 )
 from .schema import PUT_COLUMNS
@@ -155,11 +155,14 @@ def prepare_batch(
     born_host: bytes,
     uniq_keys: UniqKeyGenerator,
     round_robin: Callable[[str, int, int], int],
+    last_row_property: tuple[str, str] | None = None,
 ) -> EncodedBatch:
     """Validate and encode ``table``; raises :class:`store.errors.InvalidMessageError` subclasses.
 
     ``max_record_size`` is the largest record a segment can take (segment size - 8).
     ``round_robin(topic, queues, n)`` returns the first queue for ``n`` rows without queueId.
+    ``last_row_property`` (name, value) is added to the properties of the last row only (the
+    store's idempotence marker; the caller validated it).
     """
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
@@ -311,6 +314,12 @@ def prepare_batch(
     if has_uniq.any():
         uniq = pc.if_else(pa.array(has_uniq), pa.scalar(b"", pa.binary()), uniq)
     parts.append(uniq)
+    if last_row_property is not None and n:
+        # empty on every row but the last: offsets all 0 except the final one
+        piece = (last_row_property[0] + "\x01" + last_row_property[1] + "\x02").encode()
+        offs = np.zeros(n + 1, np.int32)
+        offs[-1] = len(piece)
+        parts.append(pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(piece)]))
     parts = [p.cast(pa.binary()) for p in parts]
     props_len = np.zeros(n, np.int64)
     for p in parts:

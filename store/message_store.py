@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .append_state import AppendState, AppendStateFile
 from .commitlog import CommitLog
@@ -33,12 +34,36 @@ from .hashing import java_string_hash
 from .hosts import host_bytes
 from .msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
 from .paths import StorePaths, parse_segment_name, validate_topic
+from .properties import PROPERTY_WRITER, ParsedProperties
 from .record import ScanKind, is_consumable
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from .scan import StopReason
 from .schema import PUT_RESULT_SCHEMA, TS
 
 log = logging.getLogger(__name__)
+
+
+def validate_writer(writer: object, sequence: object) -> None:
+    """Check an idempotence (writer, sequence) pair; raises :class:`InvalidMessageError`."""
+    if not isinstance(writer, str) or not writer or len(writer.encode()) > 1024 or any(c in writer for c in "\x00\x01\x02"):
+        raise InvalidMessageError("writer must be a non-empty string of at most 1024 bytes without \\x00-\\x02", row=None, field="writer")
+    if not isinstance(sequence, int) or isinstance(sequence, bool) or not 0 <= sequence < 1 << 63:
+        raise InvalidMessageError("sequence must be an int in [0, 2**63)", row=None, field="sequence")
+
+
+def writer_markers(properties: pa.Array) -> list[tuple[str, int]]:
+    """The ``RMQLOG_WRITER`` markers in a run of properties strings, in order (few rows carry one)."""
+    hits = pc.match_substring(properties, PROPERTY_WRITER + "\x01")
+    rows = properties.filter(hits)
+    if not len(rows):
+        return []
+    out = []
+    for value in ParsedProperties(rows).column(PROPERTY_WRITER).to_pylist():  # one per batch, not per message
+        if value:
+            seq, _, name = value.partition(" ")
+            if seq.isdigit() and name:
+                out.append((name, int(seq)))
+    return out
 
 
 def parse_tag_filter(tags: str | None) -> set[str] | None:
@@ -173,6 +198,8 @@ class MessageStore:
                     name = f"{names[k >> 32]}/{k & 0xFFFFFFFF}"
                     state.queues[name] = max(state.queues.get(name, 0), o + 1)
                 state.store_timestamp = max(state.store_timestamp, int(h["storeTimestamp"].max()))
+                for name, seq in writer_markers(cols.properties):  # in log order: the last wins
+                    state.writers[name] = seq
             state.tail = seg.start + scan.end
             if scan.reason is StopReason.BLANK:
                 state.tail = seg.end
@@ -196,8 +223,19 @@ class MessageStore:
         return first % queues
 
     # ------------------------------------------------------------------- put
-    def put_batch(self, table: pa.Table | pa.RecordBatch) -> pa.Table:
+    def put_batch(
+        self, table: pa.Table | pa.RecordBatch, *, writer: str | None = None, sequence: int | None = None,
+    ) -> pa.Table:
         """Append every row of ``table`` as one message; all or nothing.
+
+        Idempotent appends: with ``writer`` (a name, e.g. ``"<query id>/<partition>"``) and
+        ``sequence`` (an int >= 0, increasing per writer), the batch is appended only if the
+        store has not yet recorded ``sequence`` (or a later one) for ``writer``; otherwise
+        nothing is written and an empty result is returned. The writer's new sequence is
+        published atomically with the batch (same ``append.state`` replace) and also stored
+        in the commitlog, as property ``RMQLOG_WRITER`` = ``"<sequence> <writer>"`` on the
+        batch's last record, so a rebuild of the state after a crash recovers it. A retried
+        or replayed batch with the same (writer, sequence) is therefore a no-op.
 
         Columns: ``topic`` (string) and ``body`` (binary or string) required; optional
         ``queueId`` (int; null or absent = round robin), ``tags`` (string), ``keys``
@@ -208,9 +246,20 @@ class MessageStore:
         Raises :class:`store.errors.InvalidMessageError` (or a subclass) naming the row and
         field of the first bad row; nothing of the batch is written then.
         """
-        return self._put_batch(table)[0]
+        marker = None
+        if writer is not None or sequence is not None:
+            validate_writer(writer, sequence)
+            marker = (PROPERTY_WRITER, f"{sequence} {writer}")
+        return self._put_batch(table, marker)[0]
 
-    def _put_batch(self, table: pa.Table | pa.RecordBatch) -> tuple[pa.Table, np.ndarray]:
+    def writer_sequence(self, writer: str) -> int | None:
+        """The last sequence appended by ``writer`` (see :meth:`put_batch`), or ``None``."""
+        value = self.append_state().writers.get(writer)
+        return None if value is None else int(value)
+
+    def _put_batch(
+        self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None = None,
+    ) -> tuple[pa.Table, np.ndarray]:
         self._check_open()
         batch = prepare_batch(
             table,
@@ -221,6 +270,7 @@ class MessageStore:
             born_host=self._born_host,
             uniq_keys=self._uniq,
             round_robin=self._round_robin,
+            last_row_property=marker,
         )
         if batch.n == 0:
             return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)
@@ -233,6 +283,11 @@ class MessageStore:
             raise QueueIdError("queue id is not below the topic's queue count", row=row, field="queueId")
         with self._append_lock.held():
             state = self._state_file.load() or self._rebuild_state()
+            if marker is not None:
+                seq_s, name = marker[1].split(" ", 1)
+                if int(state.writers.get(name, -1)) >= int(seq_s):
+                    return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)  # a replay
+                state.writers[name] = int(seq_s)
             result = self.commitlog.append(batch, state)
             self._state_file.publish(state)
         ts = pa.array(np.full(batch.n, result.store_timestamp * 1000, np.int64)).view(TS)

@@ -1,7 +1,8 @@
 """Vectorized codec of RocketMQ's properties string, ``name \\x01 value \\x02`` repeated.
 
 Known names (exact strings) used by the store: ``KEYS`` (space-separated keys), ``TAGS``,
-``UNIQ_KEY`` (client message id), ``DELAY``, ``REAL_TOPIC``, ``REAL_QID``. The scalar codec is
+``UNIQ_KEY`` (client message id), ``DELAY``, ``REAL_TOPIC``, ``REAL_QID``, and our own
+``RMQLOG_WRITER`` (idempotence marker). The scalar codec is
 :func:`store.record.encode_properties` / :func:`store.record.decode_properties`.
 """
 
@@ -17,6 +18,8 @@ PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_DELAY = "DELAY"
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QID = "REAL_QID"
+# ours: "<sequence> <writer>" on the last record of an idempotent batch (MessageStore.put_batch)
+PROPERTY_WRITER = "RMQLOG_WRITER"
 
 KEY_SEPARATOR = " "
 
