@@ -8,6 +8,7 @@ from .config_files import TopicConfig
 from .errors import (
     ConfigError,
     CorruptStoreError,
+    InvalidArgumentError,
     InvalidGroupError,
     InvalidMessageError,
     InvalidTopicError,
@@ -22,7 +23,7 @@ from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
 
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
-    "StoreError", "ConfigError", "CorruptStoreError", "InvalidGroupError", "InvalidMessageError",
+    "StoreError", "ConfigError", "CorruptStoreError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessageTooLargeError", "QueueIdError", "StoreClosedError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",

@@ -213,6 +213,11 @@ def prepare_batch(
 
     # --- queueId
     counts = np.asarray(queue_counts(topics) if topics else [], dtype=np.int64)
+    if (counts < 0).any():  # a topic that does not exist (auto-creation off): name its first row
+        from .errors import InvalidTopicError
+
+        i = int(np.flatnonzero(counts < 0)[0])
+        raise InvalidTopicError(f"topic {topics[i]!r} does not exist and auto-creation is off", row=_first(topic_index == i), field="topic")
     queue_id = np.full(n, -1, np.int64)
     if "queueId" in cols:
         q = cols["queueId"]

@@ -29,7 +29,7 @@ from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .decode import empty_message_table
 from .dispatcher import Dispatcher
 from .encode import prepare_batch
-from .errors import InvalidMessageError, StoreClosedError
+from .errors import InvalidArgumentError, InvalidMessageError, StoreClosedError
 from .hashing import java_string_hash
 from .hosts import host_bytes
 from .msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
@@ -263,7 +263,7 @@ class MessageStore:
         self._check_open()
         batch = prepare_batch(
             table,
-            queue_counts=self.topic_config.planned_queue_counts,
+            queue_counts=lambda topics: self.topic_config.planned_queue_counts(topics, unknown=-1),
             max_message_size=self.config.max_message_size,
             max_record_size=self.commitlog.segment_size - 8,
             store_host=self._store_host,
@@ -395,6 +395,8 @@ class MessageStore:
 
         validate_group(group)
         validate_topic(topic)
+        if max_count <= 0:  # RocketMQ answers nothing useful either; say so instead
+            raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
         empty = empty_message_table()
         if queue_id < 0 or not self._queue_exists(topic, queue_id):
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, empty)

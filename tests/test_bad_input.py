@@ -350,12 +350,6 @@ def test_good_batch_after_rejected_batch(bs: store.MessageStore, root: Path) -> 
     assert [r["queueOffset"] for r in read_queue_all(bs, "T", 0)] == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with auto_create_topic_enable=False an unknown topic raises InvalidTopicError with "
-    "row=None: TopicConfigManager.planned_queue_counts() sees only the distinct topic names, so the "
-    "error cannot say which row used the unknown topic",
-)
 def test_unknown_topic_without_auto_create_names_the_row(tmp_path: Path) -> None:
     root = tmp_path / "strict"
     with store.MessageStore.open(root, small_store_config(auto_create_topic_enable=False)) as s:
