@@ -19,8 +19,8 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check store jobs tests
-	$(VENV)/bin/mypy store
+	$(VENV)/bin/ruff check store spark_rmq jobs tests
+	$(VENV)/bin/mypy store spark_rmq
 
 bench: $(STAMP)
 	$(VENV)/bin/python jobs/bench_store.py

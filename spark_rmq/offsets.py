@@ -1,0 +1,197 @@
+"""Source offsets: which queues a query reads, where it starts and ends, how much per trigger.
+
+Offsets are consume-queue logical offsets per queue, as a JSON object whose keys are
+``"topic/queueId"`` in sorted order (``{"orders/0": 120, "orders/1": 98}``), never
+commitlog byte offsets. Everything here runs on the driver against an open store.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+from store import MessageStore
+from store.consume_queue import FILLER_SIZE
+
+from .errors import DataLossError
+from .options import EARLIEST, EARLIEST_OFFSET, LATEST, LATEST_OFFSET, SourceOptions
+
+log = logging.getLogger(__name__)
+
+Offsets = dict[str, int]
+
+
+def queue_key(topic: str, queue_id: int) -> str:
+    return f"{topic}/{int(queue_id)}"
+
+
+def split_key(key: str) -> tuple[str, int]:
+    topic, _, qid = key.rpartition("/")
+    return topic, int(qid)
+
+
+def sorted_offsets(offsets: dict[str, int]) -> Offsets:
+    """The same mapping with keys in (topic, queueId) order, as offsets are serialized."""
+    return {k: int(offsets[k]) for k in sorted(offsets, key=split_key)}
+
+
+def _topic_queue_ids(ms: MessageStore, topic: str, configured: dict) -> list[int]:
+    """Queue ids of a topic: those in topics.json plus any consume-queue directory found."""
+    ids: set[int] = set()
+    tc = configured.get(topic)
+    if tc is not None:
+        ids.update(range(max(tc.read_queue_nums, tc.write_queue_nums)))
+    tdir = ms.paths.consumequeue_dir / topic
+    if tdir.is_dir():
+        ids.update(int(p.name) for p in tdir.iterdir() if p.name.isdigit())
+    return sorted(ids)
+
+
+def discover_queues(ms: MessageStore, opts: SourceOptions) -> list[tuple[str, int]]:
+    """The (topic, queueId) pairs the query reads now (topics and queues may appear later)."""
+    if opts.assign is not None:
+        return [(t, q) for t, qids in opts.assign for q in qids]
+    configured = ms.topics()
+    if opts.topics is not None:
+        names: Iterable[str] = opts.topics
+    else:
+        pattern = re.compile(opts.topic_pattern or "")
+        found = set(configured)
+        if ms.paths.consumequeue_dir.is_dir():
+            found.update(p.name for p in ms.paths.consumequeue_dir.iterdir() if p.is_dir())
+        names = sorted(t for t in found if pattern.fullmatch(t))
+    return [(t, q) for t in names for q in _topic_queue_ids(ms, t, configured)]
+
+
+def bounds(ms: MessageStore, queues: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+    """(first, end) logical offsets of each queue (first = oldest offset still stored)."""
+    return {queue_key(t, q): (ms.min_offset(t, q), ms.max_offset(t, q)) for t, q in queues}
+
+
+def resolve(
+    ms: MessageStore,
+    queues: list[tuple[str, int]],
+    spec: str | dict[str, int] | None,
+    timestamp_ms: int | None,
+    default: str,
+    option: str,
+) -> Offsets:
+    """Offsets of ``queues`` for a starting/ending spec (earliest/latest/JSON) or a timestamp.
+
+    A queue missing from a JSON spec gets ``default``; -2/-1 in JSON mean earliest/latest.
+    A timestamp resolves per queue to the first offset stored at or after it.
+    """
+    b = bounds(ms, queues)
+    out: Offsets = {}
+    for t, q in queues:
+        key = queue_key(t, q)
+        lo, hi = b[key]
+        if timestamp_ms is not None:
+            out[key] = ms.offset_for_timestamp(t, q, timestamp_ms)
+            continue
+        value: str | int = default if spec is None else spec if isinstance(spec, str) else spec.get(key, default)
+        if value in (EARLIEST, EARLIEST_OFFSET):
+            out[key] = lo
+        elif value in (LATEST, LATEST_OFFSET):
+            out[key] = hi
+        else:
+            out[key] = int(value)
+    if isinstance(spec, dict):
+        unknown = sorted(set(spec) - {queue_key(t, q) for t, q in queues})
+        if unknown:
+            from .errors import RmqLogOptionError
+
+            raise RmqLogOptionError(option, f"names queues the query does not read: {', '.join(unknown)}")
+    return sorted_offsets(out)
+
+
+def check_data_loss(key: str, start: int, first: int, fail: bool) -> int:
+    """The start to use for a queue whose oldest stored offset is ``first``.
+
+    Raises :class:`DataLossError` when ``start < first`` and ``fail``; otherwise logs and
+    skips to ``first``.
+    """
+    if start >= first:
+        return start
+    if fail:
+        raise DataLossError(key, start, first)
+    log.warning("rmqlog: queue %s lost offsets [%d, %d) to retention; skipping them (failOnDataLoss=false)", key, start, first)
+    return first
+
+
+# ----------------------------------------------------------------- admission control
+
+
+def split_messages(start: Offsets, end: Offsets, budget: int) -> Offsets:
+    """Cap the total of ``end - start`` at ``budget``, in proportion to each queue's backlog.
+
+    Every queue with a backlog gets at least one message (none is starved, so a trigger may
+    exceed ``budget`` by at most the number of queues when the budget is smaller than that);
+    what rounding leaves over goes to the largest remainders.
+    """
+    keys = sorted(end, key=split_key)
+    backlog = np.array([max(0, end[k] - start.get(k, end[k])) for k in keys], np.int64)
+    total = int(backlog.sum())
+    if total <= budget:
+        return dict(end)
+    exact = backlog * budget / total
+    take = np.minimum(np.floor(exact).astype(np.int64), backlog)
+    take = np.where(backlog > 0, np.maximum(take, 1), 0)
+    left = budget - int(take.sum())
+    if left > 0:
+        room = backlog - take
+        order = np.argsort(-(exact - np.floor(exact)), kind="stable")
+        for i in order[:left]:  # at most one step per queue
+            if room[i] > 0:
+                take[i] += 1
+    return {k: start.get(k, end[k]) + int(t) if end[k] > start.get(k, end[k]) else end[k]
+            for k, t in zip(keys, take.tolist(), strict=True)}
+
+
+def unit_sizes(ms: MessageStore, key: str, start: int, end: int) -> np.ndarray:
+    """TOTALSIZE of each message of ``[start, end)`` of a queue, read from its consume queue."""
+    topic, qid = split_key(key)
+    if end <= start:
+        return np.zeros(0, np.int64)
+    units = ms.consume_queue(topic, qid).read(start, end - start)
+    sizes = units["size"].astype(np.int64)
+    return np.where(sizes == FILLER_SIZE, 0, sizes)
+
+
+def split_bytes(ms: MessageStore, start: Offsets, end: Offsets, budget: int) -> Offsets:
+    """Cap the total record bytes of ``[start, end)`` at ``budget``; sizes come from the consume queues.
+
+    The budget is split over queues in proportion to their backlog in bytes; each queue with a
+    backlog gets at least one message, so no queue is starved by a small budget.
+    """
+    keys = [k for k in sorted(end, key=split_key) if end[k] > start.get(k, end[k])]
+    sizes = {k: unit_sizes(ms, k, start[k], end[k]) for k in keys}
+    totals = np.array([int(sizes[k].sum()) for k in keys], np.int64)
+    out = dict(end)
+    grand = int(totals.sum())
+    if grand <= budget:
+        return out
+    for k, tot in zip(keys, totals.tolist(), strict=True):
+        share = budget * tot // grand
+        cum = np.cumsum(sizes[k])
+        n = int(np.searchsorted(cum, share, side="right"))  # messages whose bytes fit
+        out[k] = start[k] + max(1, n)
+    return out
+
+
+# ------------------------------------------------------------------------ planning
+
+
+def plan_ranges(start: Offsets, end: Offsets, per_task: int | None) -> list[tuple[str, int, int]]:
+    """(queue key, first, end) ranges to read; large ranges cut into ``per_task`` messages each."""
+    out = []
+    for key in sorted(end, key=split_key):
+        lo, hi = start[key], end[key]
+        if hi <= lo:
+            continue
+        step = per_task or (hi - lo)
+        out.extend((key, a, min(a + step, hi)) for a in range(lo, hi, step))
+    return out

@@ -1,0 +1,281 @@
+"""Options of the ``rmqlog`` source and sink, parsed and validated once into frozen dataclasses.
+
+Every error is a :class:`spark_rmq.errors.RmqLogOptionError` naming the option. Spark hands
+options over case-insensitively, so they are looked up in lower case; unknown options are
+rejected (a misspelt ``maxMessagesPerTrigger`` silently reading everything is worse than an
+error).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from store.message_store import parse_tag_filter
+from store.paths import validate_group, validate_topic
+
+from .errors import RmqLogOptionError
+
+EARLIEST = "earliest"
+LATEST = "latest"
+#: In a JSON offsets object, -2 means the queue's first offset and -1 its end (as in Kafka).
+EARLIEST_OFFSET = -2
+LATEST_OFFSET = -1
+DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
+DEFAULT_READ_BATCH_ROWS = 65536
+
+#: Options Spark itself adds to the map a source or sink receives.
+_SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
+
+SOURCE_OPTIONS = {
+    "path", "topics", "topicpattern", "assign", "startingoffsets", "startingtimestamp",
+    "endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
+    "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "tags", "group",
+    "failondataloss", "readbatchrows",
+}
+SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid"}
+
+
+def _get(options: Mapping[str, str], name: str) -> str | None:
+    """Case-insensitive lookup (Spark lower-cases keys; plain dicts in tests may not)."""
+    value = options.get(name.lower())
+    if value is None:
+        for k, v in options.items():
+            if k.lower() == name.lower():
+                return v
+    return value
+
+
+def _check_unknown(options: Mapping[str, str], known: set[str]) -> None:
+    for key in options:
+        if key.lower() not in known and key.lower() not in _SPARK_OPTIONS:
+            raise RmqLogOptionError(key, f"unknown option; known: {', '.join(sorted(known))}")
+
+
+def _positive_int(options: Mapping[str, str], name: str) -> int | None:
+    raw = _get(options, name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RmqLogOptionError(name, f"must be a positive integer, got {raw!r}") from None
+    if value <= 0:
+        raise RmqLogOptionError(name, f"must be a positive integer, got {raw!r}")
+    return value
+
+
+def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = _get(options, name)
+    if raw is None:
+        return default
+    if raw.strip().lower() in ("true", "1", "yes"):
+        return True
+    if raw.strip().lower() in ("false", "0", "no"):
+        return False
+    raise RmqLogOptionError(name, f"must be true or false, got {raw!r}")
+
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
+_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+
+
+def parse_duration_ms(name: str, raw: str) -> int:
+    """``"500ms"``, ``"30s"``, ``"15m"``, ``"1h"`` or a bare number of milliseconds."""
+    m = _DURATION.match(raw)
+    if not m:
+        raise RmqLogOptionError(name, f"must be a duration like 500ms, 30s, 15m or 1h, got {raw!r}")
+    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+
+
+def parse_timestamp_ms(name: str, raw: str) -> int:
+    """Milliseconds since the epoch, or ISO-8601 (a time without offset is UTC)."""
+    text = raw.strip()
+    if re.fullmatch(r"-?\d+", text):
+        return int(text)
+    try:
+        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise RmqLogOptionError(name, f"must be milliseconds since the epoch or ISO-8601, got {raw!r}") from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    return int(when.timestamp() * 1000)
+
+
+def parse_offsets_json(name: str, raw: str) -> dict[str, int]:
+    """``{"topic/queueId": offset}``; offsets are >= 0, or -2 (earliest) / -1 (latest)."""
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RmqLogOptionError(name, f"is neither earliest, latest nor JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise RmqLogOptionError(name, 'JSON must be an object like {"topic/0": 42}')
+    out: dict[str, int] = {}
+    for key, value in data.items():
+        topic, _, qid = str(key).rpartition("/")
+        if not topic or not qid.isdigit():
+            raise RmqLogOptionError(name, f"key {key!r} is not 'topic/queueId'")
+        _valid_topic(name, topic)
+        if not isinstance(value, int) or isinstance(value, bool) or value < EARLIEST_OFFSET:
+            raise RmqLogOptionError(name, f"offset of {key!r} must be an integer >= -2, got {value!r}")
+        out[f"{topic}/{int(qid)}"] = value
+    return out
+
+
+def _valid_topic(option: str, topic: str) -> str:
+    try:
+        return validate_topic(topic)
+    except Exception as exc:  # the store's InvalidTopicError; re-raised naming the option
+        raise RmqLogOptionError(option, f"invalid topic {topic!r}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """What the ``rmqlog`` source was asked to read. Picklable; built once on the driver."""
+
+    path: str
+    topics: tuple[str, ...] | None = None
+    topic_pattern: str | None = None
+    assign: tuple[tuple[str, tuple[int, ...]], ...] | None = None
+    starting: str | dict[str, int] | None = None  # None: latest for streams, earliest for batch
+    starting_timestamp: int | None = None
+    ending: str | dict[str, int] | None = None
+    ending_timestamp: int | None = None
+    max_messages: int | None = None
+    max_bytes: int | None = None
+    min_messages: int | None = None
+    max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
+    max_messages_per_partition: int | None = None
+    tags: frozenset[str] | None = None
+    group: str | None = None
+    fail_on_data_loss: bool = True
+    read_batch_rows: int = DEFAULT_READ_BATCH_ROWS
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
+        _check_unknown(options, SOURCE_OPTIONS)
+        path = _get(options, "path")
+        if not path:
+            raise RmqLogOptionError("path", "is required (the store root directory)")
+        given = [n for n in ("topics", "topicPattern", "assign") if _get(options, n) is not None]
+        if len(given) != 1:
+            raise RmqLogOptionError(
+                "topics", f"exactly one of topics, topicPattern or assign must be set, got {given or 'none'}"
+            )
+        kw: dict[str, Any] = {"path": path}
+        if (raw := _get(options, "topics")) is not None:
+            names = tuple(sorted({t.strip() for t in raw.split(",") if t.strip()}))
+            if not names:
+                raise RmqLogOptionError("topics", "is empty")
+            kw["topics"] = tuple(_valid_topic("topics", t) for t in names)
+        if (raw := _get(options, "topicPattern")) is not None:
+            try:
+                re.compile(raw)
+            except re.error as exc:
+                raise RmqLogOptionError("topicPattern", f"is not a valid regex: {exc}") from None
+            kw["topic_pattern"] = raw
+        if (raw := _get(options, "assign")) is not None:
+            kw["assign"] = _parse_assign(raw)
+        kw["starting"] = _start_or_end(options, "startingOffsets")
+        if (raw := _get(options, "startingTimestamp")) is not None:
+            if _get(options, "startingOffsets") is not None:
+                raise RmqLogOptionError("startingTimestamp", "cannot be combined with startingOffsets")
+            kw["starting_timestamp"] = parse_timestamp_ms("startingTimestamp", raw)
+        for name in ("endingOffsets", "endingTimestamp"):
+            if streaming and _get(options, name) is not None:
+                raise RmqLogOptionError(name, "is for batch reads only (spark.read)")
+        kw["ending"] = _start_or_end(options, "endingOffsets")
+        if (raw := _get(options, "endingTimestamp")) is not None:
+            if kw["ending"] is not None:
+                raise RmqLogOptionError("endingTimestamp", "cannot be combined with endingOffsets")
+            kw["ending_timestamp"] = parse_timestamp_ms("endingTimestamp", raw)
+        if kw["ending"] == EARLIEST:
+            raise RmqLogOptionError("endingOffsets", "must be latest or JSON, not earliest")
+        kw["max_messages"] = _positive_int(options, "maxMessagesPerTrigger")
+        kw["max_bytes"] = _positive_int(options, "maxBytesPerTrigger")
+        kw["min_messages"] = _positive_int(options, "minMessagesPerTrigger")
+        if (raw := _get(options, "maxTriggerDelay")) is not None:
+            kw["max_trigger_delay_ms"] = parse_duration_ms("maxTriggerDelay", raw)
+        if kw["min_messages"] and kw["max_messages"] and kw["min_messages"] > kw["max_messages"]:
+            raise RmqLogOptionError("minMessagesPerTrigger", "must not exceed maxMessagesPerTrigger")
+        kw["max_messages_per_partition"] = _positive_int(options, "maxMessagesPerPartition")
+        if (raw := _get(options, "tags")) is not None:
+            wanted = parse_tag_filter(raw)
+            kw["tags"] = frozenset(wanted) if wanted is not None else None
+        if (raw := _get(options, "group")) is not None:
+            try:
+                kw["group"] = validate_group(raw)
+            except Exception as exc:
+                raise RmqLogOptionError("group", f"invalid group {raw!r}: {exc}") from None
+        kw["fail_on_data_loss"] = _bool(options, "failOnDataLoss", True)
+        kw["read_batch_rows"] = _positive_int(options, "readBatchRows") or DEFAULT_READ_BATCH_ROWS
+        return cls(**kw)
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.max_messages or self.max_bytes or self.min_messages)
+
+
+def _start_or_end(options: Mapping[str, str], name: str) -> str | dict[str, int] | None:
+    raw = _get(options, name)
+    if raw is None:
+        return None
+    text = raw.strip()
+    if text.lower() in (EARLIEST, LATEST):
+        return text.lower()
+    return parse_offsets_json(name, text)
+
+
+def _parse_assign(raw: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise RmqLogOptionError("assign", f"is not JSON: {exc}") from None
+    if not isinstance(data, dict) or not data:
+        raise RmqLogOptionError("assign", 'must be a JSON object like {"orders": [0, 1]}')
+    out = []
+    for topic, qids in sorted(data.items()):
+        _valid_topic("assign", topic)
+        if not isinstance(qids, list) or not all(isinstance(q, int) and not isinstance(q, bool) and q >= 0 for q in qids):
+            raise RmqLogOptionError("assign", f"queue ids of {topic!r} must be a list of integers >= 0")
+        out.append((topic, tuple(sorted(set(qids)))))
+    return tuple(out)
+
+
+QUEUE_SELECTORS = ("roundRobin", "hash")
+
+
+@dataclass(frozen=True)
+class SinkOptions:
+    """What the ``rmqlog`` sink was asked to do. Picklable; built once on the driver."""
+
+    path: str
+    topic: str | None = None
+    queue_selector: str = "roundRobin"
+    sharding_key: str | None = None
+    writer_id: str | None = None
+
+    @classmethod
+    def parse(cls, options: Mapping[str, str]) -> SinkOptions:
+        _check_unknown(options, SINK_OPTIONS)
+        path = _get(options, "path")
+        if not path:
+            raise RmqLogOptionError("path", "is required (the store root directory)")
+        topic = _get(options, "topic")
+        if topic is not None:
+            _valid_topic("topic", topic)
+        selector = _get(options, "queueSelector") or "roundRobin"
+        match = [s for s in QUEUE_SELECTORS if s.lower() == selector.lower()]
+        if not match:
+            raise RmqLogOptionError("queueSelector", f"must be one of {', '.join(QUEUE_SELECTORS)}, got {selector!r}")
+        sharding_key = _get(options, "shardingKey")
+        if sharding_key is not None and match[0] != "hash":
+            raise RmqLogOptionError("shardingKey", "only applies with queueSelector=hash")
+        writer_id = _get(options, "writerId")
+        if writer_id is not None and (not writer_id or "\x00" in writer_id or len(writer_id) > 512):
+            raise RmqLogOptionError("writerId", "must be a non-empty string of at most 512 characters")
+        return cls(path=path, topic=topic, queue_selector=match[0], sharding_key=sharding_key, writer_id=writer_id)

@@ -1,0 +1,14 @@
+"""The source's Spark schema: the store's message table schema, same names and types."""
+
+from __future__ import annotations
+
+from pyspark.sql.pandas.types import from_arrow_schema
+from pyspark.sql.types import StructType
+
+from store import MESSAGE_SCHEMA
+
+#: ``topic string, queueId int, queueOffset bigint, commitLogOffset bigint, msgId string,
+#: body binary, tags string, keys array<string>, properties map<string,string>,
+#: bornTimestamp timestamp, storeTimestamp timestamp, bornHost string, storeHost string,
+#: flag int, sysFlag int, reconsumeTimes int, bodyCRC int``
+SPARK_SCHEMA: StructType = from_arrow_schema(MESSAGE_SCHEMA)

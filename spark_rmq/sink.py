@@ -1,0 +1,243 @@
+"""The ``rmqlog`` sink: Arrow writers that append whole batches with the store's vectorized put.
+
+Exactly-once (why it holds):
+
+- Each task buffers its input (Arrow record batches, no per-row objects) and appends it with
+  **one** ``put_batch`` call, which is all-or-nothing. So bad input fails the task with the
+  store's typed error (row and field named) and leaves nothing of that task visible.
+- The call is idempotent: ``writer`` = ``"<job or query id>/<partitionId>"`` and
+  ``sequence`` = the micro-batch id (streams) or 0 (batch jobs). The store publishes the
+  writer's sequence atomically with the data, and skips a batch whose sequence it already
+  has. A retried task attempt (same job, same partition) and a micro-batch replayed after a
+  restart from the checkpoint (same query id, same batch id, same partition, same rows
+  because Spark replays the offsets it logged) are therefore no-ops.
+- The query id comes from Spark's local property ``sql.streaming.queryId`` (stable across
+  restarts from one checkpoint); batch jobs get a fresh id when the writer is created on the
+  driver, shared by all attempts of the job's tasks. The ``writerId`` option replaces it.
+- The driver's ``commit`` runs the dispatcher, so the data is readable when it returns.
+
+Rejected alternative: appending each Arrow batch as it arrives with ``sequence = batchId *
+2**20 + chunk`` bounds memory, but a bad row in a later chunk would leave the earlier chunks
+of the task visible. Memory per task is the task's input (repartition to bound it).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    ByteType,
+    DataType,
+    IntegerType,
+    LongType,
+    MapType,
+    ShortType,
+    StringType,
+    StructType,
+    TimestampNTZType,
+    TimestampType,
+)
+
+from store import InvalidMessageError, MessageStore
+
+from .errors import RmqLogOptionError, UnsupportedFieldError
+from .options import SinkOptions
+from .routing import hash_queue, keys_as_string
+
+_INT = (IntegerType, LongType, ShortType, ByteType)
+_STR = (StringType,)
+#: column -> accepted Spark types
+INPUT_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
+    "body": (BinaryType, StringType),
+    "topic": _STR,
+    "queueId": _INT,
+    "tags": _STR,
+    "keys": (ArrayType, StringType),
+    "properties": (MapType,),
+    "flag": _INT,
+    "delayLevel": _INT,
+    "deliverTime": (TimestampType, TimestampNTZType),
+}
+#: columns a later issue gives meaning to: rejected when non-null
+UNSUPPORTED_YET = ("delayLevel", "deliverTime")
+
+
+def validate_input_schema(schema: StructType, opts: SinkOptions) -> None:
+    """Check the DataFrame's columns on the driver, before any task runs.
+
+    Raises :class:`store.InvalidMessageError` naming the column (unknown column, wrong type,
+    missing body or topic).
+    """
+    names = schema.names
+    for f in schema.fields:
+        if f.name == opts.sharding_key:
+            continue
+        allowed = INPUT_COLUMNS.get(f.name)
+        if allowed is None:
+            raise InvalidMessageError(
+                f"unknown column for the rmqlog sink (accepted: {', '.join(INPUT_COLUMNS)}"
+                + (f", and the shardingKey column {opts.sharding_key!r})" if opts.sharding_key else ")"),
+                row=None, field=f.name,
+            )
+        if not isinstance(f.dataType, allowed):
+            raise InvalidMessageError(f"has type {f.dataType.simpleString()}, expected {' or '.join(a.__name__ for a in allowed)}",
+                                      row=None, field=f.name)
+        if f.name == "keys" and isinstance(f.dataType, ArrayType) and not isinstance(f.dataType.elementType, StringType):
+            raise InvalidMessageError("must be array<string> or a space-separated string", row=None, field="keys")
+        if f.name == "properties" and not (isinstance(f.dataType.keyType, StringType) and isinstance(f.dataType.valueType, StringType)):  # type: ignore[attr-defined]
+            raise InvalidMessageError("must be map<string,string>", row=None, field="properties")
+    if "body" not in names:
+        raise InvalidMessageError("is required (binary or string)", row=None, field="body")
+    if "topic" not in names and opts.topic is None:
+        raise InvalidMessageError("is required: add a topic column or set the topic option", row=None, field="topic")
+    if opts.sharding_key is not None and opts.sharding_key not in names:
+        raise RmqLogOptionError("shardingKey", f"column {opts.sharding_key!r} is not in the DataFrame")
+
+
+def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Table:
+    """The sink's input rows as a ``put_batch`` table (vectorized; rows keep their order).
+
+    Raises :class:`spark_rmq.errors.UnsupportedFieldError` for a non-null delayLevel or
+    deliverTime (naming the first such row).
+    """
+    n = table.num_rows
+    names = table.column_names
+    for name in UNSUPPORTED_YET:
+        if name in names and table[name].null_count < n:
+            row = int(np.flatnonzero(np.asarray(pc.is_valid(table[name]).combine_chunks()))[0])
+            raise UnsupportedFieldError("is not supported yet (delay and timed messages come in a later issue); leave it null",
+                                        row=row, field=name)
+    cols: dict[str, pa.ChunkedArray | pa.Array] = {}
+    if "topic" in names:
+        topic = table["topic"]
+        cols["topic"] = pc.fill_null(topic, opts.topic) if opts.topic is not None else topic
+    else:
+        cols["topic"] = pa.array(np.full(n, opts.topic, object), pa.string())
+    cols["body"] = table["body"]
+    if "tags" in names:
+        cols["tags"] = table["tags"]
+    if "keys" in names:
+        cols["keys"] = _keys_list(table["keys"])
+    if "properties" in names:
+        cols["properties"] = table["properties"]
+    if "flag" in names:
+        cols["flag"] = pc.cast(table["flag"], pa.int32())
+    qid = pc.cast(table["queueId"], pa.int32()) if "queueId" in names else pa.nulls(n, pa.int32())
+    if opts.queue_selector == "hash" and (not isinstance(qid, pa.Array) or qid.null_count) and n:
+        key = table[opts.sharding_key] if opts.sharding_key else cols.get("keys")
+        if key is not None:
+            if not (pa.types.is_string(key.type) or pa.types.is_large_string(key.type) or pa.types.is_list(key.type)):
+                key = pc.cast(key, pa.string())
+            topics = pc.dictionary_encode(cols["topic"]).combine_chunks()
+            counts = np.asarray(ms.topic_config.planned_queue_counts(topics.dictionary.to_pylist(),
+                                                                     unknown=ms.config.default_topic_queue_nums), np.int64)
+            per_row = counts[np.asarray(topics.indices.fill_null(0), np.int64)] if len(counts) else np.ones(n, np.int64)
+            qid = pc.coalesce(qid, hash_queue(keys_as_string(key), per_row))
+    # a null queueId is left to the store's round robin (the default selector)
+    cols["queueId"] = qid
+    return pa.table(cols)
+
+
+def _keys_list(keys: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
+    """array<string> passes through; a string is split on spaces (RocketMQ's KEYS format)."""
+    if pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type):
+        return keys
+    trimmed = pc.utf8_trim(keys, " ")
+    parts = pc.split_pattern_regex(trimmed, " +")
+    return pc.if_else(pc.equal(trimmed, ""), pa.scalar([], pa.list_(pa.string())), parts)
+
+
+@dataclass(frozen=True)
+class SinkCommit(WriterCommitMessage):
+    """What one task appended: ``appended`` is 0 when the append was a replay (a no-op)."""
+
+    partition: int
+    writer: str
+    sequence: int
+    rows: int
+    appended: int
+
+
+class _ArrowSink:
+    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
+        self.opts = SinkOptions.parse(options)
+        if overwrite:
+            raise RmqLogOptionError("mode", "the log is append-only: use mode('append') / outputMode('append')")
+        validate_input_schema(schema, self.opts)
+        self.job_id = uuid.uuid4().hex  # a batch job's id; every task attempt gets this same copy
+
+    def _writer_and_sequence(self) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def _append(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        writer, sequence = self._writer_and_sequence()
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        writer = f"{writer}/{partition}"
+        batches = [b for b in iterator if b.num_rows]
+        rows = sum(b.num_rows for b in batches)
+        if rows == 0:
+            return SinkCommit(partition, writer, sequence, 0, 0)
+        table = pa.Table.from_batches(batches)
+        with MessageStore.open(self.opts.path) as ms:
+            put = to_put_table(table, self.opts, ms)
+            result = ms.put_batch(put, writer=writer, sequence=sequence)
+        return SinkCommit(partition, writer, sequence, rows, result.num_rows)
+
+    def _dispatch(self) -> None:
+        with MessageStore.open(self.opts.path) as ms:
+            ms.dispatch()
+
+
+class RmqLogArrowWriter(_ArrowSink, DataSourceArrowWriter):
+    """``df.write.format("rmqlog").mode("append").save()``: atomic and idempotent per task."""
+
+    def _writer_and_sequence(self) -> tuple[str, int]:
+        return f"spark-job/{self.opts.writer_id or self.job_id}", 0
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:  # type: ignore[override]
+        return self._append(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+        self._dispatch()
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+        # Tasks that succeeded stay appended (a log has no rollback); each task is atomic.
+        self._dispatch()
+
+
+class RmqLogStreamArrowWriter(_ArrowSink, DataSourceStreamArrowWriter):
+    """``df.writeStream.format("rmqlog")``: exactly-once per micro-batch (see module doc)."""
+
+    def _writer_and_sequence(self) -> tuple[str, int]:
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        query = ctx.getLocalProperty("sql.streaming.queryId") if ctx is not None else None
+        batch = ctx.getLocalProperty("streaming.sql.batchId") if ctx is not None else None
+        if batch is None or (query is None and self.opts.writer_id is None):
+            raise RuntimeError("rmqlog stream sink: Spark did not pass the query id / batch id to the task")
+        return f"spark-query/{self.opts.writer_id or query}", int(batch)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:  # type: ignore[override]
+        return self._append(iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        self._dispatch()
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+        self._dispatch()

@@ -1,0 +1,389 @@
+"""The ``rmqlog`` data source: batch and streaming readers (and the entry point to the sink).
+
+Guarantees:
+
+- **Deterministic**: the same start/end offsets give the same rows (a queue's units below
+  its end never change; offsets are consume-queue logical offsets, never byte positions).
+- **Everything written is readable**: before planning, the driver runs the store's
+  dispatcher, so messages appended by any writer (Spark or plain Python) become visible.
+- **No silent loss**: with ``failOnDataLoss=true`` (default), a range retention deleted
+  fails the query with :class:`spark_rmq.errors.DataLossError` naming the queue and offsets.
+- **Admission control**: ``maxMessagesPerTrigger`` / ``maxBytesPerTrigger`` are split over
+  queues in proportion to their backlog (none starved; bytes exact from consume-queue sizes);
+  ``minMessagesPerTrigger`` waits for enough data up to ``maxTriggerDelay``.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import sys
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
+from pyspark.sql.types import StructType
+
+from store import MessageStore
+
+from .offsets import (
+    Offsets,
+    bounds,
+    check_data_loss,
+    discover_queues,
+    plan_ranges,
+    queue_key,
+    resolve,
+    sorted_offsets,
+    split_bytes,
+    split_key,
+    split_messages,
+)
+from .options import EARLIEST, LATEST, SourceOptions
+from .read import QueueRange, read_range
+from .schema import SPARK_SCHEMA
+
+log = logging.getLogger(__name__)
+
+FORMAT_NAME = "rmqlog"
+
+
+class RmqLogDataSource(DataSource):
+    """``format("rmqlog")``: read and write a spark-rmq store (see README for the options)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def schema(self) -> StructType:
+        return SPARK_SCHEMA
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        opts = SourceOptions.parse(self.options, streaming=False)
+        return RmqLogFilteringReader(opts) if _filter_pushdown_enabled() else RmqLogBatchReader(opts)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return RmqLogStreamReader(SourceOptions.parse(self.options, streaming=True))
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        from .sink import RmqLogArrowWriter
+
+        return RmqLogArrowWriter(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        from .sink import RmqLogStreamArrowWriter
+
+        return RmqLogStreamArrowWriter(self.options, schema, overwrite)
+
+
+def _filter_pushdown_enabled() -> bool:
+    """Whether Spark will push filters into this reader.
+
+    Spark (4.1+) refuses a reader that implements ``pushFilters`` when
+    ``spark.sql.python.filterPushdown.enabled`` is false, and ``DataSource.reader()`` is not
+    told the setting. The planner worker that calls us has it as a local variable
+    (``enable_pushdown`` in ``plan_data_source_read._main``); the pushdown worker only runs
+    when it is enabled. So: look for that frame; absent it, pushdown is on.
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_name == "_main" and "enable_pushdown" in frame.f_locals:
+            return bool(frame.f_locals["enable_pushdown"])
+        frame = frame.f_back  # type: ignore[assignment]
+    return True
+
+
+def _open(opts: SourceOptions) -> MessageStore:
+    return MessageStore.open(opts.path)
+
+
+def _partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **kw: Any) -> list[QueueRange]:
+    parts = []
+    tags = tuple(sorted(opts.tags)) if opts.tags else None
+    for key, a, b in ranges:
+        topic, qid = split_key(key)
+        parts.append(QueueRange(opts.path, topic, qid, a, b, tags, opts.fail_on_data_loss, opts.read_batch_rows, **kw))
+    return parts
+
+
+# ------------------------------------------------------------------------ batch
+
+
+class RmqLogBatchReader(DataSourceReader):
+    """``spark.read.format("rmqlog")``: the range [startingOffsets, endingOffsets) of each queue."""
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self.topic_in: set[str] | None = None
+        self.queue_in: set[int] | None = None
+        self.queue_min: int | None = None
+        self.queue_max: int | None = None
+        self.ts_from_ms: int | None = None
+        self.ts_until_ms: int | None = None
+        self.tags_in: frozenset[str] | None = None
+
+    def partitions(self) -> Sequence[InputPartition]:
+        opts = self.opts
+        with _open(opts) as ms:
+            ms.dispatch()
+            queues = [(t, q) for t, q in discover_queues(ms, opts) if self._wanted(t, q)]
+            start = resolve(ms, queues, opts.starting, opts.starting_timestamp, EARLIEST, "startingOffsets")
+            end = resolve(ms, queues, opts.ending, opts.ending_timestamp, LATEST, "endingOffsets")
+            first = bounds(ms, queues)
+            if self.ts_from_ms is not None:
+                start = {k: max(v, ms.offset_for_timestamp(*split_key(k), self.ts_from_ms)) for k, v in start.items()}
+            if self.ts_until_ms is not None:
+                end = {k: min(v, ms.offset_for_timestamp(*split_key(k), self.ts_until_ms)) for k, v in end.items()}
+        for k in start:
+            if end[k] > start[k]:
+                start[k] = check_data_loss(k, start[k], first[k][0], opts.fail_on_data_loss)
+        parts = _partitions(self._tag_opts(), plan_ranges(start, end, opts.max_messages_per_partition),
+                            ts_from_ms=self.ts_from_ms, ts_until_ms=self.ts_until_ms)
+        return parts or [QueueRange(opts.path, "", 0, 0, 0)]
+
+    def _tag_opts(self) -> SourceOptions:
+        if self.tags_in is None:
+            return self.opts
+        from dataclasses import replace
+
+        tags = self.tags_in if self.opts.tags is None else self.tags_in & self.opts.tags
+        # an empty intersection matches nothing: keep an impossible tag rather than "all"
+        return replace(self.opts, tags=tags or frozenset({"\x00"}))
+
+    def _wanted(self, topic: str, qid: int) -> bool:
+        if self.topic_in is not None and topic not in self.topic_in:
+            return False
+        if self.queue_in is not None and qid not in self.queue_in:
+            return False
+        if self.queue_min is not None and qid < self.queue_min:
+            return False
+        return not (self.queue_max is not None and qid > self.queue_max)
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange)
+        return read_range(partition)
+
+
+def _ts_ms(value: Any) -> tuple[int, int] | None:
+    """A filter's timestamp as (floor ms, microseconds remainder); None unless tz-aware."""
+    if not isinstance(value, dt.datetime) or value.tzinfo is None:
+        return None
+    us = round(value.timestamp() * 1_000_000)
+    return us // 1000, us % 1000
+
+
+class RmqLogFilteringReader(RmqLogBatchReader):
+    """The batch reader with filter pushdown (when ``spark.sql.python.filterPushdown.enabled``).
+
+    Pushed down exactly (not re-evaluated by Spark): ``topic`` and ``queueId`` (=, IN, and
+    ranges on queueId) select queues; ``tags`` (=, IN) joins the tag filter (hash, then exact);
+    ``storeTimestamp`` (=, <, <=, >, >=) narrows each queue's offsets by binary search
+    (store times never go back within a queue) and cuts rows exactly.
+    """
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        for f in filters:
+            if not self._push(f):
+                yield f
+
+    def _push(self, f: Filter) -> bool:
+        col = f.attribute[0] if len(f.attribute) == 1 else None
+        if col == "topic" and isinstance(f, EqualTo | In):
+            values = {f.value} if isinstance(f, EqualTo) else set(f.value)
+            self.topic_in = values if self.topic_in is None else self.topic_in & values
+            return True
+        if col == "tags" and isinstance(f, EqualTo | In):
+            values = frozenset({f.value} if isinstance(f, EqualTo) else f.value)
+            self.tags_in = values if self.tags_in is None else self.tags_in & values
+            return True
+        if col == "queueId":
+            if isinstance(f, EqualTo | In):
+                values = {f.value} if isinstance(f, EqualTo) else set(f.value)
+                self.queue_in = values if self.queue_in is None else self.queue_in & values
+                return True
+            bound = {GreaterThan: (1, 0), GreaterThanOrEqual: (0, 0), LessThan: (0, -1), LessThanOrEqual: (0, 0)}
+            for kind, (lo_add, hi_add) in bound.items():
+                if isinstance(f, kind):
+                    if kind in (GreaterThan, GreaterThanOrEqual):
+                        v = int(f.value) + lo_add
+                        self.queue_min = v if self.queue_min is None else max(self.queue_min, v)
+                    else:
+                        v = int(f.value) + hi_add
+                        self.queue_max = v if self.queue_max is None else min(self.queue_max, v)
+                    return True
+            return False
+        if col == "storeTimestamp" and isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual):
+            t = _ts_ms(f.value)
+            if t is None:
+                return False
+            ms, rem = t
+            # store times are whole milliseconds: turn each bound into [from, until) in ms
+            lo = hi = None
+            if isinstance(f, GreaterThan):
+                lo = ms + 1
+            elif isinstance(f, GreaterThanOrEqual):
+                lo = ms + (1 if rem else 0)
+            elif isinstance(f, LessThan):
+                hi = ms + (1 if rem else 0)
+            elif isinstance(f, LessThanOrEqual):
+                hi = ms + 1
+            else:  # EqualTo
+                lo, hi = (ms, ms + 1) if not rem else (ms + 1, ms + 1)
+            if lo is not None:
+                self.ts_from_ms = lo if self.ts_from_ms is None else max(self.ts_from_ms, lo)
+            if hi is not None:
+                self.ts_until_ms = hi if self.ts_until_ms is None else min(self.ts_until_ms, hi)
+            return True
+        return False
+
+
+# ------------------------------------------------------------------------ stream
+
+
+class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """``spark.readStream.format("rmqlog")``.
+
+    Runs on the driver in Spark's long-lived planner process (``initialOffset``,
+    ``latestOffset``, ``partitions``, ``commit``); ``read`` runs on executors and uses only
+    its partition. Queues that appear mid-stream (new topics matching, resized topics) are
+    read from their first offset.
+    """
+
+    def __init__(self, opts: SourceOptions) -> None:
+        self.opts = opts
+        self._ms: MessageStore | None = None
+        self._target: Offsets | None = None  # Trigger.AvailableNow: where to stop
+        self._latest: Offsets | None = None  # for reportLatestOffset
+        self._last_trigger: float | None = None
+        self.clock = time.monotonic
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_ms"] = None  # an open store (mapped files, fds) never travels
+        state["clock"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self.clock = time.monotonic
+
+    @property
+    def store(self) -> MessageStore:
+        if self._ms is None:
+            self._ms = _open(self.opts)
+        return self._ms
+
+    def _available(self) -> tuple[list[tuple[str, int]], Offsets]:
+        """Dispatch, then every queue the query reads and its current end."""
+        ms = self.store
+        ms.dispatch()
+        queues = discover_queues(ms, self.opts)
+        return queues, sorted_offsets({k: hi for k, (_lo, hi) in bounds(ms, queues).items()})
+
+    def initialOffset(self) -> dict:
+        ms = self.store
+        ms.dispatch()
+        queues = discover_queues(ms, self.opts)
+        return resolve(ms, queues, self.opts.starting, self.opts.starting_timestamp, LATEST, "startingOffsets")
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.opts.max_messages:
+            return ReadMaxRows(self.opts.max_messages)
+        if self.opts.max_bytes:
+            return ReadMaxBytes(self.opts.max_bytes)
+        if self.opts.min_messages:
+            return ReadMinRows(self.opts.min_messages)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._available()[1]
+
+    def reportLatestOffset(self) -> dict | None:
+        return self._latest
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        queues, latest = self._available()
+        self._latest = latest
+        ms = self.store
+        first = {k: lo for k, (lo, _hi) in bounds(ms, [q for q in queues if queue_key(*q) not in start]).items()}
+        begin = {**first, **{k: int(v) for k, v in start.items()}}  # new queues: from their first offset
+        end = {k: max(begin[k], latest.get(k, begin[k])) for k in begin}
+        if self._target is not None:  # AvailableNow: nothing past the target, new queues included
+            end = {k: min(v, max(begin[k], self._target.get(k, begin[k]))) for k, v in end.items()}
+        if not isinstance(limit, ReadAllAvailable):
+            end = self._admit(begin, end, limit)
+        return sorted_offsets(end)
+
+    def _admit(self, begin: Offsets, end: Offsets, limit: ReadLimit) -> Offsets:
+        opts = self.opts
+        max_rows = limit.max_rows if isinstance(limit, ReadMaxRows) else opts.max_messages
+        max_bytes = limit.max_bytes if isinstance(limit, ReadMaxBytes) else opts.max_bytes
+        min_rows = limit.min_rows if isinstance(limit, ReadMinRows) else opts.min_messages
+        now = self.clock()
+        if self._last_trigger is None:
+            self._last_trigger = now
+        if min_rows and self._target is None:  # AvailableNow never waits for more data
+            available = sum(end[k] - begin[k] for k in end)
+            waited_ms = (now - self._last_trigger) * 1000
+            if available < min_rows and waited_ms < opts.max_trigger_delay_ms:
+                return begin
+        if max_rows:
+            end = split_messages(begin, end, max_rows)
+        if max_bytes:
+            end = split_bytes(self.store, begin, end, max_bytes)
+        if any(end[k] > begin[k] for k in end):
+            self._last_trigger = now
+        return end
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        opts = self.opts
+        keys = sorted(end, key=split_key)
+        first = bounds(self.store, [split_key(k) for k in keys])
+        begin = {}
+        for k in keys:
+            s = int(start[k]) if k in start else first[k][0]
+            if end[k] > s:
+                s = check_data_loss(k, s, first[k][0], opts.fail_on_data_loss)
+            begin[k] = min(s, int(end[k])) if k in start else s
+        return _partitions(opts, plan_ranges(begin, {k: int(end[k]) for k in keys}, opts.max_messages_per_partition))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, QueueRange)
+        return read_range(partition)
+
+    def commit(self, end: dict) -> None:
+        """With ``group`` set, record the processed offsets in config/consumerOffset.json."""
+        if self.opts.group is None:
+            return
+        for k, v in sorted_offsets(end).items():
+            topic, qid = split_key(k)
+            self.store.commit_offset(self.opts.group, topic, qid, v)
+
+    def stop(self) -> None:
+        if self._ms is not None:
+            self._ms.close()
+            self._ms = None
