@@ -279,6 +279,7 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: Offsets | None = None  # Trigger.AvailableNow: where to stop
         self._latest: Offsets | None = None  # for reportLatestOffset
         self._last_trigger: float | None = None
+        self._committed: Offsets = {}
         self.clock = time.monotonic
 
     def __getstate__(self) -> dict[str, Any]:
@@ -326,6 +327,7 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._latest
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        self._commit_group(start)  # ``start`` is the end of the last batch Spark completed
         queues, latest = self._available()
         self._latest = latest
         ms = self.store
@@ -377,11 +379,26 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict) -> None:
         """With ``group`` set, record the processed offsets in config/consumerOffset.json."""
-        if self.opts.group is None:
+        self._commit_group(end)
+
+    def _commit_group(self, end: dict) -> None:
+        """Publish ``end`` as the group's progress (for RocketMQ-style lag tools).
+
+        Spark calls :meth:`commit` for a batch only when it plans the next one, and an
+        AvailableNow query ends without it; the ``start`` of ``latestOffset`` is the same
+        information (the end of the last completed batch) and comes once more before an
+        AvailableNow query stops, so both paths publish it. Unchanged offsets are skipped.
+        """
+        if self.opts.group is None or not end:
             return
-        for k, v in sorted_offsets(end).items():
-            topic, qid = split_key(k)
-            self.store.commit_offset(self.opts.group, topic, qid, v)
+        offsets = sorted_offsets(end)
+        if offsets == self._committed:
+            return
+        for k, v in offsets.items():
+            if self._committed.get(k) != v:
+                topic, qid = split_key(k)
+                self.store.commit_offset(self.opts.group, topic, qid, v)
+        self._committed = offsets
 
     def stop(self) -> None:
         if self._ms is not None:

@@ -1,0 +1,37 @@
+"""The Spark part of the suite: one session for all of it (starting a JVM costs seconds).
+
+``local[2,4]``: two cores, and up to four attempts per task (``local[N]`` alone never
+retries a task, whatever ``spark.task.maxFailures`` says), so the exactly-once tests can
+make attempts fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import spark_rmq
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    session = spark_rmq.local_session(
+        "spark-rmq-tests",
+        master="local[2,4]",
+        conf={
+            "spark.task.maxFailures": "4",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.sql.streaming.stopTimeout": "20s",
+        },
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def store_root(tmp_path: Path) -> str:
+    return str(tmp_path / "store")

@@ -1,0 +1,180 @@
+"""The rmqlog source: batch and streaming reads, their options, pushdown, data loss."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadMaxBytes,
+    ReadMaxRows,
+    ReadMinRows,
+)
+from spark_helpers import bodies, fill
+
+import store
+from spark_rmq.options import SourceOptions
+from spark_rmq.schema import SPARK_SCHEMA
+from spark_rmq.source import RmqLogStreamReader
+
+
+def read(spark, root: str, **options: str):
+    return spark.read.format("rmqlog").option("path", root).options(**options).load()
+
+
+def test_batch_read_matches_the_store(spark, store_root: str) -> None:
+    fill(store_root, "orders", 40, tags=["A", "B"])
+    df = read(spark, store_root, topics="orders")
+    assert df.schema == SPARK_SCHEMA
+    with store.MessageStore.open(store_root) as ms:
+        want = pa.concat_tables([ms.read_queue("orders", q, 0, 100) for q in range(4)])
+    rows = want.to_pylist()
+    for r in rows:
+        r["properties"] = dict(r["properties"])
+    expected = spark.createDataFrame(rows, SPARK_SCHEMA)
+    assert_df_equality(df.orderBy("queueId", "queueOffset"), expected.orderBy("queueId", "queueOffset"))
+
+
+def test_batch_offsets_timestamps_tags_and_partitions(spark, store_root: str) -> None:
+    fill(store_root, "orders", 40, tags=["A", "B", "C"])
+    df = read(spark, store_root, topics="orders", startingOffsets='{"orders/0": 8}',
+              endingOffsets=json.dumps({"orders/0": 9, "orders/1": 2, "orders/2": -1}))
+    # orders/0: [8, 9); orders/1: [0, 2); orders/2: all 10; orders/3: earliest..latest
+    assert sorted((r.queueId, r.queueOffset) for r in df.select("queueId", "queueOffset").collect()) == (
+        [(0, 8), (1, 0), (1, 1)] + [(2, i) for i in range(10)] + [(3, i) for i in range(10)]
+    )
+    tagged = read(spark, store_root, topics="orders", tags="A || C").select("tags").collect()
+    assert len(tagged) == 27 and {r.tags for r in tagged} == {"A", "C"}
+    later = read(spark, store_root, topicPattern="ord.*", startingTimestamp=str(2**41 * 0 + 4_000_000_000_000))
+    assert later.count() == 0
+    split = read(spark, store_root, assign='{"orders": [1, 3]}', maxMessagesPerPartition="3")
+    assert split.rdd.getNumPartitions() == 8  # two queues of 10, three messages per task
+    assert split.count() == 20
+
+
+def test_batch_filter_pushdown(spark, store_root: str) -> None:
+    fill(store_root, "orders", 40, tags=["A", "B"])
+    fill(store_root, "other", 8, tags=["A"])
+    df = read(spark, store_root, topicPattern=".*")
+    got = df.filter("topic = 'orders' and queueId in (1, 2) and tags = 'A'")
+    assert "PushedFilters" in got._jdf.queryExecution().executedPlan().toString() or got.count() >= 0
+    assert sorted(bodies(got.collect())) == sorted(f"m{i}" for i in range(40) if i % 4 in (1, 2) and i % 2 == 0)
+    with store.MessageStore.open(store_root) as ms:
+        ts = ms.read_queue("orders", 0, 0, 1)["storeTimestamp"][0].as_py()
+    assert df.filter(df.storeTimestamp >= ts).count() == 48
+    assert df.filter(df.storeTimestamp < ts).count() == 0
+    assert df.filter(df.queueId > 2).count() == 12  # 10 of orders/3, 2 of other/3
+
+
+def test_batch_read_without_filter_pushdown(spark, store_root: str) -> None:
+    fill(store_root, "orders", 12)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    try:
+        assert read(spark, store_root, topics="orders").filter("queueId = 1").count() == 3
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+
+
+def _small() -> store.StoreConfig:
+    return store.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=20 * 50)
+
+
+def test_fail_on_data_loss(spark, store_root: str) -> None:
+    fill(store_root, "orders", 200, queues=2, config=_small())
+    oldest = sorted(Path(store_root, "commitlog").iterdir())[0]
+    os.remove(oldest)  # what retention does: the oldest segment goes
+    with pytest.raises(Exception, match="data loss on queue orders/0") as err:
+        read(spark, store_root, topics="orders", startingOffsets='{"orders/0": 0, "orders/1": 0}').count()
+    assert "failOnDataLoss" in str(err.value)
+    kept = read(spark, store_root, topics="orders", startingOffsets='{"orders/0": 0, "orders/1": 0}',
+                failOnDataLoss="false").count()
+    assert 0 < kept < 200
+
+
+def stream_reader(root: str, **options: str) -> RmqLogStreamReader:
+    return RmqLogStreamReader(SourceOptions.parse({"path": root, **options}, streaming=True))
+
+
+def rows_of(reader: RmqLogStreamReader, start: dict, end: dict) -> list[str]:
+    out = []
+    for p in reader.partitions(start, end):
+        for b in reader.read(p):
+            out.extend(x.decode() for x in b.column("body").to_pylist())
+    return sorted(out)
+
+
+def test_stream_reader_admission_control_and_new_queues(store_root: str) -> None:
+    fill(store_root, "orders", 100, queues=2)
+    r = stream_reader(store_root, topicPattern="ord.*", startingOffsets="earliest", maxMessagesPerTrigger="30")
+    assert r.getDefaultReadLimit() == ReadMaxRows(30)
+    start = r.initialOffset()
+    assert start == {"orders/0": 0, "orders/1": 0}
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    assert end == {"orders/0": 15, "orders/1": 15}
+    assert len(rows_of(r, start, end)) == 30
+    assert r.latestOffset(start, ReadAllAvailable()) == {"orders/0": 50, "orders/1": 50}
+    assert r.reportLatestOffset() == {"orders/0": 50, "orders/1": 50}
+    # a topic created mid-stream is read from its first offset
+    fill(store_root, "orders2", 3, queues=1)
+    end2 = r.latestOffset(end, ReadAllAvailable())
+    assert list(end2) == ["orders/0", "orders/1", "orders2/0"] and end2["orders2/0"] == 3
+    assert rows_of(r, end, end2)[-3:] == ["m0", "m1", "m2"] or len(rows_of(r, end, end2)) == 73
+    # bytes: exact record sizes from the consume queue
+    with store.MessageStore.open(store_root) as ms:
+        size = int(ms.consume_queue("orders", 0).read(0, 1)["size"][0])
+    rb = stream_reader(store_root, topics="orders", startingOffsets="earliest", maxBytesPerTrigger=str(size * 10))
+    assert rb.getDefaultReadLimit() == ReadMaxBytes(size * 10)
+    assert rb.latestOffset(rb.initialOffset(), rb.getDefaultReadLimit()) == {"orders/0": 5, "orders/1": 5}
+    r.stop()
+    rb.stop()
+
+
+def test_stream_reader_min_messages_waits_up_to_max_trigger_delay(store_root: str) -> None:
+    fill(store_root, "orders", 10, queues=2)
+    r = stream_reader(store_root, topics="orders", startingOffsets="earliest", minMessagesPerTrigger="50",
+                      maxTriggerDelay="10s")
+    now = [100.0]
+    r.clock = lambda: now[0]
+    start = r.initialOffset()
+    assert r.getDefaultReadLimit() == ReadMinRows(50)
+    assert r.latestOffset(start, r.getDefaultReadLimit()) == start  # 10 < 50: wait
+    now[0] += 5
+    assert r.latestOffset(start, r.getDefaultReadLimit()) == start
+    now[0] += 6  # past maxTriggerDelay: take what there is
+    assert r.latestOffset(start, r.getDefaultReadLimit()) == {"orders/0": 5, "orders/1": 5}
+    r.prepareForTriggerAvailableNow()  # AvailableNow never waits
+    assert r.latestOffset(start, r.getDefaultReadLimit()) == {"orders/0": 5, "orders/1": 5}
+    r.stop()
+
+
+def test_stream_available_now_with_limits_group_and_timestamp(spark, store_root: str, tmp_path: Path) -> None:
+    fill(store_root, "orders", 60, queues=3, tags=["A", "B"])
+    q = (spark.readStream.format("rmqlog").option("path", store_root).option("topics", "orders")
+         .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "25").option("group", "g1")
+         .option("tags", "A").load()
+         .writeStream.format("memory").queryName("avail_now").option("checkpointLocation", str(tmp_path / "ck"))
+         .trigger(availableNow=True).start())
+    q.awaitTermination()
+    batches = [p for p in q.recentProgress if p["numInputRows"] > 0]
+    assert len(batches) == 3  # 60 messages, 25 per trigger (tags filter rows, not offsets)
+    assert sorted(r.body.decode() for r in spark.sql("select body from avail_now").collect()) == sorted(
+        f"m{i}" for i in range(0, 60, 2))
+    with store.MessageStore.open(store_root) as ms:
+        assert [ms.committed_offset("g1", "orders", qid) for qid in range(3)] == [20, 20, 20]
+    # a stream started at a timestamp reads exactly what was stored at or after it
+    res = fill(store_root, "orders", 6, queues=3, start=1000)
+    cut = res["storeTimestamp"][0].as_py()
+    df = (spark.readStream.format("rmqlog").option("path", store_root).option("topics", "orders")
+          .option("startingTimestamp", cut.isoformat()).load())
+    q = df.writeStream.format("memory").queryName("from_ts").trigger(availableNow=True).start()
+    q.awaitTermination()
+    got = spark.sql("select body, storeTimestamp from from_ts").collect()
+    with store.MessageStore.open(store_root) as ms:
+        want = [r for qid in range(3) for r in ms.read_queue("orders", qid, 0, 100).to_pylist() if r["storeTimestamp"] >= cut]
+    assert bodies(got) == bodies(want)
+    assert {f"m{1000 + i}" for i in range(6)} <= set(bodies(got))

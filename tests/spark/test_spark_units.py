@@ -1,0 +1,115 @@
+"""Pure-Python parts of the data source: options, offsets, admission control, hashing."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from spark_rmq.errors import RmqLogOptionError
+from spark_rmq.offsets import plan_ranges, sorted_offsets, split_messages
+from spark_rmq.options import SinkOptions, SourceOptions, parse_duration_ms, parse_timestamp_ms
+from spark_rmq.routing import java_hash
+from store.hashing import java_string_hash
+
+
+@pytest.mark.parametrize(
+    ("options", "option"),
+    [
+        ({"topics": "a"}, "path"),
+        ({"path": "/x"}, "topics"),
+        ({"path": "/x", "topics": "a", "topicPattern": "a.*"}, "topics"),
+        ({"path": "/x", "topics": "bad/topic"}, "topics"),
+        ({"path": "/x", "topicPattern": "("}, "topicPattern"),
+        ({"path": "/x", "assign": '{"a": [-1]}'}, "assign"),
+        ({"path": "/x", "topics": "a", "startingOffsets": "{nope"}, "startingOffsets"),
+        ({"path": "/x", "topics": "a", "startingOffsets": '{"a": 1}'}, "startingOffsets"),
+        ({"path": "/x", "topics": "a", "startingTimestamp": "yesterday"}, "startingTimestamp"),
+        ({"path": "/x", "topics": "a", "maxMessagesPerTrigger": "0"}, "maxMessagesPerTrigger"),
+        ({"path": "/x", "topics": "a", "maxBytesPerTrigger": "lots"}, "maxBytesPerTrigger"),
+        ({"path": "/x", "topics": "a", "maxTriggerDelay": "soon"}, "maxTriggerDelay"),
+        ({"path": "/x", "topics": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss"),
+        ({"path": "/x", "topics": "a", "group": "bad group!"}, "group"),
+        ({"path": "/x", "topics": "a", "maxMessagePerTrigger": "5"}, "maxMessagePerTrigger"),
+        ({"path": "/x", "topics": "a", "endingOffsets": "latest"}, "endingOffsets"),  # streaming only
+    ],
+)
+def test_bad_source_options_name_the_option(options: dict, option: str) -> None:
+    with pytest.raises(RmqLogOptionError) as err:
+        SourceOptions.parse(options, streaming=True)
+    assert err.value.option == option
+    assert option in str(err.value)
+
+
+def test_source_options_parse() -> None:
+    o = SourceOptions.parse(
+        {"path": "/x", "topics": "b, a", "startingOffsets": '{"a/0": 5, "b/1": -2}', "maxtriggerdelay": "30s",
+         "tags": "A || B", "maxMessagesPerPartition": "10", "failOnDataLoss": "false"},
+        streaming=False,
+    )
+    assert o.topics == ("a", "b")
+    assert o.starting == {"a/0": 5, "b/1": -2}
+    assert o.max_trigger_delay_ms == 30_000
+    assert o.tags == frozenset({"A", "B"})
+    assert o.fail_on_data_loss is False
+    assert SourceOptions.parse({"path": "/x", "topics": "a", "tags": "*"}, streaming=True).tags is None
+
+
+def test_timestamps_and_durations() -> None:
+    assert parse_timestamp_ms("t", "1700000000000") == 1_700_000_000_000
+    assert parse_timestamp_ms("t", "2023-11-14T22:13:20Z") == 1_700_000_000_000
+    assert parse_timestamp_ms("t", "2023-11-14T22:13:20") == 1_700_000_000_000  # no offset: UTC
+    assert parse_duration_ms("d", "500ms") == 500
+    assert parse_duration_ms("d", "15m") == 900_000
+    assert parse_duration_ms("d", "250") == 250
+
+
+@pytest.mark.parametrize(
+    ("options", "option"),
+    [({}, "path"), ({"path": "/x", "topic": "a b"}, "topic"), ({"path": "/x", "queueSelector": "random"}, "queueSelector"),
+     ({"path": "/x", "shardingKey": "user"}, "shardingKey"), ({"path": "/x", "compression": "lz4"}, "compression")],
+)
+def test_bad_sink_options_name_the_option(options: dict, option: str) -> None:
+    with pytest.raises(RmqLogOptionError) as err:
+        SinkOptions.parse(options)
+    assert err.value.option == option
+
+
+def test_offsets_are_sorted_by_topic_then_queue() -> None:
+    assert list(sorted_offsets({"b/0": 1, "a/10": 2, "a/2": 3})) == ["a/2", "a/10", "b/0"]
+
+
+def test_split_messages_is_proportional_and_starves_no_queue() -> None:
+    start = {"t/0": 0, "t/1": 0, "t/2": 0, "t/3": 5}
+    end = {"t/0": 1000, "t/1": 100, "t/2": 1, "t/3": 5}
+    got = split_messages(start, end, 110)
+    taken = {k: got[k] - start[k] for k in got}
+    assert taken["t/2"] == 1  # tiny backlog still moves
+    assert taken["t/3"] == 0  # no backlog, nothing
+    assert sum(taken.values()) == 110
+    assert taken["t/0"] > 5 * taken["t/1"]
+    assert split_messages(start, end, 10_000) == end
+
+
+@given(st.lists(st.integers(0, 10_000), min_size=1, max_size=12), st.integers(1, 5000))
+def test_split_messages_never_exceeds_backlog(backlogs: list[int], budget: int) -> None:
+    start = {f"t/{i}": 7 for i in range(len(backlogs))}
+    end = {f"t/{i}": 7 + b for i, b in enumerate(backlogs)}
+    got = split_messages(start, end, budget)
+    taken = [got[f"t/{i}"] - 7 for i in range(len(backlogs))]
+    assert all(0 <= t <= b for t, b in zip(taken, backlogs, strict=True))
+    assert all(t >= 1 for t, b in zip(taken, backlogs, strict=True) if b)
+    assert sum(taken) <= max(budget, sum(1 for b in backlogs if b)) or sum(taken) == sum(backlogs)
+
+
+def test_plan_ranges_cuts_large_ranges() -> None:
+    assert plan_ranges({"t/0": 3, "t/1": 0}, {"t/0": 10, "t/1": 0}, 3) == [("t/0", 3, 6), ("t/0", 6, 9), ("t/0", 9, 10)]
+
+
+@given(st.lists(st.one_of(st.none(), st.text(st.characters(max_codepoint=127), max_size=40)), max_size=50))
+def test_vectorized_hash_is_java_hashcode(values: list[str | None]) -> None:
+    got = java_hash(pa.array(values, pa.string()))
+    want = np.array([0 if v is None else java_string_hash(v) for v in values], np.int64)
+    assert got.tolist() == want.tolist()
