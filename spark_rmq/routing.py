@@ -8,13 +8,13 @@
 
 :func:`route` applies this to a DataFrame and repartitions it by (topic, queueId) so that each
 queue is appended by exactly one task; the sink applies the same selection to rows that
-arrive without a ``queueId``. The hash is vectorized over the Arrow string buffers (one numpy
-pass over the key bytes), never a Python loop per row.
+arrive without a ``queueId``. In the sink the hash is vectorized over the Arrow string buffers (one
+numpy pass over the key bytes); in :func:`route` it is a Spark SQL expression computing the
+same value, so both place a key on the same queue.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame
+    from pyspark.sql import Column, DataFrame
 
 _MASK32 = np.uint64(0xFFFFFFFF)
 _POW31: np.ndarray = np.ones(1, np.uint64)
@@ -89,8 +89,25 @@ def keys_as_string(keys: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArr
     return keys
 
 
-def round_robin_queue(n: int, first: int, queue_counts: np.ndarray) -> pa.Array:
-    return pa.array(((np.arange(n, dtype=np.int64) + first) % np.maximum(queue_counts, 1)).astype(np.int32))
+
+def java_hash_column(key: Column) -> Column:
+    """Java ``String.hashCode`` of a string column in Spark SQL (same as :func:`java_hash`).
+
+    Kept in Spark expressions (no Python UDF, no pandas): a fold over the characters in
+    64-bit arithmetic reduced mod 2**32 at each step (ANSI mode forbids int overflow), then
+    turned into a signed 32-bit value. Null for a null key.
+    """
+    from pyspark.sql import functions as F
+
+    folded = F.aggregate(
+        F.sequence(F.lit(1), F.greatest(F.length(key), F.lit(1))),
+        F.lit(0).cast("bigint"),
+        lambda acc, i: F.when(
+            i <= F.length(key),
+            F.pmod(acc * 31 + F.ascii(F.substring(key, i, 1)).cast("bigint"), F.lit(1 << 32)),
+        ).otherwise(acc),
+    )
+    return F.when(key.isNotNull(), F.when(folded >= 1 << 31, folded - (1 << 32)).otherwise(folded))
 
 
 def route(
@@ -110,6 +127,7 @@ def route(
     store's ``topics.json`` (unknown topics: the store's default, as auto-creation would do).
     """
     from pyspark.sql import functions as F
+    from pyspark.sql.types import ArrayType
 
     from store import MessageStore
 
@@ -137,28 +155,15 @@ def route(
         from .errors import RmqLogOptionError
 
         raise RmqLogOptionError("shardingKey", f"column {key_col!r} not found for queueSelector=hash")
-    schema = df.schema
-    selector = queue_selector
-
-    def assign(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        seen = (ctx.partitionId() * 7919) if ctx is not None else 0  # spread partitions' first queues
-        for b in batches:
-            topics = b.column(b.schema.get_field_index("topic"))
-            enc = pc.dictionary_encode(topics)
-            n_of = np.array([counts.get(t, default) for t in enc.dictionary.to_pylist()], np.int64)
-            qc = n_of[np.asarray(enc.indices.fill_null(0), np.int64)] if len(n_of) else np.ones(len(b), np.int64)
-            if selector == "hash":
-                chosen = hash_queue(keys_as_string(b.column(b.schema.get_field_index(key_col))), qc)
-            else:
-                chosen = round_robin_queue(len(b), seen, qc)
-            seen += len(b)
-            i = b.schema.get_field_index("queueId")
-            q = pc.coalesce(b.column(i), chosen)
-            yield b.set_column(i, "queueId", q)
-
-    routed = df.mapInArrow(assign, schema)
+    pairs = [x for t, c in sorted(counts.items()) for x in (F.lit(t), F.lit(c))]
+    queues = F.coalesce(F.element_at(F.create_map(*pairs), F.col("topic")), F.lit(default)) if pairs else F.lit(default)
+    if queue_selector == "hash":
+        key = F.col(key_col)
+        if isinstance(df.schema[key_col].dataType, ArrayType):
+            key = F.when(F.size(key) > 0, F.array_join(key, " "))
+        chosen = F.pmod(F.abs(java_hash_column(key.cast("string"))), queues).cast("int")
+    else:
+        chosen = F.pmod(F.monotonically_increasing_id(), queues).cast("int")
+    routed = df.withColumn("queueId", F.coalesce(F.col("queueId"), chosen))
     n = num_partitions or max(1, sum(counts.values()) if counts else default)
     return routed.repartition(n, "topic", "queueId")

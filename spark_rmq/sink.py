@@ -116,7 +116,7 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
     names = table.column_names
     for name in UNSUPPORTED_YET:
         if name in names and table[name].null_count < n:
-            row = int(np.flatnonzero(np.asarray(pc.is_valid(table[name]).combine_chunks()))[0])
+            row = int(np.flatnonzero(np.asarray(pc.is_valid(_array(table[name]))))[0])
             raise UnsupportedFieldError("is not supported yet (delay and timed messages come in a later issue); leave it null",
                                         row=row, field=name)
     cols: dict[str, pa.ChunkedArray | pa.Array] = {}
@@ -140,7 +140,7 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
         if key is not None:
             if not (pa.types.is_string(key.type) or pa.types.is_large_string(key.type) or pa.types.is_list(key.type)):
                 key = pc.cast(key, pa.string())
-            topics = pc.dictionary_encode(cols["topic"]).combine_chunks()
+            topics = pc.dictionary_encode(_array(cols["topic"]))
             counts = np.asarray(ms.topic_config.planned_queue_counts(topics.dictionary.to_pylist(),
                                                                      unknown=ms.config.default_topic_queue_nums), np.int64)
             per_row = counts[np.asarray(topics.indices.fill_null(0), np.int64)] if len(counts) else np.ones(n, np.int64)
@@ -148,6 +148,12 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
     # a null queueId is left to the store's round robin (the default selector)
     cols["queueId"] = qid
     return pa.table(cols)
+
+
+def _array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    if isinstance(col, pa.ChunkedArray):
+        return col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    return col
 
 
 def _keys_list(keys: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
