@@ -1,73 +1,111 @@
-"""Quickstart (the README's first command): write order events into a store, dispatch, read back.
+"""Quickstart (the README's first command): stream order events into the log with Spark, read them back.
 
-    python jobs/quickstart.py [--root PATH] [--messages N]
+    python jobs/quickstart.py [--root PATH] [--events N] [--files N]
 
-Until the Spark data source lands this is a store demo: it appends generated order events
-with keys and tags through ``put_batch``, runs the dispatcher, prints per-queue counts, reads
-a few messages back with a tag filter, looks one up by msgId and commits a consumer offset.
+Everything is embedded: a local Spark (local[2]) and a store under ./data/quickstart (wiped
+at start). It
+
+1. streams generated order events (dropped as parquet files, read by a file stream) into
+   topic ``orders`` with ``df.writeStream.format("rmqlog")``: one message per event, the order id as key (hash
+   routing keeps an order's events on one queue, in order), the event kind as tag;
+2. reads the topic back with ``spark.readStream.format("rmqlog")`` and Trigger.AvailableNow;
+3. prints per-queue counts, a few messages, and a batch read with a tag filter.
 """
 
 from __future__ import annotations
 
 import argparse
+import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-import pyarrow as pa
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
 
-import store
-
-
-def order_events(n: int, seed: int = 1) -> pa.Table:
-    rng = np.random.default_rng(seed)
-    order_id = np.arange(n)
-    kind = rng.choice(np.array(["created", "paid", "shipped"]), n)
-    amount = rng.integers(100, 100_000, n)
-    body = pa.array([f'{{"order":{o},"event":"{k}","cents":{a}}}' for o, k, a in zip(order_id, kind, amount, strict=True)])
-    return pa.table({
-        "topic": pa.array(["orders"] * n),
-        "body": body.cast(pa.binary()),
-        "tags": pa.array(kind),
-        "keys": pa.array([[f"order-{o}"] for o in order_id], pa.list_(pa.string())),
-        "properties": pa.array([[("source", "quickstart")]] * n, pa.map_(pa.string(), pa.string())),
-    })
+import spark_rmq  # noqa: E402
+import store  # noqa: E402
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--root", type=Path, default=None, help="store directory (default: a new temp dir)")
-    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--root", type=Path, default=REPO / "data" / "quickstart", help="store directory (wiped first)")
+    ap.add_argument("--events", type=int, default=100_000, help="order events to generate")
+    ap.add_argument("--files", type=int, default=4, help="files they arrive in (one micro-batch each)")
     args = ap.parse_args()
-    root = args.root or Path(tempfile.mkdtemp(prefix="rmq-quickstart-"))
+    t_start = time.perf_counter()
+    root = args.root
+    shutil.rmtree(root, ignore_errors=True)
+    with store.MessageStore.open(root) as ms:
+        ms.create_topic("orders", 4)
+    checkpoints = Path(tempfile.mkdtemp(prefix="rmq-quickstart-ck-"))
 
-    with store.MessageStore.open(root) as s:
-        events = order_events(args.messages)
-        t0 = time.perf_counter()
-        result = s.put_batch(events)
-        t_put = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        dispatched = s.dispatch()
-        t_dispatch = time.perf_counter() - t0
-        print(f"store: {root}")
-        print(f"appended {result.num_rows:,} messages in {t_put:.3f}s, dispatched {dispatched:,} in {t_dispatch:.3f}s")
-        print("\nqueue  min  max")
-        for q in range(s.topics()["orders"].read_queue_nums):
-            print(f"orders/{q}  {s.min_offset('orders', q)}  {s.max_offset('orders', q):,}")
+    spark = spark_rmq.local_session("rmq-quickstart")
+    spark.sparkContext.setLogLevel("ERROR")
+    print(f"store: {root}  (Spark {spark.version}, {spark.sparkContext.master})")
 
-        r = s.get_messages("quickstart", "orders", 0, 0, max_count=3, tags="paid || shipped")
-        print(f"\nget_messages(orders/0, tags='paid || shipped'): {r.status.name}, next offset {r.next_begin_offset}")
-        for row in r.messages.select(["queueOffset", "msgId", "tags", "keys", "body"]).to_pylist():
-            row["body"] = row["body"].decode()
-            print("  ", row)
-        s.commit_offset("quickstart", "orders", 0, r.next_begin_offset)
-        print(f"committed offset of group 'quickstart' on orders/0: {s.committed_offset('quickstart', 'orders', 0)}")
+    # 1. stream generated order events into the log: the events land as files in a folder
+    #    (as an upstream job would drop them) and a stream picks them up, one file per trigger
+    incoming = checkpoints / "incoming"
+    (spark.range(args.events, numPartitions=args.files)
+     .selectExpr(
+         "id AS seq",
+         "CAST(id % 20000 AS STRING) AS order_id",
+         "element_at(array('created', 'paid', 'shipped'), CAST(id % 3 + 1 AS INT)) AS kind",
+         "CAST(id * 37 % 100000 AS INT) AS cents",
+     ).write.parquet(str(incoming)))
+    events = (
+        spark.readStream.schema("seq bigint, order_id string, kind string, cents int")
+        .option("maxFilesPerTrigger", 1).parquet(str(incoming))
+        .selectExpr(
+            "'orders' AS topic",
+            "to_json(named_struct('order', order_id, 'event', kind, 'cents', cents, 'seq', seq)) AS body",
+            "array(concat('order-', order_id)) AS keys",
+            "kind AS tags",
+            "map('source', 'quickstart') AS properties",
+        )
+    )
+    t0 = time.perf_counter()
+    writer = (
+        events.writeStream.format("rmqlog").option("path", str(root))
+        .option("queueSelector", "hash")  # same order -> same queue, in order
+        .option("checkpointLocation", str(checkpoints / "write"))
+        .trigger(availableNow=True).start()
+    )
+    writer.awaitTermination()
+    written = sum(p["numInputRows"] for p in writer.recentProgress)
+    print(f"wrote {written:,} order events in {time.perf_counter() - t0:.1f}s with writeStream.format('rmqlog') "
+          f"({len([p for p in writer.recentProgress if p['numInputRows']])} micro-batches)")
 
-        msg_id = result["msgId"][0].as_py()
-        found = s.message_by_id(msg_id)
-        assert found is not None
-        print(f"\nmessage_by_id({msg_id}) -> queue {found['queueId']} offset {found['queueOffset']}: {found['body'].decode()}")
+    # 2. read them back as a stream (AvailableNow: everything there now, then stop)
+    t0 = time.perf_counter()
+    reader = (
+        spark.readStream.format("rmqlog").option("path", str(root)).option("topics", "orders")
+        .option("startingOffsets", "earliest").option("group", "quickstart").load()
+        .writeStream.format("memory").queryName("orders_back")
+        .option("checkpointLocation", str(checkpoints / "read"))
+        .trigger(availableNow=True).start()
+    )
+    reader.awaitTermination()
+    back = spark.table("orders_back")
+    print(f"read back {back.count():,} messages in {time.perf_counter() - t0:.1f}s with readStream (AvailableNow)\n")
+    print("messages per queue:")
+    back.groupBy("topic", "queueId").count().orderBy("queueId").show()
+    print("a few messages:")
+    (back.orderBy("queueId", "queueOffset")
+     .selectExpr("queueId", "queueOffset", "msgId", "tags", "keys", "CAST(body AS STRING) AS body")
+     .show(5, truncate=False))
+
+    # 3. a batch read with a tag filter (filtered on the consume queue's tag hash first)
+    shipped = spark.read.format("rmqlog").option("path", str(root)).option("topics", "orders").option("tags", "shipped").load()
+    print(f"batch read, tags='shipped': {shipped.count():,} messages")
+    with store.MessageStore.open(root) as ms:
+        lag = {q: ms.max_offset("orders", q) - ms.committed_offset("quickstart", "orders", q) for q in range(4)}
+    print(f"group 'quickstart' lag per queue (config/consumerOffset.json): {lag}")
+    spark.stop()
+    shutil.rmtree(checkpoints, ignore_errors=True)
+    print(f"\nquickstart done in {time.perf_counter() - t_start:.1f}s")
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ def local_session(
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
     )
     for k, v in (conf or {}).items():
