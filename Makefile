@@ -4,7 +4,7 @@ PY ?= python3
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart test lint bench clean
+.PHONY: quickstart test lint bench bench-spark clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -24,6 +24,9 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python jobs/bench_store.py
+
+bench-spark: $(STAMP)
+	$(VENV)/bin/python jobs/bench_spark.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -15,6 +15,7 @@ import numpy as np
 
 from store import MessageStore
 from store.consume_queue import FILLER_SIZE
+from store.record import HEADER_V4
 
 from .errors import DataLossError
 from .options import EARLIEST, EARLIEST_OFFSET, LATEST, LATEST_OFFSET, SourceOptions
@@ -161,24 +162,28 @@ def unit_sizes(ms: MessageStore, key: str, start: int, end: int) -> np.ndarray:
     return np.where(sizes == FILLER_SIZE, 0, sizes)
 
 
+#: The smallest commitlog record (IPv4 header with empty body, topic and properties):
+#: how many units a byte budget can possibly cover, so no more units than that are read.
+MIN_RECORD_SIZE = HEADER_V4.itemsize
+
+
 def split_bytes(ms: MessageStore, start: Offsets, end: Offsets, budget: int) -> Offsets:
     """Cap the total record bytes of ``[start, end)`` at ``budget``; sizes come from the consume queues.
 
-    The budget is split over queues in proportion to their backlog in bytes; each queue with a
-    backlog gets at least one message, so no queue is starved by a small budget.
+    The budget is split over queues in proportion to their backlog (in messages); each queue
+    takes the messages whose exact record sizes fit in its share, and at least one, so no
+    queue is starved by a small budget. At most ``share / MIN_RECORD_SIZE + 1`` units are read
+    per queue, so a huge backlog costs no more than the budget does.
     """
     keys = [k for k in sorted(end, key=split_key) if end[k] > start.get(k, end[k])]
-    sizes = {k: unit_sizes(ms, k, start[k], end[k]) for k in keys}
-    totals = np.array([int(sizes[k].sum()) for k in keys], np.int64)
+    backlog = np.array([end[k] - start[k] for k in keys], np.int64)
     out = dict(end)
-    grand = int(totals.sum())
-    if grand <= budget:
-        return out
-    for k, tot in zip(keys, totals.tolist(), strict=True):
-        share = budget * tot // grand
-        cum = np.cumsum(sizes[k])
-        n = int(np.searchsorted(cum, share, side="right"))  # messages whose bytes fit
-        out[k] = start[k] + max(1, n)
+    total = int(backlog.sum())
+    for k, b in zip(keys, backlog.tolist(), strict=True):
+        share = budget * b // total
+        sizes = unit_sizes(ms, k, start[k], start[k] + min(b, share // MIN_RECORD_SIZE + 1))
+        n = int(np.searchsorted(np.cumsum(sizes), share, side="right"))  # messages whose bytes fit
+        out[k] = start[k] + min(b, max(1, n))
     return out
 
 

@@ -14,7 +14,8 @@ Exactly-once (why it holds):
 - The query id comes from Spark's local property ``sql.streaming.queryId`` (stable across
   restarts from one checkpoint); batch jobs get a fresh id when the writer is created on the
   driver, shared by all attempts of the job's tasks. The ``writerId`` option replaces it.
-- The driver's ``commit`` runs the dispatcher, so the data is readable when it returns.
+- Each task dispatches right after its append (overlapping other tasks), and the driver's
+  ``commit`` runs the dispatcher too, so the data is readable when the commit returns.
 
 Rejected alternative: appending each Arrow batch as it arrives with ``sequence = batchId *
 2**20 + chunk`` bounds memory, but a bad row in a later chunk would leave the earlier chunks
@@ -200,8 +201,16 @@ class _ArrowSink:
             return SinkCommit(partition, writer, sequence, 0, 0)
         table = pa.Table.from_batches(batches)
         with MessageStore.open(self.opts.path) as ms:
+            done = ms.writer_sequence(writer)
+            if done is not None and done >= sequence:  # a replay: skip encoding too
+                return SinkCommit(partition, writer, sequence, rows, 0)
             put = to_put_table(table, self.opts, ms)
             result = ms.put_batch(put, writer=writer, sequence=sequence)
+            if result.num_rows:
+                # dispatch here, while other tasks are still receiving or encoding, rather
+                # than all at once in the driver's commit (measured: 6.6 s -> 5.3 s for 2M
+                # messages on 2 cores); the commit still dispatches whatever is left
+                ms.dispatch()
         return SinkCommit(partition, writer, sequence, rows, result.num_rows)
 
     def _dispatch(self) -> None:

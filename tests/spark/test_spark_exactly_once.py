@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
-from spark_helpers import fill
 
 import store
 from spark_rmq.sink import RmqLogArrowWriter, RmqLogStreamArrowWriter
 from spark_rmq.source import RmqLogDataSource
+
+from .spark_helpers import fill
 
 HERE = Path(__file__).resolve().parent
 cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import tests/

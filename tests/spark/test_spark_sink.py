@@ -7,11 +7,12 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
-from spark_helpers import bodies, fill
 
 import spark_rmq
 import store
 from spark_rmq.routing import java_hash
+
+from .spark_helpers import bodies, fill
 
 
 def write(df, root: str, **options: str) -> None:

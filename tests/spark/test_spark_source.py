@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 from pathlib import Path
@@ -15,12 +16,13 @@ from pyspark.sql.streaming.datasource import (
     ReadMaxRows,
     ReadMinRows,
 )
-from spark_helpers import bodies, fill
 
 import store
 from spark_rmq.options import SourceOptions
 from spark_rmq.schema import SPARK_SCHEMA
 from spark_rmq.source import RmqLogStreamReader
+
+from .spark_helpers import bodies, fill
 
 
 def read(spark, root: str, **options: str):
@@ -178,3 +180,26 @@ def test_stream_available_now_with_limits_group_and_timestamp(spark, store_root:
         want = [r for qid in range(3) for r in ms.read_queue("orders", qid, 0, 100).to_pylist() if r["storeTimestamp"] >= cut]
     assert bodies(got) == bodies(want)
     assert {f"m{1000 + i}" for i in range(6)} <= set(bodies(got))
+
+
+def test_pushed_filters_narrow_the_plan(store_root: str) -> None:
+    from pyspark.sql.datasource import EqualTo, GreaterThan, In, LessThanOrEqual
+
+    from spark_rmq.source import RmqLogFilteringReader
+
+    fill(store_root, "orders", 40, tags=["A", "B"])
+    fill(store_root, "other", 8)
+    with store.MessageStore.open(store_root) as ms:
+        ts = ms.read_queue("orders", 1, 0, 100)["storeTimestamp"].to_pylist()
+    reader = RmqLogFilteringReader(SourceOptions.parse({"path": store_root, "topicPattern": ".*"}, streaming=False))
+    body = EqualTo(("body",), b"m1")
+    naive = GreaterThan(("storeTimestamp",), dt.datetime(2020, 1, 1))  # no time zone: left to Spark
+    left = list(reader.pushFilters([
+        EqualTo(("topic",), "orders"), In(("queueId",), (1, 2)), GreaterThan(("queueId",), 1),
+        EqualTo(("tags",), "A"), LessThanOrEqual(("storeTimestamp",), ts[-1]), body, naive,
+    ]))
+    assert left == [body, naive]
+    parts = reader.partitions()
+    assert [(p.topic, p.queue_id, p.start, p.end, p.tags) for p in parts] == [("orders", 2, 0, 10, ("A",))]
+    assert bodies([r for p in parts for b in reader.read(p) for r in b.to_pylist()]) == sorted(
+        f"m{i}" for i in range(2, 40, 4))
