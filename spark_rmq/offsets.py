@@ -192,7 +192,7 @@ def split_bytes(ms: MessageStore, start: Offsets, end: Offsets, budget: int) -> 
 
 def plan_ranges(start: Offsets, end: Offsets, per_task: int | None) -> list[tuple[str, int, int]]:
     """(queue key, first, end) ranges to read; large ranges cut into ``per_task`` messages each."""
-    out = []
+    out: list[tuple[str, int, int]] = []
     for key in sorted(end, key=split_key):
         lo, hi = start[key], end[key]
         if hi <= lo:

@@ -224,13 +224,13 @@ class RmqLogArrowWriter(_ArrowSink, DataSourceArrowWriter):
     def _writer_and_sequence(self) -> tuple[str, int]:
         return f"spark-job/{self.opts.writer_id or self.job_id}", 0
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return self._append(iterator)
 
-    def commit(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         self._dispatch()
 
-    def abort(self, messages: list[WriterCommitMessage | None]) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # Tasks that succeeded stay appended (a log has no rollback); each task is atomic.
         self._dispatch()
 
@@ -248,11 +248,11 @@ class RmqLogStreamArrowWriter(_ArrowSink, DataSourceStreamArrowWriter):
             raise RuntimeError("rmqlog stream sink: Spark did not pass the query id / batch id to the task")
         return f"spark-query/{self.opts.writer_id or query}", int(batch)
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
         return self._append(iterator)
 
-    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._dispatch()
 
-    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:  # type: ignore[override]
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         self._dispatch()

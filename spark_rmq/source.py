@@ -210,31 +210,31 @@ class RmqLogFilteringReader(RmqLogBatchReader):
             if not self._push(f):
                 yield f
 
-    def _push(self, f: Filter) -> bool:
+    def _push(self, f: Any) -> bool:  # Any: the Filter subclasses' fields are not on Filter
         col = f.attribute[0] if len(f.attribute) == 1 else None
         if col == "topic" and isinstance(f, EqualTo | In):
             values = {f.value} if isinstance(f, EqualTo) else set(f.value)
             self.topic_in = values if self.topic_in is None else self.topic_in & values
             return True
         if col == "tags" and isinstance(f, EqualTo | In):
-            values = frozenset({f.value} if isinstance(f, EqualTo) else f.value)
-            self.tags_in = values if self.tags_in is None else self.tags_in & values
+            tags = frozenset({f.value} if isinstance(f, EqualTo) else f.value)
+            self.tags_in = tags if self.tags_in is None else self.tags_in & tags
             return True
         if col == "queueId":
             if isinstance(f, EqualTo | In):
                 values = {f.value} if isinstance(f, EqualTo) else set(f.value)
                 self.queue_in = values if self.queue_in is None else self.queue_in & values
                 return True
-            bound = {GreaterThan: (1, 0), GreaterThanOrEqual: (0, 0), LessThan: (0, -1), LessThanOrEqual: (0, 0)}
-            for kind, (lo_add, hi_add) in bound.items():
-                if isinstance(f, kind):
-                    if kind in (GreaterThan, GreaterThanOrEqual):
-                        v = int(f.value) + lo_add
-                        self.queue_min = v if self.queue_min is None else max(self.queue_min, v)
-                    else:
-                        v = int(f.value) + hi_add
-                        self.queue_max = v if self.queue_max is None else min(self.queue_max, v)
-                    return True
+            lo = {GreaterThan: 1, GreaterThanOrEqual: 0}.get(type(f))
+            hi = {LessThan: -1, LessThanOrEqual: 0}.get(type(f))
+            if lo is not None:
+                v = int(f.value) + lo
+                self.queue_min = v if self.queue_min is None else max(self.queue_min, v)
+                return True
+            if hi is not None:
+                v = int(f.value) + hi
+                self.queue_max = v if self.queue_max is None else min(self.queue_max, v)
+                return True
             return False
         if col == "storeTimestamp" and isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual):
             t = _ts_ms(f.value)
