@@ -46,6 +46,13 @@ class RecordColumns:
         return len(self.offsets)
 
 
+def repeat_string(value: str, n: int) -> pa.StringArray:
+    """``n`` copies of ``value`` as a string array (one C-level bytes repeat, no take)."""
+    raw = value.encode()
+    offsets = np.arange(0, len(raw) * (n + 1), len(raw), dtype=np.int32) if raw else np.zeros(n + 1, np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
+
+
 def _hosts_to_strings(raw: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     """(n, w) host bytes -> string array via the distinct values (hosts are few)."""
     n, w = raw.shape
@@ -55,8 +62,7 @@ def _hosts_to_strings(raw: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     if w == 8:
         as_int = keys.view(np.uint64)
         if (as_int == as_int[0]).all():  # the usual case: one host for the whole run
-            name = pa.array([format_host(bytes(keys[0]))], pa.string())
-            return name.take(pa.array(np.zeros(n, np.int32))), np.zeros(n, np.int64)
+            return repeat_string(format_host(bytes(keys[0])), n), np.zeros(n, np.int64)
         uniq_i, inverse = np.unique(as_int, return_inverse=True)
         uniq = uniq_i.view(f"V{w}")
     else:
