@@ -167,8 +167,11 @@ class CommitLog:
             return None
         return decode_at(memoryview(seg.array()), offset - seg.start)
 
-    def read_messages(self, offsets: np.ndarray) -> pa.Table:
-        """Decode the records at these commitlog offsets (ascending) into the message table."""
+    def read_messages(self, offsets: np.ndarray, *, topic: str | None = None) -> pa.Table:
+        """Decode the records at these commitlog offsets (ascending) into the message table.
+
+        ``topic``: the topic the records are expected to have (a consume queue's), a fast path.
+        """
         offsets = np.asarray(offsets, np.int64)
         if len(offsets) == 0:
             return concat_tables([])
@@ -178,7 +181,7 @@ class CommitLog:
         for part in np.split(offsets, cuts):
             seg = self.segments.for_offset(int(part[0]))
             assert seg is not None
-            cols = read_columns(seg.buffer(), seg.start, part - seg.start)
+            cols = read_columns(seg.buffer(), seg.start, part - seg.start, topic=topic)
             tables.append(message_table(cols))
         return concat_tables(tables)
 
