@@ -428,7 +428,7 @@ class MessageStore:
         if len(hits) == 0:
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if not live.any() else GetMessageStatus.NO_MATCHED_MESSAGE
             return GetMessageResult(status, offset + scanned, lo, hi, empty)
-        table = self.commitlog.read_messages(units["offset"][hits].astype(np.int64))
+        table = self.commitlog.read_messages(units["offset"][hits].astype(np.int64), topic=topic)
         if wanted is not None:
             import pyarrow.compute as pc
 
@@ -447,7 +447,7 @@ class MessageStore:
             return empty_message_table()
         units = cq.read(start, end - start)
         live = (units["size"] != FILLER_SIZE) & (units["offset"] >= self.commitlog.min_offset())
-        return self.commitlog.read_messages(units["offset"][live].astype(np.int64))
+        return self.commitlog.read_messages(units["offset"][live].astype(np.int64), topic=topic)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """The first queue offset whose store time is at or after ``ts_ms`` (max offset if none).

@@ -82,6 +82,7 @@ BAD_SINGLE = [
     ("properties-separator-in-value", {"properties": pa.array([[("k", "a\x02b")]], MAP)}, InvalidMessageError, "properties"),
     ("properties-separator-in-key", {"properties": pa.array([[("k\x01", "v")]], MAP)}, InvalidMessageError, "properties"),
     ("properties-empty-key", {"properties": pa.array([[("", "v")]], MAP)}, InvalidMessageError, "properties"),
+    ("properties-empty-value", {"properties": pa.array([[("k", "")]], MAP)}, InvalidMessageError, "properties"),
     ("properties-null-value", {"properties": pa.array([[("k", None)]], MAP)}, InvalidMessageError, "properties"),
     ("properties-not-a-map", {"properties": pa.array(["k=v"])}, InvalidMessageError, "properties"),
     ("queue-negative", {"queueId": pa.array([-1], pa.int32())}, QueueIdError, "queueId"),
