@@ -18,6 +18,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 import store
+from spark_rmq.errors import DataLossError
 from spark_rmq.options import SourceOptions
 from spark_rmq.schema import SPARK_SCHEMA
 from spark_rmq.source import RmqLogStreamReader
@@ -203,3 +204,18 @@ def test_pushed_filters_narrow_the_plan(store_root: str) -> None:
     assert [(p.topic, p.queue_id, p.start, p.end, p.tags) for p in parts] == [("orders", 2, 0, 10, ("A",))]
     assert bodies([r for p in parts for b in reader.read(p) for r in b.to_pylist()]) == sorted(
         f"m{i}" for i in range(2, 40, 4))
+
+
+def test_stream_defaults_to_latest_and_fails_on_lost_ranges(store_root: str) -> None:
+    fill(store_root, "orders", 200, queues=2, config=_small())
+    r = stream_reader(store_root, topics="orders")
+    assert r.initialOffset() == {"orders/0": 100, "orders/1": 100}  # streams start at the end
+    os.remove(sorted(Path(store_root, "commitlog").iterdir())[0])  # retention
+    with pytest.raises(DataLossError, match="orders/0") as err:
+        r.partitions({"orders/0": 0, "orders/1": 0}, {"orders/0": 100, "orders/1": 100})
+    assert err.value.queue == "orders/0" and err.value.start == 0 and err.value.available > 0
+    lenient = stream_reader(store_root, topics="orders", failOnDataLoss="false")
+    parts = lenient.partitions({"orders/0": 0, "orders/1": 0}, {"orders/0": 100, "orders/1": 100})
+    assert all(p.start > 0 for p in parts)
+    r.stop()
+    lenient.stop()
