@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
 import spark_rmq
@@ -118,3 +119,6 @@ def test_stream_to_stream(spark, tmp_path: Path) -> None:
     with store.MessageStore.open(dst) as ms:
         got = [r for qid in range(4) for r in ms.read_queue("out", qid, 0, 1000).to_pylist()]
     assert bodies(got) == sorted(f"m{i}" for i in range(90))
+    back = spark.read.format("rmqlog").option("path", dst).option("topics", "out").load().select("body", "keys")
+    sent = spark.read.format("rmqlog").option("path", src).option("topics", "in").load().select("body", "keys")
+    assert_df_equality(back, sent, ignore_row_order=True)
