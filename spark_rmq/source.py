@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
@@ -50,6 +51,7 @@ from pyspark.sql.types import StructType
 
 from store import MessageStore
 
+from .errors import RmqLogOptionError
 from .offsets import (
     Offsets,
     bounds,
@@ -148,6 +150,8 @@ class RmqLogBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
+        if not os.path.isdir(opts.path):  # a batch read must not create an empty store
+            raise RmqLogOptionError("path", f"no store at {opts.path!r}")
         with _open(opts) as ms:
             ms.dispatch()
             queues = [(t, q) for t, q in discover_queues(ms, opts) if self._wanted(t, q)]

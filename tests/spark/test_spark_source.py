@@ -206,6 +206,16 @@ def test_pushed_filters_narrow_the_plan(store_root: str) -> None:
         f"m{i}" for i in range(2, 40, 4))
 
 
+def test_batch_read_of_a_missing_store_names_the_path(tmp_path: Path) -> None:
+    from spark_rmq.errors import RmqLogOptionError
+    from spark_rmq.source import RmqLogBatchReader
+
+    reader = RmqLogBatchReader(SourceOptions.parse({"path": str(tmp_path / "none"), "topics": "t"}, streaming=False))
+    with pytest.raises(RmqLogOptionError, match="no store at"):
+        reader.partitions()
+    assert not (tmp_path / "none").exists()
+
+
 def test_stream_defaults_to_latest_and_fails_on_lost_ranges(store_root: str) -> None:
     fill(store_root, "orders", 200, queues=2, config=_small())
     r = stream_reader(store_root, topics="orders")
