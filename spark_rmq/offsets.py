@@ -141,6 +141,15 @@ def split_messages(start: Offsets, end: Offsets, budget: int) -> Offsets:
     exact = backlog * budget / total
     take = np.minimum(np.floor(exact).astype(np.int64), backlog)
     take = np.where(backlog > 0, np.maximum(take, 1), 0)
+    # the minimum of one may overshoot: give it back from the largest shares
+    excess = int(take.sum()) - max(budget, int((backlog > 0).sum()))
+    for i in np.argsort(-take, kind="stable")[: len(take)] if excess > 0 else ():  # one step per queue
+        cut = min(excess, int(take[i]) - 1)
+        if cut > 0:
+            take[i] -= cut
+            excess -= cut
+        if excess <= 0:
+            break
     left = budget - int(take.sum())
     if left > 0:
         room = backlog - take
