@@ -27,6 +27,7 @@ If the file is missing or unreadable, it is rebuilt from the commitlog (see ``Me
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,6 +36,7 @@ from .errors import CorruptStoreError
 from .fileio import replace_file
 
 VERSION = 1
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -70,12 +72,20 @@ class AppendStateFile:
         self.path = path
 
     def load(self) -> AppendState | None:
-        """The published state, or ``None`` when there is none yet."""
+        """The published state, or ``None`` when there is none yet or it is unreadable.
+
+        Unreadable happens after a power loss: the rename of a state file whose bytes never
+        reached the disk can leave it empty. The caller rebuilds it from the commitlog.
+        """
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
             return None
-        return AppendState.from_bytes(raw, self.path)
+        try:
+            return AppendState.from_bytes(raw, self.path)
+        except CorruptStoreError as exc:
+            log.warning("%s; it will be rebuilt from the commitlog", exc)
+            return None
 
     def publish(self, state: AppendState, *, durable: bool = False) -> None:
         replace_file(self.path, state.to_bytes(), durable=durable)

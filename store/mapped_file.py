@@ -11,6 +11,7 @@ Nothing here decides what is valid data: that is the commitlog's and the recover
 
 from __future__ import annotations
 
+import contextlib
 import mmap
 import os
 import threading
@@ -87,6 +88,14 @@ class MappedFile:
             view = view[n:]
             rel += n
 
+    def sync(self) -> None:
+        """``fdatasync`` the segment: every byte written to it (by any process) reaches the disk."""
+        if self._fd is None:
+            with self._lock:
+                if self._fd is None:
+                    self._fd = os.open(self.path, os.O_RDWR)
+        os.fdatasync(self._fd)
+
     def flush(self, rel_from: int = 0, rel_to: int | None = None) -> None:
         """msync the pages covering ``[rel_from, rel_to)`` to disk."""
         if self._mm is None:
@@ -104,10 +113,9 @@ class MappedFile:
                 self._fd = None
             self._np = None
             if self._mm is not None:
-                try:
+                # a caller may still hold a zero-copy view; the mapping goes with it
+                with contextlib.suppress(BufferError):
                     self._mm.close()
-                except BufferError:
-                    pass  # a caller still holds a zero-copy view; the mapping goes with it
                 self._mm = None
 
 
