@@ -45,6 +45,7 @@ from .recovery import RecoveryReport, recover
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from .scan import StopReason
 from .schema import PUT_RESULT_SCHEMA, TS
+from .verify import VerifyReport, verify
 
 log = logging.getLogger(__name__)
 
@@ -259,6 +260,11 @@ class MessageStore:
                 f"disk {used:.1f}% full, above disk_space_warning_level_ratio "
                 f"{self.config.disk_space_warning_level_ratio}%: appends refused until space is freed",
             )
+
+    def verify(self) -> VerifyReport:
+        """Walk every record (CRCs included) and consume-queue unit; see :mod:`store.verify`."""
+        self._check_open()
+        return verify(self)
 
     def flushed_offset(self) -> int:
         """The commitlog offset below which everything is on disk (survives a power loss).
