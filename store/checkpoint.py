@@ -84,6 +84,8 @@ class CheckpointFile:
             current = None
         if current is not None:
             cp = cp.merged(current)
+            if cp == current:
+                return cp  # nothing new: no write, no sync
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             if os.fstat(fd).st_size != CHECKPOINT_SIZE:

@@ -614,8 +614,8 @@ class MessageStore:
         """Stop the dispatcher and flusher, flush, unmap everything. Idempotent.
 
         Every close flushes the commitlog (ASYNC_FLUSH's final flush). The last process to
-        close the store also syncs the consume queues, writes the checkpoint and the append
-        state durably, and deletes ``abort``: the next open takes the normal recovery path.
+        close the store also syncs the consume queues, writes the checkpoint and deletes
+        ``abort``: the next open takes the normal recovery path.
         """
         if self._closed:
             return
@@ -633,11 +633,9 @@ class MessageStore:
 
 
     def _last_close(self) -> None:
+        # append.state is not fsynced here either: after a power loss a stale one is below
+        # flush.state, and recovery keeps what flush.state covers
         self.flush_service.checkpoint()
-        with self._append_lock.held():
-            state = self._state_file.load()
-            if state is not None:
-                self._state_file.publish(state, durable=True)
 
 
 def disk_used_percent(path: Path) -> float:

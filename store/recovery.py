@@ -205,7 +205,9 @@ def _truncate_commitlog(ms: MessageStore, end: int) -> int:
 def _finish(ms: MessageStore, report: RecoveryReport, state: AppendState, cut: int) -> None:
     """Make the append state, flush position, consume queues and dispatch position agree with E."""
     end = report.end
-    ms._state_file.publish(state, durable=True)
+    if report.state_rebuilt:
+        # not fsynced: after a power loss a stale or empty state is caught by the rules above
+        ms._state_file.publish(state)
     flushed = ms.flush_service.state_file.read()
     if flushed is not None and flushed.offset > end:
         from .flush import FlushPosition
