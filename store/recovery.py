@@ -181,6 +181,9 @@ def _truncate_commitlog(ms: MessageStore, end: int) -> int:
     segs = ms.commitlog.segments
     starts = segs.segment_starts()
     dropped = 0
+    if segs.directory.is_dir():  # a writer killed while creating a segment leaves its temporary file
+        for leftover in segs.directory.glob(".*.tmp"):
+            leftover.unlink(missing_ok=True)
     for start in starts:
         if start + segs.size <= end:
             continue
