@@ -77,6 +77,10 @@ class Dispatcher:
         """(position, store time of the last record dispatched); caller holds the lock (shared is enough)."""
         return self._load()
 
+    def set_position(self, offset: int) -> None:
+        """Recovery: resume dispatching at ``offset`` (caller holds the lock)."""
+        self._save_position(offset, self._load()[1])
+
     def reset_position(self, limit: int) -> None:
         """Recovery: forget a saved position past ``limit`` and derive it from the queues.
 

@@ -41,17 +41,19 @@ lowered to ``E`` if it was past it.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .errors import DataLossError
-from .record import ScanKind, decode_at
-from .scan import StopReason
+from .record import ScanKind, decode_at, is_consumable
+from .scan import StopReason, scan_segment
 
 if TYPE_CHECKING:
     from .append_state import AppendState
+    from .mapped_file import MappedFile
     from .message_store import MessageStore
 
 log = logging.getLogger(__name__)
@@ -59,6 +61,8 @@ log = logging.getLogger(__name__)
 #: RocketMQ's recoverNormally walks this many of the newest segments.
 NORMAL_RECOVERY_SEGMENTS = 3
 _ZERO_CHUNK = 16 << 20
+#: Bytes of commitlog checked per step of the walk: bounds memory whatever the segment size.
+WALK_CHUNK = 64 << 20
 
 
 @dataclass
@@ -116,14 +120,8 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
     start = walk_start(ms, abnormal)
     report.walk_start = start
     # ---- the walk: how far whole, valid records reach (W)
-    w, bad_seg, bad_detail = start, None, ""
-    limit = starts[-1] + cl.segment_size
-    for seg, scan in cl.scan(start, limit, check_crc=ms.config.check_crc_on_recover):
-        w = seg.start + scan.end
-        if scan.reason is StopReason.BLANK:
-            w = seg.end
-        elif scan.reason is StopReason.CORRUPT:
-            bad_seg, bad_detail = seg, scan.detail
+    walked = Walked()
+    w, bad_seg, bad_detail = _walk(ms, start, walked)
     report.log_end = w
     later_data = [s for s in starts if s > cl.segments.segment_start_for(w) and _has_data(ms, s)]
 
@@ -164,8 +162,80 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
             report.problems.append(msg)
             end = report.end = state.tail
     report.dropped_bytes = _truncate_commitlog(ms, end)
-    _finish(ms, report, state, cut=min(start, end) if abnormal else end)
+    _finish(ms, report, state, cut=min(start, end) if abnormal else end, walked=walked if abnormal else None)
     return report
+
+
+@dataclass
+class Walked:
+    """The records the walk found: absolute offsets, TOTALSIZEs, and whether each gets a unit."""
+
+    positions: list[np.ndarray] = field(default_factory=list)
+    sizes: list[np.ndarray] = field(default_factory=list)
+    consumable: list[np.ndarray] = field(default_factory=list)
+
+    def arrays(self, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        pos = np.concatenate(self.positions) if self.positions else np.zeros(0, np.int64)
+        size = np.concatenate(self.sizes) if self.sizes else np.zeros(0, np.int64)
+        cons = np.concatenate(self.consumable) if self.consumable else np.zeros(0, bool)
+        keep = pos + size <= end
+        return pos[keep], size[keep], cons[keep]
+
+
+def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile | None, str]:
+    """Walk from ``start`` across segments; returns (W, segment of a bad record or None, why).
+
+    In windows of ``WALK_CHUNK`` bytes (memory stays bounded), and each segment only up to
+    its first hole (``SEEK_HOLE``): segments are sparse and written from the front, so the
+    hole is where the data ends, and the walk does not read the zero pages of a 1 GiB
+    segment that is mostly empty. If the hole guess cuts a record, the window is widened.
+    """
+    cl = ms.commitlog
+    pos = start
+    clip = True
+    while True:
+        seg = cl.segments.for_offset(pos)
+        if seg is None:
+            return pos, None, ""
+        limit = min(seg.end, pos + WALK_CHUNK)
+        hole = seg.start + _first_hole(seg)
+        if clip and hole > pos:
+            limit = min(limit, hole)
+        arr = seg.array()
+        res = scan_segment(arr, pos - seg.start, limit - seg.start, check_crc=ms.config.check_crc_on_recover)
+        if len(res.positions):
+            at = res.positions.astype(np.int64)
+            sys_flag = np.ascontiguousarray(arr[(at + 36)[:, None] + np.arange(4)]).view(">i4").ravel()
+            walked.positions.append(at + seg.start)
+            walked.sizes.append(res.sizes.astype(np.int64))
+            walked.consumable.append(np.asarray(is_consumable(sys_flag), bool))
+        new = seg.start + res.end
+        if res.reason is StopReason.BLANK:
+            pos, clip = seg.end, True
+        elif res.reason is StopReason.CORRUPT:
+            return new, seg, res.detail
+        elif res.reason is StopReason.END:
+            return new, None, ""
+        elif new > pos:  # LIMIT: go on from the last whole record
+            pos, clip = new, True
+        elif clip and limit < min(seg.end, pos + WALK_CHUNK):
+            clip = False  # the hole guess was short: look again with the whole window
+        else:
+            return new, None, ""  # a record cut by the segment's end: not there
+
+
+def _first_hole(seg: MappedFile) -> int:
+    """Offset (relative) of the first hole in the segment file; its size if none or unknown."""
+    try:
+        fd = os.open(seg.path, os.O_RDONLY)
+    except OSError:
+        return seg.size
+    try:
+        return min(seg.size, os.lseek(fd, 0, os.SEEK_HOLE))
+    except OSError:
+        return seg.size
+    finally:
+        os.close(fd)
 
 
 def _has_data(ms: MessageStore, start: int) -> bool:
@@ -195,17 +265,40 @@ def _truncate_commitlog(ms: MessageStore, end: int) -> int:
             seg.path.unlink(missing_ok=True)
             continue
         arr = seg.array()
-        for lo in range(max(0, end - start), segs.size, _ZERO_CHUNK):  # bounded memory
-            chunk = arr[lo : min(segs.size, lo + _ZERO_CHUNK)]
-            nonzero = int(np.count_nonzero(chunk))
-            if nonzero:
-                dropped += nonzero
-                chunk[:] = 0
-                seg.flush(lo, lo + len(chunk))
+        for data_lo, data_hi in _data_regions(seg, max(0, end - start)):  # holes read as zeros: skipped
+            for lo in range(data_lo, data_hi, _ZERO_CHUNK):  # bounded memory
+                chunk = arr[lo : min(data_hi, lo + _ZERO_CHUNK)]
+                nonzero = int(np.count_nonzero(chunk))
+                if nonzero:
+                    dropped += nonzero
+                    chunk[:] = 0
+                    seg.flush(lo, lo + len(chunk))
     return dropped
 
 
-def _finish(ms: MessageStore, report: RecoveryReport, state: AppendState, cut: int) -> None:
+def _data_regions(seg: MappedFile, rel: int) -> list[tuple[int, int]]:
+    """The (start, end) ranges of the segment file from ``rel`` on that are not holes."""
+    out: list[tuple[int, int]] = []
+    fd = os.open(seg.path, os.O_RDONLY)
+    try:
+        while rel < seg.size:
+            try:
+                lo = os.lseek(fd, rel, os.SEEK_DATA)
+            except OSError:  # ENXIO: no data past rel
+                break
+            hi = min(seg.size, os.lseek(fd, lo, os.SEEK_HOLE))
+            out.append((lo, hi))
+            rel = hi
+    except OSError:  # no SEEK_DATA here: treat everything as data
+        out = [(rel, seg.size)]
+    finally:
+        os.close(fd)
+    return out
+
+
+def _finish(
+    ms: MessageStore, report: RecoveryReport, state: AppendState, cut: int, walked: Walked | None = None,
+) -> None:
     """Make the append state, flush position, consume queues and dispatch position agree with E."""
     end = report.end
     if report.state_rebuilt:
@@ -217,10 +310,50 @@ def _finish(ms: MessageStore, report: RecoveryReport, state: AppendState, cut: i
 
         ms.flush_service.state_file.write(FlushPosition(end, state.store_timestamp))
     with ms._dispatch_lock.held():
-        for cq in ms._all_queues():
-            first = cq.first_at_or_past(cut)
-            if first < cq.max_offset():
-                cq.truncate(first)
-        ms.dispatcher.reset_position(cut)
-    if report.abnormal:
-        report.redispatched = ms.dispatcher.dispatch()
+        if walked is None:  # normal path: units at or past the end go
+            for cq in ms._all_queues():
+                first = cq.first_at_or_past(cut)
+                if first < cq.max_offset():
+                    cq.truncate(first)
+            ms.dispatcher.reset_position(cut)
+            return
+        resume = _check_units(ms, cut, end, walked)
+        ms.dispatcher.set_position(resume)
+    report.redispatched = ms.dispatcher.dispatch()
+
+
+def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
+    """Abnormal path: keep the units past ``cut`` that point at a walked record, cut the rest.
+
+    A unit is kept only if it points exactly at the start of a record the walk found (below
+    E) with the record's size, and units of a queue point at increasing offsets; the first
+    unit of a queue that fails (a lost page reads as zeros, a unit past E) and all after it
+    are truncated. Returns where dispatch must resume: the first consumable walked record
+    left without a unit (E if none), so re-dispatch rewrites only what is missing and skips
+    units already there (idempotent). All vectorized: one read and one ``searchsorted`` per
+    queue, no step per record.
+    """
+    pos, size, consumable = walked.arrays(end)
+    covered = np.zeros(len(pos), bool)
+    for cq in ms._all_queues():
+        first = cq.first_at_or_past(cut)
+        hi = cq.max_offset()
+        if hi <= first:
+            continue
+        u = cq.read(first, hi - first)
+        off = u["offset"].astype(np.int64)
+        sz = u["size"].astype(np.int64)
+        idx = np.searchsorted(pos, off)
+        safe = np.minimum(idx, max(len(pos) - 1, 0))
+        ok = (idx < len(pos)) & (sz > 0) & (off + sz <= end)
+        if len(pos):
+            ok &= (pos[safe] == off) & (size[safe] == sz)
+        ok[1:] &= np.diff(off) > 0
+        bad = np.flatnonzero(~ok)
+        k = int(bad[0]) if len(bad) else len(u)
+        if k < len(u):
+            log.warning("consume queue %s: units from %d do not match the commitlog; re-dispatched", cq.directory, first + k)
+            cq.truncate(first + k)
+        covered[idx[:k]] = True
+    missing = np.flatnonzero(consumable & ~covered)
+    return int(pos[missing[0]]) if len(missing) else end
