@@ -142,7 +142,7 @@ class FlushService:
         for start in range(first, last + 1, segs.size):
             seg = segs.get(start)
             if seg is not None:
-                seg.sync()
+                seg.sync(max(0, lo - start), min(segs.size, hi - start))
         self.syncs += 1
         if last > first or lo == 0:
             fsync_dir(segs.directory)  # a segment created since the last flush: its name too
