@@ -10,6 +10,7 @@ from .errors import (
     CorruptStoreError,
     DataLossError,
     DiskFullError,
+    InvalidArgumentError,
     InvalidGroupError,
     InvalidMessageError,
     InvalidTopicError,
@@ -24,7 +25,7 @@ from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
 
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
-    "StoreError", "ConfigError", "CorruptStoreError", "DataLossError", "DiskFullError", "InvalidGroupError", "InvalidMessageError",
+    "StoreError", "ConfigError", "CorruptStoreError", "DataLossError", "DiskFullError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessageTooLargeError", "QueueIdError", "StoreClosedError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",

@@ -178,10 +178,11 @@ class TopicConfigManager:
                 self._topics[config.topic_name] = config
                 self._write()
 
-    def planned_queue_counts(self, topics: list[str]) -> list[int]:
+    def planned_queue_counts(self, topics: list[str], *, unknown: int | None = None) -> list[int]:
         """Write queue count of each topic as it is or would be once auto-created (creates nothing).
 
-        Raises :class:`store.errors.InvalidTopicError` for a missing topic when auto-creation is off.
+        A missing topic when auto-creation is off counts as ``unknown`` if given, else raises
+        :class:`store.errors.InvalidTopicError`.
         """
         if any(t not in self._topics for t in topics):
             self.reload()
@@ -189,6 +190,9 @@ class TopicConfigManager:
         for t in topics:
             tc = self._topics.get(t)
             if tc is None and not self.auto_create:
+                if unknown is not None:
+                    out.append(unknown)
+                    continue
                 from .errors import InvalidTopicError
 
                 raise InvalidTopicError(f"topic {t!r} does not exist and auto-creation is off", row=None, field="topic")

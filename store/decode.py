@@ -46,6 +46,27 @@ class RecordColumns:
         return len(self.offsets)
 
 
+def repeat_string(value: str, n: int) -> pa.StringArray:
+    """``n`` copies of ``value`` as a string array (one C-level bytes repeat, no take)."""
+    raw = value.encode()
+    offsets = np.arange(0, len(raw) * (n + 1), len(raw), dtype=np.int32) if raw else np.zeros(n + 1, np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
+
+
+def _expected_topic(
+    source: pa.Buffer, tl_pos: np.ndarray, magic: np.ndarray, topic: str,
+) -> tuple[pa.StringArray, np.ndarray] | None:
+    """(topic column, topic lengths) if every record at ``tl_pos`` is a V1 record of ``topic``."""
+    raw = topic.encode()
+    if len(raw) > 255 or (magic == MAGIC_V2).any():
+        return None
+    expect = np.frombuffer(bytes([len(raw)]) + raw, np.uint8)
+    got = fixed_rows(gather_slices(source, tl_pos, np.full(len(tl_pos), len(expect), np.int64)), len(expect))
+    if not (got == expect).all():
+        return None
+    return repeat_string(topic, len(tl_pos)), np.full(len(tl_pos), len(raw), np.int64)
+
+
 def _hosts_to_strings(raw: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     """(n, w) host bytes -> string array via the distinct values (hosts are few)."""
     n, w = raw.shape
@@ -55,8 +76,7 @@ def _hosts_to_strings(raw: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     if w == 8:
         as_int = keys.view(np.uint64)
         if (as_int == as_int[0]).all():  # the usual case: one host for the whole run
-            name = pa.array([format_host(bytes(keys[0]))], pa.string())
-            return name.take(pa.array(np.zeros(n, np.int32))), np.zeros(n, np.int64)
+            return repeat_string(format_host(bytes(keys[0])), n), np.zeros(n, np.int64)
         uniq_i, inverse = np.unique(as_int, return_inverse=True)
         uniq = uniq_i.view(f"V{w}")
     else:
@@ -65,10 +85,15 @@ def _hosts_to_strings(raw: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     return names.take(pa.array(inverse.astype(np.int64))), inverse
 
 
-def read_columns(source: pa.Buffer, base: int, positions: np.ndarray, *, with_body: bool = True) -> RecordColumns:
+def read_columns(
+    source: pa.Buffer, base: int, positions: np.ndarray, *, with_body: bool = True, topic: str | None = None,
+) -> RecordColumns:
     """Decode the records at ``positions`` (relative to ``source``; ``base`` is its commitlog offset).
 
     The records must be whole and valid (below the published tail, or checked by a scan).
+    ``topic``, when the caller expects every record to be of that topic (a consume queue's
+    records), lets the topic be checked with one fixed-width gather instead of read; any
+    record that does not match is decoded the general way.
     """
     positions = np.asarray(positions, np.int64)
     n = len(positions)
@@ -109,19 +134,24 @@ def read_columns(source: pa.Buffer, base: int, positions: np.ndarray, *, with_bo
     body_len = header["bodyLength"].astype(np.int64)
     body_start = positions + hsize
     body = to_binary(gather_slices(source, body_start, body_len)) if with_body else None
-    # topic length: 1 byte (V1) or 2 bytes (V2); read 2 bytes and keep what applies
     tl_pos = body_start + body_len
-    tl2 = fixed_rows(gather_slices(source, tl_pos, np.full(n, 2, np.int64)), 2)
-    is_v2 = header["magic"] == MAGIC_V2
-    topic_len = np.where(is_v2, tl2[:, 0].astype(np.int64) << 8 | tl2[:, 1], tl2[:, 0]).astype(np.int64)
-    topic_start = tl_pos + np.where(is_v2, 2, 1)
-    topic = to_binary(gather_slices(source, topic_start, topic_len)).cast(pa.string())
+    topic_col = _expected_topic(source, tl_pos, header["magic"], topic) if topic is not None and n else None
+    if topic_col is not None:
+        topic_arr, topic_len = topic_col
+        topic_start = tl_pos + 1
+    else:
+        # topic length: 1 byte (V1) or 2 bytes (V2); read 2 bytes and keep what applies
+        tl2 = fixed_rows(gather_slices(source, tl_pos, np.full(n, 2, np.int64)), 2)
+        is_v2 = header["magic"] == MAGIC_V2
+        topic_len = np.where(is_v2, tl2[:, 0].astype(np.int64) << 8 | tl2[:, 1], tl2[:, 0]).astype(np.int64)
+        topic_start = tl_pos + np.where(is_v2, 2, 1)
+        topic_arr = to_binary(gather_slices(source, topic_start, topic_len)).cast(pa.string())
     pl_pos = topic_start + topic_len
     props_start = pl_pos + 2
     props_len = header["totalSize"].astype(np.int64) - (props_start - positions)
     props = to_binary(gather_slices(source, props_start, props_len)).cast(pa.string())
     return RecordColumns(
-        offsets=base + positions, header=header, body=body, topic=topic,
+        offsets=base + positions, header=header, body=body, topic=topic_arr,
         properties=props, born_host=born_host, store_host=store_host, store_host_raw=store_raw,
     )
 

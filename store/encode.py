@@ -6,17 +6,19 @@ Two steps, split around the append lock:
    body, properties and trailer, compute the body CRCs (one ``zlib.crc32`` call per body, the
    only per-message Python call), and the record lengths. Any bad row raises a typed error
    naming the row and field before a byte is written.
-2. :meth:`EncodedBatch.records` (under the lock): fill the fields only the lock can give
-   (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP) into the numpy header array and join header,
-   body and trailer of every row in one ``binary_join_element_wise`` call; the result's data
-   buffer is the batch's bytes, ready to copy into the mapped segment.
+2. Under the lock, :meth:`EncodedBatch.fill` sets the fields only the lock can give
+   (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP) in the numpy header array; the commitlog
+   then writes the records chunk by chunk as their CRCs become ready, either joined
+   (:meth:`EncodedBatch.joined`: one ``binary_join_element_wise`` of header, body and
+   trailer) or, for large bodies, straight from the pieces (:meth:`EncodedBatch.iovecs`,
+   one ``pwritev`` for many records: each body byte is copied once, by the kernel).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -50,7 +52,10 @@ QueueCounts = Callable[[list[str]], list[int]]
 
 
 def _flat(col: pa.Array | pa.ChunkedArray) -> pa.Array:
-    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+    """One contiguous array; a column of one chunk is used as is (no copy of the bodies)."""
+    if isinstance(col, pa.ChunkedArray):
+        return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+    return col
 
 
 def _first(mask: np.ndarray) -> int:
@@ -73,8 +78,28 @@ def _as_string(col: pa.Array, field: str) -> pa.Array:
     return col.cast(pa.string())
 
 
+def _may_hold_separator(col: pa.Array, *, space: bool) -> bool:
+    """Cheap screen over the raw value bytes: ``False`` means no value holds a separator."""
+    if not (pa.types.is_string(col.type) or pa.types.is_binary(col.type)) or len(col) == 0:
+        return True
+    offsets = np.frombuffer(col.buffers()[1], np.int32, len(col) + 1, col.offset * 4)
+    data = col.buffers()[2]
+    if data is None:
+        return False
+    raw = np.frombuffer(data, np.uint8)[int(offsets[0]) : int(offsets[-1])]
+    low = raw < 3  # \x00 too: rare, and the exact check below sorts it out
+    return bool(low.any() or (space and (raw == 32).any()))
+
+
+def _may_be_empty(col: pa.Array) -> bool:
+    """Whether some non-null value of a string column is empty (cheap screen)."""
+    return bool(pc.any(pc.equal(pc.binary_length(col), 0)).as_py())
+
+
 def _no_separators(col: pa.Array, field: str, parent: np.ndarray | None = None, *, space: bool = False) -> None:
     """Reject values holding the properties separators (\\x01, \\x02) or, for keys, a space."""
+    if not _may_hold_separator(col, space=space):
+        return
     pattern = "[\\x01\\x02 ]" if space else "[\\x01\\x02]"
     bad = pc.fill_null(pc.match_substring_regex(col, pattern), False)
     if pc.any(bad).as_py():
@@ -105,44 +130,141 @@ def _crc32s(body: pa.BinaryArray) -> np.ndarray:
     return (crcs & 0x7FFFFFFF).astype(np.int32)
 
 
-#: One background thread computes body CRCs while the caller's thread encodes the rest of the
-#: batch: the CRC loop holds the GIL, the rest is mostly numpy/Arrow work that releases it,
-#: so on 2+ cores the two overlap.
+#: One background thread computes body CRCs, chunk by chunk, while the caller's thread
+#: encodes the rest of the batch and then writes the chunks whose CRCs are ready: the CRC
+#: loop holds the GIL, but Arrow kernels and the write syscalls release it, so on 2+ cores
+#: the two overlap.
 _CRC_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-crc")
 _CRC_ASYNC_MIN_ROWS = 4096
+_CRC_CHUNK_BYTES = 2 << 20
+_SEP2 = pa.scalar(b"\x02", pa.binary())
+#: Average body size from which records are written straight from their pieces (header,
+#: body, trailer) with one ``pwritev`` per ~340 records, instead of joined first: for large
+#: bodies the join's extra copy of every byte costs more than the scatter-gather entries.
+LARGE_BODY = 1024
+
+
+class BodyCrcs:
+    """The BODYCRC of every row, computed in chunks of rows in the background thread."""
+
+    def __init__(self, body: pa.BinaryArray, body_len: np.ndarray) -> None:
+        n = len(body)
+        self.values = np.zeros(n, np.int32)
+        if n < _CRC_ASYNC_MIN_ROWS:
+            self.values[:] = _crc32s(body)
+            self.bounds = np.array([0, n], np.int64)
+            self._futures: list[Future[None]] = []
+            return
+        # chunks of ~_CRC_CHUNK_BYTES of bodies, at least 1024 rows each
+        rows = max(1024, int(_CRC_CHUNK_BYTES * n // max(1, int(body_len.sum()))))
+        self.bounds = np.append(np.arange(0, n, rows, dtype=np.int64), n)
+        self._futures = [
+            _CRC_POOL.submit(self._run, body, int(a), int(b))
+            for a, b in zip(self.bounds[:-1], self.bounds[1:], strict=True)
+        ]
+
+    def _run(self, body: pa.BinaryArray, a: int, b: int) -> None:
+        self.values[a:b] = _crc32s(body.slice(a, b - a))
+
+    def wait(self, upto: int) -> None:
+        """Block until the CRCs of rows ``[0, upto)`` are known."""
+        for i, f in enumerate(self._futures):
+            if self.bounds[i] >= upto:
+                break
+            f.result()
+
+    def spans(self, a: int, b: int) -> list[tuple[int, int]]:
+        """``[a, b)`` cut at chunk boundaries: write a chunk as soon as its CRCs are ready."""
+        inner = self.bounds[(self.bounds > a) & (self.bounds < b)].tolist()
+        edges = [a, *inner, b]
+        return list(zip(edges[:-1], edges[1:], strict=True))
+
+
+def _merge_scalars(pieces: list[pa.Array | pa.Scalar]) -> list[pa.Array | pa.Scalar]:
+    """Adjacent scalar join pieces merged into one (fewer pieces, faster join)."""
+    out: list[pa.Array | pa.Scalar] = []
+    for p in pieces:
+        if isinstance(p, pa.Scalar) and out and isinstance(out[-1], pa.Scalar):
+            out[-1] = pa.scalar(out[-1].as_py() + p.as_py(), pa.binary())
+        else:
+            out.append(p)
+    return out
+
+
+def _data_and_offsets(arr: pa.Array) -> tuple[int, np.ndarray]:
+    """(address of the data buffer, int64 value offsets) of a binary array."""
+    if pa.types.is_large_binary(arr.type):
+        off = np.frombuffer(arr.buffers()[1], np.int64, len(arr) + 1, arr.offset * 8)
+    else:
+        off = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4).astype(np.int64)
+    data = arr.buffers()[2]
+    return (data.address if data is not None else 0), off
 
 
 @dataclass
 class EncodedBatch:
-    """A validated batch, encoded but for the fields assigned under the append lock."""
+    """A validated batch, encoded but for the fields assigned under the append lock.
+
+    Record ``i`` is ``header[i]`` (numpy, :func:`store.record.header_dtype`), ``body[i]`` and
+    the trailer (TOPICLEN, TOPIC, PROPERTIESLENGTH, PROPERTIES), the join of ``trailer``'s
+    pieces at row ``i`` (scalars are the same on every row).
+    """
 
     n: int
     topics: list[str]  # distinct topics of the batch
     topic_index: np.ndarray  # row -> index in ``topics``
     queue_id: np.ndarray  # int32 per row
     header: np.ndarray  # structured, record.header_dtype
-    pieces: list[pa.Array | pa.Scalar]  # body, topic length + topic, properties length, properties parts
+    body: pa.BinaryArray
+    trailer: list[pa.Array | pa.Scalar]  # join pieces; one array when ``large_bodies``
     lengths: np.ndarray  # TOTALSIZE per row, int64
+    crcs: BodyCrcs
+    large_bodies: bool  # average body >= LARGE_BODY: written with iovecs
 
-    def records(self, queue_offsets: np.ndarray, physical_offsets: np.ndarray, store_ts: int) -> pa.Buffer:
-        """The batch's bytes with the lock-assigned fields filled in, one record after another."""
+    def fill(self, queue_offsets: np.ndarray, physical_offsets: np.ndarray, store_ts: int) -> None:
+        """Set the fields only the append lock can give."""
         h = self.header
         h["queueOffset"] = queue_offsets
         h["physicalOffset"] = physical_offsets
         h["storeTimestamp"] = store_ts
-        width = h.dtype.itemsize
+
+    def spans(self, a: int, b: int) -> list[tuple[int, int]]:
+        """Rows ``[a, b)`` cut where more body CRCs become ready (write in this order)."""
+        return self.crcs.spans(a, b)
+
+    def _ready(self, a: int, b: int) -> None:
+        self.crcs.wait(b)
+        self.header["bodyCRC"][a:b] = self.crcs.values[a:b]
+
+    def joined(self, a: int, b: int) -> pa.Buffer:
+        """The bytes of records ``[a, b)``, one after another (one join: each byte copied once)."""
+        self._ready(a, b)
+        h = self.header[a:b]
+        m, width = b - a, h.dtype.itemsize
         hdr = pa.BinaryArray.from_buffers(
-            pa.binary(), self.n,
-            [None, pa.py_buffer(np.arange(0, width * (self.n + 1), width, dtype=np.int32)), pa.py_buffer(h)],
+            pa.binary(), m, [None, pa.py_buffer(np.arange(0, width * (m + 1), width, dtype=np.int32)), pa.py_buffer(h)],
         )
-        # one join of every piece: each byte is copied once, in C++
-        joined = pc.binary_join_element_wise(hdr, *self.pieces, b"")
-        if pa.types.is_large_binary(joined.type):
-            start = int(np.frombuffer(joined.buffers()[1], np.int64, 1, joined.offset * 8)[0])
-        else:
-            start = int(np.frombuffer(joined.buffers()[1], np.int32, 1, joined.offset * 4)[0])
-        data = joined.buffers()[2]
-        return data.slice(start, int(self.lengths.sum()))
+        trailer = [p if isinstance(p, pa.Scalar) else p.slice(a, m) for p in self.trailer]
+        joined = pc.binary_join_element_wise(hdr, self.body.slice(a, m), *trailer, b"")
+        start = int(_data_and_offsets(joined)[1][0])
+        return joined.buffers()[2].slice(start, int(self.lengths[a:b].sum()))
+
+    def iovecs(self, a: int, b: int) -> np.ndarray:
+        """``struct iovec`` entries (address, length) of records ``[a, b)``: header, body, trailer.
+
+        The addresses point into this batch's arrays, valid while the batch is alive.
+        """
+        self._ready(a, b)
+        m = b - a
+        width = self.header.dtype.itemsize
+        iov = np.empty((m, 3, 2), np.uint64)
+        iov[:, 0, 0] = self.header.ctypes.data + (np.arange(a, b, dtype=np.uint64) * width)
+        iov[:, 0, 1] = width
+        for j, arr in ((1, self.body), (2, self.trailer[0])):
+            addr, off = _data_and_offsets(arr)
+            iov[:, j, 0] = addr + off[a:b].astype(np.uint64)
+            iov[:, j, 1] = np.diff(off[a : b + 1]).astype(np.uint64)
+        return iov.reshape(-1, 2)
 
 
 def prepare_batch(
@@ -183,9 +305,14 @@ def prepare_batch(
         from .errors import InvalidTopicError
 
         raise InvalidTopicError("topic is null", row=_first(np.asarray(topic.is_null())), field="topic")
-    enc = pc.dictionary_encode(topic)
-    topics: list[str] = enc.dictionary.to_pylist()
-    topic_index = np.asarray(enc.indices, dtype=np.int64)
+    first_topic = topic[0] if n else None
+    if n and pc.all(pc.equal(topic, first_topic)).as_py():  # the usual case: one topic
+        topics: list[str] = [first_topic.as_py()]
+        topic_index = np.zeros(n, np.int64)
+    else:
+        enc = pc.dictionary_encode(topic)
+        topics = enc.dictionary.to_pylist()
+        topic_index = np.asarray(enc.indices, dtype=np.int64)
     for i, t in enumerate(topics):
         problem = topic_problem(t)
         if problem is not None:
@@ -208,11 +335,15 @@ def prepare_batch(
         row = _first(body_len > max_message_size)
         raise MessageTooLargeError(f"body is {body_len[row]} bytes, over max_message_size {max_message_size}", row=row, field="body")
 
-    crc_future = _CRC_POOL.submit(_crc32s, body) if n >= _CRC_ASYNC_MIN_ROWS else None
-    crc_now = None if crc_future is not None else _crc32s(body)
+    crcs = BodyCrcs(body, body_len)  # computed in the background while the rest is encoded
 
     # --- queueId
     counts = np.asarray(queue_counts(topics) if topics else [], dtype=np.int64)
+    if (counts < 0).any():  # a topic that does not exist (auto-creation off): name its first row
+        from .errors import InvalidTopicError
+
+        i = int(np.flatnonzero(counts < 0)[0])
+        raise InvalidTopicError(f"topic {topics[i]!r} does not exist and auto-creation is off", row=_first(topic_index == i), field="topic")
     queue_id = np.full(n, -1, np.int64)
     if "queueId" in cols:
         q = cols["queueId"]
@@ -239,7 +370,7 @@ def prepare_batch(
                 queue_id[rows] = (first + np.arange(len(rows))) % counts[i]
 
     # --- properties: the user's map, then KEYS, TAGS, UNIQ_KEY
-    parts: list[pa.Array] = []
+    parts: list[pa.Array | tuple[pa.Scalar, pa.Array, pa.Scalar]] = []
     has_uniq = np.zeros(n, bool)
     user_has_tags = user_has_keys = False
     if "properties" in cols and not pa.types.is_null(cols["properties"].type):
@@ -261,6 +392,10 @@ def prepare_batch(
         empty = np.asarray(pc.equal(pc.binary_length(keys), 0)) if len(keys) else np.zeros(0, bool)
         if empty.any():
             raise InvalidMessageError("a property name is empty", row=int(parent[_first(empty)]), field="properties")
+        blank = np.asarray(pc.equal(pc.binary_length(vals), 0)) if len(vals) else np.zeros(0, bool)
+        if blank.any():  # RocketMQ's client refuses them too, and its decoder drops them
+            i = _first(blank)
+            raise InvalidMessageError(f"property {keys[i].as_py()!r} has an empty value", row=int(parent[i]), field="properties")
         _no_separators(keys, "properties", parent)
         _no_separators(vals, "properties", parent)
         if pm.null_count:  # null maps contribute nothing
@@ -309,7 +444,12 @@ def prepare_batch(
         _no_separators(tags, "tags")
         if user_has_tags and tags.null_count < n:
             raise InvalidMessageError("TAGS given both as the tags column and in properties", row=_first(~np.asarray(tags.is_null())), field="tags")
-        parts.append(single_property(PROPERTY_TAGS, tags))
+        if n and _may_be_empty(tags):  # an empty tag is no tag (Java's decoder drops it)
+            tags = pc.if_else(pc.equal(pc.binary_length(tags), 0), pa.scalar(None, pa.string()), tags)
+        if tags.null_count:
+            parts.append(single_property(PROPERTY_TAGS, tags))
+        else:  # 'TAGS\x01' + tag + '\x02' as three join pieces: no intermediate column
+            parts.append((pa.scalar(PROPERTY_TAGS.encode() + b"\x01", pa.binary()), tags.cast(pa.binary()), _SEP2))
     uniq = uniq_keys.generate_property(n)  # 'UNIQ_KEY\x01<32 hex>\x02', built in numpy
     if has_uniq.any():
         uniq = pc.if_else(pa.array(has_uniq), pa.scalar(b"", pa.binary()), uniq)
@@ -320,10 +460,16 @@ def prepare_batch(
         offs = np.zeros(n + 1, np.int32)
         offs[-1] = len(piece)
         parts.append(pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(piece)]))
-    parts = [p.cast(pa.binary()) for p in parts]
+    pieces: list[pa.Array | pa.Scalar] = []
     props_len = np.zeros(n, np.int64)
-    for p in parts:
-        props_len += np.asarray(pc.binary_length(p), dtype=np.int64)
+    for part in parts:
+        for p in part if isinstance(part, tuple) else (part,):
+            if isinstance(p, pa.Scalar):
+                props_len += len(p.as_py())
+            else:
+                p = p.cast(pa.binary())
+                props_len += np.asarray(pc.binary_length(p), dtype=np.int64)
+            pieces.append(p)
     if n and props_len.max() > PROPERTIES_MAX_BYTES:
         row = _first(props_len > PROPERTIES_MAX_BYTES)
         raise MessageTooLargeError(f"properties are {props_len[row]} bytes, over {PROPERTIES_MAX_BYTES}", row=row, field="properties")
@@ -375,11 +521,16 @@ def prepare_batch(
             pa.binary(), n, [None, pa.py_buffer(np.arange(0, 2 * (n + 1), 2, dtype=np.int32)), pa.py_buffer(plen)]
         )
 
-    # --- header (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP come under the lock)
+    # --- the trailer of each record, joined now (outside the lock, while CRCs run)
+    trailer_pieces = _merge_scalars([topic_prefix, plen_arr, *pieces])
+    large = n > 0 and int(body_len.sum()) >= LARGE_BODY * n
+    if large:  # written by pwritev straight from the pieces: the trailer must be one array
+        trailer_pieces = [pc.binary_join_element_wise(*trailer_pieces, b"")]
+
+    # --- header (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and BODYCRC come later)
     h = np.zeros(n, dt)
     h["totalSize"] = lengths
     h["magic"] = MAGIC_V1
-    h["bodyCRC"] = crc_future.result() if crc_future is not None else crc_now
     h["queueId"] = queue_id
     h["flag"] = flag
     h["sysFlag"] = (SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0)
@@ -389,5 +540,5 @@ def prepare_batch(
     h["bodyLength"] = body_len
     return EncodedBatch(
         n=n, topics=topics, topic_index=topic_index, queue_id=queue_id.astype(np.int32), header=h,
-        pieces=[body, topic_prefix, plen_arr, *parts], lengths=lengths,
+        body=body, trailer=trailer_pieces, lengths=lengths, crcs=crcs, large_bodies=large,
     )

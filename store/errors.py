@@ -43,6 +43,10 @@ class QueueIdError(InvalidMessageError):
     """A queue id is negative or not below the topic's number of write queues."""
 
 
+class InvalidArgumentError(StoreError, ValueError):
+    """A call's argument is out of its range (e.g. ``max_count <= 0``)."""
+
+
 class ConfigError(StoreError, ValueError):
     """A :class:`store.StoreConfig` value, or a config file, is invalid."""
 

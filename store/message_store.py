@@ -32,7 +32,7 @@ from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .decode import empty_message_table
 from .dispatcher import Dispatcher
 from .encode import prepare_batch
-from .errors import DiskFullError, InvalidMessageError, StoreClosedError
+from .errors import DiskFullError, InvalidArgumentError, InvalidMessageError, StoreClosedError
 from .flush import AsyncFlusher, FlushService, FlushStateFile
 from .hashing import java_string_hash
 from .hosts import host_bytes
@@ -329,7 +329,7 @@ class MessageStore:
         self._check_open()
         batch = prepare_batch(
             table,
-            queue_counts=self.topic_config.planned_queue_counts,
+            queue_counts=lambda topics: self.topic_config.planned_queue_counts(topics, unknown=-1),
             max_message_size=self.config.max_message_size,
             max_record_size=self.commitlog.segment_size - 8,
             store_host=self._store_host,
@@ -475,6 +475,8 @@ class MessageStore:
 
         validate_group(group)
         validate_topic(topic)
+        if max_count <= 0:  # RocketMQ answers nothing useful either; say so instead
+            raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
         empty = empty_message_table()
         if queue_id < 0 or not self._queue_exists(topic, queue_id):
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, empty)
@@ -506,7 +508,7 @@ class MessageStore:
         if len(hits) == 0:
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if not live.any() else GetMessageStatus.NO_MATCHED_MESSAGE
             return GetMessageResult(status, offset + scanned, lo, hi, empty)
-        table = self.commitlog.read_messages(units["offset"][hits].astype(np.int64))
+        table = self.commitlog.read_messages(units["offset"][hits].astype(np.int64), topic=topic)
         if wanted is not None:
             import pyarrow.compute as pc
 
@@ -525,7 +527,7 @@ class MessageStore:
             return empty_message_table()
         units = cq.read(start, end - start)
         live = (units["size"] != FILLER_SIZE) & (units["offset"] >= self.commitlog.min_offset())
-        return self.commitlog.read_messages(units["offset"][live].astype(np.int64))
+        return self.commitlog.read_messages(units["offset"][live].astype(np.int64), topic=topic)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """The first queue offset whose store time is at or after ``ts_ms`` (max offset if none).

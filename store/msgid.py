@@ -81,8 +81,8 @@ class UniqKeyGenerator:
         start = d.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         return int(start.timestamp() * 1000)
 
-    def _raw(self, n: int) -> np.ndarray:
-        """``n`` distinct 16-byte ids (rows of a uint8 array)."""
+    def _seq(self, n: int) -> np.ndarray:
+        """``n`` consecutive 48-bit sequence values (int64), never reused by this generator."""
         if os.getpid() != self._pid:  # forked: a new process needs its own prefix
             self.__init__(self._prefix[:4])  # type: ignore[misc]
         now = time.time()
@@ -90,7 +90,11 @@ class UniqKeyGenerator:
         with self._lock:
             start = max(base, self._last + 1)
             self._last = start + n - 1
-        seq = np.arange(start, start + n, dtype=np.int64) & 0xFFFFFFFFFFFF
+        return np.arange(start, start + n, dtype=np.int64) & 0xFFFFFFFFFFFF
+
+    def _raw(self, n: int) -> np.ndarray:
+        """``n`` distinct 16-byte ids (rows of a uint8 array)."""
+        seq = self._seq(n)
         raw = np.empty((n, 16), np.uint8)
         raw[:, :10] = np.frombuffer(self._prefix, np.uint8)
         raw[:, 10:] = seq.astype(">i8").view(np.uint8).reshape(n, 8)[:, 2:]
@@ -101,12 +105,20 @@ class UniqKeyGenerator:
         return hex_rows(self._raw(n))
 
     def generate_property(self, n: int) -> pa.BinaryArray:
-        """``n`` distinct ``UNIQ_KEY\x01<id>\x02`` property items, built directly in numpy."""
-        prefix = b"UNIQ_KEY\x01"
-        width = len(prefix) + 32 + 1
-        out = np.empty((n, width), np.uint8)
-        out[:, : len(prefix)] = np.frombuffer(prefix, np.uint8)
-        out[:, len(prefix) : len(prefix) + 32] = _HEX2[self._raw(n)].view(np.uint8).reshape(n, 32)
-        out[:, -1] = 2
+        """``n`` distinct ``UNIQ_KEY\x01<id>\x02`` property items, built directly in numpy.
+
+        The first 10 id bytes (host, pid, random) are the same for every row: the rows start
+        as copies of one template (a C-level repeat); only the 12 hex characters of the
+        48-bit sequence are written per row.
+        """
+        head = b"UNIQ_KEY\x01" + self._prefix.hex().upper().encode()
+        template = head + b"0" * 12 + b"\x02"
+        width = len(template)
+        seq = self._seq(n)
+        out = np.frombuffer(bytearray(template * n), np.uint8).reshape(n, width)
+        digits = np.empty((n, 6), np.uint16)
+        for k in range(6):  # 6 steps over the whole batch, not per row
+            digits[:, k] = _HEX2[(seq >> (8 * (5 - k))) & 0xFF]
+        out[:, len(head) : len(head) + 12] = digits.view(np.uint8).reshape(n, 12)
         offsets = np.arange(0, n * width + 1, width, dtype=np.int32)
         return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])

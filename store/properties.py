@@ -63,23 +63,87 @@ class ParsedProperties:
 
     def __init__(self, props: pa.Array) -> None:
         props = _flat(props)
-        n = len(props)
-        parts = pc.split_pattern(props, "\x02")
-        flat = pc.list_flatten(parts)
-        parent = np.asarray(pc.list_parent_indices(parts))
-        kv = pc.split_pattern(flat, "\x01", max_splits=1)
-        good = np.asarray(pc.equal(pc.list_value_length(kv), 2))
-        if not good.all():  # empty trailing items and malformed ones are dropped, as RocketMQ does
-            kv = kv.filter(pa.array(good))
-            parent = parent[good]
-        pairs = pc.list_flatten(kv)
-        m = len(pairs) // 2
-        self.keys = pairs.take(pa.array(np.arange(0, 2 * m, 2)))
-        self.values = pairs.take(pa.array(np.arange(1, 2 * m, 2)))
-        self.parent = parent
-        counts = np.bincount(parent, minlength=n) if m else np.zeros(n, np.int64)
+        self.n = len(props)
+        if not self._parse_well_formed(props):
+            self._parse_general(props)
+        counts = np.bincount(self.parent, minlength=self.n) if len(self.keys) else np.zeros(self.n, np.int64)
         self.offsets = counts_to_offsets(counts)
-        self.n = n
+
+    def _parse_well_formed(self, props: pa.Array) -> bool:
+        """Fast path from the separator positions alone (no string splitting).
+
+        Applies when every row is ``k\x01v\x02`` repeated (what RocketMQ and this store
+        write): the separators of the whole column then alternate \x01, \x02 and each pair
+        lies in one row. Returns ``False`` (nothing parsed) otherwise.
+        """
+        if props.null_count or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type)):
+            return False
+        n = len(props)
+        off = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4).astype(np.int64)
+        data = props.buffers()[2]
+        if n == 0 or data is None or off[-1] == off[0]:
+            return False
+        raw = np.frombuffer(data, np.uint8)[off[0] : off[-1]]
+        rel = off - off[0]
+        pos = np.flatnonzero(raw < 3)
+        if len(pos) % 2:
+            return False
+        p1, p2 = pos[0::2], pos[1::2]
+        if not ((raw[p1] == 1).all() and (raw[p2] == 2).all()):
+            return False
+        row = np.searchsorted(rel, p1, side="right") - 1
+        if not (np.searchsorted(rel, p2, side="right") - 1 == row).all():
+            return False
+        ends = rel[1:]
+        nonempty = ends > rel[:-1]
+        if not (raw[ends[nonempty] - 1] == 2).all():  # no bytes after a row's last \x02
+            return False
+        keep = p2 - p1 > 1  # Java drops an item with an empty value ('k\x01\x02')
+        if not keep.all():
+            p1, p2, row = p1[keep], p2[keep], row[keep]
+            if not len(p1):
+                return False
+        # a key starts after the previous \x02 (dropped items included) or at its row's start
+        all_p2 = pos[1::2]
+        before = np.searchsorted(all_p2, p1) - 1
+        prev_end = np.where(before >= 0, all_p2[np.maximum(before, 0)] + 1, 0)
+        key_start = np.maximum(prev_end, rel[row])
+        from .gather import gather_slices
+
+        base = int(off[0])
+        string = pa.string()
+        self.keys = gather_slices(data, base + key_start, p1 - key_start).cast(pa.binary()).view(string)
+        self.values = gather_slices(data, base + p1 + 1, p2 - p1 - 1).cast(pa.binary()).view(string)
+        self.parent = row
+        return True
+
+    def _parse_general(self, props: pa.Array) -> None:
+        """Any properties string, with Java's ``string2messageProperties`` rules.
+
+        Split on \x02, each item on every \x01; like Java's ``String.split``, trailing empty
+        tokens do not count; an item is kept only if that leaves exactly (name, value).
+        """
+        n = len(props)
+        parts = pc.split_pattern(pc.fill_null(props, _EMPTY_STR), "\x02")
+        items = pc.list_flatten(parts)
+        item_row = np.asarray(pc.list_parent_indices(parts))
+        tokens = pc.split_pattern(items, "\x01")
+        flat = pc.list_flatten(tokens)
+        tok_item = np.asarray(pc.list_parent_indices(tokens))
+        tok_off = np.asarray(tokens.offsets, np.int64)
+        tok_off = tok_off - tok_off[0]
+        m = len(items)
+        # per item: index (within the item) of its last non-empty token, -1 if none
+        pos_in_item = np.arange(len(flat), dtype=np.int64) - tok_off[tok_item] if len(flat) else np.zeros(0, np.int64)
+        nonempty = np.asarray(pc.greater(pc.binary_length(flat), 0)) if len(flat) else np.zeros(0, bool)
+        last = np.full(m, -1, np.int64)
+        if nonempty.any():
+            np.maximum.at(last, tok_item[nonempty], pos_in_item[nonempty])
+        keep = last == 1
+        first = tok_off[:-1][keep]
+        self.keys = flat.take(pa.array(first)).cast(pa.string()) if len(first) else pa.array([], pa.string())
+        self.values = flat.take(pa.array(first + 1)).cast(pa.string()) if len(first) else pa.array([], pa.string())
+        self.parent = item_row[keep] if n else np.zeros(0, np.int64)
 
     def map_array(self) -> pa.MapArray:
         return pa.MapArray.from_arrays(pa.array(self.offsets), self.keys, self.values)
@@ -104,6 +168,8 @@ class ParsedProperties:
 def split_keys(keys_prop: pa.Array) -> pa.ListArray:
     """``KEYS`` values split on spaces into list<string>; empty tokens dropped, null -> []."""
     n = len(keys_prop)
+    if keys_prop.null_count == n:  # no message has keys (common): n empty lists
+        return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, np.int32)), pa.array([], pa.string()))
     filled = pc.fill_null(keys_prop, _EMPTY_STR)
     parts = pc.split_pattern(filled, KEY_SEPARATOR)
     flat = pc.list_flatten(parts)

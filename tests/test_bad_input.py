@@ -82,6 +82,7 @@ BAD_SINGLE = [
     ("properties-separator-in-value", {"properties": pa.array([[("k", "a\x02b")]], MAP)}, InvalidMessageError, "properties"),
     ("properties-separator-in-key", {"properties": pa.array([[("k\x01", "v")]], MAP)}, InvalidMessageError, "properties"),
     ("properties-empty-key", {"properties": pa.array([[("", "v")]], MAP)}, InvalidMessageError, "properties"),
+    ("properties-empty-value", {"properties": pa.array([[("k", "")]], MAP)}, InvalidMessageError, "properties"),
     ("properties-null-value", {"properties": pa.array([[("k", None)]], MAP)}, InvalidMessageError, "properties"),
     ("properties-not-a-map", {"properties": pa.array(["k=v"])}, InvalidMessageError, "properties"),
     ("queue-negative", {"queueId": pa.array([-1], pa.int32())}, QueueIdError, "queueId"),
@@ -350,12 +351,6 @@ def test_good_batch_after_rejected_batch(bs: store.MessageStore, root: Path) -> 
     assert [r["queueOffset"] for r in read_queue_all(bs, "T", 0)] == [0, 1, 2, 3, 4]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="with auto_create_topic_enable=False an unknown topic raises InvalidTopicError with "
-    "row=None: TopicConfigManager.planned_queue_counts() sees only the distinct topic names, so the "
-    "error cannot say which row used the unknown topic",
-)
 def test_unknown_topic_without_auto_create_names_the_row(tmp_path: Path) -> None:
     root = tmp_path / "strict"
     with store.MessageStore.open(root, small_store_config(auto_create_topic_enable=False)) as s:
