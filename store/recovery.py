@@ -95,7 +95,7 @@ def walk_start(ms: MessageStore, abnormal: bool) -> int:
     for start in reversed(starts):
         seg = ms.commitlog.segments.get(start)
         assert seg is not None
-        first = decode_at(memoryview(seg.array()), 0)
+        first = decode_at(memoryview(seg.mm), 0)
         if first.kind is ScanKind.RECORD and first.record is not None and 0 < first.record.store_timestamp <= safe:
             return start
     return starts[0]

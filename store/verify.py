@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .consume_queue import FILLER_SIZE
+from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .decode import read_columns
 from .scan import StopReason
 
@@ -77,7 +77,7 @@ def verify(ms: MessageStore) -> VerifyReport:
     return report
 
 
-def _verify_queue(ms: MessageStore, cq, tail: int, report: VerifyReport) -> None:  # type: ignore[no-untyped-def]
+def _verify_queue(ms: MessageStore, cq: ConsumeQueue, tail: int, report: VerifyReport) -> None:
     topic, qid = cq.directory.parent.name, int(cq.directory.name)
     lo = cq.min_offset(0)
     hi = cq.max_offset()
