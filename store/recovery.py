@@ -46,8 +46,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
+import pyarrow as pa
 
-from .errors import DataLossError
+from .errors import CorruptStoreError, DataLossError
 from .record import ScanKind, decode_at, is_consumable
 from .scan import StopReason, scan_segment
 
@@ -152,7 +153,11 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
     if state is None or state.tail != end:
         # rebuilt before anything is cut: a rebuild that cannot reach E (a bad record below the
         # walk's start) must fail the open with nothing changed
-        state = ms._rebuild_state(end)
+        try:
+            state = ms._rebuild_state(end)
+        except (ValueError, pa.ArrowException) as exc:  # lengths and CRC fine, content not decodable
+            raise CorruptStoreError(f"cannot rebuild the append state from the commitlog: {exc}",
+                                    path=str(cl.segments.directory)) from exc
         report.state_rebuilt = True
         if state.tail != end:
             msg = f"commitlog damaged at offset {state.tail}, below the recovered end {end}"

@@ -19,6 +19,7 @@ A few trials run in the normal suite; ``RMQ_OPTIN=1`` runs 64 more.
 
 from __future__ import annotations
 
+import json
 import random
 import signal
 import subprocess
@@ -219,3 +220,54 @@ def test_recover_after_kill_many_trials(tmp_path: Path, scenario: tuple[str, int
     mode, writers, power = scenario
     _run_trial(tmp_path, mode, writers, power, seed=1000 + seed * 7 + len(_id(scenario)))
 
+
+
+@pytest.mark.slow
+def test_recover_concurrent_process_test_store_killed_midway(tmp_path: Path) -> None:
+    """The store of test_concurrency.py (4 writers, a dispatcher, 2 topics, 4 queues), killed
+    mid-way: after recovery queue offsets are dense and unique, every batch is whole, each
+    writer's batches are a prefix of what it sent, and the consume queues agree with the log."""
+    import test_concurrency as tc
+
+    root, go, done = tmp_path / "store", str(tmp_path / "go"), str(tmp_path / "done")
+    procs = [tc._spawn(tc.WRITER, str(root), go, done, str(w)) for w in range(tc.WRITERS)]
+    procs.append(tc._spawn(tc.DISPATCHER, str(root), go, done))
+    try:
+        assert tc.wait_until(lambda: len(list(tmp_path.glob("go.ready.*"))) == len(procs), timeout=60)
+        Path(go).touch()
+        # kill once a random amount of data is published (a few batches in, far from the end)
+        want = random.Random(7).randint(2, 8) * tc.BATCH_SIZE
+
+        def published() -> int:
+            try:
+                return sum(json.loads((root / "append.state").read_bytes())["queues"].values())
+            except (OSError, ValueError, KeyError):
+                return 0
+
+        tc.wait_until(lambda: published() >= want, timeout=60, interval=0.001)
+        for p in procs:
+            p.send_signal(signal.SIGKILL)
+    finally:
+        for p in procs:
+            p.kill()
+            p.communicate()
+    cfg = store.StoreConfig(mapped_file_size_commit_log=tc.CL_SEG, mapped_file_size_consume_queue=tc.CQ_SEG)
+    with store.MessageStore.open(root, cfg) as s:
+        assert s.recovery is not None and s.recovery.abnormal
+        s.dispatch()
+        recs = walk(root)
+        per_writer: dict[int, list[int]] = {}
+        by_queue: dict[tuple[str, int], list] = {}
+        for r in recs:
+            wid, seq, _ = r.body.decode().split(":")
+            per_writer.setdefault(int(wid), []).append(int(seq))
+            by_queue.setdefault((r.topic, r.queue_id), []).append(r)
+        for wid, seqs in per_writer.items():
+            assert sorted(seqs) == list(range(len(seqs))) and len(seqs) % tc.BATCH_SIZE == 0, wid
+        for (topic, q), rs in by_queue.items():
+            assert [r.queue_offset for r in rs] == list(range(len(rs))), (topic, q)
+            assert units(root, topic, q) == [(r.physical_offset, r.total_size, r.tags_code) for r in rs]
+        assert s.verify().ok
+        assert 0 < len(recs) < tc.WRITERS * tc.BATCHES * tc.BATCH_SIZE  # killed mid-way
+        res = s.put("C0", b"after", queue_id=1)
+        assert res.queue_offset == len(by_queue.get(("C0", 1), []))

@@ -184,6 +184,22 @@ def test_recover_abnormal_exit_redispatches_and_keeps_published(root: Path, tmp_
     assert len(out) == 40
 
 
+def test_recover_abnormal_exit_walks_from_the_checkpoint_safe_point(root: Path, tmp_path: Path) -> None:
+    crashed = tmp_path / "crashed"
+    with store.MessageStore.open(root, small_store_config()) as s:
+        _fill(s, 60)  # several segments
+        s.dispatch()
+        last_seg = s.commitlog.segments.segment_starts()[-1]
+        future = int(__import__("time").time() * 1000) + 60_000  # everything is older than the safe point
+        CheckpointFile(root / "checkpoint").write(Checkpoint(future, future, 0))
+        _snapshot_open_store(root, crashed)
+    with store.MessageStore.open(crashed, small_store_config()) as s:
+        rep = s.recovery
+        assert rep is not None and rep.abnormal and rep.walk_start == last_seg > 0
+        assert rep.redispatched == 0  # the units past the safe point match the log
+        assert s.verify().ok and s.max_offset("D", 0) == 60
+
+
 def test_recover_cuts_a_killed_writers_unpublished_batch(root: Path, tmp_path: Path) -> None:
     """Bytes past the published tail are a batch nobody acknowledged: cut, even when whole."""
     crashed = tmp_path / "crashed"
