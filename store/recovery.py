@@ -27,8 +27,8 @@ Three more positions decide what is kept, the end ``E``:
   or ahead of the log: a power loss): ``E = F``. What lies past ``F`` was never reported
   flushed, and its batch boundaries are unknown.
 - neither file (a store written by RocketMQ): ``E = W``.
-- ``W < F``, or a bad record followed by later segments holding data: acknowledged data is
-  damaged. Opening fails with :class:`DataLossError` (offset and segment named) unless the
+- ``W < F``, or (without ``F``) a bad record followed by later segments holding data:
+  acknowledged data is damaged. Opening fails with :class:`DataLossError` (offset and segment named) unless the
   caller asked for ``repair``, which keeps ``E = W`` and drops the rest.
 
 Then: bytes past ``E`` are zeroed and later segments deleted; consume-queue units pointing at
@@ -134,7 +134,10 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
         end = f
     else:
         end = w
-    damaged = (f is not None and w < f) or (bad_seg is not None and later_data)
+    # damage counts only below what was acknowledged: below F when it is known (past F nothing
+    # was reported flushed, so a torn tail followed by a half-rolled segment is just cut);
+    # without F (a RocketMQ store), a bad record with valid segments after it is not a tail
+    damaged = (w < f) if f is not None else bool(bad_seg is not None and later_data)
     if damaged:
         where = bad_seg.path if bad_seg is not None else cl.segments.directory
         msg = (

@@ -254,6 +254,31 @@ def test_recover_rocketmq_store_stops_at_damage_followed_by_data(root: Path) -> 
         store.MessageStore.open(root, small_store_config())
 
 
+def test_recover_torn_tail_and_half_rolled_segment_past_flushed_are_cut(root: Path) -> None:
+    """A power loss past the flushed position: a torn record, then a later segment with data
+    (a roll whose first segment's tail never reached the disk). Nothing acknowledged: cut, no error."""
+    with store.MessageStore.open(root, small_store_config()) as s:
+        _fill(s, 25)
+        while s.published_tail() % 4096 > 3000:  # leave room after the tail in its segment
+            _fill(s, 1)
+        s.flush()
+        flushed = s.flushed_offset()
+        starts = s.commitlog.segments.segment_starts()
+    last = root / "commitlog" / f"{starts[-1]:020d}"
+    data = bytearray(last.read_bytes())
+    rel = flushed - starts[-1]
+    data[rel : rel + 8] = (300).to_bytes(4, "big") + (0xDAA320A7).to_bytes(4, "big")  # torn: a header only
+    last.write_bytes(bytes(data))
+    later = root / "commitlog" / f"{starts[-1] + 4096:020d}"
+    later.write_bytes((root / "commitlog" / f"{starts[0]:020d}").read_bytes())  # a segment full of records
+    with store.MessageStore.open(root, small_store_config()) as s:
+        assert s.recovery is not None and s.recovery.end == flushed and s.recovery.dropped_bytes > 0
+        assert not later.exists()
+        assert s.put("D", b"next", queue_id=0).commit_log_offset == flushed
+        s.dispatch()
+        assert s.verify().ok
+
+
 def test_verify_reports_offset_and_segment(root: Path) -> None:
     with store.MessageStore.open(root, small_store_config()) as s:
         out = _fill(s, 12)
