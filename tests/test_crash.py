@@ -4,7 +4,8 @@ Each trial starts writer processes that append random batches to one store (tiny
 so kills land in segment rolls too) and log, to an append-only file, every batch they start
 and every batch whose ``put_batch`` returned, plus the store's flushed position. The parent
 kills them at a random instant, optionally simulates a power loss (everything past the
-store's durable flushed position is zeroed or deleted, the unsynced state files dropped),
+store's durable flushed position is zeroed or torn, later segments deleted or torn, the
+unsynced state files dropped or emptied, sometimes the consume queues lost),
 reopens the store and checks:
 
 - every acknowledged batch is present exactly once (SYNC_FLUSH: its put returned;
@@ -92,7 +93,13 @@ def _simulate_power_loss(root: Path, rng: random.Random) -> int:
             continue
         start = int(seg.name)
         if start >= flushed:
-            seg.unlink()  # created after the last sync (its name was never synced)
+            if rng.random() < 0.7:
+                seg.unlink()  # created after the last sync (its name was never synced)
+            else:  # or its name and some of its pages did reach the disk
+                data = bytearray(seg.read_bytes())
+                keep = rng.randint(0, len(data))
+                data[keep:] = bytes(len(data) - keep)
+                seg.write_bytes(bytes(data))
         elif start + SEGMENT > flushed:
             data = bytearray(seg.read_bytes())
             cut = flushed - start
