@@ -6,6 +6,7 @@ Crash scenarios with killed processes are in test_crash.py.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import shutil
 import subprocess
@@ -354,3 +355,47 @@ def test_appends_refused_above_disk_warning_ratio(root: Path, monkeypatch: pytes
     with store.MessageStore.open(root, cfg) as s:
         assert s.put("D", b"configurable", queue_id=0).queue_offset == 3
 
+
+
+SYNC_CHILD = """
+import sys
+import pyarrow as pa
+import store
+cfg = store.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=1000,
+                        flush_disk_type=store.SYNC_FLUSH)
+with store.MessageStore.open(sys.argv[1], cfg) as s:
+    s.put_batch(pa.table({"topic": ["P"] * 3, "body": [b"p" * 50] * 3}))
+    print(s.flush_service.syncs, s.flushed_offset() >= s.published_tail(), flush=True)
+"""
+
+
+def test_sync_flush_group_commit_across_processes(root: Path) -> None:
+    """Three SYNC writer processes whose batches are published while the flush lock is busy
+    return after one sync in total: the first to get the lock syncs for all."""
+    from conftest import subprocess_env
+
+    from store.fileio import InterProcessLock
+
+    with store.MessageStore.open(root, SYNC) as s:
+        s.create_topic("P", 4)
+    lock = InterProcessLock(root / "flush.lock")
+    with lock.held():
+        procs = [
+            subprocess.Popen([sys.executable, "-c", SYNC_CHILD, str(root)], env=subprocess_env(),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            for _ in range(3)
+        ]
+
+        def published() -> int:  # read the file: a store opened here would share (and drop) our POSIX lock
+            try:
+                queues = json.loads((root / "append.state").read_bytes())["queues"]
+            except (OSError, ValueError, KeyError):
+                return 0
+            return sum(v for k, v in queues.items() if k.startswith("P/"))
+
+        assert wait_until(lambda: published() == 9, timeout=60)
+    outs = [p.communicate(timeout=60) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [o[1][-2000:] for o in outs]
+    syncs = [int(o[0].split()[0]) for o in outs]
+    assert sum(syncs) == 1 and all(o[0].split()[1] == "True" for o in outs)
+    lock.close()
