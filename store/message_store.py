@@ -15,7 +15,7 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,9 @@ from .schema import PUT_RESULT_SCHEMA, TS
 from .verify import VerifyReport, verify
 
 log = logging.getLogger(__name__)
+
+#: Bytes of commitlog walked per step when rebuilding the append state (bounds memory).
+REBUILD_CHUNK = 64 << 20
 
 
 def validate_writer(writer: object, sequence: object) -> None:
@@ -224,7 +227,7 @@ class MessageStore:
         if not starts:
             return state
         limit = starts[-1] + self.commitlog.segment_size if end is None else end
-        for seg, scan in self.commitlog.scan(start, limit, check_crc=self.config.check_crc_on_recover):
+        for seg, scan in self._rebuild_walk(start, limit):
             if len(scan.positions):
                 from .decode import read_columns
 
@@ -250,6 +253,23 @@ class MessageStore:
             elif scan.reason is StopReason.CORRUPT:
                 log.warning("commitlog: %s at offset %d of %s; the log ends there", scan.detail, state.tail, seg.path)
         return state
+
+    def _rebuild_walk(self, start: int, limit: int) -> Iterator[tuple[Any, Any]]:
+        """``commitlog.scan`` in windows of ``REBUILD_CHUNK`` bytes, so memory stays bounded."""
+        pos = start
+        while pos < limit:
+            stop = min(limit, pos + REBUILD_CHUNK)
+            last = None
+            for seg, scan in self.commitlog.scan(pos, stop, check_crc=self.config.check_crc_on_recover):
+                yield seg, scan
+                last = (seg, scan)
+            if last is None:
+                return
+            seg, scan = last
+            new = seg.end if scan.reason is StopReason.BLANK else seg.start + scan.end
+            if scan.reason not in (StopReason.LIMIT, StopReason.BLANK) or new <= pos or stop >= limit:
+                return  # end of data, a bad record, or the caller's limit
+            pos = new
 
     def _check_disk_space(self) -> None:
         """Refuse appends while the commitlog's volume is fuller than the warning level (RocketMQ: 90%)."""

@@ -399,3 +399,17 @@ def test_sync_flush_group_commit_across_processes(root: Path) -> None:
     syncs = [int(o[0].split()[0]) for o in outs]
     assert sum(syncs) == 1 and all(o[0].split()[1] == "True" for o in outs)
     lock.close()
+
+
+@pytest.mark.parametrize("chunk", [700, 1000, 4096, 4100])
+def test_state_rebuild_in_bounded_windows_matches_the_published_state(
+    root: Path, monkeypatch: pytest.MonkeyPatch, chunk: int,
+) -> None:
+    import store.message_store as msm
+
+    with store.MessageStore.open(root, small_store_config()) as s:
+        s.put_batch(pa.table({"topic": ["T"] * 200, "body": [b"x" * (i % 300) for i in range(200)]}))
+        published = s.append_state()
+        monkeypatch.setattr(msm, "REBUILD_CHUNK", chunk)
+        rebuilt = s._rebuild_state()
+        assert (rebuilt.tail, rebuilt.queues) == (published.tail, published.queues)
