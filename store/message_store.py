@@ -218,8 +218,12 @@ class MessageStore:
                         out.append(self.consume_queue(topic_dir.name, int(qdir.name)))
         return out
 
-    def _rebuild_state(self, end: int | None = None) -> AppendState:
-        """The append state recovered from the commitlog itself, up to ``end`` (default: its end)."""
+    def _rebuild_state(self, end: int | None = None, *, check_crc: bool | None = None) -> AppendState:
+        """The append state recovered from the commitlog itself, up to ``end`` (default: its end).
+
+        ``check_crc`` defaults to ``check_crc_on_recover``; recovery turns it off when its own
+        walk already checked every record below ``end``.
+        """
         state = AppendState()
         start = self.commitlog.min_offset()
         state.tail = start
@@ -227,7 +231,8 @@ class MessageStore:
         if not starts:
             return state
         limit = starts[-1] + self.commitlog.segment_size if end is None else end
-        for seg, scan in self._rebuild_walk(start, limit):
+        crc = self.config.check_crc_on_recover if check_crc is None else check_crc
+        for seg, scan in self._rebuild_walk(start, limit, crc):
             if len(scan.positions):
                 from .decode import read_columns
 
@@ -254,13 +259,13 @@ class MessageStore:
                 log.warning("commitlog: %s at offset %d of %s; the log ends there", scan.detail, state.tail, seg.path)
         return state
 
-    def _rebuild_walk(self, start: int, limit: int) -> Iterator[tuple[Any, Any]]:
+    def _rebuild_walk(self, start: int, limit: int, check_crc: bool) -> Iterator[tuple[Any, Any]]:
         """``commitlog.scan`` in windows of ``REBUILD_CHUNK`` bytes, so memory stays bounded."""
         pos = start
         while pos < limit:
             stop = min(limit, pos + REBUILD_CHUNK)
             last = None
-            for seg, scan in self.commitlog.scan(pos, stop, check_crc=self.config.check_crc_on_recover):
+            for seg, scan in self.commitlog.scan(pos, stop, check_crc=check_crc):
                 yield seg, scan
                 last = (seg, scan)
             if last is None:
