@@ -655,6 +655,7 @@ class MessageStore:
         finally:
             self._owner.close(self._last_close)
         self.commitlog.close()
+        self._state_file.close()
         for cq in self._queues.values():
             cq.close()
 

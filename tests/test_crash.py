@@ -20,7 +20,6 @@ A few trials run in the normal suite; ``RMQ_OPTIN=1`` runs 64 more.
 
 from __future__ import annotations
 
-import json
 import random
 import signal
 import subprocess
@@ -33,6 +32,7 @@ import pytest
 from conftest import subprocess_env, units, walk
 
 import store
+from store.append_state import AppendStateFile
 from store.flush import FlushStateFile
 
 SEGMENT = 4096
@@ -247,8 +247,9 @@ def test_recover_concurrent_process_test_store_killed_midway(tmp_path: Path) -> 
 
         def published() -> int:
             try:
-                return sum(json.loads((root / "append.state").read_bytes())["queues"].values())
-            except (OSError, ValueError, KeyError):
+                state = AppendStateFile(root / "append.state").load()
+                return sum(state.queues.values()) if state is not None else 0
+            except OSError:
                 return 0
 
         tc.wait_until(lambda: published() >= want, timeout=60, interval=0.001)

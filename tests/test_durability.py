@@ -6,7 +6,6 @@ Crash scenarios with killed processes are in test_crash.py.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import subprocess
@@ -27,6 +26,7 @@ from conftest import (
 )
 
 import store
+from store.append_state import AppendStateFile
 from store.checkpoint import CHECKPOINT_SIZE, Checkpoint, CheckpointFile
 from store.flush import AsyncFlusher
 
@@ -388,9 +388,10 @@ def test_sync_flush_group_commit_across_processes(root: Path) -> None:
 
         def published() -> int:  # read the file: a store opened here would share (and drop) our POSIX lock
             try:
-                queues = json.loads((root / "append.state").read_bytes())["queues"]
-            except (OSError, ValueError, KeyError):
+                state = AppendStateFile(root / "append.state").load()
+            except OSError:
                 return 0
+            queues = state.queues if state is not None else {}
             return sum(v for k, v in queues.items() if k.startswith("P/"))
 
         assert wait_until(lambda: published() == 9, timeout=60)
