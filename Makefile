@@ -24,6 +24,7 @@ lint: $(STAMP)
 
 bench: $(STAMP)
 	$(VENV)/bin/python jobs/bench_store.py
+	$(VENV)/bin/python jobs/bench_durability.py
 
 bench-spark: $(STAMP)
 	$(VENV)/bin/python jobs/bench_spark.py

@@ -90,7 +90,8 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path) -> dict
 
     t0 = time.perf_counter()
     read = 0
-    step = 65536
+    # read in tables of ~16 MB (what a Spark task or a consumer takes at once), not 268 MB ones
+    step = max(1024, (16 << 20) // max(1, written // max(n, 1)))
     for q in range(4):
         lo, hi = s.min_offset("BenchTopic", q), s.max_offset("BenchTopic", q)
         for off in range(lo, hi, step):

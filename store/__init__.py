@@ -8,6 +8,8 @@ from .config_files import TopicConfig
 from .errors import (
     ConfigError,
     CorruptStoreError,
+    DataLossError,
+    DiskFullError,
     InvalidArgumentError,
     InvalidGroupError,
     InvalidMessageError,
@@ -23,7 +25,7 @@ from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
 
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
-    "StoreError", "ConfigError", "CorruptStoreError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
+    "StoreError", "ConfigError", "CorruptStoreError", "DataLossError", "DiskFullError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessageTooLargeError", "QueueIdError", "StoreClosedError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",

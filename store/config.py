@@ -46,6 +46,9 @@ class StoreConfig:
     - ``reput_interval_ms``: how often the background dispatcher looks for new records.
     - ``file_reserved_time`` (hours), ``delete_when`` (hours of day, ``"04"`` or ``"04;16"``),
       ``disk_max_used_space_ratio`` (percent): retention.
+    - ``disk_space_warning_level_ratio`` (percent, RocketMQ's ``diskSpaceWarningLevelRatio``
+      90%): appends are refused with :class:`DiskFullError` while the commitlog's volume is
+      fuller than this; accepted again once it is not.
     - ``message_delay_level``: the delay levels, RocketMQ's syntax.
     """
 
@@ -65,6 +68,7 @@ class StoreConfig:
     file_reserved_time: int = 72
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
+    disk_space_warning_level_ratio: int = 90
     message_delay_level: str = DEFAULT_DELAY_LEVELS
 
     def __post_init__(self) -> None:

@@ -75,6 +75,25 @@ class ConsumeQueue:
                 return start // CQ_UNIT_SIZE + written
         return self.max_offset()
 
+    def first_at_or_past(self, commit_log_offset: int) -> int:
+        """The first logical offset whose unit points at or past ``commit_log_offset``.
+
+        Units of a queue point at increasing commitlog offsets (fillers point at 0), so this
+        is a binary search: O(log n) one-unit reads. Returns :meth:`max_offset` if none does.
+        """
+        lo, hi = 0, self.max_offset()
+        first_seg = self.segments.segment_starts()
+        if first_seg:
+            lo = first_seg[0] // CQ_UNIT_SIZE
+        while lo < hi:
+            mid = (lo + hi) // 2
+            u = self.read(mid, 1)
+            if len(u) and int(u["offset"][0]) < commit_log_offset:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
     # ------------------------------------------------------------------ read
     def read(self, start: int, count: int) -> np.ndarray:
         """Copy units ``[start, start+count)`` (the caller keeps it below the end)."""

@@ -6,7 +6,9 @@ writes each queue's units as one slice. Prepared and rolled-back transaction rec
 unit. It holds ``dispatch.lock`` while it works, so any number of processes may call it;
 only one dispatches at a time.
 
-Its position lives in ``<root>/dispatch.state`` (``{"version": 1, "offset": N}``), replaced
+Its position lives in ``<root>/dispatch.state`` (``{"version": 1, "offset": N,
+"storeTimestamp": ms}``, the store time of the last record dispatched, which the checkpoint's
+``logicsMsgTimestamp`` comes from), replaced
 atomically after the units are written. It is a hint, never a source of truth: a crash
 between writing units and saving the position only means the next run walks those records
 again, and writing a unit that is already there is skipped (idempotent). Without the file,
@@ -54,17 +56,40 @@ class Dispatcher:
         self._thread: threading.Thread | None = None
         self._stop = threading.Event()
         self.last_error: BaseException | None = None
+        self._last_ts = 0
 
     # ---------------------------------------------------------------- state
     def _load_position(self) -> int:
+        return self._load()[0]
+
+    def _load(self) -> tuple[int, int]:
+        """(position, store time of the last record dispatched); the time is 0 when unknown."""
         try:
             d = json.loads(self.state_path.read_bytes())
-            return int(d["offset"])
+            return int(d["offset"]), int(d.get("storeTimestamp", 0))
         except FileNotFoundError:
             pass
-        except (ValueError, KeyError, TypeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("ignoring unreadable %s (%s); rebuilding the position", self.state_path, exc)
-        return self._derive_position()
+        return self._derive_position(), 0
+
+    def dispatched(self) -> tuple[int, int]:
+        """(position, store time of the last record dispatched); caller holds the lock (shared is enough)."""
+        return self._load()
+
+    def set_position(self, offset: int) -> None:
+        """Recovery: resume dispatching at ``offset`` (caller holds the lock)."""
+        self._save_position(offset, self._load()[1])
+
+    def reset_position(self, limit: int) -> None:
+        """Recovery: forget a saved position past ``limit`` and derive it from the queues.
+
+        Caller holds the lock and has already truncated the queues at ``limit``.
+        """
+        pos, ts = self._load()
+        if pos > limit:
+            self.state_path.unlink(missing_ok=True)
+            self._save_position(self._derive_position(), ts)
 
     def _derive_position(self) -> int:
         """RocketMQ's rule: dispatch resumes at the largest commitlog end referenced by any queue."""
@@ -77,8 +102,11 @@ class Dispatcher:
                     best = max(best, int(u["offset"][0]) + int(u["size"][0]))
         return best
 
-    def _save_position(self, offset: int) -> None:
-        replace_file(self.state_path, json.dumps({"version": 1, "offset": offset}).encode())
+    def _save_position(self, offset: int, store_timestamp: int) -> None:
+        replace_file(
+            self.state_path,
+            json.dumps({"version": 1, "offset": offset, "storeTimestamp": store_timestamp}).encode(),
+        )
 
     def position(self) -> int:
         with self.lock.held():
@@ -92,7 +120,8 @@ class Dispatcher:
         """
         total = 0
         with self.lock.held():
-            pos = max(self._load_position(), self.commitlog.min_offset())
+            pos, self._last_ts = self._load()
+            pos = max(pos, self.commitlog.min_offset())
             tail = self.published_tail()
             start_pos = pos
             maxes: dict[tuple[str, int], int] = {}
@@ -114,12 +143,14 @@ class Dispatcher:
                 if not progressed:
                     break
             if pos != start_pos:
-                self._save_position(pos)
+                self._save_position(pos, self._last_ts)
         return total
 
     def _dispatch_run(self, source, base: int, positions: np.ndarray, maxes: dict[tuple[str, int], int]) -> int:
         cols = read_columns(source, base, positions, with_body=False)
         h = cols.header
+        if len(h):
+            self._last_ts = max(self._last_ts, int(h["storeTimestamp"].max()))
         keep = np.asarray(is_consumable(h["sysFlag"]))
         _, codes = dispatch_columns(cols)
         topic_codes = cols.topic.dictionary_encode()

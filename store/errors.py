@@ -65,5 +65,17 @@ class CorruptStoreError(StoreError):
         self.offset = offset
 
 
+class DataLossError(CorruptStoreError):
+    """Recovery found damage in data that was already flushed (acknowledged), or a bad record
+    with valid data after it. Nothing was changed; open with ``repair=True`` to cut the log
+    at the damage, or run :func:`store.verify.verify` to see every problem."""
+
+
+class DiskFullError(StoreError, OSError):
+    """An append failed because the disk is full (ENOSPC), or disk use is above
+    ``disk_space_warning_level_ratio``. Nothing of the batch was published; the store stays
+    readable, and appends succeed again once space is freed."""
+
+
 class StoreClosedError(StoreError):
     """The store was used after :meth:`store.MessageStore.close`."""

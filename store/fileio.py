@@ -2,12 +2,35 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+
+def lockf_blocking(fd: int, how: int, length: int = 0, start: int = 0) -> None:
+    """``fcntl.lockf`` that waits, retrying the kernel's false deadlock reports.
+
+    Linux detects deadlocks between POSIX locks per *process*: a process whose flusher
+    thread holds one lock while its writer thread waits for another looks deadlocked with a
+    process doing the reverse, although each thread would finish and release. The kernel
+    then fails the wait with EDEADLK instead of blocking; waiting a moment and asking again
+    is the usual answer (the thread holding the other lock is making progress).
+    """
+    delay = 0.0005
+    while True:
+        try:
+            fcntl.lockf(fd, how, length, start)
+            return
+        except OSError as exc:
+            if exc.errno != errno.EDEADLK:
+                raise
+        time.sleep(delay)
+        delay = min(delay * 2, 0.01)
 
 
 class InterProcessLock:
@@ -35,7 +58,7 @@ class InterProcessLock:
         self._thread_lock.acquire()
         try:
             if self._depth == 0:
-                fcntl.lockf(self._open(), fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+                lockf_blocking(self._open(), fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             self._depth += 1
         except BaseException:
             self._thread_lock.release()

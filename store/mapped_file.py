@@ -11,6 +11,7 @@ Nothing here decides what is valid data: that is the commitlog's and the recover
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import mmap
 import os
@@ -29,6 +30,12 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _pwritev = _libc.pwritev
 _pwritev.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
 _pwritev.restype = ctypes.c_ssize_t
+# msync through ctypes, not mmap.flush(): CPython's mmap.flush keeps the GIL during the
+# msync, which stalled every other thread of the process (the writer) for the whole sync
+_msync = _libc.msync
+_msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+_msync.restype = ctypes.c_int
+MS_SYNC = 4  # Linux <sys/mman.h>
 
 
 class MappedFile:
@@ -95,6 +102,23 @@ class MappedFile:
             view = view[n:]
             rel += n
 
+    def sync(self, rel_from: int = 0, rel_to: int | None = None) -> None:
+        """Make the bytes in ``[rel_from, rel_to)`` durable, whoever wrote them (any process).
+
+        ``msync`` of just that range (Linux runs ``fsync`` over the file range, metadata
+        included), not ``fdatasync`` of the file: with a writer appending meanwhile, a
+        whole-file sync keeps chasing the pages it dirties and measured 2-3x slower puts.
+        Raises ``OSError`` if the sync fails (e.g. EIO).
+        """
+        page = mmap.PAGESIZE
+        lo = (rel_from // page) * page
+        hi = self.size if rel_to is None else min(self.size, rel_to)
+        if hi > lo:
+            self._map()
+            base = self.array().ctypes.data
+            if _msync(base + lo, hi - lo, MS_SYNC) != 0:  # releases the GIL while it waits
+                err = ctypes.get_errno()
+                raise OSError(err, os.strerror(err), str(self.path))
     def writev(self, rel: int, iov: np.ndarray) -> None:
         """Write the buffers of ``iov`` ((address, length) rows, ``struct iovec``) at ``rel``.
 
@@ -145,10 +169,9 @@ class MappedFile:
                 self._fd = None
             self._np = None
             if self._mm is not None:
-                try:
+                # a caller may still hold a zero-copy view; the mapping goes with it
+                with contextlib.suppress(BufferError):
                     self._mm.close()
-                except BufferError:
-                    pass  # a caller still holds a zero-copy view; the mapping goes with it
                 self._mm = None
 
 

@@ -10,10 +10,12 @@ published.
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import logging
 import os
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,25 +24,33 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .append_state import AppendState, AppendStateFile
+from .checkpoint import CheckpointFile
 from .commitlog import CommitLog
-from .config import StoreConfig
+from .config import SYNC_FLUSH, StoreConfig
 from .config_files import ConsumerOffsetManager, TopicConfig, TopicConfigManager
 from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .decode import empty_message_table
 from .dispatcher import Dispatcher
 from .encode import prepare_batch
-from .errors import InvalidArgumentError, InvalidMessageError, StoreClosedError
+from .errors import DiskFullError, InvalidArgumentError, InvalidMessageError, StoreClosedError
+from .flush import AsyncFlusher, FlushService, FlushStateFile
 from .hashing import java_string_hash
 from .hosts import host_bytes
+from .lock_file import StoreLockFile
 from .msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
 from .paths import StorePaths, parse_segment_name, validate_topic
 from .properties import PROPERTY_WRITER, ParsedProperties
 from .record import ScanKind, is_consumable
+from .recovery import RecoveryReport, recover
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from .scan import StopReason
 from .schema import PUT_RESULT_SCHEMA, TS
+from .verify import VerifyReport, verify
 
 log = logging.getLogger(__name__)
+
+#: Bytes of commitlog walked per step when rebuilding the append state (bounds memory).
+REBUILD_CHUNK = 64 << 20
 
 
 def validate_writer(writer: object, sequence: object) -> None:
@@ -83,7 +93,9 @@ class MessageStore:
     Open with :meth:`open`; use as a context manager or call :meth:`close`.
     """
 
-    def __init__(self, root: str | os.PathLike[str], config: StoreConfig | None = None) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False,
+    ) -> None:
         self.config = config or StoreConfig()
         self.paths = StorePaths(Path(root))
         self.paths.root.mkdir(parents=True, exist_ok=True)
@@ -112,18 +124,53 @@ class MessageStore:
             self.commitlog, self.consume_queue, self._all_queues, self.published_tail,
             self.paths.dispatch_state, self._dispatch_lock,
         )
-        with self._append_lock.held():
-            if self._state_file.load() is None:
-                self._state_file.publish(self._rebuild_state())
+        self.checkpoint_file = CheckpointFile(self.paths.checkpoint)
+        self.flush_service = FlushService(
+            self.commitlog, self.append_state, InterProcessLockFactory.get(self.paths.flush_lock),
+            FlushStateFile(self.paths.flush_state), self.checkpoint_file, self.paths.consumequeue_dir,
+            self.dispatcher.dispatched, self._dispatch_lock,
+        )
+        self._sync_flush = self.config.flush_disk_type == SYNC_FLUSH
+        self.recovery: RecoveryReport | None = None
+        self._owner = StoreLockFile.for_root(self.paths.lock, self.paths.abort)
+        first = self._owner.open()
+        try:
+            with self._append_lock.held():
+                if first:
+                    self.recovery = recover(self, abnormal=self._owner.abort_exists(), repair=repair)
+                elif self._state_file.load() is None:
+                    self._state_file.publish(self._rebuild_state())
+        except BaseException:
+            self._owner.abandon()
+            self.commitlog.close()
+            raise
+        self._owner.opened()
+        self._flusher: AsyncFlusher | None = None
+        if not self._sync_flush:
+            self._flusher = AsyncFlusher(
+                self.flush_service,
+                interval_ms=self.config.flush_interval_commit_log,
+                least_pages=self.config.flush_commit_log_least_pages,
+                thorough_interval_ms=self.config.flush_commit_log_thorough_interval,
+            )
+            self._flusher.start()
 
     @classmethod
-    def open(cls, root: str | os.PathLike[str], config: StoreConfig | None = None) -> MessageStore:
+    def open(
+        cls, root: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False,
+    ) -> MessageStore:
         """Open (creating if needed) the store at ``root``.
 
-        Segment sizes of an existing store are taken from its files. Raises
+        The first process to open a store recovers it (see :mod:`store.recovery`): after a
+        clean close it checks the last segments, after an abnormal exit it walks from the
+        checkpoint, re-dispatches and cuts what is torn. ``MessageStore.recovery`` says what
+        it did. Segment sizes of an existing store are taken from its files.
+
+        Raises :class:`store.errors.DataLossError` when flushed (acknowledged) data is damaged,
+        unless ``repair`` is true (then the log is cut at the damage), and
         :class:`store.errors.CorruptStoreError` if the files are not a valid store.
         """
-        return cls(root, config)
+        return cls(root, config, repair=repair)
 
     def __enter__(self) -> MessageStore:
         return self
@@ -171,16 +218,21 @@ class MessageStore:
                         out.append(self.consume_queue(topic_dir.name, int(qdir.name)))
         return out
 
-    def _rebuild_state(self) -> AppendState:
-        """The append state recovered from the commitlog itself (no state file yet)."""
+    def _rebuild_state(self, end: int | None = None, *, check_crc: bool | None = None) -> AppendState:
+        """The append state recovered from the commitlog itself, up to ``end`` (default: its end).
+
+        ``check_crc`` defaults to ``check_crc_on_recover``; recovery turns it off when its own
+        walk already checked every record below ``end``.
+        """
         state = AppendState()
         start = self.commitlog.min_offset()
         state.tail = start
         starts = self.commitlog.segments.segment_starts()
         if not starts:
             return state
-        limit = starts[-1] + self.commitlog.segment_size
-        for seg, scan in self.commitlog.scan(start, limit, check_crc=self.config.check_crc_on_recover):
+        limit = starts[-1] + self.commitlog.segment_size if end is None else end
+        crc = self.config.check_crc_on_recover if check_crc is None else check_crc
+        for seg, scan in self._rebuild_walk(start, limit, crc):
             if len(scan.positions):
                 from .decode import read_columns
 
@@ -206,6 +258,45 @@ class MessageStore:
             elif scan.reason is StopReason.CORRUPT:
                 log.warning("commitlog: %s at offset %d of %s; the log ends there", scan.detail, state.tail, seg.path)
         return state
+
+    def _rebuild_walk(self, start: int, limit: int, check_crc: bool) -> Iterator[tuple[Any, Any]]:
+        """``commitlog.scan`` in windows of ``REBUILD_CHUNK`` bytes, so memory stays bounded."""
+        pos = start
+        while pos < limit:
+            stop = min(limit, pos + REBUILD_CHUNK)
+            last = None
+            for seg, scan in self.commitlog.scan(pos, stop, check_crc=check_crc):
+                yield seg, scan
+                last = (seg, scan)
+            if last is None:
+                return
+            seg, scan = last
+            new = seg.end if scan.reason is StopReason.BLANK else seg.start + scan.end
+            if scan.reason not in (StopReason.LIMIT, StopReason.BLANK) or new <= pos or stop >= limit:
+                return  # end of data, a bad record, or the caller's limit
+            pos = new
+
+    def _check_disk_space(self) -> None:
+        """Refuse appends while the commitlog's volume is fuller than the warning level (RocketMQ: 90%)."""
+        used = disk_used_percent(self.paths.root)
+        if used > self.config.disk_space_warning_level_ratio:
+            raise DiskFullError(
+                errno.ENOSPC,
+                f"disk {used:.1f}% full, above disk_space_warning_level_ratio "
+                f"{self.config.disk_space_warning_level_ratio}%: appends refused until space is freed",
+            )
+
+    def verify(self) -> VerifyReport:
+        """Walk every record (CRCs included) and consume-queue unit; see :mod:`store.verify`."""
+        self._check_open()
+        return verify(self)
+
+    def flushed_offset(self) -> int:
+        """The commitlog offset below which everything is on disk (survives a power loss).
+
+        Always a published tail, so a batch is either wholly below it or wholly above.
+        """
+        return self.flush_service.flushed().offset
 
     def published_tail(self) -> int:
         """The commitlog offset below which every record is whole and readable."""
@@ -281,6 +372,7 @@ class MessageStore:
 
             row = int(np.flatnonzero(batch.queue_id >= np.asarray(counts)[batch.topic_index])[0])
             raise QueueIdError("queue id is not below the topic's queue count", row=row, field="queueId")
+        self._check_disk_space()
         with self._append_lock.held():
             state = self._state_file.load() or self._rebuild_state()
             if marker is not None:
@@ -288,8 +380,21 @@ class MessageStore:
                 if int(state.writers.get(name, -1)) >= int(seq_s):
                     return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)  # a replay
                 state.writers[name] = int(seq_s)
-            result = self.commitlog.append(batch, state)
+            tail = state.tail
+            try:
+                result = self.commitlog.append(batch, state)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                # nothing was published: the partial bytes past the tail are not part of the log
+                # (the next append scrubs them); try to zero them now, which needs no new blocks
+                # for the pages already written
+                with contextlib.suppress(OSError):
+                    self.commitlog.scrub(tail)
+                raise DiskFullError(errno.ENOSPC, f"disk full while appending at commitlog offset {tail}") from exc
             self._state_file.publish(state)
+        if self._sync_flush:
+            self.flush_service.flush_to(result.end)  # group commit: may be covered by another's sync
         ts = pa.array(np.full(batch.n, result.store_timestamp * 1000, np.int64)).view(TS)
         return pa.Table.from_arrays(
             [pa.array(result.physical_offsets), pa.array(result.queue_offsets),
@@ -523,25 +628,50 @@ class MessageStore:
         return self.topic_config.topics()
 
     # ------------------------------------------------------------------ close
-    def flush(self) -> None:
-        """Force the commitlog's and consume queues' written pages to disk."""
-        for start in self.commitlog.segments.segment_starts():
-            seg = self.commitlog.segments.get(start)
-            if seg is not None:
-                seg.flush()
-        for cq in list(self._queues.values()):
-            cq.flush()
+    def flush(self) -> int:
+        """Force everything published to disk: commitlog, consume queues, checkpoint.
+
+        Returns the flushed commitlog offset.
+        """
+        self._check_open()
+        self.flush_service.checkpoint()
+        return self.flushed_offset()
 
     def close(self) -> None:
-        """Stop the dispatcher, flush and unmap everything. Idempotent."""
+        """Stop the dispatcher and flusher, flush, unmap everything. Idempotent.
+
+        Every close flushes the commitlog (ASYNC_FLUSH's final flush). The last process to
+        close the store also syncs the consume queues, writes the checkpoint and deletes
+        ``abort``: the next open takes the normal recovery path.
+        """
         if self._closed:
             return
         self.dispatcher.stop()
-        self.flush()
+        if self._flusher is not None:
+            self._flusher.stop()
         self._closed = True
+        try:
+            self.flush_service.flush_to(self.published_tail())
+        finally:
+            self._owner.close(self._last_close)
         self.commitlog.close()
+        self._state_file.close()
         for cq in self._queues.values():
             cq.close()
+
+
+    def _last_close(self) -> None:
+        # append.state is not fsynced here either: after a power loss a stale one is below
+        # flush.state, and recovery keeps what flush.state covers
+        self.flush_service.checkpoint()
+
+
+def disk_used_percent(path: Path) -> float:
+    """How full the volume holding ``path`` is, in percent (what ``df`` shows)."""
+    st = os.statvfs(path)
+    if st.f_blocks == 0:
+        return 0.0
+    return 100.0 * (st.f_blocks - st.f_bavail) / st.f_blocks
 
 
 class InterProcessLockFactory:

@@ -74,6 +74,7 @@ class UniqKeyGenerator:
         self._lock = threading.Lock()
         self._last = -1
         self._pid = os.getpid()
+        self._month = (0, 0)  # [start, end) of the current month, in ms
 
     @staticmethod
     def _month_start_ms(now: float) -> int:
@@ -86,7 +87,11 @@ class UniqKeyGenerator:
         if os.getpid() != self._pid:  # forked: a new process needs its own prefix
             self.__init__(self._prefix[:4])  # type: ignore[misc]
         now = time.time()
-        base = (int(now * 1000) - self._month_start_ms(now)) << 16
+        now_ms = int(now * 1000)
+        if not self._month[0] <= now_ms < self._month[1]:  # recomputed once a month, not per call
+            start = self._month_start_ms(now)
+            self._month = (start, self._month_start_ms(start / 1000 + 32 * 86400))
+        base = (now_ms - self._month[0]) << 16
         with self._lock:
             start = max(base, self._last + 1)
             self._last = start + n - 1

@@ -7,6 +7,7 @@
 <root>/checkpoint, abort, lock                         RocketMQ's control files
 <root>/append.state, append.lock                       ours: the published tail and queue offsets
 <root>/dispatch.state, dispatch.lock                   ours: the dispatcher's progress
+<root>/flush.state, flush.lock                         ours: the durable flushed position
 ```
 
 Topic and group names reach the filesystem only through :func:`validate_topic` /
@@ -125,6 +126,14 @@ class StorePaths:
     @property
     def dispatch_lock(self) -> Path:
         return self.root / "dispatch.lock"
+
+    @property
+    def flush_state(self) -> Path:
+        return self.root / "flush.state"
+
+    @property
+    def flush_lock(self) -> Path:
+        return self.root / "flush.lock"
 
     def queue_dir(self, topic: str, queue_id: int) -> Path:
         """``consumequeue/<topic>/<queueId>``; the topic must already be validated."""

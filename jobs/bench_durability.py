@@ -1,0 +1,249 @@
+"""Benchmark of durability: recovery time, SYNC_FLUSH group commit, ASYNC_FLUSH overhead.
+
+    python jobs/bench_durability.py [--dir PATH] [--recovery-gib 1.0] [--sync-batches 300]
+
+Each figure is printed beside a peer measured in the same run:
+
+1. Recovery after an abnormal exit of a commitlog of ``--recovery-gib`` GiB (1 KiB bodies,
+   CRC checking on, one 1 GiB segment, no checkpoint yet: the whole segment is walked and
+   re-dispatched) vs a plain sequential read of the segment file with a CRC-32 over all of
+   it (the I/O + CRC floor). The writer is a child process that kills itself with SIGKILL.
+2. SYNC_FLUSH: 4 writer processes, 1 KiB bodies, batches of 100, every put waits for the
+   disk; vs one process doing plain ``pwrite`` + ``fdatasync`` of 100 KiB chunks (what one
+   sync per batch would give), and vs the same 4 writers under ASYNC_FLUSH (the CPU ceiling
+   of the put path itself). The number of syncs shows the group commit.
+3. ASYNC_FLUSH ``put_batch`` (100-byte bodies, batches of 65,536, as jobs/bench_store.py)
+   with the background flusher running vs the same store with the flusher held off (the
+   store before this issue: the data stays in the page cache), both also timed up to the
+   end of ``close()``, whose final flush puts everything on disk.
+
+Figures are wall-clock on this machine; nothing here is a test threshold.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import store  # noqa: E402
+from store.record import crc32  # noqa: E402
+
+GiB = 1 << 30
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+# ------------------------------------------------------------------ 1. recovery
+
+FILL_AND_DIE = """
+import os, signal, sys
+import numpy as np, pyarrow as pa
+import store
+root, nbytes = sys.argv[1], int(float(sys.argv[2]))
+cfg = store.StoreConfig(flush_interval_commit_log=3_600_000, flush_commit_log_thorough_interval=3_600_000_000)
+rng = np.random.default_rng(1)
+rows = 4096
+body = pa.array([rng.bytes(1024) for _ in range(rows)], pa.binary())
+t = pa.table({"topic": ["RecoveryTopic"] * rows, "body": body, "tags": ["TagA"] * rows})
+s = store.MessageStore.open(root, cfg)
+while s.published_tail() < nbytes:
+    s.put_batch(t)
+s.dispatch()
+s.flush_service.flush_to(s.published_tail())  # the data is on disk; the checkpoint never written
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def bench_recovery(workdir: Path, gib: float) -> dict[str, float]:
+    root = workdir / "recovery"
+    shutil.rmtree(root, ignore_errors=True)
+    nbytes = int(gib * GiB * 0.98)  # stay inside the first 1 GiB segment
+    subprocess.run([sys.executable, "-c", FILL_AND_DIE, str(root), str(nbytes)], env=_env(), check=False)
+    assert (root / "abort").exists(), "the writer did not die with the store open"
+    seg = sorted((root / "commitlog").iterdir())[0]
+    os.sync()
+    # peer: read the whole segment sequentially and CRC it (the floor for a CRC-checking walk)
+    t0 = time.perf_counter()
+    acc = 0
+    with open(seg, "rb", buffering=0) as f:
+        while chunk := f.read(16 << 20):
+            acc ^= crc32(chunk)
+    t_peer = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    s = store.MessageStore.open(root)
+    t_rec = time.perf_counter() - t0
+    rep = s.recovery
+    assert rep is not None and rep.abnormal
+    out = {
+        "recovery_s": t_rec, "recovery_bytes": rep.end - rep.walk_start, "redispatched": rep.redispatched,
+        "peer_read_crc_s": t_peer,
+    }
+    s.close()
+    shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+# ------------------------------------------------------------------ 2. SYNC_FLUSH
+
+SYNC_WRITER = """
+import os, sys, time
+import numpy as np, pyarrow as pa
+import store
+root, batches, go, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+cfg = store.StoreConfig(flush_disk_type=mode)
+rng = np.random.default_rng(os.getpid())
+t = pa.table({"topic": ["SyncTopic"] * 100, "body": pa.array([rng.bytes(1024) for _ in range(100)], pa.binary())})
+with store.MessageStore.open(root, cfg) as s:
+    s.put_batch(t.slice(0, 1))
+    open(go + ".ready.%d" % os.getpid(), "w").close()
+    while not os.path.exists(go):
+        time.sleep(0.001)
+    t0 = time.perf_counter()
+    for _ in range(batches):
+        s.put_batch(t)
+    dt = time.perf_counter() - t0
+    print(dt, s.flush_service.syncs)
+"""
+
+
+def bench_sync(workdir: Path, writers: int, batches: int, mode: str = "SYNC_FLUSH") -> dict[str, float]:
+    root = workdir / "sync"
+    shutil.rmtree(root, ignore_errors=True)
+    with store.MessageStore.open(root, store.StoreConfig(flush_disk_type=store.SYNC_FLUSH)) as s:
+        s.create_topic("SyncTopic", 4)
+    go = str(workdir / "sync.go")
+    procs = [
+        subprocess.Popen([sys.executable, "-c", SYNC_WRITER, str(root), str(batches), go, mode], env=_env(),
+                         stdout=subprocess.PIPE, text=True)
+        for _ in range(writers)
+    ]
+    while len(list(workdir.glob("sync.go.ready.*"))) < writers:
+        time.sleep(0.01)
+    t0 = time.perf_counter()
+    Path(go).touch()
+    results = [p.communicate()[0].split() for p in procs]
+    wall = time.perf_counter() - t0
+    syncs = sum(int(r[1]) for r in results)
+    msgs = writers * batches * 100
+    # peer: one process, plain pwrite + fdatasync per 100 KiB (one sync per batch, no sharing)
+    peer = workdir / "peer.bin"
+    fd = os.open(peer, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+    chunk = np.random.default_rng(0).bytes(100 * 1024)
+    n_peer = min(batches, 300)
+    t1 = time.perf_counter()
+    for i in range(n_peer):
+        os.pwrite(fd, chunk, i * len(chunk))
+        os.fdatasync(fd)
+    t_peer = time.perf_counter() - t1
+    os.close(fd)
+    peer.unlink()
+    for f in workdir.glob("sync.go*"):
+        f.unlink()
+    shutil.rmtree(root, ignore_errors=True)
+    return {
+        "sync_msgs_s": msgs / wall, "sync_puts": writers * batches, "sync_syncs": syncs,
+        "peer_fsync_write_msgs_s": n_peer * 100 / t_peer, "peer_fsync_ms": t_peer / n_peer * 1000,
+    }
+
+
+# ------------------------------------------------------------------ 3. ASYNC_FLUSH overhead
+
+
+def bench_async_repeated(workdir: Path, messages: int, repeat: int) -> dict[str, list[float]]:
+    """``bench_async`` ``repeat`` times: this VM's disk varies a lot between runs."""
+    runs: dict[str, list[float]] = {}
+    for _ in range(repeat):
+        for k, v in bench_async(workdir, messages).items():
+            runs.setdefault(k, []).append(v)
+    return runs
+
+
+def bench_async(workdir: Path, messages: int) -> dict[str, float]:
+    rows = 65536
+    rng = np.random.default_rng(7)
+    table = pa.table({
+        "topic": pa.array(["BenchTopic"] * rows),
+        "body": pa.array([rng.bytes(100) for _ in range(rows)], pa.binary()),
+        "tags": pa.array(["TagA", "TagB"] * (rows // 2)),
+    })
+    batches = max(1, messages // rows)
+    out = {}
+    for name, cfg in (
+        ("async", store.StoreConfig()),
+        ("no_flusher", store.StoreConfig(flush_interval_commit_log=3_600_000, flush_commit_log_thorough_interval=3_600_000_000)),
+    ):
+        root = workdir / f"async-{name}"
+        shutil.rmtree(root, ignore_errors=True)
+        s = store.MessageStore.open(root, cfg)
+        s.put_batch(table.slice(0, 16))
+        os.sync()  # no dirty data of an earlier step competes with this one
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            s.put_batch(table)
+        t_put = time.perf_counter() - t0
+        out[f"{name}_msgs_s"] = batches * rows / t_put
+        out[f"{name}_flushed_during_run"] = s.flushed_offset()
+        s.close()  # the final flush: what was not flushed in the background is synced now
+        out[f"{name}_to_disk_msgs_s"] = batches * rows / (time.perf_counter() - t0)
+        shutil.rmtree(root, ignore_errors=True)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dir", default=None, help="work directory (default: a temporary one on the store's disk)")
+    ap.add_argument("--recovery-gib", type=float, default=1.0)
+    ap.add_argument("--sync-batches", type=int, default=300, help="batches of 100 per SYNC writer")
+    ap.add_argument("--async-messages", type=int, default=2_000_000)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of the ASYNC_FLUSH comparison")
+    args = ap.parse_args()
+    workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench-durability-", dir=str(REPO)))
+    workdir.mkdir(parents=True, exist_ok=True)
+    try:
+        r = bench_recovery(workdir, args.recovery_gib)
+        print(f"recovery after abnormal exit, {r['recovery_bytes'] / GiB:.2f} GiB walked with CRC, "
+              f"{r['redispatched']:,} records re-dispatched: {r['recovery_s']:.2f} s "
+              f"| peer: sequential read + CRC-32 of the segment: {r['peer_read_crc_s']:.2f} s")
+        y = bench_sync(workdir, 4, args.sync_batches)
+        y_async = bench_sync(workdir, 4, args.sync_batches, "ASYNC_FLUSH")
+        print(f"SYNC_FLUSH, 4 writer processes, 1 KiB bodies, batches of 100: {y['sync_msgs_s']:,.0f} msgs/s, "
+              f"{y['sync_syncs']} syncs for {y['sync_puts']} puts "
+              f"| peer: pwrite+fdatasync per 100 KiB: {y['peer_fsync_write_msgs_s']:,.0f} msgs/s "
+              f"({y['peer_fsync_ms']:.2f} ms per sync); the same 4 writers under ASYNC_FLUSH: "
+              f"{y_async['sync_msgs_s']:,.0f} msgs/s")
+        runs = bench_async_repeated(workdir, args.async_messages, args.repeat)
+        med = {k: float(np.median(v)) for k, v in runs.items()}
+
+        def fmt(k: str) -> str:
+            return ", ".join(f"{v / 1e6:.2f}" for v in runs[k])
+
+        print(f"ASYNC_FLUSH put_batch, 100-byte bodies, batches of 65,536, median of {args.repeat}: "
+              f"{med['async_msgs_s']:,.0f} msgs/s [{fmt('async_msgs_s')} M] "
+              f"| same store, flusher held off: {med['no_flusher_msgs_s']:,.0f} msgs/s [{fmt('no_flusher_msgs_s')} M] "
+              f"({100 * (med['async_msgs_s'] / med['no_flusher_msgs_s'] - 1):+.1f}%); "
+              f"including the final flush on close: {med['async_to_disk_msgs_s']:,.0f} vs "
+              f"{med['no_flusher_to_disk_msgs_s']:,.0f} msgs/s "
+              f"({100 * (med['async_to_disk_msgs_s'] / med['no_flusher_to_disk_msgs_s'] - 1):+.1f}%)")
+    finally:
+        if not args.dir:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""``verify``: walk every record and every consume-queue unit of a store and report what is wrong.
+
+Read-only (it never repairs; recovery with ``repair=True`` does). Checked:
+
+- every commitlog segment from the oldest to the published tail: each record's lengths add up
+  and its body CRC matches (the only checksummed part of a record), each full segment ends
+  with a blank record, nothing but zeros follows the last record of the last segment up to
+  the published tail;
+- every consume queue: units are written densely, point below the published tail, at
+  increasing commitlog offsets, and each points at a record of its own topic and queue with
+  the right queue offset and size.
+
+Problems are returned, each naming the file and the offset (a commitlog offset, or a queue's
+logical offset), never raised: the caller decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .consume_queue import FILLER_SIZE, ConsumeQueue
+from .decode import read_columns
+from .scan import StopReason
+
+if TYPE_CHECKING:
+    from .message_store import MessageStore
+
+
+@dataclass(frozen=True)
+class Problem:
+    path: str
+    offset: int
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.path} at offset {self.offset}: {self.detail}"
+
+
+@dataclass
+class VerifyReport:
+    records: int = 0
+    units: int = 0
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def verify(ms: MessageStore) -> VerifyReport:
+    """Check the whole store ``ms`` (see the module docstring); returns every problem found."""
+    report = VerifyReport()
+    cl = ms.commitlog
+    tail = ms.published_tail()
+    starts = [s for s in cl.segments.segment_starts() if s < max(tail, cl.min_offset() + 1)]
+    for start in starts:
+        seg = cl.segments.get(start)
+        assert seg is not None
+        limit = min(seg.size, tail - start)
+        scan = next(iter(cl.scan(start, start + limit, check_crc=True)), None)
+        if scan is None:
+            continue
+        _, result = scan
+        report.records += len(result.positions)
+        at = start + result.end
+        if result.reason is StopReason.CORRUPT:
+            report.problems.append(Problem(str(seg.path), at, f"damaged record: {result.detail}"))
+        elif result.reason is StopReason.END and start + seg.size < tail:
+            report.problems.append(Problem(str(seg.path), at, "zero bytes before the segment's end (no blank record)"))
+    for cq in ms._all_queues():
+        _verify_queue(ms, cq, tail, report)
+    return report
+
+
+def _verify_queue(ms: MessageStore, cq: ConsumeQueue, tail: int, report: VerifyReport) -> None:
+    topic, qid = cq.directory.parent.name, int(cq.directory.name)
+    lo = cq.min_offset(0)
+    hi = cq.max_offset()
+    if hi <= lo:
+        return
+    units = cq.read(lo, hi - lo)
+    report.units += len(units)
+    where = str(cq.directory)
+    real = units["size"] != FILLER_SIZE
+    offsets = units["offset"].astype(np.int64)[real]
+    sizes = units["size"].astype(np.int64)[real]
+    logical = np.arange(lo, hi)[real]
+    # units past the written end are zero; a zero size inside means a hole
+    holes = np.flatnonzero(sizes <= 0)
+    if len(holes):
+        report.problems.append(Problem(where, int(logical[holes[0]]), "hole (zero unit) inside the queue"))
+        return
+    past = np.flatnonzero(offsets + sizes > tail)
+    if len(past):
+        report.problems.append(Problem(where, int(logical[past[0]]), f"unit points past the published tail {tail}"))
+        return
+    back = np.flatnonzero(np.diff(offsets) <= 0)
+    if len(back):
+        report.problems.append(Problem(where, int(logical[back[0] + 1]), "unit offsets do not increase"))
+        return
+    live = offsets >= ms.commitlog.min_offset()
+    offsets, sizes, logical = offsets[live], sizes[live], logical[live]
+    seg_of = offsets // ms.commitlog.segment_size
+    cuts = np.flatnonzero(np.diff(seg_of)) + 1
+    for part, psize, plog in zip(np.split(offsets, cuts), np.split(sizes, cuts), np.split(logical, cuts), strict=True):
+        if not len(part):
+            continue
+        seg = ms.commitlog.segments.for_offset(int(part[0]))
+        if seg is None:
+            report.problems.append(Problem(where, int(plog[0]), "unit points at a missing commitlog segment"))
+            return
+        try:
+            cols = read_columns(seg.buffer(), seg.start, part - seg.start, with_body=False)
+        except Exception as exc:  # a unit pointing at garbage: decoding fails
+            report.problems.append(Problem(where, int(plog[0]), f"unit does not point at a record ({exc})"))
+            return
+        h = cols.header
+        ok = (
+            np.asarray(pc.equal(pc.cast(cols.topic, pa.string()), topic).fill_null(False))
+            & (h["queueId"].astype(np.int64) == qid)
+            & (h["queueOffset"].astype(np.int64) == plog)
+            & (h["totalSize"].astype(np.int64) == psize)
+        )
+        bad = np.flatnonzero(~ok)
+        if len(bad):
+            report.problems.append(
+                Problem(where, int(plog[bad[0]]), f"unit does not match the record at commitlog offset {int(part[bad[0]])}")
+            )
+            return
