@@ -170,11 +170,12 @@ def main() -> None:
     t_parquet_w = best_of(args.runs, lambda: src.write.mode("overwrite").parquet(str(work / "parquet")))
     sink_times = []
     root = work / "store"
-    for _ in range(args.runs):  # each run into a new store (the last one is read below)
-        shutil.rmtree(root, ignore_errors=True)
+    for i in range(args.runs):  # each run into a new store (the last one is read below)
+        shutil.rmtree(root, ignore_errors=True)  # the previous run's (frees its pages)
+        root = work / f"store{i}"  # a new path: workers keep the stores they opened open
         with store.MessageStore.open(root) as ms:
             ms.create_topic("bench", 4)
-        sink_times.append(timed(lambda: src.write.format("rmqlog").option("path", str(root)).mode("append").save()))
+        sink_times.append(timed(lambda root=root: src.write.format("rmqlog").option("path", str(root)).mode("append").save()))
     t_sink = min(sink_times)
 
     gen = spark.read.format("bench_peer").option("total", n).option("parts", 4).option("body", body).load()

@@ -22,6 +22,7 @@ from store.consume_queue import FILLER_SIZE
 from store.hashing import java_string_hash
 
 from .offsets import check_data_loss, queue_key
+from .stores import shared_store
 
 TS_UNIT_PER_MS = 1000  # storeTimestamp is timestamp[us]; the store keeps milliseconds
 
@@ -62,11 +63,7 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
     """
     if part.end <= part.start:
         return
-    ms = MessageStore.open(part.path)
-    try:
-        yield from _read(ms, part, schema)
-    finally:
-        ms.close()
+    yield from _read(shared_store(part.path), part, schema)
 
 
 def _read(ms: MessageStore, part: QueueRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:

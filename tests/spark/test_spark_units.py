@@ -114,3 +114,18 @@ def test_vectorized_hash_is_java_hashcode(values: list[str | None]) -> None:
     got = java_hash(pa.array(values, pa.string()))
     want = np.array([0 if v is None else java_string_hash(v) for v in values], np.int64)
     assert got.tolist() == want.tolist()
+
+
+def test_shared_store_is_reused_and_refuses_a_replaced_root(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import shutil
+
+    import store
+    from spark_rmq.stores import shared_store
+
+    root = str(tmp_path / "s")
+    ms = shared_store(root)
+    assert shared_store(root) is ms  # one open store per process: no recovery per task
+    shutil.rmtree(root)
+    store.MessageStore.open(root).close()  # a new store at the same path
+    with pytest.raises(store.StoreError, match="deleted or replaced"):
+        shared_store(root)
