@@ -148,7 +148,7 @@ class CommitLog:
                     if large:
                         seg.writev(rel, batch.iovecs(c, d))
                     else:
-                        seg.write(rel, memoryview(batch.joined(c, d)))  # type: ignore[arg-type]
+                        seg.write(rel, memoryview(batch.joined(c, d)))
         for pos, size in blanks:
             seg = self.segments.for_offset(pos, create=True)
             assert seg is not None
@@ -165,7 +165,7 @@ class CommitLog:
         seg = self.segments.for_offset(offset)
         if seg is None or offset >= tail:
             return None
-        return decode_at(memoryview(seg.array()), offset - seg.start)
+        return decode_at(memoryview(seg.array()), offset - seg.start)  # type: ignore[arg-type]
 
     def read_messages(self, offsets: np.ndarray, *, topic: str | None = None) -> pa.Table:
         """Decode the records at these commitlog offsets (ascending) into the message table.

@@ -165,7 +165,7 @@ class TopicConfigManager:
             "topicConfigTable": {name: tc.to_json() for name, tc in sorted(self._topics.items())},
         }
         replace_file(self.path, dump_fastjson(body), keep_backup=True)
-        self._data_version = body["dataVersion"]
+        self._data_version = body["dataVersion"]  # type: ignore[assignment]
 
     def put(self, config: TopicConfig) -> None:
         """Create or replace a topic's config (validated name)."""

@@ -103,7 +103,7 @@ def read_columns(
     sys_flag = hdr["sysFlag"].astype(np.int32)
     v6_bits = sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
     header: dict[str, np.ndarray] = {}
-    names = [name for name in HEADER_V4.names if name not in ("bornHost", "storeHost")]
+    names = [name for name in HEADER_V4.names or () if name not in ("bornHost", "storeHost")]
     for name in names:
         header[name] = hdr[name].astype(hdr.dtype[name].newbyteorder("="))
     hsize = np.full(n, HEADER_V4.itemsize, np.int64)

@@ -123,7 +123,7 @@ def _crc32s(body: pa.BinaryArray) -> np.ndarray:
     if total // n <= 1024:
         crcs = np.fromiter(map(crc32, body.to_pylist()), np.uint32, n)
     else:
-        mv = memoryview(body.buffers()[2])  # type: ignore[arg-type]
+        mv = memoryview(body.buffers()[2])
         starts = offsets[:-1].tolist()
         ends = offsets[1:].tolist()
         crcs = np.fromiter(map(crc32, map(mv.__getitem__, map(slice, starts, ends))), np.uint32, n)
@@ -310,7 +310,7 @@ def prepare_batch(
         from .errors import InvalidTopicError
 
         raise InvalidTopicError("topic is null", row=_first(np.asarray(topic.is_null())), field="topic")
-    first_topic = topic[0] if n else None
+    first_topic = topic[0] if n else pa.scalar(None, pa.string())
     if n and pc.all(pc.equal(topic, first_topic)).as_py():  # the usual case: one topic
         topics: list[str] = [first_topic.as_py()]
         topic_index = np.zeros(n, np.int64)

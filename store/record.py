@@ -128,7 +128,7 @@ def _pick_crc32() -> Callable[..., int]:
         from isal import isal_zlib
 
         if isal_zlib.crc32(b"RocketMQ") == zlib.crc32(b"RocketMQ"):
-            return isal_zlib.crc32  # type: ignore[no-any-return]
+            return isal_zlib.crc32
     except ImportError:  # pragma: no cover - depends on the platform
         pass
     return zlib.crc32

@@ -103,7 +103,7 @@ def scan_segment(seg: np.ndarray, start: int = 0, limit: int | None = None, *, c
     if end >= limit:
         return SegmentScan(rec_pos, rec_size, end, StopReason.LIMIT)
     # what stopped the chain: the scalar decoder looks at that one position
-    tail = decode_at(memoryview(seg), end)
+    tail = decode_at(memoryview(seg), end)  # type: ignore[arg-type]
     if tail.kind is ScanKind.END:
         return SegmentScan(rec_pos, rec_size, end, StopReason.END)
     if tail.kind is ScanKind.BLANK:
@@ -142,7 +142,7 @@ def _first_bad(seg: np.ndarray, pos: np.ndarray, size: np.ndarray, check_crc: bo
         crc = _be32(seg, pos[:first] + 8)
         starts = (pos[:first] + hsize[:first]).tolist()
         ends = (pos[:first] + hsize[:first] + body_len[:first]).tolist()
-        mv = memoryview(seg)
+        mv = memoryview(seg)  # type: ignore[arg-type]
         got = np.fromiter(
             (crc32(mv[a:b]) & 0x7FFFFFFF for a, b in zip(starts, ends, strict=True)), np.int64, first
         )
