@@ -206,12 +206,11 @@ class _ArrowSink:
         if done is not None and done >= sequence:  # a replay: skip encoding too
             return SinkCommit(partition, writer, sequence, rows, 0)
         put = to_put_table(table, self.opts, ms)
-        result = ms.put_batch(put, writer=writer, sequence=sequence)
-        if result.num_rows:
-            # dispatch here, while other tasks are still receiving or encoding, rather
-            # than all at once in the driver's commit (measured: 6.6 s -> 5.3 s for 2M
-            # messages on 2 cores); the commit still dispatches whatever is left
-            ms.dispatch()
+        # dispatch here, while other tasks are still receiving or encoding, rather than all
+        # at once in the driver's commit (measured: 6.6 s -> 5.3 s for 2M messages on 2
+        # cores); from the batch's own fields when the dispatcher has caught up with it (no
+        # re-read of the commitlog). The commit still dispatches whatever is left.
+        result = ms.put_batch(put, writer=writer, sequence=sequence, dispatch=True)
         return SinkCommit(partition, writer, sequence, rows, result.num_rows)
 
     def _dispatch(self) -> None:

@@ -156,14 +156,44 @@ class Dispatcher:
         topic_codes = cols.topic.dictionary_encode()
         topics = topic_codes.dictionary.to_pylist()
         tidx = np.asarray(topic_codes.indices, dtype=np.int64)
-        qid = h["queueId"].astype(np.int64)
-        key = (tidx << 32) | qid
-        key = key[keep]
-        units = np.empty(int(keep.sum()), CQ_UNIT)
-        units["offset"] = cols.offsets[keep]
-        units["size"] = h["totalSize"][keep]
-        units["tagsCode"] = codes[keep]
-        qoff = h["queueOffset"].astype(np.int64)[keep]
+        self._write_units(
+            topics, tidx[keep], h["queueId"].astype(np.int64)[keep], h["queueOffset"].astype(np.int64)[keep],
+            cols.offsets[keep], h["totalSize"][keep], codes[keep], maxes,
+        )
+        return int(len(positions))
+
+    def dispatch_appended(
+        self, start: int, end: int, topics: list[str], topic_index: np.ndarray, queue_id: np.ndarray,
+        queue_offsets: np.ndarray, physical_offsets: np.ndarray, sizes: np.ndarray, codes: np.ndarray,
+        store_timestamp: int,
+    ) -> int:
+        """Dispatch a batch just appended at ``[start, end)`` from its own fields (no re-read).
+
+        Only when the dispatcher stands exactly at ``start`` (everything before the batch is
+        dispatched); otherwise a normal :meth:`dispatch` runs, which also covers the batch.
+        Returns how many records were dispatched.
+        """
+        with self.lock.held():
+            pos, last_ts = self._load()
+            if pos != start or self.published_tail() < end:
+                direct = False
+            else:
+                direct = True
+                self._write_units(topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes, {})
+                self._save_position(end, max(last_ts, store_timestamp))
+        return len(queue_offsets) if direct else self.dispatch()
+
+    def _write_units(
+        self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,
+        sizes: np.ndarray, codes: np.ndarray, maxes: dict[tuple[str, int], int],
+    ) -> None:
+        """Write the units of records (any order) into their queues, one slice per run."""
+        key = (np.asarray(tidx, np.int64) << 32) | np.asarray(qid, np.int64)
+        units = np.empty(len(key), CQ_UNIT)
+        units["offset"] = offsets
+        units["size"] = sizes
+        units["tagsCode"] = codes
+        qoff = np.asarray(qoff, np.int64)
         order = np.lexsort((qoff, key))
         key, units, qoff = key[order], units[order], qoff[order]
         bounds = np.flatnonzero(np.diff(key)) + 1
@@ -185,7 +215,6 @@ class Dispatcher:
                 cq.write(first, units[lo + a : lo + b], cur)
                 cur = max(cur, first + (b - a))
             maxes[(topic, q)] = cur
-        return int(len(positions))
 
     # ----------------------------------------------------------- background
     def start(self, interval_ms: int) -> None:

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import InvalidMessageError, MessageTooLargeError, QueueIdError
+from .hashing import tags_codes
 from .msgid import UniqKeyGenerator
 from .paths import topic_problem
 from .properties import (
@@ -225,6 +226,7 @@ class EncodedBatch:
     lengths: np.ndarray  # TOTALSIZE per row, int64
     crcs: BodyCrcs
     large_bodies: bool  # average body >= LARGE_BODY: written with iovecs
+    tags_codes: np.ndarray | None = None  # consume-queue tagsCode per row; None if TAGS came from properties
 
     def fill(self, queue_offsets: np.ndarray, physical_offsets: np.ndarray, store_ts: int) -> None:
         """Set the fields only the append lock can give."""
@@ -379,6 +381,7 @@ def prepare_batch(
     parts: list[pa.Array | tuple[pa.Scalar, pa.Array, pa.Scalar]] = []
     has_uniq = np.zeros(n, bool)
     user_has_tags = user_has_keys = False
+    tags_col: pa.Array | None = None
     if "properties" in cols and not pa.types.is_null(cols["properties"].type):
         pm = cols["properties"]
         if not pa.types.is_map(pm.type) or not (_is_stringish(pm.type.key_type) and _is_stringish(pm.type.item_type)):
@@ -452,6 +455,7 @@ def prepare_batch(
             raise InvalidMessageError("TAGS given both as the tags column and in properties", row=_first(~np.asarray(tags.is_null())), field="tags")
         if n and _may_be_empty(tags):  # an empty tag is no tag (Java's decoder drops it)
             tags = pc.if_else(pc.equal(pc.binary_length(tags), 0), pa.scalar(None, pa.string()), tags)
+        tags_col = tags
         if tags.null_count:
             parts.append(single_property(PROPERTY_TAGS, tags))
         else:  # 'TAGS\x01' + tag + '\x02' as three join pieces: no intermediate column
@@ -546,4 +550,5 @@ def prepare_batch(
     return EncodedBatch(
         n=n, topics=topics, topic_index=topic_index, queue_id=queue_id.astype(np.int32), header=h,
         body=body, trailer=trailer_pieces, lengths=lengths, crcs=crcs, large_bodies=large,
+        tags_codes=None if user_has_tags else (tags_codes(tags_col) if tags_col is not None else np.zeros(n, np.int64)),
     )

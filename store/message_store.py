@@ -316,6 +316,7 @@ class MessageStore:
     # ------------------------------------------------------------------- put
     def put_batch(
         self, table: pa.Table | pa.RecordBatch, *, writer: str | None = None, sequence: int | None = None,
+        dispatch: bool = False,
     ) -> pa.Table:
         """Append every row of ``table`` as one message; all or nothing.
 
@@ -334,6 +335,11 @@ class MessageStore:
         ``bornTimestamp`` (timestamp or int64 ms). Returns, per input row and in input order,
         ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``.
 
+        With ``dispatch=True`` the batch is also readable through the consume queues when
+        the call returns: if the dispatcher has reached the batch's start, its units are
+        written from the batch's own fields (no re-read of the commitlog); otherwise a normal
+        :meth:`dispatch` runs.
+
         Raises :class:`store.errors.InvalidMessageError` (or a subclass) naming the row and
         field of the first bad row; nothing of the batch is written then.
         """
@@ -341,7 +347,7 @@ class MessageStore:
         if writer is not None or sequence is not None:
             validate_writer(writer, sequence)
             marker = (PROPERTY_WRITER, f"{sequence} {writer}")
-        return self._put_batch(table, marker)[0]
+        return self._put_batch(table, marker, dispatch=dispatch)[0]
 
     def writer_sequence(self, writer: str) -> int | None:
         """The last sequence appended by ``writer`` (see :meth:`put_batch`), or ``None``."""
@@ -349,7 +355,7 @@ class MessageStore:
         return None if value is None else int(value)
 
     def _put_batch(
-        self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None = None,
+        self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None = None, *, dispatch: bool = False,
     ) -> tuple[pa.Table, np.ndarray]:
         self._check_open()
         batch = prepare_batch(
@@ -395,6 +401,15 @@ class MessageStore:
             self._state_file.publish(state)
         if self._sync_flush:
             self.flush_service.flush_to(result.end)  # group commit: may be covered by another's sync
+        if dispatch:
+            if batch.tags_codes is None:  # TAGS given as a user property: let the dispatcher read them
+                self.dispatcher.dispatch()
+            else:
+                self.dispatcher.dispatch_appended(
+                    result.start, result.end, batch.topics, batch.topic_index, batch.queue_id,
+                    result.queue_offsets, result.physical_offsets, batch.lengths, batch.tags_codes,
+                    result.store_timestamp,
+                )
         ts = pa.array(np.full(batch.n, result.store_timestamp * 1000, np.int64)).view(TS)
         return pa.Table.from_arrays(
             [pa.array(result.physical_offsets), pa.array(result.queue_offsets),
