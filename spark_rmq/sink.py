@@ -2,9 +2,11 @@
 
 Exactly-once (why it holds):
 
-- Each task buffers its input (Arrow record batches, no per-row objects) and appends it with
-  **one** ``put_batch`` call, which is all-or-nothing. So bad input fails the task with the
-  store's typed error (row and field named) and leaves nothing of that task visible.
+- Each task appends its whole input with **one** ``put_batches`` call, which is
+  all-or-nothing: every Arrow batch is validated and encoded as it arrives (overlapping the
+  transfer of the next one), and all are appended under one hold of the append lock and
+  published once. So bad input fails the task with the store's typed error (row and field
+  named, rows counted across the task) and leaves nothing of that task visible.
 - The call is idempotent: ``writer`` = ``"<job or query id>/<partitionId>"`` and
   ``sequence`` = the micro-batch id (streams) or 0 (batch jobs). The store publishes the
   writer's sequence atomically with the data, and skips a batch whose sequence it already
@@ -14,12 +16,13 @@ Exactly-once (why it holds):
 - The query id comes from Spark's local property ``sql.streaming.queryId`` (stable across
   restarts from one checkpoint); batch jobs get a fresh id when the writer is created on the
   driver, shared by all attempts of the job's tasks. The ``writerId`` option replaces it.
-- Each task dispatches right after its append (overlapping other tasks), and the driver's
-  ``commit`` runs the dispatcher too, so the data is readable when the commit returns.
+- Each task dispatches right after its append (overlapping other tasks), from the batch's own
+  fields when the dispatcher has caught up, and the driver's ``commit`` runs the dispatcher
+  too, so the data is readable when the commit returns.
 
 Rejected alternative: appending each Arrow batch as it arrives with ``sequence = batchId *
 2**20 + chunk`` bounds memory, but a bad row in a later chunk would leave the earlier chunks
-of the task visible. Memory per task is the task's input (repartition to bound it).
+of the task visible. Memory per task is the task's encoded input (repartition to bound it).
 """
 
 from __future__ import annotations
@@ -196,21 +199,31 @@ class _ArrowSink:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         writer = f"{writer}/{partition}"
-        batches = [b for b in iterator if b.num_rows]
-        rows = sum(b.num_rows for b in batches)
-        if rows == 0:
-            return SinkCommit(partition, writer, sequence, 0, 0)
-        table = pa.Table.from_batches(batches)
         ms = shared_store(self.opts.path)
         done = ms.writer_sequence(writer)
         if done is not None and done >= sequence:  # a replay: skip encoding too
-            return SinkCommit(partition, writer, sequence, rows, 0)
-        put = to_put_table(table, self.opts, ms)
-        # dispatch here, while other tasks are still receiving or encoding, rather than all
-        # at once in the driver's commit (measured: 6.6 s -> 5.3 s for 2M messages on 2
-        # cores); from the batch's own fields when the dispatcher has caught up with it (no
-        # re-read of the commitlog). The commit still dispatches whatever is left.
-        result = ms.put_batch(put, writer=writer, sequence=sequence, dispatch=True)
+            return SinkCommit(partition, writer, sequence, sum(b.num_rows for b in iterator), 0)
+        rows = 0
+
+        def tables() -> Iterator[pa.Table]:
+            nonlocal rows
+            for b in iterator:
+                if b.num_rows:
+                    try:
+                        yield to_put_table(pa.Table.from_batches([b]), self.opts, ms)
+                    except InvalidMessageError as exc:  # number the row within the task
+                        if exc.row is not None:
+                            exc.row += rows
+                            exc.args = (f"row {exc.row}, field {exc.field!r}: {exc.reason}",)
+                        raise
+                    rows += b.num_rows
+
+        # Each Arrow batch is encoded as it arrives (overlapping the transfer of the next),
+        # and all of them are appended under one lock hold and published once: the task is
+        # all-or-nothing and idempotent as a whole. Its units are dispatched right away from
+        # the batch's own fields (while other tasks are still receiving), the driver's commit
+        # dispatches whatever is left.
+        result = ms.put_batches(tables(), writer=writer, sequence=sequence, dispatch=True)
         return SinkCommit(partition, writer, sequence, rows, result.num_rows)
 
     def _dispatch(self) -> None:

@@ -31,7 +31,7 @@ from .config_files import ConsumerOffsetManager, TopicConfig, TopicConfigManager
 from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .decode import empty_message_table
 from .dispatcher import Dispatcher
-from .encode import prepare_batch
+from .encode import EncodedBatch, prepare_batch
 from .errors import DiskFullError, InvalidArgumentError, InvalidMessageError, StoreClosedError
 from .flush import AsyncFlusher, FlushService, FlushStateFile
 from .hashing import java_string_hash
@@ -354,31 +354,86 @@ class MessageStore:
         value = self.append_state().writers.get(writer)
         return None if value is None else int(value)
 
+    def put_batches(
+        self, tables: Iterable[pa.Table | pa.RecordBatch], *, writer: str | None = None,
+        sequence: int | None = None, dispatch: bool = False,
+    ) -> pa.Table:
+        """Append the rows of several tables as one all-or-nothing batch, encoding as they come.
+
+        For producers whose rows arrive in pieces (a Spark task receives Arrow batches): each
+        table is validated and encoded when the iterator yields it (so encoding overlaps the
+        arrival of the next one), and all of them are appended under one hold of the append
+        lock and published once. Rows are numbered across the tables in errors (row ``r`` of
+        the second table of 100 rows is row ``100 + r``); a bad row anywhere means nothing is
+        written. ``writer``/``sequence``/``dispatch`` as in :meth:`put_batch` (the marker goes
+        on the last record of the last non-empty table). Returns one result table.
+        """
+        marker = None
+        if writer is not None or sequence is not None:
+            validate_writer(writer, sequence)
+            marker = (PROPERTY_WRITER, f"{sequence} {writer}")
+        self._check_open()
+        encoded: list[EncodedBatch] = []
+        rows = 0
+        pending: pa.Table | pa.RecordBatch | None = None
+        for table in tables:  # encode one behind, so that the last one can carry the marker
+            if not isinstance(table, pa.Table | pa.RecordBatch):
+                raise InvalidMessageError(f"put_batches takes pyarrow Tables or RecordBatches, not {type(table).__name__}", row=None, field="*")
+            if table.num_rows == 0:
+                continue
+            if pending is not None:
+                encoded.append(self._prepare(pending, None, rows))
+                rows += encoded[-1].n
+            pending = table
+        if pending is not None:
+            encoded.append(self._prepare(pending, marker, rows))
+        return self._append_encoded(encoded, marker, dispatch=dispatch)[0]
+
+    def _prepare(self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None, row_base: int = 0) -> EncodedBatch:
+        """Validate and encode one table (no lock); errors name rows counted from ``row_base``."""
+        try:
+            return prepare_batch(
+                table,
+                queue_counts=lambda topics: self.topic_config.planned_queue_counts(topics, unknown=-1),
+                max_message_size=self.config.max_message_size,
+                max_record_size=self.commitlog.segment_size - 8,
+                store_host=self._store_host,
+                born_host=self._born_host,
+                uniq_keys=self._uniq,
+                round_robin=self._round_robin,
+                last_row_property=marker,
+            )
+        except InvalidMessageError as exc:
+            if row_base and exc.row is not None:
+                exc.row += row_base
+                exc.args = (f"row {exc.row}, field {exc.field!r}: {exc.reason}",)
+            raise
+
     def _put_batch(
         self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None = None, *, dispatch: bool = False,
     ) -> tuple[pa.Table, np.ndarray]:
         self._check_open()
-        batch = prepare_batch(
-            table,
-            queue_counts=lambda topics: self.topic_config.planned_queue_counts(topics, unknown=-1),
-            max_message_size=self.config.max_message_size,
-            max_record_size=self.commitlog.segment_size - 8,
-            store_host=self._store_host,
-            born_host=self._born_host,
-            uniq_keys=self._uniq,
-            round_robin=self._round_robin,
-            last_row_property=marker,
-        )
-        if batch.n == 0:
+        return self._append_encoded([self._prepare(table, marker)], marker, dispatch=dispatch)
+
+    def _append_encoded(
+        self, batches: list[EncodedBatch], marker: tuple[str, str] | None, *, dispatch: bool = False,
+    ) -> tuple[pa.Table, np.ndarray]:
+        """Append encoded batches, in order, under one lock hold; publish once."""
+        batches = [b for b in batches if b.n]
+        if not batches:
             return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)
         # only a fully valid batch creates its topics; a topic resized meanwhile is re-checked
-        counts = self.topic_config.write_queue_counts(batch.topics)
-        if (batch.queue_id >= np.asarray(counts)[batch.topic_index]).any():
-            from .errors import QueueIdError
+        base = 0
+        for batch in batches:
+            counts = self.topic_config.write_queue_counts(batch.topics)
+            over = batch.queue_id >= np.asarray(counts)[batch.topic_index]
+            if over.any():
+                from .errors import QueueIdError
 
-            row = int(np.flatnonzero(batch.queue_id >= np.asarray(counts)[batch.topic_index])[0])
-            raise QueueIdError("queue id is not below the topic's queue count", row=row, field="queueId")
+                raise QueueIdError("queue id is not below the topic's queue count", row=base + int(np.flatnonzero(over)[0]), field="queueId")
+            base += batch.n
         self._check_disk_space()
+        results = []
         with self._append_lock.held():
             state = self._state_file.load() or self._rebuild_state()
             if marker is not None:
@@ -388,7 +443,8 @@ class MessageStore:
                 state.writers[name] = int(seq_s)
             tail = state.tail
             try:
-                result = self.commitlog.append(batch, state)
+                for batch in batches:
+                    results.append(self.commitlog.append(batch, state))
             except OSError as exc:
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
@@ -400,22 +456,27 @@ class MessageStore:
                 raise DiskFullError(errno.ENOSPC, f"disk full while appending at commitlog offset {tail}") from exc
             self._state_file.publish(state)
         if self._sync_flush:
-            self.flush_service.flush_to(result.end)  # group commit: may be covered by another's sync
+            self.flush_service.flush_to(results[-1].end)  # group commit: may be covered by another's sync
         if dispatch:
-            if batch.tags_codes is None:  # TAGS given as a user property: let the dispatcher read them
+            if any(b.tags_codes is None for b in batches):  # TAGS given as a user property: let the dispatcher read them
                 self.dispatcher.dispatch()
             else:
-                self.dispatcher.dispatch_appended(
-                    result.start, result.end, batch.topics, batch.topic_index, batch.queue_id,
-                    result.queue_offsets, result.physical_offsets, batch.lengths, batch.tags_codes,
-                    result.store_timestamp,
-                )
-        ts = pa.array(np.full(batch.n, result.store_timestamp * 1000, np.int64)).view(TS)
-        return pa.Table.from_arrays(
-            [pa.array(result.physical_offsets), pa.array(result.queue_offsets),
-             offset_msg_ids(self._store_host, result.physical_offsets), ts],
-            schema=PUT_RESULT_SCHEMA,
-        ), batch.queue_id
+                for batch, result in zip(batches, results, strict=True):
+                    self.dispatcher.dispatch_appended(
+                        result.start, result.end, batch.topics, batch.topic_index, batch.queue_id,
+                        result.queue_offsets, result.physical_offsets, batch.lengths, batch.tags_codes,  # type: ignore[arg-type]
+                        result.store_timestamp,
+                    )
+        tables = []
+        for batch, result in zip(batches, results, strict=True):
+            ts = pa.array(np.full(batch.n, result.store_timestamp * 1000, np.int64)).view(TS)
+            tables.append(pa.Table.from_arrays(
+                [pa.array(result.physical_offsets), pa.array(result.queue_offsets),
+                 offset_msg_ids(self._store_host, result.physical_offsets), ts],
+                schema=PUT_RESULT_SCHEMA,
+            ))
+        out = tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
+        return out, np.concatenate([b.queue_id for b in batches])
 
     def put(
         self,

@@ -13,6 +13,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from conftest import batch, subprocess_env, walk
 
@@ -98,3 +99,43 @@ def test_concurrent_processes_replaying_the_same_batches_append_each_once(root: 
     with store.MessageStore.open(root, small_config) as s:
         s.dispatch()
         assert s.max_offset("T", 0) == 90
+
+
+# --------------------------------------------------------------------------- put_batches
+
+
+def _tables(sizes: list[int], topic: str = "T") -> list[pa.Table]:
+    out, k = [], 0
+    for n in sizes:
+        out.append(batch(n, topic=topic, body=[b"m%d" % (k + i) for i in range(n)], queueId=pa.array([0] * n, pa.int32())))
+        k += n
+    return out
+
+
+def test_put_batches_appends_all_tables_as_one_batch(ms: store.MessageStore, root: Path) -> None:
+    res = ms.put_batches(iter(_tables([3, 0, 4, 2])), writer="task/1", sequence=9, dispatch=True)
+    assert res.num_rows == 9
+    assert res["queueOffset"].to_pylist() == list(range(9))
+    recs = walk(root)
+    assert [r.body for r in recs] == [b"m%d" % i for i in range(9)]
+    assert [r.properties.get("RMQLOG_WRITER") for r in recs] == [None] * 8 + ["9 task/1"]
+    assert ms.max_offset("T", 0) == 9  # dispatched
+    assert ms.put_batches(iter(_tables([3, 4])), writer="task/1", sequence=9).num_rows == 0
+    assert len(walk(root)) == 9
+
+
+def test_put_batches_bad_row_in_a_later_table_writes_nothing(ms: store.MessageStore, root: Path) -> None:
+    tables = _tables([3, 4])
+    bad = batch(2, topic=["T", "bad topic"], body=[b"x", b"y"])
+    with pytest.raises(InvalidMessageError) as err:
+        ms.put_batches([*tables, bad], writer="w", sequence=1)
+    assert (err.value.row, err.value.field) == (3 + 4 + 1, "topic")
+    assert "row 8" in str(err.value)
+    assert walk(root) == []
+    assert ms.writer_sequence("w") is None
+    assert ms.put_batches([], writer="w", sequence=1).num_rows == 0
+
+
+def test_put_batches_rejects_non_tables(ms: store.MessageStore) -> None:
+    with pytest.raises(InvalidMessageError):
+        ms.put_batches([{"topic": "T"}])  # type: ignore[list-item]
