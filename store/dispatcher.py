@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -165,23 +166,27 @@ class Dispatcher:
     def dispatch_appended(
         self, start: int, end: int, topics: list[str], topic_index: np.ndarray, queue_id: np.ndarray,
         queue_offsets: np.ndarray, physical_offsets: np.ndarray, sizes: np.ndarray, codes: np.ndarray,
-        store_timestamp: int,
+        store_timestamp: int, *, wait_s: float = 0.25,
     ) -> int:
         """Dispatch a batch just appended at ``[start, end)`` from its own fields (no re-read).
 
         Only when the dispatcher stands exactly at ``start`` (everything before the batch is
-        dispatched); otherwise a normal :meth:`dispatch` runs, which also covers the batch.
+        dispatched). When it stands before ``start``, the writer of the batch before is
+        usually about to dispatch its own (concurrent sink tasks): wait for that up to
+        ``wait_s``, then run a normal :meth:`dispatch`, which also covers this batch.
         Returns how many records were dispatched.
         """
-        with self.lock.held():
-            pos, last_ts = self._load()
-            if pos != start or self.published_tail() < end:
-                direct = False
-            else:
-                direct = True
-                self._write_units(topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes, {})
-                self._save_position(end, max(last_ts, store_timestamp))
-        return len(queue_offsets) if direct else self.dispatch()
+        deadline = time.monotonic() + wait_s
+        while True:
+            with self.lock.held():
+                pos, last_ts = self._load()
+                if pos == start and self.published_tail() >= end:
+                    self._write_units(topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes, {})
+                    self._save_position(end, max(last_ts, store_timestamp))
+                    return len(queue_offsets)
+            if pos > start or time.monotonic() >= deadline:
+                return self.dispatch()
+            time.sleep(0.005)
 
     def _write_units(
         self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,
