@@ -184,9 +184,16 @@ class Dispatcher:
                     self._write_units(topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes, {})
                     self._save_position(end, max(last_ts, store_timestamp))
                     return len(queue_offsets)
-            if pos > start or time.monotonic() >= deadline:
+            if pos > start or time.monotonic() >= deadline or not self._recent(pos, store_timestamp):
                 return self.dispatch()
             time.sleep(0.005)
+
+    def _recent(self, pos: int, now_ms: int) -> bool:
+        """Whether the first undispatched record was stored within the last second (else its
+        writer did not ask for a dispatch, and waiting for one would be in vain)."""
+        rec = self.commitlog.record_at(pos, self.published_tail())
+        ts = getattr(getattr(rec, "record", None), "store_timestamp", None)
+        return ts is not None and now_ms - int(ts) < 1000
 
     def _write_units(
         self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,
