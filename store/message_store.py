@@ -460,13 +460,21 @@ class MessageStore:
         if dispatch:
             if any(b.tags_codes is None for b in batches):  # TAGS given as a user property: let the dispatcher read them
                 self.dispatcher.dispatch()
-            else:
-                for batch, result in zip(batches, results, strict=True):
-                    self.dispatcher.dispatch_appended(
-                        result.start, result.end, batch.topics, batch.topic_index, batch.queue_id,
-                        result.queue_offsets, result.physical_offsets, batch.lengths, batch.tags_codes,  # type: ignore[arg-type]
-                        result.store_timestamp,
-                    )
+            else:  # one dispatch for all the tables: one position update
+                names: dict[str, int] = {}
+                for b in batches:
+                    for t in b.topics:
+                        names.setdefault(t, len(names))
+                tidx = np.concatenate([np.array([names[t] for t in b.topics], np.int64)[b.topic_index] for b in batches])
+                self.dispatcher.dispatch_appended(
+                    results[0].start, results[-1].end, list(names), tidx,
+                    np.concatenate([b.queue_id for b in batches]),
+                    np.concatenate([r.queue_offsets for r in results]),
+                    np.concatenate([r.physical_offsets for r in results]),
+                    np.concatenate([b.lengths for b in batches]),
+                    np.concatenate([b.tags_codes for b in batches]),
+                    results[-1].store_timestamp,
+                )
         tables = []
         for batch, result in zip(batches, results, strict=True):
             ts = pa.array(np.full(batch.n, result.store_timestamp * 1000, np.int64)).view(TS)
