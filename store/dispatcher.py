@@ -191,9 +191,8 @@ class Dispatcher:
     def _recent(self, pos: int, now_ms: int) -> bool:
         """Whether the first undispatched record was stored within the last second (else its
         writer did not ask for a dispatch, and waiting for one would be in vain)."""
-        rec = self.commitlog.record_at(pos, self.published_tail())
-        ts = getattr(getattr(rec, "record", None), "store_timestamp", None)
-        return ts is not None and now_ms - int(ts) < 1000
+        found = self.commitlog.record_at(pos, self.published_tail())
+        return found is not None and found.record is not None and now_ms - found.record.store_timestamp < 1000
 
     def _write_units(
         self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,

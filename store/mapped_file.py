@@ -84,6 +84,14 @@ class MappedFile:
         """The segment as an Arrow buffer (zero-copy). Do not keep it past a read."""
         return pa.py_buffer(self.array())
 
+    def _write_fd(self) -> int:
+        """The descriptor appends go through (opened once, on first write)."""
+        if self._fd is None:
+            with self._lock:
+                if self._fd is None:
+                    self._fd = os.open(self.path, os.O_RDWR)
+        return self._fd
+
     def write(self, rel: int, data: memoryview | bytes) -> None:
         """Write ``data`` at ``rel`` through the page cache (``pwrite``), which the mapping shares.
 
@@ -92,13 +100,10 @@ class MappedFile:
         """
         if rel < 0 or rel + len(data) > self.size:
             raise ValueError(f"write of {len(data)} bytes at {rel} outside segment {self.path}")
-        if self._fd is None:
-            with self._lock:
-                if self._fd is None:
-                    self._fd = os.open(self.path, os.O_RDWR)
+        fd = self._write_fd()
         view = memoryview(data).cast("B")
         while len(view):
-            n = os.pwrite(self._fd, view, rel)
+            n = os.pwrite(fd, view, rel)
             view = view[n:]
             rel += n
 
@@ -129,14 +134,11 @@ class MappedFile:
         total = int(iov[:, 1].sum())
         if rel < 0 or rel + total > self.size:
             raise ValueError(f"write of {total} bytes at {rel} outside segment {self.path}")
-        if self._fd is None:
-            with self._lock:
-                if self._fd is None:
-                    self._fd = os.open(self.path, os.O_RDWR)
+        fd = self._write_fd()
         for k in range(0, len(iov), IOV_MAX):
             part = iov[k : k + IOV_MAX]
             want = int(part[:, 1].sum())
-            done = _pwritev(self._fd, part.ctypes.data, len(part), rel)
+            done = _pwritev(fd, part.ctypes.data, len(part), rel)
             if done < 0:
                 err = ctypes.get_errno()
                 raise OSError(err, os.strerror(err), str(self.path))

@@ -61,6 +61,14 @@ def validate_writer(writer: object, sequence: object) -> None:
         raise InvalidMessageError("sequence must be an int in [0, 2**63)", row=None, field="sequence")
 
 
+def writer_marker(writer: object, sequence: object) -> tuple[str, str] | None:
+    """The ``RMQLOG_WRITER`` property of an idempotent batch, ``None`` for a plain one."""
+    if writer is None and sequence is None:
+        return None
+    validate_writer(writer, sequence)
+    return (PROPERTY_WRITER, f"{sequence} {writer}")
+
+
 def writer_markers(properties: pa.Array) -> list[tuple[str, int]]:
     """The ``RMQLOG_WRITER`` markers in a run of properties strings, in order (few rows carry one)."""
     hits = pc.match_substring(properties, PROPERTY_WRITER + "\x01")
@@ -343,11 +351,7 @@ class MessageStore:
         Raises :class:`store.errors.InvalidMessageError` (or a subclass) naming the row and
         field of the first bad row; nothing of the batch is written then.
         """
-        marker = None
-        if writer is not None or sequence is not None:
-            validate_writer(writer, sequence)
-            marker = (PROPERTY_WRITER, f"{sequence} {writer}")
-        return self._put_batch(table, marker, dispatch=dispatch)[0]
+        return self._put_batch(table, writer_marker(writer, sequence), dispatch=dispatch)[0]
 
     def writer_sequence(self, writer: str) -> int | None:
         """The last sequence appended by ``writer`` (see :meth:`put_batch`), or ``None``."""
@@ -368,10 +372,7 @@ class MessageStore:
         written. ``writer``/``sequence``/``dispatch`` as in :meth:`put_batch` (the marker goes
         on the last record of the last non-empty table). Returns one result table.
         """
-        marker = None
-        if writer is not None or sequence is not None:
-            validate_writer(writer, sequence)
-            marker = (PROPERTY_WRITER, f"{sequence} {writer}")
+        marker = writer_marker(writer, sequence)
         self._check_open()
         encoded: list[EncodedBatch] = []
         rows = 0

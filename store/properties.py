@@ -36,16 +36,6 @@ except ImportError:  # pragma: no cover - depends on the build
     _native = None
 
 
-def _native_gather_strings(data: pa.Buffer | bytes, starts: np.ndarray, lengths: np.ndarray) -> pa.BinaryArray:
-    """Slices of ``data`` copied into a binary array (32-bit offsets) by the C helper."""
-    n = len(starts)
-    offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(lengths, out=offsets[1:])
-    out = np.empty(int(offsets[-1]), np.uint8)
-    _native.gather(data, np.ascontiguousarray(starts), np.ascontiguousarray(lengths), out)
-    return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(out)])
-
-
 def list_offsets(lists: pa.ListArray | pa.MapArray) -> np.ndarray:
     """Offsets of a list/map array as int64 numpy, relative to its flattened values."""
     off = np.asarray(lists.offsets, dtype=np.int64)
@@ -91,19 +81,18 @@ class ParsedProperties:
             return False
         n = len(props)
         off = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
-        data = props.buffers()[2] or b""
-        cap = 4 * n + 16
-        while True:
-            out = np.empty((5, cap), np.int64)
-            try:
-                m = _native.parse_properties(data, off, out[0], out[1], out[2], out[3], out[4])
-                break
-            except ValueError:  # more pairs than room: size exactly and parse again
-                raw = np.frombuffer(data, np.uint8)
-                cap = int(np.count_nonzero(raw == 1)) + 16
+        data = props.buffers()[2] or pa.py_buffer(b"")
+        out = np.empty((5, 4 * n + 16), np.int64)  # room for 4 pairs per row, the usual case
+        try:
+            m = _native.parse_properties(data, off, *out)
+        except ValueError:  # more pairs than room: one per 0x01 byte is always enough
+            out = np.empty((5, int(np.count_nonzero(np.frombuffer(data, np.uint8) == 1)) + 16), np.int64)
+            m = _native.parse_properties(data, off, *out)
+        from .gather import gather_slices, to_binary
+
         string = pa.string()
-        self.keys = _native_gather_strings(data, out[0, :m], out[1, :m]).view(string)
-        self.values = _native_gather_strings(data, out[2, :m], out[3, :m]).view(string)
+        self.keys = to_binary(gather_slices(data, out[0, :m], out[1, :m])).view(string)
+        self.values = to_binary(gather_slices(data, out[2, :m], out[3, :m])).view(string)
         self.parent = out[4, :m]
         return True
 
