@@ -152,11 +152,15 @@ def split_messages(start: Offsets, end: Offsets, budget: int) -> Offsets:
             break
     left = budget - int(take.sum())
     if left > 0:
+        # largest remainders first, skipping queues already at their backlog; the total room
+        # is at least ``left`` (total > budget), so the loop ends, usually after one round
         room = backlog - take
         order = np.argsort(-(exact - np.floor(exact)), kind="stable")
-        for i in order[:left]:  # at most one step per queue
-            if room[i] > 0:
-                take[i] += 1
+        while left > 0:
+            step = order[room[order] > 0][:left]
+            take[step] += 1
+            room[step] -= 1
+            left -= len(step)
     return {k: start.get(k, end[k]) + int(t) if end[k] > start.get(k, end[k]) else end[k]
             for k, t in zip(keys, take.tolist(), strict=True)}
 

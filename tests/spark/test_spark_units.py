@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from spark_rmq.errors import RmqLogOptionError
@@ -94,6 +94,7 @@ def test_split_messages_is_proportional_and_starves_no_queue() -> None:
 
 
 @given(st.lists(st.integers(0, 10_000), min_size=1, max_size=12), st.integers(1, 5000))
+@example(backlogs=[1, 2, 2], budget=4)  # the one left over must skip a queue already full
 def test_split_messages_never_exceeds_backlog(backlogs: list[int], budget: int) -> None:
     start = {f"t/{i}": 7 for i in range(len(backlogs))}
     end = {f"t/{i}": 7 + b for i, b in enumerate(backlogs)}
