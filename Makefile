@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 .PHONY: quickstart test lint bench bench-spark clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py store/_native.c
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip >/dev/null
 	$(VENV)/bin/python -m pip install -e '.[dev]'

@@ -1,6 +1,6 @@
 """Benchmark of the store's hot paths, each printed beside a peer measured in the same run.
 
-    python jobs/bench_store.py [--messages N] [--dir PATH]
+    python jobs/bench_store.py [--messages N] [--messages-4k N] [--rounds R] [--dir PATH]
 
 For 100-byte and 4 KiB bodies:
 - ``put_batch`` (async flush: pages reach disk in the background) vs a plain sequential
@@ -11,7 +11,11 @@ For 100-byte and 4 KiB bodies:
 Right before each write measurement (put_batch, then the plain write), a scratch file as
 large as the data is written and deleted: on this VM the first touch of guest memory that was
 handed back to the host costs ~10x a normal page-cache write, and freshly freed pages are
-still warm. Each write measurement starts from the same condition. Figures are wall-clock on this machine; nothing here is a test threshold.
+still warm; then ``sync()`` leaves no dirty pages behind. Each write measurement starts from
+the same condition, and the write
+measurements alternate over ``--rounds`` rounds (put_batch, plain, put_batch, plain, ...);
+the medians are printed. Figures are wall-clock on this machine; nothing here is a test
+threshold.
 """
 
 from __future__ import annotations
@@ -35,6 +39,9 @@ def _warm_up(path: Path, nbytes: int) -> None:
         for _ in range(max(1, nbytes // len(chunk))):
             f.write(chunk)
     path.unlink()
+    # no dirty pages left from earlier rounds: past vm.dirty_background_ratio the kernel's
+    # writeback would run during (and throttle) whichever measurement came next
+    os.sync()
 
 
 def _plain_write(path: Path, chunk: bytes, count: int) -> float:
@@ -53,7 +60,15 @@ def _plain_read(path: Path, chunk_size: int) -> float:
     return time.perf_counter() - t0
 
 
-def bench(body_size: int, messages: int, batch_rows: int, workdir: Path) -> dict[str, float]:
+def _write_plain_file(path: Path, nbytes: int) -> None:
+    """The file the plain read is measured on: as many bytes as the store holds."""
+    chunk = os.urandom(16 << 20)
+    with open(path, "wb") as f:
+        for _ in range(max(1, nbytes // len(chunk))):
+            f.write(chunk)
+
+
+def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds: int) -> dict[str, float]:
     root = workdir / f"store-{body_size}"
     shutil.rmtree(root, ignore_errors=True)
     rng = np.random.default_rng(7)
@@ -71,18 +86,29 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path) -> dict
     tail0 = s.published_tail()
     record_bytes_estimate = (s.put_batch(table.slice(0, 2))["commitLogOffset"][1].as_py() - s.put_batch(table.slice(0, 1))["commitLogOffset"][0].as_py())
     estimate = n * max(record_bytes_estimate, body_size)
-    _warm_up(workdir / "warm", estimate + (64 << 20))
-
-    t0 = time.perf_counter()
-    for _ in range(batches):
-        s.put_batch(table)
-    t_put = time.perf_counter() - t0
-    written = s.published_tail() - tail0
-
+    # rounds alternate put_batch and the plain write, each after the same warm-up: this VM's
+    # page-cache write speed drifts by +-20% within a minute, so one pair could compare a
+    # slow moment with a fast one; the medians of the rounds are reported
     plain = workdir / "plain.bin"
-    chunk = os.urandom(max(1, written // batches))
-    _warm_up(workdir / "warm", estimate + (64 << 20))
-    t_plain = _plain_write(plain, chunk, batches)
+    put_t, plain_t, ratios = [], [], []
+    written = 0
+    for _ in range(rounds):
+        _warm_up(workdir / "warm", estimate + (64 << 20))
+        before = s.published_tail()
+        t0 = time.perf_counter()
+        for _ in range(batches):
+            s.put_batch(table)
+        put_t.append(time.perf_counter() - t0)
+        written = s.published_tail() - before
+        chunk = os.urandom(max(1, written // batches))
+        _warm_up(workdir / "warm", estimate + (64 << 20))
+        plain_t.append(_plain_write(plain, chunk, batches))
+        plain.unlink()
+        ratios.append(plain_t[-1] / put_t[-1])
+    t_put, t_plain = float(np.median(put_t)), float(np.median(plain_t))
+    n_total = n * rounds
+    written_total = s.published_tail() - tail0
+    _write_plain_file(plain, written_total)
 
     t0 = time.perf_counter()
     dispatched = s.dispatch()
@@ -91,7 +117,7 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path) -> dict
     t0 = time.perf_counter()
     read = 0
     # read in tables of ~16 MB (what a Spark task or a consumer takes at once), not 268 MB ones
-    step = max(1024, (16 << 20) // max(1, written // max(n, 1)))
+    step = max(1024, (16 << 20) // max(1, written_total // max(n_total, 1)))
     for q in range(4):
         lo, hi = s.min_offset("BenchTopic", q), s.max_offset("BenchTopic", q)
         for off in range(lo, hi, step):
@@ -103,18 +129,20 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path) -> dict
     shutil.rmtree(root, ignore_errors=True)
 
     mb = 1e6
+    per_msg = written_total / max(n_total, 1)
     out = {
         "put_msgs": n / t_put, "put_MBps": written / t_put / mb, "put_payload_MBps": payload / t_put / mb,
-        "plain_write_MBps": written / t_plain / mb,
+        "plain_write_MBps": written / t_plain / mb, "put_vs_plain": float(np.median(ratios)),
         "dispatch_msgs": dispatched / t_dispatch,
-        "read_msgs": read / t_read, "read_MBps": written * read / max(n, 1) / t_read / mb,
-        "plain_read_MBps": written / t_plain_read / mb,
+        "read_msgs": read / t_read, "read_MBps": per_msg * read / t_read / mb,
+        "plain_read_MBps": written_total / t_plain_read / mb,
     }
-    print(f"\n== body {body_size} B: {n:,} messages, batches of {batch_rows:,}, {written / mb:,.0f} MB of records")
-    print(f"put_batch       {out['put_msgs']:>12,.0f} msgs/s  {out['put_MBps']:>8,.0f} MB/s records  ({out['put_payload_MBps']:,.0f} MB/s bodies)")
-    print(f"plain write()   {'':>12}         {out['plain_write_MBps']:>8,.0f} MB/s   -> put_batch = {out['put_MBps'] / out['plain_write_MBps']:.0%} of plain")
-    print(f"dispatch        {out['dispatch_msgs']:>12,.0f} msgs/s")
-    print(f"read to Arrow   {out['read_msgs']:>12,.0f} msgs/s  {out['read_MBps']:>8,.0f} MB/s")
+    print(f"\n== body {body_size} B: {rounds} rounds of {n:,} messages, batches of {batch_rows:,}, {written / mb:,.0f} MB of records per round")
+    print(f"put_batch       {out['put_msgs']:>12,.0f} msgs/s  {out['put_MBps']:>8,.0f} MB/s records  ({out['put_payload_MBps']:,.0f} MB/s bodies)  median of rounds")
+    print(f"plain write()   {'':>12}         {out['plain_write_MBps']:>8,.0f} MB/s   median of rounds")
+    print(f"  -> put_batch = {out['put_vs_plain']:.0%} of plain (median of the rounds' ratios: {', '.join(f'{r:.0%}' for r in ratios)})")
+    print(f"dispatch        {out['dispatch_msgs']:>12,.0f} msgs/s  ({dispatched:,} records)")
+    print(f"read to Arrow   {out['read_msgs']:>12,.0f} msgs/s  {out['read_MBps']:>8,.0f} MB/s  ({read:,} messages)")
     print(f"plain read()    {'':>12}         {out['plain_read_MBps']:>8,.0f} MB/s")
     return out
 
@@ -124,13 +152,14 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=2_000_000, help="messages with 100-byte bodies")
     ap.add_argument("--messages-4k", type=int, default=200_000, help="messages with 4 KiB bodies")
     ap.add_argument("--batch", type=int, default=65536)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating put_batch / plain write rounds")
     ap.add_argument("--dir", type=Path, default=None)
     args = ap.parse_args()
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="rmq-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
     try:
-        bench(100, args.messages, args.batch, workdir)
-        bench(4096, args.messages_4k, min(args.batch, 16384), workdir)
+        bench(100, args.messages, args.batch, workdir, args.rounds)
+        bench(4096, args.messages_4k, min(args.batch, 16384), workdir, args.rounds)
     finally:
         if args.dir is None:
             shutil.rmtree(workdir, ignore_errors=True)

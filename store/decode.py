@@ -17,7 +17,7 @@ import pyarrow as pa
 from .gather import fixed_rows, gather_slices, to_binary
 from .hashing import tags_codes
 from .hosts import format_host
-from .msgid import hex_rows
+from .msgid import hex_rows, offset_msg_ids
 from .properties import PROPERTY_KEYS, PROPERTY_TAGS, ParsedProperties, split_keys
 from .record import (
     HEADER_V4,
@@ -161,6 +161,8 @@ def msg_ids(cols: RecordColumns) -> pa.Array:
     n = len(cols)
     raw = cols.store_host_raw
     if isinstance(raw, np.ndarray) and raw.dtype == np.uint8:
+        if n and (raw == raw[0]).all():  # one store host (the usual case): hex it once
+            return offset_msg_ids(raw[0].tobytes(), cols.offsets)
         ids = np.empty((n, raw.shape[1] + 8), np.uint8)
         ids[:, : raw.shape[1]] = raw
         ids[:, raw.shape[1] :] = cols.offsets.astype(">i8").view(np.uint8).reshape(n, 8)

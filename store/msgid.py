@@ -24,14 +24,30 @@ import time
 import numpy as np
 import pyarrow as pa
 
+try:  # the optional C helper: ~3 ns a byte, against ~12 for the numpy table lookup
+    from ._native import hexlify as _hexlify
+except ImportError:  # pragma: no cover - depends on the build
+    _hexlify = None
+
 #: Two uppercase hex characters per byte value, as one uint16 each: hex is one table lookup.
 _HEX2 = np.frombuffer(b"".join(f"{i:02X}".encode() for i in range(256)), np.uint16)
+
+
+def hex_into(raw: np.ndarray, out: np.ndarray, offset: int) -> None:
+    """Uppercase hex of each row of ``raw`` (n x w uint8) into columns ``[offset, offset + 2w)``
+    of ``out`` (n x stride uint8)."""
+    n, width = raw.shape
+    if _hexlify is not None and out.flags.c_contiguous:
+        _hexlify(np.ascontiguousarray(raw), width, out, out.shape[1], offset)
+    else:
+        out[:, offset : offset + 2 * width] = _HEX2[raw].view(np.uint8).reshape(n, 2 * width)
 
 
 def hex_rows(raw: np.ndarray) -> pa.StringArray:
     """Uppercase hex of each row of a 2-D uint8 array, as a string array (vectorized)."""
     n, width = raw.shape
-    out = _HEX2[raw]
+    out = np.empty((n, 2 * width), np.uint8)
+    hex_into(raw, out, 0)
     offsets = np.arange(0, n * width * 2 + 1, width * 2, dtype=np.int32)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
 
@@ -39,13 +55,13 @@ def hex_rows(raw: np.ndarray) -> pa.StringArray:
 def offset_msg_ids(store_host_raw: bytes, commitlog_offsets: np.ndarray) -> pa.StringArray:
     """Offset msgIds of records stored by one host (its 8 or 20 raw bytes) at these offsets."""
     n = len(commitlog_offsets)
-    width = len(store_host_raw) + 8
-    raw = np.empty((n, width), np.uint8)
-    raw[:, : len(store_host_raw)] = np.frombuffer(store_host_raw, np.uint8)
-    raw[:, len(store_host_raw) :] = (
-        np.asarray(commitlog_offsets, dtype=">i8").view(np.uint8).reshape(n, 8)
-    )
-    return hex_rows(raw)
+    head = store_host_raw.hex().upper().encode()  # the same on every row
+    width = len(head) + 16
+    out = np.empty((n, width), np.uint8)
+    out[:, : len(head)] = np.frombuffer(head, np.uint8)
+    hex_into(np.asarray(commitlog_offsets, dtype=">i8").view(np.uint8).reshape(n, 8), out, len(head))
+    offsets = np.arange(0, n * width + 1, width, dtype=np.int32)
+    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
 
 
 def offset_msg_id(store_host_raw: bytes, commitlog_offset: int) -> str:
@@ -121,9 +137,6 @@ class UniqKeyGenerator:
         width = len(template)
         seq = self._seq(n)
         out = np.frombuffer(bytearray(template * n), np.uint8).reshape(n, width)
-        digits = np.empty((n, 6), np.uint16)  # 2 hex characters per byte
-        for k in range(6):  # 6 steps over the whole batch (measured faster than one 2-D lookup)
-            digits[:, k] = _HEX2[(seq >> (8 * (5 - k))) & 0xFF]
-        out[:, len(head) : len(head) + 12] = digits.view(np.uint8).reshape(n, 12)
+        hex_into(seq.astype(">i8").view(np.uint8).reshape(n, 8)[:, 2:], out, len(head))
         offsets = np.arange(0, n * width + 1, width, dtype=np.int32)
         return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])

@@ -1,12 +1,15 @@
-"""The two ways a batch reaches its segment, checked with the independent decoder.
+"""The ways a batch reaches its segment, checked with the independent decoder.
 
-- small bodies: header, body and trailer joined per chunk, one ``pwrite`` per chunk;
-- large bodies (average >= ``store.encode.LARGE_BODY``): ``pwritev`` straight from the
-  pieces, ~340 records per call.
+- with the C helper (``store._native.pack_records``): each chunk of records packed into one
+  buffer, the body CRCs computed on the way (carry-less multiply) or taken from the
+  background thread (without it), one ``pwrite`` per chunk on the write thread;
+- without it, small bodies: header, body and trailer joined per chunk, one ``pwrite``;
+- without it, large bodies (average >= ``store.encode.LARGE_BODY``): ``pwritev`` straight
+  from the pieces, ~340 records per call.
 
-Both write chunk by chunk as the background thread finishes each chunk's body CRCs, and both
-must cut correctly at segment rolls. A short ``pwritev`` must be completed, and a failing one
-must leave the published store untouched.
+All write chunk by chunk, pipelined (the next chunk is encoded while one is written), and
+all must cut correctly at segment rolls. A short ``pwritev`` must be completed, and a failing
+write must leave the published store untouched.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import refcodec as rc
 from conftest import walk
 
 import store
+import store.encode as enc
 import store.mapped_file as mf
 from store.encode import _CRC_ASYNC_MIN_ROWS, LARGE_BODY
 
@@ -32,8 +36,23 @@ def _bodies(n: int, size: int, seed: int) -> list[bytes]:
     return [rng.bytes(int(s)) for s in sizes]
 
 
+PATHS = ["packed", "packed-background-crc", "python"]
+
+
+@pytest.fixture(params=PATHS)
+def write_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Runs a test once per write path (the C helper's paths are skipped when it is not built)."""
+    if request.param.startswith("packed") and enc._pack_records is None:
+        pytest.skip("store._native is not built")
+    if request.param == "python":
+        monkeypatch.setattr(enc, "_pack_records", None)
+    if request.param == "packed-background-crc":
+        monkeypatch.setattr(enc, "_CRC_CLMUL", False)
+    return str(request.param)
+
+
 @pytest.mark.parametrize(("body_size", "segment"), [(100, 64 << 10), (LARGE_BODY * 2, 1 << 20)])
-def test_batches_over_many_crc_chunks_and_rolls(tmp_path: Path, body_size: int, segment: int) -> None:
+def test_batches_over_many_crc_chunks_and_rolls(tmp_path: Path, body_size: int, segment: int, write_path: str) -> None:
     n = max(_CRC_ASYNC_MIN_ROWS + 904, (3 << 20) // body_size)  # several CRC chunks
     bodies = _bodies(n, body_size, 1)
     cfg = store.StoreConfig(mapped_file_size_commit_log=segment, mapped_file_size_consume_queue=20 * 1000)
@@ -56,6 +75,7 @@ def test_batches_over_many_crc_chunks_and_rolls(tmp_path: Path, body_size: int, 
 
 
 def test_short_pwritev_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(enc, "_pack_records", None)  # the pwritev path
     real = mf._pwritev
 
     def short(fd: int, iov: int, cnt: int, off: int) -> int:  # writes only the first 3 entries
@@ -68,7 +88,8 @@ def test_short_pwritev_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert [r.body for r in walk(tmp_path)] == bodies
 
 
-def test_failed_pwritev_publishes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("body_size", [100, LARGE_BODY * 2])
+def test_failed_write_publishes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_path: str, body_size: int) -> None:
     with store.MessageStore.open(tmp_path) as s:
         s.put_batch(pa.table({"topic": ["W"] * 3, "body": [b"keep"] * 3}))
         tail = s.published_tail()
@@ -77,13 +98,94 @@ def test_failed_pwritev_publishes_nothing(tmp_path: Path, monkeypatch: pytest.Mo
             ctypes.set_errno(errno.EIO)
             return -1
 
-        monkeypatch.setattr(mf, "_pwritev", fail)
-        with pytest.raises(OSError) as info:
-            s.put_batch(pa.table({"topic": ["W"] * 5, "body": [b"x" * (LARGE_BODY * 2)] * 5}))
+        def fail_write(self: mf.MappedFile, rel: int, data: object) -> None:
+            raise OSError(errno.EIO, "injected", str(self.path))
+
+        with monkeypatch.context() as m:
+            m.setattr(mf, "_pwritev", fail)
+            m.setattr(mf.MappedFile, "write", fail_write)
+            n = max(5, (3 << 20) // body_size)  # several chunks: later ones fail after earlier ones queued
+            with pytest.raises(OSError) as info:
+                s.put_batch(pa.table({"topic": ["W"] * n, "body": [b"x" * body_size] * n}))
         assert info.value.errno == errno.EIO
         assert s.published_tail() == tail
-        monkeypatch.undo()
         s.put_batch(pa.table({"topic": ["W"], "body": [b"after"]}))
         s.dispatch()
         assert [r.body for r in walk(tmp_path)] == [b"keep"] * 3 + [b"after"]
         assert sum(s.read_queue("W", q, 0, 10).num_rows for q in range(4)) == 4
+
+
+def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
+    """Regression: the pipeline dropped a chunk's buffers while its write was still running
+    (the allocator then reused them: 8 zero bytes in a stored record, now and then)."""
+    import threading
+    import time
+    import weakref
+
+    from store.commitlog import _IN_FLIGHT, _Pipeline
+
+    class Chunk:
+        pass
+
+    alive_at_end: list[bool] = []
+    refs: list[weakref.ref[Chunk]] = []
+    release = threading.Event()
+
+    def slow_write(i: int) -> None:
+        release.wait(5)
+        time.sleep(0.01)
+        alive_at_end.append(refs[i]() is not None)
+
+    with _Pipeline() as pipe:
+        for i in range(_IN_FLIGHT + 3):
+            chunk = Chunk()
+            refs.append(weakref.ref(chunk))
+            if i == _IN_FLIGHT:
+                release.set()  # the first writes finish only while later chunks are queued
+            pipe.submit(slow_write, i, keep=chunk)
+            del chunk
+    assert alive_at_end == [True] * (_IN_FLIGHT + 3)
+    assert all(r() is None for r in refs)  # and released afterwards
+
+
+def test_pipeline_raises_the_first_failure_after_all_writes() -> None:
+    from store.commitlog import _Pipeline
+
+    done: list[int] = []
+
+    def write(i: int) -> None:
+        if i == 1:
+            raise OSError(errno.EIO, "injected")
+        done.append(i)
+
+    with pytest.raises(OSError), _Pipeline() as pipe:
+        for i in range(4):
+            pipe.submit(write, i)
+    # the failure surfaces when the next chunk waits for room; nothing more is queued, and
+    # the write already queued (2) finished before the error left the pipeline
+    assert done == [0, 2]
+
+    done.clear()
+    with pytest.raises(OSError), _Pipeline() as pipe:  # failing in the last, exit raises it
+        for i in range(2):
+            pipe.submit(write, i)
+    assert done == [0]
+
+
+def test_c_pack_records_checks_its_inputs() -> None:
+    if enc._pack_records is None:
+        pytest.skip("store._native was not built here")
+    hdr = np.zeros(2 * 16, np.uint8)
+    offs = np.array([0, 3, 5], np.int64)
+    out = np.zeros(2 * 16 + 5 + 5, np.uint8)
+    enc._pack_records(hdr, 16, True, b"abcde", offs, b"vwxyz", offs, out)
+    assert bytes(out[16:19]) == b"abc" and bytes(out[19:22]) == b"vwx" and bytes(out[38:40]) == b"de" and bytes(out[40:42]) == b"yz"
+    assert int.from_bytes(bytes(out[8:12]), "big") == rc.body_crc(b"abc")
+    with pytest.raises(ValueError, match="out must be"):
+        enc._pack_records(hdr, 16, True, b"abcde", offs, b"vwxyz", offs, out[:-1])
+    with pytest.raises(ValueError, match="offsets"):
+        enc._pack_records(hdr, 16, True, b"abcd", offs, b"vwxyz", offs, out)
+    with pytest.raises(ValueError, match="offsets"):
+        enc._pack_records(hdr, 16, True, b"abcde", np.array([0, 4, 3], np.int64), b"vwxyz", offs, out)
+    with pytest.raises(ValueError, match="header"):
+        enc._pack_records(hdr, 16, True, b"abcde", offs.astype(np.int32), b"vwxyz", offs, out)
