@@ -8,10 +8,11 @@ For 100-byte and 4 KiB bodies:
 - dispatch (commitlog -> consume queues);
 - reading every queue back into Arrow tables vs a plain sequential read of the same bytes.
 
-Right before each write measurement (put_batch, then the plain write), a scratch file as
-large as the data is written and deleted: on this VM the first touch of guest memory that was
+Right before each write measurement (put_batch, then the plain write), a scratch file twice
+as large as the data is written and deleted (with only as much as the data, the last
+batches of a round still met cold pages: 100-170 ms batches instead of 20 ms): on this VM the first touch of guest memory that was
 handed back to the host costs ~10x a normal page-cache write, and freshly freed pages are
-still warm; then ``sync()`` leaves no dirty pages behind. Each write measurement starts from
+still warm (a ``sync()`` first leaves no dirty pages behind). Each write measurement starts from
 the same condition, and the write
 measurements alternate over ``--rounds`` rounds (put_batch, plain, put_batch, plain, ...);
 the medians are printed. Figures are wall-clock on this machine; nothing here is a test
@@ -34,14 +35,14 @@ import store
 
 
 def _warm_up(path: Path, nbytes: int) -> None:
+    # first no dirty pages left from earlier rounds: past vm.dirty_background_ratio the
+    # kernel's writeback would run during (and throttle) whichever measurement came next
+    os.sync()
     chunk = b"\x00" * (16 << 20)
     with open(path, "wb") as f:
         for _ in range(max(1, nbytes // len(chunk))):
             f.write(chunk)
-    path.unlink()
-    # no dirty pages left from earlier rounds: past vm.dirty_background_ratio the kernel's
-    # writeback would run during (and throttle) whichever measurement came next
-    os.sync()
+    path.unlink()  # the measurement starts right away, while these freed pages are warm
 
 
 def _plain_write(path: Path, chunk: bytes, count: int) -> float:
@@ -93,7 +94,7 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds:
     put_t, plain_t, ratios = [], [], []
     written = 0
     for _ in range(rounds):
-        _warm_up(workdir / "warm", estimate + (64 << 20))
+        _warm_up(workdir / "warm", 2 * estimate + (256 << 20))
         before = s.published_tail()
         t0 = time.perf_counter()
         for _ in range(batches):
@@ -101,7 +102,7 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds:
         put_t.append(time.perf_counter() - t0)
         written = s.published_tail() - before
         chunk = os.urandom(max(1, written // batches))
-        _warm_up(workdir / "warm", estimate + (64 << 20))
+        _warm_up(workdir / "warm", 2 * estimate + (256 << 20))
         plain_t.append(_plain_write(plain, chunk, batches))
         plain.unlink()
         ratios.append(plain_t[-1] / put_t[-1])
@@ -152,7 +153,7 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=2_000_000, help="messages with 100-byte bodies")
     ap.add_argument("--messages-4k", type=int, default=200_000, help="messages with 4 KiB bodies")
     ap.add_argument("--batch", type=int, default=65536)
-    ap.add_argument("--rounds", type=int, default=3, help="alternating put_batch / plain write rounds")
+    ap.add_argument("--rounds", type=int, default=5, help="alternating put_batch / plain write rounds")
     ap.add_argument("--dir", type=Path, default=None)
     args = ap.parse_args()
     workdir = args.dir or Path(tempfile.mkdtemp(prefix="rmq-bench-"))

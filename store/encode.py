@@ -16,6 +16,7 @@ Two steps, split around the append lock:
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -254,7 +255,16 @@ class EncodedBatch:
     lengths: np.ndarray  # TOTALSIZE per row, int64
     crcs: BodyCrcs
     large_bodies: bool  # average body >= LARGE_BODY: written with iovecs
-    tags_codes: np.ndarray | None = None  # consume-queue tagsCode per row; None if TAGS came from properties
+    tags: pa.Array | None = None  # the tags column (strings, null = no tag), if any
+    tags_from_properties: bool = False  # TAGS came in the user's properties map
+
+    @functools.cached_property
+    def tags_codes(self) -> np.ndarray | None:
+        """Consume-queue tagsCode per row (computed when a dispatch asks for it); ``None``
+        when TAGS came from the user's properties (the dispatcher reads the records then)."""
+        if self.tags_from_properties:
+            return None
+        return tags_codes(self.tags) if self.tags is not None else np.zeros(self.n, np.int64)
 
     def fill(self, queue_offsets: np.ndarray, physical_offsets: np.ndarray, store_ts: int) -> None:
         """Set the fields only the append lock can give."""
@@ -607,5 +617,5 @@ def prepare_batch(
     return EncodedBatch(
         n=n, topics=topics, topic_index=topic_index, queue_id=queue_id.astype(np.int32), header=h,
         body=body, trailer=trailer_pieces, lengths=lengths, crcs=crcs, large_bodies=large,
-        tags_codes=None if user_has_tags else (tags_codes(tags_col) if tags_col is not None else np.zeros(n, np.int64)),
+        tags=tags_col, tags_from_properties=user_has_tags,
     )
