@@ -199,14 +199,27 @@ class Dispatcher:
         sizes: np.ndarray, codes: np.ndarray, maxes: dict[tuple[str, int], int],
     ) -> None:
         """Write the units of records (any order) into their queues, one slice per run."""
-        key = (np.asarray(tidx, np.int64) << 32) | np.asarray(qid, np.int64)
+        tidx, qid, qoff = np.asarray(tidx, np.int64), np.asarray(qid, np.int64), np.asarray(qoff, np.int64)
+        span = int(qid.max()) + 1 if len(qid) else 1
+        order = None
+        if len(topics) * span <= 1 << 16:
+            # records come in log order, where each queue's offsets already increase: a
+            # stable sort by queue alone (a radix sort on 16-bit keys, linear) groups them,
+            # checked below; lexsort on (queue, offset) cost ~100 ms per million units
+            dense = (tidx * span + qid).astype(np.uint16)
+            order = np.argsort(dense, kind="stable")
+            sd = dense[order]
+            same = sd[1:] == sd[:-1]
+            if not (np.diff(qoff[order])[same] > 0).all():
+                order = None
+        if order is None:
+            order = np.lexsort((qoff, (tidx << 32) | qid))
+        key = ((tidx << 32) | qid)[order]
+        qoff = qoff[order]
         units = np.empty(len(key), CQ_UNIT)
-        units["offset"] = offsets
-        units["size"] = sizes
-        units["tagsCode"] = codes
-        qoff = np.asarray(qoff, np.int64)
-        order = np.lexsort((qoff, key))
-        key, units, qoff = key[order], units[order], qoff[order]
+        units["offset"] = np.asarray(offsets)[order]
+        units["size"] = np.asarray(sizes)[order]
+        units["tagsCode"] = np.asarray(codes)[order]
         bounds = np.flatnonzero(np.diff(key)) + 1
         for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(key)], strict=True):
             if hi <= lo:
