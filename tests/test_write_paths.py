@@ -136,7 +136,7 @@ def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
         time.sleep(0.01)
         alive_at_end.append(refs[i]() is not None)
 
-    with _Pipeline() as pipe:
+    with _Pipeline(99) as pipe:
         for i in range(_IN_FLIGHT + 3):
             chunk = Chunk()
             refs.append(weakref.ref(chunk))
@@ -158,7 +158,7 @@ def test_pipeline_raises_the_first_failure_after_all_writes() -> None:
             raise OSError(errno.EIO, "injected")
         done.append(i)
 
-    with pytest.raises(OSError), _Pipeline() as pipe:
+    with pytest.raises(OSError), _Pipeline(99) as pipe:
         for i in range(4):
             pipe.submit(write, i)
     # the failure surfaces when the next chunk waits for room; nothing more is queued, and
@@ -166,7 +166,7 @@ def test_pipeline_raises_the_first_failure_after_all_writes() -> None:
     assert done == [0, 2]
 
     done.clear()
-    with pytest.raises(OSError), _Pipeline() as pipe:  # failing in the last, exit raises it
+    with pytest.raises(OSError), _Pipeline(99) as pipe:  # failing in the last, exit raises it
         for i in range(2):
             pipe.submit(write, i)
     assert done == [0]
