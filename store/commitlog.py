@@ -194,9 +194,8 @@ class CommitLog:
         if seg is None:
             return
         rel = tail - seg.start
-        arr = seg.array()
-        if arr[rel : rel + 8].any():
-            arr[rel:] = 0
+        if any(seg.read(rel, 8)):
+            seg.array()[rel:] = 0
 
     def append(self, batch: EncodedBatch, state: AppendState) -> AppendResult:
         """Write ``batch`` at ``state.tail``; caller holds the append lock and publishes ``state``."""

@@ -69,6 +69,20 @@ def _flat(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return col
 
 
+def _value_lengths(arr: pa.Array) -> np.ndarray:
+    """Byte length of each value of a binary/string array (0 for a null), from its offsets."""
+    n = len(arr)
+    if n == 0:
+        return np.zeros(0, np.int64)
+    large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
+    dtype = np.int64 if large else np.int32
+    offsets = np.frombuffer(arr.buffers()[1], dtype, n + 1, arr.offset * np.dtype(dtype).itemsize)
+    lengths = np.diff(offsets).astype(np.int64)
+    if arr.null_count:  # Arrow lets a null's offsets span bytes: it has none
+        lengths[np.asarray(arr.is_null())] = 0
+    return lengths
+
+
 def _first(mask: np.ndarray) -> int:
     return int(np.flatnonzero(mask)[0])
 
@@ -86,7 +100,7 @@ def _as_string(col: pa.Array, field: str) -> pa.Array:
         valid = ~np.asarray(col.is_null())
         row = _first(valid) if valid.any() else 0
         raise InvalidMessageError(f"must be a string, got {col.type}", row=row, field=field)
-    return col.cast(pa.string())
+    return col if col.type == pa.string() else col.cast(pa.string())
 
 
 def _may_hold_separator(col: pa.Array, *, space: bool) -> bool:
@@ -104,7 +118,10 @@ def _may_hold_separator(col: pa.Array, *, space: bool) -> bool:
 
 def _may_be_empty(col: pa.Array) -> bool:
     """Whether some non-null value of a string column is empty (cheap screen)."""
-    return bool(pc.any(pc.equal(pc.binary_length(col), 0)).as_py())
+    empty = _value_lengths(col) == 0
+    if col.null_count:
+        empty &= ~np.asarray(col.is_null())
+    return bool(empty.any())
 
 
 def _no_separators(col: pa.Array, field: str, parent: np.ndarray | None = None, *, space: bool = False) -> None:
@@ -406,7 +423,7 @@ def prepare_batch(
         raise InvalidMessageError(f"must be binary or string, got {body.type}", row=0 if n else None, field="body")
     if body.null_count:
         raise InvalidMessageError("body is null (an empty body is valid, a missing one is not)", row=_first(np.asarray(body.is_null())), field="body")
-    body_len = np.asarray(pc.binary_length(body), dtype=np.int64) if n else np.zeros(0, np.int64)
+    body_len = _value_lengths(body)
     if n and body_len.max() > max_message_size:
         row = _first(body_len > max_message_size)
         raise MessageTooLargeError(f"body is {body_len[row]} bytes, over max_message_size {max_message_size}", row=row, field="body")
@@ -546,8 +563,8 @@ def prepare_batch(
             if isinstance(p, pa.Scalar):
                 props_len += len(p.as_py())
             else:
-                p = p.cast(pa.binary())
-                props_len += np.asarray(pc.binary_length(p), dtype=np.int64)
+                p = p if p.type == pa.binary() else p.cast(pa.binary())
+                props_len += _value_lengths(p)
             pieces.append(p)
     if n and props_len.max() > PROPERTIES_MAX_BYTES:
         row = _first(props_len > PROPERTIES_MAX_BYTES)
