@@ -156,9 +156,9 @@ class AppendStateFile:
                     found.append((seq, slot, length, crc))
         for seq, slot, length, crc in sorted(found, reverse=True):
             key = (self._ino, seq, slot, length, crc)
-            if self._cache is not None and self._cache[0] == key:  # unchanged since we saw it
-                state = _copy(self._cache[1])
-                return state, seq, slot
+            cache = self._cache  # one read: another thread may replace it meanwhile
+            if cache is not None and cache[0] == key:  # unchanged since this process saw it
+                return _copy(cache[1]), seq, slot
             raw = os.pread(fd, _SLOT_HEADER.size + length, _HEADER.size + slot * size)
             seq2, length2, crc2 = _SLOT_HEADER.unpack_from(raw)
             body = raw[_SLOT_HEADER.size :]

@@ -355,3 +355,38 @@ def test_store_opened_while_first_consume_queue_is_created(tmp_path: Path, monke
         late.put("U", b"y", queue_id=1)
         assert late.dispatch() == 1
         assert late.get_messages("g", "U", 1, 0).status is store.GetMessageStatus.FOUND
+
+
+def test_lock_free_state_readers_never_make_a_writer_reuse_a_tail(tmp_path: Path) -> None:
+    """Regression: a state load compared the cached slot header and then read the cached
+    state in two steps; a lock-free reader replacing the cache in between handed a writer an
+    older tail, and its batch overwrote the one before."""
+    cfg = store.StoreConfig(mapped_file_size_commit_log=CL_SEG, mapped_file_size_consume_queue=CQ_SEG)
+    errors: list[BaseException] = []
+    stop = threading.Event()
+    with store.MessageStore.open(tmp_path, cfg) as s:
+
+        def reader() -> None:
+            while not stop.is_set():
+                s.published_tail()  # loads the state without the append lock
+
+        def work(w: int) -> None:
+            try:
+                for b in range(60):
+                    s.put_batch(pa.table({"topic": ["RS"] * 3, "body": [b"%d:%d:%d" % (w, b, i) for i in range(3)]}))
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+        readers = [threading.Thread(target=reader) for _ in range(2)]
+        writers = [threading.Thread(target=work, args=(w,)) for w in range(3)]
+        for t in readers + writers:
+            t.start()
+        for t in writers:
+            t.join(60)
+        stop.set()
+        for t in readers:
+            t.join(10)
+        assert errors == []
+    recs = walk(tmp_path)
+    assert len(recs) == 3 * 60 * 3
+    assert len({r.body for r in recs}) == len(recs)
