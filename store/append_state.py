@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import struct
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -108,6 +109,8 @@ class AppendStateFile:
         self.path = path
         self._fd: int | None = None
         self._ino: int | None = None
+        self._open_lock = threading.Lock()
+        self._stale_fds: list[int] = []
         # the last state this process loaded or published, keyed by its slot header (file,
         # sequence, slot, length, CRC): while the newest slot still has that header, load()
         # returns a copy instead of reading and parsing the JSON again (~50 us a put)
@@ -117,14 +120,24 @@ class AppendStateFile:
         self._cache = (key, _copy(state))
 
     def _open(self) -> int | None:
-        """A descriptor on the current file (reopened when the file was replaced)."""
+        """A descriptor on the current file (reopened when the file was replaced).
+
+        Under a lock: two threads opening at once each saw the other's half-set descriptor
+        as stale and one closed it while the other was about to read (or write) through it.
+        """
+        with self._open_lock:
+            return self._open_locked()
+
+    def _open_locked(self) -> int | None:
         try:
             st = os.stat(self.path)
         except FileNotFoundError:
             return None
         if self._fd is None or self._ino != st.st_ino:
             if self._fd is not None:
-                os.close(self._fd)
+                # the file was replaced: another thread may still be reading the old one
+                # through this descriptor, so it is closed with the store, not now
+                self._stale_fds.append(self._fd)
                 self._fd = None
             try:
                 self._fd = os.open(self.path, os.O_RDWR)
@@ -134,9 +147,13 @@ class AppendStateFile:
         return self._fd
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        with self._open_lock:
+            for fd in self._stale_fds:
+                os.close(fd)
+            self._stale_fds.clear()
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def __del__(self) -> None:
         self.close()
