@@ -8,14 +8,13 @@ For 100-byte and 4 KiB bodies:
 - dispatch (commitlog -> consume queues);
 - reading every queue back into Arrow tables vs a plain sequential read of the same bytes.
 
-Right before each write measurement (put_batch, then the plain write), a scratch file twice
-as large as the data is written and deleted (with only as much as the data, the last
-batches of a round still met cold pages: 100-170 ms batches instead of 20 ms): on this VM the first touch of guest memory that was
-handed back to the host costs ~10x a normal page-cache write, and freshly freed pages are
-still warm (a ``sync()`` first leaves no dirty pages behind). Each write measurement starts from
-the same condition, and the write
-measurements alternate over ``--rounds`` rounds (put_batch, plain, put_batch, plain, ...);
-the medians are printed. Figures are wall-clock on this machine; nothing here is a test
+Each ``put_batch`` is paired with a plain ``write()`` of the same number of bytes right
+after it (see ``bench``). Right before each round, a scratch file twice as large as the
+round's data (store and plain file) is written and deleted: on this VM the first touch of
+guest memory that was handed back to the host costs ~10x a normal page-cache write (with a
+scratch file only as large as the data, the last batches of a round still met cold pages:
+100-170 ms batches instead of 20 ms), and freshly freed pages are still warm (a ``sync()`` first leaves no dirty pages behind). The medians of ``--rounds``
+rounds are printed. Figures are wall-clock on this machine; nothing here is a test
 threshold.
 """
 
@@ -43,14 +42,6 @@ def _warm_up(path: Path, nbytes: int) -> None:
         for _ in range(max(1, nbytes // len(chunk))):
             f.write(chunk)
     path.unlink()  # the measurement starts right away, while these freed pages are warm
-
-
-def _plain_write(path: Path, chunk: bytes, count: int) -> float:
-    t0 = time.perf_counter()
-    with open(path, "wb") as f:
-        for _ in range(count):
-            f.write(chunk)
-    return time.perf_counter() - t0
 
 
 def _plain_read(path: Path, chunk_size: int) -> float:
@@ -87,25 +78,35 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds:
     tail0 = s.published_tail()
     record_bytes_estimate = (s.put_batch(table.slice(0, 2))["commitLogOffset"][1].as_py() - s.put_batch(table.slice(0, 1))["commitLogOffset"][0].as_py())
     estimate = n * max(record_bytes_estimate, body_size)
-    # rounds alternate put_batch and the plain write, each after the same warm-up: this VM's
-    # page-cache write speed drifts by +-20% within a minute, so one pair could compare a
-    # slow moment with a fast one; the medians of the rounds are reported
+    # Paired measurement: each put_batch is followed at once by a plain write() of the same
+    # number of bytes (appended to one plain file), and each side's times are summed. This
+    # VM's page-cache write speed drifts by +-30% within seconds (a write now and then
+    # takes 5-8x longer in the kernel), so measuring the two sides a second apart compared
+    # different machines; paired batches see the same one. Several rounds, each after a
+    # warm-up; the medians of the rounds are reported.
     plain = workdir / "plain.bin"
     put_t, plain_t, ratios = [], [], []
     written = 0
+    chunk = np.frombuffer(os.urandom(int(estimate // batches) + (1 << 20)), np.uint8)
     for _ in range(rounds):
-        _warm_up(workdir / "warm", 2 * estimate + (256 << 20))
+        _warm_up(workdir / "warm", 4 * estimate + (256 << 20))
         before = s.published_tail()
-        t0 = time.perf_counter()
-        for _ in range(batches):
-            s.put_batch(table)
-        put_t.append(time.perf_counter() - t0)
-        written = s.published_tail() - before
-        chunk = os.urandom(max(1, written // batches))
-        _warm_up(workdir / "warm", 2 * estimate + (256 << 20))
-        plain_t.append(_plain_write(plain, chunk, batches))
+        tp = tw = 0.0
+        with open(plain, "wb") as f:
+            for _ in range(batches):
+                tail = s.published_tail()
+                t0 = time.perf_counter()
+                s.put_batch(table)
+                tp += time.perf_counter() - t0
+                size = s.published_tail() - tail
+                t0 = time.perf_counter()
+                f.write(chunk[:size])
+                tw += time.perf_counter() - t0
         plain.unlink()
-        ratios.append(plain_t[-1] / put_t[-1])
+        written = s.published_tail() - before
+        put_t.append(tp)
+        plain_t.append(tw)
+        ratios.append(tw / tp)
     t_put, t_plain = float(np.median(put_t)), float(np.median(plain_t))
     n_total = n * rounds
     written_total = s.published_tail() - tail0
@@ -140,7 +141,7 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds:
     }
     print(f"\n== body {body_size} B: {rounds} rounds of {n:,} messages, batches of {batch_rows:,}, {written / mb:,.0f} MB of records per round")
     print(f"put_batch       {out['put_msgs']:>12,.0f} msgs/s  {out['put_MBps']:>8,.0f} MB/s records  ({out['put_payload_MBps']:,.0f} MB/s bodies)  median of rounds")
-    print(f"plain write()   {'':>12}         {out['plain_write_MBps']:>8,.0f} MB/s   median of rounds")
+    print(f"plain write()   {'':>12}         {out['plain_write_MBps']:>8,.0f} MB/s   median of rounds, each batch's bytes right after it")
     print(f"  -> put_batch = {out['put_vs_plain']:.0%} of plain (median of the rounds' ratios: {', '.join(f'{r:.0%}' for r in ratios)})")
     print(f"dispatch        {out['dispatch_msgs']:>12,.0f} msgs/s  ({dispatched:,} records)")
     print(f"read to Arrow   {out['read_msgs']:>12,.0f} msgs/s  {out['read_MBps']:>8,.0f} MB/s  ({read:,} messages)")

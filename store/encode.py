@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -28,7 +29,7 @@ import pyarrow.compute as pc
 
 from .errors import InvalidMessageError, MessageTooLargeError, QueueIdError
 from .hashing import tags_codes
-from .msgid import UniqKeyGenerator
+from .msgid import UNIQ_PROPERTY_WIDTH, UniqKeyGenerator
 from .paths import topic_problem
 from .properties import (
     PROPERTY_KEYS,
@@ -231,9 +232,42 @@ class BodyCrcs:
         return list(zip(edges[:-1], edges[1:], strict=True))
 
 
-def _merge_scalars(pieces: list[pa.Array | pa.Scalar]) -> list[pa.Array | pa.Scalar]:
+@dataclass(frozen=True)
+class LazyUniqKeys:
+    """The generated ``UNIQ_KEY`` property items of a batch, made chunk by chunk when written.
+
+    ``given`` marks the rows whose own properties carry a ``UNIQ_KEY`` (they get none).
+    Items are generated in the order the chunks are written, under the append lock.
+    """
+
+    generator: UniqKeyGenerator
+    given: np.ndarray | None
+
+    def lengths(self, n: int) -> np.ndarray:
+        out = np.full(n, UNIQ_PROPERTY_WIDTH, np.int64)
+        if self.given is not None:
+            out[self.given] = 0
+        return out
+
+    def make(self, a: int, b: int) -> pa.BinaryArray:
+        items = self.generator.generate_property(b - a)
+        if self.given is not None and self.given[a:b].any():
+            items = pc.if_else(pa.array(self.given[a:b]), _EMPTY_BIN, items)
+        return items
+
+
+Piece: TypeAlias = pa.Array | pa.Scalar | LazyUniqKeys
+
+
+def _chunk_pieces(pieces: list[Piece], a: int, b: int) -> list[pa.Array | pa.Scalar]:
+    """The join pieces of rows ``[a, b)``."""
+    return [p if isinstance(p, pa.Scalar) else p.make(a, b) if isinstance(p, LazyUniqKeys) else p.slice(a, b - a)
+            for p in pieces]
+
+
+def _merge_scalars(pieces: list[Piece]) -> list[Piece]:
     """Adjacent scalar join pieces merged into one (fewer pieces, faster join)."""
-    out: list[pa.Array | pa.Scalar] = []
+    out: list[Piece] = []
     for p in pieces:
         if isinstance(p, pa.Scalar) and out and isinstance(out[-1], pa.Scalar):
             out[-1] = pa.scalar(out[-1].as_py() + p.as_py(), pa.binary())
@@ -268,7 +302,7 @@ class EncodedBatch:
     queue_id: np.ndarray  # int32 per row
     header: np.ndarray  # structured, record.header_dtype
     body: pa.BinaryArray
-    trailer: list[pa.Array | pa.Scalar]  # join pieces, joined chunk by chunk when written
+    trailer: list[Piece]  # join pieces, joined chunk by chunk when written
     lengths: np.ndarray  # TOTALSIZE per row, int64
     crcs: BodyCrcs
     large_bodies: bool  # average body >= LARGE_BODY: written with iovecs
@@ -299,7 +333,7 @@ class EncodedBatch:
 
     def _trailer(self, a: int, b: int) -> pa.Array:
         m = b - a
-        pieces = [p if isinstance(p, pa.Scalar) else p.slice(a, m) for p in self.trailer]
+        pieces = _chunk_pieces(self.trailer, a, b)
         if all(isinstance(p, pa.Scalar) for p in pieces):  # the join of scalars is a scalar
             pieces.append(pa.array([b""] * m, pa.binary()))
         return pc.binary_join_element_wise(*pieces, _EMPTY_BIN)
@@ -312,7 +346,7 @@ class EncodedBatch:
         hdr = pa.BinaryArray.from_buffers(
             pa.binary(), m, [None, pa.py_buffer(np.arange(0, width * (m + 1), width, dtype=np.int32)), pa.py_buffer(h)],
         )
-        trailer = [p if isinstance(p, pa.Scalar) else p.slice(a, m) for p in self.trailer]
+        trailer = _chunk_pieces(self.trailer, a, b)
         joined = pc.binary_join_element_wise(hdr, self.body.slice(a, m), *trailer, _EMPTY_BIN)
         start = int(_data_and_offsets(joined, 0, 0)[1][0])
         return joined.buffers()[2].slice(start, int(self.lengths[a:b].sum()))
@@ -464,7 +498,7 @@ def prepare_batch(
                 queue_id[rows] = (first + np.arange(len(rows))) % counts[i]
 
     # --- properties: the user's map, then KEYS, TAGS, UNIQ_KEY
-    parts: list[pa.Array | tuple[pa.Scalar, pa.Array, pa.Scalar]] = []
+    parts: list[pa.Array | LazyUniqKeys | tuple[pa.Scalar, pa.Array, pa.Scalar]] = []
     has_uniq = np.zeros(n, bool)
     user_has_tags = user_has_keys = False
     tags_col: pa.Array | None = None
@@ -546,22 +580,23 @@ def prepare_batch(
             parts.append(single_property(PROPERTY_TAGS, tags))
         else:  # 'TAGS\x01' + tag + '\x02' as three join pieces: no intermediate column
             parts.append((pa.scalar(PROPERTY_TAGS.encode() + b"\x01", pa.binary()), tags.cast(pa.binary()), _SEP2))
-    uniq = uniq_keys.generate_property(n)  # 'UNIQ_KEY\x01<32 hex>\x02', built in numpy
-    if has_uniq.any():
-        uniq = pc.if_else(pa.array(has_uniq), pa.scalar(b"", pa.binary()), uniq)
-    parts.append(uniq)
+    # 'UNIQ_KEY\x01<32 hex>\x02' items are made chunk by chunk as the records are written
+    # (overlapping the writes; their length is fixed, so the record lengths are known now)
+    parts.append(LazyUniqKeys(uniq_keys, has_uniq if has_uniq.any() else None))
     if last_row_property is not None and n:
         # empty on every row but the last: offsets all 0 except the final one
         piece = (last_row_property[0] + "\x01" + last_row_property[1] + "\x02").encode()
         offs = np.zeros(n + 1, np.int32)
         offs[-1] = len(piece)
         parts.append(pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offs), pa.py_buffer(piece)]))
-    pieces: list[pa.Array | pa.Scalar] = []
+    pieces: list[pa.Array | pa.Scalar | LazyUniqKeys] = []
     props_len = np.zeros(n, np.int64)
     for part in parts:
         for p in part if isinstance(part, tuple) else (part,):
             if isinstance(p, pa.Scalar):
                 props_len += len(p.as_py())
+            elif isinstance(p, LazyUniqKeys):
+                props_len += p.lengths(n)
             else:
                 p = p if p.type == pa.binary() else p.cast(pa.binary())
                 props_len += _value_lengths(p)

@@ -80,6 +80,10 @@ def parse_offset_msg_id(msg_id: str) -> tuple[bytes, int] | None:
     return raw[:-8], struct.unpack(">q", raw[-8:])[0]
 
 
+#: Bytes of one generated ``UNIQ_KEY\x01<32 hex>\x02`` property item.
+UNIQ_PROPERTY_WIDTH = len("UNIQ_KEY") + 1 + 32 + 1
+
+
 class UniqKeyGenerator:
     """Generates ``UNIQ_KEY`` values for messages that have none (thread-safe)."""
 

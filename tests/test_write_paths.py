@@ -189,3 +189,19 @@ def test_c_pack_records_checks_its_inputs() -> None:
         enc._pack_records(hdr, 16, True, b"abcde", np.array([0, 4, 3], np.int64), b"vwxyz", offs, out)
     with pytest.raises(ValueError, match="header"):
         enc._pack_records(hdr, 16, True, b"abcde", offs.astype(np.int32), b"vwxyz", offs, out)
+
+
+def test_uniq_keys_made_chunk_by_chunk_keep_given_ones(tmp_path: Path, write_path: str) -> None:
+    n = 1500  # 4 KiB bodies: several chunks, each making its own UNIQ_KEY items
+    given = [f"MINE-{i}" if i % 3 == 0 else None for i in range(n)]
+    props = pa.array([[("UNIQ_KEY", g)] if g else None for g in given], pa.map_(pa.string(), pa.string()))
+    bodies = _bodies(n, LARGE_BODY * 4, 3)
+    with store.MessageStore.open(tmp_path) as s:
+        s.put_batch(pa.table({"topic": ["U"] * n, "body": bodies, "properties": props}))
+    recs = walk(tmp_path)
+    keys = [r.properties["UNIQ_KEY"] for r in recs]
+    assert [r.body for r in recs] == bodies
+    assert [k for k, g in zip(keys, given, strict=True) if g] == [g for g in given if g]
+    made = [k for k, g in zip(keys, given, strict=True) if not g]
+    assert len(set(made)) == len(made) and all(len(k) == 32 for k in made)
+    assert made == sorted(made, key=lambda k: int(k[-12:], 16))  # in log order
