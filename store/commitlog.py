@@ -12,7 +12,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +22,7 @@ import pyarrow as pa
 from .append_state import AppendState
 from .decode import concat_tables, message_table, read_columns
 from .encode import EncodedBatch
+from .fileio import ProcessLocalPool
 from .mapped_file import MappedFile, MappedFileQueue
 from .record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, ScanResult, decode_at
 from .scan import SegmentScan, StopReason, scan_segment
@@ -106,7 +107,7 @@ def assign_queue_offsets(batch: EncodedBatch, queues: dict[str, int]) -> np.ndar
 #: The thread the commitlog's writes run on while the appending thread encodes the next
 #: chunk (CRCs, trailer join, iovecs): both the write syscalls and most of the encoding run
 #: without the GIL, so on two cores the copy into the page cache and the encoding overlap.
-_WRITE_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-write")
+_WRITE_POOL = ProcessLocalPool("rmq-write")
 #: Chunks encoded ahead of the one being written (each holds ~1 MiB of the batch's memory).
 _IN_FLIGHT = 2
 
@@ -153,7 +154,7 @@ class _Pipeline:
         while len(self._pending) >= _IN_FLIGHT:
             self._pending[0][0].result()  # wait *before* dropping what the write reads from
             self._pending.popleft()
-        self._pending.append((_WRITE_POOL.submit(fn, *args), keep))
+        self._pending.append((_WRITE_POOL.get().submit(fn, *args), keep))
 
     def __enter__(self) -> _Pipeline:
         return self

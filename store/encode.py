@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TypeAlias
 
@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import InvalidMessageError, MessageTooLargeError, QueueIdError
+from .fileio import ProcessLocalPool
 from .hashing import tags_codes
 from .msgid import UNIQ_PROPERTY_WIDTH, UniqKeyGenerator
 from .paths import topic_problem
@@ -173,7 +174,7 @@ def _crc32s(body: pa.BinaryArray) -> np.ndarray:
 #: CPU cache when the write copies them, and the write of the previous chunk runs meanwhile
 #: (see :meth:`store.commitlog.CommitLog.append`). Otherwise (table CRC or one call per
 #: body) one background thread computes them ahead, while the caller encodes the rest.
-_CRC_POOL = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rmq-crc")
+_CRC_POOL = ProcessLocalPool("rmq-crc")
 _CRC_ASYNC_MIN_ROWS = 4096
 _CRC_CHUNK_BYTES = 2 << 20
 _SEP2 = pa.scalar(b"\x02", pa.binary())
@@ -204,7 +205,7 @@ class BodyCrcs:
             self.bounds = np.array([0, n], np.int64)
             return
         self._futures = [
-            _CRC_POOL.submit(self._run, int(a), int(b))
+            _CRC_POOL.get().submit(self._run, int(a), int(b))
             for a, b in zip(self.bounds[:-1], self.bounds[1:], strict=True)
         ]
 

@@ -8,6 +8,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -129,3 +130,28 @@ def read_with_backup(path: Path) -> bytes | None:
         except FileNotFoundError:
             continue
     return None
+
+
+class ProcessLocalPool:
+    """A one-thread executor, made anew in a forked child.
+
+    A ``ThreadPoolExecutor`` carried over a ``fork`` still counts its parent's thread, which
+    does not exist in the child: work submitted there would wait forever. (Spark forks its
+    Python workers; a user's ``multiprocessing`` may fork after a put.)
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._pid = -1
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def get(self) -> ThreadPoolExecutor:
+        pool = self._pool
+        if pool is None or self._pid != os.getpid():
+            with self._lock:
+                if self._pool is None or self._pid != os.getpid():
+                    self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix=self._name)
+                    self._pid = os.getpid()
+                pool = self._pool
+        return pool

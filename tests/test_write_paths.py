@@ -205,3 +205,38 @@ def test_uniq_keys_made_chunk_by_chunk_keep_given_ones(tmp_path: Path, write_pat
     made = [k for k, g in zip(keys, given, strict=True) if not g]
     assert len(set(made)) == len(made) and all(len(k) == 32 for k in made)
     assert made == sorted(made, key=lambda k: int(k[-12:], 16))  # in log order
+
+
+def test_a_forked_child_can_still_append(tmp_path: Path, write_path: str) -> None:
+    """The write and CRC threads are per process: a child forked after a put (Spark forks
+    its Python workers; so may ``multiprocessing``) gets its own, instead of waiting forever
+    on its parent's, which do not exist in it."""
+    import os
+    import signal
+    import time
+
+    n = 1200  # 4 KiB bodies: several chunks, so the write thread is used
+    t = pa.table({"topic": ["F"] * n, "body": _bodies(n, LARGE_BODY * 4, 5)})
+    with store.MessageStore.open(tmp_path / "parent") as s:
+        s.put_batch(t)
+    pid = os.fork()
+    if pid == 0:  # the child: exit code 0 only if the put completes
+        code = 1
+        try:
+            with store.MessageStore.open(tmp_path / "child") as c:
+                c.put_batch(t)
+                code = 0 if c.published_tail() > 0 else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's put_batch hung")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert [r.body for r in walk(tmp_path / "child")] == t["body"].to_pylist()
