@@ -67,6 +67,8 @@ class ConsumeQueue:
             written = int(_first_zero(units["size"]))
             if written == 0:
                 continue
+            if units["size"][0] != FILLER_SIZE and units["offset"][0] >= commitlog_min:
+                return start // CQ_UNIT_SIZE  # the usual case, without a pass over the segment
             live = (units["size"][:written] != FILLER_SIZE) & (units["offset"][:written] >= commitlog_min)
             hit = np.flatnonzero(live)
             if len(hit):
