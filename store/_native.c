@@ -311,40 +311,74 @@ static int offsets_ok(const int64_t *o, Py_ssize_t n, Py_ssize_t len) {
     return 1;
 }
 
-/* pack_records(header, width, crc, body, body_offsets, trailer, trailer_offsets, out) -> bytes
- * Record i = header[i*width : (i+1)*width] + body[bo[i]:bo[i+1]] + trailer[to[i]:to[i+1]],
- * written back to back into out (which must be exactly their total size). With crc true,
- * the body's BODYCRC (CRC-32 & 0x7FFFFFFF, big-endian) is first stored at byte 8 of its
- * header (RocketMQ's record layout: TOTALSIZE, MAGICCODE, BODYCRC). Offsets are int64,
- * n + 1 entries, absolute into their buffers. GIL released for the loop. Record by record,
- * the CRC reads a body and the copy follows while it is still in the CPU cache: one pass
- * over memory for the two. */
+/* pack_records(header, width, crc, body, body_offsets, pieces, out) -> bytes
+ * Record i = header[i*width : (i+1)*width] + body[bo[i]:bo[i+1]] + the trailer, which is
+ * the concatenation of pieces: each (data, offsets), where offsets None means the same
+ * bytes (all of data) on every record, else data[offsets[i]:offsets[i+1]] (int64, n + 1
+ * entries, absolute into data). Records are written back to back into out, which must be
+ * exactly their total size. With crc true, the body's BODYCRC (CRC-32 & 0x7FFFFFFF,
+ * big-endian) is first stored at byte 8 of its header (RocketMQ's record layout:
+ * TOTALSIZE, MAGICCODE, BODYCRC). GIL released for the loop. Record by record, the CRC reads
+ * a body and the copy follows while it is still in the CPU cache: one pass over memory for
+ * the two; the trailer pieces are copied in place, with no joined column in between. */
+#define MAX_PIECES 16
 static PyObject *pack_records(PyObject *self, PyObject *args) {
-    Py_buffer hdr, body, bo, tr, to, out;
+    Py_buffer hdr, body, bo, out;
+    Py_buffer pd[MAX_PIECES], po[MAX_PIECES];
+    int has_off[MAX_PIECES];
+    int got = 0;
     Py_ssize_t width;
     int crc;
-    if (!PyArg_ParseTuple(args, "w*npy*y*y*y*w*", &hdr, &width, &crc, &body, &bo, &tr, &to, &out)) return NULL;
-    PyObject *result = NULL;
+    PyObject *pieces, *seq = NULL, *result = NULL;
+    if (!PyArg_ParseTuple(args, "w*npy*y*Ow*", &hdr, &width, &crc, &body, &bo, &pieces, &out)) return NULL;
     Py_ssize_t n = width > 0 ? hdr.len / width : -1;
-    const int64_t *bo0 = (const int64_t *)bo.buf, *to0 = (const int64_t *)to.buf;
-    if (width < 12 || hdr.len != n * width || bo.itemsize != 8 || to.itemsize != 8 ||
-        bo.len != (n + 1) * 8 || to.len != (n + 1) * 8) {
+    const int64_t *bo0 = (const int64_t *)bo.buf;
+    int64_t total = hdr.len;
+    if (width < 12 || hdr.len != n * width || bo.itemsize != 8 || bo.len != (n + 1) * 8) {
         PyErr_SetString(PyExc_ValueError, "header must be n rows of width >= 12; offsets int64 with n + 1 entries");
         goto done;
     }
-    if (!offsets_ok(bo0, n, body.len) || !offsets_ok(to0, n, tr.len)) {
+    if (!offsets_ok(bo0, n, body.len)) {
         PyErr_SetString(PyExc_ValueError, "offsets out of range or decreasing");
         goto done;
     }
-    if ((bo0[n] - bo0[0]) + (to0[n] - to0[0]) + hdr.len != out.len) {
+    total += bo0[n] - bo0[0];
+    seq = PySequence_Fast(pieces, "pieces must be a sequence of (data, offsets or None)");
+    if (seq == NULL) goto done;
+    Py_ssize_t m = PySequence_Fast_GET_SIZE(seq);
+    if (m > MAX_PIECES) {
+        PyErr_SetString(PyExc_ValueError, "at most 16 trailer pieces");
+        goto done;
+    }
+    for (; got < m; got++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(seq, got), *offs = NULL;
+        if (!PyArg_ParseTuple(item, "y*O", &pd[got], &offs)) goto done;
+        has_off[got] = offs != Py_None;
+        if (has_off[got]) {
+            if (PyObject_GetBuffer(offs, &po[got], PyBUF_SIMPLE) != 0) {
+                PyBuffer_Release(&pd[got]);
+                goto done;
+            }
+            const int64_t *o = (const int64_t *)po[got].buf;
+            if (po[got].len != (n + 1) * 8 || !offsets_ok(o, n, pd[got].len)) {
+                got++;
+                PyErr_SetString(PyExc_ValueError, "piece offsets must be int64, n + 1 entries, in range and increasing");
+                goto done;
+            }
+            total += o[n] - o[0];
+        } else {
+            total += pd[got].len * n;
+        }
+    }
+    if (total != out.len) {
         PyErr_SetString(PyExc_ValueError, "out must be exactly the records' total size");
         goto done;
     }
     Py_BEGIN_ALLOW_THREADS
     unsigned char *d = (unsigned char *)out.buf, *h = (unsigned char *)hdr.buf;
-    const unsigned char *b = (const unsigned char *)body.buf, *t = (const unsigned char *)tr.buf;
+    const unsigned char *b = (const unsigned char *)body.buf;
     for (Py_ssize_t i = 0; i < n; i++, h += width) {
-        size_t bl = (size_t)(bo0[i + 1] - bo0[i]), tl = (size_t)(to0[i + 1] - to0[i]);
+        size_t bl = (size_t)(bo0[i + 1] - bo0[i]);
         if (crc) {
             uint32_t c = bl ? crc32_ieee(b + bo0[i], bl) & 0x7FFFFFFFu : 0;
             h[8] = (unsigned char)(c >> 24); h[9] = (unsigned char)(c >> 16);
@@ -354,17 +388,31 @@ static PyObject *pack_records(PyObject *self, PyObject *args) {
         d += width;
         memcpy(d, b + bo0[i], bl);
         d += bl;
-        memcpy(d, t + to0[i], tl);
-        d += tl;
+        for (Py_ssize_t k = 0; k < m; k++) {
+            const unsigned char *src = (const unsigned char *)pd[k].buf;
+            size_t len;
+            if (has_off[k]) {
+                const int64_t *o = (const int64_t *)po[k].buf;
+                src += o[i];
+                len = (size_t)(o[i + 1] - o[i]);
+            } else {
+                len = (size_t)pd[k].len;
+            }
+            memcpy(d, src, len);
+            d += len;
+        }
     }
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(out.len);
 done:
+    for (int k = 0; k < got; k++) {
+        PyBuffer_Release(&pd[k]);
+        if (has_off[k]) PyBuffer_Release(&po[k]);
+    }
+    Py_XDECREF(seq);
     PyBuffer_Release(&hdr);
     PyBuffer_Release(&body);
     PyBuffer_Release(&bo);
-    PyBuffer_Release(&tr);
-    PyBuffer_Release(&to);
     PyBuffer_Release(&out);
     return result;
 }
@@ -406,7 +454,7 @@ static PyMethodDef methods[] = {
     {"hexlify", hexlify, METH_VARARGS,
      "hexlify(src, width, dst, dst_stride, dst_offset): uppercase hex of each row into dst, GIL released."},
     {"pack_records", pack_records, METH_VARARGS,
-     "pack_records(header, width, crc, body, body_offsets, trailer, trailer_offsets, out): records back to back into out, GIL released."},
+     "pack_records(header, width, crc, body, body_offsets, pieces, out): records back to back into out, GIL released."},
     {"parse_properties", parse_properties, METH_VARARGS,
      "parse_properties(data, offsets, key_start, key_len, val_start, val_len, row) -> pairs found."},
     {"gather", gather, METH_VARARGS,

@@ -367,13 +367,22 @@ class EncodedBatch:
         on_demand = self.crcs.on_demand
         if not on_demand:
             self._ready(a, b)
-        trailer = self._trailer(a, b)
+        # the trailer's pieces go to the C helper as they are (no joined column first): a
+        # scalar as its bytes, an array as its data buffer and the chunk's offsets
+        pieces: list[tuple[object, np.ndarray | None]] = []
+        for p in _chunk_pieces(self.trailer, a, b):
+            if isinstance(p, pa.Scalar):
+                pieces.append((p.as_buffer() or b"", None))
+            else:
+                if p.null_count:  # the encoder makes none; a null would be an absent property
+                    p = pc.fill_null(p, _EMPTY_BIN)
+                data = p.buffers()[2]
+                pieces.append((data if data is not None else b"", _data_and_offsets(p)[1]))
         body_data = self.body.buffers()[2]
-        trailer_data = trailer.buffers()[2]
         _pack_records(
             self.header[a:b], self.header.dtype.itemsize, on_demand,
             body_data if body_data is not None else b"", _data_and_offsets(self.body, a, b)[1],
-            trailer_data if trailer_data is not None else b"", _data_and_offsets(trailer)[1], out,
+            pieces, out,
         )
 
     def iovecs(self, a: int, b: int) -> tuple[np.ndarray, pa.Array]:

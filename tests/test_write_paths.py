@@ -177,19 +177,23 @@ def test_c_pack_records_checks_its_inputs() -> None:
         pytest.skip("store._native was not built here")
     hdr = np.zeros(2 * 16, np.uint8)
     offs = np.array([0, 3, 5], np.int64)
-    out = np.zeros(2 * 16 + 5 + 5, np.uint8)
-    enc._pack_records(hdr, 16, True, b"abcde", offs, b"vwxyz", offs, out)
-    assert bytes(out[16:19]) == b"abc" and bytes(out[19:22]) == b"vwx" and bytes(out[38:40]) == b"de" and bytes(out[40:42]) == b"yz"
+    pieces = [(b"-", None), (b"vwxyz", offs)]  # a piece the same on every row, then a column
+    out = np.zeros(2 * 16 + 5 + 2 + 5, np.uint8)
+    enc._pack_records(hdr, 16, True, b"abcde", offs, pieces, out)
+    assert bytes(out[16:23]) == b"abc-vwx" and bytes(out[39:44]) == b"de-yz"
     assert int.from_bytes(bytes(out[8:12]), "big") == rc.body_crc(b"abc")
     with pytest.raises(ValueError, match="out must be"):
-        enc._pack_records(hdr, 16, True, b"abcde", offs, b"vwxyz", offs, out[:-1])
+        enc._pack_records(hdr, 16, True, b"abcde", offs, pieces, out[:-1])
     with pytest.raises(ValueError, match="offsets"):
-        enc._pack_records(hdr, 16, True, b"abcd", offs, b"vwxyz", offs, out)
+        enc._pack_records(hdr, 16, True, b"abcd", offs, pieces, out)
     with pytest.raises(ValueError, match="offsets"):
-        enc._pack_records(hdr, 16, True, b"abcde", np.array([0, 4, 3], np.int64), b"vwxyz", offs, out)
+        enc._pack_records(hdr, 16, True, b"abcde", np.array([0, 4, 3], np.int64), pieces, out)
+    with pytest.raises(ValueError, match="piece offsets"):
+        enc._pack_records(hdr, 16, True, b"abcde", offs, [(b"vw", offs)], out)
     with pytest.raises(ValueError, match="header"):
-        enc._pack_records(hdr, 16, True, b"abcde", offs.astype(np.int32), b"vwxyz", offs, out)
-
+        enc._pack_records(hdr, 16, True, b"abcde", offs.astype(np.int32), pieces, out)
+    with pytest.raises(ValueError, match="at most"):
+        enc._pack_records(hdr, 16, True, b"abcde", offs, [(b"", None)] * 17, out)
 
 def test_uniq_keys_made_chunk_by_chunk_keep_given_ones(tmp_path: Path, write_path: str) -> None:
     n = 1500  # 4 KiB bodies: several chunks, each making its own UNIQ_KEY items
