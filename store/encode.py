@@ -3,15 +3,16 @@
 Two steps, split around the append lock:
 
 1. :func:`prepare_batch` (no lock): validate every row, fill defaults, build each record's
-   body, properties and trailer, compute the body CRCs (one ``zlib.crc32`` call per body, the
-   only per-message Python call), and the record lengths. Any bad row raises a typed error
-   naming the row and field before a byte is written.
+   header (numpy) and the pieces of its trailer (topic, properties: Arrow columns, scalars,
+   and the UNIQ_KEY items to generate), and the record lengths. Any bad row raises a typed
+   error naming the row and field before a byte is written.
 2. Under the lock, :meth:`EncodedBatch.fill` sets the fields only the lock can give
-   (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP) in the numpy header array; the commitlog
-   then writes the records chunk by chunk as their CRCs become ready, either joined
-   (:meth:`EncodedBatch.joined`: one ``binary_join_element_wise`` of header, body and
-   trailer) or, for large bodies, straight from the pieces (:meth:`EncodedBatch.iovecs`,
-   one ``pwritev`` for many records: each body byte is copied once, by the kernel).
+   (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP); the commitlog then writes the records chunk
+   by chunk (see :meth:`store.commitlog.CommitLog.append`). Per chunk, the UNIQ_KEY items are
+   generated and either the C helper packs the records into one buffer, computing each body
+   CRC on the way (:meth:`EncodedBatch.pack`), or, without it, the records are joined
+   (:meth:`EncodedBatch.joined`) or written straight from their pieces
+   (:meth:`EncodedBatch.iovecs`, large bodies), with body CRCs from a background thread.
 """
 
 from __future__ import annotations
