@@ -19,13 +19,13 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from .background import BackgroundLoop
 from .commitlog import CommitLog
 from .consume_queue import CQ_UNIT, ConsumeQueue
 from .decode import dispatch_columns, read_columns
@@ -54,9 +54,7 @@ class Dispatcher:
         self.published_tail = published_tail
         self.state_path = state_path
         self.lock = lock
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self.last_error: BaseException | None = None
+        self._loop: BackgroundLoop | None = None
         self._last_ts = 0
 
     # ---------------------------------------------------------------- state
@@ -242,27 +240,17 @@ class Dispatcher:
 
     # ----------------------------------------------------------- background
     def start(self, interval_ms: int) -> None:
-        """Dispatch in a daemon thread every ``interval_ms`` until :meth:`stop`."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-
-        def loop() -> None:
-            while not self._stop.is_set():
-                try:
-                    n = self.dispatch()
-                except BaseException as exc:  # keep serving; surface the error to callers
-                    self.last_error = exc
-                    log.exception("dispatch failed")
-                    n = 0
-                if n == 0:
-                    self._stop.wait(interval_ms / 1000.0)
-
-        self._thread = threading.Thread(target=loop, name="rmq-dispatcher", daemon=True)
-        self._thread.start()
+        """Dispatch in a daemon thread every ``interval_ms`` until :meth:`stop` (at once
+        again while there are new records)."""
+        if self._loop is None:
+            self._loop = BackgroundLoop("rmq-dispatcher", lambda: self.dispatch() > 0, interval_ms / 1000.0)
+        self._loop.start()
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
+        if self._loop is not None:
+            self._loop.stop()
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """The last error a background dispatch raised (the thread keeps serving)."""
+        return self._loop.last_error if self._loop is not None else None

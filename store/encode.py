@@ -72,15 +72,23 @@ def _flat(col: pa.Array | pa.ChunkedArray) -> pa.Array:
     return col
 
 
+def _data_and_offsets(arr: pa.Array, a: int = 0, b: int | None = None) -> tuple[int, np.ndarray]:
+    """(address of the data buffer, int64 value offsets of rows ``[a, b)``) of a binary or
+    string array."""
+    b = len(arr) if b is None else b
+    if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
+        off = np.frombuffer(arr.buffers()[1], np.int64, b - a + 1, (arr.offset + a) * 8)
+    else:
+        off = np.frombuffer(arr.buffers()[1], np.int32, b - a + 1, (arr.offset + a) * 4).astype(np.int64)
+    data = arr.buffers()[2]
+    return (data.address if data is not None else 0), off
+
+
 def _value_lengths(arr: pa.Array) -> np.ndarray:
     """Byte length of each value of a binary/string array (0 for a null), from its offsets."""
-    n = len(arr)
-    if n == 0:
+    if len(arr) == 0:
         return np.zeros(0, np.int64)
-    large = pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type)
-    dtype = np.int64 if large else np.int32
-    offsets = np.frombuffer(arr.buffers()[1], dtype, n + 1, arr.offset * np.dtype(dtype).itemsize)
-    lengths = np.diff(offsets).astype(np.int64)
+    lengths = np.diff(_data_and_offsets(arr)[1])
     if arr.null_count:  # Arrow lets a null's offsets span bytes: it has none
         lengths[np.asarray(arr.is_null())] = 0
     return lengths
@@ -110,10 +118,10 @@ def _may_hold_separator(col: pa.Array, *, space: bool) -> bool:
     """Cheap screen over the raw value bytes: ``False`` means no value holds a separator."""
     if not (pa.types.is_string(col.type) or pa.types.is_binary(col.type)) or len(col) == 0:
         return True
-    offsets = np.frombuffer(col.buffers()[1], np.int32, len(col) + 1, col.offset * 4)
     data = col.buffers()[2]
     if data is None:
         return False
+    offsets = _data_and_offsets(col)[1]
     raw = np.frombuffer(data, np.uint8)[int(offsets[0]) : int(offsets[-1])]
     low = raw < 3  # \x00 too: rare, and the exact check below sorts it out
     return bool(low.any() or (space and (raw == 32).any()))
@@ -187,22 +195,24 @@ LARGE_BODY = 1024
 
 
 class BodyCrcs:
-    """The BODYCRC of every row, known chunk by chunk (:meth:`spans`, :meth:`get`)."""
+    """The BODYCRC of every row, known chunk by chunk (:meth:`spans`, :meth:`get`).
+
+    ``on_demand``: the C helper's ``pack_records`` computes them as it packs each chunk
+    (carry-less multiply available), so nothing is computed here.
+    """
 
     def __init__(self, body: pa.BinaryArray, body_len: np.ndarray) -> None:
         n = len(body)
         self._body = body
         self.values = np.zeros(n, np.int32)
-        self._known = 0  # rows [0, _known) are in ``values`` (on-demand mode)
         self._futures: list[Future[None]] = []
         rows = max(256, int(_CRC_CHUNK_BYTES * n // max(1, int(body_len.sum()))))
         self.bounds = np.append(np.arange(0, n, rows, dtype=np.int64), n)
-        self.on_demand = _crc_batch is not None and _CRC_CLMUL
+        self.on_demand = _pack_records is not None and _CRC_CLMUL
         if self.on_demand:
             return
         if n < _CRC_ASYNC_MIN_ROWS:
             self.values[:] = _crc32s(body)
-            self._known = n
             self.bounds = np.array([0, n], np.int64)
             return
         self._futures = [
@@ -214,17 +224,12 @@ class BodyCrcs:
         self.values[a:b] = _crc32s(self._body.slice(a, b - a))
 
     def get(self, a: int, b: int) -> np.ndarray:
-        """The CRCs of rows ``[a, b)`` (computed now, or waited for)."""
-        if self.on_demand:
-            if b > self._known:  # rows are asked for in order; compute what is missing
-                lo = min(a, self._known)
-                self._run(lo, b)
-                self._known = b
-        else:
-            for i, f in enumerate(self._futures):
-                if self.bounds[i] >= b:
-                    break
-                f.result()
+        """The CRCs of rows ``[a, b)`` (waited for when the background thread computes them)."""
+        assert not self.on_demand, "pack_records computes these"
+        for i, f in enumerate(self._futures):
+            if self.bounds[i] >= b:
+                break
+            f.result()
         return self.values[a:b]
 
     def spans(self, a: int, b: int) -> list[tuple[int, int]]:
@@ -276,17 +281,6 @@ def _merge_scalars(pieces: list[Piece]) -> list[Piece]:
         else:
             out.append(p)
     return out
-
-
-def _data_and_offsets(arr: pa.Array, a: int = 0, b: int | None = None) -> tuple[int, np.ndarray]:
-    """(address of the data buffer, int64 value offsets of rows ``[a, b)``) of a binary array."""
-    b = len(arr) if b is None else b
-    if pa.types.is_large_binary(arr.type):
-        off = np.frombuffer(arr.buffers()[1], np.int64, b - a + 1, (arr.offset + a) * 8)
-    else:
-        off = np.frombuffer(arr.buffers()[1], np.int32, b - a + 1, (arr.offset + a) * 4).astype(np.int64)
-    data = arr.buffers()[2]
-    return (data.address if data is not None else 0), off
 
 
 @dataclass

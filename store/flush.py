@@ -32,7 +32,6 @@ from __future__ import annotations
 import logging
 import os
 import struct
-import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .append_state import AppendState
+from .background import BackgroundLoop
 from .checkpoint import Checkpoint, CheckpointFile
 from .commitlog import CommitLog
 from .fileio import InterProcessLock, fsync_dir
@@ -200,9 +200,7 @@ class AsyncFlusher:
         self.thorough_interval_ms = thorough_interval_ms
         self.clock = clock
         self._last_thorough = clock()
-        self._thread: threading.Thread | None = None
-        self._stop = threading.Event()
-        self.last_error: BaseException | None = None
+        self._loop = BackgroundLoop("rmq-flusher", self._tick, interval_ms / 1000.0, wait_first=True)
 
     def run_once(self, now: float | None = None) -> bool:
         """One round; returns True if it synced anything."""
@@ -220,24 +218,17 @@ class AsyncFlusher:
         self.service.flush_to(self.service.published().tail)
         return True
 
+    def _tick(self) -> bool:
+        self.run_once()
+        return False  # every interval_ms, busy or not
+
     def start(self) -> None:
-        if self._thread is not None:
-            return
-        self._stop.clear()
-
-        def loop() -> None:
-            while not self._stop.wait(self.interval_ms / 1000.0):
-                try:
-                    self.run_once()
-                except BaseException as exc:  # keep flushing; the error is kept for callers
-                    self.last_error = exc
-                    log.exception("flush failed")
-
-        self._thread = threading.Thread(target=loop, name="rmq-flusher", daemon=True)
-        self._thread.start()
+        self._loop.start()
 
     def stop(self) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-            self._thread = None
+        self._loop.stop()
+
+    @property
+    def last_error(self) -> BaseException | None:
+        """The last error a background round raised (the thread keeps flushing)."""
+        return self._loop.last_error
