@@ -197,6 +197,10 @@ done:
     return result;
 }
 
+#ifndef GATHER_PREFETCH
+#define GATHER_PREFETCH 8
+#endif
+
 /* gather(src, starts, lengths, dst): dst[k] = src[starts[i] : starts[i] + lengths[i]] back to
  * back, i in order. starts, lengths: int64, n entries; dst: writable, sum(lengths) bytes. */
 static PyObject *gather(PyObject *self, PyObject *args) {
@@ -225,6 +229,12 @@ static PyObject *gather(PyObject *self, PyObject *args) {
     unsigned char *d = (unsigned char *)dst.buf;
     const unsigned char *base = (const unsigned char *)src.buf;
     for (Py_ssize_t i = 0; i < n; i++) {
+        if (i + GATHER_PREFETCH < n) {
+            const unsigned char *p = base + s0[i + GATHER_PREFETCH];
+            int64_t len = l0[i + GATHER_PREFETCH];
+            for (int64_t k = 0; k < len && k < 256; k += 64) __builtin_prefetch(p + k);
+            if (len) __builtin_prefetch(p + len - 1);
+        }
         memcpy(d, base + s0[i], (size_t)l0[i]);
         d += l0[i];
     }

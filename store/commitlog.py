@@ -35,6 +35,7 @@ class AppendResult:
     store_timestamp: int
     start: int  # tail before the append
     end: int  # tail after it
+    overlapped: object = None  # what ``append``'s ``while_writing`` returned
 
 
 def plan_positions(tail: int, lengths: np.ndarray, segment_size: int) -> tuple[np.ndarray, list[tuple[int, int]]]:
@@ -198,8 +199,15 @@ class CommitLog:
         if any(seg.read(rel, 8)):
             seg.array()[rel:] = 0
 
-    def append(self, batch: EncodedBatch, state: AppendState) -> AppendResult:
-        """Write ``batch`` at ``state.tail``; caller holds the append lock and publishes ``state``."""
+    def append(
+        self, batch: EncodedBatch, state: AppendState, while_writing: Callable[[np.ndarray], object] | None = None,
+    ) -> AppendResult:
+        """Write ``batch`` at ``state.tail``; caller holds the append lock and publishes ``state``.
+
+        ``while_writing(physical_offsets)`` runs while the last chunks are being written (the
+        caller's per-row results, which would otherwise wait for the writes); its return value
+        is the result's ``overlapped``.
+        """
         self.scrub(state.tail)
         queue_offsets = assign_queue_offsets(batch, state.queues)
         starts, blanks = plan_positions(state.tail, batch.lengths, self.segment_size)
@@ -207,6 +215,7 @@ class CommitLog:
         batch.fill(queue_offsets, starts, store_ts)
         large = batch.large_bodies
         cut_rows = [0] + [int(np.searchsorted(starts, pos)) for pos, _ in blanks] + [batch.n]
+        overlapped = None
         for a, b in zip(cut_rows[:-1], cut_rows[1:], strict=True):
             if b > a:  # rows a..b-1 are contiguous in one segment
                 pos = int(starts[a])
@@ -222,16 +231,18 @@ class CommitLog:
                             batch.pack(c, d, buf)
                             pipe.submit(seg.write, rel, buf)
                         elif large:
-                            iov, trailer = batch.iovecs(c, d)
-                            pipe.submit(seg.writev, rel, iov, keep=trailer)
+                            iov, keep = batch.iovecs(c, d)
+                            pipe.submit(seg.writev, rel, iov, keep=keep)
                         else:
                             pipe.submit(seg.write, rel, memoryview(batch.joined(c, d)))
+                    if b == batch.n and while_writing is not None:
+                        overlapped = while_writing(starts)
         for pos, size in blanks:
             seg = self.segments.for_offset(pos, create=True)
             assert seg is not None
             seg.write(pos - seg.start, np.array([size, BLANK_MAGIC], ">i4").tobytes())
         end = int(starts[-1] + batch.lengths[-1]) if batch.n else state.tail
-        result = AppendResult(starts, queue_offsets, store_ts, state.tail, end)
+        result = AppendResult(starts, queue_offsets, store_ts, state.tail, end, overlapped)
         state.tail = end
         state.store_timestamp = store_ts
         return result

@@ -194,6 +194,24 @@ _EMPTY_BIN = pa.scalar(b"", pa.binary())
 LARGE_BODY = 1024
 
 
+def _chunk_bounds(n: int, rows: int) -> np.ndarray:
+    """Row bounds of the chunks of ``n`` rows: ``rows`` each, after a ramp from ``rows / 8``.
+
+    Nothing overlaps the first chunk's encoding (the write thread waits for it), so it is
+    small; each next one doubles until full size. A batch of one full chunk or less stays
+    one chunk (written inline, see ``store.commitlog``).
+    """
+    if n <= rows:
+        return np.array([0, n], np.int64)
+    sizes = []
+    size, total = max(64, rows // 8), 0
+    while total < n:
+        sizes.append(min(size, n - total))
+        total += sizes[-1]
+        size = min(rows, 2 * size)
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
 class BodyCrcs:
     """The BODYCRC of every row, known chunk by chunk (:meth:`spans`, :meth:`get`).
 
@@ -207,7 +225,7 @@ class BodyCrcs:
         self.values = np.zeros(n, np.int32)
         self._futures: list[Future[None]] = []
         rows = max(256, int(_CRC_CHUNK_BYTES * n // max(1, int(body_len.sum()))))
-        self.bounds = np.append(np.arange(0, n, rows, dtype=np.int64), n)
+        self.bounds = _chunk_bounds(n, rows)
         self.on_demand = _pack_records is not None and _CRC_CLMUL
         if self.on_demand:
             return
@@ -266,6 +284,47 @@ class LazyUniqKeys:
 Piece: TypeAlias = pa.Array | pa.Scalar | LazyUniqKeys
 
 
+@dataclass
+class HeaderColumns:
+    """The fixed-width header of a batch's records as columns; :meth:`rows` lays rows out.
+
+    QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are set under the append lock
+    (:meth:`EncodedBatch.fill`); BODYCRC by whoever computes the CRCs.
+    """
+
+    dtype: np.dtype  # record.header_dtype for the batch's host layout
+    lengths: np.ndarray  # TOTALSIZE
+    queue_id: np.ndarray
+    flag: np.ndarray
+    born: np.ndarray  # BORNTIMESTAMP, ms
+    body_len: np.ndarray
+    sys_flag: int
+    born_host: bytes
+    store_host: bytes
+    queue_offsets: np.ndarray | None = None
+    physical_offsets: np.ndarray | None = None
+    store_timestamp: int = 0
+
+    def rows(self, a: int, b: int) -> np.ndarray:
+        """The headers of records ``[a, b)`` (BODYCRC 0), ``record.header_dtype`` rows."""
+        assert self.queue_offsets is not None and self.physical_offsets is not None, "fill() first"
+        dt = self.dtype
+        h = np.zeros(b - a, dt)
+        h["totalSize"] = self.lengths[a:b]
+        h["magic"] = MAGIC_V1
+        h["queueId"] = self.queue_id[a:b]
+        h["flag"] = self.flag[a:b]
+        h["queueOffset"] = self.queue_offsets[a:b]
+        h["physicalOffset"] = self.physical_offsets[a:b]
+        h["sysFlag"] = self.sys_flag
+        h["bornTimestamp"] = self.born[a:b]
+        h["bornHost"] = np.frombuffer(self.born_host, dt["bornHost"])[0]
+        h["storeTimestamp"] = self.store_timestamp
+        h["storeHost"] = np.frombuffer(self.store_host, dt["storeHost"])[0]
+        h["bodyLength"] = self.body_len[a:b]
+        return h
+
+
 def _chunk_pieces(pieces: list[Piece], a: int, b: int) -> list[pa.Array | pa.Scalar]:
     """The join pieces of rows ``[a, b)``."""
     return [p if isinstance(p, pa.Scalar) else p.make(a, b) if isinstance(p, LazyUniqKeys) else p.slice(a, b - a)
@@ -287,8 +346,8 @@ def _merge_scalars(pieces: list[Piece]) -> list[Piece]:
 class EncodedBatch:
     """A validated batch, encoded but for the fields assigned under the append lock.
 
-    Record ``i`` is ``header[i]`` (numpy, :func:`store.record.header_dtype`), ``body[i]`` and
-    the trailer (TOPICLEN, TOPIC, PROPERTIESLENGTH, PROPERTIES), the join of ``trailer``'s
+    Record ``i`` is its header (``header.rows``, :func:`store.record.header_dtype`), ``body[i]``
+    and the trailer (TOPICLEN, TOPIC, PROPERTIESLENGTH, PROPERTIES), the join of ``trailer``'s
     pieces at row ``i`` (scalars are the same on every row).
     """
 
@@ -296,7 +355,7 @@ class EncodedBatch:
     topics: list[str]  # distinct topics of the batch
     topic_index: np.ndarray  # row -> index in ``topics``
     queue_id: np.ndarray  # int32 per row
-    header: np.ndarray  # structured, record.header_dtype
+    header: HeaderColumns  # the header's fields; rows are built chunk by chunk when written
     body: pa.BinaryArray
     trailer: list[Piece]  # join pieces, joined chunk by chunk when written
     lengths: np.ndarray  # TOTALSIZE per row, int64
@@ -315,17 +374,19 @@ class EncodedBatch:
 
     def fill(self, queue_offsets: np.ndarray, physical_offsets: np.ndarray, store_ts: int) -> None:
         """Set the fields only the append lock can give."""
-        h = self.header
-        h["queueOffset"] = queue_offsets
-        h["physicalOffset"] = physical_offsets
-        h["storeTimestamp"] = store_ts
+        self.header.queue_offsets = queue_offsets
+        self.header.physical_offsets = physical_offsets
+        self.header.store_timestamp = store_ts
 
     def spans(self, a: int, b: int) -> list[tuple[int, int]]:
         """Rows ``[a, b)`` cut where more body CRCs become ready (write in this order)."""
         return self.crcs.spans(a, b)
 
-    def _ready(self, a: int, b: int) -> None:
-        self.header["bodyCRC"][a:b] = self.crcs.get(a, b)
+    def _header(self, a: int, b: int) -> np.ndarray:
+        """The headers of rows ``[a, b)`` with their body CRCs (from the background threads)."""
+        h = self.header.rows(a, b)
+        h["bodyCRC"] = self.crcs.get(a, b)
+        return h
 
     def _trailer(self, a: int, b: int) -> pa.Array:
         m = b - a
@@ -336,8 +397,7 @@ class EncodedBatch:
 
     def joined(self, a: int, b: int) -> pa.Buffer:
         """The bytes of records ``[a, b)``, one after another (one join: each byte copied once)."""
-        self._ready(a, b)
-        h = self.header[a:b]
+        h = self._header(a, b)
         m, width = b - a, h.dtype.itemsize
         hdr = pa.BinaryArray.from_buffers(
             pa.binary(), m, [None, pa.py_buffer(np.arange(0, width * (m + 1), width, dtype=np.int32)), pa.py_buffer(h)],
@@ -360,8 +420,7 @@ class EncodedBatch:
         """
         assert _pack_records is not None
         on_demand = self.crcs.on_demand
-        if not on_demand:
-            self._ready(a, b)
+        header = self.header.rows(a, b) if on_demand else self._header(a, b)
         # the trailer's pieces go to the C helper as they are (no joined column first): a
         # scalar as its bytes, an array as its data buffer and the chunk's offsets
         pieces: list[tuple[object, np.ndarray | None]] = []
@@ -375,28 +434,28 @@ class EncodedBatch:
                 pieces.append((data if data is not None else b"", _data_and_offsets(p)[1]))
         body_data = self.body.buffers()[2]
         _pack_records(
-            self.header[a:b], self.header.dtype.itemsize, on_demand,
+            header, header.dtype.itemsize, on_demand,
             body_data if body_data is not None else b"", _data_and_offsets(self.body, a, b)[1],
             pieces, out,
         )
 
-    def iovecs(self, a: int, b: int) -> tuple[np.ndarray, pa.Array]:
+    def iovecs(self, a: int, b: int) -> tuple[np.ndarray, tuple[np.ndarray, pa.Array]]:
         """``struct iovec`` entries (address, length) of records ``[a, b)``: header, body, trailer.
 
-        The addresses point into this batch's arrays and into the returned trailer array
-        (the join of the chunk's trailer pieces): keep both alive until written.
+        The addresses point into this batch's body and into the returned headers and trailer
+        array (the join of the chunk's trailer pieces): keep them alive until written.
         """
-        self._ready(a, b)
+        header = self._header(a, b)
         trailer = self._trailer(a, b)
         m = b - a
-        width = self.header.dtype.itemsize
+        width = header.dtype.itemsize
         iov = np.empty((m, 3, 2), np.uint64)
-        iov[:, 0, 0] = self.header.ctypes.data + (np.arange(a, b, dtype=np.uint64) * width)
+        iov[:, 0, 0] = header.ctypes.data + (np.arange(m, dtype=np.uint64) * width)
         iov[:, 0, 1] = width
         for j, (addr, off) in ((1, _data_and_offsets(self.body, a, b)), (2, _data_and_offsets(trailer))):
             iov[:, j, 0] = addr + off[:-1].astype(np.uint64)
             iov[:, j, 1] = np.diff(off).astype(np.uint64)
-        return iov.reshape(-1, 2), trailer
+        return iov.reshape(-1, 2), (header, trailer)
 
 
 def prepare_batch(
@@ -660,19 +719,15 @@ def prepare_batch(
     # --- the trailer of each record: its pieces, joined chunk by chunk as they are written
     trailer_pieces = _merge_scalars([topic_prefix, plen_arr, *pieces])
 
-    # --- header (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP and BODYCRC come later)
-    h = np.zeros(n, dt)
-    h["totalSize"] = lengths
-    h["magic"] = MAGIC_V1
-    h["queueId"] = queue_id
-    h["flag"] = flag
-    h["sysFlag"] = (SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0)
-    h["bornTimestamp"] = born
-    h["bornHost"] = np.frombuffer(born_host, dt["bornHost"])[0] if n else b""
-    h["storeHost"] = np.frombuffer(store_host, dt["storeHost"])[0] if n else b""
-    h["bodyLength"] = body_len
+    # --- header: its fields now, its rows chunk by chunk as they are written (in the CPU
+    # cache then, and overlapping the previous chunk's write)
+    header = HeaderColumns(
+        dtype=dt, lengths=lengths, queue_id=queue_id, flag=flag, born=born, body_len=body_len,
+        sys_flag=(SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0),
+        born_host=born_host, store_host=store_host,
+    )
     return EncodedBatch(
-        n=n, topics=topics, topic_index=topic_index, queue_id=queue_id.astype(np.int32), header=h,
+        n=n, topics=topics, topic_index=topic_index, queue_id=queue_id.astype(np.int32), header=header,
         body=body, trailer=trailer_pieces, lengths=lengths, crcs=crcs, large_bodies=large,
         tags=tags_col, tags_from_properties=user_has_tags,
     )

@@ -410,6 +410,9 @@ class MessageStore:
                 exc.args = (f"row {exc.row}, field {exc.field!r}: {exc.reason}",)
             raise
 
+    def _msg_ids(self, physical_offsets: np.ndarray) -> pa.StringArray:
+        return offset_msg_ids(self._store_host, physical_offsets)
+
     def _put_batch(
         self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None = None, *, dispatch: bool = False,
     ) -> tuple[pa.Table, np.ndarray]:
@@ -444,8 +447,8 @@ class MessageStore:
                 state.writers[name] = int(seq_s)
             tail = state.tail
             try:
-                for batch in batches:
-                    results.append(self.commitlog.append(batch, state))
+                for batch in batches:  # the msgIds are made while the last chunks are written
+                    results.append(self.commitlog.append(batch, state, self._msg_ids))
             except OSError as exc:
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
@@ -481,7 +484,7 @@ class MessageStore:
             ts = pa.array(np.full(batch.n, result.store_timestamp * 1000, np.int64)).view(TS)
             tables.append(pa.Table.from_arrays(
                 [pa.array(result.physical_offsets), pa.array(result.queue_offsets),
-                 offset_msg_ids(self._store_host, result.physical_offsets), ts],
+                 result.overlapped, ts],
                 schema=PUT_RESULT_SCHEMA,
             ))
         out = tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()

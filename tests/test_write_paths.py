@@ -68,6 +68,8 @@ def test_batches_over_many_crc_chunks_and_rolls(tmp_path: Path, body_size: int, 
     assert [r.body for r in recs[:n]] == bodies
     assert all(r.body_crc == rc.body_crc(r.body) for r in recs)
     assert [r.physical_offset for r in recs[:n]] == res["commitLogOffset"].to_pylist()
+    # the msgIds are made while the last chunks are written: every row's, across the rolls
+    assert res["msgId"].to_pylist() == [rc.offset_msg_id("127.0.0.1:10911", r.physical_offset) for r in recs[:n]]
     assert len({r.physical_offset // segment for r in recs}) > 2  # the log rolled
     for q in range(3):
         assert [r.queue_offset for r in recs if r.queue_id == q] == list(range(sum(r.queue_id == q for r in recs)))
@@ -244,3 +246,26 @@ def test_a_forked_child_can_still_append(tmp_path: Path, write_path: str) -> Non
         time.sleep(0.05)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert [r.body for r in walk(tmp_path / "child")] == t["body"].to_pylist()
+
+
+@pytest.mark.parametrize(("n", "rows"), [(1, 256), (256, 256), (257, 256), (5000, 256), (100_000, 20_971), (65, 64)])
+def test_chunk_bounds_ramp_up_and_cover_every_row(n: int, rows: int) -> None:
+    bounds = enc._chunk_bounds(n, rows)
+    sizes = np.diff(bounds)
+    assert bounds[0] == 0 and bounds[-1] == n and (sizes > 0).all()
+    if n <= rows:  # one chunk: written inline, no hand-off to the write thread
+        assert len(sizes) == 1
+        return
+    assert sizes[0] == max(64, rows // 8) or sizes[0] == n  # small first chunk: the write starts early
+    assert (sizes <= rows).all()
+    full = sizes[:-1]  # each chunk doubles until full size (the last may be cut short)
+    assert all(b == min(rows, 2 * a) for a, b in zip(full[:-1], full[1:], strict=True))
+
+
+def test_header_rows_need_the_locked_fields_first() -> None:
+    with pytest.raises(AssertionError, match="fill"):
+        enc.HeaderColumns(
+            dtype=enc.header_dtype(), lengths=np.zeros(1, np.int64), queue_id=np.zeros(1, np.int64),
+            flag=np.zeros(1, np.int64), born=np.zeros(1, np.int64), body_len=np.zeros(1, np.int64),
+            sys_flag=0, born_host=bytes(8), store_host=bytes(8),
+        ).rows(0, 1)
