@@ -447,8 +447,8 @@ class MessageStore:
                 state.writers[name] = int(seq_s)
             tail = state.tail
             try:
-                for batch in batches:  # the msgIds are made while the last chunks are written
-                    results.append(self.commitlog.append(batch, state, self._msg_ids))
+                # the msgIds are made while the last chunks are written
+                results = self.commitlog.append_all(batches, state, self._msg_ids)
             except OSError as exc:
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise

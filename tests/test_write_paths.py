@@ -269,3 +269,42 @@ def test_header_rows_need_the_locked_fields_first() -> None:
             flag=np.zeros(1, np.int64), born=np.zeros(1, np.int64), body_len=np.zeros(1, np.int64),
             sys_flag=0, born_host=bytes(8), store_host=bytes(8),
         ).rows(0, 1)
+
+
+def test_put_batches_of_small_tables_share_one_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_path: str) -> None:
+    """Many one-chunk tables (a sink task's Arrow batches) go through one pipeline: the writes
+    overlap the next table's encoding, land in order across segment rolls, and a write
+    failing in a later table publishes nothing of any of them."""
+    cfg = store.StoreConfig(mapped_file_size_commit_log=128 << 10)
+    bodies = _bodies(1200, 300, 5)
+    tables = [pa.table({"topic": ["P"] * 100, "body": bodies[i : i + 100]}) for i in range(0, 1200, 100)]
+    with store.MessageStore.open(tmp_path, cfg) as s:
+        res = s.put_batches(tables, dispatch=True)
+        recs = walk(tmp_path)
+        assert [r.body for r in recs] == bodies
+        assert len({r.physical_offset // (128 << 10) for r in recs}) > 2  # rolled mid-way
+        assert res["commitLogOffset"].to_pylist() == [r.physical_offset for r in recs]
+        assert res["msgId"].to_pylist() == [rc.offset_msg_id("127.0.0.1:10911", r.physical_offset) for r in recs]
+        assert sum(s.read_queue("P", q, 0, 2000).num_rows for q in range(4)) == 1200
+        tail = s.published_tail()
+
+        calls = {"n": 0}
+        real_write, real_writev = mf.MappedFile.write, mf.MappedFile.writev
+
+        def flaky(real):  # the 5th write call onwards fails: earlier tables' writes succeeded
+            def go(self: mf.MappedFile, *args: object) -> None:
+                calls["n"] += 1
+                if calls["n"] >= 5:
+                    raise OSError(errno.EIO, "injected", str(self.path))
+                real(self, *args)
+            return go
+
+        with monkeypatch.context() as m:
+            m.setattr(mf.MappedFile, "write", flaky(real_write))
+            m.setattr(mf.MappedFile, "writev", flaky(real_writev))
+            with pytest.raises(OSError) as info:
+                s.put_batches(tables)
+        assert info.value.errno == errno.EIO and calls["n"] >= 5
+        assert s.published_tail() == tail
+        s.put_batch(pa.table({"topic": ["P"], "body": [b"after"]}))
+        assert [r.body for r in walk(tmp_path)] == bodies + [b"after"]
