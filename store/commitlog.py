@@ -8,7 +8,6 @@ reads are lock-free and never go past the published tail the caller passes in.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from collections import deque
@@ -203,26 +202,24 @@ class CommitLog:
     def append_all(
         self, batches: list[EncodedBatch], state: AppendState, while_writing: Callable[[np.ndarray], object] | None = None,
     ) -> list[AppendResult]:
-        """:meth:`append` each batch in turn through one pipeline; every write has finished on return.
+        """Write the batches in turn at ``state.tail``; every write has finished on return.
 
-        One pipeline for all: the next batch's first chunk is encoded while the previous
-        batch's last one is written (a sink task appends many small tables at once, each of
-        them one chunk, which would otherwise be written inline one after another).
+        The caller holds the append lock and publishes ``state``. One pipeline for all: the
+        next batch's first chunk is encoded while the previous batch's last one is written (a
+        sink task appends many small tables at once, each of them one chunk, which would
+        otherwise be written inline one after another). ``while_writing(physical_offsets)``
+        runs per batch while its last chunks are being written (the caller's per-row results,
+        which would otherwise wait for the writes); its return value is the result's
+        ``overlapped``.
         """
         with _Pipeline(sum(len(b.spans(0, b.n)) for b in batches)) as pipe:
-            return [self.append(b, state, while_writing, pipe=pipe) for b in batches]
+            return [self._append(b, state, while_writing, pipe) for b in batches]
 
-    def append(
-        self, batch: EncodedBatch, state: AppendState, while_writing: Callable[[np.ndarray], object] | None = None,
-        *, pipe: _Pipeline | None = None,
+    def _append(
+        self, batch: EncodedBatch, state: AppendState, while_writing: Callable[[np.ndarray], object] | None,
+        pipe: _Pipeline,
     ) -> AppendResult:
-        """Write ``batch`` at ``state.tail``; caller holds the append lock and publishes ``state``.
-
-        ``while_writing(physical_offsets)`` runs while the last chunks are being written (the
-        caller's per-row results, which would otherwise wait for the writes); its return value
-        is the result's ``overlapped``. With ``pipe`` (see :meth:`append_all`) the writes may
-        still be running on return: the pipeline's exit waits for them.
-        """
+        """Submit ``batch``'s writes to ``pipe`` (they may still run on return) and advance ``state``."""
         self.scrub(state.tail)
         queue_offsets = assign_queue_offsets(batch, state.queues)
         starts, blanks = plan_positions(state.tail, batch.lengths, self.segment_size)
@@ -237,21 +234,19 @@ class CommitLog:
                 seg = self.segments.for_offset(pos, create=True)
                 assert seg is not None
                 self.scrub(pos)  # also when the first record of the batch rolls over
-                spans = batch.spans(a, b)
-                with contextlib.nullcontext(pipe) if pipe is not None else _Pipeline(len(spans)) as p:
-                    for c, d in spans:  # chunk by chunk, as body CRCs become ready
-                        rel = int(starts[c]) - seg.start
-                        if batch.packable:
-                            buf = _chunk_buffer(int(starts[d - 1] + batch.lengths[d - 1] - starts[c]))
-                            batch.pack(c, d, buf)
-                            p.submit(seg.write, rel, buf)
-                        elif large:
-                            iov, keep = batch.iovecs(c, d)
-                            p.submit(seg.writev, rel, iov, keep=keep)
-                        else:
-                            p.submit(seg.write, rel, memoryview(batch.joined(c, d)))
-                    if b == batch.n and while_writing is not None:
-                        overlapped = while_writing(starts)
+                for c, d in batch.spans(a, b):  # chunk by chunk, as body CRCs become ready
+                    rel = int(starts[c]) - seg.start
+                    if batch.packable:
+                        buf = _chunk_buffer(int(starts[d - 1] + batch.lengths[d - 1] - starts[c]))
+                        batch.pack(c, d, buf)
+                        pipe.submit(seg.write, rel, buf)
+                    elif large:
+                        iov, keep = batch.iovecs(c, d)
+                        pipe.submit(seg.writev, rel, iov, keep=keep)
+                    else:
+                        pipe.submit(seg.write, rel, memoryview(batch.joined(c, d)))
+                if b == batch.n and while_writing is not None:
+                    overlapped = while_writing(starts)
         for pos, size in blanks:
             seg = self.segments.for_offset(pos, create=True)
             assert seg is not None

@@ -8,7 +8,7 @@ Two steps, split around the append lock:
    error naming the row and field before a byte is written.
 2. Under the lock, :meth:`EncodedBatch.fill` sets the fields only the lock can give
    (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP); the commitlog then writes the records chunk
-   by chunk (see :meth:`store.commitlog.CommitLog.append`). Per chunk, the UNIQ_KEY items are
+   by chunk (see :meth:`store.commitlog.CommitLog.append_all`). Per chunk, the UNIQ_KEY items are
    generated and either the C helper packs the records into one buffer, computing each body
    CRC on the way (:meth:`EncodedBatch.pack`), or, without it, the records are joined
    (:meth:`EncodedBatch.joined`) or written straight from their pieces
@@ -181,7 +181,7 @@ def _crc32s(body: pa.BinaryArray) -> np.ndarray:
 #: carry-less-multiply CRC (~14 GB/s, GIL released) a chunk's CRCs are computed on demand by
 #: the appending thread, right before the chunk is written: its bodies are then still in the
 #: CPU cache when the write copies them, and the write of the previous chunk runs meanwhile
-#: (see :meth:`store.commitlog.CommitLog.append`). Otherwise (table CRC or one call per
+#: (see :meth:`store.commitlog.CommitLog.append_all`). Otherwise (table CRC or one call per
 #: body) one background thread computes them ahead, while the caller encodes the rest.
 _CRC_POOL = ProcessLocalPool("rmq-crc")
 _CRC_ASYNC_MIN_ROWS = 4096

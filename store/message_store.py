@@ -437,7 +437,6 @@ class MessageStore:
                 raise QueueIdError("queue id is not below the topic's queue count", row=base + int(np.flatnonzero(over)[0]), field="queueId")
             base += batch.n
         self._check_disk_space()
-        results = []
         with self._append_lock.held():
             state = self._state_file.load() or self._rebuild_state()
             if marker is not None:
