@@ -142,7 +142,10 @@ class ConsumeQueue:
             assert seg is not None
             i = logical % per
             take = min(len(units) - done, per - i)
-            self._units(seg)[i : i + take] = units[done : done + take]
+            # pwrite, not a store into the mapping (which shares the same page cache): a store
+            # takes a page fault per page first touched; 20 MB of units (a million) took
+            # ~30 ms as stores against ~8 ms as one pwrite
+            seg.write(i * CQ_UNIT_SIZE, memoryview(np.ascontiguousarray(units[done : done + take])).cast("B"))
             done += take
 
     def truncate(self, logical: int) -> None:

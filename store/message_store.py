@@ -486,7 +486,9 @@ class MessageStore:
                  result.overlapped, ts],
                 schema=PUT_RESULT_SCHEMA,
             ))
-        out = tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
+        # one chunk per table: a sink task appends ~100 tables and reads only num_rows; a
+        # combine would copy ~56 bytes per row (~50 ms per million rows)
+        out = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
         return out, np.concatenate([b.queue_id for b in batches])
 
     def put(
