@@ -363,6 +363,9 @@ class EncodedBatch:
     large_bodies: bool  # average body >= LARGE_BODY: written with iovecs
     tags: pa.Array | None = None  # the tags column (strings, null = no tag), if any
     tags_from_properties: bool = False  # TAGS came in the user's properties map
+    #: (first queue id, queue count) when every row is of one topic and its queue ids are
+    #: the round-robin cycle ``(first + row) % count``: queue offsets need no grouping then
+    round_robin: tuple[int, int] | None = None
 
     @functools.cached_property
     def tags_codes(self) -> np.ndarray | None:
@@ -554,12 +557,17 @@ def prepare_batch(
         row = _first(over)
         raise QueueIdError(f"queue id {queue_id[row]} is not below {topics[topic_index[row]]!r}'s {limit[row]} queues", row=row, field="queueId")
     missing = queue_id < 0
-    if missing.any():  # round robin per topic, continuing where this process left off
+    cycle: tuple[int, int] | None = None
+    if len(topics) == 1 and n and missing.all():  # the default: one topic, no queue ids
+        c = int(counts[0])
+        cycle = (round_robin(topics[0], c, n), c)
+        queue_id = _round_robin_ids(*cycle, n)
+    elif missing.any():  # round robin per topic, continuing where this process left off
         for i, t in enumerate(topics):
             rows = np.flatnonzero(missing & (topic_index == i))
             if len(rows):
                 first = round_robin(t, int(counts[i]), len(rows))
-                queue_id[rows] = (first + np.arange(len(rows))) % counts[i]
+                queue_id[rows] = _round_robin_ids(first, int(counts[i]), len(rows))
 
     # --- properties: the user's map, then KEYS, TAGS, UNIQ_KEY
     parts: list[pa.Array | LazyUniqKeys | tuple[pa.Scalar, pa.Array, pa.Scalar]] = []
@@ -729,5 +737,12 @@ def prepare_batch(
     return EncodedBatch(
         n=n, topics=topics, topic_index=topic_index, queue_id=queue_id.astype(np.int32), header=header,
         body=body, trailer=trailer_pieces, lengths=lengths, crcs=crcs, large_bodies=large,
-        tags=tags_col, tags_from_properties=user_has_tags,
+        tags=tags_col, tags_from_properties=user_has_tags, round_robin=cycle,
     )
+
+
+def _round_robin_ids(first: int, count: int, n: int) -> np.ndarray:
+    """Queue ids ``first, first+1, ...`` modulo ``count`` for ``n`` rows (a tiled cycle:
+    ~5x cheaper than ``%`` over the rows)."""
+    cycle = (first + np.arange(count, dtype=np.int64)) % count
+    return np.repeat(cycle[None, :], -(-n // count), axis=0).ravel()[:n]

@@ -308,3 +308,42 @@ def test_put_batches_of_small_tables_share_one_pipeline(tmp_path: Path, monkeypa
         assert s.published_tail() == tail
         s.put_batch(pa.table({"topic": ["P"], "body": [b"after"]}))
         assert [r.body for r in walk(tmp_path)] == bodies + [b"after"]
+
+
+@pytest.mark.parametrize("n", [1, 3, 4, 5, 17, 1000])
+@pytest.mark.parametrize(("first", "count"), [(0, 1), (0, 4), (3, 4), (5, 8)])
+def test_round_robin_queue_offsets_match_the_general_grouping(n: int, first: int, count: int) -> None:
+    """The round-robin fast path (one topic, ids cycling from ``first``) gives the same
+    offsets and the same next offsets per queue as grouping the rows, from non-empty queues."""
+    from dataclasses import replace
+
+    from store.commitlog import assign_queue_offsets
+
+    batch = enc.prepare_batch(
+        pa.table({"topic": ["T"] * n, "body": [b"x"] * n}),
+        queue_counts=lambda topics: [count] * len(topics), max_message_size=1 << 20, max_record_size=1 << 20,
+        store_host=bytes(8), born_host=bytes(8), uniq_keys=enc.UniqKeyGenerator(),
+        round_robin=lambda topic, queues, rows: first,
+    )
+    assert batch.round_robin == (first, count)
+    assert batch.queue_id.tolist() == [(first + i) % count for i in range(n)]
+    start = {f"T/{q}": 10 * q + 7 for q in range(0, count, 2)}  # some queues have messages
+    fast_queues, general_queues = dict(start), dict(start)
+    fast = assign_queue_offsets(batch, fast_queues)
+    general = assign_queue_offsets(replace(batch, round_robin=None), general_queues)
+    assert fast.tolist() == general.tolist()
+    assert fast_queues == general_queues
+
+
+def test_round_robin_fast_path_only_for_one_topic_without_queue_ids() -> None:
+    def prep(table: pa.Table) -> enc.EncodedBatch:
+        return enc.prepare_batch(
+            table, queue_counts=lambda topics: [4] * len(topics), max_message_size=1 << 20,
+            max_record_size=1 << 20, store_host=bytes(8), born_host=bytes(8),
+            uniq_keys=enc.UniqKeyGenerator(), round_robin=lambda topic, queues, rows: 1,
+        )
+
+    assert prep(pa.table({"topic": ["A", "B"], "body": [b"x", b"y"]})).round_robin is None
+    assert prep(pa.table({"topic": ["A", "A"], "body": [b"x", b"y"], "queueId": pa.array([None, 2], pa.int32())})).round_robin is None
+    two = prep(pa.table({"topic": ["A", "B", "A"], "body": [b"x", b"y", b"z"]}))
+    assert two.queue_id.tolist() == [1, 1, 2]  # per topic, each from its own next queue
