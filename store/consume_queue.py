@@ -161,12 +161,6 @@ class ConsumeQueue:
                 assert seg is not None
                 self._units(seg)[logical - first :] = np.zeros(1, CQ_UNIT)[0]
 
-    def flush(self) -> None:
-        for start in self.segments.segment_starts():
-            seg = self.segments.get(start)
-            if seg is not None:
-                seg.flush()
-
     def close(self) -> None:
         self.segments.close()
 

@@ -159,14 +159,14 @@ class MappedFile:
         return os.pread(self._write_fd(), length, rel)
 
     def flush(self, rel_from: int = 0, rel_to: int | None = None) -> None:
-        """msync the pages covering ``[rel_from, rel_to)`` to disk."""
-        if self._mm is None:
-            return
+        """msync the pages covering ``[rel_from, rel_to)`` to disk (written by ``pwrite`` or
+        through the mapping alike: both are the file's page cache)."""
+        mm = self._map()
         page = mmap.PAGESIZE
         lo = (rel_from // page) * page
         hi = self.size if rel_to is None else min(self.size, rel_to)
         if hi > lo:
-            self._mm.flush(lo, hi - lo)
+            mm.flush(lo, hi - lo)
 
     def close(self) -> None:
         with self._lock:
