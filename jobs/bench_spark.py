@@ -26,7 +26,6 @@ sink on a store deleted and recreated just before (pages partly first-touch), fo
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import sys
@@ -39,6 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import pyarrow as pa  # noqa: E402
+from bench_store import warm_up  # noqa: E402  (jobs/ is this script's directory)
 from pyspark.sql.datasource import (  # noqa: E402
     DataSource,
     DataSourceArrowWriter,
@@ -123,20 +123,6 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
 
 def best_of(runs: int, fn) -> float:  # type: ignore[no-untyped-def]
     return min(timed(fn) for _ in range(runs))
-
-
-def warm_up(path: Path, nbytes: int) -> None:
-    """Write and delete a scratch file of ``nbytes`` (see the module docstring).
-
-    First ``sync()``: no dirty pages from earlier jobs left for writeback to flush during
-    the next measurement.
-    """
-    os.sync()
-    chunk = b"\x00" * (16 << 20)
-    with open(path, "wb") as f:
-        for _ in range(max(1, nbytes // len(chunk))):
-            f.write(chunk)
-    path.unlink()
 
 
 def latency(spark, root: Path, samples: int) -> list[float]:  # type: ignore[no-untyped-def]

@@ -33,7 +33,9 @@ import pyarrow as pa
 import store
 
 
-def _warm_up(path: Path, nbytes: int) -> None:
+def warm_up(path: Path, nbytes: int) -> None:
+    """Write and delete a scratch file of ``nbytes`` (see the module docstring); also used by
+    ``bench_spark.py``."""
     # first no dirty pages left from earlier rounds: past vm.dirty_background_ratio the
     # kernel's writeback would run during (and throttle) whichever measurement came next
     os.sync()
@@ -89,7 +91,7 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds:
     written = 0
     chunk = np.frombuffer(os.urandom(int(estimate // batches) + (1 << 20)), np.uint8)
     for _ in range(rounds):
-        _warm_up(workdir / "warm", 4 * estimate + (256 << 20))
+        warm_up(workdir / "warm", 4 * estimate + (256 << 20))
         before = s.published_tail()
         tp = tw = 0.0
         with open(plain, "wb") as f:

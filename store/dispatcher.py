@@ -208,12 +208,14 @@ class Dispatcher:
             order = np.argsort(dense, kind="stable")
             sd = dense[order]
             same = sd[1:] == sd[:-1]
-            if not (np.diff(qoff[order])[same] > 0).all():
+            sorted_qoff = qoff[order]
+            if not (np.diff(sorted_qoff)[same] > 0).all():
                 order = None
         if order is None:
             order = np.lexsort((qoff, (tidx << 32) | qid))
+            sorted_qoff = qoff[order]
         key = ((tidx << 32) | qid)[order]
-        qoff = qoff[order]
+        qoff = sorted_qoff
         units = np.empty(len(key), CQ_UNIT)
         units["offset"] = np.asarray(offsets)[order]
         units["size"] = np.asarray(sizes)[order]

@@ -742,7 +742,15 @@ def prepare_batch(
 
 
 def _round_robin_ids(first: int, count: int, n: int) -> np.ndarray:
-    """Queue ids ``first, first+1, ...`` modulo ``count`` for ``n`` rows (a tiled cycle:
-    ~5x cheaper than ``%`` over the rows)."""
-    cycle = (first + np.arange(count, dtype=np.int64)) % count
-    return np.repeat(cycle[None, :], -(-n // count), axis=0).ravel()[:n]
+    """Queue ids ``first, first+1, ...`` modulo ``count`` for ``n`` rows."""
+    return repeat_cycle((first + np.arange(count, dtype=np.int64)) % count, n)
+
+
+def repeat_cycle(values: np.ndarray, n: int) -> np.ndarray:
+    """``values[i % len(values)]`` for ``i < n``: whole copies of ``values`` one after another.
+
+    ``np.repeat`` of the row copies whole rows: ~5x cheaper than ``%`` over the rows, and
+    far cheaper than ``np.tile`` (Python overhead) or a broadcast with an inner dimension of
+    a few queues.
+    """
+    return np.repeat(values[None, :], -(-n // len(values)), axis=0).ravel()[:n]

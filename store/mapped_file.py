@@ -85,7 +85,7 @@ class MappedFile:
         return pa.py_buffer(self.array())
 
     def _write_fd(self) -> int:
-        """The descriptor appends go through (opened once, on first write)."""
+        """The read-write descriptor of ``pwrite``s and ``pread``s (opened once, on first use)."""
         if self._fd is None:
             with self._lock:
                 if self._fd is None:
