@@ -228,7 +228,9 @@ class CommitLog:
         otherwise be written inline one after another). ``while_writing(physical_offsets)``
         runs per batch while its last chunks are being written (the caller's per-row results,
         which would otherwise wait for the writes); its return value is the result's
-        ``overlapped``.
+        ``overlapped``. It is not run for a batch packed before the lock
+        (:meth:`EncodedBatch.prepack`): its one write has nothing to overlap with, so
+        ``overlapped`` stays ``None`` and the caller makes its results after the lock.
         """
         with _Pipeline(sum(len(b.spans(0, b.n)) for b in batches)) as pipe:
             return [self._append(b, state, while_writing, pipe) for b in batches]
@@ -238,11 +240,16 @@ class CommitLog:
         pipe: _Pipeline,
     ) -> AppendResult:
         """Submit ``batch``'s writes to ``pipe`` (they may still run on return) and advance ``state``."""
-        self.scrub(state.tail)
+        tail = state.tail
+        self.scrub(tail)
         queue_offsets = assign_queue_offsets(batch, state.queues)
         starts, blanks = plan_positions(state.tail, batch.lengths, self.segment_size)
         store_ts = max(int(time.time() * 1000), state.store_timestamp)
-        batch.fill(queue_offsets, starts, store_ts)
+        packed = batch.packed
+        if packed is not None:
+            batch.patch(queue_offsets, starts, store_ts)
+        else:
+            batch.fill(queue_offsets, starts, store_ts)
         large = batch.large_bodies
         cut_rows = [0] + [int(np.searchsorted(starts, pos)) for pos, _ in blanks] + [batch.n]
         overlapped = None
@@ -251,8 +258,17 @@ class CommitLog:
                 pos = int(starts[a])
                 seg = self.segments.for_offset(pos, create=True)
                 assert seg is not None
-                self.scrub(pos)  # also when the first record of the batch rolls over
-                for c, d in batch.spans(a, b):  # chunk by chunk, as body CRCs become ready
+                if pos != tail:  # the first record of the batch rolled over to a new segment
+                    self.scrub(pos)
+                if packed is not None:  # packed before the lock: rows a..b-1 are one slice of it
+                    assert batch.packed_starts is not None
+                    lo = int(batch.packed_starts[a])
+                    size = int(starts[b - 1] + batch.lengths[b - 1]) - pos
+                    pipe.submit(seg.write, pos - seg.start, packed[lo:lo + size])
+                    spans = []
+                else:
+                    spans = batch.spans(a, b)
+                for c, d in spans:  # chunk by chunk, as body CRCs become ready
                     rel = int(starts[c]) - seg.start
                     if batch.packable:
                         buf = _chunk_buffer(int(starts[d - 1] + batch.lengths[d - 1] - starts[c]))
@@ -263,14 +279,14 @@ class CommitLog:
                         pipe.submit(seg.writev, rel, iov, keep=keep)
                     else:
                         pipe.submit(seg.write, rel, memoryview(batch.joined(c, d)))
-                if b == batch.n and while_writing is not None:
+                if b == batch.n and while_writing is not None and packed is None:
                     overlapped = while_writing(starts)
         for pos, size in blanks:
             seg = self.segments.for_offset(pos, create=True)
             assert seg is not None
             seg.write(pos - seg.start, np.array([size, BLANK_MAGIC], ">i4").tobytes())
         end = int(starts[-1] + batch.lengths[-1]) if batch.n else state.tail
-        result = AppendResult(starts, queue_offsets, store_ts, state.tail, end, overlapped)
+        result = AppendResult(starts, queue_offsets, store_ts, tail, end, overlapped)
         state.tail = end
         state.store_timestamp = store_ts
         return result

@@ -192,6 +192,7 @@ _EMPTY_BIN = pa.scalar(b"", pa.binary())
 #: body, trailer) with one ``pwritev`` per ~340 records, instead of joined first: for large
 #: bodies the join's extra copy of every byte costs more than the scatter-gather entries.
 LARGE_BODY = 1024
+_BYTE8 = np.arange(8, dtype=np.int64)
 
 
 def _chunk_bounds(n: int, rows: int) -> np.ndarray:
@@ -366,6 +367,10 @@ class EncodedBatch:
     #: (first queue id, queue count) when every row is of one topic and its queue ids are
     #: the round-robin cycle ``(first + row) % count``: queue offsets need no grouping then
     round_robin: tuple[int, int] | None = None
+    #: the records packed before the append lock (:meth:`prepack`), their lock-given fields
+    #: still to be patched; ``packed_starts[i]`` is where record ``i`` starts in ``packed``
+    packed: np.ndarray | None = None
+    packed_starts: np.ndarray | None = None
 
     @functools.cached_property
     def tags_codes(self) -> np.ndarray | None:
@@ -441,6 +446,33 @@ class EncodedBatch:
             body_data if body_data is not None else b"", _data_and_offsets(self.body, a, b)[1],
             pieces, out,
         )
+
+    def prepack(self) -> None:
+        """Pack every record now, before the append lock; :meth:`patch` completes them under it.
+
+        For a batch of one chunk (a small put): the CRCs, the copy of the bodies and the
+        trailers, the UNIQ_KEYs, everything but QUEUEOFFSET, PHYSICALOFFSET and
+        STORETIMESTAMP, no longer hold the lock that every writer process waits for. The bytes
+        of a record do not depend on where it lands, but for those three fields.
+        """
+        assert self.packable and self.packed is None
+        starts = np.zeros(self.n, np.int64)
+        np.cumsum(self.lengths[:-1], out=starts[1:])
+        self.fill(np.zeros(self.n, np.int64), starts, 0)  # placeholders, patched later
+        out = np.empty(int(self.lengths.sum()), np.uint8)
+        self.pack(0, self.n, out)
+        self.packed, self.packed_starts = out, starts
+
+    def patch(self, queue_offsets: np.ndarray, physical_offsets: np.ndarray, store_ts: int) -> None:
+        """Write the fields only the append lock can give into the :meth:`prepack`-ed records."""
+        assert self.packed is not None and self.packed_starts is not None
+        self.fill(queue_offsets, physical_offsets, store_ts)
+        fields = self.header.dtype.fields
+        assert fields is not None
+        at = self.packed_starts[:, None] + _BYTE8
+        for name, values in (("queueOffset", queue_offsets), ("physicalOffset", physical_offsets)):
+            self.packed[at + fields[name][1]] = np.asarray(values, ">i8").view(np.uint8).reshape(-1, 8)
+        self.packed[at + fields["storeTimestamp"][1]] = np.frombuffer(store_ts.to_bytes(8, "big"), np.uint8)
 
     def iovecs(self, a: int, b: int) -> tuple[np.ndarray, tuple[np.ndarray, pa.Array]]:
         """``struct iovec`` entries (address, length) of records ``[a, b)``: header, body, trailer.

@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -58,17 +59,33 @@ class FlushPosition:
 
 
 class FlushStateFile:
-    """``<root>/flush.state``: the durable flushed position (see the module docstring)."""
+    """``<root>/flush.state``: the durable flushed position (see the module docstring).
+
+    The file is only ever rewritten in place, so one descriptor, opened on first use, serves
+    every read and write (a SYNC_FLUSH put reads it at least once: ``pread`` on a kept
+    descriptor costs ~1 us, an open/read/close ~10 us).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._fd: int | None = None
+        self._lock = threading.Lock()
+
+    def _open(self, create: bool) -> int | None:
+        with self._lock:
+            if self._fd is None:
+                try:
+                    self._fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+                except FileNotFoundError:
+                    return None
+            return self._fd
 
     def read(self) -> FlushPosition | None:
         """The flushed position, or ``None`` when the file is absent, short or torn."""
-        try:
-            raw = self.path.read_bytes()
-        except FileNotFoundError:
+        fd = self._open(create=False)
+        if fd is None:
             return None
+        raw = os.pread(fd, _FLUSH.size, 0)
         if len(raw) < _FLUSH.size:
             return None
         offset, ts, crc = _FLUSH.unpack_from(raw, 0)
@@ -79,15 +96,16 @@ class FlushStateFile:
 
     def write(self, pos: FlushPosition) -> None:
         head = struct.pack(">qq", pos.offset, pos.store_timestamp)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, head + struct.pack(">I", zlib.crc32(head)), 0)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+        fd = self._open(create=True)
+        assert fd is not None
+        os.pwrite(fd, head + struct.pack(">I", zlib.crc32(head)), 0)
+        os.fdatasync(fd)
 
-    def remove(self) -> None:
-        self.path.unlink(missing_ok=True)
+    def close(self) -> None:
+        with self._lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
 
 class FlushService:

