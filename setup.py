@@ -8,5 +8,5 @@ ISA-L/zlib call per body and Arrow's ``take`` instead.
 from setuptools import Extension, setup
 
 setup(
-    ext_modules=[Extension("store._native", sources=["store/_native.c"], optional=True, extra_compile_args=["-O3"])],
+    ext_modules=[Extension("store._native", sources=["store/_native.c"], optional=True, extra_compile_args=["-O3", "-pthread"], extra_link_args=["-pthread"])],
 )

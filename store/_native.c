@@ -25,11 +25,19 @@
  * 2. gather: many (start, length) slices of one buffer (a mapped segment) copied into one
  *    contiguous output, GIL released: a memcpy per slice, where Arrow's `take` over a view of
  *    the slices costs 25-50 ns per element in bookkeeping.
+ *
+ * 6. ChunkWriter: a thread that pwrites chunks in submission order, never taking the GIL.
+ *    The commitlog packs chunk k+1 while chunk k is written; handing each chunk to a Python
+ *    thread pool costs ~17 us of GIL and future bookkeeping between two pwrites (~1 ms per
+ *    64 MiB batch of 2 MiB chunks), here a mutex and a condition variable.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint32_t table[8][256];
 
@@ -460,6 +468,191 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------ 6. ChunkWriter */
+
+#define WRITER_RING 64
+
+typedef struct {
+    int fd;
+    int64_t offset;
+    const char *data;
+    Py_ssize_t len;
+} WriteItem;
+
+typedef struct {
+    PyObject_HEAD
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int running;  /* the thread was started and not yet joined */
+    int closing;
+    int capacity; /* most items pending at once (submit waits below it) */
+    uint64_t submitted, done;
+    int error;    /* errno of the first failed write; later items are skipped */
+    int64_t error_offset;
+    WriteItem ring[WRITER_RING];
+} ChunkWriter;
+
+static int write_all(const WriteItem *it) {
+    const char *p = it->data;
+    Py_ssize_t left = it->len;
+    int64_t off = it->offset;
+    while (left > 0) {
+        ssize_t n = pwrite(it->fd, p, (size_t)left, (off_t)off);
+        if (n < 0) {
+            if (errno == EINTR) continue;
+            return errno;
+        }
+        if (n == 0) return EIO;
+        p += n;
+        left -= n;
+        off += n;
+    }
+    return 0;
+}
+
+static void *writer_main(void *arg) {
+    ChunkWriter *w = (ChunkWriter *)arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (w->done == w->submitted && !w->closing) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->done == w->submitted) break; /* closing, nothing left */
+        WriteItem it = w->ring[w->done % WRITER_RING];
+        int skip = w->error != 0;
+        pthread_mutex_unlock(&w->mu);
+        int err = skip ? 0 : write_all(&it);
+        pthread_mutex_lock(&w->mu);
+        if (err && !w->error) {
+            w->error = err;
+            w->error_offset = it.offset;
+        }
+        w->done++;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+static PyObject *writer_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
+    int capacity;
+    static char *names[] = {"capacity", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "i", names, &capacity)) return NULL;
+    if (capacity < 1 || capacity > WRITER_RING) {
+        PyErr_Format(PyExc_ValueError, "capacity must be 1..%d", WRITER_RING);
+        return NULL;
+    }
+    ChunkWriter *w = (ChunkWriter *)type->tp_alloc(type, 0);
+    if (w == NULL) return NULL;
+    w->capacity = capacity;
+    pthread_mutex_init(&w->mu, NULL);
+    pthread_cond_init(&w->cv, NULL);
+    int rc = pthread_create(&w->thread, NULL, writer_main, w);
+    if (rc != 0) {
+        errno = rc;
+        PyErr_SetFromErrno(PyExc_OSError);
+        pthread_cond_destroy(&w->cv);
+        pthread_mutex_destroy(&w->mu);
+        Py_TYPE(w)->tp_free((PyObject *)w);
+        return NULL;
+    }
+    w->running = 1;
+    return (PyObject *)w;
+}
+
+/* Stop the thread once everything submitted is written (GIL released while waiting). */
+static void writer_join(ChunkWriter *w) {
+    if (!w->running) return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&w->mu);
+    w->closing = 1;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->thread, NULL);
+    Py_END_ALLOW_THREADS
+    w->running = 0;
+}
+
+static PyObject *writer_submit(ChunkWriter *w, PyObject *args) {
+    int fd;
+    long long offset, address;
+    Py_ssize_t len;
+    if (!PyArg_ParseTuple(args, "iLLn", &fd, &offset, &address, &len)) return NULL;
+    if (!w->running || w->closing) {
+        PyErr_SetString(PyExc_ValueError, "the writer is finished");
+        return NULL;
+    }
+    if (offset < 0 || len < 0 || (address == 0 && len > 0)) {
+        PyErr_SetString(PyExc_ValueError, "negative offset or length, or no buffer");
+        return NULL;
+    }
+    WriteItem it = {fd, (int64_t)offset, (const char *)(intptr_t)address, len};
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&w->mu);
+    while (w->submitted - w->done >= (uint64_t)w->capacity) pthread_cond_wait(&w->cv, &w->mu);
+    w->ring[w->submitted % WRITER_RING] = it;
+    w->submitted++;
+    pthread_cond_broadcast(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
+static PyObject *writer_finish(ChunkWriter *w, PyObject *unused) {
+    writer_join(w);
+    if (w->error) {
+        PyObject *exc = PyObject_CallFunction(PyExc_OSError, "is", w->error, strerror(w->error));
+        if (exc != NULL) {
+            PyObject *off = PyLong_FromLongLong(w->error_offset);
+            if (off != NULL) PyObject_SetAttrString(exc, "offset", off);
+            Py_XDECREF(off);
+            PyErr_SetObject((PyObject *)Py_TYPE(exc), exc);
+            Py_DECREF(exc);
+        }
+        w->error = 0;
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *writer_done(ChunkWriter *w, void *closure) {
+    pthread_mutex_lock(&w->mu);
+    uint64_t d = w->done;
+    pthread_mutex_unlock(&w->mu);
+    return PyLong_FromUnsignedLongLong(d);
+}
+
+static void writer_dealloc(ChunkWriter *w) {
+    writer_join(w); /* never free the ring under a running thread */
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    Py_TYPE(w)->tp_free((PyObject *)w);
+}
+
+static PyMethodDef writer_methods[] = {
+    {"submit", (PyCFunction)writer_submit, METH_VARARGS,
+     "submit(fd, offset, address, length): queue a pwrite of length bytes at address (waits while capacity are pending, GIL released). The caller keeps the memory alive until finish()."},
+    {"finish", (PyCFunction)writer_finish, METH_NOARGS,
+     "finish(): wait until every submitted write is done and stop the thread; raises OSError (with .offset) for the first failed write."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef writer_getset[] = {
+    {"done", (getter)writer_done, NULL, "how many submitted writes have finished", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject ChunkWriterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "store._native.ChunkWriter",
+    .tp_basicsize = sizeof(ChunkWriter),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "ChunkWriter(capacity): a thread writing submitted chunks in order, without the GIL.",
+    .tp_new = writer_new,
+    .tp_dealloc = (destructor)writer_dealloc,
+    .tp_methods = writer_methods,
+    .tp_getset = writer_getset,
+};
+
 static PyMethodDef methods[] = {
     {"hexlify", hexlify, METH_VARARGS,
      "hexlify(src, width, dst, dst_stride, dst_offset): uppercase hex of each row into dst, GIL released."},
@@ -487,8 +680,13 @@ PyMODINIT_FUNC PyInit__native(void) {
     __builtin_cpu_init();
     use_clmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
 #endif
+    if (PyType_Ready(&ChunkWriterType) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m != NULL && PyModule_AddIntConstant(m, "CLMUL", use_clmul) < 0) {
+    if (m == NULL) return NULL;
+    Py_INCREF(&ChunkWriterType);
+    if (PyModule_AddIntConstant(m, "CLMUL", use_clmul) < 0 ||
+        PyModule_AddObject(m, "ChunkWriter", (PyObject *)&ChunkWriterType) < 0) {
+        Py_DECREF(&ChunkWriterType);
         Py_DECREF(m);
         return NULL;
     }

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import os
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +26,7 @@ import refcodec as rc
 from conftest import walk
 
 import store
+import store.commitlog as cl
 import store.encode as enc
 import store.mapped_file as mf
 from store.encode import _CRC_ASYNC_MIN_ROWS, LARGE_BODY
@@ -90,6 +92,31 @@ def test_short_pwritev_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     assert [r.body for r in walk(tmp_path)] == bodies
 
 
+def _read_only_write_fds(m: pytest.MonkeyPatch, after: int = 0) -> list[int]:
+    """From the ``after``-th call on, ``MappedFile.write_fd`` hands out a read-only descriptor:
+    a packed chunk's ``pwrite`` on the native ``ChunkWriter`` thread then fails with EBADF.
+    Returns the descriptors to close."""
+    fds: list[int] = []
+    real = mf.MappedFile.write_fd
+    calls = {"n": 0}
+
+    def ro(self: mf.MappedFile, rel: int, length: int) -> int:
+        real(self, rel, length)  # the range check
+        calls["n"] += 1
+        if calls["n"] <= after:
+            return real(self, rel, length)
+        fds.append(os.open(self.path, os.O_RDONLY))
+        return fds[-1]
+
+    m.setattr(mf.MappedFile, "write_fd", ro)
+    return fds
+
+
+def _native_writes(write_path: str) -> bool:
+    """Whether packed chunks go to the native ChunkWriter (not through ``MappedFile.write``)."""
+    return write_path.startswith("packed") and cl._ChunkWriter is not None
+
+
 @pytest.mark.parametrize("body_size", [100, LARGE_BODY * 2])
 def test_failed_write_publishes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_path: str, body_size: int) -> None:
     with store.MessageStore.open(tmp_path) as s:
@@ -106,10 +133,18 @@ def test_failed_write_publishes_nothing(tmp_path: Path, monkeypatch: pytest.Monk
         with monkeypatch.context() as m:
             m.setattr(mf, "_pwritev", fail)
             m.setattr(mf.MappedFile, "write", fail_write)
+            fds = _read_only_write_fds(m, after=2)
             n = max(5, (3 << 20) // body_size)  # several chunks: later ones fail after earlier ones queued
             with pytest.raises(OSError) as info:
                 s.put_batch(pa.table({"topic": ["W"] * n, "body": [b"x" * body_size] * n}))
-        assert info.value.errno == errno.EIO
+        for fd in fds:
+            os.close(fd)
+        # EBADF where a chunk went to the native writer (a batch of one chunk is written inline)
+        assert info.value.errno == (errno.EBADF if fds else errno.EIO)
+        if _native_writes(write_path) and body_size == 100:  # ~30 chunks: some went there
+            assert fds
+        if not _native_writes(write_path):
+            assert not fds
         assert s.published_tail() == tail
         s.put_batch(pa.table({"topic": ["W"], "body": [b"after"]}))
         s.dispatch()
@@ -302,9 +337,15 @@ def test_put_batches_of_small_tables_share_one_pipeline(tmp_path: Path, monkeypa
         with monkeypatch.context() as m:
             m.setattr(mf.MappedFile, "write", flaky(real_write))
             m.setattr(mf.MappedFile, "writev", flaky(real_writev))
+            fds = _read_only_write_fds(m, after=4)  # the native writer's 5th write onwards fails
             with pytest.raises(OSError) as info:
                 s.put_batches(tables)
-        assert info.value.errno == errno.EIO and calls["n"] >= 5
+        for fd in fds:
+            os.close(fd)
+        if _native_writes(write_path):
+            assert info.value.errno == errno.EBADF and fds
+        else:
+            assert info.value.errno == errno.EIO and calls["n"] >= 5
         assert s.published_tail() == tail
         s.put_batch(pa.table({"topic": ["P"], "body": [b"after"]}))
         assert [r.body for r in walk(tmp_path)] == bodies + [b"after"]
@@ -397,3 +438,74 @@ def test_small_puts_are_packed_before_the_lock_and_patched_under_it(
         assert raw == rc.encode_ref_record(r)
     cut = [t for t in results if len({o // segment for o in t["commitLogOffset"].to_pylist()}) > 1]
     assert len(cut) >= 2  # batches that a roll cut in two
+
+
+@pytest.mark.skipif(cl._ChunkWriter is None, reason="store._native is not built")
+def test_chunk_writer_writes_in_order_and_reports_the_first_failure(tmp_path: Path) -> None:
+    w = cl._ChunkWriter(2)
+    path = tmp_path / "out"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        chunks = [np.full(100_000 + i, i, np.uint8) for i in range(20)]
+        off = 0
+        for c in chunks:  # more chunks than the capacity: submit waits for room
+            w.submit(fd, off, c.ctypes.data, c.nbytes)
+            off += c.nbytes
+        w.finish()
+        assert w.done == 20
+        assert path.read_bytes() == b"".join(c.tobytes() for c in chunks)
+        with pytest.raises(ValueError, match="finished"):
+            w.submit(fd, 0, chunks[0].ctypes.data, 1)
+        w.finish()  # again: nothing to wait for
+    finally:
+        os.close(fd)
+    ro = os.open(path, os.O_RDONLY)
+    try:
+        w = cl._ChunkWriter(1)
+        good = os.open(path, os.O_RDWR)
+        b = np.full(10, 7, np.uint8)
+        w.submit(good, 0, b.ctypes.data, 10)
+        w.submit(ro, 4096, b.ctypes.data, 10)  # fails: EBADF, at offset 4096
+        w.submit(good, 20, b.ctypes.data, 10)  # skipped after the failure
+        with pytest.raises(OSError) as info:
+            w.finish()
+        os.close(good)
+        assert info.value.errno == errno.EBADF and info.value.offset == 4096  # type: ignore[attr-defined]
+        assert w.done == 3
+        data = path.read_bytes()
+        assert data[:10] == b"\x07" * 10 and data[20:30] == bytes(10)  # the first written, the last not
+    finally:
+        os.close(ro)
+    with pytest.raises(ValueError):
+        cl._ChunkWriter(0)
+    with pytest.raises(ValueError):
+        cl._ChunkWriter(2).submit(0, -1, 0, 10)
+    cl._ChunkWriter(2)  # dropped without finish(): its thread is joined, not leaked
+
+
+@pytest.mark.skipif(cl._ChunkWriter is None, reason="store._native is not built")
+def test_disk_full_on_the_native_writer_is_typed_and_harmless(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ENOSPC on the ChunkWriter thread (a /dev/full descriptor from the 3rd chunk on) becomes
+    DiskFullError; nothing is published, and the next put lands at the old tail."""
+    with store.MessageStore.open(tmp_path) as s:
+        s.put_batch(pa.table({"topic": ["W"] * 3, "body": [b"keep"] * 3}))
+        tail = s.published_tail()
+        real = mf.MappedFile.write_fd
+        calls = {"n": 0}
+        full = os.open("/dev/full", os.O_WRONLY)
+
+        def dev_full(self: mf.MappedFile, rel: int, length: int) -> int:
+            calls["n"] += 1
+            return real(self, rel, length) if calls["n"] < 3 else full
+
+        n = 40_000
+        with monkeypatch.context() as m:
+            m.setattr(mf.MappedFile, "write_fd", dev_full)
+            with pytest.raises(store.DiskFullError):
+                s.put_batch(pa.table({"topic": ["W"] * n, "body": [b"y" * 100] * n}))
+        os.close(full)
+        assert calls["n"] >= 3 and s.published_tail() == tail
+        res = s.put("W", b"after", queue_id=0)
+        assert res.commit_log_offset == tail
+        assert s.verify().ok
+    assert [r.body for r in walk(tmp_path)] == [b"keep"] * 3 + [b"after"]
