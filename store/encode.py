@@ -127,6 +127,25 @@ def _may_hold_separator(col: pa.Array, *, space: bool) -> bool:
     return bool(low.any() or (space and (raw == 32).any()))
 
 
+def _all_equal(col: pa.StringArray) -> bool:
+    """Whether every value of a string column without nulls is the same (cheap screen).
+
+    All values as long as the first and every value equal to the next one (one compare of
+    the value bytes with themselves shifted by a value): ~3x cheaper than ``pc.equal``
+    against the first value, which dominated the encoding of one-topic batches.
+    """
+    n = len(col)
+    _, offsets = _data_and_offsets(col)
+    width = int(offsets[1] - offsets[0])
+    if int(offsets[-1] - offsets[0]) != n * width or not (np.diff(offsets) == width).all():
+        return False
+    data = col.buffers()[2]
+    if data is None or width == 0:
+        return True
+    raw = np.frombuffer(data, np.uint8, n * width, int(offsets[0]))
+    return bool(np.array_equal(raw[width:], raw[:-width]))
+
+
 def _may_be_empty(col: pa.Array) -> bool:
     """Whether some non-null value of a string column is empty (cheap screen)."""
     empty = _value_lengths(col) == 0
@@ -223,13 +242,14 @@ class BodyCrcs:
     def __init__(self, body: pa.BinaryArray, body_len: np.ndarray) -> None:
         n = len(body)
         self._body = body
-        self.values = np.zeros(n, np.int32)
         self._futures: list[Future[None]] = []
         rows = max(256, int(_CRC_CHUNK_BYTES * n // max(1, int(body_len.sum()))))
         self.bounds = _chunk_bounds(n, rows)
         self.on_demand = _pack_records is not None and _CRC_CLMUL
         if self.on_demand:
+            self.values = np.zeros(0, np.int32)  # not used: pack_records computes them
             return
+        self.values = np.zeros(n, np.int32)
         if n < _CRC_ASYNC_MIN_ROWS:
             self.values[:] = _crc32s(body)
             self.bounds = np.array([0, n], np.int64)
@@ -531,9 +551,8 @@ def prepare_batch(
         from .errors import InvalidTopicError
 
         raise InvalidTopicError("topic is null", row=_first(np.asarray(topic.is_null())), field="topic")
-    first_topic = topic[0] if n else pa.scalar(None, pa.string())
-    if n and pc.all(pc.equal(topic, first_topic)).as_py():  # the usual case: one topic
-        topics: list[str] = [first_topic.as_py()]
+    if n and _all_equal(topic):  # the usual case: one topic
+        topics: list[str] = [topic[0].as_py()]
         topic_index = np.zeros(n, np.int64)
     else:
         enc = pc.dictionary_encode(topic)
@@ -683,7 +702,7 @@ def prepare_batch(
         if tags.null_count:
             parts.append(single_property(PROPERTY_TAGS, tags))
         else:  # 'TAGS\x01' + tag + '\x02' as three join pieces: no intermediate column
-            parts.append((pa.scalar(PROPERTY_TAGS.encode() + b"\x01", pa.binary()), tags.cast(pa.binary()), _SEP2))
+            parts.append((pa.scalar(PROPERTY_TAGS.encode() + b"\x01", pa.binary()), tags.view(pa.binary()), _SEP2))
     # 'UNIQ_KEY\x01<32 hex>\x02' items are made chunk by chunk as the records are written
     # (overlapping the writes; their length is fixed, so the record lengths are known now)
     parts.append(LazyUniqKeys(uniq_keys, has_uniq if has_uniq.any() else None))

@@ -509,3 +509,21 @@ def test_disk_full_on_the_native_writer_is_typed_and_harmless(tmp_path: Path, mo
         assert res.commit_log_offset == tail
         assert s.verify().ok
     assert [r.body for r in walk(tmp_path)] == [b"keep"] * 3 + [b"after"]
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (["T"], True),
+        (["Topic"] * 5, True),
+        (["ab", "ab", "ba"], False),  # same lengths, other bytes
+        (["abc", "ab", "c"], False),  # the same total length, other lengths
+        (["ab", "abab"], False),
+        (["", ""], True),
+        (["x", "x", "y", "x"], False),
+    ],
+)
+def test_one_topic_screen_matches_an_exact_compare(values: list[str], expected: bool) -> None:
+    arr = pa.array(["pad"] + values + ["pad"]).slice(1, len(values))  # a slice: offsets not from 0
+    assert enc._all_equal(arr) is expected
+    assert expected == all(v == values[0] for v in values)
