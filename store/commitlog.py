@@ -246,15 +246,16 @@ class CommitLog:
             seg.array()[rel:] = 0
 
     def append_all(
-        self, batches: list[EncodedBatch], state: AppendState, while_writing: Callable[[np.ndarray], object] | None = None,
+        self, batches: list[EncodedBatch], state: AppendState,
+        while_writing: Callable[[np.ndarray, np.ndarray, int], object] | None = None,
     ) -> list[AppendResult]:
         """Write the batches in turn at ``state.tail``; every write has finished on return.
 
         The caller holds the append lock and publishes ``state``. One pipeline for all: the
         next batch's first chunk is encoded while the previous batch's last one is written (a
         sink task appends many small tables at once, each of them one chunk, which would
-        otherwise be written inline one after another). ``while_writing(physical_offsets)``
-        runs per batch while its last chunks are being written (the caller's per-row results,
+        otherwise be written inline one after another). ``while_writing(physical_offsets,
+        queue_offsets, store_timestamp)`` runs per batch while its last chunks are being written (the caller's per-row results,
         which would otherwise wait for the writes); its return value is the result's
         ``overlapped``. It is not run for a batch packed before the lock
         (:meth:`EncodedBatch.prepack`): its one write has nothing to overlap with, so
@@ -264,7 +265,7 @@ class CommitLog:
             return [self._append(b, state, while_writing, pipe) for b in batches]
 
     def _append(
-        self, batch: EncodedBatch, state: AppendState, while_writing: Callable[[np.ndarray], object] | None,
+        self, batch: EncodedBatch, state: AppendState, while_writing: Callable[[np.ndarray, np.ndarray, int], object] | None,
         pipe: _Pipeline,
     ) -> AppendResult:
         """Submit ``batch``'s writes to ``pipe`` (they may still run on return) and advance ``state``."""
@@ -308,7 +309,7 @@ class CommitLog:
                     else:
                         pipe.submit(seg.write, rel, memoryview(batch.joined(c, d)))
                 if b == batch.n and while_writing is not None and packed is None:
-                    overlapped = while_writing(starts)
+                    overlapped = while_writing(starts, queue_offsets, store_ts)
         for pos, size in blanks:
             seg = self.segments.for_offset(pos, create=True)
             assert seg is not None

@@ -410,8 +410,13 @@ class MessageStore:
                 exc.args = (f"row {exc.row}, field {exc.field!r}: {exc.reason}",)
             raise
 
-    def _msg_ids(self, physical_offsets: np.ndarray) -> pa.StringArray:
-        return offset_msg_ids(self._store_host, physical_offsets)
+    def _result_table(self, physical_offsets: np.ndarray, queue_offsets: np.ndarray, store_ts: int) -> pa.Table:
+        """``put_batch``'s result rows: commitLogOffset, queueOffset, msgId, storeTimestamp."""
+        ts = pa.array(np.full(len(physical_offsets), store_ts * 1000, np.int64)).view(TS)
+        return pa.Table.from_arrays(
+            [pa.array(physical_offsets), pa.array(queue_offsets), offset_msg_ids(self._store_host, physical_offsets), ts],
+            schema=PUT_RESULT_SCHEMA,
+        )
 
     def _put_batch(
         self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None = None, *, dispatch: bool = False,
@@ -451,8 +456,8 @@ class MessageStore:
                 state.writers[name] = int(seq_s)
             tail = state.tail
             try:
-                # the msgIds are made while the last chunks are written
-                results = self.commitlog.append_all(batches, state, self._msg_ids)
+                # the per-row results (msgIds...) are made while the last chunks are written
+                results = self.commitlog.append_all(batches, state, self._result_table)
             except OSError as exc:
                 if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
@@ -483,14 +488,10 @@ class MessageStore:
                     np.concatenate([b.tags_codes for b in batches]),
                     results[-1].store_timestamp,
                 )
-        tables = []
-        for batch, result in zip(batches, results, strict=True):
-            ts = pa.array(np.full(batch.n, result.store_timestamp * 1000, np.int64)).view(TS)
-            tables.append(pa.Table.from_arrays(
-                [pa.array(result.physical_offsets), pa.array(result.queue_offsets),
-                 result.overlapped if result.overlapped is not None else self._msg_ids(result.physical_offsets), ts],
-                schema=PUT_RESULT_SCHEMA,
-            ))
+        tables = [
+            r.overlapped if r.overlapped is not None else self._result_table(r.physical_offsets, r.queue_offsets, r.store_timestamp)
+            for r in results
+        ]
         # one chunk per table: a sink task appends ~100 tables and reads only num_rows; a
         # combine would copy ~56 bytes per row (~50 ms per million rows)
         out = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
