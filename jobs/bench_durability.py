@@ -39,8 +39,9 @@ import pyarrow as pa
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-import store  # noqa: E402
 from bench_store import warm_up  # noqa: E402
+
+import store  # noqa: E402
 from store.record import crc32  # noqa: E402
 
 GiB = 1 << 30
