@@ -255,9 +255,9 @@ class CommitLog:
         next batch's first chunk is encoded while the previous batch's last one is written (a
         sink task appends many small tables at once, each of them one chunk, which would
         otherwise be written inline one after another). ``while_writing(physical_offsets,
-        queue_offsets, store_timestamp)`` runs per batch while its last chunks are being written (the caller's per-row results,
-        which would otherwise wait for the writes); its return value is the result's
-        ``overlapped``. It is not run for a batch packed before the lock
+        queue_offsets, store_timestamp)`` runs per batch while its last chunks are being
+        written (the caller's per-row results, which would otherwise wait for the writes);
+        its return value is the result's ``overlapped``. It is not run for a batch packed before the lock
         (:meth:`EncodedBatch.prepack`): its one write has nothing to overlap with, so
         ``overlapped`` stays ``None`` and the caller makes its results after the lock.
         """
