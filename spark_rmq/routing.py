@@ -3,7 +3,7 @@
 - ``hash``: ``abs(javaHashCode(key)) % queues`` where the key is the ``shardingKey`` column or,
   without it, the row's keys joined by spaces: the same key always lands on the same queue,
   so messages of one key keep their order (RocketMQ's ``SelectMessageQueueByHash``; the
-  hash equals Java's ``String.hashCode`` for ASCII keys and is a stable hash otherwise).
+  hash is Java's ``String.hashCode``, over UTF-16 code units, for any key).
 - ``roundRobin`` (default): rows are spread over the queues in turn.
 
 :func:`route` applies this to a DataFrame and repartitions it by (topic, queueId) so that each
@@ -43,8 +43,10 @@ def _pow31(n: int) -> np.ndarray:
 def java_hash(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Java ``String.hashCode`` (signed int32, as int64) of each string; 0 for null.
 
-    Computed over UTF-8 bytes: equal to Java's for ASCII strings. ``h = sum(b[i] *
-    31**(n-1-i)) mod 2**32``, so each byte's term is independent and one ``reduceat`` sums them.
+    Java hashes the UTF-16 code units: ``h = sum(u[i] * 31**(m-1-i)) mod 2**32``. ASCII keys'
+    bytes are their code units; otherwise the UTF-8 bytes are decoded to code points and
+    split into UTF-16 units (two, a surrogate pair, above U+FFFF), all vectorized. Each
+    unit's term is independent, so one ``reduceat`` sums a row.
     """
     if isinstance(keys, pa.ChunkedArray):
         keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
@@ -56,21 +58,49 @@ def java_hash(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     bufs = keys.buffers()
     offsets = np.frombuffer(bufs[1], np.int64)[keys.offset : keys.offset + n + 1]
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
-    lengths = np.diff(offsets)
-    total = int(offsets[-1] - offsets[0])
+    raw = data[int(offsets[0]) : int(offsets[-1])]
+    bounds = offsets - offsets[0]
+    if len(raw) and (raw >= 0x80).any():
+        units, bounds = _utf16_units(raw, bounds)
+    else:
+        units = raw
+    lengths = np.diff(bounds)
+    total = int(bounds[-1])
     if total:
-        raw = data[int(offsets[0]) : int(offsets[-1])].astype(np.uint64)
         row = np.repeat(np.arange(n), lengths)
-        exp = (offsets[1:] - offsets[0])[row] - 1 - np.arange(total)
-        terms = (raw * _pow31(int(lengths.max()))[exp]) & _MASK32
+        exp = bounds[1:][row] - 1 - np.arange(total)
+        terms = (units.astype(np.uint64) * _pow31(int(lengths.max()))[exp]) & _MASK32
         nonempty = np.flatnonzero(lengths)
-        starts = (offsets[:-1] - offsets[0])[nonempty]
-        sums = np.add.reduceat(terms, starts) & _MASK32
+        sums = np.add.reduceat(terms, bounds[:-1][nonempty]) & _MASK32
         h = sums.astype(np.int64)
         out[nonempty] = np.where(h >= 1 << 31, h - (1 << 32), h)
     if keys.null_count:
         out[np.asarray(keys.is_null())] = 0
     return out
+
+
+def _utf16_units(raw: np.ndarray, bounds: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-16 code units of UTF-8 bytes ``raw`` and the rows' new bounds (row ``r`` was bytes
+    ``bounds[r]:bounds[r+1]``). Arrow strings are valid UTF-8: every code point starts with a
+    byte that is not ``10xxxxxx``, and its lead byte says how many bytes follow."""
+    starts = np.flatnonzero((raw & 0xC0) != 0x80)
+    lead = raw[starts].astype(np.int64)
+    width = 1 + (lead >= 0xC0).astype(np.int64) + (lead >= 0xE0) + (lead >= 0xF0)
+    cp = lead & np.array([0, 0x7F, 0x1F, 0x0F, 0x07], np.int64)[width]
+    padded = np.concatenate([raw, np.zeros(3, np.uint8)]).astype(np.int64)
+    for k in (1, 2, 3):  # continuation bytes: 6 bits each
+        more = width > k
+        cp = np.where(more, (cp << 6) | (padded[starts + k] & 0x3F), cp)
+    pair = cp >= 0x10000
+    count = 1 + pair.astype(np.int64)
+    first = np.concatenate([[0], np.cumsum(count)[:-1]])
+    units = np.empty(int(count.sum()), np.int64)
+    v = cp - 0x10000
+    units[first] = np.where(pair, 0xD800 + (v >> 10), cp)
+    units[first[pair] + 1] = 0xDC00 + (v[pair] & 0x3FF)
+    # a row's new bound: the units of the code points that start before its old bound
+    unit_end = np.concatenate([[0], np.cumsum(count)])
+    return units, unit_end[np.searchsorted(starts, bounds)]
 
 
 def hash_queue(keys: pa.Array | pa.ChunkedArray, queue_counts: np.ndarray) -> pa.Array:
@@ -93,18 +123,26 @@ def keys_as_string(keys: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArr
 def java_hash_column(key: Column) -> Column:
     """Java ``String.hashCode`` of a string column in Spark SQL (same as :func:`java_hash`).
 
-    Kept in Spark expressions (no Python UDF, no pandas): a fold over the characters in
-    64-bit arithmetic reduced mod 2**32 at each step (ANSI mode forbids int overflow), then
-    turned into a signed 32-bit value. Null for a null key.
+    Kept in Spark expressions (no Python UDF, no pandas): a fold over the characters (code
+    points: ``ascii`` of a one-character substring is its code point) in 64-bit arithmetic
+    reduced mod 2**32 at each step (ANSI mode forbids int overflow), a character above
+    U+FFFF counting as its two UTF-16 surrogates as in Java; then turned into a signed 32-bit
+    value. Null for a null key.
     """
     from pyspark.sql import functions as F
+
+    m = F.lit(1 << 32)
+
+    def step(acc: Column, c: Column) -> Column:
+        bmp = F.pmod(acc * 31 + c, m)
+        hi, lo = F.lit(0xD800) + F.shiftright(c - 0x10000, 10), F.lit(0xDC00) + F.pmod(c - 0x10000, F.lit(1024))
+        return F.when(c < 0x10000, bmp).otherwise(F.pmod(F.pmod(acc * 31 + hi, m) * 31 + lo, m))
 
     folded = F.aggregate(
         F.sequence(F.lit(1), F.greatest(F.length(key), F.lit(1))),
         F.lit(0).cast("bigint"),
         lambda acc, i: F.when(
-            i <= F.length(key),
-            F.pmod(acc * 31 + F.ascii(F.substring(key, i, 1)).cast("bigint"), F.lit(1 << 32)),
+            i <= F.length(key), step(acc, F.ascii(F.substring(key, i, 1)).cast("bigint")),
         ).otherwise(acc),
     )
     return F.when(key.isNotNull(), F.when(folded >= 1 << 31, folded - (1 << 32)).otherwise(folded))

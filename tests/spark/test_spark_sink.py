@@ -81,6 +81,19 @@ def test_route_helper_puts_each_queue_in_one_partition(spark, store_root: str) -
     assert sorted(r.queueId for r in rr.collect()) == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
+def test_route_sql_hash_is_java_hashcode_for_any_key(spark) -> None:
+    """route()'s Spark SQL hash equals the sink's vectorized one and Java's String.hashCode,
+    for non-ASCII keys too (surrogate pairs above U+FFFF, as a Java producer hashes them)."""
+    from spark_rmq.routing import java_hash_column
+
+    keys = ["order-1", "tópico", "日本語", "😀", "a😀b", "ü" * 30, "", None]
+    df = spark.createDataFrame([(k,) for k in keys], "k string")
+    got = [r.h for r in df.select(java_hash_column(F.col("k")).alias("h")).collect()]
+    want = java_hash(pa.array(keys, pa.string())).tolist()
+    assert got == [None if k is None else w for k, w in zip(keys, want, strict=True)]
+    assert want[2:4] == [25921943, 1772899]
+
+
 @pytest.mark.parametrize(
     ("columns", "message"),
     [("body string, topic string, extra int", "field 'extra'"),

@@ -110,11 +110,18 @@ def test_plan_ranges_cuts_large_ranges() -> None:
     assert plan_ranges({"t/0": 3, "t/1": 0}, {"t/0": 10, "t/1": 0}, 3) == [("t/0", 3, 6), ("t/0", 6, 9), ("t/0", 9, 10)]
 
 
-@given(st.lists(st.one_of(st.none(), st.text(st.characters(max_codepoint=127), max_size=40)), max_size=50))
+@given(st.lists(st.one_of(st.none(), st.text(st.characters(max_codepoint=127), max_size=40),
+                          st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)), max_size=50))
 def test_vectorized_hash_is_java_hashcode(values: list[str | None]) -> None:
+    """ASCII and any Unicode (2-, 3- and 4-byte UTF-8; surrogate pairs above U+FFFF, as Java)."""
     got = java_hash(pa.array(values, pa.string()))
     want = np.array([0 if v is None else java_string_hash(v) for v in values], np.int64)
     assert got.tolist() == want.tolist()
+
+
+def test_java_hash_of_known_java_values() -> None:
+    # "日本語".hashCode() and "😀".hashCode() (surrogates D83D DE00) as a JVM computes them
+    assert java_hash(pa.array(["日本語", "😀", "TagA", "ü"])).tolist() == [25921943, 1772899, 2598919, 252]
 
 
 def test_shared_store_is_reused_and_refuses_a_replaced_root(tmp_path) -> None:  # type: ignore[no-untyped-def]
