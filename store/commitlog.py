@@ -272,7 +272,7 @@ class CommitLog:
         tail = state.tail
         self.scrub(tail)
         queue_offsets = assign_queue_offsets(batch, state.queues)
-        starts, blanks = plan_positions(state.tail, batch.lengths, self.segment_size)
+        starts, blanks = plan_positions(tail, batch.lengths, self.segment_size)
         store_ts = max(int(time.time() * 1000), state.store_timestamp)
         packed = batch.packed
         if packed is not None:
@@ -314,7 +314,7 @@ class CommitLog:
             seg = self.segments.for_offset(pos, create=True)
             assert seg is not None
             seg.write(pos - seg.start, np.array([size, BLANK_MAGIC], ">i4").tobytes())
-        end = int(starts[-1] + batch.lengths[-1]) if batch.n else state.tail
+        end = int(starts[-1] + batch.lengths[-1]) if batch.n else tail
         result = AppendResult(starts, queue_offsets, store_ts, tail, end, overlapped)
         state.tail = end
         state.store_timestamp = store_ts

@@ -13,6 +13,8 @@ Two steps, split around the append lock:
    CRC on the way (:meth:`EncodedBatch.pack`), or, without it, the records are joined
    (:meth:`EncodedBatch.joined`) or written straight from their pieces
    (:meth:`EncodedBatch.iovecs`, large bodies), with body CRCs from a background thread.
+   A batch of one chunk is instead packed whole before the lock (:meth:`EncodedBatch.prepack`)
+   and only those three fields are written into it under the lock (:meth:`EncodedBatch.patch`).
 """
 
 from __future__ import annotations
@@ -283,7 +285,8 @@ class LazyUniqKeys:
     """The generated ``UNIQ_KEY`` property items of a batch, made chunk by chunk when written.
 
     ``given`` marks the rows whose own properties carry a ``UNIQ_KEY`` (they get none).
-    Items are generated in the order the chunks are written, under the append lock.
+    Items are generated as the chunks are packed or joined: under the append lock, or before
+    it for a put packed ahead (:meth:`EncodedBatch.prepack`); the generator is thread-safe.
     """
 
     generator: UniqKeyGenerator

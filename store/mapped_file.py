@@ -128,6 +128,7 @@ class MappedFile:
             if _msync(base + lo, hi - lo, MS_SYNC) != 0:  # releases the GIL while it waits
                 err = ctypes.get_errno()
                 raise OSError(err, os.strerror(err), str(self.path))
+
     def writev(self, rel: int, iov: np.ndarray) -> None:
         """Write the buffers of ``iov`` ((address, length) rows, ``struct iovec``) at ``rel``.
 
@@ -161,16 +162,6 @@ class MappedFile:
     def read(self, rel: int, length: int) -> bytes:
         """``length`` bytes at ``rel`` (``pread``: cheaper than the mapping for a few bytes)."""
         return os.pread(self._write_fd(), length, rel)
-
-    def flush(self, rel_from: int = 0, rel_to: int | None = None) -> None:
-        """msync the pages covering ``[rel_from, rel_to)`` to disk (written by ``pwrite`` or
-        through the mapping alike: both are the file's page cache)."""
-        mm = self._map()
-        page = mmap.PAGESIZE
-        lo = (rel_from // page) * page
-        hi = self.size if rel_to is None else min(self.size, rel_to)
-        if hi > lo:
-            mm.flush(lo, hi - lo)
 
     def close(self) -> None:
         with self._lock:

@@ -281,7 +281,7 @@ def _truncate_commitlog(ms: MessageStore, end: int) -> int:
                 if nonzero:
                     dropped += nonzero
                     chunk[:] = 0
-                    seg.flush(lo, lo + len(chunk))
+                    seg.sync(lo, lo + len(chunk))
     return dropped
 
 
