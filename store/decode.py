@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .gather import fixed_rows, gather_slices, to_binary
+from .gather import fixed_rows, gather_slices, to_binary, utf8_lossy
 from .hashing import tags_codes
 from .hosts import format_host
 from .msgid import hex_rows, offset_msg_ids
@@ -145,11 +145,11 @@ def read_columns(
         is_v2 = header["magic"] == MAGIC_V2
         topic_len = np.where(is_v2, tl2[:, 0].astype(np.int64) << 8 | tl2[:, 1], tl2[:, 0]).astype(np.int64)
         topic_start = tl_pos + np.where(is_v2, 2, 1)
-        topic_arr = to_binary(gather_slices(source, topic_start, topic_len)).cast(pa.string())
+        topic_arr = utf8_lossy(gather_slices(source, topic_start, topic_len))
     pl_pos = topic_start + topic_len
     props_start = pl_pos + 2
     props_len = header["totalSize"].astype(np.int64) - (props_start - positions)
-    props = to_binary(gather_slices(source, props_start, props_len)).cast(pa.string())
+    props = utf8_lossy(gather_slices(source, props_start, props_len))
     return RecordColumns(
         offsets=base + positions, header=header, body=body, topic=topic_arr,
         properties=props, born_host=born_host, store_host=store_host, store_host_raw=store_raw,

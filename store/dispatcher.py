@@ -3,7 +3,9 @@
 It walks the commitlog from its saved position up to the published tail, decodes the fields
 a unit needs (topic, queue id, queue offset, size, TAGS) for the whole run at once, and
 writes each queue's units as one slice. Prepared and rolled-back transaction records get no
-unit. It holds ``dispatch.lock`` while it works, so any number of processes may call it;
+unit, and so does a record whose topic could not name a queue directory (written by another
+tool, or not UTF-8; logged, still readable by offset and msgId): it would otherwise stop
+every later dispatch. It holds ``dispatch.lock`` while it works, so any number of processes may call it;
 only one dispatches at a time.
 
 Its position lives in ``<root>/dispatch.state`` (``{"version": 1, "offset": N,
@@ -30,6 +32,7 @@ from .commitlog import CommitLog
 from .consume_queue import CQ_UNIT, ConsumeQueue
 from .decode import dispatch_columns, read_columns
 from .fileio import InterProcessLock, replace_file
+from .paths import topic_problem
 from .record import is_consumable
 
 log = logging.getLogger(__name__)
@@ -155,6 +158,18 @@ class Dispatcher:
         topic_codes = cols.topic.dictionary_encode()
         topics = topic_codes.dictionary.to_pylist()
         tidx = np.asarray(topic_codes.indices, dtype=np.int64)
+        unusable = [i for i, t in enumerate(topics) if topic_problem(t) is not None]
+        if unusable:
+            # a record whose topic cannot name a queue directory (written by another tool, or
+            # not UTF-8): no unit for it, or dispatching would stop here for good; it stays
+            # readable by offset and msgId
+            skip = np.isin(tidx, unusable) & keep
+            if skip.any():
+                log.warning(
+                    "commitlog: %d record(s) from offset %d have topics that cannot name a consume queue (%s); not dispatched",
+                    int(skip.sum()), int(cols.offsets[np.flatnonzero(skip)[0]]), ", ".join(repr(topics[i]) for i in unusable),
+                )
+            keep = keep & ~skip
         self._write_units(
             topics, tidx[keep], h["queueId"].astype(np.int64)[keep], h["queueOffset"].astype(np.int64)[keep],
             cols.offsets[keep], h["totalSize"][keep], codes[keep], maxes,

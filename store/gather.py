@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 try:  # the optional C helper (setup.py builds it); without it, Arrow's take below
     from ._native import gather as _native_gather
@@ -65,3 +66,36 @@ def to_binary(arr: pa.Array) -> pa.BinaryArray:
     if pa.types.is_large_binary(arr.type):
         return arr.cast(pa.binary())
     return arr
+
+
+def utf8_lossy(arr: pa.Array) -> pa.StringArray:
+    """Binary -> string the way RocketMQ's broker decodes text (Java's ``new String(b, UTF_8)``).
+
+    Valid UTF-8 (everything our encoder and Java clients write) costs one validating cast.
+    Bytes that are not UTF-8 (a non-Java client, a damaged record) must not make a store
+    unreadable: only the rows that fail, found by halving the array (a few casts, no loop
+    over the valid rows), are decoded with U+FFFD for each malformed sequence, as Java does.
+    """
+    arr = to_binary(arr)
+    try:
+        return arr.cast(pa.string())
+    except pa.ArrowInvalid:
+        pass
+    bad: list[int] = []
+
+    def find(lo: int, hi: int) -> None:
+        try:
+            arr.slice(lo, hi - lo).cast(pa.string())
+        except pa.ArrowInvalid:
+            if hi - lo == 1:
+                bad.append(lo)
+                return
+            mid = (lo + hi) // 2
+            find(lo, mid)
+            find(mid, hi)
+
+    find(0, len(arr))
+    mask = np.zeros(len(arr), bool)
+    mask[bad] = True
+    fixed = pa.array([arr[i].as_py().decode("utf-8", "replace").encode() for i in bad], pa.binary())
+    return pc.replace_with_mask(arr, pa.array(mask), fixed).cast(pa.string())
