@@ -5,8 +5,8 @@ a unit needs (topic, queue id, queue offset, size, TAGS) for the whole run at on
 writes each queue's units as one slice. Prepared and rolled-back transaction records get no
 unit, and so does a record whose topic could not name a queue directory (written by another
 tool, or not UTF-8; logged, still readable by offset and msgId): it would otherwise stop
-every later dispatch. It holds ``dispatch.lock`` while it works, so any number of processes may call it;
-only one dispatches at a time.
+every later dispatch. It holds ``dispatch.lock`` while it works, so any number of processes
+may call it; only one dispatches at a time.
 
 Its position lives in ``<root>/dispatch.state`` (``{"version": 1, "offset": N,
 "storeTimestamp": ms}``, the store time of the last record dispatched, which the checkpoint's

@@ -136,10 +136,7 @@ class MappedFile:
         caller's arrays, with no joined copy. The caller keeps those arrays alive.
         """
         iov = np.ascontiguousarray(iov, np.uint64)
-        total = int(iov[:, 1].sum())
-        if rel < 0 or rel + total > self.size:
-            raise ValueError(f"write of {total} bytes at {rel} outside segment {self.path}")
-        fd = self._write_fd()
+        fd = self.write_fd(rel, int(iov[:, 1].sum()))
         for k in range(0, len(iov), IOV_MAX):
             part = iov[k : k + IOV_MAX]
             want = int(part[:, 1].sum())
