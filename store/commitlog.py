@@ -261,7 +261,7 @@ class CommitLog:
         (:meth:`EncodedBatch.prepack`): its one write has nothing to overlap with, so
         ``overlapped`` stays ``None`` and the caller makes its results after the lock.
         """
-        with _Pipeline(sum(len(b.spans(0, b.n)) for b in batches)) as pipe:
+        with _Pipeline(sum(b.chunks for b in batches)) as pipe:
             return [self._append(b, state, while_writing, pipe) for b in batches]
 
     def _append(

@@ -413,6 +413,11 @@ class EncodedBatch:
         """Rows ``[a, b)`` cut where more body CRCs become ready (write in this order)."""
         return self.crcs.spans(a, b)
 
+    @property
+    def chunks(self) -> int:
+        """How many chunks the whole batch is written in (``len(spans(0, n))``)."""
+        return len(self.crcs.bounds) - 1
+
     def _header(self, a: int, b: int) -> np.ndarray:
         """The headers of rows ``[a, b)`` with their body CRCs (from the background threads)."""
         h = self.header.rows(a, b)
