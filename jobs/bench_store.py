@@ -39,7 +39,7 @@ import store
 
 def warm_up(path: Path, nbytes: int) -> None:
     """Write and delete a scratch file of ``nbytes`` (see the module docstring); also used by
-    ``bench_spark.py``."""
+    ``bench_spark.py`` and ``bench_durability.py``."""
     # first no dirty pages left from earlier rounds: past vm.dirty_background_ratio the
     # kernel's writeback would run during (and throttle) whichever measurement came next
     os.sync()
