@@ -435,6 +435,57 @@ done:
     return result;
 }
 
+/* patch_records(out, starts, fields, values): for each record i (starting at byte starts[i]
+ * of out) and each field k, the big-endian int64 values[k][i] at out[starts[i] + fields[k]].
+ * starts: int64, n entries; fields: a tuple of byte offsets within a record; values: one
+ * int64 array of n entries per field. What a record gets under the append lock (QUEUEOFFSET,
+ * PHYSICALOFFSET, STORETIMESTAMP) written into records packed before it, in one call. */
+#define MAX_FIELDS 4
+static PyObject *patch_records(PyObject *self, PyObject *args) {
+    Py_buffer out, st, vals[MAX_FIELDS];
+    Py_ssize_t at[MAX_FIELDS];
+    PyObject *fields, *values, *result = NULL;
+    int got = 0;
+    if (!PyArg_ParseTuple(args, "w*y*O!O!", &out, &st, &PyTuple_Type, &fields, &PyTuple_Type, &values)) return NULL;
+    Py_ssize_t n = st.len / 8, m = PyTuple_GET_SIZE(fields);
+    if (st.itemsize != 8 || m > MAX_FIELDS || PyTuple_GET_SIZE(values) != m) {
+        PyErr_SetString(PyExc_ValueError, "starts must be int64; at most 4 fields, one value array each");
+        goto done;
+    }
+    for (; got < m; got++) {
+        at[got] = PyLong_AsSsize_t(PyTuple_GET_ITEM(fields, got));
+        if (at[got] == -1 && PyErr_Occurred()) goto done;
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(values, got), &vals[got], PyBUF_SIMPLE) != 0) goto done;
+        if (vals[got].len != n * 8 || at[got] < 0) {
+            got++;
+            PyErr_SetString(PyExc_ValueError, "each value array must be int64 with one entry per record; offsets >= 0");
+            goto done;
+        }
+    }
+    const int64_t *s = (const int64_t *)st.buf;
+    for (Py_ssize_t i = 0; i < n; i++)
+        for (Py_ssize_t k = 0; k < m; k++)
+            if (s[i] < 0 || s[i] + at[k] + 8 > out.len) {
+                PyErr_SetString(PyExc_ValueError, "a field lies outside out");
+                goto done;
+            }
+    unsigned char *d = (unsigned char *)out.buf;
+    for (Py_ssize_t k = 0; k < m; k++) {
+        const int64_t *v = (const int64_t *)vals[k].buf;
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t x = __builtin_bswap64((uint64_t)v[i]);
+            memcpy(d + s[i] + at[k], &x, 8);
+        }
+    }
+    result = Py_None;
+    Py_INCREF(result);
+done:
+    for (int k = 0; k < got; k++) PyBuffer_Release(&vals[k]);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&st);
+    return result;
+}
+
 /* hexlify(src, width, dst, dst_stride, dst_offset): row i of src (width bytes) as 2 * width
  * uppercase hex characters at dst[i * dst_stride + dst_offset]. n = len(src) / width rows;
  * dst must hold them all. GIL released. The msgIds and UNIQ_KEYs of a batch in one call. */
@@ -658,6 +709,8 @@ static PyMethodDef methods[] = {
      "hexlify(src, width, dst, dst_stride, dst_offset): uppercase hex of each row into dst, GIL released."},
     {"pack_records", pack_records, METH_VARARGS,
      "pack_records(header, width, crc, body, body_offsets, pieces, out): records back to back into out, GIL released."},
+    {"patch_records", patch_records, METH_VARARGS,
+     "patch_records(out, starts, fields, values): big-endian int64 fields written into packed records."},
     {"parse_properties", parse_properties, METH_VARARGS,
      "parse_properties(data, offsets, key_start, key_len, val_start, val_len, row) -> pairs found."},
     {"gather", gather, METH_VARARGS,

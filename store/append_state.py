@@ -57,6 +57,9 @@ from .fileio import replace_file
 
 VERSION = 1
 log = logging.getLogger(__name__)
+#: One encoder for every publish: ``json.dumps`` with ``separators`` builds a new encoder
+#: object per call (~5 us a put).
+_ENCODER = json.JSONEncoder(separators=(",", ":"))
 
 
 @dataclass
@@ -72,10 +75,9 @@ class AppendState:
     ino: int | None = field(default=None, compare=False)
 
     def to_bytes(self) -> bytes:
-        return json.dumps(
+        return _ENCODER.encode(
             {"version": VERSION, "tail": self.tail, "storeTimestamp": self.store_timestamp,
              "queues": self.queues, "writers": self.writers},
-            separators=(",", ":"),
         ).encode()
 
     @classmethod
@@ -209,9 +211,16 @@ class AppendStateFile:
         return None
 
     def publish(self, state: AppendState, *, durable: bool = False) -> None:
-        """Write ``state`` as the newest slot (caller holds the append lock)."""
+        """Write ``state`` as the newest slot (caller holds the append lock).
+
+        ``state`` is either new (a rebuild) or was returned by :meth:`load` under the same
+        hold of the append lock: then it is written into the slot after the one it was read
+        from, with no read of the file again.
+        """
         body = state.to_bytes()
-        fd = self._open()
+        # loaded under this same hold of the append lock, the file cannot have been replaced
+        # since (replacing it takes that lock): no stat of the path to check
+        fd = self._fd if state.slot >= 0 and self._fd is not None and self._ino == state.ino else self._open()
         if fd is not None and state.slot >= 0 and self._ino == state.ino:
             seq, slot, size = state.seq, state.slot, state.slot_size  # loaded under this same lock
         else:

@@ -412,7 +412,8 @@ class MessageStore:
 
     def _result_table(self, physical_offsets: np.ndarray, queue_offsets: np.ndarray, store_ts: int) -> pa.Table:
         """``put_batch``'s result rows: commitLogOffset, queueOffset, msgId, storeTimestamp."""
-        ts = pa.array(np.full(len(physical_offsets), store_ts * 1000, np.int64)).view(TS)
+        n = len(physical_offsets)
+        ts = pa.Array.from_buffers(TS, n, [None, pa.py_buffer(np.full(n, store_ts * 1000, np.int64))])
         return pa.Table.from_arrays(
             [pa.array(physical_offsets), pa.array(queue_offsets), offset_msg_ids(self._store_host, physical_offsets), ts],
             schema=PUT_RESULT_SCHEMA,

@@ -17,6 +17,7 @@ so a valid name can never climb out of its directory.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +32,12 @@ def topic_problem(topic: object) -> str | None:
     """Why ``topic`` is not a valid RocketMQ topic name, or ``None`` when it is."""
     if not isinstance(topic, str):
         return f"topic must be a string, not {type(topic).__name__}"
+    return _string_topic_problem(topic)
+
+
+@functools.lru_cache(maxsize=4096)
+def _string_topic_problem(topic: str) -> str | None:
+    """:func:`topic_problem` of a string, remembered: every put checks its topics again."""
     if not topic:
         return "topic is empty"
     if len(topic.encode("utf-8")) > TOPIC_MAX_BYTES:
