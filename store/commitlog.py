@@ -51,9 +51,13 @@ def plan_positions(tail: int, lengths: np.ndarray, segment_size: int) -> tuple[n
     if n == 0:
         return starts, []
     starts[0] = 0
-    np.cumsum(lengths[:-1], out=starts[1:])
+    lengths[:-1].cumsum(out=starts[1:])
     starts += tail
     blanks: list[tuple[int, int]] = []
+    # the usual case, checked first: the whole batch fits the current segment (each
+    # record's need below is the next one's start + 8, so the last record's decides)
+    if int(starts[-1]) + int(lengths[-1]) + END_FILE_MIN_BLANK_LENGTH <= (tail // segment_size + 1) * segment_size:
+        return starts, blanks
     i = 0
     while i < n:
         seg_end = (int(starts[i]) // segment_size + 1) * segment_size
@@ -121,7 +125,7 @@ def _round_robin_offsets(batch: EncodedBatch, queues: dict[str, int], count: int
         name = f"{topic}/{q}"
         base[k] = queues.get(name, 0)
         queues[name] = int(base[k]) + (n - k + count - 1) // count  # rows k, k+count, ...
-    return repeat_cycle(base, n) + np.repeat(np.arange(-(-n // count)), count)[:n]
+    return repeat_cycle(base, n) + np.arange(-(-n // count)).repeat(count)[:n]
 
 
 #: The thread the commitlog's writes run on while the appending thread encodes the next

@@ -232,6 +232,27 @@ def test_c_pack_records_checks_its_inputs() -> None:
     with pytest.raises(ValueError, match="at most"):
         enc._pack_records(hdr, 16, True, b"abcde", offs, [(b"", None)] * 17, out)
 
+def test_c_patch_records_writes_big_endian_fields_and_checks_bounds() -> None:
+    if enc._patch_records is None:
+        pytest.skip("store._native was not built here")
+    out = np.zeros(40, np.uint8)
+    starts = np.array([0, 24], np.int64)
+    enc._patch_records(out, starts, (0, 8), (np.array([1, -2], np.int64), np.array([0x0102030405060708, 7], np.int64)))
+    assert bytes(out[:16]) == (1).to_bytes(8, "big") + bytes(range(1, 9))
+    assert bytes(out[24:40]) == (-2).to_bytes(8, "big", signed=True) + (7).to_bytes(8, "big")
+    assert not out[16:24].any()  # nothing between the records is touched
+    before = out.copy()
+    with pytest.raises(ValueError, match="outside"):  # 24 + 10 + 8 > 40: nothing written
+        enc._patch_records(out, starts, (10,), (np.array([5, 5], np.int64),))
+    assert (out == before).all()
+    with pytest.raises(ValueError, match="one entry per record"):
+        enc._patch_records(out, starts, (0,), (np.array([5], np.int64),))
+    with pytest.raises(ValueError, match="at most 4"):
+        enc._patch_records(out, starts, (0,) * 5, (np.zeros(2, np.int64),) * 5)
+    with pytest.raises(ValueError, match="int64"):
+        enc._patch_records(out, starts.astype(np.int32), (0,), (np.zeros(2, np.int64),))
+
+
 def test_uniq_keys_made_chunk_by_chunk_keep_given_ones(tmp_path: Path, write_path: str) -> None:
     n = 1500  # 4 KiB bodies: several chunks, each making its own UNIQ_KEY items
     given = [f"MINE-{i}" if i % 3 == 0 else None for i in range(n)]
