@@ -149,6 +149,11 @@ class TopicConfigManager:
             except (AttributeError, KeyError, TypeError, ValueError) as exc:
                 raise CorruptStoreError(f"bad topics.json: {exc}", path=str(self.path)) from exc
         with self._mutex:
+            # a reload without the lock (planned_queue_counts) may have read the file just
+            # before another thread of this process wrote a newer one: never go back to it
+            # (the topic that thread had just created would vanish under it)
+            if int(version.get("counter", 0)) < int(self._data_version.get("counter", 0)):
+                return
             self._topics = topics
             self._data_version = version
 

@@ -252,6 +252,25 @@ def test_auto_created_topic_in_topics_json(root: Path) -> None:
     assert data["topicConfigTable"]["E"]["writeQueueNums"] == 8
 
 
+def test_a_stale_lock_free_reload_never_drops_a_topic_just_created(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Regression: a put's lock-free reload of ``topics.json`` (``planned_queue_counts``) read
+    the file just before another thread auto-created a topic and installed that older table
+    afterwards; the creating thread then failed with ``KeyError`` on its own topic."""
+    import store.config_files as cf
+
+    with store.MessageStore.open(root, small_store_config()) as s:
+        s.put("Old", b"x")
+        stale = cf.load_fastjson(root / "config" / "topics.json")  # what the slow reader saw
+        s.put("Fresh", b"x")  # creates the topic: a newer dataVersion
+        monkeypatch.setattr(cf, "load_fastjson", lambda path: stale)
+        s.topic_config.reload()  # the reader installs what it read: must be ignored
+        assert "Fresh" in s.topics()
+        assert s.put("Fresh", b"y", queue_id=s.put("Fresh", b"z").queue_id).queue_offset == 1
+        monkeypatch.undo()
+        s.topic_config.reload()  # the file itself has both
+        assert {"Old", "Fresh"} <= set(s.topics())
+
+
 def test_create_topic_and_queue_limits(ms: store.MessageStore, root: Path) -> None:
     tc = ms.create_topic("Two", 2)
     assert (tc.read_queue_nums, tc.write_queue_nums) == (2, 2)
