@@ -20,6 +20,9 @@
  * 4. pack_records: a chunk of records (header, body, trailer per record) packed back to back
  *    into one buffer, with each body's CRC computed right before its copy (while in cache).
  *
+ *    pack_plain: the same for a plain batch (one topic, bodies only), header and trailer
+ *    included: the whole encoding of the usual small put in one call.
+ *
  * 5. hexlify: uppercase hex of many fixed-width rows (msgIds, UNIQ_KEYs) in one call.
  *
  * 2. gather: many (start, length) slices of one buffer (a mapped segment) copied into one
@@ -486,6 +489,138 @@ done:
     return result;
 }
 
+static void put_be32(unsigned char *d, uint32_t x) {
+    d[0] = (unsigned char)(x >> 24); d[1] = (unsigned char)(x >> 16);
+    d[2] = (unsigned char)(x >> 8); d[3] = (unsigned char)x;
+}
+
+/* pack_plain(template, born_ms, body, body_offsets, first, n, trailer_head, seq, q_first,
+ *            q_count, max_body, lengths, starts, queue_ids) -> bytearray or None
+ * The whole encoding of a plain batch (one topic, bodies only, no queue ids, tags, keys or
+ * properties) in one call: the records of n messages back to back, but for QUEUEOFFSET,
+ * PHYSICALOFFSET and STORETIMESTAMP (patch_records, under the append lock).
+ *   template: one header row (record.header_dtype, width bytes: MAGICCODE, SYSFLAG and the
+ *     hosts set, the rest zero). Per record this sets TOTALSIZE (byte 0), BODYCRC (8),
+ *     QUEUEID (12), BORNTIMESTAMP (40, born_ms) and BODYLENGTH (the last 4 bytes): the layout
+ *     of RocketMQ's CommitLog record up to the body.
+ *   body, body_offsets: an Arrow binary array's data and int32 offsets buffers; rows
+ *     first .. first + n - 1 of it.
+ *   trailer_head: TOPICLEN, TOPIC, PROPERTIESLENGTH and "UNIQ_KEY\x01" + the 20 hex of the
+ *     id's fixed 10 bytes; each record's trailer is trailer_head, the 12 uppercase hex of
+ *     the 48-bit sequence (seq + i) & 0xFFFFFFFFFFFF, then \x02.
+ *   queue ids: (q_first + i) % q_count.
+ *   lengths, starts (int64) and queue_ids (int32), n entries each, are filled: each record's
+ *     size, its offset in the output, its queue id.
+ * Returns None, writing nothing, when a body is longer than max_body (the caller's general
+ * path names the row). Body offsets out of range or decreasing raise ValueError. */
+static PyObject *pack_plain(PyObject *self, PyObject *args) {
+    Py_buffer tpl, body, bo, th, len_out, st_out, q_out;
+    long long born, seq;
+    Py_ssize_t first, n, q_first, q_count, max_body;
+    PyObject *result = NULL;
+    if (!PyArg_ParseTuple(args, "y*Ly*y*nny*Lnnnw*w*w*", &tpl, &born, &body, &bo, &first, &n, &th, &seq,
+                          &q_first, &q_count, &max_body, &len_out, &st_out, &q_out))
+        return NULL;
+    const Py_ssize_t width = tpl.len, tail = th.len + 13;
+    const int32_t *o = (const int32_t *)bo.buf + first;
+    if (width < 48 || n < 0 || first < 0 || (first + n + 1) * 4 > bo.len || q_count <= 0 || q_first < 0 ||
+        len_out.len != n * 8 || st_out.len != n * 8 || q_out.len != n * 4) {
+        PyErr_SetString(PyExc_ValueError, "pack_plain: bad template, offsets, queue count or output sizes");
+        goto done;
+    }
+    int64_t total = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (o[i] < 0 || o[i + 1] < o[i] || o[i + 1] > body.len) {
+            PyErr_SetString(PyExc_ValueError, "pack_plain: body offsets out of range or decreasing");
+            goto done;
+        }
+        if (o[i + 1] - o[i] > max_body) {
+            result = Py_None;
+            Py_INCREF(result);
+            goto done;
+        }
+        total += width + (o[i + 1] - o[i]) + tail;
+    }
+    result = PyByteArray_FromStringAndSize(NULL, (Py_ssize_t)total);
+    if (result == NULL) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    static const char digits[] = "0123456789ABCDEF";
+    unsigned char *d = (unsigned char *)PyByteArray_AS_STRING(result);
+    const unsigned char *b = (const unsigned char *)body.buf;
+    int64_t *lens = (int64_t *)len_out.buf, *starts = (int64_t *)st_out.buf;
+    int32_t *qids = (int32_t *)q_out.buf;
+    const uint64_t born_be = __builtin_bswap64((uint64_t)born);
+    int64_t at = 0;
+    Py_ssize_t q = q_first % q_count;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        const size_t bl = (size_t)(o[i + 1] - o[i]);
+        const int64_t size = width + (int64_t)bl + tail;
+        lens[i] = size;
+        starts[i] = at;
+        qids[i] = (int32_t)q;
+        unsigned char *h = d;
+        memcpy(h, tpl.buf, (size_t)width);
+        put_be32(h, (uint32_t)size);
+        put_be32(h + 8, bl ? crc32_ieee(b + o[i], bl) & 0x7FFFFFFFu : 0);
+        put_be32(h + 12, (uint32_t)q);
+        memcpy(h + 40, &born_be, 8);
+        put_be32(h + width - 4, (uint32_t)bl);
+        d += width;
+        memcpy(d, b + o[i], bl);
+        d += bl;
+        memcpy(d, th.buf, (size_t)th.len);
+        d += th.len;
+        const uint64_t s = ((uint64_t)seq + (uint64_t)i) & 0xFFFFFFFFFFFFull;
+        for (int k = 0; k < 6; k++) {
+            const unsigned x = (unsigned)(s >> (40 - 8 * k)) & 0xFF;
+            d[2 * k] = (unsigned char)digits[x >> 4];
+            d[2 * k + 1] = (unsigned char)digits[x & 15];
+        }
+        d[12] = 2;
+        d += 13;
+        at += size;
+        if (++q == q_count) q = 0;
+    }
+    Py_END_ALLOW_THREADS
+done:
+    PyBuffer_Release(&tpl);
+    PyBuffer_Release(&body);
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&th);
+    PyBuffer_Release(&len_out);
+    PyBuffer_Release(&st_out);
+    PyBuffer_Release(&q_out);
+    return result;
+}
+
+/* longest_value(offsets, first, n, data_len) -> int
+ * The longest of rows first .. first + n - 1 of an Arrow binary array (int32 offsets buffer,
+ * data of data_len bytes); ValueError when offsets are out of range or decreasing. The plain
+ * path's size check, before anything (a round-robin position, ids) is taken for the batch. */
+static PyObject *longest_value(PyObject *self, PyObject *args) {
+    Py_buffer bo;
+    Py_ssize_t first, n, data_len;
+    if (!PyArg_ParseTuple(args, "y*nnn", &bo, &first, &n, &data_len)) return NULL;
+    PyObject *result = NULL;
+    const int32_t *o = (const int32_t *)bo.buf + first;
+    int32_t longest = 0;
+    if (first < 0 || n < 0 || (first + n + 1) * 4 > bo.len) {
+        PyErr_SetString(PyExc_ValueError, "longest_value: rows past the offsets");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (o[i] < 0 || o[i + 1] < o[i] || o[i + 1] > data_len) {
+            PyErr_SetString(PyExc_ValueError, "longest_value: offsets out of range or decreasing");
+            goto done;
+        }
+        if (o[i + 1] - o[i] > longest) longest = o[i + 1] - o[i];
+    }
+    result = PyLong_FromLong(longest);
+done:
+    PyBuffer_Release(&bo);
+    return result;
+}
+
 /* hexlify(src, width, dst, dst_stride, dst_offset): row i of src (width bytes) as 2 * width
  * uppercase hex characters at dst[i * dst_stride + dst_offset]. n = len(src) / width rows;
  * dst must hold them all. GIL released. The msgIds and UNIQ_KEYs of a batch in one call. */
@@ -709,6 +844,10 @@ static PyMethodDef methods[] = {
      "hexlify(src, width, dst, dst_stride, dst_offset): uppercase hex of each row into dst, GIL released."},
     {"pack_records", pack_records, METH_VARARGS,
      "pack_records(header, width, crc, body, body_offsets, pieces, out): records back to back into out, GIL released."},
+    {"pack_plain", pack_plain, METH_VARARGS,
+     "pack_plain(template, born_ms, body, body_offsets, first, n, trailer_head, seq, q_first, q_count, max_body, lengths, starts, queue_ids): a plain batch's records, or None."},
+    {"longest_value", longest_value, METH_VARARGS,
+     "longest_value(offsets, first, n, data_len) -> the longest of n values of an Arrow binary array."},
     {"patch_records", patch_records, METH_VARARGS,
      "patch_records(out, starts, fields, values): big-endian int64 fields written into packed records."},
     {"parse_properties", parse_properties, METH_VARARGS,

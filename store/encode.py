@@ -15,6 +15,12 @@ Two steps, split around the append lock:
    (:meth:`EncodedBatch.iovecs`, large bodies), with body CRCs from a background thread.
    A batch of one chunk is instead packed whole before the lock (:meth:`EncodedBatch.prepack`)
    and only those three fields are written into it under the lock (:meth:`EncodedBatch.patch`).
+
+The usual small put, a *plain* batch (one topic, bodies only, one write chunk), skips step 1's
+general machinery: :func:`_prepare_plain` checks it and one call of the C helper
+(``pack_plain``) builds every record, CRCs and UNIQ_KEYs included, byte for byte what the
+general path would pack. A put's cost is mostly fixed (Python lines and numpy/Arrow calls,
+not bytes); this path cut it from ~280 to ~185 us of CPU for one message.
 """
 
 from __future__ import annotations
@@ -57,10 +63,14 @@ from .schema import PUT_COLUMNS
 try:  # the optional C helper (setup.py builds it; without it, one call per body)
     from ._native import CLMUL as _CRC_CLMUL
     from ._native import crc32_batch as _crc_batch
+    from ._native import longest_value as _longest_value
+    from ._native import pack_plain as _pack_plain
     from ._native import pack_records as _pack_records
     from ._native import patch_records as _patch_records
 except ImportError:  # pragma: no cover - depends on the build
     _crc_batch = None
+    _pack_plain = None
+    _longest_value = None
     _pack_records = None
     _patch_records = None
     _CRC_CLMUL = False
@@ -264,6 +274,15 @@ class BodyCrcs:
             _CRC_POOL.get().submit(self._run, int(a), int(b))
             for a, b in zip(self.bounds[:-1], self.bounds[1:], strict=True)
         ]
+
+    @classmethod
+    def computed_in_pack(cls, body: pa.BinaryArray) -> BodyCrcs:
+        """The CRCs of a batch whose records were packed whole, CRCs included (one chunk)."""
+        self = cls.__new__(cls)
+        self._body, self._futures, self.on_demand = body, [], True
+        self.bounds = np.array([0, len(body)], np.int64)
+        self.values = np.zeros(0, np.int32)
+        return self
 
     def _run(self, a: int, b: int) -> None:
         self.values[a:b] = _crc32s(self._body.slice(a, b - a))
@@ -559,6 +578,11 @@ def prepare_batch(
         table = pa.Table.from_batches([table])
     if not isinstance(table, pa.Table):
         raise InvalidMessageError(f"put_batch takes a pyarrow Table or RecordBatch, not {type(table).__name__}", row=None, field="*")
+    if last_row_property is None:
+        plain = _prepare_plain(table, queue_counts, max_message_size, max_record_size, store_host, born_host,
+                               uniq_keys, round_robin)
+        if plain is not None:
+            return plain
     for name in table.column_names:
         if name not in PUT_COLUMNS:
             raise InvalidMessageError(f"unknown column; allowed: {', '.join(PUT_COLUMNS)}", row=None, field=name)
@@ -812,6 +836,106 @@ def prepare_batch(
         n=n, topics=topics, topic_index=topic_index, queue_id=queue_id.astype(np.int32), header=header,
         body=body, trailer=trailer_pieces, lengths=lengths, crcs=crcs, large_bodies=large,
         tags=tags_col, tags_from_properties=user_has_tags, round_robin=cycle,
+    )
+
+
+#: The per-message end of a generated UNIQ_KEY item: the sequence's 12 hex digits and \x02.
+_UNIQ_TAIL = 13
+_PLAIN_COLUMNS = frozenset(("topic", "body"))
+
+
+@functools.lru_cache(maxsize=8)
+def _plain_template(born_host: bytes, store_host: bytes) -> tuple[np.dtype, bytes]:
+    """(header dtype, one header row with the fields every plain record shares: MAGICCODE,
+    SYSFLAG, BORNHOST, STOREHOST; the rest zero)."""
+    born_v6, store_v6 = len(born_host) == 20, len(store_host) == 20
+    dt = header_dtype(born_v6, store_v6)
+    h = np.zeros(1, dt)
+    h["magic"] = MAGIC_V1
+    h["sysFlag"] = (SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0)
+    h["bornHost"] = np.frombuffer(born_host, dt["bornHost"])[0]
+    h["storeHost"] = np.frombuffer(store_host, dt["storeHost"])[0]
+    fields = dt.fields
+    assert fields is not None  # the C helper writes these fields at fixed offsets
+    assert (fields["totalSize"][1], fields["bodyCRC"][1], fields["queueId"][1], fields["bornTimestamp"][1],
+            fields["bodyLength"][1]) == (0, 8, 12, 40, dt.itemsize - 4)
+    return dt, h.tobytes()
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain_trailer_head(topic: str, uniq_head: bytes) -> bytes:
+    """TOPICLEN, TOPIC, PROPERTIESLENGTH (just the generated UNIQ_KEY) and the fixed part of
+    the UNIQ_KEY item: a plain record's trailer up to the id's 12 per-message hex digits."""
+    assert len(uniq_head) + _UNIQ_TAIL == UNIQ_PROPERTY_WIDTH
+    t = topic.encode()
+    return bytes([len(t)]) + t + UNIQ_PROPERTY_WIDTH.to_bytes(2, "big") + uniq_head
+
+
+def _prepare_plain(
+    table: pa.Table | pa.RecordBatch, queue_counts: QueueCounts, max_message_size: int, max_record_size: int,
+    store_host: bytes, born_host: bytes, uniq_keys: UniqKeyGenerator, round_robin: Callable[[str, int, int], int],
+) -> EncodedBatch | None:
+    """The usual small put, encoded and packed by one call of the C helper; ``None`` when the
+    batch is not one (the general path then encodes it, and names any bad row).
+
+    A plain batch: columns ``topic`` (string, one value, a valid name) and ``body`` (binary),
+    neither with nulls, of one chunk each; one write chunk (at most 256 rows, or bodies of at
+    most ``_CRC_CHUNK_BYTES``: larger batches gain from the general path's pipelining); the
+    topic exists or may be created. Its records are what the general path makes of it,
+    byte for byte but for the generated ids and the timestamps: queue ids round robin,
+    flag 0, BORNTIMESTAMP now, properties just ``UNIQ_KEY``. They are packed now, before the
+    append lock, like :meth:`EncodedBatch.prepack`; the lock patches three fields in.
+    """
+    if _pack_plain is None or not _CRC_CLMUL or table.num_columns != 2 or _PLAIN_COLUMNS.isdisjoint(table.column_names):
+        return None
+    if not isinstance(table, pa.Table | pa.RecordBatch) or set(table.column_names) != _PLAIN_COLUMNS:
+        return None
+    topic, body = table.column("topic"), table.column("body")
+    if isinstance(topic, pa.ChunkedArray):
+        if topic.num_chunks != 1 or body.num_chunks != 1:
+            return None
+        topic, body = topic.chunk(0), body.chunk(0)
+    n = len(topic)
+    if not n or topic.type != pa.string() or body.type != pa.binary() or topic.null_count or body.null_count:
+        return None
+    buffers = body.buffers()
+    data = buffers[2] if buffers[2] is not None else b""
+    if n > 256 and len(data) > _CRC_CHUNK_BYTES:
+        return None
+    if not _all_equal(topic):
+        return None
+    name = topic[0].as_py()
+    if topic_problem(name) is not None:
+        return None
+    dt, template = _plain_template(born_host, store_host)
+    head = _plain_trailer_head(name, uniq_keys.property_head)
+    fixed = dt.itemsize + len(head) + _UNIQ_TAIL  # a record's bytes beyond its body
+    max_body = min(max_message_size, max_record_size - fixed)
+    assert _longest_value is not None  # built with pack_plain
+    if _longest_value(buffers[1], body.offset, n, len(data)) > max_body:
+        return None  # before the round robin moves on
+    count = queue_counts([name])[0]
+    if count <= 0:
+        return None
+    first = round_robin(name, count, n)
+    lengths, starts, queue_id = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int32)
+    now_ms = int(time.time() * 1000)
+    packed = _pack_plain(
+        template, now_ms, data, buffers[1], body.offset, n, head, uniq_keys.reserve(n), first, count,
+        max_body,
+        lengths, starts, queue_id,
+    )
+    assert packed is not None, "longest_value checked the bodies"
+    header = HeaderColumns(
+        dtype=dt, lengths=lengths, queue_id=queue_id, flag=np.zeros(n, np.int64), born=np.full(n, now_ms, np.int64),
+        body_len=lengths - fixed, sys_flag=(SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0)
+        | (SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0), born_host=born_host, store_host=store_host,
+    )
+    return EncodedBatch(
+        n=n, topics=[name], topic_index=np.zeros(n, np.int64), queue_id=queue_id, header=header, body=body,
+        trailer=[], lengths=lengths, crcs=BodyCrcs.computed_in_pack(body),
+        large_bodies=len(packed) - n * fixed >= LARGE_BODY * n,
+        round_robin=(first, count), packed=np.frombuffer(packed, np.uint8), packed_starts=starts,
     )
 
 

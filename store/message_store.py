@@ -443,7 +443,7 @@ class MessageStore:
                 raise QueueIdError("queue id is not below the topic's queue count", row=base + int(np.flatnonzero(over)[0]), field="queueId")
             base += batch.n
         self._check_disk_space()
-        if len(batches) == 1 and batches[0].packable and batches[0].chunks == 1:
+        if len(batches) == 1 and batches[0].packable and batches[0].chunks == 1 and batches[0].packed is None:
             # a put of one chunk: nothing to overlap its write with, so it is packed whole
             # before the lock and only patched under it (every writer process waits for that
             # lock: ~40% less hold time for a 100-message put)

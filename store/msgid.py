@@ -91,6 +91,7 @@ class UniqKeyGenerator:
         self._prefix = ip4[:4].rjust(4, b"\x00") + struct.pack(
             ">Hi", os.getpid() & 0xFFFF, random.getrandbits(31)
         )
+        self._head = b"UNIQ_KEY\x01" + self._prefix.hex().upper().encode()
         self._lock = threading.Lock()
         self._last = -1
         self._pid = os.getpid()
@@ -104,6 +105,12 @@ class UniqKeyGenerator:
 
     def _seq(self, n: int) -> np.ndarray:
         """``n`` consecutive 48-bit sequence values (int64), never reused by this generator."""
+        start = self.reserve(n)
+        return np.arange(start, start + n, dtype=np.int64) & 0xFFFFFFFFFFFF
+
+    def reserve(self, n: int) -> int:
+        """The first of ``n`` consecutive sequence values reserved for the caller: value ``i``
+        is ``(start + i) & 0xFFFFFFFFFFFF`` (48 bits); never handed out again."""
         if os.getpid() != self._pid:  # forked: a new process needs its own prefix
             self.__init__(self._prefix[:4])  # type: ignore[misc]
         now = time.time()
@@ -115,7 +122,16 @@ class UniqKeyGenerator:
         with self._lock:
             start = max(base, self._last + 1)
             self._last = start + n - 1
-        return np.arange(start, start + n, dtype=np.int64) & 0xFFFFFFFFFFFF
+        return start
+
+    @property
+    def property_head(self) -> bytes:
+        """``UNIQ_KEY\x01`` and the hex of the id's first 10 bytes (host, pid, random): the
+        part of a generated property item that is the same on every message; the 12 hex
+        characters of the sequence and ``\x02`` follow it."""
+        if os.getpid() != self._pid:  # forked: a new process needs its own prefix
+            self.__init__(self._prefix[:4])  # type: ignore[misc]
+        return self._head
 
     def _raw(self, n: int) -> np.ndarray:
         """``n`` distinct 16-byte ids (rows of a uint8 array)."""
@@ -136,10 +152,10 @@ class UniqKeyGenerator:
         as copies of one template (a C-level repeat); only the 12 hex characters of the
         48-bit sequence are written per row.
         """
-        head = b"UNIQ_KEY\x01" + self._prefix.hex().upper().encode()
+        seq = self._seq(n)  # first: in a forked child it makes the new prefix
+        head = self._head
         template = head + b"0" * 12 + b"\x02"
         width = len(template)
-        seq = self._seq(n)
         out = np.frombuffer(bytearray(template * n), np.uint8).reshape(n, width)
         hex_into(seq.astype(">i8").view(np.uint8).reshape(n, 8)[:, 2:], out, len(head))
         offsets = np.arange(0, n * width + 1, width, dtype=np.int32)

@@ -38,14 +38,19 @@ def _bodies(n: int, size: int, seed: int) -> list[bytes]:
     return [rng.bytes(int(s)) for s in sizes]
 
 
-PATHS = ["packed", "packed-background-crc", "python"]
+PATHS = ["plain", "packed", "packed-background-crc", "python"]
 
 
 @pytest.fixture(params=PATHS)
 def write_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    """Runs a test once per write path (the C helper's paths are skipped when it is not built)."""
-    if request.param.startswith("packed") and enc._pack_records is None:
+    """Runs a test once per write path (the C helper's paths are skipped when it is not built).
+
+    ``plain``: everything available, so tables of just topic and body take the one-call
+    ``pack_plain`` path; ``packed``: the general encoder with the C packer."""
+    if request.param != "python" and enc._pack_records is None:
         pytest.skip("store._native is not built")
+    if request.param != "plain":
+        monkeypatch.setattr(enc, "_pack_plain", None)
     if request.param == "python":
         monkeypatch.setattr(enc, "_pack_records", None)
     if request.param == "packed-background-crc":
@@ -114,7 +119,7 @@ def _read_only_write_fds(m: pytest.MonkeyPatch, after: int = 0) -> list[int]:
 
 def _native_writes(write_path: str) -> bool:
     """Whether packed chunks go to the native ChunkWriter (not through ``MappedFile.write``)."""
-    return write_path.startswith("packed") and cl._ChunkWriter is not None
+    return write_path != "python" and cl._ChunkWriter is not None
 
 
 @pytest.mark.parametrize("body_size", [100, LARGE_BODY * 2])
@@ -426,6 +431,15 @@ def test_small_puts_are_packed_before_the_lock_and_patched_under_it(
         real(self)
 
     monkeypatch.setattr(enc.EncodedBatch, "prepack", spy)
+    real_plain = enc._prepare_plain
+
+    def spy_plain(*args: object) -> enc.EncodedBatch | None:  # packed whole by pack_plain
+        batch = real_plain(*args)  # type: ignore[arg-type]
+        if batch is not None:
+            prepacked.append(batch.n)
+        return batch
+
+    monkeypatch.setattr(enc, "_prepare_plain", spy_plain)
     segment = 16 << 10
     cfg = store.StoreConfig(mapped_file_size_commit_log=segment)
     rng = np.random.default_rng(11)
@@ -548,3 +562,164 @@ def test_one_topic_screen_matches_an_exact_compare(values: list[str], expected: 
     arr = pa.array(["pad"] + values + ["pad"]).slice(1, len(values))  # a slice: offsets not from 0
     assert enc._all_equal(arr) is expected
     assert expected == all(v == values[0] for v in values)
+
+
+# ---------------------------------------------------------------- the plain path (pack_plain)
+def _prep(table: pa.Table | pa.RecordBatch, gen: enc.UniqKeyGenerator, *, hosts: tuple[bytes, bytes] = (bytes(8), bytes(8)),
+          counts: int = 4, marker: tuple[str, str] | None = None, max_message_size: int = 4 << 20) -> enc.EncodedBatch:
+    return enc.prepare_batch(
+        table, queue_counts=lambda topics: [counts] * len(topics), max_message_size=max_message_size,
+        max_record_size=(64 << 20) - 8, store_host=hosts[0], born_host=hosts[1], uniq_keys=gen,
+        round_robin=lambda topic, queues, rows: 3 % queues, last_row_property=marker,
+    )
+
+
+def _twin(gen: enc.UniqKeyGenerator) -> enc.UniqKeyGenerator:
+    """A generator that hands out the same ids as ``gen`` (same prefix and sequence state)."""
+    other = enc.UniqKeyGenerator()
+    other._prefix, other._head, other._last = gen._prefix, gen._head, gen._last
+    return other
+
+
+V6 = bytes(range(16)) + (10911).to_bytes(4, "big")
+PLAIN_CASES = {
+    "one": lambda: pa.table({"topic": ["T"], "body": [b"x" * 100]}),
+    "hundred": lambda: pa.table({"topic": ["TopicA"] * 100, "body": _bodies(100, 1024, 1)}),
+    "empty-bodies": lambda: pa.table({"topic": ["T"] * 5, "body": [b"", b"a", b"", b"bc", b""]}),
+    "sliced": lambda: pa.table({"topic": ["Q"] * 50, "body": _bodies(50, 64, 2)}).slice(7, 30),
+    "record-batch": lambda: pa.record_batch({"body": _bodies(9, 300, 3), "topic": ["R%|-_9"] * 9}),
+    "many-small": lambda: pa.table({"topic": ["M"] * 3000, "body": _bodies(3000, 40, 4)}),
+}
+
+
+@pytest.mark.parametrize("hosts", [(bytes(8), bytes(8)), (V6, bytes(8)), (bytes(8), V6)], ids=["v4", "store-v6", "born-v6"])
+@pytest.mark.parametrize("case", list(PLAIN_CASES))
+def test_plain_path_is_the_general_encoding_byte_for_byte(monkeypatch: pytest.MonkeyPatch, case: str, hosts: tuple[bytes, bytes]) -> None:
+    """A plain batch packed by one ``pack_plain`` call: the very bytes the general encoder
+    packs (same clock, same id sequence), and the same batch fields for the append."""
+    if enc._pack_plain is None or not enc._CRC_CLMUL:
+        pytest.skip("the plain path needs the C helper and carry-less multiply")
+    import time as _time
+
+    monkeypatch.setattr(_time, "time", lambda: 1_790_000_000.123)
+    table = PLAIN_CASES[case]()
+    gen = enc.UniqKeyGenerator()
+    twin = _twin(gen)
+    plain = _prep(table, gen, hosts=hosts)
+    assert plain.packed is not None  # took the plain path
+    with monkeypatch.context() as m:
+        m.setattr(enc, "_pack_plain", None)
+        general = _prep(table, twin, hosts=hosts)
+        assert general.packed is None
+        general.prepack()
+    assert general.packed is not None and general.packed_starts is not None
+    n = plain.n  # what the append lock gives, the same for both
+    for batch in (plain, general):
+        batch.patch(np.arange(n, dtype=np.int64) + 5, np.arange(n, dtype=np.int64) * 1000 + 77, 1_790_000_000_500)
+    assert bytes(plain.packed) == bytes(general.packed)
+    assert plain.packed_starts.tolist() == general.packed_starts.tolist()  # type: ignore[union-attr]
+    for field in ("n", "topics", "round_robin", "large_bodies", "chunks"):
+        assert getattr(plain, field) == getattr(general, field), field
+    for field in ("topic_index", "queue_id", "lengths", "tags_codes"):
+        got, want = getattr(plain, field), getattr(general, field)
+        assert got.tolist() == want.tolist() and got.dtype == want.dtype, field
+    for field in ("dtype", "sys_flag", "born_host", "store_host"):
+        assert getattr(plain.header, field) == getattr(general.header, field), field
+    for field in ("flag", "born", "body_len"):
+        assert getattr(plain.header, field).tolist() == getattr(general.header, field).tolist(), field
+
+
+def test_plain_path_only_takes_plain_batches() -> None:
+    """Anything but one valid topic and non-null binary bodies in one write chunk goes to the
+    general encoder (which then encodes it, or names the bad row)."""
+    if enc._pack_plain is None or not enc._CRC_CLMUL:
+        pytest.skip("the plain path needs the C helper and carry-less multiply")
+    gen = enc.UniqKeyGenerator()
+
+    def plain(table: pa.Table, *, marker: tuple[str, str] | None = None, max_message_size: int = 100) -> bool:
+        if marker is not None:  # the marker goes to the general path before any other check
+            return _prep(table, gen, marker=marker).packed is not None
+        return enc._prepare_plain(
+            table, lambda topics: [4] * len(topics), max_message_size, 64 << 20, bytes(8), bytes(8), gen,
+            lambda topic, queues, rows: 0,
+        ) is not None
+
+    base = {"topic": ["T"] * 3, "body": [b"a", b"b", b"c"]}
+    assert plain(pa.table(base))
+    assert not plain(pa.table(base), marker=("RMQLOG_WRITER", "1 w"))  # the idempotence marker
+    assert not plain(pa.table({**base, "tags": ["x"] * 3}))
+    assert not plain(pa.table({"topic": ["T", "U", "T"], "body": base["body"]}))
+    assert not plain(pa.table({"topic": ["T"] * 3, "body": ["a", "b", "c"]}))  # string bodies
+    assert not plain(pa.table({"topic": pa.array(["T"] * 3, pa.large_string()), "body": base["body"]}))
+    assert not plain(pa.table({"topic": pa.array(["T"] * 3).dictionary_encode(), "body": base["body"]}))
+    assert not plain(pa.table({"topic": ["T"] * 3, "body": pa.array([b"a", None, b"c"])}))
+    assert not plain(pa.table({"topic": ["T", None, "T"], "body": base["body"]}))
+    assert not plain(pa.table({"topic": ["T"] * 3, "body": pa.chunked_array([[b"a"], [b"b", b"c"]])}))
+    assert not plain(pa.table({"topic": ["T"] * 3, "body": [b"a", b"b" * 11, b"c"]}), max_message_size=10)
+    assert not plain(pa.table({"topic": ["a/b"] * 3, "body": base["body"]}))
+    big = _bodies(300, 8 << 10, 6)  # 300 rows, ~2.4 MiB: several write chunks, pipelined
+    assert not plain(pa.table({"topic": ["T"] * 300, "body": big}), max_message_size=1 << 20)
+    assert plain(pa.table({"topic": ["T"] * 256, "body": big[:256]}), max_message_size=1 << 20)
+    with pytest.raises(store.errors.InvalidTopicError):  # a bad name: the general path names it
+        _prep(pa.table({"topic": ["a/b"] * 3, "body": base["body"]}), gen)
+    with pytest.raises(store.errors.InvalidTopicError, match="auto-creation is off"):
+        _prep(pa.table(base), gen, counts=-1)
+
+
+def test_plain_path_failures_write_nothing_and_name_the_row(tmp_path: Path) -> None:
+    cfg = store.StoreConfig(max_message_size=1000, auto_create_topic_enable=False)
+    with store.MessageStore.open(tmp_path, cfg) as s:
+        s.create_topic("T", 2)
+        first = s.put_batch(pa.table({"topic": ["T"] * 4, "body": [b"ok"] * 4}))
+        assert first["queueOffset"].to_pylist() == [0, 0, 1, 1]
+        tail = s.published_tail()
+        with pytest.raises(store.errors.MessageTooLargeError) as info:
+            s.put_batch(pa.table({"topic": ["T"] * 3, "body": [b"a", b"b" * 1001, b"c"]}))
+        assert (info.value.row, info.value.field) == (1, "body")
+        with pytest.raises(store.errors.InvalidTopicError) as info2:
+            s.put_batch(pa.table({"topic": ["Nope"] * 2, "body": [b"a", b"b"]}))
+        assert (info2.value.row, info2.value.field) == (0, "topic")
+        assert s.published_tail() == tail
+        s.put_batch(pa.table({"topic": ["T"] * 2, "body": [b"c", b"d"]}), dispatch=True)
+        assert s.read_queue("T", 0, 0, 10)["body"].to_pylist() == [b"ok", b"ok", b"c"]
+        assert s.read_queue("T", 1, 0, 10)["body"].to_pylist() == [b"ok", b"ok", b"d"]
+    recs = walk(tmp_path)
+    assert [r.body for r in recs] == [b"ok"] * 4 + [b"c", b"d"]
+    raw = (tmp_path / "commitlog" / f"{0:020d}").read_bytes()
+    assert all(r.body_crc == rc.body_crc(r.body) for r in recs)
+    assert all(raw[r.physical_offset : r.physical_offset + r.total_size] == rc.encode_ref_record(r) for r in recs)
+    assert len({r.properties["UNIQ_KEY"] for r in recs}) == 6
+
+
+def test_c_pack_plain_checks_its_inputs() -> None:
+    if enc._pack_plain is None:
+        pytest.skip("store._native was not built here")
+    tpl = bytes(88)
+    offs = np.array([0, 3, 5], np.int32)
+    out = [np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int32)]
+    packed = enc._pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"\x01T", 0xABCDEF, 1, 2, 10, *out)
+    assert len(packed) == 2 * (88 + 2 + 13) + 5
+    assert out[0].tolist() == [88 + 3 + 15, 88 + 2 + 15] and out[1].tolist() == [0, 106] and out[2].tolist() == [1, 0]
+    assert bytes(packed[91:106]) == b"\x01T000000ABCDEF\x02" and bytes(packed[106 + 90 : 106 + 105]) == b"\x01T000000ABCDF0\x02"
+    assert int.from_bytes(packed[8:12], "big") == rc.body_crc(b"abc") and int.from_bytes(packed[40:48], "big") == 7
+    before = [a.copy() for a in out]
+    assert enc._pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"", 0, 0, 2, 2, *out) is None  # a body over max_body
+    assert all((a == b).all() for a, b in zip(out, before, strict=True))
+    with pytest.raises(ValueError, match="offsets out of range"):
+        enc._pack_plain(tpl, 7, b"abcd", offs, 0, 2, b"", 0, 0, 2, 10, *out)
+    with pytest.raises(ValueError, match="offsets out of range"):
+        enc._pack_plain(tpl, 7, b"abcde", np.array([0, 4, 3], np.int32), 0, 2, b"", 0, 0, 2, 10, *out)
+    with pytest.raises(ValueError, match="bad template"):
+        enc._pack_plain(tpl, 7, b"abcde", offs, 1, 2, b"", 0, 0, 2, 10, *out)  # rows past the offsets
+    with pytest.raises(ValueError, match="bad template"):
+        enc._pack_plain(tpl[:40], 7, b"abcde", offs, 0, 2, b"", 0, 0, 2, 10, *out)
+    with pytest.raises(ValueError, match="bad template"):
+        enc._pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"", 0, 0, 0, 10, *out)  # no queues
+    with pytest.raises(ValueError, match="bad template"):
+        enc._pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"", 0, 0, 2, 10, out[0][:1], out[1], out[2])
+    assert enc._longest_value(offs, 0, 2, 5) == 3 and enc._longest_value(offs, 1, 1, 5) == 2
+    assert enc._longest_value(offs, 0, 0, 0) == 0
+    with pytest.raises(ValueError, match="out of range"):
+        enc._longest_value(offs, 0, 2, 4)
+    with pytest.raises(ValueError, match="past the offsets"):
+        enc._longest_value(offs, 1, 2, 5)
