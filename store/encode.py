@@ -62,6 +62,7 @@ from .schema import PUT_COLUMNS
 
 try:  # the optional C helper (setup.py builds it; without it, one call per body)
     from ._native import CLMUL as _CRC_CLMUL
+    from ._native import all_same as _all_same
     from ._native import crc32_batch as _crc_batch
     from ._native import longest_value as _longest_value
     from ._native import pack_plain as _pack_plain
@@ -71,6 +72,7 @@ except ImportError:  # pragma: no cover - depends on the build
     _crc_batch = None
     _pack_plain = None
     _longest_value = None
+    _all_same = None
     _pack_records = None
     _patch_records = None
     _CRC_CLMUL = False
@@ -149,9 +151,12 @@ def _all_equal(col: pa.StringArray) -> bool:
     the value bytes with themselves shifted by a value): ~3x cheaper than ``pc.equal``
     against the first value, which dominated the encoding of one-topic batches. Straight
     from the Arrow buffers (int32 offsets), with no numpy wrapper functions: every put runs it.
+    The C helper's ``all_same`` (a memcmp per row) does it in one call when built.
     """
     n = len(col)
     buffers = col.buffers()
+    if _all_same is not None:
+        return bool(_all_same(buffers[1], col.offset, n, buffers[2] if buffers[2] is not None else b""))
     offsets = np.frombuffer(buffers[1], np.int32, n + 1, col.offset * 4)
     first = int(offsets[0])
     width = int(offsets[1]) - first

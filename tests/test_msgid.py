@@ -15,10 +15,13 @@ import store.msgid as msgid
 HOSTS = {"127.0.0.1:10911": b"\x7f\x00\x00\x01\x00\x00\x2a\x9f", "[fe80::1]:10911": bytes.fromhex("fe80" + "00" * 13 + "01") + b"\x00\x00\x2a\x9f"}
 
 
-@pytest.fixture(params=["native", "numpy"])
+@pytest.fixture(params=["native", "hexlify", "numpy"])
 def hex_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
-    if request.param == "native" and msgid._hexlify is None:
+    """``native``: the C helper's whole-msgId builder; ``hexlify``: its hex encoder only."""
+    if request.param != "numpy" and msgid._hexlify is None:
         pytest.skip("store._native was not built here")
+    if request.param != "native":
+        monkeypatch.setattr(msgid, "_offset_msg_ids", None)
     if request.param == "numpy":
         monkeypatch.setattr(msgid, "_hexlify", None)
     return str(request.param)
@@ -26,8 +29,9 @@ def hex_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) ->
 
 @pytest.mark.parametrize("host", sorted(HOSTS))
 def test_offset_msg_ids_match_the_reference(hex_path: str, host: str) -> None:
-    offsets = np.array([0, 172, 2**40 + 5, 2**63 - 1], np.int64)
+    offsets = np.array([0, 172, 2**40 + 5, 2**63 - 1, 0x0123456789ABCDEF], np.int64)
     got = msgid.offset_msg_ids(HOSTS[host], offsets).to_pylist()
+    assert msgid.offset_msg_ids(HOSTS[host], offsets[:2].astype(np.int32)).to_pylist() == got[:2]  # any int dtype
     assert got == [rc.offset_msg_id(host, int(o)) for o in offsets]
     assert got == [msgid.offset_msg_id(HOSTS[host], int(o)) for o in offsets]
     assert msgid.offset_msg_ids(HOSTS[host], np.zeros(0, np.int64)).to_pylist() == []

@@ -558,10 +558,29 @@ def test_disk_full_on_the_native_writer_is_typed_and_harmless(tmp_path: Path, mo
         (["x", "x", "y", "x"], False),
     ],
 )
-def test_one_topic_screen_matches_an_exact_compare(values: list[str], expected: bool) -> None:
+@pytest.mark.parametrize("native", [True, False], ids=["c", "numpy"])
+def test_one_topic_screen_matches_an_exact_compare(
+    monkeypatch: pytest.MonkeyPatch, values: list[str], expected: bool, native: bool,
+) -> None:
+    if native and enc._all_same is None:
+        pytest.skip("store._native was not built here")
+    if not native:
+        monkeypatch.setattr(enc, "_all_same", None)
     arr = pa.array(["pad"] + values + ["pad"]).slice(1, len(values))  # a slice: offsets not from 0
     assert enc._all_equal(arr) is expected
     assert expected == all(v == values[0] for v in values)
+
+
+def test_c_all_same_checks_its_inputs() -> None:
+    if enc._all_same is None:
+        pytest.skip("store._native was not built here")
+    offs = np.array([0, 2, 4, 6], np.int32)
+    assert enc._all_same(offs, 0, 3, b"ababab") is True and enc._all_same(offs, 1, 2, b"xxabab") is True
+    assert enc._all_same(offs, 0, 3, b"ababac") is False and enc._all_same(offs, 0, 0, b"") is True
+    with pytest.raises(ValueError, match="out of range"):
+        enc._all_same(offs, 0, 3, b"ababa")
+    with pytest.raises(ValueError, match="past the offsets"):
+        enc._all_same(offs, 1, 3, b"ababab")
 
 
 # ---------------------------------------------------------------- the plain path (pack_plain)
