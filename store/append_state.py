@@ -117,6 +117,7 @@ class AppendStateFile:
         # sequence, slot, length, CRC): while the newest slot still has that header, load()
         # returns a copy instead of reading and parsing the JSON again (~50 us a put)
         self._cache: tuple[tuple[int | None, int, int, int, int], AppendState] | None = None
+        self._slot_size: tuple[int | None, int] | None = None  # (inode, slot size) of a file read
 
     def _remember(self, key: tuple[int | None, int, int, int, int], state: AppendState) -> None:
         self._cache = (key, _copy(state))
@@ -162,10 +163,15 @@ class AppendStateFile:
 
     def _read_slots(self, fd: int) -> tuple[AppendState, int, int] | None | bytes:
         """(state, sequence, slot) of the newest valid slot; the raw bytes of an old-format file."""
-        head = os.pread(fd, _HEADER.size, 0)
-        if head[:1] == b"{" or len(head) < _HEADER.size or head[:8] != MAGIC:
-            return head + os.pread(fd, 1 << 30, _HEADER.size) if head[:1] == b"{" else None
-        _, size, _ = _HEADER.unpack(head)
+        known = self._slot_size  # one read: the header never changes in a file (a rewrite is a new file)
+        if known is not None and known[0] == self._ino:
+            size = known[1]
+        else:
+            head = os.pread(fd, _HEADER.size, 0)
+            if head[:1] == b"{" or len(head) < _HEADER.size or head[:8] != MAGIC:
+                return head + os.pread(fd, 1 << 30, _HEADER.size) if head[:1] == b"{" else None
+            _, size, _ = _HEADER.unpack(head)
+            self._slot_size = (self._ino, size)
         found: list[tuple[int, int, int, int]] = []
         for slot in (0, 1):
             h = os.pread(fd, _SLOT_HEADER.size, _HEADER.size + slot * size)

@@ -538,7 +538,7 @@ class EncodedBatch:
             self.packed, self.packed_starts,
             (fields["queueOffset"][1], fields["physicalOffset"][1], fields["storeTimestamp"][1]),
             (np.ascontiguousarray(queue_offsets, np.int64), np.ascontiguousarray(physical_offsets, np.int64),
-             np.full(self.n, store_ts, np.int64)),
+             int64_filled(self.n, store_ts)),
         )
 
     def iovecs(self, a: int, b: int) -> tuple[np.ndarray, tuple[np.ndarray, pa.Array]]:
@@ -932,7 +932,7 @@ def _prepare_plain(
     )
     assert packed is not None, "longest_value checked the bodies"
     header = HeaderColumns(
-        dtype=dt, lengths=lengths, queue_id=queue_id, flag=np.zeros(n, np.int64), born=np.full(n, now_ms, np.int64),
+        dtype=dt, lengths=lengths, queue_id=queue_id, flag=np.zeros(n, np.int64), born=int64_filled(n, now_ms),
         body_len=lengths - fixed, sys_flag=(SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0)
         | (SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0), born_host=born_host, store_host=store_host,
     )
@@ -942,6 +942,13 @@ def _prepare_plain(
         large_bodies=len(packed) - n * fixed >= LARGE_BODY * n,
         round_robin=(first, count), packed=np.frombuffer(packed, np.uint8), packed_starts=starts,
     )
+
+
+def int64_filled(n: int, value: int) -> np.ndarray:
+    """``np.full(n, value, np.int64)`` without its Python wrapper (per put, in the hot path)."""
+    out = np.empty(n, np.int64)
+    out.fill(value)
+    return out
 
 
 def _round_robin_ids(first: int, count: int, n: int) -> np.ndarray:

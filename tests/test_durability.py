@@ -342,6 +342,7 @@ def test_enospc_fails_typed_and_leaves_store_readable(root: Path, monkeypatch: p
 def test_appends_refused_above_disk_warning_ratio(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import store.message_store as msm
 
+    monkeypatch.setattr(msm, "DISK_CHECK_INTERVAL_S", 0.0)  # every put checks
     with store.MessageStore.open(root, small_store_config()) as s:
         _fill(s, 2)
         monkeypatch.setattr(msm, "disk_used_percent", lambda path: 95.0)
@@ -355,6 +356,36 @@ def test_appends_refused_above_disk_warning_ratio(root: Path, monkeypatch: pytes
     with store.MessageStore.open(root, cfg) as s:
         assert s.put("D", b"configurable", queue_id=0).queue_offset == 3
 
+
+
+def test_a_disk_below_the_level_is_rechecked_after_an_interval(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One ``statvfs`` per interval while the disk is below the level; every put while above."""
+    import store.message_store as msm
+
+    clock = {"now": 1000.0}
+    used = {"pct": 50.0, "calls": 0}
+
+    def fake_used(path: Path) -> float:
+        used["calls"] += 1
+        return used["pct"]
+
+    monkeypatch.setattr(msm.time, "monotonic", lambda: clock["now"])
+    monkeypatch.setattr(msm, "disk_used_percent", fake_used)
+    with store.MessageStore.open(root, small_store_config()) as s:
+        for i in range(3):
+            s.put("D", b"x", queue_id=0)
+        assert used["calls"] == 1
+        used["pct"] = 95.0
+        s.put("D", b"within the interval", queue_id=0)  # the last check still holds
+        clock["now"] += msm.DISK_CHECK_INTERVAL_S
+        for _ in range(2):
+            with pytest.raises(store.DiskFullError):
+                s.put("D", b"refused", queue_id=0)
+        assert used["calls"] == 3  # checked on every put while above the level
+        used["pct"] = 50.0
+        assert s.put("D", b"resumed", queue_id=0).queue_offset == 4
+        assert used["calls"] == 4
+    assert [r.body for r in walk(root)][-2:] == [b"within the interval", b"resumed"]
 
 
 SYNC_CHILD = """

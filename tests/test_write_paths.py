@@ -742,3 +742,27 @@ def test_c_pack_plain_checks_its_inputs() -> None:
         enc._longest_value(offs, 0, 2, 4)
     with pytest.raises(ValueError, match="past the offsets"):
         enc._longest_value(offs, 1, 2, 5)
+
+
+@pytest.mark.parametrize("topics", [["T"], ["T", "U"]], ids=["one-topic", "two-topics"])
+def test_a_topic_shrunk_after_encoding_is_checked_again_before_the_append(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, topics: list[str],
+) -> None:
+    """Queue ids are planned without the topics lock; a topic whose queue count fell since
+    makes the put fail, naming the first row past the new count, with nothing written."""
+    with store.MessageStore.open(tmp_path) as s:
+        for t in topics:
+            s.create_topic(t, 4)
+        rows = [topics[i % len(topics)] for i in range(8)]
+        s.put_batch(pa.table({"topic": rows, "body": [b"a"] * 8}))
+        tail = s.published_tail()
+        monkeypatch.setattr(s.topic_config, "write_queue_counts", lambda names: [3] * len(names))
+        with pytest.raises(store.errors.QueueIdError) as info:  # round robin from queue 0 again
+            s.put_batch(pa.table({"topic": rows, "body": [b"b"] * 8}))
+        # one topic: queues 0, 1, 2, 3, ... (row 3 is the first past 3 queues); two alternating
+        # topics: each 0, 1, 2, 3 over its own rows (row 6 is T's fourth)
+        assert (info.value.row, info.value.field) == (3 if len(topics) == 1 else 6, "queueId")
+        assert s.published_tail() == tail
+        monkeypatch.undo()
+        s.put_batch(pa.table({"topic": rows, "body": [b"c"] * 8}))
+    assert [r.body for r in walk(tmp_path)] == [b"a"] * 8 + [b"c"] * 8
