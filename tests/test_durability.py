@@ -372,7 +372,7 @@ def test_a_disk_below_the_level_is_rechecked_after_an_interval(root: Path, monke
     monkeypatch.setattr(msm.time, "monotonic", lambda: clock["now"])
     monkeypatch.setattr(msm, "disk_used_percent", fake_used)
     with store.MessageStore.open(root, small_store_config()) as s:
-        for i in range(3):
+        for _ in range(3):
             s.put("D", b"x", queue_id=0)
         assert used["calls"] == 1
         used["pct"] = 95.0
