@@ -571,23 +571,26 @@ def prepare_batch(
     uniq_keys: UniqKeyGenerator,
     round_robin: Callable[[str, int, int], int],
     last_row_property: tuple[str, str] | None = None,
+    plain: bool = True,
 ) -> EncodedBatch:
     """Validate and encode ``table``; raises :class:`store.errors.InvalidMessageError` subclasses.
 
     ``max_record_size`` is the largest record a segment can take (segment size - 8).
     ``round_robin(topic, queues, n)`` returns the first queue for ``n`` rows without queueId.
     ``last_row_property`` (name, value) is added to the properties of the last row only (the
-    store's idempotence marker; the caller validated it).
+    store's idempotence marker; the caller validated it). ``plain``: a plain batch may be
+    packed whole now by :func:`_prepare_plain` (its copy of the bodies then lives until the
+    append; ``put_batches`` of many tables says no, to keep a sink task's memory flat).
     """
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     if not isinstance(table, pa.Table):
         raise InvalidMessageError(f"put_batch takes a pyarrow Table or RecordBatch, not {type(table).__name__}", row=None, field="*")
-    if last_row_property is None:
-        plain = _prepare_plain(table, queue_counts, max_message_size, max_record_size, store_host, born_host,
+    if plain and last_row_property is None:
+        packed = _prepare_plain(table, queue_counts, max_message_size, max_record_size, store_host, born_host,
                                uniq_keys, round_robin)
-        if plain is not None:
-            return plain
+        if packed is not None:
+            return packed
     for name in table.column_names:
         if name not in PUT_COLUMNS:
             raise InvalidMessageError(f"unknown column; allowed: {', '.join(PUT_COLUMNS)}", row=None, field=name)
@@ -884,16 +887,22 @@ def _prepare_plain(
     batch is not one (the general path then encodes it, and names any bad row).
 
     A plain batch: columns ``topic`` (string, one value, a valid name) and ``body`` (binary),
-    neither with nulls, of one chunk each; one write chunk (at most 256 rows, or bodies of at
+    neither with nulls, of one chunk each, and maybe an integer ``queueId`` of nulls only; one write chunk (at most 256 rows, or bodies of at
     most ``_CRC_CHUNK_BYTES``: larger batches gain from the general path's pipelining); the
     topic exists or may be created. Its records are what the general path makes of it,
     byte for byte but for the generated ids and the timestamps: queue ids round robin,
     flag 0, BORNTIMESTAMP now, properties just ``UNIQ_KEY``. They are packed now, before the
     append lock, like :meth:`EncodedBatch.prepack`; the lock patches three fields in.
     """
-    if _pack_plain is None or not _CRC_CLMUL or table.num_columns != 2 or _PLAIN_COLUMNS.isdisjoint(table.column_names):
+    if _pack_plain is None or not _CRC_CLMUL or not isinstance(table, pa.Table | pa.RecordBatch):
         return None
-    if not isinstance(table, pa.Table | pa.RecordBatch) or set(table.column_names) != _PLAIN_COLUMNS:
+    names = table.column_names
+    if len(names) == 3 and "queueId" in names:  # all null (as a Spark sink sends it): round robin
+        qid = table.column("queueId")
+        if qid.null_count != table.num_rows or not (pa.types.is_integer(qid.type) or pa.types.is_null(qid.type)):
+            return None
+        names = [name for name in names if name != "queueId"]
+    if len(names) != 2 or set(names) != _PLAIN_COLUMNS:
         return None
     topic, body = table.column("topic"), table.column("body")
     if isinstance(topic, pa.ChunkedArray):

@@ -398,15 +398,19 @@ class MessageStore:
             if table.num_rows == 0:
                 continue
             if pending is not None:
-                encoded.append(self._prepare(pending, None, rows))
+                encoded.append(self._prepare(pending, None, rows, plain=False))  # packed under the lock, chunk by chunk
                 rows += encoded[-1].n
             pending = table
         if pending is not None:
-            encoded.append(self._prepare(pending, marker, rows))
+            encoded.append(self._prepare(pending, marker, rows, plain=False))
         return self._append_encoded(encoded, marker, dispatch=dispatch)[0]
 
-    def _prepare(self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None, row_base: int = 0) -> EncodedBatch:
-        """Validate and encode one table (no lock); errors name rows counted from ``row_base``."""
+    def _prepare(
+        self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None, row_base: int = 0, *, plain: bool = True,
+    ) -> EncodedBatch:
+        """Validate and encode one table (no lock); errors name rows counted from ``row_base``.
+
+        ``plain``: see :func:`store.encode.prepare_batch`."""
         try:
             return prepare_batch(
                 table,
@@ -418,6 +422,7 @@ class MessageStore:
                 uniq_keys=self._uniq,
                 round_robin=self._round_robin,
                 last_row_property=marker,
+                plain=plain,
             )
         except InvalidMessageError as exc:
             if row_base and exc.row is not None:

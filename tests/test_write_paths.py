@@ -608,6 +608,7 @@ PLAIN_CASES = {
     "sliced": lambda: pa.table({"topic": ["Q"] * 50, "body": _bodies(50, 64, 2)}).slice(7, 30),
     "record-batch": lambda: pa.record_batch({"body": _bodies(9, 300, 3), "topic": ["R%|-_9"] * 9}),
     "many-small": lambda: pa.table({"topic": ["M"] * 3000, "body": _bodies(3000, 40, 4)}),
+    "null-queue-ids": lambda: pa.table({"topic": ["S"] * 7, "body": _bodies(7, 80, 5), "queueId": pa.nulls(7, pa.int32())}),
 }
 
 
@@ -667,6 +668,11 @@ def test_plain_path_only_takes_plain_batches() -> None:
     assert plain(pa.table(base))
     assert not plain(pa.table(base), marker=("RMQLOG_WRITER", "1 w"))  # the idempotence marker
     assert not plain(pa.table({**base, "tags": ["x"] * 3}))
+    assert plain(pa.table({**base, "queueId": pa.nulls(3, pa.int64())}))  # a Spark sink's batches
+    assert plain(pa.table({**base, "queueId": pa.nulls(3)}))
+    assert not plain(pa.table({**base, "queueId": pa.array([None, 1, None], pa.int32())}))
+    assert not plain(pa.table({**base, "queueId": pa.nulls(3, pa.string())}))  # the general path rejects it
+    assert not plain(pa.table({**base, "flag": [0, 0, 0]}))
     assert not plain(pa.table({"topic": ["T", "U", "T"], "body": base["body"]}))
     assert not plain(pa.table({"topic": ["T"] * 3, "body": ["a", "b", "c"]}))  # string bodies
     assert not plain(pa.table({"topic": pa.array(["T"] * 3, pa.large_string()), "body": base["body"]}))
@@ -766,3 +772,32 @@ def test_a_topic_shrunk_after_encoding_is_checked_again_before_the_append(
         monkeypatch.undo()
         s.put_batch(pa.table({"topic": rows, "body": [b"c"] * 8}))
     assert [r.body for r in walk(tmp_path)] == [b"a"] * 8 + [b"c"] * 8
+
+
+@pytest.mark.parametrize("bad", [{"topic": ["T"], "body": [b"x"]}, [b"x"], "T", None], ids=["dict", "list", "str", "none"])
+def test_put_batch_of_a_non_table_is_a_typed_error(tmp_path: Path, bad: object) -> None:
+    with store.MessageStore.open(tmp_path) as s:
+        with pytest.raises(store.errors.InvalidMessageError, match="pyarrow Table or RecordBatch") as info:
+            s.put_batch(bad)  # type: ignore[arg-type]
+        assert info.value.field == "*"
+        assert s.published_tail() == 0
+
+
+def test_put_batches_keeps_its_tables_unpacked_until_the_lock(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``put_batches`` (a sink task's many tables) packs under the lock, chunk by chunk, so a
+    task's memory holds its bodies once; ``put_batch`` of a plain table packs it whole first."""
+    calls: list[int] = []
+    real = enc._prepare_plain
+
+    def spy(table: pa.Table, *args: object) -> enc.EncodedBatch | None:
+        calls.append(table.num_rows)
+        return real(table, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(enc, "_prepare_plain", spy)
+    tables = [pa.table({"topic": ["P"] * 10, "body": _bodies(10, 50, i)}) for i in range(3)]
+    with store.MessageStore.open(tmp_path) as s:
+        s.put_batches(tables)
+        assert calls == []
+        s.put_batch(tables[0])
+        assert calls == [10]
+    assert len(walk(tmp_path)) == 40
