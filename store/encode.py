@@ -227,6 +227,8 @@ def _crc32s(body: pa.BinaryArray) -> np.ndarray:
 _CRC_POOL = ProcessLocalPool("rmq-crc")
 _CRC_ASYNC_MIN_ROWS = 4096
 _CRC_CHUNK_BYTES = 2 << 20
+#: Rows of a chunk at least, whatever the body sizes.
+_MIN_CHUNK_ROWS = 256
 _SEP2 = pa.scalar(b"\x02", pa.binary())
 _EMPTY_BIN = pa.scalar(b"", pa.binary())
 #: Average body size from which records are written straight from their pieces (header,
@@ -264,7 +266,7 @@ class BodyCrcs:
         n = len(body)
         self._body = body
         self._futures: list[Future[None]] = []
-        rows = max(256, int(_CRC_CHUNK_BYTES * n // max(1, int(body_len.sum()))))
+        rows = max(_MIN_CHUNK_ROWS, int(_CRC_CHUNK_BYTES * n // max(1, int(body_len.sum()))))
         self.bounds = _chunk_bounds(n, rows)
         self.on_demand = _pack_records is not None and _CRC_CLMUL
         if self.on_demand:
@@ -837,7 +839,7 @@ def prepare_batch(
     # cache then, and overlapping the previous chunk's write)
     header = HeaderColumns(
         dtype=dt, lengths=lengths, queue_id=queue_id, flag=flag, born=born, body_len=body_len,
-        sys_flag=(SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0),
+        sys_flag=_sys_flag(born_host, store_host),
         born_host=born_host, store_host=store_host,
     )
     return EncodedBatch(
@@ -845,6 +847,11 @@ def prepare_batch(
         body=body, trailer=trailer_pieces, lengths=lengths, crcs=crcs, large_bodies=large,
         tags=tags_col, tags_from_properties=user_has_tags, round_robin=cycle,
     )
+
+
+def _sys_flag(born_host: bytes, store_host: bytes) -> int:
+    """SYSFLAG's host bits: IPv6 (20 raw bytes: address and port) for either host."""
+    return (SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0) | (SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0)
 
 
 #: The per-message end of a generated UNIQ_KEY item: the sequence's 12 hex digits and \x02.
@@ -860,7 +867,7 @@ def _plain_template(born_host: bytes, store_host: bytes) -> tuple[np.dtype, byte
     dt = header_dtype(born_v6, store_v6)
     h = np.zeros(1, dt)
     h["magic"] = MAGIC_V1
-    h["sysFlag"] = (SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0)
+    h["sysFlag"] = _sys_flag(born_host, store_host)
     h["bornHost"] = np.frombuffer(born_host, dt["bornHost"])[0]
     h["storeHost"] = np.frombuffer(store_host, dt["storeHost"])[0]
     fields = dt.fields
@@ -887,9 +894,10 @@ def _prepare_plain(
     batch is not one (the general path then encodes it, and names any bad row).
 
     A plain batch: columns ``topic`` (string, one value, a valid name) and ``body`` (binary),
-    neither with nulls, of one chunk each, and maybe an integer ``queueId`` of nulls only; one write chunk (at most 256 rows, or bodies of at
-    most ``_CRC_CHUNK_BYTES``: larger batches gain from the general path's pipelining); the
-    topic exists or may be created. Its records are what the general path makes of it,
+    neither with nulls, of one chunk each, and maybe an integer ``queueId`` of nulls only; one
+    write chunk (at most ``_MIN_CHUNK_ROWS`` rows, or bodies of at most ``_CRC_CHUNK_BYTES``:
+    larger batches gain from the general path's pipelining); the topic exists or may be
+    created. Its records are what the general path makes of it,
     byte for byte but for the generated ids and the timestamps: queue ids round robin,
     flag 0, BORNTIMESTAMP now, properties just ``UNIQ_KEY``. They are packed now, before the
     append lock, like :meth:`EncodedBatch.prepack`; the lock patches three fields in.
@@ -914,7 +922,7 @@ def _prepare_plain(
         return None
     buffers = body.buffers()
     data = buffers[2] if buffers[2] is not None else b""
-    if n > 256 and len(data) > _CRC_CHUNK_BYTES:
+    if n > _MIN_CHUNK_ROWS and len(data) > _CRC_CHUNK_BYTES:  # several chunks (BodyCrcs' rule)
         return None
     if not _all_equal(topic):
         return None
@@ -935,15 +943,13 @@ def _prepare_plain(
     lengths, starts, queue_id = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int32)
     now_ms = int(time.time() * 1000)
     packed = _pack_plain(
-        template, now_ms, data, buffers[1], body.offset, n, head, uniq_keys.reserve(n), first, count,
-        max_body,
+        template, now_ms, data, buffers[1], body.offset, n, head, uniq_keys.reserve(n), first, count, max_body,
         lengths, starts, queue_id,
     )
     assert packed is not None, "longest_value checked the bodies"
     header = HeaderColumns(
         dtype=dt, lengths=lengths, queue_id=queue_id, flag=np.zeros(n, np.int64), born=int64_filled(n, now_ms),
-        body_len=lengths - fixed, sys_flag=(SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0)
-        | (SYSFLAG_STOREHOST_V6 if len(store_host) == 20 else 0), born_host=born_host, store_host=store_host,
+        body_len=lengths - fixed, sys_flag=_sys_flag(born_host, store_host), born_host=born_host, store_host=store_host,
     )
     return EncodedBatch(
         n=n, topics=[name], topic_index=np.zeros(n, np.int64), queue_id=queue_id, header=header, body=body,

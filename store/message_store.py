@@ -291,10 +291,10 @@ class MessageStore:
 
         A volume found below the level is not checked again for :data:`DISK_CHECK_INTERVAL_S`
         (a ``statvfs`` per put was ~5% of a small put's CPU; RocketMQ's clean-up service checks
-        it every ``cleanResourceInterval``, 10 s); one
-        above it is checked on every put, so appends resume as soon as space is freed. A disk
-        that fills up in between still fails safely: the write gets ``ENOSPC``, which raises
-        :class:`DiskFullError` with nothing published.
+        it every ``cleanResourceInterval``, 10 s); one above it is checked on every put, so
+        appends resume as soon as space is freed. A disk that fills up in between still fails
+        safely: the write gets ``ENOSPC``, which raises :class:`DiskFullError` with nothing
+        published.
         """
         now = time.monotonic()
         if now < self._disk_ok_until:

@@ -46,19 +46,29 @@ def hex_into(raw: np.ndarray, out: np.ndarray, offset: int) -> None:
         out[:, offset : offset + 2 * width] = _HEX2[raw].view(np.uint8).reshape(n, 2 * width)
 
 
+def fixed_width_offsets(n: int, width: int) -> pa.Buffer:
+    """The Arrow offsets of ``n`` values of ``width`` bytes each; remembered for the sizes of
+    puts (up to :data:`_REMEMBERED_ROWS` rows: they repeat from put to put, and a large read's
+    offsets would stay in memory for nothing)."""
+    if n <= _REMEMBERED_ROWS:
+        return _remembered_offsets(n, width)
+    return pa.py_buffer(np.arange(0, n * width + 1, width, dtype=np.int32))
+
+
+_REMEMBERED_ROWS = 4096
+
+
+@functools.lru_cache(maxsize=64)
+def _remembered_offsets(n: int, width: int) -> pa.Buffer:
+    return pa.py_buffer(np.arange(0, n * width + 1, width, dtype=np.int32))
+
+
 def hex_rows(raw: np.ndarray) -> pa.StringArray:
     """Uppercase hex of each row of a 2-D uint8 array, as a string array (vectorized)."""
     n, width = raw.shape
     out = np.empty((n, 2 * width), np.uint8)
     hex_into(raw, out, 0)
-    offsets = np.arange(0, n * width * 2 + 1, width * 2, dtype=np.int32)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
-
-
-@functools.lru_cache(maxsize=64)
-def _fixed_width_offsets(n: int, width: int) -> pa.Buffer:
-    """The Arrow offsets of ``n`` values of ``width`` bytes each (remembered: puts repeat sizes)."""
-    return pa.py_buffer(np.arange(0, n * width + 1, width, dtype=np.int32))
+    return pa.StringArray.from_buffers(n, fixed_width_offsets(n, 2 * width), pa.py_buffer(out))
 
 
 @functools.lru_cache(maxsize=16)
@@ -73,12 +83,11 @@ def offset_msg_ids(store_host_raw: bytes, commitlog_offsets: np.ndarray) -> pa.S
     width = len(head) + 16
     if _offset_msg_ids is not None:  # one C call (every put makes its results with this)
         data = _offset_msg_ids(head, np.ascontiguousarray(commitlog_offsets, np.int64))
-        return pa.StringArray.from_buffers(n, _fixed_width_offsets(n, width), pa.py_buffer(data))
+        return pa.StringArray.from_buffers(n, fixed_width_offsets(n, width), pa.py_buffer(data))
     out = np.empty((n, width), np.uint8)
     out[:, : len(head)] = np.frombuffer(head, np.uint8)
     hex_into(np.asarray(commitlog_offsets, dtype=">i8").view(np.uint8).reshape(n, 8), out, len(head))
-    offsets = np.arange(0, n * width + 1, width, dtype=np.int32)
-    return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(out))
+    return pa.StringArray.from_buffers(n, fixed_width_offsets(n, width), pa.py_buffer(out))
 
 
 def offset_msg_id(store_host_raw: bytes, commitlog_offset: int) -> str:
@@ -175,5 +184,4 @@ class UniqKeyGenerator:
         width = len(template)
         out = np.frombuffer(bytearray(template * n), np.uint8).reshape(n, width)
         hex_into(seq.astype(">i8").view(np.uint8).reshape(n, 8)[:, 2:], out, len(head))
-        offsets = np.arange(0, n * width + 1, width, dtype=np.int32)
-        return pa.BinaryArray.from_buffers(pa.binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
+        return pa.BinaryArray.from_buffers(pa.binary(), n, [None, fixed_width_offsets(n, width), pa.py_buffer(out)])
