@@ -801,3 +801,22 @@ def test_put_batches_keeps_its_tables_unpacked_until_the_lock(tmp_path: Path, mo
         s.put_batch(tables[0])
         assert calls == [10]
     assert len(walk(tmp_path)) == 40
+
+
+@pytest.mark.parametrize("spare", [8, 7])
+def test_a_packed_put_fits_a_segment_with_exactly_the_end_blank_to_spare(tmp_path: Path, write_path: str, spare: int) -> None:
+    """A put packed before the lock is placed from its packing when it fits the segment with
+    RocketMQ's 8-byte end blank to spare, and rolls over (blank, next segment) when it does
+    not: one byte decides."""
+    with store.MessageStore.open(tmp_path / "probe") as s:
+        s.put_batch(pa.table({"topic": ["T"], "body": [b"x" * 1500]}))
+        length = s.published_tail()  # every such record is as long
+    segment = 3 * length + spare  # the third record ends 8 (or 7) bytes before the segment's end
+    cfg = store.StoreConfig(mapped_file_size_commit_log=segment)
+    with store.MessageStore.open(tmp_path / "s", cfg) as s:
+        offsets = [s.put_batch(pa.table({"topic": ["T"], "body": [b"x" * 1500]}))["commitLogOffset"][0].as_py() for _ in range(4)]
+        expected = [0, length, 2 * length, segment] if spare == 8 else [0, length, segment, segment + length]
+        assert offsets == expected
+        assert [r.physical_offset for r in walk(tmp_path / "s")] == expected
+        s.dispatch()
+        assert sorted(o for q in range(4) for o in s.read_queue("T", q, 0, 10)["commitLogOffset"].to_pylist()) == expected
