@@ -31,3 +31,18 @@ def test_bench_store_rejects_an_unknown_body_size(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=60,
     )
     assert res.returncode == 2 and "invalid choice" in res.stderr
+
+
+def test_bench_durability_prints_every_target_figure_beside_its_peer(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(JOBS / "bench_durability.py"), "--recovery-gib", "0.01", "--sync-batches", "5",
+         "--sync-repeat", "1", "--async-messages", "65536", "--repeat", "1", "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    assert re.search(r"recovery after abnormal exit, .* records re-dispatched: [\d.]+ s \| peer: sequential read", out), out
+    sync = next(line for line in out.splitlines() if line.startswith("SYNC_FLUSH, 4 writer processes"))
+    assert re.search(r"[\d,]+ msgs/s \[\d+ k\] over the span of the puts \(through the writers' close and exit: [\d,]+ msgs/s", sync), sync
+    syncs, puts = map(int, re.search(r"(\d+) syncs for (\d+) puts", sync).groups())  # type: ignore[union-attr]
+    assert puts == 20 and 1 <= syncs <= puts  # the measured puts' syncs only: never more than one each
+    assert "peer: pwrite+fdatasync" in sync and "under ASYNC_FLUSH" in sync
+    assert re.search(r"ASYNC_FLUSH put_batch, .* \| same store, flusher held off: [\d,]+ msgs/s", out), out
