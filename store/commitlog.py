@@ -39,20 +39,27 @@ class AppendResult:
     overlapped: object = None  # what ``append``'s ``while_writing`` returned
 
 
-def plan_positions(tail: int, lengths: np.ndarray, segment_size: int) -> tuple[np.ndarray, list[tuple[int, int]]]:
+def plan_positions(
+    tail: int, lengths: np.ndarray, segment_size: int, rel_starts: np.ndarray | None = None,
+) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """Commitlog offset of each record and the blank records that end full segments.
 
     A record goes into the current segment only if ``length + 8 <= bytes left``
     (RocketMQ's END_FILE_MIN_BLANK_LENGTH); otherwise a blank fills the segment and the
     record starts the next one. One numpy pass per segment roll, none per record.
+    ``rel_starts``: where each record starts relative to the first, when already known (a
+    batch packed before the lock, whose records lie back to back in its buffer).
     """
     n = len(lengths)
-    starts = np.empty(n, np.int64)
     if n == 0:
-        return starts, []
-    starts[0] = 0
-    lengths[:-1].cumsum(out=starts[1:])
-    starts += tail
+        return np.empty(0, np.int64), []
+    if rel_starts is not None:
+        starts = rel_starts + tail  # a new array: the rolls below shift it in place
+    else:
+        starts = np.empty(n, np.int64)
+        starts[0] = 0
+        lengths[:-1].cumsum(out=starts[1:])
+        starts += tail
     blanks: list[tuple[int, int]] = []
     # the usual case, checked first: the whole batch fits the current segment (each
     # record's need below is the next one's start + 8, so the last record's decides)
@@ -126,7 +133,7 @@ def _round_robin_offsets(batch: EncodedBatch, queues: dict[str, int], count: int
         b = queues.get(name, 0)
         base.append(b)
         queues[name] = b + (n - k + count - 1) // count  # rows k, k+count, ...
-    cycles = -(-n // len(base))
+    cycles = -(-n // count)  # (one cycle of fewer than count queues when n < count)
     return (np.arange(cycles, dtype=np.int64)[:, None] + np.array(base, np.int64)).ravel()[:n]
 
 
@@ -279,13 +286,7 @@ class CommitLog:
         self.scrub(tail)
         queue_offsets = assign_queue_offsets(batch, state.queues)
         packed = batch.packed
-        if packed is not None and tail % self.segment_size + len(packed) + END_FILE_MIN_BLANK_LENGTH <= self.segment_size:
-            # packed before the lock and fits the segment (the usual small put): the records
-            # lie back to back from the tail, where the packing placed them
-            assert batch.packed_starts is not None
-            starts, blanks = batch.packed_starts + tail, list[tuple[int, int]]()
-        else:
-            starts, blanks = plan_positions(tail, batch.lengths, self.segment_size)
+        starts, blanks = plan_positions(tail, batch.lengths, self.segment_size, batch.packed_starts)
         store_ts = max(int(time.time() * 1000), state.store_timestamp)
         if packed is not None:
             batch.patch(queue_offsets, starts, store_ts)

@@ -129,6 +129,12 @@ class UniqKeyGenerator:
         start = d.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
         return int(start.timestamp() * 1000)
 
+    def _renew_after_fork(self) -> None:
+        """In a forked child, a new prefix (its pid and random part): ids never repeat across
+        processes."""
+        if os.getpid() != self._pid:
+            self.__init__(self._prefix[:4])  # type: ignore[misc]
+
     def _seq(self, n: int) -> np.ndarray:
         """``n`` consecutive 48-bit sequence values (int64), never reused by this generator."""
         start = self.reserve(n)
@@ -137,8 +143,7 @@ class UniqKeyGenerator:
     def reserve(self, n: int) -> int:
         """The first of ``n`` consecutive sequence values reserved for the caller: value ``i``
         is ``(start + i) & 0xFFFFFFFFFFFF`` (48 bits); never handed out again."""
-        if os.getpid() != self._pid:  # forked: a new process needs its own prefix
-            self.__init__(self._prefix[:4])  # type: ignore[misc]
+        self._renew_after_fork()
         now = time.time()
         now_ms = int(now * 1000)
         if not self._month[0] <= now_ms < self._month[1]:  # recomputed once a month, not per call
@@ -155,8 +160,7 @@ class UniqKeyGenerator:
         """``UNIQ_KEY\x01`` and the hex of the id's first 10 bytes (host, pid, random): the
         part of a generated property item that is the same on every message; the 12 hex
         characters of the sequence and ``\x02`` follow it."""
-        if os.getpid() != self._pid:  # forked: a new process needs its own prefix
-            self.__init__(self._prefix[:4])  # type: ignore[misc]
+        self._renew_after_fork()
         return self._head
 
     def _raw(self, n: int) -> np.ndarray:
