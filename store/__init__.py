@@ -18,6 +18,7 @@ from .errors import (
     QueueIdError,
     StoreClosedError,
     StoreError,
+    StoreNotFoundError,
 )
 from .message_store import MessageStore
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
@@ -26,7 +27,7 @@ from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
     "StoreError", "ConfigError", "CorruptStoreError", "DataLossError", "DiskFullError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
-    "InvalidTopicError", "MessageTooLargeError", "QueueIdError", "StoreClosedError",
+    "InvalidTopicError", "MessageTooLargeError", "QueueIdError", "StoreClosedError", "StoreNotFoundError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",
 ]

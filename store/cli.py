@@ -100,14 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("root")
     args = ap.parse_args(argv)
 
-    from pathlib import Path
-
-    root = Path(args.root)
-    if not ((root / "commitlog").is_dir() or (root / "config").is_dir()):  # never create a store here
-        print(f"rmqlog: no store at {args.root}", file=sys.stderr)
-        return 2
     try:
-        with MessageStore.open(args.root) as s:
+        with MessageStore.open(args.root, create=False) as s:  # never creates a store
             if args.cmd == "info":
                 return _info(s)
             if args.cmd == "dispatch":

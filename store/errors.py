@@ -71,6 +71,15 @@ class DataLossError(CorruptStoreError):
     at the damage, or run :func:`store.verify.verify` to see every problem."""
 
 
+class StoreNotFoundError(StoreError):
+    """``MessageStore.open(root, create=False)`` found no store at ``root`` (a missing folder,
+    or one without ``commitlog/``, ``consumequeue/`` or ``config/``). Nothing was created."""
+
+    def __init__(self, message: str, *, path: str) -> None:
+        super().__init__(f"{message}: {path}")
+        self.path = path
+
+
 class DiskFullError(StoreError, OSError):
     """An append failed because the disk is full (ENOSPC), or disk use is above
     ``disk_space_warning_level_ratio``. Nothing of the batch was published; the store stays

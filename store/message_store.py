@@ -104,9 +104,14 @@ class MessageStore:
 
     def __init__(
         self, root: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False,
+        create: bool = True,
     ) -> None:
         self.config = config or StoreConfig()
         self.paths = StorePaths(Path(root))
+        if not create and not self.paths.holds_store():
+            from .errors import StoreNotFoundError
+
+            raise StoreNotFoundError("no store here (no commitlog/, consumequeue/ or config/ folder)", path=str(root))
         self.paths.root.mkdir(parents=True, exist_ok=True)
         self.paths.config_dir.mkdir(exist_ok=True)
         self._closed = False
@@ -168,6 +173,7 @@ class MessageStore:
     @classmethod
     def open(
         cls, root: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False,
+        create: bool = True,
     ) -> MessageStore:
         """Open (creating if needed) the store at ``root``.
 
@@ -178,9 +184,11 @@ class MessageStore:
 
         Raises :class:`store.errors.DataLossError` when flushed (acknowledged) data is damaged,
         unless ``repair`` is true (then the log is cut at the damage), and
-        :class:`store.errors.CorruptStoreError` if the files are not a valid store.
+        :class:`store.errors.CorruptStoreError` if the files are not a valid store. With
+        ``create=False`` (readers, the CLI) a root that holds no store raises
+        :class:`store.errors.StoreNotFoundError` and nothing is created.
         """
-        return cls(root, config, repair=repair)
+        return cls(root, config, repair=repair, create=create)
 
     def __enter__(self) -> MessageStore:
         return self

@@ -142,6 +142,11 @@ class StorePaths:
     def flush_lock(self) -> Path:
         return self.root / "flush.lock"
 
+    def holds_store(self) -> bool:
+        """Whether ``root`` already holds a store (RocketMQ's or ours): a ``commitlog/``,
+        ``consumequeue/`` or ``config/`` folder. Readers open only such a root."""
+        return any(p.is_dir() for p in (self.commitlog_dir, self.consumequeue_dir, self.config_dir))
+
     def queue_dir(self, topic: str, queue_id: int) -> Path:
         """``consumequeue/<topic>/<queueId>``; the topic must already be validated."""
         validate_topic(topic)
