@@ -298,8 +298,6 @@ def test_verify_reports_offset_and_segment(root: Path) -> None:
 def test_fixture_commitlog_opens_via_normal_recovery(root: Path) -> None:
     from conftest import FIXTURE_COMMITLOG, copy_file
 
-    if not FIXTURES.is_dir():
-        pytest.skip("no fixtures")
     copy_file(FIXTURE_COMMITLOG, root / "commitlog" / f"{0:020d}")
     with store.MessageStore.open(root, small_store_config()) as s:
         assert s.recovery is not None and s.recovery.end == 8084 + 108 and s.recovery.state_rebuilt

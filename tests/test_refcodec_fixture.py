@@ -1,7 +1,7 @@
 """Check the reference codec (tests/refcodec.py) against real files written by RocketMQ.
 
-The fixtures live in the shared folder next to the repository (see its README). If that
-folder is absent the fixture tests are skipped; the synthetic tests below still run.
+The fixtures are kept in ``tests/fixtures/rocketmq`` (see its README), a byte-identical copy
+of the workplace's shared folder (checked below when that folder sits beside the clone).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import refcodec as rc  # noqa: E402
 
-FIXTURES = Path(__file__).resolve().parents[2] / "shared/fixtures/rocketmq"
+from conftest import FIXTURES, SHARED_FIXTURES  # noqa: E402
+
 COMMITLOG_DIR = FIXTURES / "commitlog-8k-4.9"
 SEGMENT = COMMITLOG_DIR / "00000000000000000000"
 CONFIG_DIR = FIXTURES / "broker-4.4-store" / "config"
@@ -27,38 +28,36 @@ N_RECORDS = 47
 BLANK_POS = 8084
 SEGMENT_SIZE = 8192
 
-needs_fixtures = pytest.mark.skipif(
-    not FIXTURES.is_dir(),
-    reason=f"RocketMQ fixture folder not found at {FIXTURES} (expected ../shared/fixtures/rocketmq)",
-)
-
-
 @pytest.fixture(scope="module")
 def segment_bytes() -> bytes:
     """The raw bytes of the 8 KiB RocketMQ 4.9 commitlog segment."""
-    if not FIXTURES.is_dir():
-        pytest.skip(f"RocketMQ fixture folder not found at {FIXTURES}")
     return SEGMENT.read_bytes()
 
 
 @pytest.fixture(scope="module")
 def records() -> list[rc.RefRecord]:
     """All records of the fixture commitlog, walked by the reference codec."""
-    if not FIXTURES.is_dir():
-        pytest.skip(f"RocketMQ fixture folder not found at {FIXTURES}")
     return rc.walk_commitlog(str(COMMITLOG_DIR))
 
 
 # --------------------------------------------------------------------------- commitlog fixture
 
 
-@needs_fixtures
+def test_fixtures_are_the_shared_files() -> None:
+    """The repository's copy is every file of the shared folder, byte for byte."""
+    ours = {p.relative_to(FIXTURES): p.read_bytes() for p in FIXTURES.rglob("*") if p.is_file()}
+    assert len(ours) == 7 and all(ours.values())
+    if not SHARED_FIXTURES.is_dir():
+        return  # a clone without the workplace beside it: the copy is all there is
+    shared = {p.relative_to(SHARED_FIXTURES): p.read_bytes() for p in SHARED_FIXTURES.rglob("*") if p.is_file()}
+    assert ours == shared
+
+
 def test_segment_file(segment_bytes: bytes) -> None:
     """The fixture is one 8192-byte segment."""
     assert len(segment_bytes) == SEGMENT_SIZE
 
 
-@needs_fixtures
 def test_record_count_sizes_and_offsets(records: list[rc.RefRecord]) -> None:
     """47 records of 172 bytes, queue offsets 0..46, PHYSICALOFFSET = position."""
     assert len(records) == N_RECORDS
@@ -70,7 +69,6 @@ def test_record_count_sizes_and_offsets(records: list[rc.RefRecord]) -> None:
     assert N_RECORDS * RECORD_SIZE == BLANK_POS
 
 
-@needs_fixtures
 def test_record_fields(records: list[rc.RefRecord]) -> None:
     """Every field of every record has the value RocketMQ wrote."""
     for rec in records:
@@ -89,7 +87,6 @@ def test_record_fields(records: list[rc.RefRecord]) -> None:
         assert rec.born_timestamp > 1_600_000_000_000  # 2020+, in ms
 
 
-@needs_fixtures
 def test_record_properties(records: list[rc.RefRecord]) -> None:
     """Properties are `0`, `KEYS` (= born ms) and `TAGS` = TAG1, in that order on disk."""
     for rec in records:
@@ -100,7 +97,6 @@ def test_record_properties(records: list[rc.RefRecord]) -> None:
         assert rec.tags_code == rc.java_string_hash("TAG1") == 2567159
 
 
-@needs_fixtures
 def test_record_length_formula(records: list[rc.RefRecord]) -> None:
     """172 = 91 + body 32 + topic 3 + properties 46 (IPv4 hosts, V1)."""
     rec = records[0]
@@ -109,7 +105,6 @@ def test_record_length_formula(records: list[rc.RefRecord]) -> None:
     assert rc.record_length(len(rec.body), len(rec.topic), props_len) == 91 + 32 + 3 + 46 == 172
 
 
-@needs_fixtures
 def test_msg_ids(records: list[rc.RefRecord]) -> None:
     """Offset msgIds: store ip + port + physical offset, uppercase hex."""
     assert records[0].msg_id == "C0A8470100001FBB0000000000000000"
@@ -119,7 +114,6 @@ def test_msg_ids(records: list[rc.RefRecord]) -> None:
         assert len(rec.msg_id) == 32
 
 
-@needs_fixtures
 def test_blank_record(segment_bytes: bytes) -> None:
     """Byte 8084 holds the blank end-of-segment record with TOTALSIZE 108; zeros after it."""
     assert rc.decode_record(segment_bytes, BLANK_POS) == (rc.KIND_BLANK, 108)
@@ -128,7 +122,6 @@ def test_blank_record(segment_bytes: bytes) -> None:
     assert segment_bytes[BLANK_POS + 8 :] == bytes(108 - 8)
 
 
-@needs_fixtures
 def test_decode_record_by_position(segment_bytes: bytes, records: list[rc.RefRecord]) -> None:
     """decode_record at each position gives what walk_commitlog gave."""
     for rec in records:
@@ -137,7 +130,6 @@ def test_decode_record_by_position(segment_bytes: bytes, records: list[rc.RefRec
         assert value == rec
 
 
-@needs_fixtures
 def test_round_trip_bytes(segment_bytes: bytes, records: list[rc.RefRecord]) -> None:
     """Re-encoding each decoded record reproduces the fixture's bytes exactly."""
     for rec in records:
@@ -165,7 +157,6 @@ def test_round_trip_bytes(segment_bytes: bytes, records: list[rc.RefRecord]) -> 
     assert rebuilt == segment_bytes
 
 
-@needs_fixtures
 def test_walk_with_explicit_segment_size() -> None:
     """Passing the segment size gives the same result as inferring it."""
     assert rc.walk_commitlog(str(COMMITLOG_DIR), SEGMENT_SIZE) == rc.walk_commitlog(
@@ -176,7 +167,6 @@ def test_walk_with_explicit_segment_size() -> None:
 # --------------------------------------------------------------------------- config fixtures
 
 
-@needs_fixtures
 def test_fastjson_consumer_offset() -> None:
     """consumerOffset.json has unquoted integer keys; queues 0..3 of TopicTest are at 250."""
     text = (CONFIG_DIR / "consumerOffset.json").read_text("utf-8")
@@ -195,7 +185,6 @@ def test_fastjson_consumer_offset() -> None:
     }
 
 
-@needs_fixtures
 def test_fastjson_other_configs() -> None:
     """topics.json, subscriptionGroup.json and delayOffset.json parse too."""
     topics = rc.parse_fastjson((CONFIG_DIR / "topics.json").read_text("utf-8"))
@@ -226,7 +215,6 @@ def test_fastjson_other_configs() -> None:
     }
 
 
-@needs_fixtures
 def test_checkpoint_fixture_layout() -> None:
     """The 4.4 checkpoint: 4096 B, physic = logics = 1551626238066, index = 0."""
     data = (FIXTURES / "broker-4.4-store" / "checkpoint").read_bytes()
