@@ -39,12 +39,12 @@ from .hashing import java_string_hash
 from .hosts import host_bytes
 from .lock_file import StoreLockFile
 from .msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
-from .paths import StorePaths, parse_segment_name, validate_topic
+from .paths import StorePaths, parse_segment_name, topic_problem, validate_topic
 from .properties import PROPERTY_WRITER, ParsedProperties
 from .record import ScanKind, is_consumable
 from .recovery import RecoveryReport, recover
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
-from .scan import StopReason
+from .scan import QueueDensity, SegmentScan, StopReason
 from .schema import PUT_RESULT_SCHEMA, TS
 from .verify import VerifyReport, verify
 
@@ -153,7 +153,9 @@ class MessageStore:
             with self._append_lock.held():
                 if first:
                     self.recovery = recover(self, abnormal=self._owner.abort_exists(), repair=repair)
-                elif self._state_file.load() is None:
+                else:
+                    self.commitlog.segments.check_sizes()  # only a first opener may repair
+                if not first and self._state_file.load() is None:
                     self._state_file.publish(self._rebuild_state())
         except BaseException:
             self._owner.abandon()
@@ -231,8 +233,11 @@ class MessageStore:
             for topic_dir in sorted(root.iterdir()):
                 if not topic_dir.is_dir():
                     continue
+                if topic_problem(topic_dir.name) is not None:  # not ours: never used as a name
+                    log.warning("ignoring %s: not a valid topic name", topic_dir)
+                    continue
                 for qdir in sorted(topic_dir.iterdir()):
-                    if qdir.name.isdigit():
+                    if qdir.name.isdigit() and qdir.is_dir():
                         out.append(self.consume_queue(topic_dir.name, int(qdir.name)))
         return out
 
@@ -250,16 +255,24 @@ class MessageStore:
             return state
         limit = starts[-1] + self.commitlog.segment_size if end is None else end
         crc = self.config.check_crc_on_recover if check_crc is None else check_crc
+        density = QueueDensity()
         for seg, scan in self._rebuild_walk(start, limit, crc):
             if len(scan.positions):
                 from .decode import read_columns
 
                 cols = read_columns(seg.buffer(), seg.start, scan.positions, with_body=False)
                 h = cols.header
-                keep = np.asarray(is_consumable(h["sysFlag"]))
+                keep = np.asarray(is_consumable(h["sysFlag"]), bool)
                 enc = cols.topic.dictionary_encode()
                 names = enc.dictionary.to_pylist()
-                key = (np.asarray(enc.indices, np.int64)[keep] << 32) | h["queueId"][keep].astype(np.int64)
+                tidx = np.asarray(enc.indices, np.int64)
+                cut, why = density.first_break(names, tidx, h["queueId"], h["queueOffset"], keep)
+                if cut < len(scan.positions):  # damage: the log ends at that record
+                    scan = SegmentScan(scan.positions[:cut], scan.sizes[:cut], int(scan.positions[cut]), StopReason.CORRUPT, why)
+                    h = {k: v[:cut] for k, v in h.items()}
+                    keep, tidx = keep[:cut], tidx[:cut]
+                    cols.properties = cols.properties.slice(0, cut)
+                key = (tidx[keep] << 32) | h["queueId"][keep].astype(np.int64)
                 qoff = h["queueOffset"][keep].astype(np.int64)
                 uniq, inverse = np.unique(key, return_inverse=True)
                 best = np.full(len(uniq), -1, np.int64)
@@ -267,7 +280,8 @@ class MessageStore:
                 for k, o in zip(uniq.tolist(), best.tolist(), strict=True):  # one step per queue
                     name = f"{names[k >> 32]}/{k & 0xFFFFFFFF}"
                     state.queues[name] = max(state.queues.get(name, 0), o + 1)
-                state.store_timestamp = max(state.store_timestamp, int(h["storeTimestamp"].max()))
+                if len(h["storeTimestamp"]):
+                    state.store_timestamp = max(state.store_timestamp, int(h["storeTimestamp"].max()))
                 for name, seq in writer_markers(cols.properties):  # in log order: the last wins
                     state.writers[name] = seq
             state.tail = seg.start + scan.end
@@ -275,6 +289,7 @@ class MessageStore:
                 state.tail = seg.end
             elif scan.reason is StopReason.CORRUPT:
                 log.warning("commitlog: %s at offset %d of %s; the log ends there", scan.detail, state.tail, seg.path)
+                break
         return state
 
     def _rebuild_walk(self, start: int, limit: int, check_crc: bool) -> Iterator[tuple[Any, Any]]:
@@ -750,9 +765,19 @@ class MessageStore:
         return tc
 
     def topics(self) -> dict[str, TopicConfig]:
+        """Every topic: those of ``config/topics.json``, and those only the log has (a store
+        written by RocketMQ without its config, or a config file lost): found by their consume
+        queues, with as many queues as they have there. Nothing is written."""
         self._check_open()
         self.topic_config.reload()
-        return self.topic_config.topics()
+        out = self.topic_config.topics()
+        for cq in self._all_queues():
+            topic, qid = cq.directory.parent.name, int(cq.directory.name)
+            known = out.get(topic)
+            if known is None or qid >= max(known.read_queue_nums, known.write_queue_nums):
+                n = max(qid + 1, known.read_queue_nums if known else 0)
+                out[topic] = TopicConfig(topic, n, max(n, known.write_queue_nums if known else 0))
+        return out
 
     # ------------------------------------------------------------------ close
     def flush(self) -> int:

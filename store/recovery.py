@@ -48,12 +48,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from .consume_queue import FILLER_SIZE
+from .decode import read_columns
 from .errors import CorruptStoreError, DataLossError
+from .paths import topic_problem
 from .record import ScanKind, decode_at, is_consumable
-from .scan import StopReason, scan_segment
+from .scan import QueueDensity, SegmentScan, StopReason, scan_segment
 
 if TYPE_CHECKING:
     from .append_state import AppendState
+    from .consume_queue import ConsumeQueue
     from .mapped_file import MappedFile
     from .message_store import MessageStore
 
@@ -82,21 +86,27 @@ class RecoveryReport:
     problems: list[str] = field(default_factory=list)
 
 
-def walk_start(ms: MessageStore, abnormal: bool) -> int:
+def walk_start(ms: MessageStore, abnormal: bool, repair: bool = False) -> int:
     """Where recovery starts walking (see the module docstring)."""
     starts = ms.commitlog.segments.segment_starts()
     if not starts:
         return 0
+    if repair:  # asked to repair: every record is checked, from the oldest
+        return starts[0]
     if not abnormal:
         return starts[max(0, len(starts) - NORMAL_RECOVERY_SEGMENTS)]
-    cp = ms.checkpoint_file.read()
+    try:
+        cp = ms.checkpoint_file.read()
+    except CorruptStoreError as exc:  # only a hint of where to start: walk everything instead
+        log.warning("%s; walking the commitlog from its first segment", exc)
+        cp = None
     if cp is None:
         return starts[0]
     safe = cp.safe_timestamp()
     for start in reversed(starts):
         seg = ms.commitlog.segments.get(start)
         assert seg is not None
-        first = decode_at(memoryview(seg.mm), 0)
+        first = decode_at(memoryview(seg.mm), 0, base=start)
         if first.kind is ScanKind.RECORD and first.record is not None and 0 < first.record.store_timestamp <= safe:
             return start
     return starts[0]
@@ -106,6 +116,7 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
     """Recover the store ``ms`` (caller holds the append lock). Raises :class:`DataLossError`."""
     report = RecoveryReport(abnormal=abnormal)
     cl = ms.commitlog
+    _fix_segment_sizes(ms, report, repair)
     starts = cl.segments.segment_starts()
     state = ms._state_file.load()
     flushed = ms.flush_service.state_file.read()
@@ -118,7 +129,7 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
         _finish(ms, report, state, cut=report.end)
         return report
 
-    start = walk_start(ms, abnormal)
+    start = walk_start(ms, abnormal, repair)
     report.walk_start = start
     # ---- the walk: how far whole, valid records reach (W)
     walked = Walked()
@@ -175,6 +186,28 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
     return report
 
 
+def _fix_segment_sizes(ms: MessageStore, report: RecoveryReport, repair: bool) -> None:
+    """Commitlog segments of the wrong size: refused, or (``repair``) brought back to the size.
+
+    A segment cut short (a filesystem's crash, a copy that stopped) is extended with zeros,
+    one too long is cut to the size: the walk then finds where its valid records end, and
+    the usual rules decide what is kept (damage below the flushed position is reported).
+    """
+    segs = ms.commitlog.segments
+    if not segs.odd:
+        return
+    if not repair:
+        segs.check_sizes()
+    for start, size in sorted(segs.odd.items()):
+        path = segs.directory / f"{start:020d}"
+        msg = f"segment {path} was {size} bytes, not {segs.size}: resized"
+        log.error("repair: %s", msg)
+        report.problems.append(msg)
+        segs.forget(start)
+        os.truncate(path, segs.size)
+    segs.odd.clear()
+
+
 @dataclass
 class Walked:
     """The records the walk found: absolute offsets, TOTALSIZEs, and whether each gets a unit."""
@@ -202,6 +235,7 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
     cl = ms.commitlog
     pos = start
     clip = True
+    density = QueueDensity()
     while True:
         seg = cl.segments.for_offset(pos)
         if seg is None:
@@ -211,8 +245,9 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
         if clip and hole > pos:
             limit = min(limit, hole)
         arr = seg.array()
-        res = scan_segment(arr, pos - seg.start, limit - seg.start, check_crc=ms.config.check_crc_on_recover)
+        res = scan_segment(arr, pos - seg.start, limit - seg.start, check_crc=ms.config.check_crc_on_recover, base=seg.start)
         if len(res.positions):
+            res = _dense(seg, res, density)
             at = res.positions.astype(np.int64)
             sys_flag = np.ascontiguousarray(arr[(at + 36)[:, None] + np.arange(4)]).view(">i4").ravel()
             walked.positions.append(at + seg.start)
@@ -231,6 +266,20 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
             clip = False  # the hole guess was short: look again with the whole window
         else:
             return new, None, ""  # a record cut by the segment's end: not there
+
+
+def _dense(seg: MappedFile, res: SegmentScan, density: QueueDensity) -> SegmentScan:
+    """``res`` cut at the first record whose QUEUEOFFSET breaks its queue's density (damage)."""
+    cols = read_columns(seg.buffer(), seg.start, res.positions, with_body=False)
+    enc = cols.topic.dictionary_encode()
+    h = cols.header
+    cut, why = density.first_break(
+        enc.dictionary.to_pylist(), np.asarray(enc.indices, np.int64), h["queueId"], h["queueOffset"],
+        np.asarray(is_consumable(h["sysFlag"]), bool),
+    )
+    if cut == len(res.positions):
+        return res
+    return SegmentScan(res.positions[:cut], res.sizes[:cut], int(res.positions[cut]), StopReason.CORRUPT, why)
 
 
 def _first_hole(seg: MappedFile) -> int:
@@ -319,16 +368,97 @@ def _finish(
 
         ms.flush_service.state_file.write(FlushPosition(end, state.store_timestamp))
     with ms._dispatch_lock.held():
+        for cq in ms._all_queues():
+            _drop_bad_queue_files(cq, report)
         if walked is None:  # normal path: units at or past the end go
             for cq in ms._all_queues():
                 first = cq.first_at_or_past(cut)
                 if first < cq.max_offset():
                     cq.truncate(first)
             ms.dispatcher.reset_position(cut)
-            return
-        resume = _check_units(ms, cut, end, walked)
+        else:
+            resume = _check_units(ms, cut, end, walked)
+            ms.dispatcher.set_position(resume)
+    # RocketMQ's broker dispatches at start-up too: whatever was published is readable at once
+    report.redispatched = _dispatch(ms)
+    report.redispatched += _complete_queues(ms, state, report)
+
+
+def _dispatch(ms: MessageStore) -> int:
+    """``dispatch()``; a damaged record it meets (below the published tail, in a segment the walk
+    did not check) fails the open as damage, with the way out named."""
+    try:
+        return ms.dispatcher.dispatch()
+    except CorruptStoreError as exc:
+        raise DataLossError(f"{exc.args[0]}; open with repair=True to check every record and drop "
+                            "everything from the damage on", path=exc.path, offset=exc.offset) from exc
+
+
+def _drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport) -> None:
+    """Delete a queue's segments from the first one that is missing (a gap) or of the wrong size.
+
+    Consume queues are derived data: what is dropped here is rebuilt from the commitlog by
+    :func:`_complete_queues`, so no ``repair`` is needed.
+    """
+    segs = cq.segments
+    starts = segs.segment_starts()
+    bad = next((s for i, s in enumerate(starts) if s in segs.odd or (i and s != starts[i - 1] + segs.size)), None)
+    if bad is None:
+        return
+    msg = f"consume queue {cq.directory}: segment {bad:020d} is missing before it or of the wrong size; rebuilt from there"
+    log.warning(msg)
+    report.problems.append(msg)
+    for start in starts:
+        if start >= bad:
+            segs.forget(start)
+            (cq.directory / f"{start:020d}").unlink(missing_ok=True)
+    segs.odd.clear()
+
+
+def _complete_queues(ms: MessageStore, state: AppendState, report: RecoveryReport) -> int:
+    """Rebuild consume queues that lack units the commitlog has (files deleted or lost).
+
+    After dispatch, every queue of the append state must reach its next queue offset. A queue
+    that does not (its folder deleted, its last segment lost: the dispatch position, a hint,
+    still says it is done) is re-dispatched from its last unit's record, or from the start of
+    the commitlog when it has none; units already present are skipped, so this only writes
+    what is missing. Returns how many records were dispatched again.
+    """
+    behind: list[tuple[str, ConsumeQueue, int, int]] = []
+    for name, expected in state.queues.items():
+        topic, _, q = name.rpartition("/")
+        if not q.isdigit() or topic_problem(topic) is not None:
+            continue
+        cq = ms.consume_queue(topic, int(q))
+        have = cq.max_offset()
+        if have < expected:
+            behind.append((name, cq, have, expected))
+    if not behind:
+        return 0
+    resume = min(_resume_point(ms, cq, have) for _, cq, have, _ in behind)
+    msg = (f"{len(behind)} consume queue(s) lack units the commitlog has ("
+           + ", ".join(f"{name}: {have} of {expected}" for name, _, have, expected in behind[:5])
+           + f"); re-dispatched from commitlog offset {resume}")
+    log.warning(msg)
+    report.problems.append(msg)
+    with ms._dispatch_lock.held():
         ms.dispatcher.set_position(resume)
-    report.redispatched = ms.dispatcher.dispatch()
+    done = _dispatch(ms)
+    still = [name for name, cq, _, expected in behind if cq.max_offset() < expected]
+    if still:
+        report.problems.append(f"consume queues still short after re-dispatch (their records are gone): {', '.join(still[:5])}")
+    return done
+
+
+def _resume_point(ms: MessageStore, cq: ConsumeQueue, have: int) -> int:
+    """Where re-dispatching must start for ``cq`` to get units from offset ``have`` on."""
+    low = ms.commitlog.min_offset()
+    if have <= cq.min_offset(low):
+        return low
+    u = cq.read(have - 1, 1)
+    if not len(u) or int(u["size"][0]) in (0, FILLER_SIZE) or int(u["offset"][0]) < low:
+        return low
+    return int(u["offset"][0]) + int(u["size"][0])
 
 
 def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
