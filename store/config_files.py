@@ -77,13 +77,13 @@ def load_fastjson(path: Path) -> Any | None:
     last_error: Exception | None = None
     for candidate in (path, path.with_name(path.name + ".bak")):
         try:
-            text = candidate.read_text(encoding="utf-8")
+            raw = candidate.read_bytes()
         except FileNotFoundError:
             continue
-        if not text.strip():
+        if not raw.strip():
             continue
-        try:
-            return json.loads(quote_int_keys(text))
+        try:  # not UTF-8 is as unreadable as not JSON (UnicodeDecodeError is a ValueError)
+            return json.loads(quote_int_keys(raw.decode("utf-8")))
         except ValueError as exc:
             last_error = exc
     if last_error is not None:
@@ -267,3 +267,24 @@ class ConsumerOffsetManager:
 
 __all__ = ["TopicConfig", "TopicConfigManager", "ConsumerOffsetManager", "quote_int_keys",
            "load_fastjson", "dump_fastjson"]
+
+
+def set_aside_if_unreadable(path: Path) -> Path | None:
+    """``repair``: move a config file that neither it nor its ``.bak`` can be read from aside.
+
+    Renamed to ``<name>.damaged-<ms>`` (kept for a person to look at, never read again) so the
+    store can start from what the log holds. Returns the new name, or ``None`` when the file
+    was readable (or absent).
+    """
+    try:
+        load_fastjson(path)
+        return None
+    except CorruptStoreError:
+        pass
+    stamp = int(time.time() * 1000)
+    moved = path.with_name(f"{path.name}.damaged-{stamp}")
+    path.replace(moved)
+    bak = path.with_name(path.name + ".bak")
+    if bak.exists():
+        bak.replace(bak.with_name(f"{bak.name}.damaged-{stamp}"))
+    return moved

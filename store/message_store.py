@@ -28,7 +28,12 @@ from .append_state import AppendState, AppendStateFile
 from .checkpoint import CheckpointFile
 from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
-from .config_files import ConsumerOffsetManager, TopicConfig, TopicConfigManager
+from .config_files import (
+    ConsumerOffsetManager,
+    TopicConfig,
+    TopicConfigManager,
+    set_aside_if_unreadable,
+)
 from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .decode import empty_message_table
 from .dispatcher import Dispatcher
@@ -118,6 +123,10 @@ class MessageStore:
         self._append_lock = InterProcessLockFactory.get(self.paths.append_lock)
         self._dispatch_lock = InterProcessLockFactory.get(self.paths.dispatch_lock)
         self._config_lock = InterProcessLockFactory.get(self.paths.root / "config.lock")
+        set_aside: list[Path] = []
+        if repair:  # config files nothing can read: set aside, rebuilt from the log below
+            with self._config_lock.held():
+                set_aside = [p for p in map(set_aside_if_unreadable, (self.paths.topics_json, self.paths.consumer_offset_json)) if p]
         self.topic_config = TopicConfigManager(
             self.paths.topics_json, self._config_lock,
             default_queues=self.config.default_topic_queue_nums,
@@ -153,6 +162,11 @@ class MessageStore:
             with self._append_lock.held():
                 if first:
                     self.recovery = recover(self, abnormal=self._owner.abort_exists(), repair=repair)
+                    for path in set_aside:
+                        self.recovery.problems.append(f"unreadable {path.name.split('.damaged')[0]} set aside as {path.name}")
+                    if any(p.name.startswith("topics.json") for p in set_aside):
+                        for topic, tc in self.topics().items():  # as many queues as the log has
+                            self.topic_config.put(tc)
                 else:
                     self.commitlog.segments.check_sizes()  # only a first opener may repair
                 if not first and self._state_file.load() is None:
@@ -255,7 +269,7 @@ class MessageStore:
             return state
         limit = starts[-1] + self.commitlog.segment_size if end is None else end
         crc = self.config.check_crc_on_recover if check_crc is None else check_crc
-        density = QueueDensity()
+        density = QueueDensity(from_log_start=start == 0)
         for seg, scan in self._rebuild_walk(start, limit, crc):
             if len(scan.positions):
                 from .decode import read_columns

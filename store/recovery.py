@@ -150,9 +150,11 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
     # without F (a RocketMQ store), a bad record with valid segments after it is not a tail
     damaged = (w < f) if f is not None else bool(bad_seg is not None and later_data)
     if damaged:
-        where = bad_seg.path if bad_seg is not None else cl.segments.directory
+        where = bad_seg.path if bad_seg is not None else cl.segments.directory / f"{cl.segments.segment_start_for(w):020d}"
+        if not bad_detail:
+            bad_detail = "segment missing" if not where.exists() else "no valid record"
         msg = (
-            f"commitlog damaged below its flushed/acknowledged data: {bad_detail or 'no valid record'} "
+            f"commitlog damaged below its flushed/acknowledged data: {bad_detail} "
             f"at offset {w} (segment {where}); flushed up to {f}, later segments {later_data}"
         )
         if not repair:
@@ -235,7 +237,7 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
     cl = ms.commitlog
     pos = start
     clip = True
-    density = QueueDensity()
+    density = QueueDensity(from_log_start=start == 0)
     while True:
         seg = cl.segments.for_offset(pos)
         if seg is None:
@@ -369,7 +371,7 @@ def _finish(
         ms.flush_service.state_file.write(FlushPosition(end, state.store_timestamp))
     with ms._dispatch_lock.held():
         for cq in ms._all_queues():
-            _drop_bad_queue_files(cq, report)
+            _drop_bad_queue_files(cq, report, whole_log=ms.commitlog.min_offset() == 0)
         if walked is None:  # normal path: units at or past the end go
             for cq in ms._all_queues():
                 first = cq.first_at_or_past(cut)
@@ -394,15 +396,21 @@ def _dispatch(ms: MessageStore) -> int:
                             "everything from the damage on", path=exc.path, offset=exc.offset) from exc
 
 
-def _drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport) -> None:
+def _drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport, *, whole_log: bool) -> None:
     """Delete a queue's segments from the first one that is missing (a gap) or of the wrong size.
 
-    Consume queues are derived data: what is dropped here is rebuilt from the commitlog by
+    ``whole_log``: the commitlog still starts at offset 0, so every queue's units must start
+    at 0 too; a queue whose first segment starts later lost its first files (retention deletes
+    a queue's old files only with the commitlog's) and is rebuilt whole. Consume queues are
+    derived data: what is dropped here is rebuilt from the commitlog by
     :func:`_complete_queues`, so no ``repair`` is needed.
     """
     segs = cq.segments
     starts = segs.segment_starts()
-    bad = next((s for i, s in enumerate(starts) if s in segs.odd or (i and s != starts[i - 1] + segs.size)), None)
+    if whole_log and starts and starts[0] > 0:
+        bad: int | None = starts[0]
+    else:
+        bad = next((s for i, s in enumerate(starts) if s in segs.odd or (i and s != starts[i - 1] + segs.size)), None)
     if bad is None:
         return
     msg = f"consume queue {cq.directory}: segment {bad:020d} is missing before it or of the wrong size; rebuilt from there"

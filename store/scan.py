@@ -195,12 +195,15 @@ class QueueDensity:
     the append lock), so a record whose QUEUEOFFSET is not its queue's previous one plus one is
     damage (nothing checksums the field, and the append state rebuilt from the log would
     otherwise continue from it). Records that never enter a consume queue (prepared or
-    rolled-back transactions, QUEUEOFFSET 0) are not checked. The first record of each queue
-    seen by the walk sets where that queue starts.
+    rolled-back transactions, QUEUEOFFSET 0) are not checked. A walk from the log's very first
+    byte (``from_log_start``: nothing deleted yet) knows every queue starts at 0; otherwise the
+    first record of each queue seen sets where that queue starts. A queue that starts again at
+    0 is accepted: RocketMQ restarts a topic deleted and created again at offset 0.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, from_log_start: bool = False) -> None:
         self.last: dict[tuple[str, int], int] = {}
+        self.from_log_start = from_log_start
 
     def first_break(
         self, topics: list[str], topic_index: np.ndarray, queue_id: np.ndarray, queue_offset: np.ndarray,
@@ -216,10 +219,11 @@ class QueueDensity:
         order = np.argsort(key, kind="stable")
         sk, so = key[order], qoff[order]
         same = sk[1:] == sk[:-1]
-        bad_sorted = np.flatnonzero(same & (so[1:] != so[:-1] + 1)) + 1
+        bad_sorted = np.flatnonzero(same & (so[1:] != so[:-1] + 1) & (so[1:] != 0)) + 1
         first_of = np.flatnonzero(np.r_[True, ~same]) if len(sk) else np.zeros(0, np.int64)
-        expect = np.array([self.last.get((topics[int(k) >> 32], int(k) & 0xFFFFFFFF), -2) + 1 for k in sk[first_of]], np.int64)
-        bad_first = first_of[(expect >= 0) & (so[first_of] != expect)] if len(first_of) else first_of
+        unknown = -1 if self.from_log_start else -2  # a queue first seen starts at 0, or anywhere
+        expect = np.array([self.last.get((topics[int(k) >> 32], int(k) & 0xFFFFFFFF), unknown) + 1 for k in sk[first_of]], np.int64)
+        bad_first = first_of[(expect >= 0) & (so[first_of] != expect) & (so[first_of] != 0)] if len(first_of) else first_of
         bad = np.concatenate([bad_sorted, bad_first])
         cut = int(rows[order[bad]].min()) if len(bad) else n
         why = ""
@@ -227,7 +231,7 @@ class QueueDensity:
             r = int(np.flatnonzero(rows == cut)[0])
             name = (topics[int(topic_index[cut])], int(queue_id[cut]))
             prev = qoff[:r][key[:r] == key[r]]
-            expected = int(prev[-1]) + 1 if len(prev) else self.last[name] + 1
+            expected = int(prev[-1]) + 1 if len(prev) else self.last.get(name, -1) + 1
             why = f"QUEUEOFFSET {int(queue_offset[cut])} of queue {name[0]}/{name[1]} breaks its density (expected {expected})"
         keep = rows < cut
         if keep.any():

@@ -66,11 +66,16 @@ def verify(ms: MessageStore) -> VerifyReport:
     tail = ms.published_tail()
     dispatched = min(tail, ms.dispatcher.position())
     starts = [s for s in cl.segments.segment_starts() if s < max(tail, cl.min_offset() + 1)]
-    density = QueueDensity()
+    density = QueueDensity(from_log_start=cl.min_offset() == 0)
     expected: dict[tuple[str, int], int] = {}  # per queue: units the dispatched records need
+    for prev, start in zip(starts, starts[1:], strict=False):
+        if start != prev + cl.segment_size:  # a segment between them is missing
+            gap = prev + cl.segment_size
+            report.problems.append(Problem(str(cl.segments.directory / f"{gap:020d}"), gap, "commitlog segment missing"))
     for start in starts:
         seg = cl.segments.get(start)
-        assert seg is not None
+        if seg is None:  # deleted while we looked
+            continue
         limit = min(seg.size, tail - start)
         scan = next(iter(cl.scan(start, start + limit, check_crc=True)), None)
         if scan is None:
