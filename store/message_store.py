@@ -165,7 +165,7 @@ class MessageStore:
                     for path in set_aside:
                         self.recovery.problems.append(f"unreadable {path.name.split('.damaged')[0]} set aside as {path.name}")
                     if any(p.name.startswith("topics.json") for p in set_aside):
-                        for topic, tc in self.topics().items():  # as many queues as the log has
+                        for tc in self.topics().values():  # as many queues as the log has
                             self.topic_config.put(tc)
                 else:
                     self.commitlog.segments.check_sizes()  # only a first opener may repair
