@@ -49,7 +49,7 @@ import numpy as np
 import pyarrow as pa
 
 from .consume_queue import FILLER_SIZE
-from .decode import read_columns
+from .decode import RecordColumns, read_columns
 from .errors import CorruptStoreError, DataLossError
 from .paths import topic_problem
 from .record import ScanKind, decode_at, is_consumable
@@ -165,6 +165,9 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
         end = w
     elif bad_seg is not None and w >= end:
         log.warning("commitlog: %s at offset %d of %s: a torn tail, cut", bad_detail, w, bad_seg.path)
+    # a log whose first segments vanished (a power loss before anything was flushed: the
+    # segments' names never reached the disk) starts later than the flushed position
+    end = max(end, cl.min_offset())
     report.end = end
     if state is None or state.tail != end:
         # rebuilt before anything is cut: a rebuild that cannot reach E (a bad record below the
@@ -184,7 +187,9 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
             report.problems.append(msg)
             end = report.end = state.tail
     report.dropped_bytes = _truncate_commitlog(ms, end)
-    _finish(ms, report, state, cut=min(start, end) if abnormal else end, walked=walked if abnormal else None)
+    # repair: every unit is checked against the walk of the whole log, as after a crash
+    checked = abnormal or repair
+    _finish(ms, report, state, cut=min(start, end) if checked else end, walked=walked if checked else None)
     return report
 
 
@@ -212,18 +217,40 @@ def _fix_segment_sizes(ms: MessageStore, report: RecoveryReport, repair: bool) -
 
 @dataclass
 class Walked:
-    """The records the walk found: absolute offsets, TOTALSIZEs, and whether each gets a unit."""
+    """The records the walk found: absolute offsets, TOTALSIZEs, whether each gets a unit, and
+    its queue (an id in :attr:`queue_ids`) and QUEUEOFFSET."""
 
     positions: list[np.ndarray] = field(default_factory=list)
     sizes: list[np.ndarray] = field(default_factory=list)
     consumable: list[np.ndarray] = field(default_factory=list)
+    queues: list[np.ndarray] = field(default_factory=list)
+    queue_offsets: list[np.ndarray] = field(default_factory=list)
+    queue_ids: dict[tuple[str, int], int] = field(default_factory=dict)
 
-    def arrays(self, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        pos = np.concatenate(self.positions) if self.positions else np.zeros(0, np.int64)
-        size = np.concatenate(self.sizes) if self.sizes else np.zeros(0, np.int64)
-        cons = np.concatenate(self.consumable) if self.consumable else np.zeros(0, bool)
+    def add(self, base: int, positions: np.ndarray, sizes: np.ndarray, cols: RecordColumns) -> None:
+        """Note a run of records decoded at ``positions`` (relative to ``base``)."""
+        h = cols.header
+        enc = cols.topic.dictionary_encode()
+        topics = enc.dictionary.to_pylist()
+        key = (np.asarray(enc.indices, np.int64) << 32) | h["queueId"].astype(np.int64)
+        uniq, inverse = np.unique(key, return_inverse=True)
+        ids = np.array([self.queue_ids.setdefault((topics[k >> 32], k & 0xFFFFFFFF), len(self.queue_ids))
+                        for k in uniq.tolist()], np.int64)  # one step per queue
+        self.positions.append(positions.astype(np.int64) + base)
+        self.sizes.append(sizes.astype(np.int64))
+        self.consumable.append(np.asarray(is_consumable(h["sysFlag"]), bool))
+        self.queues.append(ids[inverse] if len(ids) else np.zeros(0, np.int64))
+        self.queue_offsets.append(h["queueOffset"].astype(np.int64))
+
+    def arrays(self, end: int) -> tuple[np.ndarray, ...]:
+        """(positions, sizes, consumable, queue ids, queue offsets) of the records below ``end``."""
+        def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+        pos, size = cat(self.positions, np.int64), cat(self.sizes, np.int64)
         keep = pos + size <= end
-        return pos[keep], size[keep], cons[keep]
+        return (pos[keep], size[keep], cat(self.consumable, bool)[keep], cat(self.queues, np.int64)[keep],
+                cat(self.queue_offsets, np.int64)[keep])
 
 
 def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile | None, str]:
@@ -249,12 +276,9 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
         arr = seg.array()
         res = scan_segment(arr, pos - seg.start, limit - seg.start, check_crc=ms.config.check_crc_on_recover, base=seg.start)
         if len(res.positions):
-            res = _dense(seg, res, density)
-            at = res.positions.astype(np.int64)
-            sys_flag = np.ascontiguousarray(arr[(at + 36)[:, None] + np.arange(4)]).view(">i4").ravel()
-            walked.positions.append(at + seg.start)
-            walked.sizes.append(res.sizes.astype(np.int64))
-            walked.consumable.append(np.asarray(is_consumable(sys_flag), bool))
+            cols = read_columns(seg.buffer(), seg.start, res.positions, with_body=False)
+            res, cut = _dense(res, cols, density)
+            walked.add(seg.start, res.positions, res.sizes, cols.take(cut))
         new = seg.start + res.end
         if res.reason is StopReason.BLANK:
             pos, clip = seg.end, True
@@ -270,9 +294,9 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
             return new, None, ""  # a record cut by the segment's end: not there
 
 
-def _dense(seg: MappedFile, res: SegmentScan, density: QueueDensity) -> SegmentScan:
-    """``res`` cut at the first record whose QUEUEOFFSET breaks its queue's density (damage)."""
-    cols = read_columns(seg.buffer(), seg.start, res.positions, with_body=False)
+def _dense(res: SegmentScan, cols: RecordColumns, density: QueueDensity) -> tuple[SegmentScan, int]:
+    """``res`` cut at the first record whose QUEUEOFFSET breaks its queue's density (damage),
+    and how many records are kept."""
     enc = cols.topic.dictionary_encode()
     h = cols.header
     cut, why = density.first_break(
@@ -280,8 +304,8 @@ def _dense(seg: MappedFile, res: SegmentScan, density: QueueDensity) -> SegmentS
         np.asarray(is_consumable(h["sysFlag"]), bool),
     )
     if cut == len(res.positions):
-        return res
-    return SegmentScan(res.positions[:cut], res.sizes[:cut], int(res.positions[cut]), StopReason.CORRUPT, why)
+        return res, cut
+    return SegmentScan(res.positions[:cut], res.sizes[:cut], int(res.positions[cut]), StopReason.CORRUPT, why), cut
 
 
 def _first_hole(seg: MappedFile) -> int:
@@ -364,10 +388,17 @@ def _finish(
     if report.state_rebuilt:
         # not fsynced: after a power loss a stale or empty state is caught by the rules above
         ms._state_file.publish(state)
-    flushed = ms.flush_service.state_file.read()
-    if flushed is not None and flushed.offset > end:
-        from .flush import FlushPosition
+    from .flush import FlushPosition
 
+    flushed = ms.flush_service.state_file.read()
+    if flushed is None:
+        # a new store, or one another tool wrote: from now on the flushed position is known
+        # (durably, name included), so a power loss can never make recovery take a log whose
+        # first segments vanished for one that starts there
+        if end > ms.commitlog.min_offset():
+            ms.flush_service._sync_commitlog(ms.commitlog.min_offset(), end)
+        ms.flush_service.state_file.write(FlushPosition(end, state.store_timestamp))
+    elif flushed.offset > end:
         ms.flush_service.state_file.write(FlushPosition(end, state.store_timestamp))
     with ms._dispatch_lock.held():
         for cq in ms._all_queues():
@@ -473,14 +504,15 @@ def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
     """Abnormal path: keep the units past ``cut`` that point at a walked record, cut the rest.
 
     A unit is kept only if it points exactly at the start of a record the walk found (below
-    E) with the record's size, and units of a queue point at increasing offsets; the first
+    E) with the record's size, queue and queue offset, and units of a queue point at
+    increasing offsets; the first
     unit of a queue that fails (a lost page reads as zeros, a unit past E) and all after it
     are truncated. Returns where dispatch must resume: the first consumable walked record
     left without a unit (E if none), so re-dispatch rewrites only what is missing and skips
     units already there (idempotent). All vectorized: one read and one ``searchsorted`` per
     queue, no step per record.
     """
-    pos, size, consumable = walked.arrays(end)
+    pos, size, consumable, queue, qoff = walked.arrays(end)
     covered = np.zeros(len(pos), bool)
     for cq in ms._all_queues():
         first = cq.first_at_or_past(cut)
@@ -493,8 +525,10 @@ def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
         idx = np.searchsorted(pos, off)
         safe = np.minimum(idx, max(len(pos) - 1, 0))
         ok = (idx < len(pos)) & (sz > 0) & (off + sz <= end)
-        if len(pos):
-            ok &= (pos[safe] == off) & (size[safe] == sz)
+        if len(pos):  # the unit's record: at that offset, of that size, queue and queue offset
+            me = walked.queue_ids.get((cq.directory.parent.name, int(cq.directory.name)), -1)
+            logical = first + np.arange(len(u))
+            ok &= (pos[safe] == off) & (size[safe] == sz) & (queue[safe] == me) & (qoff[safe] == logical)
         ok[1:] &= np.diff(off) > 0
         bad = np.flatnonzero(~ok)
         k = int(bad[0]) if len(bad) else len(u)
