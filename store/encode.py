@@ -45,8 +45,10 @@ from .properties import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    bad_uniq_key,
     join_pairs,
     list_offsets,
+    reserved_name_problem,
     single_property,
 )
 from .record import (
@@ -187,6 +189,23 @@ def _no_separators(col: pa.Array, field: str, parent: np.ndarray | None = None, 
         row = int(parent[i]) if parent is not None else i
         what = "a space or a control separator (\\x01, \\x02)" if space else "a control separator (\\x01 or \\x02)"
         raise InvalidMessageError(f"value {col[i].as_py()!r} contains {what}", row=row, field=field)
+
+
+def _check_property_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray, is_uniq: np.ndarray) -> None:
+    """Refuse user properties the store or RocketMQ reserves (``RMQLOG_*``, RocketMQ's system
+    names, delay/timer names) and a given ``UNIQ_KEY`` that is not a RocketMQ client message
+    id; see :func:`store.properties.reserved_name_problem`. ``keys``/``vals``: the batch's
+    flattened user properties, ``parent`` their rows, ``is_uniq`` which names are UNIQ_KEY."""
+    problem = reserved_name_problem(keys)
+    if problem is not None:
+        i, reason = problem
+        raise InvalidMessageError(reason, row=int(parent[i]), field="properties")
+    i_bad = bad_uniq_key(vals, is_uniq)
+    if i_bad is not None:
+        raise InvalidMessageError(
+            f"property 'UNIQ_KEY' {vals[i_bad].as_py()!r} is not a RocketMQ client message id (32 or 56 uppercase hex digits)",
+            row=int(parent[i_bad]), field="properties",
+        )
 
 
 def _crc32s(body: pa.BinaryArray) -> np.ndarray:
@@ -715,6 +734,7 @@ def prepare_batch(
             offsets = np.concatenate([[0], np.cumsum(lens)])
         if len(keys):
             is_uniq = np.asarray(pc.equal(keys, PROPERTY_UNIQ_KEY))
+            _check_property_names(keys, vals, parent, is_uniq)
             has_uniq[parent[is_uniq]] = True
             user_has_tags = bool(pc.any(pc.equal(keys, PROPERTY_TAGS)).as_py())
             user_has_keys = bool(pc.any(pc.equal(keys, PROPERTY_KEYS)).as_py())

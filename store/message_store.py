@@ -71,7 +71,14 @@ def writer_marker(writer: object, sequence: object) -> tuple[str, str] | None:
 
 
 def writer_markers(properties: pa.Array) -> list[tuple[str, int]]:
-    """The ``RMQLOG_WRITER`` markers in a run of properties strings, in order (few rows carry one)."""
+    """The ``RMQLOG_WRITER`` markers in a run of properties strings, in order (few rows carry one).
+
+    Only a property *named* ``RMQLOG_WRITER`` counts (the properties are parsed with Java's
+    rules: a value, a key or tags holding that text is not one; the store refuses user
+    properties of that name, and values cannot hold the separators), and only a value of the
+    form the store writes: ``"<sequence> <writer>"``, the sequence ASCII digits below 2**63,
+    the writer as :func:`validate_writer` accepts it. Anything else (a foreign record) is ignored.
+    """
     hits = pc.match_substring(properties, PROPERTY_WRITER + "\x01")
     rows = properties.filter(hits)
     if not len(rows):
@@ -80,9 +87,17 @@ def writer_markers(properties: pa.Array) -> list[tuple[str, int]]:
     for value in ParsedProperties(rows).column(PROPERTY_WRITER).to_pylist():  # one per batch, not per message
         if value:
             seq, _, name = value.partition(" ")
-            if seq.isdigit() and name:
+            if seq.isascii() and seq.isdigit() and len(seq) <= 19 and int(seq) < 1 << 63 and _valid_writer(name):
                 out.append((name, int(seq)))
     return out
+
+
+def _valid_writer(name: str) -> bool:
+    try:
+        validate_writer(name, 0)
+    except InvalidMessageError:
+        return False
+    return True
 
 
 def parse_tag_filter(tags: str | None) -> set[str] | None:

@@ -182,14 +182,14 @@ def test_uniq_key_present_unique_and_kept(ms: store.MessageStore, root: Path) ->
     ms.put("T", b"z", properties={"UNIQ_KEY": given, "other": "1"})
     tbl = pa.table({
         "topic": ["T", "T"], "body": [b"m", b"n"],
-        "properties": pa.array([[("UNIQ_KEY", "MINE-1")], None], pa.map_(pa.string(), pa.string())),
+        "properties": pa.array([[("UNIQ_KEY", "0A0B0C0D1234ABCDEF0123456789ABCE")], None], pa.map_(pa.string(), pa.string())),
     })
     ms.put_batch(tbl)
     recs = walk(root)
     keys = [r.properties["UNIQ_KEY"] for r in recs]
     assert len(keys) == 608
     assert keys[605] == given
-    assert keys[606] == "MINE-1"
+    assert keys[606] == "0A0B0C0D1234ABCDEF0123456789ABCE"
     generated = keys[:605] + keys[607:]
     assert all(HEX32.match(k) for k in generated)
     assert len(set(keys)) == len(keys)
