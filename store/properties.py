@@ -264,8 +264,9 @@ def reserved_name_problem(keys: pa.Array) -> tuple[int, str] | None:
 
     ``keys`` are the flattened names of a batch's user properties (string, no nulls); ``None``
     when every name is allowed. Vectorized: a screen on each name's first byte and length
-    (:data:`_SCREEN`, two table lookups over the Arrow buffers: ~3 us for a batch, where an
-    ``is_in`` costs ~25 us as it builds its hash set per call), then, only for the names it
+    (:data:`_SCREEN`, numpy lookups over the Arrow buffers: ~10 us for a batch of 200 names,
+    where ``is_in`` and ``starts_with`` cost ~100 us, ``is_in`` building its hash set per
+    call), then, only for the names it
     lets through, ``is_in`` against :data:`RESERVED_PROPERTIES` and ``starts_with`` of the
     store's prefix.
     """
