@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .append_state import AppendState, AppendStateFile
+from .arguments import int_arg, offset_arg, queue_id_arg
 from .checkpoint import CheckpointFile
 from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
@@ -76,7 +77,14 @@ def writer_marker(writer: object, sequence: object) -> tuple[str, str] | None:
 
 
 def writer_markers(properties: pa.Array) -> list[tuple[str, int]]:
-    """The ``RMQLOG_WRITER`` markers in a run of properties strings, in order (few rows carry one)."""
+    """The ``RMQLOG_WRITER`` markers in a run of properties strings, in order (few rows carry one).
+
+    Only a property *named* ``RMQLOG_WRITER`` counts (the properties are parsed with Java's
+    rules: a value, a key or tags holding that text is not one; the store refuses user
+    properties of that name, and values cannot hold the separators), and only a value of the
+    form the store writes: ``"<sequence> <writer>"``, the sequence ASCII digits below 2**63,
+    the writer as :func:`validate_writer` accepts it. Anything else (a foreign record) is ignored.
+    """
     hits = pc.match_substring(properties, PROPERTY_WRITER + "\x01")
     rows = properties.filter(hits)
     if not len(rows):
@@ -85,9 +93,17 @@ def writer_markers(properties: pa.Array) -> list[tuple[str, int]]:
     for value in ParsedProperties(rows).column(PROPERTY_WRITER).to_pylist():  # one per batch, not per message
         if value:
             seq, _, name = value.partition(" ")
-            if seq.isdigit() and name:
+            if seq.isascii() and seq.isdigit() and len(seq) <= 19 and int(seq) < 1 << 63 and _valid_writer(name):
                 out.append((name, int(seq)))
     return out
+
+
+def _valid_writer(name: str) -> bool:
+    try:
+        validate_writer(name, 0)
+    except InvalidMessageError:
+        return False
+    return True
 
 
 def parse_tag_filter(tags: str | None) -> set[str] | None:
@@ -241,6 +257,10 @@ class MessageStore:
         return cq
 
     def _all_queues(self) -> list[ConsumeQueue]:
+        """Every consume queue on disk; folders not named as the store names them (a topic
+        name that is not valid, a queue id not in canonical decimal) are not queues."""
+        from .paths import parse_queue_dir_name
+
         out = []
         root = self.paths.consumequeue_dir
         if root.is_dir():
@@ -251,8 +271,9 @@ class MessageStore:
                     log.warning("ignoring %s: not a valid topic name", topic_dir)
                     continue
                 for qdir in sorted(topic_dir.iterdir()):
-                    if qdir.name.isdigit() and qdir.is_dir():
-                        out.append(self.consume_queue(topic_dir.name, int(qdir.name)))
+                    qid = parse_queue_dir_name(qdir.name)
+                    if qid is not None and qdir.is_dir():
+                        out.append(self.consume_queue(topic_dir.name, qid))
         return out
 
     def _rebuild_state(self, end: int | None = None, *, check_crc: bool | None = None) -> AppendState:
@@ -391,8 +412,10 @@ class MessageStore:
 
         Columns: ``topic`` (string) and ``body`` (binary or string) required; optional
         ``queueId`` (int; null or absent = round robin), ``tags`` (string), ``keys``
-        (list<string>), ``properties`` (map<string,string>), ``flag`` (int32),
-        ``bornTimestamp`` (timestamp or int64 ms). Returns, per input row and in input order,
+        (list<string>), ``properties`` (map<string,string>; not RocketMQ's system names nor
+        ``RMQLOG_*``, see :func:`store.properties.reserved_name_problem`), ``flag`` (int32),
+        ``bornTimestamp`` (timestamp, truncated to ms, or int64 ms; 1970-01-01 to 9999-12-31).
+        Each column at most once. Returns, per input row and in input order,
         ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``.
 
         With ``dispatch=True`` the batch is also readable through the consume queues when
@@ -584,6 +607,12 @@ class MessageStore:
         for name, ok in checks:
             if not ok:
                 raise InvalidMessageError("has a value of the wrong type", row=0, field=name)
+        if queue_id is not None and not 0 <= queue_id < 1 << 31:  # the batch path names the topic's limit
+            from .errors import QueueIdError
+
+            raise QueueIdError(f"queue id {queue_id} is out of range [0, 2**31)", row=0, field="queueId")
+        if not -(1 << 31) <= flag < 1 << 31:
+            raise InvalidMessageError("flag does not fit in 32 bits", row=0, field="flag")
         cols: dict[str, pa.Array] = {
             "topic": pa.array([topic], pa.string()),
             "body": pa.array([body.encode() if isinstance(body, str) else bytes(body)], pa.binary()),
@@ -633,12 +662,14 @@ class MessageStore:
         """Logical offset of the oldest message still in the queue."""
         self._check_open()
         validate_topic(topic)
+        queue_id = queue_id_arg(queue_id)
         return self._bounds(self.consume_queue(topic, queue_id))[0]
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """Logical offset after the newest dispatched message of the queue (0 if empty)."""
         self._check_open()
         validate_topic(topic)
+        queue_id = queue_id_arg(queue_id)
         return self._bounds(self.consume_queue(topic, queue_id))[1]
 
     def get_messages(
@@ -656,6 +687,7 @@ class MessageStore:
 
         validate_group(group)
         validate_topic(topic)
+        queue_id, offset, max_count = int_arg("queue_id", queue_id), int_arg("offset", offset), int_arg("max_count", max_count)
         if max_count <= 0:  # RocketMQ answers nothing useful either; say so instead
             raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
         empty = empty_message_table()
@@ -701,6 +733,7 @@ class MessageStore:
         """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table."""
         self._check_open()
         validate_topic(topic)
+        queue_id, start, end = queue_id_arg(queue_id), int_arg("start", start), int_arg("end", end)
         cq = self.consume_queue(topic, queue_id)
         lo, hi = self._bounds(cq)
         start, end = max(start, lo), min(end, hi)
@@ -718,6 +751,7 @@ class MessageStore:
         """
         self._check_open()
         validate_topic(topic)
+        queue_id, ts_ms = queue_id_arg(queue_id), int_arg("ts_ms", ts_ms)
         cq = self.consume_queue(topic, queue_id)
         lo, hi = self._bounds(cq)
         tail = self.published_tail()
@@ -739,6 +773,7 @@ class MessageStore:
     def message_by_offset(self, commit_log_offset: int) -> dict[str, Any] | None:
         """The message whose record starts at this commitlog offset, as a dict row; ``None`` if none."""
         self._check_open()
+        commit_log_offset = int_arg("commit_log_offset", commit_log_offset)
         if commit_log_offset < self.commitlog.min_offset():
             return None
         rec = self.commitlog.record_at(int(commit_log_offset), self.published_tail())
@@ -761,27 +796,63 @@ class MessageStore:
 
     # --------------------------------------------------------- offsets, topics
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record ``group``'s progress on a queue in ``config/consumerOffset.json``."""
+        """Record ``group``'s progress on a queue in ``config/consumerOffset.json``.
+
+        ``queue_id`` is an int in ``[0, 2**31)``, and a queue of the topic when the topic is in
+        ``topics.json`` (below its read/write queue counts, or a queue folder that exists);
+        ``offset`` an int in ``[0, 2**63)`` (a Java long; like RocketMQ's broker, any such
+        offset is stored, also one past the queue's end). Otherwise
+        :class:`store.errors.InvalidArgumentError` naming the argument; a bad name raises
+        :class:`store.errors.InvalidGroupError` / :class:`store.errors.InvalidTopicError`.
+        """
         self._check_open()
+        from .paths import validate_group
+
+        validate_group(group)
+        validate_topic(topic)
+        queue_id, offset = queue_id_arg(queue_id), offset_arg(offset)
+        tc = self.topic_config.get(topic)
+        if tc is None:
+            self.topic_config.reload()
+            tc = self.topic_config.get(topic)
+        if tc is not None and queue_id >= max(tc.read_queue_nums, tc.write_queue_nums) and not self.paths.queue_dir(topic, queue_id).is_dir():
+            raise InvalidArgumentError(
+                f"queue_id {queue_id} is not a queue of topic {topic!r} "
+                f"({tc.read_queue_nums} read / {tc.write_queue_nums} write queues)"
+            )
         self.consumer_offsets.commit(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """``group``'s committed offset on a queue, or -1 if it has none."""
+        """``group``'s committed offset on a queue, or -1 if it has none.
+
+        ``queue_id``: an int in ``[0, 2**31)``, else :class:`store.errors.InvalidArgumentError`.
+        An unreadable ``consumerOffset.json`` (and ``.bak``) raises
+        :class:`store.errors.CorruptStoreError` naming it.
+        """
         self._check_open()
         return self.consumer_offsets.committed(group, topic, queue_id)
 
     def create_topic(self, topic: str, queues: int | None = None, *, read_queues: int | None = None) -> TopicConfig:
-        """Create or resize a topic in ``config/topics.json``."""
+        """Create or resize a topic in ``config/topics.json``.
+
+        ``queues`` (write queues; ``None``: ``default_topic_queue_nums``) and ``read_queues``
+        (``None``: as many as write queues) are ints in ``[1, 65535]``, else
+        :class:`store.errors.InvalidArgumentError` naming the argument.
+        """
         self._check_open()
-        n = queues or self.config.default_topic_queue_nums
-        tc = TopicConfig(validate_topic(topic), read_queues or n, n)
+        name = validate_topic(topic)
+        n = self.config.default_topic_queue_nums if queues is None else int_arg("queues", queues, 1, 65535)
+        r = n if read_queues is None else int_arg("read_queues", read_queues, 1, 65535)
+        tc = TopicConfig(name, r, n)
         self.topic_config.put(tc)
         return tc
 
     def topics(self) -> dict[str, TopicConfig]:
-        """Every topic: those of ``config/topics.json``, and those only the log has (a store
-        written by RocketMQ without its config, or a config file lost): found by their consume
-        queues, with as many queues as they have there. Nothing is written."""
+        """Every topic: those of ``config/topics.json`` (re-read), and those only the log has (a
+        store written by RocketMQ without its config, or a config file lost): found by their
+        consume queues, with as many queues as they have there. Nothing is written. An entry of
+        ``topics.json`` whose key is not a valid topic name, or whose ``topicName`` differs from
+        its key, is never listed (it is logged and kept in the file as it is)."""
         self._check_open()
         self.topic_config.reload()
         out = self.topic_config.topics()
