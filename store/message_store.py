@@ -234,15 +234,24 @@ class MessageStore:
             raise StoreClosedError("the store is closed")
 
     def _consume_queue_segment_size(self) -> int:
-        """The consume-queue segment size of this store's files, else the configured one."""
-        cq_root = self.paths.consumequeue_dir
-        if cq_root.is_dir():
-            for topic_dir in cq_root.iterdir():
-                for qdir in topic_dir.iterdir() if topic_dir.is_dir() else []:
-                    for f in qdir.iterdir() if qdir.is_dir() else []:
-                        if parse_segment_name(f.name) is not None:
-                            return f.stat().st_size
-        return self.config.mapped_file_size_consume_queue
+        """The consume-queue segment size of this store's files, else the configured one.
+
+        The most common size among the first segments of up to 16 queues (folders that are
+        not queues ignored): one file truncated by a crash does not decide it. A queue's
+        segments of another size are then dropped and rebuilt at open (see store.recovery).
+        """
+        sizes: dict[int, int] = {}
+        seen = 0
+        for _, _, cq in self._queue_dirs():
+            first = min((f for f in cq.iterdir() if parse_segment_name(f.name) is not None), default=None)
+            if first is not None and (n := first.stat().st_size) > 0:
+                sizes[n] = sizes.get(n, 0) + 1
+                seen += 1
+                if seen >= 16:
+                    break
+        if not sizes:
+            return self.config.mapped_file_size_consume_queue
+        return max(sizes, key=lambda n: (sizes[n], n))
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The consume queue of (topic, queue id) (no file is created until a unit is written)."""
@@ -256,25 +265,29 @@ class MessageStore:
                     self._queues[key] = cq
         return cq
 
-    def _all_queues(self) -> list[ConsumeQueue]:
-        """Every consume queue on disk; folders not named as the store names them (a topic
-        name that is not valid, a queue id not in canonical decimal) are not queues."""
+    def _queue_dirs(self) -> Iterator[tuple[str, int, Path]]:
+        """(topic, queue id, folder) of every consume queue on disk; folders not named as the
+        store names them (a topic name that is not valid, a queue id not in canonical decimal)
+        are not queues, and their names are never used."""
         from .paths import parse_queue_dir_name
 
-        out = []
         root = self.paths.consumequeue_dir
-        if root.is_dir():
-            for topic_dir in sorted(root.iterdir()):
-                if not topic_dir.is_dir():
-                    continue
-                if topic_problem(topic_dir.name) is not None:  # not ours: never used as a name
-                    log.warning("ignoring %s: not a valid topic name", topic_dir)
-                    continue
-                for qdir in sorted(topic_dir.iterdir()):
-                    qid = parse_queue_dir_name(qdir.name)
-                    if qid is not None and qdir.is_dir():
-                        out.append(self.consume_queue(topic_dir.name, qid))
-        return out
+        if not root.is_dir():
+            return
+        for topic_dir in sorted(root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            if topic_problem(topic_dir.name) is not None:
+                log.warning("ignoring %s: not a valid topic name", topic_dir)
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                qid = parse_queue_dir_name(qdir.name)
+                if qid is not None and qdir.is_dir():
+                    yield topic_dir.name, qid, qdir
+
+    def _all_queues(self) -> list[ConsumeQueue]:
+        """Every consume queue on disk (see :meth:`_queue_dirs`)."""
+        return [self.consume_queue(topic, qid) for topic, qid, _ in self._queue_dirs()]
 
     def _rebuild_state(self, end: int | None = None, *, check_crc: bool | None = None) -> AppendState:
         """The append state recovered from the commitlog itself, up to ``end`` (default: its end).
