@@ -7,6 +7,8 @@ from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from .config_files import TopicConfig
 from .errors import (
     ConfigError,
+    CorruptQueueError,
+    CorruptRecordError,
     CorruptStoreError,
     DataLossError,
     DiskFullError,
@@ -26,7 +28,7 @@ from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
 
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
-    "StoreError", "ConfigError", "CorruptStoreError", "DataLossError", "DiskFullError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
+    "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessageTooLargeError", "QueueIdError", "StoreClosedError", "StoreNotFoundError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",
