@@ -95,11 +95,13 @@ Reader = Callable[[store.MessageStore, Path, str, int, "bool | None"], list[dict
 
 
 def via_read_queue(s: store.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None) -> list[dict[str, Any]]:
-    return s.read_queue(topic, qid, 0, 1 << 40, check_crc=check_crc).to_pylist()
+    kw = {} if check_crc is None else {"check_crc": check_crc}
+    return s.read_queue(topic, qid, 0, 1 << 40, **kw).to_pylist()
 
 
 def via_get_messages(s: store.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None) -> list[dict[str, Any]]:
-    res = s.get_messages("g", topic, qid, s.min_offset(topic, qid), max_count=1000, check_crc=check_crc)
+    kw = {} if check_crc is None else {"check_crc": check_crc}
+    res = s.get_messages("g", topic, qid, s.min_offset(topic, qid), max_count=1000, **kw)
     assert res.status is store.GetMessageStatus.FOUND
     return res.messages.to_pylist()
 
