@@ -3,6 +3,7 @@
 No Spark import here: usable from plain Python, jobs, notebooks and the Spark data source.
 """
 
+from .allocator import pin_malloc_thresholds
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from .config_files import TopicConfig
 from .errors import (
@@ -25,6 +26,9 @@ from .errors import (
 from .message_store import MessageStore
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
+
+#: Whether glibc's malloc thresholds were pinned at import (see :mod:`store.allocator`).
+MALLOC_PINNED = pin_malloc_thresholds()
 
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
