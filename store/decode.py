@@ -5,10 +5,19 @@ positions of whole records in it, in log order. Each variable part (headers, bod
 properties) is copied out with one :func:`store.gather.gather_slices` call; fixed fields are
 read through the numpy dtype of :mod:`store.record`. Rows with IPv6 hosts (other header
 sizes) are decoded in their own group. The result never references the mapped file.
+
+A *checked* decode (``read_columns(..., check=RecordCheck(...))``, what every read of
+messages uses) takes positions that may point anywhere (a damaged consume-queue unit, a
+msgId) and checks each record before any gather that depends on a field it checks: the
+header fits, a record starts there, its fixed fields match what pointed at it, its lengths
+add up, its topic, its body CRC. Each check is one numpy comparison over the whole read;
+the first bad row raises :class:`BadRecordError`, which the readers turn into
+:class:`store.errors.CorruptQueueError` or :class:`store.errors.CorruptRecordError`.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -118,7 +127,7 @@ class RecordCheck:
         total = header["totalSize"].astype(np.int64)
         unit = self.size is not None
         tests: list[tuple[np.ndarray, Callable[[int], str], bool]] = [
-            (~((magic == MAGIC_V1) | (magic == MAGIC_V2)), lambda r: f"no record there: {_not_a_record(magic[r], total[r])}", unit),
+            (~((magic == MAGIC_V1) | (magic == MAGIC_V2)), lambda r: f"no record there: {not_a_record(magic[r], total[r])}", unit),
         ]
         if self.size is not None:
             size = self.size
@@ -136,7 +145,8 @@ class RecordCheck:
         raise_first_bad_row(base, positions, tests)
 
 
-def _not_a_record(magic: int, total: int) -> str:
+def not_a_record(magic: int, total: int) -> str:
+    """What is at a position whose magic is not a record's."""
     if magic == BLANK_MAGIC:
         return "a blank (end-of-segment) record"
     if magic == 0 and total == 0:
@@ -405,7 +415,10 @@ def dispatch_columns(cols: RecordColumns) -> tuple[pa.Array, np.ndarray]:
     return tags, tags_codes(tags)
 
 
+@functools.cache
 def empty_message_table() -> pa.Table:
+    """The message table without rows (one shared instance: Arrow tables are immutable, and
+    building one costs ~150 us, more than a whole 32-message ``get_messages`` should)."""
     return MESSAGE_SCHEMA.empty_table()
 
 

@@ -48,7 +48,7 @@ from .lock_file import StoreLockFile
 from .msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
 from .paths import StorePaths, parse_segment_name, validate_topic
 from .properties import PROPERTY_WRITER, ParsedProperties
-from .queue_read import check_unit, read_units
+from .queue_read import read_units, unit_store_timestamp
 from .record import ScanKind, is_consumable
 from .recovery import RecoveryReport, recover
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
@@ -745,7 +745,7 @@ class MessageStore:
             if unit["size"][0] == FILLER_SIZE:
                 left = mid + 1
                 continue
-            store_ts = check_unit(self.commitlog, cq, unit, mid, topic=topic, queue_id=queue_id, floor=floor, tail=tail)
+            store_ts = unit_store_timestamp(self.commitlog, cq, unit, mid, topic=topic, queue_id=queue_id, floor=floor, tail=tail)
             if store_ts < ts_ms:
                 left = mid + 1
             else:

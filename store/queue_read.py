@@ -24,6 +24,7 @@ bad unit of the read in queue order.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 
 import numpy as np
@@ -31,9 +32,10 @@ import pyarrow as pa
 
 from .commitlog import CommitLog
 from .consume_queue import CQ_UNIT_SIZE, ConsumeQueue
-from .decode import MIN_RECORD_SIZE, BadRecordError, RecordCheck, raise_first_bad_row
+from .decode import MIN_RECORD_SIZE, BadRecordError, RecordCheck, not_a_record, raise_first_bad_row
 from .errors import CorruptQueueError, CorruptRecordError
 from .paths import segment_name
+from .record import MAGIC_V1, MAGIC_V2
 
 
 def read_units(
@@ -100,15 +102,47 @@ def _public_error(
     )
 
 
-def check_unit(
+def unit_store_timestamp(
     commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: int, *, topic: str, queue_id: int,
     floor: int, tail: int,
 ) -> int:
-    """STORETIMESTAMP (ms) of the record one unit (``units``, one row) points at, the unit checked
-    as :func:`read_units` does but without the body CRC (only the header is used)."""
-    table = read_units(commitlog, cq, units, np.array([logical], np.int64), topic=topic, queue_id=queue_id,
-                       floor=floor, tail=tail, check_crc=False)
-    return int(table["storeTimestamp"].cast(pa.int64())[0].as_py()) // 1000
+    """STORETIMESTAMP (ms) of the record one unit (``units``, one row) points at, the unit
+    checked as :func:`read_units` does but without the body CRC (only the header is used).
+
+    Scalar (one record decoded in Python, ~20x cheaper than a one-row :func:`read_units`):
+    ``offset_for_timestamp``'s binary search calls it once per step.
+    """
+    off, size = units["offset"][:1].astype(np.int64), units["size"][:1].astype(np.int64)
+    try:
+        check_bounds(off, size, floor, tail, commitlog.segment_size)
+        return _store_timestamp(commitlog, int(off[0]), int(size[0]), topic, queue_id, logical, tail)
+    except BadRecordError as e:
+        raise _public_error(e, cq, topic, queue_id, logical, int(off[0])) from None
 
 
-__all__ = ["read_units", "check_bounds", "check_unit"]
+def _store_timestamp(commitlog: CommitLog, off: int, size: int, topic: str, queue_id: int, logical: int, tail: int) -> int:
+    def bad(reason: str, unit: bool = True) -> BadRecordError:
+        return BadRecordError(reason, row=0, offset=off, against_unit=unit, path=str(seg.path) if seg else None)
+
+    seg = commitlog.segments.for_offset(off)
+    if seg is None:
+        raise bad("no commitlog segment holds its record")
+    total, magic = struct.unpack(">ii", seg.read(off - seg.start, 8))  # inside: checked by check_bounds
+    if magic not in (MAGIC_V1, MAGIC_V2):
+        raise bad(f"no record there: {not_a_record(magic, total)}")
+    if total != size:
+        raise bad(f"the record there has TOTALSIZE {total}, the unit says {size}")
+    found = commitlog.record_at(off, tail)
+    if found is None or found.record is None:
+        raise bad(found.reason if found is not None and found.reason else "undecodable record", unit=False)
+    rec = found.record
+    if rec.queue_id != queue_id:
+        raise bad(f"the record there is of queue {rec.queue_id}, not {queue_id}")
+    if rec.queue_offset != logical:
+        raise bad(f"the record there has queue offset {rec.queue_offset}")
+    if rec.topic != topic:
+        raise bad(f"the record there is of topic {rec.topic!r}")
+    return rec.store_timestamp
+
+
+__all__ = ["read_units", "check_bounds", "unit_store_timestamp"]

@@ -277,17 +277,23 @@ def test_a_unit_that_is_not_read_is_not_checked(live: store.MessageStore, root: 
         live.get_messages("g", "A", 2, res.next_begin_offset)
 
 
-def test_offset_for_timestamp_checks_the_units_it_looks_at(live: store.MessageStore, root: Path) -> None:
-    """Its binary search looks at unit 15 of 30 first: pointing at queue 3's record, it must
-    not lend that record's store time (before: any non-record read as time 0)."""
-    other, size, _ = unit(root, "A", 3, 15)
-    write_unit(root, "A", 2, 15, other, size)
+@pytest.mark.parametrize("damage", ["other_queue", "other_topic", "past_tail", "middle", "size"])
+def test_offset_for_timestamp_checks_the_units_it_looks_at(live: store.MessageStore, root: Path, damage: str) -> None:
+    """Its binary search looks at unit 15 of 30 first: a damaged one must not lend another
+    record's store time (before: any non-record read as time 0, or an AssertionError)."""
+    own, size, _ = unit(root, "A", 2, 15)
+    offset, new_size, want = {
+        "other_queue": (unit(root, "A", 3, 15)[0], size, "the record there is of queue 3, not 2"),
+        "other_topic": (unit(root, "B", 2, 15)[0], size, "the record there is of topic 'B'"),
+        "past_tail": (live.published_tail(), size, f"it points past the published tail {live.published_tail()}"),
+        "middle": (own + 8, size, "no record there: magic 0x"),
+        "size": (own, size + 1, f"the record there has TOTALSIZE {size}, the unit says {size + 1}"),
+    }[damage]
+    assert live.offset_for_timestamp("A", 2, 0) == 0
+    write_unit(root, "A", 2, 15, offset, new_size)
     with pytest.raises(CorruptQueueError) as err:
         live.offset_for_timestamp("A", 2, 0)
-    expect_queue_error(err, root, "A", 2, 15, other, "the record there is of queue 3, not 2")
-    write_unit(root, "A", 2, 15, live.published_tail(), size)
-    with pytest.raises(CorruptQueueError, match="past the published tail"):
-        live.offset_for_timestamp("A", 2, 0)
+    expect_queue_error(err, root, "A", 2, 15, offset, want)
 
 
 def test_intact_reads_are_unchanged(live: store.MessageStore, root: Path) -> None:
