@@ -24,7 +24,6 @@ from .append_state import AppendState
 from .decode import (
     BadRecordError,
     RecordCheck,
-    RecordColumns,
     concat_tables,
     message_table,
     read_columns,
@@ -398,18 +397,17 @@ class CommitLog:
                 raise BadRecordError("no commitlog segment holds its record", row=rows.start, offset=int(part[0]),
                                      against_unit=check.size is not None, path=str(self.segments.directory))
             if check is None:
-                cols = read_columns(seg.buffer(), seg.start, part - seg.start, topic=topic)
+                tables.append(message_table(read_columns(seg.buffer(), seg.start, part - seg.start, topic=topic)))
             else:
                 limit = seg.size if tail is None else min(seg.size, tail - seg.start)
-                cols = self._read_checked(seg, part - seg.start, topic, check.rows(rows, limit), rows.start)
-            tables.append(message_table(cols))
+                tables.append(self._read_checked(seg, part - seg.start, topic, check.rows(rows, limit), rows.start))
         return concat_tables(tables)
 
     def _read_checked(self, seg: MappedFile, positions: np.ndarray, topic: str | None, check: RecordCheck,
-                      first_row: int) -> RecordColumns:
-        """:func:`read_columns` with ``check`` over one segment; errors name the segment and the row of the read."""
+                      first_row: int) -> pa.Table:
+        """The message table of a checked decode over one segment; errors name the segment and the row of the read."""
         try:
-            return read_columns(seg.buffer(), seg.start, positions, topic=topic, check=check)
+            return message_table(read_columns(seg.buffer(), seg.start, positions, topic=topic, check=check))
         except BadRecordError as e:
             raise BadRecordError(e.reason, row=first_row + e.row, offset=int(e.offset or 0), against_unit=e.against_unit,
                                  path=str(seg.path)) from None

@@ -423,6 +423,37 @@ def test_crc_damage_before_unit_damage_names_the_record(closed: tuple[int, int],
         assert qerr.value.queue_offset == VICTIM + 3
 
 
+@pytest.mark.parametrize("damaged", [True, False])
+def test_an_untyped_decode_failure_becomes_a_typed_error(closed: tuple[int, int], root: Path, damaged: bool,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Should a damaged record get past the checks and make the decode fail any other way
+    (simulated: the properties' UTF-8 cast raises ArrowInvalid), the read raises
+    CorruptRecordError naming the segment and the first record the scalar decoder rejects
+    (or, with none, the first of the read), never the ArrowInvalid."""
+    import store.decode
+
+    offset, _size = closed
+    if damaged:
+        flip(root, offset + 88 + 5)
+
+    real_utf8_lossy = store.decode.utf8_lossy
+
+    def boom(arr: pa.Array) -> pa.Array:  # fails on reads of several records, as a bad one among them would
+        if len(arr) > 1:
+            raise pa.ArrowInvalid("boom")
+        return real_utf8_lossy(arr)
+
+    with open_damaged(root) as s:
+        first = s.read_queue("A", 2, 0, 1)["commitLogOffset"][0].as_py()
+        monkeypatch.setattr(store.decode, "utf8_lossy", boom)
+        with pytest.raises(CorruptRecordError) as err:
+            s.read_queue("A", 2, 0, 100)
+        if damaged:
+            expect_record_error(err, root, offset, "body CRC mismatch")
+        else:
+            expect_record_error(err, root, first, "undecodable record (ArrowInvalid: boom)")
+
+
 # ------------------------------------------------------------------ units of the checks
 
 
