@@ -8,7 +8,11 @@ For 100-byte and 4 KiB bodies:
 - ``put_batch`` (async flush: pages reach disk in the background) vs a plain sequential
   ``write()`` of the same number of bytes into a new file (the ceiling for any append path);
 - dispatch (commitlog -> consume queues);
-- reading every queue back into Arrow tables vs a plain sequential read of the same bytes.
+- reading every queue back into Arrow tables vs a plain sequential read of the same bytes;
+  the reads three ways, range by range: ``read_queue`` and ``get_messages`` with body CRCs
+  checked (the default), and ``read_queue`` unchecked as the peer of the CRC's cost; their
+  ratios by wall-clock time and by the reading thread's CPU time (which the other tenants of
+  this VM move less: reads run in the calling thread).
 
 Each ``put_batch`` is paired with a plain ``write()`` of the same number of bytes right
 after it (see ``bench``). Right before each round, a scratch file twice as large as the
@@ -124,15 +128,34 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds:
     dispatched = s.dispatch()
     t_dispatch = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    read = 0
-    # read in tables of ~16 MB (what a Spark task or a consumer takes at once), not 268 MB ones
+    # Reads, three ways over the same ranges of ~16 MB (what a Spark task or a consumer takes
+    # at once, not 268 MB tables): read_queue with body CRCs checked (the default),
+    # get_messages with CRCs checked and max_count = the range's size (its default of 32 is
+    # RocketMQ's per-pull batch; here it reads what read_queue reads, so the two compare the
+    # same work), and read_queue unchecked, the peer of the CRC's cost. Range by range, in an
+    # order rotating per range, so that the three see the same machine (the VM's speed drifts
+    # within seconds).
     step = max(1024, (16 << 20) // max(1, written_total // max(n_total, 1)))
-    for q in range(4):
-        lo, hi = s.min_offset("BenchTopic", q), s.max_offset("BenchTopic", q)
-        for off in range(lo, hi, step):
-            read += s.read_queue("BenchTopic", q, off, min(hi, off + step)).num_rows
-    t_read = time.perf_counter() - t0
+    ranges = [(q, off, min(s.max_offset("BenchTopic", q), off + step))
+              for q in range(4) for off in range(s.min_offset("BenchTopic", q), s.max_offset("BenchTopic", q), step)]
+    variants = {
+        "read_queue": lambda q, a, b: s.read_queue("BenchTopic", q, a, b).num_rows,
+        "get_messages": lambda q, a, b: s.get_messages("bench", "BenchTopic", q, a, max_count=b - a).messages.num_rows,
+        "read_queue_unchecked": lambda q, a, b: s.read_queue("BenchTopic", q, a, b, check_crc=False).num_rows,
+    }
+    names = list(variants)
+    read_t = dict.fromkeys(names, 0.0)
+    read_cpu = dict.fromkeys(names, 0.0)  # this thread's CPU time: what other tenants' load moves least
+    read_n = dict.fromkeys(names, 0)
+    for i, (q, a, b) in enumerate(ranges):
+        for name in names[i % 3:] + names[: i % 3]:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            read_n[name] += variants[name](q, a, b)
+            read_cpu[name] += time.thread_time() - c0
+            read_t[name] += time.perf_counter() - t0
+    read = read_n["read_queue"]
+    assert read_n["get_messages"] == read_n["read_queue_unchecked"] == read, read_n
+    t_read = read_t["read_queue"]
     t_plain_read = _plain_read(plain, 8 << 20)
     s.close()
     plain.unlink()
@@ -145,6 +168,11 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds:
         "plain_write_MBps": written / t_plain / mb, "put_vs_plain": float(np.median(ratios)),
         "dispatch_msgs": dispatched / t_dispatch,
         "read_msgs": read / t_read, "read_MBps": per_msg * read / t_read / mb,
+        "get_messages_msgs": read / read_t["get_messages"], "read_unchecked_msgs": read / read_t["read_queue_unchecked"],
+        "crc_checked_vs_unchecked": read_t["read_queue_unchecked"] / t_read,
+        "get_messages_vs_read_queue": t_read / read_t["get_messages"],
+        "crc_checked_vs_unchecked_cpu": read_cpu["read_queue_unchecked"] / read_cpu["read_queue"],
+        "get_messages_vs_read_queue_cpu": read_cpu["read_queue"] / read_cpu["get_messages"],
         "plain_read_MBps": written_total / t_plain_read / mb,
     }
     print(f"\n== body {body_size} B: {rounds} rounds of {n:,} messages, batches of {batch_rows:,}, {written / mb:,.0f} MB of records per round")
@@ -155,7 +183,12 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds:
     print(f"     per paired batch ({len(batch_ratios)}): median {q2:.0%}, quartiles {q1:.0%}-{q3:.0%} "
           "(the rounds' sums include the VM's slow outliers; this is the typical batch)")
     print(f"dispatch        {out['dispatch_msgs']:>12,.0f} msgs/s  ({dispatched:,} records)")
-    print(f"read to Arrow   {out['read_msgs']:>12,.0f} msgs/s  {out['read_MBps']:>8,.0f} MB/s  ({read:,} messages)")
+    print(f"read to Arrow   {out['read_msgs']:>12,.0f} msgs/s  {out['read_MBps']:>8,.0f} MB/s  read_queue, body CRCs checked ({read:,} messages, ranges of {step:,})")
+    print(f"  get_messages  {out['get_messages_msgs']:>12,.0f} msgs/s  body CRCs checked, max_count = {step:,} (the same ranges)")
+    print(f"  read_queue    {out['read_unchecked_msgs']:>12,.0f} msgs/s  body CRCs not checked (check_crc=False): the peer")
+    print(f"  -> CRC checks: read_queue checked = {out['crc_checked_vs_unchecked']:.0%} of unchecked; "
+          f"get_messages = {out['get_messages_vs_read_queue']:.0%} of read_queue "
+          f"(by the reading thread's CPU time: {out['crc_checked_vs_unchecked_cpu']:.0%}; {out['get_messages_vs_read_queue_cpu']:.0%})")
     print(f"plain read()    {'':>12}         {out['plain_read_MBps']:>8,.0f} MB/s")
     return out
 

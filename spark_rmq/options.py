@@ -35,7 +35,7 @@ SOURCE_OPTIONS = {
     "path", "topics", "topicpattern", "assign", "startingoffsets", "startingtimestamp",
     "endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
     "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "tags", "group",
-    "failondataloss", "readbatchrows",
+    "failondataloss", "readbatchrows", "checkcrc",
 }
 SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid"}
 
@@ -154,6 +154,7 @@ class SourceOptions:
     group: str | None = None
     fail_on_data_loss: bool = True
     read_batch_rows: int = DEFAULT_READ_BATCH_ROWS
+    check_crc: bool = True
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -213,6 +214,7 @@ class SourceOptions:
                 raise RmqLogOptionError("group", f"invalid group {raw!r}: {exc}") from None
         kw["fail_on_data_loss"] = _bool(options, "failOnDataLoss", True)
         kw["read_batch_rows"] = _positive_int(options, "readBatchRows") or DEFAULT_READ_BATCH_ROWS
+        kw["check_crc"] = _bool(options, "checkCRC", True)
         return cls(**kw)
 
     @property

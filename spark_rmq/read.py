@@ -20,6 +20,7 @@ from pyspark.sql.datasource import InputPartition
 from store import MESSAGE_SCHEMA, MessageStore
 from store.consume_queue import FILLER_SIZE
 from store.hashing import java_string_hash
+from store.queue_read import read_units
 
 from .offsets import check_data_loss, queue_key
 from .stores import shared_store
@@ -33,6 +34,7 @@ class QueueRange(InputPartition):
 
     ``ts_from_ms``/``ts_until_ms`` (inclusive/exclusive, batch filter pushdown) drop rows by
     store time; the offsets were already narrowed to them, this is the exact cut.
+    ``check_crc`` (the ``checkCRC`` option): check each body's CRC.
     """
 
     path: str
@@ -45,6 +47,7 @@ class QueueRange(InputPartition):
     batch_rows: int = 65536
     ts_from_ms: int | None = None
     ts_until_ms: int | None = None
+    check_crc: bool = True
 
     @property
     def key(self) -> str:
@@ -60,6 +63,9 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
 
     Raises :class:`spark_rmq.errors.DataLossError` if retention deleted part of the range
     and ``part.fail_on_data_loss``; otherwise those messages are skipped with a warning.
+    Each message is checked against its consume-queue unit (and its body CRC with
+    ``part.check_crc``): raises :class:`store.CorruptQueueError` or
+    :class:`store.CorruptRecordError` (see :mod:`store.queue_read`).
     """
     if part.end <= part.start:
         return
@@ -68,6 +74,9 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
 
 def _read(ms: MessageStore, part: QueueRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
     cq = ms.consume_queue(part.topic, part.queue_id)
+    # taken before the queue's first offset: every unit from there on points at or after it,
+    # so a unit pointing below it is damaged (CorruptQueueError), not lost to retention
+    floor = ms.commitlog.min_offset()
     first = ms.min_offset(part.topic, part.queue_id)
     pos = check_data_loss(part.key, part.start, first, part.fail_on_data_loss)
     codes = tag_codes(part.tags) if part.tags else None
@@ -79,16 +88,23 @@ def _read(ms: MessageStore, part: QueueRange, schema: pa.Schema) -> Iterator[pa.
             check_data_loss(part.key, pos + len(units), part.end, part.fail_on_data_loss)
         offsets = units["offset"].astype(np.int64)
         real = units["size"] != FILLER_SIZE
-        live = real & (offsets >= ms.commitlog.min_offset())
-        if not live[real].all():
-            lost = int(np.flatnonzero(real & ~live)[-1])
-            check_data_loss(part.key, pos, pos + lost + 1, part.fail_on_data_loss)
+        # units at or after the floor but below the commitlog's first offset now: retention
+        # deleted their records while this task was reading
+        lost = real & (offsets >= floor) & (offsets < ms.commitlog.min_offset())
+        if lost.any():
+            check_data_loss(part.key, pos, pos + int(np.flatnonzero(lost)[-1]) + 1, part.fail_on_data_loss)
+        live = real & ~lost
         if codes is not None:
             live &= np.isin(units["tagsCode"].astype(np.int64), codes)
+        rows = np.flatnonzero(live)
+        first_row = pos
         pos += n
-        if not live.any():
+        if not len(rows):
             continue
-        table = ms.commitlog.read_messages(offsets[live])
+        table = read_units(
+            ms.commitlog, cq, units[rows], first_row + rows.astype(np.int64), topic=part.topic, queue_id=part.queue_id,
+            floor=floor, tail=ms.published_tail(), check_crc=part.check_crc,
+        )
         if wanted is not None:  # the hash can collide: keep only the exact tags
             table = table.filter(pc.fill_null(pc.is_in(table["tags"], wanted), False))
         if part.ts_from_ms is not None or part.ts_until_ms is not None:

@@ -128,7 +128,8 @@ def _partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **kw: A
     tags = tuple(sorted(opts.tags)) if opts.tags else None
     for key, a, b in ranges:
         topic, qid = split_key(key)
-        parts.append(QueueRange(opts.path, topic, qid, a, b, tags, opts.fail_on_data_loss, opts.read_batch_rows, **kw))
+        parts.append(QueueRange(opts.path, topic, qid, a, b, tags, opts.fail_on_data_loss, opts.read_batch_rows,
+                                check_crc=opts.check_crc, **kw))
     return parts
 
 

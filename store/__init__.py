@@ -3,10 +3,13 @@
 No Spark import here: usable from plain Python, jobs, notebooks and the Spark data source.
 """
 
+from .allocator import pin_malloc_thresholds
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from .config_files import TopicConfig
 from .errors import (
     ConfigError,
+    CorruptQueueError,
+    CorruptRecordError,
     CorruptStoreError,
     DataLossError,
     DiskFullError,
@@ -24,9 +27,12 @@ from .message_store import MessageStore
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
 
+#: Whether glibc's malloc thresholds were pinned at import (see :mod:`store.allocator`).
+MALLOC_PINNED = pin_malloc_thresholds()
+
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
-    "StoreError", "ConfigError", "CorruptStoreError", "DataLossError", "DiskFullError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
+    "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessageTooLargeError", "QueueIdError", "StoreClosedError", "StoreNotFoundError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",

@@ -21,11 +21,18 @@ import numpy as np
 import pyarrow as pa
 
 from .append_state import AppendState
-from .decode import concat_tables, message_table, read_columns
+from .decode import (
+    BadRecordError,
+    RecordCheck,
+    concat_tables,
+    message_table,
+    read_columns,
+)
 from .encode import EncodedBatch
+from .errors import CorruptStoreError, StoreError
 from .fileio import ProcessLocalPool
 from .mapped_file import MappedFile, MappedFileQueue
-from .record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, ScanResult, decode_at
+from .record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, ScanKind, ScanResult, decode_at
 from .scan import SegmentScan, StopReason, scan_segment
 
 
@@ -231,6 +238,17 @@ class _Pipeline:
             raise error
 
 
+def _first_undecodable(seg: MappedFile, positions: np.ndarray, check: RecordCheck) -> tuple[int, str]:
+    """(row, reason) of the first record of ``positions`` the scalar decoder rejects, else (0, "")."""
+    limit = check.limit if check.limit is not None else seg.size
+    view = memoryview(seg.array())[: max(0, limit)]  # type: ignore[arg-type]
+    for i, pos in enumerate(positions.tolist()):
+        found = decode_at(view, pos, check_crc=check.crc) if 0 <= pos < len(view) else None
+        if found is None or found.kind is not ScanKind.RECORD:
+            return i, (found.reason if found is not None and found.reason else "no record there")
+    return 0, ""
+
+
 class CommitLog:
     def __init__(self, directory: Path, segment_size: int) -> None:
         self.segments = MappedFileQueue(directory, segment_size)
@@ -335,16 +353,32 @@ class CommitLog:
 
     # ------------------------------------------------------------------- read
     def record_at(self, offset: int, tail: int) -> ScanResult | None:
-        """The record starting at ``offset`` (scalar decode), ``None`` if out of range."""
-        seg = self.segments.for_offset(offset)
-        if seg is None or offset >= tail:
-            return None
-        return decode_at(memoryview(seg.array()), offset - seg.start, base=seg.start)  # type: ignore[arg-type]
+        """The record starting at ``offset`` (scalar decode), ``None`` if out of range.
 
-    def read_messages(self, offsets: np.ndarray, *, topic: str | None = None) -> pa.Table:
-        """Decode the records at these commitlog offsets (ascending) into the message table.
+        Only bytes below ``tail`` are read: a record that would cross it is ``CORRUPT``.
+        """
+        if not 0 <= offset < tail:
+            return None
+        seg = self.segments.for_offset(offset)
+        if seg is None:
+            return None
+        view = memoryview(seg.array())[: min(seg.size, tail - seg.start)]  # type: ignore[arg-type]
+        return decode_at(view, offset - seg.start, base=seg.start)
+
+    def read_messages(
+        self, offsets: np.ndarray, *, topic: str | None = None, check: RecordCheck | None = None,
+        tail: int | None = None,
+    ) -> pa.Table:
+        """Decode the records at these commitlog offsets into the message table, in their order.
 
         ``topic``: the topic the records are expected to have (a consume queue's), a fast path.
+        ``check`` (with ``tail``, the published tail): check every record as
+        :class:`store.decode.RecordCheck` says, reading nothing at or past ``tail``. Raises
+        :class:`store.decode.BadRecordError` naming the segment file, the commitlog offset
+        and the row of the first bad record found; a gather or decode failing on a damaged
+        record any other way is reported the same way (the scalar decoder locates it).
+        Without ``check`` the offsets must be those of whole records (found by a scan or
+        dispatched), or :class:`CorruptStoreError` is raised for a missing segment.
         """
         offsets = np.asarray(offsets, np.int64)
         if len(offsets) == 0:
@@ -352,12 +386,40 @@ class CommitLog:
         seg_of = offsets // self.segment_size
         cuts = np.flatnonzero(np.diff(seg_of)) + 1
         tables = []
+        first = 0
         for part in np.split(offsets, cuts):
+            rows = slice(first, first + len(part))
+            first += len(part)
             seg = self.segments.for_offset(int(part[0]))
-            assert seg is not None
-            cols = read_columns(seg.buffer(), seg.start, part - seg.start, topic=topic)
-            tables.append(message_table(cols))
+            if seg is None:
+                if check is None:
+                    raise CorruptStoreError("no commitlog segment holds the record", offset=int(part[0]))
+                raise BadRecordError("no commitlog segment holds its record", row=rows.start, offset=int(part[0]),
+                                     against_unit=check.size is not None, path=str(self.segments.directory))
+            if check is None:
+                tables.append(message_table(read_columns(seg.buffer(), seg.start, part - seg.start, topic=topic)))
+            else:
+                limit = seg.size if tail is None else min(seg.size, tail - seg.start)
+                tables.append(self._read_checked(seg, part - seg.start, topic, check.rows(rows, limit), rows.start))
         return concat_tables(tables)
+
+    def _read_checked(self, seg: MappedFile, positions: np.ndarray, topic: str | None, check: RecordCheck,
+                      first_row: int) -> pa.Table:
+        """The message table of a checked decode over one segment; errors name the segment and the row of the read."""
+        try:
+            return message_table(read_columns(seg.buffer(), seg.start, positions, topic=topic, check=check))
+        except BadRecordError as e:
+            raise BadRecordError(e.reason, row=first_row + e.row, offset=int(e.offset or 0), against_unit=e.against_unit,
+                                 path=str(seg.path)) from None
+        except StoreError:
+            raise
+        except (ValueError, IndexError, OverflowError, pa.ArrowException) as exc:
+            # every check runs before the gather it guards, so this is a damage they missed:
+            # find the first record the scalar decoder rejects (error path only)
+            i, reason = _first_undecodable(seg, positions, check)
+            reason = reason or f"undecodable record ({type(exc).__name__}: {exc})"
+            raise BadRecordError(reason, row=first_row + i, offset=seg.start + int(positions[i]), against_unit=False,
+                                 path=str(seg.path)) from exc
 
     def scan(self, start: int, limit: int, *, check_crc: bool = False) -> Iterator[tuple[MappedFile, SegmentScan]]:
         """Walk segments from ``start`` up to ``limit`` (exclusive), following blanks."""

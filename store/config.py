@@ -43,6 +43,11 @@ class StoreConfig:
     - ``flush_interval_commit_log``, ``flush_commit_log_least_pages``,
       ``flush_commit_log_thorough_interval``: the async flusher's knobs.
     - ``check_crc_on_recover``: verify body CRCs when recovering.
+    - ``check_crc_on_read``: verify the body CRC of every message a read returns
+      (``get_messages``, ``read_queue``, ``message_by_offset``/``message_by_id``, the Spark
+      source); a mismatch raises :class:`CorruptRecordError`. Default on, as Kafka consumers'
+      ``check.crcs``: recovery checks only the newest segments, so damage to older data is
+      first met by a read. ``read_queue``/``get_messages`` take a per-call ``check_crc``.
     - ``reput_interval_ms``: how often the background dispatcher looks for new records.
     - ``file_reserved_time`` (hours), ``delete_when`` (hours of day, ``"04"`` or ``"04;16"``),
       ``disk_max_used_space_ratio`` (percent): retention.
@@ -64,6 +69,7 @@ class StoreConfig:
     flush_commit_log_least_pages: int = 4
     flush_commit_log_thorough_interval: int = 10_000
     check_crc_on_recover: bool = True
+    check_crc_on_read: bool = True
     reput_interval_ms: int = 1
     file_reserved_time: int = 72
     delete_when: str = "04"

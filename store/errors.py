@@ -65,6 +65,27 @@ class CorruptStoreError(StoreError):
         self.offset = offset
 
 
+class CorruptRecordError(CorruptStoreError):
+    """A commitlog record read back is damaged: its body does not match its BODYCRC, or its
+    lengths do not add up to its TOTALSIZE. ``path`` is the segment file, ``offset`` the
+    record's commitlog offset. Reads check body CRCs unless ``check_crc_on_read`` (or the
+    call's ``check_crc``) is off."""
+
+
+class CorruptQueueError(CorruptStoreError):
+    """A consume-queue unit does not match the commitlog record it points at (it points past
+    the published tail, below the commitlog's first offset, out of its segment, at no record,
+    or at a record of another size, topic, queue or queue offset). ``path`` is the
+    consume-queue file, ``queue_offset`` the unit's logical offset, ``commit_log_offset``
+    (also ``offset``) where it points. Nothing of another record is ever returned instead."""
+
+    def __init__(self, message: str, *, path: str, queue_offset: int, commit_log_offset: int) -> None:
+        super().__init__(f"{message}; queue offset {queue_offset}, commitlog offset {commit_log_offset}", path=path)
+        self.offset = commit_log_offset
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+
+
 class DataLossError(CorruptStoreError):
     """Recovery found damage in data that was already flushed (acknowledged), or a bad record
     with valid data after it. Nothing was changed; open with ``repair=True`` to cut the log

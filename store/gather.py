@@ -26,21 +26,28 @@ except ImportError:  # pragma: no cover - depends on the build
 def gather_slices(source: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.LargeBinaryArray:
     """Copy ``source[starts[i] : starts[i] + lengths[i]]`` for each i into one binary array.
 
-    ``starts`` must be non-decreasing and the slices must not overlap (records of a log read
-    in log order always satisfy this). The result owns its memory (no reference to ``source``).
+    Slices may come in any order and overlap; the usual case (records of a log read in log
+    order: ascending, disjoint) is the fast one. The result owns its memory (no reference to
+    ``source``). Raises ``ValueError`` if a slice is not inside ``source``.
     """
     n = len(starts)
     if n == 0:
         return pa.array([], pa.large_binary())
     starts = np.asarray(starts, np.int64)
-    if _native_gather is not None:  # one memcpy per slice in C, GIL released
+    if _native_gather is not None:  # one memcpy per slice in C, GIL released; checks bounds
         lengths = np.ascontiguousarray(lengths, np.int64)
         offsets = np.zeros(n + 1, np.int64)
         np.cumsum(lengths, out=offsets[1:])
         out = np.empty(int(offsets[-1]), np.uint8)
         _native_gather(source, np.ascontiguousarray(starts), lengths, out)
         return pa.LargeBinaryArray.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), pa.py_buffer(out)])
-    ends = starts + np.asarray(lengths, np.int64)
+    lengths = np.asarray(lengths, np.int64)
+    # Arrow does not validate the view below: a slice outside the source would read outside it
+    if (starts < 0).any() or (lengths < 0).any() or (lengths > source.size - starts).any():
+        raise ValueError("a slice is outside the source buffer")
+    ends = starts + lengths
+    if n > 1 and (starts[1:] < ends[:-1]).any():  # out of order or overlapping (damaged input)
+        return _gather_any_order(source, starts, lengths)
     offsets = np.empty(2 * n + 1, np.int64)
     offsets[0:-1:2] = starts
     offsets[1::2] = ends
@@ -49,6 +56,16 @@ def gather_slices(source: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) ->
         pa.large_binary(), 2 * n, [None, pa.py_buffer(offsets), source]
     )
     return view.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
+
+
+def _gather_any_order(source: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.LargeBinaryArray:
+    """:func:`gather_slices` for slices out of order or overlapping: one numpy take of every
+    byte (an index per byte: slower, but only damaged input gets here)."""
+    offsets = np.zeros(len(starts) + 1, np.int64)
+    np.cumsum(lengths, out=offsets[1:])
+    index = np.arange(int(offsets[-1]), dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
+    out = np.frombuffer(source, np.uint8)[index]
+    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(out)])
 
 
 def fixed_rows(arr: pa.LargeBinaryArray | pa.BinaryArray, width: int) -> np.ndarray:

@@ -35,11 +35,18 @@ from .config_files import (
     TopicConfigManager,
     set_aside_if_unreadable,
 )
-from .consume_queue import FILLER_SIZE, ConsumeQueue
-from .decode import empty_message_table
+from .consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
+from .decode import BadRecordError, RecordCheck, empty_message_table
 from .dispatcher import Dispatcher
 from .encode import EncodedBatch, int64_filled, prepare_batch
-from .errors import DiskFullError, InvalidArgumentError, InvalidMessageError, StoreClosedError
+from .errors import (
+    CorruptRecordError,
+    CorruptStoreError,
+    DiskFullError,
+    InvalidArgumentError,
+    InvalidMessageError,
+    StoreClosedError,
+)
 from .flush import AsyncFlusher, FlushService, FlushStateFile
 from .hashing import java_string_hash
 from .hosts import host_bytes
@@ -47,6 +54,7 @@ from .lock_file import StoreLockFile
 from .msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
 from .paths import StorePaths, parse_segment_name, topic_problem, validate_topic
 from .properties import PROPERTY_WRITER, ParsedProperties
+from .queue_read import read_units, unit_store_timestamp
 from .record import ScanKind, is_consumable
 from .recovery import RecoveryReport, recover
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
@@ -236,20 +244,21 @@ class MessageStore:
     def _consume_queue_segment_size(self) -> int:
         """The consume-queue segment size of this store's files, else the configured one.
 
-        The most common size among the first segments of up to 16 queues (folders that are
-        not queues ignored): one file truncated by a crash does not decide it. A queue's
+        The configured size if the first segments of up to 16 queues (folders that are not
+        queues ignored) include it, else the most common of their sizes (multiples of a unit):
+        one file truncated by a crash does not decide it. A queue's
         segments of another size are then dropped and rebuilt at open (see store.recovery).
         """
         sizes: dict[int, int] = {}
         seen = 0
         for _, _, cq in self._queue_dirs():
             first = min((f for f in cq.iterdir() if parse_segment_name(f.name) is not None), default=None)
-            if first is not None and (n := first.stat().st_size) > 0:
+            if first is not None and (n := first.stat().st_size) > 0 and n % CQ_UNIT_SIZE == 0:
                 sizes[n] = sizes.get(n, 0) + 1
                 seen += 1
                 if seen >= 16:
                     break
-        if not sizes:
+        if not sizes or self.config.mapped_file_size_consume_queue in sizes:
             return self.config.mapped_file_size_consume_queue
         return max(sizes, key=lambda n: (sizes[n], n))
 
@@ -685,8 +694,20 @@ class MessageStore:
         queue_id = queue_id_arg(queue_id)
         return self._bounds(self.consume_queue(topic, queue_id))[1]
 
+    def _read_bounds(self, cq: ConsumeQueue) -> tuple[int, int, int]:
+        """(first live offset, end) of a queue and the commitlog's first offset they were taken
+        against: every unit from the first live one on points at or after it (see
+        :mod:`store.queue_read`)."""
+        with self._dispatch_lock.held(shared=True):
+            floor = self.commitlog.min_offset()
+            return cq.min_offset(floor), cq.max_offset(), floor
+
+    def _check_crc(self, check_crc: bool | None) -> bool:
+        return self.config.check_crc_on_read if check_crc is None else bool(check_crc)
+
     def get_messages(
-        self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, tags: str | None = "*"
+        self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, tags: str | None = "*",
+        *, check_crc: bool | None = None,
     ) -> GetMessageResult:
         """Read up to ``max_count`` messages of a queue from ``offset`` (RocketMQ's ``getMessage``).
 
@@ -694,6 +715,11 @@ class MessageStore:
         hash first, then the decoded messages on the exact TAGS string. ``group`` names the
         consumer (validated; reading does not commit anything). The status and
         ``next_begin_offset`` follow RocketMQ (see :class:`GetMessageStatus`).
+
+        Every message is checked against its consume-queue unit, and its body CRC unless
+        ``check_crc`` (default: the config's ``check_crc_on_read``) is false. Raises
+        :class:`CorruptQueueError` (a unit that does not match its record) or
+        :class:`CorruptRecordError` (a damaged record); see :mod:`store.queue_read`.
         """
         self._check_open()
         from .paths import validate_group
@@ -707,7 +733,7 @@ class MessageStore:
         if queue_id < 0 or not self._queue_exists(topic, queue_id):
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, empty)
         cq = self.consume_queue(topic, queue_id)
-        lo, hi = self._bounds(cq)
+        lo, hi, floor = self._read_bounds(cq)
         if hi == 0:
             return GetMessageResult(GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0, lo, hi, empty)
         if offset < lo:
@@ -720,11 +746,13 @@ class MessageStore:
         wanted = parse_tag_filter(tags)
         window = max_count if wanted is None else max(800, max_count)
         units = cq.read(offset, min(window, hi - offset))
-        live = (units["size"] != FILLER_SIZE) & (units["offset"] >= self.commitlog.min_offset())
-        match = live.copy()
+        # units below the commitlog's first offset are not skipped here: from the queue's
+        # first live offset on, such a unit is damaged, and the read reports it
+        real = units["size"] != FILLER_SIZE
+        match = real
         if wanted is not None:
             codes = np.array([java_string_hash(t) for t in wanted], np.int64)
-            match &= np.isin(units["tagsCode"].astype(np.int64), codes)
+            match = real & np.isin(units["tagsCode"].astype(np.int64), codes)
         hits = np.flatnonzero(match)
         if len(hits) >= max_count:
             hits = hits[:max_count]
@@ -732,9 +760,9 @@ class MessageStore:
         else:
             scanned = len(units)
         if len(hits) == 0:
-            status = GetMessageStatus.MESSAGE_WAS_REMOVING if not live.any() else GetMessageStatus.NO_MATCHED_MESSAGE
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING if not real.any() else GetMessageStatus.NO_MATCHED_MESSAGE
             return GetMessageResult(status, offset + scanned, lo, hi, empty)
-        table = self.commitlog.read_messages(units["offset"][hits].astype(np.int64), topic=topic)
+        table = self._read_units(cq, topic, queue_id, offset, units, hits, floor, check_crc)
         if wanted is not None:
             import pyarrow.compute as pc
 
@@ -742,41 +770,59 @@ class MessageStore:
         status = GetMessageStatus.FOUND if table.num_rows else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, offset + scanned, lo, hi, table)
 
-    def read_queue(self, topic: str, queue_id: int, start: int, end: int) -> pa.Table:
-        """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table."""
+    def _read_units(
+        self, cq: ConsumeQueue, topic: str, queue_id: int, first: int, units: np.ndarray, rows: np.ndarray,
+        floor: int, check_crc: bool | None,
+    ) -> pa.Table:
+        """The messages of ``units[rows]`` (units read from queue offset ``first``), checked."""
+        if len(rows) == len(units):  # every unit (the usual case): no copy of them
+            sel, logical = units, np.arange(first, first + len(units), dtype=np.int64)
+        else:
+            sel, logical = units[rows], first + rows.astype(np.int64)
+        return read_units(self.commitlog, cq, sel, logical, topic=topic, queue_id=queue_id, floor=floor,
+                          tail=self.published_tail(), check_crc=self._check_crc(check_crc))
+
+    def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, check_crc: bool | None = None) -> pa.Table:
+        """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table.
+
+        Checked as :meth:`get_messages` says (``check_crc``, the errors).
+        """
         self._check_open()
         validate_topic(topic)
         queue_id, start, end = queue_id_arg(queue_id), int_arg("start", start), int_arg("end", end)
         cq = self.consume_queue(topic, queue_id)
-        lo, hi = self._bounds(cq)
+        lo, hi, floor = self._read_bounds(cq)
         start, end = max(start, lo), min(end, hi)
         if end <= start:
             return empty_message_table()
         units = cq.read(start, end - start)
-        live = (units["size"] != FILLER_SIZE) & (units["offset"] >= self.commitlog.min_offset())
-        return self.commitlog.read_messages(units["offset"][live].astype(np.int64), topic=topic)
+        return self._read_units(cq, topic, queue_id, start, units, np.flatnonzero(units["size"] != FILLER_SIZE), floor,
+                                check_crc)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """The first queue offset whose store time is at or after ``ts_ms`` (max offset if none).
 
         Store times never go back in this store, so a binary search over the queue is exact.
         (RocketMQ's own lookup returns the nearest message instead; see docs/format.md.)
+        Each unit looked at is checked against its record (not the body CRC: only the store
+        time is used); raises :class:`CorruptQueueError` or :class:`CorruptRecordError`.
         """
         self._check_open()
         validate_topic(topic)
         queue_id, ts_ms = queue_id_arg(queue_id), int_arg("ts_ms", ts_ms)
         cq = self.consume_queue(topic, queue_id)
-        lo, hi = self._bounds(cq)
+        lo, hi, floor = self._read_bounds(cq)
         tail = self.published_tail()
         left, right = lo, hi
         while left < right:
             mid = (left + right) // 2
             unit = cq.read(mid, 1)
+            if not len(unit):
+                raise CorruptStoreError(f"consume-queue segment holding queue offset {mid} is missing", path=str(cq.directory))
             if unit["size"][0] == FILLER_SIZE:
                 left = mid + 1
                 continue
-            rec = self.commitlog.record_at(int(unit["offset"][0]), tail)
-            store_ts = rec.record.store_timestamp if rec is not None and rec.record is not None else 0
+            store_ts = unit_store_timestamp(self.commitlog, cq, unit, mid, topic=topic, queue_id=queue_id, floor=floor, tail=tail)
             if store_ts < ts_ms:
                 left = mid + 1
             else:
@@ -784,19 +830,33 @@ class MessageStore:
         return left
 
     def message_by_offset(self, commit_log_offset: int) -> dict[str, Any] | None:
-        """The message whose record starts at this commitlog offset, as a dict row; ``None`` if none."""
+        """The message whose record starts at this commitlog offset, as a dict row; ``None`` if none.
+
+        Its body CRC is checked when ``check_crc_on_read`` is on: a mismatch, or lengths that
+        do not add up, raise :class:`CorruptRecordError`.
+        """
         self._check_open()
         commit_log_offset = int_arg("commit_log_offset", commit_log_offset)
         if commit_log_offset < self.commitlog.min_offset():
             return None
-        rec = self.commitlog.record_at(int(commit_log_offset), self.published_tail())
+        tail = self.published_tail()
+        rec = self.commitlog.record_at(int(commit_log_offset), tail)
         if rec is None or rec.kind is not ScanKind.RECORD:
             return None
-        rows = self.commitlog.read_messages(np.array([commit_log_offset], np.int64)).to_pylist()
+        try:
+            table = self.commitlog.read_messages(
+                np.array([commit_log_offset], np.int64), check=RecordCheck(crc=self.config.check_crc_on_read), tail=tail,
+            )
+        except BadRecordError as e:
+            raise CorruptRecordError(f"damaged commitlog record: {e.reason}", path=e.path, offset=e.offset) from None
+        rows = table.to_pylist()
         return rows[0] if rows else None
 
     def message_by_id(self, msg_id: str) -> dict[str, Any] | None:
-        """The message with this offset msgId (store host + commitlog offset); ``None`` if none."""
+        """The message with this offset msgId (store host + commitlog offset); ``None`` if none.
+
+        Raises as :meth:`message_by_offset`.
+        """
         parsed = parse_offset_msg_id(msg_id)
         if parsed is None:
             return None

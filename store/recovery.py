@@ -415,6 +415,36 @@ def _finish(
     # RocketMQ's broker dispatches at start-up too: whatever was published is readable at once
     report.redispatched = _dispatch(ms)
     report.redispatched += _complete_queues(ms, state, report)
+    _queues_never_go_back(ms, state, report)
+
+
+def _queues_never_go_back(ms: MessageStore, state: AppendState, report: RecoveryReport) -> None:
+    """A queue whose units reach further than the append state's next offset (units of records
+    whose segments are gone: a power loss that lost the first segments, a state rebuilt from
+    what is left) continues after its units, never over them: RocketMQ's
+    ``recoverTopicQueueTable`` takes each queue's next offset from its consume queue too.
+    Units past the end that point anywhere else are not this log's (damage): they are cut."""
+    ahead = {}
+    low = ms.commitlog.min_offset()
+    for topic, qid, _ in ms._queue_dirs():
+        name = f"{topic}/{qid}"
+        cq = ms.consume_queue(topic, qid)
+        have, expected = cq.max_offset(), state.queues.get(name, 0)
+        if have <= expected:
+            continue
+        extra = cq.read(expected, have - expected)
+        gone = (extra["size"] > 0) & (extra["offset"] >= 0) & (extra["offset"] < low)
+        if len(extra) == have - expected and gone.all():
+            ahead[name] = have
+        else:  # anything else past the queue's end is not a unit of this log: cut
+            with ms._dispatch_lock.held():
+                cq.truncate(expected)
+            report.problems.append(f"consume queue {cq.directory}: units past its end {expected} dropped")
+    if ahead:
+        state.queues.update(ahead)
+        ms._state_file.publish(state)
+        report.problems.append("queues continue after units of records no longer in the commitlog: "
+                               + ", ".join(f"{k} at {v}" for k, v in list(ahead.items())[:5]))
 
 
 def _dispatch(ms: MessageStore) -> int:

@@ -197,8 +197,12 @@ class QueueDensity:
     otherwise continue from it). Records that never enter a consume queue (prepared or
     rolled-back transactions, QUEUEOFFSET 0) are not checked. A walk from the log's very first
     byte (``from_log_start``: nothing deleted yet) knows every queue starts at 0; otherwise the
-    first record of each queue seen sets where that queue starts. A queue that starts again at
-    0 is accepted: RocketMQ restarts a topic deleted and created again at offset 0.
+    first record of each queue seen sets where that queue starts.
+
+    A queue that starts again at 0 is damage too (a zeroed field reads that way). RocketMQ
+    does restart a topic's queues at 0 when the topic is deleted and created again while its
+    old messages are still in the commitlog: such a RocketMQ store reads as damaged there (a
+    limitation, see docs/reliability.md).
     """
 
     def __init__(self, *, from_log_start: bool = False) -> None:
@@ -219,11 +223,11 @@ class QueueDensity:
         order = np.argsort(key, kind="stable")
         sk, so = key[order], qoff[order]
         same = sk[1:] == sk[:-1]
-        bad_sorted = np.flatnonzero(same & (so[1:] != so[:-1] + 1) & (so[1:] != 0)) + 1
+        bad_sorted = np.flatnonzero(same & (so[1:] != so[:-1] + 1)) + 1
         first_of = np.flatnonzero(np.r_[True, ~same]) if len(sk) else np.zeros(0, np.int64)
         unknown = -1 if self.from_log_start else -2  # a queue first seen starts at 0, or anywhere
         expect = np.array([self.last.get((topics[int(k) >> 32], int(k) & 0xFFFFFFFF), unknown) + 1 for k in sk[first_of]], np.int64)
-        bad_first = first_of[(expect >= 0) & (so[first_of] != expect) & (so[first_of] != 0)] if len(first_of) else first_of
+        bad_first = first_of[(expect >= 0) & (so[first_of] != expect)] if len(first_of) else first_of
         bad = np.concatenate([bad_sorted, bad_first])
         cut = int(rows[order[bad]].min()) if len(bad) else n
         why = ""

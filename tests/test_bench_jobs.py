@@ -22,6 +22,13 @@ def test_bench_store_prints_each_body_size_from_its_own_process(tmp_path: Path) 
         for line in ("put_batch ", "plain write()", "read to Arrow", "plain read()"):
             assert line in section, (body, line, out)
         assert re.search(r"-> put_batch = \d+% of plain", section), section
+        # reads three ways over the same ranges: read_queue and get_messages with CRCs checked, read_queue unchecked
+        assert re.search(r"read to Arrow +[\d,]+ msgs/s .* read_queue, body CRCs checked \(([\d,]+) messages, ranges of ([\d,]+)\)", section), section
+        step = re.search(r"ranges of ([\d,]+)\)", section).group(1)  # type: ignore[union-attr]
+        assert re.search(rf"get_messages +[\d,]+ msgs/s +body CRCs checked, max_count = {step} ", section), section
+        assert re.search(r"read_queue +[\d,]+ msgs/s +body CRCs not checked \(check_crc=False\): the peer", section), section
+        assert re.search(r"-> CRC checks: read_queue checked = \d+% of unchecked; get_messages = \d+% of read_queue "
+                         r"\(by the reading thread's CPU time: \d+%; \d+%\)", section), section
         assert (tmp_path / f"body-{body}").is_dir()  # each size ran in its own child, in its own directory
 
 

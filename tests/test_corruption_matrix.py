@@ -336,7 +336,22 @@ def test_middle_segment_deleted(base, tmp_path: Path, abort: bool, repair: bool)
     dmg = _deleted_segment(old=True)(root, msgs, starts)
     if abort:
         (root / "abort").touch()
-    _assert_outcome(_expected_commitlog("old", abort, repair), root, msgs, dmg, repair=repair)
+    if abort or repair:
+        _assert_outcome(_expected_commitlog("old", abort, repair), root, msgs, dmg, repair=repair)
+        return
+    # a clean open does not walk it: verify names it, and reads of its messages fail typed
+    gone = {m.offset for m in msgs if dmg.offset <= m.offset < dmg.offset + SEG}
+    with _open(root, repair=False) as s:
+        problems = s.verify().problems
+        assert (Path(problems[0].path).name, problems[0].offset) == (dmg.path.name, dmg.offset)
+        for topic, n in TOPICS.items():
+            for q in range(n):
+                for row in _expected_rows(msgs, topic, q):
+                    if row[1] in gone:
+                        with pytest.raises(store.CorruptQueueError, match="no commitlog segment holds its record"):
+                            _read_all_at(s, topic, q, row[0])
+                    else:
+                        assert _read_all_at(s, topic, q, row[0]) == [row]
 
 
 # --------------------------------------------------------------------------- control and state files

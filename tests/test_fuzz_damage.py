@@ -87,7 +87,9 @@ def _mutate(rng: random.Random, root: Path, base: Base) -> str:
     files = _files(root)
     kind = rng.choices(["commitlog", "consumequeue", "state"], [6, 3, 1])[0]
     if not files[kind]:
-        kind = "commitlog"
+        kind = next((k for k in ("commitlog", "consumequeue", "state") if files[k]), "")
+        if not kind:
+            return "nothing left to damage"
     path = rng.choice(files[kind])
     data = bytearray(path.read_bytes())
     op = rng.choice(["flip", "field", "zero", "copy", "truncate", "delete"] if kind != "consumequeue"
