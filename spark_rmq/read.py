@@ -22,7 +22,7 @@ from store.consume_queue import FILLER_SIZE
 from store.hashing import java_string_hash
 
 from .offsets import check_data_loss, queue_key
-from .stores import shared_store
+from .stores import busy, using
 
 TS_UNIT_PER_MS = 1000  # storeTimestamp is timestamp[us]; the store keeps milliseconds
 
@@ -60,47 +60,50 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
 
     Raises :class:`spark_rmq.errors.DataLossError` if retention deleted part of the range
     and ``part.fail_on_data_loss``; otherwise those messages are skipped with a warning.
+    :class:`store.StoreNotFoundError` if there is no store at the path (nothing is created).
+    Each window is read inside :func:`spark_rmq.stores.busy`; the batches are yielded outside it.
     """
     if part.end <= part.start:
         return
-    yield from _read(shared_store(part.path), part, schema)
-
-
-def _read(ms: MessageStore, part: QueueRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    cq = ms.consume_queue(part.topic, part.queue_id)
-    first = ms.min_offset(part.topic, part.queue_id)
+    with using(part.path, create=False) as ms:
+        first = ms.min_offset(part.topic, part.queue_id)
     pos = check_data_loss(part.key, part.start, first, part.fail_on_data_loss)
-    codes = tag_codes(part.tags) if part.tags else None
-    wanted = pa.array(sorted(part.tags)) if part.tags else None
     while pos < part.end:
         n = min(part.batch_rows, part.end - pos)
-        units = cq.read(pos, n)
-        if len(units) < n:  # the queue's segment vanished under us: retention while reading
-            check_data_loss(part.key, pos + len(units), part.end, part.fail_on_data_loss)
-        offsets = units["offset"].astype(np.int64)
-        real = units["size"] != FILLER_SIZE
-        live = real & (offsets >= ms.commitlog.min_offset())
-        if not live[real].all():
-            lost = int(np.flatnonzero(real & ~live)[-1])
-            check_data_loss(part.key, pos, pos + lost + 1, part.fail_on_data_loss)
-        if codes is not None:
-            live &= np.isin(units["tagsCode"].astype(np.int64), codes)
+        with busy():
+            table = _read_window(ms, part, pos, n, schema)
         pos += n
-        if not live.any():
-            continue
-        table = ms.commitlog.read_messages(offsets[live])
-        if wanted is not None:  # the hash can collide: keep only the exact tags
-            table = table.filter(pc.fill_null(pc.is_in(table["tags"], wanted), False))
-        if part.ts_from_ms is not None or part.ts_until_ms is not None:
-            ts = pc.cast(table["storeTimestamp"], pa.int64())
-            keep = pa.array(np.ones(table.num_rows, bool))
-            if part.ts_from_ms is not None:
-                keep = pc.and_(keep, pc.greater_equal(ts, part.ts_from_ms * TS_UNIT_PER_MS))
-            if part.ts_until_ms is not None:
-                keep = pc.and_(keep, pc.less(ts, part.ts_until_ms * TS_UNIT_PER_MS))
-            table = table.filter(keep)
-        if table.num_rows == 0:
-            continue
-        if not table.schema.equals(schema):
-            table = table.cast(schema)
-        yield from table.to_batches()
+        if table is not None:
+            yield from table.to_batches()
+
+
+def _read_window(ms: MessageStore, part: QueueRange, pos: int, n: int, schema: pa.Schema) -> pa.Table | None:
+    """Messages ``[pos, pos + n)`` of the range that pass its filters (None if none do)."""
+    cq = ms.consume_queue(part.topic, part.queue_id)
+    units = cq.read(pos, n)
+    if len(units) < n:  # the queue's segment vanished under us: retention while reading
+        check_data_loss(part.key, pos + len(units), part.end, part.fail_on_data_loss)
+    offsets = units["offset"].astype(np.int64)
+    real = units["size"] != FILLER_SIZE
+    live = real & (offsets >= ms.commitlog.min_offset())
+    if not live[real].all():
+        lost = int(np.flatnonzero(real & ~live)[-1])
+        check_data_loss(part.key, pos, pos + lost + 1, part.fail_on_data_loss)
+    if part.tags:
+        live &= np.isin(units["tagsCode"].astype(np.int64), tag_codes(part.tags))
+    if not live.any():
+        return None
+    table = ms.commitlog.read_messages(offsets[live])
+    if part.tags:  # the hash can collide: keep only the exact tags
+        table = table.filter(pc.fill_null(pc.is_in(table["tags"], pa.array(sorted(part.tags))), False))
+    if part.ts_from_ms is not None or part.ts_until_ms is not None:
+        ts = pc.cast(table["storeTimestamp"], pa.int64())
+        keep = pa.array(np.ones(table.num_rows, bool))
+        if part.ts_from_ms is not None:
+            keep = pc.and_(keep, pc.greater_equal(ts, part.ts_from_ms * TS_UNIT_PER_MS))
+        if part.ts_until_ms is not None:
+            keep = pc.and_(keep, pc.less(ts, part.ts_until_ms * TS_UNIT_PER_MS))
+        table = table.filter(keep)
+    if table.num_rows == 0:
+        return None
+    return table if table.schema.equals(schema) else table.cast(schema)
