@@ -58,7 +58,7 @@ from store import InvalidMessageError, MessageStore
 
 from .errors import RmqLogOptionError, UnsupportedFieldError
 from .options import SinkOptions
-from .routing import hash_queue, keys_as_string
+from .routing import hash_queue, is_key_list, keys_as_string
 from .stores import using
 
 _INT = (IntegerType, LongType, ShortType, ByteType)
@@ -143,7 +143,7 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
     if opts.queue_selector == "hash" and (not isinstance(qid, pa.Array) or qid.null_count) and n:
         key = table[opts.sharding_key] if opts.sharding_key else cols.get("keys")
         if key is not None:
-            if not (pa.types.is_string(key.type) or pa.types.is_large_string(key.type) or pa.types.is_list(key.type)):
+            if not (pa.types.is_string(key.type) or pa.types.is_large_string(key.type) or is_key_list(key.type)):
                 key = pc.cast(key, pa.string())
             topics = pc.dictionary_encode(_array(cols["topic"]))
             counts = np.asarray(ms.topic_config.planned_queue_counts(topics.dictionary.to_pylist(),
