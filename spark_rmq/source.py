@@ -8,6 +8,9 @@ Guarantees:
   dispatcher, so messages appended by any writer (Spark or plain Python) become visible.
 - **No silent loss**: with ``failOnDataLoss=true`` (default), a range retention deleted
   fails the query with :class:`spark_rmq.errors.DataLossError` naming the queue and offsets.
+- **Reads change no layout**: the store is opened with ``create=False``; a path without a
+  store (missing, empty, or another kind of folder) fails the read when it is planned with
+  :class:`store.StoreNotFoundError` naming the path (the CLI's error), and nothing is created.
 - **Admission control**: ``maxMessagesPerTrigger`` / ``maxBytesPerTrigger`` are split over
   queues in proportion to their backlog (none starved; bytes exact from consume-queue sizes);
   ``minMessagesPerTrigger`` waits for enough data up to ``maxTriggerDelay``.

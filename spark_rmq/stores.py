@@ -21,7 +21,7 @@ that dies during a store operation must not. How pyspark 4 ends its Python proce
 | executor worker, forked by ``pyspark/daemon.py`` (module ``pyspark.worker``) | sink and source tasks | idle and its socket closed by the JVM (idle timeout, ``spark.stop()``), or after a failed task: ``SystemExit`` inside the daemon's fork, then ``os._exit``: no ``atexit``. ``spark.stop()`` also SIGTERMs the daemon, which SIGHUPs its process group: killed by SIGHUP (the daemon resets it to ``SIG_DFL`` before every task). A task Spark kills: SIGKILL |
 | driver-side workers forked by their own daemons (``plan_data_source_read``, ``commit_data_source_write``, ``python_streaming_sink_runner``) | batch read planning, the sink's commit (dispatch) | as executor workers |
 | ``python_streaming_source_runner``, a plain child of the JVM, one per streaming source | the stream reader's driver side | SIGTERM from the JVM at ``query.stop()`` / ``spark.stop()``; ``stop()`` of the reader is not called |
-| the driver's own Python | (``route``; nothing here) | a normal exit: ``atexit`` runs |
+| the driver's own Python | nothing shared (``route`` opens and closes its own) | a normal exit: ``atexit`` runs |
 
 This module closes every store of the process on each of those paths (:func:`close_all`):
 ``atexit``; SIGTERM and SIGHUP handlers, armed in the main thread whenever a store is used
@@ -29,7 +29,8 @@ and, in a daemon's worker, again before every task (a wrapper of the worker modu
 ``main``: the daemon's reset would otherwise leave ``SIG_DFL`` during tasks that do not use
 a store); and ``os._exit`` in a daemon's worker (wrapped). After closing, the handler
 restores the previous disposition and re-sends the signal: the process ends as it would
-have, with its stores closed.
+have, with its stores closed. A Python handler that was there before is called instead of
+dying, and nothing is closed then (that process may go on; ``atexit`` closes them later).
 
 **Never while a write could be in flight.** Every store call of the data source runs inside
 :func:`busy` (opening included: it may recover). A signal that arrives while the count is
@@ -40,6 +41,14 @@ idle reader is closed cleanly. A signal that arrives while the stores are being 
 ignored (the process is about to exit anyway). SIGKILL cannot be caught: a killed worker
 always leaves ``abort`` (and, when other processes outlive it, its owner file makes the last
 closer keep ``abort``).
+
+Rejected: closing the store at the end of every task (each task a potential first opener
+and last closer again: a recovery walk per task); a per-task "quiesce" that makes an idle
+process's death harmless (it must fsync everything the task wrote to be safe against a power
+loss, ~0.7 s for a 250 MB sink task, and Spark may stop the workers before it finishes);
+moving workers out of the daemon's process group to escape its SIGHUP (workers Spark can no
+longer stop as a group). Tests: ``tests/spark/test_stores_lifecycle.py`` (each signal and
+exit path in a plain process) and ``tests/spark/test_spark_app_end.py`` (whole applications).
 """
 
 from __future__ import annotations
