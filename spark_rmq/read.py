@@ -23,7 +23,7 @@ from store.hashing import java_string_hash
 from store.queue_read import read_units
 
 from .offsets import check_data_loss, queue_key
-from .stores import shared_store
+from .stores import busy, using
 
 TS_UNIT_PER_MS = 1000  # storeTimestamp is timestamp[us]; the store keeps milliseconds
 
@@ -63,60 +63,64 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
 
     Raises :class:`spark_rmq.errors.DataLossError` if retention deleted part of the range
     and ``part.fail_on_data_loss``; otherwise those messages are skipped with a warning.
+    :class:`store.StoreNotFoundError` if there is no store at the path (nothing is created).
     Each message is checked against its consume-queue unit (and its body CRC with
     ``part.check_crc``): raises :class:`store.CorruptQueueError` or
-    :class:`store.CorruptRecordError` (see :mod:`store.queue_read`).
+    :class:`store.CorruptRecordError` (see :mod:`store.queue_read`). Each window is read
+    inside :func:`spark_rmq.stores.busy`; the batches are yielded outside it.
     """
     if part.end <= part.start:
         return
-    yield from _read(shared_store(part.path), part, schema)
-
-
-def _read(ms: MessageStore, part: QueueRange, schema: pa.Schema) -> Iterator[pa.RecordBatch]:
-    cq = ms.consume_queue(part.topic, part.queue_id)
-    # taken before the queue's first offset: every unit from there on points at or after it,
-    # so a unit pointing below it is damaged (CorruptQueueError), not lost to retention
-    floor = ms.commitlog.min_offset()
-    first = ms.min_offset(part.topic, part.queue_id)
+    with using(part.path, create=False) as ms:
+        # taken before the queue's first offset: every unit from there on points at or after
+        # it, so a unit pointing below it is damaged (CorruptQueueError), not lost to retention
+        floor = ms.commitlog.min_offset()
+        first = ms.min_offset(part.topic, part.queue_id)
     pos = check_data_loss(part.key, part.start, first, part.fail_on_data_loss)
-    codes = tag_codes(part.tags) if part.tags else None
-    wanted = pa.array(sorted(part.tags)) if part.tags else None
     while pos < part.end:
         n = min(part.batch_rows, part.end - pos)
-        units = cq.read(pos, n)
-        if len(units) < n:  # the queue's segment vanished under us: retention while reading
-            check_data_loss(part.key, pos + len(units), part.end, part.fail_on_data_loss)
-        offsets = units["offset"].astype(np.int64)
-        real = units["size"] != FILLER_SIZE
-        # units at or after the floor but below the commitlog's first offset now: retention
-        # deleted their records while this task was reading
-        lost = real & (offsets >= floor) & (offsets < ms.commitlog.min_offset())
-        if lost.any():
-            check_data_loss(part.key, pos, pos + int(np.flatnonzero(lost)[-1]) + 1, part.fail_on_data_loss)
-        live = real & ~lost
-        if codes is not None:
-            live &= np.isin(units["tagsCode"].astype(np.int64), codes)
-        rows = np.flatnonzero(live)
-        first_row = pos
+        with busy():
+            table = _read_window(ms, part, pos, n, floor, schema)
         pos += n
-        if not len(rows):
-            continue
-        table = read_units(
-            ms.commitlog, cq, units[rows], first_row + rows.astype(np.int64), topic=part.topic, queue_id=part.queue_id,
-            floor=floor, tail=ms.published_tail(), check_crc=part.check_crc,
-        )
-        if wanted is not None:  # the hash can collide: keep only the exact tags
-            table = table.filter(pc.fill_null(pc.is_in(table["tags"], wanted), False))
-        if part.ts_from_ms is not None or part.ts_until_ms is not None:
-            ts = pc.cast(table["storeTimestamp"], pa.int64())
-            keep = pa.array(np.ones(table.num_rows, bool))
-            if part.ts_from_ms is not None:
-                keep = pc.and_(keep, pc.greater_equal(ts, part.ts_from_ms * TS_UNIT_PER_MS))
-            if part.ts_until_ms is not None:
-                keep = pc.and_(keep, pc.less(ts, part.ts_until_ms * TS_UNIT_PER_MS))
-            table = table.filter(keep)
-        if table.num_rows == 0:
-            continue
-        if not table.schema.equals(schema):
-            table = table.cast(schema)
-        yield from table.to_batches()
+        if table is not None:
+            yield from table.to_batches()
+
+
+def _read_window(
+    ms: MessageStore, part: QueueRange, pos: int, n: int, floor: int, schema: pa.Schema,
+) -> pa.Table | None:
+    """Messages ``[pos, pos + n)`` of the range that pass its filters (None if none do)."""
+    cq = ms.consume_queue(part.topic, part.queue_id)
+    units = cq.read(pos, n)
+    if len(units) < n:  # the queue's segment vanished under us: retention while reading
+        check_data_loss(part.key, pos + len(units), part.end, part.fail_on_data_loss)
+    offsets = units["offset"].astype(np.int64)
+    real = units["size"] != FILLER_SIZE
+    # units at or after the floor but below the commitlog's first offset now: retention
+    # deleted their records while this task was reading
+    lost = real & (offsets >= floor) & (offsets < ms.commitlog.min_offset())
+    if lost.any():
+        check_data_loss(part.key, pos, pos + int(np.flatnonzero(lost)[-1]) + 1, part.fail_on_data_loss)
+    live = real & ~lost
+    if part.tags:
+        live &= np.isin(units["tagsCode"].astype(np.int64), tag_codes(part.tags))
+    rows = np.flatnonzero(live)
+    if not len(rows):
+        return None
+    table = read_units(
+        ms.commitlog, cq, units[rows], pos + rows.astype(np.int64), topic=part.topic, queue_id=part.queue_id,
+        floor=floor, tail=ms.published_tail(), check_crc=part.check_crc,
+    )
+    if part.tags:  # the hash can collide: keep only the exact tags
+        table = table.filter(pc.fill_null(pc.is_in(table["tags"], pa.array(sorted(part.tags))), False))
+    if part.ts_from_ms is not None or part.ts_until_ms is not None:
+        ts = pc.cast(table["storeTimestamp"], pa.int64())
+        keep = pa.array(np.ones(table.num_rows, bool))
+        if part.ts_from_ms is not None:
+            keep = pc.and_(keep, pc.greater_equal(ts, part.ts_from_ms * TS_UNIT_PER_MS))
+        if part.ts_until_ms is not None:
+            keep = pc.and_(keep, pc.less(ts, part.ts_until_ms * TS_UNIT_PER_MS))
+        table = table.filter(keep)
+    if table.num_rows == 0:
+        return None
+    return table if table.schema.equals(schema) else table.cast(schema)

@@ -111,13 +111,30 @@ def hash_queue(keys: pa.Array | pa.ChunkedArray, queue_counts: np.ndarray) -> pa
     return pa.array(q, pa.int32(), mask=mask)
 
 
-def keys_as_string(keys: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
-    """A list<string> keys column joined by spaces (its hashing key); strings pass through."""
-    if pa.types.is_list(keys.type) or pa.types.is_large_list(keys.type):
-        joined = pc.binary_join(keys, " ")
-        return pc.if_else(pc.equal(joined, ""), pa.scalar(None, pa.string()), joined)
-    return keys
+#: The list type keys are joined in: every list of strings casts to it, whatever its offsets'
+#: width, its field's name or nullability (Spark sends ``array(col)`` of a non-nullable column
+#: as ``list<element: string not null>``, which ``binary_join`` has no kernel for).
+KEY_LIST = pa.large_list(pa.large_string())
+_SPACE = pa.scalar(" ", pa.large_string())
 
+
+def is_key_list(t: pa.DataType) -> bool:
+    """A list or large_list of strings (or of nulls): what the store accepts as a keys column."""
+    if not (pa.types.is_list(t) or pa.types.is_large_list(t)):
+        return False
+    v = t.value_type
+    if pa.types.is_dictionary(v):
+        v = v.value_type
+    return pa.types.is_string(v) or pa.types.is_large_string(v) or pa.types.is_null(v)
+
+
+def keys_as_string(keys: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+    """A keys column as its hashing key: a list of strings joined by spaces (null if it has no
+    key, or a null key: the store rejects those), a string as it is."""
+    if is_key_list(keys.type):
+        joined = pc.binary_join(keys.cast(KEY_LIST), _SPACE)
+        return pc.if_else(pc.equal(joined, ""), pa.scalar(None, joined.type), joined)
+    return keys
 
 
 def java_hash_column(key: Column) -> Column:

@@ -58,8 +58,8 @@ from store import InvalidMessageError, MessageStore
 
 from .errors import RmqLogOptionError, UnsupportedFieldError
 from .options import SinkOptions
-from .routing import hash_queue, keys_as_string
-from .stores import shared_store
+from .routing import hash_queue, is_key_list, keys_as_string
+from .stores import using
 
 _INT = (IntegerType, LongType, ShortType, ByteType)
 _STR = (StringType,)
@@ -145,7 +145,7 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
     if opts.queue_selector == "hash" and (not isinstance(qid, pa.Array) or qid.null_count) and n:
         key = table[opts.sharding_key] if opts.sharding_key else cols.get("keys")
         if key is not None:
-            if not (pa.types.is_string(key.type) or pa.types.is_large_string(key.type) or pa.types.is_list(key.type)):
+            if not (pa.types.is_string(key.type) or pa.types.is_large_string(key.type) or is_key_list(key.type)):
                 key = pc.cast(key, pa.string())
             topics = pc.dictionary_encode(_array(cols["topic"]))
             counts = np.asarray(ms.topic_config.planned_queue_counts(topics.dictionary.to_pylist(),
@@ -201,35 +201,36 @@ class _ArrowSink:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         writer = f"{writer}/{partition}"
-        ms = shared_store(self.opts.path)
-        done = ms.writer_sequence(writer)
-        if done is not None and done >= sequence:  # a replay: skip encoding too
-            return SinkCommit(partition, writer, sequence, sum(b.num_rows for b in iterator), 0)
-        rows = 0
+        with using(self.opts.path) as ms:  # a crash inside leaves the store to abnormal recovery
+            done = ms.writer_sequence(writer)
+            if done is not None and done >= sequence:  # a replay: skip encoding too
+                return SinkCommit(partition, writer, sequence, sum(b.num_rows for b in iterator), 0)
+            rows = 0
 
-        def tables() -> Iterator[pa.Table]:
-            nonlocal rows
-            for b in iterator:
-                if b.num_rows:
-                    try:
-                        yield to_put_table(pa.Table.from_batches([b]), self.opts, ms)
-                    except InvalidMessageError as exc:  # number the row within the task
-                        if exc.row is not None:
-                            exc.row += rows
-                            exc.args = (f"row {exc.row}, field {exc.field!r}: {exc.reason}",)
-                        raise
-                    rows += b.num_rows
+            def tables() -> Iterator[pa.Table]:
+                nonlocal rows
+                for b in iterator:
+                    if b.num_rows:
+                        try:
+                            yield to_put_table(pa.Table.from_batches([b]), self.opts, ms)
+                        except InvalidMessageError as exc:  # number the row within the task
+                            if exc.row is not None:
+                                exc.row += rows
+                                exc.args = (f"row {exc.row}, field {exc.field!r}: {exc.reason}",)
+                            raise
+                        rows += b.num_rows
 
-        # Each Arrow batch is encoded as it arrives (overlapping the transfer of the next),
-        # and all of them are appended under one lock hold and published once: the task is
-        # all-or-nothing and idempotent as a whole. Its units are dispatched right away from
-        # the batch's own fields (while other tasks are still receiving), the driver's commit
-        # dispatches whatever is left.
-        result = ms.put_batches(tables(), writer=writer, sequence=sequence, dispatch=True)
+            # Each Arrow batch is encoded as it arrives (overlapping the transfer of the next),
+            # and all of them are appended under one lock hold and published once: the task is
+            # all-or-nothing and idempotent as a whole. Its units are dispatched right away from
+            # the batch's own fields (while other tasks are still receiving), the driver's commit
+            # dispatches whatever is left.
+            result = ms.put_batches(tables(), writer=writer, sequence=sequence, dispatch=True)
         return SinkCommit(partition, writer, sequence, rows, result.num_rows)
 
     def _dispatch(self) -> None:
-        shared_store(self.opts.path).dispatch()
+        with using(self.opts.path) as ms:
+            ms.dispatch()
 
 
 class RmqLogArrowWriter(_ArrowSink, DataSourceArrowWriter):

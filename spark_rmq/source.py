@@ -8,6 +8,9 @@ Guarantees:
   dispatcher, so messages appended by any writer (Spark or plain Python) become visible.
 - **No silent loss**: with ``failOnDataLoss=true`` (default), a range retention deleted
   fails the query with :class:`spark_rmq.errors.DataLossError` naming the queue and offsets.
+- **Reads change no layout**: the store is opened with ``create=False``; a path without a
+  store (missing, empty, or another kind of folder) fails the read when it is planned with
+  :class:`store.StoreNotFoundError` naming the path (the CLI's error), and nothing is created.
 - **Admission control**: ``maxMessagesPerTrigger`` / ``maxBytesPerTrigger`` are split over
   queues in proportion to their backlog (none starved; bytes exact from consume-queue sizes);
   ``minMessagesPerTrigger`` waits for enough data up to ``maxTriggerDelay``.
@@ -16,12 +19,12 @@ Guarantees:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import logging
-import os
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
@@ -51,7 +54,6 @@ from pyspark.sql.types import StructType
 
 from store import MessageStore
 
-from .errors import RmqLogOptionError
 from .offsets import (
     Offsets,
     bounds,
@@ -68,6 +70,7 @@ from .offsets import (
 from .options import EARLIEST, LATEST, SourceOptions
 from .read import QueueRange, read_range
 from .schema import SPARK_SCHEMA
+from .stores import busy, track, untrack
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +123,23 @@ def _filter_pushdown_enabled() -> bool:
 
 
 def _open(opts: SourceOptions) -> MessageStore:
-    return MessageStore.open(opts.path)
+    """Open the store to read (inside :func:`busy`). Raises :class:`store.StoreNotFoundError`
+    naming the path where there is no store: a read never creates or changes a store layout."""
+    return MessageStore.open(opts.path, create=False)
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _busy(method: F) -> F:
+    """Run a driver-side reader method as a store operation (see :mod:`spark_rmq.stores`)."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with busy():
+            return method(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
 
 
 def _partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **kw: Any) -> list[QueueRange]:
@@ -149,10 +168,9 @@ class RmqLogBatchReader(DataSourceReader):
         self.ts_until_ms: int | None = None
         self.tags_in: frozenset[str] | None = None
 
+    @_busy
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
-        if not os.path.isdir(opts.path):  # a batch read must not create an empty store
-            raise RmqLogOptionError("path", f"no store at {opts.path!r}")
         with _open(opts) as ms:
             ms.dispatch()
             queues = [(t, q) for t, q in discover_queues(ms, opts) if self._wanted(t, q)]
@@ -299,8 +317,11 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     @property
     def store(self) -> MessageStore:
+        """The reader's own open store (closed by :meth:`stop`, or with the process's stores
+        when Spark ends the process: it never calls ``stop`` there)."""
         if self._ms is None:
             self._ms = _open(self.opts)
+            track(self._ms)
         return self._ms
 
     def _available(self) -> tuple[list[tuple[str, int]], Offsets]:
@@ -310,6 +331,7 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         queues = discover_queues(ms, self.opts)
         return queues, sorted_offsets({k: hi for k, (_lo, hi) in bounds(ms, queues).items()})
 
+    @_busy
     def initialOffset(self) -> dict:
         ms = self.store
         ms.dispatch()
@@ -325,12 +347,14 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMinRows(self.opts.min_messages)
         return ReadAllAvailable()
 
+    @_busy
     def prepareForTriggerAvailableNow(self) -> None:
         self._target = self._available()[1]
 
     def reportLatestOffset(self) -> dict | None:
         return self._latest
 
+    @_busy
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         self._commit_group(start)  # ``start`` is the end of the last batch Spark completed
         queues, latest = self._available()
@@ -366,6 +390,7 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._last_trigger = now
         return end
 
+    @_busy
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         opts = self.opts
         keys = sorted(end, key=split_key)
@@ -382,6 +407,7 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         assert isinstance(partition, QueueRange)
         return read_range(partition)
 
+    @_busy
     def commit(self, end: dict) -> None:
         """With ``group`` set, record the processed offsets in config/consumerOffset.json."""
         self._commit_group(end)
@@ -405,7 +431,9 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 self.store.commit_offset(self.opts.group, topic, qid, v)
         self._committed = offsets
 
+    @_busy
     def stop(self) -> None:
         if self._ms is not None:
+            untrack(self._ms)
             self._ms.close()
             self._ms = None

@@ -22,19 +22,37 @@ A process killed at any instant loses its lock (the kernel drops it), so the nex
 opener sees ``abort`` and recovers. POSIX locks belong to a process, not a file descriptor,
 and closing any descriptor of the file drops them all; so one :class:`StoreLockFile` per
 root per process is shared, with a count of the stores open in the process.
+
+``<root>/owners/<pid>-<random>`` (ours, not RocketMQ's): an empty file per process that has
+the store open, created when the process opens it and deleted when it closes it. Without
+it a killed process would go unnoticed whenever another process outlived it: the lock
+says nobody else has the store open *now*, not that everybody who had it closed it. So:
+
+- the last closer deletes ``abort`` only if no other owner file is left; one left behind
+  belongs to a process that died with the store open (its lock is gone, its file is not),
+  and ``abort`` stays for the next first opener;
+- the first opener takes the abnormal path if ``abort`` exists *or* an owner file does
+  (every owner is gone when it gets the lock exclusively), and deletes those files once
+  recovery is done.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
+import secrets
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from .fileio import lockf_blocking
 
+log = logging.getLogger(__name__)
+
 LOCK_CONTENT = b"lock"
+#: The folder of owner files, next to ``abort``.
+OWNERS_DIR = "owners"
 
 
 class StoreLockFile:
@@ -46,8 +64,11 @@ class StoreLockFile:
     def __init__(self, lock_path: Path, abort_path: Path) -> None:
         self.lock_path = lock_path
         self.abort_path = abort_path
+        self.owners_dir = abort_path.parent / OWNERS_DIR
         self._fd: int | None = None
         self._count = 0  # stores open in this process
+        self._first = False  # this process was the first opener (it recovered the store)
+        self._owner_file: Path | None = None
         self.mutex = threading.RLock()
 
     @classmethod
@@ -86,7 +107,8 @@ class StoreLockFile:
             self._count += 1
             if self._count > 1:
                 return False  # this process already has the root open (and holds the lock)
-            if self._try_exclusive():
+            self._first = self._try_exclusive()
+            if self._first:
                 return True
             # others have it open; wait for a first opener that may be recovering
             lockf_blocking(self._open_fd(), fcntl.LOCK_SH, 1, 0)
@@ -97,17 +119,44 @@ class StoreLockFile:
             raise
 
     def abort_exists(self) -> bool:
-        return self.abort_path.exists()
+        """Whether the last owners did not all close cleanly: ``abort`` exists, or an owner file
+        does. Meaningful for the first opener (it holds the lock exclusively, so every owner
+        file it sees is a dead process's)."""
+        return self.abort_path.exists() or bool(self.other_owners())
+
+    def other_owners(self) -> list[Path]:
+        """The owner files of other processes (sorted)."""
+        try:
+            return sorted(p for p in self.owners_dir.iterdir() if p != self._owner_file)
+        except FileNotFoundError:
+            return []
 
     def opened(self) -> None:
-        """After recovery: mark the store as open (``abort``) and share the lock."""
+        """After recovery: mark the store as open (``abort``, this process's owner file) and share the lock."""
         try:
-            if not self.abort_path.exists():
-                fd = os.open(self.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
-                os.close(fd)
+            if self._count == 1:  # this process's first open store on the root
+                if self._first:  # recovery is done: the dead owners' files have served
+                    for p in self.other_owners():
+                        p.unlink(missing_ok=True)
+                self._touch(self.abort_path)
+                self.owners_dir.mkdir(exist_ok=True)
+                self._owner_file = self.owners_dir / f"{os.getpid()}-{secrets.token_hex(4)}"
+                self._touch(self._owner_file)
+            elif not self.abort_path.exists():
+                self._touch(self.abort_path)
             lockf_blocking(self._open_fd(), fcntl.LOCK_SH, 1, 0)  # a downgrade, atomic for POSIX locks
         finally:
             self.mutex.release()
+
+    @staticmethod
+    def _touch(path: Path) -> None:
+        if not path.exists():
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+
+    def _drop_owner_file(self) -> None:
+        if self._owner_file is not None:
+            self._owner_file.unlink(missing_ok=True)
+            self._owner_file = None
 
     def abandon(self) -> None:
         """Undo :meth:`open` when opening failed (recovery raised)."""
@@ -120,7 +169,12 @@ class StoreLockFile:
             self.mutex.release()
 
     def close(self, on_last: Callable[[], None]) -> None:
-        """Unregister an open store; calls ``on_last()`` and deletes ``abort`` if it was the last one."""
+        """Unregister an open store (the caller has flushed what this process wrote).
+
+        The process's last store on the root deletes its owner file. If nobody else has the
+        store open, ``on_last()`` runs first and ``abort`` is deleted, unless another
+        process's owner file is left (that process died with the store open: ``abort`` stays).
+        """
         with self.mutex:
             self._count -= 1
             if self._count > 0 or self._fd is None:
@@ -128,7 +182,16 @@ class StoreLockFile:
             try:
                 if self._try_exclusive():
                     on_last()
-                    self.abort_path.unlink(missing_ok=True)
+                    self._drop_owner_file()
+                    dead = self.other_owners()
+                    if dead:
+                        log.warning("store %s: %d process(es) exited without closing it (%s); keeping %s so the next "
+                                    "open recovers", self.abort_path.parent, len(dead), ", ".join(p.name for p in dead),
+                                    self.abort_path.name)
+                    else:
+                        self.abort_path.unlink(missing_ok=True)
+                else:
+                    self._drop_owner_file()
             finally:
                 os.close(self._fd)  # drops this process's lock
                 self._fd = None

@@ -923,18 +923,18 @@ class MessageStore:
     def topics(self) -> dict[str, TopicConfig]:
         """Every topic: those of ``config/topics.json`` (re-read), and those only the log has (a
         store written by RocketMQ without its config, or a config file lost): found by their
-        consume queues, with as many queues as they have there. Nothing is written. An entry of
+        consume queues, with as many queues as their highest queue folder says (a topic of
+        ``topics.json`` keeps its configured counts). Nothing is written. An entry of
         ``topics.json`` whose key is not a valid topic name, or whose ``topicName`` differs from
         its key, is never listed (it is logged and kept in the file as it is)."""
         self._check_open()
         self.topic_config.reload()
         out = self.topic_config.topics()
-        for cq in self._all_queues():
-            topic, qid = cq.directory.parent.name, int(cq.directory.name)
-            known = out.get(topic)
-            if known is None or qid >= max(known.read_queue_nums, known.write_queue_nums):
-                n = max(qid + 1, known.read_queue_nums if known else 0)
-                out[topic] = TopicConfig(topic, n, max(n, known.write_queue_nums if known else 0))
+        found: dict[str, int] = {}
+        for topic, qid, _ in self._queue_dirs():
+            if topic not in out:
+                found[topic] = max(found.get(topic, 0), qid + 1)
+        out.update({topic: TopicConfig(topic, n, n) for topic, n in found.items()})
         return out
 
     # ------------------------------------------------------------------ close

@@ -135,3 +135,33 @@ def test_stream_to_stream(spark, tmp_path: Path) -> None:
     back = spark.read.format("rmqlog").option("path", dst).option("topics", "out").load().select("body", "keys")
     sent = spark.read.format("rmqlog").option("path", src).option("topics", "in").load().select("body", "keys")
     assert_df_equality(back, sent, ignore_row_order=True)
+
+
+def test_hash_routing_of_non_nullable_keys_and_properties(spark, tmp_path: Path) -> None:
+    """``array(col)`` of a non-nullable column reaches the sink as list<element: string not null>
+    (and a map of non-null values as map<string, string not null>): the README's example."""
+    df = spark.range(60).selectExpr("'orders' AS topic", "CAST(id AS STRING) AS body",
+                                    "array(substring(CAST(id AS STRING), -1, 1)) AS keys",  # the last digit
+                                    "map('n', CAST(id AS STRING)) AS properties")
+    assert not df.schema["keys"].dataType.containsNull and not df.schema["properties"].dataType.valueContainsNull
+    root = str(tmp_path / "batch")
+    write(df.repartition(3), root, queueSelector="hash")
+    stream_root = str(tmp_path / "stream")
+    src = str(tmp_path / "src")
+    fill(src, "in", 60, queues=3)
+    sdf = (spark.readStream.format("rmqlog").option("path", src).option("topics", "in")
+           .option("startingOffsets", "earliest").load()
+           .selectExpr("'orders' AS topic", "CAST(body AS STRING) AS body",
+                       "array(coalesce(substring(CAST(body AS STRING), -1, 1), 'x')) AS keys"))
+    assert not sdf.schema["keys"].dataType.containsNull
+    q = (sdf.writeStream.format("rmqlog").option("path", stream_root).option("queueSelector", "hash")
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    for where, prefix in ((root, ""), (stream_root, "m")):
+        got = all_messages(where, "orders")
+        assert sorted(bytes(r["body"]).decode() for r in got) == sorted(f"{prefix}{i}" for i in range(60))
+        for r in got:
+            key = bytes(r["body"]).decode()[-1]
+            assert r["keys"] == [key] and r["queueId"] == abs(int(java_hash(pa.array([key]))[0])) % 4
+            if where == root:
+                assert dict(r["properties"])["n"] == bytes(r["body"]).decode()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import re
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,13 +61,33 @@ def test_batch_offsets_timestamps_tags_and_partitions(spark, store_root: str) ->
     assert split.count() == 20
 
 
+def residual_filters(df) -> list[str]:  # type: ignore[no-untyped-def]
+    """The conditions of the Filter operators Spark still runs (attribute ids dropped)."""
+    import re
+
+    plan = df._jdf.queryExecution().executedPlan().toString()
+    return [re.sub(r"#\d+L?", "", line.split("Filter ", 1)[1]) for line in plan.splitlines()
+            if re.search(r"\bFilter \(", line)]
+
+
 def test_batch_filter_pushdown(spark, store_root: str) -> None:
     fill(store_root, "orders", 40, tags=["A", "B"])
     fill(store_root, "other", 8, tags=["A"])
     df = read(spark, store_root, topicPattern=".*")
-    got = df.filter("topic = 'orders' and queueId in (1, 2) and tags = 'A'")
-    assert "PushedFilters" in got._jdf.queryExecution().executedPlan().toString() or got.count() >= 0
+    where = "topic = 'orders' and queueId in (1, 2) and tags = 'A'"
+    got = df.filter(where)
+    # pushed: Spark keeps none of the three predicates (only its own null checks) ...
+    assert residual_filters(got) == ["(isnotnull(topic) AND isnotnull(tags))"]
+    # ... and the reader got them: one task per selected queue (orders/1, orders/2) ...
+    assert got.rdd.getNumPartitions() == 2
+    # ... and filtered the tags itself (Spark no longer does): only tag A, exactly
     assert sorted(bodies(got.collect())) == sorted(f"m{i}" for i in range(40) if i % 4 in (1, 2) and i % 2 == 0)
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    try:  # the same query without pushdown: Spark filters, over every queue
+        plain = read(spark, store_root, topicPattern=".*").filter(where)
+        assert "queueId IN (1,2)" in residual_filters(plain)[0] and plain.rdd.getNumPartitions() == 8
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     with store.MessageStore.open(store_root) as ms:
         ts = ms.read_queue("orders", 0, 0, 1)["storeTimestamp"][0].as_py()
     assert df.filter(df.storeTimestamp >= ts).count() == 48
@@ -126,7 +147,8 @@ def test_stream_reader_admission_control_and_new_queues(store_root: str) -> None
     fill(store_root, "orders2", 3, queues=1)
     end2 = r.latestOffset(end, ReadAllAvailable())
     assert list(end2) == ["orders/0", "orders/1", "orders2/0"] and end2["orders2/0"] == 3
-    assert rows_of(r, end, end2)[-3:] == ["m0", "m1", "m2"] or len(rows_of(r, end, end2)) == 73
+    # orders/0 and orders/1 from 15 to 50 (queue q, offset k holds m{2k+q}), and all of orders2
+    assert rows_of(r, end, end2) == sorted([f"m{i}" for i in range(30, 100)] + ["m0", "m1", "m2"])
     # bytes: exact record sizes from the consume queue
     with store.MessageStore.open(store_root) as ms:
         size = int(ms.consume_queue("orders", 0).read(0, 1)["size"][0])
@@ -207,13 +229,39 @@ def test_pushed_filters_narrow_the_plan(store_root: str) -> None:
 
 
 def test_batch_read_of_a_missing_store_names_the_path(tmp_path: Path) -> None:
-    from spark_rmq.errors import RmqLogOptionError
     from spark_rmq.source import RmqLogBatchReader
 
     reader = RmqLogBatchReader(SourceOptions.parse({"path": str(tmp_path / "none"), "topics": "t"}, streaming=False))
-    with pytest.raises(RmqLogOptionError, match="no store at"):
+    with pytest.raises(store.StoreNotFoundError, match="no store here") as err:
         reader.partitions()
+    assert err.value.path == str(tmp_path / "none")
     assert not (tmp_path / "none").exists()
+
+
+def tree(root: Path) -> dict[str, bytes | None]:
+    """Every path under ``root`` with its bytes (None for a folder)."""
+    return {str(p.relative_to(root)): None if p.is_dir() else p.read_bytes() for p in sorted(root.rglob("*"))}
+
+
+@pytest.mark.parametrize("kind", ["missing", "empty folder", "other folder"])
+def test_reads_where_there_is_no_store_fail_and_create_nothing(spark, tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "data"
+    if kind != "missing":
+        path.mkdir()
+    if kind == "other folder":
+        (path / "notes.txt").write_bytes(b"not a store\n")
+        (path / "sub").mkdir()
+    before = tree(tmp_path)
+    message = f"no store here .*: {re.escape(str(path))}"
+    batch = spark.read.format("rmqlog").option("path", str(path)).option("topics", "t").load()
+    with pytest.raises(Exception, match=message):  # when the read is planned
+        batch.count()
+    q = (spark.readStream.format("rmqlog").option("path", str(path)).option("topics", "t").load()
+         .writeStream.format("memory").queryName(f"nostore_{kind.replace(' ', '_')}").start())
+    with pytest.raises(Exception, match=message):  # when the stream plans its first batch
+        q.awaitTermination(120)
+    assert not q.isActive
+    assert tree(tmp_path) == before  # byte for byte: nothing created, nothing changed
 
 
 def test_stream_defaults_to_latest_and_fails_on_lost_ranges(store_root: str) -> None:

@@ -137,3 +137,51 @@ def test_shared_store_is_reused_and_refuses_a_replaced_root(tmp_path) -> None:  
     store.MessageStore.open(root).close()  # a new store at the same path
     with pytest.raises(store.StoreError, match="deleted or replaced"):
         shared_store(root)
+
+
+def _nn(t: pa.DataType) -> pa.Field:
+    return pa.field("element", t, nullable=False)
+
+
+#: Every list-of-strings shape a keys column can take: Spark's array of a non-nullable column
+#: (list<element: string not null>), large offsets, large strings, nulls only.
+KEY_LIST_TYPES = [
+    pa.list_(pa.string()),
+    pa.list_(_nn(pa.string())),
+    pa.large_list(pa.string()),
+    pa.large_list(_nn(pa.large_string())),
+    pa.list_(pa.large_string()),
+    pa.list_(_nn(pa.large_string())),
+]
+
+
+@pytest.mark.parametrize("keys_type", KEY_LIST_TYPES, ids=str)
+def test_keys_of_any_string_list_type_hash_as_their_joined_string(keys_type: pa.DataType) -> None:
+    from spark_rmq.routing import hash_queue, keys_as_string
+
+    rows = [["order-1"], ["a", "b"], [], ["日本語"], ["order-1"]]
+    keys = pa.array(rows, keys_type)
+    for col in (keys, pa.chunked_array([keys[:2], keys[2:]])):
+        joined = keys_as_string(col)
+        assert joined.to_pylist() == ["order-1", "a b", None, "日本語", "order-1"]
+        queues = hash_queue(joined, np.full(5, 4)).to_pylist()
+        assert queues == [abs(java_string_hash(s)) % 4 if s else None for s in ["order-1", "a b", None, "日本語", "order-1"]]
+
+
+@pytest.mark.parametrize("keys_type", KEY_LIST_TYPES, ids=str)
+def test_put_batch_takes_keys_and_properties_of_non_nullable_types(tmp_path, keys_type: pa.DataType) -> None:  # type: ignore[no-untyped-def]
+    import store
+
+    props = pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))
+    table = pa.table({
+        "topic": ["t", "t"], "body": [b"1", b"2"], "queueId": pa.array([0, 0], pa.int32()),
+        "keys": pa.array([["k1"], ["k2", "k3"]], keys_type),
+        "properties": pa.array([[("p", "1")], [("p", "2"), ("q", "3")]], props),
+    })
+    with store.MessageStore.open(tmp_path / "s") as ms:
+        ms.put_batch(table)
+        ms.dispatch()
+        got = ms.read_queue("t", 0, 0, 2)
+    assert got["keys"].to_pylist() == [["k1"], ["k2", "k3"]]
+    assert [{k: v for k, v in p if k in ("p", "q")} for p in got["properties"].to_pylist()] == [
+        {"p": "1"}, {"p": "2", "q": "3"}]

@@ -1,0 +1,91 @@
+"""Owner files (``<root>/owners``): a process that died with the store open is noticed even
+when other processes outlive it and close the store cleanly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest import subprocess_env
+
+import store
+from store.lock_file import OWNERS_DIR
+
+#: Opens the store, appends, says "open", then closes when stdin says so (or is killed first).
+HOLDER = """
+import sys, store
+ms = store.MessageStore.open(sys.argv[1])
+ms.put("T", b"from " + sys.argv[2].encode(), queue_id=0)
+print("open", flush=True)
+sys.stdin.readline()
+ms.close()
+print("closed", flush=True)
+"""
+
+
+def _holder(root: Path, name: str) -> subprocess.Popen[str]:
+    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), name], env=subprocess_env(),
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert p.stdout is not None and p.stdout.readline() == "open\n"
+    return p
+
+
+def _close(p: subprocess.Popen[str]) -> None:
+    out, _ = p.communicate("close\n")
+    assert out == "closed\n" and p.returncode == 0
+
+
+def _owners(root: Path) -> list[str]:
+    d = root / OWNERS_DIR
+    return sorted(os.listdir(d)) if d.is_dir() else []
+
+
+def bodies(root: Path) -> list[bytes]:
+    with store.MessageStore.open(root) as ms:
+        ms.dispatch()
+        return sorted(ms.read_queue("T", 0, 0, 100)["body"].to_pylist())
+
+
+def test_each_open_process_has_an_owner_file_until_it_closes(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    a, b = _holder(root, "a"), _holder(root, "b")
+    assert [n.split("-")[0] for n in _owners(root)] == sorted([str(a.pid), str(b.pid)])
+    _close(a)
+    assert [n.split("-")[0] for n in _owners(root)] == [str(b.pid)]
+    assert (root / "abort").exists()  # b still has it open
+    _close(b)
+    assert _owners(root) == [] and not (root / "abort").exists()
+    with store.MessageStore.open(root) as ms:
+        assert ms.recovery is not None and not ms.recovery.abnormal
+        assert len(_owners(root)) == 1  # this process's own file while open
+    assert _owners(root) == []
+
+
+def test_a_killed_owner_keeps_abort_although_the_last_closer_closes_cleanly(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    a, b = _holder(root, "a"), _holder(root, "b")
+    b.send_signal(signal.SIGKILL)
+    b.wait()
+    _close(a)  # the last closer: nobody else holds the lock, but b never closed
+    assert (root / "abort").exists()
+    assert [n.split("-")[0] for n in _owners(root)] == [str(b.pid)]
+    with store.MessageStore.open(root) as ms:
+        assert ms.recovery is not None and ms.recovery.abnormal
+        assert len(_owners(root)) == 1  # b's file went with the recovery that answered it
+    assert not (root / "abort").exists() and _owners(root) == []
+    assert bodies(root) == [b"from a", b"from b"]  # nothing acknowledged is lost
+    with store.MessageStore.open(root) as ms:
+        assert ms.recovery is not None and not ms.recovery.abnormal
+
+
+def test_an_owner_file_alone_means_abnormal_recovery(tmp_path: Path) -> None:
+    """Even without ``abort``, a dead owner's file sends the first opener down the abnormal path."""
+    root = tmp_path / "s"
+    store.MessageStore.open(root).close()
+    (root / OWNERS_DIR / "12345-deadbeef").touch()
+    with store.MessageStore.open(root) as ms:
+        assert ms.recovery is not None and ms.recovery.abnormal
+    assert _owners(root) == [] and not (root / "abort").exists()
