@@ -194,8 +194,12 @@ def _check_store(s: store.MessageStore, root: Path, logs: list[Path], mode: str,
     report = s.verify()
     assert report.ok, report.problems
     # appends continue at the right offsets
+    before = s.max_offset("K", 0)
+    if s.commitlog.min_offset() == 0:
+        assert before == len(by_queue.get(0, []))
+    # (a log that lost its first segments: the queue goes on after its units, never back)
     res = s.put("K", b"after-recovery", queue_id=0)
-    assert res.queue_offset == len(by_queue.get(0, []))
+    assert res.queue_offset == before
     assert res.commit_log_offset == tail or (res.commit_log_offset % SEGMENT == 0 and res.commit_log_offset > tail)
 
 
