@@ -31,7 +31,8 @@ from .background import BackgroundLoop
 from .commitlog import CommitLog
 from .consume_queue import CQ_UNIT, ConsumeQueue
 from .decode import dispatch_columns, read_columns
-from .fileio import InterProcessLock, replace_file
+from .errors import DiskFullError
+from .fileio import InterProcessLock, replace_file, rewrite_in_place
 from .paths import topic_problem
 from .record import is_consumable
 
@@ -81,7 +82,7 @@ class Dispatcher:
 
     def set_position(self, offset: int) -> None:
         """Recovery: resume dispatching at ``offset`` (caller holds the lock)."""
-        self._save_position(offset, self._load()[1])
+        self._save_position(offset, self._load()[1], required=True)
 
     def reset_position(self, limit: int) -> None:
         """Recovery: forget a saved position past ``limit`` and derive it from the queues.
@@ -104,11 +105,23 @@ class Dispatcher:
                     best = max(best, int(u["offset"][0]) + int(u["size"][0]))
         return best
 
-    def _save_position(self, offset: int, store_timestamp: int) -> None:
-        replace_file(
-            self.state_path,
-            json.dumps({"version": 1, "offset": offset, "storeTimestamp": store_timestamp}).encode(),
-        )
+    def _save_position(self, offset: int, store_timestamp: int, *, required: bool = False) -> None:
+        """Save the position (caller holds the lock).
+
+        On a full disk the file keeps the position it had, an older one (or none: the
+        position is then derived), which only makes the next run walk those records again
+        and skip the units already written: the position is a hint. Recovery moving it
+        *back* (``required``) cannot leave a larger one behind: the file is then rewritten
+        in place, which reuses its block; if even that fails, :class:`DiskFullError`.
+        """
+        data = json.dumps({"version": 1, "offset": offset, "storeTimestamp": store_timestamp}).encode()
+        try:
+            replace_file(self.state_path, data)
+        except DiskFullError as exc:
+            if required:
+                rewrite_in_place(self.state_path, data)
+                return
+            log.warning("%s; the dispatch position stays where it was, and the next dispatch walks on from there", exc)
 
     def position(self) -> int:
         with self.lock.held():

@@ -43,6 +43,7 @@ from .append_state import AppendState
 from .background import BackgroundLoop
 from .checkpoint import Checkpoint, CheckpointFile
 from .commitlog import CommitLog
+from .errors import raise_if_disk_full
 from .fileio import InterProcessLock, fsync_dir
 from .paths import parse_segment_name
 
@@ -96,10 +97,14 @@ class FlushStateFile:
 
     def write(self, pos: FlushPosition) -> None:
         head = struct.pack(">qq", pos.offset, pos.store_timestamp)
-        fd = self._open(create=True)
-        assert fd is not None
-        os.pwrite(fd, head + struct.pack(">I", zlib.crc32(head)), 0)
-        os.fdatasync(fd)
+        try:
+            fd = self._open(create=True)
+            assert fd is not None
+            os.pwrite(fd, head + struct.pack(">I", zlib.crc32(head)), 0)  # in place: a block only the first time
+            os.fdatasync(fd)
+        except OSError as exc:
+            raise_if_disk_full(exc, self.path, "writing the flushed position")
+            raise
 
     def close(self) -> None:
         with self._lock:

@@ -32,6 +32,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from .errors import raise_if_disk_full
 from .fileio import lockf_blocking
 
 LOCK_CONTENT = b"lock"
@@ -63,8 +64,13 @@ class StoreLockFile:
     def _open_fd(self) -> int:
         if self._fd is None:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            if os.fstat(fd).st_size < len(LOCK_CONTENT):
-                os.pwrite(fd, LOCK_CONTENT, 0)
+            try:
+                if os.fstat(fd).st_size < len(LOCK_CONTENT):
+                    os.pwrite(fd, LOCK_CONTENT, 0)
+            except OSError as exc:  # a new store on a full disk
+                os.close(fd)
+                raise_if_disk_full(exc, self.lock_path, "writing the lock file")
+                raise
             self._fd = fd
         return self._fd
 
@@ -103,8 +109,11 @@ class StoreLockFile:
         """After recovery: mark the store as open (``abort``) and share the lock."""
         try:
             if not self.abort_path.exists():
-                fd = os.open(self.abort_path, os.O_WRONLY | os.O_CREAT, 0o644)
-                os.close(fd)
+                try:
+                    os.close(os.open(self.abort_path, os.O_WRONLY | os.O_CREAT, 0o644))
+                except OSError as exc:  # an empty file needs no block, but a full directory may need one
+                    raise_if_disk_full(exc, self.abort_path, "creating the abort file")
+                    raise
             lockf_blocking(self._open_fd(), fcntl.LOCK_SH, 1, 0)  # a downgrade, atomic for POSIX locks
         finally:
             self.mutex.release()

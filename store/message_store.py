@@ -10,7 +10,6 @@ published.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -33,7 +32,13 @@ from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .decode import empty_message_table
 from .dispatcher import Dispatcher
 from .encode import EncodedBatch, int64_filled, prepare_batch
-from .errors import DiskFullError, InvalidArgumentError, InvalidMessageError, StoreClosedError
+from .errors import (
+    DISK_FULL_ERRNOS,
+    DiskFullError,
+    InvalidArgumentError,
+    InvalidMessageError,
+    StoreClosedError,
+)
 from .flush import AsyncFlusher, FlushService, FlushStateFile
 from .hashing import java_string_hash
 from .hosts import host_bytes
@@ -447,6 +452,18 @@ class MessageStore:
             schema=PUT_RESULT_SCHEMA,
         )
 
+    def _drop_unpublished(self, tail: int) -> None:
+        """After a failed append (caller holds the append lock): clear what it wrote past the
+        published ``tail`` (punching holes needs no space on a full disk). Best effort: if
+        this fails too, the next append's scrub does it. Nothing is cleared if the state was
+        published after all (a failure after the publish itself)."""
+        try:
+            current = self._state_file.load()
+            if current is None or current.tail == tail:
+                self.commitlog.scrub(tail, force=True)
+        except Exception:  # noqa: BLE001 - the append's own error is the one to raise
+            log.warning("could not clear an unpublished append past commitlog offset %d; the next append will", tail, exc_info=True)
+
     def _put_batch(
         self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None = None, *, dispatch: bool = False,
     ) -> tuple[pa.Table, np.ndarray]:
@@ -490,16 +507,15 @@ class MessageStore:
             try:
                 # the per-row results (msgIds...) are made while the last chunks are written
                 results = self.commitlog.append_all(batches, state, self._result_table)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise
-                # nothing was published: the partial bytes past the tail are not part of the log
-                # (the next append scrubs them); try to zero them now, which needs no new blocks
-                # for the pages already written
-                with contextlib.suppress(OSError):
-                    self.commitlog.scrub(tail)
-                raise DiskFullError(errno.ENOSPC, f"disk full while appending at commitlog offset {tail}") from exc
-            self._state_file.publish(state)
+                self._state_file.publish(state)
+            except BaseException as exc:
+                self._drop_unpublished(tail)
+                if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+                    raise DiskFullError(
+                        exc.errno, f"disk full while appending at commitlog offset {tail}: nothing was published",
+                        exc.filename or str(self.paths.commitlog_dir),
+                    ) from exc
+                raise
         if self._sync_flush:
             self.flush_service.flush_to(results[-1].end)  # group commit: may be covered by another's sync
         if dispatch:
