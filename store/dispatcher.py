@@ -111,17 +111,29 @@ class Dispatcher:
         On a full disk the file keeps the position it had, an older one (or none: the
         position is then derived), which only makes the next run walk those records again
         and skip the units already written: the position is a hint. Recovery moving it
-        *back* (``required``) cannot leave a larger one behind: the file is then rewritten
-        in place, which reuses its block; if even that fails, :class:`DiskFullError`.
+        *back* (``required``) must not leave a larger one behind: the file is then rewritten
+        in place (its block is reused), or else removed if the position derived without it
+        is not past ``offset``; otherwise :class:`DiskFullError`.
         """
         data = json.dumps({"version": 1, "offset": offset, "storeTimestamp": store_timestamp}).encode()
         try:
             replace_file(self.state_path, data)
+            return
         except DiskFullError as exc:
-            if required:
+            if not required:
+                log.warning("%s; the dispatch position stays where it was, and the next dispatch walks on from there", exc)
+                return
+            error = exc
+        if self.state_path.exists():
+            try:
                 rewrite_in_place(self.state_path, data)
                 return
-            log.warning("%s; the dispatch position stays where it was, and the next dispatch walks on from there", exc)
+            except DiskFullError:
+                pass
+        self.state_path.unlink(missing_ok=True)
+        if self._derive_position() > offset:
+            raise error
+        log.warning("%s; the dispatch position will be derived from the consume queues (not past %d)", error, offset)
 
     def position(self) -> int:
         with self.lock.held():

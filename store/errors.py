@@ -90,12 +90,20 @@ class DiskFullError(StoreError, OSError):
     write failed, when there is one.
 
     Nothing already stored is harmed and the store stays readable; the operation can be
-    retried once space is freed. An append publishes nothing of its batch (except under
-    ``SYNC_FLUSH`` when only the flush after the publish failed: the batch is then in the
-    log but was not reported durable). A dispatch leaves every consume queue consistent
+    retried once space is freed. An append publishes nothing of its batch (but see
+    ``appended``). A dispatch leaves every consume queue consistent
     (units written by the failed run are kept or removed whole, and its position is a hint
     that the next run corrects).
+
+    ``appended`` is True when the batch *was* appended (published, readable by offset) and
+    only a step after the append failed: the ``SYNC_FLUSH`` flush or the consume-queue units
+    of ``dispatch=True`` (the next flush or dispatch completes them); retrying such a put
+    would append the batch again (idempotent puts, with ``writer``/``sequence``, would not).
     """
+
+    def __init__(self, *args: object, appended: bool = False) -> None:
+        super().__init__(*args)
+        self.appended = appended
 
 
 #: The errnos of a full disk: no space left, or the user's quota exhausted.

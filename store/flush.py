@@ -202,6 +202,9 @@ class FlushService:
                         continue  # deleted meanwhile (truncation)
                     try:
                         os.fdatasync(fd)
+                    except OSError as exc:  # space allocated at writeback (NFS): typed
+                        raise_if_disk_full(exc, f, "syncing a consume queue")
+                        raise
                     finally:
                         os.close(fd)
 

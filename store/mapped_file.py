@@ -169,7 +169,8 @@ class MappedFile:
         ``msync`` of just that range (Linux runs ``fsync`` over the file range, metadata
         included), not ``fdatasync`` of the file: with a writer appending meanwhile, a
         whole-file sync keeps chasing the pages it dirties and measured 2-3x slower puts.
-        Raises ``OSError`` if the sync fails (e.g. EIO).
+        Raises ``OSError`` if the sync fails (e.g. EIO), :class:`~store.errors.DiskFullError`
+        if it fails for want of space (a filesystem that allocates at writeback, NFS).
         """
         page = mmap.PAGESIZE
         lo = (rel_from // page) * page
@@ -178,8 +179,7 @@ class MappedFile:
             self._map()
             base = self.array().ctypes.data
             if _msync(base + lo, hi - lo, MS_SYNC) != 0:  # releases the GIL while it waits
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err), str(self.path))
+                disk_full_from_errno(ctypes.get_errno(), self.path, f"syncing bytes {lo}..{hi}")
 
     def writev(self, rel: int, iov: np.ndarray) -> None:
         """Write the buffers of ``iov`` ((address, length) rows, ``struct iovec``) at ``rel``.

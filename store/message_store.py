@@ -516,26 +516,38 @@ class MessageStore:
                         exc.filename or str(self.paths.commitlog_dir),
                     ) from exc
                 raise
-        if self._sync_flush:
-            self.flush_service.flush_to(results[-1].end)  # group commit: may be covered by another's sync
-        if dispatch:
-            if any(b.tags_codes is None for b in batches):  # TAGS given as a user property: let the dispatcher read them
-                self.dispatcher.dispatch()
-            else:  # one dispatch for all the tables: one position update
-                names: dict[str, int] = {}
-                for b in batches:
-                    for t in b.topics:
-                        names.setdefault(t, len(names))
-                tidx = np.concatenate([np.array([names[t] for t in b.topics], np.int64)[b.topic_index] for b in batches])
-                self.dispatcher.dispatch_appended(
-                    results[0].start, results[-1].end, list(names), tidx,
-                    np.concatenate([b.queue_id for b in batches]),
-                    np.concatenate([r.queue_offsets for r in results]),
-                    np.concatenate([r.physical_offsets for r in results]),
-                    np.concatenate([b.lengths for b in batches]),
-                    np.concatenate([b.tags_codes for b in batches]),
-                    results[-1].store_timestamp,
-                )
+        step = "flush"
+        try:
+            if self._sync_flush:
+                self.flush_service.flush_to(results[-1].end)  # group commit: may be covered by another's sync
+            step = "dispatch"
+            if dispatch:
+                if any(b.tags_codes is None for b in batches):  # TAGS given as a user property: let the dispatcher read them
+                    self.dispatcher.dispatch()
+                else:  # one dispatch for all the tables: one position update
+                    names: dict[str, int] = {}
+                    for b in batches:
+                        for t in b.topics:
+                            names.setdefault(t, len(names))
+                    tidx = np.concatenate([np.array([names[t] for t in b.topics], np.int64)[b.topic_index] for b in batches])
+                    self.dispatcher.dispatch_appended(
+                        results[0].start, results[-1].end, list(names), tidx,
+                        np.concatenate([b.queue_id for b in batches]),
+                        np.concatenate([r.queue_offsets for r in results]),
+                        np.concatenate([r.physical_offsets for r in results]),
+                        np.concatenate([b.lengths for b in batches]),
+                        np.concatenate([b.tags_codes for b in batches]),
+                        results[-1].store_timestamp,
+                    )
+        except OSError as exc:
+            if exc.errno not in DISK_FULL_ERRNOS:
+                raise
+            # the batch is in the log (published) and readable by offset: a retry would append
+            # it again, so the error says so (``appended``)
+            raise DiskFullError(
+                exc.errno, f"{exc.strerror}: the batch WAS appended (commitlog offsets {results[0].start}..{results[-1].end}, "
+                f"published), only its {step} failed", exc.filename, appended=True,
+            ) from exc
         tables = [
             r.overlapped if r.overlapped is not None else self._result_table(r.physical_offsets, r.queue_offsets, r.store_timestamp)
             for r in results
