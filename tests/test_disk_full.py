@@ -305,3 +305,32 @@ def test_replacing_a_file_on_a_full_disk_keeps_the_old_one(tmp_path: Path, monke
         assert info.value.filename == str(tmp_path / "s" / "config" / "consumerOffset.json")
         monkeypatch.undo()
         assert s.committed_offset("g", "T", 0) == 4
+
+
+def test_reads_bounded_at_the_first_hole_find_the_same_ends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tmpfs read bounds (consume-queue ends, scans past the data), forced on here: the
+    same queue ends, reads and rebuilt tail as unbounded, across segment rolls, a truncation
+    and a rebuild of the append state from the log."""
+    monkeypatch.setattr(mf, "hole_reads_allocate", lambda path: True)
+    root = tmp_path / "s"
+    cfg = store.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=20 * 300)
+    with store.MessageStore.open(root, cfg) as s:
+        assert s.commitlog.segments.bounded_reads
+        for i in range(7):
+            s.put_batch(pa.table({"topic": ["B"] * 250, "body": [b"%d" % i + b"b" * 150] * 250,
+                                  "queueId": pa.array([0] * 250, pa.int32())}), dispatch=True)
+        cq = s.consume_queue("B", 0)
+        assert cq.segments.bounded_reads and len(cq.segments.segment_starts()) == 6
+        assert (s.min_offset("B", 0), s.max_offset("B", 0)) == (0, 1750)
+        cq.truncate(1000)  # clears the rest of its segment: punched
+        assert s.max_offset("B", 0) == 1000
+        assert s.dispatch() == 0 and s.max_offset("B", 0) == 1000  # the position is past: a hint
+        tail = s.published_tail()
+        (root / "append.state").unlink()  # rebuilt by the next put, by a scan to the data's end
+        res = s.put_batch(pa.table({"topic": ["B"], "body": [b"last"], "queueId": pa.array([0], pa.int32())}))
+        assert res["commitLogOffset"][0].as_py() == tail and res["queueOffset"][0].as_py() == 1750
+    (root / "dispatch.state").unlink()
+    with store.MessageStore.open(root, cfg) as s:
+        s.dispatch()
+        assert s.max_offset("B", 0) == 1751 and s.verify().ok
+        assert len(read_queue_all(s, "B", 0, max_count=500)) == 1751
