@@ -198,6 +198,7 @@ class _Pipeline:
         self._native: Any = None  # a store._native.ChunkWriter, made on the first write()
         self._keep: list[tuple[np.ndarray, MappedFile, int]] = []  # (buffer, segment, offset) per native write
         self._error: BaseException | None = None
+        self._failed = False  # a write on the pool failed: the ones queued after it are skipped
 
     def write(self, seg: MappedFile, rel: int, buf: np.ndarray) -> None:
         """``seg.write(rel, buf)`` in the pipeline's order (``buf`` is kept until exit)."""
@@ -233,7 +234,17 @@ class _Pipeline:
         while len(self._pending) >= _IN_FLIGHT:
             self._pending[0][0].result()  # wait *before* dropping what the write reads from
             self._pending.popleft()
-        self._pending.append((_WRITE_POOL.get().submit(fn, *args), keep))
+        self._pending.append((_WRITE_POOL.get().submit(self._guarded, fn, *args), keep))
+
+    def _guarded(self, fn: Callable[..., None], *args: object) -> None:
+        """Run a queued write unless one before it failed (as the native writer skips them)."""
+        if self._failed:
+            return
+        try:
+            fn(*args)
+        except BaseException:
+            self._failed = True
+            raise
 
     def _check(self) -> None:
         if self._error is not None:
