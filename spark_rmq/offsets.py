@@ -15,6 +15,7 @@ import numpy as np
 
 from store import MessageStore
 from store.consume_queue import FILLER_SIZE
+from store.paths import parse_queue_dir_name, topic_problem
 from store.record import HEADER_V4
 
 from .errors import DataLossError
@@ -47,7 +48,7 @@ def _topic_queue_ids(ms: MessageStore, topic: str, configured: dict) -> list[int
         ids.update(range(max(tc.read_queue_nums, tc.write_queue_nums)))
     tdir = ms.paths.consumequeue_dir / topic
     if tdir.is_dir():
-        ids.update(int(p.name) for p in tdir.iterdir() if p.name.isdigit())
+        ids.update(q for q in map(parse_queue_dir_name, (p.name for p in tdir.iterdir())) if q is not None)
     return sorted(ids)
 
 
@@ -62,7 +63,8 @@ def discover_queues(ms: MessageStore, opts: SourceOptions) -> list[tuple[str, in
         pattern = re.compile(opts.topic_pattern or "")
         found = set(configured)
         if ms.paths.consumequeue_dir.is_dir():
-            found.update(p.name for p in ms.paths.consumequeue_dir.iterdir() if p.is_dir())
+            # a folder whose name is not a valid topic is not a topic (names on disk are not trusted)
+            found.update(p.name for p in ms.paths.consumequeue_dir.iterdir() if p.is_dir() and topic_problem(p.name) is None)
         names = sorted(t for t in found if pattern.fullmatch(t))
     return [(t, q) for t in names for q in _topic_queue_ids(ms, t, configured)]
 

@@ -117,7 +117,7 @@ def parse_offsets_json(name: str, raw: str) -> dict[str, int]:
     out: dict[str, int] = {}
     for key, value in data.items():
         topic, _, qid = str(key).rpartition("/")
-        if not topic or not qid.isdigit():
+        if not topic or not (qid.isascii() and qid.isdigit()):
             raise RmqLogOptionError(name, f"key {key!r} is not 'topic/queueId'")
         _valid_topic(name, topic)
         if not isinstance(value, int) or isinstance(value, bool) or value < EARLIEST_OFFSET:

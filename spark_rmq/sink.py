@@ -137,9 +137,11 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
         cols["keys"] = _keys_list(table["keys"])
     if "properties" in names:
         cols["properties"] = table["properties"]
+    # flag and queueId go to the store as they are (int64 at most): a narrowing cast here would
+    # fail with an untyped Arrow error, the store names the row and field of a bad value
     if "flag" in names:
-        cols["flag"] = pc.cast(table["flag"], pa.int32())
-    qid = pc.cast(table["queueId"], pa.int32()) if "queueId" in names else pa.nulls(n, pa.int32())
+        cols["flag"] = table["flag"]
+    qid = pc.cast(table["queueId"], pa.int64()) if "queueId" in names else pa.nulls(n, pa.int64())
     if opts.queue_selector == "hash" and (not isinstance(qid, pa.Array) or qid.null_count) and n:
         key = table[opts.sharding_key] if opts.sharding_key else cols.get("keys")
         if key is not None:
@@ -149,7 +151,7 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
             counts = np.asarray(ms.topic_config.planned_queue_counts(topics.dictionary.to_pylist(),
                                                                      unknown=ms.config.default_topic_queue_nums), np.int64)
             per_row = counts[np.asarray(topics.indices.fill_null(0), np.int64)] if len(counts) else np.ones(n, np.int64)
-            qid = pc.coalesce(qid, hash_queue(keys_as_string(key), per_row))
+            qid = pc.coalesce(qid, hash_queue(keys_as_string(key), per_row).cast(pa.int64()))
     # a null queueId is left to the store's round robin (the default selector)
     cols["queueId"] = qid
     return pa.table(cols)

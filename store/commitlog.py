@@ -427,7 +427,7 @@ class CommitLog:
         seg = self.segments.for_offset(offset)
         if seg is None or offset >= tail:
             return None
-        return decode_at(memoryview(seg.array()), offset - seg.start)  # type: ignore[arg-type]
+        return decode_at(memoryview(seg.array()), offset - seg.start, base=seg.start)  # type: ignore[arg-type]
 
     def read_messages(self, offsets: np.ndarray, *, topic: str | None = None) -> pa.Table:
         """Decode the records at these commitlog offsets (ascending) into the message table.
@@ -457,7 +457,7 @@ class CommitLog:
             stop = min(limit, seg.end) - seg.start
             if seg.bounded_reads:  # tmpfs: not into the holes past the data (see store.mapped_file)
                 stop = min(stop, seg.readable_end(pos - seg.start))
-            result = scan_segment(seg.array(), pos - seg.start, stop, check_crc=check_crc)
+            result = scan_segment(seg.array(), pos - seg.start, stop, check_crc=check_crc, base=seg.start)
             yield seg, result
             if result.reason is not StopReason.BLANK:
                 return

@@ -8,23 +8,47 @@
   both forms and write quoted keys, which fastjson also reads.
 
 Both are written RocketMQ's way: ``<f>.tmp`` then rename, the previous file kept as
-``<f>.bak``; a reader falls back to ``.bak`` when the main file is missing or unreadable.
-Changes from several processes are serialized by ``<root>/config.lock`` and each change is
-a read-modify-write of the current file, so no process overwrites another's update.
+``<f>.bak``; a reader falls back to ``.bak`` when the main file is missing, empty or
+unreadable (not UTF-8, not JSON, or not the structure below), as RocketMQ's
+``ConfigManager.load`` does; when neither can be read, :class:`store.errors.CorruptStoreError`
+names the file. Changes from several processes are serialized by ``<root>/config.lock`` and
+each change is a read-modify-write of the current file, so no process overwrites another's
+update.
+
+Names read from these files are never trusted: a ``topics.json`` entry whose key is not a
+valid topic name (or whose ``topicName`` differs from its key), and a ``consumerOffset.json``
+key that is not ``<valid topic>@<valid group>``, are logged once, never listed nor used (as a
+path or otherwise), and written back as they were when the file is rewritten. A valid name
+with a bad value (a queue count outside 0..65535, an offset that is not an integer) makes the
+file unreadable.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import ConfigError, CorruptStoreError
+from .arguments import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN, offset_arg, queue_id_arg
+from .errors import ConfigError, CorruptStoreError, InvalidGroupError
 from .fileio import InterProcessLock, replace_file
-from .paths import validate_group, validate_topic
+from .paths import topic_problem, validate_group, validate_topic
+
+log = logging.getLogger(__name__)
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(path: Path, message: str) -> None:
+    """Log a problem of a config file once per process (the files are re-read often)."""
+    key = (str(path), message)
+    if key not in _warned:
+        _warned.add(key)
+        log.warning("%s: %s", path, message)
 
 PERM_READ, PERM_WRITE, PERM_INHERIT = 4, 2, 1
 
@@ -72,22 +96,36 @@ def quote_int_keys(text: str) -> str:
     return "".join(out)
 
 
-def load_fastjson(path: Path) -> Any | None:
-    """Parse a RocketMQ config file (or its ``.bak``); ``None`` if neither exists."""
-    last_error: Exception | None = None
+def load_fastjson(path: Path, decode: Callable[[Any], Any] | None = None) -> Any | None:
+    """Parse a RocketMQ config file, else its ``.bak``; ``None`` if neither exists (or both are empty).
+
+    ``decode`` turns the parsed JSON into the caller's structure, raising ``ValueError``,
+    ``TypeError``, ``KeyError`` or ``AttributeError`` when it is not that structure; its result
+    is returned. A file that is not UTF-8, not JSON or not the structure is skipped for its
+    ``.bak`` (logged); when no candidate is readable, :class:`CorruptStoreError` names the file.
+    """
+    errors: list[str] = []
     for candidate in (path, path.with_name(path.name + ".bak")):
         try:
             text = candidate.read_text(encoding="utf-8")
         except FileNotFoundError:
             continue
+        except (UnicodeDecodeError, IsADirectoryError) as exc:
+            errors.append(f"{candidate.name}: {'not UTF-8' if isinstance(exc, UnicodeDecodeError) else 'a directory'} ({exc})")
+            continue
         if not text.strip():
             continue
         try:
-            return json.loads(quote_int_keys(text))
-        except ValueError as exc:
-            last_error = exc
-    if last_error is not None:
-        raise CorruptStoreError(f"unreadable config file: {last_error}", path=str(path))
+            raw = json.loads(quote_int_keys(text))
+            value = decode(raw) if decode is not None else raw
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            errors.append(f"{candidate.name}: {type(exc).__name__}: {exc}")
+            continue
+        if errors:
+            _warn_once(path, f"unreadable, read {candidate.name} instead ({errors[0]})")
+        return value
+    if errors:
+        raise CorruptStoreError(f"unreadable config file ({'; '.join(errors)})", path=str(path))
     return None
 
 
@@ -113,15 +151,45 @@ class TopicConfig:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicConfig:
+        """A ``topicConfigTable`` entry; ``ValueError`` when a queue count is not an int in 0..65535."""
         return cls(
             topic_name=str(d["topicName"]),
-            read_queue_nums=int(d.get("readQueueNums", 4)),
-            write_queue_nums=int(d.get("writeQueueNums", 4)),
+            read_queue_nums=_queue_count(d, "readQueueNums"),
+            write_queue_nums=_queue_count(d, "writeQueueNums"),
             perm=int(d.get("perm", 6)),
             topic_filter_type=str(d.get("topicFilterType", "SINGLE_TAG")),
             topic_sys_flag=int(d.get("topicSysFlag", 0)),
             order=bool(d.get("order", False)),
         )
+
+
+def _queue_count(d: dict[str, Any], key: str) -> int:
+    value = d.get(key, 4)
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise ValueError(f"topic {d.get('topicName')!r}: {key} {value!r} is not an int in 0..65535")
+    return value
+
+
+def _decode_topics(path: Path, raw: Any) -> tuple[dict[str, TopicConfig], dict[str, Any], dict[str, int]]:
+    """(usable topics, entries skipped for their names, dataVersion) of a parsed ``topics.json``."""
+    table = raw.get("topicConfigTable") or {}
+    if not isinstance(table, dict):
+        raise TypeError("topicConfigTable is not an object")
+    topics: dict[str, TopicConfig] = {}
+    skipped: dict[str, Any] = {}
+    for name, d in table.items():
+        problem = topic_problem(name)
+        if problem is None and isinstance(d, dict) and d.get("topicName") != name:
+            problem = f"its topicName {d.get('topicName')!r} differs from its key"
+        if problem is not None:
+            _warn_once(path, f"topic entry {name!r} skipped: {problem}")
+            skipped[name] = d
+            continue
+        if not isinstance(d, dict):
+            raise TypeError(f"topic {name!r}: the entry is not an object")
+        topics[name] = TopicConfig.from_json(d)
+    version = raw.get("dataVersion") or {"counter": 0, "timestamp": 0}
+    return topics, skipped, {"counter": int(version.get("counter", 0)), "timestamp": int(version.get("timestamp", 0))}
 
 
 class TopicConfigManager:
@@ -133,21 +201,18 @@ class TopicConfigManager:
         self.default_queues = default_queues
         self.auto_create = auto_create
         self._topics: dict[str, TopicConfig] = {}
+        self._skipped: dict[str, Any] = {}  # entries with unusable names: kept in the file as they are
         self._data_version: dict[str, int] = {"counter": 0, "timestamp": 0}
         self._mutex = threading.Lock()
         self.reload()
 
     def reload(self) -> None:
-        raw = load_fastjson(self.path)
+        loaded = load_fastjson(self.path, lambda raw: _decode_topics(self.path, raw))
         topics: dict[str, TopicConfig] = {}
+        skipped: dict[str, Any] = {}
         version = {"counter": 0, "timestamp": 0}
-        if raw is not None:
-            try:
-                for name, d in (raw.get("topicConfigTable") or {}).items():
-                    topics[name] = TopicConfig.from_json(d)
-                version = dict(raw.get("dataVersion") or version)
-            except (AttributeError, KeyError, TypeError, ValueError) as exc:
-                raise CorruptStoreError(f"bad topics.json: {exc}", path=str(self.path)) from exc
+        if loaded is not None:
+            topics, skipped, version = loaded
         with self._mutex:
             # a reload without the lock (planned_queue_counts) may have read the file just
             # before another thread of this process wrote a newer one: never go back to it
@@ -155,6 +220,7 @@ class TopicConfigManager:
             if int(version.get("counter", 0)) < int(self._data_version.get("counter", 0)):
                 return
             self._topics = topics
+            self._skipped = skipped
             self._data_version = version
 
     def get(self, topic: str) -> TopicConfig | None:
@@ -167,10 +233,10 @@ class TopicConfigManager:
         body = {
             "dataVersion": {"counter": int(self._data_version.get("counter", 0)) + 1,
                             "timestamp": int(time.time() * 1000)},
-            "topicConfigTable": {name: tc.to_json() for name, tc in sorted(self._topics.items())},
+            "topicConfigTable": dict(sorted({**self._skipped, **{name: tc.to_json() for name, tc in self._topics.items()}}.items())),
         }
         replace_file(self.path, dump_fastjson(body), keep_backup=True)
-        self._data_version = body["dataVersion"]  # type: ignore[assignment]
+        self._data_version = body["dataVersion"]
 
     def put(self, config: TopicConfig) -> None:
         """Create or replace a topic's config (validated name)."""
@@ -231,39 +297,93 @@ class ConsumerOffsetManager:
         self.path = path
         self.lock = lock
 
-    def _load(self) -> dict[str, dict[int, int]]:
-        raw = load_fastjson(self.path)
-        if raw is None:
-            return {}
-        try:
-            return {
-                str(k): {int(q): int(o) for q, o in (v or {}).items()}
-                for k, v in (raw.get("offsetTable") or {}).items()
-            }
-        except (AttributeError, TypeError, ValueError) as exc:
-            raise CorruptStoreError(f"bad consumerOffset.json: {exc}", path=str(self.path)) from exc
+    def _load(self) -> tuple[dict[str, dict[int, int]], dict[str, Any]]:
+        """(usable offset table, entries skipped for their keys)."""
+        loaded = load_fastjson(self.path, self._decode)
+        return loaded if loaded is not None else ({}, {})
+
+    def _decode(self, raw: Any) -> tuple[dict[str, dict[int, int]], dict[str, Any]]:
+        table = raw.get("offsetTable") or {}
+        if not isinstance(table, dict):
+            raise TypeError("offsetTable is not an object")
+        out: dict[str, dict[int, int]] = {}
+        skipped: dict[str, Any] = {}
+        for key, per_queue in table.items():
+            problem = _offset_key_problem(key)
+            if problem is not None:
+                _warn_once(self.path, f"offset entry {key!r} skipped: {problem}")
+                skipped[key] = per_queue
+                continue
+            if not isinstance(per_queue, dict | None):
+                raise TypeError(f"{key!r}: not an object")
+            offsets: dict[int, int] = {}
+            for q, o in (per_queue or {}).items():
+                if not (q.isascii() and q.isdigit() and int(q) <= JAVA_INT_MAX):
+                    raise ValueError(f"{key!r}: queue id {q!r} is not an int in 0..{JAVA_INT_MAX}")
+                if isinstance(o, bool) or not isinstance(o, int) or not JAVA_LONG_MIN <= o <= JAVA_LONG_MAX:
+                    raise ValueError(f"{key!r}: offset {o!r} of queue {q} is not a long")
+                offsets[int(q)] = o
+            out[key] = offsets
+        return out, skipped
 
     def table(self) -> dict[str, dict[int, int]]:
-        """The whole offset table, ``{"topic@group": {queueId: offset}}``."""
-        return self._load()
+        """The offset table, ``{"topic@group": {queueId: offset}}`` (entries with valid names only)."""
+        return self._load()[0]
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store ``offset`` (an int in [0, 2**63)) for a queue id (an int in [0, 2**31)); raises
+        :class:`store.errors.InvalidArgumentError` otherwise."""
         validate_group(group)
         validate_topic(topic)
-        if queue_id < 0 or offset < 0:
-            raise ConfigError("queue id and offset must be non-negative")
+        queue_id, offset = queue_id_arg(queue_id), offset_arg(offset)
         with self.lock.held():
-            table = self._load()
-            table.setdefault(f"{topic}@{group}", {})[int(queue_id)] = int(offset)
-            body = {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in table.items()}}
+            table, skipped = self._load()
+            table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+            body = {"offsetTable": {**skipped, **{k: {str(q): o for q, o in sorted(v.items())} for k, v in table.items()}}}
             replace_file(self.path, dump_fastjson(body), keep_backup=True)
 
     def committed(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group has none for that queue (RocketMQ's answer)."""
         validate_group(group)
         validate_topic(topic)
-        return self._load().get(f"{topic}@{group}", {}).get(int(queue_id), -1)
+        return self._load()[0].get(f"{topic}@{group}", {}).get(queue_id_arg(queue_id), -1)
+
+
+def _offset_key_problem(key: str) -> str | None:
+    """Why a consumerOffset.json key is not ``<topic>@<group>`` of valid names, or ``None``."""
+    topic, sep, group = key.partition("@")
+    if not sep:
+        return "not <topic>@<group>"
+    problem = topic_problem(topic)
+    if problem is not None:
+        return problem
+    try:
+        validate_group(group)
+    except InvalidGroupError as exc:
+        return str(exc)
+    return None
 
 
 __all__ = ["TopicConfig", "TopicConfigManager", "ConsumerOffsetManager", "quote_int_keys",
            "load_fastjson", "dump_fastjson"]
+
+
+def set_aside_if_unreadable(path: Path) -> Path | None:
+    """``repair``: move a config file that neither it nor its ``.bak`` can be read from aside.
+
+    Renamed to ``<name>.damaged-<ms>`` (kept for a person to look at, never read again) so the
+    store can start from what the log holds. Returns the new name, or ``None`` when the file
+    was readable (or absent).
+    """
+    try:
+        load_fastjson(path)
+        return None
+    except CorruptStoreError:
+        pass
+    stamp = int(time.time() * 1000)
+    moved = path.with_name(f"{path.name}.damaged-{stamp}")
+    path.replace(moved)
+    bak = path.with_name(path.name + ".bak")
+    if bak.exists():
+        bak.replace(bak.with_name(f"{bak.name}.damaged-{stamp}"))
+    return moved

@@ -44,7 +44,7 @@ log = logging.getLogger(__name__)
 class ConsumeQueue:
     def __init__(self, directory: Path, segment_size: int) -> None:
         self.directory = directory
-        self.segments = MappedFileQueue(directory, segment_size)
+        self.segments = MappedFileQueue(directory, segment_size, infer=False)  # one size for every queue
 
     @property
     def units_per_segment(self) -> int:

@@ -45,6 +45,16 @@ class RecordColumns:
     def __len__(self) -> int:
         return len(self.offsets)
 
+    def take(self, n: int) -> RecordColumns:
+        """The first ``n`` records' columns."""
+        if n == len(self.offsets):
+            return self
+        return RecordColumns(
+            self.offsets[:n], {k: v[:n] for k, v in self.header.items()}, None if self.body is None else self.body.slice(0, n),
+            self.topic.slice(0, n), self.properties.slice(0, n), self.born_host.slice(0, n), self.store_host.slice(0, n),
+            self.store_host_raw[:n],
+        )
+
 
 def repeat_string(value: str, n: int) -> pa.StringArray:
     """``n`` copies of ``value`` as a string array (one C-level bytes repeat, no take)."""

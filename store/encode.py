@@ -45,8 +45,10 @@ from .properties import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
+    bad_uniq_key,
     join_pairs,
     list_offsets,
+    reserved_name_problem,
     single_property,
 )
 from .record import (
@@ -187,6 +189,85 @@ def _no_separators(col: pa.Array, field: str, parent: np.ndarray | None = None, 
         row = int(parent[i]) if parent is not None else i
         what = "a space or a control separator (\\x01, \\x02)" if space else "a control separator (\\x01 or \\x02)"
         raise InvalidMessageError(f"value {col[i].as_py()!r} contains {what}", row=row, field=field)
+
+
+def _no_duplicate_columns(names: list[str]) -> None:
+    """Refuse a table with two columns of one name (which one would be the message's?)."""
+    if len(set(names)) != len(names):
+        dup = next(name for name in names if names.count(name) > 1)
+        raise InvalidMessageError(f"the table has {names.count(dup)} columns of this name", row=None, field=dup)
+
+
+def _int64_column(col: pa.Array, field: str, error: type[InvalidMessageError] = InvalidMessageError) -> pa.Array:
+    """An integer column as int64; a uint64 value over 2**63 - 1 raises ``error`` naming its row."""
+    if pa.types.is_uint64(col.type) and len(col):
+        over = pc.fill_null(pc.greater(col, pa.scalar(2**63 - 1, pa.uint64())), False)
+        if pc.any(over).as_py():
+            row = _first(np.asarray(over))
+            raise error(f"{col[row].as_py()} does not fit a 64-bit signed integer", row=row, field=field)
+    return col.cast(pa.int64())
+
+
+#: The BORNTIMESTAMP range the store accepts, in ms since the epoch: 1970-01-01T00:00:00.000Z
+#: to 9999-12-31T23:59:59.999Z. Every value decodes everywhere a message goes: Arrow's
+#: timestamp[us] (the store's read schema), Python's datetime and Spark's TimestampType.
+BORN_MS_MIN, BORN_MS_MAX = 0, 253_402_300_799_999
+_PER_MS = {"s": None, "ms": 1, "us": 1_000, "ns": 1_000_000}
+
+
+def _born_ms(col: pa.Array, now_ms: int) -> np.ndarray:
+    """BORNTIMESTAMP (ms) per row from a ``bornTimestamp`` column; a null is ``now_ms``.
+
+    A timestamp column (any unit, any time zone: its values are UTC) is truncated to ms; an
+    integer column is ms. Raises :class:`InvalidMessageError` naming the first row outside
+    [:data:`BORN_MS_MIN`, :data:`BORN_MS_MAX`] (checked in the column's own unit, before any
+    conversion could overflow).
+    """
+    n = len(col)
+    if pa.types.is_timestamp(col.type):
+        unit, raw = col.type.unit, col.cast(pa.int64())  # the stored integers, no conversion
+        per_ms = _PER_MS[unit]
+        lo, hi = (BORN_MS_MIN, BORN_MS_MAX // 1000) if per_ms is None else (BORN_MS_MIN * per_ms, BORN_MS_MAX * per_ms + per_ms - 1)
+    elif pa.types.is_integer(col.type):
+        unit, raw, lo, hi, per_ms = "ms", col, BORN_MS_MIN, BORN_MS_MAX, 1
+    else:
+        raise InvalidMessageError(f"must be a timestamp or int64 ms, got {col.type}", row=0 if n else None, field="bornTimestamp")
+    values = np.asarray(pc.fill_null(raw, 0))  # uint64 stays uint64: compared before any cast
+    valid = ~np.asarray(raw.is_null()) if raw.null_count else None
+    bad = (values < lo) | (values > min(hi, 2**63 - 1))
+    if valid is not None:
+        bad &= valid
+    if bad.any():
+        row = _first(bad)
+        raise InvalidMessageError(
+            f"{values[row]} {unit} is outside 1970-01-01T00:00:00Z..9999-12-31T23:59:59.999Z "
+            f"({BORN_MS_MIN}..{BORN_MS_MAX} ms)", row=row, field="bornTimestamp",
+        )
+    ms = values.astype(np.int64)
+    if per_ms is None:
+        ms *= 1000
+    elif per_ms > 1:
+        ms //= per_ms
+    if valid is not None:
+        ms[~valid] = now_ms
+    return ms
+
+
+def _check_property_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray, is_uniq: np.ndarray) -> None:
+    """Refuse user properties the store or RocketMQ reserves (``RMQLOG_*``, RocketMQ's system
+    names, delay/timer names) and a given ``UNIQ_KEY`` that is not a RocketMQ client message
+    id; see :func:`store.properties.reserved_name_problem`. ``keys``/``vals``: the batch's
+    flattened user properties, ``parent`` their rows, ``is_uniq`` which names are UNIQ_KEY."""
+    problem = reserved_name_problem(keys)
+    if problem is not None:
+        i, reason = problem
+        raise InvalidMessageError(reason, row=int(parent[i]), field="properties")
+    i_bad = bad_uniq_key(vals, is_uniq)
+    if i_bad is not None:
+        raise InvalidMessageError(
+            f"property 'UNIQ_KEY' {vals[i_bad].as_py()!r} is not a RocketMQ client message id (32 or 56 uppercase hex digits)",
+            row=int(parent[i_bad]), field="properties",
+        )
 
 
 def _crc32s(body: pa.BinaryArray) -> np.ndarray:
@@ -593,6 +674,7 @@ def prepare_batch(
                                uniq_keys, round_robin)
         if packed is not None:
             return packed
+    _no_duplicate_columns(table.column_names)
     for name in table.column_names:
         if name not in PUT_COLUMNS:
             raise InvalidMessageError(f"unknown column; allowed: {', '.join(PUT_COLUMNS)}", row=None, field=name)
@@ -647,13 +729,18 @@ def prepare_batch(
 
         i = int(np.flatnonzero(counts < 0)[0])
         raise InvalidTopicError(f"topic {topics[i]!r} does not exist and auto-creation is off", row=_first(topic_index == i), field="topic")
+    if (counts == 0).any():  # writeQueueNums 0 in topics.json: a topic closed to writes
+        from .errors import InvalidTopicError
+
+        i = int(np.flatnonzero(counts == 0)[0])
+        raise InvalidTopicError(f"topic {topics[i]!r} has no write queues (writeQueueNums 0)", row=_first(topic_index == i), field="topic")
     queue_id = np.full(n, -1, np.int64)
     if "queueId" in cols:
         q = cols["queueId"]
         if not (pa.types.is_integer(q.type) or pa.types.is_null(q.type)):
             raise InvalidMessageError(f"must be an integer, got {q.type}", row=0 if n else None, field="queueId")
         if not pa.types.is_null(q.type):
-            qv = np.asarray(pc.fill_null(q.cast(pa.int64()), -1))
+            qv = np.asarray(pc.fill_null(_int64_column(q, "queueId", QueueIdError), -1))
             given = ~np.asarray(q.is_null())
             if (qv[given] < 0).any():
                 row = _first(given & (qv < 0))
@@ -715,6 +802,7 @@ def prepare_batch(
             offsets = np.concatenate([[0], np.cumsum(lens)])
         if len(keys):
             is_uniq = np.asarray(pc.equal(keys, PROPERTY_UNIQ_KEY))
+            _check_property_names(keys, vals, parent, is_uniq)
             has_uniq[parent[is_uniq]] = True
             user_has_tags = bool(pc.any(pc.equal(keys, PROPERTY_TAGS)).as_py())
             user_has_keys = bool(pc.any(pc.equal(keys, PROPERTY_KEYS)).as_py())
@@ -791,21 +879,14 @@ def prepare_batch(
         f = cols["flag"]
         if not pa.types.is_integer(f.type):
             raise InvalidMessageError(f"must be an integer, got {f.type}", row=0 if n else None, field="flag")
-        flag = np.asarray(pc.fill_null(f.cast(pa.int64()), 0))
+        flag = np.asarray(pc.fill_null(_int64_column(f, "flag"), 0))
         bad = (flag < -(1 << 31)) | (flag >= (1 << 31))
         if bad.any():
             raise InvalidMessageError("flag does not fit in 32 bits", row=_first(bad), field="flag")
     now_ms = int(time.time() * 1000)
     born = np.full(n, now_ms, np.int64)
     if "bornTimestamp" in cols and not pa.types.is_null(cols["bornTimestamp"].type):
-        b = cols["bornTimestamp"]
-        if pa.types.is_timestamp(b.type):
-            b = b.cast(pa.timestamp("ms", tz=b.type.tz)).cast(pa.int64())
-        elif pa.types.is_integer(b.type):
-            b = b.cast(pa.int64())
-        else:
-            raise InvalidMessageError(f"must be a timestamp or int64 ms, got {b.type}", row=0 if n else None, field="bornTimestamp")
-        born = np.asarray(pc.fill_null(b, now_ms), dtype=np.int64)
+        born = _born_ms(cols["bornTimestamp"], now_ms)
 
     # --- lengths and the trailer (topic length + topic + properties length + properties)
     born_v6, store_v6 = len(born_host) == 20, len(store_host) == 20
@@ -905,7 +986,7 @@ def _prepare_plain(
     if _pack_plain is None or not _CRC_CLMUL or not isinstance(table, pa.Table | pa.RecordBatch):
         return None
     names = table.column_names
-    if len(names) == 3 and "queueId" in names:  # all null (as a Spark sink sends it): round robin
+    if len(names) == 3 and "queueId" in names and len(set(names)) == 3:  # all null (as a Spark sink sends it): round robin
         qid = table.column("queueId")
         if qid.null_count != table.num_rows or not (pa.types.is_integer(qid.type) or pa.types.is_null(qid.type)):
             return None

@@ -96,12 +96,18 @@ class FlushStateFile:
         return FlushPosition(offset, ts)
 
     def write(self, pos: FlushPosition) -> None:
+        """Store ``pos`` durably: the file's data, and its name when this write creates it (a
+        flushed position that a power loss could make vanish would let recovery believe
+        nothing was ever flushed; see :func:`store.recovery.recover`)."""
         head = struct.pack(">qq", pos.offset, pos.store_timestamp)
+        created = not self.path.exists() if self._fd is None else False
         try:
             fd = self._open(create=True)
             assert fd is not None
             os.pwrite(fd, head + struct.pack(">I", zlib.crc32(head)), 0)  # in place: a block only the first time
             os.fdatasync(fd)
+            if created:
+                fsync_dir(self.path.parent)
         except OSError as exc:
             raise_if_disk_full(exc, self.path, "writing the flushed position")
             raise

@@ -308,24 +308,40 @@ class MappedFile:
 class MappedFileQueue:
     """The segments of one directory, by start offset.
 
-    ``size`` is taken from the existing files when there are any (all must agree), else from
-    the configured default. Segment creation must be serialized by the caller (the append
+    ``size`` is taken from the existing files when there are any and ``infer`` is set (the
+    commitlog: a store written with another segment size, like RocketMQ's, opens as it is),
+    else it is ``default_size``. Files of another size (a segment truncated by a crash of the
+    filesystem, or by hand) are listed in :attr:`odd` (start -> bytes) instead of failing
+    here: recovery decides (see :mod:`store.recovery`), and mapping one raises
+    :class:`CorruptStoreError`. With ``infer``, the size is the most common one (the largest
+    among equally common ones). Segment creation must be serialized by the caller (the append
     lock); lookups are safe from any thread or process.
     """
 
-    def __init__(self, directory: Path, default_size: int) -> None:
+    def __init__(self, directory: Path, default_size: int, *, infer: bool = True) -> None:
         self.directory = directory
         self._segments: dict[int, MappedFile] = {}
         self._lock = threading.Lock()
         self.size = default_size
         self.bounded_reads = hole_reads_allocate(directory)
-        sizes = {p.stat().st_size for p in self._files()}
-        if len(sizes) > 1:
-            raise CorruptStoreError(f"segments of different sizes {sorted(sizes)}", path=str(directory))
-        if sizes:
-            self.size = sizes.pop()
-            if self.size <= 0:
-                raise CorruptStoreError("empty segment file", path=str(directory))
+        sizes = {int(parse_segment_name(p.name) or 0): p.stat().st_size for p in self._files()}
+        if infer and any(sizes.values()):
+            counts: dict[int, int] = {}
+            for n in sizes.values():
+                if n > 0:
+                    counts[n] = counts.get(n, 0) + 1
+            self.size = max(counts, key=lambda n: (counts[n], n))
+        self.odd: dict[int, int] = {start: n for start, n in sizes.items() if n != self.size}
+
+    def check_sizes(self) -> None:
+        """Raise :class:`CorruptStoreError` naming the first segment of the wrong size, if any."""
+        if self.odd:
+            start, n = min(self.odd.items())
+            raise CorruptStoreError(
+                f"segment is {n} bytes, expected {self.size} (truncated or extended outside the store); "
+                "open the store with repair=True to recover what it holds",
+                path=str(self.directory / segment_name(start)),
+            )
 
     def _files(self) -> list[Path]:
         if not self.directory.is_dir():

@@ -24,10 +24,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .append_state import AppendState, AppendStateFile
+from .arguments import int_arg, offset_arg, queue_id_arg
 from .checkpoint import CheckpointFile
 from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
-from .config_files import ConsumerOffsetManager, TopicConfig, TopicConfigManager
+from .config_files import (
+    ConsumerOffsetManager,
+    TopicConfig,
+    TopicConfigManager,
+    set_aside_if_unreadable,
+)
 from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .decode import empty_message_table
 from .dispatcher import Dispatcher
@@ -44,12 +50,12 @@ from .hashing import java_string_hash
 from .hosts import host_bytes
 from .lock_file import StoreLockFile
 from .msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
-from .paths import StorePaths, parse_segment_name, validate_topic
+from .paths import StorePaths, parse_segment_name, topic_problem, validate_topic
 from .properties import PROPERTY_WRITER, ParsedProperties
 from .record import ScanKind, is_consumable
 from .recovery import RecoveryReport, recover
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
-from .scan import StopReason
+from .scan import QueueDensity, SegmentScan, StopReason
 from .schema import PUT_RESULT_SCHEMA, TS
 from .verify import VerifyReport, verify
 
@@ -76,7 +82,14 @@ def writer_marker(writer: object, sequence: object) -> tuple[str, str] | None:
 
 
 def writer_markers(properties: pa.Array) -> list[tuple[str, int]]:
-    """The ``RMQLOG_WRITER`` markers in a run of properties strings, in order (few rows carry one)."""
+    """The ``RMQLOG_WRITER`` markers in a run of properties strings, in order (few rows carry one).
+
+    Only a property *named* ``RMQLOG_WRITER`` counts (the properties are parsed with Java's
+    rules: a value, a key or tags holding that text is not one; the store refuses user
+    properties of that name, and values cannot hold the separators), and only a value of the
+    form the store writes: ``"<sequence> <writer>"``, the sequence ASCII digits below 2**63,
+    the writer as :func:`validate_writer` accepts it. Anything else (a foreign record) is ignored.
+    """
     hits = pc.match_substring(properties, PROPERTY_WRITER + "\x01")
     rows = properties.filter(hits)
     if not len(rows):
@@ -85,9 +98,17 @@ def writer_markers(properties: pa.Array) -> list[tuple[str, int]]:
     for value in ParsedProperties(rows).column(PROPERTY_WRITER).to_pylist():  # one per batch, not per message
         if value:
             seq, _, name = value.partition(" ")
-            if seq.isdigit() and name:
+            if seq.isascii() and seq.isdigit() and len(seq) <= 19 and int(seq) < 1 << 63 and _valid_writer(name):
                 out.append((name, int(seq)))
     return out
+
+
+def _valid_writer(name: str) -> bool:
+    try:
+        validate_writer(name, 0)
+    except InvalidMessageError:
+        return False
+    return True
 
 
 def parse_tag_filter(tags: str | None) -> set[str] | None:
@@ -123,6 +144,10 @@ class MessageStore:
         self._append_lock = InterProcessLockFactory.get(self.paths.append_lock)
         self._dispatch_lock = InterProcessLockFactory.get(self.paths.dispatch_lock)
         self._config_lock = InterProcessLockFactory.get(self.paths.root / "config.lock")
+        set_aside: list[Path] = []
+        if repair:  # config files nothing can read: set aside, rebuilt from the log below
+            with self._config_lock.held():
+                set_aside = [p for p in map(set_aside_if_unreadable, (self.paths.topics_json, self.paths.consumer_offset_json)) if p]
         self.topic_config = TopicConfigManager(
             self.paths.topics_json, self._config_lock,
             default_queues=self.config.default_topic_queue_nums,
@@ -158,7 +183,14 @@ class MessageStore:
             with self._append_lock.held():
                 if first:
                     self.recovery = recover(self, abnormal=self._owner.abort_exists(), repair=repair)
-                elif self._state_file.load() is None:
+                    for path in set_aside:
+                        self.recovery.problems.append(f"unreadable {path.name.split('.damaged')[0]} set aside as {path.name}")
+                    if any(p.name.startswith("topics.json") for p in set_aside):
+                        for tc in self.topics().values():  # as many queues as the log has
+                            self.topic_config.put(tc)
+                else:
+                    self.commitlog.segments.check_sizes()  # only a first opener may repair
+                if not first and self._state_file.load() is None:
                     self._state_file.publish(self._rebuild_state())
         except BaseException:
             self._owner.abandon()
@@ -207,15 +239,24 @@ class MessageStore:
             raise StoreClosedError("the store is closed")
 
     def _consume_queue_segment_size(self) -> int:
-        """The consume-queue segment size of this store's files, else the configured one."""
-        cq_root = self.paths.consumequeue_dir
-        if cq_root.is_dir():
-            for topic_dir in cq_root.iterdir():
-                for qdir in topic_dir.iterdir() if topic_dir.is_dir() else []:
-                    for f in qdir.iterdir() if qdir.is_dir() else []:
-                        if parse_segment_name(f.name) is not None:
-                            return f.stat().st_size
-        return self.config.mapped_file_size_consume_queue
+        """The consume-queue segment size of this store's files, else the configured one.
+
+        The most common size among the first segments of up to 16 queues (folders that are
+        not queues ignored): one file truncated by a crash does not decide it. A queue's
+        segments of another size are then dropped and rebuilt at open (see store.recovery).
+        """
+        sizes: dict[int, int] = {}
+        seen = 0
+        for _, _, cq in self._queue_dirs():
+            first = min((f for f in cq.iterdir() if parse_segment_name(f.name) is not None), default=None)
+            if first is not None and (n := first.stat().st_size) > 0:
+                sizes[n] = sizes.get(n, 0) + 1
+                seen += 1
+                if seen >= 16:
+                    break
+        if not sizes:
+            return self.config.mapped_file_size_consume_queue
+        return max(sizes, key=lambda n: (sizes[n], n))
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The consume queue of (topic, queue id) (no file is created until a unit is written)."""
@@ -229,17 +270,29 @@ class MessageStore:
                     self._queues[key] = cq
         return cq
 
-    def _all_queues(self) -> list[ConsumeQueue]:
-        out = []
+    def _queue_dirs(self) -> Iterator[tuple[str, int, Path]]:
+        """(topic, queue id, folder) of every consume queue on disk; folders not named as the
+        store names them (a topic name that is not valid, a queue id not in canonical decimal)
+        are not queues, and their names are never used."""
+        from .paths import parse_queue_dir_name
+
         root = self.paths.consumequeue_dir
-        if root.is_dir():
-            for topic_dir in sorted(root.iterdir()):
-                if not topic_dir.is_dir():
-                    continue
-                for qdir in sorted(topic_dir.iterdir()):
-                    if qdir.name.isdigit():
-                        out.append(self.consume_queue(topic_dir.name, int(qdir.name)))
-        return out
+        if not root.is_dir():
+            return
+        for topic_dir in sorted(root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            if topic_problem(topic_dir.name) is not None:
+                log.warning("ignoring %s: not a valid topic name", topic_dir)
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                qid = parse_queue_dir_name(qdir.name)
+                if qid is not None and qdir.is_dir():
+                    yield topic_dir.name, qid, qdir
+
+    def _all_queues(self) -> list[ConsumeQueue]:
+        """Every consume queue on disk (see :meth:`_queue_dirs`)."""
+        return [self.consume_queue(topic, qid) for topic, qid, _ in self._queue_dirs()]
 
     def _rebuild_state(self, end: int | None = None, *, check_crc: bool | None = None) -> AppendState:
         """The append state recovered from the commitlog itself, up to ``end`` (default: its end).
@@ -255,16 +308,24 @@ class MessageStore:
             return state
         limit = starts[-1] + self.commitlog.segment_size if end is None else end
         crc = self.config.check_crc_on_recover if check_crc is None else check_crc
+        density = QueueDensity(from_log_start=start == 0)
         for seg, scan in self._rebuild_walk(start, limit, crc):
             if len(scan.positions):
                 from .decode import read_columns
 
                 cols = read_columns(seg.buffer(), seg.start, scan.positions, with_body=False)
                 h = cols.header
-                keep = np.asarray(is_consumable(h["sysFlag"]))
+                keep = np.asarray(is_consumable(h["sysFlag"]), bool)
                 enc = cols.topic.dictionary_encode()
                 names = enc.dictionary.to_pylist()
-                key = (np.asarray(enc.indices, np.int64)[keep] << 32) | h["queueId"][keep].astype(np.int64)
+                tidx = np.asarray(enc.indices, np.int64)
+                cut, why = density.first_break(names, tidx, h["queueId"], h["queueOffset"], keep)
+                if cut < len(scan.positions):  # damage: the log ends at that record
+                    scan = SegmentScan(scan.positions[:cut], scan.sizes[:cut], int(scan.positions[cut]), StopReason.CORRUPT, why)
+                    h = {k: v[:cut] for k, v in h.items()}
+                    keep, tidx = keep[:cut], tidx[:cut]
+                    cols.properties = cols.properties.slice(0, cut)
+                key = (tidx[keep] << 32) | h["queueId"][keep].astype(np.int64)
                 qoff = h["queueOffset"][keep].astype(np.int64)
                 uniq, inverse = np.unique(key, return_inverse=True)
                 best = np.full(len(uniq), -1, np.int64)
@@ -272,7 +333,8 @@ class MessageStore:
                 for k, o in zip(uniq.tolist(), best.tolist(), strict=True):  # one step per queue
                     name = f"{names[k >> 32]}/{k & 0xFFFFFFFF}"
                     state.queues[name] = max(state.queues.get(name, 0), o + 1)
-                state.store_timestamp = max(state.store_timestamp, int(h["storeTimestamp"].max()))
+                if len(h["storeTimestamp"]):
+                    state.store_timestamp = max(state.store_timestamp, int(h["storeTimestamp"].max()))
                 for name, seq in writer_markers(cols.properties):  # in log order: the last wins
                     state.writers[name] = seq
             state.tail = seg.start + scan.end
@@ -280,6 +342,7 @@ class MessageStore:
                 state.tail = seg.end
             elif scan.reason is StopReason.CORRUPT:
                 log.warning("commitlog: %s at offset %d of %s; the log ends there", scan.detail, state.tail, seg.path)
+                break
         return state
 
     def _rebuild_walk(self, start: int, limit: int, check_crc: bool) -> Iterator[tuple[Any, Any]]:
@@ -367,8 +430,10 @@ class MessageStore:
 
         Columns: ``topic`` (string) and ``body`` (binary or string) required; optional
         ``queueId`` (int; null or absent = round robin), ``tags`` (string), ``keys``
-        (list<string>), ``properties`` (map<string,string>), ``flag`` (int32),
-        ``bornTimestamp`` (timestamp or int64 ms). Returns, per input row and in input order,
+        (list<string>), ``properties`` (map<string,string>; not RocketMQ's system names nor
+        ``RMQLOG_*``, see :func:`store.properties.reserved_name_problem`), ``flag`` (int32),
+        ``bornTimestamp`` (timestamp, truncated to ms, or int64 ms; 1970-01-01 to 9999-12-31).
+        Each column at most once. Returns, per input row and in input order,
         ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``.
 
         With ``dispatch=True`` the batch is also readable through the consume queues when
@@ -583,6 +648,12 @@ class MessageStore:
         for name, ok in checks:
             if not ok:
                 raise InvalidMessageError("has a value of the wrong type", row=0, field=name)
+        if queue_id is not None and not 0 <= queue_id < 1 << 31:  # the batch path names the topic's limit
+            from .errors import QueueIdError
+
+            raise QueueIdError(f"queue id {queue_id} is out of range [0, 2**31)", row=0, field="queueId")
+        if not -(1 << 31) <= flag < 1 << 31:
+            raise InvalidMessageError("flag does not fit in 32 bits", row=0, field="flag")
         cols: dict[str, pa.Array] = {
             "topic": pa.array([topic], pa.string()),
             "body": pa.array([body.encode() if isinstance(body, str) else bytes(body)], pa.binary()),
@@ -632,12 +703,14 @@ class MessageStore:
         """Logical offset of the oldest message still in the queue."""
         self._check_open()
         validate_topic(topic)
+        queue_id = queue_id_arg(queue_id)
         return self._bounds(self.consume_queue(topic, queue_id))[0]
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         """Logical offset after the newest dispatched message of the queue (0 if empty)."""
         self._check_open()
         validate_topic(topic)
+        queue_id = queue_id_arg(queue_id)
         return self._bounds(self.consume_queue(topic, queue_id))[1]
 
     def get_messages(
@@ -655,6 +728,7 @@ class MessageStore:
 
         validate_group(group)
         validate_topic(topic)
+        queue_id, offset, max_count = int_arg("queue_id", queue_id), int_arg("offset", offset), int_arg("max_count", max_count)
         if max_count <= 0:  # RocketMQ answers nothing useful either; say so instead
             raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
         empty = empty_message_table()
@@ -700,6 +774,7 @@ class MessageStore:
         """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table."""
         self._check_open()
         validate_topic(topic)
+        queue_id, start, end = queue_id_arg(queue_id), int_arg("start", start), int_arg("end", end)
         cq = self.consume_queue(topic, queue_id)
         lo, hi = self._bounds(cq)
         start, end = max(start, lo), min(end, hi)
@@ -717,6 +792,7 @@ class MessageStore:
         """
         self._check_open()
         validate_topic(topic)
+        queue_id, ts_ms = queue_id_arg(queue_id), int_arg("ts_ms", ts_ms)
         cq = self.consume_queue(topic, queue_id)
         lo, hi = self._bounds(cq)
         tail = self.published_tail()
@@ -738,6 +814,7 @@ class MessageStore:
     def message_by_offset(self, commit_log_offset: int) -> dict[str, Any] | None:
         """The message whose record starts at this commitlog offset, as a dict row; ``None`` if none."""
         self._check_open()
+        commit_log_offset = int_arg("commit_log_offset", commit_log_offset)
         if commit_log_offset < self.commitlog.min_offset():
             return None
         rec = self.commitlog.record_at(int(commit_log_offset), self.published_tail())
@@ -760,27 +837,73 @@ class MessageStore:
 
     # --------------------------------------------------------- offsets, topics
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record ``group``'s progress on a queue in ``config/consumerOffset.json``."""
+        """Record ``group``'s progress on a queue in ``config/consumerOffset.json``.
+
+        ``queue_id`` is an int in ``[0, 2**31)``, and a queue of the topic when the topic is in
+        ``topics.json`` (below its read/write queue counts, or a queue folder that exists);
+        ``offset`` an int in ``[0, 2**63)`` (a Java long; like RocketMQ's broker, any such
+        offset is stored, also one past the queue's end). Otherwise
+        :class:`store.errors.InvalidArgumentError` naming the argument; a bad name raises
+        :class:`store.errors.InvalidGroupError` / :class:`store.errors.InvalidTopicError`.
+        """
         self._check_open()
+        from .paths import validate_group
+
+        validate_group(group)
+        validate_topic(topic)
+        queue_id, offset = queue_id_arg(queue_id), offset_arg(offset)
+        tc = self.topic_config.get(topic)
+        if tc is None:
+            self.topic_config.reload()
+            tc = self.topic_config.get(topic)
+        if tc is not None and queue_id >= max(tc.read_queue_nums, tc.write_queue_nums) and not self.paths.queue_dir(topic, queue_id).is_dir():
+            raise InvalidArgumentError(
+                f"queue_id {queue_id} is not a queue of topic {topic!r} "
+                f"({tc.read_queue_nums} read / {tc.write_queue_nums} write queues)"
+            )
         self.consumer_offsets.commit(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """``group``'s committed offset on a queue, or -1 if it has none."""
+        """``group``'s committed offset on a queue, or -1 if it has none.
+
+        ``queue_id``: an int in ``[0, 2**31)``, else :class:`store.errors.InvalidArgumentError`.
+        An unreadable ``consumerOffset.json`` (and ``.bak``) raises
+        :class:`store.errors.CorruptStoreError` naming it.
+        """
         self._check_open()
         return self.consumer_offsets.committed(group, topic, queue_id)
 
     def create_topic(self, topic: str, queues: int | None = None, *, read_queues: int | None = None) -> TopicConfig:
-        """Create or resize a topic in ``config/topics.json``."""
+        """Create or resize a topic in ``config/topics.json``.
+
+        ``queues`` (write queues; ``None``: ``default_topic_queue_nums``) and ``read_queues``
+        (``None``: as many as write queues) are ints in ``[1, 65535]``, else
+        :class:`store.errors.InvalidArgumentError` naming the argument.
+        """
         self._check_open()
-        n = queues or self.config.default_topic_queue_nums
-        tc = TopicConfig(validate_topic(topic), read_queues or n, n)
+        name = validate_topic(topic)
+        n = self.config.default_topic_queue_nums if queues is None else int_arg("queues", queues, 1, 65535)
+        r = n if read_queues is None else int_arg("read_queues", read_queues, 1, 65535)
+        tc = TopicConfig(name, r, n)
         self.topic_config.put(tc)
         return tc
 
     def topics(self) -> dict[str, TopicConfig]:
+        """Every topic: those of ``config/topics.json`` (re-read), and those only the log has (a
+        store written by RocketMQ without its config, or a config file lost): found by their
+        consume queues, with as many queues as they have there. Nothing is written. An entry of
+        ``topics.json`` whose key is not a valid topic name, or whose ``topicName`` differs from
+        its key, is never listed (it is logged and kept in the file as it is)."""
         self._check_open()
         self.topic_config.reload()
-        return self.topic_config.topics()
+        out = self.topic_config.topics()
+        for cq in self._all_queues():
+            topic, qid = cq.directory.parent.name, int(cq.directory.name)
+            known = out.get(topic)
+            if known is None or qid >= max(known.read_queue_nums, known.write_queue_nums):
+                n = max(qid + 1, known.read_queue_nums if known else 0)
+                out[topic] = TopicConfig(topic, n, max(n, known.write_queue_nums if known else 0))
+        return out
 
     # ------------------------------------------------------------------ close
     def flush(self) -> int:

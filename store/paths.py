@@ -75,7 +75,15 @@ def segment_name(offset: int) -> str:
 
 def parse_segment_name(name: str) -> int | None:
     """The start offset named by a segment file, or ``None`` for any other file."""
-    if len(name) == 20 and name.isdigit():
+    if len(name) == 20 and name.isascii() and name.isdigit():  # str.isdigit alone takes any script's digits
+        return int(name)
+    return None
+
+
+def parse_queue_dir_name(name: str) -> int | None:
+    """The queue id a ``consumequeue/<topic>/<queueId>`` folder names (its canonical decimal
+    form, as :meth:`StorePaths.queue_dir` writes it, below 2**31), or ``None`` for any other name."""
+    if name.isascii() and name.isdigit() and len(name) <= 10 and str(int(name)) == name and int(name) < 1 << 31:
         return int(name)
     return None
 

@@ -61,6 +61,13 @@ SYSFLAG_STOREHOST_V6 = 0x20
 PROPERTIES_MAX_BYTES = 32767
 TOPIC_MAX_BYTES_V1 = 127
 
+#: The timestamps a record may carry (ms since the epoch): what a datetime can hold, year 1 to
+#: 9999 (Arrow, Spark and Python all decode them). BORNTIMESTAMP is the producer's and may be
+#: anywhere in it; STORETIMESTAMP is the store's clock, never before the epoch. A value outside
+#: cannot have been written by a store: the scan treats it as damage (nothing checksums it).
+MIN_TIMESTAMP_MS = -62135596800000  # 0001-01-01T00:00:00Z
+MAX_TIMESTAMP_MS = 253402300799999  # 9999-12-31T23:59:59.999Z
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
@@ -163,6 +170,38 @@ def decode_properties(raw: bytes) -> dict[str, str]:
     return out
 
 
+def field_problems(
+    queue_id: np.ndarray, queue_offset: np.ndarray, physical_offset: np.ndarray, born_timestamp: np.ndarray,
+    store_timestamp: np.ndarray, expected_offset: np.ndarray | None = None,
+) -> tuple[int, str]:
+    """The first record whose header holds a value no store writes: (its index, why); (n, "") if none.
+
+    The body is the only checksummed part of a record, so a damaged QUEUEID, QUEUEOFFSET,
+    PHYSICALOFFSET or timestamp would otherwise be believed, and poison what is rebuilt from
+    the log (an enormous STORETIMESTAMP made every later put fail). ``expected_offset`` is
+    each record's commitlog position when the caller knows it: PHYSICALOFFSET must equal it.
+    Vectorized over the records; the scalar decoder calls it with arrays of one.
+    """
+    checks = [
+        (queue_id < 0, "QUEUEID {} is negative", queue_id),
+        (queue_offset < 0, "QUEUEOFFSET {} is negative", queue_offset),
+        ((store_timestamp < 0) | (store_timestamp > MAX_TIMESTAMP_MS), "STORETIMESTAMP {} is out of range", store_timestamp),
+        ((born_timestamp < MIN_TIMESTAMP_MS) | (born_timestamp > MAX_TIMESTAMP_MS), "BORNTIMESTAMP {} is out of range", born_timestamp),
+    ]
+    if expected_offset is not None:
+        checks.insert(0, (physical_offset != expected_offset, "PHYSICALOFFSET {} is not the record's position", physical_offset))
+    bad = np.zeros(len(queue_id), bool)
+    for mask, _, _ in checks:
+        bad |= mask
+    if not bad.any():
+        return len(queue_id), ""
+    i = int(np.flatnonzero(bad)[0])
+    for mask, fmt, values in checks:  # the first check that failed names the field
+        if mask[i]:
+            return i, fmt.format(int(values[i]))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
 @dataclass
 class Record:
     """One decoded record (the scalar codec's view; batch code works on Arrow columns)."""
@@ -222,10 +261,13 @@ class ScanResult:
     reason: str = ""
 
 
-def decode_at(buf: memoryview | bytes, pos: int, *, check_crc: bool = False) -> ScanResult:
+def decode_at(buf: memoryview | bytes, pos: int, *, check_crc: bool = False, base: int | None = None) -> ScanResult:
     """Decode the record at ``pos`` of ``buf`` (a segment), never reading past its end.
 
     Returns a :class:`ScanResult` rather than raising: a scan decides what a bad record means.
+    A record is CORRUPT when its lengths do not add up, or a header field holds a value no
+    store writes (:func:`field_problems`; ``base``, the segment's commitlog offset, lets
+    PHYSICALOFFSET be checked too).
     """
     left = len(buf) - pos
     if left < 8:
@@ -266,6 +308,13 @@ def decode_at(buf: memoryview | bytes, pos: int, *, check_crc: bool = False) -> 
     if p + props_len != pos + total:
         return ScanResult(ScanKind.CORRUPT, reason="lengths do not add up to TOTALSIZE")
     props = bytes(buf[p : p + props_len])
+    one = np.ones(1, np.int64)
+    bad, why = field_problems(
+        one * int(h["queueId"]), one * int(h["queueOffset"]), one * int(h["physicalOffset"]),
+        one * int(h["bornTimestamp"]), one * int(h["storeTimestamp"]), None if base is None else one * (base + pos),
+    )
+    if why:
+        return ScanResult(ScanKind.CORRUPT, reason=why)
     crc = int(h["bodyCRC"])
     if check_crc and body_crc(body) != crc:
         return ScanResult(ScanKind.CORRUPT, reason="body CRC mismatch")

@@ -48,12 +48,16 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from .consume_queue import FILLER_SIZE
+from .decode import RecordColumns, read_columns
 from .errors import CorruptStoreError, DataLossError
+from .paths import topic_problem
 from .record import ScanKind, decode_at, is_consumable
-from .scan import StopReason, scan_segment
+from .scan import QueueDensity, SegmentScan, StopReason, scan_segment
 
 if TYPE_CHECKING:
     from .append_state import AppendState
+    from .consume_queue import ConsumeQueue
     from .mapped_file import MappedFile
     from .message_store import MessageStore
 
@@ -82,21 +86,27 @@ class RecoveryReport:
     problems: list[str] = field(default_factory=list)
 
 
-def walk_start(ms: MessageStore, abnormal: bool) -> int:
+def walk_start(ms: MessageStore, abnormal: bool, repair: bool = False) -> int:
     """Where recovery starts walking (see the module docstring)."""
     starts = ms.commitlog.segments.segment_starts()
     if not starts:
         return 0
+    if repair:  # asked to repair: every record is checked, from the oldest
+        return starts[0]
     if not abnormal:
         return starts[max(0, len(starts) - NORMAL_RECOVERY_SEGMENTS)]
-    cp = ms.checkpoint_file.read()
+    try:
+        cp = ms.checkpoint_file.read()
+    except CorruptStoreError as exc:  # only a hint of where to start: walk everything instead
+        log.warning("%s; walking the commitlog from its first segment", exc)
+        cp = None
     if cp is None:
         return starts[0]
     safe = cp.safe_timestamp()
     for start in reversed(starts):
         seg = ms.commitlog.segments.get(start)
         assert seg is not None
-        first = decode_at(memoryview(seg.mm), 0)
+        first = decode_at(memoryview(seg.mm), 0, base=start)
         if first.kind is ScanKind.RECORD and first.record is not None and 0 < first.record.store_timestamp <= safe:
             return start
     return starts[0]
@@ -106,6 +116,7 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
     """Recover the store ``ms`` (caller holds the append lock). Raises :class:`DataLossError`."""
     report = RecoveryReport(abnormal=abnormal)
     cl = ms.commitlog
+    _fix_segment_sizes(ms, report, repair)
     starts = cl.segments.segment_starts()
     state = ms._state_file.load()
     flushed = ms.flush_service.state_file.read()
@@ -118,7 +129,7 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
         _finish(ms, report, state, cut=report.end)
         return report
 
-    start = walk_start(ms, abnormal)
+    start = walk_start(ms, abnormal, repair)
     report.walk_start = start
     # ---- the walk: how far whole, valid records reach (W)
     walked = Walked()
@@ -139,9 +150,11 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
     # without F (a RocketMQ store), a bad record with valid segments after it is not a tail
     damaged = (w < f) if f is not None else bool(bad_seg is not None and later_data)
     if damaged:
-        where = bad_seg.path if bad_seg is not None else cl.segments.directory
+        where = bad_seg.path if bad_seg is not None else cl.segments.directory / f"{cl.segments.segment_start_for(w):020d}"
+        if not bad_detail:
+            bad_detail = "segment missing" if not where.exists() else "no valid record"
         msg = (
-            f"commitlog damaged below its flushed/acknowledged data: {bad_detail or 'no valid record'} "
+            f"commitlog damaged below its flushed/acknowledged data: {bad_detail} "
             f"at offset {w} (segment {where}); flushed up to {f}, later segments {later_data}"
         )
         if not repair:
@@ -152,6 +165,9 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
         end = w
     elif bad_seg is not None and w >= end:
         log.warning("commitlog: %s at offset %d of %s: a torn tail, cut", bad_detail, w, bad_seg.path)
+    # a log whose first segments vanished (a power loss before anything was flushed: the
+    # segments' names never reached the disk) starts later than the flushed position
+    end = max(end, cl.min_offset())
     report.end = end
     if state is None or state.tail != end:
         # rebuilt before anything is cut: a rebuild that cannot reach E (a bad record below the
@@ -171,24 +187,70 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
             report.problems.append(msg)
             end = report.end = state.tail
     report.dropped_bytes = _truncate_commitlog(ms, end)
-    _finish(ms, report, state, cut=min(start, end) if abnormal else end, walked=walked if abnormal else None)
+    # repair: every unit is checked against the walk of the whole log, as after a crash
+    checked = abnormal or repair
+    _finish(ms, report, state, cut=min(start, end) if checked else end, walked=walked if checked else None)
     return report
+
+
+def _fix_segment_sizes(ms: MessageStore, report: RecoveryReport, repair: bool) -> None:
+    """Commitlog segments of the wrong size: refused, or (``repair``) brought back to the size.
+
+    A segment cut short (a filesystem's crash, a copy that stopped) is extended with zeros,
+    one too long is cut to the size: the walk then finds where its valid records end, and
+    the usual rules decide what is kept (damage below the flushed position is reported).
+    """
+    segs = ms.commitlog.segments
+    if not segs.odd:
+        return
+    if not repair:
+        segs.check_sizes()
+    for start, size in sorted(segs.odd.items()):
+        path = segs.directory / f"{start:020d}"
+        msg = f"segment {path} was {size} bytes, not {segs.size}: resized"
+        log.error("repair: %s", msg)
+        report.problems.append(msg)
+        segs.forget(start)
+        os.truncate(path, segs.size)
+    segs.odd.clear()
 
 
 @dataclass
 class Walked:
-    """The records the walk found: absolute offsets, TOTALSIZEs, and whether each gets a unit."""
+    """The records the walk found: absolute offsets, TOTALSIZEs, whether each gets a unit, and
+    its queue (an id in :attr:`queue_ids`) and QUEUEOFFSET."""
 
     positions: list[np.ndarray] = field(default_factory=list)
     sizes: list[np.ndarray] = field(default_factory=list)
     consumable: list[np.ndarray] = field(default_factory=list)
+    queues: list[np.ndarray] = field(default_factory=list)
+    queue_offsets: list[np.ndarray] = field(default_factory=list)
+    queue_ids: dict[tuple[str, int], int] = field(default_factory=dict)
 
-    def arrays(self, end: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        pos = np.concatenate(self.positions) if self.positions else np.zeros(0, np.int64)
-        size = np.concatenate(self.sizes) if self.sizes else np.zeros(0, np.int64)
-        cons = np.concatenate(self.consumable) if self.consumable else np.zeros(0, bool)
+    def add(self, base: int, positions: np.ndarray, sizes: np.ndarray, cols: RecordColumns) -> None:
+        """Note a run of records decoded at ``positions`` (relative to ``base``)."""
+        h = cols.header
+        enc = cols.topic.dictionary_encode()
+        topics = enc.dictionary.to_pylist()
+        key = (np.asarray(enc.indices, np.int64) << 32) | h["queueId"].astype(np.int64)
+        uniq, inverse = np.unique(key, return_inverse=True)
+        ids = np.array([self.queue_ids.setdefault((topics[k >> 32], k & 0xFFFFFFFF), len(self.queue_ids))
+                        for k in uniq.tolist()], np.int64)  # one step per queue
+        self.positions.append(positions.astype(np.int64) + base)
+        self.sizes.append(sizes.astype(np.int64))
+        self.consumable.append(np.asarray(is_consumable(h["sysFlag"]), bool))
+        self.queues.append(ids[inverse] if len(ids) else np.zeros(0, np.int64))
+        self.queue_offsets.append(h["queueOffset"].astype(np.int64))
+
+    def arrays(self, end: int) -> tuple[np.ndarray, ...]:
+        """(positions, sizes, consumable, queue ids, queue offsets) of the records below ``end``."""
+        def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
+            return np.concatenate(parts) if parts else np.zeros(0, dtype)
+
+        pos, size = cat(self.positions, np.int64), cat(self.sizes, np.int64)
         keep = pos + size <= end
-        return pos[keep], size[keep], cons[keep]
+        return (pos[keep], size[keep], cat(self.consumable, bool)[keep], cat(self.queues, np.int64)[keep],
+                cat(self.queue_offsets, np.int64)[keep])
 
 
 def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile | None, str]:
@@ -202,6 +264,7 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
     cl = ms.commitlog
     pos = start
     clip = True
+    density = QueueDensity(from_log_start=start == 0)
     while True:
         seg = cl.segments.for_offset(pos)
         if seg is None:
@@ -211,13 +274,11 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
         if clip and hole > pos:
             limit = min(limit, hole)
         arr = seg.array()
-        res = scan_segment(arr, pos - seg.start, limit - seg.start, check_crc=ms.config.check_crc_on_recover)
+        res = scan_segment(arr, pos - seg.start, limit - seg.start, check_crc=ms.config.check_crc_on_recover, base=seg.start)
         if len(res.positions):
-            at = res.positions.astype(np.int64)
-            sys_flag = np.ascontiguousarray(arr[(at + 36)[:, None] + np.arange(4)]).view(">i4").ravel()
-            walked.positions.append(at + seg.start)
-            walked.sizes.append(res.sizes.astype(np.int64))
-            walked.consumable.append(np.asarray(is_consumable(sys_flag), bool))
+            cols = read_columns(seg.buffer(), seg.start, res.positions, with_body=False)
+            res, cut = _dense(res, cols, density)
+            walked.add(seg.start, res.positions, res.sizes, cols.take(cut))
         new = seg.start + res.end
         if res.reason is StopReason.BLANK:
             pos, clip = seg.end, True
@@ -231,6 +292,20 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
             clip = False  # the hole guess was short: look again with the whole window
         else:
             return new, None, ""  # a record cut by the segment's end: not there
+
+
+def _dense(res: SegmentScan, cols: RecordColumns, density: QueueDensity) -> tuple[SegmentScan, int]:
+    """``res`` cut at the first record whose QUEUEOFFSET breaks its queue's density (damage),
+    and how many records are kept."""
+    enc = cols.topic.dictionary_encode()
+    h = cols.header
+    cut, why = density.first_break(
+        enc.dictionary.to_pylist(), np.asarray(enc.indices, np.int64), h["queueId"], h["queueOffset"],
+        np.asarray(is_consumable(h["sysFlag"]), bool),
+    )
+    if cut == len(res.positions):
+        return res, cut
+    return SegmentScan(res.positions[:cut], res.sizes[:cut], int(res.positions[cut]), StopReason.CORRUPT, why), cut
 
 
 def _first_hole(seg: MappedFile) -> int:
@@ -302,36 +377,131 @@ def _finish(
     if report.state_rebuilt:
         # not fsynced: after a power loss a stale or empty state is caught by the rules above
         ms._state_file.publish(state)
-    flushed = ms.flush_service.state_file.read()
-    if flushed is not None and flushed.offset > end:
-        from .flush import FlushPosition
+    from .flush import FlushPosition
 
+    flushed = ms.flush_service.state_file.read()
+    if flushed is None:
+        # a new store, or one another tool wrote: from now on the flushed position is known
+        # (durably, name included), so a power loss can never make recovery take a log whose
+        # first segments vanished for one that starts there
+        if end > ms.commitlog.min_offset():
+            ms.flush_service._sync_commitlog(ms.commitlog.min_offset(), end)
+        ms.flush_service.state_file.write(FlushPosition(end, state.store_timestamp))
+    elif flushed.offset > end:
         ms.flush_service.state_file.write(FlushPosition(end, state.store_timestamp))
     with ms._dispatch_lock.held():
+        for cq in ms._all_queues():
+            _drop_bad_queue_files(cq, report, whole_log=ms.commitlog.min_offset() == 0)
         if walked is None:  # normal path: units at or past the end go
             for cq in ms._all_queues():
                 first = cq.first_at_or_past(cut)
                 if first < cq.max_offset():
                     cq.truncate(first)
             ms.dispatcher.reset_position(cut)
-            return
-        resume = _check_units(ms, cut, end, walked)
+        else:
+            resume = _check_units(ms, cut, end, walked)
+            ms.dispatcher.set_position(resume)
+    # RocketMQ's broker dispatches at start-up too: whatever was published is readable at once
+    report.redispatched = _dispatch(ms)
+    report.redispatched += _complete_queues(ms, state, report)
+
+
+def _dispatch(ms: MessageStore) -> int:
+    """``dispatch()``; a damaged record it meets (below the published tail, in a segment the walk
+    did not check) fails the open as damage, with the way out named."""
+    try:
+        return ms.dispatcher.dispatch()
+    except CorruptStoreError as exc:
+        raise DataLossError(f"{exc.args[0]}; open with repair=True to check every record and drop "
+                            "everything from the damage on", path=exc.path, offset=exc.offset) from exc
+
+
+def _drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport, *, whole_log: bool) -> None:
+    """Delete a queue's segments from the first one that is missing (a gap) or of the wrong size.
+
+    ``whole_log``: the commitlog still starts at offset 0, so every queue's units must start
+    at 0 too; a queue whose first segment starts later lost its first files (retention deletes
+    a queue's old files only with the commitlog's) and is rebuilt whole. Consume queues are
+    derived data: what is dropped here is rebuilt from the commitlog by
+    :func:`_complete_queues`, so no ``repair`` is needed.
+    """
+    segs = cq.segments
+    starts = segs.segment_starts()
+    if whole_log and starts and starts[0] > 0:
+        bad: int | None = starts[0]
+    else:
+        bad = next((s for i, s in enumerate(starts) if s in segs.odd or (i and s != starts[i - 1] + segs.size)), None)
+    if bad is None:
+        return
+    msg = f"consume queue {cq.directory}: segment {bad:020d} is missing before it or of the wrong size; rebuilt from there"
+    log.warning(msg)
+    report.problems.append(msg)
+    for start in starts:
+        if start >= bad:
+            segs.forget(start)
+            (cq.directory / f"{start:020d}").unlink(missing_ok=True)
+    segs.odd.clear()
+
+
+def _complete_queues(ms: MessageStore, state: AppendState, report: RecoveryReport) -> int:
+    """Rebuild consume queues that lack units the commitlog has (files deleted or lost).
+
+    After dispatch, every queue of the append state must reach its next queue offset. A queue
+    that does not (its folder deleted, its last segment lost: the dispatch position, a hint,
+    still says it is done) is re-dispatched from its last unit's record, or from the start of
+    the commitlog when it has none; units already present are skipped, so this only writes
+    what is missing. Returns how many records were dispatched again.
+    """
+    behind: list[tuple[str, ConsumeQueue, int, int]] = []
+    for name, expected in state.queues.items():
+        topic, _, q = name.rpartition("/")
+        if not q.isdigit() or topic_problem(topic) is not None:
+            continue
+        cq = ms.consume_queue(topic, int(q))
+        have = cq.max_offset()
+        if have < expected:
+            behind.append((name, cq, have, expected))
+    if not behind:
+        return 0
+    resume = min(_resume_point(ms, cq, have) for _, cq, have, _ in behind)
+    msg = (f"{len(behind)} consume queue(s) lack units the commitlog has ("
+           + ", ".join(f"{name}: {have} of {expected}" for name, _, have, expected in behind[:5])
+           + f"); re-dispatched from commitlog offset {resume}")
+    log.warning(msg)
+    report.problems.append(msg)
+    with ms._dispatch_lock.held():
         ms.dispatcher.set_position(resume)
-    report.redispatched = ms.dispatcher.dispatch()
+    done = _dispatch(ms)
+    still = [name for name, cq, _, expected in behind if cq.max_offset() < expected]
+    if still:
+        report.problems.append(f"consume queues still short after re-dispatch (their records are gone): {', '.join(still[:5])}")
+    return done
+
+
+def _resume_point(ms: MessageStore, cq: ConsumeQueue, have: int) -> int:
+    """Where re-dispatching must start for ``cq`` to get units from offset ``have`` on."""
+    low = ms.commitlog.min_offset()
+    if have <= cq.min_offset(low):
+        return low
+    u = cq.read(have - 1, 1)
+    if not len(u) or int(u["size"][0]) in (0, FILLER_SIZE) or int(u["offset"][0]) < low:
+        return low
+    return int(u["offset"][0]) + int(u["size"][0])
 
 
 def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
     """Abnormal path: keep the units past ``cut`` that point at a walked record, cut the rest.
 
     A unit is kept only if it points exactly at the start of a record the walk found (below
-    E) with the record's size, and units of a queue point at increasing offsets; the first
+    E) with the record's size, queue and queue offset, and units of a queue point at
+    increasing offsets; the first
     unit of a queue that fails (a lost page reads as zeros, a unit past E) and all after it
     are truncated. Returns where dispatch must resume: the first consumable walked record
     left without a unit (E if none), so re-dispatch rewrites only what is missing and skips
     units already there (idempotent). All vectorized: one read and one ``searchsorted`` per
     queue, no step per record.
     """
-    pos, size, consumable = walked.arrays(end)
+    pos, size, consumable, queue, qoff = walked.arrays(end)
     covered = np.zeros(len(pos), bool)
     for cq in ms._all_queues():
         first = cq.first_at_or_past(cut)
@@ -344,8 +514,10 @@ def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
         idx = np.searchsorted(pos, off)
         safe = np.minimum(idx, max(len(pos) - 1, 0))
         ok = (idx < len(pos)) & (sz > 0) & (off + sz <= end)
-        if len(pos):
-            ok &= (pos[safe] == off) & (size[safe] == sz)
+        if len(pos):  # the unit's record: at that offset, of that size, queue and queue offset
+            me = walked.queue_ids.get((cq.directory.parent.name, int(cq.directory.name)), -1)
+            logical = first + np.arange(len(u))
+            ok &= (pos[safe] == off) & (size[safe] == sz) & (queue[safe] == me) & (qoff[safe] == logical)
         ok[1:] &= np.diff(off) > 0
         bad = np.flatnonzero(~ok)
         k = int(bad[0]) if len(bad) else len(u)

@@ -28,9 +28,11 @@ from .record import (
     MAGIC_V2,
     SYSFLAG_BORNHOST_V6,
     SYSFLAG_STOREHOST_V6,
+    TRAILER_LENGTH_FIELDS,
     ScanKind,
     crc32,
     decode_at,
+    field_problems,
 )
 
 _MAGIC_BYTES = [np.frombuffer(int(m & 0xFFFFFFFF).to_bytes(4, "big"), np.uint8) for m in (MAGIC_V1, MAGIC_V2)]
@@ -52,13 +54,27 @@ class SegmentScan:
     detail: str = ""
 
 
+def _be(seg: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """Big-endian signed ints of ``width`` bytes at ``at``, as int64. Positions are clamped into
+    the segment (a damaged length may point anywhere): callers mask what they clamped."""
+    at = np.clip(at, 0, len(seg) - width)
+    b = np.ascontiguousarray(seg[at[:, None] + np.arange(width)])
+    return b.view(f">i{width}").ravel().astype(np.int64)
+
+
 def _be32(seg: np.ndarray, pos: np.ndarray) -> np.ndarray:
-    b = seg[pos[:, None] + np.arange(4)]
-    return np.ascontiguousarray(b).view(">i4").ravel().astype(np.int64)
+    return _be(seg, pos, 4)
 
 
-def scan_segment(seg: np.ndarray, start: int = 0, limit: int | None = None, *, check_crc: bool = False) -> SegmentScan:
-    """Walk the records of ``seg`` (uint8 array of one whole segment) from ``start`` to ``limit``."""
+def scan_segment(
+    seg: np.ndarray, start: int = 0, limit: int | None = None, *, check_crc: bool = False, base: int | None = None,
+) -> SegmentScan:
+    """Walk the records of ``seg`` (uint8 array of one whole segment) from ``start`` to ``limit``.
+
+    ``base`` is the segment's commitlog offset: with it, a record whose PHYSICALOFFSET is not
+    its position is damage too. Never raises on any content: damage ends the walk with
+    :attr:`StopReason.CORRUPT` at the first bad record.
+    """
     size = len(seg)
     limit = size if limit is None else min(limit, size)
     if start >= limit:
@@ -87,6 +103,8 @@ def scan_segment(seg: np.ndarray, start: int = 0, limit: int | None = None, *, c
             j = int(breaks[np.searchsorted(breaks, i)])  # last index of this linked run
             positions.append(np.arange(i, j + 1))
             pos = int(nxt[j])
+            if pos <= cand[j] or pos > size:
+                break  # a TOTALSIZE no record can have: kept, for _first_bad to name
             if pos > limit:  # a record running past the limit is not (yet) there
                 positions[-1] = positions[-1][:-1]
                 pos = int(cand[j])
@@ -96,14 +114,14 @@ def scan_segment(seg: np.ndarray, start: int = 0, limit: int | None = None, *, c
     rec_pos = cand[idx] if len(idx) else np.zeros(0, np.int64)
     rec_size = sizes_all[idx] if len(idx) else np.zeros(0, np.int64)
     # 3. check the chain's records together
-    bad, detail = _first_bad(seg, rec_pos, rec_size, check_crc)
+    bad, detail = _first_bad(seg, rec_pos, rec_size, check_crc, base)
     if bad < len(rec_pos):
         return SegmentScan(rec_pos[:bad], rec_size[:bad], int(rec_pos[bad]), StopReason.CORRUPT, detail)
     end = int(rec_pos[-1] + rec_size[-1]) if len(rec_pos) else start
     if end >= limit:
         return SegmentScan(rec_pos, rec_size, end, StopReason.LIMIT)
     # what stopped the chain: the scalar decoder looks at that one position
-    tail = decode_at(memoryview(seg), end)  # type: ignore[arg-type]
+    tail = decode_at(memoryview(seg), end, base=base)  # type: ignore[arg-type]
     if tail.kind is ScanKind.END:
         return SegmentScan(rec_pos, rec_size, end, StopReason.END)
     if tail.kind is ScanKind.BLANK:
@@ -114,30 +132,48 @@ def scan_segment(seg: np.ndarray, start: int = 0, limit: int | None = None, *, c
     return SegmentScan(rec_pos, rec_size, end, StopReason.CORRUPT, reason)
 
 
-def _first_bad(seg: np.ndarray, pos: np.ndarray, size: np.ndarray, check_crc: bool) -> tuple[int, str]:
-    """Index of the first record whose lengths do not add up (or whose CRC is wrong)."""
+def _first_bad(
+    seg: np.ndarray, pos: np.ndarray, size: np.ndarray, check_crc: bool, base: int | None = None,
+) -> tuple[int, str]:
+    """Index of the first record whose lengths do not add up, whose header holds a value no
+    store writes (:func:`store.record.field_problems`), or whose body CRC is wrong.
+
+    Every length is checked before it is used as an offset, so a damaged one cannot make a
+    read leave the record (or the segment).
+    """
     n = len(pos)
     if n == 0:
         return 0, ""
+    ok = (size >= HEADER_V4.itemsize + TRAILER_LENGTH_FIELDS) & (pos + size <= len(seg))
+    why = np.where(ok, 0, 1)  # 1: TOTALSIZE, 2: lengths
     sys_flag = _be32(seg, pos + 36)
-    hsize = HEADER_V4.itemsize + np.where(sys_flag & SYSFLAG_BORNHOST_V6, 12, 0) + np.where(sys_flag & SYSFLAG_STOREHOST_V6, 12, 0)
-    ok = size >= hsize + 3
-    safe_h = np.where(ok, hsize, HEADER_V4.itemsize)
-    body_len = np.where(ok, _be32(seg, pos + np.minimum(safe_h, size) - 4), -1)
-    ok &= (body_len >= 0) & (hsize + body_len + 3 <= size)
+    born_v6 = (sys_flag & SYSFLAG_BORNHOST_V6) != 0
+    hsize = HEADER_V4.itemsize + np.where(born_v6, 12, 0) + np.where(sys_flag & SYSFLAG_STOREHOST_V6, 12, 0)
+    fits = ok & (size >= hsize + TRAILER_LENGTH_FIELDS)
+    body_len = np.where(fits, _be32(seg, pos + hsize - 4), -1)
+    fits &= (body_len >= 0) & (hsize + body_len + TRAILER_LENGTH_FIELDS <= size)
     v2 = _be32(seg, pos + 4) == MAGIC_V2
-    tl_at = np.where(ok, pos + hsize + body_len, pos)
-    t0 = seg[tl_at].astype(np.int64)
-    t1 = seg[np.minimum(tl_at + 1, len(seg) - 1)].astype(np.int64)
-    topic_len = np.where(v2, (t0 << 8) | t1, t0)
+    tl_at = np.where(fits, pos + hsize + body_len, pos)
+    topic_len = np.where(v2, _be(seg, tl_at, 2) & 0xFFFF, _be(seg, tl_at, 1) & 0xFF)
     pl_at = tl_at + np.where(v2, 2, 1) + topic_len
-    ok &= pl_at + 2 <= pos + size
-    pl_at = np.where(ok, pl_at, pos)
-    props_len = (seg[pl_at].astype(np.int64) << 8) | seg[pl_at + 1].astype(np.int64)
-    ok &= pl_at + 2 + props_len == pos + size
-    bad = np.flatnonzero(~ok)
-    first = int(bad[0]) if len(bad) else n
-    detail = "lengths do not add up to TOTALSIZE" if len(bad) else ""
+    fits &= pl_at + 2 <= pos + size
+    props_len = _be(seg, np.where(fits, pl_at, pos), 2) & 0xFFFF
+    fits &= pl_at + 2 + props_len == pos + size
+    why[ok & ~fits] = 2
+    first = int(np.argmax(why > 0)) if (why > 0).any() else n
+    detail = ""
+    if first < n:
+        detail = (f"TOTALSIZE {int(size[first])} out of range" if why[first] == 1
+                  else "lengths do not add up to TOTALSIZE")
+    # header fields nothing checksums, of the records whose lengths are sound
+    h = pos[:first]
+    store_at = h + np.where(born_v6[:first], 68, 56)
+    bad, problem = field_problems(
+        _be32(seg, h + 12), _be(seg, h + 20, 8), _be(seg, h + 28, 8), _be(seg, h + 40, 8), _be(seg, store_at, 8),
+        None if base is None else h + base,
+    )
+    if bad < first:
+        first, detail = bad, problem
     if check_crc:
         crc = _be32(seg, pos[:first] + 8)
         starts = (pos[:first] + hsize[:first]).tolist()
@@ -150,3 +186,57 @@ def _first_bad(seg: np.ndarray, pos: np.ndarray, size: np.ndarray, check_crc: bo
         if len(mismatch) and int(mismatch[0]) < first:
             return int(mismatch[0]), "body CRC mismatch"
     return first, detail
+
+
+class QueueDensity:
+    """Checks that queue offsets stay dense along a walk of the log, window after window.
+
+    A store gives each queue's records consecutive QUEUEOFFSETs in log order (assigned under
+    the append lock), so a record whose QUEUEOFFSET is not its queue's previous one plus one is
+    damage (nothing checksums the field, and the append state rebuilt from the log would
+    otherwise continue from it). Records that never enter a consume queue (prepared or
+    rolled-back transactions, QUEUEOFFSET 0) are not checked. A walk from the log's very first
+    byte (``from_log_start``: nothing deleted yet) knows every queue starts at 0; otherwise the
+    first record of each queue seen sets where that queue starts. A queue that starts again at
+    0 is accepted: RocketMQ restarts a topic deleted and created again at offset 0.
+    """
+
+    def __init__(self, *, from_log_start: bool = False) -> None:
+        self.last: dict[tuple[str, int], int] = {}
+        self.from_log_start = from_log_start
+
+    def first_break(
+        self, topics: list[str], topic_index: np.ndarray, queue_id: np.ndarray, queue_offset: np.ndarray,
+        consumable: np.ndarray,
+    ) -> tuple[int, str]:
+        """(index of the first record that breaks density, why), (n, "") if none; then
+        remembers every queue's last offset before that record. Vectorized: a stable sort by
+        queue, a diff, and a step per distinct queue (few), none per record."""
+        n = len(queue_offset)
+        rows = np.flatnonzero(consumable)
+        key = (topic_index[rows].astype(np.int64) << 32) | queue_id[rows].astype(np.int64)
+        qoff = queue_offset[rows].astype(np.int64)
+        order = np.argsort(key, kind="stable")
+        sk, so = key[order], qoff[order]
+        same = sk[1:] == sk[:-1]
+        bad_sorted = np.flatnonzero(same & (so[1:] != so[:-1] + 1) & (so[1:] != 0)) + 1
+        first_of = np.flatnonzero(np.r_[True, ~same]) if len(sk) else np.zeros(0, np.int64)
+        unknown = -1 if self.from_log_start else -2  # a queue first seen starts at 0, or anywhere
+        expect = np.array([self.last.get((topics[int(k) >> 32], int(k) & 0xFFFFFFFF), unknown) + 1 for k in sk[first_of]], np.int64)
+        bad_first = first_of[(expect >= 0) & (so[first_of] != expect) & (so[first_of] != 0)] if len(first_of) else first_of
+        bad = np.concatenate([bad_sorted, bad_first])
+        cut = int(rows[order[bad]].min()) if len(bad) else n
+        why = ""
+        if cut < n:
+            r = int(np.flatnonzero(rows == cut)[0])
+            name = (topics[int(topic_index[cut])], int(queue_id[cut]))
+            prev = qoff[:r][key[:r] == key[r]]
+            expected = int(prev[-1]) + 1 if len(prev) else self.last.get(name, -1) + 1
+            why = f"QUEUEOFFSET {int(queue_offset[cut])} of queue {name[0]}/{name[1]} breaks its density (expected {expected})"
+        keep = rows < cut
+        if keep.any():
+            k2, o2 = key[keep], qoff[keep]
+            uniq, last_idx = np.unique(k2[::-1], return_index=True)  # each queue's last record
+            for k, o in zip(uniq.tolist(), o2[::-1][last_idx].tolist(), strict=True):
+                self.last[(topics[k >> 32], k & 0xFFFFFFFF)] = o
+        return cut, why

@@ -6,9 +6,13 @@ Read-only (it never repairs; recovery with ``repair=True`` does). Checked:
   and its body CRC matches (the only checksummed part of a record), each full segment ends
   with a blank record, nothing but zeros follows the last record of the last segment up to
   the published tail;
+- every record's header fields hold values a store writes (PHYSICALOFFSET its position,
+  timestamps in range, queue offsets dense per queue along the log);
 - every consume queue: units are written densely, point below the published tail, at
   increasing commitlog offsets, and each points at a record of its own topic and queue with
-  the right queue offset and size.
+  the right queue offset and size;
+- no unit is missing: every record below the dispatch position has its queue's unit (a
+  queue whose files were deleted or lost is reported, with where its units end).
 
 Problems are returned, each naming the file and the offset (a commitlog offset, or a queue's
 logical offset), never raised: the caller decides.
@@ -25,9 +29,12 @@ import pyarrow.compute as pc
 
 from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .decode import read_columns
-from .scan import StopReason
+from .paths import topic_problem
+from .record import is_consumable
+from .scan import QueueDensity, SegmentScan, StopReason
 
 if TYPE_CHECKING:
+    from .mapped_file import MappedFile
     from .message_store import MessageStore
 
 
@@ -57,24 +64,72 @@ def verify(ms: MessageStore) -> VerifyReport:
     report = VerifyReport()
     cl = ms.commitlog
     tail = ms.published_tail()
+    dispatched = min(tail, ms.dispatcher.position())
     starts = [s for s in cl.segments.segment_starts() if s < max(tail, cl.min_offset() + 1)]
+    density = QueueDensity(from_log_start=cl.min_offset() == 0)
+    expected: dict[tuple[str, int], int] = {}  # per queue: units the dispatched records need
+    for prev, start in zip(starts, starts[1:], strict=False):
+        if start != prev + cl.segment_size:  # a segment between them is missing
+            gap = prev + cl.segment_size
+            report.problems.append(Problem(str(cl.segments.directory / f"{gap:020d}"), gap, "commitlog segment missing"))
     for start in starts:
         seg = cl.segments.get(start)
-        assert seg is not None
+        if seg is None:  # deleted while we looked
+            continue
         limit = min(seg.size, tail - start)
         scan = next(iter(cl.scan(start, start + limit, check_crc=True)), None)
         if scan is None:
             continue
         _, result = scan
-        report.records += len(result.positions)
         at = start + result.end
+        if len(result.positions):
+            cut, why = _count_queues(seg, result.positions, dispatched, density, expected)
+            if cut < len(result.positions):
+                result = SegmentScan(result.positions[:cut], result.sizes[:cut], int(result.positions[cut]),
+                                     StopReason.CORRUPT, why)
+                at = start + result.end
+        report.records += len(result.positions)
         if result.reason is StopReason.CORRUPT:
             report.problems.append(Problem(str(seg.path), at, f"damaged record: {result.detail}"))
         elif result.reason is StopReason.END and start + seg.size < tail:
             report.problems.append(Problem(str(seg.path), at, "zero bytes before the segment's end (no blank record)"))
     for cq in ms._all_queues():
         _verify_queue(ms, cq, tail, report)
+    for (topic, qid), n in sorted(expected.items()):
+        cq = ms.consume_queue(topic, qid)
+        have = cq.max_offset() if cq.directory.is_dir() else 0
+        if have < n:
+            report.problems.append(Problem(
+                str(cq.directory), have,
+                f"units missing: dispatched records of this queue reach queue offset {n - 1}, its units end at {have}",
+            ))
     return report
+
+
+def _count_queues(
+    seg: MappedFile, positions: np.ndarray, dispatched: int, density: QueueDensity,
+    expected: dict[tuple[str, int], int],
+) -> tuple[int, str]:
+    """Check queue-offset density of a run of records and note, per queue, how many units the
+    records below the dispatch position need. Returns (first record breaking density, why)."""
+    cols = read_columns(seg.buffer(), seg.start, positions, with_body=False)
+    h = cols.header
+    enc = cols.topic.dictionary_encode()
+    topics = enc.dictionary.to_pylist()
+    tidx = np.asarray(enc.indices, np.int64)
+    consumable = np.asarray(is_consumable(h["sysFlag"]), bool)
+    cut, why = density.first_break(topics, tidx, h["queueId"], h["queueOffset"], consumable)
+    usable = np.array([topic_problem(t) is None for t in topics], bool)  # one step per topic
+    mine = consumable[:cut] & (cols.offsets[:cut] < dispatched) & usable[tidx[:cut]]
+    if mine.any():
+        key = (tidx[:cut][mine] << 32) | h["queueId"][:cut][mine].astype(np.int64)
+        uniq, inverse = np.unique(key, return_inverse=True)
+        best = np.full(len(uniq), -1, np.int64)
+        np.maximum.at(best, inverse, h["queueOffset"][:cut][mine].astype(np.int64))
+        for k, o in zip(uniq.tolist(), best.tolist(), strict=True):  # one step per queue
+            name = (topics[k >> 32], k & 0xFFFFFFFF)
+            expected[name] = max(expected.get(name, 0), o + 1)
+    return cut, why
 
 
 def _verify_queue(ms: MessageStore, cq: ConsumeQueue, tail: int, report: VerifyReport) -> None:

@@ -15,7 +15,6 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import refcodec as rc  # noqa: E402
-
 from conftest import FIXTURES, SHARED_FIXTURES  # noqa: E402
 
 COMMITLOG_DIR = FIXTURES / "commitlog-8k-4.9"

@@ -22,18 +22,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import store
+from store.properties import RESERVED_PROPERTIES
 from store.record import Record, ScanKind, decode_at
 
 TOPICS = ["T0", "T1", "t_a", "%RETRY%g", "x-y|z"]
 QUEUES = 4
 HEX32 = re.compile(r"^[0-9A-F]{32}$")
-RESERVED = {"KEYS", "TAGS", "UNIQ_KEY"}
+GIVEN_UNIQ = "00112233445566778899AABBCCDDEEFF"  # a client id as RocketMQ makes them
+# names a user property cannot have (the store's own, RocketMQ's system names) or that the
+# generator gives on purpose
+RESERVED = RESERVED_PROPERTIES | {"KEYS", "TAGS", "UNIQ_KEY"}
 
 # text without the properties separators (and without surrogates, which UTF-8 cannot hold)
 _safe = st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02")
 _token = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02 "), min_size=1, max_size=12)
 # Java's string2messageProperties drops empty values, so user values are never empty
-_prop_key = st.text(_safe, min_size=1, max_size=10).filter(lambda k: k not in RESERVED)
+_prop_key = st.text(_safe, min_size=1, max_size=10).filter(lambda k: k not in RESERVED and not k.startswith("RMQLOG_"))
 _prop_val = st.text(_safe, min_size=1, max_size=30)
 _tag = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02|"), min_size=1, max_size=10)
 
@@ -47,7 +51,7 @@ message = st.fixed_dictionaries(
         "properties": st.one_of(
             st.none(),
             st.dictionaries(_prop_key, _prop_val, max_size=4),
-            st.dictionaries(_prop_key, _prop_val, max_size=2).map(lambda d: {**d, "UNIQ_KEY": "MY-ID"}),
+            st.dictionaries(_prop_key, _prop_val, max_size=2).map(lambda d: {**d, "UNIQ_KEY": GIVEN_UNIQ}),
         ),
         "flag": st.integers(-(2**31), 2**31 - 1),
         "bornTimestamp": st.one_of(st.none(), st.integers(0, 4_102_444_800_000)),
@@ -118,7 +122,7 @@ def check_round_trip(root: Path, all_batches: list[list[dict[str, Any]]]) -> Non
                 assert HEX32.match(uniq)
             assert rec.properties == expected_properties(msg, uniq)
             by_queue.setdefault((rec.topic, rec.queue_id), []).append(rec)
-        generated = [r.properties["UNIQ_KEY"] for r in recs if r.properties["UNIQ_KEY"] != "MY-ID"]
+        generated = [r.properties["UNIQ_KEY"] for r in recs if r.properties["UNIQ_KEY"] != GIVEN_UNIQ]
         assert len(set(generated)) == len(generated)
         segs = {r.physical_offset // 4096 for r in recs}
         assert segs == set(range(max(segs) + 1))  # contiguous segments, every one used

@@ -261,7 +261,7 @@ def test_c_patch_records_writes_big_endian_fields_and_checks_bounds() -> None:
 
 def test_uniq_keys_made_chunk_by_chunk_keep_given_ones(tmp_path: Path, write_path: str) -> None:
     n = 1500  # 4 KiB bodies: several chunks, each making its own UNIQ_KEY items
-    given = [f"MINE-{i}" if i % 3 == 0 else None for i in range(n)]
+    given = [f"{i:032X}" if i % 3 == 0 else None for i in range(n)]
     props = pa.array([[("UNIQ_KEY", g)] if g else None for g in given], pa.map_(pa.string(), pa.string()))
     bodies = _bodies(n, LARGE_BODY * 4, 3)
     with store.MessageStore.open(tmp_path) as s:

@@ -1,0 +1,235 @@
+"""Fuzzing damaged stores: seeded mutations of real segments, consume queues and state files.
+
+Each case copies an undamaged store (one written by this store over several 4 KiB segments,
+or the RocketMQ 4.9 fixture segment), applies one to three random mutations (flipped bytes,
+record fields set to extreme values, zeroed or duplicated ranges, truncated or deleted
+files, consume-queue units pointing at other records), sometimes leaves ``abort``, then:
+
+1. opens it: the store opens, or raises a :class:`store.StoreError` (typed; never IndexError,
+   ValueError, AssertionError...);
+2. if it opened: ``verify()`` returns a report, and every queue is read through
+   ``read_queue`` and ``get_messages``: each call returns messages or raises a StoreError, and
+   every message returned is the original message at that commitlog offset (same topic,
+   queue, queue offset and body: never another record's data, never another queue's);
+3. opens it with ``repair=True``: that always succeeds (an empty log is a valid prefix) and
+   leaves a store whose ``verify()`` is clean, which reads back only original messages, and
+   whose queues continue at the right offsets.
+
+The suite runs ``FUZZ_CASES`` cases; ``RMQ_OPTIN=1`` adds a long run of ``RMQ_FUZZ_CASES``
+(10,000 by default) whose count the job prints.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from conftest import FIXTURE_COMMITLOG, copy_file, small_store_config, walk
+
+import store
+
+CFG = small_store_config(mapped_file_size_consume_queue=20 * 8)
+FUZZ_CASES = 150
+#: Record fields (offset, width) a mutation may set to an extreme value.
+FIELDS = [(0, 4), (4, 4), (8, 4), (12, 4), (16, 4), (20, 8), (28, 8), (36, 4), (40, 8), (56, 8), (72, 4),
+          (76, 8), (84, 4)]
+EXTREMES = [0, 1, -1, 0x7FFFFFFF, -0x80000000, 2**63 - 1, -(2**63), 4096, 4095, 8]
+
+
+@dataclass
+class Base:
+    root: Path
+    originals: dict[int, tuple[str, int, int, bytes]]  # commitlog offset -> (topic, queue, queue offset, body)
+    record_starts: list[int]
+
+
+def _originals(root: Path) -> dict[int, tuple[str, int, int, bytes]]:
+    return {r.physical_offset: (r.topic, r.queue_id, r.queue_offset, r.body) for r in walk(root)}
+
+
+@pytest.fixture(scope="module")
+def bases(tmp_path_factory: pytest.TempPathFactory) -> list[Base]:
+    ours = tmp_path_factory.mktemp("fuzz") / "ours"
+    with store.MessageStore.open(ours, CFG) as s:
+        s.create_topic("A", 3)
+        s.create_topic("B", 2)
+        for i in range(8):
+            topic = "A" if i % 2 else "B"
+            s.put_batch(pa.table({"topic": [topic] * 7, "body": [f"{topic}{i}.{k}|".encode() * 5 for k in range(7)],
+                                  "tags": [f"t{k % 2}" for k in range(7)]}))
+        s.dispatch()
+    theirs = tmp_path_factory.mktemp("fuzz") / "rocketmq"
+    copy_file(FIXTURE_COMMITLOG, theirs / "commitlog" / FIXTURE_COMMITLOG.name)
+    with store.MessageStore.open(theirs) as s:  # dispatched at open: consume queues, state files
+        assert s.max_offset("abc", 0) == 47
+    return [Base(r, o, sorted(o)) for r in (ours, theirs) for o in [_originals(r)]]
+
+
+# --------------------------------------------------------------------------- mutations
+
+
+def _files(root: Path) -> dict[str, list[Path]]:
+    return {
+        "commitlog": sorted((root / "commitlog").iterdir()),
+        "consumequeue": sorted(p for p in (root / "consumequeue").rglob("*") if p.is_file()),
+        "state": [p for p in (root / n for n in ("append.state", "flush.state", "dispatch.state", "checkpoint",
+                                                 "config/topics.json", "config/consumerOffset.json")) if p.exists()],
+    }
+
+
+def _mutate(rng: random.Random, root: Path, base: Base) -> str:
+    files = _files(root)
+    kind = rng.choices(["commitlog", "consumequeue", "state"], [6, 3, 1])[0]
+    if not files[kind]:
+        kind = "commitlog"
+    path = rng.choice(files[kind])
+    data = bytearray(path.read_bytes())
+    op = rng.choice(["flip", "field", "zero", "copy", "truncate", "delete"] if kind != "consumequeue"
+                    else ["flip", "unit", "unit", "zero", "truncate", "delete"])
+    seg_start = int(path.name) if kind == "commitlog" else 0
+    if op == "delete" and rng.random() < 0.3:
+        path.unlink()
+        return f"delete {path.relative_to(root)}"
+    if not data or op == "truncate":
+        os.truncate(path, rng.randrange(0, max(1, len(data))))
+        return f"truncate {path.relative_to(root)}"
+    if op == "flip" or op == "delete":
+        at = [rng.randrange(len(data)) for _ in range(rng.randint(1, 4))]
+        for a in at:
+            data[a] ^= 1 << rng.randrange(8)
+        desc = f"flip {path.relative_to(root)} at {at}"
+    elif op == "field":
+        starts = [s - seg_start for s in base.record_starts if 0 <= s - seg_start < len(data)] or [0]
+        rec = rng.choice(starts)
+        off, width = rng.choice(FIELDS)
+        value = rng.choice(EXTREMES + [rng.randrange(-(2**31), 2**31)])
+        at = rec + off
+        if at + width <= len(data):
+            data[at : at + width] = (value % (1 << (8 * width))).to_bytes(width, "big")
+        desc = f"field {path.relative_to(root)} record {rec} +{off} = {value}"
+    elif op == "unit":  # a consume-queue unit pointing at another record, or a wild value
+        unit = rng.randrange(max(1, len(data) // 20)) * 20
+        if rng.random() < 0.6 and base.record_starts:
+            other = rng.choice(base.record_starts)
+            data[unit : unit + 8] = other.to_bytes(8, "big")
+            if rng.random() < 0.5:  # with that record's true size: only topic/queue/offset tell
+                size = int.from_bytes(_record_bytes(base, root, other)[:4], "big") if _record_bytes(base, root, other) else 0
+                data[unit + 8 : unit + 12] = size.to_bytes(4, "big")
+        else:
+            off, width = rng.choice([(0, 8), (8, 4), (12, 8)])
+            value = rng.choice(EXTREMES)
+            data[unit + off : unit + off + width] = (value % (1 << (8 * width))).to_bytes(width, "big")
+        desc = f"unit {path.relative_to(root)} at {unit}"
+    elif op == "zero":
+        a = rng.randrange(len(data))
+        b = min(len(data), a + rng.randint(1, 512))
+        data[a:b] = bytes(b - a)
+        desc = f"zero {path.relative_to(root)} [{a}, {b})"
+    else:  # copy: a range of the file written over another place (a duplicated record)
+        a = rng.randrange(len(data))
+        n = rng.randint(8, 400)
+        chunk = bytes(data[a : a + n])
+        c = rng.randrange(len(data))
+        data[c : c + len(chunk)] = chunk[: len(data) - c]
+        desc = f"copy {path.relative_to(root)} {a}+{n} -> {c}"
+    path.write_bytes(bytes(data))
+    return desc
+
+
+def _record_bytes(base: Base, root: Path, offset: int) -> bytes:
+    seg = base.root / "commitlog"
+    for p in sorted(seg.iterdir()):
+        start, size = int(p.name), p.stat().st_size
+        if start <= offset < start + size:
+            return p.read_bytes()[offset - start : offset - start + 8]
+    return b""
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_rows(base: Base, table: pa.Table, topic: str, qid: int) -> None:
+    """Every row is the original message at its commitlog offset, of the queue asked for."""
+    got = zip(table["commitLogOffset"].to_pylist(), table["topic"].to_pylist(), table["queueId"].to_pylist(),
+              table["queueOffset"].to_pylist(), table["body"].to_pylist(), strict=True)
+    for off, t, q, qoff, body in got:
+        assert (t, q) == (topic, qid), f"a read of {topic}/{qid} returned a message of {t}/{q}"
+        assert off in base.originals, f"a message at {off}, where no record started"
+        assert base.originals[off] == (t, q, qoff, body), f"the message at {off} is not the original"
+
+
+def _read_everything(base: Base, s: store.MessageStore) -> int:
+    """Read every queue both ways; returns how many messages came back (typed errors allowed)."""
+    n = 0
+    for topic, tc in s.topics().items():
+        for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
+            try:
+                t = s.read_queue(topic, qid, 0, 1 << 40)
+                _check_rows(base, t, topic, qid)
+                n += t.num_rows
+            except store.StoreError:
+                pass
+            offset = 0
+            for _ in range(1000):
+                try:
+                    res = s.get_messages("fuzz", topic, qid, offset, max_count=7)
+                except store.StoreError:
+                    break
+                _check_rows(base, res.messages, topic, qid)
+                if res.next_begin_offset <= offset:
+                    break
+                offset = res.next_begin_offset
+    return n
+
+
+def run_case(base: Base, work: Path, seed: int) -> str:
+    """One fuzz case; raises AssertionError (or an untyped exception) on a failure."""
+    rng = random.Random(seed)
+    root = work / f"case-{seed}"
+    shutil.copytree(base.root, root)
+    what = [_mutate(rng, root, base) for _ in range(rng.randint(1, 3))]
+    if rng.random() < 0.5:
+        (root / "abort").touch()
+    try:
+        try:
+            s = store.MessageStore.open(root)
+        except store.StoreError:
+            s = None
+        if s is not None:
+            with s:
+                s.verify()
+                _read_everything(base, s)
+        with store.MessageStore.open(root, repair=True) as s:
+            report = s.verify()
+            assert report.ok, f"verify after repair: {report.problems[:3]}"
+            _read_everything(base, s)
+            for topic, tc in s.topics().items():
+                for qid in range(tc.write_queue_nums):
+                    if s.max_offset(topic, qid) or s.min_offset(topic, qid):
+                        before = s.max_offset(topic, qid)
+                        assert s.put(topic, b"after", queue_id=qid).queue_offset == before
+    except Exception as exc:
+        raise AssertionError(f"seed {seed} ({base.root.name}): {'; '.join(what)}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return "; ".join(what)
+
+
+def test_fuzz_damaged_stores(bases: list[Base], tmp_path: Path) -> None:
+    for seed in range(FUZZ_CASES):
+        run_case(bases[seed % len(bases)], tmp_path, seed)
+
+
+@pytest.mark.optin
+def test_fuzz_damaged_stores_long(bases: list[Base], tmp_path: Path) -> None:
+    cases = int(os.environ.get("RMQ_FUZZ_CASES", "10000"))
+    started = time.monotonic()
+    for seed in range(FUZZ_CASES, FUZZ_CASES + cases):
+        run_case(bases[seed % len(bases)], tmp_path, seed)
+    print(f"fuzz: {cases} cases passed in {time.monotonic() - started:.0f} s")
