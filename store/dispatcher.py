@@ -236,7 +236,29 @@ class Dispatcher:
         self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,
         sizes: np.ndarray, codes: np.ndarray, maxes: dict[tuple[str, int], int],
     ) -> None:
-        """Write the units of records (any order) into their queues, one slice per run."""
+        """Write the units of records (any order) into their queues, one slice per run.
+
+        All or nothing: if a write fails (a full disk), the queues this call wrote go back to
+        where they ended before it. Earlier calls covered every queue of their records, so the
+        queues then all end at the same record, and a position derived from them (without
+        ``dispatch.state``) never skips units another queue is missing.
+        """
+        before: list[tuple[ConsumeQueue, int]] = []
+        try:
+            self._write_units_of(topics, tidx, qid, qoff, offsets, sizes, codes, maxes, before)
+        except BaseException:
+            for cq, end in reversed(before):
+                try:
+                    cq.truncate(end)
+                except OSError:
+                    log.warning("could not undo the units written to %s past %d", cq.directory, end, exc_info=True)
+            raise
+
+    def _write_units_of(
+        self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,
+        sizes: np.ndarray, codes: np.ndarray, maxes: dict[tuple[str, int], int], before: list[tuple[ConsumeQueue, int]],
+    ) -> None:
+        """:meth:`_write_units`' work; appends each queue and its end to ``before`` as it starts on it."""
         tidx, qid, qoff = np.asarray(tidx, np.int64), np.asarray(qid, np.int64), np.asarray(qoff, np.int64)
         span = int(qid.max()) + 1 if len(qid) else 1
         order = None
@@ -270,6 +292,7 @@ class Dispatcher:
             cur = maxes.get((topic, q))
             if cur is None:
                 cur = cq.max_offset()
+            before.append((cq, cur))
             # runs of consecutive queue offsets (a gap would mean a lost record: filled)
             run_breaks = np.flatnonzero(np.diff(qoff[lo:hi]) != 1) + 1
             for a, b in zip(np.r_[0, run_breaks], np.r_[run_breaks, hi - lo], strict=True):

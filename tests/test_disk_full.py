@@ -108,7 +108,7 @@ if s is not None:
     try:
         ok, report["by_queue"] = readable(s, [o for a in acked for o in a[2:]])
         report["readable"] = ok
-        report["verify"] = s.verify().ok
+        v = s.verify(); report["verify"] = v.ok; report["problems"] = [str(p) for p in v.problems][:5]
     except Exception as exc:
         report["read_error"] = error(exc)
     report["tail"] = s.published_tail()
@@ -334,3 +334,29 @@ def test_reads_bounded_at_the_first_hole_find_the_same_ends(tmp_path: Path, monk
         s.dispatch()
         assert s.max_offset("B", 0) == 1751 and s.verify().ok
         assert len(read_queue_all(s, "B", 0, max_count=500)) == 1751
+
+
+def test_a_dispatch_cut_short_leaves_every_queue_where_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No room for queue 1's units after queue 0's were written: queue 0's go too, so the
+    queues still end at the same record. Otherwise the position derived from the queues
+    (``dispatch.state`` absent: never saved, or lost) starts past queue 1's records, and
+    their units are never written."""
+    root = tmp_path / "s"
+    with store.MessageStore.open(root) as s:
+        s.put_batch(pa.table({"topic": ["R"] * 6, "body": [b"r%d" % i for i in range(6)],
+                              "queueId": pa.array([0, 1] * 3, pa.int32())}))
+        real = ConsumeQueue._write_at
+
+        def no_room_for_queue_1(self: ConsumeQueue, first: int, u: object) -> None:
+            if self.directory.name == "1":
+                raise store.DiskFullError(errno.ENOSPC, "injected", str(self.directory))
+            real(self, first, u)  # type: ignore[arg-type]
+
+        with monkeypatch.context() as m:
+            m.setattr(ConsumeQueue, "_write_at", no_room_for_queue_1)
+            with pytest.raises(store.DiskFullError):
+                s.dispatch()
+        assert (s.max_offset("R", 0), s.max_offset("R", 1)) == (0, 0)
+        (root / "dispatch.state").unlink(missing_ok=True)
+        assert s.dispatch() == 6
+        assert (s.max_offset("R", 0), s.max_offset("R", 1)) == (3, 3) and s.verify().ok
