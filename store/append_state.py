@@ -52,7 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import CorruptStoreError
+from .errors import CorruptStoreError, raise_if_disk_full
 from .fileio import replace_file
 
 VERSION = 1
@@ -244,9 +244,13 @@ class AppendStateFile:
         crc = zlib.crc32(head[:12] + body)
         data = _SLOT_HEADER.pack(seq, len(body), crc) + body
         assert fd is not None
-        os.pwrite(fd, data, _HEADER.size + slot * size)
-        if durable:
-            os.fdatasync(fd)
+        try:
+            os.pwrite(fd, data, _HEADER.size + slot * size)  # into the file's own blocks: no new one needed
+            if durable:
+                os.fdatasync(fd)
+        except OSError as exc:
+            raise_if_disk_full(exc, self.path, "publishing the append state")
+            raise
         state.seq, state.slot, state.slot_size, state.ino = seq, slot, size, self._ino
         self._remember((self._ino, seq, slot, len(body), crc), state)
 

@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CorruptStoreError
+from .errors import CorruptStoreError, raise_if_disk_full
 
 CHECKPOINT_SIZE = 4096
 _FIELDS = struct.Struct(">qqq")  # physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp
@@ -86,12 +86,16 @@ class CheckpointFile:
             cp = cp.merged(current)
             if cp == current:
                 return cp  # nothing new: no write, no sync
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            if os.fstat(fd).st_size != CHECKPOINT_SIZE:
-                os.ftruncate(fd, CHECKPOINT_SIZE)
-            os.pwrite(fd, _FIELDS.pack(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp), 0)
-            os.fdatasync(fd)
-        finally:
-            os.close(fd)
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                if os.fstat(fd).st_size != CHECKPOINT_SIZE:
+                    os.ftruncate(fd, CHECKPOINT_SIZE)
+                os.pwrite(fd, _FIELDS.pack(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp), 0)
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+        except OSError as exc:  # the first write needs a block: on a full disk, typed
+            raise_if_disk_full(exc, self.path, "writing the checkpoint")
+            raise
         return cp

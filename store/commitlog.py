@@ -29,7 +29,7 @@ from .decode import (
     read_columns,
 )
 from .encode import EncodedBatch
-from .errors import CorruptStoreError, StoreError
+from .errors import CorruptStoreError, DiskFullError, StoreError, raise_if_disk_full
 from .fileio import ProcessLocalPool
 from .mapped_file import MappedFile, MappedFileQueue
 from .record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, ScanKind, ScanResult, decode_at
@@ -187,6 +187,13 @@ class _Pipeline:
     :data:`_IN_FLIGHT` writes are pending after either returns. The first failed write is
     raised on exit, after the others finished (so no write still reads a buffer its caller
     is about to free). ``keep`` holds what a write's addresses point into until it is done.
+
+    One ordered stream: a write starts only once every write submitted before it has
+    finished (switching between the two writers waits for the other one to drain; rare, a
+    mix of batch kinds in one append), and none starts after one failed. So the bytes a
+    killed or failed append leaves are a prefix of its writes, which begin at the tail:
+    nothing lands past the tail unless the tail's own first bytes did (see
+    :meth:`CommitLog.scrub`).
     """
 
     def __init__(self, chunks: int) -> None:
@@ -195,47 +202,98 @@ class _Pipeline:
         # costs ~50 us (a thread wake-up and the GIL twice), a lot for a 100-message put
         self._inline = chunks <= 1
         self._native: Any = None  # a store._native.ChunkWriter, made on the first write()
-        self._keep: list[np.ndarray] = []
+        self._keep: list[tuple[np.ndarray, MappedFile, int]] = []  # (buffer, segment, offset) per native write
+        self._error: BaseException | None = None
+        self._failed = False  # a write on the pool failed: the ones queued after it are skipped
 
     def write(self, seg: MappedFile, rel: int, buf: np.ndarray) -> None:
         """``seg.write(rel, buf)`` in the pipeline's order (``buf`` is kept until exit)."""
         if self._inline or _ChunkWriter is None:
             self.submit(seg.write, rel, buf)
             return
+        if self._pending:
+            self._drain_pool()
+        self._check()
         if self._native is None:
             self._native = _ChunkWriter(_IN_FLIGHT)
         fd = seg.write_fd(rel, buf.nbytes)
-        self._keep.append(buf)
+        self._keep.append((buf, seg, rel))
         self._native.submit(fd, rel, buf.ctypes.data, buf.nbytes)
+
+    def write_small(self, seg: MappedFile, rel: int, data: bytes) -> None:
+        """A few bytes (a blank record) in the pipeline's order, on whichever writer it is using."""
+        if self._native is not None:
+            self.write(seg, rel, np.frombuffer(data, np.uint8))
+        elif self._pending:
+            self.submit(seg.write, rel, data)
+        else:  # nothing in flight before it: no hand-off
+            self._check()
+            seg.write(rel, data)
 
     def submit(self, fn: Callable[..., None], *args: object, keep: object = None) -> None:
         if self._inline:
             fn(*args)
             return
+        if self._native is not None:
+            self._drain_native()
+        self._check()
         while len(self._pending) >= _IN_FLIGHT:
             self._pending[0][0].result()  # wait *before* dropping what the write reads from
             self._pending.popleft()
-        self._pending.append((_WRITE_POOL.get().submit(fn, *args), keep))
+        self._pending.append((_WRITE_POOL.get().submit(self._guarded, fn, *args), keep))
+
+    def _guarded(self, fn: Callable[..., None], *args: object) -> None:
+        """Run a queued write unless one before it failed (as the native writer skips them)."""
+        if self._failed:
+            return
+        try:
+            fn(*args)
+        except BaseException:
+            self._failed = True
+            raise
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise self._error
+
+    def _drain_native(self) -> None:
+        """Wait for the native writer's writes and stop it (its error is kept for :meth:`_check`)."""
+        try:
+            self._native.finish()
+        except OSError as e:
+            self._error = self._error or self._typed(e)
+        self._native = None
+        self._keep.clear()
+
+    def _typed(self, e: OSError) -> OSError:
+        """The native writer's error, naming the segment file of the failed write."""
+        at = getattr(e, "offset", None)
+        seg = next((s for _, s, rel in self._keep if rel == at), None)
+        if seg is None:
+            return e
+        try:
+            raise_if_disk_full(e, seg.path, f"writing at offset {at}")
+        except DiskFullError as typed:
+            return typed
+        return OSError(e.errno, e.strerror, str(seg.path))
+
+    def _drain_pool(self) -> None:
+        while self._pending:
+            try:
+                self._pending[0][0].result()
+            except BaseException as e:  # noqa: BLE001 - raised by _check or on exit
+                self._error = self._error or e
+            self._pending.popleft()
 
     def __enter__(self) -> _Pipeline:
         return self
 
     def __exit__(self, exc_type: object, *exc: object) -> None:
-        error: BaseException | None = None
         if self._native is not None:
-            try:
-                self._native.finish()
-            except OSError as e:
-                error = e
-            self._keep.clear()
-        while self._pending:
-            try:
-                self._pending[0][0].result()
-            except BaseException as e:  # noqa: BLE001 - raised below, once all are done
-                error = error or e
-            self._pending.popleft()
-        if error is not None and exc_type is None:  # an error already on its way wins
-            raise error
+            self._drain_native()
+        self._drain_pool()
+        if self._error is not None and exc_type is None:  # an error already on its way wins
+            raise self._error
 
 
 def _first_undecodable(seg: MappedFile, positions: np.ndarray, check: RecordCheck) -> tuple[int, str]:
@@ -252,6 +310,8 @@ def _first_undecodable(seg: MappedFile, positions: np.ndarray, check: RecordChec
 class CommitLog:
     def __init__(self, directory: Path, segment_size: int) -> None:
         self.segments = MappedFileQueue(directory, segment_size)
+        #: bytes of data (not holes) :meth:`scrub` cleared in this process (what it cost)
+        self.scrubbed_bytes = 0
 
     @property
     def segment_size(self) -> int:
@@ -263,18 +323,43 @@ class CommitLog:
         return starts[0] if starts else 0
 
     # ----------------------------------------------------------------- append
-    def scrub(self, tail: int) -> None:
-        """Zero a crashed writer's unpublished bytes past ``tail`` (they are not records).
+    def scrub(self, tail: int, *, force: bool = False) -> int:
+        """Clear the bytes past ``tail`` that a killed or failed append left (they are not
+        records); returns how many bytes of data (not holes) it cleared. Caller holds the
+        append lock and ``tail`` is the published tail.
 
-        Without this, a later scan that had lost the published state could mistake them
-        for records. The check costs one 8-byte read when there is nothing to scrub.
+        Without this, a later scan that had lost the published state could mistake them for
+        records. An append writes in log order from the tail (:class:`_Pipeline`), so it
+        leaves nothing past the tail unless the tail's first bytes were written (a record's
+        TOTALSIZE, or the blank of a segment the batch rolled out of): the check is one 8-byte
+        ``pread`` at the tail when there is nothing to scrub. ``force`` skips it (an append
+        that failed knows it wrote).
+
+        What it clears: the data regions past the tail in its segment and the whole of every
+        later segment (a batch that rolled over wrote into new segments), found with
+        ``SEEK_DATA``/``SEEK_HOLE`` and cleared by :meth:`MappedFile.clear` (holes punched: no
+        block needed, so it works on a full disk). The cost follows what was left, not the
+        segment size. Later segments are kept (emptied), never deleted: another process may
+        have one open. The tail's own first bytes are cleared last, so a scrub cut short is
+        done again by the next append.
         """
         seg = self.segments.for_offset(tail)
         if seg is None:
-            return
+            return 0
         rel = tail - seg.start
-        if any(seg.read(rel, 8)):
-            seg.array()[rel:] = 0
+        if not force and not any(seg.read(rel, 8)):
+            return 0
+        done = 0
+        for start in reversed(self.segments.segment_starts()):
+            if start <= seg.start:
+                break
+            later = self.segments.get(start)
+            if later is not None:
+                done += later.clear(0, later.size)
+        done += seg.clear(rel + 8, seg.size)
+        done += seg.clear(rel, rel + 8)
+        self.scrubbed_bytes += done
+        return done
 
     def append_all(
         self, batches: list[EncodedBatch], state: AppendState,
@@ -292,6 +377,7 @@ class CommitLog:
         (:meth:`EncodedBatch.prepack`): its one write has nothing to overlap with, so
         ``overlapped`` stays ``None`` and the caller makes its results after the lock.
         """
+        self.scrub(state.tail)
         with _Pipeline(sum(b.chunks for b in batches)) as pipe:
             return [self._append(b, state, while_writing, pipe) for b in batches]
 
@@ -301,7 +387,6 @@ class CommitLog:
     ) -> AppendResult:
         """Submit ``batch``'s writes to ``pipe`` (they may still run on return) and advance ``state``."""
         tail = state.tail
-        self.scrub(tail)
         queue_offsets = assign_queue_offsets(batch, state.queues)
         packed = batch.packed
         starts, blanks = plan_positions(tail, batch.lengths, self.segment_size, batch.packed_starts)
@@ -313,12 +398,13 @@ class CommitLog:
         large = batch.large_bodies
         cut_rows = [0] + [int(np.searchsorted(starts, pos)) for pos, _ in blanks] + [batch.n]
         overlapped = None
-        for a, b in zip(cut_rows[:-1], cut_rows[1:], strict=True):
+        # in log order (see _Pipeline): each segment's rows, then the blank that ends it
+        for run, (a, b) in enumerate(zip(cut_rows[:-1], cut_rows[1:], strict=True)):
             if b > a:  # rows a..b-1 are contiguous in one segment
                 pos = int(starts[a])
                 seg = self.segments.for_offset(pos, create=True)
                 assert seg is not None
-                if pos != tail:  # the first record of the batch rolled over to a new segment
+                if pos != tail:  # rolled over into a new segment: one check of its start
                     self.scrub(pos)
                 if packed is not None:  # packed before the lock: rows a..b-1 are one slice of it
                     assert batch.packed_starts is not None
@@ -341,10 +427,11 @@ class CommitLog:
                         pipe.submit(seg.write, rel, memoryview(batch.joined(c, d)))
                 if b == batch.n and while_writing is not None and packed is None:
                     overlapped = while_writing(starts, queue_offsets, store_ts)
-        for pos, size in blanks:
-            seg = self.segments.for_offset(pos, create=True)
-            assert seg is not None
-            seg.write(pos - seg.start, np.array([size, BLANK_MAGIC], ">i4").tobytes())
+            if run < len(blanks):
+                pos, size = blanks[run]
+                seg = self.segments.for_offset(pos, create=True)
+                assert seg is not None
+                pipe.write_small(seg, pos - seg.start, np.array([size, BLANK_MAGIC], ">i4").tobytes())
         end = int(starts[-1] + batch.lengths[-1]) if batch.n else tail
         result = AppendResult(starts, queue_offsets, store_ts, tail, end, overlapped)
         state.tail = end
@@ -428,9 +515,10 @@ class CommitLog:
             seg = self.segments.for_offset(pos)
             if seg is None:
                 return
-            result = scan_segment(
-                seg.array(), pos - seg.start, min(limit, seg.end) - seg.start, check_crc=check_crc, base=seg.start,
-            )
+            stop = min(limit, seg.end) - seg.start
+            if seg.bounded_reads:  # tmpfs: not into the holes past the data (see store.mapped_file)
+                stop = min(stop, seg.readable_end(pos - seg.start))
+            result = scan_segment(seg.array(), pos - seg.start, stop, check_crc=check_crc, base=seg.start)
             yield seg, result
             if result.reason is not StopReason.BLANK:
                 return

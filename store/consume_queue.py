@@ -17,10 +17,17 @@ checksummed; the dispatcher can rebuild every unit from the commitlog.
 Only the dispatcher writes units, holding ``dispatch.lock``; readers that need the queue's
 end take that lock shared for the moment they look (so they never see a half-written unit).
 Units below the end never change (until retention deletes whole segments).
+
+Units are written with ``pwrite`` and removed by punching holes (:meth:`MappedFile.clear`),
+never stored into the mapping, so a full disk raises :class:`~store.errors.DiskFullError`
+instead of killing the process; a write that fails part-way is undone whole, so a torn unit
+never counts as written. On tmpfs the search for the end reads no hole (see
+:mod:`store.mapped_file`).
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +38,7 @@ CQ_UNIT_SIZE = 20
 CQ_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tagsCode", ">i8")])
 assert CQ_UNIT.itemsize == CQ_UNIT_SIZE
 FILLER_SIZE = 0x7FFFFFFF
+log = logging.getLogger(__name__)
 
 
 class ConsumeQueue:
@@ -45,6 +53,12 @@ class ConsumeQueue:
     def _units(self, seg: MappedFile) -> np.ndarray:
         return seg.array().view(CQ_UNIT)
 
+    def _readable_units(self, seg: MappedFile) -> np.ndarray:
+        """The units of ``seg`` that may be read through the mapping: all, except on tmpfs,
+        where only those before its first hole (past them every unit is zero)."""
+        units = self._units(seg)
+        return units[: seg.readable_end() // CQ_UNIT_SIZE] if seg.bounded_reads else units
+
     # ---------------------------------------------------------------- bounds
     def max_offset(self) -> int:
         """Logical offset after the last unit written (0 for an empty queue)."""
@@ -52,7 +66,7 @@ class ConsumeQueue:
         for start in reversed(starts):
             seg = self.segments.get(start)
             assert seg is not None
-            sizes = self._units(seg)["size"]
+            sizes = self._readable_units(seg)["size"]
             written = int(_first_zero(sizes))
             if written or start == starts[0]:
                 return (start // CQ_UNIT_SIZE) + written
@@ -63,7 +77,7 @@ class ConsumeQueue:
         for start in self.segments.segment_starts():
             seg = self.segments.get(start)
             assert seg is not None
-            units = self._units(seg)
+            units = self._readable_units(seg)
             written = int(_first_zero(units["size"]))
             if written == 0:
                 continue
@@ -73,7 +87,7 @@ class ConsumeQueue:
             hit = np.flatnonzero(live)
             if len(hit):
                 return start // CQ_UNIT_SIZE + int(hit[0])
-            if written < len(units):
+            if written < self.units_per_segment:
                 return start // CQ_UNIT_SIZE + written
         return self.max_offset()
 
@@ -144,12 +158,24 @@ class ConsumeQueue:
             take = min(len(units) - done, per - i)
             # pwrite, not a store into the mapping (which shares the same page cache): a store
             # takes a page fault per page first touched; a million units (20 MB) took ~32 ms
-            # as stores against ~15 ms as a pwrite, on new pages
-            seg.write(i * CQ_UNIT_SIZE, np.ascontiguousarray(units[done : done + take]).view(np.uint8).data)
+            # as stores against ~15 ms as a pwrite, on new pages. And on a full disk a store
+            # into a sparse page is a SIGBUS, a pwrite an error.
+            lo, hi = i * CQ_UNIT_SIZE, (i + take) * CQ_UNIT_SIZE
+            try:
+                seg.write(lo, np.ascontiguousarray(units[done : done + take]).view(np.uint8).data)
+            except BaseException:
+                # a short write (ENOSPC part-way) may end inside a unit, which would then count
+                # as written with a wrong field: the units of this write go, whole (re-dispatch
+                # writes them again); clearing needs no space
+                try:
+                    seg.clear(lo, hi)
+                except OSError:
+                    log.warning("could not undo a failed write of units %d.. in %s", logical, seg.path, exc_info=True)
+                raise
             done += take
 
     def truncate(self, logical: int) -> None:
-        """Drop units at and past ``logical`` (zero them; delete whole segments past it)."""
+        """Drop units at and past ``logical`` (clear them; delete whole segments past it)."""
         per = self.units_per_segment
         for start in self.segments.segment_starts():
             first = start // CQ_UNIT_SIZE
@@ -159,7 +185,7 @@ class ConsumeQueue:
             elif first + per > logical:
                 seg = self.segments.get(start)
                 assert seg is not None
-                self._units(seg)[logical - first :] = np.zeros(1, CQ_UNIT)[0]
+                seg.clear((logical - first) * CQ_UNIT_SIZE, seg.size)
 
     def close(self) -> None:
         self.segments.close()

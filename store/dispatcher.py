@@ -31,7 +31,8 @@ from .background import BackgroundLoop
 from .commitlog import CommitLog
 from .consume_queue import CQ_UNIT, ConsumeQueue
 from .decode import dispatch_columns, read_columns
-from .fileio import InterProcessLock, replace_file
+from .errors import DiskFullError
+from .fileio import InterProcessLock, replace_file, rewrite_in_place
 from .paths import topic_problem
 from .record import is_consumable
 
@@ -81,7 +82,7 @@ class Dispatcher:
 
     def set_position(self, offset: int) -> None:
         """Recovery: resume dispatching at ``offset`` (caller holds the lock)."""
-        self._save_position(offset, self._load()[1])
+        self._save_position(offset, self._load()[1], required=True)
 
     def reset_position(self, limit: int) -> None:
         """Recovery: forget a saved position past ``limit`` and derive it from the queues.
@@ -104,11 +105,35 @@ class Dispatcher:
                     best = max(best, int(u["offset"][0]) + int(u["size"][0]))
         return best
 
-    def _save_position(self, offset: int, store_timestamp: int) -> None:
-        replace_file(
-            self.state_path,
-            json.dumps({"version": 1, "offset": offset, "storeTimestamp": store_timestamp}).encode(),
-        )
+    def _save_position(self, offset: int, store_timestamp: int, *, required: bool = False) -> None:
+        """Save the position (caller holds the lock).
+
+        On a full disk the file keeps the position it had, an older one (or none: the
+        position is then derived), which only makes the next run walk those records again
+        and skip the units already written: the position is a hint. Recovery moving it
+        *back* (``required``) must not leave a larger one behind: the file is then rewritten
+        in place (its block is reused), or else removed if the position derived without it
+        is not past ``offset``; otherwise :class:`DiskFullError`.
+        """
+        data = json.dumps({"version": 1, "offset": offset, "storeTimestamp": store_timestamp}).encode()
+        try:
+            replace_file(self.state_path, data)
+            return
+        except DiskFullError as exc:
+            if not required:
+                log.warning("%s; the dispatch position stays where it was, and the next dispatch walks on from there", exc)
+                return
+            error = exc
+        if self.state_path.exists():
+            try:
+                rewrite_in_place(self.state_path, data)
+                return
+            except DiskFullError:
+                pass
+        self.state_path.unlink(missing_ok=True)
+        if self._derive_position() > offset:
+            raise error
+        log.warning("%s; the dispatch position will be derived from the consume queues (not past %d)", error, offset)
 
     def position(self) -> int:
         with self.lock.held():
@@ -211,7 +236,29 @@ class Dispatcher:
         self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,
         sizes: np.ndarray, codes: np.ndarray, maxes: dict[tuple[str, int], int],
     ) -> None:
-        """Write the units of records (any order) into their queues, one slice per run."""
+        """Write the units of records (any order) into their queues, one slice per run.
+
+        All or nothing: if a write fails (a full disk), the queues this call wrote go back to
+        where they ended before it. Earlier calls covered every queue of their records, so the
+        queues then all end at the same record, and a position derived from them (without
+        ``dispatch.state``) never skips units another queue is missing.
+        """
+        before: list[tuple[ConsumeQueue, int]] = []
+        try:
+            self._write_units_of(topics, tidx, qid, qoff, offsets, sizes, codes, maxes, before)
+        except BaseException:
+            for cq, end in reversed(before):
+                try:
+                    cq.truncate(end)
+                except OSError:
+                    log.warning("could not undo the units written to %s past %d", cq.directory, end, exc_info=True)
+            raise
+
+    def _write_units_of(
+        self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,
+        sizes: np.ndarray, codes: np.ndarray, maxes: dict[tuple[str, int], int], before: list[tuple[ConsumeQueue, int]],
+    ) -> None:
+        """:meth:`_write_units`' work; appends each queue and its end to ``before`` as it starts on it."""
         tidx, qid, qoff = np.asarray(tidx, np.int64), np.asarray(qid, np.int64), np.asarray(qoff, np.int64)
         span = int(qid.max()) + 1 if len(qid) else 1
         order = None
@@ -245,6 +292,7 @@ class Dispatcher:
             cur = maxes.get((topic, q))
             if cur is None:
                 cur = cq.max_offset()
+            before.append((cq, cur))
             # runs of consecutive queue offsets (a gap would mean a lost record: filled)
             run_breaks = np.flatnonzero(np.diff(qoff[lo:hi]) != 1) + 1
             for a, b in zip(np.r_[0, run_breaks], np.r_[run_breaks, hi - lo], strict=True):

@@ -7,6 +7,10 @@ something invalid, or the files on disk are not what they must be.
 
 from __future__ import annotations
 
+import errno
+import os
+from typing import NoReturn
+
 
 class StoreError(Exception):
     """Base class of every error raised by :mod:`store`."""
@@ -102,9 +106,47 @@ class StoreNotFoundError(StoreError):
 
 
 class DiskFullError(StoreError, OSError):
-    """An append failed because the disk is full (ENOSPC), or disk use is above
-    ``disk_space_warning_level_ratio``. Nothing of the batch was published; the store stays
-    readable, and appends succeed again once space is freed."""
+    """The disk (or the user's quota) is full: a write got ``ENOSPC``/``EDQUOT``, or disk use is
+    above ``disk_space_warning_level_ratio`` (appends only). ``filename`` names the file whose
+    write failed, when there is one.
+
+    Nothing already stored is harmed and the store stays readable; the operation can be
+    retried once space is freed. An append publishes nothing of its batch (but see
+    ``appended``). A dispatch leaves every consume queue consistent
+    (units written by the failed run are kept or removed whole, and its position is a hint
+    that the next run corrects).
+
+    ``appended`` is True when the batch *was* appended (published, readable by offset) and
+    only a step after the append failed: the ``SYNC_FLUSH`` flush or the consume-queue units
+    of ``dispatch=True`` (the next flush or dispatch completes them); retrying such a put
+    would append the batch again (idempotent puts, with ``writer``/``sequence``, would not).
+    """
+
+    def __init__(self, *args: object, appended: bool = False) -> None:
+        super().__init__(*args)
+        self.appended = appended
+
+
+#: The errnos of a full disk: no space left, or the user's quota exhausted.
+DISK_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT})
+
+
+def raise_if_disk_full(exc: BaseException, path: object, doing: str) -> None:
+    """Raise ``exc`` as a :class:`DiskFullError` naming ``path`` when it is a full disk's error.
+
+    Returns (and the caller re-raises ``exc`` itself) for any other error, and for a
+    :class:`DiskFullError` already. ``doing`` completes "disk full while ...".
+    """
+    if isinstance(exc, OSError) and not isinstance(exc, DiskFullError) and exc.errno in DISK_FULL_ERRNOS:
+        raise DiskFullError(exc.errno, f"disk full while {doing}", str(path)) from exc
+
+
+def disk_full_from_errno(err: int, path: object, doing: str) -> NoReturn:
+    """Raise the error of a failed system call that set ``errno`` to ``err`` (a ctypes call):
+    :class:`DiskFullError` for a full disk, else ``OSError``; both name ``path``."""
+    exc = OSError(err, os.strerror(err), str(path))
+    raise_if_disk_full(exc, path, doing)
+    raise exc
 
 
 class StoreClosedError(StoreError):

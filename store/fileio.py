@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import os
@@ -11,6 +12,8 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
+
+from .errors import raise_if_disk_full
 
 
 def lockf_blocking(fd: int, how: int, length: int = 0, start: int = 0) -> None:
@@ -101,25 +104,55 @@ def replace_file(path: Path, data: bytes, *, keep_backup: bool = False, durable:
     With ``keep_backup`` the previous content is first copied to ``<path>.bak`` (RocketMQ's
     ``MixAll.string2File``), so a reader can fall back to it. With ``durable`` the data and
     the directory are fsynced before returning. A crash at any instant leaves either the
-    old or the new content under ``path``, never a mix.
+    old or the new content under ``path``, never a mix. On a full disk it raises
+    :class:`~store.errors.DiskFullError` naming ``path``, and ``path`` keeps its old content.
     """
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            n = os.write(fd, view)
-            view = view[n:]
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if keep_backup and path.exists():
+            bak = path.with_name(path.name + ".bak")
+            os.replace(path, bak)  # the old file becomes the backup ...
+        os.replace(tmp, path)  # ... and the new one takes its name atomically
         if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    if keep_backup and path.exists():
-        bak = path.with_name(path.name + ".bak")
-        os.replace(path, bak)  # the old file becomes the backup ...
-    os.replace(tmp, path)  # ... and the new one takes its name atomically
-    if durable:
-        fsync_dir(path.parent)
+            fsync_dir(path.parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)  # a partial new file (a full disk) would only hold space
+        raise_if_disk_full(exc, path, "replacing the file")
+        raise
+
+
+def rewrite_in_place(path: Path, data: bytes) -> None:
+    """Overwrite ``path`` from its start with ``data``, padded with spaces to the file's length.
+
+    For a small JSON file (which allows trailing spaces) on a full disk: the blocks it
+    already has are reused, where :func:`replace_file` needs new ones. Not atomic: a crash
+    mid-write can leave a mix, which a reader must treat as unreadable. Raises
+    :class:`DiskFullError` naming ``path`` if the file must grow and there is no room.
+    """
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        try:
+            view = memoryview(data + b" " * max(0, os.fstat(fd).st_size - len(data)))
+            at = 0
+            while view:
+                n = os.pwrite(fd, view, at)
+                view, at = view[n:], at + n
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise_if_disk_full(exc, path, "rewriting the file in place")
+        raise
 
 
 def read_with_backup(path: Path) -> bytes | None:

@@ -43,6 +43,7 @@ from .append_state import AppendState
 from .background import BackgroundLoop
 from .checkpoint import Checkpoint, CheckpointFile
 from .commitlog import CommitLog
+from .errors import raise_if_disk_full
 from .fileio import InterProcessLock, fsync_dir
 from .paths import parse_segment_name
 
@@ -100,12 +101,16 @@ class FlushStateFile:
         nothing was ever flushed; see :func:`store.recovery.recover`)."""
         head = struct.pack(">qq", pos.offset, pos.store_timestamp)
         created = not self.path.exists() if self._fd is None else False
-        fd = self._open(create=True)
-        assert fd is not None
-        os.pwrite(fd, head + struct.pack(">I", zlib.crc32(head)), 0)
-        os.fdatasync(fd)
-        if created:
-            fsync_dir(self.path.parent)
+        try:
+            fd = self._open(create=True)
+            assert fd is not None
+            os.pwrite(fd, head + struct.pack(">I", zlib.crc32(head)), 0)  # in place: a block only the first time
+            os.fdatasync(fd)
+            if created:
+                fsync_dir(self.path.parent)
+        except OSError as exc:
+            raise_if_disk_full(exc, self.path, "writing the flushed position")
+            raise
 
     def close(self) -> None:
         with self._lock:
@@ -203,6 +208,9 @@ class FlushService:
                         continue  # deleted meanwhile (truncation)
                     try:
                         os.fdatasync(fd)
+                    except OSError as exc:  # space allocated at writeback (NFS): typed
+                        raise_if_disk_full(exc, f, "syncing a consume queue")
+                        raise
                     finally:
                         os.close(fd)
 

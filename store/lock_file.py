@@ -46,6 +46,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from .errors import raise_if_disk_full
 from .fileio import lockf_blocking
 
 log = logging.getLogger(__name__)
@@ -84,8 +85,13 @@ class StoreLockFile:
     def _open_fd(self) -> int:
         if self._fd is None:
             fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            if os.fstat(fd).st_size < len(LOCK_CONTENT):
-                os.pwrite(fd, LOCK_CONTENT, 0)
+            try:
+                if os.fstat(fd).st_size < len(LOCK_CONTENT):
+                    os.pwrite(fd, LOCK_CONTENT, 0)
+            except OSError as exc:  # a new store on a full disk
+                os.close(fd)
+                raise_if_disk_full(exc, self.lock_path, "writing the lock file")
+                raise
             self._fd = fd
         return self._fd
 
@@ -151,7 +157,11 @@ class StoreLockFile:
     @staticmethod
     def _touch(path: Path) -> None:
         if not path.exists():
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+            try:
+                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+            except OSError as exc:  # an empty file needs no block, but a full directory may need one
+                raise_if_disk_full(exc, path, f"creating {path.name}")
+                raise
 
     def _drop_owner_file(self) -> None:
         if self._owner_file is not None:

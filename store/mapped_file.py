@@ -6,6 +6,16 @@ written. Every process maps the same files ``MAP_SHARED``: bytes written by one 
 visible to the others through the page cache at once; what makes them *meaningful* to a
 reader is the published tail (see :mod:`store.append_state`), never the bytes themselves.
 
+Full disks. Bytes reach a segment through ``pwrite`` only, never as stores into the mapping:
+a store into a page the filesystem cannot allocate (a sparse page on a full disk) kills the
+process with SIGBUS, where ``pwrite`` fails with ``ENOSPC`` (raised as
+:class:`~store.errors.DiskFullError` naming the file). On tmpfs even a *read* of a hole
+through a shared mapping allocates the page, and SIGBUS is the answer when the tmpfs is
+full; there (:attr:`MappedFile.bounded_reads`) readers that may look past the written data
+stop at :meth:`MappedFile.readable_end`, and a new segment gets its first page allocated
+when it is created (which then fails typed if there is no room). Bytes are cleared
+(:meth:`MappedFile.clear`) by punching holes, which frees blocks and needs none.
+
 Nothing here decides what is valid data: that is the commitlog's and the recovery's job.
 """
 
@@ -13,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import errno
 import mmap
 import os
 import threading
@@ -21,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from .errors import CorruptStoreError
+from .errors import CorruptStoreError, disk_full_from_errno, raise_if_disk_full
 from .paths import parse_segment_name, segment_name
 
 #: Entries per ``pwritev`` call (Linux's IOV_MAX).
@@ -36,15 +47,52 @@ _msync = _libc.msync
 _msync.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
 _msync.restype = ctypes.c_int
 MS_SYNC = 4  # Linux <sys/mman.h>
+_fallocate = getattr(_libc, "fallocate64", None) or _libc.fallocate
+_fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+_fallocate.restype = ctypes.c_int
+FALLOC_FL_KEEP_SIZE = 0x01  # Linux <linux/falloc.h>
+FALLOC_FL_PUNCH_HOLE = 0x02
+_statfs = _libc.statfs
+_statfs.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+_statfs.restype = ctypes.c_int
+TMPFS_MAGIC = 0x01021994  # <linux/magic.h>: tmpfs, /dev/shm (shmem)
+PAGE = mmap.PAGESIZE
+#: Bytes read per step when :meth:`MappedFile.clear` checks pages it cannot punch.
+CLEAR_CHUNK = 1 << 20
+#: fallocate errnos meaning "not supported here" (the caller falls back to writing zeros).
+_NO_PUNCH = frozenset({errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL})
+
+
+def hole_reads_allocate(path: Path) -> bool:
+    """Whether reading a hole through a shared mapping of a file under ``path`` allocates it.
+
+    True on tmpfs (shmem: a read fault on a hole allocates a page, and a full tmpfs answers
+    with SIGBUS); False elsewhere (ext4, xfs, btrfs, NFS map a zero page, no block). ``path``
+    need not exist yet: its nearest existing ancestor decides.
+    """
+    while not path.exists() and path.parent != path:
+        path = path.parent
+    buf = ctypes.create_string_buffer(256)  # struct statfs (120 bytes on 64-bit Linux)
+    if _statfs(os.fsencode(path), buf) != 0:
+        return False
+    f_type = ctypes.c_long.from_buffer(buf).value  # the first field, f_type (__fsword_t)
+    return f_type & 0xFFFFFFFF == TMPFS_MAGIC
+
+
+def _round_up(n: int) -> int:
+    return -(-n // PAGE) * PAGE
 
 
 class MappedFile:
     """One segment file, mapped on first use."""
 
-    def __init__(self, path: Path, start: int, size: int) -> None:
+    def __init__(self, path: Path, start: int, size: int, *, bounded_reads: bool = False) -> None:
         self.path = path
         self.start = start
         self.size = size
+        #: reads of the mapping must stay below :meth:`readable_end` (see the module docstring)
+        self.bounded_reads = bounded_reads
+        self._can_punch = True
         self._mm: mmap.mmap | None = None
         self._np: np.ndarray | None = None
         self._fd: int | None = None
@@ -106,10 +154,14 @@ class MappedFile:
         """
         view = memoryview(data).cast("B")
         fd = self.write_fd(rel, len(view))
-        while len(view):
-            n = os.pwrite(fd, view, rel)
-            view = view[n:]
-            rel += n
+        try:
+            while len(view):
+                n = os.pwrite(fd, view, rel)
+                view = view[n:]
+                rel += n
+        except OSError as exc:
+            raise_if_disk_full(exc, self.path, f"writing {len(view)} bytes at offset {rel}")
+            raise
 
     def sync(self, rel_from: int = 0, rel_to: int | None = None) -> None:
         """Make the bytes in ``[rel_from, rel_to)`` durable, whoever wrote them (any process).
@@ -117,7 +169,8 @@ class MappedFile:
         ``msync`` of just that range (Linux runs ``fsync`` over the file range, metadata
         included), not ``fdatasync`` of the file: with a writer appending meanwhile, a
         whole-file sync keeps chasing the pages it dirties and measured 2-3x slower puts.
-        Raises ``OSError`` if the sync fails (e.g. EIO).
+        Raises ``OSError`` if the sync fails (e.g. EIO), :class:`~store.errors.DiskFullError`
+        if it fails for want of space (a filesystem that allocates at writeback, NFS).
         """
         page = mmap.PAGESIZE
         lo = (rel_from // page) * page
@@ -126,8 +179,7 @@ class MappedFile:
             self._map()
             base = self.array().ctypes.data
             if _msync(base + lo, hi - lo, MS_SYNC) != 0:  # releases the GIL while it waits
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err), str(self.path))
+                disk_full_from_errno(ctypes.get_errno(), self.path, f"syncing bytes {lo}..{hi}")
 
     def writev(self, rel: int, iov: np.ndarray) -> None:
         """Write the buffers of ``iov`` ((address, length) rows, ``struct iovec``) at ``rel``.
@@ -142,8 +194,7 @@ class MappedFile:
             want = int(part[:, 1].sum())
             done = _pwritev(fd, part.ctypes.data, len(part), rel)
             if done < 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err), str(self.path))
+                disk_full_from_errno(ctypes.get_errno(), self.path, f"writing {want} bytes at offset {rel}")
             if done < want:  # short write (rare: e.g. a full disk): finish entry by entry
                 self._finish_short_write(part, done, rel)
             rel += want
@@ -159,6 +210,87 @@ class MappedFile:
     def read(self, rel: int, length: int) -> bytes:
         """``length`` bytes at ``rel`` (``pread``: cheaper than the mapping for a few bytes)."""
         return os.pread(self._write_fd(), length, rel)
+
+    # ------------------------------------------------------------ holes
+    def readable_end(self, rel: int = 0) -> int:
+        """How far from ``rel`` the mapping may be read: the segment size, except with
+        :attr:`bounded_reads` (tmpfs), where it is the first hole at or after ``rel`` (``rel``
+        itself when that is a hole). Segments are written from the front, so there it is
+        where the written data ends: the bytes past it read as zeros.
+        """
+        if not self.bounded_reads:
+            return self.size
+        return min(self.size, os.lseek(self._write_fd(), rel, os.SEEK_HOLE))
+
+    def data_regions(self, lo: int, hi: int) -> list[tuple[int, int]]:
+        """The ``(start, end)`` ranges within ``[lo, hi)`` that are not holes, ascending.
+
+        ``SEEK_DATA``/``SEEK_HOLE``: two ``lseek`` per region. Where the filesystem does not
+        support them, the whole range counts as data.
+        """
+        fd = self._write_fd()
+        out: list[tuple[int, int]] = []
+        pos = lo
+        while pos < hi:
+            try:
+                start = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as exc:
+                if exc.errno == errno.ENXIO:  # no data past pos
+                    break
+                out.append((pos, hi))  # no SEEK_DATA here: data as far as we know
+                break
+            if start >= hi:
+                break
+            end = min(hi, os.lseek(fd, start, os.SEEK_HOLE))
+            out.append((max(start, pos), end))
+            pos = end
+        return out
+
+    def clear(self, lo: int, hi: int) -> int:
+        """Make ``[lo, hi)`` read as zeros; returns how many of its bytes were data (not holes).
+
+        Never through the mapping, and never needing a new block (so it works on a full
+        disk): in the data regions only, whole pages are punched out (``fallocate``
+        ``PUNCH_HOLE``, which frees their blocks) and the partial pages at the edges, and
+        every page where punching is not supported, are read and only their non-zero bytes
+        overwritten with zeros (``pwrite``). Page 0 is never punched (see
+        :meth:`MappedFileQueue.get`). The work goes from the back and ``lo``'s own page comes
+        last, so a clear cut short (a kill) leaves the bytes at ``lo`` as they were. Raises
+        :class:`~store.errors.DiskFullError` or ``OSError`` naming the file.
+        """
+        total = 0
+        for a, b in reversed(self.data_regions(lo, hi)):
+            total += b - a
+            head = min(b, max(PAGE, _round_up(a)))  # [a, head): written over
+            tail = max(head, b // PAGE * PAGE)  # [tail, b): written over
+            if tail > head and not self._punch(head, tail):
+                self._zero_nonzero(head, tail)
+            self._zero_nonzero(tail, b)
+            self._zero_nonzero(a, head)
+        return total
+
+    def _punch(self, lo: int, hi: int) -> bool:
+        """Deallocate whole pages ``[lo, hi)``; False where the filesystem cannot."""
+        if not self._can_punch:
+            return False
+        if _fallocate(self._write_fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, lo, hi - lo) == 0:
+            return True
+        err = ctypes.get_errno()
+        if err in _NO_PUNCH:
+            self._can_punch = False
+            return False
+        disk_full_from_errno(err, self.path, f"punching bytes {lo}..{hi}")
+
+    def _zero_nonzero(self, lo: int, hi: int) -> None:
+        """Overwrite the non-zero bytes of ``[lo, hi)`` with zeros, a chunk at a time from the back."""
+        fd = self._write_fd()
+        end = hi
+        while end > lo:
+            start = max(lo, end - CLEAR_CHUNK)
+            nz = np.flatnonzero(np.frombuffer(os.pread(fd, end - start, start), np.uint8))
+            if len(nz):  # bytes that are non-zero are allocated: writing over them needs no block
+                self.write(start + int(nz[0]), bytes(int(nz[-1]) - int(nz[0]) + 1))
+            end = start
 
     def close(self) -> None:
         with self._lock:
@@ -191,6 +323,7 @@ class MappedFileQueue:
         self._segments: dict[int, MappedFile] = {}
         self._lock = threading.Lock()
         self.size = default_size
+        self.bounded_reads = hole_reads_allocate(directory)
         sizes = {int(parse_segment_name(p.name) or 0): p.stat().st_size for p in self._files()}
         if infer and any(sizes.values()):
             counts: dict[int, int] = {}
@@ -235,24 +368,39 @@ class MappedFileQueue:
             if not path.exists():
                 if not create:
                     return None
-                # created full-size under a temporary name, then linked into place: another
-                # process listing the directory never sees a segment of the wrong size
-                self.directory.mkdir(parents=True, exist_ok=True)
-                tmp = self.directory / f".{segment_name(start)}.{os.getpid()}.{threading.get_ident()}.tmp"
-                fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
                 try:
-                    os.ftruncate(fd, self.size)
-                finally:
-                    os.close(fd)
-                try:
-                    os.link(tmp, path)  # fails if another process created it first: keep theirs
-                except FileExistsError:
-                    pass
-                finally:
-                    os.unlink(tmp)
-            seg = MappedFile(path, start, self.size)
+                    self._create(path, start)
+                except OSError as exc:
+                    raise_if_disk_full(exc, path, "creating a segment")
+                    raise
+            seg = MappedFile(path, start, self.size, bounded_reads=self.bounded_reads)
             self._segments[start] = seg
             return seg
+
+    def _create(self, path: Path, start: int) -> None:
+        """Create the segment ``path``: full-size under a temporary name, then linked into place
+        (another process listing the directory never sees a segment of the wrong size).
+
+        Sparse (``ftruncate``), except that with :attr:`bounded_reads` (tmpfs) its first page
+        is allocated: a reader looking for a segment's first record (recovery) then never
+        reads a hole, and a disk with no room fails here, typed, before any write.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        tmp = self.directory / f".{segment_name(start)}.{os.getpid()}.{threading.get_ident()}.tmp"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            try:
+                os.ftruncate(fd, self.size)
+                if self.bounded_reads and _fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, min(PAGE, self.size)) != 0:
+                    err = ctypes.get_errno()
+                    if err not in _NO_PUNCH:
+                        disk_full_from_errno(err, path, "allocating the first page of a segment")
+            finally:
+                os.close(fd)
+            with contextlib.suppress(FileExistsError):  # another process created it first: keep theirs
+                os.link(tmp, path)
+        finally:
+            os.unlink(tmp)
 
     def for_offset(self, offset: int, *, create: bool = False) -> MappedFile | None:
         return self.get(self.segment_start_for(offset), create=create)

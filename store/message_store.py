@@ -10,7 +10,6 @@ published.
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
@@ -40,6 +39,7 @@ from .decode import BadRecordError, RecordCheck, empty_message_table
 from .dispatcher import Dispatcher
 from .encode import EncodedBatch, int64_filled, prepare_batch
 from .errors import (
+    DISK_FULL_ERRNOS,
     CorruptRecordError,
     CorruptStoreError,
     DiskFullError,
@@ -521,6 +521,18 @@ class MessageStore:
             schema=PUT_RESULT_SCHEMA,
         )
 
+    def _drop_unpublished(self, tail: int) -> None:
+        """After a failed append (caller holds the append lock): clear what it wrote past the
+        published ``tail`` (punching holes needs no space on a full disk). Best effort: if
+        this fails too, the next append's scrub does it. Nothing is cleared if the state was
+        published after all (a failure after the publish itself)."""
+        try:
+            current = self._state_file.load()
+            if current is None or current.tail == tail:
+                self.commitlog.scrub(tail, force=True)
+        except Exception:  # noqa: BLE001 - the append's own error is the one to raise
+            log.warning("could not clear an unpublished append past commitlog offset %d; the next append will", tail, exc_info=True)
+
     def _put_batch(
         self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None = None, *, dispatch: bool = False,
     ) -> tuple[pa.Table, np.ndarray]:
@@ -564,36 +576,47 @@ class MessageStore:
             try:
                 # the per-row results (msgIds...) are made while the last chunks are written
                 results = self.commitlog.append_all(batches, state, self._result_table)
-            except OSError as exc:
-                if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise
-                # nothing was published: the partial bytes past the tail are not part of the log
-                # (the next append scrubs them); try to zero them now, which needs no new blocks
-                # for the pages already written
-                with contextlib.suppress(OSError):
-                    self.commitlog.scrub(tail)
-                raise DiskFullError(errno.ENOSPC, f"disk full while appending at commitlog offset {tail}") from exc
-            self._state_file.publish(state)
-        if self._sync_flush:
-            self.flush_service.flush_to(results[-1].end)  # group commit: may be covered by another's sync
-        if dispatch:
-            if any(b.tags_codes is None for b in batches):  # TAGS given as a user property: let the dispatcher read them
-                self.dispatcher.dispatch()
-            else:  # one dispatch for all the tables: one position update
-                names: dict[str, int] = {}
-                for b in batches:
-                    for t in b.topics:
-                        names.setdefault(t, len(names))
-                tidx = np.concatenate([np.array([names[t] for t in b.topics], np.int64)[b.topic_index] for b in batches])
-                self.dispatcher.dispatch_appended(
-                    results[0].start, results[-1].end, list(names), tidx,
-                    np.concatenate([b.queue_id for b in batches]),
-                    np.concatenate([r.queue_offsets for r in results]),
-                    np.concatenate([r.physical_offsets for r in results]),
-                    np.concatenate([b.lengths for b in batches]),
-                    np.concatenate([b.tags_codes for b in batches]),
-                    results[-1].store_timestamp,
-                )
+                self._state_file.publish(state)
+            except BaseException as exc:
+                self._drop_unpublished(tail)
+                if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
+                    raise DiskFullError(
+                        exc.errno, f"disk full while appending at commitlog offset {tail}: nothing was published",
+                        exc.filename or str(self.paths.commitlog_dir),
+                    ) from exc
+                raise
+        step = "flush"
+        try:
+            if self._sync_flush:
+                self.flush_service.flush_to(results[-1].end)  # group commit: may be covered by another's sync
+            step = "dispatch"
+            if dispatch:
+                if any(b.tags_codes is None for b in batches):  # TAGS given as a user property: let the dispatcher read them
+                    self.dispatcher.dispatch()
+                else:  # one dispatch for all the tables: one position update
+                    names: dict[str, int] = {}
+                    for b in batches:
+                        for t in b.topics:
+                            names.setdefault(t, len(names))
+                    tidx = np.concatenate([np.array([names[t] for t in b.topics], np.int64)[b.topic_index] for b in batches])
+                    self.dispatcher.dispatch_appended(
+                        results[0].start, results[-1].end, list(names), tidx,
+                        np.concatenate([b.queue_id for b in batches]),
+                        np.concatenate([r.queue_offsets for r in results]),
+                        np.concatenate([r.physical_offsets for r in results]),
+                        np.concatenate([b.lengths for b in batches]),
+                        np.concatenate([b.tags_codes for b in batches]),
+                        results[-1].store_timestamp,
+                    )
+        except OSError as exc:
+            if exc.errno not in DISK_FULL_ERRNOS:
+                raise
+            # the batch is in the log (published) and readable by offset: a retry would append
+            # it again, so the error says so (``appended``)
+            raise DiskFullError(
+                exc.errno, f"{exc.strerror}: the batch WAS appended (commitlog offsets {results[0].start}..{results[-1].end}, "
+                f"published), only its {step} failed", exc.filename, appended=True,
+            ) from exc
         tables = [
             r.overlapped if r.overlapped is not None else self._result_table(r.physical_offsets, r.queue_offsets, r.store_timestamp)
             for r in results

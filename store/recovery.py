@@ -324,13 +324,16 @@ def _first_hole(seg: MappedFile) -> int:
 
 def _has_data(ms: MessageStore, start: int) -> bool:
     seg = ms.commitlog.segments.get(start)
-    return seg is not None and bool(seg.array()[:8].any())
+    return seg is not None and any(seg.read(0, 8))  # pread: no fault on a hole (tmpfs, see store.mapped_file)
 
 
 def _truncate_commitlog(ms: MessageStore, end: int) -> int:
-    """Zero the bytes past ``end`` in its segment and delete later segments; returns the non-zero bytes dropped.
+    """Clear the bytes past ``end`` in its segment and delete later segments; returns the non-zero bytes dropped.
 
-    The oldest segment is zeroed rather than deleted, so the log keeps its start offset.
+    The oldest segment is cleared rather than deleted, so the log keeps its start offset.
+    Only data regions are read (holes are zeros), with ``pread``, and cleared by
+    :meth:`MappedFile.clear` (holes punched, never a store into the mapping: no SIGBUS on
+    a full disk, and the blocks are freed), then synced so the cut survives a power loss.
     """
     segs = ms.commitlog.segments
     starts = segs.segment_starts()
@@ -348,36 +351,22 @@ def _truncate_commitlog(ms: MessageStore, end: int) -> int:
             segs.forget(start)
             seg.path.unlink(missing_ok=True)
             continue
-        arr = seg.array()
-        for data_lo, data_hi in _data_regions(seg, max(0, end - start)):  # holes read as zeros: skipped
-            for lo in range(data_lo, data_hi, _ZERO_CHUNK):  # bounded memory
-                chunk = arr[lo : min(data_hi, lo + _ZERO_CHUNK)]
-                nonzero = int(np.count_nonzero(chunk))
-                if nonzero:
-                    dropped += nonzero
-                    chunk[:] = 0
-                    seg.sync(lo, lo + len(chunk))
+        rel = max(0, end - start)
+        nonzero = _count_nonzero(seg, rel)
+        if nonzero:
+            dropped += nonzero
+            seg.clear(rel, seg.size)
+            seg.sync(rel, seg.size)
     return dropped
 
 
-def _data_regions(seg: MappedFile, rel: int) -> list[tuple[int, int]]:
-    """The (start, end) ranges of the segment file from ``rel`` on that are not holes."""
-    out: list[tuple[int, int]] = []
-    fd = os.open(seg.path, os.O_RDONLY)
-    try:
-        while rel < seg.size:
-            try:
-                lo = os.lseek(fd, rel, os.SEEK_DATA)
-            except OSError:  # ENXIO: no data past rel
-                break
-            hi = min(seg.size, os.lseek(fd, lo, os.SEEK_HOLE))
-            out.append((lo, hi))
-            rel = hi
-    except OSError:  # no SEEK_DATA here: treat everything as data
-        out = [(rel, seg.size)]
-    finally:
-        os.close(fd)
-    return out
+def _count_nonzero(seg: MappedFile, rel: int) -> int:
+    """Non-zero bytes of the segment from ``rel`` on (data regions only, read in bounded chunks)."""
+    count = 0
+    for lo, hi in seg.data_regions(rel, seg.size):
+        for at in range(lo, hi, _ZERO_CHUNK):
+            count += int(np.count_nonzero(np.frombuffer(seg.read(at, min(hi, at + _ZERO_CHUNK) - at), np.uint8)))
+    return count
 
 
 def _finish(
