@@ -50,7 +50,7 @@ import pyarrow as pa
 
 from .consume_queue import FILLER_SIZE
 from .decode import RecordColumns, read_columns
-from .errors import CorruptStoreError, DataLossError
+from .errors import CorruptStoreError, DataLossError, DiskFullError
 from .paths import topic_problem
 from .record import ScanKind, decode_at, is_consumable
 from .scan import QueueDensity, SegmentScan, StopReason, scan_segment
@@ -288,8 +288,9 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
             return new, None, ""
         elif new > pos:  # LIMIT: go on from the last whole record
             pos, clip = new, True
-        elif clip and limit < min(seg.end, pos + WALK_CHUNK):
-            clip = False  # the hole guess was short: look again with the whole window
+        elif clip and limit < min(seg.end, pos + WALK_CHUNK) and not seg.bounded_reads:
+            clip = False  # the hole guess was short: look again with the whole window (never
+            # on tmpfs, where reading a hole through the mapping allocates it: SIGBUS when full)
         else:
             return new, None, ""  # a record cut by the segment's end: not there
 
@@ -438,9 +439,13 @@ def _queues_never_go_back(ms: MessageStore, state: AppendState, report: Recovery
 
 def _dispatch(ms: MessageStore) -> int:
     """``dispatch()``; a damaged record it meets (below the published tail, in a segment the walk
-    did not check) fails the open as damage, with the way out named."""
+    did not check) fails the open as damage, with the way out named. A full disk does not fail
+    the open: the records wait for a later dispatch, as they would for a writer's."""
     try:
         return ms.dispatcher.dispatch()
+    except DiskFullError as exc:  # the store opens; what is published is dispatched once space is freed
+        log.error("dispatch at open: %s", exc)
+        return 0
     except CorruptStoreError as exc:
         raise DataLossError(f"{exc.args[0]}; open with repair=True to check every record and drop "
                             "everything from the damage on", path=exc.path, offset=exc.offset) from exc
