@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from .consume_queue import FILLER_SIZE
+from .consume_queue import CQ_UNIT_SIZE, FILLER_SIZE
 from .decode import RecordColumns, read_columns
 from .errors import CorruptStoreError, DataLossError, DiskFullError
 from .paths import topic_problem
@@ -538,8 +538,12 @@ def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
     """
     pos, size, consumable, queue, qoff = walked.arrays(end)
     covered = np.zeros(len(pos), bool)
+    whole = cut <= ms.commitlog.min_offset()
     for cq in ms._all_queues():
-        first = cq.first_at_or_past(cut)
+        starts = cq.segments.segment_starts()
+        # the whole log was walked (repair): every unit is checked, from the queue's first;
+        # no binary search, which a damaged unit could send past itself
+        first = (starts[0] // CQ_UNIT_SIZE if starts else 0) if whole else cq.first_at_or_past(cut)
         hi = cq.max_offset()
         if hi <= first:
             continue
@@ -554,6 +558,9 @@ def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
             logical = first + np.arange(len(u))
             ok &= (pos[safe] == off) & (size[safe] == sz) & (queue[safe] == me) & (qoff[safe] == logical)
         ok[1:] &= np.diff(off) > 0
+        # fillers before a queue's first message (a queue whose units start past 0) are fine
+        lead = int(np.argmax(sz != FILLER_SIZE)) if (sz != FILLER_SIZE).any() else len(sz)
+        ok[:lead] = True
         bad = np.flatnonzero(~ok)
         k = int(bad[0]) if len(bad) else len(u)
         if k < len(u):
