@@ -178,19 +178,24 @@ class StoreLockFile:
         finally:
             self.mutex.release()
 
-    def close(self, on_last: Callable[[], None]) -> None:
+    def close(self, on_last: Callable[[], None], *, clean: bool = True) -> None:
         """Unregister an open store (the caller has flushed what this process wrote).
 
         The process's last store on the root deletes its owner file. If nobody else has the
         store open, ``on_last()`` runs first and ``abort`` is deleted, unless another
         process's owner file is left (that process died with the store open: ``abort`` stays).
+        ``clean=False`` (the caller's final flush failed): the lock is released but the owner
+        file and ``abort`` stay, so the next first opener recovers as after a crash.
         """
         with self.mutex:
             self._count -= 1
             if self._count > 0 or self._fd is None:
                 return
             try:
-                if self._try_exclusive():
+                if not clean:
+                    log.warning("store %s closed without its final flush; keeping %s so the next open recovers",
+                                self.abort_path.parent, self.abort_path.name)
+                elif self._try_exclusive():
                     on_last()
                     self._drop_owner_file()
                     dead = self.other_owners()

@@ -983,10 +983,12 @@ class MessageStore:
         if self._flusher is not None:
             self._flusher.stop()
         self._closed = True
+        flushed = False
         try:
             self.flush_service.flush_to(self.published_tail())
-        finally:
-            self._owner.close(self._last_close)
+            flushed = True
+        finally:  # a failed final flush (a full disk, EIO) leaves the store to crash recovery
+            self._owner.close(self._last_close, clean=flushed)
         self.commitlog.close()
         self._state_file.close()
         self.flush_service.state_file.close()

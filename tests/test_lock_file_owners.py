@@ -89,3 +89,29 @@ def test_an_owner_file_alone_means_abnormal_recovery(tmp_path: Path) -> None:
     with store.MessageStore.open(root) as ms:
         assert ms.recovery is not None and ms.recovery.abnormal
     assert _owners(root) == [] and not (root / "abort").exists()
+
+
+def test_a_close_whose_final_flush_failed_leaves_the_store_to_crash_recovery(tmp_path, monkeypatch) -> None:
+    import errno
+
+    import pyarrow as pa
+    import pytest
+
+    import store
+
+    root = tmp_path / "s"
+    s = store.MessageStore.open(root)
+    s.put_batch(pa.table({"topic": ["t"], "body": [b"x"]}))
+
+    def fail(*_: object) -> int:
+        raise store.DiskFullError(errno.ENOSPC, "disk full while syncing", str(root))
+
+    monkeypatch.setattr(s.flush_service, "flush_to", fail)
+    with pytest.raises(store.DiskFullError):
+        s.close()
+    monkeypatch.undo()
+    assert (root / "abort").exists() and list((root / "owners").iterdir())
+    with store.MessageStore.open(root) as again:
+        assert again.recovery is not None and again.recovery.abnormal
+        assert again.read_queue("t", 0, 0, 10)["body"].to_pylist() + again.read_queue("t", 1, 0, 10)["body"].to_pylist() \
+            + again.read_queue("t", 2, 0, 10)["body"].to_pylist() + again.read_queue("t", 3, 0, 10)["body"].to_pylist() == [b"x"]
