@@ -103,8 +103,13 @@ def test_a_close_whose_final_flush_failed_leaves_the_store_to_crash_recovery(tmp
     s = store.MessageStore.open(root)
     s.put_batch(pa.table({"topic": ["t"], "body": [b"x"]}))
 
-    def fail(*_: object) -> int:
-        raise store.DiskFullError(errno.ENOSPC, "disk full while syncing", str(root))
+    real, calls = s.flush_service.flush_to, []
+
+    def fail(*args: object) -> int:  # the close's own flush fails; later ones would work
+        calls.append(args)
+        if len(calls) == 1:
+            raise store.DiskFullError(errno.ENOSPC, "disk full while syncing", str(root))
+        return real(*args)
 
     monkeypatch.setattr(s.flush_service, "flush_to", fail)
     with pytest.raises(store.DiskFullError):
