@@ -100,6 +100,8 @@ Ident = tuple[int, int, int, int, int, int]
 #: Writer uids: trial * UID_SLOTS + slot; the checker's own batch uses the last slot.
 UID_SLOTS = 8
 CHECKER_SLOT = UID_SLOTS - 1
+#: Writers of a trial's first phase (slots 0..3); writers started during a recovery take the next two.
+MAX_WRITERS = 4
 #: A child process that outlives this (an orphan, or a hang) kills itself (SIGALRM).
 CHILD_LIFETIME_S = 900
 
@@ -221,6 +223,8 @@ def child_writer(spec: dict[str, Any]) -> None:
     uid, idem, small = spec["uid"], spec["idempotent"], spec["small"]
     rng = random.Random(spec["seed"])
     note("I")
+    if spec.get("wait_go"):
+        sys.stdin.buffer.read(1)
     t0 = time.monotonic()
     s = store.MessageStore.open(spec["root"], cfg)
     note("O", f"{time.monotonic() - t0:.4f}", int(s.recovery is not None))
@@ -302,7 +306,7 @@ def child_recover(spec: dict[str, Any]) -> None:
     t0 = time.monotonic()
     s = store.MessageStore.open(spec["root"], cfg)
     rep = s.recovery
-    note("O", f"{time.monotonic() - t0:.4f}", int(rep is not None and rep.abnormal))
+    note("O", f"{time.monotonic() - t0:.4f}", int(rep is not None))
     time.sleep(CHILD_LIFETIME_S)
 
 
@@ -685,6 +689,7 @@ class Child:
     idempotent: bool = False
     start_seq: int = 0
     killed: bool = False
+    go_at: float = 0.0
 
     def lines(self) -> list[str]:
         try:
@@ -816,6 +821,47 @@ class Torture:
             time.sleep(0.002)
         return bool(pred())
 
+    def writer_spec(self, uid: int, cfg: dict[str, Any], dispatch_trial: bool) -> dict[str, Any]:
+        """A new writer ``uid``, or (sometimes) an idempotent writer killed earlier, resumed."""
+        assert self.store is not None
+        rng, run = self.rng, self.store
+        if run.resumable and rng.random() < 0.5:
+            uid = rng.choice(sorted(run.resumable))
+            start_seq, idem = run.resumable.pop(uid), True
+        else:
+            start_seq, idem = 0, rng.random() < 0.5
+        return {
+            "config": cfg, "uid": uid, "seed": rng.randrange(1 << 30), "start_seq": start_seq, "idempotent": idem,
+            "batches": rng.randint(2, 30 if self.args.small else 300), "replay_p": rng.choice([0.0, 0.1, 0.3]),
+            "dispatch_p": rng.choice([0.3, 1.0]) if dispatch_trial else 0.0,
+        }
+
+    @staticmethod
+    def go(c: Child) -> None:
+        """Send the go byte to a child waiting on its stdin."""
+        assert c.proc.stdin is not None
+        c.go_at = time.monotonic()
+        with contextlib.suppress(BrokenPipeError):
+            c.proc.stdin.write(b"g")
+            c.proc.stdin.flush()
+
+    def collect(self, children: list[Child], errors: list[str]) -> None:
+        """After the children exited: count kills, note failures, learn open times, keep resumable writers."""
+        assert self.store is not None
+        for c in children:
+            rc_ = c.proc.returncode
+            if rc_ == -signal.SIGKILL:
+                self.kills[c.role] += 1
+            elif rc_ != 0:
+                errors.append(f"{c.name} exited with {rc_}: {c.err.read_text()[-3000:]}")
+            for line in c.lines():
+                parts = line.split()
+                if parts[0] == "O" and len(parts) == 3 and parts[2] == "1":  # it opened first: it recovered
+                    self.est_open = 0.8 * self.est_open + 0.2 * float(parts[1])
+            if c.role == "writer" and c.idempotent and not c.has("C"):  # resumed later, replaying its last batch
+                begun = [int(ln.split()[2]) for ln in c.lines() if ln.startswith("B ")]
+                self.store.resumable[c.uid] = max(begun) if begun else c.start_seq
+
     # -------------------------------------------------------------- one trial
     def trial(self, t: int, mode: str) -> Totals:
         if self.store is None:
@@ -838,17 +884,8 @@ class Torture:
         writers: list[Child] = []
         resumed = 0
         for w in range(nw):
-            if run.resumable and rng.random() < 0.5:
-                uid = rng.choice(sorted(run.resumable))
-                start_seq, idem = run.resumable.pop(uid), True
-                resumed += 1
-            else:
-                uid, start_seq, idem = t * UID_SLOTS + w, 0, rng.random() < 0.5
-            spec = {
-                "config": cfg, "uid": uid, "seed": rng.randrange(1 << 30), "start_seq": start_seq, "idempotent": idem,
-                "batches": rng.randint(2, 30 if small else 300), "replay_p": rng.choice([0.0, 0.1, 0.3]),
-                "dispatch_p": rng.choice([0.3, 1.0]) if dispatch_trial else 0.0,
-            }
+            spec = self.writer_spec(t * UID_SLOTS + w, cfg, dispatch_trial)
+            resumed += int(spec["uid"] != t * UID_SLOTS + w)
             writers.append(self.spawn("writer", f"w{w}", spec, tdir, pg))
         children = list(writers)
         reader = None
@@ -900,46 +937,41 @@ class Torture:
         for c in [*children]:
             c.proc.wait()
         leader.wait()
-        killed = [c for c in children if c.proc.returncode == -signal.SIGKILL]
-        self.kills["writers"] += sum(1 for c in killed if c.role == "writer")
-        self.kills["readers"] += sum(1 for c in killed if c.role == "reader")
-        for c in children:
-            rc_ = c.proc.returncode
-            if rc_ not in (0, -signal.SIGKILL):
-                errors.append(f"{c.name} exited with {rc_}: {c.err.read_text()[-3000:]}")
-            for line in c.lines():
-                if line.startswith("O ") and c.role == "writer" and line.split()[2] == "1":
-                    self.est_open = 0.8 * self.est_open + 0.2 * float(line.split()[1])
-        for c in writers:  # killed idempotent writers are resumed later, replaying their last batch
-            if c.idempotent and not c.has("C"):
-                begun = [int(ln.split()[2]) for ln in c.lines() if ln.startswith("B ")]
-                run.resumable[c.uid] = max(begun) if begun else c.start_seq
+        self.collect(children, errors)
 
-        # ---- kills during recovery
+        # ---- kills during recovery, some while writers wait to open the store
         nrk = rng.choices([0, 1, 2, 3], weights=[4, 3, 2, 1])[0] if not small else rng.choice([0, 1])
-        mid = 0
+        mid = waiters = 0
         for i in range(nrk):
             c = self.spawn("recover", f"rec{i}", {"config": cfg}, tdir, None, stdin=True)
-            self.wait_for(lambda c=c: c.has("I") or c.proc.poll() is not None, 60)
+            late = []
+            if rng.random() < 0.35:  # writers that open while the recovery runs (they wait for its lock)
+                for j in range(rng.randint(1, 2)):
+                    slot = self.args.max_writers + j
+                    spec = dict(self.writer_spec(t * UID_SLOTS + slot, cfg, False), wait_go=True, batches=rng.randint(2, 40))
+                    late.append(self.spawn("writer", f"rec{i}w{j}", spec, tdir, None, stdin=True))
+                waiters += len(late)
+            self.wait_for(lambda c=c, late=late: all(x.has("I") or x.proc.poll() is not None for x in [c, *late]), 60)
             delay = rng.uniform(0, 1.3 * self.est_open)
-            assert c.proc.stdin is not None
-            with contextlib.suppress(BrokenPipeError):
-                c.proc.stdin.write(b"g")
-                c.proc.stdin.flush()
-            time.sleep(delay)
+            self.go(c)
+            time.sleep(rng.uniform(0, min(delay, 0.3 * self.est_open)))
+            for x in late:
+                self.go(x)
+            time.sleep(max(0.0, delay - (time.monotonic() - c.go_at)))
             c.kill()
             c.proc.wait()
-            opened = [ln for ln in c.lines() if ln.startswith("O ")]
-            if opened:
-                self.est_open = 0.8 * self.est_open + 0.2 * float(opened[0].split()[1])
-            else:
+            if not c.has("O"):
                 mid += 1
-            if c.proc.returncode != -signal.SIGKILL:
-                errors.append(f"{c.name} exited with {c.proc.returncode}: {c.err.read_text()[-3000:]}")
+            if late:  # they go on as openers of a store whose recovery was cut short: kill them later
+                self.wait_for(lambda late=late: all(x.proc.poll() is not None for x in late), rng.uniform(0.05, 1.5))
+                for x in late:
+                    x.kill()
+                    x.proc.wait()
+            self.collect([c, *late], errors)
         self.kills["recoveries"] += nrk
         self.kills["mid-recovery"] += mid
         if nrk:
-            plan.append(f"rec-kills={nrk}(mid {mid})")
+            plan.append(f"rec-kills={nrk}(mid {mid}" + (f", {waiters} writers waiting)" if waiters else ")"))
 
         # ---- the check
         crash_after = rng.random() < 0.4
@@ -984,7 +1016,8 @@ class Torture:
             self.retire_store(failed=True)
         else:
             shutil.rmtree(tdir, ignore_errors=True)
-            if run.trials_left <= 0 or result.get("records", 0) > (300_000 if not small else 50_000):
+            segments = len(list((run.root / "commitlog").glob("[0-9]" * 20)))
+            if run.trials_left <= 0 or result.get("records", 0) > (300_000 if not small else 50_000) or segments > 300:
                 self.retire_store(failed=False)
         return tot
 
@@ -1003,8 +1036,8 @@ class Torture:
             self.retire_store(failed=False)
         for mode, tot in self.per_mode.items():
             print(f"torture {mode}: {tot.line()}")
-        print(f"torture total: {self.total.line()} | kills: writers {self.kills['writers']}, "
-              f"readers {self.kills['readers']}, recoveries {self.kills['recoveries']} "
+        print(f"torture total: {self.total.line()} | kills: writers {self.kills['writer']}, "
+              f"readers {self.kills['reader']}, recoveries {self.kills['recoveries']} "
               f"({self.kills['mid-recovery']} before the open returned); stores {self.stores}; "
               f"{time.monotonic() - t0:.0f}s")
         for d in self.failed_stores:
@@ -1030,8 +1063,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials-per-store", type=int, default=12, help="a store lives for 2..N trials")
     ap.add_argument("--max-failed-stores", type=int, default=3, help="stop after this many failing stores")
     args = ap.parse_args(argv)
-    if not 1 <= args.max_writers <= CHECKER_SLOT:
-        ap.error(f"--max-writers must be in 1..{CHECKER_SLOT}")
+    if not 1 <= args.max_writers <= MAX_WRITERS:
+        ap.error(f"--max-writers must be in 1..{MAX_WRITERS}")
     if args.trials_per_store < 2:
         ap.error("--trials-per-store must be at least 2")
     root = args.root or Path(tempfile.mkdtemp(prefix="torture-"))
