@@ -97,10 +97,12 @@ TOPIC_QUEUES = (4, 4, 8)  # TortQ8 is created with 8 queues; the others are auto
 TAGS = (None, "TagA", "TagB", "c")
 #: Identity of a message: (uid, seq, row, rows in batch, topic index, requested queue).
 Ident = tuple[int, int, int, int, int, int]
-#: Writer uids: trial * UID_SLOTS + slot; the checker's own batch uses the last slot.
-UID_SLOTS = 8
+#: Writer uids: trial * UID_SLOTS + slot, one slot per writer process of a trial: the first
+#: phase's writers take slots 0..3, writers started during a recovery the next ones, the
+#: checker's own batch the last slot. (Two processes writing as one uid would write the same
+#: bytes twice: duplicates the store did not make.)
+UID_SLOTS = 16
 CHECKER_SLOT = UID_SLOTS - 1
-#: Writers of a trial's first phase (slots 0..3); writers started during a recovery take the next two.
 MAX_WRITERS = 4
 #: A child process that outlives this (an orphan, or a hang) kills itself (SIGALRM).
 CHILD_LIFETIME_S = 900
@@ -719,6 +721,7 @@ class StoreRun:
     acked_total: int = 0
     #: idempotent writers killed mid-way: uid -> the sequence to resume from (replaying it)
     resumable: dict[int, int] = field(default_factory=dict)
+    issued: set[int] = field(default_factory=set)  # writer uids handed out
 
     @property
     def root(self) -> Path:
@@ -830,6 +833,9 @@ class Torture:
             start_seq, idem = run.resumable.pop(uid), True
         else:
             start_seq, idem = 0, rng.random() < 0.5
+            # a uid is issued once: only resuming an idempotent writer writes as an earlier one
+            assert uid not in run.issued, f"harness: writer uid {uid} issued twice"
+            run.issued.add(uid)
         return {
             "config": cfg, "uid": uid, "seed": rng.randrange(1 << 30), "start_seq": start_seq, "idempotent": idem,
             "batches": rng.randint(2, 30 if self.args.small else 300), "replay_p": rng.choice([0.0, 0.1, 0.3]),
@@ -947,10 +953,11 @@ class Torture:
             late = []
             if rng.random() < 0.35:  # writers that open while the recovery runs (they wait for its lock)
                 for j in range(rng.randint(1, 2)):
-                    slot = self.args.max_writers + j
+                    slot = MAX_WRITERS + waiters  # a slot of its own: never another process's uid
+                    assert slot < CHECKER_SLOT
                     spec = dict(self.writer_spec(t * UID_SLOTS + slot, cfg, False), wait_go=True, batches=rng.randint(2, 40))
                     late.append(self.spawn("writer", f"rec{i}w{j}", spec, tdir, None, stdin=True))
-                waiters += len(late)
+                    waiters += 1
             self.wait_for(lambda c=c, late=late: all(x.has("I") or x.proc.poll() is not None for x in [c, *late]), 60)
             delay = rng.uniform(0, 1.3 * self.est_open)
             self.go(c)
