@@ -606,7 +606,11 @@ def _check_queue(
     lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)
     if (lo, hi) != (0, n):
         torn(abs(hi - n) or 1, f"queue {where}: min/max offset {lo}/{hi}, the log holds {n}")
-    table = s.read_queue(topic, q, 0, max(hi, n))
+    try:
+        table = s.read_queue(topic, q, 0, max(hi, n))
+    except store.StoreError as exc:  # reads check units against records: damage is a typed error
+        torn(max(n, 1), f"queue {where}: read_queue raised {type(exc).__name__}: {exc}")
+        return
     idents: list[Ident | str] = []
     for body, keys in zip(table["body"].to_pylist(), table["keys"].to_pylist(), strict=True):
         try:
@@ -625,7 +629,11 @@ def _check_queue(
     off, pages, phys = 0, 0, []
     while pages < 100_000:
         pages += 1
-        r = s.get_messages("torture-check", topic, q, off, max_count=rng.randint(1, 4000))
+        try:
+            r = s.get_messages("torture-check", topic, q, off, max_count=rng.randint(1, 4000))
+        except store.StoreError as exc:
+            torn(1, f"queue {where}: get_messages at {off} raised {type(exc).__name__}: {exc}")
+            break
         if r.status is store.GetMessageStatus.FOUND:
             phys.extend(r.messages["commitLogOffset"].to_pylist())
             if r.next_begin_offset <= off:
