@@ -34,6 +34,11 @@ says nobody else has the store open *now*, not that everybody who had it closed 
 - the first opener takes the abnormal path if ``abort`` exists *or* an owner file does
   (every owner is gone when it gets the lock exclusively), and deletes those files once
   recovery is done.
+
+``<root>/recovering`` (ours): exists while a first opener recovers. Openers that waited for
+it get the lock shared when it finishes, or when it dies; in the second case the file is
+still there, the store half recovered, and they let the lock go and try again to be the
+first opener themselves, so a store is never used without its recovery having completed.
 """
 
 from __future__ import annotations
@@ -41,8 +46,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import random
 import secrets
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -54,6 +61,8 @@ log = logging.getLogger(__name__)
 LOCK_CONTENT = b"lock"
 #: The folder of owner files, next to ``abort``.
 OWNERS_DIR = "owners"
+#: Exists while a first opener recovers (left behind if it dies doing so).
+RECOVERING = "recovering"
 
 
 class StoreLockFile:
@@ -66,6 +75,7 @@ class StoreLockFile:
         self.lock_path = lock_path
         self.abort_path = abort_path
         self.owners_dir = abort_path.parent / OWNERS_DIR
+        self.recovering_path = abort_path.parent / RECOVERING
         self._fd: int | None = None
         self._count = 0  # stores open in this process
         self._first = False  # this process was the first opener (it recovered the store)
@@ -113,12 +123,21 @@ class StoreLockFile:
             self._count += 1
             if self._count > 1:
                 return False  # this process already has the root open (and holds the lock)
-            self._first = self._try_exclusive()
-            if self._first:
-                return True
-            # others have it open; wait for a first opener that may be recovering
-            lockf_blocking(self._open_fd(), fcntl.LOCK_SH, 1, 0)
-            return False
+            delay = 0.001
+            while True:
+                self._first = self._try_exclusive()
+                if self._first:
+                    self._touch(self.recovering_path)  # until opened(): recovery under way
+                    return True
+                # others have it open; wait for a first opener that may be recovering
+                lockf_blocking(self._open_fd(), fcntl.LOCK_SH, 1, 0)
+                if not self.recovering_path.exists():
+                    return False
+                # the first opener died (or failed) in the middle of its recovery: the store is
+                # half recovered. Let go and try again to be the one who recovers it.
+                fcntl.lockf(self._open_fd(), fcntl.LOCK_UN, 1, 0)
+                time.sleep(delay * (1 + random.random()))  # the waiters let go at once: spread them
+                delay = min(delay * 2, 0.05)
         except BaseException:
             self._count -= 1
             self.mutex.release()
@@ -144,6 +163,7 @@ class StoreLockFile:
                 if self._first:  # recovery is done: the dead owners' files have served
                     for p in self.other_owners():
                         p.unlink(missing_ok=True)
+                    self.recovering_path.unlink(missing_ok=True)
                 self._touch(self.abort_path)
                 self.owners_dir.mkdir(exist_ok=True)
                 self._owner_file = self.owners_dir / f"{os.getpid()}-{secrets.token_hex(4)}"

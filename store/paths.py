@@ -8,6 +8,7 @@
 <root>/append.state, append.lock                       ours: the published tail and queue offsets
 <root>/dispatch.state, dispatch.lock                   ours: the dispatcher's progress
 <root>/flush.state, flush.lock                         ours: the durable flushed position
+<root>/owners/<pid>-<random>, recovering               ours: who has the store open; a recovery under way
 ```
 
 Topic and group names reach the filesystem only through :func:`validate_topic` /

@@ -120,3 +120,49 @@ def test_a_close_whose_final_flush_failed_leaves_the_store_to_crash_recovery(tmp
         assert again.recovery is not None and again.recovery.abnormal
         assert again.read_queue("t", 0, 0, 10)["body"].to_pylist() + again.read_queue("t", 1, 0, 10)["body"].to_pylist() \
             + again.read_queue("t", 2, 0, 10)["body"].to_pylist() + again.read_queue("t", 3, 0, 10)["body"].to_pylist() == [b"x"]
+
+
+def test_openers_waiting_for_a_recovery_that_dies_recover_themselves(tmp_path) -> None:
+    """A process waiting while the first opener recovers must not go on with a half-recovered
+    store when that opener is killed (found by jobs/torture.py)."""
+    import subprocess
+    import sys
+    import threading
+    import time
+
+    import pyarrow as pa
+
+    import store
+
+    root = tmp_path / "s"
+    with store.MessageStore.open(root) as s:
+        s.put_batch(pa.table({"topic": ["t"] * 3, "body": [b"a", b"b", b"c"]}))
+    (root / "abort").touch()  # the last owner crashed: the next first opener recovers
+    # a "first opener" that takes the lock exclusively, starts recovering, and is killed
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import fcntl, os, sys, time
+fd = os.open({str(root / 'lock')!r}, os.O_RDWR)
+fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
+open({str(root / 'recovering')!r}, "w").close()
+print("ready", flush=True)
+time.sleep(60)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
+        got: list[store.MessageStore] = []
+        waiter = threading.Thread(target=lambda: got.append(store.MessageStore.open(root)))
+        waiter.start()
+        time.sleep(0.3)  # the waiter is blocked behind the "recovery"
+        assert not got
+        holder.kill()
+        waiter.join(30)
+        assert got, "the waiting open did not return"
+        s = got[0]
+        try:
+            assert s.recovery is not None and s.recovery.abnormal  # it recovered the store itself
+            assert not (root / "recovering").exists()
+        finally:
+            s.close()
+    finally:
+        holder.kill()
+        holder.wait()
