@@ -144,9 +144,22 @@ class MessageStore:
         self.paths.root.mkdir(parents=True, exist_ok=True)
         self.paths.config_dir.mkdir(exist_ok=True)
         self._closed = False
-        self._append_lock = InterProcessLockFactory.get(self.paths.append_lock)
-        self._dispatch_lock = InterProcessLockFactory.get(self.paths.dispatch_lock)
-        self._config_lock = InterProcessLockFactory.get(self.paths.root / "config.lock")
+        self._lock_paths = (self.paths.append_lock, self.paths.dispatch_lock, self.paths.root / "config.lock",
+                            self.paths.flush_lock)
+        self._append_lock, self._dispatch_lock, self._config_lock, flush_lock = map(
+            InterProcessLockFactory.get, self._lock_paths)
+        try:
+            self._setup(repair, flush_lock)
+        except BaseException:
+            self._release_locks()
+            raise
+
+    def _release_locks(self) -> None:
+        for path in self._lock_paths:
+            InterProcessLockFactory.release(path)
+
+    def _setup(self, repair: bool, flush_lock: Any) -> None:
+        """The rest of opening (see :meth:`open`), once the store's locks are held."""
         set_aside: list[Path] = []
         if repair:  # config files nothing can read: set aside, rebuilt from the log below
             with self._config_lock.held():
@@ -174,7 +187,7 @@ class MessageStore:
         )
         self.checkpoint_file = CheckpointFile(self.paths.checkpoint)
         self.flush_service = FlushService(
-            self.commitlog, self.append_state, InterProcessLockFactory.get(self.paths.flush_lock),
+            self.commitlog, self.append_state, flush_lock,
             FlushStateFile(self.paths.flush_state), self.checkpoint_file, self.paths.consumequeue_dir,
             self.dispatcher.dispatched, self._dispatch_lock,
         )
@@ -197,7 +210,7 @@ class MessageStore:
                     self._state_file.publish(self._rebuild_state())
         except BaseException:
             self._owner.abandon()
-            self.commitlog.close()
+            self._close_files()
             raise
         self._owner.opened()
         self._flusher: AsyncFlusher | None = None
@@ -989,6 +1002,11 @@ class MessageStore:
             flushed = True
         finally:  # a failed final flush (a full disk, EIO) leaves the store to crash recovery
             self._owner.close(self._last_close, clean=flushed)
+        self._close_files()
+        self._release_locks()
+
+    def _close_files(self) -> None:
+        """Unmap and close every segment and state file this object opened."""
         self.commitlog.close()
         self._state_file.close()
         self.flush_service.state_file.close()
@@ -1023,18 +1041,36 @@ class InterProcessLockFactory:
     """
 
     _locks: dict[str, Any] = {}
+    _refs: dict[str, int] = {}
     _mutex = threading.Lock()
 
     @classmethod
     def get(cls, path: Path) -> Any:
+        """The lock of ``path``, counted: every ``get`` is paired with a :meth:`release`."""
         from .fileio import InterProcessLock
 
         key = os.path.realpath(path)
         with cls._mutex:
             lock = cls._locks.get(key)
-            if lock is None or os.getpid() != getattr(lock, "_pid", None):
+            if lock is None or os.getpid() != getattr(lock, "_pid", None):  # (a forked child: its own)
                 lock = InterProcessLock(path)
                 lock._pid = os.getpid()  # type: ignore[attr-defined]
                 cls._locks[key] = lock
+                cls._refs[key] = 0
+            cls._refs[key] += 1
             return lock
+
+    @classmethod
+    def release(cls, path: Path) -> None:
+        """Drop one use of ``path``'s lock; the last closes its descriptor (a process that opens
+        many stores one after another keeps no descriptor of those it closed)."""
+        key = os.path.realpath(path)
+        with cls._mutex:
+            lock = cls._locks.get(key)
+            if lock is None or os.getpid() != getattr(lock, "_pid", None):
+                return
+            cls._refs[key] -= 1
+            if cls._refs[key] <= 0:
+                del cls._locks[key], cls._refs[key]
+                lock.close()
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import re
 import threading
 import time
@@ -1185,3 +1186,22 @@ def test_recovery_truncates_consume_queues_past_the_log_end(root: Path) -> None:
         assert s.dispatch() == 3
         assert [r["body"] for r in read_queue_all(s, "TR", 0)] == [b"w" * 100] * 3 + [b"after"] + [b"more"] * 3
     _assert_log_consistent(root)
+
+
+def test_opening_and_closing_many_stores_keeps_no_descriptor(tmp_path: Path) -> None:
+    """A process that opens store after store (a notebook, the fuzz test, a service) must not
+    run out of descriptors: the locks of a closed store, and of an open that failed, are released."""
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    with store.MessageStore.open(tmp_path / "warm"):
+        pass
+    before = fds()
+    for i in range(20):
+        with store.MessageStore.open(tmp_path / f"s{i}", small_store_config()) as s:
+            s.put("t", b"x")
+        (tmp_path / f"s{i}" / "config" / "topics.json").write_bytes(b"{")
+        (tmp_path / f"s{i}" / "config" / "topics.json.bak").write_bytes(b"{")
+        with pytest.raises(store.CorruptStoreError):
+            store.MessageStore.open(tmp_path / f"s{i}", small_store_config())
+    assert fds() == before
