@@ -35,7 +35,18 @@ Then: bytes past ``E`` are zeroed and later segments deleted; consume-queue unit
 or past ``E`` (abnormal path: past the walk's start) are truncated and the dispatch position
 is re-derived; the append state is kept when it matches ``E`` and rebuilt from the commitlog
 otherwise (the rebuild keeps idempotence markers, which the log carries); ``flush.state`` is
-lowered to ``E`` if it was past it.
+lowered to ``E`` if it was past it, and created (durably, with its name) if there was none.
+
+What the walk counts as a bad record: lengths that do not add up, a TOTALSIZE no record can
+have, header values no store writes (:func:`store.record.field_problems`), a QUEUEOFFSET
+that breaks its queue's density (:class:`store.scan.QueueDensity`), a body CRC mismatch.
+
+``repair=True`` walks every segment (not the last 3), resizes segments of the wrong size,
+cuts at the first bad record even below ``F``, and checks every consume-queue unit against
+the walk, as the abnormal path does past its start. On every path the consume queues are
+then completed: files missing or of the wrong size are dropped, queues short of the append
+state's offsets re-dispatched, everything published dispatched (RocketMQ's broker does at
+start-up), and no queue's next offset falls below its units. See ``docs/reliability.md``.
 """
 
 from __future__ import annotations
