@@ -427,7 +427,7 @@ class CommitLog:
                         pipe.submit(seg.write, rel, memoryview(batch.joined(c, d)))
                 if b == batch.n and while_writing is not None and packed is None:
                     overlapped = while_writing(starts, queue_offsets, store_ts)
-            if run < len(blanks):
+            if run < len(blanks) and blanks[run][1] >= 8:  # under 8 bytes: no room for a blank (scan.py)
                 pos, size = blanks[run]
                 seg = self.segments.for_offset(pos, create=True)
                 assert seg is not None

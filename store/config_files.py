@@ -204,7 +204,15 @@ class TopicConfigManager:
         self._skipped: dict[str, Any] = {}  # entries with unusable names: kept in the file as they are
         self._data_version: dict[str, int] = {"counter": 0, "timestamp": 0}
         self._mutex = threading.Lock()
+        #: queues a topic already has on disk (its highest consume-queue folder + 1, 0 if
+        #: none): a topic auto-created over them gets at least that many, so that it takes
+        #: what :meth:`store.MessageStore.topics` lists (a store RocketMQ wrote without its
+        #: config, or a config file lost); set by the store
+        self.queues_on_disk: Callable[[str], int] = lambda topic: 0
         self.reload()
+
+    def _auto_count(self, topic: str) -> int:
+        return min(65535, max(self.default_queues, self.queues_on_disk(topic)))
 
     def reload(self) -> None:
         loaded = load_fastjson(self.path, lambda raw: _decode_topics(self.path, raw))
@@ -267,7 +275,7 @@ class TopicConfigManager:
                 from .errors import InvalidTopicError
 
                 raise InvalidTopicError(f"topic {t!r} does not exist and auto-creation is off", row=None, field="topic")
-            out.append(tc.write_queue_nums if tc is not None else self.default_queues)
+            out.append(tc.write_queue_nums if tc is not None else self._auto_count(t))
         return out
 
     def write_queue_counts(self, topics: list[str]) -> list[int]:
@@ -285,7 +293,8 @@ class TopicConfigManager:
                     with self._mutex:
                         for t in missing:
                             validate_topic(t)
-                            self._topics[t] = TopicConfig(t, self.default_queues, self.default_queues)
+                            n = self._auto_count(t)
+                            self._topics[t] = TopicConfig(t, n, n)
                         self._write()
         return [self._topics[t].write_queue_nums for t in topics]
 

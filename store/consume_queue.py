@@ -141,6 +141,11 @@ class ConsumeQueue:
         units = units[skip:]
         first += skip
         if first > current_max:
+            # fillers only from the start of the file holding ``first`` (RocketMQ's
+            # fillPreBlank): a queue offset far past the queue's end (a damaged field) must not
+            # cost a filler per missing unit; files wholly inside the gap stay absent
+            per = self.units_per_segment
+            current_max = max(current_max, first - first % per)
             gap = np.zeros(first - current_max, CQ_UNIT)
             gap["size"] = FILLER_SIZE
             self._write_at(current_max, gap)

@@ -52,7 +52,13 @@ from .hashing import java_string_hash
 from .hosts import host_bytes
 from .lock_file import StoreLockFile
 from .msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
-from .paths import StorePaths, parse_segment_name, topic_problem, validate_topic
+from .paths import (
+    StorePaths,
+    parse_queue_dir_name,
+    parse_segment_name,
+    topic_problem,
+    validate_topic,
+)
 from .properties import PROPERTY_WRITER, ParsedProperties
 from .queue_read import read_units, unit_store_timestamp
 from .record import ScanKind, is_consumable
@@ -169,6 +175,7 @@ class MessageStore:
             default_queues=self.config.default_topic_queue_nums,
             auto_create=self.config.auto_create_topic_enable,
         )
+        self.topic_config.queues_on_disk = self._queues_on_disk
         self.consumer_offsets = ConsumerOffsetManager(self.paths.consumer_offset_json, self._config_lock)
         self.commitlog = CommitLog(self.paths.commitlog_dir, self.config.mapped_file_size_commit_log)
         self._cq_size = self._consume_queue_segment_size()
@@ -291,7 +298,6 @@ class MessageStore:
         """(topic, queue id, folder) of every consume queue on disk; folders not named as the
         store names them (a topic name that is not valid, a queue id not in canonical decimal)
         are not queues, and their names are never used."""
-        from .paths import parse_queue_dir_name
 
         root = self.paths.consumequeue_dir
         if not root.is_dir():
@@ -306,6 +312,16 @@ class MessageStore:
                 qid = parse_queue_dir_name(qdir.name)
                 if qid is not None and qdir.is_dir():
                     yield topic_dir.name, qid, qdir
+
+    def _queues_on_disk(self, topic: str) -> int:
+        """The highest queue folder of ``topic`` plus one (0 if none, or not a valid name)."""
+        if topic_problem(topic) is not None:
+            return 0
+        tdir = self.paths.consumequeue_dir / topic
+        if not tdir.is_dir():
+            return 0
+        ids = [parse_queue_dir_name(q.name) for q in tdir.iterdir()]
+        return max((q + 1 for q in ids if q is not None), default=0)
 
     def _all_queues(self) -> list[ConsumeQueue]:
         """Every consume queue on disk (see :meth:`_queue_dirs`)."""

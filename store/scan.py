@@ -120,6 +120,10 @@ def scan_segment(
     end = int(rec_pos[-1] + rec_size[-1]) if len(rec_pos) else start
     if end >= limit:
         return SegmentScan(rec_pos, rec_size, end, StopReason.LIMIT)
+    if size - end < 8:
+        # no room left for a record or an end blank (a segment whose size was inferred from a
+        # truncated file): the segment is over and the log goes on in the next one
+        return SegmentScan(rec_pos, rec_size, end, StopReason.BLANK)
     # what stopped the chain: the scalar decoder looks at that one position
     tail = decode_at(memoryview(seg), end, base=base)  # type: ignore[arg-type]
     if tail.kind is ScanKind.END:

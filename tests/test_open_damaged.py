@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import FIXTURE_COMMITLOG, copy_file, small_store_config
@@ -138,3 +139,36 @@ def test_a_rocketmq_store_reads_at_once_and_lists_its_topics(tmp_path: Path, cap
     assert "abc" in capsys.readouterr().out
     with store.MessageStore.open(root) as s:
         assert {t: c.read_queue_nums for t, c in s.topics().items()} == {"abc": 1}
+
+
+def test_queue_offset_far_past_its_queue_costs_one_file(tmp_path: Path) -> None:
+    """A unit written far past a queue's end (a damaged QUEUEOFFSET) gets fillers from the start
+    of its own file only (RocketMQ's fillPreBlank), never one per missing unit."""
+    from store.consume_queue import CQ_UNIT, ConsumeQueue
+
+    cq = ConsumeQueue(tmp_path / "cq" / "t" / "0", 20 * 100)
+    unit = np.zeros(1, CQ_UNIT)
+    unit["size"] = 100
+    first = 1 << 35
+    assert cq.write(first, unit, 0) == 1
+    files = sorted(p.name for p in (tmp_path / "cq" / "t" / "0").iterdir())
+    assert files == [f"{(first - first % 100) * 20:020d}"]
+    assert cq.read(first, 1)["size"].tolist() == [100]
+    assert cq.max_offset() == first + 1
+    cq.close()
+
+
+def test_auto_created_topic_takes_the_queues_it_has_on_disk(tmp_path: Path) -> None:
+    """A topic the log has but topics.json lacks lists as many queues as its folders say; a put
+    auto-creating it gets that many too (not the default 4), so every listed queue takes puts."""
+    root = tmp_path / "s"
+    with store.MessageStore.open(root) as s:
+        s.create_topic("t", 8)
+        for q in range(8):
+            s.put("t", b"x", queue_id=q)
+        s.dispatch()
+    (root / "config" / "topics.json").unlink()
+    with store.MessageStore.open(root) as s:
+        assert s.topics()["t"].write_queue_nums == 8
+        assert s.put("t", b"y", queue_id=7).queue_offset == 1
+        assert s.topics()["t"].write_queue_nums == 8
