@@ -60,6 +60,7 @@ from .recovery import RecoveryReport, recover
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from .scan import QueueDensity, SegmentScan, StopReason
 from .schema import PUT_RESULT_SCHEMA, TS
+from .service import ServiceLoop
 from .verify import VerifyReport, verify
 
 log = logging.getLogger(__name__)
@@ -181,9 +182,11 @@ class MessageStore:
         self._rr: dict[str, int] = {}
         self._rr_lock = threading.Lock()
         self._disk_ok_until = 0.0  # monotonic time until which the last disk check holds
+        #: the store's one background thread: the flusher (ASYNC_FLUSH), the dispatcher once started
+        self.services = ServiceLoop()
         self.dispatcher = Dispatcher(
             self.commitlog, self.consume_queue, self._all_queues, self.published_tail,
-            self.paths.dispatch_state, self._dispatch_lock,
+            self.paths.dispatch_state, self._dispatch_lock, self.config.reput_interval_ms,
         )
         self.checkpoint_file = CheckpointFile(self.paths.checkpoint)
         self.flush_service = FlushService(
@@ -213,15 +216,15 @@ class MessageStore:
             self._close_files()
             raise
         self._owner.opened()
-        self._flusher: AsyncFlusher | None = None
+        self.flusher: AsyncFlusher | None = None
         if not self._sync_flush:
-            self._flusher = AsyncFlusher(
+            self.flusher = AsyncFlusher(
                 self.flush_service,
                 interval_ms=self.config.flush_interval_commit_log,
                 least_pages=self.config.flush_commit_log_least_pages,
                 thorough_interval_ms=self.config.flush_commit_log_thorough_interval,
             )
-            self._flusher.start()
+            self.services.add(self.flusher)
 
     @classmethod
     def open(
@@ -695,12 +698,15 @@ class MessageStore:
         return self.dispatcher.dispatch()
 
     def start_dispatcher(self) -> None:
-        """Dispatch continuously in a background thread (every ``reput_interval_ms``)."""
+        """Dispatch continuously in the background (every ``reput_interval_ms`` while idle;
+        a second start is a no-op). A failed round is logged and kept in
+        ``dispatcher.last_error``; the dispatcher keeps running."""
         self._check_open()
-        self.dispatcher.start(self.config.reput_interval_ms)
+        self.services.add(self.dispatcher)
 
     def stop_dispatcher(self) -> None:
-        self.dispatcher.stop()
+        """Stop the background dispatcher; returns once its round in progress has finished."""
+        self.services.remove(self.dispatcher)
 
     # ------------------------------------------------------------------ read
     def _queue_exists(self, topic: str, queue_id: int) -> bool:
@@ -992,9 +998,7 @@ class MessageStore:
         """
         if self._closed:
             return
-        self.dispatcher.stop()
-        if self._flusher is not None:
-            self._flusher.stop()
+        self.services.stop()
         self._closed = True
         flushed = False
         try:
