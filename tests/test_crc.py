@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import store.encode as enc
+import store.log.encode as enc
 
 
 def _ref(values: list[bytes]) -> list[int]:

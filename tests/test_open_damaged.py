@@ -12,7 +12,7 @@ import pytest
 from conftest import FIXTURE_COMMITLOG, copy_file, small_store_config
 
 import store
-from store.cli import main as rmqlog
+from store.admin.cli import main as rmqlog
 
 CFG = small_store_config()
 

@@ -15,8 +15,8 @@ import pytest
 from conftest import small_store_config
 
 import store
-import store.dispatcher as dispatcher_module
-from store.flush import AsyncFlusher
+import store.queue.dispatcher as dispatcher_module
+from store.durability.flush import AsyncFlusher
 from store.service import ServiceLoop
 
 

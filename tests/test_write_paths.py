@@ -4,7 +4,7 @@
   buffer, the body CRCs computed on the way (carry-less multiply) or taken from the
   background thread (without it), one ``pwrite`` per chunk on the write thread;
 - without it, small bodies: header, body and trailer joined per chunk, one ``pwrite``;
-- without it, large bodies (average >= ``store.encode.LARGE_BODY``): ``pwritev`` straight
+- without it, large bodies (average >= ``store.log.encode.LARGE_BODY``): ``pwritev`` straight
   from the pieces, ~340 records per call.
 
 All write chunk by chunk, pipelined (the next chunk is encoded while one is written), and
@@ -26,10 +26,10 @@ import refcodec as rc
 from conftest import walk
 
 import store
-import store.commitlog as cl
-import store.encode as enc
-import store.mapped_file as mf
-from store.encode import _CRC_ASYNC_MIN_ROWS, LARGE_BODY
+import store.log.commitlog as cl
+import store.log.encode as enc
+import store.log.mapped_file as mf
+from store.log.encode import _CRC_ASYNC_MIN_ROWS, LARGE_BODY
 
 
 def _bodies(n: int, size: int, seed: int) -> list[bytes]:
@@ -164,7 +164,7 @@ def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
     import time
     import weakref
 
-    from store.commitlog import _IN_FLIGHT, _Pipeline
+    from store.log.commitlog import _IN_FLIGHT, _Pipeline
 
     class Chunk:
         pass
@@ -191,7 +191,7 @@ def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
 
 
 def test_pipeline_raises_the_first_failure_after_all_writes() -> None:
-    from store.commitlog import _Pipeline
+    from store.log.commitlog import _Pipeline
 
     done: list[int] = []
 
@@ -385,7 +385,7 @@ def test_round_robin_queue_offsets_match_the_general_grouping(n: int, first: int
     offsets and the same next offsets per queue as grouping the rows, from non-empty queues."""
     from dataclasses import replace
 
-    from store.commitlog import assign_queue_offsets
+    from store.log.commitlog import assign_queue_offsets
 
     batch = enc.prepare_batch(
         pa.table({"topic": ["T"] * n, "body": [b"x"] * n}),

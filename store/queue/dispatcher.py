@@ -27,13 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .commitlog import CommitLog
+from ..errors import DiskFullError
+from ..fileio import InterProcessLock, replace_file, rewrite_in_place
+from ..log.commitlog import CommitLog
+from ..log.decode import dispatch_columns, read_columns
+from ..log.record import is_consumable
+from ..paths import topic_problem
 from .consume_queue import CQ_UNIT, ConsumeQueue
-from .decode import dispatch_columns, read_columns
-from .errors import DiskFullError
-from .fileio import InterProcessLock, replace_file, rewrite_in_place
-from .paths import topic_problem
-from .record import is_consumable
 
 log = logging.getLogger(__name__)
 
@@ -172,7 +172,7 @@ class Dispatcher:
                     if scan.reason.value == "blank":
                         new_pos = seg.end
                     elif scan.reason.value == "corrupt":
-                        from .errors import CorruptStoreError
+                        from ..errors import CorruptStoreError
 
                         raise CorruptStoreError(f"cannot dispatch: {scan.detail}", path=str(seg.path), offset=new_pos)
                     progressed = progressed or new_pos > pos

@@ -9,7 +9,7 @@ big-endian, rewritten in place and ``fdatasync``'d:
 | 8      | storeTimestamp | long: STORETIMESTAMP (ms) of the last record below ``offset``   |
 | 16     | crc            | int: zlib CRC-32 of bytes 0..16 (a torn write reads as "unknown") |
 
-It only moves forward, and only to a *published* tail (see :mod:`store.append_state`), so it
+It only moves forward, and only to a *published* tail (see :mod:`store.log.append_state`), so it
 always sits on a batch boundary: recovery keeps everything below it (it was acknowledged) and
 never keeps half a batch. Data is made durable before the position that covers it.
 
@@ -39,12 +39,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .append_state import AppendState
+from ..errors import raise_if_disk_full
+from ..fileio import InterProcessLock, fsync_dir
+from ..log.append_state import AppendState
+from ..log.commitlog import CommitLog
+from ..paths import parse_segment_name
 from .checkpoint import Checkpoint, CheckpointFile
-from .commitlog import CommitLog
-from .errors import raise_if_disk_full
-from .fileio import InterProcessLock, fsync_dir
-from .paths import parse_segment_name
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class FlushStateFile:
     def write(self, pos: FlushPosition) -> None:
         """Store ``pos`` durably: the file's data, and its name when this write creates it (a
         flushed position that a power loss could make vanish would let recovery believe
-        nothing was ever flushed; see :func:`store.recovery.recover`)."""
+        nothing was ever flushed; see :func:`store.durability.recovery.recover`)."""
         head = struct.pack(">qq", pos.offset, pos.store_timestamp)
         created = not self.path.exists() if self._fd is None else False
         try:

@@ -8,7 +8,7 @@ Two steps, split around the append lock:
    error naming the row and field before a byte is written.
 2. Under the lock, :meth:`EncodedBatch.fill` sets the fields only the lock can give
    (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP); the commitlog then writes the records chunk
-   by chunk (see :meth:`store.commitlog.CommitLog.append_all`). Per chunk, the UNIQ_KEY items are
+   by chunk (see :meth:`store.log.commitlog.CommitLog.append_all`). Per chunk, the UNIQ_KEY items are
    generated and either the C helper packs the records into one buffer, computing each body
    CRC on the way (:meth:`EncodedBatch.pack`), or, without it, the records are joined
    (:meth:`EncodedBatch.joined`) or written straight from their pieces
@@ -36,11 +36,12 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import InvalidMessageError, MessageTooLargeError, QueueIdError
-from .fileio import ProcessLocalPool
-from .hashing import tags_codes
+from ..errors import InvalidMessageError, MessageTooLargeError, QueueIdError
+from ..fileio import ProcessLocalPool
+from ..hashing import tags_codes
+from ..paths import topic_problem
+from ..schema import PUT_COLUMNS
 from .msgid import UNIQ_PROPERTY_WIDTH, UniqKeyGenerator
-from .paths import topic_problem
 from .properties import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -60,16 +61,15 @@ from .record import (
     crc32,
     header_dtype,
 )
-from .schema import PUT_COLUMNS
 
 try:  # the optional C helper (setup.py builds it; without it, one call per body)
-    from ._native import CLMUL as _CRC_CLMUL
-    from ._native import all_same as _all_same
-    from ._native import crc32_batch as _crc_batch
-    from ._native import longest_value as _longest_value
-    from ._native import pack_plain as _pack_plain
-    from ._native import pack_records as _pack_records
-    from ._native import patch_records as _patch_records
+    from .._native import CLMUL as _CRC_CLMUL
+    from .._native import all_same as _all_same
+    from .._native import crc32_batch as _crc_batch
+    from .._native import longest_value as _longest_value
+    from .._native import pack_plain as _pack_plain
+    from .._native import pack_records as _pack_records
+    from .._native import patch_records as _patch_records
 except ImportError:  # pragma: no cover - depends on the build
     _crc_batch = None
     _pack_plain = None
@@ -256,7 +256,7 @@ def _born_ms(col: pa.Array, now_ms: int) -> np.ndarray:
 def _check_property_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray, is_uniq: np.ndarray) -> None:
     """Refuse user properties the store or RocketMQ reserves (``RMQLOG_*``, RocketMQ's system
     names, delay/timer names) and a given ``UNIQ_KEY`` that is not a RocketMQ client message
-    id; see :func:`store.properties.reserved_name_problem`. ``keys``/``vals``: the batch's
+    id; see :func:`store.log.properties.reserved_name_problem`. ``keys``/``vals``: the batch's
     flattened user properties, ``parent`` their rows, ``is_uniq`` which names are UNIQ_KEY."""
     problem = reserved_name_problem(keys)
     if problem is not None:
@@ -276,7 +276,7 @@ def _crc32s(body: pa.BinaryArray) -> np.ndarray:
     One call of the C helper ``store._native`` for the whole array (no per-body Python
     call, GIL released), when it was built: for every batch when the CPU has carry-less
     multiply (~14 GB/s), else for bodies averaging under :data:`LARGE_BODY` (its table CRC
-    runs at ~2.2 GB/s). Otherwise one ISA-L/zlib call per body (:data:`store.record.crc32`):
+    runs at ~2.2 GB/s). Otherwise one ISA-L/zlib call per body (:data:`store.log.record.crc32`):
     through Python bytes objects for small bodies, memoryview slices (no copy) for large ones.
     """
     n = len(body)
@@ -303,7 +303,7 @@ def _crc32s(body: pa.BinaryArray) -> np.ndarray:
 #: carry-less-multiply CRC (~14 GB/s, GIL released) a chunk's CRCs are computed on demand by
 #: the appending thread, right before the chunk is written: its bodies are then still in the
 #: CPU cache when the write copies them, and the write of the previous chunk runs meanwhile
-#: (see :meth:`store.commitlog.CommitLog.append_all`). Otherwise (table CRC or one call per
+#: (see :meth:`store.log.commitlog.CommitLog.append_all`). Otherwise (table CRC or one call per
 #: body) one background thread computes them ahead, while the caller encodes the rest.
 _CRC_POOL = ProcessLocalPool("rmq-crc")
 _CRC_ASYNC_MIN_ROWS = 4096
@@ -323,7 +323,7 @@ def _chunk_bounds(n: int, rows: int) -> np.ndarray:
 
     Nothing overlaps the first chunk's encoding (the write thread waits for it), so it is
     small; each next one doubles until full size. A batch of one full chunk or less stays
-    one chunk (written inline, see ``store.commitlog``).
+    one chunk (written inline, see ``store.log.commitlog``).
     """
     if n <= rows:
         return np.array([0, n], np.int64)
@@ -488,7 +488,7 @@ def _merge_scalars(pieces: list[Piece]) -> list[Piece]:
 class EncodedBatch:
     """A validated batch, encoded but for the fields assigned under the append lock.
 
-    Record ``i`` is its header (``header.rows``, :func:`store.record.header_dtype`), ``body[i]``
+    Record ``i`` is its header (``header.rows``, :func:`store.log.record.header_dtype`), ``body[i]``
     and the trailer (TOPICLEN, TOPIC, PROPERTIESLENGTH, PROPERTIES), the join of ``trailer``'s
     pieces at row ``i`` (scalars are the same on every row).
     """
@@ -687,7 +687,7 @@ def prepare_batch(
     # --- topic: validate the distinct values only (topics are few)
     topic = _as_string(cols["topic"], "topic")
     if topic.null_count:
-        from .errors import InvalidTopicError
+        from ..errors import InvalidTopicError
 
         raise InvalidTopicError("topic is null", row=_first(np.asarray(topic.is_null())), field="topic")
     if n and _all_equal(topic):  # the usual case: one topic
@@ -700,7 +700,7 @@ def prepare_batch(
     for i, t in enumerate(topics):
         problem = topic_problem(t)
         if problem is not None:
-            from .errors import InvalidTopicError
+            from ..errors import InvalidTopicError
 
             raise InvalidTopicError(problem, row=_first(topic_index == i), field="topic")
 
@@ -725,12 +725,12 @@ def prepare_batch(
     # --- queueId
     counts = np.asarray(queue_counts(topics) if topics else [], dtype=np.int64)
     if (counts < 0).any():  # a topic that does not exist (auto-creation off): name its first row
-        from .errors import InvalidTopicError
+        from ..errors import InvalidTopicError
 
         i = int(np.flatnonzero(counts < 0)[0])
         raise InvalidTopicError(f"topic {topics[i]!r} does not exist and auto-creation is off", row=_first(topic_index == i), field="topic")
     if (counts == 0).any():  # writeQueueNums 0 in topics.json: a topic closed to writes
-        from .errors import InvalidTopicError
+        from ..errors import InvalidTopicError
 
         i = int(np.flatnonzero(counts == 0)[0])
         raise InvalidTopicError(f"topic {topics[i]!r} has no write queues (writeQueueNums 0)", row=_first(topic_index == i), field="topic")
