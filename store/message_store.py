@@ -50,7 +50,9 @@ from .hosts import host_bytes
 from .log.append_state import AppendState, AppendStateFile
 from .log.commitlog import CommitLog
 from .log.decode import BadRecordError, RecordCheck, empty_message_table
-from .log.encode import EncodedBatch, int64_filled, prepare_batch
+from .log.encode.arrays import int64_filled
+from .log.encode.batch import EncodedBatch
+from .log.encode.prepare import prepare_batch
 from .log.msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
 from .log.properties import PROPERTY_WRITER, ParsedProperties
 from .log.record import ScanKind, is_consumable

@@ -28,7 +28,7 @@ from store import (
     InvalidTopicError,
     QueueIdError,
 )
-from store.log.encode import BORN_MS_MAX
+from store.log.encode.columns import BORN_MS_MAX
 from store.log.properties import DELAY_PROPERTIES, RESERVED_PROPERTIES, ROCKETMQ_SYSTEM_PROPERTIES
 from store.message_store import writer_markers
 

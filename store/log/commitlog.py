@@ -30,7 +30,7 @@ from .decode import (
     message_table,
     read_columns,
 )
-from .encode import EncodedBatch
+from .encode.batch import EncodedBatch
 from .mapped_file import MappedFile, MappedFileQueue
 from .record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, ScanKind, ScanResult, decode_at
 from .scan import SegmentScan, StopReason, scan_segment
