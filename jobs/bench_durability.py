@@ -47,7 +47,7 @@ sys.path.insert(0, str(REPO))
 from bench_store import warm_up  # noqa: E402
 
 import store  # noqa: E402
-from store.record import crc32  # noqa: E402
+from store.log.record import crc32  # noqa: E402
 
 GiB = 1 << 30
 

@@ -33,7 +33,7 @@ KILLED_WRITER = """
 import os, signal, sys
 import pyarrow as pa
 import store
-from store.append_state import AppendStateFile
+from store.log.append_state import AppendStateFile
 AppendStateFile.publish = lambda self, state, durable=False: os.kill(os.getpid(), signal.SIGKILL)
 cfg = store.StoreConfig(mapped_file_size_commit_log=int(sys.argv[2]))
 n = int(sys.argv[3])
@@ -58,7 +58,7 @@ def main() -> None:
     import pyarrow as pa
 
     import store
-    from store.mapped_file import MappedFile
+    from store.log.mapped_file import MappedFile
 
     base = Path(tempfile.mkdtemp(dir=args.dir))
     root = base / "store"

@@ -14,9 +14,9 @@ from collections.abc import Iterable
 import numpy as np
 
 from store import MessageStore
-from store.consume_queue import FILLER_SIZE
+from store.log.record import HEADER_V4
 from store.paths import parse_queue_dir_name, topic_problem
-from store.record import HEADER_V4
+from store.queue.consume_queue import FILLER_SIZE
 
 from .errors import DataLossError
 from .options import EARLIEST, EARLIEST_OFFSET, LATEST, LATEST_OFFSET, SourceOptions

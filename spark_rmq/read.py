@@ -18,9 +18,9 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from store import MESSAGE_SCHEMA, MessageStore
-from store.consume_queue import FILLER_SIZE
 from store.hashing import java_string_hash
-from store.queue_read import read_units
+from store.queue.checked_read import read_units
+from store.queue.consume_queue import FILLER_SIZE
 
 from .offsets import check_data_loss, queue_key
 from .stores import busy, using
@@ -66,7 +66,7 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
     :class:`store.StoreNotFoundError` if there is no store at the path (nothing is created).
     Each message is checked against its consume-queue unit (and its body CRC with
     ``part.check_crc``): raises :class:`store.CorruptQueueError` or
-    :class:`store.CorruptRecordError` (see :mod:`store.queue_read`). Each window is read
+    :class:`store.CorruptRecordError` (see :mod:`store.queue.checked_read`). Each window is read
     inside :func:`spark_rmq.stores.busy`; the batches are yielded outside it.
     """
     if part.end <= part.start:

@@ -2,7 +2,7 @@
 
 **One open store per root per process.** The first process to open a store runs recovery (a
 walk of the newest commitlog segments, with CRCs) and the last one to close it flushes and
-writes the checkpoint (see ``store.lock_file``). Spark runs tasks in reused Python workers;
+writes the checkpoint (see ``store.durability.lock_file``). Spark runs tasks in reused Python workers;
 opening and closing the store in every task made each task a potential "first opener" and
 "last closer" (measured: 0.65 s of recovery per open of a 1M-message store). So tasks share
 one store per root for the life of the worker (:func:`using`). An open store reads all

@@ -93,7 +93,7 @@ class CorruptQueueError(CorruptStoreError):
 class DataLossError(CorruptStoreError):
     """Recovery found damage in data that was already flushed (acknowledged), or a bad record
     with valid data after it. Nothing was changed; open with ``repair=True`` to cut the log
-    at the damage, or run :func:`store.verify.verify` to see every problem."""
+    at the damage, or run :func:`store.admin.verify.verify` to see every problem."""
 
 
 class StoreNotFoundError(StoreError):

@@ -23,10 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .append_state import AppendState, AppendStateFile
+from .admin.verify import VerifyReport, verify
 from .arguments import int_arg, offset_arg, queue_id_arg
-from .checkpoint import CheckpointFile
-from .commitlog import CommitLog
 from .config import SYNC_FLUSH, StoreConfig
 from .config_files import (
     ConsumerOffsetManager,
@@ -34,10 +32,10 @@ from .config_files import (
     TopicConfigManager,
     set_aside_if_unreadable,
 )
-from .consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
-from .decode import BadRecordError, RecordCheck, empty_message_table
-from .dispatcher import Dispatcher
-from .encode import EncodedBatch, int64_filled, prepare_batch
+from .durability.checkpoint import CheckpointFile
+from .durability.flush import AsyncFlusher, FlushService, FlushStateFile
+from .durability.lock_file import StoreLockFile
+from .durability.recovery import RecoveryReport, recover
 from .errors import (
     DISK_FULL_ERRNOS,
     CorruptRecordError,
@@ -47,11 +45,18 @@ from .errors import (
     InvalidMessageError,
     StoreClosedError,
 )
-from .flush import AsyncFlusher, FlushService, FlushStateFile
 from .hashing import java_string_hash
 from .hosts import host_bytes
-from .lock_file import StoreLockFile
-from .msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
+from .log.append_state import AppendState, AppendStateFile
+from .log.commitlog import CommitLog
+from .log.decode import BadRecordError, RecordCheck, empty_message_table
+from .log.encode.arrays import int64_filled
+from .log.encode.batch import EncodedBatch
+from .log.encode.prepare import prepare_batch
+from .log.msgid import UniqKeyGenerator, offset_msg_ids, parse_offset_msg_id
+from .log.properties import PROPERTY_WRITER, ParsedProperties
+from .log.record import ScanKind, is_consumable
+from .log.scan import QueueDensity, SegmentScan, StopReason
 from .paths import (
     StorePaths,
     parse_queue_dir_name,
@@ -59,14 +64,12 @@ from .paths import (
     topic_problem,
     validate_topic,
 )
-from .properties import PROPERTY_WRITER, ParsedProperties
-from .queue_read import read_units, unit_store_timestamp
-from .record import ScanKind, is_consumable
-from .recovery import RecoveryReport, recover
+from .queue.checked_read import read_units, unit_store_timestamp
+from .queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
+from .queue.dispatcher import Dispatcher
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
-from .scan import QueueDensity, SegmentScan, StopReason
 from .schema import PUT_RESULT_SCHEMA, TS
-from .verify import VerifyReport, verify
+from .service import ServiceLoop
 
 log = logging.getLogger(__name__)
 
@@ -188,9 +191,11 @@ class MessageStore:
         self._rr: dict[str, int] = {}
         self._rr_lock = threading.Lock()
         self._disk_ok_until = 0.0  # monotonic time until which the last disk check holds
+        #: the store's one background thread: the flusher (ASYNC_FLUSH), the dispatcher once started
+        self.services = ServiceLoop()
         self.dispatcher = Dispatcher(
             self.commitlog, self.consume_queue, self._all_queues, self.published_tail,
-            self.paths.dispatch_state, self._dispatch_lock,
+            self.paths.dispatch_state, self._dispatch_lock, self.config.reput_interval_ms,
         )
         self.checkpoint_file = CheckpointFile(self.paths.checkpoint)
         self.flush_service = FlushService(
@@ -220,15 +225,15 @@ class MessageStore:
             self._close_files()
             raise
         self._owner.opened()
-        self._flusher: AsyncFlusher | None = None
+        self.flusher: AsyncFlusher | None = None
         if not self._sync_flush:
-            self._flusher = AsyncFlusher(
+            self.flusher = AsyncFlusher(
                 self.flush_service,
                 interval_ms=self.config.flush_interval_commit_log,
                 least_pages=self.config.flush_commit_log_least_pages,
                 thorough_interval_ms=self.config.flush_commit_log_thorough_interval,
             )
-            self._flusher.start()
+            self.services.add(self.flusher)
 
     @classmethod
     def open(
@@ -237,7 +242,7 @@ class MessageStore:
     ) -> MessageStore:
         """Open (creating if needed) the store at ``root``.
 
-        The first process to open a store recovers it (see :mod:`store.recovery`): after a
+        The first process to open a store recovers it (see :mod:`store.durability.recovery`): after a
         clean close it checks the last segments, after an abnormal exit it walks from the
         checkpoint, re-dispatches and cuts what is torn. ``MessageStore.recovery`` says what
         it did. Segment sizes of an existing store are taken from its files.
@@ -267,7 +272,7 @@ class MessageStore:
         The configured size if the first segments of up to 16 queues (folders that are not
         queues ignored) include it, else the most common of their sizes (multiples of a unit):
         one file truncated by a crash does not decide it. A queue's
-        segments of another size are then dropped and rebuilt at open (see store.recovery).
+        segments of another size are then dropped and rebuilt at open (see store.durability.recovery).
         """
         sizes: dict[int, int] = {}
         seen = 0
@@ -344,7 +349,7 @@ class MessageStore:
         density = QueueDensity(from_log_start=start == 0)
         for seg, scan in self._rebuild_walk(start, limit, crc):
             if len(scan.positions):
-                from .decode import read_columns
+                from .log.decode import read_columns
 
                 cols = read_columns(seg.buffer(), seg.start, scan.positions, with_body=False)
                 h = cols.header
@@ -419,7 +424,7 @@ class MessageStore:
             )
 
     def verify(self) -> VerifyReport:
-        """Walk every record (CRCs included) and consume-queue unit; see :mod:`store.verify`."""
+        """Walk every record (CRCs included) and consume-queue unit; see :mod:`store.admin.verify`."""
         self._check_open()
         return verify(self)
 
@@ -464,7 +469,7 @@ class MessageStore:
         Columns: ``topic`` (string) and ``body`` (binary or string) required; optional
         ``queueId`` (int; null or absent = round robin), ``tags`` (string), ``keys``
         (list<string>), ``properties`` (map<string,string>; not RocketMQ's system names nor
-        ``RMQLOG_*``, see :func:`store.properties.reserved_name_problem`), ``flag`` (int32),
+        ``RMQLOG_*``, see :func:`store.log.properties.reserved_name_problem`), ``flag`` (int32),
         ``bornTimestamp`` (timestamp, truncated to ms, or int64 ms; 1970-01-01 to 9999-12-31).
         Each column at most once. Returns, per input row and in input order,
         ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``.
@@ -521,7 +526,7 @@ class MessageStore:
     ) -> EncodedBatch:
         """Validate and encode one table (no lock); errors name rows counted from ``row_base``.
 
-        ``plain``: see :func:`store.encode.prepare_batch`."""
+        ``plain``: see :func:`store.log.encode.prepare_batch`."""
         try:
             return prepare_batch(
                 table,
@@ -711,12 +716,15 @@ class MessageStore:
         return self.dispatcher.dispatch()
 
     def start_dispatcher(self) -> None:
-        """Dispatch continuously in a background thread (every ``reput_interval_ms``)."""
+        """Dispatch continuously in the background (every ``reput_interval_ms`` while idle;
+        a second start is a no-op). A failed round is logged and kept in
+        ``dispatcher.last_error``; the dispatcher keeps running."""
         self._check_open()
-        self.dispatcher.start(self.config.reput_interval_ms)
+        self.services.add(self.dispatcher)
 
     def stop_dispatcher(self) -> None:
-        self.dispatcher.stop()
+        """Stop the background dispatcher; returns once its round in progress has finished."""
+        self.services.remove(self.dispatcher)
 
     # ------------------------------------------------------------------ read
     def _queue_exists(self, topic: str, queue_id: int) -> bool:
@@ -749,7 +757,7 @@ class MessageStore:
     def _read_bounds(self, cq: ConsumeQueue) -> tuple[int, int, int]:
         """(first live offset, end) of a queue and the commitlog's first offset they were taken
         against: every unit from the first live one on points at or after it (see
-        :mod:`store.queue_read`)."""
+        :mod:`store.queue.checked_read`)."""
         with self._dispatch_lock.held(shared=True):
             floor = self.commitlog.min_offset()
             return cq.min_offset(floor), cq.max_offset(), floor
@@ -771,7 +779,7 @@ class MessageStore:
         Every message is checked against its consume-queue unit, and its body CRC unless
         ``check_crc`` (default: the config's ``check_crc_on_read``) is false. Raises
         :class:`CorruptQueueError` (a unit that does not match its record) or
-        :class:`CorruptRecordError` (a damaged record); see :mod:`store.queue_read`.
+        :class:`CorruptRecordError` (a damaged record); see :mod:`store.queue.checked_read`.
         """
         self._check_open()
         from .paths import validate_group
@@ -1008,9 +1016,7 @@ class MessageStore:
         """
         if self._closed:
             return
-        self.dispatcher.stop()
-        if self._flusher is not None:
-            self._flusher.stop()
+        self.services.stop()
         self._closed = True
         flushed = False
         try:

@@ -1,4 +1,4 @@
-"""The ``rmqlog`` command (store.cli): what a user types in a terminal."""
+"""The ``rmqlog`` command (store.admin.cli): what a user types in a terminal."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 from conftest import subprocess_env
 
 import store
-from store.cli import main
+from store.admin.cli import main
 
 
 @pytest.fixture
@@ -68,6 +68,6 @@ def test_errors_exit_2_and_never_create_a_store(tmp_path: Path, filled: Path, ca
 
 
 def test_console_script_runs(filled: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "store.cli", "info", str(filled)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "store.admin.cli", "info", str(filled)], capture_output=True, text=True,
                        env=subprocess_env(), timeout=60)
     assert r.returncode == 0 and "orders" in r.stdout

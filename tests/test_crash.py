@@ -32,8 +32,8 @@ import pytest
 from conftest import subprocess_env, units, walk
 
 import store
-from store.append_state import AppendStateFile
-from store.flush import FlushStateFile
+from store.durability.flush import FlushStateFile
+from store.log.append_state import AppendStateFile
 
 SEGMENT = 4096
 CQ_SEGMENT = 20 * 50

@@ -8,7 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import store.encode as enc
+from store.log.encode import crc as enc_crc
+from store.log.encode import native as enc_native
 
 
 def _ref(values: list[bytes]) -> list[int]:
@@ -23,37 +24,37 @@ def _bodies(seed: int, n: int, max_len: int) -> list[bytes]:
 @pytest.mark.parametrize("use_helper", [True, False])
 @pytest.mark.parametrize(("n", "max_len"), [(1, 0), (50, 9), (300, 200), (40, 5000), (200, 300)])
 def test_crcs_match_zlib(monkeypatch: pytest.MonkeyPatch, use_helper: bool, n: int, max_len: int) -> None:
-    if use_helper and enc._crc_batch is None:
+    if use_helper and enc_native.crc32_batch is None:
         pytest.skip("store._native was not built here")
     if not use_helper:
-        monkeypatch.setattr(enc, "_crc_batch", None)
+        monkeypatch.setattr(enc_native, "crc32_batch", None)
     values = _bodies(n + max_len, n, max_len)
     arr = pa.array(values, pa.binary())
-    assert enc._crc32s(arr).tolist() == _ref(values)
+    assert enc_crc.crc32s(arr).tolist() == _ref(values)
     sliced = arr.slice(n // 3)  # a non-zero array offset: offsets are absolute into the buffer
-    assert enc._crc32s(sliced).tolist() == _ref(values[n // 3 :])
+    assert enc_crc.crc32s(sliced).tolist() == _ref(values[n // 3 :])
 
 
 def test_helper_rejects_bad_offsets() -> None:
-    if enc._crc_batch is None:
+    if enc_native.crc32_batch is None:
         pytest.skip("store._native was not built here")
     out = np.empty(2, np.int32)
     with pytest.raises(ValueError):
-        enc._crc_batch(b"abc", np.array([0, 2, 9], np.int32), out)  # past the end
+        enc_native.crc32_batch(b"abc", np.array([0, 2, 9], np.int32), out)  # past the end
     with pytest.raises(ValueError):
-        enc._crc_batch(b"abc", np.array([2, 1, 3], np.int32), out)  # decreasing
+        enc_native.crc32_batch(b"abc", np.array([2, 1, 3], np.int32), out)  # decreasing
     with pytest.raises(ValueError):
-        enc._crc_batch(b"abc", np.array([0, 1], np.int32), out)  # wrong count
+        enc_native.crc32_batch(b"abc", np.array([0, 1], np.int32), out)  # wrong count
 
 
 @pytest.mark.parametrize("length", [0, 1, 15, 16, 17, 63, 64, 65, 79, 80, 127, 128, 129, 1000, 4096, 4097, 65543])
 def test_helper_at_the_folding_boundaries(length: int) -> None:
     """The carry-less-multiply path folds 64 then 16 bytes at a time, the table does the rest."""
-    if enc._crc_batch is None:
+    if enc_native.crc32_batch is None:
         pytest.skip("store._native was not built here")
     values = _bodies(length, 3, length)
     values = [v + bytes(length - len(v)) for v in values]  # exactly ``length`` bytes each
     arr = pa.array(values, pa.binary())
     out = np.empty(3, np.int32)
-    enc._crc_batch(arr.buffers()[2] or b"", np.frombuffer(arr.buffers()[1], np.int32, 4), out)
+    enc_native.crc32_batch(arr.buffers()[2] or b"", np.frombuffer(arr.buffers()[1], np.int32, 4), out)
     assert out.tolist() == _ref(values)

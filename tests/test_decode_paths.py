@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 
 import store
-from store.decode import message_table, read_columns
+from store.log.decode import message_table, read_columns
 
 
 def test_expected_topic_fast_path_and_mismatch_fallback(tmp_path: Path) -> None:
@@ -29,7 +29,7 @@ def test_expected_topic_fast_path_and_mismatch_fallback(tmp_path: Path) -> None:
 
 
 def test_gather_with_and_without_the_c_helper(monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.gather as g
+    import store.log.gather as g
 
     rng = np.random.default_rng(3)
     src = pa.py_buffer(rng.bytes(10_000))
@@ -42,7 +42,7 @@ def test_gather_with_and_without_the_c_helper(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_c_gather_rejects_slices_outside_the_buffer() -> None:
-    import store.gather as g
+    import store.log.gather as g
 
     if g._native_gather is None:
         pytest.skip("store._native was not built here")
@@ -112,7 +112,7 @@ def test_utf8_lossy_matches_javas_decoding() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from store.gather import utf8_lossy
+    from store.log.gather import utf8_lossy
 
     @settings(max_examples=150, deadline=None)
     @given(st.lists(st.one_of(st.binary(max_size=12), st.text(max_size=6).map(str.encode)), max_size=40))

@@ -35,8 +35,8 @@ from conftest import read_queue_all, subprocess_env, units, walk
 
 import store
 import store.fileio as fio
-import store.mapped_file as mf
-from store.consume_queue import ConsumeQueue
+import store.log.mapped_file as mf
+from store.queue.consume_queue import ConsumeQueue
 
 FS_MIB = 8
 
@@ -242,7 +242,7 @@ def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(tmp_path: Pa
     succeeds; the file keeps the older position (a hint), from which the next dispatch walks
     again without writing a unit twice. Recovery moving the position back rewrites the file
     in place (no new block)."""
-    import store.dispatcher as dm
+    import store.queue.dispatcher as dm
 
     root = tmp_path / "s"
     with store.MessageStore.open(root) as s:

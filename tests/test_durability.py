@@ -25,9 +25,9 @@ from conftest import (
 )
 
 import store
-from store.append_state import AppendStateFile
-from store.checkpoint import CHECKPOINT_SIZE, Checkpoint, CheckpointFile
-from store.flush import AsyncFlusher
+from store.durability.checkpoint import CHECKPOINT_SIZE, Checkpoint, CheckpointFile
+from store.durability.flush import AsyncFlusher
+from store.log.append_state import AppendStateFile
 
 SYNC = small_store_config(flush_disk_type=store.SYNC_FLUSH)
 
@@ -308,7 +308,7 @@ def test_fixture_commitlog_opens_via_normal_recovery(root: Path) -> None:
 
 
 def test_enospc_fails_typed_and_leaves_store_readable(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.mapped_file as mf
+    import store.log.mapped_file as mf
 
     with store.MessageStore.open(root, small_store_config()) as s:
         _fill(s, 8)

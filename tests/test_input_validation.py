@@ -28,9 +28,9 @@ from store import (
     InvalidTopicError,
     QueueIdError,
 )
-from store.encode import BORN_MS_MAX
+from store.log.encode.columns import BORN_MS_MAX
+from store.log.properties import DELAY_PROPERTIES, RESERVED_PROPERTIES, ROCKETMQ_SYSTEM_PROPERTIES
 from store.message_store import writer_markers
-from store.properties import DELAY_PROPERTIES, RESERVED_PROPERTIES, ROCKETMQ_SYSTEM_PROPERTIES
 
 MAP = pa.map_(pa.string(), pa.string())
 UNIQ32 = "0A0B0C0D1234ABCDEF0123456789ABCD"

@@ -12,7 +12,7 @@ from pathlib import Path
 from conftest import subprocess_env
 
 import store
-from store.lock_file import OWNERS_DIR
+from store.durability.lock_file import OWNERS_DIR
 
 #: Opens the store, appends, says "open", then closes when stdin says so (or is killed first).
 HOLDER = """

@@ -10,7 +10,7 @@ import pytest
 import refcodec as rc
 
 import store
-import store.msgid as msgid
+import store.log.msgid as msgid
 
 HOSTS = {"127.0.0.1:10911": b"\x7f\x00\x00\x01\x00\x00\x2a\x9f", "[fe80::1]:10911": bytes.fromhex("fe80" + "00" * 13 + "01") + b"\x00\x00\x2a\x9f"}
 

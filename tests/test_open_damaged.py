@@ -13,7 +13,7 @@ import pytest
 from conftest import FIXTURE_COMMITLOG, copy_file, small_store_config
 
 import store
-from store.cli import main as rmqlog
+from store.admin.cli import main as rmqlog
 
 CFG = small_store_config()
 
@@ -144,7 +144,7 @@ def test_a_rocketmq_store_reads_at_once_and_lists_its_topics(tmp_path: Path, cap
 def test_queue_offset_far_past_its_queue_costs_one_file(tmp_path: Path) -> None:
     """A unit written far past a queue's end (a damaged QUEUEOFFSET) gets fillers from the start
     of its own file only (RocketMQ's fillPreBlank), never one per missing unit."""
-    from store.consume_queue import CQ_UNIT, ConsumeQueue
+    from store.queue.consume_queue import CQ_UNIT, ConsumeQueue
 
     cq = ConsumeQueue(tmp_path / "cq" / "t" / "0", 20 * 100)
     unit = np.zeros(1, CQ_UNIT)

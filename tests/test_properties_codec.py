@@ -12,7 +12,7 @@ import refcodec as rc
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.properties import ParsedProperties, split_keys
+from store.log.properties import ParsedProperties, split_keys
 
 _chars = st.sampled_from(["a", "b", "K", "é", " ", "\x01", "\x02"])
 _any = st.text(_chars, max_size=16)
@@ -95,7 +95,7 @@ def _via(path: str, rows: list[str]) -> list[dict[str, str]]:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(_any, _well_formed), min_size=1, max_size=8))
 def test_every_parser_path_agrees_with_java(rows: list[str]) -> None:
-    from store import properties
+    from store.log import properties
 
     paths = ["well_formed", "general"] + (["native"] if properties._native is not None else [])
     for path in paths:

@@ -26,7 +26,7 @@ from conftest import SMALL_COMMITLOG, SMALL_CQ, small_store_config
 
 import store
 from store import CorruptQueueError, CorruptRecordError
-from store.consume_queue import CQ_UNIT_SIZE
+from store.queue.consume_queue import CQ_UNIT_SIZE
 
 pytest.importorskip("pyspark")
 from spark_rmq.read import QueueRange, read_range  # noqa: E402
@@ -121,11 +121,11 @@ reader_ids = ["read_queue", "get_messages", "spark_read_range"]
 def native(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     """Run with the C helper's gather and CRC, and with their pure-Python fallbacks."""
     if not request.param:
-        import store.decode
-        import store.gather
+        import store.log.decode
+        import store.log.gather
 
-        monkeypatch.setattr(store.gather, "_native_gather", None)
-        monkeypatch.setattr(store.decode, "_crc32_batch", None)
+        monkeypatch.setattr(store.log.gather, "_native_gather", None)
+        monkeypatch.setattr(store.log.decode, "_crc32_batch", None)
     return bool(request.param)
 
 
@@ -430,13 +430,13 @@ def test_an_untyped_decode_failure_becomes_a_typed_error(closed: tuple[int, int]
     (simulated: the properties' UTF-8 cast raises ArrowInvalid), the read raises
     CorruptRecordError naming the segment and the first record the scalar decoder rejects
     (or, with none, the first of the read), never the ArrowInvalid."""
-    import store.decode
+    import store.log.decode
 
     offset, _size = closed
     if damaged:
         flip(root, offset + 88 + 5)
 
-    real_utf8_lossy = store.decode.utf8_lossy
+    real_utf8_lossy = store.log.decode.utf8_lossy
 
     def boom(arr: pa.Array) -> pa.Array:  # fails on reads of several records, as a bad one among them would
         if len(arr) > 1:
@@ -445,7 +445,7 @@ def test_an_untyped_decode_failure_becomes_a_typed_error(closed: tuple[int, int]
 
     with open_damaged(root) as s:
         first = s.read_queue("A", 2, 0, 1)["commitLogOffset"][0].as_py()
-        monkeypatch.setattr(store.decode, "utf8_lossy", boom)
+        monkeypatch.setattr(store.log.decode, "utf8_lossy", boom)
         with pytest.raises(CorruptRecordError) as err:
             s.read_queue("A", 2, 0, 100)
         if damaged:
@@ -460,7 +460,7 @@ def test_an_untyped_decode_failure_becomes_a_typed_error(closed: tuple[int, int]
 def test_gather_slices_takes_slices_in_any_order(native: bool) -> None:
     """Damaged units may point anywhere: the gather must copy what it is asked (the checks
     then reject it), never read out of its buffer or mix slices up."""
-    from store.gather import gather_slices
+    from store.log.gather import gather_slices
 
     src = pa.py_buffer(bytes(range(256)))
     starts = np.array([100, 10, 12, 200, 0], np.int64)
@@ -473,8 +473,8 @@ def test_gather_slices_takes_slices_in_any_order(native: bool) -> None:
 
 
 def test_body_crcs_match_the_scalar_crc(native: bool) -> None:
-    from store.decode import body_crcs
-    from store.record import body_crc
+    from store.log.decode import body_crcs
+    from store.log.record import body_crc
 
     bodies = [b"", b"a", bytes(range(256)) * 9, b"RocketMQ"]
     for arr in (pa.array(bodies, pa.binary()), pa.array(bodies, pa.large_binary()), pa.array(bodies, pa.binary()).slice(1)):

@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import store
-from store.properties import RESERVED_PROPERTIES
-from store.record import Record, ScanKind, decode_at
+from store.log.properties import RESERVED_PROPERTIES
+from store.log.record import Record, ScanKind, decode_at
 
 TOPICS = ["T0", "T1", "t_a", "%RETRY%g", "x-y|z"]
 QUEUES = 4

@@ -27,8 +27,8 @@ import pytest
 from conftest import subprocess_env, walk
 
 import store
-import store.commitlog as cl
-import store.mapped_file as mf
+import store.log.commitlog as cl
+import store.log.mapped_file as mf
 
 MiB = 1 << 20
 PAGE = mmap.PAGESIZE
@@ -106,7 +106,7 @@ KILLED_WRITER = """
 import os, signal, sys
 import pyarrow as pa
 import store
-from store.append_state import AppendStateFile
+from store.log.append_state import AppendStateFile
 # killed after its last write, before it publishes: the whole batch is left past the tail
 AppendStateFile.publish = lambda self, state, durable=False: os.kill(os.getpid(), signal.SIGKILL)
 cfg = store.StoreConfig(mapped_file_size_commit_log=int(sys.argv[2]))

@@ -847,8 +847,8 @@ def test_background_dispatcher(ms: store.MessageStore) -> None:
 
 
 def test_close_stops_background_dispatcher(root: Path) -> None:
-    def dispatcher_threads() -> int:
-        return sum(1 for t in threading.enumerate() if t.name == "rmq-dispatcher")
+    def dispatcher_threads() -> int:  # the dispatcher runs in the store's one service thread
+        return sum(1 for t in threading.enumerate() if t.name == "rmq-services")
 
     before = dispatcher_threads()
     s = store.MessageStore.open(root, small_store_config())

@@ -4,7 +4,7 @@
   buffer, the body CRCs computed on the way (carry-less multiply) or taken from the
   background thread (without it), one ``pwrite`` per chunk on the write thread;
 - without it, small bodies: header, body and trailer joined per chunk, one ``pwrite``;
-- without it, large bodies (average >= ``store.encode.LARGE_BODY``): ``pwritev`` straight
+- without it, large bodies (average >= ``store.log.encode.crc.LARGE_BODY``): ``pwritev`` straight
   from the pieces, ~340 records per call.
 
 All write chunk by chunk, pipelined (the next chunk is encoded while one is written), and
@@ -26,10 +26,18 @@ import refcodec as rc
 from conftest import walk
 
 import store
-import store.commitlog as cl
-import store.encode as enc
-import store.mapped_file as mf
-from store.encode import _CRC_ASYNC_MIN_ROWS, LARGE_BODY
+import store.log.commitlog as cl
+import store.log.mapped_file as mf
+from store.log.encode import arrays as enc_arrays
+from store.log.encode import crc as enc_crc
+from store.log.encode import header as enc_header
+from store.log.encode import native as enc_native
+from store.log.encode import plain as enc_plain
+from store.log.encode import prepare as enc_prepare
+from store.log.encode.batch import EncodedBatch
+from store.log.encode.crc import CRC_ASYNC_MIN_ROWS, LARGE_BODY
+from store.log.msgid import UniqKeyGenerator
+from store.log.record import header_dtype
 
 
 def _bodies(n: int, size: int, seed: int) -> list[bytes]:
@@ -47,20 +55,20 @@ def write_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 
     ``plain``: everything available, so tables of just topic and body take the one-call
     ``pack_plain`` path; ``packed``: the general encoder with the C packer."""
-    if request.param != "python" and enc._pack_records is None:
+    if request.param != "python" and enc_native.pack_records is None:
         pytest.skip("store._native is not built")
     if request.param != "plain":
-        monkeypatch.setattr(enc, "_pack_plain", None)
+        monkeypatch.setattr(enc_native, "pack_plain", None)
     if request.param == "python":
-        monkeypatch.setattr(enc, "_pack_records", None)
+        monkeypatch.setattr(enc_native, "pack_records", None)
     if request.param == "packed-background-crc":
-        monkeypatch.setattr(enc, "_CRC_CLMUL", False)
+        monkeypatch.setattr(enc_native, "CLMUL", False)
     return str(request.param)
 
 
 @pytest.mark.parametrize(("body_size", "segment"), [(100, 64 << 10), (LARGE_BODY * 2, 1 << 20)])
 def test_batches_over_many_crc_chunks_and_rolls(tmp_path: Path, body_size: int, segment: int, write_path: str) -> None:
-    n = max(_CRC_ASYNC_MIN_ROWS + 904, (3 << 20) // body_size)  # several CRC chunks
+    n = max(CRC_ASYNC_MIN_ROWS + 904, (3 << 20) // body_size)  # several CRC chunks
     bodies = _bodies(n, body_size, 1)
     cfg = store.StoreConfig(mapped_file_size_commit_log=segment, mapped_file_size_consume_queue=20 * 1000)
     with store.MessageStore.open(tmp_path, cfg) as s:
@@ -84,7 +92,7 @@ def test_batches_over_many_crc_chunks_and_rolls(tmp_path: Path, body_size: int, 
 
 
 def test_short_pwritev_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(enc, "_pack_records", None)  # the pwritev path
+    monkeypatch.setattr(enc_native, "pack_records", None)  # the pwritev path
     real = mf._pwritev
 
     def short(fd: int, iov: int, cnt: int, off: int) -> int:  # writes only the first 3 entries
@@ -164,7 +172,7 @@ def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
     import time
     import weakref
 
-    from store.commitlog import _IN_FLIGHT, _Pipeline
+    from store.log.commitlog import _IN_FLIGHT, _Pipeline
 
     class Chunk:
         pass
@@ -191,7 +199,7 @@ def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
 
 
 def test_pipeline_raises_the_first_failure_after_all_writes() -> None:
-    from store.commitlog import _Pipeline
+    from store.log.commitlog import _Pipeline
 
     done: list[int] = []
 
@@ -216,47 +224,47 @@ def test_pipeline_raises_the_first_failure_after_all_writes() -> None:
 
 
 def test_c_pack_records_checks_its_inputs() -> None:
-    if enc._pack_records is None:
+    if enc_native.pack_records is None:
         pytest.skip("store._native was not built here")
     hdr = np.zeros(2 * 16, np.uint8)
     offs = np.array([0, 3, 5], np.int64)
     pieces = [(b"-", None), (b"vwxyz", offs)]  # a piece the same on every row, then a column
     out = np.zeros(2 * 16 + 5 + 2 + 5, np.uint8)
-    enc._pack_records(hdr, 16, True, b"abcde", offs, pieces, out)
+    enc_native.pack_records(hdr, 16, True, b"abcde", offs, pieces, out)
     assert bytes(out[16:23]) == b"abc-vwx" and bytes(out[39:44]) == b"de-yz"
     assert int.from_bytes(bytes(out[8:12]), "big") == rc.body_crc(b"abc")
     with pytest.raises(ValueError, match="out must be"):
-        enc._pack_records(hdr, 16, True, b"abcde", offs, pieces, out[:-1])
+        enc_native.pack_records(hdr, 16, True, b"abcde", offs, pieces, out[:-1])
     with pytest.raises(ValueError, match="offsets"):
-        enc._pack_records(hdr, 16, True, b"abcd", offs, pieces, out)
+        enc_native.pack_records(hdr, 16, True, b"abcd", offs, pieces, out)
     with pytest.raises(ValueError, match="offsets"):
-        enc._pack_records(hdr, 16, True, b"abcde", np.array([0, 4, 3], np.int64), pieces, out)
+        enc_native.pack_records(hdr, 16, True, b"abcde", np.array([0, 4, 3], np.int64), pieces, out)
     with pytest.raises(ValueError, match="piece offsets"):
-        enc._pack_records(hdr, 16, True, b"abcde", offs, [(b"vw", offs)], out)
+        enc_native.pack_records(hdr, 16, True, b"abcde", offs, [(b"vw", offs)], out)
     with pytest.raises(ValueError, match="header"):
-        enc._pack_records(hdr, 16, True, b"abcde", offs.astype(np.int32), pieces, out)
+        enc_native.pack_records(hdr, 16, True, b"abcde", offs.astype(np.int32), pieces, out)
     with pytest.raises(ValueError, match="at most"):
-        enc._pack_records(hdr, 16, True, b"abcde", offs, [(b"", None)] * 17, out)
+        enc_native.pack_records(hdr, 16, True, b"abcde", offs, [(b"", None)] * 17, out)
 
 def test_c_patch_records_writes_big_endian_fields_and_checks_bounds() -> None:
-    if enc._patch_records is None:
+    if enc_native.patch_records is None:
         pytest.skip("store._native was not built here")
     out = np.zeros(40, np.uint8)
     starts = np.array([0, 24], np.int64)
-    enc._patch_records(out, starts, (0, 8), (np.array([1, -2], np.int64), np.array([0x0102030405060708, 7], np.int64)))
+    enc_native.patch_records(out, starts, (0, 8), (np.array([1, -2], np.int64), np.array([0x0102030405060708, 7], np.int64)))
     assert bytes(out[:16]) == (1).to_bytes(8, "big") + bytes(range(1, 9))
     assert bytes(out[24:40]) == (-2).to_bytes(8, "big", signed=True) + (7).to_bytes(8, "big")
     assert not out[16:24].any()  # nothing between the records is touched
     before = out.copy()
     with pytest.raises(ValueError, match="outside"):  # 24 + 10 + 8 > 40: nothing written
-        enc._patch_records(out, starts, (10,), (np.array([5, 5], np.int64),))
+        enc_native.patch_records(out, starts, (10,), (np.array([5, 5], np.int64),))
     assert (out == before).all()
     with pytest.raises(ValueError, match="one entry per record"):
-        enc._patch_records(out, starts, (0,), (np.array([5], np.int64),))
+        enc_native.patch_records(out, starts, (0,), (np.array([5], np.int64),))
     with pytest.raises(ValueError, match="at most 4"):
-        enc._patch_records(out, starts, (0,) * 5, (np.zeros(2, np.int64),) * 5)
+        enc_native.patch_records(out, starts, (0,) * 5, (np.zeros(2, np.int64),) * 5)
     with pytest.raises(ValueError, match="int64"):
-        enc._patch_records(out, starts.astype(np.int32), (0,), (np.zeros(2, np.int64),))
+        enc_native.patch_records(out, starts.astype(np.int32), (0,), (np.zeros(2, np.int64),))
 
 
 def test_uniq_keys_made_chunk_by_chunk_keep_given_ones(tmp_path: Path, write_path: str) -> None:
@@ -312,7 +320,7 @@ def test_a_forked_child_can_still_append(tmp_path: Path, write_path: str) -> Non
 
 @pytest.mark.parametrize(("n", "rows"), [(1, 256), (256, 256), (257, 256), (5000, 256), (100_000, 20_971), (65, 64)])
 def test_chunk_bounds_ramp_up_and_cover_every_row(n: int, rows: int) -> None:
-    bounds = enc._chunk_bounds(n, rows)
+    bounds = enc_crc.chunk_bounds(n, rows)
     sizes = np.diff(bounds)
     assert bounds[0] == 0 and bounds[-1] == n and (sizes > 0).all()
     if n <= rows:  # one chunk: written inline, no hand-off to the write thread
@@ -326,8 +334,8 @@ def test_chunk_bounds_ramp_up_and_cover_every_row(n: int, rows: int) -> None:
 
 def test_header_rows_need_the_locked_fields_first() -> None:
     with pytest.raises(AssertionError, match="fill"):
-        enc.HeaderColumns(
-            dtype=enc.header_dtype(), lengths=np.zeros(1, np.int64), queue_id=np.zeros(1, np.int64),
+        enc_header.HeaderColumns(
+            dtype=header_dtype(), lengths=np.zeros(1, np.int64), queue_id=np.zeros(1, np.int64),
             flag=np.zeros(1, np.int64), born=np.zeros(1, np.int64), body_len=np.zeros(1, np.int64),
             sys_flag=0, born_host=bytes(8), store_host=bytes(8),
         ).rows(0, 1)
@@ -385,12 +393,12 @@ def test_round_robin_queue_offsets_match_the_general_grouping(n: int, first: int
     offsets and the same next offsets per queue as grouping the rows, from non-empty queues."""
     from dataclasses import replace
 
-    from store.commitlog import assign_queue_offsets
+    from store.log.commitlog import assign_queue_offsets
 
-    batch = enc.prepare_batch(
+    batch = enc_prepare.prepare_batch(
         pa.table({"topic": ["T"] * n, "body": [b"x"] * n}),
         queue_counts=lambda topics: [count] * len(topics), max_message_size=1 << 20, max_record_size=1 << 20,
-        store_host=bytes(8), born_host=bytes(8), uniq_keys=enc.UniqKeyGenerator(),
+        store_host=bytes(8), born_host=bytes(8), uniq_keys=UniqKeyGenerator(),
         round_robin=lambda topic, queues, rows: first,
     )
     assert batch.round_robin == (first, count)
@@ -404,11 +412,11 @@ def test_round_robin_queue_offsets_match_the_general_grouping(n: int, first: int
 
 
 def test_round_robin_fast_path_only_for_one_topic_without_queue_ids() -> None:
-    def prep(table: pa.Table) -> enc.EncodedBatch:
-        return enc.prepare_batch(
+    def prep(table: pa.Table) -> EncodedBatch:
+        return enc_prepare.prepare_batch(
             table, queue_counts=lambda topics: [4] * len(topics), max_message_size=1 << 20,
             max_record_size=1 << 20, store_host=bytes(8), born_host=bytes(8),
-            uniq_keys=enc.UniqKeyGenerator(), round_robin=lambda topic, queues, rows: 1,
+            uniq_keys=UniqKeyGenerator(), round_robin=lambda topic, queues, rows: 1,
         )
 
     assert prep(pa.table({"topic": ["A", "B"], "body": [b"x", b"y"]})).round_robin is None
@@ -425,22 +433,22 @@ def test_small_puts_are_packed_before_the_lock_and_patched_under_it(
     records. Checked byte for byte with the reference encoder, for batches that a segment
     roll cuts in two, with several topics, given and round-robin queue ids and properties."""
     prepacked: list[int] = []
-    real = enc.EncodedBatch.prepack
+    real = EncodedBatch.prepack
 
-    def spy(self: enc.EncodedBatch) -> None:
+    def spy(self: EncodedBatch) -> None:
         prepacked.append(self.n)
         real(self)
 
-    monkeypatch.setattr(enc.EncodedBatch, "prepack", spy)
-    real_plain = enc._prepare_plain
+    monkeypatch.setattr(EncodedBatch, "prepack", spy)
+    real_plain = enc_plain.prepare_plain
 
-    def spy_plain(*args: object) -> enc.EncodedBatch | None:  # packed whole by pack_plain
+    def spy_plain(*args: object) -> EncodedBatch | None:  # packed whole by pack_plain
         batch = real_plain(*args)  # type: ignore[arg-type]
         if batch is not None:
             prepacked.append(batch.n)
         return batch
 
-    monkeypatch.setattr(enc, "_prepare_plain", spy_plain)
+    monkeypatch.setattr(enc_prepare, "prepare_plain", spy_plain)
     segment = 16 << 10
     cfg = store.StoreConfig(mapped_file_size_commit_log=segment)
     rng = np.random.default_rng(11)
@@ -563,40 +571,40 @@ def test_disk_full_on_the_native_writer_is_typed_and_harmless(tmp_path: Path, mo
 def test_one_topic_screen_matches_an_exact_compare(
     monkeypatch: pytest.MonkeyPatch, values: list[str], expected: bool, native: bool,
 ) -> None:
-    if native and enc._all_same is None:
+    if native and enc_native.all_same is None:
         pytest.skip("store._native was not built here")
     if not native:
-        monkeypatch.setattr(enc, "_all_same", None)
+        monkeypatch.setattr(enc_native, "all_same", None)
     arr = pa.array(["pad"] + values + ["pad"]).slice(1, len(values))  # a slice: offsets not from 0
-    assert enc._all_equal(arr) is expected
+    assert enc_arrays.all_equal(arr) is expected
     assert expected == all(v == values[0] for v in values)
 
 
 def test_c_all_same_checks_its_inputs() -> None:
-    if enc._all_same is None:
+    if enc_native.all_same is None:
         pytest.skip("store._native was not built here")
     offs = np.array([0, 2, 4, 6], np.int32)
-    assert enc._all_same(offs, 0, 3, b"ababab") is True and enc._all_same(offs, 1, 2, b"xxabab") is True
-    assert enc._all_same(offs, 0, 3, b"ababac") is False and enc._all_same(offs, 0, 0, b"") is True
+    assert enc_native.all_same(offs, 0, 3, b"ababab") is True and enc_native.all_same(offs, 1, 2, b"xxabab") is True
+    assert enc_native.all_same(offs, 0, 3, b"ababac") is False and enc_native.all_same(offs, 0, 0, b"") is True
     with pytest.raises(ValueError, match="out of range"):
-        enc._all_same(offs, 0, 3, b"ababa")
+        enc_native.all_same(offs, 0, 3, b"ababa")
     with pytest.raises(ValueError, match="past the offsets"):
-        enc._all_same(offs, 1, 3, b"ababab")
+        enc_native.all_same(offs, 1, 3, b"ababab")
 
 
 # ---------------------------------------------------------------- the plain path (pack_plain)
-def _prep(table: pa.Table | pa.RecordBatch, gen: enc.UniqKeyGenerator, *, hosts: tuple[bytes, bytes] = (bytes(8), bytes(8)),
-          counts: int = 4, marker: tuple[str, str] | None = None, max_message_size: int = 4 << 20) -> enc.EncodedBatch:
-    return enc.prepare_batch(
+def _prep(table: pa.Table | pa.RecordBatch, gen: UniqKeyGenerator, *, hosts: tuple[bytes, bytes] = (bytes(8), bytes(8)),
+          counts: int = 4, marker: tuple[str, str] | None = None, max_message_size: int = 4 << 20) -> EncodedBatch:
+    return enc_prepare.prepare_batch(
         table, queue_counts=lambda topics: [counts] * len(topics), max_message_size=max_message_size,
         max_record_size=(64 << 20) - 8, store_host=hosts[0], born_host=hosts[1], uniq_keys=gen,
         round_robin=lambda topic, queues, rows: 3 % queues, last_row_property=marker,
     )
 
 
-def _twin(gen: enc.UniqKeyGenerator) -> enc.UniqKeyGenerator:
+def _twin(gen: UniqKeyGenerator) -> UniqKeyGenerator:
     """A generator that hands out the same ids as ``gen`` (same prefix and sequence state)."""
-    other = enc.UniqKeyGenerator()
+    other = UniqKeyGenerator()
     other._prefix, other._head, other._last = gen._prefix, gen._head, gen._last
     return other
 
@@ -618,18 +626,18 @@ PLAIN_CASES = {
 def test_plain_path_is_the_general_encoding_byte_for_byte(monkeypatch: pytest.MonkeyPatch, case: str, hosts: tuple[bytes, bytes]) -> None:
     """A plain batch packed by one ``pack_plain`` call: the very bytes the general encoder
     packs (same clock, same id sequence), and the same batch fields for the append."""
-    if enc._pack_plain is None or not enc._CRC_CLMUL:
+    if enc_native.pack_plain is None or not enc_native.CLMUL:
         pytest.skip("the plain path needs the C helper and carry-less multiply")
     import time as _time
 
     monkeypatch.setattr(_time, "time", lambda: 1_790_000_000.123)
     table = PLAIN_CASES[case]()
-    gen = enc.UniqKeyGenerator()
+    gen = UniqKeyGenerator()
     twin = _twin(gen)
     plain = _prep(table, gen, hosts=hosts)
     assert plain.packed is not None  # took the plain path
     with monkeypatch.context() as m:
-        m.setattr(enc, "_pack_plain", None)
+        m.setattr(enc_native, "pack_plain", None)
         general = _prep(table, twin, hosts=hosts)
         assert general.packed is None
         general.prepack()
@@ -653,14 +661,14 @@ def test_plain_path_is_the_general_encoding_byte_for_byte(monkeypatch: pytest.Mo
 def test_plain_path_only_takes_plain_batches() -> None:
     """Anything but one valid topic and non-null binary bodies in one write chunk goes to the
     general encoder (which then encodes it, or names the bad row)."""
-    if enc._pack_plain is None or not enc._CRC_CLMUL:
+    if enc_native.pack_plain is None or not enc_native.CLMUL:
         pytest.skip("the plain path needs the C helper and carry-less multiply")
-    gen = enc.UniqKeyGenerator()
+    gen = UniqKeyGenerator()
 
     def plain(table: pa.Table, *, marker: tuple[str, str] | None = None, max_message_size: int = 100) -> bool:
         if marker is not None:  # the marker goes to the general path before any other check
             return _prep(table, gen, marker=marker).packed is not None
-        return enc._prepare_plain(
+        return enc_plain.prepare_plain(
             table, lambda topics: [4] * len(topics), max_message_size, 64 << 20, bytes(8), bytes(8), gen,
             lambda topic, queues, rows: 0,
         ) is not None
@@ -718,37 +726,37 @@ def test_plain_path_failures_write_nothing_and_name_the_row(tmp_path: Path) -> N
 
 
 def test_c_pack_plain_checks_its_inputs() -> None:
-    if enc._pack_plain is None:
+    if enc_native.pack_plain is None:
         pytest.skip("store._native was not built here")
     tpl = bytes(88)
     offs = np.array([0, 3, 5], np.int32)
     out = [np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int32)]
-    packed = enc._pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"\x01T", 0xABCDEF, 1, 2, 10, *out)
+    packed = enc_native.pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"\x01T", 0xABCDEF, 1, 2, 10, *out)
     assert len(packed) == 2 * (88 + 2 + 13) + 5
     assert out[0].tolist() == [88 + 3 + 15, 88 + 2 + 15] and out[1].tolist() == [0, 106] and out[2].tolist() == [1, 0]
     assert bytes(packed[91:106]) == b"\x01T000000ABCDEF\x02" and bytes(packed[106 + 90 : 106 + 105]) == b"\x01T000000ABCDF0\x02"
     assert int.from_bytes(packed[8:12], "big") == rc.body_crc(b"abc") and int.from_bytes(packed[40:48], "big") == 7
     before = [a.copy() for a in out]
-    assert enc._pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"", 0, 0, 2, 2, *out) is None  # a body over max_body
+    assert enc_native.pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"", 0, 0, 2, 2, *out) is None  # a body over max_body
     assert all((a == b).all() for a, b in zip(out, before, strict=True))
     with pytest.raises(ValueError, match="offsets out of range"):
-        enc._pack_plain(tpl, 7, b"abcd", offs, 0, 2, b"", 0, 0, 2, 10, *out)
+        enc_native.pack_plain(tpl, 7, b"abcd", offs, 0, 2, b"", 0, 0, 2, 10, *out)
     with pytest.raises(ValueError, match="offsets out of range"):
-        enc._pack_plain(tpl, 7, b"abcde", np.array([0, 4, 3], np.int32), 0, 2, b"", 0, 0, 2, 10, *out)
+        enc_native.pack_plain(tpl, 7, b"abcde", np.array([0, 4, 3], np.int32), 0, 2, b"", 0, 0, 2, 10, *out)
     with pytest.raises(ValueError, match="bad template"):
-        enc._pack_plain(tpl, 7, b"abcde", offs, 1, 2, b"", 0, 0, 2, 10, *out)  # rows past the offsets
+        enc_native.pack_plain(tpl, 7, b"abcde", offs, 1, 2, b"", 0, 0, 2, 10, *out)  # rows past the offsets
     with pytest.raises(ValueError, match="bad template"):
-        enc._pack_plain(tpl[:40], 7, b"abcde", offs, 0, 2, b"", 0, 0, 2, 10, *out)
+        enc_native.pack_plain(tpl[:40], 7, b"abcde", offs, 0, 2, b"", 0, 0, 2, 10, *out)
     with pytest.raises(ValueError, match="bad template"):
-        enc._pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"", 0, 0, 0, 10, *out)  # no queues
+        enc_native.pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"", 0, 0, 0, 10, *out)  # no queues
     with pytest.raises(ValueError, match="bad template"):
-        enc._pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"", 0, 0, 2, 10, out[0][:1], out[1], out[2])
-    assert enc._longest_value(offs, 0, 2, 5) == 3 and enc._longest_value(offs, 1, 1, 5) == 2
-    assert enc._longest_value(offs, 0, 0, 0) == 0
+        enc_native.pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"", 0, 0, 2, 10, out[0][:1], out[1], out[2])
+    assert enc_native.longest_value(offs, 0, 2, 5) == 3 and enc_native.longest_value(offs, 1, 1, 5) == 2
+    assert enc_native.longest_value(offs, 0, 0, 0) == 0
     with pytest.raises(ValueError, match="out of range"):
-        enc._longest_value(offs, 0, 2, 4)
+        enc_native.longest_value(offs, 0, 2, 4)
     with pytest.raises(ValueError, match="past the offsets"):
-        enc._longest_value(offs, 1, 2, 5)
+        enc_native.longest_value(offs, 1, 2, 5)
 
 
 @pytest.mark.parametrize("topics", [["T"], ["T", "U"]], ids=["one-topic", "two-topics"])
@@ -788,13 +796,13 @@ def test_put_batches_keeps_its_tables_unpacked_until_the_lock(tmp_path: Path, mo
     """``put_batches`` (a sink task's many tables) packs under the lock, chunk by chunk, so a
     task's memory holds its bodies once; ``put_batch`` of a plain table packs it whole first."""
     calls: list[int] = []
-    real = enc._prepare_plain
+    real = enc_plain.prepare_plain
 
-    def spy(table: pa.Table, *args: object) -> enc.EncodedBatch | None:
+    def spy(table: pa.Table, *args: object) -> EncodedBatch | None:
         calls.append(table.num_rows)
         return real(table, *args)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(enc, "_prepare_plain", spy)
+    monkeypatch.setattr(enc_prepare, "prepare_plain", spy)
     tables = [pa.table({"topic": ["P"] * 10, "body": _bodies(10, 50, i)}) for i in range(3)]
     with store.MessageStore.open(tmp_path) as s:
         s.put_batches(tables)

@@ -87,7 +87,7 @@ def test_every_readme_example_runs(spark, tmp_path: Path) -> None:
     assert printed[0].startswith("GetMessageStatus.FOUND ") and printed[-1] == "[]", printed
     for line in rmqlog:
         args = shlex.split(localize(line, tmp_path))
-        done = subprocess.run([sys.executable, "-m", "store.cli", *args[1:]], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", "store.admin.cli", *args[1:]], capture_output=True, text=True,
                               cwd=REPO, timeout=120)
         assert done.returncode == 0 and done.stdout, (line, done.stderr)
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import store
-from store.lock_file import OWNERS_DIR
+from store.durability.lock_file import OWNERS_DIR
 
 HERE = Path(__file__).resolve().parent
 

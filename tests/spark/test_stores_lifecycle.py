@@ -14,7 +14,7 @@ import pytest
 from conftest import subprocess_env
 
 import store
-from store.lock_file import OWNERS_DIR
+from store.durability.lock_file import OWNERS_DIR
 
 SCRIPT = """
 import os, signal, sys, time

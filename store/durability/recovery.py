@@ -1,6 +1,6 @@
 """Recovery on open: find where the commitlog really ends, cut everything past it, repair the rest.
 
-Run by the *first opener* of a store (see :mod:`store.lock_file`), under the append lock,
+Run by the *first opener* of a store (see :mod:`store.durability.lock_file`), under the append lock,
 before anything else reads or writes. RocketMQ's two paths:
 
 - **normal** (no ``abort`` file: the last owner closed cleanly): walk the last 3 commitlog
@@ -38,8 +38,8 @@ otherwise (the rebuild keeps idempotence markers, which the log carries); ``flus
 lowered to ``E`` if it was past it, and created (durably, with its name) if there was none.
 
 What the walk counts as a bad record: lengths that do not add up, a TOTALSIZE no record can
-have, header values no store writes (:func:`store.record.field_problems`), a QUEUEOFFSET
-that breaks its queue's density (:class:`store.scan.QueueDensity`), a body CRC mismatch.
+have, header values no store writes (:func:`store.log.record.field_problems`), a QUEUEOFFSET
+that breaks its queue's density (:class:`store.log.scan.QueueDensity`), a body CRC mismatch.
 
 ``repair=True`` walks every segment (not the last 3), resizes segments of the wrong size,
 cuts at the first bad record even below ``F``, and checks every consume-queue unit against
@@ -59,18 +59,18 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from .consume_queue import CQ_UNIT_SIZE, FILLER_SIZE
-from .decode import RecordColumns, read_columns
-from .errors import CorruptStoreError, DataLossError, DiskFullError
-from .paths import topic_problem
-from .record import ScanKind, decode_at, is_consumable
-from .scan import QueueDensity, SegmentScan, StopReason, scan_segment
+from ..errors import CorruptStoreError, DataLossError, DiskFullError
+from ..log.decode import RecordColumns, read_columns
+from ..log.record import ScanKind, decode_at, is_consumable
+from ..log.scan import QueueDensity, SegmentScan, StopReason, scan_segment
+from ..paths import topic_problem
+from ..queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE
 
 if TYPE_CHECKING:
-    from .append_state import AppendState
-    from .consume_queue import ConsumeQueue
-    from .mapped_file import MappedFile
-    from .message_store import MessageStore
+    from ..log.append_state import AppendState
+    from ..log.mapped_file import MappedFile
+    from ..message_store import MessageStore
+    from ..queue.consume_queue import ConsumeQueue
 
 log = logging.getLogger(__name__)
 
@@ -336,7 +336,7 @@ def _first_hole(seg: MappedFile) -> int:
 
 def _has_data(ms: MessageStore, start: int) -> bool:
     seg = ms.commitlog.segments.get(start)
-    return seg is not None and any(seg.read(0, 8))  # pread: no fault on a hole (tmpfs, see store.mapped_file)
+    return seg is not None and any(seg.read(0, 8))  # pread: no fault on a hole (tmpfs, see store.log.mapped_file)
 
 
 def _truncate_commitlog(ms: MessageStore, end: int) -> int:

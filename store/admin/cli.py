@@ -21,8 +21,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .errors import StoreError
-from .message_store import MessageStore
+from ..errors import StoreError
+from ..message_store import MessageStore
 
 
 def _jsonable(row: dict[str, Any], body: str) -> dict[str, Any]:

@@ -27,15 +27,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .consume_queue import FILLER_SIZE, ConsumeQueue
-from .decode import read_columns
-from .paths import topic_problem
-from .record import is_consumable
-from .scan import QueueDensity, SegmentScan, StopReason
+from ..log.decode import read_columns
+from ..log.record import is_consumable
+from ..log.scan import QueueDensity, SegmentScan, StopReason
+from ..paths import topic_problem
+from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
 
 if TYPE_CHECKING:
-    from .mapped_file import MappedFile
-    from .message_store import MessageStore
+    from ..log.mapped_file import MappedFile
+    from ..message_store import MessageStore
 
 
 @dataclass(frozen=True)

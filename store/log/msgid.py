@@ -26,8 +26,8 @@ import numpy as np
 import pyarrow as pa
 
 try:  # the optional C helper: ~3 ns a byte, against ~12 for the numpy table lookup
-    from ._native import hexlify as _hexlify
-    from ._native import offset_msg_ids as _offset_msg_ids
+    from .._native import hexlify as _hexlify
+    from .._native import offset_msg_ids as _offset_msg_ids
 except ImportError:  # pragma: no cover - depends on the build
     _hexlify = None
     _offset_msg_ids = None

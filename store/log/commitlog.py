@@ -1,8 +1,8 @@
 """The commitlog: every message of every topic, appended in one sequence of segments.
 
 Segments are ``<root>/commitlog/<20-digit start offset>`` of ``mapped_file_size_commit_log``
-bytes; records are laid out as :mod:`store.record` says; each full segment ends with a blank
-record. Appends happen under the store's append lock (see :mod:`store.append_state`);
+bytes; records are laid out as :mod:`store.log.record` says; each full segment ends with a blank
+record. Appends happen under the store's append lock (see :mod:`store.log.append_state`);
 reads are lock-free and never go past the published tail the caller passes in.
 """
 
@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from ..errors import CorruptStoreError, DiskFullError, StoreError, raise_if_disk_full
+from ..fileio import ProcessLocalPool
 from .append_state import AppendState
 from .decode import (
     BadRecordError,
@@ -28,9 +30,7 @@ from .decode import (
     message_table,
     read_columns,
 )
-from .encode import EncodedBatch
-from .errors import CorruptStoreError, DiskFullError, StoreError, raise_if_disk_full
-from .fileio import ProcessLocalPool
+from .encode.batch import EncodedBatch
 from .mapped_file import MappedFile, MappedFileQueue
 from .record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, ScanKind, ScanResult, decode_at
 from .scan import SegmentScan, StopReason, scan_segment
@@ -151,7 +151,7 @@ def _round_robin_offsets(batch: EncodedBatch, queues: dict[str, int], count: int
 #: thread of its own per pipeline that never takes the GIL: ~17 us less per hand-off).
 _WRITE_POOL = ProcessLocalPool("rmq-write")
 try:
-    from ._native import ChunkWriter as _ChunkWriter
+    from .._native import ChunkWriter as _ChunkWriter
 except ImportError:  # pragma: no cover - the C helper is optional
     _ChunkWriter = None
 #: Chunks encoded ahead of the one being written (each holds ~1 MiB of the batch's memory).
@@ -460,8 +460,8 @@ class CommitLog:
 
         ``topic``: the topic the records are expected to have (a consume queue's), a fast path.
         ``check`` (with ``tail``, the published tail): check every record as
-        :class:`store.decode.RecordCheck` says, reading nothing at or past ``tail``. Raises
-        :class:`store.decode.BadRecordError` naming the segment file, the commitlog offset
+        :class:`store.log.decode.RecordCheck` says, reading nothing at or past ``tail``. Raises
+        :class:`store.log.decode.BadRecordError` naming the segment file, the commitlog offset
         and the row of the first bad record found; a gather or decode failing on a damaged
         record any other way is reported the same way (the scalar decoder locates it).
         Without ``check`` the offsets must be those of whole records (found by a scan or
@@ -516,7 +516,7 @@ class CommitLog:
             if seg is None:
                 return
             stop = min(limit, seg.end) - seg.start
-            if seg.bounded_reads:  # tmpfs: not into the holes past the data (see store.mapped_file)
+            if seg.bounded_reads:  # tmpfs: not into the holes past the data (see store.log.mapped_file)
                 stop = min(stop, seg.readable_end(pos - seg.start))
             result = scan_segment(seg.array(), pos - seg.start, stop, check_crc=check_crc, base=seg.start)
             yield seg, result

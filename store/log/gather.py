@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 try:  # the optional C helper (setup.py builds it); without it, Arrow's take below
-    from ._native import gather as _native_gather
+    from .._native import gather as _native_gather
 except ImportError:  # pragma: no cover - depends on the build
     _native_gather = None
 

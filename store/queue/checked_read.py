@@ -1,6 +1,6 @@
 """Reads through a consume queue: each unit's record decoded and checked against the unit.
 
-A consume-queue unit (:mod:`store.consume_queue`) is only (commitlog offset, size, tag
+A consume-queue unit (:mod:`store.queue.consume_queue`) is only (commitlog offset, size, tag
 hash), and nothing checksums it: a damaged unit may point at another queue's record, into
 the middle of one, at a blank, past the published tail. A read must then fail, never return
 another record's data. Every read of messages by queue offset (``get_messages``,
@@ -30,12 +30,18 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from .commitlog import CommitLog
+from ..errors import CorruptQueueError, CorruptRecordError
+from ..log.commitlog import CommitLog
+from ..log.decode import (
+    MIN_RECORD_SIZE,
+    BadRecordError,
+    RecordCheck,
+    not_a_record,
+    raise_first_bad_row,
+)
+from ..log.record import MAGIC_V1, MAGIC_V2
+from ..paths import segment_name
 from .consume_queue import CQ_UNIT_SIZE, ConsumeQueue
-from .decode import MIN_RECORD_SIZE, BadRecordError, RecordCheck, not_a_record, raise_first_bad_row
-from .errors import CorruptQueueError, CorruptRecordError
-from .paths import segment_name
-from .record import MAGIC_V1, MAGIC_V2
 
 
 def read_units(

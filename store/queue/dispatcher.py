@@ -27,14 +27,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .background import BackgroundLoop
-from .commitlog import CommitLog
+from ..errors import DiskFullError
+from ..fileio import InterProcessLock, replace_file, rewrite_in_place
+from ..log.commitlog import CommitLog
+from ..log.decode import dispatch_columns, read_columns
+from ..log.record import is_consumable
+from ..paths import topic_problem
 from .consume_queue import CQ_UNIT, ConsumeQueue
-from .decode import dispatch_columns, read_columns
-from .errors import DiskFullError
-from .fileio import InterProcessLock, replace_file, rewrite_in_place
-from .paths import topic_problem
-from .record import is_consumable
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +50,7 @@ class Dispatcher:
         published_tail: Callable[[], int],
         state_path: Path,
         lock: InterProcessLock,
+        interval_ms: int = 1,
     ) -> None:
         self.commitlog = commitlog
         self.queue_for = queue_for
@@ -58,8 +58,14 @@ class Dispatcher:
         self.published_tail = published_tail
         self.state_path = state_path
         self.lock = lock
-        self._loop: BackgroundLoop | None = None
         self._last_ts = 0
+        # as a service of the store's loop (store.service): every interval_ms while idle, a
+        # backlog in rounds of DISPATCH_CHUNK bytes (the other services run in between)
+        self.name = "rmq-dispatcher"
+        self.interval_s = interval_ms / 1000.0
+        self.repeat_when_busy = True
+        self.wait_first = False
+        self.last_error: BaseException | None = None
 
     # ---------------------------------------------------------------- state
     def _load_position(self) -> int:
@@ -140,16 +146,20 @@ class Dispatcher:
             return self._load_position()
 
     # ------------------------------------------------------------- dispatch
-    def dispatch(self) -> int:
+    def dispatch(self, max_bytes: int | None = None) -> int:
         """Turn every published, not yet dispatched record into consume-queue units.
 
-        Returns how many records were dispatched (0 when up to date).
+        ``max_bytes``: stop after about that many bytes of commitlog (a round of the
+        background service), else go on up to the published tail. Returns how many records
+        were dispatched (0 when up to date).
         """
         total = 0
         with self.lock.held():
             pos, self._last_ts = self._load()
             pos = max(pos, self.commitlog.min_offset())
             tail = self.published_tail()
+            if max_bytes is not None:
+                tail = min(tail, pos + max_bytes)
             start_pos = pos
             maxes: dict[tuple[str, int], int] = {}
             while pos < tail:
@@ -162,7 +172,7 @@ class Dispatcher:
                     if scan.reason.value == "blank":
                         new_pos = seg.end
                     elif scan.reason.value == "corrupt":
-                        from .errors import CorruptStoreError
+                        from ..errors import CorruptStoreError
 
                         raise CorruptStoreError(f"cannot dispatch: {scan.detail}", path=str(seg.path), offset=new_pos)
                     progressed = progressed or new_pos > pos
@@ -303,19 +313,8 @@ class Dispatcher:
                 cur = max(cur, first + (b - a))
             maxes[(topic, q)] = cur
 
-    # ----------------------------------------------------------- background
-    def start(self, interval_ms: int) -> None:
-        """Dispatch in a daemon thread every ``interval_ms`` until :meth:`stop` (at once
-        again while there are new records)."""
-        if self._loop is None:
-            self._loop = BackgroundLoop("rmq-dispatcher", lambda: self.dispatch() > 0, interval_ms / 1000.0)
-        self._loop.start()
-
-    def stop(self) -> None:
-        if self._loop is not None:
-            self._loop.stop()
-
-    @property
-    def last_error(self) -> BaseException | None:
-        """The last error a background dispatch raised (the thread keeps serving)."""
-        return self._loop.last_error if self._loop is not None else None
+    # ----------------------------------------------------------- the service
+    def run_once(self, now: float) -> bool:
+        """One round of the background dispatcher (see :mod:`store.service`): dispatch up to
+        ``DISPATCH_CHUNK`` bytes of new records; returns whether there were any."""
+        return self.dispatch(max_bytes=DISPATCH_CHUNK) > 0

@@ -2,8 +2,8 @@
 
 Input: one segment's bytes (an Arrow buffer over the mapped file, zero-copy) and the
 positions of whole records in it, in log order. Each variable part (headers, bodies, topics,
-properties) is copied out with one :func:`store.gather.gather_slices` call; fixed fields are
-read through the numpy dtype of :mod:`store.record`. Rows with IPv6 hosts (other header
+properties) is copied out with one :func:`store.log.gather.gather_slices` call; fixed fields are
+read through the numpy dtype of :mod:`store.log.record`. Rows with IPv6 hosts (other header
 sizes) are decoded in their own group. The result never references the mapped file.
 
 A *checked* decode (``read_columns(..., check=RecordCheck(...))``, what every read of
@@ -25,10 +25,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
+from ..hashing import tags_codes
+from ..hosts import format_host
+from ..schema import MESSAGE_SCHEMA, TS
 from .gather import fixed_rows, gather_slices, to_binary, utf8_lossy
-from .hashing import tags_codes
-from .hosts import format_host
 from .msgid import hex_rows, offset_msg_ids
 from .properties import PROPERTY_KEYS, PROPERTY_TAGS, ParsedProperties, split_keys
 from .record import (
@@ -43,10 +44,9 @@ from .record import (
     field_problems,
     header_dtype,
 )
-from .schema import MESSAGE_SCHEMA, TS
 
 try:  # the optional C helper: every body's CRC in one call, GIL released
-    from ._native import crc32_batch as _crc32_batch
+    from .._native import crc32_batch as _crc32_batch
 except ImportError:  # pragma: no cover - depends on the build
     _crc32_batch = None
 
@@ -157,7 +157,7 @@ class RecordCheck:
 
     def fields(self, base: int, positions: np.ndarray, header: dict[str, np.ndarray]) -> None:
         """Header values no store writes (nothing checksums them; the scan's own rule,
-        :func:`store.record.field_problems`), once every row's header layout is known."""
+        :func:`store.log.record.field_problems`), once every row's header layout is known."""
         bad, why = field_problems(
             header["queueId"], header["queueOffset"], header["physicalOffset"], header["bornTimestamp"],
             header["storeTimestamp"], base + positions,
@@ -203,7 +203,7 @@ def body_crcs(body: pa.BinaryArray | pa.LargeBinaryArray) -> np.ndarray:
     """BODYCRC (CRC-32 & 0x7FFFFFFF, int32) of each body of a contiguous binary array.
 
     One call of the C helper for the whole array when it is built; otherwise one ISA-L/zlib
-    call per body (:data:`store.record.crc32`).
+    call per body (:data:`store.log.record.crc32`).
     """
     n = len(body)
     if n == 0:

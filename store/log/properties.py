@@ -4,7 +4,7 @@ Known names (exact strings) used by the store: ``KEYS`` (space-separated keys), 
 ``UNIQ_KEY`` (client message id), ``DELAY``, ``REAL_TOPIC``, ``REAL_QID``, and our own
 ``RMQLOG_WRITER`` (idempotence marker). User properties may not use RocketMQ's system names
 nor the store's ``RMQLOG_`` prefix (:func:`reserved_name_problem`). The scalar codec is
-:func:`store.record.encode_properties` / :func:`store.record.decode_properties`.
+:func:`store.log.record.encode_properties` / :func:`store.log.record.decode_properties`.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def _flat(arr: pa.Array) -> pa.Array:
 
 
 try:  # the optional C helper (setup.py builds it)
-    from . import _native
+    from .. import _native
 except ImportError:  # pragma: no cover - depends on the build
     _native = None
 

@@ -9,7 +9,7 @@ big-endian, rewritten in place and ``fdatasync``'d:
 | 8      | storeTimestamp | long: STORETIMESTAMP (ms) of the last record below ``offset``   |
 | 16     | crc            | int: zlib CRC-32 of bytes 0..16 (a torn write reads as "unknown") |
 
-It only moves forward, and only to a *published* tail (see :mod:`store.append_state`), so it
+It only moves forward, and only to a *published* tail (see :mod:`store.log.append_state`), so it
 always sits on a batch boundary: recovery keeps everything below it (it was acknowledged) and
 never keeps half a batch. Data is made durable before the position that covers it.
 
@@ -20,8 +20,8 @@ Flush modes (``flush_disk_type``):
   records the new position; writers queued behind it find their batch already covered and
   return without a sync of their own. This works across threads and processes because the
   lock and the position are files.
-- ``ASYNC_FLUSH`` (default): :class:`AsyncFlusher`, a background thread per open store, calls
-  :meth:`FlushService.run_once` every ``flush_interval_commit_log`` ms. It syncs when at least
+- ``ASYNC_FLUSH`` (default): :class:`AsyncFlusher`, a service of the store's background loop
+  (:mod:`store.service`), runs every ``flush_interval_commit_log`` ms. It syncs when at least
   ``flush_commit_log_least_pages`` pages (4 KiB) are unflushed, and anything unflushed once
   ``flush_commit_log_thorough_interval`` ms have passed since the last thorough round (which
   also syncs the consume queues and writes the checkpoint). ``close()`` flushes everything.
@@ -39,13 +39,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .append_state import AppendState
-from .background import BackgroundLoop
+from ..errors import raise_if_disk_full
+from ..fileio import InterProcessLock, fsync_dir
+from ..log.append_state import AppendState
+from ..log.commitlog import CommitLog
+from ..paths import parse_segment_name
 from .checkpoint import Checkpoint, CheckpointFile
-from .commitlog import CommitLog
-from .errors import raise_if_disk_full
-from .fileio import InterProcessLock, fsync_dir
-from .paths import parse_segment_name
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +97,7 @@ class FlushStateFile:
     def write(self, pos: FlushPosition) -> None:
         """Store ``pos`` durably: the file's data, and its name when this write creates it (a
         flushed position that a power loss could make vanish would let recovery believe
-        nothing was ever flushed; see :func:`store.recovery.recover`)."""
+        nothing was ever flushed; see :func:`store.durability.recovery.recover`)."""
         head = struct.pack(">qq", pos.offset, pos.store_timestamp)
         created = not self.path.exists() if self._fd is None else False
         try:
@@ -216,11 +215,16 @@ class FlushService:
 
 
 class AsyncFlusher:
-    """ASYNC_FLUSH's background flusher (RocketMQ's FlushRealTimeService).
+    """ASYNC_FLUSH's background flusher (RocketMQ's FlushRealTimeService), a service of the
+    store's loop (:mod:`store.service`): a round every ``interval_ms``, busy or not.
 
     :meth:`run_once` holds the whole policy and takes the time as an argument, so it is
-    tested with a fake clock; the thread only calls it every ``interval_ms``.
+    tested with a fake clock.
     """
+
+    name = "rmq-flusher"
+    repeat_when_busy = False  # a sync every interval at most, however much is pending
+    wait_first = True  # nothing to flush right after opening
 
     def __init__(
         self, service: FlushService, *, interval_ms: int, least_pages: int, thorough_interval_ms: int,
@@ -228,14 +232,15 @@ class AsyncFlusher:
     ) -> None:
         self.service = service
         self.interval_ms = interval_ms
+        self.interval_s = interval_ms / 1000.0
         self.least_pages = least_pages
         self.thorough_interval_ms = thorough_interval_ms
         self.clock = clock
+        self.last_error: BaseException | None = None
         self._last_thorough = clock()
-        self._loop = BackgroundLoop("rmq-flusher", self._tick, interval_ms / 1000.0, wait_first=True)
 
     def run_once(self, now: float | None = None) -> bool:
-        """One round; returns True if it synced anything."""
+        """One round; returns True if it synced anything. ``now``: the clock's time (default: read it)."""
         now = self.clock() if now is None else now
         thorough = (now - self._last_thorough) * 1000 >= self.thorough_interval_ms
         dirty = self.service.unflushed_bytes()
@@ -249,18 +254,3 @@ class AsyncFlusher:
             return False
         self.service.flush_to(self.service.published().tail)
         return True
-
-    def _tick(self) -> bool:
-        self.run_once()
-        return False  # every interval_ms, busy or not
-
-    def start(self) -> None:
-        self._loop.start()
-
-    def stop(self) -> None:
-        self._loop.stop()
-
-    @property
-    def last_error(self) -> BaseException | None:
-        """The last error a background round raised (the thread keeps flushing)."""
-        return self._loop.last_error

@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import CorruptStoreError, raise_if_disk_full
+from ..errors import CorruptStoreError, raise_if_disk_full
 
 CHECKPOINT_SIZE = 4096
 _FIELDS = struct.Struct(">qqq")  # physicMsgTimestamp, logicsMsgTimestamp, indexMsgTimestamp

@@ -52,8 +52,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .errors import CorruptStoreError, raise_if_disk_full
-from .fileio import replace_file
+from ..errors import CorruptStoreError, raise_if_disk_full
+from ..fileio import replace_file
 
 VERSION = 1
 log = logging.getLogger(__name__)

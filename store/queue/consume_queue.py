@@ -22,7 +22,7 @@ Units are written with ``pwrite`` and removed by punching holes (:meth:`MappedFi
 never stored into the mapping, so a full disk raises :class:`~store.errors.DiskFullError`
 instead of killing the process; a write that fails part-way is undone whole, so a torn unit
 never counts as written. On tmpfs the search for the end reads no hole (see
-:mod:`store.mapped_file`).
+:mod:`store.log.mapped_file`).
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .mapped_file import MappedFile, MappedFileQueue
+from ..log.mapped_file import MappedFile, MappedFileQueue
 
 CQ_UNIT_SIZE = 20
 CQ_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tagsCode", ">i8")])

@@ -4,7 +4,7 @@ A segment is a file of exactly ``size`` bytes named by the 20-digit offset of it
 byte. New segments are created sparse (``ftruncate``) so a 1 GiB segment costs no disk until
 written. Every process maps the same files ``MAP_SHARED``: bytes written by one process are
 visible to the others through the page cache at once; what makes them *meaningful* to a
-reader is the published tail (see :mod:`store.append_state`), never the bytes themselves.
+reader is the published tail (see :mod:`store.log.append_state`), never the bytes themselves.
 
 Full disks. Bytes reach a segment through ``pwrite`` only, never as stores into the mapping:
 a store into a page the filesystem cannot allocate (a sparse page on a full disk) kills the
@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from .errors import CorruptStoreError, disk_full_from_errno, raise_if_disk_full
-from .paths import parse_segment_name, segment_name
+from ..errors import CorruptStoreError, disk_full_from_errno, raise_if_disk_full
+from ..paths import parse_segment_name, segment_name
 
 #: Entries per ``pwritev`` call (Linux's IOV_MAX).
 IOV_MAX = 1024
@@ -312,7 +312,7 @@ class MappedFileQueue:
     commitlog: a store written with another segment size, like RocketMQ's, opens as it is),
     else it is ``default_size``. Files of another size (a segment truncated by a crash of the
     filesystem, or by hand) are listed in :attr:`odd` (start -> bytes) instead of failing
-    here: recovery decides (see :mod:`store.recovery`), and mapping one raises
+    here: recovery decides (see :mod:`store.durability.recovery`), and mapping one raises
     :class:`CorruptStoreError`. With ``infer``, the size is the most common one (the largest
     among equally common ones). Segment creation must be serialized by the caller (the append
     lock); lookups are safe from any thread or process.

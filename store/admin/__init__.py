@@ -1,0 +1,1 @@
+"""Tools for operators: the consistency check (``verify``) and the ``rmqlog`` command."""

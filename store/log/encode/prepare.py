@@ -1,0 +1,88 @@
+"""The put path's entry point before the append lock: a table in, an :class:`EncodedBatch` out
+(see :mod:`store.log.encode` for the whole path)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pyarrow as pa
+
+from ...errors import InvalidMessageError
+from ..msgid import UniqKeyGenerator
+from ..record import header_dtype
+from .batch import EncodedBatch
+from .columns import (
+    QueueCounts,
+    RoundRobin,
+    body_column,
+    born_column,
+    checked_columns,
+    flag_column,
+    queue_id_column,
+    topic_column,
+    write_queue_counts,
+)
+from .crc import LARGE_BODY, BodyCrcs
+from .header import HeaderColumns, sys_flag
+from .plain import prepare_plain
+from .trailer import build_properties, layout_trailer
+
+
+def prepare_batch(
+    table: pa.Table | pa.RecordBatch,
+    *,
+    queue_counts: QueueCounts,
+    max_message_size: int,
+    max_record_size: int,
+    store_host: bytes,
+    born_host: bytes,
+    uniq_keys: UniqKeyGenerator,
+    round_robin: RoundRobin,
+    last_row_property: tuple[str, str] | None = None,
+    plain: bool = True,
+) -> EncodedBatch:
+    """Validate and encode ``table``; raises :class:`store.errors.InvalidMessageError` subclasses
+    naming the first bad row and field (checked in this order: the columns, topic, body, queue
+    id, properties, keys, tags, flag, bornTimestamp, the record's size).
+
+    ``max_record_size`` is the largest record a segment can take (segment size - 8).
+    ``round_robin(topic, queues, n)`` returns the first queue for ``n`` rows without queueId.
+    ``last_row_property`` (name, value) is added to the properties of the last row only (the
+    store's idempotence marker; the caller validated it). ``plain``: a plain batch may be
+    packed whole now by :func:`store.log.encode.plain.prepare_plain` (its copy of the bodies
+    then lives until the append; ``put_batches`` of many tables says no, to keep a sink task's
+    memory flat).
+    """
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if not isinstance(table, pa.Table):
+        raise InvalidMessageError(f"put_batch takes a pyarrow Table or RecordBatch, not {type(table).__name__}", row=None, field="*")
+    if plain and last_row_property is None:
+        packed = prepare_plain(table, queue_counts, max_message_size, max_record_size, store_host, born_host,
+                               uniq_keys, round_robin)
+        if packed is not None:
+            return packed
+    cols = checked_columns(table)
+    n = table.num_rows
+    topics, topic_index = topic_column(cols["topic"], n)
+    body, body_len = body_column(cols["body"], n, max_message_size)
+    large = n > 0 and int(body_len.sum()) >= LARGE_BODY * n
+    crcs = BodyCrcs(body, body_len)  # in the background, overlapping the Arrow kernels below
+    counts = write_queue_counts(queue_counts, topics, topic_index)
+    queue_id, cycle = queue_id_column(cols.get("queueId"), n, topics, topic_index, counts, round_robin)
+    props = build_properties(cols, n, uniq_keys, last_row_property)
+    flag = flag_column(cols.get("flag"), n)
+    born = born_column(cols.get("bornTimestamp"), n, int(time.time() * 1000))
+    dt = header_dtype(len(born_host) == 20, len(store_host) == 20)
+    trailer, lengths = layout_trailer(topics, topic_index, props, dt.itemsize + body_len, max_record_size)
+    # the header: its fields now, its rows chunk by chunk as they are written
+    header = HeaderColumns(
+        dtype=dt, lengths=lengths, queue_id=queue_id, flag=flag, born=born, body_len=body_len,
+        sys_flag=sys_flag(born_host, store_host), born_host=born_host, store_host=store_host,
+    )
+    return EncodedBatch(
+        n=n, topics=topics, topic_index=topic_index, queue_id=queue_id.astype(np.int32), header=header,
+        body=body, trailer=trailer, lengths=lengths, crcs=crcs, large_bodies=large,
+        tags=props.tags, tags_from_properties=props.tags_from_properties, round_robin=cycle,
+    )
