@@ -20,8 +20,8 @@ import pytest
 from store.errors import DiskFullError, InvalidArgumentError, StoreError
 from store.index import CorruptIndexError, IndexConfig, IndexService
 from store.index.index_file import file_size, time_diffs
+from store.index.index_keys import key_hash, message_keys
 from store.index.java_hash import index_key_hash, java_hash_column
-from store.index.message_keys import key_hash, message_keys
 
 # --------------------------------------------------------------------------- the reference
 

@@ -300,6 +300,33 @@ def test_writer_killed_mid_batch_loses_nothing_and_duplicates_nothing(tmp_path: 
     svc.close()
 
 
+def test_killed_batch_replaced_by_other_records_loses_no_published_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The killed writer's batch never comes back (recovery cut its records; other records take
+    their offsets): the slots it moved must still lead to every published key, not into the
+    chains of the entries that now occupy its places."""
+    first = Msgs(150, seed=21, distinct=15)
+    lost = Msgs(100, seed=22, distinct=15)
+    other = Msgs(100, seed=23, distinct=15)
+    for m in (lost, other):
+        m.keys = [None if k is None else " ".join(f"new-{t}" for t in k.split()) for k in m.keys]
+    svc = open_service(tmp_path)
+    svc.build(*first.cols())
+    kill_before_header(monkeypatch)
+    with pytest.raises(Killed):
+        svc.build(*first.then(lost).cols(150))
+    svc.close()
+    svc = open_service(tmp_path)
+    final = first.then(other)
+    svc.build(*final.cols(150))
+    stream = final.key_stream()
+    files = [bytes(f.buf) for f in final.reference().files]
+    assert file_bytes(svc) == files
+    for full in sorted({k for k, _, _ in stream}):
+        topic, key = full.split("#", 1)
+        assert svc.query(topic, key) == ref_query(files, 100, 400, full)
+    svc.close()
+
+
 def test_truncate_removes_entries_at_and_past_the_commitlog_cut(tmp_path: Path) -> None:
     msgs = Msgs(1100, seed=12)
     clean = open_service(tmp_path / "clean")

@@ -1,8 +1,7 @@
 """RocketMQ index files: message keys -> commitlog offsets (see :mod:`store.index.index_service`)."""
 
 from .index_file import CorruptIndexError, IndexFile, IndexHeader
-from .index_service import INDEX_DIR, IndexConfig, IndexService
-from .message_keys import (
+from .index_keys import (
     KeyBatch,
     build_key,
     key_hash,
@@ -10,6 +9,7 @@ from .message_keys import (
     matching_messages,
     message_keys,
 )
+from .index_service import INDEX_DIR, IndexConfig, IndexService
 
 __all__ = [
     "INDEX_DIR",

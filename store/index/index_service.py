@@ -56,7 +56,7 @@ import pyarrow as pa
 
 from ..errors import InvalidArgumentError
 from .index_file import INT_MAX, CorruptIndexError, IndexFile, IndexHeader, file_size
-from .message_keys import KeyBatch, key_hash, message_keys
+from .index_keys import KeyBatch, key_hash, message_keys
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +133,9 @@ class IndexService:
         self._files: list[IndexFile] = []
         self._lock = threading.RLock()
         self._durable_full: str = ""  # newest full file this process has synced
+        # (last file, its indexCount, E, j) after this process's last build: saves reading
+        # the tail again while no other process wrote
+        self._tail: tuple[str, int, int, int] | None = None
         self._index_msg_timestamp = 0
 
     # ------------------------------------------------------------------ open/close
@@ -269,7 +272,7 @@ class IndexService:
         return self.add_keys(batch, phy, ts)
 
     def add_keys(self, batch: KeyBatch, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> int:
-        """:meth:`build` from keys already made by :func:`store.index.message_keys.message_keys`."""
+        """:meth:`build` from keys already made by :func:`store.index.index_keys.message_keys`."""
         if not len(batch):
             return 0
         phy = np.asarray(phy_offsets, np.int64)[batch.message]
@@ -286,6 +289,12 @@ class IndexService:
             while added < len(hashes):
                 f = self._writable_last()
                 added += f.add_batch(hashes[added:], phy[added:], ts[added:])
+            if added:
+                new_end = int(phy[-1])
+                other = np.flatnonzero(phy != new_end)
+                run = added - 1 - int(other[-1]) if len(other) else added + (done if end == new_end else 0)
+                last = self._files[-1]
+                self._tail = (last.name, last.header().index_count, new_end, run)
             return added
 
     def _indexed_end(self) -> tuple[int | None, int]:
@@ -293,7 +302,10 @@ class IndexService:
         (across files) are at ``E``; ``(None, 0)`` when nothing was ever indexed."""
         if not self._files:
             return None, 0
-        end = self._files[-1].header().end_phy_offset
+        hdr = self._files[-1].header()
+        end = hdr.end_phy_offset
+        if self._tail is not None and self._tail[:3] == (self._files[-1].name, hdr.index_count, end):
+            return end, self._tail[3]
         done = 0
         for f in reversed(self._files):
             hi = f.header().index_count
@@ -338,7 +350,7 @@ class IndexService:
         first within a file; at most ``min(max_count, max_msgs_num_batch)``.
 
         Entries are matched by hash: the caller reads the messages and removes those whose
-        real keys differ (:func:`store.index.message_keys.key_matches`). A file is searched
+        real keys differ (:func:`store.index.index_keys.key_matches`). A file is searched
         when its time span meets the range; the walk ends at the first file that begins
         before ``begin_ms``. Raises :class:`InvalidArgumentError` for a bad argument,
         :class:`CorruptIndexError` for a damaged file met on the way.
@@ -411,6 +423,7 @@ class IndexService:
 
     def _remove_from(self, i: int) -> list[Path]:
         """Remove files ``i..`` newest first (a crash in between leaves a prefix)."""
+        self._tail = None
         removed: list[Path] = []
         for f in reversed(self._files[i:]):
             f.close()
@@ -452,8 +465,15 @@ class IndexService:
                     removed += hdr.index_count - 1
                     self._remove_from(len(self._files) - 1)
                     continue
-                phys = f.entries(1, hdr.index_count)["phyOffset"].astype(np.int64)
-                cut = 1 + int(np.searchsorted(phys, commit_log_end, side="left"))
+                # entries are in commitlog order: the first at or past the cut, by bisection
+                lo, hi = 1, hdr.index_count
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if int(f.entries(mid, mid + 1)["phyOffset"][0]) < commit_log_end:
+                        lo = mid + 1
+                    else:
+                        hi = mid
+                cut = lo
                 if cut < hdr.index_count:
                     removed += hdr.index_count - cut
                     f.cut(cut)

@@ -21,8 +21,16 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError
 from ..hashing import java_string_hash
-from ..log.properties import PROPERTY_UNIQ_KEY, split_keys
-from .java_hash import concat_hash, index_key_hash, index_key_hash_scalar, java_hash_column
+from ..log.properties import PROPERTY_UNIQ_KEY
+from .java_hash import (
+    concat_hash,
+    index_key_hash,
+    index_key_hash_scalar,
+    java_hash_column,
+    java_hash_spans,
+    java_utf8,
+    string_parts,
+)
 
 #: ``MessageConst.KEY_SEPARATOR``.
 KEY_SEPARATOR = " "
@@ -79,6 +87,36 @@ def _string_column(arr: pa.Array | pa.ChunkedArray | None, n: int, name: str) ->
     return arr
 
 
+def _tokens(off: np.ndarray, data: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The KEYS tokens of each row: Java's ``split(" ")`` without its empty strings, i.e. the
+    maximal runs of bytes other than 0x20 (a space byte is never part of a multi-byte UTF-8
+    character). Returns (row, start, end) per token, in order, as byte spans of ``data``."""
+    lengths = np.diff(off)
+    sep = data == 0x20
+    owned_by_null = ~valid & (lengths > 0)
+    if owned_by_null.any():  # Arrow lets a null row own bytes: they are no tokens
+        sep |= np.repeat(owned_by_null, lengths)
+    rows_used = valid & (lengths > 0)
+    if not sep.any():  # one token per non-empty row (the usual KEYS): no scan needed
+        rows = np.flatnonzero(rows_used)
+        return rows, off[rows], off[rows + 1]
+    word = ~sep
+    boundary = np.zeros(len(data) + 1, bool)
+    boundary[off] = True  # row starts and ends
+    before = np.empty(len(data), bool)
+    before[0] = True
+    before[1:] = sep[:-1]
+    before |= boundary[:-1]
+    after = np.empty(len(data), bool)
+    after[-1] = True
+    after[:-1] = sep[1:]
+    after |= boundary[1:]
+    starts = np.flatnonzero(word & before)
+    ends = np.flatnonzero(word & after) + 1
+    rows = np.searchsorted(off, starts, side="right") - 1
+    return rows, starts, ends
+
+
 def _topic_prefix_hashes(topics: pa.Array | pa.ChunkedArray, n: int) -> np.ndarray:
     """Per row, the Java hash (int32) of ``topic + "#"``."""
     topics = _flat(topics)
@@ -117,24 +155,25 @@ def message_keys(
     prefix = _topic_prefix_hashes(topics, n)
 
     # (message row, position among the message's keys after UNIQ_KEY, hash, UTF-16 length)
-    parts: list[tuple[np.ndarray, np.ndarray | int, np.ndarray, np.ndarray]] = []
+    parts: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
     has_uniq = np.zeros(n, np.int64)
     if uniq is not None and uniq.null_count < n:
         rows = np.flatnonzero(np.asarray(pc.is_valid(uniq)))
         values = uniq if len(rows) == n else uniq.take(pa.array(rows))
         h, lens = java_hash_column(values)
-        parts.append((rows, -1, h, lens))
+        parts.append((rows, np.full(len(rows), -1, np.int64), h, lens))
         has_uniq[rows] = 1
     token_rows = np.zeros(0, np.int64)
     if keys_col is not None and keys_col.null_count < n:
-        lists = split_keys(keys_col if pa.types.is_string(keys_col.type) else keys_col.cast(pa.string()))
-        flat = pc.list_flatten(lists)
-        if len(flat):
-            token_rows = np.asarray(pc.list_parent_indices(lists), np.int64)
-            off = np.asarray(lists.offsets, np.int64)
-            token_pos = np.arange(len(flat), dtype=np.int64) - (off[token_rows] - off[0])
-            h, lens = java_hash_column(flat)
-            parts.append((token_rows, token_pos, h, lens))
+        keys_col = java_utf8(keys_col)
+        off, data = string_parts(keys_col)
+        token_rows, starts, ends = _tokens(off, data, np.asarray(keys_col.is_valid(), bool))
+        if len(token_rows):
+            counts = np.bincount(token_rows, minlength=n)
+            first = np.cumsum(counts) - counts
+            pos = np.arange(len(token_rows), dtype=np.int64) - first[token_rows]
+            h, lens = java_hash_spans(data, starts, ends)
+            parts.append((token_rows, pos, h, lens))
     if not parts:
         empty = np.zeros(0, np.int64)
         return KeyBatch(empty, empty, np.zeros(0, np.int32))
