@@ -584,6 +584,31 @@ def test_reference_reader_sees_every_key_of_our_files(tmp_path: Path) -> None:
     svc.close()
 
 
+def test_rocketmq_writer_killed_between_slot_and_header_loses_no_key(tmp_path: Path) -> None:
+    """RocketMQ's putKey writes the entry, then the slot, then the header fields: killed in
+    between, a slot points at entry indexCount, which is not published. Our first writer walks
+    that slot back before it writes its own entry there."""
+    (tmp_path / "index").mkdir()
+    ref = RefIndexFile(100, 400)
+    kh = ref_key_hash("T#old")
+    for i in range(5):
+        ref.put_key(kh, 100 + i, 1_650_000_000_000 + i * 1000)
+    count = ref.count
+    # the killed put: entry and slot written, header not
+    struct.pack_into(">iqii", ref.buf, 40 + 400 + count * 20, kh, 999, 9, count - 1)
+    struct.pack_into(">i", ref.buf, 40 + (kh % 100) * 4, count)
+    (tmp_path / "index" / "20220415132000123").write_bytes(bytes(ref.buf))
+    reader = IndexService.open(tmp_path, SMALL)
+    assert reader.query("T", "old") == [104, 103, 102, 101, 100]  # the unpublished entry is not seen
+    reader.close()
+    svc = open_service(tmp_path)
+    other = next(k for k in (f"o{i}" for i in range(1000)) if ref_key_hash(f"T#{k}") % 100 != kh % 100)
+    assert svc.build(pa.array(["T"]), np.array([5000]), np.array([1_650_000_100_000]), pa.array([other]), None) == 1
+    assert svc.query("T", "old") == [104, 103, 102, 101, 100]
+    assert svc.query("T", other) == [5000]
+    svc.close()
+
+
 def test_rocketmq_written_file_is_read(tmp_path: Path) -> None:
     """An index file as RocketMQ leaves it (indexCount 0 on disk until the first key, sparse,
     named by time) made by the reference writer: the service opens it, finds keys, appends."""

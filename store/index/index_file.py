@@ -156,7 +156,6 @@ class IndexFile:
         self._fd = fd
         self._mm: mmap.mmap | None = mm
         self._entries_at = HEADER_SIZE + SLOT_SIZE * hash_slot_num
-        self._slots: np.ndarray | None = np.frombuffer(mm, ">i4", hash_slot_num, HEADER_SIZE)
         self._dirty = False
 
     # ------------------------------------------------------------------ open/create
@@ -219,7 +218,6 @@ class IndexFile:
         """Unmap and close (idempotent). Arrays returned by :meth:`entries` stay valid copies."""
         if self._mm is None:
             return
-        self._slots = None
         try:
             self._mm.close()
         except BufferError:  # a view still exported: the mapping goes with its last user
@@ -228,6 +226,10 @@ class IndexFile:
         os.close(self._fd)
 
     # ------------------------------------------------------------------ reading
+    @property
+    def closed(self) -> bool:
+        return self._mm is None
+
     def _map(self) -> mmap.mmap:
         if self._mm is None:
             raise InvalidArgumentError(f"index file {self.path} is closed")

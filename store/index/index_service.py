@@ -136,6 +136,7 @@ class IndexService:
         # (last file, its indexCount, E, j) after this process's last build: saves reading
         # the tail again while no other process wrote
         self._tail: tuple[str, int, int, int] | None = None
+        self._checked: set[str] = set()  # files this process has checked for a killed writer's slots
         self._index_msg_timestamp = 0
 
     # ------------------------------------------------------------------ open/close
@@ -235,8 +236,16 @@ class IndexService:
         if not self.writable:
             raise InvalidArgumentError("this IndexService was opened read-only")
         self._refresh()
-        if self._files and self._files[-1].intent() is not None:
-            self._files[-1].repair()
+        if not self._files:
+            return
+        last = self._files[-1]
+        if last.intent() is not None:
+            last.repair()
+        elif last.name not in self._checked:
+            # once per process and file: a writer without our write intent (RocketMQ, killed
+            # between a key's slot and its header update) can leave a slot past indexCount
+            last.repair()
+        self._checked.add(last.name)
 
     # ------------------------------------------------------------------ build
     def build(
@@ -371,9 +380,14 @@ class IndexService:
             self._refresh()
             files = list(self._files)
         for f in reversed(files):
-            hdr = f.header()
-            if hdr.time_matched(begin, end):
-                f.select_phy_offsets(out, h, max_num, begin, end)
+            try:
+                hdr = f.header()
+                if hdr.time_matched(begin, end):
+                    f.select_phy_offsets(out, h, max_num, begin, end)
+            except (InvalidArgumentError, ValueError):
+                if f.closed:  # removed (retention) by another thread meanwhile
+                    continue
+                raise
             if hdr.begin_timestamp < begin or len(out) >= max_num:
                 break
         return out
