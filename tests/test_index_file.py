@@ -549,6 +549,24 @@ def test_disk_full_while_writing_entries_publishes_nothing(tmp_path: Path, monke
     svc.close()
 
 
+def test_disk_full_when_creating_a_file_leaves_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    svc = open_service(tmp_path)
+
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with pytest.raises(DiskFullError, match="allocating"):
+        svc.build(pa.array(["T"]), np.array([1]), np.array([T_MS]), pa.array(["k"]), None)
+    assert os.listdir(tmp_path / "index") == [] and svc.files() == []
+    monkeypatch.undo()
+    assert svc.build(pa.array(["T"]), np.array([1]), np.array([T_MS]), pa.array(["k"]), None) == 1
+    svc.close()
+
+
+T_MS = 1_700_000_000_000
+
+
 def test_config_is_checked() -> None:
     from store.errors import ConfigError
 

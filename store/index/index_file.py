@@ -174,9 +174,7 @@ class IndexFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.ftruncate(fd, size)
-            # header, slots and entry 0 (the write intent): the stores into the slots never
-            # need a block, and no read of them meets a hole
-            os.posix_fallocate(fd, 0, HEADER_SIZE + SLOT_SIZE * hash_slot_num + ENTRY_SIZE)
+            _allocate(fd, path, hash_slot_num)
             phy = end_phy_offset if end_phy_offset > 0 else 0
             ts = end_timestamp if end_timestamp > 0 else 0
             os.pwrite(fd, IndexHeader(ts, ts, phy, phy, 0, 1).pack(), 0)
@@ -207,6 +205,10 @@ class IndexFile:
                 )
             raw = os.pread(fd, HEADER_SIZE, 0)
             _check_header(HEADER.unpack(raw), path, hash_slot_num, index_num)
+            if writable:
+                # a file another writer created (RocketMQ's are wholly sparse): allocate the
+                # header and slots before any store into them (a no-op when they are)
+                _allocate(fd, path, hash_slot_num)
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
             mm = mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
         except BaseException:
@@ -507,6 +509,17 @@ class IndexFile:
             raise_if_disk_full(exc, self.path, "flushing an index file")
             raise
         return dirty
+
+
+def _allocate(fd: int, path: Path, hash_slot_num: int) -> None:
+    """Allocate the header, the slots and entry 0 (the write intent): stores into the slots
+    then never need a block (a full disk would be SIGBUS), and no read of them meets a hole.
+    Raises :class:`DiskFullError` naming the file."""
+    try:
+        os.posix_fallocate(fd, 0, HEADER_SIZE + SLOT_SIZE * hash_slot_num + ENTRY_SIZE)
+    except OSError as exc:
+        raise_if_disk_full(exc, path, "allocating an index file's slots")
+        raise
 
 
 def _check_header(fields: tuple[int, ...], path: Path, hash_slot_num: int, index_num: int) -> None:
