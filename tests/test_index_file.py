@@ -280,6 +280,17 @@ def test_message_keys_order_and_hashes() -> None:
     assert message_keys(dict_topics, uniq, keys).key_hash.tolist() == b.key_hash.tolist()
 
 
+@pytest.mark.parametrize("topics", [["T1"] * 4, ["T1", "T2", "T1", "T3"]])
+def test_message_keys_of_the_usual_shape(topics: list[str]) -> None:
+    """Every message with a UNIQ_KEY and one KEYS token (the interleaved path), one topic or several."""
+    uniq = [f"{i:032X}" for i in range(4)]
+    keys = ["a", "bb", "日本", "😀"]
+    b = message_keys(pa.array(topics), pa.array(uniq), pa.array(keys))
+    expected = [k for t, u, x in zip(topics, uniq, keys, strict=True) for k in (f"{t}#{u}", f"{t}#{x}")]
+    assert b.key_hash.tolist() == [ref_key_hash(k) for k in expected]
+    assert b.message.tolist() == [0, 0, 1, 1, 2, 2, 3, 3] and b.ordinal.tolist() == [0, 1] * 4
+
+
 def test_message_keys_skip_rolled_back_transactions_only() -> None:
     """RocketMQ 4.9.8 buildIndex returns for TRANSACTION_ROLLBACK_TYPE (0xC), indexes prepared (0x4)."""
     topics = pa.array(["T"] * 4)

@@ -118,7 +118,7 @@ def _tokens(off: np.ndarray, data: np.ndarray, valid: np.ndarray) -> tuple[np.nd
 
 
 def _topic_prefix_hashes(topics: pa.Array | pa.ChunkedArray, n: int) -> np.ndarray:
-    """Per row, the Java hash (int32) of ``topic + "#"``."""
+    """Per row, the Java hash (int32) of ``topic + "#"``; a single value when there is one topic."""
     topics = _flat(topics)
     if len(topics) != n:
         raise InvalidArgumentError(f"topics has {len(topics)} rows, expected {n}")
@@ -132,6 +132,8 @@ def _topic_prefix_hashes(topics: pa.Array | pa.ChunkedArray, n: int) -> np.ndarr
     h, _ = java_hash_column(values)
     with np.errstate(over="ignore"):
         prefix = (h.view(np.uint32) * np.uint32(31) + np.uint32(ord("#"))).view(np.int32)
+    if len(prefix) == 1:
+        return prefix  # one topic: one value for every row (broadcast)
     return prefix[np.asarray(enc.indices, np.int64)]
 
 
@@ -179,22 +181,31 @@ def message_keys(
         return KeyBatch(empty, empty, np.zeros(0, np.int32))
 
     # place every key at its position: message by message, UNIQ_KEY first, tokens in order
-    counts = has_uniq.copy()
-    if len(token_rows):
-        counts += np.bincount(token_rows, minlength=n)
-    starts = np.zeros(n + 1, np.int64)
-    np.cumsum(counts, out=starts[1:])
-    total = int(starts[-1])
-    message = np.repeat(np.arange(n, dtype=np.int64), counts)
-    ordinal = np.arange(total, dtype=np.int64) - starts[message]
-    hashes = np.empty(total, np.int32)
-    lengths = np.empty(total, np.int64)
-    for rows, pos, h, lens in parts:
-        # UNIQ_KEY (pos -1) goes first; token j after it
-        dest = starts[rows] + has_uniq[rows] + pos
-        hashes[dest] = h
-        lengths[dest] = lens
-    full = concat_hash(prefix[message], hashes, lengths)
+    token_counts = np.bincount(token_rows, minlength=n) if len(token_rows) else np.zeros(n, np.int64)
+    if len(parts) == 2 and len(parts[0][0]) == n and len(token_rows) == n and bool((token_counts == 1).all()):
+        # every message has a UNIQ_KEY and one token (the usual shape): interleave
+        total = 2 * n
+        pair = np.arange(total, dtype=np.int64)
+        message, ordinal = pair >> 1, pair & 1
+        hashes = np.empty(total, np.int32)
+        lengths = np.empty(total, np.int64)
+        hashes[0::2], hashes[1::2] = parts[0][2], parts[1][2]
+        lengths[0::2], lengths[1::2] = parts[0][3], parts[1][3]
+    else:
+        counts = has_uniq + token_counts
+        starts = np.zeros(n + 1, np.int64)
+        np.cumsum(counts, out=starts[1:])
+        total = int(starts[-1])
+        message = np.repeat(np.arange(n, dtype=np.int64), counts)
+        ordinal = np.arange(total, dtype=np.int64) - starts[message]
+        hashes = np.empty(total, np.int32)
+        lengths = np.empty(total, np.int64)
+        for rows, pos, h, lens in parts:
+            # UNIQ_KEY (pos -1) goes first; token j after it
+            dest = starts[rows] + has_uniq[rows] + pos
+            hashes[dest] = h
+            lengths[dest] = lens
+    full = concat_hash(prefix if len(prefix) == 1 else prefix[message], hashes, lengths)
     batch = KeyBatch(message, ordinal, index_key_hash(full))
     if sys_flags is not None:
         flags = np.asarray(sys_flags, np.int64)
