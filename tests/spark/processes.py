@@ -10,7 +10,6 @@ import subprocess
 import sys
 import sysconfig
 import time
-import zipfile
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -46,12 +45,10 @@ def bare_python(dest: Path) -> Path:
 
 
 def zip_packages(dest: Path) -> Path:
-    """``store`` and ``spark_rmq`` as one zip for ``--py-files`` (sources only: the C helper
-    cannot be imported from a zip anyway)."""
-    with zipfile.ZipFile(dest, "w", zipfile.ZIP_DEFLATED) as z:
-        for pkg in ("store", "spark_rmq"):
-            for path in sorted((REPO / pkg).rglob("*.py")):
-                z.write(path, path.relative_to(REPO).as_posix())
+    """``store`` and ``spark_rmq`` as one zip for ``--py-files``, made as docs/spark.md says
+    (``python -m zipfile -c``, from the repository's root; the C helper it holds cannot be
+    imported from a zip)."""
+    subprocess.run([sys.executable, "-m", "zipfile", "-c", str(dest), "store", "spark_rmq"], cwd=REPO, check=True)
     return dest
 
 
