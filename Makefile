@@ -1,6 +1,8 @@
 # Two entry points (see README): `make quickstart` and `make test`.
-# Both create .venv with everything the project needs, then run.
+# Both create .venv with everything the project needs, then run: the package with its dev,
+# notebook (the notebook test runs it headless) and connect (the Spark Connect test) extras.
 PY ?= python3
+EXTRAS := dev,notebook,connect
 VENV := .venv
 STAMP := $(VENV)/.installed
 
@@ -9,7 +11,7 @@ STAMP := $(VENV)/.installed
 $(STAMP): pyproject.toml setup.py store/_native.c
 	$(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip >/dev/null
-	$(VENV)/bin/python -m pip install -e '.[dev]'
+	$(VENV)/bin/python -m pip install -e '.[$(EXTRAS)]'
 	touch $(STAMP)
 
 quickstart: $(STAMP)

@@ -10,16 +10,26 @@ at start). It
    routing keeps an order's events on one queue, in order), the event kind as tag;
 2. reads the topic back with ``spark.readStream.format("rmqlog")`` and Trigger.AvailableNow;
 3. prints per-queue counts, a few messages, and a batch read with a tag filter.
+
+Each step prints what it is doing, and each micro-batch its rows and rate (polled from the
+query's progress). Spark's own log
+(its start-up warnings included) goes to ``<root>.spark.log``, not to the terminal. The times
+printed are wall-clock times measured from the start of this script.
 """
 
 from __future__ import annotations
 
-import argparse
-import shutil
-import sys
-import tempfile
 import time
-from pathlib import Path
+
+T_START = time.perf_counter()  # before the imports: pyspark's and pyarrow's take seconds too
+
+import argparse  # noqa: E402
+import os  # noqa: E402
+import shutil  # noqa: E402
+import sys  # noqa: E402
+import tempfile  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -28,26 +38,67 @@ import spark_rmq  # noqa: E402
 import store  # noqa: E402
 
 
-def main() -> None:
+def say(text: str) -> None:
+    print(f"[{time.perf_counter() - T_START:5.1f}s] {text}", flush=True)
+
+
+def quiet_session(log: Path) -> Any:
+    """``spark_rmq.local_session`` with the JVM's stderr (log4j's console output, the JVM's own
+    warnings) sent to ``log``: the JVM inherits this process's stderr when it starts."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(log, "wb") as f:
+        os.dup2(f.fileno(), 2)
+    try:
+        return spark_rmq.local_session("rmq-quickstart")
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def follow(query: Any, what: str) -> int:
+    """Wait for ``query`` to end, printing each micro-batch (rows, total, rate) and, every 5 s
+    without one, what the query is doing; returns the rows."""
+    shown, total, last = 0, 0, time.perf_counter()
+    while True:
+        active = query.isActive  # read before the progress: the last batches are then in it
+        for p in query.recentProgress[shown:]:
+            shown += 1
+            if p["numInputRows"]:
+                total += p["numInputRows"]
+                last = time.perf_counter()
+                say(f"  {what} batch {p['batchId']}: {p['numInputRows']:,} rows ({total:,} so far, "
+                    f"{p['processedRowsPerSecond']:,.0f} rows/s)")
+        if not active:
+            query.awaitTermination()  # raises the query's error, if it failed
+            return total
+        if time.perf_counter() - last >= 5:
+            last = time.perf_counter()
+            say(f"  {what}: {query.status['message'].lower()}")
+        time.sleep(0.5)
+
+
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--root", type=Path, default=REPO / "data" / "quickstart", help="store directory (wiped first)")
     ap.add_argument("--events", type=int, default=100_000, help="order events to generate")
     ap.add_argument("--files", type=int, default=4, help="files they arrive in (one micro-batch each)")
-    args = ap.parse_args()
-    t_start = time.perf_counter()
+    args = ap.parse_args(argv)
     root = args.root
     shutil.rmtree(root, ignore_errors=True)
     with store.MessageStore.open(root) as ms:
         ms.create_topic("orders", 4)
     checkpoints = Path(tempfile.mkdtemp(prefix="rmq-quickstart-ck-"))
+    spark_log = root.with_name(root.name + ".spark.log")
 
-    spark = spark_rmq.local_session("rmq-quickstart")
-    spark.sparkContext.setLogLevel("ERROR")
-    print(f"store: {root}  (Spark {spark.version}, {spark.sparkContext.master})")
+    say(f"starting Spark (local[2]; its log: {spark_log})")
+    spark = quiet_session(spark_log)
+    say(f"Spark {spark.version} started; store: {root}")
 
     # 1. stream generated order events into the log: the events land as files in a folder
     #    (as an upstream job would drop them) and a stream picks them up, one file per trigger
     incoming = checkpoints / "incoming"
+    say(f"generating {args.events:,} order events into {args.files} parquet files")
     (spark.range(args.events, numPartitions=args.files)
      .selectExpr(
          "id AS seq",
@@ -66,6 +117,7 @@ def main() -> None:
             "map('source', 'quickstart') AS properties",
         )
     )
+    say("writing them with writeStream.format('rmqlog'), one micro-batch per file")
     t0 = time.perf_counter()
     writer = (
         events.writeStream.format("rmqlog").option("path", str(root))
@@ -73,23 +125,25 @@ def main() -> None:
         .option("checkpointLocation", str(checkpoints / "write"))
         .trigger(availableNow=True).start()
     )
-    writer.awaitTermination()
-    written = sum(p["numInputRows"] for p in writer.recentProgress)
-    print(f"wrote {written:,} order events in {time.perf_counter() - t0:.1f}s with writeStream.format('rmqlog') "
-          f"({len([p for p in writer.recentProgress if p['numInputRows']])} micro-batches)")
+    written = follow(writer, "write")
+    took = time.perf_counter() - t0
+    say(f"wrote {written:,} messages in {took:.1f}s ({written / took:,.0f} messages/s)")
 
     # 2. read them back as a stream (AvailableNow: everything there now, then stop)
+    say("reading them back with readStream.format('rmqlog') (AvailableNow, in 4 micro-batches)")
     t0 = time.perf_counter()
     reader = (
         spark.readStream.format("rmqlog").option("path", str(root)).option("topics", "orders")
-        .option("startingOffsets", "earliest").option("group", "quickstart").load()
+        .option("startingOffsets", "earliest").option("group", "quickstart")
+        .option("maxMessagesPerTrigger", max(1, args.events // 4)).load()  # a few batches, to show progress
         .writeStream.format("memory").queryName("orders_back")
         .option("checkpointLocation", str(checkpoints / "read"))
         .trigger(availableNow=True).start()
     )
-    reader.awaitTermination()
+    read = follow(reader, "read")
+    took = time.perf_counter() - t0
     back = spark.table("orders_back")
-    print(f"read back {back.count():,} messages in {time.perf_counter() - t0:.1f}s with readStream (AvailableNow)\n")
+    say(f"read back {back.count():,} messages in {took:.1f}s ({read / took:,.0f} messages/s)\n")
     print("messages per queue:")
     back.groupBy("topic", "queueId").count().orderBy("queueId").show()
     print("a few messages:")
@@ -99,13 +153,13 @@ def main() -> None:
 
     # 3. a batch read with a tag filter (filtered on the consume queue's tag hash first)
     shipped = spark.read.format("rmqlog").option("path", str(root)).option("topics", "orders").option("tags", "shipped").load()
-    print(f"batch read, tags='shipped': {shipped.count():,} messages")
+    say(f"batch read, tags='shipped': {shipped.count():,} messages")
     with store.MessageStore.open(root) as ms:
         lag = {q: ms.max_offset("orders", q) - ms.committed_offset("quickstart", "orders", q) for q in range(4)}
-    print(f"group 'quickstart' lag per queue (config/consumerOffset.json): {lag}")
+    say(f"group 'quickstart' lag per queue (config/consumerOffset.json): {lag}")
     spark.stop()
     shutil.rmtree(checkpoints, ignore_errors=True)
-    print(f"\nquickstart done in {time.perf_counter() - t_start:.1f}s")
+    say("quickstart done (the time includes starting Python and Spark)")
 
 
 if __name__ == "__main__":
