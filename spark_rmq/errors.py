@@ -6,7 +6,7 @@ and subclasses), so callers catch one hierarchy whichever layer found the proble
 
 from __future__ import annotations
 
-from store.errors import InvalidMessageError, StoreError
+from store.errors import InvalidMessageError, MessagesDeletedError, StoreError
 
 
 class RmqLogOptionError(StoreError, ValueError):
@@ -20,21 +20,32 @@ class RmqLogOptionError(StoreError, ValueError):
         self.option = option
 
 
-class DataLossError(StoreError):
-    """Messages a query still needs were deleted (retention) before it read them.
+class DataLossError(MessagesDeletedError):
+    """Messages a query still needs were deleted (retention) before or while it read them.
 
-    Raised with ``failOnDataLoss=true`` (the default); names the queue and the lost range.
+    Raised with ``failOnDataLoss=true`` (the default); names the queue (``queue``,
+    ``"topic/queueId"``; also ``topic`` and ``queue_id``) and the lost range ``[start,
+    available)`` (``available``, also ``end``: the queue's first offset still stored). A
+    :class:`store.errors.MessagesDeletedError`, so one ``except`` catches the store's and the
+    source's report of the same loss.
     """
 
     def __init__(self, queue: str, start: int, available: int) -> None:
-        super().__init__(
+        topic, _, qid = queue.rpartition("/")
+        super().__init__(topic, int(qid) if qid.isdigit() else -1, start, available)
+        self.args = (
             f"data loss on queue {queue}: offsets [{start}, {available}) were deleted before "
             f"they were read (the queue now starts at {available}); set failOnDataLoss=false "
-            "to skip them"
+            "to skip them",
         )
         self.queue = queue
-        self.start = start
         self.available = available
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, int]]:  # picklable (processes pass it on)
+        return (type(self), (self.queue, self.start, self.available))
 
 
 class UnsupportedFieldError(InvalidMessageError):

@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from store import MESSAGE_SCHEMA, MessageStore
+from store import MESSAGE_SCHEMA, CorruptStoreError, MessagesDeletedError, MessageStore
 from store.hashing import java_string_hash
 from store.queue.checked_read import read_units
 from store.queue.consume_queue import FILLER_SIZE
@@ -62,7 +62,9 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
     """Yield the messages of ``part`` as record batches of ``schema`` (the message schema).
 
     Raises :class:`spark_rmq.errors.DataLossError` if retention deleted part of the range
-    and ``part.fail_on_data_loss``; otherwise those messages are skipped with a warning.
+    (before or while it is read) and ``part.fail_on_data_loss``, naming the queue and exactly
+    the offsets lost (from the first one the range still needed to the queue's new first
+    offset); otherwise those messages are skipped with a warning.
     :class:`store.StoreNotFoundError` if there is no store at the path (nothing is created).
     Each message is checked against its consume-queue unit (and its body CRC with
     ``part.check_crc``): raises :class:`store.CorruptQueueError` or
@@ -79,8 +81,12 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
     pos = check_data_loss(part.key, part.start, first, part.fail_on_data_loss)
     while pos < part.end:
         n = min(part.batch_rows, part.end - pos)
-        with busy():
-            table = _read_window(ms, part, pos, n, floor, schema)
+        try:
+            with busy():
+                table = _read_window(ms, part, pos, n, floor, schema)
+        except MessagesDeletedError as gone:  # retention overtook the read: the range's rest from its new start
+            pos = check_data_loss(part.key, max(pos, gone.start), gone.end, part.fail_on_data_loss)
+            continue
         pos += n
         if table is not None:
             yield from table.to_batches()
@@ -89,19 +95,26 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
 def _read_window(
     ms: MessageStore, part: QueueRange, pos: int, n: int, floor: int, schema: pa.Schema,
 ) -> pa.Table | None:
-    """Messages ``[pos, pos + n)`` of the range that pass its filters (None if none do)."""
+    """Messages ``[pos, pos + n)`` of the range that pass its filters (None if none do).
+
+    Raises :class:`store.MessagesDeletedError` when retention deleted some of them since the
+    range was planned (their consume-queue segment, or their records)."""
     cq = ms.consume_queue(part.topic, part.queue_id)
     units = cq.read(pos, n)
-    if len(units) < n:  # the queue's segment vanished under us: retention while reading
-        check_data_loss(part.key, pos + len(units), part.end, part.fail_on_data_loss)
     offsets = units["offset"].astype(np.int64)
     real = units["size"] != FILLER_SIZE
     # units at or after the floor but below the commitlog's first offset now: retention
     # deleted their records while this task was reading
-    lost = real & (offsets >= floor) & (offsets < ms.commitlog.min_offset())
-    if lost.any():
-        check_data_loss(part.key, pos, pos + int(np.flatnonzero(lost)[-1]) + 1, part.fail_on_data_loss)
-    live = real & ~lost
+    low = ms.commitlog.min_offset()
+    lost = np.flatnonzero(real & (offsets >= floor) & (offsets < low))
+    if len(units) < n or len(lost):  # (a short read: the queue's segment went, too)
+        start = pos + (int(lost[0]) if len(lost) else len(units))
+        now_first = ms.min_offset(part.topic, part.queue_id)
+        if now_first <= start and not len(lost):  # not retention: a segment missing inside the queue
+            raise CorruptStoreError(f"consume-queue segment holding queue offset {start} is missing", path=str(cq.directory))
+        end = now_first if now_first > start else pos + int(lost[-1]) + 1
+        raise MessagesDeletedError(part.topic, part.queue_id, start, end)
+    live = real.copy()
     if part.tags:
         live &= np.isin(units["tagsCode"].astype(np.int64), tag_codes(part.tags))
     rows = np.flatnonzero(live)

@@ -17,6 +17,7 @@ from .errors import (
     InvalidGroupError,
     InvalidMessageError,
     InvalidTopicError,
+    MessagesDeletedError,
     MessageTooLargeError,
     QueueIdError,
     StoreClosedError,
@@ -33,7 +34,7 @@ MALLOC_PINNED = pin_malloc_thresholds()
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
-    "InvalidTopicError", "MessageTooLargeError", "QueueIdError", "StoreClosedError", "StoreNotFoundError",
+    "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "StoreClosedError", "StoreNotFoundError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",
 ]

@@ -49,8 +49,18 @@ class StoreConfig:
       ``check.crcs``: recovery checks only the newest segments, so damage to older data is
       first met by a read. ``read_queue``/``get_messages`` take a per-call ``check_crc``.
     - ``reput_interval_ms``: how often the background dispatcher looks for new records.
-    - ``file_reserved_time`` (hours), ``delete_when`` (hours of day, ``"04"`` or ``"04;16"``),
-      ``disk_max_used_space_ratio`` (percent): retention.
+    - Retention (see :mod:`store.retention`): ``file_reserved_time`` (hours, 72): a commitlog
+      segment last written longer ago expires; ``delete_when`` (local hours of day, ``"04"``
+      or ``"04;16"``): when expired segments are deleted; ``disk_max_used_space_ratio``
+      (percent, 75; RocketMQ clamps it to 10..95): past it, expired segments are deleted at
+      any hour; ``disk_space_clean_forcibly_ratio`` (percent, 85; RocketMQ's
+      ``diskSpaceCleanForciblyRatio``): past it, the oldest segments are deleted whatever
+      their age when ``clean_file_forcibly_enable`` (default on);
+      ``delete_commit_log_files_max_num`` (10): segments deleted per pass at most;
+      ``destroy_mapped_file_interval_forcibly`` (ms, 120000; RocketMQ's
+      ``destroyMapedFileIntervalForcibly``): how long a segment a reader holds keeps a pass
+      from deleting it; ``clean_resource_interval`` (ms, 10000): how often the background
+      service (:meth:`store.MessageStore.start_dispatcher`) runs a pass.
     - ``disk_space_warning_level_ratio`` (percent, RocketMQ's ``diskSpaceWarningLevelRatio``
       90%): appends are refused with :class:`DiskFullError` while the commitlog's volume is
       fuller than this; accepted again once it is not.
@@ -74,6 +84,11 @@ class StoreConfig:
     file_reserved_time: int = 72
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
+    disk_space_clean_forcibly_ratio: int = 85
+    clean_file_forcibly_enable: bool = True
+    delete_commit_log_files_max_num: int = 10
+    destroy_mapped_file_interval_forcibly: int = 120_000
+    clean_resource_interval: int = 10_000
     disk_space_warning_level_ratio: int = 90
     message_delay_level: str = DEFAULT_DELAY_LEVELS
 
@@ -91,6 +106,14 @@ class StoreConfig:
             raise ConfigError("default_topic_queue_nums must be in 1..1024")
         if self.flush_disk_type not in (SYNC_FLUSH, ASYNC_FLUSH):
             raise ConfigError(f"flush_disk_type must be {SYNC_FLUSH} or {ASYNC_FLUSH}")
+        for name, least in (("file_reserved_time", 0), ("destroy_mapped_file_interval_forcibly", 0),
+                            ("delete_commit_log_files_max_num", 1), ("clean_resource_interval", 1)):
+            if getattr(self, name) < least:
+                raise ConfigError(f"{name} must be at least {least}")
+        for name in ("disk_max_used_space_ratio", "disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"):
+            if not 0 <= getattr(self, name) <= 100:
+                raise ConfigError(f"{name} must be a percentage in 0..100")
+        delete_hours(self.delete_when)  # raises ConfigError naming the bad hour
         from .hosts import parse_host  # local import: hosts imports errors only
 
         parse_host(self.store_host, what="store_host")
@@ -109,8 +132,10 @@ class StoreConfig:
         ``brokerIP1`` and ``listenPort`` make up ``store_host``.
         Raises :class:`ConfigError` for a value of the wrong type.
         """
-        # match RocketMQ's camelCase keys by letters only: 'checkCRCOnRecover' is check_crc_on_recover
+        # match RocketMQ's camelCase keys by letters only: 'checkCRCOnRecover' is check_crc_on_recover;
+        # RocketMQ spells some 'Maped' ('destroyMapedFileIntervalForcibly'): both spellings are read
         known = {f.name.replace("_", "").lower(): f for f in fields(cls)}
+        known.update({k.replace("mapped", "maped"): f for k, f in list(known.items()) if "mapped" in k})
         values: dict[str, Any] = {}
         ip, port = None, None
         for raw in Path(path).read_text(encoding="utf-8").splitlines():
@@ -133,6 +158,18 @@ class StoreConfig:
             values["store_host"] = f"{ip or '127.0.0.1'}:{port or 10911}"
         values.update(overrides)
         return cls(**values)
+
+
+def delete_hours(delete_when: str) -> frozenset[int]:
+    """The hours of ``delete_when`` (``"04"``, ``"04;16"``: RocketMQ's ``;``-separated hours of
+    day, 0..23). Raises :class:`ConfigError` naming a bad entry."""
+    hours = set()
+    for part in str(delete_when).split(";"):
+        part = part.strip()
+        if not (part.isascii() and part.isdigit() and int(part) < 24):
+            raise ConfigError(f"delete_when: {part!r} is not an hour of day 0..23 (RocketMQ's syntax: \"04\" or \"04;16\")")
+        hours.add(int(part))
+    return frozenset(hours)
 
 
 def _coerce(name: str, typ: Any, value: str) -> Any:

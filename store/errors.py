@@ -91,9 +91,35 @@ class CorruptQueueError(CorruptStoreError):
 
 
 class DataLossError(CorruptStoreError):
-    """Recovery found damage in data that was already flushed (acknowledged), or a bad record
-    with valid data after it. Nothing was changed; open with ``repair=True`` to cut the log
-    at the damage, or run :func:`store.admin.verify.verify` to see every problem."""
+    """Data a caller relies on is gone. Raised as such by recovery: damage in data that was
+    already flushed (acknowledged), or a bad record with valid data after it; nothing was
+    changed then: open with ``repair=True`` to cut the log at the damage, or run
+    :func:`store.admin.verify.verify` to see every problem. See also
+    :class:`MessagesDeletedError` (retention)."""
+
+
+class MessagesDeletedError(DataLossError):
+    """Messages a read asked for were deleted by retention (``clean_expired``) before or while
+    it read them. ``topic``, ``queue_id`` and the lost queue offsets ``[start, end)`` are named
+    (``end`` is the queue's first offset still stored). Nothing of another record is returned
+    instead; reading again from ``end`` gets what is left."""
+
+    def __init__(self, topic: str, queue_id: int, start: int, end: int, *, detail: str = "") -> None:
+        message = f"messages of {topic}/{queue_id} at queue offsets [{start}, {end}) were deleted by retention"
+        super().__init__(message + (f" ({detail})" if detail else ""))
+        self.topic = topic
+        self.queue_id = queue_id
+        self.start = start
+        self.end = end
+        self.detail = detail
+
+    def __reduce__(self) -> tuple[object, ...]:  # picklable (processes pass it on)
+        return (_deleted_error, (type(self), self.topic, self.queue_id, self.start, self.end, self.detail))
+
+
+def _deleted_error(cls: type[MessagesDeletedError], topic: str, queue_id: int, start: int, end: int,
+                   detail: str) -> MessagesDeletedError:
+    return cls(topic, queue_id, start, end, detail=detail)
 
 
 class StoreNotFoundError(StoreError):

@@ -43,6 +43,7 @@ from .errors import (
     DiskFullError,
     InvalidArgumentError,
     InvalidMessageError,
+    MessagesDeletedError,
     StoreClosedError,
 )
 from .hashing import java_string_hash
@@ -68,6 +69,7 @@ from .queue.checked_read import read_units, unit_store_timestamp
 from .queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
 from .queue.dispatcher import Dispatcher
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
+from .retention import CleanReport, Retention
 from .schema import PUT_RESULT_SCHEMA, TS
 from .service import ServiceLoop
 
@@ -198,6 +200,7 @@ class MessageStore:
             self.paths.dispatch_state, self._dispatch_lock, self.config.reput_interval_ms,
         )
         self.checkpoint_file = CheckpointFile(self.paths.checkpoint)
+        self.retention = Retention(self)
         self.flush_service = FlushService(
             self.commitlog, self.append_state, flush_lock,
             FlushStateFile(self.paths.flush_state), self.checkpoint_file, self.paths.consumequeue_dir,
@@ -717,14 +720,22 @@ class MessageStore:
 
     def start_dispatcher(self) -> None:
         """Dispatch continuously in the background (every ``reput_interval_ms`` while idle;
-        a second start is a no-op). A failed round is logged and kept in
-        ``dispatcher.last_error``; the dispatcher keeps running."""
+        a second start is a no-op), and run retention passes (:meth:`clean_expired`, every
+        ``clean_resource_interval`` ms). A failed round is logged and kept in
+        ``dispatcher.last_error`` / ``retention.last_error``; both keep running."""
         self._check_open()
         self.services.add(self.dispatcher)
+        self.services.add(self.retention)
 
     def stop_dispatcher(self) -> None:
-        """Stop the background dispatcher; returns once its round in progress has finished."""
+        """Stop the background dispatcher and retention; returns once their rounds in progress have finished."""
+        self.services.remove(self.retention)
         self.services.remove(self.dispatcher)
+
+    def clean_expired(self, now_ms: int | None = None, *, force: bool = False) -> CleanReport:
+        """One retention pass (RocketMQ's clean services); see :mod:`store.retention.cleaner`."""
+        self._check_open()
+        return self.retention.clean(now_ms, force=force)
 
     # ------------------------------------------------------------------ read
     def _queue_exists(self, topic: str, queue_id: int) -> bool:
@@ -806,6 +817,9 @@ class MessageStore:
         wanted = parse_tag_filter(tags)
         window = max_count if wanted is None else max(800, max_count)
         units = cq.read(offset, min(window, hi - offset))
+        if not len(units):  # its consume-queue segment went meanwhile (retention): from the new start
+            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, max(offset, self.min_offset(topic, queue_id)),
+                                    lo, hi, empty)
         # units below the commitlog's first offset are not skipped here: from the queue's
         # first live offset on, such a unit is damaged, and the read reports it
         real = units["size"] != FILLER_SIZE
@@ -822,7 +836,10 @@ class MessageStore:
         if len(hits) == 0:
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if not real.any() else GetMessageStatus.NO_MATCHED_MESSAGE
             return GetMessageResult(status, offset + scanned, lo, hi, empty)
-        table = self._read_units(cq, topic, queue_id, offset, units, hits, floor, check_crc)
+        try:
+            table = self._read_units(cq, topic, queue_id, offset, units, hits, floor, check_crc)
+        except MessagesDeletedError as gone:  # retention overtook the read: RocketMQ's status for it
+            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, gone.end, lo, hi, empty)
         if wanted is not None:
             import pyarrow.compute as pc
 
@@ -845,19 +862,27 @@ class MessageStore:
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, check_crc: bool | None = None) -> pa.Table:
         """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table.
 
-        Checked as :meth:`get_messages` says (``check_crc``, the errors).
+        Checked as :meth:`get_messages` says (``check_crc``, the errors). A read that retention
+        overtook is clamped again (what exists once the deletion is done).
         """
         self._check_open()
         validate_topic(topic)
         queue_id, start, end = queue_id_arg(queue_id), int_arg("start", start), int_arg("end", end)
         cq = self.consume_queue(topic, queue_id)
-        lo, hi, floor = self._read_bounds(cq)
-        start, end = max(start, lo), min(end, hi)
-        if end <= start:
-            return empty_message_table()
-        units = cq.read(start, end - start)
-        return self._read_units(cq, topic, queue_id, start, units, np.flatnonzero(units["size"] != FILLER_SIZE), floor,
-                                check_crc)
+        while True:
+            lo, hi, floor = self._read_bounds(cq)
+            first, last = max(start, lo), min(end, hi)
+            if last <= first:
+                return empty_message_table()
+            units = cq.read(first, last - first)
+            if len(units) < last - first and self.min_offset(topic, queue_id) > first:
+                start = first + 1  # its first segments went while it read: clamp again
+                continue
+            try:
+                return self._read_units(cq, topic, queue_id, first, units, np.flatnonzero(units["size"] != FILLER_SIZE),
+                                        floor, check_crc)
+            except MessagesDeletedError as gone:
+                start = gone.end
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """The first queue offset whose store time is at or after ``ts_ms`` (max offset if none).

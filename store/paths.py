@@ -9,6 +9,7 @@
 <root>/dispatch.state, dispatch.lock                   ours: the dispatcher's progress
 <root>/flush.state, flush.lock                         ours: the durable flushed position
 <root>/owners/<pid>-<random>, recovering               ours: who has the store open; a recovery under way
+<root>/retention.state                                 ours: where the commitlog starts after retention
 ```
 
 Topic and group names reach the filesystem only through :func:`validate_topic` /
@@ -150,6 +151,10 @@ class StorePaths:
     @property
     def flush_lock(self) -> Path:
         return self.root / "flush.lock"
+
+    @property
+    def retention_state(self) -> Path:
+        return self.root / "retention.state"
 
     def holds_store(self) -> bool:
         """Whether ``root`` already holds a store (RocketMQ's or ours): a ``commitlog/``,

@@ -5,6 +5,8 @@
     rmqlog get ROOT (--offset N | --id MSGID) one message by commitlog offset or offset msgId
     rmqlog lag ROOT GROUP                     a group's committed offsets against the queues' ends
     rmqlog dispatch ROOT                      build consume-queue units for new records
+    rmqlog clean ROOT [--force] [--json]      one retention pass (--force: at any hour, as
+                                              RocketMQ's manual deletion; ages still apply)
 
 Messages print one JSON object per line (bodies as UTF-8 text with replacement characters by
 default), so the output pipes into ``jq``. Only an existing store is opened (a folder without
@@ -74,6 +76,20 @@ def _lag(s: MessageStore, group: str) -> int:
     return 0 if found else 1
 
 
+def _clean(s: MessageStore, force: bool, as_json: bool) -> int:
+    report = s.clean_expired(force=force)
+    if as_json:
+        print(json.dumps(report.to_dict()))
+        return 0
+    print(f"deleted {len(report.segments)} commitlog segment(s), {len(report.consume_queue_files)} consume-queue "
+          f"file(s), {len(report.index_files)} index file(s): {report.bytes:,} B "
+          f"(reason: {report.reason or 'none due'}, disk {report.disk_used_percent:.1f}% used)")
+    print(f"commitlog starts at {report.log_start:,}" + (f" (was {report.log_start_before:,})" if report.segments else ""))
+    for path in report.busy:
+        print(f"busy (held by a reader): {path}")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="rmqlog", description="Inspect a spark-rmq (RocketMQ-format) store.")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -98,6 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("group")
     p = sub.add_parser("dispatch", help="build consume-queue units for new records")
     p.add_argument("root")
+    p = sub.add_parser("clean", help="one retention pass: delete expired segments and what follows them")
+    p.add_argument("root")
+    p.add_argument("--force", action="store_true", help="at any hour, not only those of delete_when")
+    p.add_argument("--json", action="store_true", help="print what was deleted as one JSON object")
     args = ap.parse_args(argv)
 
     try:
@@ -107,6 +127,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             if args.cmd == "dispatch":
                 print(f"dispatched {s.dispatch()} records")
                 return 0
+            if args.cmd == "clean":
+                return _clean(s, args.force, args.json)
             if args.cmd == "lag":
                 return _lag(s, args.group)
             if args.cmd == "get":

@@ -65,6 +65,7 @@ from ..log.record import ScanKind, decode_at, is_consumable
 from ..log.scan import QueueDensity, SegmentScan, StopReason, scan_segment
 from ..paths import topic_problem
 from ..queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE
+from ..retention.leftovers import finish_at_open
 
 if TYPE_CHECKING:
     from ..log.append_state import AppendState
@@ -126,6 +127,7 @@ def walk_start(ms: MessageStore, abnormal: bool, repair: bool = False) -> int:
 def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> RecoveryReport:
     """Recover the store ``ms`` (caller holds the append lock). Raises :class:`DataLossError`."""
     report = RecoveryReport(abnormal=abnormal)
+    report.problems += finish_at_open(ms)  # a retention pass cut short: the log starts where it recorded
     cl = ms.commitlog
     _fix_segment_sizes(ms, report, repair)
     starts = cl.segments.segment_starts()
@@ -433,9 +435,13 @@ def _queues_never_go_back(ms: MessageStore, state: AppendState, report: Recovery
         have, expected = cq.max_offset(), state.queues.get(name, 0)
         if have <= expected:
             continue
-        extra = cq.read(expected, have - expected)
+        # from the queue's first file on: retention deletes a queue's files wholly below the
+        # commitlog's start (never its last), so its units may begin past ``expected``
+        starts = cq.segments.segment_starts()
+        lo = max(expected, starts[0] // CQ_UNIT_SIZE if starts else 0)
+        extra = cq.read(lo, have - lo)
         gone = (extra["size"] > 0) & (extra["offset"] >= 0) & (extra["offset"] < low)
-        if len(extra) == have - expected and gone.all():
+        if len(extra) == have - lo and gone.all():
             ahead[name] = have
         else:  # anything else past the queue's end is not a unit of this log: cut
             with ms._dispatch_lock.held():
@@ -549,7 +555,8 @@ def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
     """
     pos, size, consumable, queue, qoff = walked.arrays(end)
     covered = np.zeros(len(pos), bool)
-    whole = cut <= ms.commitlog.min_offset()
+    low = ms.commitlog.min_offset()
+    whole = cut <= low
     for cq in ms._all_queues():
         starts = cq.segments.segment_starts()
         # the whole log was walked (repair): every unit is checked, from the queue's first;
@@ -569,8 +576,11 @@ def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
             logical = first + np.arange(len(u))
             ok &= (pos[safe] == off) & (size[safe] == sz) & (queue[safe] == me) & (qoff[safe] == logical)
         ok[1:] &= np.diff(off) > 0
-        # fillers before a queue's first message (a queue whose units start past 0) are fine
-        lead = int(np.argmax(sz != FILLER_SIZE)) if (sz != FILLER_SIZE).any() else len(sz)
+        # fillers before a queue's first message (a queue whose units start past 0) are fine,
+        # and so are units of records retention deleted (below the log's start: a queue keeps
+        # its last file, whose units tell where the queue goes on)
+        before = (sz == FILLER_SIZE) | ((sz > 0) & (off >= 0) & (off < low))
+        lead = int(np.argmin(before)) if not before.all() else len(sz)
         ok[:lead] = True
         bad = np.flatnonzero(~ok)
         k = int(bad[0]) if len(bad) else len(u)

@@ -32,6 +32,7 @@ from .decode import (
 )
 from .encode.batch import EncodedBatch
 from .mapped_file import MappedFile, MappedFileQueue
+from .pins import pinned
 from .record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, ScanKind, ScanResult, decode_at
 from .scan import SegmentScan, StopReason, scan_segment
 
@@ -318,8 +319,13 @@ class CommitLog:
         return self.segments.size
 
     def min_offset(self) -> int:
-        """Offset of the first byte still stored (the start of the oldest segment)."""
+        """Offset of the first byte still stored (the start of the oldest segment).
+
+        This process lets go of the segments below it that it still had mapped (deleted by
+        retention; see :meth:`MappedFileQueue.drop_below`)."""
         starts = self.segments.segment_starts()
+        if starts:
+            self.segments.drop_below(starts[0])
         return starts[0] if starts else 0
 
     # ----------------------------------------------------------------- append
@@ -449,8 +455,11 @@ class CommitLog:
         seg = self.segments.for_offset(offset)
         if seg is None:
             return None
-        view = memoryview(seg.array())[: min(seg.size, tail - seg.start)]  # type: ignore[arg-type]
-        return decode_at(view, offset - seg.start, base=seg.start)
+        with pinned(seg) as held:  # a read in progress: retention leaves the file alone
+            if not held:  # deleted by retention
+                return None
+            view = memoryview(seg.array())[: min(seg.size, tail - seg.start)]  # type: ignore[arg-type]
+            return decode_at(view, offset - seg.start, base=seg.start)
 
     def read_messages(
         self, offsets: np.ndarray, *, topic: str | None = None, check: RecordCheck | None = None,
@@ -483,11 +492,17 @@ class CommitLog:
                     raise CorruptStoreError("no commitlog segment holds the record", offset=int(part[0]))
                 raise BadRecordError("no commitlog segment holds its record", row=rows.start, offset=int(part[0]),
                                      against_unit=check.size is not None, path=str(self.segments.directory))
-            if check is None:
-                tables.append(message_table(read_columns(seg.buffer(), seg.start, part - seg.start, topic=topic)))
-            else:
-                limit = seg.size if tail is None else min(seg.size, tail - seg.start)
-                tables.append(self._read_checked(seg, part - seg.start, topic, check.rows(rows, limit), rows.start))
+            with pinned(seg) as held:  # a read in progress: retention leaves the file alone
+                if not held:  # deleted by retention before this read reached it
+                    if check is None:
+                        raise CorruptStoreError("the commitlog segment holding the record was deleted", offset=int(part[0]))
+                    raise BadRecordError("its commitlog segment was deleted", row=rows.start, offset=int(part[0]),
+                                         against_unit=check.size is not None, path=str(seg.path))
+                if check is None:
+                    tables.append(message_table(read_columns(seg.buffer(), seg.start, part - seg.start, topic=topic)))
+                else:
+                    limit = seg.size if tail is None else min(seg.size, tail - seg.start)
+                    tables.append(self._read_checked(seg, part - seg.start, topic, check.rows(rows, limit), rows.start))
         return concat_tables(tables)
 
     def _read_checked(self, seg: MappedFile, positions: np.ndarray, topic: str | None, check: RecordCheck,

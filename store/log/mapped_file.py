@@ -34,6 +34,7 @@ import pyarrow as pa
 
 from ..errors import CorruptStoreError, disk_full_from_errno, raise_if_disk_full
 from ..paths import parse_segment_name, segment_name
+from .pins import PinCount
 
 #: Entries per ``pwritev`` call (Linux's IOV_MAX).
 IOV_MAX = 1024
@@ -97,6 +98,16 @@ class MappedFile:
         self._np: np.ndarray | None = None
         self._fd: int | None = None
         self._lock = threading.Lock()
+        #: reads of this process holding the file (see :mod:`store.log.pins`)
+        self.pins = PinCount()
+
+    def __del__(self) -> None:
+        # a segment dropped from its queue (retention: see MappedFileQueue.drop_below) is
+        # closed when its last user lets go of it; the mapping closes itself
+        fd = getattr(self, "_fd", None)
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     @property
     def end(self) -> int:
@@ -106,7 +117,11 @@ class MappedFile:
         if self._mm is None:
             with self._lock:
                 if self._mm is None:
-                    fd = os.open(self.path, os.O_RDWR)
+                    # the descriptor already open, if any: a reader's pin opened it, and the file
+                    # may have been deleted since (retention), which the descriptor outlives
+                    own = self._fd is None
+                    fd = os.open(self.path, os.O_RDWR) if own else self._fd
+                    assert fd is not None
                     try:
                         actual = os.fstat(fd).st_size
                         if actual != self.size:
@@ -115,7 +130,8 @@ class MappedFile:
                             )
                         self._mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
                     finally:
-                        os.close(fd)
+                        if own:
+                            os.close(fd)
         return self._mm
 
     @property
@@ -404,6 +420,14 @@ class MappedFileQueue:
 
     def for_offset(self, offset: int, *, create: bool = False) -> MappedFile | None:
         return self.get(self.segment_start_for(offset), create=create)
+
+    def drop_below(self, start: int) -> None:
+        """Let go of this process's segments below ``start`` (deleted by retention) without
+        closing them: a read still using one keeps it mapped and valid; each is closed when
+        its last user lets go of it (mapping and descriptor), which frees its disk space."""
+        with self._lock:  # (iterating the dict outside the lock could race a get())
+            for key in [k for k in self._segments if k < start]:
+                del self._segments[key]
 
     def forget(self, start: int) -> None:
         with self._lock:

@@ -19,7 +19,10 @@ each one numpy comparison over the whole read and each done before the gather it
 Errors: a unit that does not match its record raises :class:`CorruptQueueError` (the
 consume-queue file, the logical offset, the commitlog offset); a record damaged in itself
 :class:`CorruptRecordError` (the segment file, the commitlog offset). Either names the first
-bad unit of the read in queue order.
+bad unit of the read in queue order. A read that retention overtook (units that point below
+the commitlog's first offset *now*, whose segments were deleted while it read) raises
+:class:`MessagesDeletedError` naming the queue and the lost offsets instead; a segment it had
+already reached keeps its data for the read (see :mod:`store.log.pins`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from collections.abc import Callable
 import numpy as np
 import pyarrow as pa
 
-from ..errors import CorruptQueueError, CorruptRecordError
+from ..errors import CorruptQueueError, CorruptRecordError, MessagesDeletedError
 from ..log.commitlog import CommitLog
 from ..log.decode import (
     MIN_RECORD_SIZE,
@@ -39,6 +42,7 @@ from ..log.decode import (
     not_a_record,
     raise_first_bad_row,
 )
+from ..log.pins import pinned
 from ..log.record import MAGIC_V1, MAGIC_V2
 from ..paths import segment_name
 from .consume_queue import CQ_UNIT_SIZE, ConsumeQueue
@@ -51,12 +55,16 @@ def read_units(
     """The messages ``units`` (consume-queue units, no fillers) point at, checked against them.
 
     ``logical``: each unit's queue offset (ascending). ``floor``: see the module docstring.
-    Raises :class:`CorruptQueueError` or :class:`CorruptRecordError`.
+    Raises :class:`CorruptQueueError`, :class:`CorruptRecordError` or
+    :class:`MessagesDeletedError`.
     """
     try:
         return _read(commitlog, units, logical, topic, queue_id, floor, tail, check_crc)
     except BadRecordError as e:
         first = e
+    deleted = deleted_error(commitlog, cq, units, logical, topic, queue_id, floor)
+    if deleted is not None:
+        raise deleted from None
     # Error path only: the rows before the bad one passed the checks that ran before it
     # failed, not necessarily the later ones (the CRC, say). Read them again, so that the
     # error names the first bad unit in queue order (each retry is shorter: this ends).
@@ -67,6 +75,27 @@ def read_units(
         except BadRecordError as earlier:
             first = earlier
     raise _public_error(first, cq, topic, queue_id, int(logical[first.row]), int(units["offset"][first.row])) from None
+
+
+def deleted_error(
+    commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: np.ndarray, topic: str, queue_id: int,
+    floor: int,
+) -> MessagesDeletedError | None:
+    """After a failed read: the error to raise when retention deleted records the read needed
+    (some ``units`` point at or past ``floor``, the commitlog's first offset when the read was
+    planned, but below its first offset now), else ``None``. A unit below ``floor`` is damage,
+    never a deletion. The lost range runs from the first such unit to the queue's first
+    offset still stored."""
+    low = commitlog.min_offset()
+    if low <= floor:
+        return None
+    off = units["offset"].astype(np.int64)
+    gone = np.flatnonzero((off >= floor) & (off < low))
+    if not len(gone):
+        return None
+    start = int(logical[gone[0]])
+    end = max(cq.min_offset(low), int(logical[gone[-1]]) + 1)
+    return MessagesDeletedError(topic, queue_id, start, end, detail="deleted while the read was under way")
 
 
 def _read(
@@ -123,7 +152,8 @@ def unit_store_timestamp(
         check_bounds(off, size, floor, tail, commitlog.segment_size)
         return _store_timestamp(commitlog, int(off[0]), int(size[0]), topic, queue_id, logical, tail)
     except BadRecordError as e:
-        raise _public_error(e, cq, topic, queue_id, logical, int(off[0])) from None
+        deleted = deleted_error(commitlog, cq, units[:1], np.array([logical], np.int64), topic, queue_id, floor)
+        raise (deleted or _public_error(e, cq, topic, queue_id, logical, int(off[0]))) from None
 
 
 def _store_timestamp(commitlog: CommitLog, off: int, size: int, topic: str, queue_id: int, logical: int, tail: int) -> int:
@@ -133,7 +163,10 @@ def _store_timestamp(commitlog: CommitLog, off: int, size: int, topic: str, queu
     seg = commitlog.segments.for_offset(off)
     if seg is None:
         raise bad("no commitlog segment holds its record")
-    total, magic = struct.unpack(">ii", seg.read(off - seg.start, 8))  # inside: checked by check_bounds
+    with pinned(seg) as held:  # a read in progress: retention leaves the file alone
+        if not held:
+            raise bad("its commitlog segment was deleted")
+        total, magic = struct.unpack(">ii", seg.read(off - seg.start, 8))  # inside: checked by check_bounds
     if magic not in (MAGIC_V1, MAGIC_V2):
         raise bad(f"no record there: {not_a_record(magic, total)}")
     if total != size:
@@ -151,4 +184,4 @@ def _store_timestamp(commitlog: CommitLog, off: int, size: int, topic: str, queu
     return rec.store_timestamp
 
 
-__all__ = ["read_units", "check_bounds", "unit_store_timestamp"]
+__all__ = ["read_units", "check_bounds", "unit_store_timestamp", "deleted_error"]

@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ..log.mapped_file import MappedFile, MappedFileQueue
+from ..log.pins import pinned
 
 CQ_UNIT_SIZE = 20
 CQ_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tagsCode", ">i8")])
@@ -45,6 +46,9 @@ class ConsumeQueue:
     def __init__(self, directory: Path, segment_size: int) -> None:
         self.directory = directory
         self.segments = MappedFileQueue(directory, segment_size, infer=False)  # one size for every queue
+        #: (first segment, commitlog min offset, answer) of the last min_offset that searched
+        #: inside its first segment: units below the end never change, so it stays true
+        self._min_found: tuple[int, int, int] | None = None
 
     @property
     def units_per_segment(self) -> int:
@@ -65,7 +69,8 @@ class ConsumeQueue:
         starts = self.segments.segment_starts()
         for start in reversed(starts):
             seg = self.segments.get(start)
-            assert seg is not None
+            if seg is None:  # deleted by retention since the listing
+                continue
             sizes = self._readable_units(seg)["size"]
             written = int(_first_zero(sizes))
             if written or start == starts[0]:
@@ -73,20 +78,36 @@ class ConsumeQueue:
         return 0
 
     def min_offset(self, commitlog_min: int = 0) -> int:
-        """First logical offset whose unit is real and whose record is still in the commitlog."""
-        for start in self.segments.segment_starts():
+        """First logical offset whose unit is real and whose record is still in the commitlog
+        (RocketMQ's ``correctMinOffset``, answered when asked). This process lets go of the
+        segments below the first one (deleted by retention)."""
+        starts = self.segments.segment_starts()
+        if starts:
+            self.segments.drop_below(starts[0])
+        for start in starts:
             seg = self.segments.get(start)
-            assert seg is not None
+            if seg is None:  # deleted by retention since the listing
+                continue
             units = self._readable_units(seg)
             written = int(_first_zero(units["size"]))
             if written == 0:
                 continue
             if units["size"][0] != FILLER_SIZE and units["offset"][0] >= commitlog_min:
                 return start // CQ_UNIT_SIZE  # the usual case, without a pass over the segment
+            found = self._min_found
+            if found is not None and found[:2] == (start, commitlog_min):
+                # after retention: the pass below once per new commitlog start, then a check
+                # that its answer still stands (a live unit with none before it)
+                k = found[2] - start // CQ_UNIT_SIZE
+                head = units[max(0, k - 1) : k + 1]
+                alive = (head["size"] != FILLER_SIZE) & (head["offset"] >= commitlog_min) & (head["size"] != 0)
+                if k < written and alive[-1] and (k == 0 or not alive[0]):
+                    return found[2]
             live = (units["size"][:written] != FILLER_SIZE) & (units["offset"][:written] >= commitlog_min)
             hit = np.flatnonzero(live)
             if len(hit):
-                return start // CQ_UNIT_SIZE + int(hit[0])
+                self._min_found = (start, commitlog_min, start // CQ_UNIT_SIZE + int(hit[0]))
+                return self._min_found[2]
             if written < self.units_per_segment:
                 return start // CQ_UNIT_SIZE + written
         return self.max_offset()
@@ -112,7 +133,8 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ read
     def read(self, start: int, count: int) -> np.ndarray:
-        """Copy units ``[start, start+count)`` (the caller keeps it below the end)."""
+        """Copy units ``[start, start+count)`` (the caller keeps it below the end); fewer, up
+        to the first segment that is not there (deleted by retention), when one is missing."""
         out = np.empty(count, CQ_UNIT)
         per = self.units_per_segment
         done = 0
@@ -123,7 +145,10 @@ class ConsumeQueue:
                 return out[:done]
             i = logical % per
             take = min(count - done, per - i)
-            out[done : done + take] = self._units(seg)[i : i + take]
+            with pinned(seg) as held:  # a read in progress: retention leaves the file alone
+                if not held:  # deleted by retention
+                    return out[:done]
+                out[done : done + take] = self._units(seg)[i : i + take]
             done += take
         return out
 

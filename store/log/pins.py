@@ -1,0 +1,106 @@
+"""Read pins: a file being read is never deleted by retention (readers of the same host).
+
+Retention (:mod:`store.retention`) deletes whole segment files (commitlog and consume queue)
+while other processes may be reading them. A reader *pins* each segment for the duration
+of a read: a shared ``flock`` on the segment's descriptor. The cleaner takes ``LOCK_EX |
+LOCK_NB`` on a descriptor of its own before it removes a file and skips the file (and every
+later one: deletion stays a prefix) while any reader holds it.
+
+Why ``flock``: it belongs to the open file description, so the cleaner's exclusive lock
+conflicts with every reader's shared one, threads of its own process included, and the
+kernel drops a killed reader's lock. Readers of one process share one descriptor per
+segment, so the lock is taken on the first pin and released on the last (a count per
+segment). A pin costs two ``flock`` calls per segment per read (see
+``jobs/bench_retention.py`` for the measured cost).
+
+What a pin does not need to do: keep the bytes valid. A segment is never truncated or
+rewritten below the tail, and on a local filesystem a mapping (or descriptor) of a file
+that was unlinked keeps its data: a read that had the segment mapped before it was deleted
+still returns the right bytes. A reader that looks for a segment *after* it was deleted finds
+no file, and the caller reports the loss (:class:`store.errors.MessagesDeletedError`).
+
+Limits: ``flock`` is per host. On NFS, Linux emulates ``flock`` with POSIX record locks,
+which do not conflict within one process and do not reach other hosts: there a cleaner may
+delete a file a reader on another host is reading, which then fails with a typed error
+(or ``ESTALE`` from the filesystem), never with another record's data (names are never
+reused: segment names are offsets, and offsets only grow).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .mapped_file import MappedFile
+
+
+class PinCount:
+    """How many reads of this process hold a segment (its shared ``flock`` is held while > 0)."""
+
+    __slots__ = ("count", "lock")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.lock = threading.Lock()
+
+
+def pin(seg: MappedFile) -> bool:
+    """Hold ``seg`` for a read; False (nothing held) if its file is gone and this process had
+    no descriptor of it. Blocks only while a cleaner holds the file (a few system calls)."""
+    st = seg.pins
+    with st.lock:
+        if st.count == 0:
+            try:
+                fd = seg._write_fd()  # the segment's one descriptor (opened on first use)
+            except FileNotFoundError:
+                return False
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        st.count += 1
+    return True
+
+
+def unpin(seg: MappedFile) -> None:
+    """Release one :func:`pin` of ``seg``."""
+    st = seg.pins
+    with st.lock:
+        st.count -= 1
+        if st.count == 0:
+            fd = seg._fd
+            if fd is not None:  # None: the store was closed meanwhile (closing dropped the lock)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+
+
+@contextmanager
+def pinned(seg: MappedFile) -> Iterator[bool]:
+    """``with pinned(seg) as held:`` -- ``held`` is False when the segment's file is gone."""
+    held = pin(seg)
+    try:
+        yield held
+    finally:
+        if held:
+            unpin(seg)
+
+
+def hold_exclusive(path: Path) -> int | None:
+    """For the cleaner: a new descriptor of ``path`` holding ``LOCK_EX``, or ``None`` when a
+    reader holds the file now (busy). Raises ``FileNotFoundError`` when the file is gone.
+    The caller closes the descriptor (which releases the lock) after removing the file."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+__all__ = ["PinCount", "pin", "unpin", "pinned", "hold_exclusive"]

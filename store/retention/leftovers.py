@@ -1,0 +1,100 @@
+"""What a retention pass cut short leaves behind, and how it is completed.
+
+A pass (:mod:`store.retention.cleaner`) writes ``retention.state`` (the new commitlog start)
+durably, then renames each doomed segment to ``commitlog/.<name>.deleted``, syncs the folder,
+and unlinks the hidden files. Cut at any instant (a kill, a power loss), it leaves:
+
+- hidden ``.<name>.deleted`` files: no reader and no recovery looks at them; removed by the
+  next pass or open;
+- segments below the recorded start that were not renamed yet (or whose rename a power loss
+  undid): the log then starts at one of them, still a whole prefix of what it was, so the
+  store reads correctly; they are removed at the next open by its first opener
+  (:func:`finish_at_open`, from recovery, before anything reads the log) or by the next pass.
+
+So the log never has a hole: recovery, which refuses a log whose segments do not follow each
+other, never meets one made by retention.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..fileio import fsync_dir
+from ..paths import parse_segment_name, segment_name
+from .marker import RetentionStateFile
+
+if TYPE_CHECKING:
+    from ..message_store import MessageStore
+
+log = logging.getLogger(__name__)
+
+HIDDEN_SUFFIX = ".deleted"
+
+
+def hidden_name(start: int) -> str:
+    """The name a segment is renamed to before it is unlinked."""
+    return f".{segment_name(start)}{HIDDEN_SUFFIX}"
+
+
+def _is_hidden(name: str) -> bool:
+    return name.startswith(".") and name.endswith(HIDDEN_SUFFIX) and parse_segment_name(name[1 : -len(HIDDEN_SUFFIX)]) is not None
+
+
+def remove_hidden(directory: Path) -> int:
+    """Unlink the hidden segments of ``directory`` (only names :func:`hidden_name` makes);
+    returns the disk space they held (allocated blocks)."""
+    freed = 0
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        if not _is_hidden(name):
+            continue
+        path = directory / name
+        try:
+            freed += os.lstat(path).st_blocks * 512
+            os.unlink(path)
+        except FileNotFoundError:
+            continue  # another process's pass removed it first
+    return freed
+
+
+def finish_at_open(ms: MessageStore) -> list[str]:
+    """Complete a pass cut short, at open (the first opener's recovery, before the log is
+    read): remove hidden segments and the segments wholly below ``retention.state``'s start
+    (never the last segment). A start past the flushed position cannot have been written by
+    a pass (it never deletes unflushed bytes): the file is then ignored. Returns what it did,
+    for the recovery report."""
+    directory = ms.paths.commitlog_dir
+    problems: list[str] = []
+    freed = remove_hidden(directory)
+    if freed:
+        problems.append(f"retention: removed the hidden segments a pass left in {directory}")
+    state = RetentionStateFile(ms.paths.retention_state).read()
+    if state is None:
+        return problems
+    flushed = ms.flush_service.state_file.read()
+    if flushed is not None and state.log_start > flushed.offset:
+        msg = (f"retention: {ms.paths.retention_state} says the commitlog starts at {state.log_start}, past the "
+               f"flushed position {flushed.offset}; ignored")
+        log.warning(msg)
+        problems.append(msg)
+        return problems
+    segs = ms.commitlog.segments
+    starts = segs.segment_starts()
+    stale = [s for s in starts[:-1] if s + segs.size <= state.log_start]
+    for start in stale:
+        segs.forget(start)
+        segs.odd.pop(start, None)
+        (directory / segment_name(start)).unlink(missing_ok=True)
+    if stale:
+        fsync_dir(directory)
+        msg = (f"retention: {len(stale)} commitlog segment(s) below the start {state.log_start} a pass recorded were "
+               f"left by a pass cut short; removed")
+        log.warning(msg)
+        problems.append(msg)
+    return problems

@@ -1,0 +1,133 @@
+"""The source and retention: data loss is reported exactly when a query's next offsets fall
+below a queue's new first offset (``failOnDataLoss=true`` fails naming the queue and range;
+``false`` skips to the first offset still stored), through Spark, with segments deleted by
+the store's own retention pass (``clean_expired``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+import store
+from spark_rmq.errors import DataLossError
+from spark_rmq.read import QueueRange, read_range
+
+SEG = 4096
+BODY = 266  # 400-byte records: 10 per segment
+
+
+def _cfg() -> store.StoreConfig:
+    return store.StoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=20 * 50)
+
+
+def put(root: str, n: int, *, first: int = 0, queues: int = 2) -> None:
+    """Messages ``first..first+n`` of topic ``orders`` (body ``m<i>``), round robin over ``queues``."""
+    with store.MessageStore.open(root, _cfg()) as ms:
+        if "orders" not in ms.topics():
+            ms.create_topic("orders", queues)
+        ms.put_batch(pa.table({
+            "topic": ["orders"] * n,
+            "body": [f"m{i}".encode().ljust(BODY, b".") for i in range(first, first + n)],
+            "queueId": pa.array([i % queues for i in range(first, first + n)], pa.int32()),
+        }))
+        ms.dispatch()
+        ms.flush()
+
+
+def retain(root: str, segments: int, queues: int = 2) -> dict[str, int]:
+    """Delete the ``segments`` oldest commitlog segments with a retention pass (their last
+    write made old enough, at the hour of ``delete_when``); returns each queue's new first offset."""
+    now = dt.datetime.now()
+    at_4 = int(dt.datetime(now.year, now.month, now.day, 4, 0).timestamp() * 1000) + 24 * 3600 * 1000
+    files = sorted(Path(root, "commitlog").iterdir())
+    for i, path in enumerate(files):
+        t = at_4 / 1000 - (100 if i < segments else 1) * 3600
+        os.utime(path, (t, t))
+    with store.MessageStore.open(root, _cfg().replace(delete_commit_log_files_max_num=1000)) as ms:
+        ms.retention.disk_used = lambda path: 10.0
+        report = ms.clean_expired(at_4)
+        assert len(report.segments) == segments, report
+        return {f"orders/{q}": ms.min_offset("orders", q) for q in range(queues)}
+
+
+def bodies(rows: list) -> list[int]:
+    return sorted(int(bytes(r["body"]).split(b".")[0][1:]) for r in rows)
+
+
+def read(spark, root: str, **options: str):
+    return spark.read.format("rmqlog").option("path", root).option("topics", "orders").options(**options).load()
+
+
+def test_batch_reports_exactly_the_lost_range(spark, store_root: str) -> None:
+    put(store_root, 200)
+    first = retain(store_root, 6)  # messages 0..59: queue offsets 0..29
+    assert first == {"orders/0": 30, "orders/1": 30}
+    with pytest.raises(Exception, match=r"data loss on queue orders/0: offsets \[0, 30\)") as err:
+        read(spark, store_root, startingOffsets='{"orders/0": 0, "orders/1": 30}').count()
+    assert "failOnDataLoss" in str(err.value)
+    with pytest.raises(Exception, match=r"data loss on queue orders/1: offsets \[29, 30\)"):
+        read(spark, store_root, startingOffsets='{"orders/0": 30, "orders/1": 29}').count()
+    exact = read(spark, store_root, startingOffsets='{"orders/0": 30, "orders/1": 30}').collect()  # the boundary: no loss
+    assert bodies(exact) == list(range(60, 200))
+    assert bodies(read(spark, store_root).collect()) == list(range(60, 200))  # earliest: from the first offset stored
+    lenient = read(spark, store_root, startingOffsets='{"orders/0": 0, "orders/1": 0}', failOnDataLoss="false").collect()
+    assert bodies(lenient) == list(range(60, 200))
+
+
+def _stream(spark, root: str, out: Path, ck: Path, **options: str) -> None:
+    q = (spark.readStream.format("rmqlog").option("path", root).option("topics", "orders")
+         .option("startingOffsets", "earliest").options(**options).load()
+         .select("queueId", "queueOffset", "body")
+         .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(ck))
+         .trigger(availableNow=True).start())
+    try:
+        q.awaitTermination(300)
+    finally:
+        q.stop()
+    if q.exception() is not None:
+        raise RuntimeError(str(q.exception()))
+
+
+def test_stream_fails_then_skips_exactly_the_lost_range(spark, store_root: str, tmp_path: Path) -> None:
+    out, ck = tmp_path / "out", tmp_path / "ck"
+    put(store_root, 100)
+    _stream(spark, store_root, out, ck)
+    assert bodies(spark.read.parquet(str(out)).collect()) == list(range(100))  # next offsets: 50 per queue
+    put(store_root, 200, first=100)
+    assert retain(store_root, 5) == {"orders/0": 25, "orders/1": 25}  # only what the query already read
+    _stream(spark, store_root, out, ck)  # no loss: nothing it still needed went
+    assert bodies(spark.read.parquet(str(out)).collect()) == list(range(300))
+    put(store_root, 100, first=300)  # queue offsets 150..199
+    assert retain(store_root, 30) == {"orders/0": 175, "orders/1": 175}  # messages 0..349 gone: 300..349 unread
+    with pytest.raises(Exception, match=r"data loss on queue orders/0: offsets \[150, 175\)"):
+        _stream(spark, store_root, out, ck)
+    _stream(spark, store_root, out, ck, failOnDataLoss="false")  # skips to the first offset stored
+    assert bodies(spark.read.parquet(str(out)).collect()) == list(range(300)) + list(range(350, 400))
+
+
+def test_read_overtaken_by_retention_names_the_range(store_root: str) -> None:
+    """An executor's read that retention overtook between two windows (its queue's segment and
+    records gone): the error names the range from where it stood to the queue's new first
+    offset; with failOnDataLoss=false it goes on from there, missing nothing still stored."""
+    put(store_root, 300, queues=1)
+    for fail in (True, False):
+        root = f"{store_root}-{fail}"
+        shutil.copytree(store_root, root)
+        part = QueueRange(root, "orders", 0, 0, 300, fail_on_data_loss=fail, batch_rows=50)
+        batches = read_range(part)
+        first = next(batches)
+        assert first.column("queueOffset").to_pylist() == list(range(50))
+        assert retain(root, 12, queues=1) == {"orders/0": 120}  # queue files 0..99 and records 0..119 gone
+        if fail:
+            with pytest.raises(DataLossError) as err:
+                next(batches)
+            assert (err.value.queue, err.value.start, err.value.available) == ("orders/0", 50, 120)
+            assert isinstance(err.value, store.MessagesDeletedError) and err.value.end == 120
+        else:
+            rest = [o for b in batches for o in b.column("queueOffset").to_pylist()]
+            assert rest == list(range(120, 300))
