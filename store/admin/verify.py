@@ -31,7 +31,7 @@ from ..log.decode import read_columns
 from ..log.record import is_consumable
 from ..log.scan import QueueDensity, SegmentScan, StopReason
 from ..paths import topic_problem
-from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
+from ..queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
 
 if TYPE_CHECKING:
     from ..log.mapped_file import MappedFile
@@ -137,6 +137,16 @@ def _verify_queue(ms: MessageStore, cq: ConsumeQueue, tail: int, report: VerifyR
     lo = cq.min_offset(0)
     hi = cq.max_offset()
     if hi <= lo:
+        return
+    per = cq.units_per_segment
+    have = np.array(sorted(cq.segments.segment_starts()), np.int64) // CQ_UNIT_SIZE // per
+    have = have[(have >= lo // per) & (have <= (hi - 1) // per)]
+    gaps = np.flatnonzero(have != np.arange(lo // per, lo // per + len(have)))
+    if len(have) != (hi - 1) // per - lo // per + 1:
+        # a file missing inside the queue (its units far past the rest: a damaged QUEUEOFFSET
+        # dispatched): reported without reading the span, which may be billions of units
+        missing = lo // per + (int(gaps[0]) if len(gaps) else len(have))
+        report.problems.append(Problem(str(cq.directory), missing * per, "consume-queue file missing inside the queue"))
         return
     units = cq.read(lo, hi - lo)
     report.units += len(units)
