@@ -389,14 +389,14 @@ def test_pass_cut_short_is_completed_at_open(root: Path, cfg: StoreConfig) -> No
     with store.MessageStore.open(root, cfg) as s:
         fill(s, 60)
     (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 3 * SMALL_COMMITLOG, "queuesCleaned": 0}))
-    (root / "commitlog" / f".{SMALL_COMMITLOG:020d}.deleted").write_bytes(b"x" * 100)  # renamed, not yet unlinked
-    os.unlink(root / "commitlog" / f"{SMALL_COMMITLOG:020d}")
+    (root / "commitlog.deleted").mkdir()
+    os.rename(root / "commitlog" / f"{SMALL_COMMITLOG:020d}", root / "commitlog.deleted" / f"{SMALL_COMMITLOG:020d}")  # moved, not unlinked
     (root / "abort").touch()  # and it was a kill
     with store.MessageStore.open(root, cfg) as s:
         assert s.recovery is not None and s.recovery.abnormal
         assert any("below the start" in p for p in s.recovery.problems)
         assert segments(root) == [k * SMALL_COMMITLOG for k in range(3, 6)]
-        assert not list((root / "commitlog").glob(".*"))
+        assert not list((root / "commitlog").glob(".*")) and not list((root / "commitlog.deleted").iterdir())
         assert s.verify().ok and s.min_offset("RT", 0) == 30
         s.retention.disk_used = lambda path: 10.0
         assert s.clean_expired(AT_10).deleted == 0  # the consume queues are cleaned against the start
