@@ -319,3 +319,28 @@ def test_a_reader_prepares_nothing(root: Path) -> None:
         assert len(ms.read_queue("P", 0, 0, 1000)) == 700
         assert ms.preparer not in ms.services.services
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
+
+
+def test_a_large_announcement_wakes_the_preparer(root: Path) -> None:
+    """Small puts leave the preparer to its idle rounds; a batch of a MiB or more makes it
+    due at once (ServiceLoop.wake), so the warm-up runs while the batch is encoded."""
+    from store.service import ServiceLoop
+
+    now = [0.0]
+    loop = ServiceLoop(clock=lambda: now[0], threaded=False)
+    with store.MessageStore.open(root, cfg()) as ms:
+        quiet(ms)
+        prep = allocate.SegmentPreparer(ms.commitlog.segments, ms.published_tail, warm=True, step_pages=16,
+                                        wake=loop.wake)
+        prep.wait_first = True  # (so that being due at 0 shows the wake, not the first round)
+        loop.add(prep)
+        prep.expect(1000)
+        assert loop.run_due(0.0) == prep.interval_s and prep.warmed_bytes == 0  # not due: an idle round later
+        prep.expect(allocate.WAKE_BYTES)
+        rounds = 0
+        while loop.run_due(0.0) == 0.0:  # due now; each round that did work is followed by the next at once
+            rounds += 1
+            assert rounds < 1000
+        assert rounds >= 2 and prep.prepared_segments == 2  # the first segment and the next (twice the bytes reach it)
+        assert prep.warmed_bytes >= 2 * allocate.WAKE_BYTES
+        loop.stop()

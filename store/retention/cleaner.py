@@ -148,7 +148,9 @@ class Retention:
                 report.bytes += remove_deleted(ms.paths.deleted_segments_dir)
             if state is None or first > state.log_start:  # the first pass, or segments removed by hand:
                 # the queues are cleaned against where the log starts (once; RocketMQ's clean
-                # service starts from offset 0 too)
+                # service starts from offset 0 too). From the first pass on, retention.state and
+                # commitlog.deleted/ exist: a pass on a full disk needs no new block for them
+                ms.paths.deleted_segments_dir.mkdir(exist_ok=True)
                 state = RetentionState(first, state.queues_cleaned if state is not None else 0)
                 self.state_file.write(state)
             # never past where the commitlog really starts (a segment a reader held is still there)
@@ -185,7 +187,14 @@ class Retention:
         size = cl.segment_size
         with ms.dispatcher.lock.held(shared=True):
             dispatched = ms.dispatcher.dispatched()[0]
-        limit = policy.deletable_below(size, ms.published_tail(), ms.flushed_offset(), dispatched)
+        tail, flushed = ms.published_tail(), ms.flushed_offset()
+        if due.any and dispatched < policy.deletable_below(size, tail, flushed, flushed) and first + size > dispatched:
+            # records not dispatched yet would never get their units: dispatch them first
+            # (a store nobody dispatches, a dispatcher behind), then delete
+            ms.dispatcher.dispatch()
+            with ms.dispatcher.lock.held(shared=True):
+                dispatched = ms.dispatcher.dispatched()[0]
+        limit = policy.deletable_below(size, tail, flushed, dispatched)
         directory = ms.paths.commitlog_dir
 
         def last_write_ms(start: int) -> int | None:
@@ -211,8 +220,13 @@ class Retention:
             state = RetentionState(intended, min(state.queues_cleaned if state is not None else 0, intended))
             self.state_file.write(state)
         held: list[tuple[int, Path, int | None]] = []
-        trash = ms.paths.deleted_segments_dir
-        trash.mkdir(exist_ok=True)
+        trash_dir = ms.paths.deleted_segments_dir
+        trash: Path | None = trash_dir
+        try:
+            trash_dir.mkdir(exist_ok=True)  # (made by the first pass, while there was room)
+        except OSError as exc:  # a full disk: no room for a folder; unlinked in place instead
+            log.warning("retention: cannot make %s (%s); segments are unlinked in place", trash_dir, exc)
+            trash = None
         try:
             # under the append lock only the renames (no rebuild of the append state walks
             # the log meanwhile): tens of microseconds per segment, no sync
@@ -228,7 +242,10 @@ class Retention:
                         break
                     held.append((start, path, fd))
                     self._busy_since.pop(start, None)
-                    os.rename(path, trash / path.name)  # held: no read of it is under way
+                    if trash is not None:  # held: no read of it is under way
+                        os.rename(path, trash / path.name)
+                    else:
+                        os.unlink(path)
         finally:
             for _, _, fd in held:
                 if fd is not None:
