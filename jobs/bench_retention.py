@@ -138,6 +138,11 @@ def bench_passes(workdir: Path, segments: int, queues: int, passes: int) -> None
               f"median {_ms(held):.3f} ms, max {max(held) * 1000:.3f} ms")
 
 
+def _pin_once(seg: object) -> None:
+    with commitlog_mod.pinned(seg):  # type: ignore[arg-type]
+        pass
+
+
 def bench_pins(workdir: Path, rounds: int) -> None:
     root = workdir / "pins"
     cfg = store.StoreConfig(mapped_file_size_commit_log=64 << 20)
@@ -165,6 +170,10 @@ def bench_pins(workdir: Path, rounds: int) -> None:
                 with ctx:
                     results["get_messages x32"][mode].append(_timed(pulls, 1)[0])
                     results["read_queue x4096"][mode].append(_timed(ranges, 1)[0])
+        seg = s.commitlog.segments.for_offset(0)
+        assert seg is not None
+        pins = _timed(lambda: [_pin_once(seg) for _ in range(10_000)], rounds)
+        print(f"one pin (shared flock + release, per segment per read): {min(pins) / 10_000 * 1e6:.2f} us")
         for name, r in results.items():
             on, off = statistics.median(r["on"]), statistics.median(r["off"])
             per_call = (on - off) / calls[name] * 1e6

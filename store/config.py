@@ -65,6 +65,12 @@ class StoreConfig:
       90%): appends are refused with :class:`DiskFullError` while the commitlog's volume is
       fuller than this; accepted again once it is not.
     - ``message_delay_level``: the delay levels, RocketMQ's syntax.
+    - Segments prepared ahead of a writer (see :mod:`store.log.allocate`): the next commitlog
+      segment is always created ahead of the roll (RocketMQ's ``AllocateMappedFileService``);
+      ``warm_mapped_file_enable`` (default on; RocketMQ's ``warmMapedFileEnable``, off
+      there): the pages a writer is about to write are faulted into the page cache first, in
+      the background, reading only; ``flush_least_pages_when_warm_mapped_file`` (4096 pages
+      of 4 KiB; RocketMQ's ``flushLeastPagesWhenWarmMapedFile``): the warm-up's step.
     """
 
     mapped_file_size_commit_log: int = GiB
@@ -89,6 +95,8 @@ class StoreConfig:
     delete_commit_log_files_max_num: int = 10
     destroy_mapped_file_interval_forcibly: int = 120_000
     clean_resource_interval: int = 10_000
+    warm_mapped_file_enable: bool = True
+    flush_least_pages_when_warm_mapped_file: int = 4096
     disk_space_warning_level_ratio: int = 90
     message_delay_level: str = DEFAULT_DELAY_LEVELS
 
@@ -107,7 +115,8 @@ class StoreConfig:
         if self.flush_disk_type not in (SYNC_FLUSH, ASYNC_FLUSH):
             raise ConfigError(f"flush_disk_type must be {SYNC_FLUSH} or {ASYNC_FLUSH}")
         for name, least in (("file_reserved_time", 0), ("destroy_mapped_file_interval_forcibly", 0),
-                            ("delete_commit_log_files_max_num", 1), ("clean_resource_interval", 1)):
+                            ("delete_commit_log_files_max_num", 1), ("clean_resource_interval", 1),
+                            ("flush_least_pages_when_warm_mapped_file", 1)):
             if getattr(self, name) < least:
                 raise ConfigError(f"{name} must be at least {least}")
         for name in ("disk_max_used_space_ratio", "disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"):

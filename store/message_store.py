@@ -10,12 +10,13 @@ published.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import os
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +49,7 @@ from .errors import (
 )
 from .hashing import java_string_hash
 from .hosts import host_bytes
+from .log.allocate import SegmentPreparer
 from .log.append_state import AppendState, AppendStateFile
 from .log.commitlog import CommitLog
 from .log.decode import BadRecordError, RecordCheck, empty_message_table
@@ -201,6 +203,12 @@ class MessageStore:
         )
         self.checkpoint_file = CheckpointFile(self.paths.checkpoint)
         self.retention = Retention(self)
+        #: creates and warms segments ahead of this process's writers (added at its first put)
+        self.preparer = SegmentPreparer(
+            self.commitlog.segments, self.published_tail, warm=self.config.warm_mapped_file_enable,
+            step_pages=self.config.flush_least_pages_when_warm_mapped_file, wake=self.services.wake,
+        )
+        self._preparing = False
         self.flush_service = FlushService(
             self.commitlog, self.append_state, flush_lock,
             FlushStateFile(self.paths.flush_state), self.checkpoint_file, self.paths.consumequeue_dir,
@@ -511,18 +519,42 @@ class MessageStore:
         encoded: list[EncodedBatch] = []
         rows = 0
         pending: pa.Table | pa.RecordBatch | None = None
-        for table in tables:  # encode one behind, so that the last one can carry the marker
-            if not isinstance(table, pa.Table | pa.RecordBatch):
-                raise InvalidMessageError(f"put_batches takes pyarrow Tables or RecordBatches, not {type(table).__name__}", row=None, field="*")
-            if table.num_rows == 0:
-                continue
+        with self._ahead() as announce:  # the segment preparer warms pages while the rest arrives
+            for table in tables:  # encode one behind, so that the last one can carry the marker
+                if not isinstance(table, pa.Table | pa.RecordBatch):
+                    raise InvalidMessageError(f"put_batches takes pyarrow Tables or RecordBatches, not {type(table).__name__}", row=None, field="*")
+                if table.num_rows == 0:
+                    continue
+                if pending is not None:
+                    encoded.append(self._prepare(pending, None, rows, plain=False))  # packed under the lock, chunk by chunk
+                    announce(encoded[-1])
+                    rows += encoded[-1].n
+                pending = table
             if pending is not None:
-                encoded.append(self._prepare(pending, None, rows, plain=False))  # packed under the lock, chunk by chunk
-                rows += encoded[-1].n
-            pending = table
-        if pending is not None:
-            encoded.append(self._prepare(pending, marker, rows, plain=False))
-        return self._append_encoded(encoded, marker, dispatch=dispatch)[0]
+                encoded.append(self._prepare(pending, marker, rows, plain=False))
+                announce(encoded[-1])
+            return self._append_encoded(encoded, marker, dispatch=dispatch)[0]
+
+    @contextlib.contextmanager
+    def _ahead(self) -> Iterator[Callable[[EncodedBatch], None]]:
+        """Announce encoded batches to the segment preparer (:mod:`store.log.allocate`) until
+        the append is over; the first one starts it in this process (a writer)."""
+        total = 0
+
+        def announce(batch: EncodedBatch) -> None:
+            nonlocal total
+            n = int(batch.lengths.sum())
+            total += n
+            if not self._preparing:
+                self._preparing = True
+                self.services.add(self.preparer)
+            self.preparer.expect(n)
+
+        try:
+            yield announce
+        finally:
+            if total:
+                self.preparer.settle(total)
 
     def _prepare(
         self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None, row_base: int = 0, *, plain: bool = True,
@@ -574,7 +606,10 @@ class MessageStore:
         self, table: pa.Table | pa.RecordBatch, marker: tuple[str, str] | None = None, *, dispatch: bool = False,
     ) -> tuple[pa.Table, np.ndarray]:
         self._check_open()
-        return self._append_encoded([self._prepare(table, marker)], marker, dispatch=dispatch)
+        batch = self._prepare(table, marker)
+        with self._ahead() as announce:
+            announce(batch)
+            return self._append_encoded([batch], marker, dispatch=dispatch)
 
     def _append_encoded(
         self, batches: list[EncodedBatch], marker: tuple[str, str] | None, *, dispatch: bool = False,

@@ -10,6 +10,8 @@
 <root>/flush.state, flush.lock                         ours: the durable flushed position
 <root>/owners/<pid>-<random>, recovering               ours: who has the store open; a recovery under way
 <root>/retention.state                                 ours: where the commitlog starts after retention
+<root>/commitlog.deleted/<20-digit>                    ours: segments retention is deleting (unlinked next)
+<root>/commitlog.prealloc/<20-digit>                   ours: segments prepared ahead of the writer
 ```
 
 Topic and group names reach the filesystem only through :func:`validate_topic` /
@@ -155,6 +157,12 @@ class StorePaths:
     @property
     def retention_state(self) -> Path:
         return self.root / "retention.state"
+
+    @property
+    def deleted_segments_dir(self) -> Path:
+        """Where retention moves the segments it deletes before unlinking them (beside
+        ``commitlog/``: nothing that lists the segments, RocketMQ's tooling included, meets one)."""
+        return self.root / "commitlog.deleted"
 
     def holds_store(self) -> bool:
         """Whether ``root`` already holds a store (RocketMQ's or ours): a ``commitlog/``,

@@ -91,6 +91,14 @@ class ServiceLoop:
                 self._thread.start()
             self._cond.notify_all()
 
+    def wake(self, service: Service) -> None:
+        """Make ``service`` due now (one not added is left alone): a writer whose preparation
+        fell behind does not wait for the service's interval."""
+        with self._cond:
+            if service in self._due:
+                self._due[service] = min(self._due[service], self.clock())
+                self._cond.notify_all()
+
     def remove(self, service: Service) -> None:
         """Stop running ``service``; returns once its round in progress (if any) has finished.
         The thread ends with the last service."""

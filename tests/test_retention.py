@@ -169,18 +169,27 @@ def test_forced_needs_clean_file_forcibly_enable(root: Path) -> None:
         assert report.reason == "space" and report.deleted == 0  # nothing old enough
 
 
-def test_never_what_is_not_dispatched_or_flushed(rs: store.MessageStore, root: Path) -> None:
+def test_never_what_is_not_flushed(rs: store.MessageStore, root: Path) -> None:
+    if rs.flusher is not None:
+        rs.services.remove(rs.flusher)  # (no background flush in between)
+    rs.put_batch(batch(topic="RT", body=[b"x" * BODY] * 50, queueId=pa.array([0] * 50, pa.int32())), dispatch=True)
+    age(root, AT_10, 1000)
+    rs.retention.disk_used = lambda path: 99.0
+    assert rs.flushed_offset() == 0 and rs.clean_expired(AT_10).deleted == 0
+    rs.flush()
+    assert len(rs.clean_expired(AT_10).segments) == 4  # the fifth (last) segment holds the tail
+
+
+def test_what_is_not_dispatched_is_dispatched_first(rs: store.MessageStore, root: Path) -> None:
+    """Records nobody dispatched yet would never get their units once deleted: the pass
+    dispatches them before it deletes."""
     rs.put_batch(batch(topic="RT", body=[b"x" * BODY] * 50, queueId=pa.array([0] * 50, pa.int32())))
     rs.flush()  # flushed, not dispatched
     age(root, AT_10, 1000)
     rs.retention.disk_used = lambda path: 99.0
-    assert rs.clean_expired(AT_10).deleted == 0
-    rs.dispatch()
-    with rs.dispatcher.lock.held():  # as if the dispatcher were behind by two segments
-        rs.dispatcher._save_position(3 * SMALL_COMMITLOG, 0)
-    assert len(rs.clean_expired(AT_10).segments) == 3
-    rs.dispatch()
-    assert len(rs.clean_expired(AT_10).segments) == 1  # the fifth (last) segment holds the tail
+    assert len(rs.clean_expired(AT_10).segments) == 4
+    assert (rs.min_offset("RT", 0), rs.max_offset("RT", 0)) == (40, 50)
+    assert rs.read_queue("RT", 0, 0, 100)["queueOffset"].to_pylist() == list(range(40, 50))
 
 
 def test_segment_holding_the_tail_is_kept_even_when_full(rs: store.MessageStore, root: Path) -> None:
@@ -389,14 +398,14 @@ def test_pass_cut_short_is_completed_at_open(root: Path, cfg: StoreConfig) -> No
     with store.MessageStore.open(root, cfg) as s:
         fill(s, 60)
     (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 3 * SMALL_COMMITLOG, "queuesCleaned": 0}))
-    (root / "commitlog" / f".{SMALL_COMMITLOG:020d}.deleted").write_bytes(b"x" * 100)  # renamed, not yet unlinked
-    os.unlink(root / "commitlog" / f"{SMALL_COMMITLOG:020d}")
+    (root / "commitlog.deleted").mkdir()
+    os.rename(root / "commitlog" / f"{SMALL_COMMITLOG:020d}", root / "commitlog.deleted" / f"{SMALL_COMMITLOG:020d}")  # moved, not unlinked
     (root / "abort").touch()  # and it was a kill
     with store.MessageStore.open(root, cfg) as s:
         assert s.recovery is not None and s.recovery.abnormal
         assert any("below the start" in p for p in s.recovery.problems)
         assert segments(root) == [k * SMALL_COMMITLOG for k in range(3, 6)]
-        assert not list((root / "commitlog").glob(".*"))
+        assert not list((root / "commitlog").glob(".*")) and not list((root / "commitlog.deleted").iterdir())
         assert s.verify().ok and s.min_offset("RT", 0) == 30
         s.retention.disk_used = lambda path: 10.0
         assert s.clean_expired(AT_10).deleted == 0  # the consume queues are cleaned against the start

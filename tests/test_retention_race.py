@@ -243,7 +243,7 @@ where = sys.argv[2]
 with store.MessageStore.open(sys.argv[1], cfg) as s:
     fill(s, 300)
     s.retention.disk_used = lambda path: 99.0
-    module = cleaner if where == "rename" else leftovers
+    module = cleaner if where == "rename" else leftovers  # (moves into commitlog.deleted/, unlinks there)
     real, calls = (os.rename if where == "rename" else os.unlink), []
     def killing(*args):
         calls.append(args)
@@ -265,7 +265,7 @@ def _reopen_and_check(root: Path, first_left: int, appended: int) -> None:
             assert s.recovery is not None and s.recovery.abnormal is not repair  # the kill; then a clean close
             assert s.verify().ok, s.verify().problems
             assert s.commitlog.min_offset() == 2 * first_left // 10 * SMALL_COMMITLOG
-            assert not list((root / "commitlog").glob(".*"))
+            assert not list((root / "commitlog").glob(".*")) and not list((root / "commitlog.deleted").iterdir())
     with store.MessageStore.open(root, small_store_config()) as s:
         for q in (0, 1):
             assert s.min_offset("RT", q) == first_left
@@ -294,5 +294,5 @@ def test_killed_in_the_middle_of_a_pass(tmp_path: Path, where: str) -> None:
     assert child.returncode == -signal.SIGKILL
     state = json.loads((root / "retention.state").read_bytes())
     assert state["logStart"] == 10 * SMALL_COMMITLOG  # recorded before anything was removed
-    assert segments(root)[0] < state["logStart"] or list((root / "commitlog").glob(".*.deleted"))
+    assert segments(root)[0] < state["logStart"] or list((root / "commitlog.deleted").iterdir())
     _reopen_and_check(root, first_left=50, appended=300)

@@ -355,6 +355,9 @@ def _truncate_commitlog(ms: MessageStore, end: int) -> int:
     if segs.directory.is_dir():  # a writer killed while creating a segment leaves its temporary file
         for leftover in segs.directory.glob(".*.tmp"):
             leftover.unlink(missing_ok=True)
+    if segs.prepared_dir.is_dir():  # segments prepared ahead (store.log.allocate): only zeros
+        for leftover in segs.prepared_dir.iterdir():
+            leftover.unlink(missing_ok=True)
     for start in starts:
         if start + segs.size <= end:
             continue

@@ -393,16 +393,47 @@ class MappedFileQueue:
             self._segments[start] = seg
             return seg
 
+    @property
+    def prepared_dir(self) -> Path:
+        """Where segments prepared ahead of the writer wait (:mod:`store.log.allocate`):
+        ``<directory>.prealloc/`` beside the segments' folder, so that nothing that lists
+        the segments (RocketMQ's tooling included) ever meets one."""
+        return self.directory.with_name(self.directory.name + ".prealloc")
+
+    def prepared_path(self, start: int) -> Path:
+        """The prepared segment at ``start`` (see :attr:`prepared_dir`)."""
+        return self.prepared_dir / segment_name(start)
+
     def _create(self, path: Path, start: int) -> None:
-        """Create the segment ``path``: full-size under a temporary name, then linked into place
-        (another process listing the directory never sees a segment of the wrong size).
+        """Create the segment ``path``: the one prepared ahead (:meth:`prepared_path`, linked into
+        place, then its hidden name removed) when there is one of the right size, else a new
+        file; either way complete before it gets its name (another process listing the
+        directory never sees a segment of the wrong size).
+        """
+        prepared = self.prepared_path(start)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        try:
+            if os.stat(prepared).st_size == self.size:
+                with contextlib.suppress(FileExistsError):  # another process created it first: keep theirs
+                    os.link(prepared, path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(prepared)
+            if path.exists():
+                return
+        except FileNotFoundError:  # none prepared (or taken by another process meanwhile)
+            pass
+        self.create_file(path, start)
+
+    def create_file(self, path: Path, start: int) -> None:
+        """Create the full-size file ``path`` for the segment at ``start`` under a temporary name,
+        then link it into place (an existing file is kept: another process's).
 
         Sparse (``ftruncate``), except that with :attr:`bounded_reads` (tmpfs) its first page
         is allocated: a reader looking for a segment's first record (recovery) then never
         reads a hole, and a disk with no room fails here, typed, before any write.
         """
-        self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.directory / f".{segment_name(start)}.{os.getpid()}.{threading.get_ident()}.tmp"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.parent / f".{segment_name(start)}.{os.getpid()}.{threading.get_ident()}.tmp"
         fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             try:

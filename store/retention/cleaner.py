@@ -10,9 +10,9 @@ A pass (:meth:`Retention.clean`, ``MessageStore.clean_expired``) is RocketMQ's
    for the renames only, tens of microseconds a segment, no sync), oldest first, each is
    held exclusively (:func:`store.log.pins.hold_exclusive`; a segment a reader holds stops
    the pass there, unless it has been held for longer than
-   ``destroy_mapped_file_interval_forcibly``) and renamed ``.<name>.deleted`` (hidden: no
-   reader or recovery sees it again); then the folder is synced and the hidden files are
-   unlinked (an unlink of a large file can take milliseconds). Deletion is always a prefix
+   ``destroy_mapped_file_interval_forcibly``) and moved into ``commitlog.deleted/`` (no
+   reader, recovery or tool that lists the segments sees it again); then the folder is
+   synced and the moved files are unlinked (an unlink of a large file can take milliseconds). Deletion is always a prefix
    of the log: a pass cut at any instant leaves a log that starts at a segment boundary at
    or below the recorded start, and the next open or pass completes it
    (:mod:`store.retention.leftovers`).
@@ -50,7 +50,7 @@ from ..log.pins import hold_exclusive
 from ..paths import parse_segment_name, segment_name
 from ..queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE
 from . import policy
-from .leftovers import hidden_name, remove_hidden
+from .leftovers import remove_deleted
 from .marker import RetentionState, RetentionStateFile
 
 if TYPE_CHECKING:
@@ -137,18 +137,20 @@ class Retention:
             due = policy.due(ms.config, now, used, force=force)
             report = CleanReport(disk_used_percent=used)
             state = self.state_file.read()
-            first, hidden = self._first_segment(state)
+            first, leftovers = self._first_segment(state)
             if first is None:
                 return report
             report.log_start_before = report.log_start = first
             if due.any or (state is not None and first < state.log_start):  # (or a pass cut short to complete)
                 report.reason = due.reason
                 state = self._delete_segments(now, due, state, first, report)
-            if hidden or report.segments:
-                report.bytes += remove_hidden(ms.paths.commitlog_dir)
+            if leftovers or report.segments:
+                report.bytes += remove_deleted(ms.paths.deleted_segments_dir)
             if state is None or first > state.log_start:  # the first pass, or segments removed by hand:
                 # the queues are cleaned against where the log starts (once; RocketMQ's clean
-                # service starts from offset 0 too)
+                # service starts from offset 0 too). From the first pass on, retention.state and
+                # commitlog.deleted/ exist: a pass on a full disk needs no new block for them
+                ms.paths.deleted_segments_dir.mkdir(exist_ok=True)
                 state = RetentionState(first, state.queues_cleaned if state is not None else 0)
                 self.state_file.write(state)
             # never past where the commitlog really starts (a segment a reader held is still there)
@@ -162,10 +164,10 @@ class Retention:
             return report
 
     def _first_segment(self, state: RetentionState | None) -> tuple[int | None, bool]:
-        """(the commitlog's first segment, whether hidden segments of an earlier pass may be
-        left). Two ``stat`` calls when ``retention.state`` says where the log starts and a
-        segment is there with none right below it (the usual case), else a listing of the
-        folder (a first pass, a pass cut short, segments removed by hand)."""
+        """(the commitlog's first segment, whether moved segments of an earlier pass may be
+        left in ``commitlog.deleted/``). Two ``stat`` calls when ``retention.state`` says where
+        the log starts and a segment is there with none right below it (the usual case), else
+        a listing of the folders (a first pass, a pass cut short, segments removed by hand)."""
         directory = self.ms.paths.commitlog_dir
         size = self.ms.commitlog.segment_size
         if state is not None and (directory / segment_name(state.log_start)).exists() and (
@@ -174,7 +176,7 @@ class Retention:
         names = _listdir(directory)
         # 20 zero-padded digits sort as the numbers they are: no parse of every name
         seg_names = [n for n in names if len(n) == 20 and n.isdigit() and n.isascii()]
-        return (int(min(seg_names)) if seg_names else None), any(n.endswith(".deleted") for n in names)
+        return (int(min(seg_names)) if seg_names else None), bool(_listdir(self.ms.paths.deleted_segments_dir))
 
     def _delete_segments(
         self, now: int, due: policy.Due, state: RetentionState | None, first: int, report: CleanReport,
@@ -185,7 +187,14 @@ class Retention:
         size = cl.segment_size
         with ms.dispatcher.lock.held(shared=True):
             dispatched = ms.dispatcher.dispatched()[0]
-        limit = policy.deletable_below(size, ms.published_tail(), ms.flushed_offset(), dispatched)
+        tail, flushed = ms.published_tail(), ms.flushed_offset()
+        if due.any and dispatched < policy.deletable_below(size, tail, flushed, flushed) and first + size > dispatched:
+            # records not dispatched yet would never get their units: dispatch them first
+            # (a store nobody dispatches, a dispatcher behind), then delete
+            ms.dispatcher.dispatch()
+            with ms.dispatcher.lock.held(shared=True):
+                dispatched = ms.dispatcher.dispatched()[0]
+        limit = policy.deletable_below(size, tail, flushed, dispatched)
         directory = ms.paths.commitlog_dir
 
         def last_write_ms(start: int) -> int | None:
@@ -211,6 +220,13 @@ class Retention:
             state = RetentionState(intended, min(state.queues_cleaned if state is not None else 0, intended))
             self.state_file.write(state)
         held: list[tuple[int, Path, int | None]] = []
+        trash_dir = ms.paths.deleted_segments_dir
+        trash: Path | None = trash_dir
+        try:
+            trash_dir.mkdir(exist_ok=True)  # (made by the first pass, while there was room)
+        except OSError as exc:  # a full disk: no room for a folder; unlinked in place instead
+            log.warning("retention: cannot make %s (%s); segments are unlinked in place", trash_dir, exc)
+            trash = None
         try:
             # under the append lock only the renames (no rebuild of the append state walks
             # the log meanwhile): tens of microseconds per segment, no sync
@@ -226,7 +242,10 @@ class Retention:
                         break
                     held.append((start, path, fd))
                     self._busy_since.pop(start, None)
-                    os.rename(path, directory / hidden_name(start))  # held: no read of it is under way
+                    if trash is not None:  # held: no read of it is under way
+                        os.rename(path, trash / path.name)
+                    else:
+                        os.unlink(path)
         finally:
             for _, _, fd in held:
                 if fd is not None:

@@ -1,12 +1,13 @@
 """What a retention pass cut short leaves behind, and how it is completed.
 
 A pass (:mod:`store.retention.cleaner`) writes ``retention.state`` (the new commitlog start)
-durably, then renames each doomed segment to ``commitlog/.<name>.deleted``, syncs the folder,
-and unlinks the hidden files. Cut at any instant (a kill, a power loss), it leaves:
+durably, then moves each doomed segment from ``commitlog/`` into ``commitlog.deleted/``
+(:attr:`store.paths.StorePaths.deleted_segments_dir`), syncs the folder, and unlinks the
+moved files. Cut at any instant (a kill, a power loss), it leaves:
 
-- hidden ``.<name>.deleted`` files: no reader and no recovery looks at them; removed by the
-  next pass or open;
-- segments below the recorded start that were not renamed yet (or whose rename a power loss
+- files in ``commitlog.deleted/``: no reader, no recovery and no tool that lists the
+  segments looks there; removed by the next pass that deletes, or at the next open;
+- segments below the recorded start that were not moved yet (or whose move a power loss
   undid): the log then starts at one of them, still a whole prefix of what it was, so the
   store reads correctly; they are removed at the next open by its first opener
   (:func:`finish_at_open`, from recovery, before anything reads the log) or by the next pass.
@@ -31,28 +32,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HIDDEN_SUFFIX = ".deleted"
 
-
-def hidden_name(start: int) -> str:
-    """The name a segment is renamed to before it is unlinked."""
-    return f".{segment_name(start)}{HIDDEN_SUFFIX}"
-
-
-def _is_hidden(name: str) -> bool:
-    return name.startswith(".") and name.endswith(HIDDEN_SUFFIX) and parse_segment_name(name[1 : -len(HIDDEN_SUFFIX)]) is not None
-
-
-def remove_hidden(directory: Path) -> int:
-    """Unlink the hidden segments of ``directory`` (only names :func:`hidden_name` makes);
-    returns the disk space they held (allocated blocks)."""
+def remove_deleted(directory: Path) -> int:
+    """Unlink the segments in ``directory`` (``commitlog.deleted/``; only files named as
+    segments); returns the disk space they held (allocated blocks)."""
     freed = 0
     try:
         names = os.listdir(directory)
     except FileNotFoundError:
         return 0
     for name in names:
-        if not _is_hidden(name):
+        if parse_segment_name(name) is None:
             continue
         path = directory / name
         try:
@@ -65,15 +55,14 @@ def remove_hidden(directory: Path) -> int:
 
 def finish_at_open(ms: MessageStore) -> list[str]:
     """Complete a pass cut short, at open (the first opener's recovery, before the log is
-    read): remove hidden segments and the segments wholly below ``retention.state``'s start
-    (never the last segment). A start past the flushed position cannot have been written by
-    a pass (it never deletes unflushed bytes): the file is then ignored. Returns what it did,
-    for the recovery report."""
+    read): unlink what ``commitlog.deleted/`` holds, and remove the segments wholly below
+    ``retention.state``'s start (never the last segment). A start past the flushed position
+    cannot have been written by a pass (it never deletes unflushed bytes): the file is then
+    ignored. Returns what it did, for the recovery report."""
     directory = ms.paths.commitlog_dir
     problems: list[str] = []
-    freed = remove_hidden(directory)
-    if freed:
-        problems.append(f"retention: removed the hidden segments a pass left in {directory}")
+    if remove_deleted(ms.paths.deleted_segments_dir):
+        problems.append(f"retention: unlinked the segments a pass left in {ms.paths.deleted_segments_dir}")
     state = RetentionStateFile(ms.paths.retention_state).read()
     if state is None:
         return problems
