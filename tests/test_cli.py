@@ -71,3 +71,83 @@ def test_console_script_runs(filled: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "store.admin.cli", "info", str(filled)], capture_output=True, text=True,
                        env=subprocess_env(), timeout=60)
     assert r.returncode == 0 and "orders" in r.stdout
+
+
+def test_json_on_info_lag_topic_status_and_dispatch(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["info", str(filled), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["topics"]["orders"]["queues"][0] == {"queueId": 0, "min": 0, "max": 4, "messages": 4}
+    assert info["publishedTail"] > 0
+    assert main(["lag", str(filled), "g", "--json"]) == 0
+    lag = json.loads(capsys.readouterr().out)
+    assert lag["offsets"] == [{"group": "g", "topic": "orders", "queueId": 0, "committed": 1, "max": 4, "lag": 3}]
+    assert lag["totalLag"] == 3
+    assert main(["topic-status", str(filled), "orders", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["queues"][0]["messages"] == 4
+    assert main(["dispatch", str(filled), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"dispatched": 0}
+
+
+def test_lag_of_every_group_and_of_an_unknown_one(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with store.MessageStore.open(filled) as s:
+        s.commit_offset("h", "orders", 0, 4)
+    assert main(["consumer-progress", str(filled)]) == 0
+    out = capsys.readouterr().out
+    assert "g  orders/0  committed 1  max 4  lag 3" in out and "h  orders/0  committed 4  max 4  lag 0" in out
+    assert "total lag 3" in out
+    assert main(["lag", str(filled), "nosuchgroup"]) == 1
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == "rmqlog: no committed offsets for group 'nosuchgroup'\n"
+    assert main(["topic-status", str(filled), "nosuchtopic"]) == 1
+    assert "no topic 'nosuchtopic'" in capsys.readouterr().err
+
+
+def test_verify_reports_ok_and_damage(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["verify", str(filled)]) == 0
+    assert capsys.readouterr().out.startswith("OK: 4 records, 4 units, 0 problem(s)")
+    # a unit pointing at another record: verify finds it, exit 1, and --json names it
+    cq = filled / "consumequeue" / "orders" / "0" / ("0" * 20)
+    data = bytearray(cq.read_bytes())
+    data[20:28] = data[0:8]
+    cq.write_bytes(bytes(data))
+    assert main(["verify", str(filled), "--json"]) == 1
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] is False and report["problems"][0]["path"].endswith("consumequeue/orders/0")
+
+
+def test_recover_requires_repair_and_repairs(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["recover", str(filled)])
+    assert exc.value.code == 2
+    assert "--repair" in capsys.readouterr().err
+    (filled / "abort").touch()
+    assert main(["recover", str(filled), "--repair", "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["abnormal"] is True and rep["droppedBytes"] == 0
+
+
+@pytest.mark.parametrize("count", ["0", "-1", "x"])
+def test_bad_count_is_rejected_with_the_reason(filled: Path, capsys: pytest.CaptureFixture[str], count: str) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["read", str(filled), "orders", "0", "--count", count])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "--count" in err and ("at least 1" in err or "not an integer" in err)
+
+
+def test_get_with_something_that_is_not_a_message_id(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["get", str(filled), "--id", "ZZZ"]) == 2
+    assert capsys.readouterr().err == "rmqlog: not a message id: 'ZZZ' (an offset msgId is 32 hex digits)\n"
+    assert main(["get", str(filled), "--id", "0" * 32]) == 1
+    assert capsys.readouterr().err == "rmqlog: no message there\n"
+
+
+def test_every_argument_has_help() -> None:
+    from store.admin.cli import _parser
+
+    ap = _parser()
+    subs = next(a for a in ap._actions if isinstance(a, __import__("argparse")._SubParsersAction))
+    for name, p in subs.choices.items():
+        for action in p._actions:
+            if action.dest != "help":
+                assert action.help, f"{name}: {action.dest} has no help"

@@ -1,17 +1,24 @@
 """``rmqlog``: inspect a store from a terminal.
 
-    rmqlog info ROOT                          segments, published tail, topics and queue ranges
+    rmqlog info ROOT [--json]                 segments, published tail, topics and queue ranges
+    rmqlog topic-status ROOT TOPIC [--json]   one topic's queues: min, max, messages
     rmqlog read ROOT TOPIC QUEUE [--offset N] [--count N] [--tags "A || B"] [--body text|hex|none]
     rmqlog get ROOT (--offset N | --id MSGID) one message by commitlog offset or offset msgId
-    rmqlog lag ROOT GROUP                     a group's committed offsets against the queues' ends
-    rmqlog dispatch ROOT                      build consume-queue units for new records
+    rmqlog lag ROOT [GROUP] [--json]          committed offsets against the queues' ends (all
+    rmqlog consumer-progress ROOT [GROUP]     groups without GROUP; the second name is mqadmin's)
+    rmqlog verify ROOT [--json]               check every record and unit (read-only)
+    rmqlog recover ROOT --repair [--json]     open with repair: cut damage, rebuild what follows
+    rmqlog dispatch ROOT [--json]             build consume-queue units for new records
     rmqlog clean ROOT [--force] [--json]      one retention pass (--force: at any hour, as
                                               RocketMQ's manual deletion; ages still apply)
 
 Messages print one JSON object per line (bodies as UTF-8 text with replacement characters by
 default), so the output pipes into ``jq``. Only an existing store is opened (a folder without
 ``commitlog/`` or ``config/`` is refused, never initialized); reading adds no message and
-commits no offset. Exit status: 0 ok, 1 nothing found, 2 bad arguments or a store error.
+commits no offset. Exit status: 0 ok, 1 nothing found (or, for ``verify``, problems found),
+2 bad arguments or a store error; errors go to stderr, one line each. ``--json`` prints one
+JSON object instead of text. argparse (the standard library's) is the framework: every
+subcommand and argument has its help text (``rmqlog CMD --help``).
 """
 
 from __future__ import annotations
@@ -24,7 +31,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StoreError
+from ..log.msgid import parse_offset_msg_id
 from ..message_store import MessageStore
+
+_UNIQ_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def _jsonable(row: dict[str, Any], body: str) -> dict[str, Any]:
@@ -47,33 +57,143 @@ def _print_rows(rows: list[dict[str, Any]], body: str) -> None:
         print(json.dumps(_jsonable(row, body), ensure_ascii=False))
 
 
-def _info(s: MessageStore) -> int:
+def _emit(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
+    if as_json:
+        print(json.dumps(obj, ensure_ascii=False))
+    else:
+        for line in lines:
+            print(line)
+
+
+def _queues(s: MessageStore, topic: str, queues: int) -> list[dict[str, int]]:
+    out = []
+    for q in range(queues):
+        lo, hi = s.min_offset(topic, q), s.max_offset(topic, q)
+        out.append({"queueId": q, "min": lo, "max": hi, "messages": max(0, hi - lo)})
+    return out
+
+
+def _info(s: MessageStore, as_json: bool) -> int:
     starts = s.commitlog.segments.segment_starts()
-    print(f"store        {s.paths.root}")
-    print(f"segments     {len(starts)} x {s.commitlog.segment_size:,} B"
-          + (f"  (first {starts[0]:020d}, last {starts[-1]:020d})" if starts else ""))
-    print(f"commitlog    min {s.commitlog.min_offset():,}  published tail {s.published_tail():,}")
     topics = s.topics()
-    print(f"topics       {len(topics)}")
-    for name in sorted(topics):
-        tc = topics[name]
-        ranges = [f"{q}:[{s.min_offset(name, q)},{s.max_offset(name, q)})" for q in range(tc.read_queue_nums)]
-        print(f"  {name:<24} queues {tc.write_queue_nums}  " + " ".join(ranges))
+    per_topic: dict[str, dict[str, Any]] = {
+        name: {"writeQueues": tc.write_queue_nums, "readQueues": tc.read_queue_nums,
+               "queues": _queues(s, name, tc.read_queue_nums)} for name, tc in sorted(topics.items())
+    }
+    info: dict[str, Any] = {
+        "root": str(s.paths.root),
+        "segments": len(starts),
+        "segmentSize": s.commitlog.segment_size,
+        "commitlogMin": s.commitlog.min_offset(),
+        "publishedTail": s.published_tail(),
+        "flushed": s.flushed_offset(),
+        "topics": per_topic,
+    }
+    lines = [
+        f"store        {s.paths.root}",
+        f"segments     {len(starts)} x {s.commitlog.segment_size:,} B"
+        + (f"  (first {starts[0]:020d}, last {starts[-1]:020d})" if starts else ""),
+        f"commitlog    min {info['commitlogMin']:,}  published tail {info['publishedTail']:,}  flushed {info['flushed']:,}",
+        f"topics       {len(topics)}",
+    ]
+    for name, t in per_topic.items():
+        ranges = " ".join(f"{q['queueId']}:[{q['min']},{q['max']})" for q in t["queues"])
+        lines.append(f"  {name:<24} queues {t['writeQueues']}  {ranges}")
+    _emit(info, as_json, lines)
     return 0
 
 
-def _lag(s: MessageStore, group: str) -> int:
+def _topic_status(s: MessageStore, topic: str, as_json: bool) -> int:
+    tc = s.topics().get(topic)
+    if tc is None:
+        _error(f"no topic {topic!r} in this store")
+        return 1
+    queues = _queues(s, topic, tc.read_queue_nums)
+    lines = [f"{topic}/{q['queueId']}  min {q['min']}  max {q['max']}  messages {q['messages']}" for q in queues]
+    _emit({"topic": topic, "queues": queues}, as_json, lines)
+    return 0
+
+
+def _groups(s: MessageStore) -> list[str]:
+    return sorted({key.split("@", 1)[1] for key in s.consumer_offsets.table() if "@" in key})
+
+
+def _lag(s: MessageStore, group: str | None, as_json: bool) -> int:
+    groups = [group] if group is not None else _groups(s)
     topics = s.topics()
-    found = False
-    for name in sorted(topics):
-        for q in range(topics[name].read_queue_nums):
-            committed = s.committed_offset(group, name, q)
-            if committed < 0:
-                continue
-            found = True
-            hi = s.max_offset(name, q)
-            print(f"{name}/{q}  committed {committed}  max {hi}  lag {max(0, hi - committed)}")
-    return 0 if found else 1
+    rows: list[dict[str, Any]] = []
+    for g in groups:
+        for name in sorted(topics):
+            for q in range(topics[name].read_queue_nums):
+                committed = s.committed_offset(g, name, q)
+                if committed < 0:
+                    continue
+                hi = s.max_offset(name, q)
+                rows.append({"group": g, "topic": name, "queueId": q, "committed": committed, "max": hi,
+                             "lag": max(0, hi - committed)})
+    if not rows:
+        _error(f"no committed offsets for group {group!r}" if group is not None else "no consumer group has committed offsets")
+        return 1
+    lines = [f"{r['group']}  {r['topic']}/{r['queueId']}  committed {r['committed']}  max {r['max']}  lag {r['lag']}" for r in rows]
+    lines.append(f"total lag {sum(r['lag'] for r in rows)}")
+    _emit({"offsets": rows, "totalLag": sum(r["lag"] for r in rows)}, as_json, lines)
+    return 0
+
+
+def _verify(s: MessageStore, as_json: bool) -> int:
+    report = s.verify()
+    problems = [{"path": p.path, "offset": p.offset, "detail": p.detail} for p in report.problems]
+    lines = [f"problem: {p}" for p in report.problems]
+    lines.append(f"{'OK' if report.ok else 'DAMAGED'}: {report.records:,} records, {report.units:,} units, "
+                 f"{len(problems)} problem(s)")
+    _emit({"ok": report.ok, "records": report.records, "units": report.units, "problems": problems}, as_json, lines)
+    return 0 if report.ok else 1
+
+
+def _recover(s: MessageStore, as_json: bool) -> int:
+    r = s.recovery
+    obj = {} if r is None else {
+        "abnormal": r.abnormal, "walkStart": r.walk_start, "logEnd": r.log_end, "end": r.end,
+        "droppedBytes": r.dropped_bytes, "redispatched": r.redispatched, "stateRebuilt": r.state_rebuilt,
+        "problems": list(r.problems),
+    }
+    if r is None:
+        lines = ["store already open elsewhere: recovery was done by its first opener"]
+    else:
+        lines = [f"recovered ({'abnormal' if r.abnormal else 'normal'} exit): log ends at {r.end:,}, "
+                 f"{r.dropped_bytes:,} B dropped, {r.redispatched:,} records re-dispatched"]
+        lines += [f"problem: {p}" for p in r.problems]
+    _emit(obj, as_json, lines)
+    return 0
+
+
+def _is_message_id(msg_id: str) -> bool:
+    return parse_offset_msg_id(msg_id) is not None or (len(msg_id) in (32, 56) and set(msg_id) <= _UNIQ_HEX)
+
+
+def _positive(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
+    return n
+
+
+def _non_negative(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+    if n < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, not {n}")
+    return n
+
+
+def _error(message: str) -> None:
+    sys.stdout.flush()  # never interleaved into a line of the output before it
+    print(f"rmqlog: {message}", file=sys.stderr)
 
 
 def _clean(s: MessageStore, force: bool, as_json: bool) -> int:
@@ -90,62 +210,85 @@ def _clean(s: MessageStore, force: bool, as_json: bool) -> int:
     return 0
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="rmqlog", description="Inspect a spark-rmq (RocketMQ-format) store.")
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="rmqlog", description="Inspect a spark-rmq (RocketMQ-format) store.",
+                                 epilog="exit status: 0 ok, 1 nothing found or problems found, 2 error")
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("info", help="segments, tail, topics and queue ranges")
-    p.add_argument("root")
-    p = sub.add_parser("read", help="messages of one queue as JSON lines")
-    p.add_argument("root")
-    p.add_argument("topic")
-    p.add_argument("queue", type=int)
-    p.add_argument("--offset", type=int, default=None, help="first queue offset (default: the queue's min)")
-    p.add_argument("--count", type=int, default=10)
-    p.add_argument("--tags", default="*")
-    p.add_argument("--body", choices=("text", "hex", "none"), default="text")
-    p = sub.add_parser("get", help="one message by commitlog offset or msgId")
-    p.add_argument("root")
-    g = p.add_mutually_exclusive_group(required=True)
-    g.add_argument("--offset", type=int)
-    g.add_argument("--id")
-    p.add_argument("--body", choices=("text", "hex", "none"), default="text")
-    p = sub.add_parser("lag", help="a consumer group's committed offsets and lag")
-    p.add_argument("root")
-    p.add_argument("group")
-    p = sub.add_parser("dispatch", help="build consume-queue units for new records")
-    p.add_argument("root")
-    p = sub.add_parser("clean", help="one retention pass: delete expired segments and what follows them")
-    p.add_argument("root")
-    p.add_argument("--force", action="store_true", help="at any hour, not only those of delete_when")
-    p.add_argument("--json", action="store_true", help="print what was deleted as one JSON object")
-    args = ap.parse_args(argv)
 
+    def command(name: str, help: str, *, json_flag: bool = True, aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, aliases=list(aliases))
+        p.add_argument("root", help="the store's folder (the one holding commitlog/)")
+        if json_flag:
+            p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+        return p
+
+    command("info", "segments, published and flushed positions, topics and their queue ranges")
+    p = command("topic-status", "one topic's queues: min and max offsets, messages")
+    p.add_argument("topic", help="topic name")
+    p = command("read", "messages of one queue as JSON lines", json_flag=False)
+    p.add_argument("topic", help="topic name")
+    p.add_argument("queue", type=_non_negative, help="queue id")
+    p.add_argument("--offset", type=_non_negative, default=None, help="first queue offset (default: the queue's min)")
+    p.add_argument("--count", type=_positive, default=10, help="most messages to print (at least 1; default 10)")
+    p.add_argument("--tags", default="*", help='tag filter, RocketMQ syntax: "*" or "A || B" (default "*")')
+    p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
+    p = command("get", "one message by commitlog offset or message id", json_flag=False)
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--offset", type=_non_negative, help="the message's commitlog offset")
+    g.add_argument("--id", help="an offset msgId (32 hex digits: store host and commitlog offset)")
+    p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how the body prints (default text)")
+    p = command("lag", "committed offsets against the queues' ends, per group", aliases=("consumer-progress",))
+    p.add_argument("group", nargs="?", default=None, help="one consumer group (default: every group)")
+    command("verify", "check every record (CRCs, header values, queue density) and every unit; read-only")
+    p = command("recover", "open the store with repair: damaged data is cut and what follows is rebuilt")
+    p.add_argument("--repair", action="store_true", required=True, help="required: this command changes the store")
+    command("dispatch", "build consume-queue units for records not yet dispatched")
+    p = command("clean", "one retention pass: delete expired segments and what follows them")
+    p.add_argument("--force", action="store_true", help="at any hour, not only those of delete_when")
+    return ap
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    cmd = "lag" if args.cmd == "consumer-progress" else args.cmd
+    if cmd == "get" and args.id is not None and not _is_message_id(args.id):
+        _error(f"not a message id: {args.id!r} (an offset msgId is 32 hex digits)")
+        return 2
     try:
-        with MessageStore.open(args.root, create=False) as s:  # never creates a store
-            if args.cmd == "info":
-                return _info(s)
-            if args.cmd == "dispatch":
-                print(f"dispatched {s.dispatch()} records")
+        # never creates a store; recover --repair is the one command that changes one
+        with MessageStore.open(args.root, create=False, repair=cmd == "recover") as s:
+            if cmd == "info":
+                return _info(s, args.json)
+            if cmd == "topic-status":
+                return _topic_status(s, args.topic, args.json)
+            if cmd == "verify":
+                return _verify(s, args.json)
+            if cmd == "recover":
+                return _recover(s, args.json)
+            if cmd == "dispatch":
+                n = s.dispatch()
+                _emit({"dispatched": n}, args.json, [f"dispatched {n} records"])
                 return 0
-            if args.cmd == "clean":
+            if cmd == "clean":
                 return _clean(s, args.force, args.json)
-            if args.cmd == "lag":
-                return _lag(s, args.group)
-            if args.cmd == "get":
+            if cmd == "lag":
+                return _lag(s, args.group, args.json)
+            if cmd == "get":
                 row = s.message_by_offset(args.offset) if args.offset is not None else s.message_by_id(args.id)
                 if row is None:
-                    print("rmqlog: no message there", file=sys.stderr)
+                    _error("no message there")
                     return 1
                 _print_rows([row], args.body)
                 return 0
             # read
             offset = args.offset if args.offset is not None else s.min_offset(args.topic, args.queue)
-            res = s.get_messages("rmqlog_cli", args.topic, args.queue, offset, max_count=max(1, args.count), tags=args.tags)
+            res = s.get_messages("rmqlog_cli", args.topic, args.queue, offset, max_count=args.count, tags=args.tags)
             _print_rows(res.messages.to_pylist(), args.body)
+            sys.stdout.flush()
             print(f"# {res.status.name} next={res.next_begin_offset} min={res.min_offset} max={res.max_offset}", file=sys.stderr)
             return 0 if res.messages.num_rows else 1
     except StoreError as exc:
-        print(f"rmqlog: {exc}", file=sys.stderr)
+        _error(str(exc))
         return 2
 
 
