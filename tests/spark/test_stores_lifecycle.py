@@ -18,6 +18,8 @@ from store.durability.lock_file import OWNERS_DIR
 
 SCRIPT = """
 import os, signal, sys, time
+# as a Spark worker starts: default dispositions (a suite run under nohup passes SIGHUP ignored)
+signal.signal(signal.SIGHUP, signal.SIG_DFL)
 import pyarrow as pa
 from spark_rmq import stores
 from spark_rmq.read import QueueRange, read_range
