@@ -89,8 +89,17 @@ def test_a_worker_killed_with_the_store_open_is_a_crash_whatever_follows(tmp_pat
         if app.poll() is None:
             app.kill()
     wait_until_nobody_has_it_open(root)
-    assert (root / "abort").exists()  # every other process closed cleanly; the victim did not
-    assert [n.split("-")[0] for n in os.listdir(root / OWNERS_DIR)] == [str(victim)]
+    owners = [n.split("-")[0] for n in os.listdir(root / OWNERS_DIR)]
+    if (root / "abort").exists():
+        # the usual order: every other process closed cleanly while the victim's crash stays
+        # recorded (its owner file) for the next opener's recovery
+        assert owners == [str(victim)]
+        abnormal = True
+    else:
+        # under load, every other process may have closed before the victim died: the retried
+        # task then opened the store first, recovered it (abnormal) and closed it cleanly
+        assert owners == []
+        abnormal = False
     with store.MessageStore.open(root) as ms:
-        assert ms.recovery is not None and ms.recovery.abnormal is True
+        assert ms.recovery is not None and ms.recovery.abnormal is abnormal
         assert contents(ms) == {"orders": ALL, "copy": ALL}  # nothing acknowledged lost, nothing twice
