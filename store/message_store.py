@@ -1053,7 +1053,7 @@ class MessageStore:
         found: dict[str, int] = {}
         for topic, qid, _ in self._queue_dirs():
             if topic not in out:
-                found[topic] = max(found.get(topic, 0), qid + 1)
+                found[topic] = min(65535, max(found.get(topic, 0), qid + 1))  # a topic has at most 65535
         out.update({topic: TopicConfig(topic, n, n) for topic, n in found.items()})
         return out
 
