@@ -910,8 +910,8 @@ class MessageStore:
             if last <= first:
                 return empty_message_table()
             units = cq.read(first, last - first)
-            if len(units) < last - first and self.min_offset(topic, queue_id) > first:
-                start = first + 1  # its first segments went while it read: clamp again
+            if len(units) < last - first and (now_first := self.min_offset(topic, queue_id)) > first:
+                start = now_first  # its first segments went while it read: clamp again
                 continue
             try:
                 return self._read_units(cq, topic, queue_id, first, units, np.flatnonzero(units["size"] != FILLER_SIZE),
