@@ -115,7 +115,7 @@ def store_only(messages: int, body: int, workdir: Path, runs: int, rest_s: float
         with store.MessageStore.open(root, cfg) as ms:
             ms.create_topic("bench", 4)
             time.sleep(rest_s)
-            lock = ms._append_lock
+            lock = ms.parts.append_lock
             real = lock.held
             held: list[float] = []
 

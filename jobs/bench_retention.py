@@ -111,7 +111,7 @@ def bench_passes(workdir: Path, segments: int, queues: int, passes: int) -> None
               f"  ({passes} passes)")
         print(f"pass, deletion hour, nothing expired          median {_ms(at_hour):.3f} ms  p99 {_ms(at_hour, .99):.3f} ms")
         held: list[float] = []
-        lock = s._append_lock
+        lock = s.parts.append_lock
         real_held = lock.held
 
         @contextlib.contextmanager

@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from store.message_store import parse_tag_filter
 from store.paths import validate_group, validate_topic
+from store.queue.reader import parse_tag_filter
 
 from .errors import RmqLogOptionError
 

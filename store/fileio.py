@@ -188,3 +188,55 @@ class ProcessLocalPool:
                     self._pid = os.getpid()
                 pool = self._pool
         return pool
+
+
+class LockRegistry:
+    """One :class:`InterProcessLock` per lock file per process.
+
+    POSIX record locks are per process: two lock objects on one file in the same process
+    would not exclude each other (and closing either fd drops both), so stores opened twice
+    in one process share their lock objects.
+    """
+
+    _locks: dict[str, InterProcessLock] = {}
+    _refs: dict[str, int] = {}
+    _pids: dict[str, int] = {}
+    _mutex = threading.Lock()
+
+    @classmethod
+    def get(cls, path: Path) -> InterProcessLock:
+        """The lock of ``path``, counted: every ``get`` is paired with a :meth:`release`."""
+        key = os.path.realpath(path)
+        with cls._mutex:
+            lock = cls._locks.get(key)
+            if lock is None or cls._pids.get(key) != os.getpid():  # (a forked child: its own)
+                lock = InterProcessLock(path)
+                cls._locks[key], cls._refs[key], cls._pids[key] = lock, 0, os.getpid()
+            cls._refs[key] += 1
+            return lock
+
+    @classmethod
+    def release(cls, path: Path) -> None:
+        """Drop one use of ``path``'s lock; the last closes its descriptor (a process that opens
+        many stores one after another keeps no descriptor of those it closed)."""
+        key = os.path.realpath(path)
+        with cls._mutex:
+            lock = cls._locks.get(key)
+            if lock is None or cls._pids.get(key) != os.getpid():
+                return
+            cls._refs[key] -= 1
+            if cls._refs[key] <= 0:
+                del cls._locks[key], cls._refs[key], cls._pids[key]
+                lock.close()
+
+
+def disk_used_percent(path: Path) -> float:
+    """How full the volume holding ``path`` is, in percent (what ``df`` shows); 0 if ``path``
+    is missing."""
+    try:
+        st = os.statvfs(path)
+    except FileNotFoundError:
+        return 0.0
+    if st.f_blocks == 0:
+        return 0.0
+    return 100.0 * (st.f_blocks - st.f_bavail) / st.f_blocks

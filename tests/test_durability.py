@@ -337,7 +337,7 @@ def test_enospc_fails_typed_and_leaves_store_readable(root: Path, monkeypatch: p
 
 
 def test_appends_refused_above_disk_warning_ratio(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.message_store as msm
+    import store.log.disk_guard as msm
 
     monkeypatch.setattr(msm, "DISK_CHECK_INTERVAL_S", 0.0)  # every put checks
     with store.MessageStore.open(root, small_store_config()) as s:
@@ -357,7 +357,7 @@ def test_appends_refused_above_disk_warning_ratio(root: Path, monkeypatch: pytes
 
 def test_a_disk_below_the_level_is_rechecked_after_an_interval(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One ``statvfs`` per interval while the disk is below the level; every put while above."""
-    import store.message_store as msm
+    import store.log.disk_guard as msm
 
     clock = {"now": 1000.0}
     used = {"pct": 50.0, "calls": 0}
@@ -434,13 +434,13 @@ def test_sync_flush_group_commit_across_processes(root: Path) -> None:
 def test_state_rebuild_in_bounded_windows_matches_the_published_state(
     root: Path, monkeypatch: pytest.MonkeyPatch, chunk: int,
 ) -> None:
-    import store.message_store as msm
+    import store.log.state_rebuild as msm
 
     with store.MessageStore.open(root, small_store_config()) as s:
         s.put_batch(pa.table({"topic": ["T"] * 200, "body": [b"x" * (i % 300) for i in range(200)]}))
         published = s.append_state()
         monkeypatch.setattr(msm, "REBUILD_CHUNK", chunk)
-        rebuilt = s._rebuild_state()
+        rebuilt = s.parts.rebuild_state()
         assert (rebuilt.tail, rebuilt.queues) == (published.tail, published.queues)
 
 

@@ -30,7 +30,7 @@ from store import (
 )
 from store.log.encode.columns import BORN_MS_MAX
 from store.log.properties import DELAY_PROPERTIES, RESERVED_PROPERTIES, ROCKETMQ_SYSTEM_PROPERTIES
-from store.message_store import writer_markers
+from store.log.writer_marker import writer_markers
 
 MAP = pa.map_(pa.string(), pa.string())
 UNIQ32 = "0A0B0C0D1234ABCDEF0123456789ABCD"
@@ -489,7 +489,7 @@ def test_stray_consume_queue_folders_are_not_queues(root: Path) -> None:
     for stray in ("bad name/0", "T/junk", "T/007", "T/\u0663", "T/99999999999", "%RETRY%g/x"):
         (root / "consumequeue" / stray).mkdir(parents=True)
     with store.MessageStore.open(root, small_store_config()) as s:
-        assert [(cq.directory.parent.name, cq.directory.name) for cq in s._all_queues()] == [("T", "0")]
+        assert [(cq.directory.parent.name, cq.directory.name) for cq in s.parts.queues.all()] == [("T", "0")]
         s.put("T", b"y", queue_id=0)
         assert s.dispatch() == 1
         assert s.verify().ok

@@ -72,7 +72,7 @@ def put(ms: store.MessageStore, n: int, body: int = 1000) -> pa.Table:
 
 def quiet(ms: store.MessageStore) -> store.MessageStore:
     """The store's loop never runs the preparer (the tests run its rounds themselves)."""
-    ms._preparing = True  # (as if started: a put does not add it to the loop)
+    ms.appender.preparing = True  # (as if started: a put does not add it to the loop)
     ms.services.remove(ms.preparer)
     return ms
 

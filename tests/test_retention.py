@@ -242,7 +242,7 @@ def test_a_pass_that_deletes_nothing_walks_no_queue(rs: store.MessageStore, root
     assert rs.clean_expired(AT_4).segments
     age(root, AT_4, 1)
     walked: list[object] = []
-    monkeypatch.setattr(type(rs), "_queue_dirs", lambda self: walked.append(1) or iter(()))
+    monkeypatch.setattr(type(rs.parts.queues), "dirs", lambda self: walked.append(1) or iter(()))
     monkeypatch.setattr(store.retention.cleaner, "_listdir", lambda path: walked.append(path) or os.listdir(path))
     for now in (AT_4, AT_10):  # at a deletion hour with nothing expired, and outside
         assert rs.clean_expired(now).deleted == 0
@@ -257,7 +257,7 @@ def test_index_hook_gets_the_new_start(rs: store.MessageStore, root: Path) -> No
             calls.append(offset)
             return [(root / "index" / "20310506043000000", 4096)]
 
-    rs.index_service = FakeIndex()  # the seam the index package fills
+    rs.parts.index_service = FakeIndex()  # the seam the index package fills
     fill(rs, 60)
     age(root, AT_4, 100)
     report = rs.clean_expired(AT_4)
@@ -276,7 +276,7 @@ def test_failed_index_hook_is_retried_by_the_next_pass(rs: store.MessageStore, r
                 raise OSError("index busy")
             return None
 
-    rs.index_service = FlakyIndex()
+    rs.parts.index_service = FlakyIndex()
     fill(rs, 60)
     age(root, AT_4, 100)
     start = rs.clean_expired(AT_4).log_start
@@ -327,7 +327,7 @@ def test_a_held_segment_stops_the_pass_until_released_or_held_too_long(rs: store
 def test_a_read_overtaken_by_retention_names_the_queue_and_range(rs: store.MessageStore, root: Path) -> None:
     fill(rs, 100)
     cq = rs.consume_queue("RT", 0)
-    lo, hi, floor = rs._read_bounds(cq)
+    lo, hi, floor = rs.reader.read_bounds(cq)
     units = cq.read(20, 30)  # planned before the pass ...
     age(root, AT_4, 1)
     age(root, AT_4, 100, segments(root)[:4])
@@ -347,19 +347,19 @@ def test_get_messages_and_read_queue_overtaken(rs: store.MessageStore, root: Pat
     fill(rs, 100)
     age(root, AT_4, 1)
     age(root, AT_4, 100, segments(root)[:old])
-    real = type(rs)._read_bounds
+    real = type(rs.reader).read_bounds
     armed = [True]
 
     def bounds_then_clean(self, cq):
         out = real(self, cq)
         if armed[0]:  # the pass runs between the bounds and the read
             armed[0] = False
-            self.clean_expired(AT_4)
-            self.commitlog.segments.close()
-            self.consume_queue("RT", 0).segments.close()
+            rs.clean_expired(AT_4)
+            rs.commitlog.segments.close()
+            rs.consume_queue("RT", 0).segments.close()
         return out
 
-    monkeypatch.setattr(type(rs), "_read_bounds", bounds_then_clean)
+    monkeypatch.setattr(type(rs.reader), "read_bounds", bounds_then_clean)
     res = rs.get_messages("g", "RT", 0, 5, max_count=10)
     assert res.status is S.MESSAGE_WAS_REMOVING and res.next_begin_offset == first_left and res.messages.num_rows == 0
     armed[0] = True

@@ -100,7 +100,7 @@ with store.MessageStore.open(root, cfg, create=False) as s:
             check(q, offs, t["body"].to_pylist())
             stats["rows"] += len(offs)
             cq = s.consume_queue("RT", q)
-            lo, hi, floor = s._read_bounds(cq)  # planned now, read a moment later
+            lo, hi, floor = s.reader.read_bounds(cq)  # planned now, read a moment later
             units = cq.read(lo, min(30, hi - lo))
             time.sleep(0.002)
             if stats["rounds"] % 2:
@@ -203,7 +203,7 @@ def test_a_reader_that_mapped_a_segment_before_it_went_still_reads_it(tmp_path: 
     with store.MessageStore.open(root, small_store_config()) as s:
         fill(s, 100)
         cq = s.consume_queue("RT", 0)
-        lo, hi, floor = s._read_bounds(cq)
+        lo, hi, floor = s.reader.read_bounds(cq)
         units = cq.read(0, 50)
         first = store.queue.checked_read.read_units(s.commitlog, cq, units, np.arange(50), topic="RT", queue_id=0,
                                                     floor=floor, tail=s.published_tail(), check_crc=True)

@@ -35,7 +35,7 @@ from ..queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE, ConsumeQueue
 
 if TYPE_CHECKING:
     from ..log.mapped_file import MappedFile
-    from ..message_store import MessageStore
+    from ..parts import StoreParts
 
 
 @dataclass(frozen=True)
@@ -59,12 +59,12 @@ class VerifyReport:
         return not self.problems
 
 
-def verify(ms: MessageStore) -> VerifyReport:
+def verify(parts: StoreParts) -> VerifyReport:
     """Check the whole store ``ms`` (see the module docstring); returns every problem found."""
     report = VerifyReport()
-    cl = ms.commitlog
-    tail = ms.published_tail()
-    dispatched = min(tail, ms.dispatcher.position())
+    cl = parts.commitlog
+    tail = parts.published_tail()
+    dispatched = min(tail, parts.dispatcher.position())
     starts = [s for s in cl.segments.segment_starts() if s < max(tail, cl.min_offset() + 1)]
     density = QueueDensity(from_log_start=cl.min_offset() == 0)
     expected: dict[tuple[str, int], int] = {}  # per queue: units the dispatched records need
@@ -93,10 +93,10 @@ def verify(ms: MessageStore) -> VerifyReport:
             report.problems.append(Problem(str(seg.path), at, f"damaged record: {result.detail}"))
         elif result.reason is StopReason.END and start + seg.size < tail:
             report.problems.append(Problem(str(seg.path), at, "zero bytes before the segment's end (no blank record)"))
-    for cq in ms._all_queues():
-        _verify_queue(ms, cq, tail, report)
+    for cq in parts.queues.all():
+        _verify_queue(parts, cq, tail, report)
     for (topic, qid), n in sorted(expected.items()):
-        cq = ms.consume_queue(topic, qid)
+        cq = parts.consume_queue(topic, qid)
         have = cq.max_offset() if cq.directory.is_dir() else 0
         if have < n:
             report.problems.append(Problem(
@@ -132,7 +132,7 @@ def _count_queues(
     return cut, why
 
 
-def _verify_queue(ms: MessageStore, cq: ConsumeQueue, tail: int, report: VerifyReport) -> None:
+def _verify_queue(parts: StoreParts, cq: ConsumeQueue, tail: int, report: VerifyReport) -> None:
     topic, qid = cq.directory.parent.name, int(cq.directory.name)
     lo = cq.min_offset(0)
     hi = cq.max_offset()
@@ -168,14 +168,14 @@ def _verify_queue(ms: MessageStore, cq: ConsumeQueue, tail: int, report: VerifyR
     if len(back):
         report.problems.append(Problem(where, int(logical[back[0] + 1]), "unit offsets do not increase"))
         return
-    live = offsets >= ms.commitlog.min_offset()
+    live = offsets >= parts.commitlog.min_offset()
     offsets, sizes, logical = offsets[live], sizes[live], logical[live]
-    seg_of = offsets // ms.commitlog.segment_size
+    seg_of = offsets // parts.commitlog.segment_size
     cuts = np.flatnonzero(np.diff(seg_of)) + 1
     for part, psize, plog in zip(np.split(offsets, cuts), np.split(sizes, cuts), np.split(logical, cuts), strict=True):
         if not len(part):
             continue
-        seg = ms.commitlog.segments.for_offset(int(part[0]))
+        seg = parts.commitlog.segments.for_offset(int(part[0]))
         if seg is None:
             report.problems.append(Problem(where, int(plog[0]), "unit points at a missing commitlog segment"))
             return

@@ -198,7 +198,7 @@ class StoreLockFile:
         finally:
             self.mutex.release()
 
-    def close(self, on_last: Callable[[], None], *, clean: bool = True) -> None:
+    def close(self, on_last: Callable[[], object], *, clean: bool = True) -> None:
         """Unregister an open store (the caller has flushed what this process wrote).
 
         The process's last store on the root deletes its owner file. If nobody else has the

@@ -70,7 +70,7 @@ from ..retention.leftovers import finish_at_open
 if TYPE_CHECKING:
     from ..log.append_state import AppendState
     from ..log.mapped_file import MappedFile
-    from ..message_store import MessageStore
+    from ..parts import StoreParts
     from ..queue.consume_queue import ConsumeQueue
 
 log = logging.getLogger(__name__)
@@ -98,9 +98,9 @@ class RecoveryReport:
     problems: list[str] = field(default_factory=list)
 
 
-def walk_start(ms: MessageStore, abnormal: bool, repair: bool = False) -> int:
+def walk_start(parts: StoreParts, abnormal: bool, repair: bool = False) -> int:
     """Where recovery starts walking (see the module docstring)."""
-    starts = ms.commitlog.segments.segment_starts()
+    starts = parts.commitlog.segments.segment_starts()
     if not starts:
         return 0
     if repair:  # asked to repair: every record is checked, from the oldest
@@ -108,7 +108,7 @@ def walk_start(ms: MessageStore, abnormal: bool, repair: bool = False) -> int:
     if not abnormal:
         return starts[max(0, len(starts) - NORMAL_RECOVERY_SEGMENTS)]
     try:
-        cp = ms.checkpoint_file.read()
+        cp = parts.checkpoint_file.read()
     except CorruptStoreError as exc:  # only a hint of where to start: walk everything instead
         log.warning("%s; walking the commitlog from its first segment", exc)
         cp = None
@@ -116,7 +116,7 @@ def walk_start(ms: MessageStore, abnormal: bool, repair: bool = False) -> int:
         return starts[0]
     safe = cp.safe_timestamp()
     for start in reversed(starts):
-        seg = ms.commitlog.segments.get(start)
+        seg = parts.commitlog.segments.get(start)
         assert seg is not None
         first = decode_at(memoryview(seg.mm), 0, base=start)
         if first.kind is ScanKind.RECORD and first.record is not None and 0 < first.record.store_timestamp <= safe:
@@ -124,31 +124,31 @@ def walk_start(ms: MessageStore, abnormal: bool, repair: bool = False) -> int:
     return starts[0]
 
 
-def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> RecoveryReport:
-    """Recover the store ``ms`` (caller holds the append lock). Raises :class:`DataLossError`."""
+def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> RecoveryReport:
+    """Recover the store ``parts`` (caller holds the append lock). Raises :class:`DataLossError`."""
     report = RecoveryReport(abnormal=abnormal)
-    report.problems += finish_at_open(ms)  # a retention pass cut short: the log starts where it recorded
-    cl = ms.commitlog
-    _fix_segment_sizes(ms, report, repair)
+    report.problems += finish_at_open(parts)  # a retention pass cut short: the log starts where it recorded
+    cl = parts.commitlog
+    _fix_segment_sizes(parts, report, repair)
     starts = cl.segments.segment_starts()
-    state = ms._state_file.load()
-    flushed = ms.flush_service.state_file.read()
+    state = parts.state_file.load()
+    flushed = parts.flush_service.state_file.read()
     report.published = state.tail if state is not None else None
     report.flushed = flushed.offset if flushed is not None else None
     if not starts:
         report.end = report.log_end = cl.min_offset()
         if state is None or state.tail != report.end:
-            state, report.state_rebuilt = ms._rebuild_state(report.end), True
-        _finish(ms, report, state, cut=report.end)
+            state, report.state_rebuilt = parts.rebuild_state(report.end), True
+        _finish(parts, report, state, cut=report.end)
         return report
 
-    start = walk_start(ms, abnormal, repair)
+    start = walk_start(parts, abnormal, repair)
     report.walk_start = start
     # ---- the walk: how far whole, valid records reach (W)
     walked = Walked()
-    w, bad_seg, bad_detail = _walk(ms, start, walked)
+    w, bad_seg, bad_detail = _walk(parts, start, walked)
     report.log_end = w
-    later_data = [s for s in starts if s > cl.segments.segment_start_for(w) and _has_data(ms, s)]
+    later_data = [s for s in starts if s > cl.segments.segment_start_for(w) and _has_data(parts, s)]
 
     # ---- the end (E)
     p, f = report.published, report.flushed
@@ -187,7 +187,7 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
         # walk's start) must fail the open with nothing changed
         try:
             # the walk already checked the CRCs of everything from its start
-            state = ms._rebuild_state(end, check_crc=None if start > cl.min_offset() else False)
+            state = parts.rebuild_state(end, check_crc=None if start > cl.min_offset() else False)
         except (ValueError, pa.ArrowException) as exc:  # lengths and CRC fine, content not decodable
             raise CorruptStoreError(f"cannot rebuild the append state from the commitlog: {exc}",
                                     path=str(cl.segments.directory)) from exc
@@ -199,21 +199,21 @@ def recover(ms: MessageStore, *, abnormal: bool, repair: bool = False) -> Recove
                                     path=str(cl.segments.directory), offset=state.tail)
             report.problems.append(msg)
             end = report.end = state.tail
-    report.dropped_bytes = _truncate_commitlog(ms, end)
+    report.dropped_bytes = _truncate_commitlog(parts, end)
     # repair: every unit is checked against the walk of the whole log, as after a crash
     checked = abnormal or repair
-    _finish(ms, report, state, cut=min(start, end) if checked else end, walked=walked if checked else None)
+    _finish(parts, report, state, cut=min(start, end) if checked else end, walked=walked if checked else None)
     return report
 
 
-def _fix_segment_sizes(ms: MessageStore, report: RecoveryReport, repair: bool) -> None:
+def _fix_segment_sizes(parts: StoreParts, report: RecoveryReport, repair: bool) -> None:
     """Commitlog segments of the wrong size: refused, or (``repair``) brought back to the size.
 
     A segment cut short (a filesystem's crash, a copy that stopped) is extended with zeros,
     one too long is cut to the size: the walk then finds where its valid records end, and
     the usual rules decide what is kept (damage below the flushed position is reported).
     """
-    segs = ms.commitlog.segments
+    segs = parts.commitlog.segments
     if not segs.odd:
         return
     if not repair:
@@ -266,7 +266,7 @@ class Walked:
                 cat(self.queue_offsets, np.int64)[keep])
 
 
-def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile | None, str]:
+def _walk(parts: StoreParts, start: int, walked: Walked) -> tuple[int, MappedFile | None, str]:
     """Walk from ``start`` across segments; returns (W, segment of a bad record or None, why).
 
     In windows of ``WALK_CHUNK`` bytes (memory stays bounded), and each segment only up to
@@ -274,7 +274,7 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
     hole is where the data ends, and the walk does not read the zero pages of a 1 GiB
     segment that is mostly empty. If the hole guess cuts a record, the window is widened.
     """
-    cl = ms.commitlog
+    cl = parts.commitlog
     pos = start
     clip = True
     density = QueueDensity(from_log_start=start == 0)
@@ -287,7 +287,7 @@ def _walk(ms: MessageStore, start: int, walked: Walked) -> tuple[int, MappedFile
         if clip and hole > pos:
             limit = min(limit, hole)
         arr = seg.array()
-        res = scan_segment(arr, pos - seg.start, limit - seg.start, check_crc=ms.config.check_crc_on_recover, base=seg.start)
+        res = scan_segment(arr, pos - seg.start, limit - seg.start, check_crc=parts.config.check_crc_on_recover, base=seg.start)
         if len(res.positions):
             cols = read_columns(seg.buffer(), seg.start, res.positions, with_body=False)
             res, cut = _dense(res, cols, density)
@@ -336,12 +336,12 @@ def _first_hole(seg: MappedFile) -> int:
         os.close(fd)
 
 
-def _has_data(ms: MessageStore, start: int) -> bool:
-    seg = ms.commitlog.segments.get(start)
+def _has_data(parts: StoreParts, start: int) -> bool:
+    seg = parts.commitlog.segments.get(start)
     return seg is not None and any(seg.read(0, 8))  # pread: no fault on a hole (tmpfs, see store.log.mapped_file)
 
 
-def _truncate_commitlog(ms: MessageStore, end: int) -> int:
+def _truncate_commitlog(parts: StoreParts, end: int) -> int:
     """Clear the bytes past ``end`` in its segment and delete later segments; returns the non-zero bytes dropped.
 
     The oldest segment is cleared rather than deleted, so the log keeps its start offset.
@@ -349,7 +349,7 @@ def _truncate_commitlog(ms: MessageStore, end: int) -> int:
     :meth:`MappedFile.clear` (holes punched, never a store into the mapping: no SIGBUS on
     a full disk, and the blocks are freed), then synced so the cut survives a power loss.
     """
-    segs = ms.commitlog.segments
+    segs = parts.commitlog.segments
     starts = segs.segment_starts()
     dropped = 0
     if segs.directory.is_dir():  # a writer killed while creating a segment leaves its temporary file
@@ -364,7 +364,7 @@ def _truncate_commitlog(ms: MessageStore, end: int) -> int:
         seg = segs.get(start)
         assert seg is not None
         if start >= end and start != starts[0]:
-            dropped += segs.size if _has_data(ms, start) else 0
+            dropped += segs.size if _has_data(parts, start) else 0
             segs.forget(start)
             seg.path.unlink(missing_ok=True)
             continue
@@ -387,54 +387,54 @@ def _count_nonzero(seg: MappedFile, rel: int) -> int:
 
 
 def _finish(
-    ms: MessageStore, report: RecoveryReport, state: AppendState, cut: int, walked: Walked | None = None,
+    parts: StoreParts, report: RecoveryReport, state: AppendState, cut: int, walked: Walked | None = None,
 ) -> None:
     """Make the append state, flush position, consume queues and dispatch position agree with E."""
     end = report.end
     if report.state_rebuilt:
         # not fsynced: after a power loss a stale or empty state is caught by the rules above
-        ms._state_file.publish(state)
+        parts.state_file.publish(state)
     from .flush import FlushPosition
 
-    flushed = ms.flush_service.state_file.read()
+    flushed = parts.flush_service.state_file.read()
     if flushed is None:
         # a new store, or one another tool wrote: from now on the flushed position is known
         # (durably, name included), so a power loss can never make recovery take a log whose
         # first segments vanished for one that starts there
-        if end > ms.commitlog.min_offset():
-            ms.flush_service._sync_commitlog(ms.commitlog.min_offset(), end)
-        ms.flush_service.state_file.write(FlushPosition(end, state.store_timestamp))
+        if end > parts.commitlog.min_offset():
+            parts.flush_service._sync_commitlog(parts.commitlog.min_offset(), end)
+        parts.flush_service.state_file.write(FlushPosition(end, state.store_timestamp))
     elif flushed.offset > end:
-        ms.flush_service.state_file.write(FlushPosition(end, state.store_timestamp))
-    with ms._dispatch_lock.held():
-        for cq in ms._all_queues():
-            _drop_bad_queue_files(cq, report, whole_log=ms.commitlog.min_offset() == 0)
+        parts.flush_service.state_file.write(FlushPosition(end, state.store_timestamp))
+    with parts.dispatch_lock.held():
+        for cq in parts.queues.all():
+            _drop_bad_queue_files(cq, report, whole_log=parts.commitlog.min_offset() == 0)
         if walked is None:  # normal path: units at or past the end go
-            for cq in ms._all_queues():
+            for cq in parts.queues.all():
                 first = cq.first_at_or_past(cut)
                 if first < cq.max_offset():
                     cq.truncate(first)
-            ms.dispatcher.reset_position(cut)
+            parts.dispatcher.reset_position(cut)
         else:
-            resume = _check_units(ms, cut, end, walked)
-            ms.dispatcher.set_position(resume)
+            resume = _check_units(parts, cut, end, walked)
+            parts.dispatcher.set_position(resume)
     # RocketMQ's broker dispatches at start-up too: whatever was published is readable at once
-    report.redispatched = _dispatch(ms)
-    report.redispatched += _complete_queues(ms, state, report)
-    _queues_never_go_back(ms, state, report)
+    report.redispatched = _dispatch(parts)
+    report.redispatched += _complete_queues(parts, state, report)
+    _queues_never_go_back(parts, state, report)
 
 
-def _queues_never_go_back(ms: MessageStore, state: AppendState, report: RecoveryReport) -> None:
+def _queues_never_go_back(parts: StoreParts, state: AppendState, report: RecoveryReport) -> None:
     """A queue whose units reach further than the append state's next offset (units of records
     whose segments are gone: a power loss that lost the first segments, a state rebuilt from
     what is left) continues after its units, never over them: RocketMQ's
     ``recoverTopicQueueTable`` takes each queue's next offset from its consume queue too.
     Units past the end that point anywhere else are not this log's (damage): they are cut."""
     ahead = {}
-    low = ms.commitlog.min_offset()
-    for topic, qid, _ in ms._queue_dirs():
+    low = parts.commitlog.min_offset()
+    for topic, qid, _ in parts.queues.dirs():
         name = f"{topic}/{qid}"
-        cq = ms.consume_queue(topic, qid)
+        cq = parts.consume_queue(topic, qid)
         have, expected = cq.max_offset(), state.queues.get(name, 0)
         if have <= expected:
             continue
@@ -447,22 +447,22 @@ def _queues_never_go_back(ms: MessageStore, state: AppendState, report: Recovery
         if len(extra) == have - lo and gone.all():
             ahead[name] = have
         else:  # anything else past the queue's end is not a unit of this log: cut
-            with ms._dispatch_lock.held():
+            with parts.dispatch_lock.held():
                 cq.truncate(expected)
             report.problems.append(f"consume queue {cq.directory}: units past its end {expected} dropped")
     if ahead:
         state.queues.update(ahead)
-        ms._state_file.publish(state)
+        parts.state_file.publish(state)
         report.problems.append("queues continue after units of records no longer in the commitlog: "
                                + ", ".join(f"{k} at {v}" for k, v in list(ahead.items())[:5]))
 
 
-def _dispatch(ms: MessageStore) -> int:
+def _dispatch(parts: StoreParts) -> int:
     """``dispatch()``; a damaged record it meets (below the published tail, in a segment the walk
     did not check) fails the open as damage, with the way out named. A full disk does not fail
     the open: the records wait for a later dispatch, as they would for a writer's."""
     try:
-        return ms.dispatcher.dispatch()
+        return parts.dispatcher.dispatch()
     except DiskFullError as exc:  # the store opens; what is published is dispatched once space is freed
         log.error("dispatch at open: %s", exc)
         return 0
@@ -498,7 +498,7 @@ def _drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport, *, whole_log
     segs.odd.clear()
 
 
-def _complete_queues(ms: MessageStore, state: AppendState, report: RecoveryReport) -> int:
+def _complete_queues(parts: StoreParts, state: AppendState, report: RecoveryReport) -> int:
     """Rebuild consume queues that lack units the commitlog has (files deleted or lost).
 
     After dispatch, every queue of the append state must reach its next queue offset. A queue
@@ -512,30 +512,30 @@ def _complete_queues(ms: MessageStore, state: AppendState, report: RecoveryRepor
         topic, _, q = name.rpartition("/")
         if not q.isdigit() or topic_problem(topic) is not None:
             continue
-        cq = ms.consume_queue(topic, int(q))
+        cq = parts.consume_queue(topic, int(q))
         have = cq.max_offset()
         if have < expected:
             behind.append((name, cq, have, expected))
     if not behind:
         return 0
-    resume = min(_resume_point(ms, cq, have) for _, cq, have, _ in behind)
+    resume = min(_resume_point(parts, cq, have) for _, cq, have, _ in behind)
     msg = (f"{len(behind)} consume queue(s) lack units the commitlog has ("
            + ", ".join(f"{name}: {have} of {expected}" for name, _, have, expected in behind[:5])
            + f"); re-dispatched from commitlog offset {resume}")
     log.warning(msg)
     report.problems.append(msg)
-    with ms._dispatch_lock.held():
-        ms.dispatcher.set_position(resume)
-    done = _dispatch(ms)
+    with parts.dispatch_lock.held():
+        parts.dispatcher.set_position(resume)
+    done = _dispatch(parts)
     still = [name for name, cq, _, expected in behind if cq.max_offset() < expected]
     if still:
         report.problems.append(f"consume queues still short after re-dispatch (their records are gone): {', '.join(still[:5])}")
     return done
 
 
-def _resume_point(ms: MessageStore, cq: ConsumeQueue, have: int) -> int:
+def _resume_point(parts: StoreParts, cq: ConsumeQueue, have: int) -> int:
     """Where re-dispatching must start for ``cq`` to get units from offset ``have`` on."""
-    low = ms.commitlog.min_offset()
+    low = parts.commitlog.min_offset()
     if have <= cq.min_offset(low):
         return low
     u = cq.read(have - 1, 1)
@@ -544,7 +544,7 @@ def _resume_point(ms: MessageStore, cq: ConsumeQueue, have: int) -> int:
     return int(u["offset"][0]) + int(u["size"][0])
 
 
-def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
+def _check_units(parts: StoreParts, cut: int, end: int, walked: Walked) -> int:
     """Abnormal path: keep the units past ``cut`` that point at a walked record, cut the rest.
 
     A unit is kept only if it points exactly at the start of a record the walk found (below
@@ -558,9 +558,9 @@ def _check_units(ms: MessageStore, cut: int, end: int, walked: Walked) -> int:
     """
     pos, size, consumable, queue, qoff = walked.arrays(end)
     covered = np.zeros(len(pos), bool)
-    low = ms.commitlog.min_offset()
+    low = parts.commitlog.min_offset()
     whole = cut <= low
-    for cq in ms._all_queues():
+    for cq in parts.queues.all():
         starts = cq.segments.segment_starts()
         # the whole log was walked (repair): every unit is checked, from the queue's first;
         # no binary search, which a damaged unit could send past itself

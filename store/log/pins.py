@@ -34,11 +34,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .mapped_file import MappedFile
-
+from typing import Protocol
 
 class PinCount:
     """How many reads of this process hold a segment (its shared ``flock`` is held while > 0)."""
@@ -50,7 +46,17 @@ class PinCount:
         self.lock = threading.Lock()
 
 
-def pin(seg: MappedFile) -> bool:
+class Pinnable(Protocol):
+    """What pins need of a segment (:class:`store.log.mapped_file.MappedFile` has it): its
+    pin count, its one descriptor (``_fd``, ``None`` once closed) and a way to open it."""
+
+    pins: PinCount
+    _fd: int | None
+
+    def _write_fd(self) -> int: ...
+
+
+def pin(seg: Pinnable) -> bool:
     """Hold ``seg`` for a read; False (nothing held) if its file is gone and this process had
     no descriptor of it. Blocks only while a cleaner holds the file (a few system calls)."""
     st = seg.pins
@@ -65,7 +71,7 @@ def pin(seg: MappedFile) -> bool:
     return True
 
 
-def unpin(seg: MappedFile) -> None:
+def unpin(seg: Pinnable) -> None:
     """Release one :func:`pin` of ``seg``."""
     st = seg.pins
     with st.lock:
@@ -77,7 +83,7 @@ def unpin(seg: MappedFile) -> None:
 
 
 @contextmanager
-def pinned(seg: MappedFile) -> Iterator[bool]:
+def pinned(seg: Pinnable) -> Iterator[bool]:
     """``with pinned(seg) as held:`` -- ``held`` is False when the segment's file is gone."""
     held = pin(seg)
     try:

@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..fileio import fsync_dir
+from ..fileio import disk_used_percent, fsync_dir
 from ..log.pins import hold_exclusive
 from ..paths import parse_segment_name, segment_name
 from ..queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE
@@ -54,7 +54,7 @@ from .leftovers import remove_deleted
 from .marker import RetentionState, RetentionStateFile
 
 if TYPE_CHECKING:
-    from ..message_store import MessageStore
+    from ..parts import StoreParts
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class CleanReport:
 class Retention:
     """Retention of one open store: :meth:`clean` runs a pass; as a service of the store's
     loop (:mod:`store.service`, added by ``start_dispatcher``) a pass runs every
-    ``clean_resource_interval`` ms.
+    ``clean_resource_interval`` parts.
 
     ``disk_used(path) -> percent`` and ``wall_ms() -> ms`` are injectable (tests drive them);
     the loop's ``now`` (monotonic) only schedules the passes, the rules use the wall clock.
@@ -104,15 +104,15 @@ class Retention:
     wait_first = True  # RocketMQ's clean service starts a while after the broker, too
 
     def __init__(
-        self, ms: MessageStore, *, disk_used: Callable[[Path], float] | None = None,
+        self, parts: StoreParts, *, disk_used: Callable[[Path], float] | None = None,
         wall_ms: Callable[[], int] | None = None,
     ) -> None:
-        self.ms = ms
-        self.interval_s = ms.config.clean_resource_interval / 1000.0
+        self.parts = parts
+        self.interval_s = parts.config.clean_resource_interval / 1000.0
         self.last_error: BaseException | None = None
-        self.disk_used = disk_used or policy.disk_used_percent
+        self.disk_used = disk_used or disk_used_percent
         self.wall_ms = wall_ms or (lambda: int(time.time() * 1000))
-        self.state_file = RetentionStateFile(ms.paths.retention_state)
+        self.state_file = RetentionStateFile(parts.paths.retention_state)
         self._busy_since: dict[int, int] = {}  # segment start -> when a pass first found it held
         self._lock = threading.Lock()  # one pass at a time in this process (other processes: the append lock)
 
@@ -131,10 +131,10 @@ class Retention:
         """
         with self._lock:
             now = self.wall_ms() if now_ms is None else int(now_ms)
-            ms = self.ms
-            dirs = [d for d in (ms.paths.commitlog_dir, ms.paths.consumequeue_dir) if d.is_dir()]
+            parts = self.parts
+            dirs = [d for d in (parts.paths.commitlog_dir, parts.paths.consumequeue_dir) if d.is_dir()]
             used = max((self.disk_used(d) for d in dirs), default=0.0)
-            due = policy.due(ms.config, now, used, force=force)
+            due = policy.due(parts.config, now, used, force=force)
             report = CleanReport(disk_used_percent=used)
             state = self.state_file.read()
             first, leftovers = self._first_segment(state)
@@ -145,12 +145,12 @@ class Retention:
                 report.reason = due.reason
                 state = self._delete_segments(now, due, state, first, report)
             if leftovers or report.segments:
-                report.bytes += remove_deleted(ms.paths.deleted_segments_dir)
+                report.bytes += remove_deleted(parts.paths.deleted_segments_dir)
             if state is None or first > state.log_start:  # the first pass, or segments removed by hand:
                 # the queues are cleaned against where the log starts (once; RocketMQ's clean
                 # service starts from offset 0 too). From the first pass on, retention.state and
                 # commitlog.deleted/ exist: a pass on a full disk needs no new block for them
-                ms.paths.deleted_segments_dir.mkdir(exist_ok=True)
+                parts.paths.deleted_segments_dir.mkdir(exist_ok=True)
                 state = RetentionState(first, state.queues_cleaned if state is not None else 0)
                 self.state_file.write(state)
             # never past where the commitlog really starts (a segment a reader held is still there)
@@ -168,34 +168,34 @@ class Retention:
         left in ``commitlog.deleted/``). Two ``stat`` calls when ``retention.state`` says where
         the log starts and a segment is there with none right below it (the usual case), else
         a listing of the folders (a first pass, a pass cut short, segments removed by hand)."""
-        directory = self.ms.paths.commitlog_dir
-        size = self.ms.commitlog.segment_size
+        directory = self.parts.paths.commitlog_dir
+        size = self.parts.commitlog.segment_size
         if state is not None and (directory / segment_name(state.log_start)).exists() and (
                 state.log_start < size or not (directory / segment_name(state.log_start - size)).exists()):
             return state.log_start, False
         names = _listdir(directory)
         # 20 zero-padded digits sort as the numbers they are: no parse of every name
         seg_names = [n for n in names if len(n) == 20 and n.isdigit() and n.isascii()]
-        return (int(min(seg_names)) if seg_names else None), bool(_listdir(self.ms.paths.deleted_segments_dir))
+        return (int(min(seg_names)) if seg_names else None), bool(_listdir(self.parts.paths.deleted_segments_dir))
 
     def _delete_segments(
         self, now: int, due: policy.Due, state: RetentionState | None, first: int, report: CleanReport,
     ) -> RetentionState | None:
         """Step 1 of the module docstring; returns the state as it now is."""
-        ms = self.ms
-        cl = ms.commitlog
+        parts = self.parts
+        cl = parts.commitlog
         size = cl.segment_size
-        with ms.dispatcher.lock.held(shared=True):
-            dispatched = ms.dispatcher.dispatched()[0]
-        tail, flushed = ms.published_tail(), ms.flushed_offset()
+        with parts.dispatcher.lock.held(shared=True):
+            dispatched = parts.dispatcher.dispatched()[0]
+        tail, flushed = parts.published_tail(), parts.flushed_offset()
         if due.any and dispatched < policy.deletable_below(size, tail, flushed, flushed) and first + size > dispatched:
             # records not dispatched yet would never get their units: dispatch them first
             # (a store nobody dispatches, a dispatcher behind), then delete
-            ms.dispatcher.dispatch()
-            with ms.dispatcher.lock.held(shared=True):
-                dispatched = ms.dispatcher.dispatched()[0]
+            parts.dispatcher.dispatch()
+            with parts.dispatcher.lock.held(shared=True):
+                dispatched = parts.dispatcher.dispatched()[0]
         limit = policy.deletable_below(size, tail, flushed, dispatched)
-        directory = ms.paths.commitlog_dir
+        directory = parts.paths.commitlog_dir
 
         def last_write_ms(start: int) -> int | None:
             return _mtime_ms(directory / segment_name(start))
@@ -205,12 +205,12 @@ class Retention:
         complete = state is not None and first < state.log_start
         doomed = policy.expired_prefix(
             first, last_write_ms, size, min(limit, state.log_start) if complete and state is not None else limit, now,
-            ms.config.file_reserved_time, at_once=complete, max_num=1 << 62,
+            parts.config.file_reserved_time, at_once=complete, max_num=1 << 62,
         ) if complete else []
         if due.any:
             expired = policy.expired_prefix(
-                first, last_write_ms, size, limit, now, ms.config.file_reserved_time, at_once=due.at_once,
-                max_num=ms.config.delete_commit_log_files_max_num,
+                first, last_write_ms, size, limit, now, parts.config.file_reserved_time, at_once=due.at_once,
+                max_num=parts.config.delete_commit_log_files_max_num,
             )
             doomed = max(doomed, expired, key=len)
         if not doomed:
@@ -220,7 +220,7 @@ class Retention:
             state = RetentionState(intended, min(state.queues_cleaned if state is not None else 0, intended))
             self.state_file.write(state)
         held: list[tuple[int, Path, int | None]] = []
-        trash_dir = ms.paths.deleted_segments_dir
+        trash_dir = parts.paths.deleted_segments_dir
         trash: Path | None = trash_dir
         try:
             trash_dir.mkdir(exist_ok=True)  # (made by the first pass, while there was room)
@@ -230,7 +230,7 @@ class Retention:
         try:
             # under the append lock only the renames (no rebuild of the append state walks
             # the log meanwhile): tens of microseconds per segment, no sync
-            with ms._append_lock.held():
+            with parts.append_lock.held():
                 for start in doomed:
                     path = directory / segment_name(start)
                     try:
@@ -264,19 +264,19 @@ class Retention:
         ``MappedFile.destroy(intervalForcibly)`` does: on a local filesystem the readers'
         mappings keep its data)."""
         first = self._busy_since.setdefault(start, now)
-        if now - first < self.ms.config.destroy_mapped_file_interval_forcibly:
+        if now - first < self.parts.config.destroy_mapped_file_interval_forcibly:
             return False
         log.warning("retention: %s has been held by a reader for %d ms; deleting it anyway", path, now - first)
         return True
 
     def _clean_queues(self, log_start: int, report: CleanReport) -> bool:
         """Step 2 of the module docstring; returns whether every queue (and the index) is done."""
-        ms = self.ms
+        parts = self.parts
         complete = True
-        for topic, qid, qdir in ms._queue_dirs():
+        for topic, qid, qdir in parts.queues.dirs():
             if qdir.is_symlink() or qdir.parent.is_symlink():
                 continue  # never a folder the store did not make
-            cq = ms.consume_queue(topic, qid)
+            cq = parts.consume_queue(topic, qid)
             starts = sorted(s for s in map(parse_segment_name, _listdir(qdir)) if s is not None)
             kept = 0
             for start in starts[:-1]:  # never a queue's last segment: it holds the queue's end
@@ -301,7 +301,7 @@ class Retention:
         files it deleted (paths, or ``(path, bytes)`` pairs) or ``None``. Without an index
         service there is nothing to do. Returns whether it is done (an exception is logged
         and the index is cleaned again by the next pass)."""
-        index = getattr(self.ms, "index_service", None)
+        index = getattr(self.parts, "index_service", None)
         delete_below = getattr(index, "delete_below", None)
         if delete_below is None:
             return True

@@ -28,7 +28,7 @@ from ..paths import parse_segment_name, segment_name
 from .marker import RetentionStateFile
 
 if TYPE_CHECKING:
-    from ..message_store import MessageStore
+    from ..parts import StoreParts
 
 log = logging.getLogger(__name__)
 
@@ -53,27 +53,27 @@ def remove_deleted(directory: Path) -> int:
     return freed
 
 
-def finish_at_open(ms: MessageStore) -> list[str]:
+def finish_at_open(parts: StoreParts) -> list[str]:
     """Complete a pass cut short, at open (the first opener's recovery, before the log is
     read): unlink what ``commitlog.deleted/`` holds, and remove the segments wholly below
     ``retention.state``'s start (never the last segment). A start past the flushed position
     cannot have been written by a pass (it never deletes unflushed bytes): the file is then
     ignored. Returns what it did, for the recovery report."""
-    directory = ms.paths.commitlog_dir
+    directory = parts.paths.commitlog_dir
     problems: list[str] = []
-    if remove_deleted(ms.paths.deleted_segments_dir):
-        problems.append(f"retention: unlinked the segments a pass left in {ms.paths.deleted_segments_dir}")
-    state = RetentionStateFile(ms.paths.retention_state).read()
+    if remove_deleted(parts.paths.deleted_segments_dir):
+        problems.append(f"retention: unlinked the segments a pass left in {parts.paths.deleted_segments_dir}")
+    state = RetentionStateFile(parts.paths.retention_state).read()
     if state is None:
         return problems
-    flushed = ms.flush_service.state_file.read()
+    flushed = parts.flush_service.state_file.read()
     if flushed is not None and state.log_start > flushed.offset:
-        msg = (f"retention: {ms.paths.retention_state} says the commitlog starts at {state.log_start}, past the "
+        msg = (f"retention: {parts.paths.retention_state} says the commitlog starts at {state.log_start}, past the "
                f"flushed position {flushed.offset}; ignored")
         log.warning(msg)
         problems.append(msg)
         return problems
-    segs = ms.commitlog.segments
+    segs = parts.commitlog.segments
     starts = segs.segment_starts()
     stale = [s for s in starts[:-1] if s + segs.size <= state.log_start]
     for start in stale:

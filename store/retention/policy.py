@@ -19,11 +19,9 @@ consume queues.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..config import StoreConfig, delete_hours
 
@@ -108,15 +106,3 @@ def expired_prefix(
         out.append(start)
         start, mtime = start + segment_size, after
     return out
-
-
-def disk_used_percent(path: Path) -> float:
-    """How full the volume holding ``path`` is, in percent (what ``df`` shows); 0 if ``path``
-    is missing."""
-    try:
-        st = os.statvfs(path)
-    except FileNotFoundError:
-        return 0.0
-    if st.f_blocks == 0:
-        return 0.0
-    return 100.0 * (st.f_blocks - st.f_bavail) / st.f_blocks

@@ -1,0 +1,62 @@
+"""Opening a store: who recovers it, and what every other opener checks.
+
+The first process to open a store (see :mod:`store.durability.lock_file`) recovers it
+(:func:`store.durability.recovery.recover`) under the append lock, before anything else reads
+or writes. With ``repair``, config files nothing can read were set aside beforehand: recovery
+reports them, and a lost ``topics.json`` is rebuilt with as many queues as the log has.
+Later openers only check the segment sizes (only a first opener may repair) and rebuild a
+missing ``append.state`` from the log.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..config_files import set_aside_if_unreadable
+from .lock_file import StoreLockFile
+from .recovery import RecoveryReport, recover
+
+if TYPE_CHECKING:
+    from ..config_files import TopicConfig
+    from ..parts import StoreParts
+
+
+def set_aside_unreadable_config(parts: StoreParts) -> list[Path]:
+    """``repair``: move unreadable ``topics.json`` / ``consumerOffset.json`` aside (rebuilt later)."""
+    with parts.config_lock.held():
+        files = (parts.paths.topics_json, parts.paths.consumer_offset_json)
+        return [p for p in map(set_aside_if_unreadable, files) if p]
+
+
+def open_as_owner(
+    parts: StoreParts, *, repair: bool, set_aside: list[Path], topics: Callable[[], dict[str, TopicConfig]],
+) -> tuple[StoreLockFile, RecoveryReport | None]:
+    """Become an owner of the store; the first owner recovers it (its report is returned).
+
+    On failure the ownership is abandoned and the parts' files closed before the error
+    propagates. ``topics``: every topic, found from the log too (to rebuild a lost
+    ``topics.json``)."""
+    owner = StoreLockFile.for_root(parts.paths.lock, parts.paths.abort)
+    first = owner.open()
+    report: RecoveryReport | None = None
+    try:
+        with parts.append_lock.held():
+            if first:
+                report = recover(parts, abnormal=owner.abort_exists(), repair=repair)
+                for path in set_aside:
+                    report.problems.append(f"unreadable {path.name.split('.damaged')[0]} set aside as {path.name}")
+                if any(p.name.startswith("topics.json") for p in set_aside):
+                    for tc in topics().values():  # as many queues as the log has
+                        parts.topic_config.put(tc)
+            else:
+                parts.commitlog.segments.check_sizes()  # only a first opener may repair
+                if parts.state_file.load() is None:
+                    parts.state_file.publish(parts.rebuild_state())
+    except BaseException:
+        owner.abandon()
+        parts.close_files()
+        raise
+    owner.opened()
+    return owner, report

@@ -1,0 +1,52 @@
+"""One message given as Python values (``MessageStore.put``) as the one-row table the batch
+path takes; the checks the batch path cannot make on a typed column (a value's Python type)
+are made here, with the same typed errors (row 0, the field named)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+import pyarrow as pa
+
+from ...errors import InvalidMessageError, QueueIdError
+
+
+def single_message_table(
+    topic: str, body: bytes | str, *, queue_id: int | None, tags: str | None, keys: Iterable[str] | str,
+    properties: Mapping[str, str] | None, flag: int,
+) -> pa.Table:
+    """The row of one message; ``keys`` as a list or a space-separated string (RocketMQ's form)."""
+    if isinstance(keys, str):
+        keys = [k for k in keys.split(" ") if k]
+    else:
+        try:
+            keys = list(keys)
+        except TypeError:
+            raise InvalidMessageError("keys must be a string or an iterable of strings", row=0, field="keys") from None
+    if not isinstance(body, bytes | bytearray | memoryview | str):
+        raise InvalidMessageError(f"body must be bytes or str, got {type(body).__name__}", row=0, field="body")
+    checks = (
+        ("tags", tags is None or isinstance(tags, str)),
+        ("keys", all(isinstance(k, str) for k in keys)),
+        ("properties", properties is None or all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items())),
+        ("flag", isinstance(flag, int) and not isinstance(flag, bool)),
+        ("queueId", queue_id is None or (isinstance(queue_id, int) and not isinstance(queue_id, bool))),
+    )
+    for name, ok in checks:
+        if not ok:
+            raise InvalidMessageError("has a value of the wrong type", row=0, field=name)
+    if queue_id is not None and not 0 <= queue_id < 1 << 31:  # the batch path names the topic's limit
+        raise QueueIdError(f"queue id {queue_id} is out of range [0, 2**31)", row=0, field="queueId")
+    if not -(1 << 31) <= flag < 1 << 31:
+        raise InvalidMessageError("flag does not fit in 32 bits", row=0, field="flag")
+    cols: dict[str, pa.Array] = {
+        "topic": pa.array([topic], pa.string()),
+        "body": pa.array([body.encode() if isinstance(body, str) else bytes(body)], pa.binary()),
+        "queueId": pa.array([queue_id], pa.int32()),
+        "tags": pa.array([tags], pa.string()),
+        "keys": pa.array([keys], pa.list_(pa.string())),
+        "flag": pa.array([flag], pa.int64()),
+    }
+    if properties:
+        cols["properties"] = pa.array([list(properties.items())], pa.map_(pa.string(), pa.string()))
+    return pa.table(cols)

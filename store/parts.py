@@ -1,0 +1,109 @@
+"""The parts of one open store, wired together: what services and maintenance code receive.
+
+:class:`StoreParts` builds, for a store root, the commitlog, the consume queues, the append
+state, the dispatcher, the flush service, the checkpoint and the config files, and holds the
+store's inter-process locks. Recovery (:mod:`store.durability.recovery`), verify
+(:mod:`store.admin.verify`), retention (:mod:`store.retention`), the put path
+(:mod:`store.log.appender`) and the read path (:mod:`store.queue.reader`) take a
+``StoreParts``, never the facade (:class:`store.MessageStore`), which only wires them: so no
+module imports the facade, and each can be tested against the parts alone.
+
+Locks (one object per lock file per process, see :class:`store.fileio.LockRegistry`):
+``append.lock`` serializes appends, ``dispatch.lock`` dispatching (shared by readers taking
+a queue's bounds), ``config.lock`` config-file changes, ``flush.lock`` flushes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .config import StoreConfig
+from .config_files import ConsumerOffsetManager, TopicConfigManager
+from .durability.checkpoint import CheckpointFile
+from .durability.flush import FlushService, FlushStateFile
+from .fileio import LockRegistry
+from .log.append_state import AppendState, AppendStateFile
+from .log.commitlog import CommitLog
+from .log.state_rebuild import rebuild_state
+from .paths import StorePaths
+from .queue.consume_queue import ConsumeQueue
+from .queue.dispatcher import Dispatcher
+from .queue.queues import ConsumeQueues
+
+
+class StoreParts:
+    """The wired parts of the store at ``paths`` (see the module docstring).
+
+    Constructed with the store's locks already taken from :class:`LockRegistry` (the facade
+    releases them if opening fails); :meth:`close_files` unmaps and closes every file.
+    """
+
+    def __init__(self, config: StoreConfig, paths: StorePaths) -> None:
+        self.config = config
+        self.paths = paths
+        self.lock_paths = (paths.append_lock, paths.dispatch_lock, paths.root / "config.lock", paths.flush_lock)
+        self.append_lock, self.dispatch_lock, self.config_lock, self.flush_lock = map(LockRegistry.get, self.lock_paths)
+
+    def wire(self) -> None:
+        """Open the files and build the parts (separate from ``__init__`` so that a failure
+        here still lets the caller release the locks)."""
+        config, paths = self.config, self.paths
+        self.topic_config = TopicConfigManager(
+            paths.topics_json, self.config_lock,
+            default_queues=config.default_topic_queue_nums, auto_create=config.auto_create_topic_enable,
+        )
+        self.consumer_offsets = ConsumerOffsetManager(paths.consumer_offset_json, self.config_lock)
+        self.commitlog = CommitLog(paths.commitlog_dir, config.mapped_file_size_commit_log)
+        self.queues = ConsumeQueues(paths, config.mapped_file_size_consume_queue)
+        self.topic_config.queues_on_disk = self.queues.count_on_disk
+        self.state_file = AppendStateFile(paths.append_state)
+        self.dispatcher = Dispatcher(
+            self.commitlog, self.queues.get, self.queues.all, self.published_tail,
+            paths.dispatch_state, self.dispatch_lock, config.reput_interval_ms,
+        )
+        self.checkpoint_file = CheckpointFile(paths.checkpoint)
+        self.flush_service = FlushService(
+            self.commitlog, self.append_state, self.flush_lock,
+            FlushStateFile(paths.flush_state), self.checkpoint_file, paths.consumequeue_dir,
+            self.dispatcher.dispatched, self.dispatch_lock,
+        )
+
+    def release_locks(self) -> None:
+        for path in self.lock_paths:
+            LockRegistry.release(path)
+
+    # ------------------------------------------------------------ positions
+    def published_tail(self) -> int:
+        """The commitlog offset below which every record is whole and readable."""
+        state = self.state_file.load()
+        return state.tail if state is not None else 0
+
+    def append_state(self) -> AppendState:
+        """The published append state (an empty one before the first append)."""
+        state = self.state_file.load()
+        return state if state is not None else AppendState()
+
+    def flushed_offset(self) -> int:
+        """The commitlog offset below which everything is on disk (a published tail)."""
+        return self.flush_service.flushed().offset
+
+    def rebuild_state(self, end: int | None = None, *, check_crc: bool | None = None) -> AppendState:
+        """The append state recovered from the commitlog itself (:mod:`store.log.state_rebuild`);
+        ``check_crc`` defaults to ``check_crc_on_recover``."""
+        crc = self.config.check_crc_on_recover if check_crc is None else check_crc
+        return rebuild_state(self.commitlog, end, check_crc=crc)
+
+    def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The consume queue of (topic, queue id) (no file is created until a unit is written)."""
+        return self.queues.get(topic, queue_id)
+
+    def close_files(self) -> None:
+        """Unmap and close every segment and state file these parts opened."""
+        for closer in (
+            getattr(self, "commitlog", None), getattr(self, "state_file", None), getattr(self, "queues", None),
+        ):
+            if closer is not None:
+                closer.close()
+        flush: Any = getattr(self, "flush_service", None)
+        if flush is not None:
+            flush.state_file.close()

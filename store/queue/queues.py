@@ -1,0 +1,100 @@
+"""Every consume queue of one store (RocketMQ's ``consumeQueueTable``): found on disk under
+``<root>/consumequeue/<topic>/<queueId>/``, opened on first use, shared by the dispatcher,
+readers, recovery and verify of one open store.
+
+A folder counts as a queue only when named as the store names them: a valid topic name, and
+a queue id in canonical decimal (:func:`store.paths.parse_queue_dir_name`); any other name is
+never used (a topic folder that is not a valid name is logged and skipped).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..paths import StorePaths, parse_queue_dir_name, parse_segment_name, topic_problem
+from .consume_queue import CQ_UNIT_SIZE, ConsumeQueue
+
+log = logging.getLogger(__name__)
+
+
+class ConsumeQueues:
+    """The consume queues of the store at ``paths``; ``configured_size``: the configured
+    segment size (``mapped_file_size_consume_queue``), used unless the files say otherwise
+    (see :meth:`segment_size_on_disk`)."""
+
+    def __init__(self, paths: StorePaths, configured_size: int) -> None:
+        self.paths = paths
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+        self.segment_size = self.segment_size_on_disk(configured_size)
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """The consume queue of (topic, queue id) (no file is created until a unit is written)."""
+        key = (topic, int(queue_id))
+        cq = self._queues.get(key)
+        if cq is None:
+            with self._lock:
+                cq = self._queues.get(key)
+                if cq is None:
+                    cq = ConsumeQueue(self.paths.queue_dir(topic, queue_id), self.segment_size)
+                    self._queues[key] = cq
+        return cq
+
+    def dirs(self) -> Iterator[tuple[str, int, Path]]:
+        """(topic, queue id, folder) of every consume queue on disk, sorted (see the module docstring)."""
+        root = self.paths.consumequeue_dir
+        if not root.is_dir():
+            return
+        for topic_dir in sorted(root.iterdir()):
+            if not topic_dir.is_dir():
+                continue
+            if topic_problem(topic_dir.name) is not None:
+                log.warning("ignoring %s: not a valid topic name", topic_dir)
+                continue
+            for qdir in sorted(topic_dir.iterdir()):
+                qid = parse_queue_dir_name(qdir.name)
+                if qid is not None and qdir.is_dir():
+                    yield topic_dir.name, qid, qdir
+
+    def all(self) -> list[ConsumeQueue]:
+        """Every consume queue on disk (see :meth:`dirs`)."""
+        return [self.get(topic, qid) for topic, qid, _ in self.dirs()]
+
+    def segment_size_on_disk(self, configured: int) -> int:
+        """The consume-queue segment size of this store's files, else ``configured``.
+
+        ``configured`` if the first segments of up to 16 queues (folders that are not
+        queues ignored) include it, else the most common of their sizes (multiples of a unit):
+        one file truncated by a crash does not decide it. A queue's segments of another size
+        are then dropped and rebuilt at open (see :mod:`store.durability.recovery`).
+        """
+        sizes: dict[int, int] = {}
+        seen = 0
+        for _, _, cq in self.dirs():
+            first = min((f for f in cq.iterdir() if parse_segment_name(f.name) is not None), default=None)
+            if first is not None and (n := first.stat().st_size) > 0 and n % CQ_UNIT_SIZE == 0:
+                sizes[n] = sizes.get(n, 0) + 1
+                seen += 1
+                if seen >= 16:
+                    break
+        if not sizes or configured in sizes:
+            return configured
+        return max(sizes, key=lambda n: (sizes[n], n))
+
+    def count_on_disk(self, topic: str) -> int:
+        """The highest queue folder of ``topic`` plus one (0 if none, or not a valid name)."""
+        if topic_problem(topic) is not None:
+            return 0
+        tdir = self.paths.consumequeue_dir / topic
+        if not tdir.is_dir():
+            return 0
+        ids = [parse_queue_dir_name(q.name) for q in tdir.iterdir()]
+        return max((q + 1 for q in ids if q is not None), default=0)
+
+    def close(self) -> None:
+        """Unmap and close every queue opened through this object."""
+        for cq in self._queues.values():
+            cq.close()

@@ -1,0 +1,230 @@
+"""The read path: messages of a queue by logical offset (RocketMQ's ``getMessage``), queue
+bounds, the offset for a time, and a message by commitlog offset or offset msgId.
+
+Every message read is checked against its consume-queue unit, and its body CRC unless
+turned off (:mod:`store.queue.checked_read`): a unit that does not match its record raises
+:class:`store.errors.CorruptQueueError`, a damaged record
+:class:`store.errors.CorruptRecordError`. Bounds are taken under the dispatch lock (shared)
+against the commitlog's first offset at that moment; a read that retention overtakes is
+answered with what exists once the deletion is done (:class:`store.errors.MessagesDeletedError`
+is caught and the read clamped).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..arguments import int_arg, queue_id_arg
+from ..errors import (
+    CorruptRecordError,
+    CorruptStoreError,
+    InvalidArgumentError,
+    MessagesDeletedError,
+)
+from ..hashing import java_string_hash
+from ..log.decode import BadRecordError, RecordCheck, empty_message_table
+from ..log.msgid import parse_offset_msg_id
+from ..log.record import ScanKind
+from ..paths import validate_group, validate_topic
+from ..results import GetMessageResult, GetMessageStatus
+from .checked_read import read_units, unit_store_timestamp
+from .consume_queue import FILLER_SIZE, ConsumeQueue
+
+if TYPE_CHECKING:
+    from ..parts import StoreParts
+
+
+def parse_tag_filter(tags: str | None) -> set[str] | None:
+    """``"A || B"`` -> {"A", "B"}; ``"*"``, ``""`` or ``None`` -> None (everything)."""
+    if tags is None:
+        return None
+    parts = {t.strip() for t in tags.split("||")}
+    parts.discard("")
+    if not parts or "*" in parts:
+        return None
+    return parts
+
+
+class QueueReader:
+    """Reads of the store of ``parts`` (see the module docstring)."""
+
+    def __init__(self, parts: StoreParts) -> None:
+        self.parts = parts
+
+    def check_crc(self, check_crc: bool | None) -> bool:
+        return self.parts.config.check_crc_on_read if check_crc is None else bool(check_crc)
+
+    # ------------------------------------------------------------- bounds
+    def queue_exists(self, topic: str, queue_id: int) -> bool:
+        tc = self.parts.topic_config.get(topic)
+        if tc is None:
+            self.parts.topic_config.reload()
+            tc = self.parts.topic_config.get(topic)
+        if tc is not None:
+            return 0 <= queue_id < max(tc.read_queue_nums, tc.write_queue_nums) or self.parts.paths.queue_dir(topic, queue_id).is_dir()
+        return self.parts.paths.queue_dir(topic, queue_id).is_dir()
+
+    def read_bounds(self, cq: ConsumeQueue) -> tuple[int, int, int]:
+        """(first live offset, end) of a queue and the commitlog's first offset they were taken
+        against: every unit from the first live one on points at or after it (see
+        :mod:`store.queue.checked_read`)."""
+        with self.parts.dispatch_lock.held(shared=True):
+            floor = self.parts.commitlog.min_offset()
+            return cq.min_offset(floor), cq.max_offset(), floor
+
+    def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """(min offset, max offset) of a queue; arguments validated."""
+        validate_topic(topic)
+        lo, hi, _ = self.read_bounds(self.parts.consume_queue(topic, queue_id_arg(queue_id)))
+        return lo, hi
+
+    # -------------------------------------------------------------- reads
+    def get_messages(
+        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tags: str | None, check_crc: bool | None,
+    ) -> GetMessageResult:
+        """RocketMQ's ``getMessage``; see :meth:`store.MessageStore.get_messages`."""
+        validate_group(group)
+        validate_topic(topic)
+        queue_id, offset, max_count = int_arg("queue_id", queue_id), int_arg("offset", offset), int_arg("max_count", max_count)
+        if max_count <= 0:  # RocketMQ answers nothing useful either; say so instead
+            raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
+        empty = empty_message_table()
+        if queue_id < 0 or not self.queue_exists(topic, queue_id):
+            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, empty)
+        cq = self.parts.consume_queue(topic, queue_id)
+        lo, hi, floor = self.read_bounds(cq)
+        early = _status_outside(offset, lo, hi)
+        if early is not None:
+            return GetMessageResult(early[0], early[1], lo, hi, empty)
+        wanted = parse_tag_filter(tags)
+        window = max_count if wanted is None else max(800, max_count)
+        units = cq.read(offset, min(window, hi - offset))
+        if not len(units):  # its consume-queue segment went meanwhile (retention): from the new start
+            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, max(offset, self.bounds(topic, queue_id)[0]), lo, hi, empty)
+        # units below the commitlog's first offset are not skipped here: from the queue's
+        # first live offset on, such a unit is damaged, and the read reports it
+        real = units["size"] != FILLER_SIZE
+        match = real
+        if wanted is not None:
+            codes = np.array([java_string_hash(t) for t in wanted], np.int64)
+            match = real & np.isin(units["tagsCode"].astype(np.int64), codes)
+        hits = np.flatnonzero(match)
+        if len(hits) >= max_count:
+            hits = hits[:max_count]
+            scanned = int(hits[-1]) + 1
+        else:
+            scanned = len(units)
+        if len(hits) == 0:
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING if not real.any() else GetMessageStatus.NO_MATCHED_MESSAGE
+            return GetMessageResult(status, offset + scanned, lo, hi, empty)
+        try:
+            table = self.read_units(cq, topic, queue_id, offset, units, hits, floor, check_crc)
+        except MessagesDeletedError as gone:  # retention overtook the read: RocketMQ's status for it
+            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, gone.end, lo, hi, empty)
+        if wanted is not None:
+            table = table.filter(pc.fill_null(pc.is_in(table["tags"], pa.array(sorted(wanted))), False))
+        status = GetMessageStatus.FOUND if table.num_rows else GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, offset + scanned, lo, hi, table)
+
+    def read_units(
+        self, cq: ConsumeQueue, topic: str, queue_id: int, first: int, units: np.ndarray, rows: np.ndarray,
+        floor: int, check_crc: bool | None,
+    ) -> pa.Table:
+        """The messages of ``units[rows]`` (units read from queue offset ``first``), checked."""
+        if len(rows) == len(units):  # every unit (the usual case): no copy of them
+            sel, logical = units, np.arange(first, first + len(units), dtype=np.int64)
+        else:
+            sel, logical = units[rows], first + rows.astype(np.int64)
+        return read_units(self.parts.commitlog, cq, sel, logical, topic=topic, queue_id=queue_id, floor=floor,
+                          tail=self.parts.published_tail(), check_crc=self.check_crc(check_crc))
+
+    def read_queue(self, topic: str, queue_id: int, start: int, end: int, check_crc: bool | None) -> pa.Table:
+        """Every message of a queue in ``[start, end)``; see :meth:`store.MessageStore.read_queue`."""
+        validate_topic(topic)
+        queue_id, start, end = queue_id_arg(queue_id), int_arg("start", start), int_arg("end", end)
+        cq = self.parts.consume_queue(topic, queue_id)
+        while True:
+            lo, hi, floor = self.read_bounds(cq)
+            first, last = max(start, lo), min(end, hi)
+            if last <= first:
+                return empty_message_table()
+            units = cq.read(first, last - first)
+            if len(units) < last - first and (now_first := self.bounds(topic, queue_id)[0]) > first:
+                start = now_first  # its first segments went while it read: clamp again
+                continue
+            try:
+                return self.read_units(cq, topic, queue_id, first, units, np.flatnonzero(units["size"] != FILLER_SIZE),
+                                       floor, check_crc)
+            except MessagesDeletedError as gone:
+                start = gone.end
+
+    def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
+        """Binary search of a queue by store time; see :meth:`store.MessageStore.offset_for_timestamp`."""
+        validate_topic(topic)
+        queue_id, ts_ms = queue_id_arg(queue_id), int_arg("ts_ms", ts_ms)
+        cq = self.parts.consume_queue(topic, queue_id)
+        lo, hi, floor = self.read_bounds(cq)
+        tail = self.parts.published_tail()
+        left, right = lo, hi
+        while left < right:
+            mid = (left + right) // 2
+            unit = cq.read(mid, 1)
+            if not len(unit):
+                raise CorruptStoreError(f"consume-queue segment holding queue offset {mid} is missing", path=str(cq.directory))
+            if unit["size"][0] == FILLER_SIZE:
+                left = mid + 1
+                continue
+            store_ts = unit_store_timestamp(self.parts.commitlog, cq, unit, mid, topic=topic, queue_id=queue_id, floor=floor, tail=tail)
+            if store_ts < ts_ms:
+                left = mid + 1
+            else:
+                right = mid
+        return left
+
+    def message_by_offset(self, commit_log_offset: int) -> dict[str, Any] | None:
+        """The message whose record starts at this commitlog offset; see the facade's method."""
+        commit_log_offset = int_arg("commit_log_offset", commit_log_offset)
+        commitlog = self.parts.commitlog
+        if commit_log_offset < commitlog.min_offset():
+            return None
+        tail = self.parts.published_tail()
+        rec = commitlog.record_at(int(commit_log_offset), tail)
+        if rec is None or rec.kind is not ScanKind.RECORD:
+            return None
+        try:
+            table = commitlog.read_messages(
+                np.array([commit_log_offset], np.int64), check=RecordCheck(crc=self.parts.config.check_crc_on_read), tail=tail,
+            )
+        except BadRecordError as e:
+            raise CorruptRecordError(f"damaged commitlog record: {e.reason}", path=e.path, offset=e.offset) from None
+        rows = table.to_pylist()
+        return rows[0] if rows else None
+
+    def message_by_offset_id(self, msg_id: str) -> dict[str, Any] | None:
+        """The message with this offset msgId (store host + commitlog offset); ``None`` if none."""
+        parsed = parse_offset_msg_id(msg_id)
+        if parsed is None:
+            return None
+        _host, offset = parsed
+        row = self.message_by_offset(offset)
+        # the decoded record's own msgId carries its store host: a foreign host does not match
+        if row is None or row["msgId"] != msg_id.upper():
+            return None
+        return row
+
+
+def _status_outside(offset: int, lo: int, hi: int) -> tuple[GetMessageStatus, int] | None:
+    """RocketMQ's status and next offset for a read offset outside ``[lo, hi)``, else ``None``."""
+    if hi == 0:
+        return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0
+    if offset < lo:
+        return GetMessageStatus.OFFSET_TOO_SMALL, lo
+    if offset == hi:
+        return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+    if offset > hi:
+        return GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi  # RocketMQ: back to 0 when the queue starts at 0
+    return None
