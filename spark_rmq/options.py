@@ -35,7 +35,7 @@ SOURCE_OPTIONS = {
     "path", "topics", "topicpattern", "assign", "startingoffsets", "startingtimestamp",
     "endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
     "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "tags", "group",
-    "failondataloss", "readbatchrows", "checkcrc",
+    "failondataloss", "readbatchrows", "checkcrc", "key", "msgid",
 }
 SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid"}
 
@@ -155,6 +155,8 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     read_batch_rows: int = DEFAULT_READ_BATCH_ROWS
     check_crc: bool = True
+    key: str | None = None  # batch: the messages of ``topics`` carrying this KEYS token (index files)
+    msg_id: str | None = None  # batch: the message with this client msgId (UNIQ_KEY) in ``topics``
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -215,11 +217,41 @@ class SourceOptions:
         kw["fail_on_data_loss"] = _bool(options, "failOnDataLoss", True)
         kw["read_batch_rows"] = _positive_int(options, "readBatchRows") or DEFAULT_READ_BATCH_ROWS
         kw["check_crc"] = _bool(options, "checkCRC", True)
+        _key_options(options, kw, streaming)
         return cls(**kw)
 
     @property
     def limited(self) -> bool:
         return bool(self.max_messages or self.max_bytes or self.min_messages)
+
+
+def _key_options(options: Mapping[str, str], kw: dict[str, object], streaming: bool) -> None:
+    """``key`` / ``msgId``: a batch lookup through the index files, in the topics of ``topics``."""
+    given = [n for n in ("key", "msgId") if _get(options, n) is not None]
+    if not given:
+        return
+    name = given[0]
+    if len(given) > 1:
+        raise RmqLogOptionError("msgId", "cannot be combined with key")
+    if streaming:
+        raise RmqLogOptionError(name, "is for batch reads (spark.read), not streams")
+    if kw.get("topics") is None:
+        raise RmqLogOptionError(name, "needs the topics option (index keys are per topic)")
+    for other in ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp", "tags",
+                  "maxMessagesPerPartition", "group"):
+        if _get(options, other) is not None:
+            raise RmqLogOptionError(name, f"cannot be combined with {other}")
+    raw = _get(options, name) or ""
+    if not raw:
+        raise RmqLogOptionError(name, "must not be empty")
+    if name == "msgId":
+        from store.log.msgid import is_uniq_key
+
+        if not is_uniq_key(raw):
+            raise RmqLogOptionError(name, f"not a client msgId: {raw!r} (32 or 56 hex digits)")
+        kw["msg_id"] = raw
+    else:
+        kw["key"] = raw
 
 
 def _start_or_end(options: Mapping[str, str], name: str) -> str | dict[str, int] | None:

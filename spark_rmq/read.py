@@ -58,6 +58,32 @@ def tag_codes(tags: tuple[str, ...]) -> np.ndarray:
     return np.array(sorted({java_string_hash(t) for t in tags}), np.int64)
 
 
+@dataclass(frozen=True)
+class KeyLookup(InputPartition):
+    """The batch options ``key`` / ``msgId``: the messages of ``topics`` found through the
+    index files (a few per topic: one task reads them all)."""
+
+    path: str
+    topics: tuple[str, ...]
+    key: str
+    unique: bool = False
+    check_crc: bool = True
+
+
+def read_key_lookup(part: KeyLookup, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator[pa.RecordBatch]:
+    """Yield the messages :meth:`store.MessageStore.query_by_key` (or ``query_by_unique_key``
+    for ``unique``) finds in each topic, oldest first per topic."""
+    with using(part.path, create=False) as ms, busy():
+        tables = [
+            ms.query_by_unique_key(t, part.key, check_crc=part.check_crc) if part.unique
+            else ms.query_by_key(t, part.key, max_count=ms.config.max_msgs_num_batch, check_crc=part.check_crc)
+            for t in part.topics
+        ]
+    for table in tables:
+        if table.num_rows:
+            yield from (table if table.schema.equals(schema) else table.cast(schema)).to_batches()
+
+
 def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator[pa.RecordBatch]:
     """Yield the messages of ``part`` as record batches of ``schema`` (the message schema).
 

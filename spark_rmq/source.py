@@ -68,7 +68,7 @@ from .offsets import (
     split_messages,
 )
 from .options import EARLIEST, LATEST, SourceOptions
-from .read import QueueRange, read_range
+from .read import KeyLookup, QueueRange, read_key_lookup, read_range
 from .schema import SPARK_SCHEMA
 from .stores import busy, track, untrack
 
@@ -171,6 +171,11 @@ class RmqLogBatchReader(DataSourceReader):
     @_busy
     def partitions(self) -> Sequence[InputPartition]:
         opts = self.opts
+        if opts.key is not None or opts.msg_id is not None:
+            with _open(opts) as ms:
+                ms.dispatch()  # the index is built by the dispatch
+            topics = tuple(t for t in opts.topics or () if self.topic_in is None or t in self.topic_in)
+            return [KeyLookup(opts.path, topics, opts.msg_id or opts.key or "", opts.msg_id is not None, opts.check_crc)]
         with _open(opts) as ms:
             ms.dispatch()
             queues = [(t, q) for t, q in discover_queues(ms, opts) if self._wanted(t, q)]
@@ -207,6 +212,8 @@ class RmqLogBatchReader(DataSourceReader):
         return not (self.queue_max is not None and qid > self.queue_max)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, KeyLookup):
+            return read_key_lookup(partition)
         assert isinstance(partition, QueueRange)
         return read_range(partition)
 
@@ -229,6 +236,9 @@ class RmqLogFilteringReader(RmqLogBatchReader):
     """
 
     def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        if self.opts.key is not None or self.opts.msg_id is not None:
+            yield from filters  # a key lookup: Spark applies every filter to what it finds
+            return
         for f in filters:
             if not self._push(f):
                 yield f

@@ -65,6 +65,12 @@ class StoreConfig:
       90%): appends are refused with :class:`DiskFullError` while the commitlog's volume is
       fuller than this; accepted again once it is not.
     - ``message_delay_level``: the delay levels, RocketMQ's syntax.
+    - Index files (see :mod:`store.index`): ``message_index_enable`` (default on; RocketMQ's
+      ``messageIndexEnable``): the dispatcher indexes every message's ``UNIQ_KEY`` and
+      ``KEYS`` tokens; ``max_hash_slot_num`` (5,000,000) and ``max_index_num`` (20,000,000
+      entries) per file (a full-size file is 420 MB, created sparse); ``max_msgs_num_batch``
+      (64): most messages one key query returns. Checked when the store opens
+      (:class:`store.index.index_service.IndexConfig`: a bad value raises :class:`ConfigError`).
     - Segments prepared ahead of a writer (see :mod:`store.log.allocate`): the next commitlog
       segment is always created ahead of the roll (RocketMQ's ``AllocateMappedFileService``);
       ``warm_mapped_file_enable`` (default on; RocketMQ's ``warmMapedFileEnable``, off
@@ -99,6 +105,10 @@ class StoreConfig:
     flush_least_pages_when_warm_mapped_file: int = 4096
     disk_space_warning_level_ratio: int = 90
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    message_index_enable: bool = True
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 20_000_000
+    max_msgs_num_batch: int = 64
 
     def __post_init__(self) -> None:
         if self.mapped_file_size_commit_log < 4096:

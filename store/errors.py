@@ -51,6 +51,10 @@ class InvalidArgumentError(StoreError, ValueError):
     """A call's argument is out of its range (e.g. ``max_count <= 0``)."""
 
 
+class IndexDisabledError(StoreError):
+    """A query by key needs the index files, and the store has none (``message_index_enable`` off)."""
+
+
 class ConfigError(StoreError, ValueError):
     """A :class:`store.StoreConfig` value, or a config file, is invalid."""
 

@@ -36,13 +36,16 @@ from .config_files import TopicConfig
 from .durability.flush import AsyncFlusher
 from .durability.opening import open_as_owner, set_aside_unreadable_config
 from .durability.recovery import RecoveryReport
-from .errors import StoreClosedError, StoreNotFoundError
+from .errors import IndexDisabledError, InvalidArgumentError, StoreClosedError, StoreNotFoundError
+from .index.index_service import IndexService
+from .index.lookup import messages_by_key
 from .log.append_state import AppendState
 from .log.appender import Appender
 from .log.encode.single import single_message_table
+from .log.msgid import is_uniq_key
 from .log.writer_marker import writer_marker
 from .parts import StoreParts
-from .paths import StorePaths
+from .paths import StorePaths, validate_topic
 from .queue.consume_queue import ConsumeQueue
 from .queue.reader import QueueReader
 from .results import GetMessageResult, PutMessageResult, PutMessageStatus
@@ -77,7 +80,7 @@ class MessageStore:
     def _open(self, repair: bool) -> None:
         parts = self.parts
         set_aside = set_aside_unreadable_config(parts) if repair else []
-        parts.wire()
+        parts.wire(repair=repair)
         self.commitlog, self.dispatcher, self.flush_service = parts.commitlog, parts.dispatcher, parts.flush_service
         self.topic_config, self.consumer_offsets, self.checkpoint_file = parts.topic_config, parts.consumer_offsets, parts.checkpoint_file
         #: the store's one background thread: the flusher (ASYNC_FLUSH), the preparer, the
@@ -305,10 +308,47 @@ class MessageStore:
         return self.reader.message_by_offset(commit_log_offset)
 
     def message_by_id(self, msg_id: str) -> dict[str, Any] | None:
-        """The message with this offset msgId (store host + commitlog offset); ``None`` if none.
-        Raises as :meth:`message_by_offset`."""
+        """The message with this msgId, ``None`` if none: an offset msgId (store host +
+        commitlog offset, what a put returns) or a client msgId (the ``UNIQ_KEY`` property,
+        found through the index files of every topic). Raises as :meth:`message_by_offset`."""
         self._check_open()
-        return self.reader.message_by_offset_id(msg_id)
+        row = self.reader.message_by_offset_id(msg_id)
+        if row is None and self.parts.index_service is not None and is_uniq_key(msg_id):
+            for topic in self.catalog.topics():
+                table = self.query_by_unique_key(topic, msg_id)
+                if table.num_rows:
+                    return table.to_pylist()[-1]
+        return row
+
+    def query_by_key(
+        self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0, end_ms: int | None = None,
+        *, check_crc: bool | None = None,
+    ) -> pa.Table:
+        """The messages of ``topic`` whose ``KEYS`` hold ``key`` (or whose client msgId is
+        ``key``), stored in ``[begin_ms, end_ms]`` (ms; ``None``: no end), oldest first, at most
+        ``max_count`` (and ``max_msgs_num_batch``): RocketMQ's ``queryMessage`` (``mqadmin
+        queryMsgByKey``) through the index files, hash collisions removed
+        (:mod:`store.index.lookup`). Raises :class:`store.errors.IndexDisabledError` when
+        ``message_index_enable`` is off, :class:`InvalidArgumentError` for a bad argument."""
+        self._check_open()
+        validate_topic(topic)
+        return messages_by_key(self._index(), self.commitlog, self.published_tail(), topic, _key_arg(key),
+                               max_count=max_count, begin_ms=begin_ms, end_ms=end_ms,
+                               check_crc=self.reader.check_crc(check_crc))
+
+    def query_by_unique_key(self, topic: str, msg_id: str, *, check_crc: bool | None = None) -> pa.Table:
+        """The message of ``topic`` whose client msgId (``UNIQ_KEY``) is ``msg_id`` (RocketMQ's
+        ``queryMsgByUniqueKey``): a table of one row, or none; errors as :meth:`query_by_key`."""
+        self._check_open()
+        validate_topic(topic)
+        return messages_by_key(self._index(), self.commitlog, self.published_tail(), topic, _key_arg(msg_id, "msg_id"),
+                               max_count=self.config.max_msgs_num_batch, begin_ms=0, end_ms=None,
+                               check_crc=self.reader.check_crc(check_crc), unique=True)
+
+    def _index(self) -> IndexService:
+        if self.parts.index_service is None:
+            raise IndexDisabledError("this store has no index (message_index_enable is off)")
+        return self.parts.index_service
 
     # --------------------------------------------------------- offsets, topics
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -383,3 +423,9 @@ class MessageStore:
             self._owner.close(self.flush_service.checkpoint, clean=flushed)
         self.parts.close_files()
         self.parts.release_locks()
+
+
+def _key_arg(key: object, name: str = "key") -> str:
+    if not isinstance(key, str) or not key:
+        raise InvalidArgumentError(f"{name} must be a non-empty string, not {key!r}")
+    return key

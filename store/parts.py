@@ -22,6 +22,9 @@ from .config_files import ConsumerOffsetManager, TopicConfigManager
 from .durability.checkpoint import CheckpointFile
 from .durability.flush import FlushService, FlushStateFile
 from .fileio import LockRegistry
+from .index.feed import index_records
+from .index.geometry import store_index_config
+from .index.index_service import IndexConfig, IndexService
 from .log.append_state import AppendState, AppendStateFile
 from .log.commitlog import CommitLog
 from .log.state_rebuild import rebuild_state
@@ -44,9 +47,10 @@ class StoreParts:
         self.lock_paths = (paths.append_lock, paths.dispatch_lock, paths.root / "config.lock", paths.flush_lock)
         self.append_lock, self.dispatch_lock, self.config_lock, self.flush_lock = map(LockRegistry.get, self.lock_paths)
 
-    def wire(self) -> None:
+    def wire(self, *, repair: bool = False) -> None:
         """Open the files and build the parts (separate from ``__init__`` so that a failure
-        here still lets the caller release the locks)."""
+        here still lets the caller release the locks). ``repair``: a damaged index file is
+        set aside (and rebuilt by recovery) instead of raising."""
         config, paths = self.config, self.paths
         self.topic_config = TopicConfigManager(
             paths.topics_json, self.config_lock,
@@ -67,6 +71,16 @@ class StoreParts:
             FlushStateFile(paths.flush_state), self.checkpoint_file, paths.consumequeue_dir,
             self.dispatcher.dispatched, self.dispatch_lock,
         )
+        #: the index files (``None`` when ``message_index_enable`` is off); built by the
+        #: dispatcher, synced by the checkpoint, cut by recovery and retention
+        self.index_service: IndexService | None = None
+        if config.message_index_enable:
+            configured = IndexConfig(config.max_hash_slot_num, config.max_index_num, config.max_msgs_num_batch)
+            with self.config_lock.held():
+                index_config = store_index_config(paths.config_dir, configured)
+            self.index_service = index = IndexService.open(paths.root, index_config, writable=True, repair=repair)
+            self.dispatcher.index_hook = lambda cols, parsed: index_records(index, cols, parsed)
+            self.flush_service.index_flush = index.flush
 
     def release_locks(self) -> None:
         for path in self.lock_paths:
@@ -101,6 +115,7 @@ class StoreParts:
         """Unmap and close every segment and state file these parts opened."""
         for closer in (
             getattr(self, "commitlog", None), getattr(self, "state_file", None), getattr(self, "queues", None),
+            getattr(self, "index_service", None),
         ):
             if closer is not None:
                 closer.close()

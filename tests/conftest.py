@@ -122,10 +122,17 @@ def ms(root: Path, small_config: store.StoreConfig) -> Iterator[store.MessageSto
 # --------------------------------------------------------------------------- helpers
 
 
+#: index files of test stores: 80 KB each (a full-size one is 420 MB, ~20 MB of it touched)
+SMALL_INDEX_SLOTS = 4_000
+SMALL_INDEX_ENTRIES = 16_000
+
+
 def small_store_config(**changes: Any) -> store.StoreConfig:
     values: dict[str, Any] = {
         "mapped_file_size_commit_log": SMALL_COMMITLOG,
         "mapped_file_size_consume_queue": SMALL_CQ,
+        "max_hash_slot_num": SMALL_INDEX_SLOTS,
+        "max_index_num": SMALL_INDEX_ENTRIES,
     }
     values.update(changes)
     return store.StoreConfig(**values)

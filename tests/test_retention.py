@@ -249,6 +249,15 @@ def test_a_pass_that_deletes_nothing_walks_no_queue(rs: store.MessageStore, root
     assert walked == []  # no queue walked, not even the commitlog folder listed
 
 
+def _replace_index(ms: store.MessageStore, fake: object) -> None:
+    """The retention seam with a stand-in index (the real one is closed and no longer fed)."""
+    assert ms.parts.index_service is not None
+    ms.parts.index_service.close()
+    ms.parts.dispatcher.index_hook = None
+    ms.parts.flush_service.index_flush = None
+    ms.parts.index_service = fake  # type: ignore[assignment]
+
+
 def test_index_hook_gets_the_new_start(rs: store.MessageStore, root: Path) -> None:
     calls: list[int] = []
 
@@ -257,7 +266,10 @@ def test_index_hook_gets_the_new_start(rs: store.MessageStore, root: Path) -> No
             calls.append(offset)
             return [(root / "index" / "20310506043000000", 4096)]
 
-    rs.parts.index_service = FakeIndex()  # the seam the index package fills
+        def close(self) -> None:
+            pass
+
+    _replace_index(rs, FakeIndex())
     fill(rs, 60)
     age(root, AT_4, 100)
     report = rs.clean_expired(AT_4)
@@ -276,7 +288,10 @@ def test_failed_index_hook_is_retried_by_the_next_pass(rs: store.MessageStore, r
                 raise OSError("index busy")
             return None
 
-    rs.parts.index_service = FlakyIndex()
+        def close(self) -> None:
+            pass
+
+    _replace_index(rs, FlakyIndex())
     fill(rs, 60)
     age(root, AT_4, 100)
     start = rs.clean_expired(AT_4).log_start

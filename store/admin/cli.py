@@ -3,7 +3,10 @@
     rmqlog info ROOT [--json]                 segments, published tail, topics and queue ranges
     rmqlog topic-status ROOT TOPIC [--json]   one topic's queues: min, max, messages
     rmqlog read ROOT TOPIC QUEUE [--offset N] [--count N] [--tags "A || B"] [--body text|hex|none]
-    rmqlog get ROOT (--offset N | --id MSGID) one message by commitlog offset or offset msgId
+    rmqlog get ROOT (--offset N | --id MSGID) one message by commitlog offset, offset msgId or
+                                              client msgId (UNIQ_KEY, through the index files)
+    rmqlog query ROOT TOPIC (--key K | --id MSGID) [--begin T] [--end T] [--max N]
+                                              messages by key / client msgId (index files)
     rmqlog lag ROOT [GROUP] [--json]          committed offsets against the queues' ends (all
     rmqlog consumer-progress ROOT [GROUP]     groups without GROUP; the second name is mqadmin's)
     rmqlog verify ROOT [--json]               check every record and unit (read-only)
@@ -31,10 +34,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..errors import StoreError
-from ..log.msgid import parse_offset_msg_id
+from ..log.msgid import is_uniq_key, parse_offset_msg_id
 from ..message_store import MessageStore
-
-_UNIQ_HEX = frozenset("0123456789abcdefABCDEF")
 
 
 def _jsonable(row: dict[str, Any], body: str) -> dict[str, Any]:
@@ -168,7 +169,7 @@ def _recover(s: MessageStore, as_json: bool) -> int:
 
 
 def _is_message_id(msg_id: str) -> bool:
-    return parse_offset_msg_id(msg_id) is not None or (len(msg_id) in (32, 56) and set(msg_id) <= _UNIQ_HEX)
+    return parse_offset_msg_id(msg_id) is not None or is_uniq_key(msg_id)
 
 
 def _positive(text: str) -> int:
@@ -189,6 +190,25 @@ def _non_negative(text: str) -> int:
     if n < 0:
         raise argparse.ArgumentTypeError(f"must not be negative, not {n}")
     return n
+
+
+def _time_ms(text: str) -> int:
+    """ms since the epoch, or an ISO 8601 time (local time when it names no zone)."""
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        return int(dt.datetime.fromisoformat(text).timestamp() * 1000)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a time: {text!r} (ms since the epoch or ISO 8601, e.g. 2026-11-24T04:00)") from None
+
+
+def _query(s: MessageStore, args: argparse.Namespace) -> int:
+    if args.id is not None:
+        table = s.query_by_unique_key(args.topic, args.id)
+    else:
+        table = s.query_by_key(args.topic, args.key, args.max, args.begin, args.end)
+    _print_rows(table.to_pylist(), args.body)
+    return 0 if table.num_rows else 1
 
 
 def _error(message: str) -> None:
@@ -235,8 +255,19 @@ def _parser() -> argparse.ArgumentParser:
     p = command("get", "one message by commitlog offset or message id", json_flag=False)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--offset", type=_non_negative, help="the message's commitlog offset")
-    g.add_argument("--id", help="an offset msgId (32 hex digits: store host and commitlog offset)")
+    g.add_argument("--id", help="a msgId: an offset msgId (store host and commitlog offset) or a client msgId "
+                                "(UNIQ_KEY, found through the index files)")
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how the body prints (default text)")
+    p = command("query", "messages by key or client msgId through the index files (mqadmin queryMsgByKey / "
+                         "queryMsgByUniqueKey)", json_flag=False)
+    p.add_argument("topic", help="topic name")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--key", help="a KEYS token (or a client msgId)")
+    g.add_argument("--id", help="a client msgId (UNIQ_KEY: 32 or 56 hex digits)")
+    p.add_argument("--begin", type=_time_ms, default=0, help="stored at or after: ms since the epoch or an ISO time (default: any)")
+    p.add_argument("--end", type=_time_ms, default=None, help="stored at or before: ms since the epoch or an ISO time (default: any)")
+    p.add_argument("--max", type=_positive, default=32, help="most messages (default 32; the index returns at most 64)")
+    p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
     p = command("lag", "committed offsets against the queues' ends, per group", aliases=("consumer-progress",))
     p.add_argument("group", nargs="?", default=None, help="one consumer group (default: every group)")
     command("verify", "check every record (CRCs, header values, queue density) and every unit; read-only")
@@ -252,7 +283,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     cmd = "lag" if args.cmd == "consumer-progress" else args.cmd
     if cmd == "get" and args.id is not None and not _is_message_id(args.id):
-        _error(f"not a message id: {args.id!r} (an offset msgId is 32 hex digits)")
+        _error(f"not a message id: {args.id!r} (an offset msgId or a client msgId: 32 or 56 hex digits)")
+        return 2
+    if cmd == "query" and args.id is not None and not is_uniq_key(args.id):
+        _error(f"not a client msgId: {args.id!r} (32 or 56 hex digits)")
         return 2
     try:
         # never creates a store; recover --repair is the one command that changes one
@@ -273,6 +307,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _clean(s, args.force, args.json)
             if cmd == "lag":
                 return _lag(s, args.group, args.json)
+            if cmd == "query":
+                return _query(s, args)
             if cmd == "get":
                 row = s.message_by_offset(args.offset) if args.offset is not None else s.message_by_id(args.id)
                 if row is None:

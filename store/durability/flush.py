@@ -140,6 +140,9 @@ class FlushService:
         self.consumequeue_dir = consumequeue_dir
         self.dispatched = dispatched
         self.dispatch_lock = dispatch_lock
+        #: syncs the index files and returns the checkpoint's ``indexMsgTimestamp`` (set by
+        #: the store's parts when it has an index; ``None``: the field stays 0)
+        self.index_flush: Callable[[], int] | None = None
         self.syncs = 0  # how many data syncs this process did (group commit shows as syncs < puts)
 
     def flushed(self) -> FlushPosition:
@@ -188,9 +191,10 @@ class FlushService:
         with self.dispatch_lock.held(shared=True):
             _, logics_ts = self.dispatched()
         self._sync_consume_queues()
+        index_ts = self.index_flush() if self.index_flush is not None else 0
         with self.lock.held():
             physic = self.flushed().store_timestamp
-            return self.checkpoint_file.write(Checkpoint(physic, logics_ts, 0))
+            return self.checkpoint_file.write(Checkpoint(physic, logics_ts, index_ts))
 
     def _sync_consume_queues(self) -> None:
         root = self.consumequeue_dir

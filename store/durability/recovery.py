@@ -95,6 +95,9 @@ class RecoveryReport:
     dropped_bytes: int = 0
     redispatched: int = 0
     state_rebuilt: bool = False
+    index_files_dropped: list[str] = field(default_factory=list)
+    index_entries_cut: int = 0
+    reindexed: int = 0  # records fed to the index before the dispatch went on
     problems: list[str] = field(default_factory=list)
 
 
@@ -418,10 +421,31 @@ def _finish(
         else:
             resume = _check_units(parts, cut, end, walked)
             parts.dispatcher.set_position(resume)
+        _recover_index(parts, report)
     # RocketMQ's broker dispatches at start-up too: whatever was published is readable at once
     report.redispatched = _dispatch(parts)
     report.redispatched += _complete_queues(parts, state, report)
     _queues_never_go_back(parts, state, report)
+
+
+def _recover_index(parts: StoreParts, report: RecoveryReport) -> None:
+    """Make the index files agree with the log (caller holds the dispatch lock).
+
+    After an abnormal exit the files the checkpoint's ``indexMsgTimestamp`` does not cover
+    are dropped (RocketMQ's ``IndexService.load(lastExitOK=false)``); entries at or past the
+    log's end ``E`` are cut (RocketMQ keeps them); then the records between the index's
+    resume point and the dispatch position are indexed again (:func:`store.index.feed.catch_up`),
+    so that the dispatch that follows continues the index in commitlog order."""
+    index = parts.index_service
+    if index is None:
+        return
+    if report.abnormal:
+        cp = parts.checkpoint_file.read()
+        report.index_files_dropped = [p.name for p in index.drop_after(cp.index_msg_timestamp if cp else 0)]
+    report.index_entries_cut = index.truncate(report.end)
+    from ..index.feed import catch_up
+
+    report.reindexed = catch_up(index, parts.commitlog, parts.dispatcher.dispatched()[0])
 
 
 def _queues_never_go_back(parts: StoreParts, state: AppendState, report: RecoveryReport) -> None:

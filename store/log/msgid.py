@@ -107,6 +107,15 @@ def parse_offset_msg_id(msg_id: str) -> tuple[bytes, int] | None:
 
 
 #: Bytes of one generated ``UNIQ_KEY\x01<32 hex>\x02`` property item.
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def is_uniq_key(msg_id: object) -> bool:
+    """Whether ``msg_id`` has the form of a client msgId (``UNIQ_KEY``): 32 hex digits (an
+    IPv4 producer) or 56 (IPv6). An offset msgId has the same form for IPv4 hosts."""
+    return isinstance(msg_id, str) and len(msg_id) in (32, 56) and set(msg_id) <= _HEX
+
+
 UNIQ_PROPERTY_WIDTH = len("UNIQ_KEY") + 1 + 32 + 1
 
 

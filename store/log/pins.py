@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
+
 class PinCount:
     """How many reads of this process hold a segment (its shared ``flock`` is held while > 0)."""
 

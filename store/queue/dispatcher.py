@@ -29,8 +29,10 @@ import numpy as np
 
 from ..errors import DiskFullError
 from ..fileio import InterProcessLock, replace_file, rewrite_in_place
+from ..hashing import tags_codes
 from ..log.commitlog import CommitLog
-from ..log.decode import dispatch_columns, read_columns
+from ..log.decode import RecordColumns, read_columns
+from ..log.properties import PROPERTY_TAGS, ParsedProperties
 from ..log.record import is_consumable
 from ..paths import topic_problem
 from .consume_queue import CQ_UNIT, ConsumeQueue
@@ -66,6 +68,10 @@ class Dispatcher:
         self.repeat_when_busy = True
         self.wait_first = False
         self.last_error: BaseException | None = None
+        #: called with every run of dispatched records and their parsed properties, under
+        #: the dispatch lock, before the position moves past them (the index builder, see
+        #: :mod:`store.index.feed`); ``None``: nothing else is built
+        self.index_hook: Callable[[RecordColumns, ParsedProperties], object] | None = None
 
     # ---------------------------------------------------------------- state
     def _load_position(self) -> int:
@@ -189,7 +195,8 @@ class Dispatcher:
         if len(h):
             self._last_ts = max(self._last_ts, int(h["storeTimestamp"].max()))
         keep = np.asarray(is_consumable(h["sysFlag"]))
-        _, codes = dispatch_columns(cols)
+        parsed = ParsedProperties(cols.properties)  # parsed once: tags here, keys for the index
+        codes = tags_codes(parsed.column(PROPERTY_TAGS))
         topic_codes = cols.topic.dictionary_encode()
         topics = topic_codes.dictionary.to_pylist()
         tidx = np.asarray(topic_codes.indices, dtype=np.int64)
@@ -209,6 +216,8 @@ class Dispatcher:
             topics, tidx[keep], h["queueId"].astype(np.int64)[keep], h["queueOffset"].astype(np.int64)[keep],
             cols.offsets[keep], h["totalSize"][keep], codes[keep], maxes,
         )
+        if self.index_hook is not None:
+            self.index_hook(cols, parsed)
         return int(len(positions))
 
     def dispatch_appended(
@@ -219,11 +228,14 @@ class Dispatcher:
         """Dispatch a batch just appended at ``[start, end)`` from its own fields (no re-read).
 
         Only when the dispatcher stands exactly at ``start`` (everything before the batch is
-        dispatched). When it stands before ``start``, the writer of the batch before is
+        dispatched), and nothing else is built from dispatched records (no ``index_hook``:
+        the index needs the records' properties, so with an index this is a :meth:`dispatch`). When it stands before ``start``, the writer of the batch before is
         usually about to dispatch its own (concurrent sink tasks): wait for that up to
         ``wait_s``, then run a normal :meth:`dispatch`, which also covers this batch.
         Returns how many records were dispatched.
         """
+        if self.index_hook is not None:
+            return self.dispatch()
         deadline = time.monotonic() + wait_s
         while True:
             with self.lock.held():

@@ -306,7 +306,8 @@ class Retention:
         if delete_below is None:
             return True
         try:
-            deleted: Iterable[Any] | None = delete_below(log_start)
+            with self.parts.dispatch_lock.held():  # the index's writers hold it (store.index.index_service)
+                deleted: Iterable[Any] | None = delete_below(log_start)
         except Exception:  # noqa: BLE001 - the commitlog and queues are done; the index waits
             log.warning("retention: deleting index files below %d failed; the next pass tries again", log_start,
                         exc_info=True)
