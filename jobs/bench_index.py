@@ -17,7 +17,12 @@ Printed, each beside its peers measured in the same run on the same arrays:
    input costs on this machine;
 3. query: ``IndexService.query(topic, key)`` for ``--queries`` random indexed keys (half
    UNIQ_KEYs, half tokens), p50/p99/max in microseconds, offsets only (reading the messages
-   and removing hash collisions is the caller's part).
+   and removing hash collisions is the caller's part);
+4. the whole dispatch (``MessageStore.dispatch``: consume-queue units and the index) of
+   ``--dispatch-messages`` messages of a store (100-byte bodies, a ``KEYS`` token and the
+   store's ``UNIQ_KEY`` each: two keys), with the index on, beside the same dispatch with
+   ``message_index_enable`` off, rounds alternating; then ``MessageStore.query_by_key``
+   (index query, records read and checked, collisions removed) p50/p99 on that store.
 
 Figures are wall-clock on this machine; nothing here is a test threshold.
 """
@@ -73,6 +78,8 @@ def main() -> None:
     ap.add_argument("--slots", type=int, default=5_000_000, help="max_hash_slot_num")
     ap.add_argument("--entries", type=int, default=20_000_000, help="max_index_num")
     ap.add_argument("--repo", type=Path, default=REPO, help="the checkout whose store package is measured")
+    ap.add_argument("--dispatch-messages", type=int, default=1_000_000, help="messages per dispatch round (0: skip)")
+    ap.add_argument("--rounds", type=int, default=3, help="dispatch rounds, index on and off alternating")
     args = ap.parse_args()
     sys.path.insert(0, str(args.repo))
     import numpy as np
@@ -156,6 +163,52 @@ def main() -> None:
         del pa
     finally:
         shutil.rmtree(root, ignore_errors=True)
+    if args.dispatch_messages:
+        bench_dispatch(args.dispatch_messages, args.rounds, args.dir)
+
+
+def bench_dispatch(n: int, rounds: int, where: Path | None) -> None:
+    """Section 4 of the module docstring."""
+    import numpy as np
+    import pyarrow as pa
+
+    import store
+
+    batch = 65536
+    bodies = pa.array([b"x" * 100] * batch, pa.binary())
+    times: dict[bool, list[float]] = {True: [], False: []}
+    query_us: list[float] = []
+    for r in range(rounds):
+        for indexed in (True, False) if r % 2 == 0 else (False, True):
+            root = Path(tempfile.mkdtemp(prefix="bench-dispatch-", dir=where))
+            try:
+                cfg = store.StoreConfig(message_index_enable=indexed)
+                with store.MessageStore.open(root, cfg) as s:
+                    for lo in range(0, n, batch):
+                        k = min(batch, n - lo)
+                        keys = pa.array([[f"order-{lo + i}"] for i in range(k)], pa.list_(pa.string()))
+                        s.put_batch(pa.table({"topic": ["TopicTest"] * k, "body": bodies.slice(0, k), "keys": keys}))
+                    t0 = time.perf_counter()
+                    done = s.dispatch()
+                    times[indexed].append(time.perf_counter() - t0)
+                    assert done == n, done
+                    if indexed and r == 0:
+                        rng = np.random.default_rng(5)
+                        for i in rng.integers(0, n, 2000):
+                            q0 = time.perf_counter()
+                            got = s.query_by_key("TopicTest", f"order-{int(i)}")
+                            query_us.append((time.perf_counter() - q0) * 1e6)
+                            assert got.num_rows == 1
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+    on, off = statistics.median(times[True]), statistics.median(times[False])
+    print(f"dispatch with index ({n:,} msgs, 2 keys each): {n / on / 1e6:5.2f} M msgs/s  "
+          f"[{', '.join(f'{n / t / 1e6:.2f}' for t in times[True])}]")
+    print(f"  peer, dispatch without index:        {n / off / 1e6:5.2f} M msgs/s  "
+          f"[{', '.join(f'{n / t / 1e6:.2f}' for t in times[False])}]  (index costs {on / off - 1:.0%})")
+    q = np.array(query_us)
+    print(f"query_by_key (facade: index + read + check, {len(q):,} keys of {n:,}): p50 {np.percentile(q, 50):.0f} us  "
+          f"p99 {np.percentile(q, 99):.0f} us")
 
 
 if __name__ == "__main__":

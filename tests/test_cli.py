@@ -137,7 +137,7 @@ def test_bad_count_is_rejected_with_the_reason(filled: Path, capsys: pytest.Capt
 
 def test_get_with_something_that_is_not_a_message_id(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["get", str(filled), "--id", "ZZZ"]) == 2
-    assert capsys.readouterr().err == "rmqlog: not a message id: 'ZZZ' (an offset msgId is 32 hex digits)\n"
+    assert capsys.readouterr().err == "rmqlog: not a message id: 'ZZZ' (an offset msgId or a client msgId: 32 or 56 hex digits)\n"
     assert main(["get", str(filled), "--id", "0" * 32]) == 1
     assert capsys.readouterr().err == "rmqlog: no message there\n"
 

@@ -16,6 +16,7 @@ index's resume point up to where dispatching stands, at open, before the dispatc
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -41,6 +42,22 @@ def index_records(index: IndexService, cols: RecordColumns, parsed: ParsedProper
         cols.topic, cols.offsets, np.asarray(h["storeTimestamp"], np.int64),
         parsed.column(PROPERTY_UNIQ_KEY), parsed.column(PROPERTY_KEYS), np.asarray(h["sysFlag"]),
     )
+
+
+def recover_index(
+    index: IndexService, commitlog: CommitLog, *, abnormal: bool, index_msg_timestamp: int, end: int, dispatched: int,
+) -> tuple[list[Path], int, int]:
+    """Make the index agree with a recovered log; returns (files dropped, entries cut, records
+    indexed again). Run by recovery under the dispatch lock, before it dispatches.
+
+    After an abnormal exit the files the checkpoint's ``indexMsgTimestamp`` does not cover are
+    dropped (RocketMQ's ``IndexService.load(lastExitOK=false)``); entries at or past the log's
+    end ``end`` are cut (RocketMQ keeps them); then the records between the index's resume
+    point and the dispatch position ``dispatched`` are indexed again (:func:`catch_up`), so
+    that the dispatch that follows continues the index in commitlog order."""
+    dropped = index.drop_after(index_msg_timestamp) if abnormal else []
+    cut = index.truncate(end)
+    return dropped, cut, catch_up(index, commitlog, dispatched)
 
 
 def catch_up(index: IndexService, commitlog: CommitLog, end: int) -> int:
