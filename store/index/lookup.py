@@ -4,7 +4,8 @@ collisions removed (RocketMQ's ``queryMessage`` and its client's key filter in o
 The index returns the commitlog offsets of every entry whose key hash matches, newest first
 (:meth:`store.index.index_service.IndexService.query`). Each offset is taken only if the log
 still holds a whole record starting there (retention may have deleted it; a damaged index
-may point anywhere): the record is read with the store's checks (body CRC when asked), and
+may point anywhere): the record is decoded one by one (at most 64: the scalar codec's
+lengths and header checks, then the body CRC when asked; :mod:`store.log.point_read`), and
 kept only if its topic is the one asked and it really carries the key, as a ``KEYS`` token
 or as its ``UNIQ_KEY`` (``unique=True``: as its ``UNIQ_KEY`` only). A damaged index can
 therefore cost a message, never return another one.
@@ -14,15 +15,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ..errors import CorruptRecordError
-from ..log.decode import BadRecordError, RecordCheck, empty_message_table
-from ..log.properties import PROPERTY_UNIQ_KEY
-from ..log.record import ScanKind
-from .index_keys import key_matches
+from ..log.decode import empty_message_table
+from ..log.point_read import java_properties, records_table
+from ..log.properties import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
+from ..log.record import Record, ScanKind
 
 if TYPE_CHECKING:
     from ..log.commitlog import CommitLog
@@ -39,20 +37,23 @@ def messages_by_key(
     a record that fails its checks."""
     offsets = index.query(topic, key, max_count, begin_ms, end_ms)
     low = commitlog.min_offset()
-    found = sorted({o for o in offsets if low <= o < tail and _is_record(commitlog, o, tail)})
+    found = []
+    for o in sorted(set(offsets)):  # at most max_msgs_num_batch (64) candidates
+        if low <= o < tail:
+            at = commitlog.record_at(o, tail)
+            if at is not None and at.kind is ScanKind.RECORD and at.record is not None and _carries(at.record, topic, key, unique):
+                found.append((o, at.record))
     if not found:
         return empty_message_table()
-    try:
-        table = commitlog.read_messages(np.array(found, np.int64), check=RecordCheck(crc=check_crc), tail=tail)
-    except BadRecordError as e:
-        raise CorruptRecordError(f"damaged commitlog record: {e.reason}", path=e.path, offset=e.offset) from None
-    if unique:
-        uniq = pc.map_lookup(table.column("properties"), PROPERTY_UNIQ_KEY, "last")
-        same = pc.and_(pc.equal(table.column("topic"), topic), pc.equal(uniq, key))
-        return table.filter(pc.fill_null(same, False))
-    return table.filter(pa.array(key_matches(table, topic, key)))
+    return records_table(found, check_crc=check_crc, path=str(commitlog.segments.directory))
 
 
-def _is_record(commitlog: CommitLog, offset: int, tail: int) -> bool:
-    found = commitlog.record_at(offset, tail)
-    return found is not None and found.kind is ScanKind.RECORD
+def _carries(record: Record, topic: str, key: str, unique: bool) -> bool:
+    """Whether a record of ``topic`` really carries ``key`` (its UNIQ_KEY; with ``unique``
+    false also a KEYS token): what removes the other keys' messages (hash collisions)."""
+    if record.topic != topic:
+        return False
+    props = dict(java_properties(record.properties))
+    if props.get(PROPERTY_UNIQ_KEY) == key:
+        return True
+    return not unique and key in props.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR)
