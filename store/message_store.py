@@ -336,6 +336,21 @@ class MessageStore:
                                max_count=max_count, begin_ms=begin_ms, end_ms=end_ms,
                                check_crc=self.reader.check_crc(check_crc))
 
+    def query_by_time(
+        self, begin_ms: int, end_ms: int | None = None, *, topics: Iterable[str] | None = None, max_count: int = 1000,
+    ) -> pa.Table:
+        """The messages stored in ``[begin_ms, end_ms]`` (ms; ``None``: no end) across ``topics``
+        (default: every topic), oldest first, at most ``max_count``: each queue's range found by
+        binary search on store time, no index needed. Raises :class:`InvalidArgumentError` for a
+        bad argument, :class:`store.errors.InvalidTopicError` for a bad topic name."""
+        self._check_open()
+        names = list(self.catalog.topics()) if topics is None else [validate_topic(t) for t in topics]
+        configured = self.catalog.topics()
+        queues = [(t, q) for t in names if t in configured
+                  for q in range(max(configured[t].read_queue_nums, configured[t].write_queue_nums))]
+        end = (1 << 63) - 1 if end_ms is None else end_ms
+        return self.reader.messages_between(queues, begin_ms, end, max_count)
+
     def query_by_unique_key(self, topic: str, msg_id: str, *, check_crc: bool | None = None) -> pa.Table:
         """The message of ``topic`` whose client msgId (``UNIQ_KEY``) is ``msg_id`` (RocketMQ's
         ``queryMsgByUniqueKey``): a table of one row, or none; errors as :meth:`query_by_key`."""

@@ -151,3 +151,52 @@ def test_every_argument_has_help() -> None:
         for action in p._actions:
             if action.dest != "help":
                 assert action.help, f"{name}: {action.dest} has no help"
+
+
+def test_export_jsonl_and_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import pyarrow.parquet as pq
+
+    root = tmp_path / "s"
+    with store.MessageStore.open(root) as s:
+        s.create_topic("E", 2)
+        res = s.put_batch(pa.table({"topic": ["E"] * 10, "body": [b"e%d" % i for i in range(10)], "queueId": [i % 2 for i in range(10)]}))
+        s.dispatch()
+        t5 = res.column("storeTimestamp")[0].value // 1000
+    out = tmp_path / "e.jsonl"
+    capsys.readouterr()
+    assert main(["export", str(root), "E", "--format", "jsonl", "--out", str(out), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"exported": 10, "out": str(out), "format": "jsonl"}
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["body"] for r in rows) == sorted(f"e{i}" for i in range(10))
+    pout = tmp_path / "e.parquet"
+    assert main(["export", str(root), "E", "--queue", "1", "--from-offset", "1", "--to-offset", "4", "--format", "parquet",
+                 "--out", str(pout)]) == 0
+    table = pq.read_table(pout)
+    assert table.schema == store.MESSAGE_SCHEMA and table.column("body").to_pylist() == [b"e3", b"e5", b"e7"]
+    assert main(["export", str(root), "E", "--begin", str(t5 + 60_000), "--format", "jsonl", "--out", str(out)]) == 1
+    assert main(["export", str(root), "NOPE", "--format", "jsonl", "--out", str(out)]) == 2
+    assert "no topic 'NOPE'" in capsys.readouterr().err
+    assert main(["export", str(root), "E", "--queue", "7", "--format", "jsonl", "--out", str(out)]) == 2
+    assert main(["export", str(root), "E", "--format", "jsonl", "--out", str(tmp_path / "missing" / "x.jsonl")]) == 2
+    assert "No such file or directory" in capsys.readouterr().err
+
+
+def test_reset_offset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    root = tmp_path / "s"
+    with store.MessageStore.open(root) as s:
+        s.create_topic("R", 2)
+        s.put_batch(pa.table({"topic": ["R"] * 6, "body": [b"r"] * 6, "queueId": [0, 1, 0, 1, 0, 1]}))
+        s.dispatch()
+    capsys.readouterr()
+    assert main(["reset-offset", str(root), "g1", "R", "--latest", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [(q["queueId"], q["before"], q["offset"]) for q in doc["queues"]] == [(0, -1, 3), (1, -1, 3)]
+    assert main(["reset-offset", str(root), "g1", "R", "--earliest", "--queue", "1"]) == 0
+    assert capsys.readouterr().out.strip() == "g1 R/1: 3 -> 0"
+    assert main(["reset-offset", str(root), "g1", "R", "--timestamp", "2999-01-01T00:00"]) == 0
+    with store.MessageStore.open(root) as s:
+        assert [s.committed_offset("g1", "R", q) for q in (0, 1)] == [3, 3]
+    assert main(["reset-offset", str(root), "g1", "NOPE", "--latest"]) == 2
+    assert main(["reset-offset", str(root), "bad group!", "R", "--latest"]) == 2
+    with pytest.raises(SystemExit):
+        main(["reset-offset", str(root), "g1", "R"])  # one of --earliest/--latest/--timestamp

@@ -5,8 +5,13 @@
     rmqlog read ROOT TOPIC QUEUE [--offset N] [--count N] [--tags "A || B"] [--body text|hex|none]
     rmqlog get ROOT (--offset N | --id MSGID) one message by commitlog offset, offset msgId or
                                               client msgId (UNIQ_KEY, through the index files)
-    rmqlog query ROOT TOPIC (--key K | --id MSGID) [--begin T] [--end T] [--max N]
-                                              messages by key / client msgId (index files)
+    rmqlog query ROOT TOPIC [--key K | --id MSGID] [--begin T] [--end T] [--max N] [--json]
+                                              messages by key / client msgId (index files), or
+                                              by store time (TOPIC "*": every topic)
+    rmqlog export ROOT TOPIC --format jsonl|parquet --out PATH [--queue Q] [--from-offset N] [--to-offset N]
+                  [--begin T] [--end T]       a topic's messages to a file (progress on a terminal)
+    rmqlog reset-offset ROOT GROUP TOPIC (--earliest | --latest | --timestamp T) [--queue Q]
+                                              a group's committed offsets set (mqadmin resetOffsetByTime)
     rmqlog lag ROOT [GROUP] [--json]          committed offsets against the queues' ends (all
     rmqlog consumer-progress ROOT [GROUP]     groups without GROUP; the second name is mqadmin's)
     rmqlog verify ROOT [--json]               check every record and unit (read-only)
@@ -18,7 +23,8 @@
 Messages print one JSON object per line (bodies as UTF-8 text with replacement characters by
 default), so the output pipes into ``jq``. Only an existing store is opened (a folder without
 ``commitlog/`` or ``config/`` is refused, never initialized); reading adds no message and
-commits no offset. Exit status: 0 ok, 1 nothing found (or, for ``verify``, problems found),
+commits no offset (``reset-offset`` commits a group's offsets, ``schedule`` delivers due
+delayed messages, ``recover --repair`` repairs: the commands that change a store). Exit status: 0 ok, 1 nothing found (or, for ``verify``, problems found),
 2 bad arguments or a store error; errors go to stderr, one line each. ``--json`` prints one
 JSON object instead of text. argparse (the standard library's) is the framework: every
 subcommand and argument has its help text (``rmqlog CMD --help``).
@@ -31,6 +37,7 @@ import datetime as dt
 import json
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from ..errors import StoreError
@@ -205,10 +212,59 @@ def _time_ms(text: str) -> int:
 def _query(s: MessageStore, args: argparse.Namespace) -> int:
     if args.id is not None:
         table = s.query_by_unique_key(args.topic, args.id)
-    else:
+    elif args.key is not None:
         table = s.query_by_key(args.topic, args.key, args.max, args.begin, args.end)
-    _print_rows(table.to_pylist(), args.body)
-    return 0 if table.num_rows else 1
+    else:  # a time range, in one topic or ("*") every topic
+        topics = None if args.topic == "*" else [args.topic]
+        table = s.query_by_time(args.begin, args.end, topics=topics, max_count=args.max)
+    rows = table.to_pylist()
+    if args.json:
+        print(json.dumps({"messages": [_jsonable(r, args.body) for r in rows]}))
+    else:
+        _print_rows(rows, args.body)
+    return 0 if rows else 1
+
+
+def _export(s: MessageStore, args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from .export import ExportRange, export, plan, total
+
+    r = ExportRange(args.topic, None if args.queue is None else [args.queue], args.from_offset, args.to_offset,
+                    args.begin, args.end)
+    with tqdm(total=total(plan(s, r)), unit="msg", file=sys.stderr, disable=not sys.stderr.isatty(),
+              desc=f"export {args.topic}") as bar:
+        n = export(s, r, Path(args.out), args.format, body=args.body, progress=bar.update, jsonable=_jsonable)
+    _emit({"exported": n, "out": args.out, "format": args.format}, args.json,
+          [f"exported {n} message(s) of {args.topic} to {args.out} ({args.format})"])
+    return 0 if n else 1
+
+
+def _reset_offset(s: MessageStore, args: argparse.Namespace) -> int:
+    """mqadmin resetOffsetByTime: per queue, the group's committed offset set to the earliest,
+    the latest, or the first message stored at or after a time."""
+    tc = s.topics().get(args.topic)
+    if tc is None:
+        _error(f"no topic {args.topic!r} in this store")
+        return 2
+    count = max(tc.read_queue_nums, tc.write_queue_nums)
+    if args.queue is not None and not 0 <= args.queue < count:
+        _error(f"queue {args.queue} is not a queue of topic {args.topic!r} ({count} queues)")
+        return 2
+    rows = []
+    for q in [args.queue] if args.queue is not None else range(count):
+        before = s.committed_offset(args.group, args.topic, q)
+        if args.earliest:
+            offset = s.min_offset(args.topic, q)
+        elif args.latest:
+            offset = s.max_offset(args.topic, q)
+        else:
+            offset = s.offset_for_timestamp(args.topic, q, args.timestamp)
+        s.commit_offset(args.group, args.topic, q, offset)
+        rows.append({"queueId": q, "before": before, "offset": offset})
+    _emit({"group": args.group, "topic": args.topic, "queues": rows}, args.json,
+          [f"{args.group} {args.topic}/{r['queueId']}: {r['before']} -> {r['offset']}" for r in rows])
+    return 0
 
 
 def _error(message: str) -> None:
@@ -259,15 +315,34 @@ def _parser() -> argparse.ArgumentParser:
                                 "(UNIQ_KEY, found through the index files)")
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how the body prints (default text)")
     p = command("query", "messages by key or client msgId through the index files (mqadmin queryMsgByKey / "
-                         "queryMsgByUniqueKey)", json_flag=False)
-    p.add_argument("topic", help="topic name")
-    g = p.add_mutually_exclusive_group(required=True)
+                         "queryMsgByUniqueKey), or by store time (neither --key nor --id)")
+    p.add_argument("topic", help='topic name; "*" for every topic (a time-range query)')
+    g = p.add_mutually_exclusive_group()
     g.add_argument("--key", help="a KEYS token (or a client msgId)")
     g.add_argument("--id", help="a client msgId (UNIQ_KEY: 32 or 56 hex digits)")
     p.add_argument("--begin", type=_time_ms, default=0, help="stored at or after: ms since the epoch or an ISO time (default: any)")
     p.add_argument("--end", type=_time_ms, default=None, help="stored at or before: ms since the epoch or an ISO time (default: any)")
-    p.add_argument("--max", type=_positive, default=32, help="most messages (default 32; the index returns at most 64)")
+    p.add_argument("--max", type=_positive, default=32,
+                   help="most messages (default 32; a key query returns at most 64, max_msgs_num_batch)")
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
+    p = command("export", "a topic's messages (a queue or every queue, an offset or time range) to JSON lines or Parquet")
+    p.add_argument("topic", help="topic name")
+    p.add_argument("--queue", type=_non_negative, default=None, help="one queue (default: every queue of the topic)")
+    p.add_argument("--from-offset", type=_non_negative, default=None, help="first queue offset (default: each queue's min)")
+    p.add_argument("--to-offset", type=_non_negative, default=None, help="end queue offset, exclusive (default: each queue's max)")
+    p.add_argument("--begin", type=_time_ms, default=None, help="stored at or after: ms since the epoch or an ISO time")
+    p.add_argument("--end", type=_time_ms, default=None, help="stored at or before: ms since the epoch or an ISO time")
+    p.add_argument("--format", choices=("jsonl", "parquet"), required=True, help="jsonl: one JSON object per line; parquet: the message table")
+    p.add_argument("--out", required=True, help="the file to write (replaced if it exists)")
+    p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies are written in jsonl (default text)")
+    p = command("reset-offset", "set a consumer group's offsets to the earliest, the latest, or a time (mqadmin resetOffsetByTime)")
+    p.add_argument("group", help="consumer group")
+    p.add_argument("topic", help="topic name")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--earliest", action="store_true", help="each queue's first offset")
+    g.add_argument("--latest", action="store_true", help="each queue's end (skip everything stored)")
+    g.add_argument("--timestamp", type=_time_ms, help="the first message stored at or after: ms since the epoch or an ISO time")
+    p.add_argument("--queue", type=_non_negative, default=None, help="one queue (default: every queue of the topic)")
     p = command("lag", "committed offsets against the queues' ends, per group", aliases=("consumer-progress",))
     p.add_argument("group", nargs="?", default=None, help="one consumer group (default: every group)")
     command("verify", "check every record (CRCs, header values, queue density) and every unit; read-only")
@@ -287,6 +362,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if cmd == "query" and args.id is not None and not is_uniq_key(args.id):
         _error(f"not a client msgId: {args.id!r} (32 or 56 hex digits)")
+        return 2
+    if cmd == "query" and args.topic == "*" and (args.key is not None or args.id is not None):
+        _error('a key or msgId query names one topic ("*" is for a time range)')
         return 2
     try:
         # never creates a store; recover --repair is the one command that changes one
@@ -309,6 +387,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _lag(s, args.group, args.json)
             if cmd == "query":
                 return _query(s, args)
+            if cmd == "export":
+                return _export(s, args)
+            if cmd == "reset-offset":
+                return _reset_offset(s, args)
             if cmd == "get":
                 row = s.message_by_offset(args.offset) if args.offset is not None else s.message_by_id(args.id)
                 if row is None:
@@ -325,6 +407,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0 if res.messages.num_rows else 1
     except StoreError as exc:
         _error(str(exc))
+        return 2
+    except OSError as exc:  # an --out that cannot be written
+        _error(f"{exc.strerror or exc}: {exc.filename}")
         return 2
 
 

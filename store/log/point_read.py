@@ -22,7 +22,6 @@ from .properties import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS
 from .record import Record, body_crc
 
 
-
 def java_properties(raw: bytes) -> list[tuple[str, str]]:
     """A properties string's (name, value) items in order, by Java's ``string2messageProperties``
     rules as the batch parser applies them: split on \\x02, each item on \\x01, trailing empty

@@ -185,6 +185,25 @@ class QueueReader:
                 right = mid
         return left
 
+    def messages_between(self, queues: list[tuple[str, int]], begin_ms: int, end_ms: int, max_count: int) -> pa.Table:
+        """The messages of ``queues`` stored in ``[begin_ms, end_ms]``, by store time (ties in
+        queue order), at most ``max_count``: per queue, its offsets found by binary search on
+        store time (:meth:`offset_for_timestamp`), then at most ``max_count`` of them read."""
+        begin_ms, end_ms, max_count = int_arg("begin_ms", begin_ms), int_arg("end_ms", end_ms), int_arg("max_count", max_count)
+        if max_count <= 0:
+            raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
+        tables = []
+        for topic, qid in queues:
+            lo = self.offset_for_timestamp(topic, qid, begin_ms)
+            hi = self.offset_for_timestamp(topic, qid, end_ms + 1) if end_ms < (1 << 63) - 1 else self.bounds(topic, qid)[1]
+            if hi > lo:
+                tables.append(self.read_queue(topic, qid, lo, min(hi, lo + max_count), None))
+        if not tables:
+            return empty_message_table()
+        table = pa.concat_tables(tables)
+        order = pc.sort_indices(table, [("storeTimestamp", "ascending")])  # stable: queue order within a time
+        return table.take(order).slice(0, max_count)
+
     def message_by_offset(self, commit_log_offset: int) -> dict[str, Any] | None:
         """The message whose record starts at this commitlog offset; see the facade's method."""
         commit_log_offset = int_arg("commit_log_offset", commit_log_offset)
