@@ -50,6 +50,7 @@ root, action, flush, dispatch, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.
 cfg = store.StoreConfig(
     disk_space_warning_level_ratio=100, flush_disk_type=flush,
     mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=20 * 2048,
+    max_hash_slot_num=4000, max_index_num=16000,  # a full-size index file alone touches ~20 MB
 )
 QUEUES = 3
 report = {}
