@@ -35,7 +35,7 @@ SOURCE_OPTIONS = {
     "path", "topics", "topicpattern", "assign", "startingoffsets", "startingtimestamp",
     "endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
     "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "tags", "group",
-    "failondataloss", "readbatchrows", "checkcrc", "key", "msgid",
+    "failondataloss", "readbatchrows", "checkcrc", "key", "msgid", "deliverdue",
 }
 SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid"}
 
@@ -155,6 +155,7 @@ class SourceOptions:
     fail_on_data_loss: bool = True
     read_batch_rows: int = DEFAULT_READ_BATCH_ROWS
     check_crc: bool = True
+    deliver_due: bool = True  # stream: a scheduler pass before each micro-batch is planned
     key: str | None = None  # batch: the messages of ``topics`` carrying this KEYS token (index files)
     msg_id: str | None = None  # batch: the message with this client msgId (UNIQ_KEY) in ``topics``
 
@@ -217,6 +218,7 @@ class SourceOptions:
         kw["fail_on_data_loss"] = _bool(options, "failOnDataLoss", True)
         kw["read_batch_rows"] = _positive_int(options, "readBatchRows") or DEFAULT_READ_BATCH_ROWS
         kw["check_crc"] = _bool(options, "checkCRC", True)
+        kw["deliver_due"] = _bool(options, "deliverDue", True)
         _key_options(options, kw, streaming)
         return cls(**kw)
 

@@ -75,8 +75,9 @@ INPUT_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
     "delayLevel": _INT,
     "deliverTime": (TimestampType, TimestampNTZType),
 }
-#: columns a later issue gives meaning to: rejected when non-null
-UNSUPPORTED_YET = ("delayLevel", "deliverTime")
+#: columns a later issue gives meaning to: rejected when non-null (delayLevel is RocketMQ 4's
+#: delay level, passed to the store; deliverTime, 5.x's timer, is not implemented yet)
+UNSUPPORTED_YET = ("deliverTime",)
 
 
 def validate_input_schema(schema: StructType, opts: SinkOptions) -> None:
@@ -114,15 +115,16 @@ def validate_input_schema(schema: StructType, opts: SinkOptions) -> None:
 def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Table:
     """The sink's input rows as a ``put_batch`` table (vectorized; rows keep their order).
 
-    Raises :class:`spark_rmq.errors.UnsupportedFieldError` for a non-null delayLevel or
-    deliverTime (naming the first such row).
+    ``delayLevel`` passes to the store (rows with a level above 0 wait in
+    ``SCHEDULE_TOPIC_XXXX`` until due). Raises :class:`spark_rmq.errors.UnsupportedFieldError`
+    for a non-null deliverTime (naming the first such row).
     """
     n = table.num_rows
     names = table.column_names
     for name in UNSUPPORTED_YET:
         if name in names and table[name].null_count < n:
             row = int(np.flatnonzero(np.asarray(pc.is_valid(_array(table[name]))))[0])
-            raise UnsupportedFieldError("is not supported yet (delay and timed messages come in a later issue); leave it null",
+            raise UnsupportedFieldError("is not supported yet (RocketMQ 5's timed messages); leave it null or use delayLevel",
                                         row=row, field=name)
     cols: dict[str, pa.ChunkedArray | pa.Array] = {}
     if "topic" in names:
@@ -141,6 +143,8 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
     # fail with an untyped Arrow error, the store names the row and field of a bad value
     if "flag" in names:
         cols["flag"] = table["flag"]
+    if "delayLevel" in names and table["delayLevel"].null_count < n:
+        cols["delayLevel"] = table["delayLevel"]
     qid = pc.cast(table["queueId"], pa.int64()) if "queueId" in names else pa.nulls(n, pa.int64())
     if opts.queue_selector == "hash" and (not isinstance(qid, pa.Array) or qid.null_count) and n:
         key = table[opts.sharding_key] if opts.sharding_key else cols.get("keys")

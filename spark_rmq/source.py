@@ -335,8 +335,11 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._ms
 
     def _available(self) -> tuple[list[tuple[str, int]], Offsets]:
-        """Dispatch, then every queue the query reads and its current end."""
+        """Deliver what is due (``deliverDue``), dispatch, then every queue the query reads and
+        its current end: a delayed message enters its real queue once due, and only then."""
         ms = self.store
+        if self.opts.deliver_due:
+            ms.deliver_due()
         ms.dispatch()
         queues = discover_queues(ms, self.opts)
         return queues, sorted_offsets({k: hi for k, (_lo, hi) in bounds(ms, queues).items()})

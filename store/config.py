@@ -64,7 +64,8 @@ class StoreConfig:
     - ``disk_space_warning_level_ratio`` (percent, RocketMQ's ``diskSpaceWarningLevelRatio``
       90%): appends are refused with :class:`DiskFullError` while the commitlog's volume is
       fuller than this; accepted again once it is not.
-    - ``message_delay_level``: the delay levels, RocketMQ's syntax.
+    - ``message_delay_level``: the delay levels, RocketMQ's syntax (``"1s 5s 10s 30s 1m ... 2h"``;
+      level ``n`` is the ``n``-th delay; see :mod:`store.schedule`).
     - Index files (see :mod:`store.index`): ``message_index_enable`` (default on; RocketMQ's
       ``messageIndexEnable``): the dispatcher indexes every message's ``UNIQ_KEY`` and
       ``KEYS`` tokens; ``max_hash_slot_num`` (5,000,000) and ``max_index_num`` (20,000,000
@@ -133,6 +134,7 @@ class StoreConfig:
             if not 0 <= getattr(self, name) <= 100:
                 raise ConfigError(f"{name} must be a percentage in 0..100")
         delete_hours(self.delete_when)  # raises ConfigError naming the bad hour
+        delay_levels_ms(self.message_delay_level)  # raises ConfigError naming the bad level
         from .hosts import parse_host  # local import: hosts imports errors only
 
         parse_host(self.store_host, what="store_host")
@@ -177,6 +179,24 @@ class StoreConfig:
             values["store_host"] = f"{ip or '127.0.0.1'}:{port or 10911}"
         values.update(overrides)
         return cls(**values)
+
+
+_DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+def delay_levels_ms(spec: str) -> tuple[int, ...]:
+    """The delays of ``message_delay_level`` in ms, level 1 first (RocketMQ's
+    ``parseDelayLevel``: space-separated ``<n><unit>``, units ``s``, ``m``, ``h``, ``d``).
+    Raises :class:`ConfigError` naming a bad entry."""
+    out = []
+    for i, item in enumerate(spec.split(), 1):
+        unit, number = item[-1:], item[:-1]
+        if unit not in _DELAY_UNITS_MS or not number.isdigit() or not 0 < int(number) * _DELAY_UNITS_MS[unit] < 1 << 62:
+            raise ConfigError(f"message_delay_level: level {i} is {item!r}, not <positive number><s|m|h|d>")
+        out.append(int(number) * _DELAY_UNITS_MS[unit])
+    if not out:
+        raise ConfigError("message_delay_level names no level")
+    return tuple(out)
 
 
 def delete_hours(delete_when: str) -> frozenset[int]:

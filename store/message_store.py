@@ -50,6 +50,7 @@ from .queue.consume_queue import ConsumeQueue
 from .queue.reader import QueueReader
 from .results import GetMessageResult, PutMessageResult, PutMessageStatus
 from .retention import CleanReport, Retention
+from .schedule import install as install_schedule
 from .service import ServiceLoop
 
 
@@ -91,6 +92,8 @@ class MessageStore:
         self.reader = QueueReader(parts)
         self.catalog = Catalog(parts)
         self.retention = Retention(parts)
+        #: delivers delayed messages once due (:mod:`store.schedule`)
+        self.scheduler = install_schedule(parts, self.appender, self.reader)
         self.recovery: RecoveryReport | None
         self._owner, self.recovery = open_as_owner(parts, repair=repair, set_aside=set_aside, topics=self.catalog.topics)
         self.flusher: AsyncFlusher | None = None
@@ -214,10 +217,14 @@ class MessageStore:
     def put(
         self, topic: str, body: bytes | str, *, queue_id: int | None = None, tags: str | None = None,
         keys: Iterable[str] | str = (), properties: Mapping[str, str] | None = None, flag: int = 0,
+        delay_level: int | None = None,
     ) -> PutMessageResult:
-        """Append one message; see :meth:`put_batch` for the fields and errors."""
+        """Append one message; see :meth:`put_batch` for the fields and errors. ``delay_level``
+        (RocketMQ's ``setDelayTimeLevel``): delivered to its topic once due (:meth:`deliver_due`);
+        the result then names where it waits (``SCHEDULE_TOPIC_XXXX``, queue ``level - 1``)."""
         self._check_open()
-        row = single_message_table(topic, body, queue_id=queue_id, tags=tags, keys=keys, properties=properties, flag=flag)
+        row = single_message_table(topic, body, queue_id=queue_id, tags=tags, keys=keys, properties=properties, flag=flag,
+                                   delay_level=delay_level)
         table, queue_ids = self.appender.put_table(row)
         res = table.to_pylist()[0]
         return PutMessageResult(
@@ -244,11 +251,21 @@ class MessageStore:
         self._check_open()
         self.services.add(self.dispatcher)
         self.services.add(self.retention)
+        self.services.add(self.scheduler)
 
     def stop_dispatcher(self) -> None:
-        """Stop the background dispatcher and retention; returns once their rounds in progress have finished."""
+        """Stop the background dispatcher, retention and scheduler; returns once their rounds in progress have finished."""
+        self.services.remove(self.scheduler)
         self.services.remove(self.retention)
         self.services.remove(self.dispatcher)
+
+    def deliver_due(self, now_ms: int | None = None) -> int:
+        """One scheduler pass as of ``now_ms`` (default: now): every delayed message due by
+        then is appended to its real topic and queue, exactly once (:mod:`store.schedule.scheduler`).
+        Returns how many were delivered. The background service (:meth:`start_dispatcher`)
+        runs a pass every 100 ms; the Spark source runs one before planning each micro-batch."""
+        self._check_open()
+        return self.scheduler.deliver_due(now_ms).total
 
     def clean_expired(self, now_ms: int | None = None, *, force: bool = False) -> CleanReport:
         """One retention pass (RocketMQ's clean services); see :mod:`store.retention.cleaner`."""

@@ -17,6 +17,7 @@
     rmqlog verify ROOT [--json]               check every record and unit (read-only)
     rmqlog recover ROOT --repair [--json]     open with repair: cut damage, rebuild what follows
     rmqlog dispatch ROOT [--json]             build consume-queue units for new records
+    rmqlog schedule ROOT [--once] [--json]    deliver due delayed messages (one pass, or every second)
     rmqlog clean ROOT [--force] [--json]      one retention pass (--force: at any hour, as
                                               RocketMQ's manual deletion; ages still apply)
 
@@ -36,6 +37,7 @@ import argparse
 import datetime as dt
 import json
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -272,6 +274,25 @@ def _error(message: str) -> None:
     print(f"rmqlog: {message}", file=sys.stderr)
 
 
+def _schedule(s: MessageStore, once: bool, as_json: bool) -> int:
+    """Scheduler passes: one (``--once``) or one a second until interrupted (Ctrl-C: exit 0)."""
+    try:
+        while True:
+            report = s.scheduler.deliver_due()
+            lines = [f"delivered {report.total} delayed message(s)"]
+            lines += [f"  level {k}: {v}" for k, v in sorted(report.delivered.items())]
+            if report.lost:
+                lines.append(f"  {report.lost} unit(s) skipped: their records were deleted before delivery")
+            _emit({"delivered": report.total, "levels": {str(k): v for k, v in report.delivered.items()}, "lost": report.lost},
+                  as_json, lines)
+            if once:
+                return 0
+            sys.stdout.flush()
+            time.sleep(1.0)
+    except KeyboardInterrupt:
+        return 0
+
+
 def _clean(s: MessageStore, force: bool, as_json: bool) -> int:
     report = s.clean_expired(force=force)
     if as_json:
@@ -349,6 +370,8 @@ def _parser() -> argparse.ArgumentParser:
     p = command("recover", "open the store with repair: damaged data is cut and what follows is rebuilt")
     p.add_argument("--repair", action="store_true", required=True, help="required: this command changes the store")
     command("dispatch", "build consume-queue units for records not yet dispatched")
+    p = command("schedule", "deliver delayed messages that are due (one pass, or passes every second)")
+    p.add_argument("--once", action="store_true", help="one pass, then exit (default: a pass every second until interrupted)")
     p = command("clean", "one retention pass: delete expired segments and what follows them")
     p.add_argument("--force", action="store_true", help="at any hour, not only those of delete_when")
     return ap
@@ -383,6 +406,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return 0
             if cmd == "clean":
                 return _clean(s, args.force, args.json)
+            if cmd == "schedule":
+                return _schedule(s, args.once, args.json)
             if cmd == "lag":
                 return _lag(s, args.group, args.json)
             if cmd == "query":

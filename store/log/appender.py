@@ -43,6 +43,7 @@ from .encode.arrays import int64_filled
 from .encode.batch import EncodedBatch
 from .encode.prepare import prepare_batch
 from .msgid import UniqKeyGenerator, offset_msg_ids
+from .properties import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -73,11 +74,19 @@ class Appender:
             step_pages=config.flush_least_pages_when_warm_mapped_file, wake=services.wake,
         )
         self.preparing = False
+        #: moves delayed rows to the schedule topic before encoding (set by the store's parts:
+        #: :func:`store.schedule.routing.route_delays`); returns the table and the store's own
+        #: properties per row (``None``: none)
+        self.router: Callable[[pa.Table], tuple[pa.Table, pa.Array | None]] | None = None
 
     # ----------------------------------------------------------- entry points
-    def put_table(self, table: pa.Table | pa.RecordBatch, marker: Marker = None, *, dispatch: bool = False) -> tuple[pa.Table, np.ndarray]:
-        """Append one table; returns the result rows and the queue id of each row."""
-        batch = self.encode(table, marker)
+    def put_table(
+        self, table: pa.Table | pa.RecordBatch, marker: Marker = None, *, dispatch: bool = False,
+        system: pa.Array | None = None,
+    ) -> tuple[pa.Table, np.ndarray]:
+        """Append one table; returns the result rows and the queue id of each row. ``system``:
+        the store's own properties per row (see :meth:`encode`)."""
+        batch = self.encode(table, marker, system=system)
         with self.ahead() as announce:
             announce(batch)
             return self.append([batch], marker, dispatch=dispatch)
@@ -112,11 +121,22 @@ class Appender:
             self._rr[topic] = (first + n) % queues
         return first % queues
 
-    def encode(self, table: pa.Table | pa.RecordBatch, marker: Marker, row_base: int = 0, *, plain: bool = True) -> EncodedBatch:
+    def encode(
+        self, table: pa.Table | pa.RecordBatch, marker: Marker, row_base: int = 0, *, plain: bool = True,
+        system: pa.Array | None = None,
+    ) -> EncodedBatch:
         """Validate and encode one table (no lock); errors name rows counted from ``row_base``.
-        ``plain``: see :func:`store.log.encode.prepare.prepare_batch`."""
+        ``plain``: see :func:`store.log.encode.prepare.prepare_batch`. ``system``: the store's
+        own properties per row (the scheduler's delivered copies); the router adds those of
+        delayed rows."""
         parts = self.parts
         try:
+            if self.router is not None:
+                if isinstance(table, pa.RecordBatch):
+                    table = pa.Table.from_batches([table])
+                if isinstance(table, pa.Table):  # (anything else: prepare_batch names it)
+                    table, routed = self.router(table)
+                    system = routed if routed is not None else system
             return prepare_batch(
                 table,
                 queue_counts=lambda topics: parts.topic_config.planned_queue_counts(topics, unknown=-1),
@@ -128,6 +148,7 @@ class Appender:
                 round_robin=self.round_robin,
                 last_row_property=marker,
                 plain=plain,
+                system_properties=system,
             )
         except InvalidMessageError as exc:
             if row_base and exc.row is not None:
@@ -242,7 +263,9 @@ class Appender:
 
     def _dispatch(self, batches: list[EncodedBatch], results: list[AppendResult]) -> None:
         dispatcher = self.parts.dispatcher
-        if any(b.tags_codes is None for b in batches):  # TAGS given as a user property: let the dispatcher read them
+        # TAGS given as a user property, or delayed messages (their units' tagsCode is the
+        # delivery time, made from the record): let the dispatcher read them
+        if any(b.tags_codes is None or SCHEDULE_TOPIC in b.topics for b in batches):
             dispatcher.dispatch()
             return
         names: dict[str, int] = {}  # one dispatch for all the tables: one position update

@@ -19,6 +19,9 @@ PROPERTY_UNIQ_KEY = "UNIQ_KEY"
 PROPERTY_DELAY = "DELAY"
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QID = "REAL_QID"
+#: RocketMQ's ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``: delayed messages wait here, queue
+#: ``level - 1``, until the scheduler delivers them (:mod:`store.schedule`)
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 # ours: "<sequence> <writer>" on the last record of an idempotent batch (MessageStore.put_batch)
 PROPERTY_WRITER = "RMQLOG_WRITER"
 #: Every property name starting with this is the store's own: users cannot set one.
@@ -35,18 +38,18 @@ ROCKETMQ_SYSTEM_PROPERTIES = frozenset((
     "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
     "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
 ))
-#: Delay and timer properties: RocketMQ 4.x's delay level and 5.x's timer names (also system
-#: names in 5.x). The store does not implement delayed delivery yet, so it refuses them rather
-#: than deliver such a message at once.
+#: Timer properties: RocketMQ 5.x's names. The store does not implement timed delivery yet, so
+#: it refuses them rather than deliver such a message at once. (``DELAY``, 4.x's delay level,
+#: is taken from a put's properties as its delay level: :mod:`store.schedule.routing`.)
 DELAY_PROPERTIES = frozenset((
-    PROPERTY_DELAY, "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_ENQUEUE_MS",
+    "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_ENQUEUE_MS",
     "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL",
 ))
 #: System names a user may set: KEYS and TAGS (checked against the keys and tags columns) and
 #: UNIQ_KEY (a client message id, kept instead of a generated one; see :data:`UNIQ_KEY_PATTERN`).
 USER_SETTABLE_SYSTEM_PROPERTIES = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))
 #: Names a user property may not have (besides the :data:`STORE_PROPERTY_PREFIX` ones).
-RESERVED_PROPERTIES = (ROCKETMQ_SYSTEM_PROPERTIES | DELAY_PROPERTIES) - USER_SETTABLE_SYSTEM_PROPERTIES
+RESERVED_PROPERTIES: frozenset[str] = (ROCKETMQ_SYSTEM_PROPERTIES | DELAY_PROPERTIES) - USER_SETTABLE_SYSTEM_PROPERTIES
 #: A UNIQ_KEY a user may give: what RocketMQ's ``MessageClientIDSetter`` makes, uppercase hex of
 #: 16 bytes (IPv4 client) or 28 bytes (IPv6 client); RocketMQ's tools (``getNearlyTimeFromID``,
 #: ``getIPStrFromID``) decode only that form.
@@ -290,7 +293,7 @@ def reserved_name_problem(keys: pa.Array) -> tuple[int, str] | None:
     j = int(np.flatnonzero(np.asarray(bad))[0])
     i, name = int(at[j]), names[j].as_py()
     if name in DELAY_PROPERTIES:
-        return i, f"property {name!r}: delay messages are not supported yet"
+        return i, f"property {name!r}: timed messages (RocketMQ 5's timer) are not supported yet; use a delay level"
     if name.startswith(STORE_PROPERTY_PREFIX):
         return i, f"property {name!r}: names starting with {STORE_PROPERTY_PREFIX!r} are reserved for the store"
     return i, f"property {name!r} is a RocketMQ system property name; use another name"

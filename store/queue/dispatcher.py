@@ -72,6 +72,10 @@ class Dispatcher:
         #: the dispatch lock, before the position moves past them (the index builder, see
         #: :mod:`store.index.feed`); ``None``: nothing else is built
         self.index_hook: Callable[[RecordColumns, ParsedProperties], object] | None = None
+        #: (topics, topic index per row, parsed properties, header, tags hashes) -> the units'
+        #: tagsCodes: the schedule topic's are delivery times (:mod:`store.schedule.levels`);
+        #: ``None``: every tagsCode is the tags hash
+        self.codes_hook: Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None = None
 
     # ---------------------------------------------------------------- state
     def _load_position(self) -> int:
@@ -200,6 +204,8 @@ class Dispatcher:
         topic_codes = cols.topic.dictionary_encode()
         topics = topic_codes.dictionary.to_pylist()
         tidx = np.asarray(topic_codes.indices, dtype=np.int64)
+        if self.codes_hook is not None:
+            codes = self.codes_hook(topics, tidx, parsed, h, codes)
         unusable = [i for i, t in enumerate(topics) if topic_problem(t) is not None]
         if unusable:
             # a record whose topic cannot name a queue directory (written by another tool, or

@@ -18,7 +18,8 @@ def write(df, root: str, **options: str) -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [("RMQLOG_WRITER", r"row 3, field 'properties'.*RMQLOG_WRITER.*reserved for the store"),
-     ("DELAY", r"row 3, field 'properties'.*delay messages are not supported yet"),
+     ("TIMER_DELIVER_MS", r"row 3, field 'properties'.*timed messages .* not supported yet"),
+     ("DELAY", r"row 3, field 'properties'.*not a delay level"),
      ("TRAN_MSG", r"row 3, field 'properties'.*'TRAN_MSG' is a RocketMQ system property")],
 )
 def test_a_reserved_property_fails_the_task(spark, store_root: str, name: str, message: str) -> None:

@@ -41,6 +41,7 @@ def prepare_batch(
     round_robin: RoundRobin,
     last_row_property: tuple[str, str] | None = None,
     plain: bool = True,
+    system_properties: pa.Array | None = None,
 ) -> EncodedBatch:
     """Validate and encode ``table``; raises :class:`store.errors.InvalidMessageError` subclasses
     naming the first bad row and field (checked in this order: the columns, topic, body, queue
@@ -52,13 +53,15 @@ def prepare_batch(
     store's idempotence marker; the caller validated it). ``plain``: a plain batch may be
     packed whole now by :func:`store.log.encode.plain.prepare_plain` (its copy of the bodies
     then lives until the append; ``put_batches`` of many tables says no, to keep a sink task's
-    memory flat).
+    memory flat). ``system_properties``: the store's own properties per row, pre-joined
+    ``name\x01value\x02`` binary strings (empty: none) added as they are (the delay routing's
+    ``REAL_TOPIC``/``REAL_QID``/``DELAY``, :mod:`store.schedule.routing`; not checked here).
     """
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     if not isinstance(table, pa.Table):
         raise InvalidMessageError(f"put_batch takes a pyarrow Table or RecordBatch, not {type(table).__name__}", row=None, field="*")
-    if plain and last_row_property is None:
+    if plain and last_row_property is None and system_properties is None:
         packed = prepare_plain(table, queue_counts, max_message_size, max_record_size, store_host, born_host,
                                uniq_keys, round_robin)
         if packed is not None:
@@ -71,7 +74,7 @@ def prepare_batch(
     crcs = BodyCrcs(body, body_len)  # in the background, overlapping the Arrow kernels below
     counts = write_queue_counts(queue_counts, topics, topic_index)
     queue_id, cycle = queue_id_column(cols.get("queueId"), n, topics, topic_index, counts, round_robin)
-    props = build_properties(cols, n, uniq_keys, last_row_property)
+    props = build_properties(cols, n, uniq_keys, last_row_property, system_properties)
     flag = flag_column(cols.get("flag"), n)
     born = born_column(cols.get("bornTimestamp"), n, int(time.time() * 1000))
     dt = header_dtype(len(born_host) == 20, len(store_host) == 20)

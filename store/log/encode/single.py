@@ -13,7 +13,7 @@ from ...errors import InvalidMessageError, QueueIdError
 
 def single_message_table(
     topic: str, body: bytes | str, *, queue_id: int | None, tags: str | None, keys: Iterable[str] | str,
-    properties: Mapping[str, str] | None, flag: int,
+    properties: Mapping[str, str] | None, flag: int, delay_level: int | None = None,
 ) -> pa.Table:
     """The row of one message; ``keys`` as a list or a space-separated string (RocketMQ's form)."""
     if isinstance(keys, str):
@@ -31,6 +31,7 @@ def single_message_table(
         ("properties", properties is None or all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items())),
         ("flag", isinstance(flag, int) and not isinstance(flag, bool)),
         ("queueId", queue_id is None or (isinstance(queue_id, int) and not isinstance(queue_id, bool))),
+        ("delayLevel", delay_level is None or (isinstance(delay_level, int) and not isinstance(delay_level, bool))),
     )
     for name, ok in checks:
         if not ok:
@@ -49,4 +50,8 @@ def single_message_table(
     }
     if properties:
         cols["properties"] = pa.array([list(properties.items())], pa.map_(pa.string(), pa.string()))
+    if delay_level is not None:
+        if not -(1 << 31) <= delay_level < 1 << 31:
+            raise InvalidMessageError("delay level does not fit in 32 bits", row=0, field="delayLevel")
+        cols["delayLevel"] = pa.array([delay_level], pa.int32())
     return pa.table(cols)

@@ -82,10 +82,17 @@ class Properties:
 
 def build_properties(
     cols: dict[str, pa.Array], n: int, uniq_keys: UniqKeyGenerator, last_row_property: tuple[str, str] | None,
+    system_properties: pa.Array | None = None,
 ) -> Properties:
-    """PROPERTIES of every row (see the module docstring); raises naming the first bad row."""
+    """PROPERTIES of every row (see the module docstring); raises naming the first bad row.
+    ``system_properties``: the store's own items per row, pre-joined (binary, empty: none)."""
     parts: list[_Part] = []
     has_uniq = np.zeros(n, bool)
+    if system_properties is not None:
+        parts.append(system_properties)
+        # a row whose own items carry its UNIQ_KEY (a delivered copy keeps the client msgId);
+        # no other system name ends with UNIQ_KEY and values hold no \x01: a substring is exact
+        has_uniq |= np.asarray(pc.fill_null(pc.match_substring(system_properties, PROPERTY_UNIQ_KEY + "\x01"), False))
     user_has_tags = user_has_keys = False
     pm = cols.get("properties")
     if pm is not None and not pa.types.is_null(pm.type):

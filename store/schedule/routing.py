@@ -1,0 +1,201 @@
+"""The put side of delay messages: rows with a delay level go to ``SCHEDULE_TOPIC_XXXX``.
+
+RocketMQ 4.x (``CommitLog.putMessage``): a message whose ``DELAY`` property (its delay level)
+is above 0 is stored in topic ``SCHEDULE_TOPIC_XXXX``, queue ``level - 1``, with its real
+topic and queue id kept in the properties ``REAL_TOPIC`` / ``REAL_QID``; a level above the
+highest configured one is clamped to it. The scheduler (:mod:`store.schedule.scheduler`)
+delivers it to the real queue once due.
+
+Here the level comes from the batch's ``delayLevel`` column (int, null = none) or from a
+``DELAY`` entry of its ``properties`` map (a decimal level, as RocketMQ's clients send it);
+a row giving both must give the same level. Rows with a level of 0 or less, or none, are put
+as they are. A delayed row without a ``queueId`` gets its real queue now, by the writer's
+round robin over the real topic's queues (RocketMQ's producer picks the queue before
+sending). Everything is computed over whole columns; the only loop is over the distinct real
+topics of the delayed rows that need a queue.
+
+The store's own properties of a delayed row (``REAL_TOPIC``, ``REAL_QID``, ``DELAY``) are
+returned as one pre-joined ``name\\x01value\\x02`` string per row, added to the record's
+properties by the encoder (:func:`store.log.encode.prepare.prepare_batch`,
+``system_properties``): users still cannot set those names themselves.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import InvalidMessageError, InvalidTopicError, QueueIdError
+from ..log.properties import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC
+from ..paths import topic_problem
+
+#: The put column giving a row's delay level (the Spark sink's column of the same name).
+DELAY_LEVEL_COLUMN = "delayLevel"
+
+#: (real topic, number of rows) -> their queue ids (the writer's round robin over the topic's queues)
+QueueChooser = Callable[[str, int], np.ndarray]
+#: real topic -> its number of write queues (as a put would create it)
+QueueCount = Callable[[str], int]
+
+
+@dataclass(frozen=True)
+class Routed:
+    """A batch ready for the encoder: the table (``delayLevel`` gone, delayed rows moved to
+    the schedule topic) and the store's properties per row (``None``: no delayed row)."""
+
+    table: pa.Table
+    system_properties: pa.Array | None
+    delayed: int = 0
+
+
+def route_delays(table: pa.Table, max_level: int, choose_queues: QueueChooser, queue_count: QueueCount) -> Routed:
+    """Move the delayed rows of ``table`` to the schedule topic (see the module docstring).
+
+    Raises :class:`InvalidMessageError` naming the row and field: a level that is not an
+    integer (``delayLevel`` of another type, a ``DELAY`` property that is not decimal), the
+    two disagreeing, a row written to ``SCHEDULE_TOPIC_XXXX`` directly, a delayed row whose real
+    topic is missing or invalid or whose ``queueId`` is not a queue of it (checked now: the
+    delivery must not fail later)."""
+    names = table.column_names
+    has_column = DELAY_LEVEL_COLUMN in names
+    has_props = "properties" in names and not pa.types.is_null(table.schema.field("properties").type)
+    if not has_column and not has_props:
+        _refuse_schedule_topic(table)
+        return Routed(table, None)
+    n = table.num_rows
+    level = np.zeros(n, np.int64)
+    given = np.zeros(n, bool)
+    if has_column:
+        level, given = _level_column(table.column(DELAY_LEVEL_COLUMN))
+        table = table.drop_columns([DELAY_LEVEL_COLUMN])
+    if has_props:
+        table, prop_level, prop_given = _take_delay_property(table)
+        both = given & prop_given
+        if (both & (level != prop_level)).any():
+            row = int(np.flatnonzero(both & (level != prop_level))[0])
+            raise InvalidMessageError(f"delayLevel {level[row]} and property DELAY {prop_level[row]} disagree",
+                                      row=row, field=DELAY_LEVEL_COLUMN)
+        level = np.where(prop_given, prop_level, level)
+    _refuse_schedule_topic(table)
+    delayed = level > 0
+    if not delayed.any():
+        return Routed(table, None)
+    level = np.minimum(level, max_level)  # RocketMQ clamps to the highest level
+    return _reroute(table, delayed, level, choose_queues, queue_count)
+
+
+def _refuse_schedule_topic(table: pa.Table) -> None:
+    if "topic" not in table.column_names:
+        return
+    col = table.column("topic")
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        if not pa.types.is_dictionary(col.type):
+            return  # not a string column: the encoder names it
+        col = col.cast(col.type.value_type)
+    hit = pc.fill_null(pc.equal(col, SCHEDULE_TOPIC), False)
+    if pc.any(hit).as_py():
+        row = int(np.flatnonzero(np.asarray(hit.combine_chunks() if isinstance(hit, pa.ChunkedArray) else hit))[0])
+        raise InvalidMessageError(f"{SCHEDULE_TOPIC} is the store's topic for delayed messages: give a delayLevel instead",
+                                  row=row, field="topic")
+
+
+def _level_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
+    """(level per row, 0 where null; whether given) of the ``delayLevel`` column."""
+    arr = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if pa.types.is_null(arr.type):
+        return np.zeros(len(arr), np.int64), np.zeros(len(arr), bool)
+    if not pa.types.is_integer(arr.type):
+        raise InvalidMessageError(f"must be an integer column, not {arr.type}", row=None, field=DELAY_LEVEL_COLUMN)
+    given = np.asarray(arr.is_valid())
+    return np.asarray(arr.fill_null(0).cast(pa.int64())), given
+
+
+def _take_delay_property(table: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """The ``DELAY`` entries of the ``properties`` maps as levels, and the table without them."""
+    n = table.num_rows
+    col = table.column("properties")
+    pm = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if not pa.types.is_map(pm.type) or not len(pm.keys):
+        return table, np.zeros(n, np.int64), np.zeros(n, bool)
+    keys = pm.keys.cast(pa.string())
+    hit = np.asarray(pc.fill_null(pc.equal(keys, PROPERTY_DELAY), False))
+    if not hit.any():
+        return table, np.zeros(n, np.int64), np.zeros(n, bool)
+    offsets = np.asarray(pm.offsets, np.int64)
+    base = int(offsets[0])
+    parent = np.repeat(np.arange(n), np.diff(offsets))
+    at = np.flatnonzero(hit[base : base + len(parent)]) if base else np.flatnonzero(hit[: len(parent)])
+    rows = parent[at]
+    values = pm.items.cast(pa.string()).slice(base, len(parent)).take(pa.array(at))
+    digits = np.asarray(pc.fill_null(pc.match_substring_regex(values, r"^-?[0-9]{1,9}$"), False))
+    if not digits.all():
+        j = int(np.flatnonzero(~digits)[0])
+        raise InvalidMessageError(f"property DELAY is {values[j].as_py()!r}, not a delay level (an integer)",
+                                  row=int(rows[j]), field="properties")
+    level = np.zeros(n, np.int64)
+    given = np.zeros(n, bool)
+    level[rows] = np.asarray(values.cast(pa.int64()))  # the last DELAY of a row wins, as in a Java map
+    given[rows] = True
+    keep = ~hit[base : base + len(parent)]
+    new_offsets = np.concatenate([[0], np.cumsum(np.bincount(parent[keep], minlength=n))]).astype(np.int32)
+    kept_keys = pm.keys.slice(base, len(parent)).filter(pa.array(keep))
+    kept_items = pm.items.slice(base, len(parent)).filter(pa.array(keep))
+    maps = pa.MapArray.from_arrays(pa.array(new_offsets), kept_keys, kept_items, mask=pm.is_null())
+    i = table.column_names.index("properties")
+    return table.set_column(i, "properties", maps), level, given
+
+
+def _reroute(
+    table: pa.Table, delayed: np.ndarray, level: np.ndarray, choose_queues: QueueChooser, queue_count: QueueCount,
+) -> Routed:
+    n = table.num_rows
+    if "topic" not in table.column_names:
+        raise InvalidMessageError("missing required column", row=None, field="topic")
+    topics = table.column("topic").combine_chunks().cast(pa.string())
+    if "queueId" in table.column_names:
+        qcol = table.column("queueId").combine_chunks()
+        qvalid = np.asarray(qcol.is_valid()) if not pa.types.is_null(qcol.type) else np.zeros(n, bool)
+        qids = np.asarray(qcol.fill_null(0).cast(pa.int64())) if not pa.types.is_null(qcol.type) else np.zeros(n, np.int64)
+    else:
+        qvalid, qids = np.zeros(n, bool), np.zeros(n, np.int64)
+    real_q = qids.copy()
+    rows = np.flatnonzero(delayed)
+    enc = topics.take(pa.array(rows)).dictionary_encode()
+    idx = np.asarray(enc.indices, np.int64)
+    if enc.null_count:
+        raise InvalidMessageError("missing topic", row=int(rows[np.flatnonzero(np.asarray(enc.is_null()))[0]]), field="topic")
+    for t, name in enumerate(enc.dictionary.to_pylist()):  # per real topic, not per row
+        sel = rows[idx == t]
+        problem = topic_problem(name)
+        if problem is not None:
+            raise InvalidTopicError(problem, row=int(sel[0]), field="topic")
+        count = queue_count(name)
+        given = sel[qvalid[sel]]
+        bad = given[(qids[given] < 0) | (qids[given] >= count)]
+        if len(bad):
+            raise QueueIdError(f"queue id {qids[bad[0]]} is not a queue of topic {name!r} ({count} queues)",
+                               row=int(bad[0]), field="queueId")
+        need = sel[~qvalid[sel]]
+        if len(need):  # the real queue is chosen now, as RocketMQ's producer does before sending
+            real_q[need] = choose_queues(name, len(need))
+    d = pa.array(delayed)
+    new_topics = pc.if_else(d, pa.scalar(SCHEDULE_TOPIC), topics)
+    new_q = np.where(delayed, level - 1, qids)
+    new_q_arr = pa.array(new_q.astype(np.int32), mask=~(delayed | qvalid))
+    real_q_str = pc.cast(pa.array(real_q), pa.string())
+    level_str = pc.cast(pa.array(level), pa.string())
+    items = pc.binary_join_element_wise(
+        PROPERTY_REAL_TOPIC + "\x01", topics, "\x02" + PROPERTY_REAL_QID + "\x01", real_q_str,
+        "\x02" + PROPERTY_DELAY + "\x01", level_str, "\x02", "",
+    )
+    system = pc.if_else(d, items, pa.scalar("", pa.string())).cast(pa.binary())
+    table = table.set_column(table.column_names.index("topic"), "topic", new_topics)
+    if "queueId" in table.column_names:
+        table = table.set_column(table.column_names.index("queueId"), "queueId", new_q_arr)
+    else:
+        table = table.append_column("queueId", new_q_arr)
+    return Routed(table, system, int(delayed.sum()))

@@ -1,0 +1,262 @@
+"""Delay messages (issue 20, RocketMQ 4.x delay levels): routing on put, the units' delivery
+time, the scheduler's passes (driven by ``now_ms``: nothing here sleeps for a delay), the
+delivered copy, ``delayOffset.json``, exactly once across crashes and processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from conftest import FIXTURE_CONFIG_DIR, REPO_ROOT, copy_file, small_store_config
+
+import store
+import store.schedule.scheduler as scheduler_module
+from store.admin.cli import main as cli
+from store.config import delay_levels_ms
+from store.hashing import java_string_hash
+from store.schedule.delay_offsets import encode_delay_offsets, load_delay_offsets
+
+S = "SCHEDULE_TOPIC_XXXX"
+LEVELS = delay_levels_ms(store.config.DEFAULT_DELAY_LEVELS)
+FAR = 1 << 50  # a clock past every delivery time
+
+
+@pytest.fixture
+def ms(root: Path):
+    with store.MessageStore.open(root, small_store_config()) as s:
+        yield s
+
+
+def real(ms: store.MessageStore, topic: str = "T") -> list[dict]:
+    ms.dispatch()
+    return [m for q in range(ms.topics()[topic].write_queue_nums) for m in ms.read_queue(topic, q, 0, 1 << 40).to_pylist()] \
+        if topic in ms.topics() else []
+
+
+def stored_at(ms: store.MessageStore, level: int) -> int:
+    ms.dispatch()
+    row = ms.read_queue(S, level - 1, 0, 1).to_pylist()[0]
+    return int(row["storeTimestamp"].timestamp() * 1000)
+
+
+def test_absent_until_due_then_present_once(ms: store.MessageStore) -> None:
+    """RocketMQ's ScheduleMessageServiceTest: not in the real queue before its time, then once."""
+    res = ms.put("T", b"later", tags="A", queue_id=1, delay_level=3)  # 10 s
+    assert (res.queue_id, res.queue_offset) == (2, 0)  # where it waits: level 3 -> queue 2
+    t0 = stored_at(ms, 3)
+    assert ms.deliver_due(t0) == 0 and ms.deliver_due(t0 + 9_999) == 0
+    assert real(ms) == []
+    assert ms.deliver_due(t0 + 10_000) == 1
+    got = real(ms)
+    assert [(m["body"], m["queueId"]) for m in got] == [(b"later", 1)]
+    assert ms.deliver_due(t0 + 60_000) == 0 and ms.deliver_due(FAR) == 0
+    assert len(real(ms)) == 1
+
+
+def test_unit_tagscode_is_the_delivery_time(ms: store.MessageStore) -> None:
+    ms.put_batch(pa.table({"topic": ["T"] * 3, "body": [b"a", b"b", b"c"], "delayLevel": [1, 5, 18]}))
+    ms.dispatch()
+    for level in (1, 5, 18):
+        unit = ms.consume_queue(S, level - 1).read(0, 1)[0]
+        assert int(unit["tagsCode"]) == stored_at(ms, level) + LEVELS[level - 1]
+
+
+def test_levels_clamping_and_no_delay(ms: store.MessageStore) -> None:
+    res = ms.put_batch(pa.table({"topic": ["T"] * 4, "body": [b"a", b"b", b"c", b"d"], "delayLevel": [99, 0, -3, None],
+                                 "queueId": [0, 0, 0, 0]}))
+    assert ms.topics()[S].write_queue_nums == 18  # one queue per level
+    ms.dispatch()
+    assert ms.max_offset(S, 17) == 1  # 99 -> the highest level, 18
+    assert sorted(m["body"] for m in real(ms)) == [b"b", b"c", b"d"]  # 0, negative, null: at once
+    assert res.num_rows == 4
+    assert ms.deliver_due(stored_at(ms, 18) + LEVELS[-1]) == 1
+    assert sorted(m["body"] for m in real(ms)) == [b"a", b"b", b"c", b"d"]
+
+
+def test_the_delay_property_is_a_level_too(ms: store.MessageStore) -> None:
+    ms.put("T", b"p", properties={"DELAY": "2", "color": "red"}, queue_id=0)
+    ms.put_batch(pa.table({"topic": ["T"], "body": [b"both"], "delayLevel": [2],
+                           "properties": pa.array([[("DELAY", "2")]], pa.map_(pa.string(), pa.string()))}))
+    ms.dispatch()
+    assert ms.max_offset(S, 1) == 2 and real(ms) == []
+    with pytest.raises(store.InvalidMessageError, match="disagree") as err:
+        ms.put_batch(pa.table({"topic": ["T", "T"], "body": [b"x", b"y"], "delayLevel": [1, 2],
+                               "properties": pa.array([[], [("DELAY", "3")]], pa.map_(pa.string(), pa.string()))}))
+    assert (err.value.row, err.value.field) == (1, "delayLevel")
+    with pytest.raises(store.InvalidMessageError, match="not a delay level") as err:
+        ms.put("T", b"x", properties={"DELAY": "soon"})
+    assert (err.value.row, err.value.field) == (0, "properties")
+
+
+@pytest.mark.parametrize(("cols", "field", "error"), [
+    ({"topic": ["T", S], "body": [b"a", b"b"]}, "topic", store.InvalidMessageError),
+    ({"topic": ["T", "bad/topic"], "body": [b"a", b"b"], "delayLevel": [1, 1]}, "topic", store.InvalidTopicError),
+    ({"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1, 1], "queueId": [0, 4]}, "queueId", store.QueueIdError),
+    ({"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1.0, 2.0]}, "delayLevel", store.InvalidMessageError),
+])
+def test_bad_delayed_rows_are_typed_and_write_nothing(ms: store.MessageStore, cols: dict, field: str, error: type) -> None:
+    ms.create_topic("T", 4)
+    before = ms.published_tail()
+    with pytest.raises(error) as err:
+        ms.put_batch(pa.table(cols))
+    assert err.value.field == field and err.value.row in (1, None)
+    assert ms.published_tail() == before
+
+
+def test_the_delivered_copy(ms: store.MessageStore) -> None:
+    born = 1_700_000_000_123
+    ms.put_batch(pa.table({
+        "topic": ["T"], "body": [b"copy"], "tags": ["TagA"], "keys": [["k1", "k2"]], "queueId": [3], "flag": [7],
+        "bornTimestamp": pa.array([born], pa.int64()), "delayLevel": [1],
+        "properties": pa.array([[("color", "red")]], pa.map_(pa.string(), pa.string())),
+    }))
+    ms.dispatch()
+    waiting = ms.read_queue(S, 0, 0, 1).to_pylist()[0]
+    wp = dict(waiting["properties"])
+    assert (wp["REAL_TOPIC"], wp["REAL_QID"], wp["DELAY"]) == ("T", "3", "1")
+    assert ms.deliver_due(FAR) == 1
+    [copy] = real(ms)
+    props = dict(copy["properties"])
+    assert "DELAY" not in props  # not delayed again
+    assert (props["REAL_TOPIC"], props["REAL_QID"]) == ("T", "3")  # kept, as RocketMQ keeps them
+    assert props["UNIQ_KEY"] == wp["UNIQ_KEY"]  # the client msgId of the message sent
+    assert props["color"] == "red" and copy["tags"] == "TagA" and copy["keys"] == ["k1", "k2"]
+    assert (copy["topic"], copy["queueId"], copy["flag"]) == ("T", 3, 7)
+    assert int(copy["bornTimestamp"].timestamp() * 1000) == born
+    unit = ms.consume_queue("T", 3).read(0, 1)[0]
+    assert int(unit["tagsCode"]) == java_string_hash("TagA")  # the tags hash again
+    assert ms.get_messages("g", "T", 3, 0, tags="TagA").messages.num_rows == 1
+    assert ms.query_by_key("T", "k2").num_rows == 1 and ms.message_by_id(wp["UNIQ_KEY"]) is not None
+
+
+def test_many_due_together_go_in_one_batch_per_level(ms: store.MessageStore) -> None:
+    n = 5000
+    ms.put_batch(pa.table({"topic": ["T"] * n, "body": [b"%d" % i for i in range(n)], "delayLevel": [1 + i % 3 for i in range(n)]}))
+    ms.dispatch()
+    report = ms.scheduler.deliver_due(FAR)
+    assert report.delivered == {1: 1667, 2: 1667, 3: 1666} and report.total == n
+    assert Counter(m["body"] for m in real(ms)) == Counter(b"%d" % i for i in range(n))
+
+
+def test_delay_offset_file_format(ms: store.MessageStore, root: Path) -> None:
+    ms.put("T", b"a", delay_level=1)
+    ms.put("T", b"b", delay_level=2)
+    ms.dispatch()
+    ms.deliver_due(FAR)
+    text = (root / "config" / "delayOffset.json").read_text()
+    assert '"offsetTable"' in text and "\t\t1: 1" in text and '"1"' not in text  # fastjson: integer keys unquoted
+    assert load_delay_offsets(root / "config" / "delayOffset.json") == {1: 1, 2: 1}
+    assert encode_delay_offsets({2: 0, 1: 5}).decode().replace("\t", "").replace("\n", "").replace(" ", "") == '{"offsetTable":{1:5,2:0}}'
+
+
+def test_rocketmqs_delay_offset_files_are_read(tmp_path: Path) -> None:
+    copy_file(FIXTURE_CONFIG_DIR / "delayOffset.json", tmp_path / "a.json")
+    assert load_delay_offsets(tmp_path / "a.json") == {}
+    (tmp_path / "b.json").write_text('{\n\t"offsetTable":{1:5,2:0,18:12}\n}')
+    assert load_delay_offsets(tmp_path / "b.json") == {1: 5, 2: 0, 18: 12}
+    (tmp_path / "c.json").write_text('{"offsetTable":{1:-5}}')
+    with pytest.raises(store.CorruptStoreError, match="c.json"):
+        load_delay_offsets(tmp_path / "c.json")
+
+
+def test_progress_resumes_from_the_file_and_from_the_log(ms: store.MessageStore, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass killed after its append and before the progress file: the writer's sequence in
+    the log says the batch is delivered; nothing is delivered twice."""
+    for i in range(3):
+        ms.put("T", b"m%d" % i, delay_level=1)
+    ms.dispatch()
+
+    def crash(*a: object, **k: object) -> None:
+        raise OSError("killed before the progress file")
+
+    monkeypatch.setattr(scheduler_module, "save_delay_offsets", crash)
+    with pytest.raises(OSError, match="killed"):
+        ms.deliver_due(FAR)
+    assert not (root / "config" / "delayOffset.json").exists() and len(real(ms)) == 3
+    monkeypatch.undo()
+    assert ms.deliver_due(FAR) == 0 and len(real(ms)) == 3
+    ms.put("T", b"m3", delay_level=1)
+    assert ms.deliver_due(FAR) == 1 and sorted(m["body"] for m in real(ms)) == [b"m0", b"m1", b"m2", b"m3"]
+
+
+def test_the_cli_runs_a_pass(ms: store.MessageStore, root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    ms.put("T", b"x", delay_level=1)
+    ms.close()
+    time.sleep(1.05)  # level 1 is one second: the CLI uses the wall clock
+    assert cli(["schedule", str(root), "--once", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"delivered": 1, "levels": {"1": 1}, "lost": 0}
+    assert cli(["schedule", str(root), "--once"]) == 0
+    assert capsys.readouterr().out.startswith("delivered 0")
+
+
+def test_bad_delay_level_config() -> None:
+    with pytest.raises(store.ConfigError, match="level 2"):
+        store.StoreConfig(message_delay_level="1s 5x")
+    assert delay_levels_ms("1s 2m 3h 1d") == (1000, 120_000, 10_800_000, 86_400_000)
+
+
+PASS_CHILD = r"""
+import sys, store
+root = sys.argv[1]
+cfg = store.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
+with store.MessageStore.open(root, cfg) as s:
+    print("open", flush=True)
+    for _ in range(int(sys.argv[2])):
+        s.deliver_due(1 << 50)
+        s.dispatch()
+"""
+
+
+def _fill_delayed(root: Path, n: int) -> None:
+    cfg = store.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
+    with store.MessageStore.open(root, cfg) as s:
+        for b in range(n // 100):
+            s.put_batch(pa.table({"topic": ["T"] * 100, "body": [b"%d" % (b * 100 + i) for i in range(100)],
+                                  "delayLevel": [1 + (b * 100 + i) % 4 for i in range(100)]}))
+        s.dispatch()
+
+
+def _delivered(root: Path) -> Counter:
+    cfg = store.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
+    with store.MessageStore.open(root, cfg) as s:
+        s.deliver_due(1 << 50)
+        s.dispatch()
+        return Counter(m["body"] for m in real(s))
+
+
+def test_three_processes_running_passes_deliver_each_message_once(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    _fill_delayed(root, 3000)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    children = [subprocess.Popen([sys.executable, "-c", PASS_CHILD, str(root), "5"], env=env, stdout=subprocess.PIPE)
+                for _ in range(3)]
+    for c in children:
+        assert c.wait(timeout=120) == 0
+    got = _delivered(root)
+    assert len(got) == 3000 and set(got.values()) == {1}
+
+
+@pytest.mark.slow
+def test_a_scheduler_killed_at_any_moment_loses_and_repeats_nothing(tmp_path: Path) -> None:
+    rng = random.Random(11)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    for trial in range(4):
+        root = tmp_path / f"s{trial}"
+        _fill_delayed(root, 20_000)
+        for _ in range(5):  # five passes killed at random moments, then one to the end
+            child = subprocess.Popen([sys.executable, "-c", PASS_CHILD, str(root), "1"], env=env, stdout=subprocess.PIPE, text=True)
+            assert child.stdout is not None and child.stdout.readline() == "open\n"
+            time.sleep(rng.uniform(0.0, 0.3))
+            child.send_signal(signal.SIGKILL)
+            child.wait()
+        got = _delivered(root)
+        assert len(got) == 20_000 and set(got.values()) == {1}, f"trial {trial}: {Counter(got.values())}"
