@@ -43,6 +43,7 @@ from .log.append_state import AppendState
 from .log.appender import Appender
 from .log.encode.single import single_message_table
 from .log.msgid import is_uniq_key
+from .log.properties import SCHEDULE_TOPIC
 from .log.writer_marker import writer_marker
 from .parts import StoreParts
 from .paths import StorePaths, validate_topic
@@ -361,7 +362,8 @@ class MessageStore:
         binary search on store time, no index needed. Raises :class:`InvalidArgumentError` for a
         bad argument, :class:`store.errors.InvalidTopicError` for a bad topic name."""
         self._check_open()
-        names = list(self.catalog.topics()) if topics is None else [validate_topic(t) for t in topics]
+        # every topic but the one where delayed messages wait (they are not stored "yet")
+        names = [t for t in self.catalog.topics() if t != SCHEDULE_TOPIC] if topics is None else [validate_topic(t) for t in topics]
         configured = self.catalog.topics()
         queues = [(t, q) for t in names if t in configured
                   for q in range(max(configured[t].read_queue_nums, configured[t].write_queue_nums))]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime
-
 from pathlib import Path
 
 import pyarrow as pa
