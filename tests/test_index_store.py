@@ -335,3 +335,20 @@ def test_time_range_query_across_topics(ms: store.MessageStore, root: Path, caps
     assert len(capsys.readouterr().out.splitlines()) == 2
     assert cli(["query", str(root), "*", "--key", "k1"]) == 2
     assert "names one topic" in capsys.readouterr().err
+
+
+def test_a_creator_killed_mid_file_leaves_no_short_index_file(root: Path) -> None:
+    """A file is made whole under a temporary name, then linked into place: a leftover of a
+    killed creator is ignored by readers and replaced by the next creator."""
+    cfg = small_store_config(max_hash_slot_num=10, max_index_num=5)  # 4 keys per file
+    with store.MessageStore.open(root, cfg) as s:
+        put_keys(s, 1)
+        s.dispatch()
+        names = sorted(os.listdir(root / "index"))
+        (root / "index" / "20991231235959999.creating").write_bytes(b"")  # a killed creator's
+        put_keys(s, 4, start=1)
+        s.dispatch()
+        assert s.query_by_key(T, "k4").num_rows == 1
+        assert not [n for n in os.listdir(root / "index") if n.endswith(".creating")]  # cleared by the next creator
+    with store.MessageStore.open(root, cfg) as s:
+        assert s.query_by_key(T, "k0").num_rows == 1 and len(os.listdir(root / "index")) > len(names)

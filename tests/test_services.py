@@ -131,12 +131,12 @@ def test_one_thread_per_store_ended_by_close(tmp_path: Path) -> None:
         assert loops() == before and s.flusher is None  # SYNC_FLUSH, no dispatcher: no thread
         s.start_dispatcher()
         s.start_dispatcher()
-        assert loops() == before + 1 and s.services.services == [s.dispatcher, s.retention]
+        assert loops() == before + 1 and s.services.services == [s.dispatcher, s.retention, s.scheduler]
         s.stop_dispatcher()
         assert loops() == before and s.services.services == []
     with store.MessageStore.open(tmp_path / "async", small_store_config()) as s:
         s.start_dispatcher()
-        assert loops() == before + 1 and s.services.services == [s.flusher, s.dispatcher, s.retention]  # one thread for all
+        assert loops() == before + 1 and s.services.services == [s.flusher, s.dispatcher, s.retention, s.scheduler]  # one thread for all
         s.stop_dispatcher()
         assert s.services.services == [s.flusher]  # the flusher goes on
     assert loops() == before

@@ -88,6 +88,10 @@ def file_size(hash_slot_num: int, index_num: int) -> int:
     return HEADER_SIZE + SLOT_SIZE * hash_slot_num + ENTRY_SIZE * index_num
 
 
+#: Suffix of a file being created (ignored by readers: not an index file's name).
+CREATING_SUFFIX = ".creating"
+
+
 @dataclass(frozen=True)
 class IndexHeader:
     """The 40-byte header, as stored (``index_count`` 0 already read as 1)."""
@@ -171,7 +175,11 @@ class IndexFile:
         :class:`DiskFullError` (the file removed again) when the disk is full.
         """
         size = file_size(hash_slot_num, index_num)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        # made whole under a temporary name, then linked into place: a process killed at any
+        # moment never leaves a file of the index's names that is short or has no header
+        tmp = path.with_name(path.name + CREATING_SUFFIX)
+        tmp.unlink(missing_ok=True)  # a killed creator's (the caller holds the writers' lock)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
         try:
             os.ftruncate(fd, size)
             _allocate(fd, path, hash_slot_num)
@@ -179,11 +187,17 @@ class IndexFile:
             ts = end_timestamp if end_timestamp > 0 else 0
             os.pwrite(fd, IndexHeader(ts, ts, phy, phy, 0, 1).pack(), 0)
             mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            try:
+                os.link(tmp, path)  # FileExistsError when the name is taken
+            except BaseException:
+                mm.close()
+                raise
         except BaseException as exc:
             os.close(fd)
-            path.unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise_if_disk_full(exc, path, "creating an index file")
             raise
+        tmp.unlink(missing_ok=True)
         return cls(path, fd, mm, hash_slot_num, index_num, True)
 
     @classmethod

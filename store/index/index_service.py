@@ -55,7 +55,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError
-from .index_file import INT_MAX, CorruptIndexError, IndexFile, IndexHeader, file_size
+from .index_file import CREATING_SUFFIX, INT_MAX, CorruptIndexError, IndexFile, IndexHeader, file_size
 from .index_keys import KeyBatch, key_hash, message_keys
 
 log = logging.getLogger(__name__)
@@ -335,6 +335,9 @@ class IndexService:
         if self._files and not self._files[-1].is_full():
             return self._files[-1]
         cfg = self.config
+        for leftover in os.listdir(self.directory):  # files a killed creator left half made
+            if leftover.endswith(CREATING_SUFFIX):
+                (self.directory / leftover).unlink(missing_ok=True)
         prev_hdr: IndexHeader | None = self._files[-1].header() if self._files else None
         name = file_name(self.now_ms())
         if self._files and name <= self._files[-1].name:

@@ -61,6 +61,8 @@ def route_delays(table: pa.Table, max_level: int, choose_queues: QueueChooser, q
     topic is missing or invalid or whose ``queueId`` is not a queue of it (checked now: the
     delivery must not fail later)."""
     names = table.column_names
+    if len(set(names)) != len(names):
+        return Routed(table, None)  # a duplicated column: the encoder names it
     has_column = DELAY_LEVEL_COLUMN in names
     has_props = "properties" in names and not pa.types.is_null(table.schema.field("properties").type)
     if not has_column and not has_props:
@@ -128,7 +130,10 @@ def _take_delay_property(table: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndar
     offsets = np.asarray(pm.offsets, np.int64)
     base = int(offsets[0])
     parent = np.repeat(np.arange(n), np.diff(offsets))
-    at = np.flatnonzero(hit[base : base + len(parent)]) if base else np.flatnonzero(hit[: len(parent)])
+    hit = hit[base : base + len(parent)] & np.asarray(pm.is_valid())[parent]  # a null map's hidden entries do not count
+    if not hit.any():
+        return table, np.zeros(n, np.int64), np.zeros(n, bool)
+    at = np.flatnonzero(hit)
     rows = parent[at]
     values = pm.items.cast(pa.string()).slice(base, len(parent)).take(pa.array(at))
     digits = np.asarray(pc.fill_null(pc.match_substring_regex(values, r"^-?[0-9]{1,9}$"), False))
@@ -140,7 +145,7 @@ def _take_delay_property(table: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndar
     given = np.zeros(n, bool)
     level[rows] = np.asarray(values.cast(pa.int64()))  # the last DELAY of a row wins, as in a Java map
     given[rows] = True
-    keep = ~hit[base : base + len(parent)]
+    keep = ~hit
     new_offsets = np.concatenate([[0], np.cumsum(np.bincount(parent[keep], minlength=n))]).astype(np.int32)
     kept_keys = pm.keys.slice(base, len(parent)).filter(pa.array(keep))
     kept_items = pm.items.slice(base, len(parent)).filter(pa.array(keep))
