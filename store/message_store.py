@@ -23,7 +23,7 @@ published.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -157,10 +157,11 @@ class MessageStore:
         """The published append state: tail, next queue offsets, writers' sequences."""
         return self.parts.append_state()
 
-    def verify(self) -> VerifyReport:
-        """Walk every record (CRCs included) and consume-queue unit; see :mod:`store.admin.verify`."""
+    def verify(self, progress: Callable[[int, int], object] | None = None) -> VerifyReport:
+        """Walk every record (CRCs included) and consume-queue unit; see :mod:`store.admin.verify`
+        (``progress(done, total)``: commitlog bytes walked, for a progress bar)."""
         self._check_open()
-        return verify(self.parts)
+        return verify(self.parts, progress)
 
     # ------------------------------------------------------------------- put
     def put_batch(

@@ -200,3 +200,14 @@ def test_reset_offset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["reset-offset", str(root), "bad group!", "R", "--latest"]) == 2
     with pytest.raises(SystemExit):
         main(["reset-offset", str(root), "g1", "R"])  # one of --earliest/--latest/--timestamp
+
+
+def test_verify_reports_progress_through_the_store_api(tmp_path: Path) -> None:
+    root = tmp_path / "s"
+    seen: list[tuple[int, int]] = []
+    cfg = store.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=200)
+    with store.MessageStore.open(root, cfg) as s:
+        s.put_batch(pa.table({"topic": ["V"] * 60, "body": [b"v" * 100] * 60}))
+        tail = s.published_tail()
+        assert s.verify(lambda done, total: seen.append((done, total))).ok
+    assert len(seen) > 2 and seen[-1] == (tail, tail) and [d for d, _ in seen] == sorted(d for d, _ in seen)

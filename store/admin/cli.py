@@ -151,7 +151,14 @@ def _lag(s: MessageStore, group: str | None, as_json: bool) -> int:
 
 
 def _verify(s: MessageStore, as_json: bool) -> int:
-    report = s.verify()
+    from tqdm import tqdm
+
+    with tqdm(unit="B", unit_scale=True, file=sys.stderr, disable=not sys.stderr.isatty(), desc="verify") as bar:
+        def progress(done: int, total: int) -> None:
+            bar.total = total
+            bar.update(done - bar.n)
+
+        report = s.verify(progress)
     problems = [{"path": p.path, "offset": p.offset, "detail": p.detail} for p in report.problems]
     lines = [f"problem: {p}" for p in report.problems]
     lines.append(f"{'OK' if report.ok else 'DAMAGED'}: {report.records:,} records, {report.units:,} units, "

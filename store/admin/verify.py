@@ -20,6 +20,7 @@ logical offset), never raised: the caller decides.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -59,8 +60,10 @@ class VerifyReport:
         return not self.problems
 
 
-def verify(parts: StoreParts) -> VerifyReport:
-    """Check the whole store ``ms`` (see the module docstring); returns every problem found."""
+def verify(parts: StoreParts, progress: Callable[[int, int], object] | None = None) -> VerifyReport:
+    """Check the whole store ``parts`` (see the module docstring); returns every problem found.
+    ``progress(done, total)``: called with commitlog bytes walked, after each segment (a
+    progress bar; the consume queues are checked after the walk)."""
     report = VerifyReport()
     cl = parts.commitlog
     tail = parts.published_tail()
@@ -72,11 +75,14 @@ def verify(parts: StoreParts) -> VerifyReport:
         if start != prev + cl.segment_size:  # a segment between them is missing
             gap = prev + cl.segment_size
             report.problems.append(Problem(str(cl.segments.directory / f"{gap:020d}"), gap, "commitlog segment missing"))
+    walk_total = max(0, tail - (starts[0] if starts else tail))
     for start in starts:
         seg = cl.segments.get(start)
         if seg is None:  # deleted while we looked
             continue
         limit = min(seg.size, tail - start)
+        if progress is not None:
+            progress(start - starts[0], walk_total)
         scan = next(iter(cl.scan(start, start + limit, check_crc=True)), None)
         if scan is None:
             continue
@@ -93,6 +99,8 @@ def verify(parts: StoreParts) -> VerifyReport:
             report.problems.append(Problem(str(seg.path), at, f"damaged record: {result.detail}"))
         elif result.reason is StopReason.END and start + seg.size < tail:
             report.problems.append(Problem(str(seg.path), at, "zero bytes before the segment's end (no blank record)"))
+    if progress is not None:
+        progress(walk_total, walk_total)
     for cq in parts.queues.all():
         _verify_queue(parts, cq, tail, report)
     for (topic, qid), n in sorted(expected.items()):

@@ -55,7 +55,14 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError
-from .index_file import CREATING_SUFFIX, INT_MAX, CorruptIndexError, IndexFile, IndexHeader, file_size
+from .index_file import (
+    CREATING_SUFFIX,
+    INT_MAX,
+    CorruptIndexError,
+    IndexFile,
+    IndexHeader,
+    file_size,
+)
 from .index_keys import KeyBatch, key_hash, message_keys
 
 log = logging.getLogger(__name__)
