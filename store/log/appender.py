@@ -137,7 +137,7 @@ class Appender:
                 if isinstance(table, pa.Table):  # (anything else: prepare_batch names it)
                     table, routed = self.router(table)
                     system = routed if routed is not None else system
-            return prepare_batch(
+            encoded = prepare_batch(
                 table,
                 queue_counts=lambda topics: parts.topic_config.planned_queue_counts(topics, unknown=-1),
                 max_message_size=parts.config.max_message_size,
@@ -150,6 +150,12 @@ class Appender:
                 plain=plain,
                 system_properties=system,
             )
+            if system is None and SCHEDULE_TOPIC in encoded.topics:
+                # only the delay routing writes there (rows with a delay level carry its items)
+                row = int(np.flatnonzero(encoded.topic_index == encoded.topics.index(SCHEDULE_TOPIC))[0])
+                raise InvalidMessageError(f"{SCHEDULE_TOPIC} is the store's topic for delayed messages: give a delayLevel instead",
+                                          row=row, field="topic")
+            return encoded
         except InvalidMessageError as exc:
             if row_base and exc.row is not None:
                 exc.row += row_base

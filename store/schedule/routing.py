@@ -66,7 +66,8 @@ def route_delays(table: pa.Table, max_level: int, choose_queues: QueueChooser, q
     has_column = DELAY_LEVEL_COLUMN in names
     has_props = "properties" in names and not pa.types.is_null(table.schema.field("properties").type)
     if not has_column and not has_props:
-        _refuse_schedule_topic(table)
+        # nothing can be delayed (the usual put): a row written to the schedule topic directly
+        # is refused after encoding, from the batch's distinct topics (free there, ~50 us here)
         return Routed(table, None)
     n = table.num_rows
     level = np.zeros(n, np.int64)
