@@ -35,7 +35,7 @@ SOURCE_OPTIONS = {
     "path", "topics", "topicpattern", "assign", "startingoffsets", "startingtimestamp",
     "endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
     "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "tags", "group",
-    "failondataloss", "readbatchrows", "checkcrc", "key", "msgid", "deliverdue",
+    "failondataloss", "readbatchrows", "checkcrc", "key", "msgid", "deliverdue", "readonly",
 }
 SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid"}
 
@@ -158,6 +158,7 @@ class SourceOptions:
     deliver_due: bool = True  # stream: a scheduler pass before each micro-batch is planned
     key: str | None = None  # batch: the messages of ``topics`` carrying this KEYS token (index files)
     msg_id: str | None = None  # batch: the message with this client msgId (UNIQ_KEY) in ``topics``
+    read_only: bool = False  # open the store read-only: no dispatch, no delivery, nothing written
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -218,7 +219,12 @@ class SourceOptions:
         kw["fail_on_data_loss"] = _bool(options, "failOnDataLoss", True)
         kw["read_batch_rows"] = _positive_int(options, "readBatchRows") or DEFAULT_READ_BATCH_ROWS
         kw["check_crc"] = _bool(options, "checkCRC", True)
-        kw["deliver_due"] = _bool(options, "deliverDue", True)
+        kw["read_only"] = _bool(options, "readOnly", False)
+        kw["deliver_due"] = _bool(options, "deliverDue", not kw["read_only"])
+        if kw["read_only"] and kw["deliver_due"]:
+            raise RmqLogOptionError("deliverDue", "cannot be true with readOnly (delivering writes into the store)")
+        if kw["read_only"] and kw.get("group") is not None:
+            raise RmqLogOptionError("group", "cannot be set with readOnly (committing the group's offsets writes into the store)")
         _key_options(options, kw, streaming)
         return cls(**kw)
 

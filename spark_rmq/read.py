@@ -48,6 +48,7 @@ class QueueRange(InputPartition):
     ts_from_ms: int | None = None
     ts_until_ms: int | None = None
     check_crc: bool = True
+    read_only: bool = False  # the ``readOnly`` option: the executor opens the store read-only
 
     @property
     def key(self) -> str:
@@ -68,12 +69,13 @@ class KeyLookup(InputPartition):
     key: str
     unique: bool = False
     check_crc: bool = True
+    read_only: bool = False
 
 
 def read_key_lookup(part: KeyLookup, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator[pa.RecordBatch]:
     """Yield the messages :meth:`store.MessageStore.query_by_key` (or ``query_by_unique_key``
     for ``unique``) finds in each topic, oldest first per topic."""
-    with using(part.path, create=False) as ms, busy():
+    with using(part.path, create=False, read_only=part.read_only) as ms, busy():
         tables = [
             ms.query_by_unique_key(t, part.key, check_crc=part.check_crc) if part.unique
             else ms.query_by_key(t, part.key, max_count=ms.config.max_msgs_num_batch, check_crc=part.check_crc)
@@ -99,7 +101,7 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
     """
     if part.end <= part.start:
         return
-    with using(part.path, create=False) as ms:
+    with using(part.path, create=False, read_only=part.read_only) as ms:
         # taken before the queue's first offset: every unit from there on points at or after
         # it, so a unit pointing below it is damaged (CorruptQueueError), not lost to retention
         floor = ms.commitlog.min_offset()

@@ -124,8 +124,16 @@ def _filter_pushdown_enabled() -> bool:
 
 def _open(opts: SourceOptions) -> MessageStore:
     """Open the store to read (inside :func:`busy`). Raises :class:`store.StoreNotFoundError`
-    naming the path where there is no store: a read never creates or changes a store layout."""
-    return MessageStore.open(opts.path, create=False)
+    naming the path where there is no store: a read never creates or changes a store layout.
+    ``readOnly``: a read-only open (:mod:`store.read_only`)."""
+    return MessageStore.open(opts.path, create=False, read_only=opts.read_only)
+
+
+def _dispatch(ms: MessageStore, opts: SourceOptions) -> None:
+    """Make every published record readable before planning, unless the read is ``readOnly``
+    (it then plans over what is already dispatched)."""
+    if not opts.read_only:
+        ms.dispatch()
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -148,7 +156,7 @@ def _partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **kw: A
     for key, a, b in ranges:
         topic, qid = split_key(key)
         parts.append(QueueRange(opts.path, topic, qid, a, b, tags, opts.fail_on_data_loss, opts.read_batch_rows,
-                                check_crc=opts.check_crc, **kw))
+                                check_crc=opts.check_crc, read_only=opts.read_only, **kw))
     return parts
 
 
@@ -173,11 +181,12 @@ class RmqLogBatchReader(DataSourceReader):
         opts = self.opts
         if opts.key is not None or opts.msg_id is not None:
             with _open(opts) as ms:
-                ms.dispatch()  # the index is built by the dispatch
+                _dispatch(ms, opts)  # the index is built by the dispatch
             topics = tuple(t for t in opts.topics or () if self.topic_in is None or t in self.topic_in)
-            return [KeyLookup(opts.path, topics, opts.msg_id or opts.key or "", opts.msg_id is not None, opts.check_crc)]
+            return [KeyLookup(opts.path, topics, opts.msg_id or opts.key or "", opts.msg_id is not None, opts.check_crc,
+                              opts.read_only)]
         with _open(opts) as ms:
-            ms.dispatch()
+            _dispatch(ms, opts)
             queues = [(t, q) for t, q in discover_queues(ms, opts) if self._wanted(t, q)]
             start = resolve(ms, queues, opts.starting, opts.starting_timestamp, EARLIEST, "startingOffsets")
             end = resolve(ms, queues, opts.ending, opts.ending_timestamp, LATEST, "endingOffsets")
@@ -340,14 +349,14 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ms = self.store
         if self.opts.deliver_due:
             ms.deliver_due()
-        ms.dispatch()
+        _dispatch(ms, self.opts)
         queues = discover_queues(ms, self.opts)
         return queues, sorted_offsets({k: hi for k, (_lo, hi) in bounds(ms, queues).items()})
 
     @_busy
     def initialOffset(self) -> dict:
         ms = self.store
-        ms.dispatch()
+        _dispatch(ms, self.opts)
         queues = discover_queues(ms, self.opts)
         return resolve(ms, queues, self.opts.starting, self.opts.starting_timestamp, LATEST, "startingOffsets")
 

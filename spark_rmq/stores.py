@@ -97,7 +97,10 @@ def _current() -> _ProcessState:
 
 
 def _identity(ms: MessageStore) -> tuple[int, int]:
-    """(inode, ctime) of the store's ``lock`` file: changes if the root is deleted and recreated."""
+    """(inode, ctime) of the store's ``lock`` file: changes if the root is deleted and recreated.
+    A read-only handle (which creates no ``lock`` file): the root folder's inode."""
+    if ms.read_only:
+        return os.stat(ms.paths.root).st_ino, 0
     st = os.stat(ms.paths.lock)
     return st.st_ino, st.st_ctime_ns
 
@@ -116,17 +119,18 @@ def busy() -> Iterator[None]:
 
 
 @contextmanager
-def using(path: str, *, create: bool = True) -> Iterator[MessageStore]:
+def using(path: str, *, create: bool = True, read_only: bool = False) -> Iterator[MessageStore]:
     """The process's open store at ``path`` for the duration of a store operation (see :func:`busy`).
 
     ``create=False`` (readers) raises :class:`store.StoreNotFoundError` where no store exists,
-    creating nothing.
+    creating nothing; ``read_only``: the process's read-only handle of it (the ``readOnly``
+    source option), which writes nothing.
     """
     with busy():
-        yield shared_store(path, create=create)
+        yield shared_store(path, create=create, read_only=read_only)
 
 
-def shared_store(path: str, *, create: bool = True) -> MessageStore:
+def shared_store(path: str, *, create: bool = True, read_only: bool = False) -> MessageStore:
     """The process's open store at ``path`` (opened on first use; do not close it).
 
     Call inside :func:`busy` (or use :func:`using`). Raises :class:`store.StoreError` if the
@@ -134,7 +138,7 @@ def shared_store(path: str, *, create: bool = True) -> MessageStore:
     old one open (its mappings would show stale data), :class:`store.StoreNotFoundError`
     with ``create=False`` where there is no store.
     """
-    key = os.path.realpath(path)
+    key = os.path.realpath(path) + ("\0read-only" if read_only else "")
     st = _arm()
     with _mutex:
         entry = st.shared.get(key)
@@ -148,7 +152,7 @@ def shared_store(path: str, *, create: bool = True) -> MessageStore:
                 raise StoreError(f"the store at {path!r} was deleted or replaced while this process had it "
                                  "open; use a new path or restart the application")
             return ms
-        ms = MessageStore.open(path, create=create)
+        ms = MessageStore.open(path, create=create, read_only=read_only)
         st.shared[key] = (ms, _identity(ms))
         return ms
 

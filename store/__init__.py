@@ -21,6 +21,7 @@ from .errors import (
     MessagesDeletedError,
     MessageTooLargeError,
     QueueIdError,
+    ReadOnlyStoreError,
     StoreClosedError,
     StoreError,
     StoreNotFoundError,
@@ -35,7 +36,7 @@ MALLOC_PINNED = pin_malloc_thresholds()
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
-    "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "StoreClosedError", "StoreNotFoundError",
+    "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "StoreClosedError", "StoreNotFoundError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",
 ]

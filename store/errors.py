@@ -181,3 +181,8 @@ def disk_full_from_errno(err: int, path: object, doing: str) -> NoReturn:
 
 class StoreClosedError(StoreError):
     """The store was used after :meth:`store.MessageStore.close`."""
+
+
+class ReadOnlyStoreError(StoreError):
+    """A store opened ``read_only`` was asked to change something (a put, a dispatch, an
+    offset commit...): nothing was written. The message names the operation."""

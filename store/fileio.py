@@ -13,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import raise_if_disk_full
+from .errors import ReadOnlyStoreError, raise_if_disk_full
 
 
 def lockf_blocking(fd: int, how: int, length: int = 0, start: int = 0) -> None:
@@ -47,22 +47,46 @@ class InterProcessLock:
     leaves the store locked.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        #: a read-only store's lock: the file is opened read-only and never created (a lock
+        #: file that does not exist means no process of ours ever wrote here: nothing to wait
+        #: for), and only shared locks are taken (a read lock needs no write access)
+        self.read_only = read_only
         self._thread_lock = threading.RLock()
         self._fd: int | None = None
         self._depth = 0
 
-    def _open(self) -> int:
+    def _open(self) -> int | None:
         if self._fd is None:
-            self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            if self.read_only:
+                try:
+                    self._fd = os.open(self.path, os.O_RDONLY)
+                except FileNotFoundError:
+                    return None
+            else:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         return self._fd
+
+    def make_writable(self) -> None:
+        """Turn a read-only lock into a normal one (a normal open of the same store in this
+        process); waits until no thread holds it, then reopens its file on next use."""
+        with self._thread_lock:
+            if self.read_only:
+                if self._fd is not None and self._depth == 0:
+                    os.close(self._fd)
+                    self._fd = None
+                self.read_only = False
 
     def acquire(self, shared: bool = False) -> None:
         self._thread_lock.acquire()
         try:
             if self._depth == 0:
-                lockf_blocking(self._open(), fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+                if self.read_only and not shared:
+                    raise ReadOnlyStoreError(f"an exclusive lock ({self.path.name}) in a read-only store")
+                fd = self._open()
+                if fd is not None:
+                    lockf_blocking(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
             self._depth += 1
         except BaseException:
             self._thread_lock.release()
@@ -204,14 +228,18 @@ class LockRegistry:
     _mutex = threading.Lock()
 
     @classmethod
-    def get(cls, path: Path) -> InterProcessLock:
-        """The lock of ``path``, counted: every ``get`` is paired with a :meth:`release`."""
+    def get(cls, path: Path, *, read_only: bool = False) -> InterProcessLock:
+        """The lock of ``path``, counted: every ``get`` is paired with a :meth:`release`.
+        ``read_only``: for a read-only store (see :class:`InterProcessLock`); a normal ``get``
+        of a lock a read-only store made first turns it into a normal one."""
         key = os.path.realpath(path)
         with cls._mutex:
             lock = cls._locks.get(key)
             if lock is None or cls._pids.get(key) != os.getpid():  # (a forked child: its own)
-                lock = InterProcessLock(path)
+                lock = InterProcessLock(path, read_only=read_only)
                 cls._locks[key], cls._refs[key], cls._pids[key] = lock, 0, os.getpid()
+            elif lock.read_only and not read_only:
+                lock.make_writable()
             cls._refs[key] += 1
             return lock
 

@@ -34,6 +34,7 @@ from .catalog import Catalog
 from .config import StoreConfig
 from .config_files import TopicConfig
 from .durability.flush import AsyncFlusher
+from .durability.lock_file import StoreLockFile
 from .durability.opening import open_as_owner, set_aside_unreadable_config
 from .durability.recovery import RecoveryReport
 from .errors import IndexDisabledError, InvalidArgumentError, StoreClosedError, StoreNotFoundError
@@ -49,6 +50,7 @@ from .parts import StoreParts
 from .paths import StorePaths, validate_topic
 from .queue.consume_queue import ConsumeQueue
 from .queue.reader import QueueReader
+from .read_only import open_read_only, refuse
 from .results import GetMessageResult, PutMessageResult, PutMessageStatus
 from .retention import CleanReport, Retention
 from .schedule import install as install_schedule
@@ -63,19 +65,25 @@ class MessageStore:
 
     def __init__(
         self, root: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False,
-        create: bool = True,
+        create: bool = True, read_only: bool = False,
     ) -> None:
         self.config = config or StoreConfig()
         self.paths = StorePaths(Path(root))
-        if not create and not self.paths.holds_store():
+        #: opened read-only (:mod:`store.read_only`): nothing is written, changes are refused
+        self.read_only = read_only
+        if read_only and repair:
+            raise InvalidArgumentError("repair needs a normal open: a read-only open changes nothing")
+        if (read_only or not create) and not self.paths.holds_store():
             raise StoreNotFoundError("no store here (no commitlog/, consumequeue/ or config/ folder)", path=str(root))
-        self.paths.root.mkdir(parents=True, exist_ok=True)
-        self.paths.config_dir.mkdir(exist_ok=True)
+        if not read_only:
+            self.paths.root.mkdir(parents=True, exist_ok=True)
+            self.paths.config_dir.mkdir(exist_ok=True)
         self._closed = False
-        self.parts = StoreParts(self.config, self.paths)
+        self.parts = StoreParts(self.config, self.paths, read_only=read_only)
         try:
             self._open(repair)
         except BaseException:
+            self.parts.close_files()
             self.parts.release_locks()
             raise
 
@@ -95,9 +103,13 @@ class MessageStore:
         self.retention = Retention(parts)
         #: delivers delayed messages once due (:mod:`store.schedule`)
         self.scheduler = install_schedule(parts, self.appender, self.reader)
-        self.recovery: RecoveryReport | None
-        self._owner, self.recovery = open_as_owner(parts, repair=repair, set_aside=set_aside, topics=self.catalog.topics)
+        self.recovery: RecoveryReport | None = None
+        self._owner: StoreLockFile | None = None
         self.flusher: AsyncFlusher | None = None
+        if self.read_only:
+            open_read_only(parts)
+            return
+        self._owner, self.recovery = open_as_owner(parts, repair=repair, set_aside=set_aside, topics=self.catalog.topics)
         if not self.appender.sync_flush:
             self.flusher = AsyncFlusher(
                 self.flush_service,
@@ -110,7 +122,7 @@ class MessageStore:
     @classmethod
     def open(
         cls, root: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False,
-        create: bool = True,
+        create: bool = True, read_only: bool = False,
     ) -> MessageStore:
         """Open (creating if needed) the store at ``root``.
 
@@ -124,8 +136,12 @@ class MessageStore:
         :class:`store.errors.CorruptStoreError` if the files are not a valid store. With
         ``create=False`` (readers, the CLI) a root that holds no store raises
         :class:`store.errors.StoreNotFoundError` and nothing is created.
+
+        ``read_only``: look without changing anything (no recovery, no dispatch, no file
+        created or written, changes refused with :class:`store.errors.ReadOnlyStoreError`;
+        see :mod:`store.read_only`). A root that holds no store raises ``StoreNotFoundError``.
         """
-        return cls(root, config, repair=repair, create=create)
+        return cls(root, config, repair=repair, create=create, read_only=read_only)
 
     def __enter__(self) -> MessageStore:
         return self
@@ -133,9 +149,13 @@ class MessageStore:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _check_open(self) -> None:
+    def _check_open(self, change: str | None = None) -> None:
+        """Raise if the store is closed, or if ``change`` (the name of a call that writes) is
+        asked of a read-only store."""
         if self._closed:
             raise StoreClosedError("the store is closed")
+        if change is not None and self.read_only:
+            raise refuse(change)
 
     # ------------------------------------------------------------ positions
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
@@ -196,7 +216,7 @@ class MessageStore:
         :mod:`store.log.appender` for the steps and the full-disk behaviour.
         """
         marker = writer_marker(writer, sequence)
-        self._check_open()
+        self._check_open("put_batch")
         return self.appender.put_table(table, marker, dispatch=dispatch)[0]
 
     def put_batches(
@@ -213,7 +233,7 @@ class MessageStore:
         ``dispatch`` as in :meth:`put_batch`. Returns one result table.
         """
         marker = writer_marker(writer, sequence)
-        self._check_open()
+        self._check_open("put_batches")
         return self.appender.put_tables(tables, marker, dispatch=dispatch)
 
     def put(
@@ -224,7 +244,7 @@ class MessageStore:
         """Append one message; see :meth:`put_batch` for the fields and errors. ``delay_level``
         (RocketMQ's ``setDelayTimeLevel``): delivered to its topic once due (:meth:`deliver_due`);
         the result then names where it waits (``SCHEDULE_TOPIC_XXXX``, queue ``level - 1``)."""
-        self._check_open()
+        self._check_open("put")
         row = single_message_table(topic, body, queue_id=queue_id, tags=tags, keys=keys, properties=properties, flag=flag,
                                    delay_level=delay_level)
         table, queue_ids = self.appender.put_table(row)
@@ -242,7 +262,7 @@ class MessageStore:
     # ------------------------------------------------------- background work
     def dispatch(self) -> int:
         """Build consume-queue units for every published record not yet dispatched; returns how many."""
-        self._check_open()
+        self._check_open("dispatch")
         return self.dispatcher.dispatch()
 
     def start_dispatcher(self) -> None:
@@ -250,7 +270,7 @@ class MessageStore:
         a second start is a no-op), and run retention passes (:meth:`clean_expired`, every
         ``clean_resource_interval`` ms). A failed round is logged and kept in
         ``dispatcher.last_error`` / ``retention.last_error``; both keep running."""
-        self._check_open()
+        self._check_open("start_dispatcher")
         self.services.add(self.dispatcher)
         self.services.add(self.retention)
         self.services.add(self.scheduler)
@@ -266,12 +286,12 @@ class MessageStore:
         then is appended to its real topic and queue, exactly once (:mod:`store.schedule.scheduler`).
         Returns how many were delivered. The background service (:meth:`start_dispatcher`)
         runs a pass every 100 ms; the Spark source runs one before planning each micro-batch."""
-        self._check_open()
+        self._check_open("deliver_due")
         return self.scheduler.deliver_due(now_ms).total
 
     def clean_expired(self, now_ms: int | None = None, *, force: bool = False) -> CleanReport:
         """One retention pass (RocketMQ's clean services); see :mod:`store.retention.cleaner`."""
-        self._check_open()
+        self._check_open("clean_expired")
         return self.retention.clean(now_ms, force=force)
 
     # ------------------------------------------------------------------ read
@@ -396,7 +416,7 @@ class MessageStore:
         :class:`store.errors.InvalidArgumentError` naming the argument; a bad name raises
         :class:`store.errors.InvalidGroupError` / :class:`store.errors.InvalidTopicError`.
         """
-        self._check_open()
+        self._check_open("commit_offset")
         self.catalog.commit_offset(group, topic, queue_id, offset)
 
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
@@ -416,7 +436,7 @@ class MessageStore:
         (``None``: as many as write queues) are ints in ``[1, 65535]``, else
         :class:`store.errors.InvalidArgumentError` naming the argument.
         """
-        self._check_open()
+        self._check_open("create_topic")
         return self.catalog.create_topic(topic, queues, read_queues)
 
     def topics(self) -> dict[str, TopicConfig]:
@@ -433,7 +453,7 @@ class MessageStore:
 
         Returns the flushed commitlog offset.
         """
-        self._check_open()
+        self._check_open("flush")
         self.flush_service.checkpoint()
         return self.flushed_offset()
 
@@ -448,6 +468,10 @@ class MessageStore:
             return
         self.services.stop()
         self._closed = True
+        if self._owner is None:  # read-only: nothing to flush, no ownership to give up
+            self.parts.close_files()
+            self.parts.release_locks()
+            return
         flushed = False
         try:
             self.flush_service.flush_to(self.published_tail())

@@ -41,26 +41,33 @@ class StoreParts:
     releases them if opening fails); :meth:`close_files` unmaps and closes every file.
     """
 
-    def __init__(self, config: StoreConfig, paths: StorePaths) -> None:
+    def __init__(self, config: StoreConfig, paths: StorePaths, *, read_only: bool = False) -> None:
         self.config = config
         self.paths = paths
+        #: every file is opened read-only and none is created (see :mod:`store.read_only`)
+        self.read_only = read_only
         self.lock_paths = (paths.append_lock, paths.dispatch_lock, paths.root / "config.lock", paths.flush_lock)
-        self.append_lock, self.dispatch_lock, self.config_lock, self.flush_lock = map(LockRegistry.get, self.lock_paths)
+        self.append_lock, self.dispatch_lock, self.config_lock, self.flush_lock = (
+            LockRegistry.get(p, read_only=read_only) for p in self.lock_paths
+        )
+        #: a read-only store whose ``append.state`` is missing or unreadable reads up to the
+        #: state rebuilt in memory from the log at open (set by :func:`store.read_only.open_read_only`)
+        self.fixed_state: AppendState | None = None
 
     def wire(self, *, repair: bool = False) -> None:
         """Open the files and build the parts (separate from ``__init__`` so that a failure
         here still lets the caller release the locks). ``repair``: a damaged index file is
         set aside (and rebuilt by recovery) instead of raising."""
-        config, paths = self.config, self.paths
+        config, paths, read_only = self.config, self.paths, self.read_only
         self.topic_config = TopicConfigManager(
             paths.topics_json, self.config_lock,
             default_queues=config.default_topic_queue_nums, auto_create=config.auto_create_topic_enable,
         )
         self.consumer_offsets = ConsumerOffsetManager(paths.consumer_offset_json, self.config_lock)
-        self.commitlog = CommitLog(paths.commitlog_dir, config.mapped_file_size_commit_log)
-        self.queues = ConsumeQueues(paths, config.mapped_file_size_consume_queue)
+        self.commitlog = CommitLog(paths.commitlog_dir, config.mapped_file_size_commit_log, read_only=read_only)
+        self.queues = ConsumeQueues(paths, config.mapped_file_size_consume_queue, read_only=read_only)
         self.topic_config.queues_on_disk = self.queues.count_on_disk
-        self.state_file = AppendStateFile(paths.append_state)
+        self.state_file = AppendStateFile(paths.append_state, read_only=read_only)
         self.dispatcher = Dispatcher(
             self.commitlog, self.queues.get, self.queues.all, self.published_tail,
             paths.dispatch_state, self.dispatch_lock, config.reput_interval_ms,
@@ -68,7 +75,7 @@ class StoreParts:
         self.checkpoint_file = CheckpointFile(paths.checkpoint)
         self.flush_service = FlushService(
             self.commitlog, self.append_state, self.flush_lock,
-            FlushStateFile(paths.flush_state), self.checkpoint_file, paths.consumequeue_dir,
+            FlushStateFile(paths.flush_state, read_only=read_only), self.checkpoint_file, paths.consumequeue_dir,
             self.dispatcher.dispatched, self.dispatch_lock,
         )
         #: the index files (``None`` when ``message_index_enable`` is off); built by the
@@ -76,9 +83,11 @@ class StoreParts:
         self.index_service: IndexService | None = None
         if config.message_index_enable:
             configured = IndexConfig(config.max_hash_slot_num, config.max_index_num, config.max_msgs_num_batch)
-            with self.config_lock.held():
-                index_config = store_index_config(paths.config_dir, configured)
-            self.index_service = index = IndexService.open(paths.root, index_config, writable=True, repair=repair)
+            with self.config_lock.held(shared=read_only):
+                index_config = store_index_config(paths.config_dir, configured, read_only=read_only)
+            self.index_service = index = IndexService.open(
+                paths.root, index_config, writable=not read_only, repair=repair and not read_only,
+            )
             self.dispatcher.index_hook = lambda cols, parsed: index_records(index, cols, parsed)
             self.flush_service.index_flush = index.flush
 
@@ -90,11 +99,15 @@ class StoreParts:
     def published_tail(self) -> int:
         """The commitlog offset below which every record is whole and readable."""
         state = self.state_file.load()
+        if state is None:
+            state = self.fixed_state
         return state.tail if state is not None else 0
 
     def append_state(self) -> AppendState:
         """The published append state (an empty one before the first append)."""
         state = self.state_file.load()
+        if state is None:
+            state = self.fixed_state
         return state if state is not None else AppendState()
 
     def flushed_offset(self) -> int:

@@ -7,6 +7,7 @@ are checked with it, never with the store's own decoder.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
 import shutil
 import sys
@@ -199,6 +200,17 @@ def snapshot_files(root: Path, *names: str) -> dict[str, bytes]:
     for name in names:
         p = root / name
         out[name] = p.read_bytes() if p.exists() else b"<absent>"
+    return out
+
+
+def snapshot_tree(root: Path) -> dict[str, tuple[str, int, int]]:
+    """Every path under ``root`` with its content hash, size and mtime (folders: "dir"): equal
+    before and after means nothing under ``root`` was created, removed, written or touched."""
+    out = {}
+    for p in sorted(root.rglob("*")):
+        st = p.stat()
+        digest = hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+        out[str(p.relative_to(root))] = (digest, st.st_size, st.st_mtime_ns)
     return out
 
 

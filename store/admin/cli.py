@@ -319,31 +319,36 @@ def _parser() -> argparse.ArgumentParser:
                                  epilog="exit status: 0 ok, 1 nothing found or problems found, 2 error")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    def command(name: str, help: str, *, json_flag: bool = True, aliases: Sequence[str] = ()) -> argparse.ArgumentParser:
+    def command(name: str, help: str, *, json_flag: bool = True, aliases: Sequence[str] = (),
+                reads: bool = False) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help, aliases=list(aliases))
         p.add_argument("root", help="the store's folder (the one holding commitlog/)")
         if json_flag:
             p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+        if reads:
+            p.add_argument("--read-only", action="store_true",
+                           help="change nothing, not even by opening: no recovery, no dispatch, no file created "
+                                "(the store as it is on disk; works on a read-only mount)")
         return p
 
-    command("info", "segments, published and flushed positions, topics and their queue ranges")
-    p = command("topic-status", "one topic's queues: min and max offsets, messages")
+    command("info", "segments, published and flushed positions, topics and their queue ranges", reads=True)
+    p = command("topic-status", "one topic's queues: min and max offsets, messages", reads=True)
     p.add_argument("topic", help="topic name")
-    p = command("read", "messages of one queue as JSON lines", json_flag=False)
+    p = command("read", "messages of one queue as JSON lines", json_flag=False, reads=True)
     p.add_argument("topic", help="topic name")
     p.add_argument("queue", type=_non_negative, help="queue id")
     p.add_argument("--offset", type=_non_negative, default=None, help="first queue offset (default: the queue's min)")
     p.add_argument("--count", type=_positive, default=10, help="most messages to print (at least 1; default 10)")
     p.add_argument("--tags", default="*", help='tag filter, RocketMQ syntax: "*" or "A || B" (default "*")')
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
-    p = command("get", "one message by commitlog offset or message id", json_flag=False)
+    p = command("get", "one message by commitlog offset or message id", json_flag=False, reads=True)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--offset", type=_non_negative, help="the message's commitlog offset")
     g.add_argument("--id", help="a msgId: an offset msgId (store host and commitlog offset) or a client msgId "
                                 "(UNIQ_KEY, found through the index files)")
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how the body prints (default text)")
     p = command("query", "messages by key or client msgId through the index files (mqadmin queryMsgByKey / "
-                         "queryMsgByUniqueKey), or by store time (neither --key nor --id)")
+                         "queryMsgByUniqueKey), or by store time (neither --key nor --id)", reads=True)
     p.add_argument("topic", help='topic name; "*" for every topic (a time-range query)')
     g = p.add_mutually_exclusive_group()
     g.add_argument("--key", help="a KEYS token (or a client msgId)")
@@ -353,7 +358,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max", type=_positive, default=32,
                    help="most messages (default 32; a key query returns at most 64, max_msgs_num_batch)")
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
-    p = command("export", "a topic's messages (a queue or every queue, an offset or time range) to JSON lines or Parquet")
+    p = command("export", "a topic's messages (a queue or every queue, an offset or time range) to JSON lines or Parquet",
+                reads=True)
     p.add_argument("topic", help="topic name")
     p.add_argument("--queue", type=_non_negative, default=None, help="one queue (default: every queue of the topic)")
     p.add_argument("--from-offset", type=_non_negative, default=None, help="first queue offset (default: each queue's min)")
@@ -371,9 +377,9 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--latest", action="store_true", help="each queue's end (skip everything stored)")
     g.add_argument("--timestamp", type=_time_ms, help="the first message stored at or after: ms since the epoch or an ISO time")
     p.add_argument("--queue", type=_non_negative, default=None, help="one queue (default: every queue of the topic)")
-    p = command("lag", "committed offsets against the queues' ends, per group", aliases=("consumer-progress",))
+    p = command("lag", "committed offsets against the queues' ends, per group", aliases=("consumer-progress",), reads=True)
     p.add_argument("group", nargs="?", default=None, help="one consumer group (default: every group)")
-    command("verify", "check every record (CRCs, header values, queue density) and every unit; read-only")
+    command("verify", "check every record (CRCs, header values, queue density) and every unit; read-only", reads=True)
     p = command("recover", "open the store with repair: damaged data is cut and what follows is rebuilt")
     p.add_argument("--repair", action="store_true", required=True, help="required: this command changes the store")
     command("dispatch", "build consume-queue units for records not yet dispatched")
@@ -397,8 +403,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         _error('a key or msgId query names one topic ("*" is for a time range)')
         return 2
     try:
-        # never creates a store; recover --repair is the one command that changes one
-        with MessageStore.open(args.root, create=False, repair=cmd == "recover") as s:
+        # never creates a store. Opening one that no other process holds recovers it (the
+        # first opener does: a crashed store, or records not yet dispatched); --read-only
+        # reads it as it is instead and writes nothing
+        read_only = getattr(args, "read_only", False)
+        with MessageStore.open(args.root, create=False, repair=cmd == "recover", read_only=read_only) as s:
             if cmd == "info":
                 return _info(s, args.json)
             if cmd == "topic-status":

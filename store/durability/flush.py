@@ -66,8 +66,9 @@ class FlushStateFile:
     descriptor costs ~1 us, an open/read/close ~10 us).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        self._flags = os.O_RDONLY if read_only else os.O_RDWR  # read_only: a read-only store's
         self._fd: int | None = None
         self._lock = threading.Lock()
 
@@ -75,7 +76,7 @@ class FlushStateFile:
         with self._lock:
             if self._fd is None:
                 try:
-                    self._fd = os.open(self.path, os.O_RDWR | (os.O_CREAT if create else 0), 0o644)
+                    self._fd = os.open(self.path, self._flags | (os.O_CREAT if create else 0), 0o644)
                 except FileNotFoundError:
                     return None
             return self._fd

@@ -23,13 +23,16 @@ from .index_service import IndexConfig
 GEOMETRY_FILE = "indexFile.json"
 
 
-def store_index_config(config_dir: Path, configured: IndexConfig) -> IndexConfig:
-    """The geometry recorded in ``config_dir`` (written from ``configured`` when missing),
-    with ``configured``'s ``max_msgs_num_batch`` (a query setting, not a file property)."""
+def store_index_config(config_dir: Path, configured: IndexConfig, *, read_only: bool = False) -> IndexConfig:
+    """The geometry recorded in ``config_dir`` (written from ``configured`` when missing,
+    unless ``read_only``), with ``configured``'s ``max_msgs_num_batch`` (a query setting, not a
+    file property)."""
     path = config_dir / GEOMETRY_FILE
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
+        if read_only:
+            return configured
         doc = {"maxHashSlotNum": configured.max_hash_slot_num, "maxIndexNum": configured.max_index_num}
         replace_file(path, json.dumps(doc).encode(), durable=True)
         return configured

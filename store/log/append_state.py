@@ -107,8 +107,9 @@ MIN_SLOT = 64 << 10
 class AppendStateFile:
     """Load and publish :class:`AppendState` (callers hold the append lock to publish)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
         self.path = path
+        self._flags = os.O_RDONLY if read_only else os.O_RDWR  # read_only: a read-only store's
         self._fd: int | None = None
         self._ino: int | None = None
         self._open_lock = threading.Lock()
@@ -143,7 +144,7 @@ class AppendStateFile:
                 self._stale_fds.append(self._fd)
                 self._fd = None
             try:
-                self._fd = os.open(self.path, os.O_RDWR)
+                self._fd = os.open(self.path, self._flags)
             except FileNotFoundError:
                 return None
             self._ino = os.fstat(self._fd).st_ino

@@ -309,8 +309,8 @@ def _first_undecodable(seg: MappedFile, positions: np.ndarray, check: RecordChec
 
 
 class CommitLog:
-    def __init__(self, directory: Path, segment_size: int) -> None:
-        self.segments = MappedFileQueue(directory, segment_size)
+    def __init__(self, directory: Path, segment_size: int, *, read_only: bool = False) -> None:
+        self.segments = MappedFileQueue(directory, segment_size, read_only=read_only)
         #: bytes of data (not holes) :meth:`scrub` cleared in this process (what it cost)
         self.scrubbed_bytes = 0
 

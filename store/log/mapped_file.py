@@ -87,10 +87,14 @@ def _round_up(n: int) -> int:
 class MappedFile:
     """One segment file, mapped on first use."""
 
-    def __init__(self, path: Path, start: int, size: int, *, bounded_reads: bool = False) -> None:
+    def __init__(self, path: Path, start: int, size: int, *, bounded_reads: bool = False, read_only: bool = False) -> None:
         self.path = path
         self.start = start
         self.size = size
+        #: opened and mapped read-only (a read-only store: its files may be on a read-only
+        #: mount); every write then fails with EBADF, which the facade never lets happen
+        self.read_only = read_only
+        self._flags = os.O_RDONLY if read_only else os.O_RDWR
         #: reads of the mapping must stay below :meth:`readable_end` (see the module docstring)
         self.bounded_reads = bounded_reads
         self._can_punch = True
@@ -120,7 +124,7 @@ class MappedFile:
                     # the descriptor already open, if any: a reader's pin opened it, and the file
                     # may have been deleted since (retention), which the descriptor outlives
                     own = self._fd is None
-                    fd = os.open(self.path, os.O_RDWR) if own else self._fd
+                    fd = os.open(self.path, self._flags) if own else self._fd
                     assert fd is not None
                     try:
                         actual = os.fstat(fd).st_size
@@ -128,7 +132,8 @@ class MappedFile:
                             raise CorruptStoreError(
                                 f"segment is {actual} bytes, expected {self.size}", path=str(self.path)
                             )
-                        self._mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+                        prot = mmap.PROT_READ if self.read_only else mmap.PROT_READ | mmap.PROT_WRITE
+                        self._mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, prot)
                     finally:
                         if own:
                             os.close(fd)
@@ -153,7 +158,7 @@ class MappedFile:
         if self._fd is None:
             with self._lock:
                 if self._fd is None:
-                    self._fd = os.open(self.path, os.O_RDWR)
+                    self._fd = os.open(self.path, self._flags)
         return self._fd
 
     def write_fd(self, rel: int, length: int) -> int:
@@ -334,8 +339,10 @@ class MappedFileQueue:
     lock); lookups are safe from any thread or process.
     """
 
-    def __init__(self, directory: Path, default_size: int, *, infer: bool = True) -> None:
+    def __init__(self, directory: Path, default_size: int, *, infer: bool = True, read_only: bool = False) -> None:
         self.directory = directory
+        #: segments are opened read-only and never created (a read-only store)
+        self.read_only = read_only
         self._segments: dict[int, MappedFile] = {}
         self._lock = threading.Lock()
         self.size = default_size
@@ -382,14 +389,14 @@ class MappedFileQueue:
             if seg is not None:
                 return seg
             if not path.exists():
-                if not create:
+                if not create or self.read_only:
                     return None
                 try:
                     self._create(path, start)
                 except OSError as exc:
                     raise_if_disk_full(exc, path, "creating a segment")
                     raise
-            seg = MappedFile(path, start, self.size, bounded_reads=self.bounded_reads)
+            seg = MappedFile(path, start, self.size, bounded_reads=self.bounded_reads, read_only=self.read_only)
             self._segments[start] = seg
             return seg
 

@@ -43,9 +43,9 @@ log = logging.getLogger(__name__)
 
 
 class ConsumeQueue:
-    def __init__(self, directory: Path, segment_size: int) -> None:
+    def __init__(self, directory: Path, segment_size: int, *, read_only: bool = False) -> None:
         self.directory = directory
-        self.segments = MappedFileQueue(directory, segment_size, infer=False)  # one size for every queue
+        self.segments = MappedFileQueue(directory, segment_size, infer=False, read_only=read_only)  # one size for every queue
         #: (first segment, commitlog min offset, answer) of the last min_offset that searched
         #: inside its first segment: units below the end never change, so it stays true
         self._min_found: tuple[int, int, int] | None = None

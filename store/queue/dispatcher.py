@@ -152,7 +152,8 @@ class Dispatcher:
         log.warning("%s; the dispatch position will be derived from the consume queues (not past %d)", error, offset)
 
     def position(self) -> int:
-        with self.lock.held():
+        """Where dispatching resumes: records below it have their consume-queue units."""
+        with self.lock.held(shared=True):  # a read: the position file is replaced whole
             return self._load_position()
 
     # ------------------------------------------------------------- dispatch

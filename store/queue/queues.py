@@ -25,8 +25,9 @@ class ConsumeQueues:
     segment size (``mapped_file_size_consume_queue``), used unless the files say otherwise
     (see :meth:`segment_size_on_disk`)."""
 
-    def __init__(self, paths: StorePaths, configured_size: int) -> None:
+    def __init__(self, paths: StorePaths, configured_size: int, *, read_only: bool = False) -> None:
         self.paths = paths
+        self.read_only = read_only
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
         self.segment_size = self.segment_size_on_disk(configured_size)
@@ -39,7 +40,7 @@ class ConsumeQueues:
             with self._lock:
                 cq = self._queues.get(key)
                 if cq is None:
-                    cq = ConsumeQueue(self.paths.queue_dir(topic, queue_id), self.segment_size)
+                    cq = ConsumeQueue(self.paths.queue_dir(topic, queue_id), self.segment_size, read_only=self.read_only)
                     self._queues[key] = cq
         return cq
 

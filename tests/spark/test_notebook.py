@@ -171,9 +171,8 @@ ms.close()
 
 
 def test_notebook_dispatches_nothing_in_a_store_a_writer_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A writer holds the store open with a record not yet dispatched: the notebook (not the
-    first opener: no recovery) reads what is dispatched, skips the Spark read (it would
-    dispatch), and writes nothing."""
+    """A writer holds the store open with a record not yet dispatched: the notebook reads
+    (read-only, its Spark read too) what is dispatched, and writes nothing."""
     root, n = tmp_path / "user-store", 2_000
     _user_store(root, n).close()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
@@ -189,7 +188,7 @@ def test_notebook_dispatches_nothing_in_a_store_a_writer_holds(tmp_path: Path, m
         printed = _printed(nb)
         behind = re.search(r"([\d,]+) bytes not dispatched yet", printed)
         assert behind and int(behind.group(1).replace(",", "")) > 0, printed
-        assert "skipped: a Spark read would dispatch" in printed
+        assert f"{'clicks':<24}{n:>12,} messages read by Spark" in printed
         out, _ = holder.communicate("", timeout=60)
         assert out.strip() == str(n)  # the late record still waits for dispatch
         assert holder.returncode == 0
@@ -209,3 +208,33 @@ def test_notebook_on_a_folder_without_a_store_creates_nothing(tmp_path: Path, mo
         _execute(tmp_path)
     assert list(empty.iterdir()) == []
     assert list(scratch.glob("rmq-notebook-*")) == []
+
+
+#: A writer killed -9 with records not yet dispatched: the store is left for crash recovery.
+CRASHER = """
+import os, signal, sys, pyarrow as pa, store
+ms = store.MessageStore.open(sys.argv[1], store.StoreConfig(flush_disk_type="SYNC_FLUSH"))
+ms.put_batch(pa.table({"topic": ["clicks"] * 5, "body": [b"late"] * 5}))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_notebook_does_not_recover_a_crashed_store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No process holds a store a writer left by crashing, records waiting: a normal open would
+    recover it (dispatch, a new abort file, a checkpoint); the notebook's read-only open
+    changes nothing, and draws what was dispatched."""
+    root, n = tmp_path / "user-store", 1_000
+    _user_store(root, n).close()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    crashed = subprocess.run([sys.executable, "-c", CRASHER, str(root)], env=env, timeout=120)
+    assert crashed.returncode == -9 and (root / "abort").exists()
+    before = _files(root)
+    _kernel_env(tmp_path, monkeypatch, root)
+    nb = _execute(tmp_path)
+    _check_outputs(nb)
+    _assert_unchanged(root, before)
+    printed = _printed(nb)
+    assert f"{'clicks':<24}{3:>7}{n:>12,}" in printed
+    assert f"{'clicks':<24}{n:>12,} messages read by Spark" in printed
+    with store.MessageStore.open(root) as ms:  # the next normal open recovers it, as always
+        assert ms.recovery is not None and sum(ms.max_offset("clicks", q) for q in range(3)) == n + 5
