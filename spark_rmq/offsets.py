@@ -14,7 +14,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from store import MessageStore
-from store.log.properties import SCHEDULE_TOPIC
+from store.log.properties import WAITING_TOPICS
 from store.log.record import HEADER_V4
 from store.paths import parse_queue_dir_name, topic_problem
 from store.queue.consume_queue import FILLER_SIZE
@@ -68,7 +68,7 @@ def discover_queues(ms: MessageStore, opts: SourceOptions) -> list[tuple[str, in
             found.update(p.name for p in ms.paths.consumequeue_dir.iterdir() if p.is_dir() and topic_problem(p.name) is None)
         # the store's own topic of waiting delayed messages is never matched by a pattern
         # (RocketMQ's system topics are not subscribed by wildcards); name it to read it
-        names = sorted(t for t in found if pattern.fullmatch(t) and t != SCHEDULE_TOPIC)
+        names = sorted(t for t in found if pattern.fullmatch(t) and t not in WAITING_TOPICS)
     return [(t, q) for t in names for q in _topic_queue_ids(ms, t, configured)]
 
 

@@ -75,9 +75,9 @@ INPUT_COLUMNS: dict[str, tuple[type[DataType], ...]] = {
     "delayLevel": _INT,
     "deliverTime": (TimestampType, TimestampNTZType),
 }
-#: columns a later issue gives meaning to: rejected when non-null (delayLevel is RocketMQ 4's
-#: delay level, passed to the store; deliverTime, 5.x's timer, is not implemented yet)
-UNSUPPORTED_YET = ("deliverTime",)
+#: columns the store gives no meaning to yet: rejected when non-null (none today: delayLevel,
+#: RocketMQ 4's delay level, and deliverTime, RocketMQ 5's timer, pass to the store)
+UNSUPPORTED_YET: tuple[str, ...] = ()
 
 
 def validate_input_schema(schema: StructType, opts: SinkOptions) -> None:
@@ -115,9 +115,9 @@ def validate_input_schema(schema: StructType, opts: SinkOptions) -> None:
 def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Table:
     """The sink's input rows as a ``put_batch`` table (vectorized; rows keep their order).
 
-    ``delayLevel`` passes to the store (rows with a level above 0 wait in
-    ``SCHEDULE_TOPIC_XXXX`` until due). Raises :class:`spark_rmq.errors.UnsupportedFieldError`
-    for a non-null deliverTime (naming the first such row).
+    ``delayLevel`` and ``deliverTime`` pass to the store (rows with a level above 0 wait in
+    ``SCHEDULE_TOPIC_XXXX``, rows with a delivery time ahead in ``rmq_sys_wheel_timer``, until
+    due; the store names the row of a bad value).
     """
     n = table.num_rows
     names = table.column_names
@@ -143,8 +143,9 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
     # fail with an untyped Arrow error, the store names the row and field of a bad value
     if "flag" in names:
         cols["flag"] = table["flag"]
-    if "delayLevel" in names and table["delayLevel"].null_count < n:
-        cols["delayLevel"] = table["delayLevel"]
+    for name in ("delayLevel", "deliverTime"):
+        if name in names and table[name].null_count < n:
+            cols[name] = table[name]
     qid = pc.cast(table["queueId"], pa.int64()) if "queueId" in names else pa.nulls(n, pa.int64())
     if opts.queue_selector == "hash" and (not isinstance(qid, pa.Array) or qid.null_count) and n:
         key = table[opts.sharding_key] if opts.sharding_key else cols.get("keys")

@@ -29,6 +29,12 @@
  *    contiguous output, GIL released: a memcpy per slice, where Arrow's `take` over a view of
  *    the slices costs 25-50 ns per element in bookkeeping.
  *
+ * 7. walk_records: a commitlog segment's record chain walked and checked (lengths, header
+ *    fields) in one pass, for store.log.scan (dispatch, recovery, verify).
+ *
+ * 8. walk_chains: the timer log's bucket chains followed entry by entry (the time wheel's
+ *    reads, store/schedule/timer_wheel.py).
+ *
  * 6. ChunkWriter: a thread that pwrites chunks in submission order, never taking the GIL.
  *    The commitlog packs chunk k+1 while chunk k is written; handing each chunk to a Python
  *    thread pool costs ~17 us of GIL and future bookkeeping between two pwrites (~1 ms per
@@ -900,6 +906,135 @@ static PyTypeObject ChunkWriterType = {
     .tp_getset = writer_getset,
 };
 
+/* walk_records(seg, start, limit, base, header_size, trailer_fields, min_ts, max_ts, pos_out, size_out)
+ *   -> (n, end, code, index_value)
+ *
+ * The record chain of one commitlog segment from `start`, checked as it is walked: the work of
+ * store.log.scan's candidates + chain + _first_bad (lengths and header fields; not CRCs) in one
+ * pass, where the numpy form gathers eleven big-endian fields through index matrices. Each
+ * step reads TOTALSIZE and MAGICCODE at p; a record magic (v1 or v2) continues the chain.
+ * Semantics mirror store.log.scan exactly (tests compare the two on damaged segments):
+ * - a TOTALSIZE that does not move forward or runs past the segment: code 1 (the record at
+ *   `end`; its TOTALSIZE in `index_value`);
+ * - a record running past `limit` (not published yet): the walk stops before it, code 0;
+ * - a TOTALSIZE below the smallest record: code 1 too;
+ * - lengths that do not add up to TOTALSIZE: code 2;
+ * - header values no store writes: 3 PHYSICALOFFSET != position (only with base >= 0),
+ *   4 QUEUEID < 0, 5 QUEUEOFFSET < 0, 6 STORETIMESTAMP out of [0, max_ts],
+ *   7 BORNTIMESTAMP out of [min_ts, max_ts]; the value in `index_value`;
+ * - anything else that is not a record magic at p (an end blank, zeros, garbage): code 0.
+ * The n good records' positions and sizes go to pos_out/size_out (int64, room for
+ * (limit - start) / 8 + 1 entries). The GIL is released. */
+static inline int64_t be_i32(const unsigned char *p) {
+    return (int32_t)(((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | (uint32_t)p[3]);
+}
+static inline int64_t be_i64(const unsigned char *p) {
+    uint64_t v = 0;
+    for (int k = 0; k < 8; k++) v = (v << 8) | p[k];
+    return (int64_t)v;
+}
+
+static PyObject *walk_records(PyObject *self, PyObject *args) {
+    Py_buffer seg, po, so;
+    long long start, limit, base, min_ts, max_ts;
+    int header_size, trailer_fields;
+    if (!PyArg_ParseTuple(args, "y*LLLiiLLw*w*", &seg, &start, &limit, &base, &header_size, &trailer_fields,
+                          &min_ts, &max_ts, &po, &so)) return NULL;
+    PyObject *result = NULL;
+    const int64_t seg_len = seg.len;
+    if (limit > seg_len) limit = seg_len;
+    Py_ssize_t room = po.len / 8;
+    if (start < 0 || po.itemsize != 8 || so.itemsize != 8 || so.len != po.len ||
+        (limit > start && room < (limit - start) / 8 + 1)) {
+        PyErr_SetString(PyExc_ValueError, "walk_records: bad start or output arrays");
+        goto done;
+    }
+    const unsigned char *b = (const unsigned char *)seg.buf;
+    int64_t *pos_out = (int64_t *)po.buf, *size_out = (int64_t *)so.buf;
+    int64_t n = 0, p = start, value = 0;
+    int code = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (p + 8 <= limit) {
+        uint32_t magic = (uint32_t)be_i32(b + p + 4);
+        if (magic != 0xDAA320A7u && magic != 0xDAA320ABu) break;
+        int64_t size = be_i32(b + p);
+        if (p + size <= p || p + size > seg_len) { code = 1; value = size; break; }
+        if (p + size > limit) break;  /* not published yet */
+        const unsigned char *r = b + p;
+        if (size < header_size + trailer_fields) { code = 1; value = size; break; }
+        int64_t sys_flag = be_i32(r + 36);
+        int born_v6 = (sys_flag & 0x10) != 0;
+        int64_t hsize = header_size + (born_v6 ? 12 : 0) + ((sys_flag & 0x20) ? 12 : 0);
+        if (size < hsize + trailer_fields) { code = 2; break; }
+        int64_t body_len = be_i32(r + hsize - 4);
+        if (body_len < 0 || hsize + body_len + trailer_fields > size) { code = 2; break; }
+        int64_t tl_at = hsize + body_len;
+        int v2 = magic == 0xDAA320ABu;
+        int64_t topic_len = v2 ? (int64_t)(((uint32_t)r[tl_at] << 8) | r[tl_at + 1]) : (int64_t)r[tl_at];
+        int64_t pl_at = tl_at + (v2 ? 2 : 1) + topic_len;
+        if (pl_at + 2 > size) { code = 2; break; }
+        int64_t props_len = ((uint32_t)r[pl_at] << 8) | r[pl_at + 1];
+        if (pl_at + 2 + props_len != size) { code = 2; break; }
+        int64_t queue_id = be_i32(r + 12), queue_offset = be_i64(r + 20), physical = be_i64(r + 28);
+        int64_t born_ts = be_i64(r + 40), store_ts = be_i64(r + (born_v6 ? 68 : 56));
+        if (base >= 0 && physical != base + p) { code = 3; value = physical; break; }
+        if (queue_id < 0) { code = 4; value = queue_id; break; }
+        if (queue_offset < 0) { code = 5; value = queue_offset; break; }
+        if (store_ts < 0 || store_ts > max_ts) { code = 6; value = store_ts; break; }
+        if (born_ts < min_ts || born_ts > max_ts) { code = 7; value = born_ts; break; }
+        pos_out[n] = p;
+        size_out[n] = size;
+        n++;
+        p += size;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(LLiL)", (long long)n, (long long)p, code, (long long)value);
+done:
+    PyBuffer_Release(&seg);
+    PyBuffer_Release(&po);
+    PyBuffer_Release(&so);
+    return result;
+}
+
+/* walk_chains(log, entry_size, heads, out) -> n
+ * The timer log's bucket chains (store/schedule/timer_wheel.py): from each head entry index,
+ * follow each entry's `prev` (little-endian int64 at the entry's start) until -1, writing
+ * every index into `out` (int64); stops when `out` is full (a damaged chain cannot loop
+ * forever) or an index falls outside the log. GIL released. */
+static PyObject *walk_chains(PyObject *self, PyObject *args) {
+    Py_buffer log, hd, out;
+    Py_ssize_t entry_size;
+    if (!PyArg_ParseTuple(args, "y*ny*w*", &log, &entry_size, &hd, &out)) return NULL;
+    PyObject *result = NULL;
+    if (entry_size < 8 || hd.itemsize != 8 || out.itemsize != 8) {
+        PyErr_SetString(PyExc_ValueError, "walk_chains: entry_size >= 8, int64 heads and out");
+        goto done;
+    }
+    const unsigned char *b = (const unsigned char *)log.buf;
+    const int64_t entries = log.len / entry_size;
+    const int64_t *heads = (const int64_t *)hd.buf;
+    int64_t *o = (int64_t *)out.buf;
+    const Py_ssize_t nh = hd.len / 8, cap = out.len / 8;
+    Py_ssize_t n = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (Py_ssize_t h = 0; h < nh && n < cap; h++) {
+        int64_t i = heads[h];
+        while (i >= 0 && i < entries && n < cap) {
+            o[n++] = i;
+            int64_t prev;
+            memcpy(&prev, b + i * entry_size, 8);
+            i = prev;
+        }
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(n);
+done:
+    PyBuffer_Release(&log);
+    PyBuffer_Release(&hd);
+    PyBuffer_Release(&out);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"hexlify", hexlify, METH_VARARGS,
      "hexlify(src, width, dst, dst_stride, dst_offset): uppercase hex of each row into dst, GIL released."},
@@ -917,6 +1052,10 @@ static PyMethodDef methods[] = {
      "patch_records(out, starts, fields, values): big-endian int64 fields written into packed records."},
     {"parse_properties", parse_properties, METH_VARARGS,
      "parse_properties(data, offsets, key_start, key_len, val_start, val_len, row) -> pairs found."},
+    {"walk_chains", walk_chains, METH_VARARGS,
+     "walk_chains(log, entry_size, heads, out) -> n: the timer log's bucket chains, entry indices into out."},
+    {"walk_records", walk_records, METH_VARARGS,
+     "walk_records(seg, start, limit, base, header_size, trailer_fields, min_ts, max_ts, pos_out, size_out) -> (n, end, code, value)."},
     {"gather", gather, METH_VARARGS,
      "gather(src, starts, lengths, dst): copy the slices back to back into dst, GIL released."},
     {"crc32_batch", crc32_batch, METH_VARARGS,

@@ -66,6 +66,10 @@ class StoreConfig:
       fuller than this; accepted again once it is not.
     - ``message_delay_level``: the delay levels, RocketMQ's syntax (``"1s 5s 10s 30s 1m ... 2h"``;
       level ``n`` is the ``n``-th delay; see :mod:`store.schedule`).
+    - Timed messages (RocketMQ 5's timer, :mod:`store.schedule.timer`): ``timer_max_delay_sec``
+      (259200: 3 days; RocketMQ's ``timerMaxDelaySec``): a delivery time further ahead is
+      refused; ``timer_precision_ms`` (1000; ``timerPrecisionMs``): delivery times are kept to
+      this step (never early, at most one step late). Both fix the time wheel's size.
     - Index files (see :mod:`store.index`): ``message_index_enable`` (default on; RocketMQ's
       ``messageIndexEnable``): the dispatcher indexes every message's ``UNIQ_KEY`` and
       ``KEYS`` tokens; ``max_hash_slot_num`` (5,000,000) and ``max_index_num`` (20,000,000
@@ -106,6 +110,8 @@ class StoreConfig:
     flush_least_pages_when_warm_mapped_file: int = 4096
     disk_space_warning_level_ratio: int = 90
     message_delay_level: str = DEFAULT_DELAY_LEVELS
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    timer_precision_ms: int = 1000
     message_index_enable: bool = True
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
@@ -127,7 +133,8 @@ class StoreConfig:
             raise ConfigError(f"flush_disk_type must be {SYNC_FLUSH} or {ASYNC_FLUSH}")
         for name, least in (("file_reserved_time", 0), ("destroy_mapped_file_interval_forcibly", 0),
                             ("delete_commit_log_files_max_num", 1), ("clean_resource_interval", 1),
-                            ("flush_least_pages_when_warm_mapped_file", 1)):
+                            ("flush_least_pages_when_warm_mapped_file", 1), ("timer_max_delay_sec", 1),
+                            ("timer_precision_ms", 100)):
             if getattr(self, name) < least:
                 raise ConfigError(f"{name} must be at least {least}")
         for name in ("disk_max_used_space_ratio", "disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"):

@@ -44,7 +44,7 @@ from .log.append_state import AppendState
 from .log.appender import Appender
 from .log.encode.single import single_message_table
 from .log.msgid import is_uniq_key
-from .log.properties import SCHEDULE_TOPIC
+from .log.properties import WAITING_TOPICS
 from .log.writer_marker import writer_marker
 from .parts import StoreParts
 from .paths import StorePaths, validate_topic
@@ -110,6 +110,8 @@ class MessageStore:
             open_read_only(parts)
             return
         self._owner, self.recovery = open_as_owner(parts, repair=repair, set_aside=set_aside, topics=self.catalog.topics)
+        if self.recovery is not None and self.recovery.abnormal and self.scheduler.timer is not None:
+            self.scheduler.timer.wheel.invalidate()  # its files were not synced: rebuilt from the timer queue
         if not self.appender.sync_flush:
             self.flusher = AsyncFlusher(
                 self.flush_service,
@@ -239,14 +241,17 @@ class MessageStore:
     def put(
         self, topic: str, body: bytes | str, *, queue_id: int | None = None, tags: str | None = None,
         keys: Iterable[str] | str = (), properties: Mapping[str, str] | None = None, flag: int = 0,
-        delay_level: int | None = None,
+        delay_level: int | None = None, deliver_time_ms: int | None = None,
     ) -> PutMessageResult:
         """Append one message; see :meth:`put_batch` for the fields and errors. ``delay_level``
-        (RocketMQ's ``setDelayTimeLevel``): delivered to its topic once due (:meth:`deliver_due`);
-        the result then names where it waits (``SCHEDULE_TOPIC_XXXX``, queue ``level - 1``)."""
+        (RocketMQ's ``setDelayTimeLevel``) or ``deliver_time_ms`` (RocketMQ 5's
+        ``setDeliverTimeMs``: ms since the epoch, at most ``timer_max_delay_sec`` ahead; a past
+        time is no delay): delivered to its topic once due (:meth:`deliver_due`); the result
+        then names where it waits (``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``, or
+        ``rmq_sys_wheel_timer`` queue 0)."""
         self._check_open("put")
         row = single_message_table(topic, body, queue_id=queue_id, tags=tags, keys=keys, properties=properties, flag=flag,
-                                   delay_level=delay_level)
+                                   delay_level=delay_level, deliver_time_ms=deliver_time_ms)
         table, queue_ids = self.appender.put_table(row)
         res = table.to_pylist()[0]
         return PutMessageResult(
@@ -384,7 +389,7 @@ class MessageStore:
         bad argument, :class:`store.errors.InvalidTopicError` for a bad topic name."""
         self._check_open()
         # every topic but the one where delayed messages wait (they are not stored "yet")
-        names = [t for t in self.catalog.topics() if t != SCHEDULE_TOPIC] if topics is None else [validate_topic(t) for t in topics]
+        names = [t for t in self.catalog.topics() if t not in WAITING_TOPICS] if topics is None else [validate_topic(t) for t in topics]
         configured = self.catalog.topics()
         queues = [(t, q) for t in names if t in configured
                   for q in range(max(configured[t].read_queue_nums, configured[t].write_queue_nums))]

@@ -43,7 +43,7 @@ from .encode.arrays import int64_filled
 from .encode.batch import EncodedBatch
 from .encode.prepare import prepare_batch
 from .msgid import UniqKeyGenerator, offset_msg_ids
-from .properties import SCHEDULE_TOPIC
+from .properties import SCHEDULE_TOPIC, WAITING_TOPICS
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -150,11 +150,12 @@ class Appender:
                 plain=plain,
                 system_properties=system,
             )
-            if system is None and SCHEDULE_TOPIC in encoded.topics:
-                # only the delay routing writes there (rows with a delay level carry its items)
-                row = int(np.flatnonzero(encoded.topic_index == encoded.topics.index(SCHEDULE_TOPIC))[0])
-                raise InvalidMessageError(f"{SCHEDULE_TOPIC} is the store's topic for delayed messages: give a delayLevel instead",
-                                          row=row, field="topic")
+            waiting = WAITING_TOPICS.intersection(encoded.topics) if system is None else ()
+            for name in waiting:
+                # only the delay and timer routing write there (their rows carry its items)
+                row = int(np.flatnonzero(encoded.topic_index == encoded.topics.index(name))[0])
+                what = "delayed messages: give a delayLevel" if name == SCHEDULE_TOPIC else "timed messages: give a deliverTime"
+                raise InvalidMessageError(f"{name} is the store's topic for {what} instead", row=row, field="topic")
             return encoded
         except InvalidMessageError as exc:
             if row_base and exc.row is not None:
@@ -269,9 +270,9 @@ class Appender:
 
     def _dispatch(self, batches: list[EncodedBatch], results: list[AppendResult]) -> None:
         dispatcher = self.parts.dispatcher
-        # TAGS given as a user property, or delayed messages (their units' tagsCode is the
-        # delivery time, made from the record): let the dispatcher read them
-        if any(b.tags_codes is None or SCHEDULE_TOPIC in b.topics for b in batches):
+        # TAGS given as a user property, or delayed or timed messages (their units' tagsCode
+        # is the delivery time, made from the record): let the dispatcher read them
+        if any(b.tags_codes is None or not WAITING_TOPICS.isdisjoint(b.topics) for b in batches):
             dispatcher.dispatch()
             return
         names: dict[str, int] = {}  # one dispatch for all the tables: one position update

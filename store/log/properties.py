@@ -22,6 +22,18 @@ PROPERTY_REAL_QID = "REAL_QID"
 #: RocketMQ's ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``: delayed messages wait here, queue
 #: ``level - 1``, until the scheduler delivers them (:mod:`store.schedule`)
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+#: RocketMQ 5's ``TimerMessageStore.TIMER_TOPIC``: timed messages (an exact delivery time) wait
+#: here, queue 0, until the timer delivers them (:mod:`store.schedule.timer`)
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+#: The topics where the store keeps messages that are not delivered yet: never written to
+#: directly, never listed among the topics a reader picks by pattern
+WAITING_TOPICS = frozenset((SCHEDULE_TOPIC, TIMER_TOPIC))
+PROPERTY_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_MS = "TIMER_DELAY_MS"
+PROPERTY_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_OUT_MS = "TIMER_OUT_MS"
+PROPERTY_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
 # ours: "<sequence> <writer>" on the last record of an idempotent batch (MessageStore.put_batch)
 PROPERTY_WRITER = "RMQLOG_WRITER"
 #: Every property name starting with this is the store's own: users cannot set one.
@@ -38,9 +50,10 @@ ROCKETMQ_SYSTEM_PROPERTIES = frozenset((
     "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
     "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
 ))
-#: Timer properties: RocketMQ 5.x's names. The store does not implement timed delivery yet, so
-#: it refuses them rather than deliver such a message at once. (``DELAY``, 4.x's delay level,
-#: is taken from a put's properties as its delay level: :mod:`store.schedule.routing`.)
+#: Timer properties: RocketMQ 5.x's names. A put's ``TIMER_DELIVER_MS``, ``TIMER_DELAY_MS`` and
+#: ``TIMER_DELAY_SEC`` are taken from its properties as its delivery time
+#: (:mod:`store.schedule.timer_routing`), and ``DELAY``, 4.x's delay level, as its delay level
+#: (:mod:`store.schedule.routing`); the others are the store's to set.
 DELAY_PROPERTIES = frozenset((
     "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_ENQUEUE_MS",
     "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL",
@@ -293,7 +306,8 @@ def reserved_name_problem(keys: pa.Array) -> tuple[int, str] | None:
     j = int(np.flatnonzero(np.asarray(bad))[0])
     i, name = int(at[j]), names[j].as_py()
     if name in DELAY_PROPERTIES:
-        return i, f"property {name!r}: timed messages (RocketMQ 5's timer) are not supported yet; use a delay level"
+        return i, (f"property {name!r} is set by the store's timer; give a delivery time with deliverTime, "
+                   "TIMER_DELIVER_MS, TIMER_DELAY_MS or TIMER_DELAY_SEC")
     if name.startswith(STORE_PROPERTY_PREFIX):
         return i, f"property {name!r}: names starting with {STORE_PROPERTY_PREFIX!r} are reserved for the store"
     return i, f"property {name!r} is a RocketMQ system property name; use another name"

@@ -155,9 +155,13 @@ def _take_delay_property(table: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndar
     return table.set_column(i, "properties", maps), level, given
 
 
-def _reroute(
-    table: pa.Table, delayed: np.ndarray, level: np.ndarray, choose_queues: QueueChooser, queue_count: QueueCount,
-) -> Routed:
+def real_queues(
+    table: pa.Table, waiting: np.ndarray, choose_queues: QueueChooser, queue_count: QueueCount,
+) -> tuple[pa.Array, np.ndarray]:
+    """(the ``topic`` column as strings, the real queue id per row) for the rows that will wait
+    (``waiting``) in a delay or timer topic: each one's topic checked, its ``queueId`` checked
+    against the topic's queues, or chosen now by the writer's round robin when absent (as
+    RocketMQ's producer picks the queue before sending). Other rows keep their ``queueId``."""
     n = table.num_rows
     if "topic" not in table.column_names:
         raise InvalidMessageError("missing required column", row=None, field="topic")
@@ -169,7 +173,7 @@ def _reroute(
     else:
         qvalid, qids = np.zeros(n, bool), np.zeros(n, np.int64)
     real_q = qids.copy()
-    rows = np.flatnonzero(delayed)
+    rows = np.flatnonzero(waiting)
     enc = topics.take(pa.array(rows)).dictionary_encode()
     idx = np.asarray(enc.indices, np.int64)
     if enc.null_count:
@@ -186,8 +190,22 @@ def _reroute(
             raise QueueIdError(f"queue id {qids[bad[0]]} is not a queue of topic {name!r} ({count} queues)",
                                row=int(bad[0]), field="queueId")
         need = sel[~qvalid[sel]]
-        if len(need):  # the real queue is chosen now, as RocketMQ's producer does before sending
+        if len(need):
             real_q[need] = choose_queues(name, len(need))
+    return topics, real_q
+
+
+def _reroute(
+    table: pa.Table, delayed: np.ndarray, level: np.ndarray, choose_queues: QueueChooser, queue_count: QueueCount,
+) -> Routed:
+    topics, real_q = real_queues(table, delayed, choose_queues, queue_count)
+    n = table.num_rows
+    if "queueId" in table.column_names:
+        qcol = table.column("queueId").combine_chunks()
+        qvalid = np.asarray(qcol.is_valid()) if not pa.types.is_null(qcol.type) else np.zeros(n, bool)
+        qids = np.asarray(qcol.fill_null(0).cast(pa.int64())) if not pa.types.is_null(qcol.type) else np.zeros(n, np.int64)
+    else:
+        qvalid, qids = np.zeros(n, bool), np.zeros(n, np.int64)
     d = pa.array(delayed)
     new_topics = pc.if_else(d, pa.scalar(SCHEDULE_TOPIC), topics)
     new_q = np.where(delayed, level - 1, qids)

@@ -49,6 +49,7 @@ from .timeup import delivered_copies
 if TYPE_CHECKING:
     from ..parts import StoreParts
     from ..queue.reader import QueueReader
+    from .timer import TimerDelivery
 
 log = logging.getLogger(__name__)
 
@@ -71,10 +72,11 @@ class PassReport:
 
     delivered: dict[int, int] = field(default_factory=dict)
     lost: int = 0
+    timed: int = 0  # timed messages delivered (RocketMQ 5's timer)
 
     @property
     def total(self) -> int:
-        return sum(self.delivered.values())
+        return sum(self.delivered.values()) + self.timed
 
 
 class DelayScheduler:
@@ -101,6 +103,12 @@ class DelayScheduler:
         self.lock_path = parts.paths.root / LOCK_NAME
         self.last_error: BaseException | None = None
         self._thread_lock = threading.Lock()
+        #: the timed messages' delivery (:mod:`store.schedule.timer`), run in each pass
+        self.timer: TimerDelivery | None = None
+
+    def now_ms(self) -> int:
+        """The scheduler's clock (``wall_ms``, which tests drive)."""
+        return self.wall_ms()
 
     # ----------------------------------------------------------- service
     def run_once(self, now: float) -> bool:
@@ -132,7 +140,10 @@ class DelayScheduler:
 
     def _deliver(self, now: int) -> PassReport:
         report = PassReport()
-        self.parts.dispatcher.dispatch()  # the schedule queues hold every published delayed message
+        wall = self.wall_ms()
+        with self.parts.append_lock.held():
+            pass  # every record stored before `wall` is published now (store times are taken under this lock)
+        self.parts.dispatcher.dispatch()  # the schedule and timer queues hold every published waiting message
         offsets = load_delay_offsets(self.offsets_path)
         before = dict(offsets)
         state = self.parts.append_state()
@@ -145,6 +156,13 @@ class DelayScheduler:
             offsets[level] = self._deliver_level(level, queue, start, now, report)
         if offsets != before:
             save_delay_offsets(self.offsets_path, {k: v for k, v in offsets.items() if v or k in before})
+        if self.timer is not None:
+            # timed messages go by the wall clock: a pass asked to run "later" than it (now_ms)
+            # must not move the timer's progress past records not stored yet
+            report.timed, lost = self.timer.deliver(int(min(now, wall - 1)))
+            report.lost += lost
+        if report.total:
+            self.parts.dispatcher.dispatch()  # the copies are readable when the pass returns
         return report
 
     def _deliver_level(self, level: int, queue: int, start: int, now: int, report: PassReport) -> int:

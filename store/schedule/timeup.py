@@ -33,14 +33,18 @@ from ..log.properties import (
 )
 
 #: names the copy gets from its columns (KEYS, TAGS) or not at all (DELAY)
-_FROM_COLUMNS_OR_DROPPED = pa.array([PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_DELAY])
+_FROM_COLUMNS_OR_DROPPED = (PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_DELAY)
 #: names kept as the store's own items (not a user's: the put path would refuse them)
 _SYSTEM = pa.array(sorted((RESERVED_PROPERTIES | {PROPERTY_UNIQ_KEY}) - {PROPERTY_DELAY}))
 
 
-def delivered_copies(messages: pa.Table) -> tuple[pa.Table, pa.Array]:
+def delivered_copies(
+    messages: pa.Table, *, drop: tuple[str, ...] = (), add: dict[str, pa.Array] | None = None,
+) -> tuple[pa.Table, pa.Array]:
     """(the put table of the copies, their system properties pre-joined per row) for the
-    messages of ``messages`` (message-table rows of ``SCHEDULE_TOPIC_XXXX``), in order.
+    messages of ``messages`` (message-table rows of ``SCHEDULE_TOPIC_XXXX`` or of the timer
+    topic), in order. ``drop``: system names the copy loses besides ``DELAY``; ``add``: system
+    names the copy gets, a string value per row (the timer's ``TIMER_DEQUEUE_MS``...).
 
     A row without ``REAL_TOPIC`` or with a ``REAL_QID`` that is not a number cannot be
     delivered: :class:`ValueError` naming its commitlog offset (the caller decides)."""
@@ -53,7 +57,12 @@ def delivered_copies(messages: pa.Table) -> tuple[pa.Table, pa.Array]:
         i = int(np.flatnonzero(np.asarray(bad))[0])
         offset = messages.column("commitLogOffset")[i].as_py()
         raise ValueError(f"delayed message at commitlog offset {offset} has no usable REAL_TOPIC/REAL_QID")
-    user, system = _split_properties(props)
+    user, system = _split_properties(props, pa.array([*_FROM_COLUMNS_OR_DROPPED, *drop, *(add or {})]))
+    for name, values in (add or {}).items():
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        system = pc.binary_join_element_wise(system.cast(pa.string()), name + "\x01", values.cast(pa.string()), "\x02",
+                                             "").cast(pa.binary())
     table = pa.table({
         "topic": real_topic,
         "queueId": real_qid.cast(pa.int32()),
@@ -67,7 +76,7 @@ def delivered_copies(messages: pa.Table) -> tuple[pa.Table, pa.Array]:
     return table, system
 
 
-def _split_properties(props: pa.MapArray) -> tuple[pa.MapArray, pa.Array]:
+def _split_properties(props: pa.MapArray, dropped_names: pa.Array) -> tuple[pa.MapArray, pa.Array]:
     """(the user's entries as a map column, the system entries joined per row as binary)."""
     n = len(props)
     offsets = np.asarray(props.offsets, np.int64)
@@ -75,7 +84,7 @@ def _split_properties(props: pa.MapArray) -> tuple[pa.MapArray, pa.Array]:
     keys = props.keys.slice(base, count).cast(pa.string())
     items = props.items.slice(base, count).cast(pa.string())
     parent = np.repeat(np.arange(n), np.diff(offsets))
-    dropped = np.asarray(pc.or_(pc.is_in(keys, _FROM_COLUMNS_OR_DROPPED), pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
+    dropped = np.asarray(pc.or_(pc.is_in(keys, dropped_names), pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
     system = np.asarray(pc.is_in(keys, _SYSTEM)) & ~dropped
     user = ~dropped & ~system
 

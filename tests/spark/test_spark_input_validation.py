@@ -18,7 +18,8 @@ def write(df, root: str, **options: str) -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [("RMQLOG_WRITER", r"row 3, field 'properties'.*RMQLOG_WRITER.*reserved for the store"),
-     ("TIMER_DELIVER_MS", r"row 3, field 'properties'.*timed messages .* not supported yet"),
+     ("TIMER_DELIVER_MS", r"row 3, field 'properties'.*TIMER_DELIVER_MS is '999 evil', not a number"),
+     ("TIMER_OUT_MS", r"row 3, field 'properties'.*set by the store's timer"),
      ("DELAY", r"row 3, field 'properties'.*not a delay level"),
      ("TRAN_MSG", r"row 3, field 'properties'.*'TRAN_MSG' is a RocketMQ system property")],
 )

@@ -13,7 +13,7 @@ from ...errors import InvalidMessageError, QueueIdError
 
 def single_message_table(
     topic: str, body: bytes | str, *, queue_id: int | None, tags: str | None, keys: Iterable[str] | str,
-    properties: Mapping[str, str] | None, flag: int, delay_level: int | None = None,
+    properties: Mapping[str, str] | None, flag: int, delay_level: int | None = None, deliver_time_ms: int | None = None,
 ) -> pa.Table:
     """The row of one message; ``keys`` as a list or a space-separated string (RocketMQ's form)."""
     if isinstance(keys, str):
@@ -32,6 +32,7 @@ def single_message_table(
         ("flag", isinstance(flag, int) and not isinstance(flag, bool)),
         ("queueId", queue_id is None or (isinstance(queue_id, int) and not isinstance(queue_id, bool))),
         ("delayLevel", delay_level is None or (isinstance(delay_level, int) and not isinstance(delay_level, bool))),
+        ("deliverTime", deliver_time_ms is None or (isinstance(deliver_time_ms, int) and not isinstance(deliver_time_ms, bool))),
     )
     for name, ok in checks:
         if not ok:
@@ -54,4 +55,8 @@ def single_message_table(
         if not -(1 << 31) <= delay_level < 1 << 31:
             raise InvalidMessageError("delay level does not fit in 32 bits", row=0, field="delayLevel")
         cols["delayLevel"] = pa.array([delay_level], pa.int32())
+    if deliver_time_ms is not None:
+        if not 0 <= deliver_time_ms < 1 << 62:
+            raise InvalidMessageError("delivery time out of range (ms since the epoch)", row=0, field="deliverTime")
+        cols["deliverTime"] = pa.array([deliver_time_ms], pa.int64())
     return pa.table(cols)

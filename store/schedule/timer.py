@@ -1,0 +1,244 @@
+"""Timed messages' delivery (RocketMQ 5's ``TimerMessageStore``), exactly once, each pass in
+proportion to what is due.
+
+Where they wait: ``rmq_sys_wheel_timer`` queue 0 (:mod:`store.schedule.timer_routing`); each
+unit's tagsCode is the time the message is due, ``max(TIMER_OUT_MS + precision, store
+time)`` (:func:`timer_tags_codes`), so the queue alone says when each is due. The time wheel
+(:mod:`store.schedule.timer_wheel`) indexes them by due time.
+
+A pass (:meth:`TimerDelivery.deliver`), run by the scheduler's pass under its lock:
+
+1. ``D_new``: the pass's time, at most the wall clock read before the scheduler's pass took
+   the append lock, less 1 ms. Every record stored at or before ``D_new`` was then already
+   published (store times are taken under that lock and never go back), and the pass has
+   dispatched it: a message due by ``D_new`` is in the timer queue when the pass looks.
+2. ``D_old``: the last pass's ``D_new``, the larger of the state's and of the writer
+   ``timer``'s sequence (the progress committed with the deliveries themselves).
+3. Enqueue the timer queue's new units: those due after ``D_old`` into the wheel (due at or
+   before it: delivered already, by a pass whose state write a crash lost).
+4. Deliver what the wheel holds due in ``(D_old, D_new]``, in batches cut at due-time
+   boundaries, each an idempotent append (writer ``timer``, sequence = the largest due time
+   it covers; the last one ``D_new``): a pass killed at any moment leaves the sequence at a
+   time below which everything is delivered and above which nothing is, so nothing is lost
+   or repeated.
+
+After a long stop (``D_new - D_old`` beyond ``timer_max_delay_sec``), a lost or untrusted
+index, or a log four times larger than what is pending, the pass scans the whole timer queue
+instead (what is due is delivered from the scan, the rest re-indexed): a cost in proportion
+to the queue, paid rarely.
+
+The delivered copy (``TimerMessageStore.convertMessage``): topic ``REAL_TOPIC``, queue
+``REAL_QID``, both removed from its properties; ``TIMER_OUT_MS`` and the timer property it
+was sent with kept; ``TIMER_ENQUEUE_MS`` (its store time) and ``TIMER_DEQUEUE_MS`` (the
+pass's wall time) added; body, tags, keys, flag, born time and user properties as sent.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import MessagesDeletedError
+from ..log.properties import (
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
+    TIMER_TOPIC,
+    ParsedProperties,
+)
+from ..log.writer_marker import writer_marker
+from ..queue.checked_read import read_units
+from ..queue.consume_queue import CQ_UNIT, FILLER_SIZE
+from .timer_wheel import ENTRY, TimerState, TimerWheel, wheel_slots
+from .timeup import delivered_copies
+
+if TYPE_CHECKING:
+    from ..parts import StoreParts
+    from ..queue.reader import QueueReader
+
+log = logging.getLogger(__name__)
+
+#: The idempotent writer of the timer's deliveries.
+TIMER_WRITER = "timer"
+#: Units read per step while enqueueing or scanning; messages delivered per append.
+STEP = 65_536
+
+#: (table, idempotence marker, system properties) -> appends the batch (the store's put path)
+Put = Callable[[pa.Table, tuple[str, str] | None, pa.Array | None], object]
+
+
+def timer_tags_codes(precision_ms: int):  # noqa: ANN201 - returns the dispatcher's hook
+    """The dispatcher's hook giving timer-topic units their due time as tagsCode (see the
+    module docstring); other units keep theirs."""
+
+    def hook(topics: list[str], tidx: np.ndarray, parsed: ParsedProperties, header: dict[str, np.ndarray],
+             codes: np.ndarray) -> np.ndarray:
+        if TIMER_TOPIC not in topics:
+            return codes
+        rows = np.flatnonzero(tidx == topics.index(TIMER_TOPIC))
+        if not len(rows):
+            return codes
+        values = parsed.column(PROPERTY_TIMER_OUT_MS).take(pa.array(rows))
+        ok = np.asarray(pc.fill_null(pc.match_substring_regex(values, r"^-?[0-9]{1,18}$"), False))
+        out = np.zeros(len(rows), np.int64)
+        if ok.any():
+            out[ok] = np.asarray(values.filter(pa.array(ok)).cast(pa.int64())) + precision_ms
+        codes = np.array(codes, np.int64, copy=True)
+        # a unit without a usable TIMER_OUT_MS is due when stored: delivered (or refused) at once
+        codes[rows] = np.maximum(out, header["storeTimestamp"][rows].astype(np.int64))
+        return codes
+
+    return hook
+
+
+class TimerDelivery:
+    """The timer of the store of ``parts`` (see the module docstring); ``put`` is the store's
+    put path, ``wall_ms`` the clock of the copies' ``TIMER_DEQUEUE_MS``."""
+
+    def __init__(
+        self, parts: StoreParts, reader: QueueReader, put: Put, *, max_delay_ms: int, precision_ms: int,
+        wall_ms: Callable[[], int],
+    ) -> None:
+        self.parts = parts
+        self.reader = reader
+        self.put = put
+        self.max_delay_ms = max_delay_ms
+        self.wall_ms = wall_ms
+        self.wheel = TimerWheel(parts.paths.root / "timer", wheel_slots(max_delay_ms, precision_ms), precision_ms)
+
+    def deliver(self, d_new: int) -> tuple[int, int]:
+        """One pass up to ``d_new`` (ms; the caller applies step 1's bound). Returns (messages
+        delivered, messages lost to retention before delivery)."""
+        cq = self.parts.consume_queue(TIMER_TOPIC, 0)
+        state = self.wheel.load()
+        if state is None and not cq.directory.is_dir():
+            return 0, 0  # no timed message was ever stored
+        done = self.parts.append_state().writers.get(TIMER_WRITER)
+        d_old = max(state.delivered if state is not None else 0, int(done) if done is not None else 0)
+        if d_new <= d_old and state is not None:
+            return 0, 0
+        d_new = max(d_new, d_old)
+        lo, hi, floor = self.reader.read_bounds(cq)
+        lost = 0
+        if state is None or d_new - d_old > self.max_delay_ms or state.log_end > 4 * state.pending + (1 << 20):
+            state, due, lost = self._rescan(cq, lo, hi, d_old, d_new)
+        else:
+            if state.enqueued < lo:
+                lost += lo - state.enqueued
+                state.enqueued = lo
+            self._enqueue(cq, state, hi, d_old)
+            due = self.wheel.due_between(state, d_old, d_new)
+        delivered, gone = self._deliver(cq, due, floor, d_new)
+        state.delivered = d_new
+        state.pending = max(0, state.pending - delivered - gone)
+        if state.pending == 0 and state.log_end:
+            self.wheel.reset(state)  # nothing waits: the log starts again empty
+        self.wheel.save(state)
+        return delivered, lost + gone
+
+    def _enqueue(self, cq, state: TimerState, hi: int, d_old: int) -> None:  # noqa: ANN001 - a ConsumeQueue
+        """Index the units ``[state.enqueued, hi)`` due after ``d_old`` (dirty while it runs)."""
+        if state.enqueued >= hi:
+            return
+        state.dirty = True
+        self.wheel.save(state)
+        pos = state.enqueued
+        while pos < hi:
+            units = cq.read(pos, min(STEP, hi - pos))
+            if not len(units):
+                break
+            q = pos + np.arange(len(units), dtype=np.int64)
+            due = units["tagsCode"].astype(np.int64)
+            keep = (units["size"] != FILLER_SIZE) & (due > d_old)
+            self.wheel.add(state, due[keep], units["offset"][keep].astype(np.int64), q[keep],
+                           units["size"][keep].astype(np.int64))
+            pos += len(units)
+        state.enqueued = pos
+        state.dirty = False
+        self.wheel.save(state)
+
+    def _rescan(self, cq, lo: int, hi: int, d_old: int, d_new: int) -> tuple[TimerState, np.ndarray, int]:  # noqa: ANN001
+        """Rebuild the index from the whole timer queue; returns the new state, the entries due
+        in ``(d_old, d_new]`` (delivered from the scan), and 0 lost."""
+        state = TimerState(enqueued=lo, delivered=d_old, slots=self.wheel.slots, dirty=True)
+        self.wheel.reset(state)
+        self.wheel.save(state)
+        due_parts = []
+        pos = lo
+        while pos < hi:
+            units = cq.read(pos, min(STEP, hi - pos))
+            if not len(units):
+                break
+            q = pos + np.arange(len(units), dtype=np.int64)
+            due = units["tagsCode"].astype(np.int64)
+            real = units["size"] != FILLER_SIZE
+            now = real & (due > d_old) & (due <= d_new)
+            if now.any():
+                e = np.zeros(int(now.sum()), ENTRY)
+                e["due"], e["offset"], e["queueOffset"], e["size"] = due[now], units["offset"][now], q[now], units["size"][now]
+                due_parts.append(e)
+                state.pending += len(e)  # counted as pending until delivered
+            later = real & (due > d_new)
+            self.wheel.add(state, due[later], units["offset"][later].astype(np.int64), q[later],
+                           units["size"][later].astype(np.int64))
+            pos += len(units)
+        state.enqueued = pos
+        state.dirty = False
+        self.wheel.save(state)
+        log.info("timer: index rebuilt from %s queue 0 [%d, %d): %d pending", TIMER_TOPIC, lo, pos, state.pending)
+        return state, (np.concatenate(due_parts) if due_parts else np.zeros(0, ENTRY)), 0
+
+    def _deliver(self, cq, entries: np.ndarray, floor: int, d_new: int) -> tuple[int, int]:  # noqa: ANN001
+        """Append the copies of ``entries``, in batches of at most :data:`STEP` cut where the
+        due time changes; returns (delivered, lost to retention)."""
+        if not len(entries):
+            return 0, 0
+        entries = entries[np.lexsort((entries["queueOffset"], entries["due"]))]
+        due = entries["due"]
+        delivered = lost = 0
+        start = 0
+        while start < len(entries):
+            end = min(start + STEP, len(entries))
+            if end < len(entries) and due[end] == due[end - 1]:
+                cut = int(np.searchsorted(due, due[end], side="left"))  # not inside one due time
+                end = cut if cut > start else int(np.searchsorted(due, due[end], side="right"))
+            sequence = int(d_new) if end == len(entries) else int(due[end - 1])
+            got, gone = self._append(cq, entries[start:end], floor, sequence)
+            delivered, lost = delivered + got, lost + gone
+            start = end
+        return delivered, lost
+
+    def _append(self, cq, batch: np.ndarray, floor: int, sequence: int) -> tuple[int, int]:  # noqa: ANN001
+        batch = batch[np.argsort(batch["queueOffset"], kind="stable")]
+        lost = 0
+        while len(batch):
+            units = np.zeros(len(batch), CQ_UNIT)
+            units["offset"], units["size"], units["tagsCode"] = batch["offset"], batch["size"], batch["due"]
+            try:
+                messages = read_units(
+                    self.parts.commitlog, cq, units, batch["queueOffset"], topic=TIMER_TOPIC, queue_id=0, floor=floor,
+                    tail=self.parts.published_tail(), check_crc=self.reader.check_crc(None),
+                )
+                break
+            except MessagesDeletedError as gone:  # retention deleted them before they were due
+                keep = batch["queueOffset"] >= gone.end
+                lost += int((~keep).sum())
+                log.warning("timer: %s queue 0 offsets %d..%d were deleted before delivery", TIMER_TOPIC, gone.start, gone.end)
+                batch = batch[keep]
+        if not len(batch):
+            return 0, lost
+        n = messages.num_rows
+        stored = pc.cast(pc.cast(messages.column("storeTimestamp"), pa.timestamp("ms")), pa.int64())
+        table, system = delivered_copies(
+            messages, drop=(PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID),
+            add={PROPERTY_TIMER_ENQUEUE_MS: stored, PROPERTY_TIMER_DEQUEUE_MS: pa.array(np.full(n, self.wall_ms(), np.int64))},
+        )
+        self.put(table, writer_marker(TIMER_WRITER, sequence), system)
+        return n, lost
