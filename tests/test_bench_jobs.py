@@ -53,3 +53,16 @@ def test_bench_durability_prints_every_target_figure_beside_its_peer(tmp_path: P
     assert puts == 20 and 1 <= syncs <= puts  # the measured puts' syncs only: never more than one each
     assert "peer: pwrite+fdatasync" in sync and "under ASYNC_FLUSH" in sync
     assert re.search(r"ASYNC_FLUSH put_batch, .* \| same store, flusher held off: [\d,]+ msgs/s", out), out
+
+
+def test_bench_timer_prints_every_target_figure_beside_its_peer(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(JOBS / "bench_timer.py"), "--messages", "3000", "--rounds", "1", "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    assert re.search(r"timer: 3,000 due together, one pass: [\d.]+ M msgs/s", out), out
+    assert re.search(r"peer, put_batch of the same messages: [\d.]+ M msgs/s", out), out
+    assert re.search(r"timer: 3,000 pending, ~1,000 due per second, a pass per second: p50 [\d.]+ ms  p99 [\d.]+ ms", out), out
+    assert re.search(r"peer, a pass with nothing due: p50", out), out
+    late = re.search(r"timer lateness, a pass every second: .* \(min (-?\d+) ms: never early", out)
+    assert late and int(late.group(1)) >= 0, out

@@ -81,6 +81,8 @@ def install(parts: StoreParts, appender: Appender, reader: QueueReader) -> Delay
     parts.dispatcher.codes_hook = lambda *args: timer_codes(*args[:4], level_codes(*args))
 
     def put(t: pa.Table, marker: tuple[str, str] | None, system: pa.Array | None) -> object:
+        # appended as a broker's delivery is (RocketMQ's putMessage): readable once dispatched,
+        # by the dispatcher service or a reader's dispatch
         return appender.put_table(t, marker, system=system)
 
     scheduler = DelayScheduler(parts, reader, put, levels)

@@ -161,8 +161,6 @@ class DelayScheduler:
             # must not move the timer's progress past records not stored yet
             report.timed, lost = self.timer.deliver(int(min(now, wall - 1)))
             report.lost += lost
-        if report.total:
-            self.parts.dispatcher.dispatch()  # the copies are readable when the pass returns
         return report
 
     def _deliver_level(self, level: int, queue: int, start: int, now: int, report: PassReport) -> int:

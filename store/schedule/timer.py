@@ -2,9 +2,11 @@
 proportion to what is due.
 
 Where they wait: ``rmq_sys_wheel_timer`` queue 0 (:mod:`store.schedule.timer_routing`); each
-unit's tagsCode is the time the message is due, ``max(TIMER_OUT_MS + precision, store
-time)`` (:func:`timer_tags_codes`), so the queue alone says when each is due. The time wheel
-(:mod:`store.schedule.timer_wheel`) indexes them by due time.
+unit's tagsCode is the time the message is due: the time it was sent with, to the
+millisecond, never before its store time (:func:`timer_tags_codes`), so the queue alone says
+when each is due. The time wheel (:mod:`store.schedule.timer_wheel`) indexes them by due
+time in buckets of ``timer_precision_ms``. A message is delivered by the first pass at or
+after its time: late by at most the pass interval (plus the pass), never early.
 
 A pass (:meth:`TimerDelivery.deliver`), run by the scheduler's pass under its lock:
 
@@ -16,11 +18,12 @@ A pass (:meth:`TimerDelivery.deliver`), run by the scheduler's pass under its lo
    ``timer``'s sequence (the progress committed with the deliveries themselves).
 3. Enqueue the timer queue's new units: those due after ``D_old`` into the wheel (due at or
    before it: delivered already, by a pass whose state write a crash lost).
-4. Deliver what the wheel holds due in ``(D_old, D_new]``, in batches cut at due-time
-   boundaries, each an idempotent append (writer ``timer``, sequence = the largest due time
-   it covers; the last one ``D_new``): a pass killed at any moment leaves the sequence at a
-   time below which everything is delivered and above which nothing is, so nothing is lost
-   or repeated.
+4. Deliver what the wheel holds due in ``(D_old, D_new]``, oldest first (then in queue
+   order), in batches of 65,536, each an idempotent append (writer ``timer``) whose sequence
+   says exactly what is delivered with it: ``due << 20 | k``, every message due before
+   ``due`` and the first ``k`` due at ``due`` (``k = 2**20 - 1``: all of them; the last batch
+   says ``D_new``). A pass killed at any moment leaves a sequence that splits the messages
+   into delivered and not, so nothing is lost or repeated.
 
 After a long stop (``D_new - D_old`` beyond ``timer_max_delay_sec``), a lost or untrusted
 index, or a log four times larger than what is pending, the pass scans the whole timer queue
@@ -47,6 +50,9 @@ from ..errors import MessagesDeletedError
 from ..log.properties import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TIMER_DEQUEUE_MS,
     PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
@@ -69,6 +75,9 @@ log = logging.getLogger(__name__)
 TIMER_WRITER = "timer"
 #: Units read per step while enqueueing or scanning; messages delivered per append.
 STEP = 65_536
+#: The writer ``timer``'s sequence: ``due << SEQ_SHIFT | k`` (see :meth:`TimerDelivery._deliver`).
+SEQ_SHIFT = 20
+GROUP_DONE = (1 << SEQ_SHIFT) - 1
 
 #: (table, idempotence marker, system properties) -> appends the batch (the store's put path)
 Put = Callable[[pa.Table, tuple[str, str] | None, pa.Array | None], object]
@@ -76,7 +85,18 @@ Put = Callable[[pa.Table, tuple[str, str] | None, pa.Array | None], object]
 
 def timer_tags_codes(precision_ms: int):  # noqa: ANN201 - returns the dispatcher's hook
     """The dispatcher's hook giving timer-topic units their due time as tagsCode (see the
-    module docstring); other units keep theirs."""
+    module docstring); other units keep theirs. The time is the one the message was sent
+    with (``TIMER_DELIVER_MS``, or its store time plus ``TIMER_DELAY_MS`` / ``TIMER_DELAY_SEC``,
+    RocketMQ's precedence), else ``TIMER_OUT_MS + precision`` (a record another tool wrote),
+    and never before its store time."""
+
+    def number(parsed: ParsedProperties, name: str, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        values = parsed.column(name).take(pa.array(rows))
+        ok = np.asarray(pc.fill_null(pc.match_substring_regex(values, r"^-?[0-9]{1,15}$"), False))
+        out = np.zeros(len(rows), np.int64)
+        if ok.any():
+            out[ok] = np.asarray(values.filter(pa.array(ok)).cast(pa.int64()))
+        return out, ok
 
     def hook(topics: list[str], tidx: np.ndarray, parsed: ParsedProperties, header: dict[str, np.ndarray],
              codes: np.ndarray) -> np.ndarray:
@@ -85,14 +105,15 @@ def timer_tags_codes(precision_ms: int):  # noqa: ANN201 - returns the dispatche
         rows = np.flatnonzero(tidx == topics.index(TIMER_TOPIC))
         if not len(rows):
             return codes
-        values = parsed.column(PROPERTY_TIMER_OUT_MS).take(pa.array(rows))
-        ok = np.asarray(pc.fill_null(pc.match_substring_regex(values, r"^-?[0-9]{1,18}$"), False))
-        out = np.zeros(len(rows), np.int64)
-        if ok.any():
-            out[ok] = np.asarray(values.filter(pa.array(ok)).cast(pa.int64())) + precision_ms
+        stored = header["storeTimestamp"][rows].astype(np.int64)
+        out, has = number(parsed, PROPERTY_TIMER_OUT_MS, rows)
+        due = np.where(has, out + precision_ms, stored)  # without any: due when stored
+        for name, scale, relative in ((PROPERTY_TIMER_DELIVER_MS, 1, False), (PROPERTY_TIMER_DELAY_MS, 1, True),
+                                      (PROPERTY_TIMER_DELAY_SEC, 1000, True)):  # the last found wins: RocketMQ's order
+            value, ok = number(parsed, name, rows)
+            due = np.where(ok, value * scale + (stored if relative else 0), due)
         codes = np.array(codes, np.int64, copy=True)
-        # a unit without a usable TIMER_OUT_MS is due when stored: delivered (or refused) at once
-        codes[rows] = np.maximum(out, header["storeTimestamp"][rows].astype(np.int64))
+        codes[rows] = np.maximum(due, stored)
         return codes
 
     return hook
@@ -121,7 +142,14 @@ class TimerDelivery:
         if state is None and not cq.directory.is_dir():
             return 0, 0  # no timed message was ever stored
         done = self.parts.append_state().writers.get(TIMER_WRITER)
-        d_old = max(state.delivered if state is not None else 0, int(done) if done is not None else 0)
+        d_old = state.delivered if state is not None else 0
+        skip: tuple[int, int] | None = None  # (due time, entries of it delivered): a batch cut inside one time
+        if done is not None:
+            at, k = int(done) >> SEQ_SHIFT, int(done) & GROUP_DONE
+            if k == GROUP_DONE:
+                d_old = max(d_old, at)
+            elif at > d_old:
+                d_old, skip = at - 1, (at, k)
         if d_new <= d_old and state is not None:
             return 0, 0
         d_new = max(d_new, d_old)
@@ -135,8 +163,9 @@ class TimerDelivery:
                 state.enqueued = lo
             self._enqueue(cq, state, hi, d_old)
             due = self.wheel.due_between(state, d_old, d_new)
-        delivered, gone = self._deliver(cq, due, floor, d_new)
+        delivered, gone = self._deliver(cq, due, floor, d_new, skip)
         state.delivered = d_new
+        state.dirty = False
         state.pending = max(0, state.pending - delivered - gone)
         if state.pending == 0 and state.log_end:
             self.wheel.reset(state)  # nothing waits: the log starts again empty
@@ -165,8 +194,9 @@ class TimerDelivery:
         self.wheel.save(state)
 
     def _rescan(self, cq, lo: int, hi: int, d_old: int, d_new: int) -> tuple[TimerState, np.ndarray, int]:  # noqa: ANN001
-        """Rebuild the index from the whole timer queue; returns the new state, the entries due
-        in ``(d_old, d_new]`` (delivered from the scan), and 0 lost."""
+        """Rebuild the index from the whole timer queue; returns the new state (dirty until the
+        pass has delivered), the entries due in ``(d_old, d_new]`` (delivered from the scan,
+        not indexed: their span may be longer than the wheel's), and 0 lost."""
         state = TimerState(enqueued=lo, delivered=d_old, slots=self.wheel.slots, dirty=True)
         self.wheel.reset(state)
         self.wheel.save(state)
@@ -190,26 +220,42 @@ class TimerDelivery:
                            units["size"][later].astype(np.int64))
             pos += len(units)
         state.enqueued = pos
-        state.dirty = False
+        # still dirty: what is due now was taken from the scan, not the wheel, so a pass killed
+        # before it delivers them must scan again (cleared when this pass is done)
         self.wheel.save(state)
         log.info("timer: index rebuilt from %s queue 0 [%d, %d): %d pending", TIMER_TOPIC, lo, pos, state.pending)
         return state, (np.concatenate(due_parts) if due_parts else np.zeros(0, ENTRY)), 0
 
-    def _deliver(self, cq, entries: np.ndarray, floor: int, d_new: int) -> tuple[int, int]:  # noqa: ANN001
-        """Append the copies of ``entries``, in batches of at most :data:`STEP` cut where the
-        due time changes; returns (delivered, lost to retention)."""
-        if not len(entries):
-            return 0, 0
+    def _deliver(
+        self, cq, entries: np.ndarray, floor: int, d_new: int, skip: tuple[int, int] | None,  # noqa: ANN001
+    ) -> tuple[int, int]:
+        """Append the copies of ``entries`` (oldest due first, then queue order) in batches of
+        at most :data:`STEP`; ``skip``: the first entries of one due time a killed pass
+        delivered already. Returns (delivered, lost to retention).
+
+        Each batch's sequence says exactly what is delivered once it is appended:
+        ``due << SEQ_SHIFT | k`` = every entry due before ``due`` and the first ``k`` due at
+        ``due`` (``k = GROUP_DONE``: all of them)."""
         entries = entries[np.lexsort((entries["queueOffset"], entries["due"]))]
         due = entries["due"]
+        group_start = np.searchsorted(due, due, side="left")  # where each entry's due time begins
+        rank = np.arange(len(entries)) - group_start  # its place among the entries of its due time
+        if skip is not None:
+            keep = ~((due == skip[0]) & (rank < skip[1]))
+            entries, due, rank = entries[keep], due[keep], rank[keep]  # ranks still count the skipped ones
         delivered = lost = 0
         start = 0
         while start < len(entries):
             end = min(start + STEP, len(entries))
-            if end < len(entries) and due[end] == due[end - 1]:
-                cut = int(np.searchsorted(due, due[end], side="left"))  # not inside one due time
-                end = cut if cut > start else int(np.searchsorted(due, due[end], side="right"))
-            sequence = int(d_new) if end == len(entries) else int(due[end - 1])
+            if end == len(entries):
+                sequence = int(d_new) << SEQ_SHIFT | GROUP_DONE
+            elif due[end] != due[end - 1]:
+                sequence = int(due[end - 1]) << SEQ_SHIFT | GROUP_DONE
+            elif int(rank[end]) < GROUP_DONE:  # cut inside one due time: say how many of it are done
+                sequence = int(due[end]) << SEQ_SHIFT | int(rank[end])
+            else:  # more than GROUP_DONE entries share one millisecond: the rest of it goes in this batch
+                end = int(np.searchsorted(due, due[end], side="right"))
+                sequence = (int(due[end - 1]) << SEQ_SHIFT | GROUP_DONE) if end < len(entries) else int(d_new) << SEQ_SHIFT | GROUP_DONE
             got, gone = self._append(cq, entries[start:end], floor, sequence)
             delivered, lost = delivered + got, lost + gone
             start = end
