@@ -8,8 +8,9 @@ tags, keys, flag, born timestamp and properties, and goes to topic ``REAL_TOPIC`
 - ``DELAY`` is removed (the copy is not delayed again);
 - ``REAL_TOPIC`` / ``REAL_QID`` stay, as RocketMQ leaves them on the copy;
 - ``UNIQ_KEY`` stays: the copy has the client msgId of the message that was sent;
-- every other RocketMQ system name is kept as it was stored, and the store's own
-  ``RMQLOG_*`` markers are dropped (the copy is the scheduler's append, not the writer's).
+- every other entry (RocketMQ's system names and the user's) is kept as it was stored, in its
+  order, and the store's own ``RMQLOG_*`` markers are dropped (the copy is the scheduler's
+  append, not the writer's).
 
 The copy is a new record: new commitlog offset and offset msgId, new store time; its born
 host is the store's (the put path has no per-row born host).
@@ -27,15 +28,11 @@ from ..log.properties import (
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    RESERVED_PROPERTIES,
     STORE_PROPERTY_PREFIX,
 )
 
 #: names the copy gets from its columns (KEYS, TAGS) or not at all (DELAY)
 _FROM_COLUMNS_OR_DROPPED = (PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_DELAY)
-#: names kept as the store's own items (not a user's: the put path would refuse them)
-_SYSTEM = pa.array(sorted((RESERVED_PROPERTIES | {PROPERTY_UNIQ_KEY}) - {PROPERTY_DELAY}))
 
 
 def delivered_copies(
@@ -57,42 +54,40 @@ def delivered_copies(
         i = int(np.flatnonzero(np.asarray(bad))[0])
         offset = messages.column("commitLogOffset")[i].as_py()
         raise ValueError(f"delayed message at commitlog offset {offset} has no usable REAL_TOPIC/REAL_QID")
-    user, system = _split_properties(props, pa.array([*_FROM_COLUMNS_OR_DROPPED, *drop, *(add or {})]))
-    for name, values in (add or {}).items():
-        if isinstance(values, pa.ChunkedArray):
-            values = values.combine_chunks()
-        system = pc.binary_join_element_wise(system.cast(pa.string()), name + "\x01", values.cast(pa.string()), "\x02",
-                                             "").cast(pa.binary())
+    system = _kept_properties(props, pa.array([*_FROM_COLUMNS_OR_DROPPED, *drop, *(add or {})]))
+    if add:
+        pieces: list[object] = []
+        for name, values in add.items():
+            if isinstance(values, pa.ChunkedArray):
+                values = values.combine_chunks()
+            pieces += [name + "\x01", values.cast(pa.string()), "\x02"]
+        system = pc.binary_join_element_wise(system, *pieces, "")
     table = pa.table({
         "topic": real_topic,
         "queueId": real_qid.cast(pa.int32()),
         "body": messages.column("body"),
         "tags": messages.column("tags"),
         "keys": messages.column("keys"),
-        "properties": user,
         "flag": messages.column("flag"),
         "bornTimestamp": messages.column("bornTimestamp"),
     })
-    return table, system
+    return table, system.cast(pa.binary())
 
 
-def _split_properties(props: pa.MapArray, dropped_names: pa.Array) -> tuple[pa.MapArray, pa.Array]:
-    """(the user's entries as a map column, the system entries joined per row as binary)."""
+def _kept_properties(props: pa.MapArray, dropped_names: pa.Array) -> pa.Array:
+    """Every entry of each row but ``dropped_names`` and the store's ``RMQLOG_*`` markers, in
+    stored order, joined per row (``name\x01value\x02``...). The copy gets them all as the
+    store's own items: they were checked when first put (user names) or are RocketMQ's, so
+    they are not checked again, and their order is kept."""
     n = len(props)
     offsets = np.asarray(props.offsets, np.int64)
     base, count = int(offsets[0]), int(offsets[-1] - offsets[0])
     keys = props.keys.slice(base, count).cast(pa.string())
     items = props.items.slice(base, count).cast(pa.string())
     parent = np.repeat(np.arange(n), np.diff(offsets))
-    dropped = np.asarray(pc.or_(pc.is_in(keys, dropped_names), pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
-    system = np.asarray(pc.is_in(keys, _SYSTEM)) & ~dropped
-    user = ~dropped & ~system
-
-    def per_row(mask: np.ndarray) -> np.ndarray:
-        return np.concatenate([[0], np.cumsum(np.bincount(parent[mask], minlength=n))]).astype(np.int32)
-
-    user_map = pa.MapArray.from_arrays(pa.array(per_row(user)), keys.filter(pa.array(user)), items.filter(pa.array(user)))
-    sel = pa.array(system)
+    kept = ~np.asarray(pc.or_(pc.is_in(keys, dropped_names), pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
+    sel = pa.array(kept)
     pairs = pc.binary_join_element_wise(keys.filter(sel), "\x01", items.filter(sel), "\x02", "")
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(per_row(system)), pairs), "")
-    return user_map, pc.fill_null(joined, "").cast(pa.binary())
+    row_offsets = np.concatenate([[0], np.cumsum(np.bincount(parent[kept], minlength=n))]).astype(np.int32)
+    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(row_offsets), pairs), "")
+    return pc.fill_null(joined, "")
