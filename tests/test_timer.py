@@ -5,7 +5,6 @@ passes, rebuilds, crashes and processes. Passes are driven by the scheduler's cl
 
 from __future__ import annotations
 
-import os
 import random
 import signal
 import subprocess
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import REPO_ROOT, small_store_config
+from conftest import small_store_config, subprocess_env
 
 import store
 from store.hashing import java_string_hash
@@ -190,7 +189,7 @@ s.deliver_due(t0)
 assert s.scheduler.timer.wheel.load() is not None
 os.kill(os.getpid(), signal.SIGKILL)
 """
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = subprocess_env()
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == -signal.SIGKILL
     with store.MessageStore.open(root) as s:
         assert s.recovery is not None and s.recovery.abnormal
@@ -288,7 +287,7 @@ def test_three_processes_running_passes_deliver_each_message_once(tmp_path: Path
     root = tmp_path / "s"
     due = _fill_timed(root, 3000)
     time.sleep(max(0.0, (due - now_ms()) / 1000))
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = subprocess_env()
     children = [subprocess.Popen([sys.executable, "-c", PASS_CHILD, str(root), "3", "500"], env=env, stdout=subprocess.PIPE)
                 for _ in range(3)]
     for c in children:
@@ -300,7 +299,7 @@ def test_three_processes_running_passes_deliver_each_message_once(tmp_path: Path
 @pytest.mark.slow
 def test_a_timer_killed_at_any_moment_loses_and_repeats_nothing(tmp_path: Path) -> None:
     rng = random.Random(7)
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    env = subprocess_env()
     for trial, (times, step) in enumerate([(1000, 65_536), (3, 997), (7, 101)]):
         root = tmp_path / f"s{trial}"
         due = _fill_timed(root, 20_000, times)

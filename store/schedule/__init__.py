@@ -1,5 +1,6 @@
-"""Delay messages (RocketMQ 4.x's delay levels) and timed messages (RocketMQ 5's timer): routing on put, the delivery time of each
-unit, the delivered copy, the progress file and the scheduler service.
+"""Delay messages (RocketMQ 4.x's delay levels) and timed messages (RocketMQ 5's timer):
+routing on put, the delivery time of each unit, the delivered copy, the progress file and the
+scheduler service.
 
 - :mod:`.routing`: rows with a delay level go to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``;
 - :mod:`.levels`: their units' tagsCode is the time they are due;
@@ -66,7 +67,7 @@ def install(parts: StoreParts, appender: Appender, reader: QueueReader) -> Delay
     def route(table: pa.Table) -> tuple[pa.Table, pa.Array | None]:
         timed = route_timers(table, time.time_ns() // 1_000_000, max_delay_ms, precision_ms, choose, queue_count)
         routed = route_delays(timed.table, len(levels), choose, queue_count)
-        if timed.delayed:
+        if timed.timed:
             ensure_topic(TIMER_TOPIC, 1)
         if routed.delayed:
             ensure_topic(SCHEDULE_TOPIC, len(levels))  # one queue per level (RocketMQ: 18)

@@ -83,7 +83,7 @@ def route_delays(table: pa.Table, max_level: int, choose_queues: QueueChooser, q
             raise InvalidMessageError(f"delayLevel {level[row]} and property DELAY {prop_level[row]} disagree",
                                       row=row, field=DELAY_LEVEL_COLUMN)
         level = np.where(prop_given, prop_level, level)
-    _refuse_schedule_topic(table)
+    refuse_topic(table, SCHEDULE_TOPIC, "delayed messages: give a delayLevel")
     delayed = level > 0
     if not delayed.any():
         return Routed(table, None)
@@ -91,19 +91,20 @@ def route_delays(table: pa.Table, max_level: int, choose_queues: QueueChooser, q
     return _reroute(table, delayed, level, choose_queues, queue_count)
 
 
-def _refuse_schedule_topic(table: pa.Table) -> None:
+def refuse_topic(table: pa.Table, name: str, what: str) -> None:
+    """Raise :class:`InvalidMessageError` naming the first row written to the store's own topic
+    ``name`` directly (``what``: what to give instead, for the message)."""
     if "topic" not in table.column_names:
         return
     col = table.column("topic")
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        if not pa.types.is_dictionary(col.type):
-            return  # not a string column: the encoder names it
+    if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
-    hit = pc.fill_null(pc.equal(col, SCHEDULE_TOPIC), False)
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return  # not a string column: the encoder names it
+    hit = pc.fill_null(pc.equal(col, name), False)
     if pc.any(hit).as_py():
         row = int(np.flatnonzero(np.asarray(hit.combine_chunks() if isinstance(hit, pa.ChunkedArray) else hit))[0])
-        raise InvalidMessageError(f"{SCHEDULE_TOPIC} is the store's topic for delayed messages: give a delayLevel instead",
-                                  row=row, field="topic")
+        raise InvalidMessageError(f"{name} is the store's topic for {what} instead", row=row, field="topic")
 
 
 def _level_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -117,42 +118,72 @@ def _level_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     return np.asarray(arr.fill_null(0).cast(pa.int64())), given
 
 
-def _take_delay_property(table: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndarray]:
-    """The ``DELAY`` entries of the ``properties`` maps as levels, and the table without them."""
+@dataclass(frozen=True)
+class TakenProperties:
+    """Entries taken out of a batch's ``properties`` maps: the row, name and value of each
+    (strings), in map order."""
+
+    rows: np.ndarray
+    names: pa.Array
+    values: pa.Array
+
+
+def take_properties(table: pa.Table, names: tuple[str, ...]) -> tuple[pa.Table, TakenProperties | None]:
+    """The entries named ``names`` of the ``properties`` maps (a null map's hidden entries do
+    not count), and the table without them; ``None`` when there is none."""
     n = table.num_rows
     col = table.column("properties")
     pm = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
     if not pa.types.is_map(pm.type) or not len(pm.keys):
-        return table, np.zeros(n, np.int64), np.zeros(n, bool)
+        return table, None
     keys = pm.keys.cast(pa.string())
-    hit = np.asarray(pc.fill_null(pc.equal(keys, PROPERTY_DELAY), False))
+    hit = np.asarray(pc.fill_null(pc.is_in(keys, pa.array(names, pa.string())), False))
     if not hit.any():
-        return table, np.zeros(n, np.int64), np.zeros(n, bool)
+        return table, None
     offsets = np.asarray(pm.offsets, np.int64)
     base = int(offsets[0])
     parent = np.repeat(np.arange(n), np.diff(offsets))
-    hit = hit[base : base + len(parent)] & np.asarray(pm.is_valid())[parent]  # a null map's hidden entries do not count
+    hit = hit[base : base + len(parent)] & np.asarray(pm.is_valid())[parent]
     if not hit.any():
-        return table, np.zeros(n, np.int64), np.zeros(n, bool)
-    at = np.flatnonzero(hit)
-    rows = parent[at]
-    values = pm.items.cast(pa.string()).slice(base, len(parent)).take(pa.array(at))
-    digits = np.asarray(pc.fill_null(pc.match_substring_regex(values, r"^-?[0-9]{1,9}$"), False))
-    if not digits.all():
-        j = int(np.flatnonzero(~digits)[0])
-        raise InvalidMessageError(f"property DELAY is {values[j].as_py()!r}, not a delay level (an integer)",
-                                  row=int(rows[j]), field="properties")
-    level = np.zeros(n, np.int64)
-    given = np.zeros(n, bool)
-    level[rows] = np.asarray(values.cast(pa.int64()))  # the last DELAY of a row wins, as in a Java map
-    given[rows] = True
+        return table, None
+    at = pa.array(np.flatnonzero(hit))
+    taken = TakenProperties(parent[np.flatnonzero(hit)], keys.slice(base, len(parent)).take(at),
+                            pm.items.cast(pa.string()).slice(base, len(parent)).take(at))
     keep = ~hit
     new_offsets = np.concatenate([[0], np.cumsum(np.bincount(parent[keep], minlength=n))]).astype(np.int32)
     kept_keys = pm.keys.slice(base, len(parent)).filter(pa.array(keep))
     kept_items = pm.items.slice(base, len(parent)).filter(pa.array(keep))
     maps = pa.MapArray.from_arrays(pa.array(new_offsets), kept_keys, kept_items, mask=pm.is_null())
-    i = table.column_names.index("properties")
-    return table.set_column(i, "properties", maps), level, given
+    return table.set_column(table.column_names.index("properties"), "properties", maps), taken
+
+
+def _take_delay_property(table: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndarray]:
+    """The ``DELAY`` entries of the ``properties`` maps as levels, and the table without them."""
+    n = table.num_rows
+    level, given = np.zeros(n, np.int64), np.zeros(n, bool)
+    table, taken = take_properties(table, (PROPERTY_DELAY,))
+    if taken is None:
+        return table, level, given
+    values = taken.values
+    digits = np.asarray(pc.fill_null(pc.match_substring_regex(values, r"^-?[0-9]{1,9}$"), False))
+    if not digits.all():
+        j = int(np.flatnonzero(~digits)[0])
+        raise InvalidMessageError(f"property DELAY is {values[j].as_py()!r}, not a delay level (an integer)",
+                                  row=int(taken.rows[j]), field="properties")
+    level[taken.rows] = np.asarray(values.cast(pa.int64()))  # the last DELAY of a row wins, as in a Java map
+    given[taken.rows] = True
+    return table, level, given
+
+
+def queue_id_column(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
+    """(whether each row gives a ``queueId``, its value or 0) of the batch's ``queueId`` column."""
+    n = table.num_rows
+    if "queueId" not in table.column_names:
+        return np.zeros(n, bool), np.zeros(n, np.int64)
+    qcol = table.column("queueId").combine_chunks()
+    if pa.types.is_null(qcol.type):
+        return np.zeros(n, bool), np.zeros(n, np.int64)
+    return np.asarray(qcol.is_valid()), np.asarray(qcol.fill_null(0).cast(pa.int64()))
 
 
 def real_queues(
@@ -162,16 +193,10 @@ def real_queues(
     (``waiting``) in a delay or timer topic: each one's topic checked, its ``queueId`` checked
     against the topic's queues, or chosen now by the writer's round robin when absent (as
     RocketMQ's producer picks the queue before sending). Other rows keep their ``queueId``."""
-    n = table.num_rows
     if "topic" not in table.column_names:
         raise InvalidMessageError("missing required column", row=None, field="topic")
     topics = table.column("topic").combine_chunks().cast(pa.string())
-    if "queueId" in table.column_names:
-        qcol = table.column("queueId").combine_chunks()
-        qvalid = np.asarray(qcol.is_valid()) if not pa.types.is_null(qcol.type) else np.zeros(n, bool)
-        qids = np.asarray(qcol.fill_null(0).cast(pa.int64())) if not pa.types.is_null(qcol.type) else np.zeros(n, np.int64)
-    else:
-        qvalid, qids = np.zeros(n, bool), np.zeros(n, np.int64)
+    qvalid, qids = queue_id_column(table)
     real_q = qids.copy()
     rows = np.flatnonzero(waiting)
     enc = topics.take(pa.array(rows)).dictionary_encode()
@@ -199,13 +224,7 @@ def _reroute(
     table: pa.Table, delayed: np.ndarray, level: np.ndarray, choose_queues: QueueChooser, queue_count: QueueCount,
 ) -> Routed:
     topics, real_q = real_queues(table, delayed, choose_queues, queue_count)
-    n = table.num_rows
-    if "queueId" in table.column_names:
-        qcol = table.column("queueId").combine_chunks()
-        qvalid = np.asarray(qcol.is_valid()) if not pa.types.is_null(qcol.type) else np.zeros(n, bool)
-        qids = np.asarray(qcol.fill_null(0).cast(pa.int64())) if not pa.types.is_null(qcol.type) else np.zeros(n, np.int64)
-    else:
-        qvalid, qids = np.zeros(n, bool), np.zeros(n, np.int64)
+    qvalid, qids = queue_id_column(table)
     d = pa.array(delayed)
     new_topics = pc.if_else(d, pa.scalar(SCHEDULE_TOPIC), topics)
     new_q = np.where(delayed, level - 1, qids)

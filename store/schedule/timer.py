@@ -39,7 +39,7 @@ pass's wall time) added; body, tags, keys, flag, born time and user properties a
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -156,7 +156,7 @@ class TimerDelivery:
         lo, hi, floor = self.reader.read_bounds(cq)
         lost = 0
         if state is None or d_new - d_old > self.max_delay_ms or state.log_end > 4 * state.pending + (1 << 20):
-            state, due, lost = self._rescan(cq, lo, hi, d_old, d_new)
+            state, due = self._rescan(cq, lo, hi, d_old, d_new)
         else:
             if state.enqueued < lo:
                 lost += lo - state.enqueued
@@ -178,53 +178,32 @@ class TimerDelivery:
             return
         state.dirty = True
         self.wheel.save(state)
-        pos = state.enqueued
-        while pos < hi:
-            units = cq.read(pos, min(STEP, hi - pos))
-            if not len(units):
-                break
-            q = pos + np.arange(len(units), dtype=np.int64)
-            due = units["tagsCode"].astype(np.int64)
-            keep = (units["size"] != FILLER_SIZE) & (due > d_old)
-            self.wheel.add(state, due[keep], units["offset"][keep].astype(np.int64), q[keep],
-                           units["size"][keep].astype(np.int64))
-            pos += len(units)
-        state.enqueued = pos
+        for e, after in _unit_entries(cq, state.enqueued, hi, d_old):
+            self.wheel.add(state, e["due"], e["offset"], e["queueOffset"], e["size"])
+            state.enqueued = after
         state.dirty = False
         self.wheel.save(state)
 
-    def _rescan(self, cq, lo: int, hi: int, d_old: int, d_new: int) -> tuple[TimerState, np.ndarray, int]:  # noqa: ANN001
+    def _rescan(self, cq, lo: int, hi: int, d_old: int, d_new: int) -> tuple[TimerState, np.ndarray]:  # noqa: ANN001
         """Rebuild the index from the whole timer queue; returns the new state (dirty until the
-        pass has delivered), the entries due in ``(d_old, d_new]`` (delivered from the scan,
-        not indexed: their span may be longer than the wheel's), and 0 lost."""
+        pass has delivered) and the entries due in ``(d_old, d_new]`` (delivered from the scan,
+        not indexed: their span may be longer than the wheel's)."""
         state = TimerState(enqueued=lo, delivered=d_old, slots=self.wheel.slots, dirty=True)
         self.wheel.reset(state)
         self.wheel.save(state)
         due_parts = []
-        pos = lo
-        while pos < hi:
-            units = cq.read(pos, min(STEP, hi - pos))
-            if not len(units):
-                break
-            q = pos + np.arange(len(units), dtype=np.int64)
-            due = units["tagsCode"].astype(np.int64)
-            real = units["size"] != FILLER_SIZE
-            now = real & (due > d_old) & (due <= d_new)
-            if now.any():
-                e = np.zeros(int(now.sum()), ENTRY)
-                e["due"], e["offset"], e["queueOffset"], e["size"] = due[now], units["offset"][now], q[now], units["size"][now]
-                due_parts.append(e)
-                state.pending += len(e)  # counted as pending until delivered
-            later = real & (due > d_new)
-            self.wheel.add(state, due[later], units["offset"][later].astype(np.int64), q[later],
-                           units["size"][later].astype(np.int64))
-            pos += len(units)
-        state.enqueued = pos
+        for e, after in _unit_entries(cq, lo, hi, d_old):
+            state.enqueued = after
+            now = e["due"] <= d_new
+            due_parts.append(e[now])
+            state.pending += int(now.sum())  # counted as pending until delivered
+            later = e[~now]
+            self.wheel.add(state, later["due"], later["offset"], later["queueOffset"], later["size"])
         # still dirty: what is due now was taken from the scan, not the wheel, so a pass killed
         # before it delivers them must scan again (cleared when this pass is done)
         self.wheel.save(state)
-        log.info("timer: index rebuilt from %s queue 0 [%d, %d): %d pending", TIMER_TOPIC, lo, pos, state.pending)
-        return state, (np.concatenate(due_parts) if due_parts else np.zeros(0, ENTRY)), 0
+        log.info("timer: index rebuilt from %s queue 0 [%d, %d): %d pending", TIMER_TOPIC, lo, state.enqueued, state.pending)
+        return state, (np.concatenate(due_parts) if due_parts else np.zeros(0, ENTRY))
 
     def _deliver(
         self, cq, entries: np.ndarray, floor: int, d_new: int, skip: tuple[int, int] | None,  # noqa: ANN001
@@ -288,3 +267,19 @@ class TimerDelivery:
         )
         self.put(table, writer_marker(TIMER_WRITER, sequence), system)
         return n, lost
+
+
+def _unit_entries(cq, pos: int, hi: int, d_old: int) -> Iterator[tuple[np.ndarray, int]]:  # noqa: ANN001 - a ConsumeQueue
+    """The timer queue's units ``[pos, hi)`` due after ``d_old`` (fillers skipped), as timer-log
+    entries (``prev`` unset), :data:`STEP` units at a time, each with the queue offset after it."""
+    while pos < hi:
+        units = cq.read(pos, min(STEP, hi - pos))
+        if not len(units):
+            return
+        due = units["tagsCode"].astype(np.int64)
+        keep = (units["size"] != FILLER_SIZE) & (due > d_old)
+        e = np.zeros(int(keep.sum()), ENTRY)
+        e["due"], e["offset"], e["size"] = due[keep], units["offset"][keep], units["size"][keep]
+        e["queueOffset"] = pos + np.flatnonzero(keep)
+        pos += len(units)
+        yield e, pos

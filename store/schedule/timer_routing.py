@@ -39,7 +39,15 @@ from ..log.properties import (
     PROPERTY_TIMER_OUT_MS,
     TIMER_TOPIC,
 )
-from .routing import DELAY_LEVEL_COLUMN, QueueChooser, QueueCount, real_queues
+from .routing import (
+    DELAY_LEVEL_COLUMN,
+    QueueChooser,
+    QueueCount,
+    queue_id_column,
+    real_queues,
+    refuse_topic,
+    take_properties,
+)
 
 #: The put column giving a row's delivery time (the Spark sink's column of the same name).
 DELIVER_TIME_COLUMN = "deliverTime"
@@ -50,13 +58,12 @@ TIMER_INPUT_PROPERTIES = (PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS, PRO
 @dataclass(frozen=True)
 class TimerRouted:
     """A batch with its timed rows moved to the timer topic (``deliverTime`` and the timer
-    properties gone from the table), the store's properties per row (``None``: no timed row),
-    and whether each row still has a delay level to route (for the delay routing's check)."""
+    properties gone from the table), the store's properties per row (``None``: no row gave a
+    time), and how many rows wait in the timer topic."""
 
     table: pa.Table
     system_properties: pa.Array | None
-    timed: np.ndarray | None = None
-    delayed: int = 0
+    timed: int = 0
 
 
 def out_ms(deliver_ms: np.ndarray, precision_ms: int) -> np.ndarray:
@@ -86,7 +93,7 @@ def route_timers(
         # nothing can be timed (the usual put): a row written to the timer topic directly is
         # refused after encoding, from the batch's distinct topics (free there)
         return TimerRouted(table, None)
-    _refuse_timer_topic(table)
+    refuse_topic(table, TIMER_TOPIC, "timed messages: give a deliverTime")
     n = table.num_rows
     deliver = np.zeros(n, np.int64)
     given = np.zeros(n, bool)
@@ -146,33 +153,13 @@ def route_timers(
     t = pa.array(timed)
     system = pc.if_else(t, pc.binary_join_element_wise(system, items, ""), system)
     table = table.set_column(table.column_names.index("topic"), "topic", pc.if_else(t, pa.scalar(TIMER_TOPIC), topics))
-    qcol = table.column("queueId").combine_chunks() if "queueId" in table.column_names else None
-    if qcol is not None and not pa.types.is_null(qcol.type):
-        qvalid = np.asarray(qcol.is_valid())
-        q = np.asarray(qcol.fill_null(0).cast(pa.int64()))
-    else:
-        qvalid, q = np.zeros(table.num_rows, bool), np.zeros(table.num_rows, np.int64)
+    qvalid, q = queue_id_column(table)
     new_q = pa.array(np.where(timed, 0, q).astype(np.int32), mask=~(timed | qvalid))
     if "queueId" in table.column_names:
         table = table.set_column(table.column_names.index("queueId"), "queueId", new_q)
     else:
         table = table.append_column("queueId", new_q)
-    return TimerRouted(table, system.cast(pa.binary()), timed, int(timed.sum()))
-
-
-def _refuse_timer_topic(table: pa.Table) -> None:
-    if "topic" not in table.column_names:
-        return
-    col = table.column("topic")
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
-    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        return  # not a string column: the encoder names it
-    hit = pc.fill_null(pc.equal(col, TIMER_TOPIC), False)
-    if pc.any(hit).as_py():
-        row = int(np.flatnonzero(np.asarray(hit.combine_chunks() if isinstance(hit, pa.ChunkedArray) else hit))[0])
-        raise InvalidMessageError(f"{TIMER_TOPIC} is the store's topic for timed messages: give a deliverTime instead",
-                                  row=row, field="topic")
+    return TimerRouted(table, system.cast(pa.binary()), int(timed.sum()))
 
 
 def _deliver_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
@@ -194,25 +181,10 @@ def _take_timer_properties(table: pa.Table) -> tuple[pa.Table, dict[str, tuple[n
     maps (:data:`TIMER_INPUT_PROPERTIES`; a row's first given name in that order wins, as in
     RocketMQ), and the table without them."""
     n = table.num_rows
-    col = table.column("properties")
-    pm = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
-    if not len(pm.keys):
+    table, taken = take_properties(table, TIMER_INPUT_PROPERTIES)
+    if taken is None:
         return table, {}
-    keys = pm.keys.cast(pa.string())
-    names = pa.array(TIMER_INPUT_PROPERTIES)
-    hit = np.asarray(pc.fill_null(pc.is_in(keys, names), False))
-    if not hit.any():
-        return table, {}
-    offsets = np.asarray(pm.offsets, np.int64)
-    base = int(offsets[0])
-    parent = np.repeat(np.arange(n), np.diff(offsets))
-    hit = hit[base : base + len(parent)] & np.asarray(pm.is_valid())[parent]
-    if not hit.any():
-        return table, {}
-    at = np.flatnonzero(hit)
-    rows = parent[at]
-    which = keys.slice(base, len(parent)).take(pa.array(at))
-    values = pm.items.cast(pa.string()).slice(base, len(parent)).take(pa.array(at))
+    rows, which, values = taken.rows, taken.names, taken.values
     digits = np.asarray(pc.fill_null(pc.match_substring_regex(values, r"^-?[0-9]{1,15}$"), False))
     if not digits.all():
         j = int(np.flatnonzero(~digits)[0])
@@ -220,19 +192,14 @@ def _take_timer_properties(table: pa.Table) -> tuple[pa.Table, dict[str, tuple[n
                                   row=int(rows[j]), field="properties")
     numbers = np.asarray(values.cast(pa.int64()))
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-    taken = np.zeros(n, bool)
+    taken_rows = np.zeros(n, bool)
     for name in TIMER_INPUT_PROPERTIES:  # precedence: a row's first name in this order counts
         sel = np.asarray(pc.equal(which, name))
         value, got = np.zeros(n, np.int64), np.zeros(n, bool)
         value[rows[sel]] = numbers[sel]  # the last entry of a name wins, as in a Java map
         got[rows[sel]] = True
-        got &= ~taken
-        taken |= got
+        got &= ~taken_rows
+        taken_rows |= got
         if got.any():
             out[name] = (value, got)
-    keep = ~hit
-    new_offsets = np.concatenate([[0], np.cumsum(np.bincount(parent[keep], minlength=n))]).astype(np.int32)
-    kept_keys = pm.keys.slice(base, len(parent)).filter(pa.array(keep))
-    kept_items = pm.items.slice(base, len(parent)).filter(pa.array(keep))
-    maps = pa.MapArray.from_arrays(pa.array(new_offsets), kept_keys, kept_items, mask=pm.is_null())
-    return table.set_column(table.column_names.index("properties"), "properties", maps), out
+    return table, out

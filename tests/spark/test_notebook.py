@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from conftest import subprocess_env
 
 import store
 
@@ -225,8 +226,7 @@ def test_notebook_does_not_recover_a_crashed_store(tmp_path: Path, monkeypatch: 
     changes nothing, and draws what was dispatched."""
     root, n = tmp_path / "user-store", 1_000
     _user_store(root, n).close()
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    crashed = subprocess.run([sys.executable, "-c", CRASHER, str(root)], env=env, timeout=120)
+    crashed = subprocess.run([sys.executable, "-c", CRASHER, str(root)], env=subprocess_env(), timeout=120)
     assert crashed.returncode == -9 and (root / "abort").exists()
     before = _files(root)
     _kernel_env(tmp_path, monkeypatch, root)
