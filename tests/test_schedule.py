@@ -14,16 +14,20 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from conftest import FIXTURE_CONFIG_DIR, REPO_ROOT, copy_file, small_store_config
 
 import store
 import store.schedule.scheduler as scheduler_module
+import store.schedule.timeup as timeup_module
 from store.admin.cli import main as cli
 from store.config import delay_levels_ms
+from store.errors import CorruptRecordError
 from store.hashing import java_string_hash
 from store.schedule.delay_offsets import encode_delay_offsets, load_delay_offsets
+from store.schedule.timeup import StoredMessages, delivered_copies
 
 S = "SCHEDULE_TOPIC_XXXX"
 LEVELS = delay_levels_ms(store.config.DEFAULT_DELAY_LEVELS)
@@ -260,3 +264,57 @@ def test_a_scheduler_killed_at_any_moment_loses_and_repeats_nothing(tmp_path: Pa
             child.wait()
         got = _delivered(root)
         assert len(got) == 20_000 and set(got.values()) == {1}, f"trial {trial}: {Counter(got.values())}"
+
+
+def test_the_copy_keeps_the_stored_properties_in_their_order(ms: store.MessageStore) -> None:
+    ms.put_batch(pa.table({
+        "topic": ["T"], "body": [b"x"], "tags": ["TagA"], "keys": [["k1"]], "delayLevel": [1],
+        "properties": pa.array([[("b", "2"), ("a", "1")]], pa.map_(pa.string(), pa.string())),
+    }), writer="w", sequence=1)  # the last row carries the writer's RMQLOG marker: not copied
+    ms.dispatch()
+    stored = [k for k, _ in ms.read_queue(S, 0, 0, 1).to_pylist()[0]["properties"]]
+    assert ms.deliver_due(FAR) == 1
+    [copy] = real(ms)
+    names = [k for k, _ in copy["properties"]]
+    assert [k for k in names if not k.startswith("RMQLOG_")] == [k for k in stored if k != "DELAY" and not k.startswith("RMQLOG_")]
+    assert names.count("RMQLOG_WRITER") == 1  # the scheduler's own marker, not the writer's
+
+
+def _stored(props: list[str]) -> StoredMessages:
+    n = len(props)
+    return StoredMessages(np.arange(n, dtype=np.int64) * 100, np.zeros(n, np.int64), np.zeros(n, np.int64),
+                          np.full(n, 5, np.int64), pa.array([b"b"] * n, pa.binary()), pa.array(props, pa.string()))
+
+
+def test_copied_properties_the_fast_way_and_the_general_way_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(7)
+    names = ["DELAY", "TAGS", "KEYS", "UNIQ_KEY", "RMQLOG_WRITER", "a", "REAL_TOPICX", "DELA"]
+
+    def entry() -> str:
+        name = rng.choice(names)
+        value = "".join(rng.choice("xyz09") for _ in range(rng.randint(0, 4)))
+        return f"{name}\x01{value}\x02"
+
+    rows = []
+    for i in range(400):
+        s = "REAL_TOPIC\x01T\x02REAL_QID\x013\x02" + "".join(entry() for _ in range(rng.randint(0, 6)))
+        if i % 7 == 0:
+            s = s[:-1]  # no \x02 after the last value (Java reads it): the general way
+        elif i % 11 == 0:
+            s += "junk\x02\x01"  # bytes that are no entry
+        rows.append(s)
+    for batch in (rows, [r for r in rows if r.endswith("\x02") and "junk" not in r]):
+        fast = delivered_copies(_stored(batch), drop=("REAL_QID",))
+        monkeypatch.setattr(timeup_module, "_kept_spans", lambda *a: None)
+        general = delivered_copies(_stored(batch), drop=("REAL_QID",))
+        monkeypatch.undo()
+        assert fast.properties.to_pylist() == general.properties.to_pylist()
+        assert fast.topic.to_pylist() == general.topic.to_pylist() == ["T"] * len(batch)
+        assert fast.queue_id.tolist() == [3] * len(batch)
+    assert b"REAL_QID" not in b"".join(fast.properties.to_pylist()) and b"DELAY\x01" not in b"".join(fast.properties.to_pylist())
+
+
+@pytest.mark.parametrize("props", ["TAGS\x01a\x02", "REAL_TOPIC\x01T\x02REAL_QID\x01x\x02", "REAL_TOPIC\x01T\x02REAL_QID\x0112345678901\x02"])
+def test_a_stored_message_that_names_no_real_queue_is_a_typed_error(props: str) -> None:
+    with pytest.raises(CorruptRecordError, match="offset 100"):
+        delivered_copies(_stored(["REAL_TOPIC\x01T\x02REAL_QID\x011\x02", props]))

@@ -41,6 +41,7 @@ from .allocate import SegmentPreparer
 from .disk_guard import DiskGuard
 from .encode.arrays import int64_filled
 from .encode.batch import EncodedBatch
+from .encode.copies import prepare_copies
 from .encode.prepare import prepare_batch
 from .msgid import UniqKeyGenerator, offset_msg_ids
 from .properties import SCHEDULE_TOPIC, WAITING_TOPICS
@@ -86,10 +87,24 @@ class Appender:
     ) -> tuple[pa.Table, np.ndarray]:
         """Append one table; returns the result rows and the queue id of each row. ``system``:
         the store's own properties per row (see :meth:`encode`)."""
-        batch = self.encode(table, marker, system=system)
+        return self.put_encoded(self.encode(table, marker, system=system), marker, dispatch=dispatch)
+
+    def put_encoded(self, batch: EncodedBatch, marker: Marker = None, *, dispatch: bool = False) -> tuple[pa.Table, np.ndarray]:
+        """Append one encoded batch (:meth:`encode`, or :meth:`encode_copies`); see :meth:`put_table`."""
         with self.ahead() as announce:
             announce(batch)
             return self.append([batch], marker, dispatch=dispatch)
+
+    def encode_copies(
+        self, topic: pa.Array, queue_id: np.ndarray, body: pa.BinaryArray, flag: np.ndarray, born: np.ndarray,
+        properties: pa.Array, marker: Marker,
+    ) -> EncodedBatch:
+        """The scheduler's delivered copies of stored messages, encoded from their stored
+        fields (:func:`store.log.encode.copies.prepare_copies`), with this store's hosts."""
+        return prepare_copies(
+            topic, queue_id, body, flag, born, properties, marker=marker, store_host=self.store_host,
+            born_host=self.born_host, uniq_keys=self.uniq, max_record_size=self.parts.commitlog.segment_size - 8,
+        )
 
     def put_tables(self, tables: Iterable[pa.Table | pa.RecordBatch], marker: Marker, *, dispatch: bool = False) -> pa.Table:
         """Append several tables as one all-or-nothing batch, encoding each as it arrives (one

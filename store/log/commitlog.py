@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -26,6 +26,7 @@ from .append_state import AppendState
 from .decode import (
     BadRecordError,
     RecordCheck,
+    RecordColumns,
     concat_tables,
     message_table,
     read_columns,
@@ -35,6 +36,8 @@ from .mapped_file import MappedFile, MappedFileQueue
 from .pins import pinned
 from .record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, ScanKind, ScanResult, decode_at
 from .scan import SegmentScan, StopReason, scan_segment
+
+_T = TypeVar("_T")
 
 
 @dataclass
@@ -479,11 +482,27 @@ class CommitLog:
         offsets = np.asarray(offsets, np.int64)
         if len(offsets) == 0:
             return concat_tables([])
+        return concat_tables(self._read_parts(offsets, topic, check, tail, message_table))
+
+    def read_record_columns(
+        self, offsets: np.ndarray, *, topic: str | None = None, check: RecordCheck | None = None,
+        tail: int | None = None,
+    ) -> list[RecordColumns]:
+        """The raw columns of the records at these offsets, one :class:`RecordColumns` per
+        segment they lie in, in their order; checked and failing as :meth:`read_messages`
+        (which decodes them further into the message table)."""
+        return self._read_parts(np.asarray(offsets, np.int64), topic, check, tail, lambda columns: columns)
+
+    def _read_parts(
+        self, offsets: np.ndarray, topic: str | None, check: RecordCheck | None, tail: int | None,
+        decode: Callable[[RecordColumns], _T],
+    ) -> list[_T]:
+        """``decode`` of the columns of each segment's part of ``offsets`` (see :meth:`read_messages`)."""
         seg_of = offsets // self.segment_size
         cuts = np.flatnonzero(np.diff(seg_of)) + 1
-        tables = []
+        out: list[_T] = []
         first = 0
-        for part in np.split(offsets, cuts):
+        for part in np.split(offsets, cuts) if len(offsets) else []:
             rows = slice(first, first + len(part))
             first += len(part)
             seg = self.segments.for_offset(int(part[0]))
@@ -499,17 +518,17 @@ class CommitLog:
                     raise BadRecordError("its commitlog segment was deleted", row=rows.start, offset=int(part[0]),
                                          against_unit=check.size is not None, path=str(seg.path))
                 if check is None:
-                    tables.append(message_table(read_columns(seg.buffer(), seg.start, part - seg.start, topic=topic)))
+                    out.append(decode(read_columns(seg.buffer(), seg.start, part - seg.start, topic=topic)))
                 else:
                     limit = seg.size if tail is None else min(seg.size, tail - seg.start)
-                    tables.append(self._read_checked(seg, part - seg.start, topic, check.rows(rows, limit), rows.start))
-        return concat_tables(tables)
+                    out.append(self._read_checked(seg, part - seg.start, topic, check.rows(rows, limit), rows.start, decode))
+        return out
 
     def _read_checked(self, seg: MappedFile, positions: np.ndarray, topic: str | None, check: RecordCheck,
-                      first_row: int) -> pa.Table:
-        """The message table of a checked decode over one segment; errors name the segment and the row of the read."""
+                      first_row: int, decode: Callable[[RecordColumns], _T]) -> _T:
+        """``decode`` of a checked read over one segment; errors name the segment and the row of the read."""
         try:
-            return message_table(read_columns(seg.buffer(), seg.start, positions, topic=topic, check=check))
+            return decode(read_columns(seg.buffer(), seg.start, positions, topic=topic, check=check))
         except BadRecordError as e:
             raise BadRecordError(e.reason, row=first_row + e.row, offset=int(e.offset or 0), against_unit=e.against_unit,
                                  path=str(seg.path)) from None

@@ -9,6 +9,8 @@ nor the store's ``RMQLOG_`` prefix (:func:`reserved_name_problem`). The scalar c
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -130,12 +132,28 @@ def single_property(name: str, values: pa.Array) -> pa.Array:
     return pc.fill_null(s, _EMPTY_STR)
 
 
+@dataclass(frozen=True)
+class PropertySpans:
+    """Where each parsed entry lies in the properties' bytes (the C parser's output):
+    ``data`` the column's data buffer, ``row_offsets`` its rows' offsets into it, and per
+    entry the start and length of its name and of its value."""
+
+    data: pa.Buffer
+    row_offsets: np.ndarray
+    key_start: np.ndarray
+    key_len: np.ndarray
+    value_start: np.ndarray
+    value_len: np.ndarray
+
+
 class ParsedProperties:
     """Properties strings parsed into a map column, with TAGS and KEYS pulled out."""
 
     def __init__(self, props: pa.Array) -> None:
         props = _flat(props)
         self.n = len(props)
+        #: where the entries lie in the bytes (only when the C helper parsed them)
+        self.spans: PropertySpans | None = None
         if not (self._parse_native(props) or self._parse_well_formed(props)):
             self._parse_general(props)
         counts = np.bincount(self.parent, minlength=self.n) if len(self.keys) else np.zeros(self.n, np.int64)
@@ -160,6 +178,7 @@ class ParsedProperties:
         self.keys = to_binary(gather_slices(data, out[0, :m], out[1, :m])).view(string)
         self.values = to_binary(gather_slices(data, out[2, :m], out[3, :m])).view(string)
         self.parent = out[4, :m]
+        self.spans = PropertySpans(data, off, out[0, :m], out[1, :m], out[2, :m], out[3, :m])
         return True
 
     def _parse_well_formed(self, props: pa.Array) -> bool:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -39,6 +40,7 @@ from ..log.decode import (
     MIN_RECORD_SIZE,
     BadRecordError,
     RecordCheck,
+    RecordColumns,
     not_a_record,
     raise_first_bad_row,
 )
@@ -46,6 +48,8 @@ from ..log.pins import pinned
 from ..log.record import MAGIC_V1, MAGIC_V2
 from ..paths import segment_name
 from .consume_queue import CQ_UNIT_SIZE, ConsumeQueue
+
+_T = TypeVar("_T")
 
 
 def read_units(
@@ -58,8 +62,24 @@ def read_units(
     Raises :class:`CorruptQueueError`, :class:`CorruptRecordError` or
     :class:`MessagesDeletedError`.
     """
+    return _checked(commitlog.read_messages, commitlog, cq, units, logical, topic, queue_id, floor, tail, check_crc)
+
+
+def read_unit_columns(
+    commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: np.ndarray, *, topic: str, queue_id: int,
+    floor: int, tail: int, check_crc: bool,
+) -> list[RecordColumns]:
+    """:func:`read_units` (the same checks and errors) stopping at the records' raw columns, one
+    :class:`RecordColumns` per commitlog segment (the scheduler's copies are made from them)."""
+    return _checked(commitlog.read_record_columns, commitlog, cq, units, logical, topic, queue_id, floor, tail, check_crc)
+
+
+def _checked(
+    read: Callable[..., _T], commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: np.ndarray, topic: str,
+    queue_id: int, floor: int, tail: int, check_crc: bool,
+) -> _T:
     try:
-        return _read(commitlog, units, logical, topic, queue_id, floor, tail, check_crc)
+        return _read(read, commitlog, units, logical, topic, queue_id, floor, tail, check_crc)
     except BadRecordError as e:
         first = e
     deleted = deleted_error(commitlog, cq, units, logical, topic, queue_id, floor)
@@ -70,7 +90,7 @@ def read_units(
     # error names the first bad unit in queue order (each retry is shorter: this ends).
     while first.row > 0:
         try:
-            _read(commitlog, units[: first.row], logical[: first.row], topic, queue_id, floor, tail, check_crc)
+            _read(read, commitlog, units[: first.row], logical[: first.row], topic, queue_id, floor, tail, check_crc)
             break
         except BadRecordError as earlier:
             first = earlier
@@ -99,14 +119,14 @@ def deleted_error(
 
 
 def _read(
-    commitlog: CommitLog, units: np.ndarray, logical: np.ndarray, topic: str, queue_id: int, floor: int, tail: int,
-    check_crc: bool,
-) -> pa.Table:
+    read: Callable[..., _T], commitlog: CommitLog, units: np.ndarray, logical: np.ndarray, topic: str, queue_id: int,
+    floor: int, tail: int, check_crc: bool,
+) -> _T:
     off = units["offset"].astype(np.int64)
     size = units["size"].astype(np.int64)
     check_bounds(off, size, floor, tail, commitlog.segment_size)
     check = RecordCheck(size=size, queue_id=queue_id, queue_offset=np.asarray(logical, np.int64), crc=check_crc)
-    return commitlog.read_messages(off, topic=topic, check=check, tail=tail)
+    return read(off, topic=topic, check=check, tail=tail)
 
 
 def check_bounds(off: np.ndarray, size: np.ndarray, floor: int, tail: int, segment_size: int) -> None:
@@ -184,4 +204,4 @@ def _store_timestamp(commitlog: CommitLog, off: int, size: int, topic: str, queu
     return rec.store_timestamp
 
 
-__all__ = ["read_units", "check_bounds", "unit_store_timestamp", "deleted_error"]
+__all__ = ["read_units", "read_unit_columns", "check_bounds", "unit_store_timestamp", "deleted_error"]

@@ -12,7 +12,8 @@ is caught and the read clamped).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -26,13 +27,15 @@ from ..errors import (
     MessagesDeletedError,
 )
 from ..hashing import java_string_hash
-from ..log.decode import BadRecordError, RecordCheck, empty_message_table
+from ..log.decode import BadRecordError, RecordCheck, RecordColumns, empty_message_table
 from ..log.msgid import parse_offset_msg_id
 from ..log.record import ScanKind
 from ..paths import validate_group, validate_topic
 from ..results import GetMessageResult, GetMessageStatus
-from .checked_read import read_units, unit_store_timestamp
+from .checked_read import read_unit_columns, read_units, unit_store_timestamp
 from .consume_queue import FILLER_SIZE, ConsumeQueue
+
+_T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -135,12 +138,25 @@ class QueueReader:
         floor: int, check_crc: bool | None,
     ) -> pa.Table:
         """The messages of ``units[rows]`` (units read from queue offset ``first``), checked."""
+        return self._read_units(read_units, cq, topic, queue_id, first, units, rows, floor, check_crc)
+
+    def read_unit_columns(
+        self, cq: ConsumeQueue, topic: str, queue_id: int, first: int, units: np.ndarray, rows: np.ndarray,
+        floor: int, check_crc: bool | None,
+    ) -> list[RecordColumns]:
+        """:meth:`read_units` stopping at the records' raw columns (one per commitlog segment)."""
+        return self._read_units(read_unit_columns, cq, topic, queue_id, first, units, rows, floor, check_crc)
+
+    def _read_units(
+        self, read: Callable[..., _T], cq: ConsumeQueue, topic: str, queue_id: int, first: int, units: np.ndarray,
+        rows: np.ndarray, floor: int, check_crc: bool | None,
+    ) -> _T:
         if len(rows) == len(units):  # every unit (the usual case): no copy of them
             sel, logical = units, np.arange(first, first + len(units), dtype=np.int64)
         else:
             sel, logical = units[rows], first + rows.astype(np.int64)
-        return read_units(self.parts.commitlog, cq, sel, logical, topic=topic, queue_id=queue_id, floor=floor,
-                          tail=self.parts.published_tail(), check_crc=self.check_crc(check_crc))
+        return read(self.parts.commitlog, cq, sel, logical, topic=topic, queue_id=queue_id, floor=floor,
+                    tail=self.parts.published_tail(), check_crc=self.check_crc(check_crc))
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, check_crc: bool | None) -> pa.Table:
         """Every message of a queue in ``[start, end)``; see :meth:`store.MessageStore.read_queue`."""

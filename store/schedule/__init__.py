@@ -32,6 +32,7 @@ from .routing import DELAY_LEVEL_COLUMN, route_delays
 from .scheduler import DelayScheduler, PassReport
 from .timer import TimerDelivery, timer_tags_codes
 from .timer_routing import DELIVER_TIME_COLUMN, route_timers
+from .timeup import Copies, StoredMessages
 
 if TYPE_CHECKING:
     from ..log.appender import Appender
@@ -81,10 +82,12 @@ def install(parts: StoreParts, appender: Appender, reader: QueueReader) -> Delay
     level_codes, timer_codes = schedule_tags_codes(levels), timer_tags_codes(precision_ms)
     parts.dispatcher.codes_hook = lambda *args: timer_codes(*args[:4], level_codes(*args))
 
-    def put(t: pa.Table, marker: tuple[str, str] | None, system: pa.Array | None) -> object:
+    def put(messages: StoredMessages, copies: Copies, marker: tuple[str, str] | None) -> object:
         # appended as a broker's delivery is (RocketMQ's putMessage): readable once dispatched,
         # by the dispatcher service or a reader's dispatch
-        return appender.put_table(t, marker, system=system)
+        batch = appender.encode_copies(copies.topic, copies.queue_id, messages.body, messages.flag, messages.born,
+                                       copies.properties, marker)
+        return appender.put_encoded(batch, marker)
 
     scheduler = DelayScheduler(parts, reader, put, levels)
     scheduler.timer = TimerDelivery(parts, reader, put, max_delay_ms=max_delay_ms, precision_ms=precision_ms,

@@ -36,15 +36,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import numpy as np
-import pyarrow as pa
 
 from ..errors import MessagesDeletedError
 from ..log.properties import SCHEDULE_TOPIC
 from ..log.writer_marker import writer_marker
+from ..paths import parse_queue_dir_name
 from ..queue.consume_queue import FILLER_SIZE
 from .delay_offsets import FILE_NAME, load_delay_offsets, save_delay_offsets
 from .levels import level_queue
-from .timeup import delivered_copies
+from .timeup import Copies, StoredMessages, delivered_copies
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -57,8 +57,8 @@ log = logging.getLogger(__name__)
 DELIVER_BATCH = 65_536
 LOCK_NAME = "schedule.lock"
 
-#: (table, idempotence marker, system properties) -> appends the batch (the store's put path)
-Put = Callable[[pa.Table, tuple[str, str] | None, pa.Array | None], object]
+#: (stored messages, their copies, idempotence marker) -> appends the copies (the store's put path)
+Put = Callable[[StoredMessages, Copies, tuple[str, str] | None], object]
 
 
 def level_writer(level: int) -> str:
@@ -147,9 +147,13 @@ class DelayScheduler:
         offsets = load_delay_offsets(self.offsets_path)
         before = dict(offsets)
         state = self.parts.append_state()
+        try:  # the levels that ever had a message (one listing, not a stat per level)
+            queues = {parse_queue_dir_name(name) for name in os.listdir(self.parts.paths.consumequeue_dir / SCHEDULE_TOPIC)}
+        except (FileNotFoundError, NotADirectoryError):
+            queues = set()
         for level in range(1, len(self.levels_ms) + 1):
             queue = level_queue(level)
-            if not self.parts.paths.queue_dir(SCHEDULE_TOPIC, queue).is_dir():
+            if queue not in queues:
                 continue
             done = state.writers.get(level_writer(level))
             start = max(offsets.get(level, 0), int(done) if done is not None else 0)
@@ -184,14 +188,14 @@ class DelayScheduler:
             rows = np.flatnonzero(units["size"][:k] != FILLER_SIZE)
             if len(rows):
                 try:
-                    messages = self.reader.read_units(cq, SCHEDULE_TOPIC, queue, pos, units[:k], rows, floor, None)
+                    messages = StoredMessages.of(
+                        self.reader.read_unit_columns(cq, SCHEDULE_TOPIC, queue, pos, units[:k], rows, floor, None))
                 except MessagesDeletedError as gone:
                     report.lost += gone.end - pos
                     pos = gone.end
                     continue
-                table, system = delivered_copies(messages)
-                self.put(table, writer_marker(level_writer(level), end), system)
-                report.delivered[level] = report.delivered.get(level, 0) + table.num_rows
+                self.put(messages, delivered_copies(messages), writer_marker(level_writer(level), end))
+                report.delivered[level] = report.delivered.get(level, 0) + len(messages)
             pos = end
             if k < len(units):
                 break

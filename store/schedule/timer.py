@@ -60,10 +60,10 @@ from ..log.properties import (
     ParsedProperties,
 )
 from ..log.writer_marker import writer_marker
-from ..queue.checked_read import read_units
+from ..queue.checked_read import read_unit_columns
 from ..queue.consume_queue import CQ_UNIT, FILLER_SIZE
 from .timer_wheel import ENTRY, TimerState, TimerWheel, wheel_slots
-from .timeup import delivered_copies
+from .timeup import Copies, StoredMessages, delivered_copies
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -79,8 +79,8 @@ STEP = 65_536
 SEQ_SHIFT = 20
 GROUP_DONE = (1 << SEQ_SHIFT) - 1
 
-#: (table, idempotence marker, system properties) -> appends the batch (the store's put path)
-Put = Callable[[pa.Table, tuple[str, str] | None, pa.Array | None], object]
+#: (stored messages, their copies, idempotence marker) -> appends the copies (the store's put path)
+Put = Callable[[StoredMessages, Copies, tuple[str, str] | None], object]
 
 
 def timer_tags_codes(precision_ms: int):  # noqa: ANN201 - returns the dispatcher's hook
@@ -247,10 +247,10 @@ class TimerDelivery:
             units = np.zeros(len(batch), CQ_UNIT)
             units["offset"], units["size"], units["tagsCode"] = batch["offset"], batch["size"], batch["due"]
             try:
-                messages = read_units(
+                messages = StoredMessages.of(read_unit_columns(
                     self.parts.commitlog, cq, units, batch["queueOffset"], topic=TIMER_TOPIC, queue_id=0, floor=floor,
                     tail=self.parts.published_tail(), check_crc=self.reader.check_crc(None),
-                )
+                ))
                 break
             except MessagesDeletedError as gone:  # retention deleted them before they were due
                 keep = batch["queueOffset"] >= gone.end
@@ -259,13 +259,13 @@ class TimerDelivery:
                 batch = batch[keep]
         if not len(batch):
             return 0, lost
-        n = messages.num_rows
-        stored = pc.cast(pc.cast(messages.column("storeTimestamp"), pa.timestamp("ms")), pa.int64())
-        table, system = delivered_copies(
+        n = len(messages)
+        copies = delivered_copies(
             messages, drop=(PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID),
-            add={PROPERTY_TIMER_ENQUEUE_MS: stored, PROPERTY_TIMER_DEQUEUE_MS: pa.array(np.full(n, self.wall_ms(), np.int64))},
+            add={PROPERTY_TIMER_ENQUEUE_MS: pa.array(messages.stored),
+                 PROPERTY_TIMER_DEQUEUE_MS: pa.array(np.full(n, self.wall_ms(), np.int64))},
         )
-        self.put(table, writer_marker(TIMER_WRITER, sequence), system)
+        self.put(messages, copies, writer_marker(TIMER_WRITER, sequence))
         return n, lost
 
 
