@@ -35,6 +35,10 @@
  * 8. walk_chains: the timer log's bucket chains followed entry by entry (the time wheel's
  *    reads, store/schedule/timer_wheel.py).
  *
+ * 9. copy_properties: the properties of the scheduler's delivered copies (some names
+ *    dropped, the rest rewritten as they were, the values of a few names found), in the
+ *    same pass over the bytes as parse_properties (store/schedule/timeup.py).
+ *
  * 6. ChunkWriter: a thread that pwrites chunks in submission order, never taking the GIL.
  *    The commitlog packs chunk k+1 while chunk k is written; handing each chunk to a Python
  *    thread pool costs ~17 us of GIL and future bookkeeping between two pwrites (~1 ms per
@@ -328,6 +332,113 @@ done:
     PyBuffer_Release(&vs);
     PyBuffer_Release(&vl);
     PyBuffer_Release(&rw);
+    return result;
+}
+
+/* Names given as a tuple of bytes, for the loops below (copied before the GIL is released). */
+typedef struct { Py_ssize_t n; const char *name[16]; Py_ssize_t len[16]; } name_set;
+
+static int name_set_of(PyObject *tuple, name_set *out, const char *what) {
+    if (!PyTuple_Check(tuple) || PyTuple_GET_SIZE(tuple) > 16) {
+        PyErr_Format(PyExc_ValueError, "%s: a tuple of at most 16 bytes objects", what);
+        return 0;
+    }
+    out->n = PyTuple_GET_SIZE(tuple);
+    for (Py_ssize_t i = 0; i < out->n; i++) {
+        PyObject *o = PyTuple_GET_ITEM(tuple, i);
+        if (!PyBytes_Check(o)) {
+            PyErr_Format(PyExc_ValueError, "%s: a tuple of at most 16 bytes objects", what);
+            return 0;
+        }
+        out->name[i] = PyBytes_AS_STRING(o);  /* the tuple holds them while we run */
+        out->len[i] = PyBytes_GET_SIZE(o);
+    }
+    return 1;
+}
+
+static int name_index(const name_set *set, const unsigned char *p, int64_t len, int prefix) {
+    for (Py_ssize_t i = 0; i < set->n; i++) {
+        if (prefix ? len >= set->len[i] : len == set->len[i])
+            if (memcmp(p, set->name[i], (size_t)set->len[i]) == 0) return (int)i;
+    }
+    return -1;
+}
+
+/* copy_properties(data, offsets, drop, drop_prefixes, find, out, out_offsets, found_start, found_len) -> bytes out
+ * Each row's properties (data[offsets[r]:offsets[r+1]], int32 offsets) parsed with the rules of
+ * parse_properties; every (name, value) pair whose name is not in `drop` and starts with none
+ * of `drop_prefixes` is written to out as name \x01 value \x02, in order; out_offsets (int64,
+ * n + 1) gets each row's range of out (out needs data length + n bytes at most). For each
+ * name k of `find`, found_start/found_len[k * n + r] get the value of its last pair in row r
+ * (-1/0: none). GIL released for the loop. */
+static PyObject *copy_properties(PyObject *self, PyObject *args) {
+    Py_buffer data, offs, out, oo, fs, fl;
+    PyObject *drop_t, *prefix_t, *find_t;
+    if (!PyArg_ParseTuple(args, "y*y*OOOw*w*w*w*", &data, &offs, &drop_t, &prefix_t, &find_t, &out, &oo, &fs, &fl))
+        return NULL;
+    PyObject *result = NULL;
+    name_set drop, prefixes, find;
+    Py_ssize_t n = offs.len / 4 - 1;
+    const int32_t *o = (const int32_t *)offs.buf;
+    if (!name_set_of(drop_t, &drop, "drop") || !name_set_of(prefix_t, &prefixes, "drop_prefixes") ||
+        !name_set_of(find_t, &find, "find"))
+        goto done;
+    if (offs.itemsize != 4 || n < 0 || oo.len != (n + 1) * 8 || out.len < data.len + n ||
+        fs.len != find.n * n * 8 || fl.len != find.n * n * 8) {
+        PyErr_SetString(PyExc_ValueError, "copy_properties: bad offsets or output sizes");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i <= n; i++) {
+        if (o[i] < 0 || o[i] > data.len || (i && o[i] < o[i - 1])) {
+            PyErr_SetString(PyExc_ValueError, "copy_properties: offsets out of range or decreasing");
+            goto done;
+        }
+    }
+    int64_t at = 0;
+    Py_BEGIN_ALLOW_THREADS
+    const unsigned char *b = (const unsigned char *)data.buf;
+    unsigned char *d = (unsigned char *)out.buf;
+    int64_t *OO = (int64_t *)oo.buf, *FS = (int64_t *)fs.buf, *FL = (int64_t *)fl.buf;
+    for (Py_ssize_t k = 0; k < find.n * n; k++) { FS[k] = -1; FL[k] = 0; }
+    for (Py_ssize_t r = 0; r < n; r++) {
+        OO[r] = at;
+        int64_t pos = o[r], end = o[r + 1];
+        while (pos < end) {
+            int64_t item_end = pos;
+            while (item_end < end && b[item_end] != 2) item_end++;
+            int64_t p1 = pos;
+            while (p1 < item_end && b[p1] != 1) p1++;
+            if (p1 < item_end) {
+                int64_t p2 = p1 + 1;
+                while (p2 < item_end && b[p2] != 1) p2++;
+                int64_t rest = p2;
+                while (rest < item_end && b[rest] == 1) rest++;
+                if (p2 > p1 + 1 && rest == item_end) {  /* a pair: name [pos, p1), value [p1 + 1, p2) */
+                    int64_t kl = p1 - pos, vl = p2 - p1 - 1;
+                    int f = name_index(&find, b + pos, kl, 0);
+                    if (f >= 0) { FS[f * n + r] = p1 + 1; FL[f * n + r] = vl; }
+                    if (name_index(&drop, b + pos, kl, 0) < 0 && name_index(&prefixes, b + pos, kl, 1) < 0) {
+                        memcpy(d + at, b + pos, (size_t)kl);
+                        d[at + kl] = 1;
+                        memcpy(d + at + kl + 1, b + p1 + 1, (size_t)vl);
+                        d[at + kl + 1 + vl] = 2;
+                        at += kl + vl + 2;
+                    }
+                }
+            }
+            pos = item_end + 1;
+        }
+    }
+    OO[n] = at;
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromLongLong(at);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&offs);
+    PyBuffer_Release(&out);
+    PyBuffer_Release(&oo);
+    PyBuffer_Release(&fs);
+    PyBuffer_Release(&fl);
     return result;
 }
 
@@ -1052,6 +1163,8 @@ static PyMethodDef methods[] = {
      "patch_records(out, starts, fields, values): big-endian int64 fields written into packed records."},
     {"parse_properties", parse_properties, METH_VARARGS,
      "parse_properties(data, offsets, key_start, key_len, val_start, val_len, row) -> pairs found."},
+    {"copy_properties", copy_properties, METH_VARARGS,
+     "copy_properties(data, offsets, drop, drop_prefixes, find, out, out_offsets, found_start, found_len) -> bytes written."},
     {"walk_chains", walk_chains, METH_VARARGS,
      "walk_chains(log, entry_size, heads, out) -> n: the timer log's bucket chains, entry indices into out."},
     {"walk_records", walk_records, METH_VARARGS,

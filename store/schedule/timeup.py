@@ -28,15 +28,19 @@ import pyarrow.compute as pc
 
 from ..errors import CorruptRecordError
 from ..log.decode import RecordColumns
-from ..log.gather import gather_slices
+from ..log.gather import gather_slices, to_binary
 from ..log.properties import (
     PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
     STORE_PROPERTY_PREFIX,
     ParsedProperties,
-    PropertySpans,
 )
+
+try:  # the optional C helper (setup.py builds it); without it, the parsed map below
+    from .._native import copy_properties as _native_copy
+except ImportError:  # pragma: no cover - depends on the build
+    _native_copy = None
 
 
 @dataclass
@@ -86,18 +90,19 @@ def delivered_copies(
     ``drop``: names the copy loses besides ``DELAY``; ``add``: names the copy gets at the end,
     a value per row (the timer's ``TIMER_DEQUEUE_MS``...).
 
-    A stored message without ``REAL_TOPIC``, or whose ``REAL_QID`` is not a number, cannot be
-    delivered: :class:`CorruptRecordError` naming its commitlog offset."""
-    parsed = ParsedProperties(messages.properties)
-    real_topic = parsed.column(PROPERTY_REAL_TOPIC)
-    real_qid = parsed.column(PROPERTY_REAL_QID)
-    qid_ok = pc.and_(pc.utf8_is_digit(real_qid), pc.less_equal(pc.utf8_length(real_qid), 9))
-    bad = np.asarray(pc.or_(pc.is_null(real_topic), pc.invert(pc.fill_null(qid_ok, False))))
-    if bad.any():
-        offset = int(messages.offsets[int(np.flatnonzero(bad)[0])])
-        raise CorruptRecordError(f"delayed message has no usable {PROPERTY_REAL_TOPIC}/{PROPERTY_REAL_QID}: it cannot be delivered",
-                                 offset=offset)
-    system = _kept_properties(parsed, pa.array([PROPERTY_DELAY, *drop, *(add or {})]))
+    A stored message without ``REAL_TOPIC``, or whose ``REAL_QID`` is not a number of at most
+    9 digits, cannot be delivered: :class:`CorruptRecordError` naming its commitlog offset.
+
+    The copy keeps every other (name, value) pair of the stored properties, in stored order,
+    as the store's own items (``name\x01value\x02``..., joined per row), but the store's
+    ``RMQLOG_*`` markers: they were checked when first put (user names) or are RocketMQ's, so
+    they are not checked again. With the C helper that is one pass over the bytes
+    (:func:`_copied`); without it, through the parsed map (:func:`_from_parsed`), with the
+    same result (Java's parsing rules either way).
+    """
+    dropped = (PROPERTY_DELAY, *drop, *(add or {}))
+    made = _copied(messages, dropped)
+    topic, queue_id, system = made if made is not None else _from_parsed(messages, dropped)
     if add:
         pieces: list[object] = []
         for name, values in add.items():
@@ -105,42 +110,64 @@ def delivered_copies(
                 values = values.combine_chunks()
             pieces += [name + "\x01", values.cast(pa.string()), "\x02"]
         system = pc.binary_join_element_wise(system, *pieces, "")
-    return Copies(real_topic, np.asarray(real_qid.cast(pa.int32())), system.cast(pa.binary()))
+    return Copies(topic, queue_id, system.cast(pa.binary()))
 
 
-def _kept_properties(parsed: ParsedProperties, dropped_names: pa.Array) -> pa.Array:
-    """Every entry of each row but ``dropped_names`` and the store's ``RMQLOG_*`` markers, in
-    stored order, joined per row (``name\x01value\x02``...). The copy gets them all as the
-    store's own items: they were checked when first put (user names) or are RocketMQ's, so
-    they are not checked again, and their order is kept."""
+def _undeliverable(messages: StoredMessages, bad: np.ndarray) -> CorruptRecordError:
+    offset = int(messages.offsets[int(np.flatnonzero(bad)[0])])
+    return CorruptRecordError(
+        f"delayed message has no usable {PROPERTY_REAL_TOPIC}/{PROPERTY_REAL_QID}: it cannot be delivered", offset=offset,
+    )
+
+
+def _queue_ids(messages: StoredMessages, real_topic: pa.Array, real_qid: pa.Array) -> np.ndarray:
+    """The real queue ids: ``REAL_QID`` must be 1 to 9 ASCII digits, ``REAL_TOPIC`` present."""
+    qid_ok = pc.and_(pc.ascii_is_decimal(real_qid), pc.less_equal(pc.binary_length(real_qid), 9))
+    bad = np.asarray(pc.or_(pc.is_null(real_topic), pc.invert(pc.fill_null(qid_ok, False))))
+    if bad.any():
+        raise _undeliverable(messages, bad)
+    return np.asarray(real_qid.cast(pa.int64()))
+
+
+def _copied(messages: StoredMessages, dropped: tuple[str, ...]) -> tuple[pa.Array, np.ndarray, pa.Array] | None:
+    """(real topics, real queue ids, kept properties joined per row) by the C helper's
+    ``copy_properties``: one pass over the bytes, Java's parsing rules; ``None`` without it."""
+    props = messages.properties
+    if _native_copy is None or props.null_count:
+        return None
+    n = len(props)
+    off = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
+    data = props.buffers()[2] or pa.py_buffer(b"")
+    out = np.empty(data.size + n, np.uint8)
+    row_offsets = np.empty(n + 1, np.int64)
+    found_start, found_len = np.empty(2 * n, np.int64), np.empty(2 * n, np.int64)
+    _native_copy(data, off, tuple(name.encode() for name in dropped), (STORE_PROPERTY_PREFIX.encode(),),
+                 (PROPERTY_REAL_TOPIC.encode(), PROPERTY_REAL_QID.encode()), out, row_offsets, found_start, found_len)
+    if row_offsets[-1] >= 1 << 31:
+        return None
+
+    def found(k: int) -> pa.Array:
+        start, length = found_start[k * n : (k + 1) * n], found_len[k * n : (k + 1) * n]
+        values = to_binary(gather_slices(data, np.maximum(start, 0), length)).view(pa.string())
+        return values if (start >= 0).all() else pc.if_else(pa.array(start >= 0), values, pa.scalar(None, pa.string()))
+
+    real_topic, real_qid = found(0), found(1)
+    queue_id = _queue_ids(messages, real_topic, real_qid)
+    # whole (name, value) pairs of valid UTF-8 strings, cut at ASCII separators: valid UTF-8
+    kept = pa.StringArray.from_buffers(n, pa.py_buffer(row_offsets.astype(np.int32)), pa.py_buffer(out[: row_offsets[-1]]))
+    return real_topic, queue_id, kept
+
+
+def _from_parsed(messages: StoredMessages, dropped: tuple[str, ...]) -> tuple[pa.Array, np.ndarray, pa.Array]:
+    """:func:`_copied` through the parsed map (without the C helper)."""
+    parsed = ParsedProperties(messages.properties)
+    real_topic = parsed.column(PROPERTY_REAL_TOPIC)
+    real_qid = parsed.column(PROPERTY_REAL_QID)
+    queue_id = _queue_ids(messages, real_topic, real_qid)
     n, keys = parsed.n, parsed.keys
-    kept = ~np.asarray(pc.or_(pc.is_in(keys, dropped_names), pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
-    if parsed.spans is not None:
-        joined = _kept_spans(parsed.spans, parsed.parent, kept, n)
-        if joined is not None:
-            return joined
+    kept = ~np.asarray(pc.or_(pc.is_in(keys, pa.array(dropped)), pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
     sel = pa.array(kept)
     pairs = pc.binary_join_element_wise(keys.filter(sel), "\x01", parsed.values.filter(sel), "\x02", "")
     row_offsets = np.concatenate([[0], np.cumsum(np.bincount(parsed.parent[kept], minlength=n))]).astype(np.int32)
-    joined = pc.binary_join(pa.ListArray.from_arrays(pa.array(row_offsets), pairs), "")
-    return pc.fill_null(joined, "")
-
-
-def _kept_spans(spans: PropertySpans, parent: np.ndarray, kept: np.ndarray, n: int) -> pa.Array | None:
-    """:func:`_kept_properties` by copying each kept entry's bytes as stored: one gather, no
-    join. Applies when every kept entry is stored as ``name\x01value\x02`` in one piece (what
-    RocketMQ and this store write; the C parser found the name and value, so only the
-    ``\x02`` after the value is checked); ``None`` (nothing made) otherwise."""
-    start, end, rows = spans.key_start[kept], (spans.value_start + spans.value_len)[kept], parent[kept]
-    raw = np.frombuffer(spans.data, np.uint8)
-    row_end = spans.row_offsets[1:].astype(np.int64)[rows]
-    if len(end) and not ((end < row_end).all() and (raw[end] == 2).all()):
-        return None
-    lengths = end + 1 - start
-    row_offsets = np.zeros(n + 1, np.int64)
-    np.cumsum(np.bincount(rows, weights=lengths, minlength=n).astype(np.int64), out=row_offsets[1:])
-    if row_offsets[-1] >= 1 << 31:
-        return None
-    data = gather_slices(spans.data, start, lengths).buffers()[2] or pa.py_buffer(b"")
-    # whole entries of valid UTF-8 strings (the read decoded them as such): valid UTF-8
-    return pa.StringArray.from_buffers(n, pa.py_buffer(row_offsets.astype(np.int32)), data)
+    joined = pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(pa.array(row_offsets), pairs), ""), "")
+    return real_topic, queue_id, joined
