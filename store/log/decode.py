@@ -58,16 +58,30 @@ IPV6_EXTRA = header_dtype(True, False).itemsize - HEADER_V4.itemsize
 
 @dataclass
 class RecordColumns:
-    """The raw columns of a run of records (numpy for fixed fields, Arrow for variable ones)."""
+    """The raw columns of a run of records (numpy for fixed fields, Arrow for variable ones).
+
+    The hosts as strings are made on first use (only the message table shows them; a
+    dispatch or a scheduler's copy never does)."""
 
     offsets: np.ndarray  # commitlog offset of each record (int64)
     header: dict[str, np.ndarray]  # fixed fields by record.header_dtype names, native dtypes
     body: pa.Array | None
     topic: pa.StringArray
     properties: pa.StringArray
-    born_host: pa.Array  # string
-    store_host: pa.Array  # string
+    hosts: Callable[[], tuple[pa.Array, pa.Array]]  # -> (born host, store host) strings
     store_host_raw: np.ndarray  # (n, 8|20) uint8 of the store host (for msgIds), or object rows
+
+    @functools.cached_property
+    def _host_strings(self) -> tuple[pa.Array, pa.Array]:
+        return self.hosts()
+
+    @property
+    def born_host(self) -> pa.Array:
+        return self._host_strings[0]
+
+    @property
+    def store_host(self) -> pa.Array:
+        return self._host_strings[1]
 
     def __len__(self) -> int:
         return len(self.offsets)
@@ -78,8 +92,8 @@ class RecordColumns:
             return self
         return RecordColumns(
             self.offsets[:n], {k: v[:n] for k, v in self.header.items()}, None if self.body is None else self.body.slice(0, n),
-            self.topic.slice(0, n), self.properties.slice(0, n), self.born_host.slice(0, n), self.store_host.slice(0, n),
-            self.store_host_raw[:n],
+            self.topic.slice(0, n), self.properties.slice(0, n),
+            lambda: (self.born_host.slice(0, n), self.store_host.slice(0, n)), self.store_host_raw[:n],
         )
 
 
@@ -321,15 +335,16 @@ def read_columns(
             for r, b, s in zip(rows.tolist(), g["bornHost"], g["storeHost"], strict=True):
                 born_hosts[r] = np.frombuffer(bytes(b), np.uint8)
                 store_hosts[r] = np.frombuffer(bytes(s), np.uint8)
-        born_host = pa.array([format_host(h.tobytes()) for h in born_hosts], pa.string())
-        store_host = pa.array([format_host(h.tobytes()) for h in store_hosts], pa.string())
+        def hosts() -> tuple[pa.Array, pa.Array]:
+            return (pa.array([format_host(h.tobytes()) for h in born_hosts], pa.string()),
+                    pa.array([format_host(h.tobytes()) for h in store_hosts], pa.string()))
         store_raw = np.array([h.tobytes() for h in store_hosts], dtype=object)
     else:
         hsize = np.full(n, HEADER_V4.itemsize, np.int64)
         born_raw = np.ascontiguousarray(hdr["bornHost"]).view(np.uint8).reshape(n, 8)
         store_raw_arr = np.ascontiguousarray(hdr["storeHost"]).view(np.uint8).reshape(n, 8)
-        born_host, _ = _hosts_to_strings(born_raw)
-        store_host, _ = _hosts_to_strings(store_raw_arr)
+        def hosts() -> tuple[pa.Array, pa.Array]:
+            return _hosts_to_strings(born_raw)[0], _hosts_to_strings(store_raw_arr)[0]
         store_raw = store_raw_arr
     body_len = header["bodyLength"].astype(np.int64)
     ends = positions + total
@@ -383,7 +398,7 @@ def read_columns(
         body = None
     return RecordColumns(
         offsets=base + positions, header=header, body=body, topic=topic_arr,
-        properties=props, born_host=born_host, store_host=store_host, store_host_raw=store_raw,
+        properties=props, hosts=hosts, store_host_raw=store_raw,
     )
 
 
