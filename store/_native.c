@@ -370,20 +370,24 @@ static int name_index(const name_set *set, const unsigned char *p, int64_t len, 
  * of `drop_prefixes` is written to out as name \x01 value \x02, in order; out_offsets (int64,
  * n + 1) gets each row's range of out (out needs data length + n bytes at most). For each
  * name k of `find`, found_start/found_len[k * n + r] get the value of its last pair in row r
- * (-1/0: none). GIL released for the loop. */
+ * (-1/0: none). With out and out_offsets None, only the values are found (one pass, no map
+ * built: ParsedProperties.column). GIL released for the loop. */
 static PyObject *copy_properties(PyObject *self, PyObject *args) {
-    Py_buffer data, offs, out, oo, fs, fl;
-    PyObject *drop_t, *prefix_t, *find_t;
-    if (!PyArg_ParseTuple(args, "y*y*OOOw*w*w*w*", &data, &offs, &drop_t, &prefix_t, &find_t, &out, &oo, &fs, &fl))
+    Py_buffer data, offs, out = {0}, oo = {0}, fs, fl;
+    PyObject *drop_t, *prefix_t, *find_t, *out_o, *oo_o;
+    if (!PyArg_ParseTuple(args, "y*y*OOOOOw*w*", &data, &offs, &drop_t, &prefix_t, &find_t, &out_o, &oo_o, &fs, &fl))
         return NULL;
     PyObject *result = NULL;
     name_set drop, prefixes, find;
+    const int copy = out_o != Py_None;
+    if (copy && (PyObject_GetBuffer(out_o, &out, PyBUF_WRITABLE) < 0 || PyObject_GetBuffer(oo_o, &oo, PyBUF_WRITABLE) < 0))
+        goto done;
     Py_ssize_t n = offs.len / 4 - 1;
     const int32_t *o = (const int32_t *)offs.buf;
     if (!name_set_of(drop_t, &drop, "drop") || !name_set_of(prefix_t, &prefixes, "drop_prefixes") ||
         !name_set_of(find_t, &find, "find"))
         goto done;
-    if (offs.itemsize != 4 || n < 0 || oo.len != (n + 1) * 8 || out.len < data.len + n ||
+    if (offs.itemsize != 4 || n < 0 || (copy && (oo.len != (n + 1) * 8 || out.len < data.len + n)) ||
         fs.len != find.n * n * 8 || fl.len != find.n * n * 8) {
         PyErr_SetString(PyExc_ValueError, "copy_properties: bad offsets or output sizes");
         goto done;
@@ -397,11 +401,11 @@ static PyObject *copy_properties(PyObject *self, PyObject *args) {
     int64_t at = 0;
     Py_BEGIN_ALLOW_THREADS
     const unsigned char *b = (const unsigned char *)data.buf;
-    unsigned char *d = (unsigned char *)out.buf;
+    unsigned char *d = (unsigned char *)out.buf;  /* NULL (unused) without out */
     int64_t *OO = (int64_t *)oo.buf, *FS = (int64_t *)fs.buf, *FL = (int64_t *)fl.buf;
     for (Py_ssize_t k = 0; k < find.n * n; k++) { FS[k] = -1; FL[k] = 0; }
     for (Py_ssize_t r = 0; r < n; r++) {
-        OO[r] = at;
+        if (copy) OO[r] = at;
         int64_t pos = o[r], end = o[r + 1];
         while (pos < end) {
             int64_t item_end = pos;
@@ -417,7 +421,7 @@ static PyObject *copy_properties(PyObject *self, PyObject *args) {
                     int64_t kl = p1 - pos, vl = p2 - p1 - 1;
                     int f = name_index(&find, b + pos, kl, 0);
                     if (f >= 0) { FS[f * n + r] = p1 + 1; FL[f * n + r] = vl; }
-                    if (name_index(&drop, b + pos, kl, 0) < 0 && name_index(&prefixes, b + pos, kl, 1) < 0) {
+                    if (copy && name_index(&drop, b + pos, kl, 0) < 0 && name_index(&prefixes, b + pos, kl, 1) < 0) {
                         memcpy(d + at, b + pos, (size_t)kl);
                         d[at + kl] = 1;
                         memcpy(d + at + kl + 1, b + p1 + 1, (size_t)vl);
@@ -429,14 +433,14 @@ static PyObject *copy_properties(PyObject *self, PyObject *args) {
             pos = item_end + 1;
         }
     }
-    OO[n] = at;
+    if (copy) OO[n] = at;
     Py_END_ALLOW_THREADS
     result = PyLong_FromLongLong(at);
 done:
     PyBuffer_Release(&data);
     PyBuffer_Release(&offs);
-    PyBuffer_Release(&out);
-    PyBuffer_Release(&oo);
+    if (out.obj) PyBuffer_Release(&out);
+    if (oo.obj) PyBuffer_Release(&oo);
     PyBuffer_Release(&fs);
     PyBuffer_Release(&fl);
     return result;

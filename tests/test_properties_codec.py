@@ -105,3 +105,21 @@ def test_every_parser_path_agrees_with_java(rows: list[str]) -> None:
 def test_native_parser_grows_its_output_for_many_pairs() -> None:
     rows = ["".join(f"k{i}\x01v{i}\x02" for i in range(40))] * 3
     assert _pairs(ParsedProperties(pa.array(rows))) == _reference(rows)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(_any, _well_formed), min_size=1, max_size=8), st.sampled_from(["a", "K", "é", "ab", " "]))
+def test_a_column_found_without_the_map_is_javas_last_value(rows: list[str], name: str) -> None:
+    from store.log import properties
+
+    want = [r.get(name) for r in _reference(rows)]
+    arr = pa.array(rows, pa.string())
+    if properties._native is not None:
+        found = properties.find_values(arr, (name, "K"))
+        assert found is not None and found[0].to_pylist() == want
+        assert found[1].to_pylist() == [r.get("K") for r in _reference(rows)]
+        lazy = ParsedProperties(arr)
+        assert lazy.column(name).to_pylist() == want and "keys" not in lazy.__dict__  # no map was built
+    mapped = ParsedProperties(arr)
+    assert mapped.keys is not None  # the map first: column() then reads it
+    assert mapped.column(name).to_pylist() == want

@@ -9,8 +9,6 @@ nor the store's ``RMQLOG_`` prefix (:func:`reserved_name_problem`). The scalar c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -132,28 +130,54 @@ def single_property(name: str, values: pa.Array) -> pa.Array:
     return pc.fill_null(s, _EMPTY_STR)
 
 
-@dataclass(frozen=True)
-class PropertySpans:
-    """Where each parsed entry lies in the properties' bytes (the C parser's output):
-    ``data`` the column's data buffer, ``row_offsets`` its rows' offsets into it, and per
-    entry the start and length of its name and of its value."""
+def find_values(props: pa.Array, names: tuple[str, ...]) -> list[pa.StringArray] | None:
+    """The value of each of ``names`` per row of a properties column (null where absent; the
+    last one wins, as in Java's map), found in one pass of the C helper over the bytes with
+    Java's parsing rules: no map is built. ``None`` without the helper (or for nulls)."""
+    props = _flat(props)
+    if _native is None or props.null_count or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type)):
+        return None
+    n, k = len(props), len(names)
+    off = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
+    data = props.buffers()[2] or pa.py_buffer(b"")
+    start, length = np.empty(k * n, np.int64), np.empty(k * n, np.int64)
+    _native.copy_properties(data, off, (), (), tuple(name.encode() for name in names), None, None, start, length)
+    from .gather import gather_slices, to_binary
 
-    data: pa.Buffer
-    row_offsets: np.ndarray
-    key_start: np.ndarray
-    key_len: np.ndarray
-    value_start: np.ndarray
-    value_len: np.ndarray
+    out = []
+    for j in range(k):
+        s, ln = start[j * n : (j + 1) * n], length[j * n : (j + 1) * n]
+        found = s >= 0
+        values = to_binary(gather_slices(data, np.where(found, s, 0), ln))
+        validity = None if found.all() else pa.py_buffer(np.packbits(found, bitorder="little"))
+        out.append(pa.Array.from_buffers(pa.string(), n, [validity, *values.buffers()[1:]], offset=values.offset))
+    return out
 
 
 class ParsedProperties:
-    """Properties strings parsed into a map column, with TAGS and KEYS pulled out."""
+    """Properties strings parsed into a map column, with TAGS and KEYS pulled out.
+
+    The map (``keys``, ``values``, ``parent``, ``offsets``) is parsed on first use; until then
+    :meth:`column` finds a name's values in one pass of the C helper (:func:`find_values`),
+    which is all a dispatch asks for (TAGS; the index's KEYS and UNIQ_KEY)."""
+
+    keys: pa.StringArray
+    values: pa.StringArray
+    parent: np.ndarray
+    offsets: np.ndarray
 
     def __init__(self, props: pa.Array) -> None:
-        props = _flat(props)
-        self.n = len(props)
-        #: where the entries lie in the bytes (only when the C helper parsed them)
-        self.spans: PropertySpans | None = None
+        self._props = _flat(props)
+        self.n = len(self._props)
+
+    def __getattr__(self, name: str) -> object:
+        if name in ("keys", "values", "parent", "offsets"):  # the map, parsed on first use
+            self._parse()
+            return self.__dict__[name]
+        raise AttributeError(name)
+
+    def _parse(self) -> None:
+        props = self._props
         if not (self._parse_native(props) or self._parse_well_formed(props)):
             self._parse_general(props)
         counts = np.bincount(self.parent, minlength=self.n) if len(self.keys) else np.zeros(self.n, np.int64)
@@ -178,7 +202,6 @@ class ParsedProperties:
         self.keys = to_binary(gather_slices(data, out[0, :m], out[1, :m])).view(string)
         self.values = to_binary(gather_slices(data, out[2, :m], out[3, :m])).view(string)
         self.parent = out[4, :m]
-        self.spans = PropertySpans(data, off, out[0, :m], out[1, :m], out[2, :m], out[3, :m])
         return True
 
     def _parse_well_formed(self, props: pa.Array) -> bool:
@@ -262,6 +285,10 @@ class ParsedProperties:
 
     def column(self, name: str) -> pa.StringArray:
         """The value of property ``name`` per row, null where absent (the last one wins)."""
+        if "keys" not in self.__dict__:  # no map yet: find it without building one
+            found = find_values(self._props, (name,))
+            if found is not None:
+                return found[0]
         hit = np.flatnonzero(np.asarray(pc.equal(self.keys, name)))
         idx = np.full(self.n, -1, np.int64)
         idx[self.parent[hit]] = hit
