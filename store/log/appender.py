@@ -89,11 +89,14 @@ class Appender:
         the store's own properties per row (see :meth:`encode`)."""
         return self.put_encoded(self.encode(table, marker, system=system), marker, dispatch=dispatch)
 
-    def put_encoded(self, batch: EncodedBatch, marker: Marker = None, *, dispatch: bool = False) -> tuple[pa.Table, np.ndarray]:
-        """Append one encoded batch (:meth:`encode`, or :meth:`encode_copies`); see :meth:`put_table`."""
+    def put_encoded(
+        self, batch: EncodedBatch, marker: Marker = None, *, dispatch: bool = False, results: bool = True,
+    ) -> tuple[pa.Table, np.ndarray]:
+        """Append one encoded batch (:meth:`encode`, or :meth:`encode_copies`); see :meth:`put_table`
+        and :meth:`append` (``results``)."""
         with self.ahead() as announce:
             announce(batch)
-            return self.append([batch], marker, dispatch=dispatch)
+            return self.append([batch], marker, dispatch=dispatch, results=results)
 
     def encode_copies(
         self, topic: pa.Array, queue_id: np.ndarray, body: pa.BinaryArray, flag: np.ndarray, born: np.ndarray,
@@ -200,9 +203,12 @@ class Appender:
                 self.preparer.settle(total)
 
     # ---------------------------------------------------------------- append
-    def append(self, batches: list[EncodedBatch], marker: Marker, *, dispatch: bool = False) -> tuple[pa.Table, np.ndarray]:
+    def append(
+        self, batches: list[EncodedBatch], marker: Marker, *, dispatch: bool = False, results: bool = True,
+    ) -> tuple[pa.Table, np.ndarray]:
         """Append encoded batches, in order, under one lock hold; publish once (steps 2-4 of
-        the module docstring). Returns the result rows and each row's queue id."""
+        the module docstring). Returns the result rows (none when ``results`` is false: a
+        caller that reads none, the scheduler) and each row's queue id."""
         batches = [b for b in batches if b.n]
         if not batches:
             return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)
@@ -213,18 +219,20 @@ class Appender:
             # before the lock and only patched under it (every writer process waits for that
             # lock: ~40% less hold time for a 100-message put)
             batches[0].prepack()
-        results = self._append_locked(batches, marker)
-        if results is None:
+        appended = self._append_locked(batches, marker, results)
+        if appended is None:
             return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)  # a replay
-        self._after_publish(batches, results, dispatch)
+        self._after_publish(batches, appended, dispatch)
+        queue_ids = batches[0].queue_id if len(batches) == 1 else np.concatenate([b.queue_id for b in batches])
+        if not results:
+            return PUT_RESULT_SCHEMA.empty_table(), queue_ids
         tables = [
             r.overlapped if r.overlapped is not None else self.result_table(r.physical_offsets, r.queue_offsets, r.store_timestamp)
-            for r in results
+            for r in appended
         ]
         # one chunk per table: a sink task appends ~100 tables and reads only num_rows; a
         # combine would copy ~56 bytes per row (~50 ms per million rows)
-        out = tables[0] if len(tables) == 1 else pa.concat_tables(tables)
-        return out, batches[0].queue_id if len(batches) == 1 else np.concatenate([b.queue_id for b in batches])
+        return (tables[0] if len(tables) == 1 else pa.concat_tables(tables)), queue_ids
 
     def _check_queue_ids(self, batches: list[EncodedBatch]) -> None:
         """Only a fully valid batch creates its topics; a topic resized meanwhile is re-checked."""
@@ -239,7 +247,7 @@ class Appender:
                 raise QueueIdError("queue id is not below the topic's queue count", row=base + int(np.flatnonzero(over)[0]), field="queueId")
             base += batch.n
 
-    def _append_locked(self, batches: list[EncodedBatch], marker: Marker) -> list[AppendResult] | None:
+    def _append_locked(self, batches: list[EncodedBatch], marker: Marker, results: bool = True) -> list[AppendResult] | None:
         """Step 3: under the append lock; ``None`` for a replay of an idempotent batch."""
         parts = self.parts
         with parts.append_lock.held():
@@ -252,7 +260,7 @@ class Appender:
             tail = state.tail
             try:
                 # the per-row results (msgIds...) are made while the last chunks are written
-                results = parts.commitlog.append_all(batches, state, self.result_table)
+                appended = parts.commitlog.append_all(batches, state, self.result_table if results else None)
                 parts.state_file.publish(state)
             except BaseException as exc:
                 self._drop_unpublished(tail)
@@ -262,7 +270,7 @@ class Appender:
                         exc.filename or str(parts.paths.commitlog_dir),
                     ) from exc
                 raise
-        return results
+        return appended
 
     def _after_publish(self, batches: list[EncodedBatch], results: list[AppendResult], dispatch: bool) -> None:
         """Step 4: the flush (SYNC_FLUSH) and the dispatch (``dispatch=True``) of a published batch."""

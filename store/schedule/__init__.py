@@ -87,7 +87,7 @@ def install(parts: StoreParts, appender: Appender, reader: QueueReader) -> Delay
         # by the dispatcher service or a reader's dispatch
         batch = appender.encode_copies(copies.topic, copies.queue_id, messages.body, messages.flag, messages.born,
                                        copies.properties, marker)
-        return appender.put_encoded(batch, marker)
+        return appender.put_encoded(batch, marker, results=False)  # (the pass reads none)
 
     scheduler = DelayScheduler(parts, reader, put, levels)
     scheduler.timer = TimerDelivery(parts, reader, put, max_delay_ms=max_delay_ms, precision_ms=precision_ms,

@@ -107,7 +107,8 @@ def build_properties(
         parts.append(tags_part)
     # 'UNIQ_KEY\x01<32 hex>\x02' items are made chunk by chunk as the records are written
     # (overlapping the writes; their length is fixed, so the record lengths are known now)
-    parts.append(LazyUniqKeys(uniq_keys, has_uniq if has_uniq.any() else None))
+    if not (n and has_uniq.all()):  # (every row has its own: a scheduler's copies)
+        parts.append(LazyUniqKeys(uniq_keys, has_uniq if has_uniq.any() else None))
     if last_row_property is not None and n:
         parts.append(_last_row_only(last_row_property, n))
     pieces, props_len = _pieces_and_lengths(parts, n)
