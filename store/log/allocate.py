@@ -55,6 +55,7 @@ from .mapped_file import MappedFileQueue
 log = logging.getLogger(__name__)
 
 MADV_POPULATE_READ = 22  # Linux 5.14+ <asm-generic/mman-common.h>
+MADV_RANDOM = 1  # <asm-generic/mman-common.h>
 PAGE = mmap.PAGESIZE
 _libc = ctypes.CDLL(None, use_errno=True)
 _mmap = _libc.mmap
@@ -88,6 +89,11 @@ def populate(path: Path, lo: int, hi: int) -> None:
             addr = _mmap(None, hi - lo, mmap.PROT_READ, mmap.MAP_SHARED, fd, lo)
             if addr not in (None, _MAP_FAILED):
                 try:
+                    # no readahead while populating: it would mark pages for the next async
+                    # readahead window (read_ahead_kb, 8 MiB here), and the reader that later
+                    # faults on such a page (the dispatcher's walk of just-appended records)
+                    # would then populate that whole window itself (20-35 ms on this VM)
+                    _madvise(addr, hi - lo, MADV_RANDOM)
                     if _madvise(addr, hi - lo, MADV_POPULATE_READ) == 0:
                         return
                     err = ctypes.get_errno()
