@@ -76,3 +76,28 @@ def test_replayed_idempotent_batch_with_dispatch_writes_nothing(tmp_path: Path) 
         assert s.put_batch(t, writer="w", sequence=1, dispatch=True).num_rows == 2
         assert s.put_batch(t, writer="w", sequence=1, dispatch=True).num_rows == 0
         assert sum(s.max_offset("T", q) for q in range(4)) == 2
+
+
+def test_the_saved_position_is_rewritten_in_place_and_checked(tmp_path: Path) -> None:
+    """dispatch.state: rewritten in place (one inode, no temporary file), with a CRC; a file
+    whose CRC fails (a torn write) is ignored and the position derived from the queues, one
+    without a CRC (an older store's) is read as it is."""
+    import json
+
+    root = tmp_path / "s"
+    with store.MessageStore.open(root) as s:
+        s.put_batch(pa.table({"topic": ["P"] * 3, "body": [b"x"] * 3}))
+        s.dispatch()
+        state = root / "dispatch.state"
+        inode, first = state.stat().st_ino, json.loads(state.read_bytes())
+        s.put_batch(pa.table({"topic": ["P"] * 2, "body": [b"y"] * 2}))
+        s.dispatch()
+        saved = json.loads(state.read_bytes())
+        assert state.stat().st_ino == inode and not (root / "dispatch.state.tmp").exists()
+        assert saved["offset"] == s.published_tail() > first["offset"] and "crc" in saved
+        state.write_text(json.dumps({**saved, "offset": first["offset"]}))  # a mix: old offset, new CRC
+        assert s.dispatcher.position() == s.published_tail()  # derived, not the stale offset
+        state.write_text(json.dumps({"version": 1, "offset": first["offset"], "storeTimestamp": 0}))
+        assert s.dispatcher.position() == first["offset"]  # no CRC: read as it is
+        assert s.dispatch() == 2 and s.dispatcher.position() == s.published_tail()  # walked again, nothing doubled
+        assert sum(s.max_offset("P", q) for q in range(s.topics()["P"].write_queue_nums)) == 5

@@ -241,8 +241,9 @@ def test_a_consume_queue_write_cut_short_leaves_no_torn_unit(tmp_path: Path, mon
 def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A full disk when the position is saved: the units are written and the dispatch
     succeeds; the file keeps the older position (a hint), from which the next dispatch walks
-    again without writing a unit twice. Recovery moving the position back rewrites the file
-    in place (no new block)."""
+    again without writing a unit twice. Recovery moving the position back when even that
+    write fails removes the file, as the position derived without it is not past the new
+    one; where it would be, the error is raised."""
     import store.queue.dispatcher as dm
 
     root = tmp_path / "s"
@@ -251,12 +252,19 @@ def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(tmp_path: Pa
         assert s.dispatch() == 4
         saved = s.dispatcher.position()
         s.put_batch(pa.table({"topic": ["P"] * 2, "body": [b"y"] * 2, "queueId": pa.array([0] * 2, pa.int32())}))
+        before = (root / "dispatch.state").read_bytes()
         with monkeypatch.context() as m:
-            m.setattr(fio.os, "write", _enospc)  # replace_file's new file: no room
+            def no_room(path: Path, data: bytes) -> None:
+                raise store.DiskFullError(errno.ENOSPC, "No space left on device", str(path))
+
+            m.setattr(dm, "rewrite_in_place", no_room)  # the position's rewrite: no room
             assert s.dispatch() == 2
-            assert s.dispatcher.position() == saved
-            assert not (root / "dispatch.state.tmp").exists()
-            s.dispatcher.set_position(0)  # recovery moving it back: in place
+            assert s.dispatcher.position() == saved and (root / "dispatch.state").read_bytes() == before
+            with pytest.raises(store.DiskFullError):
+                s.dispatcher.set_position(0)  # the queues reach past 0: cannot go back without the file
+            assert not (root / "dispatch.state").exists()  # (removed: the derived position stands)
+        assert s.dispatcher.position() == s.published_tail()  # derived from the queues
+        s.dispatcher.set_position(0)
         assert s.dispatcher.position() == 0
         assert s.dispatch() == 6  # walked again: every unit already there is skipped
         assert [u[0] for u in units(root, "P", 0)] == [r.physical_offset for r in walk(root)]

@@ -9,9 +9,14 @@ every later dispatch. It holds ``dispatch.lock`` while it works, so any number o
 may call it; only one dispatches at a time.
 
 Its position lives in ``<root>/dispatch.state`` (``{"version": 1, "offset": N,
-"storeTimestamp": ms}``, the store time of the last record dispatched, which the checkpoint's
-``logicsMsgTimestamp`` comes from), replaced
-atomically after the units are written. It is a hint, never a source of truth: a crash
+"storeTimestamp": ms, "crc": C}``, the store time of the last record dispatched, which the
+checkpoint's ``logicsMsgTimestamp`` comes from; ``C`` the CRC-32 of ``"N ms"``), rewritten in
+place after the units are written, under ``dispatch.lock`` (every reader holds it shared). In
+place, not replaced through a new file and a rename: ext4 syncs a file renamed over another
+before the rename, which made each dispatch wait ~0.4 ms, and 5-10 ms while the flusher's
+sync ran. A write torn by a power loss, or a file of other bytes, fails its CRC and is
+treated as absent (a file without ``crc``, written before it existed, is read as it is). It
+is a hint, never a source of truth: a crash
 between writing units and saving the position only means the next run walks those records
 again, and writing a unit that is already there is skipped (idempotent). Without the file,
 the position is rebuilt RocketMQ's way: the largest ``commitLogOffset + size`` of any queue.
@@ -22,13 +27,14 @@ from __future__ import annotations
 import json
 import logging
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
 from ..errors import DiskFullError
-from ..fileio import InterProcessLock, replace_file, rewrite_in_place
+from ..fileio import InterProcessLock, rewrite_in_place
 from ..hashing import tags_codes
 from ..log.commitlog import CommitLog
 from ..log.decode import RecordColumns, read_columns
@@ -41,6 +47,11 @@ log = logging.getLogger(__name__)
 
 #: Bytes of commitlog decoded per step: bounds memory whatever the backlog.
 DISPATCH_CHUNK = 32 << 20
+
+
+def _position_crc(offset: int, store_timestamp: int) -> int:
+    """The ``crc`` of ``dispatch.state``: CRC-32 of ``"<offset> <storeTimestamp>"``."""
+    return zlib.crc32(f"{offset} {store_timestamp}".encode())
 
 
 class Dispatcher:
@@ -85,7 +96,10 @@ class Dispatcher:
         """(position, store time of the last record dispatched); the time is 0 when unknown."""
         try:
             d = json.loads(self.state_path.read_bytes())
-            return int(d["offset"]), int(d.get("storeTimestamp", 0))
+            offset, ts = int(d["offset"]), int(d.get("storeTimestamp", 0))
+            if "crc" in d and int(d["crc"]) != _position_crc(offset, ts):
+                raise ValueError("its CRC does not match")
+            return offset, ts
         except FileNotFoundError:
             pass
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -122,30 +136,25 @@ class Dispatcher:
         return best
 
     def _save_position(self, offset: int, store_timestamp: int, *, required: bool = False) -> None:
-        """Save the position (caller holds the lock).
+        """Save the position (caller holds the lock), in place (see the module docstring).
 
-        On a full disk the file keeps the position it had, an older one (or none: the
-        position is then derived), which only makes the next run walk those records again
-        and skip the units already written: the position is a hint. Recovery moving it
-        *back* (``required``) must not leave a larger one behind: the file is then rewritten
-        in place (its block is reused), or else removed if the position derived without it
-        is not past ``offset``; otherwise :class:`DiskFullError`.
+        On a full disk (the file's one block is reused, so only a new file can meet one) the
+        file keeps the position it had, an older one (or none: the position is then
+        derived), which only makes the next run walk those records again and skip the units
+        already written: the position is a hint. Recovery moving it *back* (``required``)
+        must not leave a larger one behind: the file is then removed if the position derived
+        without it is not past ``offset``; otherwise :class:`DiskFullError`.
         """
-        data = json.dumps({"version": 1, "offset": offset, "storeTimestamp": store_timestamp}).encode()
+        data = json.dumps({"version": 1, "offset": offset, "storeTimestamp": store_timestamp,
+                           "crc": _position_crc(offset, store_timestamp)}).encode()
         try:
-            replace_file(self.state_path, data)
+            rewrite_in_place(self.state_path, data)
             return
         except DiskFullError as exc:
             if not required:
                 log.warning("%s; the dispatch position stays where it was, and the next dispatch walks on from there", exc)
                 return
             error = exc
-        if self.state_path.exists():
-            try:
-                rewrite_in_place(self.state_path, data)
-                return
-            except DiskFullError:
-                pass
         self.state_path.unlink(missing_ok=True)
         if self._derive_position() > offset:
             raise error
