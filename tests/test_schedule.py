@@ -326,3 +326,21 @@ def test_a_stored_message_that_names_no_real_queue_is_a_typed_error(props: str, 
     assert delivered_copies(good).queue_id.tolist() == [42]  # the last one wins, leading zeros read
     with pytest.raises(CorruptRecordError, match="offset 100"):
         delivered_copies(_stored(["REAL_TOPIC\x01T\x02REAL_QID\x011\x02", props]))
+
+
+def test_the_copies_keep_the_born_host_they_were_sent_with(tmp_path: Path) -> None:
+    """RocketMQ's messageTimeup and convertMessage keep BORNHOST: the copy says who sent the
+    message, not which store delivered it (a delay level and a timed message alike)."""
+    root = tmp_path / "s"
+    sender = store.StoreConfig(born_host="10.1.2.3:4567")
+    now = int(time.time() * 1000)
+    with store.MessageStore.open(root, sender) as s:
+        s.put_batch(pa.table({"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1, 0],
+                              "deliverTime": pa.array([None, now + 60_000], pa.int64())}))
+    with store.MessageStore.open(root) as s:  # delivered by a store with another born host
+        s.scheduler.wall_ms = lambda: now + 120_000  # (the timer goes by the wall clock)
+        assert s.deliver_due(now + 120_000) == 2
+        copies = real(s)
+        assert sorted(c["body"] for c in copies) == [b"a", b"b"]
+        assert {c["bornHost"] for c in copies} == {"10.1.2.3:4567"}
+        assert {c["storeHost"] for c in copies} == {store.StoreConfig().store_host}  # the store that delivered them

@@ -70,6 +70,7 @@ class RecordColumns:
     properties: pa.StringArray
     hosts: Callable[[], tuple[pa.Array, pa.Array]]  # -> (born host, store host) strings
     store_host_raw: np.ndarray  # (n, 8|20) uint8 of the store host (for msgIds), or object rows
+    born_host_raw: np.ndarray  # (n, 8) uint8 of the born host when every one is IPv4, else object rows
 
     @functools.cached_property
     def _host_strings(self) -> tuple[pa.Array, pa.Array]:
@@ -93,7 +94,7 @@ class RecordColumns:
         return RecordColumns(
             self.offsets[:n], {k: v[:n] for k, v in self.header.items()}, None if self.body is None else self.body.slice(0, n),
             self.topic.slice(0, n), self.properties.slice(0, n),
-            lambda: (self.born_host.slice(0, n), self.store_host.slice(0, n)), self.store_host_raw[:n],
+            lambda: (self.born_host.slice(0, n), self.store_host.slice(0, n)), self.store_host_raw[:n], self.born_host_raw[:n],
         )
 
 
@@ -339,6 +340,7 @@ def read_columns(
             return (pa.array([format_host(h.tobytes()) for h in born_hosts], pa.string()),
                     pa.array([format_host(h.tobytes()) for h in store_hosts], pa.string()))
         store_raw = np.array([h.tobytes() for h in store_hosts], dtype=object)
+        born_raw = np.array([h.tobytes() for h in born_hosts], dtype=object)
     else:
         hsize = np.full(n, HEADER_V4.itemsize, np.int64)
         born_raw = np.ascontiguousarray(hdr["bornHost"]).view(np.uint8).reshape(n, 8)
@@ -398,7 +400,7 @@ def read_columns(
         body = None
     return RecordColumns(
         offsets=base + positions, header=header, body=body, topic=topic_arr,
-        properties=props, hosts=hosts, store_host_raw=store_raw,
+        properties=props, hosts=hosts, store_host_raw=store_raw, born_host_raw=born_raw,
     )
 
 

@@ -86,7 +86,7 @@ def install(parts: StoreParts, appender: Appender, reader: QueueReader) -> Delay
         # appended as a broker's delivery is (RocketMQ's putMessage): readable once dispatched,
         # by the dispatcher service or a reader's dispatch
         batch = appender.encode_copies(copies.topic, copies.queue_id, messages.body, messages.flag, messages.born,
-                                       copies.properties, marker)
+                                       copies.properties, marker, messages.born_host)
         return appender.put_encoded(batch, marker, results=False)  # (the pass reads none)
 
     scheduler = DelayScheduler(parts, reader, put, levels)

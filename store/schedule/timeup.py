@@ -15,7 +15,8 @@ normal dispatch). Properties, in their stored order:
 - the caller's additions (the timer's ``TIMER_ENQUEUE_MS`` / ``TIMER_DEQUEUE_MS``) go last.
 
 The copy is a new record (:mod:`store.log.encode.copies`): new commitlog offset and offset
-msgId, new store time; its born host is the store's (a batch has one born host).
+msgId, new store time, this store's host; it keeps the born host it was sent with (an
+IPv6 one, in a batch that holds any, becomes the store's: a batch shares one header layout).
 """
 
 from __future__ import annotations
@@ -54,6 +55,9 @@ class StoredMessages:
     stored: np.ndarray  # STORETIMESTAMP, ms
     body: pa.BinaryArray
     properties: pa.Array
+    #: BORNHOST per row, (n, 8) bytes, when every one is IPv4; ``None`` otherwise (the copies
+    #: then get the store's: a batch's records share one header layout)
+    born_host: np.ndarray | None = None
 
     @classmethod
     def of(cls, parts: list[RecordColumns]) -> StoredMessages:
@@ -68,6 +72,8 @@ class StoredMessages:
             field("flag"), field("bornTimestamp"), field("storeTimestamp"),
             join([p.body for p in parts]) if parts else pa.array([], pa.binary()),
             join([p.properties for p in parts]) if parts else pa.array([], pa.string()),
+            np.concatenate([p.born_host_raw for p in parts]) if parts and all(
+                p.born_host_raw.dtype == np.uint8 for p in parts) else None,
         )
 
     def __len__(self) -> int:

@@ -35,14 +35,15 @@ from .trailer import build_properties, layout_trailer
 
 def prepare_copies(
     topic: pa.Array, queue_id: np.ndarray, body: pa.BinaryArray, flag: np.ndarray, born: np.ndarray,
-    properties: pa.Array, *, marker: tuple[str, str] | None, store_host: bytes, born_host: bytes,
+    properties: pa.Array, *, marker: tuple[str, str] | None, store_host: bytes, born_host: bytes | np.ndarray,
     uniq_keys: UniqKeyGenerator, max_record_size: int,
 ) -> EncodedBatch:
     """The encoded copies, one per row: ``topic`` (strings) and ``queue_id`` where they go,
     ``body``/``flag``/``born`` (ms) as stored, ``properties`` the pre-joined items
     (``name\\x01value\\x02``...) each copy carries; ``marker``: the idempotence marker of the
-    last row. Raises :class:`InvalidTopicError` or :class:`store.errors.MessageTooLargeError`
-    naming the first bad row."""
+    last row; ``born_host``: one for every copy, or (n, 8) bytes, each copy's own (IPv4). Raises
+    :class:`InvalidTopicError` or :class:`store.errors.MessageTooLargeError` naming the first
+    bad row."""
     n = len(topic)
     topics, topic_index = topic_column(topic, n)
     for i, name in enumerate(topics):
@@ -51,12 +52,13 @@ def prepare_copies(
                                     field="topic")
     body_len = value_lengths(body)
     props = build_properties({}, n, uniq_keys, marker, system_properties=properties)
-    dt = header_dtype(len(born_host) == 20, len(store_host) == 20)
+    born_v6 = isinstance(born_host, bytes) and len(born_host) == 20
+    dt = header_dtype(born_v6, len(store_host) == 20)
     trailer, lengths = layout_trailer(topics, topic_index, props, dt.itemsize + body_len, max_record_size)
     queue_id = np.asarray(queue_id, np.int32)
     header = HeaderColumns(
         dtype=dt, lengths=lengths, queue_id=queue_id, flag=np.asarray(flag, np.int64),
-        born=np.asarray(born, np.int64), body_len=body_len, sys_flag=sys_flag(born_host, store_host),
+        born=np.asarray(born, np.int64), body_len=body_len, sys_flag=sys_flag(bytes(20 if born_v6 else 8), store_host),
         born_host=born_host, store_host=store_host,
     )
     return EncodedBatch(

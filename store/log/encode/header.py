@@ -35,7 +35,7 @@ class HeaderColumns:
     born: np.ndarray  # BORNTIMESTAMP, ms
     body_len: np.ndarray
     sys_flag: int
-    born_host: bytes
+    born_host: bytes | np.ndarray  # one for every row, or (n, 8) uint8: one IPv4 host per row
     store_host: bytes
     queue_offsets: np.ndarray | None = None
     physical_offsets: np.ndarray | None = None
@@ -54,7 +54,10 @@ class HeaderColumns:
         h["physicalOffset"] = self.physical_offsets[a:b]
         h["sysFlag"] = self.sys_flag
         h["bornTimestamp"] = self.born[a:b]
-        h["bornHost"] = np.frombuffer(self.born_host, dt["bornHost"])[0]
+        if isinstance(self.born_host, bytes):
+            h["bornHost"] = np.frombuffer(self.born_host, dt["bornHost"])[0]
+        else:  # per row (a scheduler's copies keep the born host they were sent with)
+            h["bornHost"] = np.ascontiguousarray(self.born_host[a:b], np.uint8).view(dt["bornHost"]).ravel()
         h["storeTimestamp"] = self.store_timestamp
         h["storeHost"] = np.frombuffer(self.store_host, dt["storeHost"])[0]
         h["bodyLength"] = self.body_len[a:b]
