@@ -15,8 +15,9 @@ normal dispatch). Properties, in their stored order:
 - the caller's additions (the timer's ``TIMER_ENQUEUE_MS`` / ``TIMER_DEQUEUE_MS``) go last.
 
 The copy is a new record (:mod:`store.log.encode.copies`): new commitlog offset and offset
-msgId, new store time, this store's host; it keeps the born host it was sent with (an
-IPv6 one, in a batch that holds any, becomes the store's: a batch shares one header layout).
+msgId, new store time, this store's host; it keeps the born host it was sent with (but
+where any message of a delivery batch was born on an IPv6 host, that batch's copies get
+the store's: a batch's records share one header layout).
 """
 
 from __future__ import annotations
