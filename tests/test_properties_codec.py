@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import refcodec as rc
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from store.log.properties import ParsedProperties, split_keys
@@ -109,6 +109,7 @@ def test_native_parser_grows_its_output_for_many_pairs() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.one_of(_any, _well_formed), min_size=1, max_size=8), st.sampled_from(["a", "K", "é", "ab", " "]))
+@example(["K\x01K"], "K")  # a name asked for twice
 def test_a_column_found_without_the_map_is_javas_last_value(rows: list[str], name: str) -> None:
     from store.log import properties
 

@@ -137,11 +137,12 @@ def find_values(props: pa.Array, names: tuple[str, ...]) -> list[pa.StringArray]
     props = _flat(props)
     if _native is None or props.null_count or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type)):
         return None
-    n, k = len(props), len(names)
+    distinct = list(dict.fromkeys(names))  # (the C helper fills the first of equal names only)
+    n, k = len(props), len(distinct)
     off = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
     data = props.buffers()[2] or pa.py_buffer(b"")
     start, length = np.empty(k * n, np.int64), np.empty(k * n, np.int64)
-    _native.copy_properties(data, off, (), (), tuple(name.encode() for name in names), None, None, start, length)
+    _native.copy_properties(data, off, (), (), tuple(name.encode() for name in distinct), None, None, start, length)
     from .gather import gather_slices, to_binary
 
     out = []
@@ -151,7 +152,7 @@ def find_values(props: pa.Array, names: tuple[str, ...]) -> list[pa.StringArray]
         values = to_binary(gather_slices(data, np.where(found, s, 0), ln))
         validity = None if found.all() else pa.py_buffer(np.packbits(found, bitorder="little"))
         out.append(pa.Array.from_buffers(pa.string(), n, [validity, *values.buffers()[1:]], offset=values.offset))
-    return out
+    return [out[distinct.index(name)] for name in names]
 
 
 class ParsedProperties:
