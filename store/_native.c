@@ -270,6 +270,26 @@ done:
     return result;
 }
 
+/* The next item of a properties string from `pos` (Java's string2messageProperties rules):
+ * the item ends at the next \x02 or `end` (*item_end); it is a (name, value) pair when it
+ * holds a non-empty name... value split by \x01 into exactly two tokens, trailing \x01s
+ * aside: name [pos, *p1), value [*p1 + 1, *p2). Returns whether it is a pair. */
+static inline int next_pair(const unsigned char *b, int64_t pos, int64_t end, int64_t *item_end, int64_t *p1, int64_t *p2) {
+    int64_t e = pos;
+    while (e < end && b[e] != 2) e++;
+    *item_end = e;
+    int64_t a = pos;
+    while (a < e && b[a] != 1) a++;
+    if (a >= e) return 0;
+    int64_t c = a + 1;
+    while (c < e && b[c] != 1) c++;
+    int64_t rest = c;
+    while (rest < e && b[rest] == 1) rest++;
+    *p1 = a;
+    *p2 = c;
+    return c > a + 1 && rest == e;  /* value non-empty, nothing after */
+}
+
 /* parse_properties(data, offsets, key_start, key_len, val_start, val_len, row) -> m
  * offsets: int32, n + 1 entries (absolute into data). The five outputs are int64 arrays with
  * room for one entry per item (the caller sizes them: count of 0x02 bytes + n). Per row,
@@ -300,20 +320,11 @@ static PyObject *parse_properties(PyObject *self, PyObject *args) {
     for (Py_ssize_t r = 0; r < n && !overflow; r++) {
         int64_t pos = o[r], end = o[r + 1];
         while (pos < end) {
-            int64_t item_end = pos;
-            while (item_end < end && b[item_end] != 2) item_end++;
-            int64_t p1 = pos;
-            while (p1 < item_end && b[p1] != 1) p1++;
-            if (p1 < item_end) { /* a name and a value: t0 = [pos, p1), t1 = [p1 + 1, p2) */
-                int64_t p2 = p1 + 1;
-                while (p2 < item_end && b[p2] != 1) p2++;
-                int64_t rest = p2;
-                while (rest < item_end && b[rest] == 1) rest++;
-                if (p2 > p1 + 1 && rest == item_end) { /* value non-empty, nothing after */
-                    if (m >= cap) { overflow = 1; break; }
-                    KS[m] = pos; KL[m] = p1 - pos; VS[m] = p1 + 1; VL[m] = p2 - p1 - 1; RW[m] = r;
-                    m++;
-                }
+            int64_t item_end, p1, p2;
+            if (next_pair(b, pos, end, &item_end, &p1, &p2)) { /* name [pos, p1), value [p1 + 1, p2) */
+                if (m >= cap) { overflow = 1; break; }
+                KS[m] = pos; KL[m] = p1 - pos; VS[m] = p1 + 1; VL[m] = p2 - p1 - 1; RW[m] = r;
+                m++;
             }
             pos = item_end + 1;
         }
@@ -408,26 +419,17 @@ static PyObject *copy_properties(PyObject *self, PyObject *args) {
         if (copy) OO[r] = at;
         int64_t pos = o[r], end = o[r + 1];
         while (pos < end) {
-            int64_t item_end = pos;
-            while (item_end < end && b[item_end] != 2) item_end++;
-            int64_t p1 = pos;
-            while (p1 < item_end && b[p1] != 1) p1++;
-            if (p1 < item_end) {
-                int64_t p2 = p1 + 1;
-                while (p2 < item_end && b[p2] != 1) p2++;
-                int64_t rest = p2;
-                while (rest < item_end && b[rest] == 1) rest++;
-                if (p2 > p1 + 1 && rest == item_end) {  /* a pair: name [pos, p1), value [p1 + 1, p2) */
-                    int64_t kl = p1 - pos, vl = p2 - p1 - 1;
-                    int f = name_index(&find, b + pos, kl, 0);
-                    if (f >= 0) { FS[f * n + r] = p1 + 1; FL[f * n + r] = vl; }
-                    if (copy && name_index(&drop, b + pos, kl, 0) < 0 && name_index(&prefixes, b + pos, kl, 1) < 0) {
-                        memcpy(d + at, b + pos, (size_t)kl);
-                        d[at + kl] = 1;
-                        memcpy(d + at + kl + 1, b + p1 + 1, (size_t)vl);
-                        d[at + kl + 1 + vl] = 2;
-                        at += kl + vl + 2;
-                    }
+            int64_t item_end, p1, p2;
+            if (next_pair(b, pos, end, &item_end, &p1, &p2)) {  /* name [pos, p1), value [p1 + 1, p2) */
+                int64_t kl = p1 - pos, vl = p2 - p1 - 1;
+                int f = name_index(&find, b + pos, kl, 0);
+                if (f >= 0) { FS[f * n + r] = p1 + 1; FL[f * n + r] = vl; }
+                if (copy && name_index(&drop, b + pos, kl, 0) < 0 && name_index(&prefixes, b + pos, kl, 1) < 0) {
+                    memcpy(d + at, b + pos, (size_t)kl);
+                    d[at + kl] = 1;
+                    memcpy(d + at + kl + 1, b + p1 + 1, (size_t)vl);
+                    d[at + kl + 1 + vl] = 2;
+                    at += kl + vl + 2;
                 }
             }
             pos = item_end + 1;
