@@ -6,13 +6,27 @@ EXTRAS := dev,notebook,connect
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart test lint bench bench-spark clean
+.PHONY: quickstart test lint bench bench-spark clean FORCE
 
-$(STAMP): pyproject.toml setup.py store/_native.c
-	$(PY) -m venv $(VENV)
+# The install is editable in setuptools' strict mode: the venv's site-packages holds a static
+# path to a tree of links to the sources (build/__editable__.*), so the package `rmqlog`
+# (folder store/) is a regular package on sys.path and a folder named like it in a user's
+# working directory cannot shadow it (the default mode's import hook runs after such folders
+# are found). Edits are live; an added or removed module needs a reinstall, hence SOURCES.
+SOURCES := $(VENV)/.sources
+MODULES := $(sort $(shell find store spark_rmq -name '*.py' -o -name '*.c' -o -name py.typed))
+
+$(SOURCES): FORCE
+	@mkdir -p $(VENV)
+	@echo '$(MODULES)' | cmp -s - $@ || echo '$(MODULES)' > $@
+
+$(STAMP): pyproject.toml setup.py store/_native.c $(SOURCES)
+	test -x $(VENV)/bin/python || $(PY) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --upgrade pip >/dev/null
-	$(VENV)/bin/python -m pip install -e '.[$(EXTRAS)]'
+	$(VENV)/bin/python -m pip install -e '.[$(EXTRAS)]' --config-settings editable_mode=strict
 	touch $(STAMP)
+
+FORCE:
 
 quickstart: $(STAMP)
 	$(VENV)/bin/python jobs/quickstart.py
@@ -22,7 +36,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check store spark_rmq jobs tests
-	$(VENV)/bin/mypy store spark_rmq
+	$(VENV)/bin/mypy -p rmqlog -p spark_rmq
 
 bench: $(STAMP)
 	$(VENV)/bin/python jobs/bench_store.py

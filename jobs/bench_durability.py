@@ -46,8 +46,8 @@ sys.path.insert(0, str(REPO))
 
 from bench_store import warm_up  # noqa: E402
 
-import store  # noqa: E402
-from store.log.record import crc32  # noqa: E402
+import rmqlog  # noqa: E402
+from rmqlog.log.record import crc32  # noqa: E402
 
 GiB = 1 << 30
 
@@ -63,14 +63,14 @@ def _env() -> dict[str, str]:
 FILL_AND_DIE = """
 import os, signal, sys
 import numpy as np, pyarrow as pa
-import store
+import rmqlog
 root, nbytes = sys.argv[1], int(float(sys.argv[2]))
-cfg = store.StoreConfig(flush_interval_commit_log=3_600_000, flush_commit_log_thorough_interval=3_600_000_000)
+cfg = rmqlog.StoreConfig(flush_interval_commit_log=3_600_000, flush_commit_log_thorough_interval=3_600_000_000)
 rng = np.random.default_rng(1)
 rows = 4096
 body = pa.array([rng.bytes(1024) for _ in range(rows)], pa.binary())
 t = pa.table({"topic": ["RecoveryTopic"] * rows, "body": body, "tags": ["TagA"] * rows})
-s = store.MessageStore.open(root, cfg)
+s = rmqlog.MessageStore.open(root, cfg)
 while s.published_tail() < nbytes:
     s.put_batch(t)
 s.dispatch()
@@ -95,7 +95,7 @@ def bench_recovery(workdir: Path, gib: float) -> dict[str, float]:
             acc ^= crc32(chunk)
     t_peer = time.perf_counter() - t0
     t0 = time.perf_counter()
-    s = store.MessageStore.open(root)
+    s = rmqlog.MessageStore.open(root)
     t_rec = time.perf_counter() - t0
     rep = s.recovery
     assert rep is not None and rep.abnormal
@@ -113,12 +113,12 @@ def bench_recovery(workdir: Path, gib: float) -> dict[str, float]:
 SYNC_WRITER = """
 import os, sys, time
 import numpy as np, pyarrow as pa
-import store
+import rmqlog
 root, batches, go, mode = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-cfg = store.StoreConfig(flush_disk_type=mode)
+cfg = rmqlog.StoreConfig(flush_disk_type=mode)
 rng = np.random.default_rng(os.getpid())
 t = pa.table({"topic": ["SyncTopic"] * 100, "body": pa.array([rng.bytes(1024) for _ in range(100)], pa.binary())})
-with store.MessageStore.open(root, cfg) as s:
+with rmqlog.MessageStore.open(root, cfg) as s:
     s.put_batch(t.slice(0, 1))
     open(go + ".ready.%d" % os.getpid(), "w").close()
     while not os.path.exists(go):
@@ -135,7 +135,7 @@ with store.MessageStore.open(root, cfg) as s:
 def bench_sync(workdir: Path, writers: int, batches: int, mode: str = "SYNC_FLUSH") -> dict[str, float]:
     root = workdir / "sync"
     shutil.rmtree(root, ignore_errors=True)
-    with store.MessageStore.open(root, store.StoreConfig(flush_disk_type=store.SYNC_FLUSH)) as s:
+    with rmqlog.MessageStore.open(root, rmqlog.StoreConfig(flush_disk_type=rmqlog.SYNC_FLUSH)) as s:
         s.create_topic("SyncTopic", 4)
     go = str(workdir / "sync.go")
     procs = [
@@ -216,13 +216,13 @@ def bench_async(workdir: Path, messages: int, flusher_first: bool = True) -> dic
     batches = max(1, messages // rows)
     out = {}
     configs = [
-        ("async", store.StoreConfig()),
-        ("no_flusher", store.StoreConfig(flush_interval_commit_log=3_600_000, flush_commit_log_thorough_interval=3_600_000_000)),
+        ("async", rmqlog.StoreConfig()),
+        ("no_flusher", rmqlog.StoreConfig(flush_interval_commit_log=3_600_000, flush_commit_log_thorough_interval=3_600_000_000)),
     ]
     for name, cfg in configs if flusher_first else configs[::-1]:
         root = workdir / f"async-{name}"
         shutil.rmtree(root, ignore_errors=True)
-        s = store.MessageStore.open(root, cfg)
+        s = rmqlog.MessageStore.open(root, cfg)
         s.put_batch(table.slice(0, 16))
         # warm pages for both alike (see jobs/bench_store.py), no dirty data of an earlier step
         warm_up(workdir / "warm", 2 * batches * rows * 260)

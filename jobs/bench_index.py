@@ -85,7 +85,7 @@ def main() -> None:
     import numpy as np
     import pyarrow as pa
 
-    from store.index import IndexConfig, IndexService, message_keys
+    from rmqlog.index import IndexConfig, IndexService, message_keys
 
     n_msgs = args.keys // 2
     t = time.perf_counter()
@@ -172,7 +172,7 @@ def bench_dispatch(n: int, rounds: int, where: Path | None) -> None:
     import numpy as np
     import pyarrow as pa
 
-    import store
+    import rmqlog
 
     batch = 65536
     bodies = pa.array([b"x" * 100] * batch, pa.binary())
@@ -182,8 +182,8 @@ def bench_dispatch(n: int, rounds: int, where: Path | None) -> None:
         for indexed in (True, False) if r % 2 == 0 else (False, True):
             root = Path(tempfile.mkdtemp(prefix="bench-dispatch-", dir=where))
             try:
-                cfg = store.StoreConfig(message_index_enable=indexed)
-                with store.MessageStore.open(root, cfg) as s:
+                cfg = rmqlog.StoreConfig(message_index_enable=indexed)
+                with rmqlog.MessageStore.open(root, cfg) as s:
                     for lo in range(0, n, batch):
                         k = min(batch, n - lo)
                         keys = pa.array([[f"order-{lo + i}"] for i in range(k)], pa.list_(pa.string()))

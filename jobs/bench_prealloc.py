@@ -38,7 +38,7 @@ import os
 _warm = os.environ.get("RMQLOG_BENCH_WARM")
 if _warm is not None:  # the benchmark's switch, for every Python process of the run
     import dataclasses
-    import store.config as _c
+    import rmqlog.config as _c
     _names = [f.name for f in dataclasses.fields(_c.StoreConfig)]
     _d = list(_c.StoreConfig.__init__.__defaults__)
     _d[_names.index("warm_mapped_file_enable") - (len(_names) - len(_d))] = _warm == "1"
@@ -57,8 +57,8 @@ def child(messages: int, body: int, workdir: Path) -> dict[str, float]:
     sys.path.insert(0, str(REPO / "jobs"))
     from bench_spark import PeerSource  # the count-only writer
 
+    import rmqlog
     import spark_rmq
-    import store
 
     spark = spark_rmq.local_session("rmq-bench-prealloc", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
@@ -68,7 +68,7 @@ def child(messages: int, body: int, workdir: Path) -> dict[str, float]:
     # the JVM and the Python workers started, and the data source code imported, first
     src.limit(1000).write.format("bench_peer").mode("append").save()
     scratch = workdir / "scratch"
-    with store.MessageStore.open(scratch) as ms:
+    with rmqlog.MessageStore.open(scratch) as ms:
         ms.create_topic("bench", 4)
     src.limit(1000).write.format("rmqlog").option("path", str(scratch)).mode("append").save()
 
@@ -82,11 +82,11 @@ def child(messages: int, body: int, workdir: Path) -> dict[str, float]:
 
     t_count, idle_count = timed(lambda: src.write.format("bench_peer").mode("append").save())
     root = workdir / "store"
-    with store.MessageStore.open(root) as ms:  # a new store, as bench_spark.py makes it
+    with rmqlog.MessageStore.open(root) as ms:  # a new store, as bench_spark.py makes it
         ms.create_topic("bench", 4)
         warm = ms.config.warm_mapped_file_enable
     t_sink, idle_sink = timed(lambda: src.write.format("rmqlog").option("path", str(root)).mode("append").save())
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         n = sum(ms.max_offset("bench", q) for q in range(4))
     assert n == messages, n
     spark.stop()
@@ -102,7 +102,7 @@ def store_only(messages: int, body: int, workdir: Path, runs: int, rest_s: float
     import numpy as np
     import pyarrow as pa
 
-    import store
+    import rmqlog
 
     rows = 65536
     table = pa.table({"topic": ["bench"] * rows, "body": pa.array([b"x" * body] * rows, pa.binary()),
@@ -111,8 +111,8 @@ def store_only(messages: int, body: int, workdir: Path, runs: int, rest_s: float
     for i in range(2 * runs):
         warm = i % 2 == 1
         root = workdir / f"put{i}"
-        cfg = store.StoreConfig(warm_mapped_file_enable=warm)
-        with store.MessageStore.open(root, cfg) as ms:
+        cfg = rmqlog.StoreConfig(warm_mapped_file_enable=warm)
+        with rmqlog.MessageStore.open(root, cfg) as ms:
             ms.create_topic("bench", 4)
             time.sleep(rest_s)
             lock = ms.parts.append_lock

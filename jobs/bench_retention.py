@@ -9,7 +9,7 @@
   then read). Target: <= 1 ms.
 - **A pass that deletes** one segment and the consume-queue files below it, and how long it
   holds the append lock (the writers' wait).
-- **Read pins** (:mod:`store.log.pins`): ``get_messages`` (32 messages, RocketMQ's pull batch)
+- **Read pins** (:mod:`rmqlog.log.pins`): ``get_messages`` (32 messages, RocketMQ's pull batch)
   and ``read_queue`` (ranges of 4,096) over 100-byte messages with pins and with pins
   replaced by a no-op, alternating, in one run: the pins' cost per read and in percent.
 
@@ -31,10 +31,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-import store
-import store.log.commitlog as commitlog_mod
-import store.queue.checked_read as checked_read_mod
-import store.queue.consume_queue as consume_queue_mod
+import rmqlog
+import rmqlog.log.commitlog as commitlog_mod
+import rmqlog.queue.checked_read as checked_read_mod
+import rmqlog.queue.consume_queue as consume_queue_mod
 
 SEG = 64 << 10  # small segments: many of them, quickly
 
@@ -43,7 +43,7 @@ def _local_ms(hour: int) -> int:
     return int(dt.datetime(2031, 5, 6, hour, 30).timestamp() * 1000)
 
 
-def _fill(s: store.MessageStore, segments: int, queues: int, body: int = 100) -> int:
+def _fill(s: rmqlog.MessageStore, segments: int, queues: int, body: int = 100) -> int:
     per = SEG // (body + 160)
     n = segments * per
     s.create_topic("BenchRetention", queues)
@@ -93,9 +93,9 @@ def _no_pins() -> Iterator[None]:
 
 def bench_passes(workdir: Path, segments: int, queues: int, passes: int) -> None:
     root = workdir / "passes"
-    cfg = store.StoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=20 * 1000,
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=20 * 1000,
                             delete_when="04", delete_commit_log_files_max_num=1)
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         n = _fill(s, segments, queues)
         s.retention.disk_used = lambda path: 10.0  # this VM's disk use must not decide the rule
         now = _local_ms(4) / 1000  # every segment written "just now" as the passes see it
@@ -145,8 +145,8 @@ def _pin_once(seg: object) -> None:
 
 def bench_pins(workdir: Path, rounds: int) -> None:
     root = workdir / "pins"
-    cfg = store.StoreConfig(mapped_file_size_commit_log=64 << 20)
-    with store.MessageStore.open(root, cfg) as s:
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 20)
+    with rmqlog.MessageStore.open(root, cfg) as s:
         n = 400_000
         s.put_batch(pa.table({"topic": ["BenchPins"] * n, "body": pa.array([b"y" * 100] * n, pa.binary()),
                               "queueId": pa.array(np.zeros(n, np.int32))}))

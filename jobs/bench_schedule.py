@@ -64,7 +64,7 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     import numpy as np
 
-    import store
+    import rmqlog
 
     n = args.messages
     far = 1 << 50
@@ -73,7 +73,7 @@ def main() -> None:
         root = Path(tempfile.mkdtemp(prefix="bench-schedule-", dir=args.dir))
         proot = Path(tempfile.mkdtemp(prefix="bench-schedule-peer-", dir=args.dir))
         try:
-            with store.MessageStore.open(root) as ms:
+            with rmqlog.MessageStore.open(root) as ms:
                 fill(ms, n, True)
                 ms.dispatch()
                 now = int(time.time() * 1000)
@@ -85,7 +85,7 @@ def main() -> None:
                 got = ms.deliver_due(far)
                 deliver.append(time.perf_counter() - t0)
                 assert got == n, got
-            with store.MessageStore.open(proot) as ps:
+            with rmqlog.MessageStore.open(proot) as ps:
                 peer.append(fill(ps, n, False))
         finally:
             shutil.rmtree(root, ignore_errors=True)
@@ -97,10 +97,10 @@ def main() -> None:
     print(f"deliver_due, {n:,} due together: {n / d / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in deliver)}]")
     print(f"  peer, put_batch of the same messages: {n / p / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in peer)}]"
           f"  (delivery = {p / d:.0%} of it)")
-    lateness(store, args.dir)
+    lateness(rmqlog, args.dir)
 
 
-def lateness(store, where: Path | None) -> None:  # type: ignore[no-untyped-def]
+def lateness(rmqlog, where: Path | None) -> None:  # type: ignore[no-untyped-def]
     """Section 3: messages of level 1 (1 s) put over 10 s of simulated clock (by stamping the
     clock the scheduler sees), passes every 100 ms: delivery time minus due time."""
     import numpy as np
@@ -108,7 +108,7 @@ def lateness(store, where: Path | None) -> None:  # type: ignore[no-untyped-def]
 
     root = Path(tempfile.mkdtemp(prefix="bench-schedule-late-", dir=where))
     try:
-        with store.MessageStore.open(root) as ms:
+        with rmqlog.MessageStore.open(root) as ms:
             for _ in range(100):
                 ms.put_batch(pa.table({"topic": ["Orders"] * 100, "body": [b"x" * 100] * 100, "delayLevel": [1] * 100}))
                 time.sleep(0.01)

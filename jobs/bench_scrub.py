@@ -32,12 +32,12 @@ REPO = Path(__file__).resolve().parents[1]
 KILLED_WRITER = """
 import os, signal, sys
 import pyarrow as pa
-import store
-from store.log.append_state import AppendStateFile
+import rmqlog
+from rmqlog.log.append_state import AppendStateFile
 AppendStateFile.publish = lambda self, state, durable=False: os.kill(os.getpid(), signal.SIGKILL)
-cfg = store.StoreConfig(mapped_file_size_commit_log=int(sys.argv[2]))
+cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=int(sys.argv[2]))
 n = int(sys.argv[3])
-with store.MessageStore.open(sys.argv[1], cfg) as s:
+with rmqlog.MessageStore.open(sys.argv[1], cfg) as s:
     s.put_batch(pa.table({"topic": ["B"] * n, "body": [b"k" * 1024] * n}))
 """
 
@@ -57,18 +57,18 @@ def main() -> None:
     sys.path.insert(0, str(args.repo))
     import pyarrow as pa
 
-    import store
-    from store.log.mapped_file import MappedFile
+    import rmqlog
+    from rmqlog.log.mapped_file import MappedFile
 
     base = Path(tempfile.mkdtemp(dir=args.dir))
     root = base / "store"
     seg_size = args.segment_mib << 20
-    cfg = store.StoreConfig(mapped_file_size_commit_log=seg_size)
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=seg_size)
     env = dict(os.environ, PYTHONPATH=str(args.repo))
     rows = max(1, args.leftover_kib * 1024 // (1024 + 140))  # ~140 bytes of header, topic and properties a record
     one = pa.table({"topic": ["B"], "body": [b"p" * 100]})
-    print(f"store {store.__file__}, segment {args.segment_mib} MiB, in {root}")
-    with store.MessageStore.open(root, cfg) as s:
+    print(f"store {rmqlog.__file__}, segment {args.segment_mib} MiB, in {root}")
+    with rmqlog.MessageStore.open(root, cfg) as s:
         s.put_batch(pa.table({"topic": ["B"] * 100, "body": [b"a" * 1024] * 100}))
         tail = s.published_tail()
         seg = root / "commitlog" / f"{0:020d}"

@@ -47,8 +47,8 @@ from pyspark.sql.datasource import (  # noqa: E402
     WriterCommitMessage,
 )
 
+import rmqlog  # noqa: E402
 import spark_rmq  # noqa: E402
-import store  # noqa: E402
 from spark_rmq.schema import SPARK_SCHEMA  # noqa: E402
 
 
@@ -70,7 +70,7 @@ class GenerateOnlyReader(DataSourceReader):
     def read(self, partition):  # type: ignore[no-untyped-def]
         import numpy as np
 
-        from store import MESSAGE_SCHEMA
+        from rmqlog import MESSAGE_SCHEMA
 
         n = self.total // self.parts
         rows = min(65536, n)
@@ -127,7 +127,7 @@ def best_of(runs: int, fn) -> float:  # type: ignore[no-untyped-def]
 
 def latency(spark, root: Path, samples: int) -> list[float]:  # type: ignore[no-untyped-def]
     """Seconds from a plain-Python append to its arrival in foreachBatch (default trigger)."""
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         ms.create_topic("latency", 1)
     seen: dict[str, float] = {}
     done = threading.Event()
@@ -142,7 +142,7 @@ def latency(spark, root: Path, samples: int) -> list[float]:  # type: ignore[no-
     q = (spark.readStream.format("rmqlog").option("path", str(root)).option("topics", "latency").load()
          .writeStream.foreachBatch(on_batch).start())
     sent: dict[str, float] = {}
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         while q.lastProgress is None:  # the query is up (its first, empty batch ran)
             time.sleep(0.1)
         for i in range(samples):
@@ -188,7 +188,7 @@ def main() -> None:
     for i in range(2 * args.runs):  # each run into a new store (the last one is read below)
         shutil.rmtree(root, ignore_errors=True)  # the previous run's (frees its pages)
         root = work / f"store{i}"  # a new path: workers keep the stores they opened open
-        with store.MessageStore.open(root) as ms:
+        with rmqlog.MessageStore.open(root) as ms:
             ms.create_topic("bench", 4)
         warm = i % 2 == 1  # alternate, so that both series see the same drift
         if warm:

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-import store
+import rmqlog
 
 
 def warm_up(path: Path, nbytes: int) -> None:
@@ -82,7 +82,7 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds:
     n = batches * batch_rows
     payload = n * body_size
 
-    s = store.MessageStore.open(root)
+    s = rmqlog.MessageStore.open(root)
     s.put_batch(table.slice(0, 16))  # creates the topic and the first segment
     s.dispatch()
     tail0 = s.published_tail()

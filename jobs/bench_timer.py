@@ -74,16 +74,16 @@ def main() -> None:
     sys.path.insert(0, str(REPO))
     import numpy as np
 
-    import store
+    import rmqlog
 
     n = args.messages
-    cfg = store.StoreConfig(message_index_enable=False)
+    cfg = rmqlog.StoreConfig(message_index_enable=False)
     deliver_s, enqueue_s, peer_s = [], [], []
     for _ in range(args.rounds):
         root = Path(tempfile.mkdtemp(prefix="bench-timer-", dir=args.dir))
         proot = Path(tempfile.mkdtemp(prefix="bench-timer-peer-", dir=args.dir))
         try:
-            with store.MessageStore.open(root, cfg) as ms:
+            with rmqlog.MessageStore.open(root, cfg) as ms:
                 when = int(time.time() * 1000) + 120_000
                 fill(ms, np.full(n, when, np.int64))
                 ms.dispatch()
@@ -94,7 +94,7 @@ def main() -> None:
                 got = at(ms, when + 1)
                 deliver_s.append(time.perf_counter() - t0)
                 assert got == n, got
-            with store.MessageStore.open(proot, cfg) as ps:
+            with rmqlog.MessageStore.open(proot, cfg) as ps:
                 peer_s.append(fill(ps, [None] * n))
         finally:
             shutil.rmtree(root, ignore_errors=True)
@@ -103,15 +103,15 @@ def main() -> None:
     print(f"timer: {n:,} due together, one pass: {n / d / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in deliver_s)}]")
     print(f"  peer, put_batch of the same messages: {n / p / 1e6:.2f} M msgs/s  (delivery = {p / d:.0%} of it)")
     print(f"  the pass that indexed them first (enqueue into the wheel): {n / e / 1e6:.2f} M msgs/s")
-    steady(store, np, n, cfg, args.dir)
-    lateness(store, np, cfg, args.dir)
+    steady(rmqlog, np, n, cfg, args.dir)
+    lateness(rmqlog, np, cfg, args.dir)
 
 
-def steady(store, np, n: int, cfg, where: Path | None) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001
+def steady(rmqlog, np, n: int, cfg, where: Path | None) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001
     """Section 2 of the module docstring."""
     root = Path(tempfile.mkdtemp(prefix="bench-timer-steady-", dir=where))
     try:
-        with store.MessageStore.open(root, cfg) as ms:
+        with rmqlog.MessageStore.open(root, cfg) as ms:
             start = int(time.time() * 1000) + 60_000
             seconds = max(1, n // 1000)
             rng = np.random.default_rng(3)
@@ -136,11 +136,11 @@ def steady(store, np, n: int, cfg, where: Path | None) -> None:  # type: ignore[
         shutil.rmtree(root, ignore_errors=True)
 
 
-def lateness(store, np, cfg, where: Path | None) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001
+def lateness(rmqlog, np, cfg, where: Path | None) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001
     """Section 3 of the module docstring."""
     root = Path(tempfile.mkdtemp(prefix="bench-timer-late-", dir=where))
     try:
-        with store.MessageStore.open(root, cfg) as ms:
+        with rmqlog.MessageStore.open(root, cfg) as ms:
             start = int(time.time() * 1000) + 30_000
             rng = np.random.default_rng(5)
             want = np.sort(start + rng.integers(0, 20_000, 10_000))

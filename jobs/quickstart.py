@@ -34,8 +34,8 @@ from typing import Any  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import rmqlog  # noqa: E402
 import spark_rmq  # noqa: E402
-import store  # noqa: E402
 
 
 def say(text: str) -> None:
@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     root = args.root
     shutil.rmtree(root, ignore_errors=True)
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         ms.create_topic("orders", 4)
     checkpoints = Path(tempfile.mkdtemp(prefix="rmq-quickstart-ck-"))
     spark_log = root.with_name(root.name + ".spark.log")
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
     # 3. a batch read with a tag filter (filtered on the consume queue's tag hash first)
     shipped = spark.read.format("rmqlog").option("path", str(root)).option("topics", "orders").option("tags", "shipped").load()
     say(f"batch read, tags='shipped': {shipped.count():,} messages")
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         lag = {q: ms.max_offset("orders", q) - ms.committed_offset("quickstart", "orders", q) for q in range(4)}
     say(f"group 'quickstart' lag per queue (config/consumerOffset.json): {lag}")
     spark.stop()

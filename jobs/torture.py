@@ -3,7 +3,7 @@
     python jobs/torture.py --trials N --seed S [--flush sync|async|both] [--max-writers 4]
                            [--root DIR] [--keep] [--small] [--trials-per-store 12]
 
-A *trial* runs against one store (``store.MessageStore``), which lives on for several trials
+A *trial* runs against one store (``rmqlog.MessageStore``), which lives on for several trials
 (so it accumulates crashes) before a fresh one is started:
 
 1. 1 to ``--max-writers`` writer processes (one process group) append random batches:
@@ -82,7 +82,7 @@ sys.path.insert(0, str(REPO / "tests"))
 import pyarrow as pa  # noqa: E402
 import refcodec as rc  # noqa: E402
 
-import store  # noqa: E402
+import rmqlog  # noqa: E402
 
 # ------------------------------------------------------------------ messages
 
@@ -192,8 +192,8 @@ def identify(body: bytes, keys: str | None) -> Ident:
     return (u, s, r, n, t, q)
 
 
-def store_config(values: dict[str, Any]) -> store.StoreConfig:
-    return store.StoreConfig(**values)
+def store_config(values: dict[str, Any]) -> rmqlog.StoreConfig:
+    return rmqlog.StoreConfig(**values)
 
 
 # ------------------------------------------------------------------ children
@@ -228,9 +228,9 @@ def child_writer(spec: dict[str, Any]) -> None:
     if spec.get("wait_go"):
         sys.stdin.buffer.read(1)
     t0 = time.monotonic()
-    s = store.MessageStore.open(spec["root"], cfg)
+    s = rmqlog.MessageStore.open(spec["root"], cfg)
     note("O", f"{time.monotonic() - t0:.4f}", int(s.recovery is not None))
-    sync = cfg.flush_disk_type == store.SYNC_FLUSH
+    sync = cfg.flush_disk_type == rmqlog.SYNC_FLUSH
     for seq in range(spec["start_seq"], spec["start_seq"] + spec["batches"]):
         table = make_batch(spec["run_seed"], uid, seq, small)
         n = table.num_rows
@@ -264,7 +264,7 @@ def child_reader(spec: dict[str, Any]) -> None:
     note = Notes(spec["log"])
     rng = random.Random(spec["seed"])
     note("I")
-    s = store.MessageStore.open(spec["root"], store_config(spec["config"]))
+    s = rmqlog.MessageStore.open(spec["root"], store_config(spec["config"]))
     note("O")
     if spec["background"]:
         s.start_dispatcher()
@@ -306,7 +306,7 @@ def child_recover(spec: dict[str, Any]) -> None:
     note("I")
     sys.stdin.buffer.read(1)
     t0 = time.monotonic()
-    s = store.MessageStore.open(spec["root"], cfg)
+    s = rmqlog.MessageStore.open(spec["root"], cfg)
     rep = s.recovery
     note("O", f"{time.monotonic() - t0:.4f}", int(rep is not None))
     time.sleep(CHILD_LIFETIME_S)
@@ -491,8 +491,8 @@ def check_store(spec: dict[str, Any]) -> dict[str, Any]:
 
     t0 = time.monotonic()
     try:
-        s = store.MessageStore.open(root, store_config(spec["config"]))
-    except store.StoreError as exc:
+        s = rmqlog.MessageStore.open(root, store_config(spec["config"]))
+    except rmqlog.StoreError as exc:
         res["errors"].append(f"reopen failed with {type(exc).__name__}: {exc}")
         return res
     except Exception as exc:  # an untyped error: a bug in itself
@@ -515,7 +515,7 @@ def check_store(spec: dict[str, Any]) -> dict[str, Any]:
     return res
 
 
-def _check_open_store(s: store.MessageStore, spec: dict[str, Any], led: Ledger, res: dict[str, Any], torn: Any, rng: random.Random) -> None:
+def _check_open_store(s: rmqlog.MessageStore, spec: dict[str, Any], led: Ledger, res: dict[str, Any], torn: Any, rng: random.Random) -> None:
     detail = res["details"].append
     root = Path(spec["root"])
     for when in ("before dispatch", "after dispatch"):
@@ -587,7 +587,7 @@ def _check_open_store(s: store.MessageStore, spec: dict[str, Any], led: Ledger, 
 
 
 def _check_queue(
-    s: store.MessageStore, root: Path, topic: str, q: int, ref: list[RefRec],
+    s: rmqlog.MessageStore, root: Path, topic: str, q: int, ref: list[RefRec],
     api_count: Counter[tuple[int, int, int]], torn: Any, rng: random.Random,
 ) -> None:
     """One queue: dense offsets, raw units, ``read_queue`` and ``get_messages`` against the log."""
@@ -608,7 +608,7 @@ def _check_queue(
         torn(abs(hi - n) or 1, f"queue {where}: min/max offset {lo}/{hi}, the log holds {n}")
     try:
         table = s.read_queue(topic, q, 0, max(hi, n))
-    except store.StoreError as exc:  # reads check units against records: damage is a typed error
+    except rmqlog.StoreError as exc:  # reads check units against records: damage is a typed error
         torn(max(n, 1), f"queue {where}: read_queue raised {type(exc).__name__}: {exc}")
         return
     idents: list[Ident | str] = []
@@ -631,18 +631,18 @@ def _check_queue(
         pages += 1
         try:
             r = s.get_messages("torture-check", topic, q, off, max_count=rng.randint(1, 4000))
-        except store.StoreError as exc:
+        except rmqlog.StoreError as exc:
             torn(1, f"queue {where}: get_messages at {off} raised {type(exc).__name__}: {exc}")
             break
-        if r.status is store.GetMessageStatus.FOUND:
+        if r.status is rmqlog.GetMessageStatus.FOUND:
             phys.extend(r.messages["commitLogOffset"].to_pylist())
             if r.next_begin_offset <= off:
                 torn(1, f"queue {where}: get_messages did not advance at {off}")
                 break
             off = r.next_begin_offset
             continue
-        if r.status not in (store.GetMessageStatus.OFFSET_OVERFLOW_ONE, store.GetMessageStatus.NO_MESSAGE_IN_QUEUE,
-                            store.GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
+        if r.status not in (rmqlog.GetMessageStatus.OFFSET_OVERFLOW_ONE, rmqlog.GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+                            rmqlog.GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
             torn(1, f"queue {where}: get_messages at {off} answered {r.status.name}")
         break
     if phys != [r[0] for r in ref]:
@@ -650,7 +650,7 @@ def _check_queue(
         torn(diff, f"queue {where}: get_messages read {len(phys)} messages, the log holds {n}, {diff} disagree")
 
 
-def _append_after_recovery(s: store.MessageStore, spec: dict[str, Any], res: dict[str, Any], tail: int) -> None:
+def _append_after_recovery(s: rmqlog.MessageStore, spec: dict[str, Any], res: dict[str, Any], tail: int) -> None:
     """Append one batch after recovery: at the published tail, each queue at its next offset.
 
     After a ``dispatch()``, the new units of every queue (read with ``read_queue``) must be
@@ -796,7 +796,7 @@ class Torture:
         d = self.root / f"store-{self.stores:04d}"
         run = StoreRun(self.stores, d, config, trials_left=rng.randint(2, self.args.trials_per_store))
         run.acks.mkdir(parents=True)
-        with store.MessageStore.open(run.root, store_config(config)) as s:
+        with rmqlog.MessageStore.open(run.root, store_config(config)) as s:
             s.create_topic(TOPICS[2], TOPIC_QUEUES[2])
         return run
 
@@ -1037,7 +1037,7 @@ class Torture:
         return tot
 
     def run(self) -> int:
-        modes = {"sync": [store.SYNC_FLUSH], "async": [store.ASYNC_FLUSH], "both": [store.SYNC_FLUSH, store.ASYNC_FLUSH]}[self.args.flush]
+        modes = {"sync": [rmqlog.SYNC_FLUSH], "async": [rmqlog.ASYNC_FLUSH], "both": [rmqlog.SYNC_FLUSH, rmqlog.ASYNC_FLUSH]}[self.args.flush]
         t0 = time.monotonic()
         for t in range(self.args.trials):
             mode = modes[t % len(modes)]

@@ -4,7 +4,7 @@
     spark = spark_rmq.local_session()          # or spark_rmq.register(existing_session)
     spark.readStream.format("rmqlog").option("path", root).option("topics", "orders").load()
 
-Imports :mod:`store`; the store never imports Spark.
+Imports :mod:`rmqlog`; the store never imports Spark.
 """
 
 from .errors import DataLossError, RmqLogOptionError, UnsupportedFieldError

@@ -1,12 +1,12 @@
 """Errors of the Spark data source (options, data loss, sink input).
 
-Bad rows in the sink raise the store's own typed errors (:class:`store.InvalidMessageError`
+Bad rows in the sink raise the store's own typed errors (:class:`rmqlog.InvalidMessageError`
 and subclasses), so callers catch one hierarchy whichever layer found the problem.
 """
 
 from __future__ import annotations
 
-from store.errors import InvalidMessageError, MessagesDeletedError, StoreError
+from rmqlog.errors import InvalidMessageError, MessagesDeletedError, StoreError
 
 
 class RmqLogOptionError(StoreError, ValueError):
@@ -26,7 +26,7 @@ class DataLossError(MessagesDeletedError):
     Raised with ``failOnDataLoss=true`` (the default); names the queue (``queue``,
     ``"topic/queueId"``; also ``topic`` and ``queue_id``) and the lost range ``[start,
     available)`` (``available``, also ``end``: the queue's first offset still stored). A
-    :class:`store.errors.MessagesDeletedError`, so one ``except`` catches the store's and the
+    :class:`rmqlog.errors.MessagesDeletedError`, so one ``except`` catches the store's and the
     source's report of the same loss.
     """
 

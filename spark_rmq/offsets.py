@@ -13,11 +13,11 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from store import MessageStore
-from store.log.properties import WAITING_TOPICS
-from store.log.record import HEADER_V4
-from store.paths import parse_queue_dir_name, topic_problem
-from store.queue.consume_queue import FILLER_SIZE
+from rmqlog import MessageStore
+from rmqlog.log.properties import WAITING_TOPICS
+from rmqlog.log.record import HEADER_V4
+from rmqlog.paths import parse_queue_dir_name, topic_problem
+from rmqlog.queue.consume_queue import FILLER_SIZE
 
 from .errors import DataLossError
 from .options import EARLIEST, EARLIEST_OFFSET, LATEST, LATEST_OFFSET, SourceOptions

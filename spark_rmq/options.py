@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from store.paths import validate_group, validate_topic
-from store.queue.reader import parse_tag_filter
+from rmqlog.paths import validate_group, validate_topic
+from rmqlog.queue.reader import parse_tag_filter
 
 from .errors import RmqLogOptionError
 
@@ -253,7 +253,7 @@ def _key_options(options: Mapping[str, str], kw: dict[str, object], streaming: b
     if not raw:
         raise RmqLogOptionError(name, "must not be empty")
     if name == "msgId":
-        from store.log.msgid import is_uniq_key
+        from rmqlog.log.msgid import is_uniq_key
 
         if not is_uniq_key(raw):
             raise RmqLogOptionError(name, f"not a client msgId: {raw!r} (32 or 56 hex digits)")

@@ -17,10 +17,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from store import MESSAGE_SCHEMA, CorruptStoreError, MessagesDeletedError, MessageStore
-from store.hashing import java_string_hash
-from store.queue.checked_read import read_units
-from store.queue.consume_queue import FILLER_SIZE
+from rmqlog import MESSAGE_SCHEMA, CorruptStoreError, MessagesDeletedError, MessageStore
+from rmqlog.hashing import java_string_hash
+from rmqlog.queue.checked_read import read_units
+from rmqlog.queue.consume_queue import FILLER_SIZE
 
 from .offsets import check_data_loss, queue_key
 from .stores import busy, using
@@ -73,7 +73,7 @@ class KeyLookup(InputPartition):
 
 
 def read_key_lookup(part: KeyLookup, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator[pa.RecordBatch]:
-    """Yield the messages :meth:`store.MessageStore.query_by_key` (or ``query_by_unique_key``
+    """Yield the messages :meth:`rmqlog.MessageStore.query_by_key` (or ``query_by_unique_key``
     for ``unique``) finds in each topic, oldest first per topic."""
     with using(part.path, create=False, read_only=part.read_only) as ms, busy():
         tables = [
@@ -93,10 +93,10 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
     (before or while it is read) and ``part.fail_on_data_loss``, naming the queue and exactly
     the offsets lost (from the first one the range still needed to the queue's new first
     offset); otherwise those messages are skipped with a warning.
-    :class:`store.StoreNotFoundError` if there is no store at the path (nothing is created).
+    :class:`rmqlog.StoreNotFoundError` if there is no store at the path (nothing is created).
     Each message is checked against its consume-queue unit (and its body CRC with
-    ``part.check_crc``): raises :class:`store.CorruptQueueError` or
-    :class:`store.CorruptRecordError` (see :mod:`store.queue.checked_read`). Each window is read
+    ``part.check_crc``): raises :class:`rmqlog.CorruptQueueError` or
+    :class:`rmqlog.CorruptRecordError` (see :mod:`rmqlog.queue.checked_read`). Each window is read
     inside :func:`spark_rmq.stores.busy`; the batches are yielded outside it.
     """
     if part.end <= part.start:
@@ -125,7 +125,7 @@ def _read_window(
 ) -> pa.Table | None:
     """Messages ``[pos, pos + n)`` of the range that pass its filters (None if none do).
 
-    Raises :class:`store.MessagesDeletedError` when retention deleted some of them since the
+    Raises :class:`rmqlog.MessagesDeletedError` when retention deleted some of them since the
     range was planned (their consume-queue segment, or their records)."""
     cq = ms.consume_queue(part.topic, part.queue_id)
     units = cq.read(pos, n)

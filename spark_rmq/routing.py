@@ -184,7 +184,7 @@ def route(
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType
 
-    from store import MessageStore
+    from rmqlog import MessageStore
 
     from .options import QUEUE_SELECTORS
 

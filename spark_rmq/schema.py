@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
-from store import MESSAGE_SCHEMA
+from rmqlog import MESSAGE_SCHEMA
 
 #: ``topic string, queueId int, queueOffset bigint, commitLogOffset bigint, msgId string,
 #: body binary, tags string, keys array<string>, properties map<string,string>,

@@ -54,7 +54,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from store import InvalidMessageError, MessageStore
+from rmqlog import InvalidMessageError, MessageStore
 
 from .errors import RmqLogOptionError, UnsupportedFieldError
 from .options import SinkOptions
@@ -83,7 +83,7 @@ UNSUPPORTED_YET: tuple[str, ...] = ()
 def validate_input_schema(schema: StructType, opts: SinkOptions) -> None:
     """Check the DataFrame's columns on the driver, before any task runs.
 
-    Raises :class:`store.InvalidMessageError` naming the column (unknown column, wrong type,
+    Raises :class:`rmqlog.InvalidMessageError` naming the column (unknown column, wrong type,
     missing body or topic).
     """
     names = schema.names

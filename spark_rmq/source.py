@@ -10,7 +10,7 @@ Guarantees:
   fails the query with :class:`spark_rmq.errors.DataLossError` naming the queue and offsets.
 - **Reads change no layout**: the store is opened with ``create=False``; a path without a
   store (missing, empty, or another kind of folder) fails the read when it is planned with
-  :class:`store.StoreNotFoundError` naming the path (the CLI's error), and nothing is created.
+  :class:`rmqlog.StoreNotFoundError` naming the path (the CLI's error), and nothing is created.
 - **Admission control**: ``maxMessagesPerTrigger`` / ``maxBytesPerTrigger`` are split over
   queues in proportion to their backlog (none starved; bytes exact from consume-queue sizes);
   ``minMessagesPerTrigger`` waits for enough data up to ``maxTriggerDelay``.
@@ -52,7 +52,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from store import MessageStore
+from rmqlog import MessageStore
 
 from .offsets import (
     Offsets,
@@ -123,9 +123,9 @@ def _filter_pushdown_enabled() -> bool:
 
 
 def _open(opts: SourceOptions) -> MessageStore:
-    """Open the store to read (inside :func:`busy`). Raises :class:`store.StoreNotFoundError`
+    """Open the store to read (inside :func:`busy`). Raises :class:`rmqlog.StoreNotFoundError`
     naming the path where there is no store: a read never creates or changes a store layout.
-    ``readOnly``: a read-only open (:mod:`store.read_only`)."""
+    ``readOnly``: a read-only open (:mod:`rmqlog.read_only`)."""
     return MessageStore.open(opts.path, create=False, read_only=opts.read_only)
 
 

@@ -2,7 +2,7 @@
 
 **One open store per root per process.** The first process to open a store runs recovery (a
 walk of the newest commitlog segments, with CRCs) and the last one to close it flushes and
-writes the checkpoint (see ``store.durability.lock_file``). Spark runs tasks in reused Python workers;
+writes the checkpoint (see ``rmqlog.durability.lock_file``). Spark runs tasks in reused Python workers;
 opening and closing the store in every task made each task a potential "first opener" and
 "last closer" (measured: 0.65 s of recovery per open of a 1M-message store). So tasks share
 one store per root for the life of the worker (:func:`using`). An open store reads all
@@ -64,7 +64,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, NoReturn
 
-from store import MessageStore, StoreError
+from rmqlog import MessageStore, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def busy() -> Iterator[None]:
 def using(path: str, *, create: bool = True, read_only: bool = False) -> Iterator[MessageStore]:
     """The process's open store at ``path`` for the duration of a store operation (see :func:`busy`).
 
-    ``create=False`` (readers) raises :class:`store.StoreNotFoundError` where no store exists,
+    ``create=False`` (readers) raises :class:`rmqlog.StoreNotFoundError` where no store exists,
     creating nothing; ``read_only``: the process's read-only handle of it (the ``readOnly``
     source option), which writes nothing.
     """
@@ -133,9 +133,9 @@ def using(path: str, *, create: bool = True, read_only: bool = False) -> Iterato
 def shared_store(path: str, *, create: bool = True, read_only: bool = False) -> MessageStore:
     """The process's open store at ``path`` (opened on first use; do not close it).
 
-    Call inside :func:`busy` (or use :func:`using`). Raises :class:`store.StoreError` if the
+    Call inside :func:`busy` (or use :func:`using`). Raises :class:`rmqlog.StoreError` if the
     directory was deleted and a new store created in its place while this process had the
-    old one open (its mappings would show stale data), :class:`store.StoreNotFoundError`
+    old one open (its mappings would show stale data), :class:`rmqlog.StoreNotFoundError`
     with ``create=False`` where there is no store.
     """
     key = os.path.realpath(path) + ("\0read-only" if read_only else "")

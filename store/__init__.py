@@ -30,7 +30,7 @@ from .message_store import MessageStore
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
 from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
 
-#: Whether glibc's malloc thresholds were pinned at import (see :mod:`store.allocator`).
+#: Whether glibc's malloc thresholds were pinned at import (see :mod:`rmqlog.allocator`).
 MALLOC_PINNED = pin_malloc_thresholds()
 
 __all__ = [

@@ -17,7 +17,7 @@ where a page's first touch costs ~10x a normal write (see jobs/bench_store.py):
 :func:`pin_malloc_thresholds` fixes them at the values glibc's own adjustment climbs to in a
 process that once freed a 32 MiB buffer (its ceiling, DEFAULT_MMAP_THRESHOLD_MAX on 64-bit,
 and twice that for trimming). The cost: up to 64 MiB of freed heap stays with the process.
-``import store`` calls it once. It does nothing when the user set ``MALLOC_MMAP_THRESHOLD_``
+``import rmqlog`` calls it once. It does nothing when the user set ``MALLOC_MMAP_THRESHOLD_``
 or ``MALLOC_TRIM_THRESHOLD_`` (theirs win), nor on a C library other than glibc.
 """
 

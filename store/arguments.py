@@ -2,7 +2,7 @@
 
 RocketMQ's queue ids are Java ints and its offsets and timestamps Java longs: an argument is
 an ``int`` (a numpy integer too; never a ``bool`` or a ``float``) in its range, else the call
-raises :class:`store.errors.InvalidArgumentError` naming the argument.
+raises :class:`rmqlog.errors.InvalidArgumentError` naming the argument.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Topics and consumer progress: the store's ``config/topics.json`` and
 ``config/consumerOffset.json`` (RocketMQ's ``TopicConfigManager`` / ``ConsumerOffsetManager``
-files, see :mod:`store.config_files`), with the argument checks of the facade's methods.
+files, see :mod:`rmqlog.config_files`), with the argument checks of the facade's methods.
 
 Topics are also found from the log itself: a topic that has consume-queue folders but no
 entry in ``topics.json`` (a store written by RocketMQ without its config, or a config file
@@ -27,7 +27,7 @@ class Catalog:
         self.parts = parts
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """See :meth:`store.MessageStore.commit_offset`."""
+        """See :meth:`rmqlog.MessageStore.commit_offset`."""
         validate_group(group)
         validate_topic(topic)
         queue_id, offset = queue_id_arg(queue_id), offset_arg(offset)
@@ -48,7 +48,7 @@ class Catalog:
         return self.parts.consumer_offsets.committed(group, topic, queue_id)
 
     def create_topic(self, topic: str, queues: int | None, read_queues: int | None) -> TopicConfig:
-        """See :meth:`store.MessageStore.create_topic`."""
+        """See :meth:`rmqlog.MessageStore.create_topic`."""
         name = validate_topic(topic)
         n = self.parts.config.default_topic_queue_nums if queues is None else int_arg("queues", queues, 1, 65535)
         r = n if read_queues is None else int_arg("read_queues", read_queues, 1, 65535)
@@ -57,7 +57,7 @@ class Catalog:
         return tc
 
     def topics(self) -> dict[str, TopicConfig]:
-        """See :meth:`store.MessageStore.topics` (nothing is written)."""
+        """See :meth:`rmqlog.MessageStore.topics` (nothing is written)."""
         topics = self.parts.topic_config
         topics.reload()
         out = topics.topics()

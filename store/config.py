@@ -26,7 +26,7 @@ ASYNC_FLUSH = "ASYNC_FLUSH"
 
 @dataclass(frozen=True)
 class StoreConfig:
-    """Configuration of a :class:`store.MessageStore`.
+    """Configuration of a :class:`rmqlog.MessageStore`.
 
     Sizes are bytes, intervals milliseconds, unless the name says otherwise.
 
@@ -49,7 +49,7 @@ class StoreConfig:
       ``check.crcs``: recovery checks only the newest segments, so damage to older data is
       first met by a read. ``read_queue``/``get_messages`` take a per-call ``check_crc``.
     - ``reput_interval_ms``: how often the background dispatcher looks for new records.
-    - Retention (see :mod:`store.retention`): ``file_reserved_time`` (hours, 72): a commitlog
+    - Retention (see :mod:`rmqlog.retention`): ``file_reserved_time`` (hours, 72): a commitlog
       segment last written longer ago expires; ``delete_when`` (local hours of day, ``"04"``
       or ``"04;16"``): when expired segments are deleted; ``disk_max_used_space_ratio``
       (percent, 75; RocketMQ clamps it to 10..95): past it, expired segments are deleted at
@@ -60,23 +60,23 @@ class StoreConfig:
       ``destroy_mapped_file_interval_forcibly`` (ms, 120000; RocketMQ's
       ``destroyMapedFileIntervalForcibly``): how long a segment a reader holds keeps a pass
       from deleting it; ``clean_resource_interval`` (ms, 10000): how often the background
-      service (:meth:`store.MessageStore.start_dispatcher`) runs a pass.
+      service (:meth:`rmqlog.MessageStore.start_dispatcher`) runs a pass.
     - ``disk_space_warning_level_ratio`` (percent, RocketMQ's ``diskSpaceWarningLevelRatio``
       90%): appends are refused with :class:`DiskFullError` while the commitlog's volume is
       fuller than this; accepted again once it is not.
     - ``message_delay_level``: the delay levels, RocketMQ's syntax (``"1s 5s 10s 30s 1m ... 2h"``;
-      level ``n`` is the ``n``-th delay; see :mod:`store.schedule`).
-    - Timed messages (RocketMQ 5's timer, :mod:`store.schedule.timer`): ``timer_max_delay_sec``
+      level ``n`` is the ``n``-th delay; see :mod:`rmqlog.schedule`).
+    - Timed messages (RocketMQ 5's timer, :mod:`rmqlog.schedule.timer`): ``timer_max_delay_sec``
       (259200: 3 days; RocketMQ's ``timerMaxDelaySec``): a delivery time further ahead is
       refused; ``timer_precision_ms`` (1000; ``timerPrecisionMs``): delivery times are kept to
       this step (never early, at most one step late). Both fix the time wheel's size.
-    - Index files (see :mod:`store.index`): ``message_index_enable`` (default on; RocketMQ's
+    - Index files (see :mod:`rmqlog.index`): ``message_index_enable`` (default on; RocketMQ's
       ``messageIndexEnable``): the dispatcher indexes every message's ``UNIQ_KEY`` and
       ``KEYS`` tokens; ``max_hash_slot_num`` (5,000,000) and ``max_index_num`` (20,000,000
       entries) per file (a full-size file is 420 MB, created sparse); ``max_msgs_num_batch``
       (64): most messages one key query returns. Checked when the store opens
-      (:class:`store.index.index_service.IndexConfig`: a bad value raises :class:`ConfigError`).
-    - Segments prepared ahead of a writer (see :mod:`store.log.allocate`): the next commitlog
+      (:class:`rmqlog.index.index_service.IndexConfig`: a bad value raises :class:`ConfigError`).
+    - Segments prepared ahead of a writer (see :mod:`rmqlog.log.allocate`): the next commitlog
       segment is always created ahead of the roll (RocketMQ's ``AllocateMappedFileService``);
       ``warm_mapped_file_enable`` (default on; RocketMQ's ``warmMapedFileEnable``, off
       there): the pages a writer is about to write are faulted into the page cache first, in

@@ -10,7 +10,7 @@
 Both are written RocketMQ's way: ``<f>.tmp`` then rename, the previous file kept as
 ``<f>.bak``; a reader falls back to ``.bak`` when the main file is missing, empty or
 unreadable (not UTF-8, not JSON, or not the structure below), as RocketMQ's
-``ConfigManager.load`` does; when neither can be read, :class:`store.errors.CorruptStoreError`
+``ConfigManager.load`` does; when neither can be read, :class:`rmqlog.errors.CorruptStoreError`
 names the file. Changes from several processes are serialized by ``<root>/config.lock`` and
 each change is a read-modify-write of the current file, so no process overwrites another's
 update.
@@ -206,7 +206,7 @@ class TopicConfigManager:
         self._mutex = threading.Lock()
         #: queues a topic already has on disk (its highest consume-queue folder + 1, 0 if
         #: none): a topic auto-created over them gets at least that many, so that it takes
-        #: what :meth:`store.MessageStore.topics` lists (a store RocketMQ wrote without its
+        #: what :meth:`rmqlog.MessageStore.topics` lists (a store RocketMQ wrote without its
         #: config, or a config file lost); set by the store
         self.queues_on_disk: Callable[[str], int] = lambda topic: 0
         self.reload()
@@ -261,7 +261,7 @@ class TopicConfigManager:
         """Write queue count of each topic as it is or would be once auto-created (creates nothing).
 
         A missing topic when auto-creation is off counts as ``unknown`` if given, else raises
-        :class:`store.errors.InvalidTopicError`.
+        :class:`rmqlog.errors.InvalidTopicError`.
         """
         if any(t not in self._topics for t in topics):
             self.reload()
@@ -341,7 +341,7 @@ class ConsumerOffsetManager:
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Store ``offset`` (an int in [0, 2**63)) for a queue id (an int in [0, 2**31)); raises
-        :class:`store.errors.InvalidArgumentError` otherwise."""
+        :class:`rmqlog.errors.InvalidArgumentError` otherwise."""
         validate_group(group)
         validate_topic(topic)
         queue_id, offset = queue_id_arg(queue_id), offset_arg(offset)

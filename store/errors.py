@@ -13,7 +13,7 @@ from typing import NoReturn
 
 
 class StoreError(Exception):
-    """Base class of every error raised by :mod:`store`."""
+    """Base class of every error raised by :mod:`rmqlog`."""
 
 
 class InvalidMessageError(StoreError, ValueError):
@@ -56,7 +56,7 @@ class IndexDisabledError(StoreError):
 
 
 class ConfigError(StoreError, ValueError):
-    """A :class:`store.StoreConfig` value, or a config file, is invalid."""
+    """A :class:`rmqlog.StoreConfig` value, or a config file, is invalid."""
 
 
 class CorruptStoreError(StoreError):
@@ -98,7 +98,7 @@ class DataLossError(CorruptStoreError):
     """Data a caller relies on is gone. Raised as such by recovery: damage in data that was
     already flushed (acknowledged), or a bad record with valid data after it; nothing was
     changed then: open with ``repair=True`` to cut the log at the damage, or run
-    :func:`store.admin.verify.verify` to see every problem. See also
+    :func:`rmqlog.admin.verify.verify` to see every problem. See also
     :class:`MessagesDeletedError` (retention)."""
 
 
@@ -180,7 +180,7 @@ def disk_full_from_errno(err: int, path: object, doing: str) -> NoReturn:
 
 
 class StoreClosedError(StoreError):
-    """The store was used after :meth:`store.MessageStore.close`."""
+    """The store was used after :meth:`rmqlog.MessageStore.close`."""
 
 
 class ReadOnlyStoreError(StoreError):

@@ -129,7 +129,7 @@ def replace_file(path: Path, data: bytes, *, keep_backup: bool = False, durable:
     ``MixAll.string2File``), so a reader can fall back to it. With ``durable`` the data and
     the directory are fsynced before returning. A crash at any instant leaves either the
     old or the new content under ``path``, never a mix. On a full disk it raises
-    :class:`~store.errors.DiskFullError` naming ``path``, and ``path`` keeps its old content.
+    :class:`~rmqlog.errors.DiskFullError` naming ``path``, and ``path`` keeps its old content.
     """
     tmp = path.with_name(path.name + ".tmp")
     try:

@@ -1,18 +1,18 @@
-"""The facade: :class:`MessageStore` wires the parts of one store root (:mod:`store.parts`)
+"""The facade: :class:`MessageStore` wires the parts of one store root (:mod:`rmqlog.parts`)
 and the services that run on them, and is what other code (the Spark source/sink, jobs, the
 CLI, notebooks) uses. It holds no logic of its own: each method checks that the store is
 open and calls the part that does the work.
 
 | work | where |
 |---|---|
-| put path | :mod:`store.log.appender` |
-| reads, bounds, by offset/msgId | :mod:`store.queue.reader` |
-| topics, consumer offsets | :mod:`store.catalog` |
-| dispatch | :mod:`store.queue.dispatcher` |
-| opening, recovery | :mod:`store.durability.opening`, :mod:`store.durability.recovery` |
-| flush, checkpoint | :mod:`store.durability.flush` |
-| retention | :mod:`store.retention` |
-| verify | :mod:`store.admin.verify` |
+| put path | :mod:`rmqlog.log.appender` |
+| reads, bounds, by offset/msgId | :mod:`rmqlog.queue.reader` |
+| topics, consumer offsets | :mod:`rmqlog.catalog` |
+| dispatch | :mod:`rmqlog.queue.dispatcher` |
+| opening, recovery | :mod:`rmqlog.durability.opening`, :mod:`rmqlog.durability.recovery` |
+| flush, checkpoint | :mod:`rmqlog.durability.flush` |
+| retention | :mod:`rmqlog.retention` |
+| verify | :mod:`rmqlog.admin.verify` |
 
 Concurrency: any number of processes may open the same root and call any method. Appends
 are serialized by ``append.lock`` and published atomically (``append.state``), dispatching
@@ -69,7 +69,7 @@ class MessageStore:
     ) -> None:
         self.config = config or StoreConfig()
         self.paths = StorePaths(Path(root))
-        #: opened read-only (:mod:`store.read_only`): nothing is written, changes are refused
+        #: opened read-only (:mod:`rmqlog.read_only`): nothing is written, changes are refused
         self.read_only = read_only
         if read_only and repair:
             raise InvalidArgumentError("repair needs a normal open: a read-only open changes nothing")
@@ -101,7 +101,7 @@ class MessageStore:
         self.reader = QueueReader(parts)
         self.catalog = Catalog(parts)
         self.retention = Retention(parts)
-        #: delivers delayed messages once due (:mod:`store.schedule`)
+        #: delivers delayed messages once due (:mod:`rmqlog.schedule`)
         self.scheduler = install_schedule(parts, self.appender, self.reader)
         self.recovery: RecoveryReport | None = None
         self._owner: StoreLockFile | None = None
@@ -128,20 +128,20 @@ class MessageStore:
     ) -> MessageStore:
         """Open (creating if needed) the store at ``root``.
 
-        The first process to open a store recovers it (see :mod:`store.durability.recovery`): after a
+        The first process to open a store recovers it (see :mod:`rmqlog.durability.recovery`): after a
         clean close it checks the last segments, after an abnormal exit it walks from the
         checkpoint, re-dispatches and cuts what is torn. ``MessageStore.recovery`` says what
         it did. Segment sizes of an existing store are taken from its files.
 
-        Raises :class:`store.errors.DataLossError` when flushed (acknowledged) data is damaged,
+        Raises :class:`rmqlog.errors.DataLossError` when flushed (acknowledged) data is damaged,
         unless ``repair`` is true (then the log is cut at the damage), and
-        :class:`store.errors.CorruptStoreError` if the files are not a valid store. With
+        :class:`rmqlog.errors.CorruptStoreError` if the files are not a valid store. With
         ``create=False`` (readers, the CLI) a root that holds no store raises
-        :class:`store.errors.StoreNotFoundError` and nothing is created.
+        :class:`rmqlog.errors.StoreNotFoundError` and nothing is created.
 
         ``read_only``: look without changing anything (no recovery, no dispatch, no file
-        created or written, changes refused with :class:`store.errors.ReadOnlyStoreError`;
-        see :mod:`store.read_only`). A root that holds no store raises ``StoreNotFoundError``.
+        created or written, changes refused with :class:`rmqlog.errors.ReadOnlyStoreError`;
+        see :mod:`rmqlog.read_only`). A root that holds no store raises ``StoreNotFoundError``.
         """
         return cls(root, config, repair=repair, create=create, read_only=read_only)
 
@@ -180,7 +180,7 @@ class MessageStore:
         return self.parts.append_state()
 
     def verify(self, progress: Callable[[int, int], object] | None = None) -> VerifyReport:
-        """Walk every record (CRCs included) and consume-queue unit; see :mod:`store.admin.verify`
+        """Walk every record (CRCs included) and consume-queue unit; see :mod:`rmqlog.admin.verify`
         (``progress(done, total)``: commitlog bytes walked, for a progress bar)."""
         self._check_open()
         return verify(self.parts, progress)
@@ -197,14 +197,14 @@ class MessageStore:
         store has not yet recorded ``sequence`` (or a later one) for ``writer``; otherwise
         nothing is written and an empty result is returned. The writer's new sequence is
         published atomically with the batch (same ``append.state`` replace) and also stored
-        in the commitlog (:mod:`store.log.writer_marker`), so a rebuild of the state after a
+        in the commitlog (:mod:`rmqlog.log.writer_marker`), so a rebuild of the state after a
         crash recovers it. A retried or replayed batch with the same (writer, sequence) is
         therefore a no-op.
 
         Columns: ``topic`` (string) and ``body`` (binary or string) required; optional
         ``queueId`` (int; null or absent = round robin), ``tags`` (string), ``keys``
         (list<string>), ``properties`` (map<string,string>; not RocketMQ's system names nor
-        ``RMQLOG_*``, see :func:`store.log.properties.reserved_name_problem`), ``flag`` (int32),
+        ``RMQLOG_*``, see :func:`rmqlog.log.properties.reserved_name_problem`), ``flag`` (int32),
         ``bornTimestamp`` (timestamp, truncated to ms, or int64 ms; 1970-01-01 to 9999-12-31).
         Each column at most once. Returns, per input row and in input order,
         ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``.
@@ -213,9 +213,9 @@ class MessageStore:
         the call returns (its units are written from the batch's own fields when the
         dispatcher has reached its start; otherwise a normal :meth:`dispatch` runs).
 
-        Raises :class:`store.errors.InvalidMessageError` (or a subclass) naming the row and
+        Raises :class:`rmqlog.errors.InvalidMessageError` (or a subclass) naming the row and
         field of the first bad row; nothing of the batch is written then. See
-        :mod:`store.log.appender` for the steps and the full-disk behaviour.
+        :mod:`rmqlog.log.appender` for the steps and the full-disk behaviour.
         """
         marker = writer_marker(writer, sequence)
         self._check_open("put_batch")
@@ -288,14 +288,14 @@ class MessageStore:
 
     def deliver_due(self, now_ms: int | None = None) -> int:
         """One scheduler pass as of ``now_ms`` (default: now): every delayed message due by
-        then is appended to its real topic and queue, exactly once (:mod:`store.schedule.scheduler`).
+        then is appended to its real topic and queue, exactly once (:mod:`rmqlog.schedule.scheduler`).
         Returns how many were delivered. The background service (:meth:`start_dispatcher`)
         runs a pass every 100 ms; the Spark source runs one before planning each micro-batch."""
         self._check_open("deliver_due")
         return self.scheduler.deliver_due(now_ms).total
 
     def clean_expired(self, now_ms: int | None = None, *, force: bool = False) -> CleanReport:
-        """One retention pass (RocketMQ's clean services); see :mod:`store.retention.cleaner`."""
+        """One retention pass (RocketMQ's clean services); see :mod:`rmqlog.retention.cleaner`."""
         self._check_open("clean_expired")
         return self.retention.clean(now_ms, force=force)
 
@@ -319,8 +319,8 @@ class MessageStore:
         ``tags`` is a subscription (``"*"`` or ``"A || B"``): units are filtered on their tag
         hash first, then the decoded messages on the exact TAGS string. ``group`` names the
         consumer (validated; reading does not commit anything). The status and
-        ``next_begin_offset`` follow RocketMQ (see :class:`store.results.GetMessageStatus`).
-        Every message is checked (:mod:`store.queue.reader`), its body CRC unless
+        ``next_begin_offset`` follow RocketMQ (see :class:`rmqlog.results.GetMessageStatus`).
+        Every message is checked (:mod:`rmqlog.queue.reader`), its body CRC unless
         ``check_crc`` (default: the config's ``check_crc_on_read``) is false.
         """
         self._check_open()
@@ -372,7 +372,7 @@ class MessageStore:
         ``key``), stored in ``[begin_ms, end_ms]`` (ms; ``None``: no end), oldest first, at most
         ``max_count`` (and ``max_msgs_num_batch``): RocketMQ's ``queryMessage`` (``mqadmin
         queryMsgByKey``) through the index files, hash collisions removed
-        (:mod:`store.index.lookup`). Raises :class:`store.errors.IndexDisabledError` when
+        (:mod:`rmqlog.index.lookup`). Raises :class:`rmqlog.errors.IndexDisabledError` when
         ``message_index_enable`` is off, :class:`InvalidArgumentError` for a bad argument."""
         self._check_open()
         validate_topic(topic)
@@ -386,7 +386,7 @@ class MessageStore:
         """The messages stored in ``[begin_ms, end_ms]`` (ms; ``None``: no end) across ``topics``
         (default: every topic), oldest first, at most ``max_count``: each queue's range found by
         binary search on store time, no index needed. Raises :class:`InvalidArgumentError` for a
-        bad argument, :class:`store.errors.InvalidTopicError` for a bad topic name."""
+        bad argument, :class:`rmqlog.errors.InvalidTopicError` for a bad topic name."""
         self._check_open()
         # every topic but the one where delayed messages wait (they are not stored "yet")
         names = [t for t in self.catalog.topics() if t not in WAITING_TOPICS] if topics is None else [validate_topic(t) for t in topics]
@@ -418,8 +418,8 @@ class MessageStore:
         ``topics.json`` (below its read/write queue counts, or a queue folder that exists);
         ``offset`` an int in ``[0, 2**63)`` (a Java long; like RocketMQ's broker, any such
         offset is stored, also one past the queue's end). Otherwise
-        :class:`store.errors.InvalidArgumentError` naming the argument; a bad name raises
-        :class:`store.errors.InvalidGroupError` / :class:`store.errors.InvalidTopicError`.
+        :class:`rmqlog.errors.InvalidArgumentError` naming the argument; a bad name raises
+        :class:`rmqlog.errors.InvalidGroupError` / :class:`rmqlog.errors.InvalidTopicError`.
         """
         self._check_open("commit_offset")
         self.catalog.commit_offset(group, topic, queue_id, offset)
@@ -427,9 +427,9 @@ class MessageStore:
     def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
         """``group``'s committed offset on a queue, or -1 if it has none.
 
-        ``queue_id``: an int in ``[0, 2**31)``, else :class:`store.errors.InvalidArgumentError`.
+        ``queue_id``: an int in ``[0, 2**31)``, else :class:`rmqlog.errors.InvalidArgumentError`.
         An unreadable ``consumerOffset.json`` (and ``.bak``) raises
-        :class:`store.errors.CorruptStoreError` naming it.
+        :class:`rmqlog.errors.CorruptStoreError` naming it.
         """
         self._check_open()
         return self.catalog.committed_offset(group, topic, queue_id)
@@ -439,14 +439,14 @@ class MessageStore:
 
         ``queues`` (write queues; ``None``: ``default_topic_queue_nums``) and ``read_queues``
         (``None``: as many as write queues) are ints in ``[1, 65535]``, else
-        :class:`store.errors.InvalidArgumentError` naming the argument.
+        :class:`rmqlog.errors.InvalidArgumentError` naming the argument.
         """
         self._check_open("create_topic")
         return self.catalog.create_topic(topic, queues, read_queues)
 
     def topics(self) -> dict[str, TopicConfig]:
         """Every topic: those of ``config/topics.json`` (re-read), and those only the log has,
-        found by their consume queues (see :mod:`store.catalog`). Nothing is written. An entry
+        found by their consume queues (see :mod:`rmqlog.catalog`). Nothing is written. An entry
         of ``topics.json`` whose key is not a valid topic name, or whose ``topicName`` differs
         from its key, is never listed (it is logged and kept in the file as it is)."""
         self._check_open()

@@ -2,13 +2,13 @@
 
 :class:`StoreParts` builds, for a store root, the commitlog, the consume queues, the append
 state, the dispatcher, the flush service, the checkpoint and the config files, and holds the
-store's inter-process locks. Recovery (:mod:`store.durability.recovery`), verify
-(:mod:`store.admin.verify`), retention (:mod:`store.retention`), the put path
-(:mod:`store.log.appender`) and the read path (:mod:`store.queue.reader`) take a
-``StoreParts``, never the facade (:class:`store.MessageStore`), which only wires them: so no
+store's inter-process locks. Recovery (:mod:`rmqlog.durability.recovery`), verify
+(:mod:`rmqlog.admin.verify`), retention (:mod:`rmqlog.retention`), the put path
+(:mod:`rmqlog.log.appender`) and the read path (:mod:`rmqlog.queue.reader`) take a
+``StoreParts``, never the facade (:class:`rmqlog.MessageStore`), which only wires them: so no
 module imports the facade, and each can be tested against the parts alone.
 
-Locks (one object per lock file per process, see :class:`store.fileio.LockRegistry`):
+Locks (one object per lock file per process, see :class:`rmqlog.fileio.LockRegistry`):
 ``append.lock`` serializes appends, ``dispatch.lock`` dispatching (shared by readers taking
 a queue's bounds), ``config.lock`` config-file changes, ``flush.lock`` flushes.
 """
@@ -44,14 +44,14 @@ class StoreParts:
     def __init__(self, config: StoreConfig, paths: StorePaths, *, read_only: bool = False) -> None:
         self.config = config
         self.paths = paths
-        #: every file is opened read-only and none is created (see :mod:`store.read_only`)
+        #: every file is opened read-only and none is created (see :mod:`rmqlog.read_only`)
         self.read_only = read_only
         self.lock_paths = (paths.append_lock, paths.dispatch_lock, paths.root / "config.lock", paths.flush_lock)
         self.append_lock, self.dispatch_lock, self.config_lock, self.flush_lock = (
             LockRegistry.get(p, read_only=read_only) for p in self.lock_paths
         )
         #: a read-only store whose ``append.state`` is missing or unreadable reads up to the
-        #: state rebuilt in memory from the log at open (set by :func:`store.read_only.open_read_only`)
+        #: state rebuilt in memory from the log at open (set by :func:`rmqlog.read_only.open_read_only`)
         self.fixed_state: AppendState | None = None
 
     def wire(self, *, repair: bool = False) -> None:
@@ -115,7 +115,7 @@ class StoreParts:
         return self.flush_service.flushed().offset
 
     def rebuild_state(self, end: int | None = None, *, check_crc: bool | None = None) -> AppendState:
-        """The append state recovered from the commitlog itself (:mod:`store.log.state_rebuild`);
+        """The append state recovered from the commitlog itself (:mod:`rmqlog.log.state_rebuild`);
         ``check_crc`` defaults to ``check_crc_on_recover``."""
         crc = self.config.check_crc_on_recover if check_crc is None else check_crc
         return rebuild_state(self.commitlog, end, check_crc=crc)

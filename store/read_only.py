@@ -19,10 +19,10 @@ another process is writing.
   re-read from ``append.state``), with the same bounds as any reader.
 - **A store not closed cleanly** is read as it is on disk: what recovery would cut (a torn
   tail) is beyond the published tail or fails its checks on read with a typed
-  :class:`store.errors.CorruptStoreError`; open it normally to recover it.
+  :class:`rmqlog.errors.CorruptStoreError`; open it normally to recover it.
 - **Changes are refused.** ``put*``, ``dispatch``, ``start_dispatcher``, ``deliver_due``,
   ``clean_expired``, ``commit_offset``, ``create_topic`` and ``flush`` raise
-  :class:`store.errors.ReadOnlyStoreError` naming the call, before touching anything.
+  :class:`rmqlog.errors.ReadOnlyStoreError` naming the call, before touching anything.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ if str(REPO_ROOT) not in sys.path:
 
 import refcodec as rc  # noqa: E402
 
-import store  # noqa: E402
+import rmqlog  # noqa: E402
 
 #: Real RocketMQ files, kept in the repository (copied from ``../shared/fixtures/rocketmq``,
 #: see its README) so that no clone can run the suite without them.
@@ -62,7 +62,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     """Refuse to run a suite that would pass by skipping.
 
     The C helper's tests and the fixtures' tests skip nothing in a complete checkout: a
-    machine with a C compiler must have built ``store._native`` (else ~80 tests of the fast
+    machine with a C compiler must have built ``rmqlog._native`` (else ~80 tests of the fast
     paths would skip), and the RocketMQ fixtures ship in ``tests/fixtures``. Set
     ``RMQ_ALLOW_NO_NATIVE=1`` to run the pure-Python paths on purpose.
     """
@@ -71,11 +71,11 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if os.environ.get("RMQ_ALLOW_NO_NATIVE") == "1":
         return
     try:
-        import store._native  # noqa: F401
+        import rmqlog._native  # noqa: F401
     except ImportError as exc:
         if _c_compiler() is not None:
             raise pytest.UsageError(
-                f"store._native is not built although a C compiler exists ({exc}); "
+                f"rmqlog._native is not built although a C compiler exists ({exc}); "
                 "rebuild with `pip install -e .` (or set RMQ_ALLOW_NO_NATIVE=1 to test without it)"
             ) from exc
 
@@ -100,7 +100,7 @@ def fixture_dir() -> Path:
 
 
 @pytest.fixture
-def small_config() -> store.StoreConfig:
+def small_config() -> rmqlog.StoreConfig:
     """4 KiB commitlog segments and 50-unit consume-queue segments (everything rolls)."""
     return small_store_config()
 
@@ -111,9 +111,9 @@ def root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def ms(root: Path, small_config: store.StoreConfig) -> Iterator[store.MessageStore]:
+def ms(root: Path, small_config: rmqlog.StoreConfig) -> Iterator[rmqlog.MessageStore]:
     """An open store with tiny segments, closed after the test."""
-    s = store.MessageStore.open(root, small_config)
+    s = rmqlog.MessageStore.open(root, small_config)
     try:
         yield s
     finally:
@@ -128,7 +128,7 @@ SMALL_INDEX_SLOTS = 4_000
 SMALL_INDEX_ENTRIES = 16_000
 
 
-def small_store_config(**changes: Any) -> store.StoreConfig:
+def small_store_config(**changes: Any) -> rmqlog.StoreConfig:
     values: dict[str, Any] = {
         "mapped_file_size_commit_log": SMALL_COMMITLOG,
         "mapped_file_size_consume_queue": SMALL_CQ,
@@ -136,7 +136,7 @@ def small_store_config(**changes: Any) -> store.StoreConfig:
         "max_index_num": SMALL_INDEX_ENTRIES,
     }
     values.update(changes)
-    return store.StoreConfig(**values)
+    return rmqlog.StoreConfig(**values)
 
 
 def copy_file(src: Path, dst: Path) -> None:
@@ -214,22 +214,22 @@ def snapshot_tree(root: Path) -> dict[str, tuple[str, int, int]]:
     return out
 
 
-def read_queue_all(s: store.MessageStore, topic: str, qid: int, *, max_count: int = 32,
+def read_queue_all(s: rmqlog.MessageStore, topic: str, qid: int, *, max_count: int = 32,
                    tags: str | None = "*", group: str = "g") -> list[dict[str, Any]]:
     """Every message of a queue through get_messages, following next_begin_offset."""
     rows: list[dict[str, Any]] = []
     offset = s.min_offset(topic, qid)
     for _ in range(100_000):
         res = s.get_messages(group, topic, qid, offset, max_count=max_count, tags=tags)
-        if res.status in (store.GetMessageStatus.FOUND, store.GetMessageStatus.NO_MATCHED_MESSAGE):
+        if res.status in (rmqlog.GetMessageStatus.FOUND, rmqlog.GetMessageStatus.NO_MATCHED_MESSAGE):
             assert res.next_begin_offset > offset
             rows.extend(res.messages.to_pylist())
             offset = res.next_begin_offset
             continue
         assert res.status in (
-            store.GetMessageStatus.OFFSET_OVERFLOW_ONE,
-            store.GetMessageStatus.NO_MESSAGE_IN_QUEUE,
-            store.GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+            rmqlog.GetMessageStatus.OFFSET_OVERFLOW_ONE,
+            rmqlog.GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+            rmqlog.GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
         ), res.status
         return rows
     raise AssertionError("get_messages did not reach the end of the queue")

@@ -1,4 +1,4 @@
-"""``append.state``: two CRC-checked slots overwritten in place (store.log.append_state)."""
+"""``append.state``: two CRC-checked slots overwritten in place (rmqlog.log.append_state)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from store.log.append_state import _HEADER, _SLOT_HEADER, MIN_SLOT, AppendState, AppendStateFile
+from rmqlog.log.append_state import _HEADER, _SLOT_HEADER, MIN_SLOT, AppendState, AppendStateFile
 
 
 def _state(tail: int, **queues: int) -> AppendState:

@@ -16,8 +16,8 @@ import pytest
 import refcodec as rc
 from conftest import read_queue_all, small_store_config, snapshot_files, walk
 
-import store
-from store import InvalidMessageError, InvalidTopicError, MessageTooLargeError, QueueIdError
+import rmqlog
+from rmqlog import InvalidMessageError, InvalidTopicError, MessageTooLargeError, QueueIdError
 
 MAX_BODY = 1000
 MAP = pa.map_(pa.string(), pa.string())
@@ -26,7 +26,7 @@ MAP = pa.map_(pa.string(), pa.string())
 @pytest.fixture
 def bs(root: Path):
     """A store with topic T (4 queues) holding a few dispatched messages."""
-    s = store.MessageStore.open(root, small_store_config(max_message_size=MAX_BODY))
+    s = rmqlog.MessageStore.open(root, small_store_config(max_message_size=MAX_BODY))
     s.create_topic("T", 4)
     s.put_batch(pa.table({"topic": ["T"] * 6, "body": [b"seed%d" % i for i in range(6)]}))
     assert s.dispatch() == 6
@@ -36,20 +36,20 @@ def bs(root: Path):
         s.close()
 
 
-def _state(s: store.MessageStore, root: Path) -> tuple[Any, ...]:
+def _state(s: rmqlog.MessageStore, root: Path) -> tuple[Any, ...]:
     files = snapshot_files(root, "append.state", "dispatch.state", "config/topics.json")
     maxes = tuple(s.max_offset("T", q) for q in range(4))
     return files, maxes
 
 
-def _assert_rejected(s: store.MessageStore, root: Path, call: Callable[[], Any], err: type[Exception],
+def _assert_rejected(s: rmqlog.MessageStore, root: Path, call: Callable[[], Any], err: type[Exception],
                      row: int | None, field: str) -> InvalidMessageError:
     before = _state(s, root)
     with pytest.raises(err) as info:
         call()
     e = info.value
     assert isinstance(e, InvalidMessageError)
-    assert isinstance(e, store.StoreError) and isinstance(e, ValueError)
+    assert isinstance(e, rmqlog.StoreError) and isinstance(e, ValueError)
     assert (e.row, e.field) == (row, field), str(e)
     assert _state(s, root) == before
     assert s.dispatch() == 0
@@ -107,11 +107,11 @@ BAD_SINGLE = [
 
 
 @pytest.mark.parametrize(("cols", "err", "field"), [pytest.param(c, e, f, id=i) for i, c, e, f in BAD_SINGLE])
-def test_bad_row_rejected(bs: store.MessageStore, root: Path, cols: dict[str, Any], err: type[Exception], field: str) -> None:
+def test_bad_row_rejected(bs: rmqlog.MessageStore, root: Path, cols: dict[str, Any], err: type[Exception], field: str) -> None:
     _assert_rejected(bs, root, lambda: bs.put_batch(_table(1, **cols)), err, 0, field)
 
 
-def test_null_topic_is_invalid_topic(bs: store.MessageStore, root: Path) -> None:
+def test_null_topic_is_invalid_topic(bs: rmqlog.MessageStore, root: Path) -> None:
     # was the base InvalidMessageError before 2be997b (validate_topic(None) already said InvalidTopicError)
     _assert_rejected(bs, root, lambda: bs.put_batch(_table(1, topic=pa.array([None], pa.string()))),
                      InvalidTopicError, 0, "topic")
@@ -120,23 +120,23 @@ def test_null_topic_is_invalid_topic(bs: store.MessageStore, root: Path) -> None
 # --------------------------------------------------------------------------- whole columns
 
 
-def test_unknown_column(bs: store.MessageStore, root: Path) -> None:
+def test_unknown_column(bs: rmqlog.MessageStore, root: Path) -> None:
     _assert_rejected(bs, root, lambda: bs.put_batch(_table(3, queueid=pa.array([0, 1, 2]))), InvalidMessageError, None, "queueid")
     _assert_rejected(bs, root, lambda: bs.put_batch(_table(1, extra=pa.array([1]))), InvalidMessageError, None, "extra")
 
 
-def test_missing_required_columns(bs: store.MessageStore, root: Path) -> None:
+def test_missing_required_columns(bs: rmqlog.MessageStore, root: Path) -> None:
     _assert_rejected(bs, root, lambda: bs.put_batch(pa.table({"topic": ["T"]})), InvalidMessageError, None, "body")
     _assert_rejected(bs, root, lambda: bs.put_batch(pa.table({"body": [b"x"]})), InvalidMessageError, None, "topic")
 
 
-def test_not_a_table(bs: store.MessageStore, root: Path) -> None:
+def test_not_a_table(bs: rmqlog.MessageStore, root: Path) -> None:
     with pytest.raises(InvalidMessageError):
         bs.put_batch({"topic": ["T"], "body": [b"x"]})  # type: ignore[arg-type]
     assert len(walk(root)) == 6
 
 
-def test_tags_int_column_names_first_value(bs: store.MessageStore, root: Path) -> None:
+def test_tags_int_column_names_first_value(bs: rmqlog.MessageStore, root: Path) -> None:
     _assert_rejected(bs, root, lambda: bs.put_batch(_table(3, tags=pa.array([None, None, 5]))), InvalidMessageError, 2, "tags")
 
 
@@ -233,12 +233,12 @@ def _():
 
 
 @pytest.mark.parametrize(("make", "err", "field"), [pytest.param(m, e, f, id=n) for n, m, e, f in BAD_ROW7])
-def test_row_7_of_10_is_named(bs: store.MessageStore, root: Path, make, err: type[Exception], field: str) -> None:
+def test_row_7_of_10_is_named(bs: rmqlog.MessageStore, root: Path, make, err: type[Exception], field: str) -> None:
     e = _assert_rejected(bs, root, lambda: bs.put_batch(_table(10, **make())), err, 7, field)
     assert "row 7" in str(e)
 
 
-def test_row_7_in_a_chunked_table(bs: store.MessageStore, root: Path) -> None:
+def test_row_7_in_a_chunked_table(bs: rmqlog.MessageStore, root: Path) -> None:
     good = _table(4)
     bad = pa.table({"topic": ["T", "T", "T", "T", "T", "T"],
                     "body": pa.array([b"a", b"b", b"c", None, b"e", b"f"], pa.binary())})
@@ -250,7 +250,7 @@ def test_row_7_in_a_chunked_table(bs: store.MessageStore, root: Path) -> None:
 # --------------------------------------------------------------------------- limits that are valid
 
 
-def test_empty_body_round_trips(bs: store.MessageStore, root: Path) -> None:
+def test_empty_body_round_trips(bs: rmqlog.MessageStore, root: Path) -> None:
     res = bs.put("T", b"", queue_id=0)
     bs.put_batch(_table(1, body=pa.array([b""], pa.binary()), queueId=pa.array([0], pa.int32())))
     bs.dispatch()
@@ -263,7 +263,7 @@ def test_empty_body_round_trips(bs: store.MessageStore, root: Path) -> None:
 
 def test_limits_inclusive(root: Path) -> None:
     cfg = small_store_config(mapped_file_size_commit_log=65536, max_message_size=MAX_BODY)
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         s.put("t" * 127, b"b" * MAX_BODY, queue_id=0)
         uniq = len("UNIQ_KEY\x01" + "0" * 32 + "\x02")
         filler = 32767 - uniq - len("big\x01\x02")
@@ -291,7 +291,7 @@ def rc_props(rec) -> bytes:
 # --------------------------------------------------------------------------- put() (scalar API)
 
 
-def test_put_bad_scalars(bs: store.MessageStore, root: Path) -> None:
+def test_put_bad_scalars(bs: rmqlog.MessageStore, root: Path) -> None:
     _assert_rejected(bs, root, lambda: bs.put("a/b", b"x"), InvalidTopicError, 0, "topic")
     _assert_rejected(bs, root, lambda: bs.put("", b"x"), InvalidTopicError, 0, "topic")
     _assert_rejected(bs, root, lambda: bs.put("T", b"x", queue_id=-1), QueueIdError, 0, "queueId")
@@ -303,7 +303,7 @@ def test_put_bad_scalars(bs: store.MessageStore, root: Path) -> None:
     _assert_rejected(bs, root, lambda: bs.put("T", b"x", properties={"k": "\x02"}), InvalidMessageError, 0, "properties")
 
 
-def test_put_keys_string_is_split(bs: store.MessageStore, root: Path) -> None:
+def test_put_keys_string_is_split(bs: rmqlog.MessageStore, root: Path) -> None:
     bs.put("T", b"x", keys="k1  k2", queue_id=0)
     assert walk(root)[-1].properties["KEYS"] == "k1 k2"
 
@@ -321,14 +321,14 @@ PUT_WRONG_TYPES = [
 
 
 @pytest.mark.parametrize(("call", "field"), [pytest.param(c, f, id=i) for i, c, f in PUT_WRONG_TYPES])
-def test_put_wrong_python_types_are_typed_errors(bs: store.MessageStore, root: Path, call, field: str) -> None:
+def test_put_wrong_python_types_are_typed_errors(bs: rmqlog.MessageStore, root: Path, call, field: str) -> None:
     _assert_rejected(bs, root, lambda: call(bs), InvalidMessageError, 0, field)
 
 
 # --------------------------------------------------------------------------- side effects
 
 
-def test_rejected_batch_does_not_create_topic(bs: store.MessageStore, root: Path) -> None:
+def test_rejected_batch_does_not_create_topic(bs: rmqlog.MessageStore, root: Path) -> None:
     # before 2be997b prepare_batch auto-created missing topics before validating the other columns
     for cols in ({"tags": ["bad\x01tag"]}, {"queueId": pa.array([4], pa.int32())},
                  {"body": pa.array([b"x" * (MAX_BODY + 1)])}, {"keys": pa.array([["a b"]])}):
@@ -342,7 +342,7 @@ def test_rejected_batch_does_not_create_topic(bs: store.MessageStore, root: Path
     assert bs.topics()["Fresh"].write_queue_nums == 4
 
 
-def test_good_batch_after_rejected_batch(bs: store.MessageStore, root: Path) -> None:
+def test_good_batch_after_rejected_batch(bs: rmqlog.MessageStore, root: Path) -> None:
     with pytest.raises(QueueIdError):
         bs.put_batch(_table(3, queueId=pa.array([0, 1, 7], pa.int32())))
     out = bs.put_batch(_table(3, queueId=pa.array([0, 0, 0], pa.int32())))
@@ -353,7 +353,7 @@ def test_good_batch_after_rejected_batch(bs: store.MessageStore, root: Path) -> 
 
 def test_unknown_topic_without_auto_create_names_the_row(tmp_path: Path) -> None:
     root = tmp_path / "strict"
-    with store.MessageStore.open(root, small_store_config(auto_create_topic_enable=False)) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(auto_create_topic_enable=False)) as s:
         s.create_topic("T", 4)
         before = snapshot_files(root, "append.state", "config/topics.json")
         topics = ["T"] * 10

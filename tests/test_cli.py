@@ -1,4 +1,4 @@
-"""The ``rmqlog`` command (store.admin.cli): what a user types in a terminal."""
+"""The ``rmqlog`` command (rmqlog.admin.cli): what a user types in a terminal."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ import pyarrow as pa
 import pytest
 from conftest import subprocess_env
 
-import store
-from store.admin.cli import main
+import rmqlog
+from rmqlog.admin.cli import main
 
 
 @pytest.fixture
 def filled(tmp_path: Path) -> Path:
-    with store.MessageStore.open(tmp_path) as s:
+    with rmqlog.MessageStore.open(tmp_path) as s:
         s.put_batch(pa.table({"topic": ["orders"] * 4, "body": [b"a", b"b", b"c", b"\xff"],
                               "tags": ["x", "y", "x", "y"], "queueId": pa.array([0] * 4, pa.int32())}))
         s.dispatch()
@@ -68,7 +68,7 @@ def test_errors_exit_2_and_never_create_a_store(tmp_path: Path, filled: Path, ca
 
 
 def test_console_script_runs(filled: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "store.admin.cli", "info", str(filled)], capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "rmqlog.admin.cli", "info", str(filled)], capture_output=True, text=True,
                        env=subprocess_env(), timeout=60)
     assert r.returncode == 0 and "orders" in r.stdout
 
@@ -89,7 +89,7 @@ def test_json_on_info_lag_topic_status_and_dispatch(filled: Path, capsys: pytest
 
 
 def test_lag_of_every_group_and_of_an_unknown_one(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with store.MessageStore.open(filled) as s:
+    with rmqlog.MessageStore.open(filled) as s:
         s.commit_offset("h", "orders", 0, 4)
     assert main(["consumer-progress", str(filled)]) == 0
     out = capsys.readouterr().out
@@ -143,7 +143,7 @@ def test_get_with_something_that_is_not_a_message_id(filled: Path, capsys: pytes
 
 
 def test_every_argument_has_help() -> None:
-    from store.admin.cli import _parser
+    from rmqlog.admin.cli import _parser
 
     ap = _parser()
     subs = next(a for a in ap._actions if isinstance(a, __import__("argparse")._SubParsersAction))
@@ -157,7 +157,7 @@ def test_export_jsonl_and_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[
     import pyarrow.parquet as pq
 
     root = tmp_path / "s"
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.create_topic("E", 2)
         res = s.put_batch(pa.table({"topic": ["E"] * 10, "body": [b"e%d" % i for i in range(10)], "queueId": [i % 2 for i in range(10)]}))
         s.dispatch()
@@ -172,7 +172,7 @@ def test_export_jsonl_and_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(["export", str(root), "E", "--queue", "1", "--from-offset", "1", "--to-offset", "4", "--format", "parquet",
                  "--out", str(pout)]) == 0
     table = pq.read_table(pout)
-    assert table.schema == store.MESSAGE_SCHEMA and table.column("body").to_pylist() == [b"e3", b"e5", b"e7"]
+    assert table.schema == rmqlog.MESSAGE_SCHEMA and table.column("body").to_pylist() == [b"e3", b"e5", b"e7"]
     assert main(["export", str(root), "E", "--begin", str(t5 + 60_000), "--format", "jsonl", "--out", str(out)]) == 1
     assert main(["export", str(root), "NOPE", "--format", "jsonl", "--out", str(out)]) == 2
     assert "no topic 'NOPE'" in capsys.readouterr().err
@@ -183,7 +183,7 @@ def test_export_jsonl_and_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[
 
 def test_reset_offset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     root = tmp_path / "s"
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.create_topic("R", 2)
         s.put_batch(pa.table({"topic": ["R"] * 6, "body": [b"r"] * 6, "queueId": [0, 1, 0, 1, 0, 1]}))
         s.dispatch()
@@ -194,7 +194,7 @@ def test_reset_offset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["reset-offset", str(root), "g1", "R", "--earliest", "--queue", "1"]) == 0
     assert capsys.readouterr().out.strip() == "g1 R/1: 3 -> 0"
     assert main(["reset-offset", str(root), "g1", "R", "--timestamp", "2999-01-01T00:00"]) == 0
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         assert [s.committed_offset("g1", "R", q) for q in (0, 1)] == [3, 3]
     assert main(["reset-offset", str(root), "g1", "NOPE", "--latest"]) == 2
     assert main(["reset-offset", str(root), "bad group!", "R", "--latest"]) == 2
@@ -205,8 +205,8 @@ def test_reset_offset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
 def test_verify_reports_progress_through_the_store_api(tmp_path: Path) -> None:
     root = tmp_path / "s"
     seen: list[tuple[int, int]] = []
-    cfg = store.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=200)
-    with store.MessageStore.open(root, cfg) as s:
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=200)
+    with rmqlog.MessageStore.open(root, cfg) as s:
         s.put_batch(pa.table({"topic": ["V"] * 60, "body": [b"v" * 100] * 60}))
         tail = s.published_tail()
         assert s.verify(lambda done, total: seen.append((done, total))).ok

@@ -21,7 +21,7 @@ import pyarrow as pa
 import pytest
 from conftest import REPO_ROOT, read_queue_all, subprocess_env, units, wait_until, walk
 
-import store
+import rmqlog
 
 WRITERS = 4
 BATCHES = 20
@@ -34,8 +34,8 @@ CQ_SEG = 1000
 _PRELUDE = f"""
 import os, sys, time, traceback
 import pyarrow as pa
-import store
-CFG = store.StoreConfig(mapped_file_size_commit_log={CL_SEG}, mapped_file_size_consume_queue={CQ_SEG})
+import rmqlog
+CFG = rmqlog.StoreConfig(mapped_file_size_commit_log={CL_SEG}, mapped_file_size_consume_queue={CQ_SEG})
 root, go, done = sys.argv[1], sys.argv[2], sys.argv[3]
 def ready_and_wait():
     # announce readiness, then wait for the common start signal
@@ -49,7 +49,7 @@ def ready_and_wait():
 
 WRITER = _PRELUDE + f"""
 wid = int(sys.argv[4])
-with store.MessageStore.open(root, CFG) as s:
+with rmqlog.MessageStore.open(root, CFG) as s:
     ready_and_wait()
     for b in range({BATCHES}):
         n = {BATCH_SIZE}
@@ -65,7 +65,7 @@ with store.MessageStore.open(root, CFG) as s:
 
 DISPATCHER = _PRELUDE + """
 runs = dispatched = 0
-with store.MessageStore.open(root, CFG) as s:
+with rmqlog.MessageStore.open(root, CFG) as s:
     ready_and_wait()
     while True:
         finished = os.path.exists(done)
@@ -86,7 +86,7 @@ def check(rows, t, q, start):
         assert r["queueOffset"] == start + i, (r["queueOffset"], start, i)
         wid, seq, pad = r["body"].decode().split(":")
         assert r["keys"] == ["k" + wid, "s" + seq], r["keys"]
-s = store.MessageStore.open(root, CFG)
+s = rmqlog.MessageStore.open(root, CFG)
 ready_and_wait()
 try:
     while True:
@@ -97,7 +97,7 @@ try:
                 res = s.get_messages("reader", t, q, start, max_count=64)
                 calls += 1
                 assert res.max_offset >= res.min_offset >= 0
-                if res.status is store.GetMessageStatus.FOUND:
+                if res.status is rmqlog.GetMessageStatus.FOUND:
                     rows = res.messages.to_pylist()
                     check(rows, t, q, start)
                     again = s.message_by_offset(rows[0]["commitLogOffset"])
@@ -106,11 +106,11 @@ try:
                     read += len(rows)
                     pos[(t, q)] = res.next_begin_offset
                 else:
-                    assert res.status in (store.GetMessageStatus.NO_MESSAGE_IN_QUEUE,
-                                          store.GetMessageStatus.OFFSET_OVERFLOW_ONE,
-                                          store.GetMessageStatus.NO_MATCHED_LOGIC_QUEUE), res.status
+                    assert res.status in (rmqlog.GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+                                          rmqlog.GetMessageStatus.OFFSET_OVERFLOW_ONE,
+                                          rmqlog.GetMessageStatus.NO_MATCHED_LOGIC_QUEUE), res.status
         if calls % 40 == 0:  # a fresh store object, opened in the middle of the writes
-            with store.MessageStore.open(root, CFG) as fresh:
+            with rmqlog.MessageStore.open(root, CFG) as fresh:
                 for t in ("C0", "C1"):
                     for q in range(4):
                         fresh.max_offset(t, q)
@@ -149,7 +149,7 @@ def test_concurrent_writers(tmp_path: Path) -> None:
     root = tmp_path / "shared-store"
     go, done = tmp_path / "go", tmp_path / "done"
     common = (str(root), str(go), str(done))
-    store.MessageStore.open(root, store.StoreConfig(mapped_file_size_commit_log=CL_SEG,
+    rmqlog.MessageStore.open(root, rmqlog.StoreConfig(mapped_file_size_commit_log=CL_SEG,
                                                     mapped_file_size_consume_queue=CQ_SEG)).close()
     writers = [_spawn(WRITER, *common, str(w)) for w in range(WRITERS)]
     helpers = {"dispatcher": _spawn(DISPATCHER, *common), "reader": _spawn(READER, *common)}
@@ -204,7 +204,7 @@ def test_concurrent_writers(tmp_path: Path) -> None:
         assert [r.queue_offset for r in rs] == list(range(len(rs))), key
 
     # ---- dispatch finishes what the concurrent dispatcher left, and everything reads back
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         left = s.dispatch()
         assert concurrently_dispatched + left == total
         assert s.dispatch() == 0
@@ -224,9 +224,9 @@ def test_concurrent_writers(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_threads_share_one_store(tmp_path: Path) -> None:
     root = tmp_path / "threads"
-    cfg = store.StoreConfig(mapped_file_size_commit_log=CL_SEG, mapped_file_size_consume_queue=CQ_SEG)
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=CL_SEG, mapped_file_size_consume_queue=CQ_SEG)
     errors: list[BaseException] = []
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         s.start_dispatcher()
 
         def work(w: int) -> None:
@@ -310,18 +310,18 @@ class _PausedCreation:
         return errors
 
 
-def _cfg() -> store.StoreConfig:
-    return store.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=CQ_SEG)
+def _cfg() -> rmqlog.StoreConfig:
+    return rmqlog.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=CQ_SEG)
 
 
 def test_open_while_a_writer_creates_a_commitlog_segment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "race"
-    s = store.MessageStore.open(root, _cfg())
+    s = rmqlog.MessageStore.open(root, _cfg())
     s.put("T", b"x" * 100, queue_id=0)
     paused = _PausedCreation(monkeypatch)
 
     def open_and_read() -> None:
-        with store.MessageStore.open(root, _cfg()) as other:
+        with rmqlog.MessageStore.open(root, _cfg()) as other:
             other.max_offset("T", 0)
 
     errors = paused.run_during(lambda: s.put("T", b"y" * 3800, queue_id=0), open_and_read)
@@ -332,8 +332,8 @@ def test_open_while_a_writer_creates_a_commitlog_segment(tmp_path: Path, monkeyp
 
 def test_first_read_of_a_queue_while_its_segment_is_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "race"
-    s = store.MessageStore.open(root, _cfg())
-    reader = store.MessageStore.open(root, _cfg())
+    s = rmqlog.MessageStore.open(root, _cfg())
+    reader = rmqlog.MessageStore.open(root, _cfg())
     s.put("T", b"x", queue_id=0)
     paused = _PausedCreation(monkeypatch)
     errors = paused.run_during(s.dispatch, lambda: reader.max_offset("T", 0))
@@ -347,27 +347,27 @@ def test_first_read_of_a_queue_while_its_segment_is_created(tmp_path: Path, monk
 
 def test_store_opened_while_first_consume_queue_is_created(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "race"
-    s = store.MessageStore.open(root, _cfg())
+    s = rmqlog.MessageStore.open(root, _cfg())
     s.put("T", b"x", queue_id=0)
     paused = _PausedCreation(monkeypatch)
-    opened: list[store.MessageStore] = []
-    errors = paused.run_during(s.dispatch, lambda: opened.append(store.MessageStore.open(root, _cfg())))
+    opened: list[rmqlog.MessageStore] = []
+    errors = paused.run_during(s.dispatch, lambda: opened.append(rmqlog.MessageStore.open(root, _cfg())))
     s.close()
     assert errors == [] and len(opened) == 1
     with opened[0] as late:
         late.put("U", b"y", queue_id=1)
         assert late.dispatch() == 1
-        assert late.get_messages("g", "U", 1, 0).status is store.GetMessageStatus.FOUND
+        assert late.get_messages("g", "U", 1, 0).status is rmqlog.GetMessageStatus.FOUND
 
 
 def test_lock_free_state_readers_never_make_a_writer_reuse_a_tail(tmp_path: Path) -> None:
     """Regression: a state load compared the cached slot header and then read the cached
     state in two steps; a lock-free reader replacing the cache in between handed a writer an
     older tail, and its batch overwrote the one before."""
-    cfg = store.StoreConfig(mapped_file_size_commit_log=CL_SEG, mapped_file_size_consume_queue=CQ_SEG)
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=CL_SEG, mapped_file_size_consume_queue=CQ_SEG)
     errors: list[BaseException] = []
     stop = threading.Event()
-    with store.MessageStore.open(tmp_path, cfg) as s:
+    with rmqlog.MessageStore.open(tmp_path, cfg) as s:
 
         def reader() -> None:
             while not stop.is_set():

@@ -4,7 +4,7 @@
 A store of several 4 KiB segments (two topics, six queues, everything flushed and dispatched,
 closed cleanly) is damaged in a copy, then opened. The outcomes:
 
-- ``dataloss``: :class:`store.DataLossError` names the segment file and the commitlog offset of
+- ``dataloss``: :class:`rmqlog.DataLossError` names the segment file and the commitlog offset of
   the damage, and nothing on disk changed (the damage was below the flushed position);
 - ``cut``: opened; the log ends where the damage starts, every message before it reads back
   exactly, the ones after are gone, ``verify()`` is clean, and new appends continue every queue
@@ -14,7 +14,7 @@ closed cleanly) is damaged in a copy, then opened. The outcomes:
   record is read; every other message reads back exactly;
 - ``intact``: opened; every message reads back exactly and ``verify()`` is clean (the damaged
   file was a hint or a cache: rebuilt, or read from its backup);
-- ``refused``: a typed :class:`store.CorruptStoreError` naming the file, nothing changed.
+- ``refused``: a typed :class:`rmqlog.CorruptStoreError` naming the file, nothing changed.
 
 Record layout offsets used below: TOTALSIZE 0, MAGIC 4, BODYCRC 8, QUEUEID 12, QUEUEOFFSET 20,
 PHYSICALOFFSET 28, BORNTIMESTAMP 40, STORETIMESTAMP 56, body at 88 (IPv4 hosts).
@@ -32,7 +32,7 @@ import pyarrow as pa
 import pytest
 from conftest import small_store_config, snapshot_files, walk
 
-import store
+import rmqlog
 
 CFG = small_store_config(mapped_file_size_consume_queue=20 * 8)  # 8 units: queues have several files
 SEG = CFG.mapped_file_size_commit_log
@@ -52,7 +52,7 @@ class Msg:
 def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Msg], list[int]]:
     """The undamaged store, its messages (from the reference decoder) and its segment starts."""
     root = tmp_path_factory.mktemp("matrix") / "store"
-    with store.MessageStore.open(root, CFG) as s:
+    with rmqlog.MessageStore.open(root, CFG) as s:
         for topic, n in TOPICS.items():
             s.create_topic(topic, n)
         for i in range(12):
@@ -223,11 +223,11 @@ def _prepare(base: tuple[Path, list[Msg], list[int]], tmp_path: Path) -> tuple[P
     return copy, msgs, starts
 
 
-def _open(root: Path, *, repair: bool) -> store.MessageStore:
-    return store.MessageStore.open(root, CFG, repair=repair)
+def _open(root: Path, *, repair: bool) -> rmqlog.MessageStore:
+    return rmqlog.MessageStore.open(root, CFG, repair=repair)
 
 
-def _read_all(s: store.MessageStore, topic: str, qid: int) -> list[tuple[int, int, bytes]]:
+def _read_all(s: rmqlog.MessageStore, topic: str, qid: int) -> list[tuple[int, int, bytes]]:
     t = s.read_queue(topic, qid, 0, 1 << 40)
     return list(zip(t["queueOffset"].to_pylist(), t["commitLogOffset"].to_pylist(), t["body"].to_pylist(), strict=True))
 
@@ -240,7 +240,7 @@ def _expected_rows(msgs: list[Msg], topic: str, qid: int, below: int | None = No
 def _assert_outcome(outcome: str, root: Path, msgs: list[Msg], dmg: Damage, *, repair: bool) -> None:
     before = snapshot_files(root, "append.state", "flush.state", "dispatch.state", "checkpoint")
     if outcome in ("dataloss", "refused"):
-        err = store.DataLossError if outcome == "dataloss" else store.CorruptStoreError
+        err = rmqlog.DataLossError if outcome == "dataloss" else rmqlog.CorruptStoreError
         with pytest.raises(err) as info:
             _open(root, repair=repair).close()
         assert info.value.path is not None and Path(info.value.path).name == dmg.path.name, info.value
@@ -273,7 +273,7 @@ def _assert_outcome(outcome: str, root: Path, msgs: list[Msg], dmg: Damage, *, r
                     if victim is None or (topic, q) != (victim.topic, victim.queue_id):
                         assert _read_all(s, topic, q) == _expected_rows(msgs, topic, q)
                         continue
-                    with pytest.raises(store.CorruptStoreError) as info:
+                    with pytest.raises(rmqlog.CorruptStoreError) as info:
                         s.read_queue(topic, q, 0, 1 << 40)
                     assert str(dmg.offset) in str(info.value)
                     for row in _expected_rows(msgs, topic, q):  # every other message still reads
@@ -286,7 +286,7 @@ def _assert_outcome(outcome: str, root: Path, msgs: list[Msg], dmg: Damage, *, r
             assert s.verify().ok, s.verify().problems
 
 
-def _read_all_at(s: store.MessageStore, topic: str, qid: int, k: int) -> list[tuple[int, int, bytes]]:
+def _read_all_at(s: rmqlog.MessageStore, topic: str, qid: int, k: int) -> list[tuple[int, int, bytes]]:
     t = s.read_queue(topic, qid, k, k + 1)
     return list(zip(t["queueOffset"].to_pylist(), t["commitLogOffset"].to_pylist(), t["body"].to_pylist(), strict=True))
 
@@ -324,7 +324,7 @@ def test_last_segment_deleted(base, tmp_path: Path, abort: bool, repair: bool) -
     if repair:
         _assert_outcome("cut", root, msgs, dmg, repair=True)
     else:
-        with pytest.raises(store.DataLossError) as info:
+        with pytest.raises(rmqlog.DataLossError) as info:
             _open(root, repair=False).close()
         assert info.value.offset == dmg.offset
 
@@ -348,7 +348,7 @@ def test_middle_segment_deleted(base, tmp_path: Path, abort: bool, repair: bool)
             for q in range(n):
                 for row in _expected_rows(msgs, topic, q):
                     if row[1] in gone:
-                        with pytest.raises(store.CorruptQueueError, match="no commitlog segment holds its record"):
+                        with pytest.raises(rmqlog.CorruptQueueError, match="no commitlog segment holds its record"):
                             _read_all_at(s, topic, q, row[0])
                     else:
                         assert _read_all_at(s, topic, q, row[0]) == [row]
@@ -436,7 +436,7 @@ def test_state_file_damage(base, tmp_path: Path, name: str, abort: bool, repair:
     with _open(root, repair=False) as s:  # and it stays so
         assert s.topics().keys() >= TOPICS.keys()
         if name == "consumer-offset-garbage" and not repair:
-            with pytest.raises(store.CorruptStoreError, match="consumerOffset.json"):
+            with pytest.raises(rmqlog.CorruptStoreError, match="consumerOffset.json"):
                 s.committed_offset("g", "A", 0)
 
 
@@ -446,7 +446,7 @@ def test_topics_json_and_its_backup_unreadable(base, tmp_path: Path, repair: boo
     for name in ("topics.json", "topics.json.bak"):
         (root / "config" / name).write_bytes(b"\xff\xfe{{{")
     if not repair:
-        with pytest.raises(store.CorruptStoreError) as info:
+        with pytest.raises(rmqlog.CorruptStoreError) as info:
             _open(root, repair=False).close()
         assert info.value.path is not None and info.value.path.endswith("topics.json")
         return

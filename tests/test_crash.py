@@ -31,9 +31,9 @@ from pathlib import Path
 import pytest
 from conftest import subprocess_env, units, walk
 
-import store
-from store.durability.flush import FlushStateFile
-from store.log.append_state import AppendStateFile
+import rmqlog
+from rmqlog.durability.flush import FlushStateFile
+from rmqlog.log.append_state import AppendStateFile
 
 SEGMENT = 4096
 CQ_SEGMENT = 20 * 50
@@ -42,13 +42,13 @@ QUEUES = 4
 WRITER = f"""
 import os, random, sys
 import pyarrow as pa
-import store
+import rmqlog
 root, mode, wid, log_path, seed = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
-cfg = store.StoreConfig(mapped_file_size_commit_log={SEGMENT}, mapped_file_size_consume_queue={CQ_SEGMENT},
+cfg = rmqlog.StoreConfig(mapped_file_size_commit_log={SEGMENT}, mapped_file_size_consume_queue={CQ_SEGMENT},
                         flush_disk_type=mode, flush_interval_commit_log=5, flush_commit_log_least_pages=1)
 rng = random.Random(seed)
 log = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-with store.MessageStore.open(root, cfg) as s:
+with rmqlog.MessageStore.open(root, cfg) as s:
     os.write(log, b"open\\n")
     for b in range(100000):
         n = rng.randint(1, 12)
@@ -154,13 +154,13 @@ def _run_trial(tmp_path: Path, mode: str, writers: int, power_loss: bool, seed: 
 
     if power_loss:
         _simulate_power_loss(root, rng)
-    cfg = store.StoreConfig(mapped_file_size_commit_log=SEGMENT, mapped_file_size_consume_queue=CQ_SEGMENT, flush_disk_type=mode)
-    with store.MessageStore.open(root, cfg) as s:
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=SEGMENT, mapped_file_size_consume_queue=CQ_SEGMENT, flush_disk_type=mode)
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.recovery is not None and s.recovery.abnormal
         _check_store(s, root, logs, mode, power_loss)
 
 
-def _check_store(s: store.MessageStore, root: Path, logs: list[Path], mode: str, power_loss: bool) -> None:
+def _check_store(s: rmqlog.MessageStore, root: Path, logs: list[Path], mode: str, power_loss: bool) -> None:
     tail = s.published_tail()
     recs = walk(root)  # the reference codec raises on any torn or malformed record
     # (a power loss before any flush may leave only later segments: the log then starts there)
@@ -176,7 +176,7 @@ def _check_store(s: store.MessageStore, root: Path, logs: list[Path], mode: str,
         assert b in wlogs[w].begun, f"phantom batch {(w, b)}"
         assert sorted(idx) == list(range(wlogs[w].begun[b])), f"batch {(w, b)} torn or duplicated: {sorted(idx)}"
     for w, wl in enumerate(wlogs):
-        if power_loss and mode == store.ASYNC_FLUSH:
+        if power_loss and mode == rmqlog.ASYNC_FLUSH:
             # acknowledged = below a flushed offset the store reported (a batch boundary)
             acked = {b for b, last in wl.put.items() if last < reported_flushed}
         else:
@@ -204,12 +204,12 @@ def _check_store(s: store.MessageStore, root: Path, logs: list[Path], mode: str,
 
 
 SCENARIOS = [
-    (store.SYNC_FLUSH, 1, False),
-    (store.ASYNC_FLUSH, 1, False),
-    (store.SYNC_FLUSH, 1, True),
-    (store.ASYNC_FLUSH, 1, True),
-    (store.SYNC_FLUSH, 3, False),
-    (store.ASYNC_FLUSH, 3, True),
+    (rmqlog.SYNC_FLUSH, 1, False),
+    (rmqlog.ASYNC_FLUSH, 1, False),
+    (rmqlog.SYNC_FLUSH, 1, True),
+    (rmqlog.ASYNC_FLUSH, 1, True),
+    (rmqlog.SYNC_FLUSH, 3, False),
+    (rmqlog.ASYNC_FLUSH, 3, True),
 ]
 
 
@@ -227,7 +227,7 @@ def test_recover_after_kill_at_a_random_point(tmp_path: Path, scenario: tuple[st
 
 @pytest.mark.optin
 @pytest.mark.parametrize("seed", range(8))
-@pytest.mark.parametrize("scenario", SCENARIOS + [(store.SYNC_FLUSH, 3, True), (store.ASYNC_FLUSH, 3, False)], ids=_id)
+@pytest.mark.parametrize("scenario", SCENARIOS + [(rmqlog.SYNC_FLUSH, 3, True), (rmqlog.ASYNC_FLUSH, 3, False)], ids=_id)
 def test_recover_after_kill_many_trials(tmp_path: Path, scenario: tuple[str, int, bool], seed: int) -> None:
     mode, writers, power = scenario
     _run_trial(tmp_path, mode, writers, power, seed=1000 + seed * 7 + len(_id(scenario)))
@@ -264,8 +264,8 @@ def test_recover_concurrent_process_test_store_killed_midway(tmp_path: Path) -> 
         for p in procs:
             p.kill()
             p.communicate()
-    cfg = store.StoreConfig(mapped_file_size_commit_log=tc.CL_SEG, mapped_file_size_consume_queue=tc.CQ_SEG)
-    with store.MessageStore.open(root, cfg) as s:
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=tc.CL_SEG, mapped_file_size_consume_queue=tc.CQ_SEG)
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.recovery is not None and s.recovery.abnormal
         s.dispatch()
         recs = walk(root)

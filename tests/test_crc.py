@@ -8,8 +8,8 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from store.log.encode import crc as enc_crc
-from store.log.encode import native as enc_native
+from rmqlog.log.encode import crc as enc_crc
+from rmqlog.log.encode import native as enc_native
 
 _CRC32 = crcmod.predefined.mkCrcFun("crc-32")
 
@@ -27,7 +27,7 @@ def _bodies(seed: int, n: int, max_len: int) -> list[bytes]:
 @pytest.mark.parametrize(("n", "max_len"), [(1, 0), (50, 9), (300, 200), (40, 5000), (200, 300)])
 def test_crcs_match_the_reference(monkeypatch: pytest.MonkeyPatch, use_helper: bool, n: int, max_len: int) -> None:
     if use_helper and enc_native.crc32_batch is None:
-        pytest.skip("store._native was not built here")
+        pytest.skip("rmqlog._native was not built here")
     if not use_helper:
         monkeypatch.setattr(enc_native, "crc32_batch", None)
     values = _bodies(n + max_len, n, max_len)
@@ -39,7 +39,7 @@ def test_crcs_match_the_reference(monkeypatch: pytest.MonkeyPatch, use_helper: b
 
 def test_helper_rejects_bad_offsets() -> None:
     if enc_native.crc32_batch is None:
-        pytest.skip("store._native was not built here")
+        pytest.skip("rmqlog._native was not built here")
     out = np.empty(2, np.int32)
     with pytest.raises(ValueError):
         enc_native.crc32_batch(b"abc", np.array([0, 2, 9], np.int32), out)  # past the end
@@ -53,7 +53,7 @@ def test_helper_rejects_bad_offsets() -> None:
 def test_helper_at_the_folding_boundaries(length: int) -> None:
     """The carry-less-multiply path folds 64 then 16 bytes at a time, the table does the rest."""
     if enc_native.crc32_batch is None:
-        pytest.skip("store._native was not built here")
+        pytest.skip("rmqlog._native was not built here")
     values = _bodies(length, 3, length)
     values = [v + bytes(length - len(v)) for v in values]  # exactly ``length`` bytes each
     arr = pa.array(values, pa.binary())

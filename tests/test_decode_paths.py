@@ -8,12 +8,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-import store
-from store.log.decode import message_table, read_columns
+import rmqlog
+from rmqlog.log.decode import message_table, read_columns
 
 
 def test_expected_topic_fast_path_and_mismatch_fallback(tmp_path: Path) -> None:
-    with store.MessageStore.open(tmp_path) as s:
+    with rmqlog.MessageStore.open(tmp_path) as s:
         res = s.put_batch(pa.table({"topic": ["Ab", "Ab", "Abc", "Ab"], "body": [b"1", b"2", b"3", b"4"]}))
         seg = s.commitlog.segments.for_offset(0)
         assert seg is not None
@@ -29,7 +29,7 @@ def test_expected_topic_fast_path_and_mismatch_fallback(tmp_path: Path) -> None:
 
 
 def test_gather_with_and_without_the_c_helper(monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.log.gather as g
+    import rmqlog.log.gather as g
 
     rng = np.random.default_rng(3)
     src = pa.py_buffer(rng.bytes(10_000))
@@ -42,10 +42,10 @@ def test_gather_with_and_without_the_c_helper(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_c_gather_rejects_slices_outside_the_buffer() -> None:
-    import store.log.gather as g
+    import rmqlog.log.gather as g
 
     if g._native_gather is None:
-        pytest.skip("store._native was not built here")
+        pytest.skip("rmqlog._native was not built here")
     out = np.empty(5, np.uint8)
     with pytest.raises(ValueError):
         g._native_gather(b"abc", np.array([1], np.int64), np.array([5], np.int64), out)
@@ -89,7 +89,7 @@ def _foreign_commitlog(root: Path, segment_size: int) -> list[int]:
 def test_store_with_non_utf8_bytes_opens_rebuilds_and_reads(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     root = tmp_path / "s"
     offsets = _foreign_commitlog(root, 1 << 20)
-    with store.MessageStore.open(root, store.StoreConfig(mapped_file_size_commit_log=1 << 20)) as s:
+    with rmqlog.MessageStore.open(root, rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 20)) as s:
         # the append state was rebuilt from the log: the marker inside the bad record counts
         state = s.append_state()
         assert state.writers == {"w1": 5} and state.queues["T/0"] == 3
@@ -112,7 +112,7 @@ def test_utf8_lossy_matches_javas_decoding() -> None:
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from store.log.gather import utf8_lossy
+    from rmqlog.log.gather import utf8_lossy
 
     @settings(max_examples=150, deadline=None)
     @given(st.lists(st.one_of(st.binary(max_size=12), st.text(max_size=6).map(str.encode)), max_size=40))

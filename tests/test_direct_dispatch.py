@@ -12,7 +12,7 @@ import pyarrow as pa
 import refcodec as rc
 from conftest import SMALL_COMMITLOG, SMALL_CQ
 
-import store
+import rmqlog
 
 MAP = pa.map_(pa.string(), pa.string())
 
@@ -40,9 +40,9 @@ def _queue_files(root: Path) -> dict[str, list[tuple[int, int, int]]]:
 
 
 def test_direct_dispatch_writes_what_the_dispatcher_would(tmp_path: Path) -> None:
-    cfg = store.StoreConfig(mapped_file_size_commit_log=SMALL_COMMITLOG, mapped_file_size_consume_queue=SMALL_CQ)
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=SMALL_COMMITLOG, mapped_file_size_consume_queue=SMALL_CQ)
     a, b = tmp_path / "direct", tmp_path / "scanned"
-    with store.MessageStore.open(a, cfg) as sa, store.MessageStore.open(b, cfg) as sb:
+    with rmqlog.MessageStore.open(a, cfg) as sa, rmqlog.MessageStore.open(b, cfg) as sb:
         for t in _batches():
             sa.put_batch(t, dispatch=True)
             sb.put_batch(t)
@@ -61,7 +61,7 @@ def test_direct_dispatch_writes_what_the_dispatcher_would(tmp_path: Path) -> Non
 
 
 def test_direct_dispatch_falls_back_when_the_dispatcher_is_behind(tmp_path: Path) -> None:
-    with store.MessageStore.open(tmp_path) as s:
+    with rmqlog.MessageStore.open(tmp_path) as s:
         s.put_batch(pa.table({"topic": ["T"] * 3, "body": [b"1", b"2", b"3"], "queueId": pa.array([0] * 3, pa.int32())}))
         s.put_batch(pa.table({"topic": ["T"] * 2, "body": [b"4", b"5"], "queueId": pa.array([0] * 2, pa.int32())}),
                     dispatch=True)
@@ -71,7 +71,7 @@ def test_direct_dispatch_falls_back_when_the_dispatcher_is_behind(tmp_path: Path
 
 
 def test_replayed_idempotent_batch_with_dispatch_writes_nothing(tmp_path: Path) -> None:
-    with store.MessageStore.open(tmp_path) as s:
+    with rmqlog.MessageStore.open(tmp_path) as s:
         t = pa.table({"topic": ["T"] * 2, "body": [b"a", b"b"]})
         assert s.put_batch(t, writer="w", sequence=1, dispatch=True).num_rows == 2
         assert s.put_batch(t, writer="w", sequence=1, dispatch=True).num_rows == 0
@@ -85,7 +85,7 @@ def test_the_saved_position_is_rewritten_in_place_and_checked(tmp_path: Path) ->
     import json
 
     root = tmp_path / "s"
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.put_batch(pa.table({"topic": ["P"] * 3, "body": [b"x"] * 3}))
         s.dispatch()
         state = root / "dispatch.state"

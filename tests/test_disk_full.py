@@ -7,7 +7,7 @@ the files with the reference codec (plain reads: no mapping).
 
 Checked, for both flush modes, with and without ``dispatch=True`` puts:
 
-- filling the disk ends with :class:`store.DiskFullError` naming a file of the store, and the
+- filling the disk ends with :class:`rmqlog.DiskFullError` naming a file of the store, and the
   process lives on: a ``dispatch()`` and ``close()`` on the full disk are typed or succeed;
 - every acknowledged batch is in the log, whole, and nothing else (the failed batch's bytes
   are gone), the consume queues agree with the log;
@@ -33,10 +33,10 @@ import pyarrow as pa
 import pytest
 from conftest import read_queue_all, subprocess_env, units, walk
 
-import store
-import store.fileio as fio
-import store.log.mapped_file as mf
-from store.queue.consume_queue import ConsumeQueue
+import rmqlog
+import rmqlog.fileio as fio
+import rmqlog.log.mapped_file as mf
+from rmqlog.queue.consume_queue import ConsumeQueue
 
 FS_MIB = 8
 
@@ -44,10 +44,10 @@ CHILD = r"""
 import json, sys
 import numpy as np
 import pyarrow as pa
-import store
+import rmqlog
 
 root, action, flush, dispatch, out = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "1", sys.argv[5]
-cfg = store.StoreConfig(
+cfg = rmqlog.StoreConfig(
     disk_space_warning_level_ratio=100, flush_disk_type=flush,
     mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=20 * 2048,
     max_hash_slot_num=4000, max_index_num=16000,  # a full-size index file alone touches ~20 MB
@@ -57,7 +57,7 @@ report = {}
 
 
 def error(exc):
-    return {"type": type(exc).__name__, "typed": isinstance(exc, store.StoreError), "message": str(exc),
+    return {"type": type(exc).__name__, "typed": isinstance(exc, rmqlog.StoreError), "message": str(exc),
             "filename": getattr(exc, "filename", None), "appended": getattr(exc, "appended", None)}
 
 
@@ -76,7 +76,7 @@ def readable(s, offsets):
 
 
 try:
-    s = store.MessageStore.open(root, cfg)
+    s = rmqlog.MessageStore.open(root, cfg)
 except Exception as exc:
     report["open_error"] = error(exc)
     s = None
@@ -216,7 +216,7 @@ def test_a_consume_queue_write_cut_short_leaves_no_torn_unit(tmp_path: Path, mon
     count as written, so the next dispatch writes it whole and a tag filter finds it. (It
     used to stay: counted as written by its size, with a zero tag hash, for good.)"""
     root = tmp_path / "s"
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.put_batch(pa.table({"topic": ["Q"] * 3, "body": [b"a", b"b", b"c"], "tags": ["A"] * 3,
                               "queueId": pa.array([0] * 3, pa.int32())}))
         real = os.pwrite
@@ -229,7 +229,7 @@ def test_a_consume_queue_write_cut_short_leaves_no_torn_unit(tmp_path: Path, mon
 
         with monkeypatch.context() as m:
             m.setattr(mf.os, "pwrite", short)
-            with pytest.raises(store.DiskFullError) as info:
+            with pytest.raises(rmqlog.DiskFullError) as info:
                 s.dispatch()
         assert info.value.filename == str(root / "consumequeue" / "Q" / "0" / f"{0:020d}")
         assert s.max_offset("Q", 0) == 0 and units(root, "Q", 0) == []
@@ -244,10 +244,10 @@ def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(tmp_path: Pa
     again without writing a unit twice. Recovery moving the position back when even that
     write fails removes the file, as the position derived without it is not past the new
     one; where it would be, the error is raised."""
-    import store.queue.dispatcher as dm
+    import rmqlog.queue.dispatcher as dm
 
     root = tmp_path / "s"
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.put_batch(pa.table({"topic": ["P"] * 4, "body": [b"x"] * 4, "queueId": pa.array([0] * 4, pa.int32())}))
         assert s.dispatch() == 4
         saved = s.dispatcher.position()
@@ -255,12 +255,12 @@ def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(tmp_path: Pa
         before = (root / "dispatch.state").read_bytes()
         with monkeypatch.context() as m:
             def no_room(path: Path, data: bytes) -> None:
-                raise store.DiskFullError(errno.ENOSPC, "No space left on device", str(path))
+                raise rmqlog.DiskFullError(errno.ENOSPC, "No space left on device", str(path))
 
             m.setattr(dm, "rewrite_in_place", no_room)  # the position's rewrite: no room
             assert s.dispatch() == 2
             assert s.dispatcher.position() == saved and (root / "dispatch.state").read_bytes() == before
-            with pytest.raises(store.DiskFullError):
+            with pytest.raises(rmqlog.DiskFullError):
                 s.dispatcher.set_position(0)  # the queues reach past 0: cannot go back without the file
             assert not (root / "dispatch.state").exists()  # (removed: the derived position stands)
         assert s.dispatcher.position() == s.published_tail()  # derived from the queues
@@ -277,19 +277,19 @@ def test_a_put_whose_dispatch_fails_says_its_batch_was_appended(tmp_path: Path, 
     DiskFullError says ``appended`` (a retry would append it again); the next dispatch writes
     the units. A failed append says the opposite."""
     root = tmp_path / "s"
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.put_batch(pa.table({"topic": ["D"], "body": [b"first"]}), dispatch=True)
         tail = s.published_tail()
         with monkeypatch.context() as m:
             m.setattr(ConsumeQueue, "_write_at", lambda self, first, u: _enospc())
-            with pytest.raises(store.DiskFullError) as info:
+            with pytest.raises(rmqlog.DiskFullError) as info:
                 s.put_batch(pa.table({"topic": ["D"], "body": [b"second"]}), dispatch=True)
         assert info.value.appended and "WAS appended" in str(info.value)
         assert s.message_by_offset(tail)["body"] == b"second"  # type: ignore[index]
         assert s.dispatch() == 1
         with monkeypatch.context() as m:
             m.setattr(mf.os, "pwrite", _enospc)
-            with pytest.raises(store.DiskFullError) as info:
+            with pytest.raises(rmqlog.DiskFullError) as info:
                 s.put_batch(pa.table({"topic": ["D"], "body": [b"third"]}), dispatch=True)
         assert not info.value.appended and "nothing was published" in str(info.value)
         assert info.value.filename == str(root / "commitlog" / f"{0:020d}")
@@ -302,14 +302,14 @@ def test_replacing_a_file_on_a_full_disk_keeps_the_old_one(tmp_path: Path, monke
     path = tmp_path / "f" / "topics.json"
     path.parent.mkdir()
     fio.replace_file(path, b"old", keep_backup=True)
-    with store.MessageStore.open(tmp_path / "s") as s:
+    with rmqlog.MessageStore.open(tmp_path / "s") as s:
         s.commit_offset("g", "T", 0, 4)
         monkeypatch.setattr(fio.os, "write", lambda fd, data: os.pwrite(fd, bytes(data)[:1], 0) and _enospc())
-        with pytest.raises(store.DiskFullError) as info:
+        with pytest.raises(rmqlog.DiskFullError) as info:
             fio.replace_file(path, b"new content", keep_backup=True)
         assert info.value.filename == str(path) and info.value.errno == errno.ENOSPC
         assert path.read_bytes() == b"old" and sorted(p.name for p in path.parent.iterdir()) == ["topics.json"]
-        with pytest.raises(store.DiskFullError) as info:
+        with pytest.raises(rmqlog.DiskFullError) as info:
             s.commit_offset("g", "T", 0, 5)
         assert info.value.filename == str(tmp_path / "s" / "config" / "consumerOffset.json")
         monkeypatch.undo()
@@ -322,8 +322,8 @@ def test_reads_bounded_at_the_first_hole_find_the_same_ends(tmp_path: Path, monk
     and a rebuild of the append state from the log."""
     monkeypatch.setattr(mf, "hole_reads_allocate", lambda path: True)
     root = tmp_path / "s"
-    cfg = store.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=20 * 300)
-    with store.MessageStore.open(root, cfg) as s:
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=20 * 300)
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.commitlog.segments.bounded_reads
         for i in range(7):
             s.put_batch(pa.table({"topic": ["B"] * 250, "body": [b"%d" % i + b"b" * 150] * 250,
@@ -339,7 +339,7 @@ def test_reads_bounded_at_the_first_hole_find_the_same_ends(tmp_path: Path, monk
         res = s.put_batch(pa.table({"topic": ["B"], "body": [b"last"], "queueId": pa.array([0], pa.int32())}))
         assert res["commitLogOffset"][0].as_py() == tail and res["queueOffset"][0].as_py() == 1750
     (root / "dispatch.state").unlink()
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         s.dispatch()
         assert s.max_offset("B", 0) == 1751 and s.verify().ok
         assert len(read_queue_all(s, "B", 0, max_count=500)) == 1751
@@ -351,19 +351,19 @@ def test_a_dispatch_cut_short_leaves_every_queue_where_it_was(tmp_path: Path, mo
     (``dispatch.state`` absent: never saved, or lost) starts past queue 1's records, and
     their units are never written."""
     root = tmp_path / "s"
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.put_batch(pa.table({"topic": ["R"] * 6, "body": [b"r%d" % i for i in range(6)],
                               "queueId": pa.array([0, 1] * 3, pa.int32())}))
         real = ConsumeQueue._write_at
 
         def no_room_for_queue_1(self: ConsumeQueue, first: int, u: object) -> None:
             if self.directory.name == "1":
-                raise store.DiskFullError(errno.ENOSPC, "injected", str(self.directory))
+                raise rmqlog.DiskFullError(errno.ENOSPC, "injected", str(self.directory))
             real(self, first, u)  # type: ignore[arg-type]
 
         with monkeypatch.context() as m:
             m.setattr(ConsumeQueue, "_write_at", no_room_for_queue_1)
-            with pytest.raises(store.DiskFullError):
+            with pytest.raises(rmqlog.DiskFullError):
                 s.dispatch()
         assert (s.max_offset("R", 0), s.max_offset("R", 1)) == (0, 0)
         (root / "dispatch.state").unlink(missing_ok=True)

@@ -24,15 +24,15 @@ from conftest import (
     walk,
 )
 
-import store
-from store.durability.checkpoint import CHECKPOINT_SIZE, Checkpoint, CheckpointFile
-from store.durability.flush import AsyncFlusher
-from store.log.append_state import AppendStateFile
+import rmqlog
+from rmqlog.durability.checkpoint import CHECKPOINT_SIZE, Checkpoint, CheckpointFile
+from rmqlog.durability.flush import AsyncFlusher
+from rmqlog.log.append_state import AppendStateFile
 
-SYNC = small_store_config(flush_disk_type=store.SYNC_FLUSH)
+SYNC = small_store_config(flush_disk_type=rmqlog.SYNC_FLUSH)
 
 
-def _fill(s: store.MessageStore, n: int = 30, topic: str = "D", size: int = 200, queue: int = 0) -> list[dict]:
+def _fill(s: rmqlog.MessageStore, n: int = 30, topic: str = "D", size: int = 200, queue: int = 0) -> list[dict]:
     return s.put_batch(batch(topic=topic, body=[b"d" * size] * n, queueId=pa.array([queue] * n, pa.int32()))).to_pylist()
 
 
@@ -60,15 +60,15 @@ def test_checkpoint_write_layout_and_never_goes_back(tmp_path: Path) -> None:
     assert f.write(Checkpoint(150, 300, 0)) == Checkpoint(200, 300, 0)
     assert f.read() == Checkpoint(200, 300, 0)
     (tmp_path / "checkpoint").write_bytes(b"short")
-    with pytest.raises(store.CorruptStoreError):
+    with pytest.raises(rmqlog.CorruptStoreError):
         f.read()
 
 
 def test_abort_exists_while_open_and_lock_holds_lock(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert (root / "abort").exists() and (root / "abort").read_bytes() == b""
         assert (root / "lock").read_bytes() == b"lock"
-        with store.MessageStore.open(root, small_store_config()) as s2:  # a second store object
+        with rmqlog.MessageStore.open(root, small_store_config()) as s2:  # a second store object
             assert s2.recovery is None  # the root was already open: no recovery
         assert (root / "abort").exists()  # still open through s
         _fill(s, 3)
@@ -86,7 +86,7 @@ def test_rocketmq_broker_cannot_lock_an_open_store(root: Path) -> None:
         "try:\n    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)\n    print('locked')\n"
         "except OSError:\n    print('busy')\n"
     )
-    with store.MessageStore.open(root, small_store_config()):
+    with rmqlog.MessageStore.open(root, small_store_config()):
         out = subprocess.run([sys.executable, "-c", probe, str(root / "lock")], capture_output=True, text=True, check=True)
         assert out.stdout.strip() == "busy"
     out = subprocess.run([sys.executable, "-c", probe, str(root / "lock")], capture_output=True, text=True, check=True)
@@ -97,7 +97,7 @@ def test_rocketmq_broker_cannot_lock_an_open_store(root: Path) -> None:
 
 
 def test_sync_flush_put_returns_flushed(root: Path) -> None:
-    with store.MessageStore.open(root, SYNC) as s:
+    with rmqlog.MessageStore.open(root, SYNC) as s:
         res = s.put("S", b"one", queue_id=0)
         assert s.flushed_offset() >= res.commit_log_offset + 1
         out = _fill(s, 40, "S")
@@ -106,7 +106,7 @@ def test_sync_flush_put_returns_flushed(root: Path) -> None:
 
 def test_sync_flush_group_commit_shares_one_sync(root: Path) -> None:
     """Writers queued behind a flush find their batch covered: one sync for all of them."""
-    with store.MessageStore.open(root, SYNC) as s:
+    with rmqlog.MessageStore.open(root, SYNC) as s:
         s.put("G", b"warm", queue_id=0)
         before = s.flush_service.syncs
         n = 6
@@ -133,7 +133,7 @@ def test_sync_flush_group_commit_shares_one_sync(root: Path) -> None:
 
 def test_async_flusher_policy_with_a_fake_clock(root: Path) -> None:
     cfg = small_store_config(mapped_file_size_commit_log=1 << 20, flush_interval_commit_log=3_600_000)
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         now = [1000.0]
         fl = AsyncFlusher(s.flush_service, interval_ms=500, least_pages=4, thorough_interval_ms=10_000, clock=lambda: now[0])
         base = s.flushed_offset()
@@ -154,10 +154,10 @@ def test_async_flusher_policy_with_a_fake_clock(root: Path) -> None:
 
 def test_close_flushes_everything(root: Path) -> None:
     cfg = small_store_config(flush_interval_commit_log=3_600_000)
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         _fill(s, 5)
         tail = s.published_tail()
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.flushed_offset() == tail and s.recovery is not None and not s.recovery.abnormal
 
 
@@ -166,14 +166,14 @@ def test_close_flushes_everything(root: Path) -> None:
 
 def test_recover_abnormal_exit_redispatches_and_keeps_published(root: Path, tmp_path: Path) -> None:
     crashed = tmp_path / "crashed"
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         out = _fill(s, 40)
         s.dispatch()
         _fill(s, 7)  # published, not dispatched, maybe not flushed
         tail = s.published_tail()
         _snapshot_open_store(root, crashed)
     shutil.rmtree(crashed / "consumequeue")  # lost consume queues are rebuilt by the re-dispatch
-    with store.MessageStore.open(crashed, small_store_config()) as s:
+    with rmqlog.MessageStore.open(crashed, small_store_config()) as s:
         rep = s.recovery
         assert rep is not None and rep.abnormal and rep.end == tail
         assert rep.redispatched == 47
@@ -186,14 +186,14 @@ def test_recover_abnormal_exit_redispatches_and_keeps_published(root: Path, tmp_
 
 def test_recover_abnormal_exit_walks_from_the_checkpoint_safe_point(root: Path, tmp_path: Path) -> None:
     crashed = tmp_path / "crashed"
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         _fill(s, 60)  # several segments
         s.dispatch()
         last_seg = s.commitlog.segments.segment_starts()[-1]
         future = int(__import__("time").time() * 1000) + 60_000  # everything is older than the safe point
         CheckpointFile(root / "checkpoint").write(Checkpoint(future, future, 0))
         _snapshot_open_store(root, crashed)
-    with store.MessageStore.open(crashed, small_store_config()) as s:
+    with rmqlog.MessageStore.open(crashed, small_store_config()) as s:
         rep = s.recovery
         assert rep is not None and rep.abnormal and rep.walk_start == last_seg > 0
         assert rep.redispatched == 0  # the units past the safe point match the log
@@ -203,14 +203,14 @@ def test_recover_abnormal_exit_walks_from_the_checkpoint_safe_point(root: Path, 
 def test_recover_cuts_a_killed_writers_unpublished_batch(root: Path, tmp_path: Path) -> None:
     """Bytes past the published tail are a batch nobody acknowledged: cut, even when whole."""
     crashed = tmp_path / "crashed"
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         _fill(s, 10)
         tail = s.published_tail()
         state = (root / "append.state").read_bytes()
         _fill(s, 5)  # whole records, but pretend the writer died before publishing them
         _snapshot_open_store(root, crashed)
     (crashed / "append.state").write_bytes(state)
-    with store.MessageStore.open(crashed, small_store_config()) as s:
+    with rmqlog.MessageStore.open(crashed, small_store_config()) as s:
         assert s.recovery is not None and s.recovery.end == tail and s.recovery.dropped_bytes > 0
         assert s.published_tail() == tail
         assert s.put("D", b"x", queue_id=0).queue_offset == 10
@@ -219,7 +219,7 @@ def test_recover_cuts_a_killed_writers_unpublished_batch(root: Path, tmp_path: P
 
 
 def test_recover_crc_damage_below_flushed_fails_unless_repair(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         out = _fill(s, 30)
     victim = out[3]["commitLogOffset"]
     seg_start = victim - victim % 4096
@@ -227,11 +227,11 @@ def test_recover_crc_damage_below_flushed_fails_unless_repair(root: Path) -> Non
     data = bytearray(seg.read_bytes())
     data[victim - seg_start + 100] ^= 0xFF  # a body byte: only the CRC can tell
     seg.write_bytes(bytes(data))
-    with pytest.raises(store.DataLossError) as ei:
-        store.MessageStore.open(root, small_store_config())
+    with pytest.raises(rmqlog.DataLossError) as ei:
+        rmqlog.MessageStore.open(root, small_store_config())
     assert ei.value.offset == victim and str(seg) in str(ei.value)
     assert seg.read_bytes() == bytes(data)  # the failed open changed nothing
-    with store.MessageStore.open(root, small_store_config(), repair=True) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(), repair=True) as s:
         assert s.recovery is not None and s.recovery.end == victim and s.recovery.problems
         assert s.published_tail() == victim
         s.dispatch()
@@ -241,7 +241,7 @@ def test_recover_crc_damage_below_flushed_fails_unless_repair(root: Path) -> Non
 
 def test_recover_rocketmq_store_stops_at_damage_followed_by_data(root: Path) -> None:
     """Without our state files (a RocketMQ store), a bad record with later segments after it is not a torn tail."""
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         _fill(s, 60)  # several segments
     for name in ("append.state", "flush.state", "dispatch.state", "checkpoint"):
         (root / name).unlink(missing_ok=True)
@@ -250,14 +250,14 @@ def test_recover_rocketmq_store_stops_at_damage_followed_by_data(root: Path) -> 
     data = bytearray(seg.read_bytes())
     data[150] ^= 0xFF  # a body byte of the first record
     seg.write_bytes(bytes(data))
-    with pytest.raises(store.DataLossError):
-        store.MessageStore.open(root, small_store_config())
+    with pytest.raises(rmqlog.DataLossError):
+        rmqlog.MessageStore.open(root, small_store_config())
 
 
 def test_recover_torn_tail_and_half_rolled_segment_past_flushed_are_cut(root: Path) -> None:
     """A power loss past the flushed position: a torn record, then a later segment with data
     (a roll whose first segment's tail never reached the disk). Nothing acknowledged: cut, no error."""
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         _fill(s, 25)
         while s.published_tail() % 4096 > 3000:  # leave room after the tail in its segment
             _fill(s, 1)
@@ -271,7 +271,7 @@ def test_recover_torn_tail_and_half_rolled_segment_past_flushed_are_cut(root: Pa
     last.write_bytes(bytes(data))
     later = root / "commitlog" / f"{starts[-1] + 4096:020d}"
     later.write_bytes((root / "commitlog" / f"{starts[0]:020d}").read_bytes())  # a segment full of records
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.recovery is not None and s.recovery.end == flushed and s.recovery.dropped_bytes > 0
         assert not later.exists()
         assert s.put("D", b"next", queue_id=0).commit_log_offset == flushed
@@ -280,7 +280,7 @@ def test_recover_torn_tail_and_half_rolled_segment_past_flushed_are_cut(root: Pa
 
 
 def test_verify_reports_offset_and_segment(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         out = _fill(s, 12)
         s.dispatch()
         assert s.verify().ok and s.verify().records == 12 and s.verify().units == 12
@@ -298,7 +298,7 @@ def test_fixture_commitlog_opens_via_normal_recovery(root: Path) -> None:
     from conftest import FIXTURE_COMMITLOG, copy_file
 
     copy_file(FIXTURE_COMMITLOG, root / "commitlog" / f"{0:020d}")
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.recovery is not None and s.recovery.end == 8084 + 108 and s.recovery.state_rebuilt
         assert s.recovery.redispatched == 47 and s.dispatch() == 0  # dispatched at open, as a broker does
         assert s.verify().ok
@@ -308,9 +308,9 @@ def test_fixture_commitlog_opens_via_normal_recovery(root: Path) -> None:
 
 
 def test_enospc_fails_typed_and_leaves_store_readable(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.log.mapped_file as mf
+    import rmqlog.log.mapped_file as mf
 
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         _fill(s, 8)
         s.dispatch()
         tail = s.published_tail()
@@ -323,7 +323,7 @@ def test_enospc_fails_typed_and_leaves_store_readable(root: Path, monkeypatch: p
             return n
 
         monkeypatch.setattr(mf.os, "pwrite", full)
-        with pytest.raises(store.DiskFullError):
+        with pytest.raises(rmqlog.DiskFullError):
             _fill(s, 20)
         monkeypatch.setattr(mf.os, "pwrite", real)
         assert s.published_tail() == tail
@@ -337,27 +337,27 @@ def test_enospc_fails_typed_and_leaves_store_readable(root: Path, monkeypatch: p
 
 
 def test_appends_refused_above_disk_warning_ratio(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import store.log.disk_guard as msm
+    import rmqlog.log.disk_guard as msm
 
     monkeypatch.setattr(msm, "DISK_CHECK_INTERVAL_S", 0.0)  # every put checks
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         _fill(s, 2)
         monkeypatch.setattr(msm, "disk_used_percent", lambda path: 95.0)
-        with pytest.raises(store.DiskFullError, match="95.0% full"):
+        with pytest.raises(rmqlog.DiskFullError, match="95.0% full"):
             s.put("D", b"refused", queue_id=0)
         assert len(walk(root)) == 2
         monkeypatch.setattr(msm, "disk_used_percent", lambda path: 50.0)
         assert s.put("D", b"accepted", queue_id=0).queue_offset == 2
     cfg = small_store_config(disk_space_warning_level_ratio=99)
     monkeypatch.setattr(msm, "disk_used_percent", lambda path: 95.0)
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.put("D", b"configurable", queue_id=0).queue_offset == 3
 
 
 
 def test_a_disk_below_the_level_is_rechecked_after_an_interval(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """One ``statvfs`` per interval while the disk is below the level; every put while above."""
-    import store.log.disk_guard as msm
+    import rmqlog.log.disk_guard as msm
 
     clock = {"now": 1000.0}
     used = {"pct": 50.0, "calls": 0}
@@ -368,7 +368,7 @@ def test_a_disk_below_the_level_is_rechecked_after_an_interval(root: Path, monke
 
     monkeypatch.setattr(msm.time, "monotonic", lambda: clock["now"])
     monkeypatch.setattr(msm, "disk_used_percent", fake_used)
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         for _ in range(3):
             s.put("D", b"x", queue_id=0)
         assert used["calls"] == 1
@@ -376,7 +376,7 @@ def test_a_disk_below_the_level_is_rechecked_after_an_interval(root: Path, monke
         s.put("D", b"within the interval", queue_id=0)  # the last check still holds
         clock["now"] += msm.DISK_CHECK_INTERVAL_S
         for _ in range(2):
-            with pytest.raises(store.DiskFullError):
+            with pytest.raises(rmqlog.DiskFullError):
                 s.put("D", b"refused", queue_id=0)
         assert used["calls"] == 3  # checked on every put while above the level
         used["pct"] = 50.0
@@ -388,10 +388,10 @@ def test_a_disk_below_the_level_is_rechecked_after_an_interval(root: Path, monke
 SYNC_CHILD = """
 import sys
 import pyarrow as pa
-import store
-cfg = store.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=1000,
-                        flush_disk_type=store.SYNC_FLUSH)
-with store.MessageStore.open(sys.argv[1], cfg) as s:
+import rmqlog
+cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=1000,
+                        flush_disk_type=rmqlog.SYNC_FLUSH)
+with rmqlog.MessageStore.open(sys.argv[1], cfg) as s:
     s.put_batch(pa.table({"topic": ["P"] * 3, "body": [b"p" * 50] * 3}))
     print(s.flush_service.syncs, s.flushed_offset() >= s.published_tail(), flush=True)
 """
@@ -402,9 +402,9 @@ def test_sync_flush_group_commit_across_processes(root: Path) -> None:
     return after one sync in total: the first to get the lock syncs for all."""
     from conftest import subprocess_env
 
-    from store.fileio import InterProcessLock
+    from rmqlog.fileio import InterProcessLock
 
-    with store.MessageStore.open(root, SYNC) as s:
+    with rmqlog.MessageStore.open(root, SYNC) as s:
         s.create_topic("P", 4)
     lock = InterProcessLock(root / "flush.lock")
     with lock.held():
@@ -434,9 +434,9 @@ def test_sync_flush_group_commit_across_processes(root: Path) -> None:
 def test_state_rebuild_in_bounded_windows_matches_the_published_state(
     root: Path, monkeypatch: pytest.MonkeyPatch, chunk: int,
 ) -> None:
-    import store.log.state_rebuild as msm
+    import rmqlog.log.state_rebuild as msm
 
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put_batch(pa.table({"topic": ["T"] * 200, "body": [b"x" * (i % 300) for i in range(200)]}))
         published = s.append_state()
         monkeypatch.setattr(msm, "REBUILD_CHUNK", chunk)
@@ -448,7 +448,7 @@ def test_recover_after_a_power_loss_that_kept_only_later_segments_keeps_no_torn_
     """Nothing flushed yet, then a power loss that lost the first segments' names but kept a
     later segment: the log must not restart in the middle of a batch (found by test_crash)."""
     cfg = small_store_config(flush_interval_commit_log=60_000, flush_commit_log_thorough_interval=600_000)
-    s = store.MessageStore.open(root, cfg)
+    s = rmqlog.MessageStore.open(root, cfg)
     try:
         for b in range(12):
             s.put_batch(batch(topic="P", body=[b"%d:%d:" % (b, i) + b"p" * 250 for i in range(7)]))
@@ -462,7 +462,7 @@ def test_recover_after_a_power_loss_that_kept_only_later_segments_keeps_no_torn_
     for seg in segs[:2]:  # created first, but their names never reached the disk
         seg.unlink()
     (copy / "append.state").unlink()
-    with store.MessageStore.open(copy, cfg) as s:
+    with rmqlog.MessageStore.open(copy, cfg) as s:
         assert s.recovery is not None and s.recovery.abnormal
         assert s.commitlog.min_offset() == int(segs[2].name) and s.published_tail() == s.commitlog.min_offset()
     batches: dict[bytes, list[bytes]] = {}

@@ -24,8 +24,8 @@ from conftest import (
     walk,
 )
 
-import store
-from store import GetMessageStatus as S
+import rmqlog
+from rmqlog import GetMessageStatus as S
 
 BODY = b"Once, there was a chance for me!"
 N = 47
@@ -53,7 +53,7 @@ def ref_records(fixture_dir: Path) -> list[rc.RefRecord]:
 @pytest.fixture
 def fx(fixture_root: Path):
     """The fixture store, opened with the default config (1 GiB segments configured)."""
-    s = store.MessageStore.open(fixture_root)
+    s = rmqlog.MessageStore.open(fixture_root)
     try:
         yield s
     finally:
@@ -63,7 +63,7 @@ def fx(fixture_root: Path):
 # --------------------------------------------------------------------------- commitlog
 
 
-def test_dispatch_rebuilds_consume_queue(fx: store.MessageStore, fixture_root: Path) -> None:
+def test_dispatch_rebuilds_consume_queue(fx: rmqlog.MessageStore, fixture_root: Path) -> None:
     assert fx.recovery is not None and fx.recovery.redispatched == N  # dispatched at open, as a broker does
     assert fx.dispatch() == 0  # nothing new
     assert units(fixture_root, "abc", 0) == [(i * SIZE, SIZE, TAG1_CODE) for i in range(N)]
@@ -74,19 +74,19 @@ def test_dispatch_rebuilds_consume_queue(fx: store.MessageStore, fixture_root: P
     assert fx.max_offset("abc", 0) == N
 
 
-def test_open_does_not_modify_fixture_segment(fx: store.MessageStore, fixture_root: Path) -> None:
+def test_open_does_not_modify_fixture_segment(fx: rmqlog.MessageStore, fixture_root: Path) -> None:
     fx.dispatch()
     fx.get_messages("g", "abc", 0, 0, max_count=N)
     fx.close()
     assert (fixture_root / "commitlog" / FIXTURE_COMMITLOG.name).read_bytes() == FIXTURE_COMMITLOG.read_bytes()
 
 
-def test_every_field_decoded(fx: store.MessageStore, ref_records: list[rc.RefRecord]) -> None:
+def test_every_field_decoded(fx: rmqlog.MessageStore, ref_records: list[rc.RefRecord]) -> None:
     fx.dispatch()
     res = fx.get_messages("g", "abc", 0, 0, max_count=100)
     assert res.status is S.FOUND
     assert (res.next_begin_offset, res.min_offset, res.max_offset) == (N, 0, N)
-    assert res.messages.schema == store.MESSAGE_SCHEMA
+    assert res.messages.schema == rmqlog.MESSAGE_SCHEMA
     rows = res.messages.to_pylist()
     assert len(rows) == N
     for i, (row, ref) in enumerate(zip(rows, ref_records, strict=True)):
@@ -116,7 +116,7 @@ def test_every_field_decoded(fx: store.MessageStore, ref_records: list[rc.RefRec
     assert rows[1]["msgId"] == SECOND_ID
 
 
-def test_default_batch_and_next_offsets(fx: store.MessageStore) -> None:
+def test_default_batch_and_next_offsets(fx: rmqlog.MessageStore) -> None:
     fx.dispatch()
     first = fx.get_messages("g", "abc", 0, 0)
     assert first.status is S.FOUND and len(first) == 32 and first.next_begin_offset == 32
@@ -128,7 +128,7 @@ def test_default_batch_and_next_offsets(fx: store.MessageStore) -> None:
     assert [r["queueOffset"] for r in read_queue_all(fx, "abc", 0, max_count=5)] == list(range(N))
 
 
-def test_tag_filter_on_fixture(fx: store.MessageStore) -> None:
+def test_tag_filter_on_fixture(fx: rmqlog.MessageStore) -> None:
     fx.dispatch()
     hit = fx.get_messages("g", "abc", 0, 0, max_count=100, tags="TAG1 || TAG2")
     assert hit.status is S.FOUND and len(hit) == N
@@ -137,7 +137,7 @@ def test_tag_filter_on_fixture(fx: store.MessageStore) -> None:
     assert miss.next_begin_offset == N
 
 
-def test_message_by_id_and_offset(fx: store.MessageStore, ref_records: list[rc.RefRecord]) -> None:
+def test_message_by_id_and_offset(fx: rmqlog.MessageStore, ref_records: list[rc.RefRecord]) -> None:
     first = fx.message_by_id(FIRST_ID)
     second = fx.message_by_id(SECOND_ID)
     assert first is not None and second is not None
@@ -151,7 +151,7 @@ def test_message_by_id_and_offset(fx: store.MessageStore, ref_records: list[rc.R
     assert fx.message_by_id("7F00000100002A9F00000000000000AC") is None  # another store host
 
 
-def test_offset_for_timestamp_on_fixture(fx: store.MessageStore, ref_records: list[rc.RefRecord]) -> None:
+def test_offset_for_timestamp_on_fixture(fx: rmqlog.MessageStore, ref_records: list[rc.RefRecord]) -> None:
     fx.dispatch()
     ts = [r.store_timestamp for r in ref_records]
     assert ts == sorted(ts)
@@ -160,7 +160,7 @@ def test_offset_for_timestamp_on_fixture(fx: store.MessageStore, ref_records: li
         assert fx.offset_for_timestamp("abc", 0, probe) == expected, probe
 
 
-def test_append_after_fixture(fx: store.MessageStore, fixture_root: Path) -> None:
+def test_append_after_fixture(fx: rmqlog.MessageStore, fixture_root: Path) -> None:
     fx.dispatch()
     res = fx.put("abc", b"appended", queue_id=0, tags="TAG1")
     assert res.commit_log_offset == SEG  # the fixture's segment ends with a blank record
@@ -185,7 +185,7 @@ def test_append_after_fixture(fx: store.MessageStore, fixture_root: Path) -> Non
 
 
 def test_round_robin_append_after_fixture_continues_queue_offsets(fixture_root: Path) -> None:
-    with store.MessageStore.open(fixture_root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(fixture_root, small_store_config()) as s:
         out = s.put_batch(pa_table_abc(8)).to_pylist()
     by_queue: dict[int, list[int]] = {}
     for r in walk(fixture_root)[N:]:
@@ -201,11 +201,11 @@ def pa_table_abc(n: int) -> pa.Table:
 
 
 def test_reopen_fixture_store(fixture_root: Path) -> None:
-    with store.MessageStore.open(fixture_root) as s:
+    with rmqlog.MessageStore.open(fixture_root) as s:
         assert s.recovery is not None and s.recovery.redispatched == N and s.dispatch() == 0
         s.put("abc", b"x", queue_id=0)
         assert s.dispatch() == 1
-    with store.MessageStore.open(fixture_root) as s:
+    with rmqlog.MessageStore.open(fixture_root) as s:
         assert s.dispatch() == 0
         assert s.max_offset("abc", 0) == N + 1
         res = s.put("abc", b"y", queue_id=0)
@@ -227,7 +227,7 @@ def config_root(tmp_path: Path, fixture_dir: Path) -> Path:
 
 
 def test_committed_offsets_from_fastjson(config_root: Path) -> None:
-    with store.MessageStore.open(config_root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(config_root, small_store_config()) as s:
         for q in range(4):
             assert s.committed_offset(GROUP, "TopicTest", q) == 250
         assert s.committed_offset(GROUP, "TopicTest", 4) == -1
@@ -236,21 +236,21 @@ def test_committed_offsets_from_fastjson(config_root: Path) -> None:
 
 
 def test_topics_from_fixture(config_root: Path) -> None:
-    with store.MessageStore.open(config_root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(config_root, small_store_config()) as s:
         topics = s.topics()
         assert topics["TopicTest"].read_queue_nums == 4 and topics["TopicTest"].write_queue_nums == 4
         assert topics["DefaultCluster"].write_queue_nums == 16 and topics["DefaultCluster"].perm == 7
         assert topics["SELF_TEST_TOPIC"].write_queue_nums == 1
         # the fixture's queue counts are used for puts
         assert {s.put("SELF_TEST_TOPIC", b"x").queue_id for _ in range(3)} == {0}
-        with pytest.raises(store.QueueIdError):
+        with pytest.raises(rmqlog.QueueIdError):
             s.put("SELF_TEST_TOPIC", b"x", queue_id=1)
 
 
 def test_commit_offset_keeps_fastjson_file_readable(config_root: Path) -> None:
     path = config_root / "config" / "consumerOffset.json"
     original = path.read_text("utf-8")
-    with store.MessageStore.open(config_root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(config_root, small_store_config()) as s:
         s.commit_offset(GROUP, "TopicTest", 1, 300)
         s.commit_offset("new_group", "NewTopic", 2, 7)
         assert s.committed_offset(GROUP, "TopicTest", 1) == 300
@@ -268,7 +268,7 @@ def test_commit_offset_keeps_fastjson_file_readable(config_root: Path) -> None:
     assert "NewTopic@new_group" not in bak_data["offsetTable"]
     assert original != path.read_text("utf-8")
     assert not path.with_name("consumerOffset.json.tmp").exists()
-    with store.MessageStore.open(config_root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(config_root, small_store_config()) as s:
         assert s.committed_offset(GROUP, "TopicTest", 0) == 250
         assert s.committed_offset(GROUP, "TopicTest", 1) == 300
         assert s.committed_offset("new_group", "NewTopic", 2) == 7
@@ -277,7 +277,7 @@ def test_commit_offset_keeps_fastjson_file_readable(config_root: Path) -> None:
 def test_first_commit_backs_up_fixture_file(config_root: Path) -> None:
     path = config_root / "config" / "consumerOffset.json"
     original = path.read_bytes()
-    with store.MessageStore.open(config_root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(config_root, small_store_config()) as s:
         s.commit_offset(GROUP, "TopicTest", 0, 251)
     assert path.with_name("consumerOffset.json.bak").read_bytes() == original
 
@@ -285,7 +285,7 @@ def test_first_commit_backs_up_fixture_file(config_root: Path) -> None:
 def test_auto_created_topic_keeps_fixture_topics(config_root: Path) -> None:
     path = config_root / "config" / "topics.json"
     before = rc.parse_fastjson(path.read_text("utf-8"))
-    with store.MessageStore.open(config_root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(config_root, small_store_config()) as s:
         s.put("BrandNewTopic", b"x")
     after = rc.parse_fastjson(path.read_text("utf-8"))
     assert isinstance(before, dict) and isinstance(after, dict)

@@ -5,7 +5,7 @@ or the RocketMQ 4.9 fixture segment), applies one to three random mutations (fli
 record fields set to extreme values, zeroed or duplicated ranges, truncated or deleted
 files, consume-queue units pointing at other records), sometimes leaves ``abort``, then:
 
-1. opens it: the store opens, or raises a :class:`store.StoreError` (typed; never IndexError,
+1. opens it: the store opens, or raises a :class:`rmqlog.StoreError` (typed; never IndexError,
    ValueError, AssertionError...);
 2. if it opened: ``verify()`` returns a report, and every queue is read through
    ``read_queue`` and ``get_messages``: each call returns messages or raises a StoreError, and
@@ -34,7 +34,7 @@ import pytest
 import refcodec as rc
 from conftest import FIXTURE_COMMITLOG, copy_file, small_store_config, walk
 
-import store
+import rmqlog
 
 CFG = small_store_config(mapped_file_size_consume_queue=20 * 8)
 FUZZ_CASES = 150
@@ -58,7 +58,7 @@ def _originals(root: Path) -> dict[int, tuple[str, int, int, bytes]]:
 @pytest.fixture(scope="module")
 def bases(tmp_path_factory: pytest.TempPathFactory) -> list[Base]:
     ours = tmp_path_factory.mktemp("fuzz") / "ours"
-    with store.MessageStore.open(ours, CFG) as s:
+    with rmqlog.MessageStore.open(ours, CFG) as s:
         s.create_topic("A", 3)
         s.create_topic("B", 2)
         for i in range(8):
@@ -68,7 +68,7 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> list[Base]:
         s.dispatch()
     theirs = tmp_path_factory.mktemp("fuzz") / "rocketmq"
     copy_file(FIXTURE_COMMITLOG, theirs / "commitlog" / FIXTURE_COMMITLOG.name)
-    with store.MessageStore.open(theirs) as s:  # dispatched at open: consume queues, state files
+    with rmqlog.MessageStore.open(theirs) as s:  # dispatched at open: consume queues, state files
         assert s.max_offset("abc", 0) == 47
     return [Base(r, o, sorted(o)) for r in (ours, theirs) for o in [_originals(r)]]
 
@@ -191,7 +191,7 @@ def _stored(data: bytes, pos: int) -> tuple[str, int, int, bytes]:
         return data[pos + 89 + n : pos + 89 + n + tl].decode("utf-8", "replace"), qid, qoff, body
 
 
-def _read_everything(base: Base, root: Path, s: store.MessageStore) -> int:
+def _read_everything(base: Base, root: Path, s: rmqlog.MessageStore) -> int:
     """Read every queue both ways; returns how many messages came back (typed errors allowed)."""
     n = 0
     for topic, tc in s.topics().items():
@@ -200,13 +200,13 @@ def _read_everything(base: Base, root: Path, s: store.MessageStore) -> int:
                 t = s.read_queue(topic, qid, 0, 1 << 40)
                 _check_rows(base, root, t, topic, qid)
                 n += t.num_rows
-            except store.StoreError:
+            except rmqlog.StoreError:
                 pass
             offset = 0
             for _ in range(1000):
                 try:
                     res = s.get_messages("fuzz", topic, qid, offset, max_count=7)
-                except store.StoreError:
+                except rmqlog.StoreError:
                     break
                 _check_rows(base, root, res.messages, topic, qid)
                 if res.next_begin_offset <= offset:
@@ -225,14 +225,14 @@ def run_case(base: Base, work: Path, seed: int) -> str:
         (root / "abort").touch()
     try:
         try:
-            s = store.MessageStore.open(root)
-        except store.StoreError:
+            s = rmqlog.MessageStore.open(root)
+        except rmqlog.StoreError:
             s = None
         if s is not None:
             with s:
                 s.verify()
                 _read_everything(base, root, s)
-        with store.MessageStore.open(root, repair=True) as s:
+        with rmqlog.MessageStore.open(root, repair=True) as s:
             report = s.verify()
             assert report.ok, f"verify after repair: {report.problems[:3]}"
             _read_everything(base, root, s)

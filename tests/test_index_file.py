@@ -17,11 +17,11 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from store.errors import DiskFullError, InvalidArgumentError, StoreError
-from store.index import CorruptIndexError, IndexConfig, IndexService
-from store.index.index_file import file_size, time_diffs
-from store.index.index_keys import key_hash, message_keys
-from store.index.java_hash import index_key_hash, java_hash_column
+from rmqlog.errors import DiskFullError, InvalidArgumentError, StoreError
+from rmqlog.index import CorruptIndexError, IndexConfig, IndexService
+from rmqlog.index.index_file import file_size, time_diffs
+from rmqlog.index.index_keys import key_hash, message_keys
+from rmqlog.index.java_hash import index_key_hash, java_hash_column
 
 # --------------------------------------------------------------------------- the reference
 
@@ -386,7 +386,7 @@ def test_time_diff_edge_cases_byte_exact(tmp_path: Path) -> None:
 
 def _key_batch(items: list[tuple[int, int, int]]) -> tuple[object, np.ndarray, np.ndarray]:
     """(KeyBatch, phy per message, ts per message) for one key per message."""
-    from store.index import KeyBatch
+    from rmqlog.index import KeyBatch
 
     n = len(items)
     batch = KeyBatch(np.arange(n, dtype=np.int64), np.zeros(n, np.int64), np.array([h for h, _, _ in items], np.int32))
@@ -579,7 +579,7 @@ T_MS = 1_700_000_000_000
 
 
 def test_config_is_checked() -> None:
-    from store.errors import ConfigError
+    from rmqlog.errors import ConfigError
 
     for bad in ({"max_hash_slot_num": 0}, {"max_index_num": 1}, {"max_msgs_num_batch": -1},
                 {"max_hash_slot_num": True}, {"max_hash_slot_num": 500_000_000}):

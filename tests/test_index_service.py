@@ -27,9 +27,9 @@ from test_index_file import (
     ref_query,
 )
 
-from store.errors import InvalidArgumentError
-from store.index import IndexConfig, IndexService, key_matches, matching_messages
-from store.index.index_file import INTENT_MAGIC, IndexFile
+from rmqlog.errors import InvalidArgumentError
+from rmqlog.index import IndexConfig, IndexService, key_matches, matching_messages
+from rmqlog.index.index_file import INTENT_MAGIC, IndexFile
 
 T0 = 1_700_000_000_000
 
@@ -442,7 +442,7 @@ def test_another_process_writes_and_a_reader_sees_it(tmp_path: Path) -> None:
     child = textwrap.dedent(f"""
         import numpy as np, pyarrow as pa
         from pathlib import Path
-        from store.index import IndexService, IndexConfig
+        from rmqlog.index import IndexService, IndexConfig
         d = np.load({str(tmp_path / 'm.npz')!r})
         rows = [line.split("\\t") for line in Path({str(tmp_path / 'm.txt')!r}).read_text().split("\\n")]
         svc = IndexService.open(Path({str(tmp_path)!r}), IndexConfig(100, 400), writable=True, now_ms=lambda: 1_800_000_000_000)
@@ -472,10 +472,10 @@ def test_another_process_writes_and_a_reader_sees_it(tmp_path: Path) -> None:
 def test_store_records_are_indexed_and_found(tmp_path: Path) -> None:
     """From what the dispatcher has (decoded record columns and parsed properties) to the
     messages: UNIQ_KEY (the client msgId) and KEYS tokens; collisions removed by key_matches."""
-    from store import MessageStore, StoreConfig
-    from store.log.decode import read_columns
-    from store.log.properties import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, ParsedProperties
-    from store.schema import MESSAGE_SCHEMA
+    from rmqlog import MessageStore, StoreConfig
+    from rmqlog.log.decode import read_columns
+    from rmqlog.log.properties import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, ParsedProperties
+    from rmqlog.schema import MESSAGE_SCHEMA
 
     ms = MessageStore.open(tmp_path / "store", StoreConfig(message_index_enable=False))  # the index is built by hand here
     n = 120  # TopicA: 20 "Aa" and 20 "BB" messages, under the 64 a query returns

@@ -30,8 +30,8 @@ from conftest import (
 )
 from test_index_file import RefIndex, ref_key_hash, ref_read
 
-import store
-from store.admin.cli import main as cli
+import rmqlog
+from rmqlog.admin.cli import main as cli
 
 T = "IDX"
 
@@ -46,7 +46,7 @@ def entries(root: Path, slots: int = SMALL_INDEX_SLOTS, num: int = SMALL_INDEX_E
     return out
 
 
-def put_keys(s: store.MessageStore, n: int, *, start: int = 0, topic: str = T) -> pa.Table:
+def put_keys(s: rmqlog.MessageStore, n: int, *, start: int = 0, topic: str = T) -> pa.Table:
     """``n`` messages with KEYS ``k<i> shared`` (two tokens) and the store's UNIQ_KEY."""
     return s.put_batch(pa.table({
         "topic": [topic] * n,
@@ -58,11 +58,11 @@ def put_keys(s: store.MessageStore, n: int, *, start: int = 0, topic: str = T) -
 
 @pytest.fixture
 def ms(root: Path):
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         yield s
 
 
-def test_dispatch_indexes_uniq_key_and_every_keys_token(ms: store.MessageStore, root: Path) -> None:
+def test_dispatch_indexes_uniq_key_and_every_keys_token(ms: rmqlog.MessageStore, root: Path) -> None:
     res = put_keys(ms, 40)
     ms.dispatch()
     counts = Counter((h, phy) for h, phy, _, _ in entries(root))
@@ -77,7 +77,7 @@ def test_dispatch_indexes_uniq_key_and_every_keys_token(ms: store.MessageStore, 
     assert len(entries(root)) == 120
 
 
-def test_query_caps_at_max_count_and_max_msgs_num_batch(ms: store.MessageStore) -> None:
+def test_query_caps_at_max_count_and_max_msgs_num_batch(ms: rmqlog.MessageStore) -> None:
     put_keys(ms, 80)
     ms.dispatch()
     assert ms.query_by_key(T, "shared", max_count=5).num_rows == 5
@@ -86,7 +86,7 @@ def test_query_caps_at_max_count_and_max_msgs_num_batch(ms: store.MessageStore) 
     assert newest == [b"m77", b"m78", b"m79"]  # the newest entries, oldest first
 
 
-def test_hash_collisions_are_removed(ms: store.MessageStore, root: Path) -> None:
+def test_hash_collisions_are_removed(ms: rmqlog.MessageStore, root: Path) -> None:
     # "Aa" and "BB" have the same Java hashCode, so "IDX#Aa" and "IDX#BB" share every slot
     assert ref_key_hash(f"{T}#Aa") == ref_key_hash(f"{T}#BB")
     ms.put_batch(pa.table({"topic": [T, T, "OTHER"], "body": [b"aa", b"bb", b"other-aa"], "keys": [["Aa"], ["BB"], ["Aa"]]}))
@@ -97,7 +97,7 @@ def test_hash_collisions_are_removed(ms: store.MessageStore, root: Path) -> None
     assert ms.query_by_key(T, "nothing").num_rows == 0
 
 
-def test_client_msgid_by_unique_key_and_message_by_id(ms: store.MessageStore) -> None:
+def test_client_msgid_by_unique_key_and_message_by_id(ms: rmqlog.MessageStore) -> None:
     put_keys(ms, 10)
     ms.dispatch()
     row = ms.read_queue(T, 1, 0, 10).to_pylist()[2]
@@ -110,7 +110,7 @@ def test_client_msgid_by_unique_key_and_message_by_id(ms: store.MessageStore) ->
     assert ms.query_by_unique_key("OTHER", uniq).num_rows == 0
 
 
-def test_time_range(ms: store.MessageStore) -> None:
+def test_time_range(ms: rmqlog.MessageStore) -> None:
     res = put_keys(ms, 5)
     ms.dispatch()
     stored = res.column("storeTimestamp")[0].value // 1000
@@ -119,30 +119,30 @@ def test_time_range(ms: store.MessageStore) -> None:
     assert ms.query_by_key(T, "k1", end_ms=stored - 60_000).num_rows == 0
 
 
-def test_bad_arguments_are_typed(ms: store.MessageStore) -> None:
+def test_bad_arguments_are_typed(ms: rmqlog.MessageStore) -> None:
     for call in (lambda: ms.query_by_key(T, ""), lambda: ms.query_by_key(T, 5), lambda: ms.query_by_unique_key(T, None),
                  lambda: ms.query_by_key(T, "k", max_count=0), lambda: ms.query_by_key(T, "k", begin_ms="x")):
-        with pytest.raises(store.InvalidArgumentError):
+        with pytest.raises(rmqlog.InvalidArgumentError):
             call()
-    with pytest.raises(store.InvalidTopicError):
+    with pytest.raises(rmqlog.InvalidTopicError):
         ms.query_by_key("bad/topic", "k")
 
 
 def test_index_disabled_writes_no_index_and_queries_say_so(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config(message_index_enable=False)) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(message_index_enable=False)) as s:
         put_keys(s, 5)
         s.dispatch()
-        with pytest.raises(store.IndexDisabledError):
+        with pytest.raises(rmqlog.IndexDisabledError):
             s.query_by_key(T, "k1")
         assert s.message_by_id("0" * 32) is None
     assert not (root / "index").exists()
 
 
 def test_index_turned_on_later_indexes_the_whole_log_at_open(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config(message_index_enable=False)) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(message_index_enable=False)) as s:
         put_keys(s, 30)
         s.dispatch()
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.recovery is not None and s.recovery.reindexed == 30
         assert s.query_by_key(T, "k29").column("body").to_pylist() == [b"m29"]
     assert len(entries(root)) == 90
@@ -151,9 +151,9 @@ def test_index_turned_on_later_indexes_the_whole_log_at_open(root: Path) -> None
 EXIT_CHILD = r"""
 import os, sys, pyarrow as pa, store
 root, slots, num, flushed, more = sys.argv[1], *map(int, sys.argv[2:6])
-cfg = store.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600,
+cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600,
                         max_hash_slot_num=slots, max_index_num=num)
-s = store.MessageStore.open(root, cfg)
+s = rmqlog.MessageStore.open(root, cfg)
 def put(n, start):
     s.put_batch(pa.table({"topic": ["IDX"] * n, "body": [f"m{i}".encode() for i in range(start, start + n)],
                           "keys": [[f"k{i}", "shared"] for i in range(start, start + n)]}))
@@ -178,7 +178,7 @@ def test_a_lost_index_is_rebuilt_at_open_after_an_abnormal_exit(root: Path) -> N
     for f in (root / "index").iterdir():
         f.unlink()
     cfg = small_store_config(max_hash_slot_num=100, max_index_num=400)
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.recovery is not None and s.recovery.abnormal and s.recovery.reindexed == 50
         assert s.query_by_key(T, "k3").num_rows == 1
     keyed = Counter((h, p) for h, p, _, _ in entries(root, 100, 400))
@@ -188,7 +188,7 @@ def test_a_lost_index_is_rebuilt_at_open_after_an_abnormal_exit(root: Path) -> N
 def test_files_the_checkpoint_does_not_cover_are_dropped_then_rebuilt(root: Path) -> None:
     exit_without_close(root, 100, 40, 60, 20)  # 39 keys per file: many files, the last ones unflushed
     cfg = small_store_config(max_hash_slot_num=100, max_index_num=40)
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         r = s.recovery
         assert r is not None and r.abnormal and r.index_files_dropped
         for i in (0, 59, 79):
@@ -200,9 +200,9 @@ def test_files_the_checkpoint_does_not_cover_are_dropped_then_rebuilt(root: Path
 KILL_CHILD = r"""
 import sys, pyarrow as pa, store
 root, n = sys.argv[1], int(sys.argv[2])
-cfg = store.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600,
+cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600,
                         max_hash_slot_num=50, max_index_num=60)
-s = store.MessageStore.open(root, cfg)
+s = rmqlog.MessageStore.open(root, cfg)
 for b in range(n):
     s.put_batch(pa.table({"topic": ["K"] * 20, "body": [b"x" * 10] * 20,
                           "keys": [[f"b{b}r{r}"] for r in range(20)]}))
@@ -217,7 +217,7 @@ def test_kill_during_dispatch_leaves_every_key_indexed_once(tmp_path: Path) -> N
     """A dispatcher killed at random moments (files rolling every 59 keys): after the next
     open every key is indexed exactly once."""
     rng = random.Random(7)
-    cfg = store.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600,
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600,
                             max_hash_slot_num=50, max_index_num=60)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     for trial in range(6):
@@ -227,7 +227,7 @@ def test_kill_during_dispatch_leaves_every_key_indexed_once(tmp_path: Path) -> N
         time.sleep(rng.uniform(0.0, 0.4))
         child.send_signal(signal.SIGKILL)
         child.wait()
-        with store.MessageStore.open(root, cfg) as s:
+        with rmqlog.MessageStore.open(root, cfg) as s:
             for b in (0, 29):
                 assert s.query_by_key("K", f"b{b}r5").num_rows == 1
         keyed = Counter((h, p) for h, p, _, _ in entries(root, 50, 60))
@@ -247,8 +247,8 @@ def test_a_rocketmq_written_store_with_index_files_is_queried(tmp_path: Path) ->
     (root / "index").mkdir()
     for i, f in enumerate(ref.files):
         (root / "index" / f"2019030100000000{i}").write_bytes(bytes(f.buf))
-    cfg = store.StoreConfig(max_hash_slot_num=64, max_index_num=30)
-    with store.MessageStore.open(root, cfg) as s:
+    cfg = rmqlog.StoreConfig(max_hash_slot_num=64, max_index_num=30)
+    with rmqlog.MessageStore.open(root, cfg) as s:
         by_key: dict[str, list[int]] = {}
         for r in records:
             by_key.setdefault(r.properties["KEYS"], []).append(r.physical_offset)
@@ -261,7 +261,7 @@ def test_a_rocketmq_written_store_with_index_files_is_queried(tmp_path: Path) ->
 
 def test_retention_deletes_index_files_below_the_log_start(root: Path) -> None:
     cfg = small_store_config(max_hash_slot_num=100, max_index_num=40, file_reserved_time=0)
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         for b in range(6):
             put_keys(s, 100, start=b * 100)
         s.dispatch()
@@ -276,7 +276,7 @@ def test_retention_deletes_index_files_below_the_log_start(root: Path) -> None:
 
 
 def test_cli_query(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         put_keys(s, 5)
         s.dispatch()
         uniq = dict(s.read_queue(T, 0, 0, 1).to_pylist()[0]["properties"])["UNIQ_KEY"]
@@ -298,18 +298,18 @@ def test_cli_query(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_the_stores_index_geometry_wins_over_the_configured_one(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config(max_hash_slot_num=64, max_index_num=100)) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(max_hash_slot_num=64, max_index_num=100)) as s:
         put_keys(s, 5)
         s.dispatch()
     assert json.loads((root / "config" / "indexFile.json").read_text()) == {"maxHashSlotNum": 64, "maxIndexNum": 100}
-    with store.MessageStore.open(root) as s:  # the default config: 5,000,000 slots
+    with rmqlog.MessageStore.open(root) as s:  # the default config: 5,000,000 slots
         assert s.query_by_key(T, "k4").num_rows == 1
     (root / "config" / "indexFile.json").write_text("{not json")
-    with pytest.raises(store.CorruptStoreError, match="indexFile.json"):
-        store.MessageStore.open(root)
+    with pytest.raises(rmqlog.CorruptStoreError, match="indexFile.json"):
+        rmqlog.MessageStore.open(root)
 
 
-def test_time_range_query_across_topics(ms: store.MessageStore, root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_time_range_query_across_topics(ms: rmqlog.MessageStore, root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     first = put_keys(ms, 6, topic="A")
     time.sleep(0.01)
     second = put_keys(ms, 4, start=6, topic="B")
@@ -323,9 +323,9 @@ def test_time_range_query_across_topics(ms: store.MessageStore, root: Path, caps
     assert ms.query_by_time(0, t_a, topics=["A", "B"]).column("topic").to_pylist() == ["A"] * 6
     assert ms.query_by_time(0, max_count=3).num_rows == 3
     assert ms.query_by_time(t_b + 60_000).num_rows == 0
-    with pytest.raises(store.InvalidArgumentError):
+    with pytest.raises(rmqlog.InvalidArgumentError):
         ms.query_by_time(0, max_count=0)
-    with pytest.raises(store.InvalidTopicError):
+    with pytest.raises(rmqlog.InvalidTopicError):
         ms.query_by_time(0, topics=["bad/topic"])
     ms.close()
     capsys.readouterr()
@@ -341,7 +341,7 @@ def test_a_creator_killed_mid_file_leaves_no_short_index_file(root: Path) -> Non
     """A file is made whole under a temporary name, then linked into place: a leftover of a
     killed creator is ignored by readers and replaced by the next creator."""
     cfg = small_store_config(max_hash_slot_num=10, max_index_num=5)  # 4 keys per file
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         put_keys(s, 1)
         s.dispatch()
         names = sorted(os.listdir(root / "index"))
@@ -350,5 +350,5 @@ def test_a_creator_killed_mid_file_leaves_no_short_index_file(root: Path) -> Non
         s.dispatch()
         assert s.query_by_key(T, "k4").num_rows == 1
         assert not [n for n in os.listdir(root / "index") if n.endswith(".creating")]  # cleared by the next creator
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.query_by_key(T, "k0").num_rows == 1 and len(os.listdir(root / "index")) > len(names)

@@ -4,11 +4,11 @@
   imports inside functions too, since a cycle hidden in a function is still a circle a
   reader has to untangle);
 - only the package itself and the terminal tools (the CLI, export) import the facade
-  (``store.message_store``): services,
-  recovery, verify and retention receive the parts (:mod:`store.parts`);
+  (``rmqlog.message_store``): services,
+  recovery, verify and retention receive the parts (:mod:`rmqlog.parts`);
 - each folder imports only the folders below it (foundation <- log <- queue, index <-
   retention <- durability; admin and the wiring modules may import anything), and
-  :mod:`store.parts`, the type every service receives;
+  :mod:`rmqlog.parts`, the type every service receives;
 - no module over 600 lines, in the store or the Spark side.
 """
 
@@ -34,14 +34,14 @@ ALLOWED = {
     "durability": {"foundation", "log", "queue", "index", "retention", "durability"},
 }
 #: top-level modules that wire the folders together (and the package itself)
-WIRING = {"store", "store.message_store", "store.parts", "store.catalog"}
+WIRING = {"rmqlog", "rmqlog.message_store", "rmqlog.parts", "rmqlog.catalog"}
 MAX_LINES = 600
 
 
 def _modules() -> dict[str, Path]:
     mods = {}
     for path in sorted(STORE.rglob("*.py")):
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        parts = ["rmqlog", *path.relative_to(STORE).with_suffix("").parts]  # the folder's import name
         if parts[-1] == "__init__":
             parts = parts[:-1]
         mods[".".join(parts)] = path
@@ -132,8 +132,8 @@ def test_no_import_cycles() -> None:
 
 
 def test_only_the_package_and_the_terminal_tools_import_the_facade() -> None:
-    importers = sorted(m for m, deps in _imports(_modules()).items() if "store.message_store" in deps)
-    assert importers == ["store", "store.admin.cli", "store.admin.export"]
+    importers = sorted(m for m, deps in _imports(_modules()).items() if "rmqlog.message_store" in deps)
+    assert importers == ["rmqlog", "rmqlog.admin.cli", "rmqlog.admin.export"]
 
 
 def test_folders_import_only_the_folders_below_them() -> None:
@@ -144,7 +144,7 @@ def test_folders_import_only_the_folders_below_them() -> None:
         allowed = ALLOWED.get(_folder(mod))
         assert allowed is not None, f"{mod}: folder {_folder(mod)!r} has no rule in ALLOWED (add one)"
         for dep in deps:
-            if dep == "store.parts":  # what services receive (a type; it imports them, not the reverse)
+            if dep == "rmqlog.parts":  # what services receive (a type; it imports them, not the reverse)
                 continue
             if dep in WIRING or _folder(dep) not in allowed:
                 bad.append(f"{mod} -> {dep}")

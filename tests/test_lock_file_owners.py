@@ -11,13 +11,13 @@ from pathlib import Path
 
 from conftest import subprocess_env
 
-import store
-from store.durability.lock_file import OWNERS_DIR
+import rmqlog
+from rmqlog.durability.lock_file import OWNERS_DIR
 
 #: Opens the store, appends, says "open", then closes when stdin says so (or is killed first).
 HOLDER = """
 import sys, store
-ms = store.MessageStore.open(sys.argv[1])
+ms = rmqlog.MessageStore.open(sys.argv[1])
 ms.put("T", b"from " + sys.argv[2].encode(), queue_id=0)
 print("open", flush=True)
 sys.stdin.readline()
@@ -44,7 +44,7 @@ def _owners(root: Path) -> list[str]:
 
 
 def bodies(root: Path) -> list[bytes]:
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         ms.dispatch()
         return sorted(ms.read_queue("T", 0, 0, 100)["body"].to_pylist())
 
@@ -58,7 +58,7 @@ def test_each_open_process_has_an_owner_file_until_it_closes(tmp_path: Path) -> 
     assert (root / "abort").exists()  # b still has it open
     _close(b)
     assert _owners(root) == [] and not (root / "abort").exists()
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         assert ms.recovery is not None and not ms.recovery.abnormal
         assert len(_owners(root)) == 1  # this process's own file while open
     assert _owners(root) == []
@@ -72,21 +72,21 @@ def test_a_killed_owner_keeps_abort_although_the_last_closer_closes_cleanly(tmp_
     _close(a)  # the last closer: nobody else holds the lock, but b never closed
     assert (root / "abort").exists()
     assert [n.split("-")[0] for n in _owners(root)] == [str(b.pid)]
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         assert ms.recovery is not None and ms.recovery.abnormal
         assert len(_owners(root)) == 1  # b's file went with the recovery that answered it
     assert not (root / "abort").exists() and _owners(root) == []
     assert bodies(root) == [b"from a", b"from b"]  # nothing acknowledged is lost
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         assert ms.recovery is not None and not ms.recovery.abnormal
 
 
 def test_an_owner_file_alone_means_abnormal_recovery(tmp_path: Path) -> None:
     """Even without ``abort``, a dead owner's file sends the first opener down the abnormal path."""
     root = tmp_path / "s"
-    store.MessageStore.open(root).close()
+    rmqlog.MessageStore.open(root).close()
     (root / OWNERS_DIR / "12345-deadbeef").touch()
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         assert ms.recovery is not None and ms.recovery.abnormal
     assert _owners(root) == [] and not (root / "abort").exists()
 
@@ -97,10 +97,10 @@ def test_a_close_whose_final_flush_failed_leaves_the_store_to_crash_recovery(tmp
     import pyarrow as pa
     import pytest
 
-    import store
+    import rmqlog
 
     root = tmp_path / "s"
-    s = store.MessageStore.open(root)
+    s = rmqlog.MessageStore.open(root)
     s.put_batch(pa.table({"topic": ["t"], "body": [b"x"]}))
 
     real, calls = s.flush_service.flush_to, []
@@ -108,15 +108,15 @@ def test_a_close_whose_final_flush_failed_leaves_the_store_to_crash_recovery(tmp
     def fail(*args: object) -> int:  # the close's own flush fails; later ones would work
         calls.append(args)
         if len(calls) == 1:
-            raise store.DiskFullError(errno.ENOSPC, "disk full while syncing", str(root))
+            raise rmqlog.DiskFullError(errno.ENOSPC, "disk full while syncing", str(root))
         return real(*args)
 
     monkeypatch.setattr(s.flush_service, "flush_to", fail)
-    with pytest.raises(store.DiskFullError):
+    with pytest.raises(rmqlog.DiskFullError):
         s.close()
     monkeypatch.undo()
     assert (root / "abort").exists() and list((root / "owners").iterdir())
-    with store.MessageStore.open(root) as again:
+    with rmqlog.MessageStore.open(root) as again:
         assert again.recovery is not None and again.recovery.abnormal
         assert again.read_queue("t", 0, 0, 10)["body"].to_pylist() + again.read_queue("t", 1, 0, 10)["body"].to_pylist() \
             + again.read_queue("t", 2, 0, 10)["body"].to_pylist() + again.read_queue("t", 3, 0, 10)["body"].to_pylist() == [b"x"]
@@ -132,10 +132,10 @@ def test_openers_waiting_for_a_recovery_that_dies_recover_themselves(tmp_path) -
 
     import pyarrow as pa
 
-    import store
+    import rmqlog
 
     root = tmp_path / "s"
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.put_batch(pa.table({"topic": ["t"] * 3, "body": [b"a", b"b", b"c"]}))
     (root / "abort").touch()  # the last owner crashed: the next first opener recovers
     # a "first opener" that takes the lock exclusively, starts recovering, and is killed
@@ -149,8 +149,8 @@ time.sleep(60)
 """], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
-        got: list[store.MessageStore] = []
-        waiter = threading.Thread(target=lambda: got.append(store.MessageStore.open(root)))
+        got: list[rmqlog.MessageStore] = []
+        waiter = threading.Thread(target=lambda: got.append(rmqlog.MessageStore.open(root)))
         waiter.start()
         time.sleep(0.3)  # the waiter is blocked behind the "recovery"
         assert not got

@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 import refcodec as rc
 
-import store
-import store.log.msgid as msgid
+import rmqlog
+import rmqlog.log.msgid as msgid
 
 HOSTS = {"127.0.0.1:10911": b"\x7f\x00\x00\x01\x00\x00\x2a\x9f", "[fe80::1]:10911": bytes.fromhex("fe80" + "00" * 13 + "01") + b"\x00\x00\x2a\x9f"}
 
@@ -19,7 +19,7 @@ HOSTS = {"127.0.0.1:10911": b"\x7f\x00\x00\x01\x00\x00\x2a\x9f", "[fe80::1]:1091
 def hex_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """``native``: the C helper's whole-msgId builder; ``hexlify``: its hex encoder only."""
     if request.param != "numpy" and msgid._hexlify is None:
-        pytest.skip("store._native was not built here")
+        pytest.skip("rmqlog._native was not built here")
     if request.param != "native":
         monkeypatch.setattr(msgid, "_offset_msg_ids", None)
     if request.param == "numpy":
@@ -52,9 +52,9 @@ def test_uniq_key_properties_are_distinct_hex(hex_path: str) -> None:
 
 def test_msg_ids_of_records_from_two_store_hosts(tmp_path: Path, hex_path: str) -> None:
     t = pa.table({"topic": ["H"] * 3, "body": [b"a", b"b", b"c"], "queueId": pa.array([0, 0, 0], pa.int32())})
-    with store.MessageStore.open(tmp_path, store.StoreConfig(store_host="10.0.0.7:9876")) as s:
+    with rmqlog.MessageStore.open(tmp_path, rmqlog.StoreConfig(store_host="10.0.0.7:9876")) as s:
         first = s.put_batch(t)
-    with store.MessageStore.open(tmp_path, store.StoreConfig(store_host="[fe80::1]:10911")) as s:
+    with rmqlog.MessageStore.open(tmp_path, rmqlog.StoreConfig(store_host="[fe80::1]:10911")) as s:
         second = s.put_batch(t)
         s.dispatch()
         rows = s.read_queue("H", 0, 0, 6)
@@ -65,7 +65,7 @@ def test_msg_ids_of_records_from_two_store_hosts(tmp_path: Path, hex_path: str) 
 
 def test_c_hexlify_checks_its_inputs() -> None:
     if msgid._hexlify is None:
-        pytest.skip("store._native was not built here")
+        pytest.skip("rmqlog._native was not built here")
     out = np.zeros((2, 6), np.uint8)
     msgid._hexlify(b"\x01\xab", 1, out, 6, 4)
     assert bytes(out[0, 4:]) == b"01" and bytes(out[1, 4:]) == b"AB"

@@ -12,14 +12,14 @@ import pyarrow as pa
 import pytest
 from conftest import FIXTURE_COMMITLOG, copy_file, small_store_config
 
-import store
-from store.admin.cli import main as rmqlog
+import rmqlog
+from rmqlog.admin.cli import main as cli
 
 CFG = small_store_config()
 
 
 def _fill(root: Path, n: int = 1000) -> pa.Table:
-    with store.MessageStore.open(root, CFG) as s:
+    with rmqlog.MessageStore.open(root, CFG) as s:
         out = s.put_batch(pa.table({"topic": ["t"] * n, "body": [b"x%d" % i for i in range(n)]}))
         s.dispatch()
     return out
@@ -39,10 +39,10 @@ def test_a_negative_totalsize_never_makes_the_store_unopenable(root: Path, where
     if abort:
         (root / "abort").touch()
     if where == "last" or abort:  # the walk meets it: below the flushed position
-        with pytest.raises(store.DataLossError, match="TOTALSIZE -2147483648 out of range") as info:
-            store.MessageStore.open(root, CFG)
+        with pytest.raises(rmqlog.DataLossError, match="TOTALSIZE -2147483648 out of range") as info:
+            rmqlog.MessageStore.open(root, CFG)
         assert info.value.offset == victim and info.value.path == str(seg)
-    with store.MessageStore.open(root, CFG, repair=True) as s:
+    with rmqlog.MessageStore.open(root, CFG, repair=True) as s:
         assert s.recovery is not None and s.recovery.end == victim
         assert s.verify().ok
 
@@ -57,9 +57,9 @@ def test_a_poisoned_store_timestamp_is_damage_not_a_poisoned_state(root: Path) -
         f.seek(last - int(seg.name) + 56)
         f.write((2**63 - 1).to_bytes(8, "big"))
     (root / "append.state").unlink()
-    with pytest.raises(store.DataLossError, match="STORETIMESTAMP 9223372036854775807 is out of range"):
-        store.MessageStore.open(root, CFG)
-    with store.MessageStore.open(root, CFG, repair=True) as s:
+    with pytest.raises(rmqlog.DataLossError, match="STORETIMESTAMP 9223372036854775807 is out of range"):
+        rmqlog.MessageStore.open(root, CFG)
+    with rmqlog.MessageStore.open(root, CFG, repair=True) as s:
         assert s.published_tail() == last
         res = s.put("t", b"after")
         assert res.commit_log_offset == last and res.store_timestamp.year < 3000
@@ -71,7 +71,7 @@ def test_a_deleted_consume_queue_is_rebuilt_at_open(root: Path) -> None:
     dispatch() returned 0 and verify() was clean."""
     _fill(root)
     shutil.rmtree(root / "consumequeue")
-    with store.MessageStore.open(root, CFG) as s:
+    with rmqlog.MessageStore.open(root, CFG) as s:
         assert [s.max_offset("t", q) for q in range(4)] == [250] * 4
         assert s.read_queue("t", 3, 0, 250)["body"].to_pylist()[-1] == b"x999"
         assert s.dispatch() == 0 and s.verify().ok
@@ -83,7 +83,7 @@ def test_a_lost_last_queue_file_leaves_no_hole(root: Path) -> None:
     _fill(root)
     q = root / "consumequeue" / "t" / "2"
     sorted(q.iterdir())[-1].unlink()
-    with store.MessageStore.open(root, CFG) as s:
+    with rmqlog.MessageStore.open(root, CFG) as s:
         assert s.max_offset("t", 2) == 250
         assert s.put("t", b"next", queue_id=2).queue_offset == 250
         s.dispatch()
@@ -93,7 +93,7 @@ def test_a_lost_last_queue_file_leaves_no_hole(root: Path) -> None:
 
 def test_verify_reports_missing_units_of_an_open_store(root: Path) -> None:
     _fill(root)
-    with store.MessageStore.open(root, CFG) as s:
+    with rmqlog.MessageStore.open(root, CFG) as s:
         shutil.rmtree(root / "consumequeue" / "t" / "1")
         problems = s.verify().problems
         assert [(Path(p.path).name, p.offset) for p in problems] == [("1", 0)]
@@ -106,10 +106,10 @@ def test_repair_fixes_a_last_segment_truncated_mid_record(root: Path) -> None:
     seg = sorted((root / "commitlog").iterdir())[-1]
     first = next(o for o in out["commitLogOffset"].to_pylist() if o >= int(seg.name))
     os.truncate(seg, first - int(seg.name) + 40)
-    with pytest.raises(store.CorruptStoreError, match="repair=True") as info:
-        store.MessageStore.open(root, CFG)
+    with pytest.raises(rmqlog.CorruptStoreError, match="repair=True") as info:
+        rmqlog.MessageStore.open(root, CFG)
     assert info.value.path == str(seg)
-    with store.MessageStore.open(root, CFG, repair=True) as s:
+    with rmqlog.MessageStore.open(root, CFG, repair=True) as s:
         assert s.published_tail() == first  # (the segment held nothing else: gone)
         assert not seg.exists() or seg.stat().st_size == CFG.mapped_file_size_commit_log
         assert s.verify().ok
@@ -120,7 +120,7 @@ def test_an_empty_checkpoint_beside_abort_only_means_a_longer_walk(root: Path) -
     _fill(root, 100)
     (root / "checkpoint").write_bytes(b"")
     (root / "abort").touch()
-    with store.MessageStore.open(root, CFG) as s:
+    with rmqlog.MessageStore.open(root, CFG) as s:
         assert s.recovery is not None and s.recovery.abnormal and s.recovery.walk_start == 0
         assert sum(s.max_offset("t", q) for q in range(4)) == 100
 
@@ -130,21 +130,21 @@ def test_a_rocketmq_store_reads_at_once_and_lists_its_topics(tmp_path: Path, cap
     topics()/`rmqlog info` listed only topics.json."""
     root = tmp_path / "broker"
     copy_file(FIXTURE_COMMITLOG, root / "commitlog" / FIXTURE_COMMITLOG.name)
-    with store.MessageStore.open(root) as s:  # a first open: dispatched like a broker's start-up
+    with rmqlog.MessageStore.open(root) as s:  # a first open: dispatched like a broker's start-up
         pass
     (root / "config" / "topics.json").unlink(missing_ok=True)
-    assert rmqlog(["read", str(root), "abc", "0", "--count", "3", "--body", "none"]) == 0
+    assert cli(["read", str(root), "abc", "0", "--count", "3", "--body", "none"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 3
-    assert rmqlog(["info", str(root)]) == 0
+    assert cli(["info", str(root)]) == 0
     assert "abc" in capsys.readouterr().out
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         assert {t: c.read_queue_nums for t, c in s.topics().items()} == {"abc": 1}
 
 
 def test_queue_offset_far_past_its_queue_costs_one_file(tmp_path: Path) -> None:
     """A unit written far past a queue's end (a damaged QUEUEOFFSET) gets fillers from the start
     of its own file only (RocketMQ's fillPreBlank), never one per missing unit."""
-    from store.queue.consume_queue import CQ_UNIT, ConsumeQueue
+    from rmqlog.queue.consume_queue import CQ_UNIT, ConsumeQueue
 
     cq = ConsumeQueue(tmp_path / "cq" / "t" / "0", 20 * 100)
     unit = np.zeros(1, CQ_UNIT)
@@ -162,13 +162,13 @@ def test_auto_created_topic_takes_the_queues_it_has_on_disk(tmp_path: Path) -> N
     """A topic the log has but topics.json lacks lists as many queues as its folders say; a put
     auto-creating it gets that many too (not the default 4), so every listed queue takes puts."""
     root = tmp_path / "s"
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.create_topic("t", 8)
         for q in range(8):
             s.put("t", b"x", queue_id=q)
         s.dispatch()
     (root / "config" / "topics.json").unlink()
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         assert s.topics()["t"].write_queue_nums == 8
         assert s.put("t", b"y", queue_id=7).queue_offset == 1
         assert s.topics()["t"].write_queue_nums == 8

@@ -1,4 +1,4 @@
-"""Segments prepared ahead of the writer (store.log.allocate): created beside the segments and
+"""Segments prepared ahead of the writer (rmqlog.log.allocate): created beside the segments and
 taken into place atomically when a writer rolls, never mistaken for a segment; their pages
 warmed (faulted into the page cache, reading only) before the writer gets there.
 
@@ -25,9 +25,9 @@ import pytest
 import refcodec as rc
 from conftest import REPO_ROOT, batch, small_store_config, subprocess_env
 
-import store
-import store.log.allocate as allocate
-from store.config import StoreConfig
+import rmqlog
+import rmqlog.log.allocate as allocate
+from rmqlog.config import StoreConfig
 
 SEG = 1 << 20  # 1 MiB commitlog segments: warm steps of 64 KiB below
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -56,7 +56,7 @@ def cfg(**changes: object) -> StoreConfig:
     return small_store_config(mapped_file_size_commit_log=SEG, flush_least_pages_when_warm_mapped_file=16, **changes)
 
 
-def settle(ms: store.MessageStore) -> int:
+def settle(ms: rmqlog.MessageStore) -> int:
     """Run the preparer's rounds until it has nothing left to do; returns how many."""
     rounds = 0
     while ms.preparer.run_once(0.0):
@@ -65,12 +65,12 @@ def settle(ms: store.MessageStore) -> int:
     return rounds
 
 
-def put(ms: store.MessageStore, n: int, body: int = 1000) -> pa.Table:
+def put(ms: rmqlog.MessageStore, n: int, body: int = 1000) -> pa.Table:
     return ms.put_batch(batch(topic="P", body=[bytes([65 + i % 26]) * body for i in range(n)],
                               queueId=pa.array([0] * n, pa.int32())))
 
 
-def quiet(ms: store.MessageStore) -> store.MessageStore:
+def quiet(ms: rmqlog.MessageStore) -> rmqlog.MessageStore:
     """The store's loop never runs the preparer (the tests run its rounds themselves)."""
     ms.appender.preparing = True  # (as if started: a put does not add it to the loop)
     ms.services.remove(ms.preparer)
@@ -81,7 +81,7 @@ def quiet(ms: store.MessageStore) -> store.MessageStore:
 
 
 def test_next_segment_prepared_beside_and_taken_into_place(root: Path) -> None:
-    with store.MessageStore.open(root, cfg(warm_mapped_file_enable=False)) as ms:
+    with rmqlog.MessageStore.open(root, cfg(warm_mapped_file_enable=False)) as ms:
         quiet(ms)
         put(ms, 10)
         settle(ms)
@@ -102,7 +102,7 @@ def test_next_segment_prepared_beside_and_taken_into_place(root: Path) -> None:
 
 
 def test_new_store_first_segment_prepared_before_the_first_append(root: Path) -> None:
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         quiet(ms)
         ms.preparer.expect(300_000)  # what put_batches does as the first table is encoded
         settle(ms)
@@ -117,7 +117,7 @@ def test_new_store_first_segment_prepared_before_the_first_append(root: Path) ->
 
 
 def test_a_prepared_file_of_another_size_is_not_taken(root: Path) -> None:
-    with store.MessageStore.open(root, cfg(warm_mapped_file_enable=False)) as ms:
+    with rmqlog.MessageStore.open(root, cfg(warm_mapped_file_enable=False)) as ms:
         quiet(ms)
         put(ms, 10)
         (root / "commitlog.prealloc").mkdir()
@@ -129,12 +129,12 @@ def test_a_prepared_file_of_another_size_is_not_taken(root: Path) -> None:
 
 
 def test_preparing_on_a_full_disk_leaves_the_roll_to_the_writer(root: Path, monkeypatch, caplog) -> None:
-    with store.MessageStore.open(root, cfg(warm_mapped_file_enable=False)) as ms:
+    with rmqlog.MessageStore.open(root, cfg(warm_mapped_file_enable=False)) as ms:
         quiet(ms)
         put(ms, 600)
 
         def full(path: Path, start: int) -> None:
-            raise store.DiskFullError(errno.ENOSPC, "disk full while creating a segment", str(path))
+            raise rmqlog.DiskFullError(errno.ENOSPC, "disk full while creating a segment", str(path))
 
         monkeypatch.setattr(ms.commitlog.segments, "create_file", full)
         assert ms.preparer.run_once(0.0) is False
@@ -146,14 +146,14 @@ def test_preparing_on_a_full_disk_leaves_the_roll_to_the_writer(root: Path, monk
 
 @pytest.mark.parametrize("clean", [True, False], ids=["clean-close", "after-a-kill"])
 def test_prepared_files_are_removed_by_recovery(root: Path, clean: bool) -> None:
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         quiet(ms)
         put(ms, 700)
         settle(ms)
         assert list((root / "commitlog.prealloc").iterdir())
     if not clean:
         (root / "abort").touch()  # as a kill leaves it (the other files of the store stay as they are)
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         assert ms.recovery is not None and ms.recovery.abnormal is not clean
         assert list((root / "commitlog.prealloc").iterdir()) == []
         assert ms.recovery.problems == [] and ms.verify().ok
@@ -164,7 +164,7 @@ def test_prepared_files_are_removed_by_recovery(root: Path, clean: bool) -> None
 
 
 def test_warm_up_faults_in_what_the_writer_will_write(root: Path) -> None:
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         quiet(ms)
         put(ms, 5)
         seg = root / "commitlog" / f"{0:020d}"
@@ -181,7 +181,7 @@ def test_warm_up_faults_in_what_the_writer_will_write(root: Path) -> None:
 
 
 def test_warm_up_off_only_preallocates(root: Path) -> None:
-    with store.MessageStore.open(root, cfg(warm_mapped_file_enable=False)) as ms:
+    with rmqlog.MessageStore.open(root, cfg(warm_mapped_file_enable=False)) as ms:
         quiet(ms)
         put(ms, 5)
         ms.preparer.expect(SEG)
@@ -192,7 +192,7 @@ def test_warm_up_off_only_preallocates(root: Path) -> None:
 
 def test_warm_up_without_madv_populate_reads_the_pages(root: Path, monkeypatch) -> None:
     monkeypatch.setattr(allocate, "_populate_ok", False)  # a kernel before 5.14: the pread fallback
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         quiet(ms)
         put(ms, 5)
         ms.preparer.expect(SEG // 2)
@@ -203,7 +203,7 @@ def test_warm_up_without_madv_populate_reads_the_pages(root: Path, monkeypatch) 
 def test_warm_up_never_changes_a_byte_even_under_a_writer(root: Path) -> None:
     """The warm-up only reads: run over the live segment while another thread appends into
     it (and rolls), every record is what was put."""
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         quiet(ms)
         put(ms, 5)
         stop = threading.Event()
@@ -236,7 +236,7 @@ def test_no_warm_up_on_tmpfs(tmp_path: Path) -> None:
         pytest.skip("no tmpfs at /dev/shm")
     root = Path(os.environ.get("RMQ_SHM_DIR", "/dev/shm")) / f"rmq-prealloc-{os.getpid()}"
     try:
-        with store.MessageStore.open(root, cfg()) as ms:
+        with rmqlog.MessageStore.open(root, cfg()) as ms:
             assert ms.preparer.warm is False  # a read of a hole allocates the page for good there
     finally:
         import shutil
@@ -249,11 +249,11 @@ def test_no_warm_up_on_tmpfs(tmp_path: Path) -> None:
 WRITER = """
 import sys
 import pyarrow as pa
-import store
+import rmqlog
 root, name = sys.argv[1], sys.argv[2]
-cfg = store.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=20 * 1000,
+cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=20 * 1000,
                         flush_least_pages_when_warm_mapped_file=16)
-with store.MessageStore.open(root, cfg) as ms:
+with rmqlog.MessageStore.open(root, cfg) as ms:
     for k in range(40):  # 3000 x ~1 KiB per put: announced past WAKE_BYTES, the loop prepares meanwhile
         n = 3000
         ms.put_batch(pa.table({"topic": ["M"] * n, "body": [f"{name}:{k}:{i}".encode().ljust(900, b".") for i in range(n)],
@@ -265,7 +265,7 @@ with store.MessageStore.open(root, cfg) as ms:
 def test_writers_of_several_processes_with_preparers(root: Path) -> None:
     """Two processes appending, each preparing and warming segments ahead: every record whole,
     queue offsets dense, whichever process rolled into whichever prepared segment."""
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         ms.create_topic("M", 1)
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(root), name], cwd=str(REPO_ROOT), env=subprocess_env(),
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
@@ -275,7 +275,7 @@ def test_writers_of_several_processes_with_preparers(root: Path) -> None:
         assert p.returncode == 0, err[-3000:]
         outs.append(out.split())
     assert sum(int(o[0]) for o in outs) > 0  # segments were prepared ahead, and taken
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         assert ms.verify().ok
         ms.dispatch()
         assert ms.max_offset("M", 0) == 2 * 40 * 3000
@@ -288,12 +288,12 @@ def test_writers_of_several_processes_with_preparers(root: Path) -> None:
 
 def test_a_writer_killed_with_a_segment_prepared(root: Path) -> None:
     code = WRITER.replace("    print(ms.preparer", "    import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n    print(ms.preparer")
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         ms.create_topic("M", 1)
     p = subprocess.run([sys.executable, "-c", code, str(root), "k"], cwd=str(REPO_ROOT), env=subprocess_env(),
                        capture_output=True, text=True, timeout=600)
     assert p.returncode == -signal.SIGKILL, p.stderr[-3000:]
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         assert ms.recovery is not None and ms.recovery.abnormal and ms.verify().ok
         assert ms.max_offset("M", 0) == 40 * 3000
         assert list((root / "commitlog.prealloc").iterdir()) == []
@@ -306,16 +306,16 @@ def test_config_keys_from_broker_conf(tmp_path: Path) -> None:
     assert c.warm_mapped_file_enable is False and c.flush_least_pages_when_warm_mapped_file == 1024
     d = StoreConfig()
     assert d.warm_mapped_file_enable is True and d.flush_least_pages_when_warm_mapped_file == 4096
-    with pytest.raises(store.ConfigError, match="flush_least_pages_when_warm_mapped_file"):
+    with pytest.raises(rmqlog.ConfigError, match="flush_least_pages_when_warm_mapped_file"):
         StoreConfig(flush_least_pages_when_warm_mapped_file=0)
 
 
 def test_a_reader_prepares_nothing(root: Path) -> None:
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         put(ms, 700)
-    store.MessageStore.open(root, cfg()).close()  # (recovery removes what the writer prepared)
+    rmqlog.MessageStore.open(root, cfg()).close()  # (recovery removes what the writer prepared)
     before = sorted(str(p.relative_to(root)) for p in root.rglob("*"))
-    with store.MessageStore.open(root, cfg(), create=False) as ms:
+    with rmqlog.MessageStore.open(root, cfg(), create=False) as ms:
         assert len(ms.read_queue("P", 0, 0, 1000)) == 700
         assert ms.preparer not in ms.services.services
     assert sorted(str(p.relative_to(root)) for p in root.rglob("*")) == before
@@ -324,11 +324,11 @@ def test_a_reader_prepares_nothing(root: Path) -> None:
 def test_a_large_announcement_wakes_the_preparer(root: Path) -> None:
     """Small puts leave the preparer to its idle rounds; a batch of a MiB or more makes it
     due at once (ServiceLoop.wake), so the warm-up runs while the batch is encoded."""
-    from store.service import ServiceLoop
+    from rmqlog.service import ServiceLoop
 
     now = [0.0]
     loop = ServiceLoop(clock=lambda: now[0], threaded=False)
-    with store.MessageStore.open(root, cfg()) as ms:
+    with rmqlog.MessageStore.open(root, cfg()) as ms:
         quiet(ms)
         prep = allocate.SegmentPreparer(ms.commitlog.segments, ms.published_tail, warm=True, step_pages=16,
                                         wake=loop.wake)

@@ -12,7 +12,7 @@ import refcodec as rc
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from store.log.properties import ParsedProperties, split_keys
+from rmqlog.log.properties import ParsedProperties, split_keys
 
 _chars = st.sampled_from(["a", "b", "K", "é", " ", "\x01", "\x02"])
 _any = st.text(_chars, max_size=16)
@@ -95,7 +95,7 @@ def _via(path: str, rows: list[str]) -> list[dict[str, str]]:
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(_any, _well_formed), min_size=1, max_size=8))
 def test_every_parser_path_agrees_with_java(rows: list[str]) -> None:
-    from store.log import properties
+    from rmqlog.log import properties
 
     paths = ["well_formed", "general"] + (["native"] if properties._native is not None else [])
     for path in paths:
@@ -111,7 +111,7 @@ def test_native_parser_grows_its_output_for_many_pairs() -> None:
 @given(st.lists(st.one_of(_any, _well_formed), min_size=1, max_size=8), st.sampled_from(["a", "K", "é", "ab", " "]))
 @example(["K\x01K"], "K")  # a name asked for twice
 def test_a_column_found_without_the_map_is_javas_last_value(rows: list[str], name: str) -> None:
-    from store.log import properties
+    from rmqlog.log import properties
 
     want = [r.get(name) for r in _reference(rows)]
     arr = pa.array(rows, pa.string())

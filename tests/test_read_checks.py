@@ -24,9 +24,9 @@ import pyarrow as pa
 import pytest
 from conftest import SMALL_COMMITLOG, SMALL_CQ, small_store_config
 
-import store
-from store import CorruptQueueError, CorruptRecordError
-from store.queue.consume_queue import CQ_UNIT_SIZE
+import rmqlog
+from rmqlog import CorruptQueueError, CorruptRecordError
+from rmqlog.queue.consume_queue import CQ_UNIT_SIZE
 
 pytest.importorskip("pyspark")
 from spark_rmq.read import QueueRange, read_range  # noqa: E402
@@ -44,7 +44,7 @@ def body(topic: str, q: int, k: int) -> bytes:
     return f"{topic}{q}-{k}".encode().ljust(BODY, b".")
 
 
-def fill(s: store.MessageStore) -> None:
+def fill(s: rmqlog.MessageStore) -> None:
     """4 queues x 30 messages in each of topics A and B, interleaved, all the same size."""
     for t in TOPICS:
         s.create_topic(t, 4)
@@ -91,22 +91,22 @@ def flip(root: Path, offset: int) -> None:
         f.write(bytes([b[0] ^ 0xFF]))
 
 
-Reader = Callable[[store.MessageStore, Path, str, int, "bool | None"], list[dict[str, Any]]]
+Reader = Callable[[rmqlog.MessageStore, Path, str, int, "bool | None"], list[dict[str, Any]]]
 
 
-def via_read_queue(s: store.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None) -> list[dict[str, Any]]:
+def via_read_queue(s: rmqlog.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None) -> list[dict[str, Any]]:
     kw = {} if check_crc is None else {"check_crc": check_crc}
     return s.read_queue(topic, qid, 0, 1 << 40, **kw).to_pylist()
 
 
-def via_get_messages(s: store.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None) -> list[dict[str, Any]]:
+def via_get_messages(s: rmqlog.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None) -> list[dict[str, Any]]:
     kw = {} if check_crc is None else {"check_crc": check_crc}
     res = s.get_messages("g", topic, qid, s.min_offset(topic, qid), max_count=1000, **kw)
-    assert res.status is store.GetMessageStatus.FOUND
+    assert res.status is rmqlog.GetMessageStatus.FOUND
     return res.messages.to_pylist()
 
 
-def via_read_range(s: store.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None) -> list[dict[str, Any]]:
+def via_read_range(s: rmqlog.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None) -> list[dict[str, Any]]:
     kw = {} if check_crc is None else {"check_crc": check_crc}
     part = QueueRange(str(root), topic, qid, s.min_offset(topic, qid), s.max_offset(topic, qid), **kw)
     batches = list(read_range(part))
@@ -121,18 +121,18 @@ reader_ids = ["read_queue", "get_messages", "spark_read_range"]
 def native(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     """Run with the C helper's gather and CRC, and with their pure-Python fallbacks."""
     if not request.param:
-        import store.log.decode
-        import store.log.gather
+        import rmqlog.log.decode
+        import rmqlog.log.gather
 
-        monkeypatch.setattr(store.log.gather, "_native_gather", None)
-        monkeypatch.setattr(store.log.decode, "_crc32_batch", None)
+        monkeypatch.setattr(rmqlog.log.gather, "_native_gather", None)
+        monkeypatch.setattr(rmqlog.log.decode, "_crc32_batch", None)
     return bool(request.param)
 
 
 @pytest.fixture
-def live(root: Path) -> Iterator[store.MessageStore]:
+def live(root: Path) -> Iterator[rmqlog.MessageStore]:
     """An open, filled store (units are damaged under it)."""
-    s = store.MessageStore.open(root, small_store_config())
+    s = rmqlog.MessageStore.open(root, small_store_config())
     fill(s)
     try:
         yield s
@@ -157,7 +157,7 @@ K = 10  # the damaged unit of queue A/2
 
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
-def test_unit_pointing_at_another_queues_record(live: store.MessageStore, root: Path, read: Reader, native: bool) -> None:
+def test_unit_pointing_at_another_queues_record(live: rmqlog.MessageStore, root: Path, read: Reader, native: bool) -> None:
     """Same topic, same size, same queue offset: only QUEUEID tells the record is queue 3's."""
     other, size, _ = unit(root, "A", 3, K)
     assert size == unit(root, "A", 2, K)[1]
@@ -168,7 +168,7 @@ def test_unit_pointing_at_another_queues_record(live: store.MessageStore, root: 
 
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
-def test_unit_pointing_at_another_topics_record(live: store.MessageStore, root: Path, read: Reader, native: bool) -> None:
+def test_unit_pointing_at_another_topics_record(live: rmqlog.MessageStore, root: Path, read: Reader, native: bool) -> None:
     """Topic B's record of queue 2 at queue offset K: same size, queue id and offset; only the topic differs."""
     other, size, _ = unit(root, "B", 2, K)
     write_unit(root, "A", 2, K, other, size)
@@ -179,7 +179,7 @@ def test_unit_pointing_at_another_topics_record(live: store.MessageStore, root: 
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
 @pytest.mark.parametrize("where", ["at_tail", "straddling_tail", "wild"])
-def test_unit_pointing_past_the_tail(live: store.MessageStore, root: Path, read: Reader, where: str, native: bool) -> None:
+def test_unit_pointing_past_the_tail(live: rmqlog.MessageStore, root: Path, read: Reader, where: str, native: bool) -> None:
     tail = live.published_tail()
     size = unit(root, "A", 2, K)[1]
     offset = {"at_tail": tail, "straddling_tail": tail - 100, "wild": (1 << 63) - 10}[where]
@@ -193,10 +193,10 @@ def test_unit_pointing_past_the_tail(live: store.MessageStore, root: Path, read:
 def test_unit_pointing_before_the_commitlogs_first_offset(root: Path, read: Reader, native: bool) -> None:
     """After retention deleted the oldest segment, a unit past the queue's first live one
     that points into the deleted range is damaged, not expired: it is not silently skipped."""
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         fill(s)
     (root / "commitlog" / f"{0:020d}").unlink()  # what retention does
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         try:
             lo = s.min_offset("A", 2)
             assert 0 < lo < PER_QUEUE - 5
@@ -210,7 +210,7 @@ def test_unit_pointing_before_the_commitlogs_first_offset(root: Path, read: Read
 
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
-def test_unit_pointing_into_the_middle_of_a_record(live: store.MessageStore, root: Path, read: Reader, native: bool) -> None:
+def test_unit_pointing_into_the_middle_of_a_record(live: rmqlog.MessageStore, root: Path, read: Reader, native: bool) -> None:
     offset, size, _ = unit(root, "A", 2, K)
     assert (offset + 8) // SMALL_COMMITLOG == (offset + 8 + size - 1) // SMALL_COMMITLOG  # not past its segment's end
     write_unit(root, "A", 2, K, offset + 8, size)
@@ -220,7 +220,7 @@ def test_unit_pointing_into_the_middle_of_a_record(live: store.MessageStore, roo
 
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
-def test_unit_pointing_at_a_blank_record(live: store.MessageStore, root: Path, read: Reader, native: bool) -> None:
+def test_unit_pointing_at_a_blank_record(live: rmqlog.MessageStore, root: Path, read: Reader, native: bool) -> None:
     offset, size, _ = unit(root, "A", 2, 0)
     records_per_segment = (SMALL_COMMITLOG - 8) // size
     blank = records_per_segment * size  # the end-of-segment blank of the first segment
@@ -235,7 +235,7 @@ def test_unit_pointing_at_a_blank_record(live: store.MessageStore, root: Path, r
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
 @pytest.mark.parametrize("delta", [1, -1, -250])
-def test_unit_size_mismatch(live: store.MessageStore, root: Path, read: Reader, delta: int, native: bool) -> None:
+def test_unit_size_mismatch(live: rmqlog.MessageStore, root: Path, read: Reader, delta: int, native: bool) -> None:
     offset, size, _ = unit(root, "A", 2, K)
     write_unit(root, "A", 2, K, offset, size + delta)
     with pytest.raises(CorruptQueueError) as err:
@@ -246,7 +246,7 @@ def test_unit_size_mismatch(live: store.MessageStore, root: Path, read: Reader, 
 
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
-def test_unit_queue_offset_mismatch(live: store.MessageStore, root: Path, read: Reader, native: bool) -> None:
+def test_unit_queue_offset_mismatch(live: rmqlog.MessageStore, root: Path, read: Reader, native: bool) -> None:
     """Unit K points at queue A/2's own next record: right topic, queue and size, wrong QUEUEOFFSET."""
     nxt, size, _ = unit(root, "A", 2, K + 1)
     write_unit(root, "A", 2, K, nxt, size)
@@ -255,7 +255,7 @@ def test_unit_queue_offset_mismatch(live: store.MessageStore, root: Path, read: 
     expect_queue_error(err, root, "A", 2, K, nxt, f"the record there has queue offset {K + 1}")
 
 
-def test_the_first_bad_unit_in_queue_order_is_named(live: store.MessageStore, root: Path, native: bool) -> None:
+def test_the_first_bad_unit_in_queue_order_is_named(live: rmqlog.MessageStore, root: Path, native: bool) -> None:
     """A damage found late (a unit pointing at another queue's record, known only once the
     headers are read) before one found early (past the tail, known from the units alone):
     the earlier unit is the one named."""
@@ -268,7 +268,7 @@ def test_the_first_bad_unit_in_queue_order_is_named(live: store.MessageStore, ro
         assert err.value.queue_offset == 4, read
 
 
-def test_a_unit_that_is_not_read_is_not_checked(live: store.MessageStore, root: Path) -> None:
+def test_a_unit_that_is_not_read_is_not_checked(live: rmqlog.MessageStore, root: Path) -> None:
     """get_messages reads max_count units: damage past them does not fail a read before it."""
     write_unit(root, "A", 2, K, live.published_tail(), unit(root, "A", 2, K)[1])
     res = live.get_messages("g", "A", 2, 0, max_count=K)
@@ -278,7 +278,7 @@ def test_a_unit_that_is_not_read_is_not_checked(live: store.MessageStore, root: 
 
 
 @pytest.mark.parametrize("damage", ["other_queue", "other_topic", "past_tail", "middle", "size"])
-def test_offset_for_timestamp_checks_the_units_it_looks_at(live: store.MessageStore, root: Path, damage: str) -> None:
+def test_offset_for_timestamp_checks_the_units_it_looks_at(live: rmqlog.MessageStore, root: Path, damage: str) -> None:
     """Its binary search looks at unit 15 of 30 first: a damaged one must not lend another
     record's store time (before: any non-record read as time 0, or an AssertionError)."""
     own, size, _ = unit(root, "A", 2, 15)
@@ -296,7 +296,7 @@ def test_offset_for_timestamp_checks_the_units_it_looks_at(live: store.MessageSt
     expect_queue_error(err, root, "A", 2, 15, offset, want)
 
 
-def test_intact_reads_are_unchanged(live: store.MessageStore, root: Path) -> None:
+def test_intact_reads_are_unchanged(live: rmqlog.MessageStore, root: Path) -> None:
     want = [body("A", 2, k) for k in range(PER_QUEUE)]
     for read in READERS:
         rows = read(live, root, "A", 2, None)
@@ -311,15 +311,15 @@ VICTIM = 1  # queue offset of the damaged record of A/2 (in the oldest segment)
 @pytest.fixture
 def closed(root: Path) -> tuple[int, int]:
     """A filled, cleanly closed store: (commitlog offset, size) of record A/2 #VICTIM."""
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         fill(s)
     offset, size, _ = unit(root, "A", 2, VICTIM)
     assert offset < SMALL_COMMITLOG and len(list((root / "commitlog").iterdir())) > 4
     return offset, size
 
 
-def open_damaged(root: Path, **config: Any) -> store.MessageStore:
-    s = store.MessageStore.open(root, small_store_config(**config))
+def open_damaged(root: Path, **config: Any) -> rmqlog.MessageStore:
+    s = rmqlog.MessageStore.open(root, small_store_config(**config))
     assert s.recovery is not None and not s.recovery.abnormal  # a clean open: it checked the last segments only
     return s
 
@@ -353,7 +353,7 @@ def test_flipped_byte_in_an_old_segment(closed: tuple[int, int], root: Path, rea
 @pytest.mark.parametrize("field", ["body", "bodyCRC"])
 def test_message_by_offset_and_id_check_the_crc(closed: tuple[int, int], root: Path, field: str, native: bool) -> None:
     offset, _size = closed
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         msg_id = s.message_by_offset(offset)["msgId"]  # type: ignore[index]
     flip(root, offset + (88 + 5 if field == "body" else 8))
     with open_damaged(root) as s:
@@ -430,13 +430,13 @@ def test_an_untyped_decode_failure_becomes_a_typed_error(closed: tuple[int, int]
     (simulated: the properties' UTF-8 cast raises ArrowInvalid), the read raises
     CorruptRecordError naming the segment and the first record the scalar decoder rejects
     (or, with none, the first of the read), never the ArrowInvalid."""
-    import store.log.decode
+    import rmqlog.log.decode
 
     offset, _size = closed
     if damaged:
         flip(root, offset + 88 + 5)
 
-    real_utf8_lossy = store.log.decode.utf8_lossy
+    real_utf8_lossy = rmqlog.log.decode.utf8_lossy
 
     def boom(arr: pa.Array) -> pa.Array:  # fails on reads of several records, as a bad one among them would
         if len(arr) > 1:
@@ -445,7 +445,7 @@ def test_an_untyped_decode_failure_becomes_a_typed_error(closed: tuple[int, int]
 
     with open_damaged(root) as s:
         first = s.read_queue("A", 2, 0, 1)["commitLogOffset"][0].as_py()
-        monkeypatch.setattr(store.log.decode, "utf8_lossy", boom)
+        monkeypatch.setattr(rmqlog.log.decode, "utf8_lossy", boom)
         with pytest.raises(CorruptRecordError) as err:
             s.read_queue("A", 2, 0, 100)
         if damaged:
@@ -460,7 +460,7 @@ def test_an_untyped_decode_failure_becomes_a_typed_error(closed: tuple[int, int]
 def test_gather_slices_takes_slices_in_any_order(native: bool) -> None:
     """Damaged units may point anywhere: the gather must copy what it is asked (the checks
     then reject it), never read out of its buffer or mix slices up."""
-    from store.log.gather import gather_slices
+    from rmqlog.log.gather import gather_slices
 
     src = pa.py_buffer(bytes(range(256)))
     starts = np.array([100, 10, 12, 200, 0], np.int64)
@@ -473,8 +473,8 @@ def test_gather_slices_takes_slices_in_any_order(native: bool) -> None:
 
 
 def test_body_crcs_match_the_scalar_crc(native: bool) -> None:
-    from store.log.decode import body_crcs
-    from store.log.record import body_crc
+    from rmqlog.log.decode import body_crcs
+    from rmqlog.log.record import body_crc
 
     bodies = [b"", b"a", bytes(range(256)) * 9, b"RocketMQ"]
     for arr in (pa.array(bodies, pa.binary()), pa.array(bodies, pa.large_binary()), pa.array(bodies, pa.binary()).slice(1)):
@@ -482,9 +482,9 @@ def test_body_crcs_match_the_scalar_crc(native: bool) -> None:
 
 
 def test_new_errors_are_store_errors() -> None:
-    assert issubclass(CorruptQueueError, store.CorruptStoreError) and issubclass(CorruptRecordError, store.CorruptStoreError)
-    assert store.StoreConfig().check_crc_on_read is True
-    assert store.StoreConfig(check_crc_on_read=False).check_crc_on_read is False
+    assert issubclass(CorruptQueueError, rmqlog.CorruptStoreError) and issubclass(CorruptRecordError, rmqlog.CorruptStoreError)
+    assert rmqlog.StoreConfig().check_crc_on_read is True
+    assert rmqlog.StoreConfig(check_crc_on_read=False).check_crc_on_read is False
 
 
 def test_checkcrc_source_option() -> None:

@@ -1,6 +1,6 @@
 """Read-only opens (``MessageStore.open(root, read_only=True)``, ``rmqlog --read-only``, the
 Spark source's ``readOnly``): every read works, and not one byte, file or timestamp of the
-store changes (see :mod:`store.read_only`)."""
+store changes (see :mod:`rmqlog.read_only`)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,14 @@ import pytest
 from conftest import FIXTURE_COMMITLOG, copy_file, small_store_config, subprocess_env
 from conftest import snapshot_tree as snapshot
 
-import store
-from store.admin.cli import main as cli
+import rmqlog
+from rmqlog.admin.cli import main as cli
 
 FIRST_ID = "C0A8470100001FBB0000000000000000"  # the RocketMQ fixture's first record
 
 
 def fill(root: Path, *, dispatch: bool = True) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.create_topic("T", 2)
         s.put_batch(pa.table({"topic": ["T"] * 40, "body": [b"m%d" % i for i in range(40)],
                               "keys": [[f"k{i}"] for i in range(40)], "tags": ["a", "b"] * 20}))
@@ -43,7 +43,7 @@ def closed(tmp_path: Path) -> Path:
 
 def test_every_read_works_and_nothing_changes(closed: Path) -> None:
     before = snapshot(closed)
-    with store.MessageStore.open(closed, read_only=True) as s:
+    with rmqlog.MessageStore.open(closed, read_only=True) as s:
         assert s.read_only and s.recovery is None
         assert set(s.topics()) == {"T"}
         assert [s.max_offset("T", q) for q in (0, 1)] == [20, 20] and s.min_offset("T", 0) == 0
@@ -67,7 +67,7 @@ def test_every_read_works_and_nothing_changes(closed: Path) -> None:
     assert snapshot(closed) == before
 
 
-MUTATORS: dict[str, Callable[[store.MessageStore], object]] = {
+MUTATORS: dict[str, Callable[[rmqlog.MessageStore], object]] = {
     "put": lambda s: s.put("T", b"x"),
     "put_batch": lambda s: s.put_batch(pa.table({"topic": ["T"], "body": [b"x"]})),
     "put_batches": lambda s: s.put_batches([pa.table({"topic": ["T"], "body": [b"x"]})]),
@@ -84,24 +84,24 @@ MUTATORS: dict[str, Callable[[store.MessageStore], object]] = {
 @pytest.mark.parametrize("name", sorted(MUTATORS))
 def test_changes_are_refused_typed(closed: Path, name: str) -> None:
     before = snapshot(closed)
-    with store.MessageStore.open(closed, read_only=True) as s:
-        with pytest.raises(store.ReadOnlyStoreError, match=f"^{name}: the store is open read-only"):
+    with rmqlog.MessageStore.open(closed, read_only=True) as s:
+        with pytest.raises(rmqlog.ReadOnlyStoreError, match=f"^{name}: the store is open read-only"):
             MUTATORS[name](s)
         assert s.max_offset("T", 0) == 20  # still usable
     assert snapshot(closed) == before
 
 
 def test_no_store_or_repair(tmp_path: Path) -> None:
-    with pytest.raises(store.StoreNotFoundError):
-        store.MessageStore.open(tmp_path / "none", read_only=True)
+    with pytest.raises(rmqlog.StoreNotFoundError):
+        rmqlog.MessageStore.open(tmp_path / "none", read_only=True)
     assert not (tmp_path / "none").exists()
     (tmp_path / "empty").mkdir()
-    with pytest.raises(store.StoreNotFoundError):
-        store.MessageStore.open(tmp_path / "empty", read_only=True)
+    with pytest.raises(rmqlog.StoreNotFoundError):
+        rmqlog.MessageStore.open(tmp_path / "empty", read_only=True)
     assert list((tmp_path / "empty").iterdir()) == []
     fill(tmp_path / "s")
-    with pytest.raises(store.InvalidArgumentError, match="repair"):
-        store.MessageStore.open(tmp_path / "s", read_only=True, repair=True)
+    with pytest.raises(rmqlog.InvalidArgumentError, match="repair"):
+        rmqlog.MessageStore.open(tmp_path / "s", read_only=True, repair=True)
 
 
 def test_undispatched_records_stay_undispatched(tmp_path: Path) -> None:
@@ -109,11 +109,11 @@ def test_undispatched_records_stay_undispatched(tmp_path: Path) -> None:
     root = tmp_path / "s"
     fill(root, dispatch=False)
     before = snapshot(root)
-    with store.MessageStore.open(root, read_only=True) as s:
+    with rmqlog.MessageStore.open(root, read_only=True) as s:
         assert s.max_offset("T", 0) == 0 and s.dispatcher.position() < s.published_tail()
         assert s.message_by_offset(0)["body"] == b"m0"
     assert snapshot(root) == before
-    with store.MessageStore.open(root) as s:  # a normal open recovers: dispatched
+    with rmqlog.MessageStore.open(root) as s:  # a normal open recovers: dispatched
         assert s.max_offset("T", 0) == 20
 
 
@@ -123,7 +123,7 @@ def test_rocketmq_store_without_our_files(tmp_path: Path) -> None:
     root = tmp_path / "rmq"
     copy_file(FIXTURE_COMMITLOG, root / "commitlog" / FIXTURE_COMMITLOG.name)
     before = snapshot(root)
-    with store.MessageStore.open(root, read_only=True) as s:
+    with rmqlog.MessageStore.open(root, read_only=True) as s:
         assert s.published_tail() == 8192  # 47 records of 172 bytes, then the end-of-segment blank
         row = s.message_by_id(FIRST_ID)
         assert row["topic"] == "abc" and row["body"] == b"Once, there was a chance for me!"
@@ -135,8 +135,8 @@ def test_rocketmq_store_without_our_files(tmp_path: Path) -> None:
 def test_reads_a_store_a_writer_holds_open(closed: Path) -> None:
     """A writer appends after the read-only open: the reader sees what it publishes and
     dispatches; a read-only handle first in the process does not hold the writer's locks back."""
-    with store.MessageStore.open(closed, read_only=True) as r:
-        with store.MessageStore.open(closed, small_store_config()) as w:
+    with rmqlog.MessageStore.open(closed, read_only=True) as r:
+        with rmqlog.MessageStore.open(closed, small_store_config()) as w:
             w.put_batch(pa.table({"topic": ["T"] * 4, "body": [b"new"] * 4, "queueId": [0] * 4}), dispatch=True)
             assert r.max_offset("T", 0) == 24
             assert r.read_queue("T", 0, 20, 24)["body"].to_pylist() == [b"new"] * 4
@@ -146,10 +146,10 @@ def test_reads_a_store_a_writer_holds_open(closed: Path) -> None:
 def test_reader_in_another_process_while_this_one_writes(closed: Path) -> None:
     code = textwrap.dedent(f"""
         import json, store
-        with store.MessageStore.open({str(closed)!r}, read_only=True) as s:
+        with rmqlog.MessageStore.open({str(closed)!r}, read_only=True) as s:
             print(json.dumps([s.max_offset("T", 0), s.max_offset("T", 1)]))
     """)
-    with store.MessageStore.open(closed, small_store_config()) as w:
+    with rmqlog.MessageStore.open(closed, small_store_config()) as w:
         w.put_batch(pa.table({"topic": ["T"] * 6, "body": [b"x"] * 6, "queueId": [1] * 6}), dispatch=True)
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
                              timeout=120, check=True).stdout
@@ -163,7 +163,7 @@ def test_crashed_store_is_read_as_it_is(tmp_path: Path) -> None:
     fill(root)
     code = textwrap.dedent(f"""
         import os, signal, pyarrow as pa, store
-        s = store.MessageStore.open({str(root)!r})
+        s = rmqlog.MessageStore.open({str(root)!r})
         s.put_batch(pa.table({{"topic": ["T"] * 10, "body": [b"late"] * 10, "queueId": [0] * 10}}), dispatch=True)
         s.put_batch(pa.table({{"topic": ["T"] * 5, "body": [b"undispatched"] * 5, "queueId": [0] * 5}}))
         os.kill(os.getpid(), signal.SIGKILL)
@@ -172,11 +172,11 @@ def test_crashed_store_is_read_as_it_is(tmp_path: Path) -> None:
     assert proc.returncode == -signal.SIGKILL
     assert (root / "abort").exists()
     before = snapshot(root)
-    with store.MessageStore.open(root, read_only=True) as s:
+    with rmqlog.MessageStore.open(root, read_only=True) as s:
         assert s.max_offset("T", 0) == 30
         assert s.read_queue("T", 0, 20, 30)["body"].to_pylist() == [b"late"] * 10
     assert snapshot(root) == before
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         assert s.recovery is not None and s.max_offset("T", 0) == 35
 
 
@@ -193,12 +193,12 @@ def test_read_only_mount(tmp_path: Path) -> None:
         fill(mnt / "s")
         if subprocess.run(["mount", "-o", "remount,ro", str(mnt)], capture_output=True).returncode:
             pytest.skip("cannot remount the tmpfs read-only here")
-        with store.MessageStore.open(mnt / "s", read_only=True) as s:
+        with rmqlog.MessageStore.open(mnt / "s", read_only=True) as s:
             assert s.read_queue("T", 0, 0, 100).num_rows == 20
             assert s.query_by_key("T", "k3")["body"].to_pylist() == [b"m3"]
             assert s.verify().ok
         with pytest.raises(OSError):  # EROFS: a normal open writes its lock and abort files
-            store.MessageStore.open(mnt / "s")
+            rmqlog.MessageStore.open(mnt / "s")
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 

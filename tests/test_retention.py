@@ -21,14 +21,14 @@ import pytest
 import refcodec as rc
 from conftest import SMALL_COMMITLOG, SMALL_CQ, batch, small_store_config
 
-import store
-import store.retention.cleaner
-from store import GetMessageStatus as S
-from store.config import StoreConfig
-from store.errors import ConfigError, MessagesDeletedError
-from store.queue.checked_read import read_units
-from store.retention.policy import due, is_time_to_delete
-from store.service import ServiceLoop
+import rmqlog
+import rmqlog.retention.cleaner
+from rmqlog import GetMessageStatus as S
+from rmqlog.config import StoreConfig
+from rmqlog.errors import ConfigError, MessagesDeletedError
+from rmqlog.queue.checked_read import read_units
+from rmqlog.retention.policy import due, is_time_to_delete
+from rmqlog.service import ServiceLoop
 
 #: 400-byte records: 10 per 4 KiB commitlog segment (the 11th does not fit with its blank)
 BODY = 266
@@ -44,7 +44,7 @@ AT_4 = local_ms(4)
 AT_10 = local_ms(10)
 
 
-def fill(s: store.MessageStore, n: int, queues: int = 1, topic: str = "RT") -> list[dict]:
+def fill(s: rmqlog.MessageStore, n: int, queues: int = 1, topic: str = "RT") -> list[dict]:
     """``n`` messages of BODY bytes, round robin over ``queues`` queues; body = b"<queue>:<queue offset>"-padded."""
     qids = [i % queues for i in range(n)]
     bodies = [f"{q}:{i // queues}".encode().ljust(BODY, b".") for i, q in enumerate(qids)]
@@ -73,7 +73,7 @@ def cfg() -> StoreConfig:
 @pytest.fixture
 def rs(root: Path, cfg: StoreConfig):
     """An open store whose disk is 10% full (injected), closed after the test."""
-    s = store.MessageStore.open(root, cfg)
+    s = rmqlog.MessageStore.open(root, cfg)
     s.retention.disk_used = lambda path: 10.0
     try:
         yield s
@@ -97,7 +97,7 @@ def test_policy_rules() -> None:
     assert due(c.replace(disk_max_used_space_ratio=99), local_ms(5), 96).space_full  # clamped to 95 as RocketMQ's getter
 
 
-def test_nothing_due_outside_delete_when(rs: store.MessageStore, root: Path) -> None:
+def test_nothing_due_outside_delete_when(rs: rmqlog.MessageStore, root: Path) -> None:
     fill(rs, 60)
     age(root, AT_10, 1000)
     before = segments(root)
@@ -105,7 +105,7 @@ def test_nothing_due_outside_delete_when(rs: store.MessageStore, root: Path) -> 
     assert report.reason is None and report.deleted == 0 and segments(root) == before
 
 
-def test_by_time_deletes_the_expired_prefix_only(rs: store.MessageStore, root: Path) -> None:
+def test_by_time_deletes_the_expired_prefix_only(rs: rmqlog.MessageStore, root: Path) -> None:
     fill(rs, 100)
     starts = segments(root)
     assert len(starts) == 10
@@ -125,7 +125,7 @@ def test_by_time_deletes_the_expired_prefix_only(rs: store.MessageStore, root: P
 
 
 def test_at_most_max_num_per_pass_and_never_the_last(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config(delete_commit_log_files_max_num=3)) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(delete_commit_log_files_max_num=3)) as s:
         s.retention.disk_used = lambda path: 10.0
         fill(s, 100)
         starts = segments(root)
@@ -137,7 +137,7 @@ def test_at_most_max_num_per_pass_and_never_the_last(root: Path) -> None:
         assert s.get_messages("g", "RT", 0, 90).messages["queueOffset"].to_pylist()[:1] == [90]
 
 
-def test_by_space_at_any_hour_but_only_expired(rs: store.MessageStore, root: Path) -> None:
+def test_by_space_at_any_hour_but_only_expired(rs: rmqlog.MessageStore, root: Path) -> None:
     fill(rs, 80)
     starts = segments(root)
     age(root, AT_10, 80, starts[:2])
@@ -148,7 +148,7 @@ def test_by_space_at_any_hour_but_only_expired(rs: store.MessageStore, root: Pat
     assert segments(root) == starts[2:]
 
 
-def test_forced_deletes_whatever_the_age_oldest_first(rs: store.MessageStore, root: Path) -> None:
+def test_forced_deletes_whatever_the_age_oldest_first(rs: rmqlog.MessageStore, root: Path) -> None:
     fill(rs, 150)
     starts = segments(root)
     age(root, AT_10, 0)  # all written just now
@@ -161,7 +161,7 @@ def test_forced_deletes_whatever_the_age_oldest_first(rs: store.MessageStore, ro
 
 
 def test_forced_needs_clean_file_forcibly_enable(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config(clean_file_forcibly_enable=False)) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(clean_file_forcibly_enable=False)) as s:
         s.retention.disk_used = lambda path: 95.0
         fill(s, 50)
         age(root, AT_10, 0)
@@ -169,7 +169,7 @@ def test_forced_needs_clean_file_forcibly_enable(root: Path) -> None:
         assert report.reason == "space" and report.deleted == 0  # nothing old enough
 
 
-def test_never_what_is_not_flushed(rs: store.MessageStore, root: Path) -> None:
+def test_never_what_is_not_flushed(rs: rmqlog.MessageStore, root: Path) -> None:
     if rs.flusher is not None:
         rs.services.remove(rs.flusher)  # (no background flush in between)
     rs.put_batch(batch(topic="RT", body=[b"x" * BODY] * 50, queueId=pa.array([0] * 50, pa.int32())), dispatch=True)
@@ -180,7 +180,7 @@ def test_never_what_is_not_flushed(rs: store.MessageStore, root: Path) -> None:
     assert len(rs.clean_expired(AT_10).segments) == 4  # the fifth (last) segment holds the tail
 
 
-def test_what_is_not_dispatched_is_dispatched_first(rs: store.MessageStore, root: Path) -> None:
+def test_what_is_not_dispatched_is_dispatched_first(rs: rmqlog.MessageStore, root: Path) -> None:
     """Records nobody dispatched yet would never get their units once deleted: the pass
     dispatches them before it deletes."""
     rs.put_batch(batch(topic="RT", body=[b"x" * BODY] * 50, queueId=pa.array([0] * 50, pa.int32())))
@@ -192,7 +192,7 @@ def test_what_is_not_dispatched_is_dispatched_first(rs: store.MessageStore, root
     assert rs.read_queue("RT", 0, 0, 100)["queueOffset"].to_pylist() == list(range(40, 50))
 
 
-def test_segment_holding_the_tail_is_kept_even_when_full(rs: store.MessageStore, root: Path) -> None:
+def test_segment_holding_the_tail_is_kept_even_when_full(rs: rmqlog.MessageStore, root: Path) -> None:
     """A tail exactly at a segment's end (the next segment not created yet): the full segment
     is the last one, and the last is never deleted (the log would otherwise start nowhere)."""
     fill(rs, 30)
@@ -206,7 +206,7 @@ def test_segment_holding_the_tail_is_kept_even_when_full(rs: store.MessageStore,
 # --------------------------------------------------------------------------- what follows
 
 
-def test_consume_queue_files_follow_and_min_offsets(rs: store.MessageStore, root: Path) -> None:
+def test_consume_queue_files_follow_and_min_offsets(rs: rmqlog.MessageStore, root: Path) -> None:
     out = fill(rs, 300, queues=2)  # 150 per queue: consume-queue files of 50 units
     age(root, AT_4, 100)
     first = rs.clean_expired(AT_4)  # 10 segments: messages 0..99, queue offsets 0..49: the first files
@@ -236,20 +236,20 @@ def test_consume_queue_files_follow_and_min_offsets(rs: store.MessageStore, root
     assert rs.verify().ok
 
 
-def test_a_pass_that_deletes_nothing_walks_no_queue(rs: store.MessageStore, root: Path, monkeypatch) -> None:
+def test_a_pass_that_deletes_nothing_walks_no_queue(rs: rmqlog.MessageStore, root: Path, monkeypatch) -> None:
     fill(rs, 40, queues=4)
     age(root, AT_4, 100)
     assert rs.clean_expired(AT_4).segments
     age(root, AT_4, 1)
     walked: list[object] = []
     monkeypatch.setattr(type(rs.parts.queues), "dirs", lambda self: walked.append(1) or iter(()))
-    monkeypatch.setattr(store.retention.cleaner, "_listdir", lambda path: walked.append(path) or os.listdir(path))
+    monkeypatch.setattr(rmqlog.retention.cleaner, "_listdir", lambda path: walked.append(path) or os.listdir(path))
     for now in (AT_4, AT_10):  # at a deletion hour with nothing expired, and outside
         assert rs.clean_expired(now).deleted == 0
     assert walked == []  # no queue walked, not even the commitlog folder listed
 
 
-def _replace_index(ms: store.MessageStore, fake: object) -> None:
+def _replace_index(ms: rmqlog.MessageStore, fake: object) -> None:
     """The retention seam with a stand-in index (the real one is closed and no longer fed)."""
     assert ms.parts.index_service is not None
     ms.parts.index_service.close()
@@ -258,7 +258,7 @@ def _replace_index(ms: store.MessageStore, fake: object) -> None:
     ms.parts.index_service = fake  # type: ignore[assignment]
 
 
-def test_index_hook_gets_the_new_start(rs: store.MessageStore, root: Path) -> None:
+def test_index_hook_gets_the_new_start(rs: rmqlog.MessageStore, root: Path) -> None:
     calls: list[int] = []
 
     class FakeIndex:
@@ -278,7 +278,7 @@ def test_index_hook_gets_the_new_start(rs: store.MessageStore, root: Path) -> No
     assert rs.clean_expired(AT_4).deleted == 0 and calls == [report.log_start]  # nothing new: not called again
 
 
-def test_failed_index_hook_is_retried_by_the_next_pass(rs: store.MessageStore, root: Path) -> None:
+def test_failed_index_hook_is_retried_by_the_next_pass(rs: rmqlog.MessageStore, root: Path) -> None:
     calls: list[int] = []
 
     class FlakyIndex:
@@ -301,7 +301,7 @@ def test_failed_index_hook_is_retried_by_the_next_pass(rs: store.MessageStore, r
     assert calls == [start, start]
 
 
-def test_only_inside_the_store_root(rs: store.MessageStore, root: Path, tmp_path: Path) -> None:
+def test_only_inside_the_store_root(rs: rmqlog.MessageStore, root: Path, tmp_path: Path) -> None:
     """A queue folder that is a symbolic link to a folder outside the store is never cleaned."""
     fill(rs, 300)
     outside = tmp_path / "elsewhere"
@@ -320,12 +320,12 @@ def test_only_inside_the_store_root(rs: store.MessageStore, root: Path, tmp_path
 # --------------------------------------------------------------------------- readers
 
 
-def test_a_held_segment_stops_the_pass_until_released_or_held_too_long(rs: store.MessageStore, root: Path) -> None:
+def test_a_held_segment_stops_the_pass_until_released_or_held_too_long(rs: rmqlog.MessageStore, root: Path) -> None:
     fill(rs, 60)
     age(root, AT_4, 100)
     first = root / "commitlog" / f"{0:020d}"
     fd = os.open(first, os.O_RDONLY)
-    fcntl.flock(fd, fcntl.LOCK_SH)  # what a reader's pin holds (store.log.pins)
+    fcntl.flock(fd, fcntl.LOCK_SH)  # what a reader's pin holds (rmqlog.log.pins)
     try:
         report = rs.clean_expired(AT_4)
         assert report.busy == [str(first)] and report.deleted == 0 and first.exists()
@@ -339,7 +339,7 @@ def test_a_held_segment_stops_the_pass_until_released_or_held_too_long(rs: store
         os.close(fd)
 
 
-def test_a_read_overtaken_by_retention_names_the_queue_and_range(rs: store.MessageStore, root: Path) -> None:
+def test_a_read_overtaken_by_retention_names_the_queue_and_range(rs: rmqlog.MessageStore, root: Path) -> None:
     fill(rs, 100)
     cq = rs.consume_queue("RT", 0)
     lo, hi, floor = rs.reader.read_bounds(cq)
@@ -353,11 +353,11 @@ def test_a_read_overtaken_by_retention_names_the_queue_and_range(rs: store.Messa
                    tail=rs.published_tail(), check_crc=True)
     assert (err.value.topic, err.value.queue_id, err.value.start, err.value.end) == ("RT", 0, 20, 40)
     assert "RT/0" in str(err.value) and "[20, 40)" in str(err.value)
-    assert isinstance(err.value, store.DataLossError)
+    assert isinstance(err.value, rmqlog.DataLossError)
 
 
 @pytest.mark.parametrize(("old", "first_left"), [(9, 90), (4, 40)], ids=["queue-file-gone", "records-gone"])
-def test_get_messages_and_read_queue_overtaken(rs: store.MessageStore, root: Path, monkeypatch, old: int,
+def test_get_messages_and_read_queue_overtaken(rs: rmqlog.MessageStore, root: Path, monkeypatch, old: int,
                                                first_left: int) -> None:
     fill(rs, 100)
     age(root, AT_4, 1)
@@ -388,7 +388,7 @@ def test_get_messages_and_read_queue_overtaken(rs: store.MessageStore, root: Pat
 
 
 def test_reopen_after_deletion_is_clean(root: Path, cfg: StoreConfig) -> None:
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         s.retention.disk_used = lambda path: 10.0
         fill(s, 120, queues=2)
         age(root, AT_4, 100)
@@ -396,27 +396,27 @@ def test_reopen_after_deletion_is_clean(root: Path, cfg: StoreConfig) -> None:
         assert start == 10 * SMALL_COMMITLOG
     state = json.loads((root / "retention.state").read_bytes())
     assert state == {"version": 1, "logStart": start, "queuesCleaned": start}
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.recovery is not None and not s.recovery.abnormal and s.recovery.problems == []
         assert s.verify().ok and s.commitlog.min_offset() == start
         assert [s.min_offset("RT", q) for q in (0, 1)] == [50, 50]
         assert s.put("RT", b"next", queue_id=1).queue_offset == 60
         s.dispatch()
         assert s.read_queue("RT", 1, 0, 100)["queueOffset"].to_pylist() == list(range(50, 61))
-    with store.MessageStore.open(root, cfg, repair=True) as s:  # the walk of every segment agrees
+    with rmqlog.MessageStore.open(root, cfg, repair=True) as s:  # the walk of every segment agrees
         assert s.recovery is not None and s.recovery.problems == [] and s.verify().ok
 
 
 def test_pass_cut_short_is_completed_at_open(root: Path, cfg: StoreConfig) -> None:
     """Killed after retention.state recorded the new start, before the segments went (or a
     power loss undid their unlinks): the first opener removes them."""
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         fill(s, 60)
     (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 3 * SMALL_COMMITLOG, "queuesCleaned": 0}))
     (root / "commitlog.deleted").mkdir()
     os.rename(root / "commitlog" / f"{SMALL_COMMITLOG:020d}", root / "commitlog.deleted" / f"{SMALL_COMMITLOG:020d}")  # moved, not unlinked
     (root / "abort").touch()  # and it was a kill
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.recovery is not None and s.recovery.abnormal
         assert any("below the start" in p for p in s.recovery.problems)
         assert segments(root) == [k * SMALL_COMMITLOG for k in range(3, 6)]
@@ -427,7 +427,7 @@ def test_pass_cut_short_is_completed_at_open(root: Path, cfg: StoreConfig) -> No
         assert s.verify().ok
 
 
-def test_pass_cut_short_is_completed_by_the_next_pass(rs: store.MessageStore, root: Path) -> None:
+def test_pass_cut_short_is_completed_by_the_next_pass(rs: rmqlog.MessageStore, root: Path) -> None:
     fill(rs, 60)
     rs.retention.clean(AT_10)  # retention.state exists from a first pass
     (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 2 * SMALL_COMMITLOG, "queuesCleaned": 0}))
@@ -436,15 +436,15 @@ def test_pass_cut_short_is_completed_by_the_next_pass(rs: store.MessageStore, ro
 
 
 def test_a_start_past_the_flushed_position_is_ignored(root: Path, cfg: StoreConfig) -> None:
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         fill(s, 60)
     (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 100 * SMALL_COMMITLOG, "queuesCleaned": 0}))
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert any("past the flushed position" in p for p in s.recovery.problems)
         assert segments(root)[0] == 0 and s.verify().ok
 
 
-def test_unreadable_state_is_ignored(rs: store.MessageStore, root: Path) -> None:
+def test_unreadable_state_is_ignored(rs: rmqlog.MessageStore, root: Path) -> None:
     fill(rs, 30)
     (root / "retention.state").write_text("{not json")
     assert rs.clean_expired(AT_10).deleted == 0
@@ -478,7 +478,7 @@ def test_bad_retention_config(bad: dict) -> None:
         StoreConfig(**bad)
 
 
-def test_service_runs_passes_on_its_interval(rs: store.MessageStore, root: Path) -> None:
+def test_service_runs_passes_on_its_interval(rs: rmqlog.MessageStore, root: Path) -> None:
     fill(rs, 60)
     age(root, AT_4, 100)
     rs.retention.wall_ms = lambda: AT_4
@@ -497,13 +497,13 @@ def test_service_runs_passes_on_its_interval(rs: store.MessageStore, root: Path)
 
 
 def test_cli_clean(root: Path, cfg: StoreConfig, capsys, monkeypatch) -> None:
-    from store.admin.cli import main
-    from store.retention import cleaner
+    from rmqlog.admin.cli import main
+    from rmqlog.retention import cleaner
 
     # The machine's own disk use would decide the reason (CI's disk ran past 75%: "space"):
     # pin it below every ratio so the pass is the manual one asked for.
     monkeypatch.setattr(cleaner, "disk_used_percent", lambda path: 10.0)
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         fill(s, 60)
     now = dt.datetime.now().timestamp()
     for start in segments(root)[:-1]:
@@ -517,7 +517,7 @@ def test_cli_clean(root: Path, cfg: StoreConfig, capsys, monkeypatch) -> None:
     assert main(["clean", str(root / "nothing")]) == 2
 
 
-def test_queue_bounds_when_a_listed_segment_is_gone(rs: store.MessageStore, root: Path, monkeypatch) -> None:
+def test_queue_bounds_when_a_listed_segment_is_gone(rs: rmqlog.MessageStore, root: Path, monkeypatch) -> None:
     """A consume-queue segment deleted between the listing and the look (another process's
     pass): the bounds come from what is left, no AssertionError."""
     fill(rs, 120)
@@ -529,7 +529,7 @@ def test_queue_bounds_when_a_listed_segment_is_gone(rs: store.MessageStore, root
     assert cq.min_offset(0) == 50 and cq.max_offset() == 120
 
 
-def test_first_pass_cleans_queues_of_a_log_that_starts_past_0(rs: store.MessageStore, root: Path) -> None:
+def test_first_pass_cleans_queues_of_a_log_that_starts_past_0(rs: rmqlog.MessageStore, root: Path) -> None:
     """Segments removed by hand (or a RocketMQ store): the first pass cleans the consume
     queues against where the log starts, once."""
     fill(rs, 300)
@@ -544,7 +544,7 @@ def test_first_pass_cleans_queues_of_a_log_that_starts_past_0(rs: store.MessageS
 def test_state_rebuilt_after_deletion_keeps_queue_offsets(root: Path, cfg: StoreConfig) -> None:
     """A queue whose every record was deleted, then append.state lost (a power loss): its
     next offset comes from its consume queue (whose last file retention keeps), not 0."""
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         s.retention.disk_used = lambda path: 10.0
         fill(s, 120, topic="OLD")  # 12 segments of OLD only
         fill(s, 60, topic="NEW")
@@ -557,7 +557,7 @@ def test_state_rebuilt_after_deletion_keeps_queue_offsets(root: Path, cfg: Store
         assert s.min_offset("OLD", 0) == s.max_offset("OLD", 0) == 120
     (root / "append.state").unlink()
     (root / "abort").touch()
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.recovery is not None and s.recovery.state_rebuilt
         assert s.put("OLD", b"again", queue_id=0).queue_offset == 120
         assert s.put("NEW", b"again", queue_id=0).queue_offset == 60

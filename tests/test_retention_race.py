@@ -1,6 +1,6 @@
 """Retention with other processes: readers racing deletion, and kills during and after a pass.
 
-A read that races a deletion gets the data or a typed :class:`store.MessagesDeletedError`
+A read that races a deletion gets the data or a typed :class:`rmqlog.MessagesDeletedError`
 (naming topic, queue and the lost offsets), never another record's data nor another error;
 a file a reader of another process holds for a read in progress is not deleted. A store
 killed (SIGKILL) after or in the middle of a pass reopens cleanly, verify finds nothing, and
@@ -21,19 +21,19 @@ import pyarrow as pa
 import pytest
 from conftest import REPO_ROOT, SMALL_COMMITLOG, SMALL_CQ, batch, small_store_config, subprocess_env
 
-import store
-import store.queue.checked_read
+import rmqlog
+import rmqlog.queue.checked_read
 
 BODY = 266  # 400-byte records: 10 per 4 KiB segment
 
-CFG = f"store.StoreConfig(mapped_file_size_commit_log={SMALL_COMMITLOG}, mapped_file_size_consume_queue={SMALL_CQ})"
+CFG = f"rmqlog.StoreConfig(mapped_file_size_commit_log={SMALL_COMMITLOG}, mapped_file_size_consume_queue={SMALL_CQ})"
 
 PRELUDE = f"""
 import os, signal, sys, time
 import numpy as np, pyarrow as pa
-import store
-from store.errors import MessagesDeletedError
-from store.queue.checked_read import read_units
+import rmqlog
+from rmqlog.errors import MessagesDeletedError
+from rmqlog.queue.checked_read import read_units
 cfg = {CFG}
 BODY = {BODY}
 
@@ -66,7 +66,7 @@ def _finish(p: subprocess.Popen[str], timeout: float = 120) -> str:
     return out
 
 
-def fill(s: store.MessageStore, n: int, queues: int = 2, first: int = 0) -> None:
+def fill(s: rmqlog.MessageStore, n: int, queues: int = 2, first: int = 0) -> None:
     qids = [i % queues for i in range(first, first + n)]
     bodies = [f"{q}:{i // queues}".encode().ljust(BODY, b".") for i, q in zip(range(first, first + n), qids, strict=True)]
     s.put_batch(batch(topic="RT", body=bodies, queueId=pa.array(qids, pa.int32())))
@@ -89,7 +89,7 @@ def check_rows(table: pa.Table, q: int) -> None:
 READER = """
 root, done = sys.argv[1], sys.argv[2]
 stats = dict(rows=0, deleted=0, removing=0, too_small=0, rounds=0)
-with store.MessageStore.open(root, cfg, create=False) as s:
+with rmqlog.MessageStore.open(root, cfg, create=False) as s:
     open(done + ".ready", "w").close()
     while not os.path.exists(done):
         stats["rounds"] += 1
@@ -116,14 +116,14 @@ with store.MessageStore.open(root, cfg, create=False) as s:
                 check(q, tab["queueOffset"].to_pylist(), tab["body"].to_pylist())
                 assert tab["queueOffset"].to_pylist() == list(range(lo, lo + len(units)))
             r = s.get_messages("g", "RT", q, lo, 16)
-            if r.status is store.GetMessageStatus.FOUND:
+            if r.status is rmqlog.GetMessageStatus.FOUND:
                 check(q, r.messages["queueOffset"].to_pylist(), r.messages["body"].to_pylist())
                 assert r.messages["queueOffset"].to_pylist()[0] == lo
-            elif r.status is store.GetMessageStatus.MESSAGE_WAS_REMOVING:
+            elif r.status is rmqlog.GetMessageStatus.MESSAGE_WAS_REMOVING:
                 assert r.next_begin_offset > lo
                 stats["removing"] += 1
             else:
-                assert r.status is store.GetMessageStatus.OFFSET_TOO_SMALL and r.next_begin_offset > lo, r
+                assert r.status is rmqlog.GetMessageStatus.OFFSET_TOO_SMALL and r.next_begin_offset > lo, r
                 stats["too_small"] += 1
 print(stats)
 """
@@ -133,7 +133,7 @@ print(stats)
 def test_reads_racing_deletion_in_other_processes(tmp_path: Path, readers: int) -> None:
     root = tmp_path / "store"
     done = tmp_path / "done"
-    with store.MessageStore.open(root, small_store_config(delete_commit_log_files_max_num=1)) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(delete_commit_log_files_max_num=1)) as s:
         fill(s, 1200)
         n = len(segments(root))
         children = [_spawn(READER, str(root), str(done) + str(i)) for i in range(readers)]
@@ -160,9 +160,9 @@ def test_reads_racing_deletion_in_other_processes(tmp_path: Path, readers: int) 
 
 
 HOLDER = """
-from store.log.pins import pin, unpin
+from rmqlog.log.pins import pin, unpin
 root, go, release = sys.argv[1], sys.argv[2], sys.argv[3]
-with store.MessageStore.open(root, cfg, create=False) as s:
+with rmqlog.MessageStore.open(root, cfg, create=False) as s:
     seg = s.commitlog.segments.for_offset(0)
     assert pin(seg)  # what a read does while it reads the segment
     rows = s.read_queue("RT", 0, 0, 5)
@@ -179,7 +179,7 @@ with store.MessageStore.open(root, cfg, create=False) as s:
 def test_a_segment_another_process_is_reading_is_not_deleted(tmp_path: Path) -> None:
     root = tmp_path / "store"
     go, release = tmp_path / "go", tmp_path / "release"
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         fill(s, 100)
         s.retention.disk_used = lambda path: 99.0
         child = _spawn(HOLDER, str(root), str(go), str(release))
@@ -200,26 +200,26 @@ def test_a_reader_that_mapped_a_segment_before_it_went_still_reads_it(tmp_path: 
     """A segment deleted after a reader mapped it keeps its data for that reader (never another
     record's); a reader that had not mapped it gets the typed error, naming the range."""
     root = tmp_path / "store"
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         fill(s, 100)
         cq = s.consume_queue("RT", 0)
         lo, hi, floor = s.reader.read_bounds(cq)
         units = cq.read(0, 50)
-        first = store.queue.checked_read.read_units(s.commitlog, cq, units, np.arange(50), topic="RT", queue_id=0,
+        first = rmqlog.queue.checked_read.read_units(s.commitlog, cq, units, np.arange(50), topic="RT", queue_id=0,
                                                     floor=floor, tail=s.published_tail(), check_crc=True)
         child = _spawn("""
-with store.MessageStore.open(sys.argv[1], cfg) as s:
+with rmqlog.MessageStore.open(sys.argv[1], cfg) as s:
     s.retention.disk_used = lambda path: 99.0
     print(len(s.clean_expired().segments))
 """, str(root))
         assert _finish(child).strip() == "9"
-        again = store.queue.checked_read.read_units(s.commitlog, cq, units, np.arange(50), topic="RT", queue_id=0,
+        again = rmqlog.queue.checked_read.read_units(s.commitlog, cq, units, np.arange(50), topic="RT", queue_id=0,
                                                     floor=floor, tail=s.published_tail(), check_crc=True)
         assert again.equals(first)
         check_rows(again, 0)
         s.commitlog.min_offset()  # the process learns the new start: lets go of its mappings below it
-        with pytest.raises(store.MessagesDeletedError) as err:
-            store.queue.checked_read.read_units(s.commitlog, cq, units, np.arange(50), topic="RT", queue_id=0,
+        with pytest.raises(rmqlog.MessagesDeletedError) as err:
+            rmqlog.queue.checked_read.read_units(s.commitlog, cq, units, np.arange(50), topic="RT", queue_id=0,
                                                 floor=floor, tail=s.published_tail(), check_crc=True)
         assert (err.value.topic, err.value.queue_id, err.value.start, err.value.end) == ("RT", 0, 0, 45)
 
@@ -228,7 +228,7 @@ with store.MessageStore.open(sys.argv[1], cfg) as s:
 
 
 KILLED_AFTER = """
-with store.MessageStore.open(sys.argv[1], cfg) as s:
+with rmqlog.MessageStore.open(sys.argv[1], cfg) as s:
     fill(s, 300)
     s.retention.disk_used = lambda path: 99.0
     assert len(s.clean_expired().segments) == 10
@@ -237,10 +237,10 @@ with store.MessageStore.open(sys.argv[1], cfg) as s:
 """
 
 KILLED_DURING = """
-import store.retention.cleaner as cleaner
-import store.retention.leftovers as leftovers
+import rmqlog.retention.cleaner as cleaner
+import rmqlog.retention.leftovers as leftovers
 where = sys.argv[2]
-with store.MessageStore.open(sys.argv[1], cfg) as s:
+with rmqlog.MessageStore.open(sys.argv[1], cfg) as s:
     fill(s, 300)
     s.retention.disk_used = lambda path: 99.0
     module = cleaner if where == "rename" else leftovers  # (moves into commitlog.deleted/, unlinks there)
@@ -261,12 +261,12 @@ def _reopen_and_check(root: Path, first_left: int, appended: int) -> None:
     """Two queues, ``appended`` messages in all, 10 per segment: the log starts at the segment
     of message ``2 * first_left``."""
     for repair in (False, True):  # (repair: the walk of every segment agrees)
-        with store.MessageStore.open(root, small_store_config(), repair=repair) as s:
+        with rmqlog.MessageStore.open(root, small_store_config(), repair=repair) as s:
             assert s.recovery is not None and s.recovery.abnormal is not repair  # the kill; then a clean close
             assert s.verify().ok, s.verify().problems
             assert s.commitlog.min_offset() == 2 * first_left // 10 * SMALL_COMMITLOG
             assert not list((root / "commitlog").glob(".*")) and not list((root / "commitlog.deleted").iterdir())
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         for q in (0, 1):
             assert s.min_offset("RT", q) == first_left
             rows = s.read_queue("RT", q, 0, 10**6)

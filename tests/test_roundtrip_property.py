@@ -21,9 +21,9 @@ from conftest import ms_to_dt, read_queue_all, small_store_config, units, walk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import store
-from store.log.properties import RESERVED_PROPERTIES
-from store.log.record import Record, ScanKind, decode_at
+import rmqlog
+from rmqlog.log.properties import RESERVED_PROPERTIES
+from rmqlog.log.record import Record, ScanKind, decode_at
 
 TOPICS = ["T0", "T1", "t_a", "%RETRY%g", "x-y|z"]
 QUEUES = 4
@@ -87,7 +87,7 @@ def expected_properties(msg: dict[str, Any], uniq: str) -> dict[str, str]:
 
 def check_round_trip(root: Path, all_batches: list[list[dict[str, Any]]]) -> None:
     sent: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}  # commitLogOffset -> (input, result)
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         for rows in all_batches:
             before = dt.datetime.now(dt.UTC)
             out = s.put_batch(to_table(rows)).to_pylist()
@@ -182,7 +182,7 @@ def _host(h: str) -> bytes:
 def test_scalar_codec_agrees_with_put_batch(rows: list[dict[str, Any]]) -> None:
     with tempfile.TemporaryDirectory() as d:
         root = Path(d) / "store"
-        with store.MessageStore.open(root, small_store_config()) as s:
+        with rmqlog.MessageStore.open(root, small_store_config()) as s:
             out = s.put_batch(to_table(rows)).to_pylist()
         refs = {r.physical_offset: r for r in walk(root)}
         for msg, res in zip(rows, out, strict=True):
@@ -232,7 +232,7 @@ def test_queue_offsets_with_many_queues(all_batches: list[list[tuple[int, int]]]
     with tempfile.TemporaryDirectory() as d:
         root = Path(d) / "store"
         cfg = small_store_config(default_topic_queue_nums=1024, mapped_file_size_commit_log=1 << 16)
-        with store.MessageStore.open(root, cfg) as s:
+        with rmqlog.MessageStore.open(root, cfg) as s:
             for rows in all_batches:
                 tbl = pa.table({
                     "topic": pa.array([f"Q{t}" for t, _ in rows]),
@@ -269,7 +269,7 @@ def test_large_batch_and_large_bodies(tmp_path: Path) -> None:
     cfg = small_store_config(mapped_file_size_commit_log=1 << 20, max_message_size=300_000)
     many = [rnd.randbytes(rnd.randrange(0, 64)) for _ in range(6000)]
     big = [rnd.randbytes(rnd.randrange(1025, 250_000)) for _ in range(12)]
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         out_many = s.put_batch(pa.table({"topic": pa.array(["M"] * len(many)), "body": pa.array(many, pa.binary())}))
         out_big = s.put_batch(pa.table({"topic": pa.array(["B"] * len(big)), "body": pa.array(big, pa.binary()),
                                         "queueId": pa.array([0] * len(big), pa.int32())}))

@@ -1,4 +1,4 @@
-"""The two walks of a commitlog segment (:func:`store.log.scan.scan_segment`) agree: the C
+"""The two walks of a commitlog segment (:func:`rmqlog.log.scan.scan_segment`) agree: the C
 helper's one pass (``walk_records``) and the numpy walk give the same records, end, stop
 reason and detail on intact segments and on thousands of damaged ones."""
 
@@ -11,9 +11,9 @@ import pyarrow as pa
 import pytest
 from conftest import FIXTURE_COMMITLOG
 
-import store
-from store.log import scan
-from store.log.scan import StopReason, scan_segment
+import rmqlog
+from rmqlog.log import scan
+from rmqlog.log.scan import StopReason, scan_segment
 
 pytestmark = pytest.mark.skipif(scan._native_walk is None, reason="the C helper is not built (setup.py)")
 
@@ -25,9 +25,9 @@ def segment(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
     """A 64 KiB segment: records of several topics, with keys, tags, properties and empty
     bodies, then the rest of the segment zeros."""
     root = tmp_path_factory.mktemp("scan") / "s"
-    cfg = store.StoreConfig(mapped_file_size_commit_log=SEG, message_index_enable=False)
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=SEG, message_index_enable=False)
     rng = np.random.default_rng(3)
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         n = 150
         s.put_batch(pa.table({
             "topic": [("a", "TopicTest", "x" * 100)[i % 3] for i in range(n)],

@@ -19,40 +19,40 @@ import pyarrow as pa
 import pytest
 from conftest import FIXTURE_CONFIG_DIR, REPO_ROOT, copy_file, small_store_config
 
-import store
-import store.schedule.scheduler as scheduler_module
-import store.schedule.timeup as timeup_module
-from store.admin.cli import main as cli
-from store.config import delay_levels_ms
-from store.errors import CorruptRecordError
-from store.hashing import java_string_hash
-from store.schedule.delay_offsets import encode_delay_offsets, load_delay_offsets
-from store.schedule.timeup import StoredMessages, delivered_copies
+import rmqlog
+import rmqlog.schedule.scheduler as scheduler_module
+import rmqlog.schedule.timeup as timeup_module
+from rmqlog.admin.cli import main as cli
+from rmqlog.config import delay_levels_ms
+from rmqlog.errors import CorruptRecordError
+from rmqlog.hashing import java_string_hash
+from rmqlog.schedule.delay_offsets import encode_delay_offsets, load_delay_offsets
+from rmqlog.schedule.timeup import StoredMessages, delivered_copies
 
 S = "SCHEDULE_TOPIC_XXXX"
-LEVELS = delay_levels_ms(store.config.DEFAULT_DELAY_LEVELS)
+LEVELS = delay_levels_ms(rmqlog.config.DEFAULT_DELAY_LEVELS)
 FAR = 1 << 50  # a clock past every delivery time
 
 
 @pytest.fixture
 def ms(root: Path):
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         yield s
 
 
-def real(ms: store.MessageStore, topic: str = "T") -> list[dict]:
+def real(ms: rmqlog.MessageStore, topic: str = "T") -> list[dict]:
     ms.dispatch()
     return [m for q in range(ms.topics()[topic].write_queue_nums) for m in ms.read_queue(topic, q, 0, 1 << 40).to_pylist()] \
         if topic in ms.topics() else []
 
 
-def stored_at(ms: store.MessageStore, level: int) -> int:
+def stored_at(ms: rmqlog.MessageStore, level: int) -> int:
     ms.dispatch()
     row = ms.read_queue(S, level - 1, 0, 1).to_pylist()[0]
     return int(row["storeTimestamp"].timestamp() * 1000)
 
 
-def test_absent_until_due_then_present_once(ms: store.MessageStore) -> None:
+def test_absent_until_due_then_present_once(ms: rmqlog.MessageStore) -> None:
     """RocketMQ's ScheduleMessageServiceTest: not in the real queue before its time, then once."""
     res = ms.put("T", b"later", tags="A", queue_id=1, delay_level=3)  # 10 s
     assert (res.queue_id, res.queue_offset) == (2, 0)  # where it waits: level 3 -> queue 2
@@ -66,7 +66,7 @@ def test_absent_until_due_then_present_once(ms: store.MessageStore) -> None:
     assert len(real(ms)) == 1
 
 
-def test_unit_tagscode_is_the_delivery_time(ms: store.MessageStore) -> None:
+def test_unit_tagscode_is_the_delivery_time(ms: rmqlog.MessageStore) -> None:
     ms.put_batch(pa.table({"topic": ["T"] * 3, "body": [b"a", b"b", b"c"], "delayLevel": [1, 5, 18]}))
     ms.dispatch()
     for level in (1, 5, 18):
@@ -74,7 +74,7 @@ def test_unit_tagscode_is_the_delivery_time(ms: store.MessageStore) -> None:
         assert int(unit["tagsCode"]) == stored_at(ms, level) + LEVELS[level - 1]
 
 
-def test_levels_clamping_and_no_delay(ms: store.MessageStore) -> None:
+def test_levels_clamping_and_no_delay(ms: rmqlog.MessageStore) -> None:
     res = ms.put_batch(pa.table({"topic": ["T"] * 4, "body": [b"a", b"b", b"c", b"d"], "delayLevel": [99, 0, -3, None],
                                  "queueId": [0, 0, 0, 0]}))
     assert ms.topics()[S].write_queue_nums == 18  # one queue per level
@@ -86,28 +86,28 @@ def test_levels_clamping_and_no_delay(ms: store.MessageStore) -> None:
     assert sorted(m["body"] for m in real(ms)) == [b"a", b"b", b"c", b"d"]
 
 
-def test_the_delay_property_is_a_level_too(ms: store.MessageStore) -> None:
+def test_the_delay_property_is_a_level_too(ms: rmqlog.MessageStore) -> None:
     ms.put("T", b"p", properties={"DELAY": "2", "color": "red"}, queue_id=0)
     ms.put_batch(pa.table({"topic": ["T"], "body": [b"both"], "delayLevel": [2],
                            "properties": pa.array([[("DELAY", "2")]], pa.map_(pa.string(), pa.string()))}))
     ms.dispatch()
     assert ms.max_offset(S, 1) == 2 and real(ms) == []
-    with pytest.raises(store.InvalidMessageError, match="disagree") as err:
+    with pytest.raises(rmqlog.InvalidMessageError, match="disagree") as err:
         ms.put_batch(pa.table({"topic": ["T", "T"], "body": [b"x", b"y"], "delayLevel": [1, 2],
                                "properties": pa.array([[], [("DELAY", "3")]], pa.map_(pa.string(), pa.string()))}))
     assert (err.value.row, err.value.field) == (1, "delayLevel")
-    with pytest.raises(store.InvalidMessageError, match="not a delay level") as err:
+    with pytest.raises(rmqlog.InvalidMessageError, match="not a delay level") as err:
         ms.put("T", b"x", properties={"DELAY": "soon"})
     assert (err.value.row, err.value.field) == (0, "properties")
 
 
 @pytest.mark.parametrize(("cols", "field", "error"), [
-    ({"topic": ["T", S], "body": [b"a", b"b"]}, "topic", store.InvalidMessageError),
-    ({"topic": ["T", "bad/topic"], "body": [b"a", b"b"], "delayLevel": [1, 1]}, "topic", store.InvalidTopicError),
-    ({"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1, 1], "queueId": [0, 4]}, "queueId", store.QueueIdError),
-    ({"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1.0, 2.0]}, "delayLevel", store.InvalidMessageError),
+    ({"topic": ["T", S], "body": [b"a", b"b"]}, "topic", rmqlog.InvalidMessageError),
+    ({"topic": ["T", "bad/topic"], "body": [b"a", b"b"], "delayLevel": [1, 1]}, "topic", rmqlog.InvalidTopicError),
+    ({"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1, 1], "queueId": [0, 4]}, "queueId", rmqlog.QueueIdError),
+    ({"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1.0, 2.0]}, "delayLevel", rmqlog.InvalidMessageError),
 ])
-def test_bad_delayed_rows_are_typed_and_write_nothing(ms: store.MessageStore, cols: dict, field: str, error: type) -> None:
+def test_bad_delayed_rows_are_typed_and_write_nothing(ms: rmqlog.MessageStore, cols: dict, field: str, error: type) -> None:
     ms.create_topic("T", 4)
     before = ms.published_tail()
     with pytest.raises(error) as err:
@@ -116,7 +116,7 @@ def test_bad_delayed_rows_are_typed_and_write_nothing(ms: store.MessageStore, co
     assert ms.published_tail() == before
 
 
-def test_the_delivered_copy(ms: store.MessageStore) -> None:
+def test_the_delivered_copy(ms: rmqlog.MessageStore) -> None:
     born = 1_700_000_000_123
     ms.put_batch(pa.table({
         "topic": ["T"], "body": [b"copy"], "tags": ["TagA"], "keys": [["k1", "k2"]], "queueId": [3], "flag": [7],
@@ -142,7 +142,7 @@ def test_the_delivered_copy(ms: store.MessageStore) -> None:
     assert ms.query_by_key("T", "k2").num_rows == 1 and ms.message_by_id(wp["UNIQ_KEY"]) is not None
 
 
-def test_many_due_together_go_in_one_batch_per_level(ms: store.MessageStore) -> None:
+def test_many_due_together_go_in_one_batch_per_level(ms: rmqlog.MessageStore) -> None:
     n = 5000
     ms.put_batch(pa.table({"topic": ["T"] * n, "body": [b"%d" % i for i in range(n)], "delayLevel": [1 + i % 3 for i in range(n)]}))
     ms.dispatch()
@@ -151,7 +151,7 @@ def test_many_due_together_go_in_one_batch_per_level(ms: store.MessageStore) -> 
     assert Counter(m["body"] for m in real(ms)) == Counter(b"%d" % i for i in range(n))
 
 
-def test_delay_offset_file_format(ms: store.MessageStore, root: Path) -> None:
+def test_delay_offset_file_format(ms: rmqlog.MessageStore, root: Path) -> None:
     ms.put("T", b"a", delay_level=1)
     ms.put("T", b"b", delay_level=2)
     ms.dispatch()
@@ -168,11 +168,11 @@ def test_rocketmqs_delay_offset_files_are_read(tmp_path: Path) -> None:
     (tmp_path / "b.json").write_text('{\n\t"offsetTable":{1:5,2:0,18:12}\n}')
     assert load_delay_offsets(tmp_path / "b.json") == {1: 5, 2: 0, 18: 12}
     (tmp_path / "c.json").write_text('{"offsetTable":{1:-5}}')
-    with pytest.raises(store.CorruptStoreError, match="c.json"):
+    with pytest.raises(rmqlog.CorruptStoreError, match="c.json"):
         load_delay_offsets(tmp_path / "c.json")
 
 
-def test_progress_resumes_from_the_file_and_from_the_log(ms: store.MessageStore, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_resumes_from_the_file_and_from_the_log(ms: rmqlog.MessageStore, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A pass killed after its append and before the progress file: the writer's sequence in
     the log says the batch is delivered; nothing is delivered twice."""
     for i in range(3):
@@ -192,7 +192,7 @@ def test_progress_resumes_from_the_file_and_from_the_log(ms: store.MessageStore,
     assert ms.deliver_due(FAR) == 1 and sorted(m["body"] for m in real(ms)) == [b"m0", b"m1", b"m2", b"m3"]
 
 
-def test_the_cli_runs_a_pass(ms: store.MessageStore, root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_cli_runs_a_pass(ms: rmqlog.MessageStore, root: Path, capsys: pytest.CaptureFixture[str]) -> None:
     ms.put("T", b"x", delay_level=1)
     ms.close()
     time.sleep(1.05)  # level 1 is one second: the CLI uses the wall clock
@@ -203,16 +203,16 @@ def test_the_cli_runs_a_pass(ms: store.MessageStore, root: Path, capsys: pytest.
 
 
 def test_bad_delay_level_config() -> None:
-    with pytest.raises(store.ConfigError, match="level 2"):
-        store.StoreConfig(message_delay_level="1s 5x")
+    with pytest.raises(rmqlog.ConfigError, match="level 2"):
+        rmqlog.StoreConfig(message_delay_level="1s 5x")
     assert delay_levels_ms("1s 2m 3h 1d") == (1000, 120_000, 10_800_000, 86_400_000)
 
 
 PASS_CHILD = r"""
 import sys, store
 root = sys.argv[1]
-cfg = store.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
-with store.MessageStore.open(root, cfg) as s:
+cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
+with rmqlog.MessageStore.open(root, cfg) as s:
     print("open", flush=True)
     for _ in range(int(sys.argv[2])):
         s.deliver_due(1 << 50)
@@ -221,8 +221,8 @@ with store.MessageStore.open(root, cfg) as s:
 
 
 def _fill_delayed(root: Path, n: int) -> None:
-    cfg = store.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
-    with store.MessageStore.open(root, cfg) as s:
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
+    with rmqlog.MessageStore.open(root, cfg) as s:
         for b in range(n // 100):
             s.put_batch(pa.table({"topic": ["T"] * 100, "body": [b"%d" % (b * 100 + i) for i in range(100)],
                                   "delayLevel": [1 + (b * 100 + i) % 4 for i in range(100)]}))
@@ -230,8 +230,8 @@ def _fill_delayed(root: Path, n: int) -> None:
 
 
 def _delivered(root: Path) -> Counter:
-    cfg = store.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
-    with store.MessageStore.open(root, cfg) as s:
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
+    with rmqlog.MessageStore.open(root, cfg) as s:
         s.deliver_due(1 << 50)
         s.dispatch()
         return Counter(m["body"] for m in real(s))
@@ -266,7 +266,7 @@ def test_a_scheduler_killed_at_any_moment_loses_and_repeats_nothing(tmp_path: Pa
         assert len(got) == 20_000 and set(got.values()) == {1}, f"trial {trial}: {Counter(got.values())}"
 
 
-def test_the_copy_keeps_the_stored_properties_in_their_order(ms: store.MessageStore) -> None:
+def test_the_copy_keeps_the_stored_properties_in_their_order(ms: rmqlog.MessageStore) -> None:
     ms.put_batch(pa.table({
         "topic": ["T"], "body": [b"x"], "tags": ["TagA"], "keys": [["k1"]], "delayLevel": [1],
         "properties": pa.array([[("b", "2"), ("a", "1")]], pa.map_(pa.string(), pa.string())),
@@ -332,15 +332,15 @@ def test_the_copies_keep_the_born_host_they_were_sent_with(tmp_path: Path) -> No
     """RocketMQ's messageTimeup and convertMessage keep BORNHOST: the copy says who sent the
     message, not which store delivered it (a delay level and a timed message alike)."""
     root = tmp_path / "s"
-    sender = store.StoreConfig(born_host="10.1.2.3:4567")
+    sender = rmqlog.StoreConfig(born_host="10.1.2.3:4567")
     now = int(time.time() * 1000)
-    with store.MessageStore.open(root, sender) as s:
+    with rmqlog.MessageStore.open(root, sender) as s:
         s.put_batch(pa.table({"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1, 0],
                               "deliverTime": pa.array([None, now + 60_000], pa.int64())}))
-    with store.MessageStore.open(root) as s:  # delivered by a store with another born host
+    with rmqlog.MessageStore.open(root) as s:  # delivered by a store with another born host
         s.scheduler.wall_ms = lambda: now + 120_000  # (the timer goes by the wall clock)
         assert s.deliver_due(now + 120_000) == 2
         copies = real(s)
         assert sorted(c["body"] for c in copies) == [b"a", b"b"]
         assert {c["bornHost"] for c in copies} == {"10.1.2.3:4567"}
-        assert {c["storeHost"] for c in copies} == {store.StoreConfig().store_host}  # the store that delivered them
+        assert {c["storeHost"] for c in copies} == {rmqlog.StoreConfig().store_host}  # the store that delivered them

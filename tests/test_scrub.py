@@ -26,9 +26,9 @@ import pyarrow as pa
 import pytest
 from conftest import subprocess_env, walk
 
-import store
-import store.log.commitlog as cl
-import store.log.mapped_file as mf
+import rmqlog
+import rmqlog.log.commitlog as cl
+import rmqlog.log.mapped_file as mf
 
 MiB = 1 << 20
 PAGE = mmap.PAGESIZE
@@ -82,8 +82,8 @@ def test_leftovers_are_cleared_at_the_cost_of_their_size(tmp_path: Path) -> None
     segment is as sparse as before (it used to write zeros over the whole rest of the
     segment: all 64 MiB allocated, 2.8 s for 256 MiB)."""
     root = tmp_path / "s"
-    cfg = store.StoreConfig(mapped_file_size_commit_log=64 * MiB)
-    with store.MessageStore.open(root, cfg) as s:
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 * MiB)
+    with rmqlog.MessageStore.open(root, cfg) as s:
         s.put_batch(pa.table({"topic": ["S"] * 100, "body": [b"a" * 1000] * 100}))
         tail = s.published_tail()
         seg = segment_file(root, 0)
@@ -105,13 +105,13 @@ def test_leftovers_are_cleared_at_the_cost_of_their_size(tmp_path: Path) -> None
 KILLED_WRITER = """
 import os, signal, sys
 import pyarrow as pa
-import store
-from store.log.append_state import AppendStateFile
+import rmqlog
+from rmqlog.log.append_state import AppendStateFile
 # killed after its last write, before it publishes: the whole batch is left past the tail
 AppendStateFile.publish = lambda self, state, durable=False: os.kill(os.getpid(), signal.SIGKILL)
-cfg = store.StoreConfig(mapped_file_size_commit_log=int(sys.argv[2]))
+cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=int(sys.argv[2]))
 n = int(sys.argv[3])
-with store.MessageStore.open(sys.argv[1], cfg) as s:
+with rmqlog.MessageStore.open(sys.argv[1], cfg) as s:
     s.put_batch(pa.table({"topic": ["K"] * n, "body": [b"k" * 1000] * n}))
 """
 
@@ -123,8 +123,8 @@ def test_leftovers_rolled_into_later_segments_are_cleared(tmp_path: Path) -> Non
     dead batch's records, which a rebuild of the state then took for the log."""
     root = tmp_path / "s"
     size = MiB
-    cfg = store.StoreConfig(mapped_file_size_commit_log=size)
-    with store.MessageStore.open(root, cfg) as s:
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=size)
+    with rmqlog.MessageStore.open(root, cfg) as s:
         s.put_batch(pa.table({"topic": ["S"] * 50, "body": [b"a" * 1000] * 50}))
         tail = s.published_tail()
         child = subprocess.run(
@@ -142,7 +142,7 @@ def test_leftovers_rolled_into_later_segments_are_cleared(tmp_path: Path) -> Non
     assert nonzero_past(root, new_tail, size) == 0
     assert [r.body for r in walk(root)] == [b"a" * 1000] * 50 + [b"n"]
     (root / "append.state").unlink()  # a rebuild from the log finds no phantom records
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.published_tail() == new_tail
         assert s.put_batch(one(b"m"))["commitLogOffset"][0].as_py() == new_tail
 
@@ -150,9 +150,9 @@ def test_leftovers_rolled_into_later_segments_are_cleared(tmp_path: Path) -> Non
 LOOPING_WRITER = """
 import sys
 import pyarrow as pa
-import store
-cfg = store.StoreConfig(mapped_file_size_commit_log=int(sys.argv[2]))
-with store.MessageStore.open(sys.argv[1], cfg) as s:
+import rmqlog
+cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=int(sys.argv[2]))
+with rmqlog.MessageStore.open(sys.argv[1], cfg) as s:
     print("open", flush=True)
     i = 0
     while True:
@@ -168,9 +168,9 @@ def test_a_writer_killed_at_any_instant_leaves_nothing_the_next_put_keeps(tmp_pa
     next put of another process lands at the tail and nothing is left past the new tail."""
     root = tmp_path / "s"
     size = MiB
-    cfg = store.StoreConfig(mapped_file_size_commit_log=size)
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=size)
     rng = random.Random(seed)
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         s.put_batch(one(b"first"))
         child = subprocess.Popen(
             [sys.executable, "-c", LOOPING_WRITER, str(root), str(size)], env=subprocess_env(), stdout=subprocess.PIPE,
@@ -200,7 +200,7 @@ def test_a_clean_put_checks_with_one_read_per_append(tmp_path: Path, monkeypatch
         reads.append(length)
         return real(self, rel, length)
 
-    with store.MessageStore.open(tmp_path / "s") as s:
+    with rmqlog.MessageStore.open(tmp_path / "s") as s:
         s.put_batch(one())
         monkeypatch.setattr(mf.MappedFile, "read", counted)
         s.put_batch(one())
@@ -230,7 +230,7 @@ def test_clearing_without_hole_punching_zeroes_only_non_zero_bytes(tmp_path: Pat
         real(self, rel, data)
 
     root = tmp_path / "s"
-    with store.MessageStore.open(root, store.StoreConfig(mapped_file_size_commit_log=16 * MiB)) as s:
+    with rmqlog.MessageStore.open(root, rmqlog.StoreConfig(mapped_file_size_commit_log=16 * MiB)) as s:
         s.put(topic="S", body=b"a")
         tail = s.published_tail()
         fd = os.open(segment_file(root, 0), os.O_WRONLY)
@@ -243,7 +243,7 @@ def test_clearing_without_hole_punching_zeroes_only_non_zero_bytes(tmp_path: Pat
     assert nonzero_past(root, new_tail, 16 * MiB) == 0
 
 
-@pytest.mark.skipif(cl._ChunkWriter is None, reason="store._native is not built")
+@pytest.mark.skipif(cl._ChunkWriter is None, reason="rmqlog._native is not built")
 def test_the_pipeline_is_one_ordered_stream(tmp_path: Path) -> None:
     """A write handed to the thread pool after one handed to the native writer starts only
     once that one is done (a batch of large bodies after a packed one, in one append): so a

@@ -1,4 +1,4 @@
-"""The background services and the one loop that runs them (store.service), with a fake clock.
+"""The background services and the one loop that runs them (rmqlog.service), with a fake clock.
 
 Services are driven by calling ``run_once(now)`` or ``ServiceLoop.run_due(now)``: no sleeps.
 """
@@ -14,10 +14,10 @@ import pyarrow as pa
 import pytest
 from conftest import small_store_config
 
-import store
-import store.queue.dispatcher as dispatcher_module
-from store.durability.flush import AsyncFlusher
-from store.service import ServiceLoop
+import rmqlog
+import rmqlog.queue.dispatcher as dispatcher_module
+from rmqlog.durability.flush import AsyncFlusher
+from rmqlog.service import ServiceLoop
 
 
 @dataclass(eq=False)
@@ -126,15 +126,15 @@ def test_one_thread_per_store_ended_by_close(tmp_path: Path) -> None:
         return sum(1 for t in threading.enumerate() if t.name == "rmq-services")
 
     before = loops()
-    sync = small_store_config(flush_disk_type=store.SYNC_FLUSH)
-    with store.MessageStore.open(tmp_path / "sync", sync) as s:
+    sync = small_store_config(flush_disk_type=rmqlog.SYNC_FLUSH)
+    with rmqlog.MessageStore.open(tmp_path / "sync", sync) as s:
         assert loops() == before and s.flusher is None  # SYNC_FLUSH, no dispatcher: no thread
         s.start_dispatcher()
         s.start_dispatcher()
         assert loops() == before + 1 and s.services.services == [s.dispatcher, s.retention, s.scheduler]
         s.stop_dispatcher()
         assert loops() == before and s.services.services == []
-    with store.MessageStore.open(tmp_path / "async", small_store_config()) as s:
+    with rmqlog.MessageStore.open(tmp_path / "async", small_store_config()) as s:
         s.start_dispatcher()
         assert loops() == before + 1 and s.services.services == [s.flusher, s.dispatcher, s.retention, s.scheduler]  # one thread for all
         s.stop_dispatcher()
@@ -144,7 +144,7 @@ def test_one_thread_per_store_ended_by_close(tmp_path: Path) -> None:
 
 def test_the_dispatcher_works_off_a_backlog_in_bounded_rounds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(dispatcher_module, "DISPATCH_CHUNK", 4096)
-    with store.MessageStore.open(tmp_path, small_store_config()) as s:
+    with rmqlog.MessageStore.open(tmp_path, small_store_config()) as s:
         s.put_batch(pa.table({"topic": ["B"] * 100, "body": [b"x" * 200] * 100}))
         tail = s.published_tail()
         rounds = []
@@ -159,7 +159,7 @@ def test_the_dispatcher_works_off_a_backlog_in_bounded_rounds(tmp_path: Path, mo
 def test_the_flusher_in_the_loop(tmp_path: Path) -> None:
     """The flusher's first round comes one interval after it is added; then every interval."""
     cfg = small_store_config(flush_interval_commit_log=3_600_000)
-    with store.MessageStore.open(tmp_path, cfg) as s:
+    with rmqlog.MessageStore.open(tmp_path, cfg) as s:
         now = [50.0]
         fl = AsyncFlusher(s.flush_service, interval_ms=500, least_pages=1, thorough_interval_ms=10_000, clock=lambda: now[0])
         loop = ServiceLoop(clock=lambda: now[0], threaded=False)

@@ -30,8 +30,8 @@ from conftest import (
     walk,
 )
 
-import store
-from store import GetMessageStatus as S
+import rmqlog
+from rmqlog import GetMessageStatus as S
 
 HEX32 = re.compile(r"^[0-9A-F]{32}$")
 DEFAULT_HOST = "127.0.0.1:10911"
@@ -40,11 +40,11 @@ DEFAULT_HOST = "127.0.0.1:10911"
 # --------------------------------------------------------------------------- put
 
 
-def test_put_result_and_record_layout(ms: store.MessageStore, root: Path) -> None:
+def test_put_result_and_record_layout(ms: rmqlog.MessageStore, root: Path) -> None:
     before = time.time()
     res = ms.put("T", b"hello", queue_id=1, tags="A", keys=["k1", "k2"], properties={"p": "v"}, flag=7)
     after = time.time()
-    assert res.status is store.PutMessageStatus.PUT_OK
+    assert res.status is rmqlog.PutMessageStatus.PUT_OK
     assert (res.commit_log_offset, res.queue_offset, res.queue_id) == (0, 0, 1)
     assert res.msg_id == rc.offset_msg_id(DEFAULT_HOST, 0)
     assert isinstance(res.store_timestamp, dt.datetime) and res.store_timestamp.tzinfo is not None
@@ -80,11 +80,11 @@ def test_put_result_and_record_layout(ms: store.MessageStore, root: Path) -> Non
     assert row["bodyCRC"] == rec.body_crc and row["sysFlag"] == 0 and row["reconsumeTimes"] == 0
 
 
-def test_put_batch_result_in_input_order(ms: store.MessageStore, root: Path) -> None:
+def test_put_batch_result_in_input_order(ms: rmqlog.MessageStore, root: Path) -> None:
     tbl = batch(topic=["A", "B", "A", "B", "A"], body=[b"a0", b"b0", b"a1", b"b1", b"a2"],
                 queueId=pa.array([0, 1, 0, 1, 0], pa.int32()))
     out = ms.put_batch(tbl)
-    assert out.schema == store.PUT_RESULT_SCHEMA
+    assert out.schema == rmqlog.PUT_RESULT_SCHEMA
     rows = out.to_pylist()
     assert [r["queueOffset"] for r in rows] == [0, 0, 1, 1, 2]
     recs = walk(root)
@@ -98,7 +98,7 @@ def test_put_batch_result_in_input_order(ms: store.MessageStore, root: Path) -> 
         assert b.physical_offset == a.physical_offset + a.total_size
 
 
-def test_put_batch_optional_columns(ms: store.MessageStore, root: Path) -> None:
+def test_put_batch_optional_columns(ms: rmqlog.MessageStore, root: Path) -> None:
     born = [1_600_000_000_123, 1_700_000_000_456, None]
     tbl = pa.table({
         "topic": pa.array(["T", "T", "T"]),
@@ -135,23 +135,23 @@ def test_put_batch_optional_columns(ms: store.MessageStore, root: Path) -> None:
         assert row["tags"] == r.properties.get("TAGS")
 
 
-def test_born_timestamp_column_as_timestamp(ms: store.MessageStore, root: Path) -> None:
+def test_born_timestamp_column_as_timestamp(ms: rmqlog.MessageStore, root: Path) -> None:
     when = dt.datetime(2024, 2, 29, 12, 34, 56, 789000, tzinfo=dt.UTC)
     ms.put_batch(pa.table({"topic": ["T"], "body": [b"x"],
                            "bornTimestamp": pa.array([when], pa.timestamp("us", tz="UTC"))}))
     assert walk(root)[0].born_timestamp == dt_to_ms(when)
 
 
-def test_record_batch_and_empty_batch(ms: store.MessageStore, root: Path) -> None:
+def test_record_batch_and_empty_batch(ms: rmqlog.MessageStore, root: Path) -> None:
     empty = ms.put_batch(pa.table({"topic": pa.array([], pa.string()), "body": pa.array([], pa.binary())}))
-    assert empty.num_rows == 0 and empty.schema == store.PUT_RESULT_SCHEMA
+    assert empty.num_rows == 0 and empty.schema == rmqlog.PUT_RESULT_SCHEMA
     assert walk(root) == []
     rb = pa.RecordBatch.from_pydict({"topic": ["T", "T"], "body": [b"1", b"2"]})
     assert ms.put_batch(rb).num_rows == 2
     assert [r.body for r in walk(root)] == [b"1", b"2"]
 
 
-def test_chunked_input_columns(ms: store.MessageStore, root: Path) -> None:
+def test_chunked_input_columns(ms: rmqlog.MessageStore, root: Path) -> None:
     t1 = pa.table({"topic": ["T", "T"], "body": [b"1", b"2"], "tags": ["a", "b"]})
     t2 = pa.table({"topic": ["T"], "body": [b"3"], "tags": ["c"]})
     out = ms.put_batch(pa.concat_tables([t1, t2]))
@@ -162,7 +162,7 @@ def test_chunked_input_columns(ms: store.MessageStore, root: Path) -> None:
 # --------------------------------------------------------------------------- msgId, UNIQ_KEY
 
 
-def test_msg_id_is_store_host_plus_offset(ms: store.MessageStore, root: Path) -> None:
+def test_msg_id_is_store_host_plus_offset(ms: rmqlog.MessageStore, root: Path) -> None:
     out = ms.put_batch(batch(topic="T", body=[b"x" * i for i in range(20)])).to_pylist()
     for r in out:
         assert HEX32.match(r["msgId"])
@@ -174,7 +174,7 @@ def test_msg_id_is_store_host_plus_offset(ms: store.MessageStore, root: Path) ->
     assert ms.message_by_id("7F00000100002A9F" + "00000000000FFFFF") is None
 
 
-def test_uniq_key_present_unique_and_kept(ms: store.MessageStore, root: Path) -> None:
+def test_uniq_key_present_unique_and_kept(ms: rmqlog.MessageStore, root: Path) -> None:
     for _ in range(3):
         ms.put_batch(batch(topic=["T", "U"] * 100, body=b"x"))
     for _ in range(5):
@@ -206,7 +206,7 @@ def test_uniq_key_present_unique_and_kept(ms: store.MessageStore, root: Path) ->
 # --------------------------------------------------------------------------- queues, topics
 
 
-def test_round_robin_queue_assignment(ms: store.MessageStore) -> None:
+def test_round_robin_queue_assignment(ms: rmqlog.MessageStore) -> None:
     first = ms.put_batch(batch(topic="RR", body=[b"%d" % i for i in range(5)]))
     second = ms.put_batch(batch(topic="RR", body=[b"%d" % i for i in range(3)]))
     ms.dispatch()
@@ -218,7 +218,7 @@ def test_round_robin_queue_assignment(ms: store.MessageStore) -> None:
     assert singles == [0, 1, 2, 3, 0, 1, 2, 3, 0]
 
 
-def test_round_robin_is_per_topic_and_skips_given_queue_ids(ms: store.MessageStore) -> None:
+def test_round_robin_is_per_topic_and_skips_given_queue_ids(ms: rmqlog.MessageStore) -> None:
     ms.create_topic("three", 3)
     tbl = pa.table({
         "topic": ["three", "X", "three", "X", "three", "three"],
@@ -237,7 +237,7 @@ def test_round_robin_is_per_topic_and_skips_given_queue_ids(ms: store.MessageSto
 
 
 def test_auto_created_topic_in_topics_json(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put("NewTopic", b"x")
         assert s.topics()["NewTopic"].write_queue_nums == 4
     data = rc.parse_fastjson((root / "config" / "topics.json").read_text("utf-8"))
@@ -247,7 +247,7 @@ def test_auto_created_topic_in_topics_json(root: Path) -> None:
         "topicName": "NewTopic", "topicSysFlag": 0, "writeQueueNums": 4,
     }
     assert set(data["dataVersion"]) >= {"counter", "timestamp"}
-    with store.MessageStore.open(root / "eight", small_store_config(default_topic_queue_nums=8)) as s:
+    with rmqlog.MessageStore.open(root / "eight", small_store_config(default_topic_queue_nums=8)) as s:
         assert {s.put("E", b"x").queue_id for _ in range(8)} == set(range(8))
     data = rc.parse_fastjson((root / "eight" / "config" / "topics.json").read_text("utf-8"))
     assert data["topicConfigTable"]["E"]["writeQueueNums"] == 8
@@ -257,9 +257,9 @@ def test_a_stale_lock_free_reload_never_drops_a_topic_just_created(root: Path, m
     """Regression: a put's lock-free reload of ``topics.json`` (``planned_queue_counts``) read
     the file just before another thread auto-created a topic and installed that older table
     afterwards; the creating thread then failed with ``KeyError`` on its own topic."""
-    import store.config_files as cf
+    import rmqlog.config_files as cf
 
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put("Old", b"x")
         stale = cf.load_fastjson(root / "config" / "topics.json")  # what the slow reader saw
         s.put("Fresh", b"x")  # creates the topic: a newer dataVersion
@@ -272,22 +272,22 @@ def test_a_stale_lock_free_reload_never_drops_a_topic_just_created(root: Path, m
         assert {"Old", "Fresh"} <= set(s.topics())
 
 
-def test_create_topic_and_queue_limits(ms: store.MessageStore, root: Path) -> None:
+def test_create_topic_and_queue_limits(ms: rmqlog.MessageStore, root: Path) -> None:
     tc = ms.create_topic("Two", 2)
     assert (tc.read_queue_nums, tc.write_queue_nums) == (2, 2)
     data = rc.parse_fastjson((root / "config" / "topics.json").read_text("utf-8"))
     assert data["topicConfigTable"]["Two"]["writeQueueNums"] == 2
     assert ms.put("Two", b"x", queue_id=1).queue_id == 1
-    with pytest.raises(store.QueueIdError):
+    with pytest.raises(rmqlog.QueueIdError):
         ms.put("Two", b"x", queue_id=2)
     assert {ms.put("Two", b"x").queue_id for _ in range(4)} == {0, 1}
-    with pytest.raises(store.InvalidTopicError):
+    with pytest.raises(rmqlog.InvalidTopicError):
         ms.create_topic("bad/topic", 2)
 
 
 def test_auto_create_disabled(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config(auto_create_topic_enable=False)) as s:
-        with pytest.raises(store.InvalidTopicError):
+    with rmqlog.MessageStore.open(root, small_store_config(auto_create_topic_enable=False)) as s:
+        with pytest.raises(rmqlog.InvalidTopicError):
             s.put("Nope", b"x")
         assert walk(root) == []
         assert "Nope" not in s.topics()
@@ -299,29 +299,29 @@ def test_auto_create_disabled(root: Path) -> None:
 
 
 @pytest.fixture
-def ten(ms: store.MessageStore) -> store.MessageStore:
+def ten(ms: rmqlog.MessageStore) -> rmqlog.MessageStore:
     """Topic Q (4 queues): queue 0 holds bodies m0..m9, queues 1..3 are empty."""
     ms.put_batch(batch(topic="Q", body=[b"m%d" % i for i in range(10)], queueId=pa.array([0] * 10, pa.int32())))
     assert ms.dispatch() == 10
     return ms
 
 
-def test_status_no_matched_logic_queue(ten: store.MessageStore) -> None:
+def test_status_no_matched_logic_queue(ten: rmqlog.MessageStore) -> None:
     for topic, qid in (("Unknown", 0), ("Q", 4), ("Q", 100), ("Q", -1)):
         res = ten.get_messages("g", topic, qid, 0)
         assert res.status is S.NO_MATCHED_LOGIC_QUEUE, (topic, qid)
         assert res.next_begin_offset == 0 and len(res) == 0
-        assert res.messages.schema == store.MESSAGE_SCHEMA
+        assert res.messages.schema == rmqlog.MESSAGE_SCHEMA
 
 
-def test_status_no_message_in_queue(ten: store.MessageStore) -> None:
+def test_status_no_message_in_queue(ten: rmqlog.MessageStore) -> None:
     for offset in (0, 5):
         res = ten.get_messages("g", "Q", 3, offset)
         assert res.status is S.NO_MESSAGE_IN_QUEUE
         assert (res.next_begin_offset, res.min_offset, res.max_offset) == (0, 0, 0)
 
 
-def test_status_before_dispatch_is_empty_queue(ms: store.MessageStore) -> None:
+def test_status_before_dispatch_is_empty_queue(ms: rmqlog.MessageStore) -> None:
     ms.put("Q", b"x", queue_id=0)
     res = ms.get_messages("g", "Q", 0, 0)
     assert res.status is S.NO_MESSAGE_IN_QUEUE and res.next_begin_offset == 0
@@ -330,7 +330,7 @@ def test_status_before_dispatch_is_empty_queue(ms: store.MessageStore) -> None:
     assert ms.get_messages("g", "Q", 0, 0).status is S.FOUND
 
 
-def test_status_overflow_one_and_badly(ten: store.MessageStore) -> None:
+def test_status_overflow_one_and_badly(ten: rmqlog.MessageStore) -> None:
     one = ten.get_messages("g", "Q", 0, 10)
     assert one.status is S.OFFSET_OVERFLOW_ONE and one.next_begin_offset == 10 and len(one) == 0
     assert (one.min_offset, one.max_offset) == (0, 10)
@@ -340,7 +340,7 @@ def test_status_overflow_one_and_badly(ten: store.MessageStore) -> None:
     assert ten.get_messages("g", "Q", 0, 10**9).next_begin_offset == 0
 
 
-def test_found_max_count_and_next_offsets(ten: store.MessageStore) -> None:
+def test_found_max_count_and_next_offsets(ten: rmqlog.MessageStore) -> None:
     res = ten.get_messages("g", "Q", 0, 3, max_count=4)
     assert res.status is S.FOUND
     assert res.messages["body"].to_pylist() == [b"m3", b"m4", b"m5", b"m6"]
@@ -354,15 +354,15 @@ def test_found_max_count_and_next_offsets(ten: store.MessageStore) -> None:
         assert [r["body"] for r in got] == [b"m%d" % i for i in range(10)]
 
 
-def test_invalid_group_and_topic_on_read(ten: store.MessageStore) -> None:
+def test_invalid_group_and_topic_on_read(ten: rmqlog.MessageStore) -> None:
     for group in ("", "a b", "g/x", "g.x"):
-        with pytest.raises(store.InvalidGroupError):
+        with pytest.raises(rmqlog.InvalidGroupError):
             ten.get_messages(group, "Q", 0, 0)
-    with pytest.raises(store.InvalidTopicError):
+    with pytest.raises(rmqlog.InvalidTopicError):
         ten.get_messages("g", "../Q", 0, 0)
 
 
-def test_min_max_offsets(ms: store.MessageStore) -> None:
+def test_min_max_offsets(ms: rmqlog.MessageStore) -> None:
     assert (ms.min_offset("Q", 0), ms.max_offset("Q", 0)) == (0, 0)
     ms.put_batch(batch(topic="Q", body=[b"x"] * 11))  # round robin: 3, 3, 3, 2
     assert ms.max_offset("Q", 0) == 0  # not dispatched yet
@@ -372,9 +372,9 @@ def test_min_max_offsets(ms: store.MessageStore) -> None:
     assert ms.max_offset("Unknown", 0) == 0
 
 
-def test_read_queue(ten: store.MessageStore) -> None:
+def test_read_queue(ten: rmqlog.MessageStore) -> None:
     t = ten.read_queue("Q", 0, 2, 5)
-    assert t.schema == store.MESSAGE_SCHEMA
+    assert t.schema == rmqlog.MESSAGE_SCHEMA
     assert t["body"].to_pylist() == [b"m2", b"m3", b"m4"]
     assert ten.read_queue("Q", 0, -5, 100)["queueOffset"].to_pylist() == list(range(10))
     assert ten.read_queue("Q", 0, 10, 20).num_rows == 0
@@ -389,7 +389,7 @@ TAGS = ["A", "B", None, "A", "C", "B", "Aa", "BB", "A", "BB"]
 
 
 @pytest.fixture
-def tagged(ms: store.MessageStore, root: Path) -> store.MessageStore:
+def tagged(ms: rmqlog.MessageStore, root: Path) -> rmqlog.MessageStore:
     ms.put_batch(pa.table({
         "topic": ["TG"] * len(TAGS),
         "body": [b"%d" % i for i in range(len(TAGS))],
@@ -400,17 +400,17 @@ def tagged(ms: store.MessageStore, root: Path) -> store.MessageStore:
     return ms
 
 
-def _bodies(res: store.GetMessageResult) -> list[int]:
+def _bodies(res: rmqlog.GetMessageResult) -> list[int]:
     return [int(b) for b in res.messages["body"].to_pylist()]
 
 
-def test_tags_code_in_consume_queue(tagged: store.MessageStore, root: Path) -> None:
+def test_tags_code_in_consume_queue(tagged: rmqlog.MessageStore, root: Path) -> None:
     recs = walk(root)
     assert units(root, "TG", 0) == [(r.physical_offset, r.total_size, r.tags_code) for r in recs]
     assert [u[2] for u in units(root, "TG", 0)][:3] == [rc.java_string_hash("A"), rc.java_string_hash("B"), 0]
 
 
-def test_tag_filter(tagged: store.MessageStore) -> None:
+def test_tag_filter(tagged: rmqlog.MessageStore) -> None:
     a = tagged.get_messages("g", "TG", 0, 0, tags="A")
     assert a.status is S.FOUND and _bodies(a) == [0, 3, 8]
     assert a.next_begin_offset == len(TAGS)
@@ -423,7 +423,7 @@ def test_tag_filter(tagged: store.MessageStore) -> None:
     assert none.next_begin_offset == len(TAGS)
 
 
-def test_tag_filter_max_count_next_offset(tagged: store.MessageStore) -> None:
+def test_tag_filter_max_count_next_offset(tagged: rmqlog.MessageStore) -> None:
     res = tagged.get_messages("g", "TG", 0, 0, max_count=2, tags="A")
     assert _bodies(res) == [0, 3]
     assert res.next_begin_offset == 4  # units 0..3 scanned
@@ -433,7 +433,7 @@ def test_tag_filter_max_count_next_offset(tagged: store.MessageStore) -> None:
     assert [int(r["body"]) for r in got] == [0, 1, 3, 5, 8]
 
 
-def test_tag_hash_collision(tagged: store.MessageStore, root: Path) -> None:
+def test_tag_hash_collision(tagged: rmqlog.MessageStore, root: Path) -> None:
     assert rc.java_string_hash("Aa") == rc.java_string_hash("BB")
     codes = [u[2] for u in units(root, "TG", 0)]
     assert codes[6] == codes[7] == rc.java_string_hash("Aa")
@@ -446,7 +446,7 @@ def test_tag_hash_collision(tagged: store.MessageStore, root: Path) -> None:
     assert [int(r["body"]) for r in read_queue_all(tagged, "TG", 0, max_count=1, tags="Aa")] == [6]
 
 
-def test_tag_hash_collision_only_other_tag(ms: store.MessageStore) -> None:
+def test_tag_hash_collision_only_other_tag(ms: rmqlog.MessageStore) -> None:
     ms.put_batch(batch(topic="TC", body=[b"1", b"2", b"3"], tags="BB", queueId=pa.array([0, 0, 0], pa.int32())))
     ms.dispatch()
     res = ms.get_messages("g", "TC", 0, 0, tags="Aa")
@@ -458,7 +458,7 @@ def test_tag_hash_collision_only_other_tag(ms: store.MessageStore) -> None:
 # --------------------------------------------------------------------------- offset_for_timestamp
 
 
-def test_offset_for_timestamp(ms: store.MessageStore) -> None:
+def test_offset_for_timestamp(ms: rmqlog.MessageStore) -> None:
     stamps = []
     sizes = [3, 2, 4]
     for n in sizes:
@@ -483,7 +483,7 @@ def test_offset_for_timestamp(ms: store.MessageStore) -> None:
 # --------------------------------------------------------------------------- message_by_offset
 
 
-def test_message_by_offset(ms: store.MessageStore, root: Path) -> None:
+def test_message_by_offset(ms: rmqlog.MessageStore, root: Path) -> None:
     out = ms.put_batch(batch(topic="M", body=[b"b%d" % i * 40 for i in range(40)])).to_pylist()
     ms.dispatch()
     recs = walk(root)
@@ -511,7 +511,7 @@ def _segment_files(root: Path) -> list[Path]:
     return sorted((root / "commitlog").iterdir())
 
 
-def test_segments_roll_with_blank_records(ms: store.MessageStore, root: Path) -> None:
+def test_segments_roll_with_blank_records(ms: rmqlog.MessageStore, root: Path) -> None:
     out = ms.put_batch(batch(topic="R", body=[bytes([65 + i % 26]) * (100 + 7 * i) for i in range(60)]))
     recs = walk(root)
     assert len(recs) == 60
@@ -535,9 +535,9 @@ def test_segments_roll_with_blank_records(ms: store.MessageStore, root: Path) ->
 
 def test_batch_and_single_puts_lay_out_identically(root: Path) -> None:
     bodies = [bytes([48 + i % 10]) * (50 + 13 * i) for i in range(45)]
-    with store.MessageStore.open(root / "a", small_store_config()) as a:
+    with rmqlog.MessageStore.open(root / "a", small_store_config()) as a:
         a.put_batch(batch(topic="R", body=bodies, tags="t"))
-    with store.MessageStore.open(root / "b", small_store_config()) as b:
+    with rmqlog.MessageStore.open(root / "b", small_store_config()) as b:
         for body in bodies:
             b.put("R", body, tags="t")
     ra, rb = walk(root / "a"), walk(root / "b")
@@ -545,7 +545,7 @@ def test_batch_and_single_puts_lay_out_identically(root: Path) -> None:
     assert [r.body for r in ra] == [r.body for r in rb] == bodies
 
 
-def test_exact_fit_and_largest_record(ms: store.MessageStore, root: Path) -> None:
+def test_exact_fit_and_largest_record(ms: rmqlog.MessageStore, root: Path) -> None:
     first = ms.put("F", b"x" * 100, queue_id=0)
     overhead = walk(root)[0].total_size - 100
     # a record leaving exactly 8 bytes stays in the segment ...
@@ -564,7 +564,7 @@ def test_exact_fit_and_largest_record(ms: store.MessageStore, root: Path) -> Non
     # the largest record a segment takes is segment - 8 bytes
     big = ms.put("F", b"L" * (SMALL_COMMITLOG - 8 - overhead), queue_id=0)
     assert big.commit_log_offset == 3 * SMALL_COMMITLOG
-    with pytest.raises(store.MessageTooLargeError):
+    with pytest.raises(rmqlog.MessageTooLargeError):
         ms.put("F", b"L" * (SMALL_COMMITLOG - 7 - overhead), queue_id=0)
     recs = walk(root)
     assert [r.queue_offset for r in recs] == [0, 1, 2, 3, 4]
@@ -578,7 +578,7 @@ def first_size(root: Path) -> int:
     return walk(root)[0].total_size
 
 
-def test_consume_queue_segments_roll(ms: store.MessageStore, root: Path) -> None:
+def test_consume_queue_segments_roll(ms: rmqlog.MessageStore, root: Path) -> None:
     ms.put_batch(batch(topic="CQ", body=[b"%d" % i for i in range(120)], tags="t",
                        queueId=pa.array([2] * 120, pa.int32())))
     assert ms.dispatch() == 120
@@ -595,11 +595,11 @@ def test_consume_queue_segments_roll(ms: store.MessageStore, root: Path) -> None
 
 
 def test_reopen_continues_offsets(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put_batch(batch(topic="RO", body=[b"a" * 300] * 30))
         s.dispatch()
     end = _log_end(root)
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         out = s.put_batch(batch(topic="RO", body=[b"b" * 300] * 30, queueId=pa.array([1] * 30, pa.int32()))).to_pylist()
         assert out[0]["commitLogOffset"] >= end
         assert out[0]["queueOffset"] == 8  # 30 round-robin messages gave queue 1 eight
@@ -612,20 +612,20 @@ def test_reopen_continues_offsets(root: Path) -> None:
 
 
 def test_reopen_keeps_existing_segment_size(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put_batch(batch(topic="RO", body=[b"a" * 100] * 10))
-    with store.MessageStore.open(root, small_store_config(mapped_file_size_commit_log=65536)) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(mapped_file_size_commit_log=65536)) as s:
         s.put_batch(batch(topic="RO", body=[b"b" * 300] * 40))
     assert {f.stat().st_size for f in _segment_files(root)} == {SMALL_COMMITLOG}
     assert len(walk(root)) == 50
 
 
 def test_lost_append_state_is_rebuilt(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put_batch(batch(topic="AS", body=[b"a" * 200] * 30))
         s.put_batch(batch(topic="AT", body=[b"a" * 10] * 3, queueId=pa.array([2, 2, 2], pa.int32())))
     (root / "append.state").unlink()
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         res = s.put("AT", b"next", queue_id=2)
         assert res.queue_offset == 3
         assert res.commit_log_offset == _log_end(root, exclude_last=True)
@@ -640,7 +640,7 @@ def test_lost_append_state_is_rebuilt(root: Path) -> None:
 
 
 def test_consume_queues_rebuilt_from_commitlog(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put_batch(batch(topic=["X", "Y"] * 60, body=[b"%d" % i for i in range(120)],
                           tags=pa.array(["a", None] * 60, pa.string())))
         s.dispatch()
@@ -649,7 +649,7 @@ def test_consume_queues_rebuilt_from_commitlog(root: Path) -> None:
 
     shutil.rmtree(root / "consumequeue")
     (root / "dispatch.state").unlink()
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.recovery is not None and s.recovery.redispatched == 120 and s.dispatch() == 0
     assert {(t, q): units(root, t, q) for t in ("X", "Y") for q in range(4)} == before
 
@@ -679,7 +679,7 @@ def _assert_log_consistent(root: Path) -> None:
 
 def test_store_and_born_host_configurable(root: Path) -> None:
     cfg = small_store_config(store_host="10.0.0.7:9876", born_host="192.168.1.2:5555")
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         res = s.put("H", b"x", queue_id=0)
         assert res.msg_id == rc.offset_msg_id("10.0.0.7:9876", 0)
         assert res.msg_id.startswith("0A00000700002694")
@@ -692,7 +692,7 @@ def test_store_and_born_host_configurable(root: Path) -> None:
 
 def test_ipv6_store_host(root: Path) -> None:
     cfg = small_store_config(store_host="[fe80::1]:10911")
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         out = s.put_batch(batch(topic="V6", body=[b"a", b"bb", b"ccc"], queueId=pa.array([0, 0, 0], pa.int32()))).to_pylist()
         s.dispatch()
         rows = read_queue_all(s, "V6", 0)
@@ -709,24 +709,24 @@ def test_ipv6_store_host(root: Path) -> None:
 
 @pytest.mark.parametrize("host", ["nohost", "1.2.3.4", "1.2.3.4:x", "300.1.1.1:80", ""])
 def test_bad_store_host(host: str) -> None:
-    with pytest.raises(store.ConfigError):
-        store.StoreConfig(store_host=host)
+    with pytest.raises(rmqlog.ConfigError):
+        rmqlog.StoreConfig(store_host=host)
 
 
 def test_config_validation() -> None:
-    with pytest.raises(store.ConfigError):
-        store.StoreConfig(mapped_file_size_consume_queue=1001)
-    with pytest.raises(store.ConfigError):
-        store.StoreConfig(mapped_file_size_consume_queue=0)
-    with pytest.raises(store.ConfigError):
-        store.StoreConfig(mapped_file_size_commit_log=100)
-    with pytest.raises(store.ConfigError):
-        store.StoreConfig(max_message_size=0)
-    with pytest.raises(store.ConfigError):
-        store.StoreConfig(default_topic_queue_nums=0)
-    with pytest.raises(store.ConfigError):
-        store.StoreConfig(flush_disk_type="SOMETIMES")
-    cfg = store.StoreConfig()
+    with pytest.raises(rmqlog.ConfigError):
+        rmqlog.StoreConfig(mapped_file_size_consume_queue=1001)
+    with pytest.raises(rmqlog.ConfigError):
+        rmqlog.StoreConfig(mapped_file_size_consume_queue=0)
+    with pytest.raises(rmqlog.ConfigError):
+        rmqlog.StoreConfig(mapped_file_size_commit_log=100)
+    with pytest.raises(rmqlog.ConfigError):
+        rmqlog.StoreConfig(max_message_size=0)
+    with pytest.raises(rmqlog.ConfigError):
+        rmqlog.StoreConfig(default_topic_queue_nums=0)
+    with pytest.raises(rmqlog.ConfigError):
+        rmqlog.StoreConfig(flush_disk_type="SOMETIMES")
+    cfg = rmqlog.StoreConfig()
     with pytest.raises(Exception):  # frozen  # noqa: B017
         cfg.max_message_size = 1  # type: ignore[misc]
     assert cfg.replace(max_message_size=5).max_message_size == 5
@@ -751,33 +751,33 @@ def test_config_from_properties(tmp_path: Path) -> None:
         "deleteWhen=04;16\n",
         "utf-8",
     )
-    cfg = store.StoreConfig.from_properties(conf)
+    cfg = rmqlog.StoreConfig.from_properties(conf)
     assert cfg.store_host == "10.1.2.3:10000"
     assert cfg.mapped_file_size_commit_log == 8192
     assert cfg.mapped_file_size_consume_queue == 1000
     assert cfg.max_message_size == 1024
     assert cfg.default_topic_queue_nums == 2
     assert cfg.auto_create_topic_enable is False
-    assert cfg.flush_disk_type == store.SYNC_FLUSH
+    assert cfg.flush_disk_type == rmqlog.SYNC_FLUSH
     assert cfg.file_reserved_time == 48
     assert cfg.delete_when == "04;16"
     bad = tmp_path / "bad.conf"
     bad.write_text("defaultTopicQueueNums=many\n", "utf-8")
-    with pytest.raises(store.ConfigError):
-        store.StoreConfig.from_properties(bad)
+    with pytest.raises(rmqlog.ConfigError):
+        rmqlog.StoreConfig.from_properties(bad)
     bad.write_text("autoCreateTopicEnable=yes\n", "utf-8")
-    with pytest.raises(store.ConfigError):
-        store.StoreConfig.from_properties(bad)
+    with pytest.raises(rmqlog.ConfigError):
+        rmqlog.StoreConfig.from_properties(bad)
     bad.write_text("mappedFileSizeConsumeQueue=1001\n", "utf-8")
-    with pytest.raises(store.ConfigError):
-        store.StoreConfig.from_properties(bad)
+    with pytest.raises(rmqlog.ConfigError):
+        rmqlog.StoreConfig.from_properties(bad)
 
 
 # RocketMQ's key is 'checkCRCOnRecover' (a regex camel->snake split made it check_c_r_c_...; fixed in 0a51de4)
 def test_config_from_properties_check_crc(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("checkCRCOnRecover=false\nflushCommitLogThoroughInterval=2000\n", "utf-8")
-    cfg = store.StoreConfig.from_properties(conf)
+    cfg = rmqlog.StoreConfig.from_properties(conf)
     assert cfg.check_crc_on_recover is False
     assert cfg.flush_commit_log_thorough_interval == 2000
 
@@ -808,26 +808,26 @@ def _closed_calls():
 # (min_offset .. topics did not check before commit 0a51de4; these cases pin that fix)
 @pytest.mark.parametrize("name", list(_closed_calls()))
 def test_closed_store_raises(root: Path, name: str) -> None:
-    s = store.MessageStore.open(root, small_store_config())
+    s = rmqlog.MessageStore.open(root, small_store_config())
     s.put("T", b"x", queue_id=0)
     s.dispatch()
     s.close()
     s.close()  # idempotent
-    with pytest.raises(store.StoreClosedError):
+    with pytest.raises(rmqlog.StoreClosedError):
         _closed_calls()[name](s)
 
 
 def test_context_manager_closes(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put("T", b"x")
-    with pytest.raises(store.StoreClosedError):
+    with pytest.raises(rmqlog.StoreClosedError):
         s.put("T", b"y")
 
 
 # --------------------------------------------------------------------------- dispatcher
 
 
-def test_background_dispatcher(ms: store.MessageStore) -> None:
+def test_background_dispatcher(ms: rmqlog.MessageStore) -> None:
     ms.start_dispatcher()
     ms.start_dispatcher()  # a second start is a no-op
     try:
@@ -851,7 +851,7 @@ def test_close_stops_background_dispatcher(root: Path) -> None:
         return sum(1 for t in threading.enumerate() if t.name == "rmq-services")
 
     before = dispatcher_threads()
-    s = store.MessageStore.open(root, small_store_config())
+    s = rmqlog.MessageStore.open(root, small_store_config())
     s.start_dispatcher()
     s.put("T", b"x")
     assert wait_until(lambda: sum(s.max_offset("T", q) for q in range(4)) == 1)
@@ -860,7 +860,7 @@ def test_close_stops_background_dispatcher(root: Path) -> None:
     s.stop_dispatcher()  # harmless after close
 
 
-def test_dispatch_is_idempotent(ms: store.MessageStore, root: Path) -> None:
+def test_dispatch_is_idempotent(ms: rmqlog.MessageStore, root: Path) -> None:
     ms.put_batch(batch(topic=["I", "J"] * 50, body=[b"%d" % i for i in range(100)],
                        tags=pa.array(["a", "b", None, "c"] * 25, pa.string())))
     assert ms.dispatch() == 100
@@ -878,7 +878,7 @@ def test_dispatch_is_idempotent(ms: store.MessageStore, root: Path) -> None:
     assert snapshot_files(root) == snap
     assert {(t, q): units(root, t, q) for t in ("I", "J") for q in range(4)} == all_units
     # and a second store object on the same root agrees
-    with store.MessageStore.open(root, small_store_config()) as other:
+    with rmqlog.MessageStore.open(root, small_store_config()) as other:
         assert other.dispatch() == 0
         assert sum(other.max_offset(t, q) for t in ("I", "J") for q in range(4)) == 100
     ms.put("I", b"new", queue_id=0)
@@ -887,7 +887,7 @@ def test_dispatch_is_idempotent(ms: store.MessageStore, root: Path) -> None:
 
 
 def test_two_store_objects_same_root(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as a, store.MessageStore.open(root, small_store_config()) as b:
+    with rmqlog.MessageStore.open(root, small_store_config()) as a, rmqlog.MessageStore.open(root, small_store_config()) as b:
         a.put_batch(batch(topic="S", body=[b"a%d" % i for i in range(10)], queueId=pa.array([0] * 10, pa.int32())))
         b.put_batch(batch(topic="S", body=[b"b%d" % i for i in range(10)], queueId=pa.array([0] * 10, pa.int32())))
         assert b.dispatch() == 20
@@ -901,13 +901,13 @@ def test_two_store_objects_same_root(root: Path) -> None:
 
 def test_statuses_after_oldest_segment_removed(root: Path) -> None:
     """RocketMQ's retention deletes the oldest commitlog segments: min offset moves up."""
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         out = s.put_batch(batch(topic="RT", body=[b"r" * 200] * 60, queueId=pa.array([0] * 60, pa.int32()))).to_pylist()
         s.dispatch()
     (root / "commitlog" / f"{0:020d}").unlink()
     first_kept = next(o["queueOffset"] for o in out if o["commitLogOffset"] >= SMALL_COMMITLOG)
     assert first_kept > 0
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.min_offset("RT", 0) == first_kept
         assert s.max_offset("RT", 0) == 60
         small = s.get_messages("g", "RT", 0, 0)
@@ -934,7 +934,7 @@ def test_statuses_after_oldest_segment_removed(root: Path) -> None:
 
 def test_ipv6_born_host_ipv4_store_host(root: Path) -> None:
     cfg = small_store_config(born_host="[::1]:1234")
-    with store.MessageStore.open(root, cfg) as s:
+    with rmqlog.MessageStore.open(root, cfg) as s:
         res = s.put("M6", b"mixed", queue_id=0, tags="t")
         s.dispatch()
         row = s.message_by_id(res.msg_id)
@@ -947,7 +947,7 @@ def test_ipv6_born_host_ipv4_store_host(root: Path) -> None:
 
 
 def test_ipv6_message_by_id(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config(store_host="[2001:db8::7]:10911")) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(store_host="[2001:db8::7]:10911")) as s:
         ids = [s.put("V6", b"%d" % i).msg_id for i in range(3)]
         for i, msg_id in enumerate(ids):
             row = s.message_by_id(msg_id)
@@ -955,7 +955,7 @@ def test_ipv6_message_by_id(root: Path) -> None:
         assert s.message_by_id(ids[0][:-1] + "F") is None
 
 
-def test_tag_filter_beyond_one_window(ms: store.MessageStore) -> None:
+def test_tag_filter_beyond_one_window(ms: rmqlog.MessageStore) -> None:
     n = 1000
     ms.put_batch(batch(topic="W", body=[b"%d" % i for i in range(n)], queueId=pa.array([0] * n, pa.int32()),
                        tags=pa.array(["x"] * (n - 1) + ["y"], pa.string())))
@@ -975,14 +975,14 @@ def test_tag_filter_beyond_one_window(ms: store.MessageStore) -> None:
 # --------------------------------------------------------------------------- damaged files
 
 
-def test_corrupt_record_stops_dispatch(ms: store.MessageStore, root: Path) -> None:
+def test_corrupt_record_stops_dispatch(ms: rmqlog.MessageStore, root: Path) -> None:
     out = ms.put_batch(batch(topic="D", body=[b"abc"] * 5, queueId=pa.array([0] * 5, pa.int32()))).to_pylist()
     at = out[3]["commitLogOffset"]
     seg = root / "commitlog" / f"{0:020d}"
     data = bytearray(seg.read_bytes())
     data[at + 4 : at + 8] = b"\x00\x00\x00\x01"  # bad magic
     seg.write_bytes(bytes(data))
-    with pytest.raises(store.CorruptStoreError):
+    with pytest.raises(rmqlog.CorruptStoreError):
         ms.dispatch()
     assert ms.max_offset("D", 0) <= 3
     assert ms.message_by_offset(at) is None
@@ -990,20 +990,20 @@ def test_corrupt_record_stops_dispatch(ms: store.MessageStore, root: Path) -> No
 
 
 def test_segments_of_different_sizes(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put("T", b"x")
     (root / "commitlog" / f"{SMALL_COMMITLOG:020d}").write_bytes(bytes(100))
-    with pytest.raises(store.CorruptStoreError):
-        store.MessageStore.open(root, small_store_config())
+    with pytest.raises(rmqlog.CorruptStoreError):
+        rmqlog.MessageStore.open(root, small_store_config())
 
 
 @pytest.mark.parametrize("content", [b"", b"not json", b'{"version": 1, "tail": '])
 def test_unreadable_append_state_is_rebuilt(root: Path, content: bytes) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put_batch(batch(topic="T", body=[b"x" * 300] * 20, queueId=pa.array([1] * 20, pa.int32())))
     end = _log_end(root)
     (root / "append.state").write_bytes(content)
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         res = s.put("T", b"next", queue_id=1)
         assert (res.commit_log_offset, res.queue_offset) == (end, 20)
         assert s.recovery is not None and s.recovery.redispatched == 20 and s.dispatch() == 1
@@ -1011,28 +1011,28 @@ def test_unreadable_append_state_is_rebuilt(root: Path, content: bytes) -> None:
 
 
 def test_config_file_falls_back_to_backup(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.commit_offset("g", "T", 0, 5)
         s.commit_offset("g", "T", 0, 6)
     (root / "config" / "consumerOffset.json").write_text("{garbage")
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.committed_offset("g", "T", 0) == 5  # the .bak holds the state before the last commit
         s.commit_offset("g", "T", 1, 9)
     data = rc.parse_fastjson((root / "config" / "consumerOffset.json").read_text("utf-8"))
     assert data["offsetTable"]["T@g"] == {"0": 5, "1": 9}
     (root / "config" / "topics.json").write_text("[")
-    with pytest.raises(store.CorruptStoreError):
-        store.MessageStore.open(root, small_store_config())
+    with pytest.raises(rmqlog.CorruptStoreError):
+        rmqlog.MessageStore.open(root, small_store_config())
 
 
-def test_commit_offset_validation(ms: store.MessageStore) -> None:
-    with pytest.raises(store.InvalidGroupError):
+def test_commit_offset_validation(ms: rmqlog.MessageStore) -> None:
+    with pytest.raises(rmqlog.InvalidGroupError):
         ms.commit_offset("bad group", "T", 0, 1)
-    with pytest.raises(store.InvalidTopicError):
+    with pytest.raises(rmqlog.InvalidTopicError):
         ms.commit_offset("g", "bad/topic", 0, 1)
-    with pytest.raises(store.InvalidArgumentError, match="queue_id"):
+    with pytest.raises(rmqlog.InvalidArgumentError, match="queue_id"):
         ms.commit_offset("g", "T", -1, 1)
-    with pytest.raises(store.InvalidArgumentError, match="offset"):
+    with pytest.raises(rmqlog.InvalidArgumentError, match="offset"):
         ms.commit_offset("g", "T", 0, -5)
     assert ms.committed_offset("g", "T", 0) == -1
     ms.commit_offset("g", "T", 0, 0)
@@ -1040,8 +1040,8 @@ def test_commit_offset_validation(ms: store.MessageStore) -> None:
 
 
 @pytest.mark.parametrize(("max_count", "tags"), [(0, "*"), (0, "m"), (-1, "m")])
-def test_get_messages_non_positive_max_count(ten: store.MessageStore, max_count: int, tags: str) -> None:
-    with pytest.raises(store.InvalidArgumentError, match="max_count"):
+def test_get_messages_non_positive_max_count(ten: rmqlog.MessageStore, max_count: int, tags: str) -> None:
+    with pytest.raises(rmqlog.InvalidArgumentError, match="max_count"):
         ten.get_messages("g", "Q", 0, 2, max_count=max_count, tags=tags)
 
 
@@ -1057,10 +1057,10 @@ def _dead_writer_bytes(root: Path, dead: Path, bodies: list[bytes]) -> int:
     """
     import shutil
 
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         tail = s.append_state().tail
     shutil.copytree(root, dead)
-    with store.MessageStore.open(dead, small_store_config()) as d:
+    with rmqlog.MessageStore.open(dead, small_store_config()) as d:
         d.put_batch(batch(topic="T", body=bodies, queueId=pa.array([0] * len(bodies), pa.int32())))
     for f in sorted((dead / "commitlog").iterdir()):
         start = int(f.name)
@@ -1075,11 +1075,11 @@ def _dead_writer_bytes(root: Path, dead: Path, bodies: list[bytes]) -> int:
 
 
 def test_dead_writer_bytes_are_not_part_of_the_log(root: Path, tmp_path: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         for _ in range(3):
             s.put("T", b"a" * 200, queue_id=0)
     tail = _dead_writer_bytes(root, tmp_path / "dead", [b"D" * 500, b"E" * 20])
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.message_by_offset(tail) is None  # not published
         assert s.dispatch() == 0 and s.max_offset("T", 0) == 3  # (dispatched by an earlier open)
         res = s.put("T", b"S" * 10, queue_id=0)
@@ -1093,23 +1093,23 @@ def test_dead_writer_bytes_in_next_segment_are_scrubbed(root: Path, tmp_path: Pa
     # Before 70ed813 CommitLog.append scrubbed a new segment only for rows after the batch's first
     # ('if a > 0'): when the FIRST record rolled, a dead writer's records after it survived, read
     # by RocketMQ/refcodec as part of the log and by the rebuild when append.state was lost.
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         for _ in range(11):
             s.put("T", b"a" * 200, queue_id=0)  # 11 x 334 bytes: 422 left in segment 0
     tail = _dead_writer_bytes(root, tmp_path / "dead", [b"D" * 300, b"E" * 300])
     assert tail > SMALL_COMMITLOG - 500
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         res = s.put("T", b"S" * 300, queue_id=0)  # does not fit: goes to the next segment
         assert res.commit_log_offset == SMALL_COMMITLOG
     assert [r.body[:1] for r in walk(root)] == [b"a"] * 11 + [b"S"]
     (root / "append.state").unlink()
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.put("T", b"N", queue_id=0).queue_offset == 12
 
 
 def test_retention_of_whole_consume_queue_segment(root: Path) -> None:
     """Oldest commitlog segments and the consume-queue segment wholly below them are gone (RocketMQ retention)."""
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         body = b"r" * 266  # 400-byte records: 10 per commitlog segment, 50 per consume-queue segment
         out = s.put_batch(batch(topic="RQ", body=[body] * 120, queueId=pa.array([0] * 120, pa.int32()))).to_pylist()
         assert s.dispatch() == 120
@@ -1118,7 +1118,7 @@ def test_retention_of_whole_consume_queue_segment(root: Path) -> None:
         (root / "commitlog" / f"{i * SMALL_COMMITLOG:020d}").unlink()
     (root / "consumequeue" / "RQ" / "0" / f"{0:020d}").unlink()
     (root / "dispatch.state").unlink()
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert (s.min_offset("RQ", 0), s.max_offset("RQ", 0)) == (50, 120)
         assert s.dispatch() == 0
         small = s.get_messages("g", "RQ", 0, 10)
@@ -1138,7 +1138,7 @@ def test_retention_of_whole_consume_queue_segment(root: Path) -> None:
 
 def test_rebuild_stops_at_a_torn_record(root: Path) -> None:
     """No append.state and a half-written record at the end of the log: the log ends before it."""
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         out = s.put_batch(batch(topic="TR", body=[b"w" * 100] * 4, queueId=pa.array([0] * 4, pa.int32()))).to_pylist()
     seg = root / "commitlog" / f"{0:020d}"
     data = bytearray(seg.read_bytes())
@@ -1149,7 +1149,7 @@ def test_rebuild_stops_at_a_torn_record(root: Path) -> None:
     seg.write_bytes(bytes(data))
     (root / "append.state").unlink()
     (root / "flush.state").unlink()  # a flushed position never covers an unpublished record
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.append_state().tail == end
         assert s.message_by_offset(end) is None
         res = s.put("TR", b"after", queue_id=0)
@@ -1160,7 +1160,7 @@ def test_rebuild_stops_at_a_torn_record(root: Path) -> None:
 
 
 def test_recovery_truncates_consume_queues_past_the_log_end(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         out = s.put_batch(batch(topic="TR", body=[b"w" * 100] * 4, queueId=pa.array([0] * 4, pa.int32()))).to_pylist()
         assert s.dispatch() == 4
     # power loss: the commitlog page holding the last record never reached the disk, and
@@ -1176,7 +1176,7 @@ def test_recovery_truncates_consume_queues_past_the_log_end(root: Path) -> None:
     # is on disk: with that record's page lost, their last versions were never written
     (root / "flush.state").unlink()
     (root / "checkpoint").unlink()
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.max_offset("TR", 0) == 3  # the unit of the lost record is gone
         res = s.put("TR", b"after", queue_id=0)
         assert (res.commit_log_offset, res.queue_offset) == (lost, 3)
@@ -1194,14 +1194,14 @@ def test_opening_and_closing_many_stores_keeps_no_descriptor(tmp_path: Path) -> 
     def fds() -> int:
         return len(os.listdir("/proc/self/fd"))
 
-    with store.MessageStore.open(tmp_path / "warm"):
+    with rmqlog.MessageStore.open(tmp_path / "warm"):
         pass
     before = fds()
     for i in range(20):
-        with store.MessageStore.open(tmp_path / f"s{i}", small_store_config()) as s:
+        with rmqlog.MessageStore.open(tmp_path / f"s{i}", small_store_config()) as s:
             s.put("t", b"x")
         (tmp_path / f"s{i}" / "config" / "topics.json").write_bytes(b"{")
         (tmp_path / f"s{i}" / "config" / "topics.json.bak").write_bytes(b"{")
-        with pytest.raises(store.CorruptStoreError):
-            store.MessageStore.open(tmp_path / f"s{i}", small_store_config())
+        with pytest.raises(rmqlog.CorruptStoreError):
+            rmqlog.MessageStore.open(tmp_path / f"s{i}", small_store_config())
     assert fds() == before

@@ -18,11 +18,11 @@ import pyarrow as pa
 import pytest
 from conftest import small_store_config, subprocess_env
 
-import store
-from store.hashing import java_string_hash
-from store.schedule import timer_wheel
-from store.schedule.timer_routing import out_ms
-from store.schedule.timer_wheel import ENTRY, TimerWheel
+import rmqlog
+from rmqlog.hashing import java_string_hash
+from rmqlog.schedule import timer_wheel
+from rmqlog.schedule.timer_routing import out_ms
+from rmqlog.schedule.timer_wheel import ENTRY, TimerWheel
 
 TIMER = "rmq_sys_wheel_timer"
 MAP = pa.map_(pa.string(), pa.string())
@@ -34,23 +34,23 @@ def now_ms() -> int:
 
 @pytest.fixture
 def ms(root: Path):
-    with store.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.create_topic("T", 2)
         yield s
 
 
-def run_pass(ms: store.MessageStore, at: int) -> int:
+def run_pass(ms: rmqlog.MessageStore, at: int) -> int:
     """A scheduler pass as if the wall clock read ``at``."""
     ms.scheduler.wall_ms = lambda: at
     return ms.deliver_due(at)
 
 
-def real(ms: store.MessageStore, topic: str = "T") -> list[dict]:
+def real(ms: rmqlog.MessageStore, topic: str = "T") -> list[dict]:
     ms.dispatch()
     return [m for q in range(ms.topics()[topic].write_queue_nums) for m in ms.read_queue(topic, q, 0, 1 << 40).to_pylist()]
 
 
-def test_absent_until_due_then_present_once(ms: store.MessageStore) -> None:
+def test_absent_until_due_then_present_once(ms: rmqlog.MessageStore) -> None:
     t0 = now_ms()
     res = ms.put("T", b"later", tags="A", queue_id=1, deliver_time_ms=t0 + 10_000)
     assert (res.queue_id, res.queue_offset) == (0, 0)  # where it waits: the timer topic's queue 0
@@ -59,7 +59,7 @@ def test_absent_until_due_then_present_once(ms: store.MessageStore) -> None:
     assert run_pass(ms, t0 + 5_000) == 0 and real(ms) == []
     due = t0 + 10_000  # to the millisecond: never early
     assert run_pass(ms, due - 1) == 0 and real(ms) == []
-    assert run_pass(ms, due + 1) == 1  # (a pass covers up to 1 ms before its clock: see store.schedule.timer)
+    assert run_pass(ms, due + 1) == 1  # (a pass covers up to 1 ms before its clock: see rmqlog.schedule.timer)
     got = real(ms)
     assert [(m["body"], m["queueId"], m["tags"]) for m in got] == [(b"later", 1, "A")]
     props = dict(got[0]["properties"])
@@ -74,7 +74,7 @@ def test_absent_until_due_then_present_once(ms: store.MessageStore) -> None:
     assert int(unit["tagsCode"][0]) == java_string_hash("A")
 
 
-def test_every_way_to_give_a_time(ms: store.MessageStore) -> None:
+def test_every_way_to_give_a_time(ms: rmqlog.MessageStore) -> None:
     t0 = now_ms()
     table = pa.table({
         "topic": ["T"] * 6,
@@ -96,7 +96,7 @@ def test_every_way_to_give_a_time(ms: store.MessageStore) -> None:
     assert bodies[b"deliver"]["x"] == "y" and bodies[b"col-int"]["TIMER_DELIVER_MS"] == str(t0 + 4000)
 
 
-def test_a_past_time_is_no_delay(ms: store.MessageStore) -> None:
+def test_a_past_time_is_no_delay(ms: rmqlog.MessageStore) -> None:
     res = ms.put("T", b"past", queue_id=0, deliver_time_ms=now_ms() - 1000)
     assert res.queue_id == 0
     got = real(ms)
@@ -120,24 +120,24 @@ def test_a_past_time_is_no_delay(ms: store.MessageStore) -> None:
      1, "topic", "store's topic for timed messages"),
 ])
 def test_bad_times_are_refused_naming_row_and_field(
-    ms: store.MessageStore, table: pa.Table, row: int | None, field: str, reason: str,
+    ms: rmqlog.MessageStore, table: pa.Table, row: int | None, field: str, reason: str,
 ) -> None:
-    with pytest.raises(store.InvalidMessageError, match=reason) as err:
+    with pytest.raises(rmqlog.InvalidMessageError, match=reason) as err:
         ms.put_batch(table)
     assert (err.value.row, err.value.field) == (row, field)
     assert ms.published_tail() == 0
 
 
 def test_max_delay_is_configurable(root: Path) -> None:
-    with store.MessageStore.open(root, small_store_config(timer_max_delay_sec=60)) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(timer_max_delay_sec=60)) as s:
         s.put("T", b"ok", deliver_time_ms=now_ms() + 50_000)
-        with pytest.raises(store.InvalidMessageError, match="60 s"):
+        with pytest.raises(rmqlog.InvalidMessageError, match="60 s"):
             s.put("T", b"far", deliver_time_ms=now_ms() + 70_000)
-    with pytest.raises(store.ConfigError):
-        store.StoreConfig(timer_max_delay_sec=0)
+    with pytest.raises(rmqlog.ConfigError):
+        rmqlog.StoreConfig(timer_max_delay_sec=0)
 
 
-def test_many_pending_delivered_as_they_fall_due(ms: store.MessageStore) -> None:
+def test_many_pending_delivered_as_they_fall_due(ms: rmqlog.MessageStore) -> None:
     """5,000 messages due over ten minutes, passes every 7 s of clock: each delivered once,
     never before its time, never more than a pass interval after."""
     t0 = now_ms()
@@ -158,7 +158,7 @@ def test_many_pending_delivered_as_they_fall_due(ms: store.MessageStore) -> None
     assert state is not None and state.pending == 0 and state.log_end == 0  # drained: the log is empty again
 
 
-def test_a_lost_or_dirty_index_is_rebuilt(ms: store.MessageStore, root: Path) -> None:
+def test_a_lost_or_dirty_index_is_rebuilt(ms: rmqlog.MessageStore, root: Path) -> None:
     t0 = now_ms()
     ms.put_batch(pa.table({"topic": ["T"] * 300, "body": [b"%d" % i for i in range(300)],
                            "deliverTime": pa.array(t0 + 5000 + np.arange(300) * 1000, pa.int64())}))
@@ -180,7 +180,7 @@ def test_a_lost_or_dirty_index_is_rebuilt(ms: store.MessageStore, root: Path) ->
 def test_abnormal_exit_invalidates_the_index(root: Path) -> None:
     code = f"""
 import os, signal, time, pyarrow as pa, store
-s = store.MessageStore.open({str(root)!r})
+s = rmqlog.MessageStore.open({str(root)!r})
 t0 = time.time_ns() // 1_000_000
 s.put_batch(pa.table({{"topic": ["T"] * 50, "body": [b"%d" % i for i in range(50)],
                        "deliverTime": pa.array([t0 + 60_000] * 50, pa.int64())}}))
@@ -191,14 +191,14 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
     env = subprocess_env()
     assert subprocess.run([sys.executable, "-c", code], env=env, timeout=120).returncode == -signal.SIGKILL
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         assert s.recovery is not None and s.recovery.abnormal
         assert s.scheduler.timer.wheel.load() is None  # rebuilt by the next pass
         assert run_pass(s, now_ms() + 120_000) == 50
         assert len(real(s)) == 50
 
 
-def test_chain_walk_without_the_c_helper(ms: store.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chain_walk_without_the_c_helper(ms: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
     t0 = now_ms()
     ms.put_batch(pa.table({"topic": ["T"] * 500, "body": [b"%d" % i for i in range(500)],
                            "deliverTime": pa.array(t0 + 3000 + (np.arange(500) % 7) * 1000, pa.int64())}))
@@ -216,15 +216,15 @@ def test_the_wheel_refuses_a_bucket_it_cannot_hold(tmp_path: Path) -> None:
     wheel = TimerWheel(tmp_path / "timer", slots=10, precision_ms=1000)
     state = timer_wheel.TimerState(slots=10)
     wheel.add(state, np.array([5_000]), np.array([0]), np.array([0]), np.array([100]))
-    with pytest.raises(store.CorruptStoreError, match="still holds bucket"):
+    with pytest.raises(rmqlog.CorruptStoreError, match="still holds bucket"):
         wheel.add(state, np.array([15_000]), np.array([100]), np.array([1]), np.array([100]))
     assert len(wheel.due_between(state, 0, 6_000)) == 1 and ENTRY.itemsize == 40
 
 
-def test_a_pass_stopped_between_batches_of_one_due_time(ms: store.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pass_stopped_between_batches_of_one_due_time(ms: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
     """1,000 messages due at the same millisecond, batches of 64: a pass that dies after its
     third append resumes inside that millisecond (the sequence says how many of it are done)."""
-    from store.schedule import timer as timer_module
+    from rmqlog.schedule import timer as timer_module
 
     t0 = now_ms()
     ms.put_batch(pa.table({"topic": ["T"] * 1000, "body": [b"%d" % i for i in range(1000)],
@@ -250,16 +250,16 @@ def test_a_pass_stopped_between_batches_of_one_due_time(ms: store.MessageStore, 
     assert len(got) == 1000 and set(got.values()) == {1}
 
 
-def test_read_only_store_refuses_a_pass(ms: store.MessageStore, root: Path) -> None:
+def test_read_only_store_refuses_a_pass(ms: rmqlog.MessageStore, root: Path) -> None:
     ms.put("T", b"x", deliver_time_ms=now_ms() + 5000)
-    with store.MessageStore.open(root, read_only=True) as r, pytest.raises(store.ReadOnlyStoreError):
+    with rmqlog.MessageStore.open(root, read_only=True) as r, pytest.raises(rmqlog.ReadOnlyStoreError):
         r.deliver_due()
 
 
 PASS_CHILD = r"""
-import sys, store, store.schedule.timer as timer
+import sys, store, rmqlog.schedule.timer as timer
 timer.STEP = int(sys.argv[3])  # small batches: kills land between batches cut inside one due time
-with store.MessageStore.open(sys.argv[1]) as s:
+with rmqlog.MessageStore.open(sys.argv[1]) as s:
     print("open", flush=True)
     for _ in range(int(sys.argv[2])):
         s.deliver_due()
@@ -268,7 +268,7 @@ with store.MessageStore.open(sys.argv[1]) as s:
 
 def _fill_timed(root: Path, n: int, times: int = 1000) -> int:
     """``n`` timed messages due at ``times`` distinct times within the next 1.5 s; returns when all are due."""
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         t0 = now_ms()
         for lo in range(0, n, 1000):
             k = min(1000, n - lo)
@@ -278,7 +278,7 @@ def _fill_timed(root: Path, n: int, times: int = 1000) -> int:
 
 
 def _delivered(root: Path) -> Counter:
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.deliver_due()
         return Counter(m["body"] for m in real(s))
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 import pytest
 from conftest import subprocess_env
 
-import store
+import rmqlog
 
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
 sys.path.insert(0, str(JOBS))
@@ -114,7 +114,7 @@ class Fixture:
         self.acks = tmp_path / "acks"
         self.acks.mkdir()
         self.note = torture.Notes(str(self.acks / "t00000-w0.log"))
-        self.s = store.MessageStore.open(self.root, torture.store_config(CONFIG))
+        self.s = rmqlog.MessageStore.open(self.root, torture.store_config(CONFIG))
         self.s.create_topic(torture.TOPICS[2], torture.TOPIC_QUEUES[2])
 
     def batch(self, uid: int, seq: int, *, rows: int | None = None) -> pa.Table:

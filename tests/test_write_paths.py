@@ -1,10 +1,10 @@
 """The ways a batch reaches its segment, checked with the independent decoder.
 
-- with the C helper (``store._native.pack_records``): each chunk of records packed into one
+- with the C helper (``rmqlog._native.pack_records``): each chunk of records packed into one
   buffer, the body CRCs computed on the way (carry-less multiply) or taken from the
   background thread (without it), one ``pwrite`` per chunk on the write thread;
 - without it, small bodies: header, body and trailer joined per chunk, one ``pwrite``;
-- without it, large bodies (average >= ``store.log.encode.crc.LARGE_BODY``): ``pwritev`` straight
+- without it, large bodies (average >= ``rmqlog.log.encode.crc.LARGE_BODY``): ``pwritev`` straight
   from the pieces, ~340 records per call.
 
 All write chunk by chunk, pipelined (the next chunk is encoded while one is written), and
@@ -25,19 +25,19 @@ import pytest
 import refcodec as rc
 from conftest import walk
 
-import store
-import store.log.commitlog as cl
-import store.log.mapped_file as mf
-from store.log.encode import arrays as enc_arrays
-from store.log.encode import crc as enc_crc
-from store.log.encode import header as enc_header
-from store.log.encode import native as enc_native
-from store.log.encode import plain as enc_plain
-from store.log.encode import prepare as enc_prepare
-from store.log.encode.batch import EncodedBatch
-from store.log.encode.crc import CRC_ASYNC_MIN_ROWS, LARGE_BODY
-from store.log.msgid import UniqKeyGenerator
-from store.log.record import header_dtype
+import rmqlog
+import rmqlog.log.commitlog as cl
+import rmqlog.log.mapped_file as mf
+from rmqlog.log.encode import arrays as enc_arrays
+from rmqlog.log.encode import crc as enc_crc
+from rmqlog.log.encode import header as enc_header
+from rmqlog.log.encode import native as enc_native
+from rmqlog.log.encode import plain as enc_plain
+from rmqlog.log.encode import prepare as enc_prepare
+from rmqlog.log.encode.batch import EncodedBatch
+from rmqlog.log.encode.crc import CRC_ASYNC_MIN_ROWS, LARGE_BODY
+from rmqlog.log.msgid import UniqKeyGenerator
+from rmqlog.log.record import header_dtype
 
 
 def _bodies(n: int, size: int, seed: int) -> list[bytes]:
@@ -56,7 +56,7 @@ def write_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
     ``plain``: everything available, so tables of just topic and body take the one-call
     ``pack_plain`` path; ``packed``: the general encoder with the C packer."""
     if request.param != "python" and enc_native.pack_records is None:
-        pytest.skip("store._native is not built")
+        pytest.skip("rmqlog._native is not built")
     if request.param != "plain":
         monkeypatch.setattr(enc_native, "pack_plain", None)
     if request.param == "python":
@@ -70,8 +70,8 @@ def write_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) 
 def test_batches_over_many_crc_chunks_and_rolls(tmp_path: Path, body_size: int, segment: int, write_path: str) -> None:
     n = max(CRC_ASYNC_MIN_ROWS + 904, (3 << 20) // body_size)  # several CRC chunks
     bodies = _bodies(n, body_size, 1)
-    cfg = store.StoreConfig(mapped_file_size_commit_log=segment, mapped_file_size_consume_queue=20 * 1000)
-    with store.MessageStore.open(tmp_path, cfg) as s:
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=segment, mapped_file_size_consume_queue=20 * 1000)
+    with rmqlog.MessageStore.open(tmp_path, cfg) as s:
         t = pa.table({"topic": ["W"] * n, "body": bodies, "tags": ["a", "bb"] * (n // 2) + ["a"] * (n % 2),
                       "queueId": pa.array(np.arange(n) % 3, pa.int32())})
         res = s.put_batch(t)
@@ -100,7 +100,7 @@ def test_short_pwritev_is_completed(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 
     monkeypatch.setattr(mf, "_pwritev", short)
     bodies = _bodies(50, LARGE_BODY * 2, 2)
-    with store.MessageStore.open(tmp_path) as s:
+    with rmqlog.MessageStore.open(tmp_path) as s:
         s.put_batch(pa.table({"topic": ["W"] * 50, "body": bodies}))
     assert [r.body for r in walk(tmp_path)] == bodies
 
@@ -132,7 +132,7 @@ def _native_writes(write_path: str) -> bool:
 
 @pytest.mark.parametrize("body_size", [100, LARGE_BODY * 2])
 def test_failed_write_publishes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_path: str, body_size: int) -> None:
-    with store.MessageStore.open(tmp_path) as s:
+    with rmqlog.MessageStore.open(tmp_path) as s:
         s.put_batch(pa.table({"topic": ["W"] * 3, "body": [b"keep"] * 3}))
         tail = s.published_tail()
 
@@ -172,7 +172,7 @@ def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
     import time
     import weakref
 
-    from store.log.commitlog import _IN_FLIGHT, _Pipeline
+    from rmqlog.log.commitlog import _IN_FLIGHT, _Pipeline
 
     class Chunk:
         pass
@@ -199,7 +199,7 @@ def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
 
 
 def test_pipeline_raises_the_first_failure_after_all_writes() -> None:
-    from store.log.commitlog import _Pipeline
+    from rmqlog.log.commitlog import _Pipeline
 
     done: list[int] = []
 
@@ -225,7 +225,7 @@ def test_pipeline_raises_the_first_failure_after_all_writes() -> None:
 
 def test_c_pack_records_checks_its_inputs() -> None:
     if enc_native.pack_records is None:
-        pytest.skip("store._native was not built here")
+        pytest.skip("rmqlog._native was not built here")
     hdr = np.zeros(2 * 16, np.uint8)
     offs = np.array([0, 3, 5], np.int64)
     pieces = [(b"-", None), (b"vwxyz", offs)]  # a piece the same on every row, then a column
@@ -248,7 +248,7 @@ def test_c_pack_records_checks_its_inputs() -> None:
 
 def test_c_patch_records_writes_big_endian_fields_and_checks_bounds() -> None:
     if enc_native.patch_records is None:
-        pytest.skip("store._native was not built here")
+        pytest.skip("rmqlog._native was not built here")
     out = np.zeros(40, np.uint8)
     starts = np.array([0, 24], np.int64)
     enc_native.patch_records(out, starts, (0, 8), (np.array([1, -2], np.int64), np.array([0x0102030405060708, 7], np.int64)))
@@ -272,7 +272,7 @@ def test_uniq_keys_made_chunk_by_chunk_keep_given_ones(tmp_path: Path, write_pat
     given = [f"{i:032X}" if i % 3 == 0 else None for i in range(n)]
     props = pa.array([[("UNIQ_KEY", g)] if g else None for g in given], pa.map_(pa.string(), pa.string()))
     bodies = _bodies(n, LARGE_BODY * 4, 3)
-    with store.MessageStore.open(tmp_path) as s:
+    with rmqlog.MessageStore.open(tmp_path) as s:
         s.put_batch(pa.table({"topic": ["U"] * n, "body": bodies, "properties": props}))
     recs = walk(tmp_path)
     keys = [r.properties["UNIQ_KEY"] for r in recs]
@@ -293,13 +293,13 @@ def test_a_forked_child_can_still_append(tmp_path: Path, write_path: str) -> Non
 
     n = 1200  # 4 KiB bodies: several chunks, so the write thread is used
     t = pa.table({"topic": ["F"] * n, "body": _bodies(n, LARGE_BODY * 4, 5)})
-    with store.MessageStore.open(tmp_path / "parent") as s:
+    with rmqlog.MessageStore.open(tmp_path / "parent") as s:
         s.put_batch(t)
     pid = os.fork()
     if pid == 0:  # the child: exit code 0 only if the put completes
         code = 1
         try:
-            with store.MessageStore.open(tmp_path / "child") as c:
+            with rmqlog.MessageStore.open(tmp_path / "child") as c:
                 c.put_batch(t)
                 code = 0 if c.published_tail() > 0 else 1
         finally:
@@ -345,10 +345,10 @@ def test_put_batches_of_small_tables_share_one_pipeline(tmp_path: Path, monkeypa
     """Many one-chunk tables (a sink task's Arrow batches) go through one pipeline: the writes
     overlap the next table's encoding, land in order across segment rolls, and a write
     failing in a later table publishes nothing of any of them."""
-    cfg = store.StoreConfig(mapped_file_size_commit_log=128 << 10)
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=128 << 10)
     bodies = _bodies(1200, 300, 5)
     tables = [pa.table({"topic": ["P"] * 100, "body": bodies[i : i + 100]}) for i in range(0, 1200, 100)]
-    with store.MessageStore.open(tmp_path, cfg) as s:
+    with rmqlog.MessageStore.open(tmp_path, cfg) as s:
         res = s.put_batches(tables, dispatch=True)
         recs = walk(tmp_path)
         assert [r.body for r in recs] == bodies
@@ -393,7 +393,7 @@ def test_round_robin_queue_offsets_match_the_general_grouping(n: int, first: int
     offsets and the same next offsets per queue as grouping the rows, from non-empty queues."""
     from dataclasses import replace
 
-    from store.log.commitlog import assign_queue_offsets
+    from rmqlog.log.commitlog import assign_queue_offsets
 
     batch = enc_prepare.prepare_batch(
         pa.table({"topic": ["T"] * n, "body": [b"x"] * n}),
@@ -450,10 +450,10 @@ def test_small_puts_are_packed_before_the_lock_and_patched_under_it(
 
     monkeypatch.setattr(enc_prepare, "prepare_plain", spy_plain)
     segment = 16 << 10
-    cfg = store.StoreConfig(mapped_file_size_commit_log=segment)
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=segment)
     rng = np.random.default_rng(11)
     results, bodies = [], []
-    with store.MessageStore.open(tmp_path, cfg) as s:
+    with rmqlog.MessageStore.open(tmp_path, cfg) as s:
         for i in range(40):
             n = int(rng.integers(1, 30))
             b = _bodies(n, 200, 100 + i)
@@ -484,7 +484,7 @@ def test_small_puts_are_packed_before_the_lock_and_patched_under_it(
     assert len(cut) >= 2  # batches that a roll cut in two
 
 
-@pytest.mark.skipif(cl._ChunkWriter is None, reason="store._native is not built")
+@pytest.mark.skipif(cl._ChunkWriter is None, reason="rmqlog._native is not built")
 def test_chunk_writer_writes_in_order_and_reports_the_first_failure(tmp_path: Path) -> None:
     w = cl._ChunkWriter(2)
     path = tmp_path / "out"
@@ -527,11 +527,11 @@ def test_chunk_writer_writes_in_order_and_reports_the_first_failure(tmp_path: Pa
     cl._ChunkWriter(2)  # dropped without finish(): its thread is joined, not leaked
 
 
-@pytest.mark.skipif(cl._ChunkWriter is None, reason="store._native is not built")
+@pytest.mark.skipif(cl._ChunkWriter is None, reason="rmqlog._native is not built")
 def test_disk_full_on_the_native_writer_is_typed_and_harmless(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ENOSPC on the ChunkWriter thread (a /dev/full descriptor from the 3rd chunk on) becomes
     DiskFullError; nothing is published, and the next put lands at the old tail."""
-    with store.MessageStore.open(tmp_path) as s:
+    with rmqlog.MessageStore.open(tmp_path) as s:
         s.put_batch(pa.table({"topic": ["W"] * 3, "body": [b"keep"] * 3}))
         tail = s.published_tail()
         real = mf.MappedFile.write_fd
@@ -545,7 +545,7 @@ def test_disk_full_on_the_native_writer_is_typed_and_harmless(tmp_path: Path, mo
         n = 40_000
         with monkeypatch.context() as m:
             m.setattr(mf.MappedFile, "write_fd", dev_full)
-            with pytest.raises(store.DiskFullError):
+            with pytest.raises(rmqlog.DiskFullError):
                 s.put_batch(pa.table({"topic": ["W"] * n, "body": [b"y" * 100] * n}))
         os.close(full)
         assert calls["n"] >= 3 and s.published_tail() == tail
@@ -572,7 +572,7 @@ def test_one_topic_screen_matches_an_exact_compare(
     monkeypatch: pytest.MonkeyPatch, values: list[str], expected: bool, native: bool,
 ) -> None:
     if native and enc_native.all_same is None:
-        pytest.skip("store._native was not built here")
+        pytest.skip("rmqlog._native was not built here")
     if not native:
         monkeypatch.setattr(enc_native, "all_same", None)
     arr = pa.array(["pad"] + values + ["pad"]).slice(1, len(values))  # a slice: offsets not from 0
@@ -582,7 +582,7 @@ def test_one_topic_screen_matches_an_exact_compare(
 
 def test_c_all_same_checks_its_inputs() -> None:
     if enc_native.all_same is None:
-        pytest.skip("store._native was not built here")
+        pytest.skip("rmqlog._native was not built here")
     offs = np.array([0, 2, 4, 6], np.int32)
     assert enc_native.all_same(offs, 0, 3, b"ababab") is True and enc_native.all_same(offs, 1, 2, b"xxabab") is True
     assert enc_native.all_same(offs, 0, 3, b"ababac") is False and enc_native.all_same(offs, 0, 0, b"") is True
@@ -694,23 +694,23 @@ def test_plain_path_only_takes_plain_batches() -> None:
     big = _bodies(300, 8 << 10, 6)  # 300 rows, ~2.4 MiB: several write chunks, pipelined
     assert not plain(pa.table({"topic": ["T"] * 300, "body": big}), max_message_size=1 << 20)
     assert plain(pa.table({"topic": ["T"] * 256, "body": big[:256]}), max_message_size=1 << 20)
-    with pytest.raises(store.errors.InvalidTopicError):  # a bad name: the general path names it
+    with pytest.raises(rmqlog.errors.InvalidTopicError):  # a bad name: the general path names it
         _prep(pa.table({"topic": ["a/b"] * 3, "body": base["body"]}), gen)
-    with pytest.raises(store.errors.InvalidTopicError, match="auto-creation is off"):
+    with pytest.raises(rmqlog.errors.InvalidTopicError, match="auto-creation is off"):
         _prep(pa.table(base), gen, counts=-1)
 
 
 def test_plain_path_failures_write_nothing_and_name_the_row(tmp_path: Path) -> None:
-    cfg = store.StoreConfig(max_message_size=1000, auto_create_topic_enable=False)
-    with store.MessageStore.open(tmp_path, cfg) as s:
+    cfg = rmqlog.StoreConfig(max_message_size=1000, auto_create_topic_enable=False)
+    with rmqlog.MessageStore.open(tmp_path, cfg) as s:
         s.create_topic("T", 2)
         first = s.put_batch(pa.table({"topic": ["T"] * 4, "body": [b"ok"] * 4}))
         assert first["queueOffset"].to_pylist() == [0, 0, 1, 1]
         tail = s.published_tail()
-        with pytest.raises(store.errors.MessageTooLargeError) as info:
+        with pytest.raises(rmqlog.errors.MessageTooLargeError) as info:
             s.put_batch(pa.table({"topic": ["T"] * 3, "body": [b"a", b"b" * 1001, b"c"]}))
         assert (info.value.row, info.value.field) == (1, "body")
-        with pytest.raises(store.errors.InvalidTopicError) as info2:
+        with pytest.raises(rmqlog.errors.InvalidTopicError) as info2:
             s.put_batch(pa.table({"topic": ["Nope"] * 2, "body": [b"a", b"b"]}))
         assert (info2.value.row, info2.value.field) == (0, "topic")
         assert s.published_tail() == tail
@@ -727,7 +727,7 @@ def test_plain_path_failures_write_nothing_and_name_the_row(tmp_path: Path) -> N
 
 def test_c_pack_plain_checks_its_inputs() -> None:
     if enc_native.pack_plain is None:
-        pytest.skip("store._native was not built here")
+        pytest.skip("rmqlog._native was not built here")
     tpl = bytes(88)
     offs = np.array([0, 3, 5], np.int32)
     out = [np.zeros(2, np.int64), np.zeros(2, np.int64), np.zeros(2, np.int32)]
@@ -765,14 +765,14 @@ def test_a_topic_shrunk_after_encoding_is_checked_again_before_the_append(
 ) -> None:
     """Queue ids are planned without the topics lock; a topic whose queue count fell since
     makes the put fail, naming the first row past the new count, with nothing written."""
-    with store.MessageStore.open(tmp_path) as s:
+    with rmqlog.MessageStore.open(tmp_path) as s:
         for t in topics:
             s.create_topic(t, 4)
         rows = [topics[i % len(topics)] for i in range(8)]
         s.put_batch(pa.table({"topic": rows, "body": [b"a"] * 8}))
         tail = s.published_tail()
         monkeypatch.setattr(s.topic_config, "write_queue_counts", lambda names: [3] * len(names))
-        with pytest.raises(store.errors.QueueIdError) as info:  # round robin from queue 0 again
+        with pytest.raises(rmqlog.errors.QueueIdError) as info:  # round robin from queue 0 again
             s.put_batch(pa.table({"topic": rows, "body": [b"b"] * 8}))
         # one topic: queues 0, 1, 2, 3, ... (row 3 is the first past 3 queues); two alternating
         # topics: each 0, 1, 2, 3 over its own rows (row 6 is T's fourth)
@@ -785,8 +785,8 @@ def test_a_topic_shrunk_after_encoding_is_checked_again_before_the_append(
 
 @pytest.mark.parametrize("bad", [{"topic": ["T"], "body": [b"x"]}, [b"x"], "T", None], ids=["dict", "list", "str", "none"])
 def test_put_batch_of_a_non_table_is_a_typed_error(tmp_path: Path, bad: object) -> None:
-    with store.MessageStore.open(tmp_path) as s:
-        with pytest.raises(store.errors.InvalidMessageError, match="pyarrow Table or RecordBatch") as info:
+    with rmqlog.MessageStore.open(tmp_path) as s:
+        with pytest.raises(rmqlog.errors.InvalidMessageError, match="pyarrow Table or RecordBatch") as info:
             s.put_batch(bad)  # type: ignore[arg-type]
         assert info.value.field == "*"
         assert s.published_tail() == 0
@@ -804,7 +804,7 @@ def test_put_batches_keeps_its_tables_unpacked_until_the_lock(tmp_path: Path, mo
 
     monkeypatch.setattr(enc_prepare, "prepare_plain", spy)
     tables = [pa.table({"topic": ["P"] * 10, "body": _bodies(10, 50, i)}) for i in range(3)]
-    with store.MessageStore.open(tmp_path) as s:
+    with rmqlog.MessageStore.open(tmp_path) as s:
         s.put_batches(tables)
         assert calls == []
         s.put_batch(tables[0])
@@ -817,12 +817,12 @@ def test_a_packed_put_fits_a_segment_with_exactly_the_end_blank_to_spare(tmp_pat
     """A put packed before the lock is placed from its packing when it fits the segment with
     RocketMQ's 8-byte end blank to spare, and rolls over (blank, next segment) when it does
     not: one byte decides."""
-    with store.MessageStore.open(tmp_path / "probe") as s:
+    with rmqlog.MessageStore.open(tmp_path / "probe") as s:
         s.put_batch(pa.table({"topic": ["T"], "body": [b"x" * 1500]}))
         length = s.published_tail()  # every such record is as long
     segment = 3 * length + spare  # the third record ends 8 (or 7) bytes before the segment's end
-    cfg = store.StoreConfig(mapped_file_size_commit_log=segment)
-    with store.MessageStore.open(tmp_path / "s", cfg) as s:
+    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=segment)
+    with rmqlog.MessageStore.open(tmp_path / "s", cfg) as s:
         offsets = [s.put_batch(pa.table({"topic": ["T"], "body": [b"x" * 1500]}))["commitLogOffset"][0].as_py() for _ in range(4)]
         expected = [0, length, 2 * length, segment] if spare == 8 else [0, length, segment, segment + length]
         assert offsets == expected

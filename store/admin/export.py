@@ -3,7 +3,7 @@
 The range is per queue: ``[from_offset, to_offset)`` in queue offsets, or the messages stored
 in ``[begin_ms, end_ms]`` (found by binary search on store time: store times never go back
 within a queue), or both (the intersection). Messages are read ``BATCH`` at a time through
-the store's checked read path (:meth:`store.MessageStore.read_queue`), so memory stays flat
+the store's checked read path (:meth:`rmqlog.MessageStore.read_queue`), so memory stays flat
 whatever the range; Parquet is written with the message table's schema (one row group per
 batch), JSON lines one message per line (bodies as UTF-8 text with replacement characters,
 or hex). A progress bar (tqdm) counts messages on stderr when it is a terminal.

@@ -9,7 +9,7 @@ big-endian, rewritten in place and ``fdatasync``'d:
 | 8      | storeTimestamp | long: STORETIMESTAMP (ms) of the last record below ``offset``   |
 | 16     | crc            | int: zlib CRC-32 of bytes 0..16 (a torn write reads as "unknown") |
 
-It only moves forward, and only to a *published* tail (see :mod:`store.log.append_state`), so it
+It only moves forward, and only to a *published* tail (see :mod:`rmqlog.log.append_state`), so it
 always sits on a batch boundary: recovery keeps everything below it (it was acknowledged) and
 never keeps half a batch. Data is made durable before the position that covers it.
 
@@ -21,7 +21,7 @@ Flush modes (``flush_disk_type``):
   return without a sync of their own. This works across threads and processes because the
   lock and the position are files.
 - ``ASYNC_FLUSH`` (default): :class:`AsyncFlusher`, a service of the store's background loop
-  (:mod:`store.service`), runs every ``flush_interval_commit_log`` ms. It syncs when at least
+  (:mod:`rmqlog.service`), runs every ``flush_interval_commit_log`` ms. It syncs when at least
   ``flush_commit_log_least_pages`` pages (4 KiB) are unflushed, and anything unflushed once
   ``flush_commit_log_thorough_interval`` ms have passed since the last thorough round (which
   also syncs the consume queues and writes the checkpoint). ``close()`` flushes everything.
@@ -98,7 +98,7 @@ class FlushStateFile:
     def write(self, pos: FlushPosition) -> None:
         """Store ``pos`` durably: the file's data, and its name when this write creates it (a
         flushed position that a power loss could make vanish would let recovery believe
-        nothing was ever flushed; see :func:`store.durability.recovery.recover`)."""
+        nothing was ever flushed; see :func:`rmqlog.durability.recovery.recover`)."""
         head = struct.pack(">qq", pos.offset, pos.store_timestamp)
         created = not self.path.exists() if self._fd is None else False
         try:
@@ -221,7 +221,7 @@ class FlushService:
 
 class AsyncFlusher:
     """ASYNC_FLUSH's background flusher (RocketMQ's FlushRealTimeService), a service of the
-    store's loop (:mod:`store.service`): a round every ``interval_ms``, busy or not.
+    store's loop (:mod:`rmqlog.service`): a round every ``interval_ms``, busy or not.
 
     :meth:`run_once` holds the whole policy and takes the time as an argument, so it is
     tested with a fake clock.

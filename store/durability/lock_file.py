@@ -6,7 +6,7 @@ RocketMQ's layout, kept byte for byte:
   ``FileChannel.tryLock(0, 1)`` (a POSIX record lock on byte 0) while it runs.
 - ``<root>/abort``: an empty file that exists while a store is open for writing. Deleted by a
   clean shutdown; found at start-up it means the last owner did not shut down cleanly, and
-  recovery takes the abnormal path (see :mod:`store.durability.recovery`).
+  recovery takes the abnormal path (see :mod:`rmqlog.durability.recovery`).
 
 This store is opened by many processes at once (Spark executors, the driver), so each open
 store holds a *shared* POSIX lock on byte 0 of ``lock``. That still keeps a RocketMQ broker

@@ -1,7 +1,7 @@
 """Opening a store: who recovers it, and what every other opener checks.
 
-The first process to open a store (see :mod:`store.durability.lock_file`) recovers it
-(:func:`store.durability.recovery.recover`) under the append lock, before anything else reads
+The first process to open a store (see :mod:`rmqlog.durability.lock_file`) recovers it
+(:func:`rmqlog.durability.recovery.recover`) under the append lock, before anything else reads
 or writes. With ``repair``, config files nothing can read were set aside beforehand: recovery
 reports them, and a lost ``topics.json`` is rebuilt with as many queues as the log has.
 Later openers only check the segment sizes (only a first opener may repair) and rebuild a

@@ -1,5 +1,5 @@
 """Consume queues made to agree with a recovered commitlog (the second half of recovery,
-:mod:`store.durability.recovery`): files of the wrong size or unusable dropped, units past
+:mod:`rmqlog.durability.recovery`): files of the wrong size or unusable dropped, units past
 the log's end or not matching their records cut, queues short of the append state's offsets
 re-dispatched, and no queue's next offset left below its units. Every function runs in the
 first opener, under the append lock; the dispatch-lock holding is noted on each.

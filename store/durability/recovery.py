@@ -1,6 +1,6 @@
 """Recovery on open: find where the commitlog really ends, cut everything past it, repair the rest.
 
-Run by the *first opener* of a store (see :mod:`store.durability.lock_file`), under the append lock,
+Run by the *first opener* of a store (see :mod:`rmqlog.durability.lock_file`), under the append lock,
 before anything else reads or writes. RocketMQ's two paths:
 
 - **normal** (no ``abort`` file: the last owner closed cleanly): walk the last 3 commitlog
@@ -38,8 +38,8 @@ otherwise (the rebuild keeps idempotence markers, which the log carries); ``flus
 lowered to ``E`` if it was past it, and created (durably, with its name) if there was none.
 
 What the walk counts as a bad record: lengths that do not add up, a TOTALSIZE no record can
-have, header values no store writes (:func:`store.log.record.field_problems`), a QUEUEOFFSET
-that breaks its queue's density (:class:`store.log.scan.QueueDensity`), a body CRC mismatch.
+have, header values no store writes (:func:`rmqlog.log.record.field_problems`), a QUEUEOFFSET
+that breaks its queue's density (:class:`rmqlog.log.scan.QueueDensity`), a body CRC mismatch.
 
 ``repair=True`` walks every segment (not the last 3), resizes segments of the wrong size,
 cuts at the first bad record even below ``F``, and checks every consume-queue unit against
@@ -289,7 +289,7 @@ def _first_hole(seg: MappedFile) -> int:
 
 def _has_data(parts: StoreParts, start: int) -> bool:
     seg = parts.commitlog.segments.get(start)
-    return seg is not None and any(seg.read(0, 8))  # pread: no fault on a hole (tmpfs, see store.log.mapped_file)
+    return seg is not None and any(seg.read(0, 8))  # pread: no fault on a hole (tmpfs, see rmqlog.log.mapped_file)
 
 
 def _truncate_commitlog(parts: StoreParts, end: int) -> int:
@@ -306,7 +306,7 @@ def _truncate_commitlog(parts: StoreParts, end: int) -> int:
     if segs.directory.is_dir():  # a writer killed while creating a segment leaves its temporary file
         for leftover in segs.directory.glob(".*.tmp"):
             leftover.unlink(missing_ok=True)
-    if segs.prepared_dir.is_dir():  # segments prepared ahead (store.log.allocate): only zeros
+    if segs.prepared_dir.is_dir():  # segments prepared ahead (rmqlog.log.allocate): only zeros
         for leftover in segs.prepared_dir.iterdir():
             leftover.unlink(missing_ok=True)
     for start in starts:
@@ -377,7 +377,7 @@ def _finish(
 
 
 def _recover_index(parts: StoreParts, report: RecoveryReport) -> None:
-    """The index files made to agree with the log (:func:`store.index.feed.recover_index`);
+    """The index files made to agree with the log (:func:`rmqlog.index.feed.recover_index`);
     caller holds the dispatch lock."""
     if parts.index_service is None:
         return

@@ -1,4 +1,4 @@
-"""RocketMQ index files: message keys -> commitlog offsets (see :mod:`store.index.index_service`)."""
+"""RocketMQ index files: message keys -> commitlog offsets (see :mod:`rmqlog.index.index_service`)."""
 
 from .index_file import CorruptIndexError, IndexFile, IndexHeader
 from .index_keys import (

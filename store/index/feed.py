@@ -4,7 +4,7 @@ RocketMQ builds the index in the dispatch (``CommitLogDispatcherBuildIndex``): e
 dispatched gives its ``UNIQ_KEY`` and each ``KEYS`` token (space-separated) to the index.
 Here the dispatcher calls :func:`index_records` with the columns it decoded for the consume
 queues (header, topic, parsed properties: nothing is read twice), a whole run of records
-at a time; :meth:`store.index.index_service.IndexService.build` makes the keys, hashes and
+at a time; :meth:`rmqlog.index.index_service.IndexService.build` makes the keys, hashes and
 chain links for the run at once and skips what is already indexed, so a run dispatched
 again adds nothing.
 

@@ -7,7 +7,7 @@ the first process that opens a store with an index writes
 ``{"maxHashSlotNum": 5000000, "maxIndexNum": 20000000}`` (RocketMQ's names) and every later
 opener (the CLI, a notebook, a Spark executor with a default config) uses them. A store
 without the file (written by RocketMQ, or before this file existed) uses the configured
-values, and gets the file. An unreadable file is a :class:`store.errors.CorruptStoreError`
+values, and gets the file. An unreadable file is a :class:`rmqlog.errors.CorruptStoreError`
 naming it.
 """
 

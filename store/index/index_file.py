@@ -42,7 +42,7 @@ sees the intent and follows those slots back along their chains to the newest pu
 entry (:meth:`IndexFile.repair`), so nothing published is lost and nothing half written is
 visible. Readers in the meantime do the same walk. RocketMQ itself never reads entry 0.
 After a power loss only flushed bytes are trusted: see the checkpoint rule in
-:mod:`store.index.index_service`.
+:mod:`rmqlog.index.index_service`.
 """
 
 from __future__ import annotations
@@ -421,7 +421,7 @@ class IndexFile:
         """Append keys, RocketMQ's ``putKey`` for each in order, as one vectorized step.
 
         ``key_hashes`` are RocketMQ key hashes (``abs(hashCode)``, int32, non-negative; see
-        :func:`store.index.java_hash.index_key_hash`), ``phy_offsets``/``store_timestamps``
+        :func:`rmqlog.index.java_hash.index_key_hash`), ``phy_offsets``/``store_timestamps``
         the message's commitlog offset and store time (ms) per key. Takes as many keys as
         the file has room for (``indexNum - indexCount``) from the front and returns how
         many: the caller puts the rest into the next file. Each key's entry links to the

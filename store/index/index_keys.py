@@ -8,7 +8,7 @@ rolled-back transaction record (SYSFLAG transaction bits 0xC) gets no key. The k
 
 Here ``hash(topic + "#" + key)`` is ``hash(topic + "#") * 31^len(key) + hash(key)`` (mod
 2^32, ``len`` in UTF-16 units): the topic part is hashed once per distinct topic, the keys
-column by column (:mod:`store.index.java_hash`).
+column by column (:mod:`rmqlog.index.java_hash`).
 """
 
 from __future__ import annotations
@@ -218,7 +218,7 @@ def message_keys(
 
 
 def key_matches(messages: pa.Table, topic: str, key: str) -> np.ndarray:
-    """Which rows of a decoded message table (:data:`store.schema.MESSAGE_SCHEMA`: ``topic``,
+    """Which rows of a decoded message table (:data:`rmqlog.schema.MESSAGE_SCHEMA`: ``topic``,
     ``keys``, ``properties``) really carry ``key`` in ``topic``: as a ``KEYS`` token or as
     their ``UNIQ_KEY``. The index returns every entry whose hash matches; this removes the
     other keys' messages (hash collisions), as RocketMQ's client does. Returns a bool array.

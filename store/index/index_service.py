@@ -1,6 +1,6 @@
 """The index files of a store (RocketMQ's ``IndexService``): build from dispatched batches, query by key.
 
-``<root>/index/`` holds index files (:mod:`store.index.index_file`) named by their creation
+``<root>/index/`` holds index files (:mod:`rmqlog.index.index_file`) named by their creation
 time, ``yyyyMMddHHmmssSSS`` in local time; names sort in creation order and keys in commitlog
 order: every file but the last is full. Other names in the folder are ignored (a file set
 aside by a repair is renamed ``<name>.damaged``).
@@ -84,7 +84,7 @@ class IndexConfig:
     - ``max_msgs_num_batch``: most offsets one query returns (64).
 
     A full-size file is ``40 + 4*slots + 20*entries`` = 420,000,040 bytes, created sparse.
-    Raises :class:`store.errors.ConfigError` for a value out of range.
+    Raises :class:`rmqlog.errors.ConfigError` for a value out of range.
     """
 
     max_hash_slot_num: int = 5_000_000
@@ -288,7 +288,7 @@ class IndexService:
         return self.add_keys(batch, phy, ts)
 
     def add_keys(self, batch: KeyBatch, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> int:
-        """:meth:`build` from keys already made by :func:`store.index.index_keys.message_keys`."""
+        """:meth:`build` from keys already made by :func:`rmqlog.index.index_keys.message_keys`."""
         if not len(batch):
             return 0
         phy = np.asarray(phy_offsets, np.int64)[batch.message]
@@ -369,7 +369,7 @@ class IndexService:
         first within a file; at most ``min(max_count, max_msgs_num_batch)``.
 
         Entries are matched by hash: the caller reads the messages and removes those whose
-        real keys differ (:func:`store.index.index_keys.key_matches`). A file is searched
+        real keys differ (:func:`rmqlog.index.index_keys.key_matches`). A file is searched
         when its time span meets the range; the walk ends at the first file that begins
         before ``begin_ms``. Raises :class:`InvalidArgumentError` for a bad argument,
         :class:`CorruptIndexError` for a damaged file met on the way.

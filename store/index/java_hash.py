@@ -26,7 +26,7 @@ Bytes that are not valid UTF-8 (a record written by another tool) are decoded as
 becomes U+FFFD. Those rows (only those) go through Python's ``bytes.decode(errors="replace")``,
 which follows the same Unicode "maximal subpart" rule.
 
-A plain scalar reference is :func:`store.hashing.java_string_hash`.
+A plain scalar reference is :func:`rmqlog.hashing.java_string_hash`.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 collisions removed (RocketMQ's ``queryMessage`` and its client's key filter in one).
 
 The index returns the commitlog offsets of every entry whose key hash matches, newest first
-(:meth:`store.index.index_service.IndexService.query`). Each offset is taken only if the log
+(:meth:`rmqlog.index.index_service.IndexService.query`). Each offset is taken only if the log
 still holds a whole record starting there (retention may have deleted it; a damaged index
 may point anywhere): the record is decoded one by one (at most 64: the scalar codec's
-lengths and header checks, then the body CRC when asked; :mod:`store.log.point_read`), and
+lengths and header checks, then the body CRC when asked; :mod:`rmqlog.log.point_read`), and
 kept only if its topic is the one asked and it really carries the key, as a ``KEYS`` token
 or as its ``UNIQ_KEY`` (``unique=True``: as its ``UNIQ_KEY`` only). A damaged index can
 therefore cost a message, never return another one.

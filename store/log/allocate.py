@@ -32,7 +32,7 @@ warm pages). A :class:`SegmentPreparer` moves both off the writer:
 
 Driven by the writer: :meth:`expect` announces bytes about to be appended (as a batch is
 encoded, before the append lock), :meth:`settle` when they are written. A service of the
-store's loop (:mod:`store.service`), woken by :meth:`expect` when the warm-up has fallen
+store's loop (:mod:`rmqlog.service`), woken by :meth:`expect` when the warm-up has fallen
 behind; one step per round, so the flusher's rounds go in between. A process that only
 reads never prepares anything.
 """

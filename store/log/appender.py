@@ -3,21 +3,21 @@ and publish it, all or nothing.
 
 Steps of one append (:meth:`Appender.append`):
 
-1. **encode** (:func:`store.log.encode.prepare.prepare_batch`), outside any lock: typed
+1. **encode** (:func:`rmqlog.log.encode.prepare.prepare_batch`), outside any lock: typed
    errors name the row and field of the first bad row; nothing is written then;
 2. **check** the queue ids against the topics (a topic resized meanwhile is re-checked) and
-   the volume's fill level (:class:`store.log.disk_guard.DiskGuard`);
+   the volume's fill level (:class:`rmqlog.log.disk_guard.DiskGuard`);
 3. **append** under ``append.lock``: the idempotence check (``writer``/``sequence``: a batch
    whose sequence the store already recorded for its writer is a no-op), then the records go
-   into the commitlog (:meth:`store.log.commitlog.CommitLog.append_all`) and the new
-   :class:`~store.log.append_state.AppendState` is published in one atomic replace of
+   into the commitlog (:meth:`rmqlog.log.commitlog.CommitLog.append_all`) and the new
+   :class:`~rmqlog.log.append_state.AppendState` is published in one atomic replace of
    ``append.state``. A failure before the publish clears what was written past the old tail;
 4. **after the publish**: SYNC_FLUSH waits for the group commit covering the batch, and
    ``dispatch=True`` writes its consume-queue units from the batch's own fields. A full disk
-   here raises :class:`store.errors.DiskFullError` with ``appended=True``: the batch is in
+   here raises :class:`rmqlog.errors.DiskFullError` with ``appended=True``: the batch is in
    the log.
 
-The segment preparer (:mod:`store.log.allocate`) is told of each encoded batch so it creates
+The segment preparer (:mod:`rmqlog.log.allocate`) is told of each encoded batch so it creates
 and warms the segments the append will need while the rest of the batch is encoded.
 """
 
@@ -76,7 +76,7 @@ class Appender:
         )
         self.preparing = False
         #: moves delayed rows to the schedule topic before encoding (set by the store's parts:
-        #: :func:`store.schedule.routing.route_delays`); returns the table and the store's own
+        #: :func:`rmqlog.schedule.routing.route_delays`); returns the table and the store's own
         #: properties per row (``None``: none)
         self.router: Callable[[pa.Table], tuple[pa.Table, pa.Array | None]] | None = None
 
@@ -103,7 +103,7 @@ class Appender:
         properties: pa.Array, marker: Marker, born_hosts: np.ndarray | None = None,
     ) -> EncodedBatch:
         """The scheduler's delivered copies of stored messages, encoded from their stored
-        fields (:func:`store.log.encode.copies.prepare_copies`): this store's host, and the
+        fields (:func:`rmqlog.log.encode.copies.prepare_copies`): this store's host, and the
         born hosts they were sent with (``born_hosts``, (n, 8) bytes; ``None``: this store's)."""
         return prepare_copies(
             topic, queue_id, body, flag, born, properties, marker=marker, store_host=self.store_host,
@@ -146,7 +146,7 @@ class Appender:
         system: pa.Array | None = None,
     ) -> EncodedBatch:
         """Validate and encode one table (no lock); errors name rows counted from ``row_base``.
-        ``plain``: see :func:`store.log.encode.prepare.prepare_batch`. ``system``: the store's
+        ``plain``: see :func:`rmqlog.log.encode.prepare.prepare_batch`. ``system``: the store's
         own properties per row (the scheduler's delivered copies); the router adds those of
         delayed rows."""
         parts = self.parts

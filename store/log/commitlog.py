@@ -1,8 +1,8 @@
 """The commitlog: every message of every topic, appended in one sequence of segments.
 
 Segments are ``<root>/commitlog/<20-digit start offset>`` of ``mapped_file_size_commit_log``
-bytes; records are laid out as :mod:`store.log.record` says; each full segment ends with a blank
-record. Appends happen under the store's append lock (see :mod:`store.log.append_state`);
+bytes; records are laid out as :mod:`rmqlog.log.record` says; each full segment ends with a blank
+record. Appends happen under the store's append lock (see :mod:`rmqlog.log.append_state`);
 reads are lock-free and never go past the published tail the caller passes in.
 """
 
@@ -151,7 +151,7 @@ def _round_robin_offsets(batch: EncodedBatch, queues: dict[str, int], count: int
 #: The thread the commitlog's writes run on while the appending thread encodes the next
 #: chunk (CRCs, trailer join, iovecs): both the write syscalls and most of the encoding run
 #: without the GIL, so on two cores the copy into the page cache and the encoding overlap.
-#: With the C helper, packed chunks go to a :class:`store._native.ChunkWriter` instead (a
+#: With the C helper, packed chunks go to a :class:`rmqlog._native.ChunkWriter` instead (a
 #: thread of its own per pipeline that never takes the GIL: ~17 us less per hand-off).
 _WRITE_POOL = ProcessLocalPool("rmq-write")
 try:
@@ -205,7 +205,7 @@ class _Pipeline:
         # one chunk: nothing to overlap its write with, and a hand-off to the write thread
         # costs ~50 us (a thread wake-up and the GIL twice), a lot for a 100-message put
         self._inline = chunks <= 1
-        self._native: Any = None  # a store._native.ChunkWriter, made on the first write()
+        self._native: Any = None  # a rmqlog._native.ChunkWriter, made on the first write()
         self._keep: list[tuple[np.ndarray, MappedFile, int]] = []  # (buffer, segment, offset) per native write
         self._error: BaseException | None = None
         self._failed = False  # a write on the pool failed: the ones queued after it are skipped
@@ -472,8 +472,8 @@ class CommitLog:
 
         ``topic``: the topic the records are expected to have (a consume queue's), a fast path.
         ``check`` (with ``tail``, the published tail): check every record as
-        :class:`store.log.decode.RecordCheck` says, reading nothing at or past ``tail``. Raises
-        :class:`store.log.decode.BadRecordError` naming the segment file, the commitlog offset
+        :class:`rmqlog.log.decode.RecordCheck` says, reading nothing at or past ``tail``. Raises
+        :class:`rmqlog.log.decode.BadRecordError` naming the segment file, the commitlog offset
         and the row of the first bad record found; a gather or decode failing on a damaged
         record any other way is reported the same way (the scalar decoder locates it).
         Without ``check`` the offsets must be those of whole records (found by a scan or
@@ -550,7 +550,7 @@ class CommitLog:
             if seg is None:
                 return
             stop = min(limit, seg.end) - seg.start
-            if seg.bounded_reads:  # tmpfs: not into the holes past the data (see store.log.mapped_file)
+            if seg.bounded_reads:  # tmpfs: not into the holes past the data (see rmqlog.log.mapped_file)
                 stop = min(stop, seg.readable_end(pos - seg.start))
             result = scan_segment(seg.array(), pos - seg.start, stop, check_crc=check_crc, base=seg.start)
             yield seg, result

@@ -2,8 +2,8 @@
 
 Input: one segment's bytes (an Arrow buffer over the mapped file, zero-copy) and the
 positions of whole records in it, in log order. Each variable part (headers, bodies, topics,
-properties) is copied out with one :func:`store.log.gather.gather_slices` call; fixed fields are
-read through the numpy dtype of :mod:`store.log.record`. Rows with IPv6 hosts (other header
+properties) is copied out with one :func:`rmqlog.log.gather.gather_slices` call; fixed fields are
+read through the numpy dtype of :mod:`rmqlog.log.record`. Rows with IPv6 hosts (other header
 sizes) are decoded in their own group. The result never references the mapped file.
 
 A *checked* decode (``read_columns(..., check=RecordCheck(...))``, what every read of
@@ -12,7 +12,7 @@ msgId) and checks each record before any gather that depends on a field it check
 header fits, a record starts there, its fixed fields match what pointed at it, its lengths
 add up, its topic, its body CRC. Each check is one numpy comparison over the whole read;
 the first bad row raises :class:`BadRecordError`, which the readers turn into
-:class:`store.errors.CorruptQueueError` or :class:`store.errors.CorruptRecordError`.
+:class:`rmqlog.errors.CorruptQueueError` or :class:`rmqlog.errors.CorruptRecordError`.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ class BadRecordError(CorruptRecordError):
     """A checked :func:`read_columns` found row ``row`` of its read bad (see :class:`RecordCheck`).
 
     ``against_unit``: the record does not match what points at it (its consume-queue unit:
-    the reader names the unit, :class:`store.errors.CorruptQueueError`) rather than being
+    the reader names the unit, :class:`rmqlog.errors.CorruptQueueError`) rather than being
     damaged in itself. ``path`` is set by the caller that knows the segment; readers raise
     the public error, never this one.
     """
@@ -172,7 +172,7 @@ class RecordCheck:
 
     def fields(self, base: int, positions: np.ndarray, header: dict[str, np.ndarray]) -> None:
         """Header values no store writes (nothing checksums them; the scan's own rule,
-        :func:`store.log.record.field_problems`), once every row's header layout is known."""
+        :func:`rmqlog.log.record.field_problems`), once every row's header layout is known."""
         bad, why = field_problems(
             header["queueId"], header["queueOffset"], header["physicalOffset"], header["bornTimestamp"],
             header["storeTimestamp"], base + positions,
@@ -218,7 +218,7 @@ def body_crcs(body: pa.BinaryArray | pa.LargeBinaryArray) -> np.ndarray:
     """BODYCRC (CRC-32 & 0x7FFFFFFF, int32) of each body of a contiguous binary array.
 
     One call of the C helper for the whole array when it is built; otherwise one ISA-L/zlib
-    call per body (:data:`store.log.record.crc32`).
+    call per body (:data:`rmqlog.log.record.crc32`).
     """
     n = len(body)
     if n == 0:
@@ -426,7 +426,7 @@ def _ms_to_ts(ms: np.ndarray) -> pa.Array:
 
 
 def message_table(cols: RecordColumns) -> pa.Table:
-    """The public message table (:data:`store.schema.MESSAGE_SCHEMA`) of decoded records."""
+    """The public message table (:data:`rmqlog.schema.MESSAGE_SCHEMA`) of decoded records."""
     parsed = ParsedProperties(cols.properties)
     h = cols.header
     arrays = [

@@ -4,7 +4,7 @@ A volume found below the level is not checked again for :data:`DISK_CHECK_INTERV
 (a ``statvfs`` per put was ~5% of a small put's CPU; RocketMQ's clean-up service checks it
 every ``cleanResourceInterval``, 10 s); one above it is checked on every put, so appends
 resume as soon as space is freed. A disk that fills up in between still fails safely: the
-write gets ``ENOSPC``, which raises :class:`store.errors.DiskFullError` with nothing
+write gets ``ENOSPC``, which raises :class:`rmqlog.errors.DiskFullError` with nothing
 published.
 """
 

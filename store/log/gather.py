@@ -6,7 +6,7 @@ when the slices are sorted and do not overlap; its even elements are the slices 
 ones the gaps between them. ``take`` of the even elements copies exactly the wanted bytes,
 in C++, into one contiguous buffer. No Python loop runs per slice.
 
-When the optional C helper ``store._native`` is built, its ``gather`` does the same copy
+When the optional C helper ``rmqlog._native`` is built, its ``gather`` does the same copy
 with one ``memcpy`` per slice and no per-element bookkeeping (measured 25-50 ns per slice
 for ``take``).
 """

@@ -4,12 +4,12 @@ A segment is a file of exactly ``size`` bytes named by the 20-digit offset of it
 byte. New segments are created sparse (``ftruncate``) so a 1 GiB segment costs no disk until
 written. Every process maps the same files ``MAP_SHARED``: bytes written by one process are
 visible to the others through the page cache at once; what makes them *meaningful* to a
-reader is the published tail (see :mod:`store.log.append_state`), never the bytes themselves.
+reader is the published tail (see :mod:`rmqlog.log.append_state`), never the bytes themselves.
 
 Full disks. Bytes reach a segment through ``pwrite`` only, never as stores into the mapping:
 a store into a page the filesystem cannot allocate (a sparse page on a full disk) kills the
 process with SIGBUS, where ``pwrite`` fails with ``ENOSPC`` (raised as
-:class:`~store.errors.DiskFullError` naming the file). On tmpfs even a *read* of a hole
+:class:`~rmqlog.errors.DiskFullError` naming the file). On tmpfs even a *read* of a hole
 through a shared mapping allocates the page, and SIGBUS is the answer when the tmpfs is
 full; there (:attr:`MappedFile.bounded_reads`) readers that may look past the written data
 stop at :meth:`MappedFile.readable_end`, and a new segment gets its first page allocated
@@ -102,7 +102,7 @@ class MappedFile:
         self._np: np.ndarray | None = None
         self._fd: int | None = None
         self._lock = threading.Lock()
-        #: reads of this process holding the file (see :mod:`store.log.pins`)
+        #: reads of this process holding the file (see :mod:`rmqlog.log.pins`)
         self.pins = PinCount()
 
     def __del__(self) -> None:
@@ -190,7 +190,7 @@ class MappedFile:
         ``msync`` of just that range (Linux runs ``fsync`` over the file range, metadata
         included), not ``fdatasync`` of the file: with a writer appending meanwhile, a
         whole-file sync keeps chasing the pages it dirties and measured 2-3x slower puts.
-        Raises ``OSError`` if the sync fails (e.g. EIO), :class:`~store.errors.DiskFullError`
+        Raises ``OSError`` if the sync fails (e.g. EIO), :class:`~rmqlog.errors.DiskFullError`
         if it fails for want of space (a filesystem that allocates at writeback, NFS).
         """
         page = mmap.PAGESIZE
@@ -277,7 +277,7 @@ class MappedFile:
         overwritten with zeros (``pwrite``). Page 0 is never punched (see
         :meth:`MappedFileQueue.get`). The work goes from the back and ``lo``'s own page comes
         last, so a clear cut short (a kill) leaves the bytes at ``lo`` as they were. Raises
-        :class:`~store.errors.DiskFullError` or ``OSError`` naming the file.
+        :class:`~rmqlog.errors.DiskFullError` or ``OSError`` naming the file.
         """
         total = 0
         for a, b in reversed(self.data_regions(lo, hi)):
@@ -333,7 +333,7 @@ class MappedFileQueue:
     commitlog: a store written with another segment size, like RocketMQ's, opens as it is),
     else it is ``default_size``. Files of another size (a segment truncated by a crash of the
     filesystem, or by hand) are listed in :attr:`odd` (start -> bytes) instead of failing
-    here: recovery decides (see :mod:`store.durability.recovery`), and mapping one raises
+    here: recovery decides (see :mod:`rmqlog.durability.recovery`), and mapping one raises
     :class:`CorruptStoreError`. With ``infer``, the size is the most common one (the largest
     among equally common ones). Segment creation must be serialized by the caller (the append
     lock); lookups are safe from any thread or process.
@@ -408,7 +408,7 @@ class MappedFileQueue:
 
     @property
     def prepared_dir(self) -> Path:
-        """Where segments prepared ahead of the writer wait (:mod:`store.log.allocate`):
+        """Where segments prepared ahead of the writer wait (:mod:`rmqlog.log.allocate`):
         ``<directory>.prealloc/`` beside the segments' folder, so that nothing that lists
         the segments (RocketMQ's tooling included) ever meets one."""
         return self.directory.with_name(self.directory.name + ".prealloc")

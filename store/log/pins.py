@@ -1,6 +1,6 @@
 """Read pins: a file being read is never deleted by retention (readers of the same host).
 
-Retention (:mod:`store.retention`) deletes whole segment files (commitlog and consume queue)
+Retention (:mod:`rmqlog.retention`) deletes whole segment files (commitlog and consume queue)
 while other processes may be reading them. A reader *pins* each segment for the duration
 of a read: a shared ``flock`` on the segment's descriptor. The cleaner takes ``LOCK_EX |
 LOCK_NB`` on a descriptor of its own before it removes a file and skips the file (and every
@@ -17,7 +17,7 @@ What a pin does not need to do: keep the bytes valid. A segment is never truncat
 rewritten below the tail, and on a local filesystem a mapping (or descriptor) of a file
 that was unlinked keeps its data: a read that had the segment mapped before it was deleted
 still returns the right bytes. A reader that looks for a segment *after* it was deleted finds
-no file, and the caller reports the loss (:class:`store.errors.MessagesDeletedError`).
+no file, and the caller reports the loss (:class:`rmqlog.errors.MessagesDeletedError`).
 
 Limits: ``flock`` is per host. On NFS, Linux emulates ``flock`` with POSIX record locks,
 which do not conflict within one process and do not reach other hosts: there a cleaner may
@@ -48,7 +48,7 @@ class PinCount:
 
 
 class Pinnable(Protocol):
-    """What pins need of a segment (:class:`store.log.mapped_file.MappedFile` has it): its
+    """What pins need of a segment (:class:`rmqlog.log.mapped_file.MappedFile` has it): its
     pin count, its one descriptor (``_fd``, ``None`` once closed) and a way to open it."""
 
     pins: PinCount

@@ -2,7 +2,7 @@
 message by id), where the batch decoder's fixed cost (~0.7 ms for one row: a gather per
 column, the vectorized properties parser) would dominate.
 
-Each record is decoded by the scalar codec (:func:`store.log.record.decode_at`, which checks
+Each record is decoded by the scalar codec (:func:`rmqlog.log.record.decode_at`, which checks
 its lengths and header values) at an offset the caller found; its properties are parsed with
 Java's rules (:func:`java_properties`, the rules of the batch parser), and the table is built
 from the values of the few records. A row here equals the batch decoder's row for the same

@@ -4,7 +4,7 @@ Known names (exact strings) used by the store: ``KEYS`` (space-separated keys), 
 ``UNIQ_KEY`` (client message id), ``DELAY``, ``REAL_TOPIC``, ``REAL_QID``, and our own
 ``RMQLOG_WRITER`` (idempotence marker). User properties may not use RocketMQ's system names
 nor the store's ``RMQLOG_`` prefix (:func:`reserved_name_problem`). The scalar codec is
-:func:`store.log.record.encode_properties` / :func:`store.log.record.decode_properties`.
+:func:`rmqlog.log.record.encode_properties` / :func:`rmqlog.log.record.decode_properties`.
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ PROPERTY_DELAY = "DELAY"
 PROPERTY_REAL_TOPIC = "REAL_TOPIC"
 PROPERTY_REAL_QID = "REAL_QID"
 #: RocketMQ's ``TopicValidator.RMQ_SYS_SCHEDULE_TOPIC``: delayed messages wait here, queue
-#: ``level - 1``, until the scheduler delivers them (:mod:`store.schedule`)
+#: ``level - 1``, until the scheduler delivers them (:mod:`rmqlog.schedule`)
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 #: RocketMQ 5's ``TimerMessageStore.TIMER_TOPIC``: timed messages (an exact delivery time) wait
-#: here, queue 0, until the timer delivers them (:mod:`store.schedule.timer`)
+#: here, queue 0, until the timer delivers them (:mod:`rmqlog.schedule.timer`)
 TIMER_TOPIC = "rmq_sys_wheel_timer"
 #: The topics where the store keeps messages that are not delivered yet: never written to
 #: directly, never listed among the topics a reader picks by pattern
@@ -52,8 +52,8 @@ ROCKETMQ_SYSTEM_PROPERTIES = frozenset((
 ))
 #: Timer properties: RocketMQ 5.x's names. A put's ``TIMER_DELIVER_MS``, ``TIMER_DELAY_MS`` and
 #: ``TIMER_DELAY_SEC`` are taken from its properties as its delivery time
-#: (:mod:`store.schedule.timer_routing`), and ``DELAY``, 4.x's delay level, as its delay level
-#: (:mod:`store.schedule.routing`); the others are the store's to set.
+#: (:mod:`rmqlog.schedule.timer_routing`), and ``DELAY``, 4.x's delay level, as its delay level
+#: (:mod:`rmqlog.schedule.routing`); the others are the store's to set.
 DELAY_PROPERTIES = frozenset((
     "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_ENQUEUE_MS",
     "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL",
@@ -185,7 +185,7 @@ class ParsedProperties:
         self.offsets = counts_to_offsets(counts)
 
     def _parse_native(self, props: pa.Array) -> bool:
-        """One pass of the C helper ``store._native`` over the bytes (Java's rules, any input)."""
+        """One pass of the C helper ``rmqlog._native`` over the bytes (Java's rules, any input)."""
         if _native is None or props.null_count or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type)):
             return False
         n = len(props)

@@ -30,7 +30,7 @@ End of segment: when ``length + 8 > bytes left``, an 8-byte blank record
 Zero bytes where a record should start mean "no more data".
 
 The numpy dtypes below are the one definition of the fixed part; the scalar codec here
-and the vectorized codecs (:mod:`store.log.encode`, :mod:`store.log.decode`) are derived from them.
+and the vectorized codecs (:mod:`rmqlog.log.encode`, :mod:`rmqlog.log.decode`) are derived from them.
 """
 
 from __future__ import annotations

@@ -205,7 +205,7 @@ def _first_bad(
     seg: np.ndarray, pos: np.ndarray, size: np.ndarray, check_crc: bool, base: int | None = None,
 ) -> tuple[int, str]:
     """Index of the first record whose lengths do not add up, whose header holds a value no
-    store writes (:func:`store.log.record.field_problems`), or whose body CRC is wrong.
+    store writes (:func:`rmqlog.log.record.field_problems`), or whose body CRC is wrong.
 
     Every length is checked before it is used as an offset, so a damaged one cannot make a
     read leave the record (or the segment).

@@ -5,11 +5,11 @@ A walk from the commitlog's first record up to an end (default: its end) gives:
 
 - ``tail``: where whole, valid records end (a record past a blank goes on in the next
   segment); the walk stops at the first invalid record, or one whose QUEUEOFFSET breaks its
-  queue's density (:class:`store.log.scan.QueueDensity`): damage, and the log ends there;
+  queue's density (:class:`rmqlog.log.scan.QueueDensity`): damage, and the log ends there;
 - next queue offsets: the largest QUEUEOFFSET seen per queue, plus one (transaction
   prepared/rolled-back records excluded, as they get no unit);
 - ``store_timestamp``: the largest STORETIMESTAMP;
-- the idempotence markers (:mod:`store.log.writer_marker`), in log order: the last wins.
+- the idempotence markers (:mod:`rmqlog.log.writer_marker`), in log order: the last wins.
 
 The walk goes in windows of :data:`REBUILD_CHUNK` bytes (memory stays bounded) and is
 vectorized per window; its only per-item steps are per queue and per marker.

@@ -3,7 +3,7 @@
 ``put_batch(..., writer=, sequence=)`` appends a batch only if the store has not yet recorded
 ``sequence`` (or a later one) for ``writer``; the new sequence is published in
 ``append.state`` and also written as this property on the batch's last record, so that an
-append state rebuilt from the commitlog (:mod:`store.log.state_rebuild`) still knows it.
+append state rebuilt from the commitlog (:mod:`rmqlog.log.state_rebuild`) still knows it.
 """
 
 from __future__ import annotations

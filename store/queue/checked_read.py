@@ -1,6 +1,6 @@
 """Reads through a consume queue: each unit's record decoded and checked against the unit.
 
-A consume-queue unit (:mod:`store.queue.consume_queue`) is only (commitlog offset, size, tag
+A consume-queue unit (:mod:`rmqlog.queue.consume_queue`) is only (commitlog offset, size, tag
 hash), and nothing checksums it: a damaged unit may point at another queue's record, into
 the middle of one, at a blank, past the published tail. A read must then fail, never return
 another record's data. Every read of messages by queue offset (``get_messages``,
@@ -22,7 +22,7 @@ consume-queue file, the logical offset, the commitlog offset); a record damaged 
 bad unit of the read in queue order. A read that retention overtook (units that point below
 the commitlog's first offset *now*, whose segments were deleted while it read) raises
 :class:`MessagesDeletedError` naming the queue and the lost offsets instead; a segment it had
-already reached keeps its data for the read (see :mod:`store.log.pins`).
+already reached keeps its data for the read (see :mod:`rmqlog.log.pins`).
 """
 
 from __future__ import annotations

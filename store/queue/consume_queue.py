@@ -19,10 +19,10 @@ end take that lock shared for the moment they look (so they never see a half-wri
 Units below the end never change (until retention deletes whole segments).
 
 Units are written with ``pwrite`` and removed by punching holes (:meth:`MappedFile.clear`),
-never stored into the mapping, so a full disk raises :class:`~store.errors.DiskFullError`
+never stored into the mapping, so a full disk raises :class:`~rmqlog.errors.DiskFullError`
 instead of killing the process; a write that fails part-way is undone whole, so a torn unit
 never counts as written. On tmpfs the search for the end reads no hole (see
-:mod:`store.log.mapped_file`).
+:mod:`rmqlog.log.mapped_file`).
 """
 
 from __future__ import annotations

@@ -72,7 +72,7 @@ class Dispatcher:
         self.state_path = state_path
         self.lock = lock
         self._last_ts = 0
-        # as a service of the store's loop (store.service): every interval_ms while idle, a
+        # as a service of the store's loop (rmqlog.service): every interval_ms while idle, a
         # backlog in rounds of DISPATCH_CHUNK bytes (the other services run in between)
         self.name = "rmq-dispatcher"
         self.interval_s = interval_ms / 1000.0
@@ -81,10 +81,10 @@ class Dispatcher:
         self.last_error: BaseException | None = None
         #: called with every run of dispatched records and their parsed properties, under
         #: the dispatch lock, before the position moves past them (the index builder, see
-        #: :mod:`store.index.feed`); ``None``: nothing else is built
+        #: :mod:`rmqlog.index.feed`); ``None``: nothing else is built
         self.index_hook: Callable[[RecordColumns, ParsedProperties], object] | None = None
         #: (topics, topic index per row, parsed properties, header, tags hashes) -> the units'
-        #: tagsCodes: the schedule topic's are delivery times (:mod:`store.schedule.levels`);
+        #: tagsCodes: the schedule topic's are delivery times (:mod:`rmqlog.schedule.levels`);
         #: ``None``: every tagsCode is the tags hash
         self.codes_hook: Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None = None
 
@@ -345,6 +345,6 @@ class Dispatcher:
 
     # ----------------------------------------------------------- the service
     def run_once(self, now: float) -> bool:
-        """One round of the background dispatcher (see :mod:`store.service`): dispatch up to
+        """One round of the background dispatcher (see :mod:`rmqlog.service`): dispatch up to
         ``DISPATCH_CHUNK`` bytes of new records; returns whether there were any."""
         return self.dispatch(max_bytes=DISPATCH_CHUNK) > 0

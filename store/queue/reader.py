@@ -2,11 +2,11 @@
 bounds, the offset for a time, and a message by commitlog offset or offset msgId.
 
 Every message read is checked against its consume-queue unit, and its body CRC unless
-turned off (:mod:`store.queue.checked_read`): a unit that does not match its record raises
-:class:`store.errors.CorruptQueueError`, a damaged record
-:class:`store.errors.CorruptRecordError`. Bounds are taken under the dispatch lock (shared)
+turned off (:mod:`rmqlog.queue.checked_read`): a unit that does not match its record raises
+:class:`rmqlog.errors.CorruptQueueError`, a damaged record
+:class:`rmqlog.errors.CorruptRecordError`. Bounds are taken under the dispatch lock (shared)
 against the commitlog's first offset at that moment; a read that retention overtakes is
-answered with what exists once the deletion is done (:class:`store.errors.MessagesDeletedError`
+answered with what exists once the deletion is done (:class:`rmqlog.errors.MessagesDeletedError`
 is caught and the read clamped).
 """
 
@@ -74,7 +74,7 @@ class QueueReader:
     def read_bounds(self, cq: ConsumeQueue) -> tuple[int, int, int]:
         """(first live offset, end) of a queue and the commitlog's first offset they were taken
         against: every unit from the first live one on points at or after it (see
-        :mod:`store.queue.checked_read`)."""
+        :mod:`rmqlog.queue.checked_read`)."""
         with self.parts.dispatch_lock.held(shared=True):
             floor = self.parts.commitlog.min_offset()
             return cq.min_offset(floor), cq.max_offset(), floor
@@ -89,7 +89,7 @@ class QueueReader:
     def get_messages(
         self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tags: str | None, check_crc: bool | None,
     ) -> GetMessageResult:
-        """RocketMQ's ``getMessage``; see :meth:`store.MessageStore.get_messages`."""
+        """RocketMQ's ``getMessage``; see :meth:`rmqlog.MessageStore.get_messages`."""
         validate_group(group)
         validate_topic(topic)
         queue_id, offset, max_count = int_arg("queue_id", queue_id), int_arg("offset", offset), int_arg("max_count", max_count)
@@ -159,7 +159,7 @@ class QueueReader:
                     tail=self.parts.published_tail(), check_crc=self.check_crc(check_crc))
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, check_crc: bool | None) -> pa.Table:
-        """Every message of a queue in ``[start, end)``; see :meth:`store.MessageStore.read_queue`."""
+        """Every message of a queue in ``[start, end)``; see :meth:`rmqlog.MessageStore.read_queue`."""
         validate_topic(topic)
         queue_id, start, end = queue_id_arg(queue_id), int_arg("start", start), int_arg("end", end)
         cq = self.parts.consume_queue(topic, queue_id)
@@ -179,7 +179,7 @@ class QueueReader:
                 start = gone.end
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
-        """Binary search of a queue by store time; see :meth:`store.MessageStore.offset_for_timestamp`."""
+        """Binary search of a queue by store time; see :meth:`rmqlog.MessageStore.offset_for_timestamp`."""
         validate_topic(topic)
         queue_id, ts_ms = queue_id_arg(queue_id), int_arg("ts_ms", ts_ms)
         cq = self.parts.consume_queue(topic, queue_id)

@@ -6,7 +6,7 @@ and the consume-queue (and index) files wholly below the commitlog's new start f
 - :mod:`.marker`: ``retention.state``, the durable commitlog start;
 - :mod:`.leftovers`: completing a pass cut short (at open, and by the next pass).
 
-Readers are protected by read pins (:mod:`store.log.pins`).
+Readers are protected by read pins (:mod:`rmqlog.log.pins`).
 """
 
 from .cleaner import CleanReport, Retention

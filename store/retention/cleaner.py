@@ -3,25 +3,25 @@
 A pass (:meth:`Retention.clean`, ``MessageStore.clean_expired``) is RocketMQ's
 ``CleanCommitLogService`` then ``CleanConsumeQueueService``:
 
-1. **Commitlog.** When :func:`store.retention.policy.due` says so, the oldest segments that
-   :func:`~store.retention.policy.expired_prefix` picks are deleted. First
+1. **Commitlog.** When :func:`rmqlog.retention.policy.due` says so, the oldest segments that
+   :func:`~rmqlog.retention.policy.expired_prefix` picks are deleted. First
    ``retention.state`` records the new start (durably, *before* anything is removed); then,
    under the append lock (so no rebuild of the append state walks the log meanwhile; held
    for the renames only, tens of microseconds a segment, no sync), oldest first, each is
-   held exclusively (:func:`store.log.pins.hold_exclusive`; a segment a reader holds stops
+   held exclusively (:func:`rmqlog.log.pins.hold_exclusive`; a segment a reader holds stops
    the pass there, unless it has been held for longer than
    ``destroy_mapped_file_interval_forcibly``) and moved into ``commitlog.deleted/`` (no
    reader, recovery or tool that lists the segments sees it again); then the folder is
    synced and the moved files are unlinked (an unlink of a large file can take milliseconds). Deletion is always a prefix
    of the log: a pass cut at any instant leaves a log that starts at a segment boundary at
    or below the recorded start, and the next open or pass completes it
-   (:mod:`store.retention.leftovers`).
+   (:mod:`rmqlog.retention.leftovers`).
 2. **Consume queues and index files**, when the commitlog start moved past what they were
    last cleaned against (``retention.state``'s ``queuesCleaned``; never past the first
    segment still there, one a reader held included): in every queue, the
    segments whose last unit points below the new start (wholly below it; never a queue's
    last segment, never one a reader holds) are deleted, oldest first. Queue minimum offsets
-   follow by themselves (:meth:`store.queue.consume_queue.ConsumeQueue.min_offset`, RocketMQ's
+   follow by themselves (:meth:`rmqlog.queue.consume_queue.ConsumeQueue.min_offset`, RocketMQ's
    ``correctMinOffset``). Then the index hook (see :meth:`Retention._clean_index`).
 
 A pass with nothing to do reads the clock, ``statvfs``, ``retention.state`` and the commitlog
@@ -92,7 +92,7 @@ class CleanReport:
 
 class Retention:
     """Retention of one open store: :meth:`clean` runs a pass; as a service of the store's
-    loop (:mod:`store.service`, added by ``start_dispatcher``) a pass runs every
+    loop (:mod:`rmqlog.service`, added by ``start_dispatcher``) a pass runs every
     ``clean_resource_interval`` parts.
 
     ``disk_used(path) -> percent`` and ``wall_ms() -> ms`` are injectable (tests drive them);
@@ -118,7 +118,7 @@ class Retention:
 
     # ----------------------------------------------------------- service
     def run_once(self, now: float) -> bool:
-        """One pass (see :mod:`store.service`); returns whether it deleted anything."""
+        """One pass (see :mod:`rmqlog.service`); returns whether it deleted anything."""
         return self.clean().deleted > 0
 
     # -------------------------------------------------------------- pass
@@ -126,7 +126,7 @@ class Retention:
         """Run one pass as of ``now_ms`` (default: now); ``force``: delete expired segments at
         any hour (RocketMQ's manual deletion; age and the other limits still apply).
 
-        Raises :class:`store.errors.DiskFullError` if ``retention.state`` cannot be written
+        Raises :class:`rmqlog.errors.DiskFullError` if ``retention.state`` cannot be written
         (then nothing was deleted), ``OSError`` for other filesystem errors.
         """
         with self._lock:
@@ -306,7 +306,7 @@ class Retention:
         if delete_below is None:
             return True
         try:
-            with self.parts.dispatch_lock.held():  # the index's writers hold it (store.index.index_service)
+            with self.parts.dispatch_lock.held():  # the index's writers hold it (rmqlog.index.index_service)
                 deleted: Iterable[Any] | None = delete_below(log_start)
         except Exception:  # noqa: BLE001 - the commitlog and queues are done; the index waits
             log.warning("retention: deleting index files below %d failed; the next pass tries again", log_start,

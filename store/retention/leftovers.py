@@ -1,8 +1,8 @@
 """What a retention pass cut short leaves behind, and how it is completed.
 
-A pass (:mod:`store.retention.cleaner`) writes ``retention.state`` (the new commitlog start)
+A pass (:mod:`rmqlog.retention.cleaner`) writes ``retention.state`` (the new commitlog start)
 durably, then moves each doomed segment from ``commitlog/`` into ``commitlog.deleted/``
-(:attr:`store.paths.StorePaths.deleted_segments_dir`), syncs the folder, and unlinks the
+(:attr:`rmqlog.paths.StorePaths.deleted_segments_dir`), syncs the folder, and unlinks the
 moved files. Cut at any instant (a kill, a power loss), it leaves:
 
 - files in ``commitlog.deleted/``: no reader, no recovery and no tool that lists the

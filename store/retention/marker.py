@@ -70,7 +70,7 @@ class RetentionStateFile:
         file is rewritten in place instead: always :data:`FILE_SIZE` bytes (JSON padded with
         spaces), so its block is reused; a write torn by a crash then reads as unreadable,
         which only means a pass cut short is not completed at open. Raises
-        :class:`store.errors.DiskFullError` if there is no file yet and no room for one."""
+        :class:`rmqlog.errors.DiskFullError` if there is no file yet and no room for one."""
         body = json.dumps({"version": VERSION, "logStart": state.log_start, "queuesCleaned": state.queues_cleaned})
         data = body.encode().ljust(FILE_SIZE)
         try:

@@ -5,10 +5,10 @@ offset of ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` to deliver) with fastjson,
 integer map keys are not quoted (``{"offsetTable":{1:5,2:0}}``, tab-indented).
 
 Read: RocketMQ's files (unquoted keys), ours, or the ``.bak`` when the file is unreadable
-(:func:`store.config_files.load_fastjson`). Written the same way, atomically, the previous
+(:func:`rmqlog.config_files.load_fastjson`). Written the same way, atomically, the previous
 content kept as ``.bak`` (RocketMQ's ``MixAll.string2File``). The file is a hint: the
 scheduler's idempotence markers in the commitlog are the truth (see
-:mod:`store.schedule.scheduler`), so a stale or lost file never repeats a delivery.
+:mod:`rmqlog.schedule.scheduler`), so a stale or lost file never repeats a delivery.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _decode(raw: Any) -> dict[int, int]:
 
 def load_delay_offsets(path: Path) -> dict[int, int]:
     """level -> next queue offset; ``{}`` when there is no file. Raises
-    :class:`store.errors.CorruptStoreError` naming the file when neither it nor its ``.bak``
+    :class:`rmqlog.errors.CorruptStoreError` naming the file when neither it nor its ``.bak``
     can be read."""
     loaded = load_fastjson(path, _decode)
     return loaded if loaded is not None else {}

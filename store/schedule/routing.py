@@ -3,7 +3,7 @@
 RocketMQ 4.x (``CommitLog.putMessage``): a message whose ``DELAY`` property (its delay level)
 is above 0 is stored in topic ``SCHEDULE_TOPIC_XXXX``, queue ``level - 1``, with its real
 topic and queue id kept in the properties ``REAL_TOPIC`` / ``REAL_QID``; a level above the
-highest configured one is clamped to it. The scheduler (:mod:`store.schedule.scheduler`)
+highest configured one is clamped to it. The scheduler (:mod:`rmqlog.schedule.scheduler`)
 delivers it to the real queue once due.
 
 Here the level comes from the batch's ``delayLevel`` column (int, null = none) or from a
@@ -16,7 +16,7 @@ topics of the delayed rows that need a queue.
 
 The store's own properties of a delayed row (``REAL_TOPIC``, ``REAL_QID``, ``DELAY``) are
 returned as one pre-joined ``name\\x01value\\x02`` string per row, added to the record's
-properties by the encoder (:func:`store.log.encode.prepare.prepare_batch`,
+properties by the encoder (:func:`rmqlog.log.encode.prepare.prepare_batch`,
 ``system_properties``): users still cannot set those names themselves.
 """
 

@@ -4,9 +4,9 @@
 A pass (:meth:`DelayScheduler.deliver_due`) first dispatches what is published, then, for
 each delay level ``L``: the units of
 ``SCHEDULE_TOPIC_XXXX`` queue ``L - 1`` from the level's progress on hold, as tagsCode, the
-time each message is due (:mod:`store.schedule.levels`). Store times never go back within a
+time each message is due (:mod:`rmqlog.schedule.levels`). Store times never go back within a
 queue and a level has one delay, so the due units are a prefix: the pass reads it, makes the
-delivered copies (:mod:`store.schedule.timeup`) and appends them in one batch to their real
+delivered copies (:mod:`rmqlog.schedule.timeup`) and appends them in one batch to their real
 topics and queues, then moves the level's progress past them. RocketMQ's clock correction is
 kept: a unit due later than ``now + delay(L)`` (the clock went back) is due now.
 
@@ -103,7 +103,7 @@ class DelayScheduler:
         self.lock_path = parts.paths.root / LOCK_NAME
         self.last_error: BaseException | None = None
         self._thread_lock = threading.Lock()
-        #: the timed messages' delivery (:mod:`store.schedule.timer`), run in each pass
+        #: the timed messages' delivery (:mod:`rmqlog.schedule.timer`), run in each pass
         self.timer: TimerDelivery | None = None
 
     def now_ms(self) -> int:
@@ -112,7 +112,7 @@ class DelayScheduler:
 
     # ----------------------------------------------------------- service
     def run_once(self, now: float) -> bool:
-        """One background round (see :mod:`store.service`): a pass unless another process
+        """One background round (see :mod:`rmqlog.service`): a pass unless another process
         runs one now; returns whether it delivered anything (then the loop runs again)."""
         report = self._pass(None, wait=False)
         return report is not None and report.total > 0

@@ -1,10 +1,10 @@
 """Timed messages' delivery (RocketMQ 5's ``TimerMessageStore``), exactly once, each pass in
 proportion to what is due.
 
-Where they wait: ``rmq_sys_wheel_timer`` queue 0 (:mod:`store.schedule.timer_routing`); each
+Where they wait: ``rmq_sys_wheel_timer`` queue 0 (:mod:`rmqlog.schedule.timer_routing`); each
 unit's tagsCode is the time the message is due: the time it was sent with, to the
 millisecond, never before its store time (:func:`timer_tags_codes`), so the queue alone says
-when each is due. The time wheel (:mod:`store.schedule.timer_wheel`) indexes them by due
+when each is due. The time wheel (:mod:`rmqlog.schedule.timer_wheel`) indexes them by due
 time in buckets of ``timer_precision_ms``. A message is delivered by the first pass at or
 after its time: late by at most the pass interval (plus the pass), never early.
 

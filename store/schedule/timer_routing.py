@@ -9,7 +9,7 @@ RocketMQ 5 (``HookUtils.transformTimerMessage``): a message with ``TIMER_DELAY_S
 - ``TIMER_OUT_MS`` is the time rounded down to ``timer_precision_ms`` (a time on the
   boundary goes one step down: RocketMQ's timer delivers ``timer_precision_ms`` after it).
   It is kept for RocketMQ's tools; this store delivers at the time itself, to the
-  millisecond (:mod:`store.schedule.timer`);
+  millisecond (:mod:`rmqlog.schedule.timer`);
 - the message is stored in ``rmq_sys_wheel_timer`` queue 0 with ``REAL_TOPIC`` /
   ``REAL_QID`` (the queue is chosen now, as the producer does) and the timer property it
   was sent with.

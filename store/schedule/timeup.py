@@ -14,7 +14,7 @@ normal dispatch). Properties, in their stored order:
   scheduler's append, not the writer's);
 - the caller's additions (the timer's ``TIMER_ENQUEUE_MS`` / ``TIMER_DEQUEUE_MS``) go last.
 
-The copy is a new record (:mod:`store.log.encode.copies`): new commitlog offset and offset
+The copy is a new record (:mod:`rmqlog.log.encode.copies`): new commitlog offset and offset
 msgId, new store time, this store's host; it keeps the born host it was sent with (but
 where any message of a delivery batch was born on an IPv6 host, that batch's copies get
 the store's: a batch's records share one header layout).
@@ -48,7 +48,7 @@ except ImportError:  # pragma: no cover - depends on the build
 @dataclass
 class StoredMessages:
     """What a copy takes from the stored messages: their raw columns, read per segment
-    (:func:`store.queue.checked_read.read_unit_columns`), joined."""
+    (:func:`rmqlog.queue.checked_read.read_unit_columns`), joined."""
 
     offsets: np.ndarray  # commitlog offsets
     flag: np.ndarray

@@ -38,17 +38,16 @@ def bare_python(dest: Path) -> Path:
     paths = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     (site / "deps.pth").write_text("".join(f"{p}\n" for p in paths))
     python = dest / "bin" / "python"
-    probe = subprocess.run([str(python), "-c", "import pyarrow, pyspark, isal\ntry:\n import store\nexcept ImportError: print('no store')"],
+    probe = subprocess.run([str(python), "-c", "import pyarrow, pyspark, isal\ntry:\n import rmqlog\nexcept ImportError: print('no store')"],
                            capture_output=True, text=True, cwd=dest, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     assert probe.stdout.strip() == "no store", probe
     return python
 
 
 def zip_packages(dest: Path) -> Path:
-    """``store`` and ``spark_rmq`` as one zip for ``--py-files``, made as docs/spark.md says
-    (``python -m zipfile -c``, from the repository's root; the C helper it holds cannot be
-    imported from a zip)."""
-    subprocess.run([sys.executable, "-m", "zipfile", "-c", str(dest), "store", "spark_rmq"], cwd=REPO, check=True)
+    """``rmqlog`` and ``spark_rmq`` as one zip for ``--py-files``, made as docs/spark.md says
+    (``python -m spark_rmq.shipping``; the C helper cannot be imported from a zip)."""
+    subprocess.run([sys.executable, "-m", "spark_rmq.shipping", str(dest)], check=True)
     return dest
 
 

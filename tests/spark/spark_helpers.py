@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-import store
+import rmqlog
 
 
 def fill(root: str, topic: str, n: int, *, queues: int = 4, tags: list[str] | None = None,
-         config: store.StoreConfig | None = None, start: int = 0) -> pa.Table:
+         config: rmqlog.StoreConfig | None = None, start: int = 0) -> pa.Table:
     """Append ``n`` messages (body ``m<i>``, round robin over ``queues``) and dispatch them."""
-    with store.MessageStore.open(root, config) as ms:
+    with rmqlog.MessageStore.open(root, config) as ms:
         if topic not in ms.topics():
             ms.create_topic(topic, queues)
         cols = {

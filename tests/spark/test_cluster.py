@@ -1,7 +1,7 @@
 """``spark-submit`` of a job that uses ``rmqlog`` on a Spark standalone cluster (docs/spark.md).
 
 The test starts a master and a worker on 127.0.0.1 with ``spark-class`` (pip's pyspark ships
-``bin/spark-class``), zips the two packages (``store`` and ``spark_rmq``) as the job's
+``bin/spark-class``), zips the two packages (``rmqlog`` and ``spark_rmq``) as the job's
 ``--py-files``, and submits a job that writes 5,000 rows into a store with
 ``df.write.format("rmqlog")`` and reads them back. Checked: the rows (bodies, tags, dense
 queue offsets), the store's files by the independent decoder, that the executors imported the
@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from conftest import walk
 
-import store
+import rmqlog
 
 from .processes import Processes, bare_python, free_port, running, spark_home, zip_packages
 
@@ -46,9 +46,9 @@ JOB = textwrap.dedent('''
 
 
     def where(_):
-        import store, spark_rmq
-        from store.log.encode import native
-        yield store.__file__, spark_rmq.__file__, native.pack_records is not None
+        import rmqlog, spark_rmq
+        from rmqlog.log.encode import native
+        yield rmqlog.__file__, spark_rmq.__file__, native.pack_records is not None
 
 
     executors = spark.sparkContext.parallelize(range(2), 2).mapPartitions(where).collect()
@@ -116,6 +116,6 @@ def _submit_on_a_cluster(tmp_path: Path, processes: Processes) -> None:
         assert native is False
     # the store, read by the independent decoder and by the store
     assert sorted(int(rec.body) for rec in walk(root)) == list(range(5000))
-    with store.MessageStore.open(root, create=False) as ms:
+    with rmqlog.MessageStore.open(root, create=False) as ms:
         assert ms.verify().ok
         assert sum(ms.max_offset("events", q) for q in per_queue) == 5000

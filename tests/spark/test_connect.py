@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from conftest import walk
 
-import store
+import rmqlog
 
 from .processes import REPO, Processes, free_port, running, spark_home
 
@@ -63,7 +63,7 @@ def test_write_batch_read_and_stream_through_spark_connect(tmp_path: Path) -> No
     # the server is gone: the store it wrote is checked by the independent decoder and the store
     root = tmp_path / "store"
     assert sorted(int(rec.body) for rec in walk(root)) == list(range(1000))
-    with store.MessageStore.open(root, create=False) as ms:
+    with rmqlog.MessageStore.open(root, create=False) as ms:
         assert ms.verify().ok
 
 

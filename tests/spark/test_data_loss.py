@@ -13,7 +13,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-import store
+import rmqlog
 from spark_rmq.errors import DataLossError
 from spark_rmq.read import QueueRange, read_range
 
@@ -21,13 +21,13 @@ SEG = 4096
 BODY = 266  # 400-byte records: 10 per segment
 
 
-def _cfg() -> store.StoreConfig:
-    return store.StoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=20 * 50)
+def _cfg() -> rmqlog.StoreConfig:
+    return rmqlog.StoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=20 * 50)
 
 
 def put(root: str, n: int, *, first: int = 0, queues: int = 2) -> None:
     """Messages ``first..first+n`` of topic ``orders`` (body ``m<i>``), round robin over ``queues``."""
-    with store.MessageStore.open(root, _cfg()) as ms:
+    with rmqlog.MessageStore.open(root, _cfg()) as ms:
         if "orders" not in ms.topics():
             ms.create_topic("orders", queues)
         ms.put_batch(pa.table({
@@ -48,7 +48,7 @@ def retain(root: str, segments: int, queues: int = 2) -> dict[str, int]:
     for i, path in enumerate(files):
         t = at_4 / 1000 - (100 if i < segments else 1) * 3600
         os.utime(path, (t, t))
-    with store.MessageStore.open(root, _cfg().replace(delete_commit_log_files_max_num=1000)) as ms:
+    with rmqlog.MessageStore.open(root, _cfg().replace(delete_commit_log_files_max_num=1000)) as ms:
         ms.retention.disk_used = lambda path: 10.0
         report = ms.clean_expired(at_4)
         assert len(report.segments) == segments, report
@@ -127,7 +127,7 @@ def test_read_overtaken_by_retention_names_the_range(store_root: str) -> None:
             with pytest.raises(DataLossError) as err:
                 next(batches)
             assert (err.value.queue, err.value.start, err.value.available) == ("orders/0", 50, 120)
-            assert isinstance(err.value, store.MessagesDeletedError) and err.value.end == 120
+            assert isinstance(err.value, rmqlog.MessagesDeletedError) and err.value.end == 120
         else:
             rest = [o for b in batches for o in b.column("queueOffset").to_pylist()]
             assert rest == list(range(120, 300))

@@ -27,7 +27,7 @@ import pyarrow as pa
 import pytest
 from conftest import subprocess_env
 
-import store
+import rmqlog
 
 try:
     import nbformat
@@ -119,9 +119,9 @@ def test_notebook_on_a_sample_store_leaves_nothing(tmp_path: Path, monkeypatch: 
     assert list(scratch.glob("rmq-notebook-*")) == []
 
 
-def _user_store(root: Path, n: int) -> store.MessageStore:
+def _user_store(root: Path, n: int) -> rmqlog.MessageStore:
     """A store with ``n`` dispatched messages in topic ``clicks`` and a group's offset (left open)."""
-    ms = store.MessageStore.open(root, store.StoreConfig(flush_disk_type="SYNC_FLUSH"))  # no flusher thread
+    ms = rmqlog.MessageStore.open(root, rmqlog.StoreConfig(flush_disk_type="SYNC_FLUSH"))  # no flusher thread
     ms.create_topic("clicks", 3)
     ms.put_batch(pa.table({"topic": ["clicks"] * n, "body": [b"c" * (i % 700 + 1) for i in range(n)],
                            "tags": [("view", "buy")[i % 2] for i in range(n)]}))
@@ -162,7 +162,7 @@ def test_notebook_leaves_a_closed_store_as_it_was(tmp_path: Path, monkeypatch: p
 #: descriptors of files this process holds POSIX locks on, and so drop those locks.
 HOLDER = """
 import sys, pyarrow as pa, store
-ms = store.MessageStore.open(sys.argv[1], store.StoreConfig(flush_disk_type="SYNC_FLUSH"))
+ms = rmqlog.MessageStore.open(sys.argv[1], rmqlog.StoreConfig(flush_disk_type="SYNC_FLUSH"))
 ms.put_batch(pa.table({"topic": ["clicks"], "body": [b"late"]}))
 print("holding", flush=True)
 sys.stdin.read()
@@ -214,7 +214,7 @@ def test_notebook_on_a_folder_without_a_store_creates_nothing(tmp_path: Path, mo
 #: A writer killed -9 with records not yet dispatched: the store is left for crash recovery.
 CRASHER = """
 import os, signal, sys, pyarrow as pa, store
-ms = store.MessageStore.open(sys.argv[1], store.StoreConfig(flush_disk_type="SYNC_FLUSH"))
+ms = rmqlog.MessageStore.open(sys.argv[1], rmqlog.StoreConfig(flush_disk_type="SYNC_FLUSH"))
 ms.put_batch(pa.table({"topic": ["clicks"] * 5, "body": [b"late"] * 5}))
 os.kill(os.getpid(), signal.SIGKILL)
 """
@@ -236,5 +236,5 @@ def test_notebook_does_not_recover_a_crashed_store(tmp_path: Path, monkeypatch: 
     printed = _printed(nb)
     assert f"{'clicks':<24}{3:>7}{n:>12,}" in printed
     assert f"{'clicks':<24}{n:>12,} messages read by Spark" in printed
-    with store.MessageStore.open(root) as ms:  # the next normal open recovers it, as always
+    with rmqlog.MessageStore.open(root) as ms:  # the next normal open recovers it, as always
         assert ms.recovery is not None and sum(ms.max_offset("clicks", q) for q in range(3)) == n + 5

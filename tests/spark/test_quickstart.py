@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import subprocess_env
 
-import store
+import rmqlog
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
@@ -35,6 +35,6 @@ def test_quickstart_shows_progress_and_no_spark_log(tmp_path: Path) -> None:
     assert stamps == sorted(stamps) and out.rstrip().endswith("quickstart done (the time includes starting Python and Spark)")
     log = root.with_name("quickstart.spark.log")
     assert log.is_file()  # Spark's own output went there
-    with store.MessageStore.open(root, create=False) as ms:
+    with rmqlog.MessageStore.open(root, create=False) as ms:
         assert sum(ms.max_offset("orders", q) for q in range(4)) == 2000
         assert all(ms.committed_offset("quickstart", "orders", q) == ms.max_offset("orders", q) for q in range(4))

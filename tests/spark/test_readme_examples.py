@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-import store
+import rmqlog
 from spark_rmq.routing import java_hash
 
 from .spark_helpers import fill
@@ -87,7 +87,7 @@ def test_every_readme_example_runs(spark, tmp_path: Path) -> None:
     assert printed[0].startswith("GetMessageStatus.FOUND ") and printed[-1] == "[]", printed
     for line in rmqlog:
         args = shlex.split(localize(line, tmp_path))
-        done = subprocess.run([sys.executable, "-m", "store.admin.cli", *args[1:]], capture_output=True, text=True,
+        done = subprocess.run([sys.executable, "-m", "rmqlog.admin.cli", *args[1:]], capture_output=True, text=True,
                               cwd=REPO, timeout=120)
         assert done.returncode == 0 and done.stdout, (line, done.stderr)
 
@@ -96,7 +96,7 @@ def check_spark_example(spark, ns: dict, tmp_path: Path) -> None:  # type: ignor
     root = str(tmp_path / "rmq")
     # the filtered batch read: what the store holds that matches it (before the README's date)
     end_ms = 1_795_262_400_000  # 2026-11-21T12:00:00Z
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         want = sum(1 for q in (0, 1) for m in ms.read_queue("orders", q, 0, 1 << 40).to_pylist()
                    if m["tags"] == "paid" and m["storeTimestamp"].timestamp() * 1000 < end_ms)
     assert ns["batch"].count() == want
@@ -107,5 +107,5 @@ def check_spark_example(spark, ns: dict, tmp_path: Path) -> None:  # type: ignor
     assert Counter(r.key for r in got) == Counter({f"order-{d}": 6 for d in range(10)})
     for r in got:  # hash routing, in the sink (stream) and in route() (batch): one queue per key
         assert r.queueId == abs(int(java_hash(pa.array([r.key]))[0])) % 4
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         assert ms.topics()["orders"].write_queue_nums == 4

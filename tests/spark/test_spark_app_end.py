@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import store
-from store.durability.lock_file import OWNERS_DIR
+import rmqlog
+from rmqlog.durability.lock_file import OWNERS_DIR
 
 HERE = Path(__file__).resolve().parent
 
@@ -51,7 +51,7 @@ def wait_until_nobody_has_it_open(root: Path) -> None:
         os.close(fd)  # drops the lock
 
 
-def contents(ms: store.MessageStore) -> dict[str, Counter]:
+def contents(ms: rmqlog.MessageStore) -> dict[str, Counter]:
     out = {}
     for topic, tc in ms.topics().items():
         out[topic] = Counter(bytes(b).decode() for q in range(tc.read_queue_nums)
@@ -68,7 +68,7 @@ def test_an_application_that_ends_normally_leaves_a_store_that_opens_normally(tm
     wait_until_nobody_has_it_open(root)
     assert not (root / "abort").exists()
     assert os.listdir(root / OWNERS_DIR) == []
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         assert ms.recovery is not None and ms.recovery.abnormal is False
         assert contents(ms) == {"orders": ALL, "copy": ALL}
 
@@ -100,6 +100,6 @@ def test_a_worker_killed_with_the_store_open_is_a_crash_whatever_follows(tmp_pat
         # task then opened the store first, recovered it (abnormal) and closed it cleanly
         assert owners == []
         abnormal = False
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         assert ms.recovery is not None and ms.recovery.abnormal is abnormal
         assert contents(ms) == {"orders": ALL, "copy": ALL}  # nothing acknowledged lost, nothing twice

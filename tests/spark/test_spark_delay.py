@@ -7,7 +7,7 @@ from __future__ import annotations
 import datetime
 import time
 
-import store
+import rmqlog
 
 
 def _stream_bodies(spark, root: str, name: str) -> list[bytes]:  # type: ignore[no-untyped-def]
@@ -23,7 +23,7 @@ def test_delayed_rows_from_the_sink_are_streamed_once_due(spark, store_root: str
     df = spark.createDataFrame(rows, "body string, topic string, delayLevel int").coalesce(1)
     df.write.format("rmqlog").option("path", store_root).mode("append").save()
     written = time.time()
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         ms.dispatch()
         assert ms.max_offset("SCHEDULE_TOPIC_XXXX", 0) == 1  # level 1 waits in queue 0
     assert _stream_bodies(spark, store_root, "delay_before") in ([b"now-1", b"now-2"], [b"later", b"now-1", b"now-2"])
@@ -37,7 +37,7 @@ def test_timed_rows_from_the_sink_are_streamed_once_due(spark, store_root: str) 
     rows = [("now", "orders", None), ("timed", "orders", at), ("past", "orders", at - datetime.timedelta(hours=1))]
     df = spark.createDataFrame(rows, "body string, topic string, deliverTime timestamp").coalesce(1)
     df.write.format("rmqlog").option("path", store_root).mode("append").save()
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         ms.dispatch()
         assert ms.max_offset("rmq_sys_wheel_timer", 0) == 1  # only the one ahead waits
     assert _stream_bodies(spark, store_root, "timer_before") in ([b"now", b"past"], [b"now", b"past", b"timed"])

@@ -17,7 +17,7 @@ import pytest
 from pyspark import cloudpickle
 from pyspark.sql import functions as F
 
-import store
+import rmqlog
 from spark_rmq.sink import RmqLogArrowWriter, RmqLogStreamArrowWriter
 from spark_rmq.source import RmqLogDataSource
 
@@ -28,7 +28,7 @@ cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot 
 
 
 def out_bodies(root: str, topic: str = "out") -> Counter:
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         ms.dispatch()
         if topic not in ms.topics():
             return Counter()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-import store
+import rmqlog
 from spark_rmq.options import SinkOptions
 from spark_rmq.sink import to_put_table
 
@@ -28,7 +28,7 @@ def test_a_reserved_property_fails_the_task(spark, store_root: str, name: str, m
     df = spark.createDataFrame(rows, "body string, topic string, properties map<string,string>").coalesce(1)
     with pytest.raises(Exception, match=message):
         write(df, store_root)
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         assert ms.published_tail() == 0
 
 
@@ -39,7 +39,7 @@ def test_a_long_queue_id_or_flag_is_named(spark, store_root: str) -> None:
     df = spark.createDataFrame([("a", "orders", 2**40)], "body string, topic string, flag long")
     with pytest.raises(Exception, match=r"row 0, field 'flag'"):
         write(df.coalesce(1), store_root)
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         assert ms.published_tail() == 0
 
 
@@ -48,12 +48,12 @@ def test_to_put_table_leaves_wide_integers_to_the_store(tmp_path) -> None:
     opts = SinkOptions.parse({"path": str(tmp_path)})
     tbl = pa.table({"topic": ["T", "T"], "body": ["a", "b"], "queueId": pa.array([0, 2**31], pa.int64()),
                     "flag": pa.array([1, 2**33], pa.int64())})
-    with store.MessageStore.open(tmp_path) as ms:
+    with rmqlog.MessageStore.open(tmp_path) as ms:
         put = to_put_table(tbl, opts, ms)
-        with pytest.raises(store.QueueIdError) as info:
+        with pytest.raises(rmqlog.QueueIdError) as info:
             ms.put_batches([put])
         assert (info.value.row, info.value.field) == (1, "queueId")
-        with pytest.raises(store.InvalidMessageError) as info2:
+        with pytest.raises(rmqlog.InvalidMessageError) as info2:
             ms.put_batches([to_put_table(tbl.drop_columns(["queueId"]), opts, ms)])
         assert (info2.value.row, info2.value.field) == (1, "flag")
         assert ms.published_tail() == 0
@@ -64,14 +64,14 @@ def test_discovery_ignores_folders_that_are_not_topics_or_queues(tmp_path) -> No
     from spark_rmq.options import SourceOptions
 
     root = tmp_path / "s"
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         ms.create_topic("T", 2)
         ms.put("T", b"x", queue_id=0)
         ms.dispatch()
     for stray in ("bad name/0", "T/\u0663", "T/007", "T/5"):
         (root / "consumequeue" / stray).mkdir(parents=True)
     opts = SourceOptions.parse({"path": str(root), "topicPattern": ".*"}, streaming=False)
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         assert discover_queues(ms, opts) == [("T", 0), ("T", 1), ("T", 5)]
 
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-import store
+import rmqlog
 from spark_rmq.errors import RmqLogOptionError
 from spark_rmq.options import SourceOptions
 
 
 def _fill(root: str) -> str:
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.put_batch(pa.table({"topic": ["orders"] * 6 + ["other"] * 2,
                               "body": [f"o{i}".encode() for i in range(6)] + [b"x0", b"x1"],
                               "keys": [[f"order-{i % 3}"] for i in range(6)] + [["order-1"], ["order-1"]]}))

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-import store
+import rmqlog
 
 from .spark_helpers import fill
 
 
 def test_batch_read_of_a_damaged_body_fails_unless_checkcrc_is_off(spark, store_root: str) -> None:
-    config = store.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=20 * 50)
+    config = rmqlog.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=20 * 50)
     res = fill(store_root, "orders", 400, queues=2, config=config)
     segments = sorted(Path(store_root, "commitlog").iterdir())
     assert len(segments) > 4  # a clean open walks the last 3 only: the damage is found by the read
@@ -29,7 +29,7 @@ def test_batch_read_of_a_damaged_body_fails_unless_checkcrc_is_off(spark, store_
     bodies = {bytes(r.body) for r in unchecked.select("body").collect()}
     assert len(bodies) == 400 and b"X3" in bodies and b"m3" not in bodies
     df = spark.read.format("rmqlog").option("path", store_root).option("topics", "orders").load()
-    with pytest.raises(Exception, match="store.errors.(CorruptRecordError|DataLossError)") as err:
+    with pytest.raises(Exception, match="rmqlog.errors.(CorruptRecordError|DataLossError)") as err:
         df.count()
     # the job reports its last attempt: the read's CorruptRecordError, or, on a retry after
     # the failed worker left the store open, recovery's DataLossError; both name the damage

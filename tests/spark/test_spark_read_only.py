@@ -10,13 +10,13 @@ import pyarrow as pa
 import pytest
 from conftest import snapshot_tree as snapshot
 
-import store
+import rmqlog
 from spark_rmq.errors import RmqLogOptionError
 from spark_rmq.options import SourceOptions
 
 
 def _fill(root: str) -> None:
-    with store.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root) as s:
         s.put_batch(pa.table({"topic": ["orders"] * 6, "body": [b"o%d" % i for i in range(6)],
                               "keys": [[f"order-{i}"] for i in range(6)], "queueId": [0, 1] * 3}), dispatch=True)
         s.put_batch(pa.table({"topic": ["orders"] * 3, "body": [b"late"] * 3}))  # not dispatched

@@ -10,8 +10,8 @@ import pytest
 from chispa import assert_df_equality
 from pyspark.sql import functions as F
 
+import rmqlog
 import spark_rmq
-import store
 from spark_rmq.routing import java_hash
 
 from .spark_helpers import bodies, fill
@@ -22,7 +22,7 @@ def write(df, root: str, **options: str) -> None:
 
 
 def all_messages(root: str, topic: str) -> list[dict]:
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         ms.dispatch()
         n = ms.topics()[topic].read_queue_nums
         return [r for q in range(n) for r in ms.read_queue(topic, q, 0, 1 << 40).to_pylist()]
@@ -61,7 +61,7 @@ def test_hash_routing_keeps_keys_on_one_queue_in_order(spark, store_root: str) -
 
 
 def test_route_helper_puts_each_queue_in_one_partition(spark, store_root: str) -> None:
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         ms.create_topic("orders", 4)
     df = spark.range(200).select(F.format_string("%d", "id").alias("body"),
                                  F.array(F.format_string("order-%d", F.col("id") % 13)).alias("keys"))
@@ -117,7 +117,7 @@ def test_bad_row_fails_the_task_and_leaves_nothing(spark, store_root: str) -> No
                                   "body string, topic string, deliverTime timestamp")
     with pytest.raises(Exception, match=r"row 1, field 'deliverTime'.*timer_max_delay_sec"):  # beyond 3 days
         write(timed.coalesce(1), store_root)
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         assert ms.published_tail() == 0  # nothing of either task was appended
 
 
@@ -131,7 +131,7 @@ def test_stream_to_stream(spark, tmp_path: Path) -> None:
          .trigger(availableNow=True).start())
     q.awaitTermination()
     # the sink's commit dispatched: readable right away
-    with store.MessageStore.open(dst) as ms:
+    with rmqlog.MessageStore.open(dst) as ms:
         got = [r for qid in range(4) for r in ms.read_queue("out", qid, 0, 1000).to_pylist()]
     assert bodies(got) == sorted(f"m{i}" for i in range(90))
     back = spark.read.format("rmqlog").option("path", dst).option("topics", "out").load().select("body", "keys")

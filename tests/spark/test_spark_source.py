@@ -18,7 +18,7 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
 )
 
-import store
+import rmqlog
 from spark_rmq.errors import DataLossError
 from spark_rmq.options import SourceOptions
 from spark_rmq.schema import SPARK_SCHEMA
@@ -35,7 +35,7 @@ def test_batch_read_matches_the_store(spark, store_root: str) -> None:
     fill(store_root, "orders", 40, tags=["A", "B"])
     df = read(spark, store_root, topics="orders")
     assert df.schema == SPARK_SCHEMA
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         want = pa.concat_tables([ms.read_queue("orders", q, 0, 100) for q in range(4)])
     rows = want.to_pylist()
     for r in rows:
@@ -88,7 +88,7 @@ def test_batch_filter_pushdown(spark, store_root: str) -> None:
         assert "queueId IN (1,2)" in residual_filters(plain)[0] and plain.rdd.getNumPartitions() == 8
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         ts = ms.read_queue("orders", 0, 0, 1)["storeTimestamp"][0].as_py()
     assert df.filter(df.storeTimestamp >= ts).count() == 48
     assert df.filter(df.storeTimestamp < ts).count() == 0
@@ -104,8 +104,8 @@ def test_batch_read_without_filter_pushdown(spark, store_root: str) -> None:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
 
-def _small() -> store.StoreConfig:
-    return store.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=20 * 50)
+def _small() -> rmqlog.StoreConfig:
+    return rmqlog.StoreConfig(mapped_file_size_commit_log=4096, mapped_file_size_consume_queue=20 * 50)
 
 
 def test_fail_on_data_loss(spark, store_root: str) -> None:
@@ -150,7 +150,7 @@ def test_stream_reader_admission_control_and_new_queues(store_root: str) -> None
     # orders/0 and orders/1 from 15 to 50 (queue q, offset k holds m{2k+q}), and all of orders2
     assert rows_of(r, end, end2) == sorted([f"m{i}" for i in range(30, 100)] + ["m0", "m1", "m2"])
     # bytes: exact record sizes from the consume queue
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         size = int(ms.consume_queue("orders", 0).read(0, 1)["size"][0])
     rb = stream_reader(store_root, topics="orders", startingOffsets="earliest", maxBytesPerTrigger=str(size * 10))
     assert rb.getDefaultReadLimit() == ReadMaxBytes(size * 10)
@@ -189,7 +189,7 @@ def test_stream_available_now_with_limits_group_and_timestamp(spark, store_root:
     assert len(batches) == 3  # 60 messages, 25 per trigger (tags filter rows, not offsets)
     assert sorted(r.body.decode() for r in spark.sql("select body from avail_now").collect()) == sorted(
         f"m{i}" for i in range(0, 60, 2))
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         assert [ms.committed_offset("g1", "orders", qid) for qid in range(3)] == [20, 20, 20]
     # a stream started at a timestamp reads exactly what was stored at or after it
     res = fill(store_root, "orders", 6, queues=3, start=1000)
@@ -199,7 +199,7 @@ def test_stream_available_now_with_limits_group_and_timestamp(spark, store_root:
     q = df.writeStream.format("memory").queryName("from_ts").trigger(availableNow=True).start()
     q.awaitTermination()
     got = spark.sql("select body, storeTimestamp from from_ts").collect()
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         want = [r for qid in range(3) for r in ms.read_queue("orders", qid, 0, 100).to_pylist() if r["storeTimestamp"] >= cut]
     assert bodies(got) == bodies(want)
     assert {f"m{1000 + i}" for i in range(6)} <= set(bodies(got))
@@ -212,7 +212,7 @@ def test_pushed_filters_narrow_the_plan(store_root: str) -> None:
 
     fill(store_root, "orders", 40, tags=["A", "B"])
     fill(store_root, "other", 8)
-    with store.MessageStore.open(store_root) as ms:
+    with rmqlog.MessageStore.open(store_root) as ms:
         ts = ms.read_queue("orders", 1, 0, 100)["storeTimestamp"].to_pylist()
     reader = RmqLogFilteringReader(SourceOptions.parse({"path": store_root, "topicPattern": ".*"}, streaming=False))
     body = EqualTo(("body",), b"m1")
@@ -232,7 +232,7 @@ def test_batch_read_of_a_missing_store_names_the_path(tmp_path: Path) -> None:
     from spark_rmq.source import RmqLogBatchReader
 
     reader = RmqLogBatchReader(SourceOptions.parse({"path": str(tmp_path / "none"), "topics": "t"}, streaming=False))
-    with pytest.raises(store.StoreNotFoundError, match="no store here") as err:
+    with pytest.raises(rmqlog.StoreNotFoundError, match="no store here") as err:
         reader.partitions()
     assert err.value.path == str(tmp_path / "none")
     assert not (tmp_path / "none").exists()

@@ -8,11 +8,11 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
+from rmqlog.hashing import java_string_hash
 from spark_rmq.errors import RmqLogOptionError
 from spark_rmq.offsets import plan_ranges, sorted_offsets, split_messages
 from spark_rmq.options import SinkOptions, SourceOptions, parse_duration_ms, parse_timestamp_ms
 from spark_rmq.routing import java_hash
-from store.hashing import java_string_hash
 
 
 @pytest.mark.parametrize(
@@ -127,15 +127,15 @@ def test_java_hash_of_known_java_values() -> None:
 def test_shared_store_is_reused_and_refuses_a_replaced_root(tmp_path) -> None:  # type: ignore[no-untyped-def]
     import shutil
 
-    import store
+    import rmqlog
     from spark_rmq.stores import shared_store
 
     root = str(tmp_path / "s")
     ms = shared_store(root)
     assert shared_store(root) is ms  # one open store per process: no recovery per task
     shutil.rmtree(root)
-    store.MessageStore.open(root).close()  # a new store at the same path
-    with pytest.raises(store.StoreError, match="deleted or replaced"):
+    rmqlog.MessageStore.open(root).close()  # a new store at the same path
+    with pytest.raises(rmqlog.StoreError, match="deleted or replaced"):
         shared_store(root)
 
 
@@ -170,7 +170,7 @@ def test_keys_of_any_string_list_type_hash_as_their_joined_string(keys_type: pa.
 
 @pytest.mark.parametrize("keys_type", KEY_LIST_TYPES, ids=str)
 def test_put_batch_takes_keys_and_properties_of_non_nullable_types(tmp_path, keys_type: pa.DataType) -> None:  # type: ignore[no-untyped-def]
-    import store
+    import rmqlog
 
     props = pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))
     table = pa.table({
@@ -178,7 +178,7 @@ def test_put_batch_takes_keys_and_properties_of_non_nullable_types(tmp_path, key
         "keys": pa.array([["k1"], ["k2", "k3"]], keys_type),
         "properties": pa.array([[("p", "1")], [("p", "2"), ("q", "3")]], props),
     })
-    with store.MessageStore.open(tmp_path / "s") as ms:
+    with rmqlog.MessageStore.open(tmp_path / "s") as ms:
         ms.put_batch(table)
         ms.dispatch()
         got = ms.read_queue("t", 0, 0, 2)

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from conftest import subprocess_env
 
-import store
-from store.durability.lock_file import OWNERS_DIR
+import rmqlog
+from rmqlog.durability.lock_file import OWNERS_DIR
 
 SCRIPT = """
 import os, signal, sys, time
@@ -68,7 +68,7 @@ def test_a_process_ending_normally_leaves_a_clean_store(tmp_path: Path, mode: st
     done = run(root, mode)
     assert (done.returncode, done.stdout) == (rc, out), done.stderr[-2000:]
     assert not (root / "abort").exists() and owners(root) == []
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         assert ms.recovery is not None and not ms.recovery.abnormal
         assert ms.read_queue("T", 0, 0, 10)["body"].to_pylist() == [b"a", b"b", b"c"]
 
@@ -78,6 +78,6 @@ def test_a_signal_during_a_store_operation_is_a_crash(tmp_path: Path) -> None:
     done = run(root, "busy")
     assert done.returncode == -signal.SIGTERM, done.stderr[-2000:]
     assert (root / "abort").exists() and len(owners(root)) == 1  # as after kill -9
-    with store.MessageStore.open(root) as ms:
+    with rmqlog.MessageStore.open(root) as ms:
         assert ms.recovery is not None and ms.recovery.abnormal
         assert ms.read_queue("T", 0, 0, 10)["body"].to_pylist() == [b"a", b"b", b"c"]  # acknowledged: kept

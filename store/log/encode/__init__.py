@@ -3,13 +3,13 @@ path before the append lock.
 
 Two steps, split around the append lock:
 
-1. :func:`store.log.encode.prepare.prepare_batch` (no lock): validate every row
+1. :func:`rmqlog.log.encode.prepare.prepare_batch` (no lock): validate every row
    (:mod:`.columns`: typed errors naming the row and the field), fill defaults, build the
    properties and the rest of each record's trailer (:mod:`.trailer`), the header's columns
    (:mod:`.header`) and the record lengths. Any bad row raises before a byte is written.
 2. Under the lock, :meth:`.batch.EncodedBatch.fill` sets the fields only the lock can give
    (QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP); the commitlog then writes the records chunk
-   by chunk (:meth:`store.log.commitlog.CommitLog.append_all`). Per chunk, the UNIQ_KEY
+   by chunk (:meth:`rmqlog.log.commitlog.CommitLog.append_all`). Per chunk, the UNIQ_KEY
    items are generated and either the C helper packs the records into one buffer, computing
    each body CRC on the way (:meth:`.batch.EncodedBatch.pack`), or, without it, the records
    are joined (:meth:`.batch.EncodedBatch.joined`) or written straight from their pieces

@@ -7,10 +7,10 @@ and the ways they are turned into bytes (the packing decisions).
   and only QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are written into it under the lock
   (:meth:`EncodedBatch.patch`);
 - without the helper, records are joined into one buffer (:meth:`EncodedBatch.joined`), or,
-  for large bodies (:data:`store.log.encode.crc.LARGE_BODY`), written straight from their
+  for large bodies (:data:`rmqlog.log.encode.crc.LARGE_BODY`), written straight from their
   pieces with ``pwritev`` (:meth:`EncodedBatch.iovecs`).
 
-Which one runs is decided per chunk by :meth:`store.log.commitlog.CommitLog.append_all`.
+Which one runs is decided per chunk by :meth:`rmqlog.log.commitlog.CommitLog.append_all`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ _EMPTY_BIN = pa.scalar(b"", pa.binary())
 class EncodedBatch:
     """A validated batch, encoded but for the fields assigned under the append lock.
 
-    Record ``i`` is its header (``header.rows``, :func:`store.log.record.header_dtype`), ``body[i]``
+    Record ``i`` is its header (``header.rows``, :func:`rmqlog.log.record.header_dtype`), ``body[i]``
     and the trailer (TOPICLEN, TOPIC, PROPERTIESLENGTH, PROPERTIES), the join of ``trailer``'s
     pieces at row ``i`` (scalars are the same on every row).
     """

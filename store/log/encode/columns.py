@@ -1,10 +1,10 @@
 """Input validation of a put's table: its columns, and each column's values made ready to encode.
 
-Every function here raises a typed error of the :class:`store.errors.InvalidMessageError`
+Every function here raises a typed error of the :class:`rmqlog.errors.InvalidMessageError`
 family naming the first bad row (counted from 0 in the table) and the field, before anything
 is written; ``row=None`` when the problem is the table's shape. Checks run over whole
 columns (numpy/Arrow), never per row. What each column may hold is documented on
-:meth:`store.MessageStore.put_batch`.
+:meth:`rmqlog.MessageStore.put_batch`.
 """
 
 from __future__ import annotations

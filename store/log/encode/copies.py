@@ -1,9 +1,9 @@
 """Records made from stored ones: the scheduler's delivered copies (RocketMQ's
 ``ScheduleMessageService.messageTimeup`` and ``TimerMessageStore.convertMessage``), encoded
-straight from the stored records' raw columns (:class:`store.log.decode.RecordColumns`).
+straight from the stored records' raw columns (:class:`rmqlog.log.decode.RecordColumns`).
 
 A copy keeps the stored body, FLAG and BORNTIMESTAMP; it gets a new topic and queue and a
-properties string its caller rewrote from the stored one (:mod:`store.schedule.timeup`),
+properties string its caller rewrote from the stored one (:mod:`rmqlog.schedule.timeup`),
 added as the store's own items, then the generated ``UNIQ_KEY`` where the row has none and
 the idempotence marker on the last row, as every put's. Nothing goes back through a message
 table and the put's checks of user input (property names, keys, tags): those were made when
@@ -12,7 +12,7 @@ each topic must name a queue directory and not be one of the store's waiting top
 each record must fit a segment (typed errors naming the row; the queue ids against the
 topics' queue counts are checked by the append, as for every put).
 
-The result is an :class:`~store.log.encode.batch.EncodedBatch` like the put path's, so the
+The result is an :class:`~rmqlog.log.encode.batch.EncodedBatch` like the put path's, so the
 append, its publish and its idempotence are the put's own.
 """
 
@@ -42,7 +42,7 @@ def prepare_copies(
     ``body``/``flag``/``born`` (ms) as stored, ``properties`` the pre-joined items
     (``name\\x01value\\x02``...) each copy carries; ``marker``: the idempotence marker of the
     last row; ``born_host``: one for every copy, or (n, 8) bytes, each copy's own (IPv4). Raises
-    :class:`InvalidTopicError` or :class:`store.errors.MessageTooLargeError` naming the first
+    :class:`InvalidTopicError` or :class:`rmqlog.errors.MessageTooLargeError` naming the first
     bad row."""
     n = len(topic)
     topics, topic_index = topic_column(topic, n)

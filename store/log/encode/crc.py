@@ -7,7 +7,7 @@ carry-less-multiply CRC (~14 GB/s, GIL released) a chunk's CRCs are computed on 
 appending thread, right before the chunk is written (``pack_records`` computes each as it
 copies the body): its bodies are then still in the CPU cache when the write copies them, and
 the write of the previous chunk runs meanwhile (see
-:meth:`store.log.commitlog.CommitLog.append_all`). Otherwise (table CRC or one call per body)
+:meth:`rmqlog.log.commitlog.CommitLog.append_all`). Otherwise (table CRC or one call per body)
 one background thread computes them ahead, while the caller encodes the rest.
 """
 
@@ -39,10 +39,10 @@ LARGE_BODY = 1024
 def crc32s(body: pa.BinaryArray) -> np.ndarray:
     """BODYCRC of each body: CRC-32 & 0x7FFFFFFF.
 
-    One call of the C helper ``store._native`` for the whole array (no per-body Python
+    One call of the C helper ``rmqlog._native`` for the whole array (no per-body Python
     call, GIL released), when it was built: for every batch when the CPU has carry-less
     multiply (~14 GB/s), else for bodies averaging under :data:`LARGE_BODY` (its table CRC
-    runs at ~2.2 GB/s). Otherwise one ISA-L/zlib call per body (:data:`store.log.record.crc32`):
+    runs at ~2.2 GB/s). Otherwise one ISA-L/zlib call per body (:data:`rmqlog.log.record.crc32`):
     through Python bytes objects for small bodies, memoryview slices (no copy) for large ones.
     """
     n = len(body)
@@ -69,7 +69,7 @@ def chunk_bounds(n: int, rows: int) -> np.ndarray:
 
     Nothing overlaps the first chunk's encoding (the write thread waits for it), so it is
     small; each next one doubles until full size. A batch of one full chunk or less stays
-    one chunk (written inline, see ``store.log.commitlog``).
+    one chunk (written inline, see ``rmqlog.log.commitlog``).
     """
     if n <= rows:
         return np.array([0, n], np.int64)

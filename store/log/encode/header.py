@@ -1,6 +1,6 @@
 """The fixed-width header of a batch's records, kept as columns until its rows are laid out.
 
-The layout is :func:`store.log.record.header_dtype` (one numpy dtype per host layout, field
+The layout is :func:`rmqlog.log.record.header_dtype` (one numpy dtype per host layout, field
 offsets from it): rows are built chunk by chunk as the records are written (in the CPU cache
 then, and overlapping the previous chunk's write), never for the whole batch at once.
 """
@@ -25,7 +25,7 @@ class HeaderColumns:
     """The fixed-width header of a batch's records as columns; :meth:`rows` lays rows out.
 
     QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are set under the append lock
-    (:meth:`store.log.encode.batch.EncodedBatch.fill`); BODYCRC by whoever computes the CRCs.
+    (:meth:`rmqlog.log.encode.batch.EncodedBatch.fill`); BODYCRC by whoever computes the CRCs.
     """
 
     dtype: np.dtype  # record.header_dtype for the batch's host layout

@@ -1,4 +1,4 @@
-"""The C helper's encoding kernels (``store._native``, built by ``setup.py``; optional).
+"""The C helper's encoding kernels (``rmqlog._native``, built by ``setup.py``; optional).
 
 Every encoding module calls them through this module (``native.pack_records(...)``), so a
 test switches one off in one place (``monkeypatch.setattr(native, "pack_records", None)``)

@@ -2,12 +2,12 @@
 
 A *plain* batch: columns ``topic`` (string, one value, a valid name) and ``body`` (binary),
 neither with nulls, of one chunk each, and maybe an integer ``queueId`` of nulls only (as a
-Spark sink sends it); one write chunk (at most :data:`~store.log.encode.crc.MIN_CHUNK_ROWS`
-rows, or bodies of at most :data:`~store.log.encode.crc.CRC_CHUNK_BYTES`: larger batches gain
+Spark sink sends it); one write chunk (at most :data:`~rmqlog.log.encode.crc.MIN_CHUNK_ROWS`
+rows, or bodies of at most :data:`~rmqlog.log.encode.crc.CRC_CHUNK_BYTES`: larger batches gain
 from the general path's pipelining); the topic exists or may be created. Its records are what
 the general path makes of it, byte for byte but for the generated ids and the timestamps:
 queue ids round robin, flag 0, BORNTIMESTAMP now, properties just ``UNIQ_KEY``. They are
-packed before the append lock, like :meth:`store.log.encode.batch.EncodedBatch.prepack`; the
+packed before the append lock, like :meth:`rmqlog.log.encode.batch.EncodedBatch.prepack`; the
 lock patches three fields in. Anything else (or anything wrong: the general path then names
 the bad row) is not plain, and :func:`prepare_plain` returns ``None``.
 """

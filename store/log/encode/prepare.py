@@ -1,5 +1,5 @@
 """The put path's entry point before the append lock: a table in, an :class:`EncodedBatch` out
-(see :mod:`store.log.encode` for the whole path)."""
+(see :mod:`rmqlog.log.encode` for the whole path)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,7 @@ def prepare_batch(
     plain: bool = True,
     system_properties: pa.Array | None = None,
 ) -> EncodedBatch:
-    """Validate and encode ``table``; raises :class:`store.errors.InvalidMessageError` subclasses
+    """Validate and encode ``table``; raises :class:`rmqlog.errors.InvalidMessageError` subclasses
     naming the first bad row and field (checked in this order: the columns, topic, body, queue
     id, properties, keys, tags, flag, bornTimestamp, the record's size).
 
@@ -51,11 +51,11 @@ def prepare_batch(
     ``round_robin(topic, queues, n)`` returns the first queue for ``n`` rows without queueId.
     ``last_row_property`` (name, value) is added to the properties of the last row only (the
     store's idempotence marker; the caller validated it). ``plain``: a plain batch may be
-    packed whole now by :func:`store.log.encode.plain.prepare_plain` (its copy of the bodies
+    packed whole now by :func:`rmqlog.log.encode.plain.prepare_plain` (its copy of the bodies
     then lives until the append; ``put_batches`` of many tables says no, to keep a sink task's
     memory flat). ``system_properties``: the store's own properties per row, pre-joined
     ``name\x01value\x02`` binary strings (empty: none) added as they are (the delay routing's
-    ``REAL_TOPIC``/``REAL_QID``/``DELAY``, :mod:`store.schedule.routing`; not checked here).
+    ``REAL_TOPIC``/``REAL_QID``/``DELAY``, :mod:`rmqlog.schedule.routing`; not checked here).
     """
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])

@@ -1,4 +1,4 @@
-"""A record's trailer: TOPICLEN, TOPIC, PROPERTIESLENGTH, PROPERTIES (see :mod:`store.log.record`).
+"""A record's trailer: TOPICLEN, TOPIC, PROPERTIESLENGTH, PROPERTIES (see :mod:`rmqlog.log.record`).
 
 PROPERTIES is built from the put's columns, in this order: the user's ``properties`` map, then
 ``KEYS`` (the ``keys`` column), ``TAGS`` (the ``tags`` column), the generated ``UNIQ_KEY``
@@ -46,7 +46,7 @@ class LazyUniqKeys:
 
     ``given`` marks the rows whose own properties carry a ``UNIQ_KEY`` (they get none).
     Items are generated as the chunks are packed or joined: under the append lock, or before
-    it for a put packed ahead (:meth:`store.log.encode.batch.EncodedBatch.prepack`); the
+    it for a put packed ahead (:meth:`rmqlog.log.encode.batch.EncodedBatch.prepack`); the
     generator is thread-safe.
     """
 
@@ -167,7 +167,7 @@ def _check_names_and_values(keys: pa.Array, vals: pa.Array, parent: np.ndarray) 
 def _check_property_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray, is_uniq: np.ndarray) -> None:
     """Refuse user properties the store or RocketMQ reserves (``RMQLOG_*``, RocketMQ's system
     names, delay/timer names) and a given ``UNIQ_KEY`` that is not a RocketMQ client message
-    id; see :func:`store.log.properties.reserved_name_problem`. ``keys``/``vals``: the batch's
+    id; see :func:`rmqlog.log.properties.reserved_name_problem`. ``keys``/``vals``: the batch's
     flattened user properties, ``parent`` their rows, ``is_uniq`` which names are UNIQ_KEY."""
     problem = reserved_name_problem(keys)
     if problem is not None:
