@@ -26,7 +26,9 @@ def zip_packages(dest: str | Path) -> Path:
         for pkg in (rmqlog, spark_rmq):
             # an editable install's package folder is a tree of links: name entries by the
             # package's own path, read the files they point at
-            top = Path(pkg.__file__).parent
+            init = pkg.__file__
+            assert init is not None  # regular packages (a namespace package has no __file__)
+            top = Path(init).parent
             for path in sorted(top.rglob("*")):
                 if path.suffix in (".py", ".typed") and "__pycache__" not in path.parts:
                     zf.write(path.resolve(), f"{pkg.__name__}/{path.relative_to(top).as_posix()}")
