@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import subprocess_env
+from conftest import small_store_config, subprocess_env
 
 import rmqlog
 from rmqlog.admin.cli import main
@@ -47,7 +47,7 @@ def tree(root: Path) -> dict[str, tuple[str, int, str]]:
 @pytest.fixture
 def store(tmp_path: Path) -> Path:
     root = tmp_path / "s"
-    with rmqlog.MessageStore.open(root) as s:
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put_batch(pa.table({"topic": ["T"] * 3, "body": [b"a", b"b", b"c"]}))
         s.dispatch()
     return root
