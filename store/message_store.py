@@ -150,7 +150,9 @@ class MessageStore:
         it did. Segment sizes of an existing store are taken from its files.
 
         Raises :class:`rmqlog.errors.DataLossError` when flushed (acknowledged) data is damaged,
-        unless ``repair`` is true (then the log is cut at the damage), and
+        unless ``repair`` is true (then the log is cut at the damage; ``repair`` needs the store
+        to itself: :class:`rmqlog.errors.StoreBusyError`, naming the holders' pids, while other
+        processes or other stores of this process have it open, with nothing changed), and
         :class:`rmqlog.errors.CorruptStoreError` if the files are not a valid store. With
         ``create=False`` (readers, the CLI) a root that holds no store raises
         :class:`rmqlog.errors.StoreNotFoundError` and nothing is created.
