@@ -37,7 +37,8 @@ BODY_MODES = ("text", "hex", "none")
 
 #: json.dumps' escapes of the control characters (ESCAPE_DCT): named ones, else \u00xx
 _CONTROL = {i: json.dumps(chr(i))[1:-1] for i in range(32)}
-_HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), np.uint8).reshape(256, 2)
+#: byte -> its two hex digits as one uint16 (a 1-D take is ~10x faster than rows of a 2-D table)
+_HEX = np.frombuffer(b"".join(b"%02x" % i for i in range(256)), np.uint16)
 _TEXT = pa.large_string()
 #: string columns of few distinct values
 _FEW = frozenset({"topic", "tags", "bornHost", "storeHost"})
@@ -150,7 +151,7 @@ def _hex(a: pa.BinaryArray) -> pa.Array:
     offsets = np.frombuffer(a.buffers()[1], np.int32, n + 1, a.offset * 4).astype(np.int64)
     data = a.buffers()[2]
     raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-    text = _HEX[raw[offsets[0]:offsets[-1]]].reshape(-1)
+    text = np.take(_HEX, raw[offsets[0]:offsets[-1]]).view(np.uint8)
     out = pa.LargeStringArray.from_buffers(n, pa.py_buffer((offsets - offsets[0]) * 2), pa.py_buffer(text))
     quoted = _cat('"', out, '"')
     return pc.if_else(pc.is_null(a), "null", quoted) if a.null_count else quoted
