@@ -8,15 +8,16 @@ error).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rmqlog.errors import InvalidArgumentError
 from rmqlog.paths import validate_group, validate_topic
 from rmqlog.queue.reader import parse_tag_filter
+from rmqlog.times import parse_time_ms
 
 from .errors import RmqLogOptionError
 
@@ -93,17 +94,12 @@ def parse_duration_ms(name: str, raw: str) -> int:
 
 
 def parse_timestamp_ms(name: str, raw: str) -> int:
-    """Milliseconds since the epoch, or ISO-8601 (a time without offset is UTC)."""
-    text = raw.strip()
-    if re.fullmatch(r"-?\d+", text):
-        return int(text)
+    """Milliseconds since the epoch, or ISO 8601: :func:`rmqlog.times.parse_time_ms`, the
+    store's one time parser (a time without a zone is UTC, as in the ``rmqlog`` command)."""
     try:
-        when = dt.datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
-        raise RmqLogOptionError(name, f"must be milliseconds since the epoch or ISO-8601, got {raw!r}") from None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=dt.UTC)
-    return int(when.timestamp() * 1000)
+        return parse_time_ms(raw, what=name)
+    except InvalidArgumentError:
+        raise RmqLogOptionError(name, f"must be milliseconds since the epoch or ISO 8601 (no zone: UTC), got {raw!r}") from None
 
 
 def parse_offsets_json(name: str, raw: str) -> dict[str, int]:

@@ -22,6 +22,7 @@ from .errors import (
     MessageTooLargeError,
     QueueIdError,
     ReadOnlyStoreError,
+    StoreBusyError,
     StoreClosedError,
     StoreError,
     StoreNotFoundError,
@@ -36,7 +37,7 @@ MALLOC_PINNED = pin_malloc_thresholds()
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
-    "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "StoreClosedError", "StoreNotFoundError",
+    "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "StoreBusyError", "StoreClosedError", "StoreNotFoundError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",
 ]

@@ -2,16 +2,18 @@
 
 Field names are RocketMQ's ``MessageStoreConfig``/``BrokerConfig`` names in snake_case, with
 their units in the docstring below. :meth:`StoreConfig.from_properties` reads a RocketMQ
-``broker.conf``-style file (``camelCase=value`` lines).
+``broker.conf`` (a Java properties file, :mod:`rmqlog.broker_conf`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .broker_conf import read_properties, warn_unknown
 from .errors import ConfigError
 
 GiB = 1 << 30
@@ -154,39 +156,55 @@ class StoreConfig:
 
     @classmethod
     def from_properties(cls, path: str | Path, **overrides: Any) -> StoreConfig:
-        """Read a RocketMQ ``broker.conf``-style file: ``camelCaseName=value`` per line.
+        """Read a RocketMQ ``broker.conf`` (a Java properties file: every syntax of
+        ``java.util.Properties``, see :mod:`rmqlog.broker_conf`).
 
-        Unknown keys are ignored (a broker.conf holds many broker-only settings);
-        ``brokerIP1`` and ``listenPort`` make up ``store_host``.
-        Raises :class:`ConfigError` for a value of the wrong type.
+        Keys are the fields' camelCase names (``flushDiskType``; matched ignoring case and
+        underscores, and RocketMQ's ``Maped`` spellings too); ``brokerIP1`` and ``listenPort``
+        make up ``store_host``. Values are parsed as the broker does (``true``/``false``,
+        decimal integers; surrounding spaces ignored). ``overrides`` (field names) win over
+        the file.
+
+        A key the store does not know is logged as a warning naming it (RocketMQ's own broker
+        keys, which the store has no use for, at debug level) and otherwise ignored.
+        Raises :class:`ConfigError` naming the file, the key and the value for a value that
+        does not parse or is out of its field's range, or for a file that cannot be read.
         """
-        # match RocketMQ's camelCase keys by letters only: 'checkCRCOnRecover' is check_crc_on_recover;
-        # RocketMQ spells some 'Maped' ('destroyMapedFileIntervalForcibly'): both spellings are read
-        known = {f.name.replace("_", "").lower(): f for f in fields(cls)}
+        known = {_loose(f.name): f for f in fields(cls)}
+        # RocketMQ spells some 'Maped' ('destroyMapedFileIntervalForcibly'): both are read
         known.update({k.replace("mapped", "maped"): f for k, f in list(known.items()) if "mapped" in k})
+        camel = [_camel(f.name) for f in fields(cls)]
         values: dict[str, Any] = {}
-        ip, port = None, None
-        for raw in Path(path).read_text(encoding="utf-8").splitlines():
-            line = raw.strip()
-            if not line or line.startswith("#") or "=" not in line:
+        keys: dict[str, tuple[str, str]] = {}  # field -> (key, value) as written: named in errors
+        host: dict[str, str] = {}
+        for key, raw in read_properties(path).items():
+            value = raw.strip()
+            if key in ("brokerIP1", "listenPort"):
+                host[key] = value
                 continue
-            key, _, value = line.partition("=")
-            key, value = key.strip(), value.strip()
-            if key == "brokerIP1":
-                ip = value
-                continue
-            if key == "listenPort":
-                port = value
-                continue
-            f = known.get(key.replace("_", "").lower())
+            f = known.get(_loose(key))
             if f is None:
+                warn_unknown(path, key, camel + ["brokerIP1", "listenPort"])
                 continue
-            values[f.name] = _coerce(f.name, f.type, value)
-        if ip is not None or port is not None:
-            values["store_host"] = f"{ip or '127.0.0.1'}:{port or 10911}"
+            values[f.name] = _coerce(f.name, f.type, value, f"{path}: {key}")
+            keys[f.name] = (key, raw)
+        if host:
+            port = host.get("listenPort", "10911")
+            if not port.isascii() or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(f"{path}: listenPort = {port!r} is not a port number (1..65535)")
+            values["store_host"] = f"{host.get('brokerIP1') or '127.0.0.1'}:{int(port)}"
+            keys["store_host"] = ("brokerIP1/listenPort", values["store_host"])
         values.update(overrides)
-        return cls(**values)
-
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            # name the key and value that broke it: the first field that fails on its own
+            for name, (key, raw) in keys.items():
+                try:
+                    cls(**{name: values[name]})
+                except ConfigError as alone:
+                    raise ConfigError(f"{path}: {key} = {raw!r}: {alone}") from None
+            raise ConfigError(f"{path}: {exc}") from None
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -218,15 +236,30 @@ def delete_hours(delete_when: str) -> frozenset[int]:
     return frozenset(hours)
 
 
-def _coerce(name: str, typ: Any, value: str) -> Any:
+def _loose(name: str) -> str:
+    """A key as matched: letters and digits only, lower case ('checkCRCOnRecover' is check_crc_on_recover)."""
+    return name.replace("_", "").lower()
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.capitalize() for w in rest)
+
+
+#: Java's Long.parseLong: an optional sign and decimal digits (no spaces, no '_', ASCII only)
+_JAVA_LONG = re.compile(r"[+-]?[0-9]+")
+
+
+def _coerce(name: str, typ: Any, value: str, where: str) -> Any:
+    """``value`` as the type of field ``name`` (a bool, an int or a string); ``where`` names
+    the file and key in the error."""
     t = str(typ)
-    try:
-        if "bool" in t:
-            if value.lower() not in ("true", "false"):
-                raise ValueError(value)
-            return value.lower() == "true"
-        if "int" in t:
-            return int(value)
-    except ValueError as exc:
-        raise ConfigError(f"{name}: cannot read {value!r}") from exc
+    if "bool" in t:
+        if value.lower() not in ("true", "false"):
+            raise ConfigError(f"{where} = {value!r}: not a boolean (true or false)")
+        return value.lower() == "true"
+    if "int" in t:
+        if not _JAVA_LONG.fullmatch(value) or not -(1 << 63) <= int(value) < 1 << 63:
+            raise ConfigError(f"{where} = {value!r}: not an integer")
+        return int(value)
     return value

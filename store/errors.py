@@ -179,6 +179,20 @@ def disk_full_from_errno(err: int, path: object, doing: str) -> NoReturn:
     raise exc
 
 
+class StoreBusyError(StoreError):
+    """An operation that needs the store to itself (``MessageStore.open(root, repair=True)``,
+    ``rmqlog recover --repair``) found it open in other processes: repairing files others are
+    reading and appending to would pull them from under them. Nothing was changed; close the
+    holders (or wait for them) and try again. ``holders``: the pids that have the store open,
+    as far as they can be told (``owners/`` files of live processes, the lock's holders)."""
+
+    def __init__(self, message: str, *, path: str, holders: list[int]) -> None:
+        who = ", ".join(map(str, holders)) if holders else "unknown"
+        super().__init__(f"{message}: {path} is open in other processes (pid {who})")
+        self.path = path
+        self.holders = holders
+
+
 class StoreClosedError(StoreError):
     """The store was used after :meth:`rmqlog.MessageStore.close`."""
 

@@ -35,7 +35,7 @@ from .config import StoreConfig
 from .config_files import TopicConfig
 from .durability.flush import AsyncFlusher
 from .durability.lock_file import StoreLockFile
-from .durability.opening import open_as_owner, set_aside_unreadable_config
+from .durability.opening import claim_for_repair, open_as_owner, set_aside_unreadable_config
 from .durability.recovery import RecoveryReport
 from .errors import IndexDisabledError, InvalidArgumentError, StoreClosedError, StoreNotFoundError
 from .index.index_service import IndexService
@@ -89,6 +89,38 @@ class MessageStore:
 
     def _open(self, repair: bool) -> None:
         parts = self.parts
+        self.recovery: RecoveryReport | None = None
+        self._owner: StoreLockFile | None = None
+        self.flusher: AsyncFlusher | None = None
+        # repair changes files (sets them aside, cuts the log): only with the store to itself,
+        # claimed before anything is touched (StoreBusyError naming the holders otherwise)
+        claimed = claim_for_repair(parts) if repair else None
+        try:
+            set_aside = self._build(repair)
+        except BaseException:
+            if claimed is not None:
+                claimed.abandon()
+            raise
+        if self.read_only:
+            open_read_only(parts)
+            return
+        self._owner, self.recovery = open_as_owner(parts, repair=repair, set_aside=set_aside, topics=self.catalog.topics,
+                                                   claimed=claimed)
+        if self.recovery is not None and self.recovery.abnormal and self.scheduler.timer is not None:
+            self.scheduler.timer.wheel.invalidate()  # its files were not synced: rebuilt from the timer queue
+        if not self.appender.sync_flush:
+            self.flusher = AsyncFlusher(
+                self.flush_service,
+                interval_ms=self.config.flush_interval_commit_log,
+                least_pages=self.config.flush_commit_log_least_pages,
+                thorough_interval_ms=self.config.flush_commit_log_thorough_interval,
+            )
+            self.services.add(self.flusher)
+
+    def _build(self, repair: bool) -> list[Path]:
+        """Wire the parts and services (no ownership yet); returns the config files ``repair``
+        set aside."""
+        parts = self.parts
         set_aside = set_aside_unreadable_config(parts) if repair else []
         parts.wire(repair=repair)
         self.commitlog, self.dispatcher, self.flush_service = parts.commitlog, parts.dispatcher, parts.flush_service
@@ -103,23 +135,7 @@ class MessageStore:
         self.retention = Retention(parts)
         #: delivers delayed messages once due (:mod:`rmqlog.schedule`)
         self.scheduler = install_schedule(parts, self.appender, self.reader)
-        self.recovery: RecoveryReport | None = None
-        self._owner: StoreLockFile | None = None
-        self.flusher: AsyncFlusher | None = None
-        if self.read_only:
-            open_read_only(parts)
-            return
-        self._owner, self.recovery = open_as_owner(parts, repair=repair, set_aside=set_aside, topics=self.catalog.topics)
-        if self.recovery is not None and self.recovery.abnormal and self.scheduler.timer is not None:
-            self.scheduler.timer.wheel.invalidate()  # its files were not synced: rebuilt from the timer queue
-        if not self.appender.sync_flush:
-            self.flusher = AsyncFlusher(
-                self.flush_service,
-                interval_ms=self.config.flush_interval_commit_log,
-                least_pages=self.config.flush_commit_log_least_pages,
-                thorough_interval_ms=self.config.flush_commit_log_thorough_interval,
-            )
-            self.services.add(self.flusher)
+        return set_aside
 
     @classmethod
     def open(
@@ -134,7 +150,9 @@ class MessageStore:
         it did. Segment sizes of an existing store are taken from its files.
 
         Raises :class:`rmqlog.errors.DataLossError` when flushed (acknowledged) data is damaged,
-        unless ``repair`` is true (then the log is cut at the damage), and
+        unless ``repair`` is true (then the log is cut at the damage; ``repair`` needs the store
+        to itself: :class:`rmqlog.errors.StoreBusyError`, naming the holders' pids, while other
+        processes or other stores of this process have it open, with nothing changed), and
         :class:`rmqlog.errors.CorruptStoreError` if the files are not a valid store. With
         ``create=False`` (readers, the CLI) a root that holds no store raises
         :class:`rmqlog.errors.StoreNotFoundError` and nothing is created.

@@ -66,3 +66,13 @@ def test_bench_timer_prints_every_target_figure_beside_its_peer(tmp_path: Path) 
     assert re.search(r"peer, a pass with nothing due: p50", out), out
     late = re.search(r"timer lateness, a pass every second: .* \(min (-?\d+) ms: never early", out)
     assert late and int(late.group(1)) >= 0, out
+
+
+def test_bench_export_prints_jsonl_beside_parquet(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [sys.executable, str(JOBS / "bench_export.py"), "--messages", "3000", "--rounds", "1", "--dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    for name in ("parquet", "jsonl", "jsonl --body hex"):
+        assert re.search(rf"export {name} +[\d,]+ msgs/s +[\d.]+ s a million", out), out
+    assert re.search(r"-> JSON lines = \d+% of Parquet's rate", out), out

@@ -55,7 +55,7 @@ def test_get_by_offset_and_id(filled: Path, capsys: pytest.CaptureFixture[str]) 
 def test_lag_of_a_group(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["lag", str(filled), "g"]) == 0
     assert "orders/0  committed 1  max 4  lag 3" in capsys.readouterr().out
-    assert main(["lag", str(filled), "nobody"]) == 1
+    assert main(["lag", str(filled), "nobody"]) == 2  # an unknown group: what was asked is wrong
 
 
 def test_errors_exit_2_and_never_create_a_store(tmp_path: Path, filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -95,11 +95,12 @@ def test_lag_of_every_group_and_of_an_unknown_one(filled: Path, capsys: pytest.C
     out = capsys.readouterr().out
     assert "g  orders/0  committed 1  max 4  lag 3" in out and "h  orders/0  committed 4  max 4  lag 0" in out
     assert "total lag 3" in out
-    assert main(["lag", str(filled), "nosuchgroup"]) == 1
+    assert main(["lag", str(filled), "nosuchgroup"]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == "rmqlog: no committed offsets for group 'nosuchgroup'\n"
-    assert main(["topic-status", str(filled), "nosuchtopic"]) == 1
-    assert "no topic 'nosuchtopic'" in capsys.readouterr().err
+    assert captured.out == "" and captured.err == (
+        f"rmqlog: no consumer group 'nosuchgroup' in {filled} (none with committed offsets); groups: g, h\n")
+    assert main(["topic-status", str(filled), "nosuchtopic"]) == 2
+    assert f"no topic 'nosuchtopic' in {filled}; topics: orders" in capsys.readouterr().err
 
 
 def test_verify_reports_ok_and_damage(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -188,7 +189,9 @@ def test_reset_offset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
         s.put_batch(pa.table({"topic": ["R"] * 6, "body": [b"r"] * 6, "queueId": [0, 1, 0, 1, 0, 1]}))
         s.dispatch()
     capsys.readouterr()
-    assert main(["reset-offset", str(root), "g1", "R", "--latest", "--json"]) == 0
+    assert main(["reset-offset", str(root), "g1", "R", "--latest", "--json"]) == 2  # a new group needs --create
+    assert "no consumer group 'g1'" in capsys.readouterr().err
+    assert main(["reset-offset", str(root), "g1", "R", "--latest", "--json", "--create"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [(q["queueId"], q["before"], q["offset"]) for q in doc["queues"]] == [(0, -1, 3), (1, -1, 3)]
     assert main(["reset-offset", str(root), "g1", "R", "--earliest", "--queue", "1"]) == 0

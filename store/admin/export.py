@@ -5,17 +5,18 @@ in ``[begin_ms, end_ms]`` (found by binary search on store time: store times nev
 within a queue), or both (the intersection). Messages are read ``BATCH`` at a time through
 the store's checked read path (:meth:`rmqlog.MessageStore.read_queue`), so memory stays flat
 whatever the range; Parquet is written with the message table's schema (one row group per
-batch), JSON lines one message per line (bodies as UTF-8 text with replacement characters,
-or hex). A progress bar (tqdm) counts messages on stderr when it is a terminal.
+batch), JSON lines one message per line (:mod:`rmqlog.admin.jsonl`: bodies as UTF-8 text
+with replacement characters, or hex; built a batch at a time, no per-message Python). The
+output is a binary file the caller opened (:mod:`rmqlog.admin.outpath`: never inside the
+store; ``-`` is stdout). A progress bar (tqdm) counts messages on stderr when it is a
+terminal.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Any
+from typing import Any, BinaryIO
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -23,6 +24,7 @@ import pyarrow.parquet as pq
 from ..errors import InvalidArgumentError
 from ..message_store import MessageStore
 from ..schema import MESSAGE_SCHEMA
+from . import jsonl
 
 #: Messages read (and written) per step.
 BATCH = 65_536
@@ -45,7 +47,7 @@ def plan(s: MessageStore, r: ExportRange) -> list[tuple[int, int, int]]:
     """(queue, first offset, end offset) of every queue with messages in the range."""
     tc = s.topics().get(r.topic)
     if tc is None:
-        raise InvalidArgumentError(f"no topic {r.topic!r} in this store")
+        raise InvalidArgumentError(f"no topic {r.topic!r} in {s.paths.root}; topics: {', '.join(sorted(s.topics())) or 'none'}")
     count = max(tc.read_queue_nums, tc.write_queue_nums)
     queues = list(range(count)) if r.queues is None else r.queues
     out = []
@@ -75,35 +77,29 @@ def batches(s: MessageStore, topic: str, ranges: list[tuple[int, int, int]]) -> 
 
 
 def export(
-    s: MessageStore, r: ExportRange, out: Path, fmt: str, *, body: str = "text",
-    progress: Callable[[int], Any] | None = None, jsonable: Callable[[dict[str, Any], str], dict[str, Any]],
+    s: MessageStore, r: ExportRange, out: BinaryIO, fmt: str, *, body: str = "text",
+    progress: Callable[[int], Any] | None = None,
 ) -> int:
-    """Write the messages of ``r`` to ``out`` as ``fmt``; returns how many. ``progress(n)``
-    is called after each batch with its size. ``jsonable`` turns a row into JSON values."""
+    """Write the messages of ``r`` to the binary file ``out`` as ``fmt``; returns how many.
+    ``progress(n)`` is called after each batch with its size."""
     if fmt not in FORMATS:
         raise InvalidArgumentError(f"format must be one of {', '.join(FORMATS)}, not {fmt!r}")
     ranges = plan(s, r)
     n = 0
-    if fmt == "parquet":
-        with pq.ParquetWriter(out, MESSAGE_SCHEMA) as writer:
-            for table in batches(s, r.topic, ranges):
-                writer.write_table(table)
-                n += table.num_rows
-                if progress:
-                    progress(table.num_rows)
-        return n
-    with open(out, "w", encoding="utf-8") as f:
+    writer = pq.ParquetWriter(out, MESSAGE_SCHEMA) if fmt == "parquet" else None
+    try:
         for table in batches(s, r.topic, ranges):
-            _write_jsonl(f, table, body, jsonable)
+            if writer is not None:
+                writer.write_table(table)
+            else:
+                out.write(jsonl.lines(table, body))
             n += table.num_rows
             if progress:
                 progress(table.num_rows)
+    finally:
+        if writer is not None:
+            writer.close()
     return n
-
-
-def _write_jsonl(f: IO[str], table: pa.Table, body: str, jsonable: Callable[[dict[str, Any], str], dict[str, Any]]) -> None:
-    # JSON text is made per message (the standard library's encoder); the reads are batched
-    f.write("".join(json.dumps(jsonable(row, body), ensure_ascii=False) + "\n" for row in table.to_pylist()))
 
 
 def total(ranges: list[tuple[int, int, int]]) -> int:

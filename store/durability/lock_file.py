@@ -156,6 +156,27 @@ class StoreLockFile:
         except FileNotFoundError:
             return []
 
+    def holders(self) -> list[int]:
+        """The pids that have the store open, as far as this process can tell (for errors):
+        the owners of the lock's POSIX locks (``/proc/locks``, Linux) and of the live
+        processes' owner files; this process's own pid when it has the store open too."""
+        pids: set[int] = {os.getpid()} if self._count > 1 else set()
+        for p in self.other_owners():
+            head = p.name.split("-", 1)[0]
+            if head.isdigit() and _alive(int(head)):
+                pids.add(int(head))
+        try:
+            ino = os.stat(self.lock_path).st_ino
+            with open("/proc/locks", encoding="ascii", errors="replace") as f:
+                for line in f:  # "1: POSIX  ADVISORY  READ 1234 08:01:5678 0 0"
+                    fields = line.split()
+                    ours = len(fields) > 5 and fields[1] == "POSIX" and fields[5].rsplit(":", 1)[-1] == str(ino)
+                    if ours and fields[4].isdigit() and int(fields[4]) != os.getpid():
+                        pids.add(int(fields[4]))
+        except OSError:
+            pass  # not Linux, or no lock file: the owner files are all there is
+        return sorted(pids)
+
     def opened(self) -> None:
         """After recovery: mark the store as open (``abort``, this process's owner file) and share the lock."""
         try:
@@ -230,3 +251,13 @@ class StoreLockFile:
             finally:
                 os.close(self._fd)  # drops this process's lock
                 self._fd = None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
