@@ -142,6 +142,12 @@ class TimerDelivery:
         state = self.wheel.load()
         if state is None and not cq.directory.is_dir():
             return 0, 0  # no timed message was ever stored
+        lo, hi, floor = self.reader.read_bounds(cq)
+        doubt = self._doubt(cq, state, lo, hi) if state is not None else None
+        if doubt is not None:  # before its `delivered` is taken: an untrusted state says nothing
+            log.warning("timer: the index is not trusted (%s): rebuilt from %s queue 0", doubt, TIMER_TOPIC)
+            state = None
+        self._checked = True  # the files held together once in this open store, or are rebuilt now
         done = self.parts.append_state().writers.get(TIMER_WRITER)
         d_old = state.delivered if state is not None else 0
         skip: tuple[int, int] | None = None  # (due time, entries of it delivered): a batch cut inside one time
@@ -154,14 +160,9 @@ class TimerDelivery:
         if d_new <= d_old and state is not None:
             return 0, 0
         d_new = max(d_new, d_old)
-        lo, hi, floor = self.reader.read_bounds(cq)
         lost = 0
-        doubt = self._doubt(cq, state, lo, hi) if state is not None else None
-        if doubt is not None:
-            log.warning("timer: the index is not trusted (%s): rebuilt from %s queue 0", doubt, TIMER_TOPIC)
         due: np.ndarray | None = None
-        if state is not None and doubt is None and d_new - d_old <= self.max_delay_ms \
-                and state.log_end <= 4 * state.pending + (1 << 20):
+        if state is not None and d_new - d_old <= self.max_delay_ms and state.log_end <= 4 * state.pending + (1 << 20):
             if state.enqueued < lo:
                 lost += lo - state.enqueued
                 state.enqueued = lo
@@ -172,7 +173,6 @@ class TimerDelivery:
                 log.warning("timer: the index is damaged (%s): rebuilt from %s queue 0", exc, TIMER_TOPIC)
         if due is None or state is None:
             state, due = self._rescan(cq, lo, hi, d_old, d_new)
-        self._checked = True  # the files held together once in this open store (or were rebuilt)
         delivered, gone = self._deliver(cq, due, floor, d_new, skip)
         state.delivered = d_new
         state.dirty = False
