@@ -32,8 +32,8 @@
  * 7. walk_records: a commitlog segment's record chain walked and checked (lengths, header
  *    fields) in one pass, for store.log.scan (dispatch, recovery, verify).
  *
- * 8. walk_chains: the timer log's bucket chains followed entry by entry (the time wheel's
- *    reads, store/schedule/timer_wheel.py).
+ * 8. walk_chains: the timer log's bucket chains followed entry by entry, each link checked
+ *    (the time wheel's reads, store/schedule/timer_wheel.py).
  *
  * 9. copy_properties: the properties of the scheduler's delivered copies (some names
  *    dropped, the rest rewritten as they were, the values of a few names found), in the
@@ -1113,41 +1113,48 @@ done:
     return result;
 }
 
-/* walk_chains(log, entry_size, heads, out) -> n
+/* walk_chains(log, entry_size, heads, counts, out) -> n or -1 - h
  * The timer log's bucket chains (store/schedule/timer_wheel.py): from each head entry index,
- * follow each entry's `prev` (little-endian int64 at the entry's start) until -1, writing
- * every index into `out` (int64); stops when `out` is full (a damaged chain cannot loop
- * forever) or an index falls outside the log. GIL released. */
+ * follow each entry's `prev` (little-endian int64 at the entry's start), exactly counts[h]
+ * entries, writing every index into `out` (int64), chain after chain. A sound chain only goes
+ * back (each `prev` below its entry: no cycle can form) and ends with -1 after exactly its
+ * count; the first chain that does not (a link out of the log, forward, to itself, early or
+ * late end, a count the output cannot hold) stops the walk: -1 - h is returned, h its place
+ * in `heads`. At most sum(counts) steps whatever the log holds. GIL released. */
 static PyObject *walk_chains(PyObject *self, PyObject *args) {
-    Py_buffer log, hd, out;
+    Py_buffer log, hd, ct, out;
     Py_ssize_t entry_size;
-    if (!PyArg_ParseTuple(args, "y*ny*w*", &log, &entry_size, &hd, &out)) return NULL;
+    if (!PyArg_ParseTuple(args, "y*ny*y*w*", &log, &entry_size, &hd, &ct, &out)) return NULL;
     PyObject *result = NULL;
-    if (entry_size < 8 || hd.itemsize != 8 || out.itemsize != 8) {
-        PyErr_SetString(PyExc_ValueError, "walk_chains: entry_size >= 8, int64 heads and out");
+    if (entry_size < 8 || hd.itemsize != 8 || ct.itemsize != 8 || out.itemsize != 8 || hd.len != ct.len) {
+        PyErr_SetString(PyExc_ValueError, "walk_chains: entry_size >= 8, int64 heads, counts (as many) and out");
         goto done;
     }
     const unsigned char *b = (const unsigned char *)log.buf;
     const int64_t entries = log.len / entry_size;
-    const int64_t *heads = (const int64_t *)hd.buf;
+    const int64_t *heads = (const int64_t *)hd.buf, *counts = (const int64_t *)ct.buf;
     int64_t *o = (int64_t *)out.buf;
     const Py_ssize_t nh = hd.len / 8, cap = out.len / 8;
-    Py_ssize_t n = 0;
+    Py_ssize_t n = 0, bad = -1;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t h = 0; h < nh && n < cap; h++) {
-        int64_t i = heads[h];
-        while (i >= 0 && i < entries && n < cap) {
+    for (Py_ssize_t h = 0; h < nh && bad < 0; h++) {
+        int64_t i = heads[h], c = counts[h];
+        if (c <= 0 || c > cap - n) { bad = h; break; }
+        for (int64_t k = 0; k < c; k++) {
+            if (i < 0 || i >= entries) { bad = h; break; }
             o[n++] = i;
             int64_t prev;
             memcpy(&prev, b + i * entry_size, 8);
+            if (k == c - 1 ? prev != -1 : (prev < 0 || prev >= i)) { bad = h; break; }
             i = prev;
         }
     }
     Py_END_ALLOW_THREADS
-    result = PyLong_FromSsize_t(n);
+    result = PyLong_FromSsize_t(bad >= 0 ? -1 - bad : n);
 done:
     PyBuffer_Release(&log);
     PyBuffer_Release(&hd);
+    PyBuffer_Release(&ct);
     PyBuffer_Release(&out);
     return result;
 }
@@ -1172,7 +1179,7 @@ static PyMethodDef methods[] = {
     {"copy_properties", copy_properties, METH_VARARGS,
      "copy_properties(data, offsets, drop, drop_prefixes, find, out, out_offsets, found_start, found_len) -> bytes written."},
     {"walk_chains", walk_chains, METH_VARARGS,
-     "walk_chains(log, entry_size, heads, out) -> n: the timer log's bucket chains, entry indices into out."},
+     "walk_chains(log, entry_size, heads, counts, out) -> n, or -1 - h for the first damaged chain h: the timer log's bucket chains, entry indices into out."},
     {"walk_records", walk_records, METH_VARARGS,
      "walk_records(seg, start, limit, base, header_size, trailer_fields, min_ts, max_ts, pos_out, size_out) -> (n, end, code, value)."},
     {"gather", gather, METH_VARARGS,

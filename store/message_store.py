@@ -106,8 +106,10 @@ class MessageStore:
             return
         self._owner, self.recovery = open_as_owner(parts, repair=repair, set_aside=set_aside, topics=self.catalog.topics,
                                                    claimed=claimed)
-        if self.recovery is not None and self.recovery.abnormal and self.scheduler.timer is not None:
-            self.scheduler.timer.wheel.invalidate()  # its files were not synced: rebuilt from the timer queue
+        if self.recovery is not None and (self.recovery.abnormal or repair) and self.scheduler.timer is not None:
+            # after a crash its files were not synced; a repair trusts no derived file: the next
+            # pass rebuilds the timer's index from the timer queue
+            self.scheduler.timer.wheel.invalidate()
         if not self.appender.sync_flush:
             self.flusher = AsyncFlusher(
                 self.flush_service,

@@ -15,8 +15,14 @@ files, consume-queue units pointing at other records), sometimes leaves ``abort`
    leaves a store whose ``verify()`` is clean, which reads back only original messages, and
    whose queues continue at the right offsets.
 
-The suite runs ``FUZZ_CASES`` cases; ``RMQ_OPTIN=1`` adds a long run of ``RMQ_FUZZ_CASES``
-(10,000 by default) whose count the job prints.
+The timer's files (``timer/log``, ``timer/wheel``, ``timer/state``) of a store with timed
+messages pending get their own cases (:func:`run_timer_case`): the same kinds of mutations
+(fields of entries, of non-empty slots and of the state among them), then a normal open or
+``repair=True`` and passes: no error, and each pending message delivered exactly once, never
+before its time (tests/timed_store.py).
+
+The suite runs ``FUZZ_CASES`` cases and ``TIMER_FUZZ_CASES`` timer cases; ``RMQ_OPTIN=1``
+adds long runs of ``RMQ_FUZZ_CASES`` (10,000 by default) of each, whose figures they print.
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 import refcodec as rc
 from conftest import FIXTURE_COMMITLOG, copy_file, small_store_config, walk
+from timed_store import Outcome, Timed, deliver_after, make_timed_store
 
 import rmqlog
 
@@ -287,3 +295,121 @@ def test_fuzz_damaged_stores_long(bases: list[Base], tmp_path: Path) -> None:
     print(f"fuzz: {cases} cases (seeds {first}..{first + cases - 1}), {len(failed)} failed, "
           f"in {time.monotonic() - started:.0f} s")
     assert not failed, "\n".join(failed[:50])
+
+
+# --------------------------------------------------------------------------- the timer's files
+
+#: timer cases of the default run (a few seconds); the opt-in long run takes RMQ_FUZZ_CASES
+TIMER_FUZZ_CASES = 30
+#: values a timer-file field may be set to: ends of the ranges, entry indices, small counts
+TIMER_EXTREMES = [0, 1, -1, -2, 2, 3, 7, 2**62, 2**63 - 1, -(2**63), 10**6]
+
+
+@pytest.fixture(scope="module")
+def timer_base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Timed]:
+    root = tmp_path_factory.mktemp("fuzz-timer") / "timed"
+    return root, make_timed_store(root)
+
+
+def _mutate_timer(rng: random.Random, root: Path, timed: Timed) -> str:
+    """One mutation of ``timer/log``, ``timer/wheel`` or ``timer/state``: flipped bits, a field
+    (of an entry, a non-empty slot, the state) set to an extreme or a nearby due time, a range
+    zeroed or copied over another place, the file truncated or deleted."""
+    files = [p for p in (root / "timer" / n for n in ("log", "wheel", "state")) if p.exists()]
+    if not files:
+        return "nothing left to damage"
+    path = rng.choice(files)
+    name = path.relative_to(root)
+    data = bytearray(path.read_bytes())
+    op = rng.choice(["flip", "field", "field", "zero", "copy", "truncate", "delete"])
+    if op == "delete" and rng.random() < 0.3:
+        path.unlink()
+        return f"delete {name}"
+    if not data or op == "truncate":
+        os.truncate(path, rng.randrange(0, max(1, len(data))))
+        return f"truncate {name}"
+    if op in ("flip", "delete"):
+        at = [rng.randrange(len(data)) for _ in range(rng.randint(1, 4))]
+        for a in at:
+            data[a] ^= 1 << rng.randrange(8)
+        desc = f"flip {name} at {at}"
+    elif op == "field":
+        if path.name == "log":
+            at = rng.randrange(max(1, len(data) // 40)) * 40 + rng.choice([0, 0, 8, 16, 24])
+        elif path.name == "wheel":
+            counts = np.frombuffer(bytes(data[: len(data) // 24 * 24]), "<i8").reshape(-1, 3)[:, 2]
+            live = np.flatnonzero(counts) if rng.random() < 0.8 else np.zeros(0, np.int64)
+            slot = int(rng.choice(live.tolist())) if len(live) else rng.randrange(max(1, len(data) // 24))
+            at = slot * 24 + rng.choice([0, 8, 16])
+        else:
+            at = rng.randrange(1, 11) * 8
+        value = rng.choice(TIMER_EXTREMES + [timed.t0 + rng.randrange(0, 40_000)])
+        if at + 8 <= len(data):
+            data[at : at + 8] = struct.pack("<Q", value % (1 << 64))
+        desc = f"field {name} +{at} = {value}"
+    elif op == "zero":
+        a = rng.randrange(len(data))
+        b = min(len(data), a + rng.randint(1, 256))
+        data[a:b] = bytes(b - a)
+        desc = f"zero {name} [{a}, {b})"
+    else:
+        a, c, n = rng.randrange(len(data)), rng.randrange(len(data)), rng.randint(8, 120)
+        chunk = bytes(data[a : a + n])
+        data[c : c + len(chunk)] = chunk[: len(data) - c]
+        desc = f"copy {name} {a}+{n} -> {c}"
+    path.write_bytes(bytes(data))
+    return desc
+
+
+def run_timer_case(base: Path, timed: Timed, work: Path, seed: int) -> tuple[str, Outcome]:
+    """One timer case: 1-3 mutations of the timer's files, sometimes ``abort``, then
+    :func:`timed_store.deliver_after` (a normal open or, one case in three, ``repair=True``).
+    An untyped exception propagates, named by the seed and the mutations."""
+    rng = random.Random(seed)
+    root = work / f"timer-{seed}"
+    shutil.copytree(base, root)
+    what = [_mutate_timer(rng, root, timed) for _ in range(rng.randint(1, 3))]
+    if rng.random() < 0.3:
+        (root / "abort").touch()
+        what.append("abort")
+    repair = rng.random() < 0.3
+    desc = f"seed {seed}{' repair' if repair else ''}: {'; '.join(what)}"
+    try:
+        return desc, deliver_after(root, timed, repair=repair)
+    except Exception as exc:
+        raise AssertionError(f"{desc}: {type(exc).__name__}: {exc}") from exc
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_fuzz_damaged_timer_files(timer_base: tuple[Path, Timed], tmp_path: Path) -> None:
+    for seed in range(TIMER_FUZZ_CASES):
+        desc, out = run_timer_case(*timer_base, tmp_path, seed)
+        assert out.ok, f"{desc}: {out}"
+
+
+@pytest.mark.optin
+def test_fuzz_damaged_timer_files_long(timer_base: tuple[Path, Timed], tmp_path: Path) -> None:
+    """``RMQ_OPTIN=1 RMQ_FUZZ_CASES=10000 pytest -s tests/test_fuzz_damage.py -k timer_files_long``:
+    prints the cases, untyped errors, typed errors, duplicates, lost, early and late deliveries."""
+    cases = int(os.environ.get("RMQ_FUZZ_CASES", "10000"))
+    first = int(os.environ.get("RMQ_FUZZ_FIRST", str(TIMER_FUZZ_CASES)))
+    started = time.monotonic()
+    untyped: list[str] = []
+    failed: list[str] = []
+    totals = {"typed errors": 0, "duplicates": 0, "lost": 0, "early": 0, "late": 0, "foreign": 0}
+    for seed in range(first, first + cases):
+        try:
+            desc, out = run_timer_case(*timer_base, tmp_path, seed)
+        except AssertionError as exc:
+            untyped.append(str(exc))
+            continue
+        totals["typed errors"] += out.error is not None
+        totals["duplicates"] += out.duplicates
+        for k in ("lost", "early", "late", "foreign"):
+            totals[k] += len(getattr(out, k))
+        if not out.ok:
+            failed.append(f"{desc}: {out}")
+    print(f"fuzz timer: {cases} cases (seeds {first}..{first + cases - 1}), {len(untyped)} untyped errors, "
+          + ", ".join(f"{v} {k}" for k, v in totals.items()) + f", in {time.monotonic() - started:.0f} s")
+    assert not untyped and not failed, "\n".join((untyped + failed)[:50])

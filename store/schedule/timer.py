@@ -62,7 +62,7 @@ from ..log.properties import (
 from ..log.writer_marker import writer_marker
 from ..queue.checked_read import read_unit_columns
 from ..queue.consume_queue import CQ_UNIT, FILLER_SIZE
-from .timer_wheel import ENTRY, TimerState, TimerWheel, wheel_slots
+from .timer_wheel import ENTRY, TimerIndexDamaged, TimerState, TimerWheel, wheel_slots
 from .timeup import Copies, StoredMessages, delivered_copies
 
 if TYPE_CHECKING:
@@ -133,6 +133,7 @@ class TimerDelivery:
         self.max_delay_ms = max_delay_ms
         self.wall_ms = wall_ms
         self.wheel = TimerWheel(parts.paths.root / "timer", wheel_slots(max_delay_ms, precision_ms), precision_ms)
+        self._checked = False  # whether the index's files were checked (or rebuilt) since the store opened
 
     def deliver(self, d_new: int) -> tuple[int, int]:
         """One pass up to ``d_new`` (ms; the caller applies step 1's bound). Returns (messages
@@ -141,6 +142,12 @@ class TimerDelivery:
         state = self.wheel.load()
         if state is None and not cq.directory.is_dir():
             return 0, 0  # no timed message was ever stored
+        lo, hi, floor = self.reader.read_bounds(cq)
+        doubt = self._doubt(cq, state, lo, hi) if state is not None else None
+        if doubt is not None:  # before its `delivered` is taken: an untrusted state says nothing
+            log.warning("timer: the index is not trusted (%s): rebuilt from %s queue 0", doubt, TIMER_TOPIC)
+            state = None
+        self._checked = True  # the files held together once in this open store, or are rebuilt now
         done = self.parts.append_state().writers.get(TIMER_WRITER)
         d_old = state.delivered if state is not None else 0
         skip: tuple[int, int] | None = None  # (due time, entries of it delivered): a batch cut inside one time
@@ -153,24 +160,43 @@ class TimerDelivery:
         if d_new <= d_old and state is not None:
             return 0, 0
         d_new = max(d_new, d_old)
-        lo, hi, floor = self.reader.read_bounds(cq)
         lost = 0
-        if state is None or d_new - d_old > self.max_delay_ms or state.log_end > 4 * state.pending + (1 << 20):
-            state, due = self._rescan(cq, lo, hi, d_old, d_new)
-        else:
+        due: np.ndarray | None = None
+        if state is not None and d_new - d_old <= self.max_delay_ms and state.log_end <= 4 * state.pending + (1 << 20):
             if state.enqueued < lo:
                 lost += lo - state.enqueued
                 state.enqueued = lo
-            self._enqueue(cq, state, hi, d_old)
-            due = self.wheel.due_between(state, d_old, d_new)
+            try:
+                self._enqueue(cq, state, hi, d_old)
+                due = self.wheel.due_between(state, d_old, d_new)  # checked before anything is delivered
+            except TimerIndexDamaged as exc:
+                log.warning("timer: the index is damaged (%s): rebuilt from %s queue 0", exc, TIMER_TOPIC)
+        if due is None or state is None:
+            state, due = self._rescan(cq, lo, hi, d_old, d_new)
         delivered, gone = self._deliver(cq, due, floor, d_new, skip)
         state.delivered = d_new
         state.dirty = False
-        state.pending = max(0, state.pending - delivered - gone)
+        state.pending = max(0, state.pending - len(due))  # each delivered, gone, or delivered by a killed pass
         if state.pending == 0 and state.log_end:
             self.wheel.reset(state)  # nothing waits: the log starts again empty
         self.wheel.save(state)
         return delivered, lost + gone
+
+    def _doubt(self, cq, state: TimerState, lo: int, hi: int) -> str | None:  # noqa: ANN001 - a ConsumeQueue
+        """Why the index of ``state`` cannot be trusted, or ``None``: it has enqueued past the
+        timer queue's end; and, at the first pass of this open store, the queue's unit before
+        ``enqueued`` is not the one it enqueued last (an index of another store, or of a log cut
+        since), or its files do not match it (:meth:`TimerWheel.check`)."""
+        if state.enqueued > hi:
+            return f"it has enqueued up to offset {state.enqueued}, the timer queue ends at {hi}"
+        if self._checked:
+            return None
+        if lo <= state.enqueued - 1 < hi:
+            unit = cq.read(state.enqueued - 1, 1)
+            if len(unit) and int(unit["offset"][0]) != state.anchor:
+                return (f"the timer queue's unit {state.enqueued - 1} points at commitlog offset {int(unit['offset'][0])}, "
+                        f"the index enqueued one at {state.anchor}")
+        return self.wheel.check(state)
 
     def _enqueue(self, cq, state: TimerState, hi: int, d_old: int) -> None:  # noqa: ANN001 - a ConsumeQueue
         """Index the units ``[state.enqueued, hi)`` due after ``d_old`` (dirty while it runs)."""
@@ -178,9 +204,9 @@ class TimerDelivery:
             return
         state.dirty = True
         self.wheel.save(state)
-        for e, after in _unit_entries(cq, state.enqueued, hi, d_old):
+        for e, after, anchor in _unit_entries(cq, state.enqueued, hi, d_old):
             self.wheel.add(state, e["due"], e["offset"], e["queueOffset"], e["size"])
-            state.enqueued = after
+            state.enqueued, state.anchor = after, anchor
         state.dirty = False
         self.wheel.save(state)
 
@@ -188,12 +214,12 @@ class TimerDelivery:
         """Rebuild the index from the whole timer queue; returns the new state (dirty until the
         pass has delivered) and the entries due in ``(d_old, d_new]`` (delivered from the scan,
         not indexed: their span may be longer than the wheel's)."""
-        state = TimerState(enqueued=lo, delivered=d_old, slots=self.wheel.slots, dirty=True)
+        state = self.wheel.new_state(lo, d_old)
         self.wheel.reset(state)
         self.wheel.save(state)
         due_parts = []
-        for e, after in _unit_entries(cq, lo, hi, d_old):
-            state.enqueued = after
+        for e, after, anchor in _unit_entries(cq, lo, hi, d_old):
+            state.enqueued, state.anchor = after, anchor
             now = e["due"] <= d_new
             due_parts.append(e[now])
             state.pending += int(now.sum())  # counted as pending until delivered
@@ -269,9 +295,10 @@ class TimerDelivery:
         return n, lost
 
 
-def _unit_entries(cq, pos: int, hi: int, d_old: int) -> Iterator[tuple[np.ndarray, int]]:  # noqa: ANN001 - a ConsumeQueue
+def _unit_entries(cq, pos: int, hi: int, d_old: int) -> Iterator[tuple[np.ndarray, int, int]]:  # noqa: ANN001 - a ConsumeQueue
     """The timer queue's units ``[pos, hi)`` due after ``d_old`` (fillers skipped), as timer-log
-    entries (``prev`` unset), :data:`STEP` units at a time, each with the queue offset after it."""
+    entries (``prev`` unset), :data:`STEP` units at a time, each with the queue offset after it
+    and the commitlog offset in the last unit read (the state's ``anchor``)."""
     while pos < hi:
         units = cq.read(pos, min(STEP, hi - pos))
         if not len(units):
@@ -282,4 +309,4 @@ def _unit_entries(cq, pos: int, hi: int, d_old: int) -> Iterator[tuple[np.ndarra
         e["due"], e["offset"], e["size"] = due[keep], units["offset"][keep], units["size"][keep]
         e["queueOffset"] = pos + np.flatnonzero(keep)
         pos += len(units)
-        yield e, pos
+        yield e, pos, int(units["offset"][-1])
