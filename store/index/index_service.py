@@ -485,7 +485,13 @@ class IndexService:
                 f = self._files[-1]
                 hdr = f.header()
                 if hdr.index_count <= 1:
-                    if hdr.begin_phy_offset >= commit_log_end and len(self._files) > 1:
+                    # an empty file: its offsets are the previous file's end, never past the log's
+                    # (a damaged header would make every later key look indexed already)
+                    past = hdr.end_phy_offset > commit_log_end or hdr.begin_phy_offset > commit_log_end
+                    if past or (hdr.begin_phy_offset >= commit_log_end and len(self._files) > 1):
+                        if past:
+                            log.warning("index file %s: empty, with offsets past the log's end %d; removed", f.path,
+                                        commit_log_end)
                         self._remove_from(len(self._files) - 1)
                         continue
                     break
