@@ -392,8 +392,10 @@ def set_aside_if_unreadable(path: Path, decode: Callable[[Any], Any] | None = No
         pass
     stamp = int(time.time() * 1000)
     moved = path.with_name(f"{path.name}.damaged-{stamp}")
-    path.replace(moved)
     bak = path.with_name(path.name + ".bak")
     if bak.exists():
         bak.replace(bak.with_name(f"{bak.name}.damaged-{stamp}"))
+        if not path.exists():  # only the .bak was there (and unreadable)
+            return bak.with_name(f"{bak.name}.damaged-{stamp}")
+    path.replace(moved)
     return moved

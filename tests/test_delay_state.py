@@ -69,20 +69,20 @@ def test_an_offset_past_the_queue_end_strands_nothing(root: Path, bogus: int, ca
     assert load_delay_offsets(offsets_file(root)) == {2: 6}
 
 
-def test_a_file_offset_past_the_end_without_markers_is_clamped_as_rocketmq(root: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Defect 3, a level the log has no delivery of (the file is then the only record, as for a
-    RocketMQ broker's deliveries): clamped to the queue's end (``correctDelayOffset``), so every
-    message put afterwards is delivered."""
+def test_a_file_offset_past_the_end_without_markers_strands_nothing(root: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Defect 3, a level the log has no delivery of (the file is then its only record, as for a
+    RocketMQ broker's deliveries): RocketMQ's correctDelayOffset would clamp 500 to the queue's
+    end and skip the message waiting there; the file, certainly wrong, is not followed: the
+    level resumes at its queue's minimum, and the waiting and later messages are delivered."""
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put("T", b"old", delay_level=1)
         s.dispatch()
     write_offsets(root, {1: 500})
     with caplog.at_level(logging.WARNING, logger="rmqlog.schedule.scheduler"), \
             rmqlog.MessageStore.open(root, small_store_config()) as s:
-        assert s.deliver_due(FAR) == 0  # the file says 500: clamped to the end, 1
         s.put("T", b"new", delay_level=1)
-        assert s.deliver_due(FAR) == 1 and delivered(s) == Counter([b"new"])
-    assert "past the end of its queue (offsets 0..1); corrected to 1" in caplog.text
+        assert s.deliver_due(FAR) == 2 and delivered(s) == Counter([b"old", b"new"])
+    assert "offset 500 (delayOffset.json) is past the end of its queue (offsets 0..2); corrected to 0" in caplog.text
 
 
 def test_an_offset_below_the_queue_minimum_is_reported(root: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -94,12 +94,14 @@ def test_an_offset_below_the_queue_minimum_is_reported(root: Path, caplog: pytes
         assert resume_offset(3, 2, None, 5, 9) == 2  # the pass starts at 5 and counts 2..5 as lost
         assert resume_offset(3, None, 7, 5, 9) == 7
         assert resume_offset(3, 20, 7, 5, 9) == 7
-        assert resume_offset(3, 20, None, 5, 9) == 9
+        assert resume_offset(3, 20, None, 5, 9) == 5
+        assert resume_offset(3, None, 20, 5, 9) == 9
         assert resume_offset(3, 4, 2, 5, 9) == 2  # the file skipped deleted units: no warning
     text = caplog.text
     assert "level 3: offset 2 (delayOffset.json) is below its queue's minimum 5" in text
     assert "says offset 20, but the log records deliveries up to 7" in text
-    assert "offset 20 (delayOffset.json) is past the end of its queue (offsets 5..9); corrected to 9" in text
+    assert "offset 20 (delayOffset.json) is past the end of its queue (offsets 5..9); corrected to 5" in text
+    assert "offset 20 (the log) is past the end of its queue (offsets 5..9); corrected to 9" in text
     assert "offset 4" not in text
 
 

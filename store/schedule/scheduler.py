@@ -29,8 +29,11 @@ progress it makes commit together; ``config/delayOffset.json`` is written after 
 hint. Where a level resumes (:func:`resume_offset`): at the writer's sequence when the log
 has one (the file is then only checked against it: a larger offset in the file, which no
 pass writes, is reported and not followed); otherwise at the file's offset, the only record
-of a RocketMQ broker's deliveries, clamped into the queue's ``[min, max]`` as RocketMQ's
-``correctDelayOffset`` does (a warning names the level and the offsets). A pass killed at
+of a RocketMQ broker's deliveries, corrected as RocketMQ's ``correctDelayOffset`` does but
+for one case (a warning names the level and the offsets): below the queue's minimum it
+becomes the minimum; past the queue's end (RocketMQ: the end, which would skip every message
+waiting there) it is not followed at all and the level resumes at the queue's minimum, so a
+wrong file may repeat a RocketMQ broker's deliveries but never loses one. A pass killed at
 any moment neither loses nor repeats a delivery. An unreadable file (and ``.bak``) stops the
 pass with :class:`rmqlog.errors.CorruptStoreError`; ``repair=True`` sets it aside and the
 levels resume from the log.
@@ -258,9 +261,9 @@ class DelayScheduler:
 
 def resume_offset(level: int, in_file: int | None, delivered: int | None, lo: int, hi: int) -> int:
     """Where a level's deliveries resume: ``delivered`` (the writer's sequence, from the log)
-    when there is one, else ``in_file`` (``delayOffset.json``), clamped into ``[lo, hi]`` as
-    RocketMQ's ``correctDelayOffset``; an offset below ``lo`` is returned as it is (the pass
-    counts what was deleted before delivery). Each correction is logged with the offsets."""
+    when there is one (past ``hi``: ``hi``), else ``in_file`` (``delayOffset.json``; past
+    ``hi``: ``lo``, see the module docstring); an offset below ``lo`` is returned as it is (the
+    pass counts what was deleted before delivery). Each correction is logged with the offsets."""
     if delivered is not None:
         if in_file is not None and in_file > max(delivered, lo):
             # no pass writes an offset past its writer's sequence (but over deleted units, which
@@ -271,9 +274,13 @@ def resume_offset(level: int, in_file: int | None, delivered: int | None, lo: in
     else:
         start = in_file if in_file is not None else 0
     if start > hi:
+        # RocketMQ's correctDelayOffset clamps to the end; from the file that would skip every
+        # message waiting there (the file is certainly wrong, so nothing of it is followed):
+        # a level without a marker in the log resumes at its queue's minimum
+        fixed = hi if delivered is not None else lo
         log.warning("scheduler: level %d: offset %d (%s) is past the end of its queue (offsets %d..%d); corrected to %d",
-                    level, start, "the log" if delivered is not None else FILE_NAME, lo, hi, hi)
-        start = hi
+                    level, start, "the log" if delivered is not None else FILE_NAME, lo, hi, fixed)
+        start = fixed
     elif start < lo:
         log.warning("scheduler: level %d: offset %d (%s) is below its queue's minimum %d (offsets %d..%d)",
                     level, start, "the log" if delivered is not None else FILE_NAME, lo, lo, hi)
