@@ -232,3 +232,17 @@ def test_removed_levels_are_delivered_at_the_last_level(root: Path, caplog: pyte
     assert "delay level 10 is no longer configured" in caplog.text and "2 message(s) wait at it" in caplog.text
     assert "delay level 18 is no longer configured" in caplog.text and "1 message(s) wait at it" in caplog.text
     assert load_delay_offsets(offsets_file(root)) == {1: 1, 10: 2, 18: 1}
+
+
+def test_repair_sets_aside_an_unreadable_bak_whose_file_is_missing(root: Path) -> None:
+    """Found by the fuzz: ``delayOffset.json`` deleted, its ``.bak`` unreadable: the repair's
+    set-aside raised ``FileNotFoundError`` (it moved the missing file first)."""
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
+        s.put("T", b"d", delay_level=1)
+        assert s.deliver_due(FAR) == 1
+        s.put("T", b"w", delay_level=1)
+    offsets_file(root).unlink()
+    (root / "config" / "delayOffset.json.bak").write_text("{broken")
+    with rmqlog.MessageStore.open(root, small_store_config(), repair=True) as s:
+        assert s.deliver_due(FAR) == 1 and delivered(s) == Counter([b"d", b"w"])
+    assert [p.name.split(".damaged-")[0] for p in (root / "config").iterdir() if ".damaged-" in p.name] == ["delayOffset.json.bak"]
