@@ -377,22 +377,25 @@ __all__ = ["TopicConfig", "TopicConfigManager", "ConsumerOffsetManager", "quote_
            "load_fastjson", "dump_fastjson"]
 
 
-def set_aside_if_unreadable(path: Path) -> Path | None:
-    """``repair``: move a config file that neither it nor its ``.bak`` can be read from aside.
+def set_aside_if_unreadable(path: Path, decode: Callable[[Any], Any] | None = None) -> Path | None:
+    """``repair``: move a config file that neither it nor its ``.bak`` can be read from aside
+    (``decode``: as for :func:`load_fastjson`, what the content must decode to).
 
     Renamed to ``<name>.damaged-<ms>`` (kept for a person to look at, never read again) so the
     store can start from what the log holds. Returns the new name, or ``None`` when the file
     was readable (or absent).
     """
     try:
-        load_fastjson(path)
+        load_fastjson(path, decode)
         return None
     except CorruptStoreError:
         pass
     stamp = int(time.time() * 1000)
     moved = path.with_name(f"{path.name}.damaged-{stamp}")
-    path.replace(moved)
     bak = path.with_name(path.name + ".bak")
     if bak.exists():
         bak.replace(bak.with_name(f"{bak.name}.damaged-{stamp}"))
+        if not path.exists():  # only the .bak was there (and unreadable)
+            return bak.with_name(f"{bak.name}.damaged-{stamp}")
+    path.replace(moved)
     return moved

@@ -54,6 +54,7 @@ from .read_only import open_read_only, refuse
 from .results import GetMessageResult, PutMessageResult, PutMessageStatus
 from .retention import CleanReport, Retention
 from .schedule import install as install_schedule
+from .schedule.delay_offsets import set_aside_if_unreadable_offsets
 from .service import ServiceLoop
 
 
@@ -123,7 +124,7 @@ class MessageStore:
         """Wire the parts and services (no ownership yet); returns the config files ``repair``
         set aside."""
         parts = self.parts
-        set_aside = set_aside_unreadable_config(parts) if repair else []
+        set_aside = set_aside_unreadable_config(parts, lambda: set_aside_if_unreadable_offsets(parts.paths.config_dir)) if repair else []
         parts.wire(repair=repair)
         self.commitlog, self.dispatcher, self.flush_service = parts.commitlog, parts.dispatcher, parts.flush_service
         self.topic_config, self.consumer_offsets, self.checkpoint_file = parts.topic_config, parts.consumer_offsets, parts.checkpoint_file

@@ -470,3 +470,32 @@ def test_recover_after_a_power_loss_that_kept_only_later_segments_keeps_no_torn_
         b, i = r.body.split(b":")[:2]
         batches.setdefault(b, []).append(i)
     assert all(len(rows) == 7 for rows in batches.values()), batches  # whole or absent
+
+
+@pytest.mark.parametrize("bit", [62, 50, 45])
+def test_a_checkpoint_from_the_future_is_not_trusted(root: Path, tmp_path: Path, bit: int) -> None:
+    """The checkpoint (no checksum, as in RocketMQ) with a flipped high bit: its times lie
+    years ahead. After a crash the walk started at the last segment, so damage below it went
+    unseen (the matrix's outcome is ``DataLossError``), and every later checkpoint kept the
+    bad time (they merge by maximum). It is ignored (a walk from the first segment) and never
+    merged into the next one."""
+    crashed = tmp_path / "crashed"
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
+        out = _fill(s, 60)
+        s.dispatch()
+        s.flush()  # acknowledged and on disk: damage there is data loss, never a torn tail
+        now = int(__import__("time").time() * 1000)
+        (root / "checkpoint").write_bytes(((now | (1 << bit)).to_bytes(8, "big") * 3).ljust(CHECKPOINT_SIZE, b"\0"))
+        _snapshot_open_store(root, crashed)
+    victim = out[3]["commitLogOffset"]  # a body byte in the first segment
+    seg = crashed / "commitlog" / f"{victim - victim % 4096:020d}"
+    raw = bytearray(seg.read_bytes())
+    raw[raw.index(b"d" * 200, victim % 4096) + 100] ^= 0xFF
+    seg.write_bytes(bytes(raw))
+    with pytest.raises(rmqlog.DataLossError):
+        rmqlog.MessageStore.open(crashed, small_store_config())
+    # the file is not trusted by a write either: the next checkpoint holds sane times
+    with rmqlog.MessageStore.open(root, small_store_config()) as s:
+        s.flush()
+    cp = CheckpointFile(root / "checkpoint").read()
+    assert cp is not None and cp.physic_msg_timestamp < now + 3_600_000

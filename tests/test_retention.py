@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import fcntl
 import json
+import logging
 import os
 from pathlib import Path
 
@@ -27,6 +28,7 @@ from rmqlog import GetMessageStatus as S
 from rmqlog.config import StoreConfig
 from rmqlog.errors import ConfigError, MessagesDeletedError
 from rmqlog.queue.checked_read import read_units
+from rmqlog.retention.marker import RetentionState, RetentionStateFile
 from rmqlog.retention.policy import due, is_time_to_delete
 from rmqlog.service import ServiceLoop
 
@@ -52,6 +54,11 @@ def fill(s: rmqlog.MessageStore, n: int, queues: int = 1, topic: str = "RT") -> 
     s.dispatch()
     s.flush()
     return out
+
+
+def write_state(root: Path, log_start: int, from_: int = 0) -> None:
+    """``retention.state`` as a pass that began at ``from_`` writes it before deleting up to ``log_start``."""
+    RetentionStateFile(root / "retention.state").write(RetentionState(log_start, 0, from_))
 
 
 def segments(root: Path) -> list[int]:
@@ -395,7 +402,8 @@ def test_reopen_after_deletion_is_clean(root: Path, cfg: StoreConfig) -> None:
         start = s.clean_expired(AT_4).log_start
         assert start == 10 * SMALL_COMMITLOG
     state = json.loads((root / "retention.state").read_bytes())
-    assert state == {"version": 1, "logStart": start, "queuesCleaned": start}
+    assert (state["version"], state["logStart"], state["queuesCleaned"], state["from"]) == (2, start, start, 0)
+    assert RetentionStateFile(root / "retention.state").read() == RetentionState(start, start, 0, state["head"], True)
     with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.recovery is not None and not s.recovery.abnormal and s.recovery.problems == []
         assert s.verify().ok and s.commitlog.min_offset() == start
@@ -412,7 +420,7 @@ def test_pass_cut_short_is_completed_at_open(root: Path, cfg: StoreConfig) -> No
     power loss undid their unlinks): the first opener removes them."""
     with rmqlog.MessageStore.open(root, cfg) as s:
         fill(s, 60)
-    (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 3 * SMALL_COMMITLOG, "queuesCleaned": 0}))
+    write_state(root, 3 * SMALL_COMMITLOG)
     (root / "commitlog.deleted").mkdir()
     os.rename(root / "commitlog" / f"{SMALL_COMMITLOG:020d}", root / "commitlog.deleted" / f"{SMALL_COMMITLOG:020d}")  # moved, not unlinked
     (root / "abort").touch()  # and it was a kill
@@ -430,7 +438,7 @@ def test_pass_cut_short_is_completed_at_open(root: Path, cfg: StoreConfig) -> No
 def test_pass_cut_short_is_completed_by_the_next_pass(rs: rmqlog.MessageStore, root: Path) -> None:
     fill(rs, 60)
     rs.retention.clean(AT_10)  # retention.state exists from a first pass
-    (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 2 * SMALL_COMMITLOG, "queuesCleaned": 0}))
+    write_state(root, 2 * SMALL_COMMITLOG)
     report = rs.clean_expired(AT_10)  # nothing due by time: only the completion
     assert report.reason is None and len(report.segments) == 2 and rs.min_offset("RT", 0) == 20
 
@@ -438,9 +446,9 @@ def test_pass_cut_short_is_completed_by_the_next_pass(rs: rmqlog.MessageStore, r
 def test_a_start_past_the_flushed_position_is_ignored(root: Path, cfg: StoreConfig) -> None:
     with rmqlog.MessageStore.open(root, cfg) as s:
         fill(s, 60)
-    (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 100 * SMALL_COMMITLOG, "queuesCleaned": 0}))
+    write_state(root, 100 * SMALL_COMMITLOG)
     with rmqlog.MessageStore.open(root, cfg) as s:
-        assert any("past the flushed position" in p for p in s.recovery.problems)
+        assert any("past the published end of the log" in p for p in s.recovery.problems)
         assert segments(root)[0] == 0 and s.verify().ok
 
 
@@ -449,6 +457,86 @@ def test_unreadable_state_is_ignored(rs: rmqlog.MessageStore, root: Path) -> Non
     (root / "retention.state").write_text("{not json")
     assert rs.clean_expired(AT_10).deleted == 0
     assert json.loads((root / "retention.state").read_bytes())["logStart"] == 0  # written anew
+
+
+def _all_bodies(s: rmqlog.MessageStore) -> int:
+    return s.read_queue("RT", 0, 0, 1000).num_rows
+
+
+def _flipped(raw: bytes, bit: int) -> bytes:
+    b = bytearray(raw)
+    b[bit // 8] ^= 1 << (bit % 8)
+    return bytes(b)
+
+
+@pytest.mark.parametrize("how", ["other store", "version 1", "not a boundary"])
+def test_a_wrong_retention_state_deletes_nothing(root: Path, cfg: StoreConfig, tmp_path: Path, how: str,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """Defect 4: a plausible but wrong ``retention.state``, retention never having run: the open
+    removed 3 of 5 segments as "left by a pass cut short" (30 of 50 messages). The file is
+    checked against the log first: nothing is deleted, the doubt is reported, and a later pass
+    keeps the segments too."""
+    with rmqlog.MessageStore.open(root, cfg) as s:
+        fill(s, 50)
+    assert segments(root) == [k * SMALL_COMMITLOG for k in range(5)]
+    if how == "other store":  # a store of the same shape whose retention deleted its old segments
+        other = tmp_path / "other"
+        with rmqlog.MessageStore.open(other, cfg) as o:
+            o.retention.disk_used = lambda path: 10.0
+            fill(o, 50)
+            assert len(o.clean_expired(AT_4).segments) == 4
+        (root / "retention.state").write_bytes((other / "retention.state").read_bytes())
+    elif how == "version 1":  # as the store wrote it before the checksum (a copy, a flipped digit)
+        (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 3 * SMALL_COMMITLOG, "queuesCleaned": 0}))
+    else:
+        (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 3 * SMALL_COMMITLOG + 1, "queuesCleaned": 0}))
+    with caplog.at_level(logging.WARNING, logger="rmqlog.retention"), rmqlog.MessageStore.open(root, cfg) as s:
+        assert segments(root) == [k * SMALL_COMMITLOG for k in range(5)]
+        assert _all_bodies(s) == 50 and s.verify().ok
+        assert s.recovery is not None and any("are kept" in p for p in s.recovery.problems)
+        s.retention.disk_used = lambda path: 10.0
+        assert s.clean_expired(AT_10).segments == []  # not due: a pass keeps them too
+        assert segments(root) == [k * SMALL_COMMITLOG for k in range(5)] and _all_bodies(s) == 50
+    assert "retention.state" in caplog.text
+
+
+@pytest.mark.parametrize("how", ["flipped bit", "not a boundary", "from above", "head"])
+def test_a_checksummed_state_is_checked_too(root: Path, cfg: StoreConfig, how: str) -> None:
+    """The version 2 file: a flipped bit fails its CRC; a start that is not a segment boundary,
+    a pass recorded as beginning above the log's first segment, or a segment at the start that
+    is not the one recorded, each keeps every segment."""
+    with rmqlog.MessageStore.open(root, cfg) as s:
+        fill(s, 50)
+    if how == "flipped bit":
+        write_state(root, 3 * SMALL_COMMITLOG)
+        raw = (root / "retention.state").read_bytes()
+        at = raw.index(b'"from": 0') + len(b'"from": ')
+        (root / "retention.state").write_bytes(_flipped(raw, at * 8 + 1))  # 0 -> 2
+        assert RetentionStateFile(root / "retention.state").read() is None
+    elif how == "not a boundary":
+        write_state(root, 3 * SMALL_COMMITLOG + 1)
+    elif how == "from above":
+        write_state(root, 3 * SMALL_COMMITLOG, from_=SMALL_COMMITLOG)
+    else:
+        write_state(root, 3 * SMALL_COMMITLOG)
+        seg = root / "commitlog" / f"{3 * SMALL_COMMITLOG:020d}"
+        with open(seg, "r+b") as f:  # its first record's born host (no check reads it): another store's segment
+            f.seek(50)
+            f.write(b"\x7f")
+    with rmqlog.MessageStore.open(root, cfg) as s:
+        assert segments(root) == [k * SMALL_COMMITLOG for k in range(5)]
+        if how != "head":
+            assert _all_bodies(s) == 50
+
+
+def test_a_state_the_log_confirms_completes_the_pass(root: Path, cfg: StoreConfig) -> None:
+    """The same file, written by this store's pass: the segments below it go (the guard is not
+    a refusal to complete)."""
+    with rmqlog.MessageStore.open(root, cfg) as s:
+        fill(s, 50)
+    write_state(root, 3 * SMALL_COMMITLOG)
+    with rmqlog.MessageStore.open(root, cfg) as s:
+        assert segments(root) == [3 * SMALL_COMMITLOG, 4 * SMALL_COMMITLOG] and _all_bodies(s) == 20
 
 
 # --------------------------------------------------------------------------- config, service, CLI

@@ -13,7 +13,12 @@ Recovery after an abnormal exit trusts everything stored up to
 ``min(physic, logics) - 3000 ms`` (:meth:`Checkpoint.safe_timestamp`): it starts its walk at
 the newest commitlog segment whose first record is older than that.
 
-Nothing is checksummed (as in RocketMQ). The file is rewritten in place (one ``pwrite`` of the
+Nothing is checksummed (as in RocketMQ), so the values are bounded before they are trusted:
+a time more than a day (:data:`FUTURE_SLACK_MS`, clocks that went back) later than both the
+newest record's store time and the wall clock (:meth:`Checkpoint.plausible`) cannot be a
+flushed record's (a flipped high bit gives such times), and such a checkpoint is treated as absent (a walk
+from the first segment; every index file rebuilt), and never merged into a new one. The
+file is rewritten in place (one ``pwrite`` of the
 24 bytes inside one page, then ``fdatasync``): a crash leaves the old or the new values, as
 the write never crosses a sector. Timestamps never go back: a writer stores the maximum of
 the file's values and its own (several processes may checkpoint the same store).
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +39,13 @@ _FIELDS = struct.Struct(">qqq")  # physicMsgTimestamp, logicsMsgTimestamp, index
 #: RocketMQ subtracts 3 s from the checkpoint's times before trusting them (clock skew between
 #: the flush services that write them).
 SAFE_MARGIN_MS = 3000
+#: How far past the newest store time and the wall clock a checkpoint time may be (a clock
+#: that went back) before the checkpoint is taken for damaged.
+FUTURE_SLACK_MS = 86_400_000
+
+
+def wall_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)
@@ -44,6 +57,12 @@ class Checkpoint:
     def safe_timestamp(self) -> int:
         """RocketMQ's ``getMinTimestamp``: data stored up to this time (ms) is on disk."""
         return max(0, min(self.physic_msg_timestamp, self.logics_msg_timestamp) - SAFE_MARGIN_MS)
+
+    def plausible(self, ceiling_ms: int) -> bool:
+        """Whether every time is at most :data:`FUTURE_SLACK_MS` past ``ceiling_ms`` (the newest
+        store time known, or the wall clock if later): no flushed record or index file is newer."""
+        newest = max(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp)
+        return newest <= ceiling_ms + FUTURE_SLACK_MS
 
     def merged(self, other: Checkpoint) -> Checkpoint:
         """Field-wise maximum (timestamps never go back)."""
@@ -82,6 +101,9 @@ class CheckpointFile:
             current = self.read()
         except CorruptStoreError:
             current = None
+        ceiling = max(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp, wall_ms())
+        if current is not None and not current.plausible(ceiling):
+            current = None  # from the future (damaged): never kept by a merge
         if current is not None:
             cp = cp.merged(current)
             if cp == current:

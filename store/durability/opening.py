@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from ..config_files import set_aside_if_unreadable
 from ..errors import StoreBusyError
+from ..index.geometry import set_aside_geometry
 from .lock_file import StoreLockFile
 from .recovery import RecoveryReport, recover
 
@@ -27,11 +28,16 @@ if TYPE_CHECKING:
     from ..parts import StoreParts
 
 
-def set_aside_unreadable_config(parts: StoreParts) -> list[Path]:
-    """``repair``: move unreadable ``topics.json`` / ``consumerOffset.json`` aside (rebuilt later)."""
+def set_aside_unreadable_config(parts: StoreParts, also: Callable[[], Path | None] | None = None) -> list[Path]:
+    """``repair``: move unreadable ``topics.json`` / ``consumerOffset.json`` aside (rebuilt
+    later), and ``indexFile.json`` (a geometry that is unreadable or out of range: the
+    configured one is written and the index files are rebuilt from the log). ``also``: the
+    caller's own file to set aside the same way (the facade's: ``delayOffset.json``)."""
     with parts.config_lock.held():
         files = (parts.paths.topics_json, parts.paths.consumer_offset_json)
-        return [p for p in map(set_aside_if_unreadable, files) if p]
+        moved = [p for p in map(set_aside_if_unreadable, files) if p]
+        more = [set_aside_geometry(parts.paths.config_dir), also() if also is not None else None]
+        return moved + [p for p in more if p]
 
 
 def claim_for_repair(parts: StoreParts) -> StoreLockFile:

@@ -64,6 +64,7 @@ from ..log.decode import RecordColumns, read_columns
 from ..log.record import ScanKind, decode_at, is_consumable
 from ..log.scan import QueueDensity, SegmentScan, StopReason, scan_segment
 from ..retention.leftovers import finish_at_open
+from .checkpoint import Checkpoint, wall_ms
 from .queue_repair import (
     check_units,
     complete_queues,
@@ -87,6 +88,24 @@ _ZERO_CHUNK = 16 << 20
 WALK_CHUNK = 64 << 20
 
 
+def trusted_checkpoint(parts: StoreParts) -> Checkpoint | None:
+    """The checkpoint when it is readable and plausible (no time past both the newest store
+    time the append state records and the wall clock), else ``None`` (logged): it is only a
+    hint of where a walk may start."""
+    try:
+        cp = parts.checkpoint_file.read()
+    except CorruptStoreError as exc:
+        log.warning("%s; walking the commitlog from its first segment", exc)
+        return None
+    state = parts.state_file.load()
+    ceiling = max(state.store_timestamp if state is not None else 0, wall_ms())
+    if cp is not None and not cp.plausible(ceiling):
+        log.warning("checkpoint %s holds times past the newest record and the clock (%s, limit %d); ignored",
+                    parts.checkpoint_file.path, cp, ceiling)
+        return None
+    return cp
+
+
 def walk_start(parts: StoreParts, abnormal: bool, repair: bool = False) -> int:
     """Where recovery starts walking (see the module docstring)."""
     starts = parts.commitlog.segments.segment_starts()
@@ -96,11 +115,7 @@ def walk_start(parts: StoreParts, abnormal: bool, repair: bool = False) -> int:
         return starts[0]
     if not abnormal:
         return starts[max(0, len(starts) - NORMAL_RECOVERY_SEGMENTS)]
-    try:
-        cp = parts.checkpoint_file.read()
-    except CorruptStoreError as exc:  # only a hint of where to start: walk everything instead
-        log.warning("%s; walking the commitlog from its first segment", exc)
-        cp = None
+    cp = trusted_checkpoint(parts)
     if cp is None:
         return starts[0]
     safe = cp.safe_timestamp()
@@ -381,10 +396,7 @@ def _recover_index(parts: StoreParts, report: RecoveryReport) -> None:
     caller holds the dispatch lock."""
     if parts.index_service is None:
         return
-    try:
-        cp = parts.checkpoint_file.read()
-    except CorruptStoreError:  # unreadable: no index file is covered, all are rebuilt
-        cp = None
+    cp = trusted_checkpoint(parts)  # unreadable or implausible: no index file is covered, all are rebuilt
     dropped, report.index_entries_cut, report.reindexed = recover_index(
         parts.index_service, parts.commitlog, abnormal=report.abnormal, index_msg_timestamp=cp.index_msg_timestamp if cp else 0,
         end=report.end, dispatched=parts.dispatcher.dispatched()[0],

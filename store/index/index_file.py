@@ -359,7 +359,9 @@ class IndexFile:
         (or below 0) are walked back to the newest published entry of their chain; an
         ``endPhyOffset`` behind the last published entry (RocketMQ writes the header field by
         field) is moved up to it; the write intent is cleared. ``recount`` also stores the
-        exact ``hashSlotCount`` (the slots in use). Returns how many slots changed.
+        exact ``hashSlotCount`` (the slots in use). An ``endPhyOffset`` past the last published
+        entry (a damaged header: no writer leaves one) is moved back to it. Returns how many
+        slots changed.
 
         Cost: one pass over the slots (20 MB for 5,000,000 slots).
         """
@@ -392,7 +394,13 @@ class IndexFile:
             self._dirty = True
         if count > 1:
             last_phy = int(ENTRY.unpack_from(mm, self._entries_at + (count - 1) * ENTRY_SIZE)[1])
-            if last_phy > hdr.end_phy_offset:
+            if hdr.begin_phy_offset <= last_phy < hdr.end_phy_offset:
+                # ahead of the newest entry: no writer leaves that (the field is the newest
+                # entry's offset), a damaged header does; followed, every key of a record
+                # below it would be skipped as already indexed
+                log.warning("index file %s: endPhyOffset %d is past its newest entry's offset %d; corrected",
+                            self.path, hdr.end_phy_offset, last_phy)
+            if hdr.begin_phy_offset <= last_phy != hdr.end_phy_offset:
                 self._pwrite(IndexHeader(
                     hdr.begin_timestamp, hdr.end_timestamp, hdr.begin_phy_offset, last_phy,
                     hdr.hash_slot_count, count,

@@ -117,6 +117,14 @@ def _next_name(after: str) -> str:
     return t.strftime(_NAME_FORMAT) + f"{t.microsecond // 1000:03d}"
 
 
+def index_file_names(directory: Path) -> list[str]:
+    """The index files' names in ``directory``, oldest first (none when it is absent)."""
+    try:
+        return sorted(n for n in os.listdir(directory) if _NAME_RE.fullmatch(n))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
@@ -186,10 +194,7 @@ class IndexService:
             return list(self._files)
 
     def _names(self) -> list[str]:
-        try:
-            return sorted(n for n in os.listdir(self.directory) if _NAME_RE.fullmatch(n))
-        except FileNotFoundError:
-            return []
+        return index_file_names(self.directory)
 
     def _refresh(self, *, repair: bool = False) -> None:
         """Bring the open files in line with the folder: open new ones, drop removed ones.
@@ -480,7 +485,13 @@ class IndexService:
                 f = self._files[-1]
                 hdr = f.header()
                 if hdr.index_count <= 1:
-                    if hdr.begin_phy_offset >= commit_log_end and len(self._files) > 1:
+                    # an empty file: its offsets are the previous file's end, never past the log's
+                    # (a damaged header would make every later key look indexed already)
+                    past = hdr.end_phy_offset > commit_log_end or hdr.begin_phy_offset > commit_log_end
+                    if past or (hdr.begin_phy_offset >= commit_log_end and len(self._files) > 1):
+                        if past:
+                            log.warning("index file %s: empty, with offsets past the log's end %d; removed", f.path,
+                                        commit_log_end)
                         self._remove_from(len(self._files) - 1)
                         continue
                     break
@@ -532,4 +543,4 @@ def _int_arg(name: str, value: object, lo: int, hi: int) -> int:
     return v
 
 
-__all__ = ["DAMAGED_SUFFIX", "INDEX_DIR", "IndexConfig", "IndexService", "file_name"]
+__all__ = ["DAMAGED_SUFFIX", "INDEX_DIR", "IndexConfig", "IndexService", "file_name", "index_file_names"]

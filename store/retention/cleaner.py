@@ -51,7 +51,7 @@ from ..paths import parse_segment_name, segment_name
 from ..queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE
 from . import policy
 from .leftovers import remove_deleted
-from .marker import RetentionState, RetentionStateFile
+from .marker import RetentionState, RetentionStateFile, completion_doubt
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -112,7 +112,7 @@ class Retention:
         self.last_error: BaseException | None = None
         self.disk_used = disk_used or disk_used_percent
         self.wall_ms = wall_ms or (lambda: int(time.time() * 1000))
-        self.state_file = RetentionStateFile(parts.paths.retention_state)
+        self.state_file = RetentionStateFile(parts.paths.retention_state, parts.paths.commitlog_dir)
         self._busy_since: dict[int, int] = {}  # segment start -> when a pass first found it held
         self._lock = threading.Lock()  # one pass at a time in this process (other processes: the append lock)
 
@@ -141,6 +141,8 @@ class Retention:
             if first is None:
                 return report
             report.log_start_before = report.log_start = first
+            if state is not None and first < state.log_start:
+                state = self._checked_completion(state, first)
             if due.any or (state is not None and first < state.log_start):  # (or a pass cut short to complete)
                 report.reason = due.reason
                 state = self._delete_segments(now, due, state, first, report)
@@ -156,7 +158,7 @@ class Retention:
             # never past where the commitlog really starts (a segment a reader held is still there)
             target = min(state.log_start, report.log_start)
             if state.queues_cleaned < target and self._clean_queues(target, report):
-                self.state_file.write(RetentionState(state.log_start, target))
+                self.state_file.write(RetentionState(state.log_start, target, state.from_))
             if report.segments:
                 log.info("retention (%s): deleted %d commitlog segment(s), %d consume-queue file(s), %d index file(s), "
                          "%d bytes; the commitlog starts at %d", report.reason, len(report.segments),
@@ -170,13 +172,30 @@ class Retention:
         a listing of the folders (a first pass, a pass cut short, segments removed by hand)."""
         directory = self.parts.paths.commitlog_dir
         size = self.parts.commitlog.segment_size
-        if state is not None and (directory / segment_name(state.log_start)).exists() and (
+        if state is not None and state.checked and (directory / segment_name(state.log_start)).exists() and (
                 state.log_start < size or not (directory / segment_name(state.log_start - size)).exists()):
             return state.log_start, False
         names = _listdir(directory)
         # 20 zero-padded digits sort as the numbers they are: no parse of every name
         seg_names = [n for n in names if len(n) == 20 and n.isdigit() and n.isascii()]
         return (int(min(seg_names)) if seg_names else None), bool(_listdir(self.parts.paths.deleted_segments_dir))
+
+    def _checked_completion(self, state: RetentionState, first: int) -> RetentionState:
+        """``retention.state`` says the log starts above its first segment (a pass cut short):
+        the state when it agrees with the log (:func:`rmqlog.retention.marker.completion_doubt`),
+        else the log's own start, recorded (nothing is deleted for the file's sake; the
+        segments go by the usual rules)."""
+        parts = self.parts
+        flushed = parts.flush_service.state_file.read()
+        doubt = completion_doubt(state, first, parts.commitlog.segment_size, parts.published_tail(),
+                                 flushed.offset if flushed is not None else None, parts.paths.commitlog_dir)
+        if doubt is None:
+            return state
+        log.warning("retention: %s says the commitlog starts at %d, but %s; the segments from %d are kept",
+                    parts.paths.retention_state, state.log_start, doubt, first)
+        state = RetentionState(first, min(state.queues_cleaned, first))
+        self.state_file.write(state)
+        return state
 
     def _delete_segments(
         self, now: int, due: policy.Due, state: RetentionState | None, first: int, report: CleanReport,
@@ -217,7 +236,7 @@ class Retention:
             return state
         intended = doomed[-1] + size
         if state is None or state.log_start < intended:  # recorded, durably, before anything is removed
-            state = RetentionState(intended, min(state.queues_cleaned if state is not None else 0, intended))
+            state = RetentionState(intended, min(state.queues_cleaned if state is not None else 0, intended), first)
             self.state_file.write(state)
         held: list[tuple[int, Path, int | None]] = []
         trash_dir = parts.paths.deleted_segments_dir

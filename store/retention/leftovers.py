@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..fileio import fsync_dir
 from ..paths import parse_segment_name, segment_name
-from .marker import RetentionStateFile
+from .marker import RetentionStateFile, completion_doubt
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -56,34 +56,37 @@ def remove_deleted(directory: Path) -> int:
 def finish_at_open(parts: StoreParts) -> list[str]:
     """Complete a pass cut short, at open (the first opener's recovery, before the log is
     read): unlink what ``commitlog.deleted/`` holds, and remove the segments wholly below
-    ``retention.state``'s start (never the last segment). A start past the flushed position
-    cannot have been written by a pass (it never deletes unflushed bytes): the file is then
-    ignored. Returns what it did, for the recovery report."""
+    ``retention.state``'s start (never the last segment), but only when the file agrees with
+    the log (:func:`rmqlog.retention.marker.completion_doubt`): otherwise nothing is removed
+    and the doubt is reported. Returns what it did, for the recovery report."""
     directory = parts.paths.commitlog_dir
     problems: list[str] = []
     if remove_deleted(parts.paths.deleted_segments_dir):
         problems.append(f"retention: unlinked the segments a pass left in {parts.paths.deleted_segments_dir}")
-    state = RetentionStateFile(parts.paths.retention_state).read()
+    state = RetentionStateFile(parts.paths.retention_state, directory).read()
     if state is None:
-        return problems
-    flushed = parts.flush_service.state_file.read()
-    if flushed is not None and state.log_start > flushed.offset:
-        msg = (f"retention: {parts.paths.retention_state} says the commitlog starts at {state.log_start}, past the "
-               f"flushed position {flushed.offset}; ignored")
-        log.warning(msg)
-        problems.append(msg)
         return problems
     segs = parts.commitlog.segments
     starts = segs.segment_starts()
     stale = [s for s in starts[:-1] if s + segs.size <= state.log_start]
+    if not stale:
+        return problems
+    flushed = parts.flush_service.state_file.read()
+    doubt = completion_doubt(state, starts[0], segs.size, parts.published_tail(),
+                             flushed.offset if flushed is not None else None, directory)
+    if doubt is not None:
+        msg = (f"retention: {parts.paths.retention_state} says the commitlog starts at {state.log_start}, but {doubt}; "
+               f"the {len(stale)} segment(s) below it are kept")
+        log.warning(msg)
+        problems.append(msg)
+        return problems
     for start in stale:
         segs.forget(start)
         segs.odd.pop(start, None)
         (directory / segment_name(start)).unlink(missing_ok=True)
-    if stale:
-        fsync_dir(directory)
-        msg = (f"retention: {len(stale)} commitlog segment(s) below the start {state.log_start} a pass recorded were "
-               f"left by a pass cut short; removed")
-        log.warning(msg)
-        problems.append(msg)
+    fsync_dir(directory)
+    msg = (f"retention: {len(stale)} commitlog segment(s) below the start {state.log_start} a pass recorded were "
+           f"left by a pass cut short; removed")
+    log.warning(msg)
+    problems.append(msg)
     return problems

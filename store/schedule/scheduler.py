@@ -7,15 +7,36 @@ each delay level ``L``: the units of
 time each message is due (:mod:`rmqlog.schedule.levels`). Store times never go back within a
 queue and a level has one delay, so the due units are a prefix: the pass reads it, makes the
 delivered copies (:mod:`rmqlog.schedule.timeup`) and appends them in one batch to their real
-topics and queues, then moves the level's progress past them. RocketMQ's clock correction is
-kept: a unit due later than ``now + delay(L)`` (the clock went back) is due now.
+topics and queues, then moves the level's progress past them.
+
+Never early. A unit's tagsCode is derived data (computed at dispatch with the levels then
+configured; not checksummed), so it only picks the candidates: those it says are due, and
+those it says are due later than ``now + delay(L)`` (RocketMQ's ``correctDeliverTimestamp``
+delivers these at once: the clock went back, or the level's delay was shortened). Each
+candidate's record then decides: it is delivered only when its STORETIMESTAMP plus the
+level's configured delay is at most the pass's time. So neither a caller's ``now_ms``, nor a
+wall clock that went back, nor a damaged tagsCode makes a delivery early; a clock that went
+back delays deliveries by as much (store times never go back: :mod:`rmqlog.log.commitlog`).
+
+Levels removed from ``message_delay_level`` (a store reopened with fewer levels): their
+queues are still delivered, with the delay of the last level still configured, and a warning
+names the levels and how many messages wait there.
 
 Exactly once. Each level's batch is an idempotent append (``put_batch(writer=, sequence=)``):
 writer ``schedule/level-L``, sequence = the queue offset after the batch. The store publishes
 the sequence atomically with the batch and keeps it in the commitlog, so the batch and the
 progress it makes commit together; ``config/delayOffset.json`` is written after it, as a
-hint. On start a level resumes at the larger of the file's offset and the writer's sequence:
-a pass killed at any moment neither loses nor repeats a delivery.
+hint. Where a level resumes (:func:`resume_offset`): at the writer's sequence when the log
+has one (the file is then only checked against it: a larger offset in the file, which no
+pass writes, is reported and not followed); otherwise at the file's offset, the only record
+of a RocketMQ broker's deliveries, corrected as RocketMQ's ``correctDelayOffset`` does but
+for one case (a warning names the level and the offsets): below the queue's minimum it
+becomes the minimum; past the queue's end (RocketMQ: the end, which would skip every message
+waiting there) it is not followed at all and the level resumes at the queue's minimum, so a
+wrong file may repeat a RocketMQ broker's deliveries but never loses one. A pass killed at
+any moment neither loses nor repeats a delivery. An unreadable file (and ``.bak``) stops the
+pass with :class:`rmqlog.errors.CorruptStoreError`; ``repair=True`` sets it aside and the
+levels resume from the log.
 
 Several processes. Two passes started with different clocks would take different due
 prefixes from the same progress, and append overlapping ranges under different sequences
@@ -43,7 +64,6 @@ from ..log.writer_marker import writer_marker
 from ..paths import parse_queue_dir_name
 from ..queue.consume_queue import FILLER_SIZE
 from .delay_offsets import FILE_NAME, load_delay_offsets, save_delay_offsets
-from .levels import level_queue
 from .timeup import Copies, StoredMessages, delivered_copies
 
 if TYPE_CHECKING:
@@ -55,6 +75,9 @@ log = logging.getLogger(__name__)
 
 #: Units read (and messages delivered) per step of a level: bounds a pass's memory.
 DELIVER_BATCH = 65_536
+#: Units whose records are read per step when not all of them are due by their tagsCode
+#: (clock corrections, removed levels): bounds the reads of a pass that finds nothing due.
+CHECK_WINDOW = 1_024
 LOCK_NAME = "schedule.lock"
 
 #: (stored messages, their copies, idempotence marker) -> appends the copies (the store's put path)
@@ -105,6 +128,7 @@ class DelayScheduler:
         self._thread_lock = threading.Lock()
         #: the timed messages' delivery (:mod:`rmqlog.schedule.timer`), run in each pass
         self.timer: TimerDelivery | None = None
+        self._warned_removed: set[int] = set()  # levels no longer configured, warned about
 
     def now_ms(self) -> int:
         """The scheduler's clock (``wall_ms``, which tests drive)."""
@@ -151,13 +175,16 @@ class DelayScheduler:
             queues = {parse_queue_dir_name(name) for name in os.listdir(self.parts.paths.consumequeue_dir / SCHEDULE_TOPIC)}
         except (FileNotFoundError, NotADirectoryError):
             queues = set()
-        for level in range(1, len(self.levels_ms) + 1):
-            queue = level_queue(level)
-            if queue not in queues:
-                continue
+        top = len(self.levels_ms)
+        for queue in sorted(q for q in queues if q is not None and q >= 0):
+            level = queue + 1
+            cq = self.parts.consume_queue(SCHEDULE_TOPIC, queue)
+            bounds = self.reader.read_bounds(cq)
             done = state.writers.get(level_writer(level))
-            start = max(offsets.get(level, 0), int(done) if done is not None else 0)
-            offsets[level] = self._deliver_level(level, queue, start, now, report)
+            start = resume_offset(level, offsets.get(level), int(done) if done is not None else None, bounds[0], bounds[1])
+            if level > top:
+                self._warn_removed(level, bounds[1] - max(start, bounds[0]))
+            offsets[level] = self._deliver_level(level, queue, start, now, report, bounds)
         if offsets != before:
             save_delay_offsets(self.offsets_path, {k: v for k, v in offsets.items() if v or k in before})
         if self.timer is not None:
@@ -167,25 +194,45 @@ class DelayScheduler:
             report.lost += lost
         return report
 
-    def _deliver_level(self, level: int, queue: int, start: int, now: int, report: PassReport) -> int:
+    def _warn_removed(self, level: int, waiting: int) -> None:
+        """Once per level and process: a level no longer configured still holds messages."""
+        if waiting <= 0 or level in self._warned_removed:
+            return
+        self._warned_removed.add(level)
+        top = len(self.levels_ms)
+        log.warning("scheduler: delay level %d is no longer configured (message_delay_level has %d levels) but %d "
+                    "message(s) wait at it; they are delivered with level %d's delay (%d ms)",
+                    level, top, waiting, top, self.levels_ms[-1])
+
+    def _deliver_level(
+        self, level: int, queue: int, start: int, now: int, report: PassReport, bounds: tuple[int, int, int],
+    ) -> int:
         cq = self.parts.consume_queue(SCHEDULE_TOPIC, queue)
-        lo, hi, floor = self.reader.read_bounds(cq)
+        lo, hi, floor = bounds
         pos = max(start, lo)
         if pos > start:
             report.lost += pos - start
             log.warning("scheduler: level %d: queue offsets %d..%d were deleted before delivery", level, start, pos)
-        delay = self.levels_ms[level - 1]
+        # a level no longer configured goes with the last configured one's delay
+        delay = self.levels_ms[min(level, len(self.levels_ms)) - 1]
+        removed = level > len(self.levels_ms)
         while pos < hi:
             units = cq.read(pos, min(DELIVER_BATCH, hi - pos))
             if not len(units):
                 break
             due_at = units["tagsCode"].astype(np.int64)
-            due = (due_at <= now) | (due_at > now + delay)  # RocketMQ's correctDeliverTimestamp
-            k = len(units) if due.all() else int(np.argmin(due))
+            # candidates (the tagsCode is derived data): due by it, or implausibly late for the
+            # level's delay (RocketMQ's correctDeliverTimestamp case); a removed level's
+            # tagsCodes were computed with another delay: every unit is a candidate
+            said_due = due_at <= now
+            candidate = np.ones(len(units), bool) if removed else said_due | (due_at > now + delay)
+            k = len(units) if candidate.all() else int(np.argmin(candidate))
+            if not said_due[:k].all():
+                k = min(k, CHECK_WINDOW)  # records read to decide: bounded while most are not due
             if k == 0:
                 break
-            end = pos + k
             rows = np.flatnonzero(units["size"][:k] != FILLER_SIZE)
+            messages = None
             if len(rows):
                 try:
                     messages = StoredMessages.of(
@@ -194,9 +241,55 @@ class DelayScheduler:
                     report.lost += gone.end - pos
                     pos = gone.end
                     continue
+                # the record decides: never before its store time plus the level's delay
+                late = np.flatnonzero(messages.stored + delay > now)
+                if len(late):
+                    first_late = int(late[0])
+                    k = int(rows[first_late])  # units before it are due (fillers included)
+                    messages = _head(messages, first_late) if first_late else None
+            if k == 0:
+                break
+            end = pos + k
+            if messages is not None:
                 self.put(messages, delivered_copies(messages), writer_marker(level_writer(level), end))
                 report.delivered[level] = report.delivered.get(level, 0) + len(messages)
             pos = end
             if k < len(units):
                 break
         return pos
+
+
+def resume_offset(level: int, in_file: int | None, delivered: int | None, lo: int, hi: int) -> int:
+    """Where a level's deliveries resume: ``delivered`` (the writer's sequence, from the log)
+    when there is one (past ``hi``: ``hi``), else ``in_file`` (``delayOffset.json``; past
+    ``hi``: ``lo``, see the module docstring); an offset below ``lo`` is returned as it is (the
+    pass counts what was deleted before delivery). Each correction is logged with the offsets."""
+    if delivered is not None:
+        if in_file is not None and in_file > max(delivered, lo):
+            # no pass writes an offset past its writer's sequence (but over deleted units, which
+            # lie below the queue's minimum): the file is not the log's
+            log.warning("scheduler: level %d: %s says offset %d, but the log records deliveries up to %d (queue "
+                        "offsets %d..%d); resuming from the log", level, FILE_NAME, in_file, delivered, lo, hi)
+        start = delivered
+    else:
+        start = in_file if in_file is not None else 0
+    if start > hi:
+        # RocketMQ's correctDelayOffset clamps to the end; from the file that would skip every
+        # message waiting there (the file is certainly wrong, so nothing of it is followed):
+        # a level without a marker in the log resumes at its queue's minimum
+        fixed = hi if delivered is not None else lo
+        log.warning("scheduler: level %d: offset %d (%s) is past the end of its queue (offsets %d..%d); corrected to %d",
+                    level, start, "the log" if delivered is not None else FILE_NAME, lo, hi, fixed)
+        start = fixed
+    elif start < lo:
+        log.warning("scheduler: level %d: offset %d (%s) is below its queue's minimum %d (offsets %d..%d)",
+                    level, start, "the log" if delivered is not None else FILE_NAME, lo, lo, hi)
+    return start
+
+
+def _head(messages: StoredMessages, n: int) -> StoredMessages:
+    """The first ``n`` of ``messages``."""
+    return StoredMessages(
+        messages.offsets[:n], messages.flag[:n], messages.born[:n], messages.stored[:n], messages.body.slice(0, n),
+        messages.properties.slice(0, n), None if messages.born_host is None else messages.born_host[:n],
+    )
