@@ -598,8 +598,8 @@ def test_cli_clean(root: Path, cfg: StoreConfig, capsys, monkeypatch) -> None:
         os.utime(root / "commitlog" / f"{start:020d}", (now - 100 * 3600, now - 100 * 3600))
     assert main(["clean", str(root), "--force", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert len(out["segments"]) == 5 and out["log_start"] == 5 * SMALL_COMMITLOG and out["reason"] == "manual"
-    assert out["disk_used_percent"] == 10.0
+    assert len(out["segments"]) == 5 and out["logStart"] == 5 * SMALL_COMMITLOG and out["reason"] == "manual"
+    assert out["diskUsedPercent"] == 10.0
     assert main(["clean", str(root)]) == 0
     assert "deleted 0 commitlog segment(s)" in capsys.readouterr().out
     assert main(["clean", str(root / "nothing")]) == 2

@@ -197,9 +197,9 @@ def test_the_cli_runs_a_pass(ms: rmqlog.MessageStore, root: Path, capsys: pytest
     ms.close()
     time.sleep(1.05)  # level 1 is one second: the CLI uses the wall clock
     assert cli(["schedule", str(root), "--once", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"delivered": 1, "levels": {"1": 1}, "lost": 0}
+    assert json.loads(capsys.readouterr().out) == {"delivered": 1, "delayed": 1, "levels": {"1": 1}, "timed": 0, "lost": 0}
     assert cli(["schedule", str(root), "--once"]) == 0
-    assert capsys.readouterr().out.startswith("delivered 0")
+    assert capsys.readouterr().out == "delivered nothing: no delayed or timed message due\n"
 
 
 def test_bad_delay_level_config() -> None:
