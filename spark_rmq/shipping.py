@@ -26,6 +26,8 @@ def zip_packages(dest: str | Path) -> Path:
         for pkg in (rmqlog, spark_rmq):
             # an editable install's package folder is a tree of links: name entries by the
             # package's own path, read the files they point at
+            if pkg.__file__ is None:  # a namespace package: neither is installed as one
+                raise RuntimeError(f"{pkg.__name__} has no package folder to ship")
             top = Path(pkg.__file__).parent
             for path in sorted(top.rglob("*")):
                 if path.suffix in (".py", ".typed") and "__pycache__" not in path.parts:
