@@ -84,7 +84,7 @@ def test_bad_row_in_an_idempotent_batch_does_not_record_the_sequence(ms: rmqlog.
 def test_concurrent_processes_replaying_the_same_batches_append_each_once(root: Path, small_config: rmqlog.StoreConfig) -> None:
     """Four processes race to append the same 30 (writer, sequence) batches: each lands once."""
     script = textwrap.dedent(f"""
-        import pyarrow as pa, store
+        import pyarrow as pa, rmqlog
         cfg = rmqlog.StoreConfig(mapped_file_size_commit_log={small_config.mapped_file_size_commit_log},
                                 mapped_file_size_consume_queue={small_config.mapped_file_size_consume_queue})
         with rmqlog.MessageStore.open({str(root)!r}, cfg) as s:

@@ -149,7 +149,7 @@ def test_index_turned_on_later_indexes_the_whole_log_at_open(root: Path) -> None
 
 
 EXIT_CHILD = r"""
-import os, sys, pyarrow as pa, store
+import os, sys, pyarrow as pa, rmqlog
 root, slots, num, flushed, more = sys.argv[1], *map(int, sys.argv[2:6])
 cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600,
                         max_hash_slot_num=slots, max_index_num=num)
@@ -198,7 +198,7 @@ def test_files_the_checkpoint_does_not_cover_are_dropped_then_rebuilt(root: Path
 
 
 KILL_CHILD = r"""
-import sys, pyarrow as pa, store
+import sys, pyarrow as pa, rmqlog
 root, n = sys.argv[1], int(sys.argv[2])
 cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600,
                         max_hash_slot_num=50, max_index_num=60)

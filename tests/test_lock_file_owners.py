@@ -16,7 +16,7 @@ from rmqlog.durability.lock_file import OWNERS_DIR
 
 #: Opens the store, appends, says "open", then closes when stdin says so (or is killed first).
 HOLDER = """
-import sys, store
+import sys, rmqlog
 ms = rmqlog.MessageStore.open(sys.argv[1])
 ms.put("T", b"from " + sys.argv[2].encode(), queue_id=0)
 print("open", flush=True)

@@ -50,7 +50,7 @@ def test_no_module_imports_the_old_name() -> None:
     root = Path(__file__).resolve().parent.parent
     import re
 
-    pat = re.compile(r"^\s*(from store[. ]|import store\b)", re.M)
+    pat = re.compile(r"^\s*(from store[. ]|import ([\w.]+( as \w+)?,\s*)*store\b)", re.M)  # `import sys, store` too
     offenders = [str(p.relative_to(root)) for d in ("store", "spark_rmq", "jobs", "tests", "notebooks")
                  for p in sorted((root / d).rglob("*.py*")) if pat.search(p.read_text(errors="replace"))]
     offenders += [d for d in ("README.md", *(f"docs/{p.name}" for p in (root / "docs").glob("*.md")))

@@ -145,7 +145,7 @@ def test_reads_a_store_a_writer_holds_open(closed: Path) -> None:
 
 def test_reader_in_another_process_while_this_one_writes(closed: Path) -> None:
     code = textwrap.dedent(f"""
-        import json, store
+        import json, rmqlog
         with rmqlog.MessageStore.open({str(closed)!r}, read_only=True) as s:
             print(json.dumps([s.max_offset("T", 0), s.max_offset("T", 1)]))
     """)
@@ -162,7 +162,7 @@ def test_crashed_store_is_read_as_it_is(tmp_path: Path) -> None:
     root = tmp_path / "s"
     fill(root)
     code = textwrap.dedent(f"""
-        import os, signal, pyarrow as pa, store
+        import os, signal, pyarrow as pa, rmqlog
         s = rmqlog.MessageStore.open({str(root)!r})
         s.put_batch(pa.table({{"topic": ["T"] * 10, "body": [b"late"] * 10, "queueId": [0] * 10}}), dispatch=True)
         s.put_batch(pa.table({{"topic": ["T"] * 5, "body": [b"undispatched"] * 5, "queueId": [0] * 5}}))

@@ -209,7 +209,7 @@ def test_bad_delay_level_config() -> None:
 
 
 PASS_CHILD = r"""
-import sys, store
+import sys, rmqlog
 root = sys.argv[1]
 cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
 with rmqlog.MessageStore.open(root, cfg) as s:

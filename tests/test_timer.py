@@ -179,7 +179,7 @@ def test_a_lost_or_dirty_index_is_rebuilt(ms: rmqlog.MessageStore, root: Path) -
 
 def test_abnormal_exit_invalidates_the_index(root: Path) -> None:
     code = f"""
-import os, signal, time, pyarrow as pa, store
+import os, signal, time, pyarrow as pa, rmqlog
 s = rmqlog.MessageStore.open({str(root)!r})
 t0 = time.time_ns() // 1_000_000
 s.put_batch(pa.table({{"topic": ["T"] * 50, "body": [b"%d" % i for i in range(50)],
@@ -257,7 +257,7 @@ def test_read_only_store_refuses_a_pass(ms: rmqlog.MessageStore, root: Path) -> 
 
 
 PASS_CHILD = r"""
-import sys, store, rmqlog.schedule.timer as timer
+import sys, rmqlog, rmqlog.schedule.timer as timer
 timer.STEP = int(sys.argv[3])  # small batches: kills land between batches cut inside one due time
 with rmqlog.MessageStore.open(sys.argv[1]) as s:
     print("open", flush=True)

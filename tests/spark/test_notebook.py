@@ -161,7 +161,7 @@ def test_notebook_leaves_a_closed_store_as_it_was(tmp_path: Path, monkeypatch: p
 #: It runs in a process of its own: reading the store's files here (the hashes) would close
 #: descriptors of files this process holds POSIX locks on, and so drop those locks.
 HOLDER = """
-import sys, pyarrow as pa, store
+import sys, pyarrow as pa, rmqlog
 ms = rmqlog.MessageStore.open(sys.argv[1], rmqlog.StoreConfig(flush_disk_type="SYNC_FLUSH"))
 ms.put_batch(pa.table({"topic": ["clicks"], "body": [b"late"]}))
 print("holding", flush=True)
@@ -213,7 +213,7 @@ def test_notebook_on_a_folder_without_a_store_creates_nothing(tmp_path: Path, mo
 
 #: A writer killed -9 with records not yet dispatched: the store is left for crash recovery.
 CRASHER = """
-import os, signal, sys, pyarrow as pa, store
+import os, signal, sys, pyarrow as pa, rmqlog
 ms = rmqlog.MessageStore.open(sys.argv[1], rmqlog.StoreConfig(flush_disk_type="SYNC_FLUSH"))
 ms.put_batch(pa.table({"topic": ["clicks"] * 5, "body": [b"late"] * 5}))
 os.kill(os.getpid(), signal.SIGKILL)
