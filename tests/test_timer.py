@@ -268,15 +268,18 @@ with rmqlog.MessageStore.open(sys.argv[1]) as s:
 
 
 def _fill_timed(root: Path, n: int, times: int = 1000) -> int:
-    """``n`` timed messages due at ``times`` distinct times within the next 1.5 s; returns a
-    time by which all are due."""
+    """``n`` timed messages due at ``times`` distinct times a minute from now (ahead even when
+    a loaded machine takes seconds to put them: a time already past is no delay); returns a
+    time by which all are due (the passes are given it as their clock)."""
     with rmqlog.MessageStore.open(root) as s:
         t0 = now_ms()
         for lo in range(0, n, 1000):
             k = min(1000, n - lo)
             s.put_batch(pa.table({"topic": ["T"] * k, "body": [b"%d" % i for i in range(lo, lo + k)],
-                                  "deliverTime": pa.array(t0 + 500 + (lo + np.arange(k)) % times, pa.int64())}))
-    return t0 + 3000
+                                  "deliverTime": pa.array(t0 + 60_000 + (lo + np.arange(k)) % times, pa.int64())}))
+        s.dispatch()
+        assert s.max_offset("rmq_sys_wheel_timer", 0) == n  # every one waits
+    return t0 + 62_000
 
 
 def _delivered(root: Path, now: int) -> Counter:
