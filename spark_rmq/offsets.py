@@ -89,6 +89,13 @@ def resolve(
 
     A queue missing from a JSON spec gets ``default``; -2/-1 in JSON mean earliest/latest.
     A timestamp resolves per queue to the first offset stored at or after it.
+
+    An offset past a queue's end is clamped to the end (RocketMQ corrects a consumer's
+    overflowing offset to the queue's max the same way): an ``endingOffsets`` of 50 on a
+    queue of 5 messages, or ``2**63-1``, reads to the end; a ``startingOffsets`` past the end
+    starts there (a batch read of that queue is empty). Units past a queue's end do not
+    exist, so reading them would be taken for a damaged queue. An offset below the queue's
+    first is kept: :func:`check_data_loss` decides about it.
     """
     b = bounds(ms, queues)
     out: Offsets = {}
@@ -104,7 +111,7 @@ def resolve(
         elif value in (LATEST, LATEST_OFFSET):
             out[key] = hi
         else:
-            out[key] = int(value)
+            out[key] = min(int(value), hi)
     if isinstance(spec, dict):
         unknown = sorted(set(spec) - {queue_key(t, q) for t, q in queues})
         if unknown:
@@ -114,17 +121,20 @@ def resolve(
     return sorted_offsets(out)
 
 
-def check_data_loss(key: str, start: int, first: int, fail: bool) -> int:
+def check_data_loss(key: str, start: int, first: int, fail: bool, *, warn: bool = True) -> int:
     """The start to use for a queue whose oldest stored offset is ``first``.
 
-    Raises :class:`DataLossError` when ``start < first`` and ``fail``; otherwise logs and
-    skips to ``first``.
+    Raises :class:`DataLossError` when ``start < first`` and ``fail``; otherwise skips to
+    ``first`` in one step, with a warning unless ``warn`` is false (the caller already
+    reported this skip).
     """
     if start >= first:
         return start
     if fail:
         raise DataLossError(key, start, first)
-    log.warning("rmqlog: queue %s lost offsets [%d, %d) to retention; skipping them (failOnDataLoss=false)", key, start, first)
+    if warn:
+        log.warning("rmqlog: queue %s lost offsets [%d, %d) to retention; skipping them (failOnDataLoss=false)",
+                    key, start, first)
     return first
 
 

@@ -60,7 +60,6 @@ from .offsets import (
     check_data_loss,
     discover_queues,
     plan_ranges,
-    queue_key,
     resolve,
     sorted_offsets,
     split_bytes,
@@ -322,6 +321,9 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._latest: Offsets | None = None  # for reportLatestOffset
         self._last_trigger: float | None = None
         self._committed: Offsets = {}
+        #: queue -> the first offset a skip to was already reported (failOnDataLoss=false):
+        #: planning and then partitioning the same batch warn once, not twice
+        self._skipped: Offsets = {}
         self.clock = time.monotonic
 
     def __getstate__(self) -> dict[str, Any]:
@@ -382,8 +384,15 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         queues, latest = self._available()
         self._latest = latest
         ms = self.store
-        first = {k: lo for k, (lo, _hi) in bounds(ms, [q for q in queues if queue_key(*q) not in start]).items()}
+        first = {k: lo for k, (lo, _hi) in bounds(ms, queues).items()}
         begin = {**first, **{k: int(v) for k, v in start.items()}}  # new queues: from their first offset
+        if not self.opts.fail_on_data_loss:
+            # offsets retention deleted are skipped here, in one step: a limit then admits
+            # messages that exist (otherwise each trigger would plan an empty batch inside the
+            # deleted range, maxMessagesPerTrigger at a time)
+            for k in start:
+                if k in first and begin[k] < first[k]:
+                    begin[k] = self._skip(k, begin[k], first[k])
         end = {k: max(begin[k], latest.get(k, begin[k])) for k in begin}
         if self._target is not None:  # AvailableNow: nothing past the target, new queues included
             end = {k: min(v, max(begin[k], self._target.get(k, begin[k]))) for k, v in end.items()}
@@ -421,9 +430,15 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for k in keys:
             s = int(start[k]) if k in start else first[k][0]
             if end[k] > s:
-                s = check_data_loss(k, s, first[k][0], opts.fail_on_data_loss)
+                s = self._skip(k, s, first[k][0]) if s < first[k][0] else s
             begin[k] = min(s, int(end[k])) if k in start else s
         return _partitions(opts, plan_ranges(begin, {k: int(end[k]) for k in keys}, opts.max_messages_per_partition))
+
+    def _skip(self, key: str, start: int, first: int) -> int:
+        """:func:`check_data_loss` for ``start`` below ``first``, warning once per skip."""
+        first = check_data_loss(key, start, first, self.opts.fail_on_data_loss, warn=self._skipped.get(key) != first)
+        self._skipped[key] = first
+        return first
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, QueueRange)

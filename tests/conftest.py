@@ -10,6 +10,8 @@ import datetime as dt
 import hashlib
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -260,3 +262,30 @@ def subprocess_env() -> dict[str, str]:
         [str(REPO_ROOT), str(TESTS_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])
     )
     return env
+
+
+def kill_at_crash_point(args: list[str], point: str, n: int, *, tmp: Path, timeout: float = 120) -> list[str]:
+    """Run ``python args...`` stopped at the ``n``-th time it reaches crash point ``point``
+    (:mod:`rmqlog.crash_points`), kill it there (SIGKILL), and return the lines it printed
+    before. The kill lands exactly there: the child waits at the point for it. Fails the test
+    when the child ends without reaching the point (the kill would have tested nothing)."""
+    env = {**subprocess_env(), "RMQLOG_CRASH_AT": f"{point}:{n}"}
+    with open(tmp / f"crash-{point}-{n}.stderr", "w+b") as err:  # a file: a pipe could fill up and block the child
+        child = subprocess.Popen([sys.executable, *args], env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        assert child.stdout is not None
+        printed: list[str] = []
+        try:
+            for line in child.stdout:
+                if line == f"crash point {point} {n}\n":
+                    child.send_signal(signal.SIGKILL)
+                    assert child.wait(timeout) == -signal.SIGKILL
+                    return printed
+                printed.append(line.rstrip("\n"))
+            child.wait(timeout)
+            err.seek(0)
+            raise AssertionError(f"the child ended (exit {child.returncode}) without reaching crash point {point} {n}:"
+                                 f" {printed} {err.read().decode(errors='replace')[-2000:]}")
+        finally:
+            if child.poll() is None:
+                child.kill()
+                child.wait()

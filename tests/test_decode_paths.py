@@ -100,7 +100,8 @@ def test_store_with_non_utf8_bytes_opens_rebuilds_and_reads(tmp_path: Path, capl
         assert [p.name for p in (root / "consumequeue").iterdir()] == ["T"]
         got = s.get_messages("g", "T", 0, 0)
         assert got.messages.column("body").to_pylist() == [b"body0", b"body1", b"body3"]
-        assert got.messages.column("properties").to_pylist()[1] == [("K", "VAL\ufffd\ufffdX"), ("RMQLOG_WRITER", "5 w1")]
+        # (the writer marker read above is the store's, not shown in the message table)
+        assert got.messages.column("properties").to_pylist()[1] == [("K", "VAL\ufffd\ufffdX")]
         # still readable by offset, its topic decoded as Java would
         assert s.message_by_offset(offsets[2])["topic"] == "T\ufffd"
         # and appends go on after it

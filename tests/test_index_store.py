@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import random
-import signal
 import subprocess
 import sys
 import time
@@ -26,6 +24,7 @@ from conftest import (
     SMALL_INDEX_ENTRIES,
     SMALL_INDEX_SLOTS,
     copy_file,
+    kill_at_crash_point,
     small_store_config,
 )
 from test_index_file import RefIndex, ref_key_hash, ref_read
@@ -199,39 +198,41 @@ def test_files_the_checkpoint_does_not_cover_are_dropped_then_rebuilt(root: Path
 
 KILL_CHILD = r"""
 import sys, pyarrow as pa, rmqlog
-root, n = sys.argv[1], int(sys.argv[2])
+root = sys.argv[1]
 cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600,
                         max_hash_slot_num=50, max_index_num=60)
 s = rmqlog.MessageStore.open(root, cfg)
-for b in range(n):
+for b in range(30):
     s.put_batch(pa.table({"topic": ["K"] * 20, "body": [b"x" * 10] * 20,
                           "keys": [[f"b{b}r{r}"] for r in range(20)]}))
 print("put", flush=True)
-while True:
-    s.dispatch()
+s.dispatch()  # 1,200 keys (KEYS and UNIQ_KEY) into files of 59: 21 files, two consume-queue runs
+s.close()
 """
+
+#: (crash point, which time it is reached): the dispatch of KILL_CHILD killed at each step of
+#: an index file's write (entries, slots, header), at a file's creation (first, a middle one,
+#: the last), between a run's units and its index entries, and before dispatch.state moves
+DISPATCH_KILLS = [("index.entries", 1), ("index.entries", 11), ("index.slots", 2), ("index.slots", 22),
+                  ("index.created", 1), ("index.created", 10), ("index.created", 21), ("dispatch.units", 1),
+                  ("dispatch.units", 2), ("dispatch.position", 1)]
 
 
 @pytest.mark.slow
-def test_kill_during_dispatch_leaves_every_key_indexed_once(tmp_path: Path) -> None:
-    """A dispatcher killed at random moments (files rolling every 59 keys): after the next
-    open every key is indexed exactly once."""
-    rng = random.Random(7)
+@pytest.mark.parametrize(("point", "n"), DISPATCH_KILLS)
+def test_kill_during_dispatch_leaves_every_key_indexed_once(tmp_path: Path, point: str, n: int) -> None:
+    """A dispatcher killed inside the dispatch (files rolling every 59 keys), at the crash
+    point named: after the next open every key is indexed exactly once."""
     cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600,
                             max_hash_slot_num=50, max_index_num=60)
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    for trial in range(6):
-        root = tmp_path / f"s{trial}"
-        child = subprocess.Popen([sys.executable, "-c", KILL_CHILD, str(root), "30"], env=env, stdout=subprocess.PIPE, text=True)
-        assert child.stdout is not None and child.stdout.readline() == "put\n"
-        time.sleep(rng.uniform(0.0, 0.4))
-        child.send_signal(signal.SIGKILL)
-        child.wait()
-        with rmqlog.MessageStore.open(root, cfg) as s:
-            for b in (0, 29):
-                assert s.query_by_key("K", f"b{b}r5").num_rows == 1
-        keyed = Counter((h, p) for h, p, _, _ in entries(root, 50, 60))
-        assert len(keyed) == 30 * 20 * 2 and set(keyed.values()) == {1}, f"trial {trial}"
+    root = tmp_path / "s"
+    assert kill_at_crash_point(["-c", KILL_CHILD, str(root)], point, n, tmp=tmp_path) == ["put"]
+    with rmqlog.MessageStore.open(root, cfg) as s:
+        assert s.recovery is not None and s.recovery.abnormal
+        for b in (0, 29):
+            assert s.query_by_key("K", f"b{b}r5").num_rows == 1
+    keyed = Counter((h, p) for h, p, _, _ in entries(root, 50, 60))
+    assert len(keyed) == 30 * 20 * 2 and set(keyed.values()) == {1}
 
 
 def test_a_rocketmq_written_store_with_index_files_is_queried(tmp_path: Path) -> None:

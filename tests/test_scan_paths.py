@@ -54,7 +54,9 @@ def test_intact_segment(segment: np.ndarray) -> None:
     for limit in (mid, mid + 1, mid + 8, int(whole.positions[71]) - 1, whole.end):  # published tails anywhere
         got = both(segment, 0, limit, base=0)
         assert got.reason is StopReason.LIMIT and got.end <= limit
-    assert both(segment, 3).reason is StopReason.CORRUPT or True  # off the chain: whatever it is, both agree
+    off = both(segment, 3)  # off the chain (inside the first record's header): damage at once, never an end
+    assert (off.reason, off.end, len(off.positions)) == (StopReason.CORRUPT, 3, 0)
+    assert off.detail.startswith("bad magic"), off.detail  # bytes 7..10 are no magic code
 
 
 def test_fixture_segment_written_by_rocketmq() -> None:

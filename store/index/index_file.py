@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import crash_points
 from ..errors import CorruptStoreError, DiskFullError, InvalidArgumentError, raise_if_disk_full
 
 log = logging.getLogger(__name__)
@@ -187,6 +188,8 @@ class IndexFile:
             ts = end_timestamp if end_timestamp > 0 else 0
             os.pwrite(fd, IndexHeader(ts, ts, phy, phy, 0, 1).pack(), 0)
             mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+            if crash_points.reached is not None:
+                crash_points.reached("index.created")
             try:
                 os.link(tmp, path)  # FileExistsError when the name is taken
             except BaseException:
@@ -508,7 +511,11 @@ class IndexFile:
         except DiskFullError:
             self._clear_intent()
             raise
+        if crash_points.reached is not None:
+            crash_points.reached("index.entries")
         slots_view[s_sorted[last]] = (order[last] + count).astype(np.int32)
+        if crash_points.reached is not None:
+            crash_points.reached("index.slots")
         self._pwrite(new_header.pack(), 0)
         self._clear_intent()
         return k

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
+from .. import crash_points
 from ..config import SYNC_FLUSH
 from ..errors import DISK_FULL_ERRNOS, DiskFullError, InvalidMessageError, QueueIdError
 from ..hosts import host_bytes
@@ -263,7 +264,11 @@ class Appender:
             try:
                 # the per-row results (msgIds...) are made while the last chunks are written
                 appended = parts.commitlog.append_all(batches, state, self.result_table if results else None)
+                if crash_points.reached is not None:
+                    crash_points.reached("append.written")
                 parts.state_file.publish(state)
+                if crash_points.reached is not None:
+                    crash_points.reached("append.published")
             except BaseException as exc:
                 self._drop_unpublished(tail)
                 if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:

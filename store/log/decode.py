@@ -31,7 +31,13 @@ from ..hosts import format_host
 from ..schema import MESSAGE_SCHEMA, TS
 from .gather import fixed_rows, gather_slices, to_binary, utf8_lossy
 from .msgid import hex_rows, offset_msg_ids
-from .properties import PROPERTY_KEYS, PROPERTY_TAGS, ParsedProperties, split_keys
+from .properties import (
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    STORE_PROPERTY_PREFIX,
+    ParsedProperties,
+    split_keys,
+)
 from .record import (
     BLANK_MAGIC,
     HEADER_V4,
@@ -438,7 +444,7 @@ def message_table(cols: RecordColumns) -> pa.Table:
         cols.body if cols.body is not None else pa.nulls(len(cols), pa.binary()),
         parsed.column(PROPERTY_TAGS),
         split_keys(parsed.column(PROPERTY_KEYS)),
-        parsed.map_array(),
+        parsed.map_array(hide_prefix=STORE_PROPERTY_PREFIX),  # the store's markers are not the user's
         _ms_to_ts(h["bornTimestamp"]),
         _ms_to_ts(h["storeTimestamp"]),
         cols.born_host,

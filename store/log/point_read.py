@@ -18,7 +18,7 @@ from ..errors import CorruptRecordError
 from ..hosts import format_host
 from ..schema import MESSAGE_SCHEMA, TS
 from .msgid import offset_msg_id
-from .properties import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS
+from .properties import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, STORE_PROPERTY_PREFIX
 from .record import Record, body_crc
 
 
@@ -54,7 +54,7 @@ def records_table(found: list[tuple[int, Record]], *, check_crc: bool, path: str
         cols["body"].append(r.body)
         cols["tags"].append(last.get(PROPERTY_TAGS))
         cols["keys"].append([k for k in last.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k])
-        cols["properties"].append(props)
+        cols["properties"].append([(k, v) for k, v in props if not k.startswith(STORE_PROPERTY_PREFIX)])  # not the user's
         cols["bornTimestamp"].append(r.born_timestamp * 1000)
         cols["storeTimestamp"].append(r.store_timestamp * 1000)
         cols["bornHost"].append(format_host(r.born_host))

@@ -281,8 +281,17 @@ class ParsedProperties:
         self.values = flat.take(pa.array(first + 1)).cast(pa.string()) if len(first) else pa.array([], pa.string())
         self.parent = item_row[keep] if n else np.zeros(0, np.int64)
 
-    def map_array(self) -> pa.MapArray:
-        return pa.MapArray.from_arrays(pa.array(self.offsets), self.keys, self.values)
+    def map_array(self, *, hide_prefix: str | None = None) -> pa.MapArray:
+        """The map column; entries whose name starts with ``hide_prefix`` left out (the
+        message table hides the store's own ``RMQLOG_*`` markers, which stay on disk)."""
+        keys, values, offsets = self.keys, self.values, self.offsets
+        if hide_prefix is not None and len(keys):
+            hidden = np.asarray(pc.starts_with(keys, hide_prefix))
+            if hidden.any():
+                keep = pa.array(~hidden)
+                keys, values = keys.filter(keep), values.filter(keep)
+                offsets = counts_to_offsets(np.bincount(self.parent[~hidden], minlength=self.n))
+        return pa.MapArray.from_arrays(pa.array(offsets), keys, values)
 
     def column(self, name: str) -> pa.StringArray:
         """The value of property ``name`` per row, null where absent (the last one wins)."""

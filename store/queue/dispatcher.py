@@ -33,6 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import crash_points
 from ..errors import DiskFullError
 from ..fileio import InterProcessLock, rewrite_in_place
 from ..hashing import tags_codes
@@ -200,6 +201,8 @@ class Dispatcher:
                 if not progressed:
                     break
             if pos != start_pos:
+                if crash_points.reached is not None:
+                    crash_points.reached("dispatch.position")
                 self._save_position(pos, self._last_ts)
         return total
 
@@ -232,6 +235,8 @@ class Dispatcher:
             topics, tidx[keep], h["queueId"].astype(np.int64)[keep], h["queueOffset"].astype(np.int64)[keep],
             cols.offsets[keep], h["totalSize"][keep], codes[keep], maxes,
         )
+        if crash_points.reached is not None:
+            crash_points.reached("dispatch.units")
         if self.index_hook is not None:
             self.index_hook(cols, parsed)
         return int(len(positions))

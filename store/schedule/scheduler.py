@@ -58,6 +58,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import crash_points
 from ..errors import MessagesDeletedError
 from ..log.properties import SCHEDULE_TOPIC
 from ..log.writer_marker import writer_marker
@@ -187,6 +188,8 @@ class DelayScheduler:
             offsets[level] = self._deliver_level(level, queue, start, now, report, bounds)
         if offsets != before:
             save_delay_offsets(self.offsets_path, {k: v for k, v in offsets.items() if v or k in before})
+            if crash_points.reached is not None:
+                crash_points.reached("schedule.saved")
         if self.timer is not None:
             # timed messages go by the wall clock: a pass asked to run "later" than it (now_ms)
             # must not move the timer's progress past records not stored yet
@@ -252,6 +255,8 @@ class DelayScheduler:
             end = pos + k
             if messages is not None:
                 self.put(messages, delivered_copies(messages), writer_marker(level_writer(level), end))
+                if crash_points.reached is not None:
+                    crash_points.reached("schedule.delivered")
                 report.delivered[level] = report.delivered.get(level, 0) + len(messages)
             pos = end
             if k < len(units):

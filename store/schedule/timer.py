@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import crash_points
 from ..errors import MessagesDeletedError
 from ..log.properties import (
     PROPERTY_REAL_QID,
@@ -207,6 +208,8 @@ class TimerDelivery:
         for e, after, anchor in _unit_entries(cq, state.enqueued, hi, d_old):
             self.wheel.add(state, e["due"], e["offset"], e["queueOffset"], e["size"])
             state.enqueued, state.anchor = after, anchor
+            if crash_points.reached is not None:
+                crash_points.reached("timer.enqueued")
         state.dirty = False
         self.wheel.save(state)
 
@@ -225,6 +228,8 @@ class TimerDelivery:
             state.pending += int(now.sum())  # counted as pending until delivered
             later = e[~now]
             self.wheel.add(state, later["due"], later["offset"], later["queueOffset"], later["size"])
+            if crash_points.reached is not None:
+                crash_points.reached("timer.enqueued")
         # still dirty: what is due now was taken from the scan, not the wheel, so a pass killed
         # before it delivers them must scan again (cleared when this pass is done)
         self.wheel.save(state)
@@ -292,6 +297,8 @@ class TimerDelivery:
                  PROPERTY_TIMER_DEQUEUE_MS: pa.array(np.full(n, self.wall_ms(), np.int64))},
         )
         self.put(messages, copies, writer_marker(TIMER_WRITER, sequence))
+        if crash_points.reached is not None:
+            crash_points.reached("timer.delivered")
         return n, lost
 
 

@@ -58,9 +58,9 @@ class Processes:
         self.logs = logs
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, name: str, argv: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(self, name: str, argv: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen[bytes]:
         with open(self.logs / f"{name}.log", "wb") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=cwd)
         self.started.append(proc)
         return proc
 

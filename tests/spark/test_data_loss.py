@@ -6,6 +6,7 @@ the store's own retention pass (``clean_expired``)."""
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import os
 import shutil
 from pathlib import Path
@@ -15,7 +16,9 @@ import pytest
 
 import rmqlog
 from spark_rmq.errors import DataLossError
+from spark_rmq.options import SourceOptions
 from spark_rmq.read import QueueRange, read_range
+from spark_rmq.source import RmqLogStreamReader
 
 SEG = 4096
 BODY = 266  # 400-byte records: 10 per segment
@@ -131,3 +134,35 @@ def test_read_overtaken_by_retention_names_the_range(store_root: str) -> None:
         else:
             rest = [o for b in batches for o in b.column("queueOffset").to_pylist()]
             assert rest == list(range(120, 300))
+
+
+def test_lenient_stream_skips_a_deleted_range_in_one_step(spark, store_root: str, tmp_path: Path,
+                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """Issue 27, defect 18: with failOnDataLoss=false and maxMessagesPerTrigger, a stream whose
+    next offsets retention deleted (600 of them) skips to the queue's first offset in one step:
+    its first micro-batch has data and the skip is one warning, not one empty micro-batch and
+    one warning per 100 deleted offsets."""
+    put(store_root, 1000, queues=1)
+    opts = {"path": store_root, "topics": "orders", "startingOffsets": '{"orders/0": 0}',
+            "failOnDataLoss": "false", "maxMessagesPerTrigger": "100"}
+    reader = RmqLogStreamReader(SourceOptions.parse(opts, streaming=True))
+    start = reader.initialOffset()
+    assert start == {"orders/0": 0}
+    assert retain(store_root, 60, queues=1) == {"orders/0": 600}
+    with caplog.at_level(logging.WARNING, logger="spark_rmq"):
+        end = reader.latestOffset(start, reader.getDefaultReadLimit())
+        assert end == {"orders/0": 700}
+        rows = [r for p in reader.partitions(start, end) for b in reader.read(p) for r in b.to_pylist()]
+        assert bodies(rows) == list(range(600, 700))
+        assert reader.latestOffset(start, reader.getDefaultReadLimit()) == end  # planned again: no new warning
+    skips = [r.getMessage() for r in caplog.records if "retention" in r.getMessage()]
+    assert skips == ["rmqlog: queue orders/0 lost offsets [0, 600) to retention; skipping them (failOnDataLoss=false)"]
+    reader.stop()
+
+    q = (spark.readStream.format("rmqlog").options(**opts).load().select("body")
+         .writeStream.format("memory").queryName("lenient_skip").trigger(availableNow=True).start())
+    q.awaitTermination(300)
+    assert q.exception() is None
+    batches = [p["numInputRows"] for p in q.recentProgress]
+    assert batches == [100, 100, 100, 100]  # the first micro-batch has data; none is empty
+    assert bodies(spark.table("lenient_skip").collect()) == list(range(600, 1000))

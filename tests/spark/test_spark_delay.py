@@ -1,6 +1,13 @@
 """Delayed and timed messages written through the Spark sink (columns ``delayLevel`` and
 ``deliverTime``) reach their real queue only once due; the streaming source runs a scheduler pass before planning each
-micro-batch (option ``deliverDue``), so a stream sees them then, exactly once."""
+micro-batch (option ``deliverDue``), so a stream sees them then, exactly once.
+
+Never early, checked exactly: a message due in hours is never streamed, and every delivered
+copy a stream reads was stored (delivered) at or after the time it was due, whenever the
+stream happened to run. The source's passes go by the wall clock of Spark's driver-side
+Python worker (no clock can be injected there), so the streams that must see the one-second
+message wait until it is due.
+"""
 
 from __future__ import annotations
 
@@ -9,38 +16,60 @@ import time
 
 import rmqlog
 
+S = "SCHEDULE_TOPIC_XXXX"
 
-def _stream_bodies(spark, root: str, name: str) -> list[bytes]:  # type: ignore[no-untyped-def]
+
+def _stream(spark, root: str, name: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
+    """body -> store time (ms) of what an AvailableNow stream of ``orders`` reads."""
     q = (spark.readStream.format("rmqlog").option("path", root).option("topics", "orders")
          .option("startingOffsets", "earliest").load()
          .writeStream.format("memory").queryName(name).trigger(availableNow=True).start())
     q.awaitTermination()
-    return sorted(bytes(r.body) for r in spark.table(name).select("body").collect())
+    rows = spark.table(name).selectExpr("CAST(body AS STRING) AS body", "unix_millis(storeTimestamp) AS stored").collect()
+    got = {r.body: r.stored for r in rows}
+    assert len(got) == len(rows), rows  # once
+    return got
+
+
+def _wait_until(ms: int) -> None:
+    time.sleep(max(0.0, ms / 1000 - time.time()))
 
 
 def test_delayed_rows_from_the_sink_are_streamed_once_due(spark, store_root: str) -> None:
-    rows = [("now-1", "orders", None), ("later", "orders", 1), ("now-2", "orders", 0)]
+    rows = [("now-1", "orders", None), ("later", "orders", 1), ("now-2", "orders", 0), ("hours", "orders", 18)]
     df = spark.createDataFrame(rows, "body string, topic string, delayLevel int").coalesce(1)
     df.write.format("rmqlog").option("path", store_root).mode("append").save()
-    written = time.time()
     with rmqlog.MessageStore.open(store_root) as ms:
         ms.dispatch()
-        assert ms.max_offset("SCHEDULE_TOPIC_XXXX", 0) == 1  # level 1 waits in queue 0
-    assert _stream_bodies(spark, store_root, "delay_before") in ([b"now-1", b"now-2"], [b"later", b"now-1", b"now-2"])
-    time.sleep(max(0.0, written + 1.2 - time.time()))  # level 1 is one second (the source uses the wall clock)
-    assert _stream_bodies(spark, store_root, "delay_after") == [b"later", b"now-1", b"now-2"]
-    assert _stream_bodies(spark, store_root, "delay_again") == [b"later", b"now-1", b"now-2"]  # once
+        assert (ms.max_offset(S, 0), ms.max_offset(S, 17)) == (1, 1)  # level 1 waits in queue 0, level 18 in 17
+        due = int(ms.consume_queue(S, 0).read(0, 1)["tagsCode"][0])  # the unit's tagsCode: when it is due
+    before = _stream(spark, store_root, "delay_before")
+    assert {"now-1", "now-2"} <= set(before) <= {"now-1", "now-2", "later"}  # never the two-hour one
+    assert before.get("later", due) >= due  # streamed before it was due only if delivered at or after due
+    _wait_until(due + 200)  # (the source's pass runs on Spark's wall clock)
+    after = _stream(spark, store_root, "delay_after")
+    assert set(after) == {"later", "now-1", "now-2"} and after["later"] >= due
+    assert _stream(spark, store_root, "delay_again") == after  # once
 
 
 def test_timed_rows_from_the_sink_are_streamed_once_due(spark, store_root: str) -> None:
-    at = datetime.datetime.now(datetime.UTC) + datetime.timedelta(seconds=1.5)
-    rows = [("now", "orders", None), ("timed", "orders", at), ("past", "orders", at - datetime.timedelta(hours=1))]
+    now = datetime.datetime.now(datetime.UTC)
+    hours = now + datetime.timedelta(hours=2)
+    rows = [("now", "orders", None), ("past", "orders", now - datetime.timedelta(hours=1)), ("hours", "orders", hours)]
     df = spark.createDataFrame(rows, "body string, topic string, deliverTime timestamp").coalesce(1)
     df.write.format("rmqlog").option("path", store_root).mode("append").save()
     with rmqlog.MessageStore.open(store_root) as ms:
         ms.dispatch()
-        assert ms.max_offset("rmq_sys_wheel_timer", 0) == 1  # only the one ahead waits
-    assert _stream_bodies(spark, store_root, "timer_before") in ([b"now", b"past"], [b"now", b"past", b"timed"])
-    time.sleep(max(0.0, at.timestamp() + 1.2 - time.time()))  # due within the timer's precision (1 s)
-    assert _stream_bodies(spark, store_root, "timer_after") == [b"now", b"past", b"timed"]
-    assert _stream_bodies(spark, store_root, "timer_again") == [b"now", b"past", b"timed"]  # once
+        [waiting] = ms.read_queue("rmq_sys_wheel_timer", 0, 0, 10).to_pylist()  # only the one ahead waits
+        assert waiting["body"] == b"hours"
+        assert dict(waiting["properties"])["TIMER_DELIVER_MS"] == str(int(hours.timestamp() * 1000))
+        # one due in 1.5 s, put directly: a Spark write on a loaded machine can take longer than that
+        due = int(time.time() * 1000) + 1500
+        ms.put("orders", b"timed", deliver_time_ms=due)
+    before = _stream(spark, store_root, "timer_before")
+    assert {"now", "past"} <= set(before) <= {"now", "past", "timed"}  # never the one due in two hours
+    assert before.get("timed", due) >= due  # to the millisecond asked for, never early
+    _wait_until(due + 1200)  # due within the timer's precision (1 s), on Spark's wall clock
+    after = _stream(spark, store_root, "timer_after")
+    assert set(after) == {"now", "past", "timed"} and after["timed"] >= due
+    assert _stream(spark, store_root, "timer_again") == after  # once

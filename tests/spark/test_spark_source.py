@@ -277,3 +277,26 @@ def test_stream_defaults_to_latest_and_fails_on_lost_ranges(store_root: str) -> 
     assert all(p.start > 0 for p in parts)
     r.stop()
     lenient.stop()
+
+
+@pytest.mark.parametrize("past", [50, 2**63 - 1])
+def test_offsets_past_a_queues_end_are_clamped_not_damage(spark, store_root: str, past: int) -> None:
+    """Issue 27, defect 13: ``endingOffsets`` past a healthy queue's end (50 on 5 messages, or
+    2**63-1) reads to the end, and ``startingOffsets`` past it starts there (nothing to read
+    in a batch; a stream reads what comes after the end), instead of reading units that do
+    not exist and calling the queue damaged."""
+    fill(store_root, "T", 5, queues=1)
+    to_end = read(spark, store_root, topics="T", endingOffsets=json.dumps({"T/0": past}))
+    assert sorted(r.queueOffset for r in to_end.select("queueOffset").collect()) == [0, 1, 2, 3, 4]
+    assert read(spark, store_root, topics="T", startingOffsets=json.dumps({"T/0": 3}),
+                endingOffsets=json.dumps({"T/0": past})).count() == 2
+    assert read(spark, store_root, topics="T", startingOffsets=json.dumps({"T/0": past})).count() == 0
+    with rmqlog.MessageStore.open(store_root) as ms:
+        assert ms.verify().problems == []
+    r = stream_reader(store_root, topics="T", startingOffsets=json.dumps({"T/0": past}))
+    start = r.initialOffset()
+    assert start == {"T/0": 5}
+    fill(store_root, "T", 3, queues=1, start=5)
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == {"T/0": 8} and rows_of(r, start, end) == ["m5", "m6", "m7"]
+    r.stop()
