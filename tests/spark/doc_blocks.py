@@ -47,7 +47,18 @@ def is_connect(block: Block) -> bool:
 
 
 def localize(code: str, tmp: Path) -> str:
-    return code.replace("/data/rmq", str(tmp / "rmq")).replace("/chk/", f"{tmp / 'chk'}/")
+    """The example's paths in ``tmp``: the store ``/data/rmq``, checkpoints ``/chk/``, and the
+    broker.conf an operator keeps in ``/etc/rocketmq/`` (``tmp/broker.conf``, see
+    :func:`broker_conf`)."""
+    return (code.replace("/data/rmq", str(tmp / "rmq")).replace("/chk/", f"{tmp / 'chk'}/")
+            .replace("/etc/rocketmq/broker.conf", str(tmp / "broker.conf")))
+
+
+def broker_conf() -> str:
+    """The sample broker.conf of docs/operations.md (its ``properties`` block): the file the
+    examples' ``--config broker.conf`` reads."""
+    (sample,) = [b for b in blocks("docs/operations.md") if b.lang == "properties"]
+    return sample.code
 
 
 def rmqlog_lines(block: Block) -> list[str]:

@@ -3,7 +3,8 @@
 Per page, in a temporary working folder: the ```python blocks run in page order in one
 namespace (as a reader goes through them), then every line of its ```bash / ```sh blocks
 that runs the ``rmqlog`` command (with bash, the venv's ``bin`` first on ``PATH``; the other
-shell lines are set-up commands: ``make``, ``pip``, Spark's launchers). The only change to an
+shell lines are set-up commands: ``make``, ``pip``, Spark's launchers), with the sample
+broker.conf of docs/operations.md in the working folder (``--config broker.conf``). The only change to an
 example's text is its paths (:mod:`tests.spark.doc_blocks`); a ``prints:`` comment is checked
 against what its line printed. The Spark Connect recipe is run by ``test_connect.py``.
 
@@ -34,6 +35,7 @@ from .doc_blocks import (
     PAGES,
     REPO,
     blocks,
+    broker_conf,
     check_prints,
     is_connect,
     localize,
@@ -53,7 +55,7 @@ def test_every_page_with_examples_is_run() -> None:
     """A page that gains an example, or a new kind of block, needs a runner here."""
     found = sorted({b.page for p in PAGES for b in blocks(p) if b.lang == "python" or rmqlog_lines(b)})
     assert found == RUNNABLE
-    assert {b.lang for p in PAGES for b in blocks(p)} <= {"python", "bash", "sh", ""}
+    assert {b.lang for p in PAGES for b in blocks(p)} <= {"python", "bash", "sh", "properties", ""}
 
 
 def readme_prelude(spark, tmp: Path) -> dict:  # type: ignore[no-untyped-def]
@@ -97,6 +99,7 @@ def test_every_example_runs_as_written(page: str, tmp_path: Path, request: pytes
         for k, v in saved.items():
             spark.conf.set(k, v)  # type: ignore[union-attr]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    (tmp_path / "broker.conf").write_text(broker_conf())  # what `--config broker.conf` reads
     for line in (line for b in page_blocks for line in rmqlog_lines(b)):
         done = subprocess.run(["bash", "-c", localize(line, tmp_path)], capture_output=True, text=True, cwd=tmp_path,
                               env=env, timeout=120)
