@@ -8,8 +8,10 @@ something invalid, or the files on disk are not what they must be.
 from __future__ import annotations
 
 import errno
+import functools
 import os
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 
 class StoreError(Exception):
@@ -215,6 +217,36 @@ def raise_if_out_of_files(exc: BaseException, path: object, doing: str) -> None:
     (the caller re-raises ``exc``)."""
     if isinstance(exc, OSError) and not isinstance(exc, StoreError) and exc.errno in OUT_OF_FILES_ERRNOS:
         raise too_many_open_files(exc, path, doing) from exc
+
+
+_C = TypeVar("_C", bound=type)
+
+
+def out_of_files_typed(cls: _C) -> _C:
+    """Class decorator: an ``EMFILE``/``ENFILE`` ``OSError`` escaping any public method of
+    ``cls`` (or its constructor) is raised as :class:`TooManyOpenFilesError` naming the file
+    the error names. The store's segment and index files raise it themselves; this covers
+    every other file a call may open (state and config files, locks, folders listed)."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except OSError as exc:
+                raise_if_out_of_files(exc, None, f"running {fn.__name__}")
+                raise
+
+        return call
+
+    for name, attr in list(vars(cls).items()):
+        if name.startswith("_") and name != "__init__":
+            continue
+        if isinstance(attr, (classmethod, staticmethod)):
+            setattr(cls, name, type(attr)(wrap(attr.__func__)))
+        elif callable(attr):
+            setattr(cls, name, wrap(attr))
+    return cls
 
 
 class StoreClosedError(StoreError):

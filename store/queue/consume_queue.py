@@ -46,10 +46,12 @@ log = logging.getLogger(__name__)
 class ConsumeQueue:
     def __init__(
         self, directory: Path, segment_size: int, *, read_only: bool = False, open_files: OpenFiles | None = None,
+        bounded_reads: bool | None = None,
     ) -> None:
         self.directory = directory
         self.segments = MappedFileQueue(  # one size for every queue
             directory, segment_size, infer=False, read_only=read_only, open_files=open_files,
+            bounded_reads=bounded_reads,
         )
         #: (first segment, commitlog min offset, answer) of the last min_offset that searched
         #: inside its first segment: units below the end never change, so it stays true

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..log.mapped_file import hole_reads_allocate
 from ..log.open_files import OpenFiles
 from ..paths import StorePaths, parse_queue_dir_name, parse_segment_name, topic_problem
 from .consume_queue import CQ_UNIT_SIZE, ConsumeQueue
@@ -34,6 +35,8 @@ class ConsumeQueues:
         self.paths = paths
         self.read_only = read_only
         self.open_files = open_files
+        #: every queue's files are on the volume of ``consumequeue/`` (see :mod:`rmqlog.log.mapped_file`)
+        self.bounded_reads = hole_reads_allocate(paths.consumequeue_dir)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
         self.segment_size = self.segment_size_on_disk(configured_size)
@@ -48,7 +51,7 @@ class ConsumeQueues:
                 if cq is None:
                     cq = ConsumeQueue(
                         self.paths.queue_dir(topic, queue_id), self.segment_size, read_only=self.read_only,
-                        open_files=self.open_files,
+                        open_files=self.open_files, bounded_reads=self.bounded_reads,
                     )
                     self._queues[key] = cq
         return cq
