@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from conftest import small_store_config, subprocess_env
 
 import rmqlog
-from conftest import small_store_config, subprocess_env
 from rmqlog.log.mapped_file import MappedFileQueue
 from rmqlog.log.open_files import OpenFiles, default_limit
 
@@ -102,6 +102,9 @@ def test_open_files_stay_under_the_cap(tmp_path: Path) -> None:
 def test_a_file_in_use_is_not_closed_under_its_user(tmp_path: Path) -> None:
     """A segment whose descriptor an operation holds (a pwrite, a read pin, a queued write) is
     not closed to make room, and a view of a mapping stays valid after its file is closed."""
+    from rmqlog.log.mapped_file import MappedFileQueue
+    from rmqlog.log.open_files import OpenFiles
+
     open_files = OpenFiles(2)
     q = MappedFileQueue(tmp_path / "q", 4096, infer=False, open_files=open_files)
     a, b, c = (q.get(i * 4096, create=True) for i in range(3))
@@ -162,8 +165,11 @@ def test_concurrent_readers_and_writer_over_the_cap(tmp_path: Path) -> None:
 
 
 def test_default_cap_follows_the_descriptor_limit() -> None:
-    cap = default_limit()
     import resource
+
+    from rmqlog.log.open_files import default_limit
+
+    cap = default_limit()
 
     soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     assert 16 <= cap <= 4096

@@ -56,7 +56,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import CorruptStoreError, DiskFullError, InvalidArgumentError, raise_if_disk_full, raise_if_out_of_files
+from ..errors import (
+    CorruptStoreError,
+    DiskFullError,
+    InvalidArgumentError,
+    raise_if_disk_full,
+    raise_if_out_of_files,
+)
 
 log = logging.getLogger(__name__)
 
