@@ -21,8 +21,6 @@ import pytest
 from conftest import small_store_config, subprocess_env
 
 import rmqlog
-from rmqlog.log.mapped_file import MappedFileQueue
-from rmqlog.log.open_files import OpenFiles, default_limit
 
 #: what every child script starts with: its store's config (tiny consume-queue files, as in
 #: the rest of the suite), helpers to count this process's descriptors and mappings
