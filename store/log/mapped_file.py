@@ -16,14 +16,10 @@ stop at :meth:`MappedFile.readable_end`, and a new segment gets its first page a
 when it is created (which then fails typed if there is no room). Bytes are cleared
 (:meth:`MappedFile.clear`) by punching holes, which frees blocks and needs none.
 
-Open files are bounded. A segment opens its descriptor and mapping on first use and
-registers with its store's :class:`~rmqlog.log.open_files.OpenFiles`, which closes the
-least recently used idle segments beyond ``max_open_mapped_files``; a closed segment is
-reopened by its next use. An operation that uses a descriptor holds it
-(:meth:`MappedFile.acquire_fd`: writes, pins, the write pipeline's queued writes), so it is
-never closed under a reader or writer; views of a mapping keep it mapped (see
-:mod:`rmqlog.log.open_files`). Running out of descriptors or mappings anyway raises
-:class:`~rmqlog.errors.TooManyOpenFilesError` naming the file.
+Open files are bounded (:mod:`rmqlog.log.open_files`): a segment is opened on first use,
+closed when idle and least recently used, reopened by its next use; an operation using its
+descriptor holds it (:meth:`MappedFile.acquire_fd`). Running out of descriptors or
+mappings raises :class:`~rmqlog.errors.TooManyOpenFilesError` naming the file.
 
 Nothing here decides what is valid data: that is the commitlog's and the recovery's job.
 """
@@ -144,8 +140,7 @@ class MappedFile:
         return self.start + self.size
 
     def _open_fd(self) -> int:
-        """``os.open`` of the file; running out of descriptors raises
-        :class:`~rmqlog.errors.TooManyOpenFilesError` naming it."""
+        """``os.open`` of the file (out of descriptors: :class:`TooManyOpenFilesError`)."""
         try:
             return os.open(self.path, self._flags)
         except OSError as exc:
@@ -153,8 +148,7 @@ class MappedFile:
             raise
 
     def _used(self) -> None:
-        """Tell the store's open files this one was just used (the most recent now)."""
-        if self._open_files is not None:
+        if self._open_files is not None:  # the most recently used now
             self._open_files.used(self)
 
     def _map(self) -> mmap.mmap:
@@ -188,8 +182,7 @@ class MappedFile:
         return mm
 
     @property
-    def mm(self) -> memoryview:
-        """The mapping as a byte view (it keeps the mapping while it is held)."""
+    def mm(self) -> memoryview:  # (a view keeps the mapping while it is held)
         return memoryview(self.array())  # type: ignore[arg-type]
 
     def array(self) -> np.ndarray:
@@ -227,8 +220,7 @@ class MappedFile:
         return fd
 
     def release_fd(self) -> None:
-        """Release one :meth:`acquire_fd`."""
-        with self._lock:
+        with self._lock:  # (one per acquire_fd)
             self._users -= 1
 
     @contextlib.contextmanager
@@ -240,8 +232,7 @@ class MappedFile:
             self.release_fd()
 
     def acquire_write_fd(self, rel: int, length: int) -> int:
-        """:meth:`acquire_fd`, to ``pwrite`` ``length`` bytes at ``rel`` (checked to fit); the
-        caller calls :meth:`release_fd` once the write is done."""
+        """:meth:`acquire_fd` to ``pwrite`` ``length`` bytes at ``rel`` (checked to fit)."""
         if rel < 0 or length < 0 or rel + length > self.size:
             raise ValueError(f"write of {length} bytes at {rel} outside segment {self.path}")
         return self.acquire_fd()
@@ -404,9 +395,8 @@ class MappedFile:
         return self._fd is not None or self._mm is not None
 
     def close_if_idle(self) -> bool:
-        """Close the descriptor and mapping unless an operation holds them (see
-        :mod:`rmqlog.log.open_files`); True if the file is closed now. Never waits: a file
-        whose lock is taken is being opened or used."""
+        """Close the descriptor and mapping unless an operation holds them; True if closed.
+        Never waits: a file whose lock is taken is being opened or used."""
         if not self._lock.acquire(blocking=False):
             return False
         try:
@@ -460,8 +450,7 @@ class MappedFileQueue:
         self._segments: dict[int, MappedFile] = {}
         self._lock = threading.Lock()
         self.size = default_size
-        # (a store's consume queues pass it, found once: a statfs per queue cost ~10% of
-        # dispatching to 100,000 new queues)
+        # (a store's consume queues pass it, found once: not a statfs per queue)
         self.bounded_reads = hole_reads_allocate(directory) if bounded_reads is None else bounded_reads
         sizes = {int(parse_segment_name(p.name) or 0): p.stat().st_size for p in self._files()}
         if infer and any(sizes.values()):
@@ -501,10 +490,8 @@ class MappedFileQueue:
         return offset - offset % self.size
 
     def get(self, start: int, *, create: bool = False) -> MappedFile | None:
-        """The segment starting at ``start``; ``None`` if absent and not ``create``.
-
-        A segment this process closed (for the limit on open files) whose file was deleted
-        since (retention, by any process) is absent: its next use could not reopen it."""
+        """The segment starting at ``start``; ``None`` if absent and not ``create`` (also one
+        closed for the limit on open files whose file was deleted since: it cannot reopen)."""
         seg = self._segments.get(start)
         if seg is not None and (seg.is_open or seg.path.exists()):
             return seg

@@ -73,6 +73,9 @@ class OpenFiles:
         self._lock = threading.Lock()
         #: files closed to stay under the limit, since the store opened (for tests and benchmarks)
         self.closed_count = 0
+        #: the file :meth:`used` last (read without the lock: at worst one relink is skipped
+        #: or done twice, and the order is only a hint of what to close first)
+        self._last: Closable | None = None
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -80,7 +83,10 @@ class OpenFiles:
     def used(self, f: Closable) -> None:
         """``f`` is open and was just used: it becomes the most recent. When that adds a file,
         idle files are closed, least recently used first, until at most :attr:`limit` are open."""
+        if self._last is f:  # the same file again (a read's or a write's next step): already the newest
+            return
         with self._lock:
+            self._last = f
             lru = self._lru
             if f in lru:
                 lru.move_to_end(f)  # the hot path: a dict lookup and a relink
@@ -94,7 +100,7 @@ class OpenFiles:
             # than needed finds idle ones, without a pass over every open file
             for g in list(islice(lru, excess + SCAN_SLACK)):
                 if g is not f and g.close_if_idle():
-                    del lru[g]
+                    del lru[g]  # (never _last: that is f)
                     self.closed_count += 1
                     excess -= 1
                     if excess == 0:
@@ -104,6 +110,8 @@ class OpenFiles:
         """``f`` was closed by its owner (or let go: a segment deleted by retention)."""
         with self._lock:
             self._lru.pop(f, None)
+            if self._last is f:
+                self._last = None
 
 
 __all__ = ["OpenFiles", "default_limit", "MIN_DEFAULT", "MAX_DEFAULT"]
