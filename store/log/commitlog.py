@@ -221,7 +221,7 @@ class _Pipeline:
         self._check()
         if self._native is None:
             self._native = _ChunkWriter(_IN_FLIGHT)
-        fd = seg.acquire_write_fd(rel, buf.nbytes)  # held until the write is done (_drain_native)
+        fd = seg.write_fd(rel, buf.nbytes)  # held until the write is done (_drain_native)
         self._keep.append((buf, seg, rel))
         try:
             self._native.submit(fd, rel, buf.ctypes.data, buf.nbytes)

@@ -231,7 +231,7 @@ class MappedFile:
         finally:
             self.release_fd()
 
-    def acquire_write_fd(self, rel: int, length: int) -> int:
+    def write_fd(self, rel: int, length: int) -> int:
         """:meth:`acquire_fd` to ``pwrite`` ``length`` bytes at ``rel`` (checked to fit)."""
         if rel < 0 or length < 0 or rel + length > self.size:
             raise ValueError(f"write of {length} bytes at {rel} outside segment {self.path}")
@@ -244,7 +244,7 @@ class MappedFile:
         page first touched and measured ~25% slower (3.5 vs 4.9 GB/s) on this machine.
         """
         view = memoryview(data).cast("B")
-        fd = self.acquire_write_fd(rel, len(view))
+        fd = self.write_fd(rel, len(view))
         try:
             while len(view):
                 n = os.pwrite(fd, view, rel)
@@ -280,7 +280,7 @@ class MappedFile:
         caller's arrays, with no joined copy. The caller keeps those arrays alive.
         """
         iov = np.ascontiguousarray(iov, np.uint64)
-        fd = self.acquire_write_fd(rel, int(iov[:, 1].sum()))
+        fd = self.write_fd(rel, int(iov[:, 1].sum()))
         try:
             for k in range(0, len(iov), IOV_MAX):
                 part = iov[k : k + IOV_MAX]
