@@ -14,7 +14,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..log.mapped_file import hole_reads_allocate
+from ..log import mapped_file
 from ..log.open_files import OpenFiles
 from ..paths import StorePaths, parse_queue_dir_name, parse_segment_name, topic_problem
 from .consume_queue import CQ_UNIT_SIZE, ConsumeQueue
@@ -36,7 +36,7 @@ class ConsumeQueues:
         self.read_only = read_only
         self.open_files = open_files
         #: every queue's files are on the volume of ``consumequeue/`` (see :mod:`rmqlog.log.mapped_file`)
-        self.bounded_reads = hole_reads_allocate(paths.consumequeue_dir)
+        self.bounded_reads = mapped_file.hole_reads_allocate(paths.consumequeue_dir)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
         self.segment_size = self.segment_size_on_disk(configured_size)
