@@ -26,6 +26,7 @@ from .errors import (
     StoreClosedError,
     StoreError,
     StoreNotFoundError,
+    TooManyOpenFilesError,
 )
 from .message_store import MessageStore
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
@@ -38,6 +39,7 @@ __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "StoreBusyError", "StoreClosedError", "StoreNotFoundError",
+    "TooManyOpenFilesError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",
 ]

@@ -84,6 +84,11 @@ class StoreConfig:
       there): the pages a writer is about to write are faulted into the page cache first, in
       the background, reading only; ``flush_least_pages_when_warm_mapped_file`` (4096 pages
       of 4 KiB; RocketMQ's ``flushLeastPagesWhenWarmMapedFile``): the warm-up's step.
+    - ``max_open_mapped_files`` (0: derived when the store opens, a quarter of ``ulimit -n``'s
+      descriptors, 16..4096 files; ours, RocketMQ keeps every file mapped): commitlog
+      segments and consume-queue files kept open (mapped, with two descriptors each) at
+      once; past it the least recently used idle ones are closed, and reopened by their
+      next use (see :mod:`rmqlog.log.open_files`).
     """
 
     mapped_file_size_commit_log: int = GiB
@@ -118,6 +123,7 @@ class StoreConfig:
     max_hash_slot_num: int = 5_000_000
     max_index_num: int = 20_000_000
     max_msgs_num_batch: int = 64
+    max_open_mapped_files: int = 0
 
     def __post_init__(self) -> None:
         if self.mapped_file_size_commit_log < 4096:
@@ -136,7 +142,7 @@ class StoreConfig:
         for name, least in (("file_reserved_time", 0), ("destroy_mapped_file_interval_forcibly", 0),
                             ("delete_commit_log_files_max_num", 1), ("clean_resource_interval", 1),
                             ("flush_least_pages_when_warm_mapped_file", 1), ("timer_max_delay_sec", 1),
-                            ("timer_precision_ms", 100)):
+                            ("timer_precision_ms", 100), ("max_open_mapped_files", 0)):
             if getattr(self, name) < least:
                 raise ConfigError(f"{name} must be at least {least}")
         for name in ("disk_max_used_space_ratio", "disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"):

@@ -8,8 +8,10 @@ something invalid, or the files on disk are not what they must be.
 from __future__ import annotations
 
 import errno
+import functools
 import os
-from typing import NoReturn
+from collections.abc import Callable
+from typing import Any, NoReturn, TypeVar
 
 
 class StoreError(Exception):
@@ -191,6 +193,74 @@ class StoreBusyError(StoreError):
         super().__init__(f"{message}: {path} is open in other processes (pid {who})")
         self.path = path
         self.holders = holders
+
+
+class TooManyOpenFilesError(StoreError, OSError):
+    """The process ran out of file descriptors (``EMFILE``: its ``ulimit -n``; ``ENFILE``: the
+    system's table) or of memory mappings (``vm.max_map_count``) while the store opened
+    ``filename`` (``None`` when the system did not say which file).
+
+    The store keeps at most ``max_open_mapped_files`` segment and consume-queue files open
+    (see :mod:`rmqlog.log.open_files`), so this means the rest of the process (other
+    stores, sockets, the caller's own files) uses the others. Nothing stored is harmed:
+    the call that failed wrote nothing it did not undo, or left what recovery or the next
+    dispatch completes. Raise the limit (``ulimit -n``, ``LimitNOFILE=`` of a systemd unit),
+    lower ``max_open_mapped_files``, or close files, then retry.
+    """
+
+
+#: The errnos of a process or system out of file descriptors.
+OUT_OF_FILES_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+def too_many_open_files(exc: OSError, path: object, doing: str) -> TooManyOpenFilesError:
+    """The :class:`TooManyOpenFilesError` for ``exc`` (an ``EMFILE``/``ENFILE``/``ENOMEM``
+    error of an open or a mapping), naming ``path`` (``None``: the error's own filename)."""
+    name = exc.filename if path is None else path
+    err = exc.errno if exc.errno is not None else errno.EMFILE
+    advice = (
+        "too many open files or mappings in this process while " + doing
+        + ": raise the limit (ulimit -n; vm.max_map_count), lower max_open_mapped_files, or close other files"
+    )
+    return TooManyOpenFilesError(err, advice, None if name is None else str(name))
+
+
+def raise_if_out_of_files(exc: BaseException, path: object, doing: str) -> None:
+    """Raise ``exc`` as a :class:`TooManyOpenFilesError` naming ``path`` (``None``: the file
+    the error names) when the process or system is out of descriptors; return otherwise
+    (the caller re-raises ``exc``)."""
+    if isinstance(exc, OSError) and not isinstance(exc, StoreError) and exc.errno in OUT_OF_FILES_ERRNOS:
+        raise too_many_open_files(exc, path, doing) from exc
+
+
+_C = TypeVar("_C", bound=type)
+
+
+def out_of_files_typed(cls: _C) -> _C:
+    """Class decorator: an ``EMFILE``/``ENFILE`` ``OSError`` escaping any public method of
+    ``cls`` (or its constructor) is raised as :class:`TooManyOpenFilesError` naming the file
+    the error names. The store's segment and index files raise it themselves; this covers
+    every other file a call may open (state and config files, locks, folders listed)."""
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except OSError as exc:
+                raise_if_out_of_files(exc, None, f"running {fn.__name__}")
+                raise
+
+        return call
+
+    for name, attr in list(vars(cls).items()):
+        if name.startswith("_") and name != "__init__":
+            continue
+        if isinstance(attr, (classmethod, staticmethod)):
+            setattr(cls, name, type(attr)(wrap(attr.__func__)))
+        elif callable(attr):
+            setattr(cls, name, wrap(attr))
+    return cls
 
 
 class StoreClosedError(StoreError):

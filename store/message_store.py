@@ -37,7 +37,13 @@ from .durability.flush import AsyncFlusher
 from .durability.lock_file import StoreLockFile
 from .durability.opening import claim_for_repair, open_as_owner, set_aside_unreadable_config
 from .durability.recovery import RecoveryReport
-from .errors import IndexDisabledError, InvalidArgumentError, StoreClosedError, StoreNotFoundError
+from .errors import (
+    IndexDisabledError,
+    InvalidArgumentError,
+    StoreClosedError,
+    StoreNotFoundError,
+    out_of_files_typed,
+)
 from .index.index_service import IndexService
 from .index.lookup import messages_by_key
 from .log.append_state import AppendState
@@ -58,6 +64,7 @@ from .schedule.delay_offsets import set_aside_if_unreadable_offsets
 from .service import ServiceLoop
 
 
+@out_of_files_typed  # (running out of descriptors anywhere in a call: a typed error naming the file)
 class MessageStore:
     """A RocketMQ-compatible message store rooted at a directory.
 

@@ -27,6 +27,7 @@ from .index.geometry import store_index_config
 from .index.index_service import IndexConfig, IndexService
 from .log.append_state import AppendState, AppendStateFile
 from .log.commitlog import CommitLog
+from .log.open_files import OpenFiles
 from .log.state_rebuild import rebuild_state
 from .paths import StorePaths
 from .queue.consume_queue import ConsumeQueue
@@ -64,8 +65,15 @@ class StoreParts:
             default_queues=config.default_topic_queue_nums, auto_create=config.auto_create_topic_enable,
         )
         self.consumer_offsets = ConsumerOffsetManager(paths.consumer_offset_json, self.config_lock)
-        self.commitlog = CommitLog(paths.commitlog_dir, config.mapped_file_size_commit_log, read_only=read_only)
-        self.queues = ConsumeQueues(paths, config.mapped_file_size_consume_queue, read_only=read_only)
+        #: the commitlog segments and consume-queue files held open, at most
+        #: ``max_open_mapped_files`` of them (see :mod:`rmqlog.log.open_files`)
+        self.open_files = OpenFiles(config.max_open_mapped_files)
+        self.commitlog = CommitLog(
+            paths.commitlog_dir, config.mapped_file_size_commit_log, read_only=read_only, open_files=self.open_files,
+        )
+        self.queues = ConsumeQueues(
+            paths, config.mapped_file_size_consume_queue, read_only=read_only, open_files=self.open_files,
+        )
         self.topic_config.queues_on_disk = self.queues.count_on_disk
         self.state_file = AppendStateFile(paths.append_state, read_only=read_only)
         self.dispatcher = Dispatcher(

@@ -57,7 +57,13 @@ from pathlib import Path
 import numpy as np
 
 from .. import crash_points
-from ..errors import CorruptStoreError, DiskFullError, InvalidArgumentError, raise_if_disk_full
+from ..errors import (
+    CorruptStoreError,
+    DiskFullError,
+    InvalidArgumentError,
+    raise_if_disk_full,
+    raise_if_out_of_files,
+)
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +205,7 @@ class IndexFile:
             os.close(fd)
             tmp.unlink(missing_ok=True)
             raise_if_disk_full(exc, path, "creating an index file")
+            raise_if_out_of_files(exc, path, "creating an index file")
             raise
         tmp.unlink(missing_ok=True)
         return cls(path, fd, mm, hash_slot_num, index_num, True)
@@ -212,7 +219,11 @@ class IndexFile:
         ``FileNotFoundError`` when it is gone.
         """
         size = file_size(hash_slot_num, index_num)
-        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        try:
+            fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        except OSError as exc:
+            raise_if_out_of_files(exc, path, "opening an index file")
+            raise
         try:
             actual = os.fstat(fd).st_size
             if actual != size:
@@ -228,8 +239,9 @@ class IndexFile:
                 _allocate(fd, path, hash_slot_num)
             prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
             mm = mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
-        except BaseException:
+        except BaseException as exc:
             os.close(fd)
+            raise_if_out_of_files(exc, path, "mapping an index file")
             raise
         return cls(path, fd, mm, hash_slot_num, index_num, writable)
 

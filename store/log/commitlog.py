@@ -33,6 +33,7 @@ from .decode import (
 )
 from .encode.batch import EncodedBatch
 from .mapped_file import MappedFile, MappedFileQueue
+from .open_files import OpenFiles
 from .pins import pinned
 from .record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, ScanKind, ScanResult, decode_at
 from .scan import SegmentScan, StopReason, scan_segment
@@ -220,9 +221,14 @@ class _Pipeline:
         self._check()
         if self._native is None:
             self._native = _ChunkWriter(_IN_FLIGHT)
-        fd = seg.write_fd(rel, buf.nbytes)
+        fd = seg.write_fd(rel, buf.nbytes)  # held until the write is done (_drain_native)
         self._keep.append((buf, seg, rel))
-        self._native.submit(fd, rel, buf.ctypes.data, buf.nbytes)
+        try:
+            self._native.submit(fd, rel, buf.ctypes.data, buf.nbytes)
+        except BaseException:
+            self._keep.pop()
+            seg.release_fd()
+            raise
 
     def write_small(self, seg: MappedFile, rel: int, data: bytes) -> None:
         """A few bytes (a blank record) in the pipeline's order, on whichever writer it is using."""
@@ -267,6 +273,8 @@ class _Pipeline:
         except OSError as e:
             self._error = self._error or self._typed(e)
         self._native = None
+        for _, seg, _ in self._keep:  # every write is done: the descriptors may be closed again
+            seg.release_fd()
         self._keep.clear()
 
     def _typed(self, e: OSError) -> OSError:
@@ -312,8 +320,10 @@ def _first_undecodable(seg: MappedFile, positions: np.ndarray, check: RecordChec
 
 
 class CommitLog:
-    def __init__(self, directory: Path, segment_size: int, *, read_only: bool = False) -> None:
-        self.segments = MappedFileQueue(directory, segment_size, read_only=read_only)
+    def __init__(
+        self, directory: Path, segment_size: int, *, read_only: bool = False, open_files: OpenFiles | None = None,
+    ) -> None:
+        self.segments = MappedFileQueue(directory, segment_size, read_only=read_only, open_files=open_files)
         #: bytes of data (not holes) :meth:`scrub` cleared in this process (what it cost)
         self.scrubbed_bytes = 0
 

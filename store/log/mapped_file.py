@@ -16,6 +16,11 @@ stop at :meth:`MappedFile.readable_end`, and a new segment gets its first page a
 when it is created (which then fails typed if there is no room). Bytes are cleared
 (:meth:`MappedFile.clear`) by punching holes, which frees blocks and needs none.
 
+Open files are bounded (:mod:`rmqlog.log.open_files`): a segment is opened on first use,
+closed when idle and least recently used, reopened by its next use; an operation using its
+descriptor holds it (:meth:`MappedFile.acquire_fd`). Running out of descriptors or
+mappings raises :class:`~rmqlog.errors.TooManyOpenFilesError` naming the file.
+
 Nothing here decides what is valid data: that is the commitlog's and the recovery's job.
 """
 
@@ -27,13 +32,21 @@ import errno
 import mmap
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
-from ..errors import CorruptStoreError, disk_full_from_errno, raise_if_disk_full
+from ..errors import (
+    CorruptStoreError,
+    disk_full_from_errno,
+    raise_if_disk_full,
+    raise_if_out_of_files,
+    too_many_open_files,
+)
 from ..paths import parse_segment_name, segment_name
+from .open_files import OpenFiles
 from .pins import PinCount
 
 #: Entries per ``pwritev`` call (Linux's IOV_MAX).
@@ -85,9 +98,14 @@ def _round_up(n: int) -> int:
 
 
 class MappedFile:
-    """One segment file, mapped on first use."""
+    """One segment file, opened and mapped on first use, closed by its store's
+    :class:`~rmqlog.log.open_files.OpenFiles` when idle and least recently used (``open_files``;
+    ``None``: never, until :meth:`close`), reopened by its next use."""
 
-    def __init__(self, path: Path, start: int, size: int, *, bounded_reads: bool = False, read_only: bool = False) -> None:
+    def __init__(
+        self, path: Path, start: int, size: int, *, bounded_reads: bool = False, read_only: bool = False,
+        open_files: OpenFiles | None = None,
+    ) -> None:
         self.path = path
         self.start = start
         self.size = size
@@ -102,6 +120,10 @@ class MappedFile:
         self._np: np.ndarray | None = None
         self._fd: int | None = None
         self._lock = threading.Lock()
+        #: operations using the descriptor now (:meth:`acquire_fd`): the file is not closed
+        #: for the limit on open files while any is (see :mod:`rmqlog.log.open_files`)
+        self._users = 0
+        self._open_files = open_files
         #: reads of this process holding the file (see :mod:`rmqlog.log.pins`)
         self.pins = PinCount()
 
@@ -117,14 +139,28 @@ class MappedFile:
     def end(self) -> int:
         return self.start + self.size
 
+    def _open_fd(self) -> int:
+        """``os.open`` of the file (out of descriptors: :class:`TooManyOpenFilesError`)."""
+        try:
+            return os.open(self.path, self._flags)
+        except OSError as exc:
+            raise_if_out_of_files(exc, self.path, "opening a segment")
+            raise
+
+    def _used(self) -> None:
+        if self._open_files is not None:  # the most recently used now
+            self._open_files.used(self)
+
     def _map(self) -> mmap.mmap:
-        if self._mm is None:
+        mm = self._mm
+        if mm is None:
             with self._lock:
-                if self._mm is None:
+                mm = self._mm
+                if mm is None:
                     # the descriptor already open, if any: a reader's pin opened it, and the file
                     # may have been deleted since (retention), which the descriptor outlives
                     own = self._fd is None
-                    fd = os.open(self.path, self._flags) if own else self._fd
+                    fd = self._open_fd() if own else self._fd
                     assert fd is not None
                     try:
                         actual = os.fstat(fd).st_size
@@ -133,39 +169,73 @@ class MappedFile:
                                 f"segment is {actual} bytes, expected {self.size}", path=str(self.path)
                             )
                         prot = mmap.PROT_READ if self.read_only else mmap.PROT_READ | mmap.PROT_WRITE
-                        self._mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, prot)
+                        try:
+                            mm = self._mm = mmap.mmap(fd, self.size, mmap.MAP_SHARED, prot)
+                        except OSError as exc:  # mmap dups the descriptor (EMFILE), or no mapping is left (ENOMEM)
+                            if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOMEM):
+                                raise too_many_open_files(exc, self.path, "mapping a segment") from exc
+                            raise
                     finally:
                         if own:
                             os.close(fd)
-        return self._mm
+        self._used()
+        return mm
 
     @property
-    def mm(self) -> mmap.mmap:
-        return self._map()
+    def mm(self) -> memoryview:  # (a view keeps the mapping while it is held)
+        return memoryview(self.array())  # type: ignore[arg-type]
 
     def array(self) -> np.ndarray:
-        """The segment as a writable uint8 numpy array (zero-copy over the mapping)."""
-        if self._np is None:
-            self._np = np.frombuffer(self._map(), np.uint8)
-        return self._np
+        """The segment as a writable uint8 numpy array (zero-copy over the mapping).
+
+        Hold the array (not an address taken from it) for as long as it is read: the file
+        may be closed meanwhile for the limit on open files, and the mapping stays only while
+        a view of it exists."""
+        arr = self._np
+        if arr is not None:
+            self._used()
+            return arr
+        while True:
+            mm = self._map()
+            with self._lock:  # (closing takes it too: the view is made before any close)
+                if self._mm is mm:
+                    if self._np is None:
+                        self._np = np.frombuffer(mm, np.uint8)
+                    return self._np
+            # closed for the limit between the two: map it again
 
     def buffer(self) -> pa.Buffer:
         """The segment as an Arrow buffer (zero-copy). Do not keep it past a read."""
         return pa.py_buffer(self.array())
 
-    def _write_fd(self) -> int:
-        """The read-write descriptor of ``pwrite``s and ``pread``s (opened once, on first use)."""
-        if self._fd is None:
-            with self._lock:
-                if self._fd is None:
-                    self._fd = os.open(self.path, self._flags)
-        return self._fd
+    def acquire_fd(self) -> int:
+        """The descriptor of ``pwrite``s, ``pread``s and pins (opened on first use), held: it is
+        not closed for the limit on open files until :meth:`release_fd` (one per call)."""
+        with self._lock:
+            fd = self._fd
+            if fd is None:
+                fd = self._fd = self._open_fd()
+            self._users += 1
+        self._used()
+        return fd
+
+    def release_fd(self) -> None:
+        with self._lock:  # (one per acquire_fd)
+            self._users -= 1
+
+    @contextlib.contextmanager
+    def _fd_held(self) -> Iterator[int]:
+        fd = self.acquire_fd()
+        try:
+            yield fd
+        finally:
+            self.release_fd()
 
     def write_fd(self, rel: int, length: int) -> int:
-        """The descriptor to ``pwrite`` ``length`` bytes at ``rel`` with (checked to fit)."""
+        """:meth:`acquire_fd` to ``pwrite`` ``length`` bytes at ``rel`` (checked to fit)."""
         if rel < 0 or length < 0 or rel + length > self.size:
             raise ValueError(f"write of {length} bytes at {rel} outside segment {self.path}")
-        return self._write_fd()
+        return self.acquire_fd()
 
     def write(self, rel: int, data: memoryview | bytes) -> None:
         """Write ``data`` at ``rel`` through the page cache (``pwrite``), which the mapping shares.
@@ -183,6 +253,8 @@ class MappedFile:
         except OSError as exc:
             raise_if_disk_full(exc, self.path, f"writing {len(view)} bytes at offset {rel}")
             raise
+        finally:
+            self.release_fd()
 
     def sync(self, rel_from: int = 0, rel_to: int | None = None) -> None:
         """Make the bytes in ``[rel_from, rel_to)`` durable, whoever wrote them (any process).
@@ -197,9 +269,8 @@ class MappedFile:
         lo = (rel_from // page) * page
         hi = self.size if rel_to is None else min(self.size, rel_to)
         if hi > lo:
-            self._map()
-            base = self.array().ctypes.data
-            if _msync(base + lo, hi - lo, MS_SYNC) != 0:  # releases the GIL while it waits
+            arr = self.array()  # held: the mapping stays while the sync runs
+            if _msync(arr.ctypes.data + lo, hi - lo, MS_SYNC) != 0:  # releases the GIL while it waits
                 disk_full_from_errno(ctypes.get_errno(), self.path, f"syncing bytes {lo}..{hi}")
 
     def writev(self, rel: int, iov: np.ndarray) -> None:
@@ -210,15 +281,18 @@ class MappedFile:
         """
         iov = np.ascontiguousarray(iov, np.uint64)
         fd = self.write_fd(rel, int(iov[:, 1].sum()))
-        for k in range(0, len(iov), IOV_MAX):
-            part = iov[k : k + IOV_MAX]
-            want = int(part[:, 1].sum())
-            done = _pwritev(fd, part.ctypes.data, len(part), rel)
-            if done < 0:
-                disk_full_from_errno(ctypes.get_errno(), self.path, f"writing {want} bytes at offset {rel}")
-            if done < want:  # short write (rare: e.g. a full disk): finish entry by entry
-                self._finish_short_write(part, done, rel)
-            rel += want
+        try:
+            for k in range(0, len(iov), IOV_MAX):
+                part = iov[k : k + IOV_MAX]
+                want = int(part[:, 1].sum())
+                done = _pwritev(fd, part.ctypes.data, len(part), rel)
+                if done < 0:
+                    disk_full_from_errno(ctypes.get_errno(), self.path, f"writing {want} bytes at offset {rel}")
+                if done < want:  # short write (rare: e.g. a full disk): finish entry by entry
+                    self._finish_short_write(part, done, rel)
+                rel += want
+        finally:
+            self.release_fd()
 
     def _finish_short_write(self, part: np.ndarray, done: int, rel: int) -> None:
         ends = np.cumsum(part[:, 1].astype(np.int64))
@@ -230,7 +304,8 @@ class MappedFile:
 
     def read(self, rel: int, length: int) -> bytes:
         """``length`` bytes at ``rel`` (``pread``: cheaper than the mapping for a few bytes)."""
-        return os.pread(self._write_fd(), length, rel)
+        with self._fd_held() as fd:
+            return os.pread(fd, length, rel)
 
     # ------------------------------------------------------------ holes
     def readable_end(self, rel: int = 0) -> int:
@@ -241,7 +316,8 @@ class MappedFile:
         """
         if not self.bounded_reads:
             return self.size
-        return min(self.size, os.lseek(self._write_fd(), rel, os.SEEK_HOLE))
+        with self._fd_held() as fd:
+            return min(self.size, os.lseek(fd, rel, os.SEEK_HOLE))
 
     def data_regions(self, lo: int, hi: int) -> list[tuple[int, int]]:
         """The ``(start, end)`` ranges within ``[lo, hi)`` that are not holes, ascending.
@@ -249,22 +325,22 @@ class MappedFile:
         ``SEEK_DATA``/``SEEK_HOLE``: two ``lseek`` per region. Where the filesystem does not
         support them, the whole range counts as data.
         """
-        fd = self._write_fd()
         out: list[tuple[int, int]] = []
         pos = lo
-        while pos < hi:
-            try:
-                start = os.lseek(fd, pos, os.SEEK_DATA)
-            except OSError as exc:
-                if exc.errno == errno.ENXIO:  # no data past pos
+        with self._fd_held() as fd:
+            while pos < hi:
+                try:
+                    start = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError as exc:
+                    if exc.errno == errno.ENXIO:  # no data past pos
+                        break
+                    out.append((pos, hi))  # no SEEK_DATA here: data as far as we know
                     break
-                out.append((pos, hi))  # no SEEK_DATA here: data as far as we know
-                break
-            if start >= hi:
-                break
-            end = min(hi, os.lseek(fd, start, os.SEEK_HOLE))
-            out.append((max(start, pos), end))
-            pos = end
+                if start >= hi:
+                    break
+                end = min(hi, os.lseek(fd, start, os.SEEK_HOLE))
+                out.append((max(start, pos), end))
+                pos = end
         return out
 
     def clear(self, lo: int, hi: int) -> int:
@@ -294,9 +370,10 @@ class MappedFile:
         """Deallocate whole pages ``[lo, hi)``; False where the filesystem cannot."""
         if not self._can_punch:
             return False
-        if _fallocate(self._write_fd(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, lo, hi - lo) == 0:
-            return True
-        err = ctypes.get_errno()
+        with self._fd_held() as fd:
+            if _fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, lo, hi - lo) == 0:
+                return True
+            err = ctypes.get_errno()
         if err in _NO_PUNCH:
             self._can_punch = False
             return False
@@ -304,26 +381,48 @@ class MappedFile:
 
     def _zero_nonzero(self, lo: int, hi: int) -> None:
         """Overwrite the non-zero bytes of ``[lo, hi)`` with zeros, a chunk at a time from the back."""
-        fd = self._write_fd()
         end = hi
         while end > lo:
             start = max(lo, end - CLEAR_CHUNK)
-            nz = np.flatnonzero(np.frombuffer(os.pread(fd, end - start, start), np.uint8))
+            nz = np.flatnonzero(np.frombuffer(self.read(start, end - start), np.uint8))
             if len(nz):  # bytes that are non-zero are allocated: writing over them needs no block
                 self.write(start + int(nz[0]), bytes(int(nz[-1]) - int(nz[0]) + 1))
             end = start
 
+    @property
+    def is_open(self) -> bool:
+        """Whether this process holds a descriptor or mapping of the file now."""
+        return self._fd is not None or self._mm is not None
+
+    def close_if_idle(self) -> bool:
+        """Close the descriptor and mapping unless an operation holds them; True if closed.
+        Never waits: a file whose lock is taken is being opened or used."""
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._users:
+                return False
+            self._close_locked()
+            return True
+        finally:
+            self._lock.release()
+
+    def _close_locked(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+        self._np = None
+        if self._mm is not None:
+            # a caller may still hold a zero-copy view; the mapping goes with it
+            with contextlib.suppress(BufferError):
+                self._mm.close()
+            self._mm = None
+
     def close(self) -> None:
         with self._lock:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd = None
-            self._np = None
-            if self._mm is not None:
-                # a caller may still hold a zero-copy view; the mapping goes with it
-                with contextlib.suppress(BufferError):
-                    self._mm.close()
-                self._mm = None
+            self._close_locked()
+        if self._open_files is not None:
+            self._open_files.forget(self)
 
 
 class MappedFileQueue:
@@ -339,14 +438,20 @@ class MappedFileQueue:
     lock); lookups are safe from any thread or process.
     """
 
-    def __init__(self, directory: Path, default_size: int, *, infer: bool = True, read_only: bool = False) -> None:
+    def __init__(
+        self, directory: Path, default_size: int, *, infer: bool = True, read_only: bool = False,
+        open_files: OpenFiles | None = None, bounded_reads: bool | None = None,
+    ) -> None:
         self.directory = directory
+        #: the store's bound on open files its segments register with (``None``: unbounded)
+        self.open_files = open_files
         #: segments are opened read-only and never created (a read-only store)
         self.read_only = read_only
         self._segments: dict[int, MappedFile] = {}
         self._lock = threading.Lock()
         self.size = default_size
-        self.bounded_reads = hole_reads_allocate(directory)
+        # (a store's consume queues pass it, found once: not a statfs per queue)
+        self.bounded_reads = hole_reads_allocate(directory) if bounded_reads is None else bounded_reads
         sizes = {int(parse_segment_name(p.name) or 0): p.stat().st_size for p in self._files()}
         if infer and any(sizes.values()):
             counts: dict[int, int] = {}
@@ -385,15 +490,18 @@ class MappedFileQueue:
         return offset - offset % self.size
 
     def get(self, start: int, *, create: bool = False) -> MappedFile | None:
-        """The segment starting at ``start``; ``None`` if absent and not ``create``."""
+        """The segment starting at ``start``; ``None`` if absent and not ``create`` (also one
+        closed for the limit on open files whose file was deleted since: it cannot reopen)."""
         seg = self._segments.get(start)
-        if seg is not None:
+        if seg is not None and (seg.is_open or seg.path.exists()):
             return seg
         path = self.directory / segment_name(start)
         with self._lock:
             seg = self._segments.get(start)
             if seg is not None:
-                return seg
+                if seg.is_open or path.exists():
+                    return seg
+                del self._segments[start]
             if not path.exists():
                 if not create or self.read_only:
                     return None
@@ -402,7 +510,10 @@ class MappedFileQueue:
                 except OSError as exc:
                     raise_if_disk_full(exc, path, "creating a segment")
                     raise
-            seg = MappedFile(path, start, self.size, bounded_reads=self.bounded_reads, read_only=self.read_only)
+            seg = MappedFile(
+                path, start, self.size, bounded_reads=self.bounded_reads, read_only=self.read_only,
+                open_files=self.open_files,
+            )
             self._segments[start] = seg
             return seg
 
@@ -470,8 +581,10 @@ class MappedFileQueue:
         closing them: a read still using one keeps it mapped and valid; each is closed when
         its last user lets go of it (mapping and descriptor), which frees its disk space."""
         with self._lock:  # (iterating the dict outside the lock could race a get())
-            for key in [k for k in self._segments if k < start]:
-                del self._segments[key]
+            dropped = [self._segments.pop(k) for k in [k for k in self._segments if k < start]]
+        if self.open_files is not None:
+            for seg in dropped:  # not counted any more: closed with its last user
+                self.open_files.forget(seg)
 
     def forget(self, start: int) -> None:
         with self._lock:

@@ -49,12 +49,16 @@ class PinCount:
 
 class Pinnable(Protocol):
     """What pins need of a segment (:class:`rmqlog.log.mapped_file.MappedFile` has it): its
-    pin count, its one descriptor (``_fd``, ``None`` once closed) and a way to open it."""
+    pin count, its one descriptor (``_fd``, ``None`` once closed), and a way to open it and
+    hold it (a held descriptor is not closed for the limit on open files, so a pinned
+    segment keeps its lock: see :mod:`rmqlog.log.open_files`)."""
 
     pins: PinCount
     _fd: int | None
 
-    def _write_fd(self) -> int: ...
+    def acquire_fd(self) -> int: ...
+
+    def release_fd(self) -> None: ...
 
 
 def pin(seg: Pinnable) -> bool:
@@ -64,10 +68,14 @@ def pin(seg: Pinnable) -> bool:
     with st.lock:
         if st.count == 0:
             try:
-                fd = seg._write_fd()  # the segment's one descriptor (opened on first use)
+                fd = seg.acquire_fd()  # the segment's one descriptor (opened on first use), held
             except FileNotFoundError:
                 return False
-            fcntl.flock(fd, fcntl.LOCK_SH)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            except BaseException:
+                seg.release_fd()
+                raise
         st.count += 1
     return True
 
@@ -79,8 +87,11 @@ def unpin(seg: Pinnable) -> None:
         st.count -= 1
         if st.count == 0:
             fd = seg._fd
-            if fd is not None:  # None: the store was closed meanwhile (closing dropped the lock)
-                fcntl.flock(fd, fcntl.LOCK_UN)
+            try:
+                if fd is not None:  # None: the store was closed meanwhile (closing dropped the lock)
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+            finally:
+                seg.release_fd()
 
 
 @contextmanager

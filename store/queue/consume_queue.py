@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from ..log.mapped_file import MappedFile, MappedFileQueue
+from ..log.open_files import OpenFiles
 from ..log.pins import pinned
 
 CQ_UNIT_SIZE = 20
@@ -43,9 +44,15 @@ log = logging.getLogger(__name__)
 
 
 class ConsumeQueue:
-    def __init__(self, directory: Path, segment_size: int, *, read_only: bool = False) -> None:
+    def __init__(
+        self, directory: Path, segment_size: int, *, read_only: bool = False, open_files: OpenFiles | None = None,
+        bounded_reads: bool | None = None,
+    ) -> None:
         self.directory = directory
-        self.segments = MappedFileQueue(directory, segment_size, infer=False, read_only=read_only)  # one size for every queue
+        self.segments = MappedFileQueue(  # one size for every queue
+            directory, segment_size, infer=False, read_only=read_only, open_files=open_files,
+            bounded_reads=bounded_reads,
+        )
         #: (first segment, commitlog min offset, answer) of the last min_offset that searched
         #: inside its first segment: units below the end never change, so it stays true
         self._min_found: tuple[int, int, int] | None = None

@@ -14,6 +14,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from ..log import mapped_file
+from ..log.open_files import OpenFiles
 from ..paths import StorePaths, parse_queue_dir_name, parse_segment_name, topic_problem
 from .consume_queue import CQ_UNIT_SIZE, ConsumeQueue
 
@@ -23,11 +25,18 @@ log = logging.getLogger(__name__)
 class ConsumeQueues:
     """The consume queues of the store at ``paths``; ``configured_size``: the configured
     segment size (``mapped_file_size_consume_queue``), used unless the files say otherwise
-    (see :meth:`segment_size_on_disk`)."""
+    (see :meth:`segment_size_on_disk`); ``open_files``: the store's bound on open files, which
+    every queue's files share (see :mod:`rmqlog.log.open_files`): a queue object costs no
+    descriptor, its files are opened on use and closed when least recently used."""
 
-    def __init__(self, paths: StorePaths, configured_size: int, *, read_only: bool = False) -> None:
+    def __init__(
+        self, paths: StorePaths, configured_size: int, *, read_only: bool = False, open_files: OpenFiles | None = None,
+    ) -> None:
         self.paths = paths
         self.read_only = read_only
+        self.open_files = open_files
+        #: every queue's files are on the volume of ``consumequeue/`` (see :mod:`rmqlog.log.mapped_file`)
+        self.bounded_reads = mapped_file.hole_reads_allocate(paths.consumequeue_dir)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
         self.segment_size = self.segment_size_on_disk(configured_size)
@@ -40,7 +49,10 @@ class ConsumeQueues:
             with self._lock:
                 cq = self._queues.get(key)
                 if cq is None:
-                    cq = ConsumeQueue(self.paths.queue_dir(topic, queue_id), self.segment_size, read_only=self.read_only)
+                    cq = ConsumeQueue(
+                        self.paths.queue_dir(topic, queue_id), self.segment_size, read_only=self.read_only,
+                        open_files=self.open_files, bounded_reads=self.bounded_reads,
+                    )
                     self._queues[key] = cq
         return cq
 
