@@ -1,8 +1,9 @@
 """Opening a store: who recovers it, and what every other opener checks.
 
-The first process to open a store (see :mod:`rmqlog.durability.lock_file`) recovers it
-(:func:`rmqlog.durability.recovery.recover`) under the append lock, before anything else reads
-or writes. With ``repair``, config files nothing can read were set aside beforehand: recovery
+The first process to open a store (see :mod:`rmqlog.durability.lock_file`) surveys it first
+(:mod:`rmqlog.durability.survey`: every file of the type it must be, no links), then, once the
+parts are wired, recovers it (:func:`rmqlog.durability.recovery.recover`) under the append
+lock, before anything else reads or writes. With ``repair``, config files nothing can read were set aside beforehand: recovery
 reports them, and a lost ``topics.json`` is rebuilt with as many queues as the log has.
 Later openers only check the segment sizes (only a first opener may repair) and rebuild a
 missing ``append.state`` from the log.
@@ -11,12 +12,15 @@ missing ``append.state`` from the log.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import safe_open
 from ..config_files import set_aside_if_unreadable
 from .lock_file import StoreLockFile
 from .recovery import RecoveryReport, recover
+from .survey import set_aside_lock, survey
 
 if TYPE_CHECKING:
     from ..config_files import TopicConfig
@@ -30,21 +34,49 @@ def set_aside_unreadable_config(parts: StoreParts) -> list[Path]:
         return [p for p in map(set_aside_if_unreadable, files) if p]
 
 
-def open_as_owner(
-    parts: StoreParts, *, repair: bool, set_aside: list[Path], topics: Callable[[], dict[str, TopicConfig]],
-) -> tuple[StoreLockFile, RecoveryReport | None]:
-    """Become an owner of the store; the first owner recovers it (its report is returned).
+@dataclass
+class Ownership:
+    """This process's ownership of a store being opened (:func:`take_ownership`)."""
 
-    On failure the ownership is abandoned and the parts' files closed before the error
-    propagates. ``topics``: every topic, found from the log too (to rebuild a lost
-    ``topics.json``)."""
+    owner: StoreLockFile
+    first: bool  # the first opener: it recovers the store
+    surveyed: list[str]  # what the survey did (the first opener's)
+
+
+def take_ownership(parts: StoreParts, *, repair: bool) -> Ownership:
+    """Become an owner of the store, before its files are opened: the first opener surveys
+    it (with the lock held exclusively); then ``config/`` is made if missing. The caller
+    calls :func:`open_as_owner` once the parts are wired, or ``owner.abandon()`` on failure."""
+    surveyed: list[str] = []
+    if repair:
+        moved = set_aside_lock(parts.paths)
+        if moved:
+            surveyed.append(moved)
     owner = StoreLockFile.for_root(parts.paths.lock, parts.paths.abort)
-    first = owner.open()
+    first = owner.open(first_checks=lambda: surveyed.extend(survey(parts.paths, repair=repair)))
+    try:
+        safe_open.make_folder(parts.paths.config_dir)
+    except BaseException:
+        owner.abandon()
+        raise
+    return Ownership(owner, first, surveyed)
+
+
+def open_as_owner(
+    parts: StoreParts, owned: Ownership, *, repair: bool, set_aside: list[Path],
+    topics: Callable[[], dict[str, TopicConfig]],
+) -> RecoveryReport | None:
+    """Finish opening as an owner of the store; the first owner recovers it (its report is
+    returned). On failure the parts' files are closed before the error propagates (the
+    caller abandons the ownership). ``topics``: every topic, found from the log too (to
+    rebuild a lost ``topics.json``)."""
+    owner, first = owned.owner, owned.first
     report: RecoveryReport | None = None
     try:
         with parts.append_lock.held():
             if first:
                 report = recover(parts, abnormal=owner.abort_exists(), repair=repair)
+                report.problems[:0] = owned.surveyed
                 for path in set_aside:
                     report.problems.append(f"unreadable {path.name.split('.damaged')[0]} set aside as {path.name}")
                 if any(p.name.startswith("topics.json") for p in set_aside):
@@ -55,8 +87,7 @@ def open_as_owner(
                 if parts.state_file.load() is None:
                     parts.state_file.publish(parts.rebuild_state())
     except BaseException:
-        owner.abandon()
         parts.close_files()
         raise
     owner.opened()
-    return owner, report
+    return report

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import safe_open
 from ..errors import CorruptStoreError, DataLossError, DiskFullError
 from ..paths import topic_problem
 from ..queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE
@@ -95,7 +96,7 @@ def drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport, *, whole_log:
     for start in starts:
         if start >= bad:
             segs.forget(start)
-            (cq.directory / f"{start:020d}").unlink(missing_ok=True)
+            safe_open.unlink(cq.directory / f"{start:020d}")
     segs.odd.clear()
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .. import safe_open
 from ..errors import CorruptStoreError
 from ..fileio import replace_file
 from .index_service import IndexConfig
@@ -29,7 +30,7 @@ def store_index_config(config_dir: Path, configured: IndexConfig, *, read_only: 
     file property)."""
     path = config_dir / GEOMETRY_FILE
     try:
-        raw = path.read_bytes()
+        raw = safe_open.read_bytes(path)
     except FileNotFoundError:
         if read_only:
             return configured

@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import safe_open
 from ..errors import CorruptStoreError, DiskFullError, InvalidArgumentError, raise_if_disk_full
 
 log = logging.getLogger(__name__)
@@ -178,8 +179,8 @@ class IndexFile:
         # made whole under a temporary name, then linked into place: a process killed at any
         # moment never leaves a file of the index's names that is short or has no header
         tmp = path.with_name(path.name + CREATING_SUFFIX)
-        tmp.unlink(missing_ok=True)  # a killed creator's (the caller holds the writers' lock)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        safe_open.unlink(tmp)  # a killed creator's (the caller holds the writers' lock)
+        fd = safe_open.open_file(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         try:
             os.ftruncate(fd, size)
             _allocate(fd, path, hash_slot_num)
@@ -188,16 +189,16 @@ class IndexFile:
             os.pwrite(fd, IndexHeader(ts, ts, phy, phy, 0, 1).pack(), 0)
             mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             try:
-                os.link(tmp, path)  # FileExistsError when the name is taken
+                safe_open.link(tmp, path)  # FileExistsError when the name is taken
             except BaseException:
                 mm.close()
                 raise
         except BaseException as exc:
             os.close(fd)
-            tmp.unlink(missing_ok=True)
+            safe_open.unlink(tmp)
             raise_if_disk_full(exc, path, "creating an index file")
             raise
-        tmp.unlink(missing_ok=True)
+        safe_open.unlink(tmp)
         return cls(path, fd, mm, hash_slot_num, index_num, True)
 
     @classmethod
@@ -209,7 +210,7 @@ class IndexFile:
         ``FileNotFoundError`` when it is gone.
         """
         size = file_size(hash_slot_num, index_num)
-        fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        fd = safe_open.open_file(path, os.O_RDWR if writable else os.O_RDONLY)
         try:
             actual = os.fstat(fd).st_size
             if actual != size:

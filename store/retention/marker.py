@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import safe_open
 from ..errors import DiskFullError
 from ..fileio import replace_file, rewrite_in_place
 
@@ -52,7 +53,7 @@ class RetentionStateFile:
     def read(self) -> RetentionState | None:
         """The state, or ``None`` when absent or unreadable (logged)."""
         try:
-            raw = self.path.read_bytes()
+            raw = safe_open.read_bytes(self.path)
         except FileNotFoundError:
             return None
         try:
@@ -76,10 +77,10 @@ class RetentionStateFile:
         try:
             replace_file(self.path, data, durable=True)
         except DiskFullError:
-            if not self.path.exists():
+            if safe_open.kind(self.path) is None:
                 raise
             rewrite_in_place(self.path, data)
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = safe_open.open_file(self.path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:

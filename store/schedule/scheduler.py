@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import safe_open
 from ..errors import MessagesDeletedError
 from ..log.properties import SCHEDULE_TOPIC
 from ..log.writer_marker import writer_marker
@@ -127,7 +128,7 @@ class DelayScheduler:
 
     def _pass(self, now_ms: int | None, *, wait: bool) -> PassReport | None:
         with self._thread_lock:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = safe_open.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
             try:
                 try:
                     fcntl.lockf(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -147,10 +148,8 @@ class DelayScheduler:
         offsets = load_delay_offsets(self.offsets_path)
         before = dict(offsets)
         state = self.parts.append_state()
-        try:  # the levels that ever had a message (one listing, not a stat per level)
-            queues = {parse_queue_dir_name(name) for name in os.listdir(self.parts.paths.consumequeue_dir / SCHEDULE_TOPIC)}
-        except (FileNotFoundError, NotADirectoryError):
-            queues = set()
+        # the levels that ever had a message (one listing, not a stat per level)
+        queues = {parse_queue_dir_name(name) for name in safe_open.listdir_or_empty(self.parts.paths.consumequeue_dir / SCHEDULE_TOPIC)}
         for level in range(1, len(self.levels_ms) + 1):
             queue = level_queue(level)
             if queue not in queues:

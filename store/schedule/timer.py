@@ -46,6 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import safe_open
 from ..errors import MessagesDeletedError
 from ..log.properties import (
     PROPERTY_REAL_QID,
@@ -139,7 +140,7 @@ class TimerDelivery:
         delivered, messages lost to retention before delivery)."""
         cq = self.parts.consume_queue(TIMER_TOPIC, 0)
         state = self.wheel.load()
-        if state is None and not cq.directory.is_dir():
+        if state is None and not safe_open.is_folder(cq.directory):
             return 0, 0  # no timed message was ever stored
         done = self.parts.append_state().writers.get(TIMER_WRITER)
         d_old = state.delivered if state is not None else 0

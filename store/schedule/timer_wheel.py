@@ -44,6 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import safe_open
 from ..errors import CorruptStoreError
 from ..fileio import raise_if_disk_full
 
@@ -117,7 +118,7 @@ class TimerWheel:
     def load(self) -> TimerState | None:
         """The state, or ``None`` when the index must be rebuilt (see the module docstring)."""
         try:
-            raw = self.state_path.read_bytes()
+            raw = safe_open.read_bytes(self.state_path)
         except FileNotFoundError:
             return None
         state = TimerState.unpack(raw)
@@ -127,9 +128,9 @@ class TimerWheel:
 
     def save(self, state: TimerState) -> None:
         """Write ``state`` in place (created the first time)."""
-        self.directory.mkdir(exist_ok=True)
+        safe_open.make_folder(self.directory)
         try:
-            fd = os.open(self.state_path, os.O_WRONLY | os.O_CREAT, 0o644)
+            fd = safe_open.open_file(self.state_path, os.O_WRONLY | os.O_CREAT)
             try:
                 os.pwrite(fd, state.pack(), 0)
             finally:
@@ -141,16 +142,14 @@ class TimerWheel:
     def invalidate(self) -> None:
         """Make the next pass rebuild the index (a store recovered after an abnormal exit: the
         index's files were not synced, the timer queue is the truth)."""
-        with contextlib.suppress(FileNotFoundError):
-            self.state_path.unlink()
+        safe_open.unlink(self.state_path)
 
     def reset(self, state: TimerState) -> None:
         """Empty the log and the wheel (a rebuild, or nothing pending any more)."""
         self.close()
-        self.directory.mkdir(exist_ok=True)
+        safe_open.make_folder(self.directory)
         for path in (self.log_path, self.wheel_path):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            safe_open.unlink(path)
         state.log_end = 0
         state.pending = 0
         state.slots = self.slots
@@ -158,9 +157,9 @@ class TimerWheel:
     # ------------------------------------------------------------ maps
     def _slots(self) -> np.ndarray:
         if self._wheel is None:
-            self.directory.mkdir(exist_ok=True)
+            safe_open.make_folder(self.directory)
             size = self.slots * SLOT.itemsize
-            fd = os.open(self.wheel_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = safe_open.open_file(self.wheel_path, os.O_RDWR | os.O_CREAT)
             try:
                 if os.fstat(fd).st_size != size:
                     os.ftruncate(fd, size)  # sparse: a slot never written reads as empty
@@ -177,7 +176,7 @@ class TimerWheel:
         if self._log_mm is None or self._log_entries < entries:
             if self._log_mm is not None:
                 self._log_mm.close()
-            fd = os.open(self.log_path, os.O_RDONLY)
+            fd = safe_open.open_file(self.log_path, os.O_RDONLY)
             try:
                 size = os.fstat(fd).st_size
                 if size < entries * ENTRY.itemsize:
@@ -251,8 +250,8 @@ class TimerWheel:
         state.pending += n
 
     def _append(self, at: int, entries: np.ndarray) -> None:
-        self.directory.mkdir(exist_ok=True)
-        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        safe_open.make_folder(self.directory)
+        fd = safe_open.open_file(self.log_path, os.O_WRONLY | os.O_CREAT)
         try:
             view = memoryview(entries.view(np.uint8).data)
             pos = at * ENTRY.itemsize
