@@ -25,6 +25,7 @@ from .errors import (
     StoreClosedError,
     StoreError,
     StoreNotFoundError,
+    WrongFileTypeError,
 )
 from .message_store import MessageStore
 from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
@@ -36,7 +37,7 @@ MALLOC_PINNED = pin_malloc_thresholds()
 __all__ = [
     "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
-    "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "StoreClosedError", "StoreNotFoundError",
+    "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "StoreClosedError", "StoreNotFoundError", "WrongFileTypeError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",
 ]

@@ -181,6 +181,7 @@ def check_units(parts: StoreParts, cut: int, end: int, walked: Walked) -> int:
             logical = first + np.arange(len(u))
             ok &= (pos[safe] == off) & (size[safe] == sz) & (queue[safe] == me) & (qoff[safe] == logical)
         ok[1:] &= np.diff(off) > 0
+        matched = ok.copy()  # units that point at their own walked record
         # fillers before a queue's first message (a queue whose units start past 0) are fine,
         # and so are units of records retention deleted (below the log's start: a queue keeps
         # its last file, whose units tell where the queue goes on)
@@ -192,6 +193,9 @@ def check_units(parts: StoreParts, cut: int, end: int, walked: Walked) -> int:
         if k < len(u):
             log.warning("consume queue %s: units from %d do not match the commitlog; re-dispatched", cq.directory, first + k)
             cq.truncate(first + k)
-        covered[idx[:k]] = True
+        # only units that point at their record cover it (a filler's offset 0, or a unit below
+        # the log's start, would land on the first walked record: its own queue's unit would
+        # then never be rewritten when that queue was lost)
+        covered[idx[:k][matched[:k]]] = True
     missing = np.flatnonzero(consumable & ~covered)
     return int(pos[missing[0]]) if len(missing) else end

@@ -29,6 +29,7 @@ import logging
 import os
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from .. import safe_open
 from ..errors import WrongFileTypeError
@@ -67,6 +68,7 @@ LAYOUT: list[tuple[re.Pattern[str], str, str]] = [(re.compile(p), k, w) for p, k
 ]]
 #: entries whose presence means a process did not close the store (see the module docstring)
 _CRASH_SIGNS = re.compile(r"abort|recovering|owners(?:/.*)?")
+_QUEUE_FILE = re.compile(f"(consumequeue/{_TOPIC}/{_QUEUE})/{_SEGMENT}")
 
 
 def expected(rel: str) -> tuple[str, str] | None:
@@ -128,18 +130,31 @@ def survey(paths: StorePaths, *, repair: bool) -> list[str]:
             w = refused[0]
             raise WrongFileTypeError(str(paths.root / w.rel), w.found, w.expected)
     done: list[str] = []
-    crashed = False
     for w in wrong:
-        if w.holds == CONFIG and not repair:
-            continue  # its readers fall back to the .bak, or name it when it is needed
-        moved = safe_open.set_aside(paths.root / w.rel)
-        done.append(_done(w, moved.name))
-        crashed = crashed or bool(_CRASH_SIGNS.fullmatch(w.rel))
+        path = paths.root / w.rel
+        if w.holds == CONFIG and not repair and not _replaceable(path):
+            continue  # its reader names it when it is needed
+        queue = _QUEUE_FILE.fullmatch(w.rel)
+        if queue:  # the queue's other files go with it: rebuilt whole from the log (a queue
+            # missing its first file would otherwise read as one whose head retention removed)
+            path = paths.root / queue.group(1)
+            if safe_open.kind(path) is None:
+                continue  # (set aside already, with another file of it)
+        moved = safe_open.set_aside(path)
+        done.append(_done(w, str(moved.relative_to(paths.root))))
     if any(w.holds == CONFIG_FOLDER for w in wrong):
         safe_open.make_folder(paths.config_dir)
-    if crashed and safe_open.kind(paths.abort) is None:
+    if any(_CRASH_SIGNS.fullmatch(w.rel) for w in wrong) and safe_open.kind(paths.abort) is None:
         os.close(safe_open.open_file(paths.abort, os.O_WRONLY | os.O_CREAT))
+    if any(w.rel.startswith("timer/") for w in wrong):
+        safe_open.unlink(paths.root / "timer" / "state")  # the timer index rebuilt from the timer queue
     return done
+
+
+def _replaceable(path: Path) -> bool:
+    """Whether a config file of the wrong type can be set aside at a normal open: it is a
+    ``.bak`` (the next write makes a new one), or its ``.bak`` is a file (read instead)."""
+    return path.name.endswith(".bak") or safe_open.kind(path.with_name(path.name + ".bak")) == safe_open.FILE
 
 
 def _done(w: Wrong, moved: str) -> str:

@@ -479,12 +479,14 @@ class IndexService:
                 if hdr.index_count <= 1:
                     if hdr.begin_phy_offset >= commit_log_end and len(self._files) > 1:
                         self._remove_from(len(self._files) - 1)
+                        self._refresh()  # the file before it is the last now: opened writable
                         continue
                     break
                 first_phy = int(f.entries(1, 2)["phyOffset"][0])
                 if first_phy >= commit_log_end:
                     removed += hdr.index_count - 1
                     self._remove_from(len(self._files) - 1)
+                    self._refresh()
                     continue
                 # entries are in commitlog order: the first at or past the cut, by bisection
                 lo, hi = 1, hdr.index_count
