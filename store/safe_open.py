@@ -34,10 +34,12 @@ removes a file any other way.
 
 from __future__ import annotations
 
+import ctypes
 import errno
 import fcntl
 import os
 import stat
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -54,8 +56,21 @@ SPECIAL = "a special file"
 DAMAGED = ".damaged-"
 
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-_roots: dict[str, int] = {}  # absolute root -> how many open stores registered it
+class _Root:
+    """A registered root: how many open stores registered it, and a descriptor of it (``O_PATH``,
+    opened when the first registered it: the root is resolved once, when a store opens, as
+    the store's lock files are)."""
+
+    def __init__(self, path: str) -> None:
+        self.count = 0
+        self.fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+
+
+_roots: dict[str, _Root] = {}  # absolute root -> its registration
+_root_prefixes: tuple[tuple[str, str], ...] = ()  # (root, root + "/"), for lookups without the lock
+_split_cache: dict[str, tuple[str, list[str]]] = {}  # absolute path -> _split's answer (cleared on changes)
 _roots_lock = threading.Lock()
+_SPLIT_CACHE_MAX = 65536
 
 PathLike = str | os.PathLike[str]
 
@@ -65,37 +80,72 @@ def register_root(root: PathLike) -> None:
     (counted: pair every call with :func:`release_root`)."""
     key = os.path.abspath(root)
     with _roots_lock:
-        _roots[key] = _roots.get(key, 0) + 1
+        entry = _roots.get(key)
+        if entry is None or entry.count <= 0:
+            entry = _roots[key] = _Root(key)
+        entry.count += 1
+        _publish_roots()
 
 
 def release_root(root: PathLike) -> None:
     key = os.path.abspath(root)
     with _roots_lock:
-        n = _roots.get(key, 0) - 1
-        if n > 0:
-            _roots[key] = n
-        else:
-            _roots.pop(key, None)
+        entry = _roots.get(key)
+        if entry is None:
+            return
+        entry.count -= 1
+        if entry.count <= 0:
+            del _roots[key]
+            os.close(entry.fd)
+        _publish_roots()
+
+
+def _publish_roots() -> None:
+    global _root_prefixes
+    _root_prefixes = tuple((r, r.rstrip("/") + "/") for r in _roots)
+    _split_cache.clear()
 
 
 def _split(path: PathLike) -> tuple[str, list[str]]:
     """(the folder to start from, the components below it): the nearest registered root above
     ``path`` and every component under it (none for a root itself), else ``path``'s folder
     and its last component."""
-    full = os.path.abspath(path)
-    if _roots:
-        if full in _roots:
-            return full, []
-        probe = full
-        while True:
-            parent = os.path.dirname(probe)
-            if parent == probe:
-                break
-            if parent in _roots:
-                return parent, full[len(parent):].lstrip("/").split("/")
-            probe = parent
-    parent, name = os.path.split(full)
-    return parent, [name]
+    raw = os.fspath(path)
+    hit = _split_cache.get(raw)
+    if hit is not None:
+        return hit
+    full = os.path.abspath(raw)
+    best = ""
+    answer: tuple[str, list[str]] | None = None
+    for root, prefix in _root_prefixes:
+        if full == root:
+            answer = (full, [])
+            break
+        if full.startswith(prefix) and len(root) > len(best):
+            best = root
+    if answer is None:
+        if best:
+            answer = (best, full[len(best.rstrip("/")) + 1 :].split("/"))
+        else:
+            parent, name = os.path.split(full)
+            answer = (parent, [name])
+    if raw.startswith("/") and _root_prefixes:  # (a relative path depends on the working folder)
+        if len(_split_cache) >= _SPLIT_CACHE_MAX:
+            _split_cache.clear()
+        _split_cache[raw] = answer
+    return answer
+
+
+def _base_fd(base: str) -> tuple[int, bool]:
+    """A descriptor of ``base`` (the caller closes it): a registered root's kept one, duplicated
+    (a release meanwhile cannot close it under the caller), else ``base`` opened."""
+    entry = _roots.get(base)
+    if entry is not None and entry.count > 0:
+        try:
+            return os.dup(entry.fd), True
+        except OSError:
+            pass
+    return os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), True
 
 
 def kind_of(st: os.stat_result) -> str:
@@ -123,17 +173,38 @@ def _missing(path: str) -> FileNotFoundError:
 
 def _walk(base: str, comps: list[str]) -> int:
     """An ``O_PATH`` descriptor of ``base/comps...``, each component a real folder, no link."""
-    fd = os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+    if not comps:
+        return _base_fd(base)[0]
+    return _open_below(base, comps, _DIR_FLAGS, 0, FOLDER)
+
+
+def _open_below(base: str, comps: list[str], flags: int, mode: int, expected: str) -> int:
+    """``os.open`` of ``base/comps...`` (at least one component) with ``flags``, following no
+    link below ``base``. One ``openat2(RESOLVE_NO_SYMLINKS)`` where the kernel has it (Linux
+    5.6+); otherwise, and to name what is wrong when it fails, one ``openat`` per component."""
+    if _openat2 is not None:
+        bfd = _base_fd(base)[0]
+        try:
+            return _openat2(bfd, "/".join(comps), flags, mode)
+        except OSError as exc:
+            if exc.errno == errno.ENOENT:
+                raise _missing(os.path.join(base, *comps)) from None
+            # a link, a wrong type, anything else: the walk below names it (or raises the same)
+        finally:
+            os.close(bfd)
+    fd = _base_fd(base)[0]
     try:
         for i, name in enumerate(comps):
+            last = i == len(comps) - 1
             try:
-                nfd = os.open(name, _DIR_FLAGS, dir_fd=fd)
+                nfd = os.open(name, flags if last else _DIR_FLAGS, mode, dir_fd=fd)
             except OSError as exc:
                 where = os.path.join(base, *comps[: i + 1])
-                if exc.errno in (errno.ENOTDIR, errno.ELOOP):
+                want = expected if last else FOLDER
+                if exc.errno in (errno.ENOTDIR, errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EEXIST):
                     found = _found(fd, name)
-                    if found is not None and found != FOLDER:
-                        raise WrongFileTypeError(where, found, FOLDER) from None
+                    if found is not None and found != want:
+                        raise WrongFileTypeError(where, found, want) from None
                 if exc.errno == errno.ENOENT:
                     raise _missing(where) from None
                 raise
@@ -143,6 +214,49 @@ def _walk(base: str, comps: list[str]) -> int:
         os.close(fd)
         raise
     return fd
+
+
+class _OpenHow(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+
+_SYS_OPENAT2 = 437  # the same number on every architecture Linux added it to at once (5.6)
+_RESOLVE_NO_SYMLINKS = 0x04
+
+
+def _make_openat2() -> Callable[[int, str, int, int], int] | None:
+    """``openat2(dirfd, path, flags, mode)`` refusing every link, or ``None`` where the kernel
+    (or a sandbox's filter) does not have it."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+    except (OSError, AttributeError):
+        return None
+    syscall.restype = ctypes.c_long
+    syscall.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+    hows: dict[tuple[int, int], _OpenHow] = {}
+    size = ctypes.sizeof(_OpenHow)
+
+    def openat2(dirfd: int, path: str, flags: int, mode: int) -> int:
+        how = hows.get((flags, mode))
+        if how is None:
+            how = hows[flags, mode] = _OpenHow(flags, mode, _RESOLVE_NO_SYMLINKS)
+        fd = syscall(_SYS_OPENAT2, dirfd, os.fsencode(path), ctypes.addressof(how), size)
+        if fd < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), path)
+        return int(fd)
+
+    try:
+        os.close(openat2(-100, ".", os.O_PATH | os.O_CLOEXEC, 0))  # AT_FDCWD: is it there?
+    except OSError:
+        return None
+    return openat2
+
+
+_openat2 = _make_openat2()
 
 
 @contextmanager
@@ -183,17 +297,8 @@ def lstat(path: PathLike) -> os.stat_result:
 def open_file(path: PathLike, flags: int, mode: int = 0o644) -> int:
     """``os.open`` of the regular file ``path`` (``O_CREAT`` and the other flags as given),
     following no link; raises :class:`WrongFileTypeError` when something else is there."""
-    with parent_of(path) as (dfd, name):
-        try:
-            fd = os.open(name, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, dir_fd=dfd)
-        except OSError as exc:
-            if exc.errno in (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.ENOTDIR, errno.EEXIST):
-                found = _found(dfd, name)
-                if found is not None and found != FILE:
-                    raise WrongFileTypeError(os.fspath(path), found, FILE) from None
-            if exc.errno == errno.ENOENT:
-                raise _missing(os.fspath(path)) from None
-            raise
+    base, comps = _split(path)
+    fd = _open_below(base, comps, flags | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, mode, FILE)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
@@ -211,17 +316,7 @@ def open_folder(path: PathLike) -> int:
     base, comps = _split(path)
     if not comps:  # a root is followed if it is a link (see the module docstring)
         return os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    with parent_of(path) as (dfd, name):
-        try:
-            return os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-        except OSError as exc:
-            if exc.errno in (errno.ENOTDIR, errno.ELOOP):
-                found = _found(dfd, name)
-                if found is not None and found != FOLDER:
-                    raise WrongFileTypeError(os.fspath(path), found, FOLDER) from None
-            if exc.errno == errno.ENOENT:
-                raise _missing(os.fspath(path)) from None
-            raise
+    return _open_below(base, comps, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, 0, FOLDER)
 
 
 def listdir(path: PathLike) -> list[str]:

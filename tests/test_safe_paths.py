@@ -101,7 +101,18 @@ def test_files_are_reached_only_through_safe_open(folder: str) -> None:
 # --------------------------------------------------------------------------- the primitives
 
 
-def test_no_link_is_followed_below_a_root_at_any_depth(tmp_path: Path) -> None:
+@pytest.fixture(params=["openat2", "openat"])
+def resolver(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Both ways of reaching a path: one ``openat2(RESOLVE_NO_SYMLINKS)`` (Linux 5.6+), and one
+    ``openat(O_NOFOLLOW)`` per folder (older kernels, sandboxes that filter openat2)."""
+    if request.param == "openat2" and safe_open._openat2 is None:
+        pytest.skip("this kernel has no openat2")
+    if request.param == "openat":
+        monkeypatch.setattr(safe_open, "_openat2", None)
+    return str(request.param)
+
+
+def test_no_link_is_followed_below_a_root_at_any_depth(tmp_path: Path, resolver: str) -> None:
     root, outside = tmp_path / "root", tmp_path / "outside"
     (root / "a" / "b").mkdir(parents=True)
     outside.mkdir()
@@ -156,7 +167,7 @@ def test_a_store_whose_root_is_a_link_works(tmp_path: Path) -> None:
     assert len(list((tmp_path / "real" / "commitlog").iterdir())) > 1
 
 
-def test_a_queue_folder_linked_outside_while_the_store_is_open(tmp_path: Path) -> None:
+def test_a_queue_folder_linked_outside_while_the_store_is_open(tmp_path: Path, resolver: str) -> None:
     """A link that appears while a store is open (no survey sees it): dispatch refuses it,
     typed, and writes nothing outside; a commitlog segment linked outside is never appended to."""
     root, outside = tmp_path / "store", tmp_path / "outside"

@@ -9,11 +9,16 @@ holds:
 
 | what | entries | at a normal open | with ``repair=True`` |
 |---|---|---|---|
-| the log | ``commitlog/``, its segments | refused: :class:`~rmqlog.errors.WrongFileTypeError` naming it, nothing changed | set aside; a segment set aside is a missing one (recovery cuts the log at the gap) |
+| the log | ``commitlog/``, its segments | refused: :class:`~rmqlog.errors.WrongFileTypeError` names it, nothing changed | set aside; a segment set aside is a missing one (recovery cuts the log at the gap; the first one: the log starts at the next) |
 | the config folder | ``config/`` | refused, nothing changed | set aside, a new ``config/`` made: topics rebuilt from the log, offsets start over |
-| config files | ``config/*.json``, their ``.bak`` | left to their readers: unreadable, so the ``.bak`` is read instead, else a typed error names it when it is needed | set aside (the ``.bak``, or the log, takes over) |
+| config files | ``config/*.json``, their ``.bak`` | set aside when the store can do without it: a ``.bak`` (the next write makes a new one), a file whose ``.bak`` is a file (read instead); otherwise left to its reader, which names it, typed, when it is needed (``indexFile.json``: at every open) | set aside |
 | ``lock`` | | refused when the store opens it (before any survey can run) | set aside before the open |
 | derived files (everything else) | ``consumequeue/``..., ``index/``..., ``timer/``..., ``checkpoint``, ``abort``, ``*.state``, ``*.lock``, ``owners/``..., ``recovering``, ``commitlog.deleted/``..., ``commitlog.prealloc/``... | set aside and rebuilt from the log: nothing is lost | the same |
+
+Rebuilt whole where a part would mislead: a consume-queue file's whole queue folder is set
+aside (a queue missing its first file reads as one whose head retention removed), and
+anything under ``timer/`` makes the timer index rebuild from the timer queue
+(``timer/state`` removed, as after a crash).
 
 "Set aside" is a rename to ``<name>.damaged-<ms>`` beside it (:func:`rmqlog.safe_open.set_aside`):
 never a removal, and a link's target is never touched. An ``abort``, ``recovering`` or owner
