@@ -83,6 +83,18 @@ def drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport, *, whole_log:
     :func:`_complete_queues`, so no ``repair`` is needed.
     """
     segs = cq.segments
+    if segs.wrong:  # a segment's name taken by a folder, a link...: the queue is rebuilt whole (see
+        # rmqlog.durability.survey, which leaves a queue's files to this per-queue pass)
+        start, found = min(segs.wrong.items())
+        segs.close()
+        segs.wrong.clear()
+        segs.odd.clear()
+        moved = safe_open.set_aside(cq.directory)
+        msg = (f"consume queue {cq.directory}: {cq.directory / f'{start:020d}'} was {found}, not {safe_open.FILE}: "
+               f"the queue's folder set aside as {moved.name}; rebuilt")
+        log.warning(msg)
+        report.problems.append(msg)
+        return
     starts = segs.segment_starts()
     if whole_log and starts and starts[0] > 0:
         bad: int | None = starts[0]

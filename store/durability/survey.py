@@ -15,10 +15,12 @@ holds:
 | ``lock`` | | refused when the store opens it (before any survey can run) | set aside before the open |
 | derived files (everything else) | ``consumequeue/``..., ``index/``..., ``timer/``..., ``checkpoint``, ``abort``, ``*.state``, ``*.lock``, ``owners/``..., ``recovering``, ``commitlog.deleted/``..., ``commitlog.prealloc/``... | set aside and rebuilt from the log: nothing is lost | the same |
 
-Rebuilt whole where a part would mislead: a consume-queue file's whole queue folder is set
-aside (a queue missing its first file reads as one whose head retention removed), and
-anything under ``timer/`` makes the timer index rebuild from the timer queue
-(``timer/state`` removed, as after a crash).
+Rebuilt whole where a part would mislead: a consume-queue file of the wrong type has its
+whole queue folder set aside (a queue missing its first file reads as one whose head
+retention removed); that is done by recovery's pass over each queue, which lists their files
+anyway (:func:`rmqlog.durability.queue_repair.drop_bad_queue_files`), so the survey does not
+list them a second time. Anything under ``timer/`` makes the timer index rebuild from the
+timer queue (``timer/state`` removed, as after a crash).
 
 "Set aside" is a rename to ``<name>.damaged-<ms>`` beside it (:func:`rmqlog.safe_open.set_aside`):
 never a removal, and a link's target is never touched. An ``abort``, ``recovering`` or owner
@@ -73,7 +75,7 @@ LAYOUT: list[tuple[re.Pattern[str], str, str]] = [(re.compile(p), k, w) for p, k
 ]]
 #: entries whose presence means a process did not close the store (see the module docstring)
 _CRASH_SIGNS = re.compile(r"abort|recovering|owners(?:/.*)?")
-_QUEUE_FILE = re.compile(f"(consumequeue/{_TOPIC}/{_QUEUE})/{_SEGMENT}")
+_QUEUE_DIR = re.compile(f"consumequeue/{_TOPIC}/{_QUEUE}")
 
 
 def expected(rel: str) -> tuple[str, str] | None:
@@ -104,7 +106,9 @@ def find_wrong(paths: StorePaths) -> list[Wrong]:
 
     def descend(rel: str) -> bool:
         exp = expected(rel)
-        return exp is not None and exp[0] == safe_open.FOLDER
+        # a queue's files are checked by recovery's pass over each queue, which lists them anyway
+        # (rmqlog.durability.queue_repair): a store of 100,000 queues is not listed twice
+        return exp is not None and exp[0] == safe_open.FOLDER and not _QUEUE_DIR.fullmatch(rel)
 
     for rel, found in safe_open.walk(paths.root, descend):
         exp = expected(rel)
@@ -139,12 +143,6 @@ def survey(paths: StorePaths, *, repair: bool) -> list[str]:
         path = paths.root / w.rel
         if w.holds == CONFIG and not repair and not _replaceable(path):
             continue  # its reader names it when it is needed
-        queue = _QUEUE_FILE.fullmatch(w.rel)
-        if queue:  # the queue's other files go with it: rebuilt whole from the log (a queue
-            # missing its first file would otherwise read as one whose head retention removed)
-            path = paths.root / queue.group(1)
-            if safe_open.kind(path) is None:
-                continue  # (set aside already, with another file of it)
         moved = safe_open.set_aside(path)
         done.append(_done(w, str(moved.relative_to(paths.root))))
     if any(w.holds == CONFIG_FOLDER for w in wrong):
