@@ -12,12 +12,14 @@ open and with ``repair=True``, is :mod:`rmqlog.durability.survey`'s.)
 How:
 
 - **Below the root no link is followed.** A store registers its root when it opens
-  (:func:`register_root`); a path under a registered root is reached one folder at a time
-  from the root, each opened ``O_PATH | O_DIRECTORY | O_NOFOLLOW`` relative to the one
-  before (``openat``), and the last component is opened ``O_NOFOLLOW`` relative to its
-  folder (or renamed, linked, removed, listed through ``*at`` calls on that folder's
-  descriptor). No check-then-use gap: what is opened is what was checked. The root itself,
-  and the folders above it, are the user's choice and may be links.
+  (:func:`register_root`); a path under a registered root is opened relative to the root
+  (opened by its path each time: the root itself, and the folders above it, are the user's
+  choice and may be links) with one ``openat2(RESOLVE_NO_SYMLINKS)`` where the kernel has it
+  (Linux 5.6+), else one folder at a time, each opened ``O_PATH | O_DIRECTORY | O_NOFOLLOW``
+  relative to the one before (``openat``), the last component ``O_NOFOLLOW``; renames, links,
+  removals and listings go through ``*at`` calls on the folder reached so. No check-then-use
+  gap: what is opened is what was checked. When ``openat2`` refuses, the walk names what is
+  wrong.
 - **Paths under no registered root** (a component used on its own, in tests) get the last
   component's ``O_NOFOLLOW`` only.
 - **Only regular files are opened as files**: a folder (which ``open(O_RDONLY)`` would
@@ -26,8 +28,10 @@ How:
 - **Missing files** raise ``FileNotFoundError`` (naming the full path), as ``os.open`` does:
   what a missing file means is the caller's decision.
 
-Cost: one ``openat`` (and ``close``) per folder between the root and the file, ~1 us each;
-files are opened once and their descriptors kept, so no hot path pays it per message.
+Cost (this VM, loaded, best of 3 x 20,000): a listing 34 us where a plain ``os.listdir``
+takes 16 us, a file opened 55 us against 6 us (the ``O_NONBLOCK`` dance and the type check
+included); files are opened once and their descriptors kept, and listings are per dispatch
+or per read of a queue, never per message.
 ``tests/test_safe_paths.py`` checks the source: no store module opens, lists, creates or
 removes a file any other way.
 """
@@ -56,17 +60,7 @@ SPECIAL = "a special file"
 DAMAGED = ".damaged-"
 
 _DIR_FLAGS = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-class _Root:
-    """A registered root: how many open stores registered it, and a descriptor of it (``O_PATH``,
-    opened when the first registered it: the root is resolved once, when a store opens, as
-    the store's lock files are)."""
-
-    def __init__(self, path: str) -> None:
-        self.count = 0
-        self.fd = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
-
-
-_roots: dict[str, _Root] = {}  # absolute root -> its registration
+_roots: dict[str, int] = {}  # absolute root -> how many open stores registered it
 _root_prefixes: tuple[tuple[str, str], ...] = ()  # (root, root + "/"), for lookups without the lock
 _split_cache: dict[str, tuple[str, list[str]]] = {}  # absolute path -> _split's answer (cleared on changes)
 _roots_lock = threading.Lock()
@@ -80,23 +74,18 @@ def register_root(root: PathLike) -> None:
     (counted: pair every call with :func:`release_root`)."""
     key = os.path.abspath(root)
     with _roots_lock:
-        entry = _roots.get(key)
-        if entry is None or entry.count <= 0:
-            entry = _roots[key] = _Root(key)
-        entry.count += 1
+        _roots[key] = _roots.get(key, 0) + 1
         _publish_roots()
 
 
 def release_root(root: PathLike) -> None:
     key = os.path.abspath(root)
     with _roots_lock:
-        entry = _roots.get(key)
-        if entry is None:
-            return
-        entry.count -= 1
-        if entry.count <= 0:
-            del _roots[key]
-            os.close(entry.fd)
+        n = _roots.get(key, 0) - 1
+        if n > 0:
+            _roots[key] = n
+        else:
+            _roots.pop(key, None)
         _publish_roots()
 
 
@@ -136,16 +125,10 @@ def _split(path: PathLike) -> tuple[str, list[str]]:
     return answer
 
 
-def _base_fd(base: str) -> tuple[int, bool]:
-    """A descriptor of ``base`` (the caller closes it): a registered root's kept one, duplicated
-    (a release meanwhile cannot close it under the caller), else ``base`` opened."""
-    entry = _roots.get(base)
-    if entry is not None and entry.count > 0:
-        try:
-            return os.dup(entry.fd), True
-        except OSError:
-            pass
-    return os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC), True
+def _base_fd(base: str) -> int:
+    """A descriptor of the folder ``base`` (a root is followed if it is a link; it is opened by
+    its path each time, never kept: a root deleted and made again is the new one)."""
+    return os.open(base, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
 
 
 def kind_of(st: os.stat_result) -> str:
@@ -174,7 +157,7 @@ def _missing(path: str) -> FileNotFoundError:
 def _walk(base: str, comps: list[str]) -> int:
     """An ``O_PATH`` descriptor of ``base/comps...``, each component a real folder, no link."""
     if not comps:
-        return _base_fd(base)[0]
+        return _base_fd(base)
     return _open_below(base, comps, _DIR_FLAGS, 0, FOLDER)
 
 
@@ -183,7 +166,7 @@ def _open_below(base: str, comps: list[str], flags: int, mode: int, expected: st
     link below ``base``. One ``openat2(RESOLVE_NO_SYMLINKS)`` where the kernel has it (Linux
     5.6+); otherwise, and to name what is wrong when it fails, one ``openat`` per component."""
     if _openat2 is not None:
-        bfd = _base_fd(base)[0]
+        bfd = _base_fd(base)
         try:
             return _openat2(bfd, "/".join(comps), flags, mode)
         except OSError as exc:
@@ -192,7 +175,7 @@ def _open_below(base: str, comps: list[str], flags: int, mode: int, expected: st
             # a link, a wrong type, anything else: the walk below names it (or raises the same)
         finally:
             os.close(bfd)
-    fd = _base_fd(base)[0]
+    fd = _base_fd(base)
     try:
         for i, name in enumerate(comps):
             last = i == len(comps) - 1
