@@ -126,6 +126,15 @@ def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> Recov
     report.published = state.tail if state is not None else None
     report.flushed = flushed.offset if flushed is not None else None
     if not starts:
+        acknowledged = max(report.flushed or 0, report.published or 0)
+        if acknowledged > 0:  # every segment gone (commitlog/ emptied or deleted): not a new store
+            msg = (f"commitlog {cl.segments.directory} holds no segment, but {acknowledged} bytes were "
+                   "published and flushed")
+            if not repair:
+                raise DataLossError(msg + "; open with repair=True to start over from an empty log",
+                                    path=str(cl.segments.directory), offset=0)
+            log.error("repair: %s; the log starts over empty", msg)
+            report.problems.append(msg)
         report.end = report.log_end = cl.min_offset()
         if state is None or state.tail != report.end:
             state, report.state_rebuilt = parts.rebuild_state(report.end), True
