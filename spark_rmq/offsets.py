@@ -13,7 +13,7 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from rmqlog import MessageStore
+from rmqlog import MessageStore, safe_open
 from rmqlog.log.properties import WAITING_TOPICS
 from rmqlog.log.record import HEADER_V4
 from rmqlog.paths import parse_queue_dir_name, topic_problem
@@ -47,9 +47,9 @@ def _topic_queue_ids(ms: MessageStore, topic: str, configured: dict) -> list[int
     tc = configured.get(topic)
     if tc is not None:
         ids.update(range(max(tc.read_queue_nums, tc.write_queue_nums)))
-    tdir = ms.paths.consumequeue_dir / topic
-    if tdir.is_dir():
-        ids.update(q for q in map(parse_queue_dir_name, (p.name for p in tdir.iterdir())) if q is not None)
+    if topic_problem(topic) is None:  # (links are not followed, see rmqlog.safe_open)
+        ids.update(q for name, found in safe_open.entries(ms.paths.consumequeue_dir / topic)
+                   if found == safe_open.FOLDER and (q := parse_queue_dir_name(name)) is not None)
     return sorted(ids)
 
 
@@ -63,9 +63,9 @@ def discover_queues(ms: MessageStore, opts: SourceOptions) -> list[tuple[str, in
     else:
         pattern = re.compile(opts.topic_pattern or "")
         found = set(configured)
-        if ms.paths.consumequeue_dir.is_dir():
-            # a folder whose name is not a valid topic is not a topic (names on disk are not trusted)
-            found.update(p.name for p in ms.paths.consumequeue_dir.iterdir() if p.is_dir() and topic_problem(p.name) is None)
+        # a folder whose name is not a valid topic is not a topic (names on disk are not trusted)
+        found.update(name for name, kind in safe_open.entries(ms.paths.consumequeue_dir)
+                     if kind == safe_open.FOLDER and topic_problem(name) is None)
         # the store's own topic of waiting delayed messages is never matched by a pattern
         # (RocketMQ's system topics are not subscribed by wildcards); name it to read it
         names = sorted(t for t in found if pattern.fullmatch(t) and t not in WAITING_TOPICS)

@@ -64,7 +64,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import Any, NoReturn
 
-from rmqlog import MessageStore, StoreError
+from rmqlog import MessageStore, StoreError, safe_open
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def _identity(ms: MessageStore) -> tuple[int, int]:
     A read-only handle (which creates no ``lock`` file): the root folder's inode."""
     if ms.read_only:
         return os.stat(ms.paths.root).st_ino, 0
-    st = os.stat(ms.paths.lock)
+    st = safe_open.lstat(ms.paths.lock)
     return st.st_ino, st.st_ctime_ns
 
 

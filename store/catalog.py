@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import safe_open
 from .arguments import int_arg, offset_arg, queue_id_arg
 from .config_files import TopicConfig
 from .errors import InvalidArgumentError
@@ -36,7 +37,7 @@ class Catalog:
         if tc is None:
             topics.reload()
             tc = topics.get(topic)
-        if tc is not None and queue_id >= max(tc.read_queue_nums, tc.write_queue_nums) and not self.parts.paths.queue_dir(topic, queue_id).is_dir():
+        if tc is not None and queue_id >= max(tc.read_queue_nums, tc.write_queue_nums) and not safe_open.is_folder(self.parts.paths.queue_dir(topic, queue_id)):
             raise InvalidArgumentError(
                 f"queue_id {queue_id} is not a queue of topic {topic!r} "
                 f"({tc.read_queue_nums} read / {tc.write_queue_nums} write queues)"

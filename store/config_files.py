@@ -34,8 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import safe_open
 from .arguments import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN, offset_arg, queue_id_arg
-from .errors import ConfigError, CorruptStoreError, InvalidGroupError
+from .errors import ConfigError, CorruptStoreError, InvalidGroupError, WrongFileTypeError
 from .fileio import InterProcessLock, replace_file
 from .paths import topic_problem, validate_group, validate_topic
 
@@ -107,11 +108,14 @@ def load_fastjson(path: Path, decode: Callable[[Any], Any] | None = None) -> Any
     errors: list[str] = []
     for candidate in (path, path.with_name(path.name + ".bak")):
         try:
-            text = candidate.read_text(encoding="utf-8")
+            text = safe_open.read_bytes(candidate).decode("utf-8")
         except FileNotFoundError:
             continue
-        except (UnicodeDecodeError, IsADirectoryError) as exc:
-            errors.append(f"{candidate.name}: {'not UTF-8' if isinstance(exc, UnicodeDecodeError) else 'a directory'} ({exc})")
+        except WrongFileTypeError as exc:  # a folder, a link: never read through
+            errors.append(f"{candidate.name}: {exc.found} ({exc.path})")
+            continue
+        except UnicodeDecodeError as exc:
+            errors.append(f"{candidate.name}: not UTF-8 ({exc})")
             continue
         if not text.strip():
             continue
@@ -391,11 +395,6 @@ def set_aside_if_unreadable(path: Path, decode: Callable[[Any], Any] | None = No
     except CorruptStoreError:
         pass
     stamp = int(time.time() * 1000)
-    moved = path.with_name(f"{path.name}.damaged-{stamp}")
-    bak = path.with_name(path.name + ".bak")
-    if bak.exists():
-        bak.replace(bak.with_name(f"{bak.name}.damaged-{stamp}"))
-        if not path.exists():  # only the .bak was there (and unreadable)
-            return bak.with_name(f"{bak.name}.damaged-{stamp}")
-    path.replace(moved)
-    return moved
+    moved = [safe_open.set_aside(candidate, stamp)  # (a link is moved itself, its target untouched)
+             for candidate in (path, path.with_name(path.name + ".bak")) if safe_open.kind(candidate) is not None]
+    return moved[0] if moved else None

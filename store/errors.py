@@ -75,6 +75,27 @@ class CorruptStoreError(StoreError):
         self.offset = offset
 
 
+class WrongFileTypeError(CorruptStoreError):
+    """A store file or folder is not what the store keeps there: a folder where a file
+    belongs, a file where a folder belongs, a symbolic link (links are never followed inside
+    a store: every file is opened ``O_NOFOLLOW``, see :mod:`rmqlog.safe_open`), or a special
+    file (a fifo, a socket, a device). ``path`` names it, ``found`` says what it is
+    (``"a folder"``, ``"a file"``, ``"a symbolic link"``, ``"a special file"``), ``expected``
+    what belongs there. Nothing was read, written or removed through it: ``repair=True``
+    sets it aside as ``<name>.damaged-<ms>`` (a link's target is never touched)."""
+
+    def __init__(self, path: str, found: str, expected: str) -> None:
+        super().__init__(
+            f"{found} where the store keeps {expected} (links are not followed inside a store); "
+            "open with repair=True to set it aside", path=path,
+        )
+        self.found = found
+        self.expected = expected
+
+    def __reduce__(self) -> tuple[object, ...]:  # picklable (Spark passes errors between processes)
+        return (type(self), (self.path, self.found, self.expected))
+
+
 class CorruptRecordError(CorruptStoreError):
     """A commitlog record read back is damaged: its body does not match its BODYCRC, or its
     lengths do not add up to its TOTALSIZE. ``path`` is the segment file, ``offset`` the

@@ -13,7 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from .errors import ReadOnlyStoreError, raise_if_disk_full
+from . import safe_open
+from .errors import ReadOnlyStoreError, WrongFileTypeError, raise_if_disk_full
 
 
 def lockf_blocking(fd: int, how: int, length: int = 0, start: int = 0) -> None:
@@ -61,11 +62,11 @@ class InterProcessLock:
         if self._fd is None:
             if self.read_only:
                 try:
-                    self._fd = os.open(self.path, os.O_RDONLY)
+                    self._fd = safe_open.open_file(self.path, os.O_RDONLY)
                 except FileNotFoundError:
                     return None
             else:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                self._fd = safe_open.open_file(self.path, os.O_RDWR | os.O_CREAT)
         return self._fd
 
     def make_writable(self) -> None:
@@ -115,11 +116,7 @@ class InterProcessLock:
 
 def fsync_dir(path: Path) -> None:
     """fsync a directory so a rename or a new file in it survives power loss."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    safe_open.fsync_folder(path)
 
 
 def replace_file(path: Path, data: bytes, *, keep_backup: bool = False, durable: bool = False) -> None:
@@ -130,10 +127,14 @@ def replace_file(path: Path, data: bytes, *, keep_backup: bool = False, durable:
     the directory are fsynced before returning. A crash at any instant leaves either the
     old or the new content under ``path``, never a mix. On a full disk it raises
     :class:`~rmqlog.errors.DiskFullError` naming ``path``, and ``path`` keeps its old content.
+    Something at ``path`` (or ``.tmp``, ``.bak``) that is not a file (a folder, a link) raises
+    :class:`~rmqlog.errors.WrongFileTypeError` and is left as it is.
     """
     tmp = path.with_name(path.name + ".tmp")
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        if (found := safe_open.kind(path)) not in (safe_open.FILE, None):
+            raise WrongFileTypeError(str(path), found, safe_open.FILE)
+        fd = safe_open.open_file(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
         try:
             view = memoryview(data)
             while view:
@@ -143,15 +144,15 @@ def replace_file(path: Path, data: bytes, *, keep_backup: bool = False, durable:
                 os.fsync(fd)
         finally:
             os.close(fd)
-        if keep_backup and path.exists():
+        if keep_backup and found is not None:
             bak = path.with_name(path.name + ".bak")
-            os.replace(path, bak)  # the old file becomes the backup ...
-        os.replace(tmp, path)  # ... and the new one takes its name atomically
+            safe_open.rename(path, bak)  # the old file becomes the backup ...
+        safe_open.rename(tmp, path)  # ... and the new one takes its name atomically
         if durable:
             fsync_dir(path.parent)
     except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)  # a partial new file (a full disk) would only hold space
+        with contextlib.suppress(OSError, WrongFileTypeError):
+            safe_open.unlink(tmp)  # a partial new file (a full disk) would only hold space
         raise_if_disk_full(exc, path, "replacing the file")
         raise
 
@@ -165,7 +166,7 @@ def rewrite_in_place(path: Path, data: bytes) -> None:
     :class:`DiskFullError` naming ``path`` if the file must grow and there is no room.
     """
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644)
+        fd = safe_open.open_file(path, os.O_WRONLY | os.O_CREAT)
         try:
             view = memoryview(data + b" " * max(0, os.fstat(fd).st_size - len(data)))
             at = 0
@@ -180,10 +181,11 @@ def rewrite_in_place(path: Path, data: bytes) -> None:
 
 
 def read_with_backup(path: Path) -> bytes | None:
-    """Read ``path``, falling back to ``<path>.bak`` when it is missing; ``None`` if neither exists."""
+    """Read ``path``, falling back to ``<path>.bak`` when it is missing; ``None`` if neither exists.
+    Raises :class:`~rmqlog.errors.WrongFileTypeError` for a folder or a link there."""
     for candidate in (path, path.with_name(path.name + ".bak")):
         try:
-            return candidate.read_bytes()
+            return safe_open.read_bytes(candidate)
         except FileNotFoundError:
             continue
     return None

@@ -29,13 +29,19 @@ from typing import Any
 
 import pyarrow as pa
 
+from . import safe_open
 from .admin.verify import VerifyReport, verify
 from .catalog import Catalog
 from .config import StoreConfig
 from .config_files import TopicConfig
 from .durability.flush import AsyncFlusher
 from .durability.lock_file import StoreLockFile
-from .durability.opening import claim_for_repair, open_as_owner, set_aside_unreadable_config
+from .durability.opening import (
+    Ownership,
+    open_as_owner,
+    set_aside_unreadable_config,
+    take_ownership,
+)
 from .durability.recovery import RecoveryReport
 from .errors import (
     IndexDisabledError,
@@ -84,36 +90,33 @@ class MessageStore:
         if (read_only or not create) and not self.paths.holds_store():
             raise StoreNotFoundError("no store here (no commitlog/, consumequeue/ or config/ folder)", path=str(root))
         if not read_only:
-            self.paths.root.mkdir(parents=True, exist_ok=True)
-            self.paths.config_dir.mkdir(exist_ok=True)
+            safe_open.make_root(self.paths.root)  # (config/ is made once the store is owned)
         self._closed = False
         self.parts = StoreParts(self.config, self.paths, read_only=read_only)
+        self._owner: StoreLockFile | None = None
+        owned: Ownership | None = None
         try:
-            self._open(repair)
+            if not read_only:  # the first opener surveys the files before any is opened
+                owned = take_ownership(self.parts, repair=repair)
+            self._open(repair, owned)
         except BaseException:
+            if owned is not None and self._owner is None:
+                owned.owner.abandon()
             self.parts.close_files()
             self.parts.release_locks()
             raise
 
-    def _open(self, repair: bool) -> None:
+    def _open(self, repair: bool, owned: Ownership | None) -> None:
+        """Wire the store; then recover it as its owner (``owned``; ``None``: a read-only open)."""
         parts = self.parts
         self.recovery: RecoveryReport | None = None
-        self._owner: StoreLockFile | None = None
         self.flusher: AsyncFlusher | None = None
-        # repair changes files (sets them aside, cuts the log): only with the store to itself,
-        # claimed before anything is touched (StoreBusyError naming the holders otherwise)
-        claimed = claim_for_repair(parts) if repair else None
-        try:
-            set_aside = self._build(repair)
-        except BaseException:
-            if claimed is not None:
-                claimed.abandon()
-            raise
-        if self.read_only:
+        set_aside = self._build(repair)
+        if owned is None:
             open_read_only(parts)
             return
-        self._owner, self.recovery = open_as_owner(parts, repair=repair, set_aside=set_aside, topics=self.catalog.topics,
-                                                   claimed=claimed)
+        self.recovery = open_as_owner(parts, owned, repair=repair, set_aside=set_aside, topics=self.catalog.topics)
+        self._owner = owned.owner
         if self.recovery is not None and (self.recovery.abnormal or repair) and self.scheduler.timer is not None:
             # after a crash its files were not synced; a repair trusts no derived file: the next
             # pass rebuilds the timer's index from the timer queue

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from . import safe_open
 from .config import StoreConfig
 from .config_files import ConsumerOffsetManager, TopicConfigManager
 from .durability.checkpoint import CheckpointFile
@@ -45,6 +46,7 @@ class StoreParts:
     def __init__(self, config: StoreConfig, paths: StorePaths, *, read_only: bool = False) -> None:
         self.config = config
         self.paths = paths
+        safe_open.register_root(paths.root)  # below it no link is followed (released with the locks)
         #: every file is opened read-only and none is created (see :mod:`rmqlog.read_only`)
         self.read_only = read_only
         self.lock_paths = (paths.append_lock, paths.dispatch_lock, paths.root / "config.lock", paths.flush_lock)
@@ -102,6 +104,7 @@ class StoreParts:
     def release_locks(self) -> None:
         for path in self.lock_paths:
             LockRegistry.release(path)
+        safe_open.release_root(self.paths.root)
 
     # ------------------------------------------------------------ positions
     def published_tail(self) -> int:

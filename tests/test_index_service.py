@@ -366,6 +366,22 @@ def test_truncate_removes_entries_at_and_past_the_commitlog_cut(tmp_path: Path) 
     svc.close()
 
 
+def test_truncate_into_an_older_file_after_a_reopen(tmp_path: Path) -> None:
+    """A cut that removes the last file(s) and falls in an older one, by a service just opened
+    (its older files opened read-only): the older file becomes the last, writable, and is cut
+    (it raised "open read-only" when the cut came from recovery after a repair)."""
+    msgs = Msgs(1100, seed=12)
+    svc = open_service(tmp_path)
+    svc.build(*msgs.cols())
+    nfiles = len(svc.files())
+    svc.close()
+    svc = open_service(tmp_path)
+    cut_at = int(msgs.phy[500])
+    assert svc.truncate(cut_at) == sum(1 for _, p, _ in msgs.key_stream() if p >= cut_at)
+    assert len(svc.files()) < nfiles and svc.files()[-1].header().end_phy_offset == int(msgs.phy[499])
+    svc.close()
+
+
 def test_truncate_below_everything_removes_all_but_what_remains(tmp_path: Path) -> None:
     msgs = Msgs(600, seed=13)
     svc = open_service(tmp_path)

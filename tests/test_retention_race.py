@@ -239,20 +239,21 @@ with rmqlog.MessageStore.open(sys.argv[1], cfg) as s:
 KILLED_DURING = """
 import rmqlog.retention.cleaner as cleaner
 import rmqlog.retention.leftovers as leftovers
+from rmqlog import safe_open
 where = sys.argv[2]
 with rmqlog.MessageStore.open(sys.argv[1], cfg) as s:
     fill(s, 300)
     s.retention.disk_used = lambda path: 99.0
     module = cleaner if where == "rename" else leftovers  # (moves into commitlog.deleted/, unlinks there)
-    real, calls = (os.rename if where == "rename" else os.unlink), []
-    def killing(*args):
+    real, calls = getattr(safe_open, where), []
+    def killing(*args, **kw):
         calls.append(args)
         if len(calls) == 4:  # in the middle of the pass
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(*args)
-    module.os = type(sys)("os_spy")
-    module.os.__dict__.update(os.__dict__)
-    setattr(module.os, where, killing)
+        return real(*args, **kw)
+    module.safe_open = type(sys)("safe_open_spy")  # (the module's file calls go through safe_open)
+    module.safe_open.__dict__.update(safe_open.__dict__)
+    setattr(module.safe_open, where, killing)
     s.clean_expired()
 """
 

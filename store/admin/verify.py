@@ -28,6 +28,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import safe_open
 from ..log.decode import read_columns
 from ..log.record import is_consumable
 from ..log.scan import QueueDensity, SegmentScan, StopReason
@@ -105,7 +106,7 @@ def verify(parts: StoreParts, progress: Callable[[int, int], object] | None = No
         _verify_queue(parts, cq, tail, report)
     for (topic, qid), n in sorted(expected.items()):
         cq = parts.consume_queue(topic, qid)
-        have = cq.max_offset() if cq.directory.is_dir() else 0
+        have = cq.max_offset() if safe_open.is_folder(cq.directory) else 0
         if have < n:
             report.problems.append(Problem(
                 str(cq.directory), have,

@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import safe_open
 from ..errors import CorruptStoreError, raise_if_disk_full
 
 CHECKPOINT_SIZE = 4096
@@ -85,7 +86,7 @@ class CheckpointFile:
         Raises :class:`CorruptStoreError` when the file is shorter than its 24 bytes of fields.
         """
         try:
-            raw = self.path.read_bytes()
+            raw = safe_open.read_bytes(self.path)
         except FileNotFoundError:
             return None
         if len(raw) < _FIELDS.size:
@@ -109,7 +110,7 @@ class CheckpointFile:
             if cp == current:
                 return cp  # nothing new: no write, no sync
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = safe_open.open_file(self.path, os.O_RDWR | os.O_CREAT)
             try:
                 if os.fstat(fd).st_size != CHECKPOINT_SIZE:
                     os.ftruncate(fd, CHECKPOINT_SIZE)

@@ -39,6 +39,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import safe_open
 from ..errors import raise_if_disk_full
 from ..fileio import InterProcessLock, fsync_dir
 from ..log.append_state import AppendState
@@ -76,7 +77,7 @@ class FlushStateFile:
         with self._lock:
             if self._fd is None:
                 try:
-                    self._fd = os.open(self.path, self._flags | (os.O_CREAT if create else 0), 0o644)
+                    self._fd = safe_open.open_file(self.path, self._flags | (os.O_CREAT if create else 0))
                 except FileNotFoundError:
                     return None
             return self._fd
@@ -100,7 +101,7 @@ class FlushStateFile:
         flushed position that a power loss could make vanish would let recovery believe
         nothing was ever flushed; see :func:`rmqlog.durability.recovery.recover`)."""
         head = struct.pack(">qq", pos.offset, pos.store_timestamp)
-        created = not self.path.exists() if self._fd is None else False
+        created = safe_open.kind(self.path) is None if self._fd is None else False
         try:
             fd = self._open(create=True)
             assert fd is not None
@@ -199,15 +200,16 @@ class FlushService:
 
     def _sync_consume_queues(self) -> None:
         root = self.consumequeue_dir
-        if not root.is_dir():
+        if not safe_open.is_folder(root):
             return
-        for topic_dir in root.iterdir():
-            for qdir in topic_dir.iterdir() if topic_dir.is_dir() else ():
-                for f in qdir.iterdir() if qdir.is_dir() else ():
-                    if parse_segment_name(f.name) is None:
+        for topic, found in safe_open.entries(root):
+            for qdir, qfound in safe_open.entries(root / topic) if found == safe_open.FOLDER else ():
+                for name, ffound in safe_open.entries(root / topic / qdir) if qfound == safe_open.FOLDER else ():
+                    if parse_segment_name(name) is None or ffound != safe_open.FILE:
                         continue
+                    f = root / topic / qdir / name
                     try:
-                        fd = os.open(f, os.O_RDONLY)
+                        fd = safe_open.open_file(f, os.O_RDONLY)
                     except FileNotFoundError:
                         continue  # deleted meanwhile (truncation)
                     try:

@@ -53,6 +53,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import safe_open
 from ..errors import raise_if_disk_full
 from ..fileio import lockf_blocking
 
@@ -94,7 +95,7 @@ class StoreLockFile:
 
     def _open_fd(self) -> int:
         if self._fd is None:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = safe_open.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
             try:
                 if os.fstat(fd).st_size < len(LOCK_CONTENT):
                     os.pwrite(fd, LOCK_CONTENT, 0)
@@ -112,11 +113,15 @@ class StoreLockFile:
         except OSError:
             return False
 
-    def open(self) -> bool:
+    def open(self, first_checks: Callable[[], object] | None = None) -> bool:
         """Register an open store; returns True when this is the first opener of the root.
 
         The first opener holds the lock exclusively until :meth:`opened`; the caller must
-        call :meth:`opened` (after recovery) in either case.
+        call :meth:`opened` (after recovery) in either case, or :meth:`abandon`.
+        ``first_checks`` runs in the first opener as soon as it holds the lock exclusively
+        (no other process has the store open), before anything here reads the other files
+        (the survey of :mod:`rmqlog.durability.survey`); if it raises, the lock is let go and
+        the error propagates.
         """
         self.mutex.acquire()
         try:
@@ -127,11 +132,13 @@ class StoreLockFile:
             while True:
                 self._first = self._try_exclusive()
                 if self._first:
+                    if first_checks is not None:
+                        first_checks()
                     self._touch(self.recovering_path)  # until opened(): recovery under way
                     return True
                 # others have it open; wait for a first opener that may be recovering
                 lockf_blocking(self._open_fd(), fcntl.LOCK_SH, 1, 0)
-                if not self.recovering_path.exists():
+                if safe_open.kind(self.recovering_path) is None:
                     return False
                 # the first opener died (or failed) in the middle of its recovery: the store is
                 # half recovered. Let go and try again to be the one who recovers it.
@@ -140,6 +147,9 @@ class StoreLockFile:
                 delay = min(delay * 2, 0.05)
         except BaseException:
             self._count -= 1
+            if self._count == 0 and self._fd is not None:
+                os.close(self._fd)  # (drops the lock)
+                self._fd = None
             self.mutex.release()
             raise
 
@@ -147,14 +157,12 @@ class StoreLockFile:
         """Whether the last owners did not all close cleanly: ``abort`` exists, or an owner file
         does. Meaningful for the first opener (it holds the lock exclusively, so every owner
         file it sees is a dead process's)."""
-        return self.abort_path.exists() or bool(self.other_owners())
+        return safe_open.kind(self.abort_path) is not None or bool(self.other_owners())
 
     def other_owners(self) -> list[Path]:
-        """The owner files of other processes (sorted)."""
-        try:
-            return sorted(p for p in self.owners_dir.iterdir() if p != self._owner_file)
-        except FileNotFoundError:
-            return []
+        """The owner files of other processes (sorted; what was set aside is no owner's)."""
+        return [p for name, _ in safe_open.entries(self.owners_dir)
+                if not safe_open.is_set_aside(name) and (p := self.owners_dir / name) != self._owner_file]
 
     def holders(self) -> list[int]:
         """The pids that have the store open, as far as this process can tell (for errors):
@@ -183,13 +191,13 @@ class StoreLockFile:
             if self._count == 1:  # this process's first open store on the root
                 if self._first:  # recovery is done: the dead owners' files have served
                     for p in self.other_owners():
-                        p.unlink(missing_ok=True)
-                    self.recovering_path.unlink(missing_ok=True)
+                        safe_open.unlink(p)
+                    safe_open.unlink(self.recovering_path)
                 self._touch(self.abort_path)
-                self.owners_dir.mkdir(exist_ok=True)
+                safe_open.make_folder(self.owners_dir)
                 self._owner_file = self.owners_dir / f"{os.getpid()}-{secrets.token_hex(4)}"
                 self._touch(self._owner_file)
-            elif not self.abort_path.exists():
+            elif safe_open.kind(self.abort_path) is None:
                 self._touch(self.abort_path)
             lockf_blocking(self._open_fd(), fcntl.LOCK_SH, 1, 0)  # a downgrade, atomic for POSIX locks
         finally:
@@ -197,16 +205,16 @@ class StoreLockFile:
 
     @staticmethod
     def _touch(path: Path) -> None:
-        if not path.exists():
+        if safe_open.kind(path) is None:
             try:
-                os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+                os.close(safe_open.open_file(path, os.O_WRONLY | os.O_CREAT))
             except OSError as exc:  # an empty file needs no block, but a full directory may need one
                 raise_if_disk_full(exc, path, f"creating {path.name}")
                 raise
 
     def _drop_owner_file(self) -> None:
         if self._owner_file is not None:
-            self._owner_file.unlink(missing_ok=True)
+            safe_open.unlink(self._owner_file)
             self._owner_file = None
 
     def abandon(self) -> None:
@@ -245,7 +253,7 @@ class StoreLockFile:
                                     "open recovers", self.abort_path.parent, len(dead), ", ".join(p.name for p in dead),
                                     self.abort_path.name)
                     else:
-                        self.abort_path.unlink(missing_ok=True)
+                        safe_open.unlink(self.abort_path)
                 else:
                     self._drop_owner_file()
             finally:

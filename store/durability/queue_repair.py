@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .. import safe_open
 from ..errors import CorruptStoreError, DataLossError, DiskFullError
 from ..paths import topic_problem
 from ..queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE
@@ -82,21 +83,43 @@ def drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport, *, whole_log:
     :func:`_complete_queues`, so no ``repair`` is needed.
     """
     segs = cq.segments
+    if segs.wrong:  # a segment's name taken by a folder, a link...: the queue is rebuilt whole (see
+        # rmqlog.durability.survey, which leaves a queue's files to this per-queue pass)
+        start, found = min(segs.wrong.items())
+        segs.close()
+        segs.wrong.clear()
+        segs.odd.clear()
+        moved = safe_open.set_aside(cq.directory)
+        msg = (f"consume queue {cq.directory}: {cq.directory / f'{start:020d}'} was {found}, not {safe_open.FILE}: "
+               f"the queue's folder set aside as {moved.name}; rebuilt")
+        log.warning(msg)
+        report.problems.append(msg)
+        return
     starts = segs.segment_starts()
     if whole_log and starts and starts[0] > 0:
         bad: int | None = starts[0]
     else:
         bad = next((s for i, s in enumerate(starts) if s in segs.odd or (i and s != starts[i - 1] + segs.size)), None)
+    if bad is None and len(starts) > 1 and starts[0] not in segs.odd and _emptied(cq, starts[0]):
+        bad = starts[0]  # its first file zeroed: reads would take the queue to start at the next one
     if bad is None:
         return
-    msg = f"consume queue {cq.directory}: segment {bad:020d} is missing before it or of the wrong size; rebuilt from there"
+    msg = (f"consume queue {cq.directory}: segment {bad:020d} is missing before it, of the wrong size or "
+           "emptied; rebuilt from there")
     log.warning(msg)
     report.problems.append(msg)
     for start in starts:
         if start >= bad:
             segs.forget(start)
-            (cq.directory / f"{start:020d}").unlink(missing_ok=True)
+            safe_open.unlink(cq.directory / f"{start:020d}")
     segs.odd.clear()
+
+
+def _emptied(cq: ConsumeQueue, start: int) -> bool:
+    """Whether the queue's file at ``start``, not its last, has a zero last unit: a file before
+    a queue's last one is full (zeros there: the file was zeroed, its units lost). One pread."""
+    seg = cq.segments.get(start)
+    return seg is not None and seg.read(seg.size - CQ_UNIT_SIZE + 8, 4) == bytes(4)  # (the unit's size field)
 
 
 def complete_queues(parts: StoreParts, state: AppendState, report: RecoveryReport) -> int:
@@ -145,6 +168,18 @@ def _resume_point(parts: StoreParts, cq: ConsumeQueue, have: int) -> int:
     return int(u["offset"][0]) + int(u["size"][0])
 
 
+def _lost_head(cq: ConsumeQueue, first: int, mine: np.ndarray, qoff: np.ndarray, consumable: np.ndarray) -> bool:
+    """Whether the walk met a record of ``cq`` whose queue offset is below ``first``, the queue's
+    first file's first unit: files that retention would not have removed (their records are
+    still in the log) are gone, and a read would take the queue to start later."""
+    mine = mine & consumable
+    if not mine.any() or int(qoff[mine].min()) >= first:
+        return False
+    log.warning("consume queue %s: its files below queue offset %d are gone while the commitlog holds their "
+                "records; rebuilt whole", cq.directory, first)
+    return True
+
+
 def check_units(parts: StoreParts, cut: int, end: int, walked: Walked) -> int:
     """Abnormal path: keep the units past ``cut`` that point at a walked record, cut the rest.
 
@@ -163,6 +198,10 @@ def check_units(parts: StoreParts, cut: int, end: int, walked: Walked) -> int:
     whole = cut <= low
     for cq in parts.queues.all():
         starts = cq.segments.segment_starts()
+        me = walked.queue_ids.get((cq.directory.parent.name, int(cq.directory.name)), -1)
+        if starts and starts[0] > 0 and me >= 0 and _lost_head(cq, starts[0] // CQ_UNIT_SIZE, queue == me, qoff, consumable):
+            cq.truncate(0)  # its first files are gone while the log still has their records: rebuilt whole
+            starts = []
         # the whole log was walked (repair): every unit is checked, from the queue's first;
         # no binary search, which a damaged unit could send past itself
         first = (starts[0] // CQ_UNIT_SIZE if starts else 0) if whole else cq.first_at_or_past(cut)
@@ -176,10 +215,10 @@ def check_units(parts: StoreParts, cut: int, end: int, walked: Walked) -> int:
         safe = np.minimum(idx, max(len(pos) - 1, 0))
         ok = (idx < len(pos)) & (sz > 0) & (off + sz <= end)
         if len(pos):  # the unit's record: at that offset, of that size, queue and queue offset
-            me = walked.queue_ids.get((cq.directory.parent.name, int(cq.directory.name)), -1)
             logical = first + np.arange(len(u))
             ok &= (pos[safe] == off) & (size[safe] == sz) & (queue[safe] == me) & (qoff[safe] == logical)
         ok[1:] &= np.diff(off) > 0
+        matched = ok.copy()  # units that point at their own walked record
         # fillers before a queue's first message (a queue whose units start past 0) are fine,
         # and so are units of records retention deleted (below the log's start: a queue keeps
         # its last file, whose units tell where the queue goes on)
@@ -191,6 +230,9 @@ def check_units(parts: StoreParts, cut: int, end: int, walked: Walked) -> int:
         if k < len(u):
             log.warning("consume queue %s: units from %d do not match the commitlog; re-dispatched", cq.directory, first + k)
             cq.truncate(first + k)
-        covered[idx[:k]] = True
+        # only units that point at their record cover it (a filler's offset 0, or a unit below
+        # the log's start, would land on the first walked record: its own queue's unit would
+        # then never be rewritten when that queue was lost)
+        covered[idx[:k][matched[:k]]] = True
     missing = np.flatnonzero(consumable & ~covered)
     return int(pos[missing[0]]) if len(missing) else end

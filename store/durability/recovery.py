@@ -58,7 +58,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 
-from ..errors import CorruptStoreError, DataLossError
+from .. import safe_open
+from ..errors import CorruptStoreError, DataLossError, WrongFileTypeError
 from ..index.feed import recover_index
 from ..log.decode import RecordColumns, read_columns
 from ..log.record import ScanKind, decode_at, is_consumable
@@ -140,6 +141,15 @@ def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> Recov
     report.published = state.tail if state is not None else None
     report.flushed = flushed.offset if flushed is not None else None
     if not starts:
+        acknowledged = max(report.flushed or 0, report.published or 0)
+        if acknowledged > 0:  # every segment gone (commitlog/ emptied or deleted): not a new store
+            msg = (f"commitlog {cl.segments.directory} holds no segment, but {acknowledged} bytes were "
+                   "published and flushed")
+            if not repair:
+                raise DataLossError(msg + "; open with repair=True to start over from an empty log",
+                                    path=str(cl.segments.directory), offset=0)
+            log.error("repair: %s; the log starts over empty", msg)
+            report.problems.append(msg)
         report.end = report.log_end = cl.min_offset()
         if state is None or state.tail != report.end:
             state, report.state_rebuilt = parts.rebuild_state(report.end), True
@@ -169,7 +179,7 @@ def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> Recov
     if damaged:
         where = bad_seg.path if bad_seg is not None else cl.segments.directory / f"{cl.segments.segment_start_for(w):020d}"
         if not bad_detail:
-            bad_detail = "segment missing" if not where.exists() else "no valid record"
+            bad_detail = "segment missing" if safe_open.kind(where) is None else "no valid record"
         msg = (
             f"commitlog damaged below its flushed/acknowledged data: {bad_detail} "
             f"at offset {w} (segment {where}); flushed up to {f}, later segments {later_data}"
@@ -228,7 +238,7 @@ def _fix_segment_sizes(parts: StoreParts, report: RecoveryReport, repair: bool) 
         log.error("repair: %s", msg)
         report.problems.append(msg)
         segs.forget(start)
-        os.truncate(path, segs.size)
+        safe_open.truncate(path, segs.size)
     segs.odd.clear()
 
 
@@ -291,8 +301,8 @@ def _dense(res: SegmentScan, cols: RecordColumns, density: QueueDensity) -> tupl
 def _first_hole(seg: MappedFile) -> int:
     """Offset (relative) of the first hole in the segment file; its size if none or unknown."""
     try:
-        fd = os.open(seg.path, os.O_RDONLY)
-    except OSError:
+        fd = safe_open.open_file(seg.path, os.O_RDONLY)
+    except (OSError, WrongFileTypeError):  # (met, typed, when the segment is mapped)
         return seg.size
     try:
         return min(seg.size, os.lseek(fd, 0, os.SEEK_HOLE))
@@ -318,12 +328,14 @@ def _truncate_commitlog(parts: StoreParts, end: int) -> int:
     segs = parts.commitlog.segments
     starts = segs.segment_starts()
     dropped = 0
-    if segs.directory.is_dir():  # a writer killed while creating a segment leaves its temporary file
-        for leftover in segs.directory.glob(".*.tmp"):
-            leftover.unlink(missing_ok=True)
-    if segs.prepared_dir.is_dir():  # segments prepared ahead (rmqlog.log.allocate): only zeros
-        for leftover in segs.prepared_dir.iterdir():
-            leftover.unlink(missing_ok=True)
+    # a writer killed while creating a segment leaves its temporary file
+    for name, found in safe_open.entries(segs.directory):
+        if name.startswith(".") and name.endswith(".tmp") and found != safe_open.FOLDER:
+            safe_open.unlink(segs.directory / name)
+    # segments prepared ahead (rmqlog.log.allocate): only zeros
+    for name, found in safe_open.entries(segs.prepared_dir):
+        if found != safe_open.FOLDER and not safe_open.is_set_aside(name):
+            safe_open.unlink(segs.prepared_dir / name)
     for start in starts:
         if start + segs.size <= end:
             continue
@@ -332,7 +344,7 @@ def _truncate_commitlog(parts: StoreParts, end: int) -> int:
         if start >= end and start != starts[0]:
             dropped += segs.size if _has_data(parts, start) else 0
             segs.forget(start)
-            seg.path.unlink(missing_ok=True)
+            safe_open.unlink(seg.path)
             continue
         rel = max(0, end - start)
         nonzero = _count_nonzero(seg, rel)

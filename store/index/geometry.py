@@ -32,6 +32,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from .. import safe_open
 from ..errors import ConfigError, CorruptStoreError
 from ..fileio import replace_file
 from .index_file import file_size
@@ -95,7 +96,7 @@ def store_index_config(config_dir: Path, configured: IndexConfig, *, read_only: 
     out of range or disagrees with the index files (see the module docstring)."""
     path = config_dir / GEOMETRY_FILE
     try:
-        raw = path.read_bytes()
+        raw = safe_open.read_bytes(path)
     except FileNotFoundError:
         if read_only:
             return configured

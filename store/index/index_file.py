@@ -56,7 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import crash_points
+from .. import crash_points, safe_open
 from ..errors import (
     CorruptStoreError,
     DiskFullError,
@@ -185,8 +185,8 @@ class IndexFile:
         # made whole under a temporary name, then linked into place: a process killed at any
         # moment never leaves a file of the index's names that is short or has no header
         tmp = path.with_name(path.name + CREATING_SUFFIX)
-        tmp.unlink(missing_ok=True)  # a killed creator's (the caller holds the writers' lock)
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+        safe_open.unlink(tmp)  # a killed creator's (the caller holds the writers' lock)
+        fd = safe_open.open_file(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL)
         try:
             os.ftruncate(fd, size)
             _allocate(fd, path, hash_slot_num)
@@ -197,17 +197,17 @@ class IndexFile:
             if crash_points.reached is not None:
                 crash_points.reached("index.created")
             try:
-                os.link(tmp, path)  # FileExistsError when the name is taken
+                safe_open.link(tmp, path)  # FileExistsError when the name is taken
             except BaseException:
                 mm.close()
                 raise
         except BaseException as exc:
             os.close(fd)
-            tmp.unlink(missing_ok=True)
+            safe_open.unlink(tmp)
             raise_if_disk_full(exc, path, "creating an index file")
             raise_if_out_of_files(exc, path, "creating an index file")
             raise
-        tmp.unlink(missing_ok=True)
+        safe_open.unlink(tmp)
         return cls(path, fd, mm, hash_slot_num, index_num, True)
 
     @classmethod
@@ -220,7 +220,7 @@ class IndexFile:
         """
         size = file_size(hash_slot_num, index_num)
         try:
-            fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+            fd = safe_open.open_file(path, os.O_RDWR if writable else os.O_RDONLY)
         except OSError as exc:
             raise_if_out_of_files(exc, path, "opening an index file")
             raise

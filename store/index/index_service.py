@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import os
 import re
 import threading
 import time
@@ -54,6 +53,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from .. import safe_open
 from ..errors import InvalidArgumentError
 from .index_file import (
     CREATING_SUFFIX,
@@ -119,10 +119,7 @@ def _next_name(after: str) -> str:
 
 def index_file_names(directory: Path) -> list[str]:
     """The index files' names in ``directory``, oldest first (none when it is absent)."""
-    try:
-        return sorted(n for n in os.listdir(directory) if _NAME_RE.fullmatch(n))
-    except (FileNotFoundError, NotADirectoryError):
-        return []
+    return sorted(n for n in safe_open.listdir_or_empty(directory) if _NAME_RE.fullmatch(n))
 
 
 def _now_ms() -> int:
@@ -168,7 +165,7 @@ class IndexService:
         """
         svc = cls(Path(root) / INDEX_DIR, config, writable=writable, now_ms=now_ms)
         if writable:
-            svc.directory.mkdir(parents=True, exist_ok=True)
+            safe_open.make_folder(svc.directory, parents=True)
         try:
             svc._refresh(repair=repair and writable)
         except BaseException:
@@ -239,9 +236,9 @@ class IndexService:
     def _set_aside(self, path: Path, later: list[str]) -> None:
         log.error("index file %s is damaged: renamed %s%s; the %d file(s) after it removed, to be rebuilt",
                   path, path.name, DAMAGED_SUFFIX, len(later))
-        os.replace(path, path.with_name(path.name + DAMAGED_SUFFIX))
+        safe_open.rename(path, path.with_name(path.name + DAMAGED_SUFFIX))
         for name in later:
-            (self.directory / name).unlink(missing_ok=True)
+            safe_open.unlink(self.directory / name)
 
     def _sync_for_write(self) -> None:
         """A writer's start: current files, and the last one repaired if its writer was killed."""
@@ -347,9 +344,9 @@ class IndexService:
         if self._files and not self._files[-1].is_full():
             return self._files[-1]
         cfg = self.config
-        for leftover in os.listdir(self.directory):  # files a killed creator left half made
+        for leftover in safe_open.listdir(self.directory):  # files a killed creator left half made
             if leftover.endswith(CREATING_SUFFIX):
-                (self.directory / leftover).unlink(missing_ok=True)
+                safe_open.unlink(self.directory / leftover)
         prev_hdr: IndexHeader | None = self._files[-1].header() if self._files else None
         name = file_name(self.now_ms())
         if self._files and name <= self._files[-1].name:
@@ -456,7 +453,7 @@ class IndexService:
         removed: list[Path] = []
         for f in reversed(self._files[i:]):
             f.close()
-            f.path.unlink(missing_ok=True)
+            safe_open.unlink(f.path)
             removed.append(f.path)
         del self._files[i:]
         if removed:
@@ -493,12 +490,14 @@ class IndexService:
                             log.warning("index file %s: empty, with offsets past the log's end %d; removed", f.path,
                                         commit_log_end)
                         self._remove_from(len(self._files) - 1)
+                        self._refresh()  # the file before it is the last now: opened writable
                         continue
                     break
                 first_phy = int(f.entries(1, 2)["phyOffset"][0])
                 if first_phy >= commit_log_end:
                     removed += hdr.index_count - 1
                     self._remove_from(len(self._files) - 1)
+                    self._refresh()
                     continue
                 # entries are in commitlog order: the first at or past the cut, by bisection
                 lo, hi = 1, hdr.index_count
@@ -528,7 +527,7 @@ class IndexService:
             removed: list[Path] = []
             for f in self._files[:n]:  # oldest first: a crash in between leaves a suffix
                 f.close()
-                f.path.unlink(missing_ok=True)
+                safe_open.unlink(f.path)
                 removed.append(f.path)
             del self._files[:n]
             return removed

@@ -49,6 +49,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import safe_open
+from ..errors import WrongFileTypeError
 from ..paths import segment_name
 from .mapped_file import MappedFileQueue
 
@@ -78,8 +80,8 @@ def populate(path: Path, lo: int, hi: int) -> None:
     global _populate_ok
     lo -= lo % PAGE
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
+        fd = safe_open.open_file(path, os.O_RDONLY)
+    except (FileNotFoundError, WrongFileTypeError):  # (not the preparer's to report: the writer meets it)
         return
     try:
         hi = min(os.fstat(fd).st_size, -(-hi // PAGE) * PAGE)
@@ -166,8 +168,8 @@ class SegmentPreparer:
             at = self._warmed
         for old in [s for s in self._prepared if s < start]:  # taken into place, or passed: not needed
             self._prepared.discard(old)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(segs.prepared_path(old))
+            with contextlib.suppress(FileNotFoundError, WrongFileTypeError):
+                safe_open.unlink(segs.prepared_path(old))
         if pending and self._prepare(start):
             return True
         if (tail - start >= size // 2 or target > start + size) and self._prepare(start + size):
@@ -176,7 +178,7 @@ class SegmentPreparer:
             return False
         seg_start = at - at % size
         path = segs.directory / segment_name(seg_start)
-        if not path.exists():
+        if safe_open.kind(path) is None:
             path = segs.prepared_path(seg_start)
         hi = min(target, seg_start + size, at + self.step)
         populate(path, at - seg_start, hi - seg_start)
@@ -189,11 +191,11 @@ class SegmentPreparer:
         """Create the segment at ``start`` under its prepared name unless it (or its prepared
         file) exists; returns whether it did."""
         segs = self.segments
-        if (segs.directory / segment_name(start)).exists() or segs.prepared_path(start).exists():
-            return False
         try:
+            if safe_open.kind(segs.directory / segment_name(start)) or safe_open.kind(segs.prepared_path(start)):
+                return False
             segs.create_file(segs.prepared_path(start), start)
-        except OSError as exc:  # a full disk: the writer creates it when it rolls (and reports that)
+        except (OSError, WrongFileTypeError) as exc:  # a full disk: the writer creates it when it rolls (and reports that)
             log.warning("could not prepare commitlog segment %d ahead: %s", start, exc)
             return False
         self._prepared.add(start)

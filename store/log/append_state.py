@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .. import safe_open
 from ..errors import CorruptStoreError, raise_if_disk_full
 from ..fileio import replace_file
 
@@ -134,7 +135,7 @@ class AppendStateFile:
 
     def _open_locked(self) -> int | None:
         try:
-            st = os.stat(self.path)
+            st = safe_open.lstat(self.path)
         except FileNotFoundError:
             return None
         if self._fd is None or self._ino != st.st_ino:
@@ -144,7 +145,7 @@ class AppendStateFile:
                 self._stale_fds.append(self._fd)
                 self._fd = None
             try:
-                self._fd = os.open(self.path, self._flags)
+                self._fd = safe_open.open_file(self.path, self._flags)
             except FileNotFoundError:
                 return None
             self._ino = os.fstat(self._fd).st_ino

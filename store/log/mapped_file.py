@@ -38,8 +38,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from .. import safe_open
 from ..errors import (
     CorruptStoreError,
+    WrongFileTypeError,
     disk_full_from_errno,
     raise_if_disk_full,
     raise_if_out_of_files,
@@ -142,7 +144,7 @@ class MappedFile:
     def _open_fd(self) -> int:
         """``os.open`` of the file (out of descriptors: :class:`TooManyOpenFilesError`)."""
         try:
-            return os.open(self.path, self._flags)
+            return safe_open.open_file(self.path, self._flags)
         except OSError as exc:
             raise_if_out_of_files(exc, self.path, "opening a segment")
             raise
@@ -434,7 +436,8 @@ class MappedFileQueue:
     filesystem, or by hand) are listed in :attr:`odd` (start -> bytes) instead of failing
     here: recovery decides (see :mod:`rmqlog.durability.recovery`), and mapping one raises
     :class:`CorruptStoreError`. With ``infer``, the size is the most common one (the largest
-    among equally common ones). Segment creation must be serialized by the caller (the append
+    among equally common ones). Something with a segment's name that is not a file (a folder,
+    a link: never followed) is listed in :attr:`wrong` and refused by :meth:`check_sizes`. Segment creation must be serialized by the caller (the append
     lock); lookups are safe from any thread or process.
     """
 
@@ -452,7 +455,15 @@ class MappedFileQueue:
         self.size = default_size
         # (a store's consume queues pass it, found once: not a statfs per queue)
         self.bounded_reads = hole_reads_allocate(directory) if bounded_reads is None else bounded_reads
-        sizes = {int(parse_segment_name(p.name) or 0): p.stat().st_size for p in self._files()}
+        #: segment names that are not files (start -> what is there; see :mod:`rmqlog.safe_open`)
+        self.wrong: dict[int, str] = {}
+        sizes: dict[int, int] = {}
+        for start, found in self._files():
+            if found == safe_open.FILE:
+                with contextlib.suppress(FileNotFoundError):  # (removed meanwhile)
+                    sizes[start] = safe_open.lstat(self.directory / segment_name(start)).st_size
+            else:
+                self.wrong[start] = found
         if infer and any(sizes.values()):
             counts: dict[int, int] = {}
             for n in sizes.values():
@@ -462,7 +473,11 @@ class MappedFileQueue:
         self.odd: dict[int, int] = {start: n for start, n in sizes.items() if n != self.size}
 
     def check_sizes(self) -> None:
-        """Raise :class:`CorruptStoreError` naming the first segment of the wrong size, if any."""
+        """Raise :class:`CorruptStoreError` naming the first segment of the wrong size, if any
+        (:class:`~rmqlog.errors.WrongFileTypeError` for one that is not a file)."""
+        if self.wrong:
+            start, found = min(self.wrong.items())
+            raise WrongFileTypeError(str(self.directory / segment_name(start)), found, safe_open.FILE)
         if self.odd:
             start, n = min(self.odd.items())
             raise CorruptStoreError(
@@ -471,19 +486,16 @@ class MappedFileQueue:
                 path=str(self.directory / segment_name(start)),
             )
 
-    def _files(self) -> list[Path]:
-        if not self.directory.is_dir():
-            return []
-        return sorted(p for p in self.directory.iterdir() if parse_segment_name(p.name) is not None)
+    def _files(self) -> list[tuple[int, str]]:
+        """(start, what it is) of every segment name in the folder, ascending."""
+        return [(start, found) for name, found in safe_open.entries(self.directory)
+                if (start := parse_segment_name(name)) is not None]
 
     def segment_starts(self) -> list[int]:
         """Start offsets of the segments on disk now, ascending."""
         # names, not Paths: every dispatch asks this of each queue it writes (~15 us a call,
         # where building and sorting Path objects cost ~70 us)
-        try:
-            names = os.listdir(self.directory)
-        except (FileNotFoundError, NotADirectoryError):
-            return []
+        names = safe_open.listdir_or_empty(self.directory)
         return sorted(start for start in map(parse_segment_name, names) if start is not None)
 
     def segment_start_for(self, offset: int) -> int:
@@ -493,16 +505,16 @@ class MappedFileQueue:
         """The segment starting at ``start``; ``None`` if absent and not ``create`` (also one
         closed for the limit on open files whose file was deleted since: it cannot reopen)."""
         seg = self._segments.get(start)
-        if seg is not None and (seg.is_open or seg.path.exists()):
+        if seg is not None and (seg.is_open or safe_open.kind(seg.path) is not None):
             return seg
         path = self.directory / segment_name(start)
         with self._lock:
             seg = self._segments.get(start)
             if seg is not None:
-                if seg.is_open or path.exists():
+                if seg.is_open or safe_open.kind(path) is not None:
                     return seg
                 del self._segments[start]
-            if not path.exists():
+            if safe_open.kind(path) is None:
                 if not create or self.read_only:
                     return None
                 try:
@@ -535,14 +547,14 @@ class MappedFileQueue:
         directory never sees a segment of the wrong size).
         """
         prepared = self.prepared_path(start)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        safe_open.make_folder(self.directory, parents=True)
         try:
-            if os.stat(prepared).st_size == self.size:
+            if safe_open.lstat(prepared).st_size == self.size:
                 with contextlib.suppress(FileExistsError):  # another process created it first: keep theirs
-                    os.link(prepared, path)
+                    safe_open.link(prepared, path)
             with contextlib.suppress(FileNotFoundError):
-                os.unlink(prepared)
-            if path.exists():
+                safe_open.unlink(prepared)
+            if safe_open.kind(path) is not None:
                 return
         except FileNotFoundError:  # none prepared (or taken by another process meanwhile)
             pass
@@ -556,9 +568,9 @@ class MappedFileQueue:
         is allocated: a reader looking for a segment's first record (recovery) then never
         reads a hole, and a disk with no room fails here, typed, before any write.
         """
-        path.parent.mkdir(parents=True, exist_ok=True)
+        safe_open.make_folder(path.parent, parents=True)
         tmp = path.parent / f".{segment_name(start)}.{os.getpid()}.{threading.get_ident()}.tmp"
-        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        fd = safe_open.open_file(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
         try:
             try:
                 os.ftruncate(fd, self.size)
@@ -569,9 +581,9 @@ class MappedFileQueue:
             finally:
                 os.close(fd)
             with contextlib.suppress(FileExistsError):  # another process created it first: keep theirs
-                os.link(tmp, path)
+                safe_open.link(tmp, path)
         finally:
-            os.unlink(tmp)
+            safe_open.unlink(tmp)
 
     def for_offset(self, offset: int, *, create: bool = False) -> MappedFile | None:
         return self.get(self.segment_start_for(offset), create=create)

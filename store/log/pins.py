@@ -36,6 +36,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Protocol
 
+from .. import safe_open
+
 
 class PinCount:
     """How many reads of this process hold a segment (its shared ``flock`` is held while > 0)."""
@@ -109,7 +111,7 @@ def hold_exclusive(path: Path) -> int | None:
     """For the cleaner: a new descriptor of ``path`` holding ``LOCK_EX``, or ``None`` when a
     reader holds the file now (busy). Raises ``FileNotFoundError`` when the file is gone.
     The caller closes the descriptor (which releases the lock) after removing the file."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = safe_open.open_file(path, os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

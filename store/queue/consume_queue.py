@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import safe_open
 from ..log.mapped_file import MappedFile, MappedFileQueue
 from ..log.open_files import OpenFiles
 from ..log.pins import pinned
@@ -218,7 +219,7 @@ class ConsumeQueue:
             first = start // CQ_UNIT_SIZE
             if first >= logical and first > 0:
                 self.segments.forget(start)
-                (self.directory / f"{start:020d}").unlink(missing_ok=True)
+                safe_open.unlink(self.directory / f"{start:020d}")
             elif first + per > logical:
                 seg = self.segments.get(start)
                 assert seg is not None

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .. import crash_points
+from .. import crash_points, safe_open
 from ..errors import DiskFullError
 from ..fileio import InterProcessLock, rewrite_in_place
 from ..hashing import tags_codes
@@ -96,7 +96,7 @@ class Dispatcher:
     def _load(self) -> tuple[int, int]:
         """(position, store time of the last record dispatched); the time is 0 when unknown."""
         try:
-            d = json.loads(self.state_path.read_bytes())
+            d = json.loads(safe_open.read_bytes(self.state_path))
             offset, ts = int(d["offset"]), int(d.get("storeTimestamp", 0))
             if "crc" in d and int(d["crc"]) != _position_crc(offset, ts):
                 raise ValueError("its CRC does not match")
@@ -122,7 +122,7 @@ class Dispatcher:
         """
         pos, ts = self._load()
         if pos > limit:
-            self.state_path.unlink(missing_ok=True)
+            safe_open.unlink(self.state_path)
             self._save_position(self._derive_position(), ts)
 
     def _derive_position(self) -> int:
@@ -156,7 +156,7 @@ class Dispatcher:
                 log.warning("%s; the dispatch position stays where it was, and the next dispatch walks on from there", exc)
                 return
             error = exc
-        self.state_path.unlink(missing_ok=True)
+        safe_open.unlink(self.state_path)
         if self._derive_position() > offset:
             raise error
         log.warning("%s; the dispatch position will be derived from the consume queues (not past %d)", error, offset)

@@ -4,7 +4,9 @@ readers, recovery and verify of one open store.
 
 A folder counts as a queue only when named as the store names them: a valid topic name, and
 a queue id in canonical decimal (:func:`rmqlog.paths.parse_queue_dir_name`); any other name is
-never used (a topic folder that is not a valid name is logged and skipped).
+never used (a topic folder that is not a valid name is logged and skipped), and neither is a
+link or a file with such a name (set aside at open by :mod:`rmqlog.durability.survey`; one
+that appears later is refused, typed, when the queue is used).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from .. import safe_open
 from ..log import mapped_file
 from ..log.open_files import OpenFiles
 from ..paths import StorePaths, parse_queue_dir_name, parse_segment_name, topic_problem
@@ -59,18 +62,18 @@ class ConsumeQueues:
     def dirs(self) -> Iterator[tuple[str, int, Path]]:
         """(topic, queue id, folder) of every consume queue on disk, sorted (see the module docstring)."""
         root = self.paths.consumequeue_dir
-        if not root.is_dir():
+        if not safe_open.is_folder(root):
             return
-        for topic_dir in sorted(root.iterdir()):
-            if not topic_dir.is_dir():
+        for topic, found in safe_open.entries(root):
+            if found != safe_open.FOLDER or safe_open.is_set_aside(topic):
                 continue
-            if topic_problem(topic_dir.name) is not None:
-                log.warning("ignoring %s: not a valid topic name", topic_dir)
+            if topic_problem(topic) is not None:
+                log.warning("ignoring %s: not a valid topic name", root / topic)
                 continue
-            for qdir in sorted(topic_dir.iterdir()):
-                qid = parse_queue_dir_name(qdir.name)
-                if qid is not None and qdir.is_dir():
-                    yield topic_dir.name, qid, qdir
+            for name, qfound in safe_open.entries(root / topic):
+                qid = parse_queue_dir_name(name)
+                if qid is not None and qfound == safe_open.FOLDER:
+                    yield topic, qid, root / topic / name
 
     def all(self) -> list[ConsumeQueue]:
         """Every consume queue on disk (see :meth:`dirs`)."""
@@ -87,8 +90,9 @@ class ConsumeQueues:
         sizes: dict[int, int] = {}
         seen = 0
         for _, _, cq in self.dirs():
-            first = min((f for f in cq.iterdir() if parse_segment_name(f.name) is not None), default=None)
-            if first is not None and (n := first.stat().st_size) > 0 and n % CQ_UNIT_SIZE == 0:
+            first = min((name for name, found in safe_open.entries(cq)
+                         if found == safe_open.FILE and parse_segment_name(name) is not None), default=None)
+            if first is not None and (n := safe_open.lstat(cq / first).st_size) > 0 and n % CQ_UNIT_SIZE == 0:
                 sizes[n] = sizes.get(n, 0) + 1
                 seen += 1
                 if seen >= 16:
@@ -102,9 +106,9 @@ class ConsumeQueues:
         if topic_problem(topic) is not None:
             return 0
         tdir = self.paths.consumequeue_dir / topic
-        if not tdir.is_dir():
+        if not safe_open.is_folder(tdir):
             return 0
-        ids = [parse_queue_dir_name(q.name) for q in tdir.iterdir()]
+        ids = [parse_queue_dir_name(name) for name, found in safe_open.entries(tdir) if found == safe_open.FOLDER]
         return max((q + 1 for q in ids if q is not None), default=0)
 
     def close(self) -> None:

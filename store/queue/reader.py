@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import safe_open
 from ..arguments import int_arg, queue_id_arg
 from ..errors import (
     CorruptRecordError,
@@ -68,8 +69,8 @@ class QueueReader:
             self.parts.topic_config.reload()
             tc = self.parts.topic_config.get(topic)
         if tc is not None:
-            return 0 <= queue_id < max(tc.read_queue_nums, tc.write_queue_nums) or self.parts.paths.queue_dir(topic, queue_id).is_dir()
-        return self.parts.paths.queue_dir(topic, queue_id).is_dir()
+            return 0 <= queue_id < max(tc.read_queue_nums, tc.write_queue_nums) or safe_open.is_folder(self.parts.paths.queue_dir(topic, queue_id))
+        return safe_open.is_folder(self.parts.paths.queue_dir(topic, queue_id))
 
     def read_bounds(self, cq: ConsumeQueue) -> tuple[int, int, int]:
         """(first live offset, end) of a queue and the commitlog's first offset they were taken

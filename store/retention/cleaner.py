@@ -45,6 +45,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .. import safe_open
+from ..errors import WrongFileTypeError
 from ..fileio import disk_used_percent, fsync_dir
 from ..log.pins import hold_exclusive
 from ..paths import parse_segment_name, segment_name
@@ -132,7 +134,7 @@ class Retention:
         with self._lock:
             now = self.wall_ms() if now_ms is None else int(now_ms)
             parts = self.parts
-            dirs = [d for d in (parts.paths.commitlog_dir, parts.paths.consumequeue_dir) if d.is_dir()]
+            dirs = [d for d in (parts.paths.commitlog_dir, parts.paths.consumequeue_dir) if safe_open.is_folder(d)]
             used = max((self.disk_used(d) for d in dirs), default=0.0)
             due = policy.due(parts.config, now, used, force=force)
             report = CleanReport(disk_used_percent=used)
@@ -152,7 +154,7 @@ class Retention:
                 # the queues are cleaned against where the log starts (once; RocketMQ's clean
                 # service starts from offset 0 too). From the first pass on, retention.state and
                 # commitlog.deleted/ exist: a pass on a full disk needs no new block for them
-                parts.paths.deleted_segments_dir.mkdir(exist_ok=True)
+                safe_open.make_folder(parts.paths.deleted_segments_dir)
                 state = RetentionState(first, state.queues_cleaned if state is not None else 0)
                 self.state_file.write(state)
             # never past where the commitlog really starts (a segment a reader held is still there)
@@ -172,13 +174,14 @@ class Retention:
         a listing of the folders (a first pass, a pass cut short, segments removed by hand)."""
         directory = self.parts.paths.commitlog_dir
         size = self.parts.commitlog.segment_size
-        if state is not None and state.checked and (directory / segment_name(state.log_start)).exists() and (
-                state.log_start < size or not (directory / segment_name(state.log_start - size)).exists()):
+        if state is not None and state.checked and safe_open.kind(directory / segment_name(state.log_start)) is not None and (
+                state.log_start < size or safe_open.kind(directory / segment_name(state.log_start - size)) is None):
             return state.log_start, False
         names = _listdir(directory)
         # 20 zero-padded digits sort as the numbers they are: no parse of every name
         seg_names = [n for n in names if len(n) == 20 and n.isdigit() and n.isascii()]
-        return (int(min(seg_names)) if seg_names else None), bool(_listdir(self.parts.paths.deleted_segments_dir))
+        leftovers = any(not safe_open.is_set_aside(n) for n in _listdir(self.parts.paths.deleted_segments_dir))
+        return (int(min(seg_names)) if seg_names else None), leftovers
 
     def _checked_completion(self, state: RetentionState, first: int) -> RetentionState:
         """``retention.state`` says the log starts above its first segment (a pass cut short):
@@ -242,8 +245,8 @@ class Retention:
         trash_dir = parts.paths.deleted_segments_dir
         trash: Path | None = trash_dir
         try:
-            trash_dir.mkdir(exist_ok=True)  # (made by the first pass, while there was room)
-        except OSError as exc:  # a full disk: no room for a folder; unlinked in place instead
+            safe_open.make_folder(trash_dir)  # (made by the first pass, while there was room)
+        except (OSError, WrongFileTypeError) as exc:  # a full disk: no room for a folder; unlinked in place instead
             log.warning("retention: cannot make %s (%s); segments are unlinked in place", trash_dir, exc)
             trash = None
         try:
@@ -262,9 +265,9 @@ class Retention:
                     held.append((start, path, fd))
                     self._busy_since.pop(start, None)
                     if trash is not None:  # held: no read of it is under way
-                        os.rename(path, trash / path.name)
+                        safe_open.rename(path, trash / path.name)
                     else:
-                        os.unlink(path)
+                        safe_open.unlink(path)
         finally:
             for _, _, fd in held:
                 if fd is not None:
@@ -292,9 +295,7 @@ class Retention:
         """Step 2 of the module docstring; returns whether every queue (and the index) is done."""
         parts = self.parts
         complete = True
-        for topic, qid, qdir in parts.queues.dirs():
-            if qdir.is_symlink() or qdir.parent.is_symlink():
-                continue  # never a folder the store did not make
+        for topic, qid, qdir in parts.queues.dirs():  # (real folders only: never a link)
             cq = parts.consume_queue(topic, qid)
             starts = sorted(s for s in map(parse_segment_name, _listdir(qdir)) if s is not None)
             kept = 0
@@ -339,15 +340,12 @@ class Retention:
 
 
 def _listdir(path: Path) -> list[str]:
-    try:
-        return os.listdir(path)
-    except FileNotFoundError:
-        return []
+    return safe_open.listdir_or_empty(path)
 
 
 def _mtime_ms(path: Path) -> int | None:
     try:
-        return int(os.stat(path).st_mtime * 1000)
+        return int(safe_open.lstat(path).st_mtime * 1000)
     except FileNotFoundError:
         return None
 
@@ -372,7 +370,7 @@ def _delete_if_below(path: Path, size: int, log_start: int) -> int | None:
         offset, unit_size, _ = _UNIT.unpack(os.pread(fd, CQ_UNIT_SIZE, size - CQ_UNIT_SIZE))
         if unit_size == 0 or (unit_size != FILLER_SIZE and offset >= log_start):
             return None  # not full, or a unit whose record is still stored
-        os.unlink(path)
+        safe_open.unlink(path)
         return st.st_blocks * 512
     finally:
         os.close(fd)

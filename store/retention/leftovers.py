@@ -19,10 +19,10 @@ other, never meets one made by retention.
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .. import safe_open
 from ..fileio import fsync_dir
 from ..paths import parse_segment_name, segment_name
 from .marker import RetentionStateFile, completion_doubt
@@ -35,19 +35,16 @@ log = logging.getLogger(__name__)
 
 def remove_deleted(directory: Path) -> int:
     """Unlink the segments in ``directory`` (``commitlog.deleted/``; only files named as
-    segments); returns the disk space they held (allocated blocks)."""
+    segments: a folder of that name is left alone, set aside by the next open's survey, see
+    :mod:`rmqlog.durability.survey`); returns the disk space they held (allocated blocks)."""
     freed = 0
-    try:
-        names = os.listdir(directory)
-    except FileNotFoundError:
-        return 0
-    for name in names:
-        if parse_segment_name(name) is None:
+    for name, found in safe_open.entries(directory):
+        if parse_segment_name(name) is None or found == safe_open.FOLDER:
             continue
         path = directory / name
         try:
-            freed += os.lstat(path).st_blocks * 512
-            os.unlink(path)
+            freed += safe_open.lstat(path).st_blocks * 512
+            safe_open.unlink(path)  # (a link is removed itself: its target is never touched)
         except FileNotFoundError:
             continue  # another process's pass removed it first
     return freed
@@ -83,10 +80,11 @@ def finish_at_open(parts: StoreParts) -> list[str]:
     for start in stale:
         segs.forget(start)
         segs.odd.pop(start, None)
-        (directory / segment_name(start)).unlink(missing_ok=True)
-    fsync_dir(directory)
-    msg = (f"retention: {len(stale)} commitlog segment(s) below the start {state.log_start} a pass recorded were "
-           f"left by a pass cut short; removed")
-    log.warning(msg)
-    problems.append(msg)
+        safe_open.unlink(directory / segment_name(start))
+    if stale:
+        fsync_dir(directory)
+        msg = (f"retention: {len(stale)} commitlog segment(s) below the start {state.log_start} a pass recorded were "
+               f"left by a pass cut short; removed")
+        log.warning(msg)
+        problems.append(msg)
     return problems

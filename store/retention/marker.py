@@ -46,6 +46,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
+from .. import safe_open
 from ..errors import DiskFullError
 from ..fileio import replace_file, rewrite_in_place
 from ..paths import segment_name
@@ -76,8 +77,8 @@ def segment_head(commitlog_dir: Path, start: int) -> int | None:
     """CRC-32 of the first :data:`HEAD_BYTES` bytes of the segment at ``start``; ``None`` when
     it is absent, not a regular file, or holds no record there yet (zeros)."""
     try:
-        fd = os.open(commitlog_dir / segment_name(start), os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
+        fd = safe_open.open_file(commitlog_dir / segment_name(start), os.O_RDONLY)
+    except OSError:  # (a WrongFileTypeError too: not a segment to read a head from)
         return None
     try:
         raw = os.pread(fd, HEAD_BYTES, 0)
@@ -105,7 +106,7 @@ class RetentionStateFile:
     def read(self) -> RetentionState | None:
         """The state, or ``None`` when absent or unreadable (logged)."""
         try:
-            raw = self.path.read_bytes()
+            raw = safe_open.read_bytes(self.path)
         except FileNotFoundError:
             return None
         except OSError as exc:  # a directory in its place, ...
@@ -144,10 +145,10 @@ class RetentionStateFile:
         try:
             replace_file(self.path, data, durable=True)
         except DiskFullError:
-            if not self.path.exists():
+            if safe_open.kind(self.path) is None:
                 raise
             rewrite_in_place(self.path, data)
-            fd = os.open(self.path, os.O_RDONLY)
+            fd = safe_open.open_file(self.path, os.O_RDONLY)
             try:
                 os.fsync(fd)
             finally:

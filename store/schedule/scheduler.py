@@ -58,7 +58,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .. import crash_points
+from .. import crash_points, safe_open
 from ..errors import MessagesDeletedError
 from ..log.properties import SCHEDULE_TOPIC
 from ..log.writer_marker import writer_marker
@@ -152,7 +152,7 @@ class DelayScheduler:
 
     def _pass(self, now_ms: int | None, *, wait: bool) -> PassReport | None:
         with self._thread_lock:
-            fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            fd = safe_open.open_file(self.lock_path, os.O_RDWR | os.O_CREAT)
             try:
                 try:
                     fcntl.lockf(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -172,10 +172,8 @@ class DelayScheduler:
         offsets = load_delay_offsets(self.offsets_path)
         before = dict(offsets)
         state = self.parts.append_state()
-        try:  # the levels that ever had a message (one listing, not a stat per level)
-            queues = {parse_queue_dir_name(name) for name in os.listdir(self.parts.paths.consumequeue_dir / SCHEDULE_TOPIC)}
-        except (FileNotFoundError, NotADirectoryError):
-            queues = set()
+        # the levels that ever had a message (one listing, not a stat per level)
+        queues = {parse_queue_dir_name(name) for name in safe_open.listdir_or_empty(self.parts.paths.consumequeue_dir / SCHEDULE_TOPIC)}
         top = len(self.levels_ms)
         for queue in sorted(q for q in queues if q is not None and q >= 0):
             level = queue + 1

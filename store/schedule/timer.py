@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .. import crash_points
+from .. import crash_points, safe_open
 from ..errors import MessagesDeletedError
 from ..log.properties import (
     PROPERTY_REAL_QID,
@@ -141,7 +141,7 @@ class TimerDelivery:
         delivered, messages lost to retention before delivery)."""
         cq = self.parts.consume_queue(TIMER_TOPIC, 0)
         state = self.wheel.load()
-        if state is None and not cq.directory.is_dir():
+        if state is None and not safe_open.is_folder(cq.directory):
             return 0, 0  # no timed message was ever stored
         lo, hi, floor = self.reader.read_bounds(cq)
         doubt = self._doubt(cq, state, lo, hi) if state is not None else None

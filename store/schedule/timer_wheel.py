@@ -47,6 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .. import safe_open
 from ..errors import CorruptStoreError
 from ..fileio import raise_if_disk_full
 from ..log.record import crc32
@@ -84,7 +85,7 @@ def wheel_slots(max_delay_ms: int, precision_ms: int) -> int:
 
 def _size(path: Path) -> int | None:
     try:
-        return os.stat(path).st_size
+        return safe_open.lstat(path).st_size
     except FileNotFoundError:
         return None
 
@@ -110,7 +111,7 @@ class TimerWheel:
     def load(self) -> TimerState | None:
         """The state, or ``None`` when the index must be rebuilt (see the module docstring)."""
         try:
-            raw = self.state_path.read_bytes()
+            raw = safe_open.read_bytes(self.state_path)
         except FileNotFoundError:
             return None
         state = TimerState.unpack(raw)
@@ -126,9 +127,9 @@ class TimerWheel:
 
     def save(self, state: TimerState) -> None:
         """Write ``state`` in place (created the first time)."""
-        self.directory.mkdir(exist_ok=True)
+        safe_open.make_folder(self.directory)
         try:
-            fd = os.open(self.state_path, os.O_WRONLY | os.O_CREAT, 0o644)
+            fd = safe_open.open_file(self.state_path, os.O_WRONLY | os.O_CREAT)
             try:
                 os.pwrite(fd, state.pack(), 0)
             finally:
@@ -140,17 +141,15 @@ class TimerWheel:
     def invalidate(self) -> None:
         """Make the next pass rebuild the index (a store recovered after an abnormal exit: the
         index's files were not synced; or repaired: the timer queue is the truth)."""
-        with contextlib.suppress(FileNotFoundError):
-            self.state_path.unlink()
+        safe_open.unlink(self.state_path)
 
     def reset(self, state: TimerState) -> None:
         """Empty the log and the wheel (a rebuild, or nothing pending any more): a new
         generation."""
         self.close()
-        self.directory.mkdir(exist_ok=True)
+        safe_open.make_folder(self.directory)
         for path in (self.log_path, self.wheel_path):
-            with contextlib.suppress(FileNotFoundError):
-                path.unlink()
+            safe_open.unlink(path)
         state.log_end = state.pending = state.wheel_sum = state.log_crc = 0
         state.slots, state.precision, state.generation = self.slots, self.precision_ms, new_generation()
 
@@ -165,9 +164,12 @@ class TimerWheel:
             return f"{self.log_path} {held}, its state says {state.log_end} entries"
         if state.log_end:
             crc = 0
-            with open(self.log_path, "rb") as f:
-                while chunk := f.read(CHECK_BYTES):
+            fd = safe_open.open_file(self.log_path, os.O_RDONLY)
+            try:
+                while chunk := os.read(fd, CHECK_BYTES):
                     crc = crc32(chunk, crc)
+            finally:
+                os.close(fd)
             if crc != state.log_crc:
                 return f"{self.log_path} fails its CRC"
         wheel_size = _size(self.wheel_path)
@@ -175,7 +177,7 @@ class TimerWheel:
             return f"{self.wheel_path} is missing" if state.log_end or state.wheel_sum else None
         if wheel_size != self.slots * SLOT.itemsize:
             return f"{self.wheel_path} holds {wheel_size} bytes, {self.slots} slots need {self.slots * SLOT.itemsize}"
-        fd = os.open(self.wheel_path, os.O_RDONLY)
+        fd = safe_open.open_file(self.wheel_path, os.O_RDONLY)
         try:
             mm = mmap.mmap(fd, wheel_size, mmap.MAP_SHARED, mmap.PROT_READ)
         finally:
@@ -202,11 +204,11 @@ class TimerWheel:
     def _slots(self, state: TimerState) -> np.ndarray:
         self._same_generation(state)
         if self._wheel is None:
-            self.directory.mkdir(exist_ok=True)
+            safe_open.make_folder(self.directory)
             size = self.slots * SLOT.itemsize
             fresh = state.log_end == 0 and state.wheel_sum == 0  # nothing indexed: an empty wheel
             try:
-                fd = os.open(self.wheel_path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if fresh else 0), 0o644)
+                fd = safe_open.open_file(self.wheel_path, os.O_RDWR | (os.O_CREAT | os.O_TRUNC if fresh else 0))
             except FileNotFoundError:
                 raise TimerIndexDamaged("the timer wheel is missing", path=str(self.wheel_path)) from None
             try:
@@ -235,7 +237,7 @@ class TimerWheel:
                 self._log_mm.close()
                 self._log_mm, self._log_entries = None, 0
             try:
-                fd = os.open(self.log_path, os.O_RDONLY)
+                fd = safe_open.open_file(self.log_path, os.O_RDONLY)
             except FileNotFoundError:
                 raise TimerIndexDamaged("the timer log is missing", path=str(self.log_path)) from None
             try:
@@ -316,8 +318,8 @@ class TimerWheel:
         state.pending += n
 
     def _append(self, at: int, entries: np.ndarray) -> None:
-        self.directory.mkdir(exist_ok=True)
-        fd = os.open(self.log_path, os.O_WRONLY | os.O_CREAT, 0o644)
+        safe_open.make_folder(self.directory)
+        fd = safe_open.open_file(self.log_path, os.O_WRONLY | os.O_CREAT)
         try:
             view = memoryview(entries.view(np.uint8).data)
             pos = at * ENTRY.itemsize
