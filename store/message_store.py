@@ -106,6 +106,26 @@ class MessageStore:
             self.parts.release_locks()
             raise
 
+    def _build(self, repair: bool) -> list[Path]:
+        """Wire the parts and services (no ownership yet); returns the config files ``repair``
+        set aside."""
+        parts = self.parts
+        set_aside = set_aside_unreadable_config(parts, lambda: set_aside_if_unreadable_offsets(parts.paths.config_dir)) if repair else []
+        parts.wire(repair=repair)
+        self.commitlog, self.dispatcher, self.flush_service = parts.commitlog, parts.dispatcher, parts.flush_service
+        self.topic_config, self.consumer_offsets, self.checkpoint_file = parts.topic_config, parts.consumer_offsets, parts.checkpoint_file
+        #: the store's one background thread: the flusher (ASYNC_FLUSH), the preparer, the
+        #: dispatcher and retention once started
+        self.services = ServiceLoop()
+        self.appender = Appender(parts, self.services)
+        self.preparer = self.appender.preparer
+        self.reader = QueueReader(parts)
+        self.catalog = Catalog(parts)
+        self.retention = Retention(parts)
+        #: delivers delayed messages once due (:mod:`rmqlog.schedule`)
+        self.scheduler = install_schedule(parts, self.appender, self.reader)
+        return set_aside
+
     def _open(self, repair: bool, owned: Ownership | None) -> None:
         """Wire the store; then recover it as its owner (``owned``; ``None``: a read-only open)."""
         parts = self.parts
@@ -129,26 +149,6 @@ class MessageStore:
                 thorough_interval_ms=self.config.flush_commit_log_thorough_interval,
             )
             self.services.add(self.flusher)
-
-    def _build(self, repair: bool) -> list[Path]:
-        """Wire the parts and services (no ownership yet); returns the config files ``repair``
-        set aside."""
-        parts = self.parts
-        set_aside = set_aside_unreadable_config(parts, lambda: set_aside_if_unreadable_offsets(parts.paths.config_dir)) if repair else []
-        parts.wire(repair=repair)
-        self.commitlog, self.dispatcher, self.flush_service = parts.commitlog, parts.dispatcher, parts.flush_service
-        self.topic_config, self.consumer_offsets, self.checkpoint_file = parts.topic_config, parts.consumer_offsets, parts.checkpoint_file
-        #: the store's one background thread: the flusher (ASYNC_FLUSH), the preparer, the
-        #: dispatcher and retention once started
-        self.services = ServiceLoop()
-        self.appender = Appender(parts, self.services)
-        self.preparer = self.appender.preparer
-        self.reader = QueueReader(parts)
-        self.catalog = Catalog(parts)
-        self.retention = Retention(parts)
-        #: delivers delayed messages once due (:mod:`rmqlog.schedule`)
-        self.scheduler = install_schedule(parts, self.appender, self.reader)
-        return set_aside
 
     @classmethod
     def open(
