@@ -100,7 +100,7 @@ def test_open_files_stay_under_the_cap(tmp_path: Path) -> None:
 def test_a_file_in_use_is_not_closed_under_its_user(tmp_path: Path) -> None:
     """A segment whose descriptor an operation holds (a pwrite, a read pin, a queued write) is
     not closed to make room, and a view of a mapping stays valid after its file is closed."""
-    from rmqlog.log.mapped_file import MappedFileQueue
+    from rmqlog.log.mapped_file_queue import MappedFileQueue
     from rmqlog.log.open_files import OpenFiles
 
     open_files = OpenFiles(2)

@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import time
 import zlib
 from pathlib import Path
 from typing import Any
@@ -126,9 +125,8 @@ def set_aside_geometry(config_dir: Path, configured: IndexConfig | None = None) 
         return None
     except CorruptStoreError as exc:
         log.error("repair: %s", exc)
-    moved = path.with_name(f"{path.name}.damaged-{time.time_ns() // 1_000_000}")
-    os.replace(path, moved)
+    moved = safe_open.set_aside(path)
     index_dir = config_dir.parent / INDEX_DIR
     for name in index_file_names(index_dir):
-        os.replace(index_dir / name, index_dir / (name + DAMAGED_SUFFIX))
+        safe_open.rename(index_dir / name, index_dir / (name + DAMAGED_SUFFIX))
     return moved

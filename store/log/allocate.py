@@ -52,7 +52,7 @@ from pathlib import Path
 from .. import safe_open
 from ..errors import WrongFileTypeError
 from ..paths import segment_name
-from .mapped_file import MappedFileQueue
+from .mapped_file_queue import MappedFileQueue
 
 log = logging.getLogger(__name__)
 

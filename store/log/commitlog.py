@@ -32,7 +32,8 @@ from .decode import (
     read_columns,
 )
 from .encode.batch import EncodedBatch
-from .mapped_file import MappedFile, MappedFileQueue
+from .mapped_file import MappedFile
+from .mapped_file_queue import MappedFileQueue
 from .open_files import OpenFiles
 from .pins import pinned
 from .record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, ScanKind, ScanResult, decode_at

@@ -1,4 +1,5 @@
-"""Fixed-size memory-mapped segment files and the queue of them (RocketMQ's MappedFile/Queue).
+"""Fixed-size memory-mapped segment files (RocketMQ's MappedFile; the folder of them is
+:mod:`rmqlog.log.mapped_file_queue`).
 
 A segment is a file of exactly ``size`` bytes named by the 20-digit offset of its first
 byte. New segments are created sparse (``ftruncate``) so a 1 GiB segment costs no disk until
@@ -41,13 +42,11 @@ import pyarrow as pa
 from .. import safe_open
 from ..errors import (
     CorruptStoreError,
-    WrongFileTypeError,
     disk_full_from_errno,
     raise_if_disk_full,
     raise_if_out_of_files,
     too_many_open_files,
 )
-from ..paths import parse_segment_name, segment_name
 from .open_files import OpenFiles
 from .pins import PinCount
 
@@ -425,188 +424,3 @@ class MappedFile:
             self._close_locked()
         if self._open_files is not None:
             self._open_files.forget(self)
-
-
-class MappedFileQueue:
-    """The segments of one directory, by start offset.
-
-    ``size`` is taken from the existing files when there are any and ``infer`` is set (the
-    commitlog: a store written with another segment size, like RocketMQ's, opens as it is),
-    else it is ``default_size``. Files of another size (a segment truncated by a crash of the
-    filesystem, or by hand) are listed in :attr:`odd` (start -> bytes) instead of failing
-    here: recovery decides (see :mod:`rmqlog.durability.recovery`), and mapping one raises
-    :class:`CorruptStoreError`. With ``infer``, the size is the most common one (the largest
-    among equally common ones). Something with a segment's name that is not a file (a folder,
-    a link: never followed) is listed in :attr:`wrong` and refused by :meth:`check_sizes`. Segment creation must be serialized by the caller (the append
-    lock); lookups are safe from any thread or process.
-    """
-
-    def __init__(
-        self, directory: Path, default_size: int, *, infer: bool = True, read_only: bool = False,
-        open_files: OpenFiles | None = None, bounded_reads: bool | None = None,
-    ) -> None:
-        self.directory = directory
-        #: the store's bound on open files its segments register with (``None``: unbounded)
-        self.open_files = open_files
-        #: segments are opened read-only and never created (a read-only store)
-        self.read_only = read_only
-        self._segments: dict[int, MappedFile] = {}
-        self._lock = threading.Lock()
-        self.size = default_size
-        # (a store's consume queues pass it, found once: not a statfs per queue)
-        self.bounded_reads = hole_reads_allocate(directory) if bounded_reads is None else bounded_reads
-        #: segment names that are not files (start -> what is there; see :mod:`rmqlog.safe_open`)
-        self.wrong: dict[int, str] = {}
-        sizes: dict[int, int] = {}
-        for start, found in self._files():
-            if found == safe_open.FILE:
-                with contextlib.suppress(FileNotFoundError):  # (removed meanwhile)
-                    sizes[start] = safe_open.lstat(self.directory / segment_name(start)).st_size
-            else:
-                self.wrong[start] = found
-        if infer and any(sizes.values()):
-            counts: dict[int, int] = {}
-            for n in sizes.values():
-                if n > 0:
-                    counts[n] = counts.get(n, 0) + 1
-            self.size = max(counts, key=lambda n: (counts[n], n))
-        self.odd: dict[int, int] = {start: n for start, n in sizes.items() if n != self.size}
-
-    def check_sizes(self) -> None:
-        """Raise :class:`CorruptStoreError` naming the first segment of the wrong size, if any
-        (:class:`~rmqlog.errors.WrongFileTypeError` for one that is not a file)."""
-        if self.wrong:
-            start, found = min(self.wrong.items())
-            raise WrongFileTypeError(str(self.directory / segment_name(start)), found, safe_open.FILE)
-        if self.odd:
-            start, n = min(self.odd.items())
-            raise CorruptStoreError(
-                f"segment is {n} bytes, expected {self.size} (truncated or extended outside the store); "
-                "open the store with repair=True to recover what it holds",
-                path=str(self.directory / segment_name(start)),
-            )
-
-    def _files(self) -> list[tuple[int, str]]:
-        """(start, what it is) of every segment name in the folder, ascending."""
-        return [(start, found) for name, found in safe_open.entries(self.directory)
-                if (start := parse_segment_name(name)) is not None]
-
-    def segment_starts(self) -> list[int]:
-        """Start offsets of the segments on disk now, ascending."""
-        # names, not Paths: every dispatch asks this of each queue it writes (~15 us a call,
-        # where building and sorting Path objects cost ~70 us)
-        names = safe_open.listdir_or_empty(self.directory)
-        return sorted(start for start in map(parse_segment_name, names) if start is not None)
-
-    def segment_start_for(self, offset: int) -> int:
-        return offset - offset % self.size
-
-    def get(self, start: int, *, create: bool = False) -> MappedFile | None:
-        """The segment starting at ``start``; ``None`` if absent and not ``create`` (also one
-        closed for the limit on open files whose file was deleted since: it cannot reopen)."""
-        seg = self._segments.get(start)
-        if seg is not None and (seg.is_open or safe_open.kind(seg.path) is not None):
-            return seg
-        path = self.directory / segment_name(start)
-        with self._lock:
-            seg = self._segments.get(start)
-            if seg is not None:
-                if seg.is_open or safe_open.kind(path) is not None:
-                    return seg
-                del self._segments[start]
-            if safe_open.kind(path) is None:
-                if not create or self.read_only:
-                    return None
-                try:
-                    self._create(path, start)
-                except OSError as exc:
-                    raise_if_disk_full(exc, path, "creating a segment")
-                    raise
-            seg = MappedFile(
-                path, start, self.size, bounded_reads=self.bounded_reads, read_only=self.read_only,
-                open_files=self.open_files,
-            )
-            self._segments[start] = seg
-            return seg
-
-    @property
-    def prepared_dir(self) -> Path:
-        """Where segments prepared ahead of the writer wait (:mod:`rmqlog.log.allocate`):
-        ``<directory>.prealloc/`` beside the segments' folder, so that nothing that lists
-        the segments (RocketMQ's tooling included) ever meets one."""
-        return self.directory.with_name(self.directory.name + ".prealloc")
-
-    def prepared_path(self, start: int) -> Path:
-        """The prepared segment at ``start`` (see :attr:`prepared_dir`)."""
-        return self.prepared_dir / segment_name(start)
-
-    def _create(self, path: Path, start: int) -> None:
-        """Create the segment ``path``: the one prepared ahead (:meth:`prepared_path`, linked into
-        place, then its hidden name removed) when there is one of the right size, else a new
-        file; either way complete before it gets its name (another process listing the
-        directory never sees a segment of the wrong size).
-        """
-        prepared = self.prepared_path(start)
-        safe_open.make_folder(self.directory, parents=True)
-        try:
-            if safe_open.lstat(prepared).st_size == self.size:
-                with contextlib.suppress(FileExistsError):  # another process created it first: keep theirs
-                    safe_open.link(prepared, path)
-            with contextlib.suppress(FileNotFoundError):
-                safe_open.unlink(prepared)
-            if safe_open.kind(path) is not None:
-                return
-        except FileNotFoundError:  # none prepared (or taken by another process meanwhile)
-            pass
-        self.create_file(path, start)
-
-    def create_file(self, path: Path, start: int) -> None:
-        """Create the full-size file ``path`` for the segment at ``start`` under a temporary name,
-        then link it into place (an existing file is kept: another process's).
-
-        Sparse (``ftruncate``), except that with :attr:`bounded_reads` (tmpfs) its first page
-        is allocated: a reader looking for a segment's first record (recovery) then never
-        reads a hole, and a disk with no room fails here, typed, before any write.
-        """
-        safe_open.make_folder(path.parent, parents=True)
-        tmp = path.parent / f".{segment_name(start)}.{os.getpid()}.{threading.get_ident()}.tmp"
-        fd = safe_open.open_file(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC)
-        try:
-            try:
-                os.ftruncate(fd, self.size)
-                if self.bounded_reads and _fallocate(fd, FALLOC_FL_KEEP_SIZE, 0, min(PAGE, self.size)) != 0:
-                    err = ctypes.get_errno()
-                    if err not in _NO_PUNCH:
-                        disk_full_from_errno(err, path, "allocating the first page of a segment")
-            finally:
-                os.close(fd)
-            with contextlib.suppress(FileExistsError):  # another process created it first: keep theirs
-                safe_open.link(tmp, path)
-        finally:
-            safe_open.unlink(tmp)
-
-    def for_offset(self, offset: int, *, create: bool = False) -> MappedFile | None:
-        return self.get(self.segment_start_for(offset), create=create)
-
-    def drop_below(self, start: int) -> None:
-        """Let go of this process's segments below ``start`` (deleted by retention) without
-        closing them: a read still using one keeps it mapped and valid; each is closed when
-        its last user lets go of it (mapping and descriptor), which frees its disk space."""
-        with self._lock:  # (iterating the dict outside the lock could race a get())
-            dropped = [self._segments.pop(k) for k in [k for k in self._segments if k < start]]
-        if self.open_files is not None:
-            for seg in dropped:  # not counted any more: closed with its last user
-                self.open_files.forget(seg)
-
-    def forget(self, start: int) -> None:
-        with self._lock:
-            seg = self._segments.pop(start, None)
-        if seg is not None:
-            seg.close()
-
-    def close(self) -> None:
-        with self._lock:
-            segs = list(self._segments.values())
-            self._segments.clear()
-        for seg in segs:
-            seg.close()

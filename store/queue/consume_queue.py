@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from .. import safe_open
-from ..log.mapped_file import MappedFile, MappedFileQueue
+from ..log.mapped_file import MappedFile
+from ..log.mapped_file_queue import MappedFileQueue
 from ..log.open_files import OpenFiles
 from ..log.pins import pinned
 
