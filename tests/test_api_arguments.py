@@ -1,0 +1,358 @@
+"""Arguments of every public call (issue 27, "Arguments", and defect 8): any value of any type.
+
+Every public method of :class:`rmqlog.MessageStore` (found by introspection: a method added
+later is driven too, and one this file does not know how to call fails
+:func:`test_every_public_method_is_driven`), the package's top-level functions,
+``StoreConfig(...)`` and its broker.conf loading, and every option parser of
+``spark_rmq/options.py`` are called with arbitrary values: None, bools, ints of any size,
+floats with nan/inf, bytes, text with lone surrogates and NULs, lists, dicts, plain objects,
+numpy scalars and arrays, Arrow arrays, tables and scalars of odd types, strings that are not
+UTF-8. Each parameter gets either such a value or a plausible one (a topic of the store, a
+queue id in range...), so that calls also get past their first check.
+
+What is asserted: only the typed families escape (:class:`rmqlog.StoreError`, of which the
+Spark source's :class:`spark_rmq.errors.RmqLogOptionError` is one), and the store is unharmed
+afterwards: ``verify()`` finds no problem and the messages put before are read back as they
+were. ``RMQ_API_EXAMPLES`` sets the examples per call (default 25; the opt-in run uses more).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import os
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from conftest import SMALL_CQ, SMALL_INDEX_ENTRIES, SMALL_INDEX_SLOTS
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import rmqlog
+from rmqlog import StoreConfig, StoreError
+
+EXAMPLES = int(os.environ.get("RMQ_API_EXAMPLES", "25"))
+SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=False, database=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture,
+                                           HealthCheck.filter_too_much, HealthCheck.data_too_large])
+
+# ------------------------------------------------------------------------ arbitrary values
+
+#: text of any code point, lone surrogates and NUL included (hypothesis leaves surrogates out by default)
+ANY_TEXT = st.text(st.characters(codec=None, exclude_categories=()), max_size=12)
+SURROGATE_TEXT = st.builds(lambda a, b: a + "\ud800" + b, st.text(max_size=3), st.text(max_size=3))
+NOT_UTF8 = b"\xed\xa0\x80"  # a lone surrogate as UTF-8 would spell it: not UTF-8
+
+
+def _not_utf8_strings(values: list[bytes], typ: pa.DataType | None = None) -> pa.Array:
+    """A string array whose values are the given bytes, valid UTF-8 or not (Arrow lets one
+    be made from binary buffers; Spark's CAST(binary AS STRING) makes such columns)."""
+    arr = pa.array(values, pa.binary())
+    if typ is not None and pa.types.is_large_string(typ):
+        return arr.cast(pa.large_binary()).view(pa.large_string())
+    return arr.view(pa.string())
+
+
+NUMPY_VALUES = st.sampled_from([
+    np.int64(0), np.int32(-1), np.int64(2**63 - 1), np.uint64(2**64 - 1), np.int8(3), np.float64("nan"),
+    np.float32("inf"), np.float64(1.5), np.bool_(True), np.bool_(False), np.str_("T"), np.str_("\ud800"),
+    np.bytes_(b"T"), np.datetime64("2024-01-01"), np.timedelta64(5, "s"), np.array([1, 2]), np.array([]),
+    np.array(["T"]), np.zeros((2, 2)), np.array(0), np.complex128(1j),
+])
+
+
+def _arrow_values() -> list[Any]:
+    bad = _not_utf8_strings([b"T", NOT_UTF8])
+    return [
+        pa.array([1, 2]), pa.array([], pa.null()), pa.array([None, None]), pa.array(["T", None]),
+        pa.array([b"x"], pa.binary()), pa.array([1.5, float("nan")]), pa.array([[1], None]),
+        pa.array([{"a": 1}]), pa.scalar(1), pa.scalar("T"), pa.scalar(None), pa.scalar(b"x"), bad,
+        pa.chunked_array([pa.array(["T"]), pa.array(["U"])]), pa.array(["T"]).dictionary_encode(),
+        pa.table({"x": [1]}), pa.table({}), pa.table({"topic": [1], "body": [2]}),
+        pa.table({"topic": bad, "body": [b"a", b"b"]}), pa.record_batch({"topic": ["T"], "body": [b"b"]}),
+        pa.array([1], pa.decimal128(5, 2)), pa.array([0], pa.date32()), pa.array([1], pa.duration("s")),
+        pa.array(["T"], pa.large_string()), pa.array([True]), pa.array([1], pa.uint64()),
+    ]
+
+
+ARROW_VALUES = st.sampled_from(_arrow_values())
+
+
+class Opaque:
+    """A plain object: no protocol of any kind."""
+
+    def __repr__(self) -> str:
+        return "Opaque()"
+
+
+SCALARS = st.one_of(
+    st.none(), st.booleans(), st.integers(), st.integers(min_value=-(2**80), max_value=2**80),
+    st.sampled_from([2**31 - 1, 2**31, 2**63 - 1, 2**63, -(2**63) - 1, 2**64, 10**400, -1, 0]),
+    st.floats(), st.sampled_from([math.nan, math.inf, -math.inf, -0.0, 1e308]),
+    st.binary(max_size=12), ANY_TEXT, SURROGATE_TEXT, st.sampled_from(["", "\x00", "T\x00", "*", "a || b", " "]),
+    st.builds(Opaque), NUMPY_VALUES, ARROW_VALUES,
+)
+ANY = st.recursive(
+    SCALARS,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.tuples(inner), st.sets(st.integers(), max_size=2),
+                            st.dictionaries(st.one_of(ANY_TEXT, st.integers()), inner, max_size=3)),
+    max_leaves=6,
+)
+
+# ---------------------------------------------------------------- plausible values by name
+
+TOPICS = ["T", "U"]
+KEYS = ["k1", "k2", "order-1"]
+NOW_MS = int(time.time() * 1000)
+
+
+def _string_column(draw: st.DrawFn, n: int, values: list[str]) -> pa.Array | pa.ChunkedArray:
+    """A string column of ``n`` rows in one of the forms Arrow can hold."""
+    picked = [draw(st.sampled_from(values)) for _ in range(n)]
+    form = draw(st.sampled_from(["string", "large", "dict", "chunked", "null", "not-utf8", "not-utf8-large", "binary"]))
+    if form == "large":
+        return pa.array(picked, pa.large_string())
+    if form == "dict":
+        return pa.array(picked).dictionary_encode()
+    if form == "chunked" and n > 1:
+        return pa.chunked_array([pa.array(picked[:1]), pa.array(picked[1:])])
+    if form == "null":
+        return pa.array([None if i % 2 else v for i, v in enumerate(picked)], pa.string())
+    if form.startswith("not-utf8"):
+        raw = [v.encode() for v in picked]
+        raw[draw(st.integers(0, n - 1))] += NOT_UTF8
+        return _not_utf8_strings(raw, pa.large_string() if form.endswith("large") else pa.string())
+    if form == "binary":
+        return pa.array([v.encode() for v in picked], pa.binary())
+    return pa.array(picked, pa.string())
+
+
+@st.composite
+def put_tables(draw: st.DrawFn) -> pa.Table | pa.RecordBatch:
+    """Tables a put takes, or nearly: every column in the forms Arrow can hold, with values
+    that are not UTF-8, nulls, wrong types; sometimes a column of anything."""
+    n = draw(st.integers(0, 4))
+    cols: dict[str, Any] = {"topic": _string_column(draw, n, TOPICS) if n else pa.array([], pa.string()),
+                            "body": pa.array([draw(st.binary(max_size=20)) for _ in range(n)], pa.binary())}
+    for name in draw(st.sets(st.sampled_from(["tags", "keys", "properties", "queueId", "flag", "bornTimestamp",
+                                              "delayLevel", "deliverTime"]), max_size=3)):
+        if n == 0:
+            continue
+        if name == "tags":
+            cols[name] = _string_column(draw, n, ["a", "b", ""])
+        elif name == "keys":
+            flat = _string_column(draw, n, KEYS)
+            if draw(st.booleans()):
+                flat = flat.combine_chunks() if isinstance(flat, pa.ChunkedArray) else flat
+                if pa.types.is_dictionary(flat.type):
+                    flat = flat.dictionary_decode()
+                cols[name] = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), flat) \
+                    if not pa.types.is_large_string(flat.type) else pa.LargeListArray.from_arrays(pa.array(np.arange(n + 1)), flat)
+            else:
+                cols[name] = flat
+        elif name == "properties":
+            names = _string_column(draw, n, ["p", "q", "UNIQ_KEY", "TAGS"])
+            values = _string_column(draw, n, ["v", "w"])
+            names = names.combine_chunks() if isinstance(names, pa.ChunkedArray) else names
+            values = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values
+            names = names.dictionary_decode() if pa.types.is_dictionary(names.type) else names
+            values = values.dictionary_decode() if pa.types.is_dictionary(values.type) else values
+            try:
+                cols[name] = pa.MapArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), names.cast(pa.string()), values.cast(pa.string()))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError):  # a form a map cannot hold: keep it as it is
+                cols[name] = names
+        elif name in ("queueId", "flag", "delayLevel"):
+            cols[name] = pa.array([draw(st.one_of(st.none(), st.integers(-2, 5))) for _ in range(n)], pa.int64())
+        elif name == "bornTimestamp":
+            cols[name] = pa.array([draw(st.integers(0, 2**40)) for _ in range(n)], pa.timestamp("ms"))
+        else:
+            cols[name] = pa.array([draw(st.integers(NOW_MS - 10_000, NOW_MS + 60_000)) for _ in range(n)], pa.timestamp("ms"))
+    if draw(st.booleans()) and draw(st.booleans()):
+        cols[draw(st.sampled_from(["topic", "body", "tags", "keys", "properties", "queueId", "other"]))] = draw(ARROW_VALUES)
+    try:
+        table = pa.table(cols)
+    except (pa.ArrowException, TypeError, ValueError):  # columns of different lengths, a scalar: no table holds them
+        return pa.table({"topic": pa.array(["T"] * n), "body": pa.array([b"b"] * n)})
+    return table.to_batches()[0] if draw(st.booleans()) and table.num_rows else table
+
+
+PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
+    "topic": st.sampled_from(TOPICS),
+    "topics": st.one_of(st.none(), st.lists(st.sampled_from(TOPICS), max_size=2)),
+    "queue_id": st.integers(-1, 4),
+    "group": st.sampled_from(["g", "G-1"]),
+    "offset": st.integers(-1, 10), "start": st.integers(-1, 10), "end": st.integers(-1, 12),
+    "max_count": st.integers(-1, 40),
+    "tags": st.sampled_from([None, "*", "a", "a || b", ""]),
+    "keys": st.one_of(st.lists(st.sampled_from(KEYS), max_size=2), st.sampled_from(["k1 k2", ""])),
+    "key": st.sampled_from(KEYS), "msg_id": st.sampled_from(["0A0B0C0D1234ABCDEF0123456789ABCD", "x"]),
+    "properties": st.one_of(st.none(), st.dictionaries(st.sampled_from(["p", "q"]), st.sampled_from(["v", "w"]), max_size=2)),
+    "body": st.one_of(st.binary(max_size=20), st.text(max_size=5)),
+    "flag": st.integers(-2, 2),
+    "delay_level": st.one_of(st.none(), st.integers(0, 3)),
+    "deliver_time_ms": st.one_of(st.none(), st.integers(NOW_MS - 1000, NOW_MS + 60_000)),
+    "now_ms": st.one_of(st.none(), st.integers(NOW_MS - 10_000, NOW_MS + 3_600_000)),
+    "ts_ms": st.integers(0, NOW_MS + 10_000), "begin_ms": st.integers(0, NOW_MS), "end_ms": st.one_of(st.none(), st.integers(0, NOW_MS + 10_000)),
+    "commit_log_offset": st.integers(-1, 4096),
+    "queues": st.one_of(st.none(), st.integers(1, 6)), "read_queues": st.one_of(st.none(), st.integers(1, 6)),
+    "check_crc": st.one_of(st.none(), st.booleans()), "force": st.booleans(), "dispatch": st.booleans(),
+    "writer": st.sampled_from(["w1", "w2"]), "sequence": st.integers(0, 50),
+    "progress": st.one_of(st.none(), st.just(lambda done, total: None)),
+    "table": put_tables(),
+    "tables": st.lists(put_tables(), max_size=3),
+    # open(): roots are made under the test's folder (see _root), never elsewhere
+    "root": st.sampled_from(["new", "store", "file", "nul", "under-file", "long", "empty-dir"]),
+    "config": st.one_of(st.none(), st.just("small")),
+    "repair": st.booleans(), "create": st.booleans(), "read_only": st.booleans(),
+}
+#: parameters a plausible value is always given for: any other would be a path on this machine
+ONLY_PLAUSIBLE = {"root"}
+
+#: the public methods of MessageStore this file drives (a new one must be added here)
+METHODS = {
+    "append_state", "clean_expired", "close", "commit_offset", "committed_offset", "consume_queue",
+    "create_topic", "deliver_due", "dispatch", "flush", "flushed_offset", "get_messages", "max_offset",
+    "message_by_id", "message_by_offset", "min_offset", "offset_for_timestamp", "open", "published_tail",
+    "put", "put_batch", "put_batches", "query_by_key", "query_by_time", "query_by_unique_key", "read_queue",
+    "start_dispatcher", "stop_dispatcher", "topics", "verify", "writer_sequence",
+}
+
+
+def public_methods() -> dict[str, Callable[..., Any]]:
+    return {name: member for name, member in inspect.getmembers(rmqlog.MessageStore)
+            if not name.startswith("_") and callable(member)}
+
+
+def _value(name: str) -> st.SearchStrategy[Any]:
+    plausible = PLAUSIBLE[name]
+    return plausible if name in ONLY_PLAUSIBLE else st.one_of(plausible, ANY)
+
+
+@st.composite
+def call_arguments(draw: st.DrawFn, method: Callable[..., Any]) -> dict[str, Any]:
+    """Keyword arguments for ``method``: every required parameter, some optional ones."""
+    out: dict[str, Any] = {}
+    for p in inspect.signature(method).parameters.values():
+        if p.name in ("self", "cls") or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.default is p.empty or draw(st.booleans()):
+            out[p.name] = draw(_value(p.name))
+    return out
+
+
+# ------------------------------------------------------------------------- the store
+
+
+def _config() -> StoreConfig:
+    # one commitlog segment for the whole run (a forced retention pass never deletes the
+    # segment being written, so the seed messages stay), small queues and index files
+    return StoreConfig(mapped_file_size_commit_log=16 << 20, mapped_file_size_consume_queue=SMALL_CQ,
+                       max_hash_slot_num=SMALL_INDEX_SLOTS, max_index_num=SMALL_INDEX_ENTRIES,
+                       message_delay_level="1s 2s 3s")
+
+
+class Harness:
+    """One store shared by every example, its seed messages, and the folder open() may use."""
+
+    def __init__(self, base: Path) -> None:
+        self.base = base
+        self.root = base / "store"
+        self.store = rmqlog.MessageStore.open(self.root, _config())
+        self.store.create_topic("T", 4)
+        seeds = pa.table({"topic": ["T"] * 4, "body": [b"seed%d" % i for i in range(4)], "keys": [["k1"], ["k2"], ["k1"], ["order-1"]],
+                          "tags": ["a", "b", "a", None]})
+        result = self.store.put_batch(seeds, dispatch=True)
+        self.seeds = list(zip(result.column("commitLogOffset").to_pylist(), seeds.column("body").to_pylist(), strict=True))
+        (base / "file").write_bytes(b"not a store")
+        (base / "empty-dir").mkdir()
+        self.count = 0
+        self.seen: dict[tuple[str, int], int] = {}
+
+    def root_for(self, name: str) -> Any:
+        self.count += 1
+        return {
+            "new": self.base / f"new-{self.count}",
+            "store": self.root,
+            "file": self.base / "file",
+            "nul": str(self.base / "a\x00b"),
+            "under-file": self.base / "file" / "sub",
+            "long": self.base / ("x" * 300),
+            "empty-dir": self.base / "empty-dir",
+        }[name]
+
+    def check(self) -> None:
+        """The store is open, not dispatching in the background, and unharmed."""
+        if self.store._closed:
+            self.store = rmqlog.MessageStore.open(self.root, _config())
+        self.store.stop_dispatcher()
+        report = self.store.verify()
+        assert report.problems == [], report.problems
+        for offset, body in self.seeds:
+            row = self.store.message_by_offset(offset)
+            assert row is not None and row["body"] == body, (offset, row)
+        self.store.dispatch()
+        for topic, config in self.store.topics().items():  # what was put since: readable, UTF-8
+            for q in range(max(config.read_queue_nums, config.write_queue_nums)):
+                seen, end = self.seen.get((topic, q), 0), self.store.max_offset(topic, q)
+                table = self.store.read_queue(topic, q, seen, end)
+                table.validate(full=True)
+                table.to_pylist()
+                self.seen[(topic, q)] = end
+
+    def close(self) -> None:
+        self.store.close()
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Harness]:
+    h = Harness(tmp_path_factory.mktemp("api"))
+    try:
+        yield h
+    finally:
+        h.close()
+
+
+def _call_store_method(h: Harness, name: str, kwargs: dict[str, Any]) -> None:
+    """Call ``name`` with ``kwargs``: only the StoreError family may escape."""
+    kwargs = dict(kwargs)
+    try:
+        if name == "open":
+            kwargs["root"] = h.root_for(kwargs["root"])
+            if kwargs.get("config") == "small":
+                kwargs["config"] = _config()
+            opened = rmqlog.MessageStore.open(**kwargs)
+            opened.close()
+        else:
+            getattr(h.store, name)(**kwargs)
+    except StoreError:
+        pass
+    h.check()
+
+
+def test_every_public_method_is_driven() -> None:
+    """A public method this file does not know how to call fails here: add it to METHODS
+    (and a plausible value for each new parameter name to PLAUSIBLE)."""
+    found = set(public_methods())
+    assert found - METHODS == set(), f"public methods the argument test does not drive: {sorted(found - METHODS)}"
+    assert METHODS - found == set(), f"methods gone from MessageStore: {sorted(METHODS - found)}"
+    for name, method in public_methods().items():
+        for p in inspect.signature(method).parameters.values():
+            if p.name not in ("self", "cls"):
+                assert p.name in PLAUSIBLE, f"MessageStore.{name}: no strategy for parameter {p.name!r}"
+
+
+@pytest.mark.parametrize("name", sorted(METHODS))
+def test_public_method_with_any_arguments(harness: Harness, name: str) -> None:
+    method = public_methods()[name]
+
+    @SETTINGS
+    @given(call_arguments(method))
+    def run(kwargs: dict[str, Any]) -> None:
+        _call_store_method(harness, name, kwargs)
+
+    run()
