@@ -8,10 +8,12 @@ their units in the docstring below. :meth:`StoreConfig.from_properties` reads a 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .arguments import utf8_problem
 from .errors import ConfigError
 
 GiB = 1 << 30
@@ -118,6 +120,7 @@ class StoreConfig:
     max_msgs_num_batch: int = 64
 
     def __post_init__(self) -> None:
+        _check_types(self)
         if self.mapped_file_size_commit_log < 4096:
             raise ConfigError("mapped_file_size_commit_log must be at least 4096 bytes")
         if (
@@ -149,7 +152,10 @@ class StoreConfig:
             parse_host(self.born_host, what="born_host")
 
     def replace(self, **changes: Any) -> StoreConfig:
-        """A copy with some fields changed."""
+        """A copy with some fields changed (:class:`ConfigError` for a name that is no field)."""
+        unknown = sorted(name for name in changes if name not in known_fields())
+        if unknown:
+            raise ConfigError(f"StoreConfig has no field {unknown[0]!r}")
         return dataclasses.replace(self, **changes)
 
     @classmethod
@@ -166,7 +172,7 @@ class StoreConfig:
         known.update({k.replace("mapped", "maped"): f for k, f in list(known.items()) if "mapped" in k})
         values: dict[str, Any] = {}
         ip, port = None, None
-        for raw in Path(path).read_text(encoding="utf-8").splitlines():
+        for raw in _read_conf(path).splitlines():
             line = raw.strip()
             if not line or line.startswith("#") or "=" not in line:
                 continue
@@ -185,7 +191,50 @@ class StoreConfig:
         if ip is not None or port is not None:
             values["store_host"] = f"{ip or '127.0.0.1'}:{port or 10911}"
         values.update(overrides)
+        unknown = sorted(str(name) for name in values if name not in known_fields())
+        if unknown:
+            raise ConfigError(f"StoreConfig has no field {unknown[0]!r}")
         return cls(**values)
+
+
+def known_fields() -> frozenset[str]:
+    """The names of :class:`StoreConfig`'s fields."""
+    return frozenset(f.name for f in fields(StoreConfig))
+
+
+#: The largest int a field takes: Java's ``Long.MAX_VALUE`` (RocketMQ's fields are ints and longs).
+_FIELD_INT_MAX = 2**63 - 1
+
+
+def _check_types(config: StoreConfig) -> None:
+    """Each field of the type its annotation names (``int``: an int, not a bool, in Java's long
+    range; ``bool``: a bool; ``str``: a str that can be UTF-8; ``| None``: or ``None``);
+    raises :class:`ConfigError` naming the field. Checked first: the range checks of
+    ``__post_init__`` and everything using the config then meet only values of their type."""
+    for f in fields(config):
+        value, kind = getattr(config, f.name), str(f.type).split(" | ")
+        if value is None and "None" in kind:
+            continue
+        if kind[0] == "bool":
+            ok = isinstance(value, bool)
+        elif kind[0] == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _FIELD_INT_MAX
+        else:
+            ok = isinstance(value, str) and utf8_problem(value) is None
+        if not ok:
+            raise ConfigError(f"{f.name} must be {' or '.join(kind)}" + (" in Java's long range" if kind[0] == "int" else "")
+                              + f", got {type(value).__name__} {value!r}"[:200])
+
+
+def _read_conf(path: object) -> str:
+    """The text of a broker.conf (UTF-8); a path that is not one, or a file that cannot be
+    read, raises :class:`ConfigError` naming it."""
+    if not isinstance(path, str | os.PathLike):
+        raise ConfigError(f"a broker.conf path must be a str or os.PathLike, got {type(path).__name__} {path!r}")
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except (OSError, ValueError, TypeError) as exc:  # missing, a folder, NUL in the path, not UTF-8, a bytes PathLike
+        raise ConfigError(f"cannot read broker.conf {path!r}: {exc}") from None
 
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

@@ -18,6 +18,7 @@ were. ``RMQ_API_EXAMPLES`` sets the examples per call (default 25; the opt-in ru
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 import os
@@ -35,6 +36,7 @@ from hypothesis import strategies as st
 
 import rmqlog
 from rmqlog import StoreConfig, StoreError
+from spark_rmq import options as spark_options
 
 EXAMPLES = int(os.environ.get("RMQ_API_EXAMPLES", "25"))
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=False, database=None,
@@ -354,5 +356,176 @@ def test_public_method_with_any_arguments(harness: Harness, name: str) -> None:
     @given(call_arguments(method))
     def run(kwargs: dict[str, Any]) -> None:
         _call_store_method(harness, name, kwargs)
+
+    run()
+
+
+# --------------------------------------------------------------- top-level functions
+
+
+def test_top_level_functions_with_any_arguments() -> None:
+    """Every function of the package's namespace (today: pin_malloc_thresholds) takes what
+    its signature says, or raises only the typed family."""
+    functions = {name: f for name, f in vars(rmqlog).items() if inspect.isfunction(f) and not name.startswith("_")}
+    assert functions, "the package exports no function: drop this test"
+    for f in functions.values():
+        _drive(f)
+
+
+def _drive(f: Callable[..., Any]) -> None:
+    @SETTINGS
+    @given(call_arguments_for(f))
+    def run(kwargs: dict[str, Any]) -> None:
+        with contextlib.suppress(StoreError):
+            f(**kwargs)
+
+    run()
+
+
+def call_arguments_for(f: Callable[..., Any]) -> st.SearchStrategy[dict[str, Any]]:
+    """Arbitrary values for every parameter of ``f`` (no plausible values: none is known)."""
+    params = [p for p in inspect.signature(f).parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    return st.fixed_dictionaries({p.name: ANY for p in params if p.default is p.empty},
+                                 optional={p.name: ANY for p in params if p.default is not p.empty})
+
+
+# ------------------------------------------------------------------------- StoreConfig
+
+CONFIG_FIELDS = [f.name for f in StoreConfig.__dataclass_fields__.values()]
+DEFAULTS = StoreConfig()
+
+
+def _plausible_field(name: str) -> st.SearchStrategy[Any]:
+    """Values near a field's default and its edges (of its own type), for the parse past the type check."""
+    default = getattr(DEFAULTS, name)
+    if isinstance(default, bool):
+        return st.booleans()
+    if isinstance(default, int):
+        return st.one_of(st.integers(-2, 200), st.sampled_from([default, default * 2, 2**31 - 1, 2**31, 2**63, 4096, 20]))
+    return st.sampled_from(["SYNC_FLUSH", "ASYNC_FLUSH", "04", "04;16", "1s 2h", "127.0.0.1:1", "[::1]:10911",
+                            "999.1.1.1:5", "h:0", "", " ", "1x", "25", "1.2.3.4:99999", default if default is not None else ""])
+
+
+@SETTINGS
+@given(st.dictionaries(st.sampled_from(CONFIG_FIELDS),
+                       st.deferred(lambda: st.one_of(ANY, st.sampled_from(CONFIG_FIELDS).flatmap(_plausible_field))),
+                       max_size=4))
+def test_store_config_with_any_values(values: dict[str, Any]) -> None:
+    try:
+        config = StoreConfig(**values)
+    except rmqlog.ConfigError:
+        return
+    for name, value in values.items():  # what was accepted is what was given
+        assert getattr(config, name) is value
+
+
+PROPERTY_KEYS = ["flushDiskType", "mappedFileSizeCommitLog", "maxMessageSize", "brokerIP1", "listenPort", "deleteWhen",
+                 "messageDelayLevel", "checkCRCOnRecover", "autoCreateTopicEnable", "storePathRootDir", "unknownKey",
+                 "timerPrecisionMs", "destroyMapedFileIntervalForcibly"]
+PROPERTY_LINE = st.one_of(
+    st.builds(lambda k, sep, v: f"{k}{sep}{v}", st.sampled_from(PROPERTY_KEYS), st.sampled_from(["=", " = ", ":", " "]),
+              st.one_of(st.sampled_from(["true", "false", "SYNC_FLUSH", "4096", "-1", "1e3", "99999999999999999999", "",
+                                         "0x10", "1s 5s", "04", "127.0.0.1", "10911", "\\u0041"]), ANY_TEXT)),
+    ANY_TEXT, st.just("#comment"), st.just("!comment"), st.just("key=value\\"),
+)
+
+
+@SETTINGS
+@given(st.one_of(st.lists(PROPERTY_LINE, max_size=6).map(lambda ls: "\n".join(ls).encode("utf-8", "surrogatepass")),
+                 st.binary(max_size=64)),
+       st.sampled_from(["file", "missing", "folder", "str", "bytes-path", "nul"]),
+       st.dictionaries(st.one_of(st.sampled_from(CONFIG_FIELDS), ANY_TEXT), ANY, max_size=2))
+def test_broker_conf_loading_with_any_file(tmp_path_factory: pytest.TempPathFactory, content: bytes, kind: str,
+                                           overrides: dict[str, Any]) -> None:
+    base = tmp_path_factory.mktemp("conf")
+    path: Any = base / "broker.conf"
+    path.write_bytes(content)
+    if kind == "missing":
+        path = base / "nothing.conf"
+    elif kind == "folder":
+        path = base
+    elif kind == "str":
+        path = str(path)
+    elif kind == "bytes-path":
+        path = os.fsencode(path)
+    elif kind == "nul":
+        path = str(path) + "\x00"
+    with contextlib.suppress(rmqlog.ConfigError):
+        StoreConfig.from_properties(path, **overrides)
+
+
+@SETTINGS
+@given(ANY, st.dictionaries(ANY_TEXT, ANY, max_size=2))
+def test_broker_conf_loading_with_any_path(path: Any, overrides: dict[str, Any]) -> None:
+    if isinstance(path, str | bytes | os.PathLike):  # a path of this machine: the test above makes them
+        return
+    with contextlib.suppress(rmqlog.ConfigError):
+        StoreConfig.from_properties(path, **overrides)
+
+
+# ------------------------------------------------------------------ Spark option parsers
+
+SOURCE_NAMES = sorted(spark_options.SOURCE_OPTIONS | spark_options._SPARK_OPTIONS)
+SINK_NAMES = sorted(spark_options.SINK_OPTIONS | spark_options._SPARK_OPTIONS)
+OPTION_VALUES: dict[str, st.SearchStrategy[Any]] = {
+    "path": st.just("/nonexistent/rmq"), "topics": st.sampled_from(["T", "T,U", " ", "T,,", "bad topic"]),
+    "topicpattern": st.sampled_from(["T.*", "(", "[a-"]), "assign": st.sampled_from(['{"T": [0, 1]}', '{"T": [-1]}', "[]", "{", '{"T": [1e400]}']),
+    "startingoffsets": st.sampled_from(["earliest", "latest", '{"T/0": 5}', '{"T/x": 1}', '{"T/0": -3}', '{"T/0": 1e999}', '{"T/99999999999999999999": 1}']),
+    "endingoffsets": st.sampled_from(["latest", '{"T/0": 50}', '{"T/0": 9223372036854775807}', '{"T/0": 1' + "0" * 5000 + "}"]),
+    "startingtimestamp": st.sampled_from(["0", "2024-01-01T00:00:00Z", "-1", "9" * 5000, "2024-13-01", "99999-01-01"]),
+    "endingtimestamp": st.sampled_from(["1700000000000", "2024-01-01", "x", "1" * 30]),
+    "maxmessagespertrigger": st.sampled_from(["1", "0", "-1", "1" * 5000, "1.5", " 7 "]),
+    "maxtriggerdelay": st.sampled_from(["5s", "1h", "99999999999999999999999h", "1" * 5000, "x"]),
+    "tags": st.sampled_from(["*", "a || b", "\ud800", ""]), "group": st.sampled_from(["g", "bad group", "\ud800"]),
+    "failondataloss": st.sampled_from(["true", "false", "maybe"]), "readonly": st.sampled_from(["true", "false"]),
+    "key": st.sampled_from(["k1", ""]), "msgid": st.sampled_from(["0A0B0C0D1234ABCDEF0123456789ABCD", "x"]),
+    "topic": st.sampled_from(["T", "bad topic"]), "queueselector": st.sampled_from(["hash", "roundRobin", "x"]),
+    "shardingkey": st.sampled_from(["k", ""]), "writerid": st.sampled_from(["w", "", "\x00", "\ud800", "x" * 600]),
+}
+
+
+def _options(names: list[str]) -> st.SearchStrategy[dict[Any, Any]]:
+    value = st.one_of(ANY, *(st.sampled_from(names).flatmap(lambda n: OPTION_VALUES.get(n, st.just("1"))),))
+    known = st.dictionaries(st.sampled_from(names), value, max_size=6)
+    return st.one_of(known.map(lambda d: {"path": "/nonexistent/rmq", "topics": "T", **d}), known,
+                     st.dictionaries(st.one_of(ANY_TEXT, st.integers(), st.none(), st.binary(max_size=4)), ANY, max_size=3), ANY)
+
+
+def _option_parsers() -> dict[str, Callable[..., Any]]:
+    """The option parsers of spark_rmq/options.py: its parse_* functions and each options
+    class's ``parse``; found by name, so a new one is driven (and must be known below)."""
+    out: dict[str, Callable[..., Any]] = {name: f for name, f in vars(spark_options).items()
+                                          if inspect.isfunction(f) and name.startswith("parse") and f.__module__ == spark_options.__name__}
+    for name, cls in vars(spark_options).items():
+        if inspect.isclass(cls) and cls.__module__ == spark_options.__name__ and hasattr(cls, "parse"):
+            out[f"{name}.parse"] = cls.parse
+    return out
+
+
+PARSER_ARGUMENTS: dict[str, st.SearchStrategy[tuple[tuple[Any, ...], dict[str, Any]]]] = {
+    "SourceOptions.parse": st.tuples(st.tuples(_options(SOURCE_NAMES)), st.fixed_dictionaries({"streaming": st.one_of(st.booleans(), ANY)})),
+    "SinkOptions.parse": st.tuples(st.tuples(_options(SINK_NAMES)), st.just({})),
+    **{name: st.tuples(st.tuples(st.one_of(st.sampled_from(["maxTriggerDelay", "endingOffsets"]), ANY),
+                                 st.one_of(st.sampled_from([v for s in ("startingoffsets", "endingoffsets", "startingtimestamp",
+                                                                        "maxtriggerdelay") for v in OPTION_VALUES[s].elements]),  # type: ignore[attr-defined]
+                                           ANY)), st.just({}))
+       for name in ("parse_duration_ms", "parse_timestamp_ms", "parse_offsets_json")},
+}
+
+
+def test_every_option_parser_is_driven() -> None:
+    assert set(_option_parsers()) == set(PARSER_ARGUMENTS), "add the new option parser to PARSER_ARGUMENTS"
+
+
+@pytest.mark.parametrize("name", sorted(PARSER_ARGUMENTS))
+def test_option_parser_with_any_values(name: str) -> None:
+    parser = _option_parsers()[name]
+
+    @SETTINGS
+    @given(PARSER_ARGUMENTS[name])
+    def run(call: tuple[tuple[Any, ...], dict[str, Any]]) -> None:
+        args, kwargs = call
+        with contextlib.suppress(StoreError):  # RmqLogOptionError is one
+            parser(*args, **kwargs)
 
     run()
