@@ -30,12 +30,19 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SMALL_CQ, SMALL_INDEX_ENTRIES, SMALL_INDEX_SLOTS
+from conftest import (
+    SMALL_CQ,
+    SMALL_INDEX_ENTRIES,
+    SMALL_INDEX_SLOTS,
+    small_store_config,
+    snapshot_files,
+    walk,
+)
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import rmqlog
-from rmqlog import StoreConfig, StoreError
+from rmqlog import InvalidMessageError, InvalidTopicError, StoreConfig, StoreError
 from spark_rmq import options as spark_options
 
 EXAMPLES = int(os.environ.get("RMQ_API_EXAMPLES", "25"))
@@ -529,3 +536,264 @@ def test_option_parser_with_any_values(name: str) -> None:
             parser(*args, **kwargs)
 
     run()
+
+
+# ======================================================================================
+# Each fix the property test led to, pinned by a plain test (each failed on main's code).
+
+S = "\ud800"  # a lone surrogate: a Python str no UTF-8 encoder takes
+
+
+@pytest.fixture
+def ts(root: Path) -> Iterator[rmqlog.MessageStore]:
+    """A store with topic T (4 queues) holding 4 dispatched messages keyed k1."""
+    s = rmqlog.MessageStore.open(root, small_store_config())
+    s.create_topic("T", 4)
+    s.put_batch(pa.table({"topic": ["T"] * 4, "body": [b"seed%d" % i for i in range(4)], "keys": [["k1"]] * 4}), dispatch=True)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+def _unchanged(s: rmqlog.MessageStore, root: Path, call: Callable[[], Any], err: type[Exception]) -> Exception:
+    """``call`` raises exactly ``err`` (or a subclass) and writes nothing."""
+    before = snapshot_files(root, "append.state", "config/topics.json", "config/consumerOffset.json")
+    with pytest.raises(err) as info:
+        call()
+    assert snapshot_files(root, "append.state", "config/topics.json", "config/consumerOffset.json") == before
+    assert s.dispatch() == 0 and len(walk(root)) == 4
+    return info.value
+
+
+# ----------------------------------------------------- defect 8: put() with Python strings
+
+
+@pytest.mark.parametrize(("kwargs", "err", "field"), [
+    pytest.param({"topic": "T" + S}, InvalidTopicError, "topic", id="topic"),
+    pytest.param({"topic": 5}, InvalidTopicError, "topic", id="topic-int"),
+    pytest.param({"topic": b"T"}, InvalidTopicError, "topic", id="topic-bytes"),
+    pytest.param({"tags": S}, InvalidMessageError, "tags", id="tags"),
+    pytest.param({"keys": ["k", S]}, InvalidMessageError, "keys", id="keys-list"),
+    pytest.param({"keys": "k " + S}, InvalidMessageError, "keys", id="keys-string"),
+    pytest.param({"properties": {S: "v"}}, InvalidMessageError, "properties", id="property-name"),
+    pytest.param({"properties": {"p": "v" + S}}, InvalidMessageError, "properties", id="property-value"),
+    pytest.param({"properties": [("p", "v")]}, InvalidMessageError, "properties", id="properties-not-a-mapping"),
+    pytest.param({"body": "text" + S}, InvalidMessageError, "body", id="body-str"),
+])
+def test_put_with_a_string_that_is_not_utf8_names_the_field(ts: rmqlog.MessageStore, root: Path, kwargs: dict[str, Any],
+                                                            err: type[Exception], field: str) -> None:
+    call = {"topic": "T", "body": b"b", **kwargs}
+    e = _unchanged(ts, root, lambda: ts.put(call.pop("topic"), call.pop("body"), **call), err)
+    assert isinstance(e, InvalidMessageError) and (e.row, e.field) == (0, field), str(e)
+
+
+# ------------------------------------------ defect 8: put_batch columns that are not UTF-8
+
+
+def _column(form: str, values: list[bytes]) -> pa.Array | pa.ChunkedArray:
+    """``values`` (bytes, UTF-8 or not) as a string column of the given Arrow form."""
+    if form == "large_string":
+        return _not_utf8_strings(values, pa.large_string())
+    if form == "dictionary":
+        return pa.DictionaryArray.from_arrays(pa.array(range(len(values)), pa.int32()), _not_utf8_strings(values))
+    if form == "chunked":
+        return pa.chunked_array([_not_utf8_strings(values[:1]), _not_utf8_strings(values[1:])])
+    if form == "sliced":
+        return _not_utf8_strings([b"pad", *values]).slice(1)
+    return _not_utf8_strings(values)
+
+
+FORMS = ["string", "large_string", "dictionary", "chunked", "sliced"]
+BAD = [b"ok", b"ok", b"x" + NOT_UTF8, b"ok"]  # row 2 is not UTF-8
+
+
+@pytest.mark.parametrize("form", FORMS)
+@pytest.mark.parametrize(("field", "err"), [("topic", InvalidTopicError), ("tags", InvalidMessageError), ("keys", InvalidMessageError)])
+def test_a_string_column_value_that_is_not_utf8_names_its_row(ts: rmqlog.MessageStore, root: Path, form: str, field: str,
+                                                              err: type[Exception]) -> None:
+    values = [b"T", b"T", b"T" + NOT_UTF8, b"T"] if field == "topic" else BAD
+    cols: dict[str, Any] = {"topic": ["T"] * 4, "body": [b"b"] * 4, field: _column(form, values)}
+    e = _unchanged(ts, root, lambda: ts.put_batch(pa.table(cols)), err)
+    assert isinstance(e, InvalidMessageError) and (e.row, e.field) == (2, field), str(e)
+
+
+@pytest.mark.parametrize("part", ["keys-list", "keys-large-list", "property-name", "property-value"])
+def test_a_list_or_map_value_that_is_not_utf8_names_its_row(ts: rmqlog.MessageStore, root: Path, part: str) -> None:
+    offsets = pa.array([0, 1, 2, 3, 4], pa.int32())
+    good = pa.array(["a", "b", "c", "d"])
+    if part == "keys-list":
+        col, field = pa.ListArray.from_arrays(offsets, _not_utf8_strings(BAD)), "keys"
+    elif part == "keys-large-list":
+        col, field = pa.LargeListArray.from_arrays(offsets.cast(pa.int64()), _not_utf8_strings(BAD, pa.large_string())), "keys"
+    elif part == "property-name":
+        col, field = pa.MapArray.from_arrays(offsets, _not_utf8_strings(BAD), good), "properties"
+    else:
+        col, field = pa.MapArray.from_arrays(offsets, good, _not_utf8_strings(BAD)), "properties"
+    table = pa.table({"topic": ["T"] * 4, "body": [b"b"] * 4, field: col})
+    e = _unchanged(ts, root, lambda: ts.put_batch(table), InvalidMessageError)
+    assert (e.row, e.field) == (2, field), str(e)
+
+
+def test_values_cut_inside_a_character_are_refused_though_their_bytes_join_into_utf8(ts: rmqlog.MessageStore, root: Path) -> None:
+    """'é' is C3 A9: two values b'\\xc3' and b'\\xa9' are each not UTF-8, all their bytes together are."""
+    table = pa.table({"topic": ["T"] * 3, "body": [b"b"] * 3, "tags": _not_utf8_strings([b"caf\xc3", b"\xa9", b"x"])})
+    e = _unchanged(ts, root, lambda: ts.put_batch(table), InvalidMessageError)
+    assert (e.row, e.field) == (0, "tags"), str(e)
+
+
+def test_utf8_beyond_ascii_and_junk_under_nulls_are_stored(ts: rmqlog.MessageStore) -> None:
+    """The check refuses only what is not UTF-8: multi-byte characters pass, and bytes a null
+    value spans (Arrow allows it) are no value."""
+    junk = pa.StringArray.from_buffers(3, pa.py_buffer(np.array([0, 3, 6, 9], np.int32)), pa.py_buffer("标".encode() + NOT_UTF8 + b"abc"),
+                                       pa.py_buffer(np.packbits([1, 0, 1], bitorder="little")), null_count=1)
+    table = pa.table({"topic": ["T"] * 3, "body": [b"b"] * 3, "tags": junk, "keys": [["键-1"], ["🔑"], ["k"]]})
+    offsets = ts.put_batch(table).column("commitLogOffset").to_pylist()
+    rows = [ts.message_by_offset(o) for o in offsets]
+    assert [(r["tags"], r["keys"]) for r in rows] == [("标", ["键-1"]), (None, ["🔑"]), ("abc", ["k"])]
+
+
+def test_an_idempotent_writer_that_is_not_utf8_is_refused(ts: rmqlog.MessageStore, root: Path) -> None:
+    table = pa.table({"topic": ["T"], "body": [b"b"]})
+    e = _unchanged(ts, root, lambda: ts.put_batch(table, writer="w" + S, sequence=1), InvalidMessageError)
+    assert e.field == "writer"  # type: ignore[attr-defined]
+    for bad in ("w" + S, 5, None, ["w"]):
+        with pytest.raises(rmqlog.InvalidArgumentError):
+            ts.writer_sequence(bad)
+
+
+@pytest.mark.parametrize("call", [
+    pytest.param(lambda s: s.get_messages("g" + S, "T", 0, 0), id="get_messages"),
+    pytest.param(lambda s: s.commit_offset("g" + S, "T", 0, 1), id="commit_offset"),
+    pytest.param(lambda s: s.committed_offset("g" + S, "T", 0), id="committed_offset"),
+])
+def test_a_group_that_is_not_utf8_is_an_invalid_group(ts: rmqlog.MessageStore, root: Path, call: Callable[[Any], Any]) -> None:
+    _unchanged(ts, root, lambda: call(ts), rmqlog.InvalidGroupError)
+
+
+@pytest.mark.parametrize("call", [
+    pytest.param(lambda s: s.query_by_key("T", "k" + S), id="query_by_key"),
+    pytest.param(lambda s: s.query_by_unique_key("T", S), id="query_by_unique_key"),
+    pytest.param(lambda s: s.message_by_id(S), id="message_by_id"),
+    pytest.param(lambda s: s.message_by_id(None), id="message_by_id-none"),
+    pytest.param(lambda s: s.get_messages("g", "T", 0, 0, tags="a || " + S), id="tag-subscription"),
+    pytest.param(lambda s: s.get_messages("g", "T", 0, 0, tags=5), id="tag-subscription-int"),
+    pytest.param(lambda s: s.min_offset("T" + S, 0), id="topic-of-a-read"),
+    pytest.param(lambda s: s.consume_queue({}, 0), id="consume_queue-dict-topic"),
+])
+def test_a_text_argument_that_is_not_utf8_or_not_text_is_refused(ts: rmqlog.MessageStore, root: Path, call: Callable[[Any], Any]) -> None:
+    e = _unchanged(ts, root, lambda: call(ts), StoreError)
+    assert isinstance(e, rmqlog.InvalidArgumentError | rmqlog.InvalidTopicError), repr(e)
+
+
+def test_the_spark_sink_checks_the_strings_it_hashes(ts: rmqlog.MessageStore, root: Path) -> None:
+    """Spark's CAST(binary AS STRING) makes string columns that are not UTF-8; the sink hashes
+    topics and sharding keys before the store sees the rows."""
+    from spark_rmq.options import SinkOptions
+    from spark_rmq.sink import to_put_table
+
+    opts = SinkOptions.parse({"path": str(root), "queueSelector": "hash"})
+    table = pa.table({"topic": _not_utf8_strings([b"T", b"T" + NOT_UTF8]), "body": [b"a", b"b"], "keys": [["k"], ["k"]]})
+    with pytest.raises(InvalidTopicError) as info:
+        to_put_table(table, opts, ts)
+    assert (info.value.row, info.value.field) == (1, "topic")
+    opts = SinkOptions.parse({"path": str(root), "queueSelector": "hash", "shardingKey": "sk"})
+    table = pa.table({"topic": ["T", "T"], "body": [b"a", b"b"], "sk": _not_utf8_strings([b"k" + NOT_UTF8, b"k"])})
+    with pytest.raises(InvalidMessageError) as info:
+        to_put_table(table, opts, ts)
+    assert (info.value.row, info.value.field) == (0, "sk")
+
+
+# ------------------------------------------------------------- arguments of any type
+
+
+@pytest.mark.parametrize("call", [
+    pytest.param(lambda s: s.get_messages("g", "T", 0, 0, check_crc=np.array([1, 2])), id="check_crc-array"),
+    pytest.param(lambda s: s.read_queue("T", 0, 0, 5, check_crc="no"), id="check_crc-str"),
+    pytest.param(lambda s: s.put_batch(pa.table({"topic": ["T"], "body": [b"b"]}), dispatch=np.array([1, 2])), id="dispatch-array"),
+    pytest.param(lambda s: s.put_batches(None), id="tables-none"),
+    pytest.param(lambda s: s.put_batches(pa.table({"topic": ["T"], "body": [b"b"]})), id="tables-one-table"),
+    pytest.param(lambda s: s.deliver_due([]), id="now_ms-list"),
+    pytest.param(lambda s: s.deliver_due(float("inf")), id="now_ms-inf"),
+    pytest.param(lambda s: s.clean_expired("x"), id="clean-now_ms-str"),
+    pytest.param(lambda s: s.clean_expired(force=np.array([True, False])), id="force-array"),
+    pytest.param(lambda s: s.verify(progress=[]), id="progress-not-callable"),
+    pytest.param(lambda s: s.consume_queue("T", None), id="consume_queue-none"),
+    pytest.param(lambda s: s.offset_for_timestamp("T", np.timedelta64(5, "s"), 0), id="queue_id-timedelta"),
+    pytest.param(lambda s: s.query_by_time(0, topics=5), id="topics-int"),
+    pytest.param(lambda s: s.query_by_time(0, topics="TU"), id="topics-str"),
+    pytest.param(lambda s: s.writer_sequence({}), id="writer-dict"),
+])
+def test_arguments_of_a_wrong_type_are_typed_errors(ts: rmqlog.MessageStore, root: Path, call: Callable[[Any], Any]) -> None:
+    _unchanged(ts, root, lambda: call(ts), rmqlog.InvalidArgumentError)
+
+
+@pytest.mark.parametrize(("where", "kwargs"), [
+    ("file", {}), ("under-file", {}), ("nul", {}), ("long", {}), ("bytes", {}), ("int", {}),
+    ("new", {"config": 5}), ("new", {"repair": np.array([1, 2])}), ("new", {"create": "no"}), ("new", {"read_only": 1}),
+])
+def test_open_with_a_root_or_flag_it_cannot_use_is_an_invalid_argument(tmp_path: Path, where: str, kwargs: dict[str, Any]) -> None:
+    (tmp_path / "file").write_bytes(b"x")
+    root: Any = {"file": tmp_path / "file", "under-file": tmp_path / "file" / "sub", "nul": str(tmp_path / "a\x00b"),
+                 "long": tmp_path / ("x" * 300), "bytes": os.fsencode(tmp_path / "b"), "int": 7, "new": tmp_path / "new"}[where]
+    before = sorted(p.name for p in tmp_path.iterdir())
+    with pytest.raises(rmqlog.InvalidArgumentError):
+        rmqlog.MessageStore.open(root, **kwargs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == before and (tmp_path / "file").read_bytes() == b"x"
+
+
+@pytest.mark.parametrize("values", [
+    {"max_message_size": None}, {"mapped_file_size_commit_log": "1g"}, {"flush_disk_type": b"SYNC_FLUSH"},
+    {"store_host": 5}, {"message_delay_level": None}, {"delete_when": None}, {"auto_create_topic_enable": "yes"},
+    {"max_index_num": 2**64}, {"store_host": "127.0.0.1:1" + S},
+])
+def test_store_config_values_of_a_wrong_type_are_config_errors(values: dict[str, Any]) -> None:
+    with pytest.raises(rmqlog.ConfigError):
+        StoreConfig(**values)
+
+
+def test_store_config_unknown_names_and_unreadable_broker_conf_are_config_errors(tmp_path: Path) -> None:
+    with pytest.raises(rmqlog.ConfigError):
+        StoreConfig().replace(no_such_field=1)
+    conf = tmp_path / "broker.conf"
+    conf.write_bytes(b"flushDiskType=SYNC_FLUSH\n")
+    with pytest.raises(rmqlog.ConfigError):
+        StoreConfig.from_properties(conf, no_such_field=1)
+    (tmp_path / "latin1.conf").write_bytes(b"brokerName=caf\xe9\n")
+    for path in (tmp_path / "missing.conf", tmp_path, str(conf) + "\x00", os.fsencode(conf), None, tmp_path / "latin1.conf"):
+        with pytest.raises(rmqlog.ConfigError):
+            StoreConfig.from_properties(path)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("call", "option"), [
+    pytest.param(lambda: spark_options.SourceOptions.parse({"path": "/p", "topics": 5}, streaming=False), "topics", id="value-int"),
+    pytest.param(lambda: spark_options.SourceOptions.parse({"path": "/p", "topics": "T", 5: "x"}, streaming=False), "5", id="name-int"),
+    pytest.param(lambda: spark_options.SourceOptions.parse(None, streaming=False), "options", id="not-a-mapping"),
+    pytest.param(lambda: spark_options.SourceOptions.parse({"path": "/p", "topics": "T", "tags": S}, streaming=False), "tags", id="tags-surrogate"),
+    pytest.param(lambda: spark_options.SourceOptions.parse({"path": "/p\x00", "topics": "T"}, streaming=False), "path", id="path-nul"),
+    pytest.param(lambda: spark_options.SourceOptions.parse({"path": "/p", "topics": "T", "maxMessagesPerTrigger": "1" * 5000},
+                                                           streaming=True), "maxMessagesPerTrigger", id="int-5000-digits"),
+    pytest.param(lambda: spark_options.SourceOptions.parse({"path": "/p", "assign": '{"T": [' + "1" * 5000 + "]}"}, streaming=False),
+                 "assign", id="assign-5000-digits"),
+    pytest.param(lambda: spark_options.SourceOptions.parse({"path": "/p", "assign": '{"T": [2147483648]}'}, streaming=False),
+                 "assign", id="assign-queue-over-int"),
+    pytest.param(lambda: spark_options.SourceOptions.parse({"path": "/p", "topicPattern": "a{4294967296}"}, streaming=False),
+                 "topicPattern", id="regex-repeat-too-large"),
+    pytest.param(lambda: spark_options.parse_offsets_json("endingOffsets", '{"T/0": 1' + "0" * 5000 + "}"), "endingOffsets", id="offset-5000-digits"),
+    pytest.param(lambda: spark_options.parse_offsets_json("endingOffsets", '{"T/0": 9223372036854775808}'), "endingOffsets", id="offset-over-long"),
+    pytest.param(lambda: spark_options.parse_offsets_json("endingOffsets", '{"T/2147483648": 1}'), "endingOffsets", id="queue-over-int"),
+    pytest.param(lambda: spark_options.parse_offsets_json("endingOffsets", "[" * 100_000), "endingOffsets", id="json-too-deep"),
+    pytest.param(lambda: spark_options.parse_offsets_json("endingOffsets", None), "endingOffsets", id="json-none"),
+    pytest.param(lambda: spark_options.parse_timestamp_ms("endingTimestamp", "9" * 5000), "endingTimestamp", id="timestamp-5000-digits"),
+    pytest.param(lambda: spark_options.parse_timestamp_ms("endingTimestamp", 5), "endingTimestamp", id="timestamp-int"),
+    pytest.param(lambda: spark_options.parse_duration_ms("maxTriggerDelay", "1" * 5000 + "s"), "maxTriggerDelay", id="duration-5000-digits"),
+    pytest.param(lambda: spark_options.parse_duration_ms("maxTriggerDelay", None), "maxTriggerDelay", id="duration-none"),
+    pytest.param(lambda: spark_options.SinkOptions.parse({"path": "/p", "writerId": "é" * 300}), "writerId", id="writerId-bytes"),
+    pytest.param(lambda: spark_options.SinkOptions.parse({"path": "/p", "writerId": "w" + S}), "writerId", id="writerId-surrogate"),
+])
+def test_option_values_of_any_type_are_option_errors(call: Callable[[], Any], option: str) -> None:
+    from spark_rmq.errors import RmqLogOptionError
+
+    with pytest.raises(RmqLogOptionError) as info:
+        call()
+    assert info.value.option == option
