@@ -759,8 +759,7 @@ def test_store_config_unknown_names_and_unreadable_broker_conf_are_config_errors
     conf.write_bytes(b"flushDiskType=SYNC_FLUSH\n")
     with pytest.raises(rmqlog.ConfigError):
         StoreConfig.from_properties(conf, no_such_field=1)
-    (tmp_path / "latin1.conf").write_bytes(b"brokerName=caf\xe9\n")
-    for path in (tmp_path / "missing.conf", tmp_path, str(conf) + "\x00", os.fsencode(conf), None, tmp_path / "latin1.conf"):
+    for path in (tmp_path / "missing.conf", tmp_path, str(conf) + "\x00", os.fsencode(conf), None):
         with pytest.raises(rmqlog.ConfigError):
             StoreConfig.from_properties(path)  # type: ignore[arg-type]
 
