@@ -124,7 +124,8 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
     names = table.column_names
     # string columns the sink computes on itself (splits, hashes) are checked for UTF-8 first,
     # as the store would (naming the row): Arrow's string kernels assume it
-    for name in {"keys", opts.sharding_key, "topic" if opts.queue_selector == "hash" else None} & set(names):
+    hashed = ("keys", opts.sharding_key, "topic" if opts.queue_selector == "hash" else None)
+    for name in [n for n in names if n in hashed]:
         column = _array(table[name])
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
             utf8_checked(column, name, error=InvalidTopicError if name == "topic" else InvalidMessageError)
