@@ -13,7 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .arguments import utf8_problem
+from .arguments import JAVA_INT_MAX, utf8_problem
 from .errors import ConfigError
 
 GiB = 1 << 30
@@ -30,7 +30,11 @@ ASYNC_FLUSH = "ASYNC_FLUSH"
 class StoreConfig:
     """Configuration of a :class:`rmqlog.MessageStore`.
 
-    Sizes are bytes, intervals milliseconds, unless the name says otherwise.
+    Sizes are bytes, intervals milliseconds, unless the name says otherwise. Every value is
+    checked when the config is made: its type (an ``int`` field takes an int, never a bool; a
+    ``str`` field a string that can be UTF-8), its range (segment sizes, ``max_message_size`` and
+    ``timer_max_delay_sec`` within a Java int, as RocketMQ holds them; intervals not negative);
+    a bad one raises :class:`ConfigError` naming the field.
 
     - ``mapped_file_size_commit_log``: commitlog segment size (default 1 GiB). When a store
       already has segments, their size wins (a store is never reinterpreted with another size).
@@ -137,9 +141,16 @@ class StoreConfig:
         for name, least in (("file_reserved_time", 0), ("destroy_mapped_file_interval_forcibly", 0),
                             ("delete_commit_log_files_max_num", 1), ("clean_resource_interval", 1),
                             ("flush_least_pages_when_warm_mapped_file", 1), ("timer_max_delay_sec", 1),
-                            ("timer_precision_ms", 100)):
+                            ("timer_precision_ms", 100), ("flush_interval_commit_log", 0),
+                            ("flush_commit_log_least_pages", 0), ("flush_commit_log_thorough_interval", 0),
+                            ("reput_interval_ms", 0)):
             if getattr(self, name) < least:
                 raise ConfigError(f"{name} must be at least {least}")
+        # RocketMQ's fields are Java ints: a segment of more bytes than the file system takes,
+        # or a delay past what the time wheel's fields hold, would fail at open untyped
+        for name in _JAVA_INT_FIELDS:
+            if getattr(self, name) > JAVA_INT_MAX:
+                raise ConfigError(f"{name} must be at most {JAVA_INT_MAX} (a Java int, as in RocketMQ)")
         for name in ("disk_max_used_space_ratio", "disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"):
             if not 0 <= getattr(self, name) <= 100:
                 raise ConfigError(f"{name} must be a percentage in 0..100")
@@ -201,6 +212,9 @@ def known_fields() -> frozenset[str]:
     """The names of :class:`StoreConfig`'s fields."""
     return frozenset(f.name for f in fields(StoreConfig))
 
+
+#: Fields RocketMQ holds in a Java int, bounded to its range.
+_JAVA_INT_FIELDS = ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_message_size", "timer_max_delay_sec")
 
 #: The largest int a field takes: Java's ``Long.MAX_VALUE`` (RocketMQ's fields are ints and longs).
 _FIELD_INT_MAX = 2**63 - 1

@@ -746,6 +746,10 @@ def test_open_with_a_root_or_flag_it_cannot_use_is_an_invalid_argument(tmp_path:
     {"max_message_size": None}, {"mapped_file_size_commit_log": "1g"}, {"flush_disk_type": b"SYNC_FLUSH"},
     {"store_host": 5}, {"message_delay_level": None}, {"delete_when": None}, {"auto_create_topic_enable": "yes"},
     {"max_index_num": 2**64}, {"store_host": "127.0.0.1:1" + S},
+    # accepted before, then failed at open: a segment the file system refuses (EFBIG), a
+    # delay the time wheel's fields cannot hold (struct.error); RocketMQ's fields are Java ints
+    {"mapped_file_size_commit_log": 2**40}, {"mapped_file_size_consume_queue": 20 * 2**36}, {"timer_max_delay_sec": 2**40},
+    {"max_message_size": 2**31}, {"reput_interval_ms": -1}, {"flush_interval_commit_log": -5},
 ])
 def test_store_config_values_of_a_wrong_type_are_config_errors(values: dict[str, Any]) -> None:
     with pytest.raises(rmqlog.ConfigError):
