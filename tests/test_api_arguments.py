@@ -800,3 +800,14 @@ def test_option_values_of_any_type_are_option_errors(call: Callable[[], Any], op
     with pytest.raises(RmqLogOptionError) as info:
         call()
     assert info.value.option == option
+
+
+@pytest.mark.parametrize("column", ["delayLevel", "deliverTime"])
+def test_a_waiting_row_whose_topic_is_not_utf8_names_its_row(ts: rmqlog.MessageStore, root: Path, column: str) -> None:
+    """Delay and timer routing read the real topics before the encoder does (found by the
+    argument test: its UnicodeDecodeError came from there)."""
+    later = pa.array([NOW_MS + 60_000] * 3, pa.timestamp("ms"))
+    table = pa.table({"topic": _not_utf8_strings([b"T", b"T" + NOT_UTF8, b"T"]), "body": [b"a", b"b", b"c"],
+                      column: pa.array([1, 1, 1]) if column == "delayLevel" else later})
+    e = _unchanged(ts, root, lambda: ts.put_batch(table), InvalidTopicError)
+    assert (e.row, e.field) == (1, "topic"), str(e)  # type: ignore[attr-defined]
