@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rmqlog.errors import InvalidArgumentError
-from rmqlog.paths import validate_group, validate_topic
+from rmqlog.arguments import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN, utf8_problem
+from rmqlog.errors import InvalidArgumentError, StoreError
+from rmqlog.paths import root_arg, validate_group, validate_topic
 from rmqlog.queue.reader import parse_tag_filter
 from rmqlog.times import parse_time_ms
 
@@ -42,19 +43,48 @@ SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid"}
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
-    """Case-insensitive lookup (Spark lower-cases keys; plain dicts in tests may not)."""
+    """Case-insensitive lookup (Spark lower-cases keys; plain dicts in tests may not). A value
+    that is not a string that can be UTF-8 is refused (Spark passes strings; a Python caller
+    of ``parse`` might not)."""
     value = options.get(name.lower())
     if value is None:
         for k, v in options.items():
             if k.lower() == name.lower():
-                return v
-    return value
+                value = v
+                break
+    return None if value is None else _text(name, value)
+
+
+def _text(name: str, raw: object) -> str:
+    """``raw`` if it is a str that can be UTF-8; else :class:`RmqLogOptionError` naming the option."""
+    if not isinstance(raw, str):
+        raise RmqLogOptionError(name, f"must be a string, got {type(raw).__name__} {raw!r}"[:200])
+    problem = utf8_problem(raw)
+    if problem is not None:
+        raise RmqLogOptionError(name, f"{raw!r} {problem}")
+    return raw
 
 
 def _check_unknown(options: Mapping[str, str], known: set[str]) -> None:
+    if not isinstance(options, Mapping):
+        raise RmqLogOptionError("options", f"must be a mapping of option names to strings, got {type(options).__name__}")
     for key in options:
+        if not isinstance(key, str):
+            raise RmqLogOptionError(str(key), f"an option name must be a string, got {type(key).__name__}")
         if key.lower() not in known and key.lower() not in _SPARK_OPTIONS:
             raise RmqLogOptionError(key, f"unknown option; known: {', '.join(sorted(known))}")
+
+
+def _java_long(name: str, text: str) -> int:
+    """An integer of ``text`` in Java's long range (Python's ``int`` refuses 4,300+ digits
+    with a bare ``ValueError``); else :class:`RmqLogOptionError`."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise RmqLogOptionError(name, f"must be an integer, got {text[:40]!r}") from None
+    if not JAVA_LONG_MIN <= value <= JAVA_LONG_MAX:
+        raise RmqLogOptionError(name, f"{text[:40]!r} is outside Java's long range")
+    return value
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:
@@ -64,8 +94,8 @@ def _positive_int(options: Mapping[str, str], name: str) -> int | None:
     try:
         value = int(raw)
     except ValueError:
-        raise RmqLogOptionError(name, f"must be a positive integer, got {raw!r}") from None
-    if value <= 0:
+        raise RmqLogOptionError(name, f"must be a positive integer, got {raw[:40]!r}") from None
+    if not 0 < value <= JAVA_LONG_MAX:
         raise RmqLogOptionError(name, f"must be a positive integer, got {raw!r}")
     return value
 
@@ -87,15 +117,16 @@ _UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_
 
 def parse_duration_ms(name: str, raw: str) -> int:
     """``"500ms"``, ``"30s"``, ``"15m"``, ``"1h"`` or a bare number of milliseconds."""
-    m = _DURATION.match(raw)
+    m = _DURATION.match(_text(name, raw))
     if not m:
         raise RmqLogOptionError(name, f"must be a duration like 500ms, 30s, 15m or 1h, got {raw!r}")
-    return int(m.group(1)) * _UNIT_MS[m.group(2)]
+    return _java_long(name, str(_java_long(name, m.group(1)) * _UNIT_MS[m.group(2)]))
 
 
 def parse_timestamp_ms(name: str, raw: str) -> int:
     """Milliseconds since the epoch, or ISO 8601: :func:`rmqlog.times.parse_time_ms`, the
     store's one time parser (a time without a zone is UTC, as in the ``rmqlog`` command)."""
+    raw = _text(name, raw)
     try:
         return parse_time_ms(raw, what=name)
     except InvalidArgumentError:
@@ -105,18 +136,18 @@ def parse_timestamp_ms(name: str, raw: str) -> int:
 def parse_offsets_json(name: str, raw: str) -> dict[str, int]:
     """``{"topic/queueId": offset}``; offsets are >= 0, or -2 (earliest) / -1 (latest)."""
     try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RmqLogOptionError(name, f"is neither earliest, latest nor JSON: {exc}") from None
+        data = json.loads(_text(name, raw))
+    except (ValueError, RecursionError) as exc:  # JSONDecodeError; an int of 4,300+ digits; nesting too deep
+        raise RmqLogOptionError(name, f"is neither earliest, latest nor JSON: {str(exc)[:100]}") from None
     if not isinstance(data, dict):
         raise RmqLogOptionError(name, 'JSON must be an object like {"topic/0": 42}')
     out: dict[str, int] = {}
     for key, value in data.items():
         topic, _, qid = str(key).rpartition("/")
-        if not topic or not (qid.isascii() and qid.isdigit()):
-            raise RmqLogOptionError(name, f"key {key!r} is not 'topic/queueId'")
+        if not topic or not (qid.isascii() and qid.isdigit() and len(qid) <= 10 and int(qid) <= JAVA_INT_MAX):
+            raise RmqLogOptionError(name, f"key {key!r} is not 'topic/queueId' (a queue id in [0, 2**31))")
         _valid_topic(name, topic)
-        if not isinstance(value, int) or isinstance(value, bool) or value < EARLIEST_OFFSET:
+        if not isinstance(value, int) or isinstance(value, bool) or not EARLIEST_OFFSET <= value <= JAVA_LONG_MAX:
             raise RmqLogOptionError(name, f"offset of {key!r} must be an integer >= -2, got {value!r}")
         out[f"{topic}/{int(qid)}"] = value
     return out
@@ -125,7 +156,7 @@ def parse_offsets_json(name: str, raw: str) -> dict[str, int]:
 def _valid_topic(option: str, topic: str) -> str:
     try:
         return validate_topic(topic)
-    except Exception as exc:  # the store's InvalidTopicError; re-raised naming the option
+    except StoreError as exc:  # the store's InvalidTopicError; re-raised naming the option
         raise RmqLogOptionError(option, f"invalid topic {topic!r}: {exc}") from None
 
 
@@ -159,9 +190,7 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         _check_unknown(options, SOURCE_OPTIONS)
-        path = _get(options, "path")
-        if not path:
-            raise RmqLogOptionError("path", "is required (the store root directory)")
+        path = _path(options)
         given = [n for n in ("topics", "topicPattern", "assign") if _get(options, n) is not None]
         if len(given) != 1:
             raise RmqLogOptionError(
@@ -176,7 +205,7 @@ class SourceOptions:
         if (raw := _get(options, "topicPattern")) is not None:
             try:
                 re.compile(raw)
-            except re.error as exc:
+            except (re.error, OverflowError, RecursionError) as exc:  # a repeat count too large, nesting too deep
                 raise RmqLogOptionError("topicPattern", f"is not a valid regex: {exc}") from None
             kw["topic_pattern"] = raw
         if (raw := _get(options, "assign")) is not None:
@@ -205,12 +234,12 @@ class SourceOptions:
             raise RmqLogOptionError("minMessagesPerTrigger", "must not exceed maxMessagesPerTrigger")
         kw["max_messages_per_partition"] = _positive_int(options, "maxMessagesPerPartition")
         if (raw := _get(options, "tags")) is not None:
-            wanted = parse_tag_filter(raw)
+            wanted = parse_tag_filter(raw)  # _get refused what it would
             kw["tags"] = frozenset(wanted) if wanted is not None else None
         if (raw := _get(options, "group")) is not None:
             try:
                 kw["group"] = validate_group(raw)
-            except Exception as exc:
+            except StoreError as exc:
                 raise RmqLogOptionError("group", f"invalid group {raw!r}: {exc}") from None
         kw["fail_on_data_loss"] = _bool(options, "failOnDataLoss", True)
         kw["read_batch_rows"] = _positive_int(options, "readBatchRows") or DEFAULT_READ_BATCH_ROWS
@@ -258,6 +287,18 @@ def _key_options(options: Mapping[str, str], kw: dict[str, object], streaming: b
         kw["key"] = raw
 
 
+def _path(options: Mapping[str, str]) -> str:
+    """The required ``path``: a store root a :class:`rmqlog.MessageStore` can be opened at."""
+    path = _get(options, "path")
+    if not path:
+        raise RmqLogOptionError("path", "is required (the store root directory)")
+    try:
+        root_arg(path)
+    except StoreError as exc:
+        raise RmqLogOptionError("path", str(exc)) from None
+    return path
+
+
 def _start_or_end(options: Mapping[str, str], name: str) -> str | dict[str, int] | None:
     raw = _get(options, name)
     if raw is None:
@@ -271,15 +312,15 @@ def _start_or_end(options: Mapping[str, str], name: str) -> str | dict[str, int]
 def _parse_assign(raw: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     try:
         data = json.loads(raw)
-    except json.JSONDecodeError as exc:
-        raise RmqLogOptionError("assign", f"is not JSON: {exc}") from None
+    except (ValueError, RecursionError) as exc:  # as in parse_offsets_json
+        raise RmqLogOptionError("assign", f"is not JSON: {str(exc)[:100]}") from None
     if not isinstance(data, dict) or not data:
         raise RmqLogOptionError("assign", 'must be a JSON object like {"orders": [0, 1]}')
     out = []
     for topic, qids in sorted(data.items()):
         _valid_topic("assign", topic)
-        if not isinstance(qids, list) or not all(isinstance(q, int) and not isinstance(q, bool) and q >= 0 for q in qids):
-            raise RmqLogOptionError("assign", f"queue ids of {topic!r} must be a list of integers >= 0")
+        if not isinstance(qids, list) or not all(isinstance(q, int) and not isinstance(q, bool) and 0 <= q <= JAVA_INT_MAX for q in qids):
+            raise RmqLogOptionError("assign", f"queue ids of {topic!r} must be a list of integers in [0, 2**31)")
         out.append((topic, tuple(sorted(set(qids)))))
     return tuple(out)
 
@@ -300,9 +341,7 @@ class SinkOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         _check_unknown(options, SINK_OPTIONS)
-        path = _get(options, "path")
-        if not path:
-            raise RmqLogOptionError("path", "is required (the store root directory)")
+        path = _path(options)
         topic = _get(options, "topic")
         if topic is not None:
             _valid_topic("topic", topic)
@@ -314,6 +353,7 @@ class SinkOptions:
         if sharding_key is not None and match[0] != "hash":
             raise RmqLogOptionError("shardingKey", "only applies with queueSelector=hash")
         writer_id = _get(options, "writerId")
-        if writer_id is not None and (not writer_id or "\x00" in writer_id or len(writer_id) > 512):
-            raise RmqLogOptionError("writerId", "must be a non-empty string of at most 512 characters")
+        # the store's writer name is "spark-job/<writerId>/<partition>", at most 1024 bytes
+        if writer_id is not None and (not writer_id or any(c in writer_id for c in "\x00\x01\x02") or len(writer_id.encode()) > 512):
+            raise RmqLogOptionError("writerId", "must be a non-empty string of at most 512 UTF-8 bytes without \\x00-\\x02")
         return cls(path=path, topic=topic, queue_selector=match[0], sharding_key=sharding_key, writer_id=writer_id)

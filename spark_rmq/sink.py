@@ -54,7 +54,8 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from rmqlog import InvalidMessageError, MessageStore
+from rmqlog import InvalidMessageError, InvalidTopicError, MessageStore
+from rmqlog.log.encode.columns import utf8_checked
 
 from .errors import RmqLogOptionError, UnsupportedFieldError
 from .options import SinkOptions
@@ -121,6 +122,13 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
     """
     n = table.num_rows
     names = table.column_names
+    # string columns the sink computes on itself (splits, hashes) are checked for UTF-8 first,
+    # as the store would (naming the row): Arrow's string kernels assume it
+    hashed = ("keys", opts.sharding_key, "topic" if opts.queue_selector == "hash" else None)
+    for name in [n for n in names if n in hashed]:
+        column = _array(table[name])
+        if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
+            utf8_checked(column, name, error=InvalidTopicError if name == "topic" else InvalidMessageError)
     for name in UNSUPPORTED_YET:
         if name in names and table[name].null_count < n:
             row = int(np.flatnonzero(np.asarray(pc.is_valid(_array(table[name]))))[0])

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import difflib
 import logging
+import os
 from pathlib import Path
 
 import javaproperties
@@ -90,14 +91,17 @@ _BROKER_KEYS = """
 ROCKETMQ_BROKER_KEYS = frozenset(_BROKER_KEYS.split())
 
 
-def read_properties(path: str | Path) -> dict[str, str]:
+def read_properties(path: object) -> dict[str, str]:
     """The key/value pairs of the Java properties file at ``path`` (values as written, after
-    unescaping). Raises :class:`ConfigError` naming the path when it cannot be read."""
+    unescaping). Raises :class:`ConfigError` naming the path when it cannot be read (or is not
+    a path: a ``str`` or ``os.PathLike`` of ``str``)."""
+    if not isinstance(path, str | os.PathLike) or not isinstance(os.fspath(path), str):
+        raise ConfigError(f"a broker.conf path must be a str or os.PathLike, got {type(path).__name__} {path!r}"[:200])
     p = Path(path)
     try:
         raw = p.read_bytes()
-    except OSError as exc:
-        raise ConfigError(f"cannot read {p}: {exc.strerror or exc}") from None
+    except (OSError, ValueError) as exc:  # missing, a folder, no permission; NUL in the path
+        raise ConfigError(f"cannot read {p}: {getattr(exc, 'strerror', None) or exc}") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:

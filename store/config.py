@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
+from .arguments import JAVA_INT_MAX, utf8_problem
 from .broker_conf import read_properties, warn_unknown
 from .errors import ConfigError
 
@@ -30,7 +31,11 @@ ASYNC_FLUSH = "ASYNC_FLUSH"
 class StoreConfig:
     """Configuration of a :class:`rmqlog.MessageStore`.
 
-    Sizes are bytes, intervals milliseconds, unless the name says otherwise.
+    Sizes are bytes, intervals milliseconds, unless the name says otherwise. Every value is
+    checked when the config is made: its type (an ``int`` field takes an int, never a bool; a
+    ``str`` field a string that can be UTF-8), its range (segment sizes, ``max_message_size`` and
+    ``timer_max_delay_sec`` within a Java int, as RocketMQ holds them; intervals not negative);
+    a bad one raises :class:`ConfigError` naming the field.
 
     - ``mapped_file_size_commit_log``: commitlog segment size (default 1 GiB). When a store
       already has segments, their size wins (a store is never reinterpreted with another size).
@@ -126,6 +131,7 @@ class StoreConfig:
     max_open_mapped_files: int = 0
 
     def __post_init__(self) -> None:
+        _check_types(self)
         if self.mapped_file_size_commit_log < 4096:
             raise ConfigError("mapped_file_size_commit_log must be at least 4096 bytes")
         if (
@@ -142,9 +148,16 @@ class StoreConfig:
         for name, least in (("file_reserved_time", 0), ("destroy_mapped_file_interval_forcibly", 0),
                             ("delete_commit_log_files_max_num", 1), ("clean_resource_interval", 1),
                             ("flush_least_pages_when_warm_mapped_file", 1), ("timer_max_delay_sec", 1),
-                            ("timer_precision_ms", 100), ("max_open_mapped_files", 0)):
+                            ("timer_precision_ms", 100), ("max_open_mapped_files", 0), ("flush_interval_commit_log", 0),
+                            ("flush_commit_log_least_pages", 0), ("flush_commit_log_thorough_interval", 0),
+                            ("reput_interval_ms", 0)):
             if getattr(self, name) < least:
                 raise ConfigError(f"{name} must be at least {least}")
+        # RocketMQ's fields are Java ints: a segment of more bytes than the file system takes,
+        # or a delay past what the time wheel's fields hold, would fail at open untyped
+        for name in _JAVA_INT_FIELDS:
+            if getattr(self, name) > JAVA_INT_MAX:
+                raise ConfigError(f"{name} must be at most {JAVA_INT_MAX} (a Java int, as in RocketMQ)")
         for name in ("disk_max_used_space_ratio", "disk_space_clean_forcibly_ratio", "disk_space_warning_level_ratio"):
             if not 0 <= getattr(self, name) <= 100:
                 raise ConfigError(f"{name} must be a percentage in 0..100")
@@ -157,7 +170,10 @@ class StoreConfig:
             parse_host(self.born_host, what="born_host")
 
     def replace(self, **changes: Any) -> StoreConfig:
-        """A copy with some fields changed."""
+        """A copy with some fields changed (:class:`ConfigError` for a name that is no field)."""
+        unknown = sorted(name for name in changes if name not in known_fields())
+        if unknown:
+            raise ConfigError(f"StoreConfig has no field {unknown[0]!r}")
         return dataclasses.replace(self, **changes)
 
     @classmethod
@@ -201,6 +217,9 @@ class StoreConfig:
             values["store_host"] = f"{host.get('brokerIP1') or '127.0.0.1'}:{int(port)}"
             keys["store_host"] = ("brokerIP1/listenPort", values["store_host"])
         values.update(overrides)
+        unknown = sorted(str(name) for name in values if name not in known_fields())
+        if unknown:
+            raise ConfigError(f"StoreConfig has no field {unknown[0]!r}")
         try:
             return cls(**values)
         except ConfigError as exc:
@@ -211,6 +230,38 @@ class StoreConfig:
                 except ConfigError as alone:
                     raise ConfigError(f"{path}: {key} = {raw!r}: {alone}") from None
             raise ConfigError(f"{path}: {exc}") from None
+
+def known_fields() -> frozenset[str]:
+    """The names of :class:`StoreConfig`'s fields."""
+    return frozenset(f.name for f in fields(StoreConfig))
+
+
+#: Fields RocketMQ holds in a Java int, bounded to its range.
+_JAVA_INT_FIELDS = ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_message_size", "timer_max_delay_sec")
+
+#: The largest int a field takes: Java's ``Long.MAX_VALUE`` (RocketMQ's fields are ints and longs).
+_FIELD_INT_MAX = 2**63 - 1
+
+
+def _check_types(config: StoreConfig) -> None:
+    """Each field of the type its annotation names (``int``: an int, not a bool, in Java's long
+    range; ``bool``: a bool; ``str``: a str that can be UTF-8; ``| None``: or ``None``);
+    raises :class:`ConfigError` naming the field. Checked first: the range checks of
+    ``__post_init__`` and everything using the config then meet only values of their type."""
+    for f in fields(config):
+        value, kind = getattr(config, f.name), str(f.type).split(" | ")
+        if value is None and "None" in kind:
+            continue
+        if kind[0] == "bool":
+            ok = isinstance(value, bool)
+        elif kind[0] == "int":
+            ok = isinstance(value, int) and not isinstance(value, bool) and abs(value) <= _FIELD_INT_MAX
+        else:
+            ok = isinstance(value, str) and utf8_problem(value) is None
+        if not ok:
+            raise ConfigError(f"{f.name} must be {' or '.join(kind)}" + (" in Java's long range" if kind[0] == "int" else "")
+                              + f", got {type(value).__name__} {value!r}"[:200])
+
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 

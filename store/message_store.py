@@ -29,8 +29,14 @@ from typing import Any
 
 import pyarrow as pa
 
-from . import safe_open
 from .admin.verify import VerifyReport, verify
+from .arguments import (
+    bool_arg,
+    callable_arg,
+    optional_int_arg,
+    queue_id_arg,
+    text_arg,
+)
 from .catalog import Catalog
 from .config import StoreConfig
 from .config_files import TopicConfig
@@ -47,7 +53,6 @@ from .errors import (
     IndexDisabledError,
     InvalidArgumentError,
     StoreClosedError,
-    StoreNotFoundError,
     out_of_files_typed,
 )
 from .index.index_service import IndexService
@@ -57,9 +62,9 @@ from .log.appender import Appender
 from .log.encode.single import single_message_table
 from .log.msgid import is_uniq_key
 from .log.properties import WAITING_TOPICS
-from .log.writer_marker import writer_marker
+from .log.writer_marker import writer_marker, writer_problem
 from .parts import StoreParts
-from .paths import StorePaths, validate_topic
+from .paths import StorePaths, prepare_root, root_arg, validate_topic
 from .queue.consume_queue import ConsumeQueue
 from .queue.reader import QueueReader
 from .read_only import open_read_only, refuse
@@ -81,16 +86,16 @@ class MessageStore:
         self, root: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False,
         create: bool = True, read_only: bool = False,
     ) -> None:
+        if config is not None and not isinstance(config, StoreConfig):
+            raise InvalidArgumentError(f"config must be a StoreConfig or None, got {type(config).__name__}")
+        repair, create, read_only = bool_arg("repair", repair), bool_arg("create", create), bool_arg("read_only", read_only)
         self.config = config or StoreConfig()
-        self.paths = StorePaths(Path(root))
+        self.paths = StorePaths(root_arg(root))
         #: opened read-only (:mod:`rmqlog.read_only`): nothing is written, changes are refused
         self.read_only = read_only
         if read_only and repair:
             raise InvalidArgumentError("repair needs a normal open: a read-only open changes nothing")
-        if (read_only or not create) and not self.paths.holds_store():
-            raise StoreNotFoundError("no store here (no commitlog/, consumequeue/ or config/ folder)", path=str(root))
-        if not read_only:
-            safe_open.make_root(self.paths.root)  # (config/ is made once the store is owned)
+        prepare_root(self.paths, create=create, read_only=read_only)  # (config/ is made once the store is owned)
         self._closed = False
         self.parts = StoreParts(self.config, self.paths, read_only=read_only)
         self._owner: StoreLockFile | None = None
@@ -193,7 +198,7 @@ class MessageStore:
     # ------------------------------------------------------------ positions
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The consume queue of (topic, queue id) (no file is created until a unit is written)."""
-        return self.parts.consume_queue(topic, queue_id)
+        return self.parts.consume_queue(validate_topic(topic), queue_id_arg(queue_id))
 
     def flushed_offset(self) -> int:
         """The commitlog offset below which everything is on disk (survives a power loss).
@@ -214,7 +219,7 @@ class MessageStore:
         """Walk every record (CRCs included) and consume-queue unit; see :mod:`rmqlog.admin.verify`
         (``progress(done, total)``: commitlog bytes walked, for a progress bar)."""
         self._check_open()
-        return verify(self.parts, progress)
+        return verify(self.parts, callable_arg("progress", progress))
 
     # ------------------------------------------------------------------- put
     def put_batch(
@@ -250,7 +255,7 @@ class MessageStore:
         """
         marker = writer_marker(writer, sequence)
         self._check_open("put_batch")
-        return self.appender.put_table(table, marker, dispatch=dispatch)[0]
+        return self.appender.put_table(table, marker, dispatch=bool_arg("dispatch", dispatch))[0]
 
     def put_batches(
         self, tables: Iterable[pa.Table | pa.RecordBatch], *, writer: str | None = None,
@@ -267,6 +272,9 @@ class MessageStore:
         """
         marker = writer_marker(writer, sequence)
         self._check_open("put_batches")
+        dispatch = bool_arg("dispatch", dispatch)
+        if isinstance(tables, pa.Table | pa.RecordBatch) or not isinstance(tables, Iterable):
+            raise InvalidArgumentError(f"tables must be an iterable of pyarrow Tables or RecordBatches, got {type(tables).__name__}")
         return self.appender.put_tables(tables, marker, dispatch=dispatch)
 
     def put(
@@ -291,7 +299,11 @@ class MessageStore:
         )
 
     def writer_sequence(self, writer: str) -> int | None:
-        """The last sequence appended by ``writer`` (see :meth:`put_batch`), or ``None``."""
+        """The last sequence appended by ``writer`` (see :meth:`put_batch`), or ``None``.
+        A name ``put_batch`` would refuse raises :class:`InvalidArgumentError`."""
+        problem = writer_problem(writer)
+        if problem is not None:
+            raise InvalidArgumentError(problem)
         value = self.parts.append_state().writers.get(writer)
         return None if value is None else int(value)
 
@@ -323,12 +335,12 @@ class MessageStore:
         Returns how many were delivered. The background service (:meth:`start_dispatcher`)
         runs a pass every 100 ms; the Spark source runs one before planning each micro-batch."""
         self._check_open("deliver_due")
-        return self.scheduler.deliver_due(now_ms).total
+        return self.scheduler.deliver_due(optional_int_arg("now_ms", now_ms)).total
 
     def clean_expired(self, now_ms: int | None = None, *, force: bool = False) -> CleanReport:
         """One retention pass (RocketMQ's clean services); see :mod:`rmqlog.retention.cleaner`."""
         self._check_open("clean_expired")
-        return self.retention.clean(now_ms, force=force)
+        return self.retention.clean(optional_int_arg("now_ms", now_ms), force=bool_arg("force", force))
 
     # ------------------------------------------------------------------ read
     def min_offset(self, topic: str, queue_id: int) -> int:
@@ -387,6 +399,7 @@ class MessageStore:
         commitlog offset, what a put returns) or a client msgId (the ``UNIQ_KEY`` property,
         found through the index files of every topic). Raises as :meth:`message_by_offset`."""
         self._check_open()
+        text_arg("msg_id", msg_id)
         row = self.reader.message_by_offset_id(msg_id)
         if row is None and self.parts.index_service is not None and is_uniq_key(msg_id):
             for topic in self.catalog.topics():
@@ -420,6 +433,8 @@ class MessageStore:
         bad argument, :class:`rmqlog.errors.InvalidTopicError` for a bad topic name."""
         self._check_open()
         # every topic but the one where delayed messages wait (they are not stored "yet")
+        if topics is not None and (isinstance(topics, str | bytes) or not isinstance(topics, Iterable)):
+            raise InvalidArgumentError(f"topics must be an iterable of topic names or None, got {type(topics).__name__}")
         names = [t for t in self.catalog.topics() if t not in WAITING_TOPICS] if topics is None else [validate_topic(t) for t in topics]
         configured = self.catalog.topics()
         queues = [(t, q) for t in names if t in configured
@@ -521,6 +536,6 @@ class MessageStore:
 
 
 def _key_arg(key: object, name: str = "key") -> str:
-    if not isinstance(key, str) or not key:
-        raise InvalidArgumentError(f"{name} must be a non-empty string, not {key!r}")
-    return key
+    # a key that cannot be UTF-8 was never stored: refused, never hashed (Java's hash of a
+    # lone surrogate exists, the bytes to compare it with do not)
+    return text_arg(name, key)

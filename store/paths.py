@@ -22,11 +22,21 @@ so a valid name can never climb out of its directory.
 from __future__ import annotations
 
 import functools
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import InvalidGroupError, InvalidTopicError
+from . import safe_open
+from .arguments import utf8_problem
+from .errors import (
+    InvalidArgumentError,
+    InvalidGroupError,
+    InvalidTopicError,
+    StoreNotFoundError,
+    WrongFileTypeError,
+    raise_if_disk_full,
+)
 
 TOPIC_MAX_BYTES = 127
 _NAME_RE = re.compile(r"[%|a-zA-Z0-9_-]+")
@@ -44,6 +54,9 @@ def _string_topic_problem(topic: str) -> str | None:
     """:func:`topic_problem` of a string, remembered: every put checks its topics again."""
     if not topic:
         return "topic is empty"
+    problem = utf8_problem(topic)
+    if problem is not None:
+        return f"topic {problem}"
     if len(topic.encode("utf-8")) > TOPIC_MAX_BYTES:
         return f"topic is longer than {TOPIC_MAX_BYTES} bytes"
     if not _NAME_RE.fullmatch(topic):
@@ -65,11 +78,50 @@ def validate_group(group: object) -> str:
     if (
         not isinstance(group, str)
         or not group
+        or utf8_problem(group) is not None
         or len(group.encode("utf-8")) > 255
         or not _NAME_RE.fullmatch(group)
     ):
         raise InvalidGroupError(f"invalid consumer group name {group!r}")
     return group
+
+
+
+def root_arg(root: object) -> Path:
+    """A store root given to a call: a ``str`` or ``os.PathLike`` naming a path this system
+    can take (no NUL, encodable to the file system's bytes); raises :class:`InvalidArgumentError`."""
+    if not isinstance(root, str | os.PathLike):
+        raise InvalidArgumentError(f"root must be a str or os.PathLike path, got {type(root).__name__} {root!r}")
+    try:
+        path = os.fspath(root)
+        raw = os.fsencode(path)
+    except (TypeError, UnicodeEncodeError) as exc:  # a PathLike of bytes; a lone surrogate the file system cannot take
+        raise InvalidArgumentError(f"root {root!r} is not a usable path: {exc}") from None
+    if b"\x00" in raw:
+        raise InvalidArgumentError(f"root {root!r} holds a NUL character")
+    return Path(path)
+
+
+def prepare_root(paths: StorePaths, *, create: bool, read_only: bool) -> None:
+    """Check that ``paths.root`` holds a store (read-only, or without ``create``), then (unless
+    read-only) make the root. A root that is a file, under a file, or that the system
+    refuses (a name too long, no permission) raises :class:`InvalidArgumentError` naming it
+    (:class:`rmqlog.errors.DiskFullError` for a full disk), a root without a store to open
+    :class:`StoreNotFoundError`."""
+    root = paths.root
+    try:
+        if (read_only or not create) and not paths.holds_store():
+            raise StoreNotFoundError("no store here (no commitlog/, consumequeue/ or config/ folder)", path=str(root))
+        if not read_only:
+            # (links are allowed in the root's own path: where the store lives is the user's
+            # choice; config/ and the rest are made below it, never through a link, once the
+            # store is owned: see rmqlog.durability.opening)
+            safe_open.make_root(root)
+    except WrongFileTypeError as exc:  # a file there, or a path through a file
+        raise InvalidArgumentError(f"root {str(root)!r} cannot hold a store: {exc}") from None
+    except OSError as exc:
+        raise_if_disk_full(exc, root, "creating the store's folder")
+        raise InvalidArgumentError(f"root {str(root)!r} cannot hold a store: {exc.strerror or exc}") from exc
 
 
 def segment_name(offset: int) -> str:

@@ -43,7 +43,8 @@ def parse_time_ms(text: object, *, what: str = "time") -> int:
         raise InvalidArgumentError(f"{what} must be a string ({EXAMPLES}), not {type(text).__name__}")
     s = text.strip()
     if _INTEGER.fullmatch(s):
-        ms = int(s)
+        # (a Java long has at most 19 digits; Python refuses int() of 4,300 digits or more)
+        ms = int(s) if len(s.lstrip("+-0")) <= 19 else _LONG_MAX + 1
     else:
         try:
             # fromisoformat reads "Z" itself since 3.11; isascii keeps out other scripts' digits
@@ -51,11 +52,11 @@ def parse_time_ms(text: object, *, what: str = "time") -> int:
         except ValueError:
             when = None
         if when is None:
-            raise InvalidArgumentError(f"{what}: not a time: {text!r} ({EXAMPLES})")
+            raise InvalidArgumentError(f"{what}: not a time: {text[:100]!r} ({EXAMPLES})")
         if when.tzinfo is None:
             when = when.replace(tzinfo=dt.UTC)
         delta = when - _EPOCH  # exact: days, seconds, microseconds are integers
         ms = (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
-    if not _LONG_MIN <= ms <= _LONG_MAX:
-        raise InvalidArgumentError(f"{what}: {text!r} is outside the range of a timestamp (a Java long of ms)")
+    if not _LONG_MIN <= ms <= _LONG_MAX:  # (out of range, however many digits)
+        raise InvalidArgumentError(f"{what}: {text[:100]!r} is outside the range of a timestamp (a Java long of ms)")
     return ms

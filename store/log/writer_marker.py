@@ -11,14 +11,25 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..arguments import utf8_problem
 from ..errors import InvalidMessageError
 from .properties import PROPERTY_WRITER, ParsedProperties
 
 
+def writer_problem(writer: object) -> str | None:
+    """Why ``writer`` is not a usable writer name, or ``None``: a non-empty string of at most
+    1024 UTF-8 bytes (no lone surrogate) without \\x00-\\x02 (the properties' separators)."""
+    if (not isinstance(writer, str) or not writer or utf8_problem(writer) is not None or len(writer.encode()) > 1024
+            or any(c in writer for c in "\x00\x01\x02")):
+        return f"writer must be a non-empty string of at most 1024 UTF-8 bytes without \\x00-\\x02, got {writer!r}"
+    return None
+
+
 def validate_writer(writer: object, sequence: object) -> None:
     """Check an idempotence (writer, sequence) pair; raises :class:`InvalidMessageError`."""
-    if not isinstance(writer, str) or not writer or len(writer.encode()) > 1024 or any(c in writer for c in "\x00\x01\x02"):
-        raise InvalidMessageError("writer must be a non-empty string of at most 1024 bytes without \\x00-\\x02", row=None, field="writer")
+    problem = writer_problem(writer)
+    if problem is not None:
+        raise InvalidMessageError(problem, row=None, field="writer")
     if not isinstance(sequence, int) or isinstance(sequence, bool) or not 0 <= sequence < 1 << 63:
         raise InvalidMessageError("sequence must be an int in [0, 2**63)", row=None, field="sequence")
 

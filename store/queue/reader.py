@@ -20,7 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import safe_open
-from ..arguments import int_arg, queue_id_arg
+from ..arguments import int_arg, optional_bool_arg, queue_id_arg, text_arg
 from ..errors import (
     CorruptRecordError,
     CorruptStoreError,
@@ -43,9 +43,11 @@ if TYPE_CHECKING:
 
 
 def parse_tag_filter(tags: str | None) -> set[str] | None:
-    """``"A || B"`` -> {"A", "B"}; ``"*"``, ``""`` or ``None`` -> None (everything)."""
+    """``"A || B"`` -> {"A", "B"}; ``"*"``, ``""`` or ``None`` -> None (everything). Anything
+    but a string that can be UTF-8 raises :class:`rmqlog.errors.InvalidArgumentError`."""
     if tags is None:
         return None
+    text_arg("tags", tags, empty=True)
     parts = {t.strip() for t in tags.split("||")}
     parts.discard("")
     if not parts or "*" in parts:
@@ -59,8 +61,10 @@ class QueueReader:
     def __init__(self, parts: StoreParts) -> None:
         self.parts = parts
 
-    def check_crc(self, check_crc: bool | None) -> bool:
-        return self.parts.config.check_crc_on_read if check_crc is None else bool(check_crc)
+    def check_crc(self, check_crc: object) -> bool:
+        """A call's ``check_crc`` (``None``: the config's ``check_crc_on_read``); else a bool."""
+        flag = optional_bool_arg("check_crc", check_crc)
+        return self.parts.config.check_crc_on_read if flag is None else flag
 
     # ------------------------------------------------------------- bounds
     def queue_exists(self, topic: str, queue_id: int) -> bool:
@@ -96,6 +100,7 @@ class QueueReader:
         queue_id, offset, max_count = int_arg("queue_id", queue_id), int_arg("offset", offset), int_arg("max_count", max_count)
         if max_count <= 0:  # RocketMQ answers nothing useful either; say so instead
             raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
+        wanted, check_crc = parse_tag_filter(tags), self.check_crc(check_crc)  # checked before any answer
         empty = empty_message_table()
         if queue_id < 0 or not self.queue_exists(topic, queue_id):
             return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, empty)
@@ -104,7 +109,6 @@ class QueueReader:
         early = _status_outside(offset, lo, hi)
         if early is not None:
             return GetMessageResult(early[0], early[1], lo, hi, empty)
-        wanted = parse_tag_filter(tags)
         window = max_count if wanted is None else max(800, max_count)
         units = cq.read(offset, min(window, hi - offset))
         if not len(units):  # its consume-queue segment went meanwhile (retention): from the new start
@@ -163,6 +167,7 @@ class QueueReader:
         """Every message of a queue in ``[start, end)``; see :meth:`rmqlog.MessageStore.read_queue`."""
         validate_topic(topic)
         queue_id, start, end = queue_id_arg(queue_id), int_arg("start", start), int_arg("end", end)
+        check_crc = self.check_crc(check_crc)
         cq = self.parts.consume_queue(topic, queue_id)
         while True:
             lo, hi, floor = self.read_bounds(cq)

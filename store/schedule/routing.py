@@ -30,6 +30,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidMessageError, InvalidTopicError, QueueIdError
+from ..log.encode.arrays import flat
+from ..log.encode.columns import as_string
 from ..log.properties import PROPERTY_DELAY, PROPERTY_REAL_QID, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC
 from ..paths import topic_problem
 
@@ -195,7 +197,8 @@ def real_queues(
     RocketMQ's producer picks the queue before sending). Other rows keep their ``queueId``."""
     if "topic" not in table.column_names:
         raise InvalidMessageError("missing required column", row=None, field="topic")
-    topics = table.column("topic").combine_chunks().cast(pa.string())
+    # as the encoder reads it: strings only, every value UTF-8 (the distinct names are decoded below)
+    topics = as_string(flat(table.column("topic")), "topic", InvalidTopicError)
     qvalid, qids = queue_id_column(table)
     real_q = qids.copy()
     rows = np.flatnonzero(waiting)

@@ -56,8 +56,9 @@ def checked_columns(table: pa.Table) -> dict[str, pa.Array]:
     return {name: flat(table.column(name)) for name in names}
 
 
-def as_string(col: pa.Array, field: str) -> pa.Array:
-    """A string column (dictionary decoded, all-null typed as string); another type is refused."""
+def as_string(col: pa.Array, field: str, error: type[InvalidMessageError] = InvalidMessageError) -> pa.Array:
+    """A string column (dictionary decoded, all-null typed as string), every value UTF-8
+    (:func:`utf8_checked`); another type is refused with ``error``."""
     if pa.types.is_dictionary(col.type):
         col = col.dictionary_decode()
     if pa.types.is_null(col.type):
@@ -65,8 +66,77 @@ def as_string(col: pa.Array, field: str) -> pa.Array:
     if not is_stringish(col.type):
         valid = ~np.asarray(col.is_null())
         row = first(valid) if valid.any() else 0
-        raise InvalidMessageError(f"must be a string, got {col.type}", row=row, field=field)
-    return col if col.type == pa.string() else col.cast(pa.string())
+        raise error(f"must be a string, got {col.type}", row=row, field=field)
+    if col.type != pa.string():
+        try:
+            col = col.cast(pa.string())
+        except pa.ArrowInvalid as exc:  # a large_string column of more than 2 GiB of values
+            raise error(f"cannot be held as a string column: {exc}", row=None, field=field) from None
+    utf8_checked(col, field, error=error)
+    return col
+
+
+def utf8_checked(col: pa.Array, field: str, parent: np.ndarray | None = None,
+                 error: type[InvalidMessageError] = InvalidMessageError) -> None:
+    """Refuse a value of a string column that is not UTF-8, naming its row (``parent``: the
+    table row of each value, for flattened lists and maps). Arrow takes such values (built from
+    binary buffers, or Spark's ``CAST(binary AS STRING)``); RocketMQ's decoder and every reader
+    of the log expect UTF-8, and Python cannot even make a str of them.
+
+    One pass over the value bytes, no per-value work in the usual case: all ASCII (one numpy
+    ``max``) is valid. Otherwise all the bytes are checked as one string by Arrow's UTF-8
+    validator and every value's first byte must not continue a character (a value cut
+    inside one); only when that fails is the first bad value looked for, by halving.
+    """
+    n = len(col)
+    data = col.buffers()[2] if n else None
+    if data is None:
+        return
+    width = 8 if pa.types.is_large_string(col.type) else 4
+    ends = np.frombuffer(col.buffers()[1], np.int64 if width == 8 else np.int32, n + 1, col.offset * width)
+    start, end = int(ends[0]), int(ends[n])
+    raw = np.frombuffer(data, np.uint8, end - start, start)
+    if not len(raw) or raw.max() < 0x80:  # ASCII: the usual tags, keys and names
+        return
+    if _valid_utf8_bytes(data, start, end):
+        firsts = ends[:-1][np.greater(ends[1:], ends[:-1])] - start  # each non-empty value's first byte
+        if not ((raw[firsts] & 0xC0) == 0x80).any():
+            return
+    i = _first_not_utf8(col, 0, n)
+    if i is None:  # the only bad bytes are under null values (Arrow lets a null span bytes)
+        return
+    value = col.view(pa.binary() if width == 4 else pa.large_binary())[i].as_py()
+    row = int(parent[i]) if parent is not None else i
+    raise error(f"value {value[:64]!r} is not valid UTF-8", row=row, field=field)
+
+
+def _valid_utf8_bytes(data: pa.Buffer, start: int, end: int) -> bool:
+    """Whether ``data[start:end]`` is UTF-8 (Arrow's validator, over all of it as one value)."""
+    offsets = np.array([start, end], np.int64 if end > 2**31 - 1 else np.int32)
+    cls = pa.LargeStringArray if offsets.dtype == np.int64 else pa.StringArray
+    try:
+        cls.from_buffers(1, pa.py_buffer(offsets), data).validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _first_not_utf8(col: pa.Array, a: int, b: int) -> int | None:
+    """The first value of rows ``[a, b)`` that is not UTF-8 (Arrow's check of each valid
+    value of a slice), found by halving; ``None`` if there is none."""
+    try:
+        col.slice(a, b - a).validate(full=True)
+        return None
+    except pa.ArrowInvalid:
+        pass
+    while b - a > 1:
+        mid = (a + b) // 2
+        try:
+            col.slice(a, mid - a).validate(full=True)
+            a = mid
+        except pa.ArrowInvalid:
+            b = mid
+    return a
 
 
 def _may_hold_separator(col: pa.Array, *, space: bool) -> bool:
@@ -116,7 +186,7 @@ def int64_column(col: pa.Array, field: str, error: type[InvalidMessageError] = I
 
 def topic_column(col: pa.Array, n: int) -> tuple[list[str], np.ndarray]:
     """(distinct topics, row -> index in them); every topic a valid name (checked once per topic)."""
-    topic = as_string(col, "topic")
+    topic = as_string(col, "topic", InvalidTopicError)
     if topic.null_count:
         raise InvalidTopicError("topic is null", row=first(np.asarray(topic.is_null())), field="topic")
     if n and all_equal(topic):  # the usual case: one topic

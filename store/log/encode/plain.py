@@ -82,7 +82,10 @@ def prepare_plain(
         return None
     if not all_equal(topic):
         return None
-    name = topic[0].as_py()
+    try:
+        name = topic[0].as_py()
+    except UnicodeDecodeError:  # bytes that are not UTF-8: the general path names the row
+        return None
     if topic_problem(name) is not None:
         return None
     dt, template = plain_template(born_host, store_host)

@@ -8,7 +8,9 @@ from collections.abc import Iterable, Mapping
 
 import pyarrow as pa
 
+from ...arguments import utf8_problem
 from ...errors import InvalidMessageError, QueueIdError
+from ...paths import validate_topic
 
 
 def single_message_table(
@@ -16,6 +18,7 @@ def single_message_table(
     properties: Mapping[str, str] | None, flag: int, delay_level: int | None = None, deliver_time_ms: int | None = None,
 ) -> pa.Table:
     """The row of one message; ``keys`` as a list or a space-separated string (RocketMQ's form)."""
+    validate_topic(topic, row=0)
     if isinstance(keys, str):
         keys = [k for k in keys.split(" ") if k]
     else:
@@ -25,6 +28,8 @@ def single_message_table(
             raise InvalidMessageError("keys must be a string or an iterable of strings", row=0, field="keys") from None
     if not isinstance(body, bytes | bytearray | memoryview | str):
         raise InvalidMessageError(f"body must be bytes or str, got {type(body).__name__}", row=0, field="body")
+    if properties is not None and not isinstance(properties, Mapping):
+        raise InvalidMessageError(f"properties must be a mapping of strings, got {type(properties).__name__}", row=0, field="properties")
     checks = (
         ("tags", tags is None or isinstance(tags, str)),
         ("keys", all(isinstance(k, str) for k in keys)),
@@ -37,6 +42,14 @@ def single_message_table(
     for name, ok in checks:
         if not ok:
             raise InvalidMessageError("has a value of the wrong type", row=0, field=name)
+    # text that cannot be UTF-8 (a lone surrogate): the batch path would meet it as bytes
+    # that are not UTF-8; here Arrow would raise an untyped UnicodeEncodeError first
+    texts = [("body", body if isinstance(body, str) else ""), ("tags", tags or ""), *(("keys", k) for k in keys),
+             *(("properties", t) for kv in (properties or {}).items() for t in kv)]
+    for name, text in texts:
+        problem = utf8_problem(text)
+        if problem is not None:
+            raise InvalidMessageError(f"{text!r} {problem}", row=0, field=name)
     if queue_id is not None and not 0 <= queue_id < 1 << 31:  # the batch path names the topic's limit
         raise QueueIdError(f"queue id {queue_id} is out of range [0, 2**31)", row=0, field="queueId")
     if not -(1 << 31) <= flag < 1 << 31:

@@ -33,7 +33,7 @@ from ..properties import (
 )
 from ..record import PROPERTIES_MAX_BYTES, TRAILER_LENGTH_FIELDS
 from .arrays import binary_scalar, first, is_stringish, value_lengths
-from .columns import as_string, may_be_empty, no_separators
+from .columns import as_string, may_be_empty, no_separators, utf8_checked
 
 _SEP2 = pa.scalar(b"\x02", pa.binary())
 _EMPTY_BIN = pa.scalar(b"", pa.binary())
@@ -160,6 +160,8 @@ def _check_names_and_values(keys: pa.Array, vals: pa.Array, parent: np.ndarray) 
     if blank.any():
         i = first(blank)
         raise InvalidMessageError(f"property {keys[i].as_py()!r} has an empty value", row=int(parent[i]), field="properties")
+    utf8_checked(keys, "properties", parent)
+    utf8_checked(vals, "properties", parent)
     no_separators(keys, "properties", parent)
     no_separators(vals, "properties", parent)
 
@@ -195,6 +197,7 @@ def _keys_property(kc: pa.Array, n: int, user_has_keys: bool) -> pa.Array:
         flat = kc.values.slice(int(np.asarray(kc.offsets)[0]), int(offsets[-1]))
         flat = pa.nulls(len(flat), pa.string()) if pa.types.is_null(flat.type) else flat.cast(pa.string())
         parent = np.repeat(np.arange(n), np.diff(offsets))
+        utf8_checked(flat, "keys", parent)
         if flat.null_count:
             raise InvalidMessageError("a key is null", row=int(parent[first(np.asarray(flat.is_null()))]), field="keys")
         empty = np.asarray(pc.equal(pc.binary_length(flat), 0)) if len(flat) else np.zeros(0, bool)
