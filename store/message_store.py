@@ -129,6 +129,12 @@ class MessageStore:
         self.retention = Retention(parts)
         #: delivers delayed messages once due (:mod:`rmqlog.schedule`)
         self.scheduler = install_schedule(parts, self.appender, self.reader)
+        if parts.index_service is not None:
+            index = parts.index_service
+            # confirms a delay level's progress that only delayOffset.json records (see the scheduler)
+            self.scheduler.delivered_probe = lambda topic, key: messages_by_key(
+                index, self.commitlog, self.published_tail(), topic, key, max_count=1, begin_ms=0, end_ms=None,
+                check_crc=False, unique=True).num_rows > 0
         return set_aside
 
     def _open(self, repair: bool, owned: Ownership | None) -> None:

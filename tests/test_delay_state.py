@@ -85,6 +85,50 @@ def test_a_file_offset_past_the_end_without_markers_strands_nothing(root: Path, 
     assert "offset 500 (delayOffset.json) is past the end of its queue (offsets 0..2); corrected to 0" in caplog.text
 
 
+def _broker_delivered(root: Path, delivered_first: int, *, index: bool = True) -> list[bytes]:
+    """A store as a RocketMQ broker leaves it: 5 messages waiting at level 1 (with their own
+    client msgIds), the first ``delivered_first`` of them delivered (their copies in topic T,
+    with the same msgIds) and no writer marker: ``delayOffset.json`` is the only record."""
+    bodies = [b"m%d" % i for i in range(5)]
+    keys = [f"{i:032X}" for i in range(1, 6)]
+    with rmqlog.MessageStore.open(root, small_store_config(message_index_enable=index)) as s:
+        for body, key in zip(bodies, keys, strict=True):
+            s.put("T", body, delay_level=1, properties={"UNIQ_KEY": key})
+        for body, key in zip(bodies[:delivered_first], keys[:delivered_first], strict=True):
+            s.put("T", body, properties={"UNIQ_KEY": key})  # the broker's delivered copies
+        s.dispatch()
+    return bodies
+
+
+@pytest.mark.parametrize(("claimed", "resumes"), [(2, 2), (4, 2), (5, 2), (1, 1)])
+def test_a_file_offset_no_marker_backs_is_confirmed_against_the_log(
+        root: Path, claimed: int, resumes: int, caplog: pytest.LogCaptureFixture) -> None:
+    """The file is the only record of a RocketMQ broker's deliveries (no writer marker): an
+    offset is followed only as far as the log holds the delivered copy of the message before it
+    (found through the index by its client msgId). Two of five were delivered: a file saying 4
+    or 5 (a flipped bit, another store's file) used to skip the messages between, lost for
+    good; it now resumes at 2. A file saying less than was delivered repeats deliveries (as a
+    RocketMQ broker would), never loses one."""
+    bodies = _broker_delivered(root, 2)
+    write_offsets(root, {1: claimed})
+    with caplog.at_level(logging.WARNING, logger="rmqlog.schedule.scheduler"), \
+            rmqlog.MessageStore.open(root, small_store_config()) as s:
+        assert s.deliver_due(FAR) == 5 - resumes
+        # once each; again only those the file said too little about
+        assert delivered(s) == Counter(bodies + bodies[resumes:2])
+    assert ("confirms deliveries only up to 2" in caplog.text) == (claimed > 2)
+
+
+def test_without_the_index_an_unconfirmed_offset_repeats_rather_than_loses(root: Path) -> None:
+    """Without index files nothing can confirm the file's offset: the level resumes at its
+    queue's minimum (every message delivered again, none lost)."""
+    bodies = _broker_delivered(root, 2, index=False)
+    write_offsets(root, {1: 4})
+    with rmqlog.MessageStore.open(root, small_store_config(message_index_enable=False)) as s:
+        assert s.deliver_due(FAR) == 5
+        assert delivered(s) == Counter(bodies + bodies[:2])
+
+
 def test_an_offset_below_the_queue_minimum_is_reported(root: Path, caplog: pytest.LogCaptureFixture) -> None:
     """The other half of ``correctDelayOffset``: below the queue's minimum (its units deleted by
     retention) the level resumes at the minimum, with a warning and the loss counted."""

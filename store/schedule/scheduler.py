@@ -29,11 +29,13 @@ progress it makes commit together; ``config/delayOffset.json`` is written after 
 hint. Where a level resumes (:func:`resume_offset`): at the writer's sequence when the log
 has one (the file is then only checked against it: a larger offset in the file, which no
 pass writes, is reported and not followed); otherwise at the file's offset, the only record
-of a RocketMQ broker's deliveries, corrected as RocketMQ's ``correctDelayOffset`` does but
-for one case (a warning names the level and the offsets): below the queue's minimum it
-becomes the minimum; past the queue's end (RocketMQ: the end, which would skip every message
-waiting there) it is not followed at all and the level resumes at the queue's minimum, so a
-wrong file may repeat a RocketMQ broker's deliveries but never loses one. A pass killed at
+of a RocketMQ broker's deliveries, as far as the log confirms it (:meth:`DelayScheduler.
+confirmed_offset`: the delivered copy of the message before it is in the index) and
+corrected as RocketMQ's ``correctDelayOffset`` does but for one case (a warning names the
+level and the offsets): below the queue's minimum it becomes the minimum; past the queue's
+end (RocketMQ: the end, which would skip every message waiting there) it is not followed at
+all and the level resumes at the queue's minimum, so a wrong file may repeat a RocketMQ
+broker's deliveries but never loses one. A pass killed at
 any moment neither loses nor repeats a delivery. An unreadable file (and ``.bak``) stops the
 pass with :class:`rmqlog.errors.CorruptStoreError`; ``repair=True`` sets it aside and the
 levels resume from the log.
@@ -60,7 +62,12 @@ import numpy as np
 
 from .. import crash_points, safe_open
 from ..errors import MessagesDeletedError
-from ..log.properties import SCHEDULE_TOPIC
+from ..log.properties import (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    SCHEDULE_TOPIC,
+    ParsedProperties,
+)
 from ..log.writer_marker import writer_marker
 from ..paths import parse_queue_dir_name
 from ..queue.consume_queue import FILLER_SIZE
@@ -130,6 +137,11 @@ class DelayScheduler:
         #: the timed messages' delivery (:mod:`rmqlog.schedule.timer`), run in each pass
         self.timer: TimerDelivery | None = None
         self._warned_removed: set[int] = set()  # levels no longer configured, warned about
+        #: whether a message whose client msgId (``UNIQ_KEY``) is the second argument is stored
+        #: in the topic named first (the facade sets it through the index files; ``None``
+        #: without them): confirms a ``delayOffset.json`` offset no writer marker confirms
+        self.delivered_probe: Callable[[str, str], bool] | None = None
+        self._confirmed: dict[tuple[int, int], int] = {}  # (level, file's offset) -> confirmed
 
     def now_ms(self) -> int:
         """The scheduler's clock (``wall_ms``, which tests drive)."""
@@ -180,7 +192,10 @@ class DelayScheduler:
             cq = self.parts.consume_queue(SCHEDULE_TOPIC, queue)
             bounds = self.reader.read_bounds(cq)
             done = state.writers.get(level_writer(level))
-            start = resume_offset(level, offsets.get(level), int(done) if done is not None else None, bounds[0], bounds[1])
+            in_file = offsets.get(level)
+            if done is None and in_file is not None and bounds[0] < in_file <= bounds[1]:
+                in_file = self.confirmed_offset(level, queue, in_file, bounds)
+            start = resume_offset(level, in_file, int(done) if done is not None else None, bounds[0], bounds[1])
             if level > top:
                 self._warn_removed(level, bounds[1] - max(start, bounds[0]))
             offsets[level] = self._deliver_level(level, queue, start, now, report, bounds)
@@ -194,6 +209,58 @@ class DelayScheduler:
             report.timed, lost = self.timer.deliver(int(min(now, wall - 1)))
             report.lost += lost
         return report
+
+    def confirmed_offset(self, level: int, queue: int, claimed: int, bounds: tuple[int, int, int]) -> int:
+        """How far the log confirms ``claimed``, a level's offset in ``delayOffset.json`` that
+        no writer marker backs (a RocketMQ broker's deliveries, or a damaged file): the largest
+        ``k <= claimed`` whose message before it (queue offset ``k - 1``) has its delivered copy
+        in the log, found by bisection (a level is delivered in queue order); the queue's
+        minimum when none is (or without the index files: nothing can be confirmed). So a
+        wrong offset repeats deliveries at worst, never strands a message. Remembered per
+        level and offset for the store's life (the file changes when a pass moves it)."""
+        key = (level, claimed)
+        if key not in self._confirmed:
+            good, bad = bounds[0], claimed  # delivered up to `good`; not known past `bad`
+            if self._delivered_before(queue, claimed, bounds):
+                good = claimed
+            while bad - good > 1:
+                mid = (good + bad) // 2
+                if self._delivered_before(queue, mid, bounds):
+                    good = mid
+                else:
+                    bad = mid
+            if good != claimed:
+                log.warning("scheduler: level %d: %s says offset %d, but the log confirms deliveries only up to %d "
+                            "(queue offsets %d..%d); resuming there (a message may be delivered again, none is lost)",
+                            level, FILE_NAME, claimed, good, bounds[0], bounds[1])
+            self._confirmed[key] = good
+        return self._confirmed[key]
+
+    def _delivered_before(self, queue: int, k: int, bounds: tuple[int, int, int]) -> bool:
+        """Whether the last message of the level's queue below offset ``k`` has its delivered
+        copy in the log (fillers hold none: the one before them decides; none left below
+        ``k``, or records retention deleted meanwhile: nothing to deliver, true)."""
+        lo, _, floor = bounds
+        cq = self.parts.consume_queue(SCHEDULE_TOPIC, queue)
+        while True:
+            first = max(lo, k - CHECK_WINDOW)
+            units = cq.read(first, k - first)
+            real = np.flatnonzero(units["size"] != FILLER_SIZE)
+            if len(real):
+                break
+            if first == lo:
+                return True
+            k = first
+        row = real[-1:]
+        try:
+            columns = self.reader.read_unit_columns(cq, SCHEDULE_TOPIC, queue, first, units, row, floor, None)
+        except MessagesDeletedError:
+            return True
+        props = ParsedProperties(StoredMessages.of(columns).properties)
+        uniq, topic = props.column(PROPERTY_UNIQ_KEY)[0].as_py(), props.column(PROPERTY_REAL_TOPIC)[0].as_py()
+        if self.delivered_probe is None or not uniq or not topic:
+            return False  # nothing to confirm it with
+        return self.delivered_probe(topic, uniq)
 
     def _warn_removed(self, level: int, waiting: int) -> None:
         """Once per level and process: a level no longer configured still holds messages."""
