@@ -55,7 +55,8 @@ from .errors import (
     StoreClosedError,
     out_of_files_typed,
 )
-from .index.index_service import IndexService
+from .index.geometry import set_aside_geometry
+from .index.index_service import IndexConfig, IndexService
 from .index.lookup import messages_by_key
 from .log.append_state import AppendState
 from .log.appender import Appender
@@ -111,12 +112,19 @@ class MessageStore:
             self.parts.release_locks()
             raise
 
-    def _build(self, repair: bool) -> list[Path]:
-        """Wire the parts and services (no ownership yet); returns the config files ``repair``
-        set aside."""
+    def _build(self, repair: bool, first: bool = False) -> list[Path]:
+        """Wire the parts and services; returns the config files set aside: those ``repair``
+        found unreadable and, for the ``first`` opener (alone with the store), an index
+        geometry that is unreadable or does not fit the index files (the index is derived:
+        rebuilt from the log, nothing is lost)."""
         parts = self.parts
         set_aside = set_aside_unreadable_config(parts, lambda: set_aside_if_unreadable_offsets(parts.paths.config_dir)) if repair else []
-        parts.wire(repair=repair)
+        if first and not repair and parts.config.message_index_enable:
+            with parts.config_lock.held():
+                moved = set_aside_geometry(parts.paths.config_dir, IndexConfig(
+                    parts.config.max_hash_slot_num, parts.config.max_index_num, parts.config.max_msgs_num_batch))
+            set_aside += [moved] if moved else []
+        parts.wire(repair=repair, first=first)
         self.commitlog, self.dispatcher, self.flush_service = parts.commitlog, parts.dispatcher, parts.flush_service
         self.topic_config, self.consumer_offsets, self.checkpoint_file = parts.topic_config, parts.consumer_offsets, parts.checkpoint_file
         #: the store's one background thread: the flusher (ASYNC_FLUSH), the preparer, the
@@ -142,7 +150,7 @@ class MessageStore:
         parts = self.parts
         self.recovery: RecoveryReport | None = None
         self.flusher: AsyncFlusher | None = None
-        set_aside = self._build(repair)
+        set_aside = self._build(repair, first=owned is not None and owned.first)
         if owned is None:
             open_read_only(parts)
             return

@@ -57,10 +57,11 @@ class StoreParts:
         #: state rebuilt in memory from the log at open (set by :func:`rmqlog.read_only.open_read_only`)
         self.fixed_state: AppendState | None = None
 
-    def wire(self, *, repair: bool = False) -> None:
+    def wire(self, *, repair: bool = False, first: bool = False) -> None:
         """Open the files and build the parts (separate from ``__init__`` so that a failure
-        here still lets the caller release the locks). ``repair``: a damaged index file is
-        set aside (and rebuilt by recovery) instead of raising."""
+        here still lets the caller release the locks). ``repair``, or ``first`` (the store's
+        first opener, alone with it: the index is derived, so rebuilding it loses nothing): a
+        damaged index file is set aside (and rebuilt by recovery) instead of raising."""
         config, paths, read_only = self.config, self.paths, self.read_only
         self.topic_config = TopicConfigManager(
             paths.topics_json, self.config_lock,
@@ -96,7 +97,7 @@ class StoreParts:
             with self.config_lock.held(shared=read_only):
                 index_config = store_index_config(paths.config_dir, configured, read_only=read_only)
             self.index_service = index = IndexService.open(
-                paths.root, index_config, writable=not read_only, repair=repair and not read_only,
+                paths.root, index_config, writable=not read_only, repair=(repair or first) and not read_only,
             )
             self.dispatcher.index_hook = lambda cols, parsed: index_records(index, cols, parsed)
             self.flush_service.index_flush = index.flush

@@ -47,17 +47,22 @@ def geometry(root: Path) -> Path:
     json.dumps({"maxHashSlotNum": SMALL_INDEX_SLOTS, "maxIndexNum": SMALL_INDEX_ENTRIES, "crc": 1}).encode(),
     b"[]",
 ])
-def test_a_bad_geometry_needs_repair_which_rebuilds_the_index(root: Path, content: bytes) -> None:
+@pytest.mark.parametrize("repair", [False, True], ids=["open", "repair"])
+def test_a_bad_geometry_is_set_aside_and_the_index_rebuilt(root: Path, content: bytes, repair: bool) -> None:
     """Defect 5: ``indexFile.json`` unreadable, past Java's int range, or absurd (a geometry the
-    index files were not made with): a typed error saying ``repair=True`` and nothing sized from
-    it; a repair sets it and the index files aside and rebuilds the index from the log."""
+    index files were not made with): nothing is sized from it. The index is derived, so
+    rebuilding it loses nothing: the first opener (alone with the store), at a normal open as
+    with ``repair=True``, sets it and the index files aside and rebuilds the index from the log.
+    An opener that is not the first (the store held elsewhere) gets a typed error saying
+    ``repair=True`` instead, and changes nothing."""
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         put_keys(s, 30)
-    geometry(root).write_bytes(content)
-    with pytest.raises(rmqlog.CorruptStoreError, match="repair=True") as err:
-        rmqlog.MessageStore.open(root, small_store_config())
-    assert err.value.path == str(geometry(root))
-    with rmqlog.MessageStore.open(root, small_store_config(), repair=True) as s:
+        geometry(root).write_bytes(content)
+        with pytest.raises(rmqlog.CorruptStoreError, match="repair=True") as err:
+            rmqlog.MessageStore.open(root, small_store_config())
+        assert err.value.path == str(geometry(root))
+        assert geometry(root).read_bytes() == content
+    with rmqlog.MessageStore.open(root, small_store_config(), repair=repair) as s:
         assert s.recovery is not None and any("indexFile.json set aside" in p for p in s.recovery.problems)
         assert found(s, "k0", "k17", "k29") == [1, 1, 1]
         put_keys(s, 5, start=30)

@@ -109,13 +109,14 @@ def store_index_config(config_dir: Path, configured: IndexConfig, *, read_only: 
         config = _decode(raw, configured)
         _check_files(config_dir.parent / INDEX_DIR, config)
     except ValueError as exc:
+        # (the store's first opener sets it aside before it gets here: see set_aside_geometry)
         raise CorruptStoreError(f"unreadable index geometry ({exc}); open the store with repair=True to rebuild the "
                                 "index files from the log", path=str(path)) from None
     return config
 
 
 def set_aside_geometry(config_dir: Path, configured: IndexConfig | None = None) -> Path | None:
-    """``repair``: when ``indexFile.json`` fails the checks of :func:`store_index_config`, rename
+    """``repair``, or the first opener: when ``indexFile.json`` fails the checks of :func:`store_index_config`, rename
     it ``indexFile.json.damaged-<ms>`` and every index file ``<name>.damaged`` (made with a
     geometry no longer known: the index is rebuilt from the log). Returns the new name of the
     geometry file, or ``None`` when it is sound or absent."""
@@ -124,7 +125,7 @@ def set_aside_geometry(config_dir: Path, configured: IndexConfig | None = None) 
         store_index_config(config_dir, configured or IndexConfig(), read_only=True)
         return None
     except CorruptStoreError as exc:
-        log.error("repair: %s", exc)
+        log.error("%s: set aside with the index files; the index is rebuilt from the log", exc.path)
     moved = safe_open.set_aside(path)
     index_dir = config_dir.parent / INDEX_DIR
     for name in index_file_names(index_dir):
