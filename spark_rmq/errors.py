@@ -41,6 +41,21 @@ class DataLossError(MessagesDeletedError):
         self.queue = queue
         self.available = available
 
+
+class OffsetsWentBackError(DataLossError):
+    """A queue now ends below the offset a query had read to (``start``): its log was cut by a
+    repair, or the store at ``path`` was replaced. What the query read past ``end`` is gone,
+    and the offsets from ``end`` on will name new messages. Raised with
+    ``failOnDataLoss=true``; with ``false`` the query goes on from the queue's end, warned once."""
+
+    def __init__(self, queue: str, start: int, end: int) -> None:
+        super().__init__(queue, start, end)
+        self.args = (
+            f"data loss on queue {queue}: it now ends at offset {end}, below offset {start} the query had read "
+            "to (its log was cut by a repair, or the store was replaced); set failOnDataLoss=false to go on "
+            "from the queue's end",
+        )
+
     def __str__(self) -> str:
         return str(self.args[0])
 

@@ -19,7 +19,7 @@ from rmqlog.log.record import HEADER_V4
 from rmqlog.paths import parse_queue_dir_name, topic_problem
 from rmqlog.queue.consume_queue import FILLER_SIZE
 
-from .errors import DataLossError
+from .errors import DataLossError, OffsetsWentBackError
 from .options import EARLIEST, EARLIEST_OFFSET, LATEST, LATEST_OFFSET, SourceOptions
 
 log = logging.getLogger(__name__)
@@ -136,6 +136,22 @@ def check_data_loss(key: str, start: int, first: int, fail: bool, *, warn: bool 
         log.warning("rmqlog: queue %s lost offsets [%d, %d) to retention; skipping them (failOnDataLoss=false)",
                     key, start, first)
     return first
+
+
+def check_went_back(key: str, start: int, end: int, fail: bool, *, warn: bool = True) -> int:
+    """The start to use for a queue that now ends at ``end``, read up to ``start``.
+
+    Raises :class:`OffsetsWentBackError` when ``start > end`` (the log was cut or the store
+    replaced: the offsets from ``end`` on will name new messages) and ``fail``; otherwise goes
+    on from ``end``, with a warning unless ``warn`` is false (already reported)."""
+    if start <= end:
+        return start
+    if fail:
+        raise OffsetsWentBackError(key, start, end)
+    if warn:
+        log.warning("rmqlog: queue %s now ends at %d, below offset %d the query had read to (the log was cut or "
+                    "the store replaced); going on from %d (failOnDataLoss=false)", key, end, start, end)
+    return end
 
 
 # ----------------------------------------------------------------- admission control

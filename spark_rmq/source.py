@@ -58,6 +58,7 @@ from .offsets import (
     Offsets,
     bounds,
     check_data_loss,
+    check_went_back,
     discover_queues,
     plan_ranges,
     resolve,
@@ -324,6 +325,7 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: queue -> the first offset a skip to was already reported (failOnDataLoss=false):
         #: planning and then partitioning the same batch warn once, not twice
         self._skipped: Offsets = {}
+        self._went_back: dict[str, tuple[int, int]] = {}  # queue -> (read to, its end) reported
         self.clock = time.monotonic
 
     def __getstate__(self) -> dict[str, Any]:
@@ -393,6 +395,12 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             for k in start:
                 if k in first and begin[k] < first[k]:
                     begin[k] = self._skip(k, begin[k], first[k])
+        for k in start:  # a queue that now ends below where the query stood
+            if k in latest and begin[k] > latest[k]:
+                seen = (begin[k], latest[k])  # (planned again for the same batch: warned once)
+                begin[k] = check_went_back(k, begin[k], latest[k], self.opts.fail_on_data_loss,
+                                           warn=self._went_back.get(k) != seen)
+                self._went_back[k] = seen
         end = {k: max(begin[k], latest.get(k, begin[k])) for k in begin}
         if self._target is not None:  # AvailableNow: nothing past the target, new queues included
             end = {k: min(v, max(begin[k], self._target.get(k, begin[k]))) for k, v in end.items()}

@@ -43,6 +43,7 @@ first opener themselves, so a store is never used without its recovery having co
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
@@ -107,11 +108,14 @@ class StoreLockFile:
         return self._fd
 
     def _try_exclusive(self) -> bool:
+        fd = self._open_fd()
         try:
-            fcntl.lockf(self._open_fd(), fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
             return True
-        except OSError:
-            return False
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EACCES):  # held by another opener
+                return False
+            raise  # (ENOLCK, EBADF...: a failure, not a holder)
 
     def open(self, first_checks: Callable[[], object] | None = None) -> bool:
         """Register an open store; returns True when this is the first opener of the root.

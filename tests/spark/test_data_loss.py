@@ -166,3 +166,42 @@ def test_lenient_stream_skips_a_deleted_range_in_one_step(spark, store_root: str
     batches = [p["numInputRows"] for p in q.recentProgress]
     assert batches == [100, 100, 100, 100]  # the first micro-batch has data; none is empty
     assert bodies(spark.table("lenient_skip").collect()) == list(range(600, 1000))
+
+
+@pytest.mark.parametrize("fail", [True, False], ids=["fail", "lenient"])
+def test_a_queue_that_now_ends_below_the_query_is_reported_not_skipped(store_root: str, fail: bool,
+                                                                      caplog: pytest.LogCaptureFixture) -> None:
+    """A stream read a queue to offset 10 and stopped; then its log was cut (a repair) or the
+    store replaced, and the query restarted from its checkpoint: the queue now ends at 3, and
+    the offsets from there on name new messages. The source used to wait at 10, skipping every
+    new message below it without a word. failOnDataLoss=true fails naming the queue and both
+    offsets; false goes on from the queue's end (one warning), so the new messages are read."""
+    put(store_root, 10, queues=1)
+    opts = {"path": store_root, "topics": "orders", "startingOffsets": '{"orders/0": 0}',
+            "failOnDataLoss": str(fail).lower()}
+    first = RmqLogStreamReader(SourceOptions.parse(opts, streaming=True))
+    read_to = first.latestOffset(first.initialOffset(), first.getDefaultReadLimit())
+    assert read_to == {"orders/0": 10}
+    first.stop()
+    shutil.rmtree(store_root)
+    put(store_root, 3, queues=1)  # the replaced store: offsets 0..2
+    reader = RmqLogStreamReader(SourceOptions.parse(opts, streaming=True))  # restarted from the checkpoint
+    with caplog.at_level(logging.WARNING, logger="spark_rmq"):
+        if fail:
+            with pytest.raises(DataLossError, match=r"queue orders/0: it now ends at offset 3, below offset 10"):
+                reader.latestOffset(read_to, reader.getDefaultReadLimit())
+            reader.stop()
+            return
+        end = reader.latestOffset(read_to, reader.getDefaultReadLimit())
+        assert end == {"orders/0": 3}
+        assert reader.latestOffset(read_to, reader.getDefaultReadLimit()) == end  # planned again: one warning
+        assert [b for p in reader.partitions(read_to, end) for b in reader.read(p) if b.num_rows] == []
+        put(store_root, 4, first=3, queues=1)  # new messages, offsets 3..6
+        later = reader.latestOffset(end, reader.getDefaultReadLimit())
+        assert later == {"orders/0": 7}
+        rows = [r for p in reader.partitions(end, later) for b in reader.read(p) for r in b.to_pylist()]
+        assert bodies(rows) == [3, 4, 5, 6]
+    reader.stop()
+    assert [r.getMessage() for r in caplog.records if "now ends at" in r.getMessage()] == [
+        "rmqlog: queue orders/0 now ends at 3, below offset 10 the query had read to (the log was cut or the store "
+        "replaced); going on from 3 (failOnDataLoss=false)"]
