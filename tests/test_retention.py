@@ -596,7 +596,10 @@ def test_cli_clean(root: Path, cfg: StoreConfig, capsys, monkeypatch) -> None:
     now = dt.datetime.now().timestamp()
     for start in segments(root)[:-1]:
         os.utime(root / "commitlog" / f"{start:020d}", (now - 100 * 3600, now - 100 * 3600))
-    assert main(["clean", str(root), "--force", "--json"]) == 0
+    # and the hour: at deleteWhen's hour (04 by default) the reason would be "time"
+    conf = root.parent / "broker.conf"
+    conf.write_text(f"deleteWhen={(dt.datetime.now().hour + 12) % 24:02d}\n")
+    assert main(["clean", str(root), "--force", "--json", "--config", str(conf)]) == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["segments"]) == 5 and out["logStart"] == 5 * SMALL_COMMITLOG and out["reason"] == "manual"
     assert out["diskUsedPercent"] == 10.0
