@@ -289,3 +289,17 @@ def kill_at_crash_point(args: list[str], point: str, n: int, *, tmp: Path, timeo
             if child.poll() is None:
                 child.kill()
                 child.wait()
+
+
+def tree(root: Path, *, mtimes: bool = False) -> dict[str, tuple[str, int, int, str]]:
+    """Every entry under ``root`` (links not followed): kind, size, mtime (``mtimes``; else 0,
+    and always 0 for folders) and content hash: what a test compares to say nothing changed."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            st = p.lstat()
+            kind = "link" if p.is_symlink() else "dir" if p.is_dir() else "file"
+            digest = hashlib.sha256(p.read_bytes()).hexdigest() if kind == "file" else ""
+            out[str(p.relative_to(root))] = (kind, st.st_size, st.st_mtime_ns if mtimes and kind != "dir" else 0, digest)
+    return out

@@ -8,7 +8,6 @@ The holder is a real second process that says when it has the store open.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -18,7 +17,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from conftest import small_store_config, subprocess_env
+from conftest import small_store_config, subprocess_env, tree
 
 import rmqlog
 from rmqlog.admin.cli import main
@@ -29,19 +28,6 @@ with rmqlog.MessageStore.open(sys.argv[1], create=False):
     print("open", flush=True)
     sys.stdin.read()  # until the test closes our stdin
 """
-
-
-def tree(root: Path) -> dict[str, tuple[str, int, str]]:
-    """Every entry under ``root``: kind, size and content hash (links not followed)."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = Path(dirpath) / name
-            st = p.lstat()
-            kind = "link" if p.is_symlink() else "dir" if p.is_dir() else "file"
-            digest = hashlib.sha256(p.read_bytes()).hexdigest() if kind == "file" else ""
-            out[str(p.relative_to(root))] = (kind, st.st_size, digest)
-    return out
 
 
 @pytest.fixture
@@ -107,7 +93,7 @@ def test_repair_while_this_process_has_the_store_open(store: Path) -> None:
 
 def test_a_failed_repair_open_gives_the_store_back(store: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # an open with repair that fails after claiming the store must not keep it claimed
-    def fail(self: rmqlog.MessageStore, repair: bool) -> None:
+    def fail(self: rmqlog.MessageStore, repair: bool, first: bool = False) -> None:
         raise rmqlog.CorruptStoreError("wiring failed")
 
     with monkeypatch.context() as m:
