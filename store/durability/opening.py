@@ -97,7 +97,8 @@ def open_as_owner(
                 report = recover(parts, abnormal=owner.abort_exists(), repair=repair)
                 report.problems[:0] = owned.surveyed
                 for path in set_aside:
-                    report.problems.append(f"unreadable {path.name.split('.damaged')[0]} set aside as {path.name}")
+                    rel = path.parent.relative_to(parts.paths.root) / path.name.split(".damaged")[0]
+                    report.problems.append(f"unreadable {rel} set aside as {path.name}")
                 if any(p.name.startswith("topics.json") for p in set_aside):
                     for tc in topics().values():  # as many queues as the log has
                         parts.topic_config.put(tc)
