@@ -121,7 +121,7 @@ class DataLossError(CorruptStoreError):
     """Data a caller relies on is gone. Raised as such by recovery: damage in data that was
     already flushed (acknowledged), or a bad record with valid data after it; nothing was
     changed then: open with ``repair=True`` to cut the log at the damage, or run
-    :func:`rmqlog.admin.verify.verify` to see every problem. See also
+    :func:`rmqlog.recovery.verify.verify` to see every problem. See also
     :class:`MessagesDeletedError` (retention)."""
 
 

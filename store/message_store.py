@@ -5,14 +5,14 @@ open and calls the part that does the work.
 
 | work | where |
 |---|---|
-| put path | :mod:`rmqlog.log.appender` |
-| reads, bounds, by offset/msgId | :mod:`rmqlog.queue.reader` |
+| put path | :mod:`rmqlog.access.appender` |
+| reads, bounds, by offset/msgId | :mod:`rmqlog.access.reader` |
 | topics, consumer offsets | :mod:`rmqlog.catalog` |
 | dispatch | :mod:`rmqlog.queue.dispatcher` |
-| opening, recovery | :mod:`rmqlog.durability.opening`, :mod:`rmqlog.durability.recovery` |
+| opening, recovery | :mod:`rmqlog.recovery.opening`, :mod:`rmqlog.recovery.recovery` |
 | flush, checkpoint | :mod:`rmqlog.durability.flush` |
 | retention | :mod:`rmqlog.retention` |
-| verify | :mod:`rmqlog.admin.verify` |
+| verify | :mod:`rmqlog.recovery.verify` |
 
 Concurrency: any number of processes may open the same root and call any method. Appends
 are serialized by ``append.lock`` and published atomically (``append.state``), dispatching
@@ -29,7 +29,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from .admin.verify import VerifyReport, verify
+from .access.appender import Appender
+from .access.reader import QueueReader
 from .arguments import (
     bool_arg,
     callable_arg,
@@ -42,13 +43,6 @@ from .config import StoreConfig
 from .config_files import TopicConfig
 from .durability.flush import AsyncFlusher
 from .durability.lock_file import StoreLockFile
-from .durability.opening import (
-    Ownership,
-    open_as_owner,
-    set_aside_unreadable_config,
-    take_ownership,
-)
-from .durability.recovery import RecoveryReport
 from .errors import (
     IndexDisabledError,
     InvalidArgumentError,
@@ -59,7 +53,6 @@ from .index.geometry import set_aside_geometry
 from .index.index_service import IndexConfig, IndexService
 from .index.lookup import messages_by_key
 from .log.append_state import AppendState
-from .log.appender import Appender
 from .log.encode.single import single_message_table
 from .log.msgid import is_uniq_key
 from .log.properties import WAITING_TOPICS
@@ -67,8 +60,15 @@ from .log.writer_marker import writer_marker, writer_problem
 from .parts import StoreParts
 from .paths import StorePaths, prepare_root, root_arg, validate_topic
 from .queue.consume_queue import ConsumeQueue
-from .queue.reader import QueueReader
 from .read_only import open_read_only, refuse
+from .recovery.opening import (
+    Ownership,
+    open_as_owner,
+    set_aside_unreadable_config,
+    take_ownership,
+)
+from .recovery.recovery import RecoveryReport
+from .recovery.verify import VerifyReport, verify
 from .results import GetMessageResult, PutMessageResult, PutMessageStatus
 from .retention import CleanReport, Retention
 from .schedule import install as install_schedule
@@ -176,7 +176,7 @@ class MessageStore:
     ) -> MessageStore:
         """Open (creating if needed) the store at ``root``.
 
-        The first process to open a store recovers it (see :mod:`rmqlog.durability.recovery`): after a
+        The first process to open a store recovers it (see :mod:`rmqlog.recovery.recovery`): after a
         clean close it checks the last segments, after an abnormal exit it walks from the
         checkpoint, re-dispatches and cuts what is torn. ``MessageStore.recovery`` says what
         it did. Segment sizes of an existing store are taken from its files.
@@ -230,7 +230,7 @@ class MessageStore:
         return self.parts.append_state()
 
     def verify(self, progress: Callable[[int, int], object] | None = None) -> VerifyReport:
-        """Walk every record (CRCs included) and consume-queue unit; see :mod:`rmqlog.admin.verify`
+        """Walk every record (CRCs included) and consume-queue unit; see :mod:`rmqlog.recovery.verify`
         (``progress(done, total)``: commitlog bytes walked, for a progress bar)."""
         self._check_open()
         return verify(self.parts, callable_arg("progress", progress))
@@ -265,7 +265,7 @@ class MessageStore:
 
         Raises :class:`rmqlog.errors.InvalidMessageError` (or a subclass) naming the row and
         field of the first bad row; nothing of the batch is written then. See
-        :mod:`rmqlog.log.appender` for the steps and the full-disk behaviour.
+        :mod:`rmqlog.access.appender` for the steps and the full-disk behaviour.
         """
         marker = writer_marker(writer, sequence)
         self._check_open("put_batch")
@@ -377,7 +377,7 @@ class MessageStore:
         hash first, then the decoded messages on the exact TAGS string. ``group`` names the
         consumer (validated; reading does not commit anything). The status and
         ``next_begin_offset`` follow RocketMQ (see :class:`rmqlog.results.GetMessageStatus`).
-        Every message is checked (:mod:`rmqlog.queue.reader`), its body CRC unless
+        Every message is checked (:mod:`rmqlog.access.reader`), its body CRC unless
         ``check_crc`` (default: the config's ``check_crc_on_read``) is false.
         """
         self._check_open()

@@ -2,9 +2,9 @@
 
 :class:`StoreParts` builds, for a store root, the commitlog, the consume queues, the append
 state, the dispatcher, the flush service, the checkpoint and the config files, and holds the
-store's inter-process locks. Recovery (:mod:`rmqlog.durability.recovery`), verify
-(:mod:`rmqlog.admin.verify`), retention (:mod:`rmqlog.retention`), the put path
-(:mod:`rmqlog.log.appender`) and the read path (:mod:`rmqlog.queue.reader`) take a
+store's inter-process locks. Recovery (:mod:`rmqlog.recovery.recovery`), verify
+(:mod:`rmqlog.recovery.verify`), retention (:mod:`rmqlog.retention`), the put path
+(:mod:`rmqlog.access.appender`) and the read path (:mod:`rmqlog.access.reader`) take a
 ``StoreParts``, never the facade (:class:`rmqlog.MessageStore`), which only wires them: so no
 module imports the facade, and each can be tested against the parts alone.
 

@@ -115,7 +115,7 @@ def prepare_root(paths: StorePaths, *, create: bool, read_only: bool) -> None:
         if not read_only:
             # (links are allowed in the root's own path: where the store lives is the user's
             # choice; config/ and the rest are made below it, never through a link, once the
-            # store is owned: see rmqlog.durability.opening)
+            # store is owned: see rmqlog.recovery.opening)
             safe_open.make_root(root)
     except WrongFileTypeError as exc:  # a file there, or a path through a file
         raise InvalidArgumentError(f"root {str(root)!r} cannot hold a store: {exc}") from None

@@ -7,7 +7,7 @@ punches, truncations and unlinks land outside it; a folder where a file belongs 
 reverse) would fail with a bare ``IsADirectoryError``. Here both are damage, met as a typed
 :class:`~rmqlog.errors.WrongFileTypeError` naming the path and what was found, before
 anything is read, written or removed through it. (What the store then does about it, at
-open and with ``repair=True``, is :mod:`rmqlog.durability.survey`'s.)
+open and with ``repair=True``, is :mod:`rmqlog.recovery.survey`'s.)
 
 How:
 

@@ -1,14 +1,17 @@
-"""The store package's layout rules (docs/architecture.md, "Layout"), checked on the source.
+"""The store package's layout rules (docs/architecture.md, "Layers"), checked on the source.
 
-- no import cycles between the store's modules (every import counts: type-only imports and
-  imports inside functions too, since a cycle hidden in a function is still a circle a
-  reader has to untangle);
+- the store's modules stand on floors, a total order (:data:`FLOORS`): the leaves (modules
+  that hold no service, and the C helper) < log < queue, index < durability < parts (the
+  wiring) < the put and read paths < the services (scheduler, retention) < recovery < the
+  facade < the package and the terminal tools. No import runs up a floor, and units that
+  share a floor do not import each other: every import counts, type-only ones (``if
+  TYPE_CHECKING``) and imports inside functions too, since an import that runs up is a
+  dependency a reader has to know about wherever it is written;
+- no import cycles between the store's modules (the same imports count);
 - only the package itself and the terminal tools (the CLI, export) import the facade
-  (``rmqlog.message_store``): services,
-  recovery, verify and retention receive the parts (:mod:`rmqlog.parts`);
-- each folder imports only the folders below it (foundation <- log <- queue, index <-
-  retention <- durability; admin and the wiring modules may import anything), and
-  :mod:`rmqlog.parts`, the type every service receives;
+  (``rmqlog.message_store``), and the facade only wires: it holds no loop and no data work
+  of its own;
+- one module loads the C helper (``rmqlog._native``): :mod:`rmqlog.native`, a leaf;
 - no module over 600 lines, in the store or the Spark side.
 """
 
@@ -22,19 +25,26 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 STORE = ROOT / "store"
 
-#: folder -> the folders its modules may import ("foundation": the store's top-level modules
-#: that hold no service: errors, paths, config, config files, file primitives...)
-ALLOWED = {
-    "foundation": {"foundation"},
-    "log": {"foundation", "log"},
-    "queue": {"foundation", "log", "queue"},
-    "index": {"foundation", "log", "index"},
-    "schedule": {"foundation", "log", "queue", "schedule"},
-    "retention": {"foundation", "log", "queue", "retention"},
-    "durability": {"foundation", "log", "queue", "index", "retention", "durability"},
+#: The floors, lowest first; each holds units (a folder of the store, or a top-level module
+#: named in :data:`TOP_LEVEL`). A module imports from its own unit and from lower floors only.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("leaves",),  # top-level modules that hold no service (errors, paths, config...), the C helper
+    ("log",),  # the commitlog: records, codecs, segments, appends
+    ("queue", "index"),  # consume queues and the dispatcher; index files (fed through a hook)
+    ("durability",),  # flush, checkpoint, lock/abort/owner files
+    ("parts",),  # StoreParts: the parts of one store, wired
+    ("access", "catalog", "read_only"),  # the put and read paths; topics and offsets; read-only opens
+    ("schedule", "retention"),  # services that run on the parts and paths
+    ("recovery",),  # opening, recovery, queue repair, survey, verify
+    ("facade",),  # MessageStore
+    ("package", "admin"),  # `import rmqlog`; the terminal tools (CLI, export)
+)
+#: the store's top-level modules that are a unit of their own (every other one is a leaf)
+TOP_LEVEL = {
+    "rmqlog": "package", "rmqlog.__main__": "admin", "rmqlog.message_store": "facade", "rmqlog.parts": "parts",
+    "rmqlog.catalog": "catalog", "rmqlog.read_only": "read_only",
 }
-#: top-level modules that wire the folders together (and the package itself)
-WIRING = {"rmqlog", "rmqlog.__main__", "rmqlog.message_store", "rmqlog.parts", "rmqlog.catalog"}
+FLOOR = {unit: n for n, units in enumerate(FLOORS) for unit in units}
 MAX_LINES = 600
 
 
@@ -45,6 +55,7 @@ def _modules() -> dict[str, Path]:
         if parts[-1] == "__init__":
             parts = parts[:-1]
         mods[".".join(parts)] = path
+    mods["rmqlog._native"] = STORE / "_native.c"  # the C helper: a leaf (it imports no store module)
     return mods
 
 
@@ -52,6 +63,9 @@ def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
     """module -> the store modules it imports (anywhere in its source)."""
     edges: dict[str, set[str]] = {}
     for mod, path in mods.items():
+        if path.suffix != ".py":
+            edges[mod] = set()
+            continue
         package = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
         deps: set[str] = set()
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -62,7 +76,7 @@ def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
                     full = f"{name}.{alias.name}"
                     if full in mods:
                         deps.add(full)
-                    elif name in mods and alias.name != "_native":  # a name defined in the module
+                    elif name in mods:  # a name defined in the module
                         deps.add(name)
             elif isinstance(node, ast.Import):
                 deps.update(a.name for a in node.names if a.name in mods)
@@ -116,9 +130,12 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
-def _folder(mod: str) -> str:
+def _unit(mod: str) -> str:
+    """The unit of ``mod``: its folder below ``store/``, else its own name (:data:`TOP_LEVEL`) or a leaf."""
     parts = mod.split(".")
-    return parts[1] if len(parts) > 2 or (len(parts) == 2 and (STORE / parts[1]).is_dir()) else "foundation"
+    if len(parts) > 2 or (len(parts) == 2 and (STORE / parts[1]).is_dir()):
+        return parts[1]
+    return TOP_LEVEL.get(mod, "leaves")
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:
@@ -138,19 +155,73 @@ def test_only_the_package_and_the_terminal_tools_import_the_facade() -> None:
                          "rmqlog.admin.reading"]
 
 
-def test_folders_import_only_the_folders_below_them() -> None:
+def _upward(edges: dict[str, set[str]]) -> list[str]:
+    """The imports that run up a floor or across to another unit of the same floor."""
     bad = []
-    for mod, deps in _imports(_modules()).items():
-        if mod in WIRING or _folder(mod) == "admin":
-            continue
-        allowed = ALLOWED.get(_folder(mod))
-        assert allowed is not None, f"{mod}: folder {_folder(mod)!r} has no rule in ALLOWED (add one)"
+    for mod, deps in edges.items():
+        unit = _unit(mod)
         for dep in deps:
-            if dep == "rmqlog.parts":  # what services receive (a type; it imports them, not the reverse)
-                continue
-            if dep in WIRING or _folder(dep) not in allowed:
-                bad.append(f"{mod} -> {dep}")
-    assert bad == [], "imports against the layering: " + ", ".join(sorted(bad))
+            if _unit(dep) != unit and FLOOR[_unit(dep)] >= FLOOR[unit]:
+                bad.append(f"{mod} ({unit}) -> {dep} ({_unit(dep)})")
+    return sorted(bad)
+
+
+def test_every_unit_stands_on_a_floor() -> None:
+    units = {_unit(m) for m in _modules()}
+    assert units - FLOOR.keys() == set(), "units without a floor (add them to FLOORS)"
+    assert FLOOR.keys() - units == set(), "floors naming units that do not exist"
+
+
+def test_the_floor_check_finds_imports_that_run_up() -> None:
+    edges = {
+        "rmqlog.log.scan": {"rmqlog.errors"},  # down: fine
+        "rmqlog.queue.dispatcher": {"rmqlog.index.feed"},  # to another unit of its floor: refused
+        "rmqlog.log.decode": {"rmqlog.parts"},  # up: refused
+        "rmqlog.parts": {"rmqlog.log.decode"},  # down: fine
+    }
+    assert _upward(edges) == ["rmqlog.log.decode (log) -> rmqlog.parts (parts)",
+                              "rmqlog.queue.dispatcher (queue) -> rmqlog.index.feed (index)"]
+
+
+def test_type_only_and_function_local_imports_count(tmp_path: Path) -> None:
+    (tmp_path / "log").mkdir()
+    (tmp_path / "log" / "appender.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ..parts import StoreParts\n"
+        "def put():\n    from .. import message_store\n"
+    )
+    (tmp_path / "parts.py").write_text("")
+    (tmp_path / "message_store.py").write_text("")
+    edges = _imports({"rmqlog.log.appender": tmp_path / "log" / "appender.py", "rmqlog.parts": tmp_path / "parts.py",
+                      "rmqlog.message_store": tmp_path / "message_store.py"})
+    assert edges["rmqlog.log.appender"] == {"rmqlog.parts", "rmqlog.message_store"}
+
+
+def test_no_import_runs_up_a_floor() -> None:
+    bad = _upward(_imports(_modules()))
+    assert bad == [], "imports against the floors: " + ", ".join(bad)
+
+
+def _loads_helper(path: Path) -> bool:
+    """Whether the source at ``path`` imports the C helper: an import statement naming
+    ``_native``, or ``importlib.import_module`` given a string that ends so."""
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom):
+            if (node.module or "").split(".")[-1] == "_native" or any(a.name == "_native" for a in node.names):
+                return True
+        elif isinstance(node, ast.Import) and any(a.name.split(".")[-1] == "_native" for a in node.names):
+            return True
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
+              and any(isinstance(c, ast.Constant) and str(c.value).endswith("_native")
+                      for a in node.args for c in ast.walk(a))):
+            return True
+    return False
+
+
+def test_one_module_loads_the_c_helper() -> None:
+    importers = sorted(m for m, p in _modules().items() if p.suffix == ".py" and _loads_helper(p))
+    assert importers == ["rmqlog.native"]
+    assert _unit("rmqlog.native") == "leaves"
 
 
 @pytest.mark.parametrize("folder", ["store", "spark_rmq"])

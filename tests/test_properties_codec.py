@@ -97,7 +97,7 @@ def _via(path: str, rows: list[str]) -> list[dict[str, str]]:
 def test_every_parser_path_agrees_with_java(rows: list[str]) -> None:
     from rmqlog.log import properties
 
-    paths = ["well_formed", "general"] + (["native"] if properties._native is not None else [])
+    paths = ["well_formed", "general"] + (["native"] if properties._native_parse is not None else [])
     for path in paths:
         assert _via(path, rows) == _reference(rows), path
 
@@ -115,7 +115,7 @@ def test_a_column_found_without_the_map_is_javas_last_value(rows: list[str], nam
 
     want = [r.get(name) for r in _reference(rows)]
     arr = pa.array(rows, pa.string())
-    if properties._native is not None:
+    if properties._native_parse is not None:
         found = properties.find_values(arr, (name, "K"))
         assert found is not None and found[0].to_pylist() == want
         assert found[1].to_pylist() == [r.get("K") for r in _reference(rows)]

@@ -99,7 +99,7 @@ class FlushStateFile:
     def write(self, pos: FlushPosition) -> None:
         """Store ``pos`` durably: the file's data, and its name when this write creates it (a
         flushed position that a power loss could make vanish would let recovery believe
-        nothing was ever flushed; see :func:`rmqlog.durability.recovery.recover`)."""
+        nothing was ever flushed; see :func:`rmqlog.recovery.recovery.recover`)."""
         head = struct.pack(">qq", pos.offset, pos.store_timestamp)
         created = safe_open.kind(self.path) is None if self._fd is None else False
         try:

@@ -6,7 +6,7 @@ RocketMQ's layout, kept byte for byte:
   ``FileChannel.tryLock(0, 1)`` (a POSIX record lock on byte 0) while it runs.
 - ``<root>/abort``: an empty file that exists while a store is open for writing. Deleted by a
   clean shutdown; found at start-up it means the last owner did not shut down cleanly, and
-  recovery takes the abnormal path (see :mod:`rmqlog.durability.recovery`).
+  recovery takes the abnormal path (see :mod:`rmqlog.recovery.recovery`).
 
 This store is opened by many processes at once (Spark executors, the driver), so each open
 store holds a *shared* POSIX lock on byte 0 of ``lock``. That still keeps a RocketMQ broker
@@ -124,7 +124,7 @@ class StoreLockFile:
         call :meth:`opened` (after recovery) in either case, or :meth:`abandon`.
         ``first_checks`` runs in the first opener as soon as it holds the lock exclusively
         (no other process has the store open), before anything here reads the other files
-        (the survey of :mod:`rmqlog.durability.survey`); if it raises, the lock is let go and
+        (the survey of :mod:`rmqlog.recovery.survey`); if it raises, the lock is let go and
         the error propagates.
         """
         self.mutex.acquire()

@@ -22,6 +22,9 @@ import pyarrow as pa
 
 from ..errors import CorruptStoreError, DiskFullError, StoreError, raise_if_disk_full
 from ..fileio import ProcessLocalPool
+from ..native import (
+    ChunkWriter as _ChunkWriter,  # (None without the C helper: chunks go to _WRITE_POOL)
+)
 from .append_state import AppendState
 from .decode import (
     BadRecordError,
@@ -156,10 +159,7 @@ def _round_robin_offsets(batch: EncodedBatch, queues: dict[str, int], count: int
 #: With the C helper, packed chunks go to a :class:`rmqlog._native.ChunkWriter` instead (a
 #: thread of its own per pipeline that never takes the GIL: ~17 us less per hand-off).
 _WRITE_POOL = ProcessLocalPool("rmq-write")
-try:
-    from .._native import ChunkWriter as _ChunkWriter
-except ImportError:  # pragma: no cover - the C helper is optional
-    _ChunkWriter = None
+
 #: Chunks encoded ahead of the one being written (each holds ~1 MiB of the batch's memory).
 _IN_FLIGHT = 2
 

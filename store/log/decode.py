@@ -28,6 +28,9 @@ import pyarrow.compute as pc
 from ..errors import CorruptRecordError
 from ..hashing import tags_codes
 from ..hosts import format_host
+from ..native import (
+    crc32_batch as _crc32_batch,  # the C helper's: every body's CRC in one call, GIL released
+)
 from ..schema import MESSAGE_SCHEMA, TS
 from .gather import fixed_rows, gather_slices, to_binary, utf8_lossy
 from .msgid import hex_rows, offset_msg_ids
@@ -50,11 +53,6 @@ from .record import (
     field_problems,
     header_dtype,
 )
-
-try:  # the optional C helper: every body's CRC in one call, GIL released
-    from .._native import crc32_batch as _crc32_batch
-except ImportError:  # pragma: no cover - depends on the build
-    _crc32_batch = None
 
 #: The smallest TOTALSIZE of any record: an IPv4 V1 header, empty body, topic and properties.
 MIN_RECORD_SIZE = HEADER_V4.itemsize + TRAILER_LENGTH_FIELDS

@@ -17,10 +17,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-try:  # the optional C helper (setup.py builds it); without it, Arrow's take below
-    from .._native import gather as _native_gather
-except ImportError:  # pragma: no cover - depends on the build
-    _native_gather = None
+from ..native import (
+    gather as _native_gather,  # the C helper's (None without it: Arrow's take below)
+)
 
 
 def gather_slices(source: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) -> pa.LargeBinaryArray:

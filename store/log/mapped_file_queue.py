@@ -42,7 +42,7 @@ class MappedFileQueue:
     commitlog: a store written with another segment size, like RocketMQ's, opens as it is),
     else it is ``default_size``. Files of another size (a segment truncated by a crash of the
     filesystem, or by hand) are listed in :attr:`odd` (start -> bytes) instead of failing
-    here: recovery decides (see :mod:`rmqlog.durability.recovery`), and mapping one raises
+    here: recovery decides (see :mod:`rmqlog.recovery.recovery`), and mapping one raises
     :class:`CorruptStoreError`. With ``infer``, the size is the most common one (the largest
     among equally common ones). Something with a segment's name that is not a file (a folder,
     a link: never followed) is listed in :attr:`wrong` and refused by :meth:`check_sizes`. Segment creation must be serialized by the caller (the append

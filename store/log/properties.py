@@ -13,6 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+# the optional C helper's parsers (None without it: the numpy parsers below)
+from ..native import copy_properties as _native_copy
+from ..native import parse_properties as _native_parse
+
 PROPERTY_KEYS = "KEYS"
 PROPERTY_TAGS = "TAGS"
 PROPERTY_UNIQ_KEY = "UNIQ_KEY"
@@ -96,12 +100,6 @@ def _flat(arr: pa.Array) -> pa.Array:
     return arr.combine_chunks() if isinstance(arr, pa.ChunkedArray) else arr
 
 
-try:  # the optional C helper (setup.py builds it)
-    from .. import _native
-except ImportError:  # pragma: no cover - depends on the build
-    _native = None
-
-
 def list_offsets(lists: pa.ListArray | pa.MapArray) -> np.ndarray:
     """Offsets of a list/map array as int64 numpy, relative to its flattened values."""
     off = np.asarray(lists.offsets, dtype=np.int64)
@@ -135,14 +133,14 @@ def find_values(props: pa.Array, names: tuple[str, ...]) -> list[pa.StringArray]
     last one wins, as in Java's map), found in one pass of the C helper over the bytes with
     Java's parsing rules: no map is built. ``None`` without the helper (or for nulls)."""
     props = _flat(props)
-    if _native is None or props.null_count or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type)):
+    if _native_copy is None or props.null_count or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type)):
         return None
     distinct = list(dict.fromkeys(names))  # (the C helper fills the first of equal names only)
     n, k = len(props), len(distinct)
     off = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
     data = props.buffers()[2] or pa.py_buffer(b"")
     start, length = np.empty(k * n, np.int64), np.empty(k * n, np.int64)
-    _native.copy_properties(data, off, (), (), tuple(name.encode() for name in distinct), None, None, start, length)
+    _native_copy(data, off, (), (), tuple(name.encode() for name in distinct), None, None, start, length)
     from .gather import gather_slices, to_binary
 
     out = []
@@ -185,18 +183,18 @@ class ParsedProperties:
         self.offsets = counts_to_offsets(counts)
 
     def _parse_native(self, props: pa.Array) -> bool:
-        """One pass of the C helper ``rmqlog._native`` over the bytes (Java's rules, any input)."""
-        if _native is None or props.null_count or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type)):
+        """One pass of the C helper (:mod:`rmqlog.native`) over the bytes (Java's rules, any input)."""
+        if _native_parse is None or props.null_count or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type)):
             return False
         n = len(props)
         off = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
         data = props.buffers()[2] or pa.py_buffer(b"")
         out = np.empty((5, 4 * n + 16), np.int64)  # room for 4 pairs per row, the usual case
         try:
-            m = _native.parse_properties(data, off, *out)
+            m = _native_parse(data, off, *out)
         except ValueError:  # more pairs than room: one per 0x01 byte is always enough
             out = np.empty((5, int(np.count_nonzero(np.frombuffer(data, np.uint8) == 1)) + 16), np.int64)
-            m = _native.parse_properties(data, off, *out)
+            m = _native_parse(data, off, *out)
         from .gather import gather_slices, to_binary
 
         string = pa.string()

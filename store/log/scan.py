@@ -22,6 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..native import (
+    walk_records as _native_walk,  # the C helper's (None without it: the numpy walk below)
+)
 from .record import (
     HEADER_V4,
     MAGIC_V1,
@@ -36,11 +39,6 @@ from .record import (
     decode_at,
     field_problems,
 )
-
-try:  # the optional C helper (setup.py builds it); without it, the numpy walk below
-    from .._native import walk_records as _native_walk
-except ImportError:  # pragma: no cover - depends on the build
-    _native_walk = None
 
 #: Why the C walk stopped (store/_native.c ``walk_records``): code -> the detail's format.
 _NATIVE_PROBLEMS = {

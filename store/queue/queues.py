@@ -5,7 +5,7 @@ readers, recovery and verify of one open store.
 A folder counts as a queue only when named as the store names them: a valid topic name, and
 a queue id in canonical decimal (:func:`rmqlog.paths.parse_queue_dir_name`); any other name is
 never used (a topic folder that is not a valid name is logged and skipped), and neither is a
-link or a file with such a name (set aside at open by :mod:`rmqlog.durability.survey`; one
+link or a file with such a name (set aside at open by :mod:`rmqlog.recovery.survey`; one
 that appears later is refused, typed, when the queue is used).
 """
 
@@ -85,7 +85,7 @@ class ConsumeQueues:
         ``configured`` if the first segments of up to 16 queues (folders that are not
         queues ignored) include it, else the most common of their sizes (multiples of a unit):
         one file truncated by a crash does not decide it. A queue's segments of another size
-        are then dropped and rebuilt at open (see :mod:`rmqlog.durability.recovery`).
+        are then dropped and rebuilt at open (see :mod:`rmqlog.recovery.recovery`).
         """
         sizes: dict[int, int] = {}
         seen = 0

@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 def remove_deleted(directory: Path) -> int:
     """Unlink the segments in ``directory`` (``commitlog.deleted/``; only files named as
     segments: a folder of that name is left alone, set aside by the next open's survey, see
-    :mod:`rmqlog.durability.survey`); returns the disk space they held (allocated blocks)."""
+    :mod:`rmqlog.recovery.survey`); returns the disk space they held (allocated blocks)."""
     freed = 0
     for name, found in safe_open.entries(directory):
         if parse_segment_name(name) is None or found == safe_open.FOLDER:

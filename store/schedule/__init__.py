@@ -35,9 +35,9 @@ from .timer_routing import DELIVER_TIME_COLUMN, route_timers
 from .timeup import Copies, StoredMessages
 
 if TYPE_CHECKING:
-    from ..log.appender import Appender
+    from ..access.appender import Appender
+    from ..access.reader import QueueReader
     from ..parts import StoreParts
-    from ..queue.reader import QueueReader
 
 __all__ = ["DELAY_LEVEL_COLUMN", "DELIVER_TIME_COLUMN", "DelayScheduler", "PassReport", "install"]
 

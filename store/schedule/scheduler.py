@@ -75,8 +75,8 @@ from .delay_offsets import FILE_NAME, load_delay_offsets, save_delay_offsets
 from .timeup import Copies, StoredMessages, delivered_copies
 
 if TYPE_CHECKING:
+    from ..access.reader import QueueReader
     from ..parts import StoreParts
-    from ..queue.reader import QueueReader
     from .timer import TimerDelivery
 
 log = logging.getLogger(__name__)

@@ -67,8 +67,8 @@ from .timer_wheel import ENTRY, TimerIndexDamaged, TimerState, TimerWheel, wheel
 from .timeup import Copies, StoredMessages, delivered_copies
 
 if TYPE_CHECKING:
+    from ..access.reader import QueueReader
     from ..parts import StoreParts
-    from ..queue.reader import QueueReader
 
 log = logging.getLogger(__name__)
 

@@ -51,12 +51,10 @@ from .. import safe_open
 from ..errors import CorruptStoreError
 from ..fileio import raise_if_disk_full
 from ..log.record import crc32
+from ..native import (
+    walk_chains as _native_walk_chains,  # the C helper's (None without it: the numpy walk below)
+)
 from .timer_state import STATE_SIZE, TimerState, new_generation, slot_sums
-
-try:  # the optional C helper (setup.py builds it); without it, the numpy walk below
-    from .._native import walk_chains as _native_walk_chains
-except ImportError:  # pragma: no cover - depends on the build
-    _native_walk_chains = None
 
 __all__ = ["ENTRY", "SLOT", "STATE_SIZE", "TimerIndexDamaged", "TimerState", "TimerWheel", "wheel_slots"]
 

@@ -38,11 +38,9 @@ from ..log.properties import (
     STORE_PROPERTY_PREFIX,
     ParsedProperties,
 )
-
-try:  # the optional C helper (setup.py builds it); without it, the parsed map below
-    from .._native import copy_properties as _native_copy
-except ImportError:  # pragma: no cover - depends on the build
-    _native_copy = None
+from ..native import (
+    copy_properties as _native_copy,  # the C helper's (None without it: the parsed map below)
+)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""The C helper's encoding kernels (``rmqlog._native``, built by ``setup.py``; optional).
+"""The C helper's encoding kernels (loaded by :mod:`rmqlog.native`; optional).
 
 Every encoding module calls them through this module (``native.pack_records(...)``), so a
 test switches one off in one place (``monkeypatch.setattr(native, "pack_records", None)``)
@@ -15,21 +15,14 @@ and each path also runs without the helper. ``None`` (and ``CLMUL`` false) when 
 
 from __future__ import annotations
 
-try:
-    from ..._native import (
-        CLMUL,
-        all_same,
-        crc32_batch,
-        longest_value,
-        pack_plain,
-        pack_records,
-        patch_records,
-    )
-except ImportError:  # pragma: no cover - depends on the build
-    crc32_batch = None
-    all_same = None
-    longest_value = None
-    pack_plain = None
-    pack_records = None
-    patch_records = None
-    CLMUL = False
+from ...native import (
+    CLMUL,
+    all_same,
+    crc32_batch,
+    longest_value,
+    pack_plain,
+    pack_records,
+    patch_records,
+)
+
+__all__ = ["CLMUL", "all_same", "crc32_batch", "longest_value", "pack_plain", "pack_records", "patch_records"]

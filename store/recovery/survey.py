@@ -18,7 +18,7 @@ holds:
 Rebuilt whole where a part would mislead: a consume-queue file of the wrong type has its
 whole queue folder set aside (a queue missing its first file reads as one whose head
 retention removed); that is done by recovery's pass over each queue, which lists their files
-anyway (:func:`rmqlog.durability.queue_repair.drop_bad_queue_files`), so the survey does not
+anyway (:func:`rmqlog.recovery.queue_repair.drop_bad_queue_files`), so the survey does not
 list them a second time. Anything under ``timer/`` makes the timer index rebuild from the
 timer queue (``timer/state`` removed, as after a crash).
 
@@ -107,7 +107,7 @@ def find_wrong(paths: StorePaths) -> list[Wrong]:
     def descend(rel: str) -> bool:
         exp = expected(rel)
         # a queue's files are checked by recovery's pass over each queue, which lists them anyway
-        # (rmqlog.durability.queue_repair): a store of 100,000 queues is not listed twice
+        # (rmqlog.recovery.queue_repair): a store of 100,000 queues is not listed twice
         return exp is not None and exp[0] == safe_open.FOLDER and not _QUEUE_DIR.fullmatch(rel)
 
     for rel, found in safe_open.walk(paths.root, descend):

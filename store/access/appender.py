@@ -36,20 +36,20 @@ from .. import crash_points
 from ..config import SYNC_FLUSH
 from ..errors import DISK_FULL_ERRNOS, DiskFullError, InvalidMessageError, QueueIdError
 from ..hosts import host_bytes
+from ..log.allocate import SegmentPreparer
+from ..log.disk_guard import DiskGuard
+from ..log.encode.arrays import int64_filled
+from ..log.encode.batch import EncodedBatch
+from ..log.encode.copies import prepare_copies
+from ..log.encode.prepare import prepare_batch
+from ..log.msgid import UniqKeyGenerator, offset_msg_ids
+from ..log.properties import SCHEDULE_TOPIC, WAITING_TOPICS
 from ..schema import PUT_RESULT_SCHEMA, TS
 from ..service import ServiceLoop
-from .allocate import SegmentPreparer
-from .disk_guard import DiskGuard
-from .encode.arrays import int64_filled
-from .encode.batch import EncodedBatch
-from .encode.copies import prepare_copies
-from .encode.prepare import prepare_batch
-from .msgid import UniqKeyGenerator, offset_msg_ids
-from .properties import SCHEDULE_TOPIC, WAITING_TOPICS
 
 if TYPE_CHECKING:
+    from ..log.commitlog import AppendResult
     from ..parts import StoreParts
-    from .commitlog import AppendResult
 
 log = logging.getLogger(__name__)
 

@@ -59,13 +59,13 @@ import numpy as np
 import pyarrow as pa
 
 from .. import safe_open
+from ..durability.checkpoint import Checkpoint, wall_ms
 from ..errors import CorruptStoreError, DataLossError, WrongFileTypeError
 from ..index.feed import recover_index
 from ..log.decode import RecordColumns, read_columns
 from ..log.record import ScanKind, decode_at, is_consumable
 from ..log.scan import QueueDensity, SegmentScan, StopReason, scan_segment
 from ..retention.leftovers import finish_at_open
-from .checkpoint import Checkpoint, wall_ms
 from .queue_repair import (
     check_units,
     complete_queues,
@@ -372,7 +372,7 @@ def _finish(
     if report.state_rebuilt:
         # not fsynced: after a power loss a stale or empty state is caught by the rules above
         parts.state_file.publish(state)
-    from .flush import FlushPosition
+    from ..durability.flush import FlushPosition
 
     flushed = parts.flush_service.state_file.read()
     if flushed is None:

@@ -1,6 +1,6 @@
 """What recovery reports (:class:`RecoveryReport`, ``MessageStore.recovery``) and what its
 walk found (:class:`Walked`: the records, their queues and queue offsets), shared by
-:mod:`rmqlog.durability.recovery` and :mod:`rmqlog.durability.queue_repair`."""
+:mod:`rmqlog.recovery.recovery` and :mod:`rmqlog.recovery.queue_repair`."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Opening a store: who recovers it, and what every other opener checks.
 
 The first process to open a store (see :mod:`rmqlog.durability.lock_file`) surveys it first
-(:mod:`rmqlog.durability.survey`: every file of the type it must be, no links), then, once the
-parts are wired, recovers it (:func:`rmqlog.durability.recovery.recover`) under the append
+(:mod:`rmqlog.recovery.survey`: every file of the type it must be, no links), then, once the
+parts are wired, recovers it (:func:`rmqlog.recovery.recovery.recover`) under the append
 lock, before anything else reads or writes. With ``repair``, config files nothing can read were set aside beforehand: recovery
 reports them, and a lost ``topics.json`` is rebuilt with as many queues as the log has.
 Later openers only check the segment sizes and rebuild a missing ``append.state`` from the
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 
 from .. import safe_open
 from ..config_files import set_aside_if_unreadable
+from ..durability.lock_file import StoreLockFile
 from ..errors import StoreBusyError
 from ..index.geometry import set_aside_geometry
-from .lock_file import StoreLockFile
 from .recovery import RecoveryReport, recover
 from .survey import set_aside_lock, survey
 

@@ -32,9 +32,9 @@ from ..log.decode import BadRecordError, RecordCheck, RecordColumns, empty_messa
 from ..log.msgid import parse_offset_msg_id
 from ..log.record import ScanKind
 from ..paths import validate_group, validate_topic
+from ..queue.checked_read import read_unit_columns, read_units, unit_store_timestamp
+from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
 from ..results import GetMessageResult, GetMessageStatus
-from .checked_read import read_unit_columns, read_units, unit_store_timestamp
-from .consume_queue import FILLER_SIZE, ConsumeQueue
 
 _T = TypeVar("_T")
 

@@ -1,5 +1,5 @@
 """Consume queues made to agree with a recovered commitlog (the second half of recovery,
-:mod:`rmqlog.durability.recovery`): files of the wrong size or unusable dropped, units past
+:mod:`rmqlog.recovery.recovery`): files of the wrong size or unusable dropped, units past
 the log's end or not matching their records cut, queues short of the append state's offsets
 re-dispatched, and no queue's next offset left below its units. Every function runs in the
 first opener, under the append lock; the dispatch-lock holding is noted on each.
@@ -84,7 +84,7 @@ def drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport, *, whole_log:
     """
     segs = cq.segments
     if segs.wrong:  # a segment's name taken by a folder, a link...: the queue is rebuilt whole (see
-        # rmqlog.durability.survey, which leaves a queue's files to this per-queue pass)
+        # rmqlog.recovery.survey, which leaves a queue's files to this per-queue pass)
         start, found = min(segs.wrong.items())
         segs.close()
         segs.wrong.clear()
