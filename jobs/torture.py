@@ -267,7 +267,7 @@ def child_reader(spec: dict[str, Any]) -> None:
     s = rmqlog.MessageStore.open(spec["root"], store_config(spec["config"]))
     note("O")
     if spec["background"]:
-        s.start_dispatcher()
+        s.start_services()
     reads = 0
     while True:
         if not spec["background"] or rng.random() < 0.1:

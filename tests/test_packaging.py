@@ -28,7 +28,7 @@ def _user_env() -> dict[str, str]:
 
 
 def test_a_store_folder_named_like_the_package_does_not_shadow_it(tmp_path: Path) -> None:
-    """Defect 15: `import store` found the user's data folder `store/` on a second run."""
+    """`import store` found the user's data folder `store/` on a second run."""
     for name in ("rmqlog", "store", "spark_rmq"):
         work = tmp_path / name
         work.mkdir()
