@@ -80,8 +80,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import pyarrow as pa  # noqa: E402
-import refcodec as rc  # noqa: E402
 
+import refcodec as rc  # noqa: E402
 import rmqlog  # noqa: E402
 
 # ------------------------------------------------------------------ messages

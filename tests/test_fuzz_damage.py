@@ -38,10 +38,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import FIXTURE_COMMITLOG, copy_file, small_store_config, walk
 from timed_store import Outcome, Timed, deliver_after, make_timed_store
 
+import refcodec as rc
 import rmqlog
 
 CFG = small_store_config(mapped_file_size_consume_queue=20 * 8)

@@ -51,7 +51,7 @@ def test_no_module_imports_the_old_name() -> None:
     import re
 
     pat = re.compile(r"^\s*(from store[. ]|import\b.*[ ,]store\b(?!\.))", re.M)
-    offenders = [str(p.relative_to(root)) for d in ("store", "spark_rmq", "jobs", "tests", "notebooks")
+    offenders = [str(p.relative_to(root)) for d in ("store", "spark_rmq", "jobs", "tests", "refcodec", "notebooks")
                  for p in sorted((root / d).rglob("*.py*")) if pat.search(p.read_text(errors="replace"))]
     offenders += [d for d in ("README.md", *(f"docs/{p.name}" for p in (root / "docs").glob("*.md")))
                   if pat.search((root / d).read_text())]

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import SMALL_COMMITLOG, SMALL_CQ, batch, small_store_config
 
+import refcodec as rc
 import rmqlog
 import rmqlog.retention.cleaner
 from rmqlog import GetMessageStatus as S

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import (
     SMALL_COMMITLOG,
     batch,
@@ -30,6 +29,7 @@ from conftest import (
     walk,
 )
 
+import refcodec as rc
 import rmqlog
 from rmqlog import GetMessageStatus as S
 
