@@ -35,7 +35,7 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check store spark_rmq jobs tests
+	$(VENV)/bin/ruff check store spark_rmq jobs tests refcodec
 	$(VENV)/bin/mypy -p rmqlog -p spark_rmq
 
 bench: $(STAMP)

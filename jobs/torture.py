@@ -80,8 +80,8 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests"))
 
 import pyarrow as pa  # noqa: E402
-import refcodec as rc  # noqa: E402
 
+import refcodec as rc  # noqa: E402
 import rmqlog  # noqa: E402
 
 # ------------------------------------------------------------------ messages
@@ -267,7 +267,7 @@ def child_reader(spec: dict[str, Any]) -> None:
     s = rmqlog.MessageStore.open(spec["root"], store_config(spec["config"]))
     note("O")
     if spec["background"]:
-        s.start_dispatcher()
+        s.start_services()
     reads = 0
     while True:
         if not spec["background"] or rng.random() < 0.1:

@@ -7,10 +7,10 @@
 Imports :mod:`rmqlog`; the store never imports Spark.
 """
 
-from .errors import DataLossError, RmqLogOptionError, UnsupportedFieldError
+from .errors import QueryDataLossError, RmqLogOptionError, UnsupportedFieldError
 from .routing import route
 from .session import local_session, register
 
 FORMAT = "rmqlog"
 
-__all__ = ["FORMAT", "register", "local_session", "route", "DataLossError", "RmqLogOptionError", "UnsupportedFieldError"]
+__all__ = ["FORMAT", "register", "local_session", "route", "QueryDataLossError", "RmqLogOptionError", "UnsupportedFieldError"]

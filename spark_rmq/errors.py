@@ -20,14 +20,15 @@ class RmqLogOptionError(StoreError, ValueError):
         self.option = option
 
 
-class DataLossError(MessagesDeletedError):
+class QueryDataLossError(MessagesDeletedError):
     """Messages a query still needs were deleted (retention) before or while it read them.
 
     Raised with ``failOnDataLoss=true`` (the default); names the queue (``queue``,
     ``"topic/queueId"``; also ``topic`` and ``queue_id``) and the lost range ``[start,
     available)`` (``available``, also ``end``: the queue's first offset still stored). A
     :class:`rmqlog.errors.MessagesDeletedError`, so one ``except`` catches the store's and the
-    source's report of the same loss.
+    source's report of the same loss. (The store's :class:`rmqlog.errors.DataLossError`, the
+    base of both, is chiefly recovery refusing to cut damaged flushed data.)
     """
 
     def __init__(self, queue: str, start: int, available: int) -> None:
@@ -42,7 +43,7 @@ class DataLossError(MessagesDeletedError):
         self.available = available
 
 
-class OffsetsWentBackError(DataLossError):
+class OffsetsWentBackError(QueryDataLossError):
     """A queue now ends below the offset a query had read to (``start``): its log was cut by a
     repair, or the store at ``path`` was replaced. What the query read past ``end`` is gone,
     and the offsets from ``end`` on will name new messages. Raised with
@@ -67,4 +68,4 @@ class UnsupportedFieldError(InvalidMessageError):
     """A sink column the store does not give meaning to yet (delayLevel, deliverTime) is set."""
 
 
-__all__ = ["RmqLogOptionError", "DataLossError", "UnsupportedFieldError"]
+__all__ = ["RmqLogOptionError", "QueryDataLossError", "UnsupportedFieldError"]

@@ -19,7 +19,7 @@ from rmqlog.log.record import HEADER_V4
 from rmqlog.paths import parse_queue_dir_name, topic_problem
 from rmqlog.queue.consume_queue import FILLER_SIZE
 
-from .errors import DataLossError, OffsetsWentBackError
+from .errors import OffsetsWentBackError, QueryDataLossError
 from .options import EARLIEST, EARLIEST_OFFSET, LATEST, LATEST_OFFSET, SourceOptions
 
 log = logging.getLogger(__name__)
@@ -124,14 +124,14 @@ def resolve(
 def check_data_loss(key: str, start: int, first: int, fail: bool, *, warn: bool = True) -> int:
     """The start to use for a queue whose oldest stored offset is ``first``.
 
-    Raises :class:`DataLossError` when ``start < first`` and ``fail``; otherwise skips to
+    Raises :class:`QueryDataLossError` when ``start < first`` and ``fail``; otherwise skips to
     ``first`` in one step, with a warning unless ``warn`` is false (the caller already
     reported this skip).
     """
     if start >= first:
         return start
     if fail:
-        raise DataLossError(key, start, first)
+        raise QueryDataLossError(key, start, first)
     if warn:
         log.warning("rmqlog: queue %s lost offsets [%d, %d) to retention; skipping them (failOnDataLoss=false)",
                     key, start, first)

@@ -89,7 +89,7 @@ def read_key_lookup(part: KeyLookup, schema: pa.Schema = MESSAGE_SCHEMA) -> Iter
 def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator[pa.RecordBatch]:
     """Yield the messages of ``part`` as record batches of ``schema`` (the message schema).
 
-    Raises :class:`spark_rmq.errors.DataLossError` if retention deleted part of the range
+    Raises :class:`spark_rmq.errors.QueryDataLossError` if retention deleted part of the range
     (before or while it is read) and ``part.fail_on_data_loss``, naming the queue and exactly
     the offsets lost (from the first one the range still needed to the queue's new first
     offset); otherwise those messages are skipped with a warning.

@@ -7,7 +7,7 @@ Guarantees:
 - **Everything written is readable**: before planning, the driver runs the store's
   dispatcher, so messages appended by any writer (Spark or plain Python) become visible.
 - **No silent loss**: with ``failOnDataLoss=true`` (default), a range retention deleted
-  fails the query with :class:`spark_rmq.errors.DataLossError` naming the queue and offsets.
+  fails the query with :class:`spark_rmq.errors.QueryDataLossError` naming the queue and offsets.
 - **Reads change no layout**: the store is opened with ``create=False``; a path without a
   store (missing, empty, or another kind of folder) fails the read when it is planned with
   :class:`rmqlog.StoreNotFoundError` naming the path (the CLI's error), and nothing is created.

@@ -67,7 +67,7 @@ class StoreConfig:
       ``destroy_mapped_file_interval_forcibly`` (ms, 120000; RocketMQ's
       ``destroyMapedFileIntervalForcibly``): how long a segment a reader holds keeps a pass
       from deleting it; ``clean_resource_interval`` (ms, 10000): how often the background
-      service (:meth:`rmqlog.MessageStore.start_dispatcher`) runs a pass.
+      service (:meth:`rmqlog.MessageStore.start_services`) runs a pass.
     - ``disk_space_warning_level_ratio`` (percent, RocketMQ's ``diskSpaceWarningLevelRatio``
       90%): appends are refused with :class:`DiskFullError` while the commitlog's volume is
       fuller than this; accepted again once it is not.

@@ -327,18 +327,21 @@ class MessageStore:
         self._check_open("dispatch")
         return self.dispatcher.dispatch()
 
-    def start_dispatcher(self) -> None:
-        """Dispatch continuously in the background (every ``reput_interval_ms`` while idle;
-        a second start is a no-op), and run retention passes (:meth:`clean_expired`, every
-        ``clean_resource_interval`` ms). A failed round is logged and kept in
-        ``dispatcher.last_error`` / ``retention.last_error``; both keep running."""
-        self._check_open("start_dispatcher")
+    def start_services(self) -> None:
+        """Start every background service on the store's service loop (a second start is a
+        no-op): the dispatcher (every ``reput_interval_ms`` while idle), retention passes
+        (:meth:`clean_expired`, every ``clean_resource_interval`` ms) and the scheduler
+        (:meth:`deliver_due`, every 100 ms). The async flusher and the segment preparer run
+        from the open on. A failed round is logged and kept in the service's ``last_error``
+        (``dispatcher.last_error``, ``retention.last_error``, ...); every service keeps running."""
+        self._check_open("start_services")
         self.services.add(self.dispatcher)
         self.services.add(self.retention)
         self.services.add(self.scheduler)
 
-    def stop_dispatcher(self) -> None:
-        """Stop the background dispatcher, retention and scheduler; returns once their rounds in progress have finished."""
+    def stop_services(self) -> None:
+        """Stop what :meth:`start_services` started (dispatcher, retention, scheduler); returns
+        once their rounds in progress have finished."""
         self.services.remove(self.scheduler)
         self.services.remove(self.retention)
         self.services.remove(self.dispatcher)
@@ -346,7 +349,7 @@ class MessageStore:
     def deliver_due(self, now_ms: int | None = None) -> int:
         """One scheduler pass as of ``now_ms`` (default: now): every delayed message due by
         then is appended to its real topic and queue, exactly once (:mod:`rmqlog.schedule.scheduler`).
-        Returns how many were delivered. The background service (:meth:`start_dispatcher`)
+        Returns how many were delivered. The background service (:meth:`start_services`)
         runs a pass every 100 ms; the Spark source runs one before planning each micro-batch."""
         self._check_open("deliver_due")
         return self.scheduler.deliver_due(optional_int_arg("now_ms", now_ms)).total

@@ -20,7 +20,7 @@ another process is writing.
 - **A store not closed cleanly** is read as it is on disk: what recovery would cut (a torn
   tail) is beyond the published tail or fails its checks on read with a typed
   :class:`rmqlog.errors.CorruptStoreError`; open it normally to recover it.
-- **Changes are refused.** ``put*``, ``dispatch``, ``start_dispatcher``, ``deliver_due``,
+- **Changes are refused.** ``put*``, ``dispatch``, ``start_services``, ``deliver_due``,
   ``clean_expired``, ``commit_offset``, ``create_topic`` and ``flush`` raise
   :class:`rmqlog.errors.ReadOnlyStoreError` naming the call, before touching anything.
 """

@@ -1,10 +1,15 @@
 """Background services and the one loop that runs them (RocketMQ's ServiceThreads, as objects).
 
-A *service* (the dispatcher, the async flusher; later the delay scheduler, the index builder,
-retention, the segment preallocator) is an object with one method, ``run_once(now)``: do one
-round of work as of ``now`` (seconds of the loop's clock) and say whether it did any. The
-policy lives there, and the time comes in as an argument, so a service is tested by calling
-``run_once`` with a fake clock: no thread, no sleep.
+A *service* is an object with one method, ``run_once(now)``: do one round of work as of
+``now`` (seconds of the loop's clock) and say whether it did any. The services of a store:
+the async flusher (:mod:`rmqlog.durability.flush`, from the open on, ASYNC_FLUSH), the segment
+preparer (:mod:`rmqlog.log.allocate`, the next segment made ahead of the writer; added by a
+process's first put), and, from :meth:`rmqlog.MessageStore.start_services` on, the dispatcher
+(:mod:`rmqlog.queue.dispatcher`, which also feeds the index files), retention
+(:mod:`rmqlog.retention.cleaner`) and the scheduler of delayed and timed messages
+(:mod:`rmqlog.schedule.scheduler`). The policy lives there, and the time comes in as an
+argument, so a service is tested by calling ``run_once`` with a fake clock: no thread, no
+sleep.
 
 :class:`ServiceLoop` is the only thread: one per open store, started when its first service
 is added and ended when the last is removed. It runs each service when due:

@@ -12,7 +12,7 @@ A time is either
 ``spark.sql.session.timeZone`` to UTC), and the zone every time is printed in (``rmqlog``
 prints store and born times as ``...+00:00``), so a time copied from the output means the same
 instant when it is typed back. Local time was rejected: the same string would mean different
-instants on two machines, or in a shell and in a Spark job (issue 27, defect 17).
+instants on two machines, or in a shell and in a Spark job.
 
 Milliseconds are exact: the instant is computed in integers (``float`` seconds would round
 some ``.xxx`` fractions down by one ms).

@@ -1,7 +1,7 @@
 """Shared fixtures and helpers of the store test suite.
 
-``refcodec`` (tests/refcodec.py) is the independent, stdlib-only decoder: the store's files
-are checked with it, never with the store's own decoder.
+``refcodec`` (the top-level package ``refcodec/``, shared with ``jobs/``) is the independent,
+stdlib-only decoder: the store's files are checked with it, never with the store's own decoder.
 """
 
 from __future__ import annotations
@@ -25,11 +25,10 @@ TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
 if str(TESTS_DIR) not in sys.path:
     sys.path.insert(0, str(TESTS_DIR))
-if str(REPO_ROOT) not in sys.path:
+if str(REPO_ROOT) not in sys.path:  # refcodec/ (and jobs/ for the job tests)
     sys.path.insert(0, str(REPO_ROOT))
 
 import refcodec as rc  # noqa: E402
-
 import rmqlog  # noqa: E402
 
 #: Real RocketMQ files, kept in the repository (copied from ``../shared/fixtures/rocketmq``,

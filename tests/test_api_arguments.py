@@ -1,4 +1,4 @@
-"""Arguments of every public call (issue 27, "Arguments", and defect 8): any value of any type.
+"""Arguments of every public call: any value of any type.
 
 Every public method of :class:`rmqlog.MessageStore` (found by introspection: a method added
 later is driven too, and one this file does not know how to call fails
@@ -228,7 +228,7 @@ METHODS = {
     "create_topic", "deliver_due", "dispatch", "flush", "flushed_offset", "get_messages", "max_offset",
     "message_by_id", "message_by_offset", "min_offset", "offset_for_timestamp", "open", "published_tail",
     "put", "put_batch", "put_batches", "query_by_key", "query_by_time", "query_by_unique_key", "read_queue",
-    "start_dispatcher", "stop_dispatcher", "topics", "verify", "writer_sequence",
+    "start_services", "stop_services", "topics", "verify", "writer_sequence",
 }
 
 
@@ -298,7 +298,7 @@ class Harness:
         """The store is open, not dispatching in the background, and unharmed."""
         if self.store._closed:
             self.store = rmqlog.MessageStore.open(self.root, _config())
-        self.store.stop_dispatcher()
+        self.store.stop_services()
         report = self.store.verify()
         assert report.problems == [], report.problems
         for offset, body in self.seeds:
@@ -566,7 +566,7 @@ def _unchanged(s: rmqlog.MessageStore, root: Path, call: Callable[[], Any], err:
     return info.value
 
 
-# ----------------------------------------------------- defect 8: put() with Python strings
+# ----------------------------------------------------- put() with Python strings
 
 
 @pytest.mark.parametrize(("kwargs", "err", "field"), [
@@ -588,7 +588,7 @@ def test_put_with_a_string_that_is_not_utf8_names_the_field(ts: rmqlog.MessageSt
     assert isinstance(e, InvalidMessageError) and (e.row, e.field) == (0, field), str(e)
 
 
-# ------------------------------------------ defect 8: put_batch columns that are not UTF-8
+# ------------------------------------------ put_batch columns that are not UTF-8
 
 
 def _column(form: str, values: list[bytes]) -> pa.Array | pa.ChunkedArray:

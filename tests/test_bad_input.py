@@ -13,9 +13,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import read_queue_all, small_store_config, snapshot_files, walk
 
+import refcodec as rc
 import rmqlog
 from rmqlog import InvalidMessageError, InvalidTopicError, MessageTooLargeError, QueueIdError
 

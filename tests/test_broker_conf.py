@@ -1,4 +1,4 @@
-"""broker.conf is read as the Java properties file it is (issue 27, defect 16).
+"""broker.conf is read as the Java properties file it is .
 
 Every syntax form of ``java.util.Properties.load`` is read, a key nobody knows is named in a
 warning, and a value that does not parse is a ConfigError naming the key and the value.

@@ -1,4 +1,4 @@
-"""The rmqlog command's rough edges (issue 27, defect 19): stdout export, one unknown-topic
+"""The rmqlog command's rough edges: stdout export, one unknown-topic
 error, one exit-status table, camelCase JSON everywhere, --json on get, reset-offset of a
 misspelt group, a quiet schedule that tells timed from delayed, --config, packaging."""
 

@@ -1,4 +1,4 @@
-"""No rmqlog command writes inside a store it reads (issue 27, defect 10).
+"""No rmqlog command writes inside a store it reads.
 
 ``rmqlog export ROOT T --out ROOT/commitlog/00000000000000000000 --read-only`` truncated the
 segment before reading it. Every output path that resolves (links included, at any level)

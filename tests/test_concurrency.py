@@ -227,7 +227,7 @@ def test_threads_share_one_store(tmp_path: Path) -> None:
     cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=CL_SEG, mapped_file_size_consume_queue=CQ_SEG)
     errors: list[BaseException] = []
     with rmqlog.MessageStore.open(root, cfg) as s:
-        s.start_dispatcher()
+        s.start_services()
 
         def work(w: int) -> None:
             try:
@@ -245,7 +245,7 @@ def test_threads_share_one_store(tmp_path: Path) -> None:
         assert errors == []
         total = 4 * 10 * 31
         assert wait_until(lambda: sum(s.max_offset("TH", q) for q in range(QUEUES)) == total, timeout=30)
-        s.stop_dispatcher()
+        s.stop_services()
         assert s.dispatch() == 0
         bodies = [r["body"] for q in range(QUEUES) for r in read_queue_all(s, "TH", q)]
     assert len(bodies) == len(set(bodies)) == total

@@ -59,10 +59,7 @@ def test_c_gather_rejects_slices_outside_the_buffer() -> None:
 def _foreign_commitlog(root: Path, segment_size: int) -> list[int]:
     """A commitlog written "by another tool": record 1 has a property value that is not
     UTF-8 and carries a writer marker; record 2's topic is not UTF-8. Returns the offsets."""
-    import sys
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    import refcodec
+    import refcodec  # the repository root is on sys.path (conftest)
 
     specs = [
         ("T", {"A": "b"}, 0),

@@ -1,4 +1,4 @@
-"""The delay scheduler's state against the log (issue 27, defects 3, 5, 9 and 14):
+"""The delay scheduler's state against the log:
 ``config/delayOffset.json`` is checked against the writer markers and the queues' bounds,
 a repair rebuilds it from the log, a delivery is never early whatever the caller's time, and
 levels removed from the configuration are still delivered."""
@@ -45,10 +45,10 @@ def write_offsets(root: Path, table: dict[int, int]) -> None:
     save_delay_offsets(offsets_file(root), table)
 
 
-# ------------------------------------------------------------------ defect 3
+# ------------------------------------------------------------------ an offset past the queue's end
 @pytest.mark.parametrize("bogus", [1000, 1 << 40])
 def test_an_offset_past_the_queue_end_strands_nothing(root: Path, bogus: int, caplog: pytest.LogCaptureFixture) -> None:
-    """Defect 3: a level's offset past the end of its queue (a copy from another store, a flipped
+    """A level's offset past the end of its queue (a copy from another store, a flipped
     bit), with 2 messages delivered and 3 waiting: every waiting and later message is delivered,
     none twice, and a warning names the level and the offsets."""
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
@@ -70,7 +70,7 @@ def test_an_offset_past_the_queue_end_strands_nothing(root: Path, bogus: int, ca
 
 
 def test_a_file_offset_past_the_end_without_markers_strands_nothing(root: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Defect 3, a level the log has no delivery of (the file is then its only record, as for a
+    """The same for a level the log has no delivery of (the file is then its only record, as for a
     RocketMQ broker's deliveries): RocketMQ's correctDelayOffset would clamp 500 to the queue's
     end and skip the message waiting there; the file, certainly wrong, is not followed: the
     level resumes at its queue's minimum, and the waiting and later messages are delivered."""
@@ -164,9 +164,9 @@ def test_a_plausible_but_wrong_offset_is_checked_against_the_log(root: Path) -> 
         assert delivered(s) == Counter([b"d0", b"d1", b"d2"] + [b"w%d" % i for i in range(7)])
 
 
-# ------------------------------------------------------------------ defect 5
+# ------------------------------------------------------------------ unreadable state files
 def test_unreadable_delay_offsets_need_repair_which_rebuilds_them_from_the_log(root: Path) -> None:
-    """Defect 5: ``delayOffset.json`` and its ``.bak`` unreadable. A pass raises a typed error
+    """``delayOffset.json`` and its ``.bak`` unreadable. A pass raises a typed error
     that says ``repair=True``; a repair sets both aside and the levels resume where the log's
     markers say: nothing delivered twice, nothing lost."""
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
@@ -199,9 +199,9 @@ def test_a_wrong_type_offset_table_is_set_aside_by_repair(root: Path) -> None:
         assert s.deliver_due(FAR) == 1 and delivered(s) == Counter([b"w"])
 
 
-# ------------------------------------------------------------------ defect 9
+# ------------------------------------------------------------------ never early
 def test_a_caller_time_before_the_store_time_delivers_nothing(root: Path) -> None:
-    """Defect 9: ``deliver_due(now_ms)`` 10 ms before a 2-hour message's store time delivered it
+    """``deliver_due(now_ms)`` 10 ms before a 2-hour message's store time delivered it
     at once (the clock-went-back correction fired on the caller's time)."""
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put("T", b"2h", delay_level=18)
@@ -254,9 +254,9 @@ def test_a_shortened_level_delivers_by_the_new_delay(root: Path) -> None:
         assert s.deliver_due(t + 10_000) == 1
 
 
-# ------------------------------------------------------------------ defect 14
+# ------------------------------------------------------------------ levels removed from the configuration
 def test_removed_levels_are_delivered_at_the_last_level(root: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Defect 14: reopened with 3 levels where there were 18, the messages waiting at levels 10
+    """Reopened with 3 levels where there were 18, the messages waiting at levels 10
     and 18 are delivered with level 3's delay (never before), with a warning naming the levels
     and how many wait there."""
     with rmqlog.MessageStore.open(root, small_store_config()) as s:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
-import refcodec as rc
 from conftest import SMALL_COMMITLOG, SMALL_CQ
 
+import refcodec as rc
 import rmqlog
 
 MAP = pa.map_(pa.string(), pa.string())

@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import (
     FIXTURE_COMMITLOG,
     FIXTURE_CONFIG_DIR,
@@ -24,6 +23,7 @@ from conftest import (
     walk,
 )
 
+import refcodec as rc
 import rmqlog
 from rmqlog import GetMessageStatus as S
 

@@ -38,10 +38,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import FIXTURE_COMMITLOG, copy_file, small_store_config, walk
 from timed_store import Outcome, Timed, deliver_after, make_timed_store
 
+import refcodec as rc
 import rmqlog
 
 CFG = small_store_config(mapped_file_size_consume_queue=20 * 8)
@@ -453,7 +453,7 @@ def _mutate_state(rng: random.Random, root: Path) -> str:
         return "nothing left to damage"
     path = rng.choice(files)
     name = str(path.relative_to(root))
-    # (a file of the wrong type, a directory in its place, is the corruption matrix's: issue 27, defect 6)
+    # (a file of the wrong type, a directory in its place, is tests/test_wrong_types_matrix.py's)
     op = rng.choice(["flip", "flip", "zero", "truncate", "delete", "value"])
     if op == "delete":
         path.unlink()

@@ -1,5 +1,5 @@
 """jobs/bench_index.py runs end to end (tiny sizes; no timing is asserted, only that every figure
-the issue asks for is printed beside its peers, and that every queried key was found)."""
+of its docstring is printed beside its peers, and that every queried key was found)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The index's state files against the log (issue 27, defect 5 and the principle):
+"""The index's state files against the log (a file the log can rebuild is never trusted over it):
 ``config/indexFile.json`` is checked (CRC, ranges, the index files' size) before anything is
 sized from it and a repair rebuilds the index from the log; an index file's header offsets
 are checked against its entries and the log's end."""
@@ -49,7 +49,7 @@ def geometry(root: Path) -> Path:
 ])
 @pytest.mark.parametrize("repair", [False, True], ids=["open", "repair"])
 def test_a_bad_geometry_is_set_aside_and_the_index_rebuilt(root: Path, content: bytes, repair: bool) -> None:
-    """Defect 5: ``indexFile.json`` unreadable, past Java's int range, or absurd (a geometry the
+    """``indexFile.json`` unreadable, past Java's int range, or absurd (a geometry the
     index files were not made with): nothing is sized from it. The index is derived, so
     rebuilding it loses nothing: the first opener (alone with the store), at a normal open as
     with ``repair=True``, sets it and the index files aside and rebuilds the index from the log.

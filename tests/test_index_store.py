@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import (
     FIXTURE_COMMITLOG,
     REPO_ROOT,
@@ -29,6 +28,7 @@ from conftest import (
 )
 from test_index_file import RefIndex, ref_key_hash, ref_read
 
+import refcodec as rc
 import rmqlog
 from rmqlog.admin.cli import main as cli
 

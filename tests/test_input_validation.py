@@ -1,4 +1,4 @@
-"""Input validation (issue 17, defects 8 and 10): reserved property names, the idempotence
+"""Input validation: reserved property names, the idempotence
 marker, ranges of ids, offsets and timestamps, duplicated columns, config files.
 
 Every rejection is a typed error of the StoreError family naming the row and field (or the
@@ -75,7 +75,7 @@ def _props_table(props: list[list[tuple[str, str]] | None], **cols: Any) -> pa.T
     return pa.table(base)
 
 
-# ============================================================== defect 8: reserved names
+# ============================================================== reserved names
 
 
 def test_a_user_property_cannot_forge_the_writer_marker(root: Path) -> None:
@@ -204,7 +204,7 @@ def test_foreign_marker_values_are_ignored(props: str) -> None:
     assert writer_markers(pa.array(["a\x01b\x02", props, "RMQLOG_WRITER\x017 good\x02"])) == [("good", 7)]
 
 
-# ============================================================== defect 10: ranges and types
+# ============================================================== ranges and types
 
 
 def test_put_queue_id_over_an_int_is_a_queue_id_error(vs: rmqlog.MessageStore, root: Path) -> None:

@@ -1,7 +1,7 @@
 """The store's own properties (``RMQLOG_*``: the idempotence marker ``RMQLOG_WRITER``) are kept
 on disk and used there, but are not the user's: no read shows them in the message table's
 ``properties`` (store API reads and queries, the CLI); RocketMQ's own system properties stay
-as a RocketMQ client sees them (issue 27, defect 20)."""
+as a RocketMQ client sees them."""
 
 from __future__ import annotations
 

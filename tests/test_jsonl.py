@@ -1,5 +1,5 @@
 """The vectorized JSON lines (rmqlog.admin.jsonl) give, byte for byte, what json.dumps gives
-per row, for any message table (issue 27, defect 19: export was a per-message Python loop)."""
+per row, for any message table (export used to make them in a per-message Python loop)."""
 
 from __future__ import annotations
 

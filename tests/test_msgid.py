@@ -7,8 +7,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-import refcodec as rc
 
+import refcodec as rc
 import rmqlog
 import rmqlog.log.msgid as msgid
 

@@ -1,5 +1,5 @@
-"""Opening damaged stores: the reproductions of issue 17's defects 3, 4, 5, 9 and 14, each as
-a user met it (the corruption matrix covers every damage systematically)."""
+"""Opening damaged stores: each damage reproduced as a user once met it,
+with what it did then (the corruption matrix covers every damage systematically)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ def _fill(root: Path, n: int = 1000) -> pa.Table:
 @pytest.mark.parametrize("where", ["first", "last"])
 @pytest.mark.parametrize("abort", [False, True])
 def test_a_negative_totalsize_never_makes_the_store_unopenable(root: Path, where: str, abort: bool) -> None:
-    """Defect 3: 0x80000000 over a TOTALSIZE raised IndexError from the scan, even with repair."""
+    """0x80000000 over a TOTALSIZE raised IndexError from the scan, even with repair."""
     out = _fill(root, 200)
     segs = sorted((root / "commitlog").iterdir())
     seg = segs[0] if where == "first" else segs[-1]
@@ -48,7 +48,7 @@ def test_a_negative_totalsize_never_makes_the_store_unopenable(root: Path, where
 
 
 def test_a_poisoned_store_timestamp_is_damage_not_a_poisoned_state(root: Path) -> None:
-    """Defect 4: STORETIMESTAMP 0x7FFF... and append.state deleted: verify said OK and every later
+    """STORETIMESTAMP 0x7FFF... and append.state deleted: verify said OK and every later
     put failed with OverflowError, even after repair=True."""
     out = _fill(root, 30)
     last = out["commitLogOffset"].to_pylist()[-1]
@@ -67,7 +67,7 @@ def test_a_poisoned_store_timestamp_is_damage_not_a_poisoned_state(root: Path) -
 
 
 def test_a_deleted_consume_queue_is_rebuilt_at_open(root: Path) -> None:
-    """Defect 5: consumequeue/ deleted after a clean close: every message unreadable,
+    """consumequeue/ deleted after a clean close: every message unreadable,
     dispatch() returned 0 and verify() was clean."""
     _fill(root)
     shutil.rmtree(root / "consumequeue")
@@ -78,7 +78,7 @@ def test_a_deleted_consume_queue_is_rebuilt_at_open(root: Path) -> None:
 
 
 def test_a_lost_last_queue_file_leaves_no_hole(root: Path) -> None:
-    """Defect 5: one queue's last file deleted: 50 messages vanished and the next put took
+    """one queue's last file deleted: 50 messages vanished and the next put took
     queue offset 250, leaving a hole."""
     _fill(root)
     q = root / "consumequeue" / "t" / "2"
@@ -101,7 +101,7 @@ def test_verify_reports_missing_units_of_an_open_store(root: Path) -> None:
 
 
 def test_repair_fixes_a_last_segment_truncated_mid_record(root: Path) -> None:
-    """Defect 9: "segments of different sizes" even with repair=True."""
+    """"segments of different sizes" even with repair=True."""
     out = _fill(root, 100)
     seg = sorted((root / "commitlog").iterdir())[-1]
     first = next(o for o in out["commitLogOffset"].to_pylist() if o >= int(seg.name))
@@ -116,7 +116,7 @@ def test_repair_fixes_a_last_segment_truncated_mid_record(root: Path) -> None:
 
 
 def test_an_empty_checkpoint_beside_abort_only_means_a_longer_walk(root: Path) -> None:
-    """Defect 9: "checkpoint is 0 bytes" beside an abort file, even with repair=True."""
+    """"checkpoint is 0 bytes" beside an abort file, even with repair=True."""
     _fill(root, 100)
     (root / "checkpoint").write_bytes(b"")
     (root / "abort").touch()
@@ -126,7 +126,7 @@ def test_an_empty_checkpoint_beside_abort_only_means_a_longer_walk(root: Path) -
 
 
 def test_a_rocketmq_store_reads_at_once_and_lists_its_topics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Defect 14: after a normal open, `rmqlog read` found nothing until `rmqlog dispatch`, and
+    """after a normal open, `rmqlog read` found nothing until `rmqlog dispatch`, and
     topics()/`rmqlog info` listed only topics.json."""
     root = tmp_path / "broker"
     copy_file(FIXTURE_COMMITLOG, root / "commitlog" / FIXTURE_COMMITLOG.name)

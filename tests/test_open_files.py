@@ -1,4 +1,4 @@
-"""Open files bounded (issue 27, defect 11): descriptors and mappings do not grow with the
+"""Open files bounded: descriptors and mappings do not grow with the
 number of queues and segments a store touches (:mod:`rmqlog.log.open_files`).
 
 Each scenario that depends on the process's ``RLIMIT_NOFILE`` runs in a child process that
@@ -208,7 +208,7 @@ def test_1200_queues_under_ulimit_1024(tmp_path: Path) -> None:
     assert out["peak"] < 1024
 
 
-@pytest.mark.optin  # minutes: RMQ_OPTIN=1 (its figure is in the issue's closing note)
+@pytest.mark.optin  # minutes: RMQ_OPTIN=1
 def test_100000_queues_under_the_default_limit(tmp_path: Path) -> None:
     """A store with 100,000 queues, one message each, under this machine's default ``ulimit
     -n`` (each queue used to keep 2 descriptors: 20,000 queues failed at 20,000): put,

@@ -28,7 +28,7 @@ def _user_env() -> dict[str, str]:
 
 
 def test_a_store_folder_named_like_the_package_does_not_shadow_it(tmp_path: Path) -> None:
-    """Defect 15: `import store` found the user's data folder `store/` on a second run."""
+    """`import store` found the user's data folder `store/` on a second run."""
     for name in ("rmqlog", "store", "spark_rmq"):
         work = tmp_path / name
         work.mkdir()
@@ -51,7 +51,7 @@ def test_no_module_imports_the_old_name() -> None:
     import re
 
     pat = re.compile(r"^\s*(from store[. ]|import\b.*[ ,]store\b(?!\.))", re.M)
-    offenders = [str(p.relative_to(root)) for d in ("store", "spark_rmq", "jobs", "tests", "notebooks")
+    offenders = [str(p.relative_to(root)) for d in ("store", "spark_rmq", "jobs", "tests", "refcodec", "notebooks")
                  for p in sorted((root / d).rglob("*.py*")) if pat.search(p.read_text(errors="replace"))]
     offenders += [d for d in ("README.md", *(f"docs/{p.name}" for p in (root / "docs").glob("*.md")))
                   if pat.search((root / d).read_text())]

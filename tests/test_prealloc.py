@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import REPO_ROOT, batch, small_store_config, subprocess_env
 
+import refcodec as rc
 import rmqlog
 import rmqlog.log.allocate as allocate
 from rmqlog.config import StoreConfig

@@ -8,10 +8,10 @@ independent reference decoder on every input, including foreign, malformed strin
 from __future__ import annotations
 
 import pyarrow as pa
-import refcodec as rc
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import refcodec as rc
 from rmqlog.log.properties import ParsedProperties, split_keys
 
 _chars = st.sampled_from(["a", "b", "K", "é", " ", "\x01", "\x02"])

@@ -1,4 +1,4 @@
-"""Reads check each record against its consume-queue unit, and its body CRC (issue 17, defects 6 and 7).
+"""Reads check each record against its consume-queue unit, and its body CRC.
 
 Each test damages a store the way a disk or a stray writer could (a unit rewritten, a byte
 flipped) and reads it through every read path: ``read_queue``, ``get_messages``, the Spark
@@ -151,7 +151,7 @@ def expect_queue_error(err: pytest.ExceptionInfo[CorruptQueueError], root: Path,
     assert f"queue offset {logical}" in str(e) and f"commitlog offset {offset}" in str(e) and e.path in str(e)
 
 
-# ------------------------------------------------------------- defect 6: unit damage
+# ------------------------------------------------------------- unit damage
 
 K = 10  # the damaged unit of queue A/2
 
@@ -303,7 +303,7 @@ def test_intact_reads_are_unchanged(live: rmqlog.MessageStore, root: Path) -> No
         assert [r["body"] for r in rows] == want and [r["queueOffset"] for r in rows] == list(range(PER_QUEUE))
 
 
-# ----------------------------------------------------------- defect 7: record damage
+# ----------------------------------------------------------- record damage
 
 VICTIM = 1  # queue offset of the damaged record of A/2 (in the oldest segment)
 

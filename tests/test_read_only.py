@@ -72,7 +72,7 @@ MUTATORS: dict[str, Callable[[rmqlog.MessageStore], object]] = {
     "put_batch": lambda s: s.put_batch(pa.table({"topic": ["T"], "body": [b"x"]})),
     "put_batches": lambda s: s.put_batches([pa.table({"topic": ["T"], "body": [b"x"]})]),
     "dispatch": lambda s: s.dispatch(),
-    "start_dispatcher": lambda s: s.start_dispatcher(),
+    "start_services": lambda s: s.start_services(),
     "deliver_due": lambda s: s.deliver_due(),
     "clean_expired": lambda s: s.clean_expired(force=True),
     "commit_offset": lambda s: s.commit_offset("g", "T", 0, 9),

@@ -1,4 +1,4 @@
-"""Check the reference codec (tests/refcodec.py) against real files written by RocketMQ.
+"""Check the reference codec (refcodec/) against real files written by RocketMQ.
 
 The fixtures are kept in ``tests/fixtures/rocketmq`` (see its README), a byte-identical copy
 of the workplace's shared folder (checked below when that folder sits beside the clone).
@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import refcodec as rc  # noqa: E402
 from conftest import FIXTURES, SHARED_FIXTURES  # noqa: E402
+
+import refcodec as rc  # noqa: E402
 
 COMMITLOG_DIR = FIXTURES / "commitlog-8k-4.9"
 SEGMENT = COMMITLOG_DIR / "00000000000000000000"

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import SMALL_COMMITLOG, SMALL_CQ, batch, small_store_config
 
+import refcodec as rc
 import rmqlog
 import rmqlog.retention.cleaner
 from rmqlog import GetMessageStatus as S
@@ -472,7 +472,7 @@ def _flipped(raw: bytes, bit: int) -> bytes:
 @pytest.mark.parametrize("how", ["other store", "version 1", "not a boundary"])
 def test_a_wrong_retention_state_deletes_nothing(root: Path, cfg: StoreConfig, tmp_path: Path, how: str,
                                                  caplog: pytest.LogCaptureFixture) -> None:
-    """Defect 4: a plausible but wrong ``retention.state``, retention never having run: the open
+    """A plausible but wrong ``retention.state``, retention never having run: the open
     removed 3 of 5 segments as "left by a pass cut short" (30 of 50 messages). The file is
     checked against the log first: nothing is deleted, the doubt is reported, and a later pass
     keeps the segments too."""
@@ -576,11 +576,11 @@ def test_service_runs_passes_on_its_interval(rs: rmqlog.MessageStore, root: Path
     assert segments(root)[0] == 0
     loop.run_due(10.0)
     assert segments(root)[0] > 0 and rs.retention.last_error is None
-    rs.start_dispatcher()
+    rs.start_services()
     try:
         assert rs.retention in rs.services.services and rs.dispatcher in rs.services.services
     finally:
-        rs.stop_dispatcher()
+        rs.stop_services()
     assert rs.retention not in rs.services.services
 
 

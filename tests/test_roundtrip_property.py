@@ -16,11 +16,11 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import ms_to_dt, read_queue_all, small_store_config, units, walk
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import refcodec as rc
 import rmqlog
 from rmqlog.log.properties import RESERVED_PROPERTIES
 from rmqlog.log.record import Record, ScanKind, decode_at

@@ -1,4 +1,4 @@
-"""Delay messages (issue 20, RocketMQ 4.x delay levels): routing on put, the units' delivery
+"""Delay messages (RocketMQ 4.x delay levels): routing on put, the units' delivery
 time, the scheduler's passes (driven by ``now_ms``: nothing here sleeps for a delay), the
 delivered copy, ``delayOffset.json``, exactly once across crashes and processes."""
 

@@ -99,7 +99,7 @@ def _wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-unty
 
 
 def test_remove_returns_only_after_the_round_in_progress() -> None:
-    """``stop_dispatcher()`` and ``close()`` rely on it: after them the service does not run."""
+    """``stop_services()`` and ``close()`` rely on it: after them the service does not run."""
     loop = ServiceLoop()
     seen: dict[str, bool] = {}
 
@@ -129,15 +129,15 @@ def test_one_thread_per_store_ended_by_close(tmp_path: Path) -> None:
     sync = small_store_config(flush_disk_type=rmqlog.SYNC_FLUSH)
     with rmqlog.MessageStore.open(tmp_path / "sync", sync) as s:
         assert loops() == before and s.flusher is None  # SYNC_FLUSH, no dispatcher: no thread
-        s.start_dispatcher()
-        s.start_dispatcher()
+        s.start_services()
+        s.start_services()
         assert loops() == before + 1 and s.services.services == [s.dispatcher, s.retention, s.scheduler]
-        s.stop_dispatcher()
+        s.stop_services()
         assert loops() == before and s.services.services == []
     with rmqlog.MessageStore.open(tmp_path / "async", small_store_config()) as s:
-        s.start_dispatcher()
+        s.start_services()
         assert loops() == before + 1 and s.services.services == [s.flusher, s.dispatcher, s.retention, s.scheduler]  # one thread for all
-        s.stop_dispatcher()
+        s.stop_services()
         assert s.services.services == [s.flusher]  # the flusher goes on
     assert loops() == before
 

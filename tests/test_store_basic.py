@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import (
     SMALL_COMMITLOG,
     batch,
@@ -30,6 +29,7 @@ from conftest import (
     walk,
 )
 
+import refcodec as rc
 import rmqlog
 from rmqlog import GetMessageStatus as S
 
@@ -793,7 +793,7 @@ def _closed_calls():
         "get_messages": lambda s: s.get_messages("g", "T", 0, 0),
         "message_by_offset": lambda s: s.message_by_offset(0),
         "message_by_id": lambda s: s.message_by_id(rc.offset_msg_id(DEFAULT_HOST, 0)),
-        "start_dispatcher": lambda s: s.start_dispatcher(),
+        "start_services": lambda s: s.start_services(),
         "min_offset": lambda s: s.min_offset("T", 0),
         "max_offset": lambda s: s.max_offset("T", 0),
         "offset_for_timestamp": lambda s: s.offset_for_timestamp("T", 0, 0),
@@ -828,8 +828,8 @@ def test_context_manager_closes(root: Path) -> None:
 
 
 def test_background_dispatcher(ms: rmqlog.MessageStore) -> None:
-    ms.start_dispatcher()
-    ms.start_dispatcher()  # a second start is a no-op
+    ms.start_services()
+    ms.start_services()  # a second start is a no-op
     try:
         total = 0
         for i in range(8):
@@ -840,7 +840,7 @@ def test_background_dispatcher(ms: rmqlog.MessageStore) -> None:
         ms.put("BG", b"late", queue_id=3)
         assert wait_until(lambda: ms.max_offset("BG", 3) == total // 4 + 1, timeout=20)
     finally:
-        ms.stop_dispatcher()
+        ms.stop_services()
     assert ms.dispatch() == 0
     bodies = sorted(r["body"] for q in range(4) for r in read_queue_all(ms, "BG", q))
     assert bodies == sorted([b"%d-%d" % (i, j) for i in range(8) for j in range(25)] + [b"late"])
@@ -852,12 +852,12 @@ def test_close_stops_background_dispatcher(root: Path) -> None:
 
     before = dispatcher_threads()
     s = rmqlog.MessageStore.open(root, small_store_config())
-    s.start_dispatcher()
+    s.start_services()
     s.put("T", b"x")
     assert wait_until(lambda: sum(s.max_offset("T", q) for q in range(4)) == 1)
     s.close()
     assert dispatcher_threads() == before
-    s.stop_dispatcher()  # harmless after close
+    s.stop_services()  # harmless after close
 
 
 def test_dispatch_is_idempotent(ms: rmqlog.MessageStore, root: Path) -> None:

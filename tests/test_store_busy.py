@@ -1,4 +1,4 @@
-"""Repair needs the store to itself (issue 27, defect 12).
+"""Repair needs the store to itself.
 
 ``MessageStore.open(root, repair=True)`` and ``rmqlog recover ROOT --repair`` while another
 process holds the store used to open it without repairing anything (``{}``, exit 0). They

@@ -1,4 +1,4 @@
-"""Timed messages (issue 20, RocketMQ 5's timer): routing on put (``deliverTime``,
+"""Timed messages (RocketMQ 5's timer): routing on put (``deliverTime``,
 ``deliver_time_ms=``, ``TIMER_*`` properties), the time wheel, delivery exactly once across
 passes, rebuilds, crashes and processes. Passes are driven by the scheduler's clock
 (``scheduler.wall_ms``): only the crash and process tests wait for real time."""

@@ -1,4 +1,4 @@
-"""The timer's index damaged (issue 27, defects 1 and 2): ``timer/log``, ``timer/wheel`` and
+"""The timer's index damaged: ``timer/log``, ``timer/wheel`` and
 ``timer/state`` deleted, truncated, zeroed, with a bad link, a bad slot, a state that does not
 match them or the timer queue, after a clean close or met by a pass of an open store. The
 timer queue is the truth: every pending timed message is delivered exactly once, never

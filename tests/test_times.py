@@ -1,5 +1,5 @@
-"""One time parser, one rule: a time without a zone is UTC, in the CLI and in Spark alike
-(issue 27, defect 17), whatever the process's time zone."""
+"""One time parser, one rule: a time without a zone is UTC, in the CLI and in Spark alike,
+whatever the process's time zone."""
 
 from __future__ import annotations
 

@@ -22,9 +22,9 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-import refcodec as rc
 from conftest import walk
 
+import refcodec as rc
 import rmqlog
 import rmqlog.log.commitlog as cl
 import rmqlog.log.mapped_file as mf

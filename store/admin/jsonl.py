@@ -14,7 +14,7 @@ ensure_ascii=False)`` gives for the row as :func:`row_dict` makes it:
   (``2026-11-24T04:00:00.123+00:00``).
 
 Why not ``json.dumps`` per row: it made export a per-message Python loop (~22 k msgs/s,
-40-50 s a million against ~4 s for Parquet; issue 27, defect 19). Here every step is an Arrow
+40-50 s a million against ~4 s for Parquet). Here every step is an Arrow
 compute call or a numpy operation over a whole batch: escaping is ``replace_substring`` over
 the column (the 32 control characters only when the column has one), hex is a numpy table
 lookup, lists and maps are joined with ``binary_join`` over their offsets, and the lines are

@@ -1,6 +1,6 @@
 """Where a command may write: never inside the store it reads, never through a link onto a
-store file (issue 27, defect 10: ``export ROOT T --out ROOT/commitlog/000...0 --read-only``
-truncated the segment before reading it).
+store file (``export ROOT T --out ROOT/commitlog/000...0 --read-only`` once truncated the
+segment before reading it).
 
 :func:`check_outside` refuses an output path that resolves (links included, at every level)
 to the store root or anything under it, before the store is opened and before anything is

@@ -291,6 +291,128 @@ def _hosts_to_strings(raw: np.ndarray) -> tuple[pa.Array, np.ndarray]:
     return names.take(pa.array(inverse.astype(np.int64))), inverse
 
 
+@dataclass
+class _Headers:
+    """The fixed fields of the records of one read, every header layout resolved."""
+
+    fields: dict[str, np.ndarray]
+    #: header bytes of each record (more with IPv6 hosts)
+    size: np.ndarray
+    born_raw: np.ndarray
+    store_raw: np.ndarray
+    hosts: Callable[[], tuple[pa.Array, pa.Array]]
+
+
+def _read_headers(source: pa.Buffer, base: int, positions: np.ndarray, check: RecordCheck | None) -> _Headers:
+    """Stage 1: every record's header. Optimistic: the IPv4 header of every record is read
+    in one gather, then rows with IPv6 hosts (other layouts) are read again in their own
+    groups. With ``check``, the header is checked to fit first, its fixed fields before the
+    wider headers are gathered."""
+    n = len(positions)
+    if check is not None:
+        check.header_fits(base, positions)
+    hdr_arr = gather_slices(source, positions, np.full(n, HEADER_V4.itemsize, np.int64))
+    hdr = fixed_rows(hdr_arr, HEADER_V4.itemsize).view(HEADER_V4).ravel()
+    v6_bits = hdr["sysFlag"].astype(np.int32) & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
+    names = [name for name in HEADER_V4.names or () if name not in ("bornHost", "storeHost")]
+    fields = {name: hdr[name].astype(hdr.dtype[name].newbyteorder("=")) for name in names}
+    if check is not None:
+        check.headers(base, positions, fields)
+    if not v6_bits.any():
+        born_raw = np.ascontiguousarray(hdr["bornHost"]).view(np.uint8).reshape(n, 8)
+        store_raw = np.ascontiguousarray(hdr["storeHost"]).view(np.uint8).reshape(n, 8)
+
+        def hosts() -> tuple[pa.Array, pa.Array]:
+            return _hosts_to_strings(born_raw)[0], _hosts_to_strings(store_raw)[0]
+
+        return _Headers(fields, np.full(n, HEADER_V4.itemsize, np.int64), born_raw, store_raw, hosts)
+    return _wider_headers(source, base, positions, check, fields, names, v6_bits)
+
+
+def _wider_headers(
+    source: pa.Buffer, base: int, positions: np.ndarray, check: RecordCheck | None,
+    fields: dict[str, np.ndarray], names: list[str], v6_bits: np.ndarray,
+) -> _Headers:
+    """Stage 1, for a read with IPv6 hosts: each layout's rows gathered again with its dtype
+    (hosts are kept per row: such records are rare)."""
+    n = len(positions)
+    total = fields["totalSize"].astype(np.int64)
+    hsize = HEADER_V4.itemsize + IPV6_EXTRA * ((v6_bits & SYSFLAG_BORNHOST_V6 != 0).astype(np.int64)
+                                               + (v6_bits & SYSFLAG_STOREHOST_V6 != 0))
+    if check is not None:  # before the wider headers are gathered
+        raise_first_bad_row(base, positions, [(total < hsize + _trailer_min(fields["magic"]),
+                                        lambda r: f"TOTALSIZE {total[r]} is too small for its header", False)])
+    born_hosts: list[np.ndarray] = [None] * n  # type: ignore[list-item]
+    store_hosts: list[np.ndarray] = [None] * n  # type: ignore[list-item]
+    for bits in np.unique(v6_bits):
+        rows = np.flatnonzero(v6_bits == bits)
+        dt = header_dtype(bool(bits & SYSFLAG_BORNHOST_V6), bool(bits & SYSFLAG_STOREHOST_V6))
+        g = fixed_rows(
+            gather_slices(source, positions[rows], np.full(len(rows), dt.itemsize)), dt.itemsize
+        ).view(dt).ravel()
+        for name in names:
+            fields[name][rows] = g[name]
+        for r, b, s in zip(rows.tolist(), g["bornHost"], g["storeHost"], strict=True):
+            born_hosts[r] = np.frombuffer(bytes(b), np.uint8)
+            store_hosts[r] = np.frombuffer(bytes(s), np.uint8)
+
+    def hosts() -> tuple[pa.Array, pa.Array]:
+        return (pa.array([format_host(h.tobytes()) for h in born_hosts], pa.string()),
+                pa.array([format_host(h.tobytes()) for h in store_hosts], pa.string()))
+
+    return _Headers(fields, hsize, np.array([h.tobytes() for h in born_hosts], dtype=object),
+                    np.array([h.tobytes() for h in store_hosts], dtype=object), hosts)
+
+
+def _read_topics(
+    source: pa.Buffer, base: int, positions: np.ndarray, tl_pos: np.ndarray, ends: np.ndarray,
+    h: _Headers, topic: str | None, check: RecordCheck | None,
+) -> tuple[pa.Array, np.ndarray, np.ndarray | None]:
+    """Stage 3: the topic after each body (``tl_pos``: its length field). Returns the topic
+    column, where each record's PROPERTIESLENGTH field is, and, when the expected topic's
+    gather already read them, those fields. The expected ``topic`` is tried first (one
+    fixed-width gather); otherwise the lengths are read, checked to fit, and the topics
+    gathered and (with ``check`` and ``topic``) compared."""
+    magic, n = h.fields["magic"], len(positions)
+    if topic is not None and n:
+        expected = _expected_topic(source, tl_pos, magic, topic, ends if check is not None else None)
+        if expected is not None:
+            topic_arr, topic_len, props_field = expected
+            return topic_arr, tl_pos + 1 + topic_len, props_field
+    # topic length: 1 byte (V1) or 2 bytes (V2); read 2 bytes and keep what applies
+    tl2 = fixed_rows(gather_slices(source, tl_pos, np.full(n, 2, np.int64)), 2)
+    is_v2 = magic == MAGIC_V2
+    topic_len = np.where(is_v2, tl2[:, 0].astype(np.int64) << 8 | tl2[:, 1], tl2[:, 0]).astype(np.int64)
+    topic_start = tl_pos + np.where(is_v2, 2, 1)
+    if check is not None:
+        total = h.fields["totalSize"]
+        raise_first_bad_row(base, positions, [(topic_start + topic_len + 2 > ends,
+                                        lambda r: f"TOPICLENGTH {topic_len[r]} does not fit TOTALSIZE {total[r]}", False)])
+    topic_raw = gather_slices(source, topic_start, topic_len)
+    if check is not None and topic is not None:
+        same = np.asarray(pc.fill_null(pc.equal(topic_raw, pa.scalar(topic.encode(), pa.large_binary())), False))
+        raise_first_bad_row(base, positions, [(~same, lambda r: f"the record there is of topic {topic_raw[r].as_py().decode('utf-8', 'replace')!r}", True)])
+    return utf8_lossy(topic_raw), topic_start + topic_len, None
+
+
+def _read_properties(
+    source: pa.Buffer, base: int, positions: np.ndarray, pl_pos: np.ndarray, ends: np.ndarray,
+    props_field: np.ndarray | None, check: RecordCheck | None,
+) -> pa.Array:
+    """Stage 4: the properties, the rest of each record after PROPERTIESLENGTH (at ``pl_pos``).
+    With ``check``, that field must say so: nothing checksums the lengths, so they must add
+    up, as recovery requires."""
+    props_start = pl_pos + 2
+    props_len = ends - props_start
+    if check is not None:
+        if props_field is None:
+            pl2 = fixed_rows(gather_slices(source, pl_pos, np.full(len(positions), 2, np.int64)), 2)
+            props_field = pl2[:, 0].astype(np.int64) << 8 | pl2[:, 1]
+        raise_first_bad_row(base, positions, [(props_field != props_len,
+                                        lambda r: "lengths do not add up to TOTALSIZE", False)])
+    return utf8_lossy(gather_slices(source, props_start, props_len))
+
+
 def read_columns(
     source: pa.Buffer, base: int, positions: np.ndarray, *, with_body: bool = True, topic: str | None = None,
     check: RecordCheck | None = None,
@@ -304,107 +426,35 @@ def read_columns(
     ``topic``, when the caller expects every record to be of that topic (a consume queue's
     records), lets the topic be checked with one fixed-width gather instead of read; any
     record that does not match is decoded the general way (and, with ``check``, fails).
+
+    The stages, in the order their checks must run: the headers (:func:`_read_headers`), the
+    bodies (their length checked against TOTALSIZE first), the topics (:func:`_read_topics`),
+    the properties (:func:`_read_properties`), then the body CRCs.
     """
     positions = np.asarray(positions, np.int64)
-    n = len(positions)
-    if check is not None:
-        check.header_fits(base, positions)
-    # Optimistic: read the IPv4 header of every record, then redo rows with other layouts.
-    hdr_arr = gather_slices(source, positions, np.full(n, HEADER_V4.itemsize, np.int64))
-    hdr = fixed_rows(hdr_arr, HEADER_V4.itemsize).view(HEADER_V4).ravel()
-    sys_flag = hdr["sysFlag"].astype(np.int32)
-    v6_bits = sys_flag & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6)
-    header: dict[str, np.ndarray] = {}
-    names = [name for name in HEADER_V4.names or () if name not in ("bornHost", "storeHost")]
-    for name in names:
-        header[name] = hdr[name].astype(hdr.dtype[name].newbyteorder("="))
-    total = header["totalSize"].astype(np.int64)
-    if check is not None:
-        check.headers(base, positions, header)
-    if v6_bits.any():
-        hsize = HEADER_V4.itemsize + IPV6_EXTRA * ((v6_bits & SYSFLAG_BORNHOST_V6 != 0).astype(np.int64)
-                                                    + (v6_bits & SYSFLAG_STOREHOST_V6 != 0))
-        if check is not None:  # before the wider headers are gathered
-            raise_first_bad_row(base, positions, [(total < hsize + _trailer_min(header["magic"]),
-                                            lambda r: f"TOTALSIZE {total[r]} is too small for its header", False)])
-        born_hosts: list[np.ndarray] = [None] * n  # type: ignore[list-item]
-        store_hosts: list[np.ndarray] = [None] * n  # type: ignore[list-item]
-        for bits in np.unique(v6_bits):
-            rows = np.flatnonzero(v6_bits == bits)
-            dt = header_dtype(bool(bits & SYSFLAG_BORNHOST_V6), bool(bits & SYSFLAG_STOREHOST_V6))
-            g = fixed_rows(
-                gather_slices(source, positions[rows], np.full(len(rows), dt.itemsize)), dt.itemsize
-            ).view(dt).ravel()
-            for name in names:
-                header[name][rows] = g[name]
-            for r, b, s in zip(rows.tolist(), g["bornHost"], g["storeHost"], strict=True):
-                born_hosts[r] = np.frombuffer(bytes(b), np.uint8)
-                store_hosts[r] = np.frombuffer(bytes(s), np.uint8)
-        def hosts() -> tuple[pa.Array, pa.Array]:
-            return (pa.array([format_host(h.tobytes()) for h in born_hosts], pa.string()),
-                    pa.array([format_host(h.tobytes()) for h in store_hosts], pa.string()))
-        store_raw = np.array([h.tobytes() for h in store_hosts], dtype=object)
-        born_raw = np.array([h.tobytes() for h in born_hosts], dtype=object)
-    else:
-        hsize = np.full(n, HEADER_V4.itemsize, np.int64)
-        born_raw = np.ascontiguousarray(hdr["bornHost"]).view(np.uint8).reshape(n, 8)
-        store_raw_arr = np.ascontiguousarray(hdr["storeHost"]).view(np.uint8).reshape(n, 8)
-        def hosts() -> tuple[pa.Array, pa.Array]:
-            return _hosts_to_strings(born_raw)[0], _hosts_to_strings(store_raw_arr)[0]
-        store_raw = store_raw_arr
-    body_len = header["bodyLength"].astype(np.int64)
+    h = _read_headers(source, base, positions, check)
+    total = h.fields["totalSize"].astype(np.int64)
+    body_len = h.fields["bodyLength"].astype(np.int64)
     ends = positions + total
     if check is not None:
-        check.fields(base, positions, header)
-    if check is not None:  # BODYLENGTH and the two length fields after the body inside TOTALSIZE
-        room = total - hsize - _trailer_min(header["magic"])
+        check.fields(base, positions, h.fields)
+        room = total - h.size - _trailer_min(h.fields["magic"])  # the two length fields after the body
         raise_first_bad_row(base, positions, [((body_len < 0) | (body_len > room),
                                         lambda r: f"BODYLENGTH {body_len[r]} does not fit TOTALSIZE {total[r]}", False)])
-    body_start = positions + hsize
-    body = to_binary(gather_slices(source, body_start, body_len)) if with_body or (check is not None and check.crc) else None
-    tl_pos = body_start + body_len
-    props_field = None
-    topic_col = None
-    if topic is not None and n:
-        topic_col = _expected_topic(source, tl_pos, header["magic"], topic, ends if check is not None else None)
-    if topic_col is not None:
-        topic_arr, topic_len, props_field = topic_col
-        topic_start = tl_pos + 1
-    else:
-        # topic length: 1 byte (V1) or 2 bytes (V2); read 2 bytes and keep what applies
-        tl2 = fixed_rows(gather_slices(source, tl_pos, np.full(n, 2, np.int64)), 2)
-        is_v2 = header["magic"] == MAGIC_V2
-        topic_len = np.where(is_v2, tl2[:, 0].astype(np.int64) << 8 | tl2[:, 1], tl2[:, 0]).astype(np.int64)
-        topic_start = tl_pos + np.where(is_v2, 2, 1)
-        if check is not None:
-            raise_first_bad_row(base, positions, [(topic_start + topic_len + 2 > ends,
-                                            lambda r: f"TOPICLENGTH {topic_len[r]} does not fit TOTALSIZE {total[r]}", False)])
-        topic_raw = gather_slices(source, topic_start, topic_len)
-        if check is not None and topic is not None:
-            same = np.asarray(pc.fill_null(pc.equal(topic_raw, pa.scalar(topic.encode(), pa.large_binary())), False))
-            raise_first_bad_row(base, positions, [(~same, lambda r: f"the record there is of topic {topic_raw[r].as_py().decode('utf-8', 'replace')!r}", True)])
-        topic_arr = utf8_lossy(topic_raw)
-    pl_pos = topic_start + topic_len
-    props_start = pl_pos + 2
-    props_len = ends - props_start
-    if check is not None:  # nothing checksums the lengths: they must add up, as recovery requires
-        if props_field is None:
-            pl2 = fixed_rows(gather_slices(source, pl_pos, np.full(n, 2, np.int64)), 2)
-            props_field = pl2[:, 0].astype(np.int64) << 8 | pl2[:, 1]
-        raise_first_bad_row(base, positions, [(props_field != props_len,
-                                        lambda r: "lengths do not add up to TOTALSIZE", False)])
-    props = utf8_lossy(gather_slices(source, props_start, props_len))
-    if check is not None and check.crc and n:
+    body_start = positions + h.size
+    need_body = with_body or (check is not None and check.crc)
+    body = to_binary(gather_slices(source, body_start, body_len)) if need_body else None
+    topic_arr, pl_pos, props_field = _read_topics(source, base, positions, body_start + body_len, ends, h, topic, check)
+    props = _read_properties(source, base, positions, pl_pos, ends, props_field, check)
+    if check is not None and check.crc and len(positions):
         assert body is not None
         crcs = body_crcs(body)
-        stored = header["bodyCRC"]
+        stored = h.fields["bodyCRC"]
         raise_first_bad_row(base, positions, [(crcs != stored,
                                         lambda r: f"body CRC mismatch: BODYCRC {stored[r]}, the body's CRC {crcs[r]}", False)])
-    if not with_body:
-        body = None
     return RecordColumns(
-        offsets=base + positions, header=header, body=body, topic=topic_arr,
-        properties=props, hosts=hosts, store_host_raw=store_raw, born_host_raw=born_raw,
+        offsets=base + positions, header=h.fields, body=body if with_body else None, topic=topic_arr,
+        properties=props, hosts=h.hosts, store_host_raw=h.store_raw, born_host_raw=h.born_raw,
     )
 
 

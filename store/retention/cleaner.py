@@ -94,7 +94,7 @@ class CleanReport:
 
 class Retention:
     """Retention of one open store: :meth:`clean` runs a pass; as a service of the store's
-    loop (:mod:`rmqlog.service`, added by ``start_dispatcher``) a pass runs every
+    loop (:mod:`rmqlog.service`, added by ``start_services``) a pass runs every
     ``clean_resource_interval`` parts.
 
     ``disk_used(path) -> percent`` and ``wall_ms() -> ms`` are injectable (tests drive them);

@@ -1,5 +1,5 @@
 """``rmqlog`` through Spark Connect: the recipe of docs/spark.md ("Spark Connect"), run as
-written (issue 27, defect 20): its ``sh`` block starts the server with bash, in a process
+written: its ``sh`` block starts the server with bash, in a process
 group of its own killed with it at the end whatever the outcome; its client block runs in a
 process of its own (a Connect session and the suite's classic one do not share a process),
 and prints what the page says. Filled in (:mod:`tests.spark.doc_blocks`): ``/path/to/python``

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pytest
 
 import rmqlog
-from spark_rmq.errors import DataLossError
+from spark_rmq.errors import QueryDataLossError
 from spark_rmq.options import SourceOptions
 from spark_rmq.read import QueueRange, read_range
 from spark_rmq.source import RmqLogStreamReader
@@ -127,7 +127,7 @@ def test_read_overtaken_by_retention_names_the_range(store_root: str) -> None:
         assert first.column("queueOffset").to_pylist() == list(range(50))
         assert retain(root, 12, queues=1) == {"orders/0": 120}  # queue files 0..99 and records 0..119 gone
         if fail:
-            with pytest.raises(DataLossError) as err:
+            with pytest.raises(QueryDataLossError) as err:
                 next(batches)
             assert (err.value.queue, err.value.start, err.value.available) == ("orders/0", 50, 120)
             assert isinstance(err.value, rmqlog.MessagesDeletedError) and err.value.end == 120
@@ -138,7 +138,7 @@ def test_read_overtaken_by_retention_names_the_range(store_root: str) -> None:
 
 def test_lenient_stream_skips_a_deleted_range_in_one_step(spark, store_root: str, tmp_path: Path,
                                                           caplog: pytest.LogCaptureFixture) -> None:
-    """Issue 27, defect 18: with failOnDataLoss=false and maxMessagesPerTrigger, a stream whose
+    """With failOnDataLoss=false and maxMessagesPerTrigger, a stream whose
     next offsets retention deleted (600 of them) skips to the queue's first offset in one step:
     its first micro-batch has data and the skip is one warning, not one empty micro-batch and
     one warning per 100 deleted offsets."""
@@ -188,7 +188,7 @@ def test_a_queue_that_now_ends_below_the_query_is_reported_not_skipped(store_roo
     reader = RmqLogStreamReader(SourceOptions.parse(opts, streaming=True))  # restarted from the checkpoint
     with caplog.at_level(logging.WARNING, logger="spark_rmq"):
         if fail:
-            with pytest.raises(DataLossError, match=r"queue orders/0: it now ends at offset 3, below offset 10"):
+            with pytest.raises(QueryDataLossError, match=r"queue orders/0: it now ends at offset 3, below offset 10"):
                 reader.latestOffset(read_to, reader.getDefaultReadLimit())
             reader.stop()
             return

@@ -1,4 +1,4 @@
-"""Every code example of README.md and docs/*.md runs as written (issue 27, defect 20).
+"""Every code example of README.md and docs/*.md runs as written.
 
 Per page, in a temporary working folder: the ```python blocks run in page order in one
 namespace (as a reader goes through them), then every line of its ```bash / ```sh blocks

@@ -1,5 +1,5 @@
 """``spark.read.format("rmqlog")`` with ``key`` / ``msgId``: messages found through the
-index files (issue 19), as a batch DataFrame; options checked before any work."""
+index files, as a batch DataFrame; options checked before any work."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A real Spark read of a damaged store fails with the store's typed error; ``checkCRC=false``
-reads it as stored (issue 17, defect 7; the damage cases themselves are in
+reads it as stored (the damage cases themselves are in
 tests/test_read_checks.py, through ``read_range`` without Spark)."""
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ from pyspark.sql.streaming.datasource import (
 )
 
 import rmqlog
-from spark_rmq.errors import DataLossError
+from spark_rmq.errors import QueryDataLossError
 from spark_rmq.options import SourceOptions
 from spark_rmq.schema import SPARK_SCHEMA
 from spark_rmq.source import RmqLogStreamReader
@@ -269,7 +269,7 @@ def test_stream_defaults_to_latest_and_fails_on_lost_ranges(store_root: str) -> 
     r = stream_reader(store_root, topics="orders")
     assert r.initialOffset() == {"orders/0": 100, "orders/1": 100}  # streams start at the end
     os.remove(sorted(Path(store_root, "commitlog").iterdir())[0])  # retention
-    with pytest.raises(DataLossError, match="orders/0") as err:
+    with pytest.raises(QueryDataLossError, match="orders/0") as err:
         r.partitions({"orders/0": 0, "orders/1": 0}, {"orders/0": 100, "orders/1": 100})
     assert err.value.queue == "orders/0" and err.value.start == 0 and err.value.available > 0
     lenient = stream_reader(store_root, topics="orders", failOnDataLoss="false")
@@ -281,7 +281,7 @@ def test_stream_defaults_to_latest_and_fails_on_lost_ranges(store_root: str) -> 
 
 @pytest.mark.parametrize("past", [50, 2**63 - 1])
 def test_offsets_past_a_queues_end_are_clamped_not_damage(spark, store_root: str, past: int) -> None:
-    """Issue 27, defect 13: ``endingOffsets`` past a healthy queue's end (50 on 5 messages, or
+    """``endingOffsets`` past a healthy queue's end (50 on 5 messages, or
     2**63-1) reads to the end, and ``startingOffsets`` past it starts there (nothing to read
     in a batch; a stream reads what comes after the end), instead of reading units that do
     not exist and calling the queue damaged."""
