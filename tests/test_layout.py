@@ -206,14 +206,13 @@ def _loads_helper(path: Path) -> bool:
     """Whether the source at ``path`` imports the C helper: an import statement naming
     ``_native``, or ``importlib.import_module`` given a string that ends so."""
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if isinstance(node, ast.ImportFrom):
-            if (node.module or "").split(".")[-1] == "_native" or any(a.name == "_native" for a in node.names):
-                return True
-        elif isinstance(node, ast.Import) and any(a.name.split(".")[-1] == "_native" for a in node.names):
-            return True
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "import_module"
-              and any(isinstance(c, ast.Constant) and str(c.value).endswith("_native")
-                      for a in node.args for c in ast.walk(a))):
+        names = [a.name.split(".")[-1] for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
+        from_helper = isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "_native"
+        by_name = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                   and node.func.attr == "import_module"
+                   and any(isinstance(c, ast.Constant) and str(c.value).endswith("_native")
+                           for a in node.args for c in ast.walk(a)))
+        if from_helper or "_native" in names or by_name:
             return True
     return False
 
