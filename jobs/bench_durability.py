@@ -20,8 +20,8 @@ Each figure is printed beside a peer measured in the same run:
    beside it. One run takes ~1.5 s and two runs of the same code differ by up to +-20% here, so ``--sync-repeat`` runs
    of each (SYNC and ASYNC alternating) are made and the medians printed beside every run.
 3. ASYNC_FLUSH ``put_batch`` (100-byte bodies, batches of 65,536, as jobs/bench_store.py)
-   with the background flusher running vs the same store with the flusher held off (the
-   store before this issue: the data stays in the page cache), both also timed up to the
+   with the background flusher running vs the same store with the flusher held off (what the
+   store did before it had an async flusher: the data stays in the page cache), both also timed up to the
    end of ``close()``, whose final flush puts everything on disk.
 
 Figures are wall-clock on this machine; nothing here is a test threshold.

@@ -3,9 +3,9 @@
     python jobs/bench_index.py [--dir PATH] [--keys 10000000] [--batch 32768] [--queries 20000]
                                [--slots 5000000] [--entries 20000000]
 
-Messages carry two keys each, as the issue's target: a ``UNIQ_KEY`` (32 uppercase hex, what
-RocketMQ's client makes) and one ``KEYS`` token (``order-<n>``, 7 to 15 characters), topic
-``TopicTest``. The columns are made up front (not timed), ``--batch`` messages per batch, as the
+Messages carry two keys each (the load docs/performance.md states the index's figures for): a
+``UNIQ_KEY`` (32 uppercase hex, what RocketMQ's client makes) and one ``KEYS`` token
+(``order-<n>``, 7 to 15 characters), topic ``TopicTest``. The columns are made up front (not timed), ``--batch`` messages per batch, as the
 dispatcher hands them over (topic, commitlog offset, store time, UNIQ_KEY, KEYS).
 
 Printed, each beside its peers measured in the same run on the same arrays:

@@ -89,8 +89,8 @@ def java_string_hash(s: str) -> int:
     return h - (1 << 32) if h & 0x80000000 else h
 
 
-#: The independent CRC-32 of the tests (crcmod, the design card's CRC library; the store
-#: itself uses ISA-L and zlib for speed): the same polynomial RocketMQ's ``UtilAll.crc32``
+#: The independent CRC-32 of the tests (crcmod, a library the store
+#: does not use; the store itself uses its C helper, ISA-L and zlib for speed): the same polynomial RocketMQ's ``UtilAll.crc32``
 #: (java.util.zip.CRC32) uses.
 _CRC32 = crcmod.predefined.mkCrcFun("crc-32")
 

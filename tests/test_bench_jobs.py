@@ -1,5 +1,5 @@
 """The benchmark jobs run end to end (tiny sizes; no timing is asserted, only that every
-figure the issue asks for is printed)."""
+figure the job reports, with its peer, is printed)."""
 
 from __future__ import annotations
 

@@ -79,8 +79,9 @@ def _props_table(props: list[list[tuple[str, str]] | None], **cols: Any) -> pa.T
 
 
 def test_a_user_property_cannot_forge_the_writer_marker(root: Path) -> None:
-    """The defect: the forged marker was stored, and after a rebuild of append.state the
-    writer's real batch was skipped as a replay (silent loss)."""
+    """A user property named like the idempotence marker is refused: stored, it made the
+    writer's real batch look like a replay after a rebuild of append.state, and skipped it
+    (silent loss)."""
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put("T", b"seed")
         s.dispatch()
