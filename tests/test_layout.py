@@ -12,12 +12,16 @@
   (``rmqlog.message_store``), and the facade only wires: it holds no loop and no data work
   of its own;
 - one module loads the C helper (``rmqlog._native``): :mod:`rmqlog.native`, a leaf;
-- no module over 600 lines, in the store or the Spark side.
+- no module over 600 lines, in the store or the Spark side;
+- docs/architecture.md's module tables name every module of the store and of the Spark side
+  in exactly one row, and a store row's floor column names the units of its modules.
 """
 
 from __future__ import annotations
 
 import ast
+import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -228,3 +232,55 @@ def test_no_module_over_600_lines(folder: str) -> None:
     long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / folder).rglob("*.py"))
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert long == {}, f"modules over {MAX_LINES} lines: {long}"
+
+
+ARCHITECTURE = ROOT / "docs" / "architecture.md"
+#: the section of docs/architecture.md whose table lists each folder's modules
+TABLES = {"store": "The store's modules", "spark_rmq": "The Spark data source"}
+
+
+def _table_rows(section: str) -> list[tuple[list[str], str]]:
+    """The rows of the module table in the section of docs/architecture.md headed ``section``:
+    the module paths named in each row's first cell, and its last cell."""
+    text = ARCHITECTURE.read_text()
+    assert "\n## " + section in text, f"docs/architecture.md has no section '{section}'"
+    body = text.split("\n## " + section, 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in body.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if line.startswith("| `") and len(cells) >= 2:
+            rows.append((re.findall(r"`([\w/]+\.(?:py|c))`", cells[0]), cells[-1]))
+    return rows
+
+
+def _module_name(path: str) -> str:
+    """``log/encode/batch.py`` -> ``rmqlog.log.encode.batch`` (a path below ``store/``)."""
+    parts = ["rmqlog", *Path(path).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+@pytest.mark.parametrize("folder", sorted(TABLES))
+def test_the_architecture_table_names_every_module_once(folder: str) -> None:
+    listed = Counter(p for paths, _ in _table_rows(TABLES[folder]) for p in paths)
+    on_disk = {str(p.relative_to(ROOT / folder)) for p in (ROOT / folder).rglob("*")
+               if p.suffix in (".py", ".c") and "__pycache__" not in p.parts}
+    assert sorted(on_disk - listed.keys()) == [], f"modules of {folder}/ missing from docs/architecture.md"
+    assert sorted(listed.keys() - on_disk) == [], "docs/architecture.md names modules that do not exist"
+    assert {p: n for p, n in listed.items() if n > 1} == {}, "modules in more than one row"
+
+
+def test_the_architecture_table_gives_each_store_module_its_floor() -> None:
+    wrong = {}
+    for paths, floor in _table_rows(TABLES["store"]):
+        units = {_unit(_module_name(p)) for p in paths}
+        if units != set(floor.split(", ")):
+            wrong[", ".join(paths)] = (floor, sorted(units))
+    assert wrong == {}, f"rows whose floor column is not their modules' units: {wrong}"
+
+
+def test_the_table_check_reads_rows_and_floors() -> None:
+    assert _module_name("log/encode/batch.py") == "rmqlog.log.encode.batch"
+    assert _module_name("__init__.py") == "rmqlog" and _module_name("queue/__init__.py") == "rmqlog.queue"
+    assert _module_name("_native.c") == "rmqlog._native"
+    rows = _table_rows(TABLES["store"])
+    assert (["parts.py"], "parts") in rows
