@@ -14,7 +14,7 @@ JOBS = Path(__file__).resolve().parent.parent / "jobs"
 def test_bench_store_prints_each_body_size_from_its_own_process(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, str(JOBS / "bench_store.py"), "--messages", "4096", "--messages-4k", "1024",
-         "--batch", "1024", "--rounds", "1", "--dir", str(tmp_path)],
+         "--batch", "1024", "--rounds", "1", "--root", str(tmp_path)],
         capture_output=True, text=True, timeout=300, check=True,
     ).stdout
     for body in (100, 4096):
@@ -34,7 +34,7 @@ def test_bench_store_prints_each_body_size_from_its_own_process(tmp_path: Path) 
 
 def test_bench_store_rejects_an_unknown_body_size(tmp_path: Path) -> None:
     res = subprocess.run(
-        [sys.executable, str(JOBS / "bench_store.py"), "--body", "512", "--dir", str(tmp_path)],
+        [sys.executable, str(JOBS / "bench_store.py"), "--body", "512", "--root", str(tmp_path)],
         capture_output=True, text=True, timeout=60,
     )
     assert res.returncode == 2 and "invalid choice" in res.stderr
