@@ -57,7 +57,7 @@ def test_bench_durability_prints_every_target_figure_beside_its_peer(tmp_path: P
 
 def test_bench_timer_prints_every_target_figure_beside_its_peer(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, str(JOBS / "bench_timer.py"), "--messages", "3000", "--rounds", "1", "--dir", str(tmp_path)],
+        [sys.executable, str(JOBS / "bench_timer.py"), "--messages", "3000", "--rounds", "1", "--root", str(tmp_path)],
         capture_output=True, text=True, timeout=300, check=True,
     ).stdout
     assert re.search(r"timer: 3,000 due together, one pass: [\d.]+ M msgs/s", out), out
@@ -70,7 +70,7 @@ def test_bench_timer_prints_every_target_figure_beside_its_peer(tmp_path: Path) 
 
 def test_bench_export_prints_jsonl_beside_parquet(tmp_path: Path) -> None:
     out = subprocess.run(
-        [sys.executable, str(JOBS / "bench_export.py"), "--messages", "3000", "--rounds", "1", "--dir", str(tmp_path)],
+        [sys.executable, str(JOBS / "bench_export.py"), "--messages", "3000", "--rounds", "1", "--root", str(tmp_path)],
         capture_output=True, text=True, timeout=300, check=True,
     ).stdout
     for name in ("parquet", "jsonl", "jsonl --body hex"):
