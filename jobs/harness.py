@@ -39,8 +39,11 @@ from typing import Any, TextIO
 class Bench:
     """One run of a benchmark job: its flags, its work folder, the figures it reports."""
 
-    def __init__(self, job: str, doc: str | None, *, rounds: int, rounds_help: str) -> None:
+    def __init__(self, job: str, doc: str | None, *, rounds: int, rounds_help: str, temp_in: Path | None = None) -> None:
+        """``temp_in``: where the temporary work folder goes without ``--root`` (default: the
+        system's temporary folder; a job that measures the disk names a folder on it)."""
         self.job = job
+        self.temp_in = temp_in
         self.parser = argparse.ArgumentParser(prog=f"{job}.py", description=doc,
                                               formatter_class=argparse.RawDescriptionHelpFormatter)
         self.parser.add_argument("--root", type=Path, default=None,
@@ -78,7 +81,7 @@ class Bench:
         if not parsed:
             self.parse(argv)
         root: Path | None = self.args.root
-        work = root if root is not None else Path(tempfile.mkdtemp(prefix=f"rmq-{self.job}-"))
+        work = root if root is not None else Path(tempfile.mkdtemp(prefix=f"rmq-{self.job}-", dir=self.temp_in))
         work.mkdir(parents=True, exist_ok=True)
         try:
             if self.args.json:

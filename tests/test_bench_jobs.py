@@ -43,7 +43,7 @@ def test_bench_store_rejects_an_unknown_body_size(tmp_path: Path) -> None:
 def test_bench_durability_prints_every_target_figure_beside_its_peer(tmp_path: Path) -> None:
     out = subprocess.run(
         [sys.executable, str(JOBS / "bench_durability.py"), "--recovery-gib", "0.01", "--sync-batches", "5",
-         "--sync-repeat", "1", "--async-messages", "65536", "--repeat", "1", "--dir", str(tmp_path)],
+         "--async-messages", "65536", "--rounds", "1", "--root", str(tmp_path)],
         capture_output=True, text=True, timeout=300, check=True,
     ).stdout
     assert re.search(r"recovery after abnormal exit, .* records re-dispatched: [\d.]+ s \| peer: sequential read", out), out
