@@ -1,6 +1,6 @@
 """Benchmark of durability: recovery time, SYNC_FLUSH group commit, ASYNC_FLUSH overhead.
 
-    python jobs/bench_durability.py [--dir PATH] [--recovery-gib 1.0] [--sync-batches 600] [--sync-repeat 5]
+    python jobs/bench_durability.py [--root PATH] [--recovery-gib 1.0] [--sync-batches 600] [--rounds 5] [--json]
 
 Each figure is printed beside a peer measured in the same run:
 
@@ -17,7 +17,7 @@ Each figure is printed beside a peer measured in the same run:
    counted over the span of the puts (the first put's start to the last put's return, on
    the machine-wide monotonic clock: a SYNC_FLUSH put returns once its messages are on
    disk); the figure timed through the writers' ``close()`` and interpreter exit is printed
-   beside it. One run takes ~1.5 s and two runs of the same code differ by up to +-20% here, so ``--sync-repeat`` runs
+   beside it. One run takes ~1.5 s and two runs of the same code differ by up to +-20% here, so ``--rounds`` runs
    of each (SYNC and ASYNC alternating) are made and the medians printed beside every run.
 3. ASYNC_FLUSH ``put_batch`` (100-byte bodies, batches of 65,536, as jobs/bench_store.py)
    with the background flusher running vs the same store with the flusher held off (what the
@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench_store import warm_up  # noqa: E402
+from harness import Bench  # noqa: E402
 
 import rmqlog  # noqa: E402
 from rmqlog.log.record import crc32  # noqa: E402
@@ -239,65 +240,69 @@ def bench_async(workdir: Path, messages: int, flusher_first: bool = True) -> dic
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dir", default=None, help="work directory (default: a temporary one on the store's disk)")
-    ap.add_argument("--recovery-gib", type=float, default=1.0)
-    ap.add_argument("--sync-batches", type=int, default=600, help="batches of 100 per SYNC writer")
-    ap.add_argument("--async-messages", type=int, default=6_000_000,
-                    help="per ASYNC_FLUSH run: ~1 s, so that the flusher (every 500 ms) runs during it")
-    ap.add_argument("--repeat", type=int, default=3, help="runs of the ASYNC_FLUSH comparison")
-    ap.add_argument("--sync-repeat", type=int, default=5, help="runs of the SYNC_FLUSH writers (and of each reference)")
-    args = ap.parse_args()
-    workdir = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="bench-durability-", dir=str(REPO)))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
-        r = bench_recovery(workdir, args.recovery_gib)
-        print(f"recovery after abnormal exit, {r['recovery_bytes'] / GiB:.2f} GiB walked with CRC, "
-              f"{r['redispatched']:,} records re-dispatched: {r['recovery_s']:.2f} s "
-              f"| peer: sequential read + CRC-32 of the segment: {r['peer_read_crc_s']:.2f} s")
-        # one run is ~1 s, and on this VM two runs of the same code differ by up to +-20%:
-        # SYNC and ASYNC runs alternate, and the medians are printed with every run's figure
-        sync_runs: list[dict[str, float]] = []
-        async_runs: list[dict[str, float]] = []
-        for _ in range(args.sync_repeat):
-            sync_runs.append(bench_sync(workdir, 4, args.sync_batches))
-            async_runs.append(bench_sync(workdir, 4, args.sync_batches, "ASYNC_FLUSH"))
-        y = _median_run(sync_runs)
-        y_async = _median_run(async_runs)
-        print(f"SYNC_FLUSH, 4 writer processes, 1 KiB bodies, batches of 100, median of {args.sync_repeat}: "
-              f"{y['sync_msgs_s']:,.0f} msgs/s [{_ks(sync_runs)} k] over the span of the puts "
-              f"(through the writers' close and exit: {_wall(sync_runs)}), "
-              f"{y['sync_syncs']} syncs for {y['sync_puts']} puts in the median run "
-              f"| peer: pwrite+fdatasync per 100 KiB: {y['peer_fsync_write_msgs_s']:,.0f} msgs/s "
-              f"({y['peer_fsync_ms']:.2f} ms per sync); the same 4 writers under ASYNC_FLUSH, alternating: "
-              f"{y_async['sync_msgs_s']:,.0f} msgs/s [{_ks(async_runs)} k]")
-        shm = Path("/dev/shm")
-        if shm.is_dir() and os.access(shm, os.W_OK):  # where a sync costs nothing
-            mem = Path(tempfile.mkdtemp(prefix="bench-durability-", dir=str(shm)))
-            try:
-                mem_runs = [bench_sync(mem, 4, args.sync_batches) for _ in range(args.sync_repeat)]
-            finally:
-                shutil.rmtree(mem, ignore_errors=True)
-            y_mem = _median_run(mem_runs)
-            print(f"  reference: the same SYNC_FLUSH runs on tmpfs (every sync free, the locks and the "
-                  f"flushed position as on disk): {y_mem['sync_msgs_s']:,.0f} msgs/s [{_ks(mem_runs)} k], "
-                  f"{y_mem['sync_syncs']} syncs for {y_mem['sync_puts']} puts in the median run")
-        runs = bench_async_repeated(workdir, args.async_messages, args.repeat)
-        med = {k: float(np.median(v)) for k, v in runs.items()}
+    job = Bench("bench_durability", __doc__, rounds=5, temp_in=REPO,  # on the store's disk, not a tmpfs
+                rounds_help="runs of the SYNC_FLUSH writers (and of each reference) and of the ASYNC_FLUSH comparison")
+    job.add_argument("--recovery-gib", type=float, default=1.0)
+    job.add_argument("--sync-batches", type=int, default=600, help="batches of 100 per SYNC writer")
+    job.add_argument("--async-messages", type=int, default=6_000_000,
+                     help="per ASYNC_FLUSH run: ~1 s, so that the flusher (every 500 ms) runs during it")
+    with job.run() as workdir:
+        _run(job, job.args, workdir)
 
-        def fmt(k: str) -> str:
-            return ", ".join(f"{v / 1e6:.2f}" for v in runs[k])
 
-        print(f"ASYNC_FLUSH put_batch, 100-byte bodies, batches of 65,536, median of {args.repeat}: "
-              f"{med['async_msgs_s']:,.0f} msgs/s [{fmt('async_msgs_s')} M] "
-              f"| same store, flusher held off: {med['no_flusher_msgs_s']:,.0f} msgs/s [{fmt('no_flusher_msgs_s')} M] "
-              f"({100 * (med['async_msgs_s'] / med['no_flusher_msgs_s'] - 1):+.1f}%); "
-              f"including the final flush on close: {med['async_to_disk_msgs_s']:,.0f} vs "
-              f"{med['no_flusher_to_disk_msgs_s']:,.0f} msgs/s "
-              f"({100 * (med['async_to_disk_msgs_s'] / med['no_flusher_to_disk_msgs_s'] - 1):+.1f}%)")
-    finally:
-        if not args.dir:
-            shutil.rmtree(workdir, ignore_errors=True)
+def _run(job: Bench, args: argparse.Namespace, workdir: Path) -> None:
+    r = bench_recovery(workdir, args.recovery_gib)
+    print(f"recovery after abnormal exit, {r['recovery_bytes'] / GiB:.2f} GiB walked with CRC, "
+          f"{r['redispatched']:,} records re-dispatched: {r['recovery_s']:.2f} s "
+          f"| peer: sequential read + CRC-32 of the segment: {r['peer_read_crc_s']:.2f} s")
+    job.figure(f"recovery after abnormal exit, {r['recovery_bytes'] / GiB:.2f} GiB of log", r["recovery_s"], "s",
+               peer="sequential read + CRC-32 of the segment", peer_value=r["peer_read_crc_s"])
+    # one run is ~1 s, and on this VM two runs of the same code differ by up to +-20%:
+    # SYNC and ASYNC runs alternate, and the medians are printed with every run's figure
+    sync_runs: list[dict[str, float]] = []
+    async_runs: list[dict[str, float]] = []
+    for _ in range(args.rounds):
+        sync_runs.append(bench_sync(workdir, 4, args.sync_batches))
+        async_runs.append(bench_sync(workdir, 4, args.sync_batches, "ASYNC_FLUSH"))
+    y = _median_run(sync_runs)
+    y_async = _median_run(async_runs)
+    print(f"SYNC_FLUSH, 4 writer processes, 1 KiB bodies, batches of 100, median of {args.rounds}: "
+          f"{y['sync_msgs_s']:,.0f} msgs/s [{_ks(sync_runs)} k] over the span of the puts "
+          f"(through the writers' close and exit: {_wall(sync_runs)}), "
+          f"{y['sync_syncs']} syncs for {y['sync_puts']} puts in the median run "
+          f"| peer: pwrite+fdatasync per 100 KiB: {y['peer_fsync_write_msgs_s']:,.0f} msgs/s "
+          f"({y['peer_fsync_ms']:.2f} ms per sync); the same 4 writers under ASYNC_FLUSH, alternating: "
+          f"{y_async['sync_msgs_s']:,.0f} msgs/s [{_ks(async_runs)} k]")
+    job.figure("SYNC_FLUSH, 4 writer processes", y["sync_msgs_s"], "msgs/s", peer="pwrite+fdatasync per 100 KiB",
+               peer_value=y["peer_fsync_write_msgs_s"])
+    job.figure("SYNC_FLUSH, 4 writer processes, vs ASYNC_FLUSH", y["sync_msgs_s"], "msgs/s",
+               peer="the same 4 writers under ASYNC_FLUSH", peer_value=y_async["sync_msgs_s"])
+    shm = Path("/dev/shm")
+    if shm.is_dir() and os.access(shm, os.W_OK):  # where a sync costs nothing
+        mem = Path(tempfile.mkdtemp(prefix="bench-durability-", dir=str(shm)))
+        try:
+            mem_runs = [bench_sync(mem, 4, args.sync_batches) for _ in range(args.rounds)]
+        finally:
+            shutil.rmtree(mem, ignore_errors=True)
+        y_mem = _median_run(mem_runs)
+        print(f"  reference: the same SYNC_FLUSH runs on tmpfs (every sync free, the locks and the "
+              f"flushed position as on disk): {y_mem['sync_msgs_s']:,.0f} msgs/s [{_ks(mem_runs)} k], "
+              f"{y_mem['sync_syncs']} syncs for {y_mem['sync_puts']} puts in the median run")
+    runs = bench_async_repeated(workdir, args.async_messages, args.rounds)
+    med = {k: float(np.median(v)) for k, v in runs.items()}
+
+    def fmt(k: str) -> str:
+        return ", ".join(f"{v / 1e6:.2f}" for v in runs[k])
+
+    print(f"ASYNC_FLUSH put_batch, 100-byte bodies, batches of 65,536, median of {args.rounds}: "
+          f"{med['async_msgs_s']:,.0f} msgs/s [{fmt('async_msgs_s')} M] "
+          f"| same store, flusher held off: {med['no_flusher_msgs_s']:,.0f} msgs/s [{fmt('no_flusher_msgs_s')} M] "
+          f"({100 * (med['async_msgs_s'] / med['no_flusher_msgs_s'] - 1):+.1f}%); "
+          f"including the final flush on close: {med['async_to_disk_msgs_s']:,.0f} vs "
+          f"{med['no_flusher_to_disk_msgs_s']:,.0f} msgs/s "
+          f"({100 * (med['async_to_disk_msgs_s'] / med['no_flusher_to_disk_msgs_s'] - 1):+.1f}%)")
+    job.figure("ASYNC_FLUSH put_batch, 100-byte bodies, the flusher at work", med["async_msgs_s"], "msgs/s",
+               peer="the same store, the flusher held off", peer_value=med["no_flusher_msgs_s"])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Benchmark of ``rmqlog export``: JSON lines beside Parquet, on the same store, in the same run.
 
-    python jobs/bench_export.py [--dir PATH] [--messages 1000000] [--rounds 2]
+    python jobs/bench_export.py [--root PATH] [--messages 1000000] [--rounds 2] [--json]
 
 A store of ``--messages`` messages (topic ``orders``, 4 queues, ~60-byte JSON bodies, one
 ``KEYS`` token, tags) is made first (not timed); then ``export`` runs the way the command does
@@ -14,14 +14,12 @@ Figures are wall-clock on this machine; nothing here is a test threshold.
 
 from __future__ import annotations
 
-import argparse
-import shutil
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from harness import Bench  # jobs/ is this script's directory
 
 import rmqlog
 from rmqlog.admin.export import ExportRange, export
@@ -45,13 +43,10 @@ def make_store(root: Path, n: int) -> None:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dir", type=Path, default=None, help="scratch folder (default: a temporary one, removed)")
-    ap.add_argument("--messages", type=int, default=1_000_000, help="messages in the store")
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of the three exports, alternating")
-    args = ap.parse_args()
-    base = args.dir or Path(tempfile.mkdtemp(prefix="bench-export-"))
-    try:
+    b = Bench("bench_export", __doc__, rounds=2, rounds_help="rounds of the three exports, alternating (best printed)")
+    b.add_argument("--messages", type=int, default=1_000_000, help="messages in the store")
+    with b.run() as base:
+        args = b.args
         root = base / "store"
         t0 = time.perf_counter()
         make_store(root, args.messages)
@@ -75,9 +70,9 @@ def main() -> None:
         share = best["parquet"] / best["jsonl"]
         print(f"-> JSON lines = {share:.0%} of Parquet's rate (text bodies); "
               f"{best['parquet'] / best['jsonl --body hex']:.0%} with hex bodies")
-    finally:
-        if args.dir is None:
-            shutil.rmtree(base, ignore_errors=True)
+        for name in ("jsonl", "jsonl --body hex"):
+            b.figure(f"export {name}", args.messages / best[name], "msgs/s", peer="export parquet",
+                     peer_value=args.messages / best["parquet"])
 
 
 if __name__ == "__main__":

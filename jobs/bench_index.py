@@ -1,7 +1,7 @@
 """Benchmark of the index files: build rate per dispatched batch, and query latency at 10M keys.
 
-    python jobs/bench_index.py [--dir PATH] [--keys 10000000] [--batch 32768] [--queries 20000]
-                               [--slots 5000000] [--entries 20000000]
+    python jobs/bench_index.py [--root PATH] [--keys 10000000] [--batch 32768] [--queries 20000]
+                               [--slots 5000000] [--entries 20000000] [--rounds 3] [--json]
 
 Messages carry two keys each (the load docs/performance.md states the index's figures for): a
 ``UNIQ_KEY`` (32 uppercase hex, what RocketMQ's client makes) and one ``KEYS`` token
@@ -29,13 +29,14 @@ Figures are wall-clock on this machine; nothing here is a test threshold.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import Bench  # jobs/ is this script's directory
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -70,8 +71,7 @@ def make_batches(n_msgs: int, batch: int, seed: int = 7) -> list[tuple]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", type=Path, default=None, help="where the index goes (default: a temporary folder)")
+    ap = Bench("bench_index", __doc__, rounds=3, rounds_help="dispatch rounds, index on and off alternating (medians printed)")
     ap.add_argument("--keys", type=int, default=10_000_000, help="keys to index (two per message)")
     ap.add_argument("--batch", type=int, default=32768, help="messages per dispatched batch")
     ap.add_argument("--queries", type=int, default=20000)
@@ -79,8 +79,12 @@ def main() -> None:
     ap.add_argument("--entries", type=int, default=20_000_000, help="max_index_num")
     ap.add_argument("--repo", type=Path, default=REPO, help="the checkout whose store package is measured")
     ap.add_argument("--dispatch-messages", type=int, default=1_000_000, help="messages per dispatch round (0: skip)")
-    ap.add_argument("--rounds", type=int, default=3, help="dispatch rounds, index on and off alternating")
-    args = ap.parse_args()
+    with ap.run() as work:
+        _run(ap, work)
+
+
+def _run(job: Bench, work: Path) -> None:
+    args = job.args
     sys.path.insert(0, str(args.repo))
     import numpy as np
     import pyarrow as pa
@@ -112,7 +116,7 @@ def main() -> None:
             message_keys(topics, uniq, keys)
         return time.perf_counter() - t0
 
-    root = Path(tempfile.mkdtemp(prefix="bench-index-", dir=args.dir))
+    root = Path(tempfile.mkdtemp(prefix="bench-index-", dir=work))
     cfg = IndexConfig(max_hash_slot_num=args.slots, max_index_num=args.entries)
     try:
         t_numpy = peer_numpy()
@@ -137,6 +141,9 @@ def main() -> None:
               f"CPU {n_msgs / c_build / 1e6:.2f} M msgs/s)")
         print(f"  peer, making the keys alone:  {n_msgs / t_keys / 1e6:6.2f} M msgs/s  ({t_keys / t_build:.0%} of build)")
         print(f"  peer, one numpy pass:         {n_msgs / t_numpy / 1e6:6.2f} M msgs/s  ({t_numpy / t_build:.0%} of build)")
+        job.figure("IndexService.build", n_msgs / t_build, "msgs/s", peer="making the keys alone", peer_value=n_msgs / t_keys)
+        job.figure("IndexService.build, vs one numpy pass", n_msgs / t_build, "msgs/s", peer="one numpy pass over the input",
+                   peer_value=n_msgs / t_numpy)
 
         # queries: random keys that are indexed, half UNIQ_KEYs, half tokens
         rng = np.random.default_rng(3)
@@ -158,16 +165,18 @@ def main() -> None:
         us = np.array(lat) * 1e6
         print(f"query (IndexService.query, {args.queries:,} keys, {added:,} indexed): p50 {np.percentile(us, 50):.1f} us  "
               f"p99 {np.percentile(us, 99):.1f} us  max {us.max():.0f} us  (misses: {misses})")
+        for q in (50, 99):
+            job.figure(f"IndexService.query, {added:,} keys indexed, p{q}", float(np.percentile(us, q)), "us")
         reader.close()
         svc.close()
         del pa
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.dispatch_messages:
-        bench_dispatch(args.dispatch_messages, args.rounds, args.dir)
+        bench_dispatch(job, args.dispatch_messages, args.rounds, work)
 
 
-def bench_dispatch(n: int, rounds: int, where: Path | None) -> None:
+def bench_dispatch(job: Bench, n: int, rounds: int, where: Path) -> None:
     """Section 4 of the module docstring."""
     import numpy as np
     import pyarrow as pa
@@ -209,6 +218,10 @@ def bench_dispatch(n: int, rounds: int, where: Path | None) -> None:
     q = np.array(query_us)
     print(f"query_by_key (facade: index + read + check, {len(q):,} keys of {n:,}): p50 {np.percentile(q, 50):.0f} us  "
           f"p99 {np.percentile(q, 99):.0f} us")
+    job.figure("dispatch with the index, 2 keys a message", n / on, "msgs/s", peer="the same dispatch without the index",
+               peer_value=n / off)
+    for p in (50, 99):
+        job.figure(f"query_by_key, p{p}", float(np.percentile(q, p)), "us")
 
 
 if __name__ == "__main__":

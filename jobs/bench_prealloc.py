@@ -1,6 +1,6 @@
 """Benchmark of segment preallocation and warm-up: the Spark sink into a NEW store.
 
-    python jobs/bench_prealloc.py [--messages 2000000] [--body 100] [--runs 3] [--dir PATH]
+    python jobs/bench_prealloc.py [--messages 2000000] [--body 100] [--rounds 3] [--root PATH] [--json]
 
 ``df.write.format("rmqlog")`` of ``--messages`` rows of ``--body`` bytes into a store created
 just before (no page-cache warm-up of any kind by the benchmark), beside the count-only
@@ -27,9 +27,10 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from harness import Bench  # jobs/ is this script's directory
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -147,50 +148,48 @@ def store_only(messages: int, body: int, workdir: Path, runs: int, rest_s: float
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    job = Bench("bench_prealloc", __doc__, rounds=3, rounds_help="runs per setting (alternating; medians printed)")
+    ap = job
     ap.add_argument("--messages", type=int, default=2_000_000)
     ap.add_argument("--body", type=int, default=100)
-    ap.add_argument("--runs", type=int, default=3, help="runs per setting (alternating)")
-    ap.add_argument("--dir", type=Path, default=None)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--store-only", action="store_true", help="only put_batches into new stores, after a rest each")
     ap.add_argument("--rest", type=float, default=20.0, help="--store-only: seconds of rest before each run")
-    args = ap.parse_args()
-    if args.store_only:
-        work = Path(tempfile.mkdtemp(prefix="rmq-bench-prealloc-", dir=args.dir))
-        try:
-            store_only(args.messages, args.body, work, args.runs, args.rest)
-        finally:
-            shutil.rmtree(work, ignore_errors=True)
+    args = job.parse()
+    if args.child:  # one run, in a process of its own: its figures as one JSON object
+        print(json.dumps(child(args.messages, args.body, args.root)))
         return
-    if args.child:
-        print(json.dumps(child(args.messages, args.body, args.dir)))
-        return
-    work = Path(tempfile.mkdtemp(prefix="rmq-bench-prealloc-", dir=args.dir))
+    with job.run(parsed=True) as work:
+        if args.store_only:
+            store_only(args.messages, args.body, work, args.rounds, args.rest)
+        else:
+            _runs(job, work)
+
+
+def _runs(job: Bench, work: Path) -> None:
+    """Sink runs, warm-up off and on alternating, each Spark session in a child process."""
+    args = job.args
     site = work / "site"
     site.mkdir()
     (site / "sitecustomize.py").write_text(SITECUSTOMIZE)
     results: dict[bool, list[dict[str, float]]] = {True: [], False: []}
-    try:
-        for i in range(2 * args.runs):
-            warm = i % 2 == 1
-            run_dir = work / f"run{i}"
-            env = dict(os.environ, RMQLOG_BENCH_WARM="1" if warm else "0",
-                       PYTHONPATH=os.pathsep.join([str(site), str(REPO), str(REPO / "jobs")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
-            out = subprocess.run([sys.executable, __file__, "--child", "--messages", str(args.messages),
-                                  "--body", str(args.body), "--dir", str(run_dir)],
-                                 env=env, check=True, capture_output=True, text=True).stdout
-            r = json.loads(out.strip().splitlines()[-1])
-            assert r["warm"] is warm, r
-            results[warm].append(r)
-            print(f"run {i}: warm-up {'on ' if warm else 'off'}  count-only {r['count']:.2f} s  sink {r['sink']:.2f} s  "
-                  f"-> {r['ratio']:.2f}x  (idle CPU: {r['idle_count']:.0%} during count-only, {r['idle_sink']:.0%} during the sink)",
-                  flush=True)
-            shutil.rmtree(run_dir, ignore_errors=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    for i in range(2 * args.rounds):
+        warm = i % 2 == 1
+        run_dir = work / f"run{i}"
+        env = dict(os.environ, RMQLOG_BENCH_WARM="1" if warm else "0",
+                   PYTHONPATH=os.pathsep.join([str(site), str(REPO), str(REPO / "jobs")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
+        out = subprocess.run([sys.executable, __file__, "--child", "--messages", str(args.messages),
+                              "--body", str(args.body), "--root", str(run_dir)],
+                             env=env, check=True, capture_output=True, text=True).stdout
+        r = json.loads(out.strip().splitlines()[-1])
+        assert r["warm"] is warm, r
+        results[warm].append(r)
+        print(f"run {i}: warm-up {'on ' if warm else 'off'}  count-only {r['count']:.2f} s  sink {r['sink']:.2f} s  "
+              f"-> {r['ratio']:.2f}x  (idle CPU: {r['idle_count']:.0%} during count-only, {r['idle_sink']:.0%} during the sink)",
+              flush=True)
+        shutil.rmtree(run_dir, ignore_errors=True)
     n = args.messages
-    print(f"\nsink into a new store, {n:,} rows of {args.body} B, local[2], medians of {args.runs} runs each:")
+    print(f"\nsink into a new store, {n:,} rows of {args.body} B, local[2], medians of {args.rounds} runs each:")
     print("| warm_mapped_file_enable | count-only peer | rmqlog sink | sink vs peer (target >= 0.8x) |")
     print("|---|---|---|---|")
     for warm in (False, True):
@@ -198,6 +197,8 @@ def main() -> None:
         tc, ts = statistics.median(r["count"] for r in rs), statistics.median(r["sink"] for r in rs)
         print(f"| {'on' if warm else 'off'} | {n / tc / 1e6:.2f} M rows/s ({tc:.2f} s) | {n / ts / 1e6:.2f} M rows/s "
               f"({ts:.2f} s) | {statistics.median(r['ratio'] for r in rs):.2f}x |")
+        job.figure(f"df.write into a new store, warm-up {'on' if warm else 'off'}", n / ts, "rows/s",
+                   peer="the count-only Python Arrow writer", peer_value=n / tc)
 
 
 if __name__ == "__main__":

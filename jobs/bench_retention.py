@@ -1,6 +1,6 @@
 """Benchmark of retention: what a pass costs, and what read pins cost readers.
 
-    python jobs/bench_retention.py [--segments N] [--queues Q] [--passes P] [--dir PATH]
+    python jobs/bench_retention.py [--segments N] [--queues Q] [--passes P] [--rounds 5] [--root PATH] [--json]
 
 - **A pass that deletes nothing** (the background service runs one every
   ``clean_resource_interval``): the median and p99 of ``clean_expired`` on a store of
@@ -18,18 +18,17 @@ Figures are wall-clock on this machine; nothing here is a test threshold.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as dt
 import os
 import statistics
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from harness import Bench  # jobs/ is this script's directory
 
 import rmqlog
 import rmqlog.log.commitlog as commitlog_mod
@@ -91,7 +90,7 @@ def _no_pins() -> Iterator[None]:
             m.pinned = p  # type: ignore[assignment]
 
 
-def bench_passes(workdir: Path, segments: int, queues: int, passes: int) -> None:
+def bench_passes(job: Bench, workdir: Path, segments: int, queues: int, passes: int) -> None:
     root = workdir / "passes"
     cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=20 * 1000,
                             delete_when="04", delete_commit_log_files_max_num=1)
@@ -110,6 +109,9 @@ def bench_passes(workdir: Path, segments: int, queues: int, passes: int) -> None
         print(f"pass, nothing due (hour outside delete_when)  median {_ms(outside):.3f} ms  p99 {_ms(outside, .99):.3f} ms"
               f"  ({passes} passes)")
         print(f"pass, deletion hour, nothing expired          median {_ms(at_hour):.3f} ms  p99 {_ms(at_hour, .99):.3f} ms")
+        for q, label in ((0.5, "median"), (0.99, "p99")):
+            job.figure(f"retention pass, nothing due, {label}", _ms(outside, q), "ms",
+                       peer=f"a pass at a deletion hour, nothing expired, {label}", peer_value=_ms(at_hour, q))
         held: list[float] = []
         lock = s.parts.append_lock
         real_held = lock.held
@@ -136,6 +138,8 @@ def bench_passes(workdir: Path, segments: int, queues: int, passes: int) -> None
         lock.held = real_held  # type: ignore[method-assign]
         print(f"pass deleting 1 segment (+ queue files)       median {_ms(deleting):.3f} ms; append lock held "
               f"median {_ms(held):.3f} ms, max {max(held) * 1000:.3f} ms")
+        job.figure("retention pass deleting 1 segment (+ queue files), median", _ms(deleting), "ms",
+                   peer="the append lock held by it, median", peer_value=_ms(held))
 
 
 def _pin_once(seg: object) -> None:
@@ -143,7 +147,7 @@ def _pin_once(seg: object) -> None:
         pass
 
 
-def bench_pins(workdir: Path, rounds: int) -> None:
+def bench_pins(job: Bench, workdir: Path, rounds: int) -> None:
     root = workdir / "pins"
     cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 20)
     with rmqlog.MessageStore.open(root, cfg) as s:
@@ -179,21 +183,20 @@ def bench_pins(workdir: Path, rounds: int) -> None:
             per_call = (on - off) / calls[name] * 1e6
             print(f"{name:<18} pins on {on * 1000:8.1f} ms  off {off * 1000:8.1f} ms  -> {on / off - 1:+.1%} "
                   f"({per_call:+.2f} us per call, {calls[name]} calls, median of {rounds} rounds)")
+            job.figure(f"{name}, read pins on", on * 1000, "ms", peer="the same with the pins a no-op", peer_value=off * 1000)
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = Bench("bench_retention", __doc__, rounds=5, rounds_help="rounds of the read pins' comparison (medians printed)")
     ap.add_argument("--segments", type=int, default=500)
     ap.add_argument("--queues", type=int, default=256)
     ap.add_argument("--passes", type=int, default=1000)
-    ap.add_argument("--rounds", type=int, default=5)
-    ap.add_argument("--dir", type=Path, default=None)
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+    with ap.run() as work:
+        args = ap.args
         print("== retention passes")
-        bench_passes(Path(tmp), args.segments, args.queues, args.passes)
+        bench_passes(ap, work, args.segments, args.queues, args.passes)
         print("\n== read pins (100-byte messages)")
-        bench_pins(Path(tmp), args.rounds)
+        bench_pins(ap, work, args.rounds)
 
 
 if __name__ == "__main__":

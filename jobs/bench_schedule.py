@@ -1,7 +1,7 @@
 """Benchmark of delay messages: delivering a million messages that fall due together, and the
 cost of a pass while they are all pending.
 
-    python jobs/bench_schedule.py [--messages 1000000] [--dir PATH] [--rounds 3]
+    python jobs/bench_schedule.py [--messages 1000000] [--root PATH] [--rounds 3] [--json]
 
 A store gets ``--messages`` messages with 100-byte bodies, a tag and a key, spread over delay
 levels 5 to 8 (1 to 4 minutes: none is due while they are put) (put in batches of 65,536, then dispatched: not timed). Printed, each
@@ -19,13 +19,14 @@ Figures are wall-clock on this machine; nothing here is a test threshold.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import Bench  # jobs/ is this script's directory
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 65_536
@@ -56,11 +57,14 @@ def fill(ms, n: int, delayed: bool) -> float:  # type: ignore[no-untyped-def]
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--messages", type=int, default=1_000_000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", type=Path, default=None)
-    args = ap.parse_args()
+    job = Bench("bench_schedule", __doc__, rounds=3, rounds_help="rounds of parts 1 and 2 (medians printed)")
+    job.add_argument("--messages", type=int, default=1_000_000)
+    with job.run() as work:
+        _run(job, work)
+
+
+def _run(job: Bench, work: Path) -> None:
+    args = job.args
     sys.path.insert(0, str(REPO))
     import numpy as np
 
@@ -70,8 +74,8 @@ def main() -> None:
     far = 1 << 50
     deliver, peer, idle = [], [], []
     for _ in range(args.rounds):
-        root = Path(tempfile.mkdtemp(prefix="bench-schedule-", dir=args.dir))
-        proot = Path(tempfile.mkdtemp(prefix="bench-schedule-peer-", dir=args.dir))
+        root = Path(tempfile.mkdtemp(prefix="bench-schedule-", dir=work))
+        proot = Path(tempfile.mkdtemp(prefix="bench-schedule-peer-", dir=work))
         try:
             with rmqlog.MessageStore.open(root) as ms:
                 fill(ms, n, True)
@@ -97,10 +101,13 @@ def main() -> None:
     print(f"deliver_due, {n:,} due together: {n / d / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in deliver)}]")
     print(f"  peer, put_batch of the same messages: {n / p / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in peer)}]"
           f"  (delivery = {p / d:.0%} of it)")
-    lateness(rmqlog, args.dir)
+    for q in (50, 99):
+        job.figure(f"a pass with {n:,} pending, none due, p{q}", float(np.percentile(us, q)), "us")
+    job.figure(f"deliver_due, {n:,} due together", n / d, "msgs/s", peer="put_batch of the same messages", peer_value=n / p)
+    lateness(job, rmqlog, work)
 
 
-def lateness(rmqlog, where: Path | None) -> None:  # type: ignore[no-untyped-def]
+def lateness(job: Bench, rmqlog, where: Path) -> None:  # type: ignore[no-untyped-def]
     """Section 3: messages of level 1 (1 s) put over 10 s of simulated clock (by stamping the
     clock the scheduler sees), passes every 100 ms: delivery time minus due time."""
     import numpy as np
@@ -125,6 +132,8 @@ def lateness(rmqlog, where: Path | None) -> None:  # type: ignore[no-untyped-def
                 done += k
         print(f"lateness, passes every 100 ms: p50 {np.percentile(late, 50):.0f} ms  p99 {np.percentile(late, 99):.0f} ms  "
               f"max {late.max():.0f} ms ({len(due):,} messages; the pass interval bounds it)")
+        for q in (50, 99):
+            job.figure(f"lateness, passes every 100 ms, p{q}", float(np.percentile(late, q)), "ms")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

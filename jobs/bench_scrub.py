@@ -1,7 +1,7 @@
 """Benchmark of the scrub: what the next put pays for a killed writer's leftovers, and for none.
 
-    python jobs/bench_scrub.py [--dir PATH] [--segment-mib 1024] [--leftover-kib 1024] [--puts 2000]
-                               [--repo PATH]
+    python jobs/bench_scrub.py [--root PATH] [--segment-mib 1024] [--leftover-kib 1024] [--puts 2000]
+                               [--repo PATH] [--rounds 1] [--json]
 
 1. A writer process appends a batch of ``--leftover-kib`` KiB (1 KiB bodies) to a store whose
    commitlog segment is ``--segment-mib`` MiB, and is killed (SIGKILL) right before it publishes:
@@ -12,20 +12,20 @@
 2. The same store, nothing left behind: ``--puts`` puts of one 100-byte message, the median
    time of one, and how many ``pread``s at the tail (the scrub's check) each made.
 
-``--repo`` imports ``store`` from another checkout (e.g. the main branch) for a before/after
+Both parts run ``--rounds`` times, each round on a store of its own. ``--repo`` imports ``store`` from another checkout (e.g. the main branch) for a before/after
 comparison; figures are wall-clock on this machine, nothing here is a test threshold.
 """
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from harness import Bench  # jobs/ is this script's directory
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,21 +47,24 @@ def allocated(path: Path) -> int:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--dir", type=Path, default=None, help="where the store goes (default: a temporary folder)")
+    ap = Bench("bench_scrub", __doc__, rounds=1, rounds_help="rounds of both parts, each on a store of its own")
     ap.add_argument("--segment-mib", type=int, default=1024)
     ap.add_argument("--leftover-kib", type=int, default=1024)
     ap.add_argument("--puts", type=int, default=2000)
     ap.add_argument("--repo", type=Path, default=REPO, help="the checkout whose store package is measured")
-    args = ap.parse_args()
+    with ap.run() as work:
+        for r in range(ap.args.rounds):
+            _round(ap, work / f"store-{r}")
+
+
+def _round(job: Bench, root: Path) -> None:
+    args = job.args
     sys.path.insert(0, str(args.repo))
     import pyarrow as pa
 
     import rmqlog
     from rmqlog.log.mapped_file import MappedFile
 
-    base = Path(tempfile.mkdtemp(dir=args.dir))
-    root = base / "store"
     seg_size = args.segment_mib << 20
     cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=seg_size)
     env = dict(os.environ, PYTHONPATH=str(args.repo))
@@ -106,6 +109,8 @@ def main() -> None:
             f"put of one message, nothing to scrub: median {statistics.median(times) * 1e6:.1f} us over {args.puts} puts; "
             f"{reads['n'] / args.puts:.2f} preads of the commitlog per put"
         )
+    job.figure(f"put after a killed writer's {left / 2**20:.2f} MiB partial batch", took * 1e3, "ms",
+               peer="put of one message, nothing to scrub (median)", peer_value=statistics.median(times) * 1e3)
 
 
 if __name__ == "__main__":

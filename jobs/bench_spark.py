@@ -1,6 +1,6 @@
 """Benchmark of the rmqlog data source against peers measured in the same run (local[2]).
 
-    python jobs/bench_spark.py [--messages 2000000] [--body 100] [--root PATH] [--samples 20]
+    python jobs/bench_spark.py [--messages 2000000] [--body 100] [--root PATH] [--samples 20] [--rounds 3] [--json]
 
 - **Sink**: ``df.write.format("rmqlog")`` of N messages vs a Python Arrow writer that only
   counts rows (the floor cost of moving the rows to Python workers) and a parquet write.
@@ -29,7 +29,6 @@ import argparse
 import shutil
 import statistics
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -39,6 +38,7 @@ sys.path.insert(0, str(REPO))
 
 import pyarrow as pa  # noqa: E402
 from bench_store import warm_up  # noqa: E402  (jobs/ is this script's directory)
+from harness import Bench  # noqa: E402
 from pyspark.sql.datasource import (  # noqa: E402
     DataSource,
     DataSourceArrowWriter,
@@ -156,14 +156,16 @@ def latency(spark, root: Path, samples: int) -> list[float]:  # type: ignore[no-
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--messages", type=int, default=2_000_000)
-    ap.add_argument("--body", type=int, default=100)
-    ap.add_argument("--root", type=Path, default=None)
-    ap.add_argument("--samples", type=int, default=20)
-    ap.add_argument("--runs", type=int, default=3, help="best of this many runs per measurement")
-    args = ap.parse_args()
-    work = args.root or Path(tempfile.mkdtemp(prefix="rmq-bench-spark-", dir=REPO / "bench-data" if (REPO / "bench-data").is_dir() else None))
+    job = Bench("bench_spark", __doc__, rounds=3, rounds_help="best of this many runs per measurement",
+                temp_in=REPO / "bench-data" if (REPO / "bench-data").is_dir() else None)
+    job.add_argument("--messages", type=int, default=2_000_000)
+    job.add_argument("--body", type=int, default=100)
+    job.add_argument("--samples", type=int, default=20)
+    with job.run() as work:
+        _run(job, job.args, work)
+
+
+def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
     n, body = args.messages, args.body
     spark = spark_rmq.local_session("rmq-bench-spark", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
@@ -178,14 +180,14 @@ def main() -> None:
 
     log_bytes = n * (body + 150)  # ~ the sink's records: header, body, topic, UNIQ_KEY
     count_times = []
-    for _ in range(args.runs):
+    for _ in range(args.rounds):
         warm_up(work / "warm", 2 * log_bytes)
         count_times.append(timed(lambda: src.write.format("bench_peer").mode("append").save()))
     t_count = min(count_times)
-    t_parquet_w = best_of(args.runs, lambda: src.write.mode("overwrite").parquet(str(work / "parquet")))
+    t_parquet_w = best_of(args.rounds, lambda: src.write.mode("overwrite").parquet(str(work / "parquet")))
     sink_times: dict[bool, list[float]] = {True: [], False: []}
     root = work / "store"
-    for i in range(2 * args.runs):  # each run into a new store (the last one is read below)
+    for i in range(2 * args.rounds):  # each run into a new store (the last one is read below)
         shutil.rmtree(root, ignore_errors=True)  # the previous run's (frees its pages)
         root = work / f"store{i}"  # a new path: workers keep the stores they opened open
         with rmqlog.MessageStore.open(root) as ms:
@@ -197,10 +199,10 @@ def main() -> None:
     t_sink, t_sink_new = min(sink_times[True]), min(sink_times[False])
 
     gen = spark.read.format("bench_peer").option("total", n).option("parts", 4).option("body", body).load()
-    t_gen = best_of(args.runs, lambda: gen.write.format("noop").mode("overwrite").save())
-    t_parquet_r = best_of(args.runs, lambda: spark.read.parquet(str(work / "parquet")).write.format("noop").mode("overwrite").save())
+    t_gen = best_of(args.rounds, lambda: gen.write.format("noop").mode("overwrite").save())
+    t_parquet_r = best_of(args.rounds, lambda: spark.read.parquet(str(work / "parquet")).write.format("noop").mode("overwrite").save())
     rmq = spark.read.format("rmqlog").option("path", str(root)).option("topics", "bench").load()
-    t_source = best_of(args.runs, lambda: rmq.write.format("noop").mode("overwrite").save())
+    t_source = best_of(args.rounds, lambda: rmq.write.format("noop").mode("overwrite").save())
     assert rmq.count() == n
 
     lat = sorted(latency(spark, work / "latency-store", args.samples))
@@ -218,8 +220,11 @@ def main() -> None:
         p90 = lat[min(len(lat) - 1, int(len(lat) * 0.9))]
         print(f"| end-to-end latency, default trigger | median {statistics.median(lat) * 1000:.0f} ms, "
               f"p90 {p90 * 1000:.0f} ms ({len(lat)} samples) | | | target: median <= 1000 ms |")
-    if args.root is None:
-        shutil.rmtree(work, ignore_errors=True)
+        job.figure("end-to-end latency, readStream, default trigger, median", statistics.median(lat) * 1000, "ms")
+    job.figure("sink, df.write", n / t_sink, "msgs/s", peer="a count-only Python Arrow writer", peer_value=n / t_count)
+    job.figure("sink, df.write, store just recreated (no warm-up)", n / t_sink_new, "msgs/s",
+               peer="a count-only Python Arrow writer", peer_value=n / t_count)
+    job.figure("source, spark.read", n / t_source, "msgs/s", peer="a generate-only Python Arrow reader", peer_value=n / t_gen)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Benchmark of the store's hot paths, each printed beside a peer measured in the same run.
 
-    python jobs/bench_store.py [--messages N] [--messages-4k N] [--rounds R] [--dir PATH] [--body 100|4096]
+    python jobs/bench_store.py [--messages N] [--messages-4k N] [--rounds R] [--root PATH] [--json] [--body 100|4096]
 
 Each body size runs in a fresh process of its own (``--body`` runs one size in this process).
 
@@ -26,17 +26,16 @@ threshold.
 
 from __future__ import annotations
 
-import argparse
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+from harness import Bench  # jobs/ is this script's directory
 
 import rmqlog
 
@@ -70,7 +69,7 @@ def _write_plain_file(path: Path, nbytes: int) -> None:
             f.write(chunk)
 
 
-def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds: int) -> dict[str, float]:
+def bench(job: Bench, body_size: int, messages: int, batch_rows: int, workdir: Path, rounds: int) -> dict[str, float]:
     root = workdir / f"store-{body_size}"
     shutil.rmtree(root, ignore_errors=True)
     rng = np.random.default_rng(7)
@@ -190,39 +189,49 @@ def bench(body_size: int, messages: int, batch_rows: int, workdir: Path, rounds:
           f"get_messages = {out['get_messages_vs_read_queue']:.0%} of read_queue "
           f"(by the reading thread's CPU time: {out['crc_checked_vs_unchecked_cpu']:.0%}; {out['get_messages_vs_read_queue_cpu']:.0%})")
     print(f"plain read()    {'':>12}         {out['plain_read_MBps']:>8,.0f} MB/s")
+    _figures(job, body_size, out)
     return out
 
 
+def _figures(b: Bench, body_size: int, out: dict[str, float]) -> None:
+    """The figures printed above, each with its peer of the same run (``--json``)."""
+    size = f"{body_size}-byte bodies"
+    b.figure(f"put_batch, {size}", out["put_msgs"], "msgs/s", peer="plain write() of the same bytes, paired",
+             peer_value=out["plain_write_MBps"] * 1e6, peer_unit="B/s", ratio=out["put_vs_plain"])
+    b.figure(f"dispatch, {size}", out["dispatch_msgs"], "msgs/s")
+    b.figure(f"read_queue into Arrow, body CRCs checked, {size}", out["read_msgs"], "msgs/s",
+             peer="read_queue, body CRCs not checked", peer_value=out["read_unchecked_msgs"])
+    b.figure(f"get_messages, body CRCs checked, {size}", out["get_messages_msgs"], "msgs/s",
+             peer="read_queue, body CRCs checked", peer_value=out["read_msgs"])
+    b.figure(f"read_queue into Arrow, bytes, {size}", out["read_MBps"] * 1e6, "B/s",
+             peer="plain read() of the same bytes", peer_value=out["plain_read_MBps"] * 1e6)
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--messages", type=int, default=2_000_000, help="messages with 100-byte bodies")
-    ap.add_argument("--messages-4k", type=int, default=200_000, help="messages with 4 KiB bodies")
-    ap.add_argument("--batch", type=int, default=65536)
-    ap.add_argument("--rounds", type=int, default=5, help="alternating put_batch / plain write rounds")
-    ap.add_argument("--dir", type=Path, default=None)
-    ap.add_argument("--body", type=int, choices=(100, 4096), default=None,
-                    help="run only this body size, in this process (default: each size in a process of its own)")
-    args = ap.parse_args()
-    workdir = args.dir or Path(tempfile.mkdtemp(prefix="rmq-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    try:
+    b = Bench("bench_store", __doc__, rounds=5, rounds_help="alternating put_batch / plain write rounds (medians printed)")
+    b.add_argument("--messages", type=int, default=2_000_000, help="messages with 100-byte bodies")
+    b.add_argument("--messages-4k", type=int, default=200_000, help="messages with 4 KiB bodies")
+    b.add_argument("--batch", type=int, default=65536)
+    b.add_argument("--body", type=int, choices=(100, 4096), default=None,
+                   help="run only this body size, in this process (default: each size in a process of its own)")
+    with b.run() as workdir:
+        args = b.args
         if args.body == 100:
-            bench(100, args.messages, args.batch, workdir, args.rounds)
+            bench(b, 100, args.messages, args.batch, workdir, args.rounds)
         elif args.body == 4096:
-            bench(4096, args.messages_4k, min(args.batch, 16384), workdir, args.rounds)
+            bench(b, 4096, args.messages_4k, min(args.batch, 16384), workdir, args.rounds)
         else:
             # Each size in a fresh process: measured in the process that had just run the
             # 100-byte part (10 M records put, dispatched and read back), the 4 KiB put's
             # encoding took 1.35 ms a batch instead of 0.80 and the ratio fell ~5 points, so
-            # one part's leftovers would be charged to the other.
+            # one part's leftovers would be charged to the other. The child prints to the
+            # same stdout (its JSON lines too, under --json).
             for body in (100, 4096):
-                cmd = [sys.executable, __file__, "--body", str(body), "--dir", str(workdir / f"body-{body}"),
+                cmd = [sys.executable, __file__, "--body", str(body), "--root", str(workdir / f"body-{body}"),
                        "--messages", str(args.messages), "--messages-4k", str(args.messages_4k),
-                       "--batch", str(args.batch), "--rounds", str(args.rounds)]
+                       "--batch", str(args.batch), *b.child_flags()]
+                sys.stdout.flush()
                 subprocess.run(cmd, check=True)
-    finally:
-        if args.dir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Benchmark of timed messages (RocketMQ 5's timer): a million falling due together, the cost
 of a pass with a million pending and a thousand falling due each second, and lateness.
 
-    python jobs/bench_timer.py [--messages 1000000] [--rounds 3] [--dir PATH]
+    python jobs/bench_timer.py [--messages 1000000] [--rounds 3] [--root PATH] [--json]
 
 Messages have 100-byte bodies, a tag and a key. The scheduler's clock is simulated (the
 ``wall_ms`` it reads is set per pass), so the delivery times can lie minutes ahead without
@@ -21,13 +21,14 @@ Figures are wall-clock on this machine; nothing here is a test threshold.
 
 from __future__ import annotations
 
-import argparse
 import shutil
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import Bench  # jobs/ is this script's directory
 
 REPO = Path(__file__).resolve().parents[1]
 BATCH = 65_536
@@ -66,11 +67,14 @@ def at(ms, clock: int) -> int:  # type: ignore[no-untyped-def]  # noqa: ANN001
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--messages", type=int, default=1_000_000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--dir", type=Path, default=None)
-    args = ap.parse_args()
+    job = Bench("bench_timer", __doc__, rounds=3, rounds_help="rounds of part 1 (medians printed)")
+    job.add_argument("--messages", type=int, default=1_000_000)
+    with job.run() as work:
+        _run(job, work)
+
+
+def _run(job: Bench, work: Path) -> None:
+    args = job.args
     sys.path.insert(0, str(REPO))
     import numpy as np
 
@@ -80,8 +84,8 @@ def main() -> None:
     cfg = rmqlog.StoreConfig(message_index_enable=False)
     deliver_s, enqueue_s, peer_s = [], [], []
     for _ in range(args.rounds):
-        root = Path(tempfile.mkdtemp(prefix="bench-timer-", dir=args.dir))
-        proot = Path(tempfile.mkdtemp(prefix="bench-timer-peer-", dir=args.dir))
+        root = Path(tempfile.mkdtemp(prefix="bench-timer-", dir=work))
+        proot = Path(tempfile.mkdtemp(prefix="bench-timer-peer-", dir=work))
         try:
             with rmqlog.MessageStore.open(root, cfg) as ms:
                 when = int(time.time() * 1000) + 120_000
@@ -103,11 +107,14 @@ def main() -> None:
     print(f"timer: {n:,} due together, one pass: {n / d / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in deliver_s)}]")
     print(f"  peer, put_batch of the same messages: {n / p / 1e6:.2f} M msgs/s  (delivery = {p / d:.0%} of it)")
     print(f"  the pass that indexed them first (enqueue into the wheel): {n / e / 1e6:.2f} M msgs/s")
-    steady(rmqlog, np, n, cfg, args.dir)
-    lateness(rmqlog, np, cfg, args.dir)
+    job.figure(f"timer: {n:,} due together, one pass", n / d, "msgs/s", peer="put_batch of the same messages",
+               peer_value=n / p)
+    job.figure("timer: the pass that indexes them (enqueue into the wheel)", n / e, "msgs/s")
+    steady(job, rmqlog, np, n, cfg, work)
+    lateness(job, rmqlog, np, cfg, work)
 
 
-def steady(rmqlog, np, n: int, cfg, where: Path | None) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001
+def steady(job: Bench, rmqlog, np, n: int, cfg, where: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001
     """Section 2 of the module docstring."""
     root = Path(tempfile.mkdtemp(prefix="bench-timer-steady-", dir=where))
     try:
@@ -132,11 +139,14 @@ def steady(rmqlog, np, n: int, cfg, where: Path | None) -> None:  # type: ignore
         print(f"timer: {n:,} pending, ~1,000 due per second, a pass per second: p50 {np.percentile(b, 50):.2f} ms  "
               f"p99 {np.percentile(b, 99):.2f} ms  ({delivered / len(busy):,.0f} delivered per pass)")
         print(f"  peer, a pass with nothing due: p50 {np.percentile(i, 50):.2f} ms  p99 {np.percentile(i, 99):.2f} ms")
+        for q in (50, 99):
+            job.figure(f"timer: a pass, {n:,} pending, ~1,000 due, p{q}", float(np.percentile(b, q)), "ms",
+                       peer=f"a pass with nothing due, p{q}", peer_value=float(np.percentile(i, q)))
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def lateness(rmqlog, np, cfg, where: Path | None) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001
+def lateness(job: Bench, rmqlog, np, cfg, where: Path) -> None:  # type: ignore[no-untyped-def]  # noqa: ANN001
     """Section 3 of the module docstring."""
     root = Path(tempfile.mkdtemp(prefix="bench-timer-late-", dir=where))
     try:
@@ -158,6 +168,8 @@ def lateness(rmqlog, np, cfg, where: Path | None) -> None:  # type: ignore[no-un
             late = np.array([seen[f"o{i}".encode()] - want[i] for i in range(len(want))])
         print(f"timer lateness, a pass every second: p50 {np.percentile(late, 50):.0f} ms  p99 {np.percentile(late, 99):.0f} ms  "
               f"max {late.max():.0f} ms  (min {late.min():.0f} ms: never early; {len(want):,} messages)")
+        for q in (50, 99):
+            job.figure(f"timer lateness, a pass every second, p{q}", float(np.percentile(late, q)), "ms")
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -124,7 +124,7 @@ def test_a_close_whose_final_flush_failed_leaves_the_store_to_crash_recovery(tmp
 
 def test_openers_waiting_for_a_recovery_that_dies_recover_themselves(tmp_path) -> None:
     """A process waiting while the first opener recovers must not go on with a half-recovered
-    store when that opener is killed (found by jobs/torture.py)."""
+    store when that opener is killed (found by the torture job, jobs/torture/)."""
     import subprocess
     import sys
     import threading

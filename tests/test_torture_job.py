@@ -1,4 +1,4 @@
-"""The kill -9 torture job (jobs/torture.py): a short round in every suite run, a longer one opt-in,
+"""The kill -9 torture job (jobs/torture/): a short round in every suite run, a longer one opt-in,
 and its checker shown to count each kind of failure on stores damaged on purpose.
 
 The CI round runs 3 SYNC_FLUSH and 3 ASYNC_FLUSH trials with small batches (a fixed seed; the
@@ -22,6 +22,7 @@ import pyarrow as pa
 import pytest
 from conftest import subprocess_env
 
+import refcodec as rc
 import rmqlog
 
 JOBS = Path(__file__).resolve().parent.parent / "jobs"
@@ -37,7 +38,7 @@ SUMMARY = re.compile(
 
 def _run_job(tmp_path: Path, *args: str, timeout: float) -> tuple[subprocess.CompletedProcess[str], dict[str, int]]:
     res = subprocess.run(
-        [sys.executable, str(JOBS / "torture.py"), "--root", str(tmp_path / "work"), *args],
+        [sys.executable, str(JOBS / "torture"), "--root", str(tmp_path / "work"), *args],
         capture_output=True, text=True, timeout=timeout, env=subprocess_env(),
     )
     m = SUMMARY.search(res.stdout)
@@ -67,7 +68,7 @@ def test_torture_long_round(tmp_path: Path) -> None:
 
 
 def test_torture_cli_rejects_bad_options(tmp_path: Path) -> None:
-    res = subprocess.run([sys.executable, str(JOBS / "torture.py"), "--max-writers", "9", "--root", str(tmp_path)],
+    res = subprocess.run([sys.executable, str(JOBS / "torture"), "--max-writers", "9", "--root", str(tmp_path)],
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "--max-writers" in res.stderr
 
@@ -242,7 +243,7 @@ def test_check_counts_consume_queue_units_disagreeing_with_the_log(tmp_path: Pat
 
     def swap_two_units() -> None:
         qdir = next(d for d in sorted((f.root / "consumequeue").glob("*/*"))
-                    if len(torture.rc.read_consume_queue(str(d))) >= 2)
+                    if len(rc.read_consume_queue(str(d))) >= 2)
         seg = sorted(qdir.iterdir())[0]
         data = bytearray(seg.read_bytes())
         data[0:20], data[20:40] = data[20:40], data[0:20]
