@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rmqlog.access.reader import parse_tag_filter
+from rmqlog import parse_tag_filter
 from rmqlog.arguments import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN, utf8_problem
 from rmqlog.errors import InvalidArgumentError, StoreError
 from rmqlog.paths import root_arg, validate_group, validate_topic

@@ -3,6 +3,7 @@
 No Spark import here: usable from plain Python, jobs, notebooks and the Spark data source.
 """
 
+from .access.window import parse_tag_filter
 from .allocator import pin_malloc_thresholds
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from .config_files import TopicConfig
@@ -30,7 +31,13 @@ from .errors import (
     WrongFileTypeError,
 )
 from .message_store import MessageStore
-from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
+from .results import (
+    GetMessageResult,
+    GetMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+    StoredRecords,
+)
 from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
 
 #: Whether glibc's malloc thresholds were pinned at import (see :mod:`rmqlog.allocator`).
@@ -41,6 +48,6 @@ __all__ = [
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "StoreBusyError", "StoreClosedError", "StoreNotFoundError",
     "TooManyOpenFilesError", "WrongFileTypeError",
-    "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
+    "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "StoredRecords", "parse_tag_filter",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",
 ]
