@@ -278,7 +278,7 @@ def _key_options(options: Mapping[str, str], kw: dict[str, object], streaming: b
     if not raw:
         raise RmqLogOptionError(name, "must not be empty")
     if name == "msgId":
-        from rmqlog.log.msgid import is_uniq_key
+        from rmqlog import is_uniq_key
 
         if not is_uniq_key(raw):
             raise RmqLogOptionError(name, f"not a client msgId: {raw!r} (32 or 56 hex digits)")

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from .access.appender import Appender
@@ -409,6 +410,13 @@ class MessageStore:
         checked as :meth:`get_messages` says. A read that retention overtook is clamped again."""
         self._check_open()
         return self.reader.read_queue(topic, queue_id, start, end, check_crc)
+
+    def record_sizes(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
+        """The record size (TOTALSIZE, bytes) of each message of ``[start, end)`` of a queue
+        (clamped to what it holds), from its consume queue without reading a record (0 for a
+        filler slot): what a byte budget is planned with."""
+        self._check_open()
+        return self.reader.record_sizes(topic, queue_id, start, end)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """The first queue offset whose store time is at or after ``ts_ms`` (max offset if none).

@@ -139,6 +139,19 @@ class QueueReader:
             except MessagesDeletedError as gone:
                 start = gone.end
 
+    def record_sizes(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
+        """TOTALSIZE of each message of ``[start, end)`` of a queue, from its units (0 for a
+        filler); clamped to what the queue holds. See :meth:`rmqlog.MessageStore.record_sizes`."""
+        validate_topic(topic)
+        queue_id, start, end = queue_id_arg(queue_id), int_arg("start", start), int_arg("end", end)
+        cq = self.parts.consume_queue(topic, queue_id)
+        lo, hi, _ = self.read_bounds(cq)
+        first, last = max(start, lo), min(end, hi)
+        if last <= first:
+            return np.zeros(0, np.int64)
+        sizes = cq.read(first, last - first)["size"].astype(np.int64)
+        return np.where(sizes == FILLER_SIZE, 0, sizes)
+
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """Binary search of a queue by store time; see :meth:`rmqlog.MessageStore.offset_for_timestamp`."""
         validate_topic(topic)
