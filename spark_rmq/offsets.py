@@ -13,11 +13,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-from rmqlog import MessageStore, safe_open
-from rmqlog.log.properties import WAITING_TOPICS
-from rmqlog.log.record import HEADER_V4
+from rmqlog import MIN_RECORD_SIZE, WAITING_TOPICS, MessageStore, safe_open
 from rmqlog.paths import parse_queue_dir_name, topic_problem
-from rmqlog.queue.consume_queue import FILLER_SIZE
 
 from .errors import OffsetsWentBackError, QueryDataLossError
 from .options import EARLIEST, EARLIEST_OFFSET, LATEST, LATEST_OFFSET, SourceOptions
@@ -201,14 +198,7 @@ def unit_sizes(ms: MessageStore, key: str, start: int, end: int) -> np.ndarray:
     topic, qid = split_key(key)
     if end <= start:
         return np.zeros(0, np.int64)
-    units = ms.consume_queue(topic, qid).read(start, end - start)
-    sizes = units["size"].astype(np.int64)
-    return np.where(sizes == FILLER_SIZE, 0, sizes)
-
-
-#: The smallest commitlog record (IPv4 header with empty body, topic and properties):
-#: how many units a byte budget can possibly cover, so no more units than that are read.
-MIN_RECORD_SIZE = HEADER_V4.itemsize
+    return ms.record_sizes(topic, qid, start, end)
 
 
 def split_bytes(ms: MessageStore, start: Offsets, end: Offsets, budget: int) -> Offsets:
@@ -217,7 +207,8 @@ def split_bytes(ms: MessageStore, start: Offsets, end: Offsets, budget: int) -> 
     The budget is split over queues in proportion to their backlog (in messages); each queue
     takes the messages whose exact record sizes fit in its share, and at least one, so no
     queue is starved by a small budget. At most ``share / MIN_RECORD_SIZE + 1`` units are read
-    per queue, so a huge backlog costs no more than the budget does.
+    per queue (``MIN_RECORD_SIZE``: the smallest record), so a huge backlog costs no more than the
+    budget does.
     """
     keys = [k for k in sorted(end, key=split_key) if end[k] > start.get(k, end[k])]
     backlog = np.array([end[k] - start[k] for k in keys], np.int64)

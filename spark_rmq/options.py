@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rmqlog.access.reader import parse_tag_filter
+from rmqlog import parse_tag_filter
 from rmqlog.arguments import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN, utf8_problem
 from rmqlog.errors import InvalidArgumentError, StoreError
 from rmqlog.paths import root_arg, validate_group, validate_topic
@@ -278,7 +278,7 @@ def _key_options(options: Mapping[str, str], kw: dict[str, object], streaming: b
     if not raw:
         raise RmqLogOptionError(name, "must not be empty")
     if name == "msgId":
-        from rmqlog.log.msgid import is_uniq_key
+        from rmqlog import is_uniq_key
 
         if not is_uniq_key(raw):
             raise RmqLogOptionError(name, f"not a client msgId: {raw!r} (32 or 56 hex digits)")

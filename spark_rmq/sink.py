@@ -54,8 +54,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-from rmqlog import InvalidMessageError, InvalidTopicError, MessageStore
-from rmqlog.log.encode.columns import utf8_checked
+from rmqlog import InvalidMessageError, MessageStore, check_utf8_column
 
 from .errors import RmqLogOptionError, UnsupportedFieldError
 from .options import SinkOptions
@@ -128,7 +127,7 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
     for name in [n for n in names if n in hashed]:
         column = _array(table[name])
         if pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-            utf8_checked(column, name, error=InvalidTopicError if name == "topic" else InvalidMessageError)
+            check_utf8_column(column, name, topic=name == "topic")
     for name in UNSUPPORTED_YET:
         if name in names and table[name].null_count < n:
             row = int(np.flatnonzero(np.asarray(pc.is_valid(_array(table[name]))))[0])

@@ -1,8 +1,14 @@
 """spark-rmq's message store: RocketMQ 4.9's commitlog, consume queues and dispatcher in Python.
 
 No Spark import here: usable from plain Python, jobs, notebooks and the Spark data source.
+
+The public API (what code outside the store, the Spark source and the network side to come,
+may import; docs/store-api.md): the names of :data:`__all__`, and the modules named in
+:data:`PUBLIC_MODULES`. Every other module is the store's inside and may change with it
+(tests/test_layout.py checks that the Spark side imports nothing else).
 """
 
+from .access.window import parse_tag_filter
 from .allocator import pin_malloc_thresholds
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from .config_files import TopicConfig
@@ -29,9 +35,25 @@ from .errors import (
     TooManyOpenFilesError,
     WrongFileTypeError,
 )
+from .log.decode import MIN_RECORD_SIZE
+from .log.encode.columns import check_utf8_column
+from .log.msgid import is_uniq_key
+from .log.properties import WAITING_TOPICS
 from .message_store import MessageStore
-from .results import GetMessageResult, GetMessageStatus, PutMessageResult, PutMessageStatus
+from .results import (
+    GetMessageResult,
+    GetMessageStatus,
+    PutMessageResult,
+    PutMessageStatus,
+    StoredRecords,
+)
 from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
+
+#: Modules of the public API, beside the names of :data:`__all__`: the error family, result
+#: types, the message schema, the config, argument checks that raise the typed errors, store
+#: paths and name rules, time parsing, and file calls that never follow links.
+PUBLIC_MODULES = ("rmqlog.errors", "rmqlog.results", "rmqlog.schema", "rmqlog.config", "rmqlog.arguments",
+                  "rmqlog.paths", "rmqlog.times", "rmqlog.safe_open")
 
 #: Whether glibc's malloc thresholds were pinned at import (see :mod:`rmqlog.allocator`).
 MALLOC_PINNED = pin_malloc_thresholds()
@@ -41,6 +63,7 @@ __all__ = [
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "StoreBusyError", "StoreClosedError", "StoreNotFoundError",
     "TooManyOpenFilesError", "WrongFileTypeError",
-    "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus",
-    "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA",
+    "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "StoredRecords", "parse_tag_filter",
+    "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA", "MIN_RECORD_SIZE", "WAITING_TOPICS", "is_uniq_key", "check_utf8_column",
+    "PUBLIC_MODULES",
 ]

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from .access.appender import Appender
@@ -379,18 +380,43 @@ class MessageStore:
         ``tags`` is a subscription (``"*"`` or ``"A || B"``): units are filtered on their tag
         hash first, then the decoded messages on the exact TAGS string. ``group`` names the
         consumer (validated; reading does not commit anything). The status and
-        ``next_begin_offset`` follow RocketMQ (see :class:`rmqlog.results.GetMessageStatus`).
+        ``next_begin_offset`` follow RocketMQ: this is :meth:`read_window` as a table, without
+        a byte limit.
         Every message is checked (:mod:`rmqlog.access.reader`), its body CRC unless
         ``check_crc`` (default: the config's ``check_crc_on_read``) is false.
         """
         self._check_open()
         return self.reader.get_messages(group, topic, queue_id, offset, max_count, tags, check_crc)
 
+    def read_window(
+        self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, max_bytes: int | None = None,
+        tags: str | None = "*", until: int | None = None, check_crc: bool | None = None, raw: bool = False,
+    ) -> GetMessageResult:
+        """Read a window of a queue from ``offset``: RocketMQ's ``getMessage`` (statuses and next
+        offsets as :mod:`rmqlog.access.window` tabulates), at most ``max_count`` messages and,
+        after the first, ``max_bytes`` bytes of records (``None``: no limit), scanning no unit at
+        or past ``until``. ``raw=False``: the messages as ``messages`` (the message table);
+        ``raw=True``: the records byte-exact as ``records`` (:class:`rmqlog.results.StoredRecords`:
+        the bytes RocketMQ's pull responses carry, with their commitlog offsets, sizes and queue
+        offsets). Records retention deleted while the read was under way are skipped and named
+        in ``removed``. Checked as :meth:`get_messages` says; a bad argument raises
+        :class:`InvalidArgumentError` (``InvalidTopicError`` for a topic) naming it."""
+        self._check_open()
+        return self.reader.read_window(topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, tags=tags,
+                                       until=until, check_crc=check_crc, raw=raw)
+
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, check_crc: bool | None = None) -> pa.Table:
         """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table;
         checked as :meth:`get_messages` says. A read that retention overtook is clamped again."""
         self._check_open()
         return self.reader.read_queue(topic, queue_id, start, end, check_crc)
+
+    def record_sizes(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
+        """The record size (TOTALSIZE, bytes) of each message of ``[start, end)`` of a queue
+        (clamped to what it holds), from its consume queue without reading a record (0 for a
+        filler slot): what a byte budget is planned with."""
+        self._check_open()
+        return self.reader.record_sizes(topic, queue_id, start, end)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """The first queue offset whose store time is at or after ``ts_ms`` (max offset if none).

@@ -6,6 +6,7 @@ import datetime as dt
 import enum
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 
 
@@ -15,8 +16,8 @@ class GetMessageStatus(enum.Enum):
     FOUND = "FOUND"  # offset + units scanned
     NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"  # only filtered-out units: offset + units scanned
     MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"  # commitlog already deleted: offset + units scanned
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # offset > max: max (min when min is 0)
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"  # its consume-queue file went meanwhile: the queue's first offset now
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"  # offset > max: max (RocketMQ 4.9.4 on)
     OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"  # offset == max: offset
     OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"  # offset < min: min
     NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"  # no such queue: 0
@@ -28,15 +29,58 @@ class PutMessageStatus(enum.Enum):
 
 
 @dataclass(frozen=True)
+class StoredRecords:
+    """Records as they lie in the commitlog, byte-exact: what RocketMQ's pull and query
+    responses carry (its ``GetMessageResult`` buffers), one record after the other.
+
+    ``array`` holds one element per record (a ``large_binary`` array whose value offsets start
+    at 0), so :attr:`data` is the concatenation with no copy; ``commit_log_offsets``,
+    ``sizes`` (each record's TOTALSIZE: its element's length) and ``queue_offsets`` are int64
+    numpy arrays of the same length, in queue order.
+    """
+
+    array: pa.LargeBinaryArray
+    commit_log_offsets: np.ndarray
+    sizes: np.ndarray
+    queue_offsets: np.ndarray
+
+    @property
+    def data(self) -> pa.Buffer:
+        """The records' bytes, concatenated (a view of ``array``'s data buffer)."""
+        if not len(self.array):
+            return pa.py_buffer(b"")
+        return self.array.buffers()[2].slice(0, int(self.sizes.sum()))
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    @staticmethod
+    def empty() -> StoredRecords:
+        none = np.zeros(0, np.int64)
+        return StoredRecords(pa.array([], pa.large_binary()), none, none, none)
+
+
+@dataclass(frozen=True)
 class GetMessageResult:
+    """What a read of a window of a queue gives (RocketMQ's ``GetMessageResult``).
+
+    ``messages``: the messages as the message table (empty when the read asked for the stored
+    records); ``records``: the stored records byte-exact (:class:`StoredRecords`; ``None``
+    unless asked for). ``removed``: the queue offsets ``[start, end)`` of the window whose
+    records retention deleted while the read was under way (skipped; RocketMQ skips them
+    too), else ``None``.
+    """
+
     status: GetMessageStatus
     next_begin_offset: int
     min_offset: int
     max_offset: int
     messages: pa.Table
+    records: StoredRecords | None = None
+    removed: tuple[int, int] | None = None
 
     def __len__(self) -> int:
-        return self.messages.num_rows
+        return len(self.records) if self.records is not None else self.messages.num_rows
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,8 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "queue_id": st.integers(-1, 4),
     "group": st.sampled_from(["g", "G-1"]),
     "offset": st.integers(-1, 10), "start": st.integers(-1, 10), "end": st.integers(-1, 12),
-    "max_count": st.integers(-1, 40),
+    "max_count": st.integers(-1, 40), "max_bytes": st.one_of(st.none(), st.integers(-1, 4096)),
+    "until": st.one_of(st.none(), st.integers(-1, 12)), "raw": st.booleans(),
     "tags": st.sampled_from([None, "*", "a", "a || b", ""]),
     "keys": st.one_of(st.lists(st.sampled_from(KEYS), max_size=2), st.sampled_from(["k1 k2", ""])),
     "key": st.sampled_from(KEYS), "msg_id": st.sampled_from(["0A0B0C0D1234ABCDEF0123456789ABCD", "x"]),
@@ -228,6 +229,7 @@ METHODS = {
     "create_topic", "deliver_due", "dispatch", "flush", "flushed_offset", "get_messages", "max_offset",
     "message_by_id", "message_by_offset", "min_offset", "offset_for_timestamp", "open", "published_tail",
     "put", "put_batch", "put_batches", "query_by_key", "query_by_time", "query_by_unique_key", "read_queue",
+    "read_window", "record_sizes",
     "start_services", "stop_services", "topics", "verify", "writer_sequence",
 }
 

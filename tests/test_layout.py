@@ -14,7 +14,9 @@
 - one module loads the C helper (``rmqlog._native``): :mod:`rmqlog.native`, a leaf;
 - no module over 600 lines, in the store or the Spark side;
 - docs/architecture.md's module tables name every module of the store and of the Spark side
-  in exactly one row, and a store row's floor column names the units of its modules.
+  in exactly one row, and a store row's floor column names the units of its modules;
+- the Spark side imports from the store only its public API: the names of ``rmqlog.__all__``
+  and the modules of ``rmqlog.PUBLIC_MODULES``.
 """
 
 from __future__ import annotations
@@ -284,3 +286,48 @@ def test_the_table_check_reads_rows_and_floors() -> None:
     assert _module_name("_native.c") == "rmqlog._native"
     rows = _table_rows(TABLES["store"])
     assert (["parts.py"], "parts") in rows
+
+
+def _private_uses(path: Path, public: set[str], modules: set[str]) -> list[str]:
+    """What the source at ``path`` takes from ``rmqlog`` outside its public API: a name not in
+    ``rmqlog.__all__`` (imported, or read as ``rmqlog.<name>``), or a module not public."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "rmqlog":
+            if node.module == "rmqlog":
+                bad += [f"rmqlog.{a.name}" for a in node.names if a.name not in public and f"rmqlog.{a.name}" not in modules]
+            elif node.module not in modules:
+                bad.append(str(node.module))
+        elif isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.startswith("rmqlog.") and a.name not in modules]
+        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "rmqlog"
+              and node.attr not in public and f"rmqlog.{node.attr}" not in modules):
+            bad.append(f"rmqlog.{node.attr}")
+    return bad
+
+
+def _public_api() -> tuple[set[str], set[str]]:
+    import rmqlog
+
+    return set(rmqlog.__all__), set(rmqlog.PUBLIC_MODULES)
+
+
+def test_the_spark_side_uses_only_the_public_api() -> None:
+    """The Spark source and sink import from the store only its public API: the names of
+    ``rmqlog.__all__`` and the modules of ``rmqlog.PUBLIC_MODULES`` (docs/store-api.md)."""
+    public, modules = _public_api()
+    bad = [f"{p.relative_to(ROOT)}: {b}" for p in sorted((ROOT / "spark_rmq").rglob("*.py"))
+           for b in _private_uses(p, public, modules)]
+    assert bad == [], "private store imports: " + ", ".join(bad)
+
+
+def test_the_public_api_check_finds_private_uses(tmp_path: Path) -> None:
+    public, modules = _public_api()
+    src = tmp_path / "m.py"
+    src.write_text(
+        "import rmqlog\nimport rmqlog.errors\nimport rmqlog.log.decode\n"
+        "from rmqlog import MessageStore, safe_open, parts\nfrom rmqlog.queue.consume_queue import FILLER_SIZE\n"
+        "from rmqlog.paths import validate_topic\nx = rmqlog.GetMessageStatus.FOUND\ny = rmqlog.hashing\n"
+    )
+    assert _private_uses(src, public, modules) == ["rmqlog.log.decode", "rmqlog.parts", "rmqlog.queue.consume_queue",
+                                                   "rmqlog.hashing"]

@@ -20,39 +20,26 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .. import safe_open
-from ..arguments import int_arg, optional_bool_arg, queue_id_arg, text_arg
+from ..arguments import int_arg, optional_bool_arg, queue_id_arg
 from ..errors import (
     CorruptRecordError,
     CorruptStoreError,
     InvalidArgumentError,
     MessagesDeletedError,
 )
-from ..hashing import java_string_hash
 from ..log.decode import BadRecordError, RecordCheck, RecordColumns, empty_message_table
 from ..log.msgid import parse_offset_msg_id
 from ..log.record import ScanKind
 from ..paths import validate_group, validate_topic
 from ..queue.checked_read import read_unit_columns, read_units, unit_store_timestamp
 from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
-from ..results import GetMessageResult, GetMessageStatus
+from ..results import GetMessageResult
+from .window import read_window
 
 _T = TypeVar("_T")
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
-
-
-def parse_tag_filter(tags: str | None) -> set[str] | None:
-    """``"A || B"`` -> {"A", "B"}; ``"*"``, ``""`` or ``None`` -> None (everything). Anything
-    but a string that can be UTF-8 raises :class:`rmqlog.errors.InvalidArgumentError`."""
-    if tags is None:
-        return None
-    text_arg("tags", tags, empty=True)
-    parts = {t.strip() for t in tags.split("||")}
-    parts.discard("")
-    if not parts or "*" in parts:
-        return None
-    return parts
 
 
 class QueueReader:
@@ -96,47 +83,15 @@ class QueueReader:
     ) -> GetMessageResult:
         """RocketMQ's ``getMessage``; see :meth:`rmqlog.MessageStore.get_messages`."""
         validate_group(group)
-        validate_topic(topic)
-        queue_id, offset, max_count = int_arg("queue_id", queue_id), int_arg("offset", offset), int_arg("max_count", max_count)
-        if max_count <= 0:  # RocketMQ answers nothing useful either; say so instead
-            raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
-        wanted, check_crc = parse_tag_filter(tags), self.check_crc(check_crc)  # checked before any answer
-        empty = empty_message_table()
-        if queue_id < 0 or not self.queue_exists(topic, queue_id):
-            return GetMessageResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0, empty)
-        cq = self.parts.consume_queue(topic, queue_id)
-        lo, hi, floor = self.read_bounds(cq)
-        early = _status_outside(offset, lo, hi)
-        if early is not None:
-            return GetMessageResult(early[0], early[1], lo, hi, empty)
-        window = max_count if wanted is None else max(800, max_count)
-        units = cq.read(offset, min(window, hi - offset))
-        if not len(units):  # its consume-queue segment went meanwhile (retention): from the new start
-            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, max(offset, self.bounds(topic, queue_id)[0]), lo, hi, empty)
-        # units below the commitlog's first offset are not skipped here: from the queue's
-        # first live offset on, such a unit is damaged, and the read reports it
-        real = units["size"] != FILLER_SIZE
-        match = real
-        if wanted is not None:
-            codes = np.array([java_string_hash(t) for t in wanted], np.int64)
-            match = real & np.isin(units["tagsCode"].astype(np.int64), codes)
-        hits = np.flatnonzero(match)
-        if len(hits) >= max_count:
-            hits = hits[:max_count]
-            scanned = int(hits[-1]) + 1
-        else:
-            scanned = len(units)
-        if len(hits) == 0:
-            status = GetMessageStatus.MESSAGE_WAS_REMOVING if not real.any() else GetMessageStatus.NO_MATCHED_MESSAGE
-            return GetMessageResult(status, offset + scanned, lo, hi, empty)
-        try:
-            table = self.read_units(cq, topic, queue_id, offset, units, hits, floor, check_crc)
-        except MessagesDeletedError as gone:  # retention overtook the read: RocketMQ's status for it
-            return GetMessageResult(GetMessageStatus.MESSAGE_WAS_REMOVING, gone.end, lo, hi, empty)
-        if wanted is not None:
-            table = table.filter(pc.fill_null(pc.is_in(table["tags"], pa.array(sorted(wanted))), False))
-        status = GetMessageStatus.FOUND if table.num_rows else GetMessageStatus.NO_MATCHED_MESSAGE
-        return GetMessageResult(status, offset + scanned, lo, hi, table)
+        return self.read_window(topic, queue_id, offset, max_count=max_count, tags=tags, check_crc=check_crc)
+
+    def read_window(
+        self, topic: str, queue_id: int, offset: int, *, max_count: int, tags: str | None, check_crc: bool | None,
+        max_bytes: int | None = None, until: int | None = None, raw: bool = False,
+    ) -> GetMessageResult:
+        """A window of a queue (:mod:`rmqlog.access.window`); see :meth:`rmqlog.MessageStore.read_window`."""
+        return read_window(self, topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, tags=tags,
+                           until=until, check_crc=check_crc, raw=raw)
 
     def read_units(
         self, cq: ConsumeQueue, topic: str, queue_id: int, first: int, units: np.ndarray, rows: np.ndarray,
@@ -183,6 +138,19 @@ class QueueReader:
                                        floor, check_crc)
             except MessagesDeletedError as gone:
                 start = gone.end
+
+    def record_sizes(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray:
+        """TOTALSIZE of each message of ``[start, end)`` of a queue, from its units (0 for a
+        filler); clamped to what the queue holds. See :meth:`rmqlog.MessageStore.record_sizes`."""
+        validate_topic(topic)
+        queue_id, start, end = queue_id_arg(queue_id), int_arg("start", start), int_arg("end", end)
+        cq = self.parts.consume_queue(topic, queue_id)
+        lo, hi, _ = self.read_bounds(cq)
+        first, last = max(start, lo), min(end, hi)
+        if last <= first:
+            return np.zeros(0, np.int64)
+        sizes = cq.read(first, last - first)["size"].astype(np.int64)
+        return np.where(sizes == FILLER_SIZE, 0, sizes)
 
     def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int:
         """Binary search of a queue by store time; see :meth:`rmqlog.MessageStore.offset_for_timestamp`."""
@@ -256,16 +224,3 @@ class QueueReader:
         if row is None or row["msgId"] != msg_id.upper():
             return None
         return row
-
-
-def _status_outside(offset: int, lo: int, hi: int) -> tuple[GetMessageStatus, int] | None:
-    """RocketMQ's status and next offset for a read offset outside ``[lo, hi)``, else ``None``."""
-    if hi == 0:
-        return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0
-    if offset < lo:
-        return GetMessageStatus.OFFSET_TOO_SMALL, lo
-    if offset == hi:
-        return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
-    if offset > hi:
-        return GetMessageStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi  # RocketMQ: back to 0 when the queue starts at 0
-    return None

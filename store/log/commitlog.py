@@ -35,6 +35,7 @@ from .decode import (
     read_columns,
 )
 from .encode.batch import EncodedBatch
+from .gather import gather_slices
 from .mapped_file import MappedFile
 from .mapped_file_queue import MappedFileQueue
 from .open_files import OpenFiles
@@ -493,7 +494,7 @@ class CommitLog:
         offsets = np.asarray(offsets, np.int64)
         if len(offsets) == 0:
             return concat_tables([])
-        return concat_tables(self._read_parts(offsets, topic, check, tail, message_table))
+        return concat_tables(self._read_parts(offsets, topic, check, tail, lambda cols, _source, _at: message_table(cols)))
 
     def read_record_columns(
         self, offsets: np.ndarray, *, topic: str | None = None, check: RecordCheck | None = None,
@@ -502,11 +503,24 @@ class CommitLog:
         """The raw columns of the records at these offsets, one :class:`RecordColumns` per
         segment they lie in, in their order; checked and failing as :meth:`read_messages`
         (which decodes them further into the message table)."""
-        return self._read_parts(np.asarray(offsets, np.int64), topic, check, tail, lambda columns: columns)
+        return self._read_parts(np.asarray(offsets, np.int64), topic, check, tail, lambda cols, _source, _at: cols)
+
+    def read_stored_records(
+        self, offsets: np.ndarray, *, topic: str | None = None, check: RecordCheck | None = None,
+        tail: int | None = None,
+    ) -> list[tuple[RecordColumns, pa.LargeBinaryArray]]:
+        """The records at these offsets as stored (each record's TOTALSIZE bytes, copied with
+        one gather per segment while it is pinned), beside their raw columns, one pair per
+        segment they lie in; checked and failing as :meth:`read_messages` (the checks run
+        before the gather, so only records that passed them are copied)."""
+        def stored(cols: RecordColumns, source: pa.Buffer, at: np.ndarray) -> tuple[RecordColumns, pa.LargeBinaryArray]:
+            return cols, gather_slices(source, at, cols.header["totalSize"].astype(np.int64))
+
+        return self._read_parts(np.asarray(offsets, np.int64), topic, check, tail, stored)
 
     def _read_parts(
         self, offsets: np.ndarray, topic: str | None, check: RecordCheck | None, tail: int | None,
-        decode: Callable[[RecordColumns], _T],
+        decode: Callable[[RecordColumns, pa.Buffer, np.ndarray], _T],
     ) -> list[_T]:
         """``decode`` of the columns of each segment's part of ``offsets`` (see :meth:`read_messages`)."""
         seg_of = offsets // self.segment_size
@@ -529,17 +543,20 @@ class CommitLog:
                     raise BadRecordError("its commitlog segment was deleted", row=rows.start, offset=int(part[0]),
                                          against_unit=check.size is not None, path=str(seg.path))
                 if check is None:
-                    out.append(decode(read_columns(seg.buffer(), seg.start, part - seg.start, topic=topic)))
+                    at = part - seg.start
+                    source = seg.buffer()
+                    out.append(decode(read_columns(source, seg.start, at, topic=topic), source, at))
                 else:
                     limit = seg.size if tail is None else min(seg.size, tail - seg.start)
                     out.append(self._read_checked(seg, part - seg.start, topic, check.rows(rows, limit), rows.start, decode))
         return out
 
     def _read_checked(self, seg: MappedFile, positions: np.ndarray, topic: str | None, check: RecordCheck,
-                      first_row: int, decode: Callable[[RecordColumns], _T]) -> _T:
+                      first_row: int, decode: Callable[[RecordColumns, pa.Buffer, np.ndarray], _T]) -> _T:
         """``decode`` of a checked read over one segment; errors name the segment and the row of the read."""
         try:
-            return decode(read_columns(seg.buffer(), seg.start, positions, topic=topic, check=check))
+            source = seg.buffer()
+            return decode(read_columns(source, seg.start, positions, topic=topic, check=check), source, positions)
         except BadRecordError as e:
             raise BadRecordError(e.reason, row=first_row + e.row, offset=int(e.offset or 0), against_unit=e.against_unit,
                                  path=str(seg.path)) from None

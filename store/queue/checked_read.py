@@ -74,6 +74,16 @@ def read_unit_columns(
     return _checked(commitlog.read_record_columns, commitlog, cq, units, logical, topic, queue_id, floor, tail, check_crc)
 
 
+def read_unit_records(
+    commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: np.ndarray, *, topic: str, queue_id: int,
+    floor: int, tail: int, check_crc: bool,
+) -> list[tuple[RecordColumns, pa.LargeBinaryArray]]:
+    """:func:`read_units` (the same checks and errors) giving the records as stored, byte-exact,
+    beside their raw columns, one pair per commitlog segment
+    (:meth:`rmqlog.log.commitlog.CommitLog.read_stored_records`)."""
+    return _checked(commitlog.read_stored_records, commitlog, cq, units, logical, topic, queue_id, floor, tail, check_crc)
+
+
 def _checked(
     read: Callable[..., _T], commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: np.ndarray, topic: str,
     queue_id: int, floor: int, tail: int, check_crc: bool,
@@ -204,4 +214,4 @@ def _store_timestamp(commitlog: CommitLog, off: int, size: int, topic: str, queu
     return rec.store_timestamp
 
 
-__all__ = ["read_units", "read_unit_columns", "check_bounds", "unit_store_timestamp", "deleted_error"]
+__all__ = ["read_units", "read_unit_columns", "read_unit_records", "check_bounds", "unit_store_timestamp", "deleted_error"]

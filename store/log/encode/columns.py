@@ -15,7 +15,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ...errors import InvalidMessageError, InvalidTopicError, MessageTooLargeError, QueueIdError
+from ...arguments import bool_arg, text_arg
+from ...errors import (
+    InvalidArgumentError,
+    InvalidMessageError,
+    InvalidTopicError,
+    MessageTooLargeError,
+    QueueIdError,
+)
 from ...paths import topic_problem
 from ...schema import PUT_COLUMNS
 from .arrays import (
@@ -74,6 +81,18 @@ def as_string(col: pa.Array, field: str, error: type[InvalidMessageError] = Inva
             raise error(f"cannot be held as a string column: {exc}", row=None, field=field) from None
     utf8_checked(col, field, error=error)
     return col
+
+
+def check_utf8_column(column: object, field: object, *, topic: object = False) -> None:
+    """The public form of :func:`utf8_checked` (``rmqlog.check_utf8_column``), for callers that
+    compute on a string column before putting it (the Spark sink hashes keys and topics):
+    raises :class:`InvalidTopicError` (``topic=True``) or :class:`InvalidMessageError` naming
+    the row of the first value of ``column`` (a string or large_string array) that is not
+    UTF-8, as a put would; :class:`InvalidArgumentError` for anything else."""
+    field, topic = text_arg("field", field), bool_arg("topic", topic)
+    if not isinstance(column, pa.Array) or not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+        raise InvalidArgumentError(f"column must be a string array, got {type(column).__name__}")
+    utf8_checked(column, field, error=InvalidTopicError if topic else InvalidMessageError)
 
 
 def utf8_checked(col: pa.Array, field: str, parent: np.ndarray | None = None,

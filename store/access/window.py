@@ -1,0 +1,217 @@
+"""One read of a window of a queue: RocketMQ's ``getMessage`` (``DefaultMessageStore``, 4.9.8),
+answered as the message table or as the stored records byte-exact.
+
+Every read of messages by queue position for a consumer goes through :func:`read_window`:
+``get_messages`` (the store's ``getMessage``), the Spark source's tasks, and the network
+side's pull to come. The rules, each RocketMQ's unless said:
+
+| case | status | next offset |
+|---|---|---|
+| no such queue | ``NO_MATCHED_LOGIC_QUEUE`` | 0 |
+| the queue is empty (max offset 0) | ``NO_MESSAGE_IN_QUEUE`` | 0 |
+| offset < min offset | ``OFFSET_TOO_SMALL`` | min offset |
+| offset == max offset | ``OFFSET_OVERFLOW_ONE`` | offset |
+| offset > max offset | ``OFFSET_OVERFLOW_BADLY`` | max offset |
+| the consume-queue file holding offset went meanwhile (retention) | ``OFFSET_FOUND_NULL`` | the queue's min offset now (1) |
+| a message found | ``FOUND`` | offset + units scanned |
+| none found, a matching unit's record deleted meanwhile (or a filler) | ``MESSAGE_WAS_REMOVING`` | offset + units scanned |
+| none found, every unit filtered out | ``NO_MATCHED_MESSAGE`` | offset + units scanned |
+
+(1) RocketMQ answers the first offset of the next consume-queue file; a consumer that goes
+there gets ``OFFSET_TOO_SMALL`` and then the min offset, where this read sends it at once.
+A consume-queue file missing *inside* the queue (the min offset is at or below ``offset``)
+is damage: :class:`rmqlog.errors.CorruptStoreError` naming the folder.
+
+The scan: at most ``max(800, max_count)`` units (RocketMQ's ``max(16000 bytes, maxMsgNums
+units)``), never past the max offset, ``until`` or the end of the consume-queue file holding
+``offset`` (a RocketMQ pull never crosses one). Units are filtered on their tag hash; before
+each unit, RocketMQ's ``isTheBatchFull``: once a message is taken, the batch is full when
+``max_count`` are taken or when the unit's size would carry the bytes taken past
+``max_bytes`` (whatever the unit is: a filtered-out unit ends the batch too). So the first
+matching message is always returned, however large. The scan stops at the first such unit:
+that is what "units scanned" counts. All of it is numpy over the window's units.
+
+Then the messages taken are read and checked (:mod:`rmqlog.queue.checked_read`): decoded into
+the message table, or gathered as stored (:class:`rmqlog.results.StoredRecords`, one gather
+per commitlog segment). Both then keep only the exact tags asked for (a tag hash can
+collide), so the stored records decode to exactly the table. The retention race, handled
+here once: units that point at or past the commitlog's first offset when the bounds were
+taken but below it now lost their records while the read was under way; they are skipped,
+as RocketMQ skips them, and reported in ``removed`` (the Spark source turns them into its
+data-loss policy). A read that retention overtakes during the record read is planned again
+(each retry is against a higher first offset: it ends).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..arguments import bool_arg, int_arg, optional_int_arg, text_arg
+from ..errors import CorruptStoreError, InvalidArgumentError, MessagesDeletedError
+from ..hashing import java_string_hash
+from ..log.decode import RecordColumns, empty_message_table
+from ..log.properties import PROPERTY_TAGS, ParsedProperties
+from ..paths import validate_topic
+from ..queue.checked_read import read_unit_records, read_units
+from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
+from ..results import GetMessageResult, GetMessageStatus, StoredRecords
+
+if TYPE_CHECKING:
+    from ..parts import StoreParts
+
+#: Units a filtered read scans at least (RocketMQ: ``max(16000, maxMsgNums * 20)`` bytes of units).
+SCAN_UNITS = 800
+
+
+class Reader(Protocol):
+    """What a window read needs of :class:`rmqlog.access.reader.QueueReader` (which imports this module)."""
+
+    parts: StoreParts
+
+    def queue_exists(self, topic: str, queue_id: int) -> bool: ...
+    def read_bounds(self, cq: ConsumeQueue) -> tuple[int, int, int]: ...
+    def check_crc(self, check_crc: object) -> bool: ...
+
+
+def parse_tag_filter(tags: object) -> set[str] | None:
+    """``"A || B"`` -> {"A", "B"}; ``"*"``, ``""`` or ``None`` -> None (everything). Anything
+    but a string that can be UTF-8 raises :class:`rmqlog.errors.InvalidArgumentError`."""
+    if tags is None:
+        return None
+    text = text_arg("tags", tags, empty=True)
+    parts = {t.strip() for t in text.split("||")}
+    parts.discard("")
+    if not parts or "*" in parts:
+        return None
+    return parts
+
+
+def read_window(
+    reader: Reader, topic: str, queue_id: int, offset: int, *, max_count: int, max_bytes: int | None,
+    tags: str | None, until: int | None, check_crc: bool | None, raw: bool,
+) -> GetMessageResult:
+    """The window of ``topic``/``queue_id`` from ``offset`` (see the module docstring): at most
+    ``max_count`` messages and ``max_bytes`` bytes of records (``None``: no limit), the units
+    before ``until`` only (``None``: to the queue's end), as the message table or, with
+    ``raw``, as the stored records. Arguments are checked first:
+    :class:`rmqlog.errors.InvalidArgumentError` / ``InvalidTopicError`` naming the argument.
+    A damaged unit or record raises :class:`rmqlog.errors.CorruptQueueError` /
+    :class:`rmqlog.errors.CorruptRecordError`."""
+    validate_topic(topic)
+    queue_id, offset = int_arg("queue_id", queue_id), int_arg("offset", offset)
+    max_count = int_arg("max_count", max_count)
+    if max_count <= 0:  # RocketMQ answers nothing useful either; say so instead
+        raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
+    max_bytes = optional_int_arg("max_bytes", max_bytes, 1)
+    until = optional_int_arg("until", until)
+    if until is not None and until <= offset:
+        raise InvalidArgumentError(f"until ({until}) must be past offset ({offset})")
+    wanted, check_crc, raw = parse_tag_filter(tags), reader.check_crc(check_crc), bool_arg("raw", raw)
+    empty = StoredRecords.empty() if raw else None
+
+    def result(status: GetMessageStatus, next_offset: int, lo: int = 0, hi: int = 0, **kw: object) -> GetMessageResult:
+        return GetMessageResult(status, next_offset, lo, hi, empty_message_table(), empty, **kw)  # type: ignore[arg-type]
+
+    if queue_id < 0 or not reader.queue_exists(topic, queue_id):
+        return result(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
+    cq = reader.parts.consume_queue(topic, queue_id)
+    lo, hi, floor = reader.read_bounds(cq)
+    early = status_outside(offset, lo, hi)
+    if early is not None:
+        return result(early[0], early[1], lo, hi)
+    per = cq.units_per_segment
+    file_end = offset - offset % per + per
+    stop = min(hi, offset + max(SCAN_UNITS, max_count), file_end, until if until is not None else hi)
+    units = cq.read(offset, stop - offset)
+    if not len(units):  # the file holding ``offset`` is not there
+        now_lo = reader.read_bounds(cq)[0]
+        if now_lo <= offset:
+            raise CorruptStoreError(f"consume-queue segment holding queue offset {offset} is missing", path=str(cq.directory))
+        return result(GetMessageStatus.OFFSET_FOUND_NULL, now_lo, lo, hi, removed=(offset, now_lo))
+    off, size = units["offset"].astype(np.int64), units["size"].astype(np.int64)
+    real = size != FILLER_SIZE
+    match = real
+    if wanted is not None:
+        codes = np.array([java_string_hash(t) for t in wanted], np.int64)
+        match = real & np.isin(units["tagsCode"].astype(np.int64), codes)
+    commitlog = reader.parts.commitlog
+    while True:
+        # records at or past ``floor`` but below the first offset now: deleted since the bounds
+        # were taken (a unit below ``floor`` is damage, and its read says so)
+        removed = match & (off >= floor) & (off < commitlog.min_offset())
+        taken, scanned = batch_taken(match & ~removed, size, real, max_count, max_bytes)
+        rows = np.flatnonzero(taken)
+        gone = np.flatnonzero(removed[:scanned])
+        lost = (offset + int(gone[0]), offset + int(gone[-1]) + 1) if len(gone) else None
+        if not len(rows):
+            status = GetMessageStatus.MESSAGE_WAS_REMOVING if len(gone) or not real[:scanned].all() \
+                else GetMessageStatus.NO_MATCHED_MESSAGE
+            return result(status, offset + scanned, lo, hi, removed=lost)
+        logical = offset + rows.astype(np.int64)
+        args = dict(topic=topic, queue_id=queue_id, floor=floor, tail=reader.parts.published_tail(), check_crc=check_crc)
+        try:
+            if raw:
+                records = _exact_tags(read_unit_records(commitlog, cq, units[rows], logical, **args), wanted)  # type: ignore[arg-type]
+                messages = empty_message_table()
+            else:
+                messages = read_units(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
+                records = None
+                if wanted is not None:
+                    messages = messages.filter(pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False))
+        except MessagesDeletedError:  # retention overtook the record read: plan again against the new first offset
+            continue
+        found = len(records) if records is not None else messages.num_rows
+        status = GetMessageStatus.FOUND if found else GetMessageStatus.NO_MATCHED_MESSAGE
+        return GetMessageResult(status, offset + scanned, lo, hi, messages, records, lost)
+
+
+def batch_taken(
+    candidate: np.ndarray, size: np.ndarray, real: np.ndarray, max_count: int, max_bytes: int | None,
+) -> tuple[np.ndarray, int]:
+    """(which of the ``candidate`` units are taken, units scanned) under RocketMQ's
+    ``isTheBatchFull``, checked before every unit: once one is taken, the batch is full at the
+    first unit when ``max_count`` are taken or when its ``size`` would carry the bytes taken
+    past ``max_bytes``. Fillers (not ``real``) are no record: their size is no size."""
+    before = np.cumsum(candidate) - candidate  # taken before each unit, had nothing stopped
+    full = before >= max_count
+    if max_bytes is not None:
+        sizes = np.where(candidate, size, 0)
+        full |= (before >= 1) & real & (np.cumsum(sizes) - sizes + size > max_bytes)
+    stops = np.flatnonzero(full)
+    scanned = int(stops[0]) if len(stops) else len(candidate)
+    return candidate[:scanned], scanned
+
+
+def _exact_tags(parts: list[tuple[RecordColumns, pa.LargeBinaryArray]], wanted: set[str] | None) -> StoredRecords:
+    """One :class:`StoredRecords` of the per-segment reads, keeping the exact tags ``wanted``."""
+    cols = [c for c, _ in parts]
+    # a gather's and a concatenation's value offsets start at 0: ``data`` is the records
+    array = parts[0][1] if len(parts) == 1 else pa.concat_arrays([a for _, a in parts])
+    commit_log_offsets = np.concatenate([c.offsets for c in cols]).astype(np.int64)
+    sizes = np.concatenate([c.header["totalSize"] for c in cols]).astype(np.int64)
+    queue_offsets = np.concatenate([c.header["queueOffset"] for c in cols]).astype(np.int64)
+    if wanted is not None:
+        tags = pa.concat_arrays([ParsedProperties(c.properties).column(PROPERTY_TAGS) for c in cols])
+        keep = pc.fill_null(pc.is_in(tags, pa.array(sorted(wanted), pa.string())), False)
+        if not pc.all(keep).as_py():  # a hash collision (rare): the kept ones copied again
+            mask = keep.to_numpy(zero_copy_only=False)
+            array = pa.concat_arrays([array.filter(keep)])
+            commit_log_offsets, sizes, queue_offsets = commit_log_offsets[mask], sizes[mask], queue_offsets[mask]
+    return StoredRecords(array, commit_log_offsets, sizes, queue_offsets)
+
+
+def status_outside(offset: int, lo: int, hi: int) -> tuple[GetMessageStatus, int] | None:
+    """RocketMQ's status and next offset for a read offset outside ``[lo, hi)``, else ``None``."""
+    if hi == 0:
+        return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0
+    if offset < lo:
+        return GetMessageStatus.OFFSET_TOO_SMALL, lo
+    if offset == hi:
+        return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+    if offset > hi:
+        return GetMessageStatus.OFFSET_OVERFLOW_BADLY, hi  # RocketMQ 4.9.4 on (before: 0 when min was 0)
+    return None
