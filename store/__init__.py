@@ -4,6 +4,7 @@ No Spark import here: usable from plain Python, jobs, notebooks and the Spark da
 """
 
 from .allocator import pin_malloc_thresholds
+from .clock import Clock, ManualClock, SystemClock
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from .config_files import TopicConfig
 from .errors import (
@@ -37,7 +38,7 @@ from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
 MALLOC_PINNED = pin_malloc_thresholds()
 
 __all__ = [
-    "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
+    "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore", "Clock", "ManualClock", "SystemClock",
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "StoreBusyError", "StoreClosedError", "StoreNotFoundError",
     "TooManyOpenFilesError", "WrongFileTypeError",

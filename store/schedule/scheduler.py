@@ -53,7 +53,6 @@ import fcntl
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -114,7 +113,8 @@ class DelayScheduler:
     """Delivers the delayed messages of the store of ``parts`` (see the module docstring).
 
     ``levels_ms``: the delay of each level, level 1 first. ``put``: the store's put path;
-    ``reader``: its read path; ``wall_ms``: the clock (tests drive it)."""
+    ``reader``: its read path; ``wall_ms``: the clock (default: the store's, :mod:`rmqlog.clock`;
+    tests drive it, or the store's manual clock)."""
 
     name = "rmq-scheduler"
     repeat_when_busy = True
@@ -129,7 +129,7 @@ class DelayScheduler:
         self.put = put
         self.levels_ms = levels_ms
         self.interval_s = interval_ms / 1000.0
-        self.wall_ms = wall_ms or (lambda: time.time_ns() // 1_000_000)
+        self.wall_ms = wall_ms or parts.clock.wall_ms
         self.offsets_path = parts.paths.config_dir / FILE_NAME
         self.lock_path = parts.paths.root / LOCK_NAME
         self.last_error: BaseException | None = None
@@ -144,7 +144,7 @@ class DelayScheduler:
         self._confirmed: dict[tuple[int, int], int] = {}  # (level, file's offset) -> confirmed
 
     def now_ms(self) -> int:
-        """The scheduler's clock (``wall_ms``, which tests drive)."""
+        """The scheduler's clock (``wall_ms``: the store's clock unless a test set another)."""
         return self.wall_ms()
 
     # ----------------------------------------------------------- service
