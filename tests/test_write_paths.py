@@ -183,7 +183,7 @@ def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
 
     def slow_write(i: int) -> None:
         release.wait(5)
-        time.sleep(0.01)
+        time.sleep(0.01)  # (a slow write on the pipeline's thread, so later chunks queue behind it)
         alive_at_end.append(refs[i]() is not None)
 
     with _Pipeline(99) as pipe:
@@ -313,7 +313,7 @@ def test_a_forked_child_can_still_append(tmp_path: Path, write_path: str) -> Non
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             pytest.fail("the forked child's put_batch hung")
-        time.sleep(0.05)
+        time.sleep(0.05)  # (waits for the forked child)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert [r.body for r in walk(tmp_path / "child")] == t["body"].to_pylist()
 
