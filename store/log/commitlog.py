@@ -4,6 +4,10 @@ Segments are ``<root>/commitlog/<20-digit start offset>`` of ``mapped_file_size_
 bytes; records are laid out as :mod:`rmqlog.log.record` says; each full segment ends with a blank
 record. Appends happen under the store's append lock (see :mod:`rmqlog.log.append_state`);
 reads are lock-free and never go past the published tail the caller passes in.
+
+A record's STORETIMESTAMP is the store's clock (:mod:`rmqlog.clock`) read under the append
+lock, raised to the append state's ``storeTimestamp`` when the clock is behind it: store
+times never go back within a store, whatever the clock does.
 """
 
 from __future__ import annotations

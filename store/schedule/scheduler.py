@@ -18,6 +18,12 @@ level's configured delay is at most the pass's time. So neither a caller's ``now
 wall clock that went back, nor a damaged tagsCode makes a delivery early; a clock that went
 back delays deliveries by as much (store times never go back: :mod:`rmqlog.log.commitlog`).
 
+The clock. A pass's time is ``now_ms`` or the store's clock (:mod:`rmqlog.clock`, given at
+open), which is also the clock of the store times: with a :class:`rmqlog.clock.ManualClock`
+a test puts a delayed or timed message, moves the clock past its due time and runs a pass,
+without waiting. Timed messages go by the clock alone (read before the pass takes the append
+lock, less 1 ms: :mod:`rmqlog.schedule.timer`), never by a later ``now_ms``.
+
 Levels removed from ``message_delay_level`` (a store reopened with fewer levels): their
 queues are still delivered, with the delay of the last level still configured, and a warning
 names the levels and how many messages wait there.
