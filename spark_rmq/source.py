@@ -22,7 +22,6 @@ import datetime as dt
 import functools
 import logging
 import sys
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
@@ -52,7 +51,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from rmqlog import MessageStore
+from rmqlog import MessageStore, SystemClock
 
 from .offsets import (
     Offsets,
@@ -326,7 +325,9 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         #: planning and then partitioning the same batch warn once, not twice
         self._skipped: Offsets = {}
         self._went_back: dict[str, tuple[int, int]] = {}  # queue -> (read to, its end) reported
-        self.clock = time.monotonic
+        #: seconds that never go back, for admission control (``minOffsetsPerTrigger``'s wait);
+        #: the driver's own process clock (tests set another)
+        self.clock: Callable[[], float] = SystemClock().monotonic
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -336,7 +337,7 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self.clock = time.monotonic
+        self.clock = SystemClock().monotonic
 
     @property
     def store(self) -> MessageStore:

@@ -10,6 +10,7 @@ may import; docs/store-api.md): the names of :data:`__all__`, and the modules na
 
 from .access.window import parse_tag_filter
 from .allocator import pin_malloc_thresholds
+from .clock import Clock, ManualClock, SystemClock
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from .config_files import TopicConfig
 from .errors import (
@@ -59,7 +60,7 @@ PUBLIC_MODULES = ("rmqlog.errors", "rmqlog.results", "rmqlog.schema", "rmqlog.co
 MALLOC_PINNED = pin_malloc_thresholds()
 
 __all__ = [
-    "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore",
+    "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore", "Clock", "ManualClock", "SystemClock",
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "StoreBusyError", "StoreClosedError", "StoreNotFoundError",
     "TooManyOpenFilesError", "WrongFileTypeError",

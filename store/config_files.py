@@ -28,7 +28,6 @@ from __future__ import annotations
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,6 +35,7 @@ from typing import Any
 
 from . import safe_open
 from .arguments import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN, offset_arg, queue_id_arg
+from .clock import SYSTEM_CLOCK
 from .errors import ConfigError, CorruptStoreError, InvalidGroupError, WrongFileTypeError
 from .fileio import InterProcessLock, replace_file
 from .paths import topic_problem, validate_group, validate_topic
@@ -199,7 +199,11 @@ def _decode_topics(path: Path, raw: Any) -> tuple[dict[str, TopicConfig], dict[s
 class TopicConfigManager:
     """``topics.json``: queues per topic; unknown topics auto-created when allowed."""
 
-    def __init__(self, path: Path, lock: InterProcessLock, *, default_queues: int, auto_create: bool) -> None:
+    def __init__(
+        self, path: Path, lock: InterProcessLock, *, default_queues: int, auto_create: bool,
+        wall_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
+    ) -> None:
+        self.wall_ms = wall_ms  # the store's clock: the dataVersion's timestamp
         self.path = path
         self.lock = lock
         self.default_queues = default_queues
@@ -244,7 +248,7 @@ class TopicConfigManager:
     def _write(self) -> None:
         body = {
             "dataVersion": {"counter": int(self._data_version.get("counter", 0)) + 1,
-                            "timestamp": int(time.time() * 1000)},
+                            "timestamp": self.wall_ms()},
             "topicConfigTable": dict(sorted({**self._skipped, **{name: tc.to_json() for name, tc in self._topics.items()}}.items())),
         }
         replace_file(self.path, dump_fastjson(body), keep_backup=True)
@@ -394,7 +398,7 @@ def set_aside_if_unreadable(path: Path, decode: Callable[[Any], Any] | None = No
         return None
     except CorruptStoreError:
         pass
-    stamp = int(time.time() * 1000)
+    stamp = SYSTEM_CLOCK.wall_ms()  # (only a name: a store's clock, say a test's, need not give unique ones)
     moved = [safe_open.set_aside(candidate, stamp)  # (a link is moved itself, its target untouched)
              for candidate in (path, path.with_name(path.name + ".bak")) if safe_open.kind(candidate) is not None]
     return moved[0] if moved else None

@@ -40,6 +40,7 @@ from .arguments import (
     text_arg,
 )
 from .catalog import Catalog
+from .clock import Clock, clock_arg
 from .config import StoreConfig
 from .config_files import TopicConfig
 from .durability.flush import AsyncFlusher
@@ -86,12 +87,14 @@ class MessageStore:
 
     def __init__(
         self, root: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False,
-        create: bool = True, read_only: bool = False,
+        create: bool = True, read_only: bool = False, clock: Clock | None = None,
     ) -> None:
         if config is not None and not isinstance(config, StoreConfig):
             raise InvalidArgumentError(f"config must be a StoreConfig or None, got {type(config).__name__}")
         repair, create, read_only = bool_arg("repair", repair), bool_arg("create", create), bool_arg("read_only", read_only)
         self.config = config or StoreConfig()
+        #: where every part of the store reads the time (:mod:`rmqlog.clock`)
+        self.clock = clock_arg(clock)
         self.paths = StorePaths(root_arg(root))
         #: opened read-only (:mod:`rmqlog.read_only`): nothing is written, changes are refused
         self.read_only = read_only
@@ -99,7 +102,7 @@ class MessageStore:
             raise InvalidArgumentError("repair needs a normal open: a read-only open changes nothing")
         prepare_root(self.paths, create=create, read_only=read_only)  # (config/ is made once the store is owned)
         self._closed = False
-        self.parts = StoreParts(self.config, self.paths, read_only=read_only)
+        self.parts = StoreParts(self.config, self.paths, read_only=read_only, clock=self.clock)
         self._owner: StoreLockFile | None = None
         owned: Ownership | None = None
         try:
@@ -130,7 +133,7 @@ class MessageStore:
         self.topic_config, self.consumer_offsets, self.checkpoint_file = parts.topic_config, parts.consumer_offsets, parts.checkpoint_file
         #: the store's one background thread: the flusher (ASYNC_FLUSH), the preparer, the
         #: dispatcher and retention once started
-        self.services = ServiceLoop()
+        self.services = ServiceLoop(clock=self.clock.monotonic)
         self.appender = Appender(parts, self.services)
         self.preparer = self.appender.preparer
         self.reader = QueueReader(parts)
@@ -166,14 +169,14 @@ class MessageStore:
                 self.flush_service,
                 interval_ms=self.config.flush_interval_commit_log,
                 least_pages=self.config.flush_commit_log_least_pages,
-                thorough_interval_ms=self.config.flush_commit_log_thorough_interval,
+                thorough_interval_ms=self.config.flush_commit_log_thorough_interval, clock=self.clock.monotonic,
             )
             self.services.add(self.flusher)
 
     @classmethod
     def open(
         cls, root: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False,
-        create: bool = True, read_only: bool = False,
+        create: bool = True, read_only: bool = False, clock: Clock | None = None,
     ) -> MessageStore:
         """Open (creating if needed) the store at ``root``.
 
@@ -193,8 +196,16 @@ class MessageStore:
         ``read_only``: look without changing anything (no recovery, no dispatch, no file
         created or written, changes refused with :class:`rmqlog.errors.ReadOnlyStoreError`;
         see :mod:`rmqlog.read_only`). A root that holds no store raises ``StoreNotFoundError``.
+
+        ``clock``: where the store reads the time (:mod:`rmqlog.clock`; default the system
+        clock): store and born times, due times of delayed and timed messages, retention, the
+        services' intervals. A test gives a :class:`rmqlog.clock.ManualClock` and moves it
+        instead of sleeping: ``clock.advance(1000)`` then ``deliver_due()`` delivers what a
+        second's delay kept (timed messages too: a pass covers up to the clock's time minus
+        1 ms). Store times still never go back when the clock does. Anything but a clock
+        raises :class:`InvalidArgumentError`.
         """
-        return cls(root, config, repair=repair, create=create, read_only=read_only)
+        return cls(root, config, repair=repair, create=create, read_only=read_only, clock=clock)
 
     def __enter__(self) -> MessageStore:
         return self
@@ -348,8 +359,8 @@ class MessageStore:
         self.services.remove(self.dispatcher)
 
     def deliver_due(self, now_ms: int | None = None) -> int:
-        """One scheduler pass as of ``now_ms`` (default: now): every delayed message due by
-        then is appended to its real topic and queue, exactly once (:mod:`rmqlog.schedule.scheduler`).
+        """One scheduler pass as of ``now_ms`` (default: the store's clock; timed messages go
+        by the clock alone, up to its time less 1 ms): every delayed message due by then is appended to its real topic and queue, exactly once (:mod:`rmqlog.schedule.scheduler`).
         Returns how many were delivered. The background service (:meth:`start_services`)
         runs a pass every 100 ms; the Spark source runs one before planning each micro-batch."""
         self._check_open("deliver_due")

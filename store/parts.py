@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import safe_open
+from .clock import SYSTEM_CLOCK, Clock
 from .config import StoreConfig
 from .config_files import ConsumerOffsetManager, TopicConfigManager
 from .durability.checkpoint import CheckpointFile
@@ -43,9 +44,13 @@ class StoreParts:
     releases them if opening fails); :meth:`close_files` unmaps and closes every file.
     """
 
-    def __init__(self, config: StoreConfig, paths: StorePaths, *, read_only: bool = False) -> None:
+    def __init__(
+        self, config: StoreConfig, paths: StorePaths, *, read_only: bool = False, clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.config = config
         self.paths = paths
+        #: the store's clock (:mod:`rmqlog.clock`): every part that reads the time reads it
+        self.clock = clock
         safe_open.register_root(paths.root)  # below it no link is followed (released with the locks)
         #: every file is opened read-only and none is created (see :mod:`rmqlog.read_only`)
         self.read_only = read_only
@@ -66,6 +71,7 @@ class StoreParts:
         self.topic_config = TopicConfigManager(
             paths.topics_json, self.config_lock,
             default_queues=config.default_topic_queue_nums, auto_create=config.auto_create_topic_enable,
+            wall_ms=self.clock.wall_ms,
         )
         self.consumer_offsets = ConsumerOffsetManager(paths.consumer_offset_json, self.config_lock)
         #: the commitlog segments and consume-queue files held open, at most
@@ -73,6 +79,7 @@ class StoreParts:
         self.open_files = OpenFiles(config.max_open_mapped_files)
         self.commitlog = CommitLog(
             paths.commitlog_dir, config.mapped_file_size_commit_log, read_only=read_only, open_files=self.open_files,
+            clock=self.clock,
         )
         self.queues = ConsumeQueues(
             paths, config.mapped_file_size_consume_queue, read_only=read_only, open_files=self.open_files,
@@ -83,7 +90,7 @@ class StoreParts:
             self.commitlog, self.queues.get, self.queues.all, self.published_tail,
             paths.dispatch_state, self.dispatch_lock, config.reput_interval_ms,
         )
-        self.checkpoint_file = CheckpointFile(paths.checkpoint)
+        self.checkpoint_file = CheckpointFile(paths.checkpoint, self.clock.wall_ms)
         self.flush_service = FlushService(
             self.commitlog, self.append_state, self.flush_lock,
             FlushStateFile(paths.flush_state, read_only=read_only), self.checkpoint_file, paths.consumequeue_dir,
@@ -98,6 +105,7 @@ class StoreParts:
                 index_config = store_index_config(paths.config_dir, configured, read_only=read_only)
             self.index_service = index = IndexService.open(
                 paths.root, index_config, writable=not read_only, repair=(repair or first) and not read_only,
+                now_ms=self.clock.wall_ms,
             )
             self.dispatcher.index_hook = lambda cols, parsed: index_records(index, cols, parsed)
             self.flush_service.index_flush = index.flush

@@ -45,11 +45,11 @@ import os
 import stat
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from .clock import SYSTEM_CLOCK
 from .errors import WrongFileTypeError
 
 FILE = "a file"
@@ -457,7 +457,8 @@ def set_aside(path: PathLike, now_ms: int | None = None) -> Path:
     """Rename what is at ``path`` (a file, a folder, a link: the name itself, never its
     content or a link's target) to ``<name>.damaged-<ms>`` beside it, for a person to look
     at; it is never read or removed by the store again. Returns the new path."""
-    stamp = int(time.time() * 1000) if now_ms is None else now_ms
+    # (the time is only a name: the system clock, whatever a store's clock; a name taken gets a -k)
+    stamp = SYSTEM_CLOCK.wall_ms() if now_ms is None else now_ms
     p = Path(path)
     for k in range(1000):
         moved = p.with_name(f"{p.name}{DAMAGED}{stamp}" + (f"-{k}" if k else ""))

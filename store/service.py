@@ -32,9 +32,10 @@ from __future__ import annotations
 import logging
 import math
 import threading
-import time
 from collections.abc import Callable
 from typing import Protocol
+
+from .clock import SYSTEM_CLOCK
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,8 @@ class Service(Protocol):
 class ServiceLoop:
     """One daemon thread running registered :class:`Service` objects when due.
 
-    ``clock`` (default ``time.monotonic``) gives ``now``; the thread sleeps on a condition
+    ``clock`` (default: the system's monotonic clock; a store's loop: its clock's
+    :meth:`~rmqlog.clock.Clock.monotonic`) gives ``now``; the thread sleeps on a condition
     variable between rounds, so :meth:`add`, :meth:`remove` and :meth:`stop` take effect at
     once. :meth:`remove` and :meth:`stop` return only once the service's round in progress
     (if any) has finished: after them the service does not run. ``threaded=False``: no
@@ -69,7 +71,7 @@ class ServiceLoop:
     """
 
     def __init__(
-        self, name: str = "rmq-services", clock: Callable[[], float] = time.monotonic, *, threaded: bool = True,
+        self, name: str = "rmq-services", clock: Callable[[], float] = SYSTEM_CLOCK.monotonic, *, threaded: bool = True,
     ) -> None:
         self.name = name
         self.clock = clock

@@ -247,13 +247,6 @@ def wait_until(predicate: Callable[[], bool], timeout: float = 10.0, interval: f
         time.sleep(interval)
 
 
-def next_ms() -> None:
-    """Busy-wait until the wall clock's millisecond changes (distinct store timestamps)."""
-    start = int(time.time() * 1000)
-    while int(time.time() * 1000) <= start:
-        time.sleep(0.0005)
-
-
 def subprocess_env() -> dict[str, str]:
     """Environment for child Python processes: the repository importable from anywhere."""
     env = dict(os.environ)

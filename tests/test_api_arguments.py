@@ -219,6 +219,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "root": st.sampled_from(["new", "store", "file", "nul", "under-file", "long", "empty-dir"]),
     "config": st.one_of(st.none(), st.just("small")),
     "repair": st.booleans(), "create": st.booleans(), "read_only": st.booleans(),
+    "clock": st.one_of(st.none(), st.builds(rmqlog.SystemClock), st.builds(rmqlog.ManualClock, st.just(NOW_MS))),
 }
 #: parameters a plausible value is always given for: any other would be a path on this machine
 ONLY_PLAUSIBLE = {"root"}

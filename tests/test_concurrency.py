@@ -44,7 +44,7 @@ def ready_and_wait():
     while not os.path.exists(go):
         if time.monotonic() > deadline:
             sys.exit("no go signal")
-        time.sleep(0.002)
+        time.sleep(0.002)  # (waits for the test's go signal)
 """
 
 WRITER = _PRELUDE + f"""
@@ -73,7 +73,7 @@ with rmqlog.MessageStore.open(root, CFG) as s:
         runs += 1
         if finished:
             break
-        time.sleep(0.01)
+        time.sleep(0.01)  # (paces the dispatches while the writer processes run)
 print(runs, dispatched)
 """
 
@@ -119,7 +119,7 @@ try:
             s.dispatch()
             if all(pos.get((t, q), 0) == s.max_offset(t, q) for t in ("C0", "C1") for q in range(4)):
                 break
-        time.sleep(0.002)
+        time.sleep(0.002)  # (paces the reads while the writer processes run)
 finally:
     s.close()
 print(read, calls, opens)

@@ -141,7 +141,7 @@ def _run_trial(tmp_path: Path, mode: str, writers: int, power_loss: bool, seed: 
             done = sum(len(WriterLog(p).put) for p in logs)
             if done >= target or any(p.poll() is not None for p in procs):
                 break
-            time.sleep(0.002)
+            time.sleep(0.002)  # (waits for the writer processes)
         time.sleep(rng.random() * 0.03)  # ... plus a random moment
         for p in procs:
             p.send_signal(signal.SIGKILL)

@@ -359,22 +359,21 @@ def test_a_disk_below_the_level_is_rechecked_after_an_interval(root: Path, monke
     """One ``statvfs`` per interval while the disk is below the level; every put while above."""
     import rmqlog.log.disk_guard as msm
 
-    clock = {"now": 1000.0}
+    clock = rmqlog.ManualClock()
     used = {"pct": 50.0, "calls": 0}
 
     def fake_used(path: Path) -> float:
         used["calls"] += 1
         return used["pct"]
 
-    monkeypatch.setattr(msm.time, "monotonic", lambda: clock["now"])
     monkeypatch.setattr(msm, "disk_used_percent", fake_used)
-    with rmqlog.MessageStore.open(root, small_store_config()) as s:
+    with rmqlog.MessageStore.open(root, small_store_config(), clock=clock) as s:
         for _ in range(3):
             s.put("D", b"x", queue_id=0)
         assert used["calls"] == 1
         used["pct"] = 95.0
         s.put("D", b"within the interval", queue_id=0)  # the last check still holds
-        clock["now"] += msm.DISK_CHECK_INTERVAL_S
+        clock.advance(round(msm.DISK_CHECK_INTERVAL_S * 1000))
         for _ in range(2):
             with pytest.raises(rmqlog.DiskFullError):
                 s.put("D", b"refused", queue_id=0)

@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
@@ -315,25 +314,26 @@ def test_the_stores_index_geometry_wins_over_the_configured_one(root: Path) -> N
     assert (doc["maxHashSlotNum"], doc["maxIndexNum"]) == (32, 50)
 
 
-def test_time_range_query_across_topics(ms: rmqlog.MessageStore, root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    first = put_keys(ms, 6, topic="A")
-    time.sleep(0.01)
-    second = put_keys(ms, 4, start=6, topic="B")
-    ms.dispatch()
-    t_a = first.column("storeTimestamp")[0].value // 1000
-    t_b = second.column("storeTimestamp")[0].value // 1000
-    everything = ms.query_by_time(0)
-    assert everything.num_rows == 10
-    assert everything.column("storeTimestamp").to_pylist() == sorted(everything.column("storeTimestamp").to_pylist())
-    assert ms.query_by_time(t_b).column("topic").to_pylist() == ["B"] * 4
-    assert ms.query_by_time(0, t_a, topics=["A", "B"]).column("topic").to_pylist() == ["A"] * 6
-    assert ms.query_by_time(0, max_count=3).num_rows == 3
-    assert ms.query_by_time(t_b + 60_000).num_rows == 0
-    with pytest.raises(rmqlog.InvalidArgumentError):
-        ms.query_by_time(0, max_count=0)
-    with pytest.raises(rmqlog.InvalidTopicError):
-        ms.query_by_time(0, topics=["bad/topic"])
-    ms.close()
+def test_time_range_query_across_topics(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clock = rmqlog.ManualClock()
+    with rmqlog.MessageStore.open(root, small_store_config(), clock=clock) as ms:
+        first = put_keys(ms, 6, topic="A")
+        clock.advance(10)  # B stored 10 ms after A
+        second = put_keys(ms, 4, start=6, topic="B")
+        ms.dispatch()
+        t_a = first.column("storeTimestamp")[0].value // 1000
+        t_b = second.column("storeTimestamp")[0].value // 1000
+        everything = ms.query_by_time(0)
+        assert everything.num_rows == 10
+        assert everything.column("storeTimestamp").to_pylist() == sorted(everything.column("storeTimestamp").to_pylist())
+        assert ms.query_by_time(t_b).column("topic").to_pylist() == ["B"] * 4
+        assert ms.query_by_time(0, t_a, topics=["A", "B"]).column("topic").to_pylist() == ["A"] * 6
+        assert ms.query_by_time(0, max_count=3).num_rows == 3
+        assert ms.query_by_time(t_b + 60_000).num_rows == 0
+        with pytest.raises(rmqlog.InvalidArgumentError):
+            ms.query_by_time(0, max_count=0)
+        with pytest.raises(rmqlog.InvalidTopicError):
+            ms.query_by_time(0, topics=["bad/topic"])
     capsys.readouterr()
     assert cli(["query", str(root), "*", "--begin", str(t_b), "--json"]) == 0
     assert [m["topic"] for m in json.loads(capsys.readouterr().out)["messages"]] == ["B"] * 4

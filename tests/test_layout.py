@@ -12,6 +12,8 @@
   (``rmqlog.message_store``), and the facade only wires: it holds no loop and no data work
   of its own;
 - one module loads the C helper (``rmqlog._native``): :mod:`rmqlog.native`, a leaf;
+- one module reads the time (:mod:`rmqlog.clock`, a leaf): every other module of the store
+  and of the Spark side asks a clock it is given (``time.sleep`` is no reading);
 - no module over 600 lines, in the store or the Spark side;
 - docs/architecture.md's module tables name every module of the store and of the Spark side
   in exactly one row, and a store row's floor column names the units of its modules;
@@ -227,6 +229,77 @@ def test_one_module_loads_the_c_helper() -> None:
     importers = sorted(m for m, p in _modules().items() if p.suffix == ".py" and _loads_helper(p))
     assert importers == ["rmqlog.native"]
     assert _unit("rmqlog.native") == "leaves"
+
+
+#: the ``time`` module's functions that read a clock (``sleep`` waits, conversions convert)
+_TIME_READS = {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns",
+               "process_time", "process_time_ns", "thread_time", "thread_time_ns", "clock_gettime", "clock_gettime_ns"}
+#: conversions that read the clock when given no time (``time.localtime()``...): name -> arguments then
+_TIME_NOW_DEFAULTS = {"localtime": 0, "gmtime": 0, "ctime": 0, "asctime": 0, "strftime": 1}
+
+
+def _dotted(node: ast.expr) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""
+
+
+def _time_reads(source: str) -> list[str]:
+    """The places in ``source`` that read a clock themselves: a ``time`` function of
+    :data:`_TIME_READS` (called or passed on), imported by name or through the module (any
+    alias), a conversion of :data:`_TIME_NOW_DEFAULTS` given no time, or ``datetime.now()``,
+    ``utcnow()``, ``date.today()``."""
+    tree = ast.parse(source)
+    time_modules = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
+                    for a in n.names if a.name == "time"}
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "time":
+            found += [(node.lineno, f"from time import {a.name}") for a in node.names
+                      if a.name in _TIME_READS or a.name in _TIME_NOW_DEFAULTS or a.name == "*"]
+        on_time = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in time_modules
+        if isinstance(node, ast.Attribute) and on_time and node.attr in _TIME_READS:
+            found.append((node.lineno, _dotted(node)))
+        if (isinstance(node, ast.Attribute) and node.attr in ("now", "utcnow", "today")
+                and _dotted(node.value).split(".")[-1] in ("datetime", "date")):
+            found.append((node.lineno, _dotted(node)))
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
+                and node.func.value.id in time_modules and node.func.attr in _TIME_NOW_DEFAULTS
+                and len(node.args) <= _TIME_NOW_DEFAULTS[node.func.attr] and not node.keywords):
+            found.append((node.lineno, f"{_dotted(node.func)}() of now"))
+    return [f"line {n}: {what}" for n, what in sorted(found)]
+
+
+def test_the_time_check_finds_clock_reads() -> None:
+    reads = """import time as t, datetime as dt
+from time import monotonic
+from datetime import date
+a = t.time()
+b = sorted([], key=t.time_ns)
+c = dt.datetime.now(dt.UTC)
+d = date.today()
+e = t.localtime()
+"""
+    assert _time_reads(reads) == ["line 2: from time import monotonic", "line 4: t.time", "line 5: t.time_ns",
+                                  "line 6: dt.datetime.now", "line 7: date.today", "line 8: t.localtime() of now"]
+    no_reads = """import time, datetime
+time.sleep(0.1)
+x = time.localtime(1_700_000_000)
+y = datetime.datetime.fromtimestamp(1.0)
+clock.now()
+"""
+    assert _time_reads(no_reads) == []
+
+
+@pytest.mark.parametrize("folder", ["store", "spark_rmq"])
+def test_only_the_clock_reads_the_time(folder: str) -> None:
+    allowed = {STORE / "clock.py"}
+    reads = {str(p.relative_to(ROOT)): r for p in sorted((ROOT / folder).rglob("*.py"))
+             if p not in allowed and (r := _time_reads(p.read_text()))}
+    assert reads == {}, "modules reading the time themselves (ask the store's clock, rmqlog.clock): " + str(reads)
+    assert _unit("rmqlog.clock") == "leaves"
 
 
 @pytest.mark.parametrize("folder", ["store", "spark_rmq"])

@@ -145,7 +145,7 @@ fd = os.open({str(root / 'lock')!r}, os.O_RDWR)
 fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
 open({str(root / 'recovering')!r}, "w").close()
 print("ready", flush=True)
-time.sleep(60)
+time.sleep(60)  # (holds the lock until the test kills it)
 """], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"

@@ -102,7 +102,7 @@ with rmqlog.MessageStore.open(root, cfg, create=False) as s:
             cq = s.consume_queue("RT", q)
             lo, hi, floor = s.reader.read_bounds(cq)  # planned now, read a moment later
             units = cq.read(lo, min(30, hi - lo))
-            time.sleep(0.002)
+            time.sleep(0.002)  # (widens the race with the retention process)
             if stats["rounds"] % 2:
                 s.commitlog.min_offset()  # lets go of the mappings below the start now, as a fresh reader has none
             try:
@@ -144,13 +144,13 @@ def test_reads_racing_deletion_in_other_processes(tmp_path: Path, readers: int) 
                 deadline = time.monotonic() + 60
                 while not Path(str(done) + str(i) + ".ready").exists():
                     assert time.monotonic() < deadline and children[i].poll() is None, children[i].stderr
-                    time.sleep(0.01)
+                    time.sleep(0.01)  # (waits for the reader process)
             s.retention.disk_used = lambda path: 99.0  # forced: one segment per pass, whatever the age
             busy = 0
             while len(segments(root)) > 1:
                 report = s.clean_expired()
                 busy += len(report.busy)
-                time.sleep(0.003)
+                time.sleep(0.003)  # (lets the reader processes read between passes)
         finally:
             for i in range(readers):
                 Path(str(done) + str(i)).touch()
@@ -170,7 +170,7 @@ with rmqlog.MessageStore.open(root, cfg, create=False) as s:
     rows = s.read_queue("RT", 0, 0, 5)
     open(go, "w").close()
     while not os.path.exists(release):
-        time.sleep(0.005)
+        time.sleep(0.005)  # (waits for the test's release)
     check(0, rows["queueOffset"].to_pylist(), rows["body"].to_pylist())
     again = s.read_queue("RT", 0, 0, 5)  # through its mapping: deleted only after this
     unpin(seg)
@@ -188,7 +188,7 @@ def test_a_segment_another_process_is_reading_is_not_deleted(tmp_path: Path) -> 
         deadline = time.monotonic() + 60
         while not go.exists():
             assert time.monotonic() < deadline and child.poll() is None
-            time.sleep(0.01)
+            time.sleep(0.01)  # (waits for the holder process)
         report = s.clean_expired()
         assert report.busy == [str(root / "commitlog" / f"{0:020d}")] and report.segments == []
         assert segments(root)[0] == 0

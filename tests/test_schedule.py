@@ -200,10 +200,12 @@ def test_progress_resumes_from_the_file_and_from_the_log(ms: rmqlog.MessageStore
     assert ms.deliver_due(FAR) == 1 and sorted(m["body"] for m in real(ms)) == [b"m0", b"m1", b"m2", b"m3"]
 
 
-def test_the_cli_runs_a_pass(ms: rmqlog.MessageStore, root: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    ms.put("T", b"x", delay_level=1)
-    ms.close()
-    time.sleep(1.05)  # level 1 is one second: the CLI uses the wall clock
+def test_the_cli_runs_a_pass(root: Path, small_config: rmqlog.StoreConfig, capsys: pytest.CaptureFixture[str]) -> None:
+    # stored two seconds ago by the putting store's clock: due (level 1 is one second) by the
+    # CLI's, the system clock, without waiting for it
+    two_seconds_ago = rmqlog.ManualClock(rmqlog.SystemClock().wall_ms() - 2000)
+    with rmqlog.MessageStore.open(root, small_config, clock=two_seconds_ago) as ms:
+        ms.put("T", b"x", delay_level=1)
     assert cli(["schedule", str(root), "--once", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == {"delivered": 1, "delayed": 1, "levels": {"1": 1}, "timed": 0, "lost": 0}
     assert cli(["schedule", str(root), "--once"]) == 0

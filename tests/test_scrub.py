@@ -177,7 +177,7 @@ def test_a_writer_killed_at_any_instant_leaves_nothing_the_next_put_keeps(tmp_pa
         )
         try:
             assert child.stdout is not None and child.stdout.readline() == b"open\n"
-            time.sleep(rng.uniform(0.05, 0.6))
+            time.sleep(rng.uniform(0.05, 0.6))  # (the writer process runs a random while, then is killed)
         finally:
             child.send_signal(signal.SIGKILL)
             child.wait()

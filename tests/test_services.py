@@ -94,7 +94,7 @@ def _wait_for(predicate, timeout: float = 10.0) -> bool:  # type: ignore[no-unty
     while not predicate():
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.001)
+        time.sleep(0.001)  # (waits for the loop's thread)
     return True
 
 

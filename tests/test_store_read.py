@@ -14,7 +14,6 @@ from conftest import (
     SMALL_COMMITLOG,
     batch,
     dt_to_ms,
-    next_ms,
     read_queue_all,
     units,
     walk,
@@ -204,26 +203,28 @@ def test_tag_filter_beyond_one_window(ms: rmqlog.MessageStore) -> None:
 # --------------------------------------------------------------------------- offset_for_timestamp
 
 
-def test_offset_for_timestamp(ms: rmqlog.MessageStore) -> None:
-    stamps = []
-    sizes = [3, 2, 4]
-    for n in sizes:
-        next_ms()
-        out = ms.put_batch(batch(topic="TS", body=[b"x"] * n, queueId=pa.array([0] * n, pa.int32())))
-        stamps.append(dt_to_ms(out.column("storeTimestamp")[0].as_py()))
-    ms.dispatch()
-    assert stamps == sorted(stamps) and len(set(stamps)) == 3
-    t1, t2, t3 = stamps
-    assert ms.offset_for_timestamp("TS", 0, 0) == 0
-    assert ms.offset_for_timestamp("TS", 0, t1) == 0
-    assert ms.offset_for_timestamp("TS", 0, t1 + 1) == 3
-    assert ms.offset_for_timestamp("TS", 0, t2) == 3
-    assert ms.offset_for_timestamp("TS", 0, t2 + 1) == 5
-    assert ms.offset_for_timestamp("TS", 0, t3) == 5
-    assert ms.offset_for_timestamp("TS", 0, t3 + 1) == 9  # none: max offset
-    assert ms.offset_for_timestamp("TS", 1, t1) == 0  # empty queue
-    for q in range(4):
-        ms.offset_for_timestamp("TS", q, 2**62)
+def test_offset_for_timestamp(root: Path, small_config: rmqlog.StoreConfig) -> None:
+    clock = rmqlog.ManualClock()
+    with rmqlog.MessageStore.open(root, small_config, clock=clock) as ms:
+        stamps = []
+        sizes = [3, 2, 4]
+        for n in sizes:
+            clock.advance(1)  # distinct store timestamps
+            out = ms.put_batch(batch(topic="TS", body=[b"x"] * n, queueId=pa.array([0] * n, pa.int32())))
+            stamps.append(dt_to_ms(out.column("storeTimestamp")[0].as_py()))
+        ms.dispatch()
+        assert stamps == sorted(stamps) and len(set(stamps)) == 3
+        t1, t2, t3 = stamps
+        assert ms.offset_for_timestamp("TS", 0, 0) == 0
+        assert ms.offset_for_timestamp("TS", 0, t1) == 0
+        assert ms.offset_for_timestamp("TS", 0, t1 + 1) == 3
+        assert ms.offset_for_timestamp("TS", 0, t2) == 3
+        assert ms.offset_for_timestamp("TS", 0, t2 + 1) == 5
+        assert ms.offset_for_timestamp("TS", 0, t3) == 5
+        assert ms.offset_for_timestamp("TS", 0, t3 + 1) == 9  # none: max offset
+        assert ms.offset_for_timestamp("TS", 1, t1) == 0  # empty queue
+        for q in range(4):
+            ms.offset_for_timestamp("TS", q, 2**62)
 
 
 # --------------------------------------------------------------------------- message_by_offset

@@ -183,7 +183,7 @@ def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
 
     def slow_write(i: int) -> None:
         release.wait(5)
-        time.sleep(0.01)
+        time.sleep(0.01)  # (a slow write on the pipeline's thread, so later chunks queue behind it)
         alive_at_end.append(refs[i]() is not None)
 
     with _Pipeline(99) as pipe:
@@ -313,7 +313,7 @@ def test_a_forked_child_can_still_append(tmp_path: Path, write_path: str) -> Non
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             pytest.fail("the forked child's put_batch hung")
-        time.sleep(0.05)
+        time.sleep(0.05)  # (waits for the forked child)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
     assert [r.body for r in walk(tmp_path / "child")] == t["body"].to_pylist()
 
@@ -594,17 +594,18 @@ def test_c_all_same_checks_its_inputs() -> None:
 
 # ---------------------------------------------------------------- the plain path (pack_plain)
 def _prep(table: pa.Table | pa.RecordBatch, gen: UniqKeyGenerator, *, hosts: tuple[bytes, bytes] = (bytes(8), bytes(8)),
-          counts: int = 4, marker: tuple[str, str] | None = None, max_message_size: int = 4 << 20) -> EncodedBatch:
+          counts: int = 4, marker: tuple[str, str] | None = None, max_message_size: int = 4 << 20,
+          born_ms: int | None = None) -> EncodedBatch:
     return enc_prepare.prepare_batch(
         table, queue_counts=lambda topics: [counts] * len(topics), max_message_size=max_message_size,
         max_record_size=(64 << 20) - 8, store_host=hosts[0], born_host=hosts[1], uniq_keys=gen,
-        round_robin=lambda topic, queues, rows: 3 % queues, last_row_property=marker,
+        round_robin=lambda topic, queues, rows: 3 % queues, last_row_property=marker, born_ms=born_ms,
     )
 
 
 def _twin(gen: UniqKeyGenerator) -> UniqKeyGenerator:
     """A generator that hands out the same ids as ``gen`` (same prefix and sequence state)."""
-    other = UniqKeyGenerator()
+    other = UniqKeyGenerator(wall_ms=gen.wall_ms)
     other._prefix, other._head, other._last = gen._prefix, gen._head, gen._last
     return other
 
@@ -628,17 +629,15 @@ def test_plain_path_is_the_general_encoding_byte_for_byte(monkeypatch: pytest.Mo
     packs (same clock, same id sequence), and the same batch fields for the append."""
     if enc_native.pack_plain is None or not enc_native.CLMUL:
         pytest.skip("the plain path needs the C helper and carry-less multiply")
-    import time as _time
-
-    monkeypatch.setattr(_time, "time", lambda: 1_790_000_000.123)
+    now_ms = 1_790_000_000_123  # one clock for both: the ids' time and the born time
     table = PLAIN_CASES[case]()
-    gen = UniqKeyGenerator()
+    gen = UniqKeyGenerator(wall_ms=lambda: now_ms)
     twin = _twin(gen)
-    plain = _prep(table, gen, hosts=hosts)
+    plain = _prep(table, gen, hosts=hosts, born_ms=now_ms)
     assert plain.packed is not None  # took the plain path
     with monkeypatch.context() as m:
         m.setattr(enc_native, "pack_plain", None)
-        general = _prep(table, twin, hosts=hosts)
+        general = _prep(table, twin, hosts=hosts, born_ms=now_ms)
         assert general.packed is None
         general.prepack()
     assert general.packed is not None and general.packed_starts is not None
@@ -670,7 +669,7 @@ def test_plain_path_only_takes_plain_batches() -> None:
             return _prep(table, gen, marker=marker).packed is not None
         return enc_plain.prepare_plain(
             table, lambda topics: [4] * len(topics), max_message_size, 64 << 20, bytes(8), bytes(8), gen,
-            lambda topic, queues, rows: 0,
+            lambda topic, queues, rows: 0, 1_790_000_000_123,
         ) is not None
 
     base = {"topic": ["T"] * 3, "body": [b"a", b"b", b"c"]}

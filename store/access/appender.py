@@ -64,8 +64,9 @@ class Appender:
         config = parts.config
         self.store_host = host_bytes(config.store_host)
         self.born_host = host_bytes(config.born_host or config.store_host)
-        self.uniq = UniqKeyGenerator(self.store_host[:4] if len(self.store_host) == 8 else b"\x7f\x00\x00\x01")
-        self.disk_guard = DiskGuard(parts.paths.root, config.disk_space_warning_level_ratio)
+        self.uniq = UniqKeyGenerator(self.store_host[:4] if len(self.store_host) == 8 else b"\x7f\x00\x00\x01",
+                                     wall_ms=parts.clock.wall_ms)
+        self.disk_guard = DiskGuard(parts.paths.root, config.disk_space_warning_level_ratio, parts.clock.monotonic)
         self.sync_flush = config.flush_disk_type == SYNC_FLUSH
         self._rr: dict[str, int] = {}
         self._rr_lock = threading.Lock()
@@ -167,6 +168,7 @@ class Appender:
                 born_host=self.born_host,
                 uniq_keys=self.uniq,
                 round_robin=self.round_robin,
+                born_ms=parts.clock.wall_ms(),
                 last_row_property=marker,
                 plain=plain,
                 system_properties=system,

@@ -56,15 +56,16 @@ def _pass_lines(delayed: dict[int, int], timed: int, lost: int) -> list[str]:
 
 def schedule(
     s: MessageStore, args: argparse.Namespace, *, sleep: Callable[[float], Any] = time.sleep,
-    clock: Callable[[], float] = time.monotonic, quiet_every: float = 60.0,
+    clock: Callable[[], float] | None = None, quiet_every: float = 60.0,
     now_ms: Callable[[], int | None] = lambda: None,
 ) -> int:
     """Scheduler passes: one (``--once``: its result is printed, whatever it is), or one a
     second until interrupted (Ctrl-C: exit 0), printing each pass that delivered something
     and, while nothing is due, one quiet summary every ``quiet_every`` seconds. Delay-level
     messages are "delayed", RocketMQ 5 timer messages "timed" (the pass report keeps them
-    apart). ``sleep``, ``clock`` and the passes' ``now_ms`` (default: the wall clock) are
-    injectable (tests)."""
+    apart). ``sleep``, ``clock`` (default: the store's monotonic clock) and the passes' ``now_ms``
+    (default: the store's wall clock) are injectable (tests)."""
+    clock = s.clock.monotonic if clock is None else clock
     quiet_since, quiet_passes = clock(), 0
     try:
         while True:

@@ -28,11 +28,12 @@ from __future__ import annotations
 
 import os
 import struct
-import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import safe_open
+from ..clock import SYSTEM_CLOCK
 from ..errors import CorruptStoreError, raise_if_disk_full
 
 CHECKPOINT_SIZE = 4096
@@ -43,10 +44,6 @@ SAFE_MARGIN_MS = 3000
 #: How far past the newest store time and the wall clock a checkpoint time may be (a clock
 #: that went back) before the checkpoint is taken for damaged.
 FUTURE_SLACK_MS = 86_400_000
-
-
-def wall_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 @dataclass(frozen=True)
@@ -77,8 +74,9 @@ class Checkpoint:
 class CheckpointFile:
     """Read and durably write ``<root>/checkpoint``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, wall_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms) -> None:
         self.path = path
+        self.wall_ms = wall_ms  # the store's clock: the ceiling of a plausible checkpoint
 
     def read(self) -> Checkpoint | None:
         """The checkpoint, or ``None`` when there is no file.
@@ -102,7 +100,7 @@ class CheckpointFile:
             current = self.read()
         except CorruptStoreError:
             current = None
-        ceiling = max(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp, wall_ms())
+        ceiling = max(cp.physic_msg_timestamp, cp.logics_msg_timestamp, cp.index_msg_timestamp, self.wall_ms())
         if current is not None and not current.plausible(ceiling):
             current = None  # from the future (damaged): never kept by a merge
         if current is not None:

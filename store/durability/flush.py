@@ -33,13 +33,13 @@ import logging
 import os
 import struct
 import threading
-import time
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .. import safe_open
+from ..clock import SYSTEM_CLOCK
 from ..errors import raise_if_disk_full
 from ..fileio import InterProcessLock, fsync_dir
 from ..log.append_state import AppendState
@@ -235,7 +235,7 @@ class AsyncFlusher:
 
     def __init__(
         self, service: FlushService, *, interval_ms: int, least_pages: int, thorough_interval_ms: int,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
     ) -> None:
         self.service = service
         self.interval_ms = interval_ms

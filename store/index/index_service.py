@@ -45,7 +45,6 @@ import datetime as dt
 import logging
 import re
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,6 +53,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import safe_open
+from ..clock import SYSTEM_CLOCK
 from ..errors import InvalidArgumentError
 from .index_file import (
     CREATING_SUFFIX,
@@ -122,21 +122,17 @@ def index_file_names(directory: Path) -> list[str]:
     return sorted(n for n in safe_open.listdir_or_empty(directory) if _NAME_RE.fullmatch(n))
 
 
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
-
-
 class IndexService:
     """The index files under one folder. See the module docstring.
 
     ``writable=False`` (readers: any number of processes) opens files read-only and never
     creates, repairs or deletes anything; ``writable=True`` is for the one process that
-    holds the store's dispatch lock. ``now_ms`` gives the wall clock (file names).
+    holds the store's dispatch lock. ``now_ms`` gives the wall clock (file names; a store's: its clock's, :mod:`rmqlog.clock`).
     """
 
     def __init__(
         self, directory: Path, config: IndexConfig | None = None, *, writable: bool = False,
-        now_ms: Callable[[], int] = _now_ms,
+        now_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
     ) -> None:
         self.directory = Path(directory)
         self.config = config or IndexConfig()
@@ -155,7 +151,7 @@ class IndexService:
     @classmethod
     def open(
         cls, root: Path, config: IndexConfig | None = None, *, writable: bool = False, repair: bool = False,
-        now_ms: Callable[[], int] = _now_ms,
+        now_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
     ) -> IndexService:
         """Open ``<root>/index`` (created when ``writable``), checking every file's size and header.
 

@@ -4,12 +4,15 @@ Segments are ``<root>/commitlog/<20-digit start offset>`` of ``mapped_file_size_
 bytes; records are laid out as :mod:`rmqlog.log.record` says; each full segment ends with a blank
 record. Appends happen under the store's append lock (see :mod:`rmqlog.log.append_state`);
 reads are lock-free and never go past the published tail the caller passes in.
+
+A record's STORETIMESTAMP is the store's clock (:mod:`rmqlog.clock`) read under the append
+lock, raised to the append state's ``storeTimestamp`` when the clock is behind it: store
+times never go back within a store, whatever the clock does.
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
@@ -20,6 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import CorruptStoreError, DiskFullError, StoreError, raise_if_disk_full
 from ..fileio import ProcessLocalPool
 from ..native import (
@@ -324,7 +328,10 @@ def _first_undecodable(seg: MappedFile, positions: np.ndarray, check: RecordChec
 class CommitLog:
     def __init__(
         self, directory: Path, segment_size: int, *, read_only: bool = False, open_files: OpenFiles | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        #: the store's clock: store times are its wall time, never below the last one published
+        self.clock = clock
         self.segments = MappedFileQueue(directory, segment_size, read_only=read_only, open_files=open_files)
         #: bytes of data (not holes) :meth:`scrub` cleared in this process (what it cost)
         self.scrubbed_bytes = 0
@@ -411,7 +418,7 @@ class CommitLog:
         queue_offsets = assign_queue_offsets(batch, state.queues)
         packed = batch.packed
         starts, blanks = plan_positions(tail, batch.lengths, self.segment_size, batch.packed_starts)
-        store_ts = max(int(time.time() * 1000), state.store_timestamp)
+        store_ts = max(self.clock.wall_ms(), state.store_timestamp)
         if packed is not None:
             batch.patch(queue_offsets, starts, store_ts)
         else:

@@ -11,9 +11,10 @@ published.
 from __future__ import annotations
 
 import errno
-import time
+from collections.abc import Callable
 from pathlib import Path
 
+from ..clock import SYSTEM_CLOCK
 from ..errors import DiskFullError
 from ..fileio import disk_used_percent
 
@@ -24,14 +25,15 @@ DISK_CHECK_INTERVAL_S = 0.1
 class DiskGuard:
     """Checks the volume of ``path`` against ``ratio`` percent (see the module docstring)."""
 
-    def __init__(self, path: Path, ratio: float) -> None:
+    def __init__(self, path: Path, ratio: float, monotonic: Callable[[], float] = SYSTEM_CLOCK.monotonic) -> None:
         self.path = path
         self.ratio = ratio
+        self.monotonic = monotonic  # the store's clock
         self._ok_until = 0.0  # monotonic time until which the last check holds
 
     def check(self) -> None:
         """Raise :class:`DiskFullError` if the volume is fuller than the ratio."""
-        now = time.monotonic()
+        now = self.monotonic()
         if now < self._ok_until:
             return
         used = disk_used_percent(self.path)

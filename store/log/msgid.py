@@ -20,12 +20,13 @@ import os
 import random
 import struct
 import threading
-import time
+from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 
 # the C helper's (None without it): ~3 ns a byte, against ~12 for the numpy table lookup
+from ..clock import SYSTEM_CLOCK
 from ..native import hexlify as _hexlify
 from ..native import offset_msg_ids as _offset_msg_ids
 
@@ -119,7 +120,8 @@ UNIQ_PROPERTY_WIDTH = len("UNIQ_KEY") + 1 + 32 + 1
 class UniqKeyGenerator:
     """Generates ``UNIQ_KEY`` values for messages that have none (thread-safe)."""
 
-    def __init__(self, ip4: bytes = b"\x7f\x00\x00\x01") -> None:
+    def __init__(self, ip4: bytes = b"\x7f\x00\x00\x01", wall_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms) -> None:
+        self.wall_ms = wall_ms  # the store's clock: the ids' time since the month's start
         self._prefix = ip4[:4].rjust(4, b"\x00") + struct.pack(
             ">Hi", os.getpid() & 0xFFFF, random.getrandbits(31)
         )
@@ -139,7 +141,7 @@ class UniqKeyGenerator:
         """In a forked child, a new prefix (its pid and random part): ids never repeat across
         processes."""
         if os.getpid() != self._pid:
-            self.__init__(self._prefix[:4])  # type: ignore[misc]
+            self.__init__(self._prefix[:4], self.wall_ms)  # type: ignore[misc]
 
     def _seq(self, n: int) -> np.ndarray:
         """``n`` consecutive 48-bit sequence values (int64), never reused by this generator."""
@@ -150,10 +152,9 @@ class UniqKeyGenerator:
         """The first of ``n`` consecutive sequence values reserved for the caller: value ``i``
         is ``(start + i) & 0xFFFFFFFFFFFF`` (48 bits); never handed out again."""
         self._renew_after_fork()
-        now = time.time()
-        now_ms = int(now * 1000)
+        now_ms = self.wall_ms()
         if not self._month[0] <= now_ms < self._month[1]:  # recomputed once a month, not per call
-            start = self._month_start_ms(now)
+            start = self._month_start_ms(now_ms / 1000)
             self._month = (start, self._month_start_ms(start / 1000 + 32 * 86400))
         base = (now_ms - self._month[0]) << 16
         with self._lock:

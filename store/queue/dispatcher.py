@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import crash_points, safe_open
+from ..clock import SYSTEM_CLOCK
 from ..errors import DiskFullError
 from ..fileio import InterProcessLock, rewrite_in_place
 from ..hashing import tags_codes
@@ -257,7 +258,9 @@ class Dispatcher:
         """
         if self.index_hook is not None:
             return self.dispatch()
-        deadline = time.monotonic() + wait_s
+        # a real wait for another process (its writer's dispatch): real time, whatever the
+        # store's clock (a test's manual clock would never end it)
+        deadline = SYSTEM_CLOCK.monotonic() + wait_s
         while True:
             with self.lock.held():
                 pos, last_ts = self._load()
@@ -265,7 +268,7 @@ class Dispatcher:
                     self._write_units(topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes, {})
                     self._save_position(end, max(last_ts, store_timestamp))
                     return len(queue_offsets)
-            if pos > start or time.monotonic() >= deadline or not self._recent(pos, store_timestamp):
+            if pos > start or SYSTEM_CLOCK.monotonic() >= deadline or not self._recent(pos, store_timestamp):
                 return self.dispatch()
             time.sleep(0.005)
 

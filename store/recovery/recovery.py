@@ -59,7 +59,7 @@ import numpy as np
 import pyarrow as pa
 
 from .. import safe_open
-from ..durability.checkpoint import Checkpoint, wall_ms
+from ..durability.checkpoint import Checkpoint
 from ..errors import CorruptStoreError, DataLossError, WrongFileTypeError
 from ..index.feed import recover_index
 from ..log.decode import RecordColumns, read_columns
@@ -99,7 +99,7 @@ def trusted_checkpoint(parts: StoreParts) -> Checkpoint | None:
         log.warning("%s; walking the commitlog from its first segment", exc)
         return None
     state = parts.state_file.load()
-    ceiling = max(state.store_timestamp if state is not None else 0, wall_ms())
+    ceiling = max(state.store_timestamp if state is not None else 0, parts.clock.wall_ms())
     if cp is not None and not cp.plausible(ceiling):
         log.warning("checkpoint %s holds times past the newest record and the clock (%s, limit %d); ignored",
                     parts.checkpoint_file.path, cp, ceiling)

@@ -39,7 +39,6 @@ import logging
 import os
 import struct
 import threading
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -97,8 +96,9 @@ class Retention:
     loop (:mod:`rmqlog.service`, added by ``start_services``) a pass runs every
     ``clean_resource_interval`` parts.
 
-    ``disk_used(path) -> percent`` and ``wall_ms() -> ms`` are injectable (tests drive them);
-    the loop's ``now`` (monotonic) only schedules the passes, the rules use the wall clock.
+    ``disk_used(path) -> percent`` and ``wall_ms() -> ms`` (default: the store's clock,
+    :mod:`rmqlog.clock`) are injectable (tests drive them); the loop's ``now`` (monotonic) only
+    schedules the passes, the rules use the wall clock.
     """
 
     name = "rmq-retention"
@@ -113,7 +113,7 @@ class Retention:
         self.interval_s = parts.config.clean_resource_interval / 1000.0
         self.last_error: BaseException | None = None
         self.disk_used = disk_used or disk_used_percent
-        self.wall_ms = wall_ms or (lambda: int(time.time() * 1000))
+        self.wall_ms = wall_ms or parts.clock.wall_ms
         self.state_file = RetentionStateFile(parts.paths.retention_state, parts.paths.commitlog_dir)
         self._busy_since: dict[int, int] = {}  # segment start -> when a pass first found it held
         self._lock = threading.Lock()  # one pass at a time in this process (other processes: the append lock)

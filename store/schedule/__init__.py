@@ -16,7 +16,6 @@ scheduler service.
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -66,7 +65,7 @@ def install(parts: StoreParts, appender: Appender, reader: QueueReader) -> Delay
             topics.put(TopicConfig(name, queues, queues))
 
     def route(table: pa.Table) -> tuple[pa.Table, pa.Array | None]:
-        timed = route_timers(table, time.time_ns() // 1_000_000, max_delay_ms, precision_ms, choose, queue_count)
+        timed = route_timers(table, parts.clock.wall_ms(), max_delay_ms, precision_ms, choose, queue_count)
         routed = route_delays(timed.table, len(levels), choose, queue_count)
         if timed.timed:
             ensure_topic(TIMER_TOPIC, 1)

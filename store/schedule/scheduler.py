@@ -18,6 +18,12 @@ level's configured delay is at most the pass's time. So neither a caller's ``now
 wall clock that went back, nor a damaged tagsCode makes a delivery early; a clock that went
 back delays deliveries by as much (store times never go back: :mod:`rmqlog.log.commitlog`).
 
+The clock. A pass's time is ``now_ms`` or the store's clock (:mod:`rmqlog.clock`, given at
+open), which is also the clock of the store times: with a :class:`rmqlog.clock.ManualClock`
+a test puts a delayed or timed message, moves the clock past its due time and runs a pass,
+without waiting. Timed messages go by the clock alone (read before the pass takes the append
+lock, less 1 ms: :mod:`rmqlog.schedule.timer`), never by a later ``now_ms``.
+
 Levels removed from ``message_delay_level`` (a store reopened with fewer levels): their
 queues are still delivered, with the delay of the last level still configured, and a warning
 names the levels and how many messages wait there.
@@ -53,7 +59,6 @@ import fcntl
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -114,7 +119,8 @@ class DelayScheduler:
     """Delivers the delayed messages of the store of ``parts`` (see the module docstring).
 
     ``levels_ms``: the delay of each level, level 1 first. ``put``: the store's put path;
-    ``reader``: its read path; ``wall_ms``: the clock (tests drive it)."""
+    ``reader``: its read path; ``wall_ms``: the clock (default: the store's, :mod:`rmqlog.clock`;
+    tests drive it, or the store's manual clock)."""
 
     name = "rmq-scheduler"
     repeat_when_busy = True
@@ -129,7 +135,7 @@ class DelayScheduler:
         self.put = put
         self.levels_ms = levels_ms
         self.interval_s = interval_ms / 1000.0
-        self.wall_ms = wall_ms or (lambda: time.time_ns() // 1_000_000)
+        self.wall_ms = wall_ms or parts.clock.wall_ms
         self.offsets_path = parts.paths.config_dir / FILE_NAME
         self.lock_path = parts.paths.root / LOCK_NAME
         self.last_error: BaseException | None = None
@@ -144,7 +150,7 @@ class DelayScheduler:
         self._confirmed: dict[tuple[int, int], int] = {}  # (level, file's offset) -> confirmed
 
     def now_ms(self) -> int:
-        """The scheduler's clock (``wall_ms``, which tests drive)."""
+        """The scheduler's clock (``wall_ms``: the store's clock unless a test set another)."""
         return self.wall_ms()
 
     # ----------------------------------------------------------- service

@@ -72,7 +72,7 @@ class Processes:
         while text not in self.log(name):
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError(f"{name} did not say {text!r} (exit {proc.poll()}):\n{self.log(name)[-3000:]}")
-            time.sleep(0.2)
+            time.sleep(0.2)  # (waits for the process)
 
     def stop_all(self) -> list[int]:
         """SIGTERM then SIGKILL every group; returns the groups that still have a process."""
@@ -84,7 +84,7 @@ class Processes:
             while time.monotonic() < deadline and any(_group_alive(p.pid) for p in self.started):
                 for proc in self.started:
                     proc.poll()
-                time.sleep(0.2)
+                time.sleep(0.2)  # (waits for the processes to end)
         for proc in self.started:
             proc.wait(timeout=10)
         return [p.pid for p in self.started if _group_alive(p.pid)]

@@ -34,7 +34,7 @@ class VictimWriter(RmqLogArrowWriter):
             with open(victim + ".tmp", "w") as f:
                 f.write(str(os.getpid()))
             os.rename(victim + ".tmp", victim)
-            time.sleep(3600)
+            time.sleep(3600)  # (hangs the task until the test kills its process)
         return msg
 
 

@@ -27,7 +27,7 @@ class HangingWriter(RmqLogStreamArrowWriter):
         if ctx.getLocalProperty("streaming.sql.batchId") == "1" and ctx.partitionId() == 0:
             with open(os.environ["RMQ_KILL_MARKER"], "w") as f:
                 f.write(str(msg))
-            time.sleep(3600)
+            time.sleep(3600)  # (hangs the task until the test kills its process)
         return msg
 
 

@@ -46,7 +46,7 @@ def wait_until_nobody_has_it_open(root: Path) -> None:
             except OSError:
                 if time.monotonic() > deadline:
                     pytest.fail("a process still has the store open 120 s after the application ended")
-                time.sleep(0.1)
+                time.sleep(0.1)  # (waits for Spark's processes)
     finally:
         os.close(fd)  # drops the lock
 
@@ -81,7 +81,7 @@ def test_a_worker_killed_with_the_store_open_is_a_crash_whatever_follows(tmp_pat
         while not (ck / "victim").exists():  # the write task's worker appended and waits
             if app.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the application ended (rc={app.returncode}) before the victim appended")
-            time.sleep(0.2)
+            time.sleep(0.2)  # (waits for Spark's processes)
         victim = int((ck / "victim").read_text())
         os.kill(victim, signal.SIGKILL)
         finish(app)  # Spark retried the task (a no-op replay) and the application ended normally

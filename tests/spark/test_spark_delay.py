@@ -5,8 +5,10 @@ micro-batch (option ``deliverDue``), so a stream sees them then, exactly once.
 Never early, checked exactly: a message due in hours is never streamed, and every delivered
 copy a stream reads was stored (delivered) at or after the time it was due, whenever the
 stream happened to run. The source's passes go by the wall clock of Spark's driver-side
-Python worker (no clock can be injected there), so the streams that must see the one-second
-message wait until it is due.
+Python worker, a process of its own: a clock object of the test's process cannot reach it
+(a pickled copy would not move when the test moves it). So nothing waits for the one-second
+message to fall due: the test delivers it through the store API, a pass by a store whose
+clock (:class:`rmqlog.ManualClock`) is set past its due time, and the next stream reads it.
 """
 
 from __future__ import annotations
@@ -31,8 +33,11 @@ def _stream(spark, root: str, name: str) -> dict[str, int]:  # type: ignore[no-u
     return got
 
 
-def _wait_until(ms: int) -> None:
-    time.sleep(max(0.0, ms / 1000 - time.time()))
+def _deliver_at(root: str, ms: int) -> None:
+    """A scheduler pass as of ``ms`` (ahead of the machine's clock): what is due by then is
+    delivered now, by a store whose clock reads ``ms``."""
+    with rmqlog.MessageStore.open(root, clock=rmqlog.ManualClock(ms)) as s:
+        s.deliver_due()
 
 
 def test_delayed_rows_from_the_sink_are_streamed_once_due(spark, store_root: str) -> None:
@@ -46,7 +51,7 @@ def test_delayed_rows_from_the_sink_are_streamed_once_due(spark, store_root: str
     before = _stream(spark, store_root, "delay_before")
     assert {"now-1", "now-2"} <= set(before) <= {"now-1", "now-2", "later"}  # never the two-hour one
     assert before.get("later", due) >= due  # streamed before it was due only if delivered at or after due
-    _wait_until(due + 200)  # (the source's pass runs on Spark's wall clock)
+    _deliver_at(store_root, due + 200)  # (the source's own passes run on Spark's wall clock)
     after = _stream(spark, store_root, "delay_after")
     assert set(after) == {"later", "now-1", "now-2"} and after["later"] >= due
     assert _stream(spark, store_root, "delay_again") == after  # once
@@ -69,7 +74,7 @@ def test_timed_rows_from_the_sink_are_streamed_once_due(spark, store_root: str) 
     before = _stream(spark, store_root, "timer_before")
     assert {"now", "past"} <= set(before) <= {"now", "past", "timed"}  # never the one due in two hours
     assert before.get("timed", due) >= due  # to the millisecond asked for, never early
-    _wait_until(due + 1200)  # due within the timer's precision (1 s), on Spark's wall clock
+    _deliver_at(store_root, due + 1200)  # (the timer's precision is 1 s)
     after = _stream(spark, store_root, "timer_after")
     assert set(after) == {"now", "past", "timed"} and after["timed"] >= due
     assert _stream(spark, store_root, "timer_again") == after  # once

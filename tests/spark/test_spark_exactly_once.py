@@ -47,7 +47,7 @@ def test_killed_stream_restarted_from_checkpoint_writes_each_row_once(spark, tmp
         while not os.path.exists(marker):  # waiting for the subprocess to reach the kill point
             if job.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"the streaming job ended (rc={job.returncode}) before batch 1 appended")
-            time.sleep(0.2)
+            time.sleep(0.2)  # (waits for the Spark job's process)
     finally:
         os.killpg(job.pid, signal.SIGKILL)  # the driver JVM, its Python workers, everything
         job.wait()

@@ -35,14 +35,14 @@ with stores.using(root) as ms:
     ms.dispatch()
     if mode == "busy":
         os.kill(os.getpid(), signal.SIGTERM)  # the handler runs here, inside the operation
-        time.sleep(5)
+        time.sleep(5)  # (the signal's handler ends the process meanwhile)
 if mode == "reading":  # a read task suspended between two windows
     rows = read_range(QueueRange(root, "T", 0, 0, 3, batch_rows=1))
     print(next(rows).num_rows, flush=True)
 sig = {"idle": signal.SIGTERM, "hup": signal.SIGHUP, "chained": signal.SIGTERM, "reading": signal.SIGTERM}.get(mode)
 if sig is not None:
     os.kill(os.getpid(), sig)
-    time.sleep(5)
+    time.sleep(5)  # (the signal's handler ends the process meanwhile)
 print("exit", flush=True)
 """
 

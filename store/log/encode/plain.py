@@ -15,7 +15,6 @@ the bad row) is not plain, and :func:`prepare_plain` returns ``None``.
 from __future__ import annotations
 
 import functools
-import time
 
 import numpy as np
 import pyarrow as pa
@@ -65,10 +64,11 @@ def _plain_columns(table: pa.Table | pa.RecordBatch) -> tuple[pa.StringArray, pa
 
 def prepare_plain(
     table: pa.Table | pa.RecordBatch, queue_counts: QueueCounts, max_message_size: int, max_record_size: int,
-    store_host: bytes, born_host: bytes, uniq_keys: UniqKeyGenerator, round_robin: RoundRobin,
+    store_host: bytes, born_host: bytes, uniq_keys: UniqKeyGenerator, round_robin: RoundRobin, now_ms: int,
 ) -> EncodedBatch | None:
     """A plain batch encoded and packed by one call of the C helper; ``None`` when the batch is
-    not one (see the module docstring), or without the helper."""
+    not one (see the module docstring), or without the helper. ``now_ms``: the rows' born time
+    (the store's clock)."""
     if native.pack_plain is None or not native.CLMUL or not isinstance(table, pa.Table | pa.RecordBatch):
         return None
     columns = _plain_columns(table)
@@ -100,7 +100,6 @@ def prepare_plain(
         return None
     first = round_robin(name, count, n)
     lengths, starts, queue_id = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int32)
-    now_ms = int(time.time() * 1000)
     packed = native.pack_plain(
         template, now_ms, data, buffers[1], body.offset, n, head, uniq_keys.reserve(n), first, count, max_body,
         lengths, starts, queue_id,

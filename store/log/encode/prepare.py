@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pyarrow as pa
 
+from ...clock import SYSTEM_CLOCK
 from ...errors import InvalidMessageError
 from ..msgid import UniqKeyGenerator
 from ..record import header_dtype
@@ -42,6 +41,7 @@ def prepare_batch(
     last_row_property: tuple[str, str] | None = None,
     plain: bool = True,
     system_properties: pa.Array | None = None,
+    born_ms: int | None = None,
 ) -> EncodedBatch:
     """Validate and encode ``table``; raises :class:`rmqlog.errors.InvalidMessageError` subclasses
     naming the first bad row and field (checked in this order: the columns, topic, body, queue
@@ -56,14 +56,17 @@ def prepare_batch(
     memory flat). ``system_properties``: the store's own properties per row, pre-joined
     ``name\x01value\x02`` binary strings (empty: none) added as they are (the delay routing's
     ``REAL_TOPIC``/``REAL_QID``/``DELAY``, :mod:`rmqlog.schedule.routing`; not checked here).
+    ``born_ms``: the born time of rows without a ``bornTimestamp`` (the store's clock, read by
+    the caller; ``None``: the system clock now).
     """
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     if not isinstance(table, pa.Table):
         raise InvalidMessageError(f"put_batch takes a pyarrow Table or RecordBatch, not {type(table).__name__}", row=None, field="*")
+    now_ms = SYSTEM_CLOCK.wall_ms() if born_ms is None else born_ms
     if plain and last_row_property is None and system_properties is None:
         packed = prepare_plain(table, queue_counts, max_message_size, max_record_size, store_host, born_host,
-                               uniq_keys, round_robin)
+                               uniq_keys, round_robin, now_ms)
         if packed is not None:
             return packed
     cols = checked_columns(table)
@@ -76,7 +79,7 @@ def prepare_batch(
     queue_id, cycle = queue_id_column(cols.get("queueId"), n, topics, topic_index, counts, round_robin)
     props = build_properties(cols, n, uniq_keys, last_row_property, system_properties)
     flag = flag_column(cols.get("flag"), n)
-    born = born_column(cols.get("bornTimestamp"), n, int(time.time() * 1000))
+    born = born_column(cols.get("bornTimestamp"), n, now_ms)
     dt = header_dtype(len(born_host) == 20, len(store_host) == 20)
     trailer, lengths = layout_trailer(topics, topic_index, props, dt.itemsize + body_len, max_record_size)
     # the header: its fields now, its rows chunk by chunk as they are written
