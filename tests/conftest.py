@@ -81,8 +81,23 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             ) from exc
 
 
+#: The xdist group of every test that uses the session's SparkSession (tests/spark/conftest.py).
+SPARK_GROUP = "spark"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``optin`` tests run only with RMQ_OPTIN=1 (``slow`` ones always run)."""
+    """``optin`` tests run only with RMQ_OPTIN=1 (``slow`` ones always run); every test that
+    uses the ``spark`` fixture joins the xdist group ``spark`` (a test that asks for it by
+    name, ``request.getfixturevalue("spark")``, carries the mark itself).
+
+    With ``-n 2 --dist loadgroup`` (``make test``) a group runs on one worker: that worker
+    alone starts a JVM for the shared session (a second session would cost its start-up and
+    ~1 GiB), and the other worker runs the rest of the suite meanwhile.
+    """
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
     if os.environ.get("RMQ_OPTIN") == "1":
         return
     skip = pytest.mark.skip(reason="opt-in heavy run: set RMQ_OPTIN=1")

@@ -25,6 +25,10 @@ def spark() -> Iterator[object]:
             "spark.sql.shuffle.partitions": "2",
             "spark.default.parallelism": "2",
             "spark.sql.streaming.stopTimeout": "20s",
+            # the JVM's heap, stated: the suite's largest Spark job needs far less, and with
+            # `make test`'s two workers this session runs beside the JVMs other tests start
+            # (the cluster, Connect, notebook and quickstart tests), all within a small VM
+            "spark.driver.memory": "1g",
         },
     )
     session.sparkContext.setLogLevel("ERROR")
