@@ -106,6 +106,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker under ``--dist loadgroup``, refuse a collection whose groups xdist
+    dropped: it marks a grouped test by a ``@group`` suffix on its node id, and a pytest that
+    ignores the suffix (9.2 with xdist 3.8) would spread the Spark tests over both workers,
+    each starting a JVM, without a word."""
+    if not getattr(session.config.option, "loadgroup", False):  # set on the workers by xdist
+        return
+    lost = [item.nodeid for item in session.items
+            if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist ignored the xdist_group of {len(lost)} tests ({lost[0]}, ...): "
+                                "this pytest and pytest-xdist do not group tests (see pyproject.toml's dev extra)")
+
+
 # --------------------------------------------------------------------------- fixtures
 
 
