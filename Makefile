@@ -31,8 +31,10 @@ FORCE:
 quickstart: $(STAMP)
 	$(VENV)/bin/python jobs/quickstart.py
 
+# two workers (pytest-xdist): the tests that use the shared SparkSession form one group
+# (tests/conftest.py), so one worker runs them all with one JVM while the other runs the rest
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check store spark_rmq jobs tests refcodec

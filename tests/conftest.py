@@ -81,14 +81,43 @@ def pytest_sessionstart(session: pytest.Session) -> None:
             ) from exc
 
 
+#: The xdist group of every test that uses the session's SparkSession (tests/spark/conftest.py).
+SPARK_GROUP = "spark"
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """``optin`` tests run only with RMQ_OPTIN=1 (``slow`` ones always run)."""
+    """``optin`` tests run only with RMQ_OPTIN=1 (``slow`` ones always run); every test that
+    uses the ``spark`` fixture joins the xdist group ``spark`` (a test that asks for it by
+    name, ``request.getfixturevalue("spark")``, carries the mark itself).
+
+    With ``-n 2 --dist loadgroup`` (``make test``) a group runs on one worker: that worker
+    alone starts a JVM for the shared session (a second session would cost its start-up and
+    ~1 GiB), and the other worker runs the rest of the suite meanwhile.
+    """
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
     if os.environ.get("RMQ_OPTIN") == "1":
         return
     skip = pytest.mark.skip(reason="opt-in heavy run: set RMQ_OPTIN=1")
     for item in items:
         if "optin" in item.keywords:
             item.add_marker(skip)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker under ``--dist loadgroup``, refuse a collection whose groups xdist
+    dropped: it marks a grouped test by a ``@group`` suffix on its node id, and a pytest that
+    ignores the suffix (9.2 with xdist 3.8) would spread the Spark tests over both workers,
+    each starting a JVM, without a word."""
+    if not getattr(session.config.option, "loadgroup", False):  # set on the workers by xdist
+        return
+    lost = [item.nodeid for item in session.items
+            if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid]
+    if lost:
+        raise pytest.UsageError(f"pytest-xdist ignored the xdist_group of {len(lost)} tests ({lost[0]}, ...): "
+                                "this pytest and pytest-xdist do not group tests (see pyproject.toml's dev extra)")
 
 
 # --------------------------------------------------------------------------- fixtures

@@ -112,7 +112,13 @@ def built() -> Built:
     assert len(segments) >= 4
     # a pass cut short leaves a moved segment in commitlog.deleted/; the preparer one ahead
     (root / "commitlog.deleted" / f"{segments[0] - SEG:020d}").write_bytes(bytes(SEG))
-    (root / "commitlog.prealloc" / f"{segments[-1] + SEG:020d}").write_bytes(bytes(SEG))
+    # (the same one in every build, whether or not the preparer thread ran before the close:
+    # each pytest-xdist worker builds its own store, and their test ids must be the same)
+    prepared = root / "commitlog.prealloc"
+    prepared.mkdir(exist_ok=True)
+    for p in prepared.iterdir():
+        p.unlink()
+    (prepared / f"{segments[-1] + SEG:020d}").write_bytes(bytes(SEG))
     crashed = top / "crashed"
     shutil.copytree(root, crashed, symlinks=True)
     (crashed / "abort").touch()
@@ -158,6 +164,17 @@ def expected(rel: str, *, repair: bool) -> str:
         if re.fullmatch(pattern, rel):
             return repaired if repair else normal
     pytest.fail(f"{rel}: a store item the matrix does not know; add its expected outcomes to EXPECTED")
+
+
+def _stable(rel: str) -> str:
+    """``rel`` as a test id: an index file, named after the time it was created, by its place
+    among the index files instead (``index/#0``). Each pytest-xdist worker builds its own store
+    at collection, and the workers must collect the same test ids."""
+    m = re.fullmatch(r"index/([0-9]{17})", rel)
+    if m is None:
+        return rel
+    names = sorted(p.name for p in (built().clean / "index").iterdir())
+    return f"index/#{names.index(m.group(1))}"
 
 
 CASES = [(variant, rel, kind, damage, repair)
@@ -207,7 +224,7 @@ def _damage(root: Path, rel: str, kind: str, damage: str, outside: Path) -> Path
 
 
 @pytest.mark.parametrize(("variant", "rel", "kind", "damage", "repair"), CASES,
-                         ids=[f"{v}-{r}-{d}-{'repair' if rp else 'open'}" for v, r, _, d, rp in CASES])
+                         ids=[f"{v}-{_stable(r)}-{d}-{'repair' if rp else 'open'}" for v, r, _, d, rp in CASES])
 def test_wrong_type_or_link(tmp_path: Path, variant: str, rel: str, kind: str, damage: str, repair: bool) -> None:
     b = built()
     root = tmp_path / "store"
@@ -313,7 +330,7 @@ def _first_queue_file(rel: str) -> bool:
 
 
 @pytest.mark.parametrize(("variant", "rel", "kind", "damage", "repair"), CONTENT_CASES,
-                         ids=[f"{v}-{r}-{d}-{'repair' if rp else 'open'}" for v, r, _, d, rp in CONTENT_CASES])
+                         ids=[f"{v}-{_stable(r)}-{d}-{'repair' if rp else 'open'}" for v, r, _, d, rp in CONTENT_CASES])
 def test_deleted_truncated_zeroed(request: pytest.FixtureRequest, tmp_path: Path, variant: str, rel: str, kind: str,
                                   damage: str, repair: bool) -> None:
     if (variant, damage, repair) == ("clean", "deleted", False) and _first_queue_file(rel):

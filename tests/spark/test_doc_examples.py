@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from conftest import SPARK_GROUP
 
 import rmqlog
 from spark_rmq.routing import java_hash
@@ -71,6 +72,7 @@ def readme_prelude(spark, tmp: Path) -> dict:  # type: ignore[no-untyped-def]
     return {"orders": orders, "orders_df": orders_df}
 
 
+@pytest.mark.xdist_group(SPARK_GROUP)  # asks for the session by name (not every page uses it)
 @pytest.mark.parametrize("page", RUNNABLE)
 def test_every_example_runs_as_written(page: str, tmp_path: Path, request: pytest.FixtureRequest,
                                        monkeypatch: pytest.MonkeyPatch) -> None:
