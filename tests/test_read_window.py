@@ -177,6 +177,32 @@ def _age(root: Path, now_ms: int, hours: float, which: list[int]) -> None:
         os.utime(root / "commitlog" / f"{start:020d}", (t, t))
 
 
+def _expire_first_four(root: Path, now: int) -> list[int]:
+    """Every commitlog segment written an hour before ``now``, the first four 100 hours before:
+    those four are due for deletion at ``now``. Returns the segments' starts."""
+    segs = sorted(int(p.name) for p in (root / "commitlog").iterdir())
+    _age(root, now, 1, segs)
+    _age(root, now, 100, segs[:4])
+    return segs
+
+
+def _clean_after_the_units_are_read(monkeypatch: pytest.MonkeyPatch, s: rmqlog.MessageStore, now: int) -> list[bool]:
+    """Run retention once, right after the window's units are read and before their records
+    are; the returned flag turns false when it ran."""
+    real_read = ConsumeQueue.read
+    armed = [True]
+
+    def read_then_clean(self: ConsumeQueue, start: int, count: int) -> np.ndarray:
+        units = real_read(self, start, count)
+        if armed[0] and count > 1:  # the window's units are read: retention runs now
+            armed[0] = False
+            s.clean_expired(now)
+        return units
+
+    monkeypatch.setattr(ConsumeQueue, "read", read_then_clean)
+    return armed
+
+
 @pytest.mark.parametrize("raw", [False, True], ids=["table", "records"])
 def test_records_deleted_between_the_unit_read_and_the_record_read(root: Path, monkeypatch: pytest.MonkeyPatch,
                                                                    raw: bool) -> None:
@@ -186,21 +212,9 @@ def test_records_deleted_between_the_unit_read_and_the_record_read(root: Path, m
     s = _aged_store(root)
     try:
         now = _at_4()
-        segs = sorted(int(p.name) for p in (root / "commitlog").iterdir())
-        _age(root, now, 1, segs)
-        _age(root, now, 100, segs[:4])
+        segs = _expire_first_four(root, now)
         first_left = next(o for o in range(100) if s.read_queue("RT", 0, o, o + 1)["commitLogOffset"][0].as_py() >= segs[4])
-        real_read = ConsumeQueue.read
-        armed = [True]
-
-        def read_then_clean(self: ConsumeQueue, start: int, count: int) -> np.ndarray:
-            units = real_read(self, start, count)
-            if armed[0] and count > 1:  # the window's units are read: retention runs now
-                armed[0] = False
-                s.clean_expired(now)
-            return units
-
-        monkeypatch.setattr(ConsumeQueue, "read", read_then_clean)
+        armed = _clean_after_the_units_are_read(monkeypatch, s, now)
         start = first_left - 3
         assert start // PER_FILE == first_left // PER_FILE  # one consume-queue file: one window
         r = s.read_window("RT", 0, start, max_count=10, raw=raw)
@@ -221,20 +235,8 @@ def test_window_wholly_deleted_while_read_is_message_was_removing(root: Path, mo
     s = _aged_store(root)
     try:
         now = _at_4()
-        segs = sorted(int(p.name) for p in (root / "commitlog").iterdir())
-        _age(root, now, 1, segs)
-        _age(root, now, 100, segs[:4])
-        real_read = ConsumeQueue.read
-        armed = [True]
-
-        def read_then_clean(self: ConsumeQueue, start: int, count: int) -> np.ndarray:
-            units = real_read(self, start, count)
-            if armed[0] and count > 1:
-                armed[0] = False
-                s.clean_expired(now)
-            return units
-
-        monkeypatch.setattr(ConsumeQueue, "read", read_then_clean)
+        _expire_first_four(root, now)
+        _clean_after_the_units_are_read(monkeypatch, s, now)
         r = s.read_window("RT", 0, 0, max_count=32, until=5, raw=raw)
         assert (r.status, r.next_begin_offset, r.removed, len(r)) == (S.MESSAGE_WAS_REMOVING, 5, (0, 5), 0)
     finally:
