@@ -14,7 +14,7 @@ STAMP := $(VENV)/.installed
 # working directory cannot shadow it (the default mode's import hook runs after such folders
 # are found). Edits are live; an added or removed module needs a reinstall, hence SOURCES.
 SOURCES := $(VENV)/.sources
-MODULES := $(sort $(shell find store spark_rmq -name '*.py' -o -name '*.c' -o -name py.typed))
+MODULES := $(sort $(shell find store spark_rmq rmqnet -name '*.py' -o -name '*.c' -o -name py.typed))
 
 $(SOURCES): FORCE
 	@mkdir -p $(VENV)
@@ -37,8 +37,8 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check store spark_rmq jobs tests refcodec
-	$(VENV)/bin/mypy -p rmqlog -p spark_rmq
+	$(VENV)/bin/ruff check store spark_rmq rmqnet jobs tests refcodec
+	$(VENV)/bin/mypy -p rmqlog -p spark_rmq -p rmqnet
 
 bench: $(STAMP)
 	$(VENV)/bin/python jobs/bench_store.py

@@ -1,0 +1,193 @@
+"""RocketMQ's ``RemotingCommand``: the header every frame carries, decoded and encoded.
+
+JSON header (serialize type 0; what every client here sends and what we always answer)::
+
+    {"code": int, "language": "JAVA"|"CPP"|..., "version": int, "opaque": int, "flag": int,
+     "remark": str|null, "extFields": {name: value}, "serializeTypeCurrentRPC": "JSON"}
+
+ROCKETMQ binary header (serialize type 1, ``RocketMQSerializable``), big-endian::
+
+    int16 code, int8 language, int16 version, int32 opaque, int32 flag,
+    int32 remarkLength, remark (UTF-8), int32 extLength, {int16 kLen, key, int32 vLen, value}*
+
+extFields values are kept as they arrived: Java sends strings, ali-ons JSON numbers and
+booleans, the C++ client a mix (:mod:`rmqnet.remoting.fields` reads them leniently). Replies
+carry string values, as Java's ``HashMap<String, String>`` does. Replies are always JSON with
+type byte 0: ali-ons reads the header-length word raw and would break on another type.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from .codes import FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, SerializeType
+from .errors import HeaderError
+from .frame import Frame, frame_prefix
+
+#: the ``version`` we send (RocketMQ 4.9.8's ``MQVersion.Version`` ordinal, V4_9_8)
+OUR_VERSION = 435
+_LANG_BY_CODE = {c.value: c.name for c in LanguageCode}
+_B_FIXED = struct.Struct(">hbhii")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+
+
+@dataclass(slots=True)
+class RemotingCommand:
+    """One request or response (``RemotingCommand``); ``body`` is bytes or a list of
+    buffers sent one after the other (a pull body made of stored records, unjoined)."""
+
+    code: int
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    ext_fields: dict[str, Any] = field(default_factory=dict)
+    body: bytes | memoryview | list[Any] = b""
+    language: str = "PYTHON"
+    version: int = OUR_VERSION
+
+    @property
+    def is_response(self) -> bool:
+        return bool(self.flag & FLAG_RESPONSE)
+
+    @property
+    def is_oneway(self) -> bool:
+        return bool(self.flag & FLAG_ONEWAY)
+
+    def body_bytes(self) -> bytes:
+        b = self.body
+        if isinstance(b, list):
+            return b"".join(bytes(x) for x in b)
+        return bytes(b)
+
+    def reply(self, code: int, remark: str | None = None, ext_fields: dict[str, Any] | None = None,
+              body: bytes | memoryview | list[Any] = b"") -> RemotingCommand:
+        """The response to this request (same opaque, the response flag set)."""
+        return RemotingCommand(code, self.opaque, FLAG_RESPONSE, remark, ext_fields or {}, body, "JAVA", self.version)
+
+
+def _int(obj: dict[str, Any], key: str, default: int | None = None) -> int:
+    v = obj.get(key, default)
+    if isinstance(v, bool) or not isinstance(v, int):
+        if isinstance(v, str):
+            try:
+                return int(v)
+            except ValueError:
+                pass
+        raise HeaderError(f"header field {key!r} is {v!r}, not an integer")
+    return v
+
+
+def decode_json_header(header: bytes) -> dict[str, Any]:
+    try:
+        obj = json.loads(header)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HeaderError(f"the JSON header does not parse: {exc}") from None
+    if not isinstance(obj, dict):
+        raise HeaderError(f"the JSON header is a {type(obj).__name__}, not an object")
+    return obj
+
+
+def decode(frame: Frame) -> RemotingCommand:
+    """The command in ``frame`` (JSON or ROCKETMQ header); :class:`HeaderError` if unreadable."""
+    if frame.serialize_type == SerializeType.ROCKETMQ:
+        return _decode_binary(frame.header, frame.body)
+    obj = decode_json_header(frame.header)
+    ext = obj.get("extFields")
+    if ext is None:
+        ext = {}
+    elif not isinstance(ext, dict):
+        raise HeaderError(f"extFields is a {type(ext).__name__}, not an object")
+    remark = obj.get("remark")
+    if remark is not None and not isinstance(remark, str):
+        remark = str(remark)
+    lang = obj.get("language", "JAVA")
+    return RemotingCommand(
+        code=_int(obj, "code"), opaque=_int(obj, "opaque", 0), flag=_int(obj, "flag", 0), remark=remark,
+        ext_fields=ext, body=frame.body, language=lang if isinstance(lang, str) else str(lang),
+        version=_int(obj, "version", 0),
+    )
+
+
+def _decode_binary(h: bytes, body: bytes) -> RemotingCommand:
+    try:
+        code, lang, version, opaque, flag = _B_FIXED.unpack_from(h, 0)
+        pos = _B_FIXED.size
+        (rlen,) = _I32.unpack_from(h, pos)
+        pos += 4
+        if rlen < 0 or pos + rlen > len(h):
+            raise HeaderError(f"binary header: remark length {rlen} past the header's {len(h)} bytes")
+        remark = h[pos : pos + rlen].decode() if rlen else None
+        pos += rlen
+        (elen,) = _I32.unpack_from(h, pos)
+        pos += 4
+        if elen < 0 or pos + elen > len(h):
+            raise HeaderError(f"binary header: extFields length {elen} past the header's {len(h)} bytes")
+        ext: dict[str, Any] = {}
+        end = pos + elen
+        while pos < end:
+            (klen,) = _I16.unpack_from(h, pos)
+            pos += 2
+            if klen < 0 or pos + klen > end:
+                raise HeaderError(f"binary header: key length {klen} past the extFields")
+            key = h[pos : pos + klen].decode()
+            pos += klen
+            (vlen,) = _I32.unpack_from(h, pos)
+            pos += 4
+            if vlen < 0 or pos + vlen > end:
+                raise HeaderError(f"binary header: value length {vlen} of {key!r} past the extFields")
+            ext[key] = h[pos : pos + vlen].decode()
+            pos += vlen
+    except struct.error:
+        raise HeaderError(f"binary header truncated ({len(h)} bytes)") from None
+    except UnicodeDecodeError as exc:
+        raise HeaderError(f"binary header: a string is not UTF-8 ({exc.reason})") from None
+    return RemotingCommand(code, opaque, flag, remark, ext, body, _LANG_BY_CODE.get(lang, "OTHER"), version)
+
+
+def encode_binary_header(cmd: RemotingCommand) -> bytes:
+    """The ROCKETMQ binary header of ``cmd`` (for tests and clients that want it)."""
+    remark = (cmd.remark or "").encode()
+    ext = b"".join(
+        _I16.pack(len(k := str(key).encode())) + k + _I32.pack(len(v := _text(val).encode())) + v
+        for key, val in cmd.ext_fields.items()
+    )
+    lang = LanguageCode[cmd.language].value if cmd.language in LanguageCode.__members__ else LanguageCode.OTHER.value
+    return (_B_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag) + _I32.pack(len(remark)) + remark
+            + _I32.pack(len(ext)) + ext)
+
+
+def _text(v: Any) -> str:
+    """A value as Java's ``String.valueOf`` would write it (booleans lower-case)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return str(v)
+
+
+def encode_header(cmd: RemotingCommand) -> bytes:
+    """The JSON header of ``cmd``; extFields values become strings."""
+    obj: dict[str, Any] = {"code": cmd.code, "flag": cmd.flag, "language": cmd.language, "opaque": cmd.opaque,
+                           "serializeTypeCurrentRPC": "JSON", "version": cmd.version}
+    if cmd.ext_fields:
+        obj["extFields"] = {k: _text(v) for k, v in cmd.ext_fields.items() if v is not None}
+    if cmd.remark is not None:
+        obj["remark"] = cmd.remark
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def encode(cmd: RemotingCommand) -> list[bytes | memoryview]:
+    """The buffers of ``cmd``'s frame (JSON header), to write in order: the prefix and header,
+    then the body as given (a list body stays a list: no join)."""
+    header = encode_header(cmd)
+    body = cmd.body
+    parts = body if isinstance(body, list) else ([body] if len(body) else [])
+    blen = sum(len(p) for p in parts)
+    return [frame_prefix(len(header), blen) + header, *parts]
+
+
+def encode_bytes(cmd: RemotingCommand) -> bytes:
+    """:func:`encode` joined into one ``bytes``."""
+    return b"".join(bytes(p) for p in encode(cmd))

@@ -1,0 +1,118 @@
+"""The request headers of the hot paths, each one declared structure read from extFields
+(RocketMQ 4.9.8's ``SendMessageRequestHeader`` and its abbreviated ``...V2``,
+``PullMessageRequestHeader``). Required fields (``@CFNotNull`` in Java) raise
+:class:`~rmqnet.remoting.errors.FieldError` when missing; the rest take Java's defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from .fields import ext_bool, ext_int, ext_long, ext_str
+
+#: SEND_MESSAGE_V2's one-letter names (``SendMessageRequestHeaderV2``), by V1 name
+SEND_V2_NAMES = {
+    "producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueueNums": "d", "queueId": "e",
+    "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i", "reconsumeTimes": "j",
+    "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m", "brokerName": "n",
+}
+
+
+@dataclass(slots=True)
+class SendMessageHeader:
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str
+    reconsume_times: int
+    unit_mode: bool
+    batch: bool
+    max_reconsume_times: int | None
+    broker_name: str | None
+
+    @staticmethod
+    def read(ext: dict[str, Any], v2: bool) -> SendMessageHeader:
+        """The header of SEND_MESSAGE (``v2=False``), or of SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE
+        (``v2=True``: the one-letter names)."""
+        n = SEND_V2_NAMES if v2 else {k: k for k in SEND_V2_NAMES}
+        return SendMessageHeader(
+            producer_group=ext_str(ext, n["producerGroup"]),
+            topic=ext_str(ext, n["topic"]),
+            default_topic=ext_str(ext, n["defaultTopic"]),
+            default_topic_queue_nums=ext_int(ext, n["defaultTopicQueueNums"]),
+            queue_id=ext_int(ext, n["queueId"]),
+            sys_flag=ext_int(ext, n["sysFlag"]),
+            born_timestamp=ext_long(ext, n["bornTimestamp"]),
+            flag=ext_int(ext, n["flag"]),
+            properties=ext_str(ext, n["properties"], ""),
+            reconsume_times=ext_int(ext, n["reconsumeTimes"], 0),
+            unit_mode=ext_bool(ext, n["unitMode"], False),
+            batch=ext_bool(ext, n["batch"], False),
+            max_reconsume_times=ext_int(ext, n["maxReconsumeTimes"], None),
+            broker_name=ext_str(ext, n["brokerName"], None),
+        )
+
+    def to_ext(self, v2: bool) -> dict[str, Any]:
+        """extFields of this header (for our client), one-letter names when ``v2``."""
+        values = {
+            "producerGroup": self.producer_group, "topic": self.topic, "defaultTopic": self.default_topic,
+            "defaultTopicQueueNums": self.default_topic_queue_nums, "queueId": self.queue_id,
+            "sysFlag": self.sys_flag, "bornTimestamp": self.born_timestamp, "flag": self.flag,
+            "properties": self.properties, "reconsumeTimes": self.reconsume_times, "unitMode": self.unit_mode,
+            "batch": self.batch, "maxReconsumeTimes": self.max_reconsume_times, "brokerName": self.broker_name,
+        }
+        return {(SEND_V2_NAMES[k] if v2 else k): v for k, v in values.items() if v is not None}
+
+
+@dataclass(slots=True)
+class PullMessageHeader:
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_millis: int
+    subscription: str | None
+    sub_version: int
+    expression_type: str | None
+
+    @staticmethod
+    def read(ext: dict[str, Any]) -> PullMessageHeader:
+        return PullMessageHeader(
+            consumer_group=ext_str(ext, "consumerGroup"),
+            topic=ext_str(ext, "topic"),
+            queue_id=ext_int(ext, "queueId"),
+            queue_offset=ext_long(ext, "queueOffset"),
+            max_msg_nums=ext_int(ext, "maxMsgNums"),
+            sys_flag=ext_int(ext, "sysFlag"),
+            commit_offset=ext_long(ext, "commitOffset"),
+            suspend_timeout_millis=ext_long(ext, "suspendTimeoutMillis"),
+            subscription=ext_str(ext, "subscription", None),
+            sub_version=ext_long(ext, "subVersion"),
+            expression_type=ext_str(ext, "expressionType", None),
+        )
+
+    def to_ext(self) -> dict[str, Any]:
+        return {
+            "consumerGroup": self.consumer_group, "topic": self.topic, "queueId": self.queue_id,
+            "queueOffset": self.queue_offset, "maxMsgNums": self.max_msg_nums, "sysFlag": self.sys_flag,
+            "commitOffset": self.commit_offset, "suspendTimeoutMillis": self.suspend_timeout_millis,
+            **({"subscription": self.subscription} if self.subscription is not None else {}),
+            "subVersion": self.sub_version,
+            **({"expressionType": self.expression_type} if self.expression_type is not None else {}),
+        }
+
+
+#: PullSysFlag bits (``PullSysFlag``)
+PULL_COMMIT_OFFSET = 1
+PULL_SUSPEND = 2
+PULL_SUBSCRIPTION = 4
+PULL_CLASS_FILTER = 8
+PULL_LITE = 16
