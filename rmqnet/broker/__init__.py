@@ -1,0 +1,1 @@
+"""The broker: RocketMQ 4.9.8's request processors over one store (docs/broker.md)."""

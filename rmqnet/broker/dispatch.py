@@ -1,0 +1,51 @@
+"""From request code to processor, and the answers every processor shares.
+
+A processor is ``handler(broker, peer, request)`` returning the response, ``None`` (nothing
+to answer), or an awaitable of either (a held pull, a send waiting for its flush). The
+transport answers a plain return at once and awaits an awaitable in a task of its own, so
+only requests that wait cost a task.
+
+Errors a processor raises are answered here as RocketMQ answers them: a request field
+missing or mistyped (:class:`~rmqnet.remoting.FieldError`) is ``SYSTEM_ERROR`` with the
+reason as remark (Java's ``RemotingCommandException``); an unknown code is
+``REQUEST_CODE_NOT_SUPPORTED`` (RocketMQ's remark: "request type N not supported"). A oneway
+request gets no answer whatever happens (the transport never writes one for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ..remoting import FieldError, RemotingCommand, ResponseCode
+from .peer import Peer
+
+Handler = Callable[[Any, Peer, RemotingCommand], "RemotingCommand | None | Awaitable[RemotingCommand | None]"]
+
+
+class ProcessorTable:
+    """Request code -> handler; :meth:`process` runs one request."""
+
+    def __init__(self) -> None:
+        self._handlers: dict[int, Handler] = {}
+
+    def register(self, code: int, handler: Handler) -> None:
+        if code in self._handlers:
+            raise ValueError(f"request code {code} already has a processor")
+        self._handlers[code] = handler
+
+    def codes(self) -> list[int]:
+        return sorted(self._handlers)
+
+    def process(self, broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+        handler = self._handlers.get(req.code)
+        if handler is None:
+            return None if req.is_oneway else req.reply(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
+        try:
+            res = handler(broker, peer, req)
+        except FieldError as exc:
+            res = req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+        if req.is_oneway and not isinstance(res, Awaitable):
+            return None  # (an awaitable still runs: the transport awaits it and writes nothing)
+        return res
