@@ -79,7 +79,7 @@ _CODE = {
 }
 
 
-def _total_memory() -> int:
+def total_memory() -> int:
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: treat everything as in memory
@@ -203,7 +203,7 @@ def _read(broker: Any, h: PullMessageHeader, tags: str | None) -> GetMessageResu
     if result.status != _S.FOUND or recs is None or len(recs) < 2:
         return result
     ratio = conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
-    in_disk = (store.published_tail() - recs.commit_log_offsets) > _total_memory() * ratio // 100
+    in_disk = (store.published_tail() - recs.commit_log_offsets) > total_memory() * ratio // 100
     if not in_disk.any():
         return result
     keep = disk_limited(recs.sizes, in_disk, min(count, MAX_TRANSFER_COUNT_IN_MEMORY),

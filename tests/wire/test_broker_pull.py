@@ -236,7 +236,7 @@ def test_disk_limited_judges_each_record_by_its_place() -> None:
 
 def test_records_far_behind_get_the_disk_limits(broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     results = put(broker, 20)
-    monkeypatch.setattr(pull, "_total_memory", lambda: 100)  # every record is "on disk"
+    monkeypatch.setattr(pull, "total_memory", lambda: 100)  # every record is "on disk"
     res = do_pull(broker, pull_req(0))
     assert ext_ints(res)["nextBeginOffset"] == 8
     assert res.body_bytes() == expected_body(broker, results, list(range(8)))
