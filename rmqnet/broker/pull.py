@@ -41,6 +41,7 @@ sysFlag bit 1 the request's ``commitOffset`` is stored for the group (the store'
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from typing import Any
@@ -145,7 +146,7 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
         res.body = [memoryview(result.records.data)]
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND:
         holds: PullHoldService | None = getattr(broker, "holds", None)
-        if holds is not None:
+        if holds is not None and _in_event_loop():
             wait = h.suspend_timeout_millis if conf(broker, "long_polling_enable", True) \
                 else conf(broker, "short_polling_time_mills", SHORT_POLLING_TIME_MILLS)
             res = holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
@@ -156,6 +157,16 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
         with contextlib.suppress(rmqlog.StoreError):
             broker.store.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
     return res
+
+
+def _in_event_loop() -> bool:
+    """Whether a pull can be held: only a handler running on an event loop can return a
+    future (a caller without one gets the 19 at once, as with the suspend flag off)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
 
 
 def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader) -> RemotingCommand | str | None:

@@ -239,3 +239,9 @@ def test_many_holds_an_arrival_reruns_only_its_queue() -> None:
         assert all(f.done() for f in futs) and len(svc) == 0
 
     run(go())
+
+
+def test_outside_an_event_loop_the_pull_is_answered_at_once(broker: Any) -> None:
+    res = broker.table.process(broker, FakePeer(), pull_req(0))
+    assert res.code == ResponseCode.PULL_NOT_FOUND and int(res.ext_fields["nextBeginOffset"]) == 0
+    assert len(broker.holds) == 0
