@@ -344,7 +344,7 @@ def get_consumer_list_by_group(broker: Any, peer: Peer, req: RemotingCommand) ->
     ids = broker.consumers.consumer_ids(group)
     if not ids:
         return req.reply(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-    return req.reply(ResponseCode.SUCCESS, None, None, json.dumps({"consumerIdList": ids}).encode())
+    return req.reply(ResponseCode.SUCCESS, None, None, json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode())
 
 
 def on_close(broker: Any, peer: Peer) -> None:
