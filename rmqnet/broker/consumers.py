@@ -26,8 +26,8 @@ Guarantees: the group's members get NOTIFY_CONSUMER_IDS_CHANGED (oneway, extFiel
 UNREGISTER_CLIENT, a closed connection, expiry) or its subscriptions change; a consumer or
 producer whose last heartbeat is more than 120 s old (``CHANNEL_EXPIRED_TIMEOUT``) is
 dropped by :meth:`ClientRegistry.run_once`; a closed connection drops its clients at once
-(:meth:`ClientRegistry.on_close`). GET_CONSUMER_LIST_BY_GROUP answers
-``{"consumerIdList": [...]}`` in joining order, or ``SYSTEM_ERROR`` "no consumer for this
+(:meth:`ClientRegistry.on_close`, run from the connection's ``on_close`` callbacks).
+GET_CONSUMER_LIST_BY_GROUP answers ``{"consumerIdList": [...]}`` in joining order, or ``SYSTEM_ERROR`` "no consumer for this
 group" as Java does. A body that is not HeartbeatData is ``SYSTEM_ERROR`` naming what is
 wrong, and nothing of it is registered.
 """
@@ -43,6 +43,7 @@ import rmqlog
 from rmqlog.paths import validate_group
 
 from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode, ext_str
+from .holds import connection_closed, watch_close
 from .peer import Peer
 
 #: ``ConsumerManager.CHANNEL_EXPIRED_TIMEOUT`` / ``ProducerManager.CHANNEL_EXPIRED_TIMEOUT`` (ms)
@@ -303,6 +304,7 @@ def heart_beat(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand
     except HeartbeatError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
     registry: ClientRegistry = broker.consumers
+    watch_close(broker, peer)
     now = broker.clock.wall_ms()
     for c in data.consumers:
         try:
@@ -348,12 +350,10 @@ def get_consumer_list_by_group(broker: Any, peer: Peer, req: RemotingCommand) ->
 
 
 def on_close(broker: Any, peer: Peer) -> None:
-    """What the transport calls when a connection closes (through the broker): its clients
-    leave their groups, its held pulls are dropped."""
-    broker.consumers.on_close(peer)
-    holds = getattr(broker, "holds", None)
-    if holds is not None:
-        holds.on_close(peer)
+    """A connection closed: its clients leave their groups, its held pulls are dropped. Run
+    by the connection itself (its ``on_close`` list, registered by the first heartbeat or held
+    pull on it: :func:`rmqnet.broker.holds.watch_close`); callable directly too."""
+    connection_closed(broker, peer)
 
 
 def install(broker: Any) -> None:

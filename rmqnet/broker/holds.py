@@ -200,3 +200,30 @@ class PullHoldService:
         self._by_queue.clear()
         self._by_peer.clear()
         self._deadlines.clear()
+
+
+_WATCHED = "rmqnet.broker.close_watched"
+
+
+def watch_close(broker: Any, peer: Peer) -> None:
+    """Have ``peer``'s connection tell the broker when it closes, once per connection: the
+    transport's connections run the callables of their ``on_close`` list then. What closes
+    with it: its held pulls (``broker.holds``) and its clients (``broker.consumers``). A peer
+    without that list (a test's stand-in) is left alone: its held pulls are dropped when they
+    would be answered, its clients when they expire."""
+    if peer.attrs.get(_WATCHED):
+        return
+    hooks = getattr(peer, "on_close", None)
+    if not isinstance(hooks, list):
+        return
+    peer.attrs[_WATCHED] = True
+    hooks.append(functools.partial(connection_closed, broker))
+
+
+def connection_closed(broker: Any, peer: Peer) -> None:
+    """A connection closed: every broker part that keeps per-connection state forgets it."""
+    for name in ("holds", "consumers"):
+        part = getattr(broker, name, None)
+        if part is not None:
+            part.on_close(peer)
+

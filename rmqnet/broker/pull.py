@@ -53,7 +53,7 @@ from rmqlog import GetMessageResult, GetMessageStatus, StoredRecords
 
 from ..remoting import PullMessageHeader, RemotingCommand, RequestCode, ResponseCode
 from ..remoting.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
-from .holds import HeldPull, PullHoldService
+from .holds import HeldPull, PullHoldService, watch_close
 from .peer import Peer
 
 PERM_READ = 4
@@ -151,6 +151,7 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
                 else conf(broker, "short_polling_time_mills", SHORT_POLLING_TIME_MILLS)
             res = holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
                              {"header": h, "tags": tags, "broker": broker})
+            watch_close(broker, peer)
     if allow_suspend and h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0 \
             and conf(broker, "broker_role", "ASYNC_MASTER") != "SLAVE":
         # Java stores it unchecked; one the store refuses (a bad group name) must not fail the pull

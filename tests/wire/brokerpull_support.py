@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ class FakePeer:
         self.remote = remote or f"127.0.0.1:{50000 + next(self._n)}"
         self.attrs: dict[str, Any] = {}
         self.sent: list[RemotingCommand] = []
+        self.on_close: list[Callable[[Any], None]] = []  # as the transport's Connection has
         self._closed = False
 
     def send_oneway(self, cmd: RemotingCommand) -> None:
@@ -61,6 +63,9 @@ class FakePeer:
 
     def close(self) -> None:
         self._closed = True
+        callbacks, self.on_close = self.on_close, []
+        for cb in callbacks:
+            cb(self)
 
 
 _opaque = itertools.count(1)

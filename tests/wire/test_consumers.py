@@ -158,9 +158,12 @@ def test_closed_connection_drops_its_clients_and_holds(broker: Any) -> None:
     beat(broker, p1, "c1", producer_groups=("PG",))
     beat(broker, p2, "c2")
     p2.sent.clear()
-    consumers.on_close(broker, p1)
+    assert len(p1.on_close) == 1  # registered by its first heartbeat, once
+    p1.close()  # the transport runs the connection's on_close callbacks
     assert json.loads(consumer_list(broker).body_bytes()) == {"consumerIdList": ["c2"]}
     assert notified(p2) == ["CG"] and broker.consumers.producer_groups == {}
+    consumers.on_close(broker, p2)  # callable directly too
+    assert consumer_list(broker).code == ResponseCode.SYSTEM_ERROR
 
 
 @pytest.mark.parametrize(("body", "names"), [

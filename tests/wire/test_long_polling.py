@@ -147,14 +147,24 @@ def test_dropped_when_its_connection_closes(broker: Any) -> None:
         f1 = held(broker, pull_req(0), gone)
         f2 = held(broker, pull_req(0, queue_id=1), gone)
         f3 = held(broker, pull_req(0), alive)
-        assert broker.holds.on_close(gone) == 2
+        assert len(gone.on_close) == 1, "one close callback per connection, however many pulls it holds"
+        gone.close()  # the transport runs the connection's on_close callbacks
         assert await f1 is None and await f2 is None
         assert len(broker.holds) == 1 and not f3.done()
-        # a peer found closed when its pull would be answered is dropped too
-        alive.close()
+        assert broker.holds.on_close(gone) == 0
+
+    run(go())
+
+
+def test_a_closed_peer_found_when_answering_is_dropped(broker: Any) -> None:
+    async def go() -> None:
+        silent = FakePeer()
+        silent.on_close = None  # type: ignore[assignment]  # a peer that cannot tell us it closed
+        fut = held(broker, pull_req(0), silent)
+        silent._closed = True
         put(broker, ["A"])
         broker.holds.notify_arrival("T", 0, 1)
-        assert await f3 is None
+        assert await fut is None
         assert len(broker.holds) == 0
 
     run(go())
