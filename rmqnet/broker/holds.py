@@ -27,7 +27,10 @@ Threads: the table is touched only on the event loop's thread (the one that held
 pull). The dispatcher's callback and a timer may call :meth:`notify_arrivals` /
 :meth:`run_once` from other threads: they are handed to the loop with
 ``call_soon_threadsafe``. That keeps a re-run and its re-hold atomic with respect to the
-next arrival on the same queue (no wake-up can fall between them).
+next arrival on the same queue (no wake-up can fall between them). An arrival signalled on
+the loop's own thread (a send's ``put`` with ``dispatch=True`` calls the store's arrival
+callback before it returns) is handled on the loop's next turn: the send is answered first,
+and the store is never re-entered from inside its own call.
 """
 
 from __future__ import annotations
@@ -118,21 +121,24 @@ class PullHoldService:
             del self._by_peer[id(held.peer)]
 
     # -------------------------------------------------------------- threads
-    def _on_loop(self, fn: Callable[..., object], *args: object) -> None:
-        """Run ``fn(*args)`` on the loop's thread: now if this is it, else handed over."""
+    def _on_loop(self, fn: Callable[..., object], *args: object, now: bool = True) -> None:
+        """Run ``fn(*args)`` on the loop's thread: handed over from another thread; on it, at
+        once, or with ``now=False`` on the loop's next turn."""
         loop = self._loop
         if loop is None or loop.is_closed():
             return
-        if threading.get_ident() == self._loop_thread:
+        if threading.get_ident() != self._loop_thread:
+            loop.call_soon_threadsafe(fn, *args)
+        elif now:
             fn(*args)
         else:
-            loop.call_soon_threadsafe(fn, *args)
+            loop.call_soon(fn, *args)
 
     # ------------------------------------------------------------- arrivals
     def notify_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """One queue's max offset grew to ``max_offset`` (any thread)."""
         if self._by_queue:
-            self._on_loop(self._arrived, ((topic, int(queue_id), int(max_offset)),))
+            self._on_loop(self._arrived, ((topic, int(queue_id), int(max_offset)),), now=False)
 
     def notify_arrivals(self, topics: Iterable[str], queue_ids: Iterable[int], max_offsets: Iterable[int]) -> None:
         """The dispatcher's signal for one pass, one entry per queue that grew (any thread;
@@ -141,7 +147,7 @@ class PullHoldService:
         if not self._by_queue:
             return
         entries = tuple(zip(topics, (int(q) for q in queue_ids), (int(m) for m in max_offsets), strict=True))
-        self._on_loop(self._arrived, entries)
+        self._on_loop(self._arrived, entries, now=False)
 
     def _arrived(self, entries: tuple[tuple[str, int, int], ...]) -> None:
         for topic, queue_id, max_offset in entries:

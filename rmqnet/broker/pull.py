@@ -81,6 +81,7 @@ _CODE = {
 
 
 def total_memory() -> int:
+    """The machine's memory in bytes (Java's ``totalPhysicalMemorySize``)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: treat everything as in memory
@@ -121,6 +122,9 @@ def pull_message(broker: Any, peer: Peer, req: RemotingCommand) -> Any:
 
 def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: bool,
             held: HeldPull | None = None) -> Any:
+    """One pull (Java's ``processRequest``): the response, or with ``allow_suspend`` a future
+    of it when the pull is held. ``held``: the re-run of a held pull (its header and
+    subscription as first checked; no new hold, no commit)."""
     h: PullMessageHeader = held.state["header"] if held is not None else PullMessageHeader.read(req.ext_fields)
     try:
         if held is not None:

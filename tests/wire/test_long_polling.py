@@ -55,6 +55,12 @@ def held(broker: Any, req: Any, peer: Any = None) -> asyncio.Future[Any]:
     return res
 
 
+async def turn() -> None:
+    """One turn of the event loop: an arrival signalled on the loop's thread is handled on
+    its next turn (no time passes; the hand-over is FIFO)."""
+    await asyncio.sleep(0)
+
+
 def record_bytes(broker: Any, results: pa.Table, queue_id: int = 0) -> bytes:
     qo = results["queueOffset"].to_pylist()
     sizes = broker.store.record_sizes("T", queue_id, 0, max(qo) + 1)
@@ -85,6 +91,7 @@ def test_arrival_on_another_queue_or_below_the_offset_does_not_answer(broker: An
         put(broker, ["A"], queue_id=1)
         broker.holds.notify_arrival("T", 1, 1)   # another queue
         broker.holds.notify_arrival("T", 0, 1)   # not past the held offset
+        await turn()
         assert not fut.done() and len(broker.holds) == 1
         put(broker, ["A"])
         broker.holds.notify_arrivals(["T"], [0], [2])
@@ -115,6 +122,7 @@ def test_non_matching_tag_keeps_the_pull_held(broker: Any) -> None:
         fut = held(broker, pull_req(0, subscription="A"))
         put(broker, ["B", "C"])
         broker.holds.notify_arrival("T", 0, 2)
+        await turn()
         assert not fut.done(), "a message the subscription does not match must not answer the pull"
         assert len(broker.holds) == 1
         results = put(broker, ["A"])
@@ -194,6 +202,17 @@ def test_short_polling_holds_for_short_polling_time(broker: Any) -> None:
     run(go())
 
 
+def test_arrival_on_the_loop_thread_is_handled_after_the_caller_returns(broker: Any) -> None:
+    async def go() -> None:
+        fut = held(broker, pull_req(0))
+        put(broker, ["A"])
+        broker.holds.notify_arrival("T", 0, 1)
+        assert not fut.done(), "handled on the next turn, not inside the notifying call"
+        assert (await fut).code == ResponseCode.SUCCESS
+
+    run(go())
+
+
 def test_no_suspend_flag_is_answered_at_once(broker: Any) -> None:
     res = broker.table.process(broker, FakePeer(), pull_req(0, sys_flag=4))
     assert res.code == ResponseCode.PULL_NOT_FOUND
@@ -238,6 +257,7 @@ def test_many_holds_an_arrival_reruns_only_its_queue() -> None:
         futs = [svc.hold(peers[i % 10], request(11), "T", i % 100, 5, 1000 + (i % 2) * 1000) for i in range(10_000)]
         assert len(svc) == 10_000
         svc.notify_arrival("T", 7, 6)
+        await turn()
         assert sorted(set(reruns)) == [7] and len(reruns) == 100
         reruns.clear()
         svc.run_once(999)
