@@ -36,7 +36,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import CorruptRecordError, InvalidMessageError, MessageTooLargeError
-from .decode import message_table, read_columns
+from ..results import StoredRecords
+from .decode import RecordColumns, message_table, read_columns
 from .gather import gather_slices, to_binary
 from .scan import StopReason, scan_segment
 
@@ -202,3 +203,18 @@ def decode_records(data: bytes | bytearray | memoryview | pa.Buffer) -> pa.Table
     cols = read_columns(pa.py_buffer(view), 0, scan.positions)
     cols.offsets = cols.header["physicalOffset"].astype(np.int64)
     return message_table(cols)
+
+
+def stored_records(parts: list[tuple[RecordColumns, pa.LargeBinaryArray]]) -> StoredRecords:
+    """One :class:`StoredRecords` of per-segment reads
+    (:meth:`rmqlog.log.commitlog.CommitLog.read_stored_records`), in their order."""
+    if not parts:
+        return StoredRecords.empty()
+    cols = [c for c, _ in parts]
+    # a gather's and a concatenation's value offsets start at 0: ``data`` is the records
+    array = parts[0][1] if len(parts) == 1 else pa.concat_arrays([a for _, a in parts])
+    return StoredRecords(
+        array, np.concatenate([c.offsets for c in cols]).astype(np.int64),
+        np.concatenate([c.header["totalSize"] for c in cols]).astype(np.int64),
+        np.concatenate([c.header["queueOffset"] for c in cols]).astype(np.int64),
+    )
