@@ -103,14 +103,9 @@ def get_min_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCom
 def get_earliest_msg_storetime(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     topic, queue_id = _queue(req)
     try:
-        lo = broker.store.min_offset(topic, queue_id)
-        found = broker.store.read_window(topic, queue_id, lo, max_count=1)
+        ts = broker.store.earliest_store_time(topic, queue_id)
     except rmqlog.StoreError as exc:
         return pull.store_failure(req, exc)
-    ts = -1
-    if found.status == rmqlog.GetMessageStatus.FOUND and found.messages.num_rows:
-        stored = found.messages.column("storeTimestamp").cast("int64")[0].as_py()  # microseconds
-        ts = stored // 1000
     return req.reply(ResponseCode.SUCCESS, None, {"timestamp": ts})
 
 

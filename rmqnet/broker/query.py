@@ -10,27 +10,19 @@ buffers, unjoined), oldest first; extFields ``indexLastUpdateTimestamp`` and
 maybe time range not correct"; also when the store keeps no index, saying so).
 
 VIEW_MESSAGE_BY_ID: extField ``offset``, the commitlog offset (decoded by the client from an
-offset msgId); the body is that one record, byte-exact. No record starts there:
-``SYSTEM_ERROR`` "can not find message by the offset, N", as Java.
+offset msgId); the body is that one record, byte-exact (``MessageStore.record_at``). No record
+starts there (deleted, not yet published, inside another record): ``SYSTEM_ERROR`` "can not
+find message by the offset, N", as Java. An offset from the network never returns bytes that
+are not one whole record starting there, listed by its queue's unit (a body made to look like
+a record is no queue's unit).
 
-Until the store offers raw reads by commitlog offset, each record is found through the
-public API in two steps: the message (``message_by_offset``, or a row of a key query) names
-its queue and queue offset, and the window read of that one unit (``read_window(...,
-raw=True)``) gives its bytes; a record is sent only when the unit's commitlog offset is the
-one asked for, so an offset from the network that points inside another record never
-returns bytes. A per-record Python step, bounded by ``maxNum`` (at most 64): fine for a
-single request; the store's raw query will replace it.
-
-``indexLastUpdate*``: Java reports the index file's last update; the store does not expose
-it, so these are the store time and commitlog offset of the newest record found (what
-``MQAdminImpl`` compares them for: which broker's answer is the most recent).
+``indexLastUpdateTimestamp`` / ``indexLastUpdatePhyoffset``: the newest index file's end store
+time and end commitlog offset (``MessageStore.index_last_update``), as Java's.
 """
 
 from __future__ import annotations
 
 from typing import Any
-
-import pyarrow as pa
 
 import rmqlog
 
@@ -43,26 +35,6 @@ DEFAULT_QUERY_MAX_NUM = 32
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 
 
-def record_at(store: rmqlog.MessageStore, topic: str, queue_id: int, queue_offset: int,
-              commit_log_offset: int) -> memoryview | None:
-    """The stored bytes of the record the unit ``topic/queue_id/queue_offset`` points at, if
-    that record starts at ``commit_log_offset``; else ``None``."""
-    found = store.read_window(topic, queue_id, queue_offset, max_count=1, raw=True)
-    recs = found.records
-    if found.status != rmqlog.GetMessageStatus.FOUND or recs is None or not len(recs):
-        return None
-    if int(recs.commit_log_offsets[0]) != commit_log_offset or int(recs.queue_offsets[0]) != queue_offset:
-        return None
-    return memoryview(recs.data)
-
-
-def _store_ms(value: Any) -> int:
-    """A store timestamp (datetime or ms) as ms since the epoch."""
-    if hasattr(value, "timestamp"):
-        return int(round(value.timestamp() * 1000))
-    return int(value)
-
-
 def query_message(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     ext = req.ext_fields
     topic, key = ext_str(ext, "topic"), ext_str(ext, "key")
@@ -72,51 +44,55 @@ def query_message(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingComm
     store: rmqlog.MessageStore = broker.store
     try:
         if unique:
-            table = store.query_by_unique_key(topic, key)
-            table = table.slice(0, pull.conf(broker, "default_query_max_num", DEFAULT_QUERY_MAX_NUM))
+            found = store.query_by_unique_key(topic, key, raw=True)
+            found = _first(found, pull.conf(broker, "default_query_max_num", DEFAULT_QUERY_MAX_NUM))
         else:
-            table = store.query_by_key(topic, key, max_num, begin, end)
-        body, newest_ms, newest_offset = _records(store, table)
+            found = store.query_by_key(topic, key, max_num, begin, end, raw=True)
+        last_ms, last_offset = store.index_last_update()
     except rmqlog.IndexDisabledError:
         return req.reply(ResponseCode.QUERY_NOT_FOUND, "can not find message: this broker keeps no message index "
                          "(messageIndexEnable=false)")
     except rmqlog.StoreError as exc:
         return pull.store_failure(req, exc)
-    ext_out = {"indexLastUpdateTimestamp": newest_ms, "indexLastUpdatePhyoffset": newest_offset}
-    if not body:
+    ext_out = {"indexLastUpdateTimestamp": last_ms, "indexLastUpdatePhyoffset": last_offset}
+    if not len(found):
         return req.reply(ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", ext_out)
-    return req.reply(ResponseCode.SUCCESS, None, ext_out, body)
+    return req.reply(ResponseCode.SUCCESS, None, ext_out, [memoryview(found.data)])
 
 
-def _records(store: rmqlog.MessageStore, table: pa.Table) -> tuple[list[Any], int, int]:
-    """The raw records of a query's rows (in its order), the newest store time and offset."""
-    cols = table.select(["topic", "queueId", "queueOffset", "commitLogOffset", "storeTimestamp"]).to_pylist()
-    body: list[Any] = []
-    newest_ms = newest_offset = 0
-    for row in cols:
-        got = record_at(store, row["topic"], row["queueId"], row["queueOffset"], row["commitLogOffset"])
-        if got is None:  # deleted by retention since the index was read: skipped, as Java skips it
-            continue
-        body.append(got)
-        newest_ms = max(newest_ms, _store_ms(row["storeTimestamp"]))
-        newest_offset = max(newest_offset, int(row["commitLogOffset"]))
-    return body, newest_ms, newest_offset
+def _first(records: rmqlog.StoredRecords, n: int) -> rmqlog.StoredRecords:
+    """The first ``n`` of ``records``."""
+    if len(records) <= n:
+        return records
+    return rmqlog.StoredRecords(records.array.slice(0, n), records.commit_log_offsets[:n], records.sizes[:n],
+                                records.queue_offsets[:n])
 
 
 def view_message_by_id(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     offset = ext_long(req.ext_fields, "offset")
-    not_found = req.reply(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
     store: rmqlog.MessageStore = broker.store
+    not_found = req.reply(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
     try:
-        row = store.message_by_offset(offset) if offset >= 0 else None
-        got = None if row is None else record_at(store, row["topic"], row["queueId"], row["queueOffset"], offset)
+        found = store.record_at(offset) if offset >= 0 else None
+        if found is None or not len(found) or not _indexed_at(store, found, offset):
+            return not_found
     except (rmqlog.CorruptRecordError, rmqlog.InvalidArgumentError):
-        return not_found  # (no record starts there: what was read is not one)
+        return not_found  # (what lies there is not a whole record starting there)
     except rmqlog.StoreError as exc:
         return pull.store_failure(req, exc)
-    if got is None:
-        return not_found
-    return req.reply(ResponseCode.SUCCESS, None, None, [got])
+    return req.reply(ResponseCode.SUCCESS, None, None, [memoryview(found.data)])
+
+
+def _indexed_at(store: rmqlog.MessageStore, found: rmqlog.StoredRecords, offset: int) -> bool:
+    """Whether the record read at ``offset`` is one its queue lists there: its consume-queue
+    unit (named by the record's own topic, queue id and queue offset) points at ``offset``.
+    Bytes inside a message body made to look like a record are no queue's unit, so an offset
+    from the network never gets them back."""
+    row = rmqlog.decode_records(found.data).select(["topic", "queueId", "queueOffset"]).to_pylist()[0]
+    unit = store.read_window(row["topic"], row["queueId"], row["queueOffset"], max_count=1, raw=True)
+    recs = unit.records
+    return (unit.status == rmqlog.GetMessageStatus.FOUND and recs is not None and len(recs) == 1
+            and int(recs.commit_log_offsets[0]) == offset)
 
 
 def install(broker: Any) -> None:

@@ -213,6 +213,35 @@ def test_arrival_on_the_loop_thread_is_handled_after_the_caller_returns(broker: 
     run(go())
 
 
+def test_the_store_dispatcher_wakes_held_pulls(broker: Any) -> None:
+    """No hand-made notify: the store's arrival signal (``MessageStore.on_arrival``, which
+    ``pull.install`` subscribes to) wakes the held pull when a put is dispatched."""
+    async def go() -> None:
+        other = held(broker, pull_req(0, queue_id=1))
+        fut = held(broker, pull_req(0))
+        results = put(broker, ["A"])  # dispatch=True: the store signals queue T/0 up to 1
+        res = await fut
+        assert res.code == ResponseCode.SUCCESS and res.body_bytes() == record_bytes(broker, results)
+        assert not other.done()
+
+    run(go())
+
+
+def test_the_background_dispatcher_wakes_held_pulls(broker: Any) -> None:
+    """Appends not dispatched by their writer (another process, a Spark sink) are found by the
+    store's background dispatcher, on its own thread; its signal wakes the held pull."""
+    async def go() -> None:
+        fut = held(broker, pull_req(0))
+        broker.store.put_batch(pa.table({"topic": ["T"], "body": [b"late"], "queueId": [0]}))  # no dispatch
+        t = threading.Thread(target=broker.store.dispatch)
+        t.start()
+        t.join()
+        res = await fut
+        assert res.code == ResponseCode.SUCCESS and int(res.ext_fields["nextBeginOffset"]) == 1
+
+    run(go())
+
+
 def test_no_suspend_flag_is_answered_at_once(broker: Any) -> None:
     res = broker.table.process(broker, FakePeer(), pull_req(0, sys_flag=4))
     assert res.code == ResponseCode.PULL_NOT_FOUND
