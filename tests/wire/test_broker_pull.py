@@ -240,3 +240,29 @@ def test_records_far_behind_get_the_disk_limits(broker: Any, monkeypatch: pytest
     res = do_pull(broker, pull_req(0))
     assert ext_ints(res)["nextBeginOffset"] == 8
     assert res.body_bytes() == expected_body(broker, results, list(range(8)))
+
+
+def test_pulls_across_a_segment_roll_are_the_segment_bytes(broker: Any) -> None:
+    """Records on both sides of a 1 MiB segment roll: every pull body, followed from offset 0
+    to the end by nextBeginOffset, is those records read from their own segment files."""
+    results = put(broker, 24, body=b"r" * 90_000)  # ~2.1 MiB: two rolls
+    offsets = results["commitLogOffset"].to_pylist()
+    assert offsets[-1] // (1 << 20) >= 2, "the records must span segments"
+    offset, pulled = 0, b""
+    while offset < 24:
+        res = do_pull(broker, pull_req(offset))
+        assert res.code == ResponseCode.SUCCESS
+        nxt = ext_ints(res)["nextBeginOffset"]
+        assert res.body_bytes() == expected_body(broker, results, list(range(offset, nxt)))
+        pulled += res.body_bytes()
+        offset = nxt
+    assert pulled == expected_body(broker, results, list(range(24)))
+
+
+def test_body_decodes_to_the_messages_put(broker: Any) -> None:
+    put(broker, 4, tags=["A", "B", "A", "B"])
+    res = do_pull(broker, pull_req(0, subscription="B"))
+    table = rmqlog.decode_records(res.body_bytes())
+    assert table["tags"].to_pylist() == ["B", "B"]
+    assert table["queueOffset"].to_pylist() == [1, 3]
+    assert table.to_pylist() == broker.store.read_window("T", 0, 0, tags="B").messages.to_pylist()
