@@ -47,6 +47,9 @@ from typing import Any
 from ..remoting import RemotingCommand
 from .peer import Peer
 
+#: heap entries of answered pulls tolerated beyond twice the held ones before a compaction
+COMPACT_SLACK = 1024
+
 
 @dataclass(eq=False, slots=True)
 class HeldPull:
@@ -83,10 +86,11 @@ class PullHoldService:
         self._seq = itertools.count(1)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: int | None = None
+        self._live = 0
 
     def __len__(self) -> int:
         """How many pulls are held now."""
-        return sum(len(h) for h in self._by_queue.values())
+        return self._live
 
     # ------------------------------------------------------------------ hold
     def hold(self, peer: Peer, request: RemotingCommand, topic: str, queue_id: int, offset: int,
@@ -100,6 +104,11 @@ class PullHoldService:
         fut: asyncio.Future[RemotingCommand | None] = loop.create_future()
         held = HeldPull(peer, request, topic, queue_id, offset, deadline_ms, fut, next(self._seq), state or {})
         self._insert(held)
+        if len(self._deadlines) > 2 * self._live + COMPACT_SLACK:
+            # pulls answered before their deadline leave their heap entries behind; dropping
+            # them now and then keeps the heap within twice the held pulls (amortized O(1))
+            self._deadlines = [e for e in self._deadlines if not e[2].future.done()]
+            heapq.heapify(self._deadlines)
         heapq.heappush(self._deadlines, (deadline_ms, held.seq, held))
         # the transport may cancel the future (its connection went): forget the pull then
         fut.add_done_callback(functools.partial(self._forget, held))
@@ -111,11 +120,14 @@ class PullHoldService:
     def _insert(self, held: HeldPull) -> None:
         self._by_queue.setdefault(held.key, {})[held.seq] = held
         self._by_peer.setdefault(id(held.peer), {})[held.seq] = held
+        self._live += 1
 
     def _remove(self, held: HeldPull) -> None:
         queue = self._by_queue.get(held.key)
-        if queue is not None and queue.pop(held.seq, None) is not None and not queue:
-            del self._by_queue[held.key]
+        if queue is not None and queue.pop(held.seq, None) is not None:
+            self._live -= 1
+            if not queue:
+                del self._by_queue[held.key]
         mine = self._by_peer.get(id(held.peer))
         if mine is not None and mine.pop(held.seq, None) is not None and not mine:
             del self._by_peer[id(held.peer)]
@@ -206,6 +218,7 @@ class PullHoldService:
         self._by_queue.clear()
         self._by_peer.clear()
         self._deadlines.clear()
+        self._live = 0
 
 
 _WATCHED = "rmqnet.broker.close_watched"

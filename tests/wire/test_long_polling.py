@@ -304,3 +304,22 @@ def test_outside_an_event_loop_the_pull_is_answered_at_once(broker: Any) -> None
     res = broker.table.process(broker, FakePeer(), pull_req(0))
     assert res.code == ResponseCode.PULL_NOT_FOUND and int(res.ext_fields["nextBeginOffset"]) == 0
     assert len(broker.holds) == 0
+
+
+def test_pulls_answered_early_do_not_grow_the_deadline_heap() -> None:
+    """Each pull answered on arrival leaves its heap entry behind until its deadline; the
+    heap is compacted so it stays within twice the held pulls plus a constant."""
+    from rmqnet.broker import holds as holds_module
+
+    async def go() -> None:
+        svc = PullHoldService(lambda h, final: h.request.reply(ResponseCode.SUCCESS))
+        peer = FakePeer()
+        for i in range(5000):
+            svc.hold(peer, request(11), "T", 0, i, 10**9)
+            svc.notify_arrival("T", 0, i + 1)
+            await turn()
+            assert len(svc) == 0
+        assert len(svc._deadlines) <= holds_module.COMPACT_SLACK + 1
+
+    run(go())
+
