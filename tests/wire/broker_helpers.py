@@ -124,7 +124,8 @@ def run(broker: Broker, peer: FakePeer, *requests: RemotingCommand) -> list[Remo
     return asyncio.run(main())
 
 
-def make_broker(store: Any, clock: rmqlog.Clock | None = None, **changes: Any) -> Broker:
-    store_cfg = changes.pop("store", None) or store.config
+def make_broker(store: Any, clock: rmqlog.Clock | None = None, store_config: rmqlog.StoreConfig | None = None,
+                **changes: Any) -> Broker:
+    store_cfg = store_config or store.config
     config = BrokerConfig(broker_name="broker-a", store=store_cfg).replace(**changes)
     return Broker(store, config, clock=clock or rmqlog.ManualClock(1_700_000_000_000))
