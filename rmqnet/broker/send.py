@@ -42,7 +42,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 import rmqlog
 from rmqlog import InvalidMessageError, MessageStore, TopicConfig
@@ -77,14 +76,15 @@ def put_wire(store: MessageStore, table: pa.Table) -> pa.Table:
     """Append ``table`` (:data:`WIRE_SCHEMA`) as one all-or-nothing batch; per row
     ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``. The one place a send
     reaches the store (``MessageStore.put_wire``, the store's put of wire-form messages)."""
-    return store.put_wire(table)  # type: ignore[attr-defined]
+    return store.put_wire(table)
 
 
-def decode_batch(body: bytes) -> pa.Table:
+def decode_batch(body: bytes, append_properties: str) -> pa.Table:
     """A SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessages``) as columns ``body``,
-    ``flag``, ``properties`` (the store's vectorized decoder). Raises
-    :class:`rmqlog.InvalidMessageError` for a body that is not such a batch."""
-    return rmqlog.decode_message_batch(body)  # type: ignore[attr-defined]
+    ``flag``, ``properties`` (each message's with ``append_properties`` appended), by the
+    store's vectorized decoder. Raises :class:`rmqlog.InvalidMessageError` for a body that is
+    not such a batch, :class:`rmqlog.MessageTooLargeError` for properties past 32767 bytes."""
+    return rmqlog.decode_message_batch(body, append_properties)
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -242,22 +242,12 @@ class SendService:
             return self._illegal(req, "a batch may not hold transactional messages", extra)
         props["CLUSTER"] = self.config.broker_cluster_name
         batch_props = format_properties(props)
-        try:
-            decoded = decode_batch(body)
+        try:  # RocketMQ's MessageExtBatchEncoder: the request's properties appended to each message's
+            decoded = decode_batch(body, batch_props)
         except InvalidMessageError as exc:
             return self._illegal(req, f"batch body: {exc}", extra)
         n = decoded.num_rows
-        if n == 0:
-            return self._illegal(req, "the batch holds no message", extra)
-        own = decoded.column("properties").cast(pa.string())
-        # MessageExtBatchEncoder: each message's properties, a separator when they do not end
-        # with one, then the request's (CLUSTER among them); vectorized over the batch
-        needs_sep = pc.and_(pc.greater(pc.binary_length(own), 0), pc.invert(pc.ends_with(own, PROPERTY_SEPARATOR)))
-        sep = pc.if_else(needs_sep, PROPERTY_SEPARATOR, "")
-        merged = pc.binary_join_element_wise(own, sep, pa.scalar(batch_props), "")
-        too_long = pc.greater(pc.binary_length(pc.cast(merged, pa.binary())), MAX_PROPERTIES)
-        if pc.any(too_long).as_py():
-            return self._illegal(req, "a message's properties exceed 32767 bytes", extra)
+        merged = decoded.column("properties")
         zeros = np.zeros(n, dtype=np.int32)
         table = pa.Table.from_arrays([
             _repeat(topic, pa.string(), n), pa.array(zeros + queue_id), decoded.column("body").cast(pa.binary()),

@@ -82,23 +82,6 @@ def encode_batch(messages: list[tuple[bytes, int, dict[str, str]]]) -> bytes:
     return out
 
 
-def decode_batch_ref(body: bytes) -> pa.Table:
-    """The test's own reading of a batch body (the store's decoder stands in for this)."""
-    bodies, flags, props = [], [], []
-    pos = 0
-    while pos < len(body):
-        total, _magic, _crc, flag, blen = struct.unpack_from(">iiiii", body, pos)
-        b = body[pos + 20: pos + 20 + blen]
-        (plen,) = struct.unpack_from(">h", body, pos + 20 + blen)
-        p = body[pos + 22 + blen: pos + 22 + blen + plen]
-        bodies.append(b)
-        flags.append(flag)
-        props.append(p.decode())
-        pos += total
-    return pa.table({"body": pa.array(bodies, pa.binary()), "flag": pa.array(flags, pa.int32()),
-                     "properties": pa.array(props, pa.string())})
-
-
 def send_header(topic: str, *, queue_id: int = 0, props: str = "", sys_flag: int = 0, flag: int = 0,
                 default_topic: str = "TBW102", batch: bool = False, reconsume: int = 0,
                 max_reconsume: int | None = None, unit_mode: bool = False) -> SendMessageHeader:

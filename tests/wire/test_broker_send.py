@@ -13,12 +13,10 @@ import pytest
 from conftest import small_store_config
 
 import rmqlog
-from rmqnet.broker import send as send_mod
 from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode
 from wire.broker_helpers import (
     FakePeer,
     RecordingStore,
-    decode_batch_ref,
     encode_batch,
     make_broker,
     run,
@@ -34,12 +32,6 @@ def store(tmp_path: Path) -> Iterator[RecordingStore]:
         yield RecordingStore(s)
     finally:
         s.close()
-
-
-@pytest.fixture(autouse=True)
-def _batch_decoder(monkeypatch: pytest.MonkeyPatch) -> None:
-    if not hasattr(rmqlog, "decode_message_batch"):  # the store's decoder, once it lands, is used as is
-        monkeypatch.setattr(send_mod, "decode_batch", decode_batch_ref)
 
 
 def _code(r: RemotingCommand | None) -> int:
