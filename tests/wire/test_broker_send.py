@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import small_store_config
+from conftest import small_store_config, walk
 
 import rmqlog
 from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -294,3 +295,42 @@ def test_retry_send_past_max_reconsume_goes_to_the_dlq(store: RecordingStore) ->
     assert [(x["topic"], x["reconsumeTimes"]) for x in rows] == [("%RETRY%G1", 2), ("%DLQ%G1", 3)]
     assert "DELAY" in rows[0]["properties"] and "DELAY" not in rows[1]["properties"]
     assert {"%RETRY%G1", "%DLQ%G1"} <= set(store.topics())
+
+
+# ----------------------------------------------------------- through the store's own put_wire
+def test_sends_stored_for_real_read_back_by_refcodec(tmp_path: Path) -> None:
+    root = tmp_path / "real"
+    s = rmqlog.MessageStore.open(root, small_store_config(store_host="127.0.0.1:10911"))
+    try:
+        broker = make_broker(s)
+        compressed = zlib.compress(b"a" * 5000)
+        single = send_request(send_header("TR", queue_id=1, sys_flag=1, flag=3,
+                                          props="WAIT\x01true\x02UNIQ_KEY\x01AC1100010001\x02KEYS\x01k1\x02"), compressed)
+        batch = send_request(send_header("TR", queue_id=2), encode_batch([(b"b1", 0, {"UNIQ_KEY": "U1"}), (b"b2", 0, {})]),
+                             code=RequestCode.SEND_BATCH_MESSAGE, opaque=2)
+        r1, r2 = run(broker, FakePeer("10.0.0.9:4321"), single, batch)
+        assert _code(r1) == ResponseCode.SUCCESS and _code(r2) == ResponseCode.SUCCESS
+        s.flush()
+    finally:
+        s.close()
+    records = walk(root)
+    assert [r.body for r in records] == [compressed, b"b1", b"b2"]
+    first = records[0]
+    assert (first.topic, first.queue_id, first.sys_flag, first.flag, first.born_host) == ("TR", 1, 1, 3, "10.0.0.9:4321")
+    assert first.properties["UNIQ_KEY"] == "AC1100010001" and first.properties["CLUSTER"] == "DefaultCluster"
+    assert "WAIT" not in first.properties
+    assert r1 is not None and r1.ext_fields["msgId"] == first.msg_id
+    assert r2 is not None and r2.ext_fields["msgId"] == f"{records[1].msg_id},{records[2].msg_id}"
+    assert [r.queue_id for r in records[1:]] == [2, 2] and records[1].properties["UNIQ_KEY"] == "U1"
+
+
+def test_a_malformed_batch_body_is_message_illegal_and_stores_nothing(tmp_path: Path) -> None:
+    s = rmqlog.MessageStore.open(tmp_path / "real", small_store_config())
+    try:
+        broker = make_broker(s)
+        body = encode_batch([(b"ok", 0, {})])[:-3]  # truncated
+        (r,) = run(broker, FakePeer(), send_request(send_header("TR"), body, code=RequestCode.SEND_BATCH_MESSAGE))
+        assert r is not None and r.code == ResponseCode.MESSAGE_ILLEGAL and "batch body" in (r.remark or "")
+        assert s.published_tail() == 0
+    finally:
+        s.close()
