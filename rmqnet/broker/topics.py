@@ -21,10 +21,9 @@ Every change bumps :attr:`TopicManager.data_version` (``{"counter", "timestamp"}
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rmqlog import Clock, MessageStore, TopicConfig
 from rmqlog.paths import topic_problem
@@ -204,11 +203,3 @@ class TopicManager:
             if topic_problem(tc.topic_name) is None:  # a host name with '.' makes no topic
                 self._overlay[tc.topic_name] = tc
 
-
-def to_wire(tc: TopicConfig) -> dict[str, Any]:
-    """A ``TopicConfig`` as RocketMQ's JSON writes it (``TopicConfigSerializeWrapper`` entries)."""
-    return tc.to_json()
-
-
-def with_perm(tc: TopicConfig, perm: int) -> TopicConfig:
-    return dataclasses.replace(tc, perm=perm)
