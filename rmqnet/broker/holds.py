@@ -210,6 +210,15 @@ class PullHoldService:
             self._finish(held, None)
         return len(bucket)
 
+    def close(self) -> None:
+        """The broker is stopping: every held pull is answered now with what its pull gives
+        (``PULL_NOT_FOUND`` at its offset when nothing arrived), so clients are not left
+        waiting on a connection about to close. Call on the loop's thread."""
+        for bucket in list(self._by_queue.values()):
+            for held in list(bucket.values()):
+                self._answer(held, final=True)
+        self.stop()
+
     def stop(self) -> None:
         """Drop every held pull (the broker is stopping; clients pull again elsewhere)."""
         for bucket in list(self._by_queue.values()):

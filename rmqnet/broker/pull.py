@@ -33,7 +33,8 @@ would read them from disk) at most 8 messages and 64 KiB (``...InDisk``). Status
 | NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING | PULL_RETRY_IMMEDIATELY 20 | past the units scanned |
 
 A 19 with the suspend flag (sysFlag bit 2) is held (:mod:`rmqnet.broker.holds`) for
-``suspendTimeoutMillis``, or ``shortPollingTimeMills`` with ``longPollingEnable=false``. With
+``suspendTimeoutMillis``, or ``shortPollingTimeMills`` with ``longPollingEnable=false``; not
+once the broker is stopping (answered at once: the client pulls again, elsewhere if need be). With
 sysFlag bit 1 the request's ``commitOffset`` is stored for the group (the store's
 ``config/consumerOffset.json``), when first processed, never on a held pull's re-run (Java's
 ``brokerAllowSuspend``); a negative one is not stored (the store refuses it).
@@ -150,7 +151,7 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
         res.body = [memoryview(result.records.data)]
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND:
         holds: PullHoldService | None = getattr(broker, "holds", None)
-        if holds is not None and _in_event_loop():
+        if holds is not None and not getattr(broker, "stopping", False) and _in_event_loop():
             wait = h.suspend_timeout_millis if conf(broker, "long_polling_enable", True) \
                 else conf(broker, "short_polling_time_mills", SHORT_POLLING_TIME_MILLS)
             res = holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
