@@ -211,9 +211,12 @@ class PullHoldService:
         return len(bucket)
 
     def close(self) -> None:
-        """The broker is stopping: every held pull is answered now with what its pull gives
+        """The broker is stopping: every held pull is answered with what its pull gives
         (``PULL_NOT_FOUND`` at its offset when nothing arrived), so clients are not left
-        waiting on a connection about to close. Call on the loop's thread."""
+        waiting on a connection about to close (any thread: handed to the loop's)."""
+        self._on_loop(self._close)
+
+    def _close(self) -> None:
         for bucket in list(self._by_queue.values()):
             for held in list(bucket.values()):
                 self._answer(held, final=True)
