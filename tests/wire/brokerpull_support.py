@@ -88,5 +88,10 @@ def segment_bytes(root: Path, offset: int, size: int) -> bytes:
         return f.read(size)
 
 
+#: a failing async test must fail, not hang the suite: not a timing assertion (every await in
+#: these tests is answered by an event the test itself causes, in milliseconds)
+HANG_GUARD_S = 120
+
+
 def run(coro: Any) -> Any:
-    return asyncio.run(coro)
+    return asyncio.run(asyncio.wait_for(coro, HANG_GUARD_S))

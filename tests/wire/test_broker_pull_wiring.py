@@ -18,7 +18,7 @@ from rmqnet.broker.holds import PullHoldService
 from rmqnet.remoting import RequestCode, ResponseCode
 
 from .broker_helpers import send_header, send_request
-from .brokerpull_support import FakePeer, open_store, request, segment_bytes
+from .brokerpull_support import FakePeer, open_store, request, run, segment_bytes
 
 PULL_SIDE = {11, 12, 14, 15, 29, 30, 31, 32, 33, 34, 35, 38}
 
@@ -83,7 +83,7 @@ def test_held_pull_woken_by_a_send_through_the_broker(tmp_path: Path) -> None:
         assert res.body_bytes() == segment_bytes(tmp_path / "store", offset, len(res.body_bytes()))
 
     try:
-        asyncio.run(go())
+        run(go())
     finally:
         b.store.close()
 
@@ -104,6 +104,6 @@ def test_a_stop_answers_the_held_pulls_and_holds_no_new_one(tmp_path: Path) -> N
         assert len(b.holds) == 0
 
     try:
-        asyncio.run(go())
+        run(go())
     finally:
         b.store.close()

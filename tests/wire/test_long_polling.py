@@ -323,3 +323,24 @@ def test_pulls_answered_early_do_not_grow_the_deadline_heap() -> None:
 
     run(go())
 
+
+
+def test_appends_by_another_opener_wake_held_pulls(broker: Any) -> None:
+    """A second opener of the store root (a Spark sink, another process) appends without
+    dispatching; the broker's store finds those records on its next dispatch and its arrival
+    signal wakes the held pull."""
+    async def go() -> None:
+        fut = held(broker, pull_req(0))
+        other = rmqlog.MessageStore.open(broker.root, broker.store.config, clock=broker.clock)
+        try:
+            written = other.put_batch(pa.table({"topic": ["T"], "body": [b"from elsewhere"], "queueId": [0]}))
+        finally:
+            other.close()
+        t = threading.Thread(target=broker.store.dispatch)  # the broker's dispatcher thread
+        t.start()
+        t.join()
+        res = await fut
+        assert res.code == ResponseCode.SUCCESS
+        assert res.body_bytes() == record_bytes(broker, written)
+
+    run(go())
