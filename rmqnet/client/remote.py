@@ -1,0 +1,134 @@
+"""What every client object shares: the name servers, one connection per address (made on
+first use, made again after it closed), a request/answer helper that maps failure codes to
+:class:`~rmqnet.client.errors.BrokerError`, and routes by topic.
+
+Everything here runs on the clients' loop (:mod:`rmqnet.client.loop`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting.route import TopicRouteData
+from ..transport import ClientConnection, Limits
+from .errors import BrokerError, NoRouteError, TopicNotFoundError
+from .loop import call, on_loop
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """``"host:port"`` (IPv6 hosts bracketed or not: the port is after the last colon)."""
+    host, sep, port = addr.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise ValueError(f"not a host:port address: {addr!r}")
+    return host.strip("[]"), int(port)
+
+
+class RemoteClient:
+    """Connections to the name servers (``namesrv``: ``"host:port"``, several separated by
+    ``;`` as RocketMQ's ``namesrvAddr``) and to brokers, by address."""
+
+    def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None) -> None:
+        self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
+        if not self.namesrv_addrs:
+            raise ValueError(f"no name server address in {namesrv!r}")
+        for a in self.namesrv_addrs:
+            split_addr(a)
+        self.timeout_s = timeout_s
+        self.limits = limits
+        self._conns: dict[str, ClientConnection] = {}
+        self._connecting: dict[str, asyncio.Future[ClientConnection]] = {}
+        self._routes: dict[str, TopicRouteData] = {}
+
+    # ---- connections -------------------------------------------------------------------
+
+    async def connection(self, addr: str) -> ClientConnection:
+        """The connection to ``addr``, dialled if there is none open (one dial at a time)."""
+        conn = self._conns.get(addr)
+        if conn is not None and not conn.closed:
+            return conn
+        pending = self._connecting.get(addr)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        host, port = split_addr(addr)
+        fut: asyncio.Future[ClientConnection] = asyncio.get_running_loop().create_future()
+        self._connecting[addr] = fut
+        try:
+            conn = await ClientConnection.connect(host, port, limits=self.limits, timeout_s=self.timeout_s)
+            self._conns[addr] = conn
+            fut.set_result(conn)
+            return conn
+        except BaseException as exc:
+            fut.set_exception(exc)
+            fut.exception()  # retrieved: the waiters (if any) re-raise it
+            raise
+        finally:
+            del self._connecting[addr]
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float | None = None,
+                     ok: Iterable[int] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+        """``cmd`` sent to ``addr``; its answer if its code is in ``ok``, else :class:`BrokerError`."""
+        conn = await self.connection(addr)
+        res = await conn.invoke(cmd, self.timeout_s if timeout_s is None else timeout_s)
+        if res.code not in ok:
+            raise BrokerError(res.code, res.remark, addr, cmd.code)
+        return res
+
+    async def _close(self) -> None:
+        for conn in list(self._conns.values()):
+            conn.close()
+        self._conns.clear()
+
+    def close(self) -> None:
+        """Close every connection of this client."""
+        call(self._close())
+
+    def __enter__(self) -> Any:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ---- routes ------------------------------------------------------------------------
+
+    async def _route(self, topic: str) -> TopicRouteData:
+        """The route of ``topic`` from the first name server that answers (each tried in
+        turn); :class:`TopicNotFoundError` if it has none."""
+        last: Exception | None = None
+        for addr in self.namesrv_addrs:
+            cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic})
+            try:
+                res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST))
+            except (OSError, BrokerError) as exc:
+                last = exc
+                continue
+            if res.code == ResponseCode.TOPIC_NOT_EXIST:
+                raise TopicNotFoundError(topic, res.remark, addr)
+            route = TopicRouteData.decode(res.body_bytes())
+            self._routes[topic] = route
+            return route
+        assert last is not None
+        raise last
+
+    async def _cached_route(self, topic: str) -> TopicRouteData:
+        route = self._routes.get(topic)
+        return route if route is not None else await self._route(topic)
+
+    def route(self, topic: str) -> TopicRouteData:
+        """The route of ``topic`` (code 105); :class:`TopicNotFoundError` if unknown."""
+        return call(self._route(topic))
+
+    async def aroute(self, topic: str) -> TopicRouteData:
+        return await on_loop(self._route(topic))
+
+
+def master_addr(route: TopicRouteData, broker_name: str, topic: str) -> str:
+    """The master address of ``broker_name`` in ``route``; :class:`NoRouteError` if none."""
+    for b in route.broker_datas:
+        if b.broker_name == broker_name:
+            addr = b.master_addr()
+            if addr:
+                return addr
+    raise NoRouteError(f"topic {topic!r}: broker {broker_name!r} has no master address in the route")
