@@ -22,7 +22,7 @@ from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.route import PERM_RW
 from ..transport import Limits
 from .errors import ClientError
-from .loop import call, on_loop
+from .loop import call
 from .records import decode_records
 from .remote import RemoteClient
 
@@ -101,7 +101,7 @@ class Admin(RemoteClient):
         return call(self._query_offset(broker_addr, group, topic, queue_id))
 
     async def aquery_offset(self, broker_addr: str, group: str, topic: str, queue_id: int) -> int | None:
-        return await on_loop(self._query_offset(broker_addr, group, topic, queue_id))
+        return await self._query_offset(broker_addr, group, topic, queue_id)
 
     async def _update_offset(self, broker: str, group: str, topic: str, queue_id: int, offset: int) -> None:
         cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={

@@ -22,7 +22,7 @@ from ..remoting.headers import PULL_SUBSCRIPTION, PULL_SUSPEND
 from ..remoting.route import PERM_READ
 from ..transport import Limits
 from .errors import NoRouteError
-from .loop import call, on_loop
+from .loop import call
 from .records import decode_records
 from .remote import RemoteClient, master_addr
 
@@ -87,7 +87,7 @@ class PullConsumer(RemoteClient):
 
     async def apull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *, suspend_ms: int = 0,
                     subscription: str = "*", broker_name: str | None = None) -> PullResult:
-        return await on_loop(self._pull(topic, queue_id, offset, max_nums, suspend_ms, subscription, broker_name))
+        return await self._pull(topic, queue_id, offset, max_nums, suspend_ms, subscription, broker_name)
 
     async def _commit(self, topic: str, queue_id: int, offset: int, broker_name: str | None) -> None:
         addr = await self._broker(topic, queue_id, broker_name, PERM_READ)
@@ -100,4 +100,4 @@ class PullConsumer(RemoteClient):
         call(self._commit(topic, queue_id, offset, broker_name))
 
     async def acommit(self, topic: str, queue_id: int, offset: int, *, broker_name: str | None = None) -> None:
-        await on_loop(self._commit(topic, queue_id, offset, broker_name))
+        await self._commit(topic, queue_id, offset, broker_name)

@@ -1,12 +1,14 @@
 """The event loop behind the client's blocking calls.
 
 Why a background thread: the client is used from plain synchronous code (tests, benchmarks,
-Spark executors' Python workers, notebooks), where no event loop runs, and from asyncio code.
-One daemon thread per process runs one loop on which every connection of every client lives;
-a blocking call submits a coroutine to it and waits for the result, an ``a``-prefixed method
-awaits the same coroutine from the caller's own loop (``asyncio.wrap_future``). Connections
-are bound to the loop that made them, so they all live on this one. A blocking call made from
-this loop's own thread would wait for itself: it raises ``RuntimeError`` instead.
+Spark executors' Python workers, notebooks), where no event loop runs. One daemon thread per
+process runs one loop for every client's blocking calls: a call submits a coroutine to it and
+waits for the result. (The ``a``-prefixed coroutines do not come here: they run on the
+caller's loop, :mod:`rmqnet.client.remote`.) A blocking call made from this loop's own thread
+would wait for itself: it raises ``RuntimeError`` instead.
+
+Submissions are coalesced: a burst of them (``send_async`` in a loop) wakes the loop once,
+not once per call (each wake-up is a write to the loop's self-pipe).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
+from collections import deque
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -21,6 +24,8 @@ T = TypeVar("T")
 _lock = threading.Lock()
 _loop: asyncio.AbstractEventLoop | None = None
 _thread: threading.Thread | None = None
+_queue: deque[tuple[Coroutine[Any, Any, Any], concurrent.futures.Future[Any]]] = deque()
+_wake_pending = False
 
 
 def client_loop() -> asyncio.AbstractEventLoop:
@@ -43,23 +48,50 @@ def client_loop() -> asyncio.AbstractEventLoop:
         return _loop
 
 
+def _copy_outcome(task: asyncio.Task[Any], fut: concurrent.futures.Future[Any]) -> None:
+    if fut.cancelled():
+        return
+    if task.cancelled():
+        fut.cancel()
+    elif (exc := task.exception()) is not None:
+        fut.set_exception(exc)
+    else:
+        fut.set_result(task.result())
+
+
+def _start_submitted() -> None:
+    global _wake_pending
+    with _lock:
+        items = list(_queue)
+        _queue.clear()
+        _wake_pending = False
+    loop = asyncio.get_running_loop()
+    for coro, fut in items:
+        if not fut.set_running_or_notify_cancel():
+            coro.close()
+            continue
+        task = loop.create_task(coro)
+        task.add_done_callback(lambda t, f=fut: _copy_outcome(t, f))  # type: ignore[misc]
+
+
 def submit(coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
-    """Run ``coro`` on the clients' loop; its result as a ``concurrent.futures.Future``."""
-    return asyncio.run_coroutine_threadsafe(coro, client_loop())
+    """Run ``coro`` on the clients' loop; its outcome as a ``concurrent.futures.Future``."""
+    global _wake_pending
+    loop = client_loop()
+    fut: concurrent.futures.Future[T] = concurrent.futures.Future()
+    with _lock:
+        _queue.append((coro, fut))
+        wake = not _wake_pending
+        _wake_pending = True
+    if wake:
+        loop.call_soon_threadsafe(_start_submitted)
+    return fut
 
 
 def call(coro: Coroutine[Any, Any, T]) -> T:
     """Run ``coro`` on the clients' loop and wait for its result (re-raising its error)."""
-    loop = client_loop()
+    client_loop()
     if threading.current_thread() is _thread:
         coro.close()
         raise RuntimeError("a blocking client call from the client loop's own thread: use the a-prefixed method")
-    return asyncio.run_coroutine_threadsafe(coro, loop).result()
-
-
-async def on_loop(coro: Coroutine[Any, Any, T]) -> T:
-    """Await ``coro`` run on the clients' loop from any loop (or on it, directly)."""
-    loop = client_loop()
-    if asyncio.get_running_loop() is loop:
-        return await coro
-    return await asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, loop))
+    return submit(coro).result()

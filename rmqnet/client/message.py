@@ -64,15 +64,23 @@ class UniqKeys:
         self._fixed = ip + struct.pack(">HI", os.getpid() & 0xFFFF, random.getrandbits(32))
         self._counter = itertools.count()
         self._lock = threading.Lock()
+        self._month = (0, 0)
 
-    @staticmethod
-    def _month_start_ms(now_ms: int) -> int:
-        d = datetime.datetime.fromtimestamp(now_ms / 1000, datetime.UTC)
-        return int(d.replace(day=1, hour=0, minute=0, second=0, microsecond=0).timestamp() * 1000)
+    def _month_start_ms(self, now_ms: int) -> int:
+        # cached: the month changes once a month (Java's startTime/nextStartTime)
+        if not self._month[0] <= now_ms < self._month[1]:
+            d = datetime.datetime.fromtimestamp(now_ms / 1000, datetime.UTC)
+            start = d.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+            end = (start + datetime.timedelta(days=32)).replace(day=1)
+            self._month = (int(start.timestamp() * 1000), int(end.timestamp() * 1000))
+        return self._month[0]
 
     def next(self, now_ms: int) -> str:
-        """One id."""
-        return self.many(1, now_ms)[0]
+        """One id (the scalar twin of :meth:`many`: a numpy pass costs more than one id)."""
+        with self._lock:
+            n = next(self._counter)
+        span = (now_ms - self._month_start_ms(now_ms)) & 0xFFFFFFFF
+        return (self._fixed + struct.pack(">IH", span, n & 0xFFFF)).hex().upper()
 
     def many(self, n: int, now_ms: int) -> list[str]:
         """``n`` ids at once (one numpy pass: no loop per id)."""

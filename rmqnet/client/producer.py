@@ -32,7 +32,7 @@ from ..remoting.route import PERM_WRITE, TopicRouteData
 from ..transport import Limits
 from .batch import encode_messages
 from .errors import BrokerError, NoRouteError, TopicNotFoundError
-from .loop import call, on_loop, submit
+from .loop import call, submit
 from .message import NAME_VALUE_SEP, PROPERTY_SEP, UniqKeys, message_properties, properties_string
 from .remote import RemoteClient, master_addr
 
@@ -141,15 +141,17 @@ class Producer(RemoteClient):
         ``ConnectionLostError``, ``ValueError`` (a property holding \\x01 or \\x02)."""
         return call(self._send(topic, body, tags, keys, properties, queue_id, delay_level, flag, broker_name))
 
-    def send_async(self, topic: str, body: bytes, **kw: Any) -> concurrent.futures.Future[SendResult]:
-        """:meth:`send` without waiting: a future of its result (or its error)."""
-        return submit(self._send(topic, body, kw.get("tags"), kw.get("keys"), kw.get("properties"),
-                                 kw.get("queue_id"), kw.get("delay_level", 0), kw.get("flag", 0), kw.get("broker_name")))
+    def send_async(self, topic: str, body: bytes, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
+                   properties: Mapping[str, str] | None = None, queue_id: int | None = None, delay_level: int = 0,
+                   flag: int = 0, broker_name: str | None = None) -> concurrent.futures.Future[SendResult]:
+        """:meth:`send` without waiting: a ``concurrent.futures.Future`` of its result (or its
+        error). Sends made in a burst are started together on the clients' loop."""
+        return submit(self._send(topic, body, tags, keys, properties, queue_id, delay_level, flag, broker_name))
 
     async def asend(self, topic: str, body: bytes, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
                     properties: Mapping[str, str] | None = None, queue_id: int | None = None, delay_level: int = 0,
                     flag: int = 0, broker_name: str | None = None) -> SendResult:
-        return await on_loop(self._send(topic, body, tags, keys, properties, queue_id, delay_level, flag, broker_name))
+        return await self._send(topic, body, tags, keys, properties, queue_id, delay_level, flag, broker_name)
 
     # ---- batches -----------------------------------------------------------------------
 
@@ -179,7 +181,7 @@ class Producer(RemoteClient):
 
     async def asend_batch(self, topic: str, messages: Any, queue_id: int | None = None, *,
                           broker_name: str | None = None) -> SendResult:
-        return await on_loop(self._send_batch(topic, messages, queue_id, broker_name))
+        return await self._send_batch(topic, messages, queue_id, broker_name)
 
 
 def _write_queues(route: TopicRouteData, via_default: bool) -> list[tuple[str, int]]:

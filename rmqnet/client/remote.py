@@ -2,12 +2,16 @@
 first use, made again after it closed), a request/answer helper that maps failure codes to
 :class:`~rmqnet.client.errors.BrokerError`, and routes by topic.
 
-Everything here runs on the clients' loop (:mod:`rmqnet.client.loop`).
+Connections belong to the event loop that made them: a client keeps one set per loop. Its
+blocking methods run on the clients' background loop (:mod:`rmqnet.client.loop`); its
+``a``-prefixed coroutines run on the caller's own loop, with connections of that loop, so an
+asyncio program pays no thread hop per request. Routes are cached per client, shared by all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Iterable
 from typing import Any
 
@@ -15,7 +19,7 @@ from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.route import TopicRouteData
 from ..transport import ClientConnection, Limits
 from .errors import BrokerError, NoRouteError, TopicNotFoundError
-from .loop import call, on_loop
+from .loop import call
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -38,26 +42,40 @@ class RemoteClient:
             split_addr(a)
         self.timeout_s = timeout_s
         self.limits = limits
-        self._conns: dict[str, ClientConnection] = {}
-        self._connecting: dict[str, asyncio.Future[ClientConnection]] = {}
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopConnections] = weakref.WeakKeyDictionary()
+        self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], _LoopConnections] | None = None
         self._routes: dict[str, TopicRouteData] = {}
 
     # ---- connections -------------------------------------------------------------------
 
     async def connection(self, addr: str) -> ClientConnection:
-        """The connection to ``addr``, dialled if there is none open (one dial at a time)."""
-        conn = self._conns.get(addr)
+        """The running loop's connection to ``addr``, dialled if there is none open (one dial
+        at a time per address)."""
+        loop = asyncio.get_running_loop()
+        last = self._last
+        if last is not None and last[0]() is loop:
+            mine = last[1]
+        else:  # (a WeakKeyDictionary lookup costs a weakref per call: remember the last loop)
+            # a connection refers to its loop, so a loop's entry never dies by itself: entries
+            # of closed loops (asyncio.run returned) are dropped whenever another loop comes
+            for old in [lp for lp in self._loops if lp.is_closed()]:
+                del self._loops[old]
+            found = self._loops.get(loop)
+            mine = found if found is not None else _LoopConnections()
+            self._loops[loop] = mine
+            self._last = (weakref.ref(loop), mine)
+        conn = mine.conns.get(addr)
         if conn is not None and not conn.closed:
             return conn
-        pending = self._connecting.get(addr)
+        pending = mine.connecting.get(addr)
         if pending is not None:
             return await asyncio.shield(pending)
         host, port = split_addr(addr)
-        fut: asyncio.Future[ClientConnection] = asyncio.get_running_loop().create_future()
-        self._connecting[addr] = fut
+        fut: asyncio.Future[ClientConnection] = loop.create_future()
+        mine.connecting[addr] = fut
         try:
             conn = await ClientConnection.connect(host, port, limits=self.limits, timeout_s=self.timeout_s)
-            self._conns[addr] = conn
+            mine.conns[addr] = conn
             fut.set_result(conn)
             return conn
         except BaseException as exc:
@@ -65,7 +83,7 @@ class RemoteClient:
             fut.exception()  # retrieved: the waiters (if any) re-raise it
             raise
         finally:
-            del self._connecting[addr]
+            del mine.connecting[addr]
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float | None = None,
                      ok: Iterable[int] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
@@ -76,14 +94,15 @@ class RemoteClient:
             raise BrokerError(res.code, res.remark, addr, cmd.code)
         return res
 
-    async def _close(self) -> None:
-        for conn in list(self._conns.values()):
-            conn.close()
-        self._conns.clear()
-
     def close(self) -> None:
-        """Close every connection of this client."""
-        call(self._close())
+        """Close every connection of this client, on every loop (each closed by its own loop;
+        requests still waiting fail with ``ConnectionLostError``). Does not block."""
+        for loop, mine in list(self._loops.items()):
+            conns = list(mine.conns.values())
+            mine.conns.clear()
+            if not loop.is_closed():
+                for conn in conns:
+                    loop.call_soon_threadsafe(conn.close)
 
     def __enter__(self) -> Any:
         return self
@@ -121,7 +140,17 @@ class RemoteClient:
         return call(self._route(topic))
 
     async def aroute(self, topic: str) -> TopicRouteData:
-        return await on_loop(self._route(topic))
+        return await self._route(topic)
+
+
+class _LoopConnections:
+    """One loop's connections of a client, by address, and the dials under way."""
+
+    __slots__ = ("conns", "connecting", "__weakref__")
+
+    def __init__(self) -> None:
+        self.conns: dict[str, ClientConnection] = {}
+        self.connecting: dict[str, asyncio.Future[ClientConnection]] = {}
 
 
 def master_addr(route: TopicRouteData, broker_name: str, topic: str) -> str:

@@ -424,3 +424,52 @@ def test_a_route_body_in_standard_json_is_read_too(fake: FakeServer) -> None:
     fake.answers[310] = send_ok()
     with Producer("PG", fake.addr) as p:
         assert p.send("T", b"x").queue_id == 0
+
+
+# ---- the async side, ids, the loop --------------------------------------------------------
+
+
+def test_a_methods_run_on_the_callers_loop_with_its_own_connections(fake: FakeServer) -> None:
+    import asyncio
+
+    fake.route("T1")
+    fake.answers[310] = send_ok()
+    fake.answers[11] = lambda r: r.reply(ResponseCode.PULL_NOT_FOUND, ext_fields={"nextBeginOffset": 0})
+    p = Producer("PG", fake.addr)
+    c = PullConsumer("CG", fake.addr)
+    p.send("T1", b"sync")  # a connection on the clients' background loop
+
+    async def main() -> None:
+        results = await asyncio.gather(*[p.asend("T1", b"a", tags="x") for _ in range(10)])
+        assert [r.status for r in results] == ["SEND_OK"] * 10
+        assert (await c.apull("T1", 0, 0)).status == "NO_NEW_MSG"
+        assert (await p.aroute("T1")).broker_datas[0].broker_name == "broker-a"
+    asyncio.run(main())
+    assert len(p._loops) == 2  # the background loop and this one
+    p.close()
+    c.close()
+    with Producer("PG", fake.addr) as again:
+        assert again.send("T1", b"after").status == "SEND_OK"
+
+
+def test_uniq_keys_scalar_and_batch_agree() -> None:
+    from rmqnet.client import UniqKeys
+    ids = UniqKeys(b"\x0a\x00\x00\x07")
+    now = 1_700_000_000_000
+    one, many = ids.next(now), ids.many(3, now)
+    assert all(UNIQ.match(i) for i in [one, *many]) and len({one, *many}) == 4
+    assert {i[:20] for i in [one, *many]} == {one[:20]} and one.startswith("0A000007")
+    assert [int(i[-4:], 16) for i in [one, *many]] == [0, 1, 2, 3]  # the counter, in order
+    assert {i[20:28] for i in [one, *many]} == {one[20:28]}  # ms since the month began: same instant
+
+
+def test_a_blocking_call_on_the_client_loop_thread_is_refused(fake: FakeServer) -> None:
+    from rmqnet.client.loop import submit
+    fake.route("T1")
+    admin = Admin(fake.addr)
+
+    async def inside() -> None:
+        admin.route("T1")
+    with pytest.raises(RuntimeError, match="a-prefixed"):
+        submit(inside()).result(timeout=30)
+    admin.close()
