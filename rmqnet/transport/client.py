@@ -21,6 +21,8 @@ from .limits import Limits
 class ClientConnection(Connection):
     """A connection we dialled (see the module docstring)."""
 
+    PAUSE_READING_ON_WRITE_PRESSURE = False  # answers are always read (see Connection)
+
     @classmethod
     async def connect(cls, host: str, port: int, *, limits: Limits | None = None,
                       request_handler: RequestHandler | None = None,

@@ -100,6 +100,11 @@ class Connection(asyncio.Protocol):
     an exception from one is logged), ``request_handler``, ``limits``.
     """
 
+    #: a full write buffer stops reading (the server side: a peer that does not read its
+    #: answers gets no new requests served). The dialling side keeps reading, or two peers
+    #: with full buffers would each wait for the other; its :meth:`invoke` waits instead.
+    PAUSE_READING_ON_WRITE_PRESSURE = True
+
     def __init__(self, request_handler: RequestHandler | None = None, limits: Limits | None = None) -> None:
         self.request_handler: RequestHandler = request_handler or _not_supported
         self.limits = limits or Limits()
@@ -126,6 +131,8 @@ class Connection(asyncio.Protocol):
         self._idle_since_ms = 0
         #: completed once the connection is gone (``await conn.wait_closed()``)
         self._lost_event = asyncio.Event()
+        self._writable = asyncio.Event()
+        self._writable.set()
 
     # ---- state -------------------------------------------------------------------------
 
@@ -172,10 +179,12 @@ class Connection(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._write_paused = True
+        self._writable.clear()
         self._update_reading()
 
     def resume_writing(self) -> None:
         self._write_paused = False
+        self._writable.set()
         self._update_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -191,6 +200,7 @@ class Connection(asyncio.Protocol):
             if not w.future.done():
                 w.future.set_exception(ConnectionLostError(w.code, self.remote, reason))
         self._lost_event.set()
+        self._writable.set()  # invokes waiting to write see the loss
         callbacks, self.on_close = self.on_close, []
         for cb in callbacks:
             try:
@@ -287,7 +297,7 @@ class Connection(asyncio.Protocol):
         t = self._transport
         if t is None or self._closed:
             return
-        want = not (self._write_paused or self._draining or self._backlog
+        want = not ((self._write_paused and self.PAUSE_READING_ON_WRITE_PRESSURE) or self._draining or self._backlog
                     or len(self._in_flight) >= self.limits.max_in_flight)
         if want != self._reading:
             self._reading = want
@@ -352,6 +362,8 @@ class Connection(asyncio.Protocol):
 
         The opaque is assigned here. Raises :class:`RemotingTimeoutError` after ``timeout_s``
         and :class:`ConnectionLostError` if the connection is or becomes closed first."""
+        if self._write_paused:  # back-pressure on our own requests: wait for the buffer to drain
+            await self._writable.wait()
         if self._closed or self._loop is None:
             raise ConnectionLostError(cmd.code, self.remote, "the connection is closed")
         loop = self._loop

@@ -401,6 +401,29 @@ def test_a_full_write_buffer_pauses_reading_until_it_drains() -> None:
     run(t)
 
 
+def test_a_dialler_with_a_full_write_buffer_keeps_reading_and_its_invokes_wait() -> None:
+    async def t() -> None:
+        entered = asyncio.Event()
+
+        def handler(conn: Connection, r: RemotingCommand) -> RemotingCommand:
+            entered.set()
+            return echo(conn, r)
+
+        server = await serve(handler)
+        client = await dial(server)
+        client.pause_writing()  # what the transport calls above Limits.write_high
+        assert client.reading  # answers are still read: no deadlock with a paused server
+        waiting = asyncio.create_task(client.invoke(req(10, n=9)))
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert not entered.is_set() and not waiting.done()  # not written while the buffer is full
+        client.resume_writing()
+        assert (await waiting).ext_fields == {"echo": "9"}
+        client.close()
+        await server.stop(1)
+    run(t)
+
+
 def test_idle_connections_are_closed_by_the_sweeper_on_a_manual_clock() -> None:
     async def t() -> None:
         clock = ManualClock()
