@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqlog import SystemClock
+from rmqlog import Clock
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
 from ..remoting.route import PERM_WRITE, TopicRouteData
@@ -70,10 +70,9 @@ class Producer(RemoteClient):
     :meth:`send_async` (a ``concurrent.futures.Future``)."""
 
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0,
-                 limits: Limits | None = None, client_ip: bytes = b"\x7f\x00\x00\x01", clock: Any = None) -> None:
-        super().__init__(namesrv, timeout_s=timeout_s, limits=limits)
+                 limits: Limits | None = None, client_ip: bytes = b"\x7f\x00\x00\x01", clock: Clock | None = None) -> None:
+        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock)
         self.group = group
-        self.clock = clock or SystemClock()
         self._ids = UniqKeys(client_ip)
         self._rr = itertools.count()
 

@@ -15,6 +15,8 @@ import weakref
 from collections.abc import Iterable
 from typing import Any
 
+from rmqlog import Clock, SystemClock
+
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.route import TopicRouteData
 from ..transport import ClientConnection, Limits
@@ -34,7 +36,12 @@ class RemoteClient:
     """Connections to the name servers (``namesrv``: ``"host:port"``, several separated by
     ``;`` as RocketMQ's ``namesrvAddr``) and to brokers, by address."""
 
-    def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None) -> None:
+    #: a cached route is asked again after this long (RocketMQ's ``pollNameServerInterval``)
+    ROUTE_TTL_S = 30.0
+
+    def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None,
+                 clock: Clock | None = None) -> None:
+        self.clock: Clock = clock or SystemClock()
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         if not self.namesrv_addrs:
             raise ValueError(f"no name server address in {namesrv!r}")
@@ -44,7 +51,7 @@ class RemoteClient:
         self.limits = limits
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopConnections] = weakref.WeakKeyDictionary()
         self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], _LoopConnections] | None = None
-        self._routes: dict[str, TopicRouteData] = {}
+        self._routes: dict[str, tuple[TopicRouteData, float]] = {}  # topic -> (route, when asked)
 
     # ---- connections -------------------------------------------------------------------
 
@@ -126,14 +133,16 @@ class RemoteClient:
             if res.code == ResponseCode.TOPIC_NOT_EXIST:
                 raise TopicNotFoundError(topic, res.remark, addr)
             route = TopicRouteData.decode(res.body_bytes())
-            self._routes[topic] = route
+            self._routes[topic] = (route, self.clock.monotonic())
             return route
         assert last is not None
         raise last
 
     async def _cached_route(self, topic: str) -> TopicRouteData:
-        route = self._routes.get(topic)
-        return route if route is not None else await self._route(topic)
+        cached = self._routes.get(topic)
+        if cached is not None and self.clock.monotonic() - cached[1] < self.ROUTE_TTL_S:
+            return cached[0]
+        return await self._route(topic)
 
     def route(self, topic: str) -> TopicRouteData:
         """The route of ``topic`` (code 105); :class:`TopicNotFoundError` if unknown."""

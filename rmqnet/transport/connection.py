@@ -345,7 +345,9 @@ class Connection(asyncio.Protocol):
             self._loop.call_soon(self._flush)
 
     def send_oneway(self, cmd: RemotingCommand) -> None:
-        """Send ``cmd`` as a oneway request (no answer expected); dropped when closed."""
+        """Send ``cmd`` as a oneway request (no answer expected); dropped when closed. Like
+        every method here, call it on the connection's loop (from another thread:
+        ``loop.call_soon_threadsafe(conn.send_oneway, cmd)``)."""
         if self._closed:
             return
         cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE

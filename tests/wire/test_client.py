@@ -473,3 +473,16 @@ def test_a_blocking_call_on_the_client_loop_thread_is_refused(fake: FakeServer) 
     with pytest.raises(RuntimeError, match="a-prefixed"):
         submit(inside()).result(timeout=30)
     admin.close()
+
+
+def test_a_cached_route_is_asked_again_after_its_ttl(fake: FakeServer) -> None:
+    fake.route("T1")
+    fake.answers[310] = send_ok()
+    clock = ManualClock()
+    with Producer("PG", fake.addr, clock=clock) as p:
+        p.send("T1", b"x")
+        p.send("T1", b"x")
+        assert len(fake.of(105)) == 1  # cached
+        clock.advance(int(Producer.ROUTE_TTL_S * 1000))
+        p.send("T1", b"x")
+        assert len(fake.of(105)) == 2
