@@ -672,3 +672,41 @@ def test_json_headers_from_a_java_client_are_served() -> None:
         raw.writer.close()
         await server.stop(1)
     run(t)
+
+
+def test_garbage_from_many_peers_harms_neither_the_server_nor_a_healthy_client() -> None:
+    import random
+    rng = random.Random(29)
+
+    def garbage() -> bytes:
+        kind = rng.randrange(5)
+        if kind == 0:  # random bytes
+            return rng.randbytes(rng.randrange(1, 300))
+        if kind == 1:  # a plausible prefix, then noise
+            return struct.pack(">ii", rng.randrange(-5, 2000), rng.randrange(-5, 1 << 26)) + rng.randbytes(rng.randrange(0, 100))
+        if kind == 2:  # JSON headers with fields of the wrong types
+            h = {"code": rng.choice([10, "x", None, [1], 2**70]), "opaque": rng.choice([1, "2", {}, -1]),
+                 "flag": rng.choice([0, 1, 2, "z"]), "extFields": rng.choice([{}, [], "s", {"n": [1]}])}
+            return encode_frame(json.dumps(h).encode(), rng.randbytes(rng.randrange(0, 20)))
+        if kind == 3:  # binary headers cut anywhere
+            hdr = struct.pack(">hbhii", 10, 0, 1, 3, 0) + struct.pack(">i", 50) + b"r"
+            return encode_frame(hdr[: rng.randrange(len(hdr) + 1)], b"", 1)
+        return frame(10, 1) + rng.randbytes(rng.randrange(1, 50))  # a good request, then noise
+
+    async def t() -> None:
+        server = await serve(echo)
+        healthy = await dial(server)
+        for round_ in range(4):
+            peers = [await Raw.open(server) for _ in range(25)]
+            for p in peers:
+                await p.send(garbage())
+                p.writer.write_eof()  # the server closes what it cannot read to the end
+            for p in peers:
+                await p.closed_by_server()
+                p.writer.close()
+            res = await healthy.invoke(req(10, n=round_))
+            assert res.code == ResponseCode.SUCCESS and res.ext_fields == {"echo": str(round_)}
+        assert [c.remote for c in server.connections] == [client_local(healthy)]  # every garbage peer gone
+        healthy.close()
+        await server.stop(1)
+    run(t)
