@@ -11,8 +11,7 @@ the time (Java registers at once when a topic is created, e.g. a consumer's ``%R
 topic, so that clients find its route without waiting a period).
 
 I/O is injected: ``invoke(namesrv_addr, request, timeout_s)`` returns the response (raising
-for a connection that fails); the process wires it to the transport, tests to a
-:class:`~rmqnet.namesrv.NameServer` directly.
+for a connection that fails); tests give a :class:`~rmqnet.namesrv.NameServer` called directly.
 """
 
 from __future__ import annotations
@@ -22,6 +21,8 @@ import logging
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
+
+from rmqlog import Clock
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.register import (
@@ -94,10 +95,29 @@ class Registrar:
         self._sent: dict[str, TopicConfigData] | None = None
         self._version = DataVersion()
         self._opaque = 0
+        self._wake = asyncio.Event()
 
     def request_now(self) -> None:
-        """Register at the next :meth:`run_once`, due or not (a topic was created)."""
+        """Register at the next :meth:`run_once`, due or not (a topic was created); wakes
+        :meth:`serve`."""
         self._forced = True
+        self._wake.set()
+
+    async def serve(self, clock: Clock, stop: asyncio.Event) -> None:
+        """Register at once, then whenever due or requested, until ``stop`` is set; then
+        unregister from every name server. The times are ``clock``'s wall time."""
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            while not stop.is_set():
+                self._wake.clear()  # before run_once: a request made during it is not lost
+                await self.run_once(clock.wall_ms())
+                delay = max(0, self.next_due_ms - clock.wall_ms()) / 1000
+                woken = asyncio.ensure_future(self._wake.wait())
+                await asyncio.wait([stopping, woken], timeout=delay, return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+        finally:
+            stopping.cancel()
+        await self.unregister_all()
 
     def data_version(self, topics: dict[str, TopicConfigData], now_ms: int) -> DataVersion:
         """The data version of ``topics``: a new one (``now_ms``, counter + 1) when they differ
@@ -157,3 +177,4 @@ class Registrar:
                         what.split()[0], res.code, res.remark)
             return None
         return res
+

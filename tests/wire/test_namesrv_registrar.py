@@ -167,3 +167,37 @@ def test_namesrv_addr_is_split_on_semicolons(text: str, expected: list[str]) -> 
 def test_a_namesrv_addr_without_a_port_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="is not host:port"):
         parse_namesrv_addr(text)
+
+
+def test_serve_registers_at_once_on_request_and_unregisters_when_stopped() -> None:
+    clock = ManualClock(1_000_000)
+    wire = Wire(clock, NS1)
+    topics: dict[str, object] = {"T1": TopicConfig("T1")}
+
+    async def scenario() -> None:
+        sent = asyncio.Event()
+        inner = wire.invoke
+
+        async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
+            res = await inner(addr, req, timeout_s)
+            sent.set()
+            return res
+
+        r = _registrar(wire, topics, namesrv=NS1)
+        r.invoke = invoke
+        stop = asyncio.Event()
+        task = asyncio.ensure_future(r.serve(clock, stop))
+        await sent.wait()  # the registration at start
+        assert [req.code for _, req in wire.sent] == [RequestCode.REGISTER_BROKER]
+        sent.clear()
+        topics["%RETRY%G"] = TopicConfigData("%RETRY%G", 1, 1)
+        r.request_now()  # no time passes: only the request wakes it
+        await sent.wait()
+        assert wire.route(NS1, "%RETRY%G").code == ResponseCode.SUCCESS
+        stop.set()
+        await task
+        assert [req.code for _, req in wire.sent] == [RequestCode.REGISTER_BROKER, RequestCode.REGISTER_BROKER,
+                                                      RequestCode.UNREGISTER_BROKER]
+        assert wire.servers[NS1].routes.live == {}
+
+    asyncio.run(scenario())
