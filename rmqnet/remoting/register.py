@@ -79,6 +79,8 @@ def _loads(body: bytes, what: str) -> Any:
         return json.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise FieldError("body", f"is not {what} JSON ({exc})") from None
+    except RecursionError:  # "[[[[..." nested deeper than the parser's stack
+        raise FieldError("body", f"is not {what} JSON (nested too deep)") from None
 
 
 def _java_int(obj: dict[str, Any], key: str, default: int, where: str, bounds: tuple[int, int] = _JAVA_INT) -> int:
@@ -356,7 +358,7 @@ class ClusterInfo:
             obj = loads_fastjson(body)
             return ClusterInfo({str(k): BrokerData.from_json(v) for k, v in (obj.get("brokerAddrTable") or {}).items()},
                                {str(k): [str(n) for n in v] for k, v in (obj.get("clusterAddrTable") or {}).items()})
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, RecursionError) as exc:
             raise FieldError("body", f"is not a cluster info ({type(exc).__name__}: {exc})") from None
 
 

@@ -12,6 +12,8 @@ import zlib
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rmqlog import ManualClock
 from rmqnet.namesrv import BROKER_CHANNEL_EXPIRED_TIME, BrokerExpiry, NameServer
@@ -340,3 +342,34 @@ def test_an_unknown_code_is_not_supported_and_a_oneway_request_gets_no_answer() 
     assert ns.handle(oneway, 0) is None
     assert _route(ns, "T1").code == ResponseCode.SUCCESS  # processed all the same
     assert ns.handle(RemotingCommand(999, 13, FLAG_ONEWAY), 0) is None
+
+
+def test_json_nested_too_deep_is_refused_not_raised() -> None:
+    ns = NameServer()
+    res = _register(ns, 0, body=b"[" * 100_000)
+    assert res.code == ResponseCode.SYSTEM_ERROR and res.remark is not None and "nested too deep" in res.remark
+
+
+@settings(max_examples=300, deadline=None)
+@given(body=st.binary(max_size=300), compressed=st.booleans(), wrap=st.booleans())
+def test_any_body_is_registered_or_refused_with_a_field_error(body: bytes, compressed: bool, wrap: bool) -> None:
+    data = zlib.compress(body) if wrap else body
+    try:
+        RegisterBrokerBody.decode(data, compressed)
+    except FieldError as exc:
+        assert exc.field == "body"
+
+
+_ext_values = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12),
+                        st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+
+
+@settings(max_examples=300, deadline=None)
+@given(code=st.sampled_from([101, 103, 104, 105, 106, 206, 0, -1, 1 << 20]),
+       ext=st.dictionaries(st.sampled_from(["brokerName", "brokerAddr", "clusterName", "haServerAddr", "brokerId",
+                                            "compressed", "bodyCrc32", "topic", "namespace", "key"]), _ext_values),
+       body=st.binary(max_size=64))
+def test_any_request_is_answered_with_a_code_never_an_exception(code: int, ext: dict[str, Any], body: bytes) -> None:
+    res = NameServer().handle(RemotingCommand(code, 3, ext_fields=ext, body=body), 0)
+    assert res is not None and res.opaque == 3 and res.is_response
+    assert res.code in {c.value for c in ResponseCode}
