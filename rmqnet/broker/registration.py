@@ -1,28 +1,29 @@
 """The broker's registration with its name servers (RocketMQ 4.9.8's ``BrokerController.
 registerBrokerAll`` and ``BrokerOuterAPI``).
 
-:class:`Registrar` sends REGISTER_BROKER (103) to every name server of ``namesrvAddr``
-(``;``-separated) at once when started, then every ``registerNameServerPeriod`` (30 s; Java
-clamps it to 10..60 s), with the broker's topic configs and a data version that changes when
-they do (the name server re-reads them only then); on stop it sends UNREGISTER_BROKER (104).
-A name server that is down or refuses is logged and tried again next period: never fatal.
-:meth:`Registrar.request_now` makes the next :meth:`Registrar.run_once` register whatever
-the time (Java registers at once when a topic is created, e.g. a consumer's ``%RETRY%``
-topic, so that clients find its route without waiting a period).
+:class:`Registrar` is one of the broker's services (``broker.services``: the process calls
+``run_once(now_ms)`` on its event loop every round). It sends REGISTER_BROKER (103) to every
+name server of ``namesrvAddr`` (``;``-separated) at once, at the first round, then every
+``registerNameServerPeriod`` (30 s; Java clamps it to 10..60 s), and at the next round after
+the broker's topics changed (their data version moved: Java registers at once when a topic is
+created, e.g. a consumer's ``%RETRY%`` topic, so that clients find its route without waiting a
+period), or after :meth:`Registrar.request_now`. The body carries the broker's topic configs
+(``broker.topics.all()``) and their data version (``broker.topics.data_version``); the name
+server re-reads the topics only when that version changed. :meth:`Registrar.close` (the
+broker is stopping) sends UNREGISTER_BROKER (104) to each. A name server that is down, slow or
+refusing is logged and tried again next period: never fatal, and one slow name server does
+not hold the others (they are asked at once).
 
 I/O is injected: ``invoke(namesrv_addr, request, timeout_s)`` returns the response (raising
-for a connection that fails); tests give a :class:`~rmqnet.namesrv.NameServer` called directly.
+for a connection that fails); the default, :class:`NameServerLinks`, is the transport.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import replace
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
-
-from rmqlog import Clock
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.register import (
@@ -34,6 +35,7 @@ from ..remoting.register import (
     UnregisterBrokerHeader,
     body_crc32,
 )
+from ..transport import ClientConnection
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +44,6 @@ Invoke = Callable[[str, RemotingCommand, float], Awaitable[RemotingCommand]]
 #: ``BrokerConfig.registerNameServerPeriod`` (ms), and Java's clamp of it
 REGISTER_PERIOD_MS = 30_000
 _PERIOD_BOUNDS = (10_000, 60_000)
-#: ``BrokerConfig.registerBrokerTimeoutMills``
-REGISTER_TIMEOUT_S = 6.0
 
 
 def parse_namesrv_addr(addrs: str) -> list[str]:
@@ -73,77 +73,78 @@ def topic_data(topic: Any) -> TopicConfigData:
     )
 
 
-class Registrar:
-    """Keeps one broker registered with its name servers (see the module docstring)."""
+def ha_address(broker_addr: str) -> str:
+    """Where a broker's HA service listens: its host, port ``listenPort + 1`` (RocketMQ's
+    ``haListenPort`` default, advertised as ``brokerIP2:haListenPort``)."""
+    host, _, port = broker_addr.rpartition(":")
+    return f"{host}:{int(port) + 1}"
 
-    def __init__(self, *, cluster_name: str, broker_name: str, broker_id: int, broker_addr: str,
-                 ha_server_addr: str, namesrv_addr: str, topics: Callable[[], Mapping[str, Any] | Iterable[Any]],
-                 invoke: Invoke, period_ms: int = REGISTER_PERIOD_MS, timeout_s: float = REGISTER_TIMEOUT_S,
+
+class Registrar:
+    """Keeps ``broker`` registered with its name servers (see the module docstring).
+
+    ``broker`` provides ``config`` (``broker_cluster_name``, ``broker_name``, ``broker_id``,
+    ``namesrv_addr``, ``register_name_server_period``, ``register_broker_timeout_mills``),
+    ``address`` (the advertised ``ip:port``) and ``topics`` (``all()`` -> configs by name, and
+    ``data_version`` -> ``{"counter", "timestamp"}``): :class:`rmqnet.broker.broker.Broker`.
+    """
+
+    def __init__(self, broker: Any, *, invoke: Invoke | None = None, ha_server_addr: str | None = None,
                  compressed: bool = False) -> None:
-        self.namesrv_addrs = parse_namesrv_addr(namesrv_addr)
-        self.header = RegisterBrokerHeader(broker_name, broker_addr, cluster_name, ha_server_addr, broker_id,
-                                           compressed)
-        self.topics = topics
-        self.invoke = invoke
-        self.period_ms = min(max(period_ms, _PERIOD_BOUNDS[0]), _PERIOD_BOUNDS[1])
-        self.timeout_s = timeout_s
+        cfg = broker.config
+        self.broker = broker
+        self.namesrv_addrs = parse_namesrv_addr(cfg.namesrv_addr or "")
+        self.header = RegisterBrokerHeader(cfg.broker_name, broker.address, cfg.broker_cluster_name,
+                                           ha_server_addr or ha_address(broker.address), cfg.broker_id, compressed)
+        self.period_ms = min(max(int(cfg.register_name_server_period), _PERIOD_BOUNDS[0]), _PERIOD_BOUNDS[1])
+        self.timeout_s = int(cfg.register_broker_timeout_mills) / 1000
+        self._links: NameServerLinks | None = None
+        if invoke is None:
+            self._links = NameServerLinks()
+            invoke = self._links.invoke
+        self.invoke: Invoke = invoke
         #: when :meth:`run_once` registers next (0: at its first call)
         self.next_due_ms = 0
-        #: the last answer of each name server that accepted a registration
+        #: the last answer of each name server that accepted a registration (a slave's master)
         self.results: dict[str, RegisterBrokerResult] = {}
         self._forced = False
-        self._sent: dict[str, TopicConfigData] | None = None
-        self._version = DataVersion()
+        self._sent_version: DataVersion | None = None
+        self._task: asyncio.Task[int] | None = None
         self._opaque = 0
-        self._wake = asyncio.Event()
+
+    def _version(self) -> DataVersion:
+        v = self.broker.topics.data_version
+        return DataVersion(int(v["timestamp"]), int(v["counter"]))
 
     def request_now(self) -> None:
-        """Register at the next :meth:`run_once`, due or not (a topic was created); wakes
-        :meth:`serve`."""
+        """Register at the next :meth:`run_once`, due or not."""
         self._forced = True
-        self._wake.set()
 
-    async def serve(self, clock: Clock, stop: asyncio.Event) -> None:
-        """Register at once, then whenever due or requested, until ``stop`` is set; then
-        unregister from every name server. The times are ``clock``'s wall time."""
-        stopping = asyncio.ensure_future(stop.wait())
-        try:
-            while not stop.is_set():
-                self._wake.clear()  # before run_once: a request made during it is not lost
-                await self.run_once(clock.wall_ms())
-                delay = max(0, self.next_due_ms - clock.wall_ms()) / 1000
-                woken = asyncio.ensure_future(self._wake.wait())
-                await asyncio.wait([stopping, woken], timeout=delay, return_when=asyncio.FIRST_COMPLETED)
-                woken.cancel()
-        finally:
-            stopping.cancel()
-        await self.unregister_all()
-
-    def data_version(self, topics: dict[str, TopicConfigData], now_ms: int) -> DataVersion:
-        """The data version of ``topics``: a new one (``now_ms``, counter + 1) when they differ
-        from those last registered, else the same (``DataVersion.nextVersion``)."""
-        if topics != self._sent:
-            self._version = DataVersion(now_ms, self._version.counter + (self._sent is not None))
-            self._sent = dict(topics)
-        return self._version
-
-    async def run_once(self, now_ms: int) -> int | None:
-        """Register if due (or requested): the number of name servers that accepted, or
-        ``None`` when it was not due."""
-        if not self._forced and now_ms < self.next_due_ms:
+    def run_once(self, now_ms: int) -> asyncio.Task[int] | None:
+        """One round, on the event loop: when due, requested, or the topics' data version moved,
+        start a registration with every name server and return its task (its result: how many
+        accepted); else ``None``. One registration at a time: a round while one is running
+        does nothing."""
+        if self._task is not None and not self._task.done():
             return None
-        return await self.register_all(now_ms)
-
-    async def register_all(self, now_ms: int) -> int:
-        """REGISTER_BROKER to every name server at once; the number that accepted. The next
-        registration is due one period after ``now_ms``, whatever the outcome."""
+        if not (self._forced or now_ms >= self.next_due_ms or self._version() != self._sent_version):
+            return None
         self._forced = False
         self.next_due_ms = now_ms + self.period_ms
-        topics = self.topics()
+        self._task = asyncio.get_running_loop().create_task(self.register_all())
+        return self._task
+
+    async def register_all(self) -> int:
+        """REGISTER_BROKER to every name server at once; the number that accepted."""
+        version = self._version()  # before the topics: a change in between registers again next round
+        topics = self.broker.topics.all()
         values = topics.values() if isinstance(topics, Mapping) else topics
         table = {t.topic_name: t for t in (topic_data(v) for v in values)}
-        body = RegisterBrokerBody(table, self.data_version(table, now_ms)).encode(self.header.compressed)
-        ext = replace(self.header, body_crc32=body_crc32(body)).to_ext()
+        self._sent_version = version
+        body = RegisterBrokerBody(table, version).encode(self.header.compressed)
+        h = self.header
+        ext = RegisterBrokerHeader(h.broker_name, h.broker_addr, h.cluster_name, h.ha_server_addr, h.broker_id,
+                                   h.compressed, body_crc32(body)).to_ext()
         outcomes = await asyncio.gather(*(self._send(addr, RequestCode.REGISTER_BROKER, ext, body)
                                           for addr in self.namesrv_addrs))
         ok = 0
@@ -154,13 +155,23 @@ class Registrar:
         return ok
 
     async def unregister_all(self) -> int:
-        """UNREGISTER_BROKER to every name server (the broker is stopping); the number that
-        accepted. Failures are logged, never raised."""
+        """UNREGISTER_BROKER to every name server; the number that accepted (failures logged)."""
         h = self.header
         ext = UnregisterBrokerHeader(h.broker_name, h.broker_addr, h.cluster_name, h.broker_id).to_ext()
         outcomes = await asyncio.gather(*(self._send(addr, RequestCode.UNREGISTER_BROKER, ext, b"")
                                           for addr in self.namesrv_addrs))
         return sum(res is not None for res in outcomes)
+
+    async def close(self) -> int:
+        """The broker is stopping: let a registration in flight end, unregister from every
+        name server, close the connections; the number of name servers that accepted."""
+        if self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
+        try:
+            return await self.unregister_all()
+        finally:
+            if self._links is not None:
+                await self._links.close()
 
     async def _send(self, addr: str, code: int, ext: dict[str, Any], body: bytes) -> RemotingCommand | None:
         self._opaque += 1
@@ -178,3 +189,28 @@ class Registrar:
             return None
         return res
 
+
+class NameServerLinks:
+    """``invoke`` for a :class:`Registrar` over the transport: one connection per name server,
+    dialled on first use and again after it closed (a name server restarted). Connection
+    failures and timeouts raise (the registrar logs them and retries next period)."""
+
+    def __init__(self, connect_timeout_s: float = 3.0) -> None:
+        self.connect_timeout_s = connect_timeout_s
+        self._conns: dict[str, ClientConnection] = {}
+
+    async def invoke(self, addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        conn = self._conns.get(addr)
+        if conn is None or conn.closed:
+            host, _, port = addr.rpartition(":")
+            conn = await ClientConnection.connect(host.strip("[]"), int(port), timeout_s=self.connect_timeout_s)
+            self._conns[addr] = conn
+        return await conn.invoke(req, timeout_s)
+
+    async def close(self) -> None:
+        """Close every connection."""
+        conns, self._conns = list(self._conns.values()), {}
+        for c in conns:
+            c.close()
+        for c in conns:
+            await c.wait_closed()

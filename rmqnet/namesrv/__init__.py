@@ -2,10 +2,13 @@
 topic, cluster info, the topic list (docs/broker.md, "Name server").
 
 :class:`NameServer` is the sans-I/O core (``handle(request, now_ms, conn)``), :class:`BrokerExpiry`
-its expiry service (``run_once(now_ms)``), :class:`RouteTable` the state.
+its expiry service (``run_once(now_ms)``), :class:`RouteTable` the state, and
+:class:`NameServerProcess` all of it on the transport (``rmqlog namesrv``).
 """
 
+from .process import DEFAULT_PORT, NameServerProcess
 from .routes import BROKER_CHANNEL_EXPIRED_TIME, BrokerLive, RouteTable
 from .server import BrokerExpiry, NameServer
 
-__all__ = ["BROKER_CHANNEL_EXPIRED_TIME", "BrokerExpiry", "BrokerLive", "NameServer", "RouteTable"]
+__all__ = ["BROKER_CHANNEL_EXPIRED_TIME", "DEFAULT_PORT", "BrokerExpiry", "BrokerLive", "NameServer",
+           "NameServerProcess", "RouteTable"]

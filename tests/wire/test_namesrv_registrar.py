@@ -1,12 +1,15 @@
 """The broker's Registrar (rmqnet.broker.registration) against name server cores called
-directly (no sockets): registration with every name server, its period and data version, a
-name server that is down or refuses, unregistration on stop."""
+directly (no sockets), over a stand-in broker: registration with every name server, its
+period, a topic change registered at the next round, a name server that is down or refuses,
+unregistration on close."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -43,113 +46,167 @@ class Wire:
         return res
 
 
-def _registrar(wire: Wire, topics: dict[str, object], *, namesrv: str = f"{NS1};{NS2}", broker_id: int = 0,
-               addr: str = "127.0.0.1:10911", compressed: bool = False) -> Registrar:
-    return Registrar(cluster_name="DefaultCluster", broker_name="broker-a", broker_id=broker_id, broker_addr=addr,
-                     ha_server_addr="127.0.0.1:10912", namesrv_addr=namesrv, topics=lambda: topics,
-                     invoke=wire.invoke, compressed=compressed)
+class Topics:
+    """The broker's TopicManager as the registrar sees it: ``all()`` and ``data_version``."""
+
+    def __init__(self, *topics: Any) -> None:
+        self.table = {t.topic_name: t for t in topics}
+        self.data_version = {"counter": 0, "timestamp": 1_000}
+
+    def all(self) -> dict[str, Any]:
+        return dict(self.table)
+
+    def add(self, t: Any) -> None:
+        self.table[t.topic_name] = t
+        self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": 2_000}
 
 
-def test_it_registers_with_every_name_server_at_once_then_every_period() -> None:
+def _broker(topics: Topics, *, namesrv: str = f"{NS1};{NS2}", broker_id: int = 0, addr: str = "127.0.0.1:10911",
+            period: int = REGISTER_PERIOD_MS) -> Any:
+    config = SimpleNamespace(broker_cluster_name="DefaultCluster", broker_name="broker-a", broker_id=broker_id,
+                             namesrv_addr=namesrv, register_name_server_period=period,
+                             register_broker_timeout_mills=6000)
+    return SimpleNamespace(config=config, address=addr, topics=topics)
+
+
+def _round(r: Registrar, now_ms: int) -> int | None:
+    """One service round, on a loop; what the registration it started returned, if any."""
+
+    async def go() -> int | None:
+        task = r.run_once(now_ms)
+        return None if task is None else await task
+
+    return asyncio.run(go())
+
+
+def test_it_registers_with_every_name_server_at_the_first_round_then_every_period() -> None:
     clock = ManualClock(1_700_000_000_000)
     wire = Wire(clock, NS1, NS2)
-    topics = {"T1": TopicConfig("T1", 4, 4), "TBW102": TopicConfig("TBW102", 8, 8, 7)}
-    r = _registrar(wire, topics)
-    assert asyncio.run(r.run_once(clock.wall_ms())) == 2
+    r = Registrar(_broker(Topics(TopicConfig("T1", 4, 4), TopicConfig("TBW102", 8, 8, 7))), invoke=wire.invoke)
+    assert _round(r, clock.wall_ms()) == 2
     for ns in (NS1, NS2):
         route = json.loads(wire.route(ns, "T1").body_bytes())
         assert route["brokerDatas"] == [{"cluster": "DefaultCluster", "brokerName": "broker-a",
                                          "brokerAddrs": {"0": "127.0.0.1:10911"}}]
         assert json.loads(wire.route(ns, "TBW102").body_bytes())["queueDatas"][0]["perm"] == 7
+        assert wire.servers[ns].routes.live["127.0.0.1:10911"].data_version == DataVersion(1_000, 0)
     assert len(wire.sent) == 2
     clock.advance(REGISTER_PERIOD_MS - 1)
-    assert asyncio.run(r.run_once(clock.wall_ms())) is None and len(wire.sent) == 2  # not due
+    assert _round(r, clock.wall_ms()) is None and len(wire.sent) == 2  # not due
     clock.advance(1)
-    assert asyncio.run(r.run_once(clock.wall_ms())) == 2 and len(wire.sent) == 4
+    assert _round(r, clock.wall_ms()) == 2 and len(wire.sent) == 4
     assert r.next_due_ms == clock.wall_ms() + REGISTER_PERIOD_MS
 
 
-def test_request_now_registers_before_the_period_with_a_new_data_version() -> None:
+def test_a_topic_change_is_registered_at_the_next_round_with_its_version() -> None:
     clock = ManualClock(1_000_000)
     wire = Wire(clock, NS1)
-    topics: dict[str, object] = {"T1": TopicConfig("T1")}
-    r = _registrar(wire, topics, namesrv=NS1)
-    asyncio.run(r.run_once(clock.wall_ms()))
-    v1 = wire.servers[NS1].routes.live["127.0.0.1:10911"].data_version
-    assert v1 == DataVersion(1_000_000, 0)
+    topics = Topics(TopicConfig("T1"))
+    r = Registrar(_broker(topics, namesrv=NS1), invoke=wire.invoke)
+    _round(r, clock.wall_ms())
     clock.advance(5)
-    topics["%RETRY%G1"] = TopicConfigData("%RETRY%G1", 1, 1)  # a consumer group's retry topic was created
-    r.request_now()
-    assert asyncio.run(r.run_once(clock.wall_ms())) == 1
-    assert wire.servers[NS1].routes.live["127.0.0.1:10911"].data_version == DataVersion(1_000_005, 1)
+    assert _round(r, clock.wall_ms()) is None  # nothing changed, not due
+    topics.add(TopicConfigData("%RETRY%G1", 1, 1))  # a consumer group's retry topic was created
+    assert _round(r, clock.wall_ms()) == 1
+    assert wire.servers[NS1].routes.live["127.0.0.1:10911"].data_version == DataVersion(2_000, 1)
     assert json.loads(wire.route(NS1, "%RETRY%G1").body_bytes())["queueDatas"][0]["readQueueNums"] == 1
-    clock.advance(REGISTER_PERIOD_MS)
-    asyncio.run(r.run_once(clock.wall_ms()))  # nothing changed: the same version
-    assert wire.servers[NS1].routes.live["127.0.0.1:10911"].data_version == DataVersion(1_000_005, 1)
+    r.request_now()
+    assert _round(r, clock.wall_ms()) == 1  # requested: registers although nothing is due
+
+
+def test_the_period_is_clamped_as_java_clamps_it() -> None:
+    wire = Wire(ManualClock(0), NS1)
+    assert Registrar(_broker(Topics(), period=1000), invoke=wire.invoke).period_ms == 10_000
+    assert Registrar(_broker(Topics(), period=600_000), invoke=wire.invoke).period_ms == 60_000
 
 
 def test_a_name_server_that_is_down_is_logged_and_retried_next_period(caplog: pytest.LogCaptureFixture) -> None:
     clock = ManualClock(1_000_000)
     wire = Wire(clock, NS1, NS2)
     wire.down.add(NS2)
-    r = _registrar(wire, {"T1": TopicConfig("T1")})
+    r = Registrar(_broker(Topics(TopicConfig("T1"))), invoke=wire.invoke)
     with caplog.at_level(logging.WARNING, "rmqnet.broker.registration"):
-        assert asyncio.run(r.run_once(clock.wall_ms())) == 1
+        assert _round(r, clock.wall_ms()) == 1
     assert f"cannot register with name server {NS2}: ConnectionRefusedError" in caplog.text
     assert wire.route(NS1, "T1").code == ResponseCode.SUCCESS
     assert wire.route(NS2, "T1").code == ResponseCode.TOPIC_NOT_EXIST
     wire.down.clear()
+    assert _round(r, clock.wall_ms()) is None  # not before the period
     clock.advance(REGISTER_PERIOD_MS)
-    assert asyncio.run(r.run_once(clock.wall_ms())) == 2
+    assert _round(r, clock.wall_ms()) == 2
     assert wire.route(NS2, "T1").code == ResponseCode.SUCCESS
 
 
 def test_a_refusal_is_logged_with_its_code_and_remark(caplog: pytest.LogCaptureFixture) -> None:
-    clock = ManualClock(1_000_000)
-
     async def refuse(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
         return req.reply(ResponseCode.SYSTEM_ERROR, "crc32 not match")
 
-    r = Registrar(cluster_name="c", broker_name="b", broker_id=0, broker_addr="127.0.0.1:1", ha_server_addr="",
-                  namesrv_addr=NS1, topics=lambda: [], invoke=refuse)
+    r = Registrar(_broker(Topics(), namesrv=NS1), invoke=refuse)
     with caplog.at_level(logging.WARNING, "rmqnet.broker.registration"):
-        assert asyncio.run(r.run_once(clock.wall_ms())) == 0
+        assert _round(r, 0) == 0
     assert f"name server {NS1} refused to register it: code 1, crc32 not match" in caplog.text
     assert r.results == {}
 
 
-def test_the_request_carries_javas_header_and_a_checked_body() -> None:
+def test_one_registration_at_a_time() -> None:
+    calls: list[str] = []
+
+    async def scenario() -> None:
+        release = asyncio.Event()
+
+        async def slow(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
+            calls.append(addr)
+            await release.wait()
+            return req.reply(ResponseCode.SUCCESS)
+
+        r = Registrar(_broker(Topics(), namesrv=NS1), invoke=slow)
+        task = r.run_once(0)
+        assert task is not None
+        r.request_now()
+        assert r.run_once(REGISTER_PERIOD_MS * 2) is None  # one is still in flight
+        release.set()
+        assert await task == 1
+        assert calls == [NS1]
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize("compressed", [False, True])
+def test_the_request_carries_javas_header_and_a_checked_body(compressed: bool) -> None:
     clock = ManualClock(1_000_000)
     wire = Wire(clock, NS1)
-    r = _registrar(wire, {"T1": TopicConfig("T1")}, namesrv=NS1, compressed=True)
-    asyncio.run(r.run_once(clock.wall_ms()))
+    r = Registrar(_broker(Topics(TopicConfig("T1")), namesrv=NS1), invoke=wire.invoke, compressed=compressed)
+    _round(r, clock.wall_ms())
     (_, req), = wire.sent
     assert req.code == RequestCode.REGISTER_BROKER
+    assert req.ext_fields["haServerAddr"] == "127.0.0.1:10912"
     assert set(req.ext_fields) == {"brokerName", "brokerAddr", "clusterName", "haServerAddr", "brokerId",
                                    "compressed", "bodyCrc32"}
-    assert req.ext_fields["compressed"] is True and req.ext_fields["bodyCrc32"] != 0
-    assert wire.route(NS1, "T1").code == ResponseCode.SUCCESS  # the compressed form was read
+    assert req.ext_fields["compressed"] is compressed and req.ext_fields["bodyCrc32"] != 0
+    assert wire.route(NS1, "T1").code == ResponseCode.SUCCESS
 
 
 def test_a_slave_learns_its_masters_addresses() -> None:
     clock = ManualClock(1_000_000)
     wire = Wire(clock, NS1)
-    master = _registrar(wire, {"T1": TopicConfig("T1")}, namesrv=NS1)
-    slave = _registrar(wire, {"T1": TopicConfig("T1")}, namesrv=NS1, broker_id=1, addr="127.0.0.1:10921")
-    asyncio.run(master.run_once(clock.wall_ms()))
-    asyncio.run(slave.run_once(clock.wall_ms()))
+    master = Registrar(_broker(Topics(TopicConfig("T1")), namesrv=NS1), invoke=wire.invoke)
+    slave = Registrar(_broker(Topics(TopicConfig("T1")), namesrv=NS1, broker_id=1, addr="127.0.0.1:10921"),
+                      invoke=wire.invoke)
+    _round(master, clock.wall_ms())
+    _round(slave, clock.wall_ms())
     assert slave.results[NS1].master_addr == "127.0.0.1:10911"
     assert slave.results[NS1].ha_server_addr == "127.0.0.1:10912"
     assert master.results[NS1].master_addr is None
 
 
-def test_unregister_on_stop_drops_the_broker_and_survives_a_name_server_down() -> None:
+def test_close_unregisters_and_survives_a_name_server_down() -> None:
     clock = ManualClock(1_000_000)
     wire = Wire(clock, NS1, NS2)
-    r = _registrar(wire, {"T1": TopicConfig("T1")})
-    asyncio.run(r.run_once(clock.wall_ms()))
+    r = Registrar(_broker(Topics(TopicConfig("T1"))), invoke=wire.invoke)
+    _round(r, clock.wall_ms())
     wire.down.add(NS2)
-    assert asyncio.run(r.unregister_all()) == 1
+    assert asyncio.run(r.close()) == 1
+    assert [req.code for _, req in wire.sent[2:]] == [RequestCode.UNREGISTER_BROKER] * 2
     assert wire.route(NS1, "T1").code == ResponseCode.TOPIC_NOT_EXIST
     assert wire.servers[NS1].routes.live == {}
 
@@ -167,37 +224,3 @@ def test_namesrv_addr_is_split_on_semicolons(text: str, expected: list[str]) -> 
 def test_a_namesrv_addr_without_a_port_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="is not host:port"):
         parse_namesrv_addr(text)
-
-
-def test_serve_registers_at_once_on_request_and_unregisters_when_stopped() -> None:
-    clock = ManualClock(1_000_000)
-    wire = Wire(clock, NS1)
-    topics: dict[str, object] = {"T1": TopicConfig("T1")}
-
-    async def scenario() -> None:
-        sent = asyncio.Event()
-        inner = wire.invoke
-
-        async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
-            res = await inner(addr, req, timeout_s)
-            sent.set()
-            return res
-
-        r = _registrar(wire, topics, namesrv=NS1)
-        r.invoke = invoke
-        stop = asyncio.Event()
-        task = asyncio.ensure_future(r.serve(clock, stop))
-        await sent.wait()  # the registration at start
-        assert [req.code for _, req in wire.sent] == [RequestCode.REGISTER_BROKER]
-        sent.clear()
-        topics["%RETRY%G"] = TopicConfigData("%RETRY%G", 1, 1)
-        r.request_now()  # no time passes: only the request wakes it
-        await sent.wait()
-        assert wire.route(NS1, "%RETRY%G").code == ResponseCode.SUCCESS
-        stop.set()
-        await task
-        assert [req.code for _, req in wire.sent] == [RequestCode.REGISTER_BROKER, RequestCode.REGISTER_BROKER,
-                                                      RequestCode.UNREGISTER_BROKER]
-        assert wire.servers[NS1].routes.live == {}
-
-    asyncio.run(scenario())
