@@ -205,3 +205,45 @@ def test_the_expiry_scan_drops_a_silent_broker_and_closes_its_connection() -> No
             await ns.stop()
 
     asyncio.run(scenario())
+
+
+def _read_until(stream: Any, text: str) -> list[str]:
+    """Lines of ``stream`` up to the first holding ``text`` (fails if it ends first)."""
+    lines = []
+    for line in iter(stream.readline, ""):
+        lines.append(line)
+        if text in line:
+            return lines
+    raise AssertionError(f"{text!r} never came: {''.join(lines)[-2000:]}")
+
+
+def test_rmqlog_broker_registers_with_rmqlog_namesrv_and_unregisters_on_sigterm(
+        tmp_path: Path, namesrv_process: tuple[subprocess.Popen[str], int]) -> None:
+    ns_proc, port = namesrv_process
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerClusterName = C1\nbrokerName = broker-x\nbrokerId = 0\n")
+    broker = subprocess.Popen([sys.executable, "-m", "rmqnet", "broker", str(tmp_path / "root"), "-c", str(conf),
+                               "--listen", "127.0.0.1:0", "--namesrv", f"127.0.0.1:{port}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=subprocess_env())
+    client = Wire(port)
+    try:
+        assert broker.stdout is not None and ns_proc.stderr is not None
+        ready = broker.stdout.readline()
+        assert ready.startswith("broker broker-x ready at 127.0.0.1:"), ready
+        address = ready.rsplit(" ", 1)[1].strip()
+        _read_until(ns_proc.stderr, f"broker registered: broker-x id 0 at {address}, cluster C1")
+        res = client.call(_route_cmd(1, "TBW102"))
+        assert res.code == ResponseCode.SUCCESS
+        assert json.loads(res.body_bytes())["brokerDatas"] == [
+            {"cluster": "C1", "brokerName": "broker-x", "brokerAddrs": {"0": address}}]
+        broker.send_signal(signal.SIGTERM)
+        assert broker.wait(timeout=60) == 0
+        _read_until(ns_proc.stderr, f"broker unregistered: broker-x id 0 at {address} (OK)")
+        assert client.call(_route_cmd(2, "TBW102")).code == ResponseCode.TOPIC_NOT_EXIST
+    finally:
+        client.close()
+        if broker.poll() is None:
+            broker.kill()
+            broker.wait()
+        if broker.stdout is not None:
+            broker.stdout.close()
