@@ -373,3 +373,14 @@ def test_any_request_is_answered_with_a_code_never_an_exception(code: int, ext: 
     res = NameServer().handle(RemotingCommand(code, 3, ext_fields=ext, body=body), 0)
     assert res is not None and res.opaque == 3 and res.is_response
     assert res.code in {c.value for c in ResponseCode}
+
+
+def test_a_broker_that_reregistered_over_a_new_connection_survives_the_old_ones_close() -> None:
+    ns = NameServer()
+    old, new = object(), object()
+    _register(ns, 0, conn=old)
+    _register(ns, 1, conn=new)  # the broker reconnected
+    assert ns.connection_closed(old) == []
+    assert _route(ns, "T1").code == ResponseCode.SUCCESS
+    assert ns.connection_closed(new) == [ADDR_A]
+    assert _route(ns, "T1").code == ResponseCode.TOPIC_NOT_EXIST
