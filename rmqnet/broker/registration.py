@@ -93,7 +93,12 @@ class Registrar:
                  compressed: bool = False) -> None:
         cfg = broker.config
         self.broker = broker
-        self.namesrv_addrs = parse_namesrv_addr(cfg.namesrv_addr or "")
+        self.namesrv_addrs: list[str] = []
+        for entry in (cfg.namesrv_addr or "").split(";"):
+            try:
+                self.namesrv_addrs += parse_namesrv_addr(entry)
+            except ValueError as exc:  # as Java, a bad entry fails alone (there: at each connect)
+                log.warning("broker %s: %s: not registering there", cfg.broker_name, exc)
         self.header = RegisterBrokerHeader(cfg.broker_name, broker.address, cfg.broker_cluster_name,
                                            ha_server_addr or ha_address(broker.address), cfg.broker_id, compressed)
         self.period_ms = min(max(int(cfg.register_name_server_period), _PERIOD_BOUNDS[0]), _PERIOD_BOUNDS[1])

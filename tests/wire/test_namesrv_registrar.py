@@ -224,3 +224,12 @@ def test_namesrv_addr_is_split_on_semicolons(text: str, expected: list[str]) -> 
 def test_a_namesrv_addr_without_a_port_is_refused(text: str) -> None:
     with pytest.raises(ValueError, match="is not host:port"):
         parse_namesrv_addr(text)
+
+
+def test_a_malformed_namesrv_entry_is_logged_and_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    wire = Wire(ManualClock(0), NS1)
+    with caplog.at_level(logging.WARNING, "rmqnet.broker.registration"):
+        r = Registrar(_broker(Topics(TopicConfig("T1")), namesrv=f"localhost;{NS1}"), invoke=wire.invoke)
+    assert r.namesrv_addrs == [NS1]
+    assert "namesrvAddr entry 'localhost' is not host:port: not registering there" in caplog.text
+    assert _round(r, 0) == 1
