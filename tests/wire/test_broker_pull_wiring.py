@@ -10,6 +10,10 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 import rmqlog
 from rmqnet.broker.broker import Broker
 from rmqnet.broker.config import BrokerConfig
@@ -33,6 +37,16 @@ def pull_req(topic: str, offset: int, timeout_ms: int = 15000) -> Any:
     return request(RequestCode.PULL_MESSAGE, {
         "consumerGroup": "CG", "topic": topic, "queueId": 0, "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 6,
         "commitOffset": 0, "suspendTimeoutMillis": timeout_ms, "subscription": "*", "subVersion": 0})
+
+
+@pytest.fixture(scope="module")
+def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    b = make(tmp_path_factory.mktemp("fuzz"))
+    b.store.create_topic("T", 4)
+    b.store.put("T", b"one", tags="A", keys=["k"])
+    yield b
+    assert b.store.verify().ok, "requests from the network harmed the store"
+    b.store.close()
 
 
 def test_codes_and_services_installed(tmp_path: Path) -> None:
@@ -107,3 +121,29 @@ def test_a_stop_answers_the_held_pulls_and_holds_no_new_one(tmp_path: Path) -> N
         run(go())
     finally:
         b.store.close()
+
+
+FIELDS = ["consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset",
+          "suspendTimeoutMillis", "subscription", "subVersion", "expressionType", "clientID", "producerGroup",
+          "timestamp", "offset", "key", "maxNum", "beginTimestamp", "endTimestamp", "_UNIQUE_KEY_QUERY"]
+_values = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=True),
+                    st.text(max_size=40), st.sampled_from(["T", "0", "1", "-1", "*", "A || B", "%RETRY%G", "../x"]),
+                    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
+_bodies = st.one_of(st.binary(max_size=200), st.sampled_from([b"{}", b"[]", b"null", b'{"clientID": 5}',
+                                                              b'{"clientID":"c","consumerDataSet":[{"groupName":"G",'
+                                                              b'"subscriptionDataSet":[{"topic":7}]}]}']))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(code=st.sampled_from(sorted(PULL_SIDE)), ext=st.dictionaries(st.sampled_from(FIELDS), _values, max_size=12),
+       body=_bodies, oneway=st.booleans())
+def test_any_request_is_answered_with_a_code_never_an_exception(shared_broker: Broker, code: int, ext: dict[str, Any],
+                                                                body: bytes, oneway: bool) -> None:
+    """Whatever a peer puts in the fields and body of the pull side's requests: an answer with
+    a response code (a oneway request: none), never an exception, the store unharmed."""
+    res = shared_broker.table.process(shared_broker, FakePeer(), request(code, ext, body, oneway=oneway))
+    if oneway:
+        assert res is None
+    else:
+        assert res is not None and not asyncio.isfuture(res), "nothing here is held: no loop runs"
+        assert res.is_response and res.opaque is not None and int(res.code) >= 0
