@@ -9,6 +9,8 @@
   ``rmqlog.PUBLIC_MODULES``), except by the command, which hands the store's commands to
   ``rmqlog.admin.cli`` unchanged;
 - ``remoting`` imports neither asyncio nor sockets nor the store (bytes in, commands out);
+- no module reads the time itself: services take ``now_ms`` from an injected clock
+  (``rmqlog.Clock``), the transport asks its event loop;
 - no module over 600 lines; every module is named in docs/architecture.md's rmqnet table.
 """
 
@@ -18,7 +20,15 @@ import ast
 import re
 from pathlib import Path
 
-from test_layout import ARCHITECTURE, MAX_LINES, _cycles, _imports, _private_uses, _public_api
+from test_layout import (
+    ARCHITECTURE,
+    MAX_LINES,
+    _cycles,
+    _imports,
+    _private_uses,
+    _public_api,
+    _time_reads,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 NET = ROOT / "rmqnet"
@@ -79,6 +89,11 @@ def test_the_wire_codec_does_no_io() -> None:
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in banned]
     assert found == []
+
+
+def test_no_module_reads_the_time_itself() -> None:
+    reads = {str(p.relative_to(ROOT)): r for p in sorted(NET.rglob("*.py")) if (r := _time_reads(p.read_text()))}
+    assert reads == {}, "rmqnet modules reading the time themselves (ask the injected clock): " + str(reads)
 
 
 def test_no_module_over_600_lines() -> None:
