@@ -58,7 +58,7 @@ async function sendOne(i, spec) {
       i,
       status: r.sendStatus,
       msgId: r.msgId,
-      queueId: r.messageQueue.queueId,
+      queueId: num(r.messageQueue.queueId), // a string as the response header carries it
       queueOffset: num(r.queueOffset),
       compressed: msg.body !== body, // ali-ons swaps in the deflated body (tryToCompressMessage)
       bodySha256: crypto.createHash('sha256').update(body).digest('hex'),
