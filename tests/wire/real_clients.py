@@ -463,8 +463,9 @@ def message_line(spec: dict[str, Any] | list[dict[str, Any]]) -> str:
     return json.dumps(spec)
 
 
-def send_all(producer: Client, specs: Iterable[dict[str, Any]], kind: str = "sent") -> list[dict[str, Any]]:
-    """Write ``specs`` to a producer's stdin and wait for as many answers ("sent" or "failed")."""
+def send_all(producer: Client, specs: Iterable[Any], kind: str = "sent") -> list[dict[str, Any]]:
+    """Write ``specs`` (messages; for ``send_batch``, lists of them) to a producer's stdin, one a
+    line, and wait for as many answers (``kind`` or "failed"); fails the test on a failed send."""
     before = len(producer.events(kind)) + len(producer.failures())
     n = 0
     for spec in specs:
