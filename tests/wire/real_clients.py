@@ -63,6 +63,11 @@ STOP_TIMEOUT = 15.0
 #: RocketMQ's usual ports: free inside a namespace of our own, which holds nothing else
 NS_NAMESRV_PORT = 9876
 NS_BROKER_PORT = 10911
+#: the wire dump's ports inside a namespace (RMQ_WIRE_DUMP=1)
+NS_DUMP_PORTS = (19876, 20911)
+WIRE_DUMP = Path(__file__).resolve().parent / "wire_dump.py"
+#: lines of the wire dump printed at the end of a test (all of them are in logs/wire.jsonl)
+DUMP_TAIL = 400
 
 
 # --------------------------------------------------------------------------- installation checks
@@ -292,6 +297,10 @@ class Cluster:
     ``topics`` are created in the store (queue counts) before the broker opens it, so that
     consumers find their routes at once; other topics are created by the first send through
     ``TBW102`` (``autoCreateTopicEnable``). ``conf`` adds or overrides broker.conf keys.
+
+    With ``RMQ_WIRE_DUMP=1`` the clients reach the servers through ``wire_dump.py``, which logs
+    every frame (code, opaque, flag, remark, extFields, body size) as a JSON line: printed at the
+    end of the test (the last ``DUMP_TAIL``) and kept in ``logs/wire.jsonl``.
     """
 
     tmp: Path
@@ -315,6 +324,9 @@ class Cluster:
             self.namesrv_port, self.broker_port = NS_NAMESRV_PORT, NS_BROKER_PORT
         self.namesrv_addr = f"127.0.0.1:{self.namesrv_port}"
         self.broker_addr = f"127.0.0.1:{self.broker_port}"
+        #: the name server the clients are given (the wire dump's port when there is one)
+        self.client_namesrv_addr = self.namesrv_addr
+        self.dump: Child | None = None
 
     def env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -355,6 +367,12 @@ class Cluster:
         self._server("namesrv", [str(RMQLOG), "namesrv", "--listen", self.namesrv_addr])
         self._server("broker", [str(RMQLOG), "broker", str(self.root), "-c", str(self.broker_conf()),
                                 "--listen", self.broker_addr, "--namesrv", self.namesrv_addr])
+        if os.environ.get("RMQ_WIRE_DUMP") == "1":
+            ports = NS_DUMP_PORTS if self.netns is not None else (free_port(), free_port())
+            listen = [f"127.0.0.1:{p}" for p in ports]
+            self.dump = self._server("wire-dump", [sys.executable, str(WIRE_DUMP), listen[0], self.namesrv_addr,
+                                                   listen[1], self.broker_addr])
+            self.client_namesrv_addr = listen[0]
         return self
 
     def _server(self, name: str, argv: list[str]) -> Child:
@@ -369,7 +387,7 @@ class Cluster:
     def stop_servers(self) -> dict[str, int | None]:
         """Stop the broker, then the name server (SIGTERM: a clean stop); their exit codes."""
         codes = {}
-        for name in ("broker", "namesrv"):
+        for name in ("wire-dump", "broker", "namesrv"):
             for c in self.children:
                 if c.name == name:
                     codes[name] = c.stop()
@@ -386,21 +404,21 @@ class Cluster:
     def ali_ons_producer(self, name: str = "ali-ons-producer", group: str = "PG_ALI_ONS") -> Client:
         """An ali-ons producer reading messages on stdin (:meth:`Client.write` of :func:`message_line`)."""
         node = require_ali_ons()
-        opts = {"nameSrv": self.namesrv_addr, "group": group}
+        opts = {"nameSrv": self.client_namesrv_addr, "group": group}
         return self._client(name, [node, str(NODE_PRODUCER), json.dumps(opts)], stdin=True)
 
     def ali_ons_consumer(self, name: str, group: str, topic: str, *, model: str = "CLUSTERING", count: int = 0,
                          **opts: Any) -> Client:
         """An ali-ons push consumer (options of consumer.js: ``suspendMillis``, ``rebalanceMillis``, ...)."""
         node = require_ali_ons()
-        all_opts = {"nameSrv": self.namesrv_addr, "group": group, "topic": topic, "model": model, "count": count,
+        all_opts = {"nameSrv": self.client_namesrv_addr, "group": group, "topic": topic, "model": model, "count": count,
                     "suspendMillis": 2000, "rebalanceMillis": 1000, "pollNameServerMillis": 1000, **opts}
         return self._client(name, [node, str(NODE_CONSUMER), json.dumps(all_opts)])
 
     def cpp(self, name: str, command: str, *, stdin: bool = False, **opts: Any) -> Client:
         """``cpp_client.py COMMAND`` with the C++ client's Python (inside the namespace, if any)."""
         require_cpp_client()
-        all_opts = {"nameSrv": self.namesrv_addr, **opts}
+        all_opts = {"nameSrv": self.client_namesrv_addr, **opts}
         return self._client(name, [str(ROCKETMQ_PYTHON), str(CPP_CLIENT), command, json.dumps(all_opts)], stdin=stdin)
 
     def wait_for(self, predicate: Callable[[], bool], what: str, timeout: float = EVENT_TIMEOUT) -> None:
@@ -422,6 +440,12 @@ class Cluster:
             tail = c.stderr_tail() if not c._stderr.closed else c.stderr_path.read_bytes()[-4000:].decode(errors="replace")
             if tail.strip():
                 print(f"--- stderr of {c.name} (pid {c.pid}, exit {c.proc.returncode}):\n{tail}")
+        if self.dump is not None:
+            path = self.logs / "wire.jsonl"
+            path.write_text("".join(line + "\n" for line in self.dump.lines[1:]))
+            shown = self.dump.lines[1:][-DUMP_TAIL:]
+            print(f"--- wire dump ({len(self.dump.lines) - 1} frames, all in {path}; the last {len(shown)}):")
+            print("\n".join(shown))
 
 
 @contextlib.contextmanager
