@@ -6,6 +6,7 @@ open and calls the part that does the work.
 | work | where |
 |---|---|
 | put path | :mod:`rmqlog.access.appender` |
+| the wire's calls (puts as clients send them, arrivals, raw reads, queries by key) | :mod:`rmqlog.access.wire` |
 | reads, bounds, by offset/msgId | :mod:`rmqlog.access.reader` |
 | topics, consumer offsets | :mod:`rmqlog.catalog` |
 | dispatch | :mod:`rmqlog.queue.dispatcher` |
@@ -32,6 +33,7 @@ import pyarrow as pa
 
 from .access.appender import Appender
 from .access.reader import QueueReader
+from .access.wire import WireAccess
 from .arguments import (
     bool_arg,
     callable_arg,
@@ -46,13 +48,12 @@ from .config_files import TopicConfig
 from .durability.flush import AsyncFlusher
 from .durability.lock_file import StoreLockFile
 from .errors import (
-    IndexDisabledError,
     InvalidArgumentError,
     StoreClosedError,
     out_of_files_typed,
 )
 from .index.geometry import set_aside_geometry
-from .index.index_service import IndexConfig, IndexService
+from .index.index_service import IndexConfig
 from .index.lookup import messages_by_key
 from .log.append_state import AppendState
 from .log.encode.single import single_message_table
@@ -79,10 +80,12 @@ from .service import ServiceLoop
 
 
 @out_of_files_typed  # (running out of descriptors anywhere in a call: a typed error naming the file)
-class MessageStore:
+class MessageStore(WireAccess):
     """A RocketMQ-compatible message store rooted at a directory.
 
-    Open with :meth:`open`; use as a context manager or call :meth:`close`.
+    Open with :meth:`open`; use as a context manager or call :meth:`close`. The calls a
+    broker on the wire needs (``put_wire``, ``on_arrival``, ``record_at``, the queries by key,
+    ``index_last_update``, ``earliest_store_time``) are in :class:`rmqlog.access.wire.WireAccess`.
     """
 
     def __init__(
@@ -462,22 +465,6 @@ class MessageStore:
                     return table.to_pylist()[-1]
         return row
 
-    def query_by_key(
-        self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0, end_ms: int | None = None,
-        *, check_crc: bool | None = None,
-    ) -> pa.Table:
-        """The messages of ``topic`` whose ``KEYS`` hold ``key`` (or whose client msgId is
-        ``key``), stored in ``[begin_ms, end_ms]`` (ms; ``None``: no end), oldest first, at most
-        ``max_count`` (and ``max_msgs_num_batch``): RocketMQ's ``queryMessage`` (``mqadmin
-        queryMsgByKey``) through the index files, hash collisions removed
-        (:mod:`rmqlog.index.lookup`). Raises :class:`rmqlog.errors.IndexDisabledError` when
-        ``message_index_enable`` is off, :class:`InvalidArgumentError` for a bad argument."""
-        self._check_open()
-        validate_topic(topic)
-        return messages_by_key(self._index(), self.commitlog, self.published_tail(), topic, _key_arg(key),
-                               max_count=max_count, begin_ms=begin_ms, end_ms=end_ms,
-                               check_crc=self.reader.check_crc(check_crc))
-
     def query_by_time(
         self, begin_ms: int, end_ms: int | None = None, *, topics: Iterable[str] | None = None, max_count: int = 1000,
     ) -> pa.Table:
@@ -495,20 +482,6 @@ class MessageStore:
                   for q in range(max(configured[t].read_queue_nums, configured[t].write_queue_nums))]
         end = (1 << 63) - 1 if end_ms is None else end_ms
         return self.reader.messages_between(queues, begin_ms, end, max_count)
-
-    def query_by_unique_key(self, topic: str, msg_id: str, *, check_crc: bool | None = None) -> pa.Table:
-        """The message of ``topic`` whose client msgId (``UNIQ_KEY``) is ``msg_id`` (RocketMQ's
-        ``queryMsgByUniqueKey``): a table of one row, or none; errors as :meth:`query_by_key`."""
-        self._check_open()
-        validate_topic(topic)
-        return messages_by_key(self._index(), self.commitlog, self.published_tail(), topic, _key_arg(msg_id, "msg_id"),
-                               max_count=self.config.max_msgs_num_batch, begin_ms=0, end_ms=None,
-                               check_crc=self.reader.check_crc(check_crc), unique=True)
-
-    def _index(self) -> IndexService:
-        if self.parts.index_service is None:
-            raise IndexDisabledError("this store has no index (message_index_enable is off)")
-        return self.parts.index_service
 
     # --------------------------------------------------------- offsets, topics
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -588,8 +561,3 @@ class MessageStore:
         self.parts.close_files()
         self.parts.release_locks()
 
-
-def _key_arg(key: object, name: str = "key") -> str:
-    # a key that cannot be UTF-8 was never stored: refused, never hashed (Java's hash of a
-    # lone surrogate exists, the bytes to compare it with do not)
-    return text_arg(name, key)

@@ -214,6 +214,8 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "writer": st.sampled_from(["w1", "w2"]), "sequence": st.integers(0, 50),
     "progress": st.one_of(st.none(), st.just(lambda done, total: None)),
     "table": put_tables(),
+    "cluster": st.one_of(st.none(), st.sampled_from(["C1", "", "a\x02b"])),
+    "callback": st.one_of(st.none(), st.just(lambda topics, queue_ids, max_offsets: None)),
     "tables": st.lists(put_tables(), max_size=3),
     # open(): roots are made under the test's folder (see _root), never elsewhere
     "root": st.sampled_from(["new", "store", "file", "nul", "under-file", "long", "empty-dir"]),
@@ -230,7 +232,7 @@ METHODS = {
     "create_topic", "deliver_due", "dispatch", "flush", "flushed_offset", "get_messages", "max_offset",
     "message_by_id", "message_by_offset", "min_offset", "offset_for_timestamp", "open", "published_tail",
     "put", "put_batch", "put_batches", "query_by_key", "query_by_time", "query_by_unique_key", "read_queue",
-    "read_window", "record_sizes",
+    "read_window", "record_sizes", "put_wire", "on_arrival", "record_at", "index_last_update", "earliest_store_time",
     "start_services", "stop_services", "topics", "verify", "writer_sequence",
 }
 

@@ -42,6 +42,7 @@ from ..log.encode.arrays import int64_filled
 from ..log.encode.batch import EncodedBatch
 from ..log.encode.copies import prepare_copies
 from ..log.encode.prepare import prepare_batch
+from ..log.encode.wire_put import WireHeader
 from ..log.msgid import UniqKeyGenerator, offset_msg_ids
 from ..log.properties import SCHEDULE_TOPIC, WAITING_TOPICS
 from ..schema import PUT_RESULT_SCHEMA, TS
@@ -85,11 +86,11 @@ class Appender:
     # ----------------------------------------------------------- entry points
     def put_table(
         self, table: pa.Table | pa.RecordBatch, marker: Marker = None, *, dispatch: bool = False,
-        system: pa.Array | None = None,
+        system: pa.Array | None = None, wire: WireHeader | None = None,
     ) -> tuple[pa.Table, np.ndarray]:
         """Append one table; returns the result rows and the queue id of each row. ``system``:
-        the store's own properties per row (see :meth:`encode`)."""
-        return self.put_encoded(self.encode(table, marker, system=system), marker, dispatch=dispatch)
+        the store's own properties per row, ``wire``: a wire put's header fields (see :meth:`encode`)."""
+        return self.put_encoded(self.encode(table, marker, system=system, wire=wire), marker, dispatch=dispatch)
 
     def put_encoded(
         self, batch: EncodedBatch, marker: Marker = None, *, dispatch: bool = False, results: bool = True,
@@ -145,12 +146,12 @@ class Appender:
 
     def encode(
         self, table: pa.Table | pa.RecordBatch, marker: Marker, row_base: int = 0, *, plain: bool = True,
-        system: pa.Array | None = None,
+        system: pa.Array | None = None, wire: WireHeader | None = None,
     ) -> EncodedBatch:
         """Validate and encode one table (no lock); errors name rows counted from ``row_base``.
         ``plain``: see :func:`rmqlog.log.encode.prepare.prepare_batch`. ``system``: the store's
         own properties per row (the scheduler's delivered copies); the router adds those of
-        delayed rows."""
+        delayed rows. ``wire``: the header fields of a wire put (:mod:`rmqlog.log.encode.wire_put`)."""
         parts = self.parts
         try:
             if self.router is not None:
@@ -170,8 +171,9 @@ class Appender:
                 round_robin=self.round_robin,
                 born_ms=parts.clock.wall_ms(),
                 last_row_property=marker,
-                plain=plain,
+                plain=plain and wire is None,
                 system_properties=system,
+                wire=wire,
             )
             waiting = WAITING_TOPICS.intersection(encoded.topics) if system is None else ()
             for name in waiting:

@@ -15,12 +15,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 
-from ..log.decode import empty_message_table
+from ..errors import CorruptRecordError
+from ..log.decode import BadRecordError, RecordCheck, empty_message_table
 from ..log.point_read import java_properties, records_table
 from ..log.properties import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 from ..log.record import Record, ScanKind
+from ..log.wire import stored_records
+from ..results import StoredRecords
 
 if TYPE_CHECKING:
     from ..log.commitlog import CommitLog
@@ -35,6 +39,34 @@ def messages_by_key(
     first, at most ``max_count`` (and the index's ``max_msgs_num_batch``). ``tail``: the
     published tail (nothing at or past it is read). Raises :class:`CorruptRecordError` for
     a record that fails its checks."""
+    found = _found(index, commitlog, tail, topic, key, max_count, begin_ms, end_ms, unique)
+    if not found:
+        return empty_message_table()
+    return records_table(found, check_crc=check_crc, path=str(commitlog.segments.directory))
+
+
+def records_by_key(
+    index: IndexService, commitlog: CommitLog, tail: int, topic: str, key: str, *, max_count: int,
+    begin_ms: int, end_ms: int | None, check_crc: bool, unique: bool = False,
+) -> StoredRecords:
+    """:func:`messages_by_key`'s records byte-exact (``QUERY_MESSAGE``'s body), oldest first;
+    each checked (lengths, and its body CRC with ``check_crc``) before it is copied."""
+    found = _found(index, commitlog, tail, topic, key, max_count, begin_ms, end_ms, unique)
+    if not found:
+        return StoredRecords.empty()
+    offsets = np.array([o for o, _ in found], np.int64)
+    try:
+        parts = commitlog.read_stored_records(offsets, check=RecordCheck(crc=check_crc), tail=tail)
+    except BadRecordError as e:
+        raise CorruptRecordError(f"damaged commitlog record: {e.reason}", path=e.path, offset=e.offset) from None
+    return stored_records(parts)
+
+
+def _found(
+    index: IndexService, commitlog: CommitLog, tail: int, topic: str, key: str, max_count: int, begin_ms: int,
+    end_ms: int | None, unique: bool,
+) -> list[tuple[int, Record]]:
+    """(offset, record) of each whole record the index points at that really carries ``key``."""
     offsets = index.query(topic, key, max_count, begin_ms, end_ms)
     low = commitlog.min_offset()
     found = []
@@ -43,9 +75,7 @@ def messages_by_key(
             at = commitlog.record_at(o, tail)
             if at is not None and at.kind is ScanKind.RECORD and at.record is not None and _carries(at.record, topic, key, unique):
                 found.append((o, at.record))
-    if not found:
-        return empty_message_table()
-    return records_table(found, check_crc=check_crc, path=str(commitlog.segments.directory))
+    return found
 
 
 def _carries(record: Record, topic: str, key: str, unique: bool) -> bool:

@@ -43,6 +43,7 @@ from ..log.decode import RecordColumns, read_columns
 from ..log.properties import PROPERTY_TAGS, ParsedProperties
 from ..log.record import is_consumable
 from ..paths import topic_problem
+from .arrival import ArrivalListener, ArrivalSignal, Maxes
 from .consume_queue import CQ_UNIT, ConsumeQueue
 
 log = logging.getLogger(__name__)
@@ -89,6 +90,13 @@ class Dispatcher:
         #: tagsCodes: the schedule topic's are delivery times (:mod:`rmqlog.schedule.levels`);
         #: ``None``: every tagsCode is the tags hash
         self.codes_hook: Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None = None
+        #: the listeners told which queues got units (:mod:`rmqlog.queue.arrival`)
+        self.arrival = ArrivalSignal()
+
+    def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
+        """Call ``callback(topics, queue_ids, max_offsets)`` after every dispatch that gave
+        queues new units (:mod:`rmqlog.queue.arrival`); returns the function that removes it."""
+        return self.arrival.subscribe(callback, self.position)
 
     # ---------------------------------------------------------------- state
     def _load_position(self) -> int:
@@ -176,6 +184,7 @@ class Dispatcher:
         were dispatched (0 when up to date).
         """
         total = 0
+        maxes: Maxes = {}
         with self.lock.held():
             pos, self._last_ts = self._load()
             pos = max(pos, self.commitlog.min_offset())
@@ -183,7 +192,6 @@ class Dispatcher:
             if max_bytes is not None:
                 tail = min(tail, pos + max_bytes)
             start_pos = pos
-            maxes: dict[tuple[str, int], int] = {}
             while pos < tail:
                 limit = min(tail, pos + DISPATCH_CHUNK)
                 progressed = False
@@ -205,6 +213,9 @@ class Dispatcher:
                 if crash_points.reached is not None:
                     crash_points.reached("dispatch.position")
                 self._save_position(pos, self._last_ts)
+            if self.arrival.active:
+                self.arrival.foreign(self.commitlog, start_pos, pos, maxes)
+        self.arrival.notify(maxes)  # after the position is saved and the lock released
         return total
 
     def _dispatch_run(self, source, base: int, positions: np.ndarray, maxes: dict[tuple[str, int], int]) -> int:
@@ -262,12 +273,18 @@ class Dispatcher:
         # store's clock (a test's manual clock would never end it)
         deadline = SYSTEM_CLOCK.monotonic() + wait_s
         while True:
+            maxes: Maxes = {}
             with self.lock.held():
                 pos, last_ts = self._load()
-                if pos == start and self.published_tail() >= end:
-                    self._write_units(topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes, {})
+                done = pos == start and self.published_tail() >= end
+                if done:
+                    self._write_units(topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes, maxes)
                     self._save_position(end, max(last_ts, store_timestamp))
-                    return len(queue_offsets)
+                    if self.arrival.active:
+                        self.arrival.foreign(self.commitlog, start, end, maxes)
+            if done:
+                self.arrival.notify(maxes)
+                return len(queue_offsets)
             if pos > start or SYSTEM_CLOCK.monotonic() >= deadline or not self._recent(pos, store_timestamp):
                 return self.dispatch()
             time.sleep(0.005)

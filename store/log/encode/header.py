@@ -34,12 +34,14 @@ class HeaderColumns:
     flag: np.ndarray
     born: np.ndarray  # BORNTIMESTAMP, ms
     body_len: np.ndarray
-    sys_flag: int
+    sys_flag: int | np.ndarray  # one for every row, or one per row (a wire put's client bits)
     born_host: bytes | np.ndarray  # one for every row, or (n, 8) uint8: one IPv4 host per row
     store_host: bytes
     queue_offsets: np.ndarray | None = None
     physical_offsets: np.ndarray | None = None
     store_timestamp: int = 0
+    #: RECONSUMETIMES per row (a wire put's); ``None``: 0
+    reconsume_times: np.ndarray | None = None
 
     def rows(self, a: int, b: int) -> np.ndarray:
         """The headers of records ``[a, b)`` (BODYCRC 0), ``record.header_dtype`` rows."""
@@ -52,7 +54,9 @@ class HeaderColumns:
         h["flag"] = self.flag[a:b]
         h["queueOffset"] = self.queue_offsets[a:b]
         h["physicalOffset"] = self.physical_offsets[a:b]
-        h["sysFlag"] = self.sys_flag
+        h["sysFlag"] = self.sys_flag if isinstance(self.sys_flag, int) else self.sys_flag[a:b]
+        if self.reconsume_times is not None:
+            h["reconsumeTimes"] = self.reconsume_times[a:b]
         h["bornTimestamp"] = self.born[a:b]
         if isinstance(self.born_host, bytes):
             h["bornHost"] = np.frombuffer(self.born_host, dt["bornHost"])[0]

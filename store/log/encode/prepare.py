@@ -26,6 +26,7 @@ from .crc import LARGE_BODY, BodyCrcs
 from .header import HeaderColumns, sys_flag
 from .plain import prepare_plain
 from .trailer import build_properties, layout_trailer
+from .wire_put import WireHeader
 
 
 def prepare_batch(
@@ -42,6 +43,7 @@ def prepare_batch(
     plain: bool = True,
     system_properties: pa.Array | None = None,
     born_ms: int | None = None,
+    wire: WireHeader | None = None,
 ) -> EncodedBatch:
     """Validate and encode ``table``; raises :class:`rmqlog.errors.InvalidMessageError` subclasses
     naming the first bad row and field (checked in this order: the columns, topic, body, queue
@@ -57,14 +59,16 @@ def prepare_batch(
     ``name\x01value\x02`` binary strings (empty: none) added as they are (the delay routing's
     ``REAL_TOPIC``/``REAL_QID``/``DELAY``, :mod:`rmqlog.schedule.routing`; not checked here).
     ``born_ms``: the born time of rows without a ``bornTimestamp`` (the store's clock, read by
-    the caller; ``None``: the system clock now).
+    the caller; ``None``: the system clock now). ``wire``: the header fields of a wire put
+    (:mod:`rmqlog.log.encode.wire_put`: per-row SYSFLAG bits, RECONSUMETIMES, BORNHOST); its
+    properties map then holds RocketMQ's system names, checked there.
     """
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     if not isinstance(table, pa.Table):
         raise InvalidMessageError(f"put_batch takes a pyarrow Table or RecordBatch, not {type(table).__name__}", row=None, field="*")
     now_ms = SYSTEM_CLOCK.wall_ms() if born_ms is None else born_ms
-    if plain and last_row_property is None and system_properties is None:
+    if plain and last_row_property is None and system_properties is None and wire is None:
         packed = prepare_plain(table, queue_counts, max_message_size, max_record_size, store_host, born_host,
                                uniq_keys, round_robin, now_ms)
         if packed is not None:
@@ -77,15 +81,21 @@ def prepare_batch(
     crcs = BodyCrcs(body, body_len)  # in the background, overlapping the Arrow kernels below
     counts = write_queue_counts(queue_counts, topics, topic_index)
     queue_id, cycle = queue_id_column(cols.get("queueId"), n, topics, topic_index, counts, round_robin)
-    props = build_properties(cols, n, uniq_keys, last_row_property, system_properties)
+    props = build_properties(cols, n, uniq_keys, last_row_property, system_properties, wire=wire is not None)
     flag = flag_column(cols.get("flag"), n)
     born = born_column(cols.get("bornTimestamp"), n, now_ms)
-    dt = header_dtype(len(born_host) == 20, len(store_host) == 20)
+    born_hosts: bytes | np.ndarray = born_host if wire is None else wire.born_host
+    born_v6 = (len(born_host) if wire is None else wire.born_host.shape[1]) == 20
+    dt = header_dtype(born_v6, len(store_host) == 20)
+    flags: int | np.ndarray = sys_flag(bytes(20 if born_v6 else 8), store_host)
+    if wire is not None:
+        flags = wire.sys_flag | flags
     trailer, lengths = layout_trailer(topics, topic_index, props, dt.itemsize + body_len, max_record_size)
     # the header: its fields now, its rows chunk by chunk as they are written
     header = HeaderColumns(
         dtype=dt, lengths=lengths, queue_id=queue_id, flag=flag, born=born, body_len=body_len,
-        sys_flag=sys_flag(born_host, store_host), born_host=born_host, store_host=store_host,
+        sys_flag=flags, born_host=born_hosts, store_host=store_host,
+        reconsume_times=None if wire is None else wire.reconsume_times,
     )
     return EncodedBatch(
         n=n, topics=topics, topic_index=topic_index, queue_id=queue_id.astype(np.int32), header=header,

@@ -82,10 +82,12 @@ class Properties:
 
 def build_properties(
     cols: dict[str, pa.Array], n: int, uniq_keys: UniqKeyGenerator, last_row_property: tuple[str, str] | None,
-    system_properties: pa.Array | None = None,
+    system_properties: pa.Array | None = None, *, wire: bool = False,
 ) -> Properties:
     """PROPERTIES of every row (see the module docstring); raises naming the first bad row.
-    ``system_properties``: the store's own items per row, pre-joined (binary, empty: none)."""
+    ``system_properties``: the store's own items per row, pre-joined (binary, empty: none).
+    ``wire``: the map is a wire put's (:mod:`rmqlog.log.encode.wire_put`), whose names were
+    checked there: RocketMQ's system names are kept, the client's ``UNIQ_KEY`` as it is."""
     parts: list[_Part] = []
     has_uniq = np.zeros(n, bool)
     if system_properties is not None:
@@ -96,7 +98,7 @@ def build_properties(
     user_has_tags = user_has_keys = False
     pm = cols.get("properties")
     if pm is not None and not pa.types.is_null(pm.type):
-        part, user_has_tags, user_has_keys = _user_properties(pm, n, has_uniq)
+        part, user_has_tags, user_has_keys = _user_properties(pm, n, has_uniq, wire)
         parts.append(part)
     kc = cols.get("keys")
     if kc is not None and not pa.types.is_null(kc.type):
@@ -118,7 +120,7 @@ def build_properties(
     return Properties(pieces, props_len, tags_col, user_has_tags)
 
 
-def _user_properties(pm: pa.Array, n: int, has_uniq: np.ndarray) -> tuple[pa.Array, bool, bool]:
+def _user_properties(pm: pa.Array, n: int, has_uniq: np.ndarray, wire: bool = False) -> tuple[pa.Array, bool, bool]:
     """The ``properties`` map column joined per row; marks ``has_uniq`` (rows giving their own
     UNIQ_KEY). Returns (the joined column, whether a map names TAGS, whether one names KEYS)."""
     if not pa.types.is_map(pm.type) or not (is_stringish(pm.type.key_type) and is_stringish(pm.type.item_type)):
@@ -140,7 +142,8 @@ def _user_properties(pm: pa.Array, n: int, has_uniq: np.ndarray) -> tuple[pa.Arr
     has_tags = has_keys = False
     if len(keys):
         is_uniq = np.asarray(pc.equal(keys, PROPERTY_UNIQ_KEY))
-        _check_property_names(keys, vals, parent, is_uniq)
+        if not wire:
+            _check_property_names(keys, vals, parent, is_uniq)
         has_uniq[parent[is_uniq]] = True
         has_tags = bool(pc.any(pc.equal(keys, PROPERTY_TAGS)).as_py())
         has_keys = bool(pc.any(pc.equal(keys, PROPERTY_KEYS)).as_py())

@@ -1,0 +1,211 @@
+"""What a RocketMQ broker on the wire needs of a store, as methods of the facade
+(:class:`WireAccess`, a base of :class:`rmqlog.MessageStore`): puts as clients send them, the
+arrival signal for held pulls, and the byte-exact reads of ``VIEW_MESSAGE_BY_ID`` (33) and
+``QUERY_MESSAGE`` (12) with the index's last update, and a queue's earliest store time (32).
+
+Each method checks the store is open and calls the part doing the work, as the facade does
+(kept here so the facade stays one screen of calls).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Literal, overload
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..arguments import bool_arg, callable_arg, int_arg, queue_id_arg, text_arg
+from ..errors import (
+    CorruptRecordError,
+    IndexDisabledError,
+    InvalidArgumentError,
+    InvalidMessageError,
+)
+from ..index.lookup import messages_by_key, records_by_key
+from ..log.decode import BadRecordError, RecordCheck
+from ..log.encode.wire_put import wire_table
+from ..log.record import ScanKind
+from ..log.wire import stored_records
+from ..paths import validate_topic
+from ..queue.arrival import ArrivalListener
+from ..results import StoredRecords
+
+if TYPE_CHECKING:
+    from ..index.index_service import IndexService
+    from ..parts import StoreParts
+    from .appender import Appender
+    from .reader import QueueReader
+
+#: RocketMQ 4.9.8's ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``: topics no client sends to
+NOT_ALLOWED_SEND_TOPICS = frozenset((
+    "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+))
+
+
+class WireAccess:
+    """The wire's calls of :class:`rmqlog.MessageStore` (see the module docstring)."""
+
+    if TYPE_CHECKING:
+        parts: StoreParts
+        appender: Appender
+        reader: QueueReader
+
+        def _check_open(self, change: str | None = None) -> None: ...
+        def published_tail(self) -> int: ...
+
+    def put_wire(self, table: pa.Table | pa.RecordBatch, *, dispatch: bool = False, cluster: str | None = None) -> pa.Table:
+        """Append messages as a RocketMQ client sends them (a broker's ``SEND_MESSAGE``,
+        ``SEND_MESSAGE_V2`` and the rows of ``SEND_BATCH_MESSAGE``, see
+        :func:`rmqlog.decode_message_batch`); all or nothing, like :meth:`put_batch`, and the
+        same result columns (``commitLogOffset``, ``queueOffset``, ``msgId``: the offset msgId,
+        ``storeTimestamp``).
+
+        Columns (only ``topic`` and ``body`` required): ``topic``, ``queueId`` (int; null: round
+        robin), ``body`` (stored as sent, compressed or not), ``flag``, ``sysFlag``
+        (``MessageSysFlag``), ``bornTimestamp`` (int64 ms), ``bornHost`` (``"ip:port"`` or the
+        8/20 record bytes; default the config's ``born_host``), ``properties`` (the wire string
+        ``name\\x01value\\x02``...), ``reconsumeTimes`` (int32 >= 0, stored in RECONSUMETIMES).
+        The rules (:mod:`rmqlog.log.encode.wire_put`), as RocketMQ 4.9.8's broker and store:
+        properties parsed as ``string2messageProperties`` (items without name or value
+        dropped), ``WAIT`` not stored, ``cluster`` stored as ``CLUSTER``; ``KEYS``/``TAGS``/the
+        client's ``UNIQ_KEY`` kept and indexed (tagsCode: the tags' hash); ``DELAY`` and the
+        timer properties route the row as :meth:`put`'s ``delay_level``/``deliver_time_ms``;
+        refused: ``REAL_TOPIC``, ``REAL_QID``, the timer's own names and ``RMQLOG_*`` (the
+        store's to set), a prepared or rolled-back transaction, sysFlag bits no put sets,
+        RocketMQ's not-allowed send topics (:data:`NOT_ALLOWED_SEND_TOPICS`).
+
+        Raises :class:`InvalidMessageError` (``MESSAGE_ILLEGAL``) naming the first bad row and
+        field, :class:`rmqlog.errors.MessageTooLargeError` for a body over ``max_message_size``
+        or properties over 32767 bytes, :class:`rmqlog.errors.QueueIdError`,
+        :class:`rmqlog.errors.DiskFullError`; nothing of the batch is written then.
+        """
+        self._check_open("put_wire")
+        if cluster is not None:
+            text_arg("cluster", cluster)
+            if not cluster or "\x01" in cluster or "\x02" in cluster:
+                raise InvalidArgumentError(f"cluster {cluster!r} must be a non-empty name without \\x01 or \\x02")
+        dispatch = bool_arg("dispatch", dispatch)
+        appender = self.appender
+        put, header = wire_table(table, default_born_host=appender.born_host, store_v6=len(appender.store_host) == 20,
+                                 cluster=cluster)
+        topic = put.column("topic")
+        if pa.types.is_string(topic.type) or pa.types.is_large_string(topic.type):
+            hit = np.asarray(pc.fill_null(pc.is_in(topic, pa.array(sorted(NOT_ALLOWED_SEND_TOPICS))), False))
+            if hit.any():
+                row = int(np.flatnonzero(hit)[0])
+                raise InvalidMessageError(f"{topic[row].as_py()} is a RocketMQ system topic no client may send to",
+                                          row=row, field="topic")
+        return appender.put_table(put, None, dispatch=dispatch, wire=header)[0]
+
+    def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
+        """Call ``callback(topics: list[str], queue_ids: np.ndarray, max_offsets: np.ndarray)``
+        after every dispatch that gave queues new units: once per dispatched run, each queue
+        named once with the offset after its last unit (:mod:`rmqlog.queue.arrival`). It runs
+        *after* the units are written and the dispatch position saved (a read in the callback
+        finds them), outside the dispatch lock, on the dispatching thread: the background
+        dispatcher (:meth:`start_services`, which also covers what other processes appended or
+        dispatched), :meth:`dispatch`, a put with ``dispatch=True``. A callback's exception is
+        logged and never breaks the dispatch. Returns the function that unsubscribes it."""
+        self._check_open()
+        if callable_arg("callback", callback) is None:
+            raise InvalidArgumentError("callback must be callable, got None")
+        return self.parts.dispatcher.on_arrival(callback)
+
+    def record_at(self, commit_log_offset: int) -> StoredRecords | None:
+        """The record starting at this commitlog offset, byte-exact (``VIEW_MESSAGE_BY_ID``'s
+        body), ``None`` when no record starts there (deleted, not yet published, not a record
+        start). Checked as :meth:`message_by_offset` (lengths; body CRC when
+        ``check_crc_on_read``): :class:`CorruptRecordError` for a damaged one."""
+        self._check_open()
+        commit_log_offset = int_arg("commit_log_offset", commit_log_offset)
+        commitlog = self.parts.commitlog
+        tail = self.published_tail()
+        if commit_log_offset < commitlog.min_offset():
+            return None
+        at = commitlog.record_at(commit_log_offset, tail)
+        if at is None or at.kind is not ScanKind.RECORD:
+            return None
+        offsets = np.array([commit_log_offset], np.int64)
+        try:
+            parts = commitlog.read_stored_records(offsets, check=RecordCheck(crc=self.parts.config.check_crc_on_read), tail=tail)
+        except BadRecordError as e:
+            raise CorruptRecordError(f"damaged commitlog record: {e.reason}", path=e.path, offset=e.offset) from None
+        return stored_records(parts)
+
+    @overload
+    def query_by_key(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0, end_ms: int | None = None,
+                     *, check_crc: bool | None = None, raw: Literal[False] = False) -> pa.Table: ...
+    @overload
+    def query_by_key(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0, end_ms: int | None = None,
+                     *, check_crc: bool | None = None, raw: Literal[True]) -> StoredRecords: ...
+
+    def query_by_key(
+        self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0, end_ms: int | None = None,
+        *, check_crc: bool | None = None, raw: bool = False,
+    ) -> pa.Table | StoredRecords:
+        """The messages of ``topic`` whose ``KEYS`` hold ``key`` (or whose client msgId is
+        ``key``), stored in ``[begin_ms, end_ms]`` (ms; ``None``: no end), oldest first, at most
+        ``max_count`` (and ``max_msgs_num_batch``): RocketMQ's ``queryMessage`` (``mqadmin
+        queryMsgByKey``) through the index files, hash collisions removed
+        (:mod:`rmqlog.index.lookup`). ``raw=True``: the records byte-exact
+        (:class:`StoredRecords`, ``QUERY_MESSAGE``'s body) instead of the message table.
+        Raises :class:`rmqlog.errors.IndexDisabledError` when ``message_index_enable`` is off,
+        :class:`InvalidArgumentError` for a bad argument."""
+        return self._by_key(topic, text_arg("key", key), max_count, begin_ms, end_ms, check_crc, raw, unique=False)
+
+    @overload
+    def query_by_unique_key(self, topic: str, msg_id: str, *, check_crc: bool | None = None,
+                            raw: Literal[False] = False) -> pa.Table: ...
+    @overload
+    def query_by_unique_key(self, topic: str, msg_id: str, *, check_crc: bool | None = None,
+                            raw: Literal[True]) -> StoredRecords: ...
+
+    def query_by_unique_key(self, topic: str, msg_id: str, *, check_crc: bool | None = None,
+                            raw: bool = False) -> pa.Table | StoredRecords:
+        """The message of ``topic`` whose client msgId (``UNIQ_KEY``) is ``msg_id`` (RocketMQ's
+        ``queryMsgByUniqueKey``): a table of one row, or none (``raw=True``: its record
+        byte-exact, as :meth:`query_by_key`); errors as :meth:`query_by_key`."""
+        return self._by_key(topic, text_arg("msg_id", msg_id), self.parts.config.max_msgs_num_batch, 0, None, check_crc,
+                            raw, unique=True)
+
+    def _by_key(self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int | None, check_crc: object,
+                raw: object, *, unique: bool) -> pa.Table | StoredRecords:
+        self._check_open()
+        validate_topic(topic)
+        crc = self.reader.check_crc(check_crc)
+        lookup = records_by_key if bool_arg("raw", raw) else messages_by_key
+        return lookup(self._index(), self.parts.commitlog, self.published_tail(), topic, key, max_count=max_count,
+                      begin_ms=begin_ms, end_ms=end_ms, check_crc=crc, unique=unique)
+
+    def _index(self) -> IndexService:
+        if self.parts.index_service is None:
+            raise IndexDisabledError("this store has no index (message_index_enable is off)")
+        return self.parts.index_service
+
+    def index_last_update(self) -> tuple[int, int]:
+        """(``indexLastUpdateTimestamp``, ``indexLastUpdatePhyoffset``) of ``QUERY_MESSAGE``'s
+        response: the newest index file's end store time and end commitlog offset, (0, 0)
+        without index files. :class:`rmqlog.errors.IndexDisabledError` without an index."""
+        self._check_open()
+        return self._index().last_update()
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        """The store time (ms) of the oldest message still in the queue
+        (``GET_EARLIEST_MSG_STORETIME``), ``-1`` when it holds none. Checked as reads are."""
+        self._check_open()
+        validate_topic(topic)
+        queue_id = queue_id_arg(queue_id)
+        lo, hi = self.reader.bounds(topic, queue_id)
+        if lo >= hi:
+            return -1
+        table = self.reader.read_queue(topic, queue_id, lo, lo + 1, None)
+        if not table.num_rows:  # retention overtook the read: the queue's new first message
+            lo, hi = self.reader.bounds(topic, queue_id)
+            table = self.reader.read_queue(topic, queue_id, lo, lo + 1, None) if lo < hi else table
+        if not table.num_rows:
+            return -1
+        return int(table.column("storeTimestamp").cast(pa.int64())[0].as_py()) // 1000
+

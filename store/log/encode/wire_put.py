@@ -1,0 +1,267 @@
+"""A put of messages as a RocketMQ client sends them (``SEND_MESSAGE`` 10, ``SEND_MESSAGE_V2``
+310, the rows of ``SEND_BATCH_MESSAGE`` 320): the wire table turned into the put path's table
+and the header fields a put table has no column for.
+
+Wire columns (:data:`WIRE_COLUMNS`): ``topic`` (string), ``queueId`` (int; null: round
+robin), ``body`` (binary, stored as sent: a body the client compressed stays compressed),
+``flag`` (int32), ``sysFlag`` (int32, RocketMQ's ``MessageSysFlag``), ``bornTimestamp``
+(int64 ms or timestamp), ``bornHost`` (``"ip:port"`` / ``"[v6]:port"`` string, or the 8/20
+bytes a record stores), ``properties`` (the wire string ``name\\x01value\\x02``...),
+``reconsumeTimes`` (int32 >= 0). Only ``topic`` and ``body`` are required.
+
+The rules, as RocketMQ 4.9.8's broker and store apply them:
+
+- **properties** are parsed as ``MessageDecoder.string2messageProperties`` does, in
+  whole-column splits (on ``\\x02``, then once on ``\\x01``): an item without a name or a value
+  is dropped, as Java drops it. ``WAIT`` is dropped (``SendMessageProcessor`` does not store
+  it); ``cluster`` (the broker's ``brokerClusterName``), when given, is stored as ``CLUSTER``
+  in place of any the client sent (``putProperty``). The rest keeps the client's order.
+  ``KEYS``, ``TAGS`` (tagsCode from its hash) and the client's ``UNIQ_KEY`` are kept and
+  indexed; a row without ``UNIQ_KEY`` gets one (the store's put does; RocketMQ's store does
+  not, its client always sends one). ``DELAY`` routes the row to the schedule topic and the
+  timer properties to the timer topic, exactly as :meth:`rmqlog.MessageStore.put` does.
+- **refused** (:class:`InvalidMessageError` naming row and field): names the store sets
+  itself, which RocketMQ's store would overwrite or misread (``REAL_TOPIC``, ``REAL_QID``, the
+  timer's own ``TIMER_OUT_MS``, ``TIMER_ENQUEUE_MS``, ``TIMER_DEQUEUE_MS``, ``TIMER_ROLL_TIMES``,
+  ``TIMER_DEL_UNIQKEY``, ``TIMER_DELAY_LEVEL``) and every ``RMQLOG_*``; a value holding
+  ``\\x01``; a name given twice. Every other RocketMQ system name (``PGROUP``, ``TRAN_MSG``,
+  ``RETRY_TOPIC``, ``ORIGIN_MESSAGE_ID``, ``MAX_RECONSUME_TIMES``...) is stored as sent.
+- **sysFlag**: ``COMPRESSED`` (1), ``MULTI_TAGS`` (2) and ``TRANSACTION_COMMIT`` (8) are kept
+  as given; ``TRANSACTION_PREPARED`` (4) and ``TRANSACTION_ROLLBACK`` (12) are refused (this
+  store has no half-message topic: RocketMQ's broker sends those to its transaction service,
+  never straight to the store, and a prepared record gets no queue offset there); the host
+  bits (16, 32) are the store's, set from ``bornHost`` and the store host: given, they must
+  agree; any other bit is refused, named.
+- ``bornHost``: every row of one batch must have the same form (IPv4 or IPv6: one record
+  header layout per batch); a broker's batch comes from one connection.
+
+No per-message Python step: hosts are parsed per distinct value, the rest is whole columns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ...errors import ConfigError, InvalidMessageError
+from ...hosts import host_bytes
+from ..properties import (
+    DELAY_PROPERTIES,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    STORE_PROPERTY_PREFIX,
+)
+from ..record import (
+    SYSFLAG_BORNHOST_V6,
+    SYSFLAG_COMPRESSED,
+    SYSFLAG_MULTI_TAGS,
+    SYSFLAG_STOREHOST_V6,
+    SYSFLAG_TRANSACTION_COMMIT,
+    SYSFLAG_TRANSACTION_MASK,
+    SYSFLAG_TRANSACTION_PREPARED,
+    SYSFLAG_TRANSACTION_ROLLBACK,
+)
+from .arrays import first
+
+WIRE_COLUMNS = ("topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties", "reconsumeTimes")
+#: Property names a wire put may not carry: the store's to set (see the module docstring).
+WIRE_RESERVED = frozenset((PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID)) | (
+    DELAY_PROPERTIES - {"TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"})
+PROPERTY_WAIT = "WAIT"
+PROPERTY_CLUSTER = "CLUSTER"
+_KNOWN_BITS = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TRANSACTION_MASK | SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+
+
+@dataclass(frozen=True)
+class WireHeader:
+    """The header fields of a wire put that a put table has no column for, one per row:
+    SYSFLAG's client bits (host bits cleared), RECONSUMETIMES, and BORNHOST ((n, 8|20) uint8)."""
+
+    sys_flag: np.ndarray
+    reconsume_times: np.ndarray
+    born_host: np.ndarray
+
+
+def _int_column(table: pa.Table, name: str, n: int, default: int, lo: int, hi: int) -> np.ndarray:
+    if name not in table.column_names:
+        return np.full(n, default, np.int64)
+    col = table.column(name).combine_chunks()
+    if pa.types.is_null(col.type):
+        return np.full(n, default, np.int64)
+    if not pa.types.is_integer(col.type):
+        raise InvalidMessageError(f"must be an integer column, not {col.type}", row=0 if n else None, field=name)
+    values = np.asarray(col.fill_null(default).cast(pa.int64()))
+    bad = (values < lo) | (values > hi)
+    if bad.any():
+        row = first(bad)
+        raise InvalidMessageError(f"{values[row]} is not in [{lo}, {hi}]", row=row, field=name)
+    return values
+
+
+def wire_sys_flag(table: pa.Table, n: int, born_v6: bool, store_v6: bool) -> np.ndarray:
+    """The client's SYSFLAG bits per row (host bits cleared), checked (module docstring)."""
+    flags = _int_column(table, "sysFlag", n, 0, -(1 << 31), (1 << 31) - 1)
+    unknown = (flags & ~_KNOWN_BITS) != 0
+    if unknown.any():
+        row = first(unknown)
+        raise InvalidMessageError(f"sysFlag {flags[row]} has bits no put may set: {flags[row] & ~_KNOWN_BITS:#x}",
+                                  row=row, field="sysFlag")
+    tran = flags & SYSFLAG_TRANSACTION_MASK
+    half = (tran == SYSFLAG_TRANSACTION_PREPARED) | (tran == SYSFLAG_TRANSACTION_ROLLBACK)
+    if half.any():
+        row = first(half)
+        what = "TRANSACTION_PREPARED (4)" if tran[row] == SYSFLAG_TRANSACTION_PREPARED else "TRANSACTION_ROLLBACK (12)"
+        raise InvalidMessageError(f"sysFlag {flags[row]}: {what} is not stored by this store (no transactional messages)",
+                                  row=row, field="sysFlag")
+    for bit, v6, what in ((SYSFLAG_BORNHOST_V6, born_v6, "BORNHOST_V6 (16)"), (SYSFLAG_STOREHOST_V6, store_v6, "STOREHOST_V6 (32)")):
+        wrong = ((flags & bit) != 0) & (not v6)
+        if wrong.any():
+            row = first(wrong)
+            raise InvalidMessageError(f"sysFlag {flags[row]}: {what} does not match the host", row=row, field="sysFlag")
+    return (flags & (SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TRANSACTION_COMMIT)).astype(np.int64)
+
+
+def wire_born_hosts(table: pa.Table, n: int, default: bytes) -> np.ndarray:
+    """BORNHOST per row as (n, 8|20) uint8: strings parsed once per distinct value; a null
+    (or no column) is ``default`` (the config's ``born_host``)."""
+    if "bornHost" not in table.column_names or pa.types.is_null(table.schema.field("bornHost").type):
+        return np.tile(np.frombuffer(default, np.uint8), (n, 1))
+    col = table.column("bornHost").combine_chunks()
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    encoded = col.dictionary_encode()
+    raw: list[bytes] = []
+    for value in encoded.dictionary.to_pylist():  # one step per distinct host, not per message
+        if isinstance(value, str):
+            try:
+                raw.append(host_bytes(value))
+            except ConfigError:
+                raw.append(b"")
+        elif isinstance(value, bytes) and len(value) in (8, 20):
+            raw.append(value)
+        else:
+            raw.append(b"")
+    raw.append(default)  # a null host: the store's default born host
+    idx = np.asarray(encoded.indices.fill_null(len(raw) - 1), np.int64)
+    widths = np.array([len(r) for r in raw], np.int64)[idx]
+    if (widths == 0).any():
+        row = first(widths == 0)
+        raise InvalidMessageError(f"{col[row].as_py()!r} is not a host ('ip:port', '[v6]:port', or its 8/20 record bytes)",
+                                  row=row, field="bornHost")
+    if (widths != widths[0]).any():
+        row = first(widths != widths[0])
+        raise InvalidMessageError("mixes IPv4 and IPv6 born hosts in one batch", row=row, field="bornHost")
+    table_raw = np.frombuffer(b"".join(raw) if len(set(map(len, raw))) == 1 else b"", np.uint8)
+    if not len(table_raw):  # distinct values of both widths, only one of them used: keep that one
+        width = int(widths[0])
+        table_raw = np.frombuffer(b"".join(r if len(r) == width else bytes(width) for r in raw), np.uint8)
+    return table_raw.reshape(len(raw), -1)[idx]
+
+
+def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None) -> pa.MapArray:
+    """The wire properties strings as a ``map<string,string>`` column (module docstring)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks()
+    if pa.types.is_null(col.type):
+        col = pa.nulls(n, pa.string())
+    elif pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if pa.types.is_binary(col.type) or pa.types.is_large_binary(col.type):
+        try:
+            col = col.cast(pa.string())
+        except pa.ArrowInvalid:
+            raise InvalidMessageError("is not UTF-8", row=_first_bad_utf8(col), field="properties") from None
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        raise InvalidMessageError(f"must be the wire string (string or binary), not {col.type}", row=0 if n else None,
+                                  field="properties")
+    col = pc.fill_null(col.cast(pa.string()), "")
+    items = pc.split_pattern(col, "\x02")
+    offsets = np.asarray(items.offsets, np.int64)
+    offsets = offsets - offsets[0]
+    flat = items.flatten()
+    parent = np.repeat(np.arange(n), np.diff(offsets))
+    pairs = pc.split_pattern(flat, "\x01", max_splits=1)
+    two = np.asarray(pc.equal(pc.list_value_length(pairs), 2).fill_null(False))
+    keys = pc.list_element(pairs.filter(pa.array(two)), 0)
+    vals = pc.list_element(pairs.filter(pa.array(two)), 1)
+    parent = parent[two]
+    # Java's rule: an item needs a name and a value (``kvSepIndex > index && < newIndex - 1``)
+    ok = np.asarray(pc.and_(pc.greater(pc.binary_length(keys), 0), pc.greater(pc.binary_length(vals), 0)))
+    ok &= ~np.asarray(pc.is_in(keys, pa.array([PROPERTY_WAIT] + ([PROPERTY_CLUSTER] if cluster else []))))
+    keys, vals, parent = keys.filter(pa.array(ok)), vals.filter(pa.array(ok)), parent[ok]
+    _check_wire_names(keys, vals, parent)
+    if cluster:
+        keys = pa.concat_arrays([keys, pa.array([PROPERTY_CLUSTER] * n, pa.string())])
+        vals = pa.concat_arrays([vals, pa.array([cluster] * n, pa.string())])
+        parent = np.concatenate([parent, np.arange(n)])
+        order = np.argsort(parent, kind="stable")  # each row's CLUSTER after its own items
+        keys, vals, parent = keys.take(pa.array(order)), vals.take(pa.array(order)), parent[order]
+    counts = np.bincount(parent, minlength=n) if n else np.zeros(0, np.int64)
+    map_offsets = np.zeros(n + 1, np.int32)
+    np.cumsum(counts, out=map_offsets[1:])
+    return pa.MapArray.from_arrays(pa.array(map_offsets), keys, vals)
+
+
+def _check_wire_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray) -> None:
+    """Refuse the names of :data:`WIRE_RESERVED`, the store's prefix, values holding ``\\x01``."""
+    if not len(keys):
+        return
+    bad = np.asarray(pc.or_(pc.is_in(keys, pa.array(sorted(WIRE_RESERVED), pa.string())),
+                            pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
+    if bad.any():
+        i = first(bad)
+        raise InvalidMessageError(f"property {keys[i].as_py()!r} is the store's to set", row=int(parent[i]), field="properties")
+    sep = np.asarray(pc.match_substring(vals, "\x01"))
+    if sep.any():
+        i = first(sep)
+        raise InvalidMessageError(f"property {keys[i].as_py()!r} has a value holding \\x01", row=int(parent[i]),
+                                  field="properties")
+
+
+def _first_bad_utf8(col: pa.Array) -> int:
+    lo, hi = 0, len(col)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            col.slice(lo, mid - lo).cast(pa.string())
+            lo = mid
+        except pa.ArrowInvalid:
+            hi = mid
+    return lo
+
+
+def wire_table(table: pa.Table | pa.RecordBatch, *, default_born_host: bytes, store_v6: bool,
+               cluster: str | None = None) -> tuple[pa.Table, WireHeader]:
+    """(the put path's table, the header fields it has no column for) of a wire put; raises
+    :class:`InvalidMessageError` naming the first bad row and field (module docstring)."""
+    if isinstance(table, pa.RecordBatch):
+        table = pa.Table.from_batches([table])
+    if not isinstance(table, pa.Table):
+        raise InvalidMessageError(f"put_wire takes a pyarrow Table or RecordBatch, not {type(table).__name__}", row=None, field="*")
+    names = table.column_names
+    for name in names:
+        if name not in WIRE_COLUMNS:
+            raise InvalidMessageError(f"unknown column (a wire put has {', '.join(WIRE_COLUMNS)})", row=None, field=name)
+    if len(set(names)) != len(names):
+        raise InvalidMessageError("a column is given twice", row=None, field="*")
+    for name in ("topic", "body"):
+        if name not in names:
+            raise InvalidMessageError("is required", row=None, field=name)
+    n = table.num_rows
+    born = wire_born_hosts(table, n, default_born_host)
+    sys_flag = wire_sys_flag(table, n, born.shape[1] == 20 if n else len(default_born_host) == 20, store_v6)
+    reconsume = _int_column(table, "reconsumeTimes", n, 0, 0, (1 << 31) - 1)
+    flag = _int_column(table, "flag", n, 0, -(1 << 31), (1 << 31) - 1)
+    cols: dict[str, pa.Array | pa.ChunkedArray] = {"topic": table.column("topic"), "body": table.column("body"),
+                                                    "flag": pa.array(flag.astype(np.int32))}
+    for name in ("queueId", "bornTimestamp"):
+        if name in names:
+            cols[name] = table.column(name)
+    props = table.column("properties") if "properties" in names else pa.nulls(n, pa.string())
+    cols["properties"] = parse_wire_properties(props, n, cluster)
+    header = WireHeader(sys_flag=sys_flag, reconsume_times=reconsume, born_host=born)
+    return pa.table(cols), header
+

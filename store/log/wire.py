@@ -1,0 +1,220 @@
+"""Byte forms of messages on RocketMQ's wire: the body of a batch send, and pull bodies.
+
+**A batch body** (``SEND_BATCH_MESSAGE`` 320, and the C++ client's ``SEND_MESSAGE`` with
+``batch=1``) is RocketMQ 4.9.8's ``MessageDecoder.encodeMessages``: the messages one after
+the other, each
+
+| field | bytes | at |
+|---|---|---|
+| TOTALSIZE | 4 | 0 |
+| MAGICCODE (0; not read) | 4 | 4 |
+| BODYCRC (0; not read) | 4 | 8 |
+| FLAG | 4 | 12 |
+| BODYLENGTH, BODY | 4 + n | 16 |
+| PROPERTIESLENGTH (int16), PROPERTIES | 2 + m | 20 + n |
+
+all big-endian, so TOTALSIZE = 22 + n + m. RocketMQ's broker (``CommitLog``'s batch
+encoder) reads MAGICCODE and BODYCRC of none: neither is checked here either.
+:func:`decode_message_batch` walks it with no Python step per message: every byte position
+where a message *could* start (its lengths agree with each other: TOTALSIZE = 22 + BODYLENGTH
++ PROPERTIESLENGTH, all in range) is found in whole-array passes, then the chain from byte 0
+(each message's TOTALSIZE says where the next starts) is followed over those candidates, a
+Python step per *break* in it (a candidate inside a body), not per message. A body that does
+not end exactly after its last message raises :class:`InvalidMessageError` naming the byte
+position and the field.
+
+**A pull body** is stored commitlog records, byte-exact, one after the other
+(:class:`rmqlog.results.StoredRecords`); :func:`decode_records` turns it into the message
+table with the store's own vectorized decoder (:mod:`rmqlog.log.decode`), checked as a
+recovery walk checks a segment (lengths, header values, body CRCs).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..errors import CorruptRecordError, InvalidMessageError, MessageTooLargeError
+from ..results import StoredRecords
+from .decode import RecordColumns, message_table, read_columns
+from .gather import gather_slices, to_binary
+from .scan import StopReason, scan_segment
+
+#: TOTALSIZE + MAGICCODE + BODYCRC + FLAG + BODYLENGTH (before the body) and PROPERTIESLENGTH
+BATCH_HEAD = 20
+BATCH_FIXED = BATCH_HEAD + 2
+_PROPERTY_SEPARATOR = b"\x02"
+
+
+def _be(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
+    """Big-endian signed ints of ``width`` bytes at positions ``at`` (all in range), int64."""
+    rows = buf[at[:, None] + np.arange(width)]
+    return np.ascontiguousarray(rows).view(f">i{width}").ravel().astype(np.int64)
+
+
+def _candidates(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(positions, TOTALSIZE, BODYLENGTH) of every byte position where a message's lengths
+    agree: TOTALSIZE fits the body, BODYLENGTH fits TOTALSIZE, PROPERTIESLENGTH is the rest."""
+    size = len(buf)
+    if size < BATCH_FIXED:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pos = np.arange(size - BATCH_FIXED + 1, dtype=np.int64)
+    total = _be(buf, pos, 4)
+    ok = (total >= BATCH_FIXED) & (total <= size - pos)
+    pos, total = pos[ok], total[ok]
+    body_len = _be(buf, pos + 16, 4)
+    ok = (body_len >= 0) & (body_len <= total - BATCH_FIXED)
+    pos, total, body_len = pos[ok], total[ok], body_len[ok]
+    props_len = _be(buf, pos + BATCH_HEAD + body_len, 2)
+    ok = props_len == total - BATCH_FIXED - body_len
+    return pos[ok], total[ok], body_len[ok]
+
+
+def problem_at(buf: bytes | memoryview | np.ndarray, pos: int) -> tuple[str, str]:
+    """(field, what is wrong) of the batch message that cannot start at byte ``pos``."""
+    data = bytes(buf[pos : pos + BATCH_HEAD])
+    rest = len(buf) - pos
+    if rest < BATCH_FIXED:
+        return "TOTALSIZE", f"{rest} bytes left, fewer than a message's {BATCH_FIXED} fixed bytes (truncated)"
+    total = int.from_bytes(data[0:4], "big", signed=True)
+    if total < BATCH_FIXED or total > rest:
+        return "TOTALSIZE", f"TOTALSIZE {total} is not in [{BATCH_FIXED}, {rest}] (the bytes left)"
+    body_len = int.from_bytes(data[16:20], "big", signed=True)
+    if body_len < 0 or body_len > total - BATCH_FIXED:
+        return "BODYLENGTH", f"BODYLENGTH {body_len} does not fit TOTALSIZE {total}"
+    at = pos + BATCH_HEAD + body_len
+    props_len = int.from_bytes(bytes(buf[at : at + 2]), "big", signed=True)
+    return "PROPERTIESLENGTH", f"PROPERTIESLENGTH {props_len} is not TOTALSIZE {total} - {BATCH_FIXED} - BODYLENGTH {body_len}"
+
+
+def _walk(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(positions, TOTALSIZEs, BODYLENGTHs, end) of the chain of messages from byte 0 over
+    the candidates; ``end`` is where it stopped (the body's length when whole)."""
+    cand, total, body_len = _candidates(buf)
+    if not len(cand):
+        return cand, total, body_len, 0
+    nxt = cand + total
+    link = np.zeros(len(cand), bool)
+    link[:-1] = nxt[:-1] == cand[1:]
+    breaks = np.flatnonzero(~link)
+    runs: list[np.ndarray] = []
+    pos, i = 0, 0
+    # follow the chain, a Python step per break (a candidate inside a body), not per message
+    while i < len(cand) and cand[i] == pos:
+        j = int(breaks[np.searchsorted(breaks, i)])  # the last candidate of this linked run
+        runs.append(np.arange(i, j + 1))
+        pos = int(nxt[j])
+        i = int(np.searchsorted(cand, pos))
+    idx = np.concatenate(runs) if runs else np.zeros(0, np.int64)
+    return cand[idx], total[idx], body_len[idx], pos
+
+
+def decode_message_batch(body: bytes | bytearray | memoryview | pa.Buffer, append_properties: str = "") -> pa.Table:
+    """The messages of a batch send's body (module docstring) as a table: ``body`` (binary),
+    ``flag`` (int32), ``properties`` (string, RocketMQ's ``name\\x01value\\x02`` form, as sent).
+
+    ``append_properties``: the batch request's own properties (its header's ``properties``
+    with what the broker adds, such as ``CLUSTER``), appended to every message's as
+    RocketMQ's batch encoder does (a ``\\x02`` first when a message's own do not end with one).
+
+    Raises :class:`InvalidMessageError` (``row`` the message's index, ``field`` the field; the
+    message names the byte position) for an empty body, a truncated or inconsistent message,
+    properties that are not UTF-8; :class:`MessageTooLargeError` when a message's properties
+    with ``append_properties`` pass 32767 bytes.
+    """
+    view = memoryview(body)
+    buf = np.frombuffer(view, np.uint8)
+    if not len(buf):
+        raise InvalidMessageError("a batch of no message (empty body)", row=None, field="body")
+    pos, total, body_len, end = _walk(buf)
+    if end != len(buf):
+        field, what = problem_at(buf, end)
+        raise InvalidMessageError(f"message at byte {end}: {what}", row=len(pos), field=field)
+    source = pa.py_buffer(view)
+    bodies = to_binary(gather_slices(source, pos + BATCH_HEAD, body_len))
+    props_start = pos + BATCH_FIXED + body_len
+    props_len = total - BATCH_FIXED - body_len
+    props = to_binary(gather_slices(source, props_start, props_len))
+    try:
+        props_text = props.cast(pa.string())
+    except pa.ArrowInvalid:
+        row = _first_bad_utf8(props)
+        raise InvalidMessageError(f"message at byte {int(pos[row])}: PROPERTIES are not UTF-8", row=row, field="PROPERTIES") from None
+    if append_properties:
+        props_text = append_batch_properties(props_text, append_properties, pos)
+    flag = _be(buf, pos + 12, 4).astype(np.int32)
+    return pa.table({"body": bodies, "flag": pa.array(flag, pa.int32()), "properties": props_text})
+
+
+def _first_bad_utf8(props: pa.Array) -> int:
+    """The first value that is not UTF-8 (found by halving: a log2 number of validating casts)."""
+    lo, hi = 0, len(props)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            props.slice(lo, mid - lo).cast(pa.string())
+            lo = mid
+        except pa.ArrowInvalid:
+            hi = mid
+    return lo
+
+
+def append_batch_properties(props: pa.StringArray, extra: str, pos: np.ndarray | None = None) -> pa.StringArray:
+    """``extra`` appended to every value of ``props`` as RocketMQ's batch encoder does: with a
+    ``\\x02`` between when the value is not empty and does not end with one. Raises
+    :class:`MessageTooLargeError` when a result passes 32767 UTF-8 bytes."""
+    n = len(props)
+    ends_ok = pc.or_(pc.equal(pc.binary_length(props), 0), pc.ends_with(props, "\x02"))
+    sep = pc.if_else(ends_ok, pa.scalar("", pa.string()), pa.scalar("\x02", pa.string()))
+    out = pc.binary_join_element_wise(props, sep, pa.array([extra] * n, pa.string()) if n else pa.array([], pa.string()), "")
+    lengths = np.asarray(pc.binary_length(out).fill_null(0), np.int64)
+    if n and lengths.max() > 32767:
+        row = int(np.flatnonzero(lengths > 32767)[0])
+        where = f"message at byte {int(pos[row])}: " if pos is not None else ""
+        raise MessageTooLargeError(f"{where}properties with the batch's own are {lengths[row]} bytes, over 32767",
+                                   row=row, field="PROPERTIES")
+    return out
+
+
+def decode_records(data: bytes | bytearray | memoryview | pa.Buffer) -> pa.Table:
+    """The message table (:data:`rmqlog.schema.MESSAGE_SCHEMA`) of stored commitlog records
+    concatenated as a pull or query body carries them (any number, ``b""`` gives none).
+
+    Each record's ``commitLogOffset`` (and offset ``msgId``) is its PHYSICALOFFSET field: where
+    it lies in its broker's commitlog. The bytes are walked and checked as recovery checks a
+    segment (each record's lengths, header values and body CRC; C helper or numpy walk), then
+    decoded by the store's vectorized decoder. Raises :class:`CorruptRecordError` (``offset``:
+    the byte position in ``data`` of the first bad record) when they are not whole, valid
+    records: a record cut short, lengths that do not add up, a body CRC mismatch, an
+    end-of-segment blank.
+    """
+    view = memoryview(data)
+    buf = np.frombuffer(view, np.uint8)
+    scan = scan_segment(buf, 0, len(buf), check_crc=True)
+    if scan.end != len(buf) or scan.reason is StopReason.CORRUPT:
+        if scan.reason is StopReason.CORRUPT:
+            what = scan.detail or "not a record"
+        elif scan.reason is StopReason.BLANK:
+            what = "an end-of-segment blank or too few bytes for a record"
+        else:
+            what = "record cut short (or not a record)"
+        raise CorruptRecordError(f"stored records: byte {scan.end}: {what}", offset=scan.end)
+    cols = read_columns(pa.py_buffer(view), 0, scan.positions)
+    cols.offsets = cols.header["physicalOffset"].astype(np.int64)
+    return message_table(cols)
+
+
+def stored_records(parts: list[tuple[RecordColumns, pa.LargeBinaryArray]]) -> StoredRecords:
+    """One :class:`StoredRecords` of per-segment reads
+    (:meth:`rmqlog.log.commitlog.CommitLog.read_stored_records`), in their order."""
+    if not parts:
+        return StoredRecords.empty()
+    cols = [c for c, _ in parts]
+    # a gather's and a concatenation's value offsets start at 0: ``data`` is the records
+    array = parts[0][1] if len(parts) == 1 else pa.concat_arrays([a for _, a in parts])
+    return StoredRecords(
+        array, np.concatenate([c.offsets for c in cols]).astype(np.int64),
+        np.concatenate([c.header["totalSize"] for c in cols]).astype(np.int64),
+        np.concatenate([c.header["queueOffset"] for c in cols]).astype(np.int64),
+    )
