@@ -141,7 +141,7 @@ def test_two_push_consumers_in_one_group_get_every_message_exactly_once(tmp_path
         c.wait_for(lambda: len(a.events("message")) + len(b.events("message")) >= len(specs),
                    "every message across both consumers")
         for x in (a, b):
-            x.stop()  # SIGTERM: close() commits the offsets
+            assert x.stop() == 0, x.describe()  # SIGTERM: close() commits the offsets
             assert x.events()[-1]["event"] == "closed", x.describe()
 
     _check_sends(sent, specs, queues=4)

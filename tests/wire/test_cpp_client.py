@@ -93,6 +93,8 @@ def test_push_consumer_gets_stored_and_new_messages(tmp_path: Path, record_prope
         producer = c.cpp("send-sync", "send_sync", stdin=True, group="PG_CPP_PUSH")
         producer.wait_event("ready")
         sent = rcl.send_all(producer, specs[:4])
+        # a new group starts at offset 0 of a queue that still begins at 0 (RocketMQ's
+        # QUERY_CONSUMER_OFFSET), although the client's default is CONSUME_FROM_LAST_OFFSET
         consumer = c.cpp("push-1", "push", group=group, topic=topic)
         consumer.wait_events("message", 4, "the 4 stored messages")
         new = rcl.send_all(producer, specs[4:5])[0]
@@ -103,7 +105,7 @@ def test_push_consumer_gets_stored_and_new_messages(tmp_path: Path, record_prope
         record_property("cpp_held_pull_latency_ms", round(latency_ms, 2))
         sent += [new, *rcl.send_all(producer, specs[5:6])]
         consumer.wait_events("message", 6, "6 messages")
-        assert consumer.stop() == 0
+        assert consumer.stop() == 0, consumer.describe()
         assert consumer.events()[-1]["event"] == "closed", consumer.describe()
 
         sent += rcl.send_all(producer, specs[6:])
