@@ -35,7 +35,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import CorruptRecordError, InvalidMessageError, MessageTooLargeError
+from ..arguments import text_arg
+from ..errors import (
+    CorruptRecordError,
+    InvalidArgumentError,
+    InvalidMessageError,
+    MessageTooLargeError,
+)
 from ..results import StoredRecords
 from .decode import RecordColumns, message_table, read_columns
 from .gather import gather_slices, to_binary
@@ -110,6 +116,14 @@ def _walk(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     return cand[idx], total[idx], body_len[idx], pos
 
 
+def _bytes_view(name: str, value: object) -> memoryview:
+    """A byte view of ``value`` (bytes, bytearray, memoryview, pa.Buffer); else
+    :class:`InvalidArgumentError` naming the argument."""
+    if isinstance(value, (bytes, bytearray, memoryview, pa.Buffer)):
+        return memoryview(value).cast("B") if isinstance(value, memoryview) else memoryview(value)
+    raise InvalidArgumentError(f"{name} must be bytes, bytearray, memoryview or a pyarrow Buffer, got {type(value).__name__}")
+
+
 def decode_message_batch(body: bytes | bytearray | memoryview | pa.Buffer, append_properties: str = "") -> pa.Table:
     """The messages of a batch send's body (module docstring) as a table: ``body`` (binary),
     ``flag`` (int32), ``properties`` (string, RocketMQ's ``name\\x01value\\x02`` form, as sent).
@@ -123,7 +137,8 @@ def decode_message_batch(body: bytes | bytearray | memoryview | pa.Buffer, appen
     properties that are not UTF-8; :class:`MessageTooLargeError` when a message's properties
     with ``append_properties`` pass 32767 bytes.
     """
-    view = memoryview(body)
+    view = _bytes_view("body", body)
+    text_arg("append_properties", append_properties, empty=True)
     buf = np.frombuffer(view, np.uint8)
     if not len(buf):
         raise InvalidMessageError("a batch of no message (empty body)", row=None, field="body")
@@ -189,7 +204,7 @@ def decode_records(data: bytes | bytearray | memoryview | pa.Buffer) -> pa.Table
     records: a record cut short, lengths that do not add up, a body CRC mismatch, an
     end-of-segment blank.
     """
-    view = memoryview(data)
+    view = _bytes_view("data", data)
     buf = np.frombuffer(view, np.uint8)
     scan = scan_segment(buf, 0, len(buf), check_crc=True)
     if scan.end != len(buf) or scan.reason is StopReason.CORRUPT:

@@ -1,0 +1,141 @@
+"""Admin requests (RocketMQ 4.9.8's ``AdminBrokerProcessor``): UPDATE_AND_CREATE_TOPIC (17),
+GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28).
+
+- 17: extFields ``topic, defaultTopic, readQueueNums, writeQueueNums, perm, topicFilterType``
+  (required, ``CreateTopicRequestHeader``), ``topicSysFlag``, ``order``. A bad name is
+  SYSTEM_ERROR with ``validateTopic``'s remark, a system topic SYSTEM_ERROR "The topic[T] is
+  conflict with system topic.", queue counts outside 1..65535 SYSTEM_ERROR naming the field.
+- 21: body ``TopicConfigSerializeWrapper`` JSON: ``{"topicConfigTable": {name: TopicConfig},
+  "dataVersion": {"timestamp", "counter"}}``.
+- 28: body ``KVTable`` JSON ``{"table": {key: string}}`` with the keys RocketMQ reports that this
+  broker can fill (see :func:`runtime_info`).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from typing import TYPE_CHECKING, Any
+
+from rmqlog import InvalidArgumentError, InvalidTopicError, TopicConfig
+
+from ..remoting import RemotingCommand, RequestCode, ResponseCode, ext_bool, ext_int, ext_str
+from .peer import Peer
+from .topics import AUTO_CREATE_TOPIC, SCHEDULE_TOPIC
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+#: ``MQVersion.Version.V4_9_8.ordinal()``: the version this broker reports
+BROKER_VERSION = 435
+BROKER_VERSION_DESC = "V4_9_8"
+#: RocketMQ's ``TopicValidator`` system topics (and anything starting ``rmq_sys_``)
+SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
+                           "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
+                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
+
+
+def is_system_topic(broker: Broker, topic: str) -> bool:
+    c = broker.config
+    return (topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_")
+            or topic in (c.broker_cluster_name, c.broker_name, f"{c.broker_cluster_name}_REPLY_TOPIC"))
+
+
+def update_and_create_topic(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    ext = req.ext_fields
+    topic = ext_str(ext, "topic")
+    ext_str(ext, "defaultTopic")  # required by RocketMQ's header, unused
+    read_n, write_n = ext_int(ext, "readQueueNums"), ext_int(ext, "writeQueueNums")
+    perm = ext_int(ext, "perm")
+    filter_type = ext_str(ext, "topicFilterType")
+    sys_flag = ext_int(ext, "topicSysFlag", 0)
+    order = ext_bool(ext, "order", False)
+    if not topic.strip():
+        return req.reply(ResponseCode.SYSTEM_ERROR, "The specified topic is blank.")
+    if is_system_topic(broker, topic):
+        return req.reply(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+    if filter_type not in ("SINGLE_TAG", "MULTI_TAG"):
+        return req.reply(ResponseCode.SYSTEM_ERROR, f"topicFilterType {filter_type!r} is not SINGLE_TAG or MULTI_TAG")
+    if not 0 <= perm <= 7:
+        return req.reply(ResponseCode.SYSTEM_ERROR, f"perm {perm} is not a perm mask 0..7 (4 read, 2 write, 1 inherit)")
+    for name, n in (("readQueueNums", read_n), ("writeQueueNums", write_n)):
+        if not 1 <= n <= 65535:
+            return req.reply(ResponseCode.SYSTEM_ERROR, f"{name} {n} is outside 1..65535")
+    try:
+        broker.topics.update(TopicConfig(topic, read_n, write_n, perm, filter_type, sys_flag, order))
+    except InvalidTopicError as exc:  # validateTopic's cases: characters, length
+        return req.reply(ResponseCode.SYSTEM_ERROR, _validate_remark(topic, exc))
+    except InvalidArgumentError as exc:
+        return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    return req.reply(ResponseCode.SUCCESS)
+
+
+def _validate_remark(topic: str, exc: Exception) -> str:
+    if len(topic.encode()) > 127:
+        return "The specified topic is longer than topic max length."
+    return f"The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$ ({exc})"
+
+
+def topic_config_wrapper(broker: Broker) -> dict[str, Any]:
+    """``TopicConfigSerializeWrapper`` as JSON (also REGISTER_BROKER's body)."""
+    topics = broker.topics.all()
+    return {"topicConfigTable": {name: tc.to_json() for name, tc in sorted(topics.items())},
+            "dataVersion": dict(broker.topics.data_version)}
+
+
+def get_all_topic_config(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    body = json.dumps(topic_config_wrapper(broker), separators=(",", ":")).encode()
+    return req.reply(ResponseCode.SUCCESS, None, None, body)
+
+
+def _runtime(ms: int) -> str:
+    """``StoreStatsService.getFormatRuntime``."""
+    s = max(0, ms) // 1000
+    return f"[ {s // 86400} days, {s % 86400 // 3600} hours, {s % 3600 // 60} minutes, {s % 60} seconds ]"
+
+
+def runtime_info(broker: Broker) -> dict[str, str]:
+    """The runtime keys of RocketMQ's ``prepareRuntimeInfo`` this broker can fill, as strings."""
+    store, config = broker.store, broker.config
+    sender = getattr(broker, "sender", None)
+    info = {
+        "brokerVersionDesc": BROKER_VERSION_DESC,
+        "brokerVersion": str(BROKER_VERSION),
+        "msgPutTotalTodayNow": str(sender.put_total if sender else 0),
+        "msgPutTotalTodayMorning": str(sender.put_total_today_morning if sender else 0),
+        "msgPutTotalYesterdayMorning": str(sender.put_total_yesterday_morning if sender else 0),
+        "sendThreadPoolQueueSize": str(sender.waiting if sender else 0),
+        "sendThreadPoolQueueCapacity": str(config.send_queue_capacity),
+        "commitLogMaxOffset": str(store.published_tail()),
+        "runtime": _runtime(broker.clock.wall_ms() - broker.started_ms),
+        "bootTimestamp": str(broker.started_ms),
+    }
+    usage = shutil.disk_usage(store.paths.root)
+    ratio = (usage.total - usage.free) / usage.total if usage.total else -1.0
+    info["commitLogDiskRatio"] = str(ratio)
+    info["consumeQueueDiskRatio"] = str(ratio)
+    info["commitLogDirCapacity"] = f"Total : {_human(usage.total)}, Free : {_human(usage.free)}."
+    info["remainHowManyDataToFlush"] = _human(max(0, store.published_tail() - store.flushed_offset()))
+    return info
+
+
+def _human(n: int) -> str:
+    """``MixAll.humanReadableByteCount(n, false)`` (binary units: ``KiB``...)."""
+    if n < 1024:
+        return f"{n} B"
+    exp, value = 0, float(n)
+    while value >= 1024 and exp < 6:
+        value /= 1024
+        exp += 1
+    return f"{value:.1f} {'KMGTPE'[exp - 1]}iB"
+
+
+def get_broker_runtime_info(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    body = json.dumps({"table": runtime_info(broker)}, separators=(",", ":")).encode()
+    return req.reply(ResponseCode.SUCCESS, None, None, body)
+
+
+def install(broker: Broker) -> None:
+    broker.table.register(RequestCode.UPDATE_AND_CREATE_TOPIC, update_and_create_topic)
+    broker.table.register(RequestCode.GET_ALL_TOPIC_CONFIG, get_all_topic_config)
+    broker.table.register(RequestCode.GET_BROKER_RUNTIME_INFO, get_broker_runtime_info)

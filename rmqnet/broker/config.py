@@ -1,0 +1,233 @@
+"""The broker's configuration: RocketMQ 4.9.8's ``BrokerConfig`` keys of ``broker.conf`` that
+this broker reads, plus the store's (:class:`rmqlog.StoreConfig`, read from the same file).
+
+``broker.conf`` is a Java properties file; keys are ``BrokerConfig``'s camelCase setter names
+(``brokerClusterName``, ``autoCreateTopicEnable``...), values parsed as Java parses them
+(``true``/``false``, decimal integers). The file is read once by the store's reader
+(:func:`rmqlog.config.read_properties`): the store's keys go to
+:meth:`rmqlog.StoreConfig.from_properties`, the broker's to :class:`BrokerConfig`'s fields
+below. Defaults are RocketMQ's, except ``brokerIP1`` (RocketMQ: the host's first address; here
+``127.0.0.1``, so a broker is reachable only from this host unless configured otherwise) and
+``brokerName`` (RocketMQ: the host name; here too).
+
+Guarantees: a value that does not parse or is out of range raises
+:class:`rmqlog.ConfigError` naming the file, the key and the value; an unknown key is
+logged by the store's reader and otherwise ignored, as RocketMQ ignores it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import re
+import socket
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from rmqlog import ASYNC_FLUSH, SYNC_FLUSH, ConfigError, StoreConfig
+from rmqlog.config import read_properties
+
+#: RocketMQ's ``MixAll.DEFAULT_TRACE_REGION_ID``: the ``MSG_REGION`` of every send reply
+DEFAULT_REGION = "DefaultRegion"
+
+
+def _host_name() -> str:
+    # RocketMQ's default brokerName is the host name (BrokerConfig.localHostName)
+    name = socket.gethostname() or "DEFAULT_BROKER"
+    return name if re.fullmatch(r"[%|a-zA-Z0-9_.-]+", name) else "DEFAULT_BROKER"
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """The broker's settings (RocketMQ's names in snake_case; times in ms).
+
+    - ``broker_cluster_name`` (``brokerClusterName``, "DefaultCluster"), ``broker_name``
+      (``brokerName``), ``broker_id`` (``brokerId``, 0 = master): how the broker registers.
+    - ``listen_port`` (``listenPort``, 10911), ``broker_ip1`` (``brokerIP1``): where it listens
+      and the address it advertises (``brokerIP1:port``).
+    - ``namesrv_addr`` (``namesrvAddr``, ``;``-separated ``host:port``; None: no registration).
+    - ``broker_permission`` (``brokerPermission``, 6 = read|write): a broker without the write
+      bit refuses sends to ordered topics (RocketMQ's rule).
+    - ``default_topic_queue_nums`` (``defaultTopicQueueNums``, 8): queues of ``TBW102``, the
+      most an auto-created topic gets.
+    - ``auto_create_topic_enable`` (``autoCreateTopicEnable``, true): ``TBW102`` exists and
+      topics sent with ``defaultTopic=TBW102`` are created.
+    - ``auto_create_subscription_group`` (``autoCreateSubscriptionGroup``, true).
+    - ``cluster_topic_enable``, ``broker_topic_enable`` (true): the topics named after the
+      cluster and the broker are readable and writable.
+    - ``long_polling_enable`` (true), ``short_polling_time_mills`` (1000): held pulls.
+    - ``notify_consumer_ids_changed_enable`` (true).
+    - ``acl_enable`` (``aclEnable``, false).
+    - ``region_id`` (``regionId``), ``trace_on`` (``traceOn``): the ``MSG_REGION`` and
+      ``TRACE_ON`` fields of every send reply.
+    - ``reject_transaction_message`` (false; this broker has no transactions: a prepared
+      message is always refused with RocketMQ's remark).
+    - ``register_name_server_period`` (30000), ``register_broker_timeout_mills`` (6000).
+    - ``sync_flush_timeout`` (``syncFlushTimeout``, 5000): under ``SYNC_FLUSH``, how long a send
+      waits for its group commit before it is answered ``FLUSH_DISK_TIMEOUT``.
+    - ``send_queue_capacity`` (``sendThreadPoolQueueCapacity``, 10000): sends waiting for the
+      store at most; more are answered ``SYSTEM_BUSY`` (RocketMQ's full send pool).
+    - ``store``: the store's config (``flushDiskType``, ``maxMessageSize``, segment sizes...).
+    """
+
+    broker_cluster_name: str = "DefaultCluster"
+    broker_name: str = field(default_factory=_host_name)
+    broker_id: int = 0
+    listen_port: int = 10911
+    broker_ip1: str = "127.0.0.1"
+    namesrv_addr: str | None = None
+    broker_permission: int = 6
+    default_topic_queue_nums: int = 8
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    notify_consumer_ids_changed_enable: bool = True
+    acl_enable: bool = False
+    region_id: str = DEFAULT_REGION
+    trace_on: bool = True
+    reject_transaction_message: bool = False
+    register_name_server_period: int = 30_000
+    register_broker_timeout_mills: int = 6000
+    sync_flush_timeout: int = 5000
+    send_queue_capacity: int = 10_000
+    store: StoreConfig = field(default_factory=StoreConfig)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            if f.name == "store":
+                if not isinstance(self.store, StoreConfig):
+                    raise ConfigError(f"store must be a StoreConfig, got {type(self.store).__name__}")
+                continue
+            value, kind = getattr(self, f.name), str(f.type)
+            if value is None and "None" in kind:
+                continue
+            ok = (isinstance(value, bool) if kind.startswith("bool")
+                  else isinstance(value, int) and not isinstance(value, bool) if kind.startswith("int")
+                  else isinstance(value, str))
+            if not ok:
+                raise ConfigError(f"{f.name} must be {kind}, got {type(value).__name__} {value!r}"[:200])
+        if not 0 <= self.listen_port < 65536:
+            raise ConfigError(f"listen_port must be a port number 0..65535, got {self.listen_port}")
+        if not 1 <= self.default_topic_queue_nums <= 65535:
+            raise ConfigError("default_topic_queue_nums must be in 1..65535")
+        if not 0 <= self.broker_permission <= 7:
+            raise ConfigError("broker_permission must be a perm mask 0..7 (4 read, 2 write, 1 inherit)")
+        if self.broker_id < 0:
+            raise ConfigError("broker_id must be at least 0")
+        for name in ("short_polling_time_mills", "register_name_server_period", "register_broker_timeout_mills",
+                     "sync_flush_timeout", "send_queue_capacity"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        try:
+            ipaddress.ip_address(self.broker_ip1)
+        except ValueError:
+            raise ConfigError(f"broker_ip1 must be an IP address, got {self.broker_ip1!r}") from None
+        if not self.broker_name or not re.fullmatch(r"[%|a-zA-Z0-9_.-]+", self.broker_name):
+            raise ConfigError(f"broker_name {self.broker_name!r} is empty or has characters outside [%|a-zA-Z0-9_.-]")
+
+    @property
+    def flush_disk_type(self) -> str:
+        """``SYNC_FLUSH`` or ``ASYNC_FLUSH`` (the store's ``flushDiskType``)."""
+        return self.store.flush_disk_type
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.store.flush_disk_type == SYNC_FLUSH
+
+    @property
+    def max_message_size(self) -> int:
+        return self.store.max_message_size
+
+    def namesrv_list(self) -> list[str]:
+        """``namesrvAddr`` split at ``;`` (RocketMQ's separator), blanks dropped."""
+        return [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]
+
+    def replace(self, **changes: Any) -> BrokerConfig:
+        """A copy with some fields changed (:class:`ConfigError` for a name that is no field)."""
+        names = {f.name for f in fields(self)}
+        unknown = sorted(n for n in changes if n not in names)
+        if unknown:
+            raise ConfigError(f"BrokerConfig has no field {unknown[0]!r}")
+        return dataclasses.replace(self, **changes)
+
+    @classmethod
+    def from_properties(cls, path: str | Path | None, **overrides: Any) -> BrokerConfig:
+        """The config of a ``broker.conf`` (``None``: every default); ``overrides`` (field names)
+        win over the file. Raises :class:`ConfigError` naming file, key and value."""
+        values: dict[str, Any] = {}
+        if path is not None:
+            by_key = {_camel(f.name).lower(): f for f in fields(cls) if f.name != "store"}
+            by_key.update({k.lower(): by_key[v.lower()] for k, v in _ALIASES.items()})
+            for key, raw in read_properties(path).items():
+                f = by_key.get(key.lower())
+                if f is None:
+                    continue  # the store's key, or one RocketMQ reads and we do not (the store logs those)
+                values[f.name] = _coerce(str(f.type), raw.strip(), f"{path}: {key}")
+            store = StoreConfig.from_properties(path, **_store_overrides(values, overrides))
+        else:
+            store = StoreConfig(**_store_overrides(values, overrides))
+        values.update({k: v for k, v in overrides.items() if k != "store"})
+        values["store"] = overrides.get("store", store)
+        try:
+            return cls(**values)
+        except TypeError as exc:  # an override that is no field
+            raise ConfigError(f"BrokerConfig: {exc}") from None
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}" if path is not None else str(exc)) from None
+
+    def advertised(self, port: int) -> str:
+        """The address clients dial: ``brokerIP1:port`` (IPv6 in brackets)."""
+        return host_port(self.broker_ip1, port)
+
+
+def host_port(ip: str, port: int) -> str:
+    """``ip:port`` (``[ip]:port`` for IPv6); ``ValueError`` if ``ip`` is no IP address."""
+    addr = ipaddress.ip_address(ip)
+    return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+
+
+#: broker.conf keys read under another spelling (RocketMQ's setter names)
+_ALIASES = {"brokerIP1": "brokerIp1", "sendThreadPoolQueueCapacity": "sendQueueCapacity"}
+
+
+def _store_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    """The store fields the broker settles: STOREHOST is the advertised address (the store
+    reads it from ``brokerIP1``/``listenPort`` too, but ``--listen`` may change them)."""
+    ip = overrides.get("broker_ip1", values.get("broker_ip1", "127.0.0.1"))
+    port = overrides.get("listen_port", values.get("listen_port", 10911))
+    out: dict[str, Any] = {}
+    try:
+        if isinstance(port, int) and 0 < port < 65536:
+            out["store_host"] = host_port(str(ip), port)
+    except ValueError:
+        pass  # a bad brokerIP1 is reported by BrokerConfig's own check
+    return out
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.capitalize() for w in rest)
+
+
+_JAVA_LONG = re.compile(r"[+-]?[0-9]+")
+
+
+def _coerce(kind: str, value: str, where: str) -> Any:
+    if kind.startswith("bool"):
+        if value.lower() not in ("true", "false"):
+            raise ConfigError(f"{where} = {value!r}: not a boolean (true or false)")
+        return value.lower() == "true"
+    if kind.startswith("int"):
+        if not _JAVA_LONG.fullmatch(value) or not -(1 << 63) <= int(value) < 1 << 63:
+            raise ConfigError(f"{where} = {value!r}: not an integer")
+        return int(value)
+    if kind.startswith("str | None") and value == "":
+        return None
+    return value
+
+
+__all__ = ["BrokerConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "DEFAULT_REGION", "host_port"]

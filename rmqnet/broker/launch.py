@@ -1,0 +1,190 @@
+"""The broker process: ``rmqlog broker ROOT -c broker.conf [--listen HOST:PORT] [--namesrv ADDR]``.
+
+:class:`BrokerProcess` (all on one asyncio loop):
+
+1. binds the listening socket (``--listen``, else ``brokerIP1:listenPort``; ``127.0.0.1`` by
+   default), so the advertised address and the store's STOREHOST carry the real port;
+2. opens the store root as its first opener (recovery as any first open does) with the
+   store's keys of ``broker.conf``, and starts the store's services (dispatcher, retention,
+   scheduler);
+3. builds the :class:`~rmqnet.broker.broker.Broker` and serves it
+   (``RemotingServer(lambda conn, req: broker.table.process(broker, conn, req), ...)``);
+4. runs the broker's services (registration with the name servers among them, when
+   :mod:`rmqnet.broker.registration` is there) every ``SERVICE_INTERVAL_S``;
+5. prints one line ``broker <name> ready at <ip:port>`` (tests wait for it);
+6. on SIGTERM or SIGINT: refuses new sends, stops accepting, lets requests in flight finish
+   (``grace_s``), unregisters, flushes and closes the store: the next open is a normal one
+   (no recovery). :func:`main` then returns 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from rmqlog import MessageStore, StoreConfig, StoreError, SystemClock
+
+from .broker import Broker
+from .config import BrokerConfig
+
+log = logging.getLogger(__name__)
+
+#: how often the broker's services run (registration keeps its own 30 s period inside)
+SERVICE_INTERVAL_S = 0.1
+#: how long requests in flight may take to finish at a stop
+GRACE_S = 5.0
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too); ``ValueError`` naming what is wrong."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"--listen {listen!r} is not HOST:PORT with a port 0..65535")
+    host = host.strip("[]") or "127.0.0.1"
+    return host, int(port)
+
+
+def _transport() -> Any:
+    """``rmqnet.transport`` (the asyncio server), imported when a process starts."""
+    return importlib.import_module("rmqnet.transport")
+
+
+class BrokerProcess:
+    """One broker serving ``root`` (see the module docstring)."""
+
+    def __init__(self, root: str | Path, config: BrokerConfig, *, host: str | None = None, port: int | None = None) -> None:
+        self.root = Path(root)
+        self.config = config
+        self.host = host or config.broker_ip1
+        self.port = config.listen_port if port is None else port
+        self.store: MessageStore | None = None
+        self.broker: Broker | None = None
+        self.server: Any = None
+        self._stop = asyncio.Event()
+        self._services_task: asyncio.Task[None] | None = None
+
+    async def start(self) -> str:
+        """Bind, open the store, build the broker, serve; returns the advertised address."""
+        transport = _transport()
+        # the handler reads self.broker when a request comes: the socket is bound before the
+        # store opens (its STOREHOST needs the real port), and no request is read before the
+        # broker is set (nothing yields to the loop in between)
+        self.server = transport.RemotingServer(self._handle, host=self.host, port=self.port)
+        await self.server.start()
+        try:
+            port = self.server.port
+            advertised_ip = self.config.broker_ip1 if self.host in ("0.0.0.0", "::") else self.host
+            config = self.config.replace(listen_port=port, broker_ip1=advertised_ip)
+            store_config: StoreConfig = config.store.replace(store_host=config.advertised(port))
+            self.store = MessageStore.open(self.root, store_config)
+            self.store.start_services()
+            self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port))
+            self._add_registrar(self.broker)
+        except BaseException:
+            await self.server.stop(0)
+            if self.store is not None:
+                self.store.close()
+            raise
+        self._services_task = asyncio.create_task(self._run_services())
+        return self.broker.address
+
+    def _handle(self, conn: Any, req: Any) -> Any:
+        broker = self.broker
+        assert broker is not None
+        return broker.table.process(broker, conn, req)
+
+    def _add_registrar(self, broker: Broker) -> None:
+        """Registration with the name servers (``rmqnet.broker.registration.Registrar``,
+        built by its own engineer) when configured and present."""
+        if not broker.config.namesrv_list():
+            return
+        try:
+            registration = importlib.import_module(f"{__package__}.registration")
+        except ImportError:
+            log.warning("namesrvAddr is set but this build has no registration module: not registering")
+            return
+        broker.services.append(registration.Registrar(broker))
+
+    async def _run_services(self) -> None:
+        assert self.broker is not None
+        while not self._stop.is_set():
+            try:
+                self.broker.run_services()
+            except Exception:
+                log.exception("a broker service failed (it runs again next round)")
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), SERVICE_INTERVAL_S)
+
+    def request_stop(self) -> None:
+        """Begin a clean stop (the signal handlers call this)."""
+        if self.broker is not None:
+            self.broker.begin_stop()
+        self._stop.set()
+
+    async def wait_stopped(self, grace_s: float = GRACE_S) -> None:
+        """Wait for :meth:`request_stop`, then stop: no new connections, requests in flight
+        answered, unregistered, the store flushed and closed."""
+        await self._stop.wait()
+        if self._services_task is not None:
+            await self._services_task
+        if self.server is not None:
+            await self.server.stop(grace_s)
+        if self.broker is not None:
+            for service in self.broker.services:
+                close = getattr(service, "close", None)  # the registrar unregisters
+                if close is not None:
+                    try:
+                        result = close()
+                        if asyncio.iscoroutine(result):
+                            await result
+                    except Exception:
+                        log.exception("stopping a broker service failed")
+        if self.store is not None:
+            self.store.close()
+
+
+async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = None, port: int | None = None,
+                ready: Any = None) -> int:
+    """Run a broker until SIGTERM/SIGINT; 0 after a clean stop."""
+    proc = BrokerProcess(root, config, host=host, port=port)
+    address = await proc.start()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, proc.request_stop)
+    assert proc.broker is not None
+    line = f"broker {proc.broker.config.broker_name} ready at {address}"
+    print(line, flush=True)
+    if ready is not None:
+        ready(address)
+    await proc.wait_stopped()
+    return 0
+
+
+def main(root: str, config: str | None, listen: str | None, namesrv: str | None) -> int:
+    """``rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDR]``: 0 after a
+    clean stop, 2 for a bad configuration, 1 when the store cannot be opened."""
+    try:
+        overrides: dict[str, Any] = {}
+        host = None
+        port = None
+        if namesrv is not None:
+            overrides["namesrv_addr"] = namesrv
+        if listen is not None:
+            host, port = parse_listen(listen)
+        cfg = BrokerConfig.from_properties(config, **overrides)
+        if host is not None and host not in ("0.0.0.0", "::"):
+            cfg = cfg.replace(broker_ip1=host)
+    except (ValueError, StoreError) as exc:  # ConfigError is both
+        print(f"rmqlog broker: {exc}", file=sys.stderr)
+        return 2
+    try:
+        return asyncio.run(serve(root, cfg, host=host, port=port))
+    except StoreError as exc:
+        print(f"rmqlog broker: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,422 @@
+"""Sends: SEND_MESSAGE (10, and the C++ client's ``batch=1`` form), SEND_MESSAGE_V2 (310) and
+SEND_BATCH_MESSAGE (320), RocketMQ 4.9.8's ``SendMessageProcessor``.
+
+Per request (a Python path, once per request): the header is read
+(:class:`rmqnet.remoting.SendMessageHeader`), then RocketMQ's ``msgCheck``: the broker's write
+permission for ordered topics, the topic's name (``validateTopic``: SYSTEM_ERROR), topics no one
+may send to (NO_PERMISSION), the topic's config (created from ``defaultTopic`` when that allows
+it, ``%RETRY%`` topics created; else TOPIC_NOT_EXIST with RocketMQ's remark), the topic's write
+permission (NO_PERMISSION), the queue id (below ``max(write, read)`` queues, else SYSTEM_ERROR
+with RocketMQ's remark; a negative one picks a random write queue), the body and properties
+sizes (MESSAGE_ILLEGAL). A single message's properties lose ``WAIT`` and gain ``CLUSTER`` (as
+RocketMQ stores them); a batch's messages keep theirs and get the request's properties
+appended (``MessageExtBatchEncoder``). ``%RETRY%`` sends past their ``maxReconsumeTimes`` go to
+``%DLQ%group``.
+
+Then the store (fast by construction): every send accepted while the event loop runs is put in
+a list, and one callback scheduled with ``loop.call_soon`` appends them all with ONE
+``put_wire`` call (single sends from many frames and connections, and the decoded rows of
+batches, in one table); each request is answered from its rows of the result. A batch body is
+decoded by the store's vectorized decoder (``rmqlog.decode_message_batch``), never message by
+message. At most ``send_queue_capacity`` messages wait; more are answered SYSTEM_BUSY.
+
+Under ``SYNC_FLUSH`` the reply follows the group commit: after a put, one flush of the store
+runs in a worker thread for everything put so far (sends put while it runs wait for the next
+one), and a send whose flush has not finished ``sync_flush_timeout`` ms after its put is
+answered FLUSH_DISK_TIMEOUT (its msgId and offsets included, as RocketMQ does: the message is
+stored, only its flush is late). The event loop never waits for a disk.
+
+Reply extFields: ``msgId`` (RocketMQ's offset msgId; a batch's comma-joined), ``queueId``,
+``queueOffset`` (a batch's first), ``MSG_REGION``, ``TRACE_ON``. Store errors are mapped by
+:mod:`rmqnet.broker.codes`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pyarrow as pa
+
+import rmqlog
+from rmqlog import InvalidMessageError, MessageStore, TopicConfig
+from rmqlog.paths import TOPIC_MAX_BYTES
+
+from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
+from .codes import STOPPING_REMARK, SYSTEM_BUSY_REMARK, illegal_remark, store_error_code
+from .peer import Peer
+from .topics import DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_WRITE, RETRY_PREFIX, topic_text
+
+if TYPE_CHECKING:
+    from .broker import Broker
+
+log = logging.getLogger(__name__)
+
+#: the columns of a put (``MessageStore.put_wire``), in this order and of these types
+WIRE_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
+    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.string()),
+    ("properties", pa.string()), ("reconsumeTimes", pa.int32()),
+])
+#: RocketMQ's largest properties string (a Java short)
+MAX_PROPERTIES = 32767
+#: RocketMQ's ``maxReconsumeTimes`` default (``SubscriptionGroupConfig.retryMaxTimes``)
+DEFAULT_MAX_RECONSUME = 16
+PROPERTY_SEPARATOR = "\x02"
+NAME_VALUE_SEPARATOR = "\x01"
+_TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+
+
+def put_wire(store: MessageStore, table: pa.Table) -> pa.Table:
+    """Append ``table`` (:data:`WIRE_SCHEMA`) as one all-or-nothing batch; per row
+    ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``. The one place a send
+    reaches the store (``MessageStore.put_wire``, the store's put of wire-form messages)."""
+    return store.put_wire(table)
+
+
+def decode_batch(body: bytes, append_properties: str) -> pa.Table:
+    """A SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessages``) as columns ``body``,
+    ``flag``, ``properties`` (each message's with ``append_properties`` appended), by the
+    store's vectorized decoder. Raises :class:`rmqlog.InvalidMessageError` for a body that is
+    not such a batch, :class:`rmqlog.MessageTooLargeError` for properties past 32767 bytes."""
+    return rmqlog.decode_message_batch(body, append_properties)
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """RocketMQ's ``string2messageProperties``: ``name\\x01value\\x02``...; an entry without
+    exactly one ``\\x01`` is dropped, as Java drops it."""
+    out: dict[str, str] = {}
+    for item in text.split(PROPERTY_SEPARATOR):
+        kv = item.split(NAME_VALUE_SEPARATOR)
+        if len(kv) == 2:
+            out[kv[0]] = kv[1]
+    return out
+
+
+def format_properties(props: dict[str, str]) -> str:
+    """RocketMQ's ``messageProperties2String`` (every entry ends with ``\\x02``)."""
+    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
+
+
+@dataclass(slots=True)
+class _Send:
+    """One accepted request waiting for the store: its rows, where its reply goes."""
+
+    request: RemotingCommand
+    rows: pa.Table | tuple[Any, ...]  # a batch's table, or one message's column values
+    count: int
+    queue_id: int
+    future: asyncio.Future[RemotingCommand | None]
+    extra: dict[str, str]
+    reply: RemotingCommand | None = None  # the answer once put (SYNC_FLUSH: sent after the flush)
+
+
+class SendService:
+    """The send path of one broker (see the module docstring); ``broker.sender``."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store = broker.store
+        self.config = broker.config
+        self.capacity = broker.config.send_queue_capacity
+        self.sync = broker.config.sync_flush
+        self._pending: list[_Send] = []
+        self._pending_count = 0
+        self._scheduled = False
+        self._unflushed: list[_Send] = []  # put, answer waits for a flush (SYNC_FLUSH)
+        self._flushing = False
+        self._rng = random.Random()
+        #: messages stored since start, and that count at the start of today and of yesterday
+        #: (GET_BROKER_RUNTIME_INFO's msgPutTotalTodayNow, ...TodayMorning, ...YesterdayMorning)
+        self.put_total = 0
+        self.put_total_today_morning = 0
+        self.put_total_yesterday_morning = 0
+        self._day = self._day_of(broker.clock.wall_ms())
+
+    # ------------------------------------------------------------ handlers
+    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
+        """SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE: an immediate refusal, or a
+        future of the reply."""
+        v2 = req.code != RequestCode.SEND_MESSAGE
+        header = SendMessageHeader.read(req.ext_fields, v2=v2)  # a FieldError: SYSTEM_ERROR (dispatch)
+        extra = {"MSG_REGION": self.config.region_id, "TRACE_ON": "true" if self.config.trace_on else "false"}
+        batch = req.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
+        refusal = self._check(req, header, peer, extra)
+        if isinstance(refusal, RemotingCommand):
+            return refusal
+        tc = refusal
+        topic, queue_id = header.topic, header.queue_id
+        if queue_id < 0:
+            queue_id = self._rng.randrange(max(1, tc.write_queue_nums))
+        body = req.body_bytes()
+        reconsume = header.reconsume_times
+        if batch:
+            built = self._batch_rows(req, header, topic, queue_id, body, peer.remote, extra)
+        else:
+            built = self._single_row(req, header, topic, queue_id, body, peer.remote, reconsume, extra)
+        if isinstance(built, RemotingCommand):
+            return built
+        rows, count, topic, queue_id = built
+        return self._submit(req, rows, count, queue_id, extra)
+
+    def _check(self, req: RemotingCommand, h: SendMessageHeader, peer: Peer, extra: dict[str, str]) -> RemotingCommand | TopicConfig:
+        """RocketMQ's ``preSend`` + ``msgCheck``: the topic's config, or the refusal."""
+        cfg, topics = self.config, self.broker.topics
+        if self.broker.stopping:
+            return req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, STOPPING_REMARK, extra)
+        if not cfg.broker_permission & PERM_WRITE and topics.is_order_topic(h.topic):
+            return req.reply(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden", extra)
+        topic = h.topic
+        if not topic.strip():
+            return req.reply(ResponseCode.SYSTEM_ERROR, "The specified topic is blank.", extra)
+        if not set(topic) <= _TOPIC_CHARS:
+            return req.reply(ResponseCode.SYSTEM_ERROR,
+                             "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$", extra)
+        if len(topic) > TOPIC_MAX_BYTES:
+            return req.reply(ResponseCode.SYSTEM_ERROR, "The specified topic is longer than topic max length.", extra)
+        if topic in NOT_ALLOWED_SEND:
+            return req.reply(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.", extra)
+        tc = topics.get(topic)
+        if tc is None:
+            sys_flag = 0
+            if h.unit_mode:  # TopicSysFlag.buildSysFlag: unit 1, unit-sub 2
+                sys_flag = 2 if topic.startswith(RETRY_PREFIX) else 1
+            log.warning("the topic %s does not exist, producer %s", topic, peer.remote)
+            tc = topics.create_in_send(topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
+            if tc is None and topic.startswith(RETRY_PREFIX):
+                tc = topics.create_retry(topic[len(RETRY_PREFIX):])
+            if tc is None:
+                return req.reply(ResponseCode.TOPIC_NOT_EXIST,
+                                 f"topic[{topic}] not exist, apply first please! "
+                                 "http://rocketmq.apache.org/docs/faq/", extra)
+        if not tc.perm & PERM_WRITE:
+            return req.reply(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden", extra)
+        if h.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
+            return req.reply(ResponseCode.SYSTEM_ERROR,
+                             f"request queueId[{h.queue_id}] is illegal, {topic_text(tc)} Producer: {peer.remote}", extra)
+        return tc
+
+    def _illegal(self, req: RemotingCommand, detail: str, extra: dict[str, str]) -> RemotingCommand:
+        return req.reply(ResponseCode.MESSAGE_ILLEGAL, illegal_remark(self.config.max_message_size, detail), extra)
+
+    def _single_row(self, req: RemotingCommand, h: SendMessageHeader, topic: str, queue_id: int, body: bytes,
+                    born_host: str, reconsume: int, extra: dict[str, str]) -> Any:
+        if len(body) > self.config.max_message_size:
+            return self._illegal(req, f"body of {len(body)} bytes", extra)
+        props = parse_properties(h.properties)
+        if props.get("TRAN_MSG", "").lower() == "true":
+            # no transactional messages here (no half topic, no check-back): RocketMQ's refusal
+            # of a broker with rejectTransactionMessage
+            return req.reply(ResponseCode.NO_PERMISSION,
+                             f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden", extra)
+        if topic.startswith(RETRY_PREFIX):
+            limit = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME
+            if reconsume >= limit:  # RocketMQ's handleRetryAndDLQ: to the group's dead letters
+                group = topic[len(RETRY_PREFIX):]
+                tc = self.broker.topics.create_dlq(group)
+                topic, queue_id = tc.topic_name, 0
+                props.pop("DELAY", None)
+        props.pop("WAIT", None)  # RocketMQ does not store WAIT=true (saves 9 bytes a message)
+        props["CLUSTER"] = self.config.broker_cluster_name
+        text = format_properties(props)
+        if len(text.encode()) > MAX_PROPERTIES:
+            return self._illegal(req, f"properties of {len(text.encode())} bytes", extra)
+        self._ensure_stored(topic)
+        row = (topic, queue_id, body, h.flag, h.sys_flag, h.born_timestamp, born_host, text, reconsume)
+        return row, 1, topic, queue_id
+
+    def _batch_rows(self, req: RemotingCommand, h: SendMessageHeader, topic: str, queue_id: int, body: bytes,
+                    born_host: str, extra: dict[str, str]) -> Any:
+        if topic.startswith(RETRY_PREFIX) or topic.startswith(DLQ_PREFIX):
+            # RocketMQ's checkMessages: "retry group topic is not supported in batch"
+            return self._illegal(req, "a batch may not be sent to a retry or dead-letter topic", extra)
+        if len(body) > self.config.max_message_size:
+            return self._illegal(req, f"batch body of {len(body)} bytes", extra)
+        props = parse_properties(h.properties)
+        if props.get("TRAN_MSG", "").lower() == "true":
+            return self._illegal(req, "a batch may not hold transactional messages", extra)
+        props["CLUSTER"] = self.config.broker_cluster_name
+        batch_props = format_properties(props)
+        try:  # RocketMQ's MessageExtBatchEncoder: the request's properties appended to each message's
+            decoded = decode_batch(body, batch_props)
+        except InvalidMessageError as exc:
+            return self._illegal(req, f"batch body: {exc}", extra)
+        n = decoded.num_rows
+        merged = decoded.column("properties")
+        zeros = np.zeros(n, dtype=np.int32)
+        table = pa.Table.from_arrays([
+            _repeat(topic, pa.string(), n), pa.array(zeros + queue_id), decoded.column("body").cast(pa.binary()),
+            decoded.column("flag").cast(pa.int32()), pa.array(zeros + h.sys_flag),
+            pa.array(np.full(n, h.born_timestamp, dtype=np.int64)), _repeat(born_host, pa.string(), n),
+            merged, pa.array(zeros + h.reconsume_times),
+        ], schema=WIRE_SCHEMA)
+        self._ensure_stored(topic)
+        return table, n, topic, queue_id
+
+    def _ensure_stored(self, topic: str) -> None:
+        tc = self.broker.topics.get(topic)
+        if tc is not None:
+            self.broker.topics.ensure_stored(tc)
+
+    # -------------------------------------------------------------- batching
+    def _submit(self, req: RemotingCommand, rows: Any, count: int, queue_id: int, extra: dict[str, str]) -> Any:
+        if self._pending_count + count > self.capacity and self._pending:
+            return req.reply(ResponseCode.SYSTEM_BUSY, SYSTEM_BUSY_REMARK, extra)
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[RemotingCommand | None] = loop.create_future()
+        self._pending.append(_Send(req, rows, count, queue_id, fut, extra))
+        self._pending_count += count
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self._put_pending)
+        return fut
+
+    def _put_pending(self) -> None:
+        """Append everything waiting with one store call, answer (or queue for the flush)."""
+        self._scheduled = False
+        sends, self._pending, self._pending_count = self._pending, [], 0
+        if sends:
+            self._put(sends)
+
+    def _put(self, sends: list[_Send]) -> None:
+        table = _concat(sends)
+        try:
+            result = put_wire(self.store, table)
+        except InvalidMessageError as exc:
+            if len(sends) > 1:  # one bad message must not fail the others put with it
+                for s in sends:
+                    self._put([s])
+                return
+            self._fail(sends, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - mapped (store errors, OSError) or re-raised into the futures
+            self._fail(sends, exc)
+            return
+        self._count(result.num_rows)
+        msg_ids = result.column("msgId").to_pylist()
+        queue_offsets = result.column("queueOffset").to_numpy()
+        row = 0
+        for s in sends:
+            ids = msg_ids[row] if s.count == 1 else ",".join(msg_ids[row: row + s.count])
+            fields = {"msgId": ids, "queueId": str(s.queue_id), "queueOffset": str(int(queue_offsets[row])), **s.extra}
+            s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)
+            row += s.count
+        if self.sync:
+            self._unflushed.extend(sends)
+            self._start_flush()
+        else:
+            for s in sends:
+                _resolve(s, s.reply)
+
+    def _fail(self, sends: list[_Send], exc: Exception) -> None:
+        try:
+            code, remark = store_error_code(exc, self.config.max_message_size)
+        except Exception as bug:  # not a store error: every waiting request learns of it
+            log.exception("put failed")
+            for s in sends:
+                if not s.future.done():
+                    s.future.set_exception(bug)
+            return
+        if code == ResponseCode.SERVICE_NOT_AVAILABLE:
+            log.warning("put refused: %s", remark)
+        for s in sends:
+            _resolve(s, s.request.reply(code, remark, s.extra))
+
+    # ----------------------------------------------------------- group commit
+    def _start_flush(self) -> None:
+        if self._flushing or not self._unflushed:
+            return
+        self._flushing = True
+        round_, self._unflushed = self._unflushed, []
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(self.config.sync_flush_timeout / 1000, self._flush_late, round_)
+        task = loop.run_in_executor(None, self.store.flush)
+        task.add_done_callback(lambda f: self._flushed(f, round_, timer))
+
+    def _flush_late(self, round_: list[_Send]) -> None:
+        for s in round_:
+            if not s.future.done() and s.reply is not None:
+                late = s.request.reply(ResponseCode.FLUSH_DISK_TIMEOUT, None, dict(s.reply.ext_fields))
+                _resolve(s, late)
+
+    def _flushed(self, fut: asyncio.Future[Any], round_: list[_Send], timer: asyncio.TimerHandle) -> None:
+        timer.cancel()
+        self._flushing = False
+        exc = fut.exception()
+        for s in round_:
+            if exc is None:
+                _resolve(s, s.reply)
+            elif s.reply is not None:  # stored, but not known to be on disk: never SEND_OK
+                _resolve(s, s.request.reply(ResponseCode.FLUSH_DISK_TIMEOUT, f"flush failed: {type(exc).__name__}: {exc}",
+                                            dict(s.reply.ext_fields)))
+        if exc is not None:
+            log.error("group commit failed: %s", exc)
+        self._start_flush()
+
+    # ------------------------------------------------------------ statistics
+    @staticmethod
+    def _day_of(ms: int) -> int:
+        return ms // 86_400_000
+
+    def _count(self, n: int) -> None:
+        day = self._day_of(self.broker.clock.wall_ms())
+        if day != self._day:  # (UTC days: RocketMQ's BrokerStats snapshots at local midnight)
+            yesterday = self.put_total_today_morning if day == self._day + 1 else self.put_total
+            self.put_total_yesterday_morning, self.put_total_today_morning = yesterday, self.put_total
+            self._day = day
+        self.put_total += n
+
+    @property
+    def waiting(self) -> int:
+        """Messages accepted and not yet put."""
+        return self._pending_count
+
+
+def _resolve(s: _Send, reply: RemotingCommand | None) -> None:
+    if not s.future.done():
+        s.future.set_result(reply)
+
+
+def _repeat(value: Any, typ: pa.DataType, n: int) -> pa.Array:
+    """``value`` ``n`` times (one value taken n times: no Python loop)."""
+    return pa.array([value], typ).take(pa.array(np.zeros(n, dtype=np.int32)))
+
+
+def _concat(sends: list[_Send]) -> pa.Table:
+    """The rows of ``sends`` in order, as one :data:`WIRE_SCHEMA` table."""
+    singles = [s.rows for s in sends if not isinstance(s.rows, pa.Table)]
+    if len(singles) == len(sends):
+        return _singles_table(singles)
+    parts: list[pa.Table] = []
+    run: list[tuple[Any, ...]] = []
+    for s in sends:
+        if isinstance(s.rows, pa.Table):
+            if run:
+                parts.append(_singles_table(run))
+                run = []
+            parts.append(s.rows)
+        else:
+            run.append(s.rows)
+    if run:
+        parts.append(_singles_table(run))
+    return pa.concat_tables(parts)
+
+
+def _singles_table(rows: list[tuple[Any, ...]]) -> pa.Table:
+    columns = list(zip(*rows, strict=True))
+    return pa.Table.from_arrays([pa.array(col, f.type) for col, f in zip(columns, WIRE_SCHEMA, strict=True)],
+                                schema=WIRE_SCHEMA)
+
+
+def install(broker: Broker) -> None:
+    """Register 10, 310, 320; the service is ``broker.sender``."""
+    sender = SendService(broker)
+    broker.sender = sender  # type: ignore[attr-defined]
+    handler: Callable[[Any, Peer, RemotingCommand], Any] = sender.handle
+    for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
+        broker.table.register(code, handler)

@@ -1,0 +1,20 @@
+"""Our Python client of RocketMQ's remoting protocol: a producer (sync, async, batch), a pull
+consumer and admin requests, over :mod:`rmqnet.transport`, used by the tests, the benchmarks
+and Spark executors. Blocking methods run on one background event loop
+(:mod:`rmqnet.client.loop` says why); ``a``-prefixed coroutines await from any loop.
+"""
+
+from .admin import Admin, parse_offset_msg_id
+from .batch import encode_messages
+from .consumer import PullConsumer, PullResult
+from .errors import BrokerError, ClientError, NoRouteError, TopicNotFoundError, code_name
+from .message import UniqKeys, message_properties, properties_string
+from .producer import Producer, SendResult
+from .records import decode_records
+from .remote import RemoteClient
+
+__all__ = [
+    "Admin", "parse_offset_msg_id", "encode_messages", "PullConsumer", "PullResult", "BrokerError", "ClientError",
+    "NoRouteError", "TopicNotFoundError", "code_name", "UniqKeys", "message_properties", "properties_string",
+    "Producer", "SendResult", "decode_records", "RemoteClient",
+]

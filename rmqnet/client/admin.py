@@ -1,0 +1,179 @@
+"""Admin requests (RocketMQ 4.9.8's ``MQClientAPIImpl`` / ``MQAdminImpl``): routes, queue
+offsets, consumer offsets, topic creation, queries by key and by message id.
+
+Every broker request names its broker by address (``"host:port"``, a route's
+``brokerAddrs``); queries by key go to the master of every broker in the topic's route and
+their answers are joined, as ``MQAdminImpl.queryMessage`` does (with its client-side filter:
+the key among the message's KEYS, or the UNIQ_KEY equal to it).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqlog import MESSAGE_SCHEMA
+
+from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting.route import PERM_RW
+from ..transport import Limits
+from .errors import ClientError
+from .loop import call
+from .records import decode_records
+from .remote import RemoteClient
+
+#: ``MixAll.UNIQUE_MSG_QUERY_FLAG``
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+
+
+def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
+    """The broker address and commitlog offset of an offset message id
+    (``MessageDecoder.decodeMessageId``): 32 hex digits (IPv4 4 bytes, port 4, offset 8) or 56
+    (IPv6 16, port 4, offset 8). ``ValueError`` for anything else."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError:
+        raise ValueError(f"not an offset message id (hex): {msg_id!r}") from None
+    if len(raw) == 16:
+        host = socket.inet_ntop(socket.AF_INET, raw[:4])
+    elif len(raw) == 28:
+        host = "[" + socket.inet_ntop(socket.AF_INET6, raw[:16]) + "]"
+    else:
+        raise ValueError(f"not an offset message id (32 or 56 hex digits): {msg_id!r}")
+    port = int.from_bytes(raw[-12:-8], "big")
+    offset = int.from_bytes(raw[-8:], "big", signed=True)
+    return f"{host}:{port}", offset
+
+
+def _offset(res: RemotingCommand, name: str = "offset") -> int:
+    v = res.ext_fields.get(name)
+    try:
+        return int(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ClientError(f"the answer to request code {res.code} has no integer {name!r} (got {v!r})") from None
+
+
+class Admin(RemoteClient):
+    """``Admin(namesrv)``: blocking methods; ``a``-prefixed coroutines for the ones the
+    asyncio side needs most. ``route`` is :meth:`RemoteClient.route`."""
+
+    def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None) -> None:
+        super().__init__(namesrv, timeout_s=timeout_s, limits=limits)
+
+    # ---- queue offsets -----------------------------------------------------------------
+
+    async def _queue_value(self, code: int, broker: str, ext: dict[str, Any], name: str = "offset") -> int:
+        return _offset(await self.invoke(broker, RemotingCommand(code, ext_fields=ext)), name)
+
+    def max_offset(self, broker_addr: str, topic: str, queue_id: int) -> int:
+        """The queue's max offset (code 30: the offset the next message gets)."""
+        return call(self._queue_value(RequestCode.GET_MAX_OFFSET, broker_addr, {"topic": topic, "queueId": queue_id}))
+
+    def min_offset(self, broker_addr: str, topic: str, queue_id: int) -> int:
+        """The queue's min offset (code 31)."""
+        return call(self._queue_value(RequestCode.GET_MIN_OFFSET, broker_addr, {"topic": topic, "queueId": queue_id}))
+
+    def search_offset(self, broker_addr: str, topic: str, queue_id: int, ts_ms: int) -> int:
+        """The offset of the queue's first message stored at or after ``ts_ms`` (code 29)."""
+        return call(self._queue_value(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, broker_addr,
+                                      {"topic": topic, "queueId": queue_id, "timestamp": ts_ms}))
+
+    def earliest_store_time(self, broker_addr: str, topic: str, queue_id: int) -> int:
+        """The store time (ms) of the queue's first message (code 32)."""
+        return call(self._queue_value(RequestCode.GET_EARLIEST_MSG_STORETIME, broker_addr,
+                                      {"topic": topic, "queueId": queue_id}, "timestamp"))
+
+    # ---- consumer offsets --------------------------------------------------------------
+
+    async def _query_offset(self, broker: str, group: str, topic: str, queue_id: int) -> int | None:
+        cmd = RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET,
+                              ext_fields={"consumerGroup": group, "topic": topic, "queueId": queue_id})
+        res = await self.invoke(broker, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+        return None if res.code == ResponseCode.QUERY_NOT_FOUND else _offset(res)
+
+    def query_offset(self, broker_addr: str, group: str, topic: str, queue_id: int) -> int | None:
+        """The group's committed offset of the queue (code 14); ``None`` when the broker has
+        none (QUERY_NOT_FOUND)."""
+        return call(self._query_offset(broker_addr, group, topic, queue_id))
+
+    async def aquery_offset(self, broker_addr: str, group: str, topic: str, queue_id: int) -> int | None:
+        return await self._query_offset(broker_addr, group, topic, queue_id)
+
+    async def _update_offset(self, broker: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+        cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
+            "consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset})
+        await self.invoke(broker, cmd)
+
+    def update_offset(self, broker_addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store the group's offset of the queue (code 15, answered: not oneway)."""
+        call(self._update_offset(broker_addr, group, topic, queue_id, offset))
+
+    # ---- topics ------------------------------------------------------------------------
+
+    async def _create_topic(self, broker: str, topic: str, queues: int, perm: int, order: bool) -> None:
+        cmd = RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+            "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": order})
+        await self.invoke(broker, cmd)
+        self._routes.pop(topic, None)
+
+    def create_topic(self, broker_addr: str, topic: str, queues: int, *, perm: int = PERM_RW, order: bool = False) -> None:
+        """Create (or update) ``topic`` on the broker with ``queues`` read and write queues (code 17)."""
+        call(self._create_topic(broker_addr, topic, queues, perm, order))
+
+    # ---- queries -----------------------------------------------------------------------
+
+    async def _query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool) -> pa.Table:
+        route = await self._route(topic)
+        tables = []
+        for b in route.broker_datas:
+            addr = b.master_addr()
+            if not addr:
+                continue
+            cmd = RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields={
+                "topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin, "endTimestamp": end,
+                UNIQUE_KEY_QUERY: unique})
+            res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+            if res.code == ResponseCode.SUCCESS and res.body:
+                tables.append(decode_records(res.body_bytes()))
+        if not tables:
+            return MESSAGE_SCHEMA.empty_table()
+        table = pa.concat_tables(tables)
+        return table.filter(_matches(table, key, unique))
+
+    def query_by_key(self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = 2**63 - 1,
+                     *, unique: bool = False) -> pa.Table:
+        """Messages of ``topic`` with ``key`` among their KEYS (``unique``: whose UNIQ_KEY is
+        ``key``), stored between ``begin`` and ``end`` (ms), at most ``max_num`` per broker
+        (code 12); an empty table when none. Raises :class:`TopicNotFoundError`, :class:`BrokerError`."""
+        return call(self._query_by_key(topic, key, max_num, begin, end, unique))
+
+    async def _view_by_id(self, offset_msg_id: str) -> pa.Table:
+        addr, offset = parse_offset_msg_id(offset_msg_id)
+        res = await self.invoke(addr, RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": offset}))
+        return decode_records(res.body_bytes())
+
+    def view_by_id(self, offset_msg_id: str) -> pa.Table:
+        """The message (a one-row table) of an offset message id, asked of the broker the id
+        names (code 33). Raises ``ValueError`` (not an id), :class:`BrokerError`."""
+        return call(self._view_by_id(offset_msg_id))
+
+
+def _matches(table: pa.Table, key: str, unique: bool) -> pa.Array:
+    n = table.num_rows
+    if unique:
+        uniq = pc.map_lookup(table.column("properties").combine_chunks(), "UNIQ_KEY", "first")
+        return pc.fill_null(pc.equal(uniq, key), False)
+    keys = table.column("keys").combine_chunks()
+    flat = pc.list_flatten(keys)
+    parents = pc.list_parent_indices(keys).to_numpy(zero_copy_only=False)
+    hit = pc.fill_null(pc.equal(flat, key), False).to_numpy(zero_copy_only=False)
+    rows = np.zeros(n, bool)
+    rows[parents[hit]] = True
+    return pa.array(rows)
+
+

@@ -1,0 +1,233 @@
+"""A producer: single sends (SEND_MESSAGE_V2, 310), asynchronous sends and batches
+(SEND_BATCH_MESSAGE, 320), as RocketMQ 4.9.8's ``DefaultMQProducerImpl.sendKernelImpl``
+sends them.
+
+Queue choice: round robin over the writable queues of the topic's route (every broker with
+the write perm, queues 0..writeQueueNums-1), unless ``queue_id`` is given (then the first
+writable broker, or ``broker_name``). A topic the name server does not know is sent through
+the route of ``TBW102`` with ``defaultTopic=TBW102``, ``defaultTopicQueueNums=4``: a broker
+with ``autoCreateTopicEnable`` creates it (RocketMQ's ``createTopicKey``).
+
+Results: SUCCESS is ``SEND_OK``; FLUSH_DISK_TIMEOUT (10), FLUSH_SLAVE_TIMEOUT (12) and
+SLAVE_NOT_AVAILABLE (11) are stored-but statuses (the message is in the store), as the Java
+client reports them; any other code raises :class:`~rmqnet.client.errors.BrokerError`.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqlog import Clock
+
+from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
+from ..remoting.route import PERM_WRITE, TopicRouteData
+from ..transport import Limits
+from .batch import encode_messages
+from .errors import BrokerError, NoRouteError, TopicNotFoundError
+from .loop import call, submit
+from .message import NAME_VALUE_SEP, PROPERTY_SEP, UniqKeys, message_properties, properties_string
+from .remote import RemoteClient, master_addr
+
+#: RocketMQ's ``createTopicKey`` and ``defaultTopicQueueNums``
+AUTO_CREATE_TOPIC = "TBW102"
+DEFAULT_TOPIC_QUEUES = 4
+_STATUS = {ResponseCode.SUCCESS: "SEND_OK", ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
+           ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT", ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
+
+
+@dataclass(frozen=True, slots=True)
+class SendResult:
+    """``status``: SEND_OK / FLUSH_DISK_TIMEOUT / FLUSH_SLAVE_TIMEOUT / SLAVE_NOT_AVAILABLE;
+    ``msg_id``: the client's UNIQ_KEY; ``offset_msg_id``: the broker's (store host, port,
+    commitlog offset); for a batch both are comma-joined, one per message, and
+    ``queue_offset`` is the first message's."""
+
+    status: str
+    msg_id: str
+    offset_msg_id: str
+    queue_id: int
+    queue_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Target:
+    broker_name: str
+    addr: str
+    queue_id: int
+    default_topic: bool  # sent through TBW102's route
+
+
+class Producer(RemoteClient):
+    """``Producer(group, namesrv)``; blocking methods, ``a``-prefixed coroutines, and
+    :meth:`send_async` (a ``concurrent.futures.Future``)."""
+
+    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0,
+                 limits: Limits | None = None, client_ip: bytes = b"\x7f\x00\x00\x01", clock: Clock | None = None) -> None:
+        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock)
+        self.group = group
+        self._ids = UniqKeys(client_ip)
+        self._rr = itertools.count()
+
+    # ---- routing -----------------------------------------------------------------------
+
+    async def _target(self, topic: str, queue_id: int | None, broker_name: str | None) -> _Target:
+        via_default = False
+        try:
+            route = await self._cached_route(topic)
+        except TopicNotFoundError:
+            route = await self._cached_route(AUTO_CREATE_TOPIC)
+            via_default = True
+        queues = _write_queues(route, via_default)
+        if broker_name is not None:
+            queues = [q for q in queues if q[0] == broker_name]
+        if queue_id is not None:
+            queues = [q for q in queues if q[1] == queue_id]
+        if not queues:
+            raise NoRouteError(f"topic {topic!r}: no writable queue{'' if queue_id is None else f' {queue_id}'}"
+                               f"{'' if broker_name is None else f' on broker {broker_name!r}'} in its route")
+        name, qid = queues[next(self._rr) % len(queues)]
+        return _Target(name, master_addr(route, name, topic), qid, via_default)
+
+    def _header(self, topic: str, t: _Target, props: str, flag: int, batch: bool) -> dict[str, Any]:
+        return SendMessageHeader(
+            producer_group=self.group, topic=topic, default_topic=AUTO_CREATE_TOPIC,
+            default_topic_queue_nums=DEFAULT_TOPIC_QUEUES, queue_id=t.queue_id, sys_flag=0,
+            born_timestamp=self.clock.wall_ms(), flag=flag, properties=props, reconsume_times=0,
+            unit_mode=False, batch=batch, max_reconsume_times=None, broker_name=t.broker_name,
+        ).to_ext(v2=True)
+
+    async def _send_cmd(self, t: _Target, topic: str, cmd: RemotingCommand, uniq: str) -> SendResult:
+        try:
+            res = await self.invoke(t.addr, cmd, ok=_STATUS.keys())
+        except BrokerError as exc:
+            if exc.code in (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.NO_PERMISSION):
+                self._routes.pop(topic, None)  # the route may be stale
+            raise
+        if t.default_topic:
+            self._routes.pop(topic, None)  # the topic exists now: read its own route next time
+        ext = res.ext_fields
+        return SendResult(_STATUS[ResponseCode(res.code)], uniq, str(ext.get("msgId", "")),
+                          int(ext.get("queueId", t.queue_id)), int(ext.get("queueOffset", -1)))
+
+    # ---- single sends ------------------------------------------------------------------
+
+    async def _send(self, topic: str, body: bytes, tags: str | None, keys: str | Iterable[str] | None,
+                    properties: Mapping[str, str] | None, queue_id: int | None, delay_level: int,
+                    flag: int, broker_name: str | None) -> SendResult:
+        t = await self._target(topic, queue_id, broker_name)
+        uniq = self._ids.next(self.clock.wall_ms())
+        props = properties_string(message_properties(tags=tags, keys=keys, properties=properties,
+                                                     delay_level=delay_level, uniq_key=uniq))
+        cmd = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=self._header(topic, t, props, flag, False),
+                              body=bytes(body))
+        return await self._send_cmd(t, topic, cmd, uniq)
+
+    def send(self, topic: str, body: bytes, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
+             properties: Mapping[str, str] | None = None, queue_id: int | None = None, delay_level: int = 0,
+             flag: int = 0, broker_name: str | None = None) -> SendResult:
+        """Send one message (code 310) and wait for the broker's answer.
+
+        Raises :class:`BrokerError` (a failure code), :class:`TopicNotFoundError` /
+        :class:`NoRouteError` (no route), the transport's ``RemotingTimeoutError`` /
+        ``ConnectionLostError``, ``ValueError`` (a property holding \\x01 or \\x02)."""
+        return call(self._send(topic, body, tags, keys, properties, queue_id, delay_level, flag, broker_name))
+
+    def send_async(self, topic: str, body: bytes, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
+                   properties: Mapping[str, str] | None = None, queue_id: int | None = None, delay_level: int = 0,
+                   flag: int = 0, broker_name: str | None = None) -> concurrent.futures.Future[SendResult]:
+        """:meth:`send` without waiting: a ``concurrent.futures.Future`` of its result (or its
+        error). Sends made in a burst are started together on the clients' loop."""
+        return submit(self._send(topic, body, tags, keys, properties, queue_id, delay_level, flag, broker_name))
+
+    async def asend(self, topic: str, body: bytes, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
+                    properties: Mapping[str, str] | None = None, queue_id: int | None = None, delay_level: int = 0,
+                    flag: int = 0, broker_name: str | None = None) -> SendResult:
+        return await self._send(topic, body, tags, keys, properties, queue_id, delay_level, flag, broker_name)
+
+    # ---- batches -----------------------------------------------------------------------
+
+    async def _send_batch(self, topic: str, messages: Any, queue_id: int | None, broker_name: str | None) -> SendResult:
+        table = _batch_table(messages)
+        n = table.num_rows
+        if n == 0:
+            raise ValueError("send_batch: no message")
+        t = await self._target(topic, queue_id, broker_name)
+        uniq = self._ids.many(n, self.clock.wall_ms())
+        props = _batch_properties(table, pa.array(uniq, pa.string()))
+        flags = table.column("flag").to_numpy() if "flag" in table.column_names else None
+        body = encode_messages(table.column("body"), props, flags)
+        ext = self._header(topic, t, properties_string({"WAIT": "true"}), 0, True)
+        cmd = RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=body)
+        return await self._send_cmd(t, topic, cmd, ",".join(uniq))
+
+    def send_batch(self, topic: str, messages: Any, queue_id: int | None = None, *,
+                   broker_name: str | None = None) -> SendResult:
+        """Send messages to one queue in one request (code 320; the body as
+        ``MessageDecoder.encodeMessages``: :mod:`rmqnet.client.batch`).
+
+        ``messages``: a ``pyarrow.Table`` (or dict of columns) with ``body`` (binary) and
+        optional ``tags`` (string), ``keys`` (string, space-separated), ``flag`` (int32); or a
+        list of bodies. Raises as :meth:`send`, and ``ValueError`` for an empty batch."""
+        return call(self._send_batch(topic, messages, queue_id, broker_name))
+
+    async def asend_batch(self, topic: str, messages: Any, queue_id: int | None = None, *,
+                          broker_name: str | None = None) -> SendResult:
+        return await self._send_batch(topic, messages, queue_id, broker_name)
+
+
+def _write_queues(route: TopicRouteData, via_default: bool) -> list[tuple[str, int]]:
+    out: list[tuple[str, int]] = []
+    for q in route.queue_datas:
+        if q.perm & PERM_WRITE:
+            nums = min(q.write_queue_nums, DEFAULT_TOPIC_QUEUES) if via_default else q.write_queue_nums
+            out.extend((q.broker_name, i) for i in range(nums))
+    return out
+
+
+def _batch_table(messages: Any) -> pa.Table:
+    if isinstance(messages, pa.Table):
+        table = messages
+    elif isinstance(messages, Mapping):
+        table = pa.table(dict(messages))
+    else:
+        table = pa.table({"body": pa.array(list(messages), pa.binary())})
+    if "body" not in table.column_names:
+        raise ValueError("send_batch: the messages have no 'body' column")
+    return table
+
+
+def _piece(name: str, column: pa.ChunkedArray | None, n: int) -> pa.Array:
+    """``name\\x01value\\x02`` per row where the column is set and not empty, else ``""``."""
+    if column is None:
+        return pa.repeat(pa.scalar("", pa.string()), n)
+    col = column.combine_chunks().cast(pa.string())
+    col = pc.if_else(pc.equal(col, ""), pa.scalar(None, pa.string()), col)
+    joined = pc.binary_join_element_wise(name + NAME_VALUE_SEP, col, PROPERTY_SEP, "")
+    return joined.fill_null("")
+
+
+def _batch_properties(table: pa.Table, uniq: pa.Array) -> pa.Array:
+    n = table.num_rows
+    cols = table.column_names
+    for c in ("tags", "keys"):
+        if c in cols:
+            text = pc.fill_null(table.column(c).combine_chunks().cast(pa.string()), "")
+            bad = pc.or_(pc.match_substring(text, NAME_VALUE_SEP), pc.match_substring(text, PROPERTY_SEP))
+            if pc.any(bad).as_py():
+                row = int(np.argmax(bad.to_numpy(zero_copy_only=False)))
+                raise ValueError(f"send_batch: message {row}: {c} may not hold \\x01 or \\x02")
+    parts = [
+        _piece("TAGS", table.column("tags") if "tags" in cols else None, n),
+        _piece("KEYS", table.column("keys") if "keys" in cols else None, n),
+        pa.repeat(pa.scalar("WAIT" + NAME_VALUE_SEP + "true" + PROPERTY_SEP, pa.string()), n),
+        pc.binary_join_element_wise("UNIQ_KEY" + NAME_VALUE_SEP, uniq, PROPERTY_SEP, ""),
+    ]
+    return pc.binary_join_element_wise(*parts, "")

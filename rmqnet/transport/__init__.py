@@ -1,0 +1,22 @@
+"""The asyncio layer over :mod:`rmqnet.remoting`: connections that serve requests
+concurrently and answer them by opaque, our own requests matched to their answers, frame and
+header caps, in-flight bounds, write back-pressure and idle connections closed.
+
+- :class:`RemotingServer` (server.py): listens and serves one handler on every connection.
+- :class:`ClientConnection` (client.py): dials; ``invoke`` / ``invoke_oneway``.
+- :class:`Connection` (connection.py): one connection, both ends; what a processor sees as its
+  peer (``remote``, ``attrs``, ``closed``, ``send_oneway``, ``invoke``, ``close``, ``on_close``).
+- :class:`Limits` (limits.py), :class:`IdleSweeper` (idle.py), the errors (errors.py).
+"""
+
+from .client import ClientConnection, connect
+from .connection import Connection, RequestHandler
+from .errors import ConnectionLostError, RemotingTimeoutError, TransportError
+from .idle import IdleSweeper
+from .limits import Limits
+from .server import RemotingServer
+
+__all__ = [
+    "ClientConnection", "connect", "Connection", "RequestHandler", "ConnectionLostError", "RemotingTimeoutError",
+    "TransportError", "IdleSweeper", "Limits", "RemotingServer",
+]

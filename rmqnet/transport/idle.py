@@ -1,0 +1,63 @@
+"""Closing idle connections (RocketMQ's ``IdleStateHandler`` + ``NettyConnectManageHandler``:
+a channel with no read or write for ``serverChannelMaxIdleTimeSeconds``, 120 s, is closed).
+
+:class:`IdleSweeper` is a service in the store's style: ``run_once(now_ms)`` does one round
+as of ``now_ms`` (milliseconds of a monotonic clock), so tests drive it with a
+:class:`rmqlog.ManualClock` and no sleep. The hot path reads no clock: every read and write
+bumps the connection's ``activity`` counter, and a round compares it with what the previous
+round saw. A connection is idle from the first round that saw its counter unchanged; it is
+closed once a round finds it unchanged for ``idle_ms`` (so it is closed between ``idle_ms``
+and ``idle_ms`` + one round interval after its last traffic). A connection with a request in
+flight (a held pull) is never idle.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from rmqlog import Clock, SystemClock
+
+from .connection import Connection
+
+log = logging.getLogger(__name__)
+
+
+class IdleSweeper:
+    """Closes connections idle for ``idle_ms`` (see the module docstring).
+
+    ``connections``: returns the connections to watch (the server's live set). ``clock``:
+    where :meth:`tick` reads the time (its ``monotonic()``, in ms).
+    """
+
+    name = "idle-sweeper"
+
+    def __init__(self, connections: Callable[[], Iterable[Connection]], idle_ms: int,
+                 clock: Clock | None = None) -> None:
+        if idle_ms <= 0:
+            raise ValueError(f"idle_ms must be > 0, got {idle_ms}")
+        self.connections = connections
+        self.idle_ms = idle_ms
+        self.clock: Clock = clock or SystemClock()
+
+    def now_ms(self) -> int:
+        return int(self.clock.monotonic() * 1000)
+
+    def run_once(self, now_ms: int) -> bool:
+        """One round as of ``now_ms``; returns whether it closed a connection."""
+        closed_any = False
+        for conn in list(self.connections()):
+            if conn.closed:
+                continue
+            if conn.activity != conn._idle_seen or conn.in_flight:
+                conn._idle_seen = conn.activity
+                conn._idle_since_ms = now_ms
+            elif now_ms - conn._idle_since_ms >= self.idle_ms:
+                log.info("closing %s: no traffic for %d ms", conn.remote, now_ms - conn._idle_since_ms)
+                conn.abort()  # nothing moved for idle_ms: what is buffered is not being read
+                closed_any = True
+        return closed_any
+
+    def tick(self) -> bool:
+        """:meth:`run_once` as of the clock's time now."""
+        return self.run_once(self.now_ms())

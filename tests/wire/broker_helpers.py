@@ -1,0 +1,114 @@
+"""Stand-ins shared by the broker's tests: a peer, a store whose ``put_wire`` and ``flush`` are
+recorded (over a real store for topics), RocketMQ's batch body encoder, request builders."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pyarrow as pa
+
+import refcodec as rc
+import rmqlog
+from rmqnet.broker.broker import Broker
+from rmqnet.broker.config import BrokerConfig
+from rmqnet.remoting import RemotingCommand, RequestCode, SendMessageHeader
+
+
+class FakePeer:
+    def __init__(self, remote: str = "127.0.0.1:50001") -> None:
+        self.remote = remote
+        self.attrs: dict[str, Any] = {}
+        self.sent: list[RemotingCommand] = []
+        self.closed = False
+
+    def send_oneway(self, cmd: RemotingCommand) -> None:
+        self.sent.append(cmd)
+
+
+class RecordingStore:
+    """A real store for everything but ``put_wire``/``flush``: puts are recorded and answered
+    with offsets of their own (or raise ``fail``); ``flush`` waits for ``flush_gate`` when set."""
+
+    def __init__(self, store: rmqlog.MessageStore, host: str = "127.0.0.1:10911") -> None:
+        self._store = store
+        self.host = host
+        self.puts: list[pa.Table] = []
+        self.fail: BaseException | Callable[[pa.Table], BaseException | None] | None = None
+        self.flushes = 0
+        self.flush_gate: threading.Event | None = None
+        self._offset = 0
+        self._queues: dict[tuple[str, int], int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    def put_wire(self, table: pa.Table) -> pa.Table:
+        fail = self.fail(table) if callable(self.fail) else self.fail
+        if fail is not None:
+            raise fail
+        self.puts.append(table)
+        offsets, qoffs, ids = [], [], []
+        for row in table.to_pylist():  # (a test double: one row at a time is fine here)
+            key = (row["topic"], row["queueId"])
+            q = self._queues.get(key, 0)
+            self._queues[key] = q + 1
+            offsets.append(self._offset)
+            qoffs.append(q)
+            ids.append(rc.offset_msg_id(self.host, self._offset))
+            self._offset += 100 + len(row["body"])
+        n = table.num_rows
+        return pa.table({"commitLogOffset": pa.array(offsets, pa.int64()), "queueOffset": pa.array(qoffs, pa.int64()),
+                         "msgId": pa.array(ids, pa.string()), "storeTimestamp": pa.array([0] * n, pa.int64())})
+
+    def flush(self) -> int:
+        if self.flush_gate is not None:
+            self.flush_gate.wait()
+        self.flushes += 1
+        return self._offset
+
+
+def encode_batch(messages: list[tuple[bytes, int, dict[str, str]]]) -> bytes:
+    """``MessageDecoder.encodeMessages``: per message int32 totalSize, int32 magic 0, int32
+    bodyCRC 0, int32 flag, int32 bodyLen, body, int16 propsLen, props."""
+    out = b""
+    for body, flag, props in messages:
+        p = "".join(f"{k}\x01{v}\x02" for k, v in props.items()).encode()
+        total = 4 * 5 + len(body) + 2 + len(p)
+        out += struct.pack(">iiiii", total, 0, 0, flag, len(body)) + body + struct.pack(">h", len(p)) + p
+    return out
+
+
+def send_header(topic: str, *, queue_id: int = 0, props: str = "", sys_flag: int = 0, flag: int = 0,
+                default_topic: str = "TBW102", batch: bool = False, reconsume: int = 0,
+                max_reconsume: int | None = None, unit_mode: bool = False) -> SendMessageHeader:
+    return SendMessageHeader(
+        producer_group="PG", topic=topic, default_topic=default_topic, default_topic_queue_nums=4, queue_id=queue_id,
+        sys_flag=sys_flag, born_timestamp=1_700_000_000_123, flag=flag, properties=props, reconsume_times=reconsume,
+        unit_mode=unit_mode, batch=batch, max_reconsume_times=max_reconsume, broker_name=None)
+
+
+def send_request(header: SendMessageHeader, body: bytes, *, code: int = RequestCode.SEND_MESSAGE_V2,
+                 opaque: int = 1) -> RemotingCommand:
+    v2 = code != RequestCode.SEND_MESSAGE
+    return RemotingCommand(code, opaque, 0, None, header.to_ext(v2), body, "JAVA")
+
+
+def run(broker: Broker, peer: FakePeer, *requests: RemotingCommand) -> list[RemotingCommand | None]:
+    """Process ``requests`` as if they arrived in one read (one loop iteration), await all."""
+
+    async def main() -> list[RemotingCommand | None]:
+        results = [broker.table.process(broker, peer, r) for r in requests]
+        return [await r if asyncio.isfuture(r) or asyncio.iscoroutine(r) else r for r in results]  # type: ignore[misc]
+
+    return asyncio.run(main())
+
+
+def make_broker(store: Any, clock: rmqlog.Clock | None = None, store_config: rmqlog.StoreConfig | None = None,
+                **changes: Any) -> Broker:
+    store_cfg = store_config or store.config
+    config = BrokerConfig(broker_name="broker-a", store=store_cfg).replace(**changes)
+    return Broker(store, config, clock=clock or rmqlog.ManualClock(1_700_000_000_000))
