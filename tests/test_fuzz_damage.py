@@ -199,11 +199,24 @@ def _stored(data: bytes, pos: int) -> tuple[str, int, int, bytes]:
         return data[pos + 89 + n : pos + 89 + n + tl].decode("utf-8", "replace"), qid, qoff, body
 
 
+#: queue ids below this are read whether or not their folder exists; above it, only those
+#: with a folder (a damaged queue id can make a topic list 65,535 queues, nearly all empty:
+#: reading each of those twice cost a minute and proves nothing the first 64 do not)
+ALWAYS_READ_QUEUES = 64
+
+
+def _queue_ids(root: Path, topic: str, count: int) -> list[int]:
+    """The queue ids of ``topic`` (``count`` of them) that the harness reads."""
+    folder = root / "consumequeue" / topic
+    present = {int(n) for n in os.listdir(folder) if n.isdigit()} if folder.is_dir() else set()
+    return sorted(set(range(min(count, ALWAYS_READ_QUEUES))) | {q for q in present if q < count})
+
+
 def _read_everything(base: Base, root: Path, s: rmqlog.MessageStore) -> int:
     """Read every queue both ways; returns how many messages came back (typed errors allowed)."""
     n = 0
     for topic, tc in s.topics().items():
-        for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
+        for qid in _queue_ids(root, topic, max(tc.read_queue_nums, tc.write_queue_nums)):
             try:
                 t = s.read_queue(topic, qid, 0, 1 << 40)
                 _check_rows(base, root, t, topic, qid)
@@ -245,7 +258,7 @@ def run_case(base: Base, work: Path, seed: int) -> str:
             assert report.ok, f"verify after repair: {report.problems[:3]}"
             _read_everything(base, root, s)
             for topic, tc in s.topics().items():
-                for qid in range(tc.write_queue_nums):
+                for qid in _queue_ids(root, topic, tc.write_queue_nums):
                     if s.max_offset(topic, qid) or s.min_offset(topic, qid):
                         before = s.max_offset(topic, qid)
                         assert s.put(topic, b"after", queue_id=qid).queue_offset == before

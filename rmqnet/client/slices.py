@@ -21,14 +21,6 @@ def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(starts.astype(np.int64) - out_starts, lengths) + np.arange(total, dtype=np.int64)
 
 
-def gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> pa.BinaryArray:
-    """The slices of ``buf`` (uint8) as one Arrow binary array."""
-    data = buf[spans(starts, lengths)]
-    offsets = np.zeros(len(lengths) + 1, np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    return pa.BinaryArray.from_buffers(pa.binary(), len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-
-
 def binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A binary or string array's ``(data uint8, starts, lengths)`` (nulls count as empty)."""
     if isinstance(arr, pa.ChunkedArray):

@@ -69,7 +69,7 @@ class QueueReader:
         :mod:`rmqlog.queue.checked_read`)."""
         with self.parts.dispatch_lock.held(shared=True):
             floor = self.parts.commitlog.min_offset()
-            return cq.min_offset(floor), cq.max_offset(), floor
+            return (*cq.bounds(floor), floor)
 
     def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset) of a queue; arguments validated."""

@@ -75,7 +75,15 @@ class ConsumeQueue:
     # ---------------------------------------------------------------- bounds
     def max_offset(self) -> int:
         """Logical offset after the last unit written (0 for an empty queue)."""
+        return self._max_offset(self.segments.segment_starts())
+
+    def bounds(self, commitlog_min: int = 0) -> tuple[int, int]:
+        """(:meth:`min_offset`, :meth:`max_offset`) from one listing of the queue's folder
+        (a read asks both; each listing walks the folder's path with ``openat2``)."""
         starts = self.segments.segment_starts()
+        return self._min_offset(starts, commitlog_min), self._max_offset(starts)
+
+    def _max_offset(self, starts: list[int]) -> int:
         for start in reversed(starts):
             seg = self.segments.get(start)
             if seg is None:  # deleted by retention since the listing
@@ -90,7 +98,9 @@ class ConsumeQueue:
         """First logical offset whose unit is real and whose record is still in the commitlog
         (RocketMQ's ``correctMinOffset``, answered when asked). This process lets go of the
         segments below the first one (deleted by retention)."""
-        starts = self.segments.segment_starts()
+        return self._min_offset(self.segments.segment_starts(), commitlog_min)
+
+    def _min_offset(self, starts: list[int], commitlog_min: int) -> int:
         if starts:
             self.segments.drop_below(starts[0])
         for start in starts:
@@ -119,7 +129,7 @@ class ConsumeQueue:
                 return self._min_found[2]
             if written < self.units_per_segment:
                 return start // CQ_UNIT_SIZE + written
-        return self.max_offset()
+        return self._max_offset(starts)
 
     def first_at_or_past(self, commit_log_offset: int) -> int:
         """The first logical offset whose unit points at or past ``commit_log_offset``.

@@ -1,0 +1,119 @@
+"""The ``rmqlog`` command's entry point: the network commands, and every other command handed
+to the store's command (:func:`rmqlog.admin.cli.main`) unchanged.
+
+    rmqlog namesrv [--listen HOST:PORT]       a name server (default 127.0.0.1:9876)
+    rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDRS]
+                                              a broker over the store at ROOT
+    rmqlog <any other command> ...            the store's commands (info, read, lag...)
+
+The store never imports the network package, so the network commands enter here and the
+store's keep their arguments, output and exit statuses: 0 done, 1 nothing found, 2 what was
+asked is wrong (argparse's status too), 3 it cannot be done (an address that cannot be
+bound). ``namesrv`` prints ``listening on HOST:PORT`` on stdout once it listens (port 0 picks
+a free one) and runs until SIGTERM or SIGINT, then stops cleanly with status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+#: the store command's exit statuses (rmqlog.admin.exits): what was asked is wrong; cannot do it
+_WRONG, _CANNOT = 2, 3
+NETWORK_COMMANDS = ("namesrv", "broker")
+
+
+def parse_listen(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (an IPv6 host in brackets) as (host, port); ``ValueError`` naming it."""
+    host, sep, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"--listen {text!r} is not HOST:PORT")
+    return host, int(port)
+
+
+def _listen_arg(text: str) -> tuple[str, int]:
+    try:
+        return parse_listen(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="rmqlog", description="RocketMQ's name server and broker over a spark-rmq store "
+                                 "(the store's own commands: rmqlog --help).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ns = sub.add_parser("namesrv", help="run a name server until SIGTERM",
+                        description="Run a RocketMQ name server (routes by topic, broker registration, cluster "
+                                    "info, the topic list) until SIGTERM or SIGINT.")
+    ns.add_argument("--listen", type=_listen_arg, default=("127.0.0.1", 9876), metavar="HOST:PORT",
+                    help="address to listen on (default 127.0.0.1:9876; port 0: any free port)")
+    br = sub.add_parser("broker", help="run a broker over a store until SIGTERM",
+                        description="Run a RocketMQ broker over the store at ROOT until SIGTERM or SIGINT.")
+    br.add_argument("root", metavar="ROOT", help="the store's root folder")
+    br.add_argument("-c", "--config", metavar="broker.conf", help="a RocketMQ broker.conf")
+    br.add_argument("--listen", metavar="HOST:PORT", help="overrides brokerIP1/listenPort (default 127.0.0.1:10911)")
+    br.add_argument("--namesrv", metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT (overrides namesrvAddr)")
+    return ap
+
+
+def _namesrv(host: str, port: int) -> int:
+    from .namesrv.process import NameServerProcess
+
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    async def run() -> None:
+        proc = NameServerProcess(host, port)
+        ready = asyncio.Event()
+        task = asyncio.ensure_future(proc.serve(ready))
+        waiter = asyncio.ensure_future(ready.wait())
+        await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
+        if ready.is_set():
+            print(f"listening on {proc.address}", flush=True)
+        else:
+            waiter.cancel()
+        await task
+
+    try:
+        asyncio.run(run())
+    except OSError as exc:
+        print(f"rmqlog namesrv: cannot listen on {host}:{port}: {exc.strerror or exc}", file=sys.stderr)
+        return _CANNOT
+    return 0
+
+
+def _broker(args: argparse.Namespace) -> int:
+    # imported here: the broker is built beside this command, and the rest of it works without it
+    try:
+        from .broker.launch import main as launch
+    except ModuleNotFoundError as exc:
+        if exc.name != "rmqnet.broker.launch":
+            raise
+        print("rmqlog broker: this build has no broker (rmqnet.broker.launch is missing)", file=sys.stderr)
+        return _CANNOT
+    return int(launch(args.root, args.config, args.listen, args.namesrv))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``rmqlog`` command: its exit status."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] not in NETWORK_COMMANDS:
+        # the store's commands, --help and --version: the one module of the store outside its
+        # public API imported here, because the command itself is handed over
+        from rmqlog.admin.cli import main as store_main
+
+        return store_main(args)
+    try:
+        ns = _parser().parse_args(args)
+    except SystemExit as exc:  # argparse: --help (0) or a wrong argument (2)
+        return int(exc.code) if isinstance(exc.code, int) else _WRONG
+    if ns.cmd == "namesrv":
+        return _namesrv(*ns.listen)
+    return _broker(ns)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,100 @@
+"""The name server as a running service: :class:`NameServer` on the transport, its expiry on a
+timer, and a clean stop.
+
+``await NameServerProcess(host, port).start()`` listens (127.0.0.1 by default; port 0 picks a
+free one, read :attr:`NameServerProcess.port`); every request is answered by the core at the
+clock's wall time; a connection that closes drops the brokers registered over it; every
+:attr:`BrokerExpiry.interval_ms` the expiry drops brokers silent for 120 s and closes their
+connections. ``await stop()`` stops accepting, answers what is in flight and closes every
+connection. :meth:`NameServerProcess.serve` runs until SIGTERM or SIGINT, then stops.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+
+from rmqlog import Clock, SystemClock
+
+from ..remoting import RemotingCommand
+from ..transport import Connection, Limits, RemotingServer
+from .server import BrokerExpiry, NameServer
+
+log = logging.getLogger(__name__)
+
+#: RocketMQ's name server port (``NettyServerConfig.listenPort`` as ``mqnamesrv`` sets it)
+DEFAULT_PORT = 9876
+
+
+class NameServerProcess:
+    """One name server on a socket (see the module docstring)."""
+
+    def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, clock: Clock | None = None,
+                 limits: Limits | None = None) -> None:
+        self.clock = clock or SystemClock()
+        self.server = NameServer()
+        self.expiry = BrokerExpiry(self.server)
+        self.remoting = RemotingServer(self._handle, host=host, port=port, limits=limits, clock=self.clock)
+        self._timer: asyncio.TimerHandle | None = None
+        self._stopping = False
+
+    @property
+    def port(self) -> int:
+        return self.remoting.port
+
+    @property
+    def address(self) -> str:
+        return self.remoting.address
+
+    def _handle(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None:
+        if "namesrv" not in conn.attrs:  # the first request of this connection: watch its end
+            conn.attrs["namesrv"] = True
+            conn.on_close.append(self._closed)
+        return self.server.handle(req, self.clock.wall_ms(), conn)
+
+    def _closed(self, conn: Connection) -> None:
+        self.server.connection_closed(conn)
+
+    async def start(self) -> None:
+        """Listen and start the expiry timer; ``OSError`` if the address cannot be bound."""
+        await self.remoting.start()
+        self._schedule()
+        log.info("name server listening on %s", self.address)
+
+    def _schedule(self) -> None:
+        if not self._stopping:
+            self._timer = asyncio.get_running_loop().call_later(self.expiry.interval_ms / 1000, self._expire)
+
+    def _expire(self) -> None:
+        try:
+            for _, conn in self.expiry.run_once(self.clock.wall_ms()):
+                if isinstance(conn, Connection):
+                    conn.close()  # as Java closes an expired broker's channel
+        except Exception:  # a failed scan must not end the timer
+            log.exception("the broker expiry scan failed")
+        self._schedule()
+
+    async def stop(self, grace_s: float = 5.0) -> None:
+        """Stop accepting, answer what is in flight (up to ``grace_s``), close every connection."""
+        self._stopping = True
+        if self._timer is not None:
+            self._timer.cancel()
+        await self.remoting.stop(grace_s)
+        log.info("name server stopped")
+
+    async def serve(self, ready: asyncio.Event | None = None) -> None:
+        """Start, run until SIGTERM or SIGINT, stop. ``ready`` is set once listening."""
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            await self.start()
+            if ready is not None:
+                ready.set()
+            await stop.wait()
+        finally:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(sig)
+            await self.stop()

@@ -1,0 +1,154 @@
+"""The name server's request handling (RocketMQ 4.9.8's ``DefaultRequestProcessor``), sans-I/O:
+a :class:`~rmqnet.remoting.RemotingCommand` and the time in, the response out.
+
+Codes served:
+
+======  ==================================  ============================================
+code    request                             answer
+======  ==================================  ============================================
+101     GET_KV_CONFIG (namespace, key)      QUERY_NOT_FOUND "No config item, Namespace:
+                                            N Key: K" (no KV config is kept)
+103     REGISTER_BROKER                     SUCCESS, haServerAddr/masterAddr for a slave;
+                                            SYSTEM_ERROR "crc32 not match" on a bad CRC
+104     UNREGISTER_BROKER                   SUCCESS
+105     GET_ROUTEINFO_BY_TOPIC (topic)      the route, standard JSON; TOPIC_NOT_EXIST 17
+                                            with Java's remark when no broker lists it
+106     GET_BROKER_CLUSTER_INFO             ClusterInfo JSON
+206     GET_ALL_TOPIC_LIST_FROM_NAMESERVER  {"topicList": [...]}
+other   -                                   REQUEST_CODE_NOT_SUPPORTED
+======  ==================================  ============================================
+
+A missing or mistyped header field, or a body that is not what the code carries, is answered
+``SYSTEM_ERROR`` with a remark naming it (Java's ``RemotingCommandException``); nothing of
+the state changes then. A oneway request is processed and gets no answer (``None``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Hashable
+
+from ..remoting import FieldError, RemotingCommand, RequestCode, ResponseCode, ext_str
+from ..remoting.register import (
+    RegisterBrokerBody,
+    RegisterBrokerHeader,
+    UnregisterBrokerHeader,
+    body_crc32,
+    encode_topic_list,
+)
+from .routes import BROKER_CHANNEL_EXPIRED_TIME, RouteTable
+
+log = logging.getLogger(__name__)
+
+#: ``FAQUrl.suggestTodo(FAQUrl.APPLY_TOPIC_URL)``, the tail of Java's TOPIC_NOT_EXIST remark
+_APPLY_TOPIC_TIP = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+class NameServer:
+    """One name server's state (:attr:`routes`) and its request handling.
+
+    :meth:`handle` answers one request; :meth:`connection_closed` is told when a connection
+    ends (a broker registered over it is dropped, Java's ``onChannelDestroy``).
+    """
+
+    def __init__(self) -> None:
+        self.routes = RouteTable()
+        self._handlers: dict[int, Callable[[RemotingCommand, int, Hashable | None], RemotingCommand]] = {
+            RequestCode.GET_KV_CONFIG: self._get_kv_config,
+            RequestCode.REGISTER_BROKER: self._register_broker,
+            RequestCode.UNREGISTER_BROKER: self._unregister_broker,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self._cluster_info,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._topic_list,
+        }
+
+    def codes(self) -> list[int]:
+        return sorted(int(c) for c in self._handlers)
+
+    def handle(self, req: RemotingCommand, now_ms: int, conn: Hashable | None = None) -> RemotingCommand | None:
+        """The response to ``req`` at ``now_ms`` (wall-clock ms), ``None`` for a oneway request.
+        ``conn`` identifies the connection it came on (a broker registered over it is dropped
+        when :meth:`connection_closed` names it). Raises nothing for what a peer sent."""
+        handler = self._handlers.get(req.code)
+        if handler is None:
+            res = req.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
+        else:
+            try:
+                res = handler(req, now_ms, conn)
+            except FieldError as exc:
+                res = req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+        return None if req.is_oneway else res
+
+    def connection_closed(self, conn: Hashable) -> list[str]:
+        """A connection ended: the broker addresses registered over it, now dropped."""
+        addrs = self.routes.drop_connection(conn)
+        for addr in addrs:
+            log.info("broker %s dropped: its connection closed", addr)
+        return addrs
+
+    # ------------------------------------------------------------------ handlers
+    def _get_kv_config(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
+        ns, key = ext_str(req.ext_fields, "namespace"), ext_str(req.ext_fields, "key")
+        return req.reply(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}")
+
+    def _register_broker(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
+        h = RegisterBrokerHeader.read(req.ext_fields)
+        body = req.body_bytes()
+        if h.body_crc32 != 0 and body_crc32(body) != h.body_crc32:
+            log.warning("REGISTER_BROKER from %s: crc32 not match", h.broker_addr)
+            return req.reply(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        try:
+            reg = RegisterBrokerBody.decode(body, h.compressed)
+        except FieldError as exc:
+            return req.reply(ResponseCode.SYSTEM_ERROR, f"Failed to decode RegisterBrokerBody: {exc}")
+        first = h.broker_addr not in self.routes.live
+        result = self.routes.register(
+            cluster=h.cluster_name, broker_addr=h.broker_addr, broker_name=h.broker_name, broker_id=h.broker_id,
+            ha_server_addr=h.ha_server_addr, topics=reg.topics, data_version=reg.data_version, conn=conn,
+            now_ms=now_ms)
+        if first:
+            log.info("broker registered: %s id %d at %s, cluster %s, %d topics", h.broker_name, h.broker_id,
+                     h.broker_addr, h.cluster_name, len(reg.topics))
+        return req.reply(ResponseCode.SUCCESS, None, result.to_ext())
+
+    def _unregister_broker(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
+        h = UnregisterBrokerHeader.read(req.ext_fields)
+        found = self.routes.unregister(cluster=h.cluster_name, broker_addr=h.broker_addr, broker_name=h.broker_name,
+                                       broker_id=h.broker_id)
+        log.info("broker unregistered: %s id %d at %s (%s)", h.broker_name, h.broker_id, h.broker_addr,
+                 "OK" if found else "was not registered")
+        return req.reply(ResponseCode.SUCCESS)
+
+    def _route(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
+        topic = ext_str(req.ext_fields, "topic")
+        route = self.routes.route(topic)
+        if route is None:
+            return req.reply(ResponseCode.TOPIC_NOT_EXIST,
+                             f"No topic route info in name server for the topic: {topic}{_APPLY_TOPIC_TIP}")
+        # always standard JSON (quoted broker ids): ali-ons and the C++ client read it, and
+        # Java clients from 4.9.4 ask for it (acceptStandardJsonOnly is therefore not read)
+        return req.reply(ResponseCode.SUCCESS, body=route.encode())
+
+    def _cluster_info(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
+        return req.reply(ResponseCode.SUCCESS, body=self.routes.cluster_info().encode())
+
+    def _topic_list(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
+        return req.reply(ResponseCode.SUCCESS, body=encode_topic_list(self.routes.topic_list()))
+
+
+class BrokerExpiry:
+    """``scanNotActiveBroker`` as a service: :meth:`run_once` drops the brokers whose last
+    registration is older than 120 s. Java runs it every 10 s (:attr:`interval_ms`)."""
+
+    interval_ms = 10_000
+
+    def __init__(self, server: NameServer) -> None:
+        self.server = server
+
+    def run_once(self, now_ms: int) -> list[tuple[str, Hashable | None]]:
+        """One scan at ``now_ms``: (address, connection) of each broker dropped; the caller
+        closes those connections, as Java closes the expired broker's channel."""
+        gone = self.server.routes.expire(now_ms)
+        for addr, _ in gone:
+            log.warning("broker %s expired: no registration for %d ms", addr, BROKER_CHANNEL_EXPIRED_TIME)
+        return gone
