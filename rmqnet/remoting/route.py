@@ -103,5 +103,5 @@ class TopicRouteData:
                 [BrokerData.from_json(b) for b in obj.get("brokerDatas") or []],
                 obj.get("orderTopicConf"),
             )
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError) as exc:
+        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, RecursionError) as exc:
             raise FieldError("body", f"is not a topic route ({type(exc).__name__}: {exc})") from None

@@ -133,3 +133,11 @@ def test_a_pull_header_round_trips_and_requires_its_fields() -> None:
     assert PullMessageHeader.read(h.to_ext()) == h and h.queue_offset == 5 and h.expression_type is None
     with pytest.raises(FieldError, match="subVersion"):
         PullMessageHeader.read({k: v for k, v in ext.items() if k != "subVersion"})
+
+
+@pytest.mark.parametrize("body", [b"", b"{", b"[1]", b'{"queueDatas":[{"brokerName":"b"}]}', b"[" * 100_000, b"\xff"])
+def test_a_body_that_is_no_route_is_a_field_error(body: bytes) -> None:
+    from rmqnet.remoting.route import TopicRouteData
+
+    with pytest.raises(FieldError, match="body"):
+        TopicRouteData.decode(body)

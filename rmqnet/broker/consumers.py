@@ -1,0 +1,365 @@
+"""The client registry: HEART_BEAT (34), UNREGISTER_CLIENT (35), GET_CONSUMER_LIST_BY_GROUP (38),
+and NOTIFY_CONSUMER_IDS_CHANGED (40) sent to a group when it changes. RocketMQ 4.9.8's
+``ClientManageProcessor``, ``ConsumerManageProcessor.getConsumerListByGroup``,
+``ConsumerManager``/``ConsumerGroupInfo`` and ``ProducerManager``.
+
+HEART_BEAT's body is ``HeartbeatData`` JSON::
+
+    {"clientID": str,
+     "producerDataSet": [{"groupName": str}],
+     "consumerDataSet": [{"groupName": str, "consumeType": "CONSUME_PASSIVELY"|"CONSUME_ACTIVELY",
+                          "messageModel": "CLUSTERING"|"BROADCASTING", "consumeFromWhere": str,
+                          "unitMode": bool,
+                          "subscriptionDataSet": [{"topic": str, "subString": str, "tagsSet": [str],
+                                                   "codeSet": [int], "subVersion": int,
+                                                   "classFilterMode": bool, "expressionType": "TAG"?}]}]}
+
+A consumer is one connection in one group (Java keys ``ConsumerGroupInfo`` by channel): its
+client id, language, version and last heartbeat (wall ms, the broker's clock). A group's
+subscriptions are the last heartbeat's set (a topic's entry replaced only by a higher
+``subVersion``; topics it no longer names are dropped), which the pull path uses when a pull
+carries no subscription of its own. For each consumer group a heartbeat also creates
+``%RETRY%<group>`` (1 queue, read-write), as Java does there.
+
+Guarantees: the group's members get NOTIFY_CONSUMER_IDS_CHANGED (oneway, extField
+``consumerGroup``) whenever a member joins or leaves (heartbeat from a new connection,
+UNREGISTER_CLIENT, a closed connection, expiry) or its subscriptions change; a consumer or
+producer whose last heartbeat is more than 120 s old (``CHANNEL_EXPIRED_TIMEOUT``) is
+dropped by :meth:`ClientRegistry.run_once`; a closed connection drops its clients at once
+(:meth:`ClientRegistry.on_close`, run from the connection's ``on_close`` callbacks).
+GET_CONSUMER_LIST_BY_GROUP answers ``{"consumerIdList": [...]}`` in joining order, or ``SYSTEM_ERROR`` "no consumer for this
+group" as Java does. A body that is not HeartbeatData is ``SYSTEM_ERROR`` naming what is
+wrong, and nothing of it is registered.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import rmqlog
+from rmqlog.paths import validate_group
+
+from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode, ext_str
+from .holds import connection_closed, watch_close
+from .peer import Peer
+
+#: ``ConsumerManager.CHANNEL_EXPIRED_TIMEOUT`` / ``ProducerManager.CHANNEL_EXPIRED_TIMEOUT`` (ms)
+CHANNEL_EXPIRED_TIMEOUT_MS = 120_000
+#: ``SubscriptionGroupConfig.retryQueueNums``
+RETRY_QUEUE_NUMS = 1
+RETRY_PREFIX = "%RETRY%"
+#: how often Java's ``ClientHousekeepingService`` scans for silent clients (ms)
+SCAN_INTERVAL_MS = 10_000
+
+
+class HeartbeatError(ValueError):
+    """A HEART_BEAT body that is not HeartbeatData (names the field)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """``SubscriptionData``: what a consumer group reads of one topic."""
+
+    topic: str
+    sub_string: str
+    expression_type: str
+    sub_version: int
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(slots=True)
+class ClientInfo:
+    """``ClientChannelInfo``: one client on one connection."""
+
+    client_id: str
+    peer: Peer
+    language: str
+    version: int
+    last_update_ms: int
+
+
+@dataclass(slots=True)
+class ConsumerGroupInfo:
+    name: str
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    clients: dict[int, ClientInfo] = field(default_factory=dict)  # by id(peer), in joining order
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+
+    def client_ids(self) -> list[str]:
+        return [c.client_id for c in self.clients.values()]
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumerData:
+    group: str
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    unit_mode: bool
+    subscriptions: tuple[Subscription, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class HeartbeatData:
+    client_id: str
+    producer_groups: tuple[str, ...]
+    consumers: tuple[ConsumerData, ...]
+
+    @staticmethod
+    def decode(body: bytes) -> HeartbeatData:
+        """Parse and check a HEART_BEAT body; :class:`HeartbeatError` naming what is wrong."""
+        try:
+            obj = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise HeartbeatError(f"the HeartbeatData body is not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise HeartbeatError("the HeartbeatData body is not a JSON object")
+        client_id = _text(obj, "clientID", "HeartbeatData")
+        producers = tuple(_group(_text(p, "groupName", "producerDataSet[]"))
+                          for p in _objects(obj, "producerDataSet"))
+        consumers = []
+        for c in _objects(obj, "consumerDataSet"):
+            group = _group(_text(c, "groupName", "consumerDataSet[]"))
+            subs = []
+            for s in _objects(c, "subscriptionDataSet"):
+                topic = _text(s, "topic", "subscriptionDataSet[]")
+                version = s.get("subVersion", 0)
+                if isinstance(version, str) and version.strip().lstrip("-").isdigit():
+                    version = int(version)
+                if isinstance(version, bool) or not isinstance(version, int):
+                    raise HeartbeatError(f"subVersion of {topic!r} is {version!r}, not an integer")
+                tags = s.get("tagsSet") or []
+                subs.append(Subscription(topic, str(s.get("subString") or "*"), str(s.get("expressionType") or "TAG"),
+                                         version, tuple(str(t) for t in tags) if isinstance(tags, list) else ()))
+            consumers.append(ConsumerData(group, str(c.get("consumeType") or ""), str(c.get("messageModel") or ""),
+                                          str(c.get("consumeFromWhere") or ""), c.get("unitMode") in (True, "true", 1),
+                                          tuple(subs)))
+        return HeartbeatData(client_id, producers, tuple(consumers))
+
+
+def _text(obj: dict[str, Any], key: str, where: str) -> str:
+    v = obj.get(key)
+    if not isinstance(v, str) or not v:
+        raise HeartbeatError(f"{where}.{key} is {v!r}, not a non-empty string")
+    return v
+
+
+def _objects(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
+    v = obj.get(key)
+    if v is None:
+        return []
+    if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
+        raise HeartbeatError(f"{key} is not a list of objects")
+    return v
+
+
+def _group(name: str) -> str:
+    try:
+        return validate_group(name)
+    except rmqlog.StoreError as exc:
+        raise HeartbeatError(str(exc)) from None
+
+
+class ClientRegistry:
+    """Consumers and producers by group (``ConsumerManager`` + ``ProducerManager``); a service
+    on the broker's clock (:meth:`run_once` expires the silent)."""
+
+    def __init__(self, *, notify: bool = True) -> None:
+        self.notify = notify
+        self.consumer_groups: dict[str, ConsumerGroupInfo] = {}
+        self.producer_groups: dict[str, dict[int, ClientInfo]] = {}
+        self._opaque = itertools.count(1)
+        self._next_scan_ms: int | None = None
+
+    # ------------------------------------------------------------ consumers
+    def register_consumer(self, data: ConsumerData, client: ClientInfo) -> bool:
+        """A consumer's heartbeat; True when the group changed (and was notified)."""
+        info = self.consumer_groups.get(data.group)
+        if info is None:
+            info = self.consumer_groups[data.group] = ConsumerGroupInfo(
+                data.group, data.consume_type, data.message_model, data.consume_from_where)
+        info.consume_type, info.message_model, info.consume_from_where = \
+            data.consume_type, data.message_model, data.consume_from_where
+        old = info.clients.get(id(client.peer))
+        joined = old is None
+        if old is None or old.client_id != client.client_id:
+            info.clients[id(client.peer)] = client
+        else:
+            old.last_update_ms = client.last_update_ms
+        changed = _update_subscriptions(info, data.subscriptions) or joined
+        if changed:
+            self._notify(info)
+        return changed
+
+    def unregister_consumer(self, group: str, peer: Peer) -> bool:
+        info = self.consumer_groups.get(group)
+        if info is None or info.clients.pop(id(peer), None) is None:
+            return False
+        if not info.clients:
+            del self.consumer_groups[group]
+        self._notify(info)
+        return True
+
+    def find_subscription(self, group: str, topic: str) -> Subscription | None:
+        info = self.consumer_groups.get(group)
+        return None if info is None else info.subscriptions.get(topic)
+
+    def consumer_ids(self, group: str) -> list[str]:
+        info = self.consumer_groups.get(group)
+        return [] if info is None else info.client_ids()
+
+    # ------------------------------------------------------------ producers
+    def register_producer(self, group: str, client: ClientInfo) -> None:
+        clients = self.producer_groups.setdefault(group, {})
+        old = clients.get(id(client.peer))
+        if old is None or old.client_id != client.client_id:
+            clients[id(client.peer)] = client
+        else:
+            old.last_update_ms = client.last_update_ms
+
+    def unregister_producer(self, group: str, peer: Peer) -> None:
+        clients = self.producer_groups.get(group)
+        if clients is not None and clients.pop(id(peer), None) is not None and not clients:
+            del self.producer_groups[group]
+
+    # ---------------------------------------------------- closes and expiry
+    def on_close(self, peer: Peer) -> list[str]:
+        """The connection closed: its consumers and producers leave every group (each
+        consumer group left is notified). Returns the consumer groups it left."""
+        left = [g for g, info in self.consumer_groups.items() if id(peer) in info.clients]
+        for group in left:
+            self.unregister_consumer(group, peer)
+        for group in [g for g, c in self.producer_groups.items() if id(peer) in c]:
+            self.unregister_producer(group, peer)
+        return left
+
+    def run_once(self, now_ms: int) -> int:
+        """Drop clients whose last heartbeat is more than 120 s before ``now_ms`` (Java's
+        ``scanNotActiveChannel``), at most once per 10 s as Java's housekeeping; the groups
+        they leave are notified. Returns how many."""
+        if self._next_scan_ms is not None and now_ms < self._next_scan_ms:
+            return 0
+        self._next_scan_ms = now_ms + SCAN_INTERVAL_MS
+        dropped = 0
+        for group, info in list(self.consumer_groups.items()):
+            stale = [k for k, c in info.clients.items() if now_ms - c.last_update_ms > CHANNEL_EXPIRED_TIMEOUT_MS]
+            for k in stale:
+                del info.clients[k]
+            if stale:
+                dropped += len(stale)
+                if not info.clients:
+                    del self.consumer_groups[group]
+                self._notify(info)
+        for group, clients in list(self.producer_groups.items()):
+            stale = [k for k, c in clients.items() if now_ms - c.last_update_ms > CHANNEL_EXPIRED_TIMEOUT_MS]
+            for k in stale:
+                del clients[k]
+            dropped += len(stale)
+            if not clients:
+                del self.producer_groups[group]
+        return dropped
+
+    def _notify(self, info: ConsumerGroupInfo) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED, oneway, to every consumer left in the group."""
+        if not self.notify:
+            return
+        for client in info.clients.values():
+            if client.peer.closed:
+                continue
+            cmd = RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, next(self._opaque), FLAG_ONEWAY,
+                                  None, {"consumerGroup": info.name}, b"", "JAVA")
+            try:
+                client.peer.send_oneway(cmd)
+            except (OSError, RuntimeError):  # the connection went meanwhile: its close drops it
+                continue
+
+
+def _update_subscriptions(info: ConsumerGroupInfo, subs: tuple[Subscription, ...]) -> bool:
+    """``ConsumerGroupInfo.updateSubscription``: new topics added, a higher subVersion replaces,
+    topics no longer named removed; True when a topic was added or removed."""
+    changed = False
+    for sub in subs:
+        old = info.subscriptions.get(sub.topic)
+        if old is None:
+            info.subscriptions[sub.topic] = sub
+            changed = True
+        elif sub.sub_version > old.sub_version:
+            info.subscriptions[sub.topic] = sub
+    named = {s.topic for s in subs}
+    for topic in [t for t in info.subscriptions if t not in named]:
+        del info.subscriptions[topic]
+        changed = True
+    return changed
+
+
+# ---------------------------------------------------------------------------- handlers
+def heart_beat(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    try:
+        data = HeartbeatData.decode(req.body_bytes())
+    except HeartbeatError as exc:
+        return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    registry: ClientRegistry = broker.consumers
+    watch_close(broker, peer)
+    now = broker.clock.wall_ms()
+    for c in data.consumers:
+        try:
+            _create_retry_topic(broker, c.group)
+        except rmqlog.StoreError as exc:
+            return req.reply(ResponseCode.SYSTEM_ERROR, f"cannot create {RETRY_PREFIX}{c.group}: {exc}")
+        registry.register_consumer(c, ClientInfo(data.client_id, peer, req.language, req.version, now))
+    for group in data.producer_groups:
+        registry.register_producer(group, ClientInfo(data.client_id, peer, req.language, req.version, now))
+    return req.reply(ResponseCode.SUCCESS)
+
+
+def _create_retry_topic(broker: Any, group: str) -> None:
+    """``%RETRY%<group>`` with 1 read-write queue, unless it exists: through the broker's
+    topic manager when it offers ``create_retry``, else the store's topics.json."""
+    create_retry = getattr(getattr(broker, "topics", None), "create_retry", None)
+    if create_retry is not None:
+        create_retry(group)
+        return
+    topic = RETRY_PREFIX + group
+    if topic not in broker.store.topics():
+        broker.store.create_topic(topic, RETRY_QUEUE_NUMS)
+
+
+def unregister_client(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    ext_str(req.ext_fields, "clientID")  # required (Java's @CFNotNull); the connection says who
+    registry: ClientRegistry = broker.consumers
+    producer_group = ext_str(req.ext_fields, "producerGroup", None)
+    if producer_group:
+        registry.unregister_producer(producer_group, peer)
+    consumer_group = ext_str(req.ext_fields, "consumerGroup", None)
+    if consumer_group:
+        registry.unregister_consumer(consumer_group, peer)
+    return req.reply(ResponseCode.SUCCESS)
+
+
+def get_consumer_list_by_group(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    group = ext_str(req.ext_fields, "consumerGroup")
+    ids = broker.consumers.consumer_ids(group)
+    if not ids:
+        return req.reply(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+    return req.reply(ResponseCode.SUCCESS, None, None, json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode())
+
+
+def on_close(broker: Any, peer: Peer) -> None:
+    """A connection closed: its clients leave their groups, its held pulls are dropped. Run
+    by the connection itself (its ``on_close`` list, registered by the first heartbeat or held
+    pull on it: :func:`rmqnet.broker.holds.watch_close`); callable directly too."""
+    connection_closed(broker, peer)
+
+
+def install(broker: Any) -> None:
+    """Register 34, 35, 38 and the registry (``broker.consumers``, a service on the broker's timer)."""
+    broker.consumers = ClientRegistry()
+    broker.services.append(broker.consumers)
+    broker.table.register(RequestCode.HEART_BEAT, heart_beat)
+    broker.table.register(RequestCode.UNREGISTER_CLIENT, unregister_client)
+    broker.table.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, get_consumer_list_by_group)

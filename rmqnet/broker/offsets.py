@@ -1,0 +1,119 @@
+"""Consumer offsets and queue positions: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15),
+SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
+GET_EARLIEST_MSG_STORETIME (32): RocketMQ 4.9.8's ``ConsumerManageProcessor`` and
+``AdminBrokerProcessor``, all through the store's public API.
+
+Offsets live in the store's ``config/consumerOffset.json`` (``commit_offset`` /
+``committed_offset``): what the store API, ``rmqlog lag`` and Spark consumer groups read.
+
+| code | request extFields | response extFields |
+|---|---|---|
+| 14 | ``consumerGroup, topic, queueId`` | ``offset``; none stored: 0 when the queue's min offset is <= 0 and its first record is not "on disk" (Java's ``checkInDiskByConsumeOffset``: more than 40% of the memory behind the commitlog's end), else ``QUERY_NOT_FOUND`` 22 (the client then asks 30 or 29) |
+| 15 | ``consumerGroup, topic, queueId, commitOffset`` | none; a negative offset (ali-ons' "nothing yet") is not stored; oneway tolerated |
+| 29 | ``topic, queueId, timestamp`` | ``offset``: the first at or after the time (the store's rule; max offset if none) |
+| 30 / 31 | ``topic, queueId`` | ``offset``: max / min offset (0 for a queue that does not exist) |
+| 32 | ``topic, queueId`` | ``timestamp``: store time (ms) of the queue's first message, -1 if none |
+
+A field missing or mistyped is ``SYSTEM_ERROR`` naming it (the dispatch table); a name or
+queue the store refuses is ``SYSTEM_ERROR`` with the store's message.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import rmqlog
+
+from ..remoting import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_long, ext_str
+from . import pull
+from .peer import Peer
+
+
+def _queue(req: RemotingCommand) -> tuple[str, int]:
+    return ext_str(req.ext_fields, "topic"), ext_int(req.ext_fields, "queueId")
+
+
+def _offset_reply(req: RemotingCommand, offset: int) -> RemotingCommand:
+    return req.reply(ResponseCode.SUCCESS, None, {"offset": int(offset)})
+
+
+def first_record_in_disk(broker: Any, topic: str, queue_id: int, offset: int) -> bool:
+    """Java's ``checkInDiskByConsumeOffset``: whether the record at ``offset`` of the queue is
+    further behind the commitlog's end than ``accessMessageInMemoryMaxRatio`` of the memory
+    (no such record: False)."""
+    found = broker.store.read_window(topic, queue_id, offset, max_count=1, raw=True)
+    if found.status != rmqlog.GetMessageStatus.FOUND or not len(found.records):
+        return False
+    ratio = pull.conf(broker, "access_message_in_memory_max_ratio", pull.ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
+    behind = broker.store.published_tail() - int(found.records.commit_log_offsets[0])
+    return behind > pull.total_memory() * ratio // 100
+
+
+def query_consumer_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    group = ext_str(req.ext_fields, "consumerGroup")
+    topic, queue_id = _queue(req)
+    try:
+        offset = broker.store.committed_offset(group, topic, queue_id)
+        if offset >= 0:
+            return _offset_reply(req, offset)
+        if broker.store.min_offset(topic, queue_id) <= 0 and not first_record_in_disk(broker, topic, queue_id, 0):
+            return _offset_reply(req, 0)
+    except rmqlog.StoreError as exc:
+        return pull.store_failure(req, exc)
+    return req.reply(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+
+
+def update_consumer_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    group = ext_str(req.ext_fields, "consumerGroup")
+    topic, queue_id = _queue(req)
+    offset = ext_long(req.ext_fields, "commitOffset")
+    if offset >= 0:  # ali-ons sends -1 for a queue it never consumed: nothing to store
+        try:
+            broker.store.commit_offset(group, topic, queue_id, offset)
+        except rmqlog.StoreError as exc:
+            return pull.store_failure(req, exc)
+    return req.reply(ResponseCode.SUCCESS)
+
+
+def search_offset_by_timestamp(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    topic, queue_id = _queue(req)
+    ts = ext_long(req.ext_fields, "timestamp")
+    try:
+        return _offset_reply(req, broker.store.offset_for_timestamp(topic, queue_id, ts))
+    except rmqlog.StoreError as exc:
+        return pull.store_failure(req, exc)
+
+
+def get_max_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    topic, queue_id = _queue(req)
+    try:
+        return _offset_reply(req, broker.store.max_offset(topic, queue_id))
+    except rmqlog.StoreError as exc:
+        return pull.store_failure(req, exc)
+
+
+def get_min_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    topic, queue_id = _queue(req)
+    try:
+        return _offset_reply(req, broker.store.min_offset(topic, queue_id))
+    except rmqlog.StoreError as exc:
+        return pull.store_failure(req, exc)
+
+
+def get_earliest_msg_storetime(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    topic, queue_id = _queue(req)
+    try:
+        ts = broker.store.earliest_store_time(topic, queue_id)
+    except rmqlog.StoreError as exc:
+        return pull.store_failure(req, exc)
+    return req.reply(ResponseCode.SUCCESS, None, {"timestamp": ts})
+
+
+def install(broker: Any) -> None:
+    table = broker.table
+    table.register(RequestCode.QUERY_CONSUMER_OFFSET, query_consumer_offset)
+    table.register(RequestCode.UPDATE_CONSUMER_OFFSET, update_consumer_offset)
+    table.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, search_offset_by_timestamp)
+    table.register(RequestCode.GET_MAX_OFFSET, get_max_offset)
+    table.register(RequestCode.GET_MIN_OFFSET, get_min_offset)
+    table.register(RequestCode.GET_EARLIEST_MSG_STORETIME, get_earliest_msg_storetime)

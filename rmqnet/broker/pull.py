@@ -1,0 +1,283 @@
+"""PULL_MESSAGE (11): RocketMQ 4.9.8's ``PullMessageProcessor`` over the store's window read.
+
+Request: :class:`rmqnet.remoting.PullMessageHeader` (``consumerGroup, topic, queueId,
+queueOffset, maxMsgNums, sysFlag, commitOffset, suspendTimeoutMillis, subscription,
+subVersion, expressionType``). Response extFields, always all four: ``suggestWhichBrokerId``
+(0: this broker never sends consumers to a slave), ``nextBeginOffset``, ``minOffset``,
+``maxOffset``; the remark is the store's status name, as Java's.
+
+Checks, in Java's order: the broker's permission (``brokerPermission`` readable, else
+``NO_PERMISSION``), the topic (``TOPIC_NOT_EXIST``; not readable: ``NO_PERMISSION``), the
+queue id (``SYSTEM_ERROR`` naming it, below ``readQueueNums``), the subscription: with the
+subscription flag the request's own (``subscription``, ``expressionType`` TAG or absent; a
+``SQL92`` filter is refused as Java refuses it with ``enablePropertyFilter=false``; a tag
+expression that does not parse: ``SUBSCRIPTION_PARSE_FAILED``), without it the one the
+group's heartbeat registered (:mod:`rmqnet.broker.consumers`: ``SUBSCRIPTION_NOT_EXIST``,
+``SUBSCRIPTION_NOT_LATEST`` when the registered ``subVersion`` is older).
+
+The read is :meth:`rmqlog.MessageStore.read_window` with ``raw=True``: the body is the stored
+records byte-exact, handed to the transport as a list of buffers (no join, no re-encoding).
+Transfer limits, MessageStoreConfig's: at most ``maxMsgNums`` and 32 messages and, after the
+first, 256 KiB (``maxTransferCount/BytesOnMessageInMemory``); records further behind the
+commitlog's end than 40% of the machine's memory (``accessMessageInMemoryMaxRatio``: Java
+would read them from disk) at most 8 messages and 64 KiB (``...InDisk``). Statuses:
+
+| store status | code | nextBeginOffset |
+|---|---|---|
+| FOUND | SUCCESS 0 | past the units scanned |
+| NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE | 21 if queueOffset != 0 else 19 | 0 |
+| OFFSET_OVERFLOW_ONE (offset == max) | PULL_NOT_FOUND 19 (held if suspend) | offset |
+| OFFSET_FOUND_NULL | PULL_NOT_FOUND 19 (held if suspend) | min offset |
+| OFFSET_OVERFLOW_BADLY | PULL_OFFSET_MOVED 21 | max offset |
+| OFFSET_TOO_SMALL | PULL_OFFSET_MOVED 21 | min offset |
+| NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING | PULL_RETRY_IMMEDIATELY 20 | past the units scanned |
+
+A 19 with the suspend flag (sysFlag bit 2) is held (:mod:`rmqnet.broker.holds`) for
+``suspendTimeoutMillis``, or ``shortPollingTimeMills`` with ``longPollingEnable=false``; not
+once the broker is stopping (answered at once: the client pulls again, elsewhere if need be). With
+sysFlag bit 1 the request's ``commitOffset`` is stored for the group (the store's
+``config/consumerOffset.json``), when first processed, never on a held pull's re-run (Java's
+``brokerAllowSuspend``); a negative one is not stored (the store refuses it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from typing import Any
+
+import numpy as np
+
+import rmqlog
+from rmqlog import GetMessageResult, GetMessageStatus, StoredRecords
+
+from ..remoting import PullMessageHeader, RemotingCommand, RequestCode, ResponseCode
+from ..remoting.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
+from .holds import HeldPull, PullHoldService, watch_close
+from .peer import Peer
+
+PERM_READ = 4
+PERM_WRITE = 2
+#: MessageStoreConfig's defaults (RocketMQ 4.9.8)
+MAX_TRANSFER_BYTES_IN_MEMORY = 256 * 1024
+MAX_TRANSFER_COUNT_IN_MEMORY = 32
+MAX_TRANSFER_BYTES_IN_DISK = 64 * 1024
+MAX_TRANSFER_COUNT_IN_DISK = 8
+ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40
+#: BrokerConfig's defaults
+SHORT_POLLING_TIME_MILLS = 1000
+BROKER_PERMISSION = PERM_READ | PERM_WRITE
+
+_S = GetMessageStatus
+_CODE = {
+    _S.FOUND: ResponseCode.SUCCESS,
+    _S.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    _S.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    _S.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    _S.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    _S.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    _S.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+def total_memory() -> int:
+    """The machine's memory in bytes (Java's ``totalPhysicalMemorySize``)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):  # not POSIX: treat everything as in memory
+        return 1 << 62
+
+
+def conf(broker: Any, name: str, default: Any) -> Any:
+    """``broker.config.<name>`` (BrokerConfig's snake_case field), else RocketMQ's default."""
+    value = getattr(getattr(broker, "config", None), name, None)
+    return default if value is None else value
+
+
+def topic_config(broker: Any, topic: str) -> rmqlog.TopicConfig | None:
+    """The topic's config (queues, perm), or ``None`` if the broker does not know it. Through
+    the broker's ``TopicManager`` when it has one (its ``get``), else the store's
+    ``topics.json``. Raises the store's errors (a closed store: ``StoreClosedError``)."""
+    topics = getattr(broker, "topics", None)
+    getter = getattr(topics, "get", None)
+    if getter is not None:
+        found = getter(topic)
+        return found if found is None or isinstance(found, rmqlog.TopicConfig) else None
+    found = broker.store.topics().get(topic)
+    return found if isinstance(found, rmqlog.TopicConfig) else None
+
+
+def store_failure(req: RemotingCommand, exc: rmqlog.StoreError) -> RemotingCommand:
+    """A store error on a read path: the store closed is ``SERVICE_NOT_AVAILABLE``, an
+    argument the store refused or damage it found is ``SYSTEM_ERROR``; the remark names it."""
+    code = ResponseCode.SERVICE_NOT_AVAILABLE if isinstance(exc, rmqlog.StoreClosedError) else ResponseCode.SYSTEM_ERROR
+    return req.reply(code, f"{type(exc).__name__}: {exc}")
+
+
+# ---------------------------------------------------------------------------- handler
+def pull_message(broker: Any, peer: Peer, req: RemotingCommand) -> Any:
+    """The PULL_MESSAGE handler: the response, or a future of it when the pull is held."""
+    return process(broker, peer, req, allow_suspend=True)
+
+
+def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: bool,
+            held: HeldPull | None = None) -> Any:
+    """One pull (Java's ``processRequest``): the response, or with ``allow_suspend`` a future
+    of it when the pull is held. ``held``: the re-run of a held pull (its header and
+    subscription as first checked; no new hold, no commit)."""
+    h: PullMessageHeader = held.state["header"] if held is not None else PullMessageHeader.read(req.ext_fields)
+    try:
+        if held is not None:
+            tags = held.state["tags"]
+        else:
+            checked = _check(broker, peer, req, h)
+            if isinstance(checked, RemotingCommand):
+                return checked
+            tags = checked
+        result = _read(broker, h, tags)
+    except rmqlog.StoreError as exc:
+        return store_failure(req, exc)
+    status = result.status
+    if status in (_S.NO_MESSAGE_IN_QUEUE, _S.NO_MATCHED_LOGIC_QUEUE):
+        code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
+    else:
+        code = _CODE[status]
+    ext = {"suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset,
+           "minOffset": result.min_offset, "maxOffset": result.max_offset}
+    res: Any = req.reply(code, status.name, ext)
+    if code == ResponseCode.SUCCESS:
+        assert result.records is not None
+        res.body = [memoryview(result.records.data)]
+    elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND:
+        holds: PullHoldService | None = getattr(broker, "holds", None)
+        if holds is not None and not getattr(broker, "stopping", False) and _in_event_loop():
+            wait = h.suspend_timeout_millis if conf(broker, "long_polling_enable", True) \
+                else conf(broker, "short_polling_time_mills", SHORT_POLLING_TIME_MILLS)
+            res = holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
+                             {"header": h, "tags": tags, "broker": broker})
+            watch_close(broker, peer)
+    if allow_suspend and h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0 \
+            and conf(broker, "broker_role", "ASYNC_MASTER") != "SLAVE":
+        # Java stores it unchecked; one the store refuses (a bad group name) must not fail the pull
+        with contextlib.suppress(rmqlog.StoreError):
+            broker.store.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+    return res
+
+
+def _in_event_loop() -> bool:
+    """Whether a pull can be held: only a handler running on an event loop can return a
+    future (a caller without one gets the 19 at once, as with the suspend flag off)."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader) -> RemotingCommand | str | None:
+    """The request's checks in Java's order: a refusal, or the tag subscription to read with."""
+    if not conf(broker, "broker_permission", BROKER_PERMISSION) & PERM_READ:
+        return req.reply(ResponseCode.NO_PERMISSION,
+                         f"the broker[{conf(broker, 'broker_ip1', '')}] pulling message is forbidden")
+    tc = topic_config(broker, h.topic)
+    if tc is None:
+        return req.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+    if not tc.perm & PERM_READ:
+        return req.reply(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+    if not 0 <= h.queue_id < tc.read_queue_nums:
+        return req.reply(ResponseCode.SYSTEM_ERROR, f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
+                         f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{peer.remote}]")
+    if h.sys_flag & PULL_SUBSCRIPTION:
+        expression_type, subscription = h.expression_type, h.subscription
+    else:
+        registry = getattr(broker, "consumers", None)
+        sub = registry.find_subscription(h.consumer_group, h.topic) if registry is not None else None
+        if sub is None:
+            return req.reply(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
+        if sub.sub_version < h.sub_version:
+            return req.reply(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+        expression_type, subscription = sub.expression_type, sub.sub_string
+    if expression_type not in (None, "", "TAG"):
+        return req.reply(ResponseCode.SYSTEM_ERROR,
+                         f"The broker does not support consumer to filter message by {expression_type}")
+    try:
+        rmqlog.parse_tag_filter(subscription)
+    except rmqlog.StoreError:
+        return req.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
+    return subscription
+
+
+def _read(broker: Any, h: PullMessageHeader, tags: str | None) -> GetMessageResult:
+    """The window read under the memory limits, trimmed to the disk limits where Java's
+    ``isInDisk`` would hold (records more than 40% of the memory behind the commitlog's end)."""
+    store = broker.store
+    count = min(max(h.max_msg_nums, 1), conf(broker, "max_transfer_count_on_message_in_memory", MAX_TRANSFER_COUNT_IN_MEMORY))
+    nbytes = conf(broker, "max_transfer_bytes_on_message_in_memory", MAX_TRANSFER_BYTES_IN_MEMORY)
+    result: GetMessageResult = store.read_window(h.topic, h.queue_id, h.queue_offset, max_count=count,
+                                                 max_bytes=nbytes, tags=tags, raw=True)
+    recs = result.records
+    if result.status != _S.FOUND or recs is None or len(recs) < 2:
+        return result
+    ratio = conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
+    in_disk = (store.published_tail() - recs.commit_log_offsets) > total_memory() * ratio // 100
+    if not in_disk.any():
+        return result
+    keep = disk_limited(recs.sizes, in_disk, min(count, MAX_TRANSFER_COUNT_IN_MEMORY),
+                        conf(broker, "max_transfer_count_on_message_in_disk", MAX_TRANSFER_COUNT_IN_DISK),
+                        nbytes, conf(broker, "max_transfer_bytes_on_message_in_disk", MAX_TRANSFER_BYTES_IN_DISK))
+    if keep == len(recs):
+        return result
+    cut = StoredRecords(recs.array.slice(0, keep), recs.commit_log_offsets[:keep], recs.sizes[:keep],
+                        recs.queue_offsets[:keep])
+    return GetMessageResult(result.status, int(recs.queue_offsets[keep]), result.min_offset, result.max_offset,
+                            result.messages, cut, result.removed)
+
+
+def disk_limited(sizes: np.ndarray, in_disk: np.ndarray, mem_count: int, disk_count: int, mem_bytes: int,
+                 disk_bytes: int) -> int:
+    """How many of the records (sizes in queue order) Java's ``isTheBatchFull`` keeps when
+    each is judged by its own place (``in_disk``): record ``i`` (never the first) ends the
+    batch when the ``i`` taken reach its count limit or its size carries the bytes past its
+    byte limit."""
+    before = np.arange(len(sizes))
+    bytes_before = np.cumsum(sizes) - sizes
+    full = np.where(in_disk, (before >= disk_count) | (bytes_before + sizes > disk_bytes),
+                    (before >= mem_count) | (bytes_before + sizes > mem_bytes))
+    full[0] = False
+    stops = np.flatnonzero(full)
+    return int(stops[0]) if len(stops) else len(sizes)
+
+
+def _rerun(held: HeldPull, final: bool) -> RemotingCommand | None:
+    """A held pull re-run (Java's ``executeRequestWhenWakeup``, suspend not allowed): on a
+    wake-up, ``None`` (keep holding) unless something matching arrived; at the deadline,
+    whatever the pull gives."""
+    res = process(held.state["broker"], held.peer, held.request, allow_suspend=False, held=held)
+    if not final and res.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY) \
+            and res.remark != _S.MESSAGE_WAS_REMOVING.name:
+        return None
+    return res
+
+
+def install(broker: Any) -> None:
+    """Register PULL_MESSAGE and the hold service (``broker.holds``, run on the broker's
+    timer; woken by the store's arrival signal when the store has one)."""
+    broker.holds = PullHoldService(_rerun)
+    broker.services.append(broker.holds)
+    on_arrival = getattr(broker.store, "on_arrival", None)
+    if on_arrival is not None:
+        on_arrival(broker.holds.notify_arrivals)
+    broker.table.register(RequestCode.PULL_MESSAGE, pull_message)
+    # At a stop the held pulls are answered before the server waits for requests in flight
+    # (else each holds the stop for the whole grace period and its client sees the connection
+    # drop). The broker offers no stop listeners, so the hold service's close() is chained to
+    # its begin_stop, which the process calls first.
+    begin_stop = getattr(broker, "begin_stop", None)
+    if callable(begin_stop):
+        def stop_then_answer_held() -> None:
+            begin_stop()
+            broker.holds.close()
+
+        broker.begin_stop = stop_then_answer_held
+
