@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import javaproperties
 import pytest
 
 TESTS_DIR = Path(__file__).resolve().parent.parent
@@ -121,10 +122,12 @@ def free_port() -> int:
 
 
 class Child:
-    """A child process whose stdout lines are collected by a thread; stderr goes to a file.
+    """A child process whose stdout and stderr lines are collected by a thread each (stderr is
+    also copied to ``LOG_DIR/NAME.stderr``); pipes read as they fill never block the child.
 
-    :meth:`wait_line` waits for a line (the Condition is notified per line and at the end of
-    stdout); :meth:`stop` sends SIGTERM to the child's own PID, then SIGKILL after
+    :meth:`wait_line` waits for a stdout line, :meth:`wait_stderr` for a stderr line (the
+    Condition is notified per line and at the end of each stream); :meth:`stop` sends SIGTERM to
+    the child's own PID, then SIGKILL after
     ``STOP_TIMEOUT``. Children may share one Condition (``cond``: a :class:`Cluster`'s), which
     every line of any of them notifies.
     """
@@ -134,15 +137,19 @@ class Child:
         self.name = name
         self.argv = argv
         self.stderr_path = log_dir / f"{name}.stderr"
-        self._stderr = open(self.stderr_path, "w+b")  # noqa: SIM115 (closed by stop); a file: a full pipe would block the child
         self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=self._stderr, text=True, bufsize=1)
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
+                                     errors="replace")
         self.lines: list[str] = []
+        self.err_lines: list[str] = []
         self.ended = False
+        self.err_ended = False
         # shared by the children of one Cluster, so that a wait can watch all of them
         self._cond = cond if cond is not None else threading.Condition()
         self._reader = threading.Thread(target=self._read, name=f"stdout of {name}", daemon=True)
         self._reader.start()
+        self._err_reader = threading.Thread(target=self._read_stderr, name=f"stderr of {name}", daemon=True)
+        self._err_reader.start()
 
     @property
     def pid(self) -> int:
@@ -158,10 +165,40 @@ class Child:
             self.ended = True
             self._cond.notify_all()
 
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        with open(self.stderr_path, "w") as copy:
+            for line in self.proc.stderr:
+                copy.write(line)
+                copy.flush()
+                with self._cond:
+                    self.err_lines.append(line.rstrip("\n"))
+                    self._cond.notify_all()
+        with self._cond:
+            self.err_ended = True
+            self._cond.notify_all()
+
     def stderr_tail(self, limit: int = 4000) -> str:
-        self._stderr.flush()
-        data = self.stderr_path.read_bytes()
-        return data[-limit:].decode(errors="replace")
+        with self._cond:
+            text = "\n".join(self.err_lines)
+        return text[-limit:]
+
+    def wait_stderr(self, predicate: Callable[[str], bool], what: str, timeout: float = EVENT_TIMEOUT) -> str:
+        """The first stderr line ``predicate`` accepts (a server's log line, say)."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            i = 0
+            while True:
+                while i < len(self.err_lines):
+                    if predicate(self.err_lines[i]):
+                        return self.err_lines[i]
+                    i += 1
+                left = deadline - time.monotonic()
+                if self.err_ended or left <= 0:
+                    break
+                self._cond.wait(left)
+        why = "its stderr ended first" if self.err_ended else f"none within {timeout:.0f} s"
+        raise AssertionError(f"waiting for {what} in the stderr of {self.name}: {why}\n{self.describe()}")
 
     def describe(self) -> str:
         code = self.proc.poll()
@@ -207,6 +244,7 @@ class Child:
         except subprocess.TimeoutExpired:
             raise AssertionError(f"{self.name} did not exit within {timeout:.0f} s\n{self.describe()}") from None
         self._reader.join(timeout)
+        self._err_reader.join(timeout)
         return code
 
     def stop(self, sig: int = signal.SIGTERM) -> int | None:
@@ -222,7 +260,7 @@ class Child:
                 self.proc.wait()
         self.close_stdin()
         self._reader.join(STOP_TIMEOUT)
-        self._stderr.close()
+        self._err_reader.join(STOP_TIMEOUT)
         return self.proc.returncode
 
 
@@ -366,9 +404,14 @@ class Cluster:
                     store.create_topic(topic, queues)
             finally:
                 store.close()
-        self._server("namesrv", [str(RMQLOG), "namesrv", "--listen", self.namesrv_addr])
-        self._server("broker", [str(RMQLOG), "broker", str(self.root), "-c", str(self.broker_conf()),
+        namesrv = self._server("namesrv", [str(RMQLOG), "namesrv", "--listen", self.namesrv_addr])
+        conf = self.broker_conf()
+        self._server("broker", [str(RMQLOG), "broker", str(self.root), "-c", str(conf),
                                 "--listen", self.broker_addr, "--namesrv", self.namesrv_addr])
+        # the broker is ready before its first registration is done: until then the name server
+        # has no route for its topics, and a client that asks gets TOPIC_NOT_EXIST
+        name = javaproperties.loads(conf.read_text())["brokerName"]
+        namesrv.wait_stderr(lambda line: f"broker registered: {name} " in line, "the broker's first registration")
         if os.environ.get("RMQ_WIRE_DUMP") == "1":
             ports = NS_DUMP_PORTS if self.netns is not None else (free_port(), free_port())
             listen = [f"127.0.0.1:{p}" for p in ports]
@@ -439,7 +482,7 @@ class Cluster:
         for c in reversed(self.children):
             c.stop()
         for c in self.children:
-            tail = c.stderr_tail() if not c._stderr.closed else c.stderr_path.read_bytes()[-4000:].decode(errors="replace")
+            tail = c.stderr_tail()
             if tail.strip():
                 print(f"--- stderr of {c.name} (pid {c.pid}, exit {c.proc.returncode}):\n{tail}")
         if self.dump is not None:
