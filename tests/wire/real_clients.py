@@ -223,9 +223,10 @@ class Child:
                 if self.ended or left <= 0:
                     break
                 self._cond.wait(left)
-        if self.ended:  # its stdout closed: let it finish exiting, so that the report has its exit code
+        if self.ended:  # its stdout closed: let it finish exiting, so that the report has its exit code and stderr
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(STOP_TIMEOUT)
+            self._err_reader.join(STOP_TIMEOUT)
         why = "it ended first" if self.ended else f"none within {timeout:.0f} s"
         raise AssertionError(f"waiting for {what} from {self.name}: {why}\n{self.describe()}")
 
