@@ -10,7 +10,7 @@ a timer. Tests build one over a store and call handlers directly.
 from __future__ import annotations
 
 import importlib
-import time
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from rmqlog import Clock, MessageStore, SystemClock
@@ -46,8 +46,10 @@ class Broker:
         self.table = ProcessorTable()
         self.services: list[BrokerService] = []
         self.started_ms = self.clock.wall_ms()
-        self.started_monotonic = time.monotonic()
         self.stopping = False
+        #: called by :meth:`begin_stop`, in order (the hold service answers its held pulls there,
+        #: so that the server's wait for requests in flight does not wait out their timeouts)
+        self.stop_listeners: list[Callable[[], object]] = []
         self.topics = TopicManager(store, config, self.clock)
         for name in PROCESSOR_MODULES:
             module = importlib.import_module(f"{__package__}.{name}")
@@ -67,5 +69,10 @@ class Broker:
             raise first
 
     def begin_stop(self) -> None:
-        """From now on refuse new sends (SERVICE_NOT_AVAILABLE); requests in flight finish."""
+        """From now on refuse new sends (SERVICE_NOT_AVAILABLE); requests in flight finish;
+        then every stop listener runs (once: a second call does nothing)."""
+        if self.stopping:
+            return
         self.stopping = True
+        for listener in self.stop_listeners:
+            listener()

@@ -269,15 +269,7 @@ def install(broker: Any) -> None:
     if on_arrival is not None:
         on_arrival(broker.holds.notify_arrivals)
     broker.table.register(RequestCode.PULL_MESSAGE, pull_message)
-    # At a stop the held pulls are answered before the server waits for requests in flight
-    # (else each holds the stop for the whole grace period and its client sees the connection
-    # drop). The broker offers no stop listeners, so the hold service's close() is chained to
-    # its begin_stop, which the process calls first.
-    begin_stop = getattr(broker, "begin_stop", None)
-    if callable(begin_stop):
-        def stop_then_answer_held() -> None:
-            begin_stop()
-            broker.holds.close()
-
-        broker.begin_stop = stop_then_answer_held
+    # at a stop the held pulls are answered before the server waits for requests in flight
+    # (else each holds the stop for the whole grace period and its client sees the connection drop)
+    broker.stop_listeners.append(broker.holds.close)
 

@@ -39,6 +39,7 @@ class StandInBroker:
     table: ProcessorTable = field(default_factory=ProcessorTable)
     address: str = "127.0.0.1:10911"
     services: list[Any] = field(default_factory=list)
+    stop_listeners: list[Any] = field(default_factory=list)
     root: Path | None = None  # (the store's folder: the tests read its segment files)
 
 

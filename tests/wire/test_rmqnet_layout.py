@@ -1,0 +1,110 @@
+"""rmqnet's layout rules (docs/architecture.md, "The network side"), checked on the source:
+
+- its units stand on floors, lowest first: ``remoting`` (the wire, sans-I/O) < ``transport``
+  (asyncio connections) < ``client``, ``namesrv``, ``ha`` < ``broker`` < ``cli`` (the command,
+  ``__main__``); a module imports from its own unit and lower floors only, and units of one
+  floor do not import each other (type-only and function-local imports count);
+- no import cycles;
+- the store is reached only through its public API (``rmqlog.__all__`` and
+  ``rmqlog.PUBLIC_MODULES``), except by the command, which hands the store's commands to
+  ``rmqlog.admin.cli`` unchanged;
+- ``remoting`` imports neither asyncio nor sockets nor the store (bytes in, commands out);
+- no module reads the time itself: services take ``now_ms`` from an injected clock
+  (``rmqlog.Clock``), the transport asks its event loop;
+- no module over 600 lines; every module is named in docs/architecture.md's rmqnet table.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from test_layout import (
+    ARCHITECTURE,
+    MAX_LINES,
+    _cycles,
+    _imports,
+    _private_uses,
+    _public_api,
+    _time_reads,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+NET = ROOT / "rmqnet"
+FLOORS = (("remoting",), ("transport",), ("client", "namesrv", "ha"), ("broker",), ("cli",))
+FLOOR = {unit: n for n, units in enumerate(FLOORS) for unit in units}
+#: what the command may take from the store beyond its public API: the store's own command
+COMMAND_HANDS_OVER = {"rmqlog.admin.cli"}
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for path in sorted(NET.rglob("*.py")):
+        parts = ["rmqnet", *path.relative_to(NET).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        mods[".".join(parts)] = path
+    return mods
+
+
+def _unit(mod: str) -> str:
+    parts = mod.split(".")
+    if len(parts) > 2 or (len(parts) == 2 and (NET / parts[1]).is_dir()):
+        return parts[1]
+    return "cli"  # rmqnet, rmqnet.cli, rmqnet.__main__: the package and its command
+
+
+def test_every_unit_stands_on_a_floor() -> None:
+    units = {_unit(m) for m in _modules()}
+    assert units - FLOOR.keys() == set(), "units without a floor (add them to FLOORS)"
+
+
+def test_no_import_runs_up_a_floor_or_across() -> None:
+    bad = []
+    for mod, deps in _imports(_modules()).items():
+        for dep in deps:
+            if _unit(dep) != _unit(mod) and FLOOR[_unit(dep)] >= FLOOR[_unit(mod)]:
+                bad.append(f"{mod} ({_unit(mod)}) -> {dep} ({_unit(dep)})")
+    assert bad == [], "imports against rmqnet's floors: " + ", ".join(sorted(bad))
+
+
+def test_no_import_cycles() -> None:
+    assert _cycles(_imports(_modules())) == []
+
+
+def test_the_store_is_reached_through_its_public_api_only() -> None:
+    public, modules = _public_api()
+    bad = [f"{p.relative_to(ROOT)}: {b}" for p in sorted(NET.rglob("*.py"))
+           for b in _private_uses(p, public, modules | (COMMAND_HANDS_OVER if p.name == "cli.py" else set()))]
+    assert bad == [], "rmqnet reaching into the store: " + ", ".join(bad)
+
+
+def test_the_wire_codec_does_no_io() -> None:
+    banned = {"asyncio", "socket", "selectors", "rmqlog", "threading"}
+    found = []
+    for path in sorted((NET / "remoting").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in banned]
+    assert found == []
+
+
+def test_no_module_reads_the_time_itself() -> None:
+    reads = {str(p.relative_to(ROOT)): r for p in sorted(NET.rglob("*.py")) if (r := _time_reads(p.read_text()))}
+    assert reads == {}, "rmqnet modules reading the time themselves (ask the injected clock): " + str(reads)
+
+
+def test_no_module_over_600_lines() -> None:
+    long = {str(p.relative_to(ROOT)): n for p in sorted(NET.rglob("*.py")) if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert long == {}
+
+
+def test_the_architecture_table_names_every_module() -> None:
+    text = ARCHITECTURE.read_text()
+    section = text.split("\n## The network side", 1)[1].split("\n## ", 1)[0]
+    named = re.findall(r"`([\w/]+\.py)`", "\n".join(line.split("|")[1] for line in section.splitlines() if line.startswith("| `")))
+    on_disk = sorted(str(p.relative_to(NET)) for p in NET.rglob("*.py"))
+    assert sorted(set(on_disk) - set(named)) == [], "rmqnet modules missing from docs/architecture.md's table"
+    assert sorted(set(named) - set(on_disk)) == [], "docs/architecture.md names rmqnet modules that do not exist"
