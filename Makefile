@@ -6,7 +6,7 @@ EXTRAS := dev,notebook,connect
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart test lint bench bench-spark clean FORCE
+.PHONY: quickstart test clients lint bench bench-spark clean FORCE
 
 # The install is editable in setuptools' strict mode: the venv's site-packages holds a static
 # path to a tree of links to the sources (build/__editable__.*), so the package `rmqlog`
@@ -28,12 +28,32 @@ $(STAMP): pyproject.toml setup.py store/_native.c $(SOURCES)
 
 FORCE:
 
+# The real RocketMQ clients tests/wire drives (tests/wire/real_clients.py, docs/broker.md "Clients
+# tested"): npm ali-ons from its committed package-lock.json (`npm ci`: exactly the locked tree,
+# integrity-checked), and PyPI rocketmq (the C++ client) in an environment of its own, hash-pinned.
+# Both need the registries the first time; `make test` depends on them, `make quickstart` does not.
+NODE_CLIENTS := tests/wire/clients/node
+NODE_STAMP := $(NODE_CLIENTS)/node_modules/.installed
+ROCKETMQ_VENV := .venv-rocketmq
+ROCKETMQ_STAMP := $(ROCKETMQ_VENV)/.installed
+
+$(NODE_STAMP): $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
+	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund
+	touch $(NODE_STAMP)
+
+$(ROCKETMQ_STAMP): tests/wire/clients/cpp/requirements.txt
+	test -x $(ROCKETMQ_VENV)/bin/python || $(PY) -m venv $(ROCKETMQ_VENV)
+	$(ROCKETMQ_VENV)/bin/python -m pip install -r tests/wire/clients/cpp/requirements.txt
+	touch $(ROCKETMQ_STAMP)
+
+clients: $(NODE_STAMP) $(ROCKETMQ_STAMP)
+
 quickstart: $(STAMP)
 	$(VENV)/bin/python jobs/quickstart.py
 
 # two workers (pytest-xdist): the tests that use the shared SparkSession form one group
 # (tests/conftest.py), so one worker runs them all with one JVM while the other runs the rest
-test: $(STAMP)
+test: $(STAMP) clients
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)
@@ -48,4 +68,4 @@ bench-spark: $(STAMP)
 	$(VENV)/bin/python jobs/bench_spark.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build *.egg-info $(ROCKETMQ_VENV) $(NODE_CLIENTS)/node_modules
