@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rmqlog
 from rmqnet.broker import launch
@@ -456,3 +458,66 @@ def test_over_a_socket_our_client_signs_and_the_unsigned_one_is_refused(servers:
     finally:
         for c in (producer, consumer, anonymous):
             c.close()
+
+
+def test_batches_and_retry_topic_sends_are_checked(broker: Any, puts: Any) -> None:
+    batch = send_to("topicC")
+    batch.code = RequestCode.SEND_BATCH_MESSAGE
+    (res,) = run(broker, FakePeer(), signed(batch))
+    refused(res, "No default permission for topic:topicC")  # 320 checked like 310 (4.9.8: signature only)
+    retry = send_to("%RETRY%groupA", group="groupA")  # a %RETRY% topic needs the producer group's SUB
+    (res,) = run(broker, FakePeer(), signed(retry))
+    refused(res, "No default permission for group:groupA")
+    assert puts.puts == []
+
+
+def test_unique_key_queries_verify_in_both_signed_forms(broker: Any) -> None:
+    ext = {"topic": "topicC", "key": "k", "maxNum": 32, "beginTimestamp": 0, "endTimestamp": 1, "_UNIQUE_KEY_QUERY": "true"}
+    ours = signed(RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields=dict(ext)))  # left out, as the broker does
+    java = RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields=dict(ext, AccessKey=USER_KEY))
+    java.ext_fields["Signature"] = java_signature(java.ext_fields, b"", USER_SECRET)  # the Java client signs it
+    assert ours.ext_fields["Signature"] != java.ext_fields["Signature"]
+    for req in (ours, java):
+        (res,) = run(broker, FakePeer(), req)
+        assert res is not None and res.code != ResponseCode.SYSTEM_ERROR, res.remark
+    forged = RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields=dict(ext, AccessKey=USER_KEY, Signature="AAAA"))
+    (res,) = run(broker, FakePeer(), forged)
+    refused(res, f"Check signature failed for accessKey={USER_KEY}")
+
+
+def test_heartbeats_of_allowed_groups_and_producers_pass(broker: Any) -> None:
+    hb = {"clientID": "c1", "producerDataSet": [{"groupName": "anyProducer"}], "consumerDataSet": [
+        {"groupName": "groupC", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
+         "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
+         "subscriptionDataSet": [{"topic": "topicC", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 0}]}]}
+    (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.HEART_BEAT, body=json.dumps(hb).encode())))
+    assert res is not None and res.code == ResponseCode.SUCCESS, res.remark
+    hb["consumerDataSet"][0]["subscriptionDataSet"][0]["topic"] = "other"  # type: ignore[index]
+    (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.HEART_BEAT, body=json.dumps(hb).encode())))
+    refused(res, "No default permission for topic:other")
+
+
+_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                     max_leaves=6)
+_codes = st.sampled_from([10, 11, 12, 15, 17, 34, 35, 36, 38, 310, 320, 30, 9999])
+_names = st.sampled_from(["topic", "b", "a", "group", "consumerGroup", "clientID", "queueId", "commitOffset",
+                          "AccessKey", "Signature", "producerGroup", "_UNIQUE_KEY_QUERY"])
+
+
+def test_any_fields_are_refused_or_allowed_never_an_exception(home: Path) -> None:
+    v = AccessValidator(load_home())
+
+    @settings(max_examples=200, deadline=None)
+    @given(code=_codes, ext=st.dictionaries(_names, _json, max_size=6), body=st.binary(max_size=40),
+           remote=st.sampled_from(["127.0.0.1:1", "10.10.103.9:2", "::1:3", "garbage"]))
+    def check(code: int, ext: dict[str, Any], body: bytes, remote: str) -> None:
+        req = RemotingCommand(code, ext_fields=ext, body=body)
+        try:
+            v.validate(req, remote)
+        except AclRefusal as exc:
+            assert str(exc)
+        res = v.check(None, FakePeer(remote), req)
+        assert res is None or (res.code == ResponseCode.SYSTEM_ERROR and (res.remark or "").startswith(ACL_EXCEPTION))
+
+    check()
