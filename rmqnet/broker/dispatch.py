@@ -10,6 +10,11 @@ missing or mistyped (:class:`~rmqnet.remoting.FieldError`) is ``SYSTEM_ERROR`` w
 reason as remark (Java's ``RemotingCommandException``); an unknown code is
 ``REQUEST_CODE_NOT_SUPPORTED`` (RocketMQ's remark: "request type N not supported"). A oneway
 request gets no answer whatever happens (the transport never writes one for it).
+
+Hooks (:attr:`ProcessorTable.before`, e.g. the ACL of :mod:`rmqnet.broker.acl`) run before
+any handler, whatever the code (RocketMQ's RPC hooks run before its default processor too):
+``hook(broker, peer, request)`` returns None to go on, or the answer that ends the request
+there (the handler never runs).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from ..remoting import FieldError, RemotingCommand, ResponseCode
 from .peer import Peer
 
 Handler = Callable[[Any, Peer, RemotingCommand], "RemotingCommand | None | Awaitable[RemotingCommand | None]"]
+#: a hook run before every handler: None (go on) or the answer that ends the request
+BeforeHook = Callable[[Any, Peer, RemotingCommand], "RemotingCommand | None"]
 
 
 class ProcessorTable:
@@ -28,6 +35,8 @@ class ProcessorTable:
 
     def __init__(self) -> None:
         self._handlers: dict[int, Handler] = {}
+        #: hooks run in order before every request's handler (see the module docstring)
+        self.before: list[BeforeHook] = []
 
     def register(self, code: int, handler: Handler) -> None:
         if code in self._handlers:
@@ -38,6 +47,10 @@ class ProcessorTable:
         return sorted(self._handlers)
 
     def process(self, broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+        for hook in self.before:
+            refusal = hook(broker, peer, req)
+            if refusal is not None:
+                return None if req.is_oneway else refusal
         handler = self._handlers.get(req.code)
         if handler is None:
             return None if req.is_oneway else req.reply(

@@ -28,7 +28,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rmqlog import MessageStore, StoreConfig, StoreError, SystemClock
+from rmqlog import ConfigError, MessageStore, StoreConfig, StoreError, SystemClock
 
 from .broker import Broker
 from .config import BrokerConfig
@@ -168,7 +168,7 @@ async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = No
 
 def main(root: str, config: str | None, listen: str | None, namesrv: str | None) -> int:
     """``rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDR]``: 0 after a
-    clean stop, 2 for a bad configuration, 1 when the store cannot be opened."""
+    clean stop, 2 for a bad configuration (broker.conf, the ACL files), 1 when the store cannot be opened."""
     try:
         overrides: dict[str, Any] = {}
         host = None
@@ -185,6 +185,9 @@ def main(root: str, config: str | None, listen: str | None, namesrv: str | None)
         return 2
     try:
         return asyncio.run(serve(root, cfg, host=host, port=port))
+    except ConfigError as exc:  # found at start (the ACL files of aclEnable=true)
+        print(f"rmqlog broker: {exc}", file=sys.stderr)
+        return 2
     except StoreError as exc:
         print(f"rmqlog broker: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -17,4 +17,5 @@ PROCESSOR_MODULES: tuple[str, ...] = (
     "pull",       # PULL_MESSAGE 11, the long-polling hold service
     "offsets",    # QUERY/UPDATE_CONSUMER_OFFSET 14/15, SEARCH_OFFSET_BY_TIMESTAMP 29, GET_MAX/MIN_OFFSET 30/31, 32
     "query",      # QUERY_MESSAGE 12, VIEW_MESSAGE_BY_ID 33
+    "acl",        # no codes: with aclEnable, RocketMQ's plain ACL checked before every handler
 )

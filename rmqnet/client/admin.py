@@ -61,8 +61,9 @@ class Admin(RemoteClient):
     """``Admin(namesrv)``: blocking methods; ``a``-prefixed coroutines for the ones the
     asyncio side needs most. ``route`` is :meth:`RemoteClient.route`."""
 
-    def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None) -> None:
-        super().__init__(namesrv, timeout_s=timeout_s, limits=limits)
+    def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None,
+                 access_key: str | None = None, secret_key: str | None = None) -> None:
+        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, access_key=access_key, secret_key=secret_key)
 
     # ---- queue offsets -----------------------------------------------------------------
 

@@ -47,8 +47,8 @@ class PullConsumer(RemoteClient):
     ``a``-prefixed coroutines."""
 
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0,
-                 limits: Limits | None = None) -> None:
-        super().__init__(namesrv, timeout_s=timeout_s, limits=limits)
+                 limits: Limits | None = None, access_key: str | None = None, secret_key: str | None = None) -> None:
+        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, access_key=access_key, secret_key=secret_key)
         self.group = group
 
     async def _broker(self, topic: str, queue_id: int, broker_name: str | None, perm: int) -> str:

@@ -70,8 +70,10 @@ class Producer(RemoteClient):
     :meth:`send_async` (a ``concurrent.futures.Future``)."""
 
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0,
-                 limits: Limits | None = None, client_ip: bytes = b"\x7f\x00\x00\x01", clock: Clock | None = None) -> None:
-        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock)
+                 limits: Limits | None = None, client_ip: bytes = b"\x7f\x00\x00\x01", clock: Clock | None = None,
+                 access_key: str | None = None, secret_key: str | None = None) -> None:
+        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock, access_key=access_key,
+                         secret_key=secret_key)
         self.group = group
         self._ids = UniqKeys(client_ip)
         self._rr = itertools.count()

@@ -18,6 +18,7 @@ from typing import Any
 from rmqlog import Clock, SystemClock
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting.acl_sign import sign
 from ..remoting.route import TopicRouteData
 from ..transport import ClientConnection, Limits
 from .errors import BrokerError, NoRouteError, TopicNotFoundError
@@ -34,13 +35,18 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 class RemoteClient:
     """Connections to the name servers (``namesrv``: ``"host:port"``, several separated by
-    ``;`` as RocketMQ's ``namesrvAddr``) and to brokers, by address."""
+    ``;`` as RocketMQ's ``namesrvAddr``) and to brokers, by address. With ``access_key`` and
+    ``secret_key`` every request is signed for a broker's ACL (``AccessKey`` and
+    ``Signature`` added as RocketMQ's ``AclClientRPCHook`` adds them)."""
 
     #: a cached route is asked again after this long (RocketMQ's ``pollNameServerInterval``)
     ROUTE_TTL_S = 30.0
 
     def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None,
-                 clock: Clock | None = None) -> None:
+                 clock: Clock | None = None, access_key: str | None = None, secret_key: str | None = None) -> None:
+        if (access_key is None) != (secret_key is None):
+            raise ValueError("access_key and secret_key go together")
+        self.credentials = None if access_key is None or secret_key is None else (access_key, secret_key)
         self.clock: Clock = clock or SystemClock()
         self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
         if not self.namesrv_addrs:
@@ -96,6 +102,8 @@ class RemoteClient:
                      ok: Iterable[int] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
         """``cmd`` sent to ``addr``; its answer if its code is in ``ok``, else :class:`BrokerError`."""
         conn = await self.connection(addr)
+        if self.credentials is not None:
+            sign(cmd, *self.credentials)
         res = await conn.invoke(cmd, self.timeout_s if timeout_s is None else timeout_s)
         if res.code not in ok:
             raise BrokerError(res.code, res.remark, addr, cmd.code)
