@@ -14,10 +14,15 @@ real order id column would be, and ``status``), and ``orders_df``, the same as a
 DataFrame. ``spark_rmq.local_session()`` and ``getOrCreate()`` in an example return the
 suite's session; the runtime settings ``local_session`` changes are restored afterwards. A
 streaming query an example starts is run to the end of its input and stopped.
+
+Examples of the wire name the name server ``127.0.0.1:9876`` (RocketMQ's port): for a page
+with such an example, a name server and a broker are started on free ports over a store of
+their own (``tests/wire/real_clients.py``) and the address is pointed at them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import subprocess
@@ -28,6 +33,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from conftest import SPARK_GROUP
+from wire.real_clients import cluster
 
 import rmqlog
 from spark_rmq.routing import java_hash
@@ -45,11 +51,14 @@ from .doc_blocks import (
 )
 from .spark_helpers import fill
 
+#: The name server the examples of the wire dial (pointed at the test's own)
+NAMESRV = "127.0.0.1:9876"
+
 #: Runtime settings ``spark_rmq.local_session()`` sets on an existing session.
 SESSION_SETTINGS = ("spark.sql.shuffle.partitions", "spark.sql.session.timeZone",
                     "spark.sql.python.filterPushdown.enabled", "spark.sql.execution.arrow.pyspark.enabled")
 #: The pages whose examples run (the others have none: only layout sketches)
-RUNNABLE = ["README.md", "docs/operations.md", "docs/spark.md", "docs/store-api.md"]
+RUNNABLE = ["README.md", "docs/broker.md", "docs/operations.md", "docs/spark.md", "docs/store-api.md"]
 
 
 def test_every_page_with_examples_is_run() -> None:
@@ -85,11 +94,15 @@ def test_every_example_runs_as_written(page: str, tmp_path: Path, request: pytes
         ns.update(readme_prelude(spark, tmp_path))
     monkeypatch.chdir(tmp_path)
     saved = {k: spark.conf.get(k) for k in SESSION_SETTINGS} if spark is not None else {}
+    servers = contextlib.ExitStack()
+    namesrv = NAMESRV
+    if any(NAMESRV in b.code for b in python):  # examples of the wire: a name server and a broker to talk to
+        namesrv = servers.enter_context(cluster(tmp_path / "wire")).client_namesrv_addr
     try:
         for block in python:
             printed: list[tuple[int, str]] = []
             ns["print"] = print_recorder(block.name, printed)
-            exec(compile(localize(block.code, tmp_path), block.name, "exec"), ns)
+            exec(compile(localize(block.code, tmp_path).replace(NAMESRV, namesrv), block.name, "exec"), ns)
             if spark is not None:
                 for q in spark.streams.active:
                     q.processAllAvailable()
@@ -98,6 +111,7 @@ def test_every_example_runs_as_written(page: str, tmp_path: Path, request: pytes
             if page == "README.md" and "readStream" in block.code:
                 check_readme_spark_example(spark, ns, tmp_path)
     finally:
+        servers.close()
         for k, v in saved.items():
             spark.conf.set(k, v)  # type: ignore[union-attr]
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
