@@ -51,6 +51,9 @@ class PullConsumer(RemoteClient):
         super().__init__(namesrv, timeout_s=timeout_s, limits=limits, access_key=access_key, secret_key=secret_key)
         self.group = group
 
+    #: a topic a send has just created may be routed a registration round later (RemoteClient)
+    route_wait_s = 3.0
+
     async def _broker(self, topic: str, queue_id: int, broker_name: str | None, perm: int) -> str:
         route = await self._cached_route(topic)
         for q in route.queue_datas:

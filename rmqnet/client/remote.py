@@ -146,11 +146,28 @@ class RemoteClient:
         assert last is not None
         raise last
 
+    #: how long a lookup of a topic the name servers do not know is repeated before
+    #: :class:`TopicNotFoundError` (0: not repeated). A topic a send just created on a broker
+    #: reaches the name servers with that broker's next registration (within a broker round,
+    #: 0.1 s here; RocketMQ's brokers register a new topic at once too), so a consumer asking
+    #: right after the send would otherwise miss it.
+    route_wait_s: float = 0.0
+    #: the pause between two lookups of an unknown topic
+    ROUTE_RETRY_S = 0.1
+
     async def _cached_route(self, topic: str) -> TopicRouteData:
         cached = self._routes.get(topic)
         if cached is not None and self.clock.monotonic() - cached[1] < self.ROUTE_TTL_S:
             return cached[0]
-        return await self._route(topic)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.route_wait_s
+        while True:
+            try:
+                return await self._route(topic)
+            except TopicNotFoundError:
+                if loop.time() + self.ROUTE_RETRY_S > deadline:
+                    raise
+            await asyncio.sleep(self.ROUTE_RETRY_S)  # the name server is asked again: its state is remote
 
     def route(self, topic: str) -> TopicRouteData:
         """The route of ``topic`` (code 105); :class:`TopicNotFoundError` if unknown."""

@@ -65,7 +65,21 @@ def test_every_page_with_examples_is_run() -> None:
     """A page that gains an example, or a new kind of block, needs a runner here."""
     found = sorted({b.page for p in PAGES for b in blocks(p) if b.lang == "python" or rmqlog_lines(b)})
     assert found == RUNNABLE
-    assert {b.lang for p in PAGES for b in blocks(p)} <= {"python", "bash", "sh", "properties", ""}
+    assert {b.lang for p in PAGES for b in blocks(p)} <= {"python", "bash", "sh", "properties", "yaml", ""}
+
+
+def test_every_acl_file_example_is_read_by_the_broker(tmp_path: Path) -> None:
+    """A ```yaml block is a plain_acl.yml (docs/broker.md, "Access control"): the broker's
+    loader reads it as written, every account and pattern of it."""
+    from rmqnet.broker.acl_files import load_files
+
+    samples = [b for p in PAGES for b in blocks(p) if b.lang == "yaml"]
+    assert samples, "no ACL file example"
+    for b in samples:
+        path = tmp_path / "plain_acl.yml"
+        path.write_text(b.code)
+        config = load_files([path])
+        assert config.accounts, b.name
 
 
 def readme_prelude(spark, tmp: Path) -> dict:  # type: ignore[no-untyped-def]

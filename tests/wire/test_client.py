@@ -313,6 +313,30 @@ def test_pull_errors_and_commit(fake: FakeServer) -> None:
     assert req.ext_fields == {"consumerGroup": "CG", "topic": "T1", "queueId": "1", "commitOffset": "42"}
 
 
+def test_a_pull_consumer_waits_for_a_topic_to_be_routed_then_gives_up(fake: FakeServer) -> None:
+    """A topic a send just created reaches the name server with the broker's next
+    registration: the consumer asks again for up to ``route_wait_s``, then raises."""
+    fake.route("T1")
+    inner = fake.answers[105]
+    asked: list[int] = []
+
+    def late(r: RemotingCommand) -> RemotingCommand:  # unknown on the first two lookups
+        asked.append(1)
+        if len(asked) <= 2:
+            return r.reply(ResponseCode.TOPIC_NOT_EXIST, "No topic route info in name server for the topic: T1")
+        return inner(r)
+
+    fake.answers[105] = late
+    fake.answers[11] = lambda r: r.reply(ResponseCode.PULL_NOT_FOUND, ext_fields={"nextBeginOffset": 0, "minOffset": 0, "maxOffset": 0})
+    with PullConsumer("CG", fake.addr) as c:
+        assert c.pull("T1", 0, 0).status == "NO_NEW_MSG"
+        assert len(asked) == 3
+        c.route_wait_s = 0.25
+        with pytest.raises(TopicNotFoundError):
+            c.pull("NOPE", 0, 0)
+    assert 2 <= len([r for r in fake.of(105) if r.ext_fields["topic"] == "NOPE"]) <= 4
+
+
 def test_a_pull_body_that_is_not_whole_records_is_refused(fake: FakeServer) -> None:
     from rmqlog import CorruptRecordError
     fake.route("T1")
