@@ -64,7 +64,7 @@ MAX_FRAME = 16 * 1024 * 1024
 MAX_HEADER = 1024 * 1024
 CASE_WAIT_S = 2.0
 RSS_GROWTH_MAX = 64 * 1024 * 1024
-_II = struct.Struct(">ii")
+_II = struct.Struct(">iI")
 #: codes the broker serves, with the fields each reads (their values get fuzzed)
 SERVED: dict[int, tuple[str, ...]] = {
     10: ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
@@ -320,7 +320,8 @@ def run_healthy(spec: dict[str, Any]) -> int:
             i += 1
             try:
                 sent = producer.send(TOPIC, body + f"{i:08d}".encode(), queue_id=i % QUEUES)
-                got = consumer.pull(TOPIC, sent.queue_id, sent.queue_offset, 1)
+                # held until the dispatcher has the message (a pull may come before its dispatch)
+                got = consumer.pull(TOPIC, sent.queue_id, sent.queue_offset, 1, suspend_ms=5000)
                 good = got.status == "FOUND" and got.messages["body"][0].as_py() == body + f"{i:08d}".encode()
             except Exception as exc:
                 print(f"healthy error: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
