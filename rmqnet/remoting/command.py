@@ -86,6 +86,8 @@ def decode_json_header(header: bytes) -> dict[str, Any]:
         obj = json.loads(header)
     except (ValueError, UnicodeDecodeError) as exc:
         raise HeaderError(f"the JSON header does not parse: {exc}") from None
+    except RecursionError:  # ``[[[[...`` nested deeper than the interpreter's stack: a hostile header
+        raise HeaderError("the JSON header is nested too deeply to parse") from None
     if not isinstance(obj, dict):
         raise HeaderError(f"the JSON header is a {type(obj).__name__}, not an object")
     return obj
