@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 import rmqlog
 
 JOBS = Path(__file__).resolve().parent.parent.parent / "jobs"
@@ -34,6 +36,7 @@ FIGURES = {
 }
 
 
+@pytest.mark.slow  # ~1-2 minutes: two servers and a score of worker processes spawned
 def test_bench_broker_prints_every_target_beside_its_peer(tmp_path: Path) -> None:
     res = subprocess.run([sys.executable, str(JOBS / "bench_broker.py"), *TINY, "--rounds", "1", "--root", str(tmp_path),
                           "--json"], capture_output=True, text=True, timeout=600)
