@@ -68,8 +68,10 @@ from broker_load import (  # jobs/ is this script's directory
     Outcome,
     max_offset_cmd,
     parse_ready,
+    pull_cmd,
     pull_frame,
     raise_fd_limit,
+    send_cmd,
     send_frame,
     uniq_key,
     worker,
@@ -78,7 +80,7 @@ from harness import Bench
 
 import rmqlog
 from rmqnet.client.batch import encode_messages
-from rmqnet.remoting import FrameDecoder, RequestCode, ResponseCode
+from rmqnet.remoting import FrameDecoder, RequestCode, ResponseCode, encode_bytes
 from rmqnet.remoting.command import decode_json_header
 from rmqnet.transport import connect
 
@@ -477,14 +479,14 @@ class Run:
                 offset = int(head.ext_fields["offset"])
                 body = os.urandom(100)
                 for i in range(n + 10):
-                    pull = asyncio.ensure_future(cons.invoke(_pull_cmd("BenchPoll", offset, 60_000), 90))
+                    pull = asyncio.ensure_future(cons.invoke(pull_cmd("BenchPoll", 0, offset, 32, 0, suspend_ms=60_000), 90))
                     await cons.invoke(max_offset_cmd("BenchPoll", 0), 10)  # the pull before it is held now
                     if pull.done():
                         raise RuntimeError(f"the pull at {offset} was not held: {pull.result()}")
                     stamps: dict[str, int] = {}
                     pull.add_done_callback(functools.partial(_stamp, stamps))
                     t0 = time.perf_counter_ns()
-                    sent = await prod.invoke(_send_cmd("BenchPoll", body, i), 10)
+                    sent = await prod.invoke(send_cmd("BenchPoll", 0, body, 0, uniq=uniq_key(1, i)), 10)
                     t_sent = time.perf_counter_ns()
                     got = await pull
                     if sent.code != ResponseCode.SUCCESS or got.code != ResponseCode.SUCCESS:
@@ -532,7 +534,7 @@ class Run:
             try:
                 for i, c in enumerate(opened):
                     k = min(per_conn, holds - i * per_conn)
-                    pulls += [asyncio.ensure_future(c.invoke(_pull_cmd("BenchIdle", 0, 3_600_000, queue_id=j % 4), None))
+                    pulls += [asyncio.ensure_future(c.invoke(pull_cmd("BenchIdle", j % 4, 0, 32, 0, suspend_ms=3_600_000), None))
                               for j in range(k)]
                 for c in opened:  # every pull written before this is held
                     await c.invoke(max_offset_cmd("BenchIdle", 0), 30)
@@ -592,20 +594,7 @@ def _stamp(stamps: dict[str, int], _fut: Any) -> None:
 
 
 def _frame30(topic: str, queue_id: int) -> bytes:
-    from rmqnet.remoting import encode_bytes
     return encode_bytes(max_offset_cmd(topic, queue_id))
-
-
-def _pull_cmd(topic: str, offset: int, suspend_ms: int, queue_id: int = 0) -> Any:
-    from rmqnet.remoting import decode
-    from rmqnet.remoting.frame import FrameDecoder as Dec
-    return decode(Dec().feed(pull_frame(topic, queue_id, offset, 32, 0, suspend_ms=suspend_ms))[0])
-
-
-def _send_cmd(topic: str, body: bytes, i: int) -> Any:
-    from rmqnet.remoting import decode
-    from rmqnet.remoting.frame import FrameDecoder as Dec
-    return decode(Dec().feed(send_frame(topic, 0, body, 0, uniq=uniq_key(1, i)))[0])
 
 
 def main() -> None:

@@ -72,9 +72,9 @@ def raise_fd_limit(want: int) -> int:
 
 # ---- request frames ------------------------------------------------------------------------
 
-def send_frame(topic: str, queue_id: int, body: bytes, opaque: int, *, code: int = RequestCode.SEND_MESSAGE_V2,
-               batch: bool = False, uniq: str | None = None) -> bytes:
-    """One SEND_MESSAGE_V2 (310) frame as our producer writes it (or 320 with ``code``):
+def send_cmd(topic: str, queue_id: int, body: bytes, opaque: int, *, code: int = RequestCode.SEND_MESSAGE_V2,
+             batch: bool = False, uniq: str | None = None) -> RemotingCommand:
+    """One SEND_MESSAGE_V2 (310) request as our producer sends it (or 320 with ``code``):
     one-letter header, ``WAIT=true`` and a 32-hex UNIQ_KEY in the properties."""
     props = "WAIT\x01true\x02" + (f"UNIQ_KEY\x01{uniq}\x02" if uniq else "")
     ext = SendMessageHeader(
@@ -82,18 +82,30 @@ def send_frame(topic: str, queue_id: int, body: bytes, opaque: int, *, code: int
         sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0, properties=props, reconsume_times=0,
         unit_mode=False, batch=batch, max_reconsume_times=None, broker_name=None,
     ).to_ext(v2=True)
-    return encode_bytes(RemotingCommand(code, opaque, 0, None, ext, body))
+    return RemotingCommand(code, opaque, 0, None, ext, body)
 
 
-def pull_frame(topic: str, queue_id: int, offset: int, max_msg_nums: int, opaque: int, *, suspend_ms: int = 0) -> bytes:
-    """One PULL_MESSAGE (11) frame with its own subscription ``*`` (sysFlag 4), plus the
+def send_frame(topic: str, queue_id: int, body: bytes, opaque: int, *, code: int = RequestCode.SEND_MESSAGE_V2,
+               batch: bool = False, uniq: str | None = None) -> bytes:
+    """:func:`send_cmd`'s frame."""
+    return encode_bytes(send_cmd(topic, queue_id, body, opaque, code=code, batch=batch, uniq=uniq))
+
+
+def pull_cmd(topic: str, queue_id: int, offset: int, max_msg_nums: int, opaque: int, *,
+             suspend_ms: int = 0) -> RemotingCommand:
+    """One PULL_MESSAGE (11) request with its own subscription ``*`` (sysFlag 4), plus the
     suspend flag (2) when ``suspend_ms`` (a push consumer's long poll)."""
     h = PullMessageHeader(
         consumer_group=CONSUMER_GROUP, topic=topic, queue_id=queue_id, queue_offset=offset,
         max_msg_nums=max_msg_nums, sys_flag=PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms else 0),
         commit_offset=0, suspend_timeout_millis=suspend_ms, subscription="*", sub_version=0, expression_type=None,
     )
-    return encode_bytes(RemotingCommand(RequestCode.PULL_MESSAGE, opaque, 0, None, h.to_ext()))
+    return RemotingCommand(RequestCode.PULL_MESSAGE, opaque, 0, None, h.to_ext())
+
+
+def pull_frame(topic: str, queue_id: int, offset: int, max_msg_nums: int, opaque: int, *, suspend_ms: int = 0) -> bytes:
+    """:func:`pull_cmd`'s frame."""
+    return encode_bytes(pull_cmd(topic, queue_id, offset, max_msg_nums, opaque, suspend_ms=suspend_ms))
 
 
 def max_offset_cmd(topic: str, queue_id: int) -> RemotingCommand:

@@ -63,3 +63,19 @@ def test_bench_broker_prints_every_target_beside_its_peer(tmp_path: Path) -> Non
         assert store.recovery is not None and not store.recovery.abnormal
         assert store.max_offset("BenchTopic", 0) >= 100 + 9  # 400 over 4 queues, plus the many connections' sends
         assert store.max_offset("BenchPull", 3) >= 1000
+
+
+def test_bench_broker_refuses_an_unknown_part_before_starting_anything(tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, str(JOBS / "bench_broker.py"), "--parts", "sends,pulls", "--root", str(tmp_path)],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "--parts: unknown 'pulls'" in res.stderr, res.stderr
+    assert list(tmp_path.iterdir()) == []  # no store, no server
+
+
+def test_bench_broker_runs_only_the_parts_asked(tmp_path: Path) -> None:
+    res = subprocess.run([sys.executable, str(JOBS / "bench_broker.py"), *TINY, "--parts", "sync,idle", "--rounds", "1",
+                          "--root", str(tmp_path), "--json"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr[-3000:]
+    names = [json.loads(line)["name"] for line in res.stdout.splitlines()]
+    assert names == ["sync send 1 KiB, round trip p50", "sync send 1 KiB, round trip p99",
+                     "300 held pulls, broker CPU while idle"], names
