@@ -1,0 +1,339 @@
+"""The broker benchmark's processes: the servers it measures and the load that drives them.
+
+Run as a script, it serves (``bench_broker.py`` spawns it, 127.0.0.1 only, port 0):
+
+    python jobs/broker_load.py broker ROOT broker.conf [--profile DIR]    # rmqnet's broker
+    python jobs/broker_load.py bare                                      # the peer: no store
+
+and prints ``ready at HOST:PORT`` once it listens; SIGTERM stops it (the broker cleanly, its
+store closed; ``--profile``: SIGUSR1/SIGUSR2 switch a cProfile of its loop thread on and off,
+writing ``DIR/profile.prof``).
+
+**The bare server** is :class:`rmqnet.transport.RemotingServer` with a handler that answers
+every SEND with the reply extFields the broker gives (``msgId``, ``queueId``, ``queueOffset``,
+``MSG_REGION``, ``TRACE_ON``) and stores nothing. It is built on the same transport as the
+broker on purpose: the two then share the frame codec, the header parse, the per-connection
+machinery and the reply encoding, so the ratio broker/bare is the cost of what the broker adds
+(the send processor, the store's put, the group commit of replies), not a comparison of two
+network stacks. A raw asyncio echo would also charge our transport to the broker.
+
+**The load** (:func:`drive` in worker processes, :class:`Pipeline` per connection): request
+frames are encoded before the clock starts (a pool of distinct frames per connection, cycled:
+distinct opaques and bodies of the same size), then written as answers come back, so that
+``window`` requests are in flight on each connection; several answers read at once are
+followed by one write of as many frames. Per answer the only Python work is the reply
+header's JSON decode (its code, and a pull's ``nextBeginOffset``), needed to count errors.
+Worker processes start together on a barrier and report their own start and end
+(``time.monotonic``, one clock for every process on the host): a figure's rate is every
+worker's answers over the span from the first start to the last end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import resource
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rmqnet.remoting import (
+    FrameDecoder,
+    PullMessageHeader,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    SendMessageHeader,
+    encode_bytes,
+)
+from rmqnet.remoting.command import decode_json_header
+from rmqnet.remoting.headers import PULL_SUBSCRIPTION, PULL_SUSPEND
+
+HOST = "127.0.0.1"
+GROUP = "bench_pg"
+CONSUMER_GROUP = "bench_cg"
+#: frames encoded per connection, then cycled (distinct opaques and bodies)
+FRAME_POOL = 256
+
+
+def raise_fd_limit(want: int) -> int:
+    """Raise this process's open-file soft limit to ``want`` (never past the hard limit);
+    returns the soft limit now in force. Children inherit it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = want if hard == resource.RLIM_INFINITY else min(want, hard)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        soft = target
+    return int(soft)
+
+
+# ---- request frames ------------------------------------------------------------------------
+
+def send_cmd(topic: str, queue_id: int, body: bytes, opaque: int, *, code: int = RequestCode.SEND_MESSAGE_V2,
+             batch: bool = False, uniq: str | None = None) -> RemotingCommand:
+    """One SEND_MESSAGE_V2 (310) request as our producer sends it (or 320 with ``code``):
+    one-letter header, ``WAIT=true`` and a 32-hex UNIQ_KEY in the properties."""
+    props = "WAIT\x01true\x02" + (f"UNIQ_KEY\x01{uniq}\x02" if uniq else "")
+    ext = SendMessageHeader(
+        producer_group=GROUP, topic=topic, default_topic="TBW102", default_topic_queue_nums=4, queue_id=queue_id,
+        sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0, properties=props, reconsume_times=0,
+        unit_mode=False, batch=batch, max_reconsume_times=None, broker_name=None,
+    ).to_ext(v2=True)
+    return RemotingCommand(code, opaque, 0, None, ext, body)
+
+
+def send_frame(topic: str, queue_id: int, body: bytes, opaque: int, *, code: int = RequestCode.SEND_MESSAGE_V2,
+               batch: bool = False, uniq: str | None = None) -> bytes:
+    """:func:`send_cmd`'s frame."""
+    return encode_bytes(send_cmd(topic, queue_id, body, opaque, code=code, batch=batch, uniq=uniq))
+
+
+def pull_cmd(topic: str, queue_id: int, offset: int, max_msg_nums: int, opaque: int, *,
+             suspend_ms: int = 0) -> RemotingCommand:
+    """One PULL_MESSAGE (11) request with its own subscription ``*`` (sysFlag 4), plus the
+    suspend flag (2) when ``suspend_ms`` (a push consumer's long poll)."""
+    h = PullMessageHeader(
+        consumer_group=CONSUMER_GROUP, topic=topic, queue_id=queue_id, queue_offset=offset,
+        max_msg_nums=max_msg_nums, sys_flag=PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms else 0),
+        commit_offset=0, suspend_timeout_millis=suspend_ms, subscription="*", sub_version=0, expression_type=None,
+    )
+    return RemotingCommand(RequestCode.PULL_MESSAGE, opaque, 0, None, h.to_ext())
+
+
+def pull_frame(topic: str, queue_id: int, offset: int, max_msg_nums: int, opaque: int, *, suspend_ms: int = 0) -> bytes:
+    """:func:`pull_cmd`'s frame."""
+    return encode_bytes(pull_cmd(topic, queue_id, offset, max_msg_nums, opaque, suspend_ms=suspend_ms))
+
+
+def max_offset_cmd(topic: str, queue_id: int) -> RemotingCommand:
+    """GET_MAX_OFFSET (30): answered at once; on a connection it also proves that every
+    request written before it has been processed (requests are started in order)."""
+    return RemotingCommand(RequestCode.GET_MAX_OFFSET, 0, 0, None, {"topic": topic, "queueId": queue_id})
+
+
+def uniq_key(conn: int, i: int) -> str:
+    """A client msgId (UNIQ_KEY) of 32 upper-case hex digits, distinct per (connection, i)."""
+    return f"7F000001{os.getpid() & 0xFFFF:04X}{conn & 0xFFFF:04X}{i:016X}"
+
+
+# ---- the pipelined load ------------------------------------------------------------------
+
+@dataclass
+class Load:
+    """What one worker process drives. ``kind``: ``send`` (310, ``body_size`` bodies, queue
+    ``i % queues`` on connection ``i``) or ``pull`` (``max_msg_nums`` from ``start`` in steps
+    of ``stride`` on queue ``queue_ids[i]``)."""
+
+    port: int
+    kind: str
+    connections: int
+    window: int
+    requests: int  # per connection
+    topic: str
+    queues: int = 4
+    body_size: int = 100
+    queue_ids: tuple[int, ...] = ()
+    max_msg_nums: int = 32
+    stride: int = 32
+    start: int = 0
+    timeout_s: float = 300.0
+
+
+@dataclass
+class Outcome:
+    """A worker's report: its span, answers by code, messages (sends: acknowledged; pulls:
+    received), connections that failed or were lost."""
+
+    t0: float = 0.0
+    t1: float = 0.0
+    codes: dict[int, int] = field(default_factory=dict)
+    messages: int = 0
+    failed_connections: int = 0
+    unanswered: int = 0
+
+    @property
+    def errors(self) -> int:
+        bad = sum(n for c, n in self.codes.items() if c != ResponseCode.SUCCESS)
+        return bad + self.failed_connections + self.unanswered
+
+
+class Pipeline(asyncio.Protocol):
+    """One connection writing ``frames`` (cycled) until ``total`` are answered, ``window`` in
+    flight; ``offsets[opaque]`` (pulls) turns each FOUND answer into a message count."""
+
+    def __init__(self, frames: list[bytes], total: int, window: int, outcome: Outcome,
+                 offsets: dict[int, int] | None = None) -> None:
+        self.frames, self.total, self.window, self.outcome, self.offsets = frames, total, window, outcome, offsets
+        self.decoder = FrameDecoder()
+        self.sent = self.answered = 0
+        self.done: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def _write(self, n: int) -> None:
+        n = min(n, self.total - self.sent)
+        if n <= 0 or self.transport is None:
+            return
+        k = len(self.frames)
+        start = self.sent % k
+        chunk = self.frames[start:start + n]
+        while len(chunk) < n:
+            chunk += self.frames[: n - len(chunk)]
+        self.sent += n
+        self.transport.writelines(chunk)
+
+    def begin(self) -> None:
+        self._write(self.window)
+
+    def data_received(self, data: bytes) -> None:
+        frames = self.decoder.feed(data)
+        codes, offsets = self.outcome.codes, self.offsets
+        for f in frames:
+            head = decode_json_header(f.header)
+            code = int(head["code"])
+            codes[code] = codes.get(code, 0) + 1
+            if code == ResponseCode.SUCCESS:
+                if offsets is None:
+                    self.outcome.messages += 1
+                else:
+                    got = int(head["extFields"]["nextBeginOffset"]) - offsets[int(head["opaque"])]
+                    self.outcome.messages += got
+        self.answered += len(frames)
+        if self.answered >= self.total:
+            if not self.done.done():
+                self.done.set_result(None)
+            return
+        self._write(len(frames))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.done.done():
+            self.outcome.unanswered += self.total - self.answered
+            self.done.set_result(None)
+
+
+def _frames(load: Load, conn: int) -> tuple[list[bytes], dict[int, int] | None]:
+    if load.kind == "send":
+        q = conn % load.queues
+        pool = min(FRAME_POOL, load.requests)
+        return [send_frame(load.topic, q, os.urandom(load.body_size), i + 1, uniq=uniq_key(conn, i))
+                for i in range(pool)], None
+    q = load.queue_ids[conn % len(load.queue_ids)]
+    offsets = {i + 1: load.start + i * load.stride for i in range(load.requests)}
+    return [pull_frame(load.topic, q, off, load.max_msg_nums, op) for op, off in offsets.items()], offsets
+
+
+async def _drive(load: Load, barrier: Any) -> Outcome:
+    loop = asyncio.get_running_loop()
+    out = Outcome()
+    pipes: list[Pipeline] = []
+    for i in range(load.connections):
+        frames, offsets = _frames(load, i)
+        pipe = Pipeline(frames, load.requests, load.window, out, offsets)
+        try:
+            await loop.create_connection(lambda p=pipe: p, HOST, load.port)  # type: ignore[misc]
+        except OSError:
+            out.failed_connections += 1
+            continue
+        pipes.append(pipe)
+    barrier.wait()  # every worker connected and its frames encoded: start together
+    out.t0 = time.monotonic()
+    for p in pipes:
+        p.begin()
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(asyncio.gather(*(p.done for p in pipes)), load.timeout_s)
+    out.t1 = time.monotonic()
+    for p in pipes:
+        if not p.done.done():
+            out.unanswered += p.total - p.answered
+        if p.transport is not None:
+            p.transport.close()
+    return out
+
+
+def worker(load: Load, barrier: Any, results: Any) -> None:
+    """A worker process: drive ``load`` and put its :class:`Outcome` on ``results``."""
+    raise_fd_limit(load.connections + 64)
+    try:
+        results.put(asyncio.run(_drive(load, barrier)))
+    except BaseException as exc:  # reported, not lost: the parent counts it as an error
+        barrier.abort()
+        results.put(exc)
+        raise
+
+
+# ---- the servers -------------------------------------------------------------------------
+
+def _bare_handler(conn: Any, req: RemotingCommand) -> RemotingCommand:
+    """Answer as the broker answers a send (same reply fields), storing nothing."""
+    state = conn.attrs
+    n = state["n"] = state.get("n", 0) + 1
+    ext = req.ext_fields
+    return req.reply(ResponseCode.SUCCESS, None, {
+        "msgId": "7F00000100002A9F" + f"{n:016X}", "queueId": ext.get("e", ext.get("queueId", 0)),
+        "queueOffset": n, "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+
+
+async def _serve_bare() -> None:
+    from rmqnet.transport import RemotingServer
+    server = RemotingServer(_bare_handler, host=HOST, port=0)
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"bare ready at {server.address}", flush=True)
+    await stop.wait()
+    await server.stop(1.0)
+
+
+def _serve_broker(root: str, conf: str, profile_dir: str | None) -> int:
+    """The broker (``launch.main``); with ``profile_dir``, a cProfile of its loop thread that
+    SIGUSR1 switches on and SIGUSR2 switches off and writes to ``profile_dir/profile.prof``
+    (written to a temporary name, then renamed: a reader never sees half a file)."""
+    from rmqnet.broker import launch
+    if profile_dir is not None:
+        import cProfile
+        prof = [cProfile.Profile()]
+
+        def on(signum: int, frame: Any) -> None:
+            prof[0].enable()
+
+        def off(signum: int, frame: Any) -> None:
+            prof[0].disable()
+            tmp = os.path.join(profile_dir, "profile.tmp")
+            prof[0].dump_stats(tmp)
+            os.replace(tmp, os.path.join(profile_dir, "profile.prof"))
+            prof[0] = cProfile.Profile()
+
+        signal.signal(signal.SIGUSR1, on)
+        signal.signal(signal.SIGUSR2, off)
+    return launch.main(root, conf, f"{HOST}:0", None)
+
+
+def main(argv: list[str]) -> int:
+    raise_fd_limit(4096)
+    if argv[:1] == ["bare"]:
+        asyncio.run(_serve_bare())
+        return 0
+    if argv[:1] == ["broker"] and len(argv) in (3, 5):
+        profile = argv[4] if len(argv) == 5 and argv[3] == "--profile" else None
+        return _serve_broker(argv[1], argv[2], profile)
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+def parse_ready(line: str) -> int:
+    """The port of a ``... ready at HOST:PORT`` line (``ValueError`` if it is not one)."""
+    if " ready at " not in line:
+        raise ValueError(f"not a ready line: {line!r}")
+    return int(line.strip().rsplit(":", 1)[1])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
