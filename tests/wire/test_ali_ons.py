@@ -154,12 +154,15 @@ def test_two_push_consumers_in_one_group_get_every_message_exactly_once(tmp_path
     for x in (a, b):
         held = set(x.events("rebalance")[-1]["queues"])
         assert len(held) == 2 and {e["queueId"] for e in x.events("message")} <= held
-        # errors before the split are the start's route lookups of %RETRY%group, which the broker
-        # creates at the first heartbeat (as RocketMQ does), and after the stop the pulls that
-        # close() cut short; none may come between
+        # errors before the split, and the route lookups of %RETRY%group whenever they come
+        # (ali-ons reports its start's lookup asynchronously: the broker creates that topic at the
+        # first heartbeat and the name server routes it a registration later, as with RocketMQ),
+        # and after the stop the pulls that close() cut short; no other error may come between
         events = x.events()[:running[x.name]]
         split_at = max(i for i, e in enumerate(events) if e["event"] == "rebalance")
-        assert [e for e in events[split_at:] if e["event"] == "error"] == [], x.describe()
+        retry_route = f"No topic route info in name server for the topic: %RETRY%{group}"
+        assert [e for e in events[split_at:] if e["event"] == "error" and retry_route not in e["message"]] == [], \
+            x.describe()
 
 
 def test_a_restarted_consumer_gets_nothing_it_already_committed(tmp_path: Path) -> None:
