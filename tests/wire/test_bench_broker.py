@@ -73,9 +73,9 @@ def test_bench_broker_refuses_an_unknown_part_before_starting_anything(tmp_path:
 
 
 def test_bench_broker_runs_only_the_parts_asked(tmp_path: Path) -> None:
-    res = subprocess.run([sys.executable, str(JOBS / "bench_broker.py"), *TINY, "--parts", "sync,idle", "--rounds", "1",
+    res = subprocess.run([sys.executable, str(JOBS / "bench_broker.py"), *TINY, "--parts", "sync,batch", "--rounds", "1",
                           "--root", str(tmp_path), "--json"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-3000:]
     names = [json.loads(line)["name"] for line in res.stdout.splitlines()]
     assert names == ["sync send 1 KiB, round trip p50", "sync send 1 KiB, round trip p99",
-                     "300 held pulls, broker CPU while idle"], names
+                     "SEND_BATCH_MESSAGE, 1,000 x 100-byte bodies"], names
