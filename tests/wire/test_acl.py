@@ -444,7 +444,7 @@ def test_over_a_socket_our_client_signs_and_the_unsigned_one_is_refused(servers:
     try:
         sent = producer.send("T", b"signed body", tags="A", queue_id=0)
         assert sent.status == "SEND_OK"
-        got = consumer.pull("T", 0, 0)
+        got = consumer.pull("T", 0, 0, suspend_ms=60_000)  # a long poll: dispatch follows SEND_OK
         assert got.status == "FOUND" and got.messages["body"].to_pylist() == [b"signed body"]
         consumer.commit("T", 0, 1)
         assert store.committed_offset("groupC", "T", 0) == 1

@@ -106,9 +106,11 @@ def test_long_poll_woken_by_a_send_and_the_group_s_progress(servers: Servers) ->
     holds.hold = watched_hold
     try:
         first = producer.send("T", b"first", tags="A", keys=["k1"], queue_id=0)
-        got = consumer.pull("T", 0, 0)
+        # a long poll: the dispatcher makes the message readable a moment after SEND_OK
+        got = consumer.pull("T", 0, 0, suspend_ms=60_000)
         assert got.status == "FOUND" and got.messages["body"].to_pylist() == [b"first"]
         assert got.next_begin_offset == 1
+        held.clear()  # (that pull may have been held)
 
         with ThreadPoolExecutor(1) as pool:
             parked = pool.submit(consumer.pull, "T", 0, 1, suspend_ms=60_000, subscription="B")
