@@ -19,7 +19,9 @@ one of these kinds, on a connection of its own, or several of them on one connec
   or JSON that is not an object;
 - ``field_types``: a JSON object whose ``code``/``opaque``/``flag``/``extFields`` have the wrong
   types or absurd values;
-- ``unknown_code``: a well-formed request with a code the broker does not serve;
+- ``unknown_code``: a well-formed request with a code the broker does not serve: it must be
+  answered REQUEST_CODE_NOT_SUPPORTED (3);
+- ``unknown_oneway``: the same as a oneway request: it must not be answered, nor its connection closed;
 - ``bad_fields``: a served code (send, pull, offsets, queries, admin) with fields missing,
   mistyped, out of range, or names such as ``../x`` (never trusted as paths);
 - ``truncated``: a frame cut short, then the connection closed;
@@ -31,7 +33,8 @@ Each case waits for an answer or the broker closing the connection (at most 2 s)
 by what happened (``answered <code>``, ``closed``, ``no answer``). Every 500 cases the broker must
 be alive and answer a GET_BROKER_RUNTIME_INFO (28). Reported: crashes (the broker process gone or
 not answering: must be 0), the broker's RSS before and after (bounded: at most 64 MiB of growth),
-the healthy client's rate with and without the fuzz (>= 0.8x) and its errors (must be 0). Exit 1
+the healthy client's rate with and without the fuzz (>= 0.8x) and its errors (must be 0), and the
+cases whose outcome is not the one their kind must have (``EXPECTED``; must be 0). Exit 1
 if any check fails (the throughput one unless ``--no-throughput-check``).
 """
 
@@ -152,11 +155,19 @@ def case_field_types(rng: random.Random) -> bytes:
     return frame(h.replace(b"NaN", b"NaN"), rng.randbytes(rng.randint(0, 16)))
 
 
-def case_unknown_code(rng: random.Random) -> bytes:
+def _unknown_code(rng: random.Random) -> int:
     code = rng.choice([rng.randint(-(2**31), 2**31 - 1), rng.randint(0, 400), 99999, -1, 2**40])
     while code in SERVED:
         code += 1000
-    return frame(jheader(code, {"topic": TOPIC}, opaque=rng.randint(0, 2**31 - 1), flag=rng.choice([0, 2])))
+    return code
+
+
+def case_unknown_code(rng: random.Random) -> bytes:
+    return frame(jheader(_unknown_code(rng), {"topic": TOPIC}, opaque=rng.randint(0, 2**31 - 1), flag=0))
+
+
+def case_unknown_oneway(rng: random.Random) -> bytes:
+    return frame(jheader(_unknown_code(rng), {"topic": TOPIC}, opaque=rng.randint(0, 2**31 - 1), flag=2))
 
 
 def case_bad_fields(rng: random.Random) -> bytes:
@@ -201,7 +212,7 @@ def case_garbage(rng: random.Random) -> bytes:
 KINDS: dict[str, Callable[[random.Random], bytes]] = {
     "length": case_length, "header_length": case_header_length, "serialize_type": case_serialize_type,
     "json": case_json, "field_types": case_field_types, "unknown_code": case_unknown_code,
-    "bad_fields": case_bad_fields, "truncated": case_truncated, "stall": case_truncated, "binary": case_binary,
+    "unknown_oneway": case_unknown_oneway, "bad_fields": case_bad_fields, "truncated": case_truncated, "stall": case_truncated, "binary": case_binary,
     "garbage": case_garbage,
 }
 
@@ -216,12 +227,12 @@ async def _outcome(reader: asyncio.StreamReader, wait_s: float) -> str:
         hlen = word & 0xFFFFFF
         header = await asyncio.wait_for(reader.readexactly(hlen), wait_s)
         return f"answered {json.loads(header).get('code')}"
+    except TimeoutError:  # first: TimeoutError is an OSError, which means "closed" below
+        return "no answer"
     except asyncio.IncompleteReadError:
         return "closed"
     except (ConnectionError, OSError):
         return "closed"
-    except TimeoutError:
-        return "no answer"
 
 
 async def run_case(addr: tuple[str, int], kind: str, payloads: list[bytes], rng: random.Random) -> str:
@@ -257,6 +268,22 @@ async def broker_answers(addr: tuple[str, int]) -> bool:
         return await _outcome(reader, 10.0) == "answered 0"
     finally:
         writer.close()
+
+#: the only outcome a kind may have (kinds not named: any outcome but a crash): a well-formed
+#: request with a code the broker does not serve is answered REQUEST_CODE_NOT_SUPPORTED (3), and
+#: as a oneway request it is not answered and its connection stays open (RocketMQ 4.9.8's
+#: ``NettyRemotingAbstract.processRequestCommand``)
+EXPECTED = {"unknown_code": "answered 3", "unknown_oneway": "no answer"}
+
+
+def unexpected(tally: Counter[str]) -> dict[str, int]:
+    """The tallied outcomes of :data:`EXPECTED`'s kinds that are not the expected one."""
+    out: dict[str, int] = {}
+    for key, n in tally.items():
+        kind, outcome = key.split(": ", 1)
+        if kind in EXPECTED and outcome != EXPECTED[kind]:
+            out[key] = n
+    return out
 
 
 async def fuzz(addr: tuple[str, int], cases: int, seed: int, concurrency: int, broker: subprocess.Popen[bytes],
@@ -438,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
             failed.append("memory")
         if errors:
             failed.append("healthy client errors")
+        wrong = unexpected(tally)
+        print(f"unexpected outcomes: {sum(wrong.values())} ({', '.join(f'{k}: {n}' for k, n in sorted(wrong.items())) or 'none'})")
+        if wrong:
+            failed.append("unexpected outcomes")
         if ratio < 0.8 and not args.no_throughput_check:
             failed.append("throughput")
     finally:

@@ -29,6 +29,7 @@ def _assert_survived(res: subprocess.CompletedProcess[str], cases: int) -> None:
     assert res.returncode == 0, out[-6000:]
     assert "crashes: 0 (broker alive and answering)" in res.stdout, out[-6000:]
     assert re.search(r"healthy client: .* 0 errors", res.stdout), out[-6000:]
+    assert "unexpected outcomes: 0 (none)" in res.stdout, out[-6000:]
     assert f"{cases} cases, all checks met" in res.stdout
     tallied = sum(int(n) for n in re.findall(r"^  \S+: .*: (\d+)$", res.stdout, re.M))
     assert tallied == cases
@@ -53,3 +54,17 @@ def test_a_json_header_nested_too_deep_is_a_header_error(header: bytes) -> None:
     (frame,) = FrameDecoder().feed(encode_frame(header))
     with pytest.raises(HeaderError, match="nested too deeply"):
         decode(frame)
+
+
+def test_the_job_flags_an_outcome_its_kind_must_not_have() -> None:
+    # an unknown code answered other than 3, or a oneway one answered or closed, fails the job
+    sys.path.insert(0, str(JOBS))
+    try:
+        import fuzz_broker
+    finally:
+        sys.path.remove(str(JOBS))
+    from collections import Counter
+
+    tally = Counter({"unknown_code: answered 3": 5, "unknown_code: closed": 2, "unknown_oneway: no answer": 4,
+                     "unknown_oneway: answered 3": 1, "json: closed": 7})
+    assert fuzz_broker.unexpected(tally) == {"unknown_code: closed": 2, "unknown_oneway: answered 3": 1}
