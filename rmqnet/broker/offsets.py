@@ -20,6 +20,8 @@ queue the store refuses is ``SYSTEM_ERROR`` with the store's message.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import Any
 
 import rmqlog
@@ -27,6 +29,8 @@ import rmqlog
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_long, ext_str
 from . import pull
 from .peer import Peer
+
+Handler = Callable[[Any, Peer, RemotingCommand], RemotingCommand]
 
 
 def _queue(req: RemotingCommand) -> tuple[str, int]:
@@ -49,64 +53,61 @@ def first_record_in_disk(broker: Any, topic: str, queue_id: int, offset: int) ->
     return behind > pull.total_memory() * ratio // 100
 
 
+def _store_failures(handler: Handler) -> Handler:
+    """``handler`` with a store refusal (:class:`rmqlog.StoreError`) answered as the pull path
+    answers it (:func:`rmqnet.broker.pull.store_failure`: SYSTEM_ERROR with the store's message)."""
+
+    @functools.wraps(handler)
+    def guarded(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+        try:
+            return handler(broker, peer, req)
+        except rmqlog.StoreError as exc:
+            return pull.store_failure(req, exc)
+
+    return guarded
+
+
+@_store_failures
 def query_consumer_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     group = ext_str(req.ext_fields, "consumerGroup")
     topic, queue_id = _queue(req)
-    try:
-        offset = broker.store.committed_offset(group, topic, queue_id)
-        if offset >= 0:
-            return _offset_reply(req, offset)
-        if broker.store.min_offset(topic, queue_id) <= 0 and not first_record_in_disk(broker, topic, queue_id, 0):
-            return _offset_reply(req, 0)
-    except rmqlog.StoreError as exc:
-        return pull.store_failure(req, exc)
+    offset = broker.store.committed_offset(group, topic, queue_id)
+    if offset >= 0:
+        return _offset_reply(req, offset)
+    if broker.store.min_offset(topic, queue_id) <= 0 and not first_record_in_disk(broker, topic, queue_id, 0):
+        return _offset_reply(req, 0)
     return req.reply(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
 
 
+@_store_failures
 def update_consumer_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     group = ext_str(req.ext_fields, "consumerGroup")
     topic, queue_id = _queue(req)
     offset = ext_long(req.ext_fields, "commitOffset")
     if offset >= 0:  # ali-ons sends -1 for a queue it never consumed: nothing to store
-        try:
-            broker.store.commit_offset(group, topic, queue_id, offset)
-        except rmqlog.StoreError as exc:
-            return pull.store_failure(req, exc)
+        broker.store.commit_offset(group, topic, queue_id, offset)
     return req.reply(ResponseCode.SUCCESS)
 
 
+@_store_failures
 def search_offset_by_timestamp(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     topic, queue_id = _queue(req)
-    ts = ext_long(req.ext_fields, "timestamp")
-    try:
-        return _offset_reply(req, broker.store.offset_for_timestamp(topic, queue_id, ts))
-    except rmqlog.StoreError as exc:
-        return pull.store_failure(req, exc)
+    return _offset_reply(req, broker.store.offset_for_timestamp(topic, queue_id, ext_long(req.ext_fields, "timestamp")))
 
 
+@_store_failures
 def get_max_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    topic, queue_id = _queue(req)
-    try:
-        return _offset_reply(req, broker.store.max_offset(topic, queue_id))
-    except rmqlog.StoreError as exc:
-        return pull.store_failure(req, exc)
+    return _offset_reply(req, broker.store.max_offset(*_queue(req)))
 
 
+@_store_failures
 def get_min_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    topic, queue_id = _queue(req)
-    try:
-        return _offset_reply(req, broker.store.min_offset(topic, queue_id))
-    except rmqlog.StoreError as exc:
-        return pull.store_failure(req, exc)
+    return _offset_reply(req, broker.store.min_offset(*_queue(req)))
 
 
+@_store_failures
 def get_earliest_msg_storetime(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    topic, queue_id = _queue(req)
-    try:
-        ts = broker.store.earliest_store_time(topic, queue_id)
-    except rmqlog.StoreError as exc:
-        return pull.store_failure(req, exc)
-    return req.reply(ResponseCode.SUCCESS, None, {"timestamp": ts})
+    return req.reply(ResponseCode.SUCCESS, None, {"timestamp": broker.store.earliest_store_time(*_queue(req))})
 
 
 def install(broker: Any) -> None:
