@@ -58,7 +58,7 @@ from ..log.properties import PROPERTY_TAGS, ParsedProperties
 from ..paths import validate_topic
 from ..queue.checked_read import read_unit_records, read_units
 from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
-from ..results import GetMessageResult, GetMessageStatus, StoredRecords
+from ..results import DiskLimits, GetMessageResult, GetMessageStatus, StoredRecords
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -92,12 +92,13 @@ def parse_tag_filter(tags: object) -> set[str] | None:
 
 def read_window(
     reader: Reader, topic: str, queue_id: int, offset: int, *, max_count: int, max_bytes: int | None,
-    tags: str | None, until: int | None, check_crc: bool | None, raw: bool,
+    tags: str | None, until: int | None, check_crc: bool | None, raw: bool, disk: DiskLimits | None = None,
 ) -> GetMessageResult:
     """The window of ``topic``/``queue_id`` from ``offset`` (see the module docstring): at most
     ``max_count`` messages and ``max_bytes`` bytes of records (``None``: no limit), the units
     before ``until`` only (``None``: to the queue's end), as the message table or, with
-    ``raw``, as the stored records. Arguments are checked first:
+    ``raw``, as the stored records; with ``disk`` (:class:`rmqlog.results.DiskLimits`), units
+    whose records lie "on disk" are judged by its limits instead. Arguments are checked first:
     :class:`rmqlog.errors.InvalidArgumentError` / ``InvalidTopicError`` naming the argument.
     A damaged unit or record raises :class:`rmqlog.errors.CorruptQueueError` /
     :class:`rmqlog.errors.CorruptRecordError`."""
@@ -111,6 +112,8 @@ def read_window(
     if until is not None and until <= offset:
         raise InvalidArgumentError(f"until ({until}) must be past offset ({offset})")
     wanted, check_crc, raw = parse_tag_filter(tags), reader.check_crc(check_crc), bool_arg("raw", raw)
+    if disk is not None:
+        _check_disk_limits(disk)
     empty = StoredRecords.empty() if raw else None
 
     def result(status: GetMessageStatus, next_offset: int, lo: int = 0, hi: int = 0, **kw: object) -> GetMessageResult:
@@ -125,7 +128,8 @@ def read_window(
         return result(early[0], early[1], lo, hi)
     per = cq.units_per_segment
     file_end = offset - offset % per + per
-    stop = min(hi, offset + max(SCAN_UNITS, max_count), file_end, until if until is not None else hi)
+    scan = max(SCAN_UNITS, max_count, disk.max_count if disk is not None else 0)
+    stop = min(hi, offset + scan, file_end, until if until is not None else hi)
     units = cq.read(offset, stop - offset)
     if not len(units):  # the file holding ``offset`` is not there
         now_lo = reader.read_bounds(cq)[0]
@@ -139,11 +143,13 @@ def read_window(
         codes = np.array([java_string_hash(t) for t in wanted], np.int64)
         match = real & np.isin(units["tagsCode"].astype(np.int64), codes)
     commitlog = reader.parts.commitlog
+    tail = reader.parts.published_tail()  # after the units: every unit read points below it
+    count_limit, bytes_limit = _limits(off, tail, max_count, max_bytes, disk)
     while True:
         # records at or past ``floor`` but below the first offset now: deleted since the bounds
         # were taken (a unit below ``floor`` is damage, and its read says so)
         removed = match & (off >= floor) & (off < commitlog.min_offset())
-        taken, scanned = batch_taken(match & ~removed, size, real, max_count, max_bytes)
+        taken, scanned = batch_taken(match & ~removed, size, real, count_limit, bytes_limit)
         rows = np.flatnonzero(taken)
         gone = np.flatnonzero(removed[:scanned])
         lost = (offset + int(gone[0]), offset + int(gone[-1]) + 1) if len(gone) else None
@@ -152,7 +158,7 @@ def read_window(
                 else GetMessageStatus.NO_MATCHED_MESSAGE
             return result(status, offset + scanned, lo, hi, removed=lost)
         logical = offset + rows.astype(np.int64)
-        args = dict(topic=topic, queue_id=queue_id, floor=floor, tail=reader.parts.published_tail(), check_crc=check_crc)
+        args = dict(topic=topic, queue_id=queue_id, floor=floor, tail=tail, check_crc=check_crc)
         try:
             if raw:
                 records = _exact_tags(read_unit_records(commitlog, cq, units[rows], logical, **args), wanted)  # type: ignore[arg-type]
@@ -169,13 +175,38 @@ def read_window(
         return GetMessageResult(status, offset + scanned, lo, hi, messages, records, lost)
 
 
+def _check_disk_limits(disk: object) -> None:
+    if not isinstance(disk, DiskLimits):
+        raise InvalidArgumentError(f"disk must be a DiskLimits or None, got {type(disk).__name__}")
+    int_arg("disk.memory", disk.memory, 0)
+    int_arg("disk.max_count", disk.max_count, 1)
+    int_arg("disk.max_bytes", disk.max_bytes, 1)
+
+
+def _limits(
+    off: np.ndarray, tail: int, max_count: int, max_bytes: int | None, disk: DiskLimits | None,
+) -> tuple[int | np.ndarray, int | np.ndarray | None]:
+    """The count and byte limit each unit is judged by: the read's own, or for units whose
+    records lie on disk (more than ``disk.memory`` bytes behind ``tail``) ``disk``'s."""
+    if disk is None:
+        return max_count, max_bytes
+    in_disk = tail - off > disk.memory
+    if not in_disk.any():
+        return max_count, max_bytes
+    counts = np.where(in_disk, disk.max_count, max_count)
+    nbytes = np.where(in_disk, disk.max_bytes, np.iinfo(np.int64).max if max_bytes is None else max_bytes)
+    return counts, nbytes
+
+
 def batch_taken(
-    candidate: np.ndarray, size: np.ndarray, real: np.ndarray, max_count: int, max_bytes: int | None,
+    candidate: np.ndarray, size: np.ndarray, real: np.ndarray, max_count: int | np.ndarray,
+    max_bytes: int | np.ndarray | None,
 ) -> tuple[np.ndarray, int]:
     """(which of the ``candidate`` units are taken, units scanned) under RocketMQ's
     ``isTheBatchFull``, checked before every unit: once one is taken, the batch is full at the
     first unit when ``max_count`` are taken or when its ``size`` would carry the bytes taken
-    past ``max_bytes``. Fillers (not ``real``) are no record: their size is no size."""
+    past ``max_bytes``. Fillers (not ``real``) are no record: their size is no size. The
+    limits are scalars or one per unit (RocketMQ judges each unit by where its record lies)."""
     before = np.cumsum(candidate) - candidate  # taken before each unit, had nothing stopped
     full = before >= max_count
     if max_bytes is not None:
