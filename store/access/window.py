@@ -34,12 +34,23 @@ that is what "units scanned" counts. All of it is numpy over the window's units.
 Then the messages taken are read and checked (:mod:`rmqlog.queue.checked_read`): decoded into
 the message table, or gathered as stored (:class:`rmqlog.results.StoredRecords`, one gather
 per commitlog segment). Both then keep only the exact tags asked for (a tag hash can
-collide), so the stored records decode to exactly the table. The retention race, handled
-here once: units that point at or past the commitlog's first offset when the bounds were
-taken but below it now lost their records while the read was under way; they are skipped,
-as RocketMQ skips them, and reported in ``removed`` (the Spark source turns them into its
-data-loss policy). A read that retention overtakes during the record read is planned again
-(each retry is against a higher first offset: it ends).
+collide), so the stored records decode to exactly the table. Stored records without a tag
+filter (a broker's pull) take the fast form first: copied whole and checked on the copy
+(:func:`rmqlog.queue.checked_read.read_unit_stored`); whatever it declines goes the general
+way, which raises the typed error, so both give the same bytes and the same errors.
+
+Per unit, the limits are ``max_count``/``max_bytes``, or with ``disk``
+(:class:`rmqlog.results.DiskLimits`, a broker's pull) RocketMQ's on-disk pair for the units
+whose records start more than ``disk.memory`` bytes behind the published tail.
+
+The retention race, handled here once: the read is planned against the commitlog's first
+offset when the bounds were taken (no second listing of the commitlog's folder). A record
+whose segment retention deleted before the read reached it cannot be read; the read then
+fails with :class:`rmqlog.errors.MessagesDeletedError` and is planned again against the
+first offset now: the units that point at or past the first offset of the bounds but below
+it now are skipped, as RocketMQ skips them, and reported in ``removed`` (the Spark source
+turns them into its data-loss policy). Each retry is against a higher first offset: it
+ends. (A segment this process still had mapped keeps its bytes: its records are read.)
 """
 
 from __future__ import annotations
@@ -56,7 +67,7 @@ from ..hashing import java_string_hash
 from ..log.decode import RecordColumns, empty_message_table
 from ..log.properties import PROPERTY_TAGS, ParsedProperties
 from ..paths import validate_topic
-from ..queue.checked_read import read_unit_records, read_units
+from ..queue.checked_read import read_unit_records, read_unit_stored, read_units
 from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
 from ..results import DiskLimits, GetMessageResult, GetMessageStatus, StoredRecords
 
@@ -114,9 +125,9 @@ def read_window(
     wanted, check_crc, raw = parse_tag_filter(tags), reader.check_crc(check_crc), bool_arg("raw", raw)
     if disk is not None:
         _check_disk_limits(disk)
-    empty = StoredRecords.empty() if raw else None
 
     def result(status: GetMessageStatus, next_offset: int, lo: int = 0, hi: int = 0, **kw: object) -> GetMessageResult:
+        empty = StoredRecords.empty() if raw else None
         return GetMessageResult(status, next_offset, lo, hi, empty_message_table(), empty, **kw)  # type: ignore[arg-type]
 
     if queue_id < 0 or not reader.queue_exists(topic, queue_id):
@@ -145,10 +156,11 @@ def read_window(
     commitlog = reader.parts.commitlog
     tail = reader.parts.published_tail()  # after the units: every unit read points below it
     count_limit, bytes_limit = _limits(off, tail, max_count, max_bytes, disk)
+    low = floor  # the first plan: nothing deleted since the bounds (no second listing of the folder)
     while True:
         # records at or past ``floor`` but below the first offset now: deleted since the bounds
         # were taken (a unit below ``floor`` is damage, and its read says so)
-        removed = match & (off >= floor) & (off < commitlog.min_offset())
+        removed = match & (off >= floor) & (off < low)
         taken, scanned = batch_taken(match & ~removed, size, real, count_limit, bytes_limit)
         rows = np.flatnonzero(taken)
         gone = np.flatnonzero(removed[:scanned])
@@ -161,7 +173,10 @@ def read_window(
         args = dict(topic=topic, queue_id=queue_id, floor=floor, tail=tail, check_crc=check_crc)
         try:
             if raw:
-                records = _exact_tags(read_unit_records(commitlog, cq, units[rows], logical, **args), wanted)  # type: ignore[arg-type]
+                # no tag filter: the records checked on their own bytes (None: the general read decides)
+                records = read_unit_stored(commitlog, cq, units[rows], logical, **args) if wanted is None else None  # type: ignore[arg-type]
+                if records is None:
+                    records = _exact_tags(read_unit_records(commitlog, cq, units[rows], logical, **args), wanted)  # type: ignore[arg-type]
                 messages = empty_message_table()
             else:
                 messages = read_units(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
@@ -169,6 +184,7 @@ def read_window(
                 if wanted is not None:
                     messages = messages.filter(pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False))
         except MessagesDeletedError:  # retention overtook the record read: plan again against the new first offset
+            low = commitlog.min_offset()
             continue
         found = len(records) if records is not None else messages.num_rows
         status = GetMessageStatus.FOUND if found else GetMessageStatus.NO_MATCHED_MESSAGE
