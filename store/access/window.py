@@ -141,27 +141,32 @@ def read_window(
     file_end = offset - offset % per + per
     scan = max(SCAN_UNITS, max_count, disk.max_count if disk is not None else 0)
     stop = min(hi, offset + scan, file_end, until if until is not None else hi)
-    units = cq.read(offset, stop - offset)
+    # Without a tag filter the batch is decided within its largest count of units, unless
+    # fillers or deleted records are among them: those units first, the whole scan only then.
+    whole = wanted is not None or stop - offset <= max(max_count, disk.max_count if disk is not None else 0)
+    units = cq.read(offset, stop - offset if whole else max(max_count, disk.max_count if disk is not None else 0))
     if not len(units):  # the file holding ``offset`` is not there
         now_lo = reader.read_bounds(cq)[0]
         if now_lo <= offset:
             raise CorruptStoreError(f"consume-queue segment holding queue offset {offset} is missing", path=str(cq.directory))
         return result(GetMessageStatus.OFFSET_FOUND_NULL, now_lo, lo, hi, removed=(offset, now_lo))
-    off, size = units["offset"].astype(np.int64), units["size"].astype(np.int64)
-    real = size != FILLER_SIZE
-    match = real
-    if wanted is not None:
-        codes = np.array([java_string_hash(t) for t in wanted], np.int64)
-        match = real & np.isin(units["tagsCode"].astype(np.int64), codes)
+    codes = np.array([java_string_hash(t) for t in wanted], np.int64) if wanted is not None else None
     commitlog = reader.parts.commitlog
-    tail = reader.parts.published_tail()  # after the units: every unit read points below it
-    count_limit, bytes_limit = _limits(off, tail, max_count, max_bytes, disk)
+    # after the bounds: every unit below ``hi`` points below it
+    tail = reader.parts.published_tail()
     low = floor  # the first plan: nothing deleted since the bounds (no second listing of the folder)
     while True:
+        off, size = units["offset"].astype(np.int64), units["size"].astype(np.int64)
+        real = size != FILLER_SIZE
+        match = real if codes is None else real & np.isin(units["tagsCode"].astype(np.int64), codes)
+        count_limit, bytes_limit = _limits(off, tail, max_count, max_bytes, disk)
         # records at or past ``floor`` but below the first offset now: deleted since the bounds
         # were taken (a unit below ``floor`` is damage, and its read says so)
-        removed = match & (off >= floor) & (off < low)
+        removed = match & (off >= floor) & (off < low) if low > floor else np.zeros(len(off), bool)
         taken, scanned = batch_taken(match & ~removed, size, real, count_limit, bytes_limit)
+        if not whole and scanned == len(units) and taken.sum() < scanned:  # the first units did not decide it
+            units, whole = cq.read(offset, stop - offset), True
+            continue
         rows = np.flatnonzero(taken)
         gone = np.flatnonzero(removed[:scanned])
         lost = (offset + int(gone[0]), offset + int(gone[-1]) + 1) if len(gone) else None
@@ -223,6 +228,17 @@ def batch_taken(
     first unit when ``max_count`` are taken or when its ``size`` would carry the bytes taken
     past ``max_bytes``. Fillers (not ``real``) are no record: their size is no size. The
     limits are scalars or one per unit (RocketMQ judges each unit by where its record lies)."""
+    n = len(candidate)
+    if isinstance(max_count, int) and not isinstance(max_bytes, np.ndarray) and candidate.all():
+        # every unit a record to take (a pull without a filter): the first ``max_count``, cut
+        # at the first unit after the first whose bytes so far pass ``max_bytes``
+        scanned = min(n, max_count)
+        if max_bytes is not None and scanned > 1:
+            over = np.flatnonzero(np.cumsum(size[:scanned]) > max_bytes)
+            over = over[over >= 1]
+            if len(over):
+                scanned = int(over[0])
+        return candidate[:scanned], scanned
     before = np.cumsum(candidate) - candidate  # taken before each unit, had nothing stopped
     full = before >= max_count
     if max_bytes is not None:

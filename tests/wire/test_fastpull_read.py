@@ -315,3 +315,54 @@ def test_the_check_and_its_numpy_twin_agree_on_random_damage(live: rmqlog.Messag
             assert c == py, (i, crc)
             refused += not c
     assert refused > 300
+
+
+# ------------------------------------------------------- the batch and the scan
+def test_the_batch_of_a_pull_without_filter_is_the_general_rule() -> None:
+    """batch_taken's shortcut (every unit a record, scalar limits) against its general rule
+    (reached with a numpy count, which the shortcut does not take), on random sizes."""
+    rnd = random.Random(11)
+    for _ in range(3000):
+        n = rnd.randint(1, 60)
+        size = np.array([rnd.randint(1, 500) for _ in range(n)], np.int64)
+        every = np.ones(n, bool)
+        count = rnd.randint(1, 70)
+        nbytes = rnd.choice([None, rnd.randint(1, 8000)])
+        fast = window.batch_taken(every, size, every, count, nbytes)
+        general = window.batch_taken(every, size, every, np.int64(count), nbytes)
+        assert fast[1] == general[1] and fast[0].tolist() == general[0].tolist(), (size.tolist(), count, nbytes)
+
+
+def reference_window(units: list[tuple[int, int]], start: int, max_count: int, max_bytes: int | None) -> tuple[list[int], int]:
+    """The window rule unit by unit (fillers are no record and their size no size): the
+    queue offsets taken and the units scanned."""
+    taken: list[int] = []
+    total = 0
+    for i, (_off, size) in enumerate(units):
+        real = size != 0x7FFFFFFF
+        if taken and (len(taken) >= max_count or (real and max_bytes is not None and total + size > max_bytes)):
+            return taken, i
+        if real:
+            taken.append(start + i)
+            total += size
+    return taken, len(units)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fillers_among_the_first_units_extend_the_scan(live: rmqlog.MessageStore, root: Path, paths: Paths,
+                                                      seed: int) -> None:
+    """Filler units (no record) among the units a pull reads first: the read goes on over
+    the whole scan and takes what RocketMQ's loop takes."""
+    rnd = random.Random(seed)
+    for k in rnd.sample(range(30), 12):
+        write_unit(root, "A", 1, k, 0, 0x7FFFFFFF)
+    units = [unit(root, "A", 1, k)[:2] for k in range(30)]
+    for _ in range(60):
+        start, count = rnd.randrange(30), rnd.choice([1, 2, 4, 8, 32])
+        nbytes = rnd.choice([None, 700, 5000])
+        r = live.read_window("A", 1, start, max_count=count, max_bytes=nbytes, raw=True)
+        taken, scanned = reference_window(units[start:], start, count, nbytes)
+        assert r.next_begin_offset == start + scanned
+        assert r.records is not None and r.records.queue_offsets.tolist() == taken
+        if not taken:
+            assert r.status is rmqlog.GetMessageStatus.MESSAGE_WAS_REMOVING
