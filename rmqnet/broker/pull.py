@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from typing import Any
 
@@ -85,8 +86,9 @@ _CODE = {
 }
 
 
+@functools.cache
 def total_memory() -> int:
-    """The machine's memory in bytes (Java's ``totalPhysicalMemorySize``)."""
+    """The machine's memory in bytes (Java's ``totalPhysicalMemorySize``, read once as Java does)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: treat everything as in memory

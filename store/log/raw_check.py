@@ -5,10 +5,11 @@ A read of stored records for a consumer (``read_window(raw=True)``) needs each r
 and the assurance that each is the record its consume-queue unit names. The general checked
 decode (:func:`rmqlog.log.decode.read_columns` with a :class:`rmqlog.log.decode.RecordCheck`)
 gives that assurance by decoding every column (five gathers, three casts) and is what names a
-bad unit. Here the records are copied once, whole (each unit's ``size`` bytes at its offset:
-the bytes a pull sends), and the same checks run on that copy with numpy:
+bad unit. Here the same checks run on the records where they lie (one C pass, or numpy), and
+only records that passed are then copied once, whole (each unit's ``size`` bytes at its
+offset: the bytes a pull sends), one gather per segment, the segment pinned throughout:
 
-| check | on the copy |
+| check | on the record's bytes |
 |---|---|
 | a V1 record starts there, IPv4 hosts (``sysFlag`` bits 0x10/0x20 clear) | MAGIC, SYSFLAG |
 | TOTALSIZE is the unit's size; QUEUEID the queue's; QUEUEOFFSET the unit's | header fields |
@@ -22,8 +23,10 @@ IPv6 host, any check failing) is a "no", and the caller then runs the general ch
 which raises the typed error naming the first bad unit and its field, or reads what this
 declined. So the guarantee is one-sided and simple to keep: every check here is at least as
 strict as its counterpart in the general decode (a "yes" means that decode passes too), and
-the bytes are the same (TOTALSIZE bytes at the record's offset). Every index into the copy is
-checked to lie inside its own record before it is used.
+the bytes are the same (TOTALSIZE bytes at the record's offset). Every index into a record is
+checked to lie inside it before it is used. (Records below the published tail never change,
+so checking them in place and then copying them is as sound as the general read, which
+also checks headers from one gather and copies bodies with the next.)
 """
 
 from __future__ import annotations
@@ -51,29 +54,39 @@ from .record import (
 _HEADER = np.arange(HEADER_V4.itemsize, dtype=np.int64)
 
 
-def gather_records(commitlog: CommitLog, offsets: np.ndarray, sizes: np.ndarray) -> pa.LargeBinaryArray | None:
-    """The bytes ``[offsets[i], offsets[i] + sizes[i])`` of ``commitlog`` (int64 arrays)
-    copied back to back into one binary array (value offsets from 0), one gather per segment
-    while it is pinned (:mod:`rmqlog.log.pins`), nothing checked: :func:`records_pass` checks
-    the copy. Each span must lie inside one segment below the published tail
-    (:func:`rmqlog.queue.checked_read.check_bounds`). ``None`` when a segment is missing, was
-    deleted or is shorter than a span: the caller's general checked read names which."""
+def read_checked(
+    commitlog: CommitLog, offsets: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray, *, topic: bytes,
+    queue_id: int, crc: bool,
+) -> pa.LargeBinaryArray | None:
+    """The records at ``offsets`` (int64, ascending; each unit's ``sizes`` bytes) of
+    ``commitlog``, checked in place by :func:`records_pass` and then copied back to back into
+    one binary array (value offsets from 0), segment by segment while each is pinned
+    (:mod:`rmqlog.log.pins`). Nothing is copied before it passed (so a damaged unit's size
+    never sizes a copy). Each span must lie inside one segment below the published tail
+    (:func:`rmqlog.queue.checked_read.check_bounds`). ``None`` when any record does not pass
+    or a segment is missing, deleted or shorter than a span: the caller's general checked
+    read then names what is wrong."""
     size = commitlog.segment_size
     if offsets[0] // size == offsets[-1] // size:  # the usual read: one segment, no split
-        parts = [(offsets, sizes)]
+        parts = [(offsets, sizes, queue_offsets)]
     else:
         cuts = np.flatnonzero(np.diff(offsets // size)) + 1
-        parts = list(zip(np.split(offsets, cuts), np.split(sizes, cuts), strict=True))
+        parts = list(zip(np.split(offsets, cuts), np.split(sizes, cuts), np.split(queue_offsets, cuts), strict=True))
     arrays: list[pa.LargeBinaryArray] = []
-    for part, lengths in parts:
+    for part, lengths, logical in parts:
         seg = commitlog.segments.for_offset(int(part[0]))
         if seg is None:
             return None
         with pinned(seg) as held:  # a read in progress: retention leaves the file alone
             if not held:
                 return None
+            source = seg.array()
+            at = part - seg.start
+            if not records_pass(source, at, lengths, part, topic=topic, queue_id=queue_id, queue_offsets=logical,
+                                crc=crc):
+                return None
             try:
-                arrays.append(gather_slices(seg.buffer(), part - seg.start, lengths))
+                arrays.append(gather_slices(pa.py_buffer(source), at, lengths))
             except ValueError:  # a span outside the file (one shorter than a segment)
                 return None
     return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
@@ -83,20 +96,20 @@ def records_pass(
     data: np.ndarray, starts: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, *, topic: bytes, queue_id: int,
     queue_offsets: np.ndarray, crc: bool,
 ) -> bool:
-    """Whether the records copied into ``data`` (uint8; record ``i`` at ``starts[i]``, its
-    unit's ``sizes[i]`` bytes, from commitlog offset ``offsets[i]``) are each a whole IPv4 V1
-    record of ``topic``, queue ``queue_id``, at queue offset ``queue_offsets[i]``, their lengths
-    adding up and, with ``crc``, their bodies matching BODYCRC (the module docstring's table).
-    ``False`` whenever in doubt: the caller's general checked read decides then. All arrays
-    int64, the records back to back from ``data``'s start (``starts`` their running sums).
-    One pass of the C helper (``check_stored``) when it is built, else numpy, the same checks."""
+    """Whether the records in ``data`` (uint8: a segment's bytes; record ``i`` at ``starts[i]``,
+    its unit's ``sizes[i]`` bytes, from commitlog offset ``offsets[i]``) are each a whole IPv4
+    V1 record of ``topic``, queue ``queue_id``, at queue offset ``queue_offsets[i]``, their
+    lengths adding up and, with ``crc``, their bodies matching BODYCRC (the module docstring's
+    table). ``False`` whenever in doubt (a record not inside ``data`` too): the caller's
+    general checked read decides then. All arrays int64. One pass of the C helper
+    (``check_stored``) when it is built, else numpy, the same checks."""
     n = len(starts)
     if n == 0:
         return True
     if _native_check is not None:  # one C pass over the records (the same checks), GIL released
-        return bool(_native_check(data, sizes, offsets, queue_offsets, topic, queue_id, MIN_TIMESTAMP_MS,
+        return bool(_native_check(data, starts, sizes, offsets, queue_offsets, topic, queue_id, MIN_TIMESTAMP_MS,
                                   MAX_TIMESTAMP_MS, crc) == n)
-    if (sizes < MIN_RECORD_SIZE).any():
+    if (sizes < MIN_RECORD_SIZE).any() or (starts < 0).any() or (sizes > len(data) - starts).any():
         return False
     hdr = data[starts[:, None] + _HEADER].view(HEADER_V4).ravel()
     if not ((hdr["magic"] == MAGIC_V1).all() and (hdr["totalSize"] == sizes).all()
@@ -121,16 +134,11 @@ def records_pass(
     props_len = data[props_at].astype(np.int64) << 8 | data[props_at + 1]
     if not (props_len == starts + sizes - props_at - 2).all():
         return False
-    if crc:
-        # the bodies as the even elements of a view over the copy (the odd ones: the bytes between)
-        bounds = np.empty(2 * n + 1, np.int64)
-        bounds[0:-1:2] = body_start
-        bounds[1::2] = topic_at
-        bounds[-1] = topic_at[-1]
-        view = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 2 * n, [None, pa.py_buffer(bounds), pa.py_buffer(data)])
-        if not (body_crcs(view)[0::2] == hdr["bodyCRC"]).all():
+    if crc:  # the bodies copied out (any order), then one batch CRC call
+        bodies = gather_slices(pa.py_buffer(data), body_start, body_len)
+        if not (body_crcs(bodies) == hdr["bodyCRC"]).all():
             return False
     return True
 
 
-__all__ = ["gather_records", "records_pass"]
+__all__ = ["read_checked", "records_pass"]

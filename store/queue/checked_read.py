@@ -45,7 +45,7 @@ from ..log.decode import (
     raise_first_bad_row,
 )
 from ..log.pins import pinned
-from ..log.raw_check import gather_records, records_pass
+from ..log.raw_check import read_checked
 from ..log.record import MAGIC_V1, MAGIC_V2
 from ..paths import segment_name
 from ..results import StoredRecords
@@ -91,8 +91,8 @@ def read_unit_stored(
     floor: int, tail: int, check_crc: bool,
 ) -> StoredRecords | None:
     """The fast form of :func:`read_unit_records` for a read without a tag filter: the records
-    as stored, copied whole in one gather per segment and checked on the copy
-    (:func:`rmqlog.log.raw_check.records_pass`: the same checks, on the raw bytes), or
+    as stored, checked where they lie and then copied whole, one gather per segment
+    (:func:`rmqlog.log.raw_check.read_checked`: the same checks, on the raw bytes), or
     ``None`` whenever that check does not take them (a unit out of bounds, a record that is
     not the unit's, a deleted segment, a V2 or IPv6 record). The caller then reads them with
     :func:`read_unit_records`, which raises the typed error naming the first bad unit or reads
@@ -106,15 +106,9 @@ def read_unit_stored(
     if not (off.min() >= floor and size.min() >= MIN_RECORD_SIZE and end.max() <= tail and off.max() < tail
             and (off // seg == (end - 1) // seg).all()):
         return None  # step 1 fails somewhere: check_bounds names it in the general read
-    array = gather_records(commitlog, off, size)
-    if array is None:
-        return None
-    data = np.frombuffer(array.buffers()[2], np.uint8)
     logical = np.asarray(logical, np.int64)
-    if not records_pass(data, np.cumsum(size) - size, size, off, topic=topic.encode(), queue_id=queue_id,
-                        queue_offsets=logical, crc=check_crc):
-        return None
-    return StoredRecords(array, off, size, logical)
+    array = read_checked(commitlog, off, size, logical, topic=topic.encode(), queue_id=queue_id, crc=check_crc)
+    return None if array is None else StoredRecords(array, off, size, logical)
 
 
 def _checked(
