@@ -162,19 +162,24 @@ def read_window(
         count_limit, bytes_limit = _limits(off, tail, max_count, max_bytes, disk)
         # records at or past ``floor`` but below the first offset now: deleted since the bounds
         # were taken (a unit below ``floor`` is damage, and its read says so)
-        removed = match & (off >= floor) & (off < low) if low > floor else np.zeros(len(off), bool)
-        taken, scanned = batch_taken(match & ~removed, size, real, count_limit, bytes_limit)
-        if not whole and scanned == len(units) and taken.sum() < scanned:  # the first units did not decide it
+        removed = match & (off >= floor) & (off < low) if low > floor else None
+        taken, scanned = batch_taken(match if removed is None else match & ~removed, size, real, count_limit, bytes_limit)
+        n_taken = int(np.count_nonzero(taken))
+        if not whole and scanned == len(units) and n_taken < scanned:  # the first units did not decide it
             units, whole = cq.read(offset, stop - offset), True
             continue
-        rows = np.flatnonzero(taken)
-        gone = np.flatnonzero(removed[:scanned])
+        gone = np.flatnonzero(removed[:scanned]) if removed is not None else np.zeros(0, np.int64)
         lost = (offset + int(gone[0]), offset + int(gone[-1]) + 1) if len(gone) else None
-        if not len(rows):
+        if not n_taken:
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if len(gone) or not real[:scanned].all() \
                 else GetMessageStatus.NO_MATCHED_MESSAGE
             return result(status, offset + scanned, lo, hi, removed=lost)
-        logical = offset + rows.astype(np.int64)
+        if n_taken == scanned:  # every unit scanned taken (a pull without a filter): a view, no take
+            rows: np.ndarray | slice = slice(0, scanned)
+            logical = np.arange(offset, offset + scanned, dtype=np.int64)
+        else:
+            rows = np.flatnonzero(taken)
+            logical = offset + rows.astype(np.int64)
         args = dict(topic=topic, queue_id=queue_id, floor=floor, tail=tail, check_crc=check_crc)
         try:
             if raw:
