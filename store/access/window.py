@@ -35,8 +35,8 @@ Then the messages taken are read and checked (:mod:`rmqlog.queue.checked_read`):
 the message table, or gathered as stored (:class:`rmqlog.results.StoredRecords`, one gather
 per commitlog segment). Both then keep only the exact tags asked for (a tag hash can
 collide), so the stored records decode to exactly the table. Stored records without a tag
-filter (a broker's pull) take the fast form first: copied whole and checked on the copy
-(:func:`rmqlog.queue.checked_read.read_unit_stored`); whatever it declines goes the general
+filter (a broker's pull) take the fast form first: checked on their raw bytes, then copied
+whole (:func:`rmqlog.queue.checked_read.read_unit_stored`); whatever it declines goes the general
 way, which raises the typed error, so both give the same bytes and the same errors.
 
 Per unit, the limits are ``max_count``/``max_bytes``, or with ``disk``
