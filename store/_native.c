@@ -1113,6 +1113,66 @@ done:
     return result;
 }
 
+/* check_stored(data, starts, sizes, offsets, queue_offsets, topic, queue_id, min_ts, max_ts, crc) -> n_ok
+ * The records at `starts` in `data` (a commitlog segment's bytes; record i: sizes[i] bytes
+ * at starts[i], from commitlog offset offsets[i]; int64 arrays) checked as the records their
+ * consume-queue units name (store/log/raw_check.py, the numpy twin, has the table): a V1
+ * record with IPv4 hosts, TOTALSIZE = sizes[i], QUEUEID = queue_id, QUEUEOFFSET =
+ * queue_offsets[i], PHYSICALOFFSET = offsets[i], queue id/offset >= 0, STORETIMESTAMP in
+ * [0, max_ts], BORNTIMESTAMP in [min_ts, max_ts], BODYLENGTH fitting, TOPICLENGTH and the
+ * topic = `topic`, PROPERTIESLENGTH = the rest of the record and, with crc, BODYCRC = the
+ * body's CRC. Returns the count of records before the first that fails (n when all pass).
+ * Every read stays inside its own record, and each record inside data. GIL released. */
+static PyObject *check_stored(PyObject *self, PyObject *args) {
+    Py_buffer data, st, sz, off, qo, topic;
+    int queue_id, crc;
+    long long min_ts, max_ts;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*y*iLLp", &data, &st, &sz, &off, &qo, &topic, &queue_id, &min_ts, &max_ts, &crc))
+        return NULL;
+    PyObject *result = NULL;
+    Py_ssize_t n = sz.len / 8;
+    if (st.itemsize != 8 || sz.itemsize != 8 || off.itemsize != 8 || qo.itemsize != 8 || st.len != sz.len ||
+        off.len != sz.len || qo.len != sz.len) {
+        PyErr_SetString(PyExc_ValueError, "check_stored: starts, sizes, offsets and queue offsets must be int64 arrays of one length");
+        goto done;
+    }
+    const int64_t *starts = (const int64_t *)st.buf, *sizes = (const int64_t *)sz.buf;
+    const int64_t *offsets = (const int64_t *)off.buf, *qoffs = (const int64_t *)qo.buf;
+    const unsigned char *b = (const unsigned char *)data.buf, *t = (const unsigned char *)topic.buf;
+    const int64_t tlen = topic.len, len = data.len;
+    Py_ssize_t i = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; i < n; i++) {
+        const int64_t size = sizes[i], p = starts[i];
+        /* 88: the IPv4 header through BODYLENGTH; then TOPICLENGTH (1), the topic, PROPERTIESLENGTH (2) */
+        if (p < 0 || p > len || size < 88 + 3 + tlen || size > len - p) break;
+        const unsigned char *r = b + p;
+        if (be_i32(r) != size || (uint32_t)be_i32(r + 4) != 0xDAA320A7u) break;
+        if (be_i32(r + 36) & 0x30) break;  /* an IPv6 host: the general read */
+        if (be_i32(r + 12) != queue_id || be_i64(r + 20) != qoffs[i] || be_i64(r + 28) != offsets[i]) break;
+        if (queue_id < 0 || qoffs[i] < 0) break;
+        const int64_t born_ts = be_i64(r + 40), store_ts = be_i64(r + 56);
+        if (store_ts < 0 || store_ts > max_ts || born_ts < min_ts || born_ts > max_ts) break;
+        const int64_t body_len = be_i32(r + 84);
+        if (body_len < 0 || body_len > size - 88 - 3 - tlen) break;
+        const unsigned char *tl = r + 88 + body_len;
+        if (tl[0] != tlen || memcmp(tl + 1, t, (size_t)tlen) != 0) break;
+        const unsigned char *pl = tl + 1 + tlen;
+        if ((int64_t)(((uint32_t)pl[0] << 8) | pl[1]) != size - (pl + 2 - r)) break;
+        if (crc && (int64_t)(int32_t)(crc32_ieee(r + 88, (size_t)body_len) & 0x7FFFFFFFu) != be_i32(r + 8)) break;
+    }
+    Py_END_ALLOW_THREADS
+    result = PyLong_FromSsize_t(i);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&st);
+    PyBuffer_Release(&sz);
+    PyBuffer_Release(&off);
+    PyBuffer_Release(&qo);
+    PyBuffer_Release(&topic);
+    return result;
+}
+
 /* walk_chains(log, entry_size, heads, counts, out) -> n or -1 - h
  * The timer log's bucket chains (store/schedule/timer_wheel.py): from each head entry index,
  * follow each entry's `prev` (little-endian int64 at the entry's start), exactly counts[h]
@@ -1182,6 +1242,8 @@ static PyMethodDef methods[] = {
      "walk_chains(log, entry_size, heads, counts, out) -> n, or -1 - h for the first damaged chain h: the timer log's bucket chains, entry indices into out."},
     {"walk_records", walk_records, METH_VARARGS,
      "walk_records(seg, start, limit, base, header_size, trailer_fields, min_ts, max_ts, pos_out, size_out) -> (n, end, code, value)."},
+    {"check_stored", check_stored, METH_VARARGS,
+     "check_stored(data, starts, sizes, offsets, queue_offsets, topic, queue_id, min_ts, max_ts, crc) -> records before the first that is not its unit's, GIL released."},
     {"gather", gather, METH_VARARGS,
      "gather(src, starts, lengths, dst): copy the slices back to back into dst, GIL released."},
     {"crc32_batch", crc32_batch, METH_VARARGS,

@@ -72,7 +72,7 @@ from .recovery.opening import (
 )
 from .recovery.recovery import RecoveryReport
 from .recovery.verify import VerifyReport, verify
-from .results import GetMessageResult, PutMessageResult, PutMessageStatus
+from .results import DiskLimits, GetMessageResult, PutMessageResult, PutMessageStatus
 from .retention import CleanReport, Retention
 from .schedule import install as install_schedule
 from .schedule.delay_offsets import set_aside_if_unreadable_offsets
@@ -405,6 +405,7 @@ class MessageStore(WireAccess):
     def read_window(
         self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, max_bytes: int | None = None,
         tags: str | None = "*", until: int | None = None, check_crc: bool | None = None, raw: bool = False,
+        disk: DiskLimits | None = None,
     ) -> GetMessageResult:
         """Read a window of a queue from ``offset``: RocketMQ's ``getMessage`` (statuses and next
         offsets as :mod:`rmqlog.access.window` tabulates), at most ``max_count`` messages and,
@@ -412,12 +413,14 @@ class MessageStore(WireAccess):
         or past ``until``. ``raw=False``: the messages as ``messages`` (the message table);
         ``raw=True``: the records byte-exact as ``records`` (:class:`rmqlog.results.StoredRecords`:
         the bytes RocketMQ's pull responses carry, with their commitlog offsets, sizes and queue
-        offsets). Records retention deleted while the read was under way are skipped and named
-        in ``removed``. Checked as :meth:`get_messages` says; a bad argument raises
-        :class:`InvalidArgumentError` (``InvalidTopicError`` for a topic) naming it."""
+        offsets). ``disk`` (:class:`rmqlog.results.DiskLimits`): RocketMQ's limits for records
+        it would read from disk, applied to the units whose records lie that far behind the
+        commitlog's end (a broker's pull). Records retention deleted while the read was under
+        way are skipped and named in ``removed``. Checked as :meth:`get_messages` says; a bad
+        argument raises :class:`InvalidArgumentError` (``InvalidTopicError`` for a topic) naming it."""
         self._check_open()
         return self.reader.read_window(topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, tags=tags,
-                                       until=until, check_crc=check_crc, raw=raw)
+                                       until=until, check_crc=check_crc, raw=raw, disk=disk)
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, check_crc: bool | None = None) -> pa.Table:
         """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table;

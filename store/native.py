@@ -21,6 +21,7 @@ kernels are switched together in :mod:`rmqlog.log.encode.native`.
 | ``parse_properties``, ``copy_properties`` | RocketMQ properties parsed in one pass; copied with names dropped | :mod:`rmqlog.log.properties`, :mod:`rmqlog.schedule.timeup` |
 | ``walk_records`` | a commitlog segment walked (where records are, why the walk stops) | :mod:`rmqlog.log.scan` |
 | ``gather`` | slices of a buffer copied back to back, GIL released | :mod:`rmqlog.log.gather` |
+| ``check_stored`` | records copied for a pull checked against their consume-queue units, GIL released | :mod:`rmqlog.log.raw_check` |
 | ``walk_chains`` | the timer log's bucket chains walked | :mod:`rmqlog.schedule.timer_wheel` |
 
 A leaf: it imports no other module of the store, so any floor may use it
@@ -66,4 +67,5 @@ parse_properties: Any = _function("parse_properties")
 copy_properties: Any = _function("copy_properties")
 walk_records: Any = _function("walk_records")
 gather: Any = _function("gather")
+check_stored: Any = _function("check_stored")
 walk_chains: Any = _function("walk_chains")

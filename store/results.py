@@ -61,6 +61,26 @@ class StoredRecords:
 
 
 @dataclass(frozen=True)
+class DiskLimits:
+    """RocketMQ's transfer limits for the records it would read from disk
+    (``DefaultMessageStore.isTheBatchFull`` with ``isInDisk``), for
+    :meth:`rmqlog.MessageStore.read_window`'s ``disk``.
+
+    A record lies "on disk" when it starts more than ``memory`` bytes behind the commitlog's
+    published end (RocketMQ's ``maxOffsetPy - offsetPy > totalPhysicalMemory *
+    accessMessageInMemoryMaxRatio / 100``). Before such a unit, the batch is full once
+    ``max_count`` messages are taken or when its size would carry the bytes taken past
+    ``max_bytes``; every other unit is judged by the read's own ``max_count`` and
+    ``max_bytes``. ``memory`` >= 0, the limits >= 1 (:class:`rmqlog.errors.InvalidArgumentError`
+    naming the field otherwise).
+    """
+
+    memory: int
+    max_count: int
+    max_bytes: int
+
+
+@dataclass(frozen=True)
 class GetMessageResult:
     """What a read of a window of a queue gives (RocketMQ's ``GetMessageResult``).
 

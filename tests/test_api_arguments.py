@@ -198,6 +198,8 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "offset": st.integers(-1, 10), "start": st.integers(-1, 10), "end": st.integers(-1, 12),
     "max_count": st.integers(-1, 40), "max_bytes": st.one_of(st.none(), st.integers(-1, 4096)),
     "until": st.one_of(st.none(), st.integers(-1, 12)), "raw": st.booleans(),
+    "disk": st.one_of(st.none(), st.builds(rmqlog.results.DiskLimits, st.integers(-1, 1 << 20), st.integers(0, 40),
+                                           st.integers(0, 4096))),
     "tags": st.sampled_from([None, "*", "a", "a || b", ""]),
     "keys": st.one_of(st.lists(st.sampled_from(KEYS), max_size=2), st.sampled_from(["k1 k2", ""])),
     "key": st.sampled_from(KEYS), "msg_id": st.sampled_from(["0A0B0C0D1234ABCDEF0123456789ABCD", "x"]),

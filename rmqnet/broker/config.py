@@ -68,6 +68,15 @@ class BrokerConfig:
       waits for its group commit before it is answered ``FLUSH_DISK_TIMEOUT``.
     - ``send_queue_capacity`` (``sendThreadPoolQueueCapacity``, 10000): sends waiting for the
       store at most; more are answered ``SYSTEM_BUSY`` (RocketMQ's full send pool).
+    - The pull's transfer limits (RocketMQ's ``MessageStoreConfig`` keys, applied by its
+      ``DefaultMessageStore.isTheBatchFull``; here by the pull processor, :mod:`rmqnet.broker.pull`,
+      through the store's window read): ``max_transfer_count_on_message_in_memory`` (32) and
+      ``max_transfer_bytes_on_message_in_memory`` (262144) for records RocketMQ would find in
+      memory, ``max_transfer_count_on_message_in_disk`` (8) and
+      ``max_transfer_bytes_on_message_in_disk`` (65536) for records further behind the
+      commitlog's end than ``access_message_in_memory_max_ratio`` percent (40) of the
+      machine's memory. Counts and bytes at least 1 (the first message of a pull is always
+      sent, whatever its size); the ratio 0..100.
     - ``store``: the store's config (``flushDiskType``, ``maxMessageSize``, segment sizes...).
     """
 
@@ -94,6 +103,11 @@ class BrokerConfig:
     register_broker_timeout_mills: int = 6000
     sync_flush_timeout: int = 5000
     send_queue_capacity: int = 10_000
+    max_transfer_count_on_message_in_memory: int = 32
+    max_transfer_bytes_on_message_in_memory: int = 256 * 1024
+    max_transfer_count_on_message_in_disk: int = 8
+    max_transfer_bytes_on_message_in_disk: int = 64 * 1024
+    access_message_in_memory_max_ratio: int = 40
     store: StoreConfig = field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
@@ -119,9 +133,13 @@ class BrokerConfig:
         if self.broker_id < 0:
             raise ConfigError("broker_id must be at least 0")
         for name in ("short_polling_time_mills", "register_name_server_period", "register_broker_timeout_mills",
-                     "sync_flush_timeout", "send_queue_capacity"):
+                     "sync_flush_timeout", "send_queue_capacity", *_TRANSFER_LIMITS):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
+            if name in _TRANSFER_LIMITS and getattr(self, name) > _JAVA_INT_MAX:
+                raise ConfigError(f"{name} must be at most {_JAVA_INT_MAX} (a Java int)")
+        if not 0 <= self.access_message_in_memory_max_ratio <= 100:
+            raise ConfigError("access_message_in_memory_max_ratio must be a percentage 0..100")
         try:
             ipaddress.ip_address(self.broker_ip1)
         except ValueError:
@@ -189,6 +207,11 @@ def host_port(ip: str, port: int) -> str:
     addr = ipaddress.ip_address(ip)
     return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
 
+
+#: the pull's transfer limits (MessageStoreConfig's int keys)
+_TRANSFER_LIMITS = ("max_transfer_count_on_message_in_memory", "max_transfer_bytes_on_message_in_memory",
+                    "max_transfer_count_on_message_in_disk", "max_transfer_bytes_on_message_in_disk")
+_JAVA_INT_MAX = (1 << 31) - 1
 
 #: broker.conf keys read under another spelling (RocketMQ's setter names)
 _ALIASES = {"brokerIP1": "brokerIp1", "sendThreadPoolQueueCapacity": "sendQueueCapacity"}

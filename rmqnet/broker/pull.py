@@ -17,10 +17,13 @@ group's heartbeat registered (:mod:`rmqnet.broker.consumers`: ``SUBSCRIPTION_NOT
 
 The read is :meth:`rmqlog.MessageStore.read_window` with ``raw=True``: the body is the stored
 records byte-exact, handed to the transport as a list of buffers (no join, no re-encoding).
-Transfer limits, MessageStoreConfig's: at most ``maxMsgNums`` and 32 messages and, after the
-first, 256 KiB (``maxTransferCount/BytesOnMessageInMemory``); records further behind the
-commitlog's end than 40% of the machine's memory (``accessMessageInMemoryMaxRatio``: Java
-would read them from disk) at most 8 messages and 64 KiB (``...InDisk``). Statuses:
+Transfer limits, MessageStoreConfig's (broker.conf keys, :class:`rmqnet.broker.config.BrokerConfig`):
+at most ``maxMsgNums`` and ``maxTransferCountOnMessageInMemory`` (32) messages and, after the
+first, ``maxTransferBytesOnMessageInMemory`` (256 KiB); before a unit whose record lies
+further behind the commitlog's end than ``accessMessageInMemoryMaxRatio`` (40) percent of the
+machine's memory (Java would read it from disk), ``maxTransferCountOnMessageInDisk`` (8) and
+``maxTransferBytesOnMessageInDisk`` (64 KiB) instead: Java's ``isTheBatchFull``, unit by unit,
+done by the store's window read (:class:`rmqlog.results.DiskLimits`). Statuses:
 
 | store status | code | nextBeginOffset |
 |---|---|---|
@@ -44,13 +47,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from typing import Any
 
 import numpy as np
 
 import rmqlog
-from rmqlog import GetMessageResult, GetMessageStatus, StoredRecords
+from rmqlog import GetMessageResult, GetMessageStatus
+from rmqlog.results import DiskLimits
 
 from ..remoting import PullMessageHeader, RemotingCommand, RequestCode, ResponseCode
 from ..remoting.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
@@ -81,8 +86,9 @@ _CODE = {
 }
 
 
+@functools.cache
 def total_memory() -> int:
-    """The machine's memory in bytes (Java's ``totalPhysicalMemorySize``)."""
+    """The machine's memory in bytes (Java's ``totalPhysicalMemorySize``, read once as Java does)."""
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):  # not POSIX: treat everything as in memory
@@ -209,29 +215,20 @@ def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader) 
 
 
 def _read(broker: Any, h: PullMessageHeader, tags: str | None) -> GetMessageResult:
-    """The window read under the memory limits, trimmed to the disk limits where Java's
-    ``isInDisk`` would hold (records more than 40% of the memory behind the commitlog's end)."""
-    store = broker.store
-    count = min(max(h.max_msg_nums, 1), conf(broker, "max_transfer_count_on_message_in_memory", MAX_TRANSFER_COUNT_IN_MEMORY))
+    """The window read under RocketMQ's transfer limits (``DefaultMessageStore.isTheBatchFull``):
+    each unit judged by where its record lies, in memory or on disk (more than
+    ``accessMessageInMemoryMaxRatio`` percent of the machine's memory behind the commitlog's
+    end: Java's ``checkInDiskByCommitOffset``), the store applying the rule per unit."""
+    nums = max(h.max_msg_nums, 1)  # Java takes the first message whatever maxMsgNums says
+    count = min(nums, conf(broker, "max_transfer_count_on_message_in_memory", MAX_TRANSFER_COUNT_IN_MEMORY))
     nbytes = conf(broker, "max_transfer_bytes_on_message_in_memory", MAX_TRANSFER_BYTES_IN_MEMORY)
-    result: GetMessageResult = store.read_window(h.topic, h.queue_id, h.queue_offset, max_count=count,
-                                                 max_bytes=nbytes, tags=tags, raw=True)
-    recs = result.records
-    if result.status != _S.FOUND or recs is None or len(recs) < 2:
-        return result
     ratio = conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
-    in_disk = (store.published_tail() - recs.commit_log_offsets) > total_memory() * ratio // 100
-    if not in_disk.any():
-        return result
-    keep = disk_limited(recs.sizes, in_disk, min(count, MAX_TRANSFER_COUNT_IN_MEMORY),
-                        conf(broker, "max_transfer_count_on_message_in_disk", MAX_TRANSFER_COUNT_IN_DISK),
-                        nbytes, conf(broker, "max_transfer_bytes_on_message_in_disk", MAX_TRANSFER_BYTES_IN_DISK))
-    if keep == len(recs):
-        return result
-    cut = StoredRecords(recs.array.slice(0, keep), recs.commit_log_offsets[:keep], recs.sizes[:keep],
-                        recs.queue_offsets[:keep])
-    return GetMessageResult(result.status, int(recs.queue_offsets[keep]), result.min_offset, result.max_offset,
-                            result.messages, cut, result.removed)
+    disk = DiskLimits(memory=total_memory() * ratio // 100,
+                      max_count=min(nums, conf(broker, "max_transfer_count_on_message_in_disk", MAX_TRANSFER_COUNT_IN_DISK)),
+                      max_bytes=conf(broker, "max_transfer_bytes_on_message_in_disk", MAX_TRANSFER_BYTES_IN_DISK))
+    result: GetMessageResult = broker.store.read_window(h.topic, h.queue_id, h.queue_offset, max_count=count,
+                                                        max_bytes=nbytes, tags=tags, raw=True, disk=disk)
+    return result
 
 
 def disk_limited(sizes: np.ndarray, in_disk: np.ndarray, mem_count: int, disk_count: int, mem_bytes: int,
@@ -239,7 +236,9 @@ def disk_limited(sizes: np.ndarray, in_disk: np.ndarray, mem_count: int, disk_co
     """How many of the records (sizes in queue order) Java's ``isTheBatchFull`` keeps when
     each is judged by its own place (``in_disk``): record ``i`` (never the first) ends the
     batch when the ``i`` taken reach its count limit or its size carries the bytes past its
-    byte limit."""
+    byte limit. The rule as stated over records alone: the pull has the store apply it per
+    unit (:class:`rmqlog.results.DiskLimits`), filtered-out units included as Java does;
+    the tests pin the two against each other."""
     before = np.arange(len(sizes))
     bytes_before = np.cumsum(sizes) - sizes
     full = np.where(in_disk, (before >= disk_count) | (bytes_before + sizes > disk_bytes),

@@ -33,7 +33,7 @@ from ..log.record import ScanKind
 from ..paths import validate_group, validate_topic
 from ..queue.checked_read import read_unit_columns, read_units, unit_store_timestamp
 from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
-from ..results import GetMessageResult
+from ..results import DiskLimits, GetMessageResult
 from .window import read_window
 
 _T = TypeVar("_T")
@@ -87,11 +87,11 @@ class QueueReader:
 
     def read_window(
         self, topic: str, queue_id: int, offset: int, *, max_count: int, tags: str | None, check_crc: bool | None,
-        max_bytes: int | None = None, until: int | None = None, raw: bool = False,
+        max_bytes: int | None = None, until: int | None = None, raw: bool = False, disk: DiskLimits | None = None,
     ) -> GetMessageResult:
         """A window of a queue (:mod:`rmqlog.access.window`); see :meth:`rmqlog.MessageStore.read_window`."""
         return read_window(self, topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, tags=tags,
-                           until=until, check_crc=check_crc, raw=raw)
+                           until=until, check_crc=check_crc, raw=raw, disk=disk)
 
     def read_units(
         self, cq: ConsumeQueue, topic: str, queue_id: int, first: int, units: np.ndarray, rows: np.ndarray,

@@ -34,12 +34,23 @@ that is what "units scanned" counts. All of it is numpy over the window's units.
 Then the messages taken are read and checked (:mod:`rmqlog.queue.checked_read`): decoded into
 the message table, or gathered as stored (:class:`rmqlog.results.StoredRecords`, one gather
 per commitlog segment). Both then keep only the exact tags asked for (a tag hash can
-collide), so the stored records decode to exactly the table. The retention race, handled
-here once: units that point at or past the commitlog's first offset when the bounds were
-taken but below it now lost their records while the read was under way; they are skipped,
-as RocketMQ skips them, and reported in ``removed`` (the Spark source turns them into its
-data-loss policy). A read that retention overtakes during the record read is planned again
-(each retry is against a higher first offset: it ends).
+collide), so the stored records decode to exactly the table. Stored records without a tag
+filter (a broker's pull) take the fast form first: checked on their raw bytes, then copied
+whole (:func:`rmqlog.queue.checked_read.read_unit_stored`); whatever it declines goes the general
+way, which raises the typed error, so both give the same bytes and the same errors.
+
+Per unit, the limits are ``max_count``/``max_bytes``, or with ``disk``
+(:class:`rmqlog.results.DiskLimits`, a broker's pull) RocketMQ's on-disk pair for the units
+whose records start more than ``disk.memory`` bytes behind the published tail.
+
+The retention race, handled here once: the read is planned against the commitlog's first
+offset when the bounds were taken (no second listing of the commitlog's folder). A record
+whose segment retention deleted before the read reached it cannot be read; the read then
+fails with :class:`rmqlog.errors.MessagesDeletedError` and is planned again against the
+first offset now: the units that point at or past the first offset of the bounds but below
+it now are skipped, as RocketMQ skips them, and reported in ``removed`` (the Spark source
+turns them into its data-loss policy). Each retry is against a higher first offset: it
+ends. (A segment this process still had mapped keeps its bytes: its records are read.)
 """
 
 from __future__ import annotations
@@ -56,9 +67,9 @@ from ..hashing import java_string_hash
 from ..log.decode import RecordColumns, empty_message_table
 from ..log.properties import PROPERTY_TAGS, ParsedProperties
 from ..paths import validate_topic
-from ..queue.checked_read import read_unit_records, read_units
+from ..queue.checked_read import read_unit_records, read_unit_stored, read_units
 from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
-from ..results import GetMessageResult, GetMessageStatus, StoredRecords
+from ..results import DiskLimits, GetMessageResult, GetMessageStatus, StoredRecords
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -92,12 +103,13 @@ def parse_tag_filter(tags: object) -> set[str] | None:
 
 def read_window(
     reader: Reader, topic: str, queue_id: int, offset: int, *, max_count: int, max_bytes: int | None,
-    tags: str | None, until: int | None, check_crc: bool | None, raw: bool,
+    tags: str | None, until: int | None, check_crc: bool | None, raw: bool, disk: DiskLimits | None = None,
 ) -> GetMessageResult:
     """The window of ``topic``/``queue_id`` from ``offset`` (see the module docstring): at most
     ``max_count`` messages and ``max_bytes`` bytes of records (``None``: no limit), the units
     before ``until`` only (``None``: to the queue's end), as the message table or, with
-    ``raw``, as the stored records. Arguments are checked first:
+    ``raw``, as the stored records; with ``disk`` (:class:`rmqlog.results.DiskLimits`), units
+    whose records lie "on disk" are judged by its limits instead. Arguments are checked first:
     :class:`rmqlog.errors.InvalidArgumentError` / ``InvalidTopicError`` naming the argument.
     A damaged unit or record raises :class:`rmqlog.errors.CorruptQueueError` /
     :class:`rmqlog.errors.CorruptRecordError`."""
@@ -111,9 +123,11 @@ def read_window(
     if until is not None and until <= offset:
         raise InvalidArgumentError(f"until ({until}) must be past offset ({offset})")
     wanted, check_crc, raw = parse_tag_filter(tags), reader.check_crc(check_crc), bool_arg("raw", raw)
-    empty = StoredRecords.empty() if raw else None
+    if disk is not None:
+        _check_disk_limits(disk)
 
     def result(status: GetMessageStatus, next_offset: int, lo: int = 0, hi: int = 0, **kw: object) -> GetMessageResult:
+        empty = StoredRecords.empty() if raw else None
         return GetMessageResult(status, next_offset, lo, hi, empty_message_table(), empty, **kw)  # type: ignore[arg-type]
 
     if queue_id < 0 or not reader.queue_exists(topic, queue_id):
@@ -125,37 +139,54 @@ def read_window(
         return result(early[0], early[1], lo, hi)
     per = cq.units_per_segment
     file_end = offset - offset % per + per
-    stop = min(hi, offset + max(SCAN_UNITS, max_count), file_end, until if until is not None else hi)
-    units = cq.read(offset, stop - offset)
+    scan = max(SCAN_UNITS, max_count, disk.max_count if disk is not None else 0)
+    stop = min(hi, offset + scan, file_end, until if until is not None else hi)
+    # Without a tag filter the batch is decided within its largest count of units, unless
+    # fillers or deleted records are among them: those units first, the whole scan only then.
+    whole = wanted is not None or stop - offset <= max(max_count, disk.max_count if disk is not None else 0)
+    units = cq.read(offset, stop - offset if whole else max(max_count, disk.max_count if disk is not None else 0))
     if not len(units):  # the file holding ``offset`` is not there
         now_lo = reader.read_bounds(cq)[0]
         if now_lo <= offset:
             raise CorruptStoreError(f"consume-queue segment holding queue offset {offset} is missing", path=str(cq.directory))
         return result(GetMessageStatus.OFFSET_FOUND_NULL, now_lo, lo, hi, removed=(offset, now_lo))
-    off, size = units["offset"].astype(np.int64), units["size"].astype(np.int64)
-    real = size != FILLER_SIZE
-    match = real
-    if wanted is not None:
-        codes = np.array([java_string_hash(t) for t in wanted], np.int64)
-        match = real & np.isin(units["tagsCode"].astype(np.int64), codes)
+    codes = np.array([java_string_hash(t) for t in wanted], np.int64) if wanted is not None else None
     commitlog = reader.parts.commitlog
+    # after the bounds: every unit below ``hi`` points below it
+    tail = reader.parts.published_tail()
+    low = floor  # the first plan: nothing deleted since the bounds (no second listing of the folder)
     while True:
+        off, size = units["offset"].astype(np.int64), units["size"].astype(np.int64)
+        real = size != FILLER_SIZE
+        match = real if codes is None else real & np.isin(units["tagsCode"].astype(np.int64), codes)
+        count_limit, bytes_limit = _limits(off, tail, max_count, max_bytes, disk)
         # records at or past ``floor`` but below the first offset now: deleted since the bounds
         # were taken (a unit below ``floor`` is damage, and its read says so)
-        removed = match & (off >= floor) & (off < commitlog.min_offset())
-        taken, scanned = batch_taken(match & ~removed, size, real, max_count, max_bytes)
-        rows = np.flatnonzero(taken)
-        gone = np.flatnonzero(removed[:scanned])
+        removed = match & (off >= floor) & (off < low) if low > floor else None
+        taken, scanned = batch_taken(match if removed is None else match & ~removed, size, real, count_limit, bytes_limit)
+        n_taken = int(np.count_nonzero(taken))
+        if not whole and scanned == len(units) and n_taken < scanned:  # the first units did not decide it
+            units, whole = cq.read(offset, stop - offset), True
+            continue
+        gone = np.flatnonzero(removed[:scanned]) if removed is not None else np.zeros(0, np.int64)
         lost = (offset + int(gone[0]), offset + int(gone[-1]) + 1) if len(gone) else None
-        if not len(rows):
+        if not n_taken:
             status = GetMessageStatus.MESSAGE_WAS_REMOVING if len(gone) or not real[:scanned].all() \
                 else GetMessageStatus.NO_MATCHED_MESSAGE
             return result(status, offset + scanned, lo, hi, removed=lost)
-        logical = offset + rows.astype(np.int64)
-        args = dict(topic=topic, queue_id=queue_id, floor=floor, tail=reader.parts.published_tail(), check_crc=check_crc)
+        if n_taken == scanned:  # every unit scanned taken (a pull without a filter): a view, no take
+            rows: np.ndarray | slice = slice(0, scanned)
+            logical = np.arange(offset, offset + scanned, dtype=np.int64)
+        else:
+            rows = np.flatnonzero(taken)
+            logical = offset + rows.astype(np.int64)
+        args = dict(topic=topic, queue_id=queue_id, floor=floor, tail=tail, check_crc=check_crc)
         try:
             if raw:
-                records = _exact_tags(read_unit_records(commitlog, cq, units[rows], logical, **args), wanted)  # type: ignore[arg-type]
+                # no tag filter: the records checked on their own bytes (None: the general read decides)
+                records = read_unit_stored(commitlog, cq, units[rows], logical, **args) if wanted is None else None  # type: ignore[arg-type]
+                if records is None:
+                    records = _exact_tags(read_unit_records(commitlog, cq, units[rows], logical, **args), wanted)  # type: ignore[arg-type]
                 messages = empty_message_table()
             else:
                 messages = read_units(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
@@ -163,19 +194,56 @@ def read_window(
                 if wanted is not None:
                     messages = messages.filter(pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False))
         except MessagesDeletedError:  # retention overtook the record read: plan again against the new first offset
+            low = commitlog.min_offset()
             continue
         found = len(records) if records is not None else messages.num_rows
         status = GetMessageStatus.FOUND if found else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, offset + scanned, lo, hi, messages, records, lost)
 
 
+def _check_disk_limits(disk: object) -> None:
+    if not isinstance(disk, DiskLimits):
+        raise InvalidArgumentError(f"disk must be a DiskLimits or None, got {type(disk).__name__}")
+    int_arg("disk.memory", disk.memory, 0)
+    int_arg("disk.max_count", disk.max_count, 1)
+    int_arg("disk.max_bytes", disk.max_bytes, 1)
+
+
+def _limits(
+    off: np.ndarray, tail: int, max_count: int, max_bytes: int | None, disk: DiskLimits | None,
+) -> tuple[int | np.ndarray, int | np.ndarray | None]:
+    """The count and byte limit each unit is judged by: the read's own, or for units whose
+    records lie on disk (more than ``disk.memory`` bytes behind ``tail``) ``disk``'s."""
+    if disk is None:
+        return max_count, max_bytes
+    in_disk = tail - off > disk.memory
+    if not in_disk.any():
+        return max_count, max_bytes
+    counts = np.where(in_disk, disk.max_count, max_count)
+    nbytes = np.where(in_disk, disk.max_bytes, np.iinfo(np.int64).max if max_bytes is None else max_bytes)
+    return counts, nbytes
+
+
 def batch_taken(
-    candidate: np.ndarray, size: np.ndarray, real: np.ndarray, max_count: int, max_bytes: int | None,
+    candidate: np.ndarray, size: np.ndarray, real: np.ndarray, max_count: int | np.ndarray,
+    max_bytes: int | np.ndarray | None,
 ) -> tuple[np.ndarray, int]:
     """(which of the ``candidate`` units are taken, units scanned) under RocketMQ's
     ``isTheBatchFull``, checked before every unit: once one is taken, the batch is full at the
     first unit when ``max_count`` are taken or when its ``size`` would carry the bytes taken
-    past ``max_bytes``. Fillers (not ``real``) are no record: their size is no size."""
+    past ``max_bytes``. Fillers (not ``real``) are no record: their size is no size. The
+    limits are scalars or one per unit (RocketMQ judges each unit by where its record lies)."""
+    n = len(candidate)
+    if isinstance(max_count, int) and not isinstance(max_bytes, np.ndarray) and candidate.all():
+        # every unit a record to take (a pull without a filter): the first ``max_count``, cut
+        # at the first unit after the first whose bytes so far pass ``max_bytes``
+        scanned = min(n, max_count)
+        if max_bytes is not None and scanned > 1:
+            over = np.flatnonzero(np.cumsum(size[:scanned]) > max_bytes)
+            over = over[over >= 1]
+            if len(over):
+                scanned = int(over[0])
+        return candidate[:scanned], scanned
     before = np.cumsum(candidate) - candidate  # taken before each unit, had nothing stopped
     full = before >= max_count
     if max_bytes is not None:
