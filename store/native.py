@@ -22,6 +22,7 @@ kernels are switched together in :mod:`rmqlog.log.encode.native`.
 | ``walk_records`` | a commitlog segment walked (where records are, why the walk stops) | :mod:`rmqlog.log.scan` |
 | ``gather`` | slices of a buffer copied back to back, GIL released | :mod:`rmqlog.log.gather` |
 | ``walk_chains`` | the timer log's bucket chains walked | :mod:`rmqlog.schedule.timer_wheel` |
+| ``walk_batch`` | a batch send's body walked message by message (where each starts, its lengths) | :mod:`rmqlog.log.wire` |
 
 A leaf: it imports no other module of the store, so any floor may use it
 (``tests/test_layout.py`` checks that no other module imports ``rmqlog._native``).
@@ -67,3 +68,4 @@ copy_properties: Any = _function("copy_properties")
 walk_records: Any = _function("walk_records")
 gather: Any = _function("gather")
 walk_chains: Any = _function("walk_chains")
+walk_batch: Any = _function("walk_batch")
