@@ -15,11 +15,13 @@ the other, each
 
 all big-endian, so TOTALSIZE = 22 + n + m. RocketMQ's broker (``CommitLog``'s batch
 encoder) reads MAGICCODE and BODYCRC of none: neither is checked here either.
-:func:`decode_message_batch` walks it with no Python step per message: every byte position
-where a message *could* start (its lengths agree with each other: TOTALSIZE = 22 + BODYLENGTH
-+ PROPERTIESLENGTH, all in range) is found in whole-array passes, then the chain from byte 0
-(each message's TOTALSIZE says where the next starts) is followed over those candidates, a
-Python step per *break* in it (a candidate inside a body), not per message. A body that does
+:func:`decode_message_batch` walks it with no Python step per message: the C helper's
+``walk_batch`` follows the chain from byte 0 (each message's TOTALSIZE says where the next
+starts) while a message's lengths agree (TOTALSIZE = 22 + BODYLENGTH + PROPERTIESLENGTH, all
+in range); without the helper, every byte position where a message *could* start is found in
+whole-array passes and the chain is followed over those candidates, a Python step per
+*break* in it (a candidate inside a body). Bodies and properties are then copied out by
+gathers (the batch request's own properties appended in the same gather). A body that does
 not end exactly after its last message raises :class:`InvalidMessageError` naming the byte
 position and the field.
 
