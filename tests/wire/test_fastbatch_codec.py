@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import enum
 import json
+import struct
 from typing import Any
 
 import numpy as np
@@ -16,7 +17,7 @@ import pytest
 from rmqnet.remoting import FieldError, HeaderError, RemotingCommand, SendMessageHeader, fields
 from rmqnet.remoting import command as cmdmod
 from rmqnet.remoting.codes import RequestCode, ResponseCode
-from rmqnet.remoting.frame import Frame
+from rmqnet.remoting.frame import Frame, FrameDecoder, FrameError, encode_frame
 
 
 def outcome(fn: Any, *args: Any) -> tuple[str, Any]:
@@ -249,3 +250,36 @@ def test_a_send_header_reads_the_same_in_every_spelling_clients_use() -> None:
     assert a == b and a.batch is True and a.queue_id == 1 and a.max_reconsume_times == 16
     with pytest.raises(FieldError, match="queueId"):
         SendMessageHeader.read({**java, "queueId": "2147483648"}, v2=False)
+
+
+# ------------------------------------------------------------------ frames in
+@pytest.mark.parametrize("seed", range(5))
+def test_frames_come_out_whole_whatever_the_reads(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    sent = [(int(rng.integers(0, 2)), rng.bytes(int(rng.integers(0, 300))), rng.bytes(int(rng.choice([0, 5, 70_000]))))
+            for _ in range(40)]
+    stream = b"".join(encode_frame(h, b, t) for t, h, b in sent)
+    cuts = np.sort(rng.choice(np.arange(1, len(stream)), size=int(rng.integers(1, 120)), replace=False))
+    dec, got = FrameDecoder(), []
+    for i, (a, b) in enumerate(zip([0, *cuts.tolist()], [*cuts.tolist(), len(stream)], strict=True)):
+        wrap = (bytes, bytearray, memoryview)[i % 3]  # a read is bytes; other buffers work alike
+        got += dec.feed(wrap(stream[a:b]))  # type: ignore[arg-type]
+    assert [(f.serialize_type, f.header, f.body) for f in got] == sent
+    assert all(type(f.header) is bytes and type(f.body) is bytes for f in got)
+    assert dec.buffered == 0
+
+
+@pytest.mark.parametrize("bad", [struct.pack(">i", 3), struct.pack(">ii", 20, 2 << 24 | 4), struct.pack(">ii", 20, 40),
+                                 struct.pack(">i", 1 << 30)])
+def test_a_bad_frame_after_good_ones_is_refused_in_any_read(bad: bytes) -> None:
+    good = encode_frame(b'{"code":1}', b"body")
+    stream = good * 3 + bad + b"\x00" * 24
+    for cut in range(1, len(stream)):
+        dec = FrameDecoder()
+        with pytest.raises(FrameError) as info:
+            dec.feed(stream[:cut])
+            dec.feed(stream[cut:])
+        whole = FrameDecoder()
+        with pytest.raises(FrameError) as once:
+            whole.feed(stream)
+        assert str(info.value) == str(once.value)
