@@ -61,12 +61,20 @@ def reference(data: bytes, extra: str = "") -> list[dict] | tuple[str, int, str,
     return [{"body": r["body"], "flag": r["flag"], "properties": r["props"]} for r in rows]
 
 
+def need_walk_batch() -> None:
+    """Skip without the C helper (tests/conftest.py refuses that where a compiler exists,
+    unless RMQ_ALLOW_NO_NATIVE=1); fail on a helper built from an older _native.c."""
+    if not rmqlog.native.AVAILABLE:
+        pytest.skip(f"rmqlog._native is not built here: {rmqlog.native.LOAD_ERROR}")
+    if rmqlog.native.walk_batch is None:
+        pytest.fail("rmqlog._native has no walk_batch: rebuild it (make .venv/.installed)")
+
+
 @pytest.fixture(params=["native", "numpy"])
 def path(request, monkeypatch):
     """Each test runs on the C helper's walk and on the numpy twin."""
     if request.param == "native":
-        if rmqlog.native.walk_batch is None:
-            pytest.fail(f"the C helper has no walk_batch: {rmqlog.native.LOAD_ERROR}")
+        need_walk_batch()
     else:
         monkeypatch.setattr(wire, "_native_walk_batch", None)
     return request.param
@@ -179,8 +187,7 @@ def test_empty_and_tiny_bodies(path):
 
 
 def test_walk_batch_refuses_outputs_too_small():
-    if rmqlog.native.walk_batch is None:
-        pytest.fail(f"the C helper has no walk_batch: {rmqlog.native.LOAD_ERROR}")
+    need_walk_batch()
     data = message(b"a", 0, b"") * 3
     small = np.empty(2, np.int64)
     with pytest.raises(ValueError, match="walk_batch"):
