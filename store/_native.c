@@ -32,6 +32,9 @@
  * 7. walk_records: a commitlog segment's record chain walked and checked (lengths, header
  *    fields) in one pass, for store.log.scan (dispatch, recovery, verify).
  *
+ * 10. walk_batch: a batch send's body (MessageDecoder.encodeMessages) walked from byte 0,
+ *    each message's lengths checked against each other (store/log/wire.py).
+ *
  * 8. walk_chains: the timer log's bucket chains followed entry by entry, each link checked
  *    (the time wheel's reads, store/schedule/timer_wheel.py).
  *
@@ -1219,6 +1222,55 @@ done:
     return result;
 }
 
+/* walk_batch(body, pos_out, total_out, body_len_out, flag_out) -> (n, end)
+ * A batch send's body (MessageDecoder.encodeMessages, store/log/wire.py): from byte 0, each
+ * message's TOTALSIZE says where the next starts. A message is taken while its lengths agree:
+ * at least 22 bytes left, TOTALSIZE in [22, bytes left], BODYLENGTH in [0, TOTALSIZE - 22],
+ * and the (signed) int16 PROPERTIESLENGTH after the body equal to TOTALSIZE - 22 - BODYLENGTH.
+ * The walk stops at the first position where they do not (end == len(body) when whole).
+ * Outputs: each message's position, TOTALSIZE, BODYLENGTH and FLAG, int64 arrays with room
+ * for len(body) / 22 + 1 entries. GIL released. */
+static PyObject *walk_batch(PyObject *self, PyObject *args) {
+    Py_buffer buf, po, to, bo, fo;
+    if (!PyArg_ParseTuple(args, "y*w*w*w*w*", &buf, &po, &to, &bo, &fo)) return NULL;
+    PyObject *result = NULL;
+    const int64_t size = buf.len;
+    if (po.itemsize != 8 || to.itemsize != 8 || bo.itemsize != 8 || fo.itemsize != 8 || to.len != po.len ||
+        bo.len != po.len || fo.len != po.len || po.len / 8 < size / 22 + 1) {
+        PyErr_SetString(PyExc_ValueError, "walk_batch: int64 outputs of len(body) // 22 + 1 entries");
+        goto done;
+    }
+    const unsigned char *b = (const unsigned char *)buf.buf;
+    int64_t *pos_out = (int64_t *)po.buf, *total_out = (int64_t *)to.buf, *body_out = (int64_t *)bo.buf;
+    int64_t *flag_out = (int64_t *)fo.buf;
+    int64_t n = 0, p = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (size - p >= 22) {
+        int64_t total = be_i32(b + p);
+        if (total < 22 || total > size - p) break;
+        int64_t body_len = be_i32(b + p + 16);
+        if (body_len < 0 || body_len > total - 22) break;
+        const unsigned char *q = b + p + 20 + body_len;
+        int64_t props_len = (int16_t)(((uint16_t)q[0] << 8) | q[1]);
+        if (props_len != total - 22 - body_len) break;
+        pos_out[n] = p;
+        total_out[n] = total;
+        body_out[n] = body_len;
+        flag_out[n] = be_i32(b + p + 12);
+        n++;
+        p += total;
+    }
+    Py_END_ALLOW_THREADS
+    result = Py_BuildValue("(LL)", (long long)n, (long long)p);
+done:
+    PyBuffer_Release(&buf);
+    PyBuffer_Release(&po);
+    PyBuffer_Release(&to);
+    PyBuffer_Release(&bo);
+    PyBuffer_Release(&fo);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"hexlify", hexlify, METH_VARARGS,
      "hexlify(src, width, dst, dst_stride, dst_offset): uppercase hex of each row into dst, GIL released."},
@@ -1240,6 +1292,8 @@ static PyMethodDef methods[] = {
      "copy_properties(data, offsets, drop, drop_prefixes, find, out, out_offsets, found_start, found_len) -> bytes written."},
     {"walk_chains", walk_chains, METH_VARARGS,
      "walk_chains(log, entry_size, heads, counts, out) -> n, or -1 - h for the first damaged chain h: the timer log's bucket chains, entry indices into out."},
+    {"walk_batch", walk_batch, METH_VARARGS,
+     "walk_batch(body, pos_out, total_out, body_len_out, flag_out) -> (n, end): a batch send's messages from byte 0."},
     {"walk_records", walk_records, METH_VARARGS,
      "walk_records(seg, start, limit, base, header_size, trailer_fields, min_ts, max_ts, pos_out, size_out) -> (n, end, code, value)."},
     {"check_stored", check_stored, METH_VARARGS,

@@ -23,6 +23,7 @@ kernels are switched together in :mod:`rmqlog.log.encode.native`.
 | ``gather`` | slices of a buffer copied back to back, GIL released | :mod:`rmqlog.log.gather` |
 | ``check_stored`` | records copied for a pull checked against their consume-queue units, GIL released | :mod:`rmqlog.log.raw_check` |
 | ``walk_chains`` | the timer log's bucket chains walked | :mod:`rmqlog.schedule.timer_wheel` |
+| ``walk_batch`` | a batch send's body walked message by message (where each starts, its lengths) | :mod:`rmqlog.log.wire` |
 
 A leaf: it imports no other module of the store, so any floor may use it
 (``tests/test_layout.py`` checks that no other module imports ``rmqlog._native``).
@@ -69,3 +70,4 @@ walk_records: Any = _function("walk_records")
 gather: Any = _function("gather")
 check_stored: Any = _function("check_stored")
 walk_chains: Any = _function("walk_chains")
+walk_batch: Any = _function("walk_batch")

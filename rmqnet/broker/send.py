@@ -249,9 +249,10 @@ class SendService:
         n = decoded.num_rows
         merged = decoded.column("properties")
         zeros = np.zeros(n, dtype=np.int32)
+        # body and flag are binary and int32 already (decode_message_batch's schema): no cast
         table = pa.Table.from_arrays([
-            _repeat(topic, pa.string(), n), pa.array(zeros + queue_id), decoded.column("body").cast(pa.binary()),
-            decoded.column("flag").cast(pa.int32()), pa.array(zeros + h.sys_flag),
+            _repeat(topic, pa.string(), n), pa.array(zeros + queue_id), decoded.column("body"),
+            decoded.column("flag"), pa.array(zeros + h.sys_flag),
             pa.array(np.full(n, h.born_timestamp, dtype=np.int64)), _repeat(born_host, pa.string(), n),
             merged, pa.array(zeros + h.reconsume_times),
         ], schema=WIRE_SCHEMA)
@@ -383,8 +384,8 @@ def _resolve(s: _Send, reply: RemotingCommand | None) -> None:
 
 
 def _repeat(value: Any, typ: pa.DataType, n: int) -> pa.Array:
-    """``value`` ``n`` times (one value taken n times: no Python loop)."""
-    return pa.array([value], typ).take(pa.array(np.zeros(n, dtype=np.int32)))
+    """``value`` ``n`` times (Arrow fills the array from one scalar: no Python loop)."""
+    return pa.repeat(pa.scalar(value, typ), n)
 
 
 def _concat(sends: list[_Send]) -> pa.Table:

@@ -14,6 +14,11 @@ extFields values are kept as they arrived: Java sends strings, ali-ons JSON numb
 booleans, the C++ client a mix (:mod:`rmqnet.remoting.fields` reads them leniently). Replies
 carry string values, as Java's ``HashMap<String, String>`` does. Replies are always JSON with
 type byte 0: ali-ons reads the header-length word raw and would break on another type.
+
+JSON headers are read and written by orjson wherever it gives exactly what the stdlib's
+``json`` gives (the objects every client sends, every reply we write), by ``json`` for the
+rest: the bytes and the errors are ``json``'s either way (:func:`decode_json_header`,
+:func:`encode_header`), at a fraction of the cost per request.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import json
 import struct
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from .codes import FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, SerializeType
 from .errors import HeaderError
@@ -33,6 +40,8 @@ _LANG_BY_CODE = {c.value: c.name for c in LanguageCode}
 _B_FIXED = struct.Struct(">hbhii")
 _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
+#: the value types of a header orjson reads exactly as ``json`` does (see decode_json_header)
+_SCALARS = frozenset((str, int, bool, type(None)))
 
 
 @dataclass(slots=True)
@@ -82,6 +91,37 @@ def _int(obj: dict[str, Any], key: str, default: int | None = None) -> int:
 
 
 def decode_json_header(header: bytes) -> dict[str, Any]:
+    """The JSON header object; :class:`HeaderError` if it does not parse or is no object.
+
+    Read by orjson (~1.5 us for a send's header where ``json.loads`` takes ~5) when the
+    result is one ``json`` would give too: an object whose values are strings, ints, booleans
+    or null, and ``extFields`` an object of such. That excludes the two places the readers
+    differ (orjson turns an integer past 64 bits into a float, and nests 1,024 deep where
+    ``json`` stops at the interpreter's recursion limit) and everything orjson refuses
+    (NaN, lone surrogates, a byte order mark, UTF-16): those headers, and anything unusual,
+    are read by ``json.loads`` as before, errors included."""
+    try:
+        obj = orjson.loads(header)
+    except orjson.JSONDecodeError:
+        obj = None
+    if type(obj) is dict and _plain(obj):
+        return obj
+    return _json_header(header)
+
+
+def _plain(obj: dict[str, Any]) -> bool:
+    """Whether a header object holds only what orjson and ``json`` read alike (above)."""
+    for key, v in obj.items():
+        if type(v) not in _SCALARS:
+            if key != "extFields" or type(v) is not dict:
+                return False
+            for w in v.values():
+                if type(w) not in _SCALARS:
+                    return False
+    return True
+
+
+def _json_header(header: bytes) -> dict[str, Any]:
     try:
         obj = json.loads(header)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -101,17 +141,23 @@ def decode(frame: Frame) -> RemotingCommand:
     ext = obj.get("extFields")
     if ext is None:
         ext = {}
-    elif not isinstance(ext, dict):
+    elif type(ext) is not dict:
         raise HeaderError(f"extFields is a {type(ext).__name__}, not an object")
     remark = obj.get("remark")
-    if remark is not None and not isinstance(remark, str):
+    if remark is not None and type(remark) is not str:
         remark = str(remark)
     lang = obj.get("language", "JAVA")
-    return RemotingCommand(
-        code=_int(obj, "code"), opaque=_int(obj, "opaque", 0), flag=_int(obj, "flag", 0), remark=remark,
-        ext_fields=ext, body=frame.body, language=lang if isinstance(lang, str) else str(lang),
-        version=_int(obj, "version", 0),
-    )
+    code, opaque, flag, version = obj.get("code"), obj.get("opaque", 0), obj.get("flag", 0), obj.get("version", 0)
+    # the common case (JSON ints) without a call each; anything else read by _int as before
+    if type(code) is not int:
+        code = _int(obj, "code")
+    if type(opaque) is not int:
+        opaque = _int(obj, "opaque", 0)
+    if type(flag) is not int:
+        flag = _int(obj, "flag", 0)
+    if type(version) is not int:
+        version = _int(obj, "version", 0)
+    return RemotingCommand(code, opaque, flag, remark, ext, frame.body, lang if type(lang) is str else str(lang), version)
 
 
 def _decode_binary(h: bytes, body: bytes) -> RemotingCommand:
@@ -170,14 +216,38 @@ def _text(v: Any) -> str:
 
 
 def encode_header(cmd: RemotingCommand) -> bytes:
-    """The JSON header of ``cmd``; extFields values become strings."""
+    """The JSON header of ``cmd``; extFields values become strings.
+
+    The bytes are exactly :func:`encode_header_json`'s (``json.dumps`` of the header object:
+    keys in its order, no spaces, non-ASCII as is), written by orjson (~0.3 us where
+    ``json.dumps`` takes ~5): for ints, strings and string-keyed maps of strings the two
+    write the same bytes (every code point checked: tests/wire/test_fastbatch_codec.py).
+    Anything orjson refuses (a lone surrogate, a key that is no string, an int past 64 bits)
+    or another type where an int or a string belongs goes through ``json.dumps`` as before."""
+    # (codes are IntEnums: both write an int subclass, bools included, as its int's JSON)
+    if (isinstance(cmd.code, int) and isinstance(cmd.flag, int) and isinstance(cmd.opaque, int)
+            and isinstance(cmd.version, int) and isinstance(cmd.language, str)
+            and (cmd.remark is None or isinstance(cmd.remark, str))):
+        try:
+            return orjson.dumps(_header_object(cmd))
+        except TypeError:  # (orjson.JSONEncodeError is one)
+            pass
+    return encode_header_json(cmd)
+
+
+def _header_object(cmd: RemotingCommand) -> dict[str, Any]:
     obj: dict[str, Any] = {"code": cmd.code, "flag": cmd.flag, "language": cmd.language, "opaque": cmd.opaque,
                            "serializeTypeCurrentRPC": "JSON", "version": cmd.version}
     if cmd.ext_fields:
-        obj["extFields"] = {k: _text(v) for k, v in cmd.ext_fields.items() if v is not None}
+        obj["extFields"] = {k: v if type(v) is str else _text(v) for k, v in cmd.ext_fields.items() if v is not None}
     if cmd.remark is not None:
         obj["remark"] = cmd.remark
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+    return obj
+
+
+def encode_header_json(cmd: RemotingCommand) -> bytes:
+    """:func:`encode_header` by ``json.dumps`` (the general path, and its reference)."""
+    return json.dumps(_header_object(cmd), separators=(",", ":"), ensure_ascii=False).encode()
 
 
 def encode(cmd: RemotingCommand) -> list[bytes | memoryview]:

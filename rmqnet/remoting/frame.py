@@ -67,30 +67,46 @@ class FrameDecoder:
 
     def feed(self, data: bytes) -> list[Frame]:
         buf = self._buf
-        buf += data
-        if len(buf) < self._need:
+        # a read that starts at a frame boundary (nothing buffered: the usual case) is split
+        # in place; only what it leaves of an incomplete frame is kept
+        src: bytes | bytearray = data
+        if buf:
+            buf += data
+            src = buf
+        if len(src) < self._need:
+            if src is data:
+                buf += data
             return []
         frames: list[Frame] = []
-        pos, end = 0, len(buf)
-        while end - pos >= 4:
-            (length,) = _LEN.unpack_from(buf, pos)
-            if length < 4 or length > self.max_frame:
-                raise FrameError(f"frame length {length} outside [4, {self.max_frame}]")
-            if end - pos >= 8:
-                (word,) = _LEN.unpack_from(buf, pos + 4)
-                stype, hlen = (word >> 24) & 0xFF, word & 0xFFFFFF
-                if stype not in (0, 1):
-                    raise FrameError(f"unknown serialize type {stype}")
-                if hlen > length - 4 or hlen > self.max_header:
-                    raise FrameError(f"header length {hlen} exceeds the frame ({length - 4} bytes) or the cap {self.max_header}")
-            if end - pos < 4 + length:
-                self._need = 4 + length
-                break
-            start = pos + 8
-            frames.append(Frame(stype, bytes(buf[start : start + hlen]), bytes(buf[start + hlen : pos + 4 + length])))
-            pos += 4 + length
-            self._need = 4
-        if pos:
+        pos, end = 0, len(src)
+        # header and body copied once each: slices of bytes are bytes, of a view of the
+        # buffer too once wrapped (a slice of the bytearray itself would be copied twice)
+        cut: bytes | memoryview = src if type(src) is bytes else memoryview(src)
+        try:
+            while end - pos >= 4:
+                (length,) = _LEN.unpack_from(src, pos)
+                if length < 4 or length > self.max_frame:
+                    raise FrameError(f"frame length {length} outside [4, {self.max_frame}]")
+                if end - pos >= 8:
+                    (word,) = _LEN.unpack_from(src, pos + 4)
+                    stype, hlen = (word >> 24) & 0xFF, word & 0xFFFFFF
+                    if stype not in (0, 1):
+                        raise FrameError(f"unknown serialize type {stype}")
+                    if hlen > length - 4 or hlen > self.max_header:
+                        raise FrameError(f"header length {hlen} exceeds the frame ({length - 4} bytes) or the cap {self.max_header}")
+                if end - pos < 4 + length:
+                    self._need = 4 + length
+                    break
+                start = pos + 8
+                frames.append(Frame(stype, bytes(cut[start : start + hlen]), bytes(cut[start + hlen : pos + 4 + length])))
+                pos += 4 + length
+                self._need = 4
+            if src is data:
+                buf += cut[pos:]
+        finally:
+            if type(cut) is memoryview:
+                cut.release()  # (the bytearray cannot shrink while a view of it exists)
+        if src is buf and pos:
             del buf[:pos]
         if len(buf) < 4:
             self._need = 4

@@ -16,6 +16,7 @@ SEND_V2_NAMES = {
     "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i", "reconsumeTimes": "j",
     "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m", "brokerName": "n",
 }
+_SEND_V1_NAMES = {k: k for k in SEND_V2_NAMES}
 
 
 @dataclass(slots=True)
@@ -39,7 +40,7 @@ class SendMessageHeader:
     def read(ext: dict[str, Any], v2: bool) -> SendMessageHeader:
         """The header of SEND_MESSAGE (``v2=False``), or of SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE
         (``v2=True``: the one-letter names)."""
-        n = SEND_V2_NAMES if v2 else {k: k for k in SEND_V2_NAMES}
+        n = SEND_V2_NAMES if v2 else _SEND_V1_NAMES
         return SendMessageHeader(
             producer_group=ext_str(ext, n["producerGroup"]),
             topic=ext_str(ext, n["topic"]),

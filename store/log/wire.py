@@ -15,11 +15,13 @@ the other, each
 
 all big-endian, so TOTALSIZE = 22 + n + m. RocketMQ's broker (``CommitLog``'s batch
 encoder) reads MAGICCODE and BODYCRC of none: neither is checked here either.
-:func:`decode_message_batch` walks it with no Python step per message: every byte position
-where a message *could* start (its lengths agree with each other: TOTALSIZE = 22 + BODYLENGTH
-+ PROPERTIESLENGTH, all in range) is found in whole-array passes, then the chain from byte 0
-(each message's TOTALSIZE says where the next starts) is followed over those candidates, a
-Python step per *break* in it (a candidate inside a body), not per message. A body that does
+:func:`decode_message_batch` walks it with no Python step per message: the C helper's
+``walk_batch`` follows the chain from byte 0 (each message's TOTALSIZE says where the next
+starts) while a message's lengths agree (TOTALSIZE = 22 + BODYLENGTH + PROPERTIESLENGTH, all
+in range); without the helper, every byte position where a message *could* start is found in
+whole-array passes and the chain is followed over those candidates, a Python step per
+*break* in it (a candidate inside a body). Bodies and properties are then copied out by
+gathers (the batch request's own properties appended in the same gather). A body that does
 not end exactly after its last message raises :class:`InvalidMessageError` naming the byte
 position and the field.
 
@@ -33,7 +35,6 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from ..arguments import text_arg
 from ..errors import (
@@ -41,6 +42,9 @@ from ..errors import (
     InvalidArgumentError,
     InvalidMessageError,
     MessageTooLargeError,
+)
+from ..native import (
+    walk_batch as _native_walk_batch,  # the C helper's (None without it: the numpy walk)
 )
 from ..results import StoredRecords
 from .decode import RecordColumns, message_table, read_columns
@@ -59,17 +63,30 @@ def _be(buf: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     return np.ascontiguousarray(rows).view(f">i{width}").ravel().astype(np.int64)
 
 
+def _be32_everywhere(buf: np.ndarray, count: int) -> np.ndarray:
+    """The big-endian int32 starting at each of the first ``count`` bytes (``count`` <=
+    len - 3), int64: four zero-copy ``>i4`` views of the buffer shifted by 0-3 bytes,
+    interleaved (a strided copy each), instead of gathering 4 bytes per position by index."""
+    out = np.empty(count, np.int64)
+    for k in range(4):
+        m = (count - k + 3) // 4  # positions k, k + 4, ... below count
+        if m > 0:
+            out[k::4] = buf[k : k + 4 * m].view(">i4")
+    return out
+
+
 def _candidates(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(positions, TOTALSIZE, BODYLENGTH) of every byte position where a message's lengths
     agree: TOTALSIZE fits the body, BODYLENGTH fits TOTALSIZE, PROPERTIESLENGTH is the rest."""
     size = len(buf)
     if size < BATCH_FIXED:
         return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    ints = _be32_everywhere(buf, size - 3)
     pos = np.arange(size - BATCH_FIXED + 1, dtype=np.int64)
-    total = _be(buf, pos, 4)
+    total = ints[: len(pos)]
     ok = (total >= BATCH_FIXED) & (total <= size - pos)
     pos, total = pos[ok], total[ok]
-    body_len = _be(buf, pos + 16, 4)
+    body_len = ints[pos + 16]
     ok = (body_len >= 0) & (body_len <= total - BATCH_FIXED)
     pos, total, body_len = pos[ok], total[ok], body_len[ok]
     props_len = _be(buf, pos + BATCH_HEAD + body_len, 2)
@@ -94,9 +111,24 @@ def problem_at(buf: bytes | memoryview | np.ndarray, pos: int) -> tuple[str, str
     return "PROPERTIESLENGTH", f"PROPERTIESLENGTH {props_len} is not TOTALSIZE {total} - {BATCH_FIXED} - BODYLENGTH {body_len}"
 
 
-def _walk(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
-    """(positions, TOTALSIZEs, BODYLENGTHs, end) of the chain of messages from byte 0 over
-    the candidates; ``end`` is where it stopped (the body's length when whole)."""
+def _walk(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """(positions, TOTALSIZEs, BODYLENGTHs, FLAGs, end) of the chain of messages from byte 0;
+    ``end`` is where it stopped (the body's length when whole). The C helper's
+    ``walk_batch`` follows the chain message by message in C (a few ns a message); without
+    it, :func:`_walk_numpy` (whole-array passes over every byte position)."""
+    if _native_walk_batch is None:
+        pos, total, body_len, end = _walk_numpy(buf)
+        return pos, total, body_len, _be(buf, pos + 12, 4), end
+    room = len(buf) // BATCH_FIXED + 1
+    out = np.empty((4, room), np.int64)
+    n, end = _native_walk_batch(buf, out[0], out[1], out[2], out[3])
+    return out[0, :n], out[1, :n], out[2, :n], out[3, :n], int(end)
+
+
+def _walk_numpy(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """:func:`_walk` without the C helper: every byte position where a message *could* start
+    (:func:`_candidates`, whole-array passes), then the chain from byte 0 followed over those
+    candidates, a Python step per *break* in it (a candidate inside a body), not per message."""
     cand, total, body_len = _candidates(buf)
     if not len(cand):
         return cand, total, body_len, 0
@@ -142,7 +174,7 @@ def decode_message_batch(body: bytes | bytearray | memoryview | pa.Buffer, appen
     buf = np.frombuffer(view, np.uint8)
     if not len(buf):
         raise InvalidMessageError("a batch of no message (empty body)", row=None, field="body")
-    pos, total, body_len, end = _walk(buf)
+    pos, total, body_len, flag, end = _walk(buf)
     if end != len(buf):
         field, what = problem_at(buf, end)
         raise InvalidMessageError(f"message at byte {end}: {what}", row=len(pos), field=field)
@@ -150,16 +182,52 @@ def decode_message_batch(body: bytes | bytearray | memoryview | pa.Buffer, appen
     bodies = to_binary(gather_slices(source, pos + BATCH_HEAD, body_len))
     props_start = pos + BATCH_FIXED + body_len
     props_len = total - BATCH_FIXED - body_len
-    props = to_binary(gather_slices(source, props_start, props_len))
+    if append_properties:
+        props = _with_batch_properties(buf, props_start, props_len, append_properties)
+    else:
+        props = gather_slices(source, props_start, props_len)
     try:
         props_text = props.cast(pa.string())
     except pa.ArrowInvalid:
-        row = _first_bad_utf8(props)
+        # joined to valid UTF-8, a message's properties are valid exactly when they are alone
+        row = _first_bad_utf8(gather_slices(source, props_start, props_len))
         raise InvalidMessageError(f"message at byte {int(pos[row])}: PROPERTIES are not UTF-8", row=row, field="PROPERTIES") from None
     if append_properties:
-        props_text = append_batch_properties(props_text, append_properties, pos)
-    flag = _be(buf, pos + 12, 4).astype(np.int32)
-    return pa.table({"body": bodies, "flag": pa.array(flag, pa.int32()), "properties": props_text})
+        lengths = np.diff(np.frombuffer(props.buffers()[1], np.int64, count=len(props) + 1))
+        _check_properties_size(lengths, pos)
+    return pa.table({"body": bodies, "flag": pa.array(flag.astype(np.int32), pa.int32()), "properties": props_text})
+
+
+def _with_batch_properties(buf: np.ndarray, start: np.ndarray, length: np.ndarray, extra: str) -> pa.LargeBinaryArray:
+    """Each message's properties (``length`` bytes at ``start`` in ``buf``) with ``extra``
+    appended as RocketMQ's batch encoder appends the request's own: after a ``\\x02`` when
+    the message's are not empty and do not end with one. One gather of three slices per
+    message (its properties, the separator or nothing, ``extra``) from the body followed by
+    ``\\x02`` and ``extra``: no Python step per message, no per-row list."""
+    n = len(start)
+    extra_b = extra.encode()
+    size = len(buf)  # where the \x02 is in the source; extra follows it
+    source = pa.py_buffer(buf.tobytes() + _PROPERTY_SEPARATOR + extra_b)
+    last = buf[np.maximum(start + length - 1, 0)]
+    sep = ((length > 0) & (last != 2)).astype(np.int64)
+    starts = np.empty((n, 3), np.int64)
+    sizes = np.empty((n, 3), np.int64)
+    starts[:, 0], sizes[:, 0] = start, length
+    starts[:, 1], sizes[:, 1] = size, sep
+    starts[:, 2], sizes[:, 2] = size + 1, len(extra_b)
+    joined = gather_slices(source, starts.ravel(), sizes.ravel())
+    offsets = np.zeros(n + 1, np.int64)
+    np.cumsum(length + sep + len(extra_b), out=offsets[1:])
+    return pa.Array.from_buffers(pa.large_binary(), n, [None, pa.py_buffer(offsets), joined.buffers()[2]])
+
+
+def _check_properties_size(lengths: np.ndarray, pos: np.ndarray) -> None:
+    """:class:`MessageTooLargeError` for the first message whose properties with the batch's
+    own pass 32767 UTF-8 bytes (RocketMQ's short length field)."""
+    if len(lengths) and int(lengths.max()) > 32767:
+        row = int(np.flatnonzero(lengths > 32767)[0])
+        raise MessageTooLargeError(f"message at byte {int(pos[row])}: properties with the batch's own are {lengths[row]} bytes, over 32767",
+                                   row=row, field="PROPERTIES")
 
 
 def _first_bad_utf8(props: pa.Array) -> int:
@@ -173,23 +241,6 @@ def _first_bad_utf8(props: pa.Array) -> int:
         except pa.ArrowInvalid:
             hi = mid
     return lo
-
-
-def append_batch_properties(props: pa.StringArray, extra: str, pos: np.ndarray | None = None) -> pa.StringArray:
-    """``extra`` appended to every value of ``props`` as RocketMQ's batch encoder does: with a
-    ``\\x02`` between when the value is not empty and does not end with one. Raises
-    :class:`MessageTooLargeError` when a result passes 32767 UTF-8 bytes."""
-    n = len(props)
-    ends_ok = pc.or_(pc.equal(pc.binary_length(props), 0), pc.ends_with(props, "\x02"))
-    sep = pc.if_else(ends_ok, pa.scalar("", pa.string()), pa.scalar("\x02", pa.string()))
-    out = pc.binary_join_element_wise(props, sep, pa.array([extra] * n, pa.string()) if n else pa.array([], pa.string()), "")
-    lengths = np.asarray(pc.binary_length(out).fill_null(0), np.int64)
-    if n and lengths.max() > 32767:
-        row = int(np.flatnonzero(lengths > 32767)[0])
-        where = f"message at byte {int(pos[row])}: " if pos is not None else ""
-        raise MessageTooLargeError(f"{where}properties with the batch's own are {lengths[row]} bytes, over 32767",
-                                   row=row, field="PROPERTIES")
-    return out
 
 
 def decode_records(data: bytes | bytearray | memoryview | pa.Buffer) -> pa.Table:
