@@ -48,10 +48,17 @@ import pyarrow.compute as pc
 
 from ...errors import ConfigError, InvalidMessageError
 from ...hosts import host_bytes
+from ..gather import gather_slices
 from ..properties import (
     DELAY_PROPERTIES,
+    PROPERTY_DELAY,
     PROPERTY_REAL_QID,
     PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_UNIQ_KEY,
     STORE_PROPERTY_PREFIX,
 )
 from ..record import (
@@ -65,6 +72,7 @@ from ..record import (
     SYSFLAG_TRANSACTION_ROLLBACK,
 )
 from .arrays import first
+from .trailer import JoinedProperties
 
 WIRE_COLUMNS = ("topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties", "reconsumeTimes")
 #: Property names a wire put may not carry: the store's to set (see the module docstring).
@@ -78,11 +86,15 @@ _KNOWN_BITS = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TRANSACTION_MASK
 @dataclass(frozen=True)
 class WireHeader:
     """The header fields of a wire put that a put table has no column for, one per row:
-    SYSFLAG's client bits (host bits cleared), RECONSUMETIMES, and BORNHOST ((n, 8|20) uint8)."""
+    SYSFLAG's client bits (host bits cleared), RECONSUMETIMES, and BORNHOST ((n, 8|20) uint8);
+    and ``properties``: the rows' properties already in their stored form when the fast path
+    took them (:func:`joined_wire_properties`; the put table then has no ``properties``
+    column), ``None`` when they are the put table's map column."""
 
     sys_flag: np.ndarray
     reconsume_times: np.ndarray
     born_host: np.ndarray
+    properties: JoinedProperties | None = None
 
 
 def _int_column(table: pa.Table, name: str, n: int, default: int, lo: int, hi: int) -> np.ndarray:
@@ -205,6 +217,104 @@ def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str 
     return pa.MapArray.from_arrays(pa.array(map_offsets), keys, vals)
 
 
+#: Names a wire put's fast path leaves to the general path (:func:`parse_wire_properties`):
+#: the refused ones, the dropped ``WAIT``, the routed ``DELAY`` and timer inputs
+#: (``CLUSTER`` too when the put gives ``cluster``)
+_SLOW_NAMES = WIRE_RESERVED | {PROPERTY_WAIT, PROPERTY_DELAY, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS,
+                               PROPERTY_TIMER_DELIVER_MS}
+_UNIQ_BYTES = np.frombuffer(PROPERTY_UNIQ_KEY.encode(), np.uint8)
+_TAGS_BYTES = np.frombuffer(PROPERTY_TAGS.encode(), np.uint8)
+
+
+def _name_screen(names: frozenset[str]) -> np.ndarray:
+    """``[first byte, min(length, 64)]`` -> whether a name may be one of ``names`` or start
+    with the store's prefix (a cheap screen; the names it lets through are checked exactly)."""
+    table = np.zeros((256, 65), bool)
+    for name in names:
+        b = name.encode()
+        table[b[0], min(len(b), 64)] = True
+    prefix = STORE_PROPERTY_PREFIX.encode()
+    table[prefix[0], len(prefix):] = True
+    return table
+
+
+_SCREENS = {False: _name_screen(_SLOW_NAMES), True: _name_screen(_SLOW_NAMES | {PROPERTY_CLUSTER})}
+_SLOW_ARRAYS = {False: pa.array(sorted(_SLOW_NAMES), pa.string()),
+                True: pa.array(sorted(_SLOW_NAMES | {PROPERTY_CLUSTER}), pa.string())}
+
+
+def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None) -> JoinedProperties | None:
+    """The fast path of :func:`parse_wire_properties`: the wire strings kept as they are when
+    that gives the same stored bytes, ``None`` (take the general path) otherwise.
+
+    It applies when every row is ``name\x01value\x02`` repeated with non-empty names and
+    values (what every client sends), all ASCII, no null, and no name that the general path
+    drops, routes or refuses (:data:`_SLOW_NAMES`; ``CLUSTER`` when ``cluster`` is given):
+    Java's parse then keeps every item in order, and joining the map again gives back the
+    string itself. Decided over the whole values buffer at once (the separator positions,
+    one screen of the names by first byte and length), no per-row step; the rows that carry
+    their own ``UNIQ_KEY`` and whether any names ``TAGS`` are found the same way.
+    """
+    if isinstance(col, pa.ChunkedArray):
+        if col.num_chunks != 1:
+            return None
+        col = col.chunk(0)
+    if not (col.type == pa.string() or col.type == pa.binary()) or col.null_count or not n:
+        return None
+    suffix = f"{PROPERTY_CLUSTER}\x01{cluster}\x02".encode() if cluster else b""
+    items = col.view(pa.binary())
+    buffers = col.buffers()
+    off = np.frombuffer(buffers[1], np.int32, n + 1, col.offset * 4).astype(np.int64)
+    start = int(off[0])
+    size = int(off[n]) - start
+    if not size:  # no row has a property
+        return JoinedProperties(items, suffix, None, False)
+    raw = np.frombuffer(buffers[2], np.uint8, size, start)
+    if raw.max() >= 0x80:  # not ASCII: the general path checks UTF-8 value by value
+        return None
+    sep = np.flatnonzero(raw < 3)
+    if len(sep) % 2:
+        return None
+    p1, p2 = sep[0::2], sep[1::2]  # each item's \x01 and \x02
+    if not ((raw[p1] == 1).all() and (raw[p2] == 2).all()):
+        return None
+    rel = off - start
+    ends = rel[1:]
+    if not (raw[ends[ends > rel[:-1]] - 1] == 2).all():  # a row's bytes after its last \x02
+        return None
+    # every row ends with \x02, so an item's name starts after the previous item's \x02
+    name_start = np.empty(len(p1), np.int64)
+    name_start[0] = 0
+    name_start[1:] = p2[:-1] + 1
+    name_len = p1 - name_start
+    if not len(p1) or (name_len < 1).any() or (p2 - p1 < 2).any():  # an empty name or value
+        return None
+    maybe = _SCREENS[bool(cluster)][raw[name_start], np.minimum(name_len, 64)]
+    if maybe.any():
+        at = np.flatnonzero(maybe)
+        names = gather_slices(buffers[2], start + name_start[at], name_len[at]).cast(pa.binary()).view(pa.string())
+        slow = pc.or_(pc.is_in(names, value_set=_SLOW_ARRAYS[bool(cluster)]), pc.starts_with(names, STORE_PROPERTY_PREFIX))
+        if pc.any(slow).as_py():
+            return None
+    own_uniq = _rows_naming(raw, name_start, name_len, _UNIQ_BYTES, rel, n)
+    has_tags = _rows_naming(raw, name_start, name_len, _TAGS_BYTES, rel, n)
+    return JoinedProperties(items, suffix, own_uniq, has_tags is not None)
+
+
+def _rows_naming(raw: np.ndarray, name_start: np.ndarray, name_len: np.ndarray, name: np.ndarray, rel: np.ndarray,
+                 n: int) -> np.ndarray | None:
+    """Which rows have an item named ``name`` (``None``: none does)."""
+    cand = np.flatnonzero(name_len == len(name))
+    if not len(cand):
+        return None
+    hit = cand[(raw[name_start[cand, None] + np.arange(len(name))] == name).all(axis=1)]
+    if not len(hit):
+        return None
+    rows = np.zeros(n, bool)
+    rows[np.searchsorted(rel, name_start[hit], side="right") - 1] = True
+    return rows
+
+
 def _check_wire_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray) -> None:
     """Refuse the names of :data:`WIRE_RESERVED`, the store's prefix, values holding ``\\x01``."""
     if not len(keys):
@@ -261,7 +371,9 @@ def wire_table(table: pa.Table | pa.RecordBatch, *, default_born_host: bytes, st
         if name in names:
             cols[name] = table.column(name)
     props = table.column("properties") if "properties" in names else pa.nulls(n, pa.string())
-    cols["properties"] = parse_wire_properties(props, n, cluster)
-    header = WireHeader(sys_flag=sys_flag, reconsume_times=reconsume, born_host=born)
+    joined = joined_wire_properties(props, n, cluster)
+    if joined is None:
+        cols["properties"] = parse_wire_properties(props, n, cluster)
+    header = WireHeader(sys_flag=sys_flag, reconsume_times=reconsume, born_host=born, properties=joined)
     return pa.table(cols), header
 

@@ -1,0 +1,226 @@
+"""The fast paths of a wire put (part "fastsend" of issue 29) pinned to the general path: the
+same stored bytes (commitlog records and consume-queue units) and the same typed errors (row,
+field, message) for inputs that hit and that miss each guard.
+
+Two stores on the same manual clock get the same puts, one with the fast paths as built, one
+with them switched off (``joined_wire_properties`` answering ``None``: every put takes the
+general parse); the generated UNIQ_KEYs are made deterministic in both."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import rmqlog
+from rmqlog.log.encode import wire_put
+
+UNIQ = "0100007F0000000000000000000000AB"
+T0 = 1_700_000_000_000
+
+
+def _deterministic_uniq(store: rmqlog.MessageStore) -> None:
+    counter = iter(range(10**9))
+
+    def generate_property(n: int) -> pa.BinaryArray:
+        return pa.array([b"UNIQ_KEY\x01%032X\x02" % next(counter) for _ in range(n)], pa.binary())
+
+    store.appender.uniq.generate_property = generate_property  # type: ignore[method-assign]
+
+
+class Pair:
+    """The same puts into a store with the fast paths and one without."""
+
+    def __init__(self, root: Path) -> None:
+        self.fast = rmqlog.MessageStore.open(root / "fast", clock=rmqlog.ManualClock(T0))
+        self.slow = rmqlog.MessageStore.open(root / "slow", clock=rmqlog.ManualClock(T0))
+        for s in (self.fast, self.slow):
+            _deterministic_uniq(s)
+            s.create_topic("T", 4)
+            s.create_topic("U", 2)
+
+    def put(self, monkeypatch: pytest.MonkeyPatch, table: pa.Table, **kw: Any) -> tuple[object, object]:
+        """(fast outcome, slow outcome): each the stored records or the error's fields."""
+        fast = self._outcome(self.fast, table, kw)
+        with monkeypatch.context() as m:
+            m.setattr(wire_put, "joined_wire_properties", lambda *a: None)
+            slow = self._outcome(self.slow, table, kw)
+        return fast, slow
+
+    @staticmethod
+    def _outcome(store: rmqlog.MessageStore, table: pa.Table, kw: dict[str, Any]) -> object:
+        try:
+            res = store.put_wire(table, dispatch=True, **kw)
+        except rmqlog.InvalidMessageError as exc:
+            return (type(exc).__name__, exc.row, exc.field, str(exc))
+        records = []
+        for off in res.column("commitLogOffset").to_pylist():
+            at = store.record_at(off)
+            assert at is not None
+            records.append(bytes(at.data))
+        return records
+
+    def same_queues(self) -> None:
+        """Every consume-queue file of both stores holds the same bytes (tagsCode included)."""
+        def files(root: Path) -> dict[str, bytes]:
+            return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "consumequeue").rglob("*")) if p.is_file()}
+
+        assert files(Path(self.fast.paths.root)) == files(Path(self.slow.paths.root))
+
+    def close(self) -> None:
+        self.fast.close()
+        self.slow.close()
+
+
+@pytest.fixture
+def pair(tmp_path: Path):
+    p = Pair(tmp_path)
+    yield p
+    p.close()
+
+
+def wire(props: list[str | None], **over: Any) -> pa.Table:
+    n = len(props)
+    cols: dict[str, Any] = {
+        "topic": pa.array(["T"] * n), "queueId": pa.array([i % 4 for i in range(n)], pa.int32()),
+        "body": pa.array([b"body-%d" % i for i in range(n)]), "flag": pa.array([i for i in range(n)], pa.int32()),
+        "sysFlag": pa.array([0] * n, pa.int32()), "bornTimestamp": pa.array([T0 - i for i in range(n)], pa.int64()),
+        "bornHost": pa.array(["10.0.0.1:5555"] * n), "properties": pa.array(props, pa.string()),
+        "reconsumeTimes": pa.array([0] * n, pa.int32()),
+    }
+    cols.update(over)
+    return pa.table(cols)
+
+
+#: items every client sends, and names near the slow ones (same first byte and length)
+GOOD_ITEMS = [f"UNIQ_KEY\x01{UNIQ}\x02", "TAGS\x01a\x02", "KEYS\x01k1 k2\x02", "PGROUP\x01pg\x02", "CLUSTER\x01C0\x02",
+              "MY_UNIQ_KEY\x01x\x02", "XTAGS\x01y\x02", "TAGSX\x01z\x02", "RETRY_TOPIC\x01%RETRY%g\x02",
+              "REAL_TOPICS\x01no\x02", "DELAYS\x011\x02", "WAITS\x01w\x02", "MAX_RECONSUME_TIMES\x0116\x02",
+              "TRACE_ON\x01true\x02", "a\x01b\x02", "UNIQ_KEZ\x01q\x02", "TAGZ\x01q\x02"]
+
+#: one item each that the fast path must leave to the general path
+MISSES = {
+    "WAIT is dropped": "WAIT\x01true\x02",
+    "DELAY routes": "DELAY\x013\x02",
+    "DELAY 0 is taken out": "DELAY\x010\x02",
+    "a timer input routes": "TIMER_DELAY_SEC\x0110\x02",
+    "a timer property is refused": "TIMER_OUT_MS\x011\x02",
+    "REAL_TOPIC is refused": "REAL_TOPIC\x01x\x02",
+    "the store's prefix is refused": "RMQLOG_X\x01x\x02",
+    "an empty value is dropped": "k\x01\x02",
+    "an empty name is dropped": "\x01v\x02",
+    "no trailing separator": "k\x01v",
+    "a value holding \\x01": "k\x01v\x01w\x02",
+    "an item without a value": "junk\x02",
+    "two separators": "k\x01v\x02\x02",
+    "not ASCII": "k\x01v\u00e9\x02",
+    "a NUL byte": "k\x01v\x00\x02",
+}
+
+
+def _rows(rng: np.random.Generator, n: int, extra: str | None = None) -> list[str | None]:
+    rows: list[str | None] = []
+    for _ in range(n):
+        k = int(rng.integers(0, 5))
+        rows.append("".join(GOOD_ITEMS[j] for j in rng.choice(len(GOOD_ITEMS), k, replace=False)))
+    if extra is not None:
+        rows[int(rng.integers(0, n))] += extra  # type: ignore[operator]
+    return rows
+
+
+def test_well_formed_properties_take_the_fast_path_and_store_the_same_bytes(pair, monkeypatch) -> None:
+    rng = np.random.default_rng(29)
+    for n in (1, 2, 7, 64):
+        for cluster in (None, "DefaultCluster"):
+            props = _rows(rng, n)
+            if cluster is not None:
+                props = [p.replace("CLUSTER\x01C0\x02", "") for p in props]  # type: ignore[union-attr]
+            col = pa.array(props, pa.string())
+            assert wire_put.joined_wire_properties(col, n, cluster) is not None
+            fast, slow = pair.put(monkeypatch, wire(props), cluster=cluster)
+            assert isinstance(fast, list) and fast == slow
+    pair.same_queues()
+
+
+@pytest.mark.parametrize("what", sorted(MISSES))
+def test_each_guard_sends_its_input_to_the_general_path(pair, monkeypatch, what) -> None:
+    rng = np.random.default_rng(len(what))
+    props = _rows(rng, 5, MISSES[what])
+    assert wire_put.joined_wire_properties(pa.array(props, pa.string()), 5, None) is None
+    fast, slow = pair.put(monkeypatch, wire(props))
+    assert fast == slow
+    pair.same_queues()
+
+
+def test_cluster_given_sends_a_client_cluster_to_the_general_path(pair, monkeypatch) -> None:
+    props = ["CLUSTER\x01theirs\x02TAGS\x01a\x02", "TAGS\x01b\x02"]
+    assert wire_put.joined_wire_properties(pa.array(props), 2, None) is not None  # kept as sent without a cluster
+    assert wire_put.joined_wire_properties(pa.array(props), 2, "ours") is None
+    for cluster in (None, "ours"):
+        fast, slow = pair.put(monkeypatch, wire(props), cluster=cluster)
+        assert isinstance(fast, list) and fast == slow
+
+
+@pytest.mark.parametrize("shape", ["nulls", "binary", "sliced", "chunked", "empty rows", "no column", "all null"])
+def test_other_column_shapes_store_the_same_bytes(pair, monkeypatch, shape) -> None:
+    props = ["TAGS\x01a\x02", "", f"UNIQ_KEY\x01{UNIQ}\x02", "KEYS\x01k\x02TAGS\x01b\x02"]
+    col: Any = pa.array(props, pa.string())
+    table = wire(props)
+    if shape == "nulls":
+        table = wire([props[0], None, props[2], None])
+    elif shape == "binary":
+        table = table.set_column(7, "properties", col.cast(pa.binary()))
+    elif shape == "sliced":
+        table = wire(["x\x01y\x02", *props, "z\x01w\x02"]).slice(1, 4)
+    elif shape == "chunked":
+        table = table.set_column(7, "properties", pa.chunked_array([col.slice(0, 2), col.slice(2)]))
+    elif shape == "empty rows":
+        table = wire(["", "", "", ""])
+    elif shape == "no column":
+        table = table.drop_columns(["properties"])
+    elif shape == "all null":
+        table = table.set_column(7, "properties", pa.nulls(4, pa.string()))
+    fast, slow = pair.put(monkeypatch, table)
+    assert isinstance(fast, list) and fast == slow
+    pair.same_queues()
+
+
+def test_errors_are_the_same_on_both_paths(pair, monkeypatch) -> None:
+    big = b"x" * (rmqlog.StoreConfig().max_message_size + 1)
+    cases = [
+        # the timer topic named before the encoder's checks (a body too large on a later row)
+        wire(["TAGS\x01a\x02", "TAGS\x01b\x02"], topic=pa.array(["rmq_sys_wheel_timer", "T"]),
+             body=pa.array([b"a", big])),
+        wire(["TAGS\x01a\x02"], topic=pa.array(["rmq_sys_wheel_timer"])),
+        wire(["TAGS\x01a\x02", "TAGS\x01a\x02"], topic=pa.array(["T", "rmq_sys_wheel_timer"])),
+        wire(["TAGS\x01a\x02"], topic=pa.array(["SCHEDULE_TOPIC_XXXX"])),
+        wire(["TAGS\x01a\x02", "TAGS\x01a\x02"], topic=pa.array(["T", "SCHEDULE_TOPIC_XXXX"])),
+        wire(["TAGS\x01a\x02"], topic=pa.array(["SCHEDULE_TOPIC_XXXX"]).dictionary_encode()),
+        wire(["TAGS\x01a\x02"], topic=pa.array(["rmq_sys_wheel_timer"]).dictionary_encode()),
+        wire(["TAGS\x01a\x02", "TAGS\x01a\x02"], body=pa.array([b"a", big])),
+        wire(["TAGS\x01a\x02", "TAGS\x01a\x02"], queueId=pa.array([0, 9], pa.int32())),
+        wire(["TAGS\x01a\x02", "TAGS\x01a\x02"], topic=pa.array(["T", "bad topic"])),
+        wire(["TAGS\x01a\x02", "TAGS\x01a\x02"], reconsumeTimes=pa.array([0, -1], pa.int32())),
+        wire(["TAGS\x01a\x02", "TAGS\x01a\x02"], sysFlag=pa.array([0, 4], pa.int32())),
+        wire(["TAGS\x01a\x02", "TAGS\x01a\x02"], bornHost=pa.array(["10.0.0.1:1", "nohost"])),
+        wire(["TAGS\x01a\x02", "TAGS\x01a\x02"], bornTimestamp=pa.array([0, -5], pa.int64())),
+        wire(["k\x01" + "v" * 32767 + "\x02"]),
+        wire(["TAGS\x01a\x02", "REAL_QID\x011\x02"]),
+    ]
+    for table in cases:
+        fast, slow = pair.put(monkeypatch, table)
+        assert isinstance(fast, tuple), fast
+        assert fast == slow
+
+
+def test_the_fast_path_marks_own_uniq_keys_and_tags_exactly() -> None:
+    props = pa.array([f"UNIQ_KEY\x01{UNIQ}\x02", "MY_UNIQ_KEY\x01x\x02", "XTAGS\x01a\x02", "a\x01b\x02TAGS\x01t\x02", ""])
+    joined = wire_put.joined_wire_properties(props, 5, None)
+    assert joined is not None and joined.has_tags and joined.suffix == b""
+    assert joined.own_uniq is not None and joined.own_uniq.tolist() == [True, False, False, False, False]
+    assert joined.items.to_pylist() == [p.encode() for p in props.to_pylist()]
+    none = wire_put.joined_wire_properties(pa.array(["XTAGS\x01a\x02"]), 1, "C")
+    assert none is not None and none.own_uniq is None and not none.has_tags and none.suffix == b"CLUSTER\x01C\x02"
