@@ -224,3 +224,90 @@ def test_the_fast_path_marks_own_uniq_keys_and_tags_exactly() -> None:
     assert joined.items.to_pylist() == [p.encode() for p in props.to_pylist()]
     none = wire_put.joined_wire_properties(pa.array(["XTAGS\x01a\x02"]), 1, "C")
     assert none is not None and none.own_uniq is None and not none.has_tags and none.suffix == b"CLUSTER\x01C\x02"
+
+
+# ------------------------------------------- integer and host columns without Arrow kernels
+def _two(**over: Any) -> pa.Table:
+    cols: dict[str, Any] = {"topic": pa.array(["T", "T"]), "body": pa.array([b"a", b"b"])}
+    cols.update(over)
+    return pa.table(cols)
+
+
+_RANGE = "is not in [-2147483648, 2147483647]"
+_BORN = "ms is outside 1970-01-01T00:00:00Z..9999-12-31T23:59:59.999Z (0..253402300799999 ms)"
+#: (table, put_wire's error, put_batch's error (None: not a put_batch column)): the errors of
+#: main before this part (the uint64 flag/sysFlag of put_wire raised Arrow's untyped error then)
+def _both(table: pa.Table, error: tuple[Any, ...]) -> tuple[pa.Table, tuple[Any, ...], tuple[Any, ...]]:
+    return table, error, error
+
+
+INT_CASES: dict[str, tuple[pa.Table, tuple[Any, ...], tuple[Any, ...] | None]] = {
+    "queueId int8 negative": _both(_two(queueId=pa.array([0, -1], pa.int8())),
+                              ("QueueIdError", "queueId", "queue id -1 is negative")),
+    "queueId null then negative": _both(_two(queueId=pa.array([None, -2], pa.int64())),
+                                   ("QueueIdError", "queueId", "queue id -2 is negative")),
+    "queueId uint64 past int64": _both(_two(queueId=pa.array([0, 2**63], pa.uint64())),
+                                  ("QueueIdError", "queueId", "9223372036854775808 does not fit a 64-bit signed integer")),
+    "queueId int16 over": _both(_two(queueId=pa.array([0, 4], pa.int16())),
+                           ("QueueIdError", "queueId", "queue id 4 is not below 'T''s 4 queues")),
+    "queueId uint32 over": _both(_two(queueId=pa.array([0, 2**32 - 1], pa.uint32())),
+                            ("QueueIdError", "queueId", "queue id 4294967295 is not below 'T''s 4 queues")),
+    "flag int64 over": (_two(flag=pa.array([0, 2**31], pa.int64())), ("InvalidMessageError", "flag", f"2147483648 {_RANGE}"),
+                        ("InvalidMessageError", "flag", "flag does not fit in 32 bits")),
+    "flag uint32 over": (_two(flag=pa.array([0, 2**31], pa.uint32())), ("InvalidMessageError", "flag", f"2147483648 {_RANGE}"),
+                         ("InvalidMessageError", "flag", "flag does not fit in 32 bits")),
+    "flag int64 under": (_two(flag=pa.array([0, -(2**31) - 1], pa.int64())),
+                         ("InvalidMessageError", "flag", f"-2147483649 {_RANGE}"),
+                         ("InvalidMessageError", "flag", "flag does not fit in 32 bits")),
+    "flag uint64 past int64": (_two(flag=pa.array([0, 2**64 - 1], pa.uint64())),
+                               ("InvalidMessageError", "flag", f"18446744073709551615 {_RANGE}"),
+                               ("InvalidMessageError", "flag", "18446744073709551615 does not fit a 64-bit signed integer")),
+    "sysFlag uint32 big": (_two(sysFlag=pa.array([0, 2**31], pa.uint32())),
+                           ("InvalidMessageError", "sysFlag", f"2147483648 {_RANGE}"), None),
+    "sysFlag uint64 past int64": (_two(sysFlag=pa.array([0, 2**64 - 1], pa.uint64())),
+                                  ("InvalidMessageError", "sysFlag", f"18446744073709551615 {_RANGE}"), None),
+    "reconsumeTimes int8 negative": (_two(reconsumeTimes=pa.array([0, -1], pa.int8())),
+                                     ("InvalidMessageError", "reconsumeTimes", "-1 is not in [0, 2147483647]"), None),
+    "reconsumeTimes uint32 big": (_two(reconsumeTimes=pa.array([0, 2**31], pa.uint32())),
+                                  ("InvalidMessageError", "reconsumeTimes", "2147483648 is not in [0, 2147483647]"), None),
+    "bornTimestamp uint64": _both(_two(bornTimestamp=pa.array([0, 2**64 - 1], pa.uint64())),
+                             ("InvalidMessageError", "bornTimestamp", f"18446744073709551615 {_BORN}")),
+    "bornTimestamp int8 negative": _both(_two(bornTimestamp=pa.array([3, -1], pa.int8())),
+                                    ("InvalidMessageError", "bornTimestamp", f"-1 {_BORN}")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INT_CASES))
+def test_integer_columns_are_refused_as_before(tmp_path: Path, case: str) -> None:
+    table, wire_error, batch_error = INT_CASES[case]
+    with rmqlog.MessageStore.open(tmp_path / "s", clock=rmqlog.ManualClock(T0)) as s:
+        s.create_topic("T", 4)
+        for put, expected in ((s.put_wire, wire_error), (s.put_batch, batch_error)):
+            if expected is None:
+                continue
+            with pytest.raises(rmqlog.InvalidMessageError) as info:
+                put(table)
+            assert (type(info.value).__name__, info.value.row, info.value.field, info.value.reason) == (
+                expected[0], 1, expected[1], expected[2])
+            assert s.published_tail() == 0  # nothing written
+
+
+def test_integer_columns_of_every_width_store_the_same_values(tmp_path: Path) -> None:
+    """The numpy views (no nulls) and Arrow's fill (nulls) give the same header fields."""
+    with rmqlog.MessageStore.open(tmp_path / "s", clock=rmqlog.ManualClock(T0)) as s:
+        s.create_topic("T", 4)
+        for typ in (pa.int8(), pa.uint8(), pa.int16(), pa.int32(), pa.uint32(), pa.int64(), pa.uint64()):
+            for nulls in (False, True):
+                mask = pa.array([nulls, False])
+                t = _two(queueId=pa.array([1, 2], typ, mask=mask), flag=pa.array([7, 8], typ, mask=mask),
+                         sysFlag=pa.array([1, 8], typ, mask=mask), reconsumeTimes=pa.array([3, 4], typ, mask=mask),
+                         bornTimestamp=pa.array([5, 6], typ, mask=mask), bornHost=pa.array(["10.0.0.9:7", "10.0.0.9:7"]))
+                res = s.put_wire(t, dispatch=True)
+                got = s.read_window("T", 2, int(res.column("queueOffset")[1].as_py())).messages.to_pylist()[0]
+                assert (got["flag"], got["bornHost"], got["reconsumeTimes"]) == (8, "10.0.0.9:7", 4)
+                assert int(got["bornTimestamp"].timestamp() * 1000) == 6
+                assert res.num_rows == 2
+                first_q = 0 if nulls else 1  # a null queue id takes the round robin
+                if not nulls:
+                    row0 = s.read_window("T", first_q, int(res.column("queueOffset")[0].as_py())).messages.to_pylist()[0]
+                    assert (row0["flag"], row0["reconsumeTimes"], row0["sysFlag"] & 1) == (7, 3, 1)

@@ -40,6 +40,7 @@ No per-message Python step: hosts are parsed per distinct value, the rest is who
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,7 +72,7 @@ from ..record import (
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
 )
-from .arrays import first
+from .arrays import all_equal, first, flat
 from .trailer import JoinedProperties
 
 WIRE_COLUMNS = ("topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties", "reconsumeTimes")
@@ -100,12 +101,26 @@ class WireHeader:
 def _int_column(table: pa.Table, name: str, n: int, default: int, lo: int, hi: int) -> np.ndarray:
     if name not in table.column_names:
         return np.full(n, default, np.int64)
-    col = table.column(name).combine_chunks()
+    col = flat(table.column(name))
     if pa.types.is_null(col.type):
         return np.full(n, default, np.int64)
     if not pa.types.is_integer(col.type):
         raise InvalidMessageError(f"must be an integer column, not {col.type}", row=0 if n else None, field=name)
-    values = np.asarray(col.fill_null(default).cast(pa.int64()))
+    if col.null_count:
+        col = col.fill_null(default)
+    if pa.types.is_uint64(col.type):
+        raw = col.to_numpy()
+        over = raw > np.uint64(hi)  # (lo <= 0 everywhere: no uint64 is under it)
+        if over.any():
+            row = first(over)
+            raise InvalidMessageError(f"{raw[row]} is not in [{lo}, {hi}]", row=row, field=name)
+        return raw.astype(np.int64)
+    else:  # numpy's view of the buffer and its widening: no Arrow kernel (each costs ~20 us a put)
+        raw = col.to_numpy()
+        info = np.iinfo(raw.dtype)
+        values = raw.astype(np.int64)
+        if lo <= info.min and info.max <= hi:  # every value of the type is in range
+            return values
     bad = (values < lo) | (values > hi)
     if bad.any():
         row = first(bad)
@@ -141,17 +156,19 @@ def wire_born_hosts(table: pa.Table, n: int, default: bytes) -> np.ndarray:
     (or no column) is ``default`` (the config's ``born_host``)."""
     if "bornHost" not in table.column_names or pa.types.is_null(table.schema.field("bornHost").type):
         return np.tile(np.frombuffer(default, np.uint8), (n, 1))
-    col = table.column("bornHost").combine_chunks()
+    col = flat(table.column("bornHost"))
+    if n and col.type == pa.string() and not col.null_count and all_equal(col):
+        # one host (a broker's put of one connection's sends, or of a batch): parsed once
+        one = _host_bytes(col[0].as_py())
+        if one:
+            return np.frombuffer(one, np.uint8)[None, :].repeat(n, axis=0)
     if pa.types.is_dictionary(col.type):
         col = col.cast(col.type.value_type)
     encoded = col.dictionary_encode()
     raw: list[bytes] = []
     for value in encoded.dictionary.to_pylist():  # one step per distinct host, not per message
         if isinstance(value, str):
-            try:
-                raw.append(host_bytes(value))
-            except ConfigError:
-                raw.append(b"")
+            raw.append(_host_bytes(value))
         elif isinstance(value, bytes) and len(value) in (8, 20):
             raw.append(value)
         else:
@@ -171,6 +188,24 @@ def wire_born_hosts(table: pa.Table, n: int, default: bytes) -> np.ndarray:
         width = int(widths[0])
         table_raw = np.frombuffer(b"".join(r if len(r) == width else bytes(width) for r in raw), np.uint8)
     return table_raw.reshape(len(raw), -1)[idx]
+
+
+def _host_bytes(value: str) -> bytes:
+    """:func:`rmqlog.hosts.host_bytes` of a born host, ``b""`` for one that is not a host;
+    remembered (a broker sees the same few client addresses put after put; ~50 us each)
+    when short enough to be one (the longest, ``[v6]:port``, has 54 characters): what the
+    cache holds stays small whatever a caller sends."""
+    return _host_bytes_cached(value) if len(value) <= 64 else _host_bytes_now(value)
+
+
+def _host_bytes_now(value: str) -> bytes:
+    try:
+        return host_bytes(value)
+    except ConfigError:
+        return b""
+
+
+_host_bytes_cached = functools.lru_cache(maxsize=1024)(_host_bytes_now)
 
 
 def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None) -> pa.MapArray:
