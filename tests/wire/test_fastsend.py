@@ -103,7 +103,6 @@ GOOD_ITEMS = [f"UNIQ_KEY\x01{UNIQ}\x02", "TAGS\x01a\x02", "KEYS\x01k1 k2\x02", "
 
 #: one item each that the fast path must leave to the general path
 MISSES = {
-    "WAIT is dropped": "WAIT\x01true\x02",
     "DELAY routes": "DELAY\x013\x02",
     "DELAY 0 is taken out": "DELAY\x010\x02",
     "a timer input routes": "TIMER_DELAY_SEC\x0110\x02",
@@ -155,13 +154,42 @@ def test_each_guard_sends_its_input_to_the_general_path(pair, monkeypatch, what)
     pair.same_queues()
 
 
-def test_cluster_given_sends_a_client_cluster_to_the_general_path(pair, monkeypatch) -> None:
-    props = ["CLUSTER\x01theirs\x02TAGS\x01a\x02", "TAGS\x01b\x02"]
-    assert wire_put.joined_wire_properties(pa.array(props), 2, None) is not None  # kept as sent without a cluster
-    assert wire_put.joined_wire_properties(pa.array(props), 2, "ours") is None
+WAIT = "WAIT\x01true\x02"
+DROPS = {
+    "first": [WAIT + "TAGS\x01a\x02", "TAGS\x01b\x02"],
+    "middle and last": ["TAGS\x01a\x02" + WAIT + "KEYS\x01k\x02", "a\x01b\x02" + WAIT],
+    "the only item": [WAIT, WAIT, "", WAIT],
+    "every row, twice": [WAIT + WAIT + f"UNIQ_KEY\x01{UNIQ}\x02", "WAIT\x01false\x02TAGS\x01t\x02WAIT\x01x\x02"],
+    "with a client CLUSTER": ["CLUSTER\x01theirs\x02TAGS\x01a\x02" + WAIT, "TAGS\x01b\x02CLUSTER\x01x\x02"],
+    "near names": ["WAITS\x01x\x02WAI\x01y\x02" + WAIT + "CLUSTERS\x01z\x02", "XWAIT\x01w\x02"],
+}
+
+
+@pytest.mark.parametrize("what", sorted(DROPS))
+def test_dropped_items_are_cut_out_on_the_fast_path(pair, monkeypatch, what) -> None:
+    props = DROPS[what]
     for cluster in (None, "ours"):
+        joined = wire_put.joined_wire_properties(pa.array(props), len(props), cluster)
+        assert joined is not None
+        kept = joined.items.to_pylist()
+        assert not any(b"WAIT\x01" in k and not (b"XWAIT" in k or b"WAITS" in k) for k in kept)
+        if cluster:
+            assert not any(b"CLUSTER\x01" in k and b"CLUSTERS" not in k for k in kept)
         fast, slow = pair.put(monkeypatch, wire(props), cluster=cluster)
         assert isinstance(fast, list) and fast == slow
+    pair.same_queues()
+
+
+def test_a_random_mix_of_dropped_items_stores_the_same_bytes(pair, monkeypatch) -> None:
+    rng = np.random.default_rng(7)
+    pool = [*GOOD_ITEMS, WAIT, WAIT, "WAIT\x01false\x02"]
+    for n in (1, 3, 50, 300):
+        props = ["".join(pool[j] for j in rng.choice(len(pool), int(rng.integers(0, 6)))) for _ in range(n)]
+        for cluster in (None, "C9"):
+            assert wire_put.joined_wire_properties(pa.array(props), n, cluster) is not None
+            fast, slow = pair.put(monkeypatch, wire(props), cluster=cluster)
+            assert isinstance(fast, list) and fast == slow
+    pair.same_queues()
 
 
 @pytest.mark.parametrize("shape", ["nulls", "binary", "sliced", "chunked", "empty rows", "no column", "all null"])

@@ -253,10 +253,11 @@ def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str 
 
 
 #: Names a wire put's fast path leaves to the general path (:func:`parse_wire_properties`):
-#: the refused ones, the dropped ``WAIT``, the routed ``DELAY`` and timer inputs
-#: (``CLUSTER`` too when the put gives ``cluster``)
-_SLOW_NAMES = WIRE_RESERVED | {PROPERTY_WAIT, PROPERTY_DELAY, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS,
-                               PROPERTY_TIMER_DELIVER_MS}
+#: the refused ones, the routed ``DELAY`` and timer inputs
+_SLOW_NAMES = WIRE_RESERVED | {PROPERTY_DELAY, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS}
+#: Names whose items the fast path drops, as the general path does: ``WAIT`` (every Java
+#: client's message carries it), and ``CLUSTER`` when the put gives its own (by ``cluster``)
+_DROPPED_NAMES = {False: frozenset((PROPERTY_WAIT,)), True: frozenset((PROPERTY_WAIT, PROPERTY_CLUSTER))}
 _UNIQ_BYTES = np.frombuffer(PROPERTY_UNIQ_KEY.encode(), np.uint8)
 _TAGS_BYTES = np.frombuffer(PROPERTY_TAGS.encode(), np.uint8)
 
@@ -273,22 +274,24 @@ def _name_screen(names: frozenset[str]) -> np.ndarray:
     return table
 
 
-_SCREENS = {False: _name_screen(_SLOW_NAMES), True: _name_screen(_SLOW_NAMES | {PROPERTY_CLUSTER})}
-_SLOW_ARRAYS = {False: pa.array(sorted(_SLOW_NAMES), pa.string()),
-                True: pa.array(sorted(_SLOW_NAMES | {PROPERTY_CLUSTER}), pa.string())}
+_SCREENS = {c: _name_screen(_SLOW_NAMES | _DROPPED_NAMES[c]) for c in (False, True)}
+_SLOW_ARRAY = pa.array(sorted(_SLOW_NAMES), pa.string())
+_DROPPED_ARRAYS = {c: pa.array(sorted(_DROPPED_NAMES[c]), pa.string()) for c in (False, True)}
 
 
 def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None) -> JoinedProperties | None:
-    """The fast path of :func:`parse_wire_properties`: the wire strings kept as they are when
-    that gives the same stored bytes, ``None`` (take the general path) otherwise.
+    """The fast path of :func:`parse_wire_properties`: the wire strings kept as they are
+    (less their ``WAIT`` items, and ``CLUSTER`` ones when ``cluster`` is given) when that
+    gives the same stored bytes; ``None`` (take the general path) otherwise.
 
-    It applies when every row is ``name\x01value\x02`` repeated with non-empty names and
+    It applies when every row is ``name\\x01value\\x02`` repeated with non-empty names and
     values (what every client sends), all ASCII, no null, and no name that the general path
-    drops, routes or refuses (:data:`_SLOW_NAMES`; ``CLUSTER`` when ``cluster`` is given):
-    Java's parse then keeps every item in order, and joining the map again gives back the
-    string itself. Decided over the whole values buffer at once (the separator positions,
-    one screen of the names by first byte and length), no per-row step; the rows that carry
-    their own ``UNIQ_KEY`` and whether any names ``TAGS`` are found the same way.
+    routes or refuses (:data:`_SLOW_NAMES`): Java's parse then keeps every item in order, and
+    joining the map again gives back the string itself. Decided over the whole values buffer
+    at once (the separator positions, one screen of the names by first byte and length, an
+    exact check of the few names it lets through), no per-row step; the dropped items are cut
+    out with one byte mask, and the rows that carry their own ``UNIQ_KEY`` and whether any
+    names ``TAGS`` are found from the same positions.
     """
     if isinstance(col, pa.ChunkedArray):
         if col.num_chunks != 1:
@@ -328,12 +331,36 @@ def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str
     if maybe.any():
         at = np.flatnonzero(maybe)
         names = gather_slices(buffers[2], start + name_start[at], name_len[at]).cast(pa.binary()).view(pa.string())
-        slow = pc.or_(pc.is_in(names, value_set=_SLOW_ARRAYS[bool(cluster)]), pc.starts_with(names, STORE_PROPERTY_PREFIX))
+        slow = pc.or_(pc.is_in(names, value_set=_SLOW_ARRAY), pc.starts_with(names, STORE_PROPERTY_PREFIX))
         if pc.any(slow).as_py():
             return None
+        dropped = np.asarray(pc.is_in(names, value_set=_DROPPED_ARRAYS[bool(cluster)]))
+        if dropped.any():
+            items, raw, rel, name_start, name_len = _drop_items(raw, rel, name_start, name_len, p2 + 1, at[dropped])
     own_uniq = _rows_naming(raw, name_start, name_len, _UNIQ_BYTES, rel, n)
     has_tags = _rows_naming(raw, name_start, name_len, _TAGS_BYTES, rel, n)
     return JoinedProperties(items, suffix, own_uniq, has_tags is not None)
+
+
+def _drop_items(raw: np.ndarray, rel: np.ndarray, item_start: np.ndarray, name_len: np.ndarray, item_end: np.ndarray,
+                drop: np.ndarray) -> tuple[pa.BinaryArray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rows without the items ``drop`` (their indices; items never cross rows): (the
+    rows, their bytes, their offsets, the kept items' starts and name lengths in them)."""
+    d_start, d_len = item_start[drop], item_end[drop] - item_start[drop]
+    before = np.zeros(len(drop) + 1, np.int64)  # bytes dropped before each dropped item, and in all
+    np.cumsum(d_len, out=before[1:])
+    edges = np.zeros(len(raw) + 1, np.int64)
+    np.add.at(edges, d_start, 1)
+    np.add.at(edges, d_start + d_len, -1)
+    new_raw = raw[np.cumsum(edges[:-1]) == 0]
+    new_rel = rel - before[np.searchsorted(d_start, rel)]  # (dropped items starting before each row end)
+    keep = np.ones(len(item_start), bool)
+    keep[drop] = False
+    kept_start = item_start[keep]
+    kept_start = kept_start - before[np.searchsorted(d_start, kept_start)]
+    rows = pa.BinaryArray.from_buffers(pa.binary(), len(rel) - 1,
+                                       [None, pa.py_buffer(new_rel.astype(np.int32)), pa.py_buffer(new_raw)])
+    return rows, new_raw, new_rel, kept_start, name_len[keep]
 
 
 def _rows_naming(raw: np.ndarray, name_start: np.ndarray, name_len: np.ndarray, name: np.ndarray, rel: np.ndarray,
