@@ -339,3 +339,33 @@ def test_integer_columns_of_every_width_store_the_same_values(tmp_path: Path) ->
                 if not nulls:
                     row0 = s.read_window("T", first_q, int(res.column("queueOffset")[0].as_py())).messages.to_pylist()[0]
                     assert (row0["flag"], row0["reconsumeTimes"], row0["sysFlag"] & 1) == (7, 3, 1)
+
+
+#: sysFlag -> put_wire's error as main gave it (None: stored); the screen for the usual flags
+#: (no bit but COMPRESSED, MULTI_TAGS, TRANSACTION_COMMIT) must leave every refusal to the checks
+SYS_FLAGS: dict[int, str | None] = {
+    0: None, 1: None, 2: None, 8: None, 3: None, 11: None,
+    4: "sysFlag 4: TRANSACTION_PREPARED (4) is not stored by this store (no transactional messages)",
+    12: "sysFlag 12: TRANSACTION_ROLLBACK (12) is not stored by this store (no transactional messages)",
+    16: "sysFlag 16: BORNHOST_V6 (16) does not match the host",
+    32: "sysFlag 32: STOREHOST_V6 (32) does not match the host",
+    64: "sysFlag 64 has bits no put may set: 0x40",
+    -1: "sysFlag -1 has bits no put may set: -0x40",
+    1 << 30: "sysFlag 1073741824 has bits no put may set: 0x40000000",
+}
+
+
+@pytest.mark.parametrize("value", sorted(SYS_FLAGS))
+def test_sys_flags_are_kept_or_refused_as_before(tmp_path: Path, value: int) -> None:
+    with rmqlog.MessageStore.open(tmp_path / "s", clock=rmqlog.ManualClock(T0)) as s:
+        s.create_topic("T", 4)
+        t = _two(sysFlag=pa.array([1, value], pa.int32()), queueId=pa.array([0, 0], pa.int32()))
+        expected = SYS_FLAGS[value]
+        if expected is None:
+            s.put_wire(t, dispatch=True)
+            got = [m["sysFlag"] for m in s.read_window("T", 0, 0).messages.to_pylist()]
+            assert got == [1, value]
+        else:
+            with pytest.raises(rmqlog.InvalidMessageError) as info:
+                s.put_wire(t)
+            assert (info.value.row, info.value.field, info.value.reason) == (1, "sysFlag", expected)

@@ -81,6 +81,8 @@ WIRE_RESERVED = frozenset((PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID)) | (
     DELAY_PROPERTIES - {"TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"})
 PROPERTY_WAIT = "WAIT"
 PROPERTY_CLUSTER = "CLUSTER"
+#: the client's bits a put keeps (the others are refused, or the store's host bits)
+_KEPT_BITS = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TRANSACTION_COMMIT
 _KNOWN_BITS = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TRANSACTION_MASK | SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 
 
@@ -96,6 +98,13 @@ class WireHeader:
     reconsume_times: np.ndarray
     born_host: np.ndarray
     properties: JoinedProperties | None = None
+
+
+@functools.lru_cache(maxsize=None)
+def _int_range(dtype: np.dtype) -> tuple[int, int]:
+    """(min, max) of an integer dtype (``np.iinfo`` costs a few us a call)."""
+    info = np.iinfo(dtype)
+    return int(info.min), int(info.max)
 
 
 def _int_column(table: pa.Table, name: str, n: int, default: int, lo: int, hi: int) -> np.ndarray:
@@ -117,9 +126,9 @@ def _int_column(table: pa.Table, name: str, n: int, default: int, lo: int, hi: i
         return raw.astype(np.int64)
     else:  # numpy's view of the buffer and its widening: no Arrow kernel (each costs ~20 us a put)
         raw = col.to_numpy()
-        info = np.iinfo(raw.dtype)
+        type_lo, type_hi = _int_range(raw.dtype)
         values = raw.astype(np.int64)
-        if lo <= info.min and info.max <= hi:  # every value of the type is in range
+        if lo <= type_lo and type_hi <= hi:  # every value of the type is in range
             return values
     bad = (values < lo) | (values > hi)
     if bad.any():
@@ -131,6 +140,8 @@ def _int_column(table: pa.Table, name: str, n: int, default: int, lo: int, hi: i
 def wire_sys_flag(table: pa.Table, n: int, born_v6: bool, store_v6: bool) -> np.ndarray:
     """The client's SYSFLAG bits per row (host bits cleared), checked (module docstring)."""
     flags = _int_column(table, "sysFlag", n, 0, -(1 << 31), (1 << 31) - 1)
+    if not (flags & ~_KEPT_BITS).any():  # (the usual flags: 0, compressed) nothing to refuse
+        return flags & _KEPT_BITS
     unknown = (flags & ~_KNOWN_BITS) != 0
     if unknown.any():
         row = first(unknown)
@@ -148,7 +159,7 @@ def wire_sys_flag(table: pa.Table, n: int, born_v6: bool, store_v6: bool) -> np.
         if wrong.any():
             row = first(wrong)
             raise InvalidMessageError(f"sysFlag {flags[row]}: {what} does not match the host", row=row, field="sysFlag")
-    return (flags & (SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TRANSACTION_COMMIT)).astype(np.int64)
+    return (flags & _KEPT_BITS).astype(np.int64)
 
 
 def wire_born_hosts(table: pa.Table, n: int, default: bytes) -> np.ndarray:
