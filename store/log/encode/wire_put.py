@@ -100,7 +100,7 @@ class WireHeader:
     properties: JoinedProperties | None = None
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _int_range(dtype: np.dtype) -> tuple[int, int]:
     """(min, max) of an integer dtype (``np.iinfo`` costs a few us a call)."""
     info = np.iinfo(dtype)
