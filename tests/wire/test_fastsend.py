@@ -369,3 +369,25 @@ def test_sys_flags_are_kept_or_refused_as_before(tmp_path: Path, value: int) -> 
             with pytest.raises(rmqlog.InvalidMessageError) as info:
                 s.put_wire(t)
             assert (info.value.row, info.value.field, info.value.reason) == (1, "sysFlag", expected)
+
+
+def test_random_property_strings_give_the_same_outcome_on_both_paths(pair, monkeypatch) -> None:
+    """Strings made of separators, names of every kind and plain text, well formed or not:
+    the fast path (when it takes them) stores what the general path stores, or raises what
+    it raises."""
+    rng = np.random.default_rng(2929)
+    tokens = ["a", "b1", "\x01", "\x02", "\x01", "\x02", "WAIT", "CLUSTER", "TAGS", "UNIQ_KEY", "KEYS", "DELAY", "3",
+              "REAL_QID", "RMQLOG_X", "TIMER_DELAY_MS", "RETRY_TOPIC", "W", "\u00e9", " "]
+    taken = 0
+    for _ in range(150):
+        n = int(rng.integers(1, 5))
+        props = ["".join(tokens[j] for j in rng.integers(0, len(tokens), int(rng.integers(0, 9)))) for _ in range(n)]
+        if rng.random() < 0.6:  # mostly well formed: name \x01 value \x02 items of those tokens
+            props = ["".join(f"{tokens[int(rng.integers(4, 19))]}\x01{tokens[int(rng.integers(0, 2))]}\x02"
+                             for _ in range(int(rng.integers(0, 4)))) for _ in range(n)]
+        cluster = "C1" if rng.random() < 0.5 else None
+        taken += wire_put.joined_wire_properties(pa.array(props), n, cluster) is not None
+        fast, slow = pair.put(monkeypatch, wire(props), cluster=cluster)
+        assert fast == slow, props
+    assert 15 < taken < 150  # both paths were exercised (22 of 150 fast with this seed)
+    pair.same_queues()

@@ -7,7 +7,9 @@ store's ``RMQLOG_WRITER`` marker: each ``name\\x01value\\x02`` as RocketMQ's
 ``MessageDecoder.messageProperties2String`` writes it. Values are validated here (typed errors
 naming the row and field: separators, empty names or values, reserved names, a name given
 twice) and the whole trailer stays a list of *join pieces* (Arrow arrays, or scalars equal on
-every row), joined or packed chunk by chunk only when the records are written.
+every row), joined or packed chunk by chunk only when the records are written. A wire put
+whose properties are already in their stored form hands them over as
+:class:`JoinedProperties` instead of a map (one join piece, nothing to check again).
 """
 
 from __future__ import annotations

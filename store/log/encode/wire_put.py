@@ -36,6 +36,15 @@ The rules, as RocketMQ 4.9.8's broker and store apply them:
   header layout per batch); a broker's batch comes from one connection.
 
 No per-message Python step: hosts are parsed per distinct value, the rest is whole columns.
+
+**The fast path** (:func:`joined_wire_properties`): what clients send is almost always
+``name\x01value\x02`` repeated, ASCII, with no name the rules above route or refuse. One
+screen over the whole values buffer (the separators' positions, each name's first byte and
+length) proves that; the strings are then stored as sent (their ``WAIT`` items, and
+``CLUSTER`` ones when ``cluster`` replaces them, cut out by one byte mask) and handed to the
+encoder pre-joined (:attr:`WireHeader.properties`), with no map built, routed and joined again:
+the same bytes for ~1/10 of the Arrow calls. Anything else takes the general parse. Integer
+and host columns are read through numpy views when they hold no null (no Arrow kernel).
 """
 
 from __future__ import annotations
