@@ -25,7 +25,9 @@ from ..errors import (
 )
 from ..index.lookup import messages_by_key, records_by_key
 from ..log.decode import BadRecordError, RecordCheck
+from ..log.encode.arrays import all_equal, first, flat
 from ..log.encode.wire_put import wire_table
+from ..log.properties import SCHEDULE_TOPIC, TIMER_TOPIC, WAITING_TOPICS
 from ..log.record import ScanKind
 from ..log.wire import stored_records
 from ..paths import validate_topic
@@ -43,6 +45,29 @@ NOT_ALLOWED_SEND_TOPICS = frozenset((
     "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
     "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
 ))
+
+
+_NOT_ALLOWED_ARRAY = pa.array(sorted(NOT_ALLOWED_SEND_TOPICS), pa.string())
+#: the store's own topics a put is refused, in the order the put's routing checks them
+#: (:func:`rmqlog.schedule.routing.refuse_topic`): what to give instead
+_WAITING_REFUSALS = ((TIMER_TOPIC, "timed messages: give a deliverTime"),
+                     (SCHEDULE_TOPIC, "delayed messages: give a delayLevel"))
+
+
+def _refuse_waiting_topic(col: pa.Array) -> None:
+    """The refusal of a row written to the timer or schedule topic directly, as the routing
+    of a put with a ``properties`` map makes it before encoding (a wire put whose properties
+    took the fast path has no map: without this, the encoder would name it only after its
+    own checks)."""
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
+        return  # not a string column: the encoder names it
+    for name, what in _WAITING_REFUSALS:
+        hit = pc.fill_null(pc.equal(col, name), False)
+        if pc.any(hit).as_py():
+            raise InvalidMessageError(f"{name} is the store's topic for {what} instead", row=first(np.asarray(hit)),
+                                      field="topic")
 
 
 class WireAccess:
@@ -91,13 +116,23 @@ class WireAccess:
         appender = self.appender
         put, header = wire_table(table, default_born_host=appender.born_host, store_v6=len(appender.store_host) == 20,
                                  cluster=cluster)
-        topic = put.column("topic")
-        if pa.types.is_string(topic.type) or pa.types.is_large_string(topic.type):
-            hit = np.asarray(pc.fill_null(pc.is_in(topic, pa.array(sorted(NOT_ALLOWED_SEND_TOPICS))), False))
-            if hit.any():
-                row = int(np.flatnonzero(hit)[0])
-                raise InvalidMessageError(f"{topic[row].as_py()} is a RocketMQ system topic no client may send to",
-                                          row=row, field="topic")
+        topic = flat(put.column("topic"))
+        if pa.types.is_string(topic.type) and not topic.null_count and len(topic) and all_equal(topic):
+            # one topic (every broker put of single sends to one topic): one set lookup
+            name = topic[0].as_py()
+            if name in NOT_ALLOWED_SEND_TOPICS:
+                raise InvalidMessageError(f"{name} is a RocketMQ system topic no client may send to", row=0, field="topic")
+            if header.properties is not None and name in WAITING_TOPICS:
+                _refuse_waiting_topic(topic)
+        else:
+            if pa.types.is_string(topic.type) or pa.types.is_large_string(topic.type):
+                hit = np.asarray(pc.fill_null(pc.is_in(topic, _NOT_ALLOWED_ARRAY), False))
+                if hit.any():
+                    row = int(np.flatnonzero(hit)[0])
+                    raise InvalidMessageError(f"{topic[row].as_py()} is a RocketMQ system topic no client may send to",
+                                              row=row, field="topic")
+            if header.properties is not None:
+                _refuse_waiting_topic(topic)
         return appender.put_table(put, None, dispatch=dispatch, wire=header)[0]
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:

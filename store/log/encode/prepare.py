@@ -81,7 +81,8 @@ def prepare_batch(
     crcs = BodyCrcs(body, body_len)  # in the background, overlapping the Arrow kernels below
     counts = write_queue_counts(queue_counts, topics, topic_index)
     queue_id, cycle = queue_id_column(cols.get("queueId"), n, topics, topic_index, counts, round_robin)
-    props = build_properties(cols, n, uniq_keys, last_row_property, system_properties, wire=wire is not None)
+    props = build_properties(cols, n, uniq_keys, last_row_property, system_properties, wire=wire is not None,
+                             joined=None if wire is None else wire.properties)
     flag = flag_column(cols.get("flag"), n)
     born = born_column(cols.get("bornTimestamp"), n, now_ms)
     born_hosts: bytes | np.ndarray = born_host if wire is None else wire.born_host

@@ -7,7 +7,9 @@ store's ``RMQLOG_WRITER`` marker: each ``name\\x01value\\x02`` as RocketMQ's
 ``MessageDecoder.messageProperties2String`` writes it. Values are validated here (typed errors
 naming the row and field: separators, empty names or values, reserved names, a name given
 twice) and the whole trailer stays a list of *join pieces* (Arrow arrays, or scalars equal on
-every row), joined or packed chunk by chunk only when the records are written.
+every row), joined or packed chunk by chunk only when the records are written. A wire put
+whose properties are already in their stored form hands them over as
+:class:`JoinedProperties` instead of a map (one join piece, nothing to check again).
 """
 
 from __future__ import annotations
@@ -67,7 +69,21 @@ class LazyUniqKeys:
 
 
 Piece: TypeAlias = pa.Array | pa.Scalar | LazyUniqKeys
-_Part: TypeAlias = pa.Array | LazyUniqKeys | tuple[pa.Scalar, pa.Array, pa.Scalar]
+_Part: TypeAlias = pa.Array | pa.Scalar | LazyUniqKeys | tuple[pa.Scalar, pa.Array, pa.Scalar]
+
+
+@dataclass(frozen=True)
+class JoinedProperties:
+    """A batch's user properties already in their stored form and checked (a wire put's
+    fast path, :func:`rmqlog.log.encode.wire_put.joined_wire_properties`): ``items`` per row
+    (binary: ``name\x01value\x02``... exactly as the map column would be joined), ``suffix``
+    added to every row after them (``b""``: none), ``own_uniq`` the rows carrying their own
+    ``UNIQ_KEY`` (``None``: none) and ``has_tags`` whether some row names ``TAGS``."""
+
+    items: pa.Array
+    suffix: bytes
+    own_uniq: np.ndarray | None
+    has_tags: bool
 
 
 @dataclass
@@ -82,12 +98,14 @@ class Properties:
 
 def build_properties(
     cols: dict[str, pa.Array], n: int, uniq_keys: UniqKeyGenerator, last_row_property: tuple[str, str] | None,
-    system_properties: pa.Array | None = None, *, wire: bool = False,
+    system_properties: pa.Array | None = None, *, wire: bool = False, joined: JoinedProperties | None = None,
 ) -> Properties:
     """PROPERTIES of every row (see the module docstring); raises naming the first bad row.
     ``system_properties``: the store's own items per row, pre-joined (binary, empty: none).
     ``wire``: the map is a wire put's (:mod:`rmqlog.log.encode.wire_put`), whose names were
-    checked there: RocketMQ's system names are kept, the client's ``UNIQ_KEY`` as it is."""
+    checked there: RocketMQ's system names are kept, the client's ``UNIQ_KEY`` as it is.
+    ``joined``: the user's items already joined and checked, in place of a ``properties``
+    map (a wire put's fast path; the table then has no ``properties`` column)."""
     parts: list[_Part] = []
     has_uniq = np.zeros(n, bool)
     if system_properties is not None:
@@ -97,7 +115,14 @@ def build_properties(
         has_uniq |= np.asarray(pc.fill_null(pc.match_substring(system_properties, PROPERTY_UNIQ_KEY + "\x01"), False))
     user_has_tags = user_has_keys = False
     pm = cols.get("properties")
-    if pm is not None and not pa.types.is_null(pm.type):
+    if joined is not None:
+        parts.append(joined.items)
+        if joined.suffix:
+            parts.append(binary_scalar(joined.suffix))
+        if joined.own_uniq is not None:
+            has_uniq |= joined.own_uniq
+        user_has_tags = joined.has_tags
+    elif pm is not None and not pa.types.is_null(pm.type):
         part, user_has_tags, user_has_keys = _user_properties(pm, n, has_uniq, wire)
         parts.append(part)
     kc = cols.get("keys")
