@@ -20,6 +20,15 @@ is a hint, never a source of truth: a crash
 between writing units and saving the position only means the next run walks those records
 again, and writing a unit that is already there is skipped (idempotent). Without the file,
 the position is rebuilt RocketMQ's way: the largest ``commitLogOffset + size`` of any queue.
+
+As the store's background service (:meth:`Dispatcher.run_once`), an idle round is one look at
+``append.state``'s slot headers through an open descriptor (no lock, no file opened, no JSON):
+unchanged since the last round that caught up with the published tail means nobody published
+anything, so there is nothing to dispatch or to signal. Rounds come when a put of this process
+wakes the service (after its publish), when :mod:`rmqlog.queue.append_watch` (inotify, local
+file systems) sees any process publish, and otherwise every ``reput_interval_ms`` without the
+watch, every :data:`FULL_ROUND_S` with it (and a full round at least that often whatever the
+headers say).
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from ..log.decode import RecordColumns, read_columns
 from ..log.properties import PROPERTY_TAGS, ParsedProperties
 from ..log.record import is_consumable
 from ..paths import topic_problem
+from .append_watch import AppendWatch
 from .arrival import ArrivalListener, ArrivalSignal, Maxes
 from .consume_queue import CQ_UNIT, ConsumeQueue
 
@@ -72,6 +82,7 @@ class Dispatcher:
         lock: InterProcessLock,
         interval_ms: int = 1,
         tail_version: Callable[[], Hashable | None] | None = None,
+        watch_path: Path | None = None,
     ) -> None:
         self.commitlog = commitlog
         self.queue_for = queue_for
@@ -93,7 +104,11 @@ class Dispatcher:
         # as a service of the store's loop (rmqlog.service): every interval_ms while idle, a
         # backlog in rounds of DISPATCH_CHUNK bytes (the other services run in between)
         self.name = "rmq-dispatcher"
-        self.interval_s = interval_ms / 1000.0
+        self.interval_s = self._poll_s = interval_ms / 1000.0
+        #: ``append.state``: watched while the service runs (:meth:`attach`), so idle rounds
+        #: come only every FULL_ROUND_S; ``None``: polled every ``interval_ms``
+        self.watch_path = watch_path
+        self._watch: AppendWatch | None = None
         self.repeat_when_busy = True
         self.wait_first = False
         self.last_error: BaseException | None = None
@@ -392,6 +407,26 @@ class Dispatcher:
             maxes[(topic, q)] = cur
 
     # ----------------------------------------------------------- the service
+    def attach(self, wake: Callable[[], object]) -> Callable[[], None]:
+        """As a service of the store's loop (:mod:`rmqlog.service`): watch ``append.state``
+        (:mod:`rmqlog.queue.append_watch`) so that any publish (another process's too) calls
+        ``wake`` at once; idle rounds then come every :data:`FULL_ROUND_S` instead of every
+        ``interval_ms``. Where it cannot be watched reliably, nothing changes (polled).
+        Returns the function that stops the watch."""
+        watch = AppendWatch.start(self.watch_path, wake) if self.watch_path is not None else None
+        if watch is None:
+            return lambda: None
+        self._watch = watch
+        self.interval_s = max(self._poll_s, FULL_ROUND_S)
+
+        def detach() -> None:
+            if self._watch is watch:
+                self._watch = None
+                self.interval_s = self._poll_s
+            watch.close()
+
+        return detach
+
     def run_once(self, now: float) -> bool:
         """One round of the background dispatcher (see :mod:`rmqlog.service`): dispatch up to
         ``DISPATCH_CHUNK`` bytes of new records; returns whether there were any.
@@ -405,6 +440,9 @@ class Dispatcher:
         Spark sink's) changes the token, and the round is a full :meth:`dispatch`. A full
         round also comes at least every :data:`FULL_ROUND_S` (the safety net).
         """
+        watch = self._watch
+        if watch is not None and watch.failed:  # the watch stopped: poll again
+            self._watch, self.interval_s = None, self._poll_s
         if (self._idle_at is not None and self._full_at is not None and now - self._full_at < FULL_ROUND_S
                 and self.tail_version is not None and self.tail_version() == self._idle_at):
             return False

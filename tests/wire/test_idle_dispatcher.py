@@ -2,8 +2,9 @@
 dispatcher costs one look at the append state's token (no lock, no file opened, no JSON, no
 listing), whatever changes the published tail (this process's puts, another writer's, a
 rewrite of ``append.state``) makes the next round a full one, and an in-process put wakes the
-dispatcher at once. Rounds are driven by ``run_once(now)``; the one threaded test waits for an
-event, never for time to pass."""
+dispatcher at once; with services started, a watch of ``append.state`` (inotify) wakes it for
+another writer's publish, and idle rounds come once a second. Rounds are driven by
+``run_once(now)``; the threaded tests wait for an event, never for time to pass."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ import random
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -21,10 +23,13 @@ import pyarrow as pa
 import pytest
 
 import rmqlog
+import rmqlog.queue.append_watch as append_watch
 import rmqlog.queue.dispatcher as dispatcher_module
 import rmqlog.safe_open as safe_open
 from rmqlog.fileio import InterProcessLock
 from rmqlog.log.append_state import AppendState, AppendStateFile
+from rmqlog.queue.append_watch import AppendWatch
+from rmqlog.service import ServiceLoop
 
 ROW = pa.table({"topic": ["T"], "queueId": [0], "body": [b"x"]})
 
@@ -283,3 +288,113 @@ def test_a_put_is_dispatched_at_once_by_the_woken_service(tmp_path: Path) -> Non
         s.put_batch(rows("W", 0))
         assert arrived.wait(60), "the started dispatcher did not take the put's record"
         assert s.max_offset("W", 0) == 1
+
+
+# ------------------------------------------------------------------ the watch of append.state
+def test_the_watch_wakes_on_a_publish_and_on_a_rewrite(tmp_path: Path) -> None:
+    path = tmp_path / "append.state"
+    woken = threading.Semaphore(0)
+    watch = AppendWatch.start(path, woken.release)  # before the file exists: its creation is seen
+    assert watch is not None, "this test's folder is on a local file system: it must be watched"
+    writer = AppendStateFile(path)
+    try:
+        writer.publish(AppendState(tail=1))  # created (a new file renamed in)
+        assert woken.acquire(timeout=60)
+        state = writer.load()
+        assert state is not None
+        state.tail = 2
+        writer.publish(state)  # in place (pwrite)
+        assert woken.acquire(timeout=60)
+        state = writer.load()
+        assert state is not None
+        state.writers.update({f"w{i:06d}": 1 for i in range(6000)})  # outgrows the slots: a new file
+        writer.publish(state)
+        assert woken.acquire(timeout=60)
+        state = writer.load()
+        assert state is not None
+        state.tail = 3
+        writer.publish(state)  # in place, in the new file: still watched
+        assert woken.acquire(timeout=60)
+        assert not watch.failed
+    finally:
+        watch.close()
+        writer.close()
+    watch.close()  # idempotent
+
+
+def test_no_watch_where_other_hosts_may_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(append_watch, "LOCAL_FILE_SYSTEMS", frozenset())  # as on NFS
+    assert AppendWatch.start(tmp_path / "append.state", lambda: None) is None
+    with rmqlog.MessageStore.open(tmp_path / "s") as s:
+        s.start_services()
+        assert s.dispatcher.interval_s == 0.001  # polled, as before
+        s.stop_services()
+
+
+def test_with_the_watch_idle_rounds_come_once_a_second_and_a_failed_watch_polls_again(tmp_path: Path) -> None:
+    with rmqlog.MessageStore.open(tmp_path / "s") as s:
+        d = s.dispatcher
+        s.start_services()
+        assert d._watch is not None and d.interval_s == dispatcher_module.FULL_ROUND_S
+        d._watch.failed = True  # (what the watch's thread sets when it stops on its own)
+        d.run_once(0.0)
+        assert d._watch is None and d.interval_s == 0.001
+        s.stop_services()
+        assert d.interval_s == 0.001
+
+
+def test_another_writers_put_wakes_the_watching_dispatcher(tmp_path: Path) -> None:
+    """An hour between rounds: only the watch of append.state can make the started dispatcher
+    take what another open of the root (another process, as far as this store knows) appended."""
+    cfg = rmqlog.StoreConfig(reput_interval_ms=3_600_000)
+    with rmqlog.MessageStore.open(tmp_path / "s", cfg, clock=rmqlog.ManualClock()) as s, \
+            rmqlog.MessageStore.open(tmp_path / "s", cfg) as other:
+        arrived = threading.Event()
+        s.on_arrival(lambda t, q, m: arrived.set() if "F" in t else None)
+        s.start_services()
+        assert s.dispatcher._watch is not None
+        other.put_batch(rows("F", 1))
+        assert arrived.wait(60), "the watching dispatcher did not take another writer's record"
+        assert s.max_offset("F", 1) == 1
+        s.stop_services()
+        assert s.dispatcher._watch is None
+
+
+@dataclass(eq=False)
+class Attachable:
+    name: str = "attachable"
+    interval_s: float = 1.0
+    repeat_when_busy: bool = False
+    wait_first: bool = False
+    last_error: BaseException | None = None
+    wakes: list[Callable[[], object]] = field(default_factory=list)
+    detached: int = 0
+    runs: list[float] = field(default_factory=list)
+
+    def run_once(self, now: float) -> bool:
+        self.runs.append(now)
+        return False
+
+    def attach(self, wake: Callable[[], object]) -> Callable[[], None]:
+        self.wakes.append(wake)
+
+        def detach() -> None:
+            self.detached += 1
+        return detach
+
+
+def test_the_loop_attaches_a_service_and_detaches_it_when_removed() -> None:
+    loop = ServiceLoop(clock=lambda: 0.0, threaded=False)
+    a, b = Attachable(), Attachable()
+    loop.add(a)
+    loop.add(a)  # added once: attached once
+    loop.add(b)
+    assert len(a.wakes) == 1 and len(b.wakes) == 1
+    assert loop.run_due(0.0) == 1.0 and a.runs == [0.0] and b.runs == [0.0]
+    a.wakes[0]()  # the service's wake: due now
+    loop.run_due(0.5)
+    assert a.runs == [0.0, 0.5] and b.runs == [0.0]
+    loop.remove(a)
+    assert a.detached == 1
+    loop.stop()
+    assert b.detached == 1 and a.detached == 1
