@@ -277,14 +277,16 @@ def test_an_in_process_put_wakes_the_dispatcher(store: rmqlog.MessageStore, monk
     assert woken == [store.dispatcher, store.dispatcher]
 
 
-def test_a_put_is_dispatched_at_once_by_the_woken_service(tmp_path: Path) -> None:
-    """With an hour between idle rounds (and a clock that never moves), only the put's wake
-    can make the started dispatcher take its record and signal it."""
+def test_a_put_is_dispatched_at_once_by_the_woken_service(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an hour between idle rounds (and a clock that never moves) and no watch of
+    append.state, only the put's wake can make the started dispatcher take its record."""
+    monkeypatch.setattr(append_watch, "LOCAL_FILE_SYSTEMS", frozenset())  # no watch: the put's own wake
     cfg = rmqlog.StoreConfig(reput_interval_ms=3_600_000)
     with rmqlog.MessageStore.open(tmp_path / "s", cfg, clock=rmqlog.ManualClock()) as s:
         arrived = threading.Event()
         s.on_arrival(lambda t, q, m: arrived.set() if "W" in t else None)
         s.start_services()
+        assert s.dispatcher._watch is None
         s.put_batch(rows("W", 0))
         assert arrived.wait(60), "the started dispatcher did not take the put's record"
         assert s.max_offset("W", 0) == 1
