@@ -20,7 +20,9 @@ is added and ended when the last is removed. It runs each service when due:
 - after a round that did work it is due again at once when ``repeat_when_busy`` (the
   dispatcher: a backlog is worked off in rounds, each bounded, with the other services'
   rounds in between), else after ``interval_s``;
-- after a round that found nothing to do, or raised, it is due after ``interval_s``.
+- after a round that found nothing to do, or raised, it is due after ``interval_s``;
+- :meth:`ServiceLoop.wake` makes it due at once, also during its round (it then runs again
+  right after: the round may have looked before what the wake was about).
 
 A service may also have ``attach(wake)``: called when it is added, with a function that makes
 it due now (:meth:`ServiceLoop.wake`), for a service that can be told when it has work instead
@@ -86,6 +88,7 @@ class ServiceLoop:
         self._due: dict[Service, float] = {}  # in the order added
         self._detach: dict[Service, Callable[[], object]] = {}  # what each service's attach() returned
         self._running: Service | None = None
+        self._woken_running = False  # the service running now was woken during its round
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -122,6 +125,11 @@ class ServiceLoop:
         with self._cond:
             if service in self._due:
                 self._due[service] = min(self._due[service], self.clock())
+                # woken during its round: the round may have looked before what the wake is
+                # about, so it runs again at once (else the end of the round would set its
+                # next time past the wake, which would be lost)
+                if self._running is service:
+                    self._woken_running = True
                 self._cond.notify_all()
 
     def remove(self, service: Service) -> None:
@@ -170,6 +178,7 @@ class ServiceLoop:
                 if service not in self._due:  # removed meanwhile
                     continue
                 self._running = service
+                self._woken_running = False
             busy = False
             try:
                 busy = bool(service.run_once(now))
@@ -180,7 +189,8 @@ class ServiceLoop:
                 with self._cond:
                     self._running = None
                     if service in self._due:
-                        self._due[service] = now if busy and service.repeat_when_busy else now + service.interval_s
+                        again = (busy and service.repeat_when_busy) or self._woken_running
+                        self._due[service] = now if again else now + service.interval_s
                     self._cond.notify_all()
         with self._cond:
             return min(self._due.values(), default=math.inf)

@@ -400,3 +400,53 @@ def test_the_loop_attaches_a_service_and_detaches_it_when_removed() -> None:
     assert a.detached == 1
     loop.stop()
     assert b.detached == 1 and a.detached == 1
+
+
+def test_a_watch_that_stops_wakes_the_dispatcher_which_polls_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch's thread fails (here: handling its events raises): it says so and wakes the
+    dispatcher, which goes back to its polling interval and takes the other writer's record."""
+    def broken(self: AppendWatch, data: bytes) -> bool:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(AppendWatch, "_handle", broken)
+    # the system clock: once the watch is gone, polling every reput_interval_ms takes the
+    # record whatever event the watch failed on (one before the publish, possibly)
+    with rmqlog.MessageStore.open(tmp_path / "s") as s, rmqlog.MessageStore.open(tmp_path / "s") as other:
+        s.put_batch(rows("G", 0), dispatch=True)  # the topic made now: the other's put only publishes
+        arrived, reverted = threading.Event(), threading.Event()
+        s.on_arrival(lambda t, q, m: arrived.set() if "G" in t else None)
+        d = s.dispatcher
+        run_once = d.run_once
+
+        def watched_round(now: float) -> bool:
+            before = d._watch  # (the services' first round may come before the watch is attached)
+            busy = run_once(now)
+            if before is not None and d._watch is None:
+                reverted.set()
+            return busy
+
+        monkeypatch.setattr(d, "run_once", watched_round)
+        s.start_services()
+        assert d._watch is not None
+        other.put_batch(rows("G", 0))
+        # (the services' first round, at start, may take the record before the watch sees it)
+        assert reverted.wait(60), "the failing watch did not wake the dispatcher"
+        assert arrived.wait(60) and d.interval_s == 0.001 and s.max_offset("G", 0) == 2
+
+
+def test_a_wake_during_the_round_runs_the_service_again_at_once() -> None:
+    """A put's wake that comes while the dispatcher's round is running (which may have read the
+    tail before that put published) must not be lost at the end of the round."""
+    loop = ServiceLoop(clock=lambda: 5.0, threaded=False)
+    svc = Attachable(interval_s=10.0)
+
+    def round_woken(now: float) -> bool:
+        svc.runs.append(now)
+        if len(svc.runs) == 1:
+            loop.wake(svc)  # what a put on another thread does meanwhile
+        return False
+
+    svc.run_once = round_woken  # type: ignore[method-assign]
+    loop.add(svc)
+    assert loop.run_due(5.0) == 5.0  # due again at once, not at 15.0
+    assert loop.run_due(5.0) == 15.0 and svc.runs == [5.0, 5.0]
