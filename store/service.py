@@ -5,7 +5,8 @@ A *service* is an object with one method, ``run_once(now)``: do one round of wor
 the async flusher (:mod:`rmqlog.durability.flush`, from the open on, ASYNC_FLUSH), the segment
 preparer (:mod:`rmqlog.log.allocate`, the next segment made ahead of the writer; added by a
 process's first put), and, from :meth:`rmqlog.MessageStore.start_services` on, the dispatcher
-(:mod:`rmqlog.queue.dispatcher`, which also feeds the index files), retention
+(:mod:`rmqlog.queue.dispatcher`, which also feeds the index files; woken by puts and by its
+watch of ``append.state``), retention
 (:mod:`rmqlog.retention.cleaner`) and the scheduler of delayed and timed messages
 (:mod:`rmqlog.schedule.scheduler`). The policy lives there, and the time comes in as an
 argument, so a service is tested by calling ``run_once`` with a fake clock: no thread, no
@@ -19,7 +20,14 @@ is added and ended when the last is removed. It runs each service when due:
 - after a round that did work it is due again at once when ``repeat_when_busy`` (the
   dispatcher: a backlog is worked off in rounds, each bounded, with the other services'
   rounds in between), else after ``interval_s``;
-- after a round that found nothing to do, or raised, it is due after ``interval_s``.
+- after a round that found nothing to do, or raised, it is due after ``interval_s``;
+- :meth:`ServiceLoop.wake` makes it due at once, also during its round (it then runs again
+  right after: the round may have looked before what the wake was about).
+
+A service may also have ``attach(wake)``: called when it is added, with a function that makes
+it due now (:meth:`ServiceLoop.wake`), for a service that can be told when it has work instead
+of looking for it (the dispatcher's watch of ``append.state``); it returns the function that
+undoes it, called when the service is removed or the loop stopped (after its last round).
 
 A round that raises is logged and kept in the service's ``last_error`` for its callers; the
 loop goes on (a full disk now does not stop the flusher for good). Services run one at a
@@ -29,6 +37,7 @@ drive with a fake clock too.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -77,7 +86,9 @@ class ServiceLoop:
         self.clock = clock
         self.threaded = threaded
         self._due: dict[Service, float] = {}  # in the order added
+        self._detach: dict[Service, Callable[[], object]] = {}  # what each service's attach() returned
         self._running: Service | None = None
+        self._woken_running = False  # the service running now was woken during its round
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
 
@@ -97,6 +108,16 @@ class ServiceLoop:
                 self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
             self._cond.notify_all()
+        attach = getattr(service, "attach", None)
+        if attach is not None:
+            self._attached(service, attach(functools.partial(self.wake, service)))
+
+    def _attached(self, service: Service, detach: Callable[[], object]) -> None:
+        with self._cond:
+            if service in self._due and service not in self._detach:
+                self._detach[service] = detach
+                return
+        detach()  # removed (or added twice) meanwhile
 
     def wake(self, service: Service) -> None:
         """Make ``service`` due now (one not added is left alone): a writer whose preparation
@@ -104,6 +125,11 @@ class ServiceLoop:
         with self._cond:
             if service in self._due:
                 self._due[service] = min(self._due[service], self.clock())
+                # woken during its round: the round may have looked before what the wake is
+                # about, so it runs again at once (else the end of the round would set its
+                # next time past the wake, which would be lost)
+                if self._running is service:
+                    self._woken_running = True
                 self._cond.notify_all()
 
     def remove(self, service: Service) -> None:
@@ -111,19 +137,25 @@ class ServiceLoop:
         The thread ends with the last service."""
         with self._cond:
             self._due.pop(service, None)
+            detach = self._detach.pop(service, None)
             self._cond.notify_all()
-            if threading.current_thread() is self._thread:
-                return  # from inside a round: it finishes when the round returns
-            while self._running is service:
+            inside = threading.current_thread() is self._thread  # (its round finishes when it returns)
+            while not inside and self._running is service:
                 self._cond.wait()
-        self._join_if_idle()
+        if detach is not None:
+            detach()  # outside the lock: what it stops may be calling wake()
+        if not inside:
+            self._join_if_idle()
 
     def stop(self) -> None:
         """Remove every service; returns once the thread has ended (idempotent)."""
         with self._cond:
             self._due.clear()
             self._cond.notify_all()
+            detached, self._detach = list(self._detach.values()), {}
         self._join_if_idle()
+        for detach in detached:
+            detach()
 
     def _join_if_idle(self) -> None:
         """With no service left, wait for the thread to end (unless one is added meanwhile)."""
@@ -146,6 +178,7 @@ class ServiceLoop:
                 if service not in self._due:  # removed meanwhile
                     continue
                 self._running = service
+                self._woken_running = False
             busy = False
             try:
                 busy = bool(service.run_once(now))
@@ -156,7 +189,8 @@ class ServiceLoop:
                 with self._cond:
                     self._running = None
                     if service in self._due:
-                        self._due[service] = now if busy and service.repeat_when_busy else now + service.interval_s
+                        again = (busy and service.repeat_when_busy) or self._woken_running
+                        self._due[service] = now if again else now + service.interval_s
                     self._cond.notify_all()
         with self._cond:
             return min(self._due.values(), default=math.inf)

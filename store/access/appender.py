@@ -13,7 +13,8 @@ Steps of one append (:meth:`Appender.append`):
    :class:`~rmqlog.log.append_state.AppendState` is published in one atomic replace of
    ``append.state``. A failure before the publish clears what was written past the old tail;
 4. **after the publish**: SYNC_FLUSH waits for the group commit covering the batch, and
-   ``dispatch=True`` writes its consume-queue units from the batch's own fields. A full disk
+   ``dispatch=True`` writes its consume-queue units from the batch's own fields (without it,
+   the background dispatcher, when started, is woken to take the batch at once). A full disk
    here raises :class:`rmqlog.errors.DiskFullError` with ``appended=True``: the batch is in
    the log.
 
@@ -229,6 +230,10 @@ class Appender:
         appended = self._append_locked(batches, marker, results)
         if appended is None:
             return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)  # a replay
+        if not dispatch:
+            # the background dispatcher (if started) takes the batch now, not at its next
+            # interval: a held pull waiting for it is answered at once
+            self._services.wake(self.parts.dispatcher)
         self._after_publish(batches, appended, dispatch)
         queue_ids = batches[0].queue_id if len(batches) == 1 else np.concatenate([b.queue_id for b in batches])
         if not results:

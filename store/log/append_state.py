@@ -196,6 +196,30 @@ class AppendStateFile:
                 return state, seq, slot
         return None
 
+    def version(self) -> tuple[int, bytes, bytes] | None:
+        """A token that changes whenever a new state is published: ``(inode, slot 0's header,
+        slot 1's header)``, read through the descriptor already open (one ``fstat`` and two
+        16-byte ``pread``; no path walked, no lock, no JSON), for a poller's "anything new?"
+        before it does real work (the dispatcher's idle rounds).
+
+        Every publish writes a higher sequence into a slot header, and a rewrite is a new file
+        (a new inode; the old one, renamed over, has no link left: ``st_nlink`` 0), so an equal
+        token means the same state. A slot torn mid-write only makes the token differ (a
+        needless full look, never a missed state). ``None`` when it cannot tell (nothing read
+        yet in this process, the file replaced since, a first-format file): the caller does
+        its full look, whose :meth:`load` reopens the new file.
+        """
+        fd, ino, known = self._fd, self._ino, self._slot_size
+        if fd is None or known is None or known[0] != ino or ino is None:
+            return None
+        try:
+            if os.fstat(fd).st_nlink == 0:  # replaced by a rewrite (or removed): load() reopens
+                return None
+            size = known[1]
+            return ino, os.pread(fd, _SLOT_HEADER.size, _HEADER.size), os.pread(fd, _SLOT_HEADER.size, _HEADER.size + size)
+        except OSError:  # closed meanwhile (the store closing): the caller's full look decides
+            return None
+
     def load(self) -> AppendState | None:
         """The published state, or ``None`` when there is none yet or it is unreadable.
 

@@ -20,6 +20,15 @@ is a hint, never a source of truth: a crash
 between writing units and saving the position only means the next run walks those records
 again, and writing a unit that is already there is skipped (idempotent). Without the file,
 the position is rebuilt RocketMQ's way: the largest ``commitLogOffset + size`` of any queue.
+
+As the store's background service (:meth:`Dispatcher.run_once`), an idle round is one look at
+``append.state``'s slot headers through an open descriptor (no lock, no file opened, no JSON):
+unchanged since the last round that caught up with the published tail means nobody published
+anything, so there is nothing to dispatch or to signal. Rounds come when a put of this process
+wakes the service (after its publish), when :mod:`rmqlog.queue.append_watch` (inotify, local
+file systems) sees any process publish, and otherwise every ``reput_interval_ms`` without the
+watch, every :data:`FULL_ROUND_S` with it (and a full round at least that often whatever the
+headers say).
 """
 
 from __future__ import annotations
@@ -28,7 +37,7 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +52,7 @@ from ..log.decode import RecordColumns, read_columns
 from ..log.properties import PROPERTY_TAGS, ParsedProperties
 from ..log.record import is_consumable
 from ..paths import topic_problem
+from .append_watch import AppendWatch
 from .arrival import ArrivalListener, ArrivalSignal, Maxes
 from .consume_queue import CQ_UNIT, ConsumeQueue
 
@@ -50,6 +60,10 @@ log = logging.getLogger(__name__)
 
 #: Bytes of commitlog decoded per step: bounds memory whatever the backlog.
 DISPATCH_CHUNK = 32 << 20
+#: Seconds between full rounds of the background service even while the append state's
+#: token says nothing changed: a safety net for file systems whose ``fstat`` of a replaced
+#: file is stale (NFS's attribute cache); costs one full round (~0.1 ms) a second.
+FULL_ROUND_S = 1.0
 
 
 def _position_crc(offset: int, store_timestamp: int) -> int:
@@ -67,6 +81,8 @@ class Dispatcher:
         state_path: Path,
         lock: InterProcessLock,
         interval_ms: int = 1,
+        tail_version: Callable[[], Hashable | None] | None = None,
+        watch_path: Path | None = None,
     ) -> None:
         self.commitlog = commitlog
         self.queue_for = queue_for
@@ -75,10 +91,24 @@ class Dispatcher:
         self.state_path = state_path
         self.lock = lock
         self._last_ts = 0
+        #: a token of the published append state that changes with every publish, cheap to
+        #: read (:meth:`rmqlog.log.append_state.AppendStateFile.version`); ``None`` (or no
+        #: callable): unknown, every round is a full one
+        self.tail_version = tail_version
+        #: the token as read, under the lock, by the last dispatch that left nothing behind
+        #: it (position = published tail): while the token is the same, a round has nothing
+        #: to do (see :meth:`run_once`)
+        self._idle_at: Hashable | None = None
+        #: the loop's time of the last full round (the safety net of :data:`FULL_ROUND_S`)
+        self._full_at: float | None = None
         # as a service of the store's loop (rmqlog.service): every interval_ms while idle, a
         # backlog in rounds of DISPATCH_CHUNK bytes (the other services run in between)
         self.name = "rmq-dispatcher"
-        self.interval_s = interval_ms / 1000.0
+        self.interval_s = self._poll_s = interval_ms / 1000.0
+        #: ``append.state``: watched while the service runs (:meth:`attach`), so idle rounds
+        #: come only every FULL_ROUND_S; ``None``: polled every ``interval_ms``
+        self.watch_path = watch_path
+        self._watch: AppendWatch | None = None
         self.repeat_when_busy = True
         self.wait_first = False
         self.last_error: BaseException | None = None
@@ -122,6 +152,7 @@ class Dispatcher:
 
     def set_position(self, offset: int) -> None:
         """Recovery: resume dispatching at ``offset`` (caller holds the lock)."""
+        self._idle_at = None
         self._save_position(offset, self._load()[1], required=True)
 
     def reset_position(self, limit: int) -> None:
@@ -129,6 +160,7 @@ class Dispatcher:
 
         Caller holds the lock and has already truncated the queues at ``limit``.
         """
+        self._idle_at = None
         pos, ts = self._load()
         if pos > limit:
             safe_open.unlink(self.state_path)
@@ -186,9 +218,13 @@ class Dispatcher:
         total = 0
         maxes: Maxes = {}
         with self.lock.held():
+            self._idle_at = None
+            # read before the tail: a publish between the two makes the token stale, so the
+            # next round looks again (never the reverse)
+            version = self.tail_version() if self.tail_version is not None else None
             pos, self._last_ts = self._load()
             pos = max(pos, self.commitlog.min_offset())
-            tail = self.published_tail()
+            tail = published = self.published_tail()
             if max_bytes is not None:
                 tail = min(tail, pos + max_bytes)
             start_pos = pos
@@ -215,6 +251,8 @@ class Dispatcher:
                 self._save_position(pos, self._last_ts)
             if self.arrival.active:
                 self.arrival.foreign(self.commitlog, start_pos, pos, maxes)
+            if pos >= published:
+                self._idle_at = version
         self.arrival.notify(maxes)  # after the position is saved and the lock released
         return total
 
@@ -369,7 +407,44 @@ class Dispatcher:
             maxes[(topic, q)] = cur
 
     # ----------------------------------------------------------- the service
+    def attach(self, wake: Callable[[], object]) -> Callable[[], None]:
+        """As a service of the store's loop (:mod:`rmqlog.service`): watch ``append.state``
+        (:mod:`rmqlog.queue.append_watch`) so that any publish (another process's too) calls
+        ``wake`` at once; idle rounds then come every :data:`FULL_ROUND_S` instead of every
+        ``interval_ms``. Where it cannot be watched reliably, nothing changes (polled).
+        Returns the function that stops the watch."""
+        watch = AppendWatch.start(self.watch_path, wake) if self.watch_path is not None else None
+        if watch is None:
+            return lambda: None
+        self._watch = watch
+        self.interval_s = max(self._poll_s, FULL_ROUND_S)
+
+        def detach() -> None:
+            if self._watch is watch:
+                self._watch = None
+                self.interval_s = self._poll_s
+            watch.close()
+
+        return detach
+
     def run_once(self, now: float) -> bool:
         """One round of the background dispatcher (see :mod:`rmqlog.service`): dispatch up to
-        ``DISPATCH_CHUNK`` bytes of new records; returns whether there were any."""
+        ``DISPATCH_CHUNK`` bytes of new records; returns whether there were any.
+
+        An idle round costs one look at the append state's token (:attr:`tail_version`: an
+        ``fstat`` and two 16-byte reads of a descriptor already open): while it is the one
+        the last dispatch that caught up with the published tail read, no process has
+        published anything since, so there is nothing to dispatch and nothing another
+        process's dispatcher can have done (it dispatches only what was published): no lock,
+        no file opened, no JSON, no listing. Any publish (this process's or another's, a
+        Spark sink's) changes the token, and the round is a full :meth:`dispatch`. A full
+        round also comes at least every :data:`FULL_ROUND_S` (the safety net).
+        """
+        watch = self._watch
+        if watch is not None and watch.failed:  # the watch stopped: poll again
+            self._watch, self.interval_s = None, self._poll_s
+        if (self._idle_at is not None and self._full_at is not None and now - self._full_at < FULL_ROUND_S
+                and self.tail_version is not None and self.tail_version() == self._idle_at):
+            return False
+        self._full_at = now
         return self.dispatch(max_bytes=DISPATCH_CHUNK) > 0
