@@ -55,7 +55,10 @@ class StoreConfig:
       source); a mismatch raises :class:`CorruptRecordError`. Default on, as Kafka consumers'
       ``check.crcs``: recovery checks only the newest segments, so damage to older data is
       first met by a read. ``read_queue``/``get_messages`` take a per-call ``check_crc``.
-    - ``reput_interval_ms``: how often the background dispatcher looks for new records.
+    - ``reput_interval_ms``: how often the background dispatcher looks for new records where
+      nothing tells it: on a local file system an inotify watch of ``append.state`` wakes it
+      at each publish (and puts in this process wake it), so it looks on its own once a second
+      (:mod:`rmqlog.queue.append_watch`); elsewhere (NFS...) every ``reput_interval_ms``.
     - Retention (see :mod:`rmqlog.retention`): ``file_reserved_time`` (hours, 72): a commitlog
       segment last written longer ago expires; ``delete_when`` (local hours of day, ``"04"``
       or ``"04;16"``): when expired segments are deleted; ``disk_max_used_space_ratio``
