@@ -134,6 +134,16 @@ class AppendStateFile:
             return self._open_locked()
 
     def _open_locked(self) -> int | None:
+        if self._fd is not None:
+            # the file open is still the one at the path while it keeps its link: a rewrite
+            # renames a new file over it (the old inode's last link goes: ``st_nlink`` 0) and
+            # nothing else links it. One ``fstat`` instead of walking the path (the parent's
+            # safe open, a ``stat``, a close: ~20-40 us of every append)
+            try:
+                if os.fstat(self._fd).st_nlink > 0:
+                    return self._fd
+            except OSError:
+                pass  # the path decides below
         try:
             st = safe_open.lstat(self.path)
         except FileNotFoundError:
