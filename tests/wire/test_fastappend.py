@@ -12,9 +12,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 
 import rmqlog
 from rmqlog.log.append_state import AppendState, AppendStateFile
+from rmqlog.log.encode import wire_put
+from rmqlog.log.encode.trailer import JoinedProperties
 
 
 def test_state_published_by_another_opener_is_seen_in_place_and_after_a_rewrite(tmp_path: Path) -> None:
@@ -78,3 +81,30 @@ def test_two_stores_on_one_root_appending_in_turn_see_each_other(tmp_path: Path)
     finally:
         two.close()
         one.close()
+
+
+# ---- the fast path's exact check of screened property names (numpy words, no Arrow kernel)
+def _joined(props: list[str], cluster: str | None = None) -> JoinedProperties | None:
+    return wire_put.joined_wire_properties(pa.array(props, pa.string()), len(props), cluster)
+
+
+@pytest.mark.parametrize("name", sorted(wire_put._SLOW_NAMES) + ["RMQLOG_X", "RMQLOG_" + "Y" * 60])
+def test_a_name_the_general_path_routes_or_refuses_leaves_the_fast_path(name: str) -> None:
+    assert _joined(["A\x01b\x02", f"K\x01v\x02{name}\x011\x02Z\x01z\x02"]) is None
+
+
+@pytest.mark.parametrize("name", ["WAIX", "WAITT", "DELAX", "REAL_TOPIX", "RMQLOG", "RMQLOX_A", "R" * 31, "R" * 40,
+                                  "TIMER_DELAY_SEC" + "X" * 20, "D" * 5])
+def test_a_name_only_like_those_stays_on_the_fast_path_whole(name: str) -> None:
+    props = ["A\x01b\x02", f"K\x01v\x02{name}\x011\x02Z\x01z\x02"]
+    got = _joined(props)
+    assert got is not None and got.items.to_pylist() == [p.encode() for p in props]
+
+
+@pytest.mark.parametrize("cluster", [None, "C1"])
+def test_dropped_names_are_found_exactly_among_screened_ones(cluster: str | None) -> None:
+    props = ["WAIT\x01true\x02WAIX\x01a\x02", "CLUSTER\x01old\x02K\x01v\x02", "X\x01y\x02WAIT\x01false\x02"]
+    got = _joined(props, cluster)
+    assert got is not None
+    kept = ["WAIX\x01a\x02", "K\x01v\x02" if cluster else "CLUSTER\x01old\x02K\x01v\x02", "X\x01y\x02"]
+    assert got.items.to_pylist() == [k.encode() for k in kept]

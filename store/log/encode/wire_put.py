@@ -58,7 +58,6 @@ import pyarrow.compute as pc
 
 from ...errors import ConfigError, InvalidMessageError
 from ...hosts import host_bytes
-from ..gather import gather_slices
 from ..properties import (
     DELAY_PROPERTIES,
     PROPERTY_DELAY,
@@ -295,8 +294,28 @@ def _name_screen(names: frozenset[str]) -> np.ndarray:
 
 
 _SCREENS = {c: _name_screen(_SLOW_NAMES | _DROPPED_NAMES[c]) for c in (False, True)}
-_SLOW_ARRAY = pa.array(sorted(_SLOW_NAMES), pa.string())
-_DROPPED_ARRAYS = {c: pa.array(sorted(_DROPPED_NAMES[c]), pa.string()) for c in (False, True)}
+#: width of the exact check of screened names: every name of the sets fits with at least one
+#: NUL of padding (so a longer name, cut to this width, never equals one) and so does the
+#: store's prefix; a multiple of 8 (compared as uint64 words)
+_EXACT_WIDTH = 32
+assert all(len(name.encode()) < _EXACT_WIDTH for name in _SLOW_NAMES | _DROPPED_NAMES[True])
+assert len(STORE_PROPERTY_PREFIX.encode()) <= _EXACT_WIDTH
+_PREFIX_BYTES = np.frombuffer(STORE_PROPERTY_PREFIX.encode(), np.uint8)
+
+
+def _name_words(names: frozenset[str]) -> np.ndarray:
+    """``names`` zero-padded to :data:`_EXACT_WIDTH` bytes, as (len, width / 8) uint64 words."""
+    return np.frombuffer(b"".join(n.encode().ljust(_EXACT_WIDTH, b"\0") for n in sorted(names)), np.uint64).reshape(
+        len(names), _EXACT_WIDTH // 8)
+
+
+_SLOW_WORDS = _name_words(_SLOW_NAMES)
+_DROPPED_WORDS = {c: _name_words(_DROPPED_NAMES[c]) for c in (False, True)}
+
+
+def _names_in(words: np.ndarray, table: np.ndarray) -> np.ndarray:
+    """Which padded names (``words``, (k, width / 8)) are one of ``table``'s."""
+    return (words[:, None, :] == table[None, :, :]).all(axis=2).any(axis=1)
 
 
 def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None) -> JoinedProperties | None:
@@ -350,11 +369,18 @@ def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str
     maybe = _SCREENS[bool(cluster)][raw[name_start], np.minimum(name_len, 64)]
     if maybe.any():
         at = np.flatnonzero(maybe)
-        names = gather_slices(buffers[2], start + name_start[at], name_len[at]).cast(pa.binary()).view(pa.string())
-        slow = pc.or_(pc.is_in(names, value_set=_SLOW_ARRAY), pc.starts_with(names, STORE_PROPERTY_PREFIX))
-        if pc.any(slow).as_py():
+        # the screened names zero-padded to a fixed width (their bytes past their length, or
+        # past the buffer, masked: a name holds no NUL, every byte < 3 being a separator
+        # checked above), compared as words: numpy on a few names, not ~8 Arrow kernels
+        lens = np.minimum(name_len[at], _EXACT_WIDTH)
+        cols = np.arange(_EXACT_WIDTH)
+        padded = raw[np.minimum(name_start[at][:, None] + cols, len(raw) - 1)]
+        padded[cols >= lens[:, None]] = 0
+        words = padded.view(np.uint64)
+        prefix = (name_len[at] >= len(_PREFIX_BYTES)) & (padded[:, :len(_PREFIX_BYTES)] == _PREFIX_BYTES).all(axis=1)
+        if prefix.any() or _names_in(words, _SLOW_WORDS).any():
             return None
-        dropped = np.asarray(pc.is_in(names, value_set=_DROPPED_ARRAYS[bool(cluster)]))
+        dropped = _names_in(words, _DROPPED_WORDS[bool(cluster)])
         if dropped.any():
             items, raw, rel, name_start, name_len = _drop_items(raw, rel, name_start, name_len, p2 + 1, at[dropped])
     own_uniq = _rows_naming(raw, name_start, name_len, _UNIQ_BYTES, rel, n)
