@@ -108,6 +108,13 @@ def assign_queue_offsets(batch: EncodedBatch, queues: dict[str, int]) -> np.ndar
     """
     if batch.round_robin is not None:
         return _round_robin_offsets(batch, queues, batch.round_robin[1])
+    if len(batch.topics) == 1 and batch.n and (batch.queue_id == batch.queue_id[0]).all():
+        # one queue (a synchronous send, a client's batch): the rows take the next offsets in
+        # order, no grouping (its ~15 numpy calls were half this function's cost under the lock)
+        name = f"{batch.topics[0]}/{int(batch.queue_id[0])}"
+        first_offset = queues.get(name, 0)
+        queues[name] = first_offset + batch.n
+        return np.arange(first_offset, first_offset + batch.n, dtype=np.int64)
     qid = batch.queue_id.astype(np.int64)
     span = int(qid.max()) + 1 if batch.n else 1
     if len(batch.topics) * span <= 1 << 16:  # dense keys: group with a bincount, no sort

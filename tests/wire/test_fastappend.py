@@ -5,17 +5,22 @@
   new file) is still seen by the next load.
 - Two stores on one root appending in turn: each sees the other's appends (dense queue
   offsets, no tail reused, every record readable).
+- The wire fast path's exact check of screened property names, and the queue offsets of a
+  batch for one queue: the same outcome as the general code.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
+import numpy as np
 import pyarrow as pa
 import pytest
 
 import rmqlog
 from rmqlog.log.append_state import AppendState, AppendStateFile
+from rmqlog.log.commitlog import assign_queue_offsets
 from rmqlog.log.encode import wire_put
 from rmqlog.log.encode.trailer import JoinedProperties
 
@@ -108,3 +113,31 @@ def test_dropped_names_are_found_exactly_among_screened_ones(cluster: str | None
     assert got is not None
     kept = ["WAIX\x01a\x02", "K\x01v\x02" if cluster else "CLUSTER\x01old\x02K\x01v\x02", "X\x01y\x02"]
     assert got.items.to_pylist() == [k.encode() for k in kept]
+
+
+# ---- queue offsets: the one-queue case against a reference count, any batch size
+def _reference_offsets(topics: list[str], topic_index: np.ndarray, queue_id: np.ndarray,
+                       queues: dict[str, int]) -> np.ndarray:
+    out = np.empty(len(queue_id), np.int64)
+    for i, (t, q) in enumerate(zip(topic_index.tolist(), queue_id.tolist(), strict=True)):
+        name = f"{topics[t]}/{q}"
+        out[i] = queues.get(name, 0)
+        queues[name] = out[i] + 1
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_queue_offsets_of_one_queue_and_of_many_match_a_row_by_row_count(seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    queues = {"A/0": 7, "A/3": 2, "B/1": 40}
+    expected = dict(queues)
+    for _ in range(40):
+        n = int(rng.integers(1, 6))
+        topics = ["A"] if rng.random() < 0.6 else ["A", "B"]
+        qid = np.full(n, int(rng.integers(0, 4)), np.int32) if rng.random() < 0.6 else rng.integers(0, 4, n).astype(np.int32)
+        tidx = rng.integers(0, len(topics), n).astype(np.int32)
+        batch = SimpleNamespace(round_robin=None, topics=topics, topic_index=tidx, queue_id=qid, n=n)
+        got = assign_queue_offsets(batch, queues)  # type: ignore[arg-type]
+        assert got.dtype == np.int64
+        assert got.tolist() == _reference_offsets(topics, tidx, qid, expected).tolist()
+        assert queues == expected
