@@ -39,7 +39,7 @@ from ..errors import DISK_FULL_ERRNOS, DiskFullError, InvalidMessageError, Queue
 from ..hosts import host_bytes
 from ..log.allocate import SegmentPreparer
 from ..log.disk_guard import DiskGuard
-from ..log.encode.arrays import int64_filled
+from ..log.encode.arrays import int64_array, int64_filled
 from ..log.encode.batch import EncodedBatch
 from ..log.encode.copies import prepare_copies
 from ..log.encode.prepare import prepare_batch
@@ -334,7 +334,8 @@ class Appender:
         n = len(physical_offsets)
         ts = pa.Array.from_buffers(TS, n, [None, pa.py_buffer(int64_filled(n, store_ts * 1000))])
         return pa.Table.from_arrays(
-            [pa.array(physical_offsets), pa.array(queue_offsets), offset_msg_ids(self.store_host, physical_offsets), ts],
+            # (wrapped, not copied: the append's offsets are not changed after it)
+            [int64_array(physical_offsets), int64_array(queue_offsets), offset_msg_ids(self.store_host, physical_offsets), ts],
             schema=PUT_RESULT_SCHEMA,
         )
 

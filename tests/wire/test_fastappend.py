@@ -141,3 +141,30 @@ def test_queue_offsets_of_one_queue_and_of_many_match_a_row_by_row_count(seed: i
         assert got.dtype == np.int64
         assert got.tolist() == _reference_offsets(topics, tidx, qid, expected).tolist()
         assert queues == expected
+
+
+def test_int64_array_equals_pa_array_of_any_integer_input() -> None:
+    from rmqlog.log.encode.arrays import int64_array
+
+    base = np.array([5, -3, 1 << 40, 0, 7], np.int64)
+    for values in (base, base[::2], base.astype(np.int32)[:3], np.zeros(0, np.int64), base.reshape(5, 1)[:, 0]):
+        got = int64_array(values)
+        assert got.type == pa.int64() and got.null_count == 0
+        assert got.equals(pa.array(np.asarray(values, np.int64)))
+
+
+def test_put_results_are_the_appended_offsets(tmp_path: Path) -> None:
+    store = rmqlog.MessageStore.open(tmp_path / "s")
+    try:
+        store.create_topic("T", 1)
+        first = store.put_batch(_rows(3, 0))
+        second = store.put_batch(_rows(2, 3))
+        assert first.schema.field("commitLogOffset").type == pa.int64()
+        assert first.column("queueOffset").to_pylist() == [0, 1, 2]
+        assert second.column("queueOffset").to_pylist() == [3, 4]
+        phys = first.column("commitLogOffset").to_pylist() + second.column("commitLogOffset").to_pylist()
+        for offset, i in zip(phys, range(5), strict=True):
+            got = store.message_by_offset(offset)
+            assert got is not None and got["body"] == f"m{i}".encode()
+    finally:
+        store.close()
