@@ -158,16 +158,20 @@ class ParsedProperties:
 
     The map (``keys``, ``values``, ``parent``, ``offsets``) is parsed on first use; until then
     :meth:`column` finds a name's values in one pass of the C helper (:func:`find_values`),
-    which is all a dispatch asks for (TAGS; the index's KEYS and UNIQ_KEY)."""
+    which is all a dispatch asks for (TAGS; the index's KEYS and UNIQ_KEY). ``names``: the
+    names the caller will ask :meth:`column` for; the first such ask finds them all in that
+    one pass (the helper's fixed cost paid once, not per name; the values are the same)."""
 
     keys: pa.StringArray
     values: pa.StringArray
     parent: np.ndarray
     offsets: np.ndarray
 
-    def __init__(self, props: pa.Array) -> None:
+    def __init__(self, props: pa.Array, *, names: tuple[str, ...] = ()) -> None:
         self._props = _flat(props)
         self.n = len(self._props)
+        self._names = names
+        self._found: dict[str, pa.StringArray] = {}  # columns found by find_values, by name
 
     def __getattr__(self, name: str) -> object:
         if name in ("keys", "values", "parent", "offsets"):  # the map, parsed on first use
@@ -294,9 +298,14 @@ class ParsedProperties:
     def column(self, name: str) -> pa.StringArray:
         """The value of property ``name`` per row, null where absent (the last one wins)."""
         if "keys" not in self.__dict__:  # no map yet: find it without building one
-            found = find_values(self._props, (name,))
+            hit = self._found.get(name)
+            if hit is not None:
+                return hit
+            names = self._names if name in self._names else (name,)
+            found = find_values(self._props, names)
             if found is not None:
-                return found[0]
+                self._found.update(zip(names, found, strict=True))
+                return self._found[name]
         hit = np.flatnonzero(np.asarray(pc.equal(self.keys, name)))
         idx = np.full(self.n, -1, np.int64)
         idx[self.parent[hit]] = hit

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from .. import safe_open
-from ..log.mapped_file import MappedFile
+from ..log.mapped_file import PAGE, MappedFile
 from ..log.mapped_file_queue import MappedFileQueue
 from ..log.open_files import OpenFiles
 from ..log.pins import pinned
@@ -76,6 +76,34 @@ class ConsumeQueue:
     def max_offset(self) -> int:
         """Logical offset after the last unit written (0 for an empty queue)."""
         return self._max_offset(self.segments.segment_starts())
+
+    def still_ends_at(self, end: int) -> bool:
+        """Whether this queue's end is ``end`` as far as its open segment tells, without
+        listing the folder: the segment holding unit ``end`` is open here, unit ``end - 1``
+        is written and unit ``end`` is not (read through the mapping, or on tmpfs with a
+        ``pread`` where unit ``end`` reaches a page past the written ones: no hole touched).
+
+        Only for a caller that knows no segment past that one was created since ``end`` was
+        true (the dispatcher, under its lock, while no other process has dispatched: only
+        dispatchers create segments, and retention never deletes a queue's last one).
+        ``False`` (ask :meth:`max_offset`) at a segment boundary or when anything differs.
+        """
+        per = self.units_per_segment
+        i = end % per
+        if end <= 0 or i == 0:
+            return False
+        seg = self.segments.get((end - i) * CQ_UNIT_SIZE)
+        if seg is None:
+            return False
+        lo, hi = (i - 1) * CQ_UNIT_SIZE, (i + 1) * CQ_UNIT_SIZE
+        if seg.bounded_reads and (hi - 1) // PAGE != (lo + CQ_UNIT_SIZE - 1) // PAGE:
+            raw = seg.read(lo, hi - lo)
+            if len(raw) != hi - lo:
+                return False
+            size = np.frombuffer(raw, CQ_UNIT)["size"]
+        else:
+            size = self._units(seg)["size"][i - 1 : i + 1]
+        return bool(size[0] != 0 and size[1] == 0)
 
     def bounds(self, commitlog_min: int = 0) -> tuple[int, int]:
         """(:meth:`min_offset`, :meth:`max_offset`) from one listing of the queue's folder

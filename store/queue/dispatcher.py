@@ -49,7 +49,7 @@ from ..fileio import InterProcessLock, rewrite_in_place
 from ..hashing import tags_codes
 from ..log.commitlog import CommitLog
 from ..log.decode import RecordColumns, read_columns
-from ..log.properties import PROPERTY_TAGS, ParsedProperties
+from ..log.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, ParsedProperties
 from ..log.record import is_consumable
 from ..paths import topic_problem
 from .append_watch import AppendWatch
@@ -64,6 +64,8 @@ DISPATCH_CHUNK = 32 << 20
 #: token says nothing changed: a safety net for file systems whose ``fstat`` of a replaced
 #: file is stale (NFS's attribute cache); costs one full round (~0.1 ms) a second.
 FULL_ROUND_S = 1.0
+#: The properties a dispatch with an index reads: TAGS for the units, the index's keys.
+_INDEXED_NAMES = (PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_KEYS)
 
 
 def _position_crc(offset: int, store_timestamp: int) -> int:
@@ -122,6 +124,16 @@ class Dispatcher:
         self.codes_hook: Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None = None
         #: the listeners told which queues got units (:mod:`rmqlog.queue.arrival`)
         self.arrival = ArrivalSignal()
+        #: the ``dispatch.state`` bytes this dispatcher last wrote (or found unchanged), and
+        #: the ends it then knew of the queues it wrote: while the file still holds exactly
+        #: those bytes, no other process has dispatched since, so those ends stand and a round
+        #: checks each in its open segment (:meth:`ConsumeQueue.still_ends_at`) instead of
+        #: listing the queue's folder; ``None``: unknown (any failure, recovery, another writer)
+        self._saved: bytes | None = None
+        self._ends: dict[tuple[str, int], tuple[ConsumeQueue, int]] = {}
+        #: during a round: the ends above when they stand, else empty; and the queues written
+        self._known_ends: dict[tuple[str, int], tuple[ConsumeQueue, int]] = {}
+        self._round_queues: dict[tuple[str, int], ConsumeQueue] = {}
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
         """Call ``callback(topics, queue_ids, max_offsets)`` after every dispatch that gave
@@ -134,17 +146,23 @@ class Dispatcher:
 
     def _load(self) -> tuple[int, int]:
         """(position, store time of the last record dispatched); the time is 0 when unknown."""
+        offset, ts, _ = self._load_state()
+        return offset, ts
+
+    def _load_state(self) -> tuple[int, int, bytes | None]:
+        """:meth:`_load`, and the file's bytes (trailing padding stripped) when it was read."""
         try:
-            d = json.loads(safe_open.read_bytes(self.state_path))
+            raw = safe_open.read_bytes(self.state_path).rstrip(b" ")
+            d = json.loads(raw)
             offset, ts = int(d["offset"]), int(d.get("storeTimestamp", 0))
             if "crc" in d and int(d["crc"]) != _position_crc(offset, ts):
                 raise ValueError("its CRC does not match")
-            return offset, ts
+            return offset, ts, raw
         except FileNotFoundError:
             pass
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("ignoring unreadable %s (%s); rebuilding the position", self.state_path, exc)
-        return self._derive_position(), 0
+        return self._derive_position(), 0, None
 
     def dispatched(self) -> tuple[int, int]:
         """(position, store time of the last record dispatched); caller holds the lock (shared is enough)."""
@@ -153,6 +171,7 @@ class Dispatcher:
     def set_position(self, offset: int) -> None:
         """Recovery: resume dispatching at ``offset`` (caller holds the lock)."""
         self._idle_at = None
+        self._saved = None
         self._save_position(offset, self._load()[1], required=True)
 
     def reset_position(self, limit: int) -> None:
@@ -161,6 +180,7 @@ class Dispatcher:
         Caller holds the lock and has already truncated the queues at ``limit``.
         """
         self._idle_at = None
+        self._saved = None
         pos, ts = self._load()
         if pos > limit:
             safe_open.unlink(self.state_path)
@@ -177,7 +197,7 @@ class Dispatcher:
                     best = max(best, int(u["offset"][0]) + int(u["size"][0]))
         return best
 
-    def _save_position(self, offset: int, store_timestamp: int, *, required: bool = False) -> None:
+    def _save_position(self, offset: int, store_timestamp: int, *, required: bool = False) -> bytes | None:
         """Save the position (caller holds the lock), in place (see the module docstring).
 
         On a full disk (the file's one block is reused, so only a new file can meet one) the
@@ -185,22 +205,24 @@ class Dispatcher:
         derived), which only makes the next run walk those records again and skip the units
         already written: the position is a hint. Recovery moving it *back* (``required``)
         must not leave a larger one behind: the file is then removed if the position derived
-        without it is not past ``offset``; otherwise :class:`DiskFullError`.
+        without it is not past ``offset``; otherwise :class:`DiskFullError`. Returns the
+        bytes written, ``None`` when the file was left as it was or removed.
         """
         data = json.dumps({"version": 1, "offset": offset, "storeTimestamp": store_timestamp,
                            "crc": _position_crc(offset, store_timestamp)}).encode()
         try:
             rewrite_in_place(self.state_path, data)
-            return
+            return data
         except DiskFullError as exc:
             if not required:
                 log.warning("%s; the dispatch position stays where it was, and the next dispatch walks on from there", exc)
-                return
+                return None
             error = exc
         safe_open.unlink(self.state_path)
         if self._derive_position() > offset:
             raise error
         log.warning("%s; the dispatch position will be derived from the consume queues (not past %d)", error, offset)
+        return None
 
     def position(self) -> int:
         """Where dispatching resumes: records below it have their consume-queue units."""
@@ -222,7 +244,12 @@ class Dispatcher:
             # read before the tail: a publish between the two makes the token stale, so the
             # next round looks again (never the reverse)
             version = self.tail_version() if self.tail_version is not None else None
-            pos, self._last_ts = self._load()
+            pos, self._last_ts, raw = self._load_state()
+            # the queue ends of the last round stand while the file is as it left it (see
+            # _saved); invalid from here until this round ends well
+            standing = raw is not None and raw == self._saved
+            known = self._ends if standing else {}
+            self._saved, self._ends, self._known_ends, self._round_queues = None, {}, known, {}
             pos = max(pos, self.commitlog.min_offset())
             tail = published = self.published_tail()
             if max_bytes is not None:
@@ -245,10 +272,16 @@ class Dispatcher:
                     pos = new_pos
                 if not progressed:
                     break
+            saved = raw if standing else None
             if pos != start_pos:
                 if crash_points.reached is not None:
                     crash_points.reached("dispatch.position")
-                self._save_position(pos, self._last_ts)
+                saved = self._save_position(pos, self._last_ts)
+                for key, end in maxes.items():
+                    known[key] = (self._round_queues[key], end)
+            if saved is not None:
+                self._saved, self._ends = saved, known
+            self._known_ends, self._round_queues = {}, {}
             if self.arrival.active:
                 self.arrival.foreign(self.commitlog, start_pos, pos, maxes)
             if pos >= published:
@@ -262,7 +295,8 @@ class Dispatcher:
         if len(h):
             self._last_ts = max(self._last_ts, int(h["storeTimestamp"].max()))
         keep = np.asarray(is_consumable(h["sysFlag"]))
-        parsed = ParsedProperties(cols.properties)  # parsed once: tags here, keys for the index
+        # parsed once: tags here, keys for the index, all three found in one pass when indexing
+        parsed = ParsedProperties(cols.properties, names=_INDEXED_NAMES if self.index_hook is not None else ())
         codes = tags_codes(parsed.column(PROPERTY_TAGS))
         topic_codes = cols.topic.dictionary_encode()
         topics = topic_codes.dictionary.to_pylist()
@@ -313,6 +347,7 @@ class Dispatcher:
         while True:
             maxes: Maxes = {}
             with self.lock.held():
+                self._saved, self._known_ends = None, {}  # (ends are listed: see dispatch)
                 pos, last_ts = self._load()
                 done = pos == start and self.published_tail() >= end
                 if done:
@@ -393,7 +428,12 @@ class Dispatcher:
             cq = self.queue_for(topic, q)
             cur = maxes.get((topic, q))
             if cur is None:
-                cur = cq.max_offset()
+                known = self._known_ends.get((topic, q))
+                if known is not None and known[0] is cq and cq.still_ends_at(known[1]):
+                    cur = known[1]  # (no listing of the folder: see _saved)
+                else:
+                    cur = cq.max_offset()
+                self._round_queues[(topic, q)] = cq
             before.append((cq, cur))
             # runs of consecutive queue offsets (a gap would mean a lost record: filled)
             run_breaks = np.flatnonzero(np.diff(qoff[lo:hi]) != 1) + 1
