@@ -33,8 +33,10 @@ headers say).
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import os
 import time
 import zlib
 from collections.abc import Callable, Hashable
@@ -127,9 +129,11 @@ class Dispatcher:
         #: the ``dispatch.state`` bytes this dispatcher last wrote (or found unchanged), and
         #: the ends it then knew of the queues it wrote: while the file still holds exactly
         #: those bytes, no other process has dispatched since, so those ends stand and a round
-        #: checks each in its open segment (:meth:`ConsumeQueue.still_ends_at`) instead of
+        #: checks each in its open segment (:meth:`ConsumeQueue.end_for_writer`) instead of
         #: listing the queue's folder; ``None``: unknown (any failure, recovery, another writer)
         self._saved: bytes | None = None
+        #: ``dispatch.state`` kept open for reading (see :meth:`_read_state`)
+        self._state_file: io.FileIO | None = None
         self._ends: dict[tuple[str, int], tuple[ConsumeQueue, int]] = {}
         #: during a round: the ends above when they stand, else empty; and the queues written
         self._known_ends: dict[tuple[str, int], tuple[ConsumeQueue, int]] = {}
@@ -149,10 +153,32 @@ class Dispatcher:
         offset, ts, _ = self._load_state()
         return offset, ts
 
+    def _read_state(self) -> bytes:
+        """The bytes of ``dispatch.state`` (``FileNotFoundError`` when absent), through a
+        descriptor kept open: the file is rewritten in place, so the descriptor stays the
+        file's until it is removed (``st_nlink`` 0: recovery, a full disk), when the file is
+        opened again by its path. Saves the walk of the path (``openat2``) on every round."""
+        f = self._state_file
+        if f is not None:
+            st = os.fstat(f.fileno())
+            if st.st_nlink:
+                return os.pread(f.fileno(), st.st_size, 0)
+            self._state_file = None
+            f.close()
+        f = io.FileIO(safe_open.open_file(self.state_path, os.O_RDONLY), "rb")  # (closed when dropped too)
+        self._state_file = f
+        return f.readall()
+
+    def close(self) -> None:
+        """Close ``dispatch.state``'s descriptor (opened again if the dispatcher is used)."""
+        f, self._state_file = self._state_file, None
+        if f is not None:
+            f.close()
+
     def _load_state(self) -> tuple[int, int, bytes | None]:
         """:meth:`_load`, and the file's bytes (trailing padding stripped) when it was read."""
         try:
-            raw = safe_open.read_bytes(self.state_path).rstrip(b" ")
+            raw = self._read_state().rstrip(b" ")
             d = json.loads(raw)
             offset, ts = int(d["offset"]), int(d.get("storeTimestamp", 0))
             if "crc" in d and int(d["crc"]) != _position_crc(offset, ts):
@@ -429,10 +455,7 @@ class Dispatcher:
             cur = maxes.get((topic, q))
             if cur is None:
                 known = self._known_ends.get((topic, q))
-                if known is not None and known[0] is cq and cq.still_ends_at(known[1]):
-                    cur = known[1]  # (no listing of the folder: see _saved)
-                else:
-                    cur = cq.max_offset()
+                cur = cq.end_for_writer(known[1] if known is not None and known[0] is cq else None)  # (see _saved)
                 self._round_queues[(topic, q)] = cq
             before.append((cq, cur))
             # runs of consecutive queue offsets (a gap would mean a lost record: filled)

@@ -142,33 +142,36 @@ def test_a_round_after_another_dispatcher_lists_the_queues(tmp_path: Path, monke
     a.create_topic("A", 4)
     b = rmqlog.MessageStore(tmp_path, _cfg())
     listed: list[str] = []
-    real = ConsumeQueue.max_offset
+    real = ConsumeQueue._max_offset
 
-    def spy(self: ConsumeQueue) -> int:
+    def spy(self: ConsumeQueue, starts: list[int]) -> int:
         listed.append(self.directory.name)
-        return real(self)
+        return real(self, starts)
 
-    monkeypatch.setattr(ConsumeQueue, "max_offset", spy)
+    monkeypatch.setattr(ConsumeQueue, "_max_offset", spy)
     try:
         row = {"topic": ["A"], "queueId": [0], "body": [b"x"], "properties": ["TAGS\x01t\x02"]}
         t = pa.table(row, schema=pa.schema([WIRE_SCHEMA.field(c) for c in row]))
-        for _ in range(2):
+        for _ in range(3):
             a.put_wire(t)
             a.dispatch()
-        assert listed == ["0"]  # the second round of the same dispatcher did not list
-        b.put_wire(t)
-        b.dispatch()  # another dispatcher: a's knowledge is stale now
-        a.put_wire(t)
-        a.dispatch()
-        assert listed == ["0", "0", "0"]
-        a.put_wire(t)
-        a.dispatch()
-        assert len(listed) == 3  # its knowledge stood again
+        # the first round found no folder, the second listed the one the first made
+        assert listed == ["0", "0"]
+
+        def lists(store: rmqlog.MessageStore) -> int:
+            before = len(listed)
+            store.put_wire(t)
+            store.dispatch()
+            return len(listed) - before
+
+        assert lists(a) == 0
+        assert lists(b) == 1  # another dispatcher (its first round)
+        assert lists(a) == 1  # a's knowledge is stale now
+        assert lists(a) == 0  # and stands again
         a.dispatcher.set_position(a.dispatcher.position())  # recovery: forget
-        a.put_wire(t)
-        a.dispatch()
-        assert len(listed) == 4
-        assert a.max_offset("A", 0) == b.max_offset("A", 0) == 6
+        assert lists(a) == 1
+        assert lists(a) == 0
+        assert a.max_offset("A", 0) == b.max_offset("A", 0) == 9
     finally:
         b.close()
         a.close()
@@ -191,6 +194,10 @@ def test_still_ends_at(tmp_path: Path) -> None:
     assert cq.still_ends_at(per + 3) and cq.max_offset() == per + 3
     cq.truncate(per + 1)
     assert cq.still_ends_at(per + 1) and not cq.still_ends_at(per + 3)
+    assert cq.end_for_writer(None) == per + 1  # lists: the folder is known from here on
+    assert cq.end_for_writer(per + 1) == per + 1
+    assert cq.end_for_writer(per + 3) == per + 1  # a wrong guess is caught, and listed
+    assert cq.end_for_writer(7) == per + 1
     cq.close()
 
 
