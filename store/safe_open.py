@@ -311,34 +311,6 @@ def listdir(path: PathLike) -> list[str]:
         os.close(fd)
 
 
-def folder_identity(path: PathLike) -> tuple[int, int] | None:
-    """(device, inode) of the folder ``path`` reached as :func:`listdir` reaches it (a link
-    refused the same way); ``None`` when it is absent. Tells a caller that keeps what it
-    listed whether the path still names the folder it listed."""
-    try:
-        fd = open_folder(path)
-    except FileNotFoundError:
-        return None
-    try:
-        st = os.fstat(fd)
-        return st.st_dev, st.st_ino
-    finally:
-        os.close(fd)
-
-
-def listdir_with_identity(path: PathLike) -> tuple[tuple[int, int] | None, list[str]]:
-    """:func:`listdir_or_empty` and :func:`folder_identity` from one walk of the path."""
-    try:
-        fd = open_folder(path)
-    except FileNotFoundError:
-        return None, []
-    try:
-        st = os.fstat(fd)
-        return (st.st_dev, st.st_ino), os.listdir(fd)
-    finally:
-        os.close(fd)
-
-
 def listdir_or_empty(path: PathLike) -> list[str]:
     """:func:`listdir`, or ``[]`` when the folder is absent."""
     try:

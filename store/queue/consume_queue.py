@@ -28,17 +28,15 @@ never counts as written. On tmpfs the search for the end reads no hole (see
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
 import numpy as np
 
 from .. import safe_open
-from ..log.mapped_file import PAGE, MappedFile
+from ..log.mapped_file import MappedFile
 from ..log.mapped_file_queue import MappedFileQueue
 from ..log.open_files import OpenFiles
 from ..log.pins import pinned
-from ..paths import parse_segment_name
 
 CQ_UNIT_SIZE = 20
 CQ_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tagsCode", ">i8")])
@@ -60,8 +58,6 @@ class ConsumeQueue:
         #: (first segment, commitlog min offset, answer) of the last min_offset that searched
         #: inside its first segment: units below the end never change, so it stays true
         self._min_found: tuple[int, int, int] | None = None
-        #: (device, inode) of the folder when :meth:`end_for_writer` last listed it
-        self._folder: tuple[int, int] | None = None
 
     @property
     def units_per_segment(self) -> int:
@@ -80,57 +76,6 @@ class ConsumeQueue:
     def max_offset(self) -> int:
         """Logical offset after the last unit written (0 for an empty queue)."""
         return self._max_offset(self.segments.segment_starts())
-
-    def end_for_writer(self, known: int | None) -> int:
-        """:meth:`max_offset` for the dispatcher, which passes the end it left the queue at
-        (``known``) when no other process has dispatched since (no segment can have been
-        created past it then: only dispatchers create them, and retention never deletes a
-        queue's last one); ``None`` when it does not know.
-
-        The folder's path is walked as by the listing (a link is refused the same way); when
-        it is still the folder listed last time (device and inode) and :meth:`still_ends_at`
-        ``known``, that is the answer, without listing the folder and searching the segment
-        for its end. Otherwise it lists, as :meth:`max_offset` does.
-        """
-        if (known is not None and self._folder is not None and self.still_ends_at(known)
-                and safe_open.folder_identity(self.directory) == self._folder):
-            return known
-        self._folder, names = safe_open.listdir_with_identity(self.directory)
-        return self._max_offset(sorted(start for start in map(parse_segment_name, names) if start is not None))
-
-    def still_ends_at(self, end: int) -> bool:
-        """Whether this queue's end is ``end`` as far as its open segment tells, without
-        listing the folder: the segment holding unit ``end`` is open here and still linked,
-        unit ``end - 1`` is written and unit ``end`` is not (read through the mapping, or on
-        tmpfs with a ``pread`` where unit ``end`` reaches a page past the written ones: no
-        hole touched).
-
-        Only for a caller that knows no segment past that one was created since ``end`` was
-        true (see :meth:`end_for_writer`). ``False`` (list) at a segment boundary or when
-        anything differs.
-        """
-        per = self.units_per_segment
-        i = end % per
-        if end <= 0 or i == 0:
-            return False
-        seg = self.segments.get((end - i) * CQ_UNIT_SIZE)
-        if seg is None:
-            return False
-        fd = seg.acquire_fd()
-        try:
-            if not os.fstat(fd).st_nlink:  # removed (the folder replaced by hand)
-                return False
-        finally:
-            seg.release_fd()
-        lo, hi = (i - 1) * CQ_UNIT_SIZE, (i + 1) * CQ_UNIT_SIZE
-        if seg.bounded_reads and (hi - 1) // PAGE != (lo + CQ_UNIT_SIZE - 1) // PAGE:
-            raw = seg.read(lo, hi - lo)
-            if len(raw) != hi - lo:
-                return False
-            size = np.frombuffer(raw, CQ_UNIT)["size"]
-        else:
-            size = self._units(seg)["size"][i - 1 : i + 1]
-        return bool(size[0] != 0 and size[1] == 0)
 
     def bounds(self, commitlog_min: int = 0) -> tuple[int, int]:
         """(:meth:`min_offset`, :meth:`max_offset`) from one listing of the queue's folder

@@ -1,14 +1,13 @@
 """The fixed cost of a dispatch round: its fast paths against the general ones.
 
-- Queue ends: a round takes a queue's end from the last round's (checked in its open
-  segment, :meth:`ConsumeQueue.still_ends_at`) instead of listing the folder, while
-  ``dispatch.state`` holds what this dispatcher wrote; anything else lists.
 - Properties: TAGS, UNIQ_KEY and KEYS found in one pass (``ParsedProperties(names=...)``).
 - ``to_binary``: offsets narrowed by numpy instead of an Arrow cast.
+- The index's topic prefix hashes remembered per topic.
+- ``dispatch.state`` read through a descriptor kept open (re-opened when the file is removed).
 
 Each is pinned to the general path: the same store bytes (commitlog, units, index files,
 ``dispatch.state``) for random puts across topics and queues, with two store objects (as two
-processes: each its own dispatcher and cache) putting and dispatching in turn.
+processes: each its own dispatcher) putting and dispatching in turn.
 """
 
 from __future__ import annotations
@@ -24,11 +23,13 @@ import pytest
 from conftest import SMALL_COMMITLOG, SMALL_CQ
 
 import rmqlog
+import rmqlog.index.index_keys as index_keys_mod
 import rmqlog.log.gather as gather_mod
 import rmqlog.queue.dispatcher as dispatcher_mod
+from rmqlog import safe_open
 from rmqlog.log.gather import gather_slices, to_binary
 from rmqlog.log.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, ParsedProperties
-from rmqlog.queue.consume_queue import CQ_UNIT, ConsumeQueue
+from rmqlog.queue.dispatcher import Dispatcher
 from rmqnet.broker.send import WIRE_SCHEMA
 
 T0 = 1_700_000_000_000
@@ -107,98 +108,54 @@ def _files(root: Path) -> dict[str, bytes]:
 @contextmanager
 def _general_paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     with monkeypatch.context() as m:
-        m.setattr(ConsumeQueue, "still_ends_at", lambda self, end: False)  # every round lists
         m.setattr(dispatcher_mod, "_INDEXED_NAMES", ())  # one pass per property name
         m.setattr(gather_mod, "_INT32_MAX", -1)  # to_binary casts
+        m.setattr(index_keys_mod, "_PREFIX_MEMO_TOPICS", 0)  # topic hashes computed
+        m.setattr(Dispatcher, "_read_state", lambda self: safe_open.read_bytes(self.state_path))
         yield
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
 def test_rounds_write_the_same_bytes_as_the_general_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
-    calls = {"cached": 0}
-    real = ConsumeQueue.still_ends_at
-
-    def counting(self: ConsumeQueue, end: int) -> bool:
-        ok = real(self, end)
-        calls["cached"] += ok
-        return ok
-
     with _general_paths(monkeypatch):
         _run(tmp_path / "general", seed)
-    monkeypatch.setattr(ConsumeQueue, "still_ends_at", counting)
     steps = _run(tmp_path / "fast", seed)
     general, fast = _files(tmp_path / "general"), _files(tmp_path / "fast")
     assert sorted(general) == sorted(fast)
     for name in general:
         assert general[name] == fast[name], name
-    assert calls["cached"] > 0  # the fast path ran (a round after one of the same dispatcher)
     assert steps["other"] > 0  # and the other store dispatched in between
     assert any(name.startswith("index/") for name in fast)
     assert sum(name.startswith("consumequeue/A/0/") for name in fast) > 1  # a queue crossed a segment
 
 
-def test_a_round_after_another_dispatcher_lists_the_queues(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    a = rmqlog.MessageStore(tmp_path, _cfg())
-    a.create_topic("A", 4)
-    b = rmqlog.MessageStore(tmp_path, _cfg())
-    listed: list[str] = []
-    real = ConsumeQueue._max_offset
-
-    def spy(self: ConsumeQueue, starts: list[int]) -> int:
-        listed.append(self.directory.name)
-        return real(self, starts)
-
-    monkeypatch.setattr(ConsumeQueue, "_max_offset", spy)
-    try:
+def test_the_state_read_through_a_kept_descriptor_follows_the_file(tmp_path: Path) -> None:
+    with rmqlog.MessageStore(tmp_path, _cfg()) as a, rmqlog.MessageStore(tmp_path, _cfg()) as b:
+        a.create_topic("A", 4)
         row = {"topic": ["A"], "queueId": [0], "body": [b"x"], "properties": ["TAGS\x01t\x02"]}
         t = pa.table(row, schema=pa.schema([WIRE_SCHEMA.field(c) for c in row]))
-        for _ in range(3):
-            a.put_wire(t)
-            a.dispatch()
-        # the first round found no folder, the second listed the one the first made
-        assert listed == ["0", "0"]
-
-        def lists(store: rmqlog.MessageStore) -> int:
-            before = len(listed)
-            store.put_wire(t)
-            store.dispatch()
-            return len(listed) - before
-
-        assert lists(a) == 0
-        assert lists(b) == 1  # another dispatcher (its first round)
-        assert lists(a) == 1  # a's knowledge is stale now
-        assert lists(a) == 0  # and stands again
-        a.dispatcher.set_position(a.dispatcher.position())  # recovery: forget
-        assert lists(a) == 1
-        assert lists(a) == 0
-        assert a.max_offset("A", 0) == b.max_offset("A", 0) == 9
-    finally:
-        b.close()
-        a.close()
-
-
-def test_still_ends_at(tmp_path: Path) -> None:
-    cq = ConsumeQueue(tmp_path / "q", SMALL_CQ)
-    (tmp_path / "q").mkdir()
-    per = cq.units_per_segment
-    units = np.zeros(per + 3, CQ_UNIT)
-    units["offset"] = np.arange(len(units)) * 10
-    units["size"] = 10
-    assert not cq.still_ends_at(0)
-    cq.write(0, units[:5], 0)
-    assert cq.still_ends_at(5)
-    assert not cq.still_ends_at(4) and not cq.still_ends_at(6)
-    cq.write(5, units[5:per], 5)
-    assert not cq.still_ends_at(per)  # a segment boundary: the caller lists
-    cq.write(per, units[per:], per)
-    assert cq.still_ends_at(per + 3) and cq.max_offset() == per + 3
-    cq.truncate(per + 1)
-    assert cq.still_ends_at(per + 1) and not cq.still_ends_at(per + 3)
-    assert cq.end_for_writer(None) == per + 1  # lists: the folder is known from here on
-    assert cq.end_for_writer(per + 1) == per + 1
-    assert cq.end_for_writer(per + 3) == per + 1  # a wrong guess is caught, and listed
-    assert cq.end_for_writer(7) == per + 1
-    cq.close()
+        a.put_wire(t)
+        assert a.dispatch() == 1
+        path = tmp_path / "dispatch.state"
+        assert a.dispatcher._read_state() == path.read_bytes()
+        b.put_wire(t)
+        assert b.dispatch() == 1  # written in place by the other: the same descriptor reads it
+        assert a.dispatcher._read_state() == path.read_bytes()
+        assert a.dispatch() == 0 and a.dispatcher.position() == b.dispatcher.position()
+        # removed and written again (recovery, a full disk): opened again by its path
+        kept = path.read_bytes()
+        path.unlink()
+        assert a.dispatcher.position() == b.dispatcher.position()  # derived from the queues
+        path.write_bytes(kept)
+        assert a.dispatcher._read_state() == kept
+        path.unlink()
+        with pytest.raises(FileNotFoundError):
+            a.dispatcher._read_state()
+        a.put_wire(t)
+        assert a.dispatch() == 1 and a.max_offset("A", 0) == 3
+        a.dispatcher.close()
+        assert a.dispatcher._state_file is None
+        assert a.dispatcher._read_state() == path.read_bytes()  # used again: opened again
 
 
 PROPS = ["", "TAGS\x01a\x02", "TAGS\x01a\x02TAGS\x01b\x02", "KEYS\x01k1 k2\x02UNIQ_KEY\x01U\x02", "x\x01y", "TAGS\x01\x02KEYS",
