@@ -143,13 +143,16 @@ def find_values(props: pa.Array, names: tuple[str, ...]) -> list[pa.StringArray]
     _native_copy(data, off, (), (), tuple(name.encode() for name in distinct), None, None, start, length)
     from .gather import gather_slices, to_binary
 
+    # every name's values in one gather (its fixed cost once, not per name), each name's
+    # column a slice of it: rows [j*n, (j+1)*n), with the shared validity bitmap where it has nulls
+    found = start >= 0
+    values = to_binary(gather_slices(data, np.where(found, start, 0), length))
+    bitmap = None if found.all() else pa.py_buffer(np.packbits(found, bitorder="little"))
+    buffers = values.buffers()[1:]
     out = []
     for j in range(k):
-        s, ln = start[j * n : (j + 1) * n], length[j * n : (j + 1) * n]
-        found = s >= 0
-        values = to_binary(gather_slices(data, np.where(found, s, 0), ln))
-        validity = None if found.all() else pa.py_buffer(np.packbits(found, bitorder="little"))
-        out.append(pa.Array.from_buffers(pa.string(), n, [validity, *values.buffers()[1:]], offset=values.offset))
+        validity = None if bitmap is None or found[j * n : (j + 1) * n].all() else bitmap
+        out.append(pa.Array.from_buffers(pa.string(), n, [validity, *buffers], offset=values.offset + j * n))
     return [out[distinct.index(name)] for name in names]
 
 
