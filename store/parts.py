@@ -149,7 +149,7 @@ class StoreParts:
         """Unmap and close every segment and state file these parts opened."""
         for closer in (
             getattr(self, "commitlog", None), getattr(self, "state_file", None), getattr(self, "queues", None),
-            getattr(self, "index_service", None),
+            getattr(self, "index_service", None), getattr(self, "dispatcher", None),
         ):
             if closer is not None:
                 closer.close()

@@ -117,6 +117,13 @@ def _tokens(off: np.ndarray, data: np.ndarray, valid: np.ndarray) -> tuple[np.nd
     return rows, starts, ends
 
 
+#: topic (str, or bytes for a binary column) -> the Java hash of ``topic + "#"``, for columns
+#: of at most _PREFIX_MEMO_TOPICS distinct topics (a dispatch round's); cleared past _PREFIX_MEMO_MAX
+_PREFIX_MEMO: dict[str | bytes, int] = {}
+_PREFIX_MEMO_TOPICS = 16
+_PREFIX_MEMO_MAX = 4096
+
+
 def _topic_prefix_hashes(topics: pa.Array | pa.ChunkedArray, n: int) -> np.ndarray:
     """Per row, the Java hash (int32) of ``topic + "#"``; a single value when there is one topic."""
     topics = _flat(topics)
@@ -129,9 +136,18 @@ def _topic_prefix_hashes(topics: pa.Array | pa.ChunkedArray, n: int) -> np.ndarr
     if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
             or pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
         raise InvalidArgumentError(f"topics must be a string column, not {topics.type}")
-    h, _ = java_hash_column(values)
-    with np.errstate(over="ignore"):
-        prefix = (h.view(np.uint32) * np.uint32(31) + np.uint32(ord("#"))).view(np.int32)
+    names = values.to_pylist() if len(values) <= _PREFIX_MEMO_TOPICS else None
+    known = [_PREFIX_MEMO.get(name) for name in names] if names is not None else [None]
+    if None not in known:  # (a round's few topics, hashed before: no Arrow call, ~60 us)
+        prefix = np.array(known, np.int32)
+    else:
+        h, _ = java_hash_column(values)
+        with np.errstate(over="ignore"):
+            prefix = (h.view(np.uint32) * np.uint32(31) + np.uint32(ord("#"))).view(np.int32)
+        if names is not None:
+            if len(_PREFIX_MEMO) > _PREFIX_MEMO_MAX:
+                _PREFIX_MEMO.clear()
+            _PREFIX_MEMO.update((name, int(v)) for name, v in zip(names, prefix.tolist(), strict=True) if name is not None)
     if len(prefix) == 1:
         return prefix  # one topic: one value for every row (broadcast)
     return prefix[np.asarray(enc.indices, np.int64)]

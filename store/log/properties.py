@@ -143,13 +143,16 @@ def find_values(props: pa.Array, names: tuple[str, ...]) -> list[pa.StringArray]
     _native_copy(data, off, (), (), tuple(name.encode() for name in distinct), None, None, start, length)
     from .gather import gather_slices, to_binary
 
+    # every name's values in one gather (its fixed cost once, not per name), each name's
+    # column a slice of it: rows [j*n, (j+1)*n), with the shared validity bitmap where it has nulls
+    found = start >= 0
+    values = to_binary(gather_slices(data, np.where(found, start, 0), length))
+    bitmap = None if found.all() else pa.py_buffer(np.packbits(found, bitorder="little"))
+    buffers = values.buffers()[1:]
     out = []
     for j in range(k):
-        s, ln = start[j * n : (j + 1) * n], length[j * n : (j + 1) * n]
-        found = s >= 0
-        values = to_binary(gather_slices(data, np.where(found, s, 0), ln))
-        validity = None if found.all() else pa.py_buffer(np.packbits(found, bitorder="little"))
-        out.append(pa.Array.from_buffers(pa.string(), n, [validity, *values.buffers()[1:]], offset=values.offset))
+        validity = None if bitmap is None or found[j * n : (j + 1) * n].all() else bitmap
+        out.append(pa.Array.from_buffers(pa.string(), n, [validity, *buffers], offset=values.offset + j * n))
     return [out[distinct.index(name)] for name in names]
 
 
@@ -158,16 +161,20 @@ class ParsedProperties:
 
     The map (``keys``, ``values``, ``parent``, ``offsets``) is parsed on first use; until then
     :meth:`column` finds a name's values in one pass of the C helper (:func:`find_values`),
-    which is all a dispatch asks for (TAGS; the index's KEYS and UNIQ_KEY)."""
+    which is all a dispatch asks for (TAGS; the index's KEYS and UNIQ_KEY). ``names``: the
+    names the caller will ask :meth:`column` for; the first such ask finds them all in that
+    one pass (the helper's fixed cost paid once, not per name; the values are the same)."""
 
     keys: pa.StringArray
     values: pa.StringArray
     parent: np.ndarray
     offsets: np.ndarray
 
-    def __init__(self, props: pa.Array) -> None:
+    def __init__(self, props: pa.Array, *, names: tuple[str, ...] = ()) -> None:
         self._props = _flat(props)
         self.n = len(self._props)
+        self._names = names
+        self._found: dict[str, pa.StringArray] = {}  # columns found by find_values, by name
 
     def __getattr__(self, name: str) -> object:
         if name in ("keys", "values", "parent", "offsets"):  # the map, parsed on first use
@@ -294,9 +301,14 @@ class ParsedProperties:
     def column(self, name: str) -> pa.StringArray:
         """The value of property ``name`` per row, null where absent (the last one wins)."""
         if "keys" not in self.__dict__:  # no map yet: find it without building one
-            found = find_values(self._props, (name,))
+            hit = self._found.get(name)
+            if hit is not None:
+                return hit
+            names = self._names if name in self._names else (name,)
+            found = find_values(self._props, names)
             if found is not None:
-                return found[0]
+                self._found.update(zip(names, found, strict=True))
+                return self._found[name]
         hit = np.flatnonzero(np.asarray(pc.equal(self.keys, name)))
         idx = np.full(self.n, -1, np.int64)
         idx[self.parent[hit]] = hit

@@ -33,8 +33,10 @@ headers say).
 
 from __future__ import annotations
 
+import io
 import json
 import logging
+import os
 import time
 import zlib
 from collections.abc import Callable, Hashable
@@ -49,7 +51,7 @@ from ..fileio import InterProcessLock, rewrite_in_place
 from ..hashing import tags_codes
 from ..log.commitlog import CommitLog
 from ..log.decode import RecordColumns, read_columns
-from ..log.properties import PROPERTY_TAGS, ParsedProperties
+from ..log.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, ParsedProperties
 from ..log.record import is_consumable
 from ..paths import topic_problem
 from .append_watch import AppendWatch
@@ -64,6 +66,8 @@ DISPATCH_CHUNK = 32 << 20
 #: token says nothing changed: a safety net for file systems whose ``fstat`` of a replaced
 #: file is stale (NFS's attribute cache); costs one full round (~0.1 ms) a second.
 FULL_ROUND_S = 1.0
+#: The properties a dispatch with an index reads: TAGS for the units, the index's keys.
+_INDEXED_NAMES = (PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_KEYS)
 
 
 def _position_crc(offset: int, store_timestamp: int) -> int:
@@ -122,6 +126,8 @@ class Dispatcher:
         self.codes_hook: Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None = None
         #: the listeners told which queues got units (:mod:`rmqlog.queue.arrival`)
         self.arrival = ArrivalSignal()
+        #: ``dispatch.state`` kept open for reading (see :meth:`_read_state`)
+        self._state_file: io.FileIO | None = None
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
         """Call ``callback(topics, queue_ids, max_offsets)`` after every dispatch that gave
@@ -135,7 +141,7 @@ class Dispatcher:
     def _load(self) -> tuple[int, int]:
         """(position, store time of the last record dispatched); the time is 0 when unknown."""
         try:
-            d = json.loads(safe_open.read_bytes(self.state_path))
+            d = json.loads(self._read_state())
             offset, ts = int(d["offset"]), int(d.get("storeTimestamp", 0))
             if "crc" in d and int(d["crc"]) != _position_crc(offset, ts):
                 raise ValueError("its CRC does not match")
@@ -145,6 +151,29 @@ class Dispatcher:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("ignoring unreadable %s (%s); rebuilding the position", self.state_path, exc)
         return self._derive_position(), 0
+
+    def _read_state(self) -> bytes:
+        """The bytes of ``dispatch.state`` (``FileNotFoundError`` when absent), through a
+        descriptor kept open: the file is rewritten in place, so the descriptor stays the
+        file's until it is removed (``st_nlink`` 0: recovery, a full disk), when the file is
+        opened again by its path. Saves the walk of the path (``openat2``) on every round:
+        ~4 us against ~40 us."""
+        f = self._state_file
+        if f is not None:
+            st = os.fstat(f.fileno())
+            if st.st_nlink:
+                return os.pread(f.fileno(), st.st_size, 0)
+            self._state_file = None
+            f.close()
+        f = io.FileIO(safe_open.open_file(self.state_path, os.O_RDONLY), "rb")  # (closed when dropped too)
+        self._state_file = f
+        return f.readall()
+
+    def close(self) -> None:
+        """Close ``dispatch.state``'s descriptor (opened again if the dispatcher is used)."""
+        f, self._state_file = self._state_file, None
+        if f is not None:
+            f.close()
 
     def dispatched(self) -> tuple[int, int]:
         """(position, store time of the last record dispatched); caller holds the lock (shared is enough)."""
@@ -262,7 +291,8 @@ class Dispatcher:
         if len(h):
             self._last_ts = max(self._last_ts, int(h["storeTimestamp"].max()))
         keep = np.asarray(is_consumable(h["sysFlag"]))
-        parsed = ParsedProperties(cols.properties)  # parsed once: tags here, keys for the index
+        # parsed once: tags here, keys for the index, all three found in one pass when indexing
+        parsed = ParsedProperties(cols.properties, names=_INDEXED_NAMES if self.index_hook is not None else ())
         codes = tags_codes(parsed.column(PROPERTY_TAGS))
         topic_codes = cols.topic.dictionary_encode()
         topics = topic_codes.dictionary.to_pylist()
