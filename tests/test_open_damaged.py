@@ -172,3 +172,32 @@ def test_auto_created_topic_takes_the_queues_it_has_on_disk(tmp_path: Path) -> N
         assert s.topics()["t"].write_queue_nums == 8
         assert s.put("t", b"y", queue_id=7).queue_offset == 1
         assert s.topics()["t"].write_queue_nums == 8
+
+
+def _empty_commitlog(root: Path) -> None:
+    for seg in (root / "commitlog").iterdir():
+        seg.unlink()
+    (root / "abort").touch()  # as a killed owner leaves it
+
+
+def test_a_log_emptied_after_its_data_was_flushed_is_data_loss(root: Path) -> None:
+    _fill(root, 50)  # closed: flushed
+    _empty_commitlog(root)
+    with pytest.raises(rmqlog.DataLossError, match="holds no segment"):
+        rmqlog.MessageStore.open(root, CFG)
+
+
+def test_a_power_loss_before_the_first_flush_opens_an_empty_log(root: Path) -> None:
+    # append.state's publishes reached the disk, the segments' names did not, and nothing was
+    # ever flushed: nothing was acknowledged as durable (ASYNC_FLUSH), so the log starts over
+    _fill(root, 50)
+    from rmqlog.durability.flush import FlushPosition, FlushStateFile
+
+    state = FlushStateFile(root / "flush.state")
+    state.write(FlushPosition(0, 0))
+    state.close()
+    _empty_commitlog(root)
+    with rmqlog.MessageStore.open(root, CFG) as s:
+        assert s.recovery is not None and s.recovery.published and not s.recovery.flushed
+        assert s.published_tail() == 0 and s.read_queue("t", 0, 0, 10).num_rows == 0
+        assert s.put("t", b"after", queue_id=0).queue_offset == 0

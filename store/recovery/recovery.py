@@ -141,10 +141,17 @@ def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> Recov
     report.published = state.tail if state is not None else None
     report.flushed = flushed.offset if flushed is not None else None
     if not starts:
-        acknowledged = max(report.flushed or 0, report.published or 0)
+        # what a lost log would lose: the flushed position when it is known (past it nothing
+        # was reported flushed, and a power loss before the first flush loses the segments'
+        # names, whatever append.state says, as the walk below tolerates a lost unflushed
+        # tail); the published tail only for a store without a flush position
+        acknowledged = report.flushed if report.flushed is not None else (report.published or 0)
+        if report.flushed == 0 and (report.published or 0) > 0:
+            log.warning("commitlog %s holds no segment; %d bytes were published but none flushed (a power loss "
+                        "before the first flush): the log starts over empty", cl.segments.directory, report.published)
         if acknowledged > 0:  # every segment gone (commitlog/ emptied or deleted): not a new store
             msg = (f"commitlog {cl.segments.directory} holds no segment, but {acknowledged} bytes were "
-                   "published and flushed")
+                   f"{'flushed' if report.flushed is not None else 'published'}")
             if not repair:
                 raise DataLossError(msg + "; open with repair=True to start over from an empty log",
                                     path=str(cl.segments.directory), offset=0)
