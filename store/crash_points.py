@@ -33,6 +33,7 @@ from collections.abc import Callable
 POINTS = {
     "append.written": "a batch's records are written past the published tail, the append state not yet published",
     "append.published": "a batch is published (append.state), the append lock still held, nothing flushed or dispatched",
+    "dispatch.queue": "a dispatched run's units are written into one of its queues, its other queues not yet",
     "dispatch.units": "a dispatched run's consume-queue units are written, its index entries not yet",
     "dispatch.position": "a dispatch round's units and index entries are written, dispatch.state not yet moved",
     "index.entries": "an index file's new entries are written, its hash slots and header not yet",

@@ -90,6 +90,7 @@ class StoreParts:
             self.commitlog, self.queues.get, self.queues.all, self.published_tail,
             paths.dispatch_state, self.dispatch_lock, config.reput_interval_ms,
             tail_version=self.state_file.version, watch_path=None if read_only else paths.append_state,
+            published_queues=lambda: self.append_state().queues,
         )
         self.checkpoint_file = CheckpointFile(paths.checkpoint, self.clock.wall_ms)
         self.flush_service = FlushService(

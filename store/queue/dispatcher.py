@@ -51,12 +51,13 @@ from ..fileio import InterProcessLock, rewrite_in_place
 from ..hashing import tags_codes
 from ..log.commitlog import CommitLog
 from ..log.decode import RecordColumns, read_columns
+from ..log.mapped_file import MappedFile
 from ..log.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, ParsedProperties
 from ..log.record import is_consumable
 from ..paths import topic_problem
 from .append_watch import AppendWatch
 from .arrival import ArrivalListener, ArrivalSignal, Maxes
-from .consume_queue import CQ_UNIT, ConsumeQueue
+from .consume_queue import CQ_UNIT, FILLER_SIZE, ConsumeQueue
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +69,31 @@ DISPATCH_CHUNK = 32 << 20
 FULL_ROUND_S = 1.0
 #: The properties a dispatch with an index reads: TAGS for the units, the index's keys.
 _INDEXED_NAMES = (PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_KEYS)
+
+
+def _queue_name_ok(name: str) -> bool:
+    """Whether ``"topic/queueId"`` of the append state names a queue that gets a folder."""
+    topic, _, q = name.rpartition("/")
+    return q.isdigit() and topic_problem(topic) is None
+
+
+class _QueueBehind(Exception):
+    """A run's units of one queue start past the queue's end (:meth:`Dispatcher._write_units_of`):
+    the records between may be in the log, below where this dispatch started (a dispatch killed
+    between two queues' writes, then a position derived from the queues that got theirs; a
+    queue's files lost). ``resume``: where walking again would reach them."""
+
+    def __init__(self, key: tuple[str, int], have: int, first: int, resume: int) -> None:
+        super().__init__(key, have, first, resume)
+        self.key, self.have, self.first, self.resume = key, have, first, resume
+
+
+class _GoBack(Exception):
+    """Raised out of a run to make :meth:`Dispatcher.dispatch` walk again from ``offset``."""
+
+    def __init__(self, offset: int) -> None:
+        super().__init__(offset)
+        self.offset = offset
 
 
 def _position_crc(offset: int, store_timestamp: int) -> int:
@@ -87,8 +113,11 @@ class Dispatcher:
         interval_ms: int = 1,
         tail_version: Callable[[], Hashable | None] | None = None,
         watch_path: Path | None = None,
+        published_queues: Callable[[], dict[str, int]] | None = None,
     ) -> None:
         self.commitlog = commitlog
+        #: the append state's next queue offset per ``"topic/queueId"`` (see :meth:`_derive_position`)
+        self.published_queues = published_queues
         self.queue_for = queue_for
         self.all_queues = all_queues
         self.published_tail = published_tail
@@ -196,15 +225,28 @@ class Dispatcher:
             self._save_position(self._derive_position(), ts)
 
     def _derive_position(self) -> int:
-        """RocketMQ's rule: dispatch resumes at the largest commitlog end referenced by any queue."""
-        best = self.commitlog.min_offset()
+        """Where dispatching resumes without ``dispatch.state``: RocketMQ's rule, the largest
+        commitlog end referenced by any queue, but never past the :meth:`resume_point` of a
+        queue that has fewer units than the append state gives it (a queue whose folder is
+        missing counts as empty). A dispatch killed between two queues' writes leaves some
+        queues with a run's units and others without; RocketMQ's rule alone would skip the
+        records of the others (their units then lost for good behind fillers)."""
+        low = self.commitlog.min_offset()
+        best = low
+        expected = dict(self.published_queues()) if self.published_queues is not None else {}
+        short: list[int] = []
         for cq in self.all_queues():
             n = cq.max_offset()
             if n > cq.min_offset():
                 u = cq.read(n - 1, 1)
                 if len(u):
                     best = max(best, int(u["offset"][0]) + int(u["size"][0]))
-        return best
+            want = expected.pop(f"{cq.directory.parent.name}/{cq.directory.name}", 0)
+            if n < want:
+                short.append(self.resume_point(cq, n))
+        if any(_queue_name_ok(name) for name in expected):  # queues with units due and no folder
+            short.append(low)
+        return min([best, *short])
 
     def _save_position(self, offset: int, store_timestamp: int, *, required: bool = False) -> None:
         """Save the position (caller holds the lock), in place (see the module docstring).
@@ -257,12 +299,19 @@ class Dispatcher:
             if max_bytes is not None:
                 tail = min(tail, pos + max_bytes)
             start_pos = pos
+            gaps_ok: set[tuple[str, int]] = set()  # queues whose gaps stand (see _dispatch_scan)
+            went_back: set[tuple[str, int]] = set()
             while pos < tail:
                 limit = min(tail, pos + DISPATCH_CHUNK)
                 progressed = False
+                back_to = None
                 for seg, scan in self.commitlog.scan(pos, limit):
                     if len(scan.positions):
-                        total += self._dispatch_run(seg.buffer(), seg.start, scan.positions, maxes)
+                        try:
+                            total += self._dispatch_scan(seg, scan.positions, maxes, gaps_ok, went_back)
+                        except _GoBack as back:
+                            back_to = back.offset
+                            break
                     new_pos = seg.start + scan.end
                     if scan.reason.value == "blank":
                         new_pos = seg.end
@@ -272,6 +321,9 @@ class Dispatcher:
                         raise CorruptStoreError(f"cannot dispatch: {scan.detail}", path=str(seg.path), offset=new_pos)
                     progressed = progressed or new_pos > pos
                     pos = new_pos
+                if back_to is not None:
+                    pos = back_to  # (at most once per queue: see _dispatch_scan)
+                    continue
                 if not progressed:
                     break
             if pos != start_pos:
@@ -285,7 +337,33 @@ class Dispatcher:
         self.arrival.notify(maxes)  # after the position is saved and the lock released
         return total
 
-    def _dispatch_run(self, source, base: int, positions: np.ndarray, maxes: dict[tuple[str, int], int]) -> int:
+    def _dispatch_scan(
+        self, seg: MappedFile, positions: np.ndarray, maxes: Maxes, gaps_ok: set[tuple[str, int]],
+        went_back: set[tuple[str, int]],
+    ) -> int:
+        """Dispatch a run of records of ``seg``; a queue whose units would start past its end
+        makes the dispatch walk again from that queue's :meth:`resume_point` (:class:`_GoBack`),
+        once per queue and dispatch, when that point is below the run: the records of the
+        missing units are there, and a filler written over their place would hide them for
+        good (recovery's completeness check counts fillers as units). A gap that stands after
+        that, or with nothing below the run to walk, is one whose records are not in the log
+        (deleted by retention, a damaged queue offset): filled, as RocketMQ does."""
+        while True:
+            try:
+                return self._dispatch_run(seg.buffer(), seg.start, positions, maxes, gaps_ok)
+            except _QueueBehind as behind:
+                topic, q = behind.key
+                if behind.key not in went_back and behind.resume < seg.start + int(positions[0]):
+                    went_back.add(behind.key)
+                    log.warning("consume queue %s/%d: units %d..%d missing; dispatching again from commitlog offset %d",
+                                topic, q, behind.have, behind.first, behind.resume)
+                    raise _GoBack(behind.resume) from None
+                gaps_ok.add(behind.key)
+
+    def _dispatch_run(
+        self, source, base: int, positions: np.ndarray, maxes: dict[tuple[str, int], int],
+        gaps_ok: set[tuple[str, int]] | None = None,
+    ) -> int:
         cols = read_columns(source, base, positions, with_body=False)
         h = cols.header
         if len(h):
@@ -313,7 +391,7 @@ class Dispatcher:
             keep = keep & ~skip
         self._write_units(
             topics, tidx[keep], h["queueId"].astype(np.int64)[keep], h["queueOffset"].astype(np.int64)[keep],
-            cols.offsets[keep], h["totalSize"][keep], codes[keep], maxes,
+            cols.offsets[keep], h["totalSize"][keep], codes[keep], maxes, gaps_ok,
         )
         if crash_points.reached is not None:
             crash_points.reached("dispatch.units")
@@ -346,14 +424,20 @@ class Dispatcher:
                 pos, last_ts = self._load()
                 done = pos == start and self.published_tail() >= end
                 if done:
-                    self._write_units(topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes, maxes)
+                    try:
+                        self._write_units(topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes,
+                                          maxes, set())
+                    except _QueueBehind:  # a queue misses units below the batch: a dispatch walks for them
+                        done = False
+                        start = -1
+                if done:
                     self._save_position(end, max(last_ts, store_timestamp))
                     if self.arrival.active:
                         self.arrival.foreign(self.commitlog, start, end, maxes)
             if done:
                 self.arrival.notify(maxes)
                 return len(queue_offsets)
-            if pos > start or SYSTEM_CLOCK.monotonic() >= deadline or not self._recent(pos, store_timestamp):
+            if start < 0 or pos > start or SYSTEM_CLOCK.monotonic() >= deadline or not self._recent(pos, store_timestamp):
                 return self.dispatch()
             time.sleep(0.005)
 
@@ -366,19 +450,26 @@ class Dispatcher:
     def _write_units(
         self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,
         sizes: np.ndarray, codes: np.ndarray, maxes: dict[tuple[str, int], int],
+        gaps_ok: set[tuple[str, int]] | None = None,
     ) -> None:
         """Write the units of records (any order) into their queues, one slice per run.
 
         All or nothing: if a write fails (a full disk), the queues this call wrote go back to
-        where they ended before it. Earlier calls covered every queue of their records, so the
-        queues then all end at the same record, and a position derived from them (without
-        ``dispatch.state``) never skips units another queue is missing.
+        where they ended before it (and ``maxes`` with them). A process killed part-way is
+        another matter: some queues then have the run's units and others not, which is why
+        :meth:`_derive_position` looks at every queue the append state knows, and why a gap
+        is walked back for (``gaps_ok``: the queues whose gaps may be filled; ``None``: all,
+        else :class:`_QueueBehind` for the others).
         """
-        before: list[tuple[ConsumeQueue, int]] = []
+        before: list[tuple[ConsumeQueue, int, tuple[str, int], int | None]] = []
         try:
-            self._write_units_of(topics, tidx, qid, qoff, offsets, sizes, codes, maxes, before)
+            self._write_units_of(topics, tidx, qid, qoff, offsets, sizes, codes, maxes, before, gaps_ok)
         except BaseException:
-            for cq, end in reversed(before):
+            for cq, end, key, prior in reversed(before):
+                if prior is None:
+                    maxes.pop(key, None)
+                else:
+                    maxes[key] = prior
                 try:
                     cq.truncate(end)
                 except OSError:
@@ -387,7 +478,8 @@ class Dispatcher:
 
     def _write_units_of(
         self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,
-        sizes: np.ndarray, codes: np.ndarray, maxes: dict[tuple[str, int], int], before: list[tuple[ConsumeQueue, int]],
+        sizes: np.ndarray, codes: np.ndarray, maxes: dict[tuple[str, int], int],
+        before: list[tuple[ConsumeQueue, int, tuple[str, int], int | None]], gaps_ok: set[tuple[str, int]] | None,
     ) -> None:
         """:meth:`_write_units`' work; appends each queue and its end to ``before`` as it starts on it."""
         tidx, qid, qoff = np.asarray(tidx, np.int64), np.asarray(qid, np.int64), np.asarray(qoff, np.int64)
@@ -421,20 +513,42 @@ class Dispatcher:
             k = int(key[lo])
             topic, q = topics[k >> 32], k & 0xFFFFFFFF
             cq = self.queue_for(topic, q)
-            cur = maxes.get((topic, q))
-            if cur is None:
-                cur = cq.max_offset()
-            before.append((cq, cur))
-            # runs of consecutive queue offsets (a gap would mean a lost record: filled)
+            prior = maxes.get((topic, q))
+            cur = cq.max_offset() if prior is None else prior
+            # runs of consecutive queue offsets (a gap: records not walked, or not in the log)
             run_breaks = np.flatnonzero(np.diff(qoff[lo:hi]) != 1) + 1
             runs = [0, *run_breaks.tolist(), hi - lo]
+            if gaps_ok is not None and (topic, q) not in gaps_ok:
+                end = cur  # before writing anything: would a run start past the queue's end?
+                for a, b in zip(runs[:-1], runs[1:], strict=True):
+                    first = int(qoff[lo + a])
+                    if first > end:
+                        raise _QueueBehind((topic, q), end, first, self.resume_point(cq, cur))
+                    end = max(end, first + (b - a))
+            before.append((cq, cur, (topic, q), prior))
             for a, b in zip(runs[:-1], runs[1:], strict=True):
                 first = int(qoff[lo + a])
                 if first > cur:
                     log.warning("consume queue %s/%d: gap %d..%d filled", topic, q, cur, first)
                 cq.write(first, units[lo + a : lo + b], cur)
                 cur = max(cur, first + (b - a))
+            if crash_points.reached is not None:
+                crash_points.reached("dispatch.queue")
             maxes[(topic, q)] = cur
+
+    def resume_point(self, cq: ConsumeQueue, have: int | None = None) -> int:
+        """Where walking the log must start for ``cq`` to get its units from ``have`` (its
+        end by default) on: just past its last unit's record, or the log's start when it has
+        no live unit (none, a filler, or one whose record retention removed)."""
+        low = self.commitlog.min_offset()
+        if have is None:
+            have = cq.max_offset()
+        if have <= cq.min_offset(low):
+            return low
+        u = cq.read(have - 1, 1)
+        if not len(u) or int(u["size"][0]) in (0, FILLER_SIZE) or int(u["offset"][0]) < low:
+            return low
+        return int(u["offset"][0]) + int(u["size"][0])
 
     # ----------------------------------------------------------- the service
     def attach(self, wake: Callable[[], object]) -> Callable[[], None]:

@@ -142,7 +142,7 @@ def complete_queues(parts: StoreParts, state: AppendState, report: RecoveryRepor
             behind.append((name, cq, have, expected))
     if not behind:
         return 0
-    resume = min(_resume_point(parts, cq, have) for _, cq, have, _ in behind)
+    resume = min(parts.dispatcher.resume_point(cq, have) for _, cq, have, _ in behind)
     msg = (f"{len(behind)} consume queue(s) lack units the commitlog has ("
            + ", ".join(f"{name}: {have} of {expected}" for name, _, have, expected in behind[:5])
            + f"); re-dispatched from commitlog offset {resume}")
@@ -155,17 +155,6 @@ def complete_queues(parts: StoreParts, state: AppendState, report: RecoveryRepor
     if still:
         report.problems.append(f"consume queues still short after re-dispatch (their records are gone): {', '.join(still[:5])}")
     return done
-
-
-def _resume_point(parts: StoreParts, cq: ConsumeQueue, have: int) -> int:
-    """Where re-dispatching must start for ``cq`` to get units from offset ``have`` on."""
-    low = parts.commitlog.min_offset()
-    if have <= cq.min_offset(low):
-        return low
-    u = cq.read(have - 1, 1)
-    if not len(u) or int(u["size"][0]) in (0, FILLER_SIZE) or int(u["offset"][0]) < low:
-        return low
-    return int(u["offset"][0]) + int(u["size"][0])
 
 
 def _lost_head(cq: ConsumeQueue, first: int, mine: np.ndarray, qoff: np.ndarray, consumable: np.ndarray) -> bool:

@@ -72,6 +72,7 @@ def verify(parts: StoreParts, progress: Callable[[int, int], object] | None = No
     starts = [s for s in cl.segments.segment_starts() if s < max(tail, cl.min_offset() + 1)]
     density = QueueDensity(from_log_start=cl.min_offset() == 0)
     expected: dict[tuple[str, int], int] = {}  # per queue: units the dispatched records need
+    least: dict[tuple[str, int], int] = {}  # per queue: the lowest queue offset of its records in the log
     for prev, start in zip(starts, starts[1:], strict=False):
         if start != prev + cl.segment_size:  # a segment between them is missing
             gap = prev + cl.segment_size
@@ -90,7 +91,7 @@ def verify(parts: StoreParts, progress: Callable[[int, int], object] | None = No
         _, result = scan
         at = start + result.end
         if len(result.positions):
-            cut, why = _count_queues(seg, result.positions, dispatched, density, expected)
+            cut, why = _count_queues(seg, result.positions, dispatched, density, expected, least)
             if cut < len(result.positions):
                 result = SegmentScan(result.positions[:cut], result.sizes[:cut], int(result.positions[cut]),
                                      StopReason.CORRUPT, why)
@@ -112,15 +113,26 @@ def verify(parts: StoreParts, progress: Callable[[int, int], object] | None = No
                 str(cq.directory), have,
                 f"units missing: dispatched records of this queue reach queue offset {n - 1}, its units end at {have}",
             ))
+        elif (first := least.get((topic, qid), n)) < n:
+            # a filler stands for a record the log no longer has: one in place of a record the
+            # log holds hides it from every reader (and counts as a unit to recovery)
+            fill = np.flatnonzero(cq.read(first, n - first)["size"] == FILLER_SIZE)
+            if len(fill):
+                report.problems.append(Problem(
+                    str(cq.directory), first + int(fill[0]),
+                    f"filler units in place of records the commitlog holds ({len(fill)} from queue offset "
+                    f"{first + int(fill[0])}): those messages cannot be read",
+                ))
     return report
 
 
 def _count_queues(
     seg: MappedFile, positions: np.ndarray, dispatched: int, density: QueueDensity,
-    expected: dict[tuple[str, int], int],
+    expected: dict[tuple[str, int], int], least: dict[tuple[str, int], int],
 ) -> tuple[int, str]:
     """Check queue-offset density of a run of records and note, per queue, how many units the
-    records below the dispatch position need. Returns (first record breaking density, why)."""
+    records below the dispatch position need and the lowest of their queue offsets. Returns
+    (first record breaking density, why)."""
     cols = read_columns(seg.buffer(), seg.start, positions, with_body=False)
     h = cols.header
     enc = cols.topic.dictionary_encode()
@@ -133,11 +145,15 @@ def _count_queues(
     if mine.any():
         key = (tidx[:cut][mine] << 32) | h["queueId"][:cut][mine].astype(np.int64)
         uniq, inverse = np.unique(key, return_inverse=True)
+        qoff = h["queueOffset"][:cut][mine].astype(np.int64)
         best = np.full(len(uniq), -1, np.int64)
-        np.maximum.at(best, inverse, h["queueOffset"][:cut][mine].astype(np.int64))
-        for k, o in zip(uniq.tolist(), best.tolist(), strict=True):  # one step per queue
+        np.maximum.at(best, inverse, qoff)
+        low = np.full(len(uniq), np.iinfo(np.int64).max, np.int64)
+        np.minimum.at(low, inverse, qoff)
+        for k, o, lo in zip(uniq.tolist(), best.tolist(), low.tolist(), strict=True):  # one step per queue
             name = (topics[k >> 32], k & 0xFFFFFFFF)
             expected[name] = max(expected.get(name, 0), o + 1)
+            least[name] = min(least.get(name, lo), lo)
     return cut, why
 
 
