@@ -19,7 +19,12 @@ treated as absent (a file without ``crc``, written before it existed, is read as
 is a hint, never a source of truth: a crash
 between writing units and saving the position only means the next run walks those records
 again, and writing a unit that is already there is skipped (idempotent). Without the file,
-the position is rebuilt RocketMQ's way: the largest ``commitLogOffset + size`` of any queue.
+the position is rebuilt RocketMQ's way (the largest ``commitLogOffset + size`` of any queue),
+but never past the last unit of a queue short of the append state's next offset: a process
+killed between two queues' writes leaves some queues of a run without their units. A queue
+whose next units would start past its end makes the dispatch walk back for the missing ones
+(:meth:`Dispatcher._dispatch_scan`); a filler is written only where the records are not in
+the log.
 
 As the store's background service (:meth:`Dispatcher.run_once`), an idle round is one look at
 ``append.state``'s slot headers through an open descriptor (no lock, no file opened, no JSON):
