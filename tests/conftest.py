@@ -11,6 +11,7 @@ import hashlib
 import os
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -332,3 +333,25 @@ def tree(root: Path, *, mtimes: bool = False) -> dict[str, tuple[str, int, int, 
             digest = hashlib.sha256(p.read_bytes()).hexdigest() if kind == "file" else ""
             out[str(p.relative_to(root))] = (kind, st.st_size, st.st_mtime_ns if mtimes and kind != "dir" else 0, digest)
     return out
+
+
+def cq_file(root: Path, topic: str, qid: int, logical: int) -> Path:
+    """The consume-queue file of a store with ``SMALL_CQ`` files that holds unit ``logical``."""
+    per = SMALL_CQ // 20
+    return root / "consumequeue" / topic / str(qid) / f"{logical // per * per * 20:020d}"
+
+
+def unit(root: Path, topic: str, qid: int, logical: int) -> tuple[int, int, int]:
+    """Unit ``logical`` of a queue as (commitLogOffset, size, tagsCode), read from its file."""
+    with open(cq_file(root, topic, qid, logical), "rb") as f:
+        f.seek(logical % (SMALL_CQ // 20) * 20)
+        return struct.unpack(">qiq", f.read(20))  # type: ignore[return-value]
+
+
+def write_unit(root: Path, topic: str, qid: int, logical: int, offset: int, size: int) -> None:
+    """Rewrite one unit in place, through the page cache the store's mapping shares (the tag
+    hash kept, so tag filters still select it)."""
+    tags = unit(root, topic, qid, logical)[2]
+    with open(cq_file(root, topic, qid, logical), "r+b") as f:
+        f.seek(logical % (SMALL_CQ // 20) * 20)
+        f.write(struct.pack(">qiq", offset, size, tags))

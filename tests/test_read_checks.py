@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SMALL_COMMITLOG, SMALL_CQ, small_store_config
+from conftest import SMALL_COMMITLOG, SMALL_CQ, cq_file, small_store_config, unit, write_unit
 
 import rmqlog
 from rmqlog import CorruptQueueError, CorruptRecordError
@@ -57,25 +57,6 @@ def fill(s: rmqlog.MessageStore) -> None:
 
 
 # ------------------------------------------------------------------------ helpers
-
-
-def cq_file(root: Path, topic: str, qid: int, logical: int) -> Path:
-    first = logical // UNITS_PER_CQ_FILE * UNITS_PER_CQ_FILE
-    return root / "consumequeue" / topic / str(qid) / f"{first * CQ_UNIT_SIZE:020d}"
-
-
-def unit(root: Path, topic: str, qid: int, logical: int) -> tuple[int, int, int]:
-    with open(cq_file(root, topic, qid, logical), "rb") as f:
-        f.seek(logical % UNITS_PER_CQ_FILE * CQ_UNIT_SIZE)
-        return struct.unpack(">qiq", f.read(CQ_UNIT_SIZE))  # type: ignore[return-value]
-
-
-def write_unit(root: Path, topic: str, qid: int, logical: int, offset: int, size: int) -> None:
-    """Rewrite one unit in place (the tag hash kept, so tag filters still select it)."""
-    tags = unit(root, topic, qid, logical)[2]
-    with open(cq_file(root, topic, qid, logical), "r+b") as f:
-        f.seek(logical % UNITS_PER_CQ_FILE * CQ_UNIT_SIZE)
-        f.write(struct.pack(">qiq", offset, size, tags))
 
 
 def segment_of(root: Path, offset: int) -> Path:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pytest
-from conftest import SMALL_COMMITLOG, SMALL_CQ, small_store_config
+from conftest import SMALL_COMMITLOG, SMALL_CQ, small_store_config, unit, write_unit
 
 import rmqlog
 import rmqlog.access.window as window
@@ -136,24 +136,6 @@ def live(root: Path) -> Iterator[rmqlog.MessageStore]:
                               "tags": ["t"] * len(rows)}))
         s.dispatch()
         yield s
-
-
-def cq_file(root: Path, topic: str, qid: int, logical: int) -> Path:
-    first = logical // PER_CQ_FILE * PER_CQ_FILE
-    return root / "consumequeue" / topic / str(qid) / f"{first * CQ_UNIT_SIZE:020d}"
-
-
-def unit(root: Path, topic: str, qid: int, logical: int) -> tuple[int, int, int]:
-    with open(cq_file(root, topic, qid, logical), "rb") as f:
-        f.seek(logical % PER_CQ_FILE * CQ_UNIT_SIZE)
-        return struct.unpack(">qiq", f.read(CQ_UNIT_SIZE))  # type: ignore[return-value]
-
-
-def write_unit(root: Path, topic: str, qid: int, logical: int, offset: int, size: int) -> None:
-    tags = unit(root, topic, qid, logical)[2]
-    with open(cq_file(root, topic, qid, logical), "r+b") as f:  # through the page cache the mapping shares
-        f.seek(logical % PER_CQ_FILE * CQ_UNIT_SIZE)
-        f.write(struct.pack(">qiq", offset, size, tags))
 
 
 def log_bytes(root: Path, offset: int, size: int) -> bytes:
