@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -128,17 +129,25 @@ def test_recovery_moving_the_position_forgets_the_token(store: rmqlog.MessageSto
 
 
 # ------------------------------------------------------------------ other writers
+def _idle_after_one_put(s: rmqlog.MessageStore) -> tuple[list[tuple[str, int, int]], Any]:
+    """Listen to arrivals, put one row, dispatch it, and check the next round is an idle one;
+    returns what was heard and the dispatcher."""
+    heard: list[tuple[str, int, int]] = []
+    s.on_arrival(lambda t, q, m: heard.extend(zip(t, q.tolist(), m.tolist(), strict=True)))
+    d = s.dispatcher
+    s.put_batch(ROW)
+    d.run_once(0.0)
+    d.run_once(0.0)
+    assert d.run_once(0.001) is False
+    return heard, d
+
+
 def test_another_writers_append_is_dispatched_and_signalled_in_the_next_round(tmp_path: Path) -> None:
     """A second open of the root (its own append.state descriptor, as a Spark sink's) appends
     without dispatching: the next idle round of the first sees the token move."""
     with rmqlog.MessageStore.open(tmp_path / "s") as s, rmqlog.MessageStore.open(tmp_path / "s") as other:
-        heard: list[tuple[str, int, int]] = []
-        s.on_arrival(lambda t, q, m: heard.extend(zip(t, q.tolist(), m.tolist(), strict=True)))
-        d = s.dispatcher
-        s.put_batch(ROW)
-        d.run_once(0.0)
-        d.run_once(0.0)
-        assert d.run_once(0.001) is False and heard == [("T", 0, 1)]
+        heard, d = _idle_after_one_put(s)
+        assert heard == [("T", 0, 1)]
         other.put_batch(rows("T", 2, 3))
         assert d.run_once(0.002) is True
         assert heard[-1] == ("T", 2, 3) and s.max_offset("T", 2) == 3
@@ -195,13 +204,7 @@ with rmqlog.MessageStore.open(sys.argv[1]) as s:
 def test_another_process_append_is_dispatched_in_the_next_round(tmp_path: Path) -> None:
     root = tmp_path / "s"
     with rmqlog.MessageStore.open(root) as s:
-        heard: list[tuple[str, int, int]] = []
-        s.on_arrival(lambda t, q, m: heard.extend(zip(t, q.tolist(), m.tolist(), strict=True)))
-        d = s.dispatcher
-        s.put_batch(ROW)
-        d.run_once(0.0)
-        d.run_once(0.0)
-        assert d.run_once(0.001) is False
+        heard, d = _idle_after_one_put(s)
         subprocess.run([sys.executable, "-c", FOREIGN, str(root)], check=True, timeout=120)
         assert d.run_once(0.002) is True
         assert ("P", 1, 1) in heard and s.max_offset("P", 1) == 1
