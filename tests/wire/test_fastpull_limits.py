@@ -6,7 +6,9 @@ included), checked against a scalar transcription of that loop on random windows
 
 from __future__ import annotations
 
+import contextlib
 import random
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +37,16 @@ def broker_with(tmp_path: Path, conf_text: str = "") -> Any:
     b = StandInBroker(store, clock, config=BrokerConfig.from_properties(conf), root=tmp_path / "store")  # type: ignore[arg-type]
     pull.install(b)
     return b
+
+
+@contextlib.contextmanager
+def opened(tmp_path: Path, conf_text: str = "") -> Iterator[Any]:
+    """:func:`broker_with`, its store closed on the way out."""
+    b = broker_with(tmp_path, conf_text)
+    try:
+        yield b
+    finally:
+        b.store.close()
 
 
 def put(b: Any, n: int, *, tags: list[str | None] | None = None, body: bytes = b"y" * 40) -> pa.Table:
@@ -97,18 +109,14 @@ def test_a_bad_ratio_is_refused(tmp_path: Path, value: str) -> None:
 
 # ------------------------------------------------------------------- the pulls
 def test_default_limits_answer_32_of_a_pull_at_1000(tmp_path: Path) -> None:
-    b = broker_with(tmp_path)
-    try:
+    with opened(tmp_path) as b:
         put(b, 100)
         res = do_pull(b, 0, 1000)
         assert res.code == ResponseCode.SUCCESS and res.ext_fields["nextBeginOffset"] in (32, "32")
-    finally:
-        b.store.close()
 
 
 def test_a_pull_at_1000_gets_the_configured_count(tmp_path: Path) -> None:
-    b = broker_with(tmp_path, "maxTransferCountOnMessageInMemory=1000\n")
-    try:
+    with opened(tmp_path, "maxTransferCountOnMessageInMemory=1000\n") as b:
         results = put(b, 1200)
         res = do_pull(b, 0, 1000)
         assert res.code == ResponseCode.SUCCESS and int(res.ext_fields["nextBeginOffset"]) == 1000
@@ -118,51 +126,37 @@ def test_a_pull_at_1000_gets_the_configured_count(tmp_path: Path) -> None:
         assert res.body_bytes() == body_of(b, results, list(range(1000, 1200)))
         res = do_pull(b, 0, 700)  # maxMsgNums below the limit wins
         assert int(res.ext_fields["nextBeginOffset"]) == 700
-    finally:
-        b.store.close()
 
 
 def test_a_pull_at_1000_gets_the_configured_bytes(tmp_path: Path) -> None:
-    b = broker_with(tmp_path, "maxTransferCountOnMessageInMemory=1000\n")
-    try:
+    with opened(tmp_path, "maxTransferCountOnMessageInMemory=1000\n") as b:
         put(b, 10)
         size = int(b.store.record_sizes("T", 0, 0, 1)[0])
-    finally:
-        b.store.close()
-    b = broker_with(tmp_path / "again", f"maxTransferCountOnMessageInMemory=1000\nmaxTransferBytesOnMessageInMemory={size * 37 + 5}\n")
-    try:
+    with opened(tmp_path / "again", f"maxTransferCountOnMessageInMemory=1000\nmaxTransferBytesOnMessageInMemory={size * 37 + 5}\n") as b:
         results = put(b, 500)
         res = do_pull(b, 0, 1000)
         assert int(res.ext_fields["nextBeginOffset"]) == 37  # a 38th would carry the bytes past the limit
         assert res.body_bytes() == body_of(b, results, list(range(37)))
-    finally:
-        b.store.close()
 
 
 def test_one_message_larger_than_the_bytes_limit_is_still_sent(tmp_path: Path) -> None:
-    b = broker_with(tmp_path, "maxTransferBytesOnMessageInMemory=1\nmaxTransferBytesOnMessageInDisk=1\n")
-    try:
+    with opened(tmp_path, "maxTransferBytesOnMessageInMemory=1\nmaxTransferBytesOnMessageInDisk=1\n") as b:
         results = put(b, 3)
         res = do_pull(b, 0, 32)
         assert int(res.ext_fields["nextBeginOffset"]) == 1 and res.body_bytes() == body_of(b, results, [0])
-    finally:
-        b.store.close()
 
 
 def test_everything_on_disk_gets_the_disk_limits_even_above_the_memory_ones(tmp_path: Path) -> None:
     """Ratio 0: every record is behind the commitlog's end, so on disk (RocketMQ's strict >);
     a disk count above the memory count is honoured (the disk limits are not a cut of a
     memory-limited read)."""
-    b = broker_with(tmp_path, "accessMessageInMemoryMaxRatio=0\nmaxTransferCountOnMessageInMemory=5\n"
-                              "maxTransferCountOnMessageInDisk=12\n")
-    try:
+    with opened(tmp_path, "accessMessageInMemoryMaxRatio=0\nmaxTransferCountOnMessageInMemory=5\n"
+                              "maxTransferCountOnMessageInDisk=12\n") as b:
         results = put(b, 40)
         res = do_pull(b, 0, 1000)
         assert int(res.ext_fields["nextBeginOffset"]) == 12
         assert res.body_bytes() == body_of(b, results, list(range(12)))
         assert int(do_pull(b, 0, 7).ext_fields["nextBeginOffset"]) == 7  # maxMsgNums still caps it
-    finally:
-        b.store.close()
 
 
 def java_get_message(sizes: list[int], offsets: list[int], tags: list[str | None], wanted: set[str] | None,
@@ -192,10 +186,9 @@ def test_unit_by_unit_limits_match_rocketmqs_loop(tmp_path: Path, monkeypatch: p
     memory): every pull's messages and nextBeginOffset are those of Java's loop."""
     rnd = random.Random(seed)
     mem, dsk = (rnd.randint(3, 40), rnd.randint(2000, 20000)), (rnd.randint(1, 20), rnd.randint(800, 8000))
-    b = broker_with(tmp_path, f"maxTransferCountOnMessageInMemory={mem[0]}\nmaxTransferBytesOnMessageInMemory={mem[1]}\n"
+    with opened(tmp_path, f"maxTransferCountOnMessageInMemory={mem[0]}\nmaxTransferBytesOnMessageInMemory={mem[1]}\n"
                               f"maxTransferCountOnMessageInDisk={dsk[0]}\nmaxTransferBytesOnMessageInDisk={dsk[1]}\n"
-                              "accessMessageInMemoryMaxRatio=50\n")
-    try:
+                              "accessMessageInMemoryMaxRatio=50\n") as b:
         n = 300
         tags: list[str | None] = [rnd.choice(["a", "b", None]) for _ in range(n)]
         bodies = [bytes(rnd.randint(0, 600)) for _ in range(n)]
@@ -221,8 +214,6 @@ def test_unit_by_unit_limits_match_rocketmqs_loop(tmp_path: Path, monkeypatch: p
             else:
                 assert res.code == ResponseCode.PULL_RETRY_IMMEDIATELY
             assert int(res.ext_fields["nextBeginOffset"]) == start + scanned
-    finally:
-        b.store.close()
 
 
 def test_the_store_rule_agrees_with_disk_limited(tmp_path: Path) -> None:
