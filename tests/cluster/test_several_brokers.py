@@ -1,0 +1,139 @@
+"""Several brokers across test hosts (issue 30, item 2): a name server on host a, broker groups
+broker-b and broker-c on hosts b and c (each its own store root), the producer and the
+consumers on host d (:mod:`.agent`). Jepsen-style: the agent records what each send was told
+(acknowledged, with its UNIQ_KEY and broker, or the error), faults are injected (kill -9, a
+cut link, a stalled proxy direction), and the checker compares the history with the stores
+afterwards: every acknowledged message is in the store of the broker that acknowledged it.
+
+Guarantee checked: with ``sendLatencyFaultEnable`` a broker that dies or stops answering
+costs at most the sends in flight when the fault came (a kill: none, the retry on the other
+broker answers them; a silent link: the one send whose time budget it ate), after which every
+send goes to the surviving broker with no error to the caller; a consumer group's queues on
+both brokers are shared by AllocateMessageQueueAveragely and re-shared when a member leaves."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .cluster import BROKER_PORT, Cluster
+from .hosts import Hosts
+
+HostsFactory = Callable[[Sequence[str]], Hosts]
+TOPIC = "T"
+
+
+@pytest.fixture
+def cluster(hosts_factory: HostsFactory, tmp_path: Path) -> Iterator[Cluster]:
+    hosts = hosts_factory(["a", "b", "c", "d", "p"])
+    c = Cluster(hosts, tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def start(c: Cluster, *, c_via_proxy: bool = False, timeout_s: float = 3.0) -> None:
+    c.namesrv("a")
+    c.broker("b", "broker-b", {TOPIC: 4})
+    c.broker("c", "broker-c", {TOPIC: 4}, via_proxy="p" if c_via_proxy else None)
+    c.agent("d")
+    assert c.ask("route", namesrv=c.namesrv_addr, topic=TOPIC, brokers=2)["brokers"] == ["broker-b", "broker-c"]
+    c.ask("producer", namesrv=c.namesrv_addr, fault=True, timeout_s=timeout_s)
+
+
+def brokers_of(results: list[dict[str, Any]]) -> Counter[str]:
+    return Counter(r["broker"] for r in results if r["ok"])
+
+
+def check_history(c: Cluster, history: list[dict[str, Any]], addrs: dict[str, str]) -> None:
+    """Every acknowledged send is in the root of the broker that acknowledged it, once."""
+    for name, proc in c.brokers.items():
+        if proc.poll() is None:
+            c.kill(name)
+    by_addr = {addr: name for name, addr in addrs.items()}
+    for name in c.brokers:
+        stored = Counter(c.stored_keys(name, TOPIC))
+        acked = [r["key"] for r in history if r["ok"] and by_addr[r["broker"]] == name]
+        assert all(stored[k] == 1 for k in acked), f"{name}: acknowledged messages missing from its store"
+
+
+def test_sends_spread_over_both_brokers_and_skip_a_killed_one(cluster: Cluster) -> None:
+    c = cluster
+    start(c)
+    addrs = {"broker-b": f"{c.hosts.addr('b')}:{BROKER_PORT}", "broker-c": f"{c.hosts.addr('c')}:{BROKER_PORT}"}
+    before = c.ask("send", topic=TOPIC, n=16, prefix="before")["results"]
+    assert all(r["ok"] and r["status"] == "SEND_OK" for r in before)
+    # round robin over the 8 queues of the two brokers (sorted by broker name)
+    assert [(r["broker"], r["queue"]) for r in before[:8]] == [(addrs["broker-b"], q) for q in range(4)] + [
+        (addrs["broker-c"], q) for q in range(4)]
+    assert brokers_of(before) == {addrs["broker-b"]: 8, addrs["broker-c"]: 8}
+
+    c.kill("broker-c")  # kill -9: its connections are reset, new ones refused
+    after = c.ask("send", topic=TOPIC, n=24, prefix="after")["results"]
+    assert all(r["ok"] for r in after), [r for r in after if not r["ok"]]  # no error reached the caller
+    assert brokers_of(after) == {addrs["broker-b"]: 24}
+    table = c.ask("fault")["table"]
+    assert table["broker-c"][1] > 0  # broker-c is out for a while
+    check_history(c, before + after, addrs)
+
+
+def test_a_cut_link_costs_at_most_the_send_in_flight(cluster: Cluster) -> None:
+    c = cluster
+    start(c, timeout_s=1.0)
+    addrs = {"broker-b": f"{c.hosts.addr('b')}:{BROKER_PORT}", "broker-c": f"{c.hosts.addr('c')}:{BROKER_PORT}"}
+    before = c.ask("send", topic=TOPIC, n=8, prefix="before")["results"]
+    assert brokers_of(before) == {addrs["broker-b"]: 4, addrs["broker-c"]: 4}
+    c.hosts.cut("c")  # silence: no reset, the open connection just stops delivering
+    after = c.ask("send", topic=TOPIC, n=24, prefix="after")["results"]
+    failed = [i for i, r in enumerate(after) if not r["ok"]]
+    # the one send that went to broker-c spent its whole budget waiting; Java answers it with
+    # a timeout too (sendDefaultImpl's "call timeout"); every later send goes to broker-b
+    assert len(failed) <= 1 and all(after[i]["error"] == "RemotingTimeoutError" for i in failed)
+    assert all(r["ok"] for r in after[(failed[0] + 1) if failed else 0:])
+    assert set(brokers_of(after)) == {addrs["broker-b"]}
+    assert c.ask("fault")["table"]["broker-c"][1] > 0  # broker-c was tried, and is out for a while
+    c.hosts.heal("c")
+    check_history(c, before + after, addrs)
+
+
+@pytest.mark.parametrize("direction", ["down", "up"])
+def test_a_stalled_proxy_direction_is_handled_as_a_cut(cluster: Cluster, direction: str) -> None:
+    c = cluster
+    start(c, c_via_proxy=True, timeout_s=1.0)
+    proxy = c.proxies[0]
+    addrs = {"broker-b": f"{c.hosts.addr('b')}:{BROKER_PORT}", "broker-c": f"{c.hosts.addr('p')}:{BROKER_PORT}"}
+    before = c.ask("send", topic=TOPIC, n=8, prefix="before")["results"]
+    assert brokers_of(before) == {addrs["broker-b"]: 4, addrs["broker-c"]: 4}
+    proxy.stall(direction)
+    after = c.ask("send", topic=TOPIC, n=24, prefix="after")["results"]
+    failed = [i for i, r in enumerate(after) if not r["ok"]]
+    assert len(failed) <= 1 and all(after[i]["error"] == "RemotingTimeoutError" for i in failed)
+    assert set(brokers_of(after)) == {addrs["broker-b"]}
+    assert c.ask("fault")["table"]["broker-c"][1] > 0
+    assert proxy.stats()["accepted"] == 1  # every send to broker-c went through the proxy, on one connection
+    proxy.resume(direction)
+    check_history(c, before + after, addrs)
+
+
+def test_consumers_share_both_brokers_queues_and_rebalance_when_one_leaves(cluster: Cluster) -> None:
+    c = cluster
+    start(c)
+    for cid in ("cid-1", "cid-2", "cid-3"):
+        assert c.ask("member", id=cid, group="G", topic=TOPIC, namesrv=c.namesrv_addr)["brokers"] == sorted(
+            f"{c.hosts.addr(h)}:{BROKER_PORT}" for h in "bc")
+    shares = {cid: c.ask("assignment", id=cid, topic=TOPIC)["queues"] for cid in ("cid-1", "cid-2", "cid-3")}
+    # 8 queues sorted (broker-b 0..3, broker-c 0..3) among 3 sorted ids: 3, 3, 2
+    assert shares == {"cid-1": [["broker-b", 0], ["broker-b", 1], ["broker-b", 2]],
+                      "cid-2": [["broker-b", 3], ["broker-c", 0], ["broker-c", 1]],
+                      "cid-3": [["broker-c", 2], ["broker-c", 3]]}
+    c.ask("leave", id="cid-2", how="unregister")
+    assert c.ask("assignment", id="cid-1", topic=TOPIC)["queues"] == [["broker-b", q] for q in range(4)]
+    assert c.ask("assignment", id="cid-3", topic=TOPIC)["queues"] == [["broker-c", q] for q in range(4)]
+    c.ask("leave", id="cid-3", how="close")  # gone without a word: its connections closed
+    assert c.ask("assignment", id="cid-1", topic=TOPIC)["queues"] == [
+        [b, q] for b in ("broker-b", "broker-c") for q in range(4)]
