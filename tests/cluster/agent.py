@@ -16,6 +16,7 @@ failed). Orders (``op``):
 - ``heartbeat`` {id}; ``assignment`` {id, topic}: ``[[broker, queue], ...]``;
 - ``leave`` {id, how: "unregister" | "close"}: unregister (and close), or only close the
   connections (a consumer that vanished);
+- ``create_topic`` {namesrv, cluster, topic, queues}: the topic on every master of the cluster;
 - ``fault`` : the producer's fault table ``{broker: [latency_ms, ms_left]}``.
 """
 
@@ -84,6 +85,10 @@ class Agent:
             m.unregister()
         m.close()
         return {}
+
+    def create_topic(self, o: dict[str, Any]) -> dict[str, Any]:
+        with Admin(o["namesrv"]) as admin:
+            return {"masters": admin.create_topic_in_cluster(o["cluster"], o["topic"], int(o["queues"]))}
 
     def fault(self, o: dict[str, Any]) -> dict[str, Any]:
         assert self.producer is not None

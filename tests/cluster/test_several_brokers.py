@@ -123,17 +123,38 @@ def test_a_stalled_proxy_direction_is_handled_as_a_cut(cluster: Cluster, directi
 def test_consumers_share_both_brokers_queues_and_rebalance_when_one_leaves(cluster: Cluster) -> None:
     c = cluster
     start(c)
+    masters = sorted(f"{c.hosts.addr(h)}:{BROKER_PORT}" for h in "bc")
+    # a topic created over the wire on every master of the cluster (mqadmin updateTopic -c)
+    assert c.ask("create_topic", namesrv=c.namesrv_addr, cluster="DefaultCluster", topic="T2", queues=4)[
+        "masters"] == masters
+    assert c.ask("route", namesrv=c.namesrv_addr, topic="T2", brokers=2)["brokers"] == ["broker-b", "broker-c"]
     for cid in ("cid-1", "cid-2", "cid-3"):
-        assert c.ask("member", id=cid, group="G", topic=TOPIC, namesrv=c.namesrv_addr)["brokers"] == sorted(
-            f"{c.hosts.addr(h)}:{BROKER_PORT}" for h in "bc")
-    shares = {cid: c.ask("assignment", id=cid, topic=TOPIC)["queues"] for cid in ("cid-1", "cid-2", "cid-3")}
+        assert c.ask("member", id=cid, group="G", topic="T2", namesrv=c.namesrv_addr)["brokers"] == masters
+    shares = {cid: c.ask("assignment", id=cid, topic="T2")["queues"] for cid in ("cid-1", "cid-2", "cid-3")}
     # 8 queues sorted (broker-b 0..3, broker-c 0..3) among 3 sorted ids: 3, 3, 2
     assert shares == {"cid-1": [["broker-b", 0], ["broker-b", 1], ["broker-b", 2]],
                       "cid-2": [["broker-b", 3], ["broker-c", 0], ["broker-c", 1]],
                       "cid-3": [["broker-c", 2], ["broker-c", 3]]}
     c.ask("leave", id="cid-2", how="unregister")
-    assert c.ask("assignment", id="cid-1", topic=TOPIC)["queues"] == [["broker-b", q] for q in range(4)]
-    assert c.ask("assignment", id="cid-3", topic=TOPIC)["queues"] == [["broker-c", q] for q in range(4)]
+    assert c.ask("assignment", id="cid-1", topic="T2")["queues"] == [["broker-b", q] for q in range(4)]
+    assert c.ask("assignment", id="cid-3", topic="T2")["queues"] == [["broker-c", q] for q in range(4)]
     c.ask("leave", id="cid-3", how="close")  # gone without a word: its connections closed
-    assert c.ask("assignment", id="cid-1", topic=TOPIC)["queues"] == [
+    assert c.ask("assignment", id="cid-1", topic="T2")["queues"] == [
         [b, q] for b in ("broker-b", "broker-c") for q in range(4)]
+
+
+def test_a_slow_broker_is_avoided_for_a_while(cluster: Cluster) -> None:
+    """A broker answering in 600 ms (a delay on the proxy's answers) is not an error, but
+    ``latencyMax`` 550 ms puts it out for 30 s: the sends after the slow one go to broker-b."""
+    c = cluster
+    start(c, c_via_proxy=True, timeout_s=3.0)
+    proxy = c.proxies[0]
+    addrs = {"broker-b": f"{c.hosts.addr('b')}:{BROKER_PORT}", "broker-c": f"{c.hosts.addr('p')}:{BROKER_PORT}"}
+    proxy.delay("down", 0.6)
+    history = c.ask("send", topic=TOPIC, n=16, prefix="slow")["results"]
+    assert all(r["ok"] for r in history)
+    # sends 1-4 on broker-b's queues, the 5th answered slowly by broker-c, the rest on broker-b
+    assert [r["broker"] for r in history] == [addrs["broker-b"]] * 4 + [addrs["broker-c"]] + [addrs["broker-b"]] * 11
+    latency, left = c.ask("fault")["table"]["broker-c"]
+    assert latency >= 600 and 0 < left <= 30_000
+    check_history(c, history, addrs)
