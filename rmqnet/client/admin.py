@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from rmqlog import MESSAGE_SCHEMA
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
-from ..remoting.register import ClusterInfo
+from ..remoting.register import ClusterInfo, decode_topic_list
 from ..remoting.route import PERM_RW
 from ..transport import Limits
 from .errors import BrokerError, ClientError, NoRouteError
@@ -138,6 +138,22 @@ class Admin(RemoteClient):
             return ClusterInfo.decode(res.body_bytes())
         assert last is not None
         raise last
+
+    async def _topic_list(self) -> list[str]:
+        last: Exception | None = None
+        for addr in self.namesrv_addrs:
+            try:
+                res = await self.invoke(addr, RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+            except (OSError, BrokerError) as exc:
+                last = exc
+                continue
+            return decode_topic_list(res.body_bytes())
+        assert last is not None
+        raise last
+
+    def topic_list(self) -> list[str]:
+        """Every topic the name servers route (code 206, the first that answers)."""
+        return call(self._topic_list())
 
     def cluster_info(self) -> ClusterInfo:
         """The name servers' brokers by name and broker names by cluster (code 106, the first

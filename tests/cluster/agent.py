@@ -17,6 +17,7 @@ failed). Orders (``op``):
 - ``leave`` {id, how: "unregister" | "close"}: unregister (and close), or only close the
   connections (a consumer that vanished);
 - ``create_topic`` {namesrv, cluster, topic, queues}: the topic on every master of the cluster;
+- ``commit`` {namesrv, group, topic, broker (its address), queue, offset}: a committed offset;
 - ``fault`` : the producer's fault table ``{broker: [latency_ms, ms_left]}``.
 """
 
@@ -89,6 +90,11 @@ class Agent:
     def create_topic(self, o: dict[str, Any]) -> dict[str, Any]:
         with Admin(o["namesrv"]) as admin:
             return {"masters": admin.create_topic_in_cluster(o["cluster"], o["topic"], int(o["queues"]))}
+
+    def commit(self, o: dict[str, Any]) -> dict[str, Any]:
+        with Admin(o["namesrv"]) as admin:
+            admin.update_offset(o["broker"], o["group"], o["topic"], int(o["queue"]), int(o["offset"]))
+        return {}
 
     def fault(self, o: dict[str, Any]) -> dict[str, Any]:
         assert self.producer is not None

@@ -137,10 +137,11 @@ class Hosts:
         self._procs.append(proc)
         return proc
 
-    def run(self, name: str, args: Sequence[str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    def run(self, name: str, args: Sequence[str], timeout: float = 60,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         """``args`` run inside host ``name`` to the end; its output as text."""
         return subprocess.run(["ip", "netns", "exec", self.ns(name), *args], capture_output=True, text=True,
-                              timeout=timeout)
+                              timeout=timeout, env=env)
 
     def thread_in(self, name: str, fn: Callable[[], None], thread_name: str = "") -> threading.Thread:
         """A started daemon thread that enters host ``name``'s network namespace, then runs

@@ -18,7 +18,12 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import json
+import sys
+
 import pytest
+
+from conftest import subprocess_env
 
 from .cluster import BROKER_PORT, Cluster
 from .hosts import Hosts
@@ -158,3 +163,33 @@ def test_a_slow_broker_is_avoided_for_a_while(cluster: Cluster) -> None:
     latency, left = c.ask("fault")["table"]["broker-c"]
     assert latency >= 600 and 0 < left <= 30_000
     check_history(c, history, addrs)
+
+
+def test_reading_commands_over_the_wire_see_both_brokers(cluster: Cluster) -> None:
+    """``rmqlog topic-status|lag|info --namesrv`` run on host d: every broker's queues."""
+    c = cluster
+    start(c)
+    addrs = {"broker-b": f"{c.hosts.addr('b')}:{BROKER_PORT}", "broker-c": f"{c.hosts.addr('c')}:{BROKER_PORT}"}
+    assert all(r["ok"] for r in c.ask("send", topic=TOPIC, n=16)["results"])  # 2 on each of the 8 queues
+    c.ask("commit", namesrv=c.namesrv_addr, group="G", topic=TOPIC, broker=addrs["broker-c"], queue=3, offset=1)
+
+    def rmqlog(*args: str) -> tuple[int, Any]:
+        r = c.hosts.run("d", [sys.executable, "-m", "rmqnet", *args, "--namesrv", c.namesrv_addr, "--json"],
+                       env=subprocess_env())
+        return r.returncode, (json.loads(r.stdout) if r.returncode == 0 else r.stderr)
+
+    code, status = rmqlog("topic-status", TOPIC)
+    assert code == 0 and status == {"topic": TOPIC, "queues": [
+        {"brokerName": b, "queueId": q, "min": 0, "max": 2, "messages": 2} for b in ("broker-b", "broker-c")
+        for q in range(4)]}
+    code, lag = rmqlog("lag", "G", "--topic", TOPIC)
+    # the group committed on broker-c's queue 3 only; the brokers answer 0 for the other queues
+    # (they still start at 0: RocketMQ's QUERY_CONSUMER_OFFSET rule), which count as committed 0
+    assert code == 0 and lag["totalLag"] == 15
+    assert {(r["brokerName"], r["queueId"]): (r["committed"], r["lag"]) for r in lag["offsets"]}[("broker-c", 3)] == (1, 1)
+    code, info = rmqlog("info")
+    assert code == 0 and info["clusters"] == {"DefaultCluster": ["broker-b", "broker-c"]}
+    assert {n: b["addrs"] for n, b in info["brokers"].items()} == {n: {"0": a} for n, a in addrs.items()}
+    assert [q["max"] for q in info["topics"][TOPIC]["queues"]] == [2] * 8
+    code, err = rmqlog("topic-status", "nope")
+    assert code == 2 and "no topic 'nope' routed by the name server; topics:" in err and TOPIC in err
