@@ -13,16 +13,14 @@ both brokers are shared by AllocateMessageQueueAveragely and re-shared when a me
 
 from __future__ import annotations
 
+import json
+import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-import json
-import sys
-
 import pytest
-
 from conftest import subprocess_env
 
 from .cluster import BROKER_PORT, Cluster
