@@ -14,6 +14,8 @@ failed). Orders (``op``):
   ``brokers`` masters (the brokers register a round after they start); answers their names;
 - ``member`` {id, group, topic, namesrv}: a GroupMember subscribed and heartbeated;
 - ``heartbeat`` {id}; ``assignment`` {id, topic}: ``[[broker, queue], ...]``;
+- ``consume`` {id, topic}: the member pulls each of its assigned queues from the group's
+  committed offset to the end and commits; answers the bodies it got (``[broker, queue, body]``);
 - ``leave`` {id, how: "unregister" | "close"}: unregister (and close), or only close the
   connections (a consumer that vanished);
 - ``create_topic`` {namesrv, cluster, topic, queues}: the topic on every master of the cluster;
@@ -28,7 +30,7 @@ import sys
 import time
 from typing import Any
 
-from rmqnet.client import Admin, GroupMember, Producer, parse_offset_msg_id
+from rmqnet.client import Admin, GroupMember, Producer, PullConsumer, parse_offset_msg_id
 
 
 class Agent:
@@ -79,6 +81,26 @@ class Agent:
 
     def assignment(self, o: dict[str, Any]) -> dict[str, Any]:
         return {"queues": [[q.broker_name, q.queue_id] for q in self.members[o["id"]].assignment(o["topic"])]}
+
+    def consume(self, o: dict[str, Any]) -> dict[str, Any]:
+        m = self.members[o["id"]]
+        topic = o["topic"]
+        got = []
+        with Admin(m.namesrv_addrs[0]) as admin, PullConsumer(m.group, m.namesrv_addrs[0]) as consumer:
+            route = admin.route(topic)
+            masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
+            for q in m.assignment(topic):
+                addr = masters[q.broker_name]
+                assert addr is not None
+                offset = admin.query_offset(addr, m.group, topic, q.queue_id) or 0
+                while True:
+                    res = consumer.pull(topic, q.queue_id, offset, 32, broker_name=q.broker_name)
+                    if res.status != "FOUND":
+                        break
+                    got += [[q.broker_name, q.queue_id, b.decode()] for b in res.messages["body"].to_pylist()]
+                    offset = res.next_begin_offset
+                consumer.commit(topic, q.queue_id, offset, broker_name=q.broker_name)
+        return {"messages": got}
 
     def leave(self, o: dict[str, Any]) -> dict[str, Any]:
         m = self.members.pop(o["id"])

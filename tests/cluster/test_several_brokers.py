@@ -191,3 +191,24 @@ def test_reading_commands_over_the_wire_see_both_brokers(cluster: Cluster) -> No
     assert [q["max"] for q in info["topics"][TOPIC]["queues"]] == [2] * 8
     code, err = rmqlog("topic-status", "nope")
     assert code == 2 and "no topic 'nope' routed by the name server; topics:" in err and TOPIC in err
+
+
+def test_a_group_consumes_both_brokers_once_between_its_members(cluster: Cluster) -> None:
+    """Two members pull their shares (one broker each) and commit: together every message once;
+    after one leaves, the other takes its queues from the committed offsets: only new ones."""
+    c = cluster
+    start(c)
+    sent = c.ask("send", topic=TOPIC, n=16, prefix="first")["results"]
+    assert all(r["ok"] for r in sent)
+    for cid in ("cid-1", "cid-2"):
+        c.ask("member", id=cid, group="G", topic=TOPIC, namesrv=c.namesrv_addr)
+    one = c.ask("consume", id="cid-1", topic=TOPIC)["messages"]
+    two = c.ask("consume", id="cid-2", topic=TOPIC)["messages"]
+    assert {b for b, _, _ in one} == {"broker-b"} and {b for b, _, _ in two} == {"broker-c"}
+    bodies = sorted(m[2] for m in one + two)
+    assert bodies == sorted(f"first-{i}" for i in range(16))  # every message, once
+    c.ask("leave", id="cid-2", how="close")
+    assert all(r["ok"] for r in c.ask("send", topic=TOPIC, n=8, prefix="second")["results"])
+    rest = c.ask("consume", id="cid-1", topic=TOPIC)["messages"]
+    assert sorted(m[2] for m in rest) == sorted(f"second-{i}" for i in range(8))
+    assert {b for b, _, _ in rest} == {"broker-b", "broker-c"}
