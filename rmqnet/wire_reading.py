@@ -147,7 +147,13 @@ def lag(admin: Admin, args: argparse.Namespace) -> int:
     topics = args.topic if args.topic else [t for t in sorted(admin.topic_list()) if _user_topic(t, args.group)]
     rows: list[dict[str, Any]] = []
     for topic in topics:
-        route = _route(admin, topic) if args.topic else admin.route(topic)
+        if args.topic:
+            route = _route(admin, topic)
+        else:
+            try:
+                route = admin.route(topic)
+            except TopicNotFoundError:  # unregistered since the topic list was asked
+                continue
         masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
         for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
             addr = masters.get(q.broker_name)

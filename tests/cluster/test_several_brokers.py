@@ -28,6 +28,7 @@ from .hosts import Hosts
 
 HostsFactory = Callable[[Sequence[str]], Hosts]
 TOPIC = "T"
+pytestmark = pytest.mark.slow  # processes on five hosts per test: ~5-7 s each
 
 
 @pytest.fixture

@@ -258,3 +258,14 @@ def test_a_send_to_a_named_queue_is_not_retried(brokers: Brokers) -> None:
     with Producer("PG", brokers.a.addr, send_latency_fault_enable=True) as p, pytest.raises(BrokerError):
         p.send("T", b"x", broker_name="broker-b", queue_id=1)
     assert brokers.sends(brokers.b) == [("broker-b", "1")] and brokers.sends(brokers.a) == []
+
+
+def test_a_stale_route_is_asked_again_and_the_send_goes_elsewhere(brokers: Brokers) -> None:
+    """TOPIC_NOT_EXIST from a broker (the topic left it) is a retry code: the route is asked
+    again, and the send answered by the other broker."""
+    brokers.b.answers[310] = lambda r: r.reply(ResponseCode.TOPIC_NOT_EXIST, "topic[T] not exist")
+    with Producer("PG", brokers.a.addr, send_latency_fault_enable=True) as p:
+        results = [p.send("T", b"x") for _ in range(4)]
+    assert [r.offset_msg_id for r in results] == ["broker-a"] * 4
+    assert len(brokers.a.of(105)) == 2  # the first lookup, and again after broker-b's refusal
+    assert len(brokers.sends(brokers.b)) == 1
