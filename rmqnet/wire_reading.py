@@ -1,5 +1,5 @@
-"""The ``rmqlog`` reading commands over the wire: ``info``, ``topic-status`` and ``lag`` (and
-its other name ``consumer-progress``) given ``--namesrv HOST:PORT[;HOST:PORT]`` in place of a
+"""The ``rmqlog`` reading commands over the wire: ``info``, ``topic-status``, ``lag`` (and its
+other name ``consumer-progress``), ``read`` and ``query`` given ``--namesrv HOST:PORT[;HOST:PORT]`` in place of a
 store root, answered by the name server and the brokers it routes to (our
 :class:`~rmqnet.client.Admin`), so they work from any host that reaches the cluster, across
 every broker group.
@@ -8,9 +8,19 @@ every broker group.
     rmqlog topic-status --namesrv ADDRS TOPIC   a topic's queues on every broker: min, max, messages
     rmqlog lag --namesrv ADDRS GROUP [--topic T ...]
                                                 a group's committed offsets against the queues' ends
+    rmqlog read --namesrv ADDRS TOPIC QUEUE [--broker NAME] [--offset N] [--count N] [--tags T] [--body B]
+                                                a queue's messages (PULL_MESSAGE, no commit)
+    rmqlog query --namesrv ADDRS TOPIC (--key K | --id MSGID) [--begin T] [--end T] [--max N] [--body B]
+                                                messages by key or client msgId on every broker (12)
 
 Output follows the store's commands (``--json``: one object, camelCase keys), with a queue
-named by broker as well (``T/broker-a/0``: over the wire a queue id is per broker). Exit
+named by broker as well (``T/broker-a/0``: over the wire a queue id is per broker). Messages
+print as the store's command prints them, one JSON object per line (:func:`message_line`:
+``json.dumps`` of the row as ``rmqlog.admin.jsonl.row_dict`` makes it; a test compares both
+outputs for the same records). ``read`` reports the pull's status (FOUND, NO_NEW_MSG,
+NO_MATCHED_MSG, OFFSET_ILLEGAL: the client's names) where the store reports its own; it needs
+``--broker`` when the topic is on several brokers. ``query`` by store time (no key, or topic
+``*``) is not served over the wire (RocketMQ has no such request). Exit
 statuses as the store's: 0 done, 1 nothing found, 2 what was asked is wrong (an unknown
 topic, named with the known ones), 3 the cluster cannot be asked (no name server answers, a
 broker fails).
@@ -26,17 +36,22 @@ that still starts at 0, which then counts as committed 0. Topics: those given wi
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .client import Admin, BrokerError, ClientError, TopicNotFoundError
+import pyarrow as pa
+
+from rmqlog.times import parse_time_ms
+
+from .client import Admin, BrokerError, ClientError, PullConsumer, TopicNotFoundError
 from .remoting.route import TopicRouteData
 
 #: the store command's exit statuses (rmqlog.admin.exits)
 OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
-COMMANDS = ("info", "topic-status", "lag", "consumer-progress")
+COMMANDS = ("info", "topic-status", "lag", "consumer-progress", "read", "query")
 _SYSTEM = ("TBW102", "SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT", "BenchmarkTest", "SELF_TEST_TOPIC")
 
 
@@ -58,7 +73,69 @@ def _parser() -> argparse.ArgumentParser:
         p = command(name, "a group's committed offsets against the queues' ends")
         p.add_argument("group", help="consumer group")
         p.add_argument("--topic", action="append", default=None, help="a topic (repeatable; default: every topic)")
+    p = command("read", "messages of one queue from an offset (a pull; nothing committed)")
+    p.add_argument("topic", help="topic name")
+    p.add_argument("queue", type=_count(0), help="queue id")
+    p.add_argument("--broker", default=None, help="the queue's broker (needed when the topic is on several)")
+    p.add_argument("--offset", type=_count(0), default=None, help="first queue offset (default: the queue's min)")
+    p.add_argument("--count", type=_count(1), default=10, help="most messages to print (default 10)")
+    p.add_argument("--tags", default="*", help='tag filter: "*" or "A || B" (default "*")')
+    p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
+    p = command("query", "messages by key or client msgId, from every broker of the topic")
+    p.add_argument("topic", help="topic name")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--key", help="a KEYS token")
+    g.add_argument("--id", help="a client msgId (UNIQ_KEY)")
+    p.add_argument("--begin", type=_time, default=0, help="stored at or after: ms since the epoch or ISO 8601 (UTC)")
+    p.add_argument("--end", type=_time, default=None, help="stored at or before: ms since the epoch or ISO 8601 (UTC)")
+    p.add_argument("--max", type=_count(1), default=32, help="most messages per broker (default 32)")
+    p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
     return ap
+
+
+def _count(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {n}")
+        return n
+    return parse
+
+
+def _time(text: str) -> int:
+    try:
+        return parse_time_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("time: ")) from None
+
+
+def message_line(row: dict[str, Any], body: str) -> str:
+    """One message (a row of ``Table.to_pylist()``) as the store's command prints it."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if k == "body":
+            if body == "none":
+                continue
+            v = v.hex() if body == "hex" else v.decode("utf-8", "replace")
+        elif isinstance(v, dt.datetime):
+            v = v.isoformat(timespec="milliseconds")
+        elif k == "properties" and v is not None:
+            v = dict(v)
+        out[k] = v
+    return json.dumps(out, ensure_ascii=False)
+
+
+def _messages(table: pa.Table, body: str, as_json: bool, **extra: Any) -> None:
+    rows = [message_line(r, body) for r in table.to_pylist()]  # a command's page of messages (--count, --max)
+    if as_json:
+        head = json.dumps(extra, ensure_ascii=False)[1:-1]
+        print('{"messages": [' + ", ".join(rows) + "]" + (", " + head if head else "") + "}")
+    else:
+        for line in rows:
+            print(line)
 
 
 def _emit(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
@@ -176,13 +253,48 @@ def lag(admin: Admin, args: argparse.Namespace) -> int:
     return OK
 
 
+def read(admin: Admin, args: argparse.Namespace) -> int:
+    route = _route(admin, args.topic)
+    brokers = sorted(q.broker_name for q in route.queue_datas if args.queue < q.read_queue_nums)
+    if args.broker is None and len(brokers) > 1:
+        raise _Usage(f"topic {args.topic!r} has queue {args.queue} on brokers {', '.join(brokers)}: name one (--broker)")
+    name = args.broker if args.broker is not None else (brokers[0] if brokers else None)
+    if name not in brokers:
+        raise _Usage(f"queue {args.queue} of topic {args.topic!r} is on no broker named {name!r}; "
+                     f"brokers: {', '.join(brokers) or 'none'}")
+    addr = next(b.master_addr() for b in route.broker_datas if b.broker_name == name)
+    if not addr:
+        raise _Usage(f"broker {name!r} has no master in the route of {args.topic!r}")
+    offset = args.offset if args.offset is not None else admin.min_offset(addr, args.topic, args.queue)
+    with PullConsumer("rmqlog_cli", ";".join(admin.namesrv_addrs), timeout_s=admin.timeout_s) as consumer:
+        res = consumer.pull(args.topic, args.queue, offset, args.count, subscription=args.tags, broker_name=name)
+    status = {"status": res.status, "nextOffset": res.next_begin_offset, "minOffset": res.min_offset,
+              "maxOffset": res.max_offset}
+    _messages(res.messages, args.body, args.json, **status)
+    if not args.json:
+        print(f"# {res.status} next={res.next_begin_offset} min={res.min_offset} max={res.max_offset}", file=sys.stderr)
+    return OK if res.messages.num_rows else NOTHING
+
+
+def query(admin: Admin, args: argparse.Namespace) -> int:
+    if args.topic == "*":
+        raise _Usage('a query by store time ("*") is not served over the wire: name a topic and a key or msgId')
+    _route(admin, args.topic)
+    unique = args.id is not None
+    end = args.end if args.end is not None else 2**63 - 1
+    table = admin.query_by_key(args.topic, args.id if unique else args.key, args.max, args.begin, end, unique=unique)
+    _messages(table, args.body, args.json)
+    return OK if table.num_rows else NOTHING
+
+
 def main(argv: Sequence[str]) -> int:
     """A reading command over the wire (``rmqnet.cli`` saw ``--namesrv``): its exit status."""
     try:
         args = _parser().parse_args(list(argv))
     except SystemExit as exc:  # --help (0) or a wrong argument (2)
         return int(exc.code) if isinstance(exc.code, int) else USAGE
-    handler = {"info": info, "topic-status": topic_status, "lag": lag, "consumer-progress": lag}[args.cmd]
+    handler = {"info": info, "topic-status": topic_status, "lag": lag, "consumer-progress": lag, "read": read,
+               "query": query}[args.cmd]
     try:
         admin = Admin(args.namesrv, timeout_s=args.timeout)
     except ValueError as exc:

@@ -169,7 +169,8 @@ def test_reading_commands_over_the_wire_see_both_brokers(cluster: Cluster) -> No
     c = cluster
     start(c)
     addrs = {"broker-b": f"{c.hosts.addr('b')}:{BROKER_PORT}", "broker-c": f"{c.hosts.addr('c')}:{BROKER_PORT}"}
-    assert all(r["ok"] for r in c.ask("send", topic=TOPIC, n=16)["results"])  # 2 on each of the 8 queues
+    sent = c.ask("send", topic=TOPIC, n=16)["results"]
+    assert all(r["ok"] for r in sent)  # 2 on each of the 8 queues
     c.ask("commit", namesrv=c.namesrv_addr, group="G", topic=TOPIC, broker=addrs["broker-c"], queue=3, offset=1)
 
     def rmqlog(*args: str) -> tuple[int, Any]:
@@ -192,6 +193,16 @@ def test_reading_commands_over_the_wire_see_both_brokers(cluster: Cluster) -> No
     assert [q["max"] for q in info["topics"][TOPIC]["queues"]] == [2] * 8
     code, err = rmqlog("topic-status", "nope")
     assert code == 2 and "no topic 'nope' routed by the name server; topics:" in err and TOPIC in err
+    code, err = rmqlog("read", TOPIC, "3")
+    assert code == 2 and "on brokers broker-b, broker-c: name one (--broker)" in err
+    code, page = rmqlog("read", TOPIC, "3", "--broker", "broker-c")
+    assert code == 0 and (page["status"], page["nextOffset"], page["maxOffset"]) == ("FOUND", 2, 2)
+    assert [m["body"] for m in page["messages"]] == ["m-7", "m-15"]  # broker-c's queue 3: sends 8 and 16
+    by_id = next(r for r in sent if r["queue"] == 1 and r["broker"] == addrs["broker-b"])
+    code, found = rmqlog("query", TOPIC, "--id", by_id["key"])
+    assert code == 0 and [(m["queueId"], m["body"]) for m in found["messages"]] == [(1, "m-1")]
+    code, err = rmqlog("query", TOPIC, "--key", "never-sent")
+    assert code == 1
 
 
 def test_a_group_consumes_both_brokers_once_between_its_members(cluster: Cluster) -> None:
