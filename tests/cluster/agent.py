@@ -20,11 +20,15 @@ failed). Orders (``op``):
   connections (a consumer that vanished);
 - ``create_topic`` {namesrv, cluster, topic, queues}: the topic on every master of the cluster;
 - ``commit`` {namesrv, group, topic, broker (its address), queue, offset}: a committed offset;
+- ``cli`` {args}: ``rmqlog ARGS`` run in this process (``rmqnet.cli.main``); its exit status,
+  stdout and stderr;
 - ``fault`` : the producer's fault table ``{broker: [latency_ms, ms_left]}``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import sys
 import time
@@ -117,6 +121,14 @@ class Agent:
         with Admin(o["namesrv"]) as admin:
             admin.update_offset(o["broker"], o["group"], o["topic"], int(o["queue"]), int(o["offset"]))
         return {}
+
+    def cli(self, o: dict[str, Any]) -> dict[str, Any]:
+        from rmqnet.cli import main as rmqlog
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = rmqlog(list(o["args"]))
+        return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
 
     def fault(self, o: dict[str, Any]) -> dict[str, Any]:
         assert self.producer is not None

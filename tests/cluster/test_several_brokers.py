@@ -173,11 +173,14 @@ def test_reading_commands_over_the_wire_see_both_brokers(cluster: Cluster) -> No
     assert all(r["ok"] for r in sent)  # 2 on each of the 8 queues
     c.ask("commit", namesrv=c.namesrv_addr, group="G", topic=TOPIC, broker=addrs["broker-c"], queue=3, offset=1)
 
-    def rmqlog(*args: str) -> tuple[int, Any]:
-        r = c.hosts.run("d", [sys.executable, "-m", "rmqnet", *args, "--namesrv", c.namesrv_addr, "--json"],
-                       env=subprocess_env())
-        return r.returncode, (json.loads(r.stdout) if r.returncode == 0 else r.stderr)
+    def rmqlog(*args: str) -> tuple[int, Any]:  # the command's code, in the agent's process on host d
+        r = c.ask("cli", args=[*args, "--namesrv", c.namesrv_addr, "--json"])
+        return r["code"], (json.loads(r["stdout"]) if r["code"] == 0 else r["stderr"])
 
+    # once as the command itself, a process on host d
+    r = c.hosts.run("d", [sys.executable, "-m", "rmqnet", "topic-status", TOPIC, "--namesrv", c.namesrv_addr],
+                    env=subprocess_env())
+    assert r.returncode == 0 and r.stdout.splitlines()[-1] == f"{TOPIC}/broker-c/3  min 0  max 2  messages 2"
     code, status = rmqlog("topic-status", TOPIC)
     assert code == 0 and status == {"topic": TOPIC, "queues": [
         {"brokerName": b, "queueId": q, "min": 0, "max": 2, "messages": 2} for b in ("broker-b", "broker-c")
