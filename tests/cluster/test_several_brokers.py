@@ -105,15 +105,21 @@ def test_a_cut_link_costs_at_most_the_send_in_flight(cluster: Cluster) -> None:
     check_history(c, before + after, addrs)
 
 
-@pytest.mark.parametrize("direction", ["down", "up"])
-def test_a_stalled_proxy_direction_is_handled_as_a_cut(cluster: Cluster, direction: str) -> None:
+@pytest.mark.parametrize(("fault", "direction"), [("stall", "down"), ("stall", "up"), ("drop", "down"),
+                                                   ("drop", "up")])
+def test_a_stalled_or_lossy_proxy_direction_is_handled_as_a_cut(cluster: Cluster, fault: str, direction: str) -> None:
+    """Answers or requests held (stall) or lost (drop) on the way to broker-c: the send caught
+    there times out, broker-c is out, the rest go to broker-b."""
     c = cluster
     start(c, c_via_proxy=True, timeout_s=1.0)
     proxy = c.proxies[0]
     addrs = {"broker-b": f"{c.hosts.addr('b')}:{BROKER_PORT}", "broker-c": f"{c.hosts.addr('p')}:{BROKER_PORT}"}
     before = c.ask("send", topic=TOPIC, n=8, prefix="before")["results"]
     assert brokers_of(before) == {addrs["broker-b"]: 4, addrs["broker-c"]: 4}
-    proxy.stall(direction)
+    if fault == "stall":
+        proxy.stall(direction)
+    else:
+        proxy.drop(direction)
     after = c.ask("send", topic=TOPIC, n=24, prefix="after")["results"]
     failed = [i for i, r in enumerate(after) if not r["ok"]]
     assert len(failed) <= 1 and all(after[i]["error"] == "RemotingTimeoutError" for i in failed)
@@ -121,6 +127,7 @@ def test_a_stalled_proxy_direction_is_handled_as_a_cut(cluster: Cluster, directi
     assert c.ask("fault")["table"]["broker-c"][1] > 0
     assert proxy.stats()["accepted"] == 1  # every send to broker-c went through the proxy, on one connection
     proxy.resume(direction)
+    proxy.drop(direction, False)
     check_history(c, before + after, addrs)
 
 
