@@ -12,6 +12,8 @@ another broker), all attempts within ``timeout_s`` together as in Java; then the
 attempt's error is raised as it came (Java wraps it in ``MQClientException``). With
 ``send_latency_fault_enable`` every attempt's latency or failure is recorded against its
 broker, and a failed or slow broker is skipped for a while (``MQFaultStrategy``'s tables).
+A stored-but status (10, 11, 12) is the send's result, unless
+``retry_another_broker_when_not_store_ok`` (Java's ``retryAnotherBrokerWhenNotStoreOK``).
 Given ``queue_id`` or ``broker_name``, the send goes once to that queue (``send(msg, mq)``:
 no retry, nothing recorded): the first matching queue of the topic's route in round robin.
 A topic the name server does not know is sent through the route of ``TBW102`` with
@@ -90,7 +92,8 @@ class Producer(RemoteClient):
                  limits: Limits | None = None, client_ip: bytes = b"\x7f\x00\x00\x01", clock: Clock | None = None,
                  access_key: str | None = None, secret_key: str | None = None,
                  send_latency_fault_enable: bool = False, retry_times_when_send_failed: int = 2,
-                 latency_max_ms: Sequence[int] = LATENCY_MAX_MS, not_available_ms: Sequence[int] = NOT_AVAILABLE_MS) -> None:
+                 latency_max_ms: Sequence[int] = LATENCY_MAX_MS, not_available_ms: Sequence[int] = NOT_AVAILABLE_MS,
+                 retry_another_broker_when_not_store_ok: bool = False) -> None:
         super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock, access_key=access_key,
                          secret_key=secret_key)
         if retry_times_when_send_failed < 0:
@@ -99,6 +102,9 @@ class Producer(RemoteClient):
         self._ids = UniqKeys(client_ip)
         self._rr = itertools.count()
         self.retry_times_when_send_failed = retry_times_when_send_failed
+        #: ``retryAnotherBrokerWhenNotStoreOK``: a stored-but status (10, 11, 12) tries the next
+        #: broker too; the last such result is answered if no attempt gets SEND_OK
+        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
         #: the queue choice and the brokers to avoid (``sendLatencyFaultEnable``: ``fault.enabled``)
         self.fault = FaultStrategy(self.clock, enabled=send_latency_fault_enable, latency_max_ms=latency_max_ms,
                                    not_available_ms=not_available_ms)
@@ -180,6 +186,7 @@ class Producer(RemoteClient):
         first = loop.time()
         last_broker: str | None = None
         error: BaseException | None = None
+        stored: SendResult | None = None  # a stored-but answer, kept while other brokers are tried
         for _ in range(1 + self.retry_times_when_send_failed):
             q = self.fault.select(queues, last_broker)
             last_broker = q.broker_name
@@ -201,7 +208,12 @@ class Producer(RemoteClient):
                 error = exc
                 continue
             self.fault.update(q.broker_name, _ms(loop.time() - began), False)
+            if result.status != "SEND_OK" and self.retry_another_broker_when_not_store_ok:
+                stored = result
+                continue
             return result
+        if stored is not None:
+            return stored
         assert error is not None
         raise error
 

@@ -269,3 +269,16 @@ def test_a_stale_route_is_asked_again_and_the_send_goes_elsewhere(brokers: Broke
     assert [r.offset_msg_id for r in results] == ["broker-a"] * 4
     assert len(brokers.a.of(105)) == 2  # the first lookup, and again after broker-b's refusal
     assert len(brokers.sends(brokers.b)) == 1
+
+
+def test_a_stored_but_status_is_the_answer_unless_asked_to_try_another_broker(brokers: Brokers) -> None:
+    brokers.a.answers[310] = lambda r: r.reply(ResponseCode.SLAVE_NOT_AVAILABLE, None, {
+        "msgId": "broker-a", "queueId": r.ext_fields["e"], "queueOffset": "0"})
+    with Producer("PG", brokers.a.addr) as p:
+        assert p.send("T", b"x").status == "SLAVE_NOT_AVAILABLE"  # stored on broker-a: the answer
+    assert brokers.sends(brokers.b) == []
+    with Producer("PG", brokers.a.addr, retry_another_broker_when_not_store_ok=True) as p:
+        r = p.send("T", b"x")
+        assert (r.status, r.offset_msg_id) == ("SEND_OK", "broker-b")
+        brokers.b.answers[310] = brokers.a.answers[310]  # nobody stores OK: the last stored-but answer
+        assert p.send("T", b"x").status == "SLAVE_NOT_AVAILABLE"
