@@ -67,27 +67,31 @@ class Cluster:
         self.namesrv_addr = addr
         return addr
 
-    def broker(self, host: str, name: str, topics: dict[str, int], *, via_proxy: str | None = None) -> str:
-        """Broker group ``name`` (its master) on ``host`` over a root of its own holding
-        ``topics`` (name -> queues) before it starts; with ``via_proxy`` (a host), clients
-        reach it through a FaultProxy there. Its advertised address."""
-        root = self.tmp / name
-        if name not in self.roots:
+    def broker(self, host: str, name: str, topics: dict[str, int], *, via_proxy: str | None = None,
+               conf: dict[str, str] | None = None, root_name: str | None = None) -> str:
+        """Broker group ``name`` (its master unless ``conf`` says otherwise, e.g. ``brokerId``
+        and ``brokerRole`` for a slave, whose root is then ``root_name``) on ``host`` over a
+        root of its own holding ``topics`` (name -> queues) before it starts; with
+        ``via_proxy`` (a host), clients reach it through a FaultProxy there. Its advertised
+        address. (One process per root name: ``self.brokers`` and ``self.roots`` are keyed by it.)"""
+        key = root_name or name
+        root = self.tmp / key
+        if key not in self.roots:
             with rmqlog.MessageStore.open(root, store_config()) as store:
                 for topic, queues in topics.items():
                     store.create_topic(topic, queues)
-        self.roots[name] = root
+        self.roots[key] = root
         advertised = self.hosts.addr(via_proxy or host)
-        conf = self.tmp / f"{name}.conf"
+        path = self.tmp / f"{key}.conf"
         lines = {"brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": "0", "brokerIP1": advertised,
-                 "listenPort": str(BROKER_PORT), "namesrvAddr": self.namesrv_addr, **STORE}
-        conf.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-        proc = self.hosts.popen(host, [sys.executable, "-m", "rmqnet", "broker", str(root), "-c", str(conf),
+                 "listenPort": str(BROKER_PORT), "namesrvAddr": self.namesrv_addr, **STORE, **(conf or {})}
+        path.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+        proc = self.hosts.popen(host, [sys.executable, "-m", "rmqnet", "broker", str(root), "-c", str(path),
                                        "--listen", f"0.0.0.0:{BROKER_PORT}"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
         line = _ready_line(proc, f"broker {name}")
         assert line == f"broker {name} ready at {advertised}:{BROKER_PORT}", line
-        self.brokers[name] = proc
+        self.brokers[key] = proc
         if via_proxy is not None:
             self.proxies.append(FaultProxy(self.hosts, via_proxy, BROKER_PORT, (self.hosts.addr(host), BROKER_PORT)))
         return f"{advertised}:{BROKER_PORT}"
