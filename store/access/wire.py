@@ -262,6 +262,12 @@ class WireAccess:
         self._check_open()
         return replica_read(self.parts, int_arg("offset", offset, 0), int_arg("max_bytes", max_bytes, 1))
 
+    def commit_log_min_offset(self) -> int:
+        """The commitlog's first offset: the start of its oldest segment (RocketMQ's
+        ``getMinPhyOffset``; 0 until retention deleted a segment)."""
+        self._check_open()
+        return self.parts.commitlog.min_offset()
+
     def replica_end(self) -> int:
         """A slave's end: the offset its next :meth:`replica_append` must start at (what a
         slave reports to its master): the published tail plus the bytes received past it."""
