@@ -133,6 +133,8 @@ class HAServer:
         self._waiters: list[tuple[int, asyncio.Future[bool]]] = []
         self._tasks: set[asyncio.Task[Any]] = set()
         self._unsubscribe: Any = None
+        #: set once a slave's first report arrived (tests and tools await it)
+        self.slave_reported = asyncio.Event()
 
     # --------------------------------------------------------------- lifecycle
     async def start(self) -> int:
@@ -151,12 +153,12 @@ class HAServer:
         if self._server is not None:
             self._server.close()
         for writer in list(self.links.values()):
-            writer.close()
-        for task in list(self._tasks):
-            task.cancel()
+            writer.close()  # its reader sees the end, and its connection's task ends
         for task in list(self._tasks):
             with contextlib.suppress(BaseException):
-                await task
+                await asyncio.wait_for(asyncio.shield(task), 5)
+        for task in list(self._tasks):  # (a connection that did not end: cut short)
+            task.cancel()
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
@@ -250,6 +252,7 @@ class HAServer:
                 ack = link.on_bytes(data, self.clock.wall_ms())
                 if ack is not None:
                     self._acked(ack)
+                    self.slave_reported.set()
                     wake.set()  # the first report starts the writer
                 if sender.done():
                     break
