@@ -136,7 +136,6 @@ def test_slave_refuses_sends_and_serves_pulls(tmp_path: Path) -> None:
             assert (await _send(master, b"m%d" % i)).code == ResponseCode.SUCCESS
         await _caught_up(client, slave, master)
         slave.store.dispatch()
-        slave.topics.get("TopicA") or slave.store.create_topic("TopicA", 4)
         pull = RemotingCommand(RequestCode.PULL_MESSAGE, 7, 0, None, {
             "consumerGroup": "G", "topic": "TopicA", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32,
             "sysFlag": 1 | 4, "commitOffset": 2, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0,
