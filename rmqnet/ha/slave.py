@@ -66,7 +66,8 @@ class HAClient:
 
     def __init__(self, store: MessageStore, master: str | None = None, *, clock: Clock | None = None,
                  heartbeat_ms: int = HEARTBEAT_INTERVAL_MS, housekeeping_ms: int = HOUSEKEEPING_INTERVAL_MS,
-                 backoff_min_ms: int = 100, backoff_max_ms: int = 5000, max_transfer: int = MAX_TRANSFER_SIZE) -> None:
+                 backoff_min_ms: int = 100, backoff_max_ms: int = 5000, max_transfer: int = MAX_TRANSFER_SIZE,
+                 connect_timeout_s: float = 3.0) -> None:
         self.store = store
         self.clock: Clock = clock or SystemClock()
         self.heartbeat_ms = heartbeat_ms
@@ -74,6 +75,7 @@ class HAClient:
         self.backoff_min_ms = backoff_min_ms
         self.backoff_max_ms = backoff_max_ms
         self.max_transfer = max_transfer
+        self.connect_timeout_s = connect_timeout_s
         self.master: tuple[str, int] | None = None
         self._writer: asyncio.StreamWriter | None = None
         self.backoff_ms = backoff_min_ms
@@ -154,8 +156,8 @@ class HAClient:
     async def _run(self, master: tuple[str, int]) -> None:
         loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.open_connection(*master)
-        except OSError as exc:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(*master), self.connect_timeout_s)
+        except (OSError, TimeoutError) as exc:
             self._failed(f"connect to {master[0]}:{master[1]}: {exc}")
             return
         self._writer = writer
