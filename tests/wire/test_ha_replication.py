@@ -311,3 +311,36 @@ def test_codec_readers_in_pieces() -> None:
         TransferReader(max_size=100).feed(struct.pack(">qi", 0, 101))
     with pytest.raises(HAProtocolError):
         TransferReader().feed(struct.pack(">qi", 0, -1))
+
+
+def test_slave_reports_on_its_heartbeat_and_closes_a_silent_master(tmp_path: Path) -> None:
+    slave = _open(tmp_path / "s")
+
+    async def body() -> None:
+        reports: asyncio.Queue[int] = asyncio.Queue()
+        closed = asyncio.Event()
+
+        async def silent_master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            while raw := await reader.read(8):
+                await reports.put(struct.unpack(">q", raw)[0])
+            closed.set()
+
+        srv = await asyncio.start_server(silent_master, "127.0.0.1", 0)
+        port = srv.sockets[0].getsockname()[1]
+        clock = rmqlog.ManualClock(1_000_000)
+        client = HAClient(slave, f"127.0.0.1:{port}", clock=clock, heartbeat_ms=5000, housekeeping_ms=20_000)
+        client.run_once(clock.wall_ms())
+        assert await reports.get() == 0  # on connect
+        assert client.connected  # (set before its first report)
+        client.run_once(clock.advance(4999))
+        client.run_once(clock.advance(1))  # haSendHeartbeatInterval: the end again
+        assert await reports.get() == 0
+        client.run_once(clock.advance(20_001))  # nothing read for haHousekeepingInterval: closed
+        await closed.wait()
+        await client.close()
+        srv.close()
+        await srv.wait_closed()
+        assert reports.empty()  # no report between the heartbeats
+
+    run(body)
+    slave.close()

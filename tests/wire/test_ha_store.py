@@ -238,3 +238,30 @@ def test_replica_read_bounds(tmp_path: Path) -> None:
             master.replica_read(0, 0)
     finally:
         master.close()
+
+
+def test_restart_inside_a_segment_blank_resumes_at_the_blank(tmp_path: Path) -> None:
+    master = _open(tmp_path / "m")
+    slave = _open(tmp_path / "s")
+    try:
+        _fill(master, 30)
+        # up to just inside the first segment's end blank (the master's bytes, as stored)
+        first = master.replica_read(0, SEG)
+        end0 = [r for r in rc.walk_commitlog(str(tmp_path / "m" / "commitlog"), SEG) if r.physical_offset < SEG][-1]
+        blank_at = end0.physical_offset + end0.total_size
+        assert SEG - blank_at >= 16  # a blank of some size ends the segment
+        slave.replica_append(0, first[:blank_at + 4])  # the blank's header cut in two
+        assert slave.published_tail() == blank_at
+        slave.replica_append(blank_at + 4, first[blank_at + 4:SEG - 3])
+        assert slave.published_tail() == blank_at  # published only once the segment's last byte came
+        slave.close()
+        slave = _open(tmp_path / "s")
+        assert slave.replica_end() == blank_at  # resumes at the blank: its bytes come again
+        slave.replica_append(blank_at, first[blank_at:])
+        assert slave.published_tail() == SEG
+        _replicate(master, slave, 32 << 10)
+        tail = master.published_tail()
+        assert _log_bytes(tmp_path / "s", tail) == _log_bytes(tmp_path / "m", tail)
+    finally:
+        master.close()
+        slave.close()
