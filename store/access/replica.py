@@ -57,6 +57,7 @@ from ..log.record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC
 from ..log.scan import QueueDensity, SegmentScan, StopReason
 from ..log.writer_marker import writer_markers
 from ..paths import validate_topic
+from .replica_check import MARKER_NEEDLE, take_fast
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -99,6 +100,8 @@ class ReplicaWriter:
         self._lock = threading.Lock()
         #: (published tail, bytes received up to) as this writer left them; None: start from the tail
         self._mark: tuple[int, int] | None = None
+        #: the fast form of the continuation checks (off: always the general one; tests compare them)
+        self.fast = True
 
     def end(self) -> int:
         """Where the next replicated bytes must start: the published tail plus what was
@@ -210,6 +213,27 @@ class ReplicaWriter:
         return at, problem
 
     def _take(self, state: AppendState, seg: MappedFile, scan: SegmentScan) -> tuple[int, str]:
+        """:meth:`_take_general`'s answer and effect on ``state``, by the fast form
+        (:func:`rmqlog.access.replica_check.take_fast`) when it can judge the run."""
+        if not self.fast:
+            return self._take_general(state, seg, scan)
+        arr = seg.array()
+        pos = scan.positions.astype(np.int64)
+        end = int(pos[-1] + scan.sizes[-1])
+        marked = arr[int(pos[0]):end].tobytes().find(MARKER_NEEDLE) >= 0
+        trial = AppendState(state.tail, state.store_timestamp, dict(state.queues), dict(state.writers))
+        got = take_fast(trial, arr, pos, self.parts.commitlog.min_offset() == 0, marked)
+        if got is None:
+            return self._take_general(state, seg, scan)
+        cut, why, markers = got
+        if markers and cut:
+            cols = read_columns(seg.buffer(), seg.start, pos[:cut], with_body=False)
+            for writer, seq in writer_markers(cols.properties):  # in log order: the last wins
+                trial.writers[writer] = seq
+        state.queues, state.store_timestamp, state.writers = trial.queues, trial.store_timestamp, trial.writers
+        return cut, why
+
+    def _take_general(self, state: AppendState, seg: MappedFile, scan: SegmentScan) -> tuple[int, str]:
         """Add the scanned records to ``state`` up to the first one a continuation cannot
         have (a refused topic name, a QUEUEOFFSET that does not continue its queue); returns
         (its index or the count, why)."""

@@ -265,3 +265,53 @@ def test_restart_inside_a_segment_blank_resumes_at_the_blank(tmp_path: Path) -> 
     finally:
         master.close()
         slave.close()
+
+
+@pytest.mark.parametrize("kind", ["queue_offset", "topic", "queue_id", "none"])
+@pytest.mark.parametrize("seed", [1, 2])
+def test_fast_checks_agree_with_the_general_ones(tmp_path: Path, seed: int, kind: str) -> None:
+    """The continuation checks' fast form (``rmqlog.access.replica_check``) and the general
+    one give the same published tails, append states and refusals, on random streams cut at
+    random places, with a random record damaged in one of a few ways."""
+    rnd = random.Random(seed)
+    master = _open(tmp_path / "m")
+    _fill(master, 30, seed=seed)
+    tail = master.published_tail()
+    log = b"".join(master.replica_read(o, SEG) for o in range(0, tail, SEG))[:tail]
+    records = rc.walk_commitlog(str(tmp_path / "m" / "commitlog"), SEG)
+    victim = rnd.choice(records)
+    at = victim.physical_offset
+    bad = bytearray(log)
+    if kind == "queue_offset":
+        bad[at + 20:at + 28] = (victim.queue_offset + rnd.choice([1, 2, -1])).to_bytes(8, "big", signed=True)
+    elif kind == "queue_id":
+        bad[at + 12:at + 16] = (victim.queue_id + 9).to_bytes(4, "big")
+    elif kind == "topic":
+        body_len = int.from_bytes(log[at + 84:at + 88], "big")  # IPv4 hosts: an 88-byte header
+        tpos = at + 88 + body_len + 1  # after the 1-byte topic length (MAGIC_V1)
+        assert bytes(log[tpos:tpos + len(victim.topic)]) == victim.topic.encode()
+        bad[tpos] = ord("/")
+    outcomes = []
+    for fast in (True, False):
+        slave = _open(tmp_path / f"s{fast}")
+        slave._replica_writer().fast = fast
+        steps = []
+        r2 = random.Random(seed)
+        try:
+            while True:
+                end = slave.replica_end()
+                if end >= tail:
+                    break
+                n = min(r2.randint(1, 3000), SEG - end % SEG, tail - end)
+                try:
+                    slave.replica_append(end, bytes(bad[end:end + n]))
+                    steps.append(("ok", slave.published_tail()))
+                except ReplicaStreamError as exc:
+                    steps.append(("refused", exc.offset, str(exc).split("; file")[0]))
+                    break
+            st = slave.append_state()
+            outcomes.append((steps, st.tail, st.queues, st.writers, st.store_timestamp))
+        finally:
+            slave.close()
+    assert outcomes[0] == outcomes[1], kind
+    master.close()
