@@ -9,7 +9,8 @@ its own dispatcher builds its consume queues and index from them.
   ``m <= n``, never past the segment holding ``offset`` nor past the published tail (RocketMQ's
   ``getCommitLogData`` never crosses a mapped file either). A segment's end-of-file blank comes
   through as the bytes it is (its 8-byte header, then what the file holds: zeros).
-- **Append** (slave): ``append(offset, data)``: ``offset`` must be this store's end, the
+- **Append** (slave): ``append(offset, data)``: ``offset`` must be this store's end (an empty
+  store also takes a segment's start: a master whose retention deleted its first segments), the
   published tail plus the bytes received past it (RocketMQ's slave compares the header's offset
   with its max physical offset the same way); ``data`` must not cross a segment. The bytes are
   written at once (``pwrite``, past the published tail: no reader looks there), then everything
@@ -129,6 +130,14 @@ class ReplicaWriter:
                 commitlog.scrub(tail)
                 mark = (tail, tail)
             end = mark[1]
+            if offset != end and end == tail == 0 and offset > 0 and offset % size == 0 \
+                    and not commitlog.segments.segment_starts():
+                # an empty store taking a master's log from a later segment (the master's
+                # retention deleted the first ones): its log starts there
+                state.tail = offset
+                parts.state_file.publish(state)
+                self._mark = mark = (offset, offset)
+                tail = end = offset
             if offset != end:
                 raise ReplicaOffsetError(f"replicated bytes at offset {offset}, but this store ends at {end}",
                                          offset=offset, end=end)

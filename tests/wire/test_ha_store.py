@@ -8,7 +8,9 @@ bytes).
 
 from __future__ import annotations
 
+import os
 import random
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -315,3 +317,43 @@ def test_fast_checks_agree_with_the_general_ones(tmp_path: Path, seed: int, kind
             slave.close()
     assert outcomes[0] == outcomes[1], kind
     master.close()
+
+
+def test_an_empty_slave_starts_at_the_masters_first_segment(tmp_path: Path) -> None:
+    cfg = small_store_config(mapped_file_size_commit_log=SEG, max_message_size=1024, delete_when="00;01;02;03;04;05;06;"
+                             "07;08;09;10;11;12;13;14;15;16;17;18;19;20;21;22;23")
+    master = rmqlog.MessageStore.open(tmp_path / "m", cfg)
+    slave = rmqlog.MessageStore.open(tmp_path / "s", cfg)
+    try:
+        _fill(master, 30)
+        master.dispatch()
+        master.flush()  # (retention deletes only below the flushed position)
+        master.retention.disk_used = lambda path: 10.0
+        old = time.time() - 100 * 3600
+        for start, path in rc.list_segments(str(tmp_path / "m" / "commitlog"))[:2]:
+            os.utime(path, (old, old))
+        report = master.clean_expired()
+        first = master.commit_log_min_offset()
+        assert first == 2 * SEG, report
+        assert first == 2 * SEG
+        with pytest.raises(ReplicaOffsetError):
+            slave.replica_append(first + 8, b"x")  # only a segment's start
+        pos = first
+        while pos < master.published_tail():
+            data = master.replica_read(pos, 32 << 10)
+            pos = slave.replica_append(pos, data)
+        tail = master.published_tail()
+        assert slave.published_tail() == tail
+        for start, path in rc.list_segments(str(tmp_path / "s" / "commitlog")):
+            assert start >= first
+            assert Path(path).read_bytes()[: min(SEG, tail - start)] == \
+                (tmp_path / "m" / "commitlog" / f"{start:020d}").read_bytes()[: min(SEG, tail - start)]
+        slave.dispatch()
+        master.close()
+        slave.close()
+        slave = rmqlog.MessageStore.open(tmp_path / "s", cfg)  # reopened: recovery keeps it all
+        assert slave.published_tail() == tail and slave.commit_log_min_offset() == first
+        kept = [r.body for r in rc.walk_commitlog(str(tmp_path / "s" / "commitlog"), SEG) if (r.topic, r.queue_id) == ("T0", 0)]
+        assert kept and slave.read_queue("T0", 0, 0, 1000).column("body").to_pylist() == kept
+    finally:
+        slave.close()
