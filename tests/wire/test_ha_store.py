@@ -330,7 +330,7 @@ def test_an_empty_slave_starts_at_the_masters_first_segment(tmp_path: Path) -> N
         master.flush()  # (retention deletes only below the flushed position)
         master.retention.disk_used = lambda path: 10.0
         old = time.time() - 100 * 3600
-        for start, path in rc.list_segments(str(tmp_path / "m" / "commitlog"))[:2]:
+        for _start, path in rc.list_segments(str(tmp_path / "m" / "commitlog"))[:2]:
             os.utime(path, (old, old))
         report = master.clean_expired()
         first = master.commit_log_min_offset()
