@@ -85,7 +85,9 @@ class BrokerConfig:
       hands back at registration), ``ha_send_heartbeat_interval`` (5000),
       ``ha_housekeeping_interval`` (20000), ``ha_transfer_batch_size`` (32768),
       ``ha_slave_fallbehind_max`` (256 MiB), ``slave_timeout`` (``slaveTimeout``, 3000: how long
-      a ``SYNC_MASTER`` send waits for a slave before ``FLUSH_SLAVE_TIMEOUT``).
+      a ``SYNC_MASTER`` send waits for a slave before ``FLUSH_SLAVE_TIMEOUT``),
+      ``slave_read_enable`` (``slaveReadEnable``, false: a pull's ``suggestWhichBrokerId`` is
+      always 0; true: 1 for a consumer reading further behind than the in-memory ratio).
     - ``store``: the store's config (``flushDiskType``, ``maxMessageSize``, segment sizes...).
     """
 
@@ -125,6 +127,7 @@ class BrokerConfig:
     ha_transfer_batch_size: int = 32 * 1024
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
     slave_timeout: int = 3000
+    slave_read_enable: bool = False
     store: StoreConfig = field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:

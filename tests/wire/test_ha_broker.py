@@ -196,3 +196,57 @@ def test_registration_hands_the_slave_its_masters_ha_address(tmp_path: Path) -> 
     _run(body)
     master.store.close()
     slave.store.close()
+
+
+def _pull(broker: Broker, offset: int, nums: int = 32) -> RemotingCommand:
+    req = RemotingCommand(RequestCode.PULL_MESSAGE, 9, 0, None, {
+        "consumerGroup": "G", "topic": "TopicA", "queueId": 0, "queueOffset": offset, "maxMsgNums": nums,
+        "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0,
+    }, b"", "JAVA")
+    got = broker.table.process(broker, FakePeer(), req)
+    assert isinstance(got, RemotingCommand)
+    return got
+
+
+def test_master_suggests_the_slave_to_a_slow_consumer(tmp_path: Path, monkeypatch: Any) -> None:
+    from rmqnet.broker import pull
+
+    master = _broker(tmp_path / "m", "ASYNC_MASTER", slave_read_enable=True)
+    plain = _broker(tmp_path / "p", "ASYNC_MASTER")
+
+    async def body() -> None:
+        for b in (master, plain):
+            for i in range(3):
+                assert (await _send(b, b"x" * 200 + bytes([i]))).code == ResponseCode.SUCCESS
+            b.store.dispatch()
+
+    _run(body)
+    monkeypatch.setattr(pull, "total_memory", lambda: 1000)  # 40% of it: 400 bytes "in memory"
+    far, near = _pull(master, 0, 1), _pull(master, 2, 1)  # ~600 bytes behind the end; the last one
+    assert far.code == near.code == ResponseCode.SUCCESS
+    assert str(far.ext_fields["suggestWhichBrokerId"]) == "1"  # whichBrokerWhenConsumeSlowly
+    assert str(near.ext_fields["suggestWhichBrokerId"]) == "0"
+    assert str(_pull(plain, 0, 1).ext_fields["suggestWhichBrokerId"]) == "0"  # slaveReadEnable off: the master
+    master.store.close()
+    plain.store.close()
+
+
+def test_slave_answers_an_offset_past_its_queue_retry_not_moved(tmp_path: Path) -> None:
+    master = _broker(tmp_path / "m", "ASYNC_MASTER")
+    slave = _broker(tmp_path / "s", "SLAVE")
+
+    async def body() -> None:
+        client = await _slave_of(master, slave)
+        assert (await _send(master, b"one")).code == ResponseCode.SUCCESS
+        await _caught_up(client, slave, master)
+        await client.close()
+        await master.replication.close()  # type: ignore[attr-defined]
+        await slave.replication.close()  # type: ignore[attr-defined]
+
+    _run(body)
+    slave.store.dispatch()
+    master.store.dispatch()
+    assert _pull(master, 50).code == ResponseCode.PULL_OFFSET_MOVED
+    assert _pull(slave, 50).code == ResponseCode.PULL_RETRY_IMMEDIATELY  # offsetCheckInSlave off
+    master.store.close()
+    slave.store.close()
