@@ -268,6 +268,13 @@ class WireAccess:
         self._check_open()
         return self.parts.commitlog.min_offset()
 
+    def consumer_offset_table(self) -> dict[str, dict[int, int]]:
+        """Every committed consumer offset, ``{"<topic>@<group>": {queue_id: offset}}``
+        (``config/consumerOffset.json``, entries with valid names only): RocketMQ's
+        ``GET_ALL_CONSUMER_OFFSET`` (43), what a slave copies from its master."""
+        self._check_open()
+        return self.parts.consumer_offsets.table()
+
     def replica_end(self) -> int:
         """A slave's end: the offset its next :meth:`replica_append` must start at (what a
         slave reports to its master): the published tail plus the bytes received past it."""

@@ -250,3 +250,55 @@ def test_slave_answers_an_offset_past_its_queue_retry_not_moved(tmp_path: Path) 
     assert _pull(slave, 50).code == ResponseCode.PULL_RETRY_IMMEDIATELY  # offsetCheckInSlave off
     master.store.close()
     slave.store.close()
+
+
+def test_slave_copies_its_masters_topics_and_offsets(tmp_path: Path) -> None:
+    import json
+
+    from rmqlog import TopicConfig
+    from rmqnet.broker.slave_sync import FIRST_DELAY_MS, PERIOD_MS
+
+    master = _broker(tmp_path / "m", "ASYNC_MASTER")
+    slave = _broker(tmp_path / "s", "SLAVE")
+    master.topics.update(TopicConfig("TopicB", 6, 6, perm=4))
+    master.store.create_topic("TopicC", 2)
+    master.store.commit_offset("G1", "TopicB", 5, 17)
+    master.store.commit_offset("G2", "TopicC", 0, 3)
+    asked: list[int] = []
+
+    async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        assert addr == "10.0.0.1:10911"
+        asked.append(req.code)
+        res = master.table.process(master, FakePeer(), req)
+        assert isinstance(res, RemotingCommand)
+        return res
+
+    async def body() -> None:
+        sync = slave.slave_sync  # type: ignore[attr-defined]
+        sync.invoke = invoke
+        raw = master.table.process(master, FakePeer(), RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET, 1))
+        assert json.loads(raw.body_bytes()) == {"offsetTable": {"TopicB@G1": {"5": 17}, "TopicC@G2": {"0": 3}}}
+        start = slave.clock.wall_ms()
+        assert sync.run_once(start + FIRST_DELAY_MS) is None  # no master known yet
+        sync.master_addr = "10.0.0.1:10911"
+        assert sync.run_once(start + FIRST_DELAY_MS - 100) is None  # not due yet
+        task = sync.run_once(start + FIRST_DELAY_MS + 10)
+        assert task is not None
+        await task
+        assert asked == [RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET]
+        assert sync.rounds == 1 and sync.last_error is None
+        assert sync.run_once(start + FIRST_DELAY_MS + PERIOD_MS) is None  # the next round: 10 s on
+        master.store.commit_offset("G1", "TopicB", 5, 20)
+        task = sync.run_once(start + FIRST_DELAY_MS + 10 + PERIOD_MS)
+        assert task is not None
+        await task
+        await sync.close()
+
+    _run(body)
+    tb = slave.topics.get("TopicB")
+    assert tb is not None and (tb.write_queue_nums, tb.read_queue_nums, tb.perm) == (6, 6, 4)
+    assert slave.topics.get("TopicC") is not None
+    assert slave.store.committed_offset("G1", "TopicB", 5) == 20
+    assert slave.store.committed_offset("G2", "TopicC", 0) == 3
+    master.store.close()
+    slave.store.close()
