@@ -18,7 +18,9 @@ right after the put (a bound that covers every row of it).
 A slave's master: ``haMasterAddress``, else the ``haServerAddr`` the name server answers a
 slave's registration with (RocketMQ's ``updateMasterHAServerAddrPeriodically``), taken
 after each registration round. The master advertises ``brokerIP1:<bound HA port>`` as its
-``haServerAddr`` (RocketMQ: ``brokerIP2:haListenPort``).
+``haServerAddr`` (RocketMQ: ``brokerIP2:haListenPort``). When ``haListenPort`` is not set and
+its default (``listenPort + 1``) is taken, the master listens on a free port instead (the
+registration carries it); a configured ``haListenPort`` that is taken fails the start.
 
 :class:`Replication` is installed on every broker (``broker.replication``), is one of its
 services (``run_once(now_ms)``: the HA server's housekeeping, the slave's connection and
@@ -30,6 +32,7 @@ HA service, and a ``SYNC_MASTER`` send then finds no slave.
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -78,7 +81,16 @@ class Replication:
         server = HAServer(store, host=host, port=port, clock=self.broker.clock,
                           batch_size=cfg.ha_transfer_batch_size, heartbeat_ms=cfg.ha_send_heartbeat_interval,
                           fallbehind_max=cfg.ha_slave_fallbehind_max, housekeeping_ms=cfg.ha_housekeeping_interval)
-        bound = await server.start()
+        try:
+            bound = await server.start()
+        except OSError as exc:
+            if cfg.ha_listen_port is not None or port == 0 or exc.errno != errno.EADDRINUSE:
+                raise
+            # the derived default (listenPort + 1) is taken (a restart on a fixed port, a client's
+            # ephemeral port): any free port, since the registration carries the one bound
+            log.warning("HA port %d is in use; listening on a free port instead (haServerAddr says which)", port)
+            server.port = 0
+            bound = await server.start()
         self.server = server
         advertise = cfg.broker_ip1 if host in ("0.0.0.0", "::") else host
         self.ha_server_addr = host_port(advertise, bound)

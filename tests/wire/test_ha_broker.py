@@ -302,3 +302,30 @@ def test_slave_copies_its_masters_topics_and_offsets(tmp_path: Path) -> None:
     assert slave.store.committed_offset("G2", "TopicC", 0) == 3
     master.store.close()
     slave.store.close()
+
+
+def test_ha_port_default_taken_falls_back_configured_one_fails(tmp_path: Path) -> None:
+    import socket
+
+    import pytest
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    a = _broker(tmp_path / "a", "ASYNC_MASTER", ha_listen_port=None, listen_port=taken - 1)
+    b = _broker(tmp_path / "b", "ASYNC_MASTER", ha_listen_port=taken)
+
+    async def body() -> None:
+        await a.replication.start()  # type: ignore[attr-defined]
+        assert not a.replication.ha_server_addr.endswith(f":{taken}")  # type: ignore[attr-defined]
+        with pytest.raises(OSError):
+            await b.replication.start()  # type: ignore[attr-defined]
+        await a.replication.close()  # type: ignore[attr-defined]
+
+    try:
+        _run(body)
+    finally:
+        holder.close()
+        a.store.close()
+        b.store.close()
