@@ -344,3 +344,50 @@ def test_slave_reports_on_its_heartbeat_and_closes_a_silent_master(tmp_path: Pat
 
     run(body)
     slave.close()
+
+
+def test_codec_readers_take_any_bytes_in_any_chunks() -> None:
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    @settings(max_examples=300, deadline=None)
+    @given(st.binary(max_size=400), st.lists(st.integers(1, 50), max_size=20))
+    def check(data: bytes, cuts: list[int]) -> None:
+        reports, transfers = ReportReader(), TransferReader(max_size=64)
+        pieces, at = [], 0
+        for c in cuts:
+            pieces.append(data[at:at + c])
+            at += c
+        pieces.append(data[at:])
+        got: list[int] = []
+        seen: list[tuple[int, bytes]] = []
+        r_ok = t_ok = True
+        for p in pieces:
+            if r_ok:
+                try:
+                    v = reports.feed(p)
+                    if v is not None:
+                        got.append(v)
+                except HAProtocolError:
+                    r_ok = False
+            if t_ok:
+                try:
+                    seen += [(t.offset, t.data) for t in transfers.feed(p)]
+                except HAProtocolError:
+                    t_ok = False
+            assert transfers.buffered <= 12 + 64  # at most one partial transfer kept
+        # what the readers gave equals a whole-buffer parse of the same bytes
+        whole = [struct.unpack_from(">q", data, i)[0] for i in range(0, len(data) - len(data) % 8, 8)]
+        if r_ok:
+            assert not got or got[-1] == whole[-1]
+        pos, expect = 0, []
+        while t_ok and len(data) - pos >= 12:
+            off, size = struct.unpack_from(">qi", data, pos)
+            if len(data) - pos - 12 < size:
+                break
+            expect.append((off, data[pos + 12:pos + 12 + size]))
+            pos += 12 + size
+        if t_ok:
+            assert seen == expect
+
+    check()
