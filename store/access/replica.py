@@ -58,7 +58,7 @@ from ..log.record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC
 from ..log.scan import QueueDensity, SegmentScan, StopReason
 from ..log.writer_marker import writer_markers
 from ..paths import validate_topic
-from .replica_check import MARKER_NEEDLE, take_fast
+from .replica_check import MARKER_NEEDLE, first_crc_mismatch, take_fast
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -182,12 +182,18 @@ class ReplicaWriter:
         if tail < seg.start:  # (the tail ends the previous segment only once its blank is whole)
             return tail, (tail, f"the published tail {tail} is not in the segment at {seg.start}")
         scan: SegmentScan | None = None
-        for s, found in self.parts.commitlog.scan(tail, end, check_crc=True):
+        # the fast form checks the body CRCs itself, in one batch (the walk's: a call per body)
+        for s, found in self.parts.commitlog.scan(tail, end, check_crc=not self.fast):
             if s is seg:
                 scan = found
             break
         if scan is None:
             return tail, (tail, "the replicated bytes are not readable in their segment")
+        if self.fast and len(scan.positions):
+            bad = first_crc_mismatch(seg.array(), scan.positions.astype(np.int64))
+            if bad < len(scan.positions):
+                scan = SegmentScan(scan.positions[:bad], scan.sizes[:bad], int(scan.positions[bad]),
+                                   StopReason.CORRUPT, "body CRC mismatch")
         problem: tuple[int, str] | None = None
         if len(scan.positions):
             cut, why = self._take(state, seg, scan)

@@ -19,8 +19,11 @@ general form); a test pins both forms to the same answers on random and damaged 
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
 
 from ..log.append_state import AppendState
+from ..log.decode import body_crcs
+from ..log.gather import gather_slices
 from ..log.properties import PROPERTY_WRITER
 from ..log.record import (
     HEADER_V4,
@@ -41,6 +44,22 @@ def _be(arr: np.ndarray, at: np.ndarray, width: int) -> np.ndarray:
     """Big-endian signed ints of ``width`` bytes at ``at`` (positions checked by the walk)."""
     b = np.ascontiguousarray(arr[at[:, None] + np.arange(width)])
     return b.view(f">i{width}").ravel().astype(np.int64)
+
+
+def first_crc_mismatch(arr: np.ndarray, pos: np.ndarray) -> int:
+    """Index of the first walked record at ``pos`` whose BODYCRC is wrong, ``len(pos)`` if
+    none: the bodies gathered with one copy and their CRCs computed in one call of the C
+    helper (the walk's own check makes a call per body)."""
+    n = len(pos)
+    if n == 0:
+        return 0
+    sys_flag = _be(arr, pos + 36, 4)
+    hsize = (HEADER_V4.itemsize + np.where(sys_flag & SYSFLAG_BORNHOST_V6, 12, 0)
+             + np.where(sys_flag & SYSFLAG_STOREHOST_V6, 12, 0))
+    body_len = _be(arr, pos + hsize - 4, 4)
+    got = body_crcs(gather_slices(pa.py_buffer(arr), pos + hsize, body_len)).astype(np.int64)
+    bad = np.flatnonzero(got != _be(arr, pos + 8, 4))
+    return int(bad[0]) if len(bad) else n
 
 
 def take_fast(state: AppendState, arr: np.ndarray, pos: np.ndarray, from_log_start: bool,

@@ -269,7 +269,7 @@ def test_restart_inside_a_segment_blank_resumes_at_the_blank(tmp_path: Path) -> 
         slave.close()
 
 
-@pytest.mark.parametrize("kind", ["queue_offset", "topic", "queue_id", "none"])
+@pytest.mark.parametrize("kind", ["queue_offset", "topic", "queue_id", "crc", "none"])
 @pytest.mark.parametrize("seed", [1, 2])
 def test_fast_checks_agree_with_the_general_ones(tmp_path: Path, seed: int, kind: str) -> None:
     """The continuation checks' fast form (``rmqlog.access.replica_check``) and the general
@@ -288,6 +288,8 @@ def test_fast_checks_agree_with_the_general_ones(tmp_path: Path, seed: int, kind
         bad[at + 20:at + 28] = (victim.queue_offset + rnd.choice([1, 2, -1])).to_bytes(8, "big", signed=True)
     elif kind == "queue_id":
         bad[at + 12:at + 16] = (victim.queue_id + 9).to_bytes(4, "big")
+    elif kind == "crc":
+        bad[at + 8] ^= 0x10
     elif kind == "topic":
         body_len = int.from_bytes(log[at + 84:at + 88], "big")  # IPv4 hosts: an 88-byte header
         tpos = at + 88 + body_len + 1  # after the 1-byte topic length (MAGIC_V1)
