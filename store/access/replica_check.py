@@ -1,8 +1,9 @@
 """What a replicated run of records must satisfy beyond the recovery walk's checks, and what
-it adds to the append state: the fast form of :meth:`ReplicaWriter._take_general`.
+it adds to the append state: the fast form of :meth:`ReplicaWriter._take_general` and of the
+walk's body CRC check (:func:`first_crc_mismatch`: every body of the run in one batch).
 
 The walk (:func:`rmqlog.log.scan.scan_segment`) already checked lengths, magic, header
-fields, PHYSICALOFFSET and body CRCs. Left to check, for records that continue this store's
+fields and PHYSICALOFFSET. Left to check, for records that continue this store's
 log: every topic name is one the store accepts, and each queue's QUEUEOFFSETs continue it
 (the append state's next offset first, then dense; a queue the state does not know starts at
 0 when the log starts at 0, anywhere otherwise). Then the state takes from them the next
