@@ -223,6 +223,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "root": st.sampled_from(["new", "store", "file", "nul", "under-file", "long", "empty-dir"]),
     "config": st.one_of(st.none(), st.just("small")),
     "repair": st.booleans(), "create": st.booleans(), "read_only": st.booleans(),
+    "scheduler": st.booleans(), "data": st.one_of(st.binary(max_size=64), st.just(b"\x00" * 12)),
     "clock": st.one_of(st.none(), st.builds(rmqlog.SystemClock), st.builds(rmqlog.ManualClock, st.just(NOW_MS))),
 }
 #: parameters a plausible value is always given for: any other would be a path on this machine
@@ -236,6 +237,7 @@ METHODS = {
     "put", "put_batch", "put_batches", "query_by_key", "query_by_time", "query_by_unique_key", "read_queue",
     "read_window", "record_sizes", "put_wire", "on_arrival", "record_at", "index_last_update", "earliest_store_time",
     "start_services", "stop_services", "topics", "verify", "writer_sequence",
+    "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
 }
 
 

@@ -114,6 +114,8 @@ class _Send:
     future: asyncio.Future[RemotingCommand | None]
     extra: dict[str, str]
     reply: RemotingCommand | None = None  # the answer once put (SYNC_FLUSH: sent after the flush)
+    wait: bool = True  # the message's WAIT property (SYNC_MASTER waits for a slave only then)
+    end: int = 0  # the store's published tail right after its put (what a slave must hold)
 
 
 class SendService:
@@ -162,13 +164,17 @@ class SendService:
         if isinstance(built, RemotingCommand):
             return built
         rows, count, topic, queue_id = built
-        return self._submit(req, rows, count, queue_id, extra)
+        return self._submit(req, rows, count, queue_id, extra, _waits(header.properties))
 
     def _check(self, req: RemotingCommand, h: SendMessageHeader, peer: Peer, extra: dict[str, str]) -> RemotingCommand | TopicConfig:
         """RocketMQ's ``preSend`` + ``msgCheck``: the topic's config, or the refusal."""
         cfg, topics = self.config, self.broker.topics
         if self.broker.stopping:
             return req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, STOPPING_REMARK, extra)
+        replication = getattr(self.broker, "replication", None)
+        refused = replication.refuse_send(req, extra) if replication is not None else None
+        if refused is not None:  # a SLAVE (DefaultMessageStore.checkStoreStatus)
+            return refused
         if not cfg.broker_permission & PERM_WRITE and topics.is_order_topic(h.topic):
             return req.reply(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden", extra)
         topic = h.topic
@@ -265,12 +271,13 @@ class SendService:
             self.broker.topics.ensure_stored(tc)
 
     # -------------------------------------------------------------- batching
-    def _submit(self, req: RemotingCommand, rows: Any, count: int, queue_id: int, extra: dict[str, str]) -> Any:
+    def _submit(self, req: RemotingCommand, rows: Any, count: int, queue_id: int, extra: dict[str, str],
+                wait: bool = True) -> Any:
         if self._pending_count + count > self.capacity and self._pending:
             return req.reply(ResponseCode.SYSTEM_BUSY, SYSTEM_BUSY_REMARK, extra)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand | None] = loop.create_future()
-        self._pending.append(_Send(req, rows, count, queue_id, fut, extra))
+        self._pending.append(_Send(req, rows, count, queue_id, fut, extra, wait=wait))
         self._pending_count += count
         if not self._scheduled:
             self._scheduled = True
@@ -299,6 +306,12 @@ class SendService:
             self._fail(sends, exc)
             return
         self._count(result.num_rows)
+        replication = getattr(self.broker, "replication", None)
+        end = 0
+        if replication is not None:
+            replication.appended()  # the HA writers send it now
+            if replication.sync_master:
+                end = self.store.published_tail()
         msg_ids = result.column("msgId").to_pylist()
         queue_offsets = result.column("queueOffset").to_numpy()
         row = 0
@@ -306,13 +319,27 @@ class SendService:
             ids = msg_ids[row] if s.count == 1 else ",".join(msg_ids[row: row + s.count])
             fields = {"msgId": ids, "queueId": str(s.queue_id), "queueOffset": str(int(queue_offsets[row])), **s.extra}
             s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)
+            s.end = end
             row += s.count
         if self.sync:
             self._unflushed.extend(sends)
             self._start_flush()
         else:
             for s in sends:
-                _resolve(s, s.reply)
+                self._answer(s)
+
+    def _answer(self, s: _Send) -> None:
+        """Resolve a stored send with its reply; under SYNC_MASTER once a slave holds it
+        (:meth:`rmqnet.broker.replication.Replication.gate`)."""
+        replication = getattr(self.broker, "replication", None)
+        if s.reply is None or not s.end or not s.wait or replication is None or not replication.sync_master:
+            _resolve(s, s.reply)
+            return
+        gated = replication.gate(s.reply, s.end)
+        if isinstance(gated, RemotingCommand):
+            _resolve(s, gated)
+        else:
+            gated.add_done_callback(lambda f: _resolve(s, f.result() if not f.cancelled() and f.exception() is None else s.reply))
 
     def _fail(self, sends: list[_Send], exc: Exception) -> None:
         try:
@@ -351,7 +378,7 @@ class SendService:
         exc = fut.exception()
         for s in round_:
             if exc is None:
-                _resolve(s, s.reply)
+                self._answer(s)
             elif s.reply is not None:  # stored, but not known to be on disk: never SEND_OK
                 _resolve(s, s.request.reply(ResponseCode.FLUSH_DISK_TIMEOUT, f"flush failed: {type(exc).__name__}: {exc}",
                                             dict(s.reply.ext_fields)))
@@ -376,6 +403,12 @@ class SendService:
     def waiting(self) -> int:
         """Messages accepted and not yet put."""
         return self._pending_count
+
+
+def _waits(properties: str) -> bool:
+    """Java's ``isWaitStoreMsgOK``: no ``WAIT`` property, or one ``Boolean.parseBoolean`` reads as true."""
+    value = parse_properties(properties).get("WAIT") if "WAIT" in properties else None
+    return value is None or value.lower() == "true"
 
 
 def _resolve(s: _Send, reply: RemotingCommand | None) -> None:
