@@ -1,0 +1,211 @@
+"""Spark over the wire (option ``nameServer``): the source planning from brokers and pulling on
+executors, the sink sending 320 batches with its idempotence marker. A name server and brokers
+run on 127.0.0.1 in this process (``wire_servers``); Spark's Python workers reach them over TCP."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from rmqnet.client import Admin, Producer
+from spark_rmq.errors import RmqLogOptionError
+from spark_rmq.options import SinkOptions, SourceOptions
+from spark_rmq.wire_read import WireRange, read_wire_range
+from spark_rmq.wire_readers import RmqLogWireStreamReader
+
+from .wire_servers import WireServers, wire_servers
+
+BROKER = "broker-a"
+
+
+@pytest.fixture
+def servers(tmp_path: Path) -> Iterator[WireServers]:
+    """(Asks for ``tmp_path`` so that its brokers stop before their folders are deleted.)"""
+    with wire_servers() as s:
+        yield s
+
+
+def produce(servers: WireServers, topic: str, per_queue: int, queues: int = 4, *, start: int = 0,
+            tags: list[str] | None = None, broker: str = BROKER) -> None:
+    """``per_queue`` messages ``m<queue>-<i>`` into each queue, then dispatched."""
+    with Producer("PG", servers.namesrv) as p:
+        for q in range(queues):
+            rows = {"body": [f"m{q}-{i}".encode() for i in range(start, start + per_queue)]}
+            if tags:
+                rows["tags"] = [tags[i % len(tags)] for i in range(start, start + per_queue)]  # type: ignore[misc]
+            p.send_batch(topic, rows, queue_id=q, broker_name=broker)
+    servers.dispatched(broker)
+
+
+def wanted(per_queue: int, queues: int = 4, start: int = 0) -> list[str]:
+    return sorted(f"m{q}-{i}" for q in range(queues) for i in range(start, start + per_queue))
+
+
+def bodies(rows) -> list[str]:  # type: ignore[no-untyped-def]
+    return sorted(bytes(r["body"] if isinstance(r, dict) else r.body).decode() for r in rows)
+
+
+# ------------------------------------------------------------------ options
+
+
+def test_options_over_the_wire_and_the_ones_refused() -> None:
+    opts = SourceOptions.parse({"nameServer": " 127.0.0.1:9876 ; 127.0.0.1:9877", "topics": "T"}, streaming=True)
+    assert opts.name_server == "127.0.0.1:9876;127.0.0.1:9877" and opts.path == ""
+    assert SinkOptions.parse({"nameServer": "127.0.0.1:9876", "topic": "T"}).name_server == "127.0.0.1:9876"
+    ok = SourceOptions.parse({"nameServer": "h:1", "topics": "T", "startingOffsets": '{"T/broker-a/2": 5}'}, streaming=True)
+    assert ok.starting == {"T/broker-a/2": 5}
+    refused = [
+        ({"nameServer": "h:1", "path": "/tmp/x", "topics": "T"}, "nameServer", "cannot be combined with path"),
+        ({"nameServer": "h", "topics": "T"}, "nameServer", "not host:port"),
+        ({"nameServer": "h:0", "topics": "T"}, "nameServer", "not host:port"),
+        ({"nameServer": " ; ", "topics": "T"}, "nameServer", "at least one"),
+        ({"nameServer": "h:1", "topics": "T", "readOnly": "true"}, "readOnly", "only applies to a store"),
+        ({"nameServer": "h:1", "topics": "T", "deliverDue": "false"}, "deliverDue", "only applies to a store"),
+        ({"nameServer": "h:1", "topics": "T", "checkCRC": "false"}, "checkCRC", "only applies to a store"),
+        ({"nameServer": "h:1", "topics": "T", "startingOffsets": '{"T/0": 5}'}, "startingOffsets", "topic/brokerName/queueId"),
+        ({"nameServer": "h:1", "topics": "T", "startingOffsets": '{"T/a/b/0": 5}'}, "startingOffsets", "topic/brokerName"),
+        ({"topics": "T"}, "path", "or nameServer"),
+    ]
+    for options, name, text in refused:
+        with pytest.raises(RmqLogOptionError, match=text) as err:
+            SourceOptions.parse(options, streaming=True)
+        assert err.value.option == name, options
+    with pytest.raises(RmqLogOptionError, match="maxBytesPerTrigger"):
+        RmqLogWireStreamReader(SourceOptions.parse({"nameServer": "h:1", "topics": "T", "maxBytesPerTrigger": "100"},
+                                                   streaming=True))
+
+
+# ------------------------------------------------------------- source, no Spark
+
+
+def test_a_range_is_pulled_and_filtered_exactly(servers: WireServers, tmp_path: Path) -> None:
+    servers.start_broker(BROKER, tmp_path / "a", topics={"T": 2})
+    produce(servers, "T", 50, queues=2, tags=["x", "y"])
+    ns = servers.namesrv
+    got = pa.Table.from_batches(list(read_wire_range(WireRange(ns, "T", BROKER, 1, 5, 45, batch_rows=7))))
+    assert got["queueOffset"].to_pylist() == list(range(5, 45))
+    assert got["body"].to_pylist() == [f"m1-{i}".encode() for i in range(5, 45)]
+    tagged = pa.Table.from_batches(list(read_wire_range(WireRange(ns, "T", BROKER, 1, 5, 45, ("y",), batch_rows=7))))
+    assert tagged["queueOffset"].to_pylist() == list(range(5, 45, 2))[0:0] + [i for i in range(5, 45) if i % 2]
+    with pytest.raises(Exception, match="ends at offset 50, below offset 50"):
+        list(read_wire_range(WireRange(ns, "T", BROKER, 0, 0, 60)))
+
+
+def test_stream_reader_plans_from_the_brokers_and_commits_the_group(servers: WireServers, tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    servers.start_broker(BROKER, tmp_path / "a", topics={"T": 2})
+    produce(servers, "T", 30, queues=2)
+    r = RmqLogWireStreamReader(SourceOptions.parse(
+        {"nameServer": servers.namesrv, "topics": "T", "startingOffsets": "earliest", "maxMessagesPerTrigger": "20",
+         "group": "g1"}, streaming=True))
+    start = r.initialOffset()
+    assert start == {"T/broker-a/0": 0, "T/broker-a/1": 0}
+    end = r.latestOffset(start, r.getDefaultReadLimit())
+    assert end == {"T/broker-a/0": 10, "T/broker-a/1": 10}
+    rows = [b for p in r.partitions(start, end) for b in r.read(p)]
+    assert bodies(pa.Table.from_batches(rows).to_pylist()) == wanted(10, 2)
+    assert r.latestOffset(end, ReadAllAvailable()) == {"T/broker-a/0": 30, "T/broker-a/1": 30}
+    r.commit(end)  # the group's progress, on the broker
+    with Admin(servers.namesrv) as admin:
+        addr = admin.route("T").broker_datas[0].master_addr()
+        assert [admin.query_offset(addr, "g1", "T", q) for q in (0, 1)] == [10, 10]
+    r.stop()
+
+
+# ------------------------------------------------------------------- Spark
+
+
+def read(spark, servers: WireServers, **options: str):  # type: ignore[no-untyped-def]
+    return spark.read.format("rmqlog").option("nameServer", servers.namesrv).options(**options).load()
+
+
+def test_batch_read_over_the_wire(spark, servers: WireServers, tmp_path: Path) -> None:
+    servers.start_broker(BROKER, tmp_path / "a", topics={"T": 4, "U": 1})
+    produce(servers, "T", 25, tags=["A", "B"])
+    produce(servers, "U", 3, queues=1)
+    assert bodies(read(spark, servers, topics="T").collect()) == wanted(25)
+    assert bodies(read(spark, servers, topicPattern="[TU]").collect()) == sorted(wanted(25) + wanted(3, 1))
+    tagged = read(spark, servers, topics="T", tags="B").collect()
+    assert len(tagged) == 48 and {r.tags for r in tagged} == {"B"}
+    part = read(spark, servers, topics="T", startingOffsets=json.dumps({"T/broker-a/0": 20}),
+                endingOffsets=json.dumps({"T/broker-a/1": 2, "T/broker-a/2": 0, "T/broker-a/3": 0}))
+    assert bodies(part.collect()) == sorted([f"m0-{i}" for i in range(20, 25)] + ["m1-0", "m1-1"])
+    pushed = read(spark, servers, topicPattern=".*").filter("topic = 'T' and queueId = 3")
+    assert bodies(pushed.collect()) == [f"m3-{i}" for i in sorted(range(25), key=str)]
+    split = read(spark, servers, topics="T", maxMessagesPerPartition="10")
+    assert split.rdd.getNumPartitions() == 12 and split.count() == 100
+
+
+def test_stream_over_the_wire_with_a_group_and_a_restarted_broker(spark, servers: WireServers, tmp_path: Path) -> None:
+    servers.start_broker(BROKER, tmp_path / "a", topics={"T": 2})
+    produce(servers, "T", 30, queues=2)
+    ck = str(tmp_path / "ck")
+
+    out = str(tmp_path / "out")
+
+    def run() -> list[str]:
+        q = (spark.readStream.format("rmqlog").option("nameServer", servers.namesrv).option("topics", "T")
+             .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "25").option("group", "g1").load()
+             .select("body").writeStream.format("parquet").option("path", out).option("checkpointLocation", ck)
+             .trigger(availableNow=True).start())
+        q.awaitTermination()
+        return [bytes(r.body).decode() for r in spark.read.parquet(out).collect()]
+
+    assert sorted(run()) == wanted(30, 2)
+    # the broker restarts on its port between two runs of the query: the checkpoint's offsets
+    # (keyed by broker) go on where they stood, nothing read twice, nothing skipped
+    port = servers.port(BROKER)
+    servers.stop_broker(BROKER)
+    servers.start_broker(BROKER, tmp_path / "a", port=port)
+    produce(servers, "T", 10, queues=2, start=30)
+    assert sorted(run()) == wanted(40, 2)
+    with Admin(servers.namesrv) as admin:
+        addr = admin.route("T").broker_datas[0].master_addr()
+        assert [admin.query_offset(addr, "g1", "T", q) for q in (0, 1)] == [40, 40]
+
+
+def test_starting_timestamp_over_the_wire(spark, servers: WireServers, tmp_path: Path) -> None:
+    servers.start_broker(BROKER, tmp_path / "a", topics={"T": 2})
+    produce(servers, "T", 5, queues=2)
+    produce(servers, "T", 5, queues=2, start=5)
+    everything = read(spark, servers, topics="T").collect()
+    cut = min(r.storeTimestamp for r in everything if bytes(r.body) == b"m0-5")
+    cut_ms = round(cut.timestamp() * 1000)
+    want = bodies(r for r in everything if r.storeTimestamp >= cut)
+    assert set(wanted(5, 1, start=5)) <= set(want)  # (queue 1's second batch may share queue 0's ms or not)
+    assert bodies(read(spark, servers, topics="T", startingTimestamp=str(cut_ms)).collect()) == want
+    q = (spark.readStream.format("rmqlog").option("nameServer", servers.namesrv).option("topics", "T")
+         .option("startingTimestamp", str(cut_ms)).load()
+         .writeStream.format("memory").queryName("wire_ts").trigger(availableNow=True).start())
+    q.awaitTermination()
+    assert bodies(spark.sql("select body from wire_ts").collect()) == want
+
+
+def test_fail_on_data_loss_over_the_wire(spark, servers: WireServers, tmp_path: Path) -> None:
+    root = tmp_path / "a"
+    servers.start_broker(BROKER, root, topics={"T": 2}, store={"mapped_file_size_commit_log": 64 * 1024})
+    produce(servers, "T", 300, queues=2)
+    port = servers.port(BROKER)
+    servers.stop_broker(BROKER)
+    os.remove(sorted((root / "commitlog").iterdir())[0])  # what retention does: the oldest segment goes
+    servers.start_broker(BROKER, root, port=port, store={"mapped_file_size_commit_log": 64 * 1024})
+    start = json.dumps({"T/broker-a/0": 0, "T/broker-a/1": 0})
+    with pytest.raises(Exception, match="data loss on queue T/broker-a/0") as err:
+        read(spark, servers, topics="T", startingOffsets=start).count()
+    assert "failOnDataLoss" in str(err.value)
+    kept = read(spark, servers, topics="T", startingOffsets=start, failOnDataLoss="false").count()
+    assert 0 < kept < 600
+
+
+def test_bad_options_fail_the_read(spark, servers: WireServers, tmp_path: Path) -> None:
+    servers.start_broker(BROKER, tmp_path / "a", topics={"T": 1})
+    with pytest.raises(Exception, match="readOnly"):
+        read(spark, servers, topics="T", readOnly="true").count()
+    with pytest.raises(Exception, match="names queues the query does not read: T/broker-b/0"):
+        read(spark, servers, topics="T", startingOffsets='{"T/broker-b/0": 1}').count()
