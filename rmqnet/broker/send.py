@@ -48,6 +48,7 @@ from rmqlog import InvalidMessageError, MessageStore, TopicConfig
 from rmqlog.paths import TOPIC_MAX_BYTES
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
+from ..remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
 from .codes import STOPPING_REMARK, SYSTEM_BUSY_REMARK, illegal_remark, store_error_code
 from .peer import Peer
 from .topics import DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_WRITE, RETRY_PREFIX, topic_text
@@ -72,11 +73,14 @@ NAME_VALUE_SEPARATOR = "\x01"
 _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
-def put_wire(store: MessageStore, table: pa.Table) -> pa.Table:
+def put_wire(store: MessageStore, table: pa.Table, marker: IdempotenceMarker | None = None) -> pa.Table:
     """Append ``table`` (:data:`WIRE_SCHEMA`) as one all-or-nothing batch; per row
     ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``. The one place a send
-    reaches the store (``MessageStore.put_wire``, the store's put of wire-form messages)."""
-    return store.put_wire(table)
+    reaches the store (``MessageStore.put_wire``, the store's put of wire-form messages). With
+    ``marker``, the store's idempotent put: a replay writes nothing and returns no row."""
+    if marker is None:
+        return store.put_wire(table)
+    return store.put_wire(table, writer=marker.writer, sequence=marker.sequence)
 
 
 def decode_batch(body: bytes, append_properties: str) -> pa.Table:
@@ -113,6 +117,7 @@ class _Send:
     queue_id: int
     future: asyncio.Future[RemotingCommand | None]
     extra: dict[str, str]
+    marker: IdempotenceMarker | None = None  # put alone, idempotently (rmqlogWriter/rmqlogSequence)
     reply: RemotingCommand | None = None  # the answer once put (SYNC_FLUSH: sent after the flush)
 
 
@@ -144,6 +149,7 @@ class SendService:
         future of the reply."""
         v2 = req.code != RequestCode.SEND_MESSAGE
         header = SendMessageHeader.read(req.ext_fields, v2=v2)  # a FieldError: SYSTEM_ERROR (dispatch)
+        marker = IdempotenceMarker.read(req.ext_fields)
         extra = {"MSG_REGION": self.config.region_id, "TRACE_ON": "true" if self.config.trace_on else "false"}
         batch = req.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
         refusal = self._check(req, header, peer, extra)
@@ -162,7 +168,7 @@ class SendService:
         if isinstance(built, RemotingCommand):
             return built
         rows, count, topic, queue_id = built
-        return self._submit(req, rows, count, queue_id, extra)
+        return self._submit(req, rows, count, queue_id, extra, marker)
 
     def _check(self, req: RemotingCommand, h: SendMessageHeader, peer: Peer, extra: dict[str, str]) -> RemotingCommand | TopicConfig:
         """RocketMQ's ``preSend`` + ``msgCheck``: the topic's config, or the refusal."""
@@ -265,12 +271,13 @@ class SendService:
             self.broker.topics.ensure_stored(tc)
 
     # -------------------------------------------------------------- batching
-    def _submit(self, req: RemotingCommand, rows: Any, count: int, queue_id: int, extra: dict[str, str]) -> Any:
+    def _submit(self, req: RemotingCommand, rows: Any, count: int, queue_id: int, extra: dict[str, str],
+                marker: IdempotenceMarker | None = None) -> Any:
         if self._pending_count + count > self.capacity and self._pending:
             return req.reply(ResponseCode.SYSTEM_BUSY, SYSTEM_BUSY_REMARK, extra)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand | None] = loop.create_future()
-        self._pending.append(_Send(req, rows, count, queue_id, fut, extra))
+        self._pending.append(_Send(req, rows, count, queue_id, fut, extra, marker))
         self._pending_count += count
         if not self._scheduled:
             self._scheduled = True
@@ -281,13 +288,23 @@ class SendService:
         """Append everything waiting with one store call, answer (or queue for the flush)."""
         self._scheduled = False
         sends, self._pending, self._pending_count = self._pending, [], 0
-        if sends:
-            self._put(sends)
+        run: list[_Send] = []
+        for s in sends:  # a send with an idempotence marker is its own put (the marker is per put)
+            if s.marker is None:
+                run.append(s)
+                continue
+            if run:
+                self._put(run)
+                run = []
+            self._put([s])
+        if run:
+            self._put(run)
 
     def _put(self, sends: list[_Send]) -> None:
         table = _concat(sends)
+        marker = sends[0].marker if len(sends) == 1 else None
         try:
-            result = put_wire(self.store, table)
+            result = put_wire(self.store, table, marker)
         except InvalidMessageError as exc:
             if len(sends) > 1:  # one bad message must not fail the others put with it
                 for s in sends:
@@ -297,6 +314,12 @@ class SendService:
             return
         except Exception as exc:  # noqa: BLE001 - mapped (store errors, OSError) or re-raised into the futures
             self._fail(sends, exc)
+            return
+        if marker is not None and result.num_rows == 0:  # a replay: stored before, nothing now
+            s = sends[0]
+            fields = {"msgId": "", "queueId": str(s.queue_id), "queueOffset": "-1", DUPLICATE_FIELD: "true", **s.extra}
+            s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)
+            _resolve(s, s.reply)
             return
         self._count(result.num_rows)
         msg_ids = result.column("msgId").to_pylist()
