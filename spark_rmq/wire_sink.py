@@ -236,7 +236,8 @@ def queue_index(table: pa.Table, opts: SinkOptions, topic: pa.Array, counts: np.
                 key = pc.cast(key, pa.string())
             if pa.types.is_string(key.type) or pa.types.is_large_string(key.type):
                 check_utf8_column(key, opts.sharding_key or "keys")
-            index = np.asarray(hash_queue(keys_as_string(key), counts).cast(pa.int64()), np.int64)
+            hashed = hash_queue(keys_as_string(key), counts)  # null where there is no key: round robin
+            index = np.where(np.asarray(pc.is_valid(hashed)), np.asarray(hashed.fill_null(0), np.int64), index)
     if "queueId" in table.column_names:
         qid = pc.cast(_array(table["queueId"]), pa.int64())
         given = np.asarray(pc.is_valid(qid))

@@ -6,21 +6,28 @@ from __future__ import annotations
 
 import json
 import os
+import sys
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from pyspark import cloudpickle
+from pyspark.sql import functions as F
 
 from rmqnet.client import Admin, Producer
 from spark_rmq.errors import RmqLogOptionError
 from spark_rmq.options import SinkOptions, SourceOptions
+from spark_rmq.sink import RmqLogArrowWriter, RmqLogStreamArrowWriter
+from spark_rmq.source import RmqLogDataSource
 from spark_rmq.wire_read import WireRange, read_wire_range
 from spark_rmq.wire_readers import RmqLogWireStreamReader
 
 from .wire_servers import WireServers, wire_servers
 
 BROKER = "broker-a"
+cloudpickle.register_pickle_by_value(sys.modules[__name__])  # executors cannot import tests/
 
 
 @pytest.fixture
@@ -209,3 +216,120 @@ def test_bad_options_fail_the_read(spark, servers: WireServers, tmp_path: Path) 
         read(spark, servers, topics="T", readOnly="true").count()
     with pytest.raises(Exception, match="names queues the query does not read: T/broker-b/0"):
         read(spark, servers, topics="T", startingOffsets='{"T/broker-b/0": 1}').count()
+
+
+# -------------------------------------------------------------------- sink
+
+
+class FlakyWireWriter(RmqLogArrowWriter):
+    """Sends, then fails the first attempt of every task: the retry's sends are duplicates."""
+
+    def write(self, iterator):  # type: ignore[no-untyped-def]
+        from pyspark import TaskContext
+
+        msg = self._append(iterator)
+        if TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError(f"injected failure after sending {msg}")
+        return msg
+
+
+class FlakyWireStreamWriter(RmqLogStreamArrowWriter):
+    def write(self, iterator):  # type: ignore[no-untyped-def]
+        from pyspark import TaskContext
+
+        msg = self._append(iterator)
+        if TaskContext.get().attemptNumber() == 0:
+            raise RuntimeError(f"injected failure after sending {msg}")
+        return msg
+
+
+class FlakyWireSource(RmqLogDataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "rmqlog_wire_flaky"
+
+    def writer(self, schema, overwrite):  # type: ignore[no-untyped-def]
+        return FlakyWireWriter(self.options, schema, overwrite)
+
+    def streamWriter(self, schema, overwrite):  # type: ignore[no-untyped-def]
+        return FlakyWireStreamWriter(self.options, schema, overwrite)
+
+
+def out_bodies(servers: WireServers, topic: str = "out", broker: str = BROKER) -> Counter:
+    """Every body of ``topic`` in the broker's store (read from its files, not through the source)."""
+    servers.dispatched(broker)
+    store = servers.store(broker)
+    n = store.topics()[topic].read_queue_nums
+    return Counter(bytes(b).decode() for q in range(n) for b in store.read_queue(topic, q, 0, 1 << 40)["body"].to_pylist())
+
+
+def test_sink_over_the_wire_with_failing_attempts_then_read_back_once(spark, servers: WireServers, tmp_path: Path) -> None:
+    servers.start_broker(BROKER, tmp_path / "a", topics={"in": 3, "out": 4})
+    spark.dataSource.register(FlakyWireSource)
+    df = (spark.range(300).select(F.format_string("m%d", "id").alias("body"), F.lit("out").alias("topic"),
+                                  F.lit("A").alias("tags"))
+          .repartition(3))
+    df.write.format("rmqlog_wire_flaky").option("nameServer", servers.namesrv).mode("append").save()
+    assert out_bodies(servers) == Counter({f"m{i}": 1 for i in range(300)})
+    back = read(spark, servers, topics="out").collect()  # the source over the wire reads each once
+    assert Counter(bytes(r.body).decode() for r in back) == Counter({f"m{i}": 1 for i in range(300)})
+    assert {r.tags for r in back} == {"A"}
+
+    produce(servers, "in", 40, queues=3)
+    q = (spark.readStream.format("rmqlog").option("nameServer", servers.namesrv).option("topics", "in")
+         .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "50").load()
+         .selectExpr("body", "'out' AS topic")
+         .writeStream.format("rmqlog_wire_flaky").option("nameServer", servers.namesrv)
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination()
+    want = Counter({f"m{i}": 1 for i in range(300)})
+    want.update(wanted(40, 3))
+    assert out_bodies(servers) == want
+
+
+def test_a_replayed_micro_batch_adds_nothing(spark, servers: WireServers, tmp_path: Path) -> None:
+    servers.start_broker(BROKER, tmp_path / "a", topics={"in": 2, "out": 4})
+    produce(servers, "in", 30, queues=2)
+    ck = tmp_path / "ck"
+
+    def run() -> int:
+        q = (spark.readStream.format("rmqlog").option("nameServer", servers.namesrv).option("topics", "in")
+             .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "20").load()
+             .selectExpr("body", "keys", "'out' AS topic")
+             .writeStream.format("rmqlog").option("nameServer", servers.namesrv).option("queueSelector", "hash")
+             .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+        q.awaitTermination()
+        return sum(p["numInputRows"] for p in q.recentProgress)
+
+    assert run() == 60
+    once = Counter({b: 1 for b in wanted(30, 2)})
+    assert out_bodies(servers) == once
+    # forget that the last micro-batch was committed: the restarted query runs it again
+    last = max(int(p.name) for p in (ck / "commits").iterdir() if p.name.isdigit())
+    assert last >= 1  # (30 + 30 messages, 20 per trigger)
+    for name in (str(last), f".{last}.crc"):
+        (ck / "commits" / name).unlink(missing_ok=True)
+    before = servers.store(BROKER).max_offset("out", 0)
+    assert run() == 20  # the last batch's 20 rows read and sent again ...
+    assert out_bodies(servers) == once  # the brokers answered every replayed send as a duplicate
+    assert servers.store(BROKER).max_offset("out", 0) == before
+
+
+def test_hash_routing_and_bad_rows_over_the_wire(spark, servers: WireServers, tmp_path: Path) -> None:
+    from spark_rmq.routing import java_hash
+
+    servers.start_broker(BROKER, tmp_path / "a", topics={"out": 4})
+    keys = [f"key-{i}" for i in range(40)]
+    df = spark.createDataFrame([(f"m{i}", k) for i, k in enumerate(keys)], "body string, keys string")
+    (df.write.format("rmqlog").option("nameServer", servers.namesrv).option("topic", "out")
+       .option("queueSelector", "hash").mode("append").save())
+    got = {bytes(r.body).decode(): r.queueId for r in read(spark, servers, topics="out").collect()}
+    expect = abs(java_hash(pa.array(keys)).astype("int64")) % 4  # SelectMessageQueueByHash
+    assert got == {f"m{i}": int(expect[i]) for i in range(40)}
+    bad = spark.createDataFrame([("x", 9)], "body string, queueId int")
+    with pytest.raises(Exception, match="queueId") as err:
+        bad.write.format("rmqlog").option("nameServer", servers.namesrv).option("topic", "out").mode("append").save()
+    assert "writable queues" in str(err.value)
+    with pytest.raises(Exception, match="cannot be combined with path"):
+        (df.write.format("rmqlog").option("nameServer", servers.namesrv).option("path", str(tmp_path / "p"))
+           .option("topic", "out").mode("append").save())
