@@ -446,16 +446,18 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         first = self._bounds([split_key(k) for k in keys])
         begin = {}
         for k in keys:
-            s = int(start[k]) if k in start else first[k][0]
-            if end[k] > s:
-                s = self._skip(k, s, first[k][0]) if s < first[k][0] else s
+            lo = first[k][0] if k in first else None  # (None: a broker out of reach, over the wire)
+            s = int(start[k]) if k in start else lo if lo is not None else int(end[k])
+            if end[k] > s and lo is not None and s < lo:
+                s = self._skip(k, s, lo)
             begin[k] = min(s, int(end[k])) if k in start else s
         return self._make_partitions(plan_ranges(begin, {k: int(end[k]) for k in keys}, opts.max_messages_per_partition))
 
     # ---- what the driver asks of the store (the wire reader asks brokers instead) -----
 
     def _bounds(self, queues: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
-        """(first, end) of each queue, by queue key."""
+        """(first, end) of each queue, by queue key (over the wire: of each queue whose broker
+        answered; the others are left where they stand)."""
         return bounds(self.store, queues)
 
     def _make_partitions(self, ranges: list[tuple[str, int, int]]) -> list[InputPartition]:

@@ -18,12 +18,17 @@ next offset; ``OFFSET_ILLEGAL`` below the queue's first offset is retention's de
 starts past the offset asked for is a deletion too.
 
 Executors keep one consumer per name server list for the worker's life (its connections are
-made again after a broker restarts).
+made again after a broker restarts). A broker out of reach, or missing from the route while
+it restarts, is asked again for up to :data:`RETRY_S` before the task fails (Spark then retries
+the task).
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -33,7 +38,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from rmqlog import MESSAGE_SCHEMA, CorruptStoreError
-from rmqnet.client import PullConsumer
+from rmqnet.client import NoRouteError, PullConsumer, PullResult, TopicNotFoundError
 
 from .offsets import check_data_loss
 from .read import TS_UNIT_PER_MS
@@ -76,6 +81,29 @@ class WireRange(InputPartition):
         return f"{self.topic}/{self.broker}/{self.queue_id}"
 
 
+#: how long a pull keeps trying a broker out of reach (a restart) before the task fails
+RETRY_S = 30.0
+RETRY_PAUSE_S = 0.5
+
+
+def _pull(pulls: PullConsumer, part: WireRange, pos: int, subscription: str) -> PullResult:
+    """One pull of ``part`` from ``pos``; a broker out of reach or missing from the route (a
+    restart: it registers again) is asked again, the route refreshed, for up to :data:`RETRY_S`."""
+    deadline = time.monotonic() + RETRY_S
+    for attempt in itertools.count():
+        try:
+            return pulls.pull(part.topic, part.queue_id, pos, max_nums=min(part.end - pos, part.batch_rows),
+                              subscription=subscription, broker_name=part.broker)
+        except (OSError, NoRouteError):  # the transport's errors are OSErrors
+            if time.monotonic() >= deadline:
+                raise
+        if attempt:  # the first retry follows a fresh route at once (a cached one may be stale)
+            time.sleep(RETRY_PAUSE_S)  # waiting for a broker to come back: a real wait, not a test's
+        with contextlib.suppress(OSError, TopicNotFoundError):
+            pulls.route(part.topic)  # (refreshes the consumer's cached route)
+    raise AssertionError("unreachable")  # (itertools.count never ends)
+
+
 def read_wire_range(part: WireRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator[pa.RecordBatch]:
     """Yield the messages of ``part`` as record batches of ``schema`` (module docstring for
     the statuses and errors; also the client's ``BrokerError``, ``NoRouteError`` and
@@ -87,8 +115,7 @@ def read_wire_range(part: WireRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iter
     wanted = pa.array(part.tags, pa.string()) if part.tags else None
     pos = part.start
     while pos < part.end:
-        r = pulls.pull(part.topic, part.queue_id, pos, max_nums=min(part.end - pos, part.batch_rows),
-                       subscription=subscription, broker_name=part.broker)
+        r = _pull(pulls, part, pos, subscription)
         if r.status == "OFFSET_ILLEGAL" and pos < r.min_offset:
             pos = check_data_loss(part.key, pos, min(r.min_offset, part.end), part.fail_on_data_loss)
             continue

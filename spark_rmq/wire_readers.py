@@ -144,14 +144,14 @@ class RmqLogWireStreamReader(RmqLogStreamReader):
 
     def _available(self) -> tuple[list[tuple[str, int]], Offsets]:
         queues = self.brokers.queues(self.opts)  # each broker dispatches and delivers by itself
-        return queues, sorted_offsets({k: hi for k, (_lo, hi) in bounds(self.brokers, queues).items()})
+        return queues, sorted_offsets({k: hi for k, (_lo, hi) in self.brokers.reachable_bounds(queues).items()})
 
     def initialOffset(self) -> dict:
         queues = self.brokers.queues(self.opts)
         return resolve(self.brokers, queues, self.opts.starting, self.opts.starting_timestamp, LATEST, "startingOffsets")
 
     def _bounds(self, queues: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
-        return bounds(self.brokers, queues)
+        return self.brokers.reachable_bounds(queues)
 
     def _make_partitions(self, ranges: list[tuple[str, int, int]]) -> list[InputPartition]:
         return wire_partitions(self.opts, ranges)

@@ -30,7 +30,8 @@ order (Spark replays a micro-batch's offsets; a deterministic plan gives the sam
 same routes. **Against Apache RocketMQ's brokers**, which ignore the two fields, a replayed
 chunk is stored again: the sink is at least once there.
 
-Unlike the file sink a task is not all-or-nothing: chunks a broker accepted before a failure
+A broker out of reach (a restart) is asked again for up to :data:`RETRY_S` before the task
+fails (and Spark retries it). Unlike the file sink a task is not all-or-nothing: chunks a broker accepted before a failure
 stay (the retry skips them). Bad rows are refused by the broker (MESSAGE_ILLEGAL, row numbers
 within the chunk) or here before sending (:class:`rmqlog.InvalidMessageError` naming the row
 of the task).
@@ -39,6 +40,8 @@ of the task).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -281,6 +284,31 @@ def _chunks(topic: str, q: tuple[str, int, str], via_default: bool, body: pa.Arr
         start = stop
 
 
+#: how long a chunk keeps trying a broker out of reach (a restart) before the task fails
+RETRY_S = 30.0
+RETRY_PAUSE_S = 0.5
+
+
+async def _invoke(p: Producer, c: _Chunk, cmd: RemotingCommand) -> RemotingCommand:
+    """Send one chunk; a broker out of reach is asked again (at its address in a fresh route)
+    for up to :data:`RETRY_S`: the marker makes a resent chunk that did arrive a duplicate."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + RETRY_S
+    addr = c.addr
+    for attempt in itertools.count():
+        try:
+            return await p.invoke(addr, cmd, ok=_OK)
+        except OSError:  # the transport's errors (refused, lost, timed out) are OSErrors
+            if loop.time() >= deadline:
+                raise
+        if attempt:
+            await asyncio.sleep(RETRY_PAUSE_S)  # waiting for a broker to come back
+        with contextlib.suppress(OSError, TopicNotFoundError):
+            route = await p.aroute(AUTO_CREATE_TOPIC if c.via_default else c.topic)
+            addr = next((b.master_addr() for b in route.broker_datas if b.broker_name == c.broker), None) or addr
+    raise AssertionError("unreachable")  # (itertools.count never ends)
+
+
 async def _send_chunks(p: Producer, chunks: list[_Chunk], writer: str, first_sequence: int) -> int:
     """Send one broker's chunks in order, each with its marker; the rows stored (duplicates not)."""
     stored = 0
@@ -292,8 +320,7 @@ async def _send_chunks(p: Producer, chunks: list[_Chunk], writer: str, first_seq
             unit_mode=False, batch=True, max_reconsume_times=None, broker_name=c.broker,
         ).to_ext(v2=True)
         ext.update(IdempotenceMarker(writer, first_sequence + k).to_ext())
-        res = await p.invoke(c.addr, RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=c.body),
-                             ok=_OK)
+        res = await _invoke(p, c, RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=c.body))
         if str(res.ext_fields.get(DUPLICATE_FIELD, "")).lower() != "true":
             stored += c.rows
     return stored

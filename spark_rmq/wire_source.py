@@ -32,14 +32,14 @@ from collections.abc import Iterable
 import numpy as np
 
 from rmqlog import WAITING_TOPICS
-from rmqnet.client import Admin, TopicNotFoundError
+from rmqnet.client import Admin, NoRouteError, TopicNotFoundError
 from rmqnet.client.loop import call
 from rmqnet.remoting import RemotingCommand, RequestCode
 from rmqnet.remoting.register import decode_topic_list
 from rmqnet.remoting.route import PERM_READ, TopicRouteData
 
 from .errors import RmqLogOptionError
-from .offsets import split_key
+from .offsets import queue_key, split_key
 from .options import SourceOptions, broker_name_problem
 
 log = logging.getLogger(__name__)
@@ -143,8 +143,27 @@ class BrokerQueues:
                 self._readable(topic, self.admin.route(topic))
             addr = self._masters.get((topic, broker))
         if addr is None:
-            raise RmqLogOptionError("nameServer", f"topic {topic!r}: broker {broker!r} has no readable master in the route")
+            raise NoRouteError(f"topic {topic!r}: broker {broker!r} has no readable master in the route")
         return addr
+
+    def reachable_bounds(self, queues: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+        """(first, end) of each queue whose broker answers; a broker out of reach (refused,
+        timed out, gone from the route: a restart, a failure) is skipped with a warning, and
+        not asked again for its other queues in this call. The stream then leaves its queues
+        where they stand until it is back."""
+        out: dict[str, tuple[int, int]] = {}
+        down: set[str] = set()
+        for name, qid in queues:
+            broker = split_wire_name(name)[1]
+            if broker in down:
+                continue
+            try:
+                out[queue_key(name, qid)] = (self.min_offset(name, qid), self.max_offset(name, qid))
+            except (OSError, NoRouteError) as exc:  # the transport's errors are OSErrors
+                down.add(broker)
+                log.warning("rmqlog: broker %s is out of reach (%s: %s); its queues wait", broker,
+                            type(exc).__name__, exc)
+        return out
 
     # ---- what the planner asks (as rmqlog.MessageStore) --------------------------------
 

@@ -125,6 +125,32 @@ def test_stream_reader_plans_from_the_brokers_and_commits_the_group(servers: Wir
     r.stop()
 
 
+def test_stream_reader_waits_for_a_broker_that_is_down(servers: WireServers, tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable
+
+    servers.start_broker(BROKER, tmp_path / "a", topics={"T": 2})
+    servers.start_broker("broker-b", tmp_path / "b", topics={"T": 1})
+    produce(servers, "T", 5, queues=2)
+    produce(servers, "T", 3, queues=1, broker="broker-b")
+    r = RmqLogWireStreamReader(SourceOptions.parse(
+        {"nameServer": servers.namesrv, "topics": "T", "startingOffsets": "earliest"}, streaming=True))
+    start = r.initialOffset()
+    assert start == {"T/broker-a/0": 0, "T/broker-a/1": 0, "T/broker-b/0": 0}
+    port = servers.port(BROKER)
+    servers.stop_broker(BROKER)  # mid-stream: a trigger comes while broker-a is away
+    end = r.latestOffset(start, ReadAllAvailable())
+    assert end == {"T/broker-a/0": 0, "T/broker-a/1": 0, "T/broker-b/0": 3}  # its queues wait, the others go on
+    rows = [b for p in r.partitions(start, end) for b in r.read(p)]
+    assert bodies(pa.Table.from_batches(rows).to_pylist()) == ["m0-0", "m0-1", "m0-2"]
+    servers.start_broker(BROKER, tmp_path / "a", port=port)
+    produce(servers, "T", 2, queues=2, start=5)
+    later = r.latestOffset(end, ReadAllAvailable())
+    assert later == {"T/broker-a/0": 7, "T/broker-a/1": 7, "T/broker-b/0": 3}
+    rows = [b for p in r.partitions(end, later) for b in r.read(p)]
+    assert bodies(pa.Table.from_batches(rows).to_pylist()) == wanted(7, 2)
+    r.stop()
+
+
 # ------------------------------------------------------------------- Spark
 
 
