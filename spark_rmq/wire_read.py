@@ -89,13 +89,14 @@ RETRY_PAUSE_S = 0.5
 def _pull(pulls: PullConsumer, part: WireRange, pos: int, subscription: str) -> PullResult:
     """One pull of ``part`` from ``pos``; a broker out of reach or missing from the route (a
     restart: it registers again) is asked again, the route refreshed, for up to :data:`RETRY_S`."""
-    deadline = time.monotonic() + RETRY_S
+    clock = pulls.clock  # (the client's clock: rmqlog.SystemClock)
+    deadline = clock.monotonic() + RETRY_S
     for attempt in itertools.count():
         try:
             return pulls.pull(part.topic, part.queue_id, pos, max_nums=min(part.end - pos, part.batch_rows),
                               subscription=subscription, broker_name=part.broker)
         except (OSError, NoRouteError):  # the transport's errors are OSErrors
-            if time.monotonic() >= deadline:
+            if clock.monotonic() >= deadline:
                 raise
         if attempt:  # the first retry follows a fresh route at once (a cached one may be stale)
             time.sleep(RETRY_PAUSE_S)  # waiting for a broker to come back: a real wait, not a test's

@@ -29,6 +29,11 @@ stored, only its flush is late). The event loop never waits for a disk.
 Reply extFields: ``msgId`` (RocketMQ's offset msgId; a batch's comma-joined), ``queueId``,
 ``queueOffset`` (a batch's first), ``MSG_REGION``, ``TRACE_ON``. Store errors are mapped by
 :mod:`rmqnet.broker.codes`.
+
+A send with the idempotence marker (``rmqlogWriter``/``rmqlogSequence``,
+:class:`rmqnet.remoting.headers.IdempotenceMarker`; our extension, the Spark sink's) is put on
+its own (the marker is per put) with the store's idempotent put; a replay stores nothing and
+is answered SUCCESS with ``rmqlogDuplicate=true``, ``msgId`` empty and ``queueOffset`` -1.
 """
 
 from __future__ import annotations
