@@ -59,7 +59,7 @@ from rmqnet.remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
 from rmqnet.remoting.route import PERM_WRITE, TopicRouteData
 
 from .options import SinkOptions
-from .routing import hash_queue, is_key_list, keys_as_string
+from .routing import KEY_LIST, hash_queue, is_key_list, keys_as_string
 
 #: a 320 body's size at most (below a broker's default ``maxMessageSize`` of 4 MiB)
 CHUNK_BYTES = 4 * 1024 * 1024 - 64 * 1024
@@ -75,7 +75,8 @@ _OK = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH
 
 _producers: dict[str, Producer] = {}
 _lock = threading.Lock()
-_uniq = UniqKeys()  # the messages' client ids (UNIQ_KEY), as a producer makes them
+_uniq = UniqKeys()
+KEY_SPACE = pa.scalar(" ", pa.large_string())  # the messages' client ids (UNIQ_KEY), as a producer makes them
 
 
 def producer(name_server: str) -> Producer:
@@ -145,9 +146,11 @@ def _refuse_separators(text: pa.Array, field: str, parents: np.ndarray | None = 
 def _user_properties(props: pa.Array) -> pa.Array:
     """A ``map<string,string>`` column as RocketMQ's properties strings (``""`` where null)."""
     props = props.cast(pa.map_(pa.string(), pa.string()))
-    offsets = np.asarray(props.offsets, np.int64)
-    offsets = offsets - offsets[0]
-    keys, values = props.keys, props.items
+    raw = np.asarray(props.offsets, np.int64)
+    offsets = raw - raw[0]
+    # (``keys``/``items`` are the whole child arrays, whatever slice ``props`` is of)
+    keys = props.keys.slice(int(raw[0]), int(raw[-1] - raw[0]))
+    values = props.items.slice(int(raw[0]), int(raw[-1] - raw[0]))
     parents = np.repeat(np.arange(len(props)), np.diff(offsets))
     if pc.any(pc.is_null(values)).as_py():
         row = int(parents[np.flatnonzero(np.asarray(pc.is_null(values)))[0]])
@@ -192,7 +195,8 @@ def message_columns(table: pa.Table, opts: SinkOptions) -> tuple[pa.Array, pa.Ar
         parts.append(_piece("TAGS", tags))
     if "keys" in names:
         keys = _array(table["keys"])
-        text = pc.binary_join(keys, " ") if is_key_list(keys.type) else keys
+        # (a list of Spark's non-nullable strings has no binary_join kernel: cast first)
+        text = pc.binary_join(keys.cast(KEY_LIST), KEY_SPACE).cast(pa.string()) if is_key_list(keys.type) else keys
         text = pc.fill_null(text, "")
         check_utf8_column(text, "keys")
         _refuse_separators(text, "keys")

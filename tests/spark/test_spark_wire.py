@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from pyspark import cloudpickle
@@ -85,6 +86,77 @@ def test_options_over_the_wire_and_the_ones_refused() -> None:
     with pytest.raises(RmqLogOptionError, match="maxBytesPerTrigger"):
         RmqLogWireStreamReader(SourceOptions.parse({"nameServer": "h:1", "topics": "T", "maxBytesPerTrigger": "100"},
                                                    streaming=True))
+
+
+def test_sink_columns_become_rocketmq_properties_and_bad_rows_are_named() -> None:
+    import datetime as dt
+
+    import rmqlog
+    from spark_rmq.wire_sink import message_columns, queue_index
+
+    opts = SinkOptions.parse({"nameServer": "h:1", "topic": "T"})
+    table = pa.table({
+        "body": pa.array(["a", "b", "c"], pa.string()),
+        "topic": pa.array([None, "U", None], pa.string()),
+        "tags": pa.array(["x", None, ""], pa.string()),
+        "keys": pa.array([["k1", "k2"], [], None], pa.list_(pa.string())),
+        "properties": pa.array([[("p", "1")], None, [("q", "2"), ("r", "3")]], pa.map_(pa.string(), pa.string())),
+        "delayLevel": pa.array([0, 3, None], pa.int32()),
+        "deliverTime": pa.array([None, None, dt.datetime(2030, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", "UTC")),
+        "flag": pa.array([1, None, 7], pa.int32()),
+    })
+    topic, body, props, flag = message_columns(table.slice(0), opts)
+    assert topic.to_pylist() == ["T", "U", "T"] and body.to_pylist() == [b"a", b"b", b"c"]
+    assert flag.tolist() == [1, 0, 7]
+    assert props.to_pylist() == [
+        "TAGS\x01x\x02KEYS\x01k1 k2\x02p\x011\x02WAIT\x01true\x02",
+        "DELAY\x013\x02WAIT\x01true\x02",
+        "q\x012\x02r\x013\x02TIMER_DELIVER_MS\x011893456000000\x02WAIT\x01true\x02",
+    ]
+    # a slice of the rows gives the slice of the answers (map and list children are whole arrays)
+    assert message_columns(table.slice(1, 2), opts)[2].to_pylist() == props.to_pylist()[1:]
+    refused = [
+        (table.set_column(0, "body", pa.array(["a", None, "c"])), 1, "body"),
+        (table.set_column(2, "tags", pa.array(["x", "y", "bad\x01"])), 2, "tags"),
+        (table.set_column(4, "properties", pa.array([None, None, [("UNIQ_KEY", "1")]], table["properties"].type)), 2,
+         "properties"),
+        (table.set_column(4, "properties", pa.array([None, [("a", "b\x02")], None], table["properties"].type)), 1,
+         "properties"),
+        (table.set_column(5, "delayLevel", pa.array([0, -1, 0], pa.int32())), 1, "delayLevel"),
+    ]
+    for bad, row, field in refused:
+        with pytest.raises(rmqlog.InvalidMessageError) as err:
+            message_columns(bad, opts)
+        assert (err.value.row, err.value.field) == (row, field)
+    # round robin from the task's partition and row number; a queueId column wins; out of range is named
+    counts = np.full(3, 4)
+    plain = pa.table({"body": ["a", "b", "c"]})
+    assert queue_index(plain, opts, topic, counts, 0, 1).tolist() == [1, 2, 3]
+    assert queue_index(plain, opts, topic, counts, 6, 1).tolist() == [3, 0, 1]
+    given = plain.append_column("queueId", pa.array([None, 2, None], pa.int32()))
+    assert queue_index(given, opts, topic, counts, 0, 0).tolist() == [0, 2, 2]
+    with pytest.raises(rmqlog.InvalidMessageError, match="writable queues") as err:
+        queue_index(plain.append_column("queueId", pa.array([0, 4, 0])), opts, topic, counts, 0, 0)
+    assert (err.value.row, err.value.field) == (1, "queueId")
+
+
+def test_sink_chunks_stay_under_the_cap_and_decode_to_the_rows() -> None:
+    import rmqlog
+    from spark_rmq import wire_sink
+
+    rng = np.random.default_rng(7)
+    sizes = rng.integers(0, 300_000, 60)
+    body = pa.array([bytes([i % 251]) * int(n) for i, n in enumerate(sizes)], pa.binary())
+    props = pa.array([f"TAGS\x01t{i}\x02" for i in range(60)], pa.string())
+    flag = np.arange(60, dtype=np.int32)
+    chunks = list(wire_sink._chunks("T", ("b", 0, "h:1"), False, body, props, flag))
+    assert len(chunks) >= 3 and all(len(c.body) <= wire_sink.CHUNK_BYTES for c in chunks)
+    decoded = pa.concat_tables([rmqlog.decode_message_batch(c.body) for c in chunks])
+    assert decoded["body"].to_pylist() == body.to_pylist()
+    assert decoded["properties"].to_pylist() == props.to_pylist() and decoded["flag"].to_pylist() == flag.tolist()
+    assert sum(c.rows for c in chunks) == 60
+    big = pa.array([b"x" * (wire_sink.CHUNK_BYTES + 1)], pa.binary())  # one message over the cap: a chunk of its own
+    assert [c.rows for c in wire_sink._chunks("T", ("b", 0, "h:1"), False, big, props[:1], flag[:1])] == [1]
 
 
 # ------------------------------------------------------------- source, no Spark
