@@ -33,7 +33,9 @@ Reply extFields: ``msgId`` (RocketMQ's offset msgId; a batch's comma-joined), ``
 A send with the idempotence marker (``rmqlogWriter``/``rmqlogSequence``,
 :class:`rmqnet.remoting.headers.IdempotenceMarker`; our extension, the Spark sink's) is put on
 its own (the marker is per put) with the store's idempotent put; a replay stores nothing and
-is answered SUCCESS with ``rmqlogDuplicate=true``, ``msgId`` empty and ``queueOffset`` -1.
+is answered SUCCESS with ``rmqlogDuplicate=true``: with the original answer's fields when it
+replays the writer's last send stored since this broker started (the answers of the last
+:data:`MARKED_ANSWERS` writers are kept), else ``msgId`` empty and ``queueOffset`` -1.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -69,6 +72,8 @@ WIRE_SCHEMA = pa.schema([
     ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.string()),
     ("properties", pa.string()), ("reconsumeTimes", pa.int32()),
 ])
+#: writers whose last idempotent send's answer is kept (memory: a few hundred bytes each)
+MARKED_ANSWERS = 4096
 #: RocketMQ's largest properties string (a Java short)
 MAX_PROPERTIES = 32767
 #: RocketMQ's ``maxReconsumeTimes`` default (``SubscriptionGroupConfig.retryMaxTimes``)
@@ -147,6 +152,9 @@ class SendService:
         self.put_total_today_morning = 0
         self.put_total_yesterday_morning = 0
         self._day = self._day_of(broker.clock.wall_ms())
+        #: writer -> (sequence, answer fields) of its last idempotent send stored here: a replay
+        #: of that send (a reply lost on the way) gets the original answer
+        self._last_marked: OrderedDict[str, tuple[int, dict[str, str]]] = OrderedDict()
 
     # ------------------------------------------------------------ handlers
     def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
@@ -322,7 +330,11 @@ class SendService:
             return
         if marker is not None and result.num_rows == 0:  # a replay: stored before, nothing now
             s = sends[0]
-            fields = {"msgId": "", "queueId": str(s.queue_id), "queueOffset": "-1", DUPLICATE_FIELD: "true", **s.extra}
+            last = self._last_marked.get(marker.writer)
+            if last is not None and last[0] == marker.sequence:  # the writer's last send: its answer
+                fields = {**last[1], DUPLICATE_FIELD: "true"}
+            else:
+                fields = {"msgId": "", "queueId": str(s.queue_id), "queueOffset": "-1", DUPLICATE_FIELD: "true", **s.extra}
             s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)
             _resolve(s, s.reply)
             return
@@ -334,6 +346,8 @@ class SendService:
             ids = msg_ids[row] if s.count == 1 else ",".join(msg_ids[row: row + s.count])
             fields = {"msgId": ids, "queueId": str(s.queue_id), "queueOffset": str(int(queue_offsets[row])), **s.extra}
             s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)
+            if marker is not None:
+                self._remember(marker, fields)
             row += s.count
         if self.sync:
             self._unflushed.extend(sends)
@@ -355,6 +369,12 @@ class SendService:
             log.warning("put refused: %s", remark)
         for s in sends:
             _resolve(s, s.request.reply(code, remark, s.extra))
+
+    def _remember(self, marker: IdempotenceMarker, fields: dict[str, str]) -> None:
+        self._last_marked[marker.writer] = (marker.sequence, fields)
+        self._last_marked.move_to_end(marker.writer)
+        while len(self._last_marked) > MARKED_ANSWERS:
+            self._last_marked.popitem(last=False)
 
     # ----------------------------------------------------------- group commit
     def _start_flush(self) -> None:

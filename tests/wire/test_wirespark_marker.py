@@ -78,9 +78,21 @@ def test_broker_applies_the_marker_a_replay_stores_nothing(store: rmqlog.Message
     assert first.ext_fields["queueOffset"] == "0" and len(first.ext_fields["msgId"].split(",")) == 2
     (again,) = run(broker, peer, batch_request(0, [b"x", b"y"], m))
     assert again is not None and again.code == ResponseCode.SUCCESS
-    assert again.ext_fields["rmqlogDuplicate"] == "true" and again.ext_fields["msgId"] == ""
+    # the writer's last send: answered with the original answer, marked as a duplicate
+    assert again.ext_fields == {**first.ext_fields, "rmqlogDuplicate": "true"}
     assert bodies(store, 0) == [b"x", b"y"]
     assert store.writer_sequence("spark-query/q/0") == 2 << 20
+    (newer,) = run(broker, peer, batch_request(0, [b"z"], IdempotenceMarker("spark-query/q/0", (2 << 20) + 1)))
+    assert newer is not None and newer.code == ResponseCode.SUCCESS and newer.ext_fields["queueOffset"] == "2"
+    (older,) = run(broker, peer, batch_request(0, [b"x", b"y"], m))  # not the last one: no answer kept
+    assert older is not None and older.code == ResponseCode.SUCCESS
+    assert older.ext_fields["rmqlogDuplicate"] == "true" and older.ext_fields["msgId"] == ""
+    assert older.ext_fields["queueOffset"] == "-1"
+    assert bodies(store, 0) == [b"x", b"y", b"z"]
+    # another broker on the same store (a restart) keeps the writer's sequence, not the answers
+    (restarted,) = run(make_broker(store), peer, batch_request(0, [b"z"], IdempotenceMarker("spark-query/q/0", (2 << 20) + 1)))
+    assert restarted is not None and restarted.ext_fields["rmqlogDuplicate"] == "true"
+    assert restarted.ext_fields["msgId"] == "" and bodies(store, 0) == [b"x", b"y", b"z"]
 
 
 def test_marked_and_plain_sends_of_one_round_are_each_stored_once(store: rmqlog.MessageStore) -> None:
