@@ -245,6 +245,13 @@ def test_batch_read_over_the_wire(spark, servers: WireServers, tmp_path: Path) -
     assert bodies(pushed.collect()) == [f"m3-{i}" for i in sorted(range(25), key=str)]
     split = read(spark, servers, topics="T", maxMessagesPerPartition="10")
     assert split.rdd.getNumPartitions() == 12 and split.count() == 100
+    with Producer("PG", servers.namesrv) as p:  # key lookups: QUERY_MESSAGE on the topic's brokers
+        sent = p.send("U", b"keyed", keys=["k-1", "k-2"])
+        p.send("U", b"other", keys=["k-3"])
+    servers.dispatched(BROKER)
+    assert bodies(read(spark, servers, topics="U", key="k-2").collect()) == ["keyed"]
+    assert bodies(read(spark, servers, topics="U", msgId=sent.msg_id).collect()) == ["keyed"]
+    assert read(spark, servers, topics="U", key="k-9").count() == 0
 
 
 def test_stream_over_the_wire_with_a_group_and_a_restarted_broker(spark, servers: WireServers, tmp_path: Path) -> None:
