@@ -229,8 +229,7 @@ def _first_null(arr: pa.Array) -> int:
     return int(np.flatnonzero(np.asarray(pc.is_null(arr)))[0])
 
 
-def queue_index(table: pa.Table, opts: SinkOptions, topic: pa.Array, counts: np.ndarray, first_row: int,
-                partition: int) -> np.ndarray:
+def queue_index(table: pa.Table, opts: SinkOptions, counts: np.ndarray, first_row: int, partition: int) -> np.ndarray:
     """Each row's index into its topic's queue list (module docstring); ``counts``: the
     topic's number of queues per row. ``first_row``: the row's number within the task."""
     n = table.num_rows
@@ -353,7 +352,7 @@ def send_task(opts: SinkOptions, tables: Iterator[pa.Table], writer: str, batch:
             dict_topic = pc.dictionary_encode(topic)
             per_name = np.array([len(routes[t].queues) for t in dict_topic.dictionary.to_pylist()], np.int64)
             codes = np.asarray(dict_topic.indices, np.int64)
-            index = queue_index(table, opts, topic, per_name[codes], rows, partition)
+            index = queue_index(table, opts, per_name[codes], rows, partition)
         except InvalidMessageError as exc:  # number the row within the task
             if exc.row is not None:
                 exc.row += rows

@@ -131,12 +131,12 @@ def test_sink_columns_become_rocketmq_properties_and_bad_rows_are_named() -> Non
     # round robin from the task's partition and row number; a queueId column wins; out of range is named
     counts = np.full(3, 4)
     plain = pa.table({"body": ["a", "b", "c"]})
-    assert queue_index(plain, opts, topic, counts, 0, 1).tolist() == [1, 2, 3]
-    assert queue_index(plain, opts, topic, counts, 6, 1).tolist() == [3, 0, 1]
+    assert queue_index(plain, opts, counts, 0, 1).tolist() == [1, 2, 3]
+    assert queue_index(plain, opts, counts, 6, 1).tolist() == [3, 0, 1]
     given = plain.append_column("queueId", pa.array([None, 2, None], pa.int32()))
-    assert queue_index(given, opts, topic, counts, 0, 0).tolist() == [0, 2, 2]
+    assert queue_index(given, opts, counts, 0, 0).tolist() == [0, 2, 2]
     with pytest.raises(rmqlog.InvalidMessageError, match="writable queues") as err:
-        queue_index(plain.append_column("queueId", pa.array([0, 4, 0])), opts, topic, counts, 0, 0)
+        queue_index(plain.append_column("queueId", pa.array([0, 4, 0])), opts, counts, 0, 0)
     assert (err.value.row, err.value.field) == (1, "queueId")
 
 
