@@ -328,7 +328,8 @@ def parse_name_server(raw: str) -> str:
         raise RmqLogOptionError("nameServer", "must name at least one host:port")
     for a in addrs:
         host, sep, port = a.rpartition(":")
-        if not sep or not host.strip("[]") or not (port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        if not sep or not host.strip("[]") or not (port.isascii() and port.isdigit() and len(port) <= 5
+                                                     and 0 < int(port) < 65536):
             raise RmqLogOptionError("nameServer", f"{a!r} is not host:port (a port in 1..65535)")
     return ";".join(addrs)
 
