@@ -52,6 +52,7 @@ import pyarrow.compute as pc
 
 from rmqlog import InvalidMessageError, check_utf8_column
 from rmqnet.client import NoRouteError, Producer, TopicNotFoundError, encode_messages
+from rmqnet.client.errors import BrokerError
 from rmqnet.client.loop import call
 from rmqnet.client.message import NAME_VALUE_SEP, PROPERTY_SEP, UniqKeys
 from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
@@ -290,17 +291,26 @@ def _chunks(topic: str, q: tuple[str, int, str], via_default: bool, body: pa.Arr
 #: how long a chunk keeps trying a broker out of reach (a restart) before the task fails
 RETRY_S = 30.0
 RETRY_PAUSE_S = 0.5
+BUSY_PAUSE_S = 0.02
 
 
 async def _invoke(p: Producer, c: _Chunk, cmd: RemotingCommand) -> RemotingCommand:
     """Send one chunk; a broker out of reach is asked again (at its address in a fresh route)
-    for up to :data:`RETRY_S`: the marker makes a resent chunk that did arrive a duplicate."""
+    for up to :data:`RETRY_S`: the marker makes a resent chunk that did arrive a duplicate. A
+    broker that says SYSTEM_BUSY (its queue of sends is full) is asked again a moment later."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + RETRY_S
     addr = c.addr
     for attempt in itertools.count():
         try:
             return await p.invoke(addr, cmd, ok=_OK)
+        except BrokerError as exc:
+            if exc.code != ResponseCode.SYSTEM_BUSY or loop.time() >= deadline:
+                raise
+            # back-pressure (the broker's queue of sends is full): as RocketMQ's producers, try
+            # again a moment later
+            await asyncio.sleep(min(BUSY_PAUSE_S * 2 ** min(attempt, 4), RETRY_PAUSE_S))
+            continue
         except OSError:  # the transport's errors (refused, lost, timed out) are OSErrors
             if loop.time() >= deadline:
                 raise
