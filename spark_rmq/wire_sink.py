@@ -12,7 +12,7 @@ before. A topic the name servers do not know is sent through ``TBW102``'s route 
 does.
 
 **Batches.** The rows of each queue are encoded into 320 bodies
-(:func:`rmqnet.client.encode_messages`: numpy, no step per message) of at most
+(:func:`rmqnet.client.encode_messages`: whole columns, no step per message) of at most
 :data:`CHUNK_BYTES` (a broker refuses a body over its ``maxMessageSize``, 4 MiB by default);
 properties (``TAGS``, ``KEYS``, the ``properties`` map, ``DELAY`` from ``delayLevel``,
 ``TIMER_DELIVER_MS`` from ``deliverTime``, ``WAIT``, the client's ``UNIQ_KEY``) are built as
