@@ -438,3 +438,20 @@ def test_hash_routing_and_bad_rows_over_the_wire(spark, servers: WireServers, tm
     with pytest.raises(Exception, match="cannot be combined with path"):
         (df.write.format("rmqlog").option("nameServer", servers.namesrv).option("path", str(tmp_path / "p"))
            .option("topic", "out").mode("append").save())
+
+
+def test_sink_and_source_across_two_brokers(spark, servers: WireServers, tmp_path: Path) -> None:
+    servers.start_broker(BROKER, tmp_path / "a", topics={"out": 4})
+    servers.start_broker("broker-b", tmp_path / "b", topics={"out": 2})
+    spark.dataSource.register(FlakyWireSource)  # every first attempt fails after sending
+    df = spark.range(600).select(F.format_string("m%d", "id").alias("body")).repartition(3)
+    df.write.format("rmqlog_wire_flaky").option("nameServer", servers.namesrv).option("topic", "out").mode("append").save()
+    a, b = out_bodies(servers), out_bodies(servers, broker="broker-b")
+    assert sum(a.values()) + sum(b.values()) == 600 and not set(a) & set(b)
+    assert 150 < sum(b.values()) < 250  # round robin over the six queues: about a third on broker-b's two
+    back = read(spark, servers, topics="out").select("body", "queueId", "storeHost").collect()
+    assert Counter(bytes(r.body).decode() for r in back) == Counter({f"m{i}": 1 for i in range(600)})
+    held = servers.store("broker-b").max_offset("out", 1)
+    assert held > 90
+    offsets = read(spark, servers, topics="out", startingOffsets=json.dumps({"out/broker-b/1": 90})).count()
+    assert offsets == 600 - 90
