@@ -66,9 +66,9 @@ class WireServers:
             config = BrokerConfig(
                 broker_name=name, listen_port=port, namesrv_addr=self.namesrv, store=store_config,
                 max_transfer_count_on_message_in_memory=TRANSFER_COUNT,
-                max_transfer_bytes_on_message_in_memory=64 << 20,
+                max_transfer_bytes_on_message_in_memory=8 << 20,
                 max_transfer_count_on_message_in_disk=TRANSFER_COUNT,
-                max_transfer_bytes_on_message_in_disk=64 << 20,
+                max_transfer_bytes_on_message_in_disk=8 << 20,
             ).replace(**changes)
             registered = self._registered[name] = asyncio.Event()
             proc = launch.BrokerProcess(root, config)
