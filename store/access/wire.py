@@ -30,6 +30,7 @@ from ..log.encode.wire_put import wire_table
 from ..log.properties import SCHEDULE_TOPIC, TIMER_TOPIC, WAITING_TOPICS
 from ..log.record import ScanKind
 from ..log.wire import stored_records
+from ..log.writer_marker import writer_marker
 from ..paths import validate_topic
 from ..queue.arrival import ArrivalListener
 from ..results import StoredRecords
@@ -87,7 +88,8 @@ class WireAccess:
 
     _replica: ReplicaWriter | None = None
 
-    def put_wire(self, table: pa.Table | pa.RecordBatch, *, dispatch: bool = False, cluster: str | None = None) -> pa.Table:
+    def put_wire(self, table: pa.Table | pa.RecordBatch, *, dispatch: bool = False, cluster: str | None = None,
+                 writer: str | None = None, sequence: int | None = None) -> pa.Table:
         """Append messages as a RocketMQ client sends them (a broker's ``SEND_MESSAGE``,
         ``SEND_MESSAGE_V2`` and the rows of ``SEND_BATCH_MESSAGE``, see
         :func:`rmqlog.decode_message_batch`); all or nothing, like :meth:`put_batch`, and the
@@ -108,11 +110,16 @@ class WireAccess:
         store's to set), a prepared or rolled-back transaction, sysFlag bits no put sets,
         RocketMQ's not-allowed send topics (:data:`NOT_ALLOWED_SEND_TOPICS`).
 
+        ``writer``/``sequence``: an idempotent put, exactly as :meth:`rmqlog.MessageStore.put_batch`
+        (a batch whose sequence the store already has for the writer is skipped: nothing
+        written, an empty result; a broker passes a send's idempotence marker here).
+
         Raises :class:`InvalidMessageError` (``MESSAGE_ILLEGAL``) naming the first bad row and
         field, :class:`rmqlog.errors.MessageTooLargeError` for a body over ``max_message_size``
         or properties over 32767 bytes, :class:`rmqlog.errors.QueueIdError`,
         :class:`rmqlog.errors.DiskFullError`; nothing of the batch is written then.
         """
+        marker = writer_marker(writer, sequence)
         self._check_open("put_wire")
         if cluster is not None:
             text_arg("cluster", cluster)
@@ -139,7 +146,7 @@ class WireAccess:
                                               row=row, field="topic")
             if header.properties is not None:
                 _refuse_waiting_topic(topic)
-        return appender.put_table(put, None, dispatch=dispatch, wire=header)[0]
+        return appender.put_table(put, marker, dispatch=dispatch, wire=header)[0]
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
         """Call ``callback(topics: list[str], queue_ids: np.ndarray, max_offsets: np.ndarray)``
