@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from typing import Protocol
 
 import numpy as np
 
@@ -22,6 +23,17 @@ from .options import EARLIEST, EARLIEST_OFFSET, LATEST, LATEST_OFFSET, SourceOpt
 log = logging.getLogger(__name__)
 
 Offsets = dict[str, int]
+
+
+class QueueOffsets(Protocol):
+    """What planning asks of where the queues are: an open :class:`rmqlog.MessageStore`, or
+    the brokers of a name server (:class:`spark_rmq.wire_source.BrokerQueues`, whose queue
+    names are ``"topic/brokerName"``)."""
+
+    def min_offset(self, topic: str, queue_id: int) -> int: ...
+    def max_offset(self, topic: str, queue_id: int) -> int: ...
+    def offset_for_timestamp(self, topic: str, queue_id: int, ts_ms: int) -> int: ...
+    def record_sizes(self, topic: str, queue_id: int, start: int, end: int) -> np.ndarray: ...
 
 
 def queue_key(topic: str, queue_id: int) -> str:
@@ -69,13 +81,13 @@ def discover_queues(ms: MessageStore, opts: SourceOptions) -> list[tuple[str, in
     return [(t, q) for t in names for q in _topic_queue_ids(ms, t, configured)]
 
 
-def bounds(ms: MessageStore, queues: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+def bounds(ms: QueueOffsets, queues: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
     """(first, end) logical offsets of each queue (first = oldest offset still stored)."""
     return {queue_key(t, q): (ms.min_offset(t, q), ms.max_offset(t, q)) for t, q in queues}
 
 
 def resolve(
-    ms: MessageStore,
+    ms: QueueOffsets,
     queues: list[tuple[str, int]],
     spec: str | dict[str, int] | None,
     timestamp_ms: int | None,
@@ -193,7 +205,7 @@ def split_messages(start: Offsets, end: Offsets, budget: int) -> Offsets:
             for k, t in zip(keys, take.tolist(), strict=True)}
 
 
-def unit_sizes(ms: MessageStore, key: str, start: int, end: int) -> np.ndarray:
+def unit_sizes(ms: QueueOffsets, key: str, start: int, end: int) -> np.ndarray:
     """TOTALSIZE of each message of ``[start, end)`` of a queue, read from its consume queue."""
     topic, qid = split_key(key)
     if end <= start:
@@ -201,7 +213,7 @@ def unit_sizes(ms: MessageStore, key: str, start: int, end: int) -> np.ndarray:
     return ms.record_sizes(topic, qid, start, end)
 
 
-def split_bytes(ms: MessageStore, start: Offsets, end: Offsets, budget: int) -> Offsets:
+def split_bytes(ms: QueueOffsets, start: Offsets, end: Offsets, budget: int) -> Offsets:
     """Cap the total record bytes of ``[start, end)`` at ``budget``; sizes come from the consume queues.
 
     The budget is split over queues in proportion to their backlog (in messages); each queue

@@ -37,9 +37,12 @@ SOURCE_OPTIONS = {
     "path", "topics", "topicpattern", "assign", "startingoffsets", "startingtimestamp",
     "endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
     "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "tags", "group",
-    "failondataloss", "readbatchrows", "checkcrc", "key", "msgid", "deliverdue", "readonly",
+    "failondataloss", "readbatchrows", "checkcrc", "key", "msgid", "deliverdue", "readonly", "nameserver",
 }
-SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid"}
+SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid", "nameserver"}
+#: options that act on a store's files: refused with ``nameServer`` (the broker owns its files:
+#: it dispatches and delivers by itself, and the client checks every record's CRC)
+PATH_ONLY_SOURCE_OPTIONS = ("readOnly", "deliverDue", "checkCRC")
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -164,7 +167,7 @@ def _valid_topic(option: str, topic: str) -> str:
 class SourceOptions:
     """What the ``rmqlog`` source was asked to read. Picklable; built once on the driver."""
 
-    path: str
+    path: str  # "" when the store is reached over the wire (``name_server``)
     topics: tuple[str, ...] | None = None
     topic_pattern: str | None = None
     assign: tuple[tuple[str, tuple[int, ...]], ...] | None = None
@@ -186,17 +189,24 @@ class SourceOptions:
     key: str | None = None  # batch: the messages of ``topics`` carrying this KEYS token (index files)
     msg_id: str | None = None  # batch: the message with this client msgId (UNIQ_KEY) in ``topics``
     read_only: bool = False  # open the store read-only: no dispatch, no delivery, nothing written
+    #: ``nameServer``: the name servers (``host:port``, several separated by ``;``) of the
+    #: brokers to read from over the wire, in place of ``path`` (:mod:`spark_rmq.wire_source`)
+    name_server: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         _check_unknown(options, SOURCE_OPTIONS)
-        path = _path(options)
+        path, name_server = _path_or_name_server(options)
+        if name_server is not None:
+            for name in PATH_ONLY_SOURCE_OPTIONS:
+                if _get(options, name) is not None:
+                    raise RmqLogOptionError(name, "only applies to a store read from its files (path), not with nameServer")
         given = [n for n in ("topics", "topicPattern", "assign") if _get(options, n) is not None]
         if len(given) != 1:
             raise RmqLogOptionError(
                 "topics", f"exactly one of topics, topicPattern or assign must be set, got {given or 'none'}"
             )
-        kw: dict[str, Any] = {"path": path}
+        kw: dict[str, Any] = {"path": path, "name_server": name_server}
         if (raw := _get(options, "topics")) is not None:
             names = tuple(sorted({t.strip() for t in raw.split(",") if t.strip()}))
             if not names:
@@ -210,7 +220,7 @@ class SourceOptions:
             kw["topic_pattern"] = raw
         if (raw := _get(options, "assign")) is not None:
             kw["assign"] = _parse_assign(raw)
-        kw["starting"] = _start_or_end(options, "startingOffsets")
+        kw["starting"] = _start_or_end(options, "startingOffsets", wire=name_server is not None)
         if (raw := _get(options, "startingTimestamp")) is not None:
             if _get(options, "startingOffsets") is not None:
                 raise RmqLogOptionError("startingTimestamp", "cannot be combined with startingOffsets")
@@ -218,7 +228,7 @@ class SourceOptions:
         for name in ("endingOffsets", "endingTimestamp"):
             if streaming and _get(options, name) is not None:
                 raise RmqLogOptionError(name, "is for batch reads only (spark.read)")
-        kw["ending"] = _start_or_end(options, "endingOffsets")
+        kw["ending"] = _start_or_end(options, "endingOffsets", wire=name_server is not None)
         if (raw := _get(options, "endingTimestamp")) is not None:
             if kw["ending"] is not None:
                 raise RmqLogOptionError("endingTimestamp", "cannot be combined with endingOffsets")
@@ -291,7 +301,7 @@ def _path(options: Mapping[str, str]) -> str:
     """The required ``path``: a store root a :class:`rmqlog.MessageStore` can be opened at."""
     path = _get(options, "path")
     if not path:
-        raise RmqLogOptionError("path", "is required (the store root directory)")
+        raise RmqLogOptionError("path", "is required (the store root directory), or nameServer to reach brokers")
     try:
         root_arg(path)
     except StoreError as exc:
@@ -299,14 +309,76 @@ def _path(options: Mapping[str, str]) -> str:
     return path
 
 
-def _start_or_end(options: Mapping[str, str], name: str) -> str | dict[str, int] | None:
+def _path_or_name_server(options: Mapping[str, str]) -> tuple[str, str | None]:
+    """``(path, None)`` for a store's files, ``("", name servers)`` over the wire: exactly one
+    of ``path`` and ``nameServer``."""
+    raw = _get(options, "nameServer")
+    if raw is None:
+        return _path(options), None
+    if _get(options, "path"):
+        raise RmqLogOptionError("nameServer", "cannot be combined with path (a store's files or brokers, not both)")
+    return "", parse_name_server(raw)
+
+
+def parse_name_server(raw: str) -> str:
+    """``host:port`` name server addresses separated by ``;`` (RocketMQ's ``namesrvAddr``),
+    normalized (blanks dropped); :class:`RmqLogOptionError` naming ``nameServer`` otherwise."""
+    addrs = [a.strip() for a in _text("nameServer", raw).split(";") if a.strip()]
+    if not addrs:
+        raise RmqLogOptionError("nameServer", "must name at least one host:port")
+    for a in addrs:
+        host, sep, port = a.rpartition(":")
+        if not sep or not host.strip("[]") or not (port.isascii() and port.isdigit() and len(port) <= 5
+                                                     and 0 < int(port) < 65536):
+            raise RmqLogOptionError("nameServer", f"{a!r} is not host:port (a port in 1..65535)")
+    return ";".join(addrs)
+
+
+def _start_or_end(options: Mapping[str, str], name: str, *, wire: bool = False) -> str | dict[str, int] | None:
     raw = _get(options, name)
     if raw is None:
         return None
     text = raw.strip()
     if text.lower() in (EARLIEST, LATEST):
         return text.lower()
-    return parse_offsets_json(name, text)
+    return parse_wire_offsets_json(name, text) if wire else parse_offsets_json(name, text)
+
+
+def parse_wire_offsets_json(name: str, raw: str) -> dict[str, int]:
+    """Over the wire: ``{"topic/brokerName/queueId": offset}`` (a queue is named by its
+    broker too, as RocketMQ's ``MessageQueue``); offsets as in :func:`parse_offsets_json`."""
+    try:
+        data = json.loads(_text(name, raw))
+    except (ValueError, RecursionError) as exc:
+        raise RmqLogOptionError(name, f"is neither earliest, latest nor JSON: {str(exc)[:100]}") from None
+    if not isinstance(data, dict):
+        raise RmqLogOptionError(name, 'JSON must be an object like {"topic/broker-a/0": 42}')
+    out: dict[str, int] = {}
+    for key, value in data.items():
+        parts = str(key).split("/")
+        if len(parts) != 3 or not _is_queue_id(parts[2]) or broker_name_problem(parts[1]) is not None:
+            raise RmqLogOptionError(name, f"key {key!r} is not 'topic/brokerName/queueId' (a queue id in [0, 2**31))")
+        _valid_topic(name, parts[0])
+        if not isinstance(value, int) or isinstance(value, bool) or not EARLIEST_OFFSET <= value <= JAVA_LONG_MAX:
+            raise RmqLogOptionError(name, f"offset of {key!r} must be an integer >= -2, got {value!r}")
+        out[f"{parts[0]}/{parts[1]}/{int(parts[2])}"] = value
+    return out
+
+
+def _is_queue_id(text: str) -> bool:
+    return text.isascii() and text.isdigit() and len(text) <= 10 and int(text) <= JAVA_INT_MAX
+
+
+_BROKER_NAME = re.compile(r"[A-Za-z0-9_.:%|-]{1,127}")
+
+
+def broker_name_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a broker name in a queue key (it comes from the network: a name
+    server's route), or ``None``: 1-127 characters of ``A-Za-z0-9_.:%|-`` (no ``/``, which
+    separates the key's parts)."""
+    if not isinstance(name, str) or not _BROKER_NAME.fullmatch(name):
+        return f"broker name {str(name)[:60]!r} is not 1-127 characters of A-Za-z0-9_.:%|-"
+    return None
 
 
 def _parse_assign(raw: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -332,16 +404,18 @@ QUEUE_SELECTORS = ("roundRobin", "hash")
 class SinkOptions:
     """What the ``rmqlog`` sink was asked to do. Picklable; built once on the driver."""
 
-    path: str
+    path: str  # "" over the wire (``name_server``)
     topic: str | None = None
     queue_selector: str = "roundRobin"
     sharding_key: str | None = None
     writer_id: str | None = None
+    #: ``nameServer``: send to the brokers of these name servers (:mod:`spark_rmq.wire_sink`)
+    name_server: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         _check_unknown(options, SINK_OPTIONS)
-        path = _path(options)
+        path, name_server = _path_or_name_server(options)
         topic = _get(options, "topic")
         if topic is not None:
             _valid_topic("topic", topic)
@@ -356,4 +430,5 @@ class SinkOptions:
         # the store's writer name is "spark-job/<writerId>/<partition>", at most 1024 bytes
         if writer_id is not None and (not writer_id or any(c in writer_id for c in "\x00\x01\x02") or len(writer_id.encode()) > 512):
             raise RmqLogOptionError("writerId", "must be a non-empty string of at most 512 UTF-8 bytes without \\x00-\\x02")
-        return cls(path=path, topic=topic, queue_selector=match[0], sharding_key=sharding_key, writer_id=writer_id)
+        return cls(path=path, topic=topic, queue_selector=match[0], sharding_key=sharding_key, writer_id=writer_id,
+                   name_server=name_server)

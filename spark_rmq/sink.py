@@ -213,6 +213,12 @@ class _ArrowSink:
         ctx = TaskContext.get()
         partition = ctx.partitionId() if ctx is not None else 0
         writer = f"{writer}/{partition}"
+        if self.opts.name_server is not None:  # over the wire (spark_rmq.wire_sink)
+            from .wire_sink import send_task
+
+            rows, stored = send_task(self.opts, (pa.Table.from_batches([b]) for b in iterator), writer, sequence,
+                                     partition)
+            return SinkCommit(partition, writer, sequence, rows, stored)
         with using(self.opts.path) as ms:  # a crash inside leaves the store to abnormal recovery
             done = ms.writer_sequence(writer)
             if done is not None and done >= sequence:  # a replay: skip encoding too
@@ -241,6 +247,8 @@ class _ArrowSink:
         return SinkCommit(partition, writer, sequence, rows, result.num_rows)
 
     def _dispatch(self) -> None:
+        if self.opts.name_server is not None:
+            return  # each broker dispatches by itself
         with using(self.opts.path) as ms:
             ms.dispatch()
 

@@ -88,10 +88,20 @@ class RmqLogDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = SourceOptions.parse(self.options, streaming=False)
-        return RmqLogFilteringReader(opts) if _filter_pushdown_enabled() else RmqLogBatchReader(opts)
+        pushdown = _filter_pushdown_enabled()
+        if opts.name_server is not None:  # over the wire (spark_rmq.wire_readers)
+            from .wire_readers import RmqLogWireBatchReader, RmqLogWireFilteringReader
+
+            return RmqLogWireFilteringReader(opts) if pushdown else RmqLogWireBatchReader(opts)
+        return RmqLogFilteringReader(opts) if pushdown else RmqLogBatchReader(opts)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return RmqLogStreamReader(SourceOptions.parse(self.options, streaming=True))
+        opts = SourceOptions.parse(self.options, streaming=True)
+        if opts.name_server is not None:
+            from .wire_readers import RmqLogWireStreamReader
+
+            return RmqLogWireStreamReader(opts)
+        return RmqLogStreamReader(opts)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
         from .sink import RmqLogArrowWriter
@@ -386,8 +396,7 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._commit_group(start)  # ``start`` is the end of the last batch Spark completed
         queues, latest = self._available()
         self._latest = latest
-        ms = self.store
-        first = {k: lo for k, (lo, _hi) in bounds(ms, queues).items()}
+        first = {k: lo for k, (lo, _hi) in self._bounds(queues).items()}
         begin = {**first, **{k: int(v) for k, v in start.items()}}  # new queues: from their first offset
         if not self.opts.fail_on_data_loss:
             # offsets retention deleted are skipped here, in one step: a limit then admits
@@ -434,14 +443,29 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         opts = self.opts
         keys = sorted(end, key=split_key)
-        first = bounds(self.store, [split_key(k) for k in keys])
+        first = self._bounds([split_key(k) for k in keys])
         begin = {}
         for k in keys:
-            s = int(start[k]) if k in start else first[k][0]
-            if end[k] > s:
-                s = self._skip(k, s, first[k][0]) if s < first[k][0] else s
+            lo = first[k][0] if k in first else None  # (None: a broker out of reach, over the wire)
+            s = int(start[k]) if k in start else lo if lo is not None else int(end[k])
+            if end[k] > s and lo is not None and s < lo:
+                s = self._skip(k, s, lo)
             begin[k] = min(s, int(end[k])) if k in start else s
-        return _partitions(opts, plan_ranges(begin, {k: int(end[k]) for k in keys}, opts.max_messages_per_partition))
+        return self._make_partitions(plan_ranges(begin, {k: int(end[k]) for k in keys}, opts.max_messages_per_partition))
+
+    # ---- what the driver asks of the store (the wire reader asks brokers instead) -----
+
+    def _bounds(self, queues: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+        """(first, end) of each queue, by queue key (over the wire: of each queue whose broker
+        answered; the others are left where they stand)."""
+        return bounds(self.store, queues)
+
+    def _make_partitions(self, ranges: list[tuple[str, int, int]]) -> list[InputPartition]:
+        return list(_partitions(self.opts, ranges))
+
+    def _commit_one(self, key: str, offset: int) -> None:
+        topic, qid = split_key(key)
+        self.store.commit_offset(self.opts.group or "", topic, qid, offset)
 
     def _skip(self, key: str, start: int, first: int) -> int:
         """:func:`check_data_loss` for ``start`` below ``first``, warning once per skip."""
@@ -473,8 +497,7 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return
         for k, v in offsets.items():
             if self._committed.get(k) != v:
-                topic, qid = split_key(k)
-                self.store.commit_offset(self.opts.group, topic, qid, v)
+                self._commit_one(k, v)
         self._committed = offsets
 
     @_busy

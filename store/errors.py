@@ -291,3 +291,33 @@ class StoreClosedError(StoreError):
 class ReadOnlyStoreError(StoreError):
     """A store opened ``read_only`` was asked to change something (a put, a dispatch, an
     offset commit...): nothing was written. The message names the operation."""
+
+
+class ReplicaOffsetError(StoreError, ValueError):
+    """A replication call named an offset the store cannot serve or take: a read below the
+    commitlog's first offset, past its published tail or in a deleted segment
+    (``replica_read``), or an append that does not start exactly at this store's end
+    (``replica_append``: ``end`` is where it does end). Nothing was read or written.
+    ``offset`` is the offset asked for."""
+
+    def __init__(self, message: str, *, offset: int, end: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.end = end
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_replica_offset_error, (str(self), self.offset, self.end))
+
+
+def _replica_offset_error(message: str, offset: int, end: int | None) -> ReplicaOffsetError:
+    return ReplicaOffsetError(message, offset=offset, end=end)
+
+
+class ReplicaStreamError(CorruptStoreError):
+    """Bytes given to ``replica_append`` are not this store's log continued: a damaged record
+    (magic, lengths, body CRC, a header field no store writes), a record whose PHYSICALOFFSET
+    is not where it lands or whose QUEUEOFFSET breaks its queue's density, a topic name the
+    store refuses, a blank that does not end its segment, or a transfer crossing a segment.
+    ``offset`` is the commitlog offset of the first bad record. The records before it were
+    published; nothing at or past it was (the bytes written there are cleared): the stored
+    log is unharmed."""

@@ -342,17 +342,19 @@ class MessageStore(WireAccess):
         self._check_open("dispatch")
         return self.dispatcher.dispatch()
 
-    def start_services(self) -> None:
+    def start_services(self, *, scheduler: bool = True) -> None:
         """Start every background service on the store's service loop (a second start is a
         no-op): the dispatcher (every ``reput_interval_ms`` while idle), retention passes
         (:meth:`clean_expired`, every ``clean_resource_interval`` ms) and the scheduler
-        (:meth:`deliver_due`, every 100 ms). The async flusher and the segment preparer run
+        (:meth:`deliver_due`, every 100 ms; not with ``scheduler=False``: a replication
+        slave, whose master's deliveries arrive as records). The async flusher and the segment preparer run
         from the open on. A failed round is logged and kept in the service's ``last_error``
         (``dispatcher.last_error``, ``retention.last_error``, ...); every service keeps running."""
         self._check_open("start_services")
         self.services.add(self.dispatcher)
         self.services.add(self.retention)
-        self.services.add(self.scheduler)
+        if bool_arg("scheduler", scheduler):
+            self.services.add(self.scheduler)
 
     def stop_services(self) -> None:
         """Stop what :meth:`start_services` started (dispatcher, retention, scheduler); returns

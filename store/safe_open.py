@@ -302,6 +302,19 @@ def open_folder(path: PathLike) -> int:
     return _open_below(base, comps, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, 0, FOLDER)
 
 
+def still_named(dir_fd: int, name: str, st: os.stat_result) -> bool:
+    """Whether ``name`` in the folder ``dir_fd`` is still the file ``st`` describes (an open
+    descriptor's ``fstat``): the same inode on the same device, not a link. One ``fstatat``
+    (no walk of the path); a descriptor kept across calls uses it to notice that its file
+    was replaced (renamed over, removed), whatever other links the old file still has (a
+    hard-linked snapshot of the store keeps ``st_nlink`` above 0)."""
+    try:
+        now = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return now.st_ino == st.st_ino and now.st_dev == st.st_dev and stat.S_ISREG(now.st_mode)
+
+
 def listdir(path: PathLike) -> list[str]:
     """The names in the folder ``path`` (unsorted); ``FileNotFoundError`` when it is absent."""
     fd = open_folder(path)

@@ -223,6 +223,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "root": st.sampled_from(["new", "store", "file", "nul", "under-file", "long", "empty-dir"]),
     "config": st.one_of(st.none(), st.just("small")),
     "repair": st.booleans(), "create": st.booleans(), "read_only": st.booleans(),
+    "scheduler": st.booleans(), "data": st.one_of(st.binary(max_size=64), st.just(b"\x00" * 12)),
     "clock": st.one_of(st.none(), st.builds(rmqlog.SystemClock), st.builds(rmqlog.ManualClock, st.just(NOW_MS))),
 }
 #: parameters a plausible value is always given for: any other would be a path on this machine
@@ -236,6 +237,7 @@ METHODS = {
     "put", "put_batch", "put_batches", "query_by_key", "query_by_time", "query_by_unique_key", "read_queue",
     "read_window", "record_sizes", "put_wire", "on_arrival", "record_at", "index_last_update", "earliest_store_time",
     "start_services", "stop_services", "topics", "verify", "writer_sequence",
+    "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
 }
 
 
@@ -495,7 +497,11 @@ OPTION_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "key": st.sampled_from(["k1", ""]), "msgid": st.sampled_from(["0A0B0C0D1234ABCDEF0123456789ABCD", "x"]),
     "topic": st.sampled_from(["T", "bad topic"]), "queueselector": st.sampled_from(["hash", "roundRobin", "x"]),
     "shardingkey": st.sampled_from(["k", ""]), "writerid": st.sampled_from(["w", "", "\x00", "\ud800", "x" * 600]),
+    "nameserver": st.sampled_from(["127.0.0.1:9876", "h:1;h:2", "h", "h:0", "h:" + "9" * 5000, " ; ", "[::1]:9", "\ud800:1"]),
 }
+#: over the wire (nameServer), offsets JSON is keyed topic/brokerName/queueId
+WIRE_OFFSETS = ['{"T/b/0": 5}', '{"T/0": 5}', '{"T/b/c/0": 1}', '{"T/b a/0": 1}', '{"T/b/99999999999}": 1}',
+                '{"T/b/0": -3}', '{"T/b/0": 1e999}', '{"T/\ud800/0": 1}', '{"T/b/0": 1' + "0" * 5000 + "}"]
 
 
 def _options(names: list[str]) -> st.SearchStrategy[dict[Any, Any]]:
@@ -524,6 +530,9 @@ PARSER_ARGUMENTS: dict[str, st.SearchStrategy[tuple[tuple[Any, ...], dict[str, A
                                                                         "maxtriggerdelay") for v in OPTION_VALUES[s].elements]),  # type: ignore[attr-defined]
                                            ANY)), st.just({}))
        for name in ("parse_duration_ms", "parse_timestamp_ms", "parse_offsets_json")},
+    "parse_wire_offsets_json": st.tuples(st.tuples(st.one_of(st.just("startingOffsets"), ANY),
+                                                   st.one_of(st.sampled_from(WIRE_OFFSETS), ANY)), st.just({})),
+    "parse_name_server": st.tuples(st.tuples(st.one_of(OPTION_VALUES["nameserver"], ANY)), st.just({})),
 }
 
 

@@ -113,3 +113,66 @@ def test_lock_free_readers_never_see_a_torn_or_missing_state(tmp_path: Path) -> 
     for t in readers:
         t.join()
     assert bad == []
+
+
+def test_a_rewrite_is_seen_even_when_the_old_file_keeps_another_link(tmp_path: Path) -> None:
+    """Two openers of one root (two processes); the file is hard-linked (a ``cp -al``
+    snapshot), then one opener's state outgrows the slots and is rewritten (a new file renamed
+    over the path). The old inode keeps a link, so ``st_nlink`` cannot tell: both openers
+    must read the new file, or the other's next append would scrub and overwrite the log
+    past its stale tail (found by review: 5,000 acknowledged messages lost)."""
+    path = tmp_path / "append.state"
+    a, b = AppendStateFile(path), AppendStateFile(path)
+    a.publish(_state(10, **{"T/0": 1}))
+    assert a.load() is not None and b.load() is not None  # both hold a descriptor
+    (tmp_path / "snapshot").mkdir()
+    (tmp_path / "snapshot" / "append.state").hardlink_to(path)
+    big = b.load()
+    assert big is not None
+    big.tail = 999
+    big.queues = {f"topic-{i}/0": i for i in range(MIN_SLOT // 16)}  # > a slot: rewritten whole
+    b.publish(big)
+    assert (tmp_path / "snapshot" / "append.state").stat().st_nlink == 1  # the old file, still linked
+    for opener in (a, b):
+        got = opener.load()
+        assert got is not None and got.tail == 999 and len(got.queues) == MIN_SLOT // 16
+    old = AppendStateFile(tmp_path / "snapshot" / "append.state").load()
+    assert old is not None and old.tail == 10  # the snapshot keeps what it had
+    a.close()
+    b.close()
+
+
+def test_the_idle_token_names_only_a_state_this_process_loaded(tmp_path: Path) -> None:
+    """``version()`` is for "has anything been published since I loaded?": while the newest
+    slot's header is there but its JSON is not (a publish caught mid-``pwrite``: ``load()``
+    falls back to the previous state), or another opener published since, it is ``None``,
+    so a dispatcher never records a token for a state it did not see (found by review: the
+    next rounds were skipped for up to a second)."""
+    path = tmp_path / "append.state"
+    w, r = AppendStateFile(path), AppendStateFile(path)
+    w.publish(_state(10))
+    assert r.version() is None  # nothing loaded yet
+    loaded = r.load()
+    assert loaded is not None and loaded.tail == 10
+    token = r.version()
+    assert token is not None and r.version() == token  # stable while nothing is published
+    s = w.load()
+    assert s is not None
+    s.tail = 20
+    before = path.read_bytes()
+    w.publish(s)
+    after = path.read_bytes()
+    assert r.version() is None  # published since r loaded
+    # mid-pwrite: the new slot's header in place, its JSON not yet
+    size = _HEADER.unpack_from(after)[1]
+    slot_at = next(at for at in (_HEADER.size, _HEADER.size + size) if before[at:at + 16] != after[at:at + 16])
+    path.write_bytes(before[:slot_at] + after[slot_at:slot_at + _SLOT_HEADER.size] + before[slot_at + _SLOT_HEADER.size:])
+    r2 = AppendStateFile(path)
+    got = r2.load()
+    assert got is not None and got.tail == 10  # the torn slot fails its CRC: the previous state
+    assert r2.version() is None  # the header newer than the state loaded: no token
+    path.write_bytes(after)  # the write completes
+    got = r2.load()
+    assert got is not None and got.tail == 20 and r2.version() is not None
+    for f in (w, r, r2):
+        f.close()

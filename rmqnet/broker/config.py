@@ -77,6 +77,17 @@ class BrokerConfig:
       commitlog's end than ``access_message_in_memory_max_ratio`` percent (40) of the
       machine's memory. Counts and bytes at least 1 (the first message of a pull is always
       sent, whatever its size); the ratio 0..100.
+    - Replication (RocketMQ's ``MessageStoreConfig`` keys; :mod:`rmqnet.broker.replication`):
+      ``broker_role`` (``brokerRole``: ``ASYNC_MASTER``, ``SYNC_MASTER`` or ``SLAVE``), the
+      master's ``ha_listen_port`` (``haListenPort``; None: ``listenPort + 1`` as RocketMQ's
+      ``BrokerStartup`` sets it, any free port when ``listenPort`` is 0) and the slave's
+      ``ha_master_address`` (``haMasterAddress``, ``host:port``; None: the one the name server
+      hands back at registration), ``ha_send_heartbeat_interval`` (5000),
+      ``ha_housekeeping_interval`` (20000), ``ha_transfer_batch_size`` (32768),
+      ``ha_slave_fallbehind_max`` (256 MiB), ``slave_timeout`` (``slaveTimeout``, 3000: how long
+      a ``SYNC_MASTER`` send waits for a slave before ``FLUSH_SLAVE_TIMEOUT``),
+      ``slave_read_enable`` (``slaveReadEnable``, false: a pull's ``suggestWhichBrokerId`` is
+      always 0; true: 1 for a consumer reading further behind than the in-memory ratio).
     - ``store``: the store's config (``flushDiskType``, ``maxMessageSize``, segment sizes...).
     """
 
@@ -108,6 +119,15 @@ class BrokerConfig:
     max_transfer_count_on_message_in_disk: int = 8
     max_transfer_bytes_on_message_in_disk: int = 64 * 1024
     access_message_in_memory_max_ratio: int = 40
+    broker_role: str = "ASYNC_MASTER"
+    ha_listen_port: int | None = None
+    ha_master_address: str | None = None
+    ha_send_heartbeat_interval: int = 5000
+    ha_housekeeping_interval: int = 20_000
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    slave_timeout: int = 3000
+    slave_read_enable: bool = False
     store: StoreConfig = field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
@@ -138,6 +158,20 @@ class BrokerConfig:
                 raise ConfigError(f"{name} must be at least 1")
             if name in _TRANSFER_LIMITS and getattr(self, name) > _JAVA_INT_MAX:
                 raise ConfigError(f"{name} must be at most {_JAVA_INT_MAX} (a Java int)")
+        if self.broker_role not in BROKER_ROLES:
+            raise ConfigError(f"broker_role must be one of {', '.join(BROKER_ROLES)}, got {self.broker_role!r}")
+        if self.ha_listen_port is not None and not 0 <= self.ha_listen_port < 65536:
+            raise ConfigError(f"ha_listen_port must be a port number 0..65535, got {self.ha_listen_port}")
+        for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
+                     "ha_slave_fallbehind_max", "slave_timeout"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be at least 1")
+        if self.ha_transfer_batch_size > _JAVA_INT_MAX:
+            raise ConfigError(f"ha_transfer_batch_size must be at most {_JAVA_INT_MAX} (a Java int)")
+        if self.ha_master_address:
+            host, sep, port = self.ha_master_address.strip().rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(f"ha_master_address {self.ha_master_address!r} is not host:port")
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError("access_message_in_memory_max_ratio must be a percentage 0..100")
         try:
@@ -146,6 +180,17 @@ class BrokerConfig:
             raise ConfigError(f"broker_ip1 must be an IP address, got {self.broker_ip1!r}") from None
         if not self.broker_name or not re.fullmatch(r"[%|a-zA-Z0-9_.-]+", self.broker_name):
             raise ConfigError(f"broker_name {self.broker_name!r} is empty or has characters outside [%|a-zA-Z0-9_.-]")
+
+    def ha_port(self, listen_port: int) -> int:
+        """The HA port to bind for a broker asked to listen on ``listen_port`` (see above)."""
+        if self.ha_listen_port is not None:
+            return self.ha_listen_port
+        return 0 if listen_port == 0 else listen_port + 1
+
+    @property
+    def slave(self) -> bool:
+        """A ``SLAVE``: read-only for clients, fed by its master's HA stream."""
+        return self.broker_role == SLAVE
 
     @property
     def flush_disk_type(self) -> str:
@@ -202,6 +247,11 @@ class BrokerConfig:
         return host_port(self.broker_ip1, port)
 
 
+#: RocketMQ's ``BrokerRole``
+ASYNC_MASTER, SYNC_MASTER, SLAVE = "ASYNC_MASTER", "SYNC_MASTER", "SLAVE"
+BROKER_ROLES = (ASYNC_MASTER, SYNC_MASTER, SLAVE)
+
+
 def host_port(ip: str, port: int) -> str:
     """``ip:port`` (``[ip]:port`` for IPv6); ``ValueError`` if ``ip`` is no IP address."""
     addr = ipaddress.ip_address(ip)
@@ -253,4 +303,5 @@ def _coerce(kind: str, value: str, where: str) -> Any:
     return value
 
 
-__all__ = ["BrokerConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "DEFAULT_REGION", "host_port"]
+__all__ = ["BrokerConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "DEFAULT_REGION", "host_port", "ASYNC_MASTER", "SYNC_MASTER",
+           "SLAVE", "BROKER_ROLES"]

@@ -6,8 +6,10 @@
    default), so the advertised address and the store's STOREHOST carry the real port;
 2. opens the store root as its first opener (recovery as any first open does) with the
    store's keys of ``broker.conf``, and starts the store's services (dispatcher, retention,
-   scheduler);
-3. builds the :class:`~rmqnet.broker.broker.Broker` and serves it
+   scheduler: not on a ``SLAVE``, whose master's deliveries arrive as records);
+3. builds the :class:`~rmqnet.broker.broker.Broker`, starts its replication role
+   (:mod:`rmqnet.broker.replication`: a master's HA server on ``haListenPort``, a slave's
+   link to its master) and serves it
    (``RemotingServer(lambda conn, req: broker.table.process(broker, conn, req), ...)``);
 4. runs the broker's services (registration with the name servers among them, when
    :mod:`rmqnet.broker.registration` is there) every ``SERVICE_INTERVAL_S``;
@@ -83,11 +85,17 @@ class BrokerProcess:
             config = self.config.replace(listen_port=port, broker_ip1=advertised_ip)
             store_config: StoreConfig = config.store.replace(store_host=config.advertised(port))
             self.store = MessageStore.open(self.root, store_config)
-            self.store.start_services()
+            self.store.start_services(scheduler=not config.slave)  # a slave's deliveries come from its master
             self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port))
+            replication = getattr(self.broker, "replication", None)
+            if replication is not None:
+                await replication.start(self.host, config.ha_port(self.port))
             self._add_registrar(self.broker)
         except BaseException:
             await self.server.stop(0)
+            replication = getattr(self.broker, "replication", None)
+            if replication is not None:
+                await replication.close()
             if self.store is not None:
                 self.store.close()
             raise
@@ -109,7 +117,9 @@ class BrokerProcess:
         except ImportError:
             log.warning("namesrvAddr is set but this build has no registration module: not registering")
             return
-        broker.services.append(registration.Registrar(broker))
+        replication = getattr(broker, "replication", None)
+        ha = replication.ha_server_addr if replication is not None else None
+        broker.services.append(registration.Registrar(broker, ha_server_addr=ha))
 
     async def _run_services(self) -> None:
         assert self.broker is not None

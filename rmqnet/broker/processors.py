@@ -18,4 +18,6 @@ PROCESSOR_MODULES: tuple[str, ...] = (
     "offsets",    # QUERY/UPDATE_CONSUMER_OFFSET 14/15, SEARCH_OFFSET_BY_TIMESTAMP 29, GET_MAX/MIN_OFFSET 30/31, 32
     "query",      # QUERY_MESSAGE 12, VIEW_MESSAGE_BY_ID 33
     "acl",        # no codes: with aclEnable, RocketMQ's plain ACL checked before every handler
+    "replication",  # no codes: brokerRole, the HA service (master or slave), SYNC_MASTER waits
+    "slave_sync",   # GET_ALL_CONSUMER_OFFSET 43; a SLAVE copies its master's topics and offsets
 )

@@ -3,8 +3,10 @@
 Request: :class:`rmqnet.remoting.PullMessageHeader` (``consumerGroup, topic, queueId,
 queueOffset, maxMsgNums, sysFlag, commitOffset, suspendTimeoutMillis, subscription,
 subVersion, expressionType``). Response extFields, always all four: ``suggestWhichBrokerId``
-(0: this broker never sends consumers to a slave), ``nextBeginOffset``, ``minOffset``,
-``maxOffset``; the remark is the store's status name, as Java's.
+(0, the master, unless ``slaveReadEnable``: then 1 for a consumer whose reads lie further
+behind than the in-memory ratio, :func:`suggest_broker`), ``nextBeginOffset``, ``minOffset``,
+``maxOffset``; the remark is the store's status name, as Java's. On a ``SLAVE`` a
+PULL_OFFSET_MOVED is answered PULL_RETRY_IMMEDIATELY and commit offsets are not stored.
 
 Checks, in Java's order: the broker's permission (``brokerPermission`` readable, else
 ``NO_PERMISSION``), the topic (``TOPIC_NOT_EXIST``; not readable: ``NO_PERMISSION``), the
@@ -70,6 +72,8 @@ MAX_TRANSFER_COUNT_IN_MEMORY = 32
 MAX_TRANSFER_BYTES_IN_DISK = 64 * 1024
 MAX_TRANSFER_COUNT_IN_DISK = 8
 ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40
+#: ``SubscriptionGroupConfig.whichBrokerWhenConsumeSlowly``: the slave a slow consumer is sent to
+WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1
 #: BrokerConfig's defaults
 SHORT_POLLING_TIME_MILLS = 1000
 BROKER_PERMISSION = PERM_READ | PERM_WRITE
@@ -149,7 +153,10 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
         code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
     else:
         code = _CODE[status]
-    ext = {"suggestWhichBrokerId": 0, "nextBeginOffset": result.next_begin_offset,
+    slave = conf(broker, "broker_role", "ASYNC_MASTER") == "SLAVE"
+    if code == ResponseCode.PULL_OFFSET_MOVED and slave:
+        code = ResponseCode.PULL_RETRY_IMMEDIATELY  # a slave corrects no offset (offsetCheckInSlave off)
+    ext = {"suggestWhichBrokerId": suggest_broker(broker, result), "nextBeginOffset": result.next_begin_offset,
            "minOffset": result.min_offset, "maxOffset": result.max_offset}
     res: Any = req.reply(code, status.name, ext)
     if code == ResponseCode.SUCCESS:
@@ -169,6 +176,22 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
         with contextlib.suppress(rmqlog.StoreError):
             broker.store.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
     return res
+
+
+def suggest_broker(broker: Any, result: GetMessageResult) -> int:
+    """``suggestWhichBrokerId`` (``PullMessageProcessor``): 0, the master, unless
+    ``slaveReadEnable``; then 1 (the group's ``whichBrokerWhenConsumeSlowly``) when the last
+    record read lies further behind the commitlog's end than ``accessMessageInMemoryMaxRatio``
+    percent of the machine's memory (``getMessage``'s ``suggestPullingFromSlave``: the
+    consumer is slow, its reads would go to disk), else 0 (the group's ``brokerId``)."""
+    if not conf(broker, "slave_read_enable", False):
+        return 0
+    records = result.records
+    if records is None or not len(records):
+        return 0
+    ratio = conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
+    behind = broker.store.published_tail() - int(records.commit_log_offsets[-1])
+    return WHICH_BROKER_WHEN_CONSUME_SLOWLY if behind > total_memory() * ratio // 100 else 0
 
 
 def _in_event_loop() -> bool:

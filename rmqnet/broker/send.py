@@ -29,6 +29,13 @@ stored, only its flush is late). The event loop never waits for a disk.
 Reply extFields: ``msgId`` (RocketMQ's offset msgId; a batch's comma-joined), ``queueId``,
 ``queueOffset`` (a batch's first), ``MSG_REGION``, ``TRACE_ON``. Store errors are mapped by
 :mod:`rmqnet.broker.codes`.
+
+A send with the idempotence marker (``rmqlogWriter``/``rmqlogSequence``,
+:class:`rmqnet.remoting.headers.IdempotenceMarker`; our extension, the Spark sink's) is put on
+its own (the marker is per put) with the store's idempotent put; a replay stores nothing and
+is answered SUCCESS with ``rmqlogDuplicate=true``: with the original answer's fields when it
+replays the writer's last send stored since this broker started (the answers of the last
+:data:`MARKED_ANSWERS` writers are kept), else ``msgId`` empty and ``queueOffset`` -1.
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -48,6 +56,7 @@ from rmqlog import InvalidMessageError, MessageStore, TopicConfig
 from rmqlog.paths import TOPIC_MAX_BYTES
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
+from ..remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
 from .codes import STOPPING_REMARK, SYSTEM_BUSY_REMARK, illegal_remark, store_error_code
 from .peer import Peer
 from .topics import DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_WRITE, RETRY_PREFIX, topic_text
@@ -63,6 +72,8 @@ WIRE_SCHEMA = pa.schema([
     ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.string()),
     ("properties", pa.string()), ("reconsumeTimes", pa.int32()),
 ])
+#: writers whose last idempotent send's answer is kept (memory: a few hundred bytes each)
+MARKED_ANSWERS = 4096
 #: RocketMQ's largest properties string (a Java short)
 MAX_PROPERTIES = 32767
 #: RocketMQ's ``maxReconsumeTimes`` default (``SubscriptionGroupConfig.retryMaxTimes``)
@@ -72,11 +83,14 @@ NAME_VALUE_SEPARATOR = "\x01"
 _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
-def put_wire(store: MessageStore, table: pa.Table) -> pa.Table:
+def put_wire(store: MessageStore, table: pa.Table, marker: IdempotenceMarker | None = None) -> pa.Table:
     """Append ``table`` (:data:`WIRE_SCHEMA`) as one all-or-nothing batch; per row
     ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``. The one place a send
-    reaches the store (``MessageStore.put_wire``, the store's put of wire-form messages)."""
-    return store.put_wire(table)
+    reaches the store (``MessageStore.put_wire``, the store's put of wire-form messages). With
+    ``marker``, the store's idempotent put: a replay writes nothing and returns no row."""
+    if marker is None:
+        return store.put_wire(table)
+    return store.put_wire(table, writer=marker.writer, sequence=marker.sequence)
 
 
 def decode_batch(body: bytes, append_properties: str) -> pa.Table:
@@ -113,7 +127,10 @@ class _Send:
     queue_id: int
     future: asyncio.Future[RemotingCommand | None]
     extra: dict[str, str]
+    marker: IdempotenceMarker | None = None  # put alone, idempotently (rmqlogWriter/rmqlogSequence)
     reply: RemotingCommand | None = None  # the answer once put (SYNC_FLUSH: sent after the flush)
+    wait: bool = True  # the message's WAIT property (SYNC_MASTER waits for a slave only then)
+    end: int = 0  # the store's published tail right after its put (what a slave must hold)
 
 
 class SendService:
@@ -137,6 +154,9 @@ class SendService:
         self.put_total_today_morning = 0
         self.put_total_yesterday_morning = 0
         self._day = self._day_of(broker.clock.wall_ms())
+        #: writer -> (sequence, answer fields) of its last idempotent send stored here: a replay
+        #: of that send (a reply lost on the way) gets the original answer
+        self._last_marked: OrderedDict[str, tuple[int, dict[str, str]]] = OrderedDict()
 
     # ------------------------------------------------------------ handlers
     def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
@@ -144,6 +164,7 @@ class SendService:
         future of the reply."""
         v2 = req.code != RequestCode.SEND_MESSAGE
         header = SendMessageHeader.read(req.ext_fields, v2=v2)  # a FieldError: SYSTEM_ERROR (dispatch)
+        marker = IdempotenceMarker.read(req.ext_fields)
         extra = {"MSG_REGION": self.config.region_id, "TRACE_ON": "true" if self.config.trace_on else "false"}
         batch = req.code == RequestCode.SEND_BATCH_MESSAGE or header.batch
         refusal = self._check(req, header, peer, extra)
@@ -162,13 +183,17 @@ class SendService:
         if isinstance(built, RemotingCommand):
             return built
         rows, count, topic, queue_id = built
-        return self._submit(req, rows, count, queue_id, extra)
+        return self._submit(req, rows, count, queue_id, extra, _waits(header.properties), marker)
 
     def _check(self, req: RemotingCommand, h: SendMessageHeader, peer: Peer, extra: dict[str, str]) -> RemotingCommand | TopicConfig:
         """RocketMQ's ``preSend`` + ``msgCheck``: the topic's config, or the refusal."""
         cfg, topics = self.config, self.broker.topics
         if self.broker.stopping:
             return req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, STOPPING_REMARK, extra)
+        replication = getattr(self.broker, "replication", None)
+        refused = replication.refuse_send(req, extra) if replication is not None else None
+        if refused is not None:  # a SLAVE (DefaultMessageStore.checkStoreStatus)
+            return refused
         if not cfg.broker_permission & PERM_WRITE and topics.is_order_topic(h.topic):
             return req.reply(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden", extra)
         topic = h.topic
@@ -265,12 +290,13 @@ class SendService:
             self.broker.topics.ensure_stored(tc)
 
     # -------------------------------------------------------------- batching
-    def _submit(self, req: RemotingCommand, rows: Any, count: int, queue_id: int, extra: dict[str, str]) -> Any:
+    def _submit(self, req: RemotingCommand, rows: Any, count: int, queue_id: int, extra: dict[str, str],
+                wait: bool = True, marker: IdempotenceMarker | None = None) -> Any:
         if self._pending_count + count > self.capacity and self._pending:
             return req.reply(ResponseCode.SYSTEM_BUSY, SYSTEM_BUSY_REMARK, extra)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand | None] = loop.create_future()
-        self._pending.append(_Send(req, rows, count, queue_id, fut, extra))
+        self._pending.append(_Send(req, rows, count, queue_id, fut, extra, marker, wait=wait))
         self._pending_count += count
         if not self._scheduled:
             self._scheduled = True
@@ -281,13 +307,23 @@ class SendService:
         """Append everything waiting with one store call, answer (or queue for the flush)."""
         self._scheduled = False
         sends, self._pending, self._pending_count = self._pending, [], 0
-        if sends:
-            self._put(sends)
+        run: list[_Send] = []
+        for s in sends:  # a send with an idempotence marker is its own put (the marker is per put)
+            if s.marker is None:
+                run.append(s)
+                continue
+            if run:
+                self._put(run)
+                run = []
+            self._put([s])
+        if run:
+            self._put(run)
 
     def _put(self, sends: list[_Send]) -> None:
         table = _concat(sends)
+        marker = sends[0].marker if len(sends) == 1 else None
         try:
-            result = put_wire(self.store, table)
+            result = put_wire(self.store, table, marker)
         except InvalidMessageError as exc:
             if len(sends) > 1:  # one bad message must not fail the others put with it
                 for s in sends:
@@ -298,7 +334,29 @@ class SendService:
         except Exception as exc:  # noqa: BLE001 - mapped (store errors, OSError) or re-raised into the futures
             self._fail(sends, exc)
             return
-        self._count(result.num_rows)
+        if marker is not None and result.num_rows == 0:  # a replay: stored before, nothing now
+            s = sends[0]
+            last = self._last_marked.get(marker.writer)
+            if last is not None and last[0] == marker.sequence:  # the writer's last send: its answer
+                fields = {**last[1], DUPLICATE_FIELD: "true"}
+            else:
+                fields = {"msgId": "", "queueId": str(s.queue_id), "queueOffset": "-1", DUPLICATE_FIELD: "true", **s.extra}
+            s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)
+            sends = [s]  # answered as a put is (below): after the flush, once a slave holds the tail
+        else:
+            self._count(result.num_rows)
+        replication = getattr(self.broker, "replication", None)
+        end = 0
+        if replication is not None:
+            replication.appended()  # the HA writers send it now
+            if replication.sync_master:
+                # (a replay too: the first send of its rows may have been answered
+                # FLUSH_SLAVE_TIMEOUT, so its SUCCESS waits for a slave to hold the tail)
+                end = self.store.published_tail()
+        if marker is not None and result.num_rows == 0:
+            sends[0].end = end
+            self._settle(sends)
+            return
         msg_ids = result.column("msgId").to_pylist()
         queue_offsets = result.column("queueOffset").to_numpy()
         row = 0
@@ -306,13 +364,34 @@ class SendService:
             ids = msg_ids[row] if s.count == 1 else ",".join(msg_ids[row: row + s.count])
             fields = {"msgId": ids, "queueId": str(s.queue_id), "queueOffset": str(int(queue_offsets[row])), **s.extra}
             s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)
+            s.end = end
+            if marker is not None:
+                self._remember(marker, fields)
             row += s.count
+        self._settle(sends)
+
+    def _settle(self, sends: list[_Send]) -> None:
+        """Answer stored sends: after the group commit under SYNC_FLUSH, else now (and under
+        SYNC_MASTER once a slave holds them: :meth:`_answer`)."""
         if self.sync:
             self._unflushed.extend(sends)
             self._start_flush()
         else:
             for s in sends:
-                _resolve(s, s.reply)
+                self._answer(s)
+
+    def _answer(self, s: _Send) -> None:
+        """Resolve a stored send with its reply; under SYNC_MASTER once a slave holds it
+        (:meth:`rmqnet.broker.replication.Replication.gate`)."""
+        replication = getattr(self.broker, "replication", None)
+        if s.reply is None or not s.end or not s.wait or replication is None or not replication.sync_master:
+            _resolve(s, s.reply)
+            return
+        gated = replication.gate(s.reply, s.end)
+        if isinstance(gated, RemotingCommand):
+            _resolve(s, gated)
+        else:
+            gated.add_done_callback(lambda f: _resolve(s, f.result() if not f.cancelled() and f.exception() is None else s.reply))
 
     def _fail(self, sends: list[_Send], exc: Exception) -> None:
         try:
@@ -327,6 +406,12 @@ class SendService:
             log.warning("put refused: %s", remark)
         for s in sends:
             _resolve(s, s.request.reply(code, remark, s.extra))
+
+    def _remember(self, marker: IdempotenceMarker, fields: dict[str, str]) -> None:
+        self._last_marked[marker.writer] = (marker.sequence, fields)
+        self._last_marked.move_to_end(marker.writer)
+        while len(self._last_marked) > MARKED_ANSWERS:
+            self._last_marked.popitem(last=False)
 
     # ----------------------------------------------------------- group commit
     def _start_flush(self) -> None:
@@ -351,7 +436,7 @@ class SendService:
         exc = fut.exception()
         for s in round_:
             if exc is None:
-                _resolve(s, s.reply)
+                self._answer(s)
             elif s.reply is not None:  # stored, but not known to be on disk: never SEND_OK
                 _resolve(s, s.request.reply(ResponseCode.FLUSH_DISK_TIMEOUT, f"flush failed: {type(exc).__name__}: {exc}",
                                             dict(s.reply.ext_fields)))
@@ -376,6 +461,12 @@ class SendService:
     def waiting(self) -> int:
         """Messages accepted and not yet put."""
         return self._pending_count
+
+
+def _waits(properties: str) -> bool:
+    """Java's ``isWaitStoreMsgOK``: no ``WAIT`` property, or one ``Boolean.parseBoolean`` reads as true."""
+    value = parse_properties(properties).get("WAIT") if "WAIT" in properties else None
+    return value is None or value.lower() == "true"
 
 
 def _resolve(s: _Send, reply: RemotingCommand | None) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from .errors import FieldError
 from .fields import ext_bool, ext_int, ext_long, ext_str
 
 #: SEND_MESSAGE_V2's one-letter names (``SendMessageRequestHeaderV2``), by V1 name
@@ -117,3 +118,45 @@ PULL_SUSPEND = 2
 PULL_SUBSCRIPTION = 4
 PULL_CLASS_FILTER = 8
 PULL_LITE = 16
+
+
+#: The idempotence marker of a send (our brokers' extension, :class:`IdempotenceMarker`): two
+#: request fields beside the send header's, in the same names for 10, 310 and 320.
+WRITER_FIELD = "rmqlogWriter"
+SEQUENCE_FIELD = "rmqlogSequence"
+#: the answer's field saying a send was a replay (nothing stored again)
+DUPLICATE_FIELD = "rmqlogDuplicate"
+
+
+@dataclass(frozen=True, slots=True)
+class IdempotenceMarker:
+    """``rmqlogWriter`` (a writer's name) and ``rmqlogSequence`` (an int >= 0, increasing per
+    writer): the broker appends the send only if its store has not yet recorded that sequence
+    (or a later one) for the writer, atomically with the data (the store's idempotent put,
+    ``writer``/``sequence``); a replay stores nothing and is answered SUCCESS with
+    ``rmqlogDuplicate=true``. Apache RocketMQ's brokers ignore both fields (a replay is stored
+    again there). The Spark sink sends them (writer: its task, sequence: its micro-batch and
+    chunk)."""
+
+    writer: str
+    sequence: int
+
+    @staticmethod
+    def read(ext: dict[str, Any]) -> IdempotenceMarker | None:
+        """The marker of a request, ``None`` when it has neither field; :class:`FieldError` for
+        one without the other, a sequence that is not a Java long >= 0 (the writer's name is
+        the store's to check)."""
+        writer = ext_str(ext, WRITER_FIELD, None)
+        sequence = ext_long(ext, SEQUENCE_FIELD, None)
+        if writer is None and sequence is None:
+            return None
+        if writer is None:
+            raise FieldError(WRITER_FIELD, f"is missing (a send with {SEQUENCE_FIELD} names its writer)")
+        if sequence is None:
+            raise FieldError(SEQUENCE_FIELD, f"is missing (a send with {WRITER_FIELD} carries its sequence)")
+        if sequence < 0:
+            raise FieldError(SEQUENCE_FIELD, f"is {sequence}, not >= 0")
+        return IdempotenceMarker(writer, sequence)
+
+    def to_ext(self) -> dict[str, str]:
+        return {WRITER_FIELD: self.writer, SEQUENCE_FIELD: str(self.sequence)}

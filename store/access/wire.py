@@ -30,13 +30,16 @@ from ..log.encode.wire_put import wire_table
 from ..log.properties import SCHEDULE_TOPIC, TIMER_TOPIC, WAITING_TOPICS
 from ..log.record import ScanKind
 from ..log.wire import stored_records
+from ..log.writer_marker import writer_marker
 from ..paths import validate_topic
 from ..queue.arrival import ArrivalListener
 from ..results import StoredRecords
+from .replica import ReplicaWriter, replica_read
 
 if TYPE_CHECKING:
     from ..index.index_service import IndexService
     from ..parts import StoreParts
+    from ..service import ServiceLoop
     from .appender import Appender
     from .reader import QueueReader
 
@@ -78,10 +81,15 @@ class WireAccess:
         appender: Appender
         reader: QueueReader
 
+        services: ServiceLoop
+
         def _check_open(self, change: str | None = None) -> None: ...
         def published_tail(self) -> int: ...
 
-    def put_wire(self, table: pa.Table | pa.RecordBatch, *, dispatch: bool = False, cluster: str | None = None) -> pa.Table:
+    _replica: ReplicaWriter | None = None
+
+    def put_wire(self, table: pa.Table | pa.RecordBatch, *, dispatch: bool = False, cluster: str | None = None,
+                 writer: str | None = None, sequence: int | None = None) -> pa.Table:
         """Append messages as a RocketMQ client sends them (a broker's ``SEND_MESSAGE``,
         ``SEND_MESSAGE_V2`` and the rows of ``SEND_BATCH_MESSAGE``, see
         :func:`rmqlog.decode_message_batch`); all or nothing, like :meth:`put_batch`, and the
@@ -102,11 +110,16 @@ class WireAccess:
         store's to set), a prepared or rolled-back transaction, sysFlag bits no put sets,
         RocketMQ's not-allowed send topics (:data:`NOT_ALLOWED_SEND_TOPICS`).
 
+        ``writer``/``sequence``: an idempotent put, exactly as :meth:`rmqlog.MessageStore.put_batch`
+        (a batch whose sequence the store already has for the writer is skipped: nothing
+        written, an empty result; a broker passes a send's idempotence marker here).
+
         Raises :class:`InvalidMessageError` (``MESSAGE_ILLEGAL``) naming the first bad row and
         field, :class:`rmqlog.errors.MessageTooLargeError` for a body over ``max_message_size``
         or properties over 32767 bytes, :class:`rmqlog.errors.QueueIdError`,
         :class:`rmqlog.errors.DiskFullError`; nothing of the batch is written then.
         """
+        marker = writer_marker(writer, sequence)
         self._check_open("put_wire")
         if cluster is not None:
             text_arg("cluster", cluster)
@@ -133,7 +146,7 @@ class WireAccess:
                                               row=row, field="topic")
             if header.properties is not None:
                 _refuse_waiting_topic(topic)
-        return appender.put_table(put, None, dispatch=dispatch, wire=header)[0]
+        return appender.put_table(put, marker, dispatch=dispatch, wire=header)[0]
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
         """Call ``callback(topics: list[str], queue_ids: np.ndarray, max_offsets: np.ndarray)``
@@ -244,3 +257,54 @@ class WireAccess:
             return -1
         return int(table.column("storeTimestamp").cast(pa.int64())[0].as_py()) // 1000
 
+
+    # ------------------------------------------------------------ replication
+    def replica_read(self, offset: int, max_bytes: int) -> bytes:
+        """A master's side of replication (RocketMQ's HA service): the published commitlog
+        bytes from ``offset``, as stored, at most ``max_bytes``, never past the end of the
+        segment holding ``offset`` nor past the published tail (``b""`` at the tail; a
+        segment's end blank comes as its bytes). Raises
+        :class:`rmqlog.errors.ReplicaOffsetError` for an offset below the commitlog's first
+        offset or past the published tail (:mod:`rmqlog.access.replica`)."""
+        self._check_open()
+        return replica_read(self.parts, int_arg("offset", offset, 0), int_arg("max_bytes", max_bytes, 1))
+
+    def commit_log_min_offset(self) -> int:
+        """The commitlog's first offset: the start of its oldest segment (RocketMQ's
+        ``getMinPhyOffset``; 0 until retention deleted a segment)."""
+        self._check_open()
+        return self.parts.commitlog.min_offset()
+
+    def consumer_offset_table(self) -> dict[str, dict[int, int]]:
+        """Every committed consumer offset, ``{"<topic>@<group>": {queue_id: offset}}``
+        (``config/consumerOffset.json``, entries with valid names only): RocketMQ's
+        ``GET_ALL_CONSUMER_OFFSET`` (43), what a slave copies from its master."""
+        self._check_open()
+        return self.parts.consumer_offsets.table()
+
+    def replica_end(self) -> int:
+        """A slave's end: the offset its next :meth:`replica_append` must start at (what a
+        slave reports to its master): the published tail plus the bytes received past it."""
+        self._check_open()
+        return self._replica_writer().end()
+
+    def replica_append(self, offset: int, data: bytes | bytearray | memoryview) -> int:
+        """A slave's side of replication: write a master's commitlog bytes at ``offset``,
+        which must be this store's end (:meth:`replica_end`), within one segment; publish
+        the whole records that pass the checks (magic, lengths, body CRC, PHYSICALOFFSET where
+        they land, QUEUEOFFSET continuing each queue, topic names), with next queue offsets,
+        store time and idempotence markers taken from them; a partial record waits for the
+        next call. Returns the new end. The slave's dispatcher builds its consume queues and
+        index from the records. Raises :class:`rmqlog.errors.ReplicaOffsetError` (nothing
+        written), :class:`rmqlog.errors.ReplicaStreamError` naming the first bad record (the
+        ones before it published, nothing from it on),
+        :class:`rmqlog.errors.DiskFullError` (:mod:`rmqlog.access.replica`)."""
+        self._check_open("replica_append")
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise InvalidArgumentError(f"data must be bytes, got {type(data).__name__}")
+        return self._replica_writer().append(int_arg("offset", offset, 0), data)
+
+    def _replica_writer(self) -> ReplicaWriter:
+        if self._replica is None:
+            self._replica = ReplicaWriter(self.parts, self.services, self.appender.disk_guard.check)
+        return self._replica

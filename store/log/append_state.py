@@ -42,6 +42,7 @@ Writers change it only under ``append.lock``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -112,6 +113,7 @@ class AppendStateFile:
         self.path = path
         self._flags = os.O_RDONLY if read_only else os.O_RDWR  # read_only: a read-only store's
         self._fd: int | None = None
+        self._dir_fd: int | None = None  # the folder holding the file, for the identity check
         self._ino: int | None = None
         self._open_lock = threading.Lock()
         self._stale_fds: list[int] = []
@@ -134,16 +136,20 @@ class AppendStateFile:
             return self._open_locked()
 
     def _open_locked(self) -> int | None:
-        if self._fd is not None:
-            # the file open is still the one at the path while it keeps its link: a rewrite
-            # renames a new file over it (the old inode's last link goes: ``st_nlink`` 0) and
-            # nothing else links it. One ``fstat`` instead of walking the path (the parent's
-            # safe open, a ``stat``, a close: ~20-40 us of every append)
+        if self._fd is not None and self._dir_fd is not None:
+            # the file open is still the one at the path while the name in the kept folder
+            # descriptor names its inode: one ``fstat`` and one ``fstatat`` instead of walking
+            # the path (the parent's safe open, a ``stat``, a close: ~20-40 us of every
+            # append). Not ``st_nlink``: a rewrite renames a new file over the path, and the
+            # old inode keeps a link if anything else links it (a hard-linked snapshot)
             try:
-                if os.fstat(self._fd).st_nlink > 0:
+                if safe_open.still_named(self._dir_fd, self.path.name, os.fstat(self._fd)):
                     return self._fd
             except OSError:
                 pass  # the path decides below
+        if self._dir_fd is None:
+            with contextlib.suppress(OSError):  # (then no fast path: the path is walked each time)
+                self._dir_fd = safe_open.open_folder(self.path.parent)
         try:
             st = safe_open.lstat(self.path)
         except FileNotFoundError:
@@ -169,6 +175,9 @@ class AppendStateFile:
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
+            if self._dir_fd is not None:
+                os.close(self._dir_fd)
+                self._dir_fd = None
 
     def __del__(self) -> None:
         self.close()
@@ -208,27 +217,36 @@ class AppendStateFile:
 
     def version(self) -> tuple[int, bytes, bytes] | None:
         """A token that changes whenever a new state is published: ``(inode, slot 0's header,
-        slot 1's header)``, read through the descriptor already open (one ``fstat`` and two
-        16-byte ``pread``; no path walked, no lock, no JSON), for a poller's "anything new?"
-        before it does real work (the dispatcher's idle rounds).
+        slot 1's header)``, read through the descriptor already open (one ``fstat``, one
+        ``fstatat`` and two 16-byte ``pread``; no path walked, no lock, no JSON), for a
+        poller's "anything new?" before it does real work (the dispatcher's idle rounds).
 
-        Every publish writes a higher sequence into a slot header, and a rewrite is a new file
-        (a new inode; the old one, renamed over, has no link left: ``st_nlink`` 0), so an equal
-        token means the same state. A slot torn mid-write only makes the token differ (a
-        needless full look, never a missed state). ``None`` when it cannot tell (nothing read
-        yet in this process, the file replaced since, a first-format file): the caller does
-        its full look, whose :meth:`load` reopens the new file.
+        Only for the state this process loaded or published last: the newest slot header
+        must be that state's (sequence, slot, length, CRC). A publish writes its header with
+        its JSON in one ``pwrite``, and a reader can see the new header while the JSON is
+        still being copied (its CRC then fails and :meth:`load` returns the previous state):
+        a token taken then would name a state nobody loaded, and a poller that compared
+        tokens would miss it. ``None`` when it cannot tell (that case, nothing loaded yet,
+        another publish since, the file replaced, a first-format file): the caller does its
+        full look, whose :meth:`load` reads what is there.
         """
-        fd, ino, known = self._fd, self._ino, self._slot_size
-        if fd is None or known is None or known[0] != ino or ino is None:
+        fd, ino, known, cache, dir_fd = self._fd, self._ino, self._slot_size, self._cache, self._dir_fd
+        if fd is None or known is None or known[0] != ino or ino is None or cache is None or dir_fd is None:
             return None
         try:
-            if os.fstat(fd).st_nlink == 0:  # replaced by a rewrite (or removed): load() reopens
+            if not safe_open.still_named(dir_fd, self.path.name, os.fstat(fd)):  # replaced: load() reopens
                 return None
             size = known[1]
-            return ino, os.pread(fd, _SLOT_HEADER.size, _HEADER.size), os.pread(fd, _SLOT_HEADER.size, _HEADER.size + size)
+            heads = os.pread(fd, _SLOT_HEADER.size, _HEADER.size), os.pread(fd, _SLOT_HEADER.size, _HEADER.size + size)
         except OSError:  # closed meanwhile (the store closing): the caller's full look decides
             return None
+        if any(len(h) != _SLOT_HEADER.size for h in heads):
+            return None
+        slots = [(*_SLOT_HEADER.unpack(h), slot) for slot, h in enumerate(heads)]
+        seq, length, crc, slot = max(slots)
+        if cache[0] != (ino, seq, slot, length, crc):
+            return None
+        return ino, heads[0], heads[1]
 
     def load(self) -> AppendState | None:
         """The published state, or ``None`` when there is none yet or it is unreadable.

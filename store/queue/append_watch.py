@@ -116,15 +116,20 @@ class AppendWatch:
         if fd < 0:
             log.debug("inotify_init1 failed (%s); the dispatcher polls", os.strerror(ctypes.get_errno()))
             return None
-        watch = cls(libc, fd, path, wake, debounce_s)
+        try:
+            watch = cls(libc, fd, path, wake, debounce_s)
+        except (OSError, RuntimeError) as exc:  # its pipe or thread (EMFILE...): poll, the descriptor closed
+            os.close(fd)
+            log.debug("cannot watch %s (%s); the dispatcher polls", path, exc)
+            return None
         try:
             watch._folder_wd = watch._add(path.parent, IN_MOVED_TO | IN_CREATE | IN_ONLYDIR)
             watch._file_wd = watch._add_file()
-        except OSError as exc:
+            watch._thread.start()
+        except (OSError, RuntimeError) as exc:
             log.debug("cannot watch %s (%s); the dispatcher polls", path, exc)
             watch._close_fds()
             return None
-        watch._thread.start()
         return watch
 
     def _add(self, path: Path, mask: int) -> int:

@@ -63,6 +63,7 @@ from ..paths import topic_problem
 from .append_watch import AppendWatch
 from .arrival import ArrivalListener, ArrivalSignal, Maxes
 from .consume_queue import CQ_UNIT, FILLER_SIZE, ConsumeQueue
+from .gaps import GoBack, QueueBehind, queue_name_ok
 
 log = logging.getLogger(__name__)
 
@@ -74,31 +75,6 @@ DISPATCH_CHUNK = 32 << 20
 FULL_ROUND_S = 1.0
 #: The properties a dispatch with an index reads: TAGS for the units, the index's keys.
 _INDEXED_NAMES = (PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_KEYS)
-
-
-def _queue_name_ok(name: str) -> bool:
-    """Whether ``"topic/queueId"`` of the append state names a queue that gets a folder."""
-    topic, _, q = name.rpartition("/")
-    return q.isdigit() and topic_problem(topic) is None
-
-
-class _QueueBehind(Exception):
-    """A run's units of one queue start past the queue's end (:meth:`Dispatcher._write_units_of`):
-    the records between may be in the log, below where this dispatch started (a dispatch killed
-    between two queues' writes, then a position derived from the queues that got theirs; a
-    queue's files lost). ``resume``: where walking again would reach them."""
-
-    def __init__(self, key: tuple[str, int], have: int, first: int, resume: int) -> None:
-        super().__init__(key, have, first, resume)
-        self.key, self.have, self.first, self.resume = key, have, first, resume
-
-
-class _GoBack(Exception):
-    """Raised out of a run to make :meth:`Dispatcher.dispatch` walk again from ``offset``."""
-
-    def __init__(self, offset: int) -> None:
-        super().__init__(offset)
-        self.offset = offset
 
 
 def _position_crc(offset: int, store_timestamp: int) -> int:
@@ -162,6 +138,7 @@ class Dispatcher:
         self.arrival = ArrivalSignal()
         #: ``dispatch.state`` kept open for reading (see :meth:`_read_state`)
         self._state_file: io.FileIO | None = None
+        self._state_dir: int | None = None  # its folder (the identity check of the kept descriptor)
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
         """Call ``callback(topics, queue_ids, max_offsets)`` after every dispatch that gave
@@ -188,17 +165,18 @@ class Dispatcher:
 
     def _read_state(self) -> bytes:
         """The bytes of ``dispatch.state`` (``FileNotFoundError`` when absent), through a
-        descriptor kept open: the file is rewritten in place, so the descriptor stays the
-        file's until it is removed (``st_nlink`` 0: recovery, a full disk), when the file is
-        opened again by its path. Saves the walk of the path (``openat2``) on every round:
-        ~4 us against ~40 us."""
+        descriptor kept while its name still names its inode (:func:`safe_open.still_named`;
+        the file is rewritten in place, removed only by recovery or a full disk): ~4 us a
+        round against ~40 us for a walk of the path."""
         f = self._state_file
         if f is not None:
             st = os.fstat(f.fileno())
-            if st.st_nlink:
+            if self._state_dir is not None and safe_open.still_named(self._state_dir, self.state_path.name, st):
                 return os.pread(f.fileno(), st.st_size, 0)
             self._state_file = None
             f.close()
+        if self._state_dir is None:
+            self._state_dir = safe_open.open_folder(self.state_path.parent)
         f = io.FileIO(safe_open.open_file(self.state_path, os.O_RDONLY), "rb")  # (closed when dropped too)
         self._state_file = f
         return f.readall()
@@ -208,6 +186,9 @@ class Dispatcher:
         f, self._state_file = self._state_file, None
         if f is not None:
             f.close()
+        d, self._state_dir = self._state_dir, None
+        if d is not None:
+            os.close(d)
 
     def dispatched(self) -> tuple[int, int]:
         """(position, store time of the last record dispatched); caller holds the lock (shared is enough)."""
@@ -249,7 +230,7 @@ class Dispatcher:
             want = expected.pop(f"{cq.directory.parent.name}/{cq.directory.name}", 0)
             if n < want:
                 short.append(self.resume_point(cq, n))
-        if any(_queue_name_ok(name) for name in expected):  # queues with units due and no folder
+        if any(queue_name_ok(name) for name in expected):  # queues with units due and no folder
             short.append(low)
         return min([best, *short])
 
@@ -295,12 +276,11 @@ class Dispatcher:
         maxes: Maxes = {}
         with self.lock.held():
             self._idle_at = None
-            # read before the tail: a publish between the two makes the token stale, so the
-            # next round looks again (never the reverse)
-            version = self.tail_version() if self.tail_version is not None else None
             pos, self._last_ts = self._load()
             pos = max(pos, self.commitlog.min_offset())
             tail = published = self.published_tail()
+            # the token of the state just loaded, or None (a publish since, a torn slot)
+            version = self.tail_version() if self.tail_version is not None else None
             if max_bytes is not None:
                 tail = min(tail, pos + max_bytes)
             start_pos = pos
@@ -314,7 +294,7 @@ class Dispatcher:
                     if len(scan.positions):
                         try:
                             total += self._dispatch_scan(seg, scan.positions, maxes, gaps_ok, went_back)
-                        except _GoBack as back:
+                        except GoBack as back:
                             back_to = back.offset
                             break
                     new_pos = seg.start + scan.end
@@ -347,7 +327,7 @@ class Dispatcher:
         went_back: set[tuple[str, int]],
     ) -> int:
         """Dispatch a run of records of ``seg``; a queue whose units would start past its end
-        makes the dispatch walk again from that queue's :meth:`resume_point` (:class:`_GoBack`),
+        makes the dispatch walk again from that queue's :meth:`resume_point` (:class:`GoBack`),
         once per queue and dispatch, when that point is below the run: the records of the
         missing units are there, and a filler written over their place would hide them for
         good (recovery's completeness check counts fillers as units). A gap that stands after
@@ -356,13 +336,13 @@ class Dispatcher:
         while True:
             try:
                 return self._dispatch_run(seg.buffer(), seg.start, positions, maxes, gaps_ok)
-            except _QueueBehind as behind:
+            except QueueBehind as behind:
                 topic, q = behind.key
                 if behind.key not in went_back and behind.resume < seg.start + int(positions[0]):
                     went_back.add(behind.key)
                     log.warning("consume queue %s/%d: units %d..%d missing; dispatching again from commitlog offset %d",
                                 topic, q, behind.have, behind.first, behind.resume)
-                    raise _GoBack(behind.resume) from None
+                    raise GoBack(behind.resume) from None
                 gaps_ok.add(behind.key)
 
     def _dispatch_run(
@@ -432,7 +412,7 @@ class Dispatcher:
                     try:
                         self._write_units(topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes,
                                           maxes, set())
-                    except _QueueBehind:  # a queue misses units below the batch: a dispatch walks for them
+                    except QueueBehind:  # a queue misses units below the batch: a dispatch walks for them
                         done = False
                         start = -1
                 if done:
@@ -464,7 +444,7 @@ class Dispatcher:
         another matter: some queues then have the run's units and others not, which is why
         :meth:`_derive_position` looks at every queue the append state knows, and why a gap
         is walked back for (``gaps_ok``: the queues whose gaps may be filled; ``None``: all,
-        else :class:`_QueueBehind` for the others).
+        else :class:`QueueBehind` for the others).
         """
         before: list[tuple[ConsumeQueue, int, tuple[str, int], int | None]] = []
         try:
@@ -528,7 +508,7 @@ class Dispatcher:
                 for a, b in zip(runs[:-1], runs[1:], strict=True):
                     first = int(qoff[lo + a])
                     if first > end:
-                        raise _QueueBehind((topic, q), end, first, self.resume_point(cq, cur))
+                        raise QueueBehind((topic, q), end, first, self.resume_point(cq, cur))
                     end = max(end, first + (b - a))
             before.append((cq, cur, (topic, q), prior))
             for a, b in zip(runs[:-1], runs[1:], strict=True):
@@ -567,6 +547,7 @@ class Dispatcher:
             return lambda: None
         self._watch = watch
         self.interval_s = max(self._poll_s, FULL_ROUND_S)
+        wake()  # a publish between the loop's first round and the watch raised no event
 
         def detach() -> None:
             if self._watch is watch:
@@ -592,6 +573,7 @@ class Dispatcher:
         watch = self._watch
         if watch is not None and watch.failed:  # the watch stopped: poll again
             self._watch, self.interval_s = None, self._poll_s
+            watch.close()
         if (self._idle_at is not None and self._full_at is not None and now - self._full_at < FULL_ROUND_S
                 and self.tail_version is not None and self.tail_version() == self._idle_at):
             return False

@@ -21,7 +21,6 @@ from conftest import small_store_config, subprocess_env
 from rmqlog import ManualClock
 from rmqnet.broker import launch
 from rmqnet.broker.config import BrokerConfig
-from rmqnet.broker.registration import ha_address
 from rmqnet.namesrv.process import NameServerProcess
 from rmqnet.remoting import (
     FrameDecoder,
@@ -153,7 +152,8 @@ def test_a_broker_process_registers_over_the_transport_and_unregisters_on_stop(t
             res = await client.invoke(_route_cmd(0, "TBW102"), 10)  # auto-creation's topic, from the broker
             assert res.code == ResponseCode.SUCCESS, res.remark
             assert json.loads(res.body_bytes())["brokerDatas"][0]["brokerAddrs"] == {"0": address}
-            assert ns.server.routes.live[address].ha_server_addr == ha_address(address)
+            # the master's HA service as bound (listening on port 0: any free port; else listenPort + 1)
+            assert ns.server.routes.live[address].ha_server_addr == proc.broker.replication.ha_server_addr  # type: ignore[union-attr]
             proc.request_stop()
             await proc.wait_stopped(grace_s=1.0)
             assert (await client.invoke(_route_cmd(0, "TBW102"), 10)).code == ResponseCode.TOPIC_NOT_EXIST

@@ -24,7 +24,8 @@ The rules, as RocketMQ 4.9.8's broker and store apply them:
   itself, which RocketMQ's store would overwrite or misread (``REAL_TOPIC``, ``REAL_QID``, the
   timer's own ``TIMER_OUT_MS``, ``TIMER_ENQUEUE_MS``, ``TIMER_DEQUEUE_MS``, ``TIMER_ROLL_TIMES``,
   ``TIMER_DEL_UNIQKEY``, ``TIMER_DELAY_LEVEL``) and every ``RMQLOG_*``; a value holding
-  ``\\x01``; a name given twice. Every other RocketMQ system name (``PGROUP``, ``TRAN_MSG``,
+  ``\\x01``. A name given twice is stored as sent (readers take the last one, as RocketMQ's
+  map does). Every other RocketMQ system name (``PGROUP``, ``TRAN_MSG``,
   ``RETRY_TOPIC``, ``ORIGIN_MESSAGE_ID``, ``MAX_RECONSUME_TIMES``...) is stored as sent.
 - **sysFlag**: ``COMPRESSED`` (1), ``MULTI_TAGS`` (2) and ``TRANSACTION_COMMIT`` (8) are kept
   as given; ``TRANSACTION_PREPARED`` (4) and ``TRANSACTION_ROLLBACK`` (12) are refused (this

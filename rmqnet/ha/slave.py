@@ -1,0 +1,200 @@
+"""The slave's side of replication: :class:`HAClient` (RocketMQ's ``HAService.HAClient``).
+
+It connects to the master's HA address (``haMasterAddress``, or the one the name server
+hands back at registration: :meth:`HAClient.set_master`), reports its end
+(``store.replica_end()``, an 8-byte offset), then reads transfers (:mod:`rmqnet.ha.wire`).
+Each transfer's offset must be exactly the slave's end, heartbeats included (Java's
+``dispatchReadRequest``: "master slave offset not match" drops the connection); the bytes go
+to ``store.replica_append`` (transfers that arrived together and lie in one segment as one
+append, on a worker thread so the event loop keeps serving), and the new end is reported at
+once. A stream the store refuses (a damaged or foreign record: ``ReplicaStreamError``), a
+malformed header, or an offset that does not match closes the connection; the store has
+published only the records before the bad one, and the next connection reports that end.
+
+Its timing is a service on the clock: :meth:`HAClient.run_once` (``now_ms``) starts a
+connection when none is open and its back-off has passed (``backoff_min_ms``, doubling up to
+``backoff_max_ms`` after each failure, back to the minimum once a session has applied a
+transfer), reports the end every ``haSendHeartbeatInterval``, and closes a connection silent
+for ``haHousekeepingInterval``. The broker's service loop calls it; tests call it with a
+manual clock. It must run on the event loop the sessions run on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from rmqlog import Clock, MessageStore, StoreError, SystemClock
+
+from .wire import (
+    HEARTBEAT_INTERVAL_MS,
+    HOUSEKEEPING_INTERVAL_MS,
+    MAX_TRANSFER_SIZE,
+    HAProtocolError,
+    Transfer,
+    TransferReader,
+    encode_report,
+    join_transfers,
+)
+
+log = logging.getLogger(__name__)
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``host:port`` (``[v6]:port`` too); ``ValueError`` naming what is wrong."""
+    host, sep, port = address.strip().rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"HA address {address!r} is not HOST:PORT")
+    return host.strip("[]"), int(port)
+
+
+def check_offsets(transfers: list[Transfer], end: int) -> int:
+    """The slave's end after ``transfers`` (each must start at the end so far, heartbeats
+    included); :class:`HAProtocolError` at the first that does not."""
+    for t in transfers:
+        if t.offset != end:
+            raise HAProtocolError(f"master slave offset not match: transfer at {t.offset}, slave ends at {end}")
+        end += len(t.data)
+    return end
+
+
+class HAClient:
+    """A slave's link to its master (see the module docstring)."""
+
+    def __init__(self, store: MessageStore, master: str | None = None, *, clock: Clock | None = None,
+                 heartbeat_ms: int = HEARTBEAT_INTERVAL_MS, housekeeping_ms: int = HOUSEKEEPING_INTERVAL_MS,
+                 backoff_min_ms: int = 100, backoff_max_ms: int = 5000, max_transfer: int = MAX_TRANSFER_SIZE,
+                 connect_timeout_s: float = 3.0) -> None:
+        self.store = store
+        self.clock: Clock = clock or SystemClock()
+        self.heartbeat_ms = heartbeat_ms
+        self.housekeeping_ms = housekeeping_ms
+        self.backoff_min_ms = backoff_min_ms
+        self.backoff_max_ms = backoff_max_ms
+        self.max_transfer = max_transfer
+        self.connect_timeout_s = connect_timeout_s
+        self.master: tuple[str, int] | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self.backoff_ms = backoff_min_ms
+        self.next_attempt_ms = 0
+        self.set_master(master)
+        self.connects = 0  # sessions started
+        self.last_error: str | None = None
+        self.last_read_ms = 0
+        self.last_report_ms = 0
+        self._session: asyncio.Task[None] | None = None
+        self._reported = -1
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="rmq-ha-append")
+        self._closed = False
+        #: set whenever the end moved (tests and the broker await it instead of polling)
+        self.progress = asyncio.Event()
+
+    def set_master(self, address: str | None) -> None:
+        """The master's HA address (``None``/empty: none known); a change drops the current
+        connection (the next round connects to the new one)."""
+        new = parse_address(address) if address else None
+        if new != self.master:
+            self.master = new
+            self.next_attempt_ms = 0
+            self.backoff_ms = self.backoff_min_ms
+            if self._writer is not None:
+                self._writer.close()
+
+    @property
+    def connected(self) -> bool:
+        return self._writer is not None
+
+    # ----------------------------------------------------------------- service
+    def run_once(self, now_ms: int) -> None:
+        """One round (see the module docstring); returns at once (sessions are tasks)."""
+        if self._closed:
+            return
+        session = self._session
+        if session is None or session.done():
+            if session is not None:
+                self._session = None
+            if self.master is not None and now_ms >= self.next_attempt_ms:
+                self.connects += 1
+                self.last_read_ms = self.last_report_ms = now_ms
+                self._session = asyncio.get_running_loop().create_task(self._run(self.master))
+            return
+        writer = self._writer
+        if writer is None:
+            return
+        if now_ms - self.last_read_ms > self.housekeeping_ms:
+            log.warning("HA: master silent for %d ms: closing", now_ms - self.last_read_ms)
+            writer.close()
+        elif now_ms - self.last_report_ms >= self.heartbeat_ms:
+            self._report(self.store.replica_end(), force=True)
+
+    async def close(self) -> None:
+        """Stop: the connection closed, no new one; appends in progress finish."""
+        self._closed = True
+        if self._writer is not None:
+            self._writer.close()
+        if self._session is not None:
+            self._session.cancel()
+            with contextlib.suppress(BaseException):
+                await self._session
+        self._executor.shutdown(wait=True)
+
+    # ----------------------------------------------------------------- session
+    def _report(self, end: int, *, force: bool = False) -> None:
+        if self._writer is not None and (force or end != self._reported):
+            self._writer.write(encode_report(end))
+            self._reported = end
+            self.last_report_ms = self.clock.wall_ms()
+
+    def _failed(self, why: str) -> None:
+        self.last_error = why
+        self.next_attempt_ms = self.clock.wall_ms() + self.backoff_ms
+        self.backoff_ms = min(self.backoff_max_ms, self.backoff_ms * 2)
+
+    async def _run(self, master: tuple[str, int]) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(*master), self.connect_timeout_s)
+        except (OSError, TimeoutError) as exc:
+            self._failed(f"connect to {master[0]}:{master[1]}: {exc}")
+            return
+        self._writer = writer
+        self._reported = -1
+        decoder = TransferReader(self.max_transfer)
+        segment = self.store.config.mapped_file_size_commit_log
+        try:
+            end = self.store.replica_end()
+            self._report(end, force=True)
+            while True:
+                data = await reader.read(1 << 20)
+                if not data:
+                    raise ConnectionError("the master closed the connection")
+                self.last_read_ms = self.clock.wall_ms()
+                transfers = decoder.feed(data)
+                if not transfers:
+                    continue
+                check_offsets(transfers, end)
+                for t in join_transfers(transfers, segment):
+                    if t.data:
+                        end = await loop.run_in_executor(self._executor, self.store.replica_append, t.offset, t.data)
+                        self.backoff_ms = self.backoff_min_ms  # a working session
+                        self.progress.set()
+                self._report(end)
+        except (HAProtocolError, StoreError) as exc:
+            log.warning("HA: dropping the connection to %s:%d: %s", master[0], master[1], exc)
+            self._failed(f"{type(exc).__name__}: {exc}")
+        except (ConnectionError, OSError) as exc:
+            self._failed(f"{type(exc).__name__}: {exc}")
+        finally:
+            self._writer = None
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    def status(self) -> dict[str, Any]:
+        """What the slave knows: master, connected, its end, the last error."""
+        return {"master": None if self.master is None else f"{self.master[0]}:{self.master[1]}",
+                "connected": self.connected, "end": self.store.replica_end(), "lastError": self.last_error,
+                "connects": self.connects}

@@ -1,0 +1,400 @@
+"""The ``rmqlog`` sink over the wire (option ``nameServer``): a task's rows routed to their
+queues' brokers and sent as SEND_BATCH_MESSAGE (320) batches.
+
+**Routing.** A topic's queues are its route's writable queues in RocketMQ's order (brokers by
+name, then queue ids ``0 .. writeQueueNums-1``: the Java producer's ``MessageQueue`` list), so
+``queueSelector=hash`` picks the queue a Java producer's ``SelectMessageQueueByHash`` picks
+(Java's ``String.hashCode`` of the key modulo the number of queues) and a ``queueId`` column
+indexes that list (on one broker: the queue id). Round robin is row ``i`` of task ``p`` to
+queue ``(p + i) % n``: a function of the task's rows, so a replayed task routes its rows as
+before. A topic the name servers do not know is sent through ``TBW102``'s route with
+``defaultTopic=TBW102`` (a broker with ``autoCreateTopicEnable`` creates it), as the producer
+does.
+
+**Batches.** The rows of each queue are encoded into 320 bodies
+(:func:`rmqnet.client.encode_messages`: whole columns, no step per message) of at most
+:data:`CHUNK_BYTES` (a broker refuses a body over its ``maxMessageSize``, 4 MiB by default);
+properties (``TAGS``, ``KEYS``, the ``properties`` map, ``DELAY`` from ``delayLevel``,
+``TIMER_DELIVER_MS`` from ``deliverTime``, ``WAIT``, the client's ``UNIQ_KEY``) are built as
+whole columns.
+
+**Exactly once against our brokers.** Each 320 request carries the idempotence marker as two
+request fields (:class:`rmqnet.remoting.headers.IdempotenceMarker`: ``rmqlogWriter`` =
+``"<query or job id>/<partitionId>"``, as the file sink's writer, and ``rmqlogSequence`` =
+``batchId * 2**20 + k``, ``k`` counting the task's chunks to that broker in order); the broker
+puts it with the store's idempotent put, so a chunk a broker already has (a retried attempt,
+a micro-batch replayed after a restart) is stored nothing again and answered as a duplicate.
+Chunks to one broker are sent one after the other (the store keeps one sequence per writer);
+brokers are sent to at the same time. This needs the replay to bring the same rows in the same
+order (Spark replays a micro-batch's offsets; a deterministic plan gives the same rows) and the
+same routes. **Against Apache RocketMQ's brokers**, which ignore the two fields, a replayed
+chunk is stored again: the sink is at least once there.
+
+A broker out of reach (a restart) is asked again for up to :data:`RETRY_S` before the task
+fails (and Spark retries it). Unlike the file sink a task is not all-or-nothing: chunks a broker accepted before a failure
+stay (the retry skips them). Bad rows are refused by the broker (MESSAGE_ILLEGAL, row numbers
+within the chunk) or here before sending (:class:`rmqlog.InvalidMessageError` naming the row
+of the task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from rmqlog import InvalidMessageError, check_utf8_column
+from rmqnet.client import NoRouteError, Producer, TopicNotFoundError, encode_messages
+from rmqnet.client.errors import BrokerError
+from rmqnet.client.loop import call
+from rmqnet.client.message import NAME_VALUE_SEP, PROPERTY_SEP, UniqKeys
+from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
+from rmqnet.remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
+from rmqnet.remoting.route import PERM_WRITE, TopicRouteData
+
+from .options import SinkOptions
+from .routing import KEY_LIST, hash_queue, is_key_list, keys_as_string
+
+#: a 320 body's size at most (below a broker's default ``maxMessageSize`` of 4 MiB)
+CHUNK_BYTES = 4 * 1024 * 1024 - 64 * 1024
+#: chunks per (task, broker) in one micro-batch: ``sequence = batchId * CHUNKS + k``
+CHUNKS = 1 << 20
+AUTO_CREATE_TOPIC = "TBW102"
+DEFAULT_TOPIC_QUEUES = 4
+PRODUCER_GROUP = "rmqlog_spark_sink"
+#: property names the sink sets itself: refused in the ``properties`` column
+OWN_NAMES = ("TAGS", "KEYS", "WAIT", "DELAY", "UNIQ_KEY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC")
+_OK = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
+       ResponseCode.SLAVE_NOT_AVAILABLE)
+
+_producers: dict[str, Producer] = {}
+_lock = threading.Lock()
+_uniq = UniqKeys()
+KEY_SPACE = pa.scalar(" ", pa.large_string())  # the messages' client ids (UNIQ_KEY), as a producer makes them
+
+
+def producer(name_server: str) -> Producer:
+    """This process's producer of ``name_server`` (kept for the worker's life)."""
+    with _lock:
+        p = _producers.get(name_server)
+        if p is None:
+            p = _producers[name_server] = Producer(PRODUCER_GROUP, name_server, timeout_s=60.0)
+        return p
+
+
+@dataclass(frozen=True)
+class Queues:
+    """A topic's writable queues in RocketMQ's order: ``(brokerName, queueId, master address)``."""
+
+    queues: tuple[tuple[str, int, str], ...]
+    via_default: bool
+
+
+async def topic_queues(p: Producer, topic: str) -> Queues:
+    """The writable queues of ``topic`` (module docstring), through TBW102 when unknown.
+    Raises :class:`rmqnet.client.NoRouteError` when there is none."""
+    via_default = False
+    try:
+        route = await p.aroute(topic)  # asked once per topic per task: a route never goes stale here
+    except TopicNotFoundError:
+        route = await p.aroute(AUTO_CREATE_TOPIC)
+        via_default = True
+    out = _writable(route, via_default)
+    if not out:
+        raise NoRouteError(f"topic {topic!r}: no writable queue in its route")
+    return Queues(tuple(out), via_default)
+
+
+def _writable(route: TopicRouteData, via_default: bool) -> list[tuple[str, int, str]]:
+    masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
+    out: list[tuple[str, int, str]] = []
+    for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        addr = masters.get(q.broker_name)
+        if q.perm & PERM_WRITE and addr:
+            nums = min(q.write_queue_nums, DEFAULT_TOPIC_QUEUES) if via_default else q.write_queue_nums
+            out.extend((q.broker_name, i, addr) for i in range(nums))
+    return out
+
+
+# ---------------------------------------------------------------- rows -> messages
+
+
+def _array(col: pa.ChunkedArray | pa.Array) -> pa.Array:
+    return col.combine_chunks() if isinstance(col, pa.ChunkedArray) else col
+
+
+def _piece(name: str, text: pa.Array) -> pa.Array:
+    """``name\\x01value\\x02`` where ``text`` is set and not empty, else ``""``."""
+    text = pc.if_else(pc.equal(text, ""), pa.scalar(None, pa.string()), text)
+    return pc.binary_join_element_wise(name + NAME_VALUE_SEP, text, PROPERTY_SEP, "").fill_null("")
+
+
+def _refuse_separators(text: pa.Array, field: str, parents: np.ndarray | None = None) -> None:
+    bad = pc.fill_null(pc.or_(pc.match_substring(text, NAME_VALUE_SEP), pc.match_substring(text, PROPERTY_SEP)), False)
+    hit = np.flatnonzero(np.asarray(bad))
+    if len(hit):
+        row = int(hit[0] if parents is None else parents[hit[0]])
+        raise InvalidMessageError("may not hold \\x01 or \\x02 (RocketMQ's property separators)", row=row, field=field)
+
+
+def _user_properties(props: pa.Array) -> pa.Array:
+    """A ``map<string,string>`` column as RocketMQ's properties strings (``""`` where null)."""
+    props = props.cast(pa.map_(pa.string(), pa.string()))
+    raw = np.asarray(props.offsets, np.int64)
+    offsets = raw - raw[0]
+    # (``keys``/``items`` are the whole child arrays, whatever slice ``props`` is of)
+    keys = props.keys.slice(int(raw[0]), int(raw[-1] - raw[0]))
+    values = props.items.slice(int(raw[0]), int(raw[-1] - raw[0]))
+    parents = np.repeat(np.arange(len(props)), np.diff(offsets))
+    if pc.any(pc.is_null(values)).as_py():
+        row = int(parents[np.flatnonzero(np.asarray(pc.is_null(values)))[0]])
+        raise InvalidMessageError("holds a null value", row=row, field="properties")
+    _refuse_separators(keys, "properties", parents)
+    _refuse_separators(values, "properties", parents)
+    own = np.asarray(pc.fill_null(pc.or_(pc.is_in(keys, pa.array(OWN_NAMES)), pc.starts_with(keys, "RMQLOG_")), False))
+    if own.any():
+        i = int(np.flatnonzero(own)[0])
+        raise InvalidMessageError(f"property {keys[i].as_py()!r} is the sink's to set (or the store's)",
+                                  row=int(parents[i]), field="properties")
+    pairs = pc.binary_join_element_wise(keys, values, NAME_VALUE_SEP)
+    pieces = pc.binary_join_element_wise(pairs, pa.repeat(pa.scalar(PROPERTY_SEP), len(pairs)), "")
+    lists = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pieces)
+    return pc.binary_join(lists, "").fill_null("")
+
+
+def message_columns(table: pa.Table, opts: SinkOptions) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarray]:
+    """``(topic, body, properties without UNIQ_KEY, flag)`` of the sink's input rows, as whole
+    columns; :class:`rmqlog.InvalidMessageError` naming the row and field of a bad value."""
+    n = table.num_rows
+    names = table.column_names
+    if "topic" in names:
+        topic = _array(table["topic"])
+        if opts.topic is not None:
+            topic = pc.fill_null(topic, opts.topic)
+        check_utf8_column(topic, "topic", topic=True)
+        if topic.null_count:
+            raise InvalidMessageError("is null (set the topic option for a default)", row=_first_null(topic),
+                                      field="topic")
+    else:
+        topic = pa.repeat(pa.scalar(opts.topic, pa.string()), n)
+    body = _array(table["body"])
+    if body.null_count:
+        raise InvalidMessageError("is null", row=_first_null(body), field="body")
+    body = body.cast(pa.binary())
+    parts = [pa.repeat(pa.scalar("", pa.string()), n)]
+    if "tags" in names:
+        tags = pc.fill_null(_array(table["tags"]), "")
+        check_utf8_column(tags, "tags")
+        _refuse_separators(tags, "tags")
+        parts.append(_piece("TAGS", tags))
+    if "keys" in names:
+        keys = _array(table["keys"])
+        # (a list of Spark's non-nullable strings has no binary_join kernel: cast first)
+        text = pc.binary_join(keys.cast(KEY_LIST), KEY_SPACE).cast(pa.string()) if is_key_list(keys.type) else keys
+        text = pc.fill_null(text, "")
+        check_utf8_column(text, "keys")
+        _refuse_separators(text, "keys")
+        parts.append(_piece("KEYS", text))
+    if "properties" in names:
+        parts.append(_user_properties(_array(table["properties"])))
+    if "delayLevel" in names:
+        level = pc.fill_null(pc.cast(_array(table["delayLevel"]), pa.int64()), 0)
+        if pc.any(pc.less(level, 0)).as_py():
+            raise InvalidMessageError("must be >= 0", row=int(np.flatnonzero(np.asarray(pc.less(level, 0)))[0]),
+                                      field="delayLevel")
+        parts.append(_piece("DELAY", pc.if_else(pc.greater(level, 0), pc.cast(level, pa.string()), "")))
+    if "deliverTime" in names:
+        ts = _array(table["deliverTime"]).cast(pa.timestamp("us"))
+        ms = pc.cast(pc.divide(pc.cast(ts, pa.int64()), 1000), pa.string())
+        parts.append(_piece("TIMER_DELIVER_MS", pc.fill_null(ms, "")))
+    parts.append(pa.repeat(pa.scalar("WAIT" + NAME_VALUE_SEP + "true" + PROPERTY_SEP, pa.string()), n))
+    props = pc.binary_join_element_wise(*parts, "")
+    flag = np.zeros(n, np.int32)
+    if "flag" in names:
+        raw = np.asarray(pc.fill_null(pc.cast(_array(table["flag"]), pa.int64()), 0), np.int64)
+        out = (raw < -(1 << 31)) | (raw >= 1 << 31)
+        if out.any():
+            raise InvalidMessageError("is outside Java's int range", row=int(np.flatnonzero(out)[0]), field="flag")
+        flag = raw.astype(np.int32)
+    return topic, body, props, flag
+
+
+def _first_null(arr: pa.Array) -> int:
+    return int(np.flatnonzero(np.asarray(pc.is_null(arr)))[0])
+
+
+def queue_index(table: pa.Table, opts: SinkOptions, counts: np.ndarray, first_row: int, partition: int) -> np.ndarray:
+    """Each row's index into its topic's queue list (module docstring); ``counts``: the
+    topic's number of queues per row. ``first_row``: the row's number within the task."""
+    n = table.num_rows
+    index = (partition + first_row + np.arange(n, dtype=np.int64)) % counts
+    if opts.queue_selector == "hash":
+        key = table[opts.sharding_key] if opts.sharding_key else (table["keys"] if "keys" in table.column_names else None)
+        if key is not None:
+            key = _array(key)
+            if not (pa.types.is_string(key.type) or pa.types.is_large_string(key.type) or is_key_list(key.type)):
+                key = pc.cast(key, pa.string())
+            if pa.types.is_string(key.type) or pa.types.is_large_string(key.type):
+                check_utf8_column(key, opts.sharding_key or "keys")
+            hashed = hash_queue(keys_as_string(key), counts)  # null where there is no key: round robin
+            index = np.where(np.asarray(pc.is_valid(hashed)), np.asarray(hashed.fill_null(0), np.int64), index)
+    if "queueId" in table.column_names:
+        qid = pc.cast(_array(table["queueId"]), pa.int64())
+        given = np.asarray(pc.is_valid(qid))
+        values = np.asarray(qid.fill_null(0), np.int64)
+        bad = given & ((values < 0) | (values >= counts))
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            raise InvalidMessageError(f"{values[row]} is not one of the topic's {counts[row]} writable queues",
+                                      row=row, field="queueId")
+        index = np.where(given, values, index)
+    return index
+
+
+# ---------------------------------------------------------------------- sending
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    topic: str
+    broker: str
+    addr: str
+    queue_id: int
+    via_default: bool
+    body: bytes
+    rows: int
+
+
+def _chunks(topic: str, q: tuple[str, int, str], via_default: bool, body: pa.Array, props: pa.Array,
+            flag: np.ndarray) -> Iterator[_Chunk]:
+    """One queue's messages as 320 bodies of at most :data:`CHUNK_BYTES` (at least one message each)."""
+    sizes = (20 + 2 + np.asarray(pc.binary_length(body), np.int64)
+             + np.asarray(pc.binary_length(props.cast(pa.binary())), np.int64))
+    ends = np.cumsum(sizes)
+    start = 0
+    n = len(body)
+    while start < n:
+        base = int(ends[start - 1]) if start else 0
+        stop = max(start + 1, int(np.searchsorted(ends, base + CHUNK_BYTES, side="right")))
+        yield _Chunk(topic, q[0], q[2], q[1], via_default,
+                     encode_messages(body[start:stop], props[start:stop], flag[start:stop]), stop - start)
+        start = stop
+
+
+#: how long a chunk keeps trying a broker out of reach (a restart) before the task fails
+RETRY_S = 30.0
+RETRY_PAUSE_S = 0.5
+BUSY_PAUSE_S = 0.02
+
+
+async def _invoke(p: Producer, c: _Chunk, cmd: RemotingCommand) -> RemotingCommand:
+    """Send one chunk; a broker out of reach is asked again (at its address in a fresh route)
+    for up to :data:`RETRY_S`: the marker makes a resent chunk that did arrive a duplicate. A
+    broker that says SYSTEM_BUSY (its queue of sends is full) is asked again a moment later."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + RETRY_S
+    addr = c.addr
+    for attempt in itertools.count():
+        try:
+            return await p.invoke(addr, cmd, ok=_OK)
+        except BrokerError as exc:
+            if exc.code != ResponseCode.SYSTEM_BUSY or loop.time() >= deadline:
+                raise
+            # back-pressure (the broker's queue of sends is full): as RocketMQ's producers, try
+            # again a moment later
+            await asyncio.sleep(min(BUSY_PAUSE_S * 2 ** min(attempt, 4), RETRY_PAUSE_S))
+            continue
+        except OSError:  # the transport's errors (refused, lost, timed out) are OSErrors
+            if loop.time() >= deadline:
+                raise
+        if attempt:
+            await asyncio.sleep(RETRY_PAUSE_S)  # waiting for a broker to come back
+        with contextlib.suppress(OSError, TopicNotFoundError):
+            route = await p.aroute(AUTO_CREATE_TOPIC if c.via_default else c.topic)
+            addr = next((b.master_addr() for b in route.broker_datas if b.broker_name == c.broker), None) or addr
+    raise AssertionError("unreachable")  # (itertools.count never ends)
+
+
+async def _send_chunks(p: Producer, chunks: list[_Chunk], writer: str, first_sequence: int) -> int:
+    """Send one broker's chunks in order, each with its marker; the rows stored (duplicates not)."""
+    stored = 0
+    for k, c in enumerate(chunks):
+        ext = SendMessageHeader(
+            producer_group=PRODUCER_GROUP, topic=c.topic, default_topic=AUTO_CREATE_TOPIC,
+            default_topic_queue_nums=DEFAULT_TOPIC_QUEUES, queue_id=c.queue_id, sys_flag=0,
+            born_timestamp=p.clock.wall_ms(), flag=0, properties="WAIT\x01true\x02", reconsume_times=0,
+            unit_mode=False, batch=True, max_reconsume_times=None, broker_name=c.broker,
+        ).to_ext(v2=True)
+        ext.update(IdempotenceMarker(writer, first_sequence + k).to_ext())
+        res = await _invoke(p, c, RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=c.body))
+        if str(res.ext_fields.get(DUPLICATE_FIELD, "")).lower() != "true":
+            stored += c.rows
+    return stored
+
+
+def send_task(opts: SinkOptions, tables: Iterator[pa.Table], writer: str, batch: int, partition: int) -> tuple[int, int]:
+    """Route, encode and send a task's rows (module docstring); ``(rows, rows stored)``.
+    Raises :class:`rmqlog.InvalidMessageError`, :class:`rmqnet.client.BrokerError` and the
+    client's routing and transport errors."""
+    assert opts.name_server is not None
+    if not 0 <= batch < (1 << 63) // CHUNKS:
+        raise ValueError(f"micro-batch id {batch} leaves no room for the chunk counter")
+    p = producer(opts.name_server)
+    by_queue: dict[tuple[str, str, int], list[tuple[pa.Array, pa.Array, np.ndarray]]] = {}
+    routes: dict[str, Queues] = {}
+    rows = 0
+    for table in tables:
+        if not table.num_rows:
+            continue
+        try:
+            topic, body, props, flag = message_columns(table, opts)
+            names = pc.unique(topic).to_pylist()
+            for name in names:
+                if name not in routes:
+                    routes[name] = call(topic_queues(p, name))
+            dict_topic = pc.dictionary_encode(topic)
+            per_name = np.array([len(routes[t].queues) for t in dict_topic.dictionary.to_pylist()], np.int64)
+            codes = np.asarray(dict_topic.indices, np.int64)
+            index = queue_index(table, opts, per_name[codes], rows, partition)
+        except InvalidMessageError as exc:  # number the row within the task
+            if exc.row is not None:
+                exc.row += rows
+                exc.args = (f"row {exc.row}, field {exc.field!r}: {exc.reason}",)
+            raise
+        group = codes * int(per_name.max()) + index  # (topic, queue) of each row
+        order = np.argsort(group, kind="stable")
+        bounds = np.flatnonzero(np.diff(group[order])) + 1
+        for part in np.split(order, bounds) if len(order) else ():
+            take = pa.array(part)
+            name = dict_topic.dictionary[int(codes[part[0]])].as_py()
+            broker, qid, _addr = routes[name].queues[int(index[part[0]])]
+            by_queue.setdefault((name, broker, qid), []).append((body.take(take), props.take(take), flag[part]))
+        rows += table.num_rows
+    per_broker: dict[str, list[_Chunk]] = {}
+    for (name, broker, qid), pieces in sorted(by_queue.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+        q = next(x for x in routes[name].queues if x[0] == broker and x[1] == qid)
+        body = pa.concat_arrays([b for b, _, _ in pieces])
+        props = pa.concat_arrays([pr for _, pr, _ in pieces])
+        flag = np.concatenate([f for _, _, f in pieces])
+        uniq = pa.array(_uniq.many(len(body), p.clock.wall_ms()), pa.string())
+        props = pc.binary_join_element_wise(props, pa.repeat(pa.scalar("UNIQ_KEY" + NAME_VALUE_SEP), len(body)), uniq,
+                                            pa.repeat(pa.scalar(PROPERTY_SEP), len(body)), "")
+        per_broker.setdefault(broker, []).extend(_chunks(name, q, routes[name].via_default, body, props, flag))
+
+    if any(len(chunks) >= CHUNKS for chunks in per_broker.values()):
+        raise ValueError(f"a task has {CHUNKS} or more chunks for one broker: repartition")
+
+    async def send_all() -> int:
+        results = await asyncio.gather(*(_send_chunks(p, chunks, writer, batch * CHUNKS)
+                                         for chunks in per_broker.values()))
+        return sum(results)
+
+    stored = call(send_all()) if per_broker else 0
+    return rows, stored

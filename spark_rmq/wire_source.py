@@ -1,0 +1,191 @@
+"""The ``rmqlog`` source over the wire (option ``nameServer``): the driver's side.
+
+With ``nameServer`` in place of ``path``, the driver plans from the brokers instead of a
+store's files: the queues of a topic are those of its route (every broker of the route with
+the read perm, queues ``0 .. readQueueNums-1``), their first and end offsets are asked of
+each queue's master (``GET_MIN_OFFSET`` 31, ``GET_MAX_OFFSET`` 30), ``startingTimestamp`` /
+``endingTimestamp`` resolve through ``SEARCH_OFFSET_BY_TIMESTAMP`` (29), and ``group`` commits
+through ``UPDATE_CONSUMER_OFFSET`` (15). Executors pull their ranges
+(:mod:`spark_rmq.wire_read`).
+
+**Queue keys.** A queue over the wire is RocketMQ's ``MessageQueue``: topic, broker name and
+queue id. Offsets (the checkpoint, ``startingOffsets`` JSON) are keyed
+``"topic/brokerName/queueId"``. Inside the planner a queue is the pair
+``("topic/brokerName", queueId)``, so the planning functions of :mod:`spark_rmq.offsets`
+(which key a queue as ``f"{name}/{queueId}"``) serve both kinds of source unchanged:
+:class:`BrokerQueues` answers them as a store does. Broker names come from the network and
+are checked (:func:`spark_rmq.options.broker_name_problem`) before they become part of a key.
+
+What differs from a store's files: no dispatch or delivery by the driver (each broker runs
+its own), ``maxBytesPerTrigger`` is refused (RocketMQ has no request for the record sizes of a
+range of a consume queue), and a broker that cannot be reached fails the planning call with
+the client's error (Spark then fails or retries the trigger as for any source error).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import re
+from collections.abc import Iterable
+
+import numpy as np
+
+from rmqlog import WAITING_TOPICS
+from rmqnet.client import Admin, NoRouteError, TopicNotFoundError
+from rmqnet.client.loop import call
+from rmqnet.remoting import RemotingCommand, RequestCode
+from rmqnet.remoting.register import decode_topic_list
+from rmqnet.remoting.route import PERM_READ, TopicRouteData
+
+from .errors import RmqLogOptionError
+from .offsets import queue_key, split_key
+from .options import SourceOptions, broker_name_problem
+
+log = logging.getLogger(__name__)
+
+#: RocketMQ's ``createTopicKey``: a template topic, never read by a pattern
+AUTO_CREATE_TOPIC = "TBW102"
+
+
+def wire_queue(topic: str, broker: str, queue_id: int) -> tuple[str, int]:
+    """The planner's name of a queue over the wire (module docstring)."""
+    return f"{topic}/{broker}", int(queue_id)
+
+
+def split_wire_name(name: str) -> tuple[str, str]:
+    """``"topic/brokerName"`` -> ``(topic, brokerName)``."""
+    topic, _, broker = name.partition("/")
+    return topic, broker
+
+
+def split_wire_key(key: str) -> tuple[str, str, int]:
+    """``"topic/brokerName/queueId"`` -> ``(topic, brokerName, queueId)``."""
+    name, qid = split_key(key)
+    topic, broker = split_wire_name(name)
+    return topic, broker, qid
+
+
+class BrokerQueues:
+    """The brokers of a name server, answering the planner's questions as a store does
+    (``min_offset``, ``max_offset``, ``offset_for_timestamp``, ``commit_offset``, over queue
+    names ``"topic/brokerName"``); one :class:`rmqnet.client.Admin` (its connections are
+    made on first use and made again after a broker restarts)."""
+
+    def __init__(self, name_server: str) -> None:
+        self.name_server = name_server
+        self.admin = Admin(name_server)
+        self._masters: dict[tuple[str, str], str] = {}  # (topic, broker) -> master address
+
+    def close(self) -> None:
+        self.admin.close()
+
+    # ---- discovery ---------------------------------------------------------------------
+
+    def topics(self, opts: SourceOptions) -> list[str]:
+        """The topics the query reads now: ``topics``, ``assign``'s, or the name server's topic
+        list (206) matched by ``topicPattern`` (TBW102 and the store's waiting topics never)."""
+        if opts.assign is not None:
+            return [t for t, _ in opts.assign]
+        if opts.topics is not None:
+            return list(opts.topics)
+        pattern = re.compile(opts.topic_pattern or "")
+        return sorted(t for t in self.topic_list() if pattern.fullmatch(t) and t not in WAITING_TOPICS
+                      and t != AUTO_CREATE_TOPIC)
+
+    def topic_list(self) -> list[str]:
+        """Every topic the name servers know (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, 206)."""
+        async def ask() -> list[str]:
+            res = await self.admin.invoke(self.admin.namesrv_addrs[0],
+                                          RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+            return decode_topic_list(res.body_bytes())
+        return call(ask())
+
+    def queues(self, opts: SourceOptions) -> list[tuple[str, int]]:
+        """The queues (planner names) of the query now: every readable queue of each topic's
+        route; a topic the name servers do not know has none yet (it may appear later)."""
+        wanted = dict(opts.assign) if opts.assign is not None else None
+        out: list[tuple[str, int]] = []
+        for topic in self.topics(opts):
+            try:
+                route = self.admin.route(topic)
+            except TopicNotFoundError:
+                continue
+            for broker, count in self._readable(topic, route):
+                qids: Iterable[int] = range(count)
+                if wanted is not None:
+                    qids = [q for q in wanted[topic] if q < count]
+                out.extend(wire_queue(topic, broker, q) for q in qids)
+        return sorted(out)
+
+    def _readable(self, topic: str, route: TopicRouteData) -> list[tuple[str, int]]:
+        masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
+        out = []
+        for q in route.queue_datas:
+            problem = broker_name_problem(q.broker_name)
+            if problem is not None:
+                log.warning("rmqlog: topic %s: a route names a broker that cannot be read: %s", topic, problem)
+                continue
+            addr = masters.get(q.broker_name)
+            if not q.perm & PERM_READ or not addr:
+                continue  # not readable, or no master now (a broker group without its master)
+            self._masters[(topic, q.broker_name)] = addr
+            out.append((q.broker_name, q.read_queue_nums))
+        return out
+
+    def master(self, name: str) -> str:
+        """The master address of a queue name's broker (from the last route seen; asked again
+        when unknown)."""
+        topic, broker = split_wire_name(name)
+        addr = self._masters.get((topic, broker))
+        if addr is None:
+            with contextlib.suppress(TopicNotFoundError):  # then refused below, naming it
+                self._readable(topic, self.admin.route(topic))
+            addr = self._masters.get((topic, broker))
+        if addr is None:
+            raise NoRouteError(f"topic {topic!r}: broker {broker!r} has no readable master in the route")
+        return addr
+
+    def reachable_bounds(self, queues: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
+        """(first, end) of each queue whose broker answers; a broker out of reach (refused,
+        timed out, gone from the route: a restart, a failure) is skipped with a warning, and
+        not asked again for its other queues in this call. The stream then leaves its queues
+        where they stand until it is back."""
+        out: dict[str, tuple[int, int]] = {}
+        down: set[str] = set()
+        for name, qid in queues:
+            broker = split_wire_name(name)[1]
+            if broker in down:
+                continue
+            try:
+                out[queue_key(name, qid)] = (self.min_offset(name, qid), self.max_offset(name, qid))
+            except (OSError, NoRouteError) as exc:  # the transport's errors are OSErrors
+                down.add(broker)
+                log.warning("rmqlog: broker %s is out of reach (%s: %s); its queues wait", broker,
+                            type(exc).__name__, exc)
+        return out
+
+    # ---- what the planner asks (as rmqlog.MessageStore) --------------------------------
+
+    def min_offset(self, name: str, queue_id: int) -> int:
+        return self.admin.min_offset(self.master(name), split_wire_name(name)[0], queue_id)
+
+    def max_offset(self, name: str, queue_id: int) -> int:
+        return self.admin.max_offset(self.master(name), split_wire_name(name)[0], queue_id)
+
+    def offset_for_timestamp(self, name: str, queue_id: int, ts_ms: int) -> int:
+        return self.admin.search_offset(self.master(name), split_wire_name(name)[0], queue_id, ts_ms)
+
+    def record_sizes(self, name: str, queue_id: int, start: int, end: int) -> np.ndarray:
+        raise RmqLogOptionError("maxBytesPerTrigger", "is not available with nameServer (RocketMQ has no request "
+                                "for the record sizes of a consume queue's range)")
+
+    def commit_offset(self, group: str, name: str, queue_id: int, offset: int) -> None:
+        self.admin.update_offset(self.master(name), group, split_wire_name(name)[0], queue_id, offset)
+
+
+def refuse_wire_options(opts: SourceOptions) -> None:
+    """Options the wire cannot honour, refused when the reader is made."""
+    if opts.max_bytes is not None:
+        raise RmqLogOptionError("maxBytesPerTrigger", "is not available with nameServer (RocketMQ has no request "
+                                "for the record sizes of a consume queue's range)")
