@@ -4,6 +4,8 @@ to the store's command (:func:`rmqlog.admin.cli.main`) unchanged.
     rmqlog namesrv [--listen HOST:PORT]       a name server (default 127.0.0.1:9876)
     rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDRS]
                                               a broker over the store at ROOT
+    rmqlog info|topic-status|lag|read|query --namesrv ADDRS ...
+                                              reading commands over the wire (rmqnet.wire_reading)
     rmqlog <any other command> ...            the store's commands (info, read, lag...)
 
 The store never imports the network package, so the network commands enter here and the
@@ -24,6 +26,8 @@ from collections.abc import Sequence
 #: the store command's exit statuses (rmqlog.admin.exits): what was asked is wrong; cannot do it
 _WRONG, _CANNOT = 2, 3
 NETWORK_COMMANDS = ("namesrv", "broker")
+#: the store's reading commands that also work over the wire, given --namesrv (rmqnet.wire_reading)
+WIRE_READING = ("info", "topic-status", "lag", "consumer-progress", "read", "query")
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -100,6 +104,12 @@ def _broker(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """The ``rmqlog`` command: its exit status."""
     args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in WIRE_READING and any(a == "--namesrv" or a.startswith("--namesrv=") for a in args):
+        from .wire_reading import (
+            main as wire_main,  # (the client only when asked: the store's commands start fast)
+        )
+
+        return wire_main(args)
     if not args or args[0] not in NETWORK_COMMANDS:
         # the store's commands, --help and --version: the one module of the store outside its
         # public API imported here, because the command itself is handed over

@@ -5,16 +5,20 @@ and Spark executors. Blocking methods run on one background event loop
 """
 
 from .admin import Admin, parse_offset_msg_id
+from .allocate import allocate_averagely, read_queues
 from .batch import encode_messages
 from .consumer import PullConsumer, PullResult
 from .errors import BrokerError, ClientError, NoRouteError, TopicNotFoundError, code_name
+from .latency import FaultStrategy, LatencyFaultTolerance, QueueRef, publish_queues
 from .message import UniqKeys, message_properties, properties_string
-from .producer import Producer, SendResult
+from .producer import RETRY_CODES, Producer, SendResult
+from .rebalance import GroupMember
 from .records import decode_records
 from .remote import RemoteClient
 
 __all__ = [
     "Admin", "parse_offset_msg_id", "encode_messages", "PullConsumer", "PullResult", "BrokerError", "ClientError",
     "NoRouteError", "TopicNotFoundError", "code_name", "UniqKeys", "message_properties", "properties_string",
-    "Producer", "SendResult", "decode_records", "RemoteClient",
+    "Producer", "SendResult", "decode_records", "RemoteClient", "allocate_averagely", "read_queues", "FaultStrategy",
+    "LatencyFaultTolerance", "QueueRef", "publish_queues", "RETRY_CODES", "GroupMember",
 ]

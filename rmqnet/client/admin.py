@@ -19,9 +19,10 @@ import pyarrow.compute as pc
 from rmqlog import MESSAGE_SCHEMA
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting.register import ClusterInfo, decode_topic_list
 from ..remoting.route import PERM_RW
 from ..transport import Limits
-from .errors import ClientError
+from .errors import BrokerError, ClientError, NoRouteError
 from .loop import call
 from .records import decode_records
 from .remote import RemoteClient
@@ -125,6 +126,59 @@ class Admin(RemoteClient):
     def create_topic(self, broker_addr: str, topic: str, queues: int, *, perm: int = PERM_RW, order: bool = False) -> None:
         """Create (or update) ``topic`` on the broker with ``queues`` read and write queues (code 17)."""
         call(self._create_topic(broker_addr, topic, queues, perm, order))
+
+    async def _cluster_info(self) -> ClusterInfo:
+        last: Exception | None = None
+        for addr in self.namesrv_addrs:
+            try:
+                res = await self.invoke(addr, RemotingCommand(RequestCode.GET_BROKER_CLUSTER_INFO))
+            except (OSError, BrokerError) as exc:
+                last = exc
+                continue
+            return ClusterInfo.decode(res.body_bytes())
+        assert last is not None
+        raise last
+
+    async def _topic_list(self) -> list[str]:
+        last: Exception | None = None
+        for addr in self.namesrv_addrs:
+            try:
+                res = await self.invoke(addr, RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
+            except (OSError, BrokerError) as exc:
+                last = exc
+                continue
+            return decode_topic_list(res.body_bytes())
+        assert last is not None
+        raise last
+
+    def topic_list(self) -> list[str]:
+        """Every topic the name servers route (code 206, the first that answers)."""
+        return call(self._topic_list())
+
+    def cluster_info(self) -> ClusterInfo:
+        """The name servers' brokers by name and broker names by cluster (code 106, the first
+        name server that answers)."""
+        return call(self._cluster_info())
+
+    async def _create_topic_in_cluster(self, cluster: str, topic: str, queues: int, perm: int, order: bool) -> list[str]:
+        info = await self._cluster_info()
+        names = info.cluster_addr_table.get(cluster)
+        if not names:
+            raise NoRouteError(f"no broker in cluster {cluster!r} (clusters: {sorted(info.cluster_addr_table)})")
+        masters = sorted(a for n in names if n in info.broker_addr_table
+                         and (a := info.broker_addr_table[n].master_addr()))
+        for addr in masters:
+            await self._create_topic(addr, topic, queues, perm, order)
+        return masters
+
+    def create_topic_in_cluster(self, cluster: str, topic: str, queues: int, *, perm: int = PERM_RW,
+                                order: bool = False) -> list[str]:
+        """Create (or update) ``topic`` with ``queues`` queues on the master of every broker
+        group of ``cluster`` (``mqadmin updateTopic -c``: the cluster's masters from the name
+        server's cluster info, code 17 to each); the masters' addresses. Its route spreads
+        over them once each has registered the topic (its next registration round).
+        Raises :class:`NoRouteError` (no such cluster), :class:`BrokerError`."""
+        return call(self._create_topic_in_cluster(cluster, topic, queues, perm, order))
 
     # ---- queries -----------------------------------------------------------------------
 

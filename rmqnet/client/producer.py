@@ -2,11 +2,23 @@
 (SEND_BATCH_MESSAGE, 320), as RocketMQ 4.9.8's ``DefaultMQProducerImpl.sendKernelImpl``
 sends them.
 
-Queue choice: round robin over the writable queues of the topic's route (every broker with
-the write perm, queues 0..writeQueueNums-1), unless ``queue_id`` is given (then the first
-writable broker, or ``broker_name``). A topic the name server does not know is sent through
-the route of ``TBW102`` with ``defaultTopic=TBW102``, ``defaultTopicQueueNums=4``: a broker
-with ``autoCreateTopicEnable`` creates it (RocketMQ's ``createTopicKey``).
+Queue choice (``sendDefaultImpl``): round robin over the writable queues of the topic's route
+across its brokers (:func:`~rmqnet.client.latency.publish_queues`: brokers by name, queues
+0..writeQueueNums-1 each), by :class:`~rmqnet.client.latency.FaultStrategy`; a send that
+fails (no answer in time, a lost or refused connection, or a broker code among
+``RETRY_CODES``) is tried again, up to ``retry_times_when_send_failed`` (2) more times, on
+another queue chosen the same way (without ``send_latency_fault_enable``: the next queue of
+another broker), all attempts within ``timeout_s`` together as in Java; then the last
+attempt's error is raised as it came (Java wraps it in ``MQClientException``). With
+``send_latency_fault_enable`` every attempt's latency or failure is recorded against its
+broker, and a failed or slow broker is skipped for a while (``MQFaultStrategy``'s tables).
+A stored-but status (10, 11, 12) is the send's result, unless
+``retry_another_broker_when_not_store_ok`` (Java's ``retryAnotherBrokerWhenNotStoreOK``).
+Given ``queue_id`` or ``broker_name``, the send goes once to that queue (``send(msg, mq)``:
+no retry, nothing recorded): the first matching queue of the topic's route in round robin.
+A topic the name server does not know is sent through the route of ``TBW102`` with
+``defaultTopic=TBW102``, ``defaultTopicQueueNums=4``: a broker with
+``autoCreateTopicEnable`` creates it (RocketMQ's ``createTopicKey``).
 
 Results: SUCCESS is ``SEND_OK``; FLUSH_DISK_TIMEOUT (10), FLUSH_SLAVE_TIMEOUT (12) and
 SLAVE_NOT_AVAILABLE (11) are stored-but statuses (the message is in the store), as the Java
@@ -15,9 +27,10 @@ client reports them; any other code raises :class:`~rmqnet.client.errors.BrokerE
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +42,10 @@ from rmqlog import Clock
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
 from ..remoting.route import PERM_WRITE, TopicRouteData
-from ..transport import Limits
+from ..transport import ConnectionLostError, Limits, RemotingTimeoutError
 from .batch import encode_messages
 from .errors import BrokerError, NoRouteError, TopicNotFoundError
+from .latency import LATENCY_MAX_MS, NOT_AVAILABLE_MS, FaultStrategy, QueueRef, publish_queues
 from .loop import call, submit
 from .message import NAME_VALUE_SEP, PROPERTY_SEP, UniqKeys, message_properties, properties_string
 from .remote import RemoteClient, master_addr
@@ -39,6 +53,11 @@ from .remote import RemoteClient, master_addr
 #: RocketMQ's ``createTopicKey`` and ``defaultTopicQueueNums``
 AUTO_CREATE_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUES = 4
+#: ``DefaultMQProducer.retryResponseCodes``: broker answers after which a send is tried again
+RETRY_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
+                         ResponseCode.NO_PERMISSION, 204, 205})  # NO_BUYER_ID, NOT_IN_CURRENT_UNIT
+#: failures of the connection itself (Java's ``RemotingException`` / ``MQClientException``): always tried again
+_LINK_ERRORS = (RemotingTimeoutError, ConnectionLostError, OSError, NoRouteError)
 _STATUS = {ResponseCode.SUCCESS: "SEND_OK", ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
            ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT", ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
 
@@ -71,22 +90,36 @@ class Producer(RemoteClient):
 
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0,
                  limits: Limits | None = None, client_ip: bytes = b"\x7f\x00\x00\x01", clock: Clock | None = None,
-                 access_key: str | None = None, secret_key: str | None = None) -> None:
+                 access_key: str | None = None, secret_key: str | None = None,
+                 send_latency_fault_enable: bool = False, retry_times_when_send_failed: int = 2,
+                 latency_max_ms: Sequence[int] = LATENCY_MAX_MS, not_available_ms: Sequence[int] = NOT_AVAILABLE_MS,
+                 retry_another_broker_when_not_store_ok: bool = False) -> None:
         super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock, access_key=access_key,
                          secret_key=secret_key)
+        if retry_times_when_send_failed < 0:
+            raise ValueError(f"retry_times_when_send_failed must be >= 0, got {retry_times_when_send_failed}")
         self.group = group
         self._ids = UniqKeys(client_ip)
         self._rr = itertools.count()
+        self.retry_times_when_send_failed = retry_times_when_send_failed
+        #: ``retryAnotherBrokerWhenNotStoreOK``: a stored-but status (10, 11, 12) tries the next
+        #: broker too; the last such result is answered if no attempt gets SEND_OK
+        self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
+        #: the queue choice and the brokers to avoid (``sendLatencyFaultEnable``: ``fault.enabled``)
+        self.fault = FaultStrategy(self.clock, enabled=send_latency_fault_enable, latency_max_ms=latency_max_ms,
+                                   not_available_ms=not_available_ms)
 
     # ---- routing -----------------------------------------------------------------------
 
-    async def _target(self, topic: str, queue_id: int | None, broker_name: str | None) -> _Target:
-        via_default = False
+    async def _publish_route(self, topic: str) -> tuple[TopicRouteData, bool]:
+        """The topic's route, or ``TBW102``'s (then ``True``) when the name servers have none."""
         try:
-            route = await self._cached_route(topic)
+            return await self._cached_route(topic), False
         except TopicNotFoundError:
-            route = await self._cached_route(AUTO_CREATE_TOPIC)
-            via_default = True
+            return await self._cached_route(AUTO_CREATE_TOPIC), True
+
+    async def _target(self, topic: str, queue_id: int | None, broker_name: str | None) -> _Target:
+        route, via_default = await self._publish_route(topic)
         queues = _write_queues(route, via_default)
         if broker_name is not None:
             queues = [q for q in queues if q[0] == broker_name]
@@ -106,9 +139,10 @@ class Producer(RemoteClient):
             unit_mode=False, batch=batch, max_reconsume_times=None, broker_name=t.broker_name,
         ).to_ext(v2=True)
 
-    async def _send_cmd(self, t: _Target, topic: str, cmd: RemotingCommand, uniq: str) -> SendResult:
+    async def _send_cmd(self, t: _Target, topic: str, cmd: RemotingCommand, uniq: str,
+                        timeout_s: float | None = None) -> SendResult:
         try:
-            res = await self.invoke(t.addr, cmd, ok=_STATUS.keys())
+            res = await self.invoke(t.addr, cmd, timeout_s, ok=_STATUS.keys())
         except BrokerError as exc:
             if exc.code in (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.NO_PERMISSION):
                 self._routes.pop(topic, None)  # the route may be stale
@@ -124,13 +158,76 @@ class Producer(RemoteClient):
     async def _send(self, topic: str, body: bytes, tags: str | None, keys: str | Iterable[str] | None,
                     properties: Mapping[str, str] | None, queue_id: int | None, delay_level: int,
                     flag: int, broker_name: str | None) -> SendResult:
-        t = await self._target(topic, queue_id, broker_name)
         uniq = self._ids.next(self.clock.wall_ms())
         props = properties_string(message_properties(tags=tags, keys=keys, properties=properties,
                                                      delay_level=delay_level, uniq_key=uniq))
-        cmd = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=self._header(topic, t, props, flag, False),
-                              body=bytes(body))
-        return await self._send_cmd(t, topic, cmd, uniq)
+        data = bytes(body)
+
+        def make(t: _Target) -> RemotingCommand:
+            return RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=self._header(topic, t, props, flag, False),
+                                   body=data)
+
+        return await self._dispatch(topic, queue_id, broker_name, make, uniq)
+
+    async def _dispatch(self, topic: str, queue_id: int | None, broker_name: str | None,
+                        make: Callable[[_Target], RemotingCommand], uniq: str) -> SendResult:
+        if queue_id is not None or broker_name is not None:  # send(msg, mq): once, to that queue
+            t = await self._target(topic, queue_id, broker_name)
+            return await self._send_cmd(t, topic, make(t), uniq)
+        return await self._send_default(topic, make, uniq)
+
+    async def _send_default(self, topic: str, make: Callable[[_Target], RemotingCommand], uniq: str) -> SendResult:
+        """``sendDefaultImpl`` (module docstring): attempts on queues chosen by ``self.fault``."""
+        route, via_default = await self._publish_route(topic)
+        queues = publish_queues(topic, route, DEFAULT_TOPIC_QUEUES if via_default else None)
+        if not queues:
+            raise NoRouteError(f"topic {topic!r}: no writable queue in its route")
+        loop = asyncio.get_running_loop()
+        first = loop.time()
+        last_broker: str | None = None
+        error: BaseException | None = None
+        stored: SendResult | None = None  # a stored-but answer, kept while other brokers are tried
+        for _ in range(1 + self.retry_times_when_send_failed):
+            q = self.fault.select(queues, last_broker)
+            last_broker = q.broker_name
+            began = loop.time()
+            if began - first >= self.timeout_s and error is not None:
+                break  # Java: "sendDefaultImpl call timeout"; the attempts' error is the answer
+            try:
+                t = _Target(q.broker_name, master_addr(route, q.broker_name, topic), q.queue_id, via_default)
+                result = await self._send_cmd(t, topic, make(t), uniq, self.timeout_s - (began - first))
+            except BrokerError as exc:
+                self.fault.update(q.broker_name, _ms(loop.time() - began), True)
+                if exc.code not in RETRY_CODES:
+                    raise
+                error = exc
+                route, queues = await self._fresh_queues(topic, route, queues, via_default)
+                continue
+            except _LINK_ERRORS as exc:
+                self.fault.update(q.broker_name, _ms(loop.time() - began), True)
+                error = exc
+                continue
+            self.fault.update(q.broker_name, _ms(loop.time() - began), False)
+            if result.status != "SEND_OK" and self.retry_another_broker_when_not_store_ok:
+                stored = result
+                continue
+            return result
+        if stored is not None:
+            return stored
+        assert error is not None
+        raise error
+
+    async def _fresh_queues(self, topic: str, route: TopicRouteData, queues: list[QueueRef],
+                            via_default: bool) -> tuple[TopicRouteData, list[QueueRef]]:
+        """After a refusal that dropped the cached route (stale), the route asked again; the
+        old one kept if the name servers cannot answer now."""
+        if via_default or topic in self._routes:
+            return route, queues
+        try:
+            fresh = await self._cached_route(topic)
+        except (BrokerError, *_LINK_ERRORS):
+            return route, queues
+        return fresh, publish_queues(topic, fresh) or queues
 
     def send(self, topic: str, body: bytes, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
              properties: Mapping[str, str] | None = None, queue_id: int | None = None, delay_level: int = 0,
@@ -161,14 +258,17 @@ class Producer(RemoteClient):
         n = table.num_rows
         if n == 0:
             raise ValueError("send_batch: no message")
-        t = await self._target(topic, queue_id, broker_name)
         uniq = self._ids.many(n, self.clock.wall_ms())
         props = _batch_properties(table, pa.array(uniq, pa.string()))
         flags = table.column("flag").to_numpy() if "flag" in table.column_names else None
         body = encode_messages(table.column("body"), props, flags)
-        ext = self._header(topic, t, properties_string({"WAIT": "true"}), 0, True)
-        cmd = RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=body)
-        return await self._send_cmd(t, topic, cmd, ",".join(uniq))
+        wait = properties_string({"WAIT": "true"})
+
+        def make(t: _Target) -> RemotingCommand:
+            return RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=self._header(topic, t, wait, 0, True),
+                                   body=body)
+
+        return await self._dispatch(topic, queue_id, broker_name, make, ",".join(uniq))
 
     def send_batch(self, topic: str, messages: Any, queue_id: int | None = None, *,
                    broker_name: str | None = None) -> SendResult:
@@ -183,6 +283,10 @@ class Producer(RemoteClient):
     async def asend_batch(self, topic: str, messages: Any, queue_id: int | None = None, *,
                           broker_name: str | None = None) -> SendResult:
         return await self._send_batch(topic, messages, queue_id, broker_name)
+
+
+def _ms(seconds: float) -> int:
+    return int(seconds * 1000)
 
 
 def _write_queues(route: TopicRouteData, via_default: bool) -> list[tuple[str, int]]:

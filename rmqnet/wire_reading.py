@@ -1,0 +1,317 @@
+"""The ``rmqlog`` reading commands over the wire: ``info``, ``topic-status``, ``lag`` (and its
+other name ``consumer-progress``), ``read`` and ``query`` given ``--namesrv HOST:PORT[;HOST:PORT]`` in place of a
+store root, answered by the name server and the brokers it routes to (our
+:class:`~rmqnet.client.Admin`), so they work from any host that reaches the cluster, across
+every broker group.
+
+    rmqlog info --namesrv ADDRS                 clusters, brokers, every topic's queues per broker
+    rmqlog topic-status --namesrv ADDRS TOPIC   a topic's queues on every broker: min, max, messages
+    rmqlog lag --namesrv ADDRS GROUP [--topic T ...]
+                                                a group's committed offsets against the queues' ends
+    rmqlog read --namesrv ADDRS TOPIC QUEUE [--broker NAME] [--offset N] [--count N] [--tags T] [--body B]
+                                                a queue's messages (PULL_MESSAGE, no commit)
+    rmqlog query --namesrv ADDRS TOPIC (--key K | --id MSGID) [--begin T] [--end T] [--max N] [--body B]
+                                                messages by key or client msgId on every broker (12)
+
+Output follows the store's commands (``--json``: one object, camelCase keys), with a queue
+named by broker as well (``T/broker-a/0``: over the wire a queue id is per broker). Messages
+print as the store's command prints them, one JSON object per line (:func:`message_line`:
+``json.dumps`` of the row as ``rmqlog.admin.jsonl.row_dict`` makes it; a test compares both
+outputs for the same records). ``read`` reports the pull's status (FOUND, NO_NEW_MSG,
+NO_MATCHED_MSG, OFFSET_ILLEGAL: the client's names) where the store reports its own; it needs
+``--broker`` when the topic is on several brokers. ``query`` by store time (no key, or topic
+``*``) is not served over the wire (RocketMQ has no such request). Exit
+statuses as the store's: 0 done, 1 nothing found, 2 what was asked is wrong (an unknown
+topic, named with the known ones), 3 the cluster cannot be asked (no name server answers, a
+broker fails).
+
+``lag`` needs a GROUP here (the brokers do not list groups over the wire) and reads each
+queue's offset with QUERY_CONSUMER_OFFSET (14): a queue the group never committed on is left
+out where the broker says so (QUERY_NOT_FOUND), but RocketMQ's brokers answer 0 for a queue
+that still starts at 0, which then counts as committed 0. Topics: those given with
+``--topic``, else every topic the name servers route except RocketMQ's system ones (``TBW102``,
+``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``, ``%RETRY%``/``%DLQ%`` of other groups).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+import pyarrow as pa
+
+from rmqlog.times import parse_time_ms
+
+from .client import Admin, BrokerError, ClientError, PullConsumer, TopicNotFoundError
+from .remoting.route import TopicRouteData
+
+#: the store command's exit statuses (rmqlog.admin.exits)
+OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
+COMMANDS = ("info", "topic-status", "lag", "consumer-progress", "read", "query")
+_SYSTEM = ("TBW102", "SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT", "BenchmarkTest", "SELF_TEST_TOPIC")
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="rmqlog", description="The reading commands over the wire (--namesrv).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument("--namesrv", required=True, metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT")
+        p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+        p.add_argument("--timeout", type=float, default=3.0, metavar="S", help="seconds per request (default 3)")
+        return p
+
+    command("info", "clusters, brokers, and every topic's queues on every broker")
+    p = command("topic-status", "one topic's queues on every broker: min, max, messages")
+    p.add_argument("topic", help="topic name")
+    for name in ("lag", "consumer-progress"):
+        p = command(name, "a group's committed offsets against the queues' ends")
+        p.add_argument("group", help="consumer group")
+        p.add_argument("--topic", action="append", default=None, help="a topic (repeatable; default: every topic)")
+    p = command("read", "messages of one queue from an offset (a pull; nothing committed)")
+    p.add_argument("topic", help="topic name")
+    p.add_argument("queue", type=_count(0), help="queue id")
+    p.add_argument("--broker", default=None, help="the queue's broker (needed when the topic is on several)")
+    p.add_argument("--offset", type=_count(0), default=None, help="first queue offset (default: the queue's min)")
+    p.add_argument("--count", type=_count(1), default=10, help="most messages to print (default 10)")
+    p.add_argument("--tags", default="*", help='tag filter: "*" or "A || B" (default "*")')
+    p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
+    p = command("query", "messages by key or client msgId, from every broker of the topic")
+    p.add_argument("topic", help="topic name")
+    g = p.add_mutually_exclusive_group(required=True)
+    g.add_argument("--key", help="a KEYS token")
+    g.add_argument("--id", help="a client msgId (UNIQ_KEY)")
+    p.add_argument("--begin", type=_time, default=0, help="stored at or after: ms since the epoch or ISO 8601 (UTC)")
+    p.add_argument("--end", type=_time, default=None, help="stored at or before: ms since the epoch or ISO 8601 (UTC)")
+    p.add_argument("--max", type=_count(1), default=32, help="most messages per broker (default 32)")
+    p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
+    return ap
+
+
+def _count(low: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if n < low:
+            raise argparse.ArgumentTypeError(f"must be at least {low}, not {n}")
+        return n
+    return parse
+
+
+def _time(text: str) -> int:
+    try:
+        return parse_time_ms(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("time: ")) from None
+
+
+def message_line(row: dict[str, Any], body: str) -> str:
+    """One message (a row of ``Table.to_pylist()``) as the store's command prints it."""
+    out: dict[str, Any] = {}
+    for k, v in row.items():
+        if k == "body":
+            if body == "none":
+                continue
+            v = v.hex() if body == "hex" else v.decode("utf-8", "replace")
+        elif isinstance(v, dt.datetime):
+            v = v.isoformat(timespec="milliseconds")
+        elif k == "properties" and v is not None:
+            v = dict(v)
+        out[k] = v
+    return json.dumps(out, ensure_ascii=False)
+
+
+def _messages(table: pa.Table, body: str, as_json: bool, **extra: Any) -> None:
+    rows = [message_line(r, body) for r in table.to_pylist()]  # a command's page of messages (--count, --max)
+    if as_json:
+        head = json.dumps(extra, ensure_ascii=False)[1:-1]
+        print('{"messages": [' + ", ".join(rows) + "]" + (", " + head if head else "") + "}")
+    else:
+        for line in rows:
+            print(line)
+
+
+def _emit(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
+    if as_json:
+        print(json.dumps(obj, ensure_ascii=False))
+    else:
+        for line in lines:
+            print(line)
+
+
+def _error(message: str) -> None:
+    sys.stdout.flush()
+    print(f"rmqlog: {message}", file=sys.stderr)
+
+
+def _queues(admin: Admin, topic: str, route: TopicRouteData) -> list[dict[str, Any]]:
+    """Every readable queue of ``topic`` on every broker (by broker name): min, max, messages."""
+    out = []
+    masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
+    for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
+        addr = masters.get(q.broker_name)
+        if not addr:
+            continue
+        for qid in range(q.read_queue_nums):
+            lo, hi = admin.min_offset(addr, topic, qid), admin.max_offset(addr, topic, qid)
+            out.append({"brokerName": q.broker_name, "queueId": qid, "min": lo, "max": hi, "messages": max(0, hi - lo)})
+    return out
+
+
+def _route(admin: Admin, topic: str) -> TopicRouteData:
+    try:
+        return admin.route(topic)
+    except TopicNotFoundError:
+        known = sorted(admin.topic_list())
+        shown = ", ".join(known[:20]) + (f" ... ({len(known)} in all)" if len(known) > 20 else "") if known else "none"
+        raise _Usage(f"no topic {topic!r} routed by the name server; topics: {shown}") from None
+
+
+class _Usage(Exception):
+    pass
+
+
+def info(admin: Admin, args: argparse.Namespace) -> int:
+    cluster = admin.cluster_info()
+    topics: dict[str, Any] = {}
+    for topic in sorted(admin.topic_list()):
+        try:
+            topics[topic] = {"queues": _queues(admin, topic, admin.route(topic))}
+        except TopicNotFoundError:  # unregistered between the two questions
+            continue
+    brokers: dict[str, dict[str, Any]] = {
+        name: {"cluster": b.cluster, "addrs": {str(k): v for k, v in sorted(b.broker_addrs.items())}}
+        for name, b in sorted(cluster.broker_addr_table.items())}
+    clusters = {k: sorted(v) for k, v in sorted(cluster.cluster_addr_table.items())}
+    namesrv = ";".join(admin.namesrv_addrs)
+    obj = {"namesrv": namesrv, "clusters": clusters, "brokers": brokers, "topics": topics}
+    lines = [f"namesrv      {namesrv}", f"clusters     {len(clusters)}"]
+    lines += [f"  {name:<24} {' '.join(names)}" for name, names in clusters.items()]
+    lines.append(f"brokers      {len(brokers)}")
+    lines += [f"  {name:<24} " + " ".join(f"{k}={v}" for k, v in b["addrs"].items()) for name, b in brokers.items()]
+    lines.append(f"topics       {len(topics)}")
+    for name, t in topics.items():
+        ranges = " ".join(f"{q['brokerName']}/{q['queueId']}:[{q['min']},{q['max']})" for q in t["queues"])
+        lines.append(f"  {name:<24} {ranges}")
+    _emit(obj, args.json, lines)
+    return OK
+
+
+def topic_status(admin: Admin, args: argparse.Namespace) -> int:
+    queues = _queues(admin, args.topic, _route(admin, args.topic))
+    lines = [f"{args.topic}/{q['brokerName']}/{q['queueId']}  min {q['min']}  max {q['max']}  messages {q['messages']}"
+             for q in queues]
+    _emit({"topic": args.topic, "queues": queues}, args.json, lines)
+    return OK
+
+
+def _user_topic(topic: str, group: str) -> bool:
+    if topic in _SYSTEM or topic.startswith("RMQ_SYS_"):
+        return False
+    if topic.startswith(("%RETRY%", "%DLQ%")):
+        return topic.split("%", 2)[2] == group
+    return True
+
+
+def lag(admin: Admin, args: argparse.Namespace) -> int:
+    topics = args.topic if args.topic else [t for t in sorted(admin.topic_list()) if _user_topic(t, args.group)]
+    rows: list[dict[str, Any]] = []
+    for topic in topics:
+        if args.topic:
+            route = _route(admin, topic)
+        else:
+            try:
+                route = admin.route(topic)
+            except TopicNotFoundError:  # unregistered since the topic list was asked
+                continue
+        masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
+        for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            addr = masters.get(q.broker_name)
+            for qid in range(q.read_queue_nums if addr else 0):
+                assert addr is not None
+                committed = admin.query_offset(addr, args.group, topic, qid)
+                if committed is None or committed < 0:
+                    continue
+                hi = admin.max_offset(addr, topic, qid)
+                rows.append({"group": args.group, "topic": topic, "brokerName": q.broker_name, "queueId": qid,
+                             "committed": committed, "max": hi, "lag": max(0, hi - committed)})
+    if not rows:
+        _error(f"consumer group {args.group!r} has no committed offsets on the brokers")
+        return NOTHING
+    total = sum(r["lag"] for r in rows)
+    lines = [f"{r['group']}  {r['topic']}/{r['brokerName']}/{r['queueId']}  committed {r['committed']}  "
+             f"max {r['max']}  lag {r['lag']}" for r in rows]
+    lines.append(f"total lag {total}")
+    _emit({"offsets": rows, "totalLag": total}, args.json, lines)
+    return OK
+
+
+def read(admin: Admin, args: argparse.Namespace) -> int:
+    route = _route(admin, args.topic)
+    brokers = sorted(q.broker_name for q in route.queue_datas if args.queue < q.read_queue_nums)
+    if args.broker is None and len(brokers) > 1:
+        raise _Usage(f"topic {args.topic!r} has queue {args.queue} on brokers {', '.join(brokers)}: name one (--broker)")
+    name = args.broker if args.broker is not None else (brokers[0] if brokers else None)
+    if name not in brokers:
+        raise _Usage(f"queue {args.queue} of topic {args.topic!r} is on no broker named {name!r}; "
+                     f"brokers: {', '.join(brokers) or 'none'}")
+    addr = next(b.master_addr() for b in route.broker_datas if b.broker_name == name)
+    if not addr:
+        raise _Usage(f"broker {name!r} has no master in the route of {args.topic!r}")
+    offset = args.offset if args.offset is not None else admin.min_offset(addr, args.topic, args.queue)
+    with PullConsumer("rmqlog_cli", ";".join(admin.namesrv_addrs), timeout_s=admin.timeout_s) as consumer:
+        res = consumer.pull(args.topic, args.queue, offset, args.count, subscription=args.tags, broker_name=name)
+    status = {"status": res.status, "nextOffset": res.next_begin_offset, "minOffset": res.min_offset,
+              "maxOffset": res.max_offset}
+    _messages(res.messages, args.body, args.json, **status)
+    if not args.json:
+        print(f"# {res.status} next={res.next_begin_offset} min={res.min_offset} max={res.max_offset}", file=sys.stderr)
+    return OK if res.messages.num_rows else NOTHING
+
+
+def query(admin: Admin, args: argparse.Namespace) -> int:
+    if args.topic == "*":
+        raise _Usage('a query by store time ("*") is not served over the wire: name a topic and a key or msgId')
+    _route(admin, args.topic)
+    unique = args.id is not None
+    end = args.end if args.end is not None else 2**63 - 1
+    table = admin.query_by_key(args.topic, args.id if unique else args.key, args.max, args.begin, end, unique=unique)
+    _messages(table, args.body, args.json)
+    return OK if table.num_rows else NOTHING
+
+
+def main(argv: Sequence[str]) -> int:
+    """A reading command over the wire (``rmqnet.cli`` saw ``--namesrv``): its exit status."""
+    try:
+        args = _parser().parse_args(list(argv))
+    except SystemExit as exc:  # --help (0) or a wrong argument (2)
+        return int(exc.code) if isinstance(exc.code, int) else USAGE
+    handler = {"info": info, "topic-status": topic_status, "lag": lag, "consumer-progress": lag, "read": read,
+               "query": query}[args.cmd]
+    try:
+        admin = Admin(args.namesrv, timeout_s=args.timeout)
+    except ValueError as exc:
+        _error(str(exc))
+        return USAGE
+    try:
+        return handler(admin, args)
+    except _Usage as exc:
+        _error(str(exc))
+        return USAGE
+    except (BrokerError, ClientError) as exc:
+        _error(str(exc))
+        return CANNOT
+    except BrokenPipeError:  # the reader went away (| head)
+        return OK
+    except OSError as exc:  # no name server or broker answers (refused, timed out)
+        _error(f"the cluster cannot be asked: {type(exc).__name__}: {exc}")
+        return CANNOT
+    finally:
+        admin.close()

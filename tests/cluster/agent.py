@@ -1,0 +1,153 @@
+"""The clients' host: a process run inside a test host (``python -m tests.cluster.agent`` under
+``ip netns exec``) that drives our client (rmqnet.client) on the test's orders, so that the
+producer and the consumers live on their own host as they would in a deployment.
+
+Protocol: one JSON object per line on stdin, one JSON answer per line on stdout (``{"ok":
+true, ...}`` or ``{"ok": false, "error": "<type>", "text": "..."}`` when the order itself
+failed). Orders (``op``):
+
+- ``producer`` {namesrv, fault, timeout_s}: a Producer (``send_latency_fault_enable=fault``);
+- ``send`` {topic, n, prefix}: ``n`` sends one after the other; per send ``{"ok": true,
+  "broker": <address in the offset msgId>, "queue": id, "key": UNIQ_KEY}`` or ``{"ok": false,
+  "error": type name}``: what the caller was told (the history a checker compares);
+- ``route`` {topic, brokers, timeout_s}: waits until the name server routes the topic to
+  ``brokers`` masters (the brokers register a round after they start); answers their names;
+- ``member`` {id, group, topic, namesrv}: a GroupMember subscribed and heartbeated;
+- ``heartbeat`` {id}; ``assignment`` {id, topic}: ``[[broker, queue], ...]``;
+- ``consume`` {id, topic}: the member pulls each of its assigned queues from the group's
+  committed offset to the end and commits; answers the bodies it got (``[broker, queue, body]``);
+- ``leave`` {id, how: "unregister" | "close"}: unregister (and close), or only close the
+  connections (a consumer that vanished);
+- ``create_topic`` {namesrv, cluster, topic, queues}: the topic on every master of the cluster;
+- ``commit`` {namesrv, group, topic, broker (its address), queue, offset}: a committed offset;
+- ``cli`` {args}: ``rmqlog ARGS`` run in this process (``rmqnet.cli.main``); its exit status,
+  stdout and stderr;
+- ``fault`` : the producer's fault table ``{broker: [latency_ms, ms_left]}``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+import time
+from typing import Any
+
+from rmqnet.client import Admin, GroupMember, Producer, PullConsumer, parse_offset_msg_id
+
+
+class Agent:
+    def __init__(self) -> None:
+        self.producer: Producer | None = None
+        self.members: dict[str, GroupMember] = {}
+
+    def producer_(self, o: dict[str, Any]) -> dict[str, Any]:
+        self.producer = Producer("PG", o["namesrv"], send_latency_fault_enable=bool(o.get("fault", True)),
+                                 timeout_s=float(o.get("timeout_s", 3.0)))
+        return {}
+
+    def send(self, o: dict[str, Any]) -> dict[str, Any]:
+        assert self.producer is not None, "no producer"
+        results = []
+        for i in range(int(o["n"])):
+            try:
+                r = self.producer.send(o["topic"], f"{o.get('prefix', 'm')}-{i}".encode())
+                results.append({"ok": True, "broker": parse_offset_msg_id(r.offset_msg_id)[0], "queue": r.queue_id,
+                                "key": r.msg_id, "status": r.status})
+            except Exception as exc:  # what the caller was told is the point
+                results.append({"ok": False, "error": type(exc).__name__, "text": str(exc)})
+        return {"results": results}
+
+    def route(self, o: dict[str, Any]) -> dict[str, Any]:
+        deadline = time.monotonic() + float(o.get("timeout_s", 30))
+        with Admin(o["namesrv"]) as admin:
+            while True:
+                try:
+                    route = admin.route(o["topic"])
+                    names = sorted(b.broker_name for b in route.broker_datas if b.master_addr())
+                    if len(names) >= int(o["brokers"]):
+                        return {"brokers": names}
+                except Exception:  # not registered yet
+                    names = []
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the route of {o['topic']} has brokers {names}, not {o['brokers']}")
+                time.sleep(0.05)  # the name server's state is remote: asked again
+
+    def member(self, o: dict[str, Any]) -> dict[str, Any]:
+        m = GroupMember(o["group"], o["namesrv"], client_id=o["id"])
+        m.subscribe(o["topic"])
+        self.members[o["id"]] = m
+        return {"brokers": m.heartbeat()}
+
+    def heartbeat(self, o: dict[str, Any]) -> dict[str, Any]:
+        return {"brokers": self.members[o["id"]].heartbeat()}
+
+    def assignment(self, o: dict[str, Any]) -> dict[str, Any]:
+        return {"queues": [[q.broker_name, q.queue_id] for q in self.members[o["id"]].assignment(o["topic"])]}
+
+    def consume(self, o: dict[str, Any]) -> dict[str, Any]:
+        m = self.members[o["id"]]
+        topic = o["topic"]
+        got = []
+        with Admin(m.namesrv_addrs[0]) as admin, PullConsumer(m.group, m.namesrv_addrs[0]) as consumer:
+            route = admin.route(topic)
+            masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
+            for q in m.assignment(topic):
+                addr = masters[q.broker_name]
+                assert addr is not None
+                offset = admin.query_offset(addr, m.group, topic, q.queue_id) or 0
+                while True:
+                    res = consumer.pull(topic, q.queue_id, offset, 32, broker_name=q.broker_name)
+                    if res.status != "FOUND":
+                        break
+                    got += [[q.broker_name, q.queue_id, b.decode()] for b in res.messages["body"].to_pylist()]
+                    offset = res.next_begin_offset
+                consumer.commit(topic, q.queue_id, offset, broker_name=q.broker_name)
+        return {"messages": got}
+
+    def leave(self, o: dict[str, Any]) -> dict[str, Any]:
+        m = self.members.pop(o["id"])
+        if o.get("how", "unregister") == "unregister":
+            m.unregister()
+        m.close()
+        return {}
+
+    def create_topic(self, o: dict[str, Any]) -> dict[str, Any]:
+        with Admin(o["namesrv"]) as admin:
+            return {"masters": admin.create_topic_in_cluster(o["cluster"], o["topic"], int(o["queues"]))}
+
+    def commit(self, o: dict[str, Any]) -> dict[str, Any]:
+        with Admin(o["namesrv"]) as admin:
+            admin.update_offset(o["broker"], o["group"], o["topic"], int(o["queue"]), int(o["offset"]))
+        return {}
+
+    def cli(self, o: dict[str, Any]) -> dict[str, Any]:
+        from rmqnet.cli import main as rmqlog
+
+        out, err = io.StringIO(), io.StringIO()
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            code = rmqlog(list(o["args"]))
+        return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+    def fault(self, o: dict[str, Any]) -> dict[str, Any]:
+        assert self.producer is not None
+        return {"table": {k: list(v) for k, v in self.producer.fault.tolerance.snapshot().items()}}
+
+
+def main() -> None:
+    agent = Agent()
+    print(json.dumps({"ok": True, "ready": True}), flush=True)
+    for line in sys.stdin:
+        order = json.loads(line)
+        op = order["op"]
+        try:
+            handler = getattr(agent, "producer_" if op == "producer" else op)
+            answer = {"ok": True, **handler(order)}
+        except Exception as exc:
+            answer = {"ok": False, "error": type(exc).__name__, "text": str(exc)}
+        print(json.dumps(answer), flush=True)
+
+
+if __name__ == "__main__":
+    main()
