@@ -22,14 +22,10 @@ threshold.
 
 from __future__ import annotations
 
-import argparse
-import json
-import shutil
 import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -39,6 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from harness import Bench  # noqa: E402
 
 from rmqnet.client import Admin, Producer  # noqa: E402
 
@@ -177,51 +175,43 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root")
-    ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--parts", default="lag,sync")
-    ap.add_argument("--rate", type=int, default=20_000)
-    ap.add_argument("--lag-batches", type=int, default=500)
-    ap.add_argument("--batch", type=int, default=100)
-    ap.add_argument("--seconds", type=float, default=5.0)
-    ap.add_argument("--in-flight", type=int, default=8)
-    a = ap.parse_args(argv)
+    bench = Bench("bench_ha", __doc__, rounds=1, rounds_help="rounds of each part (the figures are medians)")
+    bench.add_argument("--parts", default="lag,sync", help="lag, sync (comma-separated)")
+    bench.add_argument("--rate", type=int, default=20_000, help="lag: messages per second sent")
+    bench.add_argument("--lag-batches", type=int, default=500, help="lag: batches sent")
+    bench.add_argument("--batch", type=int, default=100, help="messages per batch")
+    bench.add_argument("--seconds", type=float, default=5.0, help="sync: seconds of sending per role")
+    bench.add_argument("--in-flight", type=int, default=8, help="sync: sending threads")
+    a = bench.parse(argv)
     parts = a.parts.split(",")
     unknown = sorted(set(parts) - {"lag", "sync"})
     if unknown:
-        ap.error(f"unknown part {unknown[0]!r} (lag, sync)")
-    root = Path(a.root) if a.root else Path(tempfile.mkdtemp(prefix="bench_ha-"))
-    figures = []
-    results: dict[str, list[float]] = {}
-    for r in range(a.rounds):
+        bench.parser.error(f"unknown part {unknown[0]!r} (lag, sync)")
+    with bench.run(parsed=True) as root:
+        results: dict[str, list[float]] = {}
+        for r in range(a.rounds):
+            if "lag" in parts:
+                lags, rtts = measure_lag(root / f"lag-{r}", a.rate, a.lag_batches, a.batch)
+                for k, v in (("lag_p50", _pct(lags, 0.5)), ("lag_p99", _pct(lags, 0.99)),
+                             ("send_p50", _pct(rtts, 0.5)), ("send_p99", _pct(rtts, 0.99))):
+                    results.setdefault(k, []).append(v)
+            if "sync" in parts:
+                for role in ("SYNC_MASTER", "ASYNC_MASTER"):
+                    rate, bad = measure_sync(root / f"{role}-{r}", role, a.seconds, a.in_flight, a.batch)
+                    results.setdefault(role, []).append(rate)
+                    results.setdefault(f"{role}_not_ok", []).append(bad)
+        med = {k: statistics.median(v) for k, v in results.items()}
         if "lag" in parts:
-            lags, rtts = measure_lag(root / f"lag-{r}", a.rate, a.lag_batches, a.batch)
-            for k, v in (("lag_p50", _pct(lags, 0.5)), ("lag_p99", _pct(lags, 0.99)),
-                         ("send_p50", _pct(rtts, 0.5)), ("send_p99", _pct(rtts, 0.99))):
-                results.setdefault(k, []).append(v)
+            for q in ("p50", "p99"):
+                print(f"replication lag {q} at {a.rate:,} msgs/s: {med[f'lag_{q}']:.2f} ms "
+                      f"(peer: the send round trip {q}: {med[f'send_{q}']:.2f} ms)")
+                bench.figure(f"replication lag {q}, {a.rate} msgs/s in batches of {a.batch}", med[f"lag_{q}"], "ms",
+                             peer=f"send round trip {q}", peer_value=med[f"send_{q}"])
         if "sync" in parts:
-            for role in ("SYNC_MASTER", "ASYNC_MASTER"):
-                rate, bad = measure_sync(root / f"{role}-{r}", role, a.seconds, a.in_flight, a.batch)
-                results.setdefault(role, []).append(rate)
-                results.setdefault(f"{role}_not_ok", []).append(bad)
-    med = {k: statistics.median(v) for k, v in results.items()}
-    if "lag" in parts:
-        figures.append({"job": "bench_ha", "figure": "replication lag p50/p99", "unit": "ms",
-                        "value": [round(med["lag_p50"], 2), round(med["lag_p99"], 2)],
-                        "peer": "send round trip p50/p99", "peer_value": [round(med["send_p50"], 2), round(med["send_p99"], 2)],
-                        "rate": a.rate, "batch": a.batch})
-    if "sync" in parts:
-        figures.append({"job": "bench_ha", "figure": "SYNC_MASTER sends", "unit": "msgs/s",
-                        "value": round(med["SYNC_MASTER"]), "peer": "ASYNC_MASTER sends",
-                        "peer_value": round(med["ASYNC_MASTER"]),
-                        "ratio": round(med["SYNC_MASTER"] / med["ASYNC_MASTER"], 2) if med["ASYNC_MASTER"] else None,
-                        "not_ok": [med["SYNC_MASTER_not_ok"], med["ASYNC_MASTER_not_ok"]]})
-    for f in figures:
-        print(json.dumps(f) if a.json else f"{f['figure']}: {f['value']} {f['unit']} (peer {f['peer']}: {f['peer_value']})")
-    if not a.root:
-        shutil.rmtree(root, ignore_errors=True)
+            sync, async_ = med["SYNC_MASTER"], med["ASYNC_MASTER"]
+            print(f"SYNC_MASTER sends: {sync:,.0f} msgs/s (peer: ASYNC_MASTER {async_:,.0f} msgs/s); answers not "
+                  f"SEND_OK: {med['SYNC_MASTER_not_ok']:.0f} and {med['ASYNC_MASTER_not_ok']:.0f}")
+            bench.figure("SYNC_MASTER sends", sync, "msgs/s", peer="ASYNC_MASTER sends", peer_value=async_)
     return 0
 
 

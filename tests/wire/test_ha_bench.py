@@ -18,11 +18,14 @@ def test_bench_ha_prints_lag_and_sync_beside_their_peers(tmp_path: Path) -> None
                           "--rate", "2000", "--lag-batches", "5", "--batch", "10", "--seconds", "0.5", "--in-flight", "2"],
                          capture_output=True, text=True, timeout=300, env=subprocess_env())
     assert res.returncode == 0, res.stderr[-3000:]
-    figures = [json.loads(line) for line in res.stdout.splitlines() if line.startswith("{")]
-    assert [f["figure"] for f in figures] == ["replication lag p50/p99", "SYNC_MASTER sends"]
-    lag, sync = figures
-    assert len(lag["value"]) == 2 and lag["peer"].startswith("send round trip")
-    assert sync["value"] > 0 and sync["peer_value"] > 0 and sync["peer"] == "ASYNC_MASTER sends"
+    figures = [json.loads(line) for line in res.stdout.splitlines()]  # (under --json stdout holds only these)
+    assert [f["name"] for f in figures] == ["replication lag p50, 2000 msgs/s in batches of 10",
+                                            "replication lag p99, 2000 msgs/s in batches of 10", "SYNC_MASTER sends"]
+    p50, p99, sync = figures
+    for lag, q in ((p50, "p50"), (p99, "p99")):
+        assert lag["unit"] == "ms" and lag["peer"] == f"send round trip {q}" and lag["value"] >= 0
+    assert sync["value"] > 0 and sync["peer_value"] > 0 and sync["peer"] == "ASYNC_MASTER sends" and sync["ratio"] > 0
+    assert "replication lag p50" in res.stderr  # the readable lines, on stderr under --json
 
 
 def test_bench_ha_refuses_an_unknown_part(tmp_path: Path) -> None:
