@@ -312,6 +312,30 @@ def test_slave_copies_its_masters_topics_offsets_and_delay_offsets(tmp_path: Pat
     slave.store.close()
 
 
+def test_a_master_without_delay_offsets_leaves_the_slaves_file(tmp_path: Path) -> None:
+    """A RocketMQ master answers 45 with SYSTEM_ERROR "No delay offset in this broker" when it
+    has none: the round goes on, the slave's file stays as it is."""
+    slave = _broker(tmp_path / "s", "SLAVE")
+    slave.store.set_delay_offsets({2: 7})
+
+    async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        if req.code == RequestCode.GET_ALL_DELAY_OFFSET:
+            return req.reply(ResponseCode.SYSTEM_ERROR, "No delay offset in this broker")
+        body = b'{"topicConfigTable":{}}' if req.code == RequestCode.GET_ALL_TOPIC_CONFIG else b'{"offsetTable":{}}'
+        return req.reply(ResponseCode.SUCCESS, None, None, body)
+
+    async def body() -> None:
+        sync = slave.slave_sync  # type: ignore[attr-defined]
+        sync.invoke = invoke
+        await sync.sync_all("10.0.0.1:10911")
+        assert sync.rounds == 1 and sync.last_error is None
+        await sync.close()
+
+    _run(body)
+    assert slave.store.delay_offsets() == {2: 7}
+    slave.store.close()
+
+
 def test_ha_port_default_taken_falls_back_configured_one_fails(tmp_path: Path) -> None:
     import socket
 

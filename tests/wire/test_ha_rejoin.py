@@ -194,6 +194,37 @@ def test_diverged_tail_is_cut_and_the_logs_end_identical(tmp_path: Path, acked: 
     new.close()
 
 
+def test_a_byte_differing_inside_a_record_cuts_at_the_records_start(tmp_path: Path) -> None:
+    """The verifier over a store's own bytes: a master's copy with one byte changed inside a
+    record past ``A`` (a header field) parts there, and the cut keeps the records before it."""
+    old = _open(tmp_path / "old")
+    _fill(old, 30, seed=1)
+    start, end = SEG + 5, old.published_tail()
+    a = old.record_boundary(start)
+    records = [r for r in rc.walk_commitlog(str(tmp_path / "old" / "commitlog"), SEG) if r.physical_offset > a]
+    victim = records[len(records) // 2]
+    master = bytearray(_log_bytes(tmp_path / "old", end))
+    master[victim.physical_offset + 17] ^= 0x40  # FLAG (bytes 16..20 of the record)
+    v = RejoinVerifier(a, end)
+
+    def local(offset: int, n: int) -> bytes:
+        out = b""
+        while len(out) < n:
+            out += old.replica_read(offset + len(out), n - len(out))
+        return out
+
+    verdict = None
+    for t in _stream(bytes(master[a:]), a, 3000):
+        if verdict is None:
+            verdict = v.feed([t], local)
+    assert verdict is not None and not verdict.matched and verdict.offset == victim.physical_offset + 17
+    assert old.replica_truncate(verdict.offset) == victim.physical_offset
+    assert old.published_tail() == victim.physical_offset
+    old.dispatch()
+    assert old.verify().problems == []
+    old.close()
+
+
 def test_nothing_diverged_nothing_is_cut(tmp_path: Path) -> None:
     """The promoted slave held everything (the checkpoint lagged): the comparison matches up
     to the old master's end and replication goes on in the same session."""
