@@ -90,13 +90,9 @@ class Agent:
         m = self.members[o["id"]]
         topic = o["topic"]
         got = []
-        with Admin(m.namesrv_addrs[0]) as admin, PullConsumer(m.group, m.namesrv_addrs[0]) as consumer:
-            route = admin.route(topic)
-            masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
+        with PullConsumer(m.group, m.namesrv_addrs[0]) as consumer:
             for q in m.assignment(topic):
-                addr = masters[q.broker_name]
-                assert addr is not None
-                offset = admin.query_offset(addr, m.group, topic, q.queue_id) or 0
+                offset = consumer.committed(topic, q.queue_id, broker_name=q.broker_name) or 0
                 while True:
                     res = consumer.pull(topic, q.queue_id, offset, 32, broker_name=q.broker_name)
                     if res.status != "FOUND":
