@@ -1,0 +1,190 @@
+"""A broker group's master killed (issue 30, item 4), as processes on 127.0.0.1: a name
+server, broker-a's SYNC_MASTER and its SLAVE, and broker-b's master. After ``kill -9`` of
+broker-a's master:
+
+- a PullConsumer goes on reading broker-a's queue from the slave and gets every message
+  (a SYNC_MASTER's SEND_OK means the slave held it), the first within the configured down
+  time plus a margin of the kill: the refused or reset request fails over at once, nothing
+  waits for a route poll (the bound is structural, not a performance threshold);
+- its commits land on the slave (its ``consumerOffset.json``), ``Admin.max_offset`` and
+  ``query_offset`` are answered by the slave, asked by broker name or by the dead master's
+  address;
+- a GroupMember heartbeats the slave and broker-b, and its assignment (the consumer list
+  asked of the slave) still shares broker-a's queues;
+- a producer's sends all go to broker-b (a group without master has no queue to send to);
+- broker-a's master restarted on its address is read again (the route without a master is
+  kept ``down_ms``), and offsets are its own again (the commits the slave took are not on it).
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from rmqnet.client import Admin, GroupMember, Producer, PullConsumer, parse_offset_msg_id
+from tests.conftest import subprocess_env
+
+from .test_ha_process import namesrv  # noqa: F401 - the fixture
+
+TOPIC = "FO"
+DOWN_MS = 2000
+#: what a failover may take beyond the down time: a dial refused, a route asked, a pull answered
+MARGIN_S = 2.0
+TIMEOUT_S = 60
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Broker:
+    """``rmqlog broker`` on a fixed port of 127.0.0.1 (a restart keeps its address)."""
+
+    def __init__(self, root: Path, conf: Path, ns: str, port: int) -> None:
+        self.args = [sys.executable, "-m", "rmqnet", "broker", str(root), "-c", str(conf), "--listen",
+                     f"127.0.0.1:{port}", "--namesrv", ns]
+        self.address = f"127.0.0.1:{port}"
+        self.proc: subprocess.Popen[str] | None = None
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+                                     env=subprocess_env())
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        assert line.strip().endswith(f" ready at {self.address}"), line
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.kill()
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            if self.proc.wait(timeout=TIMEOUT_S) != 0:
+                raise AssertionError(f"{self.address} exited {self.proc.returncode}")
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+def _conf(path: Path, name: str, role: str, broker_id: int) -> Path:
+    path.write_text(f"brokerClusterName=C1\nbrokerName={name}\nbrokerId={broker_id}\nbrokerRole={role}\n"
+                    f"haListenPort=0\nslaveTimeout=3000\nmappedFileSizeCommitLog={1 << 20}\n")
+    return path
+
+
+def _wait(what: str, check, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
+    """``check()`` until it answers something true (the processes' state is remote)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            got = check()
+            if got:
+                return got
+        except Exception as exc:  # noqa: BLE001 - not there yet
+            got = exc
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: never (last: {got!r})")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def brokers(tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str]) -> Iterator[dict[str, Broker]]:  # noqa: F811
+    _, ns = namesrv
+    started: dict[str, Broker] = {}
+    try:
+        started["a0"] = Broker(tmp_path / "a0", _conf(tmp_path / "a0.conf", "broker-a", "SYNC_MASTER", 0), ns,
+                               _free_port())
+        started["a1"] = Broker(tmp_path / "a1", _conf(tmp_path / "a1.conf", "broker-a", "SLAVE", 1), ns, _free_port())
+        started["b0"] = Broker(tmp_path / "b0", _conf(tmp_path / "b0.conf", "broker-b", "ASYNC_MASTER", 0), ns,
+                               _free_port())
+        yield started
+    finally:
+        for b in started.values():
+            if b.proc is not None and b.proc.poll() is None:
+                b.proc.kill()
+                b.proc.wait()
+
+
+def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str],  # noqa: F811
+                                                              brokers: dict[str, Broker]) -> None:
+    _, ns = namesrv
+    a0, a1, b0 = brokers["a0"], brokers["a1"], brokers["b0"]
+    admin = Admin(ns, down_ms=DOWN_MS)
+    producer = Producer("PG", ns)
+    consumer = PullConsumer("CG", ns, down_ms=DOWN_MS)
+    member = GroupMember("CG", ns, client_id="cid-1", down_ms=DOWN_MS)
+    try:
+        for b in (a0, b0):
+            admin.create_topic(b.address, TOPIC, 2)
+        _wait("the route of both groups, broker-a with its slave", lambda: {  # (the admin sees the master's address)
+            b.broker_name: sorted(b.broker_addrs) for b in admin.route(TOPIC).broker_datas} == {
+            "broker-a": [0, 1], "broker-b": [0]})
+        # SEND_OK from the SYNC_MASTER: the slave holds the message (the first ones may be
+        # SLAVE_NOT_AVAILABLE while it connects: stored on the master only, sent again)
+        _wait("the slave acknowledging", lambda: producer.send(TOPIC, b"probe", broker_name="broker-a",
+                                                               queue_id=1).status == "SEND_OK")
+        sent = [f"m-{i}".encode() for i in range(40)]
+        for body in sent:
+            assert producer.send(TOPIC, body, broker_name="broker-a", queue_id=0).status == "SEND_OK"
+        member.subscribe(TOPIC)
+        assert member.heartbeat() == sorted([a0.address, a1.address, b0.address])  # every address
+        first = consumer.pull(TOPIC, 0, 0, 10, broker_name="broker-a")
+        assert (first.status, first.addr, first.messages.num_rows) == ("FOUND", a0.address, 10)
+        consumer.commit(TOPIC, 0, 10, broker_name="broker-a")
+
+        a0.kill()  # kill -9: its connections reset, its port refuses
+        killed = time.monotonic()
+        got, offset, answered_by = [], 10, set()
+        while offset < 40:
+            r = consumer.pull(TOPIC, 0, offset, 32, broker_name="broker-a")
+            if not got:
+                first_after_s = time.monotonic() - killed
+            assert r.status == "FOUND", r
+            got += r.messages.column("body").to_pylist()
+            answered_by.add((r.addr, r.broker_id))
+            offset = r.next_begin_offset
+        assert first_after_s <= DOWN_MS / 1000 + MARGIN_S, first_after_s
+        assert answered_by == {(a1.address, 1)} and got == sent[10:]  # every message, from the slave
+        assert a0.address in consumer.down.snapshot()
+
+        consumer.commit(TOPIC, 0, 40, broker_name="broker-a")  # lands on the slave
+        stored = json.loads((tmp_path / "a1" / "config" / "consumerOffset.json").read_text())
+        assert stored["offsetTable"][f"{TOPIC}@CG"]["0"] == 40
+        assert consumer.committed(TOPIC, 0, broker_name="broker-a") == 40
+        assert admin.max_offset("broker-a", TOPIC, 0) == 40
+        assert admin.max_offset(a0.address, TOPIC, 0) == 40  # the dead master's address: its slave answers
+        assert admin.query_offset("broker-a", "CG", TOPIC, 0) == 40
+
+        assert member.heartbeat() == sorted([a1.address, b0.address])
+        queues = [(q.broker_name, q.queue_id) for q in member.assignment(TOPIC)]
+        assert queues == [("broker-a", 0), ("broker-a", 1), ("broker-b", 0), ("broker-b", 1)]  # from the slave's list
+
+        results = [producer.send(TOPIC, f"after-{i}".encode()) for i in range(8)]
+        assert {r.status for r in results} == {"SEND_OK"}
+        assert {parse_offset_msg_id(r.offset_msg_id)[0] for r in results} == {b0.address}
+
+        a0.start()  # back on its address: registers, and the route shows it again
+        restarted = time.monotonic()
+        back = _wait("reads back on the master", lambda: consumer.pull(
+            TOPIC, 0, 40, 32, broker_name="broker-a").addr == a0.address, timeout_s=TIMEOUT_S)
+        # its registration (the broker's first round), then the route without a master expires (down_ms)
+        assert back and time.monotonic() - restarted <= DOWN_MS / 1000 + MARGIN_S
+        # the master never saw the commits its slave took while it was gone
+        assert consumer.committed(TOPIC, 0, broker_name="broker-a") == 10
+    finally:
+        for c in (producer, consumer, member, admin):
+            c.close()
+        for b in (a1, b0, a0):
+            b.stop()
