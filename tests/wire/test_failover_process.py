@@ -19,10 +19,7 @@ broker-a's master:
 from __future__ import annotations
 
 import json
-import signal
-import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,8 +27,8 @@ from pathlib import Path
 import pytest
 
 from rmqnet.client import Admin, GroupMember, Producer, PullConsumer, parse_offset_msg_id
-from tests.conftest import subprocess_env
 
+from .failover_procs import Broker, start_groups, wait
 from .test_ha_process import namesrv  # noqa: F401 - the fixture
 
 TOPIC = "FO"
@@ -41,80 +38,10 @@ MARGIN_S = 2.0
 TIMEOUT_S = 60
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class Broker:
-    """``rmqlog broker`` on a fixed port of 127.0.0.1 (a restart keeps its address)."""
-
-    def __init__(self, root: Path, conf: Path, ns: str, port: int) -> None:
-        self.args = [sys.executable, "-m", "rmqnet", "broker", str(root), "-c", str(conf), "--listen",
-                     f"127.0.0.1:{port}", "--namesrv", ns]
-        self.address = f"127.0.0.1:{port}"
-        self.proc: subprocess.Popen[str] | None = None
-        self.start()
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     env=subprocess_env())
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        assert line.strip().endswith(f" ready at {self.address}"), line
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        self.proc.kill()
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            if self.proc.wait(timeout=TIMEOUT_S) != 0:
-                raise AssertionError(f"{self.address} exited {self.proc.returncode}")
-        if self.proc is not None and self.proc.stdout is not None:
-            self.proc.stdout.close()
-
-
-def _conf(path: Path, name: str, role: str, broker_id: int) -> Path:
-    path.write_text(f"brokerClusterName=C1\nbrokerName={name}\nbrokerId={broker_id}\nbrokerRole={role}\n"
-                    f"haListenPort=0\nslaveTimeout=3000\nmappedFileSizeCommitLog={1 << 20}\n")
-    return path
-
-
-def _wait(what: str, check, timeout_s: float = 30.0):  # type: ignore[no-untyped-def]
-    """``check()`` until it answers something true (the processes' state is remote)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            got = check()
-            if got:
-                return got
-        except Exception as exc:  # noqa: BLE001 - not there yet
-            got = exc
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what}: never (last: {got!r})")
-        time.sleep(0.05)
-
-
 @pytest.fixture
 def brokers(tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str]) -> Iterator[dict[str, Broker]]:  # noqa: F811
-    _, ns = namesrv
-    started: dict[str, Broker] = {}
-    try:
-        started["a0"] = Broker(tmp_path / "a0", _conf(tmp_path / "a0.conf", "broker-a", "SYNC_MASTER", 0), ns,
-                               _free_port())
-        started["a1"] = Broker(tmp_path / "a1", _conf(tmp_path / "a1.conf", "broker-a", "SLAVE", 1), ns, _free_port())
-        started["b0"] = Broker(tmp_path / "b0", _conf(tmp_path / "b0.conf", "broker-b", "ASYNC_MASTER", 0), ns,
-                               _free_port())
+    with start_groups(tmp_path, namesrv[1]) as started:
         yield started
-    finally:
-        for b in started.values():
-            if b.proc is not None and b.proc.poll() is None:
-                b.proc.kill()
-                b.proc.wait()
 
 
 def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str],  # noqa: F811
@@ -128,12 +55,12 @@ def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, na
     try:
         for b in (a0, b0):
             admin.create_topic(b.address, TOPIC, 2)
-        _wait("the route of both groups, broker-a with its slave", lambda: {  # (the admin sees the master's address)
+        wait("the route of both groups, broker-a with its slave", lambda: {  # (the admin sees the master's address)
             b.broker_name: sorted(b.broker_addrs) for b in admin.route(TOPIC).broker_datas} == {
             "broker-a": [0, 1], "broker-b": [0]})
         # SEND_OK from the SYNC_MASTER: the slave holds the message (the first ones may be
         # SLAVE_NOT_AVAILABLE while it connects: stored on the master only, sent again)
-        _wait("the slave acknowledging", lambda: producer.send(TOPIC, b"probe", broker_name="broker-a",
+        wait("the slave acknowledging", lambda: producer.send(TOPIC, b"probe", broker_name="broker-a",
                                                                queue_id=1).status == "SEND_OK")
         sent = [f"m-{i}".encode() for i in range(40)]
         for body in sent:
@@ -177,7 +104,7 @@ def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, na
 
         a0.start()  # back on its address: registers, and the route shows it again
         restarted = time.monotonic()
-        back = _wait("reads back on the master", lambda: consumer.pull(
+        back = wait("reads back on the master", lambda: consumer.pull(
             TOPIC, 0, 40, 32, broker_name="broker-a").addr == a0.address, timeout_s=TIMEOUT_S)
         # its registration (the broker's first round), then the route without a master expires (down_ms)
         assert back and time.monotonic() - restarted <= DOWN_MS / 1000 + MARGIN_S
@@ -186,5 +113,3 @@ def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, na
     finally:
         for c in (producer, consumer, member, admin):
             c.close()
-        for b in (a1, b0, a0):
-            b.stop()
