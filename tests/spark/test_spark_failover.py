@@ -79,3 +79,28 @@ def test_a_stream_goes_on_across_a_master_killed(spark, tmp_path: Path, namesrv:
         assert a1.address in {a for b in admin.route(TOPIC).broker_datas for a in b.broker_addrs.values()}
         batch = spark.read.format("rmqlog").option("nameServer", ns).option("topics", TOPIC).load()
         assert sorted(bytes(r.body).decode() for r in batch.collect()) == sorted(sent)
+
+
+def test_a_range_the_slave_ends_below_is_unreplicated_data_loss() -> None:
+    """A range planned from the master (its end the master's max offset) and pulled from its
+    slave after the master went away: the slave never got the master's last messages."""
+    from rmqlog import CorruptStoreError
+    from spark_rmq.errors import UnreplicatedError
+    from spark_rmq.wire_read import WireRange, consumer, read_wire_range
+    from tests.wire.test_failover import Group
+
+    grp = Group()  # a name server and broker-a's master and slave in the test; pulls answer "ends at 5"
+    try:
+        grp.routed = {"broker-a": {1: grp.slave.addr}}  # the master gone
+        part = WireRange(grp.ns.addr, "T", "broker-a", 0, 5, 9)
+        with pytest.raises(UnreplicatedError, match="its slave ends at offset 5, below offset 5") as err:
+            list(read_wire_range(part))
+        assert (err.value.queue, err.value.start, err.value.available) == ("T/broker-a/0", 5, 5)
+        assert list(read_wire_range(WireRange(grp.ns.addr, "T", "broker-a", 0, 5, 9, fail_on_data_loss=False))) == []
+        grp.routed = {"broker-a": {0: grp.master.addr}}  # a master that ends below the range: its log was cut
+        consumer(grp.ns.addr).route("T")  # (the executor's consumer sees the new route)
+        with pytest.raises(CorruptStoreError, match="ends at offset 5, below offset 5") as cut:
+            list(read_wire_range(WireRange(grp.ns.addr, "T", "broker-a", 1, 5, 9)))
+        assert type(cut.value) is CorruptStoreError
+    finally:
+        grp.close()
