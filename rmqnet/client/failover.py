@@ -81,7 +81,7 @@ class DownMarks:
             return 0.0
         left = until - self._now_ms()
         if left <= 0:
-            del self._until[addr]
+            self._until.pop(addr, None)  # (a client's coroutines may run on several loops' threads)
             return 0.0
         return left
 
