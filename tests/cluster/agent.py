@@ -8,7 +8,8 @@ failed). Orders (``op``):
 
 - ``producer`` {namesrv, fault, timeout_s}: a Producer (``send_latency_fault_enable=fault``);
 - ``send`` {topic, n, prefix}: ``n`` sends one after the other; per send ``{"ok": true,
-  "broker": <address in the offset msgId>, "queue": id, "key": UNIQ_KEY}`` or ``{"ok": false,
+  "broker": <address in the offset msgId>, "offset": <commitlog offset in it>, "queue": id,
+  "key": UNIQ_KEY, "status": SEND_OK | FLUSH_SLAVE_TIMEOUT | ...}`` or ``{"ok": false,
   "error": type name}``: what the caller was told (the history a checker compares);
 - ``route`` {topic, brokers, timeout_s}: waits until the name server routes the topic to
   ``brokers`` masters (the brokers register a round after they start); answers their names;
@@ -53,7 +54,8 @@ class Agent:
         for i in range(int(o["n"])):
             try:
                 r = self.producer.send(o["topic"], f"{o.get('prefix', 'm')}-{i}".encode())
-                results.append({"ok": True, "broker": parse_offset_msg_id(r.offset_msg_id)[0], "queue": r.queue_id,
+                broker, offset = parse_offset_msg_id(r.offset_msg_id)
+                results.append({"ok": True, "broker": broker, "offset": offset, "queue": r.queue_id,
                                 "key": r.msg_id, "status": r.status})
             except Exception as exc:  # what the caller was told is the point
                 results.append({"ok": False, "error": type(exc).__name__, "text": str(exc)})
