@@ -2,12 +2,12 @@
 offsets, consumer offsets, topic creation, queries by key and by message id.
 
 A queue's or a group's offsets are asked of a broker group named by its broker name in the
-topic's route, or by one of its addresses (``"host:port"``, a route's ``brokerAddrs``): the
-address of :mod:`rmqnet.client.failover`'s rule (queue offsets: the lowest id, the master
-while it is there; consumer offsets: the master, else a slave), a named address first; one
+topic's route: the address of :mod:`rmqnet.client.failover`'s rule (queue offsets: the
+lowest id, the master while it is there; consumer offsets: the master, else a slave); one
 that fails at the link is marked down and the group's next address is asked at once
 (:meth:`RemoteClient.on_broker`), so a group whose master was killed answers from its slave.
-An address no route holds is asked as given. Queries by key go to every broker group in the
+Named by an address (``"host:port"``, a route's ``brokerAddrs``), the question goes to that
+broker alone (a tool checking one replica). Queries by key go to every broker group in the
 topic's route (each at its first address up) and their answers are joined, as
 ``MQAdminImpl.queryMessage`` does (with its client-side filter: the key among the message's
 KEYS, or the UNIQ_KEY equal to it). Topic creation goes to masters only.
@@ -68,7 +68,8 @@ def _offset(res: RemotingCommand, name: str = "offset") -> int:
 class Admin(RemoteClient):
     """``Admin(namesrv)``: blocking methods; ``a``-prefixed coroutines for the ones the
     asyncio side needs most. ``route`` is :meth:`RemoteClient.route`. ``broker`` (module
-    docstring): a broker name of the topic's route, or an address."""
+    docstring): a broker name of the topic's route (its master, else a slave), or an
+    address (that broker alone)."""
 
     def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None,
                  access_key: str | None = None, secret_key: str | None = None, clock: Clock | None = None,

@@ -138,17 +138,9 @@ def is_address(broker: str) -> bool:
     return bool(sep and host and port.isdigit())
 
 
-def group_of(route: TopicRouteData | None, broker: str, known: Mapping[str, str] | None = None) -> BrokerData | None:
-    """The group of ``route`` that ``broker`` names: by its broker name, or one of its
-    addresses, or an address ``known`` (address -> broker name, from routes seen before: a
-    master the name server dropped) gives the name of."""
-    if route is None:
-        return None
-    for b in route.broker_datas:
-        if b.broker_name == broker or broker in b.broker_addrs.values():
-            return b
-    name = (known or {}).get(broker)
-    return next((b for b in route.broker_datas if b.broker_name == name), None) if name else None
+def group_of(route: TopicRouteData | None, name: str) -> BrokerData | None:
+    """The group of ``route`` named ``name``, if any."""
+    return next((b for b in route.broker_datas if b.broker_name == name), None) if route is not None else None
 
 
 def by_availability(addrs: Iterable[str], marks: DownMarks) -> list[str]:
@@ -160,12 +152,12 @@ def by_availability(addrs: Iterable[str], marks: DownMarks) -> list[str]:
     return up + down
 
 
-def candidates(group: BrokerData | None, ids: list[int], marks: DownMarks, prefer: str | None = None) -> list[str]:
-    """The addresses of ``group`` a request tries, in turn: ``prefer`` (an address the caller
-    named) first, then ``ids``' (a rule's order), those down last (:func:`by_availability`).
-    Without a group: ``prefer`` alone (an address not in any route is asked as given)."""
-    found = [group.broker_addrs[i] for i in ids if i in group.broker_addrs] if group is not None else []
-    return by_availability(([prefer] if prefer else []) + found, marks)
+def candidates(group: BrokerData | None, ids: list[int], marks: DownMarks) -> list[str]:
+    """The addresses of ``group`` a request tries, in turn: in ``ids``' order (a rule's), those
+    down last (:func:`by_availability`); none without a group."""
+    if group is None:
+        return []
+    return by_availability([group.broker_addrs[i] for i in ids if i in group.broker_addrs], marks)
 
 
 def heartbeat_addrs(groups: Iterable[BrokerData], consumer: bool = True) -> list[str]:

@@ -76,7 +76,6 @@ class RemoteClient:
         self._routes: dict[str, tuple[TopicRouteData, float]] = {}  # topic -> (route, when it expires)
         #: addresses avoided by reads for a while (:mod:`rmqnet.client.failover`)
         self.down = DownMarks(self.clock, down_ms)
-        self._known: dict[str, str] = {}  # address -> broker name, from every route seen
 
     # ---- connections -------------------------------------------------------------------
 
@@ -167,13 +166,12 @@ class RemoteClient:
 
     def _learn(self, topic: str, route: TopicRouteData) -> None:
         """Cache ``route``: addresses it shows that the last one lacked are up again (a broker
-        registered again), each address's group is remembered; kept :attr:`ROUTE_TTL_S`, or
+        registered again); kept :attr:`ROUTE_TTL_S`, or
         ``down_ms`` when a group in it has no master."""
         old = self._routes.get(topic)
         before = {a for b in old[0].broker_datas for a in b.broker_addrs.values()} if old is not None else None
         for b in route.broker_datas:
             for addr in b.broker_addrs.values():
-                self._known[addr] = b.broker_name
                 if before is not None and addr not in before:
                     self.down.clear(addr)
         ttl = self.ROUTE_TTL_S
@@ -225,49 +223,53 @@ class RemoteClient:
     # ---- reads of a broker group, with failover ------------------------------------------
 
     async def on_broker(self, topic: str, broker: str, rule: Rule, send: Callable[[str], Awaitable[T]]) -> T:
-        """``send(addr)`` to an address of the group ``broker`` names in ``topic``'s route (its
-        broker name; or one of its addresses, tried first, and as given when no route has
-        it): the addresses of :func:`~rmqnet.client.failover.candidates` for ``rule`` in
-        turn, until one answers. One that fails at the link (an ``OSError``: refused, reset,
-        timed out) is marked down and the next is asked at once; when every address of the
-        cached route failed, or it has none, the route is asked afresh and its addresses not
-        yet tried are asked. Raises the last link error, :class:`NoRouteError` when no address
-        was found, :class:`TopicNotFoundError` for a broker name and a topic not routed;
+        """``send(addr)`` to an address of broker group ``broker`` (its broker name in
+        ``topic``'s route): the addresses of :func:`~rmqnet.client.failover.candidates` for
+        ``rule`` in turn, until one answers. One that fails at the link (an ``OSError``:
+        refused, reset, timed out) is marked down and the next is asked at once; when every
+        address of the cached route failed, or it has none, the route is asked afresh and its
+        addresses not yet tried are asked. ``broker`` an address (``host:port``): that broker
+        alone, as given (a failure still marks it down). Raises the last link error,
+        :class:`NoRouteError` when the route has no such group, :class:`TopicNotFoundError`;
         whatever ``send`` raises otherwise (a broker's refusal: no failover)."""
+        if is_address(broker):
+            return await self._attempt(topic, broker, send)
         tried: set[str] = set()
         last: OSError | None = None
-        prefer = broker if is_address(broker) else None
         for fresh in (False, True):
             if fresh:
                 self._stale(topic)
             try:
-                route: TopicRouteData | None = await self._cached_route(topic)
-            except TopicNotFoundError:
-                if prefer is None:
+                route = await self._cached_route(topic)
+            except (OSError, BrokerError):  # (TopicNotFoundError included) no route at all
+                if last is None:
                     raise
-                route = None
-            except (OSError, BrokerError):  # no name server, nothing cached
-                if prefer is None and last is None:
-                    raise
-                route = None
-            group = group_of(route, broker, self._known)
+                break
+            group = group_of(route, broker)
             ids = rule(group.broker_addrs) if group is not None else []
-            for addr in candidates(group, ids, self.down, prefer):
+            for addr in candidates(group, ids, self.down):
                 if addr in tried:
                     continue
                 tried.add(addr)
                 try:
-                    result = await send(addr)
+                    return await self._attempt(topic, addr, send)
                 except OSError as exc:  # the transport's errors are OSErrors
-                    self.down.mark(addr)
-                    self._stale(topic)
                     last = exc
-                    continue
-                self.down.clear(addr)
-                return result
         if last is not None:
             raise last
         raise NoRouteError(f"topic {topic!r}: broker {broker!r} has no address in the route")
+
+    async def _attempt(self, topic: str, addr: str, send: Callable[[str], Awaitable[T]]) -> T:
+        """``send(addr)``: a link failure marks ``addr`` down (the route of ``topic`` is asked
+        again at its next use), an answer marks it up."""
+        try:
+            result = await send(addr)
+        except OSError:
+            self.down.mark(addr)
+            self._stale(topic)
+            raise
+        self.down.clear(addr)
+        return result
 
 
 class _LoopConnections:

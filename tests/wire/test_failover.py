@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import pytest
 
 from rmqlog import ManualClock
-from rmqnet.client import Admin, GroupMember, PullConsumer
+from rmqnet.client import Admin, GroupMember, NoRouteError, PullConsumer, TopicNotFoundError
 from rmqnet.client.failover import (
     DownMarks,
     admin_ids,
@@ -85,16 +85,9 @@ def group(name: str, addrs: dict[int, str]) -> BrokerData:
 ROUTE = TopicRouteData([QueueData("a", 4, 4), QueueData("b", 4, 4)], [group("a", {0: M, 1: S1}), group("b", {1: S2})])
 
 
-@pytest.mark.parametrize(("broker", "known", "expected"), [
-    ("a", {}, "a"), ("b", {}, "b"),                 # by broker name
-    (S1, {}, "a"), (S2, {}, "b"),                   # by one of its addresses
-    ("10.0.0.9:1", {"10.0.0.9:1": "b"}, "b"),       # an address dropped from the route, its group known
-    ("10.0.0.9:1", {}, None), ("c", {}, None),
-])
-def test_group_of(broker: str, known: dict[str, str], expected: str | None) -> None:
-    found = group_of(ROUTE, broker, known)
-    assert (found.broker_name if found is not None else None) == expected
-    assert group_of(None, broker, known) is None
+def test_group_of() -> None:
+    assert group_of(ROUTE, "a") is ROUTE.broker_datas[0] and group_of(ROUTE, "b") is ROUTE.broker_datas[1]
+    assert group_of(ROUTE, "c") is None and group_of(ROUTE, M) is None and group_of(None, "a") is None
 
 
 def test_heartbeats_go_to_every_address_of_a_consumer_and_masters_of_a_producer() -> None:
@@ -113,8 +106,8 @@ def test_down_marks_on_the_clock() -> None:
     # down ones go last, the one back soonest first; the others keep the rule's order
     assert by_availability([S1, M, S2], marks) == [S2, M, S1]
     assert candidates(ROUTE.broker_datas[0], [0, 1], marks) == [M, S1]
-    assert candidates(ROUTE.broker_datas[0], [0, 1], marks, prefer=S2) == [S2, M, S1]
-    assert candidates(None, [], marks, prefer=S2) == [S2] and candidates(None, [], marks) == []
+    assert candidates(ROUTE.broker_datas[0], [1], marks) == [S1]  # only the rule's ids
+    assert candidates(None, [], marks) == []
     assert consumer_list_addrs(ROUTE.broker_datas, marks) == [S2, M, S1]
     clock.advance(1500)
     assert not marks.is_down(M) and marks.is_down(S1)
@@ -234,12 +227,14 @@ def test_a_master_gone_is_read_from_its_slave_at_once_and_again_after_its_mark(g
         c.commit("T", 0, 9)
         assert [(r.ext_fields["commitOffset"]) for r in grp.slave.of(15)] == ["9"]
         assert c.committed("T", 0) == 101  # the slave's answer
-        # admin questions by broker name, or by the master's address: answered by the slave
+        # admin questions by broker name: answered by the slave; by an address: that broker alone
         assert admin.max_offset("broker-a", "T", 0) == 8
-        assert admin.max_offset(grp.master.addr, "T", 0) == 8
         assert admin.query_offset("broker-a", "G", "T", 1) == 101
-        admin.update_offset(grp.master.addr, "G", "T", 1, 3)
+        admin.update_offset("broker-a", "G", "T", 1, 3)
         assert len(grp.slave.of(15)) == 2
+        with pytest.raises(ConnectionLostError):
+            admin.max_offset(grp.master.addr, "T", 0)
+        assert admin.max_offset(grp.slave.addr, "T", 0) == 8
         grp.master.start()  # back on its port
         assert c.pull("T", 0, 5).addr == grp.slave.addr  # still marked down
         clock.advance(10_000)
@@ -285,14 +280,19 @@ def test_no_address_answers(grp: Group) -> None:
         assert set(c.down.snapshot()) == {grp.master.addr, grp.slave.addr}
 
 
-def test_an_address_no_route_holds_is_asked_as_given(grp: Group) -> None:
+def test_an_address_is_asked_as_given_and_a_name_needs_the_route(grp: Group) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         nobody = f"127.0.0.1:{s.getsockname()[1]}"
     with Admin(grp.ns.addr, clock=ManualClock()) as admin:
-        assert admin.max_offset(grp.slave.addr, "NOPE", 0) == 8  # a topic not routed: the address as given
+        assert admin.max_offset(grp.slave.addr, "NOPE", 0) == 8  # a topic not routed: no route needed
         with pytest.raises(ConnectionLostError):
             admin.max_offset(nobody, "T", 0)
+        assert set(admin.down.snapshot()) == {nobody}
+        with pytest.raises(TopicNotFoundError):
+            admin.max_offset("broker-a", "NOPE", 0)
+        with pytest.raises(NoRouteError):
+            admin.max_offset("broker-z", "T", 0)
 
 
 def test_group_members_heartbeat_every_address_and_ask_the_slave_for_the_members(grp: Group) -> None:

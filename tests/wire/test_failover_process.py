@@ -7,8 +7,7 @@ broker-a's master:
   time plus a margin of the kill: the refused or reset request fails over at once, nothing
   waits for a route poll (the bound is structural, not a performance threshold);
 - its commits land on the slave (its ``consumerOffset.json``), ``Admin.max_offset`` and
-  ``query_offset`` are answered by the slave, asked by broker name or by the dead master's
-  address;
+  ``query_offset`` asked by broker name are answered by the slave;
 - a GroupMember heartbeats the slave and broker-b, and its assignment (the consumer list
   asked of the slave) still shares broker-a's queues;
 - a producer's sends all go to broker-b (a group without master has no queue to send to);
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from rmqnet.client import Admin, GroupMember, Producer, PullConsumer, parse_offset_msg_id
+from rmqnet.transport import ConnectionLostError
 
 from .failover_procs import Broker, start_groups, wait
 from .test_ha_process import namesrv  # noqa: F401 - the fixture
@@ -55,7 +55,7 @@ def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, na
     try:
         for b in (a0, b0):
             admin.create_topic(b.address, TOPIC, 2)
-        wait("the route of both groups, broker-a with its slave", lambda: {  # (the admin sees the master's address)
+        wait("the route of both groups, broker-a with its slave", lambda: {
             b.broker_name: sorted(b.broker_addrs) for b in admin.route(TOPIC).broker_datas} == {
             "broker-a": [0, 1], "broker-b": [0]})
         # SEND_OK from the SYNC_MASTER: the slave holds the message (the first ones may be
@@ -90,9 +90,10 @@ def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, na
         stored = json.loads((tmp_path / "a1" / "config" / "consumerOffset.json").read_text())
         assert stored["offsetTable"][f"{TOPIC}@CG"]["0"] == 40
         assert consumer.committed(TOPIC, 0, broker_name="broker-a") == 40
-        assert admin.max_offset("broker-a", TOPIC, 0) == 40
-        assert admin.max_offset(a0.address, TOPIC, 0) == 40  # the dead master's address: its slave answers
+        assert admin.max_offset("broker-a", TOPIC, 0) == 40  # by broker name: the slave answers
         assert admin.query_offset("broker-a", "CG", TOPIC, 0) == 40
+        with pytest.raises(ConnectionLostError):
+            admin.max_offset(a0.address, TOPIC, 0)  # by address: that broker alone
 
         assert member.heartbeat() == sorted([a1.address, b0.address])
         queues = [(q.broker_name, q.queue_id) for q in member.assignment(TOPIC)]
