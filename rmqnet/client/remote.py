@@ -165,9 +165,8 @@ class RemoteClient:
         raise last
 
     def _learn(self, topic: str, route: TopicRouteData) -> None:
-        """Cache ``route``: addresses it shows that the last one lacked are up again (a broker
-        registered again); kept :attr:`ROUTE_TTL_S`, or
-        ``down_ms`` when a group in it has no master."""
+        """Cache ``route``, for :attr:`ROUTE_TTL_S`, or ``down_ms`` when a group in it has no
+        master; addresses it shows that the last one lacked are up again (registered again)."""
         old = self._routes.get(topic)
         before = {a for b in old[0].broker_datas for a in b.broker_addrs.values()} if old is not None else None
         for b in route.broker_datas:
@@ -218,7 +217,6 @@ class RemoteClient:
 
     async def aroute(self, topic: str) -> TopicRouteData:
         return await self._route(topic)
-
 
     # ---- reads of a broker group, with failover ------------------------------------------
 
