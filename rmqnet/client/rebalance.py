@@ -87,7 +87,8 @@ class GroupMember(RemoteClient):
         """``make()`` sent to every address not down, at the same time; those that answered.
         A link failure marks its address down; a refusal (:class:`BrokerError`) is raised, and
         so is the last link failure when no address answered."""
-        addrs = [a for a in await self._addresses() if not self.down.is_down(a)] or await self._addresses()
+        every = await self._addresses()
+        addrs = [a for a in every if not self.down.is_down(a)] or every  # all down: all tried
         outcomes = await asyncio.gather(*(self.invoke(a, make()) for a in addrs), return_exceptions=True)
         answered, lost = [], None
         for addr, out in zip(addrs, outcomes, strict=True):
