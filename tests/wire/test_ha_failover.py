@@ -269,7 +269,7 @@ def test_async_master_killed_its_slave_promoted_and_the_old_master_rejoins(
         slave = BrokerProc(s_root, "SLAVE", 1, ns_addr)
         procs.append(slave)
         _read_until(ns_proc.stderr, f"broker registered: broker-a id 1 at {slave.address}")
-        with contextlib.closing(Producer("PG", ns_addr)) as producer:
+        with contextlib.closing(Producer("PG", ns_addr, timeout_s=10.0)) as producer:  # (a send may wait slaveTimeout, 3 s)
             for i in range(200):  # over three 64 KiB segments
                 assert producer.send("HA", b"shared-%03d-" % i + bytes([i % 251]) * 700).status == "SEND_OK"
             assert wait_until(lambda: _ack(m_root) == _end(m_root), TIMEOUT_S, 0.1)  # the slave holds it all
@@ -284,14 +284,14 @@ def test_async_master_killed_its_slave_promoted_and_the_old_master_rejoins(
         promoted = BrokerProc(s_root, "ASYNC_MASTER", 0, ns_addr)  # the slave restarted as the master
         procs.append(promoted)
         _read_until(ns_proc.stderr, f"broker registered: broker-a id 0 at {promoted.address}")
-        with contextlib.closing(Producer("PG2", ns_addr)) as producer:
+        with contextlib.closing(Producer("PG2", ns_addr, timeout_s=10.0)) as producer:
             for i in range(60):
                 assert producer.send("HA", b"new-%03d-" % i + bytes([9]) * 700).status == "SEND_OK"
         rejoined = BrokerProc(m_root, "SLAVE", 1, ns_addr)  # the old master restarted as its slave
         procs.append(rejoined)
         assert wait_until(lambda: _ack(s_root) == _end(s_root) and _ack(m_root) is None, TIMEOUT_S, 0.1), \
             rejoined.log()[-3000:]
-        with contextlib.closing(Producer("PG3", ns_addr)) as producer:  # and replication goes on
+        with contextlib.closing(Producer("PG3", ns_addr, timeout_s=10.0)) as producer:  # and replication goes on
             for i in range(20):
                 assert producer.send("HA", b"more-%03d" % i).status == "SEND_OK"
         assert wait_until(lambda: _ack(s_root) == _end(s_root), TIMEOUT_S, 0.1)
@@ -337,7 +337,7 @@ def test_sync_master_every_send_ok_is_on_the_promoted_slave(
         slave = BrokerProc(s_root, "SLAVE", 1, ns_addr)
         procs.append(slave)
         _read_until(ns_proc.stderr, f"broker registered: broker-a id 1 at {slave.address}")
-        with contextlib.closing(Producer("PG", ns_addr)) as producer:
+        with contextlib.closing(Producer("PG", ns_addr, timeout_s=10.0)) as producer:  # (a send may wait slaveTimeout, 3 s)
             for i in range(10_000):  # until the slave is in reach
                 body = b"first-%d" % i
                 (ok if producer.send("HA", body).status == "SEND_OK" else not_ok).append(body)
@@ -371,7 +371,7 @@ def test_sync_master_every_send_ok_is_on_the_promoted_slave(
         assert again.ext_fields.get(DUPLICATE_FIELD) is None and again.ext_fields["queueOffset"] != "-1"
         rejoined = BrokerProc(m_root, "SLAVE", 1, ns_addr)
         procs.append(rejoined)
-        with contextlib.closing(Producer("PG2", ns_addr)) as producer:
+        with contextlib.closing(Producer("PG2", ns_addr, timeout_s=10.0)) as producer:
             for i in range(10_000):  # SEND_OK again once the old master, now its slave, holds it
                 if producer.send("HA", b"after-%d" % i).status == "SEND_OK":
                     break
