@@ -144,8 +144,11 @@ class Producer(RemoteClient):
         try:
             res = await self.invoke(t.addr, cmd, timeout_s, ok=_STATUS.keys())
         except BrokerError as exc:
-            if exc.code in (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.NO_PERMISSION):
-                self._routes.pop(topic, None)  # the route may be stale
+            if exc.code in (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.NO_PERMISSION, ResponseCode.SERVICE_NOT_AVAILABLE):
+                # the route may be stale: SERVICE_NOT_AVAILABLE is also what a slave answers a
+                # send, e.g. an old master that came back as one while the cached route still
+                # names it the master (a failover): asked again now, not after ROUTE_TTL_S
+                self._routes.pop(topic, None)
             raise
         if t.default_topic:
             self._routes.pop(topic, None)  # the topic exists now: read its own route next time

@@ -89,6 +89,7 @@ def send_during(c: Cluster, n: int, fault: Callable[[], None], after_s: float, p
 
 
 def stop_all(c: Cluster) -> None:
+    """kill -9 of every broker still running (the checks read the roots)."""
     for name, proc in c.brokers.items():
         if proc.poll() is None:
             c.kill(name)
@@ -174,3 +175,51 @@ def test_sync_master_over_a_faulty_replication_link(cluster: Cluster, fault: str
         assert statuses - {"SEND_OK"}, "the fault changed nothing"
     c.kill("broker-b")
     check_replica(c, history, sync=True)
+
+
+def test_failover_promotes_the_slave_and_the_old_master_rejoins_without_divergence(cluster: Cluster) -> None:
+    """Issue 30, item 4, across hosts: the slave cut off while the master stores sends it never
+    gets (SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT: a divergent tail), the master killed, a
+    group member on host d reading every SEND_OK from the slave, the slave promoted (restarted
+    with brokerId=0, SYNC_MASTER), the old master restarted as its slave: it cuts the tail the
+    new master never had, then replicates: both logs byte for byte the same, every SEND_OK on
+    them, no divergent message left."""
+    c = cluster
+    start(c, "SYNC_MASTER")
+    before = c.ask("send", topic=TOPIC, n=20, prefix="before")["results"]
+    assert {r["status"] for r in before} == {"SEND_OK"}
+    c.hosts.cut("c")
+    tail = c.ask("send", topic=TOPIC, n=3, prefix="tail")["results"]
+    assert all(r["ok"] and r["status"] != "SEND_OK" for r in tail)  # stored on the master alone
+    c.kill("broker-b")
+    c.hosts.heal("c")
+
+    c.ask("member", id="cid-1", group="G", topic=TOPIC, namesrv=c.namesrv_addr)
+    read = c.ask("consume", id="cid-1", topic=TOPIC)["messages"]  # from the slave: its master is dead
+    assert {f"before-{i}" for i in range(20)} <= {m[2] for m in read}
+    assert not any(m[2].startswith("tail") for m in read)
+
+    c.stop("slave-b")  # promoted: restarted as the group's master on its own root
+    promoted = c.broker("c", "broker-b", {}, root_name="slave-b", conf={"brokerRole": "SYNC_MASTER", **MASTER_CONF})
+    c.broker("b", "broker-b", {}, root_name="broker-b",  # the old master, now its slave
+             conf={"brokerId": "1", "brokerRole": "SLAVE", "haMasterAddress": f"{c.hosts.addr('c')}:{HA_PORT}",
+                   "haSendHeartbeatInterval": "500", "haHousekeepingInterval": "2000"})
+    deadline = time.monotonic() + 60
+    after: list[dict[str, Any]] = []
+    while not (after and after[-1]["ok"] and after[-1]["status"] == "SEND_OK"):  # the rejoined slave acknowledges
+        assert time.monotonic() < deadline, after[-3:]
+        after += c.ask("send", topic=TOPIC, n=1, prefix="after")["results"]
+        time.sleep(0.1)
+    assert after[-1]["broker"] == promoted
+    more = c.ask("send", topic=TOPIC, n=10, prefix="more")["results"]
+    assert {r["status"] for r in more} == {"SEND_OK"}
+
+    stop_all(c)
+    new_end = c.published_tail("slave-b")
+    assert c.published_tail("broker-b") == new_end  # caught up, nothing of its own left past it
+    assert c.commitlog_bytes("broker-b", new_end) == c.commitlog_bytes("slave-b", new_end)
+    on_new = c.stored_keys("slave-b", TOPIC)
+    on_old = c.stored_keys("broker-b", TOPIC)
+    acked = [r["key"] for r in before + after + more if r["ok"] and r["status"] == "SEND_OK"]
+    assert all(on_new.count(k) == 1 and on_old.count(k) == 1 for k in acked)
+    assert not {r["key"] for r in tail} & (set(on_new) | set(on_old))  # the divergent tail is gone

@@ -271,6 +271,18 @@ def test_a_stale_route_is_asked_again_and_the_send_goes_elsewhere(brokers: Broke
     assert len(brokers.sends(brokers.b)) == 1
 
 
+def test_a_slave_answering_a_send_makes_the_route_asked_again(brokers: Brokers) -> None:
+    """SERVICE_NOT_AVAILABLE (what a slave answers a send: an old master back as a slave while
+    the cached route still names it the master) is a retry code that also drops the cached
+    route: asked again at once, not a route poll (30 s) later."""
+    brokers.b.answers[310] = lambda r: r.reply(ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now...")
+    with Producer("PG", brokers.a.addr, send_latency_fault_enable=True) as p:
+        results = [p.send("T", b"x") for _ in range(4)]
+    assert [r.offset_msg_id for r in results] == ["broker-a"] * 4
+    assert len(brokers.a.of(105)) == 2  # the first lookup, and again after broker-b's refusal
+    assert len(brokers.sends(brokers.b)) == 1
+
+
 def test_a_stored_but_status_is_the_answer_unless_asked_to_try_another_broker(brokers: Brokers) -> None:
     brokers.a.answers[310] = lambda r: r.reply(ResponseCode.SLAVE_NOT_AVAILABLE, None, {
         "msgId": "broker-a", "queueId": r.ext_fields["e"], "queueOffset": "0"})
