@@ -1,0 +1,196 @@
+"""Spark across separate hosts (issue 30, "Tested across separate hosts"): on the test hosts
+(:mod:`.hosts`), a name server (host n), two broker groups each a ``SYNC_MASTER`` and its slave
+on hosts of their own (broker-a: a0, a1; broker-b: b0, b1), each broker its own store root; a
+Spark standalone master (sm), two workers (w1, w2) and the driver (d) (:mod:`.spark_hosts`).
+Jobs (:mod:`.spark_job`) run their tasks on the worker hosts and write and read through the
+brokers (option ``nameServer``).
+
+Checked: every row exactly once, read back through Spark (``spark.read`` and a
+``readStream``) and in the brokers' stores afterwards (the stores' own reads, and the
+reference decoder on the stores that were stopped cleanly), also across a failover: the
+master of broker-b killed (kill -9) under a streaming write, its driver killed too, and the
+query restarted from its checkpoint while the group has no master; the replayed micro-batch
+waits for the group's master, the test promotes the slave (restarted as ``brokerId=0`` over
+its own store root), and the union of the groups' stores holds every row once.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from conftest import subprocess_env, walk
+
+import rmqlog
+
+from .cluster import BROKER_PORT, Cluster, store_config
+from .hosts import Hosts
+from .spark_hosts import SparkCluster, wait_for_file
+
+HostsFactory = Callable[[Sequence[str]], Hosts]
+pytestmark = pytest.mark.slow
+TOPIC = "T"
+#: the broker groups: name -> (master's host, slave's host)
+GROUPS = {"broker-a": ("a0", "a1"), "broker-b": ("b0", "b1")}
+HOSTS = ["n", "a0", "a1", "b0", "b1", "sm", "w1", "w2", "d"]
+WAITING = "has no master in reach"  # what the sink logs when a chunk waits for a master
+
+
+@dataclass
+class Setup:
+    hosts: Hosts
+    brokers: Cluster
+    spark: SparkCluster
+    tmp: Path
+
+
+@pytest.fixture
+def setup(hosts_factory: HostsFactory, tmp_path: Path) -> Iterator[Setup]:
+    hosts = hosts_factory(HOSTS)
+    brokers = Cluster(hosts, tmp_path)
+    spark = SparkCluster(hosts, tmp_path, master="sm", workers=["w1", "w2"], driver="d")
+    try:
+        yield Setup(hosts, brokers, spark, tmp_path)
+    finally:
+        brokers.close()
+        left = spark.close()
+        stray = stray_processes(hosts)
+        assert left == [] and stray == [], f"left running: groups {left}, processes {stray}"
+
+
+def stray_processes(hosts: Hosts, wait_s: float = 15) -> list[str]:
+    """Spark's processes in the hosts once their groups were stopped (a Python worker's daemon
+    runs in a group of its own: it ends when its executor does); after ``wait_s``, killed
+    (SIGKILL) and named."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        pids = {int(p) for h in hosts.names
+                for p in subprocess.run(["ip", "netns", "pids", hosts.ns(h)], capture_output=True,
+                                        text=True).stdout.split()}
+        own = {p.pid for p in hosts._procs if p.poll() is None}  # the brokers, the name server: Hosts.close
+        stray = sorted(pids - own)
+        if not stray or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)  # (waits for the processes to end)
+    names = []
+    for pid in stray:
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
+            names.append(f"{pid}: {cmdline!r}")
+            os.kill(pid, signal.SIGKILL)
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+    return names
+
+
+def start_brokers(s: Setup) -> None:
+    """The name server and both groups: each a SYNC_MASTER and a SLAVE replicating it."""
+    c = s.brokers
+    c.namesrv("n")
+    for group, (master, slave) in GROUPS.items():
+        c.broker(master, group, {TOPIC: 4}, conf={"brokerRole": "SYNC_MASTER"})
+        c.broker(slave, group, {TOPIC: 4}, root_name=f"{group}-slave", conf={
+            "brokerId": "1", "brokerRole": "SLAVE", "haMasterAddress": f"{s.hosts.addr(master)}:{BROKER_PORT + 1}"})
+    wait_route(s, lambda r: r == {g: [0, 1] for g in GROUPS})
+
+
+def route(s: Setup) -> dict[str, list[int]]:
+    """The broker ids the name server routes ``TOPIC`` to, per group (asked from host d)."""
+    code = ("import json, sys\nfrom rmqnet.client import Admin\nwith Admin(sys.argv[1]) as a:\n"
+            " r = a.route(sys.argv[2])\nprint(json.dumps({b.broker_name: sorted(b.broker_addrs) for b in r.broker_datas}))")
+    out = s.hosts.run("d", [sys.executable, "-c", code, s.brokers.namesrv_addr, TOPIC], env=subprocess_env())
+    assert out.returncode == 0, out.stderr
+    return {k: v for k, v in json.loads(out.stdout).items()}
+
+
+def wait_route(s: Setup, ok: Callable[[dict[str, list[int]]], bool], timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while not ok(r := route(s)):
+        assert time.monotonic() < deadline, f"route {r}"
+        time.sleep(0.2)  # (waits for registrations)
+
+
+def stored(root: Path) -> list[str]:
+    """The bodies of ``TOPIC`` in a store root (its broker ended), by the store's checked reads
+    (a killed broker's root is recovered by this open, as its restart would)."""
+    out: list[str] = []
+    with rmqlog.MessageStore.open(root, store_config(), create=False) as store:
+        store.dispatch()
+        for qid in range(store.topics()[TOPIC].read_queue_nums):
+            offset = store.min_offset(TOPIC, qid)
+            while True:
+                res = store.get_messages("checker", TOPIC, qid, offset, max_count=512)
+                if res.status != rmqlog.GetMessageStatus.FOUND:
+                    break
+                out.extend(bytes(b).decode() for b in res.messages.column("body").to_pylist())
+                offset = res.next_begin_offset
+    return out
+
+
+def decoded(root: Path) -> list[str]:
+    """The same by the reference decoder (the commitlog's records)."""
+    return [rec.body.decode() for rec in walk(root) if rec.topic == TOPIC]
+
+
+def rows(first: int, n: int) -> list[str]:
+    return [f"row-{i}" for i in range(first, first + n)]
+
+
+def once(bodies: list[str], expected: list[str]) -> None:
+    """Every expected row exactly once, nothing else."""
+    counts = Counter(bodies)
+    twice = sorted(b for b, k in counts.items() if k > 1)
+    missing = sorted(set(expected) - set(counts))
+    extra = sorted(set(counts) - set(expected))
+    assert not twice and not missing and not extra, (
+        f"{len(twice)} twice {twice[:5]}, {len(missing)} missing {missing[:5]}, {len(extra)} extra {extra[:5]}")
+
+
+def stop_brokers(s: Setup) -> None:
+    """Every broker still running stopped cleanly (SIGTERM), slaves last."""
+    for key in sorted(s.brokers.brokers, key=lambda k: k.endswith("-slave")):
+        if s.brokers.brokers[key].poll() is None:
+            assert s.brokers.stop(key) == 0, key
+
+
+# ------------------------------------------------------------------------------- tests
+
+
+def test_a_job_on_worker_hosts_writes_through_both_groups_and_reads_back_once(setup: Setup) -> None:
+    s = setup
+    start_brokers(s)
+    s.spark.start()
+    n = 6000
+    proc, name, _ = s.spark.submit({"namesrv": s.brokers.namesrv_addr, "steps": [
+        {"name": "write", "op": "write", "topic": TOPIC, "n": n, "partitions": 4},
+        {"name": "read", "op": "read", "topic": TOPIC},
+        {"name": "stream", "op": "read_stream", "topic": TOPIC, "checkpoint": str(s.tmp / "read-ckpt"),
+         "max_per_trigger": n // 3},
+    ]})
+    out = s.spark.wait(proc, name)
+    expected = rows(0, n)
+    once([r[0] for r in out["read"]], expected)
+    once(out["stream"], expected)
+    # spread over both groups' masters, each queue's offsets dense from 0
+    masters = {f"{s.hosts.addr(m)}:{BROKER_PORT}" for m, _ in GROUPS.values()}
+    assert {r[1] for r in out["read"]} == masters
+    per_queue: dict[tuple[str, int], list[int]] = {}
+    for _, host, qid, offset in out["read"]:
+        per_queue.setdefault((host, qid), []).append(offset)
+    assert len(per_queue) == 8 and all(sorted(v) == list(range(len(v))) for v in per_queue.values())
+    # the stores: every row once over the masters; each slave holds what its master holds
+    stop_brokers(s)
+    by_group = {g: stored(s.brokers.roots[g]) for g in GROUPS}
+    once([b for v in by_group.values() for b in v], expected)
+    for g in GROUPS:
+        assert sorted(decoded(s.brokers.roots[g])) == sorted(by_group[g])
+        assert sorted(stored(s.brokers.roots[f"{g}-slave"])) == sorted(by_group[g]), f"{g}'s slave"
