@@ -314,7 +314,7 @@ RETRY_PAUSE_S = 0.5
 BUSY_PAUSE_S = 0.02
 
 
-async def _invoke(p: Producer, c: _Chunk, cmd: RemotingCommand, retry_s: float) -> RemotingCommand:
+async def _invoke(p: Producer, c: _Chunk, cmd: RemotingCommand, retry_s: float, writer: str = "") -> RemotingCommand:
     """Send one chunk to its group's master. A master out of reach, or a group without one (its
     master died; a slave is being promoted), is waited for: the route is asked again every
     :data:`RETRY_PAUSE_S` and the chunk sent to the group's master it names, for up to
@@ -345,8 +345,8 @@ async def _invoke(p: Producer, c: _Chunk, cmd: RemotingCommand, retry_s: float) 
                                "(option sendRetryTimeout)")
         if not told:
             told = True
-            log.warning("rmqlog sink: broker group %r (topic %r) has no master in reach; waiting up to %g s for one",
-                        c.broker, c.topic, retry_s)
+            log.warning("rmqlog sink (writer %r): broker group %r (topic %r) has no master in reach; waiting up to "
+                        "%g s for one", writer, c.broker, c.topic, retry_s)
         if attempt:
             await asyncio.sleep(RETRY_PAUSE_S)  # waiting for a master to come back, or a new one
         with contextlib.suppress(OSError, TopicNotFoundError, BrokerError):
@@ -368,7 +368,8 @@ async def _send_chunks(p: Producer, chunks: list[_Chunk], writer: str, first_seq
             unit_mode=False, batch=True, max_reconsume_times=None, broker_name=c.broker,
         ).to_ext(v2=True)
         ext.update(IdempotenceMarker(writer, first_sequence + k).to_ext())
-        res = await _invoke(p, c, RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=c.body), retry_s)
+        res = await _invoke(p, c, RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=c.body), retry_s,
+                            writer)
         if str(res.ext_fields.get(DUPLICATE_FIELD, "")).lower() != "true":
             stored += c.rows
     return stored

@@ -28,7 +28,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -123,16 +123,23 @@ class SparkCluster:
         os.killpg(proc.pid, 9)
         proc.wait(30)
 
-    def executor_log(self) -> str:
-        """Every executor's stderr so far (the workers' ``work/<app>/<id>/stderr``)."""
-        return "".join(p.read_text(errors="replace") for w in self.worker_hosts
-                       for p in sorted((self.tmp / f"spark-work-{w}").glob("*/*/stderr")))
+    def apps(self) -> set[str]:
+        """The applications the workers ran so far (their ``work/<app>`` folders)."""
+        return {p.name for w in self.worker_hosts for p in (self.tmp / f"spark-work-{w}").glob("app-*")}
 
-    def wait_for_executors(self, text: str, timeout: float = 60) -> None:
-        """Until an executor logged ``text``."""
+    def executor_log(self, skip: set[str] = frozenset()) -> str:  # type: ignore[assignment]
+        """Every executor's stderr so far (the workers' ``work/<app>/<id>/stderr``) but those of
+        the applications in ``skip``."""
+        return "".join(p.read_text(errors="replace") for w in self.worker_hosts
+                       for p in sorted((self.tmp / f"spark-work-{w}").glob("app-*/*/stderr"))
+                       if p.parent.parent.name not in skip)
+
+    def wait_for_executors(self, done: Callable[[str], bool], what: str, skip: set[str] = frozenset(),  # type: ignore[assignment]
+                           timeout: float = 60) -> None:
+        """Until ``done`` holds for the executors' log (:meth:`executor_log` but ``skip``)."""
         deadline = time.monotonic() + timeout
-        while text not in self.executor_log():
-            assert time.monotonic() < deadline, f"no executor said {text!r}:\n{self.executor_log()[-4000:]}"
+        while not done(self.executor_log(skip)):
+            assert time.monotonic() < deadline, f"the executors did not log {what}:\n" + self.executor_log(skip)[-4000:]
             time.sleep(0.2)  # (waits for the executors)
 
     def close(self) -> list[int]:

@@ -14,11 +14,12 @@ Steps (``op``):
 - ``follow`` {topic, checkpoint, n, max_per_trigger, sign, timeout_s}: ``readStream`` from
   earliest, a trigger every 0.5 s, until ``n`` rows arrived or ``timeout_s``; the file
   ``sign`` is made once the first micro-batch is in; the bodies, and whether it ended in time;
-- ``stream_write`` {input, checkpoint, topic, trigger, extra}: JSON files of ``input``
-  (``{"id": i}`` rows, one file per micro-batch) written with ``writeStream`` as rows ``row-<id>``,
-  each micro-batch in two tasks (hash of ``id``, sorted: the same rows in the same order when
-  a micro-batch is replayed); ``trigger``: ``"available"`` (``AvailableNow``) or a processing
-  time (``"500 milliseconds"``), which runs until the driver is killed;
+- ``stream_write`` {input, checkpoint, topic, trigger, files_per_trigger, extra}: JSON files of
+  ``input`` (``{"id": i}`` lines; ``files_per_trigger`` of them per micro-batch, 2 by default,
+  each file a task of its own: a replayed micro-batch brings the same rows in the same order)
+  written with ``writeStream`` as rows ``row-<id>``; ``trigger``: ``"available"``
+  (``AvailableNow``) or a processing time (``"500 milliseconds"``), which runs until the driver
+  is killed;
 - ``touch`` {path}; ``wait_file`` {path, timeout_s}: signs to and from the test.
 
 It must not set a master (spark-submit gives it) and imports only pyspark and spark_rmq.
@@ -106,8 +107,9 @@ def follow(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> dict[str, An
 
 
 def stream_write(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> bool:
-    rows = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", 1).json(s["input"])
-            .repartition(2, "id").sortWithinPartitions("id").selectExpr(ROWS, "CONCAT('k', CAST(id AS STRING)) AS keys"))
+    spark.conf.set("spark.sql.files.openCostInBytes", str(128 << 20))  # each file a partition of its own
+    rows = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", int(s.get("files_per_trigger", 2)))
+            .json(s["input"]).selectExpr(ROWS, "CONCAT('k', CAST(id AS STRING)) AS keys"))
     writer = (rows.writeStream.format("rmqlog").option("nameServer", namesrv).option("topic", s["topic"])
               .options(**s.get("extra", {})).option("checkpointLocation", s["checkpoint"]))
     trigger = s.get("trigger", "available")

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,16 +34,15 @@ from conftest import subprocess_env, walk
 import rmqlog
 
 from .cluster import BROKER_PORT, Cluster, store_config
-from .hosts import Hosts
-from .spark_hosts import SparkCluster, wait_for_file
+from .hosts import Hosts, netns_unavailable
+from .spark_hosts import SparkCluster, results, wait_for_file
 
-HostsFactory = Callable[[Sequence[str]], Hosts]
 pytestmark = pytest.mark.slow
 TOPIC = "T"
 #: the broker groups: name -> (master's host, slave's host)
 GROUPS = {"broker-a": ("a0", "a1"), "broker-b": ("b0", "b1")}
 HOSTS = ["n", "a0", "a1", "b0", "b1", "sm", "w1", "w2", "d"]
-WAITING = "has no master in reach"  # what the sink logs when a chunk waits for a master
+WAITING = "has no master in reach"  # what the sink logs when a chunk waits for a master (with its writer)
 
 
 @dataclass
@@ -53,31 +53,48 @@ class Setup:
     tmp: Path
 
 
+@pytest.fixture(scope="module")
+def spark_hosts(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Hosts, SparkCluster]]:
+    """The hosts and the Spark cluster, shared by the module's tests (each test starts brokers
+    of its own): JVMs start slowly, every test's job is an application of its own."""
+    reason = netns_unavailable()
+    if reason is not None:
+        pytest.skip(reason)
+    with Hosts(HOSTS) as hosts:
+        spark = SparkCluster(hosts, tmp_path_factory.mktemp("spark"), master="sm", workers=["w1", "w2"], driver="d")
+        try:
+            spark.start()
+            yield hosts, spark
+        finally:
+            left = spark.close()
+            stray = stray_processes(hosts)
+            assert left == [] and stray == [], f"left running: groups {left}, processes {stray}"
+
+
 @pytest.fixture
-def setup(hosts_factory: HostsFactory, tmp_path: Path) -> Iterator[Setup]:
-    hosts = hosts_factory(HOSTS)
+def setup(spark_hosts: tuple[Hosts, SparkCluster], tmp_path: Path) -> Iterator[Setup]:
+    hosts, spark = spark_hosts
     brokers = Cluster(hosts, tmp_path)
-    spark = SparkCluster(hosts, tmp_path, master="sm", workers=["w1", "w2"], driver="d")
     try:
         yield Setup(hosts, brokers, spark, tmp_path)
     finally:
         brokers.close()
-        left = spark.close()
-        stray = stray_processes(hosts)
-        assert left == [] and stray == [], f"left running: groups {left}, processes {stray}"
+        for proc in hosts._procs:  # this test's name server and brokers (hosts.popen), kill -9
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(30)
+        hosts._procs.clear()
 
 
 def stray_processes(hosts: Hosts, wait_s: float = 15) -> list[str]:
-    """Spark's processes in the hosts once their groups were stopped (a Python worker's daemon
-    runs in a group of its own: it ends when its executor does); after ``wait_s``, killed
-    (SIGKILL) and named."""
+    """Processes still in the hosts once every group was stopped (a Python worker's daemon runs
+    in a group of its own: it ends when its executor does); after ``wait_s``, killed (SIGKILL)
+    and named."""
     deadline = time.monotonic() + wait_s
     while True:
-        pids = {int(p) for h in hosts.names
-                for p in subprocess.run(["ip", "netns", "pids", hosts.ns(h)], capture_output=True,
-                                        text=True).stdout.split()}
-        own = {p.pid for p in hosts._procs if p.poll() is None}  # the brokers, the name server: Hosts.close
-        stray = sorted(pids - own)
+        stray = sorted({int(p) for h in hosts.names
+                        for p in subprocess.run(["ip", "netns", "pids", hosts.ns(h)], capture_output=True,
+                                                text=True).stdout.split()})
         if not stray or time.monotonic() > deadline:
             break
         time.sleep(0.2)  # (waits for the processes to end)
@@ -85,10 +102,10 @@ def stray_processes(hosts: Hosts, wait_s: float = 15) -> list[str]:
     for pid in stray:
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")[:200]
-            names.append(f"{pid}: {cmdline!r}")
             os.kill(pid, signal.SIGKILL)
         except (FileNotFoundError, ProcessLookupError):
             continue
+        names.append(f"{pid}: {cmdline!r}")
     return names
 
 
@@ -168,7 +185,6 @@ def stop_brokers(s: Setup) -> None:
 def test_a_job_on_worker_hosts_writes_through_both_groups_and_reads_back_once(setup: Setup) -> None:
     s = setup
     start_brokers(s)
-    s.spark.start()
     n = 6000
     proc, name, _ = s.spark.submit({"namesrv": s.brokers.namesrv_addr, "steps": [
         {"name": "write", "op": "write", "topic": TOPIC, "n": n, "partitions": 4},
@@ -194,3 +210,94 @@ def test_a_job_on_worker_hosts_writes_through_both_groups_and_reads_back_once(se
     for g in GROUPS:
         assert sorted(decoded(s.brokers.roots[g])) == sorted(by_group[g])
         assert sorted(stored(s.brokers.roots[f"{g}-slave"])) == sorted(by_group[g]), f"{g}'s slave"
+
+
+def offsets(s: Setup, group: str) -> int:
+    """The messages of ``TOPIC`` on ``group``'s master (the sum of its queues' max offsets), asked
+    over the wire from host d."""
+    code = ("import sys\nfrom rmqnet.client import Admin\nwith Admin(sys.argv[1]) as a:\n"
+            " b = next(b for b in a.route(sys.argv[2]).broker_datas if b.broker_name == sys.argv[3])\n"
+            " print(sum(a.max_offset(b.master_addr(), sys.argv[2], q) for q in range(4)))")
+    out = s.hosts.run("d", [sys.executable, "-c", code, s.brokers.namesrv_addr, TOPIC, group], env=subprocess_env())
+    assert out.returncode == 0, out.stderr
+    return int(out.stdout)
+
+
+def waiting(log: str) -> set[int]:
+    """The partitions (the writers' last part) whose chunks the sink logged waiting for a master."""
+    return {int(m) for m in re.findall(r"writer '[^']*/(\d+)'\): broker group 'broker-b' .*" + WAITING, log)}
+
+
+def drop_files(s: Setup, batch: int, per_batch: int) -> range:
+    """The input of micro-batch ``batch`` of the streaming write: two files (``{"id": i}``
+    lines) of unequal sizes (Spark orders a micro-batch's files by size), each moved in whole;
+    the ids."""
+    ids = range(batch * per_batch, (batch + 1) * per_batch)
+    (s.tmp / "in").mkdir(exist_ok=True)
+    for part, chunk in enumerate((ids[: per_batch // 3], ids[per_batch // 3:])):
+        staged = s.tmp / f"staged-{batch}-{part}.json"
+        staged.write_text("".join(f'{{"id": {i}}}\n' for i in chunk))
+        staged.rename(s.tmp / "in" / f"{batch:03d}-{part}.json")
+    return ids
+
+
+def test_a_streaming_write_across_a_master_failover_ends_exactly_once(setup: Setup) -> None:
+    """broker-b's master is killed under a streaming write, then the query's driver is killed
+    while the micro-batch waits for broker-b's chunks, and the query restarted from its
+    checkpoint while broker-b still has no master: the replayed micro-batch routes its rows as
+    the first attempt did (broker-a's chunks are duplicates there) and waits; the test promotes
+    broker-b's slave (restarted over its own root as ``brokerId=0``); every row ends once."""
+    s = setup
+    start_brokers(s)
+    per_batch = 600
+    for batch in range(2):
+        drop_files(s, batch, per_batch)
+    ckpt = s.tmp / "write-ckpt"
+    stream = {"op": "stream_write", "input": str(s.tmp / "in"), "checkpoint": str(ckpt), "topic": TOPIC,
+              "extra": {"sendRetryTimeout": "120s"}}
+    apps = s.spark.apps()
+    first, first_name, _ = s.spark.submit({"namesrv": s.brokers.namesrv_addr, "steps": [
+        {**stream, "trigger": "500 milliseconds"}]})
+    wait_for_file(ckpt / "commits" / "1", first, timeout=120)  # micro-batches 0 and 1 written
+    before = offsets(s, "broker-a")
+
+    s.brokers.kill("broker-b")  # kill -9: the name server routes broker-b to its slave alone
+    wait_route(s, lambda r: r.get("broker-b") == [1])
+    drop_files(s, 2, per_batch)
+    # both tasks of micro-batch 2 wait with their chunks for broker-b, their chunks for broker-a stored
+    s.spark.wait_for_executors(lambda log: waiting(log) == {0, 1}, "both tasks waiting", skip=apps)
+    deadline = time.monotonic() + 30
+    while offsets(s, "broker-a") == before:
+        assert time.monotonic() < deadline, "micro-batch 2 stored nothing on broker-a"
+    assert not (ckpt / "commits" / "2").exists()
+    s.spark.kill_driver(first)  # the query dies with micro-batch 2 half stored
+
+    drop_files(s, 3, per_batch)
+    apps = s.spark.apps()
+    second, second_name, _ = s.spark.submit({"namesrv": s.brokers.namesrv_addr, "steps": [
+        {**stream, "name": "write", "trigger": "available"},
+        {"name": "read", "op": "read", "topic": TOPIC},
+        {"name": "stream", "op": "read_stream", "topic": TOPIC, "checkpoint": str(s.tmp / "read-ckpt")},
+    ]})
+    # the replay's tasks routed as the first attempt did, and wait for broker-b (the promotion
+    # must not start before every task has its route: while no broker of broker-b is
+    # registered the name server routes the topic without it, docs/spark.md)
+    s.spark.wait_for_executors(lambda log: waiting(log) == {0, 1}, "both tasks waiting", skip=apps, timeout=120)
+    assert results(s.tmp / f"{second_name}.result.json") == {}
+    # the slave promoted: restarted as broker-b's master over its own root (replicated records
+    # and markers); the waiting chunks go there
+    assert s.brokers.stop("broker-b-slave") == 0
+    s.brokers.broker("b1", "broker-b", {TOPIC: 4}, root_name="broker-b-slave",
+                     conf={"brokerId": "0", "brokerRole": "ASYNC_MASTER"})
+    out = s.spark.wait(second, second_name, timeout=180)
+
+    expected = rows(0, 4 * per_batch)
+    once([r[0] for r in out["read"]], expected)
+    once(out["stream"], expected)
+    assert {r[1] for r in out["read"]} >= {f"{s.hosts.addr(h)}:{BROKER_PORT}" for h in ("a0", "b0")}
+    stop_brokers(s)
+    a, b_old, b_new = (stored(s.brokers.roots[k]) for k in ("broker-a", "broker-b", "broker-b-slave"))
+    once(a + b_new, expected)  # the union of the groups' stores (broker-b's now being its old slave's)
+    assert set(b_old) <= set(b_new)  # what the dead master stored went on to the group's new master
+    assert sorted(decoded(s.brokers.roots["broker-a"])) == sorted(a)
+    assert sorted(stored(s.brokers.roots["broker-a-slave"])) == sorted(a)
