@@ -11,9 +11,10 @@ Steps (``op``):
   queueOffset]`` (the broker name is the queue's: ``msgId``'s store host differs per group);
 - ``read_stream`` {topic, checkpoint, max_per_trigger}: ``readStream`` from earliest with
   ``Trigger.AvailableNow`` into a memory table; its bodies;
-- ``follow`` {topic, checkpoint, n, max_per_trigger, sign, timeout_s}: ``readStream`` from
-  earliest, a trigger every 0.5 s, until ``n`` rows arrived or ``timeout_s``; the file
-  ``sign`` is made once the first micro-batch is in; the bodies, and whether it ended in time;
+- ``follow`` {topic, checkpoint, n, max_per_trigger, sign, timeout_s, idle_s}: ``readStream``
+  from earliest into a memory table, a trigger every 0.5 s, until ``n`` rows arrived, or none
+  for ``idle_s`` (10), or ``timeout_s`` (60); the file ``sign`` is made once the first
+  micro-batch is in; the bodies, whether all came, the query's error;
 - ``stream_write`` {input, checkpoint, topic, trigger, files_per_trigger, extra}: JSON files of
   ``input`` (``{"id": i}`` lines; ``files_per_trigger`` of them per micro-batch, 2 by default,
   each file a task of its own: a replayed micro-batch brings the same rows in the same order)
@@ -89,14 +90,18 @@ def follow(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> dict[str, An
     table = f"t{abs(hash(s['checkpoint']))}"
     query = (_stream(spark, namesrv, s).writeStream.format("memory").queryName(table)
              .option("checkpointLocation", s["checkpoint"]).trigger(processingTime="500 milliseconds").start())
-    deadline = time.monotonic() + float(s.get("timeout_s", 20))
-    signed = False
+    deadline = time.monotonic() + float(s.get("timeout_s", 60))
     count = 0
-    while time.monotonic() < deadline and query.exception() is None:
-        count = spark.table(table).count()
-        if count and not signed:
+    moved = time.monotonic()
+    while time.monotonic() < deadline and time.monotonic() - moved < float(s.get("idle_s", 10)):
+        if query.exception() is not None:
+            break
+        # (the progress reports, not a job on the table: the executors may be busy with the stream)
+        now = sum(int(p["numInputRows"]) for p in query.recentProgress)
+        if now > count:
+            count, moved = now, time.monotonic()
+        if count and not Path(s["sign"]).exists():
             Path(s["sign"]).touch()
-            signed = True
         if count >= int(s["n"]):
             break
         time.sleep(0.5)  # (waits for the stream)

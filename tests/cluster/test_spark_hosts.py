@@ -301,3 +301,28 @@ def test_a_streaming_write_across_a_master_failover_ends_exactly_once(setup: Set
     assert set(b_old) <= set(b_new)  # what the dead master stored went on to the group's new master
     assert sorted(decoded(s.brokers.roots["broker-a"])) == sorted(a)
     assert sorted(stored(s.brokers.roots["broker-a-slave"])) == sorted(a)
+
+
+@pytest.mark.xfail(reason="reads falling over to a group's slave while its master is dead are not built yet (the "
+                          "client's read paths, another branch): a trigger leaves the dead master's queues where they "
+                          "stand, so broker-b's rows wait for its master", strict=False)
+def test_a_stream_read_goes_on_from_the_slave_while_a_master_is_dead(setup: Setup) -> None:
+    """A ``readStream`` over the wire reading both groups, a few hundred rows a trigger;
+    broker-b's master killed (kill -9) after the first micro-batch and not brought back: the
+    stream goes on with broker-b's rows from its slave (replicated by ``SYNC_MASTER`` before
+    the writes were acknowledged), every row once, without waiting for the master."""
+    s = setup
+    start_brokers(s)
+    n = 2400
+    sign = s.tmp / "first-batch"
+    proc, name, _ = s.spark.submit({"namesrv": s.brokers.namesrv_addr, "steps": [
+        {"name": "write", "op": "write", "topic": TOPIC, "n": n, "partitions": 2},
+        {"name": "follow", "op": "follow", "topic": TOPIC, "checkpoint": str(s.tmp / "follow-ckpt"), "n": n,
+         "max_per_trigger": n // 4, "sign": str(sign)},
+    ]})
+    wait_for_file(sign, proc, timeout=120)
+    s.brokers.kill("broker-b")
+    out = s.spark.wait(proc, name)["follow"]
+    assert out["error"] is None, out["error"]
+    once(out["bodies"], rows(0, n))
+    assert out["in_time"]
