@@ -127,10 +127,10 @@ class SparkCluster:
         """The applications the workers ran so far (their ``work/<app>`` folders)."""
         return {p.name for w in self.worker_hosts for p in (self.tmp / f"spark-work-{w}").glob("app-*")}
 
-    def executor_log(self, skip: set[str] = frozenset()) -> str:  # type: ignore[assignment]
-        """Every executor's stderr so far (the workers' ``work/<app>/<id>/stderr``) but those of
-        the applications in ``skip``."""
-        return "".join(p.read_text(errors="replace") for w in self.worker_hosts
+    def executor_log(self, skip: set[str] = frozenset(), workers: Sequence[str] = ()) -> str:  # type: ignore[assignment]
+        """Every executor's stderr so far (the workers' ``work/<app>/<id>/stderr``; of the hosts
+        ``workers``, else of all) but those of the applications in ``skip``."""
+        return "".join(p.read_text(errors="replace") for w in workers or self.worker_hosts
                        for p in sorted((self.tmp / f"spark-work-{w}").glob("app-*/*/stderr"))
                        if p.parent.parent.name not in skip)
 

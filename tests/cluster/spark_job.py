@@ -15,8 +15,8 @@ Steps (``op``):
   from earliest into a memory table, a trigger every 0.5 s, until ``n`` rows arrived, or none
   for ``idle_s`` (10), or ``timeout_s`` (60); the file ``sign`` is made once the first
   micro-batch is in; the bodies, whether all came, the query's error;
-- ``stream_write`` {input, checkpoint, topic, trigger, files_per_trigger, extra}: JSON files of
-  ``input`` (``{"id": i}`` lines; ``files_per_trigger`` of them per micro-batch, 2 by default,
+- ``stream_write`` {input, checkpoint, topic, trigger, files_per_trigger, extra}: JSON files
+  matching ``input`` (a glob; ``{"id": i}`` lines; ``files_per_trigger`` of them per micro-batch, 2 by default,
   each file a task of its own: a replayed micro-batch brings the same rows in the same order)
   written with ``writeStream`` as rows ``row-<id>``; ``trigger``: ``"available"``
   (``AvailableNow``) or a processing time (``"500 milliseconds"``), which runs until the driver

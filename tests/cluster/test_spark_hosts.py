@@ -186,6 +186,7 @@ def test_a_job_on_worker_hosts_writes_through_both_groups_and_reads_back_once(se
     s = setup
     start_brokers(s)
     n = 6000
+    apps = s.spark.apps()
     proc, name, _ = s.spark.submit({"namesrv": s.brokers.namesrv_addr, "steps": [
         {"name": "write", "op": "write", "topic": TOPIC, "n": n, "partitions": 4},
         {"name": "read", "op": "read", "topic": TOPIC},
@@ -193,6 +194,9 @@ def test_a_job_on_worker_hosts_writes_through_both_groups_and_reads_back_once(se
          "max_per_trigger": n // 3},
     ]})
     out = s.spark.wait(proc, name)
+    # the tasks ran on both worker hosts
+    for w in s.spark.worker_hosts:
+        assert "Running task" in s.spark.executor_log(apps, [w]), w
     expected = rows(0, n)
     once([r[0] for r in out["read"]], expected)
     once(out["stream"], expected)
@@ -229,15 +233,16 @@ def waiting(log: str) -> set[int]:
 
 
 def drop_files(s: Setup, batch: int, per_batch: int) -> range:
-    """The input of micro-batch ``batch`` of the streaming write: two files (``{"id": i}``
-    lines) of unequal sizes (Spark orders a micro-batch's files by size), each moved in whole;
-    the ids."""
+    """The input of micro-batch ``batch`` of the streaming write: a folder of two files
+    (``{"id": i}`` lines) of unequal sizes (Spark orders a micro-batch's files by size), moved
+    into the input folder in one rename (so a trigger sees both or neither); the ids."""
     ids = range(batch * per_batch, (batch + 1) * per_batch)
-    (s.tmp / "in").mkdir(exist_ok=True)
+    staged = s.tmp / f"staged-{batch}"
+    staged.mkdir()
     for part, chunk in enumerate((ids[: per_batch // 3], ids[per_batch // 3:])):
-        staged = s.tmp / f"staged-{batch}-{part}.json"
-        staged.write_text("".join(f'{{"id": {i}}}\n' for i in chunk))
-        staged.rename(s.tmp / "in" / f"{batch:03d}-{part}.json")
+        (staged / f"{part}.json").write_text("".join(f'{{"id": {i}}}\n' for i in chunk))
+    (s.tmp / "in").mkdir(exist_ok=True)
+    staged.rename(s.tmp / "in" / f"b{batch:03d}")
     return ids
 
 
@@ -253,7 +258,7 @@ def test_a_streaming_write_across_a_master_failover_ends_exactly_once(setup: Set
     for batch in range(2):
         drop_files(s, batch, per_batch)
     ckpt = s.tmp / "write-ckpt"
-    stream = {"op": "stream_write", "input": str(s.tmp / "in"), "checkpoint": str(ckpt), "topic": TOPIC,
+    stream = {"op": "stream_write", "input": str(s.tmp / "in" / "*"), "checkpoint": str(ckpt), "topic": TOPIC,
               "extra": {"sendRetryTimeout": "120s"}}
     apps = s.spark.apps()
     first, first_name, _ = s.spark.submit({"namesrv": s.brokers.namesrv_addr, "steps": [
