@@ -28,7 +28,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -127,14 +127,14 @@ class SparkCluster:
         """The applications the workers ran so far (their ``work/<app>`` folders)."""
         return {p.name for w in self.worker_hosts for p in (self.tmp / f"spark-work-{w}").glob("app-*")}
 
-    def executor_log(self, skip: set[str] = frozenset(), workers: Sequence[str] = ()) -> str:  # type: ignore[assignment]
+    def executor_log(self, skip: Collection[str] = (), workers: Sequence[str] = ()) -> str:
         """Every executor's stderr so far (the workers' ``work/<app>/<id>/stderr``; of the hosts
         ``workers``, else of all) but those of the applications in ``skip``."""
         return "".join(p.read_text(errors="replace") for w in workers or self.worker_hosts
                        for p in sorted((self.tmp / f"spark-work-{w}").glob("app-*/*/stderr"))
                        if p.parent.parent.name not in skip)
 
-    def wait_for_executors(self, done: Callable[[str], bool], what: str, skip: set[str] = frozenset(),  # type: ignore[assignment]
+    def wait_for_executors(self, done: Callable[[str], bool], what: str, skip: Collection[str] = (),
                            timeout: float = 60) -> None:
         """Until ``done`` holds for the executors' log (:meth:`executor_log` but ``skip``)."""
         deadline = time.monotonic() + timeout
