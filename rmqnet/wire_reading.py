@@ -154,15 +154,18 @@ def _error(message: str) -> None:
 def _queues(admin: Admin, topic: str, route: TopicRouteData) -> list[dict[str, Any]]:
     """Every readable queue of ``topic`` on every broker (by broker name): min, max, messages."""
     out = []
-    masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
     for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
-        addr = masters.get(q.broker_name)
-        if not addr:
+        if not _addressed(route, q.broker_name):
             continue
-        for qid in range(q.read_queue_nums):
-            lo, hi = admin.min_offset(addr, topic, qid), admin.max_offset(addr, topic, qid)
+        for qid in range(q.read_queue_nums):  # each group's master, else its slave (rmqnet.client.Admin)
+            lo, hi = admin.min_offset(q.broker_name, topic, qid), admin.max_offset(q.broker_name, topic, qid)
             out.append({"brokerName": q.broker_name, "queueId": qid, "min": lo, "max": hi, "messages": max(0, hi - lo)})
     return out
+
+
+def _addressed(route: TopicRouteData, name: str) -> bool:
+    """Whether broker group ``name`` has an address in ``route`` (its master, or a slave)."""
+    return any(b.broker_name == name and b.broker_addrs for b in route.broker_datas)
 
 
 def _route(admin: Admin, topic: str) -> TopicRouteData:
@@ -231,15 +234,13 @@ def lag(admin: Admin, args: argparse.Namespace) -> int:
                 route = admin.route(topic)
             except TopicNotFoundError:  # unregistered since the topic list was asked
                 continue
-        masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
         for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
-            addr = masters.get(q.broker_name)
-            for qid in range(q.read_queue_nums if addr else 0):
-                assert addr is not None
-                committed = admin.query_offset(addr, args.group, topic, qid)
+            name = q.broker_name
+            for qid in range(q.read_queue_nums if _addressed(route, name) else 0):
+                committed = admin.query_offset(name, args.group, topic, qid)
                 if committed is None or committed < 0:
                     continue
-                hi = admin.max_offset(addr, topic, qid)
+                hi = admin.max_offset(name, topic, qid)
                 rows.append({"group": args.group, "topic": topic, "brokerName": q.broker_name, "queueId": qid,
                              "committed": committed, "max": hi, "lag": max(0, hi - committed)})
     if not rows:
@@ -262,10 +263,9 @@ def read(admin: Admin, args: argparse.Namespace) -> int:
     if name not in brokers:
         raise _Usage(f"queue {args.queue} of topic {args.topic!r} is on no broker named {name!r}; "
                      f"brokers: {', '.join(brokers) or 'none'}")
-    addr = next(b.master_addr() for b in route.broker_datas if b.broker_name == name)
-    if not addr:
-        raise _Usage(f"broker {name!r} has no master in the route of {args.topic!r}")
-    offset = args.offset if args.offset is not None else admin.min_offset(addr, args.topic, args.queue)
+    if not _addressed(route, name):
+        raise _Usage(f"broker {name!r} has no address in the route of {args.topic!r}")
+    offset = args.offset if args.offset is not None else admin.min_offset(name, args.topic, args.queue)
     with PullConsumer("rmqlog_cli", ";".join(admin.namesrv_addrs), timeout_s=admin.timeout_s) as consumer:
         res = consumer.pull(args.topic, args.queue, offset, args.count, subscription=args.tags, broker_name=name)
     status = {"status": res.status, "nextOffset": res.next_begin_offset, "minOffset": res.min_offset,

@@ -64,8 +64,31 @@ class OffsetsWentBackError(QueryDataLossError):
         return (type(self), (self.queue, self.start, self.available))
 
 
+class UnreplicatedError(QueryDataLossError):
+    """A range was planned from a broker group's master, and its master is now out of reach:
+    its slave, which serves the read, ends at ``end``, below the range's offset ``start``.
+    The master stored messages the slave never got (an ``ASYNC_MASTER``'s last sends, or a
+    ``SYNC_MASTER``'s not yet acknowledged); they are readable again once the master is back.
+    Raised with ``failOnDataLoss=true``; with ``false`` the range ends where the slave does,
+    with a warning."""
+
+    def __init__(self, queue: str, start: int, end: int) -> None:
+        super().__init__(queue, start, end)
+        self.args = (
+            f"data loss on queue {queue}: its master is out of reach and its slave ends at offset {end}, below "
+            f"offset {start} of the range being read (messages the master stored were not replicated; they are "
+            "read again once the master is back); set failOnDataLoss=false to skip them",
+        )
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+    def __reduce__(self) -> tuple[type, tuple[str, int, int]]:  # picklable (processes pass it on)
+        return (type(self), (self.queue, self.start, self.available))
+
+
 class UnsupportedFieldError(InvalidMessageError):
     """A sink column the store does not give meaning to yet (delayLevel, deliverTime) is set."""
 
 
-__all__ = ["RmqLogOptionError", "QueryDataLossError", "UnsupportedFieldError"]
+__all__ = ["RmqLogOptionError", "QueryDataLossError", "UnreplicatedError", "UnsupportedFieldError"]

@@ -14,19 +14,24 @@ Statuses: ``FOUND`` rows are kept up to ``end``; ``NO_MATCHED_MSG`` moves on to 
 next offset; ``OFFSET_ILLEGAL`` below the queue's first offset is retention's deletion (the
 ``failOnDataLoss`` policy, :func:`spark_rmq.offsets.check_data_loss`); ``NO_NEW_MSG`` or
 ``OFFSET_ILLEGAL`` past the queue's end means the queue now ends below the planned range:
-:class:`rmqlog.CorruptStoreError` naming it. Without a tag filter, a ``FOUND`` answer that
-starts past the offset asked for is a deletion too.
+:class:`rmqlog.CorruptStoreError` naming it, unless a slave answered (its master out of
+reach): then the master's last messages were not replicated, :class:`~spark_rmq.errors.UnreplicatedError`
+under ``failOnDataLoss`` (else the range ends there, warned). Without a tag filter, a ``FOUND``
+answer that starts past the offset asked for is a deletion too.
 
 Executors keep one consumer per name server list for the worker's life (its connections are
-made again after a broker restarts). A broker out of reach, or missing from the route while
-it restarts, is asked again for up to :data:`RETRY_S` before the task fails (Spark then retries
-the task).
+made again after a broker restarts, its down-marks keep a dead master out of later pulls). A
+pull goes to the queue's broker group: its master, else at once its slave
+(:class:`rmqnet.client.PullConsumer`); a group none of whose addresses answers, or missing
+from the route while it restarts, is asked again for up to :data:`RETRY_S` before the task
+fails (Spark then retries the task).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -40,8 +45,11 @@ from pyspark.sql.datasource import InputPartition
 from rmqlog import MESSAGE_SCHEMA, CorruptStoreError
 from rmqnet.client import NoRouteError, PullConsumer, PullResult, TopicNotFoundError
 
+from .errors import UnreplicatedError
 from .offsets import check_data_loss
 from .read import TS_UNIT_PER_MS
+
+log = logging.getLogger(__name__)
 
 #: the consumer group of the executors' pulls (they commit nothing: the source's ``group``
 #: option commits from the driver)
@@ -120,6 +128,12 @@ def read_wire_range(part: WireRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iter
         if r.status == "OFFSET_ILLEGAL" and pos < r.min_offset:
             pos = check_data_loss(part.key, pos, min(r.min_offset, part.end), part.fail_on_data_loss)
             continue
+        if r.status in ("NO_NEW_MSG", "OFFSET_ILLEGAL") and r.broker_id != 0:  # a slave: the master out of reach
+            if part.fail_on_data_loss:
+                raise UnreplicatedError(part.key, pos, r.max_offset)
+            log.warning("rmqlog: queue %s: its master is out of reach and its slave ends at %d, below %d; skipping "
+                        "[%d, %d) (failOnDataLoss=false)", part.key, r.max_offset, pos, pos, part.end)
+            return
         if r.status in ("NO_NEW_MSG", "OFFSET_ILLEGAL"):
             raise CorruptStoreError(f"queue {part.key} ends at offset {r.max_offset}, below offset {pos} of the range "
                                     f"being read ({r.status})")

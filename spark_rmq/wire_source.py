@@ -1,12 +1,15 @@
 """The ``rmqlog`` source over the wire (option ``nameServer``): the driver's side.
 
 With ``nameServer`` in place of ``path``, the driver plans from the brokers instead of a
-store's files: the queues of a topic are those of its route (every broker of the route with
-the read perm, queues ``0 .. readQueueNums-1``), their first and end offsets are asked of
-each queue's master (``GET_MIN_OFFSET`` 31, ``GET_MAX_OFFSET`` 30), ``startingTimestamp`` /
-``endingTimestamp`` resolve through ``SEARCH_OFFSET_BY_TIMESTAMP`` (29), and ``group`` commits
-through ``UPDATE_CONSUMER_OFFSET`` (15). Executors pull their ranges
-(:mod:`spark_rmq.wire_read`).
+store's files: the queues of a topic are those of its route (every broker group of the route
+with the read perm and an address, master or slave: queues ``0 .. readQueueNums-1``), their
+first and end offsets are asked of each queue's broker group (``GET_MIN_OFFSET`` 31,
+``GET_MAX_OFFSET`` 30), ``startingTimestamp`` / ``endingTimestamp`` resolve through
+``SEARCH_OFFSET_BY_TIMESTAMP`` (29), and ``group`` commits through ``UPDATE_CONSUMER_OFFSET``
+(15). A group is asked by its broker name (:class:`rmqnet.client.Admin`): its master, else
+(gone, or out of reach) its slave, whose commitlog and queue offsets are the master's, so a
+group whose master was killed keeps its queues and their offsets. Executors pull their ranges
+(:mod:`spark_rmq.wire_read`), from the slave too.
 
 **Queue keys.** A queue over the wire is RocketMQ's ``MessageQueue``: topic, broker name and
 queue id. Offsets (the checkpoint, ``startingOffsets`` JSON) are keyed
@@ -19,12 +22,12 @@ are checked (:func:`spark_rmq.options.broker_name_problem`) before they become p
 What differs from a store's files: no dispatch or delivery by the driver (each broker runs
 its own), ``maxBytesPerTrigger`` is refused (RocketMQ has no request for the record sizes of a
 range of a consume queue), and a broker that cannot be reached fails the planning call with
-the client's error (Spark then fails or retries the trigger as for any source error).
+the client's error (Spark then fails or retries the trigger as for any source error), once
+every address of its group failed.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 from collections.abc import Iterable
@@ -70,12 +73,12 @@ class BrokerQueues:
     """The brokers of a name server, answering the planner's questions as a store does
     (``min_offset``, ``max_offset``, ``offset_for_timestamp``, ``commit_offset``, over queue
     names ``"topic/brokerName"``); one :class:`rmqnet.client.Admin` (its connections are
-    made on first use and made again after a broker restarts)."""
+    made on first use and made again after a broker restarts; its down-marks keep a dead
+    master out of the questions that follow)."""
 
     def __init__(self, name_server: str) -> None:
         self.name_server = name_server
         self.admin = Admin(name_server)
-        self._masters: dict[tuple[str, str], str] = {}  # (topic, broker) -> master address
 
     def close(self) -> None:
         self.admin.close()
@@ -118,33 +121,20 @@ class BrokerQueues:
                 out.extend(wire_queue(topic, broker, q) for q in qids)
         return sorted(out)
 
-    def _readable(self, topic: str, route: TopicRouteData) -> list[tuple[str, int]]:
-        masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
+    @staticmethod
+    def _readable(topic: str, route: TopicRouteData) -> list[tuple[str, int]]:
+        """(broker name, read queues) of every group of ``route`` that can be read: the read
+        perm and an address (its master, or only a slave: a group whose master is gone)."""
+        addressed = {b.broker_name for b in route.broker_datas if b.broker_addrs}
         out = []
         for q in route.queue_datas:
             problem = broker_name_problem(q.broker_name)
             if problem is not None:
                 log.warning("rmqlog: topic %s: a route names a broker that cannot be read: %s", topic, problem)
                 continue
-            addr = masters.get(q.broker_name)
-            if not q.perm & PERM_READ or not addr:
-                continue  # not readable, or no master now (a broker group without its master)
-            self._masters[(topic, q.broker_name)] = addr
-            out.append((q.broker_name, q.read_queue_nums))
+            if q.perm & PERM_READ and q.broker_name in addressed:
+                out.append((q.broker_name, q.read_queue_nums))
         return out
-
-    def master(self, name: str) -> str:
-        """The master address of a queue name's broker (from the last route seen; asked again
-        when unknown)."""
-        topic, broker = split_wire_name(name)
-        addr = self._masters.get((topic, broker))
-        if addr is None:
-            with contextlib.suppress(TopicNotFoundError):  # then refused below, naming it
-                self._readable(topic, self.admin.route(topic))
-            addr = self._masters.get((topic, broker))
-        if addr is None:
-            raise NoRouteError(f"topic {topic!r}: broker {broker!r} has no readable master in the route")
-        return addr
 
     def reachable_bounds(self, queues: list[tuple[str, int]]) -> dict[str, tuple[int, int]]:
         """(first, end) of each queue whose broker answers; a broker out of reach (refused,
@@ -159,8 +149,8 @@ class BrokerQueues:
                 continue
             try:
                 out[queue_key(name, qid)] = (self.min_offset(name, qid), self.max_offset(name, qid))
-            except (OSError, NoRouteError) as exc:  # the transport's errors are OSErrors
-                down.add(broker)
+            except (OSError, NoRouteError, TopicNotFoundError) as exc:  # the transport's errors are OSErrors
+                down.add(broker)  # (every address of the group failed: master and slaves)
                 log.warning("rmqlog: broker %s is out of reach (%s: %s); its queues wait", broker,
                             type(exc).__name__, exc)
         return out
@@ -168,20 +158,25 @@ class BrokerQueues:
     # ---- what the planner asks (as rmqlog.MessageStore) --------------------------------
 
     def min_offset(self, name: str, queue_id: int) -> int:
-        return self.admin.min_offset(self.master(name), split_wire_name(name)[0], queue_id)
+        topic, broker = split_wire_name(name)
+        return self.admin.min_offset(broker, topic, queue_id)
 
     def max_offset(self, name: str, queue_id: int) -> int:
-        return self.admin.max_offset(self.master(name), split_wire_name(name)[0], queue_id)
+        topic, broker = split_wire_name(name)
+        return self.admin.max_offset(broker, topic, queue_id)
 
     def offset_for_timestamp(self, name: str, queue_id: int, ts_ms: int) -> int:
-        return self.admin.search_offset(self.master(name), split_wire_name(name)[0], queue_id, ts_ms)
+        topic, broker = split_wire_name(name)
+        return self.admin.search_offset(broker, topic, queue_id, ts_ms)
 
     def record_sizes(self, name: str, queue_id: int, start: int, end: int) -> np.ndarray:
         raise RmqLogOptionError("maxBytesPerTrigger", "is not available with nameServer (RocketMQ has no request "
                                 "for the record sizes of a consume queue's range)")
 
     def commit_offset(self, group: str, name: str, queue_id: int, offset: int) -> None:
-        self.admin.update_offset(self.master(name), group, split_wire_name(name)[0], queue_id, offset)
+        """The group's offset on the queue's broker group: its master, else its slave."""
+        topic, broker = split_wire_name(name)
+        self.admin.update_offset(broker, group, topic, queue_id, offset)
 
 
 def refuse_wire_options(opts: SourceOptions) -> None:

@@ -43,6 +43,10 @@ POINTS = {
     "schedule.saved": "config/delayOffset.json is saved, the timer's part of the pass not yet run",
     "timer.enqueued": "a batch of timer-queue units is linked into timer/log and timer/wheel, timer/state not yet saved",
     "timer.delivered": "a batch of timed messages' copies is appended, timer/state not yet saved",
+    "truncate.flushed": "a replica truncation lowered flush.state, the append state not yet published",
+    "truncate.published": "a replica truncation published the cut append state, units and commitlog bytes not yet cut",
+    "truncate.queues": "a replica truncation cut the consume-queue units and index entries, the commitlog bytes not yet",
+    "truncate.cut": "a replica truncation cut the commitlog, the checkpoint not yet written",
 }
 
 ENV = "RMQLOG_CRASH_AT"

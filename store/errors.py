@@ -204,7 +204,8 @@ def disk_full_from_errno(err: int, path: object, doing: str) -> NoReturn:
 
 class StoreBusyError(StoreError):
     """An operation that needs the store to itself (``MessageStore.open(root, repair=True)``,
-    ``rmqlog recover --repair``) found it open in other processes: repairing files others are
+    ``rmqlog recover --repair``, ``MessageStore.replica_truncate``) found it open in other
+    processes (or in another open store of this process): repairing or cutting files others are
     reading and appending to would pull them from under them. Nothing was changed; close the
     holders (or wait for them) and try again. ``holders``: the pids that have the store open,
     as far as they can be told (``owners/`` files of live processes, the lock's holders)."""

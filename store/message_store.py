@@ -14,6 +14,7 @@ open and calls the part that does the work.
 | flush, checkpoint | :mod:`rmqlog.durability.flush` |
 | retention | :mod:`rmqlog.retention` |
 | verify | :mod:`rmqlog.recovery.verify` |
+| failover: truncation, replication checkpoint, delay offsets | :mod:`rmqlog.recovery.replication_calls` |
 
 Concurrency: any number of processes may open the same root and call any method. Appends
 are serialized by ``append.lock`` and published atomically (``append.state``), dispatching
@@ -71,6 +72,7 @@ from .recovery.opening import (
     take_ownership,
 )
 from .recovery.recovery import RecoveryReport
+from .recovery.replication_calls import ReplicationCalls
 from .recovery.verify import VerifyReport, verify
 from .results import DiskLimits, GetMessageResult, PutMessageResult, PutMessageStatus
 from .retention import CleanReport, Retention
@@ -80,12 +82,14 @@ from .service import ServiceLoop
 
 
 @out_of_files_typed  # (running out of descriptors anywhere in a call: a typed error naming the file)
-class MessageStore(WireAccess):
+class MessageStore(WireAccess, ReplicationCalls):
     """A RocketMQ-compatible message store rooted at a directory.
 
     Open with :meth:`open`; use as a context manager or call :meth:`close`. The calls a
     broker on the wire needs (``put_wire``, ``on_arrival``, ``record_at``, the queries by key,
-    ``index_last_update``, ``earliest_store_time``) are in :class:`rmqlog.access.wire.WireAccess`.
+    ``index_last_update``, ``earliest_store_time``, the replication stream's) are in
+    :class:`rmqlog.access.wire.WireAccess`; failover's (``replica_truncate``, the replication
+    checkpoint, the delay offsets) in :class:`rmqlog.recovery.replication_calls.ReplicationCalls`.
     """
 
     def __init__(

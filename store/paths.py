@@ -4,6 +4,7 @@
 <root>/commitlog/<20-digit start offset>            commitlog segments
 <root>/consumequeue/<topic>/<queueId>/<20-digit>      consume-queue segments
 <root>/config/topics.json, consumerOffset.json         RocketMQ config files
+<root>/config/replicationCheckpoint.json               ours: how far a slave acknowledged this store's log
 <root>/checkpoint, abort, lock                         RocketMQ's control files
 <root>/append.state, append.lock                       ours: the published tail and queue offsets
 <root>/dispatch.state, dispatch.lock                   ours: the dispatcher's progress
@@ -169,6 +170,10 @@ class StorePaths:
     @property
     def consumer_offset_json(self) -> Path:
         return self.config_dir / "consumerOffset.json"
+
+    @property
+    def replication_checkpoint_json(self) -> Path:
+        return self.config_dir / "replicationCheckpoint.json"
 
     @property
     def checkpoint(self) -> Path:

@@ -225,6 +225,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "repair": st.booleans(), "create": st.booleans(), "read_only": st.booleans(),
     "scheduler": st.booleans(), "data": st.one_of(st.binary(max_size=64), st.just(b"\x00" * 12)),
     "clock": st.one_of(st.none(), st.builds(rmqlog.SystemClock), st.builds(rmqlog.ManualClock, st.just(NOW_MS))),
+    "offsets": st.dictionaries(st.integers(-1, 20), st.integers(-1, 10), max_size=3),
 }
 #: parameters a plausible value is always given for: any other would be a path on this machine
 ONLY_PLAUSIBLE = {"root"}
@@ -238,6 +239,8 @@ METHODS = {
     "read_window", "record_sizes", "put_wire", "on_arrival", "record_at", "index_last_update", "earliest_store_time",
     "start_services", "stop_services", "topics", "verify", "writer_sequence",
     "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
+    "replica_truncate", "record_boundary", "replication_checkpoint", "set_replication_checkpoint", "delay_offsets",
+    "set_delay_offsets",
 }
 
 
@@ -345,6 +348,14 @@ def _call_store_method(h: Harness, name: str, kwargs: dict[str, Any]) -> None:
                 kwargs["config"] = _config()
             opened = rmqlog.MessageStore.open(**kwargs)
             opened.close()
+        elif name == "replica_truncate":
+            # a cut keeps the seeds: a record is put to be cut, and an offset in range lands in it
+            tail = h.store.published_tail()
+            h.store.put("T", b"to be cut")
+            offset = kwargs.get("offset")
+            if isinstance(offset, int | np.integer) and not isinstance(offset, bool | np.bool_) and 0 <= offset < 1 << 40:
+                kwargs["offset"] = tail + int(offset)
+            h.store.replica_truncate(**kwargs)
         else:
             getattr(h.store, name)(**kwargs)
     except StoreError:

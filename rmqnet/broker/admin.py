@@ -1,5 +1,5 @@
 """Admin requests (RocketMQ 4.9.8's ``AdminBrokerProcessor``): UPDATE_AND_CREATE_TOPIC (17),
-GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28).
+GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28), GET_ALL_DELAY_OFFSET (45).
 
 - 17: extFields ``topic, defaultTopic, readQueueNums, writeQueueNums, perm, topicFilterType``
   (required, ``CreateTopicRequestHeader``), ``topicSysFlag``, ``order``. A bad name is
@@ -9,6 +9,11 @@ GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28).
   "dataVersion": {"timestamp", "counter"}}``.
 - 28: body ``KVTable`` JSON ``{"table": {key: string}}`` with the keys RocketMQ reports that this
   broker can fill (see :func:`runtime_info`).
+- 45: body the scheduler's progress as ``ScheduleMessageService.encode()`` writes it,
+  ``DelayOffsetSerializeWrapper`` in fastjson's compact form, level keys bare:
+  ``{"offsetTable":{1:5,2:0}}`` (the store's ``config/delayOffset.json``; ``{}`` without one);
+  a slave copies it (:mod:`rmqnet.broker.slave_sync`). An unreadable file is SYSTEM_ERROR
+  naming it (RocketMQ answers SYSTEM_ERROR "No delay offset in this broker" when it has none).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import json
 import shutil
 from typing import TYPE_CHECKING, Any
 
-from rmqlog import InvalidArgumentError, InvalidTopicError, TopicConfig
+from rmqlog import InvalidArgumentError, InvalidTopicError, StoreError, TopicConfig
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, ext_bool, ext_int, ext_str
 from .peer import Peer
@@ -135,7 +140,22 @@ def get_broker_runtime_info(broker: Broker, peer: Peer, req: RemotingCommand) ->
     return req.reply(ResponseCode.SUCCESS, None, None, body)
 
 
+def encode_delay_offsets(offsets: dict[int, int]) -> bytes:
+    """``DelayOffsetSerializeWrapper.toJson(false)``: compact, level keys bare (fastjson's)."""
+    return ('{"offsetTable":{' + ",".join(f"{int(k)}:{int(v)}" for k, v in sorted(offsets.items())) + "}}").encode()
+
+
+def get_all_delay_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    """45: the scheduler's progress per delay level (see the module docstring)."""
+    try:
+        offsets = broker.store.delay_offsets()
+    except StoreError as exc:
+        return req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+    return req.reply(ResponseCode.SUCCESS, None, None, encode_delay_offsets(offsets))
+
+
 def install(broker: Broker) -> None:
     broker.table.register(RequestCode.UPDATE_AND_CREATE_TOPIC, update_and_create_topic)
     broker.table.register(RequestCode.GET_ALL_TOPIC_CONFIG, get_all_topic_config)
     broker.table.register(RequestCode.GET_BROKER_RUNTIME_INFO, get_broker_runtime_info)
+    broker.table.register(RequestCode.GET_ALL_DELAY_OFFSET, get_all_delay_offset)

@@ -19,5 +19,5 @@ PROCESSOR_MODULES: tuple[str, ...] = (
     "query",      # QUERY_MESSAGE 12, VIEW_MESSAGE_BY_ID 33
     "acl",        # no codes: with aclEnable, RocketMQ's plain ACL checked before every handler
     "replication",  # no codes: brokerRole, the HA service (master or slave), SYNC_MASTER waits
-    "slave_sync",   # GET_ALL_CONSUMER_OFFSET 43; a SLAVE copies its master's topics and offsets
+    "slave_sync",   # GET_ALL_CONSUMER_OFFSET 43; a SLAVE copies its master's topics, offsets and delay offsets
 )

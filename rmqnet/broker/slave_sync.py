@@ -1,14 +1,20 @@
-"""A slave's copy of its master's topic configs and consumer offsets (RocketMQ 4.9.8's
-``SlaveSynchronize``), and the master's answer to ``GET_ALL_CONSUMER_OFFSET`` (43).
+"""A slave's copy of its master's topic configs, consumer offsets and delay offsets (RocketMQ
+4.9.8's ``SlaveSynchronize``), and the master's answer to ``GET_ALL_CONSUMER_OFFSET`` (43).
 
 :class:`SlaveSynchronize` is a broker service of a ``SLAVE`` (``run_once(now_ms)``): 3 s after
 start and then every 10 s (Java's schedule), when its master's address is known (the
 ``masterAddr`` the name server answered its registration with), it asks the master for
-``GET_ALL_TOPIC_CONFIG`` (21) and ``GET_ALL_CONSUMER_OFFSET`` (43) and applies what differs:
-topics created or changed with the master's queue counts and perms, offsets committed in the
-slave's ``consumerOffset.json``, so that consumers reading from the slave (its master gone) see
-the master's topics, and a slave promoted to master continues the groups' progress. A master
-that does not answer is tried again next round; one bad entry is skipped alone.
+``GET_ALL_TOPIC_CONFIG`` (21), ``GET_ALL_CONSUMER_OFFSET`` (43) and ``GET_ALL_DELAY_OFFSET``
+(45) and applies what differs: topics created or changed with the master's queue counts and
+perms, offsets committed in the slave's ``consumerOffset.json``, the scheduler's progress per
+delay level written as the slave's ``delayOffset.json`` (Java writes the body as the file;
+here it is parsed, checked and written by the store: ``MessageStore.set_delay_offsets``), so
+that consumers reading from the slave (its master gone) see the master's topics, and a slave
+promoted to master continues the groups' progress and the delay levels where the master was
+(its scheduler, which does not run on a slave, checks the file against the log's delivery
+markers, which came with the replicated records). A master that does not answer is tried again
+next round; one bad entry is skipped alone; a master that answers 45 with an error (RocketMQ's
+"No delay offset in this broker") leaves the slave's file as it is.
 
 I/O is injected: ``invoke(addr, request, timeout_s)`` returns the response; the default dials
 with the transport.
@@ -87,6 +93,7 @@ class SlaveSynchronize:
         try:
             await self._sync_topics(master)
             await self._sync_offsets(master)
+            await self._sync_delay_offsets(master)
             self.rounds += 1
             self.last_error = None
         except Exception as exc:  # noqa: BLE001 - a master down or refusing: next round
@@ -126,6 +133,19 @@ class SlaveSynchronize:
                         store.commit_offset(group, topic, qid, off)
                 except (StoreError, ValueError, TypeError) as exc:
                     log.warning("slave sync: offset %r queue %r skipped: %s", key, q, exc)
+
+    async def _sync_delay_offsets(self, master: str) -> None:
+        self._opaque += 1
+        req = RemotingCommand(RequestCode.GET_ALL_DELAY_OFFSET, self._opaque, language="JAVA")
+        res = await self.invoke(master, req, self.timeout_s)
+        if res.code != ResponseCode.SUCCESS:
+            log.info("slave sync: the master has no delay offsets (code %d: %s)", res.code, res.remark)
+            return
+        table = loads_fastjson(res.body_bytes()).get("offsetTable") or {}
+        offsets = {int(level): int(offset) for level, offset in table.items()}
+        store = self.broker.store
+        if store.delay_offsets() != offsets:
+            store.set_delay_offsets(offsets)
 
     async def _invoke(self, addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
         conn = self._conns.get(addr)

@@ -1,10 +1,16 @@
 """Admin requests (RocketMQ 4.9.8's ``MQClientAPIImpl`` / ``MQAdminImpl``): routes, queue
 offsets, consumer offsets, topic creation, queries by key and by message id.
 
-Every broker request names its broker by address (``"host:port"``, a route's
-``brokerAddrs``); queries by key go to the master of every broker in the topic's route and
-their answers are joined, as ``MQAdminImpl.queryMessage`` does (with its client-side filter:
-the key among the message's KEYS, or the UNIQ_KEY equal to it).
+A queue's or a group's offsets are asked of a broker group named by its broker name in the
+topic's route: the address of :mod:`rmqnet.client.failover`'s rule (queue offsets: the
+lowest id, the master while it is there; consumer offsets: the master, else a slave); one
+that fails at the link is marked down and the group's next address is asked at once
+(:meth:`RemoteClient.on_broker`), so a group whose master was killed answers from its slave.
+Named by an address (``"host:port"``, a route's ``brokerAddrs``), the question goes to that
+broker alone (a tool checking one replica). Queries by key go to every broker group in the
+topic's route (each at its first address up) and their answers are joined, as
+``MQAdminImpl.queryMessage`` does (with its client-side filter: the key among the message's
+KEYS, or the UNIQ_KEY equal to it). Topic creation goes to masters only.
 """
 
 from __future__ import annotations
@@ -16,13 +22,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqlog import MESSAGE_SCHEMA
+from rmqlog import MESSAGE_SCHEMA, Clock
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.register import ClusterInfo, decode_topic_list
 from ..remoting.route import PERM_RW
 from ..transport import Limits
 from .errors import BrokerError, ClientError, NoRouteError
+from .failover import DOWN_MS, admin_ids, offset_ids
 from .loop import call
 from .records import decode_records
 from .remote import RemoteClient
@@ -60,59 +67,80 @@ def _offset(res: RemotingCommand, name: str = "offset") -> int:
 
 class Admin(RemoteClient):
     """``Admin(namesrv)``: blocking methods; ``a``-prefixed coroutines for the ones the
-    asyncio side needs most. ``route`` is :meth:`RemoteClient.route`."""
+    asyncio side needs most. ``route`` is :meth:`RemoteClient.route`. ``broker`` (module
+    docstring): a broker name of the topic's route (its master, else a slave), or an
+    address (that broker alone)."""
 
     def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None,
-                 access_key: str | None = None, secret_key: str | None = None) -> None:
-        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, access_key=access_key, secret_key=secret_key)
+                 access_key: str | None = None, secret_key: str | None = None, clock: Clock | None = None,
+                 down_ms: int = DOWN_MS) -> None:
+        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock, access_key=access_key,
+                         secret_key=secret_key, down_ms=down_ms)
 
     # ---- queue offsets -----------------------------------------------------------------
 
-    async def _queue_value(self, code: int, broker: str, ext: dict[str, Any], name: str = "offset") -> int:
-        return _offset(await self.invoke(broker, RemotingCommand(code, ext_fields=ext)), name)
+    async def _queue_value(self, code: int, broker: str, topic: str, ext: dict[str, Any], name: str = "offset") -> int:
+        async def send(addr: str) -> int:
+            return _offset(await self.invoke(addr, RemotingCommand(code, ext_fields={"topic": topic, **ext})), name)
 
-    def max_offset(self, broker_addr: str, topic: str, queue_id: int) -> int:
+        return await self.on_broker(topic, broker, admin_ids, send)
+
+    def max_offset(self, broker: str, topic: str, queue_id: int) -> int:
         """The queue's max offset (code 30: the offset the next message gets)."""
-        return call(self._queue_value(RequestCode.GET_MAX_OFFSET, broker_addr, {"topic": topic, "queueId": queue_id}))
+        return call(self._queue_value(RequestCode.GET_MAX_OFFSET, broker, topic, {"queueId": queue_id}))
 
-    def min_offset(self, broker_addr: str, topic: str, queue_id: int) -> int:
+    async def amax_offset(self, broker: str, topic: str, queue_id: int) -> int:
+        return await self._queue_value(RequestCode.GET_MAX_OFFSET, broker, topic, {"queueId": queue_id})
+
+    def min_offset(self, broker: str, topic: str, queue_id: int) -> int:
         """The queue's min offset (code 31)."""
-        return call(self._queue_value(RequestCode.GET_MIN_OFFSET, broker_addr, {"topic": topic, "queueId": queue_id}))
+        return call(self._queue_value(RequestCode.GET_MIN_OFFSET, broker, topic, {"queueId": queue_id}))
 
-    def search_offset(self, broker_addr: str, topic: str, queue_id: int, ts_ms: int) -> int:
+    async def amin_offset(self, broker: str, topic: str, queue_id: int) -> int:
+        return await self._queue_value(RequestCode.GET_MIN_OFFSET, broker, topic, {"queueId": queue_id})
+
+    def search_offset(self, broker: str, topic: str, queue_id: int, ts_ms: int) -> int:
         """The offset of the queue's first message stored at or after ``ts_ms`` (code 29)."""
-        return call(self._queue_value(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, broker_addr,
-                                      {"topic": topic, "queueId": queue_id, "timestamp": ts_ms}))
+        return call(self._queue_value(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, broker, topic,
+                                      {"queueId": queue_id, "timestamp": ts_ms}))
 
-    def earliest_store_time(self, broker_addr: str, topic: str, queue_id: int) -> int:
+    def earliest_store_time(self, broker: str, topic: str, queue_id: int) -> int:
         """The store time (ms) of the queue's first message (code 32)."""
-        return call(self._queue_value(RequestCode.GET_EARLIEST_MSG_STORETIME, broker_addr,
-                                      {"topic": topic, "queueId": queue_id}, "timestamp"))
+        return call(self._queue_value(RequestCode.GET_EARLIEST_MSG_STORETIME, broker, topic, {"queueId": queue_id},
+                                      "timestamp"))
 
     # ---- consumer offsets --------------------------------------------------------------
 
     async def _query_offset(self, broker: str, group: str, topic: str, queue_id: int) -> int | None:
-        cmd = RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET,
-                              ext_fields={"consumerGroup": group, "topic": topic, "queueId": queue_id})
-        res = await self.invoke(broker, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
-        return None if res.code == ResponseCode.QUERY_NOT_FOUND else _offset(res)
+        async def send(addr: str) -> int | None:
+            cmd = RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET,
+                                  ext_fields={"consumerGroup": group, "topic": topic, "queueId": queue_id})
+            res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+            return None if res.code == ResponseCode.QUERY_NOT_FOUND else _offset(res)
 
-    def query_offset(self, broker_addr: str, group: str, topic: str, queue_id: int) -> int | None:
-        """The group's committed offset of the queue (code 14); ``None`` when the broker has
-        none (QUERY_NOT_FOUND)."""
-        return call(self._query_offset(broker_addr, group, topic, queue_id))
+        return await self.on_broker(topic, broker, offset_ids, send)
 
-    async def aquery_offset(self, broker_addr: str, group: str, topic: str, queue_id: int) -> int | None:
-        return await self._query_offset(broker_addr, group, topic, queue_id)
+    def query_offset(self, broker: str, group: str, topic: str, queue_id: int) -> int | None:
+        """The group's committed offset of the queue (code 14: the master, else a slave);
+        ``None`` when the broker has none (QUERY_NOT_FOUND)."""
+        return call(self._query_offset(broker, group, topic, queue_id))
+
+    async def aquery_offset(self, broker: str, group: str, topic: str, queue_id: int) -> int | None:
+        return await self._query_offset(broker, group, topic, queue_id)
 
     async def _update_offset(self, broker: str, group: str, topic: str, queue_id: int, offset: int) -> None:
-        cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
-            "consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset})
-        await self.invoke(broker, cmd)
+        async def send(addr: str) -> None:
+            cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
+                "consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset})
+            await self.invoke(addr, cmd)
 
-    def update_offset(self, broker_addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Store the group's offset of the queue (code 15, answered: not oneway)."""
-        call(self._update_offset(broker_addr, group, topic, queue_id, offset))
+        await self.on_broker(topic, broker, offset_ids, send)
+
+    def update_offset(self, broker: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store the group's offset of the queue (code 15, answered: not oneway): on the
+        master, else (gone, or out of reach) on a slave, which keeps it until its
+        SlaveSynchronize copies the master's offsets over it again (docs/broker.md)."""
+        call(self._update_offset(broker, group, topic, queue_id, offset))
 
     # ---- topics ------------------------------------------------------------------------
 
@@ -185,14 +213,15 @@ class Admin(RemoteClient):
     async def _query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool) -> pa.Table:
         route = await self._route(topic)
         tables = []
-        for b in route.broker_datas:
-            addr = b.master_addr()
-            if not addr:
-                continue
+
+        async def send(addr: str) -> RemotingCommand:
             cmd = RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields={
                 "topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin, "endTimestamp": end,
                 UNIQUE_KEY_QUERY: unique})
-            res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+            return await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+
+        for b in route.broker_datas:
+            res = await self.on_broker(topic, b.broker_name, admin_ids, send)
             if res.code == ResponseCode.SUCCESS and res.body:
                 tables.append(decode_records(res.body_bytes()))
         if not tables:
@@ -204,7 +233,8 @@ class Admin(RemoteClient):
                      *, unique: bool = False) -> pa.Table:
         """Messages of ``topic`` with ``key`` among their KEYS (``unique``: whose UNIQ_KEY is
         ``key``), stored between ``begin`` and ``end`` (ms), at most ``max_num`` per broker
-        (code 12); an empty table when none. Raises :class:`TopicNotFoundError`, :class:`BrokerError`."""
+        (code 12: every broker group, at its first address up); an empty table when none.
+        Raises :class:`TopicNotFoundError`, :class:`BrokerError`."""
         return call(self._query_by_key(topic, key, max_num, begin, end, unique))
 
     async def _view_by_id(self, offset_msg_id: str) -> pa.Table:

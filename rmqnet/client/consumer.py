@@ -1,7 +1,14 @@
 """A pull consumer (``DefaultMQPullConsumer`` as RocketMQ 4.9.8's ``PullAPIWrapper`` pulls):
-PULL_MESSAGE (11) on the master of the queue's broker, the body (the stored records,
+PULL_MESSAGE (11) on an address of the queue's broker group, the body (the stored records,
 byte-exact) decoded into the message table (:mod:`rmqnet.client.records`); offsets committed
-with UPDATE_CONSUMER_OFFSET (15).
+with UPDATE_CONSUMER_OFFSET (15) and asked with QUERY_CONSUMER_OFFSET (14).
+
+Which address (:mod:`rmqnet.client.failover`): a pull goes to the broker id the last answer of
+that queue suggested (``suggestWhichBrokerId``: the master unless the broker has
+``slaveReadEnable``), else as Java's ``findBrokerAddressInSubscribe``; offsets to the master,
+else a slave. An address that fails at the link is marked down for ``down_ms`` and the
+request goes at once to the group's other address (:meth:`RemoteClient.on_broker`): with its
+master killed, a group is read from its slave, and offsets are committed there.
 
 Statuses (``PullStatus``, from the answer's code): SUCCESS ``FOUND``, PULL_NOT_FOUND (19)
 ``NO_NEW_MSG``, PULL_RETRY_IMMEDIATELY (20) ``NO_MATCHED_MSG``, PULL_OFFSET_MOVED (21)
@@ -15,16 +22,17 @@ from typing import Any
 
 import pyarrow as pa
 
-from rmqlog import MESSAGE_SCHEMA
+from rmqlog import MESSAGE_SCHEMA, Clock
 
 from ..remoting import PullMessageHeader, RemotingCommand, RequestCode, ResponseCode
 from ..remoting.headers import PULL_SUBSCRIPTION, PULL_SUSPEND
-from ..remoting.route import PERM_READ
+from ..remoting.route import MASTER_ID, PERM_READ, TopicRouteData
 from ..transport import Limits
 from .errors import NoRouteError
+from .failover import DOWN_MS, offset_ids, pull_ids
 from .loop import call
 from .records import decode_records
-from .remote import RemoteClient, master_addr
+from .remote import RemoteClient
 
 _STATUS = {ResponseCode.SUCCESS: "FOUND", ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
            ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG", ResponseCode.PULL_OFFSET_MOVED: "OFFSET_ILLEGAL"}
@@ -33,50 +41,82 @@ _STATUS = {ResponseCode.SUCCESS: "FOUND", ResponseCode.PULL_NOT_FOUND: "NO_NEW_M
 @dataclass(frozen=True, slots=True)
 class PullResult:
     """``status`` (module docstring), the offsets the broker reported, and the messages
-    (``rmqlog.MESSAGE_SCHEMA``; empty unless FOUND)."""
+    (``rmqlog.MESSAGE_SCHEMA``; empty unless FOUND); ``addr``: the address that answered,
+    ``broker_id`` its id in the route (0 the master), ``suggested_broker_id`` the id the
+    broker suggests for the queue's next pull."""
 
     status: str
     next_begin_offset: int
     min_offset: int
     max_offset: int
     messages: pa.Table
+    addr: str = ""
+    broker_id: int = MASTER_ID
+    suggested_broker_id: int = MASTER_ID
 
 
 class PullConsumer(RemoteClient):
-    """``PullConsumer(group, namesrv)``: :meth:`pull` and :meth:`commit` (blocking) and their
-    ``a``-prefixed coroutines."""
+    """``PullConsumer(group, namesrv)``: :meth:`pull`, :meth:`commit` and :meth:`committed`
+    (blocking) and their ``a``-prefixed coroutines. ``clock`` drives the down-marks and the
+    route cache; ``down_ms`` (module docstring)."""
 
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0,
-                 limits: Limits | None = None, access_key: str | None = None, secret_key: str | None = None) -> None:
-        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, access_key=access_key, secret_key=secret_key)
+                 limits: Limits | None = None, access_key: str | None = None, secret_key: str | None = None,
+                 clock: Clock | None = None, down_ms: int = DOWN_MS) -> None:
+        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock, access_key=access_key,
+                         secret_key=secret_key, down_ms=down_ms)
         self.group = group
+        #: (topic, broker name, queue id) -> the broker id its last answer suggested
+        #: (``PullAPIWrapper.pullFromWhichNodeTable``)
+        self.suggested: dict[tuple[str, str, int], int] = {}
 
     #: a topic a send has just created may be routed a registration round later (RemoteClient)
     route_wait_s = 3.0
 
     async def _broker(self, topic: str, queue_id: int, broker_name: str | None, perm: int) -> str:
+        """The name of the broker group serving queue ``queue_id`` of ``topic`` (``broker_name``
+        if given and it does)."""
         route = await self._cached_route(topic)
-        for q in route.queue_datas:
-            nums = q.read_queue_nums if perm == PERM_READ else q.write_queue_nums
-            if (broker_name is None or q.broker_name == broker_name) and q.perm & perm and queue_id < nums:
-                return master_addr(route, q.broker_name, topic)
-        raise NoRouteError(f"topic {topic!r}: no readable queue {queue_id}"
-                           f"{'' if broker_name is None else f' on broker {broker_name!r}'} in its route")
+        found = _queue_broker(route, queue_id, broker_name, perm)
+        if found is None:  # a route that may be stale: asked again once
+            self._stale(topic)
+            found = _queue_broker(await self._cached_route(topic), queue_id, broker_name, perm)
+        if found is None:
+            raise NoRouteError(f"topic {topic!r}: no readable queue {queue_id}"
+                               f"{'' if broker_name is None else f' on broker {broker_name!r}'} in its route")
+        return found
 
     async def _pull(self, topic: str, queue_id: int, offset: int, max_nums: int, suspend_ms: int,
                     subscription: str, broker_name: str | None) -> PullResult:
-        addr = await self._broker(topic, queue_id, broker_name, PERM_READ)
+        name = await self._broker(topic, queue_id, broker_name, PERM_READ)
         header = PullMessageHeader(
             consumer_group=self.group, topic=topic, queue_id=queue_id, queue_offset=offset, max_msg_nums=max_nums,
             sys_flag=PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms > 0 else 0), commit_offset=0,
             suspend_timeout_millis=suspend_ms, subscription=subscription, sub_version=0, expression_type="TAG",
         )
-        cmd = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=header.to_ext())
-        res = await self.invoke(addr, cmd, timeout_s=self.timeout_s + suspend_ms / 1000, ok=_STATUS.keys())
-        ext: dict[str, Any] = res.ext_fields
-        messages = decode_records(res.body_bytes()) if res.code == ResponseCode.SUCCESS else MESSAGE_SCHEMA.empty_table()
-        return PullResult(_STATUS[ResponseCode(res.code)], int(ext.get("nextBeginOffset", offset)),
-                          int(ext.get("minOffset", -1)), int(ext.get("maxOffset", -1)), messages)
+        key = (topic, name, queue_id)
+
+        async def send(addr: str) -> PullResult:
+            cmd = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=header.to_ext())
+            res = await self.invoke(addr, cmd, timeout_s=self.timeout_s + suspend_ms / 1000, ok=_STATUS.keys())
+            ext: dict[str, Any] = res.ext_fields
+            suggested = int(ext.get("suggestWhichBrokerId", MASTER_ID))
+            self.suggested[key] = suggested  # updatePullFromWhichNode
+            messages = decode_records(res.body_bytes()) if res.code == ResponseCode.SUCCESS \
+                else MESSAGE_SCHEMA.empty_table()
+            return PullResult(_STATUS[ResponseCode(res.code)], int(ext.get("nextBeginOffset", offset)),
+                              int(ext.get("minOffset", -1)), int(ext.get("maxOffset", -1)), messages, addr,
+                              self._broker_id(topic, name, addr), suggested)
+
+        suggested = self.suggested.get(key, MASTER_ID)
+        return await self.on_broker(topic, name, lambda addrs: pull_ids(addrs, suggested), send)
+
+    def _broker_id(self, topic: str, name: str, addr: str) -> int:
+        cached = self._routes.get(topic)
+        for b in cached[0].broker_datas if cached is not None else ():
+            if b.broker_name == name:
+                return next((i for i, a in b.broker_addrs.items() if a == addr), MASTER_ID)
+        return MASTER_ID
 
     def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *, suspend_ms: int = 0,
              subscription: str = "*", broker_name: str | None = None) -> PullResult:
@@ -93,14 +133,47 @@ class PullConsumer(RemoteClient):
         return await self._pull(topic, queue_id, offset, max_nums, suspend_ms, subscription, broker_name)
 
     async def _commit(self, topic: str, queue_id: int, offset: int, broker_name: str | None) -> None:
-        addr = await self._broker(topic, queue_id, broker_name, PERM_READ)
-        cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
-            "consumerGroup": self.group, "topic": topic, "queueId": queue_id, "commitOffset": offset})
-        await self.invoke(addr, cmd)
+        name = await self._broker(topic, queue_id, broker_name, PERM_READ)
+
+        async def send(addr: str) -> None:
+            cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
+                "consumerGroup": self.group, "topic": topic, "queueId": queue_id, "commitOffset": offset})
+            await self.invoke(addr, cmd)
+
+        await self.on_broker(topic, name, offset_ids, send)
 
     def commit(self, topic: str, queue_id: int, offset: int, *, broker_name: str | None = None) -> None:
-        """Store the group's offset of the queue on its broker (code 15, answered)."""
+        """Store the group's offset of the queue on its broker group (code 15, answered): on
+        the master, else (gone, or out of reach) on a slave."""
         call(self._commit(topic, queue_id, offset, broker_name))
 
     async def acommit(self, topic: str, queue_id: int, offset: int, *, broker_name: str | None = None) -> None:
         await self._commit(topic, queue_id, offset, broker_name)
+
+    async def _committed(self, topic: str, queue_id: int, broker_name: str | None) -> int | None:
+        name = await self._broker(topic, queue_id, broker_name, PERM_READ)
+
+        async def send(addr: str) -> int | None:
+            cmd = RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET, ext_fields={
+                "consumerGroup": self.group, "topic": topic, "queueId": queue_id})
+            res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
+            return None if res.code == ResponseCode.QUERY_NOT_FOUND else int(res.ext_fields["offset"])
+
+        return await self.on_broker(topic, name, offset_ids, send)
+
+    def committed(self, topic: str, queue_id: int, *, broker_name: str | None = None) -> int | None:
+        """The group's committed offset of the queue (code 14: the master, else a slave);
+        ``None`` when the broker has none (QUERY_NOT_FOUND)."""
+        return call(self._committed(topic, queue_id, broker_name))
+
+    async def acommitted(self, topic: str, queue_id: int, *, broker_name: str | None = None) -> int | None:
+        return await self._committed(topic, queue_id, broker_name)
+
+
+def _queue_broker(route: TopicRouteData, queue_id: int, broker_name: str | None, perm: int) -> str | None:
+    """The first broker of ``route`` (``broker_name`` if given) with queue ``queue_id`` and ``perm``."""
+    for q in route.queue_datas:
+        nums = q.read_queue_nums if perm == PERM_READ else q.write_queue_nums
+        if (broker_name is None or q.broker_name == broker_name) and q.perm & perm and queue_id < nums:
+            return q.broker_name
+    return None

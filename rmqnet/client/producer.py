@@ -205,6 +205,7 @@ class Producer(RemoteClient):
                 continue
             except _LINK_ERRORS as exc:
                 self.fault.update(q.broker_name, _ms(loop.time() - began), True)
+                self._stale(topic)  # the next send asks the route again (a group may have lost its master)
                 error = exc
                 continue
             self.fault.update(q.broker_name, _ms(loop.time() - began), False)

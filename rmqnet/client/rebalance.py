@@ -2,30 +2,39 @@
 member's share of a topic's queues (RocketMQ 4.9.8's ``MQClientInstance.sendHeartbeatToAllBroker``
 and ``RebalanceImpl.rebalanceByTopic`` for the clustering model).
 
-:meth:`GroupMember.heartbeat` sends HEART_BEAT (34) with this member's subscriptions to the
-master of every broker in the subscribed topics' routes (Java heartbeats every broker it
-knows); each broker then lists it among the group's consumers for as long as the connection
-is open and heartbeats keep coming (the broker drops it 120 s after the last, at once when
-the connection closes, or at :meth:`GroupMember.unregister`: UNREGISTER_CLIENT, 35).
-:meth:`GroupMember.assignment` asks one broker of the topic for the group's members
-(GET_CONSUMER_LIST_BY_GROUP, 38: the first master by broker name, where Java picks one at
-random) and returns this member's share of the topic's readable queues on every broker,
-by :func:`~rmqnet.client.allocate.allocate_averagely` over both lists sorted as Java sorts
-them. Pulling the assigned queues is :class:`~rmqnet.client.consumer.PullConsumer`'s job
+:meth:`GroupMember.heartbeat` sends HEART_BEAT (34) with this member's subscriptions to every
+address, masters and slaves, of the broker groups in the subscribed topics' routes (a
+consumer's ``sendHeartbeatToAllBroker``), at the same time; each broker then lists it among
+the group's consumers for as long as the connection is open and heartbeats keep coming (the
+broker drops it 120 s after the last, at once when the connection closes, or at
+:meth:`GroupMember.unregister`: UNREGISTER_CLIENT, 35, to every address too). An address that
+fails at the link is marked down (:mod:`rmqnet.client.failover`) and skipped while it is, as
+Java logs it and goes on. :meth:`GroupMember.assignment` asks one broker of the topic for the
+group's members (GET_CONSUMER_LIST_BY_GROUP, 38: the groups by broker name, the master
+first, the next address at once when one fails at the link, where Java picks a group at
+random) and returns this member's share of the topic's readable queues on every broker
+group (a group without its master included: its slave serves the reads), by
+:func:`~rmqnet.client.allocate.allocate_averagely` over both lists sorted as Java sorts them.
+Pulling the assigned queues is :class:`~rmqnet.client.consumer.PullConsumer`'s job
 (``broker_name=`` names a queue's broker).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
+from collections.abc import Callable
+
+from rmqlog import Clock
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.route import TopicRouteData
 from ..transport import Limits
 from .allocate import allocate_averagely, read_queues
 from .errors import ClientError, NoRouteError
+from .failover import DOWN_MS, consumer_list_addrs, heartbeat_addrs
 from .latency import QueueRef
 from .loop import call
 from .remote import RemoteClient
@@ -47,8 +56,9 @@ class GroupMember(RemoteClient):
 
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, client_id: str | None = None,
                  timeout_s: float = 3.0, limits: Limits | None = None, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
-        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, access_key=access_key, secret_key=secret_key)
+                 secret_key: str | None = None, clock: Clock | None = None, down_ms: int = DOWN_MS) -> None:
+        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock, access_key=access_key,
+                         secret_key=secret_key, down_ms=down_ms)
         self.group = group
         self.client_id = client_id or default_client_id()
         self.subscriptions: dict[str, str] = {}
@@ -66,38 +76,67 @@ class GroupMember(RemoteClient):
             "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False, "subscriptionDataSet": subs}]}
         return json.dumps(data, separators=(",", ":")).encode()
 
-    async def _masters(self) -> list[str]:
-        addrs: set[str] = set()
+    async def _addresses(self) -> list[str]:
+        """Every address of the subscribed topics' broker groups (masters and slaves)."""
+        groups = []
         for topic in self.subscriptions:
-            route = await self._cached_route(topic)
-            addrs.update(a for b in route.broker_datas if (a := b.master_addr()))
-        return sorted(addrs)
+            groups.extend((await self._cached_route(topic)).broker_datas)
+        return heartbeat_addrs(groups, consumer=True)
+
+    async def _to_all(self, make: Callable[[], RemotingCommand]) -> list[str]:
+        """``make()`` sent to every address not down, at the same time; those that answered.
+        A link failure marks its address down; a refusal (:class:`BrokerError`) is raised, and
+        so is the last link failure when no address answered."""
+        every = await self._addresses()
+        addrs = [a for a in every if not self.down.is_down(a)] or every  # all down: all tried
+        outcomes = await asyncio.gather(*(self.invoke(a, make()) for a in addrs), return_exceptions=True)
+        answered, lost = [], None
+        for addr, out in zip(addrs, outcomes, strict=True):
+            if isinstance(out, OSError):  # the transport's errors: Java logs them and goes on
+                self.down.mark(addr)
+                lost = out
+            elif isinstance(out, BaseException):
+                raise out
+            else:
+                self.down.clear(addr)
+                answered.append(addr)
+        if not answered and lost is not None:
+            raise lost
+        return answered
 
     async def _heartbeat(self) -> list[str]:
         if not self.subscriptions:
             raise ClientError(f"group {self.group!r}: no subscription to heartbeat (subscribe first)")
         body = self._heartbeat_body()
-        addrs = await self._masters()
-        for addr in addrs:
-            await self.invoke(addr, RemotingCommand(RequestCode.HEART_BEAT, body=body))
-        return addrs
+        return await self._to_all(lambda: RemotingCommand(RequestCode.HEART_BEAT, body=body))
 
     def heartbeat(self) -> list[str]:
-        """HEART_BEAT to the master of every broker of the subscribed topics; their addresses.
-        Raises :class:`BrokerError`, the transport's errors, :class:`ClientError` without a
-        subscription."""
+        """HEART_BEAT to every address (masters and slaves) of the subscribed topics' brokers
+        that is not marked down; the addresses that answered. Raises :class:`BrokerError`, the
+        transport's error when none answered, :class:`ClientError` without a subscription."""
         return call(self._heartbeat())
 
     async def aheartbeat(self) -> list[str]:
         return await self._heartbeat()
 
     async def _members(self, route: TopicRouteData, topic: str) -> list[str]:
-        masters = sorted((b.broker_name, a) for b in route.broker_datas if (a := b.master_addr()))
-        if not masters:
-            raise NoRouteError(f"topic {topic!r}: no broker with a master in its route")
-        res = await self.invoke(masters[0][1], RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP,
-                                                               ext_fields={"consumerGroup": self.group}),
-                                ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+        addrs = consumer_list_addrs(route.broker_datas, self.down)
+        if not addrs:
+            raise NoRouteError(f"topic {topic!r}: no broker address in its route")
+        lost: OSError | None = None
+        for addr in addrs:
+            cmd = RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields={"consumerGroup": self.group})
+            try:
+                res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
+            except OSError as exc:
+                self.down.mark(addr)
+                lost = exc
+                continue
+            self.down.clear(addr)
+            break
+        else:
+            assert lost is not None
+            raise lost
         if res.code == ResponseCode.SYSTEM_ERROR:  # "no consumer for this group": nobody to share with
             return []
         try:
@@ -125,11 +164,11 @@ class GroupMember(RemoteClient):
     async def aassignment(self, topic: str) -> list[QueueRef]:
         return await self._assignment(topic)
 
-    async def _unregister(self) -> None:
-        for addr in await self._masters():
-            await self.invoke(addr, RemotingCommand(RequestCode.UNREGISTER_CLIENT, ext_fields={
-                "clientID": self.client_id, "consumerGroup": self.group, "producerGroup": ""}))
+    async def _unregister(self) -> list[str]:
+        return await self._to_all(lambda: RemotingCommand(RequestCode.UNREGISTER_CLIENT, ext_fields={
+            "clientID": self.client_id, "consumerGroup": self.group, "producerGroup": ""}))
 
-    def unregister(self) -> None:
-        """UNREGISTER_CLIENT (35) to every broker heartbeated: the group rebalances without it."""
-        call(self._unregister())
+    def unregister(self) -> list[str]:
+        """UNREGISTER_CLIENT (35) to every address heartbeated (Java's ``unregisterClient``):
+        the group rebalances without it; the addresses that answered."""
+        return call(self._unregister())

@@ -6,23 +6,37 @@ Connections belong to the event loop that made them: a client keeps one set per 
 blocking methods run on the clients' background loop (:mod:`rmqnet.client.loop`); its
 ``a``-prefixed coroutines run on the caller's own loop, with connections of that loop, so an
 asyncio program pays no thread hop per request. Routes are cached per client, shared by all.
+
+Reads of a broker group (:meth:`RemoteClient.on_broker`) go to the address the rule of
+:mod:`rmqnet.client.failover` puts first; one that fails at the link is marked down (the
+client's :class:`~rmqnet.client.failover.DownMarks`, on its clock), the request goes at once
+to the group's next address, and the topic's route is asked again at its next use. A route
+in which a group has no master is kept only ``down_ms`` (not :attr:`RemoteClient.ROUTE_TTL_S`),
+so a master back under its name is seen soon; an address a route shows again after it was
+absent is up again at once. A route the name servers cannot give now is answered from the
+one cached, however old (Java keeps its route table too).
 """
 
 from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from rmqlog import Clock, SystemClock
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.acl_sign import sign
-from ..remoting.route import TopicRouteData
+from ..remoting.route import MASTER_ID, TopicRouteData
 from ..transport import ClientConnection, Limits
 from .errors import BrokerError, NoRouteError, TopicNotFoundError
+from .failover import DOWN_MS, DownMarks, candidates, group_of, is_address
 from .loop import call
+
+T = TypeVar("T")
+#: a rule of :mod:`rmqnet.client.failover`: a group's broker ids in the order to try them
+Rule = Callable[[Mapping[int, str]], list[int]]
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -37,13 +51,15 @@ class RemoteClient:
     """Connections to the name servers (``namesrv``: ``"host:port"``, several separated by
     ``;`` as RocketMQ's ``namesrvAddr``) and to brokers, by address. With ``access_key`` and
     ``secret_key`` every request is signed for a broker's ACL (``AccessKey`` and
-    ``Signature`` added as RocketMQ's ``AclClientRPCHook`` adds them)."""
+    ``Signature`` added as RocketMQ's ``AclClientRPCHook`` adds them). ``down_ms``: how long
+    an address whose request failed at the link is avoided by reads (``down``)."""
 
     #: a cached route is asked again after this long (RocketMQ's ``pollNameServerInterval``)
     ROUTE_TTL_S = 30.0
 
     def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None,
-                 clock: Clock | None = None, access_key: str | None = None, secret_key: str | None = None) -> None:
+                 clock: Clock | None = None, access_key: str | None = None, secret_key: str | None = None,
+                 down_ms: int = DOWN_MS) -> None:
         if (access_key is None) != (secret_key is None):
             raise ValueError("access_key and secret_key go together")
         self.credentials = None if access_key is None or secret_key is None else (access_key, secret_key)
@@ -57,7 +73,9 @@ class RemoteClient:
         self.limits = limits
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopConnections] = weakref.WeakKeyDictionary()
         self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], _LoopConnections] | None = None
-        self._routes: dict[str, tuple[TopicRouteData, float]] = {}  # topic -> (route, when asked)
+        self._routes: dict[str, tuple[TopicRouteData, float]] = {}  # topic -> (route, when it expires)
+        #: addresses avoided by reads for a while (:mod:`rmqnet.client.failover`)
+        self.down = DownMarks(self.clock, down_ms)
 
     # ---- connections -------------------------------------------------------------------
 
@@ -141,10 +159,30 @@ class RemoteClient:
             if res.code == ResponseCode.TOPIC_NOT_EXIST:
                 raise TopicNotFoundError(topic, res.remark, addr)
             route = TopicRouteData.decode(res.body_bytes())
-            self._routes[topic] = (route, self.clock.monotonic())
+            self._learn(topic, route)
             return route
         assert last is not None
         raise last
+
+    def _learn(self, topic: str, route: TopicRouteData) -> None:
+        """Cache ``route``, for :attr:`ROUTE_TTL_S`, or ``down_ms`` when a group in it has no
+        master; addresses it shows that the last one lacked are up again (registered again)."""
+        old = self._routes.get(topic)
+        before = {a for b in old[0].broker_datas for a in b.broker_addrs.values()} if old is not None else None
+        for b in route.broker_datas:
+            for addr in b.broker_addrs.values():
+                if before is not None and addr not in before:
+                    self.down.clear(addr)
+        ttl = self.ROUTE_TTL_S
+        if any(MASTER_ID not in b.broker_addrs for b in route.broker_datas):
+            ttl = min(ttl, self.down.down_ms / 1000)
+        self._routes[topic] = (route, self.clock.monotonic() + ttl)
+
+    def _stale(self, topic: str) -> None:
+        """The cached route of ``topic`` is asked again at its next use (kept meanwhile)."""
+        cached = self._routes.get(topic)
+        if cached is not None:
+            self._routes[topic] = (cached[0], float("-inf"))
 
     #: how long a lookup of a topic the name servers do not know is repeated before
     #: :class:`TopicNotFoundError` (0: not repeated). A topic a send just created on a broker
@@ -157,7 +195,7 @@ class RemoteClient:
 
     async def _cached_route(self, topic: str) -> TopicRouteData:
         cached = self._routes.get(topic)
-        if cached is not None and self.clock.monotonic() - cached[1] < self.ROUTE_TTL_S:
+        if cached is not None and self.clock.monotonic() < cached[1]:
             return cached[0]
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.route_wait_s
@@ -167,6 +205,10 @@ class RemoteClient:
             except TopicNotFoundError:
                 if loop.time() + self.ROUTE_RETRY_S > deadline:
                     raise
+            except (OSError, BrokerError):
+                if cached is None:
+                    raise
+                return cached[0]  # no name server answers now: the route known, however old
             await asyncio.sleep(self.ROUTE_RETRY_S)  # the name server is asked again: its state is remote
 
     def route(self, topic: str) -> TopicRouteData:
@@ -175,6 +217,57 @@ class RemoteClient:
 
     async def aroute(self, topic: str) -> TopicRouteData:
         return await self._route(topic)
+
+    # ---- reads of a broker group, with failover ------------------------------------------
+
+    async def on_broker(self, topic: str, broker: str, rule: Rule, send: Callable[[str], Awaitable[T]]) -> T:
+        """``send(addr)`` to an address of broker group ``broker`` (its broker name in
+        ``topic``'s route): the addresses of :func:`~rmqnet.client.failover.candidates` for
+        ``rule`` in turn, until one answers. One that fails at the link (an ``OSError``:
+        refused, reset, timed out) is marked down and the next is asked at once; when every
+        address of the cached route failed, or it has none, the route is asked afresh and its
+        addresses not yet tried are asked. ``broker`` an address (``host:port``): that broker
+        alone, as given (a failure still marks it down). Raises the last link error,
+        :class:`NoRouteError` when the route has no such group, :class:`TopicNotFoundError`;
+        whatever ``send`` raises otherwise (a broker's refusal: no failover)."""
+        if is_address(broker):
+            return await self._attempt(topic, broker, send)
+        tried: set[str] = set()
+        last: OSError | None = None
+        for fresh in (False, True):
+            if fresh:
+                self._stale(topic)
+            try:
+                route = await self._cached_route(topic)
+            except (OSError, BrokerError):  # (TopicNotFoundError included) no route at all
+                if last is None:
+                    raise
+                break
+            group = group_of(route, broker)
+            ids = rule(group.broker_addrs) if group is not None else []
+            for addr in candidates(group, ids, self.down):
+                if addr in tried:
+                    continue
+                tried.add(addr)
+                try:
+                    return await self._attempt(topic, addr, send)
+                except OSError as exc:  # the transport's errors are OSErrors
+                    last = exc
+        if last is not None:
+            raise last
+        raise NoRouteError(f"topic {topic!r}: broker {broker!r} has no address in the route")
+
+    async def _attempt(self, topic: str, addr: str, send: Callable[[str], Awaitable[T]]) -> T:
+        """``send(addr)``: a link failure marks ``addr`` down (the route of ``topic`` is asked
+        again at its next use), an answer marks it up."""
+        try:
+            result = await send(addr)
+        except OSError:
+            self.down.mark(addr)
+            self._stale(topic)
+            raise
+        self.down.clear(addr)
+        return result
 
 
 class _LoopConnections:

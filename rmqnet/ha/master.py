@@ -21,7 +21,14 @@ RocketMQ's ``push2SlaveMaxOffset``) and answers ``wait_for_replica(offset, timeo
 connected and ``put_where - push_offset < haSlaveFallbehindMax``). Writers are woken by
 :meth:`HAServer.notify_appended` (the broker after a put; thread-safe) and by the store's
 arrival signal (appends of other processes on the host). ``run_once(now_ms)`` closes
-connections silent for ``haHousekeepingInterval``.
+connections silent for ``haHousekeepingInterval`` and records ``push_offset`` as the store's
+replication checkpoint (``store.set_replication_checkpoint``) when it moved, at most every
+:data:`CHECKPOINT_INTERVAL_MS` (and at :meth:`HAServer.stop`): should this store come back as
+a slave after a failover, it compares what lies past that offset with its new master's log
+before it trusts it (:mod:`rmqnet.ha.verify`). The checkpoint may lag the acknowledgements by
+that interval (a kill in between): it then says less than the slave holds, which only makes the
+comparison start earlier. A slave comparing its log reports how far it matched (never past
+what this master holds), so it passes the checks below like any other.
 """
 
 from __future__ import annotations
@@ -47,6 +54,8 @@ log = logging.getLogger(__name__)
 
 #: bytes read from the store per round of a writer (cut into transfers of the batch size)
 READ_AHEAD = 256 * 1024
+#: the least time (ms) between two records of ``push_offset`` as the replication checkpoint
+CHECKPOINT_INTERVAL_MS = 1000
 
 
 class SlaveLink:
@@ -135,6 +144,9 @@ class HAServer:
         self._unsubscribe: Any = None
         #: set once a slave's first report arrived (tests and tools await it)
         self.slave_reported = asyncio.Event()
+        #: the ``push_offset`` last recorded as the store's replication checkpoint, and when
+        self.recorded_offset = 0
+        self._recorded_ms: int | None = None
 
     # --------------------------------------------------------------- lifecycle
     async def start(self) -> int:
@@ -146,7 +158,8 @@ class HAServer:
         return self.port
 
     async def stop(self) -> None:
-        """Stop listening and close every slave connection; waiters get ``False``."""
+        """Stop listening and close every slave connection (``push_offset`` recorded as the
+        store's replication checkpoint); waiters get ``False``."""
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -166,6 +179,7 @@ class HAServer:
             if not fut.done():
                 fut.set_result(False)
         self._waiters.clear()
+        self.record_checkpoint(self.clock.wall_ms(), force=True)
 
     @property
     def address(self) -> str:
@@ -224,12 +238,32 @@ class HAServer:
 
     # ------------------------------------------------------------ housekeeping
     def run_once(self, now_ms: int) -> int:
-        """Close connections that sent nothing for ``housekeeping_ms``; returns how many."""
+        """Close connections that sent nothing for ``housekeeping_ms`` (returns how many);
+        record ``push_offset`` as the replication checkpoint (:meth:`record_checkpoint`)."""
         stale = [link for link in self.links if now_ms - link.last_read_ms > self.housekeeping_ms]
         for link in stale:
             log.warning("HA: slave %s silent for %d ms: closing", link.address, now_ms - link.last_read_ms)
             self.links[link].close()
+        self.record_checkpoint(now_ms)
         return len(stale)
+
+    def record_checkpoint(self, now_ms: int, *, force: bool = False) -> bool:
+        """Record ``push_offset`` as the store's replication checkpoint when it moved since the
+        last record, at most every :data:`CHECKPOINT_INTERVAL_MS` unless ``force``; returns
+        whether it wrote. A failed write (a full disk, a closed store) is logged and tried
+        again at the next round."""
+        offset = self.push_offset
+        if offset <= 0 or offset == self.recorded_offset:
+            return False
+        if not force and self._recorded_ms is not None and now_ms - self._recorded_ms < CHECKPOINT_INTERVAL_MS:
+            return False
+        try:
+            self.store.set_replication_checkpoint(offset)
+        except StoreError as exc:
+            log.warning("HA: cannot record the slaves' acknowledged offset %d: %s", offset, exc)
+            return False
+        self.recorded_offset, self._recorded_ms = offset, now_ms
+        return True
 
     # ------------------------------------------------------------ connections
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

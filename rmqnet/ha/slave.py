@@ -11,6 +11,18 @@ once. A stream the store refuses (a damaged or foreign record: ``ReplicaStreamEr
 malformed header, or an offset that does not match closes the connection; the store has
 published only the records before the bad one, and the next connection reports that end.
 
+A store that was a master (it has a replication checkpoint ``A``: how far a slave acknowledged
+its log) does not trust what it holds past ``A``: its first session compares the master's
+stream with its own log (:mod:`rmqnet.ha.verify`), reporting ``A`` rounded down to a record
+boundary and then how far the bytes matched. Where they part (a byte differs, or the master's
+log ends before this one) it cuts its log there (``store.replica_truncate``: the whole records
+ending at or before that offset stay), clears the checkpoint, logs a warning with the bytes
+dropped and the offset, drops the connection and reconnects at once reporting its new end;
+when every byte matched it clears the checkpoint and goes on as a slave in the same session,
+appending what comes after its end. A store without a checkpoint reports its end. A cut the
+store refuses (another process has it open: ``StoreBusyError``) is logged and tried again
+with the next session (back-off).
+
 Its timing is a service on the clock: :meth:`HAClient.run_once` (``now_ms``) starts a
 connection when none is open and its back-off has passed (``backoff_min_ms``, doubling up to
 ``backoff_max_ms`` after each failure, back to the minimum once a session has applied a
@@ -29,6 +41,7 @@ from typing import Any
 
 from rmqlog import Clock, MessageStore, StoreError, SystemClock
 
+from .verify import RejoinVerifier, Verdict
 from .wire import (
     HEARTBEAT_INTERVAL_MS,
     HOUSEKEEPING_INTERVAL_MS,
@@ -91,6 +104,10 @@ class HAClient:
         self._closed = False
         #: set whenever the end moved (tests and the broker await it instead of polling)
         self.progress = asyncio.Event()
+        #: the comparison of this session, while it runs (see the module docstring)
+        self.verifier: RejoinVerifier | None = None
+        #: (offset cut at, bytes dropped) of each cut this client made, oldest first
+        self.cuts: list[tuple[int, int]] = []
 
     def set_master(self, address: str | None) -> None:
         """The master's HA address (``None``/empty: none known); a change drops the current
@@ -128,7 +145,8 @@ class HAClient:
             log.warning("HA: master silent for %d ms: closing", now_ms - self.last_read_ms)
             writer.close()
         elif now_ms - self.last_report_ms >= self.heartbeat_ms:
-            self._report(self.store.replica_end(), force=True)
+            verifier = self.verifier
+            self._report(verifier.position if verifier is not None else self.store.replica_end(), force=True)
 
     async def close(self) -> None:
         """Stop: the connection closed, no new one; appends in progress finish."""
@@ -166,7 +184,8 @@ class HAClient:
         segment = self.store.config.mapped_file_size_commit_log
         try:
             end = self.store.replica_end()
-            self._report(end, force=True)
+            verifier = self.verifier = await loop.run_in_executor(self._executor, self._start_verifier)
+            self._report(verifier.position if verifier is not None else end, force=True)
             while True:
                 data = await reader.read(1 << 20)
                 if not data:
@@ -175,6 +194,22 @@ class HAClient:
                 transfers = decoder.feed(data)
                 if not transfers:
                     continue
+                if verifier is not None:
+                    verdict = await loop.run_in_executor(self._executor, verifier.feed, transfers, self._local)
+                    if verdict is None:
+                        self._report(verifier.position)
+                        continue
+                    await loop.run_in_executor(self._executor, self._settle, verdict, master)
+                    self.verifier = verifier = None
+                    if not verdict.matched:
+                        self.next_attempt_ms = self.clock.wall_ms()  # reconnect at once, reporting the new end
+                        self.backoff_ms = self.backoff_min_ms
+                        self.progress.set()
+                        return
+                    end, transfers = verdict.offset, verdict.rest
+                    if not transfers:
+                        self._report(end)
+                        continue
                 check_offsets(transfers, end)
                 for t in join_transfers(transfers, segment):
                     if t.data:
@@ -188,13 +223,63 @@ class HAClient:
         except (ConnectionError, OSError) as exc:
             self._failed(f"{type(exc).__name__}: {exc}")
         finally:
+            self.verifier = None
             self._writer = None
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
 
+    # ----------------------------------------------------------- rejoining
+    def _start_verifier(self) -> RejoinVerifier | None:
+        """The comparison this session starts with (worker thread): ``None`` without a
+        replication checkpoint, or when the whole log lies below it (the checkpoint cleared)."""
+        store = self.store
+        ack = store.replication_checkpoint()
+        if ack is None:
+            return None
+        end = store.published_tail()
+        start = max(store.record_boundary(min(ack, end)), store.commit_log_min_offset())
+        if start >= end:
+            log.info("HA: this log ends at %d, below what a slave acknowledged (%d): nothing to compare", end, ack)
+            store.set_replication_checkpoint(None)
+            return None
+        log.warning("HA: this store was a master whose slave acknowledged its log up to %d; comparing [%d, %d) with "
+                    "the master's before replicating", ack, start, end)
+        return RejoinVerifier(start, end)
+
+    def _local(self, offset: int, n: int) -> bytes:
+        """This store's published bytes ``[offset, offset + n)`` (worker thread)."""
+        parts = []
+        while n > 0:
+            data = self.store.replica_read(offset, n)
+            if not data:
+                raise StoreError(f"this log ends at {offset}, short of the bytes compared")
+            parts.append(data)
+            offset += len(data)
+            n -= len(data)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _settle(self, verdict: Verdict, master: tuple[str, int]) -> None:
+        """Act on the comparison (worker thread): cut the log where it parts from the master's,
+        then clear the checkpoint (a crash between the two compares again: no harm)."""
+        store = self.store
+        if verdict.matched:
+            log.info("HA: this log matches the master %s:%d's up to its end %d: replicating from there", *master,
+                     verdict.offset)
+        else:
+            tail = store.published_tail()
+            new_end = store.replica_truncate(verdict.offset)
+            self.cuts.append((new_end, tail - new_end))
+            log.warning("HA: %d bytes of this log from offset %d are not in the master %s:%d's log (%s at %d): "
+                        "dropped; replicating from %d", tail - new_end, new_end, *master, verdict.why, verdict.offset,
+                        new_end)
+        store.set_replication_checkpoint(None)
+
     def status(self) -> dict[str, Any]:
-        """What the slave knows: master, connected, its end, the last error."""
+        """What the slave knows: master, connected, its end, the last error, how far a comparison
+        under way has matched, the cuts made."""
+        verifier = self.verifier
         return {"master": None if self.master is None else f"{self.master[0]}:{self.master[1]}",
                 "connected": self.connected, "end": self.store.replica_end(), "lastError": self.last_error,
-                "connects": self.connects}
+                "connects": self.connects, "verifiedUpTo": None if verifier is None else verifier.position,
+                "cuts": list(self.cuts)}

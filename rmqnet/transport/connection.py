@@ -175,6 +175,12 @@ class Connection(asyncio.Protocol):
             self._flush()
 
     def eof_received(self) -> bool | None:
+        # The peer closed: what is kept per connection (a broker's clients, its held pulls) is
+        # forgotten now, in the order the loop read it. asyncio runs connection_lost one round
+        # later, after requests of other connections read in the same round as this EOF: a
+        # member gone would still be listed to a request sent after it left.
+        self._closed = True  # nothing more is served or answered on it
+        self._run_on_close()
         return None  # close our side too: RocketMQ's peers never half-close on purpose
 
     def pause_writing(self) -> None:
@@ -201,6 +207,10 @@ class Connection(asyncio.Protocol):
                 w.future.set_exception(ConnectionLostError(w.code, self.remote, reason))
         self._lost_event.set()
         self._writable.set()  # invokes waiting to write see the loss
+        self._run_on_close()
+
+    def _run_on_close(self) -> None:
+        """The ``on_close`` callbacks, once (at the peer's EOF, else when the connection is lost)."""
         callbacks, self.on_close = self.on_close, []
         for cb in callbacks:
             try:

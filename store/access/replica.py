@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import struct
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -103,6 +105,17 @@ class ReplicaWriter:
         self._mark: tuple[int, int] | None = None
         #: the fast form of the continuation checks (off: always the general one; tests compare them)
         self.fast = True
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No append of this writer runs while held (a replica truncation cuts the log under
+        it); on exit the writer forgets what it received past the published tail (the next
+        append starts from the tail, scrubbing what is there)."""
+        with self._lock:
+            try:
+                yield
+            finally:
+                self._mark = None
 
     def end(self) -> int:
         """Where the next replicated bytes must start: the published tail plus what was

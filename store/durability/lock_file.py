@@ -39,6 +39,14 @@ says nobody else has the store open *now*, not that everybody who had it closed 
 it get the lock shared when it finishes, or when it dies; in the second case the file is
 still there, the store half recovered, and they let the lock go and try again to be the
 first opener themselves, so a store is never used without its recovery having completed.
+
+An open store can take the same position again for an operation that changes files others
+would be reading (:meth:`StoreLockFile.alone`: a replication slave cutting its log back): the
+lock upgraded to exclusive without waiting (refused, :class:`rmqlog.errors.StoreBusyError`
+naming the holders, while another process or another store of this process has it open) and
+``recovering`` made for its duration. A process opening the store meanwhile waits; if the
+operation's process dies before the end, that opener finds ``recovering`` (and ``abort``)
+and recovers the store, as after a first opener that died.
 """
 
 from __future__ import annotations
@@ -51,11 +59,12 @@ import random
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .. import safe_open
-from ..errors import raise_if_disk_full
+from ..errors import StoreBusyError, raise_if_disk_full
 from ..fileio import lockf_blocking
 
 log = logging.getLogger(__name__)
@@ -206,6 +215,26 @@ class StoreLockFile:
             lockf_blocking(self._open_fd(), fcntl.LOCK_SH, 1, 0)  # a downgrade, atomic for POSIX locks
         finally:
             self.mutex.release()
+
+    @contextmanager
+    def alone(self, doing: str) -> Iterator[None]:
+        """Hold the open store alone while ``doing`` runs (see the module docstring): the lock
+        exclusive and ``recovering`` made, both undone at the end (the lock shared again).
+        :class:`StoreBusyError` naming the holders, nothing changed, when another process (or
+        another open store of this process) has the store open; needs this process to have it
+        open (the store's owner)."""
+        with self.mutex:
+            if self._fd is None or self._count != 1 or not self._try_exclusive():
+                raise StoreBusyError(f"{doing} needs the store to itself", path=str(self.lock_path.parent),
+                                     holders=self.holders())
+            try:
+                self._touch(self.recovering_path)
+                try:
+                    yield
+                finally:
+                    safe_open.unlink(self.recovering_path)
+            finally:
+                lockf_blocking(self._open_fd(), fcntl.LOCK_SH, 1, 0)  # a downgrade, atomic for POSIX locks
 
     @staticmethod
     def _touch(path: Path) -> None:

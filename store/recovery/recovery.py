@@ -325,16 +325,9 @@ def _has_data(parts: StoreParts, start: int) -> bool:
 
 
 def _truncate_commitlog(parts: StoreParts, end: int) -> int:
-    """Clear the bytes past ``end`` in its segment and delete later segments; returns the non-zero bytes dropped.
-
-    The oldest segment is cleared rather than deleted, so the log keeps its start offset.
-    Only data regions are read (holes are zeros), with ``pread``, and cleared by
-    :meth:`MappedFile.clear` (holes punched, never a store into the mapping: no SIGBUS on
-    a full disk, and the blocks are freed), then synced so the cut survives a power loss.
-    """
+    """Remove what killed writers left beside the segments, then :func:`cut_commitlog` at
+    ``end``; returns the non-zero bytes dropped."""
     segs = parts.commitlog.segments
-    starts = segs.segment_starts()
-    dropped = 0
     # a writer killed while creating a segment leaves its temporary file
     for name, found in safe_open.entries(segs.directory):
         if name.startswith(".") and name.endswith(".tmp") and found != safe_open.FOLDER:
@@ -343,6 +336,23 @@ def _truncate_commitlog(parts: StoreParts, end: int) -> int:
     for name, found in safe_open.entries(segs.prepared_dir):
         if found != safe_open.FOLDER and not safe_open.is_set_aside(name):
             safe_open.unlink(segs.prepared_dir / name)
+    return cut_commitlog(parts, end)
+
+
+def cut_commitlog(parts: StoreParts, end: int) -> int:
+    """Clear the bytes past ``end`` in its segment and delete later segments; returns the non-zero bytes dropped.
+
+    The oldest segment is cleared rather than deleted, so the log keeps its start offset.
+    Only data regions are read (holes are zeros), with ``pread``, and cleared by
+    :meth:`MappedFile.clear` (holes punched, never a store into the mapping: no SIGBUS on
+    a full disk, and the blocks are freed), then synced so the cut survives a power loss.
+    Recovery (alone with the store) and a replica truncation of an open store
+    (:mod:`rmqlog.recovery.truncate`, under the append lock) call it; a segment deleted here
+    that a reader of this process still maps stays readable to it until it lets go.
+    """
+    segs = parts.commitlog.segments
+    starts = segs.segment_starts()
+    dropped = 0
     for start in starts:
         if start + segs.size <= end:
             continue

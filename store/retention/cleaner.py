@@ -39,7 +39,8 @@ import logging
 import os
 import struct
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -117,6 +118,13 @@ class Retention:
         self.state_file = RetentionStateFile(parts.paths.retention_state, parts.paths.commitlog_dir)
         self._busy_since: dict[int, int] = {}  # segment start -> when a pass first found it held
         self._lock = threading.Lock()  # one pass at a time in this process (other processes: the append lock)
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No pass of this process runs while held (a replica truncation cuts the log's end:
+        a pass must not delete by a tail it read before the cut)."""
+        with self._lock:
+            yield
 
     # ----------------------------------------------------------- service
     def run_once(self, now: float) -> bool:

@@ -59,7 +59,8 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -148,6 +149,22 @@ class DelayScheduler:
         #: without them): confirms a ``delayOffset.json`` offset no writer marker confirms
         self.delivered_probe: Callable[[str, str], bool] | None = None
         self._confirmed: dict[tuple[int, int], int] = {}  # (level, file's offset) -> confirmed
+
+    @contextmanager
+    def paused(self) -> Iterator[None]:
+        """No pass of this process runs while held (the replication calls that change what a
+        pass reads: a replica truncation, a slave's copy of its master's delay offsets)."""
+        with self._thread_lock:
+            yield
+
+    def log_cut(self) -> None:
+        """The log was cut back (a replica truncation): what this scheduler remembers of it is
+        forgotten, and the timer's index is rebuilt from the timer queue at the next pass (its
+        files may hold entries of records that are gone; its progress, if past what the kept
+        log's ``timer`` marker says, would skip them). Caller holds :meth:`paused`."""
+        self._confirmed.clear()
+        if self.timer is not None:
+            self.timer.forget()
 
     def now_ms(self) -> int:
         """The scheduler's clock (``wall_ms``: the store's clock unless a test set another)."""

@@ -136,6 +136,12 @@ class TimerDelivery:
         self.wheel = TimerWheel(parts.paths.root / "timer", wheel_slots(max_delay_ms, precision_ms), precision_ms)
         self._checked = False  # whether the index's files were checked (or rebuilt) since the store opened
 
+    def forget(self) -> None:
+        """Rebuild the index from the timer queue at the next pass (see
+        :meth:`rmqlog.schedule.scheduler.DelayScheduler.log_cut`)."""
+        self.wheel.invalidate()
+        self._checked = False
+
     def deliver(self, d_new: int) -> tuple[int, int]:
         """One pass up to ``d_new`` (ms; the caller applies step 1's bound). Returns (messages
         delivered, messages lost to retention before delivery)."""

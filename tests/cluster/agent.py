@@ -8,7 +8,8 @@ failed). Orders (``op``):
 
 - ``producer`` {namesrv, fault, timeout_s}: a Producer (``send_latency_fault_enable=fault``);
 - ``send`` {topic, n, prefix}: ``n`` sends one after the other; per send ``{"ok": true,
-  "broker": <address in the offset msgId>, "queue": id, "key": UNIQ_KEY}`` or ``{"ok": false,
+  "broker": <address in the offset msgId>, "offset": <commitlog offset in it>, "queue": id,
+  "key": UNIQ_KEY, "status": SEND_OK | FLUSH_SLAVE_TIMEOUT | ...}`` or ``{"ok": false,
   "error": type name}``: what the caller was told (the history a checker compares);
 - ``route`` {topic, brokers, timeout_s}: waits until the name server routes the topic to
   ``brokers`` masters (the brokers register a round after they start); answers their names;
@@ -22,7 +23,12 @@ failed). Orders (``op``):
 - ``commit`` {namesrv, group, topic, broker (its address), queue, offset}: a committed offset;
 - ``cli`` {args}: ``rmqlog ARGS`` run in this process (``rmqnet.cli.main``); its exit status,
   stdout and stderr;
-- ``fault`` : the producer's fault table ``{broker: [latency_ms, ms_left]}``.
+- ``fault`` : the producer's fault table ``{broker: [latency_ms, ms_left]}``;
+- ``pull`` {namesrv, group, topic, queue, offset, max, broker, timeout_s, down_ms}: one pull by
+  the group's PullConsumer (made at its first pull, kept: its down-marks last across orders);
+  its status, next offset, bodies, the address that answered, its broker id and the seconds
+  the pull took;
+- ``route_ids`` {namesrv, topic}: the broker ids of each broker group in the topic's route.
 """
 
 from __future__ import annotations
@@ -41,6 +47,7 @@ class Agent:
     def __init__(self) -> None:
         self.producer: Producer | None = None
         self.members: dict[str, GroupMember] = {}
+        self.consumers: dict[str, PullConsumer] = {}
 
     def producer_(self, o: dict[str, Any]) -> dict[str, Any]:
         self.producer = Producer("PG", o["namesrv"], send_latency_fault_enable=bool(o.get("fault", True)),
@@ -53,7 +60,8 @@ class Agent:
         for i in range(int(o["n"])):
             try:
                 r = self.producer.send(o["topic"], f"{o.get('prefix', 'm')}-{i}".encode())
-                results.append({"ok": True, "broker": parse_offset_msg_id(r.offset_msg_id)[0], "queue": r.queue_id,
+                broker, offset = parse_offset_msg_id(r.offset_msg_id)
+                results.append({"ok": True, "broker": broker, "offset": offset, "queue": r.queue_id,
                                 "key": r.msg_id, "status": r.status})
             except Exception as exc:  # what the caller was told is the point
                 results.append({"ok": False, "error": type(exc).__name__, "text": str(exc)})
@@ -90,13 +98,9 @@ class Agent:
         m = self.members[o["id"]]
         topic = o["topic"]
         got = []
-        with Admin(m.namesrv_addrs[0]) as admin, PullConsumer(m.group, m.namesrv_addrs[0]) as consumer:
-            route = admin.route(topic)
-            masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
+        with PullConsumer(m.group, m.namesrv_addrs[0]) as consumer:
             for q in m.assignment(topic):
-                addr = masters[q.broker_name]
-                assert addr is not None
-                offset = admin.query_offset(addr, m.group, topic, q.queue_id) or 0
+                offset = consumer.committed(topic, q.queue_id, broker_name=q.broker_name) or 0
                 while True:
                     res = consumer.pull(topic, q.queue_id, offset, 32, broker_name=q.broker_name)
                     if res.status != "FOUND":
@@ -129,6 +133,21 @@ class Agent:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
             code = rmqlog(list(o["args"]))
         return {"code": code, "stdout": out.getvalue(), "stderr": err.getvalue()}
+
+    def pull(self, o: dict[str, Any]) -> dict[str, Any]:
+        c = self.consumers.get(o["group"])
+        if c is None:
+            c = self.consumers[o["group"]] = PullConsumer(o["group"], o["namesrv"], timeout_s=float(o["timeout_s"]),
+                                                          down_ms=int(o["down_ms"]))
+        began = time.monotonic()
+        r = c.pull(o["topic"], int(o["queue"]), int(o["offset"]), int(o.get("max", 32)), broker_name=o.get("broker"))
+        return {"status": r.status, "next": r.next_begin_offset, "addr": r.addr, "broker_id": r.broker_id,
+                "bodies": [b.decode() for b in r.messages.column("body").to_pylist()],
+                "seconds": time.monotonic() - began}
+
+    def route_ids(self, o: dict[str, Any]) -> dict[str, Any]:
+        with Admin(o["namesrv"]) as admin:
+            return {"ids": {b.broker_name: sorted(b.broker_addrs) for b in admin.route(o["topic"]).broker_datas}}
 
     def fault(self, o: dict[str, Any]) -> dict[str, Any]:
         assert self.producer is not None

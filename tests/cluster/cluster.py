@@ -144,6 +144,29 @@ class Cluster:
                     offset = res.next_begin_offset
         return keys
 
+    def published_tail(self, name: str) -> int:
+        """The published end of broker ``name``'s commitlog (its broker ended; a read-only
+        open: nothing in the root changes)."""
+        assert self.brokers[name].poll() is not None, "the broker still runs"
+        with rmqlog.MessageStore.open(self.roots[name], store_config(), read_only=True) as store:
+            return store.published_tail()
+
+    def commitlog_bytes(self, name: str, end: int) -> bytes:
+        """The bytes ``[0, end)`` of broker ``name``'s commitlog, read from its segment files
+        (RocketMQ's names: the start offset, 20 digits), whatever the broker's state."""
+        folder = self.roots[name] / "commitlog"
+        out = bytearray()
+        for seg in sorted(folder.iterdir()):
+            if not seg.name.isdigit():
+                continue
+            start = int(seg.name)
+            if start >= end:
+                break
+            assert start == len(out), f"{name}: segment {seg.name} does not follow the bytes before it"
+            with seg.open("rb") as f:
+                out += f.read(min(end - start, 1 << 20))
+        return bytes(out[:end])
+
     def close(self) -> None:
         for p in self.proxies:
             p.close()

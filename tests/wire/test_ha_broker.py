@@ -252,7 +252,7 @@ def test_slave_answers_an_offset_past_its_queue_retry_not_moved(tmp_path: Path) 
     slave.store.close()
 
 
-def test_slave_copies_its_masters_topics_and_offsets(tmp_path: Path) -> None:
+def test_slave_copies_its_masters_topics_offsets_and_delay_offsets(tmp_path: Path) -> None:
     import json
 
     from rmqlog import TopicConfig
@@ -264,6 +264,7 @@ def test_slave_copies_its_masters_topics_and_offsets(tmp_path: Path) -> None:
     master.store.create_topic("TopicC", 2)
     master.store.commit_offset("G1", "TopicB", 5, 17)
     master.store.commit_offset("G2", "TopicC", 0, 3)
+    master.store.set_delay_offsets({1: 4, 3: 0, 18: 12})  # (as the master's scheduler leaves them)
     asked: list[int] = []
 
     async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
@@ -278,6 +279,9 @@ def test_slave_copies_its_masters_topics_and_offsets(tmp_path: Path) -> None:
         sync.invoke = invoke
         raw = master.table.process(master, FakePeer(), RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET, 1))
         assert json.loads(raw.body_bytes()) == {"offsetTable": {"TopicB@G1": {"5": 17}, "TopicC@G2": {"0": 3}}}
+        # 45: ScheduleMessageService.encode(), fastjson's compact form with bare level keys
+        raw = master.table.process(master, FakePeer(), RemotingCommand(RequestCode.GET_ALL_DELAY_OFFSET, 2))
+        assert raw.code == ResponseCode.SUCCESS and raw.body_bytes() == b'{"offsetTable":{1:4,3:0,18:12}}'
         start = slave.clock.wall_ms()
         assert sync.run_once(start + FIRST_DELAY_MS) is None  # no master known yet
         sync.master_addr = "10.0.0.1:10911"
@@ -285,10 +289,13 @@ def test_slave_copies_its_masters_topics_and_offsets(tmp_path: Path) -> None:
         task = sync.run_once(start + FIRST_DELAY_MS + 10)
         assert task is not None
         await task
-        assert asked == [RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET]
+        assert asked == [RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET,
+                         RequestCode.GET_ALL_DELAY_OFFSET]
         assert sync.rounds == 1 and sync.last_error is None
+        assert slave.store.delay_offsets() == {1: 4, 3: 0, 18: 12}
         assert sync.run_once(start + FIRST_DELAY_MS + PERIOD_MS) is None  # the next round: 10 s on
         master.store.commit_offset("G1", "TopicB", 5, 20)
+        master.store.set_delay_offsets({1: 5, 3: 0, 18: 12})
         task = sync.run_once(start + FIRST_DELAY_MS + 10 + PERIOD_MS)
         assert task is not None
         await task
@@ -300,7 +307,32 @@ def test_slave_copies_its_masters_topics_and_offsets(tmp_path: Path) -> None:
     assert slave.topics.get("TopicC") is not None
     assert slave.store.committed_offset("G1", "TopicB", 5) == 20
     assert slave.store.committed_offset("G2", "TopicC", 0) == 3
+    assert slave.store.delay_offsets() == {1: 5, 3: 0, 18: 12}
     master.store.close()
+    slave.store.close()
+
+
+def test_a_master_without_delay_offsets_leaves_the_slaves_file(tmp_path: Path) -> None:
+    """A RocketMQ master answers 45 with SYSTEM_ERROR "No delay offset in this broker" when it
+    has none: the round goes on, the slave's file stays as it is."""
+    slave = _broker(tmp_path / "s", "SLAVE")
+    slave.store.set_delay_offsets({2: 7})
+
+    async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        if req.code == RequestCode.GET_ALL_DELAY_OFFSET:
+            return req.reply(ResponseCode.SYSTEM_ERROR, "No delay offset in this broker")
+        body = b'{"topicConfigTable":{}}' if req.code == RequestCode.GET_ALL_TOPIC_CONFIG else b'{"offsetTable":{}}'
+        return req.reply(ResponseCode.SUCCESS, None, None, body)
+
+    async def body() -> None:
+        sync = slave.slave_sync  # type: ignore[attr-defined]
+        sync.invoke = invoke
+        await sync.sync_all("10.0.0.1:10911")
+        assert sync.rounds == 1 and sync.last_error is None
+        await sync.close()
+
+    _run(body)
+    assert slave.store.delay_offsets() == {2: 7}
     slave.store.close()
 
 

@@ -1,0 +1,66 @@
+"""A master cut off (issue 30, item 4, across test hosts): broker-b's SYNC_MASTER on host b and
+its slave on host c, the name server on a, the consumer on d (:mod:`.agent`). Host b's link is
+cut: no reset, nothing refused; the name server keeps routing the master for 120 s (its
+connection from b is only silent), so the route cannot save the consumer. Its down-mark does:
+the first pull after the cut waits its timeout on the master, then goes to the slave at once,
+and every later pull goes to the slave without waiting (the master down for ``down_ms``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from .cluster import Cluster
+from .test_replication import TOPIC, HostsFactory, start
+
+pytestmark = pytest.mark.slow
+TIMEOUT_S = 1.0  # the consumer's request timeout: what a pull to the silent master costs once
+DOWN_MS = 60_000  # longer than the test: the master stays down once it failed
+
+
+@pytest.fixture
+def cluster(hosts_factory: HostsFactory, tmp_path: Path) -> Iterator[Cluster]:
+    hosts = hosts_factory(["a", "b", "c", "d", "p"])
+    c = Cluster(hosts, tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def test_a_cut_master_costs_one_timeout_then_its_slave_serves_the_reads(cluster: Cluster) -> None:
+    c = cluster
+    start(c, "SYNC_MASTER")
+    deadline = time.monotonic() + 30
+    while c.ask("route_ids", namesrv=c.namesrv_addr, topic=TOPIC)["ids"] != {"broker-b": [0, 1]}:
+        assert time.monotonic() < deadline, "the slave never came into the route"
+        time.sleep(0.05)  # the name server's state is remote: asked again
+    sent = c.ask("send", topic=TOPIC, n=20, prefix="m")["results"]
+    assert {r["status"] for r in sent} == {"SEND_OK"}  # every one on the slave too
+    on_q0 = [f"m-{i}" for i, r in enumerate(sent) if r["queue"] == 0]
+
+    def pull(offset: int) -> dict:  # type: ignore[type-arg]
+        return c.ask("pull", namesrv=c.namesrv_addr, group="G", topic=TOPIC, queue=0, offset=offset, max=4,
+                     broker="broker-b", timeout_s=TIMEOUT_S, down_ms=DOWN_MS)
+
+    first = pull(0)
+    assert first["status"] == "FOUND" and first["broker_id"] == 0
+    got, offset = first["bodies"], first["next"]
+    c.hosts.cut("b")  # silence both ways: the master neither answers nor resets
+    try:
+        after = pull(offset)
+        assert after["status"] == "FOUND" and after["broker_id"] == 1  # the slave
+        assert TIMEOUT_S <= after["seconds"] < TIMEOUT_S + 2  # one timeout on the master, then at once
+        got, offset = got + after["bodies"], after["next"]
+        while True:
+            r = pull(offset)
+            if r["status"] != "FOUND":
+                break
+            assert r["broker_id"] == 1 and r["seconds"] < TIMEOUT_S  # the master down: not waited for again
+            got, offset = got + r["bodies"], r["next"]
+        assert [b for b in got if not b.startswith("ready")] == on_q0  # every message of the queue, once, in order
+    finally:
+        c.hosts.heal("b")

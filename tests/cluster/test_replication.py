@@ -1,0 +1,176 @@
+"""Master/slave replication across test hosts (issue 30, items 3 and "tested across separate
+hosts"): the name server on host a, broker group broker-b's master on host b and its slave on
+host c (each its own store root), the producer on host d (:mod:`.agent`); for link faults
+the slave reaches its master's HA port through a :class:`~.proxy.FaultProxy` on host p.
+
+Jepsen-style: the agent records what each send was told (status, commitlog offset, UNIQ_KEY),
+faults are injected (kill -9 of the master, a cut link, delay, loss and stalls on the
+replication link), and the checker compares the history with the stores afterwards.
+
+Guarantees checked:
+
+- ``SYNC_MASTER``: no send is answered ``SEND_OK`` that the slave does not hold, whatever the
+  fault; after it, the slave's commitlog is byte for byte the master's up to the slave's end.
+- ``ASYNC_MASTER``: the slave's commitlog is a byte prefix of the master's, so what a killed
+  master's acknowledged sends lack on the slave is only its unreplicated tail (every such
+  send lies past the slave's end).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .cluster import BROKER_PORT, Cluster
+from .hosts import Hosts
+
+HostsFactory = Callable[[Sequence[str]], Hosts]
+TOPIC = "T"
+HA_PORT = BROKER_PORT + 1
+pytestmark = pytest.mark.slow  # processes on five hosts per test: a few seconds each
+
+#: what the faults need to be quick: a silent slave is dropped after 2 s, a send waits 1 s for it
+MASTER_CONF = {"haHousekeepingInterval": "2000", "haSendHeartbeatInterval": "500", "slaveTimeout": "1000"}
+
+
+@pytest.fixture
+def cluster(hosts_factory: HostsFactory, tmp_path: Path) -> Iterator[Cluster]:
+    hosts = hosts_factory(["a", "b", "c", "d", "p"])
+    c = Cluster(hosts, tmp_path)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+def start(c: Cluster, role: str, *, via_proxy: bool = False) -> None:
+    """Name server, broker-b's master (``role``) and slave, the agent with a producer; returns
+    once a send has been acknowledged by the slave (``SEND_OK`` under SYNC_MASTER)."""
+    c.namesrv("a")
+    c.broker("b", "broker-b", {TOPIC: 2}, conf={"brokerRole": role, **MASTER_CONF})
+    master_ha = f"{c.hosts.addr('b')}:{HA_PORT}"
+    if via_proxy:
+        c.proxies.append(proxy := _proxy(c))
+        master_ha = proxy.address
+    c.broker("c", "broker-b", {}, root_name="slave-b",
+             conf={"brokerId": "1", "brokerRole": "SLAVE", "haMasterAddress": master_ha,
+                   "haSendHeartbeatInterval": "500", "haHousekeepingInterval": "2000"})
+    c.agent("d")
+    c.ask("route", namesrv=c.namesrv_addr, topic=TOPIC, brokers=1)
+    c.ask("producer", namesrv=c.namesrv_addr, fault=False, timeout_s=3.0)
+    deadline = time.monotonic() + 30
+    while True:  # the slave connects a round after it starts; SYNC_MASTER says when it holds a send
+        r = c.ask("send", topic=TOPIC, n=1, prefix="ready")["results"][0]
+        if r["ok"] and (r["status"] == "SEND_OK" and role == "SYNC_MASTER" or role != "SYNC_MASTER"):
+            break
+        assert time.monotonic() < deadline, f"the slave never acknowledged a send: {r}"
+        time.sleep(0.1)
+
+
+def _proxy(c: Cluster) -> Any:
+    from .proxy import FaultProxy
+
+    return FaultProxy(c.hosts, "p", HA_PORT, (c.hosts.addr("b"), HA_PORT))
+
+
+def send_during(c: Cluster, n: int, fault: Callable[[], None], after_s: float, prefix: str) -> list[dict[str, Any]]:
+    """``n`` sends one after the other from the agent, ``fault`` injected ``after_s`` into them."""
+    timer = threading.Timer(after_s, fault)
+    timer.start()
+    try:
+        return list(c.ask("send", topic=TOPIC, n=n, prefix=prefix)["results"])
+    finally:
+        timer.join()
+
+
+def stop_all(c: Cluster) -> None:
+    for name, proc in c.brokers.items():
+        if proc.poll() is None:
+            c.kill(name)
+
+
+def check_replica(c: Cluster, history: list[dict[str, Any]], *, sync: bool) -> dict[str, int]:
+    """The checker (module docstring); returns counts for the failure messages and the note."""
+    stop_all(c)
+    slave_end = c.published_tail("slave-b")
+    master_end = c.published_tail("broker-b")
+    assert slave_end <= master_end
+    assert c.commitlog_bytes("slave-b", slave_end) == c.commitlog_bytes("broker-b", slave_end), \
+        "the slave's commitlog is not the master's up to the slave's end"
+    on_slave = set(c.stored_keys("slave-b", TOPIC))
+    acked = [r for r in history if r["ok"] and r["status"] == "SEND_OK"]
+    missing = [r for r in acked if r["key"] not in on_slave]
+    if sync:
+        assert not missing, f"SEND_OK but not on the slave: {missing[:5]} ({len(missing)} of {len(acked)})"
+    else:  # only the unreplicated tail: every acknowledged send the slave lacks lies past its end
+        assert all(r["offset"] >= slave_end for r in missing), [r for r in missing if r["offset"] < slave_end]
+    on_master = set(c.stored_keys("broker-b", TOPIC))
+    assert all(r["key"] in on_master for r in history if r["ok"]), "a send answered with a status is not stored"
+    return {"acked": len(acked), "missing": len(missing), "slave_end": slave_end, "master_end": master_end}
+
+
+@pytest.mark.parametrize("role", ["SYNC_MASTER", "ASYNC_MASTER"])
+def test_master_killed_while_sending(cluster: Cluster, role: str) -> None:
+    """kill -9 of the master in the middle of a run of sends: under SYNC_MASTER every SEND_OK
+    is on the slave; under ASYNC_MASTER what the slave lacks is only the tail."""
+    c = cluster
+    start(c, role)
+    history = send_during(c, 150, lambda: c.kill("broker-b"), 0.4, "kill")
+    ok = [r for r in history if r["ok"]]
+    assert ok and len(ok) < len(history), "the kill did not land inside the run of sends"
+    assert all(not r["ok"] for r in history[len(ok):]), "a send succeeded after the master died"
+    check_replica(c, history, sync=role == "SYNC_MASTER")
+
+
+def test_sync_master_with_its_slave_cut_off(cluster: Cluster) -> None:
+    """The slave's host cut off: sends are answered FLUSH_SLAVE_TIMEOUT (waiting), then
+    SLAVE_NOT_AVAILABLE once the master drops the silent slave, never SEND_OK; healed, the
+    slave catches up and SEND_OK comes back."""
+    c = cluster
+    start(c, "SYNC_MASTER")
+    c.hosts.cut("c")
+    cut = c.ask("send", topic=TOPIC, n=6, prefix="cut")["results"]
+    statuses = [r["status"] for r in cut if r["ok"]]
+    assert len(statuses) == 6 and "SEND_OK" not in statuses, statuses
+    assert statuses[-1] == "SLAVE_NOT_AVAILABLE", statuses
+    c.hosts.heal("c")
+    deadline = time.monotonic() + 30
+    after: list[dict[str, Any]] = []
+    while not (after and after[-1]["ok"] and after[-1]["status"] == "SEND_OK"):
+        assert time.monotonic() < deadline, after[-3:]
+        after += c.ask("send", topic=TOPIC, n=1, prefix="healed")["results"]
+        time.sleep(0.05)
+    counts = check_replica(c, cut + after, sync=True)
+    assert counts["slave_end"] == counts["master_end"]  # caught up: the cut sends are on the slave too
+
+
+@pytest.mark.parametrize(("fault", "direction"), [("delay", "down"), ("stall", "down"), ("stall", "up"),
+                                                  ("drop", "down"), ("drop", "up")])
+def test_sync_master_over_a_faulty_replication_link(cluster: Cluster, fault: str, direction: str) -> None:
+    """The replication link through the proxy: transfers (down) or the slave's reports (up)
+    delayed, held or lost for a while, then the master is killed: no SEND_OK the slave lacks."""
+    c = cluster
+    start(c, "SYNC_MASTER", via_proxy=True)
+    proxy = c.proxies[0]
+
+    def inject() -> None:
+        if fault == "delay":
+            proxy.delay(direction, 0.3)
+        elif fault == "stall":
+            proxy.stall(direction)
+        else:
+            proxy.drop(direction)
+
+    history = send_during(c, 30, inject, 0.2, fault)
+    statuses = {r["status"] for r in history if r["ok"]}
+    if fault == "delay":
+        assert statuses == {"SEND_OK"}  # slower, still replicated within slaveTimeout
+    else:
+        assert statuses - {"SEND_OK"}, "the fault changed nothing"
+    c.kill("broker-b")
+    check_replica(c, history, sync=True)
