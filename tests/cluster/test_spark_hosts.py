@@ -11,7 +11,8 @@ reference decoder on the stores that were stopped cleanly), also across a failov
 master of broker-b killed (kill -9) under a streaming write, its driver killed too, and the
 query restarted from its checkpoint while the group has no master; the replayed micro-batch
 waits for the group's master, the test promotes the slave (restarted as ``brokerId=0`` over
-its own store root), and the union of the groups' stores holds every row once.
+its own store root), and the union of the groups' stores holds every row once; and a
+``readStream`` going on from a group's slave while its master is dead.
 """
 
 from __future__ import annotations
@@ -308,14 +309,12 @@ def test_a_streaming_write_across_a_master_failover_ends_exactly_once(setup: Set
     assert sorted(stored(s.brokers.roots["broker-a-slave"])) == sorted(a)
 
 
-@pytest.mark.xfail(reason="reads falling over to a group's slave while its master is dead are not built yet (the "
-                          "client's read paths, another branch): a trigger leaves the dead master's queues where they "
-                          "stand, so broker-b's rows wait for its master", strict=False)
 def test_a_stream_read_goes_on_from_the_slave_while_a_master_is_dead(setup: Setup) -> None:
     """A ``readStream`` over the wire reading both groups, a few hundred rows a trigger;
     broker-b's master killed (kill -9) after the first micro-batch and not brought back: the
     stream goes on with broker-b's rows from its slave (replicated by ``SYNC_MASTER`` before
-    the writes were acknowledged), every row once, without waiting for the master."""
+    the writes were acknowledged; reads fall over within a group, docs/spark.md), every row
+    once, without waiting for the master."""
     s = setup
     start_brokers(s)
     n = 2400
