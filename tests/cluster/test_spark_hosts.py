@@ -39,7 +39,8 @@ from .cluster import BROKER_PORT, Cluster, store_config
 from .hosts import Hosts, netns_unavailable
 from .spark_hosts import SparkCluster, results, wait_for_file
 
-pytestmark = pytest.mark.slow
+#: one worker runs them all under ``-n 2 --dist loadgroup`` (the Spark cluster is the module's)
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("spark_hosts")]
 TOPIC = "T"
 #: the broker groups: name -> (master's host, slave's host)
 GROUPS = {"broker-a": ("a0", "a1"), "broker-b": ("b0", "b1")}
