@@ -39,7 +39,7 @@ SOURCE_OPTIONS = {
     "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "tags", "group",
     "failondataloss", "readbatchrows", "checkcrc", "key", "msgid", "deliverdue", "readonly", "nameserver",
 }
-SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid", "nameserver"}
+SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid", "nameserver", "sendretrytimeout"}
 #: options that act on a store's files: refused with ``nameServer`` (the broker owns its files:
 #: it dispatches and delivers by itself, and the client checks every record's CRC)
 PATH_ONLY_SOURCE_OPTIONS = ("readOnly", "deliverDue", "checkCRC")
@@ -411,6 +411,9 @@ class SinkOptions:
     writer_id: str | None = None
     #: ``nameServer``: send to the brokers of these name servers (:mod:`spark_rmq.wire_sink`)
     name_server: str | None = None
+    #: ``sendRetryTimeout``: how long a chunk waits for its broker group's master (out of reach,
+    #: or none registered: a failover) before the task fails; over the wire only
+    send_retry_s: float = 30.0
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -430,5 +433,10 @@ class SinkOptions:
         # the store's writer name is "spark-job/<writerId>/<partition>", at most 1024 bytes
         if writer_id is not None and (not writer_id or any(c in writer_id for c in "\x00\x01\x02") or len(writer_id.encode()) > 512):
             raise RmqLogOptionError("writerId", "must be a non-empty string of at most 512 UTF-8 bytes without \\x00-\\x02")
+        kw: dict[str, Any] = {}
+        if (raw := _get(options, "sendRetryTimeout")) is not None:
+            if name_server is None:
+                raise RmqLogOptionError("sendRetryTimeout", "only applies with nameServer (sending through brokers)")
+            kw["send_retry_s"] = parse_duration_ms("sendRetryTimeout", raw) / 1000
         return cls(path=path, topic=topic, queue_selector=match[0], sharding_key=sharding_key, writer_id=writer_id,
-                   name_server=name_server)
+                   name_server=name_server, **kw)

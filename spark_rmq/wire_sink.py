@@ -30,8 +30,23 @@ order (Spark replays a micro-batch's offsets; a deterministic plan gives the sam
 same routes. **Against Apache RocketMQ's brokers**, which ignore the two fields, a replayed
 chunk is stored again: the sink is at least once there.
 
-A broker out of reach (a restart) is asked again for up to :data:`RETRY_S` before the task
-fails (and Spark retries it). Unlike the file sink a task is not all-or-nothing: chunks a broker accepted before a failure
+**Across a failover.** Routing must not depend on which masters are up when a task runs: a
+retried task or a replayed micro-batch routed differently from its first attempt would send
+rows its first attempt stored on one group to another group, under other markers (stored twice),
+or other rows under the same markers (skipped: lost). So a group whose master is not
+registered (it died: the name server lists only its slave) keeps its queues in the list, and
+its chunks wait for a master: the route is asked again every :data:`RETRY_PAUSE_S` and the
+chunks go to the master it names (the old one restarted, or the slave restarted as the
+group's master, ``brokerId=0``: its store holds the replicated records and markers, so a
+chunk the dead master stored and replicated is a duplicate there). A master out of reach (a
+restart) is waited for the same way. Both for up to the option ``sendRetryTimeout``
+(:data:`RETRY_S` by default), then the task fails (and Spark retries it, routing as before).
+What stays out of reach: a group none of whose brokers is registered when a task asks its route
+(the name server has dropped its queues) is not in that task's list; a chunk a ``SYNC_MASTER``
+answered ``FLUSH_SLAVE_TIMEOUT`` or ``SLAVE_NOT_AVAILABLE`` (stored on the master only, as
+RocketMQ's producers take it) is lost if the slave is promoted before it caught up.
+
+Unlike the file sink a task is not all-or-nothing: chunks a broker accepted before a failure
 stay (the retry skips them). Bad rows are refused by the broker (MESSAGE_ILLEGAL, row numbers
 within the chunk) or here before sending (:class:`rmqlog.InvalidMessageError` naming the row
 of the task).
@@ -42,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -74,6 +90,7 @@ OWN_NAMES = ("TAGS", "KEYS", "WAIT", "DELAY", "UNIQ_KEY", "TIMER_DELIVER_MS", "T
 _OK = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
        ResponseCode.SLAVE_NOT_AVAILABLE)
 
+log = logging.getLogger(__name__)
 _producers: dict[str, Producer] = {}
 _lock = threading.Lock()
 _uniq = UniqKeys()
@@ -113,13 +130,15 @@ async def topic_queues(p: Producer, topic: str) -> Queues:
 
 
 def _writable(route: TopicRouteData, via_default: bool) -> list[tuple[str, int, str]]:
-    masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
+    """Every writable queue of the route's groups, with its group's master address, or ``""``
+    for a group whose master is not registered now (only its slave is: the master died or is
+    being replaced): such a group keeps its queues (module docstring, "Across a failover")."""
+    masters = {b.broker_name: b.master_addr() or "" for b in route.broker_datas}
     out: list[tuple[str, int, str]] = []
     for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
-        addr = masters.get(q.broker_name)
-        if q.perm & PERM_WRITE and addr:
+        if q.perm & PERM_WRITE and q.broker_name in masters:
             nums = min(q.write_queue_nums, DEFAULT_TOPIC_QUEUES) if via_default else q.write_queue_nums
-            out.extend((q.broker_name, i, addr) for i in range(nums))
+            out.extend((q.broker_name, i, masters[q.broker_name]) for i in range(nums))
     return out
 
 
@@ -288,41 +307,57 @@ def _chunks(topic: str, q: tuple[str, int, str], via_default: bool, body: pa.Arr
         start = stop
 
 
-#: how long a chunk keeps trying a broker out of reach (a restart) before the task fails
-RETRY_S = 30.0
+#: how long a chunk keeps trying a broker group out of reach (a restart) or without a master
+#: (a failover) before the task fails: the default of the option ``sendRetryTimeout``
+RETRY_S = SinkOptions.send_retry_s
 RETRY_PAUSE_S = 0.5
 BUSY_PAUSE_S = 0.02
 
 
-async def _invoke(p: Producer, c: _Chunk, cmd: RemotingCommand) -> RemotingCommand:
-    """Send one chunk; a broker out of reach is asked again (at its address in a fresh route)
-    for up to :data:`RETRY_S`: the marker makes a resent chunk that did arrive a duplicate. A
-    broker that says SYSTEM_BUSY (its queue of sends is full) is asked again a moment later."""
+async def _invoke(p: Producer, c: _Chunk, cmd: RemotingCommand, retry_s: float, writer: str = "") -> RemotingCommand:
+    """Send one chunk to its group's master. A master out of reach, or a group without one (its
+    master died; a slave is being promoted), is waited for: the route is asked again every
+    :data:`RETRY_PAUSE_S` and the chunk sent to the group's master it names, for up to
+    ``retry_s`` (then :class:`rmqnet.client.NoRouteError`, or the transport's error); the marker
+    makes a resent chunk that did arrive (on the old master and, replicated, on its slave) a
+    duplicate. A broker that says SYSTEM_BUSY (its queue of sends is full) is asked again a
+    moment later."""
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + RETRY_S
+    deadline = loop.time() + retry_s
     addr = c.addr
+    told = False
     for attempt in itertools.count():
-        try:
-            return await p.invoke(addr, cmd, ok=_OK)
-        except BrokerError as exc:
-            if exc.code != ResponseCode.SYSTEM_BUSY or loop.time() >= deadline:
-                raise
-            # back-pressure (the broker's queue of sends is full): as RocketMQ's producers, try
-            # again a moment later
-            await asyncio.sleep(min(BUSY_PAUSE_S * 2 ** min(attempt, 4), RETRY_PAUSE_S))
-            continue
-        except OSError:  # the transport's errors (refused, lost, timed out) are OSErrors
-            if loop.time() >= deadline:
-                raise
+        if addr:
+            try:
+                return await p.invoke(addr, cmd, ok=_OK)
+            except BrokerError as exc:
+                if exc.code != ResponseCode.SYSTEM_BUSY or loop.time() >= deadline:
+                    raise
+                # back-pressure (the broker's queue of sends is full): as RocketMQ's producers, try
+                # again a moment later
+                await asyncio.sleep(min(BUSY_PAUSE_S * 2 ** min(attempt, 4), RETRY_PAUSE_S))
+                continue
+            except OSError:  # the transport's errors (refused, lost, timed out) are OSErrors
+                if loop.time() >= deadline:
+                    raise
+        elif loop.time() >= deadline:
+            raise NoRouteError(f"topic {c.topic!r}: broker group {c.broker!r} has had no master for {retry_s:g} s "
+                               "(option sendRetryTimeout)")
+        if not told:
+            told = True
+            log.warning("rmqlog sink (writer %r): broker group %r (topic %r) has no master in reach; waiting up to "
+                        "%g s for one", writer, c.broker, c.topic, retry_s)
         if attempt:
-            await asyncio.sleep(RETRY_PAUSE_S)  # waiting for a broker to come back
-        with contextlib.suppress(OSError, TopicNotFoundError):
+            await asyncio.sleep(RETRY_PAUSE_S)  # waiting for a master to come back, or a new one
+        with contextlib.suppress(OSError, TopicNotFoundError, BrokerError):
             route = await p.aroute(AUTO_CREATE_TOPIC if c.via_default else c.topic)
-            addr = next((b.master_addr() for b in route.broker_datas if b.broker_name == c.broker), None) or addr
+            group = next((b for b in route.broker_datas if b.broker_name == c.broker), None)
+            if group is not None:  # (a group missing from the route altogether: its last address kept)
+                addr = group.master_addr() or ""
     raise AssertionError("unreachable")  # (itertools.count never ends)
 
 
-async def _send_chunks(p: Producer, chunks: list[_Chunk], writer: str, first_sequence: int) -> int:
+async def _send_chunks(p: Producer, chunks: list[_Chunk], writer: str, first_sequence: int, retry_s: float) -> int:
     """Send one broker's chunks in order, each with its marker; the rows stored (duplicates not)."""
     stored = 0
     for k, c in enumerate(chunks):
@@ -333,7 +368,8 @@ async def _send_chunks(p: Producer, chunks: list[_Chunk], writer: str, first_seq
             unit_mode=False, batch=True, max_reconsume_times=None, broker_name=c.broker,
         ).to_ext(v2=True)
         ext.update(IdempotenceMarker(writer, first_sequence + k).to_ext())
-        res = await _invoke(p, c, RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=c.body))
+        res = await _invoke(p, c, RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=c.body), retry_s,
+                            writer)
         if str(res.ext_fields.get(DUPLICATE_FIELD, "")).lower() != "true":
             stored += c.rows
     return stored
@@ -392,7 +428,7 @@ def send_task(opts: SinkOptions, tables: Iterator[pa.Table], writer: str, batch:
         raise ValueError(f"a task has {CHUNKS} or more chunks for one broker: repartition")
 
     async def send_all() -> int:
-        results = await asyncio.gather(*(_send_chunks(p, chunks, writer, batch * CHUNKS)
+        results = await asyncio.gather(*(_send_chunks(p, chunks, writer, batch * CHUNKS, opts.send_retry_s)
                                          for chunks in per_broker.values()))
         return sum(results)
 

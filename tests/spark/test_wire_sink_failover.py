@@ -1,0 +1,102 @@
+"""The wire sink across a master failover, in this process (no broker): the queue list keeps a
+group whose master is gone, and a chunk for it waits for the group's next master, named by a
+fresh route, within ``sendRetryTimeout``. The same across real hosts, Spark and a promoted
+slave: tests/cluster/test_spark_hosts.py."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from rmqnet.client import NoRouteError
+from rmqnet.remoting import RemotingCommand, RequestCode
+from rmqnet.remoting.route import PERM_READ, PERM_RW, BrokerData, QueueData, TopicRouteData
+from spark_rmq import wire_sink
+from spark_rmq.errors import RmqLogOptionError
+from spark_rmq.options import SinkOptions
+
+
+def route(masters: dict[str, str | None], perms: dict[str, int] | None = None) -> TopicRouteData:
+    """Groups ``name -> master address`` (``None``: only its slave is registered), 2 queues each."""
+    return TopicRouteData(
+        [QueueData(name, 2, 2, (perms or {}).get(name, PERM_RW), 0) for name in sorted(masters, reverse=True)],
+        [BrokerData("C", name, {0: addr, 1: f"{name}-slave:1"} if addr else {1: f"{name}-slave:1"})
+         for name, addr in masters.items()])
+
+
+def test_a_group_without_a_master_keeps_its_queues() -> None:
+    up = wire_sink._writable(route({"b": "b:1", "a": "a:1"}), False)
+    down = wire_sink._writable(route({"b": None, "a": "a:1"}), False)
+    assert up == [("a", 0, "a:1"), ("a", 1, "a:1"), ("b", 0, "b:1"), ("b", 1, "b:1")]
+    assert [q[:2] for q in down] == [q[:2] for q in up]  # the same list: rows route the same
+    assert down[2:] == [("b", 0, ""), ("b", 1, "")]  # (no address: its chunks wait for a master)
+    # a group that is not writable, or that no broker serves, is not in the list
+    assert wire_sink._writable(route({"b": "b:1", "a": "a:1"}, {"b": PERM_READ}), False) == up[:2]
+    gone = route({"a": "a:1"})
+    gone.queue_datas.append(QueueData("b", 2, 2, PERM_RW, 0))
+    assert wire_sink._writable(gone, False) == up[:2]
+
+
+class FakeProducer:
+    """Answers routes from a script (one per ask, the last repeated) and sends by address."""
+
+    def __init__(self, routes: list[TopicRouteData], dead: set[str]) -> None:
+        self.routes = routes
+        self.dead = dead
+        self.asked = 0
+        self.sent: list[str] = []
+
+    async def aroute(self, topic: str) -> TopicRouteData:
+        self.asked += 1
+        return self.routes[min(self.asked - 1, len(self.routes) - 1)]
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, ok: Any = ()) -> RemotingCommand:
+        self.sent.append(addr)
+        if addr in self.dead:
+            raise ConnectionRefusedError(addr)
+        return cmd.reply(0, None, {})
+
+
+def chunk(addr: str) -> wire_sink._Chunk:
+    return wire_sink._Chunk("T", "b", addr, 0, False, b"", 1)
+
+
+def send(p: FakeProducer, c: wire_sink._Chunk, retry_s: float) -> RemotingCommand:
+    cmd = RemotingCommand(RequestCode.SEND_BATCH_MESSAGE)
+    return asyncio.run(wire_sink._invoke(p, c, cmd, retry_s))  # type: ignore[arg-type]
+
+
+def test_a_chunk_waits_for_the_group_s_next_master(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire_sink, "RETRY_PAUSE_S", 0.01)
+    # the group had no master when the task routed; its slave is promoted two asks later
+    p = FakeProducer([route({"b": None}), route({"b": None}), route({"b": "b-slave:1"})], dead=set())
+    send(p, chunk(""), 5.0)
+    assert p.sent == ["b-slave:1"] and p.asked == 3
+    # the master dies under the send: the chunk goes to the one the route names next; while a
+    # group is missing from the route altogether (its slave restarting), its last address is kept
+    p = FakeProducer([route({"a": "a:1"}), route({"b": None}), route({"b": "b-new:1"})], dead={"b:1"})
+    send(p, chunk("b:1"), 5.0)
+    assert p.sent == ["b:1", "b:1", "b-new:1"]
+
+
+def test_no_master_within_the_timeout_fails_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wire_sink, "RETRY_PAUSE_S", 0.01)
+    p = FakeProducer([route({"b": None})], dead=set())
+    with pytest.raises(NoRouteError, match="broker group 'b' has had no master for 0.1 s"):
+        send(p, chunk(""), 0.1)
+    assert p.sent == [] and p.asked > 2
+    p = FakeProducer([route({"b": "b:1"})], dead={"b:1"})
+    with pytest.raises(ConnectionRefusedError):
+        send(p, chunk("b:1"), 0.1)
+
+
+def test_send_retry_timeout_option() -> None:
+    assert SinkOptions.parse({"nameServer": "h:1"}).send_retry_s == wire_sink.RETRY_S == 30.0
+    assert SinkOptions.parse({"nameServer": "h:1", "sendRetryTimeout": "2m"}).send_retry_s == 120.0
+    with pytest.raises(RmqLogOptionError, match="only applies with nameServer") as err:
+        SinkOptions.parse({"path": "/p", "sendRetryTimeout": "5s"})
+    assert err.value.option == "sendRetryTimeout"
+    with pytest.raises(RmqLogOptionError, match="duration"):
+        SinkOptions.parse({"nameServer": "h:1", "sendRetryTimeout": "soon"})
