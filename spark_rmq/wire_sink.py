@@ -20,7 +20,8 @@ whole columns.
 
 **Exactly once against our brokers.** Each 320 request carries the idempotence marker as two
 request fields (:class:`rmqnet.remoting.headers.IdempotenceMarker`: ``rmqlogWriter`` =
-``"<query or job id>/<partitionId>"``, as the file sink's writer, and ``rmqlogSequence`` =
+``"<query or job id>/<partitionId>/<layout>"``, the file sink's writer and a digest of the
+queue layout the task routed over (:func:`layout_tag`), and ``rmqlogSequence`` =
 ``batchId * 2**20 + k``, ``k`` counting the task's chunks to that broker in order); the broker
 puts it with the store's idempotent put, so a chunk a broker already has (a retried attempt,
 a micro-batch replayed after a restart) is stored nothing again and answered as a duplicate.
@@ -41,8 +42,13 @@ group's master, ``brokerId=0``: its store holds the replicated records and marke
 chunk the dead master stored and replicated is a duplicate there). A master out of reach (a
 restart) is waited for the same way. Both for up to the option ``sendRetryTimeout``
 (:data:`RETRY_S` by default), then the task fails (and Spark retries it, routing as before).
-What stays out of reach: a group none of whose brokers is registered when a task asks its route
-(the name server has dropped its queues) is not in that task's list; a chunk a ``SYNC_MASTER``
+A group none of whose brokers is registered when a task asks its route (the name server has
+dropped its queues: a promotion's stop-start window) is kept too when this process saw it
+earlier (``_seen_groups``); a process that never saw it routes without it, and then the
+layout digest in the writer name differs from the first attempt's: its chunks are stored
+under a writer of their own, so rows are stored twice at worst, never skipped (lost) as
+duplicates of other rows. The same holds for a topic resized or a group added between two
+attempts. What stays out of reach: a chunk a ``SYNC_MASTER``
 answered ``FLUSH_SLAVE_TIMEOUT`` or ``SLAVE_NOT_AVAILABLE`` (stored on the master only, as
 RocketMQ's producers take it) is lost if the slave is promoted before it caught up.
 
@@ -56,6 +62,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import threading
@@ -114,9 +121,16 @@ class Queues:
     via_default: bool
 
 
+#: the writable groups of each topic this process has seen (name servers, topic, via TBW102) ->
+#: {group: its writable queue count}: a group that vanishes from a later route altogether (no
+#: broker of it registered: a promotion's stop-start window) keeps its queues (module docstring)
+_seen_groups: dict[tuple[tuple[str, ...], str, bool], dict[str, int]] = {}
+
+
 async def topic_queues(p: Producer, topic: str) -> Queues:
-    """The writable queues of ``topic`` (module docstring), through TBW102 when unknown.
-    Raises :class:`rmqnet.client.NoRouteError` when there is none."""
+    """The writable queues of ``topic`` (module docstring), through TBW102 when unknown, with
+    the groups this process saw earlier and the route no longer lists. Raises
+    :class:`rmqnet.client.NoRouteError` when there is none."""
     via_default = False
     try:
         route = await p.aroute(topic)  # asked once per topic per task: a route never goes stale here
@@ -124,9 +138,32 @@ async def topic_queues(p: Producer, topic: str) -> Queues:
         route = await p.aroute(AUTO_CREATE_TOPIC)
         via_default = True
     out = _writable(route, via_default)
+    with _lock:
+        seen = _seen_groups.setdefault((tuple(p.namesrv_addrs), topic, via_default), {})
+        now: dict[str, int] = {}
+        for broker, _qid, _addr in out:
+            now[broker] = now.get(broker, 0) + 1
+        missing = {b: n for b, n in seen.items() if b not in now}
+        seen.update(now)
+    if missing:
+        log.warning("rmqlog sink: topic %r: broker group(s) %s seen earlier are not in its route now (no broker of "
+                    "theirs registered): their queues are kept and their chunks wait for a master", topic,
+                    sorted(missing))
+        out = sorted([*out, *((b, i, "") for b, n in missing.items() for i in range(n))], key=lambda q: (q[0], q[1]))
     if not out:
         raise NoRouteError(f"topic {topic!r}: no writable queue in its route")
     return Queues(tuple(out), via_default)
+
+
+def layout_tag(routes: dict[str, Queues]) -> str:
+    """A short digest of the queue layout a task routed over (topics, groups, queue counts: no
+    addresses), appended to the task's writer name: a retry or replay that routes over the same
+    layout carries the same markers (its chunks are duplicates where stored), one whose layout
+    differs (a group missing or added) is another writer: its chunks are stored, at least
+    once, never skipped as duplicates of other rows."""
+    text = ";".join(f"{t}:{int(routes[t].via_default)}:" + ",".join(f"{b}.{q}" for b, q, _a in routes[t].queues)
+                    for t in sorted(routes))
+    return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
 def _writable(route: TopicRouteData, via_default: bool) -> list[tuple[str, int, str]]:
@@ -426,6 +463,8 @@ def send_task(opts: SinkOptions, tables: Iterator[pa.Table], writer: str, batch:
 
     if any(len(chunks) >= CHUNKS for chunks in per_broker.values()):
         raise ValueError(f"a task has {CHUNKS} or more chunks for one broker: repartition")
+
+    writer = f"{writer}/{layout_tag(routes)}"
 
     async def send_all() -> int:
         results = await asyncio.gather(*(_send_chunks(p, chunks, writer, batch * CHUNKS, opts.send_retry_s)

@@ -100,3 +100,50 @@ def test_send_retry_timeout_option() -> None:
     assert err.value.option == "sendRetryTimeout"
     with pytest.raises(RmqLogOptionError, match="duration"):
         SinkOptions.parse({"nameServer": "h:1", "sendRetryTimeout": "soon"})
+
+
+class RouteOnly:
+    """A producer that only answers routes (one per ask, the last repeated)."""
+
+    def __init__(self, routes: list[TopicRouteData], namesrv: str) -> None:
+        self.routes = routes
+        self.namesrv_addrs = [namesrv]
+        self.asked = 0
+
+    async def aroute(self, topic: str) -> TopicRouteData:
+        self.asked += 1
+        return self.routes[min(self.asked - 1, len(self.routes) - 1)]
+
+
+def queues(p: RouteOnly, topic: str = "T") -> tuple[tuple[str, int, str], ...]:
+    return asyncio.run(wire_sink.topic_queues(p, topic)).queues  # type: ignore[arg-type]
+
+
+def test_a_group_gone_from_the_route_keeps_the_queues_this_process_saw(request: pytest.FixtureRequest) -> None:
+    """Between a slave's stop and its start as master no broker of the group is registered: the
+    name server drops its queues. A process that saw the group keeps them (its chunks wait)."""
+    namesrv = f"{request.node.name}:1"  # (the process's memory is per name servers and topic)
+    both, without_b = route({"b": "b:1", "a": "a:1"}), route({"a": "a:1"})
+    p = RouteOnly([both, without_b, both], namesrv)
+    first = queues(p)
+    during = queues(p)
+    assert [q[:2] for q in during] == [q[:2] for q in first]  # routed the same way
+    assert during[2:] == (("b", 0, ""), ("b", 1, ""))  # waiting for a master
+    assert queues(p) == first
+    fresh = RouteOnly([without_b], f"{namesrv}-other")  # a process that never saw b
+    assert [q[0] for q in queues(fresh)] == ["a", "a"]
+
+
+def test_the_writer_name_carries_the_layout_the_task_routed_over() -> None:
+    """Two attempts over the same layout share the markers (a replay is a duplicate); over
+    another layout (a group missing, added, resized) they are two writers: stored, never
+    skipped as duplicates of other rows."""
+    def q(*groups: tuple[str, int], addr: str = "x:1") -> wire_sink.Queues:
+        return wire_sink.Queues(tuple((b, i, addr) for b, n in groups for i in range(n)), False)
+
+    same = wire_sink.layout_tag({"T": q(("a", 2), ("b", 2))})
+    assert wire_sink.layout_tag({"T": q(("a", 2), ("b", 2), addr="")}) == same  # addresses do not count
+    for other in ({"T": q(("a", 2))}, {"T": q(("a", 2), ("b", 3))}, {"U": q(("a", 2), ("b", 2))},
+                  {"T": q(("a", 2), ("b", 2)), "U": q(("a", 1))}):
+        assert wire_sink.layout_tag(other) != same
+    assert len(same) == 8
