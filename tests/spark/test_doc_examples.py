@@ -15,9 +15,10 @@ DataFrame. ``spark_rmq.local_session()`` and ``getOrCreate()`` in an example ret
 suite's session; the runtime settings ``local_session`` changes are restored afterwards. A
 streaming query an example starts is run to the end of its input and stopped.
 
-Examples of the wire name the name server ``127.0.0.1:9876`` (RocketMQ's port): for a page
-with such an example, a name server and a broker are started on free ports over a store of
-their own (``tests/wire/real_clients.py``) and the address is pointed at them.
+Examples of the wire name the name server ``127.0.0.1:9876`` (RocketMQ's port), or
+``10.0.0.1:9876`` (the first name server of docs/cluster.md's deployment): for a page with
+such an example, a name server and a broker are started on free ports over a store of their
+own (``tests/wire/real_clients.py``) and the address is pointed at them.
 """
 
 from __future__ import annotations
@@ -51,14 +52,16 @@ from .doc_blocks import (
 )
 from .spark_helpers import fill
 
-#: The name server the examples of the wire dial (pointed at the test's own)
+#: The name servers the examples of the wire dial (pointed at the test's own)
 NAMESRV = "127.0.0.1:9876"
+DEPLOYMENT_NAMESRV = "10.0.0.1:9876"
 
 #: Runtime settings ``spark_rmq.local_session()`` sets on an existing session.
 SESSION_SETTINGS = ("spark.sql.shuffle.partitions", "spark.sql.session.timeZone",
                     "spark.sql.python.filterPushdown.enabled", "spark.sql.execution.arrow.pyspark.enabled")
 #: The pages whose examples run (the others have none: only layout sketches)
-RUNNABLE = ["README.md", "docs/broker.md", "docs/operations.md", "docs/spark.md", "docs/store-api.md"]
+RUNNABLE = ["README.md", "docs/broker.md", "docs/cluster.md", "docs/operations.md", "docs/spark.md",
+            "docs/store-api.md"]
 
 
 def test_every_page_with_examples_is_run() -> None:
@@ -110,13 +113,15 @@ def test_every_example_runs_as_written(page: str, tmp_path: Path, request: pytes
     saved = {k: spark.conf.get(k) for k in SESSION_SETTINGS} if spark is not None else {}
     servers = contextlib.ExitStack()
     namesrv = NAMESRV
-    if any(NAMESRV in b.code for b in python):  # examples of the wire: a name server and a broker to talk to
+    if any(NAMESRV in b.code or DEPLOYMENT_NAMESRV in b.code for b in python):  # examples of the wire: a name
+        # server and a broker to talk to
         namesrv = servers.enter_context(cluster(tmp_path / "wire")).client_namesrv_addr
     try:
         for block in python:
             printed: list[tuple[int, str]] = []
             ns["print"] = print_recorder(block.name, printed)
-            exec(compile(localize(block.code, tmp_path).replace(NAMESRV, namesrv), block.name, "exec"), ns)
+            code = localize(block.code, tmp_path).replace(NAMESRV, namesrv).replace(DEPLOYMENT_NAMESRV, namesrv)
+            exec(compile(code, block.name, "exec"), ns)
             if spark is not None:
                 for q in spark.streams.active:
                     q.processAllAvailable()
