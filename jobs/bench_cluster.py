@@ -13,7 +13,7 @@ under ``ROOT``; load comes from this process through ``rmqnet.client`` (100-byte
   rows written into a store's files (``path``); then read back by ``spark.read`` (into the
   ``noop`` sink) over the wire beside the files. Best of ``--rounds`` after a warm-up run. The
   broker's transfer limits are raised as docs/spark.md asks of brokers serving Spark.
-- ``lag``: ASYNC_MASTER and its slave; ``--in-flight`` threads send batches of ``--batch``
+- ``lag``: ASYNC_MASTER and its slave; ``--in-flight`` senders send batches of ``--batch``
   messages on a fixed schedule adding up to ``--rate`` messages per second, each to a queue of
   its own, for ``--lag-seconds``; beside each queue a long-polling pull on the **slave** (a
   held PULL_MESSAGE, answered as soon as records arrive there: replicated, appended and
@@ -33,6 +33,7 @@ Figures are wall-clock on this machine; nothing here is a test threshold.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import signal
@@ -164,66 +165,63 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 # ----------------------------------------------------------------------------------- lag
-def _held_pull(client: PullConsumer, addr: str, queue: int, offset: int, suspend_ms: int) -> int:
+async def _held_pull(client: PullConsumer, addr: str, queue: int, offset: int, suspend_ms: int) -> int:
     """A long-polling PULL_MESSAGE of one message on ``addr`` itself (the slave); the queue's
     max offset there when answered."""
     header = PullMessageHeader(consumer_group="bench-lag", topic=TOPIC, queue_id=queue, queue_offset=offset,
                                max_msg_nums=1, sys_flag=PULL_SUBSCRIPTION | PULL_SUSPEND, commit_offset=0,
                                suspend_timeout_millis=suspend_ms, subscription="*", sub_version=0, expression_type="TAG")
     cmd = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=header.to_ext())
-    res = call(client.invoke(addr, cmd, timeout_s=suspend_ms / 1000 + 5, ok=(
+    res = await client.invoke(addr, cmd, timeout_s=suspend_ms / 1000 + 5, ok=(
         ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
-        ResponseCode.PULL_OFFSET_MOVED)))
+        ResponseCode.PULL_OFFSET_MOVED))
     return int(res.ext_fields.get("maxOffset", offset))
 
 
 def measure_lag(root: Path, rate: int, seconds: float, batch: int, senders: int) -> dict[str, float]:
+    """Senders and watchers are coroutines on the client's one event loop, so each moment is
+    taken where its answer arrives (no thread hop between the answer and its timestamp)."""
     bodies = [b"x" * 100] * batch
     with cluster(root, "ASYNC_MASTER") as trio:
         producer, admin, puller = Producer("bench", trio.namesrv), Admin(trio.namesrv), PullConsumer("bench", trio.namesrv)
         try:
             _ready(producer, admin, trio, bodies, queues=senders)
-            assert trio.slave is not None
-            starts = [admin.max_offset(trio.master, TOPIC, q) for q in range(senders)]
+            slave = trio.slave
+            assert slave is not None
+            starts = [admin.max_offset(slave, TOPIC, q) for q in range(senders)]
             acked: list[list[tuple[int, float, float]]] = [[] for _ in range(senders)]  # (end, sent, acked)
             seen: list[list[tuple[int, float]]] = [[] for _ in range(senders)]  # (max offset on the slave, when)
-            stop = threading.Event()
             interval = batch * senders / rate
 
-            def send(q: int) -> None:
-                next_at = time.monotonic() + q * interval / senders  # staggered
-                end_at = time.monotonic() + seconds
-                while next_at < end_at:
-                    now = time.monotonic()
-                    if now < next_at:
-                        time.sleep(next_at - now)  # the fixed schedule (a benchmark, not a test)
+            async def send(q: int, t0: float) -> None:
+                next_at = t0 + q * interval / senders  # staggered
+                while next_at < t0 + seconds:
+                    await asyncio.sleep(max(0.0, next_at - time.monotonic()))  # the fixed schedule
                     next_at += interval
-                    t0 = time.monotonic()
-                    res = producer.send_batch(TOPIC, bodies, queue_id=q)
-                    acked[q].append((res.queue_offset + batch, t0, time.monotonic()))
+                    sent_at = time.monotonic()
+                    res = await producer.asend_batch(TOPIC, bodies, queue_id=q)
+                    acked[q].append((res.queue_offset + batch, sent_at, time.monotonic()))
 
-            def watch(q: int) -> None:
+            async def watch(q: int, stop: asyncio.Event) -> None:
                 offset = starts[q]
                 while not stop.is_set():
-                    top = _held_pull(puller, trio.slave or "", q, offset, 500)
+                    top = await _held_pull(puller, slave, q, offset, 500)
                     if top > offset:
                         seen[q].append((top, time.monotonic()))
                         offset = top
 
-            watchers = [threading.Thread(target=watch, args=(q,), daemon=True) for q in range(senders)]
-            for t in watchers:
-                t.start()
-            t0 = time.monotonic()
-            threads = [threading.Thread(target=send, args=(q,)) for q in range(senders)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            span = max(a[-1][2] for a in acked if a) - t0
-            time.sleep(1.0)  # the last batches reach the slave
-            stop.set()
-            for t in watchers:
-                t.join(5)
+            async def run() -> float:
+                stop = asyncio.Event()
+                watchers = [asyncio.create_task(watch(q, stop)) for q in range(senders)]
+                t0 = time.monotonic()
+                await asyncio.gather(*(send(q, t0) for q in range(senders)))
+                span = max(a[-1][2] for a in acked if a) - t0
+                await asyncio.sleep(1.0)  # the last batches reach the slave
+                stop.set()
+                await asyncio.gather(*watchers)
+                return span
+
+            span = call(run())
             lags, rtts, missing = [], [], 0
             for q in range(senders):
                 for end, sent_at, ack_at in acked[q]:
@@ -379,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     bench.add_argument("--messages", type=int, default=1_000_000, help="spark: rows written and read")
     bench.add_argument("--rate", type=int, default=100_000, help="lag: messages per second sent")
     bench.add_argument("--lag-seconds", type=float, default=5.0, help="lag: seconds of sending")
-    bench.add_argument("--batch", type=int, default=500, help="lag and sync: messages per batch")
+    bench.add_argument("--batch", type=int, default=2000, help="lag and sync: messages per batch")
     bench.add_argument("--seconds", type=float, default=5.0, help="sync: seconds of sending per role")
     bench.add_argument("--in-flight", type=int, default=4, help="lag and sync: sending threads")
     bench.add_argument("--backlog", type=int, default=20_000, help="failover: messages to consume")

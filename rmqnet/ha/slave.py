@@ -55,6 +55,11 @@ from .wire import (
 
 log = logging.getLogger(__name__)
 
+#: bytes the connection buffers while an append runs (asyncio pauses reading at twice its
+#: limit), and the most one read takes: under load, what arrived during an append is the next
+#: append (fewer, larger appends and dispatch rounds); idle, a read takes what came
+READ_BUFFER = 8 << 20
+
 
 def parse_address(address: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port`` too); ``ValueError`` naming what is wrong."""
@@ -174,7 +179,7 @@ class HAClient:
     async def _run(self, master: tuple[str, int]) -> None:
         loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(*master), self.connect_timeout_s)
+            reader, writer = await asyncio.wait_for(asyncio.open_connection(*master, limit=READ_BUFFER), self.connect_timeout_s)
         except (OSError, TimeoutError) as exc:
             self._failed(f"connect to {master[0]}:{master[1]}: {exc}")
             return
@@ -187,7 +192,7 @@ class HAClient:
             verifier = self.verifier = await loop.run_in_executor(self._executor, self._start_verifier)
             self._report(verifier.position if verifier is not None else end, force=True)
             while True:
-                data = await reader.read(1 << 20)
+                data = await reader.read(READ_BUFFER)
                 if not data:
                     raise ConnectionError("the master closed the connection")
                 self.last_read_ms = self.clock.wall_ms()
