@@ -176,14 +176,18 @@ class Hosts:
 
     # ---- teardown --------------------------------------------------------------------
 
-    def close(self) -> None:
-        """Kill the processes started here (SIGKILL, reaped) and delete the namespaces."""
+    def kill_processes(self) -> None:
+        """Kill the processes :meth:`popen` started so far (SIGKILL, reaped); the hosts stay."""
         for proc in self._procs:
             if proc.poll() is None:
                 proc.kill()
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=30)
         self._procs.clear()
+
+    def close(self) -> None:
+        """Kill the processes started here (SIGKILL, reaped) and delete the namespaces."""
+        self.kill_processes()
         for ns in reversed(self._made):
             _ip("netns", "del", ns, check=False)
         self._made.clear()

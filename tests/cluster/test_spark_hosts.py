@@ -82,11 +82,7 @@ def setup(spark_hosts: tuple[Hosts, SparkCluster], tmp_path: Path) -> Iterator[S
         yield Setup(hosts, brokers, spark, tmp_path)
     finally:
         brokers.close()
-        for proc in hosts._procs:  # this test's name server and brokers (hosts.popen), kill -9
-            if proc.poll() is None:
-                proc.kill()
-            proc.wait(30)
-        hosts._procs.clear()
+        hosts.kill_processes()  # this test's name server and brokers (hosts.popen), kill -9
 
 
 def stray_processes(hosts: Hosts, wait_s: float = 15) -> list[str]:
