@@ -231,8 +231,10 @@ def offsets(s: Setup, group: str) -> int:
 
 
 def waiting(log: str) -> set[int]:
-    """The partitions (the writers' last part) whose chunks the sink logged waiting for a master."""
-    return {int(m) for m in re.findall(r"writer '[^']*/(\d+)'\): broker group 'broker-b' .*" + WAITING, log)}
+    """The partitions whose chunks the sink logged waiting for a master (writer names are
+    ``<query>/<partition>/<layout digest>``)."""
+    return {int(m) for m in re.findall(r"writer '[^']*/(\d+)/[0-9a-f]{8}'\): broker group 'broker-b' .*" + WAITING,
+                                       log)}
 
 
 def drop_files(s: Setup, batch: int, per_batch: int) -> range:
