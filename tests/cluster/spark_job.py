@@ -13,7 +13,7 @@ Steps (``op``):
   ``Trigger.AvailableNow`` into a memory table; its bodies;
 - ``follow`` {topic, checkpoint, n, max_per_trigger, sign, timeout_s, idle_s}: ``readStream``
   from earliest into a memory table, a trigger every 0.5 s, until ``n`` rows arrived, or none
-  for ``idle_s`` (10), or ``timeout_s`` (60); the file ``sign`` is made once the first
+  for ``idle_s`` (10) once rows came, or ``timeout_s`` (120); the file ``sign`` is made once the first
   micro-batch is in; the bodies, whether all came, the query's error;
 - ``stream_write`` {input, checkpoint, topic, trigger, files_per_trigger, extra}: JSON files
   matching ``input`` (a glob; ``{"id": i}`` lines; ``files_per_trigger`` of them per micro-batch, 2 by default,
@@ -90,10 +90,11 @@ def follow(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> dict[str, An
     table = f"t{abs(hash(s['checkpoint']))}"
     query = (_stream(spark, namesrv, s).writeStream.format("memory").queryName(table)
              .option("checkpointLocation", s["checkpoint"]).trigger(processingTime="500 milliseconds").start())
-    deadline = time.monotonic() + float(s.get("timeout_s", 60))
+    deadline = time.monotonic() + float(s.get("timeout_s", 120))
     count = 0
     moved = time.monotonic()
-    while time.monotonic() < deadline and time.monotonic() - moved < float(s.get("idle_s", 10)):
+    # idle only counts once rows came: a first trigger on a loaded machine may take longer
+    while time.monotonic() < deadline and (not count or time.monotonic() - moved < float(s.get("idle_s", 10))):
         if query.exception() is not None:
             break
         # (the progress reports, not a job on the table: the executors may be busy with the stream)
