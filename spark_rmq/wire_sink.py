@@ -357,8 +357,9 @@ async def _invoke(p: Producer, c: _Chunk, cmd: RemotingCommand, retry_s: float, 
     :data:`RETRY_PAUSE_S` and the chunk sent to the group's master it names, for up to
     ``retry_s`` (then :class:`rmqnet.client.NoRouteError`, or the transport's error); the marker
     makes a resent chunk that did arrive (on the old master and, replicated, on its slave) a
-    duplicate. A broker that says SYSTEM_BUSY (its queue of sends is full) is asked again a
-    moment later."""
+    duplicate. An address that answers SERVICE_NOT_AVAILABLE (it stores nothing: stopping, or a
+    slave now) is treated as out of reach. A broker that says SYSTEM_BUSY (its queue of sends is
+    full) is asked again a moment later."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + retry_s
     addr = c.addr
@@ -368,12 +369,17 @@ async def _invoke(p: Producer, c: _Chunk, cmd: RemotingCommand, retry_s: float, 
             try:
                 return await p.invoke(addr, cmd, ok=_OK)
             except BrokerError as exc:
-                if exc.code != ResponseCode.SYSTEM_BUSY or loop.time() >= deadline:
+                if exc.code not in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE) \
+                        or loop.time() >= deadline:
                     raise
-                # back-pressure (the broker's queue of sends is full): as RocketMQ's producers, try
-                # again a moment later
-                await asyncio.sleep(min(BUSY_PAUSE_S * 2 ** min(attempt, 4), RETRY_PAUSE_S))
-                continue
+                if exc.code == ResponseCode.SYSTEM_BUSY:
+                    # back-pressure (the broker's queue of sends is full): as RocketMQ's producers,
+                    # try again a moment later
+                    await asyncio.sleep(min(BUSY_PAUSE_S * 2 ** min(attempt, 4), RETRY_PAUSE_S))
+                    continue
+                # SERVICE_NOT_AVAILABLE, nothing stored: a broker stopping, or a slave (an old
+                # master back as one while the route named it the master): the group's master
+                # is looked up again, as for a master out of reach
             except OSError:  # the transport's errors (refused, lost, timed out) are OSErrors
                 if loop.time() >= deadline:
                     raise

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from rmqnet.client import NoRouteError
-from rmqnet.remoting import RemotingCommand, RequestCode
+from rmqnet.client.errors import BrokerError
+from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode
 from rmqnet.remoting.route import PERM_READ, PERM_RW, BrokerData, QueueData, TopicRouteData
 from spark_rmq import wire_sink
 from spark_rmq.errors import RmqLogOptionError
@@ -42,9 +43,10 @@ def test_a_group_without_a_master_keeps_its_queues() -> None:
 class FakeProducer:
     """Answers routes from a script (one per ask, the last repeated) and sends by address."""
 
-    def __init__(self, routes: list[TopicRouteData], dead: set[str]) -> None:
+    def __init__(self, routes: list[TopicRouteData], dead: set[str], slaves: frozenset[str] = frozenset()) -> None:
         self.routes = routes
         self.dead = dead
+        self.slaves = slaves  # addresses that answer a send as a slave does
         self.asked = 0
         self.sent: list[str] = []
 
@@ -56,6 +58,8 @@ class FakeProducer:
         self.sent.append(addr)
         if addr in self.dead:
             raise ConnectionRefusedError(addr)
+        if addr in self.slaves:
+            raise BrokerError(ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now...", addr, cmd.code)
         return cmd.reply(0, None, {})
 
 
@@ -79,6 +83,15 @@ def test_a_chunk_waits_for_the_group_s_next_master(monkeypatch: pytest.MonkeyPat
     p = FakeProducer([route({"a": "a:1"}), route({"b": None}), route({"b": "b-new:1"})], dead={"b:1"})
     send(p, chunk("b:1"), 5.0)
     assert p.sent == ["b:1", "b:1", "b-new:1"]
+
+
+def test_a_chunk_sent_to_what_is_now_a_slave_goes_to_the_group_s_master(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old master came back as a slave under the address the task's route named master:
+    its SERVICE_NOT_AVAILABLE (nothing stored) sends the chunk to the master the route names now."""
+    monkeypatch.setattr(wire_sink, "RETRY_PAUSE_S", 0.01)
+    p = FakeProducer([route({"b": "b-new:1"})], dead=set(), slaves=frozenset({"b:1"}))
+    send(p, chunk("b:1"), 5.0)
+    assert p.sent == ["b:1", "b-new:1"]
 
 
 def test_no_master_within_the_timeout_fails_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
