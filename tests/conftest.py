@@ -355,3 +355,22 @@ def write_unit(root: Path, topic: str, qid: int, logical: int, offset: int, size
     with open(cq_file(root, topic, qid, logical), "r+b") as f:
         f.seek(logical % (SMALL_CQ // 20) * 20)
         f.write(struct.pack(">qiq", offset, size, tags))
+
+
+@pytest.fixture
+def namesrv() -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A name server process on a free port of 127.0.0.1: the process (its stderr logs
+    registrations) and its address; killed after the test."""
+    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert line.startswith("listening on 127.0.0.1:"), line
+        yield proc, line.split()[-1]
+    finally:
+        proc.kill()
+        proc.wait()
+        for f in (proc.stdout, proc.stderr):
+            if f is not None:
+                f.close()

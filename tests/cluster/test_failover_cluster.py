@@ -8,27 +8,15 @@ and every later pull goes to the slave without waiting (the master down for ``do
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from .cluster import Cluster
-from .test_replication import TOPIC, HostsFactory, start
+from .test_replication import TOPIC, start
 
 pytestmark = pytest.mark.slow
 TIMEOUT_S = 1.0  # the consumer's request timeout: what a pull to the silent master costs once
 DOWN_MS = 60_000  # longer than the test: the master stays down once it failed
-
-
-@pytest.fixture
-def cluster(hosts_factory: HostsFactory, tmp_path: Path) -> Iterator[Cluster]:
-    hosts = hosts_factory(["a", "b", "c", "d", "p"])
-    c = Cluster(hosts, tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def test_a_cut_master_costs_one_timeout_then_its_slave_serves_the_reads(cluster: Cluster) -> None:

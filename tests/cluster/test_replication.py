@@ -20,32 +20,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
 from .cluster import BROKER_PORT, Cluster
-from .hosts import Hosts
 
-HostsFactory = Callable[[Sequence[str]], Hosts]
 TOPIC = "T"
 HA_PORT = BROKER_PORT + 1
 pytestmark = pytest.mark.slow  # processes on five hosts per test: a few seconds each
 
 #: what the faults need to be quick: a silent slave is dropped after 2 s, a send waits 1 s for it
 MASTER_CONF = {"haHousekeepingInterval": "2000", "haSendHeartbeatInterval": "500", "slaveTimeout": "1000"}
-
-
-@pytest.fixture
-def cluster(hosts_factory: HostsFactory, tmp_path: Path) -> Iterator[Cluster]:
-    hosts = hosts_factory(["a", "b", "c", "d", "p"])
-    c = Cluster(hosts, tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def start(c: Cluster, role: str, *, via_proxy: bool = False) -> None:

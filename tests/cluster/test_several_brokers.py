@@ -16,29 +16,15 @@ from __future__ import annotations
 import json
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import subprocess_env
 
 from .cluster import BROKER_PORT, Cluster
-from .hosts import Hosts
 
-HostsFactory = Callable[[Sequence[str]], Hosts]
 TOPIC = "T"
 pytestmark = pytest.mark.slow  # processes on five hosts per test: ~5-7 s each
-
-
-@pytest.fixture
-def cluster(hosts_factory: HostsFactory, tmp_path: Path) -> Iterator[Cluster]:
-    hosts = hosts_factory(["a", "b", "c", "d", "p"])
-    c = Cluster(hosts, tmp_path)
-    try:
-        yield c
-    finally:
-        c.close()
 
 
 def start(c: Cluster, *, c_via_proxy: bool = False, timeout_s: float = 3.0) -> None:

@@ -18,7 +18,6 @@ import pytest
 
 from rmqnet.client import Admin, Producer, parse_offset_msg_id
 from tests.wire.failover_procs import Broker, start_groups, wait
-from tests.wire.test_ha_process import namesrv  # noqa: F401 - the fixture
 
 TOPIC = "T"
 #: the brokers' transfer limits raised for Spark's pulls (docs/spark.md, "Over the wire")

@@ -1,5 +1,6 @@
 """Stand-ins shared by the broker's tests: a peer, a store whose ``put_wire`` and ``flush`` are
-recorded (over a real store for topics), RocketMQ's batch body encoder, request builders."""
+recorded (over a real store for topics), RocketMQ's batch body encoder, request builders, and
+:func:`read_until` for a broker or name server process's log."""
 
 from __future__ import annotations
 
@@ -112,3 +113,14 @@ def make_broker(store: Any, clock: rmqlog.Clock | None = None, store_config: rmq
     store_cfg = store_config or store.config
     config = BrokerConfig(broker_name="broker-a", store=store_cfg).replace(**changes)
     return Broker(store, config, clock=clock or rmqlog.ManualClock(1_700_000_000_000))
+
+
+def read_until(stream: Any, text: str) -> str:
+    """Lines of ``stream`` (a process's log) up to the first holding ``text`` (that line); an
+    AssertionError with what came if the stream ends first."""
+    lines = []
+    for line in iter(stream.readline, ""):
+        lines.append(line)
+        if text in line:
+            return line
+    raise AssertionError(f"{text!r} never came: {''.join(lines)[-3000:]}")

@@ -29,7 +29,6 @@ from rmqnet.client import Admin, GroupMember, Producer, PullConsumer, parse_offs
 from rmqnet.transport import ConnectionLostError
 
 from .failover_procs import Broker, start_groups, wait
-from .test_ha_process import namesrv  # noqa: F401 - the fixture
 
 TOPIC = "FO"
 DOWN_MS = 2000

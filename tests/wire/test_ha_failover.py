@@ -19,11 +19,9 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 import refcodec as rc
 import rmqlog
@@ -34,7 +32,7 @@ from rmqnet.remoting import RemotingCommand, ResponseCode
 from rmqnet.remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
 from rmqnet.transport import ClientConnection
 from tests.conftest import subprocess_env, wait_until
-from tests.wire.broker_helpers import FakePeer, send_header, send_request
+from tests.wire.broker_helpers import FakePeer, read_until, send_header, send_request
 
 GUARD_S = 60.0  # a hang guard only
 
@@ -150,32 +148,6 @@ SEGMENT = 64 << 10
 TIMEOUT_S = 60
 
 
-def _read_until(stream: Any, text: str) -> str:
-    lines = []
-    for line in iter(stream.readline, ""):
-        lines.append(line)
-        if text in line:
-            return line
-    raise AssertionError(f"{text!r} never came: {''.join(lines)[-3000:]}")
-
-
-@pytest.fixture
-def namesrv() -> Iterator[tuple[subprocess.Popen[str], str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("listening on 127.0.0.1:"), line
-        yield proc, line.split()[-1]
-    finally:
-        proc.kill()
-        proc.wait()
-        for f in (proc.stdout, proc.stderr):
-            if f is not None:
-                f.close()
-
-
 class BrokerProc:
     """``rmqlog broker`` on ``root`` as ``role`` (its log in ``<root>.<n>.log``)."""
 
@@ -265,10 +237,10 @@ def test_async_master_killed_its_slave_promoted_and_the_old_master_rejoins(
     master = BrokerProc(m_root, "ASYNC_MASTER", 0, ns_addr)
     procs = [master]
     try:
-        _read_until(ns_proc.stderr, f"broker registered: broker-a id 0 at {master.address}")
+        read_until(ns_proc.stderr, f"broker registered: broker-a id 0 at {master.address}")
         slave = BrokerProc(s_root, "SLAVE", 1, ns_addr)
         procs.append(slave)
-        _read_until(ns_proc.stderr, f"broker registered: broker-a id 1 at {slave.address}")
+        read_until(ns_proc.stderr, f"broker registered: broker-a id 1 at {slave.address}")
         with contextlib.closing(Producer("PG", ns_addr, timeout_s=10.0)) as producer:  # (a send may wait slaveTimeout, 3 s)
             for i in range(200):  # over three 64 KiB segments
                 assert producer.send("HA", b"shared-%03d-" % i + bytes([i % 251]) * 700).status == "SEND_OK"
@@ -283,7 +255,7 @@ def test_async_master_killed_its_slave_promoted_and_the_old_master_rejoins(
 
         promoted = BrokerProc(s_root, "ASYNC_MASTER", 0, ns_addr)  # the slave restarted as the master
         procs.append(promoted)
-        _read_until(ns_proc.stderr, f"broker registered: broker-a id 0 at {promoted.address}")
+        read_until(ns_proc.stderr, f"broker registered: broker-a id 0 at {promoted.address}")
         with contextlib.closing(Producer("PG2", ns_addr, timeout_s=10.0)) as producer:
             for i in range(60):
                 assert producer.send("HA", b"new-%03d-" % i + bytes([9]) * 700).status == "SEND_OK"
@@ -333,10 +305,10 @@ def test_sync_master_every_send_ok_is_on_the_promoted_slave(
     ok: list[bytes] = []
     not_ok: list[bytes] = []
     try:
-        _read_until(ns_proc.stderr, f"broker registered: broker-a id 0 at {master.address}")
+        read_until(ns_proc.stderr, f"broker registered: broker-a id 0 at {master.address}")
         slave = BrokerProc(s_root, "SLAVE", 1, ns_addr)
         procs.append(slave)
-        _read_until(ns_proc.stderr, f"broker registered: broker-a id 1 at {slave.address}")
+        read_until(ns_proc.stderr, f"broker registered: broker-a id 1 at {slave.address}")
         with contextlib.closing(Producer("PG", ns_addr, timeout_s=10.0)) as producer:  # (a send may wait slaveTimeout, 3 s)
             for i in range(10_000):  # until the slave is in reach
                 body = b"first-%d" % i
@@ -362,7 +334,7 @@ def test_sync_master_every_send_ok_is_on_the_promoted_slave(
 
         promoted = BrokerProc(s_root, "SYNC_MASTER", 0, ns_addr)
         procs.append(promoted)
-        _read_until(ns_proc.stderr, f"broker registered: broker-a id 0 at {promoted.address}")
+        read_until(ns_proc.stderr, f"broker registered: broker-a id 0 at {promoted.address}")
         on_promoted = set(_bodies_of(s_root))
         assert set(ok) <= on_promoted  # every SEND_OK is there
         replay = _send_marked(promoted.address, b"marked-1", 1)  # a duplicate: the marker came with the log

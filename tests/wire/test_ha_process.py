@@ -13,44 +13,15 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
-
-import pytest
 
 import refcodec as rc
 from rmqnet.client import Producer
 from tests.conftest import subprocess_env
+from tests.wire.broker_helpers import read_until
 
 SEGMENT = 64 << 10
 TIMEOUT_S = 60
-
-
-def _read_until(stream: Any, text: str) -> str:
-    lines = []
-    for line in iter(stream.readline, ""):
-        lines.append(line)
-        if text in line:
-            return line
-    raise AssertionError(f"{text!r} never came: {''.join(lines)[-3000:]}")
-
-
-@pytest.fixture
-def namesrv() -> Iterator[tuple[subprocess.Popen[str], str]]:
-    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert line.startswith("listening on 127.0.0.1:"), line
-        yield proc, line.split()[-1]
-    finally:
-        proc.kill()
-        proc.wait()
-        for f in (proc.stdout, proc.stderr):
-            if f is not None:
-                f.close()
 
 
 class BrokerProc:
@@ -108,9 +79,9 @@ def test_sync_master_and_slave_processes(tmp_path: Path, namesrv: tuple[subproce
     producer = Producer("PG", ns_addr)
     try:
         assert ns_proc.stderr is not None
-        _read_until(ns_proc.stderr, f"broker registered: broker-a id 0 at {master.address}")
+        read_until(ns_proc.stderr, f"broker registered: broker-a id 0 at {master.address}")
         slave = BrokerProc(tmp_path / "s", _conf(tmp_path / "s.conf", "SLAVE", 1), ns_addr)
-        _read_until(ns_proc.stderr, f"broker registered: broker-a id 1 at {slave.address}")
+        read_until(ns_proc.stderr, f"broker registered: broker-a id 1 at {slave.address}")
         _send_until_ok(producer, b"first")
         statuses = [producer.send("HA", bytes([i % 251]) * 700).status for i in range(300)]  # rolls 64 KiB segments
         assert set(statuses) == {"SEND_OK"}
