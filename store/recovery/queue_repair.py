@@ -59,6 +59,19 @@ def queues_never_go_back(parts: StoreParts, state: AppendState, report: Recovery
                                + ", ".join(f"{k} at {v}" for k, v in list(ahead.items())[:5]))
 
 
+def cut_queues(parts: StoreParts, end: int) -> int:
+    """Remove every consume-queue unit pointing at or past commitlog offset ``end`` (caller
+    holds the dispatch lock); returns how many went."""
+    units = 0
+    for cq in parts.queues.all():
+        first = cq.first_at_or_past(end)
+        have = cq.max_offset()
+        if first < have:
+            cq.truncate(first)
+            units += have - first
+    return units
+
+
 def dispatch(parts: StoreParts) -> int:
     """``dispatch()``; a damaged record it meets (below the published tail, in a segment the walk
     did not check) fails the open as damage, with the way out named. A full disk does not fail

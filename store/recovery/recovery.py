@@ -69,6 +69,7 @@ from ..retention.leftovers import finish_at_open
 from .queue_repair import (
     check_units,
     complete_queues,
+    cut_queues,
     dispatch,
     drop_bad_queue_files,
     queues_never_go_back,
@@ -405,10 +406,7 @@ def _finish(
         for cq in parts.queues.all():
             drop_bad_queue_files(cq, report, whole_log=parts.commitlog.min_offset() == 0)
         if walked is None:  # normal path: units at or past the end go
-            for cq in parts.queues.all():
-                first = cq.first_at_or_past(cut)
-                if first < cq.max_offset():
-                    cq.truncate(first)
+            cut_queues(parts, cut)
             parts.dispatcher.reset_position(cut)
         else:
             resume = check_units(parts, cut, end, walked)

@@ -42,7 +42,7 @@ from .. import crash_points
 from ..durability.flush import FlushPosition
 from ..errors import CorruptStoreError, ReplicaOffsetError
 from ..log.scan import StopReason
-from .queue_repair import queues_never_go_back
+from .queue_repair import cut_queues, queues_never_go_back
 from .recovery import cut_commitlog
 from .recovery_report import RecoveryReport
 
@@ -122,13 +122,7 @@ def truncate_log(parts: StoreParts, offset: int, owner: StoreLockFile) -> Trunca
         parts.state_file.publish(state)
         if crash_points.reached is not None:
             crash_points.reached("truncate.published")
-        units = 0
-        for cq in parts.queues.all():
-            first = cq.first_at_or_past(end)
-            have = cq.max_offset()
-            if first < have:
-                cq.truncate(first)
-                units += have - first
+        units = cut_queues(parts, end)
         if parts.dispatcher.dispatched()[0] > end:
             parts.dispatcher.set_position(end)
         entries = parts.index_service.truncate(end) if parts.index_service is not None else 0
