@@ -22,6 +22,7 @@ from ..errors import (
     IndexDisabledError,
     InvalidArgumentError,
     InvalidMessageError,
+    InvalidTopicError,
 )
 from ..index.lookup import messages_by_key, records_by_key
 from ..log.decode import BadRecordError, RecordCheck
@@ -132,7 +133,10 @@ class WireAccess:
         topic = flat(put.column("topic"))
         if pa.types.is_string(topic.type) and not topic.null_count and len(topic) and all_equal(topic):
             # one topic (every broker put of single sends to one topic): one set lookup
-            name = topic[0].as_py()
+            try:
+                name = topic[0].as_py()
+            except UnicodeDecodeError:  # every row is this one name: the put names it
+                raise InvalidTopicError("value is not valid UTF-8", row=0, field="topic") from None
             if name in NOT_ALLOWED_SEND_TOPICS:
                 raise InvalidMessageError(f"{name} is a RocketMQ system topic no client may send to", row=0, field="topic")
             if header.properties is not None and name in WAITING_TOPICS:

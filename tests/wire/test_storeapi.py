@@ -116,6 +116,27 @@ def test_put_wire_refuses_mixed_host_forms_and_unknown_columns(store):
         store.put_wire(wire_row(), cluster="a\x02b")
 
 
+def _not_utf8(values: list[bytes]) -> pa.Array:
+    """A string column holding these bytes (Arrow takes them; Spark's CAST(binary AS STRING) makes such)."""
+    return pa.array(values, pa.binary()).view(pa.string())
+
+
+@pytest.mark.parametrize(("column", "values", "error"), [
+    ("topic", [b"T\xed\xa0", b"T\xed\xa0"], rmqlog.InvalidTopicError),  # one topic: the one-name screen
+    ("topic", [b"T", b"T\xed"], rmqlog.InvalidTopicError),
+    ("bornHost", [b"1.2.3.4:5\xed", b"1.2.3.4:5\xed"], rmqlog.InvalidMessageError),  # one host: parsed once
+    ("bornHost", [b"1.2.3.4:5", b"1.2.3.4:6\xed"], rmqlog.InvalidMessageError),
+])
+def test_put_wire_refuses_text_that_is_not_utf8_typed(store, column, values, error):
+    before = store.published_tail()
+    table = {"topic": ["T", "T"], "body": [b"a", b"b"]}
+    table[column] = _not_utf8(values)
+    with pytest.raises(error, match="UTF-8") as info:
+        store.put_wire(pa.table(table))
+    assert info.value.field == column and info.value.row == (0 if values[0] == values[1] else 1)
+    assert store.published_tail() == before
+
+
 def test_put_wire_ipv6_born_host_round_trips(store):
     store.put_wire(wire_row(bornHost=["[::1]:9876"]), dispatch=True)
     kind, rec = decode_record(bytes(store.read_window("T", 0, 0, raw=True).records.data), 0)

@@ -81,7 +81,8 @@ from ..record import (
     SYSFLAG_TRANSACTION_PREPARED,
     SYSFLAG_TRANSACTION_ROLLBACK,
 )
-from .arrays import all_equal, first, flat
+from .arrays import all_equal, first, flat, is_stringish
+from .columns import utf8_checked
 from .trailer import JoinedProperties
 
 WIRE_COLUMNS = ("topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties", "reconsumeTimes")
@@ -183,13 +184,15 @@ def wire_born_hosts(table: pa.Table, n: int, default: bytes) -> np.ndarray:
     if not _has(table, "bornHost") or pa.types.is_null(table.schema.field("bornHost").type):
         return np.tile(np.frombuffer(default, np.uint8), (n, 1))
     col = flat(table.column("bornHost"))
+    if pa.types.is_dictionary(col.type):
+        col = col.cast(col.type.value_type)
+    if is_stringish(col.type):  # "ip:port" text: Python cannot make a str of bytes that are not UTF-8
+        utf8_checked(col, "bornHost")
     if n and col.type == pa.string() and not col.null_count and all_equal(col):
         # one host (a broker's put of one connection's sends, or of a batch): parsed once
         one = _host_bytes(col[0].as_py())
         if one:
             return np.frombuffer(one, np.uint8)[None, :].repeat(n, axis=0)
-    if pa.types.is_dictionary(col.type):
-        col = col.cast(col.type.value_type)
     encoded = col.dictionary_encode()
     raw: list[bytes] = []
     for value in encoded.dictionary.to_pylist():  # one step per distinct host, not per message
