@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -113,6 +114,34 @@ def test_dropped_names_are_found_exactly_among_screened_ones(cluster: str | None
     assert got is not None
     kept = ["WAIX\x01a\x02", "K\x01v\x02" if cluster else "CLUSTER\x01old\x02K\x01v\x02", "X\x01y\x02"]
     assert got.items.to_pylist() == [k.encode() for k in kept]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_screened_names_match_a_set_lookup_name_by_name(seed: int) -> None:
+    """Names of the sets, the store's prefix, and near misses (a byte changed, added or cut),
+    anywhere in the rows (the last item of the buffer too): the fast path's hashed word
+    lookup decides as Python's set membership of each name does."""
+    rng = random.Random(seed)
+    cluster = rng.choice([None, "C1"])
+    known = sorted(wire_put._SLOW_NAMES | wire_put._DROPPED_NAMES[True]) + ["RMQLOG_A", "UNIQ_KEY", "TAGS"]
+
+    def near(name: str) -> str:
+        i = rng.randrange(len(name))
+        return rng.choice([name, name, name[:i] + chr(ord(name[i]) ^ 1) + name[i + 1:], name + "X", name[:-1] or "Q",
+                           name + "Y" * 30])
+
+    rows = [[(near(rng.choice(known)), f"v{rng.randrange(9)}") for _ in range(rng.randint(1, 4))] for _ in range(300)]
+    props = ["".join(f"{k}\x01{v}\x02" for k, v in row) for row in rows]
+    slow = wire_put._SLOW_NAMES
+    dropped = wire_put._DROPPED_NAMES[cluster is not None]
+    if any(k in slow or k.startswith("RMQLOG_") for row in rows for k, _ in row):
+        assert _joined(props, cluster) is None
+        rows = [[(k, v) for k, v in row if k not in slow and not k.startswith("RMQLOG_")] for row in rows]
+        props = ["".join(f"{k}\x01{v}\x02" for k, v in row) for row in rows]
+    got = _joined(props, cluster)
+    assert got is not None
+    assert got.items.to_pylist() == ["".join(f"{k}\x01{v}\x02" for k, v in row if k not in dropped).encode()
+                                     for row in rows]
 
 
 # ---- queue offsets: the one-queue case against a reference count, any batch size

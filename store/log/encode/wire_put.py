@@ -307,25 +307,56 @@ _SCREENS = {c: _name_screen(_SLOW_NAMES | _DROPPED_NAMES[c]) for c in (False, Tr
 #: width of the exact check of screened names: every name of the sets fits with at least one
 #: NUL of padding (so a longer name, cut to this width, never equals one) and so does the
 #: store's prefix; a multiple of 8 (compared as uint64 words)
-_EXACT_WIDTH = 32
+_EXACT_WIDTH = 32  # (4 words: :func:`_hash_words` and :meth:`_NameSet.contains` name each)
 assert all(len(name.encode()) < _EXACT_WIDTH for name in _SLOW_NAMES | _DROPPED_NAMES[True])
-assert len(STORE_PROPERTY_PREFIX.encode()) <= _EXACT_WIDTH
-_PREFIX_BYTES = np.frombuffer(STORE_PROPERTY_PREFIX.encode(), np.uint8)
+#: the masks keeping a name's first ``L`` bytes of its padded words (row ``L``), native order
+_LEN_MASKS = np.tril(np.full((_EXACT_WIDTH + 1, _EXACT_WIDTH), 0xFF, np.uint8), -1).view(np.uint64)
+#: the store's prefix as the first word of a padded name, and the mask of its bytes
+_PREFIX_WORD, _PREFIX_MASK = (np.frombuffer(STORE_PROPERTY_PREFIX.encode().ljust(8, b"\0"), np.uint64)[0],
+                              _LEN_MASKS[len(STORE_PROPERTY_PREFIX.encode()), 0])
+assert len(STORE_PROPERTY_PREFIX.encode()) <= 8
+#: odd multipliers mixing a padded name's words into one hash
+_MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93], np.uint64)
 
 
-def _name_words(names: frozenset[str]) -> np.ndarray:
-    """``names`` zero-padded to :data:`_EXACT_WIDTH` bytes, as (len, width / 8) uint64 words."""
-    return np.frombuffer(b"".join(n.encode().ljust(_EXACT_WIDTH, b"\0") for n in sorted(names)), np.uint64).reshape(
-        len(names), _EXACT_WIDTH // 8)
+def _hash_words(words: np.ndarray) -> np.ndarray:
+    """One uint64 per padded name (row of ``words``): its words times :data:`_MIX`, xored."""
+    mixed = words * _MIX
+    return mixed[:, 0] ^ mixed[:, 1] ^ mixed[:, 2] ^ mixed[:, 3]  # (column by column: no reduce over short rows)
 
 
-_SLOW_WORDS = _name_words(_SLOW_NAMES)
-_DROPPED_WORDS = {c: _name_words(_DROPPED_NAMES[c]) for c in (False, True)}
+class _NameSet:
+    """A set of names, tested against many padded names at once: a sorted hash lookup, then
+    an exact compare of the words with the entry found (a hash collision is never a hit)."""
+
+    def __init__(self, names: frozenset[str]) -> None:
+        words = np.frombuffer(b"".join(n.encode().ljust(_EXACT_WIDTH, b"\0") for n in sorted(names)),
+                              np.uint64).reshape(len(names), _EXACT_WIDTH // 8)
+        hashes = _hash_words(words)
+        order = np.argsort(hashes)
+        self.hashes, self.words = hashes[order], words[order]
+
+    def contains(self, words: np.ndarray) -> np.ndarray:
+        """Which rows of ``words`` ((k, width / 8) padded names) are names of the set."""
+        hashes = _hash_words(words)
+        at = np.minimum(np.searchsorted(self.hashes, hashes), len(self.hashes) - 1)
+        same = self.words[at] == words
+        return (self.hashes[at] == hashes) & same[:, 0] & same[:, 1] & same[:, 2] & same[:, 3]
 
 
-def _names_in(words: np.ndarray, table: np.ndarray) -> np.ndarray:
-    """Which padded names (``words``, (k, width / 8)) are one of ``table``'s."""
-    return (words[:, None, :] == table[None, :, :]).all(axis=2).any(axis=1)
+_SLOW_SET = _NameSet(_SLOW_NAMES)
+_DROPPED_SETS = {c: _NameSet(_DROPPED_NAMES[c]) for c in (False, True)}
+
+
+def _padded_names(raw: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The names at ``starts`` (of ``lengths`` bytes) in ``raw``, cut to :data:`_EXACT_WIDTH`
+    bytes and zero-padded to it, as (k, width / 8) uint64 words: one gather of fixed-width
+    windows (a strided view over ``raw`` and a zero tail), one mask per row by its length."""
+    ext = np.concatenate((raw, np.zeros(_EXACT_WIDTH, np.uint8)))  # windows at the end stay inside
+    windows = np.ndarray((len(raw), _EXACT_WIDTH), np.uint8, ext, 0, (1, 1))
+    words = windows[starts].view(np.uint64)
+    words &= _LEN_MASKS[np.minimum(lengths, _EXACT_WIDTH)]
+    return words
 
 
 def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None) -> JoinedProperties | None:
@@ -379,18 +410,12 @@ def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str
     maybe = _SCREENS[bool(cluster)][raw[name_start], np.minimum(name_len, 64)]
     if maybe.any():
         at = np.flatnonzero(maybe)
-        # the screened names zero-padded to a fixed width (their bytes past their length, or
-        # past the buffer, masked: a name holds no NUL, every byte < 3 being a separator
-        # checked above), compared as words: numpy on a few names, not ~8 Arrow kernels
-        lens = np.minimum(name_len[at], _EXACT_WIDTH)
-        cols = np.arange(_EXACT_WIDTH)
-        padded = raw[np.minimum(name_start[at][:, None] + cols, len(raw) - 1)]
-        padded[cols >= lens[:, None]] = 0
-        words = padded.view(np.uint64)
-        prefix = (name_len[at] >= len(_PREFIX_BYTES)) & (padded[:, :len(_PREFIX_BYTES)] == _PREFIX_BYTES).all(axis=1)
-        if prefix.any() or _names_in(words, _SLOW_WORDS).any():
+        # the screened names as fixed-width words (a name holds no NUL: every byte < 3 is a
+        # separator, checked above), looked up by hash: a few vector steps however many rows
+        words = _padded_names(raw, name_start[at], name_len[at])
+        if ((words[:, 0] & _PREFIX_MASK) == _PREFIX_WORD).any() or _SLOW_SET.contains(words).any():
             return None
-        dropped = _names_in(words, _DROPPED_WORDS[bool(cluster)])
+        dropped = _DROPPED_SETS[bool(cluster)].contains(words)
         if dropped.any():
             items, raw, rel, name_start, name_len = _drop_items(raw, rel, name_start, name_len, p2 + 1, at[dropped])
     own_uniq = _rows_naming(raw, name_start, name_len, _UNIQ_BYTES, rel, n)
