@@ -104,15 +104,17 @@ class Appender:
 
     def encode_copies(
         self, topic: pa.Array, queue_id: np.ndarray, body: pa.BinaryArray, flag: np.ndarray, born: np.ndarray,
-        properties: pa.Array, marker: Marker, born_hosts: np.ndarray | None = None,
+        properties: pa.Array, marker: Marker, born_hosts: np.ndarray | None = None, *,
+        sys_flags: np.ndarray | None = None, reconsume_times: np.ndarray | None = None,
     ) -> EncodedBatch:
         """The scheduler's delivered copies of stored messages, encoded from their stored
         fields (:func:`rmqlog.log.encode.copies.prepare_copies`): this store's host, and the
-        born hosts they were sent with (``born_hosts``, (n, 8) bytes; ``None``: this store's)."""
+        born hosts they were sent with (``born_hosts``, (n, 8) bytes; ``None``: this store's);
+        the stored SYSFLAG's client bits and RECONSUMETIMES (``None``: 0)."""
         return prepare_copies(
             topic, queue_id, body, flag, born, properties, marker=marker, store_host=self.store_host,
             born_host=self.born_host if born_hosts is None else born_hosts, uniq_keys=self.uniq,
-            max_record_size=self.parts.commitlog.segment_size - 8,
+            max_record_size=self.parts.commitlog.segment_size - 8, sys_flags=sys_flags, reconsume_times=reconsume_times,
         )
 
     def put_tables(self, tables: Iterable[pa.Table | pa.RecordBatch], marker: Marker, *, dispatch: bool = False) -> pa.Table:

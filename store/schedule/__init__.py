@@ -85,7 +85,8 @@ def install(parts: StoreParts, appender: Appender, reader: QueueReader) -> Delay
         # appended as a broker's delivery is (RocketMQ's putMessage): readable once dispatched,
         # by the dispatcher service or a reader's dispatch
         batch = appender.encode_copies(copies.topic, copies.queue_id, messages.body, messages.flag, messages.born,
-                                       copies.properties, marker, messages.born_host)
+                                       copies.properties, marker, messages.born_host,
+                                       sys_flags=messages.sys_flag, reconsume_times=messages.reconsume_times)
         return appender.put_encoded(batch, marker, results=False)  # (the pass reads none)
 
     scheduler = DelayScheduler(parts, reader, put, levels)

@@ -385,4 +385,6 @@ def _head(messages: StoredMessages, n: int) -> StoredMessages:
     return StoredMessages(
         messages.offsets[:n], messages.flag[:n], messages.born[:n], messages.stored[:n], messages.body.slice(0, n),
         messages.properties.slice(0, n), None if messages.born_host is None else messages.born_host[:n],
+        None if messages.sys_flag is None else messages.sys_flag[:n],
+        None if messages.reconsume_times is None else messages.reconsume_times[:n],
     )

@@ -9,6 +9,8 @@ normal dispatch). Properties, in their stored order:
 - ``DELAY`` is removed (the copy is not delayed again), and whatever the caller drops (the
   timer: ``REAL_TOPIC`` / ``REAL_QID``; a delay level's copy keeps them, as RocketMQ's does);
 - ``UNIQ_KEY`` stays: the copy has the client msgId of the message that was sent;
+- SYSFLAG's client bits (compressed, multi tags, transaction) and RECONSUMETIMES are kept
+  (the host bits are the copy's own layout's);
 - every other entry (``TAGS``, ``KEYS``, RocketMQ's system names and the user's) is kept as
   it was stored, and the store's own ``RMQLOG_*`` markers are dropped (the copy is the
   scheduler's append, not the writer's);
@@ -57,6 +59,11 @@ class StoredMessages:
     #: BORNHOST per row, (n, 8) bytes, when every one is IPv4; ``None`` otherwise (the copies
     #: then get the store's: a batch's records share one header layout)
     born_host: np.ndarray | None = None
+    #: SYSFLAG and RECONSUMETIMES as stored (``None``: 0); a copy keeps both, as RocketMQ's
+    #: ``messageTimeup`` and ``convertMessage`` do (a compressed body stays readable, a
+    #: retried message's count of deliveries survives its delay)
+    sys_flag: np.ndarray | None = None
+    reconsume_times: np.ndarray | None = None
 
     @classmethod
     def of(cls, parts: list[RecordColumns]) -> StoredMessages:
@@ -73,6 +80,7 @@ class StoredMessages:
             join([p.properties for p in parts]) if parts else pa.array([], pa.string()),
             np.concatenate([p.born_host_raw for p in parts]) if parts and all(
                 p.born_host_raw.dtype == np.uint8 for p in parts) else None,
+            field("sysFlag") if parts else None, field("reconsumeTimes") if parts else None,
         )
 
     def __len__(self) -> int:

@@ -1,0 +1,127 @@
+"""Messages sent back by their consumers (RocketMQ 4.9.8's ``CONSUMER_SEND_MSG_BACK``, 36), made
+from the stored records in one pass over a batch: the broker's own path for the retry
+properties, which a user's put may not set (:data:`rmqlog.log.properties.RESERVED_PROPERTIES`).
+
+What RocketMQ's ``SendMessageProcessor.asyncConsumerSendMsgBack`` stores, per message, and what
+:func:`send_back_table` makes from a :meth:`rmqlog.MessageStore.wire_records` row:
+
+| field | the new record |
+|---|---|
+| topic, queueId | the caller's (``%RETRY%<group>`` or ``%DLQ%<group>``, queue 0) |
+| body, flag, bornTimestamp, bornHost | as stored (a compressed body stays compressed) |
+| sysFlag | as stored, its host bits left to the new record's layout |
+| reconsumeTimes | stored + 1 |
+| ``RETRY_TOPIC`` | kept when present, else the stored record's topic (where it came from) |
+| ``ORIGIN_MESSAGE_ID`` | kept when present and not blank, else the stored record's offset msgId |
+| ``DELAY`` | the caller's level when > 0 (the store then routes it to the schedule topic), else none |
+| ``REAL_TOPIC``, ``REAL_QID`` | dropped: the store sets them again for a delay (RocketMQ overwrites them) |
+| ``WAIT`` | dropped (RocketMQ stores ``WAIT=false``; a put here never stores ``WAIT``) |
+| ``RMQLOG_*`` | dropped: the store's markers (a scheduler's delivery carries one) belong to the put that wrote them |
+| every other property | kept, in stored order |
+
+Whole columns only: the properties are rewritten by the C helper's ``copy_properties`` (one
+pass over the bytes, the scheduler's copies' helper), or without it through the parsed map,
+with the same result.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..native import copy_properties as _native_copy
+from .gather import gather_slices, to_binary
+from .properties import (
+    PROPERTY_DELAY,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    STORE_PROPERTY_PREFIX,
+    ParsedProperties,
+)
+
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_WAIT = "WAIT"
+#: names a sent-back message loses (see the module docstring)
+DROPPED = (PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_WAIT)
+#: the names whose stored values decide what is appended
+FOUND = (PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID)
+#: SYSFLAG bits a sent-back record keeps (compressed, multi tags, transaction); the host bits
+#: (16, 32) are the put's, from the hosts
+CLIENT_SYSFLAG_BITS = 0xF
+
+#: the columns :func:`send_back_table` returns: a ``put_wire``'s
+SEND_BACK_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
+    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.string()),
+    ("properties", pa.string()), ("reconsumeTimes", pa.int32()),
+])
+
+
+def drop_and_find(props: pa.Array, drop: tuple[str, ...], find: tuple[str, ...]) -> tuple[pa.StringArray, list[pa.Array]]:
+    """Per row of a properties column: the stored items without the names in ``drop`` and
+    the store's ``RMQLOG_*`` markers (``name\\x01value\\x02``... in stored order) and the values of ``find`` (null where absent;
+    the last one wins, as in Java's map), by Java's parsing rules."""
+    if isinstance(props, pa.ChunkedArray):
+        props = props.combine_chunks()
+    props = props.cast(pa.string())
+    n = len(props)
+    if _native_copy is not None and not props.null_count and n:
+        off = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
+        data = props.buffers()[2] or pa.py_buffer(b"")
+        out = np.empty(data.size + n, np.uint8)
+        row_offsets = np.empty(n + 1, np.int64)
+        k = len(find)
+        start, length = np.empty(k * n, np.int64), np.empty(k * n, np.int64)
+        _native_copy(data, off, tuple(x.encode() for x in drop), (STORE_PROPERTY_PREFIX.encode(),),
+                     tuple(x.encode() for x in find), out, row_offsets, start, length)
+        if row_offsets[-1] < 1 << 31:
+            kept = pa.StringArray.from_buffers(n, pa.py_buffer((row_offsets - row_offsets[0]).astype(np.int32)),
+                                               pa.py_buffer(out[row_offsets[0]: row_offsets[-1]]))
+            values = []
+            for j in range(k):
+                s, ln = start[j * n: (j + 1) * n], length[j * n: (j + 1) * n]
+                v = to_binary(gather_slices(data, np.maximum(s, 0), ln)).view(pa.string())
+                values.append(v if (s >= 0).all() else pc.if_else(pa.array(s >= 0), v, pa.scalar(None, pa.string())))
+            return kept, values
+    parsed = ParsedProperties(props)
+    keys = parsed.keys
+    keep = ~np.asarray(pc.fill_null(pc.or_(pc.is_in(keys, pa.array(list(drop), pa.string())),
+                                           pc.starts_with(keys, STORE_PROPERTY_PREFIX)), False)) if len(keys) else np.zeros(0, bool)
+    sel = pa.array(keep, pa.bool_())
+    pairs = pc.binary_join_element_wise(keys.filter(sel), "\x01", parsed.values.filter(sel), "\x02", "")
+    row_offsets32 = np.concatenate([[0], np.cumsum(np.bincount(parsed.parent[keep], minlength=n))]).astype(np.int32)
+    kept_arr = pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(pa.array(row_offsets32), pairs), ""), "")
+    return kept_arr, [parsed.column(name) for name in find]
+
+
+def _item(name: str, values: pa.Array, where: np.ndarray) -> pa.Array:
+    """``name\\x01value\\x02`` on the rows of ``where``, the empty string elsewhere."""
+    item = pc.binary_join_element_wise(name + "\x01", values.cast(pa.string()), "\x02", "")
+    return pc.if_else(pa.array(where, pa.bool_()), item, pa.scalar("", pa.string()))
+
+
+def send_back_table(records: pa.Table, topic: pa.Array, queue_id: np.ndarray, delay_level: np.ndarray) -> pa.Table:
+    """The records to put (:data:`SEND_BACK_SCHEMA`, ``put_wire``'s columns) for ``records``
+    (rows of :meth:`rmqlog.MessageStore.wire_records`) sent back: to ``topic`` / ``queue_id``
+    (one per row), with ``DELAY`` = ``delay_level`` where it is > 0 (see the module docstring)."""
+    n = records.num_rows
+    kept, (retry_topic, origin) = drop_and_find(records.column("properties"), DROPPED, FOUND)
+    no_retry = np.asarray(pc.is_null(retry_topic)) if n else np.zeros(0, bool)
+    no_origin = np.asarray(pc.fill_null(pc.equal(pc.utf8_trim_whitespace(origin), ""), True)) if n else np.zeros(0, bool)
+    levels = np.asarray(delay_level, np.int64)
+    props = pc.binary_join_element_wise(
+        kept,
+        _item(PROPERTY_RETRY_TOPIC, records.column("topic").combine_chunks(), no_retry),
+        _item(PROPERTY_DELAY, pa.array(levels), levels > 0),
+        _item(PROPERTY_ORIGIN_MESSAGE_ID, records.column("msgId").combine_chunks(), no_origin),
+        "",
+    )
+    sys_flag = records.column("sysFlag").to_numpy() & CLIENT_SYSFLAG_BITS
+    reconsume = records.column("reconsumeTimes").to_numpy().astype(np.int64) + 1
+    return pa.Table.from_arrays([
+        topic.cast(pa.string()), pa.array(np.asarray(queue_id, np.int32)), records.column("body"), records.column("flag"),
+        pa.array(sys_flag.astype(np.int32)), records.column("bornTimestamp"), records.column("bornHost"),
+        props, pa.array(np.minimum(reconsume, (1 << 31) - 1).astype(np.int32)),
+    ], schema=SEND_BACK_SCHEMA)

@@ -1,0 +1,139 @@
+"""What the store gives the broker's retries (issue 31, "Retry and dead letters"): delay-level
+deliveries that keep RECONSUMETIMES and the client's SYSFLAG bits, as RocketMQ's
+``ScheduleMessageService.messageTimeup`` does; the records at commitlog offsets in a wire
+put's columns (``MessageStore.wire_records``); reserved names still refused from users."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+import rmqlog
+from refcodec.record import decode_record
+
+FAR = 1 << 50  # a clock past every delivery time
+
+
+@pytest.fixture
+def store(tmp_path: Path):
+    with rmqlog.MessageStore.open(tmp_path / "s", clock=rmqlog.ManualClock()) as s:
+        yield s
+
+
+def _delivered(store: rmqlog.MessageStore, topic: str) -> list[dict]:
+    store.dispatch()
+    return store.read_queue(topic, 0, 0, 1 << 40).to_pylist()
+
+
+def test_a_delay_level_delivery_keeps_reconsume_times(store: rmqlog.MessageStore) -> None:
+    """RocketMQ's messageTimeup: ``msgInner.setReconsumeTimes(msgExt.getReconsumeTimes())``."""
+    store.create_topic("%RETRY%G", 1)
+    store.put_wire(pa.table({"topic": ["%RETRY%G", "%RETRY%G"], "queueId": [0, 0], "body": [b"a", b"b"],
+                             "properties": ["DELAY\x013\x02", "DELAY\x014\x02"],
+                             "reconsumeTimes": pa.array([3, 15], pa.int32())}), dispatch=True)
+    assert store.deliver_due(FAR) == 2
+    got = _delivered(store, "%RETRY%G")
+    assert sorted((m["body"], m["reconsumeTimes"]) for m in got) == [(b"a", 3), (b"b", 15)]
+
+
+def test_a_delay_level_delivery_keeps_the_client_sysflag_bits(store: rmqlog.MessageStore) -> None:
+    """A compressed body stays compressed through the schedule topic, its bit kept (else a
+    consumer would read the deflated bytes as the body)."""
+    import zlib
+    body = zlib.compress(b"x" * 5000)
+    store.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [body], "sysFlag": pa.array([1], pa.int32()),
+                             "properties": ["DELAY\x011\x02"]}), dispatch=True)
+    assert store.deliver_due(FAR) == 1
+    store.dispatch()
+    [row] = store.read_queue("T", 0, 0, 1).to_pylist()
+    raw = store.record_at(row["commitLogOffset"])
+    assert raw is not None
+    kind, rec = decode_record(bytes(raw.array[0].as_py()))
+    assert kind == "record" and not isinstance(rec, int | None)
+    assert rec.sys_flag & 1 and rec.body == body
+
+
+def test_wire_records_gives_what_a_put_wire_takes(store: rmqlog.MessageStore) -> None:
+    res = store.put_wire(pa.table({
+        "topic": ["T", "T"], "queueId": [0, 1], "body": [b"one", b"two"], "flag": pa.array([5, 6], pa.int32()),
+        "sysFlag": pa.array([0, 2], pa.int32()), "bornTimestamp": pa.array([1_700_000_000_000, 1_700_000_000_001]),
+        "bornHost": ["10.0.0.1:1234", "10.0.0.2:99"], "properties": ["TAGS\x01a\x02k\x01v\x02", "TAGS\x01b\x02"],
+        "reconsumeTimes": pa.array([0, 7], pa.int32()),
+    }), dispatch=True)
+    offsets = res.column("commitLogOffset").to_numpy()
+    table, found = store.wire_records(np.array([offsets[1], 12345, offsets[0]]))
+    assert found.tolist() == [0, 2]  # 12345 starts no record
+    rows = table.to_pylist()
+    assert [r["topic"] for r in rows] == ["T", "T"]
+    assert [r["body"] for r in rows] == [b"two", b"one"]
+    assert [(r["flag"], r["sysFlag"] & 0xF, r["reconsumeTimes"]) for r in rows] == [(6, 2, 7), (5, 0, 0)]
+    assert [r["bornHost"] for r in rows] == ["10.0.0.2:99", "10.0.0.1:1234"]
+    assert rows[1]["properties"].startswith("TAGS\x01a\x02k\x01v\x02")
+    assert [r["msgId"] for r in rows] == [res.column("msgId")[1].as_py(), res.column("msgId")[0].as_py()]
+    assert [r["commitLogOffset"] for r in rows] == [int(offsets[1]), int(offsets[0])]
+    # and back in: the same columns are a wire put
+    again = store.put_wire(table.select(["topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", "bornHost",
+                                         "properties", "reconsumeTimes"]), dispatch=True)
+    assert again.num_rows == 2
+
+
+def test_wire_records_of_nothing_and_of_offsets_past_the_end(store: rmqlog.MessageStore) -> None:
+    table, found = store.wire_records(np.array([], np.int64))
+    assert table.num_rows == 0 and len(found) == 0
+    store.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"x"]}), dispatch=True)
+    table, found = store.wire_records(np.array([-1, 1 << 40, 1]))
+    assert table.num_rows == 0 and len(found) == 0
+
+
+def test_retry_names_are_still_refused_from_users(store: rmqlog.MessageStore) -> None:
+    for name in ("RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "RECONSUME_TIME"):
+        with pytest.raises(rmqlog.InvalidMessageError, match=name):
+            store.put("T", b"x", properties={name: "v"})
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_send_back_table_rewrites_the_retry_properties(store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch,
+                                                       native: bool) -> None:
+    import rmqlog.log.send_back as send_back
+    if not native:
+        monkeypatch.setattr(send_back, "_native_copy", None)
+    res = store.put_wire(pa.table({
+        "topic": ["T", "%RETRY%G"], "queueId": [0, 0], "body": [b"first", b"again"],
+        "properties": ["TAGS\x01a\x02k\x01v\x02WAIT\x01true\x02",
+                       "RETRY_TOPIC\x01T\x02ORIGIN_MESSAGE_ID\x01ORIG\x02k\x01w\x02"],
+        "reconsumeTimes": pa.array([0, 4], pa.int32()),
+    }), dispatch=True)
+    records, found = store.wire_records(res.column("commitLogOffset").to_numpy())
+    assert found.tolist() == [0, 1]
+    out = send_back.send_back_table(records, pa.array(["%RETRY%G", "%DLQ%G"]), np.array([0, 0]), np.array([3, 0]))
+    rows = out.to_pylist()
+    assert [r["reconsumeTimes"] for r in rows] == [1, 5]
+    assert [r["topic"] for r in rows] == ["%RETRY%G", "%DLQ%G"]
+    first_msg_id = res.column("msgId")[0].as_py()
+    props0 = dict(item.split("\x01") for item in rows[0]["properties"].split("\x02") if item)
+    assert props0["RETRY_TOPIC"] == "T" and props0["DELAY"] == "3" and props0["ORIGIN_MESSAGE_ID"] == first_msg_id
+    assert "WAIT" not in props0 and props0["k"] == "v" and props0["TAGS"] == "a"
+    props1 = dict(item.split("\x01") for item in rows[1]["properties"].split("\x02") if item)
+    assert props1["RETRY_TOPIC"] == "T" and props1["ORIGIN_MESSAGE_ID"] == "ORIG" and "DELAY" not in props1
+    assert rows[1]["properties"].count("RETRY_TOPIC") == 1
+    # the broker's own path: put_wire takes them (a user's put refuses them)
+    again = store.put_wire(out, dispatch=True)
+    store.dispatch()
+    assert again.num_rows == 2 and store.max_offset("%DLQ%G", 0) == 1
+    assert store.max_offset("SCHEDULE_TOPIC_XXXX", 2) == 1  # level 3 waits in queue 2
+    assert store.deliver_due(FAR) == 1
+    [back] = _delivered(store, "%RETRY%G")[1:]
+    assert (back["body"], back["reconsumeTimes"]) == (b"first", 1)
+    assert dict(back["properties"])["ORIGIN_MESSAGE_ID"] == first_msg_id
+    # a delivered copy carries REAL_TOPIC/REAL_QID: sent back again, they are dropped and set anew
+    records2, _ = store.wire_records(np.array([back["commitLogOffset"]]))
+    out2 = send_back.send_back_table(records2, pa.array(["%RETRY%G"]), np.array([0]), np.array([4]))
+    assert "REAL_TOPIC" not in out2.column("properties")[0].as_py()
+    store.put_wire(out2, dispatch=True)
+    assert store.deliver_due(FAR) == 1
+    last = _delivered(store, "%RETRY%G")[-1]
+    assert (last["body"], last["reconsumeTimes"]) == (b"first", 2)
+    assert dict(last["properties"])["ORIGIN_MESSAGE_ID"] == first_msg_id
