@@ -1,7 +1,8 @@
 """A pull consumer (``DefaultMQPullConsumer`` as RocketMQ 4.9.8's ``PullAPIWrapper`` pulls):
 PULL_MESSAGE (11) on an address of the queue's broker group, the body (the stored records,
 byte-exact) decoded into the message table (:mod:`rmqnet.client.records`); offsets committed
-with UPDATE_CONSUMER_OFFSET (15) and asked with QUERY_CONSUMER_OFFSET (14).
+with UPDATE_CONSUMER_OFFSET (15) and asked with QUERY_CONSUMER_OFFSET (14); a message sent
+back for a retry with CONSUMER_SEND_MSG_BACK (36, :meth:`PullConsumer.send_back`).
 
 Which address (:mod:`rmqnet.client.failover`): a pull goes to the broker id the last answer of
 that queue suggested (``suggestWhichBrokerId``: the master unless the broker has
@@ -24,7 +25,13 @@ import pyarrow as pa
 
 from rmqlog import MESSAGE_SCHEMA, Clock
 
-from ..remoting import PullMessageHeader, RemotingCommand, RequestCode, ResponseCode
+from ..remoting import (
+    ConsumerSendMsgBackHeader,
+    PullMessageHeader,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+)
 from ..remoting.headers import PULL_SUBSCRIPTION, PULL_SUSPEND
 from ..remoting.route import MASTER_ID, PERM_READ, TopicRouteData
 from ..transport import Limits
@@ -168,6 +175,54 @@ class PullConsumer(RemoteClient):
 
     async def acommitted(self, topic: str, queue_id: int, *, broker_name: str | None = None) -> int | None:
         return await self._committed(topic, queue_id, broker_name)
+
+    async def _send_back(self, message: dict[str, Any], delay_level: int, max_reconsume_times: int | None,
+                         broker_name: str | None) -> None:
+        for name in ("commitLogOffset", "msgId", "topic", "storeHost"):
+            if name not in message:
+                raise ValueError(f"message has no {name!r}: give a row of a pull's messages")
+        header = ConsumerSendMsgBackHeader(
+            offset=int(message["commitLogOffset"]), group=self.group, delay_level=delay_level,
+            origin_msg_id=str(message["msgId"]), origin_topic=_origin_topic(message), unit_mode=False,
+            max_reconsume_times=max_reconsume_times,
+        )
+        cmd = RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=header.to_ext())
+        if broker_name is None:  # the broker that stored it (Java: the message's storeHost)
+            await self.invoke(str(message["storeHost"]), cmd)
+            return
+        route = await self._cached_route(str(message["topic"]))
+        for b in route.broker_datas:
+            if b.broker_name == broker_name and MASTER_ID in b.broker_addrs:
+                await self.invoke(b.broker_addrs[MASTER_ID], cmd)
+                return
+        raise NoRouteError(f"broker {broker_name!r} has no master in the route of {message['topic']!r}")
+
+    def send_back(self, message: dict[str, Any], delay_level: int = 0, *, max_reconsume_times: int | None = None,
+                  broker_name: str | None = None) -> None:
+        """Send a pulled message back for a later retry (CONSUMER_SEND_MSG_BACK, 36), as Java's
+        ``sendMessageBack(msg, delayLevel, brokerName)``: ``message`` is a row of a pull's
+        messages (``PullResult.messages.to_pylist()``; its ``commitLogOffset``, ``msgId``,
+        ``topic`` and ``storeHost`` are used). The broker stores it in ``%RETRY%<group>``
+        with ``reconsumeTimes + 1``, due after ``delay_level`` (0: ``3 + reconsumeTimes``), or
+        in ``%DLQ%<group>`` once ``reconsumeTimes >= max_reconsume_times`` (None: the
+        broker's group default, 16) or when ``delay_level < 0``. To ``broker_name``'s master
+        when given, else to the message's store host (the broker that stored it).
+
+        Raises :class:`BrokerError` (a refusal: SUBSCRIPTION_GROUP_NOT_EXIST, SYSTEM_ERROR
+        "look message by offset failed"...), :class:`NoRouteError`, the transport's errors,
+        ``ValueError`` for a message without those fields."""
+        call(self._send_back(message, delay_level, max_reconsume_times, broker_name))
+
+    async def asend_back(self, message: dict[str, Any], delay_level: int = 0, *, max_reconsume_times: int | None = None,
+                         broker_name: str | None = None) -> None:
+        await self._send_back(message, delay_level, max_reconsume_times, broker_name)
+
+
+def _origin_topic(message: dict[str, Any]) -> str:
+    """The topic the message was first sent to: its ``RETRY_TOPIC`` when it is a retry."""
+    props = message.get("properties") or []
+    found = dict(props) if isinstance(props, list) else dict(props.items()) if isinstance(props, dict) else {}
+    return str(found.get("RETRY_TOPIC", message["topic"]))
 
 
 def _queue_broker(route: TopicRouteData, queue_id: int, broker_name: str | None, perm: int) -> str | None:

@@ -22,11 +22,12 @@ from .command import (
 from .errors import FieldError, FrameError, HeaderError, RemotingError
 from .fields import ext_bool, ext_int, ext_long, ext_str
 from .frame import MAX_FRAME, MAX_HEADER, Frame, FrameDecoder, encode_frame
-from .headers import PullMessageHeader, SendMessageHeader
+from .headers import ConsumerSendMsgBackHeader, PullMessageHeader, SendMessageHeader
 
 __all__ = [
     "FLAG_ONEWAY", "FLAG_RESPONSE", "LanguageCode", "RequestCode", "ResponseCode", "SerializeType",
     "RemotingCommand", "decode", "encode", "encode_binary_header", "encode_bytes", "encode_header",
     "FieldError", "FrameError", "HeaderError", "RemotingError", "ext_bool", "ext_int", "ext_long", "ext_str",
     "MAX_FRAME", "MAX_HEADER", "Frame", "FrameDecoder", "encode_frame", "PullMessageHeader", "SendMessageHeader",
+    "ConsumerSendMsgBackHeader",
 ]

@@ -112,6 +112,40 @@ class PullMessageHeader:
         }
 
 
+@dataclass(slots=True)
+class ConsumerSendMsgBackHeader:
+    """``ConsumerSendMsgBackRequestHeader`` (CONSUMER_SEND_MSG_BACK, 36): ``offset`` (the
+    message's commitlog offset), ``group`` and ``delayLevel`` required; ``originMsgId``,
+    ``originTopic`` (read, not used by the broker, as in Java), ``unitMode``,
+    ``maxReconsumeTimes`` (``None``: the group's, 16)."""
+
+    offset: int
+    group: str
+    delay_level: int
+    origin_msg_id: str | None = None
+    origin_topic: str | None = None
+    unit_mode: bool = False
+    max_reconsume_times: int | None = None
+
+    @staticmethod
+    def read(ext: dict[str, Any]) -> ConsumerSendMsgBackHeader:
+        return ConsumerSendMsgBackHeader(
+            offset=ext_long(ext, "offset"),
+            group=ext_str(ext, "group"),
+            delay_level=ext_int(ext, "delayLevel"),
+            origin_msg_id=ext_str(ext, "originMsgId", None),
+            origin_topic=ext_str(ext, "originTopic", None),
+            unit_mode=ext_bool(ext, "unitMode", False),
+            max_reconsume_times=ext_int(ext, "maxReconsumeTimes", None),
+        )
+
+    def to_ext(self) -> dict[str, Any]:
+        values = {"offset": self.offset, "group": self.group, "delayLevel": self.delay_level,
+                  "originMsgId": self.origin_msg_id, "originTopic": self.origin_topic, "unitMode": self.unit_mode,
+                  "maxReconsumeTimes": self.max_reconsume_times}
+        return {k: v for k, v in values.items() if v is not None}
+
+
 #: PullSysFlag bits (``PullSysFlag``)
 PULL_COMMIT_OFFSET = 1
 PULL_SUSPEND = 2
