@@ -19,10 +19,14 @@
     rmqlog dispatch ROOT                      build consume-queue units for new records
     rmqlog schedule ROOT [--once]             deliver due delayed and timed messages
     rmqlog clean ROOT [--force]               one retention pass
+    rmqlog dlq ROOT GROUP [--offset N] [--count N]
+                                              a group's dead letters (%DLQ%GROUP) as JSON lines
+    rmqlog dlq-resend ROOT GROUP [--offset N] [--count N] [--dry-run]
+                                              re-send them to the topics they were first sent to
 
 Every command takes ``--json`` (one JSON object, camelCase keys) and ``--config FILE`` (a
 RocketMQ broker.conf: the store's settings, e.g. the retention rules ``clean`` applies); the
-reading ones (info, topic-status, read, get, query, export, lag, verify) take ``--read-only``
+reading ones (info, topic-status, read, get, query, export, lag, verify, dlq) take ``--read-only``
 (nothing in the store changes, not even by opening it). Messages print one JSON object per
 line (:mod:`rmqlog.admin.jsonl`), so the output pipes into ``jq``. Times are ms since the
 epoch or ISO 8601, and a time without a zone is UTC (:mod:`rmqlog.times`).
@@ -33,7 +37,7 @@ reads: an output path inside the root, links resolved, is refused before anythin
 known ones, with the same exit status in every command. Exit statuses
 (:mod:`rmqlog.admin.exits`): 0 done, 1 nothing found or problems found, 2 what was asked is
 wrong, 3 the store cannot do it. The commands live in :mod:`rmqlog.admin.reading`,
-:mod:`rmqlog.admin.changing` and :mod:`rmqlog.admin.export`; this module holds the arguments
+:mod:`rmqlog.admin.changing`, :mod:`rmqlog.admin.export` and :mod:`rmqlog.admin.dead_letters`; this module holds the arguments
 (argparse: help for every subcommand and argument) and the dispatch.
 """
 
@@ -48,7 +52,7 @@ from ..errors import InvalidArgumentError, StoreError
 from ..log.msgid import is_uniq_key, parse_offset_msg_id
 from ..message_store import MessageStore
 from ..times import parse_time_ms
-from . import changing, reading
+from . import changing, dead_letters, reading
 from .exits import HELP, STORE, CliError, code_for
 from .outpath import check_outside, open_output
 from .render import emit, error
@@ -179,6 +183,7 @@ def _parser() -> argparse.ArgumentParser:
                         "delivered and a summary a minute while nothing is)")
     p = command("clean", "one retention pass: delete expired segments and what follows them")
     p.add_argument("--force", action="store_true", help="at any hour, not only those of delete_when")
+    dead_letters.add_commands(command, _non_negative, _positive)
     return ap
 
 
@@ -209,6 +214,7 @@ COMMANDS: dict[str, Callable[[MessageStore, argparse.Namespace], int]] = {
     "query": reading.query, "lag": reading.lag, "verify": reading.verify, "export": _export,
     "recover": changing.recover, "dispatch": changing.dispatch, "schedule": changing.schedule,
     "clean": changing.clean, "reset-offset": changing.reset_offset,
+    "dlq": dead_letters.dead_letters, "dlq-resend": dead_letters.resend,
 }
 
 
@@ -226,7 +232,7 @@ def _check(cmd: str, args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    cmd = "lag" if args.cmd == "consumer-progress" else args.cmd
+    cmd = {"consumer-progress": "lag", "dead-letters": "dlq"}.get(args.cmd, args.cmd)
     try:
         _check(cmd, args)
         config = StoreConfig.from_properties(args.config) if args.config is not None else None

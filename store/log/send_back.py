@@ -125,3 +125,28 @@ def send_back_table(records: pa.Table, topic: pa.Array, queue_id: np.ndarray, de
         pa.array(sys_flag.astype(np.int32)), records.column("bornTimestamp"), records.column("bornHost"),
         props, pa.array(np.minimum(reconsume, (1 << 31) - 1).astype(np.int32)),
     ], schema=SEND_BACK_SCHEMA)
+
+
+#: names a re-sent dead letter loses: the retry's, the delay's and the store's own
+RESEND_DROPPED = (PROPERTY_RETRY_TOPIC, PROPERTY_DELAY, PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_WAIT)
+
+
+def resend_table(records: pa.Table) -> tuple[pa.Table, np.ndarray]:
+    """Dead letters (rows of :meth:`rmqlog.MessageStore.wire_records` of a ``%DLQ%`` queue)
+    back to the topic they were first sent to (their ``RETRY_TOPIC``), as new messages:
+    ``reconsumeTimes`` 0, any queue (``queueId`` null: round robin), body, flag, SYSFLAG's
+    client bits, born time and host as stored; properties without ``RETRY_TOPIC``, ``DELAY``,
+    ``REAL_TOPIC``/``REAL_QID``, ``WAIT`` and the store's ``RMQLOG_*`` (``ORIGIN_MESSAGE_ID``,
+    ``UNIQ_KEY``, tags, keys and the user's kept). Returns ``(table, has_origin)``: the rows of
+    records that name their topic (``has_origin``: a bool per record; one without
+    ``RETRY_TOPIC``, which no send-back made, is left out)."""
+    kept, (origin,) = drop_and_find(records.column("properties"), RESEND_DROPPED, (PROPERTY_RETRY_TOPIC,))
+    has = np.asarray(pc.is_valid(origin)) if records.num_rows else np.zeros(0, bool)
+    n = records.num_rows
+    sys_flag = records.column("sysFlag").to_numpy() & CLIENT_SYSFLAG_BITS
+    table = pa.Table.from_arrays([
+        origin, pa.nulls(n, pa.int32()), records.column("body"), records.column("flag"),
+        pa.array(sys_flag.astype(np.int32)), records.column("bornTimestamp"), records.column("bornHost"),
+        kept, pa.array(np.zeros(n, np.int32)),
+    ], schema=SEND_BACK_SCHEMA)
+    return table.filter(pa.array(has)), has

@@ -13,7 +13,10 @@
 //   {"event": "error", "message"}                       an 'error' event of the client (it goes on after one)
 //   {"event": "closed"}                                 after close(), which commits the offsets (exit code 0)
 // It closes and exits after `count` messages (0: never), on SIGTERM or SIGINT, and on end of stdin
-// when `closeOnStdinEnd` is set. Warnings and errors of ali-ons go to stderr; RMQ_CLIENT_LOG=1 adds its info log.
+// when `closeOnStdinEnd` is set. With `failUntil` N the handler throws for a delivery whose
+// reconsumeTimes is below N (ali-ons then sends it back, CONSUMER_SEND_MSG_BACK 36, and it comes
+// again from %RETRY%<group>); every delivery is printed as `message`, with `"failed": true` when
+// the handler threw. `maxReconsumeTimes` is the consumer option (16 by default). Warnings and errors of ali-ons go to stderr; RMQ_CLIENT_LOG=1 adds its info log.
 const crypto = require('crypto');
 const { performance } = require('perf_hooks');
 const { Consumer } = require('ali-ons');
@@ -51,6 +54,7 @@ const consumer = new Consumer({
   rebalanceInterval: opts.rebalanceMillis || 10000,
   pollNameServerInteval: opts.pollNameServerMillis || 30000,
   persistConsumerOffsetInterval: opts.persistMillis || 5000,
+  ...(opts.maxReconsumeTimes !== undefined ? { maxReconsumeTimes: opts.maxReconsumeTimes } : {}),
   logger,
 });
 consumer.on('error', err => emit({ event: 'error', message: String(err && err.message || err) }));
@@ -97,8 +101,10 @@ function close(code) {
   return closing;
 }
 
+const failUntil = opts.failUntil || 0;
 consumer.subscribe(opts.topic, opts.tags || '*', async msg => {
   received += 1;
+  const fail = msg.reconsumeTimes < failUntil;
   emit({
     event: 'message',
     msgId: msg.msgId,
@@ -110,8 +116,13 @@ consumer.subscribe(opts.topic, opts.tags || '*', async msg => {
     bodySha256: crypto.createHash('sha256').update(msg.body || Buffer.alloc(0)).digest('hex'),
     bodyLength: msg.body ? msg.body.length : 0,
     reconsumeTimes: msg.reconsumeTimes,
+    originMsgId: msg.originMessageId || null,
     receivedAt: now(),
+    ...(fail ? { failed: true } : {}),
   });
+  if (fail) {
+    throw new Error(`failing on purpose (reconsumeTimes ${msg.reconsumeTimes} < failUntil ${failUntil})`);
+  }
   if (opts.count && received >= opts.count) {
     // after this handler returns, so that the message counts as consumed when the offsets are committed
     setImmediate(() => close(0));
