@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rmqnet.remoting import (
+    ConsumerSendMsgBackHeader,
     FrameDecoder,
     PullMessageHeader,
     RemotingCommand,
@@ -124,7 +125,7 @@ def uniq_key(conn: int, i: int) -> str:
 @dataclass
 class Load:
     """What one worker process drives. ``kind``: ``send`` (310, ``body_size`` bodies, queue
-    ``i % queues`` on connection ``i``) or ``pull`` (``max_msg_nums`` from ``start`` in steps
+    ``i % queues`` on connection ``i``), ``back`` (36, one frame per offset of ``offsets``) or ``pull`` (``max_msg_nums`` from ``start`` in steps
     of ``stride`` on queue ``queue_ids[i]``)."""
 
     port: int
@@ -140,6 +141,9 @@ class Load:
     stride: int = 32
     start: int = 0
     timeout_s: float = 300.0
+    #: ``back`` (CONSUMER_SEND_MSG_BACK 36 of group ``CONSUMER_GROUP``): the commitlog offsets
+    #: sent back, connection ``i`` taking ``offsets[i::connections]``, each once
+    offsets: tuple[int, ...] = ()
 
 
 @dataclass
@@ -217,7 +221,17 @@ class Pipeline(asyncio.Protocol):
             self.done.set_result(None)
 
 
+def back_frame(offset: int, opaque: int, group: str = CONSUMER_GROUP) -> bytes:
+    """A CONSUMER_SEND_MSG_BACK (36) frame as ali-ons sends it (delayLevel 0, max 16)."""
+    h = ConsumerSendMsgBackHeader(offset=offset, group=group, delay_level=0, origin_msg_id="", origin_topic="",
+                                  max_reconsume_times=16)
+    return encode_bytes(RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, opaque, 0, None, h.to_ext(), b"", "JAVA"))
+
+
 def _frames(load: Load, conn: int) -> tuple[list[bytes], dict[int, int] | None]:
+    if load.kind == "back":
+        mine = load.offsets[conn::load.connections]
+        return [back_frame(off, i + 1) for i, off in enumerate(mine)], None
     if load.kind == "send":
         q = conn % load.queues
         pool = min(FRAME_POOL, load.requests)

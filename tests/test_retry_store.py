@@ -114,7 +114,8 @@ def test_send_back_table_rewrites_the_retry_properties(store: rmqlog.MessageStor
     assert [r["topic"] for r in rows] == ["%RETRY%G", "%DLQ%G"]
     first_msg_id = res.column("msgId")[0].as_py()
     props0 = dict(item.split("\x01") for item in rows[0]["properties"].split("\x02") if item)
-    assert props0["RETRY_TOPIC"] == "T" and props0["DELAY"] == "3" and props0["ORIGIN_MESSAGE_ID"] == first_msg_id
+    assert props0["RETRY_TOPIC"] == "T" and props0["ORIGIN_MESSAGE_ID"] == first_msg_id and "DELAY" not in props0
+    assert out.column("delayLevel").to_pylist() == [3, None]  # routed by the put, as a DELAY property
     assert "WAIT" not in props0 and props0["k"] == "v" and props0["TAGS"] == "a"
     props1 = dict(item.split("\x01") for item in rows[1]["properties"].split("\x02") if item)
     assert props1["RETRY_TOPIC"] == "T" and props1["ORIGIN_MESSAGE_ID"] == "ORIG" and "DELAY" not in props1
@@ -137,3 +138,22 @@ def test_send_back_table_rewrites_the_retry_properties(store: rmqlog.MessageStor
     last = _delivered(store, "%RETRY%G")[-1]
     assert (last["body"], last["reconsumeTimes"]) == (b"first", 2)
     assert dict(last["properties"])["ORIGIN_MESSAGE_ID"] == first_msg_id
+
+
+def test_put_wire_takes_a_delay_level_column(store: rmqlog.MessageStore) -> None:
+    """The broker's send-back gives the level as a column (the properties then keep the fast
+    path); it routes as a DELAY property does, null or 0 is no delay, and the two must agree."""
+    store.create_topic("R", 1)
+    res = store.put_wire(pa.table({"topic": ["R", "R", "R"], "queueId": [0, 0, 0], "body": [b"a", b"b", b"c"],
+                                   "properties": ["k\x01v\x02", "k\x01w\x02", "DELAY\x012\x02"],
+                                   "delayLevel": pa.array([3, None, 2], pa.int32()),
+                                   "reconsumeTimes": pa.array([1, 0, 0], pa.int32())}), dispatch=True)
+    assert res.num_rows == 3
+    assert [m["body"] for m in _delivered(store, "R")] == [b"b"]
+    waiting = store.read_queue("SCHEDULE_TOPIC_XXXX", 2, 0, 10).to_pylist()
+    assert [(m["body"], dict(m["properties"])["DELAY"], dict(m["properties"])["k"]) for m in waiting] == [(b"a", "3", "v")]
+    assert store.deliver_due(FAR) == 2
+    assert sorted((m["body"], m["reconsumeTimes"]) for m in _delivered(store, "R")) == [(b"a", 1), (b"b", 0), (b"c", 0)]
+    with pytest.raises(rmqlog.InvalidMessageError, match="disagree"):
+        store.put_wire(pa.table({"topic": ["R"], "body": [b"x"], "properties": ["DELAY\x012\x02"],
+                                 "delayLevel": pa.array([3], pa.int32())}))

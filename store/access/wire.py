@@ -128,7 +128,9 @@ class WireAccess:
         robin), ``body`` (stored as sent, compressed or not), ``flag``, ``sysFlag``
         (``MessageSysFlag``), ``bornTimestamp`` (int64 ms), ``bornHost`` (``"ip:port"`` or the
         8/20 record bytes; default the config's ``born_host``), ``properties`` (the wire string
-        ``name\\x01value\\x02``...), ``reconsumeTimes`` (int32 >= 0, stored in RECONSUMETIMES).
+        ``name\\x01value\\x02``...), ``reconsumeTimes`` (int32 >= 0, stored in RECONSUMETIMES),
+        ``delayLevel`` (int; null or <= 0: none): routed as a ``DELAY`` property is (a row giving
+        both must give the same level; the broker's send-back gives the column).
         The rules (:mod:`rmqlog.log.encode.wire_put`), as RocketMQ 4.9.8's broker and store:
         properties parsed as ``string2messageProperties`` (items without name or value
         dropped), ``WAIT`` not stored, ``cluster`` stored as ``CLUSTER``; ``KEYS``/``TAGS``/the

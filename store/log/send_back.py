@@ -13,7 +13,7 @@ What RocketMQ's ``SendMessageProcessor.asyncConsumerSendMsgBack`` stores, per me
 | reconsumeTimes | stored + 1 |
 | ``RETRY_TOPIC`` | kept when present, else the stored record's topic (where it came from) |
 | ``ORIGIN_MESSAGE_ID`` | kept when present and not blank, else the stored record's offset msgId |
-| ``DELAY`` | the caller's level when > 0 (the store then routes it to the schedule topic), else none |
+| ``DELAY`` | the caller's level when > 0, given as the put's ``delayLevel`` column (the store routes it to the schedule topic and writes ``DELAY`` there; the properties keep the wire put's fast path), else none |
 | ``REAL_TOPIC``, ``REAL_QID`` | dropped: the store sets them again for a delay (RocketMQ overwrites them) |
 | ``WAIT`` | dropped (RocketMQ stores ``WAIT=false``; a put here never stores ``WAIT``) |
 | ``RMQLOG_*`` | dropped: the store's markers (a scheduler's delivery carries one) belong to the put that wrote them |
@@ -55,7 +55,7 @@ CLIENT_SYSFLAG_BITS = 0xF
 SEND_BACK_SCHEMA = pa.schema([
     ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
     ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.string()),
-    ("properties", pa.string()), ("reconsumeTimes", pa.int32()),
+    ("properties", pa.string()), ("reconsumeTimes", pa.int32()), ("delayLevel", pa.int32()),
 ])
 
 
@@ -105,7 +105,7 @@ def _item(name: str, values: pa.Array, where: np.ndarray) -> pa.Array:
 def send_back_table(records: pa.Table, topic: pa.Array, queue_id: np.ndarray, delay_level: np.ndarray) -> pa.Table:
     """The records to put (:data:`SEND_BACK_SCHEMA`, ``put_wire``'s columns) for ``records``
     (rows of :meth:`rmqlog.MessageStore.wire_records`) sent back: to ``topic`` / ``queue_id``
-    (one per row), with ``DELAY`` = ``delay_level`` where it is > 0 (see the module docstring)."""
+    (one per row), with ``delayLevel`` = ``delay_level`` where it is > 0 (see the module docstring)."""
     n = records.num_rows
     kept, (retry_topic, origin) = drop_and_find(records.column("properties"), DROPPED, FOUND)
     no_retry = np.asarray(pc.is_null(retry_topic)) if n else np.zeros(0, bool)
@@ -114,7 +114,6 @@ def send_back_table(records: pa.Table, topic: pa.Array, queue_id: np.ndarray, de
     props = pc.binary_join_element_wise(
         kept,
         _item(PROPERTY_RETRY_TOPIC, records.column("topic").combine_chunks(), no_retry),
-        _item(PROPERTY_DELAY, pa.array(levels), levels > 0),
         _item(PROPERTY_ORIGIN_MESSAGE_ID, records.column("msgId").combine_chunks(), no_origin),
         "",
     )
@@ -124,6 +123,7 @@ def send_back_table(records: pa.Table, topic: pa.Array, queue_id: np.ndarray, de
         topic.cast(pa.string()), pa.array(np.asarray(queue_id, np.int32)), records.column("body"), records.column("flag"),
         pa.array(sys_flag.astype(np.int32)), records.column("bornTimestamp"), records.column("bornHost"),
         props, pa.array(np.minimum(reconsume, (1 << 31) - 1).astype(np.int32)),
+        pa.array(np.minimum(levels, (1 << 31) - 1).astype(np.int32), mask=levels <= 0),
     ], schema=SEND_BACK_SCHEMA)
 
 
@@ -147,6 +147,6 @@ def resend_table(records: pa.Table) -> tuple[pa.Table, np.ndarray]:
     table = pa.Table.from_arrays([
         origin, pa.nulls(n, pa.int32()), records.column("body"), records.column("flag"),
         pa.array(sys_flag.astype(np.int32)), records.column("bornTimestamp"), records.column("bornHost"),
-        kept, pa.array(np.zeros(n, np.int32)),
+        kept, pa.array(np.zeros(n, np.int32)), pa.nulls(n, pa.int32()),
     ], schema=SEND_BACK_SCHEMA)
     return table.filter(pa.array(has)), has

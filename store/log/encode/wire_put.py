@@ -7,7 +7,9 @@ robin), ``body`` (binary, stored as sent: a body the client compressed stays com
 ``flag`` (int32), ``sysFlag`` (int32, RocketMQ's ``MessageSysFlag``), ``bornTimestamp``
 (int64 ms or timestamp), ``bornHost`` (``"ip:port"`` / ``"[v6]:port"`` string, or the 8/20
 bytes a record stores), ``properties`` (the wire string ``name\\x01value\\x02``...),
-``reconsumeTimes`` (int32 >= 0). Only ``topic`` and ``body`` are required.
+``reconsumeTimes`` (int32 >= 0), ``delayLevel`` (int, null or <= 0: none; a broker's own
+path, as a ``DELAY`` property routes: the properties then keep the fast path below). Only
+``topic`` and ``body`` are required.
 
 The rules, as RocketMQ 4.9.8's broker and store apply them:
 
@@ -85,7 +87,8 @@ from .arrays import all_equal, first, flat, is_stringish
 from .columns import utf8_checked
 from .trailer import JoinedProperties
 
-WIRE_COLUMNS = ("topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties", "reconsumeTimes")
+WIRE_COLUMNS = ("topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties", "reconsumeTimes",
+                "delayLevel")
 #: Property names a wire put may not carry: the store's to set (see the module docstring).
 WIRE_RESERVED = frozenset((PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID)) | (
     DELAY_PROPERTIES - {"TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"})
@@ -523,7 +526,7 @@ def wire_table(table: pa.Table | pa.RecordBatch, *, default_born_host: bytes, st
         "flag": given_flag if given_flag is not None and given_flag.type == pa.int32() and not given_flag.null_count
         else pa.array(flag.astype(np.int32)),
     }
-    for name in ("queueId", "bornTimestamp"):
+    for name in ("queueId", "bornTimestamp", "delayLevel"):
         if name in names:
             cols[name] = table.column(name)
     props = table.column("properties") if "properties" in names else pa.nulls(n, pa.string())
