@@ -39,7 +39,7 @@ def _run_json(job: str, root: Path, *args: str) -> subprocess.CompletedProcess[s
 
 
 def test_every_bench_job_is_on_the_harness() -> None:
-    assert len(BENCH_JOBS) == 12, BENCH_JOBS
+    assert len(BENCH_JOBS) == 13, BENCH_JOBS
     for job in BENCH_JOBS:
         assert "from harness import Bench" in (JOBS / f"{job}.py").read_text(), job
 
@@ -58,6 +58,7 @@ def test_bench_job_takes_the_shared_flags(job: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("job", "args", "names"), [
     ("bench_schedule", ["--messages", "3000"], ["deliver_due, 3,000 due together"]),
+    ("bench_send_back", ["--messages", "400"], ["CONSUMER_SEND_MSG_BACK, 400 failed deliveries re-stored"]),
     ("bench_scrub", ["--segment-mib", "4", "--leftover-kib", "64", "--puts", "20"], ["put after a killed writer's"]),
     ("bench_retention", ["--segments", "20", "--queues", "4", "--passes", "20"],
      ["retention pass, nothing due, median", "get_messages x32, read pins on"]),
