@@ -158,9 +158,9 @@ def test_no_import_cycles() -> None:
 
 def test_only_the_package_and_the_terminal_tools_import_the_facade() -> None:
     importers = sorted(m for m, deps in _imports(_modules()).items() if "rmqlog.message_store" in deps)
-    # the rmqlog command: its dispatch (cli), the reading and changing commands, export
-    assert importers == ["rmqlog", "rmqlog.admin.changing", "rmqlog.admin.cli", "rmqlog.admin.export",
-                         "rmqlog.admin.reading"]
+    # the rmqlog command: its dispatch (cli), the reading and changing commands, export, dead letters
+    assert importers == ["rmqlog", "rmqlog.admin.changing", "rmqlog.admin.cli", "rmqlog.admin.dead_letters",
+                         "rmqlog.admin.export", "rmqlog.admin.reading"]
 
 
 def _upward(edges: dict[str, set[str]]) -> list[str]:

@@ -28,7 +28,7 @@ Answer: SUCCESS, no fields.
 Fast by construction, as the sends: every request accepted while the event loop runs goes in
 one list, and one ``loop.call_soon`` callback reads all their records with ONE
 ``MessageStore.wire_records`` call, rewrites them in whole columns
-(``rmqlog.log.send_back.send_back_table``) and stores them with ONE ``put_wire``; no
+(``rmqlog.send_back_table``) and stores them with ONE ``put_wire``; no
 per-message Python step on the store path. One offset that starts no record is answered alone;
 a put the store refuses for one bad message is retried request by request, so only that one is
 refused. Store errors are mapped by :mod:`rmqnet.broker.codes`. As in Java the re-stored
@@ -47,8 +47,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqlog import InvalidGroupError, InvalidMessageError
-from rmqlog.log.send_back import send_back_table
+from rmqlog import InvalidGroupError, InvalidMessageError, send_back_table
 from rmqlog.paths import validate_group
 
 from ..remoting import ConsumerSendMsgBackHeader, RemotingCommand, RequestCode, ResponseCode
