@@ -4,7 +4,7 @@ to the store's command (:func:`rmqlog.admin.cli.main`) unchanged.
     rmqlog namesrv [--listen HOST:PORT]       a name server (default 127.0.0.1:9876)
     rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDRS]
                                               a broker over the store at ROOT
-    rmqlog info|topic-status|lag|read|query --namesrv ADDRS ...
+    rmqlog info|topic-status|lag|read|query|dlq --namesrv ADDRS ...
                                               reading commands over the wire (rmqnet.wire_reading)
     rmqlog <any other command> ...            the store's commands (info, read, lag...)
 
@@ -27,7 +27,7 @@ from collections.abc import Sequence
 _WRONG, _CANNOT = 2, 3
 NETWORK_COMMANDS = ("namesrv", "broker")
 #: the store's reading commands that also work over the wire, given --namesrv (rmqnet.wire_reading)
-WIRE_READING = ("info", "topic-status", "lag", "consumer-progress", "read", "query")
+WIRE_READING = ("info", "topic-status", "lag", "consumer-progress", "read", "query", "dlq", "dead-letters")
 
 
 def parse_listen(text: str) -> tuple[str, int]:

@@ -1,5 +1,5 @@
 """The ``rmqlog`` reading commands over the wire: ``info``, ``topic-status``, ``lag`` (and its
-other name ``consumer-progress``), ``read`` and ``query`` given ``--namesrv HOST:PORT[;HOST:PORT]`` in place of a
+other name ``consumer-progress``), ``read``, ``query`` and ``dlq`` given ``--namesrv HOST:PORT[;HOST:PORT]`` in place of a
 store root, answered by the name server and the brokers it routes to (our
 :class:`~rmqnet.client.Admin`), so they work from any host that reaches the cluster, across
 every broker group.
@@ -12,6 +12,8 @@ every broker group.
                                                 a queue's messages (PULL_MESSAGE, no commit)
     rmqlog query --namesrv ADDRS TOPIC (--key K | --id MSGID) [--begin T] [--end T] [--max N] [--body B]
                                                 messages by key or client msgId on every broker (12)
+    rmqlog dlq --namesrv ADDRS GROUP [--offset N] [--count N] [--body B]
+                                                a group's dead letters (%DLQ%GROUP queue 0) on every broker
 
 Output follows the store's commands (``--json``: one object, camelCase keys), with a queue
 named by broker as well (``T/broker-a/0``: over the wire a queue id is per broker). Messages
@@ -31,6 +33,12 @@ out where the broker says so (QUERY_NOT_FOUND), but RocketMQ's brokers answer 0 
 that still starts at 0, which then counts as committed 0. Topics: those given with
 ``--topic``, else every topic the name servers route except RocketMQ's system ones (``TBW102``,
 ``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``, ``%RETRY%``/``%DLQ%`` of other groups).
+
+``dlq`` (also ``dead-letters``) pulls ``%DLQ%<group>`` queue 0 on every broker of its route
+(from ``--offset``, else each one's min offset) and prints the messages with a summary by
+original topic (``RETRY_TOPIC``), as the store's ``dlq`` does. Re-sending dead letters
+(``dlq-resend``) works on a store path only: a client's send cannot carry a stored record's
+sysFlag (a compressed body), born time and host, which the store's own put keeps.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ import argparse
 import datetime as dt
 import json
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
@@ -51,7 +60,7 @@ from .remoting.route import TopicRouteData
 
 #: the store command's exit statuses (rmqlog.admin.exits)
 OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
-COMMANDS = ("info", "topic-status", "lag", "consumer-progress", "read", "query")
+COMMANDS = ("info", "topic-status", "lag", "consumer-progress", "read", "query", "dlq", "dead-letters")
 _SYSTEM = ("TBW102", "SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT", "BenchmarkTest", "SELF_TEST_TOPIC")
 
 
@@ -90,6 +99,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--end", type=_time, default=None, help="stored at or before: ms since the epoch or ISO 8601 (UTC)")
     p.add_argument("--max", type=_count(1), default=32, help="most messages per broker (default 32)")
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
+    for name in ("dlq", "dead-letters"):
+        p = command(name, "a consumer group's dead letters (%DLQ%GROUP) on every broker")
+        p.add_argument("group", help="consumer group")
+        p.add_argument("--offset", type=_count(0), default=None, help="first queue offset (default: each broker's min)")
+        p.add_argument("--count", type=_count(1), default=10, help="most messages per broker (default 10)")
+        p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
     return ap
 
 
@@ -287,6 +302,26 @@ def query(admin: Admin, args: argparse.Namespace) -> int:
     return OK if table.num_rows else NOTHING
 
 
+def dead_letters(admin: Admin, args: argparse.Namespace) -> int:
+    topic = "%DLQ%" + args.group
+    route = _route(admin, topic)
+    tables: list[pa.Table] = []
+    with PullConsumer("rmqlog_cli", ";".join(admin.namesrv_addrs), timeout_s=admin.timeout_s) as consumer:
+        for name in sorted({q.broker_name for q in route.queue_datas if q.read_queue_nums}):
+            if not _addressed(route, name):
+                continue
+            offset = args.offset if args.offset is not None else admin.min_offset(name, topic, 0)
+            tables.append(consumer.pull(topic, 0, offset, args.count, broker_name=name).messages)
+    table = pa.concat_tables(tables) if tables else pa.table({})
+    origins = dict(Counter(dict(p).get("RETRY_TOPIC", "?") for p in table.column("properties").to_pylist())) \
+        if table.num_rows else {}
+    _messages(table, args.body, args.json, group=args.group, topic=topic, origins=origins)
+    if not args.json:
+        where = ", ".join(f"{t}: {n}" for t, n in sorted(origins.items())) or "none"
+        print(f"# {table.num_rows} dead letter(s) of {args.group}; first sent to: {where}", file=sys.stderr)
+    return OK if table.num_rows else NOTHING
+
+
 def main(argv: Sequence[str]) -> int:
     """A reading command over the wire (``rmqnet.cli`` saw ``--namesrv``): its exit status."""
     try:
@@ -294,7 +329,7 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:  # --help (0) or a wrong argument (2)
         return int(exc.code) if isinstance(exc.code, int) else USAGE
     handler = {"info": info, "topic-status": topic_status, "lag": lag, "consumer-progress": lag, "read": read,
-               "query": query}[args.cmd]
+               "query": query, "dlq": dead_letters, "dead-letters": dead_letters}[args.cmd]
     try:
         admin = Admin(args.namesrv, timeout_s=args.timeout)
     except ValueError as exc:

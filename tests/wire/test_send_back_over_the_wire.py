@@ -6,8 +6,11 @@ Waits are long polls on the retry and dead-letter queues, nothing sleeps."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from rmqnet.cli import main as cli_main
 from rmqnet.client import BrokerError, Producer, PullConsumer
 from rmqnet.remoting import ResponseCode
 
@@ -22,7 +25,8 @@ def _pull_one(consumer: PullConsumer, topic: str, offset: int = 0) -> dict:
     raise AssertionError(f"nothing arrived on {topic}")
 
 
-def test_send_back_retries_then_dead_letters_over_the_wire(servers: Servers) -> None:  # noqa: F811
+def test_send_back_retries_then_dead_letters_over_the_wire(servers: Servers,  # noqa: F811
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
     with Producer("PG", servers.namesrv) as producer, PullConsumer("CG", servers.namesrv) as consumer:
         sent = producer.send("T", b"fails", tags="A", keys=["k1"], queue_id=0)
         [msg] = consumer.pull("T", 0, 0, suspend_ms=5_000).messages.to_pylist()
@@ -37,6 +41,12 @@ def test_send_back_retries_then_dead_letters_over_the_wire(servers: Servers) -> 
         dead = _pull_one(consumer, "%DLQ%CG")
         assert (dead["body"], dead["reconsumeTimes"]) == (b"fails", 2)
         assert dict(dead["properties"])["ORIGIN_MESSAGE_ID"] == sent.offset_msg_id
+        # rmqlog dlq over the wire shows it
+        capsys.readouterr()
+        assert cli_main(["dlq", "--namesrv", servers.namesrv, "CG", "--json", "--body", "none"]) == 0
+        shown = json.loads(capsys.readouterr().out)
+        assert shown["origins"] == {"T": 1} and [m["reconsumeTimes"] for m in shown["messages"]] == [2]
+        assert cli_main(["dlq", "--namesrv", servers.namesrv, "NoSuchGroup"]) == 2
         with pytest.raises(BrokerError) as err:
             consumer.send_back({**msg, "commitLogOffset": msg["commitLogOffset"] + 1})
         assert err.value.code == ResponseCode.SYSTEM_ERROR and "look message by offset failed" in str(err.value)
