@@ -221,3 +221,27 @@ def test_reserved_property_names_from_users_are_still_refused(store: rmqlog.Mess
     assert r is not None and r.code == ResponseCode.MESSAGE_ILLEGAL and name in (r.remark or "")
     with pytest.raises(rmqlog.InvalidMessageError, match="ORIGIN_MESSAGE_ID"):
         store.put("T", b"x", properties={"ORIGIN_MESSAGE_ID": "v"})
+
+
+def test_acl_checks_code_36_against_the_retry_group(store: rmqlog.MessageStore, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """With aclEnable: 36 needs ``%RETRY%<group>`` SUB (PlainAccessValidator); refused, nothing is stored."""
+    from rmqnet.broker.acl import ACL_EXCEPTION
+    from rmqnet.remoting.acl_sign import sign
+    from wire.test_acl import PLAIN_ACL, USER_KEY, USER_SECRET
+
+    home = tmp_path / "rmqhome"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "plain_acl.yml").write_text(PLAIN_ACL)
+    monkeypatch.setenv("ROCKETMQ_HOME", str(home))
+    [m] = put(store, b"x")
+    broker = make_broker(store, acl_enable=True)
+    (r,) = run(broker, FakePeer(), sign(back(m["commitLogOffset"], group="groupA"), USER_KEY, USER_SECRET))  # groupA=DENY
+    assert r is not None and (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR,
+                                                    f"{ACL_EXCEPTION}: No default permission for group:groupA")
+    (r,) = run(broker, FakePeer(), back(m["commitLogOffset"], group="groupC"))  # unsigned
+    assert r is not None and r.code == ResponseCode.SYSTEM_ERROR and "No accessKey" in (r.remark or "")
+    assert "%RETRY%groupA" not in store.topics() and rows(store, SCHEDULE, 2) == []
+    (r,) = run(broker, FakePeer(), sign(back(m["commitLogOffset"], group="groupC"), USER_KEY, USER_SECRET))  # SUB
+    assert code(r) == ResponseCode.SUCCESS
+    assert len(rows(store, SCHEDULE, 2)) == 1
