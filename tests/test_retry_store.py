@@ -70,7 +70,7 @@ def test_wire_records_gives_what_a_put_wire_takes(store: rmqlog.MessageStore) ->
     assert [r["topic"] for r in rows] == ["T", "T"]
     assert [r["body"] for r in rows] == [b"two", b"one"]
     assert [(r["flag"], r["sysFlag"] & 0xF, r["reconsumeTimes"]) for r in rows] == [(6, 2, 7), (5, 0, 0)]
-    assert [r["bornHost"] for r in rows] == ["10.0.0.2:99", "10.0.0.1:1234"]
+    assert [r["bornHost"] for r in rows] == [bytes([10, 0, 0, 2, 0, 0, 0, 99]), bytes([10, 0, 0, 1, 0, 0, 4, 210])]
     assert rows[1]["properties"].startswith("TAGS\x01a\x02k\x01v\x02")
     assert [r["msgId"] for r in rows] == [res.column("msgId")[1].as_py(), res.column("msgId")[0].as_py()]
     assert [r["commitLogOffset"] for r in rows] == [int(offsets[1]), int(offsets[0])]
@@ -157,3 +157,14 @@ def test_put_wire_takes_a_delay_level_column(store: rmqlog.MessageStore) -> None
     with pytest.raises(rmqlog.InvalidMessageError, match="disagree"):
         store.put_wire(pa.table({"topic": ["R"], "body": [b"x"], "properties": ["DELAY\x012\x02"],
                                  "delayLevel": pa.array([3], pa.int32())}))
+
+
+def test_wire_records_of_an_ipv6_born_host_put_back(store: rmqlog.MessageStore) -> None:
+    res = store.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"v6"], "bornHost": ["[::1]:9876"]}),
+                         dispatch=True)
+    table, found = store.wire_records(res.column("commitLogOffset").to_numpy())
+    assert found.tolist() == [0] and len(table.column("bornHost")[0].as_py()) == 20
+    again = store.put_wire(table.drop_columns(["commitLogOffset", "msgId", "queueOffset"]), dispatch=True)
+    store.dispatch()
+    first, copy = store.read_queue("T", 0, 0, 2).to_pylist()
+    assert again.num_rows == 1 and copy["bornHost"] == first["bornHost"] and copy["body"] == b"v6"

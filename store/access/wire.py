@@ -77,10 +77,22 @@ def _refuse_waiting_topic(col: pa.Array) -> None:
 #: the columns of :meth:`WireAccess.wire_records`: a put_wire's, then where the record lies
 WIRE_RECORD_SCHEMA = pa.schema([
     ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
-    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.string()),
+    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.binary()),
     ("properties", pa.string()), ("reconsumeTimes", pa.int32()), ("commitLogOffset", pa.int64()),
     ("msgId", pa.string()), ("queueOffset", pa.int64()),
 ])
+
+
+def _born_hosts(cols: RecordColumns) -> pa.Array:
+    """BORNHOST as the record holds it (8 or 20 bytes a row: what ``put_wire`` takes as is),
+    without formatting and parsing ``ip:port`` text."""
+    raw = cols.born_host_raw
+    n = len(cols)
+    if isinstance(raw, np.ndarray) and raw.dtype == np.uint8 and raw.ndim == 2:
+        width = raw.shape[1]
+        offsets = pa.py_buffer((np.arange(n + 1, dtype=np.int32) * width).tobytes())
+        return pa.Array.from_buffers(pa.binary(), n, [None, offsets, pa.py_buffer(np.ascontiguousarray(raw).tobytes())])
+    return pa.array([bytes(r) for r in raw], pa.binary())  # (IPv6 among them: rows of either width)
 
 
 def wire_columns(parts: list[RecordColumns]) -> pa.Table:
@@ -92,7 +104,7 @@ def wire_columns(parts: list[RecordColumns]) -> pa.Table:
             cols.topic, pa.array(h["queueId"].astype(np.int32)),
             cols.body.cast(pa.binary()) if cols.body is not None else pa.nulls(len(cols), pa.binary()),
             pa.array(h["flag"].astype(np.int32)), pa.array(h["sysFlag"].astype(np.int32)),
-            pa.array(h["bornTimestamp"].astype(np.int64)), cols.born_host.cast(pa.string()),
+            pa.array(h["bornTimestamp"].astype(np.int64)), _born_hosts(cols),
             cols.properties.cast(pa.string()), pa.array(h["reconsumeTimes"].astype(np.int32)),
             pa.array(cols.offsets.astype(np.int64)), msg_ids(cols), pa.array(h["queueOffset"].astype(np.int64)),
         ], schema=WIRE_RECORD_SCHEMA))
@@ -228,7 +240,8 @@ class WireAccess:
         starting no record are left out), and ``table`` one row per found offset with
         ``topic``, ``queueId``, ``body`` (as stored: a compressed body stays compressed),
         ``flag``, ``sysFlag`` (as stored, host bits included: ``put_wire`` takes them when
-        they agree with the hosts), ``bornTimestamp`` (int64 ms), ``bornHost`` (``"ip:port"``),
+        they agree with the hosts), ``bornTimestamp`` (int64 ms), ``bornHost`` (the record's
+        8 or 20 bytes, address and port, as ``put_wire`` takes them),
         ``properties`` (the stored string), ``reconsumeTimes``, ``commitLogOffset``, ``msgId``
         (the offset msgId) and ``queueOffset``.
 

@@ -54,7 +54,7 @@ CLIENT_SYSFLAG_BITS = 0xF
 #: the columns :func:`send_back_table` returns: a ``put_wire``'s
 SEND_BACK_SCHEMA = pa.schema([
     ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
-    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.string()),
+    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.binary()),
     ("properties", pa.string()), ("reconsumeTimes", pa.int32()), ("delayLevel", pa.int32()),
 ])
 
