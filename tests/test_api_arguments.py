@@ -240,7 +240,7 @@ METHODS = {
     "start_services", "stop_services", "topics", "verify", "writer_sequence",
     "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
     "replica_truncate", "record_boundary", "replication_checkpoint", "set_replication_checkpoint", "delay_offsets",
-    "set_delay_offsets",
+    "set_delay_offsets", "wire_records",
 }
 
 

@@ -27,7 +27,7 @@ def _dead(root: Path) -> list[str]:
                                    "reconsumeTimes": pa.array([16] * 4, pa.int32())}), dispatch=True)
         records, _ = s.wire_records(res.column("commitLogOffset").to_numpy())
         s.create_topic("%DLQ%G", 1)
-        s.put_wire(send_back_table(records, pa.array(["%DLQ%G"] * 4), np.zeros(4), np.zeros(4)), dispatch=True)
+        s.put_wire(send_back_table(records, pa.array(["%DLQ%G"] * 4), np.zeros(4, np.int64), np.zeros(4, np.int64)), dispatch=True)
         s.put_wire(pa.table({"topic": ["%DLQ%G"], "queueId": [0], "body": [b"stray"]}), dispatch=True)
         return res.column("msgId").to_pylist()
 

@@ -104,7 +104,7 @@ def resend(s: MessageStore, args: argparse.Namespace) -> int:
 
 def add_commands(command: object, non_negative: object, positive: object) -> None:
     """Add ``dlq`` and ``dlq-resend`` through the CLI's ``command(name, help, ...)`` helper."""
-    p = command("dlq", "a consumer group's dead letters (%DLQ%GROUP) as JSON lines", aliases=("dead-letters",),  # type: ignore[operator]
+    p = command("dlq", "a consumer group's dead letters (%%DLQ%%GROUP) as JSON lines", aliases=("dead-letters",),  # type: ignore[operator]
                 reads=True)
     p.add_argument("group", help="consumer group")
     p.add_argument("--offset", type=non_negative, default=None, help="first queue offset (default: the first)")

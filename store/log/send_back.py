@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import InvalidArgumentError
 from ..native import copy_properties as _native_copy
 from .gather import gather_slices, to_binary
 from .properties import (
@@ -96,6 +97,44 @@ def drop_and_find(props: pa.Array, drop: tuple[str, ...], find: tuple[str, ...])
     return kept_arr, [parsed.column(name) for name in find]
 
 
+#: the columns :func:`send_back_table` and :func:`resend_table` read, and their types
+_RECORD_COLUMNS = {"topic": pa.string(), "body": pa.binary(), "flag": pa.int32(), "sysFlag": pa.int32(),
+                   "bornTimestamp": pa.int64(), "bornHost": pa.binary(), "properties": pa.string(),
+                   "reconsumeTimes": pa.int32(), "msgId": pa.string()}
+
+
+def _check_records(records: object) -> int:
+    """The rows of a ``wire_records`` table; :class:`InvalidArgumentError` for anything else."""
+    if not isinstance(records, pa.Table):
+        raise InvalidArgumentError(f"records must be a pyarrow Table of MessageStore.wire_records, not {type(records).__name__}")
+    for name, typ in _RECORD_COLUMNS.items():
+        if name not in records.column_names or records.schema.field(name).type != typ:
+            raise InvalidArgumentError(f"records must have column {name!r} of type {typ} (MessageStore.wire_records' columns)")
+        if records.column(name).null_count:
+            raise InvalidArgumentError(f"records column {name!r} holds nulls")
+    return records.num_rows
+
+
+def _strings_of(values: object, n: int, what: str) -> pa.Array:
+    try:
+        arr = values.combine_chunks() if isinstance(values, pa.ChunkedArray) else pa.array(values)
+    except (pa.ArrowException, TypeError, ValueError) as exc:
+        raise InvalidArgumentError(f"{what} must be {n} strings: {exc}") from None
+    if len(arr) != n or not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)) or arr.null_count:
+        raise InvalidArgumentError(f"{what} must be {n} strings, not {len(arr)} of {arr.type}")
+    return arr
+
+
+def _ints_of(values: object, n: int, what: str) -> np.ndarray:
+    try:
+        arr = np.asarray(values)
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise InvalidArgumentError(f"{what} must be {n} integers: {exc}") from None
+    if arr.shape != (n,) or (n and arr.dtype.kind not in "iu"):
+        raise InvalidArgumentError(f"{what} must be {n} integers, not {arr.dtype} of shape {arr.shape}")
+    return arr.astype(np.int64)
+
+
 def _item(name: str, values: pa.Array, where: np.ndarray) -> pa.Array:
     """``name\\x01value\\x02`` on the rows of ``where``, the empty string elsewhere."""
     item = pc.binary_join_element_wise(name + "\x01", values.cast(pa.string()), "\x02", "")
@@ -105,8 +144,11 @@ def _item(name: str, values: pa.Array, where: np.ndarray) -> pa.Array:
 def send_back_table(records: pa.Table, topic: pa.Array, queue_id: np.ndarray, delay_level: np.ndarray) -> pa.Table:
     """The records to put (:data:`SEND_BACK_SCHEMA`, ``put_wire``'s columns) for ``records``
     (rows of :meth:`rmqlog.MessageStore.wire_records`) sent back: to ``topic`` / ``queue_id``
-    (one per row), with ``delayLevel`` = ``delay_level`` where it is > 0 (see the module docstring)."""
-    n = records.num_rows
+    (one per row), with ``delayLevel`` = ``delay_level`` where it is > 0 (see the module docstring).
+    Raises :class:`rmqlog.errors.InvalidArgumentError` for arguments of another shape or type."""
+    n = _check_records(records)
+    topic = _strings_of(topic, n, "topic")
+    queue_id, delay_level = _ints_of(queue_id, n, "queue_id"), _ints_of(delay_level, n, "delay_level")
     kept, (retry_topic, origin) = drop_and_find(records.column("properties"), DROPPED, FOUND)
     no_retry = np.asarray(pc.is_null(retry_topic)) if n else np.zeros(0, bool)
     no_origin = np.asarray(pc.fill_null(pc.equal(pc.utf8_trim_whitespace(origin), ""), True)) if n else np.zeros(0, bool)
@@ -140,6 +182,7 @@ def resend_table(records: pa.Table) -> tuple[pa.Table, np.ndarray]:
     ``UNIQ_KEY``, tags, keys and the user's kept). Returns ``(table, has_origin)``: the rows of
     records that name their topic (``has_origin``: a bool per record; one without
     ``RETRY_TOPIC``, which no send-back made, is left out)."""
+    _check_records(records)
     kept, (origin,) = drop_and_find(records.column("properties"), RESEND_DROPPED, (PROPERTY_RETRY_TOPIC,))
     has = np.asarray(pc.is_valid(origin)) if records.num_rows else np.zeros(0, bool)
     n = records.num_rows
