@@ -83,8 +83,12 @@ def drop_and_find(props: pa.Array, drop: tuple[str, ...], find: tuple[str, ...])
             values = []
             for j in range(k):
                 s, ln = start[j * n: (j + 1) * n], length[j * n: (j + 1) * n]
+                found = s >= 0
+                if not found.any():  # (the usual case of a first retry: no Arrow call)
+                    values.append(pa.nulls(n, pa.string()))
+                    continue
                 v = to_binary(gather_slices(data, np.maximum(s, 0), ln)).view(pa.string())
-                values.append(v if (s >= 0).all() else pc.if_else(pa.array(s >= 0), v, pa.scalar(None, pa.string())))
+                values.append(v if found.all() else pc.if_else(pa.array(found), v, pa.scalar(None, pa.string())))
             return kept, values
     parsed = ParsedProperties(props)
     keys = parsed.keys
@@ -135,10 +139,24 @@ def _ints_of(values: object, n: int, what: str) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def _item(name: str, values: pa.Array, where: np.ndarray) -> pa.Array:
-    """``name\\x01value\\x02`` on the rows of ``where``, the empty string elsewhere."""
-    item = pc.binary_join_element_wise(name + "\x01", values.cast(pa.string()), "\x02", "")
-    return pc.if_else(pa.array(where, pa.bool_()), item, pa.scalar("", pa.string()))
+def _item(name: str, values: pa.Array, where: np.ndarray) -> list[pa.Array | str]:
+    """The pieces of ``name\\x01value\\x02`` on the rows of ``where``, nothing elsewhere, for
+    one ``binary_join_element_wise`` of the whole row: no piece when no row needs it, the
+    literal pieces when every row does (the usual cases: no Arrow call of its own; each call
+    releases and takes back the GIL, which the broker's dispatcher thread also wants)."""
+    if not where.any():
+        return []
+    if where.all():
+        return [name + "\x01", values, "\x02"]
+    item = pc.binary_join_element_wise(name + "\x01", values, "\x02", "")
+    return [pc.if_else(pa.array(where, pa.bool_()), item, pa.scalar("", pa.string()))]
+
+
+def _absent_or_blank(values: pa.Array) -> np.ndarray:
+    """Java's ``UtilAll.isBlank`` per row: null, empty or whitespace only."""
+    if values.null_count == len(values):
+        return np.ones(len(values), bool)
+    return np.asarray(pc.fill_null(pc.equal(pc.utf8_trim_whitespace(values), ""), True))
 
 
 def send_back_table(records: pa.Table, topic: pa.Array, queue_id: np.ndarray, delay_level: np.ndarray) -> pa.Table:
@@ -150,15 +168,13 @@ def send_back_table(records: pa.Table, topic: pa.Array, queue_id: np.ndarray, de
     topic = _strings_of(topic, n, "topic")
     queue_id, delay_level = _ints_of(queue_id, n, "queue_id"), _ints_of(delay_level, n, "delay_level")
     kept, (retry_topic, origin) = drop_and_find(records.column("properties"), DROPPED, FOUND)
-    no_retry = np.asarray(pc.is_null(retry_topic)) if n else np.zeros(0, bool)
-    no_origin = np.asarray(pc.fill_null(pc.equal(pc.utf8_trim_whitespace(origin), ""), True)) if n else np.zeros(0, bool)
+    no_retry = np.full(n, retry_topic.null_count == n) if retry_topic.null_count in (0, n) \
+        else ~np.asarray(retry_topic.is_valid())
+    no_origin = _absent_or_blank(origin) if n else np.zeros(0, bool)
     levels = np.asarray(delay_level, np.int64)
-    props = pc.binary_join_element_wise(
-        kept,
-        _item(PROPERTY_RETRY_TOPIC, records.column("topic").combine_chunks(), no_retry),
-        _item(PROPERTY_ORIGIN_MESSAGE_ID, records.column("msgId").combine_chunks(), no_origin),
-        "",
-    )
+    pieces = [*_item(PROPERTY_RETRY_TOPIC, records.column("topic").combine_chunks(), no_retry),
+              *_item(PROPERTY_ORIGIN_MESSAGE_ID, records.column("msgId").combine_chunks(), no_origin)]
+    props = pc.binary_join_element_wise(kept, *pieces, "") if pieces else kept
     sys_flag = records.column("sysFlag").to_numpy() & CLIENT_SYSFLAG_BITS
     reconsume = records.column("reconsumeTimes").to_numpy().astype(np.int64) + 1
     return pa.Table.from_arrays([

@@ -202,7 +202,7 @@ def real_queues(
     qvalid, qids = queue_id_column(table)
     real_q = qids.copy()
     rows = np.flatnonzero(waiting)
-    enc = topics.take(pa.array(rows)).dictionary_encode()
+    enc = (topics if len(rows) == len(topics) else topics.take(pa.array(rows))).dictionary_encode()
     idx = np.asarray(enc.indices, np.int64)
     if enc.null_count:
         raise InvalidMessageError("missing topic", row=int(rows[np.flatnonzero(np.asarray(enc.is_null()))[0]]), field="topic")
@@ -228,8 +228,9 @@ def _reroute(
 ) -> Routed:
     topics, real_q = real_queues(table, delayed, choose_queues, queue_count)
     qvalid, qids = queue_id_column(table)
+    every = bool(delayed.all())  # (a broker's send-back: every row; fewer Arrow calls)
     d = pa.array(delayed)
-    new_topics = pc.if_else(d, pa.scalar(SCHEDULE_TOPIC), topics)
+    new_topics = pa.repeat(pa.scalar(SCHEDULE_TOPIC), len(delayed)) if every else pc.if_else(d, pa.scalar(SCHEDULE_TOPIC), topics)
     new_q = np.where(delayed, level - 1, qids)
     new_q_arr = pa.array(new_q.astype(np.int32), mask=~(delayed | qvalid))
     real_q_str = pc.cast(pa.array(real_q), pa.string())
@@ -238,7 +239,7 @@ def _reroute(
         PROPERTY_REAL_TOPIC + "\x01", topics, "\x02" + PROPERTY_REAL_QID + "\x01", real_q_str,
         "\x02" + PROPERTY_DELAY + "\x01", level_str, "\x02", "",
     )
-    system = pc.if_else(d, items, pa.scalar("", pa.string())).cast(pa.binary())
+    system = (items if every else pc.if_else(d, items, pa.scalar("", pa.string()))).view(pa.binary())
     table = table.set_column(table.column_names.index("topic"), "topic", new_topics)
     if "queueId" in table.column_names:
         table = table.set_column(table.column_names.index("queueId"), "queueId", new_q_arr)
