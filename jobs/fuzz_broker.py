@@ -22,7 +22,7 @@ one of these kinds, on a connection of its own, or several of them on one connec
 - ``unknown_code``: a well-formed request with a code the broker does not serve: it must be
   answered REQUEST_CODE_NOT_SUPPORTED (3);
 - ``unknown_oneway``: the same as a oneway request: it must not be answered, nor its connection closed;
-- ``bad_fields``: a served code (send, pull, offsets, queries, admin) with fields missing,
+- ``bad_fields``: a served code (send, send back, pull, offsets, queries, admin) with fields missing,
   mistyped, out of range, or names such as ``../x`` (never trusted as paths);
 - ``truncated``: a frame cut short, then the connection closed;
 - ``stall``: a frame cut short, the connection left open (up to 2 s) while other cases run;
@@ -78,6 +78,7 @@ SERVED: dict[int, tuple[str, ...]] = {
          "suspendTimeoutMillis", "subscription", "subVersion", "expressionType"),
     12: ("topic", "key", "maxNum", "beginTimestamp", "endTimestamp", "_UNIQUE_KEY_QUERY"),
     33: ("offset",),
+    36: ("offset", "group", "delayLevel", "originMsgId", "originTopic", "unitMode", "maxReconsumeTimes"),
     14: ("consumerGroup", "topic", "queueId"),
     15: ("consumerGroup", "topic", "queueId", "commitOffset"),
     29: ("topic", "queueId", "timestamp"),
