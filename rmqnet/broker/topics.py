@@ -163,6 +163,15 @@ class TopicManager:
         """``%DLQ%<group>`` (1 queue, read and write), as the retry path creates it."""
         return self._create_back(DLQ_PREFIX + group, DLQ_QUEUE_NUMS)
 
+    def create_system(self, topic: str) -> TopicConfig:
+        """One of RocketMQ's transaction topics (``RMQ_SYS_TRANS_HALF_TOPIC``,
+        ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, ``TRANS_CHECK_MAX_TIME_TOPIC``) as its
+        ``TransactionalMessageBridge.selectTopicConfig`` makes it: 1 queue, read and write; in
+        the store before its first message."""
+        tc = self._create_back(topic, 1)
+        self.ensure_stored(tc)
+        return tc
+
     def _create_back(self, topic: str, queues: int) -> TopicConfig:
         with self._lock:
             tc = self.get(topic)

@@ -89,6 +89,8 @@ WIRE_COLUMNS = ("topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", 
 #: Property names a wire put may not carry: the store's to set (see the module docstring).
 WIRE_RESERVED = frozenset((PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID)) | (
     DELAY_PROPERTIES - {"TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"})
+#: the reserved names a broker's own put (``system=True``: a transaction's half message) stores
+SYSTEM_ALLOWED = frozenset((PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID))
 PROPERTY_WAIT = "WAIT"
 PROPERTY_CLUSTER = "CLUSTER"
 #: the client's bits a put keeps (the others are refused, or the store's host bits)
@@ -237,7 +239,8 @@ def _host_bytes_now(value: str) -> bytes:
 _host_bytes_cached = functools.lru_cache(maxsize=1024)(_host_bytes_now)
 
 
-def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None) -> pa.MapArray:
+def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None,
+                          system: bool = False) -> pa.MapArray:
     """The wire properties strings as a ``map<string,string>`` column (module docstring)."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
@@ -268,7 +271,7 @@ def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str 
     ok = np.asarray(pc.and_(pc.greater(pc.binary_length(keys), 0), pc.greater(pc.binary_length(vals), 0)))
     ok &= ~np.asarray(pc.is_in(keys, pa.array([PROPERTY_WAIT] + ([PROPERTY_CLUSTER] if cluster else []))))
     keys, vals, parent = keys.filter(pa.array(ok)), vals.filter(pa.array(ok)), parent[ok]
-    _check_wire_names(keys, vals, parent)
+    _check_wire_names(keys, vals, parent, system)
     if cluster:
         keys = pa.concat_arrays([keys, pa.array([PROPERTY_CLUSTER] * n, pa.string())])
         vals = pa.concat_arrays([vals, pa.array([cluster] * n, pa.string())])
@@ -466,11 +469,13 @@ def _rows_naming(raw: np.ndarray, name_start: np.ndarray, name_len: np.ndarray, 
     return rows
 
 
-def _check_wire_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray) -> None:
-    """Refuse the names of :data:`WIRE_RESERVED`, the store's prefix, values holding ``\\x01``."""
+def _check_wire_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray, system: bool = False) -> None:
+    """Refuse the names of :data:`WIRE_RESERVED` (but ``REAL_TOPIC``/``REAL_QID`` in a
+    ``system`` put), the store's prefix, values holding ``\\x01``."""
     if not len(keys):
         return
-    bad = np.asarray(pc.or_(pc.is_in(keys, pa.array(sorted(WIRE_RESERVED), pa.string())),
+    reserved = WIRE_RESERVED - SYSTEM_ALLOWED if system else WIRE_RESERVED
+    bad = np.asarray(pc.or_(pc.is_in(keys, pa.array(sorted(reserved), pa.string())),
                             pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
     if bad.any():
         i = first(bad)
@@ -495,8 +500,9 @@ def _first_bad_utf8(col: pa.Array) -> int:
 
 
 def wire_table(table: pa.Table | pa.RecordBatch, *, default_born_host: bytes, store_v6: bool,
-               cluster: str | None = None) -> tuple[pa.Table, WireHeader]:
-    """(the put path's table, the header fields it has no column for) of a wire put; raises
+               cluster: str | None = None, system: bool = False) -> tuple[pa.Table, WireHeader]:
+    """(the put path's table, the header fields it has no column for) of a wire put
+    (``system``: a broker's own rows, ``REAL_TOPIC``/``REAL_QID`` allowed); raises
     :class:`InvalidMessageError` naming the first bad row and field (module docstring)."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
@@ -529,7 +535,7 @@ def wire_table(table: pa.Table | pa.RecordBatch, *, default_born_host: bytes, st
     props = table.column("properties") if "properties" in names else pa.nulls(n, pa.string())
     joined = joined_wire_properties(props, n, cluster)
     if joined is None:
-        cols["properties"] = parse_wire_properties(props, n, cluster)
+        cols["properties"] = parse_wire_properties(props, n, cluster, system)
     header = WireHeader(sys_flag=sys_flag, reconsume_times=reconsume, born_host=born, properties=joined)
     return pa.table(cols), header
 
