@@ -12,7 +12,8 @@ from __future__ import annotations
 #: module names under ``rmqnet.broker``, installed in this order
 PROCESSOR_MODULES: tuple[str, ...] = (
     "send",   # SEND_MESSAGE 10, SEND_MESSAGE_V2 310, SEND_BATCH_MESSAGE 320
-    "transactions",  # END_TRANSACTION 37; half messages (with send), the check-back service (CHECK_TRANSACTION_STATE 39 sent)
+    "transactions",  # END_TRANSACTION 37; half messages (with send)
+    "transaction_check",  # no codes: the check-back service (CHECK_TRANSACTION_STATE 39 sent to producers)
     "admin",  # UPDATE_AND_CREATE_TOPIC 17, GET_ALL_TOPIC_CONFIG 21, GET_BROKER_RUNTIME_INFO 28
     "consumers",  # HEART_BEAT 34, UNREGISTER_CLIENT 35, GET_CONSUMER_LIST_BY_GROUP 38 (+ NOTIFY 40 sent)
     "pull",       # PULL_MESSAGE 11, the long-polling hold service

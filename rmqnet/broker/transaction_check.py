@@ -247,3 +247,11 @@ def _ints(col: pa.Array | pa.ChunkedArray, default: int) -> np.ndarray:
 def _ms(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A timestamp column (the message table's, microseconds) as int64 ms."""
     return np.asarray(col.cast(pa.int64()), np.int64) // 1000
+
+
+def install(broker: Broker) -> None:
+    """The check service as ``broker.transaction_check``, one of ``broker.services`` (after
+    :mod:`rmqnet.broker.transactions`, whose ``broker.transactions`` it reads)."""
+    checker = TransactionCheckService(broker, broker.transactions)  # type: ignore[attr-defined]
+    broker.transaction_check = checker  # type: ignore[attr-defined]
+    broker.services.append(checker)

@@ -249,7 +249,8 @@ class TransactionService:
             self._fail(accepted, exc)
             return
         except (StoreError, OSError, pa.ArrowInvalid) as exc:
-            self._fail(accepted, exc if not isinstance(exc, pa.ArrowInvalid) else InvalidMessageError(str(exc)))
+            self._fail(accepted, exc if not isinstance(exc, pa.ArrowInvalid)
+                       else InvalidMessageError(f"a half message's REAL_QID: {exc}", row=None, field="properties"))
             return
         self.resolved.update(decided)
         self.committed += len(commit_rows)
@@ -310,14 +311,9 @@ def _answer(e: _End, reply: RemotingCommand | None) -> None:
 
 
 def install(broker: Broker) -> None:
-    """Register 37; the service is ``broker.transactions``, the check service
-    (:class:`rmqnet.broker.transaction_check.TransactionCheckService`) one of ``broker.services``."""
-    from .transaction_check import TransactionCheckService
-
+    """Register 37; the service is ``broker.transactions`` (the check service is installed by
+    :mod:`rmqnet.broker.transaction_check`, next)."""
     service = TransactionService(broker)
     broker.transactions = service  # type: ignore[attr-defined]
     handler: Callable[[Any, Peer, RemotingCommand], Any] = service.handle
     broker.table.register(RequestCode.END_TRANSACTION, handler)
-    checker = TransactionCheckService(broker, service)
-    broker.transaction_check = checker  # type: ignore[attr-defined]
-    broker.services.append(checker)
