@@ -10,7 +10,8 @@ the broker's answer (Java's is oneway): a refusal raises :class:`BrokerError`.
 
 Check-backs: the broker sends CHECK_TRANSACTION_STATE (39) on a connection of a producer of the
 group, which it learns from this producer's heartbeats (HEART_BEAT with ``producerDataSet``;
-sent to a topic's brokers before a half message goes there, and again when 30 s passed). The
+sent to a topic's brokers before a half message goes there, again when 30 s passed, and at
+once on a new connection: a restarted broker knows no producer). The
 request is answered by ``check_listener(message)`` (``message``: the half message as a dict of
 the store's message table, its real topic and queue), run in a worker thread, with a oneway
 END_TRANSACTION carrying ``fromTransactionCheck=true`` and the offsets the broker gave.
@@ -75,7 +76,9 @@ class TransactionProducer(Producer):
         super().__init__(group, namesrv, **kw)
         self.check_listener = check_listener
         self.request_handler = self._on_request
-        self._beats: dict[str, float] = {}  # broker address -> when its last heartbeat went
+        #: broker address -> (the connection, when) of its last heartbeat: a new connection (the
+        #: broker restarted) is a new client to the broker, so it is beaten at once
+        self._beats: dict[str, tuple[Any, float]] = {}
         #: check-backs answered (statistics; tests read them)
         self.checks_answered = 0
 
@@ -83,16 +86,24 @@ class TransactionProducer(Producer):
     async def _heartbeat(self, addr: str) -> None:
         body = json.dumps({"clientID": f"{self.group}@{id(self)}", "producerDataSet": [{"groupName": self.group}],
                            "consumerDataSet": []}).encode()
+        conn = await self.connection(addr)
         await self.invoke(addr, RemotingCommand(RequestCode.HEART_BEAT, body=body))
-        self._beats[addr] = self.clock.monotonic()
+        self._beats[addr] = (conn, self.clock.monotonic())
 
     async def _beat_brokers(self, topic: str) -> None:
         route, _ = await self._publish_route(topic)
         now = self.clock.monotonic()
         for bd in route.broker_datas:
             addr = master_addr(route, bd.broker_name, topic)
-            if now - self._beats.get(addr, -HEARTBEAT_S) >= HEARTBEAT_S:
+            conn, when = self._beats.get(addr, (None, 0.0))
+            if conn is None or conn.closed or now - when >= HEARTBEAT_S:
                 await self._heartbeat(addr)
+
+    def heartbeat(self, topic: str) -> None:
+        """Heartbeat ``topic``'s brokers now where due (none yet on the current connection, or
+        30 s passed): a producer that sends nothing for a while calls it to stay reachable for
+        check-backs (Java's client does it on a 30 s timer)."""
+        call(self._beat_brokers(topic))
 
     # ---- the transaction --------------------------------------------------------------
     async def asend_half(self, topic: str, body: bytes, *, tags: str | None = None,
