@@ -39,6 +39,7 @@ A *trial*, on a fresh store root:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -144,10 +145,8 @@ def run_producer(spec: dict[str, Any]) -> int:
                     stop_sending.wait(0.05)
             seq += 1
         while not stop.is_set():  # check-backs only; a restarted broker must learn of us
-            try:
+            with contextlib.suppress(Exception):  # down for a moment: next time
                 producer.heartbeat(TOPIC)
-            except Exception:  # noqa: BLE001 - down for a moment: next time
-                pass
             stop.wait(0.1)
     finally:
         producer.close()
