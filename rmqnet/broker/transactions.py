@@ -262,7 +262,9 @@ class TransactionService:
 
     def _settle(self, ends: list[_End]) -> None:
         """Answer SUCCESS: now, or under SYNC_FLUSH once a flush after the put returned."""
-        def answer(_f: object = None) -> None:
+        def answer(f: asyncio.Future[int] | None = None) -> None:
+            if f is not None and f.exception() is not None:  # stored; its flush failed: Java answers
+                log.error("flush after END_TRANSACTION failed: %s", f.exception())  # SUCCESS too
             for e in ends:
                 _answer(e, e.request.reply(ResponseCode.SUCCESS, None))
 

@@ -28,9 +28,10 @@ The rules, as RocketMQ 4.9.8's broker and store apply them:
   map does). Every other RocketMQ system name (``PGROUP``, ``TRAN_MSG``,
   ``RETRY_TOPIC``, ``ORIGIN_MESSAGE_ID``, ``MAX_RECONSUME_TIMES``...) is stored as sent.
 - **sysFlag**: ``COMPRESSED`` (1), ``MULTI_TAGS`` (2) and ``TRANSACTION_COMMIT`` (8) are kept
-  as given; ``TRANSACTION_PREPARED`` (4) and ``TRANSACTION_ROLLBACK`` (12) are refused (this
-  store has no half-message topic: RocketMQ's broker sends those to its transaction service,
-  never straight to the store, and a prepared record gets no queue offset there); the host
+  as given; ``TRANSACTION_PREPARED`` (4) and ``TRANSACTION_ROLLBACK`` (12) are refused
+  (RocketMQ's broker hands those to its transaction service, which stores a half message with
+  the bits cleared in ``RMQ_SYS_TRANS_HALF_TOPIC``: ``put_wire(system=True)``; a prepared
+  record would get no queue offset); the host
   bits (16, 32) are the store's, set from ``bornHost`` and the store host: given, they must
   agree; any other bit is refused, named.
 - ``bornHost``: every row of one batch must have the same form (IPv4 or IPv6: one record
