@@ -226,6 +226,10 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "scheduler": st.booleans(), "data": st.one_of(st.binary(max_size=64), st.just(b"\x00" * 12)),
     "clock": st.one_of(st.none(), st.builds(rmqlog.SystemClock), st.builds(rmqlog.ManualClock, st.just(NOW_MS))),
     "offsets": st.dictionaries(st.integers(-1, 20), st.integers(-1, 10), max_size=3),
+    "queue_offsets": st.lists(st.integers(-1, 10), max_size=3),
+    "drop": st.lists(st.sampled_from(["REAL_TOPIC", "p", "UNIQ_KEY"]), max_size=2).map(tuple),
+    "find": st.lists(st.sampled_from(["REAL_QID", "q", "TAGS"]), max_size=2).map(tuple),
+    "system": st.booleans(),
 }
 #: parameters a plausible value is always given for: any other would be a path on this machine
 ONLY_PLAUSIBLE = {"root"}
@@ -240,7 +244,7 @@ METHODS = {
     "start_services", "stop_services", "topics", "verify", "writer_sequence",
     "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
     "replica_truncate", "record_boundary", "replication_checkpoint", "set_replication_checkpoint", "delay_offsets",
-    "set_delay_offsets",
+    "set_delay_offsets", "stored_rows",
 }
 
 

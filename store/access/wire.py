@@ -80,6 +80,30 @@ def _refuse_waiting_topic(col: pa.Array) -> None:
                                       field="topic")
 
 
+def _int_array(name: str, value: object) -> np.ndarray:
+    """A 1-D array of Java longs, or :class:`InvalidArgumentError` naming the argument."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        arr = np.asarray(None)
+    if arr.ndim == 1 and arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and int(arr.max()) >= 1 << 63):
+        raise InvalidArgumentError(f"{name} must be a 1-D array of integers (Java longs), got {type(value).__name__}")
+    return arr.astype(np.int64)
+
+
+def _names(name: str, value: object) -> tuple[str, ...]:
+    """Property names: a tuple or list of non-empty strings without separators."""
+    if not isinstance(value, tuple | list):
+        raise InvalidArgumentError(f"{name} must be a tuple of property names, got {type(value).__name__}")
+    for item in value:
+        text_arg(name, item)
+        if not item or "\x01" in item or "\x02" in item:
+            raise InvalidArgumentError(f"{name}: {item!r} is no property name")
+    return tuple(value)
+
+
 class WireAccess:
     """The wire's calls of :class:`rmqlog.MessageStore` (see the module docstring)."""
 
@@ -187,11 +211,10 @@ class WireAccess:
         self._check_open()
         validate_topic(topic)
         queue_id = queue_id_arg(queue_id)
-        for name in (*drop, *find):
-            text_arg("property name", name)
+        offsets, queue_offsets = _int_array("offsets", offsets), _int_array("queue_offsets", queue_offsets)
+        drop, find = _names("drop", drop), _names("find", find)
         return stored_rows(self.parts, self.published_tail(), offsets, topic=topic, queue_id=queue_id,
-                           queue_offsets=queue_offsets, drop=tuple(drop), find=tuple(find),
-                           crc=self.parts.config.check_crc_on_read)
+                           queue_offsets=queue_offsets, drop=drop, find=find, crc=self.parts.config.check_crc_on_read)
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
         """Call ``callback(topics: list[str], queue_ids: np.ndarray, max_offsets: np.ndarray)``
