@@ -11,7 +11,9 @@ with RocketMQ's remark; a negative one picks a random write queue), the body and
 sizes (MESSAGE_ILLEGAL). A single message's properties lose ``WAIT`` and gain ``CLUSTER`` (as
 RocketMQ stores them); a batch's messages keep theirs and get the request's properties
 appended (``MessageExtBatchEncoder``). ``%RETRY%`` sends past their ``maxReconsumeTimes`` go to
-``%DLQ%group``.
+``%DLQ%group``. A single message with ``TRAN_MSG=true`` is a transaction's half message: its row
+goes to ``RMQ_SYS_TRANS_HALF_TOPIC`` (:meth:`rmqnet.broker.transactions.TransactionService.half`)
+and is put in a run of half messages of its own (the store's ``system`` put).
 
 Then the store (fast by construction): every send accepted while the event loop runs is put in
 a list, and one callback scheduled with ``loop.call_soon`` appends them all with ONE
