@@ -52,6 +52,13 @@ def test_transaction_topics_and_real_topic_only_in_a_system_put(store: rmqlog.Me
     store.dispatch()
     got = store.read_queue(HALF, 0, 0, 3)
     assert [dict(p)["REAL_QID"] for p in got.column("properties").to_pylist()] == ["0", "1", "2"]
+    # kept as sent, in order (the put's fast path, REAL_TOPIC/REAL_QID not screened out in a system put)
+    assert [k for k, _ in got.column("properties")[0].as_py()] == ["TRAN_MSG", "PGROUP", "UNIQ_KEY", "REAL_TOPIC",
+                                                                    "REAL_QID"]
+    from rmqlog.log.encode.wire_put import joined_wire_properties
+    props = halves(2).column("properties")
+    assert joined_wire_properties(props, 2, None, system=True) is not None
+    assert joined_wire_properties(props, 2, None) is None  # a client's put takes the general path, which refuses
 
 
 def test_stored_rows_checks_each_offset_against_its_queue(store: rmqlog.MessageStore) -> None:

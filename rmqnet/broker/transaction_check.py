@@ -171,7 +171,7 @@ class TransactionCheckService:
             parts += [copies, op_records(rows.column("queueOffset").take(pa.array(gone, pa.int64())), gone_keys,
                                          [DISCARD] * len(gone), self.broker.clock.wall_ms())]
             self.broker.topics.create_system("RMQ_SYS_TRANS_OP_HALF_TOPIC")
-        result = store.put_wire(pa.concat_tables(parts), system=True)
+        result = store.put_wire(pa.concat_tables(parts).combine_chunks(), system=True)
         txn.resolved.update(dict.fromkeys(gone_keys, DISCARD))
         self.discarded += len(gone)
         replication = getattr(self.broker, "replication", None)

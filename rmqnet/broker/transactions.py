@@ -111,6 +111,7 @@ class TransactionService:
         self._pending: list[_End] = []
         self._scheduled = False
         self._ids = UniqKeys()
+        self._half_topic_made = False
         #: ends answered, by outcome (statistics; tests read them)
         self.committed = 0
         self.rolled_back = 0
@@ -151,7 +152,9 @@ class TransactionService:
         props.pop(REAL_QID, None)
         props[REAL_TOPIC] = topic
         props[REAL_QID] = str(queue_id)
-        self.broker.topics.create_system(HALF_TOPIC)
+        if not self._half_topic_made:  # (once: a lookup under the topics' lock per message costs ~10 us)
+            self.broker.topics.create_system(HALF_TOPIC)
+            self._half_topic_made = True
         return None
 
     # --------------------------------------------------------- END_TRANSACTION
@@ -238,7 +241,7 @@ class TransactionService:
                 committed_rows(rows.take(pa.array(commit_rows, pa.int64()))),
                 op_records(rows.column("queueOffset").take(pa.array(op_rows, pa.int64())), op_keys, op_ends,
                            self.broker.clock.wall_ms()),
-            ])
+            ]).combine_chunks()  # one chunk: the put's fast path keeps a one-chunk properties column as sent
             self.broker.topics.create_system(OP_TOPIC)
             self.store.put_wire(table, system=True)
         except InvalidMessageError as exc:

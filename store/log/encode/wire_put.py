@@ -349,6 +349,9 @@ class _NameSet:
 
 
 _SLOW_SET = _NameSet(_SLOW_NAMES)
+#: the same for a broker's own put (``system``): ``REAL_TOPIC``/``REAL_QID`` stored as given
+_SYSTEM_SCREENS = {c: _name_screen((_SLOW_NAMES - SYSTEM_ALLOWED) | _DROPPED_NAMES[c]) for c in (False, True)}
+_SYSTEM_SLOW_SET = _NameSet(_SLOW_NAMES - SYSTEM_ALLOWED)
 _DROPPED_SETS = {c: _NameSet(_DROPPED_NAMES[c]) for c in (False, True)}
 
 
@@ -363,7 +366,8 @@ def _padded_names(raw: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> n
     return words
 
 
-def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None) -> JoinedProperties | None:
+def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None,
+                           system: bool = False) -> JoinedProperties | None:
     """The fast path of :func:`parse_wire_properties`: the wire strings kept as they are
     (less their ``WAIT`` items, and ``CLUSTER`` ones when ``cluster`` is given) when that
     gives the same stored bytes; ``None`` (take the general path) otherwise.
@@ -411,13 +415,14 @@ def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str
     name_len = p1 - name_start
     if not len(p1) or (name_len < 1).any() or (p2 - p1 < 2).any():  # an empty name or value
         return None
-    maybe = _SCREENS[bool(cluster)][raw[name_start], np.minimum(name_len, 64)]
+    maybe = (_SYSTEM_SCREENS if system else _SCREENS)[bool(cluster)][raw[name_start], np.minimum(name_len, 64)]
     if maybe.any():
         at = np.flatnonzero(maybe)
         # the screened names as fixed-width words (a name holds no NUL: every byte < 3 is a
         # separator, checked above), looked up by hash: a few vector steps however many rows
         words = _padded_names(raw, name_start[at], name_len[at])
-        if ((words[:, 0] & _PREFIX_MASK) == _PREFIX_WORD).any() or _SLOW_SET.contains(words).any():
+        slow = _SYSTEM_SLOW_SET if system else _SLOW_SET
+        if ((words[:, 0] & _PREFIX_MASK) == _PREFIX_WORD).any() or slow.contains(words).any():
             return None
         dropped = _DROPPED_SETS[bool(cluster)].contains(words)
         if dropped.any():
@@ -534,7 +539,7 @@ def wire_table(table: pa.Table | pa.RecordBatch, *, default_born_host: bytes, st
         if name in names:
             cols[name] = table.column(name)
     props = table.column("properties") if "properties" in names else pa.nulls(n, pa.string())
-    joined = joined_wire_properties(props, n, cluster)
+    joined = joined_wire_properties(props, n, cluster, system)
     if joined is None:
         cols["properties"] = parse_wire_properties(props, n, cluster, system)
     header = WireHeader(sys_flag=sys_flag, reconsume_times=reconsume, born_host=born, properties=joined)
