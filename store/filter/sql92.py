@@ -168,9 +168,7 @@ def properties(node: Node) -> tuple[str, ...]:
         n = stack.pop()
         if isinstance(n, Prop):
             out[n.name] = None
-        elif isinstance(n, Negate | Not | BoolCast):
-            stack.append(n.operand)
-        elif isinstance(n, In):
+        elif isinstance(n, Negate | Not | BoolCast | In):
             stack.append(n.operand)
         elif isinstance(n, And | Or | Compare):
             stack.extend((n.right, n.left))
@@ -542,7 +540,7 @@ def _cmp(a: object, b: object) -> int:
 def java_compare(lv: Value, rv: Value) -> int:
     """``ComparisonExpression.__compare`` with string conversion on (the parser's setting)."""
     assert lv is not None and rv is not None
-    (lk, l), (rk, r) = lv, rv
+    (lk, a), (rk, b) = lv, rv
     if lk != rk:
         if lk == BOOLEAN:
             if rk == STRING:
@@ -552,22 +550,22 @@ def java_compare(lv: Value, rv: Value) -> int:
             if rk == BOOLEAN:
                 return -1
             if rk == STRING:
-                r = _convert(str(r), lk)
+                b = _convert(str(b), lk)
                 rk = lk
             elif {lk, rk} == {INT, LONG}:
                 lk = rk = LONG
             else:  # one is DOUBLE
-                l, r, lk, rk = float(l), float(r), DOUBLE, DOUBLE  # type: ignore[arg-type]
+                a, b, lk, rk = float(a), float(b), DOUBLE, DOUBLE  # type: ignore[arg-type]
         else:  # lk == STRING
             if rk == BOOLEAN:
-                l, lk = str(l).lower() == "true", BOOLEAN
+                a, lk = str(a).lower() == "true", BOOLEAN
             else:
-                l, lk = _convert(str(l), rk), rk
+                a, lk = _convert(str(a), rk), rk
     if lk == DOUBLE:
-        return _cmp(double_key(float(l)), double_key(float(r)))  # type: ignore[arg-type]
+        return _cmp(double_key(float(a)), double_key(float(b)))  # type: ignore[arg-type]
     if lk == STRING:
-        return _cmp(str(l).encode("utf-16-be"), str(r).encode("utf-16-be"))
-    return _cmp(l, r)
+        return _cmp(str(a).encode("utf-16-be"), str(b).encode("utf-16-be"))
+    return _cmp(a, b)
 
 
 def _convert(s: str, kind: str) -> object:
