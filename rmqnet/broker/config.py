@@ -59,6 +59,9 @@ class BrokerConfig:
     - ``long_polling_enable`` (true), ``short_polling_time_mills`` (1000): held pulls.
     - ``notify_consumer_ids_changed_enable`` (true).
     - ``acl_enable`` (``aclEnable``, false).
+    - ``enable_property_filter`` (``enablePropertyFilter``, false): pulls and heartbeats with
+      ``expressionType`` SQL92 are served (RocketMQ's switch; off, such a pull is refused
+      ``SYSTEM_ERROR``); see "SQL92 property filters" in docs/broker.md.
     - ``region_id`` (``regionId``), ``trace_on`` (``traceOn``): the ``MSG_REGION`` and
       ``TRACE_ON`` fields of every send reply.
     - ``reject_transaction_message`` (false; this broker has no transactions: a prepared
@@ -107,6 +110,7 @@ class BrokerConfig:
     short_polling_time_mills: int = 1000
     notify_consumer_ids_changed_enable: bool = True
     acl_enable: bool = False
+    enable_property_filter: bool = False
     region_id: str = DEFAULT_REGION
     trace_on: bool = True
     reject_transaction_message: bool = False
