@@ -253,7 +253,7 @@ def _filtered_batch(
                 tags = ParsedProperties(props).column(PROPERTY_TAGS)
                 ok &= np.asarray(pc.fill_null(pc.is_in(tags, pa.array(sorted(wanted), pa.string())), False))
             match[rows] = ok
-            chunks.append((rows, got, ok))  # type: ignore[arg-type]
+            chunks.append((rows, got, ok))
         evaluated = upto
         taken, scanned = batch_taken(match, size, real, count_limit, bytes_limit)
         if scanned <= evaluated:
@@ -279,7 +279,7 @@ def _chunks_taken(chunks: list[_Chunk], scanned: int, raw: bool) -> tuple[pa.Tab
         return concat_tables(tables), None
     if not parts:
         return empty_message_table(), StoredRecords.empty()
-    records = _exact_tags(parts, None)  # type: ignore[arg-type]
+    records = _exact_tags(parts, None)
     keep = np.concatenate(keeps)
     if not keep.all():
         records = StoredRecords(records.array.filter(pa.array(keep)), records.commit_log_offsets[keep],

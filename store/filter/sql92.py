@@ -391,6 +391,7 @@ class _Parser:
                 self.expect("OP", ")")
                 if not isinstance(left, Prop):
                     self.fail(f"expected a property for IN, got {describe(left)}", t)
+                    raise AssertionError  # unreachable
                 left = self.node(In(left, frozenset(values), negated), t)
             elif t.kind == "NOT":
                 self.fail("expected BETWEEN or IN after NOT", self.peek(1))
@@ -479,8 +480,9 @@ def chain(node: And | Or) -> tuple[Node, list[Node]]:
     rest: list[Node] = []
     n: Node = node
     while type(n) is type(node):
-        rest.append(n.right)  # type: ignore[union-attr]
-        n = n.left  # type: ignore[union-attr]
+        assert isinstance(n, And | Or)
+        rest.append(n.right)
+        n = n.left
     return n, rest[::-1]
 
 
@@ -592,8 +594,8 @@ def evaluate(node: Node, props: dict[str, str]) -> Value:
     if isinstance(node, Const):
         return as_value(node)
     if isinstance(node, Prop):
-        v = props.get(node.name)
-        return None if v is None else (STRING, v)
+        text = props.get(node.name)
+        return None if text is None else (STRING, text)
     if isinstance(node, Negate):
         v = evaluate(node.operand, props)
         if v is None or v[0] not in NUMERIC:

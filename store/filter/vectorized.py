@@ -177,7 +177,7 @@ def _keys_of(values: np.ndarray, kind: str) -> np.ndarray:
 
 
 def _const_key(v: object, kind: str) -> int:
-    return double_key(float(v)) if kind == DOUBLE else int(v)  # type: ignore[call-overload]
+    return double_key(float(v)) if kind == DOUBLE else int(v)  # type: ignore[arg-type,call-overload]
 
 
 def _sign(a: np.ndarray, b: np.ndarray | int) -> np.ndarray:
