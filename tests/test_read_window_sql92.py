@@ -64,7 +64,7 @@ def test_sql92_statuses_next_offsets_and_limits(ps: rmqlog.MessageStore) -> None
     assert _both(ps, "P", 0, 0, sql92=f("nope = 1")) == (S.NO_MATCHED_MESSAGE, PER_FILE, [])
     assert _both(ps, "P", 0, 0, sql92=f("m > 1")) == (S.NO_MATCHED_MESSAGE, PER_FILE, [])  # 'yes' is no number: throws
     assert _both(ps, "P", 0, 0, max_count=3, sql92=f("nope IS NULL AND n BETWEEN 4 AND 100")) == (S.FOUND, 7, [4, 5, 6])
-    # a match far into the window: the chunks double until the batch is decided
+    # a match far into the window: a second chunk, the rest of the window, decides the batch
     assert _both(ps, "P", 0, 0, max_count=1, sql92=f("n = 48")) == (S.FOUND, 49, [48])
     # the byte budget: after the first match, a unit whose size would pass it ends the batch
     size = int(ps.read_window("P", 0, 0, max_count=1, raw=True).records.sizes[0])  # type: ignore[union-attr]

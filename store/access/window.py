@@ -231,9 +231,11 @@ def _filtered_batch(
 ) -> tuple[np.ndarray, int]:
     """RocketMQ's scan with a SQL92 filter: a unit is taken when its record's properties match
     (its record read, as Java's ``isMatchedByCommitLog`` reads it), under ``isTheBatchFull``.
-    The records are read and evaluated in chunks, doubling, until the batch is decided: the
-    limits judged before a unit depend only on the units before it (and its own size), so a
-    stop at or before the last evaluated unit is final. Each chunk's records are kept in
+    The records are read and evaluated in at most two chunks: twice the count limit first (a
+    filter that matches most messages decides the batch there), else the rest of the window
+    (each read has a fixed cost: few reads beat few records). The limits judged before a unit
+    depend only on the units before it (and its own size), so a stop at or before the last
+    evaluated unit is final. Each chunk's records are kept in
     ``chunks`` for the answer. Returns (taken among the scanned units, units scanned)."""
     match = candidate.copy()  # units not yet evaluated count as candidates
     evaluated = 0
@@ -258,7 +260,7 @@ def _filtered_batch(
         taken, scanned = batch_taken(match, size, real, count_limit, bytes_limit)
         if scanned <= evaluated:
             return taken, scanned
-        step *= 2
+        step = len(units)  # the first chunk did not decide it: the rest of the window in one read
 
 
 def _chunks_taken(chunks: list[_Chunk], scanned: int, raw: bool) -> tuple[pa.Table, StoredRecords | None]:
