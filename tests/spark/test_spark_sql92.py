@@ -75,3 +75,32 @@ def test_stream_with_sql92(spark, store_root: str, tmp_path) -> None:
           .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
     q_.awaitTermination()
     assert sorted(out) == [f"b{i}" for i in range(5)]
+
+
+def test_a_wire_range_is_pulled_with_the_sql92_expression(tmp_path) -> None:
+    """Over the wire the broker filters (expressionType SQL92, enablePropertyFilter=true); the
+    tags option is then kept by the task; a broker with the switch off refuses the pull."""
+    from rmqnet.client import BrokerError, Producer
+    from spark_rmq.wire_read import WireRange, read_wire_range
+
+    from .wire_servers import wire_servers
+
+    with wire_servers() as servers:
+        servers.start_broker("broker-a", tmp_path / "a", topics={"T": 1}, enable_property_filter=True)
+        with Producer("PG", servers.namesrv) as p:
+            for i in range(60):
+                p.send("T", f"m{i}".encode(), tags="x" if i % 2 else "y", properties={"n": str(i)}, queue_id=0,
+                       broker_name="broker-a")
+        servers.dispatched("broker-a")
+        ns = servers.namesrv
+        got = pa.Table.from_batches(list(read_wire_range(WireRange(ns, "T", "broker-a", 0, 0, 60, batch_rows=7, sql92="n >= 40"))))
+        assert got["queueOffset"].to_pylist() == list(range(40, 60))
+        got = pa.Table.from_batches(list(read_wire_range(WireRange(ns, "T", "broker-a", 0, 0, 50, ("x",), batch_rows=7,
+                                                                   sql92="n >= 40"))))
+        assert got["queueOffset"].to_pylist() == [41, 43, 45, 47, 49]
+        servers.start_broker("broker-b", tmp_path / "b", topics={"U": 1})
+        with Producer("PG", servers.namesrv) as p:
+            p.send_batch("U", {"body": [b"u"]}, queue_id=0, broker_name="broker-b")
+        servers.dispatched("broker-b")
+        with pytest.raises(BrokerError, match="does not support consumer to filter message by SQL92"):
+            list(read_wire_range(WireRange(ns, "U", "broker-b", 0, 0, 1, sql92="n >= 40")))
