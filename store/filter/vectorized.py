@@ -28,6 +28,22 @@ import pyarrow.compute as pc
 
 from ..log.properties import ParsedProperties
 from .sql92 import (
+    And,
+    BoolCast,
+    Compare,
+    Const,
+    In,
+    Negate,
+    Node,
+    Not,
+    Or,
+    Prop,
+    as_value,
+    chain,
+    parse,
+    properties,
+)
+from .values import (
     BOOLEAN,
     DOUBLE,
     INT,
@@ -38,26 +54,12 @@ from .sql92 import (
     LONG_MIN,
     NUMERIC,
     STRING,
-    And,
-    BoolCast,
-    Compare,
-    Const,
     EvaluationError,
-    In,
-    Negate,
-    Node,
-    Not,
-    Or,
-    Prop,
     Value,
-    as_value,
-    chain,
     double_key,
     java_compare,
     java_double,
     java_int,
-    parse,
-    properties,
 )
 
 _NAN_BITS = np.int64(0x7FF8000000000000)
