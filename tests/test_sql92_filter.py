@@ -139,7 +139,7 @@ def test_missing_properties_follow_java() -> None:
 
 def test_numbers_follow_java_conversions() -> None:
     vals = ["5", "+5", "-5", "05", "5.0", "5.5", "x", "", " 5", "2147483648", "1e1", "٥", "NaN", "Infinity",
-            "0x1.4p2", "5d", "99999999999999999999"]
+            "0x1.4p2", "5d", "99999999999999999999", "0x5", "inf"]
     rows = [{"a": v} for v in vals]
     ok = lambda expr: [v for v, m in zip(vals, both(expr, rows), strict=True) if m]  # noqa: E731
     # an Integer constant: Integer.valueOf (sign, any script's digits, int range); else a throw
@@ -201,7 +201,8 @@ def _random_expr(rnd: random.Random, depth: int = 0) -> str:
 
 def test_vectorized_agrees_with_the_scalar_reference_on_random_input() -> None:
     rnd = random.Random(20261129)
-    values = ["5", "-5", "5.5", "x", "true", "TRUE", "", "2147483648", "NaN", " 5", "05", "1e1", "-0.0", "0.0"]
+    values = ["5", "-5", "5.5", "x", "true", "TRUE", "", "2147483648", "NaN", " 5", "05", "1e1", "-0.0", "0.0", "0x5",
+              "Infinity", "inf", "+5"]
     rows = [{k: rnd.choice(values) for k in "abc" if rnd.random() < 0.7} for _ in range(300)]
     column = props_column(rows)
     checked = 0
