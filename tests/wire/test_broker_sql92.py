@@ -214,3 +214,26 @@ def test_ali_ons_sql92_subscription_and_our_pull_consumer(tmp_path: Path) -> Non
             assert info.value.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
         finally:
             pc.close()
+
+
+def test_held_sql92_pull_is_answered_only_by_a_matching_arrival(broker: Any) -> None:
+    import asyncio
+
+    from .brokerpull_support import run
+
+    broker.store.create_topic("T", 4)
+
+    async def go() -> None:
+        req = pull_req(0, expression="i >= 3", sys_flag=6)
+        fut = broker.table.process(broker, FakePeer(), req)
+        assert isinstance(fut, asyncio.Future) and not fut.done()
+        put(broker, 2)  # i = 0, 1: no match, the pull stays held
+        broker.holds.notify_arrival("T", 0, 2)
+        await asyncio.sleep(0)
+        assert not fut.done()
+        put(broker, 3, start=2)  # i = 2, 3, 4
+        broker.holds.notify_arrival("T", 0, 5)
+        res = await fut
+        assert res.code == ResponseCode.SUCCESS and bodies(res) == ["m3", "m4"] and nxt(res) == 5
+
+    run(go())
