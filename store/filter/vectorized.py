@@ -84,7 +84,7 @@ class _V:
     def nulls(self, n: int) -> np.ndarray:
         if self.kind == "S":
             assert self.arr is not None
-            return _np(self.arr.is_null())
+            return null_mask(self.arr)
         if self.kind == "B":
             assert self.valid is not None
             return ~self.valid
@@ -106,6 +106,18 @@ def _np(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
         a = a.combine_chunks()
     return np.asarray(a.to_numpy(zero_copy_only=False), dtype=bool) if a.null_count == 0 \
         else np.asarray(pc.fill_null(a, False).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def null_mask(arr: pa.Array) -> np.ndarray:
+    """Where ``arr`` is null, from its validity bitmap (no compute call: a pull's window is
+    small enough that a kernel's fixed cost is most of it)."""
+    n = len(arr)
+    if arr.null_count == 0:
+        return np.zeros(n, bool)
+    if arr.null_count == n:
+        return np.ones(n, bool)
+    bits = np.unpackbits(np.frombuffer(arr.buffers()[0], np.uint8), bitorder="little")
+    return bits[arr.offset : arr.offset + n] == 0
 
 
 def _or(a: np.ndarray | None, b: np.ndarray | None) -> np.ndarray | None:
@@ -137,7 +149,7 @@ def to_numbers(arr: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
     Java's, except ``inf``/``nan`` spellings, which are checked one by one; a hex integer, which
     Arrow reads and Java does not, sends the column the careful way). Else the column
     goes the careful way (:func:`_to_numbers_checked`)."""
-    valid = ~_np(arr.is_null())
+    valid = ~null_mask(arr)
     target = pa.float64() if kind == DOUBLE else pa.int64()
     if kind != DOUBLE and pc.any(pc.match_substring(arr, "x", ignore_case=True)).as_py():
         return _to_numbers_checked(arr, kind, valid)  # Arrow reads 0x10 as 16; Java refuses it
@@ -300,12 +312,12 @@ class _Eval:
             val, valid = self.as_bool(inner)
             return self.bools(~val, valid, inner.err)
         if isinstance(node, BoolCast):
-            nulls = _np(self.column(node.operand.name).is_null())
+            nulls = null_mask(self.column(node.operand.name))
             return self.bools(np.zeros(n, bool), ~nulls, None)
         if isinstance(node, In):
             arr = self.column(node.operand.name)
             hit = _np(pc.is_in(arr, pa.array(sorted(node.values), pa.string())))
-            return self.bools(hit != node.negated, ~_np(arr.is_null()), None)
+            return self.bools(hit != node.negated, ~null_mask(arr), None)
         if isinstance(node, And | Or):
             return self.logic(node)
         assert isinstance(node, Compare)
