@@ -265,28 +265,42 @@ def _filtered_batch(
 
 def _chunks_taken(chunks: list[_Chunk], scanned: int, raw: bool) -> tuple[pa.Table, StoredRecords | None]:
     """The message table (or with ``raw`` the stored records) of the matching units before
-    ``scanned``, from the records :func:`_filtered_batch` read."""
-    tables, parts, keeps = [], [], []
+    ``scanned``, from the records :func:`_filtered_batch` read (each segment's part cut to
+    its matches before anything is joined: the non-matching records are never copied again)."""
+    tables: list[pa.Table] = []
+    arrays: list[pa.Array] = []
+    offsets: list[np.ndarray] = []
+    sizes: list[np.ndarray] = []
+    queue_offsets: list[np.ndarray] = []
     for rows, got, ok in chunks:
         keep = ok & (rows < scanned)
         if not keep.any():
             continue
-        if raw:
-            parts.extend(got)
-            keeps.append(keep)
-        else:
-            table = concat_tables([message_table(c) for c, _ in got])
-            tables.append(table if keep.all() else table.filter(pa.array(keep)))
+        start = 0
+        for cols, stored in got:
+            k = keep[start : start + len(cols)]
+            start += len(cols)
+            if not k.any():
+                continue
+            whole = bool(k.all())
+            if not raw:
+                table = message_table(cols)
+                tables.append(table if whole else table.filter(pa.array(k)))
+                continue
+            assert stored is not None
+            arrays.append(stored if whole else stored.filter(pa.array(k)))
+            offsets.append(cols.offsets if whole else cols.offsets[k])
+            sizes.append(cols.header["totalSize"] if whole else cols.header["totalSize"][k])
+            queue_offsets.append(cols.header["queueOffset"] if whole else cols.header["queueOffset"][k])
     if not raw:
         return concat_tables(tables), None
-    if not parts:
+    if not arrays:
         return empty_message_table(), StoredRecords.empty()
-    records = _exact_tags(parts, None)
-    keep = np.concatenate(keeps)
-    if not keep.all():
-        records = StoredRecords(records.array.filter(pa.array(keep)), records.commit_log_offsets[keep],
-                                records.sizes[keep], records.queue_offsets[keep])
-    return empty_message_table(), records
+    # a gather's, a filter's and a concatenation's value offsets start at 0: ``data`` is the records
+    array = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+    return empty_message_table(), StoredRecords(array, np.concatenate(offsets).astype(np.int64),
+                                                np.concatenate(sizes).astype(np.int64),
+                                                np.concatenate(queue_offsets).astype(np.int64))
 
 
 def _check_disk_limits(disk: object) -> None:
