@@ -151,13 +151,13 @@ def to_numbers(arr: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
     goes the careful way (:func:`_to_numbers_checked`)."""
     valid = ~null_mask(arr)
     target = pa.float64() if kind == DOUBLE else pa.int64()
-    if kind != DOUBLE and pc.any(pc.match_substring(arr, "x", ignore_case=True)).as_py():
+    if kind != DOUBLE and _has_x(arr):
         return _to_numbers_checked(arr, kind, valid)  # Arrow reads 0x10 as 16; Java refuses it
     try:
         cast = pc.cast(arr, target)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return _to_numbers_checked(arr, kind, valid)
-    values = np.asarray(pc.fill_null(cast, 0).to_numpy(zero_copy_only=False))
+    values = np.asarray((pc.fill_null(cast, 0) if cast.null_count else cast).to_numpy(zero_copy_only=False))
     ok = valid.copy()
     if kind == DOUBLE:
         for i in np.flatnonzero(valid & ~np.isfinite(values)):  # Java spells them NaN and Infinity only
@@ -170,6 +170,16 @@ def to_numbers(arr: pa.Array, kind: str) -> tuple[np.ndarray, np.ndarray]:
     if kind == INT:
         ok &= (values >= INT_MIN) & (values <= INT_MAX)
     return values, ok
+
+
+def _has_x(arr: pa.Array) -> bool:
+    """Whether any value of a string column holds an ``x`` or ``X`` (its bytes, no compute call)."""
+    data = arr.buffers()[2]
+    if data is None or not len(arr):
+        return False
+    off = np.frombuffer(arr.buffers()[1], np.int32, len(arr) + 1, arr.offset * 4)
+    raw = np.frombuffer(data, np.uint8)[off[0] : off[-1]]
+    return bool(((raw | 0x20) == ord("x")).any())
 
 
 def _to_numbers_checked(arr: pa.Array, kind: str, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
