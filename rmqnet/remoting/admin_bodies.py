@@ -74,7 +74,7 @@ def encode_queue_map(entries: dict[QueueKey, dict[str, Any]]) -> str:
 # ------------------------------------------------------------------------- the lenient reader
 
 
-class _Pairs(list):  # type: ignore[type-arg]
+class _Pairs(list[tuple[Any, Any]]):
     """An object whose keys were not all strings: its (key, value) pairs, in order."""
 
 
@@ -102,7 +102,7 @@ def _value(text: str, i: int) -> tuple[Any, int]:
     if c == "{":
         return _object(text, i + 1)
     if c == "[":
-        out = []
+        out: list[Any] = []
         i = _skip(text, i + 1)
         if text[i] == "]":
             return out, i + 1
