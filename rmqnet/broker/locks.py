@@ -34,6 +34,7 @@ unlocked. Java checks none of them (a null client id fails with a NullPointerExc
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -43,6 +44,8 @@ from rmqlog.paths import validate_group, validate_topic
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from .peer import Peer
+
+log = logging.getLogger(__name__)
 
 #: ``RebalanceLockManager.REBALANCE_LOCK_MAX_LIVE_TIME`` (ms)
 LOCK_MAX_LIVE_MS = 60_000
@@ -145,7 +148,13 @@ class QueueLocks:
                 entry = table.get(mq)
                 if entry is None:
                     table[mq] = _Entry(client_id, now_ms)
-                elif entry.client_id == client_id or self._expired(entry, now_ms):
+                    log.info("tryLockBatch, message queue not locked, I got it. Group: %s NewClientId: %s %s",
+                             group, client_id, mq)
+                elif entry.client_id == client_id:
+                    entry.last_update_ms = now_ms
+                elif self._expired(entry, now_ms):
+                    log.warning("tryLockBatch, message queue lock expired, I got it. Group: %s OldClientId: %s "
+                                "NewClientId: %s %s", group, entry.client_id, client_id, mq)
                     entry.client_id, entry.last_update_ms = client_id, now_ms
                 else:
                     continue
