@@ -31,9 +31,8 @@ def test_delete_topic_removes_its_config_and_offsets_only(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("bad", ["../x", "a/b", "", "x" * 200])
 def test_delete_topic_refuses_bad_names(tmp_path: Path, bad: str) -> None:
-    with rmqlog.MessageStore.open(tmp_path / "s") as s:
-        with pytest.raises(rmqlog.InvalidTopicError):
-            s.delete_topic(bad)
+    with rmqlog.MessageStore.open(tmp_path / "s") as s, pytest.raises(rmqlog.InvalidTopicError):
+        s.delete_topic(bad)
 
 
 def test_delete_topic_on_a_read_only_store_is_refused(tmp_path: Path) -> None:
