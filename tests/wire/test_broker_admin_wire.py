@@ -13,6 +13,8 @@ from typing import Any
 import javaproperties
 import pytest
 from conftest import small_store_config
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import rmqlog
 from rmqnet.broker.broker import Broker
@@ -272,3 +274,27 @@ def test_fastjson_reader_takes_object_keys_bare_integers_and_standard_json() -> 
     for bad in (b"{", b'{"a":1,}', b"{x:1}", b'{"a":1} x'):
         with pytest.raises(Exception, match="fastjson|after"):
             loads_fastjson(bad)
+
+
+_VALUES = st.one_of(st.text(max_size=12), st.integers(-3, 2**40), st.booleans(), st.none(),
+                    st.sampled_from(["T", "TBW102", "../x", "%RETRY%G", " ", "G", "brokerPermission"]))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(code=st.sampled_from([RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.UPDATE_BROKER_CONFIG,
+                             RequestCode.GET_BROKER_CONFIG, RequestCode.GET_TOPIC_STATS_INFO,
+                             RequestCode.GET_CONSUMER_CONNECTION_LIST, RequestCode.GET_CONSUME_STATS,
+                             RequestCode.DELETE_TOPIC_IN_BROKER]),
+       ext=st.dictionaries(st.sampled_from(["topic", "consumerGroup", "clientId"]), _VALUES, max_size=3),
+       body=st.one_of(st.binary(max_size=80), st.text(max_size=80).map(str.encode),
+                      st.builds(lambda g, c, m: json.dumps({"consumerGroup": g, "clientId": c, "mqSet": m}).encode(),
+                                _VALUES, _VALUES, st.lists(st.dictionaries(
+                                    st.sampled_from(["topic", "brokerName", "queueId"]), _VALUES), max_size=3))))
+def test_any_admin_or_lock_request_is_answered_never_raised(broker: Broker, code: int, ext: dict[str, Any],
+                                                            body: bytes) -> None:
+    """Whatever the fields and body, each of these codes answers a code (the dispatch table
+    turns field errors into SYSTEM_ERROR); no exception escapes a handler."""
+    config = broker.config
+    r = _call(broker, code, ext, body)
+    assert isinstance(r.code, int)
+    broker.config = config  # (a body that was a valid update changed it: the next example starts afresh)
