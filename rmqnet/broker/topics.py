@@ -88,6 +88,8 @@ class TopicManager:
         #: topics deleted (DELETE_TOPIC_IN_BROKER) whose queue folders the store still lists:
         #: hidden until created again (in memory: see docs/broker.md, "Admin requests")
         self._deleted: set[str] = set()
+        #: the system topics made at start (:meth:`is_system`)
+        self._system: set[str] = set()
         self.data_version: dict[str, int] = {"counter": 0, "timestamp": clock.wall_ms()}
         self._system_topics()
         self.refresh()
@@ -231,4 +233,9 @@ class TopicManager:
         for tc in tables:
             if topic_problem(tc.topic_name) is None:  # a host name with '.' makes no topic
                 self._overlay[tc.topic_name] = tc
+                self._system.add(tc.topic_name)
+
+    def is_system(self, topic: str) -> bool:
+        """One of the topics this broker makes at start (TBW102, the cluster's and broker's own...)."""
+        return topic in self._system
 
