@@ -117,6 +117,10 @@ def test_rmqlog_admin_commands(servers: Servers, capsys: pytest.CaptureFixture[s
     code, out, _ = rmqlog(capsys, "consumer-status", "--broker", b, "CG_CLI", "--json")
     status = json.loads(out)
     assert code == 0 and status["online"] is False and status["offsets"][0]["consumerOffset"] == 1
+    code, out, _ = rmqlog(capsys, "consumer-status", "--broker", b, "CG_CLI")
+    lines = out.splitlines()
+    assert code == 0 and lines[0].startswith("CG_CLI  T/broker-a/0  broker ") and " consumer 1  lag " in lines[0]
+    assert lines[-2].startswith("total lag ") and lines[-1] == "consumers 0 (not online)"
     code, _, err = rmqlog(capsys, "consumer-status", "--broker", b, "NOBODY")
     assert code == 1 and "NOBODY" in err
 
