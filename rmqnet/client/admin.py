@@ -233,6 +233,27 @@ class Admin(RemoteClient):
         registration). Raises :class:`BrokerError` (a system topic, a bad name, a slave)."""
         call(self._delete_topic(broker_addr, topic))
 
+    async def _delete_topic_in_cluster(self, cluster: str, topic: str) -> list[str]:
+        info = await self._cluster_info()
+        names = info.cluster_addr_table.get(cluster)
+        if not names:
+            raise NoRouteError(f"no broker in cluster {cluster!r} (clusters: {sorted(info.cluster_addr_table)})")
+        masters = sorted(a for n in names if n in info.broker_addr_table
+                         and (a := info.broker_addr_table[n].master_addr()))
+        for addr in masters:
+            await self._delete_topic(addr, topic)
+        for ns in self.namesrv_addrs:
+            await self.invoke(ns, RemotingCommand(RequestCode.DELETE_TOPIC_IN_NAMESRV,
+                                                  ext_fields={"topic": topic, "clusterName": cluster}))
+        return masters
+
+    def delete_topic_in_cluster(self, cluster: str, topic: str) -> list[str]:
+        """``mqadmin deleteTopic -c``: 215 to the master of every broker group of ``cluster``,
+        then DELETE_TOPIC_IN_NAMESRV (216) to every name server (the cluster's part of the
+        route gone at once); the masters' addresses. Raises :class:`NoRouteError` (no such
+        cluster), :class:`BrokerError`."""
+        return call(self._delete_topic_in_cluster(cluster, topic))
+
     def topic_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
         """Every topic config of the broker at ``broker_addr`` (code 21), by name, as RocketMQ's
         ``TopicConfig`` JSON (``readQueueNums``, ``writeQueueNums``, ``perm``, ``order``...)."""

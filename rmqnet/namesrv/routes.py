@@ -86,6 +86,21 @@ class RouteTable:
                 return RegisterBrokerResult(master_live.ha_server_addr or None, master)
         return RegisterBrokerResult()
 
+    def delete_topic(self, topic: str, cluster: str | None = None) -> None:
+        """``deleteTopic``: the topic's route gone; with ``cluster``, only the part of that
+        cluster's brokers. A master that still lists it brings it back at its next
+        registration with a new data version, as in Java."""
+        by_broker = self.topics.get(topic)
+        if by_broker is None:
+            return
+        if cluster is None:
+            del self.topics[topic]
+            return
+        for name in self.clusters.get(cluster, set()):
+            by_broker.pop(name, None)
+        if not by_broker:
+            del self.topics[topic]
+
     def _changed(self, broker_addr: str, version: DataVersion) -> bool:
         prev = self.live.get(broker_addr)
         return prev is None or prev.data_version != version

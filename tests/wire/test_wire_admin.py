@@ -79,6 +79,11 @@ def test_delete_topic_leaves_the_route_at_the_next_registration(servers: Servers
         eventually(lambda: not routed(), "the name server dropped the deleted topic")
         with pytest.raises(BrokerError, match="conflict with system topic"):
             admin.delete_topic(servers.broker, "TBW102")
+        # mqadmin deleteTopic -c: 215 to the cluster's masters, 216 to the name servers: gone at once
+        admin.create_topic(servers.broker, "GONE2", 1)
+        eventually(lambda: "GONE2" in admin.topic_list(), "the topic reached the name server")
+        assert admin.delete_topic_in_cluster("DefaultCluster", "GONE2") == [servers.broker]
+        assert "GONE2" not in admin.topic_list()
 
 
 def test_two_members_lock_disjoint_queues(servers: Servers) -> None:  # noqa: F811
