@@ -43,6 +43,7 @@ import rmqlog
 from rmqlog.paths import validate_group, validate_topic
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting.admin_bodies import QueueKey
 from .peer import Peer
 
 log = logging.getLogger(__name__)
@@ -58,16 +59,8 @@ class LockBodyError(ValueError):
     """A 41/42 body that is not a ``LockBatchRequestBody`` (names the field)."""
 
 
-@dataclass(frozen=True, slots=True, order=True)
-class LockedQueue:
-    """A ``MessageQueue`` as the lock table keys it."""
-
-    topic: str
-    broker_name: str
-    queue_id: int
-
-    def to_json(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "queueId": self.queue_id, "topic": self.topic}
+#: a ``MessageQueue`` as the lock table keys it (topic, brokerName, queueId)
+LockedQueue = QueueKey
 
 
 @dataclass(frozen=True, slots=True)
