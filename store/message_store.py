@@ -530,6 +530,17 @@ class MessageStore(WireAccess, ReplicationCalls):
         self._check_open("create_topic")
         return self.catalog.create_topic(topic, queues, read_queues)
 
+    def delete_topic(self, topic: str) -> tuple[bool, int]:
+        """Remove ``topic``'s entry from ``config/topics.json`` and every group's offsets of it
+        from ``config/consumerOffset.json`` (RocketMQ's ``deleteTopicConfig``, and the offsets
+        RocketMQ 5's ``deleteTopic`` drops too). Returns (whether it had an entry, how many groups
+        had offsets). Its consume queues and records stay: the commitlog is shared, and the
+        queues' files go with retention (a topic that still has queue folders is listed again by
+        :meth:`topics`, with the queues they show: see docs/store-api.md). A bad name raises
+        :class:`rmqlog.errors.InvalidTopicError`."""
+        self._check_open("delete_topic")
+        return self.catalog.delete_topic(topic)
+
     def topics(self) -> dict[str, TopicConfig]:
         """Every topic: those of ``config/topics.json`` (re-read), and those only the log has,
         found by their consume queues (see :mod:`rmqlog.catalog`). Nothing is written. An entry

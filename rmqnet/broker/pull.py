@@ -188,6 +188,9 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
     if code == ResponseCode.SUCCESS:
         assert result.records is not None
         res.body = [memoryview(result.records.data)]
+        get_nums = getattr(broker, "get_nums", None)  # consumeTps of GET_CONSUME_STATS (admin_stats)
+        if get_nums is not None:
+            get_nums.record(h.consumer_group, h.topic, len(result.records.commit_log_offsets), broker.clock.wall_ms())
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND:
         holds: PullHoldService | None = getattr(broker, "holds", None)
         if holds is not None and not getattr(broker, "stopping", False) and _in_event_loop():
