@@ -237,7 +237,7 @@ ONLY_PLAUSIBLE = {"root"}
 #: the public methods of MessageStore this file drives (a new one must be added here)
 METHODS = {
     "append_state", "clean_expired", "close", "commit_offset", "committed_offset", "consume_queue",
-    "create_topic", "deliver_due", "dispatch", "flush", "flushed_offset", "get_messages", "max_offset",
+    "create_topic", "delete_topic", "deliver_due", "dispatch", "flush", "flushed_offset", "get_messages", "max_offset",
     "message_by_id", "message_by_offset", "min_offset", "offset_for_timestamp", "open", "published_tail",
     "put", "put_batch", "put_batches", "query_by_key", "query_by_time", "query_by_unique_key", "read_queue",
     "read_window", "record_sizes", "put_wire", "on_arrival", "record_at", "index_last_update", "earliest_store_time",

@@ -39,7 +39,7 @@ def _run_json(job: str, root: Path, *args: str) -> subprocess.CompletedProcess[s
 
 
 def test_every_bench_job_is_on_the_harness() -> None:
-    assert len(BENCH_JOBS) == 13, BENCH_JOBS
+    assert len(BENCH_JOBS) == 14, BENCH_JOBS
     for job in BENCH_JOBS:
         assert "from harness import Bench" in (JOBS / f"{job}.py").read_text(), job
 
@@ -141,3 +141,13 @@ def test_bench_export_prints_jsonl_beside_parquet(tmp_path: Path) -> None:
     for name in ("parquet", "jsonl", "jsonl --body hex"):
         assert re.search(rf"export {name} +[\d,]+ msgs/s +[\d.]+ s a million", out), out
     assert re.search(r"-> JSON lines = \d+% of Parquet's rate", out), out
+
+
+def test_bench_sql92_prints_each_filter_beside_the_tag_filter(tmp_path: Path) -> None:
+    res = _run_json("bench_sql92", tmp_path, "--messages", "3000")
+    figures = _figures(res.stdout, "bench_sql92", tmp_path)
+    assert [(f["name"], f["peer"]) for f in figures] == [
+        ("SQL92 evaluation over stored properties, windows of 800", "exact-tag check, same windows"),
+        ("SQL92 evaluation over stored properties, windows of 65536", "exact-tag check, same windows"),
+        ("pull path scan with SQL92, max_count 32", "pull path scan with the tag filter")], figures
+    assert re.search(r"pull path, .* SQL92: [\d,]+ msgs scanned/s \| peer, tag filter: [\d,]+ msgs scanned/s", res.stderr)

@@ -59,6 +59,9 @@ class BrokerConfig:
     - ``long_polling_enable`` (true), ``short_polling_time_mills`` (1000): held pulls.
     - ``notify_consumer_ids_changed_enable`` (true).
     - ``acl_enable`` (``aclEnable``, false).
+    - ``enable_property_filter`` (``enablePropertyFilter``, false): pulls and heartbeats with
+      ``expressionType`` SQL92 are served (RocketMQ's switch; off, such a pull is refused
+      ``SYSTEM_ERROR``); see "SQL92 property filters" in docs/broker.md.
     - ``region_id`` (``regionId``), ``trace_on`` (``traceOn``): the ``MSG_REGION`` and
       ``TRACE_ON`` fields of every send reply.
     - Transactional messages (:mod:`rmqnet.broker.transactions`): ``reject_transaction_message``
@@ -111,6 +114,7 @@ class BrokerConfig:
     short_polling_time_mills: int = 1000
     notify_consumer_ids_changed_enable: bool = True
     acl_enable: bool = False
+    enable_property_filter: bool = False
     region_id: str = DEFAULT_REGION
     trace_on: bool = True
     reject_transaction_message: bool = False
@@ -276,6 +280,22 @@ _JAVA_INT_MAX = (1 << 31) - 1
 _ALIASES = {"brokerIP1": "brokerIp1", "sendThreadPoolQueueCapacity": "sendQueueCapacity"}
 
 
+def broker_keys() -> dict[str, str]:
+    """broker.conf key (RocketMQ's spelling) -> :class:`BrokerConfig` field name, the store's
+    config left out."""
+    out = {_camel(f.name): f.name for f in fields(BrokerConfig) if f.name != "store"}
+    for key, alias in _ALIASES.items():
+        out[key] = out.pop(alias)
+    return out
+
+
+def parse_value(name: str, text: str, where: str) -> Any:
+    """``text`` as the value of :class:`BrokerConfig` field ``name``, parsed as broker.conf's
+    values are; :class:`ConfigError` naming ``where`` when it does not parse."""
+    f = next(f for f in fields(BrokerConfig) if f.name == name)
+    return _coerce(str(f.type), text.strip(), where)
+
+
 def _store_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """The store fields the broker settles: STOREHOST is the advertised address (the store
     reads it from ``brokerIP1``/``listenPort`` too, but ``--listen`` may change them)."""
@@ -312,5 +332,5 @@ def _coerce(kind: str, value: str, where: str) -> Any:
     return value
 
 
-__all__ = ["BrokerConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "DEFAULT_REGION", "host_port", "ASYNC_MASTER", "SYNC_MASTER",
+__all__ = ["BrokerConfig", "broker_keys", "parse_value", "ASYNC_FLUSH", "SYNC_FLUSH", "DEFAULT_REGION", "host_port", "ASYNC_MASTER", "SYNC_MASTER",
            "SLAVE", "BROKER_ROLES"]

@@ -66,6 +66,7 @@ from .transactions import HALF_TOPIC
 
 if TYPE_CHECKING:
     from .broker import Broker
+    from .config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -142,10 +143,14 @@ class _Send:
 class SendService:
     """The send path of one broker (see the module docstring); ``broker.sender``."""
 
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's config now (UPDATE_BROKER_CONFIG may replace it: rmqnet.broker.admin_config)."""
+        return self.broker.config
+
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.store = broker.store
-        self.config = broker.config
         self.capacity = broker.config.send_queue_capacity
         self.sync = broker.config.sync_flush
         self._pending: list[_Send] = []
