@@ -201,6 +201,9 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "disk": st.one_of(st.none(), st.builds(rmqlog.results.DiskLimits, st.integers(-1, 1 << 20), st.integers(0, 40),
                                            st.integers(0, 4096))),
     "tags": st.sampled_from([None, "*", "a", "a || b", ""]),
+    "sql92": st.one_of(st.none(), st.sampled_from([rmqlog.filter.compile_filter("p = 'v'"),
+                                                   rmqlog.filter.compile_filter("q > 1 AND p IS NOT NULL"),
+                                                   "p = 'v'", 1])),
     "keys": st.one_of(st.lists(st.sampled_from(KEYS), max_size=2), st.sampled_from(["k1 k2", ""])),
     "key": st.sampled_from(KEYS), "msg_id": st.sampled_from(["0A0B0C0D1234ABCDEF0123456789ABCD", "x"]),
     "properties": st.one_of(st.none(), st.dictionaries(st.sampled_from(["p", "q"]), st.sampled_from(["v", "w"]), max_size=2)),
@@ -548,6 +551,9 @@ PARSER_ARGUMENTS: dict[str, st.SearchStrategy[tuple[tuple[Any, ...], dict[str, A
     "parse_wire_offsets_json": st.tuples(st.tuples(st.one_of(st.just("startingOffsets"), ANY),
                                                    st.one_of(st.sampled_from(WIRE_OFFSETS), ANY)), st.just({})),
     "parse_name_server": st.tuples(st.tuples(st.one_of(OPTION_VALUES["nameserver"], ANY)), st.just({})),
+    "parse_sql92": st.tuples(st.tuples(st.one_of(st.sampled_from(["a = 1", "a > 'x'", "b IN ('x', 'y') AND c IS NULL", "(",
+                                                                  "a BETWEEN 1 AND", ""]), st.text(max_size=20), ANY)),
+                             st.just({})),
 }
 
 

@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import rmqlog
-from rmqlog.filter import FilterParseError, Sql92Filter
+from rmqlog import FilterParseError, Sql92Filter
 from rmqlog.paths import validate_group
 
 from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode, ext_str

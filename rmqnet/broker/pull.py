@@ -67,8 +67,7 @@ from typing import Any
 import numpy as np
 
 import rmqlog
-from rmqlog import GetMessageResult, GetMessageStatus
-from rmqlog.filter import FilterParseError, Sql92Filter, compile_filter
+from rmqlog import FilterParseError, GetMessageResult, GetMessageStatus, Sql92Filter, compile_filter
 from rmqlog.results import DiskLimits
 
 from ..remoting import PullMessageHeader, RemotingCommand, RequestCode, ResponseCode
