@@ -91,6 +91,8 @@ SERVED: dict[int, tuple[str, ...]] = {
     38: ("consumerGroup",),
     21: (),
     28: (),
+    37: ("producerGroup", "tranStateTableOffset", "commitLogOffset", "commitOrRollback", "fromTransactionCheck",
+         "msgId", "transactionId"),
 }
 
 

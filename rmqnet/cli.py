@@ -6,6 +6,8 @@ to the store's command (:func:`rmqlog.admin.cli.main`) unchanged.
                                               a broker over the store at ROOT
     rmqlog info|topic-status|lag|read|query|dlq --namesrv ADDRS ...
                                               reading commands over the wire (rmqnet.wire_reading)
+    rmqlog topic-list|topic-create|topic-delete|topic-stats|consumer-status|broker-config --broker HOST:PORT ...
+                                              admin commands against one broker (rmqnet.wire_admin)
     rmqlog <any other command> ...            the store's commands (info, read, lag...)
 
 The store never imports the network package, so the network commands enter here and the
@@ -28,6 +30,8 @@ _WRONG, _CANNOT = 2, 3
 NETWORK_COMMANDS = ("namesrv", "broker")
 #: the store's reading commands that also work over the wire, given --namesrv (rmqnet.wire_reading)
 WIRE_READING = ("info", "topic-status", "lag", "consumer-progress", "read", "query", "dlq", "dead-letters")
+#: the admin commands against one broker (rmqnet.wire_admin): network only, no store form
+WIRE_ADMIN = ("topic-list", "topic-create", "topic-delete", "topic-stats", "consumer-status", "broker-config")
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -110,6 +114,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
         return wire_main(args)
+    if args and args[0] in WIRE_ADMIN:
+        from .wire_admin import main as admin_main
+
+        return admin_main(args)
     if not args or args[0] not in NETWORK_COMMANDS:
         # the store's commands, --help and --version: the one module of the store outside its
         # public API imported here, because the command itself is handed over

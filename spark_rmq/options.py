@@ -36,7 +36,7 @@ _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 SOURCE_OPTIONS = {
     "path", "topics", "topicpattern", "assign", "startingoffsets", "startingtimestamp",
     "endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
-    "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "tags", "group",
+    "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "tags", "sql92", "group",
     "failondataloss", "readbatchrows", "checkcrc", "key", "msgid", "deliverdue", "readonly", "nameserver",
 }
 SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid", "nameserver", "sendretrytimeout"}
@@ -181,6 +181,9 @@ class SourceOptions:
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     max_messages_per_partition: int | None = None
     tags: frozenset[str] | None = None
+    #: ``sql92``: RocketMQ's SQL92 selector over the messages' properties (only matching
+    #: messages are read; :mod:`rmqlog.filter`), checked here, compiled by each task
+    sql92: str | None = None
     group: str | None = None
     fail_on_data_loss: bool = True
     read_batch_rows: int = DEFAULT_READ_BATCH_ROWS
@@ -246,6 +249,8 @@ class SourceOptions:
         if (raw := _get(options, "tags")) is not None:
             wanted = parse_tag_filter(raw)  # _get refused what it would
             kw["tags"] = frozenset(wanted) if wanted is not None else None
+        if (raw := _get(options, "sql92")) is not None:
+            kw["sql92"] = parse_sql92(raw)
         if (raw := _get(options, "group")) is not None:
             try:
                 kw["group"] = validate_group(raw)
@@ -268,6 +273,19 @@ class SourceOptions:
         return bool(self.max_messages or self.max_bytes or self.min_messages)
 
 
+def parse_sql92(raw: str) -> str:
+    """The ``sql92`` option: an expression RocketMQ's SQL92 parser accepts
+    (:func:`rmqlog.compile_filter`); else :class:`RmqLogOptionError` naming the option, the
+    position and the token."""
+    from rmqlog import FilterParseError, compile_filter
+
+    try:
+        compile_filter(raw)
+    except FilterParseError as exc:
+        raise RmqLogOptionError("sql92", str(exc)) from None
+    return raw
+
+
 def _key_options(options: Mapping[str, str], kw: dict[str, object], streaming: bool) -> None:
     """``key`` / ``msgId``: a batch lookup through the index files, in the topics of ``topics``."""
     given = [n for n in ("key", "msgId") if _get(options, n) is not None]
@@ -280,7 +298,7 @@ def _key_options(options: Mapping[str, str], kw: dict[str, object], streaming: b
         raise RmqLogOptionError(name, "is for batch reads (spark.read), not streams")
     if kw.get("topics") is None:
         raise RmqLogOptionError(name, "needs the topics option (index keys are per topic)")
-    for other in ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp", "tags",
+    for other in ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp", "tags", "sql92",
                   "maxMessagesPerPartition", "group"):
         if _get(options, other) is not None:
             raise RmqLogOptionError(name, f"cannot be combined with {other}")

@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from rmqlog import MESSAGE_SCHEMA, CorruptStoreError, GetMessageStatus
+from rmqlog import MESSAGE_SCHEMA, CorruptStoreError, GetMessageStatus, compile_filter
 
 from .offsets import check_data_loss, queue_key
 from .stores import busy, using
@@ -47,6 +47,7 @@ class QueueRange(InputPartition):
     ts_until_ms: int | None = None
     check_crc: bool = True
     read_only: bool = False  # the ``readOnly`` option: the executor opens the store read-only
+    sql92: str | None = None  # the ``sql92`` option: the store keeps only the matching messages
 
     @property
     def key(self) -> str:
@@ -98,12 +99,15 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
     if part.end <= part.start:
         return
     tags = " || ".join(part.tags) if part.tags else None
+    # the SQL92 filter, compiled once per task, is evaluated by the store over each whole
+    # window's properties column (never row by row): the window holds only the matches
+    sql92 = compile_filter(part.sql92) if part.sql92 is not None else None
     pos = part.start
     while pos < part.end:
         until = min(part.end, pos + part.batch_rows)
         with using(part.path, create=False, read_only=part.read_only) as ms:
             r = ms.read_window(part.topic, part.queue_id, pos, max_count=until - pos, tags=tags, until=until,
-                               check_crc=part.check_crc)
+                               check_crc=part.check_crc, sql92=sql92)
         if r.status in _GONE:  # retention deleted where the range stood: the range's rest from the new start
             pos = check_data_loss(part.key, pos, r.next_begin_offset, part.fail_on_data_loss)
             continue

@@ -165,7 +165,7 @@ def _partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **kw: A
     for key, a, b in ranges:
         topic, qid = split_key(key)
         parts.append(QueueRange(opts.path, topic, qid, a, b, tags, opts.fail_on_data_loss, opts.read_batch_rows,
-                                check_crc=opts.check_crc, read_only=opts.read_only, **kw))
+                                check_crc=opts.check_crc, read_only=opts.read_only, sql92=opts.sql92, **kw))
     return parts
 
 

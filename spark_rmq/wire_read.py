@@ -83,6 +83,9 @@ class WireRange(InputPartition):
     batch_rows: int = 65536
     ts_from_ms: int | None = None
     ts_until_ms: int | None = None
+    #: the ``sql92`` option: pulled with ``expressionType`` SQL92 (the broker filters; it needs
+    #: ``enablePropertyFilter=true``), tags then kept here
+    sql92: str | None = None
 
     @property
     def key(self) -> str:
@@ -102,7 +105,8 @@ def _pull(pulls: PullConsumer, part: WireRange, pos: int, subscription: str) -> 
     for attempt in itertools.count():
         try:
             return pulls.pull(part.topic, part.queue_id, pos, max_nums=min(part.end - pos, part.batch_rows),
-                              subscription=subscription, broker_name=part.broker)
+                              subscription=subscription, broker_name=part.broker,
+                              expression_type="TAG" if part.sql92 is None else "SQL92")
         except (OSError, NoRouteError):  # the transport's errors are OSErrors
             if clock.monotonic() >= deadline:
                 raise
@@ -120,7 +124,7 @@ def read_wire_range(part: WireRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iter
     if part.end <= part.start:
         return
     pulls = consumer(part.name_server)
-    subscription = " || ".join(part.tags) if part.tags else "*"
+    subscription = part.sql92 if part.sql92 is not None else " || ".join(part.tags) if part.tags else "*"
     wanted = pa.array(part.tags, pa.string()) if part.tags else None
     pos = part.start
     while pos < part.end:
@@ -140,7 +144,7 @@ def read_wire_range(part: WireRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iter
         if r.next_begin_offset <= pos:  # every other answer moves on: never ask the same again
             raise CorruptStoreError(f"queue {part.key}: the broker answered {r.status} at offset {pos} with next "
                                     f"offset {r.next_begin_offset}")
-        if r.status == "NO_MATCHED_MSG":  # the tag filter skipped every message pulled
+        if r.status == "NO_MATCHED_MSG":  # the broker's filter skipped every message pulled
             pos = r.next_begin_offset
             continue
         table = r.messages
@@ -148,7 +152,7 @@ def read_wire_range(part: WireRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iter
             pos = r.next_begin_offset
             continue
         offsets = table.column("queueOffset").to_numpy()
-        if wanted is None and int(offsets[0]) > pos:  # deleted between planning and this pull
+        if wanted is None and part.sql92 is None and int(offsets[0]) > pos:  # deleted between planning and this pull
             check_data_loss(part.key, pos, int(offsets[0]), part.fail_on_data_loss)
         keep = offsets < part.end
         if wanted is not None:

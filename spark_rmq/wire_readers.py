@@ -71,7 +71,7 @@ def wire_partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **k
         name, qid = split_key(key)
         topic, broker = split_wire_name(name)
         parts.append(WireRange(opts.name_server, topic, broker, qid, a, b, tags, opts.fail_on_data_loss,
-                               opts.read_batch_rows, **kw))
+                               opts.read_batch_rows, sql92=opts.sql92, **kw))
     return parts
 
 

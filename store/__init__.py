@@ -38,6 +38,7 @@ from .errors import (
     TooManyOpenFilesError,
     WrongFileTypeError,
 )
+from .filter import FilterParseError, Sql92Filter, compile_filter
 from .log.decode import MIN_RECORD_SIZE
 from .log.encode.columns import check_utf8_column
 from .log.msgid import is_uniq_key
@@ -68,7 +69,7 @@ __all__ = [
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "ReplicaOffsetError", "ReplicaStreamError", "StoreBusyError", "StoreClosedError", "StoreNotFoundError",
     "TooManyOpenFilesError", "WrongFileTypeError",
-    "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "StoredRecords", "parse_tag_filter",
+    "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "StoredRecords", "parse_tag_filter", "FilterParseError", "Sql92Filter", "compile_filter",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA", "MIN_RECORD_SIZE", "WAITING_TOPICS", "is_uniq_key", "check_utf8_column",
     "PUBLIC_MODULES", "decode_message_batch", "decode_records", "send_back_table",
 ]

@@ -57,6 +57,11 @@ class Catalog:
         self.parts.topic_config.put(tc)
         return tc
 
+    def delete_topic(self, topic: str) -> tuple[bool, int]:
+        """See :meth:`rmqlog.MessageStore.delete_topic`."""
+        name = validate_topic(topic)
+        return self.parts.topic_config.remove(name), self.parts.consumer_offsets.remove_topic(name)
+
     def topics(self) -> dict[str, TopicConfig]:
         """See :meth:`rmqlog.MessageStore.topics` (nothing is written)."""
         topics = self.parts.topic_config

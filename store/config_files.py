@@ -265,6 +265,18 @@ class TopicConfigManager:
                 self._topics[config.topic_name] = config
                 self._write()
 
+    def remove(self, topic: str) -> bool:
+        """Remove a topic's entry (validated name); whether there was one."""
+        validate_topic(topic)
+        with self.lock.held():
+            self.reload()
+            with self._mutex:
+                if topic not in self._topics:
+                    return False
+                del self._topics[topic]
+                self._write()
+        return True
+
     def planned_queue_counts(self, topics: list[str], *, unknown: int | None = None) -> list[int]:
         """Write queue count of each topic as it is or would be once auto-created (creates nothing).
 
@@ -358,6 +370,20 @@ class ConsumerOffsetManager:
             table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
             body = {"offsetTable": {**skipped, **{k: {str(q): o for q, o in sorted(v.items())} for k, v in table.items()}}}
             replace_file(self.path, dump_fastjson(body), keep_backup=True)
+
+    def remove_topic(self, topic: str) -> int:
+        """Remove every group's offsets of ``topic`` (validated name); how many groups had some."""
+        validate_topic(topic)
+        with self.lock.held():
+            table, skipped = self._load()
+            gone = [k for k in table if k.partition("@")[0] == topic]
+            if not gone:
+                return 0
+            for k in gone:
+                del table[k]
+            body = {"offsetTable": {**skipped, **{k: {str(q): o for q, o in sorted(v.items())} for k, v in table.items()}}}
+            replace_file(self.path, dump_fastjson(body), keep_backup=True)
+        return len(gone)
 
     def committed(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group has none for that queue (RocketMQ's answer)."""

@@ -53,6 +53,7 @@ from .errors import (
     StoreClosedError,
     out_of_files_typed,
 )
+from .filter.vectorized import Sql92Filter
 from .index.geometry import set_aside_geometry
 from .index.index_service import IndexConfig
 from .index.lookup import messages_by_key
@@ -411,7 +412,7 @@ class MessageStore(WireAccess, ReplicationCalls):
     def read_window(
         self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, max_bytes: int | None = None,
         tags: str | None = "*", until: int | None = None, check_crc: bool | None = None, raw: bool = False,
-        disk: DiskLimits | None = None,
+        disk: DiskLimits | None = None, sql92: Sql92Filter | None = None,
     ) -> GetMessageResult:
         """Read a window of a queue from ``offset``: RocketMQ's ``getMessage`` (statuses and next
         offsets as :mod:`rmqlog.access.window` tabulates), at most ``max_count`` messages and,
@@ -421,12 +422,15 @@ class MessageStore(WireAccess, ReplicationCalls):
         the bytes RocketMQ's pull responses carry, with their commitlog offsets, sizes and queue
         offsets). ``disk`` (:class:`rmqlog.results.DiskLimits`): RocketMQ's limits for records
         it would read from disk, applied to the units whose records lie that far behind the
-        commitlog's end (a broker's pull). Records retention deleted while the read was under
+        commitlog's end (a broker's pull). ``sql92`` (:func:`rmqlog.filter.compile_filter`):
+        only messages whose properties match RocketMQ's SQL92 selector are taken, the others
+        scanned past as a tag filter's are (a broker's pull with ``expressionType`` SQL92).
+        Records retention deleted while the read was under
         way are skipped and named in ``removed``. Checked as :meth:`get_messages` says; a bad
         argument raises :class:`InvalidArgumentError` (``InvalidTopicError`` for a topic) naming it."""
         self._check_open()
         return self.reader.read_window(topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, tags=tags,
-                                       until=until, check_crc=check_crc, raw=raw, disk=disk)
+                                       until=until, check_crc=check_crc, raw=raw, disk=disk, sql92=sql92)
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, check_crc: bool | None = None) -> pa.Table:
         """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table;
@@ -525,6 +529,17 @@ class MessageStore(WireAccess, ReplicationCalls):
         """
         self._check_open("create_topic")
         return self.catalog.create_topic(topic, queues, read_queues)
+
+    def delete_topic(self, topic: str) -> tuple[bool, int]:
+        """Remove ``topic``'s entry from ``config/topics.json`` and every group's offsets of it
+        from ``config/consumerOffset.json`` (RocketMQ's ``deleteTopicConfig``, and the offsets
+        RocketMQ 5's ``deleteTopic`` drops too). Returns (whether it had an entry, how many groups
+        had offsets). Its consume queues and records stay: the commitlog is shared, and the
+        queues' files go with retention (a topic that still has queue folders is listed again by
+        :meth:`topics`, with the queues they show: see docs/store-api.md). A bad name raises
+        :class:`rmqlog.errors.InvalidTopicError`."""
+        self._check_open("delete_topic")
+        return self.catalog.delete_topic(topic)
 
     def topics(self) -> dict[str, TopicConfig]:
         """Every topic: those of ``config/topics.json`` (re-read), and those only the log has,

@@ -201,6 +201,9 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "disk": st.one_of(st.none(), st.builds(rmqlog.results.DiskLimits, st.integers(-1, 1 << 20), st.integers(0, 40),
                                            st.integers(0, 4096))),
     "tags": st.sampled_from([None, "*", "a", "a || b", ""]),
+    "sql92": st.one_of(st.none(), st.sampled_from([rmqlog.filter.compile_filter("p = 'v'"),
+                                                   rmqlog.filter.compile_filter("q > 1 AND p IS NOT NULL"),
+                                                   "p = 'v'", 1])),
     "keys": st.one_of(st.lists(st.sampled_from(KEYS), max_size=2), st.sampled_from(["k1 k2", ""])),
     "key": st.sampled_from(KEYS), "msg_id": st.sampled_from(["0A0B0C0D1234ABCDEF0123456789ABCD", "x"]),
     "properties": st.one_of(st.none(), st.dictionaries(st.sampled_from(["p", "q"]), st.sampled_from(["v", "w"]), max_size=2)),
@@ -226,6 +229,10 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "scheduler": st.booleans(), "data": st.one_of(st.binary(max_size=64), st.just(b"\x00" * 12)),
     "clock": st.one_of(st.none(), st.builds(rmqlog.SystemClock), st.builds(rmqlog.ManualClock, st.just(NOW_MS))),
     "offsets": st.dictionaries(st.integers(-1, 20), st.integers(-1, 10), max_size=3),
+    "queue_offsets": st.lists(st.integers(-1, 10), max_size=3),
+    "drop": st.lists(st.sampled_from(["REAL_TOPIC", "p", "UNIQ_KEY"]), max_size=2).map(tuple),
+    "find": st.lists(st.sampled_from(["REAL_QID", "q", "TAGS"]), max_size=2).map(tuple),
+    "system": st.booleans(),
 }
 #: parameters a plausible value is always given for: any other would be a path on this machine
 ONLY_PLAUSIBLE = {"root"}
@@ -233,14 +240,14 @@ ONLY_PLAUSIBLE = {"root"}
 #: the public methods of MessageStore this file drives (a new one must be added here)
 METHODS = {
     "append_state", "clean_expired", "close", "commit_offset", "committed_offset", "consume_queue",
-    "create_topic", "deliver_due", "dispatch", "flush", "flushed_offset", "get_messages", "max_offset",
+    "create_topic", "delete_topic", "deliver_due", "dispatch", "flush", "flushed_offset", "get_messages", "max_offset",
     "message_by_id", "message_by_offset", "min_offset", "offset_for_timestamp", "open", "published_tail",
     "put", "put_batch", "put_batches", "query_by_key", "query_by_time", "query_by_unique_key", "read_queue",
     "read_window", "record_sizes", "put_wire", "on_arrival", "record_at", "index_last_update", "earliest_store_time",
     "start_services", "stop_services", "topics", "verify", "writer_sequence",
     "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
     "replica_truncate", "record_boundary", "replication_checkpoint", "set_replication_checkpoint", "delay_offsets",
-    "set_delay_offsets", "wire_records",
+    "set_delay_offsets", "stored_rows", "wire_records",
 }
 
 
@@ -544,6 +551,9 @@ PARSER_ARGUMENTS: dict[str, st.SearchStrategy[tuple[tuple[Any, ...], dict[str, A
     "parse_wire_offsets_json": st.tuples(st.tuples(st.one_of(st.just("startingOffsets"), ANY),
                                                    st.one_of(st.sampled_from(WIRE_OFFSETS), ANY)), st.just({})),
     "parse_name_server": st.tuples(st.tuples(st.one_of(OPTION_VALUES["nameserver"], ANY)), st.just({})),
+    "parse_sql92": st.tuples(st.tuples(st.one_of(st.sampled_from(["a = 1", "a > 'x'", "b IN ('x', 'y') AND c IS NULL", "(",
+                                                                  "a BETWEEN 1 AND", ""]), st.text(max_size=20), ANY)),
+                             st.just({})),
 }
 
 

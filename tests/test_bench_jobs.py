@@ -39,7 +39,7 @@ def _run_json(job: str, root: Path, *args: str) -> subprocess.CompletedProcess[s
 
 
 def test_every_bench_job_is_on_the_harness() -> None:
-    assert len(BENCH_JOBS) == 13, BENCH_JOBS
+    assert len(BENCH_JOBS) == 15, BENCH_JOBS
     for job in BENCH_JOBS:
         assert "from harness import Bench" in (JOBS / f"{job}.py").read_text(), job
 
@@ -62,6 +62,7 @@ def test_bench_job_takes_the_shared_flags(job: str, tmp_path: Path) -> None:
     ("bench_scrub", ["--segment-mib", "4", "--leftover-kib", "64", "--puts", "20"], ["put after a killed writer's"]),
     ("bench_retention", ["--segments", "20", "--queues", "4", "--passes", "20"],
      ["retention pass, nothing due, median", "get_messages x32, read pins on"]),
+    ("bench_transactions", ["--messages", "400"], ["END_TRANSACTION commits", "half messages sent"]),
 ])
 def test_bench_job_prints_a_json_line_per_figure_with_its_peer(job: str, args: list[str], names: list[str],
                                                                tmp_path: Path) -> None:
@@ -141,3 +142,13 @@ def test_bench_export_prints_jsonl_beside_parquet(tmp_path: Path) -> None:
     for name in ("parquet", "jsonl", "jsonl --body hex"):
         assert re.search(rf"export {name} +[\d,]+ msgs/s +[\d.]+ s a million", out), out
     assert re.search(r"-> JSON lines = \d+% of Parquet's rate", out), out
+
+
+def test_bench_sql92_prints_each_filter_beside_the_tag_filter(tmp_path: Path) -> None:
+    res = _run_json("bench_sql92", tmp_path, "--messages", "3000")
+    figures = _figures(res.stdout, "bench_sql92", tmp_path)
+    assert [(f["name"], f["peer"]) for f in figures] == [
+        ("SQL92 evaluation over stored properties, windows of 800", "exact-tag check, same windows"),
+        ("SQL92 evaluation over stored properties, windows of 65536", "exact-tag check, same windows"),
+        ("pull path scan with SQL92, max_count 32", "pull path scan with the tag filter")], figures
+    assert re.search(r"pull path, .* SQL92: [\d,]+ msgs scanned/s \| peer, tag filter: [\d,]+ msgs scanned/s", res.stderr)

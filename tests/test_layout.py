@@ -38,7 +38,7 @@ STORE = ROOT / "store"
 FLOORS: tuple[tuple[str, ...], ...] = (
     ("leaves",),  # top-level modules that hold no service (errors, paths, config...), the C helper
     ("log",),  # the commitlog: records, codecs, segments, appends
-    ("queue", "index"),  # consume queues and the dispatcher; index files (fed through a hook)
+    ("queue", "index", "filter"),  # consume queues and the dispatcher; index files (fed through a hook); SQL92 filters
     ("durability",),  # flush, checkpoint, lock/abort/owner files
     ("parts",),  # StoreParts: the parts of one store, wired
     ("access", "catalog", "read_only"),  # the put and read paths; topics and offsets; read-only opens

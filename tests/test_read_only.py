@@ -77,6 +77,7 @@ MUTATORS: dict[str, Callable[[rmqlog.MessageStore], object]] = {
     "clean_expired": lambda s: s.clean_expired(force=True),
     "commit_offset": lambda s: s.commit_offset("g", "T", 0, 9),
     "create_topic": lambda s: s.create_topic("U", 1),
+    "delete_topic": lambda s: s.delete_topic("T"),
     "flush": lambda s: s.flush(),
 }
 

@@ -117,6 +117,7 @@ def _closed_calls():
         "commit_offset": lambda s: s.commit_offset("g", "T", 0, 1),
         "committed_offset": lambda s: s.committed_offset("g", "T", 0),
         "create_topic": lambda s: s.create_topic("T2", 2),
+        "delete_topic": lambda s: s.delete_topic("T2"),
         "topics": lambda s: s.topics(),
     }
 

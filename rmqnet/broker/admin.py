@@ -1,10 +1,17 @@
-"""Admin requests (RocketMQ 4.9.8's ``AdminBrokerProcessor``): UPDATE_AND_CREATE_TOPIC (17),
-GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28), GET_ALL_DELAY_OFFSET (45).
+"""Admin requests on topics and the broker (RocketMQ 4.9.8's ``AdminBrokerProcessor``):
+UPDATE_AND_CREATE_TOPIC (17), GET_ALL_TOPIC_CONFIG (21), GET_BROKER_RUNTIME_INFO (28),
+GET_ALL_DELAY_OFFSET (45), DELETE_TOPIC_IN_BROKER (215). Stats and connections (202, 203, 208)
+are :mod:`rmqnet.broker.admin_stats`, the broker's config (25, 26) :mod:`rmqnet.broker.admin_config`.
 
 - 17: extFields ``topic, defaultTopic, readQueueNums, writeQueueNums, perm, topicFilterType``
   (required, ``CreateTopicRequestHeader``), ``topicSysFlag``, ``order``. A bad name is
   SYSTEM_ERROR with ``validateTopic``'s remark, a system topic SYSTEM_ERROR "The topic[T] is
   conflict with system topic.", queue counts outside 1..65535 SYSTEM_ERROR naming the field.
+- 215: extField ``topic``. A slave refuses (SYSTEM_ERROR, RocketMQ's remark), a bad name or a
+  system topic is refused as 17 refuses them; otherwise the topic's config and every group's
+  offsets of it are removed (:meth:`rmqnet.broker.topics.TopicManager.delete`) and SUCCESS,
+  also for a topic the broker does not know (Java's ``deleteTopicConfig`` only logs that).
+  The next registration drops the topic from this broker's part of the route.
 - 21: body ``TopicConfigSerializeWrapper`` JSON: ``{"topicConfigTable": {name: TopicConfig},
   "dataVersion": {"timestamp", "counter"}}``.
 - 28: body ``KVTable`` JSON ``{"table": {key: string}}`` with the keys RocketMQ reports that this
@@ -72,6 +79,28 @@ def update_and_create_topic(broker: Broker, peer: Peer, req: RemotingCommand) ->
         return req.reply(ResponseCode.SYSTEM_ERROR, _validate_remark(topic, exc))
     except InvalidArgumentError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    return req.reply(ResponseCode.SUCCESS)
+
+
+#: ``AdminBrokerProcessor.validateSlave``'s remark
+SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, please execute it from master broker."
+
+
+def delete_topic(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    """215 (see the module docstring)."""
+    topic = ext_str(req.ext_fields, "topic")
+    if broker.config.slave:
+        return req.reply(ResponseCode.SYSTEM_ERROR, SLAVE_REMARK)
+    if not topic.strip():
+        return req.reply(ResponseCode.SYSTEM_ERROR, "The specified topic is blank.")
+    if is_system_topic(broker, topic):
+        return req.reply(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
+    try:
+        broker.topics.delete(topic)
+    except InvalidTopicError as exc:
+        return req.reply(ResponseCode.SYSTEM_ERROR, _validate_remark(topic, exc))
+    except StoreError as exc:
+        return req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
     return req.reply(ResponseCode.SUCCESS)
 
 
@@ -159,3 +188,4 @@ def install(broker: Broker) -> None:
     broker.table.register(RequestCode.GET_ALL_TOPIC_CONFIG, get_all_topic_config)
     broker.table.register(RequestCode.GET_BROKER_RUNTIME_INFO, get_broker_runtime_info)
     broker.table.register(RequestCode.GET_ALL_DELAY_OFFSET, get_all_delay_offset)
+    broker.table.register(RequestCode.DELETE_TOPIC_IN_BROKER, delete_topic)

@@ -30,7 +30,9 @@ class BrokerService(Protocol):
 class Broker:
     """A broker over ``store`` (opened by the caller, who closes it after :meth:`stop`).
 
-    Attributes: ``store``, ``config`` (:class:`BrokerConfig`), ``clock``, ``table``
+    Attributes: ``store``, ``config`` (:class:`BrokerConfig`; UPDATE_BROKER_CONFIG replaces it
+    as a whole, :mod:`rmqnet.broker.admin_config`: a key it may change is read from here at
+    use, never from a copy), ``clock``, ``table``
     (:class:`ProcessorTable`), ``address`` (advertised ``ip:port``), ``topics``
     (:class:`TopicManager`), ``services`` (objects with ``run_once(now_ms)``), ``started_ms``
     (the clock's wall time at construction), ``stopping`` (set by :meth:`begin_stop`: sends are

@@ -59,10 +59,17 @@ class BrokerConfig:
     - ``long_polling_enable`` (true), ``short_polling_time_mills`` (1000): held pulls.
     - ``notify_consumer_ids_changed_enable`` (true).
     - ``acl_enable`` (``aclEnable``, false).
+    - ``enable_property_filter`` (``enablePropertyFilter``, false): pulls and heartbeats with
+      ``expressionType`` SQL92 are served (RocketMQ's switch; off, such a pull is refused
+      ``SYSTEM_ERROR``); see "SQL92 property filters" in docs/broker.md.
     - ``region_id`` (``regionId``), ``trace_on`` (``traceOn``): the ``MSG_REGION`` and
       ``TRACE_ON`` fields of every send reply.
-    - ``reject_transaction_message`` (false; this broker has no transactions: a prepared
-      message is always refused with RocketMQ's remark).
+    - Transactional messages (:mod:`rmqnet.broker.transactions`): ``reject_transaction_message``
+      (``rejectTransactionMessage``, false: true refuses half messages with RocketMQ's remark),
+      ``transaction_time_out`` (``transactionTimeOut``, 6000: a half message younger than this
+      is not checked back), ``transaction_check_max`` (``transactionCheckMax``, 15: checks of
+      one transaction before it is discarded), ``transaction_check_interval``
+      (``transactionCheckInterval``, 60000: between two rounds of the check service).
     - ``register_name_server_period`` (30000), ``register_broker_timeout_mills`` (6000).
     - ``sync_flush_timeout`` (``syncFlushTimeout``, 5000): under ``SYNC_FLUSH``, how long a send
       waits for its group commit before it is answered ``FLUSH_DISK_TIMEOUT``.
@@ -107,9 +114,13 @@ class BrokerConfig:
     short_polling_time_mills: int = 1000
     notify_consumer_ids_changed_enable: bool = True
     acl_enable: bool = False
+    enable_property_filter: bool = False
     region_id: str = DEFAULT_REGION
     trace_on: bool = True
     reject_transaction_message: bool = False
+    transaction_time_out: int = 6000
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 60_000
     register_name_server_period: int = 30_000
     register_broker_timeout_mills: int = 6000
     sync_flush_timeout: int = 5000
@@ -153,11 +164,13 @@ class BrokerConfig:
         if self.broker_id < 0:
             raise ConfigError("broker_id must be at least 0")
         for name in ("short_polling_time_mills", "register_name_server_period", "register_broker_timeout_mills",
-                     "sync_flush_timeout", "send_queue_capacity", *_TRANSFER_LIMITS):
+                     "sync_flush_timeout", "send_queue_capacity", "transaction_check_interval", *_TRANSFER_LIMITS):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
             if name in _TRANSFER_LIMITS and getattr(self, name) > _JAVA_INT_MAX:
                 raise ConfigError(f"{name} must be at most {_JAVA_INT_MAX} (a Java int)")
+        if self.transaction_time_out < 0 or self.transaction_check_max < 0:
+            raise ConfigError("transaction_time_out and transaction_check_max must be at least 0")
         if self.broker_role not in BROKER_ROLES:
             raise ConfigError(f"broker_role must be one of {', '.join(BROKER_ROLES)}, got {self.broker_role!r}")
         if self.ha_listen_port is not None and not 0 <= self.ha_listen_port < 65536:
@@ -267,6 +280,22 @@ _JAVA_INT_MAX = (1 << 31) - 1
 _ALIASES = {"brokerIP1": "brokerIp1", "sendThreadPoolQueueCapacity": "sendQueueCapacity"}
 
 
+def broker_keys() -> dict[str, str]:
+    """broker.conf key (RocketMQ's spelling) -> :class:`BrokerConfig` field name, the store's
+    config left out."""
+    out = {_camel(f.name): f.name for f in fields(BrokerConfig) if f.name != "store"}
+    for key, alias in _ALIASES.items():
+        out[key] = out.pop(alias)
+    return out
+
+
+def parse_value(name: str, text: str, where: str) -> Any:
+    """``text`` as the value of :class:`BrokerConfig` field ``name``, parsed as broker.conf's
+    values are; :class:`ConfigError` naming ``where`` when it does not parse."""
+    f = next(f for f in fields(BrokerConfig) if f.name == name)
+    return _coerce(str(f.type), text.strip(), where)
+
+
 def _store_overrides(values: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
     """The store fields the broker settles: STOREHOST is the advertised address (the store
     reads it from ``brokerIP1``/``listenPort`` too, but ``--listen`` may change them)."""
@@ -303,5 +332,5 @@ def _coerce(kind: str, value: str, where: str) -> Any:
     return value
 
 
-__all__ = ["BrokerConfig", "ASYNC_FLUSH", "SYNC_FLUSH", "DEFAULT_REGION", "host_port", "ASYNC_MASTER", "SYNC_MASTER",
+__all__ = ["BrokerConfig", "broker_keys", "parse_value", "ASYNC_FLUSH", "SYNC_FLUSH", "DEFAULT_REGION", "host_port", "ASYNC_MASTER", "SYNC_MASTER",
            "SLAVE", "BROKER_ROLES"]

@@ -12,7 +12,7 @@ HEART_BEAT's body is ``HeartbeatData`` JSON::
                           "unitMode": bool,
                           "subscriptionDataSet": [{"topic": str, "subString": str, "tagsSet": [str],
                                                    "codeSet": [int], "subVersion": int,
-                                                   "classFilterMode": bool, "expressionType": "TAG"?}]}]}
+                                                   "classFilterMode": bool, "expressionType": "TAG"|"SQL92"?}]}]}
 
 A consumer is one connection in one group (Java keys ``ConsumerGroupInfo`` by channel): its
 client id, language, version and last heartbeat (wall ms, the broker's clock). A group's
@@ -27,6 +27,9 @@ UNREGISTER_CLIENT, a closed connection, expiry) or its subscriptions change; a c
 producer whose last heartbeat is more than 120 s old (``CHANNEL_EXPIRED_TIMEOUT``) is
 dropped by :meth:`ClientRegistry.run_once`; a closed connection drops its clients at once
 (:meth:`ClientRegistry.on_close`, run from the connection's ``on_close`` callbacks).
+A SQL92 subscription's expression is compiled when the heartbeat registers it (Java's
+``ConsumerFilterManager``): the pull without a subscription of its own reads with it; one
+that does not compile is not kept (the heartbeat still succeeds, as in Java).
 GET_CONSUMER_LIST_BY_GROUP answers ``{"consumerIdList": [...]}`` in joining order, or ``SYSTEM_ERROR`` "no consumer for this
 group" as Java does. A body that is not HeartbeatData is ``SYSTEM_ERROR`` naming what is
 wrong, and nothing of it is registered.
@@ -40,11 +43,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import rmqlog
+from rmqlog import FilterParseError, Sql92Filter
 from rmqlog.paths import validate_group
 
 from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode, ext_str
 from .holds import connection_closed, watch_close
 from .peer import Peer
+from .pull import compiled
 
 #: ``ConsumerManager.CHANNEL_EXPIRED_TIMEOUT`` / ``ProducerManager.CHANNEL_EXPIRED_TIMEOUT`` (ms)
 CHANNEL_EXPIRED_TIMEOUT_MS = 120_000
@@ -89,6 +94,8 @@ class ConsumerGroupInfo:
     consume_from_where: str
     clients: dict[int, ClientInfo] = field(default_factory=dict)  # by id(peer), in joining order
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    #: by topic: (subVersion, compiled expression) of its SQL92 subscription (``ConsumerFilterData``)
+    filters: dict[str, tuple[int, Sql92Filter]] = field(default_factory=dict)
 
     def client_ids(self) -> list[str]:
         return [c.client_id for c in self.clients.values()]
@@ -192,6 +199,7 @@ class ClientRegistry:
         else:
             old.last_update_ms = client.last_update_ms
         changed = _update_subscriptions(info, data.subscriptions) or joined
+        _update_filters(info, data.subscriptions)
         if changed:
             self._notify(info)
         return changed
@@ -208,6 +216,11 @@ class ClientRegistry:
     def find_subscription(self, group: str, topic: str) -> Subscription | None:
         info = self.consumer_groups.get(group)
         return None if info is None else info.subscriptions.get(topic)
+
+    def find_filter(self, group: str, topic: str) -> tuple[int, Sql92Filter] | None:
+        """The group's compiled SQL92 expression for ``topic`` and its subVersion, if any."""
+        info = self.consumer_groups.get(group)
+        return None if info is None else info.filters.get(topic)
 
     def consumer_ids(self, group: str) -> list[str]:
         info = self.consumer_groups.get(group)
@@ -295,6 +308,29 @@ def _update_subscriptions(info: ConsumerGroupInfo, subs: tuple[Subscription, ...
         del info.subscriptions[topic]
         changed = True
     return changed
+
+
+def _update_filters(info: ConsumerGroupInfo, subs: tuple[Subscription, ...]) -> None:
+    """``ConsumerFilterManager.register`` (``FilterDataMapByTopic.register``) for each SQL92
+    subscription of a heartbeat: compiled when the group has none for the topic or the
+    subVersion is newer; an expression that does not compile is not kept, and a newer one
+    that does not compile drops the older (the pull then answers ``FILTER_DATA_NOT_EXIST``,
+    the client's cue that its expression is wrong). A topic no longer subscribed by SQL92
+    loses its filter (it is used only by SQL92 pulls)."""
+    named = set()
+    for sub in subs:
+        if sub.expression_type != "SQL92":
+            continue
+        named.add(sub.topic)
+        old = info.filters.get(sub.topic)
+        if old is not None and sub.sub_version <= old[0]:
+            continue
+        try:
+            info.filters[sub.topic] = (sub.sub_version, compiled(sub.sub_string))
+        except FilterParseError:
+            info.filters.pop(sub.topic, None)
+    for topic in [t for t in info.filters if t not in named]:
+        del info.filters[topic]
 
 
 # ---------------------------------------------------------------------------- handlers

@@ -11,11 +11,22 @@ PULL_OFFSET_MOVED is answered PULL_RETRY_IMMEDIATELY and commit offsets are not 
 Checks, in Java's order: the broker's permission (``brokerPermission`` readable, else
 ``NO_PERMISSION``), the topic (``TOPIC_NOT_EXIST``; not readable: ``NO_PERMISSION``), the
 queue id (``SYSTEM_ERROR`` naming it, below ``readQueueNums``), the subscription: with the
-subscription flag the request's own (``subscription``, ``expressionType`` TAG or absent; a
-``SQL92`` filter is refused as Java refuses it with ``enablePropertyFilter=false``; a tag
-expression that does not parse: ``SUBSCRIPTION_PARSE_FAILED``), without it the one the
-group's heartbeat registered (:mod:`rmqnet.broker.consumers`: ``SUBSCRIPTION_NOT_EXIST``,
-``SUBSCRIPTION_NOT_LATEST`` when the registered ``subVersion`` is older).
+subscription flag the request's own (``subscription``, ``expressionType`` TAG or absent, or
+``SQL92``; an expression that does not parse: ``SUBSCRIPTION_PARSE_FAILED``), without it the
+one the group's heartbeat registered (:mod:`rmqnet.broker.consumers`: ``SUBSCRIPTION_NOT_EXIST``,
+``SUBSCRIPTION_NOT_LATEST`` when the registered ``subVersion`` is older; for SQL92 the
+expression the heartbeat compiled: ``FILTER_DATA_NOT_EXIST`` when it did not compile,
+``FILTER_DATA_NOT_LATEST`` when it is older than the pull's ``subVersion``); then a SQL92
+subscription is refused ``SYSTEM_ERROR`` "The broker does not support consumer to filter
+message by SQL92" unless ``enablePropertyFilter=true`` (Java's order: a malformed expression
+is 23 either way). Any other expression type is refused so too (Java would, with the switch
+on, deliver everything unfiltered).
+
+A SQL92 pull (:mod:`rmqlog.filter`, "SQL92 property filters" in docs/broker.md) reads the
+window as a tag filter does, each unit's record read and its properties evaluated over the
+whole chunk at once: units that do not match are scanned past, so a window where nothing
+matches is answered ``PULL_RETRY_IMMEDIATELY`` with ``nextBeginOffset`` past every unit
+scanned, as Java's ``NO_MATCHED_MESSAGE``. Compiled expressions are cached (Java: 100 by text).
 
 The read is :meth:`rmqlog.MessageStore.read_window` with ``raw=True``: the body is the stored
 records byte-exact, handed to the transport as a list of buffers (no join, no re-encoding).
@@ -56,7 +67,7 @@ from typing import Any
 import numpy as np
 
 import rmqlog
-from rmqlog import GetMessageResult, GetMessageStatus
+from rmqlog import FilterParseError, GetMessageResult, GetMessageStatus, Sql92Filter, compile_filter
 from rmqlog.results import DiskLimits
 
 from ..remoting import PullMessageHeader, RemotingCommand, RequestCode, ResponseCode
@@ -77,6 +88,20 @@ WHICH_BROKER_WHEN_CONSUME_SLOWLY = 1
 #: BrokerConfig's defaults
 SHORT_POLLING_TIME_MILLS = 1000
 BROKER_PERMISSION = PERM_READ | PERM_WRITE
+#: RocketMQ's ``ExpressionType``
+SQL92 = "SQL92"
+TAG_TYPES = (None, "", "TAG")
+#: compiled SQL92 expressions kept by text (Java's ``SelectorParser`` cache keeps 100)
+PARSE_CACHE_SIZE = 256
+
+#: What a pull reads with: (the tag expression, the compiled SQL92 filter); one of them None.
+Filter = tuple[str | None, Sql92Filter | None]
+
+
+@functools.lru_cache(maxsize=PARSE_CACHE_SIZE)
+def compiled(expression: str) -> Sql92Filter:
+    """:func:`rmqlog.filter.compile_filter`, cached by text (a refusal is not cached: it raises)."""
+    return compile_filter(expression)
 
 _S = GetMessageStatus
 _CODE = {
@@ -139,13 +164,13 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
     h: PullMessageHeader = held.state["header"] if held is not None else PullMessageHeader.read(req.ext_fields)
     try:
         if held is not None:
-            tags = held.state["tags"]
+            flt: Filter = held.state["filter"]
         else:
             checked = _check(broker, peer, req, h)
             if isinstance(checked, RemotingCommand):
                 return checked
-            tags = checked
-        result = _read(broker, h, tags)
+            flt = checked
+        result = _read(broker, h, flt)
     except rmqlog.StoreError as exc:
         return store_failure(req, exc)
     status = result.status
@@ -162,13 +187,16 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
     if code == ResponseCode.SUCCESS:
         assert result.records is not None
         res.body = [memoryview(result.records.data)]
+        get_nums = getattr(broker, "get_nums", None)  # consumeTps of GET_CONSUME_STATS (admin_stats)
+        if get_nums is not None:
+            get_nums.record(h.consumer_group, h.topic, len(result.records.commit_log_offsets), broker.clock.wall_ms())
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND:
         holds: PullHoldService | None = getattr(broker, "holds", None)
         if holds is not None and not getattr(broker, "stopping", False) and _in_event_loop():
             wait = h.suspend_timeout_millis if conf(broker, "long_polling_enable", True) \
                 else conf(broker, "short_polling_time_mills", SHORT_POLLING_TIME_MILLS)
             res = holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
-                             {"header": h, "tags": tags, "broker": broker})
+                             {"header": h, "filter": flt, "broker": broker})
             watch_close(broker, peer)
     if allow_suspend and h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0 \
             and conf(broker, "broker_role", "ASYNC_MASTER") != "SLAVE":
@@ -204,8 +232,8 @@ def _in_event_loop() -> bool:
     return True
 
 
-def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader) -> RemotingCommand | str | None:
-    """The request's checks in Java's order: a refusal, or the tag subscription to read with."""
+def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader) -> RemotingCommand | Filter:
+    """The request's checks in Java's order: a refusal, or the filter to read with."""
     if not conf(broker, "broker_permission", BROKER_PERMISSION) & PERM_READ:
         return req.reply(ResponseCode.NO_PERMISSION,
                          f"the broker[{conf(broker, 'broker_ip1', '')}] pulling message is forbidden")
@@ -217,8 +245,14 @@ def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader) 
     if not 0 <= h.queue_id < tc.read_queue_nums:
         return req.reply(ResponseCode.SYSTEM_ERROR, f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
                          f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{peer.remote}]")
+    sql: Sql92Filter | None = None
     if h.sys_flag & PULL_SUBSCRIPTION:
         expression_type, subscription = h.expression_type, h.subscription
+        if expression_type == SQL92:
+            try:
+                sql = compiled(subscription or "")
+            except FilterParseError:
+                return req.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
     else:
         registry = getattr(broker, "consumers", None)
         sub = registry.find_subscription(h.consumer_group, h.topic) if registry is not None else None
@@ -227,17 +261,27 @@ def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader) 
         if sub.sub_version < h.sub_version:
             return req.reply(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
         expression_type, subscription = sub.expression_type, sub.sub_string
-    if expression_type not in (None, "", "TAG"):
-        return req.reply(ResponseCode.SYSTEM_ERROR,
-                         f"The broker does not support consumer to filter message by {expression_type}")
+        if expression_type == SQL92:
+            found = registry.find_filter(h.consumer_group, h.topic) if registry is not None else None
+            if found is None:
+                return req.reply(ResponseCode.FILTER_DATA_NOT_EXIST,
+                                 "The broker's consumer filter data is not exist!Your expression may be wrong!")
+            if found[0] < h.sub_version:
+                return req.reply(ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest")
+            sql = found[1]
+    if expression_type not in TAG_TYPES:
+        if expression_type != SQL92 or not conf(broker, "enable_property_filter", False):
+            return req.reply(ResponseCode.SYSTEM_ERROR,
+                             f"The broker does not support consumer to filter message by {expression_type}")
+        return None, sql
     try:
         rmqlog.parse_tag_filter(subscription)
     except rmqlog.StoreError:
         return req.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
-    return subscription
+    return subscription, None
 
 
-def _read(broker: Any, h: PullMessageHeader, tags: str | None) -> GetMessageResult:
+def _read(broker: Any, h: PullMessageHeader, flt: Filter) -> GetMessageResult:
     """The window read under RocketMQ's transfer limits (``DefaultMessageStore.isTheBatchFull``):
     each unit judged by where its record lies, in memory or on disk (more than
     ``accessMessageInMemoryMaxRatio`` percent of the machine's memory behind the commitlog's
@@ -250,7 +294,8 @@ def _read(broker: Any, h: PullMessageHeader, tags: str | None) -> GetMessageResu
                       max_count=min(nums, conf(broker, "max_transfer_count_on_message_in_disk", MAX_TRANSFER_COUNT_IN_DISK)),
                       max_bytes=conf(broker, "max_transfer_bytes_on_message_in_disk", MAX_TRANSFER_BYTES_IN_DISK))
     result: GetMessageResult = broker.store.read_window(h.topic, h.queue_id, h.queue_offset, max_count=count,
-                                                        max_bytes=nbytes, tags=tags, raw=True, disk=disk)
+                                                        max_bytes=nbytes, tags=flt[0], raw=True, disk=disk,
+                                                        sql92=flt[1])
     return result
 
 

@@ -11,7 +11,9 @@ with RocketMQ's remark; a negative one picks a random write queue), the body and
 sizes (MESSAGE_ILLEGAL). A single message's properties lose ``WAIT`` and gain ``CLUSTER`` (as
 RocketMQ stores them); a batch's messages keep theirs and get the request's properties
 appended (``MessageExtBatchEncoder``). ``%RETRY%`` sends past their ``maxReconsumeTimes`` go to
-``%DLQ%group``.
+``%DLQ%group``. A single message with ``TRAN_MSG=true`` is a transaction's half message: its row
+goes to ``RMQ_SYS_TRANS_HALF_TOPIC`` (:meth:`rmqnet.broker.transactions.TransactionService.half`)
+and is put in a run of half messages of its own (the store's ``system`` put).
 
 Then the store (fast by construction): every send accepted while the event loop runs is put in
 a list, and one callback scheduled with ``loop.call_soon`` appends them all with ONE
@@ -60,9 +62,11 @@ from ..remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
 from .codes import STOPPING_REMARK, SYSTEM_BUSY_REMARK, illegal_remark, store_error_code
 from .peer import Peer
 from .topics import DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_WRITE, RETRY_PREFIX, topic_text
+from .transactions import HALF_TOPIC
 
 if TYPE_CHECKING:
     from .broker import Broker
+    from .config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -83,14 +87,16 @@ NAME_VALUE_SEPARATOR = "\x01"
 _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
-def put_wire(store: MessageStore, table: pa.Table, marker: IdempotenceMarker | None = None) -> pa.Table:
+def put_wire(store: MessageStore, table: pa.Table, marker: IdempotenceMarker | None = None,
+             system: bool = False) -> pa.Table:
     """Append ``table`` (:data:`WIRE_SCHEMA`) as one all-or-nothing batch; per row
     ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``. The one place a send
     reaches the store (``MessageStore.put_wire``, the store's put of wire-form messages). With
-    ``marker``, the store's idempotent put: a replay writes nothing and returns no row."""
+    ``marker``, the store's idempotent put: a replay writes nothing and returns no row.
+    ``system``: half messages (:mod:`rmqnet.broker.transactions`), the broker's own rows."""
     if marker is None:
-        return store.put_wire(table)
-    return store.put_wire(table, writer=marker.writer, sequence=marker.sequence)
+        return store.put_wire(table, system=True) if system else store.put_wire(table)
+    return store.put_wire(table, writer=marker.writer, sequence=marker.sequence, system=system)
 
 
 def decode_batch(body: bytes, append_properties: str) -> pa.Table:
@@ -131,15 +137,20 @@ class _Send:
     reply: RemotingCommand | None = None  # the answer once put (SYNC_FLUSH: sent after the flush)
     wait: bool = True  # the message's WAIT property (SYNC_MASTER waits for a slave only then)
     end: int = 0  # the store's published tail right after its put (what a slave must hold)
+    half: bool = False  # a transaction's half message: put on its own run (the store's system put)
 
 
 class SendService:
     """The send path of one broker (see the module docstring); ``broker.sender``."""
 
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's config now (UPDATE_BROKER_CONFIG may replace it: rmqnet.broker.admin_config)."""
+        return self.broker.config
+
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.store = broker.store
-        self.config = broker.config
         self.capacity = broker.config.send_queue_capacity
         self.sync = broker.config.sync_flush
         self._pending: list[_Send] = []
@@ -183,7 +194,8 @@ class SendService:
         if isinstance(built, RemotingCommand):
             return built
         rows, count, topic, queue_id = built
-        return self._submit(req, rows, count, queue_id, extra, _waits(header.properties), marker)
+        return self._submit(req, rows, count, queue_id, extra, _waits(header.properties), marker,
+                            half=topic == HALF_TOPIC)
 
     def _check(self, req: RemotingCommand, h: SendMessageHeader, peer: Peer, extra: dict[str, str]) -> RemotingCommand | TopicConfig:
         """RocketMQ's ``preSend`` + ``msgCheck``: the topic's config, or the refusal."""
@@ -234,11 +246,17 @@ class SendService:
         if len(body) > self.config.max_message_size:
             return self._illegal(req, f"body of {len(body)} bytes", extra)
         props = parse_properties(h.properties)
-        if props.get("TRAN_MSG", "").lower() == "true":
-            # no transactional messages here (no half topic, no check-back): RocketMQ's refusal
-            # of a broker with rejectTransactionMessage
-            return req.reply(ResponseCode.NO_PERMISSION,
-                             f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden", extra)
+        half = props.get("TRAN_MSG", "").lower() == "true"
+        sys_flag = h.sys_flag
+        if half:
+            if self.config.reject_transaction_message:  # RocketMQ's refusal (rejectTransactionMessage)
+                return req.reply(ResponseCode.NO_PERMISSION,
+                                 f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden", extra)
+            refused = self.broker.transactions.half(props, topic, queue_id)  # type: ignore[attr-defined]
+            if refused is not None:
+                return self._illegal(req, refused, extra)
+            # parseHalfMessageInner: to the half topic's queue 0, the transaction bits cleared
+            topic, sys_flag = HALF_TOPIC, sys_flag & ~0xC
         if topic.startswith(RETRY_PREFIX):
             limit = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME
             if reconsume >= limit:  # RocketMQ's handleRetryAndDLQ: to the group's dead letters
@@ -251,8 +269,10 @@ class SendService:
         text = format_properties(props)
         if len(text.encode()) > MAX_PROPERTIES:
             return self._illegal(req, f"properties of {len(text.encode())} bytes", extra)
+        if half:  # the reply names the queue the producer chose (Java's responseHeader.setQueueId)
+            return (topic, 0, body, h.flag, sys_flag, h.born_timestamp, born_host, text, reconsume), 1, topic, queue_id
         self._ensure_stored(topic)
-        row = (topic, queue_id, body, h.flag, h.sys_flag, h.born_timestamp, born_host, text, reconsume)
+        row = (topic, queue_id, body, h.flag, sys_flag, h.born_timestamp, born_host, text, reconsume)
         return row, 1, topic, queue_id
 
     def _batch_rows(self, req: RemotingCommand, h: SendMessageHeader, topic: str, queue_id: int, body: bytes,
@@ -291,12 +311,12 @@ class SendService:
 
     # -------------------------------------------------------------- batching
     def _submit(self, req: RemotingCommand, rows: Any, count: int, queue_id: int, extra: dict[str, str],
-                wait: bool = True, marker: IdempotenceMarker | None = None) -> Any:
+                wait: bool = True, marker: IdempotenceMarker | None = None, half: bool = False) -> Any:
         if self._pending_count + count > self.capacity and self._pending:
             return req.reply(ResponseCode.SYSTEM_BUSY, SYSTEM_BUSY_REMARK, extra)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand | None] = loop.create_future()
-        self._pending.append(_Send(req, rows, count, queue_id, fut, extra, marker, wait=wait))
+        self._pending.append(_Send(req, rows, count, queue_id, fut, extra, marker, wait=wait, half=half))
         self._pending_count += count
         if not self._scheduled:
             self._scheduled = True
@@ -309,8 +329,12 @@ class SendService:
         sends, self._pending, self._pending_count = self._pending, [], 0
         run: list[_Send] = []
         for s in sends:  # a send with an idempotence marker is its own put (the marker is per put)
-            if s.marker is None:
+            if s.marker is None and (not run or run[0].half == s.half):  # half messages: runs of their own
                 run.append(s)
+                continue
+            if s.marker is None:
+                self._put(run)
+                run = [s]
                 continue
             if run:
                 self._put(run)
@@ -323,7 +347,7 @@ class SendService:
         table = _concat(sends)
         marker = sends[0].marker if len(sends) == 1 else None
         try:
-            result = put_wire(self.store, table, marker)
+            result = put_wire(self.store, table, marker, system=sends[0].half)
         except InvalidMessageError as exc:
             if len(sends) > 1:  # one bad message must not fail the others put with it
                 for s in sends:

@@ -6,7 +6,8 @@ start and then every 10 s (Java's schedule), when its master's address is known 
 ``masterAddr`` the name server answered its registration with), it asks the master for
 ``GET_ALL_TOPIC_CONFIG`` (21), ``GET_ALL_CONSUMER_OFFSET`` (43) and ``GET_ALL_DELAY_OFFSET``
 (45) and applies what differs: topics created or changed with the master's queue counts and
-perms, offsets committed in the slave's ``consumerOffset.json``, the scheduler's progress per
+perms, topics the master no longer lists deleted (a topic deleted on the master, 215; Java
+replaces the whole table; the slave's own system topics are kept), offsets committed in the slave's ``consumerOffset.json``, the scheduler's progress per
 delay level written as the slave's ``delayOffset.json`` (Java writes the body as the file;
 here it is parsed, checked and written by the store: ``MessageStore.set_delay_offsets``), so
 that consumers reading from the slave (its master gone) see the master's topics, and a slave
@@ -110,7 +111,19 @@ class SlaveSynchronize:
     async def _sync_topics(self, master: str) -> None:
         body = await self._ask(master, RequestCode.GET_ALL_TOPIC_CONFIG)
         topics = self.broker.topics
-        for name, raw in (body.get("topicConfigTable") or {}).items():
+        table = body.get("topicConfigTable") or {}
+        if table:  # (an empty answer deletes nothing: a master always lists its system topics)
+            for name in sorted(set(topics.all()) - set(table)):
+                # a group's retry and dead-letter topics are made by heartbeats on the slave too
+                # (consumers heartbeat every address): left alone, so none comes and goes
+                if topics.is_system(name) or name.startswith(("%RETRY%", "%DLQ%")):
+                    continue
+                try:
+                    topics.delete(name)
+                    log.info("slave sync: topic %s deleted (the master no longer has it)", name)
+                except StoreError as exc:
+                    log.warning("slave sync: topic %r not deleted: %s", name, exc)
+        for name, raw in table.items():
             try:
                 tc = TopicConfig.from_json(raw)
                 if tc.topic_name != name:

@@ -85,6 +85,11 @@ class TopicManager:
         self._stored: dict[str, TopicConfig] = {}
         #: topics kept in memory over the store's: system topics, and perms the store cannot hold
         self._overlay: dict[str, TopicConfig] = {}
+        #: topics deleted (DELETE_TOPIC_IN_BROKER) whose queue folders the store still lists:
+        #: hidden until created again (in memory: see docs/broker.md, "Admin requests")
+        self._deleted: set[str] = set()
+        #: the system topics made at start (:meth:`is_system`)
+        self._system: set[str] = set()
         self.data_version: dict[str, int] = {"counter": 0, "timestamp": clock.wall_ms()}
         self._system_topics()
         self.refresh()
@@ -98,6 +103,8 @@ class TopicManager:
 
     def get(self, topic: str) -> TopicConfig | None:
         """The config of ``topic``, or ``None`` if the broker and the store know no such topic."""
+        if topic in self._deleted:
+            return None
         tc = self._overlay.get(topic) or self._stored.get(topic)
         if tc is None:
             self.refresh()
@@ -108,7 +115,10 @@ class TopicManager:
         """Every topic (store's and system), by name, the overlay winning."""
         self.refresh()
         with self._lock:
-            return {**self._stored, **self._overlay}
+            out = {**self._stored, **self._overlay}
+            for name in self._deleted:
+                out.pop(name, None)
+            return out
 
     def is_order_topic(self, topic: str) -> bool:
         tc = self.get(topic)
@@ -122,6 +132,7 @@ class TopicManager:
         stored = self.store.create_topic(tc.topic_name, tc.write_queue_nums, read_queues=tc.read_queue_nums)
         with self._lock:
             self._stored[tc.topic_name] = stored
+            self._deleted.discard(tc.topic_name)
             if (tc.perm, tc.order, tc.topic_sys_flag, tc.topic_filter_type) != (
                     stored.perm, stored.order, stored.topic_sys_flag, stored.topic_filter_type):
                 self._overlay[tc.topic_name] = tc
@@ -129,6 +140,21 @@ class TopicManager:
                 self._overlay.pop(tc.topic_name, None)
             self._next_version()
         return tc
+
+    def delete(self, topic: str) -> tuple[bool, int]:
+        """DELETE_TOPIC_IN_BROKER: the topic's config (the store's ``topics.json`` entry, a perm
+        held here) and every group's offsets of it removed (:meth:`rmqlog.MessageStore.delete_topic`);
+        the topic is unknown to this broker (sends, pulls, registration) until created again.
+        Returns what the store removed. Raises the store's typed errors (a bad name)."""
+        with self._lock:
+            removed = self.store.delete_topic(topic)
+            self._overlay.pop(topic, None)
+            self._stored.pop(topic, None)
+            self._deleted.add(topic)
+            self._next_version()
+        log.info("delete topic %s: config %s, offsets of %d group(s) removed", topic,
+                 "removed" if removed[0] else "absent", removed[1])
+        return removed
 
     def create_in_send(self, topic: str, default_topic: str, client_queue_nums: int, topic_sys_flag: int = 0) -> TopicConfig | None:
         """RocketMQ's ``createTopicInSendMessageMethod``: ``topic`` made from ``default_topic``'s
@@ -163,6 +189,15 @@ class TopicManager:
         """``%DLQ%<group>`` (1 queue, read and write), as the retry path creates it."""
         return self._create_back(DLQ_PREFIX + group, DLQ_QUEUE_NUMS)
 
+    def create_system(self, topic: str) -> TopicConfig:
+        """One of RocketMQ's transaction topics (``RMQ_SYS_TRANS_HALF_TOPIC``,
+        ``RMQ_SYS_TRANS_OP_HALF_TOPIC``, ``TRANS_CHECK_MAX_TIME_TOPIC``) as its
+        ``TransactionalMessageBridge.selectTopicConfig`` makes it: 1 queue, read and write; in
+        the store before its first message."""
+        tc = self._create_back(topic, 1)
+        self.ensure_stored(tc)
+        return tc
+
     def _create_back(self, topic: str, queues: int) -> TopicConfig:
         with self._lock:
             tc = self.get(topic)
@@ -181,6 +216,11 @@ class TopicManager:
             with self._lock:
                 self._stored[tc.topic_name] = stored
                 self._next_version()
+
+    def touch(self) -> None:
+        """Move the data version (the broker registers again at its next round)."""
+        with self._lock:
+            self._next_version()
 
     # -------------------------------------------------------------- helpers
     def _next_version(self) -> None:
@@ -202,4 +242,9 @@ class TopicManager:
         for tc in tables:
             if topic_problem(tc.topic_name) is None:  # a host name with '.' makes no topic
                 self._overlay[tc.topic_name] = tc
+                self._system.add(tc.topic_name)
+
+    def is_system(self, topic: str) -> bool:
+        """One of the topics this broker makes at start (TBW102, the cluster's and broker's own...)."""
+        return topic in self._system
 

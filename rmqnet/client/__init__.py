@@ -15,10 +15,12 @@ from .producer import RETRY_CODES, Producer, SendResult
 from .rebalance import GroupMember
 from .records import decode_records
 from .remote import RemoteClient
+from .transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
 
 __all__ = [
     "Admin", "parse_offset_msg_id", "encode_messages", "PullConsumer", "PullResult", "BrokerError", "ClientError",
     "NoRouteError", "TopicNotFoundError", "code_name", "UniqKeys", "message_properties", "properties_string",
     "Producer", "SendResult", "decode_records", "RemoteClient", "allocate_averagely", "read_queues", "FaultStrategy",
-    "LatencyFaultTolerance", "QueueRef", "publish_queues", "RETRY_CODES", "GroupMember",
+    "LatencyFaultTolerance", "QueueRef", "publish_queues", "RETRY_CODES", "GroupMember", "LocalTransactionState",
+    "TransactionProducer", "TransactionSendResult",
 ]

@@ -25,6 +25,18 @@ import pyarrow.compute as pc
 from rmqlog import MESSAGE_SCHEMA, Clock
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting.admin_bodies import (
+    ConsumeStats,
+    QueueKey,
+    TopicOffset,
+    decode_consume_stats,
+    decode_consumer_connection,
+    decode_topic_stats,
+    loads_fastjson,
+    parse_properties,
+    properties_text,
+)
+from ..remoting.errors import FieldError
 from ..remoting.register import ClusterInfo, decode_topic_list
 from ..remoting.route import PERM_RW
 from ..transport import Limits
@@ -144,16 +156,19 @@ class Admin(RemoteClient):
 
     # ---- topics ------------------------------------------------------------------------
 
-    async def _create_topic(self, broker: str, topic: str, queues: int, perm: int, order: bool) -> None:
+    async def _create_topic(self, broker: str, topic: str, queues: int, perm: int, order: bool,
+                            read_queues: int | None = None) -> None:
         cmd = RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": queues, "writeQueueNums": queues,
+            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queues or queues, "writeQueueNums": queues,
             "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": order})
         await self.invoke(broker, cmd)
         self._routes.pop(topic, None)
 
-    def create_topic(self, broker_addr: str, topic: str, queues: int, *, perm: int = PERM_RW, order: bool = False) -> None:
-        """Create (or update) ``topic`` on the broker with ``queues`` read and write queues (code 17)."""
-        call(self._create_topic(broker_addr, topic, queues, perm, order))
+    def create_topic(self, broker_addr: str, topic: str, queues: int, *, perm: int = PERM_RW, order: bool = False,
+                     read_queues: int | None = None) -> None:
+        """Create (or update) ``topic`` on the broker with ``queues`` write queues and
+        ``read_queues`` read queues (default: as many) (code 17)."""
+        call(self._create_topic(broker_addr, topic, queues, perm, order, read_queues))
 
     async def _cluster_info(self) -> ClusterInfo:
         last: Exception | None = None
@@ -208,6 +223,83 @@ class Admin(RemoteClient):
         Raises :class:`NoRouteError` (no such cluster), :class:`BrokerError`."""
         return call(self._create_topic_in_cluster(cluster, topic, queues, perm, order))
 
+    async def _delete_topic(self, broker_addr: str, topic: str) -> None:
+        await self.invoke(broker_addr, RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": topic}))
+        self._routes.pop(topic, None)
+
+    def delete_topic(self, broker_addr: str, topic: str) -> None:
+        """Delete ``topic`` on the broker at ``broker_addr`` (code 215: its config and every
+        group's offsets of it; the name servers drop it from that broker's route at its next
+        registration). Raises :class:`BrokerError` (a system topic, a bad name, a slave)."""
+        call(self._delete_topic(broker_addr, topic))
+
+    async def _delete_topic_in_cluster(self, cluster: str, topic: str) -> list[str]:
+        info = await self._cluster_info()
+        names = info.cluster_addr_table.get(cluster)
+        if not names:
+            raise NoRouteError(f"no broker in cluster {cluster!r} (clusters: {sorted(info.cluster_addr_table)})")
+        masters = sorted(a for n in names if n in info.broker_addr_table
+                         and (a := info.broker_addr_table[n].master_addr()))
+        for addr in masters:
+            await self._delete_topic(addr, topic)
+        for ns in self.namesrv_addrs:
+            await self.invoke(ns, RemotingCommand(RequestCode.DELETE_TOPIC_IN_NAMESRV,
+                                                  ext_fields={"topic": topic, "clusterName": cluster}))
+        return masters
+
+    def delete_topic_in_cluster(self, cluster: str, topic: str) -> list[str]:
+        """``mqadmin deleteTopic -c``: 215 to the master of every broker group of ``cluster``,
+        then DELETE_TOPIC_IN_NAMESRV (216) to every name server (the cluster's part of the
+        route gone at once); the masters' addresses. Raises :class:`NoRouteError` (no such
+        cluster), :class:`BrokerError`."""
+        return call(self._delete_topic_in_cluster(cluster, topic))
+
+    def topic_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        """Every topic config of the broker at ``broker_addr`` (code 21), by name, as RocketMQ's
+        ``TopicConfig`` JSON (``readQueueNums``, ``writeQueueNums``, ``perm``, ``order``...)."""
+        res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG)))
+        body = _decoded(res, loads_fastjson)
+        table = body.get("topicConfigTable") if isinstance(body, dict) else None
+        if not isinstance(table, dict):
+            raise ClientError(f"{broker_addr}: the answer to code 21 has no topicConfigTable")
+        return {str(k): v for k, v in table.items()}
+
+    def topic_stats(self, broker_addr: str, topic: str) -> dict[QueueKey, TopicOffset]:
+        """Each write queue of ``topic`` on the broker at ``broker_addr``: min and max offset, the
+        store time of its last message (code 202). Raises :class:`BrokerError` (TOPIC_NOT_EXIST)."""
+        res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO,
+                                                            ext_fields={"topic": topic})))
+        return _decoded(res, decode_topic_stats)
+
+    def consume_stats(self, broker_addr: str, group: str, topic: str | None = None) -> ConsumeStats:
+        """``group``'s progress on the broker at ``broker_addr`` (code 208): per read queue the
+        broker's and the group's offsets and the store time of the last message consumed, and
+        the messages it pulled per second over the last minute; ``topic`` ``None``: every
+        topic the group committed offsets of."""
+        ext = {"consumerGroup": group, **({"topic": topic} if topic else {})}
+        res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_CONSUME_STATS, ext_fields=ext)))
+        return _decoded(res, decode_consume_stats)
+
+    def consumer_connections(self, broker_addr: str, group: str) -> dict[str, Any] | None:
+        """``group``'s live consumers on the broker at ``broker_addr`` (code 203:
+        ``ConsumerConnection`` JSON: ``connectionSet``, ``subscriptionTable``, ``consumeType``,
+        ``messageModel``, ``consumeFromWhere``); ``None`` when none is online (206)."""
+        cmd = RemotingCommand(RequestCode.GET_CONSUMER_CONNECTION_LIST, ext_fields={"consumerGroup": group})
+        res = call(self.invoke(broker_addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE)))
+        return None if res.code == ResponseCode.CONSUMER_NOT_ONLINE else _decoded(res, decode_consumer_connection)
+
+    def broker_config(self, broker_addr: str) -> dict[str, str]:
+        """The configuration of the broker at ``broker_addr`` (code 26), key -> value text."""
+        res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_BROKER_CONFIG)))
+        return _decoded(res, lambda body: parse_properties(body.decode("utf-8")))
+
+    def update_broker_config(self, broker_addr: str, values: dict[str, str]) -> None:
+        """Change keys of the broker's configuration (code 25); all or nothing. Raises
+        :class:`BrokerError` for a key that is unknown, read at start only (NO_PERMISSION) or
+        a bad value, naming it."""
+        body = properties_text({str(k): str(v) for k, v in values.items()}).encode()
+        call(self.invoke(broker_addr, RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, body=body)))
+
     # ---- queries -----------------------------------------------------------------------
 
     async def _query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int, unique: bool) -> pa.Table:
@@ -246,6 +338,14 @@ class Admin(RemoteClient):
         """The message (a one-row table) of an offset message id, asked of the broker the id
         names (code 33). Raises ``ValueError`` (not an id), :class:`BrokerError`."""
         return call(self._view_by_id(offset_msg_id))
+
+
+def _decoded(res: RemotingCommand, decode: Any) -> Any:
+    """``decode(body)``; :class:`ClientError` naming the request when the body is not what it says."""
+    try:
+        return decode(res.body_bytes())
+    except (FieldError, ValueError, UnicodeDecodeError) as exc:
+        raise ClientError(f"an answer (code {res.code}) does not hold the body it should: {exc}") from None
 
 
 def _matches(table: pa.Table, key: str, unique: bool) -> pa.Array:

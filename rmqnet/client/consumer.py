@@ -94,12 +94,15 @@ class PullConsumer(RemoteClient):
         return found
 
     async def _pull(self, topic: str, queue_id: int, offset: int, max_nums: int, suspend_ms: int,
-                    subscription: str, broker_name: str | None) -> PullResult:
+                    subscription: str, broker_name: str | None, expression_type: str = "TAG") -> PullResult:
+        if expression_type not in ("TAG", "SQL92"):
+            raise ValueError(f"expression_type must be 'TAG' or 'SQL92', got {expression_type!r}")
         name = await self._broker(topic, queue_id, broker_name, PERM_READ)
         header = PullMessageHeader(
             consumer_group=self.group, topic=topic, queue_id=queue_id, queue_offset=offset, max_msg_nums=max_nums,
             sys_flag=PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms > 0 else 0), commit_offset=0,
-            suspend_timeout_millis=suspend_ms, subscription=subscription, sub_version=0, expression_type="TAG",
+            suspend_timeout_millis=suspend_ms, subscription=subscription, sub_version=0,
+            expression_type=expression_type,
         )
         key = (topic, name, queue_id)
 
@@ -126,18 +129,23 @@ class PullConsumer(RemoteClient):
         return MASTER_ID
 
     def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *, suspend_ms: int = 0,
-             subscription: str = "*", broker_name: str | None = None) -> PullResult:
+             subscription: str = "*", broker_name: str | None = None, expression_type: str = "TAG") -> PullResult:
         """Pull up to ``max_nums`` messages of ``topic``/``queue_id`` from ``offset``;
         ``suspend_ms`` > 0 lets the broker hold the pull that long waiting for a message
-        (long polling). ``subscription``: a tag expression (``"*"``, ``"a || b"``).
+        (long polling). ``subscription``: a tag expression (``"*"``, ``"a || b"``), or with
+        ``expression_type="SQL92"`` a SQL92 selector over the messages' properties
+        (``"a > 5 AND b IN ('x')"``; the broker needs ``enablePropertyFilter=true``, else
+        :class:`BrokerError` with code 1; a malformed one: code 23). A pull whose window
+        holds no match is status ``NO_MATCHED_MSG`` with ``next_begin_offset`` past it.
 
         Raises :class:`BrokerError`, :class:`NoRouteError` / :class:`TopicNotFoundError`, the
         transport's errors, ``rmqlog.CorruptRecordError`` (a body that is not whole records)."""
-        return call(self._pull(topic, queue_id, offset, max_nums, suspend_ms, subscription, broker_name))
+        return call(self._pull(topic, queue_id, offset, max_nums, suspend_ms, subscription, broker_name, expression_type))
 
     async def apull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *, suspend_ms: int = 0,
-                    subscription: str = "*", broker_name: str | None = None) -> PullResult:
-        return await self._pull(topic, queue_id, offset, max_nums, suspend_ms, subscription, broker_name)
+                    subscription: str = "*", broker_name: str | None = None, expression_type: str = "TAG") -> PullResult:
+        return await self._pull(topic, queue_id, offset, max_nums, suspend_ms, subscription, broker_name,
+                                expression_type)
 
     async def _commit(self, topic: str, queue_id: int, offset: int, broker_name: str | None) -> None:
         name = await self._broker(topic, queue_id, broker_name, PERM_READ)

@@ -74,6 +74,8 @@ class SendResult:
     offset_msg_id: str
     queue_id: int
     queue_offset: int
+    #: the broker group that stored it (a transaction ends there)
+    broker_name: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +156,7 @@ class Producer(RemoteClient):
             self._routes.pop(topic, None)  # the topic exists now: read its own route next time
         ext = res.ext_fields
         return SendResult(_STATUS[ResponseCode(res.code)], uniq, str(ext.get("msgId", "")),
-                          int(ext.get("queueId", t.queue_id)), int(ext.get("queueOffset", -1)))
+                          int(ext.get("queueId", t.queue_id)), int(ext.get("queueOffset", -1)), t.broker_name)
 
     # ---- single sends ------------------------------------------------------------------
 

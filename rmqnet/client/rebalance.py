@@ -17,6 +17,12 @@ group (a group without its master included: its slave serves the reads), by
 :func:`~rmqnet.client.allocate.allocate_averagely` over both lists sorted as Java sorts them.
 Pulling the assigned queues is :class:`~rmqnet.client.consumer.PullConsumer`'s job
 (``broker_name=`` names a queue's broker).
+
+For orderly consumption :meth:`GroupMember.lock` sends LOCK_BATCH_MQ (41) for queues to the
+master of each queue's broker group (Java's ``RebalanceImpl.lockAll``: ``findBrokerAddressInSubscribe(
+brokerName, MASTER_ID, true)``) and returns the queues this member holds; a member consumes
+only those, and locks them again well within the broker's 60 s expiry (Java: every 20 s).
+:meth:`GroupMember.unlock` sends UNLOCK_BATCH_MQ (42) for queues it gives up.
 """
 
 from __future__ import annotations
@@ -163,6 +169,42 @@ class GroupMember(RemoteClient):
 
     async def aassignment(self, topic: str) -> list[QueueRef]:
         return await self._assignment(topic)
+
+    async def _lock_batch(self, code: int, queues: list[QueueRef]) -> list[QueueRef]:
+        by_broker: dict[str, list[QueueRef]] = {}
+        for q in queues:
+            by_broker.setdefault(q.broker_name, []).append(q)
+        held: list[QueueRef] = []
+        for name, mqs in sorted(by_broker.items()):
+            route = await self._cached_route(mqs[0].topic)
+            addr = next((b.master_addr() for b in route.broker_datas if b.broker_name == name), None)
+            if not addr:
+                raise NoRouteError(f"broker {name!r} has no master in the route of {mqs[0].topic!r}")
+            body = json.dumps({"consumerGroup": self.group, "clientId": self.client_id, "mqSet": [
+                {"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic} for q in mqs]},
+                separators=(",", ":")).encode()
+            res = await self.invoke(addr, RemotingCommand(code, body=body))
+            if code != RequestCode.LOCK_BATCH_MQ:
+                continue
+            try:
+                got = json.loads(res.body_bytes())["lockOKMQSet"]
+                held += [QueueRef(str(m["topic"]), str(m["brokerName"]), int(m["queueId"])) for m in got]
+            except (ValueError, KeyError, TypeError) as exc:
+                raise ClientError(f"{addr}: a LOCK_BATCH_MQ answer that is not LockBatchResponseBody ({exc})") from None
+        return sorted(held)
+
+    def lock(self, queues: list[QueueRef]) -> list[QueueRef]:
+        """LOCK_BATCH_MQ (41) for ``queues`` at each one's broker group master: the queues this
+        member holds now (sorted); the others are held by another live member of the group.
+        Raises :class:`BrokerError`, :class:`NoRouteError`, the transport's errors."""
+        return call(self._lock_batch(RequestCode.LOCK_BATCH_MQ, list(queues)))
+
+    async def alock(self, queues: list[QueueRef]) -> list[QueueRef]:
+        return await self._lock_batch(RequestCode.LOCK_BATCH_MQ, list(queues))
+
+    def unlock(self, queues: list[QueueRef]) -> None:
+        """UNLOCK_BATCH_MQ (42) for ``queues``: those this member holds are freed at once."""
+        call(self._lock_batch(RequestCode.UNLOCK_BATCH_MQ, list(queues)))
 
     async def _unregister(self) -> list[str]:
         return await self._to_all(lambda: RemotingCommand(RequestCode.UNREGISTER_CLIENT, ext_fields={

@@ -76,6 +76,9 @@ class RemoteClient:
         self._routes: dict[str, tuple[TopicRouteData, float]] = {}  # topic -> (route, when it expires)
         #: addresses avoided by reads for a while (:mod:`rmqnet.client.failover`)
         self.down = DownMarks(self.clock, down_ms)
+        #: what answers a broker's own requests on this client's connections (a transactional
+        #: producer's CHECK_TRANSACTION_STATE); None: REQUEST_CODE_NOT_SUPPORTED
+        self.request_handler: Any = None
 
     # ---- connections -------------------------------------------------------------------
 
@@ -105,7 +108,8 @@ class RemoteClient:
         fut: asyncio.Future[ClientConnection] = loop.create_future()
         mine.connecting[addr] = fut
         try:
-            conn = await ClientConnection.connect(host, port, limits=self.limits, timeout_s=self.timeout_s)
+            conn = await ClientConnection.connect(host, port, limits=self.limits, timeout_s=self.timeout_s,
+                                                  request_handler=self.request_handler)
             mine.conns[addr] = conn
             fut.set_result(conn)
             return conn

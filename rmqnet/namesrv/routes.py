@@ -11,8 +11,10 @@ Guarantees: a route is answered only for a topic that some registered broker lis
 brokers that serve it; a broker is dropped (with every topic only it served) when it
 unregisters, when its connection closes, or :data:`BROKER_CHANNEL_EXPIRED_TIME` ms after its
 last registration. A master's topic configs are re-read only when its data version changed
-or it registers for the first time; a slave's are never read (Java's rules). Topics a master
-stops listing stay until that broker is dropped, as in Java 4.9.8.
+or it registers for the first time; a slave's are never read (Java's rules). A topic a master
+stops listing (deleted on it) leaves that broker's part of the route at the registration
+that shows it (RocketMQ 5's rule; 4.9.8 kept it until DELETE_TOPIC_IN_NAMESRV or the broker
+was dropped).
 
 Single-threaded by design (the asyncio loop of :class:`NameServerProcess` is its only user):
 no lock, where Java takes a read-write lock.
@@ -70,6 +72,12 @@ class RouteTable:
             for t in topics.values():
                 self.topics.setdefault(t.topic_name, {})[broker_name] = QueueData(
                     broker_name, t.read_queue_nums, t.write_queue_nums, t.perm, t.topic_sys_flag)
+            # a topic the master no longer lists (deleted on it: DELETE_TOPIC_IN_BROKER) leaves its
+            # route (RocketMQ 5's registerBroker does the same; 4.9.8 waits for DELETE_TOPIC_IN_NAMESRV)
+            for name in [n for n, by in self.topics.items() if broker_name in by and n not in topics]:
+                del self.topics[name][broker_name]
+                if not self.topics[name]:
+                    del self.topics[name]
         self.live[broker_addr] = BrokerLive(now_ms, data_version, conn, ha_server_addr)
         if broker_id != MASTER_ID:
             master = data.broker_addrs.get(MASTER_ID)
@@ -77,6 +85,21 @@ class RouteTable:
             if master_live is not None:
                 return RegisterBrokerResult(master_live.ha_server_addr or None, master)
         return RegisterBrokerResult()
+
+    def delete_topic(self, topic: str, cluster: str | None = None) -> None:
+        """``deleteTopic``: the topic's route gone; with ``cluster``, only the part of that
+        cluster's brokers. A master that still lists it brings it back at its next
+        registration with a new data version, as in Java."""
+        by_broker = self.topics.get(topic)
+        if by_broker is None:
+            return
+        if cluster is None:
+            del self.topics[topic]
+            return
+        for name in self.clusters.get(cluster, set()):
+            by_broker.pop(name, None)
+        if not by_broker:
+            del self.topics[topic]
 
     def _changed(self, broker_addr: str, version: DataVersion) -> bool:
         prev = self.live.get(broker_addr)

@@ -15,6 +15,9 @@ code    request                             answer
                                             with Java's remark when no broker lists it
 106     GET_BROKER_CLUSTER_INFO             ClusterInfo JSON
 206     GET_ALL_TOPIC_LIST_FROM_NAMESERVER  {"topicList": [...]}
+216     DELETE_TOPIC_IN_NAMESRV (topic,     SUCCESS: the topic's route gone (with
+        clusterName?)                       clusterName: that cluster's brokers' part);
+                                            mqadmin deleteTopic's second step
 other   -                                   REQUEST_CODE_NOT_SUPPORTED
 ======  ==================================  ============================================
 
@@ -60,6 +63,7 @@ class NameServer:
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self._route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self._cluster_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self._topic_list,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self._delete_topic,
         }
 
     def codes(self) -> list[int]:
@@ -134,6 +138,12 @@ class NameServer:
 
     def _topic_list(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
         return req.reply(ResponseCode.SUCCESS, body=encode_topic_list(self.routes.topic_list()))
+
+    def _delete_topic(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
+        topic = ext_str(req.ext_fields, "topic")
+        cluster = ext_str(req.ext_fields, "clusterName", "")
+        self.routes.delete_topic(topic, cluster or None)
+        return req.reply(ResponseCode.SUCCESS)
 
 
 class BrokerExpiry:

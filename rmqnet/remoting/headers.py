@@ -194,3 +194,78 @@ class IdempotenceMarker:
 
     def to_ext(self) -> dict[str, str]:
         return {WRITER_FIELD: self.writer, SEQUENCE_FIELD: str(self.sequence)}
+
+
+#: MessageSysFlag's transaction types, END_TRANSACTION's ``commitOrRollback``
+TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE = 0, 8, 12
+
+
+@dataclass(slots=True)
+class EndTransactionHeader:
+    """END_TRANSACTION (37)'s ``EndTransactionRequestHeader``: the half message by its queue
+    offset (``tranStateTableOffset``) and commitlog offset, the outcome (0 unknown, 8 commit,
+    12 rollback), whether it answers a check-back; ``msgId``/``transactionId`` (the client's
+    UNIQ_KEY) for the logs."""
+
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int
+    from_transaction_check: bool
+    msg_id: str
+    transaction_id: str | None
+
+    @staticmethod
+    def read(ext: dict[str, Any]) -> EndTransactionHeader:
+        h = EndTransactionHeader(
+            producer_group=ext_str(ext, "producerGroup"),
+            tran_state_table_offset=ext_long(ext, "tranStateTableOffset"),
+            commit_log_offset=ext_long(ext, "commitLogOffset"),
+            commit_or_rollback=ext_int(ext, "commitOrRollback"),
+            from_transaction_check=ext_bool(ext, "fromTransactionCheck", False),
+            msg_id=ext_str(ext, "msgId"),
+            transaction_id=ext_str(ext, "transactionId", None),
+        )
+        if h.commit_or_rollback not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            # Java's checkFields: "commitOrRollback field wrong"
+            raise FieldError("commitOrRollback", f"is {h.commit_or_rollback}, not 0, 8 or 12")
+        return h
+
+    def to_ext(self) -> dict[str, Any]:
+        return {
+            "producerGroup": self.producer_group, "tranStateTableOffset": self.tran_state_table_offset,
+            "commitLogOffset": self.commit_log_offset, "commitOrRollback": self.commit_or_rollback,
+            "fromTransactionCheck": self.from_transaction_check, "msgId": self.msg_id,
+            **({"transactionId": self.transaction_id} if self.transaction_id is not None else {}),
+        }
+
+
+@dataclass(slots=True)
+class CheckTransactionStateHeader:
+    """CHECK_TRANSACTION_STATE (39)'s ``CheckTransactionStateRequestHeader``, sent by the broker
+    to a producer of the half message's group (oneway; the body is the half message encoded
+    with its real topic and queue)."""
+
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None
+    transaction_id: str | None
+    offset_msg_id: str | None
+
+    @staticmethod
+    def read(ext: dict[str, Any]) -> CheckTransactionStateHeader:
+        return CheckTransactionStateHeader(
+            tran_state_table_offset=ext_long(ext, "tranStateTableOffset"),
+            commit_log_offset=ext_long(ext, "commitLogOffset"),
+            msg_id=ext_str(ext, "msgId", None),
+            transaction_id=ext_str(ext, "transactionId", None),
+            offset_msg_id=ext_str(ext, "offsetMsgId", None),
+        )
+
+    def to_ext(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"tranStateTableOffset": self.tran_state_table_offset, "commitLogOffset": self.commit_log_offset}
+        for key, value in (("msgId", self.msg_id), ("transactionId", self.transaction_id),
+                           ("offsetMsgId", self.offset_msg_id)):
+            if value is not None:
+                out[key] = value
+        return out

@@ -63,11 +63,12 @@ import pyarrow.compute as pc
 
 from ..arguments import bool_arg, int_arg, optional_int_arg, text_arg
 from ..errors import CorruptStoreError, InvalidArgumentError, MessagesDeletedError
+from ..filter.vectorized import Sql92Filter
 from ..hashing import java_string_hash
-from ..log.decode import RecordColumns, empty_message_table
+from ..log.decode import RecordColumns, concat_tables, empty_message_table, message_table
 from ..log.properties import PROPERTY_TAGS, ParsedProperties
 from ..paths import validate_topic
-from ..queue.checked_read import read_unit_records, read_unit_stored, read_units
+from ..queue.checked_read import read_unit_columns, read_unit_records, read_unit_stored, read_units
 from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
 from ..results import DiskLimits, GetMessageResult, GetMessageStatus, StoredRecords
 
@@ -104,12 +105,15 @@ def parse_tag_filter(tags: object) -> set[str] | None:
 def read_window(
     reader: Reader, topic: str, queue_id: int, offset: int, *, max_count: int, max_bytes: int | None,
     tags: str | None, until: int | None, check_crc: bool | None, raw: bool, disk: DiskLimits | None = None,
+    sql92: Sql92Filter | None = None,
 ) -> GetMessageResult:
     """The window of ``topic``/``queue_id`` from ``offset`` (see the module docstring): at most
     ``max_count`` messages and ``max_bytes`` bytes of records (``None``: no limit), the units
     before ``until`` only (``None``: to the queue's end), as the message table or, with
     ``raw``, as the stored records; with ``disk`` (:class:`rmqlog.results.DiskLimits`), units
-    whose records lie "on disk" are judged by its limits instead. Arguments are checked first:
+    whose records lie "on disk" are judged by its limits instead; with ``sql92``
+    (:class:`rmqlog.filter.Sql92Filter`) a unit is taken only when its record's properties
+    match (RocketMQ's ``isMatchedByCommitLog``), see the module docstring. Arguments are checked first:
     :class:`rmqlog.errors.InvalidArgumentError` / ``InvalidTopicError`` naming the argument.
     A damaged unit or record raises :class:`rmqlog.errors.CorruptQueueError` /
     :class:`rmqlog.errors.CorruptRecordError`."""
@@ -125,6 +129,8 @@ def read_window(
     wanted, check_crc, raw = parse_tag_filter(tags), reader.check_crc(check_crc), bool_arg("raw", raw)
     if disk is not None:
         _check_disk_limits(disk)
+    if sql92 is not None and not isinstance(sql92, Sql92Filter):
+        raise InvalidArgumentError(f"sql92 must be a compiled Sql92Filter (rmqlog.filter.compile_filter) or None, got {type(sql92).__name__}")
 
     def result(status: GetMessageStatus, next_offset: int, lo: int = 0, hi: int = 0, **kw: object) -> GetMessageResult:
         empty = StoredRecords.empty() if raw else None
@@ -143,7 +149,7 @@ def read_window(
     stop = min(hi, offset + scan, file_end, until if until is not None else hi)
     # Without a tag filter the batch is decided within its largest count of units, unless
     # fillers or deleted records are among them: those units first, the whole scan only then.
-    whole = wanted is not None or stop - offset <= max(max_count, disk.max_count if disk is not None else 0)
+    whole = wanted is not None or sql92 is not None or stop - offset <= max(max_count, disk.max_count if disk is not None else 0)
     units = cq.read(offset, stop - offset if whole else max(max_count, disk.max_count if disk is not None else 0))
     if not len(units):  # the file holding ``offset`` is not there
         now_lo = reader.read_bounds(cq)[0]
@@ -163,7 +169,18 @@ def read_window(
         # records at or past ``floor`` but below the first offset now: deleted since the bounds
         # were taken (a unit below ``floor`` is damage, and its read says so)
         removed = match & (off >= floor) & (off < low) if low > floor else None
-        taken, scanned = batch_taken(match if removed is None else match & ~removed, size, real, count_limit, bytes_limit)
+        candidate = match if removed is None else match & ~removed
+        args = dict(topic=topic, queue_id=queue_id, floor=floor, tail=tail, check_crc=check_crc)
+        chunks: list[_Chunk] = []
+        if sql92 is None:
+            taken, scanned = batch_taken(candidate, size, real, count_limit, bytes_limit)
+        else:
+            try:
+                taken, scanned = _filtered_batch(commitlog, cq, units, offset, candidate, size, real, count_limit,
+                                                 bytes_limit, sql92, wanted, raw, args, chunks)
+            except MessagesDeletedError:  # retention overtook the record read: plan again
+                low = commitlog.min_offset()
+                continue
         n_taken = int(np.count_nonzero(taken))
         if not whole and scanned == len(units) and n_taken < scanned:  # the first units did not decide it
             units, whole = cq.read(offset, stop - offset), True
@@ -180,9 +197,10 @@ def read_window(
         else:
             rows = np.flatnonzero(taken)
             logical = offset + rows.astype(np.int64)
-        args = dict(topic=topic, queue_id=queue_id, floor=floor, tail=tail, check_crc=check_crc)
         try:
-            if raw:
+            if sql92 is not None:
+                messages, records = _chunks_taken(chunks, scanned, raw)
+            elif raw:
                 # no tag filter: the records checked on their own bytes (None: the general read decides)
                 records = read_unit_stored(commitlog, cq, units[rows], logical, **args) if wanted is None else None  # type: ignore[arg-type]
                 if records is None:
@@ -199,6 +217,90 @@ def read_window(
         found = len(records) if records is not None else messages.num_rows
         status = GetMessageStatus.FOUND if found else GetMessageStatus.NO_MATCHED_MESSAGE
         return GetMessageResult(status, offset + scanned, lo, hi, messages, records, lost)
+
+
+#: A chunk of units read to evaluate a SQL92 filter: (their rows in the window, the records
+#: read: (columns, stored bytes or None) per commitlog segment, which of them match).
+_Chunk = tuple[np.ndarray, list[tuple[RecordColumns, pa.LargeBinaryArray | None]], np.ndarray]
+
+
+def _filtered_batch(
+    commitlog: object, cq: ConsumeQueue, units: np.ndarray, offset: int, candidate: np.ndarray, size: np.ndarray,
+    real: np.ndarray, count_limit: int | np.ndarray, bytes_limit: int | np.ndarray | None, sql92: Sql92Filter,
+    wanted: set[str] | None, raw: bool, args: dict[str, object], chunks: list[_Chunk],
+) -> tuple[np.ndarray, int]:
+    """RocketMQ's scan with a SQL92 filter: a unit is taken when its record's properties match
+    (its record read, as Java's ``isMatchedByCommitLog`` reads it), under ``isTheBatchFull``.
+    The records are read and evaluated in at most two chunks: twice the count limit first (a
+    filter that matches most messages decides the batch there), else the rest of the window
+    (each read has a fixed cost: few reads beat few records). The limits judged before a unit
+    depend only on the units before it (and its own size), so a stop at or before the last
+    evaluated unit is final. Each chunk's records are kept in
+    ``chunks`` for the answer. Returns (taken among the scanned units, units scanned)."""
+    match = candidate.copy()  # units not yet evaluated count as candidates
+    evaluated = 0
+    step = max(64, 2 * int(np.max(count_limit)))
+    while True:
+        upto = min(len(units), evaluated + step)
+        rows = evaluated + np.flatnonzero(candidate[evaluated:upto])
+        if len(rows):
+            logical = offset + rows.astype(np.int64)
+            if raw:
+                got = read_unit_records(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
+            else:
+                got = [(c, None) for c in read_unit_columns(commitlog, cq, units[rows], logical, **args)]  # type: ignore[arg-type]
+            props = pa.concat_arrays([c.properties for c, _ in got]) if len(got) > 1 else got[0][0].properties
+            ok = sql92.mask_properties(props)
+            if wanted is not None:  # a tag filter too: the exact tags (a tag hash can collide)
+                tags = ParsedProperties(props).column(PROPERTY_TAGS)
+                ok &= np.asarray(pc.fill_null(pc.is_in(tags, pa.array(sorted(wanted), pa.string())), False))
+            match[rows] = ok
+            chunks.append((rows, got, ok))
+        evaluated = upto
+        taken, scanned = batch_taken(match, size, real, count_limit, bytes_limit)
+        if scanned <= evaluated:
+            return taken, scanned
+        step = len(units)  # the first chunk did not decide it: the rest of the window in one read
+
+
+def _chunks_taken(chunks: list[_Chunk], scanned: int, raw: bool) -> tuple[pa.Table, StoredRecords | None]:
+    """The message table (or with ``raw`` the stored records) of the matching units before
+    ``scanned``, from the records :func:`_filtered_batch` read (each segment's part cut to
+    its matches before anything is joined: the non-matching records are never copied again)."""
+    tables: list[pa.Table] = []
+    arrays: list[pa.Array] = []
+    offsets: list[np.ndarray] = []
+    sizes: list[np.ndarray] = []
+    queue_offsets: list[np.ndarray] = []
+    for rows, got, ok in chunks:
+        keep = ok & (rows < scanned)
+        if not keep.any():
+            continue
+        start = 0
+        for cols, stored in got:
+            k = keep[start : start + len(cols)]
+            start += len(cols)
+            if not k.any():
+                continue
+            whole = bool(k.all())
+            if not raw:
+                table = message_table(cols)
+                tables.append(table if whole else table.filter(pa.array(k)))
+                continue
+            assert stored is not None
+            arrays.append(stored if whole else stored.filter(pa.array(k)))
+            offsets.append(cols.offsets if whole else cols.offsets[k])
+            sizes.append(cols.header["totalSize"] if whole else cols.header["totalSize"][k])
+            queue_offsets.append(cols.header["queueOffset"] if whole else cols.header["queueOffset"][k])
+    if not raw:
+        return concat_tables(tables), None
+    if not arrays:
+        return empty_message_table(), StoredRecords.empty()
+    # a gather's, a filter's and a concatenation's value offsets start at 0: ``data`` is the records
+    array = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+    return empty_message_table(), StoredRecords(array, np.concatenate(offsets).astype(np.int64),
+                                                np.concatenate(sizes).astype(np.int64),
+                                                np.concatenate(queue_offsets).astype(np.int64))
 
 
 def _check_disk_limits(disk: object) -> None:

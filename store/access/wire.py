@@ -51,7 +51,13 @@ NOT_ALLOWED_SEND_TOPICS = frozenset((
 ))
 
 
+#: RocketMQ's transaction topics: the half messages, their ops (commit/rollback records) and
+#: the half messages checked too often; a broker's own put (``system=True``) may write them
+TRANSACTION_TOPICS = frozenset(("RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"))
+
 _NOT_ALLOWED_ARRAY = pa.array(sorted(NOT_ALLOWED_SEND_TOPICS), pa.string())
+_NOT_ALLOWED_SYSTEM = NOT_ALLOWED_SEND_TOPICS - TRANSACTION_TOPICS
+_NOT_ALLOWED_SYSTEM_ARRAY = pa.array(sorted(_NOT_ALLOWED_SYSTEM), pa.string())
 #: the store's own topics a put is refused, in the order the put's routing checks them
 #: (:func:`rmqlog.schedule.routing.refuse_topic`): what to give instead
 _WAITING_REFUSALS = ((TIMER_TOPIC, "timed messages: give a deliverTime"),
@@ -113,6 +119,30 @@ def wire_columns(parts: list[RecordColumns]) -> pa.Table:
     return tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
 
 
+def _int_array(name: str, value: object) -> np.ndarray:
+    """A 1-D array of Java longs, or :class:`InvalidArgumentError` naming the argument."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError):
+        arr = np.asarray(None)
+    if arr.ndim == 1 and arr.size == 0:
+        return arr.astype(np.int64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and int(arr.max()) >= 1 << 63):
+        raise InvalidArgumentError(f"{name} must be a 1-D array of integers (Java longs), got {type(value).__name__}")
+    return arr.astype(np.int64)
+
+
+def _names(name: str, value: object) -> tuple[str, ...]:
+    """Property names: a tuple or list of non-empty strings without separators."""
+    if not isinstance(value, tuple | list):
+        raise InvalidArgumentError(f"{name} must be a tuple of property names, got {type(value).__name__}")
+    for item in value:
+        text_arg(name, item)
+        if not item or "\x01" in item or "\x02" in item:
+            raise InvalidArgumentError(f"{name}: {item!r} is no property name")
+    return tuple(value)
+
+
 class WireAccess:
     """The wire's calls of :class:`rmqlog.MessageStore` (see the module docstring)."""
 
@@ -129,7 +159,7 @@ class WireAccess:
     _replica: ReplicaWriter | None = None
 
     def put_wire(self, table: pa.Table | pa.RecordBatch, *, dispatch: bool = False, cluster: str | None = None,
-                 writer: str | None = None, sequence: int | None = None) -> pa.Table:
+                 writer: str | None = None, sequence: int | None = None, system: bool = False) -> pa.Table:
         """Append messages as a RocketMQ client sends them (a broker's ``SEND_MESSAGE``,
         ``SEND_MESSAGE_V2`` and the rows of ``SEND_BATCH_MESSAGE``, see
         :func:`rmqlog.decode_message_batch`); all or nothing, like :meth:`put_batch`, and the
@@ -152,6 +182,11 @@ class WireAccess:
         store's to set), a prepared or rolled-back transaction, sysFlag bits no put sets,
         RocketMQ's not-allowed send topics (:data:`NOT_ALLOWED_SEND_TOPICS`).
 
+        ``system=True``: a broker's own put (RocketMQ's transactional messages, never a
+        client's rows as sent): rows may go to :data:`TRANSACTION_TOPICS` and carry
+        ``REAL_TOPIC``/``REAL_QID`` (a half message's real destination, stored as given; the
+        store routes nothing by them outside the schedule and timer topics).
+
         ``writer``/``sequence``: an idempotent put, exactly as :meth:`rmqlog.MessageStore.put_batch`
         (a batch whose sequence the store already has for the writer is skipped: nothing
         written, an empty result; a broker passes a send's idempotence marker here).
@@ -168,9 +203,11 @@ class WireAccess:
             if not cluster or "\x01" in cluster or "\x02" in cluster:
                 raise InvalidArgumentError(f"cluster {cluster!r} must be a non-empty name without \\x01 or \\x02")
         dispatch = bool_arg("dispatch", dispatch)
+        system = bool_arg("system", system)
+        not_allowed = _NOT_ALLOWED_SYSTEM if system else NOT_ALLOWED_SEND_TOPICS
         appender = self.appender
         put, header = wire_table(table, default_born_host=appender.born_host, store_v6=len(appender.store_host) == 20,
-                                 cluster=cluster)
+                                 cluster=cluster, system=system)
         topic = flat(put.column("topic"))
         if pa.types.is_string(topic.type) and not topic.null_count and len(topic) and all_equal(topic):
             # one topic (every broker put of single sends to one topic): one set lookup
@@ -178,13 +215,14 @@ class WireAccess:
                 name = topic[0].as_py()
             except UnicodeDecodeError:  # every row is this one name: the put names it
                 raise InvalidTopicError("value is not valid UTF-8", row=0, field="topic") from None
-            if name in NOT_ALLOWED_SEND_TOPICS:
+            if name in not_allowed:
                 raise InvalidMessageError(f"{name} is a RocketMQ system topic no client may send to", row=0, field="topic")
             if header.properties is not None and name in WAITING_TOPICS:
                 _refuse_waiting_topic(topic)
         else:
             if pa.types.is_string(topic.type) or pa.types.is_large_string(topic.type):
-                hit = np.asarray(pc.fill_null(pc.is_in(topic, _NOT_ALLOWED_ARRAY), False))
+                hit = np.asarray(pc.fill_null(pc.is_in(topic, _NOT_ALLOWED_SYSTEM_ARRAY if system else _NOT_ALLOWED_ARRAY),
+                                              False))
                 if hit.any():
                     row = int(np.flatnonzero(hit)[0])
                     raise InvalidMessageError(f"{topic[row].as_py()} is a RocketMQ system topic no client may send to",
@@ -192,6 +230,32 @@ class WireAccess:
             if header.properties is not None:
                 _refuse_waiting_topic(topic)
         return appender.put_table(put, marker, dispatch=dispatch, wire=header)[0]
+
+    def stored_rows(self, offsets: np.ndarray, queue_offsets: np.ndarray, *, topic: str, queue_id: int,
+                    drop: tuple[str, ...] = (), find: tuple[str, ...] = ()) -> tuple[pa.Table, np.ndarray]:
+        """The records at these commitlog offsets as the rows of a wire put, for a broker that
+        puts a stored message again (RocketMQ's transactions: a half message committed to its
+        real topic, or put back to be checked later): ``(table, found)``.
+
+        Each record must be of ``topic``, queue ``queue_id``, at its ``queue_offsets`` entry,
+        published, whole and with a good body CRC (``check_crc_on_read``); a requested offset
+        naming no such record is left out of the table and ``False`` in ``found`` (a bool
+        array per request). The table, in request order (:mod:`rmqlog.access.stored_rows`):
+        ``topic``, ``queueId``, ``body``, ``flag``, ``sysFlag`` (host bits cleared),
+        ``bornTimestamp`` (ms), ``bornHost`` (the record's 8/20 bytes), ``properties`` (as
+        stored, without the names in ``drop`` and the store's ``RMQLOG_*`` markers),
+        ``reconsumeTimes``, then ``commitLogOffset``, ``queueOffset``, ``storeTimestamp`` (ms),
+        then one string column per name in ``find`` (its value, null where absent). Raises
+        :class:`InvalidArgumentError` for a bad argument."""
+        from .stored_rows import stored_rows
+
+        self._check_open()
+        validate_topic(topic)
+        queue_id = queue_id_arg(queue_id)
+        offsets, queue_offsets = _int_array("offsets", offsets), _int_array("queue_offsets", queue_offsets)
+        drop, find = _names("drop", drop), _names("find", find)
+        return stored_rows(self.parts, self.published_tail(), offsets, topic=topic, queue_id=queue_id,
+                           queue_offsets=queue_offsets, drop=drop, find=find, crc=self.parts.config.check_crc_on_read)
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
         """Call ``callback(topics: list[str], queue_ids: np.ndarray, max_offsets: np.ndarray)``

@@ -51,6 +51,8 @@ NODE_DIR = CLIENTS_DIR / "node"
 NODE_PRODUCER = NODE_DIR / "producer.js"
 NODE_CONSUMER = NODE_DIR / "consumer.js"
 CPP_CLIENT = CLIENTS_DIR / "cpp" / "cpp_client.py"
+#: our client's queue lock as a one-shot process (``Cluster.ours``)
+LOCK_PROBE = Path(__file__).resolve().parent / "lock_probe.py"
 ROCKETMQ_PYTHON = REPO_ROOT / ".venv-rocketmq" / "bin" / "python"
 #: the rmqlog command of the environment running the tests (the broker and name server are its
 #: subcommands); RMQ_WIRE_RMQLOG names another command with the same two subcommands
@@ -466,6 +468,10 @@ class Cluster:
         require_cpp_client()
         all_opts = {"nameSrv": self.client_namesrv_addr, **opts}
         return self._client(name, [str(ROCKETMQ_PYTHON), str(CPP_CLIENT), command, json.dumps(all_opts)], stdin=stdin)
+
+    def ours(self, name: str, script: Path, *args: str) -> Client:
+        """``script`` run by the project's Python (our own client), inside the namespace if any."""
+        return self._client(name, [sys.executable, str(script), *args])
 
     def wait_for(self, predicate: Callable[[], bool], what: str, timeout: float = EVENT_TIMEOUT) -> None:
         """Wait until ``predicate()`` holds; it is checked again after every line any child prints."""

@@ -241,6 +241,31 @@ def test_admin_only_codes_need_an_admin(broker: Any, store: Any) -> None:
     assert res is not None and res.code == ResponseCode.SUCCESS
 
 
+def test_topic_delete_and_config_update_need_an_admin_locks_the_signature_only(broker: Any, store: Any) -> None:
+    store.create_topic("Doomed", 1)
+    delete = RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": "Doomed"})
+    (res,) = run(broker, FakePeer(), signed(delete))
+    refused(res, f"Need admin permission for request code=215, but accessKey={USER_KEY} is not")
+    assert "Doomed" in store.topics()
+    update = RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, body=b"traceOn=false\n")
+    (res,) = run(broker, FakePeer(), signed(update))
+    refused(res, f"Need admin permission for request code=25, but accessKey={USER_KEY} is not")
+    assert broker.config.trace_on is True
+    for req in (RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": "Doomed"}),
+                RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, body=b"traceOn=false\n")):
+        (res,) = run(broker, FakePeer(), signed(req, ADMIN_KEY, ADMIN_SECRET))
+        assert res is not None and res.code == ResponseCode.SUCCESS, res
+    assert "Doomed" not in json.loads((store.paths.config_dir / "topics.json").read_text())["topicConfigTable"]
+    assert broker.config.trace_on is False
+    # reading stats and locking queues is not admin-only (RocketMQ 4.9.8's ADMIN_CODE): signed is enough
+    lock = json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": [{"brokerName": "b", "queueId": 0,
+                                                                         "topic": "T"}]}).encode()
+    (res,) = run(broker, FakePeer(), RemotingCommand(RequestCode.LOCK_BATCH_MQ, body=lock))
+    refused(res, "No accessKey is configured")
+    (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.LOCK_BATCH_MQ, body=lock)))
+    assert res is not None and res.code == ResponseCode.SUCCESS
+
+
 def test_a_refused_oneway_request_gets_no_answer(broker: Any, puts: Any) -> None:
     req = send_to("T")
     req.flag |= FLAG_ONEWAY

@@ -165,8 +165,8 @@ def test_topic_without_write_perm_is_no_permission(store: RecordingStore) -> Non
     assert r is not None and r.code == ResponseCode.NO_PERMISSION and store.puts == []
 
 
-def test_transactional_message_is_refused(store: RecordingStore) -> None:
-    broker = make_broker(store)
+def test_transactional_message_is_refused_with_reject_transaction_message(store: RecordingStore) -> None:
+    broker = make_broker(store, reject_transaction_message=True)
     (r,) = run(broker, FakePeer(), send_request(send_header("T1", props="TRAN_MSG\x01true\x02"), b"x"))
     assert r is not None and r.code == ResponseCode.NO_PERMISSION and "transaction" in (r.remark or "")
 

@@ -9,6 +9,7 @@ a message's id; assertions are on content (bodies, tags, keys, queues and offset
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -122,3 +123,40 @@ def test_push_consumer_gets_stored_and_new_messages(tmp_path: Path, record_prope
     assert len(first) == 6, "a message came twice"
     (late,) = second.events("message")
     assert (late["uniqKey"], rcl.received([late])[0]) == list(want.items())[6], "redelivered a committed message"
+
+
+def test_orderly_push_consumer_locks_its_queues_and_reads_each_in_order(tmp_path: Path) -> None:
+    """The C++ client's orderly PushConsumer locks the queues it consumes (LOCK_BATCH_MQ 41,
+    its own body) before it pulls them: every message arrives, each queue's in offset order,
+    and while it runs our client (another client id of the same group, a process in the same
+    namespace) can lock none of them. At shutdown the client unlocks what it holds (UNLOCK_BATCH_MQ
+    42; 1.0.1 was seen to name 3 of its 4 queues in it, [run] with RMQ_WIRE_DUMP=1): those are
+    free for another client at once, the rest until their lock expires (60 s)."""
+    topic, group = "CPP_ORDER", "CG_CPP_ORDER"
+    specs = [rcl.message(topic, i) for i in range(12)]
+    probe_opts = {"group": group, "clientId": "10.9.9.9@probe", "topic": topic, "brokerName": "broker-a", "queues": 4}
+    with rcl.cluster(tmp_path, netns=True, topics={topic: 4}) as c:
+        producer = c.cpp("send-sync", "send_sync", stdin=True, group="PG_CPP_ORDER")
+        producer.wait_event("ready")
+        sent = rcl.send_all(producer, specs)
+        producer.close_stdin()
+        assert producer.wait_exit() == 0
+        consumer = c.cpp("push-orderly", "push", group=group, topic=topic, orderly=True)
+        consumer.wait_events("message", len(specs), "every message through the orderly consumer")
+        probe = c.ours("lock-probe", rcl.LOCK_PROBE, json.dumps({"nameSrv": c.client_namesrv_addr, **probe_opts}))
+        locked = probe.wait_event("locked", "our client's lock attempt")
+        assert probe.wait_exit() == 0
+        assert consumer.stop() == 0, consumer.describe()
+        after = c.ours("lock-probe-after", rcl.LOCK_PROBE, json.dumps({"nameSrv": c.client_namesrv_addr, **probe_opts}))
+        freed = after.wait_event("locked", "our client's lock attempt after the shutdown")
+        assert after.wait_exit() == 0
+
+    assert locked["queueIds"] == [], "a queue the orderly consumer holds was locked by another client"
+    assert set(freed["queueIds"]) <= {0, 1, 2, 3} and freed["queueIds"], freed
+    print(f"queues free after the C++ orderly consumer's shutdown: {freed['queueIds']}")
+    got = consumer.events("message")
+    assert sorted(m["uniqKey"] for m in got) == sorted(e["msgId"] for e in sent)
+    by_queue: dict[int, list[int]] = defaultdict(list)
+    for m in got:
+        by_queue[m["queueId"]].append(m["queueOffset"])
+    assert all(offsets == sorted(offsets) for offsets in by_queue.values()), dict(by_queue)

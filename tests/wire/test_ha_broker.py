@@ -361,3 +361,49 @@ def test_ha_port_default_taken_falls_back_configured_one_fails(tmp_path: Path) -
         holder.close()
         a.store.close()
         b.store.close()
+
+
+def test_a_topic_deleted_on_the_master_is_deleted_on_its_slave(tmp_path: Path) -> None:
+    """SlaveSynchronize replaces the slave's topics with its master's (Java clears the table):
+    a topic the master deleted (215) goes from the slave too, with its offsets there; the
+    slave's system topics and the groups' retry topics stay."""
+    from rmqlog import TopicConfig
+    from rmqnet.broker.slave_sync import FIRST_DELAY_MS, PERIOD_MS
+
+    master = _broker(tmp_path / "m", "ASYNC_MASTER")
+    slave = _broker(tmp_path / "s", "SLAVE")
+    for broker in (master, slave):
+        broker.topics.update(TopicConfig("Kept", 2, 2))
+        broker.topics.update(TopicConfig("Doomed", 2, 2))
+    slave.topics.create_retry("G9")
+    master.store.commit_offset("G1", "Doomed", 0, 4)
+
+    async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        res = master.table.process(master, FakePeer(), req)
+        assert isinstance(res, RemotingCommand)
+        return res
+
+    async def body() -> None:
+        sync = slave.slave_sync  # type: ignore[attr-defined]
+        sync.invoke = invoke
+        sync.master_addr = "10.0.0.1:10911"
+        start = slave.clock.wall_ms()
+        task = sync.run_once(start + FIRST_DELAY_MS + 10)
+        assert task is not None
+        await task
+        assert slave.store.committed_offset("G1", "Doomed", 0) == 4
+        res = master.table.process(master, FakePeer(), RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, 3,
+                                                                       ext_fields={"topic": "Doomed"}))
+        assert isinstance(res, RemotingCommand) and res.code == ResponseCode.SUCCESS, res.remark
+        task = sync.run_once(start + FIRST_DELAY_MS + 10 + PERIOD_MS)
+        assert task is not None
+        await task
+        assert sync.last_error is None
+        await sync.close()
+
+    _run(body)
+    assert slave.topics.get("Doomed") is None and slave.store.committed_offset("G1", "Doomed", 0) == -1
+    assert slave.topics.get("Kept") is not None and slave.topics.get("%RETRY%G9") is not None
+    assert slave.topics.get("TBW102") is not None and slave.topics.get("SCHEDULE_TOPIC_XXXX") is not None
+    master.store.close()
+    slave.store.close()

@@ -155,6 +155,38 @@ def test_topic_configs_are_reread_only_when_the_data_version_changes() -> None:
     assert _route_json(ns, "T1")["queueDatas"][0]["readQueueNums"] == 8
 
 
+def test_a_topic_the_master_no_longer_lists_leaves_its_part_of_the_route() -> None:
+    """A topic deleted on a broker (DELETE_TOPIC_IN_BROKER) leaves the route at the broker's
+    next registration (RocketMQ 5's rule); another broker's part stays."""
+    ns = NameServer()
+    _register(ns, 0, name="broker-b", addr=ADDR_B, body=_java_body({"T1": _topic_json("T1")}))
+    _register(ns, 0, body=_java_body({"T1": _topic_json("T1"), "T2": _topic_json("T2")}, version=(5, 1)))
+    _register(ns, 1, body=_java_body({"T1": _topic_json("T1")}, version=(5, 1)))  # same version: not re-read
+    assert _route(ns, "T2").code == ResponseCode.SUCCESS
+    _register(ns, 2, body=_java_body({}, version=(6, 2)))
+    assert _route(ns, "T2").code == ResponseCode.TOPIC_NOT_EXIST
+    assert [q["brokerName"] for q in _route_json(ns, "T1")["queueDatas"]] == ["broker-b"]
+
+
+def test_delete_topic_in_namesrv_drops_the_route_or_a_clusters_part_of_it() -> None:
+    """DELETE_TOPIC_IN_NAMESRV (216), ``mqadmin deleteTopic``'s second step."""
+    ns = NameServer()
+    _register(ns, 0, name="broker-b", addr=ADDR_B, cluster="Other", body=_java_body({"T1": _topic_json("T1")}))
+    _register(ns, 0, body=_java_body({"T1": _topic_json("T1"), "T2": _topic_json("T2")}))
+
+    def delete(ext: dict[str, Any]) -> RemotingCommand:
+        res = ns.handle(RemotingCommand(RequestCode.DELETE_TOPIC_IN_NAMESRV, 9, ext_fields=ext), 0)
+        assert res is not None
+        return res
+
+    assert delete({"topic": "T1", "clusterName": "DefaultCluster"}).code == ResponseCode.SUCCESS
+    assert [q["brokerName"] for q in _route_json(ns, "T1")["queueDatas"]] == ["broker-b"]
+    assert delete({"topic": "T2"}).code == ResponseCode.SUCCESS
+    assert _route(ns, "T2").code == ResponseCode.TOPIC_NOT_EXIST
+    assert delete({"topic": "NEVER"}).code == ResponseCode.SUCCESS  # Java's answer too
+    assert delete({}).code == ResponseCode.SYSTEM_ERROR  # topic is @CFNotNull
+
+
 def test_a_broker_expires_120_s_after_its_last_registration_with_its_topics() -> None:
     clock = ManualClock(1_700_000_000_000)
     ns = NameServer()

@@ -30,9 +30,10 @@ The rules, as RocketMQ 4.9.8's broker and store apply them:
   map does). Every other RocketMQ system name (``PGROUP``, ``TRAN_MSG``,
   ``RETRY_TOPIC``, ``ORIGIN_MESSAGE_ID``, ``MAX_RECONSUME_TIMES``...) is stored as sent.
 - **sysFlag**: ``COMPRESSED`` (1), ``MULTI_TAGS`` (2) and ``TRANSACTION_COMMIT`` (8) are kept
-  as given; ``TRANSACTION_PREPARED`` (4) and ``TRANSACTION_ROLLBACK`` (12) are refused (this
-  store has no half-message topic: RocketMQ's broker sends those to its transaction service,
-  never straight to the store, and a prepared record gets no queue offset there); the host
+  as given; ``TRANSACTION_PREPARED`` (4) and ``TRANSACTION_ROLLBACK`` (12) are refused
+  (RocketMQ's broker hands those to its transaction service, which stores a half message with
+  the bits cleared in ``RMQ_SYS_TRANS_HALF_TOPIC``: ``put_wire(system=True)``; a prepared
+  record would get no queue offset); the host
   bits (16, 32) are the store's, set from ``bornHost`` and the store host: given, they must
   agree; any other bit is refused, named.
 - ``bornHost``: every row of one batch must have the same form (IPv4 or IPv6: one record
@@ -92,6 +93,8 @@ WIRE_COLUMNS = ("topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", 
 #: Property names a wire put may not carry: the store's to set (see the module docstring).
 WIRE_RESERVED = frozenset((PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID)) | (
     DELAY_PROPERTIES - {"TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"})
+#: the reserved names a broker's own put (``system=True``: a transaction's half message) stores
+SYSTEM_ALLOWED = frozenset((PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID))
 PROPERTY_WAIT = "WAIT"
 PROPERTY_CLUSTER = "CLUSTER"
 #: the client's bits a put keeps (the others are refused, or the store's host bits)
@@ -240,7 +243,8 @@ def _host_bytes_now(value: str) -> bytes:
 _host_bytes_cached = functools.lru_cache(maxsize=1024)(_host_bytes_now)
 
 
-def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None) -> pa.MapArray:
+def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None,
+                          system: bool = False) -> pa.MapArray:
     """The wire properties strings as a ``map<string,string>`` column (module docstring)."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
@@ -271,7 +275,7 @@ def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str 
     ok = np.asarray(pc.and_(pc.greater(pc.binary_length(keys), 0), pc.greater(pc.binary_length(vals), 0)))
     ok &= ~np.asarray(pc.is_in(keys, pa.array([PROPERTY_WAIT] + ([PROPERTY_CLUSTER] if cluster else []))))
     keys, vals, parent = keys.filter(pa.array(ok)), vals.filter(pa.array(ok)), parent[ok]
-    _check_wire_names(keys, vals, parent)
+    _check_wire_names(keys, vals, parent, system)
     if cluster:
         keys = pa.concat_arrays([keys, pa.array([PROPERTY_CLUSTER] * n, pa.string())])
         vals = pa.concat_arrays([vals, pa.array([cluster] * n, pa.string())])
@@ -348,6 +352,9 @@ class _NameSet:
 
 
 _SLOW_SET = _NameSet(_SLOW_NAMES)
+#: the same for a broker's own put (``system``): ``REAL_TOPIC``/``REAL_QID`` stored as given
+_SYSTEM_SCREENS = {c: _name_screen((_SLOW_NAMES - SYSTEM_ALLOWED) | _DROPPED_NAMES[c]) for c in (False, True)}
+_SYSTEM_SLOW_SET = _NameSet(_SLOW_NAMES - SYSTEM_ALLOWED)
 _DROPPED_SETS = {c: _NameSet(_DROPPED_NAMES[c]) for c in (False, True)}
 
 
@@ -362,7 +369,8 @@ def _padded_names(raw: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> n
     return words
 
 
-def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None) -> JoinedProperties | None:
+def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None,
+                           system: bool = False) -> JoinedProperties | None:
     """The fast path of :func:`parse_wire_properties`: the wire strings kept as they are
     (less their ``WAIT`` items, and ``CLUSTER`` ones when ``cluster`` is given) when that
     gives the same stored bytes; ``None`` (take the general path) otherwise.
@@ -410,13 +418,14 @@ def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str
     name_len = p1 - name_start
     if not len(p1) or (name_len < 1).any() or (p2 - p1 < 2).any():  # an empty name or value
         return None
-    maybe = _SCREENS[bool(cluster)][raw[name_start], np.minimum(name_len, 64)]
+    maybe = (_SYSTEM_SCREENS if system else _SCREENS)[bool(cluster)][raw[name_start], np.minimum(name_len, 64)]
     if maybe.any():
         at = np.flatnonzero(maybe)
         # the screened names as fixed-width words (a name holds no NUL: every byte < 3 is a
         # separator, checked above), looked up by hash: a few vector steps however many rows
         words = _padded_names(raw, name_start[at], name_len[at])
-        if ((words[:, 0] & _PREFIX_MASK) == _PREFIX_WORD).any() or _SLOW_SET.contains(words).any():
+        slow = _SYSTEM_SLOW_SET if system else _SLOW_SET
+        if ((words[:, 0] & _PREFIX_MASK) == _PREFIX_WORD).any() or slow.contains(words).any():
             return None
         dropped = _DROPPED_SETS[bool(cluster)].contains(words)
         if dropped.any():
@@ -469,11 +478,13 @@ def _rows_naming(raw: np.ndarray, name_start: np.ndarray, name_len: np.ndarray, 
     return rows
 
 
-def _check_wire_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray) -> None:
-    """Refuse the names of :data:`WIRE_RESERVED`, the store's prefix, values holding ``\\x01``."""
+def _check_wire_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray, system: bool = False) -> None:
+    """Refuse the names of :data:`WIRE_RESERVED` (but ``REAL_TOPIC``/``REAL_QID`` in a
+    ``system`` put), the store's prefix, values holding ``\\x01``."""
     if not len(keys):
         return
-    bad = np.asarray(pc.or_(pc.is_in(keys, pa.array(sorted(WIRE_RESERVED), pa.string())),
+    reserved = WIRE_RESERVED - SYSTEM_ALLOWED if system else WIRE_RESERVED
+    bad = np.asarray(pc.or_(pc.is_in(keys, pa.array(sorted(reserved), pa.string())),
                             pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
     if bad.any():
         i = first(bad)
@@ -498,8 +509,9 @@ def _first_bad_utf8(col: pa.Array) -> int:
 
 
 def wire_table(table: pa.Table | pa.RecordBatch, *, default_born_host: bytes, store_v6: bool,
-               cluster: str | None = None) -> tuple[pa.Table, WireHeader]:
-    """(the put path's table, the header fields it has no column for) of a wire put; raises
+               cluster: str | None = None, system: bool = False) -> tuple[pa.Table, WireHeader]:
+    """(the put path's table, the header fields it has no column for) of a wire put
+    (``system``: a broker's own rows, ``REAL_TOPIC``/``REAL_QID`` allowed); raises
     :class:`InvalidMessageError` naming the first bad row and field (module docstring)."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
@@ -530,9 +542,9 @@ def wire_table(table: pa.Table | pa.RecordBatch, *, default_born_host: bytes, st
         if name in names:
             cols[name] = table.column(name)
     props = table.column("properties") if "properties" in names else pa.nulls(n, pa.string())
-    joined = joined_wire_properties(props, n, cluster)
+    joined = joined_wire_properties(props, n, cluster, system)
     if joined is None:
-        cols["properties"] = parse_wire_properties(props, n, cluster)
+        cols["properties"] = parse_wire_properties(props, n, cluster, system)
     header = WireHeader(sys_flag=sys_flag, reconsume_times=reconsume, born_host=born, properties=joined)
     return pa.table(cols), header
 

@@ -17,7 +17,8 @@ Commands, and the JSON objects each prints on stdout, one a line (nothing else g
   ``Producer.send_batch`` (code 10 with ``batch`` set): ``{"event": "sent_batch", "i", "count",
   "status", "msgId", "offset"}`` or ``{"event": "failed", ...}``.
 - ``push`` (options ``nameSrv``, ``group``, ``topic``, ``tags`` = "*", ``count`` = 0, ``model`` =
-  CLUSTERING): a PushConsumer; ``{"event": "ready"}`` once started, then ``{"event": "message",
+  CLUSTERING, ``orderly`` = false): a PushConsumer (``orderly``: its orderly listener, which locks
+  each queue on the broker, LOCK_BATCH_MQ 41, before it consumes it); ``{"event": "ready"}`` once started, then ``{"event": "message",
   "msgId", "uniqKey", "topic", "tags", "keys", "queueId", "queueOffset", "bodySha256",
   "bodyLength", "reconsumeTimes", "receivedAt"}`` per message; it shuts down (committing its
   offsets) after ``count`` messages (0: never) or on SIGTERM, and prints ``{"event": "closed"}``.
@@ -142,7 +143,7 @@ def cmd_push(rocketmq, opts):
     from rocketmq.ffi import MessageModel
 
     model = MessageModel.BROADCASTING if opts.get("model") == "BROADCASTING" else MessageModel.CLUSTERING
-    c = rocketmq.PushConsumer(opts["group"], message_model=model)
+    c = rocketmq.PushConsumer(opts["group"], orderly=bool(opts.get("orderly")), message_model=model)
     c.set_namesrv_addr(opts["nameSrv"])
     count = int(opts.get("count", 0))
     done = threading.Event()

@@ -3,13 +3,14 @@
 //
 //   node consumer.js '{"nameSrv": "127.0.0.1:9876", "group": "CG", "topic": "T", "model": "CLUSTERING",
 //                      "count": 10, "suspendMillis": 2000, "rebalanceMillis": 1000, "tags": "*"}'
+//   ("sql92": "a > 5" instead of "tags": a SQL92 subscription)
 //
 // Prints one JSON object a line on stdout (and nothing else there):
 //   {"event": "ready", "clientId"}                      after consumer.ready()
 //   {"event": "rebalance", "queues": [queueId...]}      the queues of `topic` it holds, after every change
 //   {"event": "pulling", "queueId", "offset"}           a pull of `topic` goes out (a held pull, when empty)
 //   {"event": "message", "msgId", "topic", "tags", "keys", "queueId", "queueOffset", "bodySha256", "bodyLength",
-//    "reconsumeTimes", "receivedAt"}                    every message the handler gets (receivedAt: epoch ms, fractional)
+//    "reconsumeTimes", "properties", "receivedAt"}                    every message the handler gets (receivedAt: epoch ms, fractional)
 //   {"event": "error", "message"}                       an 'error' event of the client (it goes on after one)
 //   {"event": "closed"}                                 after close(), which commits the offsets (exit code 0)
 // It closes and exits after `count` messages (0: never), on SIGTERM or SIGINT, and on end of stdin
@@ -102,7 +103,9 @@ function close(code) {
 }
 
 const failUntil = opts.failUntil || 0;
-consumer.subscribe(opts.topic, opts.tags || '*', async msg => {
+// `sql92`: a SQL92 subscription ({expressionType, subString}: ali-ons sends it in its heartbeat and pulls)
+const subscription = opts.sql92 ? { expressionType: 'SQL92', subString: opts.sql92 } : (opts.tags || '*');
+consumer.subscribe(opts.topic, subscription, async msg => {
   received += 1;
   const fail = msg.reconsumeTimes < failUntil;
   emit({
@@ -117,6 +120,7 @@ consumer.subscribe(opts.topic, opts.tags || '*', async msg => {
     bodyLength: msg.body ? msg.body.length : 0,
     reconsumeTimes: msg.reconsumeTimes,
     originMsgId: msg.originMessageId || null,
+    properties: msg.properties,
     receivedAt: now(),
     ...(fail ? { failed: true } : {}),
   });

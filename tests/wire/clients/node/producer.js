@@ -3,7 +3,7 @@
 //
 //   node producer.js '{"nameSrv": "127.0.0.1:9876", "group": "PG"}'  < messages
 //
-// Reads one message a line on stdin, {"topic", "tags"?, "keys"?: [..], "body": "text"}, sends each
+// Reads one message a line on stdin, {"topic", "tags"?, "keys"?: [..], "properties"?: {..}, "body": "text"}, sends each
 // with Producer.send (one at a time, in order; a body of 4 KiB or more goes zlib-compressed, as
 // ali-ons does by itself) and prints one JSON object a line on stdout (and nothing else there):
 //   {"event": "ready"}                                  after producer.ready()
@@ -49,6 +49,9 @@ async function sendOne(i, spec) {
   const msg = new Message(spec.topic, spec.tags || '', body);
   if (spec.keys && spec.keys.length) {
     msg.keys = spec.keys;
+  }
+  for (const [ k, v ] of Object.entries(spec.properties || {})) {
+    msg.properties[k] = String(v); // user properties (what a SQL92 subscription selects on)
   }
   const sentAt = now();
   try {

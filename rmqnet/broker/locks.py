@@ -1,0 +1,211 @@
+"""Queue locks for orderly consumption: LOCK_BATCH_MQ (41) and UNLOCK_BATCH_MQ (42), RocketMQ
+4.9.8's ``RebalanceLockManager`` and ``AdminBrokerProcessor.lockBatchMQ``/``unlockBatchMQ``.
+
+An orderly consumer (Java's ``ConsumeMessageOrderlyService``, the C++ client's orderly
+``PushConsumer``) locks each queue its rebalance gives it on the queue's broker before it pulls,
+renews the lock every 20 s, and unlocks the queues it gives up: within a group, each queue is
+consumed by one client at a time.
+
+Bodies (fastjson, keys sorted; a queue is a ``MessageQueue``)::
+
+    41 request   {"clientId": str, "consumerGroup": str,
+                  "mqSet": [{"brokerName": str, "queueId": int, "topic": str}, ...]}
+    41 answer    {"lockOKMQSet": [MessageQueue, ...]}     the queues the client holds now
+    42 request   as 41's; answered SUCCESS, no body
+
+The table: group -> queue (topic, brokerName, queueId) -> (client id, last update, wall ms
+on the broker's clock). A lock request for a queue
+
+- nobody holds, or this client holds: granted, its time renewed;
+- another client holds, last renewed more than :data:`LOCK_MAX_LIVE_MS` ago (60 s,
+  ``rocketmq.broker.rebalance.lockMaxLiveTime``): taken over, granted;
+- another client holds, renewed within that time: left out of the answer (refused).
+
+An unlock removes the queues this client holds; those another client holds, or nobody,
+are left as they are (Java logs them). Locks live in memory only: a restarted broker has
+none, and clients lock again within their 20 s renewal, as with RocketMQ.
+
+Names from the wire are checked (the group as :func:`rmqlog.paths.validate_group`, topics as
+:func:`rmqlog.paths.validate_topic`, queue ids 0..2^31-1, a non-empty client id): a body that
+is not one of these is ``SYSTEM_ERROR`` naming what is wrong, and nothing is locked or
+unlocked. Java checks none of them (a null client id fails with a NullPointerException).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import rmqlog
+from rmqlog.paths import validate_group, validate_topic
+
+from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting.admin_bodies import QueueKey
+from .peer import Peer
+
+log = logging.getLogger(__name__)
+
+#: ``RebalanceLockManager.REBALANCE_LOCK_MAX_LIVE_TIME`` (ms)
+LOCK_MAX_LIVE_MS = 60_000
+#: the most queues one request may name (a body of 16 MiB holds ~250,000; the cap keeps one
+#: request's work and the table's growth bounded)
+MAX_QUEUES_PER_REQUEST = 65_536
+
+
+class LockBodyError(ValueError):
+    """A 41/42 body that is not a ``LockBatchRequestBody`` (names the field)."""
+
+
+#: a ``MessageQueue`` as the lock table keys it (topic, brokerName, queueId)
+LockedQueue = QueueKey
+
+
+@dataclass(frozen=True, slots=True)
+class LockBatchRequest:
+    """``LockBatchRequestBody`` / ``UnlockBatchRequestBody``."""
+
+    group: str
+    client_id: str
+    queues: tuple[LockedQueue, ...]
+
+    @staticmethod
+    def decode(body: bytes) -> LockBatchRequest:
+        """Parse and check a 41/42 body; :class:`LockBodyError` naming what is wrong."""
+        try:
+            obj = json.loads(body)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise LockBodyError(f"the lock body is not JSON: {exc}") from None
+        if not isinstance(obj, dict):
+            raise LockBodyError("the lock body is not a JSON object")
+        try:
+            group = validate_group(obj.get("consumerGroup"))
+        except rmqlog.StoreError as exc:
+            raise LockBodyError(f"consumerGroup: {exc}") from None
+        client = obj.get("clientId")
+        if not isinstance(client, str) or not client:
+            raise LockBodyError(f"clientId is {client!r}, not a non-empty string")
+        mqs = obj.get("mqSet")
+        if mqs is None:
+            mqs = []
+        if not isinstance(mqs, list) or not all(isinstance(m, dict) for m in mqs):
+            raise LockBodyError("mqSet is not a list of MessageQueue objects")
+        if len(mqs) > MAX_QUEUES_PER_REQUEST:
+            raise LockBodyError(f"mqSet names {len(mqs)} queues, more than {MAX_QUEUES_PER_REQUEST}")
+        return LockBatchRequest(group, client, tuple(dict.fromkeys(_queue(m) for m in mqs)))
+
+
+def _queue(m: dict[str, Any]) -> LockedQueue:
+    try:
+        topic = validate_topic(m.get("topic"))
+    except rmqlog.StoreError as exc:
+        raise LockBodyError(f"mqSet[].topic: {exc}") from None
+    broker = m.get("brokerName")
+    if not isinstance(broker, str) or not broker:
+        raise LockBodyError(f"mqSet[].brokerName is {broker!r}, not a non-empty string")
+    qid = m.get("queueId")
+    if isinstance(qid, str) and qid.strip().isdigit():
+        qid = int(qid)
+    if isinstance(qid, bool) or not isinstance(qid, int) or not 0 <= qid < 2**31:
+        raise LockBodyError(f"mqSet[].queueId is {qid!r}, not a queue id 0..2147483647")
+    return LockedQueue(topic, broker, qid)
+
+
+@dataclass(slots=True)
+class _Entry:
+    client_id: str
+    last_update_ms: int
+
+
+class QueueLocks:
+    """The lock table of one broker (``RebalanceLockManager``); thread-safe. Times are the
+    caller's (the broker's clock), so tests move time without sleeping."""
+
+    def __init__(self, max_live_ms: int = LOCK_MAX_LIVE_MS) -> None:
+        self.max_live_ms = max_live_ms
+        self._groups: dict[str, dict[LockedQueue, _Entry]] = {}
+        self._lock = threading.Lock()
+
+    def _expired(self, entry: _Entry, now_ms: int) -> bool:
+        return now_ms - entry.last_update_ms > self.max_live_ms
+
+    def try_lock(self, group: str, queues: tuple[LockedQueue, ...], client_id: str, now_ms: int) -> list[LockedQueue]:
+        """``tryLockBatch``: the queues of ``queues`` that ``client_id`` holds once this returns
+        (granted, renewed or taken over), in the order given."""
+        granted = []
+        with self._lock:
+            table = self._groups.setdefault(group, {})
+            for mq in queues:
+                entry = table.get(mq)
+                if entry is None:
+                    table[mq] = _Entry(client_id, now_ms)
+                    log.info("tryLockBatch, message queue not locked, I got it. Group: %s NewClientId: %s %s",
+                             group, client_id, mq)
+                elif entry.client_id == client_id:
+                    entry.last_update_ms = now_ms
+                elif self._expired(entry, now_ms):
+                    log.warning("tryLockBatch, message queue lock expired, I got it. Group: %s OldClientId: %s "
+                                "NewClientId: %s %s", group, entry.client_id, client_id, mq)
+                    entry.client_id, entry.last_update_ms = client_id, now_ms
+                else:
+                    continue
+                granted.append(mq)
+            if not table:
+                del self._groups[group]
+        return granted
+
+    def unlock(self, group: str, queues: tuple[LockedQueue, ...], client_id: str) -> int:
+        """``unlockBatch``: the queues ``client_id`` holds are freed; how many."""
+        freed = 0
+        with self._lock:
+            table = self._groups.get(group)
+            if table is None:
+                return 0
+            for mq in queues:
+                entry = table.get(mq)
+                if entry is not None and entry.client_id == client_id:
+                    del table[mq]
+                    freed += 1
+            if not table:
+                del self._groups[group]
+        return freed
+
+    def holder(self, group: str, mq: LockedQueue, now_ms: int) -> str | None:
+        """The client holding ``mq`` for ``group`` now (an expired lock: nobody)."""
+        with self._lock:
+            entry = self._groups.get(group, {}).get(mq)
+            return None if entry is None or self._expired(entry, now_ms) else entry.client_id
+
+    def locked(self, group: str, now_ms: int) -> dict[LockedQueue, str]:
+        """The group's queues held now, and by whom."""
+        with self._lock:
+            table = self._groups.get(group, {})
+            return {mq: e.client_id for mq, e in table.items() if not self._expired(e, now_ms)}
+
+
+def lock_batch_mq(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    try:
+        body = LockBatchRequest.decode(req.body_bytes())
+    except LockBodyError as exc:
+        return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    granted = broker.queue_locks.try_lock(body.group, body.queues, body.client_id, broker.clock.wall_ms())
+    answer = json.dumps({"lockOKMQSet": [mq.to_json() for mq in granted]}, separators=(",", ":")).encode()
+    return req.reply(ResponseCode.SUCCESS, None, None, answer)
+
+
+def unlock_batch_mq(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    try:
+        body = LockBatchRequest.decode(req.body_bytes())
+    except LockBodyError as exc:
+        return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    broker.queue_locks.unlock(body.group, body.queues, body.client_id)
+    return req.reply(ResponseCode.SUCCESS)
+
+
+def install(broker: Any) -> None:
+    """Register 41 and 42; ``broker.queue_locks`` is the table (:class:`QueueLocks`)."""
+    broker.queue_locks = QueueLocks()
+    broker.table.register(RequestCode.LOCK_BATCH_MQ, lock_batch_mq)
+    broker.table.register(RequestCode.UNLOCK_BATCH_MQ, unlock_batch_mq)

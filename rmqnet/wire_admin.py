@@ -1,0 +1,220 @@
+"""The ``rmqlog`` admin commands against one broker, by address (``--broker HOST:PORT``), as
+``mqadmin`` asks them (our :class:`~rmqnet.client.Admin`):
+
+    rmqlog topic-list --broker ADDR              the broker's topics: queues, perm, order
+    rmqlog topic-create --broker ADDR TOPIC [--queues N] [--read-queues N] [--perm N] [--order]
+                                                 create or update a topic (17; mqadmin updateTopic -b)
+    rmqlog topic-delete --broker ADDR TOPIC      delete a topic: its config and groups' offsets (215)
+    rmqlog topic-stats --broker ADDR TOPIC       each queue's min and max offset, last update (202)
+    rmqlog consumer-status --broker ADDR GROUP [--topic T]
+                                                 a group's progress per queue, its TPS, its live
+                                                 consumers (208 + 203; mqadmin consumerProgress)
+    rmqlog broker-config --broker ADDR [--set KEY=VALUE ...]
+                                                 the broker's config (26), or keys changed (25)
+
+Output follows the other commands: text by default, ``--json`` one object with camelCase keys;
+queues named ``topic/broker/id``; times ISO 8601 in UTC to the millisecond (the JSON also
+has the ms). Errors go to stderr, one line. Exit statuses as the store's: 0 done, 1 nothing
+found (a group with no offsets and no consumers), 2 what was asked is wrong (bad arguments, or
+the broker refused it: an unknown topic, a system topic, a key that cannot be changed, a bad
+value; the broker's remark is printed), 3 the broker cannot be asked (refused, timed out).
+Names are checked by the broker (never used as paths there); ``--set`` is checked as a whole
+by the broker, so nothing changes unless every key can.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from .client import Admin, BrokerError, ClientError
+from .remoting.route import PERM_RW
+
+#: the store command's exit statuses (rmqlog.admin.exits)
+OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
+COMMANDS = ("topic-list", "topic-create", "topic-delete", "topic-stats", "consumer-status", "broker-config")
+
+
+def _count(low: int, high: int) -> Any:
+    def parse(text: str) -> int:
+        try:
+            n = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
+        if not low <= n <= high:
+            raise argparse.ArgumentTypeError(f"must be in {low}..{high}, not {n}")
+        return n
+    return parse
+
+
+def _pair(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"not KEY=VALUE: {text!r}")
+    return key.strip(), value.strip()
+
+
+def _parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="rmqlog", description="Admin commands against one broker (--broker).")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help)
+        p.add_argument("--broker", required=True, metavar="HOST:PORT", help="the broker's address")
+        p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+        p.add_argument("--timeout", type=float, default=3.0, metavar="S", help="seconds per request (default 3)")
+        return p
+
+    command("topic-list", "the broker's topics with their queues, perm and order flag")
+    p = command("topic-create", "create or update a topic on the broker (mqadmin updateTopic -b)")
+    p.add_argument("topic", help="topic name")
+    p.add_argument("--queues", type=_count(1, 65535), default=8, help="write queues (default 8)")
+    p.add_argument("--read-queues", type=_count(1, 65535), default=None, help="read queues (default: as --queues)")
+    p.add_argument("--perm", type=_count(0, 7), default=PERM_RW, help="perm bits: 4 read, 2 write, 1 inherit (default 6)")
+    p.add_argument("--order", action="store_true", help="an ordered topic")
+    p = command("topic-delete", "delete a topic on the broker: its config and every group's offsets of it")
+    p.add_argument("topic", help="topic name")
+    p = command("topic-stats", "a topic's queues on the broker: min and max offset, last update")
+    p.add_argument("topic", help="topic name")
+    p = command("consumer-status", "a group's progress per queue, its consume TPS and its live consumers")
+    p.add_argument("group", help="consumer group")
+    p.add_argument("--topic", default=None, help="one topic (default: every topic the group committed offsets of)")
+    p = command("broker-config", "the broker's configuration, or --set keys of it")
+    p.add_argument("--set", type=_pair, action="append", default=None, metavar="KEY=VALUE",
+                   help="change a key (repeatable; all or nothing; only keys the broker reads per request)")
+    return ap
+
+
+def _iso(ms: int) -> str | None:
+    if ms <= 0:
+        return None
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).isoformat(timespec="milliseconds")
+
+
+def _emit(obj: dict[str, Any], as_json: bool, lines: list[str]) -> None:
+    if as_json:
+        print(json.dumps(obj, ensure_ascii=False))
+    else:
+        for line in lines:
+            print(line)
+
+
+def _error(message: str) -> None:
+    sys.stdout.flush()
+    print(f"rmqlog: {message}", file=sys.stderr)
+
+
+def topic_list(admin: Admin, args: argparse.Namespace) -> int:
+    configs = admin.topic_configs(args.broker)
+    topics = [{"topic": name, "readQueueNums": c.get("readQueueNums"), "writeQueueNums": c.get("writeQueueNums"),
+               "perm": c.get("perm"), "order": bool(c.get("order"))} for name, c in sorted(configs.items())]
+    lines = [f"{t['topic']:<32} read {t['readQueueNums']}  write {t['writeQueueNums']}  perm {t['perm']}"
+             + ("  order" if t["order"] else "") for t in topics]
+    _emit({"broker": args.broker, "topics": topics}, args.json, lines)
+    return OK
+
+
+def topic_create(admin: Admin, args: argparse.Namespace) -> int:
+    admin.create_topic(args.broker, args.topic, args.queues, perm=args.perm, order=args.order,
+                       read_queues=args.read_queues)
+    read = args.read_queues or args.queues
+    _emit({"broker": args.broker, "topic": args.topic, "readQueueNums": read, "writeQueueNums": args.queues,
+           "perm": args.perm, "order": args.order}, args.json,
+          [f"topic {args.topic} on {args.broker}: read {read}, write {args.queues}, perm {args.perm}"
+           + (", order" if args.order else "")])
+    return OK
+
+
+def topic_delete(admin: Admin, args: argparse.Namespace) -> int:
+    admin.delete_topic(args.broker, args.topic)
+    _emit({"broker": args.broker, "topic": args.topic, "deleted": True}, args.json,
+          [f"topic {args.topic} deleted on {args.broker}"])
+    return OK
+
+
+def topic_stats(admin: Admin, args: argparse.Namespace) -> int:
+    stats = admin.topic_stats(args.broker, args.topic)
+    queues = [{"brokerName": q.broker_name, "queueId": q.queue_id, "min": o.min_offset, "max": o.max_offset,
+               "messages": max(0, o.max_offset - o.min_offset), "lastUpdateTimestamp": o.last_update_timestamp,
+               "lastUpdate": _iso(o.last_update_timestamp)} for q, o in sorted(stats.items())]
+    lines = [f"{args.topic}/{q['brokerName']}/{q['queueId']}  min {q['min']}  max {q['max']}  messages "
+             f"{q['messages']}  last {q['lastUpdate'] or '-'}" for q in queues]
+    _emit({"topic": args.topic, "queues": queues}, args.json, lines)
+    return OK
+
+
+def consumer_status(admin: Admin, args: argparse.Namespace) -> int:
+    stats = admin.consume_stats(args.broker, args.group, args.topic)
+    conns = admin.consumer_connections(args.broker, args.group)
+    rows: list[dict[str, Any]] = [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id, "brokerOffset": w.broker_offset,
+             "consumerOffset": w.consumer_offset, "lag": max(0, w.broker_offset - w.consumer_offset),
+             "lastTimestamp": w.last_timestamp, "lastConsumed": _iso(w.last_timestamp)}
+            for q, w in sorted(stats.offset_table.items())]
+    clients = [] if conns is None else [
+        {"clientId": c.get("clientId"), "clientAddr": c.get("clientAddr"), "language": c.get("language"),
+         "version": c.get("version")} for c in conns.get("connectionSet", [])]
+    if not rows and not clients:
+        _error(f"consumer group {args.group!r} has no offsets and no live consumer on {args.broker}")
+        return NOTHING
+    total = sum(r["lag"] for r in rows)
+    obj = {"group": args.group, "broker": args.broker, "offsets": rows, "totalLag": total,
+           "consumeTps": stats.consume_tps, "online": conns is not None, "connections": clients,
+           "consumeType": None if conns is None else conns.get("consumeType"),
+           "messageModel": None if conns is None else conns.get("messageModel")}
+    lines = [f"{args.group}  {r['topic']}/{r['brokerName']}/{r['queueId']}  broker {r['brokerOffset']}  consumer "
+             f"{r['consumerOffset']}  lag {r['lag']}  last {r['lastConsumed'] or '-'}" for r in rows]
+    lines.append(f"total lag {total}  consume tps {stats.consume_tps:.2f}")
+    lines.append(f"consumers {len(clients)}" + ("" if conns is not None else " (not online)"))
+    lines += [f"  {c['clientId']}  {c['clientAddr']}  {c['language']}  v{c['version']}" for c in clients]
+    _emit(obj, args.json, lines)
+    return OK
+
+
+def broker_config(admin: Admin, args: argparse.Namespace) -> int:
+    if args.set:
+        changes = dict(args.set)
+        admin.update_broker_config(args.broker, changes)
+        _emit({"broker": args.broker, "updated": changes}, args.json,
+              [f"{k}={v}" for k, v in sorted(changes.items())])
+        return OK
+    config = admin.broker_config(args.broker)
+    _emit({"broker": args.broker, "config": dict(sorted(config.items()))}, args.json,
+          [f"{k}={v}" for k, v in sorted(config.items())])
+    return OK
+
+
+HANDLERS = {"topic-list": topic_list, "topic-create": topic_create, "topic-delete": topic_delete,
+            "topic-stats": topic_stats, "consumer-status": consumer_status, "broker-config": broker_config}
+
+
+def main(argv: Sequence[str]) -> int:
+    """An admin command against one broker: its exit status."""
+    try:
+        args = _parser().parse_args(list(argv))
+    except SystemExit as exc:  # --help (0) or a wrong argument (2)
+        return int(exc.code) if isinstance(exc.code, int) else USAGE
+    try:
+        # the client needs a name server address; these commands ask the broker alone
+        admin = Admin(args.broker, timeout_s=args.timeout)
+    except ValueError as exc:
+        _error(f"--broker: {exc}")
+        return USAGE
+    try:
+        return HANDLERS[args.cmd](admin, args)
+    except BrokerError as exc:  # the broker refused what was asked (its remark names why)
+        _error(str(exc))
+        return USAGE
+    except ClientError as exc:
+        _error(str(exc))
+        return CANNOT
+    except BrokenPipeError:  # the reader went away (| head)
+        return OK
+    except OSError as exc:  # refused, timed out
+        _error(f"the broker at {args.broker} cannot be asked: {type(exc).__name__}: {exc}")
+        return CANNOT
+    finally:
+        admin.close()
