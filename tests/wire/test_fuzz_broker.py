@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 from conftest import subprocess_env
 
+import rmqlog
 from rmqnet.remoting import FrameDecoder, HeaderError, decode, encode_frame
+
+from .broker_helpers import make_broker
 
 JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
@@ -33,6 +36,20 @@ def _assert_survived(res: subprocess.CompletedProcess[str], cases: int) -> None:
     assert f"{cases} cases, all checks met" in res.stdout
     tallied = sum(int(n) for n in re.findall(r"^  \S+: .*: (\d+)$", res.stdout, re.M))
     assert tallied == cases
+
+
+def test_the_job_knows_every_code_the_broker_serves(tmp_path: Path) -> None:
+    """An unknown-code case must never pick a served code (it expects code 3 back): the job's
+    lists cover what a broker registers, so a processor added later fails here, not at random."""
+    sys.path.insert(0, str(JOBS))
+    try:
+        import fuzz_broker
+    finally:
+        sys.path.remove(str(JOBS))
+    with rmqlog.MessageStore.open(tmp_path / "s") as store:
+        broker = make_broker(store)
+        served = set(broker.table.codes())
+    assert served == set(fuzz_broker.SERVED) | fuzz_broker.SERVED_UNFUZZED
 
 
 def test_two_hundred_malformed_frames_crash_nothing(tmp_path: Path) -> None:
