@@ -66,11 +66,25 @@ def _proxy(c: Cluster) -> Any:
 
 
 def send_during(c: Cluster, n: int, fault: Callable[[], None], after_s: float, prefix: str) -> list[dict[str, Any]]:
-    """``n`` sends one after the other from the agent, ``fault`` injected ``after_s`` into them."""
-    timer = threading.Timer(after_s, fault)
+    """Sends one after the other from the agent, ``fault`` injected ``after_s`` into them: runs
+    of 5 until it has landed, then ``n`` more, so that the fault falls inside the sends however
+    fast they are (a fixed number could all be answered before it)."""
+    landed = threading.Event()
+
+    def inject() -> None:
+        try:
+            fault()
+        finally:
+            landed.set()
+
+    timer = threading.Timer(after_s, inject)
     timer.start()
+    out: list[dict[str, Any]] = []
     try:
-        return list(c.ask("send", topic=TOPIC, n=n, prefix=prefix)["results"])
+        while not landed.is_set():
+            out += c.ask("send", topic=TOPIC, n=5, prefix=f"{prefix}-{len(out)}")["results"]
+        out += c.ask("send", topic=TOPIC, n=n, prefix=f"{prefix}-after")["results"]
+        return out
     finally:
         timer.join()
 
@@ -108,7 +122,7 @@ def test_master_killed_while_sending(cluster: Cluster, role: str) -> None:
     is on the slave; under ASYNC_MASTER what the slave lacks is only the tail."""
     c = cluster
     start(c, role)
-    history = send_during(c, 150, lambda: c.kill("broker-b"), 0.4, "kill")
+    history = send_during(c, 50, lambda: c.kill("broker-b"), 0.4, "kill")
     ok = [r for r in history if r["ok"]]
     assert ok and len(ok) < len(history), "the kill did not land inside the run of sends"
     assert all(not r["ok"] for r in history[len(ok):]), "a send succeeded after the master died"
