@@ -60,7 +60,27 @@ class Catalog:
     def delete_topic(self, topic: str) -> tuple[bool, int]:
         """See :meth:`rmqlog.MessageStore.delete_topic`."""
         name = validate_topic(topic)
-        return self.parts.topic_config.remove(name), self.parts.consumer_offsets.remove_topic(name)
+        had, groups = self.parts.topic_config.remove(name), self.parts.consumer_offsets.remove_topic(name)
+        self._remove_units(name)
+        return had, groups
+
+    def _remove_units(self, topic: str) -> None:
+        """Take every unit of ``topic``'s queues away for good (:mod:`rmqlog.deleted_topics`):
+        dispatch what is published (every record of the topic so far gets its unit, so all of
+        them go), note the position and each queue's end, record them durably, then remove the
+        units. Records appended meanwhile are past the position: a send after the delete."""
+        parts = self.parts
+        parts.dispatcher.dispatch()
+        with parts.dispatch_lock.held():
+            position = parts.dispatcher.position_held()
+            floors = {qid: parts.consume_queue(topic, qid).max_offset() for qid in parts.queues.queue_ids(topic)}
+        floors = {qid: n for qid, n in floors.items() if n > 0}
+        if not floors:
+            return
+        parts.deleted_topics.record(topic, position, floors)
+        with parts.dispatch_lock.held():
+            for qid, n in floors.items():
+                parts.consume_queue(topic, qid).remove_below(n)
 
     def topics(self) -> dict[str, TopicConfig]:
         """See :meth:`rmqlog.MessageStore.topics` (nothing is written)."""
@@ -68,7 +88,10 @@ class Catalog:
         topics.reload()
         out = topics.topics()
         found: dict[str, int] = {}
+        deleted = self.parts.deleted_topics.table()
         for topic, qid, _ in self.parts.queues.dirs():
+            if topic in deleted and self.parts.consume_queue(topic, qid).max_offset() <= deleted[topic].queue_offsets.get(qid, 0):
+                continue  # what is left of a deleted topic: units removed (not sent to since)
             if topic not in out:
                 found[topic] = min(65535, max(found.get(topic, 0), qid + 1))  # a topic has at most 65535
         out.update({topic: TopicConfig(topic, n, n) for topic, n in found.items()})

@@ -531,13 +531,15 @@ class MessageStore(WireAccess, ReplicationCalls):
         return self.catalog.create_topic(topic, queues, read_queues)
 
     def delete_topic(self, topic: str) -> tuple[bool, int]:
-        """Remove ``topic``'s entry from ``config/topics.json`` and every group's offsets of it
-        from ``config/consumerOffset.json`` (RocketMQ's ``deleteTopicConfig``, and the offsets
-        RocketMQ 5's ``deleteTopic`` drops too). Returns (whether it had an entry, how many groups
-        had offsets). Its consume queues and records stay: the commitlog is shared, and the
-        queues' files go with retention (a topic that still has queue folders is listed again by
-        :meth:`topics`, with the queues they show: see docs/store-api.md). A bad name raises
-        :class:`rmqlog.errors.InvalidTopicError`."""
+        """Delete ``topic``: its entry in ``config/topics.json``, every group's offsets of it in
+        ``config/consumerOffset.json`` (RocketMQ's ``deleteTopicConfig``, and the offsets
+        RocketMQ 5's ``deleteTopic`` drops too) and its consume-queue units (``cleanUnusedTopic``),
+        for good: the delete is recorded in ``config/deletedTopics.json`` first, so no reopen,
+        crash recovery or rebuild from the log brings its messages back
+        (:mod:`rmqlog.deleted_topics`). Its records stay in the shared commitlog, readable by
+        offset and msgId until retention. Sends after it make the topic again, its queues going
+        on from their old ends. Returns (whether it had an entry, how many groups had offsets).
+        A bad name raises :class:`rmqlog.errors.InvalidTopicError`."""
         self._check_open("delete_topic")
         return self.catalog.delete_topic(topic)
 

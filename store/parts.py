@@ -21,6 +21,7 @@ from . import safe_open
 from .clock import SYSTEM_CLOCK, Clock
 from .config import StoreConfig
 from .config_files import ConsumerOffsetManager, TopicConfigManager
+from .deleted_topics import DeletedTopics
 from .durability.checkpoint import CheckpointFile
 from .durability.flush import FlushService, FlushStateFile
 from .fileio import LockRegistry
@@ -74,6 +75,8 @@ class StoreParts:
             wall_ms=self.clock.wall_ms,
         )
         self.consumer_offsets = ConsumerOffsetManager(paths.consumer_offset_json, self.config_lock)
+        #: the topics deleted, whose records below the delete never get units again
+        self.deleted_topics = DeletedTopics(paths.deleted_topics_json, self.config_lock)
         #: the commitlog segments and consume-queue files held open, at most
         #: ``max_open_mapped_files`` of them (see :mod:`rmqlog.log.open_files`)
         self.open_files = OpenFiles(config.max_open_mapped_files)

@@ -172,6 +172,10 @@ class StorePaths:
         return self.config_dir / "consumerOffset.json"
 
     @property
+    def deleted_topics_json(self) -> Path:
+        return self.config_dir / "deletedTopics.json"
+
+    @property
     def replication_checkpoint_json(self) -> Path:
         return self.config_dir / "replicationCheckpoint.json"
 

@@ -4,9 +4,16 @@ it removed, other topics' and other entries' kept; bad names refused, typed."""
 from __future__ import annotations
 
 import json
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
+from conftest import read_queue_all, subprocess_env
 
 import rmqlog
 
@@ -42,3 +49,109 @@ def test_delete_topic_on_a_read_only_store_is_refused(tmp_path: Path) -> None:
         with pytest.raises(rmqlog.ReadOnlyStoreError):
             s.delete_topic("A")
         assert "A" in s.topics()
+
+
+def _fill(s: rmqlog.MessageStore, topic: str, n: int, queues: int = 2, body: bytes = b"old") -> None:
+    s.put_batch(pa.table({"topic": [topic] * n, "body": [body] * n, "queueId": [i % queues for i in range(n)]}),
+                dispatch=True)
+
+
+def _bodies(s: rmqlog.MessageStore, topic: str, qid: int) -> list[bytes]:
+    return [m["body"] for m in read_queue_all(s, topic, qid)]
+
+
+@pytest.mark.parametrize("reopen", ["closed", "killed", "queue-files-lost"])
+def test_a_deleted_topic_with_messages_stays_deleted(tmp_path: Path, reopen: str) -> None:
+    """Its queues' units go with it (RocketMQ's ``cleanUnusedTopic``) and nothing brings them back:
+    not a reopen, not crash recovery re-dispatching the commitlog, not queue files rebuilt from
+    the log. Other topics keep everything; the records stay readable by offset (as in RocketMQ)."""
+    root = tmp_path / "s"
+    with rmqlog.MessageStore.open(root) as s:
+        _fill(s, "A", 10)
+        _fill(s, "B", 6)
+        first = s.read_queue("A", 0, 0, 1)["commitLogOffset"][0].as_py()
+        assert s.delete_topic("A") == (True, 0)
+        assert "A" not in s.topics() and "B" in s.topics()
+        assert s.min_offset("A", 0) == s.max_offset("A", 0) == 5 and _bodies(s, "A", 0) == []
+    if reopen == "killed":  # deleted again by a process killed -9 right after: recovery walks the log again
+        code = textwrap.dedent(f"""
+            import os, signal, pyarrow as pa, rmqlog
+            s = rmqlog.MessageStore.open({str(root)!r})
+            s.put_batch(pa.table({{"topic": ["A"] * 2, "body": [b"old"] * 2, "queueId": [0, 1]}}), dispatch=True)
+            s.delete_topic("A")
+            os.kill(os.getpid(), signal.SIGKILL)
+        """)
+        proc = subprocess.run([sys.executable, "-c", code], env=subprocess_env(), timeout=120)
+        assert proc.returncode == -signal.SIGKILL and (root / "abort").exists()
+    if reopen == "queue-files-lost":
+        shutil.rmtree(root / "consumequeue")
+    with rmqlog.MessageStore.open(root) as s:
+        assert "A" not in s.topics(), s.topics()
+        # its queues count as complete: recovery looks for none of their units in the log
+        assert not [p for p in (s.recovery.problems if s.recovery else []) if "A/" in p]
+        assert _bodies(s, "A", 0) == [] and _bodies(s, "A", 1) == []
+        assert _bodies(s, "B", 0) == [b"old"] * 3 and _bodies(s, "B", 1) == [b"old"] * 3
+        assert s.message_by_offset(first)["body"] == b"old"  # by offset: the commitlog is shared
+        assert s.verify().ok  # records of a deleted topic need no units below its delete
+
+
+def test_a_topic_created_again_continues_its_queue_offsets(tmp_path: Path) -> None:
+    """Sends after the delete make the topic again; its queues go on from where they ended (the
+    commitlog's queue offsets stay dense, which recovery checks), holding only the new messages."""
+    root = tmp_path / "s"
+    with rmqlog.MessageStore.open(root) as s:
+        _fill(s, "A", 10)
+        s.delete_topic("A")
+        _fill(s, "A", 4, body=b"new")
+        assert "A" in s.topics()
+        assert s.min_offset("A", 0) == 5 and s.max_offset("A", 0) == 7
+        assert _bodies(s, "A", 0) == [b"new"] * 2 and _bodies(s, "A", 1) == [b"new"] * 2
+    for _ in range(2):
+        (root / "abort").touch()  # and through crash recovery, which walks the log again
+        with rmqlog.MessageStore.open(root) as s:
+            assert "A" in s.topics()
+            assert _bodies(s, "A", 0) == [b"new"] * 2 and s.min_offset("A", 0) == 5
+            assert not [p for p in (s.recovery.problems if s.recovery else []) if "A/" in p]
+            assert s.verify().ok
+
+
+def test_a_delete_seen_by_another_process_dispatching(tmp_path: Path) -> None:
+    """The delete is on disk (``config/deletedTopics.json``): a process that had the store open
+    before it does not give the topic its units back when it dispatches the log again."""
+    root = tmp_path / "s"
+    with rmqlog.MessageStore.open(root) as s, rmqlog.MessageStore.open(root) as other:
+        _fill(s, "A", 10)
+        assert other.max_offset("A", 0) == 5
+        s.delete_topic("A")
+        other.parts.dispatcher.set_position(0)  # a walk from the start, as a rebuild does
+        other.parts.dispatcher.dispatch()
+        assert _bodies(other, "A", 0) == [] and "A" not in other.topics()
+
+
+def test_an_unreadable_deleted_topics_file_loses_nothing(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """``config/deletedTopics.json`` (and its ``.bak``) damaged: logged, read as if nothing had
+    been deleted. The store opens; what the log holds of the topic may be listed again, never lost."""
+    root = tmp_path / "s"
+    with rmqlog.MessageStore.open(root) as s:
+        _fill(s, "A", 4)
+        s.delete_topic("A")
+        _fill(s, "A", 2, body=b"new")
+        s.delete_topic("A")  # a second delete keeps the first file as .bak
+    for name in ("deletedTopics.json", "deletedTopics.json.bak"):
+        (root / "config" / name).write_bytes(b"\xff{not json")
+    shutil.rmtree(root / "consumequeue")
+    with rmqlog.MessageStore.open(root) as s:
+        assert "deletedTopics.json" in caplog.text
+        assert sorted(_bodies(s, "A", 0) + _bodies(s, "A", 1)) == [b"new"] * 2 + [b"old"] * 4
+
+
+def test_a_delete_records_where_it_stood(tmp_path: Path) -> None:
+    """The file says what was deleted: the dispatch position and each queue's end."""
+    root = tmp_path / "s"
+    with rmqlog.MessageStore.open(root) as s:
+        _fill(s, "A", 5)
+        tail = s.published_tail()
+        s.delete_topic("A")
+        s.delete_topic("NEVER")  # no queue: nothing to record
+    raw = json.loads((root / "config" / "deletedTopics.json").read_text())
+    assert raw == {"deletedTopics": {"A": {"commitLogOffset": tail, "queueOffsets": {"0": 3, "1": 2}}}}

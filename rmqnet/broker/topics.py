@@ -85,9 +85,6 @@ class TopicManager:
         self._stored: dict[str, TopicConfig] = {}
         #: topics kept in memory over the store's: system topics, and perms the store cannot hold
         self._overlay: dict[str, TopicConfig] = {}
-        #: topics deleted (DELETE_TOPIC_IN_BROKER) whose queue folders the store still lists:
-        #: hidden until created again (in memory: see docs/broker.md, "Admin requests")
-        self._deleted: set[str] = set()
         #: the system topics made at start (:meth:`is_system`)
         self._system: set[str] = set()
         self.data_version: dict[str, int] = {"counter": 0, "timestamp": clock.wall_ms()}
@@ -103,8 +100,6 @@ class TopicManager:
 
     def get(self, topic: str) -> TopicConfig | None:
         """The config of ``topic``, or ``None`` if the broker and the store know no such topic."""
-        if topic in self._deleted:
-            return None
         tc = self._overlay.get(topic) or self._stored.get(topic)
         if tc is None:
             self.refresh()
@@ -115,10 +110,7 @@ class TopicManager:
         """Every topic (store's and system), by name, the overlay winning."""
         self.refresh()
         with self._lock:
-            out = {**self._stored, **self._overlay}
-            for name in self._deleted:
-                out.pop(name, None)
-            return out
+            return {**self._stored, **self._overlay}
 
     def is_order_topic(self, topic: str) -> bool:
         tc = self.get(topic)
@@ -132,7 +124,6 @@ class TopicManager:
         stored = self.store.create_topic(tc.topic_name, tc.write_queue_nums, read_queues=tc.read_queue_nums)
         with self._lock:
             self._stored[tc.topic_name] = stored
-            self._deleted.discard(tc.topic_name)
             if (tc.perm, tc.order, tc.topic_sys_flag, tc.topic_filter_type) != (
                     stored.perm, stored.order, stored.topic_sys_flag, stored.topic_filter_type):
                 self._overlay[tc.topic_name] = tc
@@ -150,7 +141,6 @@ class TopicManager:
             removed = self.store.delete_topic(topic)
             self._overlay.pop(topic, None)
             self._stored.pop(topic, None)
-            self._deleted.add(topic)
             self._next_version()
         log.info("delete topic %s: config %s, offsets of %d group(s) removed", topic,
                  "removed" if removed[0] else "absent", removed[1])

@@ -28,6 +28,7 @@ never counts as written. On tmpfs the search for the end reads no hole (see
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ from .. import safe_open
 from ..log.mapped_file import MappedFile
 from ..log.mapped_file_queue import MappedFileQueue
 from ..log.open_files import OpenFiles
-from ..log.pins import pinned
+from ..log.pins import hold_exclusive, pinned
 
 CQ_UNIT_SIZE = 20
 CQ_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tagsCode", ">i8")])
@@ -235,6 +236,40 @@ class ConsumeQueue:
                 seg = self.segments.get(start)
                 assert seg is not None
                 seg.clear((logical - first) * CQ_UNIT_SIZE, seg.size)
+
+    def remove_below(self, logical: int) -> None:
+        """Remove every unit below ``logical`` (a topic deleted, :mod:`rmqlog.deleted_topics`):
+        segments wholly below the one holding unit ``logical - 1`` are deleted, unless a reader
+        holds one (retention's rule, :func:`rmqlog.log.pins.hold_exclusive`), and the rest of
+        those units become fillers, so the queue keeps its end and readers skip them.
+        The caller holds ``dispatch.lock``."""
+        if logical <= 0:
+            return
+        per = self.units_per_segment
+        last = (logical - 1) // per * per  # the first unit of the segment that keeps the end
+        fill = [(last, logical)]
+        for start in self.segments.segment_starts():
+            first = start // CQ_UNIT_SIZE
+            if first >= last:
+                break
+            path = self.directory / f"{start:020d}"
+            try:
+                fd = hold_exclusive(path)
+            except FileNotFoundError:
+                continue
+            if fd is None:  # a reader holds it: filled instead, and retention deletes it later
+                fill.append((first, first + per))
+                continue
+            try:
+                self.segments.forget(start)
+                safe_open.unlink(path)
+            finally:
+                os.close(fd)
+        for lo, hi in fill:
+            gap = np.zeros(hi - lo, CQ_UNIT)
+            gap["size"] = FILLER_SIZE
+            self._write_at(lo, gap)
+        self._min_found = None
 
     def close(self) -> None:
         self.segments.close()

@@ -264,6 +264,10 @@ class Dispatcher:
         with self.lock.held(shared=True):  # a read: the position file is replaced whole
             return self._load_position()
 
+    def position_held(self) -> int:
+        """:meth:`position`, for a caller that holds ``dispatch.lock`` already."""
+        return self._load_position()
+
     # ------------------------------------------------------------- dispatch
     def dispatch(self, max_bytes: int | None = None) -> int:
         """Turn every published, not yet dispatched record into consume-queue units.

@@ -101,15 +101,19 @@ class ConsumeQueues:
             return configured
         return max(sizes, key=lambda n: (sizes[n], n))
 
-    def count_on_disk(self, topic: str) -> int:
-        """The highest queue folder of ``topic`` plus one (0 if none, or not a valid name)."""
+    def queue_ids(self, topic: str) -> list[int]:
+        """The queue ids of ``topic``'s folders on disk, sorted (none if not a valid name)."""
         if topic_problem(topic) is not None:
-            return 0
+            return []
         tdir = self.paths.consumequeue_dir / topic
         if not safe_open.is_folder(tdir):
-            return 0
+            return []
         ids = [parse_queue_dir_name(name) for name, found in safe_open.entries(tdir) if found == safe_open.FOLDER]
-        return max((q + 1 for q in ids if q is not None), default=0)
+        return sorted(q for q in ids if q is not None)
+
+    def count_on_disk(self, topic: str) -> int:
+        """The highest queue folder of ``topic`` plus one (0 if none, or not a valid name)."""
+        return max((q + 1 for q in self.queue_ids(topic)), default=0)
 
     def close(self) -> None:
         """Unmap and close every queue opened through this object."""

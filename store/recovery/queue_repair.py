@@ -145,12 +145,15 @@ def complete_queues(parts: StoreParts, state: AppendState, report: RecoveryRepor
     what is missing. Returns how many records were dispatched again.
     """
     behind: list[tuple[str, ConsumeQueue, int, int]] = []
+    deleted = parts.deleted_topics.table()
     for name, expected in state.queues.items():
         topic, _, q = name.rpartition("/")
         if not q.isdigit() or topic_problem(topic) is not None:
             continue
         cq = parts.consume_queue(topic, int(q))
         have = cq.max_offset()
+        if topic in deleted:  # its units below the delete's queue offset went on purpose
+            have = max(have, deleted[topic].queue_offsets.get(int(q), 0))
         if have < expected:
             behind.append((name, cq, have, expected))
     if not behind:
@@ -168,6 +171,21 @@ def complete_queues(parts: StoreParts, state: AppendState, report: RecoveryRepor
     if still:
         report.problems.append(f"consume queues still short after re-dispatch (their records are gone): {', '.join(still[:5])}")
     return done
+
+
+def finish_deletions(parts: StoreParts) -> None:
+    """Every deleted topic's queues without units below where its delete left them
+    (:mod:`rmqlog.deleted_topics`): a delete killed part-way, or units cut by crash recovery
+    (its fillers point at no record), are finished here. One look per queue of a deleted
+    topic; the rest of the store is not visited."""
+    for topic, deletion in parts.deleted_topics.table().items():
+        for qid, floor in deletion.queue_offsets.items():
+            cq = parts.consume_queue(topic, qid)
+            have = cq.max_offset()
+            if have > 0 and floor > 0 and (have < floor or cq.min_offset() < floor):
+                with parts.dispatch_lock.held():
+                    cq.remove_below(floor)
+                log.warning("consume queue %s/%d: units below %d of its deleted topic removed", topic, qid, floor)
 
 
 def _lost_head(cq: ConsumeQueue, first: int, mine: np.ndarray, qoff: np.ndarray, consumable: np.ndarray) -> bool:

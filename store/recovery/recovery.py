@@ -72,6 +72,7 @@ from .queue_repair import (
     cut_queues,
     dispatch,
     drop_bad_queue_files,
+    finish_deletions,
     queues_never_go_back,
 )
 from .recovery_report import RecoveryReport, Walked
@@ -415,6 +416,7 @@ def _finish(
     # RocketMQ's broker dispatches at start-up too: whatever was published is readable at once
     report.redispatched = dispatch(parts)
     report.redispatched += complete_queues(parts, state, report)
+    finish_deletions(parts)
     queues_never_go_back(parts, state, report)
 
 

@@ -105,15 +105,18 @@ def verify(parts: StoreParts, progress: Callable[[int, int], object] | None = No
         progress(walk_total, walk_total)
     for cq in parts.queues.all():
         _verify_queue(parts, cq, tail, report)
+    deleted = parts.deleted_topics.table()
     for (topic, qid), n in sorted(expected.items()):
         cq = parts.consume_queue(topic, qid)
+        # a deleted topic's units below where its delete left them are gone on purpose
+        floor = deleted[topic].queue_offsets.get(qid, 0) if topic in deleted else 0
         have = cq.max_offset() if safe_open.is_folder(cq.directory) else 0
         if have < n:
             report.problems.append(Problem(
                 str(cq.directory), have,
                 f"units missing: dispatched records of this queue reach queue offset {n - 1}, its units end at {have}",
             ))
-        elif (first := least.get((topic, qid), n)) < n:
+        elif (first := max(floor, least.get((topic, qid), n))) < n:
             # a filler stands for a record the log no longer has: one in place of a record the
             # log holds hides it from every reader (and counts as a unit to recovery)
             fill = np.flatnonzero(cq.read(first, n - first)["size"] == FILLER_SIZE)

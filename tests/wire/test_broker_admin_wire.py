@@ -191,6 +191,23 @@ def test_delete_topic_removes_config_offsets_and_the_route_entry(broker: Broker,
     assert _call(broker, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "NEVER"}).code == ResponseCode.SUCCESS
 
 
+def test_a_deleted_topic_stays_deleted_across_a_broker_restart(tmp_path: Path) -> None:
+    """Its messages go with it (RocketMQ's ``cleanUnusedTopic``): a broker started again on the
+    store lists no such topic, and a send makes it again with only the new messages."""
+    root = tmp_path / "restart"
+    with rmqlog.MessageStore.open(root, small_store_config()) as store:
+        broker = make_broker(store, clock=rmqlog.ManualClock(T0))
+        _send(broker, "GONE", 3)
+        assert _call(broker, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "GONE"}).code == ResponseCode.SUCCESS
+    with rmqlog.MessageStore.open(root, small_store_config()) as store:
+        broker = make_broker(store, clock=rmqlog.ManualClock(T0))
+        listed = loads_fastjson(bytes(_call(broker, RequestCode.GET_ALL_TOPIC_CONFIG).body))["topicConfigTable"]
+        assert "GONE" not in listed and "GONE" not in store.topics()
+        assert _call(broker, RequestCode.GET_TOPIC_STATS_INFO, {"topic": "GONE"}).code == ResponseCode.TOPIC_NOT_EXIST
+        _send(broker, "GONE", 1)
+        assert store.min_offset("GONE", 0) == 3 and store.read_queue("GONE", 0, 3, 4)["body"].to_pylist() == [b"m0"]
+
+
 @pytest.mark.parametrize(("topic", "remark"), [
     ("TBW102", "The topic[TBW102] is conflict with system topic."),
     ("SCHEDULE_TOPIC_XXXX", "conflict with system topic"),
