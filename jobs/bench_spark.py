@@ -1,33 +1,38 @@
-"""Benchmark of the rmqlog data source against peers measured in the same run (local[2]).
+"""The Spark path against what a data engineer would pick instead: Spark's parquet writer and
+reader, each figure beside its peer measured in the same run (``local[2]``).
 
-    python jobs/bench_spark.py [--messages 2000000] [--body 100] [--root PATH] [--samples 20] [--rounds 3] [--json]
+    python jobs/bench_spark.py [--messages 2000000] [--body 100] [--rounds 2] [--stream-seconds 8] [--root PATH] [--json]
 
-- **Sink**: ``df.write.format("rmqlog")`` of N messages vs a Python Arrow writer that only
-  counts rows (the floor cost of moving the rows to Python workers) and a parquet write.
-- **Source**: ``spark.read.format("rmqlog")`` of the N messages vs a Python Arrow reader that
-  only generates rows of the same schema and sizes, and a parquet read; each consumed by the
-  ``noop`` sink so every row is materialized.
-- **Latency**: a readStream with the default trigger runs; the driver appends one message at a
-  time with plain Python ``put``; latency = time from the append to the message's arrival in
-  ``foreachBatch`` on the driver. Median and p90 of ``--samples`` messages.
+The input is made once and cached: ``--messages`` rows of ``--body`` random bytes (parquet would
+compress a repeated body to nothing) in two partitions. Every measurement runs once to warm up,
+then ``--rounds`` times; the best run counts.
 
-Ratios are peer time / rmqlog time (>= 1 means rmqlog is faster than the peer).
+- **Sink**: ``df.write.format("rmqlog")`` into a new local store, against Spark's parquet writer
+  and a Python Arrow writer that only counts rows (the Python data source API's own ceiling).
+  Each sink run writes a new store, after a warm-up of the page cache (see below).
+- **Source**, each read consumed by the ``noop`` sink so that every row is materialized:
+  ``spark.read.format("rmqlog")`` of the whole message schema against a Python reader that
+  re-yields one prebuilt batch of that schema (the API's ceiling for it), and the ``columns``
+  option (``body,keys,queueOffset``) against Spark's parquet reader of those columns from a
+  parquet file of the same messages (and the ceiling reader with those columns).
+- **Streaming**: a ``readStream`` -> ``writeStream`` pipeline between two topics of one store.
+  Its sustained rate: the time to copy a backlog of ``--messages`` rows, against the batch
+  sink's rate. Its latency: a producer appends at half that rate for ``--stream-seconds``; each
+  copy carries its original's store time, so latency = the copy's store time minus the
+  original's (the copy is readable once stored: the sink task dispatches at once); p50 and p99.
+- **Memory**: the peak RSS of the Python workers while the sink writes (bounded by the batch,
+  whatever the data size: ``spark_rmq.memory``), against the same for the parquet writer.
 
-Memory: the sink is the only job here that fills the page cache (~0.5 GB for 2M messages).
-On this VM, the first touch of guest memory that the host has taken back (freed pages are
-reported to it) costs ~10x a normal page-cache write: the sink's appends took 0.2-0.5 s per
-task on such pages against 0.12-0.2 s on recently freed ones. A long-running log recycles
-its page cache (steady state), so the sink row is measured the way ``bench_store.py``
-measures puts: right after a warm-up that writes and deletes a scratch file twice the
-log's expected size (the count-only peer gets the same warm-up). The row below it is the
-sink on a store deleted and recreated just before (pages partly first-touch), for reference.
+Page cache: on this VM, the first touch of guest memory the host has taken back costs ~10x a
+normal page-cache write, so a sink run is measured right after a warm-up that writes and deletes
+a scratch file twice the log's expected size (``bench_store.warm_up``), as a long-running log
+recycles its page cache.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
-import statistics
 import sys
 import threading
 import time
@@ -36,6 +41,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
 from bench_store import warm_up  # noqa: E402  (jobs/ is this script's directory)
 from harness import Bench  # noqa: E402
@@ -49,7 +55,10 @@ from pyspark.sql.datasource import (  # noqa: E402
 
 import rmqlog  # noqa: E402
 import spark_rmq  # noqa: E402
-from spark_rmq.schema import SPARK_SCHEMA  # noqa: E402
+from spark_rmq.schema import SPARK_SCHEMA, spark_schema  # noqa: E402
+
+#: the columns of the column-selection read
+COLUMNS = "body,keys,queueOffset"
 
 
 class CountOnlyWriter(DataSourceArrowWriter):
@@ -60,24 +69,22 @@ class CountOnlyWriter(DataSourceArrowWriter):
         return WriterCommitMessage()
 
 
-class GenerateOnlyReader(DataSourceReader):
-    def __init__(self, total: int, parts: int, body: int) -> None:
-        self.total, self.parts, self.body = total, parts, body
+class PrebuiltReader(DataSourceReader):
+    """Re-yields one batch of the message schema (or of ``columns``) built once: what is left
+    is Spark's part, the Python data source API's ceiling for that schema."""
+
+    def __init__(self, total: int, parts: int, body: int, columns: list[str] | None) -> None:
+        self.total, self.parts, self.body, self.columns = total, parts, body, columns
 
     def partitions(self):  # type: ignore[no-untyped-def]
         return [InputPartition(i) for i in range(self.parts)]
 
     def read(self, partition):  # type: ignore[no-untyped-def]
-        import numpy as np
-
         from rmqlog import MESSAGE_SCHEMA
 
         n = self.total // self.parts
         rows = min(65536, n)
-        # one batch of the message schema with the same sizes (100-byte bodies, 32-char ids,
-        # one key, one property), built vectorized once, then yielded until n rows are out:
-        # the cost of generating rows is as close to zero as it gets, Spark's part remains
-        body = np.frombuffer(b"x" * (self.body * rows), np.uint8)
+        body = np.random.default_rng(1).integers(0, 256, self.body * rows, dtype=np.uint8)
         s32 = pa.array(np.full(rows, "bench-topic-00000000000000000000", object), pa.string())
         ones = np.arange(rows + 1, dtype=np.int32)
         cols = []
@@ -96,6 +103,8 @@ class GenerateOnlyReader(DataSourceReader):
             else:
                 cols.append(pa.array(np.arange(rows) % 1000).cast(f.type))
         batch = pa.RecordBatch.from_arrays(cols, schema=MESSAGE_SCHEMA)
+        if self.columns:
+            batch = batch.select(self.columns)
         for start in range(0, n, rows):
             yield batch.slice(0, min(rows, n - start))
 
@@ -106,13 +115,36 @@ class PeerSource(DataSource):
         return "bench_peer"
 
     def schema(self):  # type: ignore[no-untyped-def]
-        return SPARK_SCHEMA
+        columns = self.options.get("columns")
+        return spark_schema(columns.split(",")) if columns else SPARK_SCHEMA
 
     def reader(self, schema):  # type: ignore[no-untyped-def]
-        return GenerateOnlyReader(int(self.options["total"]), int(self.options["parts"]), int(self.options["body"]))
+        columns = self.options.get("columns")
+        return PrebuiltReader(int(self.options["total"]), int(self.options["parts"]), int(self.options["body"]),
+                              columns.split(",") if columns else None)
 
     def writer(self, schema, overwrite):  # type: ignore[no-untyped-def]
         return CountOnlyWriter()
+
+
+def random_input(spark, n: int, body: int, parts: int = 2):  # type: ignore[no-untyped-def]
+    """``n`` rows (topic ``bench``, ``body`` random bytes) in ``parts`` partitions, cached."""
+
+    def gen(batches):  # type: ignore[no-untyped-def]
+        import numpy as np
+        import pyarrow as pa
+
+        rng = np.random.default_rng()
+        for b in batches:
+            m = b.num_rows
+            data = rng.integers(0, 256, m * body, dtype=np.uint8)
+            offsets = np.arange(0, m * body + 1, body, dtype=np.int32)
+            bodies = pa.Array.from_buffers(pa.binary(), m, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
+            yield pa.RecordBatch.from_arrays([pa.array(np.full(m, "bench", object), pa.string()), bodies], ["topic", "body"])
+
+    df = spark.range(n, numPartitions=parts).mapInArrow(gen, "topic string, body binary").cache()
+    assert df.count() == n
+    return df
 
 
 def timed(fn) -> float:  # type: ignore[no-untyped-def]
@@ -121,110 +153,207 @@ def timed(fn) -> float:  # type: ignore[no-untyped-def]
     return time.perf_counter() - t0
 
 
-def best_of(runs: int, fn) -> float:  # type: ignore[no-untyped-def]
-    return min(timed(fn) for _ in range(runs))
+def best_of(rounds: int, fn, before=None) -> float:  # type: ignore[no-untyped-def]
+    """One warm-up run, then the best of ``rounds`` (``before`` runs ahead of each, untimed)."""
+    times = []
+    for _ in range(rounds + 1):
+        if before is not None:
+            before()
+        times.append(timed(fn))
+    return min(times[1:])
 
 
-def latency(spark, root: Path, samples: int) -> list[float]:  # type: ignore[no-untyped-def]
-    """Seconds from a plain-Python append to its arrival in foreachBatch (default trigger)."""
+def _workers_rss_peak(stop: threading.Event, out: list[int]) -> None:
+    """The largest total RSS of Spark's Python workers seen until ``stop`` (every 20 ms)."""
+    import psutil
+
+    me = psutil.Process()
+    peak = 0
+    while not stop.wait(0.02):
+        total = 0
+        for p in me.children(recursive=True):
+            try:
+                if p.name().startswith("python") and "pyspark" in " ".join(p.cmdline()):
+                    total += p.memory_info().rss
+            except psutil.Error:
+                continue
+        peak = max(peak, total)
+    out.append(peak)
+
+
+def rss_peak(fn) -> int:  # type: ignore[no-untyped-def]
+    stop, out = threading.Event(), []
+    t = threading.Thread(target=_workers_rss_peak, args=(stop, out), daemon=True)
+    t.start()
+    try:
+        fn()
+    finally:
+        stop.set()
+        t.join()
+    return out[0]
+
+
+def stream_copy(spark, root: Path, work: Path, backlog: int, seconds: float, rate: float) -> tuple[float, list[float]]:  # type: ignore[no-untyped-def]
+    """(seconds to copy a backlog of ``backlog`` rows from topic ``in`` to ``out``, latencies in
+    ms of messages produced at ``rate`` msgs/s for ``seconds`` while the pipeline runs)."""
     with rmqlog.MessageStore.open(root) as ms:
-        ms.create_topic("latency", 1)
-    seen: dict[str, float] = {}
-    done = threading.Event()
+        ms.create_topic("in", 2)
+        ms.create_topic("out", 2)
+        rng = np.random.default_rng()
+        for start in range(0, backlog, 100_000):
+            m = min(100_000, backlog - start)
+            ms.put_batch(pa.table({"topic": ["in"] * m, "body": _random_bodies(rng, m, 100)}), dispatch=True)
+    q = (spark.readStream.format("rmqlog").option("path", str(root)).option("topics", "in")
+         .option("columns", "body,storeTimestamp").load()
+         .selectExpr("'out' AS topic", "body",
+                     "map('SRC_STORE_MS', CAST(unix_millis(storeTimestamp) AS STRING)) AS properties")
+         .writeStream.format("rmqlog").option("path", str(root)).option("checkpointLocation", str(work / "ckpt"))
+         .start())
+    try:
+        with rmqlog.MessageStore.open(root, read_only=True) as ms:
+            t0 = time.perf_counter()
+            while sum(ms.max_offset("out", q_) for q_ in range(2)) < backlog:
+                time.sleep(0.005)
+            t_backlog = time.perf_counter() - t0
+            start_offsets = [ms.max_offset("out", q_) for q_ in range(2)]
+        _produce(root, rate, seconds)
+        with rmqlog.MessageStore.open(root, read_only=True) as ms:
+            want = backlog + int(rate * seconds) - 1
+            deadline = time.monotonic() + 30
+            while sum(ms.max_offset("out", q_) for q_ in range(2)) < want and time.monotonic() < deadline:
+                time.sleep(0.01)
+    finally:
+        q.stop()
+    lat: list[float] = []
+    with rmqlog.MessageStore.open(root, read_only=True) as ms:
+        for q_ in range(2):
+            t = ms.read_queue("out", q_, start_offsets[q_], ms.max_offset("out", q_))
+            src = np.array([int(dict(p)["SRC_STORE_MS"]) for p in t["properties"].to_pylist()], np.int64)
+            stored = t["storeTimestamp"].cast(pa.int64()).to_numpy() // 1000
+            lat.extend((stored - src).tolist())
+    return t_backlog, lat
 
-    def on_batch(df, batch_id):  # type: ignore[no-untyped-def]
-        now = time.time()
-        for r in df.select("body").collect():
-            seen[bytes(r.body).decode()] = now
-        if len(seen) >= samples:
-            done.set()
 
-    q = (spark.readStream.format("rmqlog").option("path", str(root)).option("topics", "latency").load()
-         .writeStream.foreachBatch(on_batch).start())
-    sent: dict[str, float] = {}
+def _random_bodies(rng: np.random.Generator, m: int, body: int) -> pa.Array:
+    data = rng.integers(0, 256, m * body, dtype=np.uint8)
+    return pa.Array.from_buffers(pa.binary(), m, [None, pa.py_buffer(np.arange(0, m * body + 1, body, dtype=np.int32)),
+                                                  pa.py_buffer(data)])
+
+
+def _produce(root: Path, rate: float, seconds: float) -> None:
+    """Append to topic ``in`` at ``rate`` msgs/s for ``seconds``, a batch every 10 ms."""
+    rng = np.random.default_rng()
     with rmqlog.MessageStore.open(root) as ms:
-        while q.lastProgress is None:  # the query is up (its first, empty batch ran)
-            time.sleep(0.1)
-        for i in range(samples):
-            time.sleep(0.7)  # spaced out, so each message meets an idle, polling query
-            key = f"probe-{i}"
-            sent[key] = time.time()
-            ms.put("latency", key.encode())
-        done.wait(timeout=60)
-    q.stop()
-    return [seen[k] - sent[k] for k in sent if k in seen]
+        t0 = time.perf_counter()
+        sent = 0
+        while (now := time.perf_counter() - t0) < seconds:
+            due = int(rate * now) - sent
+            if due > 0:
+                ms.put_batch(pa.table({"topic": ["in"] * due, "body": _random_bodies(rng, due, 100)}), dispatch=True)
+                sent += due
+            time.sleep(0.01)
 
 
 def main() -> None:
-    job = Bench("bench_spark", __doc__, rounds=3, rounds_help="best of this many runs per measurement",
+    job = Bench("bench_spark", __doc__, rounds=2, rounds_help="measured runs after one warm-up run; the best counts",
                 temp_in=REPO / "bench-data" if (REPO / "bench-data").is_dir() else None)
     job.add_argument("--messages", type=int, default=2_000_000)
     job.add_argument("--body", type=int, default=100)
-    job.add_argument("--samples", type=int, default=20)
+    job.add_argument("--stream-seconds", type=float, default=8.0)
+    job.add_argument("--only", choices=["sink", "source", "stream"], default=None, help="run one part")
     with job.run() as work:
         _run(job, job.args, work)
 
 
 def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
-    n, body = args.messages, args.body
+    n, body, rounds = args.messages, args.body, args.rounds
     spark = spark_rmq.local_session("rmq-bench-spark", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(PeerSource)
-    parts = 2
-    src = (spark.range(n, numPartitions=parts)
-           .selectExpr("'bench' AS topic", f"CAST(lpad(CAST(id AS STRING), {body}, 'x') AS BINARY) AS body"))
+    src = random_input(spark, n, body)
+    print(f"rmqlog against parquet: {n:,} messages of {body} random bytes, {spark.sparkContext.master}, "
+          f"best of {rounds} after a warm-up, work dir {work}")
+    rows: list[tuple[str, float, str, float, str]] = []
 
-    print(f"rmqlog benchmark: {n:,} messages, {body}-byte bodies, {spark.sparkContext.master}, work dir {work}")
-    # warm up the JVM and the Python workers so that the first measured job does not pay for it
-    src.limit(1000).write.format("bench_peer").mode("append").save()
+    def row(what: str, t: float, peer: str, t_peer: float, target: str) -> None:
+        rows.append((what, t, peer, t_peer, target))
+        job.figure(what, n / t, "msgs/s", peer=peer, peer_value=n / t_peer)
 
     log_bytes = n * (body + 150)  # ~ the sink's records: header, body, topic, UNIQ_KEY
-    count_times = []
-    for _ in range(args.rounds):
-        warm_up(work / "warm", 2 * log_bytes)
-        count_times.append(timed(lambda: src.write.format("bench_peer").mode("append").save()))
-    t_count = min(count_times)
-    t_parquet_w = best_of(args.rounds, lambda: src.write.mode("overwrite").parquet(str(work / "parquet")))
-    sink_times: dict[bool, list[float]] = {True: [], False: []}
-    root = work / "store"
-    for i in range(2 * args.rounds):  # each run into a new store (the last one is read below)
-        shutil.rmtree(root, ignore_errors=True)  # the previous run's (frees its pages)
-        root = work / f"store{i}"  # a new path: workers keep the stores they opened open
+    store_n = [0]
+
+    def new_store() -> str:
+        old = work / f"store{store_n[0]}"
+        shutil.rmtree(old, ignore_errors=True)  # the previous run's (frees its pages)
+        store_n[0] += 1  # a new path: workers keep the stores they opened open
+        root = work / f"store{store_n[0]}"
         with rmqlog.MessageStore.open(root) as ms:
             ms.create_topic("bench", 4)
-        warm = i % 2 == 1  # alternate, so that both series see the same drift
-        if warm:
-            warm_up(work / "warm", 2 * log_bytes)
-        sink_times[warm].append(timed(lambda root=root: src.write.format("rmqlog").option("path", str(root)).mode("append").save()))
-    t_sink, t_sink_new = min(sink_times[True]), min(sink_times[False])
+        warm_up(work / "warm", 2 * log_bytes)
+        return str(root)
 
-    gen = spark.read.format("bench_peer").option("total", n).option("parts", 4).option("body", body).load()
-    t_gen = best_of(args.rounds, lambda: gen.write.format("noop").mode("overwrite").save())
-    t_parquet_r = best_of(args.rounds, lambda: spark.read.parquet(str(work / "parquet")).write.format("noop").mode("overwrite").save())
-    rmq = spark.read.format("rmqlog").option("path", str(root)).option("topics", "bench").load()
-    t_source = best_of(args.rounds, lambda: rmq.write.format("noop").mode("overwrite").save())
-    assert rmq.count() == n
+    root = ""
+    if args.only in (None, "sink", "stream"):
+        t_pq_w = best_of(rounds, lambda: src.write.mode("overwrite").parquet(str(work / "input.parquet")))
+        t_count = best_of(rounds, lambda: src.write.format("bench_peer").mode("append").save())
+        sink_times = []
+        for _ in range(rounds + 1):
+            root = new_store()
+            sink_times.append(timed(lambda root=root: src.write.format("rmqlog").option("path", root).mode("append").save()))
+        t_sink = min(sink_times[1:])
+        row("sink, df.write into a local store", t_sink, "Spark's parquet writer", t_pq_w, ">= 0.6x")
+        row("count-only Python Arrow writer (the API's ceiling)", t_count, "Spark's parquet writer", t_pq_w, "")
+        root2 = new_store()
+        rss_sink = rss_peak(lambda: src.write.format("rmqlog").option("path", root2).mode("append").save())
+        rss_pq = rss_peak(lambda: src.write.mode("overwrite").parquet(str(work / "input.parquet")))
+        print(f"Python workers' peak RSS while writing {n:,} rows: rmqlog sink {rss_sink / 2**20:.0f} MiB, "
+              f"parquet writer {rss_pq / 2**20:.0f} MiB")
+        job.figure("Python workers' peak RSS, sink", rss_sink / 2**20, "MiB", peer="the parquet writer's", peer_value=rss_pq / 2**20)
+    if args.only in (None, "source"):
+        if not root:
+            root = new_store()
+            src.write.format("rmqlog").option("path", root).mode("append").save()
+        rmq = spark.read.format("rmqlog").option("path", root).option("topics", "bench").load()
+        rmq.write.mode("overwrite").parquet(str(work / "messages.parquet"))
+        assert rmq.count() == n
 
-    lat = sorted(latency(spark, work / "latency-store", args.samples))
+        def peer(columns: str | None = None):  # type: ignore[no-untyped-def]
+            r = spark.read.format("bench_peer").option("total", n).option("parts", 4).option("body", body)
+            return (r.option("columns", columns) if columns else r).load()
+
+        def noop(df) -> float:  # type: ignore[no-untyped-def]
+            return best_of(rounds, lambda: df.write.format("noop").mode("overwrite").save())
+
+        t_ceiling = noop(peer())
+        t_source = noop(rmq)
+        t_pq_r = noop(spark.read.parquet(str(work / "messages.parquet")))
+        row("source, whole message schema", t_source, "a reader re-yielding a prebuilt batch (the API's ceiling)", t_ceiling, ">= 0.9x")
+        row("parquet reader, whole message schema", t_pq_r, "a reader re-yielding a prebuilt batch (the API's ceiling)", t_ceiling, "")
+        cols = COLUMNS.split(",")
+        t_cols = noop(spark.read.format("rmqlog").option("path", root).option("topics", "bench").option("columns", COLUMNS).load())
+        t_pq_cols = noop(spark.read.parquet(str(work / "messages.parquet")).select(*cols))
+        t_ceiling_cols = noop(peer(COLUMNS))
+        row(f"source, columns={COLUMNS}", t_cols, "Spark's parquet reader of those columns", t_pq_cols, ">= 0.6x")
+        row(f"ceiling reader, {COLUMNS}", t_ceiling_cols, "Spark's parquet reader of those columns", t_pq_cols, "")
+    if args.only in (None, "stream"):
+        t_batch = min(sink_times[1:]) if args.only is None or args.only == "stream" else None
+        rate = n / t_batch / 2 if t_batch else 100_000
+        t_backlog, lat = stream_copy(spark, work / "stream-store", work, n, args.stream_seconds, rate)
+        if t_batch:
+            row("streaming copy between two topics, backlog", t_backlog, "the batch sink", t_batch, ">= 0.5x")
+        lat.sort()
+        if lat:
+            p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
+            print(f"streaming copy at {rate:,.0f} msgs/s (half the batch sink's rate) for {args.stream_seconds:.0f} s: "
+                  f"latency p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(lat):,} messages (target: p50 <= 100 ms)")
+            job.figure("streaming copy latency p50 at half the batch sink's rate", p50, "ms")
+            job.figure("streaming copy latency p99 at half the batch sink's rate", p99, "ms")
     spark.stop()
-
-    def rate(t: float) -> str:
-        return f"{n / t / 1e6:.2f} M msgs/s ({t:.2f} s)"
-
-    print("\n| | rmqlog | count-only / generate-only Python Arrow peer | parquet | rmqlog vs peer (target) |")
-    print("|---|---|---|---|---|")
-    print(f"| sink (`df.write`) | {rate(t_sink)} | {rate(t_count)} | {rate(t_parquet_w)} | {t_count / t_sink:.2f}x (>= 0.7x) |")
-    print(f"| sink, store just recreated (no warm-up) | {rate(t_sink_new)} | | | {t_count / t_sink_new:.2f}x (reference) |")
-    print(f"| source (`spark.read`) | {rate(t_source)} | {rate(t_gen)} | {rate(t_parquet_r)} | {t_gen / t_source:.2f}x (>= 0.6x) |")
-    if lat:
-        p90 = lat[min(len(lat) - 1, int(len(lat) * 0.9))]
-        print(f"| end-to-end latency, default trigger | median {statistics.median(lat) * 1000:.0f} ms, "
-              f"p90 {p90 * 1000:.0f} ms ({len(lat)} samples) | | | target: median <= 1000 ms |")
-        job.figure("end-to-end latency, readStream, default trigger, median", statistics.median(lat) * 1000, "ms")
-    job.figure("sink, df.write", n / t_sink, "msgs/s", peer="a count-only Python Arrow writer", peer_value=n / t_count)
-    job.figure("sink, df.write, store just recreated (no warm-up)", n / t_sink_new, "msgs/s",
-               peer="a count-only Python Arrow writer", peer_value=n / t_count)
-    job.figure("source, spark.read", n / t_source, "msgs/s", peer="a generate-only Python Arrow reader", peer_value=n / t_gen)
+    print("\n| | rmqlog | peer | vs peer (target) |")
+    print("|---|---|---|---|")
+    for what, t, peer_name, t_peer, target in rows:
+        print(f"| {what} | {n / t / 1e6:.2f} M msgs/s ({t:.2f} s) | {peer_name}: {n / t_peer / 1e6:.2f} M msgs/s | "
+              f"{t_peer / t:.2f}x {('(' + target + ')') if target else ''} |")
 
 
 if __name__ == "__main__":

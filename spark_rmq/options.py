@@ -38,6 +38,7 @@ SOURCE_OPTIONS = {
     "endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
     "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "tags", "sql92", "group",
     "failondataloss", "readbatchrows", "checkcrc", "key", "msgid", "deliverdue", "readonly", "nameserver",
+    "columns",
 }
 SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid", "nameserver", "sendretrytimeout"}
 #: options that act on a store's files: refused with ``nameServer`` (the broker owns its files:
@@ -195,6 +196,9 @@ class SourceOptions:
     #: ``nameServer``: the name servers (``host:port``, several separated by ``;``) of the
     #: brokers to read from over the wire, in place of ``path`` (:mod:`spark_rmq.wire_source`)
     name_server: str | None = None
+    #: ``columns``: the message schema's columns to read, in this order (``None``: all); the
+    #: source's schema follows it, and only these columns are decoded and handed to Spark
+    columns: tuple[str, ...] | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
@@ -265,12 +269,35 @@ class SourceOptions:
             raise RmqLogOptionError("deliverDue", "cannot be true with readOnly (delivering writes into the store)")
         if kw["read_only"] and kw.get("group") is not None:
             raise RmqLogOptionError("group", "cannot be set with readOnly (committing the group's offsets writes into the store)")
+        kw["columns"] = parse_columns(options)
         _key_options(options, kw, streaming)
         return cls(**kw)
 
     @property
     def limited(self) -> bool:
         return bool(self.max_messages or self.max_bytes or self.min_messages)
+
+
+def parse_columns(options: Mapping[str, str]) -> tuple[str, ...] | None:
+    """The ``columns`` option: names of the message schema's columns separated by commas (spaces
+    around them ignored), each once; ``None`` when not given. Else :class:`RmqLogOptionError`
+    naming the option and the column."""
+    from rmqlog import MESSAGE_SCHEMA
+
+    raw = _get(options, "columns")
+    if raw is None:
+        return None
+    names = [c.strip() for c in raw.split(",")]
+    if not any(names):
+        raise RmqLogOptionError("columns", "is empty: name at least one column of the message schema")
+    known = MESSAGE_SCHEMA.names
+    for name in names:
+        if name not in known:
+            raise RmqLogOptionError("columns", f"{name!r} is not a column of the message schema ({', '.join(known)})")
+    if len(set(names)) != len(names):
+        twice = next(n for n in names if names.count(n) > 1)
+        raise RmqLogOptionError("columns", f"{twice!r} is named twice")
+    return tuple(names)
 
 
 def parse_sql92(raw: str) -> str:

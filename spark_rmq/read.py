@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
-from rmqlog import MESSAGE_SCHEMA, CorruptStoreError, GetMessageStatus, compile_filter
+from rmqlog import CorruptStoreError, GetMessageStatus, compile_filter
 
 from .offsets import check_data_loss, queue_key
 from .stores import busy, using
@@ -48,6 +48,7 @@ class QueueRange(InputPartition):
     check_crc: bool = True
     read_only: bool = False  # the ``readOnly`` option: the executor opens the store read-only
     sql92: str | None = None  # the ``sql92`` option: the store keeps only the matching messages
+    columns: tuple[str, ...] | None = None  # the ``columns`` option: only these are made (None: all)
 
     @property
     def key(self) -> str:
@@ -65,11 +66,12 @@ class KeyLookup(InputPartition):
     unique: bool = False
     check_crc: bool = True
     read_only: bool = False
+    columns: tuple[str, ...] | None = None
 
 
-def read_key_lookup(part: KeyLookup, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator[pa.RecordBatch]:
+def read_key_lookup(part: KeyLookup) -> Iterator[pa.RecordBatch]:
     """Yield the messages :meth:`rmqlog.MessageStore.query_by_key` (or ``query_by_unique_key``
-    for ``unique``) finds in each topic, oldest first per topic."""
+    for ``unique``) finds in each topic, oldest first per topic (only ``part.columns``, if set)."""
     with using(part.path, create=False, read_only=part.read_only) as ms, busy():
         tables = [
             ms.query_by_unique_key(t, part.key, check_crc=part.check_crc) if part.unique
@@ -78,11 +80,12 @@ def read_key_lookup(part: KeyLookup, schema: pa.Schema = MESSAGE_SCHEMA) -> Iter
         ]
     for table in tables:
         if table.num_rows:
-            yield from (table if table.schema.equals(schema) else table.cast(schema)).to_batches()
+            yield from (table.select(list(part.columns)) if part.columns else table).to_batches()
 
 
-def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator[pa.RecordBatch]:
-    """Yield the messages of ``part`` as record batches of ``schema`` (the message schema).
+def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
+    """Yield the messages of ``part`` as record batches of the message schema, or of the
+    columns ``part.columns`` names (only those are made: :meth:`rmqlog.MessageStore.read_window`).
 
     Each window is one :meth:`rmqlog.MessageStore.read_window` (at most ``part.batch_rows``
     units, the tag filter applied by the store), read inside :func:`spark_rmq.stores.busy`;
@@ -102,12 +105,16 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
     # the SQL92 filter, compiled once per task, is evaluated by the store over each whole
     # window's properties column (never row by row): the window holds only the matches
     sql92 = compile_filter(part.sql92) if part.sql92 is not None else None
+    columns = part.columns
+    timed = part.ts_from_ms is not None or part.ts_until_ms is not None
+    if columns is not None and timed and "storeTimestamp" not in columns:
+        columns = (*columns, "storeTimestamp")  # for the time cut, dropped after it
     pos = part.start
     while pos < part.end:
         until = min(part.end, pos + part.batch_rows)
         with using(part.path, create=False, read_only=part.read_only) as ms:
             r = ms.read_window(part.topic, part.queue_id, pos, max_count=until - pos, tags=tags, until=until,
-                               check_crc=part.check_crc, sql92=sql92)
+                               check_crc=part.check_crc, sql92=sql92, columns=columns)
         if r.status in _GONE:  # retention deleted where the range stood: the range's rest from the new start
             pos = check_data_loss(part.key, pos, r.next_begin_offset, part.fail_on_data_loss)
             continue
@@ -118,8 +125,10 @@ def read_range(part: QueueRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator
             check_data_loss(part.key, r.removed[0], r.removed[1], part.fail_on_data_loss)
         pos = r.next_begin_offset
         table = _time_cut(part, r.messages)
+        if columns is not part.columns:
+            table = table.select(list(part.columns or ()))
         if table.num_rows:
-            yield from (table if table.schema.equals(schema) else table.cast(schema)).to_batches()
+            yield from table.to_batches()
 
 
 _GONE = (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_FOUND_NULL)

@@ -12,3 +12,11 @@ from rmqlog import MESSAGE_SCHEMA
 #: bornTimestamp timestamp, storeTimestamp timestamp, bornHost string, storeHost string,
 #: flag int, sysFlag int, reconsumeTimes int, bodyCRC int``
 SPARK_SCHEMA: StructType = from_arrow_schema(MESSAGE_SCHEMA)
+
+
+def spark_schema(columns: list[str] | None = None) -> StructType:
+    """The source's schema: the message schema, or only ``columns`` of it in the order given
+    (the ``columns`` option; names checked by :class:`spark_rmq.options.SourceOptions`)."""
+    if not columns:
+        return SPARK_SCHEMA
+    return StructType([SPARK_SCHEMA[name] for name in columns])

@@ -66,9 +66,9 @@ from .offsets import (
     split_key,
     split_messages,
 )
-from .options import EARLIEST, LATEST, SourceOptions
+from .options import EARLIEST, LATEST, SourceOptions, parse_columns
 from .read import KeyLookup, QueueRange, read_key_lookup, read_range
-from .schema import SPARK_SCHEMA
+from .schema import SPARK_SCHEMA, spark_schema
 from .stores import busy, track, untrack
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,9 @@ class RmqLogDataSource(DataSource):
         return FORMAT_NAME
 
     def schema(self) -> StructType:
-        return SPARK_SCHEMA
+        # the ``columns`` option's columns, or the whole message schema (other options are
+        # checked when the reader is made)
+        return spark_schema(list(columns)) if (columns := parse_columns(self.options)) else SPARK_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = SourceOptions.parse(self.options, streaming=False)
@@ -165,7 +167,8 @@ def _partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **kw: A
     for key, a, b in ranges:
         topic, qid = split_key(key)
         parts.append(QueueRange(opts.path, topic, qid, a, b, tags, opts.fail_on_data_loss, opts.read_batch_rows,
-                                check_crc=opts.check_crc, read_only=opts.read_only, sql92=opts.sql92, **kw))
+                                check_crc=opts.check_crc, read_only=opts.read_only, sql92=opts.sql92,
+                                columns=opts.columns, **kw))
     return parts
 
 
@@ -193,7 +196,7 @@ class RmqLogBatchReader(DataSourceReader):
                 _dispatch(ms, opts)  # the index is built by the dispatch
             topics = tuple(t for t in opts.topics or () if self.topic_in is None or t in self.topic_in)
             return [KeyLookup(opts.path, topics, opts.msg_id or opts.key or "", opts.msg_id is not None, opts.check_crc,
-                              opts.read_only)]
+                              opts.read_only, opts.columns)]
         with _open(opts) as ms:
             _dispatch(ms, opts)
             queues = [(t, q) for t, q in discover_queues(ms, opts) if self._wanted(t, q)]
@@ -209,7 +212,7 @@ class RmqLogBatchReader(DataSourceReader):
                 start[k] = check_data_loss(k, start[k], first[k][0], opts.fail_on_data_loss)
         parts = _partitions(self._tag_opts(), plan_ranges(start, end, opts.max_messages_per_partition),
                             ts_from_ms=self.ts_from_ms, ts_until_ms=self.ts_until_ms)
-        return parts or [QueueRange(opts.path, "", 0, 0, 0)]
+        return parts or [QueueRange(opts.path, "", 0, 0, 0, columns=opts.columns)]
 
     def _tag_opts(self) -> SourceOptions:
         if self.tags_in is None:

@@ -86,6 +86,9 @@ class WireRange(InputPartition):
     #: the ``sql92`` option: pulled with ``expressionType`` SQL92 (the broker filters; it needs
     #: ``enablePropertyFilter=true``), tags then kept here
     sql92: str | None = None
+    #: the ``columns`` option: the rows are cut to these columns (the decode of a pulled body
+    #: makes them all: the filters here need tags, queue offsets and store times)
+    columns: tuple[str, ...] | None = None
 
     @property
     def key(self) -> str:
@@ -166,5 +169,7 @@ def read_wire_range(part: WireRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iter
         pos = max(int(offsets[-1]) + 1, r.next_begin_offset)
         if not keep.all():
             table = table.filter(pa.array(keep))
+        if part.columns is not None:
+            table = table.select(list(part.columns))
         if table.num_rows:
-            yield from (table if table.schema.equals(schema) else table.cast(schema)).to_batches()
+            yield from (table if table.schema.equals(schema) or part.columns else table.cast(schema)).to_batches()

@@ -48,6 +48,7 @@ class WireKeyLookup(InputPartition):
     topics: tuple[str, ...]
     key: str
     unique: bool = False
+    columns: tuple[str, ...] | None = None
 
 
 def read_wire_key_lookup(part: WireKeyLookup, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator[pa.RecordBatch]:
@@ -58,8 +59,10 @@ def read_wire_key_lookup(part: WireKeyLookup, schema: pa.Schema = MESSAGE_SCHEMA
                 table = admin.query_by_key(topic, part.key, max_num=KEY_LOOKUP_MAX, unique=part.unique)
             except TopicNotFoundError:
                 continue
+            if part.columns is not None:
+                table = table.select(list(part.columns))
             if table.num_rows:
-                yield from (table if table.schema.equals(schema) else table.cast(schema)).to_batches()
+                yield from (table if table.schema.equals(schema) or part.columns else table.cast(schema)).to_batches()
 
 
 def wire_partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **kw: Any) -> list[InputPartition]:
@@ -71,7 +74,7 @@ def wire_partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **k
         name, qid = split_key(key)
         topic, broker = split_wire_name(name)
         parts.append(WireRange(opts.name_server, topic, broker, qid, a, b, tags, opts.fail_on_data_loss,
-                               opts.read_batch_rows, sql92=opts.sql92, **kw))
+                               opts.read_batch_rows, sql92=opts.sql92, columns=opts.columns, **kw))
     return parts
 
 
@@ -84,7 +87,8 @@ class _WireBatch(RmqLogBatchReader):
         refuse_wire_options(opts)
         if opts.key is not None or opts.msg_id is not None:
             topics = tuple(t for t in opts.topics or () if self.topic_in is None or t in self.topic_in)
-            return [WireKeyLookup(opts.name_server, topics, opts.msg_id or opts.key or "", opts.msg_id is not None)]
+            return [WireKeyLookup(opts.name_server, topics, opts.msg_id or opts.key or "", opts.msg_id is not None,
+                                  opts.columns)]
         src = BrokerQueues(opts.name_server)
         try:
             queues = [(n, q) for n, q in src.queues(opts) if self._wanted(split_wire_name(n)[0], q)]
@@ -102,7 +106,7 @@ class _WireBatch(RmqLogBatchReader):
                 start[k] = check_data_loss(k, start[k], first[k][0], opts.fail_on_data_loss)
         parts = wire_partitions(self._tag_opts(), plan_ranges(start, end, opts.max_messages_per_partition),
                                 ts_from_ms=self.ts_from_ms, ts_until_ms=self.ts_until_ms)
-        return parts or [WireRange(opts.name_server, "", "", 0, 0, 0)]
+        return parts or [WireRange(opts.name_server, "", "", 0, 0, 0, columns=opts.columns)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, WireKeyLookup):

@@ -412,7 +412,7 @@ class MessageStore(WireAccess, ReplicationCalls):
     def read_window(
         self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, max_bytes: int | None = None,
         tags: str | None = "*", until: int | None = None, check_crc: bool | None = None, raw: bool = False,
-        disk: DiskLimits | None = None, sql92: Sql92Filter | None = None,
+        disk: DiskLimits | None = None, sql92: Sql92Filter | None = None, columns: list[str] | tuple[str, ...] | None = None,
     ) -> GetMessageResult:
         """Read a window of a queue from ``offset``: RocketMQ's ``getMessage`` (statuses and next
         offsets as :mod:`rmqlog.access.window` tabulates), at most ``max_count`` messages and,
@@ -425,12 +425,15 @@ class MessageStore(WireAccess, ReplicationCalls):
         commitlog's end (a broker's pull). ``sql92`` (:func:`rmqlog.filter.compile_filter`):
         only messages whose properties match RocketMQ's SQL92 selector are taken, the others
         scanned past as a tag filter's are (a broker's pull with ``expressionType`` SQL92).
-        Records retention deleted while the read was under
+        ``columns`` (names of the message table's columns): ``messages`` holds only those, in
+        that order, and the others are not made (a reader that needs few of them: the Spark
+        source's ``columns`` option). Records retention deleted while the read was under
         way are skipped and named in ``removed``. Checked as :meth:`get_messages` says; a bad
         argument raises :class:`InvalidArgumentError` (``InvalidTopicError`` for a topic) naming it."""
         self._check_open()
         return self.reader.read_window(topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, tags=tags,
-                                       until=until, check_crc=check_crc, raw=raw, disk=disk, sql92=sql92)
+                                       until=until, check_crc=check_crc, raw=raw, disk=disk, sql92=sql92,
+                                       columns=columns)  # type: ignore[arg-type]
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, check_crc: bool | None = None) -> pa.Table:
         """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table;

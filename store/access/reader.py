@@ -89,11 +89,11 @@ class QueueReader:
     def read_window(
         self, topic: str, queue_id: int, offset: int, *, max_count: int, tags: str | None, check_crc: bool | None,
         max_bytes: int | None = None, until: int | None = None, raw: bool = False, disk: DiskLimits | None = None,
-        sql92: Sql92Filter | None = None,
+        sql92: Sql92Filter | None = None, columns: tuple[str, ...] | None = None,
     ) -> GetMessageResult:
         """A window of a queue (:mod:`rmqlog.access.window`); see :meth:`rmqlog.MessageStore.read_window`."""
         return read_window(self, topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, tags=tags,
-                           until=until, check_crc=check_crc, raw=raw, disk=disk, sql92=sql92)
+                           until=until, check_crc=check_crc, raw=raw, disk=disk, sql92=sql92, columns=columns)
 
     def read_units(
         self, cq: ConsumeQueue, topic: str, queue_id: int, first: int, units: np.ndarray, rows: np.ndarray,

@@ -71,6 +71,7 @@ from ..paths import validate_topic
 from ..queue.checked_read import read_unit_columns, read_unit_records, read_unit_stored, read_units
 from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
 from ..results import DiskLimits, GetMessageResult, GetMessageStatus, StoredRecords
+from ..schema import MESSAGE_SCHEMA
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -102,10 +103,25 @@ def parse_tag_filter(tags: object) -> set[str] | None:
     return parts
 
 
+def columns_arg(columns: object) -> tuple[str, ...] | None:
+    """``columns`` of a read: ``None`` (all), or names of the message table's columns, each once
+    (a list or tuple of strings); else :class:`rmqlog.errors.InvalidArgumentError` naming it."""
+    if columns is None:
+        return None
+    if not isinstance(columns, list | tuple) or not columns or not all(isinstance(c, str) for c in columns):
+        raise InvalidArgumentError(f"columns must be None or a non-empty list of column names, got {columns!r}")
+    unknown = [c for c in columns if c not in MESSAGE_SCHEMA.names]
+    if unknown:
+        raise InvalidArgumentError(f"columns: {unknown[0]!r} is not a column of the message table ({', '.join(MESSAGE_SCHEMA.names)})")
+    if len(set(columns)) != len(columns):
+        raise InvalidArgumentError(f"columns: {next(c for c in columns if columns.count(c) > 1)!r} is named twice")
+    return tuple(columns)
+
+
 def read_window(
     reader: Reader, topic: str, queue_id: int, offset: int, *, max_count: int, max_bytes: int | None,
     tags: str | None, until: int | None, check_crc: bool | None, raw: bool, disk: DiskLimits | None = None,
-    sql92: Sql92Filter | None = None,
+    sql92: Sql92Filter | None = None, columns: tuple[str, ...] | None = None,
 ) -> GetMessageResult:
     """The window of ``topic``/``queue_id`` from ``offset`` (see the module docstring): at most
     ``max_count`` messages and ``max_bytes`` bytes of records (``None``: no limit), the units
@@ -113,7 +129,8 @@ def read_window(
     ``raw``, as the stored records; with ``disk`` (:class:`rmqlog.results.DiskLimits`), units
     whose records lie "on disk" are judged by its limits instead; with ``sql92``
     (:class:`rmqlog.filter.Sql92Filter`) a unit is taken only when its record's properties
-    match (RocketMQ's ``isMatchedByCommitLog``), see the module docstring. Arguments are checked first:
+    match (RocketMQ's ``isMatchedByCommitLog``), see the module docstring. ``columns``: only
+    these columns of the message table are made, in that order (``None``: all). Arguments are checked first:
     :class:`rmqlog.errors.InvalidArgumentError` / ``InvalidTopicError`` naming the argument.
     A damaged unit or record raises :class:`rmqlog.errors.CorruptQueueError` /
     :class:`rmqlog.errors.CorruptRecordError`."""
@@ -131,10 +148,11 @@ def read_window(
         _check_disk_limits(disk)
     if sql92 is not None and not isinstance(sql92, Sql92Filter):
         raise InvalidArgumentError(f"sql92 must be a compiled Sql92Filter (rmqlog.filter.compile_filter) or None, got {type(sql92).__name__}")
+    columns = columns_arg(columns)
 
     def result(status: GetMessageStatus, next_offset: int, lo: int = 0, hi: int = 0, **kw: object) -> GetMessageResult:
         empty = StoredRecords.empty() if raw else None
-        return GetMessageResult(status, next_offset, lo, hi, empty_message_table(), empty, **kw)  # type: ignore[arg-type]
+        return GetMessageResult(status, next_offset, lo, hi, empty_message_table(columns), empty, **kw)  # type: ignore[arg-type]
 
     if queue_id < 0 or not reader.queue_exists(topic, queue_id):
         return result(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
@@ -199,18 +217,27 @@ def read_window(
             logical = offset + rows.astype(np.int64)
         try:
             if sql92 is not None:
-                messages, records = _chunks_taken(chunks, scanned, raw)
+                messages, records = _chunks_taken(chunks, scanned, raw, columns)
             elif raw:
                 # no tag filter: the records checked on their own bytes (None: the general read decides)
                 records = read_unit_stored(commitlog, cq, units[rows], logical, **args) if wanted is None else None  # type: ignore[arg-type]
                 if records is None:
                     records = _exact_tags(read_unit_records(commitlog, cq, units[rows], logical, **args), wanted)  # type: ignore[arg-type]
-                messages = empty_message_table()
-            else:
+                messages = empty_message_table(columns)
+            elif columns is None:
                 messages = read_units(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
                 records = None
                 if wanted is not None:
                     messages = messages.filter(pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False))
+            else:  # the same checked read, only the columns asked for made (and the tags to filter on)
+                made = columns if wanted is None or "tags" in columns else (*columns, "tags")
+                got = read_unit_columns(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
+                messages = concat_tables([message_table(c, made) for c in got], made)
+                records = None
+                if wanted is not None:
+                    messages = messages.filter(pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False))
+                    if made is not columns:
+                        messages = messages.select(list(columns))
         except MessagesDeletedError:  # retention overtook the record read: plan again against the new first offset
             low = commitlog.min_offset()
             continue
@@ -263,7 +290,9 @@ def _filtered_batch(
         step = len(units)  # the first chunk did not decide it: the rest of the window in one read
 
 
-def _chunks_taken(chunks: list[_Chunk], scanned: int, raw: bool) -> tuple[pa.Table, StoredRecords | None]:
+def _chunks_taken(
+    chunks: list[_Chunk], scanned: int, raw: bool, columns: tuple[str, ...] | None = None,
+) -> tuple[pa.Table, StoredRecords | None]:
     """The message table (or with ``raw`` the stored records) of the matching units before
     ``scanned``, from the records :func:`_filtered_batch` read (each segment's part cut to
     its matches before anything is joined: the non-matching records are never copied again)."""
@@ -284,7 +313,7 @@ def _chunks_taken(chunks: list[_Chunk], scanned: int, raw: bool) -> tuple[pa.Tab
                 continue
             whole = bool(k.all())
             if not raw:
-                table = message_table(cols)
+                table = message_table(cols, columns)
                 tables.append(table if whole else table.filter(pa.array(k)))
                 continue
             assert stored is not None
@@ -293,7 +322,7 @@ def _chunks_taken(chunks: list[_Chunk], scanned: int, raw: bool) -> tuple[pa.Tab
             sizes.append(cols.header["totalSize"] if whole else cols.header["totalSize"][k])
             queue_offsets.append(cols.header["queueOffset"] if whole else cols.header["queueOffset"][k])
     if not raw:
-        return concat_tables(tables), None
+        return concat_tables(tables, columns), None
     if not arrays:
         return empty_message_table(), StoredRecords.empty()
     # a gather's, a filter's and a concatenation's value offsets start at 0: ``data`` is the records

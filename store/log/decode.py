@@ -479,30 +479,49 @@ def _ms_to_ts(ms: np.ndarray) -> pa.Array:
     return pa.array(ms.astype(np.int64) * 1000, pa.int64()).view(TS)
 
 
-def message_table(cols: RecordColumns) -> pa.Table:
-    """The public message table (:data:`rmqlog.schema.MESSAGE_SCHEMA`) of decoded records."""
-    parsed = ParsedProperties(cols.properties)
-    h = cols.header
-    arrays = [
-        cols.topic,
-        pa.array(h["queueId"].astype(np.int32)),
-        pa.array(h["queueOffset"].astype(np.int64)),
-        pa.array(cols.offsets.astype(np.int64)),
-        msg_ids(cols),
-        cols.body if cols.body is not None else pa.nulls(len(cols), pa.binary()),
-        parsed.column(PROPERTY_TAGS),
-        split_keys(parsed.column(PROPERTY_KEYS)),
-        parsed.map_array(hide_prefix=STORE_PROPERTY_PREFIX),  # the store's markers are not the user's
-        _ms_to_ts(h["bornTimestamp"]),
-        _ms_to_ts(h["storeTimestamp"]),
-        cols.born_host,
-        cols.store_host,
-        pa.array(h["flag"].astype(np.int32)),
-        pa.array(h["sysFlag"].astype(np.int32)),
-        pa.array(h["reconsumeTimes"].astype(np.int32)),
-        pa.array(h["bodyCRC"].astype(np.int32)),
-    ]
-    return pa.Table.from_arrays(arrays, schema=MESSAGE_SCHEMA)
+#: How each column of the message table is made from decoded records (and their parsed
+#: properties, made once, and only when a column needs them).
+_COLUMN_MAKERS: dict[str, Callable[[RecordColumns, Callable[[], ParsedProperties]], pa.Array]] = {
+    "topic": lambda c, p: c.topic,
+    "queueId": lambda c, p: pa.array(c.header["queueId"].astype(np.int32)),
+    "queueOffset": lambda c, p: pa.array(c.header["queueOffset"].astype(np.int64)),
+    "commitLogOffset": lambda c, p: pa.array(c.offsets.astype(np.int64)),
+    "msgId": lambda c, p: msg_ids(c),
+    "body": lambda c, p: c.body if c.body is not None else pa.nulls(len(c), pa.binary()),
+    "tags": lambda c, p: p().column(PROPERTY_TAGS),
+    "keys": lambda c, p: split_keys(p().column(PROPERTY_KEYS)),
+    "properties": lambda c, p: p().map_array(hide_prefix=STORE_PROPERTY_PREFIX),  # the store's markers are not the user's
+    "bornTimestamp": lambda c, p: _ms_to_ts(c.header["bornTimestamp"]),
+    "storeTimestamp": lambda c, p: _ms_to_ts(c.header["storeTimestamp"]),
+    "bornHost": lambda c, p: c.born_host,
+    "storeHost": lambda c, p: c.store_host,
+    "flag": lambda c, p: pa.array(c.header["flag"].astype(np.int32)),
+    "sysFlag": lambda c, p: pa.array(c.header["sysFlag"].astype(np.int32)),
+    "reconsumeTimes": lambda c, p: pa.array(c.header["reconsumeTimes"].astype(np.int32)),
+    "bodyCRC": lambda c, p: pa.array(c.header["bodyCRC"].astype(np.int32)),
+}
+assert list(_COLUMN_MAKERS) == MESSAGE_SCHEMA.names
+
+
+@functools.cache
+def message_schema(columns: tuple[str, ...] | None = None) -> pa.Schema:
+    """:data:`rmqlog.schema.MESSAGE_SCHEMA`, or its ``columns`` (known names) in that order."""
+    return MESSAGE_SCHEMA if columns is None else pa.schema([MESSAGE_SCHEMA.field(c) for c in columns])
+
+
+def message_table(cols: RecordColumns, columns: tuple[str, ...] | None = None) -> pa.Table:
+    """The public message table (:data:`rmqlog.schema.MESSAGE_SCHEMA`) of decoded records, or
+    only its ``columns`` (known names, in that order): a column not asked for is not made (the
+    msgIds' hex, the properties map and the host strings cost most)."""
+    parsed: list[ParsedProperties] = []
+
+    def props() -> ParsedProperties:
+        if not parsed:
+            parsed.append(ParsedProperties(cols.properties))
+        return parsed[0]
+
+    names = MESSAGE_SCHEMA.names if columns is None else columns
+    return pa.Table.from_arrays([_COLUMN_MAKERS[name](cols, props) for name in names], schema=message_schema(columns))
 
 
 def dispatch_columns(cols: RecordColumns) -> tuple[pa.Array, np.ndarray]:
@@ -512,15 +531,16 @@ def dispatch_columns(cols: RecordColumns) -> tuple[pa.Array, np.ndarray]:
 
 
 @functools.cache
-def empty_message_table() -> pa.Table:
-    """The message table without rows (one shared instance: Arrow tables are immutable, and
-    building one costs ~150 us, more than a whole 32-message ``get_messages`` should)."""
-    return MESSAGE_SCHEMA.empty_table()
+def empty_message_table(columns: tuple[str, ...] | None = None) -> pa.Table:
+    """The message table (or its ``columns``) without rows (one shared instance: Arrow tables
+    are immutable, and building one costs ~150 us, more than a whole 32-message
+    ``get_messages`` should)."""
+    return message_schema(columns).empty_table()
 
 
-def concat_tables(tables: list[pa.Table]) -> pa.Table:
+def concat_tables(tables: list[pa.Table], columns: tuple[str, ...] | None = None) -> pa.Table:
     if not tables:
-        return empty_message_table()
+        return empty_message_table(columns)
     if len(tables) == 1:
         return tables[0]
     return pa.concat_tables(tables).combine_chunks()

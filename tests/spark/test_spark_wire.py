@@ -173,6 +173,10 @@ def test_a_range_is_pulled_and_filtered_exactly(servers: WireServers, tmp_path: 
     assert tagged["queueOffset"].to_pylist() == list(range(5, 45, 2))[0:0] + [i for i in range(5, 45) if i % 2]
     with pytest.raises(Exception, match="ends at offset 50, below offset 50"):
         list(read_wire_range(WireRange(ns, "T", BROKER, 0, 0, 60)))
+    # the columns option: the tag filter still applies, the rows are cut to the columns
+    cut = pa.Table.from_batches(list(read_wire_range(WireRange(ns, "T", BROKER, 1, 5, 45, ("y",), batch_rows=7,
+                                                               columns=("body",)))))
+    assert cut.column_names == ["body"] and cut["body"].to_pylist() == tagged["body"].to_pylist()
 
 
 def test_stream_reader_plans_from_the_brokers_and_commits_the_group(servers: WireServers, tmp_path: Path) -> None:
@@ -252,6 +256,8 @@ def test_batch_read_over_the_wire(spark, servers: WireServers, tmp_path: Path) -
     assert bodies(read(spark, servers, topics="U", key="k-2").collect()) == ["keyed"]
     assert bodies(read(spark, servers, topics="U", msgId=sent.msg_id).collect()) == ["keyed"]
     assert read(spark, servers, topics="U", key="k-9").count() == 0
+    assert read(spark, servers, topics="U", key="k-2", columns="keys").collect()[0].keys == ["k-1", "k-2"]
+    assert read(spark, servers, topics="T", columns="queueId").columns == ["queueId"]
 
 
 def test_stream_over_the_wire_with_a_group_and_a_restarted_broker(spark, servers: WireServers, tmp_path: Path) -> None:
