@@ -50,23 +50,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torture_common import (  # noqa: E402
-    Problems,
-    child_spec,
-    finish,
-    open_store,
-    prepare_root,
-    read_whole_queue,
-    reap,
-    run_trials,
-    spawn_child,
-    start_broker,
-    stop_broker,
-    trial_parser,
-    wait_for,
-    work_dir,
-    write_conf,
-)
+import torture_common as tc  # noqa: E402
 
 TOPIC = "TORTURE"
 QUEUES = 4
@@ -109,30 +93,28 @@ def run_producer(spec: dict[str, Any]) -> int:
         stop.set()
 
     threading.Thread(target=watch_stdin, daemon=True).start()
-    fd = os.open(spec["ledger"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    producer = Producer(f"TORTURE_PG_{idx}", spec["namesrv"], timeout_s=float(spec["timeout_s"]))
-    seq = 0
-    try:
-        while not stop.is_set():
-            body = make_body(seed, idx, seq)
-            attempt = 0
+    with tc.LedgerFile(spec["ledger"]) as ledger:
+        producer = Producer(f"TORTURE_PG_{idx}", spec["namesrv"], timeout_s=float(spec["timeout_s"]))
+        seq = 0
+        try:
             while not stop.is_set():
-                attempt += 1
-                os.write(fd, f"T {seq} {attempt}\n".encode())
-                try:
-                    res = producer.send(TOPIC, body, properties={TRY_PROP: str(attempt)})
-                except Exception as exc:  # the broker is down or restarting: retry the same body
-                    os.write(fd, f"E {seq} {attempt} {type(exc).__name__}\n".encode())
-                    stop.wait(0.02)  # a broker that is down refuses at once: do not spin on it
-                    continue
-                tag = "OK" if res.status == "SEND_OK" else "ST"  # ST: stored, flush late (not counted)
-                os.write(fd, f"{tag} {seq} {attempt} {res.offset_msg_id} {res.queue_id} {res.queue_offset}\n".encode())
-                os.fsync(fd)
-                break
-            seq += 1
-    finally:
-        producer.close()
-        os.close(fd)
+                body = make_body(seed, idx, seq)
+                attempt = 0
+                while not stop.is_set():
+                    attempt += 1
+                    ledger.note(f"T {seq} {attempt}\n", sync=False)
+                    try:
+                        res = producer.send(TOPIC, body, properties={TRY_PROP: str(attempt)})
+                    except Exception as exc:  # the broker is down or restarting: retry the same body
+                        ledger.note(f"E {seq} {attempt} {type(exc).__name__}\n", sync=False)
+                        stop.wait(0.02)  # a broker that is down refuses at once: do not spin on it
+                        continue
+                    tag = "OK" if res.status == "SEND_OK" else "ST"  # ST: stored, flush late (not counted)
+                    ledger.note(f"{tag} {seq} {attempt} {res.offset_msg_id} {res.queue_id} {res.queue_offset}\n")
+                    break
+                seq += 1
+        finally:
+            producer.close()
     return 0
 
 
@@ -186,29 +168,23 @@ def read_by_pull(namesrv: str) -> Stored:
 
     out: Stored = {}
     with PullConsumer("TORTURE_CHECK", namesrv, timeout_s=30.0) as consumer:
-        for qid in range(QUEUES):
-            offset = 0
-            while True:
-                res = consumer.pull(TOPIC, qid, offset, 32)
-                if res.status != "FOUND":
-                    break
-                _collect(res.messages, out)
-                offset = res.next_begin_offset
+        for messages in tc.pull_queues(consumer, TOPIC, QUEUES):
+            _collect(messages, out)
     return out
 
 
 def read_direct(root: Path, conf: Path) -> tuple[Stored, list[str]]:
     out: Stored = {}
-    with open_store(root, conf, read_only=True, create=False) as store:
+    with tc.open_store(root, conf, read_only=True, create=False) as store:
         for qid in range(QUEUES):
-            _collect(read_whole_queue(store, TOPIC, qid, check_crc=True), out)
+            _collect(tc.read_whole_queue(store, TOPIC, qid, check_crc=True), out)
     return out, []
 
 
 # ---- the check -------------------------------------------------------------------------------
 
 @dataclass
-class Counts(Problems):
+class Counts(tc.Problems):
     ok: int = 0
     lost: int = 0
     dup: int = 0
@@ -265,23 +241,23 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     counts = Counts()
     root, conf = work / "store", work / "broker.conf"
     work.mkdir(parents=True)
-    write_conf(conf, "TortureCluster", "torture")
-    prepare_root(root, conf, TOPIC, QUEUES)
+    tc.write_conf(conf, "TortureCluster", "torture")
+    tc.prepare_root(root, conf, TOPIC, QUEUES)
     seed = args.seed * 1000 + n
-    broker, addr = start_broker(root, conf, "127.0.0.1:0", namesrv, work / "broker-1.log", "the broker")
+    broker, addr = tc.start_broker(root, conf, "127.0.0.1:0", namesrv, work / "broker-1.log", "the broker")
     producers: list[subprocess.Popen[bytes]] = []
     ledgers = [work / f"producer-{i}.ledger" for i in range(args.producers)]
     try:
         for i in range(args.producers):
             spec = {"producer": i, "seed": seed, "ledger": str(ledgers[i]), "namesrv": namesrv, "timeout_s": 30.0}
-            producers.append(spawn_child(__file__, "producer", spec, work / f"producer-{i}.log", stdin=subprocess.PIPE))
+            producers.append(tc.spawn_child(__file__, "producer", spec, work / f"producer-{i}.log", stdin=subprocess.PIPE))
         _wait_progress(producers, ledgers, [0] * len(ledgers), 1, "the first SEND_OK")
         time.sleep(rng.uniform(0.0, args.run_s))  # the random moment of the kill
         os.kill(broker.pid, signal.SIGKILL)
         broker.wait()
         killed_at = [count_oks(p) for p in ledgers]
         t0 = time.monotonic()
-        broker, _ = start_broker(root, conf, addr, namesrv, work / "broker-2.log", "the restarted broker")
+        broker, _ = tc.start_broker(root, conf, addr, namesrv, work / "broker-2.log", "the restarted broker")
         recovery_s = time.monotonic() - t0
         _wait_progress(producers, ledgers, killed_at, AFTER_RESTART, "SEND_OKs after the restart")
     except RuntimeError as exc:
@@ -292,9 +268,9 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
         for p in producers:
             if p.stdin is not None:
                 p.stdin.close()
-    reap(producers, work, counts.problem)
+    tc.reap(producers, work, counts.problem)
     pulled = read_by_pull(namesrv)
-    stop_broker(broker, counts.problem)
+    tc.stop_broker(broker, counts.problem)
     direct, _ = read_direct(root, conf)
     check(seed, [Ledger.read(p) for p in ledgers], pulled, direct, counts)
     after = sum(count_oks(p) for p in ledgers) - sum(killed_at)
@@ -307,7 +283,7 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
 
 def _wait_progress(producers: list[subprocess.Popen[bytes]], ledgers: list[Path], base: list[int], more: int,
                    what: str) -> None:
-    wait_for(lambda: all(count_oks(p) >= b + more for p, b in zip(ledgers, base, strict=True)), producers, what,
+    tc.wait_for(lambda: all(count_oks(p) >= b + more for p, b in zip(ledgers, base, strict=True)), producers, what,
              poll_s=0.01)
 
 
@@ -319,28 +295,19 @@ def _stop_all(producers: list[subprocess.Popen[bytes]], broker: subprocess.Popen
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    spec = child_spec(argv, "producer")
-    if spec is not None:
-        return run_producer(spec)
-    ap = trial_parser(__doc__, [("--producers", {"type": int, "default": 4})], 1.5,
-                      "the kill comes 0..RUN_S s after every producer sent")
-    args = ap.parse_args(argv)
-    if args.trials < 1 or args.producers < 1 or args.run_s < 0:
-        ap.error("--trials and --producers must be at least 1, --run-s not negative")
-    base = work_dir(args, "torture-broker-")
-    print(f"torture_broker: {args.trials} trials, seed {args.seed}, {args.producers} producers, SYNC_FLUSH, "
-          f"work directory {base}", flush=True)
+    tc.run_child(argv, "producer", run_producer)  # a child process ends here
+    args = tc.parse_trial_args(argv, __doc__, [("--producers", {"type": int, "default": 4})], 1.5,
+                               "the kill comes 0..RUN_S s after every producer sent")
     total = Counts()
 
-    def add(c: Counts) -> None:
-        for name in ("ok", "lost", "dup", "bad", "retried", "retry_copies"):
-            setattr(total, name, getattr(total, name) + getattr(c, name))
+    def summary() -> None:
+        print(f"{args.trials} trials, {total.lost} lost ({total.ok} SEND_OK checked, {total.dup} duplicated, "
+              f"{total.bad} bad, {total.retried} retried sends, {total.retry_copies} retry copies)", flush=True)
 
-    failed = run_trials(args, base, trial, add, lambda c: bool(c.lost or c.dup or c.bad))
-    print(f"{args.trials} trials, {total.lost} lost ({total.ok} SEND_OK checked, {total.dup} duplicated, "
-          f"{total.bad} bad, {total.retried} retried sends, {total.retry_copies} retry copies)", flush=True)
-    return finish(args, base, failed)
+    return tc.run_trials(args, "torture-broker-",
+                         lambda base: f"torture_broker: {args.trials} trials, seed {args.seed}, {args.producers} "
+                                      f"producers, SYNC_FLUSH, work directory {base}",
+                         trial, total, lambda c: bool(c.lost or c.dup or c.bad), summary)
 
 
 if __name__ == "__main__":

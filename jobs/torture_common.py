@@ -8,13 +8,15 @@ ledger, its check, its trial and its report lines; here is only what they all do
 - the servers: :func:`start_process` (``python -m rmqnet ...``, ready once its log names the address
   it listens on), :func:`start_broker`, :func:`kill_restart` (SIGKILL, then a restart on the same root
   and address), :func:`stop_broker` (SIGTERM, exit 0 expected);
-- the children: :func:`spawn_child` (``python JOB --child KIND SPEC``), :func:`wait_for` (a condition,
+- the children: :class:`LedgerFile` (what a child notes, fsynced), :func:`pull_queues`,
+  :func:`spawn_child` (``python JOB --child KIND SPEC``, run by :func:`run_child`), :func:`wait_for` (a condition,
   failing as soon as a child exits), :func:`reap` (every child's exit status checked);
 - the store: :func:`write_conf` (the SYNC_FLUSH broker configuration), :func:`open_store` (with the
   configuration's store settings), :func:`prepare_root`, :func:`read_whole_queue`;
-- the run: :class:`Problems` (the counted failures, their first 20 texts), :func:`trial_parser` (the
-  flags every job takes), :func:`work_dir`, :func:`run_trials` (one name server process, one work
-  folder per trial, a failing trial's kept) and :func:`finish` (the exit status).
+- the run: :class:`Problems` (the counted failures, their first 20 texts, a run's total),
+  :func:`run_child` (``--child``), :func:`trial_parser` and :func:`parse_trial_args` (the flags
+  every job takes), :func:`run_trials` (the work folder, one name server process, one folder per
+  trial, a failing trial's kept, the exit status).
 
 Every wait is bounded by :data:`GUARD_S`: a hang is an error the trial counts, never a stuck job.
 """
@@ -22,6 +24,8 @@ Every wait is bounded by :data:`GUARD_S`: a hang is an error the trial counts, n
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import functools
 import json
 import os
 import random
@@ -31,7 +35,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -91,13 +96,20 @@ def stop_broker(broker: Proc, problem: Callable[[str, str], None]) -> None:
     """SIGTERM of ``broker``; an exit status other than 0, or no exit within :data:`GUARD_S` (then it is
     killed), is a ``bad`` problem."""
     broker.send_signal(signal.SIGTERM)
+    _await_exit(broker, problem, lambda code: f"the broker's SIGTERM stop exited with {code}",
+                "the broker did not stop on SIGTERM")
+
+
+def _await_exit(proc: Proc, problem: Callable[[str, str], None], exited: Callable[[int], str], hung: str) -> None:
+    """``proc``'s exit, awaited up to :data:`GUARD_S`: a status other than 0 is a ``bad`` problem
+    (``exited(status)``); a process still running is killed, reaped, and ``bad`` (``hung``)."""
     try:
-        if broker.wait(GUARD_S) != 0:
-            problem("bad", f"the broker's SIGTERM stop exited with {broker.returncode}")
+        if proc.wait(GUARD_S) != 0:
+            problem("bad", exited(proc.returncode))
     except subprocess.TimeoutExpired:
-        broker.kill()
-        broker.wait()
-        problem("bad", "the broker did not stop on SIGTERM")
+        proc.kill()
+        proc.wait()
+        problem("bad", hung)
 
 
 def stop_namesrv(ns: Proc) -> None:
@@ -111,6 +123,43 @@ def stop_namesrv(ns: Proc) -> None:
 
 # ---- the children ----------------------------------------------------------------------------
 
+class LedgerFile:
+    """A child's ledger: lines appended (``O_APPEND``), each fsynced unless ``sync=False``, so that a
+    line noted before an answer was acted on survives the kill of the child and of the machine's
+    cache. A context manager: closed at its end."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+
+    def note(self, text: str, *, sync: bool = True) -> None:
+        """``text`` (its own newline) appended; then fsynced with ``sync``."""
+        os.write(self.fd, text.encode())
+        if sync:
+            os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> LedgerFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def pull_queues(consumer: Any, topic: str, queues: int) -> Iterator[Any]:
+    """Every message of ``topic``'s queues 0..``queues``-1 through ``consumer``'s pulls from offset 0
+    (32 a pull): each found pull's message table, queue by queue."""
+    for qid in range(queues):
+        offset = 0
+        while True:
+            res = consumer.pull(topic, qid, offset, 32)
+            if res.status != "FOUND":
+                break
+            yield res.messages
+            offset = res.next_begin_offset
+
+
 def spawn_child(script: str, kind: str, spec: dict[str, Any], log: Path, *, stdin: int) -> Proc:
     """``python SCRIPT --child KIND SPEC`` (``SPEC``: ``spec`` as JSON), its output in ``log``."""
     with open(log, "wb") as out:
@@ -118,15 +167,16 @@ def spawn_child(script: str, kind: str, spec: dict[str, Any], log: Path, *, stdi
                                 stdout=out, stderr=subprocess.STDOUT)
 
 
-def child_spec(argv: list[str], kind: str) -> dict[str, Any] | None:
-    """The spec of ``--child KIND SPEC`` (what :func:`spawn_child` runs), None for the parent's argv;
-    ``SystemExit`` for a child of another kind."""
+def run_child(argv: list[str] | None, kind: str, run: Callable[[dict[str, Any]], int]) -> None:
+    """For ``--child KIND SPEC`` (what :func:`spawn_child` runs; ``argv`` None: ``sys.argv[1:]``):
+    ``run(spec)``, then ``SystemExit`` with its exit status (a child process ends here); for a
+    child of another kind, ``SystemExit`` naming it. Returns for the parent's argv."""
+    argv = sys.argv[1:] if argv is None else argv
     if argv[:1] != ["--child"]:
-        return None
+        return
     if argv[1] != kind:
         raise SystemExit(f"unknown child {argv[1]!r}")
-    spec: dict[str, Any] = json.loads(argv[2])
-    return spec
+    raise SystemExit(run(json.loads(argv[2])))
 
 
 def wait_for(cond: Callable[[], bool], children: Sequence[Proc], what: str, *, name: str = "producer",
@@ -150,13 +200,12 @@ def reap(children: Sequence[Proc], work: Path, problem: Callable[[str, str], Non
     """Every child's exit, each awaited up to :data:`GUARD_S`: an exit status other than 0 is a ``bad``
     problem naming its log (``WORK/NAME-i.log``), a child still running is killed and ``bad`` too."""
     for i, p in enumerate(children):
-        try:
-            if p.wait(GUARD_S) != 0:
-                problem("bad", f"{name} {i} exited with {p.returncode}: see {work}/{name}-{i}.log")
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            problem("bad", f"{name} {i} {hung}")
+        _await_exit(p, problem, functools.partial(_child_exited, f"{name} {i}", f"{work}/{name}-{i}.log"),
+                    f"{name} {i} {hung}")
+
+
+def _child_exited(child: str, log: str, code: int) -> str:
+    return f"{child} exited with {code}: see {log}"
 
 
 # ---- the store -------------------------------------------------------------------------------
@@ -205,6 +254,18 @@ class Problems:
         if len(self.problems) < MAX_PROBLEMS:
             self.problems.append(f"{kind}: {text}")
 
+    def add(self, other: Problems) -> None:
+        """``other``'s counts added to these (a run's total): every int field summed, every
+        ``Counter`` field updated; the texts stay each trial's."""
+        for f in dataclasses.fields(self):
+            if f.name == "problems":
+                continue
+            mine = getattr(self, f.name)
+            if isinstance(mine, Counter):
+                mine.update(getattr(other, f.name))
+            else:
+                setattr(self, f.name, mine + getattr(other, f.name))
+
     def print_problems(self) -> None:
         """The kept texts, indented under the trial's line."""
         for text in self.problems:
@@ -226,23 +287,47 @@ def trial_parser(doc: str | None, own: Sequence[tuple[str, dict[str, Any]]], run
     return ap
 
 
-def work_dir(args: argparse.Namespace, prefix: str) -> Path:
+def parse_trial_args(argv: list[str] | None, doc: str | None, own: Sequence[tuple[str, dict[str, Any]]], run_s: float,
+                     run_s_help: str) -> argparse.Namespace:
+    """The flags of :func:`trial_parser`, parsed from ``argv`` (None: ``sys.argv[1:]``); ``--trials``
+    and each of ``own`` must be at least 1, ``--run-s`` not negative (else the usage error, exit 2)."""
+    ap = trial_parser(doc, own, run_s, run_s_help)
+    args = ap.parse_args(argv)
+    counted = ["--trials", *(flag for flag, _ in own)]
+    if any(getattr(args, flag[2:].replace("-", "_")) < 1 for flag in counted) or args.run_s < 0:
+        names = ", ".join(counted[:-1]) + " and " + counted[-1]
+        ap.error(f"{names} must be at least 1, --run-s not negative")
+    return args
+
+
+def _work_dir(args: argparse.Namespace, prefix: str) -> Path:
     """``--root``, or a new temporary folder named ``prefix...``; created."""
     base: Path = args.root or Path(tempfile.mkdtemp(prefix=prefix))
     base.mkdir(parents=True, exist_ok=True)
     return base
 
 
-C = TypeVar("C")
+P = TypeVar("P", bound=Problems)
 
 
-def run_trials(args: argparse.Namespace, base: Path,
-               trial: Callable[[int, argparse.Namespace, Path, str, random.Random], C],
-               add: Callable[[C], None], failed: Callable[[C], bool]) -> int:
-    """Trials 1..``--trials`` beside one name server process (stopped at the end), trial ``n`` in
-    ``BASE/trial-n``, the kill moments drawn from one ``random.Random(--seed)``. Each trial's counts go
-    to ``add``; a ``failed`` trial's folder is kept and printed, another's removed unless ``--keep``.
-    The number of failed trials."""
+def run_trials(args: argparse.Namespace, prefix: str, header: Callable[[Path], str],
+               trial: Callable[[int, argparse.Namespace, Path, str, random.Random], P], total: P,
+               failed: Callable[[P], bool], summary: Callable[[], None]) -> int:
+    """A job's run: its work folder (:func:`_work_dir`) named in the ``header`` line; trials
+    1..``--trials`` beside one name server process (stopped at the end), trial ``n`` in
+    ``BASE/trial-n``, the kill moments drawn from one ``random.Random(--seed)``; each trial's
+    counts added to ``total``; a ``failed`` trial's folder kept and printed, another's removed
+    unless ``--keep``; then the ``summary`` lines. The exit status (:func:`_finish`)."""
+    base = _work_dir(args, prefix)
+    print(header(base), flush=True)
+    n_failed = _trials(args, base, trial, total, failed)
+    summary()
+    return _finish(args, base, n_failed)
+
+
+def _trials(args: argparse.Namespace, base: Path, trial: Callable[[int, argparse.Namespace, Path, str, random.Random], P],
+            total: P, failed: Callable[[P], bool]) -> int:
+    """The trials of :func:`run_trials`: how many failed."""
     rng = random.Random(args.seed)
     ns, namesrv = start_process(["namesrv", "--listen", "127.0.0.1:0"], base / "namesrv.log", "listening on",
                                 "the name server")
@@ -251,7 +336,7 @@ def run_trials(args: argparse.Namespace, base: Path,
         for n in range(1, args.trials + 1):
             work = base / f"trial-{n}"
             c = trial(n, args, work, namesrv, rng)
-            add(c)
+            total.add(c)
             if failed(c):
                 n_failed += 1
                 print(f"  kept: {work}", flush=True)
@@ -262,7 +347,7 @@ def run_trials(args: argparse.Namespace, base: Path,
     return n_failed
 
 
-def finish(args: argparse.Namespace, base: Path, n_failed: int) -> int:
+def _finish(args: argparse.Namespace, base: Path, n_failed: int) -> int:
     """The exit status (1 if a trial failed); a temporary work folder removed if none did (and no
     ``--keep``)."""
     if not n_failed and not args.keep and args.root is None:

@@ -48,7 +48,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import subprocess
 import sys
@@ -59,24 +58,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torture_common import (  # noqa: E402
-    Problems,
-    child_spec,
-    finish,
-    kill_restart,
-    open_store,
-    prepare_root,
-    read_whole_queue,
-    reap,
-    run_trials,
-    spawn_child,
-    start_broker,
-    stop_broker,
-    trial_parser,
-    wait_for,
-    work_dir,
-    write_conf,
-)
+import torture_common as tc  # noqa: E402
 
 TOPIC = "RT"
 QUEUES = 4
@@ -132,65 +114,54 @@ def run_worker(spec: dict[str, Any]) -> int:
     from rmqnet.client.loop import call
 
     idx, seed, workers, total = int(spec["worker"]), int(spec["seed"]), int(spec["workers"]), int(spec["total"])
-    fd = os.open(spec["ledger"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def note(text: str) -> None:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-
-    consumer = PullConsumer(GROUP, spec["namesrv"], timeout_s=3.0)
-    try:
-        mine: dict[int, dict[str, Any]] = {}
-        for qid in range(QUEUES):
-            offset = 0
-            while True:
-                res = consumer.pull(TOPIC, qid, offset, 32)
-                if res.status != "FOUND":
-                    break
-                for row in res.messages.to_pylist():
+    with tc.LedgerFile(spec["ledger"]) as ledger:
+        note = ledger.note
+        consumer = PullConsumer(GROUP, spec["namesrv"], timeout_s=3.0)
+        try:
+            mine: dict[int, dict[str, Any]] = {}
+            for messages in tc.pull_queues(consumer, TOPIC, QUEUES):
+                for row in messages.to_pylist():
                     i = body_id(row["body"])
                     if i is not None and i % workers == idx:
                         mine[i] = row
-                offset = res.next_begin_offset
-        expected = {i for i in range(total) if i % workers == idx}
-        if set(mine) != expected:
-            print(f"worker {idx}: pulled {len(mine)} of its {len(expected)} messages", flush=True)
-            return 1
+            expected = {i for i in range(total) if i % workers == idx}
+            if set(mine) != expected:
+                print(f"worker {idx}: pulled {len(mine)} of its {len(expected)} messages", flush=True)
+                return 1
 
-        async def one(i: int, row: dict[str, Any], window: asyncio.Semaphore) -> None:
-            plan = decide(seed, i)
-            try:
-                for attempt in range(1, MAX_TRIES + 1):
-                    note(f"T {i} {attempt}\n")
-                    try:
-                        await consumer.asend_back(row, plan.delay_level, max_reconsume_times=plan.max_reconsume)
-                    except BrokerError as exc:
-                        note(f"X {i} {attempt} {exc.code}\n")
-                        print(f"message {i} try {attempt}: refused: {exc}", flush=True)
-                        await asyncio.sleep(0.1)
-                        continue
-                    except Exception:  # noqa: BLE001 - the broker is down or the reply was cut: again
-                        note(f"F {i} {attempt}\n")
-                        await asyncio.sleep(0.1)
-                        continue
-                    note(f"S {i} {attempt}\n")
-                    return
-            finally:
-                window.release()
+            async def one(i: int, row: dict[str, Any], window: asyncio.Semaphore) -> None:
+                plan = decide(seed, i)
+                try:
+                    for attempt in range(1, MAX_TRIES + 1):
+                        note(f"T {i} {attempt}\n")
+                        try:
+                            await consumer.asend_back(row, plan.delay_level, max_reconsume_times=plan.max_reconsume)
+                        except BrokerError as exc:
+                            note(f"X {i} {attempt} {exc.code}\n")
+                            print(f"message {i} try {attempt}: refused: {exc}", flush=True)
+                            await asyncio.sleep(0.1)
+                            continue
+                        except Exception:  # noqa: BLE001 - the broker is down or the reply was cut: again
+                            note(f"F {i} {attempt}\n")
+                            await asyncio.sleep(0.1)
+                            continue
+                        note(f"S {i} {attempt}\n")
+                        return
+                finally:
+                    window.release()
 
-        async def run() -> None:
-            window = asyncio.Semaphore(WINDOW)
-            tasks = []
-            for i in sorted(mine):
-                await window.acquire()
-                tasks.append(asyncio.ensure_future(one(i, mine[i], window)))
-                await asyncio.sleep(PACE_S)
-            await asyncio.gather(*tasks)
+            async def run() -> None:
+                window = asyncio.Semaphore(WINDOW)
+                tasks = []
+                for i in sorted(mine):
+                    await window.acquire()
+                    tasks.append(asyncio.ensure_future(one(i, mine[i], window)))
+                    await asyncio.sleep(PACE_S)
+                await asyncio.gather(*tasks)
 
-        call(run())
-    finally:
-        consumer.close()
-        os.close(fd)
+            call(run())
+        finally:
+            consumer.close()
     return 0
 
 
@@ -224,7 +195,7 @@ class Ledger:
 
 
 @dataclass
-class Counts(Problems):
+class Counts(tc.Problems):
     answered: Counter[str] = field(default_factory=Counter)  # per mode
     retried: Counter[str] = field(default_factory=Counter)  # send-backs tried more than once, per mode
     retry_copies: Counter[str] = field(default_factory=Counter)
@@ -232,12 +203,6 @@ class Counts(Problems):
     dup: int = 0
     bad: int = 0
     kills: int = 0
-
-    def add(self, other: Counts) -> None:
-        for name in ("answered", "retried", "retry_copies"):
-            getattr(self, name).update(getattr(other, name))
-        for name in ("lost", "dup", "bad", "kills"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 #: a stored copy: (body, properties, reconsumeTimes)
@@ -292,7 +257,7 @@ def check(seed: int, total: int, origin_ids: dict[int, str], led: Ledger, stored
 
 def undelivered(root: Path, conf: Path) -> int:
     """Messages of ``SCHEDULE_TOPIC_XXXX`` the scheduler has not delivered yet (read-only)."""
-    with open_store(root, conf, read_only=True, create=False) as store:
+    with tc.open_store(root, conf, read_only=True, create=False) as store:
         if SCHEDULE not in store.topics():
             return 0
         done = store.delay_offsets()
@@ -302,11 +267,11 @@ def undelivered(root: Path, conf: Path) -> int:
 
 def read_copies(root: Path, conf: Path) -> dict[str, list[Copy]]:
     out: dict[str, list[Copy]] = {RETRY: [], DLQ: []}
-    with open_store(root, conf, read_only=True, create=False) as store:
+    with tc.open_store(root, conf, read_only=True, create=False) as store:
         for topic in out:
             if topic not in store.topics():
                 continue
-            t = read_whole_queue(store, topic, 0, check_crc=True)
+            t = tc.read_whole_queue(store, topic, 0, check_crc=True)
             for body, props, reconsume in zip(t.column("body").to_pylist(), t.column("properties").to_pylist(),
                                               t.column("reconsumeTimes").to_pylist(), strict=True):
                 out[topic].append((bytes(body), dict(props or []), int(reconsume)))
@@ -348,11 +313,11 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     counts = Counts()
     root, conf = work / "store", work / "broker.conf"
     work.mkdir(parents=True)
-    write_conf(conf, "RetryCluster", "rt", f"messageDelayLevel={DELAY_LEVELS}")
-    prepare_root(root, conf, TOPIC, QUEUES)
+    tc.write_conf(conf, "RetryCluster", "rt", f"messageDelayLevel={DELAY_LEVELS}")
+    tc.prepare_root(root, conf, TOPIC, QUEUES)
     seed = args.seed * 1000 + n
     total = args.workers * args.messages
-    broker, addr = start_broker(root, conf, "127.0.0.1:0", namesrv, work / "broker-1.log", "the broker")
+    broker, addr = tc.start_broker(root, conf, "127.0.0.1:0", namesrv, work / "broker-1.log", "the broker")
     ledgers = [work / f"worker-{i}.ledger" for i in range(args.workers)]
     workers: list[subprocess.Popen[bytes]] = []
     origin_ids: dict[int, str] = {}
@@ -362,23 +327,23 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
         for i in range(args.workers):
             spec = {"worker": i, "seed": seed, "ledger": str(ledgers[i]), "namesrv": namesrv,
                     "workers": args.workers, "total": total}
-            workers.append(spawn_child(__file__, "worker", spec, work / f"worker-{i}.log", stdin=subprocess.DEVNULL))
-        wait_for(lambda: all(a >= 1 for a in _answered(ledgers)), workers, "a first answered send-back",
+            workers.append(tc.spawn_child(__file__, "worker", spec, work / f"worker-{i}.log", stdin=subprocess.DEVNULL))
+        tc.wait_for(lambda: all(a >= 1 for a in _answered(ledgers)), workers, "a first answered send-back",
                  name="worker", exits_ok=True)
         time.sleep(rng.uniform(0.0, args.run_s))
-        broker = kill_restart(broker, root, conf, addr, namesrv, work / "broker-2.log")
+        broker = tc.kill_restart(broker, root, conf, addr, namesrv, work / "broker-2.log")
         counts.kills += 1
-        wait_for(lambda: all(p.poll() is not None for p in workers), workers, "the workers' end", name="worker",
+        tc.wait_for(lambda: all(p.poll() is not None for p in workers), workers, "the workers' end", name="worker",
                  exits_ok=True)
         if n % 2 == 0:  # once more, while the scheduler delivers the retries
             time.sleep(rng.uniform(0.0, 2.0))
-            broker = kill_restart(broker, root, conf, addr, namesrv, work / "broker-3.log")
+            broker = tc.kill_restart(broker, root, conf, addr, namesrv, work / "broker-3.log")
             counts.kills += 1
-        wait_for(lambda: undelivered(root, conf) == 0, [], "delivery of every retry (settling)")
+        tc.wait_for(lambda: undelivered(root, conf) == 0, [], "delivery of every retry (settling)")
     except Exception as exc:  # noqa: BLE001 - counted; the broker is still stopped and the store read
         counts.problem("bad", f"{type(exc).__name__}: {exc}")
-    reap(workers, work, counts.problem, name="worker", hung="did not end")
-    stop_broker(broker, counts.problem)
+    tc.reap(workers, work, counts.problem, name="worker", hung="did not end")
+    tc.stop_broker(broker, counts.problem)
     led = Ledger()
     for path in ledgers:
         led.merge(Ledger.read(path))
@@ -394,28 +359,26 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    spec = child_spec(argv, "worker")
-    if spec is not None:
-        return run_worker(spec)
-    ap = trial_parser(__doc__, [("--workers", {"type": int, "default": 3}),
-                                ("--messages", {"type": int, "default": 90, "help": "messages each worker sends back"})],
-                      1.0, "the kill comes 0..RUN_S s after every worker had an answer")
-    args = ap.parse_args(argv)
-    if args.trials < 1 or args.workers < 1 or args.messages < 1 or args.run_s < 0:
-        ap.error("--trials, --workers and --messages must be at least 1, --run-s not negative")
-    base = work_dir(args, "torture-rt-")
-    print(f"torture_send_back: {args.trials} trials, seed {args.seed}, {args.workers} workers x {args.messages} "
-          f"messages, SYNC_FLUSH, delay levels {DELAY_LEVELS}, work directory {base}", flush=True)
+    tc.run_child(argv, "worker", run_worker)  # a child process ends here
+    args = tc.parse_trial_args(argv, __doc__, [
+        ("--workers", {"type": int, "default": 3}),
+        ("--messages", {"type": int, "default": 90, "help": "messages each worker sends back"}),
+    ], 1.0, "the kill comes 0..RUN_S s after every worker had an answer")
     total = Counts()
-    failed = run_trials(args, base, trial, total.add, lambda c: bool(c.lost or c.dup or c.bad))
-    for mode in MODES:
-        print(f"mode {mode}: {total.answered[mode]} answered send-backs to {RETRY if mode == 'retry' else DLQ}, "
-              f"{total.retried[mode]} tried again, {total.retry_copies[mode]} retry copies", flush=True)
-    print(f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.bad} bad "
-          f"({sum(total.answered.values())} answered send-backs, {total.kills} kills, "
-          f"{sum(total.retry_copies.values())} retry copies of unanswered tries)", flush=True)
-    return finish(args, base, failed)
+
+    def summary() -> None:
+        for mode in MODES:
+            print(f"mode {mode}: {total.answered[mode]} answered send-backs to {RETRY if mode == 'retry' else DLQ}, "
+                  f"{total.retried[mode]} tried again, {total.retry_copies[mode]} retry copies", flush=True)
+        print(f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.bad} bad "
+              f"({sum(total.answered.values())} answered send-backs, {total.kills} kills, "
+              f"{sum(total.retry_copies.values())} retry copies of unanswered tries)", flush=True)
+
+    return tc.run_trials(args, "torture-rt-",
+                         lambda base: f"torture_send_back: {args.trials} trials, seed {args.seed}, {args.workers} "
+                                      f"workers x {args.messages} messages, SYNC_FLUSH, delay levels {DELAY_LEVELS}, "
+                                      f"work directory {base}",
+                         trial, total, lambda c: bool(c.lost or c.dup or c.bad), summary)
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import random
 import subprocess
 import sys
@@ -52,24 +51,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torture_common import (  # noqa: E402
-    Problems,
-    child_spec,
-    finish,
-    kill_restart,
-    open_store,
-    prepare_root,
-    read_whole_queue,
-    reap,
-    run_trials,
-    spawn_child,
-    start_broker,
-    stop_broker,
-    trial_parser,
-    wait_for,
-    work_dir,
-    write_conf,
-)
+import torture_common as tc  # noqa: E402
 
 TOPIC = "TXN"
 QUEUES = 4
@@ -123,46 +105,41 @@ def run_producer(spec: dict[str, Any]) -> int:
         return state(decide(seed, idx, ident[1])[0])
 
     threading.Thread(target=watch_stdin, daemon=True).start()
-    fd = os.open(spec["ledger"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def note(text: str) -> None:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-
-    producer = TransactionProducer(f"TXN_PG_{idx}", spec["namesrv"], check_listener=check, timeout_s=5.0)
-    seq = 0
-    try:
-        while not stop_sending.is_set():
-            commit, via_check = decide(seed, idx, seq)
-            note(f"T {seq}\n")
-            try:
-                sent = call(producer.asend_half(TOPIC, make_body(seed, idx, seq)))
-            except Exception:  # the broker is down (the half may be stored all the same: a reply cut)
-                note(f"F {seq}\n")
-                stop_sending.wait(0.1)  # a broker that is down refuses at once: do not spin on it
-                seq += 1
-                continue
-            note(f"S {seq}\n")
-            local = LocalTransactionState.UNKNOW if via_check else state(commit)
-            for _ in range(400):  # END_TRANSACTION until the broker answers it (UNKNOW: oneway, once)
+    with tc.LedgerFile(spec["ledger"]) as ledger:
+        note = ledger.note
+        producer = TransactionProducer(f"TXN_PG_{idx}", spec["namesrv"], check_listener=check, timeout_s=5.0)
+        seq = 0
+        try:
+            while not stop_sending.is_set():
+                commit, via_check = decide(seed, idx, seq)
+                note(f"T {seq}\n")
                 try:
-                    call(producer.aend_transaction(TOPIC, sent, local))
-                    note(f"E {seq}\n")
-                    break
-                except BrokerError as exc:
-                    print(f"transaction {seq}: END_TRANSACTION refused: {exc}", flush=True)
-                    note(f"X {seq}\n")
-                    break
-                except Exception:  # noqa: BLE001 - the broker is down: again
-                    stop_sending.wait(0.05)
-            seq += 1
-        while not stop.is_set():  # check-backs only; a restarted broker must learn of us
-            with contextlib.suppress(Exception):  # down for a moment: next time
-                producer.heartbeat(TOPIC)
-            stop.wait(0.1)
-    finally:
-        producer.close()
-        os.close(fd)
+                    sent = call(producer.asend_half(TOPIC, make_body(seed, idx, seq)))
+                except Exception:  # the broker is down (the half may be stored all the same: a reply cut)
+                    note(f"F {seq}\n")
+                    stop_sending.wait(0.1)  # a broker that is down refuses at once: do not spin on it
+                    seq += 1
+                    continue
+                note(f"S {seq}\n")
+                local = LocalTransactionState.UNKNOW if via_check else state(commit)
+                for _ in range(400):  # END_TRANSACTION until the broker answers it (UNKNOW: oneway, once)
+                    try:
+                        call(producer.aend_transaction(TOPIC, sent, local))
+                        note(f"E {seq}\n")
+                        break
+                    except BrokerError as exc:
+                        print(f"transaction {seq}: END_TRANSACTION refused: {exc}", flush=True)
+                        note(f"X {seq}\n")
+                        break
+                    except Exception:  # noqa: BLE001 - the broker is down: again
+                        stop_sending.wait(0.05)
+                seq += 1
+            while not stop.is_set():  # check-backs only; a restarted broker must learn of us
+                with contextlib.suppress(Exception):  # down for a moment: next time
+                    producer.heartbeat(TOPIC)
+                stop.wait(0.1)
+        finally:
+            producer.close()
     return 0
 
 
@@ -191,7 +168,7 @@ class Ledger:
 
 
 @dataclass
-class Counts(Problems):
+class Counts(tc.Problems):
     commits: int = 0
     rollbacks: int = 0
     via_check: int = 0
@@ -232,23 +209,23 @@ def open_halves(root: Path, conf: Path) -> int:
     """Half messages whose transaction has no op record yet (read-only, beside the running broker)."""
     import pyarrow.compute as pc
 
-    with open_store(root, conf, read_only=True, create=False) as store:
+    with tc.open_store(root, conf, read_only=True, create=False) as store:
         if HALF_TOPIC not in store.topics():
             return 0
         ended: set[str] = set()
         if OP_TOPIC in store.topics():
-            ops = read_whole_queue(store, OP_TOPIC, 0)
+            ops = tc.read_whole_queue(store, OP_TOPIC, 0)
             ended = set(pc.map_lookup(ops.column("properties"), "__transactionId__", "last").to_pylist())
-        halves = read_whole_queue(store, HALF_TOPIC, 0)
+        halves = tc.read_whole_queue(store, HALF_TOPIC, 0)
         keys = set(pc.map_lookup(halves.column("properties"), "UNIQ_KEY", "last").to_pylist())
         return len(keys - ended)
 
 
 def read_topic(root: Path, conf: Path) -> list[bytes]:
     out: list[bytes] = []
-    with open_store(root, conf, read_only=True, create=False) as store:
+    with tc.open_store(root, conf, read_only=True, create=False) as store:
         for qid in range(QUEUES):
-            out += read_whole_queue(store, TOPIC, qid, check_crc=True).column("body").to_pylist()
+            out += tc.read_whole_queue(store, TOPIC, qid, check_crc=True).column("body").to_pylist()
     return out
 
 
@@ -262,24 +239,24 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     counts = Counts()
     root, conf = work / "store", work / "broker.conf"
     work.mkdir(parents=True)
-    write_conf(conf, "TxnCluster", "txn", "transactionTimeOut=300", "transactionCheckInterval=200",
+    tc.write_conf(conf, "TxnCluster", "txn", "transactionTimeOut=300", "transactionCheckInterval=200",
                "transactionCheckMax=1000")
-    prepare_root(root, conf, TOPIC, QUEUES)
+    tc.prepare_root(root, conf, TOPIC, QUEUES)
     seed = args.seed * 1000 + n
-    broker, addr = start_broker(root, conf, "127.0.0.1:0", namesrv, work / "broker-1.log", "the broker")
+    broker, addr = tc.start_broker(root, conf, "127.0.0.1:0", namesrv, work / "broker-1.log", "the broker")
     ledgers = [work / f"producer-{i}.ledger" for i in range(args.producers)]
     producers: list[subprocess.Popen[bytes]] = []
     kills = 0
     try:
         for i in range(args.producers):
             spec = {"producer": i, "seed": seed, "ledger": str(ledgers[i]), "namesrv": namesrv}
-            producers.append(spawn_child(__file__, "producer", spec, work / f"producer-{i}.log", stdin=subprocess.PIPE))
-        wait_for(lambda: all(e >= 1 for e in _ended(ledgers)), producers, "a first ended transaction")
+            producers.append(tc.spawn_child(__file__, "producer", spec, work / f"producer-{i}.log", stdin=subprocess.PIPE))
+        tc.wait_for(lambda: all(e >= 1 for e in _ended(ledgers)), producers, "a first ended transaction")
         time.sleep(rng.uniform(0.0, args.run_s))
         base = _ended(ledgers)
-        broker = kill_restart(broker, root, conf, addr, namesrv, work / "broker-2.log")
+        broker = tc.kill_restart(broker, root, conf, addr, namesrv, work / "broker-2.log")
         kills += 1
-        wait_for(lambda: all(e >= b + AFTER_RESTART for e, b in zip(_ended(ledgers), base, strict=True)), producers,
+        tc.wait_for(lambda: all(e >= b + AFTER_RESTART for e, b in zip(_ended(ledgers), base, strict=True)), producers,
               "transactions ended after the restart")
         for p in producers:
             assert p.stdin is not None
@@ -287,17 +264,17 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
             p.stdin.flush()
         if n % 2 == 0:  # once more, while only check-backs run
             time.sleep(rng.uniform(0.0, 0.6))
-            broker = kill_restart(broker, root, conf, addr, namesrv, work / "broker-3.log")
+            broker = tc.kill_restart(broker, root, conf, addr, namesrv, work / "broker-3.log")
             kills += 1
-        wait_for(lambda: open_halves(root, conf) == 0, producers, "every transaction ended (settling)")
+        tc.wait_for(lambda: open_halves(root, conf) == 0, producers, "every transaction ended (settling)")
     except RuntimeError as exc:
         counts.problem("bad", str(exc))
     finally:
         for p in producers:
             if p.stdin is not None and not p.stdin.closed:
                 p.stdin.close()
-    reap(producers, work, counts.problem)
-    stop_broker(broker, counts.problem)
+    tc.reap(producers, work, counts.problem)
+    tc.stop_broker(broker, counts.problem)
     check(seed, [Ledger.read(p) for p in ledgers], read_topic(root, conf), counts)
     print(f"trial {n}: {kills} kills, {counts.commits} commits, {counts.rollbacks} rollbacks "
           f"({counts.via_check} of them left to the check-back), "
@@ -308,29 +285,20 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    spec = child_spec(argv, "producer")
-    if spec is not None:
-        return run_producer(spec)
-    ap = trial_parser(__doc__, [("--producers", {"type": int, "default": 3})], 1.0,
-                      "the kill comes 0..RUN_S s after every producer ended one")
-    args = ap.parse_args(argv)
-    if args.trials < 1 or args.producers < 1 or args.run_s < 0:
-        ap.error("--trials and --producers must be at least 1, --run-s not negative")
-    base = work_dir(args, "torture-txn-")
-    print(f"torture_transactions: {args.trials} trials, seed {args.seed}, {args.producers} producers, SYNC_FLUSH, "
-          f"work directory {base}", flush=True)
+    tc.run_child(argv, "producer", run_producer)  # a child process ends here
+    args = tc.parse_trial_args(argv, __doc__, [("--producers", {"type": int, "default": 3})], 1.0,
+                               "the kill comes 0..RUN_S s after every producer ended one")
     total = Counts()
 
-    def add(c: Counts) -> None:
-        for name in ("commits", "rollbacks", "via_check", "failed_sends", "lost", "dup", "leaked", "bad"):
-            setattr(total, name, getattr(total, name) + getattr(c, name))
+    def summary() -> None:
+        print(f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.leaked} leaked, "
+              f"{total.bad} bad ({total.commits} commits, {total.rollbacks} rollbacks, {total.via_check} via "
+              f"check-back, {total.failed_sends} half sends failed)", flush=True)
 
-    failed = run_trials(args, base, trial, add, lambda c: bool(c.lost or c.dup or c.leaked or c.bad))
-    print(f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.leaked} leaked, {total.bad} bad "
-          f"({total.commits} commits, {total.rollbacks} rollbacks, {total.via_check} via check-back, "
-          f"{total.failed_sends} half sends failed)", flush=True)
-    return finish(args, base, failed)
+    return tc.run_trials(args, "torture-txn-",
+                         lambda base: f"torture_transactions: {args.trials} trials, seed {args.seed}, "
+                                      f"{args.producers} producers, SYNC_FLUSH, work directory {base}",
+                         trial, total, lambda c: bool(c.lost or c.dup or c.leaked or c.bad), summary)
 
 
 if __name__ == "__main__":
