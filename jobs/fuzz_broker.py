@@ -59,7 +59,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from torture_broker import GUARD_S, start_process  # noqa: E402
+from torture_common import GUARD_S, start_process  # noqa: E402
 
 TOPIC = "FUZZ"
 QUEUES = 4

@@ -37,14 +37,11 @@ was lost, duplicated or bad. ``--child producer SPEC`` is what the parent spawns
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -52,14 +49,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import torture_common as tc  # noqa: E402
+
 TOPIC = "TORTURE"
 QUEUES = 4
-SEGMENT = 1 << 20
 TRY_PROP = "TORTURE_TRY"
 #: sends a producer must have answered after the restart before the producers are stopped
 AFTER_RESTART = 2
-#: seconds to wait for a process to be ready, a producer to progress, a broker to stop (hangs are errors)
-GUARD_S = 60.0
 
 
 # ---- the messages ------------------------------------------------------------------------
@@ -96,30 +93,28 @@ def run_producer(spec: dict[str, Any]) -> int:
         stop.set()
 
     threading.Thread(target=watch_stdin, daemon=True).start()
-    fd = os.open(spec["ledger"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    producer = Producer(f"TORTURE_PG_{idx}", spec["namesrv"], timeout_s=float(spec["timeout_s"]))
-    seq = 0
-    try:
-        while not stop.is_set():
-            body = make_body(seed, idx, seq)
-            attempt = 0
+    with tc.LedgerFile(spec["ledger"]) as ledger:
+        producer = Producer(f"TORTURE_PG_{idx}", spec["namesrv"], timeout_s=float(spec["timeout_s"]))
+        seq = 0
+        try:
             while not stop.is_set():
-                attempt += 1
-                os.write(fd, f"T {seq} {attempt}\n".encode())
-                try:
-                    res = producer.send(TOPIC, body, properties={TRY_PROP: str(attempt)})
-                except Exception as exc:  # the broker is down or restarting: retry the same body
-                    os.write(fd, f"E {seq} {attempt} {type(exc).__name__}\n".encode())
-                    stop.wait(0.02)  # a broker that is down refuses at once: do not spin on it
-                    continue
-                tag = "OK" if res.status == "SEND_OK" else "ST"  # ST: stored, flush late (not counted)
-                os.write(fd, f"{tag} {seq} {attempt} {res.offset_msg_id} {res.queue_id} {res.queue_offset}\n".encode())
-                os.fsync(fd)
-                break
-            seq += 1
-    finally:
-        producer.close()
-        os.close(fd)
+                body = make_body(seed, idx, seq)
+                attempt = 0
+                while not stop.is_set():
+                    attempt += 1
+                    ledger.note(f"T {seq} {attempt}\n", sync=False)
+                    try:
+                        res = producer.send(TOPIC, body, properties={TRY_PROP: str(attempt)})
+                    except Exception as exc:  # the broker is down or restarting: retry the same body
+                        ledger.note(f"E {seq} {attempt} {type(exc).__name__}\n", sync=False)
+                        stop.wait(0.02)  # a broker that is down refuses at once: do not spin on it
+                        continue
+                    tag = "OK" if res.status == "SEND_OK" else "ST"  # ST: stored, flush late (not counted)
+                    ledger.note(f"{tag} {seq} {attempt} {res.offset_msg_id} {res.queue_id} {res.queue_offset}\n")
+                    break
+                seq += 1
+        finally:
+            producer.close()
     return 0
 
 
@@ -155,46 +150,6 @@ def count_oks(path: Path) -> int:
     return data.count(b"\nOK ") + data.startswith(b"OK ")
 
 
-# ---- the servers ---------------------------------------------------------------------------
-
-def _wait_line(proc: subprocess.Popen[bytes], out: Path, marker: str, what: str) -> str:
-    """The first line of ``out`` holding ``marker``, once the process wrote it."""
-    deadline = time.monotonic() + GUARD_S
-    while time.monotonic() < deadline:
-        for line in out.read_text(errors="replace").splitlines():
-            if marker in line:
-                return line
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited with {proc.returncode} before it was ready: see {out}")
-        time.sleep(0.01)
-    raise RuntimeError(f"{what} not ready after {GUARD_S} s: see {out}")
-
-
-def start_process(args: list[str], log: Path, marker: str, what: str) -> tuple[subprocess.Popen[bytes], str]:
-    with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "rmqnet", *args], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
-    line = _wait_line(proc, log, marker, what)
-    return proc, line.rsplit(" ", 1)[-1].strip()
-
-
-def write_conf(path: Path) -> None:
-    path.write_text("\n".join([
-        "brokerClusterName=TortureCluster", "brokerName=torture", "brokerIP1=127.0.0.1",
-        "flushDiskType=SYNC_FLUSH", f"mappedFileSizeCommitLog={SEGMENT}", "autoCreateTopicEnable=true",
-        "syncFlushTimeout=20000", "",
-    ]))
-
-
-def prepare_root(root: Path, conf: Path) -> None:
-    """The store with its topic before the broker's first registration (so routes have it)."""
-    import rmqlog
-    from rmqnet.broker.config import BrokerConfig
-
-    with rmqlog.MessageStore.open(root, BrokerConfig.from_properties(str(conf)).store) as store:
-        store.create_topic(TOPIC, QUEUES)
-
-
 # ---- reading the store back -----------------------------------------------------------------
 
 Stored = dict[tuple[int, int], tuple[bytes, int, int]]  # (qid, qoff) -> (body, commitlog offset, try)
@@ -213,46 +168,29 @@ def read_by_pull(namesrv: str) -> Stored:
 
     out: Stored = {}
     with PullConsumer("TORTURE_CHECK", namesrv, timeout_s=30.0) as consumer:
-        for qid in range(QUEUES):
-            offset = 0
-            while True:
-                res = consumer.pull(TOPIC, qid, offset, 32)
-                if res.status != "FOUND":
-                    break
-                _collect(res.messages, out)
-                offset = res.next_begin_offset
+        for messages in tc.pull_queues(consumer, TOPIC, QUEUES):
+            _collect(messages, out)
     return out
 
 
 def read_direct(root: Path, conf: Path) -> tuple[Stored, list[str]]:
-    import rmqlog
-    from rmqnet.broker.config import BrokerConfig
-
     out: Stored = {}
-    with rmqlog.MessageStore.open(root, BrokerConfig.from_properties(str(conf)).store, read_only=True,
-                                  create=False) as store:
+    with tc.open_store(root, conf, read_only=True, create=False) as store:
         for qid in range(QUEUES):
-            lo, hi = store.min_offset(TOPIC, qid), store.max_offset(TOPIC, qid)
-            _collect(store.read_queue(TOPIC, qid, lo, hi, check_crc=True), out)
+            _collect(tc.read_whole_queue(store, TOPIC, qid, check_crc=True), out)
     return out, []
 
 
 # ---- the check -------------------------------------------------------------------------------
 
 @dataclass
-class Counts:
+class Counts(tc.Problems):
     ok: int = 0
     lost: int = 0
     dup: int = 0
     bad: int = 0
     retried: int = 0
     retry_copies: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    def problem(self, kind: str, text: str) -> None:
-        setattr(self, kind, getattr(self, kind) + 1)
-        if len(self.problems) < 20:
-            self.problems.append(f"{kind}: {text}")
 
 
 def check(seed: int, ledgers: list[Ledger], pulled: Stored, direct: Stored, counts: Counts) -> None:
@@ -303,27 +241,23 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     counts = Counts()
     root, conf = work / "store", work / "broker.conf"
     work.mkdir(parents=True)
-    write_conf(conf)
-    prepare_root(root, conf)
+    tc.write_conf(conf, "TortureCluster", "torture")
+    tc.prepare_root(root, conf, TOPIC, QUEUES)
     seed = args.seed * 1000 + n
-    broker, addr = start_process(["broker", str(root), "-c", str(conf), "--listen", "127.0.0.1:0", "--namesrv", namesrv],
-                                 work / "broker-1.log", "ready at", "the broker")
+    broker, addr = tc.start_broker(root, conf, "127.0.0.1:0", namesrv, work / "broker-1.log", "the broker")
     producers: list[subprocess.Popen[bytes]] = []
     ledgers = [work / f"producer-{i}.ledger" for i in range(args.producers)]
     try:
         for i in range(args.producers):
             spec = {"producer": i, "seed": seed, "ledger": str(ledgers[i]), "namesrv": namesrv, "timeout_s": 30.0}
-            with open(work / f"producer-{i}.log", "wb") as log:
-                producers.append(subprocess.Popen([sys.executable, __file__, "--child", "producer", json.dumps(spec)],
-                                                  stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT))
+            producers.append(tc.spawn_child(__file__, "producer", spec, work / f"producer-{i}.log", stdin=subprocess.PIPE))
         _wait_progress(producers, ledgers, [0] * len(ledgers), 1, "the first SEND_OK")
         time.sleep(rng.uniform(0.0, args.run_s))  # the random moment of the kill
         os.kill(broker.pid, signal.SIGKILL)
         broker.wait()
         killed_at = [count_oks(p) for p in ledgers]
         t0 = time.monotonic()
-        broker, _ = start_process(["broker", str(root), "-c", str(conf), "--listen", addr, "--namesrv", namesrv],
-                                  work / "broker-2.log", "ready at", "the restarted broker")
+        broker, _ = tc.start_broker(root, conf, addr, namesrv, work / "broker-2.log", "the restarted broker")
         recovery_s = time.monotonic() - t0
         _wait_progress(producers, ledgers, killed_at, AFTER_RESTART, "SEND_OKs after the restart")
     except RuntimeError as exc:
@@ -334,44 +268,23 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
         for p in producers:
             if p.stdin is not None:
                 p.stdin.close()
-    for i, p in enumerate(producers):
-        try:
-            if p.wait(GUARD_S) != 0:
-                counts.problem("bad", f"producer {i} exited with {p.returncode}: see {work}/producer-{i}.log")
-        except subprocess.TimeoutExpired:
-            p.kill()
-            counts.problem("bad", f"producer {i} did not stop")
+    tc.reap(producers, work, counts.problem)
     pulled = read_by_pull(namesrv)
-    broker.send_signal(signal.SIGTERM)
-    try:
-        if broker.wait(GUARD_S) != 0:
-            counts.problem("bad", f"the broker's SIGTERM stop exited with {broker.returncode}")
-    except subprocess.TimeoutExpired:
-        broker.kill()
-        broker.wait()
-        counts.problem("bad", "the broker did not stop on SIGTERM")
+    tc.stop_broker(broker, counts.problem)
     direct, _ = read_direct(root, conf)
     check(seed, [Ledger.read(p) for p in ledgers], pulled, direct, counts)
     after = sum(count_oks(p) for p in ledgers) - sum(killed_at)
     print(f"trial {n}: {counts.ok} SEND_OK ({after} after the restart), killed {sum(killed_at)} answered in, "
           f"recovery+start {recovery_s:.2f} s, {counts.retried} sends retried, {counts.retry_copies} retry copies "
           f"stored: {counts.lost} lost, {counts.dup} duplicated, {counts.bad} bad", flush=True)
-    for text in counts.problems:
-        print(f"  {text}", flush=True)
+    counts.print_problems()
     return counts
 
 
 def _wait_progress(producers: list[subprocess.Popen[bytes]], ledgers: list[Path], base: list[int], more: int,
                    what: str) -> None:
-    deadline = time.monotonic() + GUARD_S
-    while time.monotonic() < deadline:
-        if all(count_oks(p) >= b + more for p, b in zip(ledgers, base, strict=True)):
-            return
-        for i, p in enumerate(producers):
-            if p.poll() is not None:
-                raise RuntimeError(f"producer {i} exited with {p.returncode} waiting for {what}")
-        time.sleep(0.01)
-    raise RuntimeError(f"no {what} after {GUARD_S} s")
+    tc.wait_for(lambda: all(count_oks(p) >= b + more for p, b in zip(ledgers, base, strict=True)), producers, what,
+             poll_s=0.01)
 
 
 def _stop_all(producers: list[subprocess.Popen[bytes]], broker: subprocess.Popen[bytes]) -> None:
@@ -382,52 +295,19 @@ def _stop_all(producers: list[subprocess.Popen[bytes]], broker: subprocess.Popen
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--child"]:
-        if argv[1] != "producer":
-            raise SystemExit(f"unknown child {argv[1]!r}")
-        return run_producer(json.loads(argv[2]))
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--producers", type=int, default=4)
-    ap.add_argument("--run-s", type=float, default=1.5, help="the kill comes 0..RUN_S s after every producer sent")
-    ap.add_argument("--root", type=Path, default=None, help="work directory (default: a new temporary one)")
-    ap.add_argument("--keep", action="store_true", help="keep every trial's store (failing ones are always kept)")
-    args = ap.parse_args(argv)
-    if args.trials < 1 or args.producers < 1 or args.run_s < 0:
-        ap.error("--trials and --producers must be at least 1, --run-s not negative")
-    base = args.root or Path(tempfile.mkdtemp(prefix="torture-broker-"))
-    base.mkdir(parents=True, exist_ok=True)
-    print(f"torture_broker: {args.trials} trials, seed {args.seed}, {args.producers} producers, SYNC_FLUSH, "
-          f"work directory {base}", flush=True)
-    rng = random.Random(args.seed)
-    ns, namesrv = start_process(["namesrv", "--listen", "127.0.0.1:0"], base / "namesrv.log", "listening on",
-                                "the name server")
+    tc.run_child(argv, "producer", run_producer)  # a child process ends here
+    args = tc.parse_trial_args(argv, __doc__, [("--producers", {"type": int, "default": 4})], 1.5,
+                               "the kill comes 0..RUN_S s after every producer sent")
     total = Counts()
-    failed = 0
-    try:
-        for n in range(1, args.trials + 1):
-            work = base / f"trial-{n}"
-            c = trial(n, args, work, namesrv, rng)
-            for name in ("ok", "lost", "dup", "bad", "retried", "retry_copies"):
-                setattr(total, name, getattr(total, name) + getattr(c, name))
-            if c.lost or c.dup or c.bad:
-                failed += 1
-                print(f"  kept: {work}", flush=True)
-            elif not args.keep:
-                shutil.rmtree(work, ignore_errors=True)
-    finally:
-        ns.send_signal(signal.SIGTERM)
-        try:
-            ns.wait(GUARD_S)
-        except subprocess.TimeoutExpired:
-            ns.kill()
-    print(f"{args.trials} trials, {total.lost} lost ({total.ok} SEND_OK checked, {total.dup} duplicated, "
-          f"{total.bad} bad, {total.retried} retried sends, {total.retry_copies} retry copies)", flush=True)
-    if not failed and not args.keep and args.root is None:
-        shutil.rmtree(base, ignore_errors=True)
-    return 1 if failed else 0
+
+    def summary() -> None:
+        print(f"{args.trials} trials, {total.lost} lost ({total.ok} SEND_OK checked, {total.dup} duplicated, "
+              f"{total.bad} bad, {total.retried} retried sends, {total.retry_copies} retry copies)", flush=True)
+
+    return tc.run_trials(args, "torture-broker-",
+                         lambda base: f"torture_broker: {args.trials} trials, seed {args.seed}, {args.producers} "
+                                      f"producers, SYNC_FLUSH, work directory {base}",
+                         trial, total, lambda c: bool(c.lost or c.dup or c.bad), summary)
 
 
 if __name__ == "__main__":

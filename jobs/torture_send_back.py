@@ -48,13 +48,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -62,14 +58,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torture_broker import GUARD_S, start_process  # noqa: E402
+import torture_common as tc  # noqa: E402
 
 TOPIC = "RT"
 QUEUES = 4
 GROUP = "RT_CG"
 RETRY, DLQ = f"%RETRY%{GROUP}", f"%DLQ%{GROUP}"
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
-SEGMENT = 1 << 20
 DELAY_LEVELS = "1s 1s 2s 1s 1s"
 MODES = ("retry", "max", "negative")
 WINDOW = 4
@@ -119,65 +114,54 @@ def run_worker(spec: dict[str, Any]) -> int:
     from rmqnet.client.loop import call
 
     idx, seed, workers, total = int(spec["worker"]), int(spec["seed"]), int(spec["workers"]), int(spec["total"])
-    fd = os.open(spec["ledger"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def note(text: str) -> None:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-
-    consumer = PullConsumer(GROUP, spec["namesrv"], timeout_s=3.0)
-    try:
-        mine: dict[int, dict[str, Any]] = {}
-        for qid in range(QUEUES):
-            offset = 0
-            while True:
-                res = consumer.pull(TOPIC, qid, offset, 32)
-                if res.status != "FOUND":
-                    break
-                for row in res.messages.to_pylist():
+    with tc.LedgerFile(spec["ledger"]) as ledger:
+        note = ledger.note
+        consumer = PullConsumer(GROUP, spec["namesrv"], timeout_s=3.0)
+        try:
+            mine: dict[int, dict[str, Any]] = {}
+            for messages in tc.pull_queues(consumer, TOPIC, QUEUES):
+                for row in messages.to_pylist():
                     i = body_id(row["body"])
                     if i is not None and i % workers == idx:
                         mine[i] = row
-                offset = res.next_begin_offset
-        expected = {i for i in range(total) if i % workers == idx}
-        if set(mine) != expected:
-            print(f"worker {idx}: pulled {len(mine)} of its {len(expected)} messages", flush=True)
-            return 1
+            expected = {i for i in range(total) if i % workers == idx}
+            if set(mine) != expected:
+                print(f"worker {idx}: pulled {len(mine)} of its {len(expected)} messages", flush=True)
+                return 1
 
-        async def one(i: int, row: dict[str, Any], window: asyncio.Semaphore) -> None:
-            plan = decide(seed, i)
-            try:
-                for attempt in range(1, MAX_TRIES + 1):
-                    note(f"T {i} {attempt}\n")
-                    try:
-                        await consumer.asend_back(row, plan.delay_level, max_reconsume_times=plan.max_reconsume)
-                    except BrokerError as exc:
-                        note(f"X {i} {attempt} {exc.code}\n")
-                        print(f"message {i} try {attempt}: refused: {exc}", flush=True)
-                        await asyncio.sleep(0.1)
-                        continue
-                    except Exception:  # noqa: BLE001 - the broker is down or the reply was cut: again
-                        note(f"F {i} {attempt}\n")
-                        await asyncio.sleep(0.1)
-                        continue
-                    note(f"S {i} {attempt}\n")
-                    return
-            finally:
-                window.release()
+            async def one(i: int, row: dict[str, Any], window: asyncio.Semaphore) -> None:
+                plan = decide(seed, i)
+                try:
+                    for attempt in range(1, MAX_TRIES + 1):
+                        note(f"T {i} {attempt}\n")
+                        try:
+                            await consumer.asend_back(row, plan.delay_level, max_reconsume_times=plan.max_reconsume)
+                        except BrokerError as exc:
+                            note(f"X {i} {attempt} {exc.code}\n")
+                            print(f"message {i} try {attempt}: refused: {exc}", flush=True)
+                            await asyncio.sleep(0.1)
+                            continue
+                        except Exception:  # noqa: BLE001 - the broker is down or the reply was cut: again
+                            note(f"F {i} {attempt}\n")
+                            await asyncio.sleep(0.1)
+                            continue
+                        note(f"S {i} {attempt}\n")
+                        return
+                finally:
+                    window.release()
 
-        async def run() -> None:
-            window = asyncio.Semaphore(WINDOW)
-            tasks = []
-            for i in sorted(mine):
-                await window.acquire()
-                tasks.append(asyncio.ensure_future(one(i, mine[i], window)))
-                await asyncio.sleep(PACE_S)
-            await asyncio.gather(*tasks)
+            async def run() -> None:
+                window = asyncio.Semaphore(WINDOW)
+                tasks = []
+                for i in sorted(mine):
+                    await window.acquire()
+                    tasks.append(asyncio.ensure_future(one(i, mine[i], window)))
+                    await asyncio.sleep(PACE_S)
+                await asyncio.gather(*tasks)
 
-        call(run())
-    finally:
-        consumer.close()
-        os.close(fd)
+            call(run())
+        finally:
+            consumer.close()
     return 0
 
 
@@ -211,7 +195,7 @@ class Ledger:
 
 
 @dataclass
-class Counts:
+class Counts(tc.Problems):
     answered: Counter[str] = field(default_factory=Counter)  # per mode
     retried: Counter[str] = field(default_factory=Counter)  # send-backs tried more than once, per mode
     retry_copies: Counter[str] = field(default_factory=Counter)
@@ -219,18 +203,6 @@ class Counts:
     dup: int = 0
     bad: int = 0
     kills: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    def problem(self, kind: str, text: str) -> None:
-        setattr(self, kind, getattr(self, kind) + 1)
-        if len(self.problems) < 20:
-            self.problems.append(f"{kind}: {text}")
-
-    def add(self, other: Counts) -> None:
-        for name in ("answered", "retried", "retry_copies"):
-            getattr(self, name).update(getattr(other, name))
-        for name in ("lost", "dup", "bad", "kills"):
-            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 #: a stored copy: (body, properties, reconsumeTimes)
@@ -283,16 +255,9 @@ def check(seed: int, total: int, origin_ids: dict[int, str], led: Ledger, stored
 
 # ---- the store -----------------------------------------------------------------------------------
 
-def _store(root: Path, conf: Path, **kw: Any) -> Any:
-    import rmqlog
-    from rmqnet.broker.config import BrokerConfig
-
-    return rmqlog.MessageStore.open(root, BrokerConfig.from_properties(str(conf)).store, **kw)
-
-
 def undelivered(root: Path, conf: Path) -> int:
     """Messages of ``SCHEDULE_TOPIC_XXXX`` the scheduler has not delivered yet (read-only)."""
-    with _store(root, conf, read_only=True, create=False) as store:
+    with tc.open_store(root, conf, read_only=True, create=False) as store:
         if SCHEDULE not in store.topics():
             return 0
         done = store.delay_offsets()
@@ -302,11 +267,11 @@ def undelivered(root: Path, conf: Path) -> int:
 
 def read_copies(root: Path, conf: Path) -> dict[str, list[Copy]]:
     out: dict[str, list[Copy]] = {RETRY: [], DLQ: []}
-    with _store(root, conf, read_only=True, create=False) as store:
+    with tc.open_store(root, conf, read_only=True, create=False) as store:
         for topic in out:
             if topic not in store.topics():
                 continue
-            t = store.read_queue(topic, 0, store.min_offset(topic, 0), store.max_offset(topic, 0), check_crc=True)
+            t = tc.read_whole_queue(store, topic, 0, check_crc=True)
             for body, props, reconsume in zip(t.column("body").to_pylist(), t.column("properties").to_pylist(),
                                               t.column("reconsumeTimes").to_pylist(), strict=True):
                 out[topic].append((bytes(body), dict(props or []), int(reconsume)))
@@ -314,19 +279,6 @@ def read_copies(root: Path, conf: Path) -> dict[str, list[Copy]]:
 
 
 # ---- a trial -------------------------------------------------------------------------------------
-
-def write_conf(path: Path) -> None:
-    path.write_text("\n".join([
-        "brokerClusterName=RetryCluster", "brokerName=rt", "brokerIP1=127.0.0.1", "flushDiskType=SYNC_FLUSH",
-        f"mappedFileSizeCommitLog={SEGMENT}", "autoCreateTopicEnable=true", "syncFlushTimeout=20000",
-        f"messageDelayLevel={DELAY_LEVELS}", "",
-    ]))
-
-
-def prepare_root(root: Path, conf: Path) -> None:
-    with _store(root, conf) as store:
-        store.create_topic(TOPIC, QUEUES)
-
 
 def send_originals(namesrv: str, seed: int, total: int) -> dict[int, str]:
     """Message i of ``RT`` -> its offset msgId (every send answered SEND_OK)."""
@@ -357,37 +309,15 @@ def _answered(ledgers: list[Path]) -> list[int]:
     return [len(Ledger.read(p).answered) for p in ledgers]
 
 
-def _wait(cond: Any, workers: list[subprocess.Popen[bytes]], what: str, *, exits_ok: bool = False) -> None:
-    deadline = time.monotonic() + GUARD_S
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        for i, p in enumerate(workers):
-            if p.poll() is not None and (p.returncode != 0 or not exits_ok):
-                raise RuntimeError(f"worker {i} exited with {p.returncode} waiting for {what}")
-        time.sleep(0.05)
-    raise RuntimeError(f"no {what} after {GUARD_S} s")
-
-
-def _kill_restart(broker: subprocess.Popen[bytes], root: Path, conf: Path, addr: str, namesrv: str, log: Path
-                  ) -> subprocess.Popen[bytes]:
-    os.kill(broker.pid, signal.SIGKILL)
-    broker.wait()
-    proc, _ = start_process(["broker", str(root), "-c", str(conf), "--listen", addr, "--namesrv", namesrv], log,
-                            "ready at", "the restarted broker")
-    return proc
-
-
 def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: random.Random) -> Counts:
     counts = Counts()
     root, conf = work / "store", work / "broker.conf"
     work.mkdir(parents=True)
-    write_conf(conf)
-    prepare_root(root, conf)
+    tc.write_conf(conf, "RetryCluster", "rt", f"messageDelayLevel={DELAY_LEVELS}")
+    tc.prepare_root(root, conf, TOPIC, QUEUES)
     seed = args.seed * 1000 + n
     total = args.workers * args.messages
-    broker, addr = start_process(["broker", str(root), "-c", str(conf), "--listen", "127.0.0.1:0", "--namesrv", namesrv],
-                                 work / "broker-1.log", "ready at", "the broker")
+    broker, addr = tc.start_broker(root, conf, "127.0.0.1:0", namesrv, work / "broker-1.log", "the broker")
     ledgers = [work / f"worker-{i}.ledger" for i in range(args.workers)]
     workers: list[subprocess.Popen[bytes]] = []
     origin_ids: dict[int, str] = {}
@@ -397,38 +327,23 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
         for i in range(args.workers):
             spec = {"worker": i, "seed": seed, "ledger": str(ledgers[i]), "namesrv": namesrv,
                     "workers": args.workers, "total": total}
-            with open(work / f"worker-{i}.log", "wb") as log:
-                workers.append(subprocess.Popen([sys.executable, __file__, "--child", "worker", json.dumps(spec)],
-                                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT))
-        _wait(lambda: all(a >= 1 for a in _answered(ledgers)), workers, "a first answered send-back",
-              exits_ok=True)
+            workers.append(tc.spawn_child(__file__, "worker", spec, work / f"worker-{i}.log", stdin=subprocess.DEVNULL))
+        tc.wait_for(lambda: all(a >= 1 for a in _answered(ledgers)), workers, "a first answered send-back",
+                 name="worker", exits_ok=True)
         time.sleep(rng.uniform(0.0, args.run_s))
-        broker = _kill_restart(broker, root, conf, addr, namesrv, work / "broker-2.log")
+        broker = tc.kill_restart(broker, root, conf, addr, namesrv, work / "broker-2.log")
         counts.kills += 1
-        _wait(lambda: all(p.poll() is not None for p in workers), workers, "the workers' end", exits_ok=True)
+        tc.wait_for(lambda: all(p.poll() is not None for p in workers), workers, "the workers' end", name="worker",
+                 exits_ok=True)
         if n % 2 == 0:  # once more, while the scheduler delivers the retries
             time.sleep(rng.uniform(0.0, 2.0))
-            broker = _kill_restart(broker, root, conf, addr, namesrv, work / "broker-3.log")
+            broker = tc.kill_restart(broker, root, conf, addr, namesrv, work / "broker-3.log")
             counts.kills += 1
-        _wait(lambda: undelivered(root, conf) == 0, [], "delivery of every retry (settling)")
+        tc.wait_for(lambda: undelivered(root, conf) == 0, [], "delivery of every retry (settling)")
     except Exception as exc:  # noqa: BLE001 - counted; the broker is still stopped and the store read
         counts.problem("bad", f"{type(exc).__name__}: {exc}")
-    for i, p in enumerate(workers):
-        try:
-            if p.wait(GUARD_S) != 0:
-                counts.problem("bad", f"worker {i} exited with {p.returncode}: see {work}/worker-{i}.log")
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
-            counts.problem("bad", f"worker {i} did not end")
-    broker.send_signal(signal.SIGTERM)
-    try:
-        if broker.wait(GUARD_S) != 0:
-            counts.problem("bad", f"the broker's SIGTERM stop exited with {broker.returncode}")
-    except subprocess.TimeoutExpired:
-        broker.kill()
-        broker.wait()
-        counts.problem("bad", "the broker did not stop on SIGTERM")
+    tc.reap(workers, work, counts.problem, name="worker", hung="did not end")
+    tc.stop_broker(broker, counts.problem)
     led = Ledger()
     for path in ledgers:
         led.merge(Ledger.read(path))
@@ -439,62 +354,31 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
           f"(retry {counts.answered['retry']}, max {counts.answered['max']}, negative {counts.answered['negative']}), "
           f"{tries} tries, {sum(counts.retried.values())} tried again, {sum(counts.retry_copies.values())} retry copies: "
           f"{counts.lost} lost, {counts.dup} duplicated, {counts.bad} bad", flush=True)
-    for text in counts.problems:
-        print(f"  {text}", flush=True)
+    counts.print_problems()
     return counts
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--child"]:
-        if argv[1] != "worker":
-            raise SystemExit(f"unknown child {argv[1]!r}")
-        return run_worker(json.loads(argv[2]))
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--workers", type=int, default=3)
-    ap.add_argument("--messages", type=int, default=90, help="messages each worker sends back")
-    ap.add_argument("--run-s", type=float, default=1.0, help="the kill comes 0..RUN_S s after every worker had an answer")
-    ap.add_argument("--root", type=Path, default=None, help="work directory (default: a new temporary one)")
-    ap.add_argument("--keep", action="store_true", help="keep every trial's store (failing ones are always kept)")
-    args = ap.parse_args(argv)
-    if args.trials < 1 or args.workers < 1 or args.messages < 1 or args.run_s < 0:
-        ap.error("--trials, --workers and --messages must be at least 1, --run-s not negative")
-    base = args.root or Path(tempfile.mkdtemp(prefix="torture-rt-"))
-    base.mkdir(parents=True, exist_ok=True)
-    print(f"torture_send_back: {args.trials} trials, seed {args.seed}, {args.workers} workers x {args.messages} "
-          f"messages, SYNC_FLUSH, delay levels {DELAY_LEVELS}, work directory {base}", flush=True)
-    rng = random.Random(args.seed)
-    ns, namesrv = start_process(["namesrv", "--listen", "127.0.0.1:0"], base / "namesrv.log", "listening on",
-                                "the name server")
+    tc.run_child(argv, "worker", run_worker)  # a child process ends here
+    args = tc.parse_trial_args(argv, __doc__, [
+        ("--workers", {"type": int, "default": 3}),
+        ("--messages", {"type": int, "default": 90, "help": "messages each worker sends back"}),
+    ], 1.0, "the kill comes 0..RUN_S s after every worker had an answer")
     total = Counts()
-    failed = 0
-    try:
-        for n in range(1, args.trials + 1):
-            work = base / f"trial-{n}"
-            c = trial(n, args, work, namesrv, rng)
-            total.add(c)
-            if c.lost or c.dup or c.bad:
-                failed += 1
-                print(f"  kept: {work}", flush=True)
-            elif not args.keep:
-                shutil.rmtree(work, ignore_errors=True)
-    finally:
-        ns.send_signal(signal.SIGTERM)
-        try:
-            ns.wait(GUARD_S)
-        except subprocess.TimeoutExpired:
-            ns.kill()
-    for mode in MODES:
-        print(f"mode {mode}: {total.answered[mode]} answered send-backs to {RETRY if mode == 'retry' else DLQ}, "
-              f"{total.retried[mode]} tried again, {total.retry_copies[mode]} retry copies", flush=True)
-    print(f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.bad} bad "
-          f"({sum(total.answered.values())} answered send-backs, {total.kills} kills, "
-          f"{sum(total.retry_copies.values())} retry copies of unanswered tries)", flush=True)
-    if not failed and not args.keep and args.root is None:
-        shutil.rmtree(base, ignore_errors=True)
-    return 1 if failed else 0
+
+    def summary() -> None:
+        for mode in MODES:
+            print(f"mode {mode}: {total.answered[mode]} answered send-backs to {RETRY if mode == 'retry' else DLQ}, "
+                  f"{total.retried[mode]} tried again, {total.retry_copies[mode]} retry copies", flush=True)
+        print(f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.bad} bad "
+              f"({sum(total.answered.values())} answered send-backs, {total.kills} kills, "
+              f"{sum(total.retry_copies.values())} retry copies of unanswered tries)", flush=True)
+
+    return tc.run_trials(args, "torture-rt-",
+                         lambda base: f"torture_send_back: {args.trials} trials, seed {args.seed}, {args.workers} "
+                                      f"workers x {args.messages} messages, SYNC_FLUSH, delay levels {DELAY_LEVELS}, "
+                                      f"work directory {base}",
+                         trial, total, lambda c: bool(c.lost or c.dup or c.bad), summary)
 
 
 if __name__ == "__main__":

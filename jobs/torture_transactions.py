@@ -40,14 +40,9 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
 import random
-import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -56,11 +51,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from torture_broker import GUARD_S, start_process  # noqa: E402
+import torture_common as tc  # noqa: E402
 
 TOPIC = "TXN"
 QUEUES = 4
-SEGMENT = 1 << 20
 HALF_TOPIC, OP_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 #: transactions each producer must end after the restart before they stop starting new ones
 AFTER_RESTART = 2
@@ -111,46 +105,41 @@ def run_producer(spec: dict[str, Any]) -> int:
         return state(decide(seed, idx, ident[1])[0])
 
     threading.Thread(target=watch_stdin, daemon=True).start()
-    fd = os.open(spec["ledger"], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-
-    def note(text: str) -> None:
-        os.write(fd, text.encode())
-        os.fsync(fd)
-
-    producer = TransactionProducer(f"TXN_PG_{idx}", spec["namesrv"], check_listener=check, timeout_s=5.0)
-    seq = 0
-    try:
-        while not stop_sending.is_set():
-            commit, via_check = decide(seed, idx, seq)
-            note(f"T {seq}\n")
-            try:
-                sent = call(producer.asend_half(TOPIC, make_body(seed, idx, seq)))
-            except Exception:  # the broker is down (the half may be stored all the same: a reply cut)
-                note(f"F {seq}\n")
-                stop_sending.wait(0.1)  # a broker that is down refuses at once: do not spin on it
-                seq += 1
-                continue
-            note(f"S {seq}\n")
-            local = LocalTransactionState.UNKNOW if via_check else state(commit)
-            for _ in range(400):  # END_TRANSACTION until the broker answers it (UNKNOW: oneway, once)
+    with tc.LedgerFile(spec["ledger"]) as ledger:
+        note = ledger.note
+        producer = TransactionProducer(f"TXN_PG_{idx}", spec["namesrv"], check_listener=check, timeout_s=5.0)
+        seq = 0
+        try:
+            while not stop_sending.is_set():
+                commit, via_check = decide(seed, idx, seq)
+                note(f"T {seq}\n")
                 try:
-                    call(producer.aend_transaction(TOPIC, sent, local))
-                    note(f"E {seq}\n")
-                    break
-                except BrokerError as exc:
-                    print(f"transaction {seq}: END_TRANSACTION refused: {exc}", flush=True)
-                    note(f"X {seq}\n")
-                    break
-                except Exception:  # noqa: BLE001 - the broker is down: again
-                    stop_sending.wait(0.05)
-            seq += 1
-        while not stop.is_set():  # check-backs only; a restarted broker must learn of us
-            with contextlib.suppress(Exception):  # down for a moment: next time
-                producer.heartbeat(TOPIC)
-            stop.wait(0.1)
-    finally:
-        producer.close()
-        os.close(fd)
+                    sent = call(producer.asend_half(TOPIC, make_body(seed, idx, seq)))
+                except Exception:  # the broker is down (the half may be stored all the same: a reply cut)
+                    note(f"F {seq}\n")
+                    stop_sending.wait(0.1)  # a broker that is down refuses at once: do not spin on it
+                    seq += 1
+                    continue
+                note(f"S {seq}\n")
+                local = LocalTransactionState.UNKNOW if via_check else state(commit)
+                for _ in range(400):  # END_TRANSACTION until the broker answers it (UNKNOW: oneway, once)
+                    try:
+                        call(producer.aend_transaction(TOPIC, sent, local))
+                        note(f"E {seq}\n")
+                        break
+                    except BrokerError as exc:
+                        print(f"transaction {seq}: END_TRANSACTION refused: {exc}", flush=True)
+                        note(f"X {seq}\n")
+                        break
+                    except Exception:  # noqa: BLE001 - the broker is down: again
+                        stop_sending.wait(0.05)
+                seq += 1
+            while not stop.is_set():  # check-backs only; a restarted broker must learn of us
+                with contextlib.suppress(Exception):  # down for a moment: next time
+                    producer.heartbeat(TOPIC)
+                stop.wait(0.1)
+        finally:
+            producer.close()
     return 0
 
 
@@ -179,7 +168,7 @@ class Ledger:
 
 
 @dataclass
-class Counts:
+class Counts(tc.Problems):
     commits: int = 0
     rollbacks: int = 0
     via_check: int = 0
@@ -188,12 +177,6 @@ class Counts:
     dup: int = 0
     leaked: int = 0
     bad: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    def problem(self, kind: str, text: str) -> None:
-        setattr(self, kind, getattr(self, kind) + 1)
-        if len(self.problems) < 20:
-            self.problems.append(f"{kind}: {text}")
 
 
 def check(seed: int, ledgers: list[Ledger], delivered: list[bytes], counts: Counts) -> None:
@@ -226,102 +209,54 @@ def open_halves(root: Path, conf: Path) -> int:
     """Half messages whose transaction has no op record yet (read-only, beside the running broker)."""
     import pyarrow.compute as pc
 
-    import rmqlog
-    from rmqnet.broker.config import BrokerConfig
-
-    with rmqlog.MessageStore.open(root, BrokerConfig.from_properties(str(conf)).store, read_only=True,
-                                  create=False) as store:
+    with tc.open_store(root, conf, read_only=True, create=False) as store:
         if HALF_TOPIC not in store.topics():
             return 0
         ended: set[str] = set()
         if OP_TOPIC in store.topics():
-            ops = store.read_queue(OP_TOPIC, 0, store.min_offset(OP_TOPIC, 0), store.max_offset(OP_TOPIC, 0))
+            ops = tc.read_whole_queue(store, OP_TOPIC, 0)
             ended = set(pc.map_lookup(ops.column("properties"), "__transactionId__", "last").to_pylist())
-        halves = store.read_queue(HALF_TOPIC, 0, store.min_offset(HALF_TOPIC, 0), store.max_offset(HALF_TOPIC, 0))
+        halves = tc.read_whole_queue(store, HALF_TOPIC, 0)
         keys = set(pc.map_lookup(halves.column("properties"), "UNIQ_KEY", "last").to_pylist())
         return len(keys - ended)
 
 
 def read_topic(root: Path, conf: Path) -> list[bytes]:
-    import rmqlog
-    from rmqnet.broker.config import BrokerConfig
-
     out: list[bytes] = []
-    with rmqlog.MessageStore.open(root, BrokerConfig.from_properties(str(conf)).store, read_only=True,
-                                  create=False) as store:
+    with tc.open_store(root, conf, read_only=True, create=False) as store:
         for qid in range(QUEUES):
-            table = store.read_queue(TOPIC, qid, store.min_offset(TOPIC, qid), store.max_offset(TOPIC, qid), check_crc=True)
-            out += table.column("body").to_pylist()
+            out += tc.read_whole_queue(store, TOPIC, qid, check_crc=True).column("body").to_pylist()
     return out
 
 
 # ---- a trial -------------------------------------------------------------------------------------
 
-def write_conf(path: Path) -> None:
-    path.write_text("\n".join([
-        "brokerClusterName=TxnCluster", "brokerName=txn", "brokerIP1=127.0.0.1", "flushDiskType=SYNC_FLUSH",
-        f"mappedFileSizeCommitLog={SEGMENT}", "autoCreateTopicEnable=true", "syncFlushTimeout=20000",
-        "transactionTimeOut=300", "transactionCheckInterval=200", "transactionCheckMax=1000", "",
-    ]))
-
-
-def prepare_root(root: Path, conf: Path) -> None:
-    import rmqlog
-    from rmqnet.broker.config import BrokerConfig
-
-    with rmqlog.MessageStore.open(root, BrokerConfig.from_properties(str(conf)).store) as store:
-        store.create_topic(TOPIC, QUEUES)
-
-
 def _ended(ledgers: list[Path]) -> list[int]:
     return [Ledger.read(p).ended for p in ledgers]
-
-
-def _wait(cond: Any, producers: list[subprocess.Popen[bytes]], what: str) -> None:
-    deadline = time.monotonic() + GUARD_S
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        for i, p in enumerate(producers):
-            if p.poll() is not None:
-                raise RuntimeError(f"producer {i} exited with {p.returncode} waiting for {what}")
-        time.sleep(0.05)
-    raise RuntimeError(f"no {what} after {GUARD_S} s")
-
-
-def _kill_restart(broker: subprocess.Popen[bytes], root: Path, conf: Path, addr: str, namesrv: str, log: Path
-                  ) -> subprocess.Popen[bytes]:
-    os.kill(broker.pid, signal.SIGKILL)
-    broker.wait()
-    proc, _ = start_process(["broker", str(root), "-c", str(conf), "--listen", addr, "--namesrv", namesrv], log,
-                            "ready at", "the restarted broker")
-    return proc
 
 
 def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: random.Random) -> Counts:
     counts = Counts()
     root, conf = work / "store", work / "broker.conf"
     work.mkdir(parents=True)
-    write_conf(conf)
-    prepare_root(root, conf)
+    tc.write_conf(conf, "TxnCluster", "txn", "transactionTimeOut=300", "transactionCheckInterval=200",
+               "transactionCheckMax=1000")
+    tc.prepare_root(root, conf, TOPIC, QUEUES)
     seed = args.seed * 1000 + n
-    broker, addr = start_process(["broker", str(root), "-c", str(conf), "--listen", "127.0.0.1:0", "--namesrv", namesrv],
-                                 work / "broker-1.log", "ready at", "the broker")
+    broker, addr = tc.start_broker(root, conf, "127.0.0.1:0", namesrv, work / "broker-1.log", "the broker")
     ledgers = [work / f"producer-{i}.ledger" for i in range(args.producers)]
     producers: list[subprocess.Popen[bytes]] = []
     kills = 0
     try:
         for i in range(args.producers):
             spec = {"producer": i, "seed": seed, "ledger": str(ledgers[i]), "namesrv": namesrv}
-            with open(work / f"producer-{i}.log", "wb") as log:
-                producers.append(subprocess.Popen([sys.executable, __file__, "--child", "producer", json.dumps(spec)],
-                                                  stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT))
-        _wait(lambda: all(e >= 1 for e in _ended(ledgers)), producers, "a first ended transaction")
+            producers.append(tc.spawn_child(__file__, "producer", spec, work / f"producer-{i}.log", stdin=subprocess.PIPE))
+        tc.wait_for(lambda: all(e >= 1 for e in _ended(ledgers)), producers, "a first ended transaction")
         time.sleep(rng.uniform(0.0, args.run_s))
         base = _ended(ledgers)
-        broker = _kill_restart(broker, root, conf, addr, namesrv, work / "broker-2.log")
+        broker = tc.kill_restart(broker, root, conf, addr, namesrv, work / "broker-2.log")
         kills += 1
-        _wait(lambda: all(e >= b + AFTER_RESTART for e, b in zip(_ended(ledgers), base, strict=True)), producers,
+        tc.wait_for(lambda: all(e >= b + AFTER_RESTART for e, b in zip(_ended(ledgers), base, strict=True)), producers,
               "transactions ended after the restart")
         for p in producers:
             assert p.stdin is not None
@@ -329,88 +264,41 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
             p.stdin.flush()
         if n % 2 == 0:  # once more, while only check-backs run
             time.sleep(rng.uniform(0.0, 0.6))
-            broker = _kill_restart(broker, root, conf, addr, namesrv, work / "broker-3.log")
+            broker = tc.kill_restart(broker, root, conf, addr, namesrv, work / "broker-3.log")
             kills += 1
-        _wait(lambda: open_halves(root, conf) == 0, producers, "every transaction ended (settling)")
+        tc.wait_for(lambda: open_halves(root, conf) == 0, producers, "every transaction ended (settling)")
     except RuntimeError as exc:
         counts.problem("bad", str(exc))
     finally:
         for p in producers:
             if p.stdin is not None and not p.stdin.closed:
                 p.stdin.close()
-    for i, p in enumerate(producers):
-        try:
-            if p.wait(GUARD_S) != 0:
-                counts.problem("bad", f"producer {i} exited with {p.returncode}: see {work}/producer-{i}.log")
-        except subprocess.TimeoutExpired:
-            p.kill()
-            counts.problem("bad", f"producer {i} did not stop")
-    broker.send_signal(signal.SIGTERM)
-    try:
-        if broker.wait(GUARD_S) != 0:
-            counts.problem("bad", f"the broker's SIGTERM stop exited with {broker.returncode}")
-    except subprocess.TimeoutExpired:
-        broker.kill()
-        broker.wait()
-        counts.problem("bad", "the broker did not stop on SIGTERM")
+    tc.reap(producers, work, counts.problem)
+    tc.stop_broker(broker, counts.problem)
     check(seed, [Ledger.read(p) for p in ledgers], read_topic(root, conf), counts)
     print(f"trial {n}: {kills} kills, {counts.commits} commits, {counts.rollbacks} rollbacks "
           f"({counts.via_check} of them left to the check-back), "
           f"{counts.failed_sends} half sends failed: {counts.lost} lost, "
           f"{counts.dup} duplicated, {counts.leaked} leaked, {counts.bad} bad", flush=True)
-    for text in counts.problems:
-        print(f"  {text}", flush=True)
+    counts.print_problems()
     return counts
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["--child"]:
-        if argv[1] != "producer":
-            raise SystemExit(f"unknown child {argv[1]!r}")
-        return run_producer(json.loads(argv[2]))
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--trials", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--producers", type=int, default=3)
-    ap.add_argument("--run-s", type=float, default=1.0, help="the kill comes 0..RUN_S s after every producer ended one")
-    ap.add_argument("--root", type=Path, default=None, help="work directory (default: a new temporary one)")
-    ap.add_argument("--keep", action="store_true", help="keep every trial's store (failing ones are always kept)")
-    args = ap.parse_args(argv)
-    if args.trials < 1 or args.producers < 1 or args.run_s < 0:
-        ap.error("--trials and --producers must be at least 1, --run-s not negative")
-    base = args.root or Path(tempfile.mkdtemp(prefix="torture-txn-"))
-    base.mkdir(parents=True, exist_ok=True)
-    print(f"torture_transactions: {args.trials} trials, seed {args.seed}, {args.producers} producers, SYNC_FLUSH, "
-          f"work directory {base}", flush=True)
-    rng = random.Random(args.seed)
-    ns, namesrv = start_process(["namesrv", "--listen", "127.0.0.1:0"], base / "namesrv.log", "listening on",
-                                "the name server")
+    tc.run_child(argv, "producer", run_producer)  # a child process ends here
+    args = tc.parse_trial_args(argv, __doc__, [("--producers", {"type": int, "default": 3})], 1.0,
+                               "the kill comes 0..RUN_S s after every producer ended one")
     total = Counts()
-    failed = 0
-    try:
-        for n in range(1, args.trials + 1):
-            work = base / f"trial-{n}"
-            c = trial(n, args, work, namesrv, rng)
-            for name in ("commits", "rollbacks", "via_check", "failed_sends", "lost", "dup", "leaked", "bad"):
-                setattr(total, name, getattr(total, name) + getattr(c, name))
-            if c.lost or c.dup or c.leaked or c.bad:
-                failed += 1
-                print(f"  kept: {work}", flush=True)
-            elif not args.keep:
-                shutil.rmtree(work, ignore_errors=True)
-    finally:
-        ns.send_signal(signal.SIGTERM)
-        try:
-            ns.wait(GUARD_S)
-        except subprocess.TimeoutExpired:
-            ns.kill()
-    print(f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.leaked} leaked, {total.bad} bad "
-          f"({total.commits} commits, {total.rollbacks} rollbacks, {total.via_check} via check-back, "
-          f"{total.failed_sends} half sends failed)", flush=True)
-    if not failed and not args.keep and args.root is None:
-        shutil.rmtree(base, ignore_errors=True)
-    return 1 if failed else 0
+
+    def summary() -> None:
+        print(f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.leaked} leaked, "
+              f"{total.bad} bad ({total.commits} commits, {total.rollbacks} rollbacks, {total.via_check} via "
+              f"check-back, {total.failed_sends} half sends failed)", flush=True)
+
+    return tc.run_trials(args, "torture-txn-",
+                         lambda base: f"torture_transactions: {args.trials} trials, seed {args.seed}, "
+                                      f"{args.producers} producers, SYNC_FLUSH, work directory {base}",
+                         trial, total, lambda c: bool(c.lost or c.dup or c.leaked or c.bad), summary)
 
 
 if __name__ == "__main__":

@@ -32,13 +32,12 @@ from ..remoting.admin_bodies import (
     decode_consume_stats,
     decode_consumer_connection,
     decode_topic_stats,
-    loads_fastjson,
     parse_properties,
     properties_text,
 )
 from ..remoting.errors import FieldError
 from ..remoting.register import ClusterInfo, decode_topic_list
-from ..remoting.route import PERM_RW
+from ..remoting.route import PERM_RW, loads_fastjson
 from ..transport import Limits
 from .errors import BrokerError, ClientError, NoRouteError
 from .failover import DOWN_MS, admin_ids, offset_ids

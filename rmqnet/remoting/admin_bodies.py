@@ -9,8 +9,9 @@ is not standard JSON (keys sorted within each object, as fastjson sorts fields):
                     {"lastUpdateTimestamp":1700000000000,"maxOffset":5,"minOffset":0}}}
 
 Java's admin tools (``mqadmin topicStatus``, ``consumerProgress``) read exactly that, so the
-broker writes it (:func:`encode_queue_map`) and our client reads it (:func:`loads_fastjson`,
-which also takes fastjson's bare integer keys and standard JSON). ``ConsumeStats``'s
+broker writes it (:func:`encode_queue_map`) and our client reads it
+(:func:`rmqnet.remoting.route.loads_fastjson`, which also takes fastjson's bare integer keys and
+standard JSON: the one reader of fastjson's JSON, the routes' too). ``ConsumeStats``'s
 ``consumeTps`` is a double (``0.0``).
 
 | body | fields (fastjson order) |
@@ -28,17 +29,13 @@ Decoders raise :class:`~rmqnet.remoting.errors.FieldError` naming what is wrong.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from typing import Any
 
 import javaproperties
 
 from .errors import FieldError
-
-_WS = re.compile(r"[ \t\n\r]*")
-_BARE_INT = re.compile(r"-?\d+")
-_DECODER = json.JSONDecoder()
+from .route import FastjsonPairs, loads_fastjson
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -71,89 +68,11 @@ def encode_queue_map(entries: dict[QueueKey, dict[str, Any]]) -> str:
     return "{" + ",".join(_dumps(q.to_json()) + ":" + _dumps(v) for q, v in sorted(entries.items())) + "}"
 
 
-# ------------------------------------------------------------------------- the lenient reader
-
-
-class _Pairs(list[tuple[Any, Any]]):
-    """An object whose keys were not all strings: its (key, value) pairs, in order."""
-
-
-def loads_fastjson(body: bytes | str) -> Any:
-    """JSON as fastjson writes it: standard JSON, bare integer keys, or objects as keys. An
-    object with a non-string key is returned as a list of (key, value) pairs (:class:`_Pairs`),
-    every other object as a dict. :class:`FieldError` if it is not such JSON."""
-    try:
-        text = bytes(body).decode() if not isinstance(body, str) else body
-        value, end = _value(text, _skip(text, 0))
-    except (ValueError, UnicodeDecodeError, IndexError, RecursionError) as exc:
-        raise FieldError("body", f"is not JSON as fastjson writes it: {exc}") from None
-    if _skip(text, end) != len(text):
-        raise FieldError("body", f"has data after its JSON value (at {end})")
-    return value
-
-
-def _skip(text: str, i: int) -> int:
-    m = _WS.match(text, i)
-    return m.end() if m else i
-
-
-def _value(text: str, i: int) -> tuple[Any, int]:
-    c = text[i]
-    if c == "{":
-        return _object(text, i + 1)
-    if c == "[":
-        out: list[Any] = []
-        i = _skip(text, i + 1)
-        if text[i] == "]":
-            return out, i + 1
-        while True:
-            v, i = _value(text, _skip(text, i))
-            out.append(v)
-            i = _skip(text, i)
-            if text[i] == "]":
-                return out, i + 1
-            if text[i] != ",":
-                raise ValueError(f"expected , or ] at {i}")
-            i += 1
-    return _DECODER.raw_decode(text, i)
-
-
-def _object(text: str, i: int) -> tuple[Any, int]:
-    pairs: list[tuple[Any, Any]] = []
-    i = _skip(text, i)
-    if text[i] == "}":
-        return {}, i + 1
-    while True:
-        i = _skip(text, i)
-        m = _BARE_INT.match(text, i)
-        if text[i] in "{[\"":
-            key, i = _value(text, i)
-        elif m:
-            key, i = m.group(), m.end()
-        else:
-            raise ValueError(f"expected an object key at {i}")
-        i = _skip(text, i)
-        if text[i] != ":":
-            raise ValueError(f"expected : at {i}")
-        value, i = _value(text, _skip(text, i + 1))
-        pairs.append((key, value))
-        i = _skip(text, i)
-        if text[i] == "}":
-            i += 1
-            break
-        if text[i] != ",":
-            raise ValueError(f"expected , or }} at {i}")
-        i += 1
-    if all(isinstance(k, str) for k, _ in pairs):
-        return dict(pairs), i
-    return _Pairs(pairs), i
-
-
 def _queue_map(obj: Any, name: str) -> dict[QueueKey, dict[str, Any]]:
     table = obj.get("offsetTable") if isinstance(obj, dict) else None
     if table is None or table == {}:
         return {}
-    if not isinstance(table, _Pairs):
+    if not isinstance(table, FastjsonPairs):
         raise FieldError(name, "offsetTable is not a map keyed by MessageQueue")
     out = {}
     for k, v in table:
@@ -263,4 +182,4 @@ def parse_properties(text: str) -> dict[str, str]:
 
 __all__ = ["ConsumeStats", "OffsetWrapper", "QueueKey", "TopicOffset", "decode_consume_stats",
            "decode_consumer_connection", "decode_topic_stats", "encode_consume_stats", "encode_consumer_connection",
-           "encode_queue_map", "encode_topic_stats", "loads_fastjson", "parse_properties", "properties_text"]
+           "encode_queue_map", "encode_topic_stats", "parse_properties", "properties_text"]

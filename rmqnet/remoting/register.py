@@ -358,7 +358,7 @@ class ClusterInfo:
             obj = loads_fastjson(body)
             return ClusterInfo({str(k): BrokerData.from_json(v) for k, v in (obj.get("brokerAddrTable") or {}).items()},
                                {str(k): [str(n) for n in v] for k, v in (obj.get("clusterAddrTable") or {}).items()})
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, RecursionError) as exc:
+        except (FieldError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise FieldError("body", f"is not a cluster info ({type(exc).__name__}: {exc})") from None
 
 

@@ -11,7 +11,8 @@ Route (GET_ROUTEINFO_BY_TOPIC's body, RocketMQ 4.9.8)::
 ``brokerAddrs`` maps a broker id (0 the master, 1.. the slaves) to the address clients dial.
 Java's fastjson writes those keys unquoted (``{0:"..."}``) for old clients; we always write
 standard JSON, which ali-ons and the C++ client read (the wire notes, section 2.3), and read
-both forms. ``perm`` bits: 4 read, 2 write, 1 inherit (``PermName``).
+both forms (:func:`loads_fastjson`, the network side's one reader of fastjson's JSON, also
+takes the objects as keys of the admin bodies). ``perm`` bits: 4 read, 2 write, 1 inherit (``PermName``).
 """
 
 from __future__ import annotations
@@ -30,17 +31,102 @@ PERM_READ = 4
 PERM_RW = PERM_READ | PERM_WRITE
 MASTER_ID = 0
 
-# fastjson's non-standard form: an object key that is a bare (possibly negative) integer
-_BARE_KEY = re.compile(r'([{,]\s*)(-?\d+)(\s*:)')
+_WS = re.compile(r"[ \t\n\r]*")
+_BARE_INT = re.compile(r"-?\d+")
+_DECODER = json.JSONDecoder()
+
+
+# ------------------------------------------------------------------------- the lenient reader
+
+
+class FastjsonPairs(list[tuple[Any, Any]]):
+    """An object whose keys were not all strings (fastjson's ``Map<MessageQueue, V>``): its
+    (key, value) pairs, in order."""
 
 
 def loads_fastjson(body: bytes | str) -> Any:
-    """JSON as Java's fastjson may write it: standard JSON, or with bare integer keys."""
-    text = body.decode() if isinstance(body, (bytes, bytearray, memoryview)) else body
+    """JSON as Java's fastjson may write it, the one reader of it on the network side: standard
+    JSON, bare (possibly negative) integer keys (``{0:"..."}``: read as the strings ``"0"``), or
+    objects as keys (``{{"topic":...}:{...}}``: :mod:`rmqnet.remoting.admin_bodies`). An object
+    with a non-string key is returned as a list of (key, value) pairs (:class:`FastjsonPairs`),
+    every other object as a dict. Standard JSON takes ``json.loads`` (C, the common case: large
+    topic and offset tables); only what it refuses is walked here, strings never rewritten.
+    :class:`FieldError` (field ``body``) if it is not such JSON, nor UTF-8."""
+    try:
+        text = bytes(body).decode() if not isinstance(body, str) else body
+    except UnicodeDecodeError as exc:
+        raise FieldError("body", f"is not JSON as fastjson writes it: {exc}") from None
     try:
         return json.loads(text)
-    except ValueError:
-        return json.loads(_BARE_KEY.sub(r'\1"\2"\3', text))
+    except (ValueError, RecursionError):
+        pass  # not standard JSON: fastjson's keys, or not JSON at all (said below)
+    try:
+        value, end = _value(text, _skip(text, 0))
+    except (ValueError, IndexError, RecursionError) as exc:
+        raise FieldError("body", f"is not JSON as fastjson writes it: {exc}") from None
+    if _skip(text, end) != len(text):
+        raise FieldError("body", f"has data after its JSON value (at {end})")
+    return value
+
+
+def _skip(text: str, i: int) -> int:
+    m = _WS.match(text, i)
+    return m.end() if m else i
+
+
+def _value(text: str, i: int) -> tuple[Any, int]:
+    c = text[i]
+    if c == "{":
+        return _object(text, i + 1)
+    if c == "[":
+        out: list[Any] = []
+        i = _skip(text, i + 1)
+        if text[i] == "]":
+            return out, i + 1
+        while True:
+            v, i = _value(text, _skip(text, i))
+            out.append(v)
+            i = _skip(text, i)
+            if text[i] == "]":
+                return out, i + 1
+            if text[i] != ",":
+                raise ValueError(f"expected , or ] at {i}")
+            i += 1
+    return _DECODER.raw_decode(text, i)
+
+
+def _object(text: str, i: int) -> tuple[Any, int]:
+    pairs: list[tuple[Any, Any]] = []
+    i = _skip(text, i)
+    if text[i] == "}":
+        return {}, i + 1
+    while True:
+        i = _skip(text, i)
+        m = _BARE_INT.match(text, i)
+        if text[i] in "{[\"":
+            key, i = _value(text, i)
+        elif m:
+            key, i = m.group(), m.end()
+        else:
+            raise ValueError(f"expected an object key at {i}")
+        i = _skip(text, i)
+        if text[i] != ":":
+            raise ValueError(f"expected : at {i}")
+        value, i = _value(text, _skip(text, i + 1))
+        pairs.append((key, value))
+        i = _skip(text, i)
+        if text[i] == "}":
+            i += 1
+            break
+        if text[i] != ",":
+            raise ValueError(f"expected , or }} at {i}")
+        i += 1
+    if all(isinstance(k, str) for k, _ in pairs):
+        return dict(pairs), i
+    return FastjsonPairs(pairs), i
+
+
+# ------------------------------------------------------------------------------ the route
 
 
 @dataclass(slots=True)
@@ -103,5 +189,5 @@ class TopicRouteData:
                 [BrokerData.from_json(b) for b in obj.get("brokerDatas") or []],
                 obj.get("orderTopicConf"),
             )
-        except (ValueError, KeyError, TypeError, AttributeError, UnicodeDecodeError, RecursionError) as exc:
+        except (FieldError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise FieldError("body", f"is not a topic route ({type(exc).__name__}: {exc})") from None

@@ -1,21 +1,27 @@
-"""Stored records read back as the rows of a wire put (:meth:`rmqlog.MessageStore.stored_rows`):
-what a broker needs to put a stored message again somewhere else, RocketMQ's transactional
-messages (``EndTransactionProcessor.endMessageTransaction``: a half message stored again in
-its real topic; ``TransactionalMessageBridge.renewHalfMessageInner``: a half message put back
-to be checked later), without a message table in between.
+"""Stored records read back as the rows of a wire put: what a broker needs to put a stored
+message again somewhere else, without a message table in between. One module for both reads a
+broker makes, sharing one column builder (:func:`_columns`, whole columns, no step per message):
 
-The records are named by their commitlog offsets *and* the queue they must belong to (topic,
-queue id, queue offset per record), so an offset from a client (``END_TRANSACTION``'s
-``commitLogOffset`` and ``tranStateTableOffset``) is checked before anything is believed: the
-read is :meth:`rmqlog.log.commitlog.CommitLog.read_record_columns` with a
-:class:`~rmqlog.log.decode.RecordCheck` (magic, lengths, topic, QUEUEID, QUEUEOFFSET, body CRC,
-nothing at or past the published tail). A request naming no such record is an expected
-outcome, not an error: its row is left out and marked in the ``found`` mask (the read is
-retried without it: one more whole-column read per bad row, the error path only).
-
-The properties string comes back as stored with the names in ``drop`` cut out, in whole-column
-passes (:class:`rmqlog.log.properties.ParsedProperties`), and the value of each name in
-``find`` comes as a column of its own (null where absent). No step per message.
+- :func:`stored_rows` (:meth:`rmqlog.MessageStore.stored_rows`): RocketMQ's transactional
+  messages (``EndTransactionProcessor.endMessageTransaction``: a half message stored again in its
+  real topic; ``TransactionalMessageBridge.renewHalfMessageInner``: a half message put back to be
+  checked later). The records are named by their commitlog offsets *and* the queue they must
+  belong to (topic, queue id, queue offset per record), so an offset from a client
+  (``END_TRANSACTION``'s ``commitLogOffset`` and ``tranStateTableOffset``) is checked before
+  anything is believed: the read is :meth:`rmqlog.log.commitlog.CommitLog.read_record_columns`
+  with a :class:`~rmqlog.log.decode.RecordCheck` (magic, lengths, topic, QUEUEID, QUEUEOFFSET,
+  body CRC, nothing at or past the published tail). A request naming no such record is an
+  expected outcome, not an error: its row is left out and marked in the ``found`` mask (the
+  read is retried without it: one more whole-column read per bad row, the error path only).
+  The properties string comes back as stored with the names in ``drop`` cut out, in
+  whole-column passes (:class:`rmqlog.log.properties.ParsedProperties`), and the value of each
+  name in ``find`` comes as a column of its own (null where absent).
+- :func:`wire_records` (:meth:`rmqlog.MessageStore.wire_records`): a consumer's send-back
+  (``CONSUMER_SEND_MSG_BACK``: RocketMQ's ``lookMessageByOffset`` with ``deCompressBody=false``),
+  the records at commitlog offsets *as stored* (sysFlag and properties untouched, the offset
+  msgId beside them), with no queue to check them against: an offset where no record starts
+  is left out (``found``: the indexes of those kept), a record that starts there but is
+  damaged is :class:`rmqlog.errors.CorruptRecordError`.
 """
 
 from __future__ import annotations
@@ -26,10 +32,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import InvalidArgumentError
-from ..log.decode import BadRecordError, RecordCheck, RecordColumns
+from ..errors import CorruptRecordError, InvalidArgumentError
+from ..log.decode import BadRecordError, RecordCheck, RecordColumns, msg_ids
 from ..log.properties import STORE_PROPERTY_PREFIX, ParsedProperties
-from ..log.record import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6
+from ..log.record import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, ScanKind
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -41,6 +47,13 @@ STORED_ROW_SCHEMA = pa.schema([
     ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.binary()),
     ("properties", pa.string()), ("reconsumeTimes", pa.int32()),
     ("commitLogOffset", pa.int64()), ("queueOffset", pa.int64()), ("storeTimestamp", pa.int64()),
+])
+#: the columns of :func:`wire_records`' table: a put_wire's, then where the record lies
+WIRE_RECORD_SCHEMA = pa.schema([
+    ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
+    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.binary()),
+    ("properties", pa.string()), ("reconsumeTimes", pa.int32()), ("commitLogOffset", pa.int64()),
+    ("msgId", pa.string()), ("queueOffset", pa.int64()),
 ])
 _HOST_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 
@@ -82,15 +95,83 @@ def _empty(find: tuple[str, ...]) -> pa.Table:
     return schema.empty_table()
 
 
-def _table(parts: list[RecordColumns], drop: tuple[str, ...], find: tuple[str, ...]) -> pa.Table:
+def wire_records(parts: StoreParts, tail: int, offsets: np.ndarray, *, crc: bool) -> tuple[pa.Table, np.ndarray]:
+    """(the :data:`WIRE_RECORD_SCHEMA` rows of the records starting at ``offsets`` (int64, 1-D), in
+    request order; ``found``: the indexes into ``offsets`` of those rows). One vectorized read of
+    every offset; offsets below the log's first, at or past ``tail`` or starting no record are left
+    out. Raises :class:`CorruptRecordError` for a record that starts there but is damaged (lengths;
+    body CRC with ``crc``)."""
+    commitlog = parts.commitlog
+    found = np.flatnonzero((offsets >= commitlog.min_offset()) & (offsets < tail))
+    check = RecordCheck(crc=crc)
+    try:
+        cols = commitlog.read_record_columns(offsets[found], check=check, tail=tail)
+    except BadRecordError:
+        # error path: some offset starts no record (a client's offset is anything). Keep
+        # those where one starts (the scalar decoder, per offset), then read them again
+        starts = []
+        for i in found:
+            rec = commitlog.record_at(int(offsets[i]), tail)
+            if rec is not None and rec.kind is ScanKind.RECORD:
+                starts.append(i)
+        found = np.array(starts, np.int64)
+        try:
+            cols = commitlog.read_record_columns(offsets[found], check=check, tail=tail)
+        except BadRecordError as e:
+            raise CorruptRecordError(f"damaged commitlog record: {e.reason}", path=e.path, offset=e.offset) from None
+    if not cols:
+        return WIRE_RECORD_SCHEMA.empty_table(), found
+    c = _columns(cols)
+    c["msgId"] = _join([msg_ids(p) for p in cols])
+    return pa.Table.from_arrays([c[name] for name in WIRE_RECORD_SCHEMA.names], schema=WIRE_RECORD_SCHEMA), found
+
+
+def _join(arrays: list[pa.Array]) -> pa.Array:
+    return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+
+
+def _born_hosts(cols: RecordColumns) -> pa.Array:
+    """BORNHOST as the record holds it (8 or 20 bytes a row: what ``put_wire`` takes as is),
+    without formatting and parsing ``ip:port`` text."""
+    raw = cols.born_host_raw
+    n = len(cols)
+    if isinstance(raw, np.ndarray) and raw.dtype == np.uint8 and raw.ndim == 2:
+        width = raw.shape[1]
+        offsets = pa.py_buffer((np.arange(n + 1, dtype=np.int32) * width).tobytes())
+        return pa.Array.from_buffers(pa.binary(), n, [None, offsets, pa.py_buffer(np.ascontiguousarray(raw).tobytes())])
+    return pa.array([bytes(r) for r in raw], pa.binary())  # (IPv6 among them: rows of either width)
+
+
+def _columns(parts: list[RecordColumns]) -> dict[str, pa.Array]:
+    """The fields both tables take, as stored, one whole column each over ``parts`` (at least one,
+    in their order): ``topic``, ``queueId``, ``body`` (null for a part read without bodies),
+    ``flag``, ``sysFlag`` (host bits included), ``bornTimestamp``, ``bornHost`` (the record's 8/20
+    bytes), ``properties`` (the stored string), ``reconsumeTimes``, ``commitLogOffset``,
+    ``queueOffset``, ``storeTimestamp``; typed as :data:`WIRE_RECORD_SCHEMA` and
+    :data:`STORED_ROW_SCHEMA` name them."""
     def field(name: str) -> np.ndarray:
         return np.concatenate([p.header[name] for p in parts])
 
-    def join(arrays: list[pa.Array]) -> pa.Array:
-        return arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
+    return {
+        "topic": _join([p.topic for p in parts]),
+        "queueId": pa.array(field("queueId").astype(np.int32)),
+        "body": _join([p.body if p.body is not None else pa.nulls(len(p), pa.binary()) for p in parts]).cast(pa.binary()),
+        "flag": pa.array(field("flag").astype(np.int32)),
+        "sysFlag": pa.array(field("sysFlag").astype(np.int32)),
+        "bornTimestamp": pa.array(field("bornTimestamp").astype(np.int64)),
+        "bornHost": _join([_born_hosts(p) for p in parts]),
+        "properties": _join([p.properties for p in parts]).cast(pa.string()),
+        "reconsumeTimes": pa.array(field("reconsumeTimes").astype(np.int32)),
+        "commitLogOffset": pa.array(np.concatenate([p.offsets for p in parts]).astype(np.int64)),
+        "queueOffset": pa.array(field("queueOffset").astype(np.int64)),
+        "storeTimestamp": pa.array(field("storeTimestamp").astype(np.int64)),
+    }
 
-    n = sum(len(p) for p in parts)
-    props = join([p.properties for p in parts])
+
+def _table(parts: list[RecordColumns], drop: tuple[str, ...], find: tuple[str, ...]) -> pa.Table:
+    c = _columns(parts)
+    n = len(c["topic"])
+    props = c["properties"]
     parsed = ParsedProperties(props, names=find)
     found_cols = [parsed.column(name) for name in find]
     if drop:
@@ -102,21 +183,9 @@ def _table(parts: list[RecordColumns], drop: tuple[str, ...], find: tuple[str, .
         row_offsets = np.zeros(n + 1, np.int32)
         np.cumsum(np.bincount(parsed.parent[kept], minlength=n), out=row_offsets[1:])
         props = pc.fill_null(pc.binary_join(pa.ListArray.from_arrays(pa.array(row_offsets), pairs), ""), "")
-    born = [p.born_host_raw for p in parts]
-    if all(b.dtype == np.uint8 for b in born):
-        raw = np.ascontiguousarray(np.concatenate(born))
-        hosts = pa.FixedSizeBinaryArray.from_buffers(pa.binary(8), n, [None, pa.py_buffer(raw.tobytes())]).cast(pa.binary())
-    else:
-        hosts = pa.array([bytes(b) for p in born for b in p], pa.binary())  # IPv6 rows (rare): one step per row
-    bodies = join([p.body for p in parts if p.body is not None])
-    arrays = [
-        join([p.topic for p in parts]), pa.array(field("queueId").astype(np.int32)), bodies.cast(pa.binary()),
-        pa.array(field("flag").astype(np.int32)), pa.array((field("sysFlag") & ~_HOST_BITS).astype(np.int32)),
-        pa.array(field("bornTimestamp").astype(np.int64)), hosts, props.cast(pa.string()),
-        pa.array(field("reconsumeTimes").astype(np.int32)),
-        pa.array(np.concatenate([p.offsets for p in parts]).astype(np.int64)),
-        pa.array(field("queueOffset").astype(np.int64)), pa.array(field("storeTimestamp").astype(np.int64)),
-    ]
+    c["properties"] = props.cast(pa.string())
+    c["sysFlag"] = pa.array((np.asarray(c["sysFlag"]) & ~_HOST_BITS).astype(np.int32))
+    arrays = [c[name] for name in STORED_ROW_SCHEMA.names]
     schema = STORED_ROW_SCHEMA
     for name, col in zip(find, found_cols, strict=True):
         schema = schema.append(pa.field(name, pa.string()))

@@ -25,7 +25,7 @@ from ..errors import (
     InvalidTopicError,
 )
 from ..index.lookup import messages_by_key, records_by_key
-from ..log.decode import BadRecordError, RecordCheck, RecordColumns, msg_ids
+from ..log.decode import BadRecordError, RecordCheck
 from ..log.encode.arrays import all_equal, first, flat
 from ..log.encode.wire_put import wire_table
 from ..log.properties import SCHEDULE_TOPIC, TIMER_TOPIC, WAITING_TOPICS
@@ -78,45 +78,6 @@ def _refuse_waiting_topic(col: pa.Array) -> None:
         if pc.any(hit).as_py():
             raise InvalidMessageError(f"{name} is the store's topic for {what} instead", row=first(np.asarray(hit)),
                                       field="topic")
-
-
-#: the columns of :meth:`WireAccess.wire_records`: a put_wire's, then where the record lies
-WIRE_RECORD_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
-    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.binary()),
-    ("properties", pa.string()), ("reconsumeTimes", pa.int32()), ("commitLogOffset", pa.int64()),
-    ("msgId", pa.string()), ("queueOffset", pa.int64()),
-])
-
-
-def _born_hosts(cols: RecordColumns) -> pa.Array:
-    """BORNHOST as the record holds it (8 or 20 bytes a row: what ``put_wire`` takes as is),
-    without formatting and parsing ``ip:port`` text."""
-    raw = cols.born_host_raw
-    n = len(cols)
-    if isinstance(raw, np.ndarray) and raw.dtype == np.uint8 and raw.ndim == 2:
-        width = raw.shape[1]
-        offsets = pa.py_buffer((np.arange(n + 1, dtype=np.int32) * width).tobytes())
-        return pa.Array.from_buffers(pa.binary(), n, [None, offsets, pa.py_buffer(np.ascontiguousarray(raw).tobytes())])
-    return pa.array([bytes(r) for r in raw], pa.binary())  # (IPv6 among them: rows of either width)
-
-
-def wire_columns(parts: list[RecordColumns]) -> pa.Table:
-    """Decoded records' raw columns as :data:`WIRE_RECORD_SCHEMA` rows (whole columns)."""
-    tables = []
-    for cols in parts:
-        h = cols.header
-        tables.append(pa.Table.from_arrays([
-            cols.topic, pa.array(h["queueId"].astype(np.int32)),
-            cols.body.cast(pa.binary()) if cols.body is not None else pa.nulls(len(cols), pa.binary()),
-            pa.array(h["flag"].astype(np.int32)), pa.array(h["sysFlag"].astype(np.int32)),
-            pa.array(h["bornTimestamp"].astype(np.int64)), _born_hosts(cols),
-            cols.properties.cast(pa.string()), pa.array(h["reconsumeTimes"].astype(np.int32)),
-            pa.array(cols.offsets.astype(np.int64)), msg_ids(cols), pa.array(h["queueOffset"].astype(np.int64)),
-        ], schema=WIRE_RECORD_SCHEMA))
-    if not tables:
-        return WIRE_RECORD_SCHEMA.empty_table()
-    return tables[0] if len(tables) == 1 else pa.concat_tables(tables).combine_chunks()
 
 
 def _int_array(name: str, value: object) -> np.ndarray:
@@ -311,8 +272,11 @@ class WireAccess:
 
         Raises :class:`CorruptRecordError` for a record that starts there but is damaged
         (lengths; body CRC when ``check_crc_on_read``), :class:`InvalidArgumentError` for
-        offsets that are not integers.
+        offsets that are not integers. The read is
+        :func:`rmqlog.access.stored_rows.wire_records`, its columns built as :meth:`stored_rows`' are.
         """
+        from .stored_rows import wire_records
+
         self._check_open()
         try:
             at = np.asarray(offsets)
@@ -320,27 +284,8 @@ class WireAccess:
             raise InvalidArgumentError(f"offsets must be integers: {exc}") from None
         if at.ndim != 1 or (len(at) and at.dtype.kind not in "iu"):
             raise InvalidArgumentError(f"offsets must be a 1-d array of integers, got {at.dtype} of shape {at.shape}")
-        at = at.astype(np.int64)
-        commitlog = self.parts.commitlog
-        tail = self.published_tail()
-        found = np.flatnonzero((at >= commitlog.min_offset()) & (at < tail))
-        check = RecordCheck(crc=self.parts.config.check_crc_on_read)
-        try:
-            parts = commitlog.read_record_columns(at[found], check=check, tail=tail)
-        except BadRecordError:
-            # error path: some offset starts no record (a client's offset is anything). Keep
-            # those where one starts (the scalar decoder, per offset), then read them again
-            starts = []
-            for i in found:
-                rec = commitlog.record_at(int(at[i]), tail)
-                if rec is not None and rec.kind is ScanKind.RECORD:
-                    starts.append(i)
-            found = np.array(starts, np.int64)
-            try:
-                parts = commitlog.read_record_columns(at[found], check=check, tail=tail)
-            except BadRecordError as e:
-                raise CorruptRecordError(f"damaged commitlog record: {e.reason}", path=e.path, offset=e.offset) from None
-        return wire_columns(parts), found
+        return wire_records(self.parts, self.published_tail(), at.astype(np.int64),
+                            crc=self.parts.config.check_crc_on_read)
 
     @overload
     def query_by_key(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0, end_ms: int | None = None,

@@ -24,8 +24,8 @@ from rmqnet.remoting.admin_bodies import (
     decode_consume_stats,
     decode_consumer_connection,
     decode_topic_stats,
-    loads_fastjson,
 )
+from rmqnet.remoting.route import loads_fastjson
 from wire.broker_helpers import FakePeer, make_broker, run, send_header, send_request
 
 T0 = 1_700_000_000_000
