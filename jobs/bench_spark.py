@@ -194,38 +194,39 @@ def rss_peak(fn) -> int:  # type: ignore[no-untyped-def]
 
 
 def stream_copy(spark, root: Path, work: Path, backlog: int, seconds: float, rate: float) -> tuple[float, list[float]]:  # type: ignore[no-untyped-def]
-    """(seconds to copy a backlog of ``backlog`` rows from topic ``in`` to ``out``, latencies in
-    ms of messages produced at ``rate`` msgs/s for ``seconds`` while the pipeline runs)."""
+    """(seconds to copy a backlog of ``backlog`` rows from topic ``in`` to ``out``, appended once
+    the query is up (the time to append them counts), latencies in ms of messages produced at
+    ``rate`` msgs/s for ``seconds`` while the pipeline runs). The
+    store stays open here (as a writer: a read-only open would keep the query's first open
+    waiting for its lock) from before the query starts to the end."""
+    rng = np.random.default_rng()
     with rmqlog.MessageStore.open(root) as ms:
         ms.create_topic("in", 2)
         ms.create_topic("out", 2)
-        rng = np.random.default_rng()
-        for start in range(0, backlog, 100_000):
-            m = min(100_000, backlog - start)
-            ms.put_batch(pa.table({"topic": ["in"] * m, "body": _random_bodies(rng, m, 100)}), dispatch=True)
-    q = (spark.readStream.format("rmqlog").option("path", str(root)).option("topics", "in")
-         .option("columns", "body,storeTimestamp").load()
-         .selectExpr("'out' AS topic", "body",
-                     "map('SRC_STORE_MS', CAST(unix_millis(storeTimestamp) AS STRING)) AS properties")
-         .writeStream.format("rmqlog").option("path", str(root)).option("checkpointLocation", str(work / "ckpt"))
-         .start())
-    try:
-        with rmqlog.MessageStore.open(root, read_only=True) as ms:
+        q = (spark.readStream.format("rmqlog").option("path", str(root)).option("topics", "in")
+             .option("startingOffsets", "earliest").option("columns", "body,storeTimestamp").load()
+             .selectExpr("'out' AS topic", "body",
+                         "map('SRC_STORE_MS', CAST(unix_millis(storeTimestamp) AS STRING)) AS properties")
+             .writeStream.format("rmqlog").option("path", str(root)).option("checkpointLocation", str(work / "ckpt"))
+             .start())
+        try:
+            # the query's start (its Python workers, the first, empty, batch) is not the pipeline's rate
+            while q.lastProgress is None:
+                if q.exception() is not None:
+                    raise RuntimeError(f"the streaming query failed: {q.exception()}")
+                time.sleep(0.05)
             t0 = time.perf_counter()
-            while sum(ms.max_offset("out", q_) for q_ in range(2)) < backlog:
-                time.sleep(0.005)
+            for start in range(0, backlog, 100_000):
+                m = min(100_000, backlog - start)
+                ms.put_batch(pa.table({"topic": ["in"] * m, "body": _random_bodies(rng, m, 100)}), dispatch=True)
+            _wait_for(ms, q, backlog, 600)
             t_backlog = time.perf_counter() - t0
             start_offsets = [ms.max_offset("out", q_) for q_ in range(2)]
-        _produce(root, rate, seconds)
-        with rmqlog.MessageStore.open(root, read_only=True) as ms:
-            want = backlog + int(rate * seconds) - 1
-            deadline = time.monotonic() + 30
-            while sum(ms.max_offset("out", q_) for q_ in range(2)) < want and time.monotonic() < deadline:
-                time.sleep(0.01)
-    finally:
-        q.stop()
-    lat: list[float] = []
-    with rmqlog.MessageStore.open(root, read_only=True) as ms:
+            sent = _produce(ms, rate, seconds)
+            _wait_for(ms, q, backlog + sent, 60)
+        finally:
+            q.stop()
+        lat: list[float] = []
         for q_ in range(2):
             t = ms.read_queue("out", q_, start_offsets[q_], ms.max_offset("out", q_))
             src = np.array([int(dict(p)["SRC_STORE_MS"]) for p in t["properties"].to_pylist()], np.int64)
@@ -234,24 +235,36 @@ def stream_copy(spark, root: Path, work: Path, backlog: int, seconds: float, rat
     return t_backlog, lat
 
 
+def _wait_for(ms: rmqlog.MessageStore, query, total: int, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
+    """Until topic ``out`` holds ``total`` messages (the query's failure is raised)."""
+    deadline = time.monotonic() + timeout_s
+    while sum(ms.max_offset("out", q_) for q_ in range(2)) < total:
+        if query.exception() is not None:
+            raise RuntimeError(f"the streaming query failed: {query.exception()}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"topic out did not reach {total:,} messages in {timeout_s:.0f} s")
+        ms.dispatch()
+        time.sleep(0.002)
+
+
 def _random_bodies(rng: np.random.Generator, m: int, body: int) -> pa.Array:
     data = rng.integers(0, 256, m * body, dtype=np.uint8)
     return pa.Array.from_buffers(pa.binary(), m, [None, pa.py_buffer(np.arange(0, m * body + 1, body, dtype=np.int32)),
                                                   pa.py_buffer(data)])
 
 
-def _produce(root: Path, rate: float, seconds: float) -> None:
-    """Append to topic ``in`` at ``rate`` msgs/s for ``seconds``, a batch every 10 ms."""
+def _produce(ms: rmqlog.MessageStore, rate: float, seconds: float) -> int:
+    """Append to topic ``in`` at ``rate`` msgs/s for ``seconds``, a batch every 10 ms; how many."""
     rng = np.random.default_rng()
-    with rmqlog.MessageStore.open(root) as ms:
-        t0 = time.perf_counter()
-        sent = 0
-        while (now := time.perf_counter() - t0) < seconds:
-            due = int(rate * now) - sent
-            if due > 0:
-                ms.put_batch(pa.table({"topic": ["in"] * due, "body": _random_bodies(rng, due, 100)}), dispatch=True)
-                sent += due
-            time.sleep(0.01)
+    t0 = time.perf_counter()
+    sent = 0
+    while (now := time.perf_counter() - t0) < seconds:
+        due = int(rate * now) - sent
+        if due > 0:
+            ms.put_batch(pa.table({"topic": ["in"] * due, "body": _random_bodies(rng, due, 100)}), dispatch=True)
+            sent += due
+        time.sleep(0.01)
+    return sent
 
 
 def main() -> None:
@@ -303,8 +316,8 @@ def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
         t_sink = min(sink_times[1:])
         row("sink, df.write into a local store", t_sink, "Spark's parquet writer", t_pq_w, ">= 0.6x")
         row("count-only Python Arrow writer (the API's ceiling)", t_count, "Spark's parquet writer", t_pq_w, "")
-        root2 = new_store()
-        rss_sink = rss_peak(lambda: src.write.format("rmqlog").option("path", root2).mode("append").save())
+        root = new_store()  # (the store the source reads below)
+        rss_sink = rss_peak(lambda: src.write.format("rmqlog").option("path", root).mode("append").save())
         rss_pq = rss_peak(lambda: src.write.mode("overwrite").parquet(str(work / "input.parquet")))
         print(f"Python workers' peak RSS while writing {n:,} rows: rmqlog sink {rss_sink / 2**20:.0f} MiB, "
               f"parquet writer {rss_pq / 2**20:.0f} MiB")

@@ -358,3 +358,52 @@ def test_a_creator_killed_mid_file_leaves_no_short_index_file(root: Path) -> Non
         assert not [n for n in os.listdir(root / "index") if n.endswith(".creating")]  # cleared by the next creator
     with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.query_by_key(T, "k0").num_rows == 1 and len(os.listdir(root / "index")) > len(names)
+
+
+@pytest.mark.parametrize("shape", ["plain", "keys", "keys-and-properties", "several-tables", "keys-in-properties", "tags-in-properties"])
+def test_an_index_fed_from_the_appended_batch_is_the_one_the_log_gives(root: Path, shape: str) -> None:
+    """A put's dispatch feeds the index from the batch's own fields (its topics, the ids its
+    encoding made, its keys column) instead of reading the records back: the entries must be
+    exactly those a walk of the log makes (the index dropped and rebuilt from the log at open),
+    for every shape of put, including those that fall back to reading (KEYS or TAGS in the
+    properties map)."""
+    cfg = small_store_config()
+    n = 40
+    props = pa.array([[("p", str(i))] + ([("KEYS", f"pk{i}")] if shape == "keys-in-properties" else [])
+                      + ([("TAGS", "t")] if shape == "tags-in-properties" else []) for i in range(n)],
+                     pa.map_(pa.string(), pa.string()))
+    table = pa.table({"topic": [T] * n, "body": [f"m{i}".encode() for i in range(n)]})
+    if shape != "plain":
+        table = table.append_column("queueId", pa.array([i % 2 for i in range(n)], pa.int32()))
+    if shape in ("keys", "keys-and-properties", "several-tables"):
+        table = table.append_column("keys", pa.array([[f"k{i}", "shared"] for i in range(n)]))
+    if shape in ("keys-and-properties", "keys-in-properties", "tags-in-properties"):
+        table = table.append_column("properties", props)
+    with rmqlog.MessageStore.open(root, cfg) as s:
+        if shape not in ("keys-in-properties", "tags-in-properties"):  # fed from the batch: nothing read back
+            def no_read_back(*a: object, **k: object) -> int:
+                raise AssertionError("the dispatch read the records back")
+
+            s.parts.dispatcher.dispatch = no_read_back  # type: ignore[method-assign]
+        if shape == "several-tables":
+            s.put_batches([table.slice(0, 15), table.slice(15, 20), table.slice(35)], dispatch=True)
+        else:
+            s.put_batch(table, dispatch=True)
+        s.put_batch(table.slice(0, 3), dispatch=True)  # a second put after it: the chain goes on
+        first = s.read_queue(T, 0, 0, 1)
+        uniq = dict(first["properties"][0].as_py())["UNIQ_KEY"] if "UNIQ_KEY" in dict(first["properties"][0].as_py()) else None
+        got = s.query_by_unique_key(T, uniq) if uniq else None
+        if got is not None:
+            assert got.num_rows == 1 and got["body"][0].as_py() == first["body"][0].as_py()
+        if shape in ("keys", "keys-and-properties", "several-tables"):
+            assert s.query_by_key(T, "k7")["body"].to_pylist() == [b"m7"]
+            assert s.query_by_key(T, "shared", max_count=1000).num_rows == n + 3
+        if shape == "keys-in-properties":
+            assert s.query_by_key(T, "pk7")["body"].to_pylist() == [b"m7"]
+    fed = sorted(entries(root))
+    for f in (root / "index").iterdir():
+        f.unlink()
+    (root / "abort").touch()  # the index files are gone: rebuilt from the log at open
+    with rmqlog.MessageStore.open(root, cfg) as s:
+        assert s.recovery is not None and s.recovery.reindexed == n + 3
+    assert sorted(entries(root)) == fed and len(fed) >= n + 3

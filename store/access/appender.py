@@ -321,15 +321,40 @@ class Appender:
             for t in b.topics:
                 names.setdefault(t, len(names))
         tidx = np.concatenate([np.array([names[t] for t in b.topics], np.int64)[b.topic_index] for b in batches])
+        physical = np.concatenate([r.physical_offsets for r in results])
         dispatcher.dispatch_appended(
             results[0].start, results[-1].end, list(names), tidx,
             np.concatenate([b.queue_id for b in batches]),
             np.concatenate([r.queue_offsets for r in results]),
-            np.concatenate([r.physical_offsets for r in results]),
+            physical,
             np.concatenate([b.lengths for b in batches]),
             np.concatenate([b.tags_codes for b in batches]),
             results[-1].store_timestamp,
+            index=self._index_from(batches, results, list(names), tidx, physical),
         )
+
+    def _index_from(
+        self, batches: list[EncodedBatch], results: list[AppendResult], names: list[str], tidx: np.ndarray,
+        physical: np.ndarray,
+    ) -> Callable[[], object] | None:
+        """The index entries of an appended batch made from its own fields (topics, the ids its
+        encoding made, its KEYS column, offsets and store times), as a call for the dispatch;
+        ``None`` without an index, or when a batch cannot say (the dispatch then reads the
+        records back, as :mod:`rmqlog.index.feed` does)."""
+        index = self.parts.index_service
+        if index is None:
+            return None
+        ids = [b.index_ids() for b in batches]
+        if any(i is None for i in ids) or any(not isinstance(b.header.sys_flag, int) for b in batches):
+            return None
+        keys = [b.keys if b.keys is not None else pa.nulls(b.n, pa.string()) for b in batches]
+        topics = pa.DictionaryArray.from_arrays(pa.array(tidx.astype(np.int32)), pa.array(names, pa.string()))
+        stamps = np.concatenate([int64_filled(b.n, r.store_timestamp) for b, r in zip(batches, results, strict=True)])
+
+        def build() -> object:
+            return index.build(topics, physical, stamps, pa.chunked_array(ids), pa.chunked_array(keys))
+
+        return build
 
     def result_table(self, physical_offsets: np.ndarray, queue_offsets: np.ndarray, store_ts: int) -> pa.Table:
         """``put_batch``'s result rows: commitLogOffset, queueOffset, msgId, storeTimestamp."""

@@ -44,6 +44,13 @@ def hex_into(raw: np.ndarray, out: np.ndarray, offset: int) -> None:
         out[:, offset : offset + 2 * width] = _HEX2[raw].view(np.uint8).reshape(n, 2 * width)
 
 
+def fixed_strings(rows: np.ndarray) -> pa.StringArray:
+    """A string per row of ``rows`` (an (n, width) C-contiguous uint8 array of ASCII), no copy
+    of the characters."""
+    n, width = rows.shape
+    return pa.StringArray.from_buffers(n, fixed_width_offsets(n, width), pa.py_buffer(rows))
+
+
 def fixed_width_offsets(n: int, width: int) -> pa.Buffer:
     """The Arrow offsets of ``n`` values of ``width`` bytes each; remembered for the sizes of
     puts (up to :data:`_REMEMBERED_ROWS` rows: they repeat from put to put, and a large read's
@@ -115,6 +122,8 @@ def is_uniq_key(msg_id: object) -> bool:
 
 
 UNIQ_PROPERTY_WIDTH = len("UNIQ_KEY") + 1 + 32 + 1
+#: where the 32-hex id starts in a ``UNIQ_KEY\x01<id>\x02`` item
+UNIQ_ID_AT = len("UNIQ_KEY") + 1
 
 
 class UniqKeyGenerator:

@@ -391,18 +391,20 @@ class Dispatcher:
     def dispatch_appended(
         self, start: int, end: int, topics: list[str], topic_index: np.ndarray, queue_id: np.ndarray,
         queue_offsets: np.ndarray, physical_offsets: np.ndarray, sizes: np.ndarray, codes: np.ndarray,
-        store_timestamp: int, *, wait_s: float = 0.25,
+        store_timestamp: int, *, wait_s: float = 0.25, index: Callable[[], object] | None = None,
     ) -> int:
         """Dispatch a batch just appended at ``[start, end)`` from its own fields (no re-read).
 
         Only when the dispatcher stands exactly at ``start`` (everything before the batch is
-        dispatched), and nothing else is built from dispatched records (no ``index_hook``:
-        the index needs the records' properties, so with an index this is a :meth:`dispatch`). When it stands before ``start``, the writer of the batch before is
+        dispatched), and the index (``index_hook``), if any, can be fed from the batch too:
+        ``index`` does that, called after the units under the dispatch lock, as the hook is
+        (without it, with an index, this is a :meth:`dispatch`, which reads the records'
+        properties back). When it stands before ``start``, the writer of the batch before is
         usually about to dispatch its own (concurrent sink tasks): wait for that up to
         ``wait_s``, then run a normal :meth:`dispatch`, which also covers this batch.
         Returns how many records were dispatched.
         """
-        if self.index_hook is not None:
+        if self.index_hook is not None and index is None:
             return self.dispatch()
         # a real wait for another process (its writer's dispatch): real time, whatever the
         # store's clock (a test's manual clock would never end it)
@@ -419,6 +421,8 @@ class Dispatcher:
                     except QueueBehind:  # a queue misses units below the batch: a dispatch walks for them
                         done = False
                         start = -1
+                    if done and index is not None and self.index_hook is not None:
+                        index()
                 if done:
                     self._save_position(end, max(last_ts, store_timestamp))
                     if self.arrival.active:

@@ -23,11 +23,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...hashing import tags_codes
+from ..msgid import fixed_strings
 from . import native
 from .arrays import data_and_offsets, int64_filled
 from .crc import BodyCrcs
 from .header import HeaderColumns
-from .trailer import Piece, chunk_pieces
+from .trailer import LazyUniqKeys, Piece, chunk_pieces
 
 _EMPTY_BIN = pa.scalar(b"", pa.binary())
 
@@ -60,6 +61,24 @@ class EncodedBatch:
     #: still to be patched; ``packed_starts[i]`` is where record ``i`` starts in ``packed``
     packed: np.ndarray | None = None
     packed_starts: np.ndarray | None = None
+    #: KEYS per row (null: none) and whether the index keys come only from the batch's own
+    #: columns and generated ids (:class:`rmqlog.log.encode.trailer.Properties`): then the
+    #: dispatch after the append indexes the batch without reading it back (:meth:`index_ids`)
+    keys: pa.Array | None = None
+    index_from_batch: bool = False
+
+    def index_ids(self) -> pa.StringArray | None:
+        """The UNIQ_KEY id (32 hex) of every row once the batch is written, from what the
+        encoding made (a plain batch's packed records end with theirs); ``None`` when the
+        batch cannot say (it is not ``index_from_batch``, or an id was made another way)."""
+        if not self.index_from_batch:
+            return None
+        if not self.trailer and self.packed is not None and self.packed_starts is not None:
+            # a plain record's properties are its UNIQ_KEY item alone: the id is its last 33 bytes but one
+            at = (self.packed_starts + self.lengths - 33)[:, None] + np.arange(32)
+            return fixed_strings(np.ascontiguousarray(self.packed[at]))
+        lazy = next((p for p in self.trailer if isinstance(p, LazyUniqKeys)), None)
+        return lazy.ids(self.n) if lazy is not None else None
 
     @functools.cached_property
     def tags_codes(self) -> np.ndarray | None:

@@ -114,4 +114,5 @@ def prepare_plain(
         trailer=[], lengths=lengths, crcs=BodyCrcs.computed_in_pack(body),
         large_bodies=len(packed) - n * fixed >= LARGE_BODY * n,
         round_robin=(first, count), packed=np.frombuffer(packed, np.uint8), packed_starts=starts,
+        index_from_batch=True,
     )

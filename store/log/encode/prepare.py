@@ -102,4 +102,5 @@ def prepare_batch(
         n=n, topics=topics, topic_index=topic_index, queue_id=queue_id.astype(np.int32), header=header,
         body=body, trailer=trailer, lengths=lengths, crcs=crcs, large_bodies=large,
         tags=props.tags, tags_from_properties=props.tags_from_properties, round_robin=cycle,
+        keys=props.keys, index_from_batch=props.index_from_batch,
     )

@@ -14,7 +14,7 @@ whose properties are already in their stored form hands them over as
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeAlias
 
 import numpy as np
@@ -22,7 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...errors import InvalidMessageError, MessageTooLargeError
-from ..msgid import UNIQ_PROPERTY_WIDTH, UniqKeyGenerator
+from ..msgid import UNIQ_ID_AT, UNIQ_PROPERTY_WIDTH, UniqKeyGenerator, fixed_strings
 from ..properties import (
     PROPERTY_KEYS,
     PROPERTY_TAGS,
@@ -54,6 +54,9 @@ class LazyUniqKeys:
 
     generator: UniqKeyGenerator
     given: np.ndarray | None
+    #: (first row, items) of every chunk made, kept for the index (the ids are known nowhere
+    #: else before the records are read back)
+    made: list[tuple[int, pa.BinaryArray]] = field(default_factory=list)
 
     def lengths(self, n: int) -> np.ndarray:
         out = np.full(n, UNIQ_PROPERTY_WIDTH, np.int64)
@@ -65,7 +68,20 @@ class LazyUniqKeys:
         items = self.generator.generate_property(b - a)
         if self.given is not None and self.given[a:b].any():
             items = pc.if_else(pa.array(self.given[a:b]), _EMPTY_BIN, items)
+        else:
+            self.made.append((a, items))
         return items
+
+    def ids(self, n: int) -> pa.StringArray | None:
+        """The 32-hex ids of rows ``[0, n)`` as made, when every row got one made here (none
+        given, every chunk made once), else ``None``."""
+        made = sorted(self.made, key=lambda m: m[0])
+        if self.given is not None or sum(len(items) for _, items in made) != n or \
+                any(a != b for a, b in zip([m[0] for m in made], np.cumsum([0] + [len(i) for _, i in made[:-1]]), strict=True)):
+            return None
+        rows = [np.frombuffer(items.buffers()[2], np.uint8)[: len(items) * UNIQ_PROPERTY_WIDTH] for _, items in made]
+        data = (np.concatenate(rows) if len(rows) != 1 else rows[0]).reshape(n, UNIQ_PROPERTY_WIDTH)
+        return fixed_strings(np.ascontiguousarray(data[:, UNIQ_ID_AT : UNIQ_ID_AT + 32]))
 
 
 Piece: TypeAlias = pa.Array | pa.Scalar | LazyUniqKeys
@@ -94,6 +110,12 @@ class Properties:
     lengths: np.ndarray  # PROPERTIESLENGTH per row
     tags: pa.Array | None  # the tags column (strings, null = no tag), if any
     tags_from_properties: bool  # TAGS came in the user's properties map
+    #: KEYS per row as stored (null: none), when only the ``keys`` column can give it; and
+    #: whether the index keys (KEYS, UNIQ_KEY) come only from the columns and the generated
+    #: ids (no properties map naming them, no system or wire items): the index can then be
+    #: fed from the batch without reading the records back
+    keys: pa.Array | None = None
+    index_from_batch: bool = False
 
 
 def build_properties(
@@ -126,8 +148,10 @@ def build_properties(
         part, user_has_tags, user_has_keys = _user_properties(pm, n, has_uniq, wire)
         parts.append(part)
     kc = cols.get("keys")
+    keys_value: pa.Array | None = None
     if kc is not None and not pa.types.is_null(kc.type):
-        parts.append(_keys_property(kc, n, user_has_keys))
+        keys_value = _keys_value(kc, n, user_has_keys)
+        parts.append(single_property(PROPERTY_KEYS, keys_value))
     tags_col: pa.Array | None = None
     if "tags" in cols:
         tags_part, tags_col = _tags_property(cols["tags"], n, user_has_tags)
@@ -142,7 +166,8 @@ def build_properties(
     if n and props_len.max() > PROPERTIES_MAX_BYTES:
         row = first(props_len > PROPERTIES_MAX_BYTES)
         raise MessageTooLargeError(f"properties are {props_len[row]} bytes, over {PROPERTIES_MAX_BYTES}", row=row, field="properties")
-    return Properties(pieces, props_len, tags_col, user_has_tags)
+    index_from_batch = system_properties is None and joined is None and not wire and not user_has_keys and not has_uniq.any()
+    return Properties(pieces, props_len, tags_col, user_has_tags, keys_value, index_from_batch)
 
 
 def _user_properties(pm: pa.Array, n: int, has_uniq: np.ndarray, wire: bool = False) -> tuple[pa.Array, bool, bool]:
@@ -211,9 +236,9 @@ def _check_property_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray, is
         )
 
 
-def _keys_property(kc: pa.Array, n: int, user_has_keys: bool) -> pa.Array:
-    """The ``KEYS`` item per row from a ``keys`` column: list<string> joined by spaces, or one
-    space-separated string; no null or empty key, no separator or space inside a key."""
+def _keys_value(kc: pa.Array, n: int, user_has_keys: bool) -> pa.Array:
+    """The ``KEYS`` value per row from a ``keys`` column (null: none): list<string> joined by
+    spaces, or one space-separated string; no null or empty key, no separator or space inside a key."""
     if is_stringish(kc.type) or pa.types.is_dictionary(kc.type):  # one space-separated string
         ks = as_string(kc, "keys")
         no_separators(ks, "keys")
@@ -241,7 +266,7 @@ def _keys_property(kc: pa.Array, n: int, user_has_keys: bool) -> pa.Array:
         raise InvalidMessageError(f"must be list<string> (or a space-separated string), got {kc.type}", row=0 if n else None, field="keys")
     if user_has_keys and keys_value.null_count < n:
         raise InvalidMessageError("KEYS given both as the keys column and in properties", row=first(~np.asarray(keys_value.is_null())), field="keys")
-    return single_property(PROPERTY_KEYS, keys_value)
+    return keys_value
 
 
 def _tags_property(col: pa.Array, n: int, user_has_tags: bool) -> tuple[_Part, pa.Array]:
