@@ -12,7 +12,7 @@ then ``--rounds`` times; the best run counts.
   Each sink run writes a new store, after a warm-up of the page cache (see below).
 - **Source**, each read consumed by the ``noop`` sink so that every row is materialized:
   ``spark.read.format("rmqlog")`` of the whole message schema against a Python reader that
-  re-yields one prebuilt batch of that schema (the API's ceiling for it), and the ``columns``
+  re-yields one batch of the store's own messages (the API's ceiling for that schema), and the ``columns``
   option (``body,keys,queueOffset``) against Spark's parquet reader of those columns from a
   parquet file of the same messages (and the ceiling reader with those columns).
 - **Streaming**: a ``readStream`` -> ``writeStream`` pipeline between two topics of one store.
@@ -70,41 +70,22 @@ class CountOnlyWriter(DataSourceArrowWriter):
 
 
 class PrebuiltReader(DataSourceReader):
-    """Re-yields one batch of the message schema (or of ``columns``) built once: what is left
-    is Spark's part, the Python data source API's ceiling for that schema."""
+    """Re-yields one batch of the store's own messages (the message schema, or ``columns``),
+    read once per task: what is left is Spark's part, the Python data source API's ceiling
+    for that schema and those values."""
 
-    def __init__(self, total: int, parts: int, body: int, columns: list[str] | None) -> None:
-        self.total, self.parts, self.body, self.columns = total, parts, body, columns
+    def __init__(self, path: str, total: int, parts: int, columns: list[str] | None) -> None:
+        self.path, self.total, self.parts, self.columns = path, total, parts, columns
 
     def partitions(self):  # type: ignore[no-untyped-def]
         return [InputPartition(i) for i in range(self.parts)]
 
     def read(self, partition):  # type: ignore[no-untyped-def]
-        from rmqlog import MESSAGE_SCHEMA
-
         n = self.total // self.parts
-        rows = min(65536, n)
-        body = np.random.default_rng(1).integers(0, 256, self.body * rows, dtype=np.uint8)
-        s32 = pa.array(np.full(rows, "bench-topic-00000000000000000000", object), pa.string())
-        ones = np.arange(rows + 1, dtype=np.int32)
-        cols = []
-        for f in MESSAGE_SCHEMA:
-            if f.name == "body":
-                cols.append(pa.Array.from_buffers(pa.binary(), rows, [None, pa.py_buffer(np.arange(0, self.body * rows + 1, self.body, dtype=np.int32)), pa.py_buffer(body)]))
-            elif pa.types.is_string(f.type):
-                cols.append(s32)
-            elif f.name == "keys":
-                cols.append(pa.ListArray.from_arrays(pa.array(ones), pa.array(np.full(rows, "k", object), pa.string())))
-            elif f.name == "properties":
-                kv = pa.array(np.full(rows, "KEYS", object), pa.string())
-                cols.append(pa.MapArray.from_arrays(pa.array(ones), kv, kv))
-            elif pa.types.is_timestamp(f.type):
-                cols.append(pa.array(np.full(rows, 1_700_000_000_000_000, np.int64)).cast(f.type))
-            else:
-                cols.append(pa.array(np.arange(rows) % 1000).cast(f.type))
-        batch = pa.RecordBatch.from_arrays(cols, schema=MESSAGE_SCHEMA)
-        if self.columns:
-            batch = batch.select(self.columns)
+        with rmqlog.MessageStore.open(self.path, read_only=True) as ms:
+            table = ms.read_window("bench", 0, 0, max_count=min(65536, n), columns=self.columns).messages
+        batch = table.combine_chunks().to_batches()[0]
+        rows = batch.num_rows
         for start in range(0, n, rows):
             yield batch.slice(0, min(rows, n - start))
 
@@ -120,7 +101,7 @@ class PeerSource(DataSource):
 
     def reader(self, schema):  # type: ignore[no-untyped-def]
         columns = self.options.get("columns")
-        return PrebuiltReader(int(self.options["total"]), int(self.options["parts"]), int(self.options["body"]),
+        return PrebuiltReader(self.options["path"], int(self.options["total"]), int(self.options["parts"]),
                               columns.split(",") if columns else None)
 
     def writer(self, schema, overwrite):  # type: ignore[no-untyped-def]
@@ -331,7 +312,7 @@ def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
         assert rmq.count() == n
 
         def peer(columns: str | None = None):  # type: ignore[no-untyped-def]
-            r = spark.read.format("bench_peer").option("total", n).option("parts", 4).option("body", body)
+            r = spark.read.format("bench_peer").option("path", root).option("total", n).option("parts", 4)
             return (r.option("columns", columns) if columns else r).load()
 
         def noop(df) -> float:  # type: ignore[no-untyped-def]

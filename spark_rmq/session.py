@@ -25,7 +25,8 @@ def local_session(
 
     Sets the workers' Python to this interpreter (``spark.pyspark.python``; Spark would
     otherwise start whatever ``python3`` is on the PATH, without this project installed),
-    UTC session time, Python filter pushdown on, and small shuffles for a laptop.
+    UTC session time, Python filter pushdown on, small shuffles for a laptop, and the Python
+    daemon that forks workers with this package already loaded (:mod:`spark_rmq.daemon`).
     """
     from pyspark.sql import SparkSession
 
@@ -42,6 +43,7 @@ def local_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.python.daemon.module", "spark_rmq.daemon")
     )
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)

@@ -17,8 +17,9 @@ Exactly-once (why it holds):
   restarts from one checkpoint); batch jobs get a fresh id when the writer is created on the
   driver, shared by all attempts of the job's tasks. The ``writerId`` option replaces it.
 - Each task dispatches right after its append (overlapping other tasks), from the batch's own
-  fields when the dispatcher has caught up, and the driver's ``commit`` runs the dispatcher
-  too, so the data is readable when the commit returns.
+  fields when the dispatcher has caught up, so the data is readable when the commit returns;
+  the driver's ``commit`` runs the dispatcher only when a task could not say it dispatched (a
+  replayed attempt appends nothing and says nothing), and an abort always does.
 
 Rejected alternative: appending each Arrow batch as it arrives with ``sequence = batchId *
 2**20 + chunk`` bounds memory, but a bad row in a later chunk would leave the earlier chunks
@@ -186,13 +187,16 @@ def _keys_list(keys: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
 
 @dataclass(frozen=True)
 class SinkCommit(WriterCommitMessage):
-    """What one task appended: ``appended`` is 0 when the append was a replay (a no-op)."""
+    """What one task appended: ``appended`` is 0 when the append was a replay (a no-op);
+    ``dispatched``: the task's append returned with its records dispatched (and everything
+    before them: :meth:`rmqlog.MessageStore.put_batches` with ``dispatch=True``)."""
 
     partition: int
     writer: str
     sequence: int
     rows: int
     appended: int
+    dispatched: bool = False
 
 
 class _ArrowSink:
@@ -244,11 +248,15 @@ class _ArrowSink:
             # the batch's own fields (while other tasks are still receiving), the driver's commit
             # dispatches whatever is left.
             result = ms.put_batches(tables(), writer=writer, sequence=sequence, dispatch=True)
-        return SinkCommit(partition, writer, sequence, rows, result.num_rows)
+        return SinkCommit(partition, writer, sequence, rows, result.num_rows, dispatched=True)
 
-    def _dispatch(self) -> None:
+    def _dispatch(self, messages: list[WriterCommitMessage | None]) -> None:
+        """Make every task's rows readable: nothing to do when each task's append returned
+        dispatched (the usual case: no store is opened on the driver), else a dispatch."""
         if self.opts.name_server is not None:
             return  # each broker dispatches by itself
+        if messages and all(isinstance(m, SinkCommit) and m.dispatched for m in messages):
+            return
         with using(self.opts.path) as ms:
             ms.dispatch()
 
@@ -263,11 +271,11 @@ class RmqLogArrowWriter(_ArrowSink, DataSourceArrowWriter):
         return self._append(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        self._dispatch()
+        self._dispatch(messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         # Tasks that succeeded stay appended (a log has no rollback); each task is atomic.
-        self._dispatch()
+        self._dispatch([])
 
 
 class RmqLogStreamArrowWriter(_ArrowSink, DataSourceStreamArrowWriter):
@@ -287,7 +295,7 @@ class RmqLogStreamArrowWriter(_ArrowSink, DataSourceStreamArrowWriter):
         return self._append(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self._dispatch()
+        self._dispatch(messages)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        self._dispatch()
+        self._dispatch([])

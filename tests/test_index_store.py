@@ -391,10 +391,8 @@ def test_an_index_fed_from_the_appended_batch_is_the_one_the_log_gives(root: Pat
             s.put_batch(table, dispatch=True)
         s.put_batch(table.slice(0, 3), dispatch=True)  # a second put after it: the chain goes on
         first = s.read_queue(T, 0, 0, 1)
-        uniq = dict(first["properties"][0].as_py())["UNIQ_KEY"] if "UNIQ_KEY" in dict(first["properties"][0].as_py()) else None
-        got = s.query_by_unique_key(T, uniq) if uniq else None
-        if got is not None:
-            assert got.num_rows == 1 and got["body"][0].as_py() == first["body"][0].as_py()
+        got = s.query_by_unique_key(T, dict(first["properties"][0].as_py())["UNIQ_KEY"])
+        assert got.num_rows == 1 and got["body"][0].as_py() == first["body"][0].as_py()
         if shape in ("keys", "keys-and-properties", "several-tables"):
             assert s.query_by_key(T, "k7")["body"].to_pylist() == [b"m7"]
             assert s.query_by_key(T, "shared", max_count=1000).num_rows == n + 3
