@@ -40,7 +40,9 @@ SOURCE_OPTIONS = {
     "failondataloss", "readbatchrows", "checkcrc", "key", "msgid", "deliverdue", "readonly", "nameserver",
     "columns",
 }
-SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid", "nameserver", "sendretrytimeout"}
+SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid", "nameserver", "sendretrytimeout", "bufferbytes"}
+#: the sink's ``bufferBytes`` default: a task holds at most this many bytes of encoded records
+DEFAULT_BUFFER_BYTES = 256 << 20
 #: options that act on a store's files: refused with ``nameServer`` (the broker owns its files:
 #: it dispatches and delivers by itself, and the client checks every record's CRC)
 PATH_ONLY_SOURCE_OPTIONS = ("readOnly", "deliverDue", "checkCRC")
@@ -284,6 +286,8 @@ def parse_columns(options: Mapping[str, str]) -> tuple[str, ...] | None:
     naming the option and the column."""
     from rmqlog import MESSAGE_SCHEMA
 
+    if not isinstance(options, Mapping):
+        raise RmqLogOptionError("options", f"must be a mapping of option names to strings, got {type(options).__name__}")
     raw = _get(options, "columns")
     if raw is None:
         return None
@@ -459,6 +463,9 @@ class SinkOptions:
     #: ``sendRetryTimeout``: how long a chunk waits for its broker group's master (out of reach,
     #: or none registered: a failover) before the task fails; over the wire only
     send_retry_s: float = 30.0
+    #: ``bufferBytes``: a task's encoded records held before its append; past it the task
+    #: writes the rest as it arrives, holding the store's append lock (:meth:`rmqlog.MessageStore.put_stream`)
+    buffer_bytes: int = DEFAULT_BUFFER_BYTES
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
@@ -483,5 +490,9 @@ class SinkOptions:
             if name_server is None:
                 raise RmqLogOptionError("sendRetryTimeout", "only applies with nameServer (sending through brokers)")
             kw["send_retry_s"] = parse_duration_ms("sendRetryTimeout", raw) / 1000
+        if _get(options, "bufferBytes") is not None:
+            if name_server is not None:
+                raise RmqLogOptionError("bufferBytes", "only applies to a store written through its files (path)")
+            kw["buffer_bytes"] = _positive_int(options, "bufferBytes")
         return cls(path=path, topic=topic, queue_selector=match[0], sharding_key=sharding_key, writer_id=writer_id,
                    name_server=name_server, **kw)

@@ -21,9 +21,13 @@ Exactly-once (why it holds):
   the driver's ``commit`` runs the dispatcher only when a task could not say it dispatched (a
   replayed attempt appends nothing and says nothing), and an abort always does.
 
-Rejected alternative: appending each Arrow batch as it arrives with ``sequence = batchId *
-2**20 + chunk`` bounds memory, but a bad row in a later chunk would leave the earlier chunks
-of the task visible. Memory per task is the task's encoded input (repartition to bound it).
+Memory: a task holds at most ``bufferBytes`` (256 MiB) of encoded records; a larger task
+takes the store's append lock and writes the rest as it arrives, unseen until its last batch
+is published with all of it (:meth:`rmqlog.MessageStore.put_stream`): still all or nothing,
+other writers of the store waiting meanwhile. Rejected alternative: appending each Arrow batch
+as it arrives with ``sequence = batchId * 2**20 + chunk``: a bad row in a later chunk would
+leave the earlier chunks of the task visible, and a replay in another row order would skip
+the wrong rows.
 """
 
 from __future__ import annotations
@@ -244,11 +248,12 @@ class _ArrowSink:
 
             # Each Arrow batch is encoded as it arrives (overlapping the transfer of the next),
             # and all of them are appended under one lock hold and published once: the task is
-            # all-or-nothing and idempotent as a whole. Its units are dispatched right away from
-            # the batch's own fields (while other tasks are still receiving), the driver's commit
-            # dispatches whatever is left.
-            result = ms.put_batches(tables(), writer=writer, sequence=sequence, dispatch=True)
-        return SinkCommit(partition, writer, sequence, rows, result.num_rows, dispatched=True)
+            # all-or-nothing and idempotent as a whole. Up to bufferBytes of encoded records are
+            # held; a larger task writes the rest as it arrives (the lock held meanwhile). Its
+            # units are dispatched right away (while other tasks are still receiving).
+            appended = ms.put_stream(tables(), writer=writer, sequence=sequence, dispatch=True,
+                                     buffer_bytes=self.opts.buffer_bytes)
+        return SinkCommit(partition, writer, sequence, rows, appended, dispatched=True)
 
     def _dispatch(self, messages: list[WriterCommitMessage | None]) -> None:
         """Make every task's rows readable: nothing to do when each task's append returned

@@ -38,6 +38,7 @@ from .access.wire import WireAccess
 from .arguments import (
     bool_arg,
     callable_arg,
+    int_arg,
     optional_int_arg,
     queue_id_arg,
     text_arg,
@@ -310,6 +311,25 @@ class MessageStore(WireAccess, ReplicationCalls):
         if isinstance(tables, pa.Table | pa.RecordBatch) or not isinstance(tables, Iterable):
             raise InvalidArgumentError(f"tables must be an iterable of pyarrow Tables or RecordBatches, got {type(tables).__name__}")
         return self.appender.put_tables(tables, marker, dispatch=dispatch)
+
+    def put_stream(
+        self, tables: Iterable[pa.Table | pa.RecordBatch], *, writer: str | None = None,
+        sequence: int | None = None, dispatch: bool = False, buffer_bytes: int = 256 << 20,
+    ) -> int:
+        """:meth:`put_batches` in bounded memory, for inputs of any size (a Spark sink task):
+        at most ``buffer_bytes`` of encoded records are held; past that the append lock is
+        taken and the rest is written as it arrives, unseen until the last table is published
+        with everything (all or nothing, idempotent with ``writer``/``sequence``, as
+        :meth:`put_batches`). Other writers of the store wait for the lock meanwhile. No per-row
+        results are made: returns how many rows were appended (0 for a replay of the writer's
+        sequence). A bad ``buffer_bytes`` raises :class:`InvalidArgumentError`."""
+        marker = writer_marker(writer, sequence)
+        self._check_open("put_stream")
+        dispatch = bool_arg("dispatch", dispatch)
+        buffer_bytes = int_arg("buffer_bytes", buffer_bytes, 0)
+        if isinstance(tables, pa.Table | pa.RecordBatch) or not isinstance(tables, Iterable):
+            raise InvalidArgumentError(f"tables must be an iterable of pyarrow Tables or RecordBatches, got {type(tables).__name__}")
+        return self.appender.put_stream(tables, marker, dispatch=dispatch, buffer_bytes=buffer_bytes)
 
     def put(
         self, topic: str, body: bytes | str, *, queue_id: int | None = None, tags: str | None = None,

@@ -222,6 +222,9 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "cluster": st.one_of(st.none(), st.sampled_from(["C1", "", "a\x02b"])),
     "callback": st.one_of(st.none(), st.just(lambda topics, queue_ids, max_offsets: None)),
     "tables": st.lists(put_tables(), max_size=3),
+    "buffer_bytes": st.one_of(st.integers(-1, 200), st.just(256 << 20)),
+    "columns": st.one_of(st.none(), st.lists(st.sampled_from(["body", "keys", "queueOffset", "msgId", "nope"]), max_size=3),
+                         st.just("body")),
     # open(): roots are made under the test's folder (see _root), never elsewhere
     "root": st.sampled_from(["new", "store", "file", "nul", "under-file", "long", "empty-dir"]),
     "config": st.one_of(st.none(), st.just("small")),
@@ -242,7 +245,7 @@ METHODS = {
     "append_state", "clean_expired", "close", "commit_offset", "committed_offset", "consume_queue",
     "create_topic", "delete_topic", "deliver_due", "dispatch", "flush", "flushed_offset", "get_messages", "max_offset",
     "message_by_id", "message_by_offset", "min_offset", "offset_for_timestamp", "open", "published_tail",
-    "put", "put_batch", "put_batches", "query_by_key", "query_by_time", "query_by_unique_key", "read_queue",
+    "put", "put_batch", "put_batches", "put_stream", "query_by_key", "query_by_time", "query_by_unique_key", "read_queue",
     "read_window", "record_sizes", "put_wire", "on_arrival", "record_at", "index_last_update", "earliest_store_time",
     "start_services", "stop_services", "topics", "verify", "writer_sequence",
     "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
@@ -551,6 +554,9 @@ PARSER_ARGUMENTS: dict[str, st.SearchStrategy[tuple[tuple[Any, ...], dict[str, A
     "parse_wire_offsets_json": st.tuples(st.tuples(st.one_of(st.just("startingOffsets"), ANY),
                                                    st.one_of(st.sampled_from(WIRE_OFFSETS), ANY)), st.just({})),
     "parse_name_server": st.tuples(st.tuples(st.one_of(OPTION_VALUES["nameserver"], ANY)), st.just({})),
+    "parse_columns": st.tuples(st.tuples(st.one_of(st.dictionaries(st.just("columns"), st.one_of(
+        st.sampled_from(["body", "body,keys", "nope", "", "body,body", " queueOffset , body"]), st.text(max_size=10))),
+        ANY)), st.just({})),
     "parse_sql92": st.tuples(st.tuples(st.one_of(st.sampled_from(["a = 1", "a > 'x'", "b IN ('x', 'y') AND c IS NULL", "(",
                                                                   "a BETWEEN 1 AND", ""]), st.text(max_size=20), ANY)),
                              st.just({})),

@@ -139,6 +139,82 @@ class Appender:
                 announce(encoded[-1])
             return self.append(encoded, marker, dispatch=dispatch)[0]
 
+    def put_stream(
+        self, tables: Iterable[pa.Table | pa.RecordBatch], marker: Marker, *, dispatch: bool, buffer_bytes: int,
+    ) -> int:
+        """:meth:`put_tables` holding at most ``buffer_bytes`` of encoded records (and the one
+        table being encoded): past that, the append lock is taken and every further table is
+        written as it arrives, past the published tail, unseen, until the last one is published
+        with the rest (all or nothing still: a failure clears what was written, a killed
+        process leaves it to recovery, which cuts what was never published). Other writers of
+        the store wait for the lock meanwhile. No per-row results are kept: returns how many
+        rows were appended (0: a replay of the writer's sequence)."""
+        encoded: list[EncodedBatch] = []
+        held = rows = 0
+        pending: pa.Table | pa.RecordBatch | None = None
+        streaming: _Streaming | None = None
+        with self.ahead() as announce:
+            try:
+                for table in tables:
+                    if not isinstance(table, pa.Table | pa.RecordBatch):
+                        raise InvalidMessageError(f"put_batches takes pyarrow Tables or RecordBatches, not {type(table).__name__}", row=None, field="*")
+                    if table.num_rows == 0:
+                        continue
+                    if pending is not None:
+                        batch = self.encode(pending, None, rows, plain=False)
+                        announce(batch)
+                        rows += batch.n
+                        if streaming is not None:
+                            streaming.write(batch)
+                        else:
+                            encoded.append(batch)
+                            held += int(batch.lengths.sum())
+                            if held > buffer_bytes:
+                                streaming = _Streaming(self, marker)
+                                if streaming.replay:
+                                    streaming.end(publish=False)
+                                    return 0
+                                for b in encoded:
+                                    streaming.write(b)
+                                encoded = []
+                    pending = table
+                if pending is not None:
+                    batch = self.encode(pending, marker, rows, plain=False)
+                    announce(batch)
+                    rows += batch.n
+                    if streaming is not None:
+                        streaming.write(batch)
+                    else:
+                        encoded.append(batch)
+                if streaming is None:  # within the buffer: the usual append
+                    if not any(b.n for b in encoded):
+                        return 0
+                    _, queue_ids = self.append(encoded, marker, dispatch=dispatch, results=False)
+                    return rows if len(queue_ids) else 0  # (none: a replay)
+                end = streaming.end(publish=True)
+            except BaseException:
+                if streaming is not None:
+                    streaming.end(publish=False)
+                raise
+        self._after_streamed(end, dispatch)
+        return rows
+
+    def _after_streamed(self, end: int, dispatch: bool) -> None:
+        """Step 4 for a streamed append: the flush (SYNC_FLUSH), then a dispatch that reads the
+        records back in bounded chunks (``dispatch``) or the background dispatcher woken."""
+        try:
+            if self.sync_flush:
+                self.parts.flush_service.flush_to(end)
+            if dispatch:
+                self.parts.dispatcher.dispatch()
+            else:
+                self._services.wake(self.parts.dispatcher)
+        except OSError as exc:
+            if exc.errno not in DISK_FULL_ERRNOS:
+                raise
+            raise DiskFullError(exc.errno, f"{exc.strerror}: the batch WAS appended (up to commitlog offset {end}, "
+                                "published), only its flush or dispatch failed", exc.filename, appended=True) from exc
+
     # ---------------------------------------------------------------- encode
     def round_robin(self, topic: str, queues: int, n: int) -> int:
         """The first queue of ``n`` rows spread over ``queues`` (this process's rotation)."""
@@ -366,6 +442,10 @@ class Appender:
             schema=PUT_RESULT_SCHEMA,
         )
 
+    def drop_unpublished(self, tail: int) -> None:
+        """:meth:`_drop_unpublished` (for :class:`_Streaming`)."""
+        self._drop_unpublished(tail)
+
     def _drop_unpublished(self, tail: int) -> None:
         """After a failed append (caller holds the append lock): clear what it wrote past the
         published ``tail`` (punching holes needs no space on a full disk). Best effort: if
@@ -377,3 +457,61 @@ class Appender:
                 self.parts.commitlog.scrub(tail, force=True)
         except Exception:  # noqa: BLE001 - the append's own error is the one to raise
             log.warning("could not clear an unpublished append past commitlog offset %d; the next append will", tail, exc_info=True)
+
+
+class _Streaming:
+    """An append written as its tables arrive (:meth:`Appender.put_stream`): the append lock
+    held from the first write to the publish (or the clearing of what was written)."""
+
+    def __init__(self, appender: Appender, marker: Marker) -> None:
+        self.appender = appender
+        self.parts = parts = appender.parts
+        self.lock = parts.append_lock
+        self.lock.acquire()
+        try:
+            self.state = parts.state_file.load() or parts.rebuild_state()
+            self.tail = self.state.tail
+            self.replay = False
+            if marker is not None:
+                seq_s, name = marker[1].split(" ", 1)
+                if int(self.state.writers.get(name, -1)) >= int(seq_s):
+                    self.replay = True
+                else:
+                    self.state.writers[name] = int(seq_s)
+        except BaseException:
+            self.lock.release()
+            raise
+        self.open = True
+
+    def write(self, batch: EncodedBatch) -> None:
+        """Write one encoded table past the tail (nothing is published)."""
+        if not batch.n:
+            return
+        self.appender._check_queue_ids([batch])  # noqa: SLF001 - the appender's own check
+        self.appender.disk_guard.check()
+        try:
+            self.parts.commitlog.append_all([batch], self.state, None)
+        except OSError as exc:
+            if exc.errno in DISK_FULL_ERRNOS:
+                raise DiskFullError(exc.errno, f"disk full while appending at commitlog offset {self.state.tail}: "
+                                    "nothing was published", exc.filename or str(self.parts.paths.commitlog_dir)) from exc
+            raise
+
+    def end(self, *, publish: bool) -> int:
+        """Publish what was written (``publish``), or clear it; release the lock. Returns the tail."""
+        if not self.open:
+            return self.state.tail
+        self.open = False
+        try:
+            if publish:
+                if crash_points.reached is not None:
+                    crash_points.reached("append.written")
+                self.parts.state_file.publish(self.state)
+            elif self.state.tail != self.tail:
+                self.appender.drop_unpublished(self.tail)
+        except BaseException:
+            self.appender.drop_unpublished(self.tail)
+            raise
+        finally:
+            self.lock.release()
+        return self.state.tail

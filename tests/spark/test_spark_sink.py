@@ -167,3 +167,29 @@ def test_hash_routing_of_non_nullable_keys_and_properties(spark, tmp_path: Path)
             assert r["keys"] == [key] and r["queueId"] == abs(int(java_hash(pa.array([key]))[0])) % 4
             if where == root:
                 assert dict(r["properties"])["n"] == bytes(r["body"]).decode()
+
+
+def test_a_task_past_its_buffer_writes_as_it_receives_once(spark, store_root: str) -> None:
+    """``bufferBytes``: a task holds at most that many bytes of encoded records, then writes the
+    rest as it arrives (``MessageStore.put_stream``): every row once, a rerun of the job with
+    the same ``writerId`` adds nothing, a bad row late in a task leaves nothing of the task."""
+    df = spark.range(6000, numPartitions=2).selectExpr("'orders' AS topic", "CAST(id AS STRING) AS body")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "500")  # many Arrow batches per task
+    try:
+        write(df, store_root, bufferBytes="2000", writerId="job-1")
+        write(df, store_root, bufferBytes="2000", writerId="job-1")  # the same job again: a replay
+        got = sorted(int(bytes(m["body"])) for m in all_messages(store_root, "orders"))
+        assert got == list(range(6000))
+        bad = spark.range(3000, numPartitions=1).selectExpr(
+            "IF(id = 2900, 'bad topic!', 'orders') AS topic", "CAST(id AS STRING) AS body")
+        with rmqlog.MessageStore.open(store_root) as ms:
+            tail = ms.published_tail()
+        with pytest.raises(Exception, match=r"row 2900, field 'topic'"):
+            write(bad, store_root, bufferBytes="1")
+        with rmqlog.MessageStore.open(store_root) as ms:
+            assert ms.published_tail() == tail
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    for value in ("0", "x", "-5"):
+        with pytest.raises(Exception, match="bufferBytes"):
+            write(df, store_root, bufferBytes=value)
