@@ -286,8 +286,8 @@ def parse_columns(options: Mapping[str, str]) -> tuple[str, ...] | None:
     naming the option and the column."""
     from rmqlog import MESSAGE_SCHEMA
 
-    if not isinstance(options, Mapping):
-        raise RmqLogOptionError("options", f"must be a mapping of option names to strings, got {type(options).__name__}")
+    if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
+        raise RmqLogOptionError("options", "must be a mapping of option names (strings) to strings")
     raw = _get(options, "columns")
     if raw is None:
         return None

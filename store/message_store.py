@@ -306,30 +306,23 @@ class MessageStore(WireAccess, ReplicationCalls):
         ``dispatch`` as in :meth:`put_batch`. Returns one result table.
         """
         marker = writer_marker(writer, sequence)
-        self._check_open("put_batches")
-        dispatch = bool_arg("dispatch", dispatch)
-        if isinstance(tables, pa.Table | pa.RecordBatch) or not isinstance(tables, Iterable):
-            raise InvalidArgumentError(f"tables must be an iterable of pyarrow Tables or RecordBatches, got {type(tables).__name__}")
-        return self.appender.put_tables(tables, marker, dispatch=dispatch)
+        tables = self._tables_arg(tables, "put_batches")
+        return self.appender.put_tables(tables, marker, dispatch=bool_arg("dispatch", dispatch))
 
     def put_stream(
         self, tables: Iterable[pa.Table | pa.RecordBatch], *, writer: str | None = None,
         sequence: int | None = None, dispatch: bool = False, buffer_bytes: int = 256 << 20,
     ) -> int:
-        """:meth:`put_batches` in bounded memory, for inputs of any size (a Spark sink task):
-        at most ``buffer_bytes`` of encoded records are held; past that the append lock is
-        taken and the rest is written as it arrives, unseen until the last table is published
-        with everything (all or nothing, idempotent with ``writer``/``sequence``, as
-        :meth:`put_batches`). Other writers of the store wait for the lock meanwhile. No per-row
-        results are made: returns how many rows were appended (0 for a replay of the writer's
-        sequence). A bad ``buffer_bytes`` raises :class:`InvalidArgumentError`."""
-        marker = writer_marker(writer, sequence)
-        self._check_open("put_stream")
-        dispatch = bool_arg("dispatch", dispatch)
-        buffer_bytes = int_arg("buffer_bytes", buffer_bytes, 0)
+        """:meth:`put_batches` holding at most ``buffer_bytes`` of encoded records, then writing as
+        they arrive (:meth:`rmqlog.access.appender.Appender.put_stream`); returns the rows appended."""
+        return self.appender.put_stream(self._tables_arg(tables, "put_stream"), writer_marker(writer, sequence), dispatch=bool_arg(
+            "dispatch", dispatch), buffer_bytes=int_arg("buffer_bytes", buffer_bytes, 0))
+
+    def _tables_arg(self, tables: object, call: str) -> Iterable[pa.Table | pa.RecordBatch]:
+        self._check_open(call)
         if isinstance(tables, pa.Table | pa.RecordBatch) or not isinstance(tables, Iterable):
             raise InvalidArgumentError(f"tables must be an iterable of pyarrow Tables or RecordBatches, got {type(tables).__name__}")
-        return self.appender.put_stream(tables, marker, dispatch=dispatch, buffer_bytes=buffer_bytes)
+        return tables
 
     def put(
         self, topic: str, body: bytes | str, *, queue_id: int | None = None, tags: str | None = None,
@@ -554,15 +547,10 @@ class MessageStore(WireAccess, ReplicationCalls):
         return self.catalog.create_topic(topic, queues, read_queues)
 
     def delete_topic(self, topic: str) -> tuple[bool, int]:
-        """Delete ``topic``: its entry in ``config/topics.json``, every group's offsets of it in
-        ``config/consumerOffset.json`` (RocketMQ's ``deleteTopicConfig``, and the offsets
-        RocketMQ 5's ``deleteTopic`` drops too) and its consume-queue units (``cleanUnusedTopic``),
-        for good: the delete is recorded in ``config/deletedTopics.json`` first, so no reopen,
-        crash recovery or rebuild from the log brings its messages back
-        (:mod:`rmqlog.deleted_topics`). Its records stay in the shared commitlog, readable by
-        offset and msgId until retention. Sends after it make the topic again, its queues going
-        on from their old ends. Returns (whether it had an entry, how many groups had offsets).
-        A bad name raises :class:`rmqlog.errors.InvalidTopicError`."""
+        """Delete ``topic``: its ``topics.json`` entry, every group's offsets of it and its
+        consume-queue units, for good (:mod:`rmqlog.deleted_topics`; docs/store-api.md). Returns
+        (whether it had an entry, how many groups had offsets). A bad name raises
+        :class:`rmqlog.errors.InvalidTopicError`."""
         self._check_open("delete_topic")
         return self.catalog.delete_topic(topic)
 
