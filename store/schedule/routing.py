@@ -66,7 +66,8 @@ def route_delays(table: pa.Table, max_level: int, choose_queues: QueueChooser, q
     if len(set(names)) != len(names):
         return Routed(table, None)  # a duplicated column: the encoder names it
     has_column = DELAY_LEVEL_COLUMN in names
-    has_props = "properties" in names and not pa.types.is_null(table.schema.field("properties").type)
+    has_props = "properties" in names and not pa.types.is_null(table.schema.field("properties").type) \
+        and names_present(table, (PROPERTY_DELAY,))
     if not has_column and not has_props:
         # nothing can be delayed (the usual put): a row written to the schedule topic directly
         # is refused after encoding, from the batch's distinct topics (free there, ~50 us here)
@@ -128,6 +129,18 @@ class TakenProperties:
     rows: np.ndarray
     names: pa.Array
     values: pa.Array
+
+
+def names_present(table: pa.Table, names: tuple[str, ...]) -> bool:
+    """Whether a ``properties`` map of ``table`` may have an entry named in ``names``: one
+    ``is_in`` over the maps' keys (true whenever it cannot tell: the column is not a map of
+    string keys, whose own checks then run). A put whose maps carry only the user's names (a
+    Spark sink's rows) is then not taken apart for properties it does not have."""
+    col = table.column("properties")
+    if not pa.types.is_map(col.type) or not pa.types.is_string(col.type.key_type):
+        return True
+    wanted = pa.array(names, pa.string())
+    return any(pc.any(pc.is_in(chunk.keys, wanted)).as_py() for chunk in col.chunks if len(chunk.keys))
 
 
 def take_properties(table: pa.Table, names: tuple[str, ...]) -> tuple[pa.Table, TakenProperties | None]:

@@ -43,6 +43,7 @@ from .routing import (
     DELAY_LEVEL_COLUMN,
     QueueChooser,
     QueueCount,
+    names_present,
     queue_id_column,
     real_queues,
     refuse_topic,
@@ -88,7 +89,8 @@ def route_timers(
     if len(set(names)) != len(names):
         return TimerRouted(table, None)  # a duplicated column: the encoder names it
     has_column = DELIVER_TIME_COLUMN in names
-    has_props = "properties" in names and pa.types.is_map(table.schema.field("properties").type)
+    has_props = "properties" in names and pa.types.is_map(table.schema.field("properties").type) \
+        and names_present(table, TIMER_INPUT_PROPERTIES)
     if not has_column and not has_props:
         # nothing can be timed (the usual put): a row written to the timer topic directly is
         # refused after encoding, from the batch's distinct topics (free there)
