@@ -246,10 +246,14 @@ def _on_exit_signal(signum: int, frame: FrameType | None) -> None:
 
 def _daemon_worker_module() -> Any:
     """The module whose ``main`` pyspark's daemon calls for each task, if this process is a
-    daemon's forked worker (``python -m pyspark.daemon [module]``); else None."""
+    daemon's forked worker (``python -m pyspark.daemon [module]``, or ``-m spark_rmq.daemon``);
+    else None."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
-    if getattr(spec, "name", None) != "pyspark.daemon" or not hasattr(main, "worker"):
+    # pyspark's daemon, or ours (spark_rmq.daemon: pyspark's, run with this package loaded)
+    daemon = main if getattr(spec, "name", None) == "pyspark.daemon" else \
+        sys.modules.get("pyspark.daemon") if getattr(spec, "name", None) == "spark_rmq.daemon" else None
+    if daemon is None or not hasattr(daemon, "worker"):
         return None
     name = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].startswith("pyspark") else "pyspark.worker"
     module = sys.modules.get(name)

@@ -66,9 +66,11 @@ def route_delays(table: pa.Table, max_level: int, choose_queues: QueueChooser, q
     if len(set(names)) != len(names):
         return Routed(table, None)  # a duplicated column: the encoder names it
     has_column = DELAY_LEVEL_COLUMN in names
-    has_props = "properties" in names and not pa.types.is_null(table.schema.field("properties").type) \
-        and names_present(table, (PROPERTY_DELAY,))
+    has_map = "properties" in names and not pa.types.is_null(table.schema.field("properties").type)
+    has_props = has_map and names_present(table, (PROPERTY_DELAY,))
     if not has_column and not has_props:
+        if has_map:  # refused before the encoder's checks, as when the maps are taken apart (a wire put's order)
+            refuse_topic(table, SCHEDULE_TOPIC, "delayed messages: give a delayLevel")
         # nothing can be delayed (the usual put): a row written to the schedule topic directly
         # is refused after encoding, from the batch's distinct topics (free there, ~50 us here)
         return Routed(table, None)

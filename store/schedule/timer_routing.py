@@ -89,9 +89,11 @@ def route_timers(
     if len(set(names)) != len(names):
         return TimerRouted(table, None)  # a duplicated column: the encoder names it
     has_column = DELIVER_TIME_COLUMN in names
-    has_props = "properties" in names and pa.types.is_map(table.schema.field("properties").type) \
-        and names_present(table, TIMER_INPUT_PROPERTIES)
+    has_map = "properties" in names and pa.types.is_map(table.schema.field("properties").type)
+    has_props = has_map and names_present(table, TIMER_INPUT_PROPERTIES)
     if not has_column and not has_props:
+        if has_map:  # refused before the encoder's checks, as when the maps are taken apart (a wire put's order)
+            refuse_topic(table, TIMER_TOPIC, "timed messages: give a deliverTime")
         # nothing can be timed (the usual put): a row written to the timer topic directly is
         # refused after encoding, from the batch's distinct topics (free there)
         return TimerRouted(table, None)
