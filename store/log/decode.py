@@ -514,13 +514,15 @@ def message_table(cols: RecordColumns, columns: tuple[str, ...] | None = None) -
     only its ``columns`` (known names, in that order): a column not asked for is not made (the
     msgIds' hex, the properties map and the host strings cost most)."""
     parsed: list[ParsedProperties] = []
+    names = MESSAGE_SCHEMA.names if columns is None else columns
+    # the properties' values asked for, found in one pass over the bytes (not one per name)
+    wanted = tuple(name for column, name in (("tags", PROPERTY_TAGS), ("keys", PROPERTY_KEYS)) if column in names)
 
     def props() -> ParsedProperties:
         if not parsed:
-            parsed.append(ParsedProperties(cols.properties))
+            parsed.append(ParsedProperties(cols.properties, names=wanted))
         return parsed[0]
 
-    names = MESSAGE_SCHEMA.names if columns is None else columns
     return pa.Table.from_arrays([_COLUMN_MAKERS[name](cols, props) for name in names], schema=message_schema(columns))
 
 
