@@ -25,6 +25,7 @@ and warms the segments the append will need while the rest of the batch is encod
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -117,26 +118,33 @@ class Appender:
             max_record_size=self.parts.commitlog.segment_size - 8, sys_flags=sys_flags, reconsume_times=reconsume_times,
         )
 
-    def put_tables(self, tables: Iterable[pa.Table | pa.RecordBatch], marker: Marker, *, dispatch: bool = False) -> pa.Table:
-        """Append several tables as one all-or-nothing batch, encoding each as it arrives (one
-        behind, so that the last one can carry the marker); rows are numbered across tables."""
-        encoded: list[EncodedBatch] = []
+    def _encode_each(
+        self, tables: Iterable[pa.Table | pa.RecordBatch], marker: Marker, announce: Callable[[EncodedBatch], None],
+    ) -> Iterator[tuple[EncodedBatch, bool]]:
+        """(encoded batch, whether it is the last) per non-empty table, each encoded as it
+        arrives, one behind (so that the last one can carry the marker), announced to the
+        segment preparer; rows are numbered across tables in errors."""
         rows = 0
         pending: pa.Table | pa.RecordBatch | None = None
-        with self.ahead() as announce:  # the segment preparer warms pages while the rest arrives
-            for table in tables:
+        for table in itertools.chain(tables, [None]):  # (None: the end, where the last one is encoded)
+            if table is not None:
                 if not isinstance(table, pa.Table | pa.RecordBatch):
                     raise InvalidMessageError(f"put_batches takes pyarrow Tables or RecordBatches, not {type(table).__name__}", row=None, field="*")
                 if table.num_rows == 0:
                     continue
-                if pending is not None:
-                    encoded.append(self.encode(pending, None, rows, plain=False))  # packed under the lock, chunk by chunk
-                    announce(encoded[-1])
-                    rows += encoded[-1].n
-                pending = table
             if pending is not None:
-                encoded.append(self.encode(pending, marker, rows, plain=False))
-                announce(encoded[-1])
+                last = table is None
+                batch = self.encode(pending, marker if last else None, rows, plain=False)  # packed under the lock, chunk by chunk
+                announce(batch)
+                rows += batch.n
+                yield batch, last
+            pending = table
+
+    def put_tables(self, tables: Iterable[pa.Table | pa.RecordBatch], marker: Marker, *, dispatch: bool = False) -> pa.Table:
+        """Append several tables as one all-or-nothing batch, encoding each as it arrives (one
+        behind, so that the last one can carry the marker); rows are numbered across tables."""
+        with self.ahead() as announce:  # the segment preparer warms pages while the rest arrives
+            encoded = [batch for batch, _ in self._encode_each(tables, marker, announce)]
             return self.append(encoded, marker, dispatch=dispatch)[0]
 
     def put_stream(
@@ -151,41 +159,24 @@ class Appender:
         rows were appended (0: a replay of the writer's sequence)."""
         encoded: list[EncodedBatch] = []
         held = rows = 0
-        pending: pa.Table | pa.RecordBatch | None = None
         streaming: _Streaming | None = None
         with self.ahead() as announce:
             try:
-                for table in tables:
-                    if not isinstance(table, pa.Table | pa.RecordBatch):
-                        raise InvalidMessageError(f"put_batches takes pyarrow Tables or RecordBatches, not {type(table).__name__}", row=None, field="*")
-                    if table.num_rows == 0:
-                        continue
-                    if pending is not None:
-                        batch = self.encode(pending, None, rows, plain=False)
-                        announce(batch)
-                        rows += batch.n
-                        if streaming is not None:
-                            streaming.write(batch)
-                        else:
-                            encoded.append(batch)
-                            held += int(batch.lengths.sum())
-                            if held > buffer_bytes:
-                                streaming = _Streaming(self, marker)
-                                if streaming.replay:
-                                    streaming.end(publish=False)
-                                    return 0
-                                for b in encoded:
-                                    streaming.write(b)
-                                encoded = []
-                    pending = table
-                if pending is not None:
-                    batch = self.encode(pending, marker, rows, plain=False)
-                    announce(batch)
+                for batch, last in self._encode_each(tables, marker, announce):
                     rows += batch.n
                     if streaming is not None:
                         streaming.write(batch)
-                    else:
-                        encoded.append(batch)
+                        continue
+                    encoded.append(batch)
+                    held += int(batch.lengths.sum())
+                    if held > buffer_bytes and not last:
+                        streaming = _Streaming(self, marker)
+                        if streaming.replay:
+                            streaming.end(publish=False)
+                            return 0
+                        for b in encoded:
+                            streaming.write(b)
+                        encoded = []
                 if streaming is None:  # within the buffer: the usual append
                     if not any(b.n for b in encoded):
                         return 0
