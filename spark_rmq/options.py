@@ -29,6 +29,7 @@ EARLIEST_OFFSET = -2
 LATEST_OFFSET = -1
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 DEFAULT_READ_BATCH_ROWS = 65536
+DEFAULT_PACK_MESSAGES = 65536
 
 #: Options Spark itself adds to the map a source or sink receives.
 _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
@@ -36,7 +37,7 @@ _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 SOURCE_OPTIONS = {
     "path", "topics", "topicpattern", "assign", "startingoffsets", "startingtimestamp",
     "endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
-    "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "tags", "sql92", "group",
+    "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "packmessagesperpartition", "tags", "sql92", "group",
     "failondataloss", "readbatchrows", "checkcrc", "key", "msgid", "deliverdue", "readonly", "nameserver",
     "columns",
 }
@@ -103,6 +104,16 @@ def _positive_int(options: Mapping[str, str], name: str) -> int | None:
         raise RmqLogOptionError(name, f"must be a positive integer, got {raw[:40]!r}") from None
     if not 0 < value <= JAVA_LONG_MAX:
         raise RmqLogOptionError(name, f"must be a positive integer, got {raw!r}")
+    return value
+
+
+def _non_negative_int(raw: str, name: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise RmqLogOptionError(name, f"must be 0 or a positive integer, got {raw[:40]!r}") from None
+    if not 0 <= value <= JAVA_LONG_MAX:
+        raise RmqLogOptionError(name, f"must be 0 or a positive integer, got {raw!r}")
     return value
 
 
@@ -183,6 +194,9 @@ class SourceOptions:
     min_messages: int | None = None
     max_trigger_delay_ms: int = DEFAULT_MAX_TRIGGER_DELAY_MS
     max_messages_per_partition: int | None = None
+    #: ``packMessagesPerPartition``: queues with fewer messages than this in a batch share
+    #: tasks of at most this many (:func:`spark_rmq.offsets.pack_ranges`); 0: a task per queue
+    pack_messages: int = DEFAULT_PACK_MESSAGES
     tags: frozenset[str] | None = None
     #: ``sql92``: RocketMQ's SQL92 selector over the messages' properties (only matching
     #: messages are read; :mod:`rmqlog.filter`), checked here, compiled by each task
@@ -252,6 +266,8 @@ class SourceOptions:
         if kw["min_messages"] and kw["max_messages"] and kw["min_messages"] > kw["max_messages"]:
             raise RmqLogOptionError("minMessagesPerTrigger", "must not exceed maxMessagesPerTrigger")
         kw["max_messages_per_partition"] = _positive_int(options, "maxMessagesPerPartition")
+        if (raw := _get(options, "packMessagesPerPartition")) is not None:
+            kw["pack_messages"] = _non_negative_int(raw, "packMessagesPerPartition")
         if (raw := _get(options, "tags")) is not None:
             wanted = parse_tag_filter(raw)  # _get refused what it would
             kw["tags"] = frozenset(wanted) if wanted is not None else None
@@ -274,6 +290,14 @@ class SourceOptions:
         kw["columns"] = parse_columns(options)
         _key_options(options, kw, streaming)
         return cls(**kw)
+
+    @property
+    def pack_budget(self) -> int:
+        """Messages a task of packed ranges may hold: ``packMessagesPerPartition``, and no more
+        than ``maxMessagesPerPartition`` (a queue cut into tasks stays cut)."""
+        if self.max_messages_per_partition is None:
+            return self.pack_messages
+        return min(self.pack_messages, self.max_messages_per_partition)
 
     @property
     def limited(self) -> bool:

@@ -10,8 +10,9 @@ module turns its statuses into the source's data-loss policy and cuts by store t
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -67,6 +68,21 @@ class KeyLookup(InputPartition):
     check_crc: bool = True
     read_only: bool = False
     columns: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class PackedRanges(InputPartition):
+    """Several queues' ranges read one after the other by one task (small batches:
+    :func:`spark_rmq.offsets.pack_ranges`); each is a :class:`QueueRange` or, over the wire,
+    a :class:`spark_rmq.wire_read.WireRange`."""
+
+    parts: tuple[InputPartition, ...]
+
+
+def read_packed(part: PackedRanges, read_one: Callable[[Any], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
+    """The batches of each range of ``part`` in turn (``read_one`` reads one range)."""
+    for one in part.parts:
+        yield from read_one(one)
 
 
 def read_key_lookup(part: KeyLookup) -> Iterator[pa.RecordBatch]:

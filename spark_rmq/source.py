@@ -59,6 +59,7 @@ from .offsets import (
     check_data_loss,
     check_went_back,
     discover_queues,
+    pack_ranges,
     plan_ranges,
     resolve,
     sorted_offsets,
@@ -67,7 +68,7 @@ from .offsets import (
     split_messages,
 )
 from .options import EARLIEST, LATEST, SourceOptions, parse_columns
-from .read import KeyLookup, QueueRange, read_key_lookup, read_range
+from .read import KeyLookup, PackedRanges, QueueRange, read_key_lookup, read_packed, read_range
 from .schema import SPARK_SCHEMA, spark_schema
 from .stores import busy, track, untrack
 
@@ -161,6 +162,19 @@ def _busy(method: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def packed_partitions(
+    make: Callable[[list[tuple[str, int, int]]], list[InputPartition]], ranges: list[tuple[str, int, int]],
+    planned: Offsets, budget: int,
+) -> list[InputPartition]:
+    """The tasks of a batch: ``make`` turns ranges into partitions, the ranges of small queues
+    packed together (:func:`spark_rmq.offsets.pack_ranges`) into a :class:`PackedRanges`."""
+    out: list[InputPartition] = []
+    for group in pack_ranges(ranges, planned, budget):
+        parts = make(group)
+        out.append(parts[0] if len(parts) == 1 else PackedRanges(tuple(parts)))
+    return out
+
+
 def _partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **kw: Any) -> list[QueueRange]:
     parts = []
     tags = tuple(sorted(opts.tags)) if opts.tags else None
@@ -210,8 +224,11 @@ class RmqLogBatchReader(DataSourceReader):
         for k in start:
             if end[k] > start[k]:
                 start[k] = check_data_loss(k, start[k], first[k][0], opts.fail_on_data_loss)
-        parts = _partitions(self._tag_opts(), plan_ranges(start, end, opts.max_messages_per_partition),
-                            ts_from_ms=self.ts_from_ms, ts_until_ms=self.ts_until_ms)
+        tag_opts = self._tag_opts()
+        parts = packed_partitions(
+            lambda group: list(_partitions(tag_opts, group, ts_from_ms=self.ts_from_ms, ts_until_ms=self.ts_until_ms)),
+            plan_ranges(start, end, opts.max_messages_per_partition), {k: end[k] - start[k] for k in end},
+            opts.pack_budget)
         return parts or [QueueRange(opts.path, "", 0, 0, 0, columns=opts.columns)]
 
     def _tag_opts(self) -> SourceOptions:
@@ -235,6 +252,8 @@ class RmqLogBatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, KeyLookup):
             return read_key_lookup(partition)
+        if isinstance(partition, PackedRanges):
+            return read_packed(partition, read_range)
         assert isinstance(partition, QueueRange)
         return read_range(partition)
 
@@ -454,7 +473,11 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if end[k] > s and lo is not None and s < lo:
                 s = self._skip(k, s, lo)
             begin[k] = min(s, int(end[k])) if k in start else s
-        return self._make_partitions(plan_ranges(begin, {k: int(end[k]) for k in keys}, opts.max_messages_per_partition))
+        # packed by what the logged offsets span (a new queue: its range), not by the ranges
+        # retention may have shortened: a replayed batch gets the same tasks
+        planned = {k: int(end[k]) - int(start[k]) for k in keys if k in start}
+        ranges = plan_ranges(begin, {k: int(end[k]) for k in keys}, opts.max_messages_per_partition)
+        return packed_partitions(self._make_partitions, ranges, planned, opts.pack_budget)
 
     # ---- what the driver asks of the store (the wire reader asks brokers instead) -----
 
@@ -477,6 +500,8 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return first
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, PackedRanges):
+            return read_packed(partition, read_range)
         assert isinstance(partition, QueueRange)
         return read_range(partition)
 

@@ -30,7 +30,8 @@ from .offsets import (
     split_key,
 )
 from .options import EARLIEST, LATEST, SourceOptions
-from .source import RmqLogBatchReader, RmqLogFilteringReader, RmqLogStreamReader
+from .read import PackedRanges, read_packed
+from .source import RmqLogBatchReader, RmqLogFilteringReader, RmqLogStreamReader, packed_partitions
 from .wire_read import WireRange, read_wire_range
 from .wire_source import BrokerQueues, refuse_wire_options, split_wire_name
 
@@ -104,13 +105,18 @@ class _WireBatch(RmqLogBatchReader):
         for k in start:
             if end[k] > start[k]:
                 start[k] = check_data_loss(k, start[k], first[k][0], opts.fail_on_data_loss)
-        parts = wire_partitions(self._tag_opts(), plan_ranges(start, end, opts.max_messages_per_partition),
-                                ts_from_ms=self.ts_from_ms, ts_until_ms=self.ts_until_ms)
+        tag_opts = self._tag_opts()
+        parts = packed_partitions(
+            lambda group: wire_partitions(tag_opts, group, ts_from_ms=self.ts_from_ms, ts_until_ms=self.ts_until_ms),
+            plan_ranges(start, end, opts.max_messages_per_partition), {k: end[k] - start[k] for k in end},
+            opts.pack_budget)
         return parts or [WireRange(opts.name_server, "", "", 0, 0, 0, columns=opts.columns)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, WireKeyLookup):
             return read_wire_key_lookup(partition)
+        if isinstance(partition, PackedRanges):
+            return read_packed(partition, read_wire_range)
         assert isinstance(partition, WireRange)
         return read_wire_range(partition)
 
@@ -165,6 +171,8 @@ class RmqLogWireStreamReader(RmqLogStreamReader):
         self.brokers.commit_offset(self.opts.group or "", name, qid, offset)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if isinstance(partition, PackedRanges):
+            return read_packed(partition, read_wire_range)
         assert isinstance(partition, WireRange)
         return read_wire_range(partition)
 

@@ -21,6 +21,7 @@ from pyspark.sql.streaming.datasource import (
 import rmqlog
 from spark_rmq.errors import QueryDataLossError
 from spark_rmq.options import SourceOptions
+from spark_rmq.read import PackedRanges
 from spark_rmq.schema import SPARK_SCHEMA
 from spark_rmq.source import RmqLogStreamReader
 
@@ -61,6 +62,23 @@ def test_batch_offsets_timestamps_tags_and_partitions(spark, store_root: str) ->
     assert split.count() == 20
 
 
+def test_small_queues_share_a_task(spark, store_root: str) -> None:
+    """Queues with fewer than ``packMessagesPerPartition`` messages in the read are packed into
+    shared tasks (a task costs far more than reading a few messages); the rows are the same."""
+    fill(store_root, "orders", 40, tags=["A", "B"])  # four queues of 10
+    fill(store_root, "big", 30, queues=1)
+    rows = sorted((r.topic, r.queueId, r.queueOffset, r.body) for r in read(spark, store_root, topicPattern=".*").collect())
+    assert len(rows) == 70 and len(set(rows)) == 70
+    for opts, tasks in (({}, 1), ({"packMessagesPerPartition": "0"}, 5), ({"packMessagesPerPartition": "20"}, 3),
+                        ({"packMessagesPerPartition": "25"}, 3), ({"packMessagesPerPartition": "30"}, 3),
+                        ({"packMessagesPerPartition": "41"}, 2)):
+        df = read(spark, store_root, topicPattern=".*", **opts)
+        assert df.rdd.getNumPartitions() == tasks, opts
+        assert sorted((r.topic, r.queueId, r.queueOffset, r.body) for r in df.collect()) == rows, opts
+    # a range cut by maxMessagesPerPartition is never packed back together
+    assert read(spark, store_root, topics="orders", maxMessagesPerPartition="5").rdd.getNumPartitions() == 8
+
+
 def residual_filters(df) -> list[str]:  # type: ignore[no-untyped-def]
     """The conditions of the Filter operators Spark still runs (attribute ids dropped)."""
     import re
@@ -78,13 +96,14 @@ def test_batch_filter_pushdown(spark, store_root: str) -> None:
     got = df.filter(where)
     # pushed: Spark keeps none of the three predicates (only its own null checks) ...
     assert residual_filters(got) == ["(isnotnull(topic) AND isnotnull(tags))"]
-    # ... and the reader got them: one task per selected queue (orders/1, orders/2) ...
-    assert got.rdd.getNumPartitions() == 2
+    # ... and the reader got them: one task per selected queue (orders/1, orders/2; unpacked) ...
+    assert df.filter(where).rdd.getNumPartitions() == 1  # (small queues share a task)
+    assert read(spark, store_root, topicPattern=".*", packMessagesPerPartition="0").filter(where).rdd.getNumPartitions() == 2
     # ... and filtered the tags itself (Spark no longer does): only tag A, exactly
     assert sorted(bodies(got.collect())) == sorted(f"m{i}" for i in range(40) if i % 4 in (1, 2) and i % 2 == 0)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
     try:  # the same query without pushdown: Spark filters, over every queue
-        plain = read(spark, store_root, topicPattern=".*").filter(where)
+        plain = read(spark, store_root, topicPattern=".*", packMessagesPerPartition="0").filter(where)
         assert "queueId IN (1,2)" in residual_filters(plain)[0] and plain.rdd.getNumPartitions() == 8
     finally:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
@@ -274,7 +293,9 @@ def test_stream_defaults_to_latest_and_fails_on_lost_ranges(store_root: str) -> 
     assert err.value.queue == "orders/0" and err.value.start == 0 and err.value.available > 0
     lenient = stream_reader(store_root, topics="orders", failOnDataLoss="false")
     parts = lenient.partitions({"orders/0": 0, "orders/1": 0}, {"orders/0": 100, "orders/1": 100})
-    assert all(p.start > 0 for p in parts)
+    (packed,) = parts  # two small queues: one task
+    assert isinstance(packed, PackedRanges) and [p.queue_id for p in packed.parts] == [0, 1]
+    assert all(p.start > 0 for p in packed.parts)
     r.stop()
     lenient.stop()
 

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from rmqlog.hashing import java_string_hash
 from spark_rmq.errors import RmqLogOptionError
-from spark_rmq.offsets import plan_ranges, sorted_offsets, split_messages
+from spark_rmq.offsets import pack_ranges, plan_ranges, sorted_offsets, split_messages
 from spark_rmq.options import SinkOptions, SourceOptions, parse_duration_ms, parse_timestamp_ms
 from spark_rmq.routing import java_hash
 
@@ -34,6 +34,8 @@ from spark_rmq.routing import java_hash
         ({"path": "/x", "topics": "a", "group": "bad group!"}, "group"),
         ({"path": "/x", "topics": "a", "maxMessagePerTrigger": "5"}, "maxMessagePerTrigger"),
         ({"path": "/x", "topics": "a", "endingOffsets": "latest"}, "endingOffsets"),  # streaming only
+        ({"path": "/x", "topics": "a", "packMessagesPerPartition": "-1"}, "packMessagesPerPartition"),
+        ({"path": "/x", "topics": "a", "packMessagesPerPartition": "many"}, "packMessagesPerPartition"),
     ],
 )
 def test_bad_source_options_name_the_option(options: dict, option: str) -> None:
@@ -104,6 +106,39 @@ def test_split_messages_never_exceeds_backlog(backlogs: list[int], budget: int) 
     assert all(t >= 1 for t, b in zip(taken, backlogs, strict=True) if b)
     assert sum(taken) <= max(budget, sum(1 for b in backlogs if b))
     assert sum(taken) == min(sum(backlogs), max(budget, sum(1 for b in backlogs if b)))  # the budget is used
+
+
+def test_pack_ranges_groups_small_queues_in_order_up_to_the_budget() -> None:
+    ranges = [("a/0", 0, 40), ("a/1", 5, 35), ("a/2", 0, 20), ("a/3", 0, 100), ("b/0", 7, 8)]
+    planned = {k: b - a for k, a, b in ranges}
+    assert pack_ranges(ranges, planned, 64) == [
+        [("a/0", 0, 40)],  # a/1 would take the task to 70
+        [("a/3", 0, 100)],  # over the budget: alone
+        [("a/1", 5, 35), ("a/2", 0, 20), ("b/0", 7, 8)],
+    ]
+    assert pack_ranges(ranges, planned, 1000) == [ranges]
+    assert pack_ranges(ranges, planned, 0) == [[r] for r in ranges]  # 0: a task per range
+    assert pack_ranges([], {}, 64) == []
+
+
+def test_pack_ranges_follows_the_planned_sizes_not_the_ranges() -> None:
+    """A replayed micro-batch whose ranges retention shortened is cut into the same tasks:
+    the grouping follows the sizes the logged offsets span."""
+    planned = {"a/0": 40, "a/1": 30}
+    first = pack_ranges([("a/0", 0, 40), ("a/1", 0, 30)], planned, 64)
+    replay = pack_ranges([("a/0", 30, 40), ("a/1", 0, 30)], planned, 64)  # a/0's first 30 deleted since
+    assert [[r[0] for r in g] for g in first] == [[r[0] for r in g] for g in replay] == [["a/0"], ["a/1"]]
+    # a queue missing from the plan (new mid-stream) counts by its range
+    assert pack_ranges([("a/0", 0, 40), ("n/0", 0, 10)], {"a/0": 40}, 64) == [[("a/0", 0, 40), ("n/0", 0, 10)]]
+
+
+def test_pack_budget_never_exceeds_max_messages_per_partition() -> None:
+    base = {"path": "/x", "topics": "a"}
+    assert SourceOptions.parse(base, streaming=True).pack_budget == 65536
+    assert SourceOptions.parse({**base, "packMessagesPerPartition": "0"}, streaming=True).pack_budget == 0
+    assert SourceOptions.parse({**base, "maxMessagesPerPartition": "3"}, streaming=True).pack_budget == 3
+    assert SourceOptions.parse({**base, "packMessagesPerPartition": "2", "maxMessagesPerPartition": "3"},
+                               streaming=True).pack_budget == 2
 
 
 def test_plan_ranges_cuts_large_ranges() -> None:
