@@ -77,7 +77,7 @@ SOURCE_TREES = ("store", "spark_rmq", "rmqnet", "refcodec", "jobs", "tests", "bu
 def _compile_sources() -> None:
     """Byte-compile the project's sources once for every process the suite starts.
 
-    The suite starts a few thousand Python processes (brokers, name servers, agents, crash
+    The suite starts many Python processes (brokers, name servers, agents, crash
     children, CLI runs, Spark's Python workers), and each imports the project, ~40,000 lines:
     where ``PYTHONDONTWRITEBYTECODE`` is set no import writes a cache, so each of them compiled
     all of it again (~0.3 s of CPU each, a fifth to a third of a subprocess-heavy test file's
