@@ -72,6 +72,8 @@ def _c_compiler() -> str | None:
 #: The project's Python sources: the packages (also as the editable install's tree of links,
 #: the path ``rmqlog`` is imported by), the jobs and the tests' helpers.
 SOURCE_TREES = ("store", "spark_rmq", "rmqnet", "refcodec", "jobs", "tests", "build")
+#: not sources of ours: the RocketMQ fixtures and the real clients' installs
+SKIP_COMPILING = re.compile("|".join(re.escape(str(TESTS_DIR / p)) for p in ("fixtures", "wire/clients")))
 
 
 def _compile_sources() -> None:
@@ -89,8 +91,7 @@ def _compile_sources() -> None:
     for tree in SOURCE_TREES:
         folder = REPO_ROOT / tree
         if folder.is_dir():
-            compileall.compile_dir(folder, quiet=2, workers=1,
-                                   rx=re.compile(r"[/\\](fixtures|node_modules|clients)[/\\]"))
+            compileall.compile_dir(folder, quiet=2, rx=SKIP_COMPILING)
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
