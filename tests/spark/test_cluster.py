@@ -26,6 +26,10 @@ import rmqlog
 from .processes import Processes, bare_python, free_port, running, spark_home, zip_packages
 
 pytestmark = pytest.mark.slow
+#: The options of the cluster's JVMs (master, worker, executor), as of the suite's other JVMs
+#: (tests/conftest.py, SPARK_SUBMIT_OPTS): the client compiler and the serial collector, since
+#: these JVMs live for seconds and start-up is what costs.
+JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 #: The job spark-submit runs (argv: store root, result file). It must not set a master.
 JOB = textwrap.dedent('''
@@ -69,7 +73,8 @@ def _submit_on_a_cluster(tmp_path: Path, processes: Processes) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
     # the driver's and the workers' Python: the dependencies, not this project (the job ships it)
     python = bare_python(tmp_path / "venv")
-    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_DIRS=str(tmp_path / "local"), PYSPARK_PYTHON=str(python))
+    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_DIRS=str(tmp_path / "local"), PYSPARK_PYTHON=str(python),
+               SPARK_DAEMON_JAVA_OPTS=JAVA_OPTS)  # the master's and the worker's JVMs
     port = free_port()
     master_url = f"spark://127.0.0.1:{port}"
     master = processes.start("master", [str(spark_class), "org.apache.spark.deploy.master.Master",
@@ -91,6 +96,7 @@ def _submit_on_a_cluster(tmp_path: Path, processes: Processes) -> None:
         "--conf", f"spark.pyspark.driver.python={python}",
         "--conf", "spark.driver.host=127.0.0.1",
         "--conf", "spark.executor.memory=1g",
+        "--conf", f"spark.executor.extraJavaOptions={JAVA_OPTS}",  # (the driver's: SPARK_SUBMIT_OPTS, tests/conftest.py)
         "--conf", "spark.ui.enabled=false",
         str(job), str(root), str(result),
     ], env)

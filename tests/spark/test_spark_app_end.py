@@ -1,7 +1,12 @@
 """How a Spark application leaves a store: clean after a normal end, a crash after a kill -9.
 
-Each test runs a whole application (tests/spark/rmq_app_job.py) in a subprocess with its own
-session, since ending one is the point (the suite's session lives for the whole run).
+A whole application (tests/spark/rmq_app_job.py) runs in a subprocess with its own session,
+since ending one is the point (the suite's session lives for the whole run). One application
+serves both tests (:func:`app`, a JVM start less): it runs its jobs on a first store, where
+the test kills (kill -9) the Python worker of a write task that appended, then the same jobs
+on a second store, which no killed process ever opened, and ends normally. The first store
+is the crash's, the second the normal end's. The module is one xdist group (one worker runs
+both tests, and the application once).
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -22,10 +29,15 @@ from rmqlog.durability.lock_file import OWNERS_DIR
 
 HERE = Path(__file__).resolve().parent
 
+#: one worker runs the module (under ``-n 2 --dist loadgroup``): its tests share one application
+pytestmark = pytest.mark.xdist_group("spark_app_end")
 
-def start(root: Path, checkpoints: Path, mode: str) -> subprocess.Popen[str]:
+
+def start(*parts: tuple[Path, Path, str]) -> subprocess.Popen[str]:
+    """The application on the stores ``(root, checkpoints, mode)``, in this order."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), str(HERE)])}
-    return subprocess.Popen([sys.executable, str(HERE / "rmq_app_job.py"), str(root), str(checkpoints), mode],
+    args = [str(a) for part in parts for a in part]
+    return subprocess.Popen([sys.executable, str(HERE / "rmq_app_job.py"), *args],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -62,10 +74,45 @@ def contents(ms: rmqlog.MessageStore) -> dict[str, Counter]:
 ALL = Counter(str(i) for i in range(200))
 
 
-def test_an_application_that_ends_normally_leaves_a_store_that_opens_normally(tmp_path: Path) -> None:
-    root = tmp_path / "store"
-    finish(start(root, tmp_path / "ck", "clean"))
-    wait_until_nobody_has_it_open(root)
+@dataclass
+class App:
+    """What the application left: the killed store (its checkpoints, the victim's pid) and
+    the clean one."""
+
+    killed: Path
+    killed_checkpoints: Path
+    victim: int
+    clean: Path
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> Iterator[App]:
+    """The application, run to its normal end: on the ``kill`` store first (the test kills the
+    write task's worker once it appended and waits), then on the ``clean`` store; then every
+    process that had a store open gone."""
+    tmp = tmp_path_factory.mktemp("app-end")
+    killed, ck = tmp / "killed" / "store", tmp / "killed" / "ck"
+    clean = tmp / "clean" / "store"
+    proc = start((killed, ck, "kill"), (clean, tmp / "clean" / "ck", "clean"))
+    try:
+        deadline = time.monotonic() + 300
+        while not (ck / "victim").exists():  # the write task's worker appended and waits
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the application ended (rc={proc.returncode}) before the victim appended")
+            time.sleep(0.2)  # (waits for Spark's processes)
+        victim = int((ck / "victim").read_text())
+        os.kill(victim, signal.SIGKILL)
+        finish(proc)  # Spark retried the task (a no-op replay), went on to the clean store and ended normally
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    wait_until_nobody_has_it_open(killed)
+    wait_until_nobody_has_it_open(clean)
+    yield App(killed, ck, victim, clean)
+
+
+def test_an_application_that_ends_normally_leaves_a_store_that_opens_normally(app: App) -> None:
+    root = app.clean
     assert not (root / "abort").exists()
     assert os.listdir(root / OWNERS_DIR) == []
     with rmqlog.MessageStore.open(root) as ms:
@@ -73,22 +120,8 @@ def test_an_application_that_ends_normally_leaves_a_store_that_opens_normally(tm
         assert contents(ms) == {"orders": ALL, "copy": ALL}
 
 
-def test_a_worker_killed_with_the_store_open_is_a_crash_whatever_follows(tmp_path: Path) -> None:
-    root, ck = tmp_path / "store", tmp_path / "ck"
-    app = start(root, ck, "kill")
-    try:
-        deadline = time.monotonic() + 300
-        while not (ck / "victim").exists():  # the write task's worker appended and waits
-            if app.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"the application ended (rc={app.returncode}) before the victim appended")
-            time.sleep(0.2)  # (waits for Spark's processes)
-        victim = int((ck / "victim").read_text())
-        os.kill(victim, signal.SIGKILL)
-        finish(app)  # Spark retried the task (a no-op replay) and the application ended normally
-    finally:
-        if app.poll() is None:
-            app.kill()
-    wait_until_nobody_has_it_open(root)
+def test_a_worker_killed_with_the_store_open_is_a_crash_whatever_follows(app: App) -> None:
+    root, victim = app.killed, app.victim
     owners = [n.split("-")[0] for n in os.listdir(root / OWNERS_DIR)]
     if (root / "abort").exists():
         # the usual order: every other process closed cleanly while the victim's crash stays
