@@ -15,11 +15,15 @@ then ``--rounds`` times; the best run counts.
   re-yields one batch of the store's own messages (the API's ceiling for that schema), and the ``columns``
   option (``body,keys,queueOffset``) against Spark's parquet reader of those columns from a
   parquet file of the same messages (and the ceiling reader with those columns).
-- **Streaming**: a ``readStream`` -> ``writeStream`` pipeline between two topics of one store.
-  Its sustained rate: the time to copy a backlog of ``--messages`` rows, against the batch
-  sink's rate. Its latency: a producer appends at half that rate for ``--stream-seconds``; each
-  copy carries its original's store time, so latency = the copy's store time minus the
-  original's (the copy is readable once stored: the sink task dispatches at once); p50 and p99.
+- **Streaming** (``jobs/bench_spark_stream.py``): a ``readStream`` -> ``writeStream`` pipeline
+  between two topics of one store. Its sustained rate: the time its micro-batches take to copy
+  a backlog of ``--messages`` rows (after a warm-up query), against the batch sink's rate and
+  the API's ceiling for a copy (a reader re-yielding a batch into a counting writer). Its
+  latency: a producer appends at half that rate for ``--stream-seconds``; each copy carries
+  its original's store time, so latency = the copy's store time minus the original's (the
+  copy is readable once stored: the sink task dispatches at once); p50 and p99, beside the
+  API's floor at the same rate (a Python reader's rows into a Python writer, no store); the
+  same at a trickle of 2,000 msgs/s.
 - **Memory**: the peak anonymous memory (``RssAnon``) of a process appending 1 M and 4 M rows as a sink task does
   (``put_stream``, 64 MiB buffer): bounded by the buffer whatever the data size; beside it
   ``put_batches``, which holds a task's whole input until the append.
@@ -43,6 +47,7 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
+from bench_spark_stream import PeerStreams, copy_rate, latencies, percentile, random_bodies  # noqa: E402
 from bench_store import warm_up  # noqa: E402  (jobs/ is this script's directory)
 from harness import Bench  # noqa: E402
 from pyspark.sql.datasource import (  # noqa: E402
@@ -144,82 +149,6 @@ def best_of(rounds: int, fn, before=None) -> float:  # type: ignore[no-untyped-d
     return min(times[1:])
 
 
-def stream_copy(spark, root: Path, work: Path, backlog: int, seconds: float, rate: float) -> tuple[float, list[float]]:  # type: ignore[no-untyped-def]
-    """(seconds the query's micro-batches took to copy a backlog of ``backlog`` rows from topic
-    ``in`` to ``out``, latencies in ms of messages produced at ``rate`` msgs/s for ``seconds``
-    while the pipeline runs). The
-    store stays open here (as a writer: a read-only open would keep the query's first open
-    waiting for its lock) from before the query starts to the end."""
-    rng = np.random.default_rng()
-    with rmqlog.MessageStore.open(root) as ms:
-        ms.create_topic("in", 2)
-        ms.create_topic("out", 2)
-        q = (spark.readStream.format("rmqlog").option("path", str(root)).option("topics", "in")
-             .option("startingOffsets", "earliest").option("columns", "body,storeTimestamp").load()
-             .selectExpr("'out' AS topic", "body",
-                         "map('SRC_STORE_MS', CAST(unix_millis(storeTimestamp) AS STRING)) AS properties")
-             .writeStream.format("rmqlog").option("path", str(root)).option("checkpointLocation", str(work))
-             .start())
-        try:
-            while q.lastProgress is None:  # the query's start (Python workers, first plan) is not the pipeline's rate
-                if q.exception() is not None:
-                    raise RuntimeError(f"the streaming query failed: {q.exception()}")
-                time.sleep(0.05)
-            for start in range(0, backlog, 100_000):
-                m = min(100_000, backlog - start)
-                ms.put_batch(pa.table({"topic": ["in"] * m, "body": _random_bodies(rng, m, 100)}), dispatch=True)
-            _wait_for(ms, q, backlog, 600)
-            # the backlog's micro-batches as Spark timed them (not the appends feeding them)
-            deadline = time.monotonic() + 60
-            while sum(p["numInputRows"] for p in q.recentProgress) < backlog and time.monotonic() < deadline:
-                time.sleep(0.05)  # (the last batch's progress is reported after its rows are in)
-            t_backlog = sum(p["durationMs"]["triggerExecution"] for p in q.recentProgress if p["numInputRows"]) / 1000
-            start_offsets = [ms.max_offset("out", q_) for q_ in range(2)]
-            sent = _produce(ms, rate, seconds) if seconds else 0
-            _wait_for(ms, q, backlog + sent, 120)
-        finally:
-            q.stop()
-        lat: list[float] = []
-        for q_ in range(2):
-            t = ms.read_queue("out", q_, start_offsets[q_], ms.max_offset("out", q_))
-            src = np.array([int(dict(p)["SRC_STORE_MS"]) for p in t["properties"].to_pylist()], np.int64)
-            stored = t["storeTimestamp"].cast(pa.int64()).to_numpy() // 1000
-            lat.extend((stored - src).tolist())
-    return t_backlog, lat
-
-
-def _wait_for(ms: rmqlog.MessageStore, query, total: int, timeout_s: float) -> None:  # type: ignore[no-untyped-def]
-    """Until topic ``out`` holds ``total`` messages (the query's failure is raised)."""
-    deadline = time.monotonic() + timeout_s
-    while sum(ms.max_offset("out", q_) for q_ in range(2)) < total:
-        if query.exception() is not None:
-            raise RuntimeError(f"the streaming query failed: {query.exception()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"topic out did not reach {total:,} messages in {timeout_s:.0f} s")
-        ms.dispatch()
-        time.sleep(0.002)
-
-
-def _random_bodies(rng: np.random.Generator, m: int, body: int) -> pa.Array:
-    data = rng.integers(0, 256, m * body, dtype=np.uint8)
-    return pa.Array.from_buffers(pa.binary(), m, [None, pa.py_buffer(np.arange(0, m * body + 1, body, dtype=np.int32)),
-                                                  pa.py_buffer(data)])
-
-
-def _produce(ms: rmqlog.MessageStore, rate: float, seconds: float) -> int:
-    """Append to topic ``in`` at ``rate`` msgs/s for ``seconds``, a batch every 10 ms; how many."""
-    rng = np.random.default_rng()
-    t0 = time.perf_counter()
-    sent = 0
-    while (now := time.perf_counter() - t0) < seconds:
-        due = int(rate * now) - sent
-        if due > 0:
-            ms.put_batch(pa.table({"topic": ["in"] * due, "body": _random_bodies(rng, due, 100)}), dispatch=True)
-            sent += due
-        time.sleep(0.01)
-    return sent
-
-
 def memory_child(kind: str, n: int, root: str) -> None:
     """In a child process: append ``n`` rows of 100 random bytes as a sink task receives them
     (10,000-row tables) with ``put_stream`` (64 MiB buffer) or ``put_batches``; print the peak of
@@ -241,7 +170,7 @@ def memory_child(kind: str, n: int, root: str) -> None:
     def tables():  # type: ignore[no-untyped-def]
         for _ in range(n // 10_000):
             yield pa.table({"topic": pa.array(np.full(10_000, "bench", object), pa.string()),
-                            "body": _random_bodies(rng, 10_000, 100)})
+                            "body": random_bodies(rng, 10_000, 100)})
 
     with rmqlog.MessageStore.open(root) as ms:
         ms.create_topic("bench", 4)
@@ -293,6 +222,11 @@ def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
     spark = spark_rmq.local_session("rmq-bench-spark", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(PeerSource)
+    import bench_spark_stream
+    from pyspark import cloudpickle
+
+    cloudpickle.register_pickle_by_value(bench_spark_stream)  # (the workers cannot import jobs/)
+    spark.dataSource.register(PeerStreams)
     src = random_input(spark, n, body)
     print(f"rmqlog against parquet: {n:,} messages of {body} random bytes, {spark.sparkContext.master}, "
           f"best of {rounds} after a warm-up, work dir {work}")
@@ -358,18 +292,28 @@ def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
         memory(work, job)
     if args.only in (None, "stream"):
         t_batch = min(sink_times[1:])
-        # the sustained rate first (a backlog copied, no latency asked), then the latency at half of it
-        t_backlog, _ = stream_copy(spark, work / "stream-store", work / "ckpt-rate", n, 0, 1)
-        row("streaming copy between two topics, backlog", t_backlog, "the batch sink", t_batch, ">= 0.5x")
-        rate = n / t_backlog / 2
-        _, lat = stream_copy(spark, work / "stream-store2", work / "ckpt-latency", 1000, args.stream_seconds, rate)
-        lat.sort()
-        if lat:
-            p50, p99 = lat[len(lat) // 2], lat[min(len(lat) - 1, int(len(lat) * 0.99))]
-            print(f"streaming copy at {rate:,.0f} msgs/s (half its sustained rate) for {args.stream_seconds:.0f} s: "
-                  f"latency p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(lat):,} messages (target: p50 <= 100 ms)")
-            job.figure("streaming copy latency p50 at half its sustained rate", p50, "ms")
-            job.figure("streaming copy latency p99 at half its sustained rate", p99, "ms")
+        t_copy, t_ceiling_copy = copy_rate(spark, work, n)
+        row("streaming copy between two topics, backlog", t_copy, "the batch sink", t_batch, ">= 0.5x")
+        row("ceiling copy: a reader re-yielding a batch into a counting writer", t_ceiling_copy, "the batch sink", t_batch, "")
+        job.figure("streaming copy against the API's ceiling for a copy", n / t_copy, "msgs/s",
+                   peer="a reader re-yielding a batch into a counting writer", peer_value=n / t_ceiling_copy)
+        rate = n / t_copy / 2
+        lat, floor = latencies(spark, work, rate, args.stream_seconds)
+        p50, p99, f50, f99 = (percentile(lat, 0.5), percentile(lat, 0.99), percentile(floor, 0.5), percentile(floor, 0.99))
+        print(f"streaming copy at {rate:,.0f} msgs/s (half its sustained rate) for {args.stream_seconds:.0f} s: latency "
+              f"p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(lat):,} messages (target: p50 <= 100 ms); the API's floor "
+              f"at that rate (a Python reader's rows into a Python writer, no store): p50 {f50:.0f} ms, p99 {f99:.0f} ms")
+        job.figure("streaming copy latency p50 at half its sustained rate", p50, "ms",
+                   peer="the API's floor at that rate: a Python reader into a Python writer", peer_value=f50)
+        job.figure("streaming copy latency p99 at half its sustained rate", p99, "ms",
+                   peer="the API's floor at that rate: a Python reader into a Python writer", peer_value=f99)
+        low = 2000.0  # a trickle: each micro-batch holds a few hundred rows
+        lat, floor = latencies(spark, work, low, args.stream_seconds)
+        p50, f50 = percentile(lat, 0.5), percentile(floor, 0.5)
+        print(f"streaming copy at {low:,.0f} msgs/s: latency p50 {p50:.0f} ms, p99 {percentile(lat, 0.99):.0f} ms; "
+              f"the API's floor at that rate: p50 {f50:.0f} ms, p99 {percentile(floor, 0.99):.0f} ms")
+        job.figure(f"streaming copy latency p50 at {low:,.0f} msgs/s", p50, "ms",
+                   peer="the API's floor at that rate: a Python reader into a Python writer", peer_value=f50)
     spark.stop()
     print("\n| | rmqlog | peer | vs peer (target) |")
     print("|---|---|---|---|")
