@@ -15,7 +15,7 @@ then ``--rounds`` times; the best run counts.
   re-yields one batch of the store's own messages (the API's ceiling for that schema), and the ``columns``
   option (``body,keys,queueOffset``) against Spark's parquet reader of those columns from a
   parquet file of the same messages (and the ceiling reader with those columns).
-- **Streaming** (``jobs/bench_spark_stream.py``): a ``readStream`` -> ``writeStream`` pipeline
+- **Streaming** (``jobs/spark_stream_peers.py``): a ``readStream`` -> ``writeStream`` pipeline
   between two topics of one store. Its sustained rate: the time its micro-batches take to copy
   a backlog of ``--messages`` rows (after a warm-up query), against the batch sink's rate and
   the API's ceiling for a copy (a reader re-yielding a batch into a counting writer). Its
@@ -47,7 +47,6 @@ sys.path.insert(0, str(REPO))
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402
-from bench_spark_stream import PeerStreams, copy_rate, latencies, percentile, random_bodies  # noqa: E402
 from bench_store import warm_up  # noqa: E402  (jobs/ is this script's directory)
 from harness import Bench  # noqa: E402
 from pyspark.sql.datasource import (  # noqa: E402
@@ -57,6 +56,7 @@ from pyspark.sql.datasource import (  # noqa: E402
     InputPartition,
     WriterCommitMessage,
 )
+from spark_stream_peers import PeerStreams, copy_rate, latencies, percentile, random_bodies  # noqa: E402
 
 import rmqlog  # noqa: E402
 import spark_rmq  # noqa: E402
@@ -222,10 +222,10 @@ def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
     spark = spark_rmq.local_session("rmq-bench-spark", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(PeerSource)
-    import bench_spark_stream
+    import spark_stream_peers
     from pyspark import cloudpickle
 
-    cloudpickle.register_pickle_by_value(bench_spark_stream)  # (the workers cannot import jobs/)
+    cloudpickle.register_pickle_by_value(spark_stream_peers)  # (the workers cannot import jobs/)
     spark.dataSource.register(PeerStreams)
     src = random_input(spark, n, body)
     print(f"rmqlog against parquet: {n:,} messages of {body} random bytes, {spark.sparkContext.master}, "
