@@ -88,6 +88,15 @@ def test_wire_records_of_nothing_and_of_offsets_past_the_end(store: rmqlog.Messa
     assert table.num_rows == 0 and len(found) == 0
 
 
+@pytest.mark.parametrize("offsets", [
+    pa.array([b"T", b"\xff\xfe"], pa.binary()).view(pa.string()),  # numpy cannot take it (an ArrowException)
+    pa.array(["1"]), [1.5], [[1]], "12", np.array([1 << 63], np.uint64),
+])
+def test_wire_records_refuses_offsets_that_are_not_longs(store: rmqlog.MessageStore, offsets: object) -> None:
+    with pytest.raises(rmqlog.InvalidArgumentError, match="offsets must be a 1-D array of integers"):
+        store.wire_records(offsets)  # type: ignore[arg-type]
+
+
 def test_retry_names_are_still_refused_from_users(store: rmqlog.MessageStore) -> None:
     for name in ("RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "RECONSUME_TIME"):
         with pytest.raises(rmqlog.InvalidMessageError, match=name):

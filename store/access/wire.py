@@ -84,7 +84,7 @@ def _int_array(name: str, value: object) -> np.ndarray:
     """A 1-D array of Java longs, or :class:`InvalidArgumentError` naming the argument."""
     try:
         arr = np.asarray(value)
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, OverflowError, pa.ArrowException):  # (an Arrow array numpy cannot take)
         arr = np.asarray(None)
     if arr.ndim == 1 and arr.size == 0:
         return arr.astype(np.int64)
@@ -278,13 +278,7 @@ class WireAccess:
         from .stored_rows import wire_records
 
         self._check_open()
-        try:
-            at = np.asarray(offsets)
-        except (TypeError, ValueError) as exc:
-            raise InvalidArgumentError(f"offsets must be integers: {exc}") from None
-        if at.ndim != 1 or (len(at) and at.dtype.kind not in "iu"):
-            raise InvalidArgumentError(f"offsets must be a 1-d array of integers, got {at.dtype} of shape {at.shape}")
-        return wire_records(self.parts, self.published_tail(), at.astype(np.int64),
+        return wire_records(self.parts, self.published_tail(), _int_array("offsets", offsets),
                             crc=self.parts.config.check_crc_on_read)
 
     @overload
