@@ -56,7 +56,7 @@ from pyspark.sql.datasource import (  # noqa: E402
     InputPartition,
     WriterCommitMessage,
 )
-from spark_stream_peers import PeerStreams, copy_rate, latencies, percentile, random_bodies  # noqa: E402
+from spark_stream_peers import PeerStreams, copy_rate, latencies, percentile, random_bodies, reyield  # noqa: E402
 
 import rmqlog  # noqa: E402
 import spark_rmq  # noqa: E402
@@ -86,13 +86,7 @@ class PrebuiltReader(DataSourceReader):
         return [InputPartition(i) for i in range(self.parts)]
 
     def read(self, partition):  # type: ignore[no-untyped-def]
-        n = self.total // self.parts
-        with rmqlog.MessageStore.open(self.path, read_only=True) as ms:
-            table = ms.read_window("bench", 0, 0, max_count=min(65536, n), columns=self.columns).messages
-        batch = table.combine_chunks().to_batches()[0]
-        rows = batch.num_rows
-        for start in range(0, n, rows):
-            yield batch.slice(0, min(rows, n - start))
+        return reyield(self.path, "bench", self.columns, self.total // self.parts)
 
 
 class PeerSource(DataSource):
@@ -221,11 +215,12 @@ def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
     n, body, rounds = args.messages, args.body, args.rounds
     spark = spark_rmq.local_session("rmq-bench-spark", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
-    spark.dataSource.register(PeerSource)
     import spark_stream_peers
     from pyspark import cloudpickle
 
-    cloudpickle.register_pickle_by_value(spark_stream_peers)  # (the workers cannot import jobs/)
+    # the peers (and what they call there) travel by value: the workers cannot import jobs/
+    cloudpickle.register_pickle_by_value(spark_stream_peers)
+    spark.dataSource.register(PeerSource)
     spark.dataSource.register(PeerStreams)
     src = random_input(spark, n, body)
     print(f"rmqlog against parquet: {n:,} messages of {body} random bytes, {spark.sparkContext.master}, "

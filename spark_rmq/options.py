@@ -96,24 +96,18 @@ def _java_long(name: str, text: str) -> int:
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:
     raw = _get(options, name)
-    if raw is None:
-        return None
+    return None if raw is None else _count(raw, name, 1)
+
+
+def _count(raw: str, name: str, least: int) -> int:
+    """``raw`` as an int from ``least`` (0 or 1) to Java's long maximum, else the option's error."""
+    what = "a positive integer" if least else "0 or a positive integer"
     try:
         value = int(raw)
     except ValueError:
-        raise RmqLogOptionError(name, f"must be a positive integer, got {raw[:40]!r}") from None
-    if not 0 < value <= JAVA_LONG_MAX:
-        raise RmqLogOptionError(name, f"must be a positive integer, got {raw!r}")
-    return value
-
-
-def _non_negative_int(raw: str, name: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RmqLogOptionError(name, f"must be 0 or a positive integer, got {raw[:40]!r}") from None
-    if not 0 <= value <= JAVA_LONG_MAX:
-        raise RmqLogOptionError(name, f"must be 0 or a positive integer, got {raw!r}")
+        raise RmqLogOptionError(name, f"must be {what}, got {raw[:40]!r}") from None
+    if not least <= value <= JAVA_LONG_MAX:
+        raise RmqLogOptionError(name, f"must be {what}, got {raw!r}")
     return value
 
 
@@ -267,7 +261,7 @@ class SourceOptions:
             raise RmqLogOptionError("minMessagesPerTrigger", "must not exceed maxMessagesPerTrigger")
         kw["max_messages_per_partition"] = _positive_int(options, "maxMessagesPerPartition")
         if (raw := _get(options, "packMessagesPerPartition")) is not None:
-            kw["pack_messages"] = _non_negative_int(raw, "packMessagesPerPartition")
+            kw["pack_messages"] = _count(raw, "packMessagesPerPartition", 0)
         if (raw := _get(options, "tags")) is not None:
             wanted = parse_tag_filter(raw)  # _get refused what it would
             kw["tags"] = frozenset(wanted) if wanted is not None else None

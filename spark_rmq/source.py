@@ -175,8 +175,8 @@ def packed_partitions(
     return out
 
 
-def _partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **kw: Any) -> list[QueueRange]:
-    parts = []
+def _partitions(opts: SourceOptions, ranges: list[tuple[str, int, int]], **kw: Any) -> list[InputPartition]:
+    parts: list[InputPartition] = []
     tags = tuple(sorted(opts.tags)) if opts.tags else None
     for key, a, b in ranges:
         topic, qid = split_key(key)
@@ -226,7 +226,7 @@ class RmqLogBatchReader(DataSourceReader):
                 start[k] = check_data_loss(k, start[k], first[k][0], opts.fail_on_data_loss)
         tag_opts = self._tag_opts()
         parts = packed_partitions(
-            lambda group: list(_partitions(tag_opts, group, ts_from_ms=self.ts_from_ms, ts_until_ms=self.ts_until_ms)),
+            lambda group: _partitions(tag_opts, group, ts_from_ms=self.ts_from_ms, ts_until_ms=self.ts_until_ms),
             plan_ranges(start, end, opts.max_messages_per_partition), {k: end[k] - start[k] for k in end},
             opts.pack_budget)
         return parts or [QueueRange(opts.path, "", 0, 0, 0, columns=opts.columns)]

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
 from .errors import InvalidArgumentError
 
@@ -32,6 +33,23 @@ def int_arg(name: str, value: object, lo: int = JAVA_LONG_MIN, hi: int = JAVA_LO
     if not lo <= v <= hi:
         raise InvalidArgumentError(f"{name} {v} is out of range [{lo}, {hi}]")
     return v
+
+
+def long_array_arg(name: str, value: object, n: int | None = None) -> np.ndarray:
+    """``value`` as a 1-D int64 array if it is one of integers (Java longs; ``n`` of them when
+    given): a list, a numpy array, an Arrow array. Anything else (floats, strings, nested
+    lists, an Arrow array numpy cannot take) raises :class:`InvalidArgumentError`."""
+    try:
+        arr = np.asarray(value)
+    except (TypeError, ValueError, OverflowError, pa.ArrowException):
+        arr = np.asarray(None)
+    if arr.ndim == 1 and arr.size == 0 and n in (None, 0):
+        return arr.astype(np.int64)
+    if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and int(arr.max()) >= 1 << 63):
+        raise InvalidArgumentError(f"{name} must be a 1-D array of integers (Java longs), got {type(value).__name__}")
+    if n is not None and len(arr) != n:
+        raise InvalidArgumentError(f"{name} must be {n} integers, got {len(arr)}")
+    return arr.astype(np.int64)
 
 
 def optional_int_arg(name: str, value: object, lo: int = JAVA_LONG_MIN, hi: int = JAVA_LONG_MAX) -> int | None:

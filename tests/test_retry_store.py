@@ -97,6 +97,16 @@ def test_wire_records_refuses_offsets_that_are_not_longs(store: rmqlog.MessageSt
         store.wire_records(offsets)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("level", [
+    pa.array([b"\xff\xfe"], pa.binary()).view(pa.string()), ["3"], [3.0], [3, 4], np.array([1 << 63], np.uint64),
+])
+def test_send_back_table_refuses_levels_that_are_not_one_long_a_row(store: rmqlog.MessageStore, level: object) -> None:
+    res = store.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"x"]}), dispatch=True)
+    records, _ = store.wire_records(res.column("commitLogOffset").to_numpy())
+    with pytest.raises(rmqlog.InvalidArgumentError, match="delay_level must be"):
+        rmqlog.send_back_table(records, pa.array(["%RETRY%G"]), np.array([0]), level)  # type: ignore[arg-type]
+
+
 def test_retry_names_are_still_refused_from_users(store: rmqlog.MessageStore) -> None:
     for name in ("RETRY_TOPIC", "ORIGIN_MESSAGE_ID", "RECONSUME_TIME"):
         with pytest.raises(rmqlog.InvalidMessageError, match=name):

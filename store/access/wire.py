@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..arguments import bool_arg, callable_arg, int_arg, queue_id_arg, text_arg
+from ..arguments import bool_arg, callable_arg, int_arg, long_array_arg, queue_id_arg, text_arg
 from ..errors import (
     CorruptRecordError,
     IndexDisabledError,
@@ -78,19 +78,6 @@ def _refuse_waiting_topic(col: pa.Array) -> None:
         if pc.any(hit).as_py():
             raise InvalidMessageError(f"{name} is the store's topic for {what} instead", row=first(np.asarray(hit)),
                                       field="topic")
-
-
-def _int_array(name: str, value: object) -> np.ndarray:
-    """A 1-D array of Java longs, or :class:`InvalidArgumentError` naming the argument."""
-    try:
-        arr = np.asarray(value)
-    except (TypeError, ValueError, OverflowError, pa.ArrowException):  # (an Arrow array numpy cannot take)
-        arr = np.asarray(None)
-    if arr.ndim == 1 and arr.size == 0:
-        return arr.astype(np.int64)
-    if arr.ndim != 1 or arr.dtype.kind not in "iu" or (arr.dtype.kind == "u" and int(arr.max()) >= 1 << 63):
-        raise InvalidArgumentError(f"{name} must be a 1-D array of integers (Java longs), got {type(value).__name__}")
-    return arr.astype(np.int64)
 
 
 def _names(name: str, value: object) -> tuple[str, ...]:
@@ -213,7 +200,7 @@ class WireAccess:
         self._check_open()
         validate_topic(topic)
         queue_id = queue_id_arg(queue_id)
-        offsets, queue_offsets = _int_array("offsets", offsets), _int_array("queue_offsets", queue_offsets)
+        offsets, queue_offsets = long_array_arg("offsets", offsets), long_array_arg("queue_offsets", queue_offsets)
         drop, find = _names("drop", drop), _names("find", find)
         return stored_rows(self.parts, self.published_tail(), offsets, topic=topic, queue_id=queue_id,
                            queue_offsets=queue_offsets, drop=drop, find=find, crc=self.parts.config.check_crc_on_read)
@@ -278,7 +265,7 @@ class WireAccess:
         from .stored_rows import wire_records
 
         self._check_open()
-        return wire_records(self.parts, self.published_tail(), _int_array("offsets", offsets),
+        return wire_records(self.parts, self.published_tail(), long_array_arg("offsets", offsets),
                             crc=self.parts.config.check_crc_on_read)
 
     @overload

@@ -30,6 +30,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..arguments import long_array_arg
 from ..errors import InvalidArgumentError
 from ..native import copy_properties as _native_copy
 from .gather import gather_slices, to_binary
@@ -129,16 +130,6 @@ def _strings_of(values: object, n: int, what: str) -> pa.Array:
     return arr
 
 
-def _ints_of(values: object, n: int, what: str) -> np.ndarray:
-    try:
-        arr = np.asarray(values)
-    except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidArgumentError(f"{what} must be {n} integers: {exc}") from None
-    if arr.shape != (n,) or (n and arr.dtype.kind not in "iu"):
-        raise InvalidArgumentError(f"{what} must be {n} integers, not {arr.dtype} of shape {arr.shape}")
-    return arr.astype(np.int64)
-
-
 def _item(name: str, values: pa.Array, where: np.ndarray) -> list[pa.Array | str]:
     """The pieces of ``name\\x01value\\x02`` on the rows of ``where``, nothing elsewhere, for
     one ``binary_join_element_wise`` of the whole row: no piece when no row needs it, the
@@ -166,7 +157,7 @@ def send_back_table(records: pa.Table, topic: pa.Array, queue_id: np.ndarray, de
     Raises :class:`rmqlog.errors.InvalidArgumentError` for arguments of another shape or type."""
     n = _check_records(records)
     topic = _strings_of(topic, n, "topic")
-    queue_id, delay_level = _ints_of(queue_id, n, "queue_id"), _ints_of(delay_level, n, "delay_level")
+    queue_id, delay_level = long_array_arg("queue_id", queue_id, n), long_array_arg("delay_level", delay_level, n)
     kept, (retry_topic, origin) = drop_and_find(records.column("properties"), DROPPED, FOUND)
     no_retry = np.full(n, retry_topic.null_count == n) if retry_topic.null_count in (0, n) \
         else ~np.asarray(retry_topic.is_valid())
