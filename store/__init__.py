@@ -8,6 +8,7 @@ may import; docs/store-api.md): the names of :data:`__all__`, and the modules na
 (tests/test_layout.py checks that the Spark side imports nothing else).
 """
 
+from .access.direct_append import PutRows
 from .access.window import parse_tag_filter
 from .allocator import pin_malloc_thresholds
 from .clock import Clock, ManualClock, SystemClock
@@ -41,6 +42,7 @@ from .errors import (
 from .filter import FilterParseError, Sql92Filter, compile_filter
 from .log.decode import MIN_RECORD_SIZE
 from .log.encode.columns import check_utf8_column
+from .log.encode.direct import WireMessage
 from .log.msgid import is_uniq_key
 from .log.properties import WAITING_TOPICS
 from .log.send_back import send_back_table
@@ -71,5 +73,5 @@ __all__ = [
     "TooManyOpenFilesError", "WrongFileTypeError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "StoredRecords", "parse_tag_filter", "FilterParseError", "Sql92Filter", "compile_filter",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA", "MIN_RECORD_SIZE", "WAITING_TOPICS", "is_uniq_key", "check_utf8_column",
-    "PUBLIC_MODULES", "decode_message_batch", "decode_records", "send_back_table",
+    "PUBLIC_MODULES", "decode_message_batch", "decode_records", "send_back_table", "WireMessage", "PutRows",
 ]

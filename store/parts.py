@@ -123,7 +123,7 @@ class StoreParts:
     # ------------------------------------------------------------ positions
     def published_tail(self) -> int:
         """The commitlog offset below which every record is whole and readable."""
-        state = self.state_file.load()
+        state = self.state_file.load(copy=False)
         if state is None:
             state = self.fixed_state
         return state.tail if state is not None else 0

@@ -236,6 +236,16 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "drop": st.lists(st.sampled_from(["REAL_TOPIC", "p", "UNIQ_KEY"]), max_size=2).map(tuple),
     "find": st.lists(st.sampled_from(["REAL_QID", "q", "TAGS"]), max_size=2).map(tuple),
     "system": st.booleans(),
+    "wait_flush": st.booleans(),
+    "messages": st.lists(st.one_of(
+        st.builds(rmqlog.WireMessage, st.sampled_from(TOPICS), st.integers(-1, 4), st.binary(max_size=20),
+                  st.integers(-2, 2), st.sampled_from([0, 1, 4, 64]), st.integers(-1, NOW_MS),
+                  st.sampled_from([None, "127.0.0.1:1", "x", b"\x7f\x00\x00\x01\x00\x00\x00\x01"]),
+                  st.sampled_from(["", "p\x01v\x02", "WAIT\x01true\x02TAGS\x01a\x02", "DELAY\x012\x02", "x\x02",
+                                   "UNIQ_KEY\x01AB\x02KEYS\x01k1 k2\x02", "RMQLOG_X\x01v\x02"]),
+                  st.integers(-1, 3)),
+        st.tuples(st.sampled_from(TOPICS), st.integers(0, 3), st.binary(max_size=4)),
+        ANY), max_size=4),
 }
 #: parameters a plausible value is always given for: any other would be a path on this machine
 ONLY_PLAUSIBLE = {"root"}
@@ -250,7 +260,7 @@ METHODS = {
     "start_services", "stop_services", "topics", "verify", "writer_sequence",
     "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
     "replica_truncate", "record_boundary", "replication_checkpoint", "set_replication_checkpoint", "delay_offsets",
-    "set_delay_offsets", "stored_rows", "wire_records",
+    "set_delay_offsets", "stored_rows", "wire_records", "put_messages", "flush_to",
 }
 
 

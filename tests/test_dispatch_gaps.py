@@ -122,7 +122,7 @@ def test_a_position_past_missing_units_is_walked_back_for(tmp_path: Path) -> Non
     with rmqlog.MessageStore.open(root, rmqlog.StoreConfig(**CFG)) as s:
         first = _put(s, "x")
         end = int(first["commitLogOffset"][-1].as_py()) + 200  # (a record is < 200 bytes here)
-        s.parts.dispatcher._save_position(s.published_tail(), 0)  # the first batch skipped
+        s.parts.dispatcher.save_position(s.published_tail(), 0)  # the first batch skipped
         assert end >= s.published_tail()
         _put(s, "y")
         s.dispatch()

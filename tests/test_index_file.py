@@ -19,9 +19,10 @@ import pytest
 
 from rmqlog.errors import DiskFullError, InvalidArgumentError, StoreError
 from rmqlog.index import CorruptIndexError, IndexConfig, IndexService
-from rmqlog.index.index_file import file_size, time_diffs
+from rmqlog.index.index_append import time_diffs
 from rmqlog.index.index_keys import key_hash, message_keys
 from rmqlog.index.java_hash import index_key_hash, java_hash_column
+from rmqlog.index.layout import file_size
 
 # --------------------------------------------------------------------------- the reference
 

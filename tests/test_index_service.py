@@ -29,7 +29,8 @@ from test_index_file import (
 
 from rmqlog.errors import InvalidArgumentError
 from rmqlog.index import IndexConfig, IndexService, key_matches, matching_messages
-from rmqlog.index.index_file import INTENT_MAGIC, IndexFile
+from rmqlog.index.index_file import IndexFile
+from rmqlog.index.layout import INTENT_MAGIC
 
 T0 = 1_700_000_000_000
 

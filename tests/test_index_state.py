@@ -14,7 +14,7 @@ import pytest
 from conftest import SMALL_INDEX_ENTRIES, SMALL_INDEX_SLOTS, small_store_config
 
 import rmqlog
-from rmqlog.index.index_file import file_size
+from rmqlog.index.layout import file_size
 
 T = "IDX"
 

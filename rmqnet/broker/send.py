@@ -54,7 +54,7 @@ import numpy as np
 import pyarrow as pa
 
 import rmqlog
-from rmqlog import InvalidMessageError, MessageStore, TopicConfig
+from rmqlog import InvalidMessageError, MessageStore, TopicConfig, WireMessage
 from rmqlog.paths import TOPIC_MAX_BYTES
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
@@ -88,15 +88,16 @@ _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ
 
 
 def put_wire(store: MessageStore, table: pa.Table, marker: IdempotenceMarker | None = None,
-             system: bool = False) -> pa.Table:
+             system: bool = False, cluster: str | None = None) -> pa.Table:
     """Append ``table`` (:data:`WIRE_SCHEMA`) as one all-or-nothing batch; per row
     ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``. The one place a send
     reaches the store (``MessageStore.put_wire``, the store's put of wire-form messages). With
     ``marker``, the store's idempotent put: a replay writes nothing and returns no row.
     ``system``: half messages (:mod:`rmqnet.broker.transactions`), the broker's own rows."""
     if marker is None:
-        return store.put_wire(table, system=True) if system else store.put_wire(table)
-    return store.put_wire(table, writer=marker.writer, sequence=marker.sequence, system=system)
+        return store.put_wire(table, system=system, cluster=cluster, wait_flush=False)
+    return store.put_wire(table, writer=marker.writer, sequence=marker.sequence, system=system, cluster=cluster,
+                          wait_flush=False)
 
 
 def decode_batch(body: bytes, append_properties: str) -> pa.Table:
@@ -245,29 +246,32 @@ class SendService:
                     born_host: str, reconsume: int, extra: dict[str, str]) -> Any:
         if len(body) > self.config.max_message_size:
             return self._illegal(req, f"body of {len(body)} bytes", extra)
-        props = parse_properties(h.properties)
-        half = props.get("TRAN_MSG", "").lower() == "true"
+        text = h.properties
+        half = "TRAN_MSG\x01" in text and parse_properties(text).get("TRAN_MSG", "").lower() == "true"
         sys_flag = h.sys_flag
-        if half:
-            if self.config.reject_transaction_message:  # RocketMQ's refusal (rejectTransactionMessage)
-                return req.reply(ResponseCode.NO_PERMISSION,
-                                 f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden", extra)
-            refused = self.broker.transactions.half(props, topic, queue_id)  # type: ignore[attr-defined]
-            if refused is not None:
-                return self._illegal(req, refused, extra)
-            # parseHalfMessageInner: to the half topic's queue 0, the transaction bits cleared
-            topic, sys_flag = HALF_TOPIC, sys_flag & ~0xC
-        if topic.startswith(RETRY_PREFIX):
-            limit = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME
-            if reconsume >= limit:  # RocketMQ's handleRetryAndDLQ: to the group's dead letters
-                group = topic[len(RETRY_PREFIX):]
-                tc = self.broker.topics.create_dlq(group)
-                topic, queue_id = tc.topic_name, 0
-                props.pop("DELAY", None)
-        props.pop("WAIT", None)  # RocketMQ does not store WAIT=true (saves 9 bytes a message)
-        props["CLUSTER"] = self.config.broker_cluster_name
-        text = format_properties(props)
-        if len(text.encode()) > MAX_PROPERTIES:
+        if half or topic.startswith(RETRY_PREFIX):
+            # the rare sends the broker rewrites (a half message, a retry past its limit): their
+            # properties parsed here; every other send's go to the store as sent, which drops
+            # WAIT and sets CLUSTER (the put's ``cluster``) in its one parse
+            props = parse_properties(text)
+            if half:
+                if self.config.reject_transaction_message:  # RocketMQ's refusal (rejectTransactionMessage)
+                    return req.reply(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden", extra)
+                refused = self.broker.transactions.half(props, topic, queue_id)  # type: ignore[attr-defined]
+                if refused is not None:
+                    return self._illegal(req, refused, extra)
+                # parseHalfMessageInner: to the half topic's queue 0, the transaction bits cleared
+                topic, sys_flag = HALF_TOPIC, sys_flag & ~0xC
+            else:
+                limit = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME
+                if reconsume >= limit:  # RocketMQ's handleRetryAndDLQ: to the group's dead letters
+                    group = topic[len(RETRY_PREFIX):]
+                    tc = self.broker.topics.create_dlq(group)
+                    topic, queue_id = tc.topic_name, 0
+                    props.pop("DELAY", None)
+            text = format_properties(props)
+        if len(text) > MAX_PROPERTIES and len(text.encode()) > MAX_PROPERTIES:
             return self._illegal(req, f"properties of {len(text.encode())} bytes", extra)
         if half:  # the reply names the queue the producer chose (Java's responseHeader.setQueueId)
             return (topic, 0, body, h.flag, sys_flag, h.born_timestamp, born_host, text, reconsume), 1, topic, queue_id
@@ -344,10 +348,26 @@ class SendService:
             self._put(run)
 
     def _put(self, sends: list[_Send]) -> None:
-        table = _concat(sends)
         marker = sends[0].marker if len(sends) == 1 else None
+        cluster = self.config.broker_cluster_name
         try:
-            result = put_wire(self.store, table, marker, system=sends[0].half)
+            if all(not isinstance(s.rows, pa.Table) for s in sends):
+                # single sends (the usual case): the store's put of a few messages, with no
+                # table built (:meth:`rmqlog.MessageStore.put_messages`)
+                rows = self.store.put_messages(
+                    [WireMessage(*s.rows) for s in sends], cluster=cluster, system=sends[0].half,
+                    writer=None if marker is None else marker.writer, sequence=None if marker is None else marker.sequence,
+                    wait_flush=False)
+                duplicate, msg_ids, queue_offsets, end = rows.duplicate, rows.msg_ids, rows.queue_offsets, rows.end
+            else:
+                # a batch's messages keep the request's properties, WAIT included, with CLUSTER
+                # set by _batch_rows (Java's MessageExtBatchEncoder): no ``cluster`` for the
+                # store to apply; single sends put with them get WAIT dropped and CLUSTER here
+                result = put_wire(self.store, _concat(sends, cluster), marker, system=sends[0].half)
+                duplicate = marker is not None and result.num_rows == 0
+                msg_ids = result.column("msgId").to_pylist()
+                queue_offsets = result.column("queueOffset").to_pylist()
+                end = 0
         except InvalidMessageError as exc:
             if len(sends) > 1:  # one bad message must not fail the others put with it
                 for s in sends:
@@ -358,8 +378,9 @@ class SendService:
         except Exception as exc:  # noqa: BLE001 - mapped (store errors, OSError) or re-raised into the futures
             self._fail(sends, exc)
             return
-        if marker is not None and result.num_rows == 0:  # a replay: stored before, nothing now
+        if duplicate:  # a replay: stored before, nothing now
             s = sends[0]
+            assert marker is not None
             last = self._last_marked.get(marker.writer)
             if last is not None and last[0] == marker.sequence:  # the writer's last send: its answer
                 fields = {**last[1], DUPLICATE_FIELD: "true"}
@@ -368,25 +389,24 @@ class SendService:
             s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)
             sends = [s]  # answered as a put is (below): after the flush, once a slave holds the tail
         else:
-            self._count(result.num_rows)
+            self._count(len(msg_ids))
         replication = getattr(self.broker, "replication", None)
-        end = 0
+        gate_end = 0
         if replication is not None:
             replication.appended()  # the HA writers send it now
             if replication.sync_master:
-                # (a replay too: the first send of its rows may have been answered
-                # FLUSH_SLAVE_TIMEOUT, so its SUCCESS waits for a slave to hold the tail)
-                end = self.store.published_tail()
-        if marker is not None and result.num_rows == 0:
+                # what a slave must hold: the put's end (a replay: the tail now, as the first
+                # send of its rows may have been answered FLUSH_SLAVE_TIMEOUT)
+                gate_end = end if end and not duplicate else self.store.published_tail()
+        end = gate_end
+        if duplicate:
             sends[0].end = end
             self._settle(sends)
             return
-        msg_ids = result.column("msgId").to_pylist()
-        queue_offsets = result.column("queueOffset").to_numpy()
         row = 0
         for s in sends:
             ids = msg_ids[row] if s.count == 1 else ",".join(msg_ids[row: row + s.count])
-            fields = {"msgId": ids, "queueId": str(s.queue_id), "queueOffset": str(int(queue_offsets[row])), **s.extra}
+            fields = {"msgId": ids, "queueId": str(s.queue_id), "queueOffset": str(queue_offsets[row]), **s.extra}
             s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)
             s.end = end
             if marker is not None:
@@ -445,8 +465,12 @@ class SendService:
         round_, self._unflushed = self._unflushed, []
         loop = asyncio.get_running_loop()
         timer = loop.call_later(self.config.sync_flush_timeout / 1000, self._flush_late, round_)
-        task = loop.run_in_executor(None, self.store.flush)
+        task = loop.run_in_executor(None, self._group_commit)
         task.add_done_callback(lambda f: self._flushed(f, round_, timer))
+
+    def _group_commit(self) -> int:
+        """One sync covering every put so far (a worker thread: the loop never waits for a disk)."""
+        return self.store.flush_to(self.store.published_tail())
 
     def _flush_late(self, round_: list[_Send]) -> None:
         for s in round_:
@@ -503,11 +527,9 @@ def _repeat(value: Any, typ: pa.DataType, n: int) -> pa.Array:
     return pa.repeat(pa.scalar(value, typ), n)
 
 
-def _concat(sends: list[_Send]) -> pa.Table:
-    """The rows of ``sends`` in order, as one :data:`WIRE_SCHEMA` table."""
-    singles = [s.rows for s in sends if not isinstance(s.rows, pa.Table)]
-    if len(singles) == len(sends):
-        return _singles_table(singles)
+def _concat(sends: list[_Send], cluster: str) -> pa.Table:
+    """The rows of ``sends`` in order, as one :data:`WIRE_SCHEMA` table; single sends'
+    properties as stored (WAIT dropped, CLUSTER set: what the store's ``cluster`` does)."""
     parts: list[pa.Table] = []
     run: list[tuple[Any, ...]] = []
     for s in sends:
@@ -517,7 +539,10 @@ def _concat(sends: list[_Send]) -> pa.Table:
                 run = []
             parts.append(s.rows)
         else:
-            run.append(s.rows)
+            props = parse_properties(s.rows[7])
+            props.pop("WAIT", None)
+            props["CLUSTER"] = cluster
+            run.append((*s.rows[:7], format_properties(props), *s.rows[8:]))
     if run:
         parts.append(_singles_table(run))
     return pa.concat_tables(parts)

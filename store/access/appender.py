@@ -88,20 +88,22 @@ class Appender:
     # ----------------------------------------------------------- entry points
     def put_table(
         self, table: pa.Table | pa.RecordBatch, marker: Marker = None, *, dispatch: bool = False,
-        system: pa.Array | None = None, wire: WireHeader | None = None,
+        system: pa.Array | None = None, wire: WireHeader | None = None, wait_flush: bool = True,
     ) -> tuple[pa.Table, np.ndarray]:
         """Append one table; returns the result rows and the queue id of each row. ``system``:
         the store's own properties per row, ``wire``: a wire put's header fields (see :meth:`encode`)."""
-        return self.put_encoded(self.encode(table, marker, system=system, wire=wire), marker, dispatch=dispatch)
+        return self.put_encoded(self.encode(table, marker, system=system, wire=wire), marker, dispatch=dispatch,
+                                wait_flush=wait_flush)
 
     def put_encoded(
         self, batch: EncodedBatch, marker: Marker = None, *, dispatch: bool = False, results: bool = True,
+        wait_flush: bool = True,
     ) -> tuple[pa.Table, np.ndarray]:
         """Append one encoded batch (:meth:`encode`, or :meth:`encode_copies`); see :meth:`put_table`
-        and :meth:`append` (``results``)."""
+        and :meth:`append` (``results``, ``wait_flush``)."""
         with self.ahead() as announce:
             announce(batch)
-            return self.append([batch], marker, dispatch=dispatch, results=results)
+            return self.append([batch], marker, dispatch=dispatch, results=results, wait_flush=wait_flush)
 
     def encode_copies(
         self, topic: pa.Array, queue_id: np.ndarray, body: pa.BinaryArray, flag: np.ndarray, born: np.ndarray,
@@ -206,6 +208,10 @@ class Appender:
             raise DiskFullError(exc.errno, f"{exc.strerror}: the batch WAS appended (up to commitlog offset {end}, "
                                 "published), only its flush or dispatch failed", exc.filename, appended=True) from exc
 
+    def wake_dispatcher(self) -> None:
+        """Have the background dispatcher (when started) take what was published, now."""
+        self._services.wake(self.parts.dispatcher)
+
     # ---------------------------------------------------------------- encode
     def round_robin(self, topic: str, queues: int, n: int) -> int:
         """The first queue of ``n`` rows spread over ``queues`` (this process's rotation)."""
@@ -282,10 +288,12 @@ class Appender:
     # ---------------------------------------------------------------- append
     def append(
         self, batches: list[EncodedBatch], marker: Marker, *, dispatch: bool = False, results: bool = True,
+        wait_flush: bool = True,
     ) -> tuple[pa.Table, np.ndarray]:
         """Append encoded batches, in order, under one lock hold; publish once (steps 2-4 of
         the module docstring). Returns the result rows (none when ``results`` is false: a
-        caller that reads none, the scheduler) and each row's queue id."""
+        caller that reads none, the scheduler) and each row's queue id. ``wait_flush=False``:
+        no SYNC_FLUSH wait here (the caller waits for the group commit itself)."""
         batches = [b for b in batches if b.n]
         if not batches:
             return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)
@@ -303,7 +311,7 @@ class Appender:
             # the background dispatcher (if started) takes the batch now, not at its next
             # interval: a held pull waiting for it is answered at once
             self._services.wake(self.parts.dispatcher)
-        self._after_publish(batches, appended, dispatch)
+        self._after_publish(batches, appended, dispatch, wait_flush)
         queue_ids = batches[0].queue_id if len(batches) == 1 else np.concatenate([b.queue_id for b in batches])
         if not results:
             return PUT_RESULT_SCHEMA.empty_table(), queue_ids
@@ -357,11 +365,12 @@ class Appender:
                 raise
         return appended
 
-    def _after_publish(self, batches: list[EncodedBatch], results: list[AppendResult], dispatch: bool) -> None:
+    def _after_publish(self, batches: list[EncodedBatch], results: list[AppendResult], dispatch: bool,
+                       wait_flush: bool = True) -> None:
         """Step 4: the flush (SYNC_FLUSH) and the dispatch (``dispatch=True``) of a published batch."""
         step = "flush"
         try:
-            if self.sync_flush:
+            if self.sync_flush and wait_flush:
                 self.parts.flush_service.flush_to(results[-1].end)  # group commit: may be covered by another's sync
             step = "dispatch"
             if dispatch:

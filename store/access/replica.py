@@ -249,7 +249,7 @@ class ReplicaWriter:
         pos = scan.positions.astype(np.int64)
         end = int(pos[-1] + scan.sizes[-1])
         marked = arr[int(pos[0]):end].tobytes().find(MARKER_NEEDLE) >= 0
-        trial = AppendState(state.tail, state.store_timestamp, dict(state.queues), dict(state.writers))
+        trial = state.copy()  # (its changes only: the base is shared)
         got = take_fast(trial, arr, pos, self.parts.commitlog.min_offset() == 0, marked)
         if got is None:
             return self._take_general(state, seg, scan)

@@ -9,7 +9,7 @@ Each method checks the store is open and calls the part doing the work, as the f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Literal, overload
 
 import numpy as np
@@ -27,6 +27,7 @@ from ..errors import (
 from ..index.lookup import messages_by_key, records_by_key
 from ..log.decode import BadRecordError, RecordCheck
 from ..log.encode.arrays import all_equal, first, flat
+from ..log.encode.direct import WireMessage
 from ..log.encode.wire_put import wire_table
 from ..log.properties import SCHEDULE_TOPIC, TIMER_TOPIC, WAITING_TOPICS
 from ..log.record import ScanKind
@@ -35,6 +36,7 @@ from ..log.writer_marker import writer_marker
 from ..paths import validate_topic
 from ..queue.arrival import ArrivalListener
 from ..results import StoredRecords
+from .direct_append import PutRows, put_direct
 from .replica import ReplicaWriter, replica_read
 
 if TYPE_CHECKING:
@@ -80,6 +82,53 @@ def _refuse_waiting_topic(col: pa.Array) -> None:
                                       field="topic")
 
 
+def _cluster_arg(cluster: object) -> str | None:
+    if cluster is not None:
+        text_arg("cluster", cluster)
+        assert isinstance(cluster, str)
+        if not cluster or "\x01" in cluster or "\x02" in cluster:
+            raise InvalidArgumentError(f"cluster {cluster!r} must be a non-empty name without \\x01 or \\x02")
+    return cluster  # type: ignore[return-value]
+
+
+def wire_messages_table(messages: Sequence[object]) -> pa.Table:
+    """:meth:`WireAccess.put_messages`' messages as :meth:`WireAccess.put_wire`'s table (the
+    vectorized path's input); raises :class:`InvalidMessageError` naming the row and field of
+    a message that is not a :class:`WireMessage` or holds a value of the wrong type."""
+    rows = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, tuple) or len(m) not in range(3, len(WireMessage._fields) + 1):
+            raise InvalidMessageError(f"is not a WireMessage: {type(m).__name__}", row=i, field="*")
+        rows.append(WireMessage(*m))
+    columns = list(zip(*rows, strict=True)) if rows else [() for _ in WireMessage._fields]
+    arrays = []
+    for name, values in zip(_WIRE_MESSAGE_COLUMNS, columns, strict=True):
+        typ = _WIRE_MESSAGE_TYPES[name]
+        if name == "bornHost" and any(isinstance(v, bytes) for v in values):
+            typ = pa.binary()
+        try:
+            arrays.append(pa.array(values, typ))
+        except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:
+            row = next((k for k, v in enumerate(values) if not _converts(v, typ)), 0)
+            raise InvalidMessageError(f"{type(exc).__name__}: {exc}", row=row, field=name) from None
+    return pa.Table.from_arrays(arrays, names=list(_WIRE_MESSAGE_COLUMNS))
+
+
+_WIRE_MESSAGE_COLUMNS = ("topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties",
+                         "reconsumeTimes")
+_WIRE_MESSAGE_TYPES = {"topic": pa.string(), "queueId": pa.int64(), "body": pa.binary(), "flag": pa.int64(),
+                       "sysFlag": pa.int64(), "bornTimestamp": pa.int64(), "bornHost": pa.string(),
+                       "properties": pa.string(), "reconsumeTimes": pa.int64()}
+
+
+def _converts(value: object, typ: pa.DataType) -> bool:
+    try:
+        pa.array([value], typ)
+        return True
+    except (pa.ArrowException, TypeError, ValueError, OverflowError):
+        return False
+
+
 def _names(name: str, value: object) -> tuple[str, ...]:
     """Property names: a tuple or list of non-empty strings without separators."""
     if not isinstance(value, tuple | list):
@@ -107,7 +156,8 @@ class WireAccess:
     _replica: ReplicaWriter | None = None
 
     def put_wire(self, table: pa.Table | pa.RecordBatch, *, dispatch: bool = False, cluster: str | None = None,
-                 writer: str | None = None, sequence: int | None = None, system: bool = False) -> pa.Table:
+                 writer: str | None = None, sequence: int | None = None, system: bool = False,
+                 wait_flush: bool = True) -> pa.Table:
         """Append messages as a RocketMQ client sends them (a broker's ``SEND_MESSAGE``,
         ``SEND_MESSAGE_V2`` and the rows of ``SEND_BATCH_MESSAGE``, see
         :func:`rmqlog.decode_message_batch`); all or nothing, like :meth:`put_batch`, and the
@@ -135,6 +185,9 @@ class WireAccess:
         ``REAL_TOPIC``/``REAL_QID`` (a half message's real destination, stored as given; the
         store routes nothing by them outside the schedule and timer topics).
 
+        ``wait_flush=False`` (SYNC_FLUSH): return after the publish and leave the group commit to
+        the caller (:meth:`flush_to`; a broker waits for it off its event loop).
+
         ``writer``/``sequence``: an idempotent put, exactly as :meth:`rmqlog.MessageStore.put_batch`
         (a batch whose sequence the store already has for the writer is skipped: nothing
         written, an empty result; a broker passes a send's idempotence marker here).
@@ -146,12 +199,10 @@ class WireAccess:
         """
         marker = writer_marker(writer, sequence)
         self._check_open("put_wire")
-        if cluster is not None:
-            text_arg("cluster", cluster)
-            if not cluster or "\x01" in cluster or "\x02" in cluster:
-                raise InvalidArgumentError(f"cluster {cluster!r} must be a non-empty name without \\x01 or \\x02")
+        cluster = _cluster_arg(cluster)
         dispatch = bool_arg("dispatch", dispatch)
         system = bool_arg("system", system)
+        wait_flush = bool_arg("wait_flush", wait_flush)
         not_allowed = _NOT_ALLOWED_SYSTEM if system else NOT_ALLOWED_SEND_TOPICS
         appender = self.appender
         put, header = wire_table(table, default_born_host=appender.born_host, store_v6=len(appender.store_host) == 20,
@@ -177,7 +228,63 @@ class WireAccess:
                                               row=row, field="topic")
             if header.properties is not None:
                 _refuse_waiting_topic(topic)
-        return appender.put_table(put, marker, dispatch=dispatch, wire=header)[0]
+        return appender.put_table(put, marker, dispatch=dispatch, wire=header, wait_flush=wait_flush)[0]
+
+    def put_messages(self, messages: Sequence[WireMessage], *, dispatch: bool = False, cluster: str | None = None,
+                     writer: str | None = None, sequence: int | None = None, system: bool = False,
+                     wait_flush: bool = True) -> PutRows:
+        """:meth:`put_wire` of a few messages given as :class:`rmqlog.WireMessage` tuples (a
+        broker's sends: no table to build), with the same rules, errors and guarantees, and a
+        cost in proportion to the messages: a put of up to
+        :data:`~rmqlog.log.encode.direct.DIRECT_MAX_MESSAGES` clean messages (what clients send)
+        is encoded, appended and dispatched one record at a time
+        (:mod:`rmqlog.log.encode.direct`, :mod:`rmqlog.access.direct_append`); any other put
+        takes :meth:`put_wire`'s path. Returns :class:`rmqlog.PutRows` (``duplicate``: a replay of
+        an idempotent put, nothing written).
+
+        The units of the put are written from its own fields when the dispatcher stands at its
+        start (the usual case: a broker dispatches its own sends); otherwise ``dispatch=True``
+        runs a full dispatch, else the background dispatcher is woken. ``wait_flush=False``
+        (SYNC_FLUSH): return after the publish and leave the group commit to the caller
+        (:meth:`flush_to` of ``end``: a broker waits for it off its event loop).
+        """
+        marker = writer_marker(writer, sequence)
+        self._check_open("put_messages")
+        cluster = _cluster_arg(cluster)
+        dispatch = bool_arg("dispatch", dispatch)
+        system = bool_arg("system", system)
+        wait_flush = bool_arg("wait_flush", wait_flush)
+        if not isinstance(messages, Sequence) or isinstance(messages, str | bytes):
+            raise InvalidArgumentError(f"messages must be a sequence of WireMessage, not {type(messages).__name__}")
+        if not messages:
+            tail = self.published_tail()
+            return PutRows([], [], [], 0, tail, tail)
+        not_allowed = _NOT_ALLOWED_SYSTEM if system else NOT_ALLOWED_SEND_TOPICS
+        rows = put_direct(self.appender, messages, cluster=cluster, system=system, marker=marker, dispatch=dispatch,
+                          wait_flush=wait_flush, not_allowed=not_allowed)
+        if rows is not None:
+            return rows
+        result = self.put_wire(wire_messages_table(messages), dispatch=dispatch, cluster=cluster, writer=writer,
+                               sequence=sequence, system=system, wait_flush=wait_flush)
+        if not result.num_rows:
+            tail = self.published_tail()
+            return PutRows([], [], [], 0, tail, tail, duplicate=True)
+        offsets = result.column("commitLogOffset").to_pylist()
+        stamp = result.column("storeTimestamp")[0].value // 1000
+        return PutRows(offsets, result.column("queueOffset").to_pylist(), result.column("msgId").to_pylist(), stamp,
+                       offsets[0], self.published_tail())
+
+    def flush_to(self, offset: int) -> int:
+        """The group commit covering ``offset`` (a published commitlog offset, e.g. a put's
+        ``end``): returns once the commitlog up to it and the flushed position are durable
+        (SYNC_FLUSH's wait; one sync shared by every caller waiting meanwhile, in any
+        process). Consume queues and the checkpoint are not synced (:meth:`flush` does).
+        Returns the flushed commitlog offset. Raises :class:`InvalidArgumentError` for an
+        offset that is not a non-negative int, ``OSError`` when the sync fails."""
+        self._check_open("flush_to")
+        offset = int_arg("offset", offset, 0, 1 << 62)
+        self.parts.flush_service.flush_to(min(offset, self.published_tail()))
+        return self.parts.flush_service.flushed().offset
 
     def stored_rows(self, offsets: np.ndarray, queue_offsets: np.ndarray, *, topic: str, queue_id: int,
                     drop: tuple[str, ...] = (), find: tuple[str, ...] = ()) -> tuple[pa.Table, np.ndarray]:

@@ -1,6 +1,6 @@
 """RocketMQ index files: message keys -> commitlog offsets (see :mod:`rmqlog.index.index_service`)."""
 
-from .index_file import CorruptIndexError, IndexFile, IndexHeader
+from .index_file import CorruptIndexError, IndexFile
 from .index_keys import (
     KeyBatch,
     build_key,
@@ -10,6 +10,7 @@ from .index_keys import (
     message_keys,
 )
 from .index_service import INDEX_DIR, IndexConfig, IndexService
+from .layout import IndexHeader
 
 __all__ = [
     "INDEX_DIR",

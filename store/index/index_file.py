@@ -51,7 +51,6 @@ import logging
 import mmap
 import os
 import struct
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -59,29 +58,27 @@ import numpy as np
 from .. import crash_points, safe_open
 from ..errors import (
     CorruptStoreError,
-    DiskFullError,
     InvalidArgumentError,
     raise_if_disk_full,
     raise_if_out_of_files,
 )
+from .index_append import IndexAppends
+from .layout import (
+    ENTRY,
+    ENTRY_DTYPE,
+    ENTRY_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    INTENT_MAGIC,
+    INVALID_INDEX,
+    SLOT_SIZE,
+    ZERO_ENTRY,
+    IndexHeader,
+    file_size,
+)
 
 log = logging.getLogger(__name__)
-
-HEADER = struct.Struct(">qqqqii")
-HEADER_SIZE = 40
-SLOT_SIZE = 4
-ENTRY_SIZE = 20
-ENTRY = struct.Struct(">iqii")
-#: One entry: keyHash, phyOffset, timeDiff (seconds), prevIndex; 20 bytes, packed, big-endian.
-ENTRY_DTYPE = np.dtype([("keyHash", ">i4"), ("phyOffset", ">i8"), ("timeDiff", ">i4"), ("prevIndex", ">i4")])
-INVALID_INDEX = 0
-INT_MAX = 0x7FFFFFFF
-#: Entry 0 while a batch is being written: ``int INTENT_MAGIC ('IXWR'), long old indexCount,
-#: int new indexCount, int 0``; all zero otherwise (RocketMQ never reads entry 0).
-INTENT_MAGIC = 0x49585752
-_ZERO_ENTRY = bytes(ENTRY_SIZE)
 assert HEADER.size == HEADER_SIZE and ENTRY.size == ENTRY_SIZE and ENTRY_DTYPE.itemsize == ENTRY_SIZE
-
 
 class CorruptIndexError(CorruptStoreError):
     """An index file is not what it must be: wrong size for the configured slot and entry
@@ -90,66 +87,11 @@ class CorruptIndexError(CorruptStoreError):
     ``repair=True`` to set the file aside (renamed ``<name>.damaged``) and rebuild its keys."""
 
 
-def file_size(hash_slot_num: int, index_num: int) -> int:
-    """Bytes of an index file with these counts: ``40 + 4*slots + 20*entries``."""
-    return HEADER_SIZE + SLOT_SIZE * hash_slot_num + ENTRY_SIZE * index_num
-
-
 #: Suffix of a file being created (ignored by readers: not an index file's name).
 CREATING_SUFFIX = ".creating"
 
 
-@dataclass(frozen=True)
-class IndexHeader:
-    """The 40-byte header, as stored (``index_count`` 0 already read as 1)."""
-
-    begin_timestamp: int
-    end_timestamp: int
-    begin_phy_offset: int
-    end_phy_offset: int
-    hash_slot_count: int
-    index_count: int
-
-    def pack(self) -> bytes:
-        return HEADER.pack(
-            self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
-            self.hash_slot_count, self.index_count,
-        )
-
-    def time_matched(self, begin: int, end: int) -> bool:
-        """RocketMQ's ``IndexFile.isTimeMatched``: the file's time span meets ``[begin, end]``."""
-        b, e = self.begin_timestamp, self.end_timestamp
-        return (begin < b and end > e) or (b <= begin <= e) or (b <= end <= e)
-
-
-def time_diffs(store_timestamps: np.ndarray, begin_timestamps: np.ndarray | int) -> np.ndarray:
-    """RocketMQ's ``timeDiff`` (int32 seconds) of each store time against a begin time.
-
-    ``(ts - begin) / 1000`` truncated; 0 when ``begin <= 0`` or the difference is negative;
-    ``Integer.MAX_VALUE`` when it is larger.
-    """
-    ts = np.asarray(store_timestamps, np.int64)
-    begin = np.asarray(begin_timestamps, np.int64)
-    with np.errstate(over="ignore"):
-        d = ts - begin  # Java long arithmetic wraps the same way
-    q = np.where(d > 0, d // 1000, 0)
-    q = np.where(begin <= 0, 0, np.minimum(q, INT_MAX))
-    return q.astype(np.int32)
-
-
-def _radix_order(slots: np.ndarray) -> np.ndarray:
-    """A stable order of ``slots`` (non-negative ints below 2^32): two 16-bit radix passes.
-
-    numpy's stable argsort is a radix sort for 16-bit keys; two passes cost ~0.7 ms for 64k
-    keys where a comparison sort of 64-bit keys costs ~2.5 ms.
-    """
-    s = slots.astype(np.uint32, copy=False)
-    o1 = np.argsort((s & 0xFFFF).astype(np.uint16), kind="stable")
-    o2 = np.argsort((s[o1] >> 16).astype(np.uint16), kind="stable")
-    return o1[o2].astype(np.int32)
-
-
-class IndexFile:
+class IndexFile(IndexAppends):
     """One index file, mapped. Create with :meth:`create`, open with :meth:`open`.
 
     A writable file is written by one process at a time (the caller holds the store's
@@ -270,6 +212,10 @@ class IndexFile:
         """The header as the file holds it now (``indexCount`` 0 reads as 1)."""
         f = HEADER.unpack_from(self._map(), 0)
         return IndexHeader(f[0], f[1], f[2], f[3], f[4], f[5] if f[5] > 0 else 1)
+
+    def stat(self) -> os.stat_result:
+        """The open file's ``fstat``."""
+        return os.fstat(self._fd)
 
     def is_full(self) -> bool:
         """RocketMQ's ``isWriteFull``: ``indexCount >= indexNum``."""
@@ -427,7 +373,7 @@ class IndexFile:
                 hdr.begin_timestamp, hdr.end_timestamp, hdr.begin_phy_offset, hdr.end_phy_offset, used, hdr.index_count,
             ).pack(), 0)
         if self.intent() is not None:
-            self._pwrite(_ZERO_ENTRY, self._entries_at)
+            self._pwrite(ZERO_ENTRY, self._entries_at)
         if fixed:
             log.warning("index file %s: %d hash slot(s) pointed past the published entries; walked back", self.path, fixed)
         return fixed
@@ -439,104 +385,6 @@ class IndexFile:
             raise_if_disk_full(exc, self.path, "writing an index file")
             raise
         self._dirty = True
-
-    def add_batch(self, key_hashes: np.ndarray, phy_offsets: np.ndarray, store_timestamps: np.ndarray) -> int:
-        """Append keys, RocketMQ's ``putKey`` for each in order, as one vectorized step.
-
-        ``key_hashes`` are RocketMQ key hashes (``abs(hashCode)``, int32, non-negative; see
-        :func:`rmqlog.index.java_hash.index_key_hash`), ``phy_offsets``/``store_timestamps``
-        the message's commitlog offset and store time (ms) per key. Takes as many keys as
-        the file has room for (``indexNum - indexCount``) from the front and returns how
-        many: the caller puts the rest into the next file. Each key's entry links to the
-        previous key of its slot (earlier in the batch, else the slot's newest entry).
-
-        Raises :class:`DiskFullError` when the entries cannot be written (nothing published,
-        the file as before), :class:`InvalidArgumentError` for a negative hash or arrays of
-        different lengths.
-        """
-        mm = self._require_writable()
-        hashes = np.asarray(key_hashes)
-        n = len(hashes)
-        if len(phy_offsets) != n or len(store_timestamps) != n:
-            raise InvalidArgumentError("key_hashes, phy_offsets and store_timestamps must have the same length")
-        hdr = self.header()
-        count = hdr.index_count
-        k = min(n, self.index_num - count)
-        if k <= 0:
-            return 0
-        hashes = hashes[:k]
-        if int(hashes.min()) < 0 or int(hashes.max()) > INT_MAX:
-            raise InvalidArgumentError("key hashes must be in [0, 2**31)")
-        hashes = hashes.astype(np.int32, copy=False)
-        phy = np.asarray(phy_offsets[:k], np.int64)
-        ts = np.asarray(store_timestamps[:k], np.int64)
-
-        # timeDiff against the file's begin time; a file without entries takes its first
-        # key's store time as begin time, after that key's diff (RocketMQ's order)
-        if count <= 1:
-            begins = np.full(k, int(ts[0]), np.int64)
-            begins[0] = hdr.begin_timestamp
-            begin_ts, begin_phy = int(ts[0]), int(phy[0])
-        else:
-            begins = np.full(1, hdr.begin_timestamp, np.int64)
-            begin_ts, begin_phy = hdr.begin_timestamp, hdr.begin_phy_offset
-        diffs = time_diffs(ts, begins)
-
-        # chain links: group the keys by slot (stable: batch order within a slot)
-        # int32 throughout (indices < 2^31): half the memory traffic of int64
-        slot = hashes % np.int32(self.hash_slot_num)
-        order = _radix_order(slot)
-        s_sorted = slot[order]
-        first = np.ones(k, bool)
-        first[1:] = s_sorted[1:] != s_sorted[:-1]
-        last = np.ones(k, bool)
-        last[:-1] = first[1:]
-        slots_view = np.frombuffer(mm, ">i4", self.hash_slot_num, HEADER_SIZE)
-        heads = slots_view[s_sorted[first]].astype(np.int32)
-        heads[heads < 0] = INVALID_INDEX
-        for i in np.flatnonzero(heads >= count).tolist():
-            # left by a writer killed mid-batch (a file repair() has not seen): walk back
-            # rather than drop the slot's older entries, as RocketMQ would
-            heads[i] = self._published_head(int(heads[i]), count)
-        empty = heads == INVALID_INDEX
-        # entry i of the batch is entry count + i of the file
-        prev_sorted = np.empty(k, np.int32)
-        prev_sorted[first] = heads
-        rest = np.flatnonzero(~first)
-        prev_sorted[rest] = order[rest - 1] + count
-        prev = np.empty(k, np.int32)
-        prev[order] = prev_sorted
-
-        entries = np.empty(k, ENTRY_DTYPE)
-        entries["keyHash"] = hashes
-        entries["phyOffset"] = phy
-        entries["timeDiff"] = diffs
-        entries["prevIndex"] = prev
-        new_header = IndexHeader(
-            begin_ts, int(ts[-1]), begin_phy, int(phy[-1]),
-            hdr.hash_slot_count + int(empty.sum()), count + k,
-        )
-        # intent, entries, slots, header (publishes), intent cleared: see the module docstring
-        self._pwrite(ENTRY.pack(INTENT_MAGIC, count, count + k, 0), self._entries_at)
-        try:
-            self._pwrite(entries.view(np.uint8).data, self._entries_at + count * ENTRY_SIZE)
-        except DiskFullError:
-            self._clear_intent()
-            raise
-        if crash_points.reached is not None:
-            crash_points.reached("index.entries")
-        slots_view[s_sorted[last]] = (order[last] + count).astype(np.int32)
-        if crash_points.reached is not None:
-            crash_points.reached("index.slots")
-        self._pwrite(new_header.pack(), 0)
-        self._clear_intent()
-        return k
-
-    def _clear_intent(self) -> None:
-        try:
-            self._pwrite(_ZERO_ENTRY, self._entries_at)
-        except OSError:  # the page was just written: only a failing device gets here
-            log.warning("index file %s: could not clear the write intent", self.path, exc_info=True)
 
     def flush(self) -> bool:
         """Make everything written so far durable (``fdatasync``: the slot stores through the

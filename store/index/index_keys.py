@@ -233,6 +233,19 @@ def message_keys(
     return batch
 
 
+def direct_keys(messages: list[tuple[str, str | None, str | None]]) -> list[tuple[int, int, int]]:
+    """The keys of a few messages given as ``(topic, UNIQ_KEY, KEYS)`` (``None``: absent), as
+    :func:`message_keys` makes them (a test pins the two together), one at a time in plain
+    Python (a direct put's dispatch: no Arrow call): ``(message row, ordinal, key hash)``."""
+    out: list[tuple[int, int, int]] = []
+    for row, (topic, uniq, keys) in enumerate(messages):
+        tokens = [uniq] if uniq is not None else []
+        if keys is not None:
+            tokens += [t for t in keys.split(KEY_SEPARATOR) if t]
+        out.extend((row, i, key_hash(topic, token)) for i, token in enumerate(tokens))
+    return out
+
+
 def key_matches(messages: pa.Table, topic: str, key: str) -> np.ndarray:
     """Which rows of a decoded message table (:data:`rmqlog.schema.MESSAGE_SCHEMA`: ``topic``,
     ``keys``, ``properties``) really carry ``key`` in ``topic``: as a ``KEYS`` token or as

@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import re
 import threading
 from collections.abc import Callable
@@ -55,15 +56,9 @@ import pyarrow as pa
 from .. import safe_open
 from ..clock import SYSTEM_CLOCK
 from ..errors import InvalidArgumentError
-from .index_file import (
-    CREATING_SUFFIX,
-    INT_MAX,
-    CorruptIndexError,
-    IndexFile,
-    IndexHeader,
-    file_size,
-)
+from .index_file import CREATING_SUFFIX, CorruptIndexError, IndexFile
 from .index_keys import KeyBatch, key_hash, message_keys
+from .layout import INT_MAX, IndexHeader, file_size
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +141,7 @@ class IndexService:
         self._tail: tuple[str, int, int, int] | None = None
         self._checked: set[str] = set()  # files this process has checked for a killed writer's slots
         self._index_msg_timestamp = 0
+        self._dir_fd: int | None = None  # the folder, for the still-named check of the last file
 
     # ------------------------------------------------------------------ open/close
     @classmethod
@@ -174,6 +170,18 @@ class IndexService:
             for f in self._files:
                 f.close()
             self._files = []
+            if self._dir_fd is not None:
+                os.close(self._dir_fd)
+                self._dir_fd = None
+
+    def _still_named(self, f: IndexFile) -> bool:
+        """Whether ``f`` is still the file of its name in the folder (one ``fstatat``)."""
+        try:
+            if self._dir_fd is None:
+                self._dir_fd = safe_open.open_folder(self.directory)
+            return not f.closed and safe_open.still_named(self._dir_fd, f.name, f.stat())
+        except OSError:
+            return False
 
     def __enter__(self) -> IndexService:
         return self
@@ -237,10 +245,17 @@ class IndexService:
             safe_open.unlink(self.directory / name)
 
     def _sync_for_write(self) -> None:
-        """A writer's start: current files, and the last one repaired if its writer was killed."""
+        """A writer's start: current files, and the last one repaired if its writer was killed.
+
+        The folder is listed only when the last file this process holds is full or no longer
+        there: a new file is made only when the last one is full (by whoever dispatches:
+        under the dispatch lock, which the caller holds), and only recovery removes the last
+        one. One ``stat`` in place of a listing per dispatch."""
         if not self.writable:
             raise InvalidArgumentError("this IndexService was opened read-only")
-        self._refresh()
+        last = self._files[-1] if self._files else None
+        if last is None or not last.writable or last.is_full() or not self._still_named(last):
+            self._refresh()
         if not self._files:
             return
         last = self._files[-1]
@@ -307,6 +322,33 @@ class IndexService:
                 new_end = int(phy[-1])
                 other = np.flatnonzero(phy != new_end)
                 run = added - 1 - int(other[-1]) if len(other) else added + (done if end == new_end else 0)
+                last = self._files[-1]
+                self._tail = (last.name, last.header().index_count, new_end, run)
+            return added
+
+    def add_direct(self, keys: list[tuple[int, int, int, int]]) -> int:
+        """:meth:`add_keys` of a few keys given as ``(key hash, ordinal within its message,
+        commitlog offset, store time)`` in commitlog order (a direct put's dispatch,
+        :func:`rmqlog.index.index_keys.direct_keys`), one at a time with no numpy step
+        (:meth:`IndexFile.add_few`): the same entries (a test pins the two together)."""
+        if not keys:
+            return 0
+        with self._lock:
+            self._sync_for_write()
+            end, done = self._indexed_end()
+            if end is not None:
+                keys = [k for k in keys if k[2] > end or (k[2] == end and k[1] >= done)]
+            hashes, phy, ts = [k[0] for k in keys], [k[2] for k in keys], [k[3] for k in keys]
+            added = 0
+            while added < len(hashes):
+                added += self._writable_last().add_few(hashes[added:], phy[added:], ts[added:])
+            if added:
+                new_end = phy[added - 1]
+                run = 0
+                while run < added and phy[added - 1 - run] == new_end:
+                    run += 1
+                if run == added and end == new_end:
+                    run += done
                 last = self._files[-1]
                 self._tail = (last.name, last.header().index_count, new_end, run)
             return added

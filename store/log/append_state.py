@@ -38,6 +38,12 @@ and converted on the next publish. If the file is missing or unreadable, it is r
 from the commitlog (see ``MessageStore``).
 
 Writers change it only under ``append.lock``.
+
+A large state (many queues, many writers) keeps its tables in a base file and each slot only
+the entries changed since, ``{"base": <generation>, "queues": {changed}, "writers": {changed}}``
+beside ``tail`` and ``storeTimestamp`` (:mod:`rmqlog.log.append_base`): a publish writes
+O(entries changed), never the whole ``topicQueueTable``. In memory both tables are
+:class:`~rmqlog.log.append_base.LayeredTable` (the shared base under the state's own changes).
 """
 
 from __future__ import annotations
@@ -49,6 +55,7 @@ import os
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,6 +63,14 @@ from typing import Any
 from .. import safe_open
 from ..errors import CorruptStoreError, raise_if_disk_full
 from ..fileio import replace_file
+from .append_base import (
+    DELTA_MAX_BYTES,
+    BaseMissingError,
+    LayeredTable,
+    read_base,
+    remove_bases_below,
+    write_base,
+)
 
 VERSION = 1
 log = logging.getLogger(__name__)
@@ -68,35 +83,62 @@ _ENCODER = json.JSONEncoder(separators=(",", ":"))
 class AppendState:
     tail: int = 0
     store_timestamp: int = 0
-    queues: dict[str, int] = field(default_factory=dict)
-    writers: dict[str, Any] = field(default_factory=dict)
+    queues: LayeredTable = field(default_factory=LayeredTable)
+    writers: LayeredTable = field(default_factory=LayeredTable)
+    #: the generation of the base holding the tables under this state's changes (0: none,
+    #: every entry is in the slot itself); see :mod:`rmqlog.log.append_base`
+    base: int = field(default=0, compare=False)
     # where it was read from (not part of the JSON): slot sequence, slot index, slot size
     seq: int = field(default=0, compare=False)
     slot: int = field(default=-1, compare=False)
     slot_size: int = field(default=0, compare=False)
     ino: int | None = field(default=None, compare=False)
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        # a plain dict given for a table becomes one without a base (all of it changed)
+        if name in ("queues", "writers") and not isinstance(value, LayeredTable):
+            value = LayeredTable(None, dict(value))
+        object.__setattr__(self, name, value)
+
     def to_bytes(self) -> bytes:
-        return _ENCODER.encode(
-            {"version": VERSION, "tail": self.tail, "storeTimestamp": self.store_timestamp,
-             "queues": self.queues, "writers": self.writers},
-        ).encode()
+        """The slot's JSON: the whole state without a base, else the changes since it."""
+        d: dict[str, Any] = {"version": VERSION, "tail": self.tail, "storeTimestamp": self.store_timestamp}
+        if self.base:
+            d["base"] = self.base
+        d["queues"], d["writers"] = self.queues.delta, self.writers.delta
+        return _ENCODER.encode(d).encode()
+
+    def copy(self) -> AppendState:
+        """A copy the caller may change (O(changes since the base), not O(entries))."""
+        return _copy(self)
 
     @classmethod
-    def from_bytes(cls, raw: bytes, path: Path) -> AppendState:
+    def from_bytes(cls, raw: bytes, path: Path,
+                   bases: Callable[[int], tuple[dict[str, int], dict[str, Any]]] | None = None) -> AppendState:
+        """The state of a slot's JSON; ``bases``: the tables of a base generation (raises
+        :class:`CorruptStoreError` when it cannot be read)."""
         try:
             d = json.loads(raw)
             if d.get("version") != VERSION:
                 raise ValueError(f"version {d.get('version')}")
-            return cls(int(d["tail"]), int(d["storeTimestamp"]),
-                       {str(k): int(v) for k, v in d["queues"].items()}, dict(d.get("writers", {})))
+            base = int(d.get("base", 0))
+            queues = {str(k): int(v) for k, v in d["queues"].items()}
+            writers = dict(d.get("writers", {}))
+            if base < 0 or (base and bases is None):
+                raise ValueError(f"base {base}")
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptStoreError(f"unreadable append state: {exc}", path=str(path)) from exc
+        if not base:
+            return cls(int(d["tail"]), int(d["storeTimestamp"]), LayeredTable(None, queues), LayeredTable(None, writers))
+        assert bases is not None
+        base_queues, base_writers = bases(base)
+        return cls(int(d["tail"]), int(d["storeTimestamp"]), LayeredTable(base_queues, queues),
+                   LayeredTable(base_writers, writers), base=base)
 
 
 def _copy(state: AppendState) -> AppendState:
-    """A copy the caller may change (its dicts are its own)."""
-    return AppendState(state.tail, state.store_timestamp, dict(state.queues), dict(state.writers),
+    """A copy the caller may change (its deltas are its own; the base is shared, never changed)."""
+    return AppendState(state.tail, state.store_timestamp, state.queues.copy(), state.writers.copy(), state.base,
                        state.seq, state.slot, state.slot_size, state.ino)
 
 
@@ -122,6 +164,34 @@ class AppendStateFile:
         # returns a copy instead of reading and parsing the JSON again (~50 us a put)
         self._cache: tuple[tuple[int | None, int, int, int, int], AppendState] | None = None
         self._slot_size: tuple[int | None, int] | None = None  # (inode, slot size) of a file read
+        #: the bases read or written, by generation (the two newest kept: the slots name at
+        #: most two); their tables are shared by every state of that generation, never changed
+        self._bases: dict[int, tuple[dict[str, int], dict[str, Any]]] = {}
+
+    def _base(self, generation: int) -> tuple[dict[str, int], dict[str, Any]]:
+        """The tables of base ``generation`` (read once per process)."""
+        found = self._bases.get(generation)
+        if found is None:
+            found = read_base(self.path.parent, generation)
+            self._keep_base(generation, found)
+        return found
+
+    def _keep_base(self, generation: int, tables: tuple[dict[str, int], dict[str, Any]]) -> None:
+        bases = dict(self._bases)  # (replaced whole: readers in other threads iterate none)
+        bases[generation] = tables
+        for old in sorted(bases)[:-2]:
+            del bases[old]
+        self._bases = bases
+
+    def _compact(self, state: AppendState, *, durable: bool) -> None:
+        """Fold ``state``'s changes into a new base (the caller holds the append lock and
+        publishes ``state`` next): its tables become the new base's, its deltas empty."""
+        generation = state.base + 1
+        queues, writers = state.queues.flat(), state.writers.flat()
+        write_base(self.path.parent, generation, queues, writers, durable=durable)
+        self._keep_base(generation, (queues, writers))
+        state.queues, state.writers = LayeredTable(queues), LayeredTable(writers)
+        state.base = generation
 
     def _remember(self, key: tuple[int | None, int, int, int, int], state: AppendState) -> None:
         self._cache = (key, _copy(state))
@@ -182,7 +252,7 @@ class AppendStateFile:
     def __del__(self) -> None:
         self.close()
 
-    def _read_slots(self, fd: int) -> tuple[AppendState, int, int] | None | bytes:
+    def _read_slots(self, fd: int, copy: bool = True) -> tuple[AppendState, int, int] | None | bytes:
         """(state, sequence, slot) of the newest valid slot; the raw bytes of an old-format file."""
         known = self._slot_size  # one read: the header never changes in a file (a rewrite is a new file)
         if known is not None and known[0] == self._ino:
@@ -204,20 +274,23 @@ class AppendStateFile:
             key = (self._ino, seq, slot, length, crc)
             cache = self._cache  # one read: another thread may replace it meanwhile
             if cache is not None and cache[0] == key:  # unchanged since this process saw it
-                return _copy(cache[1]), seq, slot
+                return (_copy(cache[1]) if copy else cache[1]), seq, slot
             raw = os.pread(fd, _SLOT_HEADER.size + length, _HEADER.size + slot * size)
             seq2, length2, crc2 = _SLOT_HEADER.unpack_from(raw)
             body = raw[_SLOT_HEADER.size :]
             if (seq2, length2, crc2) == (seq, length, crc) and zlib.crc32(raw[:12] + body) == crc:
-                state = AppendState.from_bytes(body, self.path)
+                try:
+                    state = AppendState.from_bytes(body, self.path, self._base)
+                except BaseMissingError:
+                    continue  # overwritten since, or lost: the other slot, else read again
                 state.seq, state.slot, state.slot_size, state.ino = seq, slot, size, self._ino
                 self._remember(key, state)
                 return state, seq, slot
         return None
 
-    def version(self) -> tuple[int, bytes, bytes] | None:
+    def version(self) -> tuple[int, bytes, bytes, int] | None:
         """A token that changes whenever a new state is published: ``(inode, slot 0's header,
-        slot 1's header)``, read through the descriptor already open (one ``fstat``, one
+        slot 1's header, that state's tail)``, read through the descriptor already open (one ``fstat``, one
         ``fstatat`` and two 16-byte ``pread``; no path walked, no lock, no JSON), for a
         poller's "anything new?" before it does real work (the dispatcher's idle rounds).
 
@@ -246,20 +319,21 @@ class AppendStateFile:
         seq, length, crc, slot = max(slots)
         if cache[0] != (ino, seq, slot, length, crc):
             return None
-        return ino, heads[0], heads[1]
+        return ino, heads[0], heads[1], cache[1].tail
 
-    def load(self) -> AppendState | None:
+    def load(self, *, copy: bool = True) -> AppendState | None:
         """The published state, or ``None`` when there is none yet or it is unreadable.
 
         Unreadable happens after a power loss (both slots torn, or an empty file). The caller
-        rebuilds it from the commitlog.
+        rebuilds it from the commitlog. ``copy=False``: the state this process keeps (no copy
+        made), for a caller that only reads it and never changes it (the published tail).
         """
         for _ in range(20):  # a slot overwritten while we read it fails its CRC: read again
             fd = self._open()
             if fd is None:
                 return None
             try:
-                got = self._read_slots(fd)
+                got = self._read_slots(fd, copy)
                 if isinstance(got, bytes):
                     return AppendState.from_bytes(got, self.path)  # first format: plain JSON
             except CorruptStoreError as exc:
@@ -275,9 +349,21 @@ class AppendStateFile:
 
         ``state`` is either new (a rebuild) or was returned by :meth:`load` under the same
         hold of the append lock: then it is written into the slot after the one it was read
-        from, with no read of the file again.
+        from, with no read of the file again. Changes past :data:`DELTA_MAX_BYTES` are first
+        compacted into a new base (:mod:`rmqlog.log.append_base`).
         """
         body = state.to_bytes()
+        compacted = False
+        if len(body) > DELTA_MAX_BYTES and (state.queues.delta or state.writers.delta):
+            self._compact(state, durable=durable)
+            body = state.to_bytes()
+            compacted = True
+        self._publish(state, body, durable=durable)
+        if compacted:
+            # the other slot names the previous generation (or none): older ones are unused now
+            remove_bases_below(self.path.parent, state.base - 1)
+
+    def _publish(self, state: AppendState, body: bytes, *, durable: bool) -> None:
         # loaded under this same hold of the append lock, the file cannot have been replaced
         # since (replacing it takes that lock): no stat of the path to check
         fd = self._fd if state.slot >= 0 and self._fd is not None and self._ino == state.ino else self._open()

@@ -179,6 +179,11 @@ class UniqKeyGenerator:
         self._renew_after_fork()
         return self._head
 
+    def id_at(self, value: int) -> str:
+        """The id (32 uppercase hex characters) of sequence value ``value`` (one :meth:`reserve`
+        gave), as :meth:`generate` makes them, without an array (the direct path of a small put)."""
+        return f"{self._head[9:].decode()}{value & 0xFFFFFFFFFFFF:012X}"
+
     def _raw(self, n: int) -> np.ndarray:
         """``n`` distinct 16-byte ids (rows of a uint8 array)."""
         seq = self._seq(n)

@@ -8,14 +8,8 @@ tool, or not UTF-8; logged, still readable by offset and msgId): it would otherw
 every later dispatch. It holds ``dispatch.lock`` while it works, so any number of processes
 may call it; only one dispatches at a time.
 
-Its position lives in ``<root>/dispatch.state`` (``{"version": 1, "offset": N,
-"storeTimestamp": ms, "crc": C}``, the store time of the last record dispatched, which the
-checkpoint's ``logicsMsgTimestamp`` comes from; ``C`` the CRC-32 of ``"N ms"``), rewritten in
-place after the units are written, under ``dispatch.lock`` (every reader holds it shared). In
-place, not replaced through a new file and a rename: ext4 syncs a file renamed over another
-before the rename, which made each dispatch wait ~0.4 ms, and 5-10 ms while the flusher's
-sync ran. A write torn by a power loss, or a file of other bytes, fails its CRC and is
-treated as absent (a file without ``crc``, written before it existed, is read as it is). It
+Its position lives in ``<root>/dispatch.state`` (:mod:`rmqlog.queue.dispatch_position`), written
+in place after the units, under ``dispatch.lock`` (every reader holds it shared). It
 is a hint, never a source of truth: a crash
 between writing units and saving the position only means the next run walks those records
 again, and writing a unit that is already there is skipped (idempotent). Without the file,
@@ -38,12 +32,8 @@ headers say).
 
 from __future__ import annotations
 
-import io
-import json
 import logging
-import os
 import time
-import zlib
 from collections.abc import Callable, Hashable
 from pathlib import Path
 
@@ -52,7 +42,7 @@ import numpy as np
 from .. import crash_points, safe_open
 from ..clock import SYSTEM_CLOCK
 from ..errors import DiskFullError
-from ..fileio import InterProcessLock, rewrite_in_place
+from ..fileio import InterProcessLock
 from ..hashing import tags_codes
 from ..log.commitlog import CommitLog
 from ..log.decode import RecordColumns, read_columns
@@ -63,6 +53,7 @@ from ..paths import topic_problem
 from .append_watch import AppendWatch
 from .arrival import ArrivalListener, ArrivalSignal, Maxes
 from .consume_queue import CQ_UNIT, FILLER_SIZE, ConsumeQueue
+from .dispatch_position import DispatchPositionFile
 from .gaps import GoBack, QueueBehind, queue_name_ok
 
 log = logging.getLogger(__name__)
@@ -75,11 +66,6 @@ DISPATCH_CHUNK = 32 << 20
 FULL_ROUND_S = 1.0
 #: The properties a dispatch with an index reads: TAGS for the units, the index's keys.
 _INDEXED_NAMES = (PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_KEYS)
-
-
-def _position_crc(offset: int, store_timestamp: int) -> int:
-    """The ``crc`` of ``dispatch.state``: CRC-32 of ``"<offset> <storeTimestamp>"``."""
-    return zlib.crc32(f"{offset} {store_timestamp}".encode())
 
 
 class Dispatcher:
@@ -136,9 +122,8 @@ class Dispatcher:
         self.codes_hook: Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None = None
         #: the listeners told which queues got units (:mod:`rmqlog.queue.arrival`)
         self.arrival = ArrivalSignal()
-        #: ``dispatch.state`` kept open for reading (see :meth:`_read_state`)
-        self._state_file: io.FileIO | None = None
-        self._state_dir: int | None = None  # its folder (the identity check of the kept descriptor)
+        #: ``dispatch.state`` (:mod:`rmqlog.queue.dispatch_position`)
+        self.position_file = DispatchPositionFile(state_path)
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
         """Call ``callback(topics, queue_ids, max_offsets)`` after every dispatch that gave
@@ -152,43 +137,16 @@ class Dispatcher:
     def _load(self) -> tuple[int, int]:
         """(position, store time of the last record dispatched); the time is 0 when unknown."""
         try:
-            d = json.loads(self._read_state())
-            offset, ts = int(d["offset"]), int(d.get("storeTimestamp", 0))
-            if "crc" in d and int(d["crc"]) != _position_crc(offset, ts):
-                raise ValueError("its CRC does not match")
-            return offset, ts
+            return self.position_file.read()
         except FileNotFoundError:
             pass
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             log.warning("ignoring unreadable %s (%s); rebuilding the position", self.state_path, exc)
         return self._derive_position(), 0
 
-    def _read_state(self) -> bytes:
-        """The bytes of ``dispatch.state`` (``FileNotFoundError`` when absent), through a
-        descriptor kept while its name still names its inode (:func:`safe_open.still_named`;
-        the file is rewritten in place, removed only by recovery or a full disk): ~4 us a
-        round against ~40 us for a walk of the path."""
-        f = self._state_file
-        if f is not None:
-            st = os.fstat(f.fileno())
-            if self._state_dir is not None and safe_open.still_named(self._state_dir, self.state_path.name, st):
-                return os.pread(f.fileno(), st.st_size, 0)
-            self._state_file = None
-            f.close()
-        if self._state_dir is None:
-            self._state_dir = safe_open.open_folder(self.state_path.parent)
-        f = io.FileIO(safe_open.open_file(self.state_path, os.O_RDONLY), "rb")  # (closed when dropped too)
-        self._state_file = f
-        return f.readall()
-
     def close(self) -> None:
         """Close ``dispatch.state``'s descriptor (opened again if the dispatcher is used)."""
-        f, self._state_file = self._state_file, None
-        if f is not None:
-            f.close()
-        d, self._state_dir = self._state_dir, None
-        if d is not None:
-            os.close(d)
+        self.position_file.close()
 
     def dispatched(self) -> tuple[int, int]:
         """(position, store time of the last record dispatched); caller holds the lock (shared is enough)."""
@@ -197,7 +155,7 @@ class Dispatcher:
     def set_position(self, offset: int) -> None:
         """Recovery: resume dispatching at ``offset`` (caller holds the lock)."""
         self._idle_at = None
-        self._save_position(offset, self._load()[1], required=True)
+        self.save_position(offset, self._load()[1], required=True)
 
     def reset_position(self, limit: int) -> None:
         """Recovery: forget a saved position past ``limit`` and derive it from the queues.
@@ -208,7 +166,7 @@ class Dispatcher:
         pos, ts = self._load()
         if pos > limit:
             safe_open.unlink(self.state_path)
-            self._save_position(self._derive_position(), ts)
+            self.save_position(self._derive_position(), ts)
 
     def _derive_position(self) -> int:
         """Where dispatching resumes without ``dispatch.state``: RocketMQ's rule, the largest
@@ -234,7 +192,7 @@ class Dispatcher:
             short.append(low)
         return min([best, *short])
 
-    def _save_position(self, offset: int, store_timestamp: int, *, required: bool = False) -> None:
+    def save_position(self, offset: int, store_timestamp: int, *, required: bool = False) -> None:
         """Save the position (caller holds the lock), in place (see the module docstring).
 
         On a full disk (the file's one block is reused, so only a new file can meet one) the
@@ -244,10 +202,8 @@ class Dispatcher:
         must not leave a larger one behind: the file is then removed if the position derived
         without it is not past ``offset``; otherwise :class:`DiskFullError`.
         """
-        data = json.dumps({"version": 1, "offset": offset, "storeTimestamp": store_timestamp,
-                           "crc": _position_crc(offset, store_timestamp)}).encode()
         try:
-            rewrite_in_place(self.state_path, data)
+            self.position_file.write(offset, store_timestamp)
             return
         except DiskFullError as exc:
             if not required:
@@ -258,6 +214,13 @@ class Dispatcher:
         if self._derive_position() > offset:
             raise error
         log.warning("%s; the dispatch position will be derived from the consume queues (not past %d)", error, offset)
+
+    def caught_up(self, end: int) -> None:
+        """After a dispatch up to ``end`` from the records' own fields (:mod:`rmqlog.queue.direct_dispatch`,
+        lock held): if nothing was published past it, background rounds idle until the next publish."""
+        version = self.tail_version() if self.tail_version is not None else None
+        if version is not None and version[-1] <= end:  # (the token's last item: its state's tail)
+            self._idle_at = version
 
     def position(self) -> int:
         """Where dispatching resumes: records below it have their consume-queue units."""
@@ -318,7 +281,7 @@ class Dispatcher:
             if pos != start_pos:
                 if crash_points.reached is not None:
                     crash_points.reached("dispatch.position")
-                self._save_position(pos, self._last_ts)
+                self.save_position(pos, self._last_ts)
             if self.arrival.active:
                 self.arrival.foreign(self.commitlog, start_pos, pos, maxes)
             if pos >= published:
@@ -424,7 +387,7 @@ class Dispatcher:
                     if done and index is not None and self.index_hook is not None:
                         index()
                 if done:
-                    self._save_position(end, max(last_ts, store_timestamp))
+                    self.save_position(end, max(last_ts, store_timestamp))
                     if self.arrival.active:
                         self.arrival.foreign(self.commitlog, start, end, maxes)
             if done:

@@ -47,7 +47,21 @@ class RecordingStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def put_wire(self, table: pa.Table) -> pa.Table:
+    def put_messages(self, messages: list[rmqlog.WireMessage], *, cluster: str | None = None, system: bool = False,
+                     writer: str | None = None, sequence: int | None = None, wait_flush: bool = True,
+                     dispatch: bool = False) -> rmqlog.PutRows:
+        """:meth:`put_wire` of the messages as the store would store their properties (WAIT
+        dropped, CLUSTER set), as :class:`rmqlog.PutRows`."""
+        from rmqlog.access.wire import wire_messages_table
+
+        result = self.put_wire(wire_messages_table(messages), cluster=cluster)
+        return rmqlog.PutRows(result.column("commitLogOffset").to_pylist(), result.column("queueOffset").to_pylist(),
+                              result.column("msgId").to_pylist(), 0, 0, self._offset)
+
+    def put_wire(self, table: pa.Table, *, cluster: str | None = None, **_: Any) -> pa.Table:
+        if cluster is not None and "properties" in table.column_names:
+            props = [_stored_properties(p, cluster) for p in table.column("properties").to_pylist()]
+            table = table.set_column(table.schema.get_field_index("properties"), "properties", pa.array(props, pa.string()))
         fail = self.fail(table) if callable(self.fail) else self.fail
         if fail is not None:
             raise fail
@@ -65,11 +79,22 @@ class RecordingStore:
         return pa.table({"commitLogOffset": pa.array(offsets, pa.int64()), "queueOffset": pa.array(qoffs, pa.int64()),
                          "msgId": pa.array(ids, pa.string()), "storeTimestamp": pa.array([0] * n, pa.int64())})
 
+    def flush_to(self, offset: int) -> int:
+        return self.flush()
+
     def flush(self) -> int:
         if self.flush_gate is not None:
             self.flush_gate.wait()
         self.flushes += 1
         return self._offset
+
+
+def _stored_properties(text: str | None, cluster: str) -> str:
+    """The properties as the store keeps a wire put's: WAIT dropped, CLUSTER set (a test double's view)."""
+    items = [i.split("\x01") for i in (text or "").split("\x02") if i]
+    kept = {k: v for k, v in (i for i in items if len(i) == 2) if k not in ("WAIT", "CLUSTER")}
+    kept["CLUSTER"] = cluster
+    return "".join(f"{k}\x01{v}\x02" for k, v in kept.items())
 
 
 def encode_batch(messages: list[tuple[bytes, int, dict[str, str]]]) -> bytes:

@@ -187,7 +187,7 @@ def wire_sys_flag(table: pa.Table, n: int, born_v6: bool, store_v6: bool) -> np.
 def wire_born_hosts(table: pa.Table, n: int, default: bytes) -> np.ndarray:
     """BORNHOST per row as (n, 8|20) uint8: strings parsed once per distinct value; a null
     (or no column) is ``default`` (the config's ``born_host``)."""
-    if not _has(table, "bornHost") or pa.types.is_null(table.schema.field("bornHost").type):
+    if not n or not _has(table, "bornHost") or pa.types.is_null(table.schema.field("bornHost").type):
         return np.tile(np.frombuffer(default, np.uint8), (n, 1))
     col = flat(table.column("bornHost"))
     if pa.types.is_dictionary(col.type):
