@@ -170,22 +170,42 @@ def put_direct(
     )
     if records is None:
         return None
+    dispatcher = parts.dispatcher
+    # the background dispatcher, woken by this put's publish, leaves its records to it (it
+    # would read them back, and take the dispatch lock from under it)
+    with dispatcher.direct_lock:
+        dispatcher.direct_puts += 1
+    done = False
+    try:
+        rows, done = _put_and_dispatch(appender, records, marker, dispatch, wait_flush)
+        return rows
+    finally:
+        with dispatcher.direct_lock:
+            dispatcher.direct_puts -= 1
+        if not done:  # (not dispatched, or failed part-way: the background dispatcher takes it)
+            appender.wake_dispatcher()
+
+
+def _put_and_dispatch(appender: Appender, records: list[DirectRecord], marker: tuple[str, str] | None,
+                      dispatch: bool, wait_flush: bool) -> tuple[PutRows, bool]:
+    """The append, its flush and its dispatch: (rows, whether they are dispatched)."""
+    parts = appender.parts
     rows = append_direct(appender, records, marker)
     if rows.duplicate:
-        return rows
+        return rows, True
     step = "flush"
+    done = False
     try:
         if appender.sync_flush and wait_flush:
             parts.flush_service.flush_to(rows.end)  # group commit: may be covered by another's sync
         step = "dispatch"
         units = [(r.topic, r.queue_id, q, p, len(r.data), r.tags_code)
                  for r, q, p in zip(records, rows.queue_offsets, rows.commit_log_offsets, strict=True)]
-        if not dispatch_direct(parts.dispatcher, rows.start, rows.end, units, rows.store_timestamp,
-                               _index_call(parts, records, rows)):
-            if dispatch:
-                parts.dispatcher.dispatch()
-            else:
-                appender.wake_dispatcher()
+        done = dispatch_direct(parts.dispatcher, rows.start, rows.end, units, rows.store_timestamp,
+                               _index_call(parts, records, rows))
+        if not done and dispatch:
+            parts.dispatcher.dispatch()
+            done = True
     except OSError as exc:
         if exc.errno not in DISK_FULL_ERRNOS:
             raise
@@ -193,7 +213,7 @@ def put_direct(
             exc.errno, f"{exc.strerror}: the batch WAS appended (commitlog offsets {rows.start}..{rows.end}, "
             f"published), only its {step} failed", exc.filename, appended=True,
         ) from exc
-    return rows
+    return rows, done
 
 
 def _index_call(parts: StoreParts, records: list[DirectRecord], rows: PutRows) -> Callable[[], object] | None:

@@ -33,6 +33,7 @@ headers say).
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Hashable
 from pathlib import Path
@@ -120,6 +121,11 @@ class Dispatcher:
         #: tagsCodes: the schedule topic's are delivery times (:mod:`rmqlog.schedule.levels`);
         #: ``None``: every tagsCode is the tags hash
         self.codes_hook: Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None = None
+        #: direct puts of this process between their publish and their own dispatch
+        #: (:mod:`rmqlog.queue.direct_dispatch`): a background round then waits for them
+        #: rather than reading their records back (a put that cannot dispatch itself wakes it)
+        self.direct_puts = 0
+        self.direct_lock = threading.Lock()
         #: the listeners told which queues got units (:mod:`rmqlog.queue.arrival`)
         self.arrival = ArrivalSignal()
         #: ``dispatch.state`` (:mod:`rmqlog.queue.dispatch_position`)
@@ -545,6 +551,8 @@ class Dispatcher:
         if watch is not None and watch.failed:  # the watch stopped: poll again
             self._watch, self.interval_s = None, self._poll_s
             watch.close()
+        if self.direct_puts:  # this process's direct puts dispatch themselves (their wake-ups are theirs)
+            return False
         if (self._idle_at is not None and self._full_at is not None and now - self._full_at < FULL_ROUND_S
                 and self.tail_version is not None and self.tail_version() == self._idle_at):
             return False

@@ -29,7 +29,7 @@ import rmqlog.queue.dispatcher as dispatcher_mod
 from rmqlog import safe_open
 from rmqlog.log.gather import gather_slices, to_binary
 from rmqlog.log.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, ParsedProperties
-from rmqlog.queue.dispatcher import Dispatcher
+from rmqlog.queue.dispatch_position import DispatchPositionFile
 from rmqnet.broker.send import WIRE_SCHEMA
 
 T0 = 1_700_000_000_000
@@ -111,7 +111,7 @@ def _general_paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         m.setattr(dispatcher_mod, "_INDEXED_NAMES", ())  # one pass per property name
         m.setattr(gather_mod, "_INT32_MAX", -1)  # to_binary casts
         m.setattr(index_keys_mod, "_PREFIX_MEMO_TOPICS", 0)  # topic hashes computed
-        m.setattr(Dispatcher, "_read_state", lambda self: safe_open.read_bytes(self.state_path))
+        m.setattr(DispatchPositionFile, "_read", lambda self: safe_open.read_bytes(self.path))
         yield
 
 
@@ -137,25 +137,25 @@ def test_the_state_read_through_a_kept_descriptor_follows_the_file(tmp_path: Pat
         a.put_wire(t)
         assert a.dispatch() == 1
         path = tmp_path / "dispatch.state"
-        assert a.dispatcher._read_state() == path.read_bytes()
+        assert a.dispatcher.position_file._read() == path.read_bytes()
         b.put_wire(t)
         assert b.dispatch() == 1  # written in place by the other: the same descriptor reads it
-        assert a.dispatcher._read_state() == path.read_bytes()
+        assert a.dispatcher.position_file._read() == path.read_bytes()
         assert a.dispatch() == 0 and a.dispatcher.position() == b.dispatcher.position()
         # removed and written again (recovery, a full disk): opened again by its path
         kept = path.read_bytes()
         path.unlink()
         assert a.dispatcher.position() == b.dispatcher.position()  # derived from the queues
         path.write_bytes(kept)
-        assert a.dispatcher._read_state() == kept
+        assert a.dispatcher.position_file._read() == kept
         path.unlink()
         with pytest.raises(FileNotFoundError):
-            a.dispatcher._read_state()
+            a.dispatcher.position_file._read()
         a.put_wire(t)
         assert a.dispatch() == 1 and a.max_offset("A", 0) == 3
         a.dispatcher.close()
-        assert a.dispatcher._state_file is None
-        assert a.dispatcher._read_state() == path.read_bytes()  # used again: opened again
+        assert a.dispatcher.position_file._file is None
+        assert a.dispatcher.position_file._read() == path.read_bytes()  # used again: opened again
 
 
 PROPS = ["", "TAGS\x01a\x02", "TAGS\x01a\x02TAGS\x01b\x02", "KEYS\x01k1 k2\x02UNIQ_KEY\x01U\x02", "x\x01y", "TAGS\x01\x02KEYS",

@@ -171,8 +171,9 @@ def test_another_dispatchers_progress_is_still_signalled(tmp_path: Path) -> None
 
 
 def test_a_rewritten_append_state_is_noticed(tmp_path: Path) -> None:
-    """A state that outgrows its slots is written to a new file and renamed over: the old
-    descriptor's file has no link left, so the token is unknown and the round looks."""
+    """A state written to a new file and renamed over (a first-format file converted, slots
+    too small): the old descriptor's file has no link left, so the token is unknown and the
+    round looks."""
     with rmqlog.MessageStore.open(tmp_path / "s") as s, rmqlog.MessageStore.open(tmp_path / "s") as other:
         d = s.dispatcher
         s.put_batch(ROW)
@@ -183,10 +184,10 @@ def test_a_rewritten_append_state_is_noticed(tmp_path: Path) -> None:
         with other.parts.append_lock.held():
             state = state_file.load()
             assert state is not None
-            before = state.slot_size
-            state.writers.update({f"w{i:06d}": 1 for i in range(6000)})  # > 64 KiB of JSON: a new file
-            state_file.publish(state)
-        assert state_file.load().slot_size > before  # type: ignore[union-attr]
+            before = state.ino
+            state.writers.update({f"w{i:06d}": 1 for i in range(6000)})
+            state_file._rewrite(state, state.to_bytes(), durable=False)  # noqa: SLF001 - a new file, renamed over
+        assert state_file.load().ino != before  # type: ignore[union-attr]
         assert s.parts.state_file.version() is None
         other.put_batch(rows("T", 3))
         assert d.run_once(0.001) is True and s.max_offset("T", 3) == 1
