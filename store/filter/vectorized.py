@@ -19,6 +19,7 @@ the tests compare both on random expressions and properties.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -275,11 +276,26 @@ class Sql92Filter:
         return out
 
 
+#: compiled filters kept by text (RocketMQ's broker keeps 100 compiled expressions by text)
+COMPILED_CACHE = 256
+
+
 def compile_filter(expression: object) -> Sql92Filter:
     """Parse ``expression`` (:func:`rmqlog.filter.sql92.parse`: raises
-    :class:`rmqlog.filter.FilterParseError` naming position and token) into a filter."""
+    :class:`rmqlog.filter.FilterParseError` naming position and token) into a filter.
+
+    The last :data:`COMPILED_CACHE` filters compiled are kept by text (a filter is immutable):
+    a consumer's pulls name the same expression each time. A refusal is not kept (it raises,
+    after a parse linear in the text)."""
+    if not isinstance(expression, str):
+        parse(expression)  # raises the typed refusal
+    return _compiled(str(expression))
+
+
+@functools.lru_cache(maxsize=COMPILED_CACHE)
+def _compiled(expression: str) -> Sql92Filter:
     tree = parse(expression)
-    return Sql92Filter(str(expression), tree, properties(tree))
+    return Sql92Filter(expression, tree, properties(tree))
 
 
 class _Eval:
