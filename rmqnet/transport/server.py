@@ -8,9 +8,10 @@ waits up to ``grace_s`` for the requests in flight to be answered, then closes e
 connection (what is written is flushed; a connection still not closed after the grace is
 aborted).
 
-Idle connections are closed by an :class:`~rmqnet.transport.idle.IdleSweeper` the server
-runs on a timer of the event loop every ``sweep_interval_s`` (default: an eighth of
-``Limits.idle_ms``, between 50 ms and 15 s), reading ``clock`` (default the system's);
+Idle connections (``Limits.idle_ms``) and stalled ones (bytes to send, none sent for
+``Limits.write_timeout_ms``) are closed by an :class:`~rmqnet.transport.idle.IdleSweeper` the
+server runs on a timer of the event loop every ``sweep_interval_s`` (default: an eighth of the
+shorter of the two, between 50 ms and 15 s), reading ``clock`` (default the system's);
 ``server.idle_sweeper`` is there for tests to drive with a manual clock instead
 (``sweep_interval_s=0`` turns the timer off).
 """
@@ -44,9 +45,10 @@ class RemotingServer:
         self._conns: set[Connection] = set()
         self._stopping = False
         self.idle_sweeper: IdleSweeper | None = (
-            IdleSweeper(lambda: self._conns, self.limits.idle_ms, clock) if self.limits.idle_ms else None)
+            IdleSweeper(lambda: self._conns, self.limits.idle_ms, clock, write_timeout_ms=self.limits.write_timeout_ms)
+            if self.limits.sweep_ms else None)
         if sweep_interval_s is None:
-            sweep_interval_s = min(15.0, max(0.05, self.limits.idle_ms / 8000))
+            sweep_interval_s = min(15.0, max(0.05, self.limits.sweep_ms / 8000))
         self.sweep_interval_s = sweep_interval_s
         self._sweep_timer: asyncio.TimerHandle | None = None
 
