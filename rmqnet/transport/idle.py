@@ -5,7 +5,8 @@ reading its answers; a request in flight does not save it).
 
 :class:`IdleSweeper` is a service in the store's style: ``run_once(now_ms)`` does one round
 as of ``now_ms`` (milliseconds of a monotonic clock), so tests drive it with a
-:class:`rmqlog.ManualClock` and no sleep. The hot path reads no clock: every read and write
+:class:`rmqlog.ManualClock` and no sleep. Its default clock is the event loop's
+(:class:`LoopClock`): the transport asks its loop for the time and imports nothing of the store. The hot path reads no clock: every read and write
 bumps the connection's ``activity`` counter, and a round compares it with what the previous
 round saw. A connection is idle from the first round that saw its counter unchanged; it is
 closed once a round finds it unchanged for ``idle_ms`` (so it is closed between ``idle_ms``
@@ -17,14 +18,29 @@ for ``write_timeout_ms`` closes it (what is buffered is dropped).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Iterable
-
-from rmqlog import Clock, SystemClock
+from typing import Protocol
 
 from .connection import Connection
 
 log = logging.getLogger(__name__)
+
+
+class MonotonicClock(Protocol):
+    """What the transport reads the time from: seconds that never go back (``rmqlog.Clock``'s
+    ``monotonic``; a :class:`rmqlog.ManualClock` is one)."""
+
+    def monotonic(self) -> float: ...
+
+
+class LoopClock:
+    """The running event loop's time (``loop.time()``, monotonic seconds): the transport's and
+    the name server's default clock. Read on the loop's thread only."""
+
+    def monotonic(self) -> float:
+        return asyncio.get_running_loop().time()
 
 
 class IdleSweeper:
@@ -32,19 +48,19 @@ class IdleSweeper:
     module docstring; ``0`` turns either check off, not both).
 
     ``connections``: returns the connections to watch (the server's live set). ``clock``:
-    where :meth:`tick` reads the time (its ``monotonic()``, in ms).
+    where :meth:`tick` reads the time (its ``monotonic()``, in ms; default the loop's).
     """
 
     name = "idle-sweeper"
 
     def __init__(self, connections: Callable[[], Iterable[Connection]], idle_ms: int,
-                 clock: Clock | None = None, *, write_timeout_ms: int = 0) -> None:
+                 clock: MonotonicClock | None = None, *, write_timeout_ms: int = 0) -> None:
         if idle_ms < 0 or write_timeout_ms < 0 or not (idle_ms or write_timeout_ms):
             raise ValueError(f"idle_ms and write_timeout_ms must be >= 0, one > 0, got {idle_ms}, {write_timeout_ms}")
         self.connections = connections
         self.idle_ms = idle_ms
         self.write_timeout_ms = write_timeout_ms
-        self.clock: Clock = clock or SystemClock()
+        self.clock: MonotonicClock = clock or LoopClock()
 
     def now_ms(self) -> int:
         return int(self.clock.monotonic() * 1000)

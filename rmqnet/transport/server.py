@@ -11,7 +11,7 @@ aborted).
 Idle connections (``Limits.idle_ms``) and stalled ones (bytes to send, none sent for
 ``Limits.write_timeout_ms``) are closed by an :class:`~rmqnet.transport.idle.IdleSweeper` the
 server runs on a timer of the event loop every ``sweep_interval_s`` (default: an eighth of the
-shorter of the two, between 50 ms and 15 s), reading ``clock`` (default the system's);
+shorter of the two, between 50 ms and 15 s), reading ``clock`` (default the event loop's);
 ``server.idle_sweeper`` is there for tests to drive with a manual clock instead
 (``sweep_interval_s=0`` turns the timer off).
 """
@@ -21,10 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from rmqlog import Clock
-
 from .connection import Connection, RequestHandler
-from .idle import IdleSweeper
+from .idle import IdleSweeper, MonotonicClock
 from .limits import Limits
 
 log = logging.getLogger(__name__)
@@ -34,7 +32,7 @@ class RemotingServer:
     """Serves ``handler(conn, request)`` on every accepted connection (see the module docstring)."""
 
     def __init__(self, handler: RequestHandler, *, host: str = "127.0.0.1", port: int = 0,
-                 limits: Limits | None = None, clock: Clock | None = None,
+                 limits: Limits | None = None, clock: MonotonicClock | None = None,
                  sweep_interval_s: float | None = None, backlog: int = 1024) -> None:
         self.handler = handler
         self.host = host
