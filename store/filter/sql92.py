@@ -200,6 +200,9 @@ class Parser:
 
     # -- helpers
     def peek(self, k: int = 0) -> Token:
+        ahead = self.ahead
+        if k < len(ahead):
+            return ahead[k]
         while len(self.ahead) <= k:
             if self.ahead and self.ahead[-1].kind == "EOF":
                 return self.ahead[-1]
