@@ -159,3 +159,15 @@ def test_nesting_is_refused_typed_and_what_is_accepted_runs_in_bounded_stack(fam
     finally:
         sys.setrecursionlimit(limit)
     assert compile_filter(make(deepest)).mask_properties(pa.array(["a\x011\x02"])).shape == (1,)
+
+
+def test_the_compiled_filters_kept_are_bounded_in_count_and_characters() -> None:
+    from rmqlog.filter import vectorized as v
+
+    kept = v._COMPILED
+    texts = [f"a = {i} AND b IN (" + ", ".join(f"'{j}'" for j in range(1000)) + ")" for i in range(300)]
+    for text in texts:
+        compile_filter(text)
+    assert len(kept.entries) <= v.COMPILED_CACHE and kept.chars <= v.COMPILED_CACHE_CHARS
+    assert kept.chars == sum(len(t) for t in kept.entries)
+    assert compile_filter(texts[-1]) is compile_filter(texts[-1])  # the last ones are there
