@@ -45,6 +45,7 @@ from .log.encode.columns import check_utf8_column
 from .log.encode.direct import WireMessage
 from .log.msgid import is_uniq_key
 from .log.properties import WAITING_TOPICS
+from .log.rows import decode_record_rows
 from .log.send_back import send_back_table
 from .log.wire import decode_message_batch, decode_records
 from .message_store import MessageStore
@@ -73,5 +74,6 @@ __all__ = [
     "TooManyOpenFilesError", "WrongFileTypeError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "StoredRecords", "parse_tag_filter", "FilterParseError", "Sql92Filter", "compile_filter",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA", "MIN_RECORD_SIZE", "WAITING_TOPICS", "is_uniq_key", "check_utf8_column",
-    "PUBLIC_MODULES", "decode_message_batch", "decode_records", "send_back_table", "WireMessage", "PutRows",
+    "PUBLIC_MODULES", "decode_message_batch", "decode_record_rows", "decode_records", "send_back_table", "WireMessage",
+    "PutRows",
 ]

@@ -112,6 +112,14 @@ def test_huge_expressions_are_bounded() -> None:
     assert big.mask_properties(props_column([{"a": "4999"}, {"a": "5000"}])).tolist() == [True, False]
 
 
+def test_a_heartbeat_sized_expression_is_parsed_once_and_kept_by_text() -> None:
+    text = "a IN (" + ", ".join(f"'{i}'" for i in range(8_000)) + ")"
+    assert len(text) < q.MAX_EXPRESSION_CHARS
+    first = compile_filter(text)
+    assert compile_filter(text) is first  # the second pull with it does not parse it again
+    assert first.mask_properties(pa.array(["a\x017999\x02", "a\x018000\x02"])).tolist() == [True, False]
+
+
 # ------------------------------------------------------------------------- semantics
 def test_missing_properties_follow_java() -> None:
     rows = [{"a": "x"}, {"a": "y"}, {}]

@@ -75,6 +75,15 @@ class BrokerConfig:
       waits for its group commit before it is answered ``FLUSH_DISK_TIMEOUT``.
     - ``send_queue_capacity`` (``sendThreadPoolQueueCapacity``, 10000): sends waiting for the
       store at most; more are answered ``SYSTEM_BUSY`` (RocketMQ's full send pool).
+    - A connection's bounds (:class:`rmqnet.transport.Limits`, :meth:`limits`): RocketMQ's
+      ``NettyServerConfig`` keys ``write_buffer_high_water_mark`` (``writeBufferHighWaterMark``,
+      4 MiB here: past it no further request of the connection is served nor read until its
+      unsent answers drain below ``write_buffer_low_water_mark``, 1 MiB) and
+      ``server_channel_max_idle_time_seconds`` (120; 0: never), and ours:
+      ``write_buffer_limit`` (``writeBufferLimit``, 64 MiB: a connection over its high mark
+      whose answers in flight would take it past this is closed) and
+      ``write_stall_timeout_mills`` (``writeStallTimeoutMills``, 30000: a connection with
+      answers to send that sends none for this long is closed; 0: never).
     - The pull's transfer limits (RocketMQ's ``MessageStoreConfig`` keys, applied by its
       ``DefaultMessageStore.isTheBatchFull``; here by the pull processor, :mod:`rmqnet.broker.pull`,
       through the store's window read): ``max_transfer_count_on_message_in_memory`` (32) and
@@ -125,6 +134,11 @@ class BrokerConfig:
     register_broker_timeout_mills: int = 6000
     sync_flush_timeout: int = 5000
     send_queue_capacity: int = 10_000
+    write_buffer_high_water_mark: int = 4 * 1024 * 1024
+    write_buffer_low_water_mark: int = 1024 * 1024
+    write_buffer_limit: int = 64 * 1024 * 1024
+    write_stall_timeout_mills: int = 30_000
+    server_channel_max_idle_time_seconds: int = 120
     max_transfer_count_on_message_in_memory: int = 32
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_disk: int = 8
@@ -169,6 +183,14 @@ class BrokerConfig:
                 raise ConfigError(f"{name} must be at least 1")
             if name in _TRANSFER_LIMITS and getattr(self, name) > _JAVA_INT_MAX:
                 raise ConfigError(f"{name} must be at most {_JAVA_INT_MAX} (a Java int)")
+        if self.write_buffer_high_water_mark < 1:
+            raise ConfigError("write_buffer_high_water_mark must be at least 1")
+        if not 0 <= self.write_buffer_low_water_mark <= self.write_buffer_high_water_mark:
+            raise ConfigError("write_buffer_low_water_mark must be in 0..write_buffer_high_water_mark")
+        if self.write_buffer_limit < self.write_buffer_high_water_mark:
+            raise ConfigError("write_buffer_limit must be at least write_buffer_high_water_mark")
+        if self.write_stall_timeout_mills < 0 or self.server_channel_max_idle_time_seconds < 0:
+            raise ConfigError("write_stall_timeout_mills and server_channel_max_idle_time_seconds must be at least 0")
         if self.transaction_time_out < 0 or self.transaction_check_max < 0:
             raise ConfigError("transaction_time_out and transaction_check_max must be at least 0")
         if self.broker_role not in BROKER_ROLES:
@@ -193,6 +215,12 @@ class BrokerConfig:
             raise ConfigError(f"broker_ip1 must be an IP address, got {self.broker_ip1!r}") from None
         if not self.broker_name or not re.fullmatch(r"[%|a-zA-Z0-9_.-]+", self.broker_name):
             raise ConfigError(f"broker_name {self.broker_name!r} is empty or has characters outside [%|a-zA-Z0-9_.-]")
+
+    def limits(self) -> dict[str, int]:
+        """The keyword arguments of :class:`rmqnet.transport.Limits` these keys set."""
+        return {"write_high": self.write_buffer_high_water_mark, "write_low": self.write_buffer_low_water_mark,
+                "write_limit": self.write_buffer_limit, "write_timeout_ms": self.write_stall_timeout_mills,
+                "idle_ms": self.server_channel_max_idle_time_seconds * 1000}
 
     def ha_port(self, listen_port: int) -> int:
         """The HA port to bind for a broker asked to listen on ``listen_port`` (see above)."""

@@ -77,7 +77,8 @@ class BrokerProcess:
         # the handler reads self.broker when a request comes: the socket is bound before the
         # store opens (its STOREHOST needs the real port), and no request is read before the
         # broker is set (nothing yields to the loop in between)
-        self.server = transport.RemotingServer(self._handle, host=self.host, port=self.port)
+        self.server = transport.RemotingServer(self._handle, host=self.host, port=self.port,
+                                               limits=transport.Limits(**self.config.limits()))
         await self.server.start()
         try:
             port = self.server.port

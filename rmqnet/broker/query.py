@@ -88,7 +88,7 @@ def _indexed_at(store: rmqlog.MessageStore, found: rmqlog.StoredRecords, offset:
     unit (named by the record's own topic, queue id and queue offset) points at ``offset``.
     Bytes inside a message body made to look like a record are no queue's unit, so an offset
     from the network never gets them back."""
-    row = rmqlog.decode_records(found.data).select(["topic", "queueId", "queueOffset"]).to_pylist()[0]
+    row = rmqlog.decode_record_rows(found.data)[0]  # one record: ~10 us, not the table's ~1 ms
     unit = store.read_window(row["topic"], row["queueId"], row["queueOffset"], max_count=1, raw=True)
     recs = unit.records
     return (unit.status == rmqlog.GetMessageStatus.FOUND and recs is not None and len(recs) == 1

@@ -1,6 +1,8 @@
 """A pull consumer (``DefaultMQPullConsumer`` as RocketMQ 4.9.8's ``PullAPIWrapper`` pulls):
 PULL_MESSAGE (11) on an address of the queue's broker group, the body (the stored records,
-byte-exact) decoded into the message table (:mod:`rmqnet.client.records`); offsets committed
+byte-exact) decoded into messages (:mod:`rmqnet.client.records`: a reply of a few messages
+record by record into rows, at a cost in proportion to them, a bigger one into the Arrow
+table; the other form made when asked); offsets committed
 with UPDATE_CONSUMER_OFFSET (15) and asked with QUERY_CONSUMER_OFFSET (14); a message sent
 back for a retry with CONSUMER_SEND_MSG_BACK (36, :meth:`PullConsumer.send_back`).
 
@@ -18,12 +20,12 @@ Statuses (``PullStatus``, from the answer's code): SUCCESS ``FOUND``, PULL_NOT_F
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
-from rmqlog import MESSAGE_SCHEMA, Clock
+from rmqlog import Clock
 
 from ..remoting import (
     ConsumerSendMsgBackHeader,
@@ -38,7 +40,7 @@ from ..transport import Limits
 from .errors import NoRouteError
 from .failover import DOWN_MS, offset_ids, pull_ids
 from .loop import call
-from .records import decode_records
+from .records import Reply
 from .remote import RemoteClient
 
 _STATUS = {ResponseCode.SUCCESS: "FOUND", ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
@@ -47,19 +49,36 @@ _STATUS = {ResponseCode.SUCCESS: "FOUND", ResponseCode.PULL_NOT_FOUND: "NO_NEW_M
 
 @dataclass(frozen=True, slots=True)
 class PullResult:
-    """``status`` (module docstring), the offsets the broker reported, and the messages
-    (``rmqlog.MESSAGE_SCHEMA``; empty unless FOUND); ``addr``: the address that answered,
-    ``broker_id`` its id in the route (0 the master), ``suggested_broker_id`` the id the
-    broker suggests for the queue's next pull."""
+    """``status`` (module docstring), the offsets the broker reported, and the messages (none
+    unless FOUND), two ways: :attr:`rows`, a list of dicts (``rmqlog.MESSAGE_SCHEMA``'s names
+    and values: ``rows[0]["body"]``), and :attr:`messages`, the Arrow table of the same
+    (``messages["body"][0].as_py()``); a small reply is decoded into rows and its table made
+    when first asked, a big one the other way round (:mod:`rmqnet.client.records`).
+    ``len(result)``: how many messages. ``addr``: the address that answered, ``broker_id`` its
+    id in the route (0 the master), ``suggested_broker_id`` the id the broker suggests for the
+    queue's next pull."""
 
     status: str
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    messages: pa.Table
+    reply: Reply = field(repr=False)
     addr: str = ""
     broker_id: int = MASTER_ID
     suggested_broker_id: int = MASTER_ID
+
+    @property
+    def messages(self) -> pa.Table:
+        """The messages as the Arrow table (``rmqlog.MESSAGE_SCHEMA``), made once."""
+        return self.reply.messages
+
+    @property
+    def rows(self) -> list[dict[str, Any]]:
+        """The messages as dicts (the table's rows, ``messages.to_pylist()``), made once."""
+        return self.reply.rows
+
+    def __len__(self) -> int:
+        return len(self.reply)
 
 
 class PullConsumer(RemoteClient):
@@ -112,10 +131,9 @@ class PullConsumer(RemoteClient):
             ext: dict[str, Any] = res.ext_fields
             suggested = int(ext.get("suggestWhichBrokerId", MASTER_ID))
             self.suggested[key] = suggested  # updatePullFromWhichNode
-            messages = decode_records(res.body_bytes()) if res.code == ResponseCode.SUCCESS \
-                else MESSAGE_SCHEMA.empty_table()
+            reply = Reply(res.body_bytes() if res.code == ResponseCode.SUCCESS else b"")
             return PullResult(_STATUS[ResponseCode(res.code)], int(ext.get("nextBeginOffset", offset)),
-                              int(ext.get("minOffset", -1)), int(ext.get("maxOffset", -1)), messages, addr,
+                              int(ext.get("minOffset", -1)), int(ext.get("maxOffset", -1)), reply, addr,
                               self._broker_id(topic, name, addr), suggested)
 
         suggested = self.suggested.get(key, MASTER_ID)
@@ -209,7 +227,7 @@ class PullConsumer(RemoteClient):
                   broker_name: str | None = None) -> None:
         """Send a pulled message back for a later retry (CONSUMER_SEND_MSG_BACK, 36), as Java's
         ``sendMessageBack(msg, delayLevel, brokerName)``: ``message`` is a row of a pull's
-        messages (``PullResult.messages.to_pylist()``; its ``commitLogOffset``, ``msgId``,
+        messages (``PullResult.rows``; its ``commitLogOffset``, ``msgId``,
         ``topic`` and ``storeHost`` are used). The broker stores it in ``%RETRY%<group>``
         with ``reconsumeTimes + 1``, due after ``delay_level`` (0: ``3 + reconsumeTimes``), or
         in ``%DLQ%<group>`` once ``reconsumeTimes >= max_reconsume_times`` (None: the

@@ -39,7 +39,7 @@ from ..remoting.headers import (
 from .admin import parse_offset_msg_id
 from .loop import call
 from .producer import Producer, SendResult
-from .records import decode_records
+from .records import decode_record_rows
 from .remote import master_addr
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ class TransactionProducer(Producer):
             return None if req.is_oneway else req.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                                                          f" request type {req.code} not supported")
         header = CheckTransactionStateHeader.read(req.ext_fields)
-        (message,) = decode_records(req.body_bytes()).to_pylist()
+        (message,) = decode_record_rows(req.body_bytes())
         asyncio.get_running_loop().create_task(self._answer_check(conn, header, message))
         return None
 

@@ -3,10 +3,15 @@ timer, and a clean stop.
 
 ``await NameServerProcess(host, port).start()`` listens (127.0.0.1 by default; port 0 picks a
 free one, read :attr:`NameServerProcess.port`); every request is answered by the core at the
-clock's wall time; a connection that closes drops the brokers registered over it; every
+clock's monotonic time in ms (the core only compares times: a broker's last registration with
+now; a wall clock that steps would expire brokers early or late); a connection that closes drops the brokers registered over it; every
 :attr:`BrokerExpiry.interval_ms` the expiry drops brokers silent for 120 s and closes their
 connections. ``await stop()`` stops accepting, answers what is in flight and closes every
 connection. :meth:`NameServerProcess.serve` runs until SIGTERM or SIGINT, then stops.
+
+Footprint: the process imports the wire (:mod:`rmqnet.remoting`), the transport and this
+package, nothing of the store, pyarrow, pandas or numpy (a routing table needs none of them;
+``tests/wire/test_namesrv_footprint.py`` checks it). The default clock is the event loop's.
 """
 
 from __future__ import annotations
@@ -15,10 +20,8 @@ import asyncio
 import logging
 import signal
 
-from rmqlog import Clock, SystemClock
-
 from ..remoting import RemotingCommand
-from ..transport import Connection, Limits, RemotingServer
+from ..transport import Connection, Limits, LoopClock, MonotonicClock, RemotingServer
 from .server import BrokerExpiry, NameServer
 
 log = logging.getLogger(__name__)
@@ -30,14 +33,18 @@ DEFAULT_PORT = 9876
 class NameServerProcess:
     """One name server on a socket (see the module docstring)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, clock: Clock | None = None,
+    def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, clock: MonotonicClock | None = None,
                  limits: Limits | None = None) -> None:
-        self.clock = clock or SystemClock()
+        self.clock: MonotonicClock = clock or LoopClock()
         self.server = NameServer()
         self.expiry = BrokerExpiry(self.server)
         self.remoting = RemotingServer(self._handle, host=host, port=port, limits=limits, clock=self.clock)
         self._timer: asyncio.TimerHandle | None = None
         self._stopping = False
+
+    def now_ms(self) -> int:
+        """The clock's monotonic time in ms: the core's ``now_ms``."""
+        return int(self.clock.monotonic() * 1000)
 
     @property
     def port(self) -> int:
@@ -51,7 +58,7 @@ class NameServerProcess:
         if "namesrv" not in conn.attrs:  # the first request of this connection: watch its end
             conn.attrs["namesrv"] = True
             conn.on_close.append(self._closed)
-        return self.server.handle(req, self.clock.wall_ms(), conn)
+        return self.server.handle(req, self.now_ms(), conn)
 
     def _closed(self, conn: Connection) -> None:
         self.server.connection_closed(conn)
@@ -68,7 +75,7 @@ class NameServerProcess:
 
     def _expire(self) -> None:
         try:
-            for _, conn in self.expiry.run_once(self.clock.wall_ms()):
+            for _, conn in self.expiry.run_once(self.now_ms()):
                 if isinstance(conn, Connection):
                     conn.close()  # as Java closes an expired broker's channel
         except Exception:  # a failed scan must not end the timer

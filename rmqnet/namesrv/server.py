@@ -70,7 +70,8 @@ class NameServer:
         return sorted(int(c) for c in self._handlers)
 
     def handle(self, req: RemotingCommand, now_ms: int, conn: Hashable | None = None) -> RemotingCommand | None:
-        """The response to ``req`` at ``now_ms`` (wall-clock ms), ``None`` for a oneway request.
+        """The response to ``req`` at ``now_ms`` (ms of a clock that only moves forward: the
+        process's is monotonic), ``None`` for a oneway request.
         ``conn`` identifies the connection it came on (a broker registered over it is dropped
         when :meth:`connection_closed` names it). Raises nothing for what a peer sent."""
         handler = self._handlers.get(req.code)

@@ -25,8 +25,19 @@ header that does not decode (bad JSON, truncated binary header: no opaque to ans
 this connection alone, logged in one line naming the peer and the problem.
 
 Bounds: ``Limits.max_in_flight`` awaitables at once, then reading pauses (frames already read
-wait in a backlog of at most one read); the write buffer's high mark pauses reading too
-(``pause_writing``) until it drains. Nothing is queued without bound.
+wait in a backlog of at most one read). Back-pressure on answers (a peer that does not read
+them): the bytes this end has queued and the peer has not taken (:attr:`Connection.buffered`:
+answers of this turn not handed to the transport yet plus the transport's write buffer) are
+checked before each request is served; past ``Limits.write_high`` the answers so far go to the
+transport, and while its buffer stays above the mark (``pause_writing`` until it drains below
+``write_low``) no further request is served, the rest of the read waits in the backlog, and the
+socket is not read. Answers of requests already in flight still come: each one queued while
+the connection is over ``write_high`` counts, and one that would take it past
+``Limits.write_limit`` closes the connection at once (what is buffered is dropped, logged in
+one line); a connection that has bytes to send and sends none for ``Limits.write_timeout_ms``
+is closed by the :class:`~rmqnet.transport.idle.IdleSweeper`. So a connection holds at most
+``max(write_limit, write_high + one answer)`` bytes of answers, whatever the request codes.
+Nothing is queued without bound.
 
 Our own requests (:meth:`Connection.invoke`): opaques come from a per-connection counter; the
 waiting future and a timer are kept by opaque; the answer, the timer
@@ -123,6 +134,12 @@ class Connection(asyncio.Protocol):
         self._waiting: dict[int, _Waiting] = {}
         self._next_opaque = 0
         self._wbuf: list[bytes | memoryview] = []
+        self._wbuf_bytes = 0  # bytes in _wbuf
+        self._written = 0  # bytes handed to the transport, ever
+        #: the most :attr:`buffered` has been (after each queued answer or request), for tests
+        self.buffered_peak = 0
+        self._stall_seen = -1  # the sweeper's bookkeeping of sends (bytes sent seen, since when)
+        self._stall_since_ms = 0
         self._flush_scheduled = False
         self._write_paused = False
         self._reading = True
@@ -145,6 +162,20 @@ class Connection(asyncio.Protocol):
     def in_flight(self) -> int:
         """Requests being served by an awaitable handler now."""
         return len(self._in_flight)
+
+    @property
+    def buffered(self) -> int:
+        """Bytes this end has queued and the peer has not taken yet: the answers (and our own
+        requests) not handed to the transport yet plus the transport's write buffer."""
+        t = self._transport
+        return self._wbuf_bytes + (t.get_write_buffer_size() if t is not None and not self._lost else 0)
+
+    @property
+    def sent(self) -> int:
+        """Bytes the transport has handed to the socket so far (what was written to it minus
+        what its buffer still holds)."""
+        t = self._transport
+        return self._written - (t.get_write_buffer_size() if t is not None and not self._lost else 0)
 
     @property
     def reading(self) -> bool:
@@ -191,13 +222,16 @@ class Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self._write_paused = False
         self._writable.set()
+        if self._backlog:  # requests held back by the full buffer: their turn now
+            self._pump()
+            self._schedule_flush()
         self._update_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._closed = True
         self._lost = True
         self._backlog.clear()
-        self._wbuf = []
+        self._wbuf, self._wbuf_bytes = [], 0
         waiting, self._waiting = self._waiting, {}
         reason = str(exc) if exc else "closed"
         for w in waiting.values():
@@ -221,21 +255,23 @@ class Connection(asyncio.Protocol):
     # ---- serving requests -------------------------------------------------------------
 
     def _serve(self, frames: list[Frame]) -> None:
-        """Handle ``frames`` in order; at the in-flight cap the rest wait in the backlog."""
-        cap = self.limits.max_in_flight
-        for i, frame in enumerate(frames):
-            if self._closed:
-                return
-            if len(self._in_flight) >= cap or self._draining:
-                self._backlog.extend(frames[i:])
-                self._update_reading()
-                return
-            self._serve_one(frame)
+        """Handle ``frames`` in order (after any backlog); what a bound holds back waits."""
+        self._backlog.extend(frames)
+        self._pump()
 
-    def _serve_backlog(self) -> None:
-        cap = self.limits.max_in_flight
+    def _pump(self) -> None:
+        """Serve the backlog in order while no bound holds it: the in-flight cap, the server
+        draining, or (the serving side) answers past the write buffer's high mark, checked
+        before each request so one read of many requests cannot queue many answers."""
+        cap, high = self.limits.max_in_flight, self.limits.write_high
+        pressure = self.PAUSE_READING_ON_WRITE_PRESSURE
         while self._backlog and not self._closed and not self._draining and len(self._in_flight) < cap:
+            if pressure and self.buffered > high:
+                self._flush()  # to the transport: it pauses us until its buffer drains
+                if self._write_paused or self.buffered > high:
+                    break
             self._serve_one(self._backlog.popleft())
+        self._update_reading()
 
     def _serve_one(self, frame: Frame) -> None:
         try:
@@ -286,7 +322,7 @@ class Connection(asyncio.Protocol):
             self._queue_answer(req, res)
             self._schedule_flush()
         if self._backlog:
-            self._serve_backlog()
+            self._pump()
             self._schedule_flush()
         self._update_reading()
 
@@ -294,16 +330,41 @@ class Connection(asyncio.Protocol):
         try:
             res.opaque = req.opaque
             res.flag |= FLAG_RESPONSE
-            self._wbuf.extend(encode(res))
+            pieces = encode(res)
         except Exception as exc:  # a handler returned something that is not a command
             log.error("answer to request code %s from %s does not encode: %r", req.code, self.remote, exc)
-            self._wbuf.extend(encode(req.reply(ResponseCode.SYSTEM_ERROR, f"the answer does not encode: {_describe(exc)}")))
+            pieces = encode(req.reply(ResponseCode.SYSTEM_ERROR, f"the answer does not encode: {_describe(exc)}"))
+        self._enqueue(pieces, req.code)
+
+    def _enqueue(self, pieces: list[bytes | memoryview], code: int) -> bool:
+        """Queue a frame's pieces for the next flush, unless the connection is over its high
+        mark and this would take it past ``Limits.write_limit``: then the connection is closed
+        (the peer does not read) and False returned."""
+        size = sum(len(p) for p in pieces)
+        before = self.buffered
+        if before > self.limits.write_high and before + size > self.limits.write_limit:
+            self._overflow(before, size, code)
+            return False
+        self._wbuf.extend(pieces)
+        self._wbuf_bytes += size
+        if before + size > self.buffered_peak:
+            self.buffered_peak = before + size
+        return True
+
+    def _overflow(self, before: int, size: int, code: int) -> None:
+        log.warning("closing the connection from %s: %d bytes unsent (the peer does not read its answers), "
+                    "another %d (code %s) would pass the write limit of %d", self.remote, before, size, code,
+                    self.limits.write_limit)
+        self._wbuf, self._wbuf_bytes = [], 0
+        self._backlog.clear()
+        self.abort()
 
     # ---- reading bounds ---------------------------------------------------------------
 
     def _update_reading(self) -> None:
         """Read from the socket only when nothing bounds it: the in-flight cap, a backlog, a
-        full write buffer, or the server draining."""
+        full write buffer, or the server draining (a backlog is at most one read: requests
+        are not read faster than they are served)."""
         t = self._transport
         if t is None or self._closed:
             return
@@ -343,9 +404,10 @@ class Connection(asyncio.Protocol):
     def _flush(self) -> None:
         self._flush_scheduled = False
         if self._wbuf:
-            buf, self._wbuf = self._wbuf, []
+            buf, size, self._wbuf, self._wbuf_bytes = self._wbuf, self._wbuf_bytes, [], 0
             if self._transport is not None and not self._lost:
                 self.activity += 1
+                self._written += size
                 self._transport.writelines(buf)
 
     def _schedule_flush(self) -> None:
@@ -362,8 +424,8 @@ class Connection(asyncio.Protocol):
             return
         cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
         cmd.opaque = self._opaque()
-        self._wbuf.extend(encode(cmd))
-        self._schedule_flush()
+        if self._enqueue(encode(cmd), cmd.code):
+            self._schedule_flush()
 
     def _opaque(self) -> int:
         self._next_opaque = (self._next_opaque + 1) % _OPAQUE_WRAP
@@ -385,8 +447,8 @@ class Connection(asyncio.Protocol):
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
         timer = loop.call_later(timeout_s, self._expire, opaque, timeout_s) if timeout_s is not None else None
         self._waiting[opaque] = _Waiting(fut, timer, cmd.code)
-        self._wbuf.extend(encode(cmd))
-        self._schedule_flush()
+        if self._enqueue(encode(cmd), cmd.code):
+            self._schedule_flush()
         try:
             return await fut
         finally:
@@ -433,7 +495,7 @@ class Connection(asyncio.Protocol):
 
     def _refuse(self, problem: str) -> None:
         log.warning("closing the connection from %s: %s", self.remote, problem)
-        self._wbuf = []
+        self._wbuf, self._wbuf_bytes = [], 0
         self.abort()
 
 

@@ -8,9 +8,10 @@ waits up to ``grace_s`` for the requests in flight to be answered, then closes e
 connection (what is written is flushed; a connection still not closed after the grace is
 aborted).
 
-Idle connections are closed by an :class:`~rmqnet.transport.idle.IdleSweeper` the server
-runs on a timer of the event loop every ``sweep_interval_s`` (default: an eighth of
-``Limits.idle_ms``, between 50 ms and 15 s), reading ``clock`` (default the system's);
+Idle connections (``Limits.idle_ms``) and stalled ones (bytes to send, none sent for
+``Limits.write_timeout_ms``) are closed by an :class:`~rmqnet.transport.idle.IdleSweeper` the
+server runs on a timer of the event loop every ``sweep_interval_s`` (default: an eighth of the
+shorter of the two, between 50 ms and 15 s), reading ``clock`` (default the event loop's);
 ``server.idle_sweeper`` is there for tests to drive with a manual clock instead
 (``sweep_interval_s=0`` turns the timer off).
 """
@@ -20,10 +21,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from rmqlog import Clock
-
 from .connection import Connection, RequestHandler
-from .idle import IdleSweeper
+from .idle import IdleSweeper, MonotonicClock
 from .limits import Limits
 
 log = logging.getLogger(__name__)
@@ -33,7 +32,7 @@ class RemotingServer:
     """Serves ``handler(conn, request)`` on every accepted connection (see the module docstring)."""
 
     def __init__(self, handler: RequestHandler, *, host: str = "127.0.0.1", port: int = 0,
-                 limits: Limits | None = None, clock: Clock | None = None,
+                 limits: Limits | None = None, clock: MonotonicClock | None = None,
                  sweep_interval_s: float | None = None, backlog: int = 1024) -> None:
         self.handler = handler
         self.host = host
@@ -44,9 +43,10 @@ class RemotingServer:
         self._conns: set[Connection] = set()
         self._stopping = False
         self.idle_sweeper: IdleSweeper | None = (
-            IdleSweeper(lambda: self._conns, self.limits.idle_ms, clock) if self.limits.idle_ms else None)
+            IdleSweeper(lambda: self._conns, self.limits.idle_ms, clock, write_timeout_ms=self.limits.write_timeout_ms)
+            if self.limits.sweep_ms else None)
         if sweep_interval_s is None:
-            sweep_interval_s = min(15.0, max(0.05, self.limits.idle_ms / 8000))
+            sweep_interval_s = min(15.0, max(0.05, self.limits.sweep_ms / 8000))
         self.sweep_interval_s = sweep_interval_s
         self._sweep_timer: asyncio.TimerHandle | None = None
 

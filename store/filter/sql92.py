@@ -40,6 +40,11 @@ expression are refused (Java stops reading there and filters by the first part, 
 ``a = 1 b = 2`` filters by ``a = 1``); an expression is bounded (:data:`MAX_EXPRESSION_CHARS`,
 :data:`MAX_DEPTH`, :data:`MAX_NODES`), Java's only bound is the request's frame.
 
+Time: linear in the text. The tokens (:mod:`rmqlog.filter.tokens`) are read on demand, each
+character examined a bounded number of times; the parser takes each token once and builds each
+node once; an expression refused early (a run of 60,000 ``-`` is refused at the 101st, too
+deep) is not read further.
+
 Errors: :class:`FilterParseError` (an :class:`rmqlog.errors.InvalidArgumentError`) naming the
 position (0-based character) and the token.
 """
@@ -47,11 +52,11 @@ position (0-based character) and the token.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass
 from typing import Union
 
-from ..errors import InvalidArgumentError
+from .tokens import FilterParseError, Scanner, Token
+from .tokens import tokenize as tokenize  # the module's names before the tokenizer moved
 from .values import (
     BOOLEAN,
     DOUBLE,
@@ -78,19 +83,6 @@ MAX_EXPRESSION_CHARS = 65536
 MAX_DEPTH = 100
 #: Nodes in the tree at most (each costs one vectorized pass over a batch).
 MAX_NODES = 4096
-
-
-
-class FilterParseError(InvalidArgumentError):
-    """A SQL92 expression that RocketMQ's parser (or this one's bounds) refuses.
-
-    ``position``: 0-based character where the problem was found (``None``: the whole
-    expression); ``token``: the text there."""
-
-    def __init__(self, reason: str, *, position: int | None = None, token: str | None = None) -> None:
-        where = "" if position is None else f" at position {position}" + (f" (token {token!r})" if token is not None else "")
-        super().__init__(f"invalid SQL92 expression{where}: {reason}")
-        self.reason, self.position, self.token = reason, position, token
 
 
 # ------------------------------------------------------------------------------- tree
@@ -180,52 +172,6 @@ def properties(node: Node) -> tuple[str, ...]:
     return tuple(out)
 
 
-# -------------------------------------------------------------------------- tokenizer
-_KEYWORDS = frozenset(("NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS"))
-_SKIP = re.compile(r"[ \t\n\r\f]+|--[^\n\r]*(?:\r\n|\n|\r)|/\*[^*]*\*+(?:[^*/][^*]*\*+)*/")
-_PATTERNS = (  # (kind, regex); the longest match wins, the first on a tie (JavaCC's rule)
-    ("DECIMAL", re.compile(r"0|[1-9][0-9]*[lL]?")),
-    ("FLOAT", re.compile(r"[0-9]+\.[0-9]*(?:[eE][+-]?[0-9]+)?|\.[0-9]+(?:[eE][+-]?[0-9]+)?|[0-9]+[eE][+-]?[0-9]+")),
-    ("STRING", re.compile(r"'(?:''|[^'])*'")),
-    ("ID", re.compile(r"[a-zA-Z_$][a-zA-Z0-9_$]*")),
-    ("OP", re.compile(r"<>|>=|<=|[=><(),+-]")),
-)
-
-
-@dataclass(frozen=True, slots=True)
-class Token:
-    kind: str  # DECIMAL, FLOAT, STRING, ID, OP, a keyword (upper case), or EOF
-    text: str
-    pos: int
-
-
-def tokenize(text: str) -> list[Token]:
-    """The tokens of ``text`` then EOF; :class:`FilterParseError` at a character no token starts with."""
-    out: list[Token] = []
-    i, n = 0, len(text)
-    while True:
-        m = _SKIP.match(text, i)
-        while m is not None and m.end() > i:
-            i = m.end()
-            m = _SKIP.match(text, i)
-        if i >= n:
-            out.append(Token("EOF", "", n))
-            return out
-        best: tuple[str, str] | None = None
-        for kind, pattern in _PATTERNS:
-            m = pattern.match(text, i)
-            if m is not None and (best is None or len(m.group()) > len(best[1])):
-                best = (kind, m.group())
-        if best is None:
-            bad = text[i : i + 2] if text.startswith("/*", i) else text[i]
-            raise FilterParseError("unexpected character" if bad != "/*" else "unterminated comment", position=i, token=bad)
-        kind, word = best
-        if kind == "ID" and word.upper() in _KEYWORDS:
-            kind = word.upper()
-        out.append(Token(kind, word, i))
-        i += len(word)
-
-
 # ----------------------------------------------------------------------------- parser
 def parse(text: object) -> Node:
     """The expression tree of a SQL92 selector (see the module docstring); raises
@@ -236,24 +182,37 @@ def parse(text: object) -> Node:
         raise FilterParseError(f"the expression has {len(text)} characters, more than {MAX_EXPRESSION_CHARS}")
     if not text.strip():
         raise FilterParseError("the expression is empty")  # Java: "Expression can't be null!"
-    return _Parser(text).parse()
+    return Parser(text).parse()
 
 
-class _Parser:
+class Parser:
+    """The recursive-descent parser over a :class:`~rmqlog.filter.tokens.Scanner` read on
+    demand (JavaCC's parser asks its token manager so too): an expression refused early is
+    not scanned further. Work: one pass over the tokens, each node built once; recursion at
+    most :data:`MAX_DEPTH` levels deep (a few Python frames each), refused beyond."""
+
     def __init__(self, text: str) -> None:
-        self.tokens = tokenize(text)
-        self.i = 0
+        self.scanner = Scanner(text)
+        self.ahead: list[Token] = []  # tokens read and not taken yet (at most 2)
         self.depth = 0
         self.nodes = 0
         self.depths: dict[int, int] = {}  # id(node) -> depth of its tree
 
     # -- helpers
     def peek(self, k: int = 0) -> Token:
-        return self.tokens[min(self.i + k, len(self.tokens) - 1)]
+        ahead = self.ahead
+        if k < len(ahead):
+            return ahead[k]
+        while len(self.ahead) <= k:
+            if self.ahead and self.ahead[-1].kind == "EOF":
+                return self.ahead[-1]
+            self.ahead.append(self.scanner.next())
+        return self.ahead[k]
 
     def take(self) -> Token:
-        t = self.tokens[self.i]
-        self.i = min(self.i + 1, len(self.tokens) - 1)
+        t = self.peek()
+        if t.kind != "EOF":
+            del self.ahead[0]
         return t
 
     def expect(self, kind: str, text: str | None = None) -> Token:

@@ -19,6 +19,8 @@ the tests compare both on random expressions and properties.
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -275,11 +277,54 @@ class Sql92Filter:
         return out
 
 
+#: compiled filters kept by text: at most this many (RocketMQ's broker keeps 100 by text)...
+COMPILED_CACHE = 256
+#: ...and at most this many characters of expression text in all (a tree's size follows its
+#: text's: what the cache holds stays bounded whatever expressions clients send)
+COMPILED_CACHE_CHARS = 1 << 20
+
+
+class _Compiled:
+    """The last filters compiled, by text, least recently used dropped first (a lock: the
+    Spark side compiles from several threads)."""
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[str, Sql92Filter] = OrderedDict()
+        self.chars = 0
+        self.lock = threading.Lock()
+
+    def get(self, expression: str) -> Sql92Filter:
+        with self.lock:
+            found = self.entries.get(expression)
+            if found is not None:
+                self.entries.move_to_end(expression)
+                return found
+        tree = parse(expression)  # raises: a refusal is not kept
+        flt = Sql92Filter(expression, tree, properties(tree))
+        with self.lock:
+            if expression not in self.entries and len(expression) <= COMPILED_CACHE_CHARS:
+                self.entries[expression] = flt
+                self.chars += len(expression)
+                while len(self.entries) > COMPILED_CACHE or self.chars > COMPILED_CACHE_CHARS:
+                    old, _ = self.entries.popitem(last=False)
+                    self.chars -= len(old)
+        return flt
+
+
+_COMPILED = _Compiled()
+
+
 def compile_filter(expression: object) -> Sql92Filter:
     """Parse ``expression`` (:func:`rmqlog.filter.sql92.parse`: raises
-    :class:`rmqlog.filter.FilterParseError` naming position and token) into a filter."""
-    tree = parse(expression)
-    return Sql92Filter(str(expression), tree, properties(tree))
+    :class:`rmqlog.filter.FilterParseError` naming position and token) into a filter.
+
+    Filters compiled are kept by text (a filter is immutable: :data:`COMPILED_CACHE` of them
+    and :data:`COMPILED_CACHE_CHARS` characters of text at most): a consumer's pulls name the
+    same expression each time. A refusal is not kept (it raises, after a parse linear in the
+    text)."""
+    if not isinstance(expression, str):
+        parse(expression)  # raises the typed refusal
+    return _COMPILED.get(str(expression))
 
 
 class _Eval:

@@ -15,6 +15,7 @@ import rmqlog
 from rmqnet.broker import launch
 from rmqnet.broker.config import BrokerConfig
 from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode
+from rmqnet.transport import Limits
 from wire.broker_helpers import FakePeer, RecordingStore, make_broker
 
 
@@ -96,8 +97,8 @@ class _FakeServer:
 
     instances: list[_FakeServer] = []
 
-    def __init__(self, handler: Any, *, host: str, port: int) -> None:
-        self.handler, self.host, self.port = handler, host, port or 45678
+    def __init__(self, handler: Any, *, host: str, port: int, limits: Any) -> None:
+        self.handler, self.host, self.port, self.limits = handler, host, port or 45678, limits
         self.stopped: float | None = None
         _FakeServer.instances.append(self)
 
@@ -110,6 +111,7 @@ class _FakeServer:
 
 class _FakeTransport:
     RemotingServer = _FakeServer
+    Limits = Limits
 
 
 def test_process_start_serve_and_clean_stop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -186,6 +186,35 @@ def test_heartbeat_with_a_malformed_sql92_then_pull_is_filter_data_not_exist(bro
     assert do_pull(broker, pull_req(0, sys_flag=0, expression_type=None, sub_version=4)).code == ResponseCode.SYSTEM_ERROR
 
 
+def test_sixty_kilobytes_of_dashes_are_refused_in_one_pass_by_pull_and_heartbeat(broker: Any, monkeypatch: Any) -> None:
+    """Issue 42: one 40-60 KB pull or heartbeat of ``-`` froze the broker 7-26 s (the tokenizer
+    looked for a comment's line break from every ``-``), even with property filters off. The
+    characters the scanner examines are counted: one pass at most, whatever the request."""
+    from rmqlog.filter import sql92, tokens
+
+    scanned: list[tokens.Scanner] = []
+
+    class Counted(tokens.Scanner):
+        def __init__(self, text: str) -> None:
+            super().__init__(text)
+            scanned.append(self)
+
+    monkeypatch.setattr(sql92, "Scanner", Counted)
+    put(broker, 3)
+    dashes = "-" * 60_000
+    for switch in (False, True):
+        broker.config.enable_property_filter = switch
+        res = do_pull(broker, pull_req(0, expression=dashes))
+        assert res.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
+        assert res.remark == "parse the consumer's subscription failed"
+    peer = FakePeer()
+    assert heartbeat(broker, peer, dashes, 1).code == ResponseCode.SUCCESS  # Java's: the filter is not kept
+    res = do_pull(broker, pull_req(0, sys_flag=0, expression_type=None, sub_version=1))
+    assert res.code == ResponseCode.FILTER_DATA_NOT_EXIST
+    assert len(scanned) == 3
+    assert all(s.visited <= len(dashes) + 1_000 for s in scanned), [s.visited for s in scanned]
+
+
 # ------------------------------------------------------------- real clients
 def test_ali_ons_sql92_subscription_and_our_pull_consumer(tmp_path: Path) -> None:
     rcl.require_ali_ons()

@@ -281,6 +281,33 @@ def test_pull_sends_java_header_and_decodes_the_stored_records(fake: FakeServer)
     assert dict(m[0]["properties"])["UNIQ_KEY"] == f"{5:032X}"
 
 
+def test_a_small_pull_reply_is_decoded_without_the_arrow_table_until_asked(fake: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 42: the pull consumer spent 89% of its busy time building the Arrow table of each
+    small reply (~1 ms whatever its size). Now a reply of a few messages is decoded record by
+    record; the table's decode runs only when its table is asked for."""
+    import rmqlog
+    import rmqnet.client.consumer as consumer_module
+    import rmqnet.client.records as records_module
+
+    tables: list[int] = []
+
+    def counted(data: Any) -> Any:
+        tables.append(len(data))
+        return rmqlog.decode_records(data)
+
+    for module in (consumer_module, records_module):  # wherever the client takes it from
+        monkeypatch.setattr(module, "decode_records", counted, raising=False)
+    fake.route("T1")
+    fake.answers[11] = lambda r: r.reply(ResponseCode.SUCCESS, ext_fields={
+        "suggestWhichBrokerId": 0, "nextBeginOffset": 8, "minOffset": 0, "maxOffset": 20}, body=records(3, 5))
+    with PullConsumer("CG", fake.addr) as c:
+        res = c.pull("T1", 2, 5, 3)
+    assert tables == []  # no table built for three messages
+    assert len(res) == 3 and [r["body"] for r in res.rows] == [b"body-5", b"body-6", b"body-7"]
+    assert res.messages["body"][0].as_py() == b"body-5"  # the table when asked (the README's form)
+    assert res.messages.equals(rmqlog.decode_records(records(3, 5)))
+
+
 def test_pull_without_suspend_sends_sysflag_4(fake: FakeServer) -> None:
     fake.route("T1")
     fake.answers[11] = lambda r: r.reply(ResponseCode.PULL_NOT_FOUND, ext_fields={"nextBeginOffset": 9, "minOffset": 0, "maxOffset": 9})
