@@ -10,13 +10,25 @@ of a column once each and spreads the results with their dictionary indices.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
 
+#: 31**k mod 2**32 for k = _POW_MAX - 1 down to 0: an ASCII string of n characters hashes as
+#: the sum of its bytes times the last n of them (one C-level map, no Python step per character)
+_POW_MAX = 1024
+_POWERS = [pow(31, k, 1 << 32) for k in range(_POW_MAX - 1, -1, -1)]
+
+
 def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode()`` of ``text`` as a signed 32-bit int."""
+    if text.isascii() and len(text) <= _POW_MAX:  # (one UTF-16 unit per byte)
+        data = text.encode()
+        h = sum(map(operator.mul, data, _POWERS[_POW_MAX - len(data):])) & 0xFFFFFFFF
+        return h - (1 << 32) if h & 0x80000000 else h
     units = text.encode("utf-16-be")
     h = 0
     for i in range(0, len(units), 2):

@@ -278,3 +278,15 @@ def test_a_non_ascii_property_still_goes_through_the_general_path(tmp_path: Path
         s.close()
 
 
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.one_of(st.text(st.characters(max_codepoint=127), max_size=1100), st.text(max_size=40)))
+def test_the_java_hash_of_ascii_text_is_the_utf16_loop(text: str) -> None:
+    """``java_string_hash``'s one-map form for ASCII text gives the UTF-16 code-unit loop's value."""
+    from rmqlog.hashing import java_string_hash
+
+    units, h = text.encode("utf-16-be"), 0
+    for i in range(0, len(units), 2):
+        h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
+    assert java_string_hash(text) == (h - (1 << 32) if h & 0x80000000 else h)

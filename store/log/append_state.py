@@ -93,15 +93,22 @@ class AppendState:
     slot: int = field(default=-1, compare=False)
     slot_size: int = field(default=0, compare=False)
     ino: int | None = field(default=None, compare=False)
+    #: both slots' 16-byte headers as this state's load read them (what :meth:`AppendStateFile.version` reads)
+    heads: tuple[bytes, bytes] | None = field(default=None, compare=False)
 
-    def __setattr__(self, name: str, value: Any) -> None:
-        # a plain dict given for a table becomes one without a base (all of it changed)
-        if name in ("queues", "writers") and not isinstance(value, LayeredTable):
-            value = LayeredTable(None, dict(value))
-        object.__setattr__(self, name, value)
+    def __post_init__(self) -> None:
+        self.layered()
+
+    def layered(self) -> None:
+        """Tables given (or assigned) as plain dicts become ones without a base (all of them changed)."""
+        if not isinstance(self.queues, LayeredTable):
+            self.queues = LayeredTable(None, dict(self.queues))
+        if not isinstance(self.writers, LayeredTable):
+            self.writers = LayeredTable(None, dict(self.writers))
 
     def to_bytes(self) -> bytes:
         """The slot's JSON: the whole state without a base, else the changes since it."""
+        self.layered()
         d: dict[str, Any] = {"version": VERSION, "tail": self.tail, "storeTimestamp": self.store_timestamp}
         if self.base:
             d["base"] = self.base
@@ -139,7 +146,7 @@ class AppendState:
 def _copy(state: AppendState) -> AppendState:
     """A copy the caller may change (its deltas are its own; the base is shared, never changed)."""
     return AppendState(state.tail, state.store_timestamp, state.queues.copy(), state.writers.copy(), state.base,
-                       state.seq, state.slot, state.slot_size, state.ino)
+                       state.seq, state.slot, state.slot_size, state.ino, state.heads)
 
 
 MAGIC = b"RMQASTv2"
@@ -164,6 +171,8 @@ class AppendStateFile:
         # returns a copy instead of reading and parsing the JSON again (~50 us a put)
         self._cache: tuple[tuple[int | None, int, int, int, int], AppendState] | None = None
         self._slot_size: tuple[int | None, int] | None = None  # (inode, slot size) of a file read
+        #: the :meth:`version` token of the state this process published last (``None``: unknown)
+        self.published_version: tuple[int, bytes, bytes, int] | None = None
         #: the bases read or written, by generation (the two newest kept: the slots name at
         #: most two); their tables are shared by every state of that generation, never changed
         self._bases: dict[int, tuple[dict[str, int], dict[str, Any]]] = {}
@@ -264,8 +273,9 @@ class AppendStateFile:
             _, size, _ = _HEADER.unpack(head)
             self._slot_size = (self._ino, size)
         found: list[tuple[int, int, int, int]] = []
+        heads = (os.pread(fd, _SLOT_HEADER.size, _HEADER.size), os.pread(fd, _SLOT_HEADER.size, _HEADER.size + size))
         for slot in (0, 1):
-            h = os.pread(fd, _SLOT_HEADER.size, _HEADER.size + slot * size)
+            h = heads[slot]
             if len(h) == _SLOT_HEADER.size:
                 seq, length, crc = _SLOT_HEADER.unpack(h)
                 if 0 < length <= size - _SLOT_HEADER.size:
@@ -274,7 +284,10 @@ class AppendStateFile:
             key = (self._ino, seq, slot, length, crc)
             cache = self._cache  # one read: another thread may replace it meanwhile
             if cache is not None and cache[0] == key:  # unchanged since this process saw it
-                return (_copy(cache[1]) if copy else cache[1]), seq, slot
+                got = _copy(cache[1]) if copy else cache[1]
+                if copy:
+                    got.heads = heads
+                return got, seq, slot
             raw = os.pread(fd, _SLOT_HEADER.size + length, _HEADER.size + slot * size)
             seq2, length2, crc2 = _SLOT_HEADER.unpack_from(raw)
             body = raw[_SLOT_HEADER.size :]
@@ -284,6 +297,7 @@ class AppendStateFile:
                 except BaseMissingError:
                     continue  # overwritten since, or lost: the other slot, else read again
                 state.seq, state.slot, state.slot_size, state.ino = seq, slot, size, self._ino
+                state.heads = heads
                 self._remember(key, state)
                 return state, seq, slot
         return None
@@ -352,6 +366,7 @@ class AppendStateFile:
         from, with no read of the file again. Changes past :data:`DELTA_MAX_BYTES` are first
         compacted into a new base (:mod:`rmqlog.log.append_base`).
         """
+        state.layered()
         body = state.to_bytes()
         compacted = False
         if len(body) > DELTA_MAX_BYTES and (state.queues.delta or state.writers.delta):
@@ -392,6 +407,11 @@ class AppendStateFile:
             raise_if_disk_full(exc, self.path, "publishing the append state")
             raise
         state.seq, state.slot, state.slot_size, state.ino = seq, slot, size, self._ino
+        if state.heads is not None:  # (loaded under this lock hold: the other slot is as read)
+            heads = list(state.heads)
+            heads[slot] = data[:_SLOT_HEADER.size]
+            state.heads = (heads[0], heads[1])
+            self.published_version = (self._ino, heads[0], heads[1], state.tail)
         self._remember((self._ino, seq, slot, len(body), crc), state)
 
     def _rewrite(self, state: AppendState, body: bytes, *, durable: bool) -> None:

@@ -15,7 +15,7 @@ the caller wakes the dispatcher, which reads them all (:meth:`Dispatcher.dispatc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -29,12 +29,14 @@ Unit = tuple[str, int, int, int, int, int]
 
 
 def dispatch_direct(dispatcher: Dispatcher, start: int, end: int, units: Sequence[Unit], store_timestamp: int,
-                    index: Callable[[], object] | None = None) -> bool:
+                    index: Callable[[], object] | None = None, version: Hashable | None = None) -> bool:
     """Write the units of the records appended and published at ``[start, end)`` (in log order); returns
     whether they are dispatched (by this call, or already by another dispatch), ``False``
     when the dispatcher stands before ``start`` (see the module docstring). Raises what the
     writes raise (:class:`rmqlog.errors.DiskFullError`): the position then stays, and the next
-    dispatch writes them again."""
+    dispatch writes them again. ``version``: the append state's token of the publish that ended at
+    ``end`` (:attr:`rmqlog.log.append_state.AppendStateFile.published_version`): background rounds
+    stay idle while it is the newest."""
     if dispatcher.index_hook is not None and index is None:
         return False
     maxes: Maxes = {}
@@ -59,6 +61,6 @@ def dispatch_direct(dispatcher: Dispatcher, start: int, end: int, units: Sequenc
         dispatcher.save_position(end, max(last_ts, store_timestamp))
         if dispatcher.arrival.active:
             dispatcher.arrival.foreign(dispatcher.commitlog, start, end, maxes)
-        dispatcher.caught_up(end)
+        dispatcher.caught_up(end, version)
     dispatcher.arrival.notify(maxes)
     return True

@@ -54,8 +54,9 @@ class DispatchPositionFile:
     def write(self, offset: int, store_timestamp: int) -> None:
         """Write the position in place. Raises :class:`rmqlog.errors.DiskFullError` when the
         file must grow and there is no room (it keeps what it had)."""
-        data = json.dumps({"version": 1, "offset": offset, "storeTimestamp": store_timestamp,
-                           "crc": position_crc(offset, store_timestamp)}).encode()
+        # (formatted directly: json.dumps of the dict costs ~4 us of every dispatch; the same JSON)
+        data = (f'{{"version": 1, "offset": {int(offset)}, "storeTimestamp": {int(store_timestamp)}, '
+                f'"crc": {position_crc(offset, store_timestamp)}}}').encode()
         f = self._file
         if f is not None and self._writable and self._dir is not None:
             st = os.fstat(f.fileno())

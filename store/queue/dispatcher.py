@@ -221,11 +221,11 @@ class Dispatcher:
             raise error
         log.warning("%s; the dispatch position will be derived from the consume queues (not past %d)", error, offset)
 
-    def caught_up(self, end: int) -> None:
+    def caught_up(self, end: int, version: Hashable | None) -> None:
         """After a dispatch up to ``end`` from the records' own fields (:mod:`rmqlog.queue.direct_dispatch`,
-        lock held): if nothing was published past it, background rounds idle until the next publish."""
-        version = self.tail_version() if self.tail_version is not None else None
-        if version is not None and version[-1] <= end:  # (the token's last item: its state's tail)
+        lock held): if ``version`` (the token of the state published with them, its tail last) ends
+        there, background rounds idle until the next publish (:meth:`run_once`)."""
+        if isinstance(version, tuple) and version and version[-1] <= end:
             self._idle_at = version
 
     def position(self) -> int:
