@@ -16,7 +16,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-
 #: 31**k mod 2**32 for k = _POW_MAX - 1 down to 0: an ASCII string of n characters hashes as
 #: the sum of its bytes times the last n of them (one C-level map, no Python step per character)
 _POW_MAX = 1024
