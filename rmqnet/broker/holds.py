@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..remoting import RemotingCommand
+from ..transport import complete
 from .peer import Peer
 
 #: heap entries of answered pulls tolerated beyond twice the held ones before a compaction
@@ -150,7 +151,7 @@ class PullHoldService:
     def notify_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         """One queue's max offset grew to ``max_offset`` (any thread)."""
         if self._by_queue:
-            self._on_loop(self._arrived, ((topic, int(queue_id), int(max_offset)),), now=False)
+            self._on_loop(self._arrived, ((topic, int(queue_id), int(max_offset)),))
 
     def notify_arrivals(self, topics: Iterable[str], queue_ids: Iterable[int], max_offsets: Iterable[int]) -> None:
         """The dispatcher's signal for one pass, one entry per queue that grew (any thread;
@@ -159,7 +160,8 @@ class PullHoldService:
         if not self._by_queue:
             return
         entries = tuple(zip(topics, (int(q) for q in queue_ids), (int(m) for m in max_offsets), strict=True))
-        self._on_loop(self._arrived, entries, now=False)
+        # on the loop's thread (a put's own dispatch): at once, its answers written with the put's
+        self._on_loop(self._arrived, entries)
 
     def _arrived(self, entries: tuple[tuple[str, int, int], ...]) -> None:
         for topic, queue_id, max_offset in entries:
@@ -186,8 +188,7 @@ class PullHoldService:
     # ----------------------------------------------------------- answering
     def _finish(self, held: HeldPull, res: RemotingCommand | None) -> None:
         self._remove(held)  # now, not in the done callback a loop turn later
-        if not held.future.done():
-            held.future.set_result(res)
+        complete(held.future, res)  # (its answer queued now: written by the next flush_completed)
 
     def _answer(self, held: HeldPull, *, final: bool) -> None:
         if held.future.done() or held.peer.closed:

@@ -59,6 +59,7 @@ from rmqlog.paths import TOPIC_MAX_BYTES
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
 from ..remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
+from ..transport import complete, flush_completed
 from .codes import STOPPING_REMARK, SYSTEM_BUSY_REMARK, illegal_remark, store_error_code
 from .peer import Peer
 from .topics import DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_WRITE, RETRY_PREFIX, topic_text
@@ -346,6 +347,7 @@ class SendService:
             self._put([s])
         if run:
             self._put(run)
+        flush_completed()  # the answers, and those of the held pulls the puts woke, in one write each
 
     def _put(self, sends: list[_Send]) -> None:
         marker = sends[0].marker if len(sends) == 1 else None
@@ -518,8 +520,7 @@ def _waits(properties: str) -> bool:
 
 
 def _resolve(s: _Send, reply: RemotingCommand | None) -> None:
-    if not s.future.done():
-        s.future.set_result(reply)
+    complete(s.future, reply)  # (its answer queued now; written by flush_completed in this turn)
 
 
 def _repeat(value: Any, typ: pa.DataType, n: int) -> pa.Array:

@@ -13,7 +13,7 @@ The transport imports nothing of the store (the name server stands on it alone).
 """
 
 from .client import ClientConnection, connect
-from .connection import Connection, RequestHandler
+from .connection import Connection, RequestHandler, complete, flush_completed
 from .errors import ConnectionLostError, RemotingTimeoutError, TransportError
 from .idle import IdleSweeper, LoopClock, MonotonicClock
 from .limits import Limits
@@ -21,5 +21,6 @@ from .server import RemotingServer
 
 __all__ = [
     "ClientConnection", "connect", "Connection", "RequestHandler", "ConnectionLostError", "RemotingTimeoutError",
-    "TransportError", "IdleSweeper", "LoopClock", "MonotonicClock", "Limits", "RemotingServer",
+    "TransportError", "IdleSweeper", "LoopClock", "MonotonicClock", "Limits", "RemotingServer", "complete",
+    "flush_completed",
 ]

@@ -306,10 +306,14 @@ class Connection(asyncio.Protocol):
             return
         self._in_flight.add(fut)
         fut.add_done_callback(lambda f: self._finished(req, f))
+        if fut is res:  # a processor's own future: complete() may finish it at once (see there)
+            fut.rmq_finish = lambda: self._finished(req, fut, eager=True)  # type: ignore[attr-defined]
         if len(self._in_flight) >= self.limits.max_in_flight:
             self._update_reading()
 
-    def _finished(self, req: RemotingCommand, fut: asyncio.Future[Any]) -> None:
+    def _finished(self, req: RemotingCommand, fut: asyncio.Future[Any], eager: bool = False) -> None:
+        if fut not in self._in_flight:  # finished at once by complete(): its done callback has nothing left
+            return
         self._in_flight.discard(fut)
         if fut.cancelled():
             res: Any = req.reply(ResponseCode.SYSTEM_ERROR, "the request's processing was cancelled")
@@ -320,11 +324,18 @@ class Connection(asyncio.Protocol):
             res = fut.result()
         if res is not None and not req.flag & FLAG_ONEWAY and not self._closed:
             self._queue_answer(req, res)
-            self._schedule_flush()
+            self._after_answer(eager)
         if self._backlog:
             self._pump()
-            self._schedule_flush()
+            self._after_answer(eager)
         self._update_reading()
+
+    def _after_answer(self, eager: bool) -> None:
+        if eager:  # written by flush_completed() in this turn of the loop
+            _COMPLETED.add(self)
+            _schedule_completed(self._loop)
+        else:
+            self._schedule_flush()
 
     def _queue_answer(self, req: RemotingCommand, res: Any) -> None:
         try:
@@ -497,6 +508,45 @@ class Connection(asyncio.Protocol):
         log.warning("closing the connection from %s: %s", self.remote, problem)
         self._wbuf, self._wbuf_bytes = [], 0
         self.abort()
+
+
+#: connections with answers queued by :func:`complete`, written by :func:`flush_completed`
+_COMPLETED: set[Connection] = set()
+_completed_scheduled = False
+
+
+def complete(fut: asyncio.Future[Any], result: Any) -> None:
+    """Resolve a processor's future with ``result`` (if not done yet) and, when a connection
+    awaits it, queue its answer now instead of in a done callback a loop turn later; the
+    answers are written by :func:`flush_completed`, which the caller runs once it has completed
+    a round of futures (a broker's put: its sends' answers and the held pulls it woke leave in
+    one write per connection, in this turn of the loop). A call of it is also scheduled, in
+    case the caller does not get to it."""
+    if fut.done():
+        return
+    fut.set_result(result)
+    finish = getattr(fut, "rmq_finish", None)
+    if finish is not None:
+        finish()
+
+
+def flush_completed() -> None:
+    """Write the answers :func:`complete` queued (one write per connection)."""
+    while _COMPLETED:
+        _COMPLETED.pop()._flush()
+
+
+def _schedule_completed(loop: asyncio.AbstractEventLoop | None) -> None:
+    global _completed_scheduled
+    if not _completed_scheduled and loop is not None:
+        _completed_scheduled = True
+        loop.call_soon(_flush_completed_later)
+
+
+def _flush_completed_later() -> None:
+    global _completed_scheduled
+    _completed_scheduled = False
+    flush_completed()
 
 
 def _describe(exc: BaseException) -> str:

@@ -202,12 +202,16 @@ def test_short_polling_holds_for_short_polling_time(broker: Any) -> None:
     run(go())
 
 
-def test_arrival_on_the_loop_thread_is_handled_after_the_caller_returns(broker: Any) -> None:
+def test_arrival_on_the_loop_thread_is_answered_inside_the_notifying_call(broker: Any) -> None:
+    """On the loop's thread (a broker's put dispatching itself) the held pull is answered at
+    once, so that its answer leaves in the same turn of the loop as the send's."""
     async def go() -> None:
         fut = held(broker, pull_req(0))
-        put(broker, ["A"])
-        broker.holds.notify_arrival("T", 0, 1)
-        assert not fut.done(), "handled on the next turn, not inside the notifying call"
+        broker.store.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"A"]}))  # not dispatched
+        broker.holds.notify_arrival("T", 0, 0)
+        assert not fut.done()  # (nothing past the held offset)
+        broker.store.dispatch()  # the store's signal, on this thread
+        assert fut.done(), "answered inside the notifying call"
         assert (await fut).code == ResponseCode.SUCCESS
 
     run(go())

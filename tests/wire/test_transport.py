@@ -653,6 +653,44 @@ def test_many_requests_in_one_write_are_answered_in_one_write() -> None:
     run(t)
 
 
+def test_futures_completed_by_complete_are_answered_by_flush_completed_in_the_same_turn() -> None:
+    """A processor that resolves its futures with ``complete`` has their answers written by its
+    ``flush_completed``, in that turn of the loop, one write per connection, not in done
+    callbacks and a flush scheduled turns later."""
+    from rmqnet.transport import complete, flush_completed
+
+    async def t() -> None:
+        loop = asyncio.get_running_loop()
+        pending: list[tuple[asyncio.Future[Any], RemotingCommand]] = []
+        written: list[tuple[str, int]] = []
+
+        def deferred(conn: Connection, r: RemotingCommand) -> Any:
+            fut = loop.create_future()
+            pending.append((fut, r))
+            if len(pending) == 1:
+                loop.call_soon(answer_all)
+            return fut
+
+        def answer_all() -> None:
+            for fut, r in pending:
+                complete(fut, r.reply(ResponseCode.SUCCESS, None, {"n": r.ext_fields.get("n", "")}))
+            pending.clear()
+            written.append(("before flush", sum(c._wbuf_bytes for c in server.connections)))
+            flush_completed()
+            written.append(("after flush", sum(c._wbuf_bytes for c in server.connections)))
+
+        server = await serve(deferred)
+        raw = await Raw.open(server)
+        await raw.send(b"".join(frame(10, i, ext={"n": i}) for i in range(1, 21)))
+        got = [await raw.next() for _ in range(20)]
+        assert [g.opaque for g in got] == list(range(1, 21))
+        assert written[0][0] == "before flush" and written[0][1] > 0  # queued at complete() ...
+        assert written[1] == ("after flush", 0)  # ... and written by flush_completed, not later
+        raw.writer.close()
+        await server.stop(1)
+    run(t)
+
+
 def test_limits_refuse_nonsense() -> None:
     with pytest.raises(ValueError, match="max_in_flight"):
         Limits(max_in_flight=0)
