@@ -9,8 +9,9 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import rmqlog
 from conftest import small_store_config
+
+import rmqlog
 from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode
 from wire.broker_helpers import FakePeer, make_broker, run, send_header, send_request
 from wire.test_send_back import back
