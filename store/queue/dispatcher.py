@@ -131,7 +131,7 @@ class Dispatcher:
         #: the listeners told which queues got units (:mod:`rmqlog.queue.arrival`)
         self.arrival = ArrivalSignal()
         #: ``dispatch.state`` (:mod:`rmqlog.queue.dispatch_position`)
-        self.position_file = DispatchPositionFile(state_path)
+        self.position_file = DispatchPositionFile(state_path, lock)
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
         """Call ``callback(topics, queue_ids, max_offsets)`` after every dispatch that gave
