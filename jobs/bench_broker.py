@@ -541,7 +541,7 @@ def main() -> None:
     b.add_argument("--state-offsets", type=int, default=100_000, help="offset entries of the large state")
     b.add_argument("--state-filled", type=int, default=0, help="topics of the large state holding a message each")
     b.add_argument("--state-requests", type=int, default=200, help="requests of each kind and state a round, at most")
-    b.add_argument("--state-seconds", type=float, default=3.0, help="seconds of each kind and state a round, at most")
+    b.add_argument("--state-seconds", type=float, default=2.0, help="seconds of each kind and state a round, at most")
     b.add_argument("--cpp-messages", type=int, default=500, help="synchronous sends a round from the C++ client")
     b.add_argument("--namesrv-brokers", type=int, default=10, help="brokers registering with the name server")
     b.add_argument("--namesrv-topics", type=int, default=1000, help="topics each of those brokers registers")

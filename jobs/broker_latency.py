@@ -140,7 +140,8 @@ def inflight(run: Run) -> None:
     for ours, peers, label in (("async", ("redis-everysec", "redis-always", "nats"), "ASYNC_FLUSH"),
                                ("sync", ("redis-always", "redis-everysec", "nats"), "SYNC_FLUSH")):
         report(run.b, f"1 KiB sends, 64 in flight over 4 connections, {label}", fig[ours], "msgs/s",
-               [(f"{LABELS[p]}, same load", fig[p]) for p in peers if p in fig])
+               [(f"{LABELS[p]}, {'acked publishes' if p == 'nats' else 'XADD'}, same load", fig[p])
+                for p in peers if p in fig])
 
 
 # ---- long polling: a send to a held consumer's hand --------------------------------------

@@ -53,7 +53,7 @@ LABELS = {
     "async": "rmqlog broker, ASYNC_FLUSH",
     "sync": "rmqlog broker, SYNC_FLUSH",
     "bare": "bare server (rmqnet.transport, nothing stored)",
-    "nats": "NATS JetStream (file storage, acked publish)",
+    "nats": "NATS JetStream (file storage)",
     "redis-always": "Redis Streams, appendfsync always",
     "redis-everysec": "Redis Streams, appendfsync everysec",
 }
@@ -230,9 +230,11 @@ def _fmt(value: float, unit: str) -> str:
     if unit == "msgs/s":
         return f"{value:,.0f} {unit}"
     if unit in ("ms", "MiB", "% of a core"):
-        return f"{value:.3f} {unit}" if unit == "ms" else f"{value:.1f} {unit}"
+        return f"{value:,.3f} {unit}" if unit == "ms" else f"{value:,.1f} {unit}"
     if unit == "us":
         return f"{value:,.1f} {unit}"
+    if unit == "s":
+        return f"{value:.2f} {unit}"
     return f"{value:g} {unit}"
 
 

@@ -245,11 +245,11 @@ def state(run: Run) -> None:
               f"medians of {a.rounds} rounds")
         for kind in KINDS:
             small, big = med(p50s[(kind, "small")]), med(p50s[(kind, "large")])
+            print(f"({kind}: {counts[(kind, 'small')]:,} requests at the small state, {counts[(kind, 'large')]:,} at the large)")
             report(run.b, f"state: {kind} p50 at {large}", big, "ms",
-                   [(f"the same at {SMALL_TOPICS} topics "
-                     f"({counts[(kind, 'small')]} and {counts[(kind, 'large')]} requests)", small)])
+                   [(f"the same at {SMALL_TOPICS} topics, 1 group, 1 offset entry", small)])
         report(run.b, f"state: the broker's start to its ready line at {large}", brokers["large"].start_s, "s",
-               [(f"the same at {SMALL_TOPICS} topics", brokers["small"].start_s)])
+               [(f"the same at {SMALL_TOPICS} topics, 1 group, 1 offset entry", brokers["small"].start_s)])
     finally:
         for b in brokers.values():
             b.stop()
