@@ -63,6 +63,7 @@ import pyarrow as pa
 from broker_load import (  # jobs/ is this script's directory
     HOST,
     Load,
+    LoadPool,
     Outcome,
     Wire,
     check_ok,
@@ -152,6 +153,8 @@ class Run:
         self.root = self.servers.root("async")
         self.broker: Server | None = None
         self.bare: Server | None = None
+        #: the load's worker processes, spawned once for the run
+        self.pool = LoadPool()
 
     # -- set-up
 
@@ -165,6 +168,7 @@ class Run:
               f"{bare.pid} at {HOST}:{bare.port}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
 
     def stop(self) -> None:
+        self.pool.close()
         self.servers.stop_all()
 
     def profiled(self, part: str, requests: int, fn: Callable[[], T]) -> T:
@@ -187,7 +191,7 @@ class Run:
 
         def load(port: int) -> Outcome:
             return run_loads([Load(port, "send", 1, 16, per_conn, "BenchTopic", queues=4, body_size=100)
-                              for _ in range(4)])
+                              for _ in range(4)], self.pool)
 
         assert self.broker is not None and self.bare is not None
         broker, bare, port = [], [], self.broker.port
@@ -354,7 +358,7 @@ class Run:
                 peer.append(self._read_window_rate("BenchPull", m, requests * stride))
                 loads = [Load(self.broker.port, "pull", 1, 4, requests, "BenchPull", queue_ids=(q,), max_msg_nums=m,
                               stride=stride) for q in range(4)]
-                got.append(self.profiled(f"pull-{m}", 4 * requests, functools.partial(run_loads, loads)))
+                got.append(self.profiled(f"pull-{m}", 4 * requests, functools.partial(run_loads, loads, self.pool)))
                 if m == 32 and redis is not None:
                     redis_rates.append(self._peer_pull_rate(redis, "xread", "BenchPull", per_queue))
                 if m == 32 and nats is not None:
@@ -419,7 +423,7 @@ class Run:
         """Reads of 32 of each of 4 queues, a worker process per queue, 4 in flight: msgs/s."""
         requests = per_queue // 32
         out = run_loads([Load(port, kind, 1, 4, requests, topic, queue_ids=(q,), max_msg_nums=32, stride=32)
-                         for q in range(4)])
+                         for q in range(4)], self.pool)
         if out.errors or out.messages != 4 * requests * 32:
             raise RuntimeError(f"{kind} reads of 32: {out.errors} errors ({out.codes}), {out.messages} messages")
         return rate(out)
@@ -497,7 +501,7 @@ class Run:
 
         def load(port: int) -> Outcome:
             return run_loads([Load(port, "send", c, 1, k, "BenchTopic", queues=4, body_size=100)
-                              for c in split if c])
+                              for c in split if c], self.pool)
 
         broker: list[Outcome] = []
         bare: list[Outcome] = []

@@ -128,9 +128,9 @@ def inflight(run: Run) -> None:
             loads = [Load(srv.port, KINDS[key], 1, 16, per_conn, "BenchFlight", queues=4, body_size=1024)
                      for _ in range(4)]
             if key == "async":
-                out = run.profiled("inflight", 4 * per_conn, lambda ls=loads: run_loads(ls))
+                out = run.profiled("inflight", 4 * per_conn, lambda ls=loads: run_loads(ls, run.pool))
             else:
-                out = run_loads(loads)
+                out = run_loads(loads, run.pool)
             if out.errors:
                 raise RuntimeError(f"64 in flight to {LABELS[key]}: {out.errors} errors ({out.codes})")
             rates.setdefault(key, []).append(rate(out))

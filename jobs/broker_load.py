@@ -43,6 +43,7 @@ import signal
 import socket
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -383,7 +384,9 @@ def _peer_frames(load: Load, conn: int, out: Outcome) -> tuple[list[bytes], Coun
     return [frame], peers_nats.NatsCounter(out, batch=load.max_msg_nums), prelude
 
 
-async def _drive(load: Load, barrier: Any) -> Outcome:
+async def _drive(load: Load, start: Callable[[], None]) -> Outcome:
+    """Connect ``load``'s connections and encode their frames, call ``start`` (which returns
+    when every worker of the load is ready), then drive them."""
     loop = asyncio.get_running_loop()
     out = Outcome()
     pipes: list[Pipeline] = []
@@ -396,7 +399,7 @@ async def _drive(load: Load, barrier: Any) -> Outcome:
             out.failed_connections += 1
             continue
         pipes.append(pipe)
-    barrier.wait()  # every worker connected and its frames encoded: start together
+    start()  # every worker connected and its frames encoded: start together
     out.t0 = time.monotonic()
     for p in pipes:
         p.begin()
@@ -411,9 +414,12 @@ async def _drive(load: Load, barrier: Any) -> Outcome:
     return out
 
 
-def run_loads(loads: list[Load]) -> Outcome:
+def run_loads(loads: list[Load], pool: LoadPool | None = None) -> Outcome:
     """Run each load in a worker process of its own, started together; the merged outcome
-    (span from the first start to the last end)."""
+    (span from the first start to the last end). Without ``pool``, the workers are spawned
+    for this call and end with it."""
+    if pool is not None:
+        return pool.run(loads)
     ctx = mp.get_context("spawn")
     barrier = ctx.Barrier(len(loads))
     results = ctx.Queue()
@@ -428,6 +434,10 @@ def run_loads(loads: list[Load]) -> Outcome:
         outs.append(got)
     for p in procs:
         p.join()
+    return _merge(outs)
+
+
+def _merge(outs: list[Outcome]) -> Outcome:
     merged = Outcome(t0=min(o.t0 for o in outs), t1=max(o.t1 for o in outs))
     for o in outs:
         for c, n in o.codes.items():
@@ -436,6 +446,70 @@ def run_loads(loads: list[Load]) -> Outcome:
         merged.failed_connections += o.failed_connections
         merged.unanswered += o.unanswered
     return merged
+
+
+class LoadPool:
+    """Worker processes spawned once and reused by every :func:`run_loads` of a run (a spawned
+    worker imports the job's modules first: ~1 s a process on a loaded 2-core machine). Each
+    call gives worker ``i`` load ``i``; every worker connects and encodes its frames and says
+    so, then all are told to start at once (the parent's go, instead of a barrier, which
+    cannot be handed to a process already running). :meth:`close` ends them."""
+
+    def __init__(self) -> None:
+        self.ctx = mp.get_context("spawn")
+        self.results: Any = self.ctx.Queue()
+        self.workers: list[tuple[Any, Any]] = []  # (process, its task queue)
+
+    def run(self, loads: list[Load]) -> Outcome:
+        while len(self.workers) < len(loads):
+            tasks = self.ctx.Queue()
+            proc = self.ctx.Process(target=pooled_worker, args=(len(self.workers), tasks, self.results), daemon=True)
+            proc.start()
+            self.workers.append((proc, tasks))
+        used = self.workers[:len(loads)]
+        for (_, tasks), load in zip(used, loads, strict=True):
+            tasks.put(load)
+        timeout = max(load.timeout_s for load in loads) + 120
+        said = [self.results.get(timeout=timeout) for _ in loads]
+        failed = [got for got in said if isinstance(got, BaseException)]
+        for got in said:
+            if not isinstance(got, BaseException):
+                used[got[1]][1].put("go")  # a worker that failed before it was ready waits for its next load
+        outs = [self.results.get(timeout=timeout) for _ in range(len(loads) - len(failed))]
+        failed += [o for o in outs if isinstance(o, BaseException)]
+        if failed:
+            raise RuntimeError(f"a load worker failed: {failed[0]!r}")
+        return _merge(outs)
+
+    def close(self) -> None:
+        for _, tasks in self.workers:
+            tasks.put(None)
+        for proc, _ in self.workers:
+            proc.join(30)
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+        self.workers.clear()
+
+
+def pooled_worker(index: int, tasks: Any, results: Any) -> None:
+    """A :class:`LoadPool` worker: for each load from ``tasks`` (None: exit), connect, put
+    ``("ready", index)`` on ``results``, wait for ``"go"``, drive it, put its :class:`Outcome`
+    (or the exception that ended it; an exception before "ready" is put instead of it)."""
+    while (load := tasks.get()) is not None:
+        raise_fd_limit(load.connections + 64)
+
+        def start() -> None:
+            results.put(("ready", index))
+            if tasks.get() != "go":
+                raise RuntimeError("a pooled worker was sent a load before its go")
+
+        try:
+            results.put(asyncio.run(_drive(load, start)))
+        except BaseException as exc:  # reported once (in place of "ready" or of the outcome): the parent raises it
+            results.put(exc)
+            if not isinstance(exc, Exception):
+                raise
 
 
 def rate(o: Outcome) -> float:
@@ -447,7 +521,7 @@ def worker(load: Load, barrier: Any, results: Any) -> None:
     """A worker process: drive ``load`` and put its :class:`Outcome` on ``results``."""
     raise_fd_limit(load.connections + 64)
     try:
-        results.put(asyncio.run(_drive(load, barrier)))
+        results.put(asyncio.run(_drive(load, barrier.wait)))
     except BaseException as exc:  # reported, not lost: the parent counts it as an error
         barrier.abort()
         results.put(exc)
