@@ -1,47 +1,76 @@
-"""Benchmark of the broker on the wire (issue 29's targets), each figure beside its peer
-measured in the same run.
+"""Benchmark of the broker on the wire (issues 29's and 42's targets), each figure beside its
+peers measured in the same run.
 
-    python jobs/bench_broker.py [--root DIR] [--rounds R] [--json] [--parts sends,sync,batch,pull,poll,idle,conns]
-                                [--messages N] [--sync-messages N] [--batches N] [--pull-messages N]
-                                [--poll-messages N] [--holds N] [--idle-s S] [--connections N]
-                                [--conn-messages N] [--procs P] [--profile]
+    python jobs/bench_broker.py [--root DIR] [--rounds R] [--json] [--profile]
+        [--parts sends,sync,inflight,batch,pull,poll,idle,conns,state,cpp,namesrv]
+        [--redis-server PATH] [--nats-server PATH] [--cpp-python PATH]  (sizes: --help)
 
-The broker runs in a process of its own (``jobs/broker_load.py broker``: ``rmqnet``'s
-``launch.main``, 127.0.0.1, port 0, its store under ``ROOT/broker``, ``broker.conf`` written
-there); so does the peer of the send figures, a bare server on the same transport that
-answers the same frames without storing anything (``jobs/broker_load.py bare``; why that is the
-fair peer: see broker_load's docstring). Load comes from ``--procs`` worker processes with
-pre-encoded frames (``broker_load.drive``); the open-file limit is raised for the
-connections (within the hard limit).
+Our broker runs in a process of its own (``jobs/broker_load.py broker``: ``rmqnet``'s
+``launch.main``, 127.0.0.1, port 0, its store under ``ROOT/broker``, ASYNC_FLUSH); a second
+one under SYNC_FLUSH (``ROOT/broker-sync``) starts when a part needs it. The peers, each in a
+process of its own on 127.0.0.1 with a port and a data folder under ROOT, stopped by PID at
+the end (``jobs/broker_servers.py``):
 
-Figures (medians of ``--rounds`` rounds; each round measures the figure and its peer
-back to back, so the two see the same machine):
+- the **bare server** (``broker_load.py bare``): our transport answering the same frames
+  without storing anything (why that is the fair peer: broker_load's docstring);
+- **Redis Streams** (``redis-server``, two instances: the AOF on with ``appendfsync always``
+  and with ``everysec``; RESP over a socket: ``jobs/peers_redis.py``);
+- **NATS JetStream** (``nats-server -js``, file storage, stream ``BENCH``; acked publishes:
+  ``PUB`` with a reply inbox answered by JetStream's ack; ``jobs/peers_nats.py``).
+
+A peer whose binary is missing (not on PATH, or ``--redis-server``/``--nats-server``/
+``--cpp-python`` naming nothing) is said once, and its figures go on without it. Every
+system is driven by the same client shape: one-at-a-time figures over a blocking socket with
+TCP_NODELAY and requests encoded before the clock starts; concurrent figures by the same
+worker processes (spawned once per run, ``broker_load.LoadPool``), connections and requests
+in flight, frames encoded before the start, one JSON (or RESP) decode per answer.
+
+Figures: medians of ``--rounds`` rounds (each round measures a figure and its peers back to
+back, so they see the same machine), one printed line ``ours X  peer Y (ratio)`` per present
+peer, and under ``--json`` one line per (figure, peer):
 
 - ``sends``: SEND_MESSAGE_V2 (310), 100-byte bodies, 64 in flight over 4 connections (one
   per worker process, 16 each): msgs/s; peer: the bare server under the same load;
-- ``sync``: one producer, one 1 KiB message at a time (a blocking socket, the frame encoded
-  beforehand): round trip p50 and p99; peer: the bare server's;
-- ``batch``: SEND_BATCH_MESSAGE (320), 1,000 messages of 100 bytes per request, one at a
-  time: msgs/s; peer: ``MessageStore.put_batch`` of the same messages in this process
-  (a store of its own, the same config);
-- ``pull``: PULL_MESSAGE (11) at ``maxMsgNums`` 32 and 1,000 over a filled topic (4 queues,
-  a worker process each, 4 pulls in flight): msgs/s; peer: ``read_window(raw=True)`` of the
-  same ranges in this process (the broker's byte budget of 256 KiB, read-only open);
-- ``poll``: a pull held on an empty queue (suspend flag), then a send to that queue: the time
-  from the send to the held pull's answer, p50 and p99; peer: the same sends' round trip;
-- ``idle``: ``--holds`` pulls held while nothing arrives: the broker process's CPU time over
-  ``--idle-s`` seconds (``/proc/PID/stat``), % of a core; peer: the same broker idle with no
-  held pulls (measured first);
+- ``sync``: one producer, one 1 KiB message at a time: round trip p50 and p99 and the server's
+  CPU per message (all its threads, ``/proc/PID/task/*/schedstat``, over the measured sends),
+  of our ASYNC_FLUSH and SYNC_FLUSH brokers; peers: the bare server, NATS (acked publish),
+  Redis ``XADD`` under ``always`` and ``everysec``;
+- ``inflight``: 1 KiB sends, 64 in flight over 4 connections: msgs/s of both our brokers;
+  peers: Redis (``everysec``, ``always``) and NATS under the same load;
+- ``batch``: SEND_BATCH_MESSAGE (320) of 1,000 x 100 bytes, one at a time, beside
+  ``MessageStore.put_batch`` of the same messages in this process; and 320 of 100 x 1 KiB
+  beside Redis ``everysec`` with a pipeline of 100 ``XADD`` at a time;
+- ``pull``: PULL_MESSAGE (11) at ``maxMsgNums`` 32 and 1,000 over 4 filled queues (100-byte
+  bodies, a worker process per queue, 4 pulls in flight): msgs/s; peers:
+  ``read_window(raw=True)`` of the same ranges in this process (the broker's 256 KiB budget);
+  at 32 also Redis ``XREAD COUNT 32`` (``everysec``) and a NATS pull consumer's fetch of 32,
+  same load; at 1,000 issue 42's figure for the broker of its day (0.4 M msgs/s, printed for
+  reference, not measured);
+- ``poll``: a consumer waiting on an empty queue (ours: a held pull, proven held by a
+  GET_MAX_OFFSET answered behind it; Redis: ``XREAD BLOCK``, proven blocked by ``INFO
+  clients``; NATS: a JetStream push consumer, subscribed), then one send from another
+  connection: the time from the send's write to the consumer's complete answer, p50 and p99;
+  peers: our send's own round trip, Redis's and NATS's consumers measured the same way;
+- ``idle``: ``--holds`` pulls held while nothing arrives: the broker's CPU over ``--idle-s``
+  seconds, % of a core; peer: the same broker idle with no held pulls (measured first);
 - ``conns``: ``--connections`` connections, opened first, then each sending
-  ``--conn-messages`` messages one at a time, all at once: msgs/s and errors (non-SUCCESS
-  answers, failed or lost connections, unanswered requests); peer: the bare server.
+  ``--conn-messages`` messages one at a time, all at once: msgs/s and errors; peer: the bare
+  server;
+- ``state``: a send, a pull with the commit flag, an offset query (14) and a heartbeat (34),
+  one at a time: p50 at ``--state-topics`` topics, ``--state-groups`` groups and
+  ``--state-offsets`` offset entries beside p50 at 10 topics, and each broker's start time
+  (the state written into the stores' files before the brokers start: ``jobs/broker_state.py``);
+- ``cpp``: our client shape's sync send of 1 KiB beside Apache's C++ client's ``send_sync``
+  (PyPI ``rocketmq`` 0.4.4 in ``.venv-rocketmq``: ``make clients``), p50 and p99, against one
+  broker, all in a loopback-only network namespace (``jobs/broker_clients.py``; needs root);
+- ``namesrv``: ``rmqlog namesrv``'s resident memory after start and after registrations and
+  route queries; peers: Redis's and NATS's after their start and now.
 
-``--profile``: the broker runs under cProfile, switched on (SIGUSR1) for each part's measured
-load only and written (SIGUSR2) to ``ROOT/profile-<part>.prof``; the top functions by own
-time are printed per request of the part. Figures are wall-clock on this machine; nothing
-here is a test threshold.
+``--profile``: our ASYNC_FLUSH broker runs under cProfile, switched on (SIGUSR1) for each
+part's measured load only and written (SIGUSR2) to ``ROOT/profile-<part>.prof``; the top
+functions by own time are printed per request of the part. Figures are wall-clock on this
+machine; nothing here is a test threshold.
 """
-
 from __future__ import annotations
 
 import asyncio

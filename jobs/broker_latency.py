@@ -89,7 +89,7 @@ def sync(run: Run) -> None:
             if srv is None:
                 continue
             if key == "async":
-                rtts, cpu = run.profiled("sync", n, lambda s=srv: _one_at_a_time("async", s, "BenchSync", body, n))
+                rtts, cpu = run.profiled("sync", n + WARM, lambda s=srv: _one_at_a_time("async", s, "BenchSync", body, n))
             else:
                 rtts, cpu = _one_at_a_time(key, srv, "BenchSync", body, n)
             per.setdefault(key, []).append((pct(rtts, 50), pct(rtts, 99), cpu / n * 1e6))

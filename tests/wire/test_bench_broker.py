@@ -120,7 +120,7 @@ def _stopped(out: str) -> None:
         assert not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] in ("Z", "X"), (pid, out)
 
 
-@pytest.mark.slow  # ~2-3 minutes: a score of servers and worker processes spawned
+@pytest.mark.slow  # ~30-60 s: a dozen servers and their loads
 def test_bench_broker_prints_every_target_beside_each_installed_peer(tmp_path: Path) -> None:
     figures, out = _run(tmp_path)
     parts = ["sends", "sync", "inflight", "batch", "pull", "poll", "idle", "conns", "state", "cpp", "namesrv"]
@@ -154,7 +154,7 @@ def test_bench_broker_prints_every_target_beside_each_installed_peer(tmp_path: P
         assert store.committed_offset("StateG00039", "StateT00039", 0) == 7 + 39  # as written before the broker started
 
 
-@pytest.mark.slow  # ~1 minute
+@pytest.mark.slow  # ~20-40 s
 def test_bench_broker_says_which_peers_are_absent_and_goes_on(tmp_path: Path) -> None:
     parts = ["sync", "inflight", "batch", "pull", "poll", "cpp", "namesrv"]
     figures, out = _run(tmp_path, *ABSENT, "--parts", ",".join(parts))
