@@ -383,7 +383,7 @@ class Run:
             requests = per_queue // stride
             got: list[Outcome] = []
             peer, redis_rates, nats_rates = [], [], []
-            for r in range(self.a.rounds):
+            for rnd in range(self.a.rounds):
                 peer.append(self._read_window_rate("BenchPull", m, requests * stride))
                 loads = [Load(self.broker.port, "pull", 1, 4, requests, "BenchPull", queue_ids=(q,), max_msg_nums=m,
                               stride=stride) for q in range(4)]
@@ -391,7 +391,7 @@ class Run:
                 if m == 32 and redis is not None:
                     redis_rates.append(self._peer_pull_rate(redis, "xread", "BenchPull", per_queue))
                 if m == 32 and nats is not None:
-                    nats_rates.append(self._peer_pull_rate(nats, "jsfetch", f"BenchPull-r{r}", per_queue))
+                    nats_rates.append(self._peer_pull_rate(nats, "jsfetch", f"BenchPull-r{rnd}", per_queue))
             errors = sum(o.errors for o in got)
             if errors or any(o.messages != 4 * requests * stride for o in got):
                 raise RuntimeError(f"pulls at {m}: {errors} errors, {[o.messages for o in got]} messages")

@@ -89,7 +89,7 @@ def sync(run: Run) -> None:
             if srv is None:
                 continue
             if key == "async":
-                rtts, cpu = run.profiled("sync", n + WARM, lambda s=srv: _one_at_a_time("async", s, "BenchSync", body, n))
+                rtts, cpu = run.profiled("sync", n + WARM, functools.partial(_one_at_a_time, "async", srv, "BenchSync", body, n))
             else:
                 rtts, cpu = _one_at_a_time(key, srv, "BenchSync", body, n)
             per.setdefault(key, []).append((pct(rtts, 50), pct(rtts, 99), cpu / n * 1e6))
@@ -128,7 +128,7 @@ def inflight(run: Run) -> None:
             loads = [Load(srv.port, KINDS[key], 1, 16, per_conn, "BenchFlight", queues=4, body_size=1024)
                      for _ in range(4)]
             if key == "async":
-                out = run.profiled("inflight", 4 * per_conn, lambda ls=loads: run_loads(ls, run.pool))
+                out = run.profiled("inflight", 4 * per_conn, functools.partial(run_loads, loads, run.pool))
             else:
                 out = run_loads(loads, run.pool)
             if out.errors:
