@@ -63,7 +63,9 @@ class Broker:
         self.consumer_offsets = ConsumerOffsetTable(store)
         self.topics.offsets = self.consumer_offsets
         self.subscription_groups = SubscriptionGroupTable(store)
-        self.state = StatePersistService(self)
+        self.state = StatePersistService(lambda: self.config.flush_consumer_offset_interval, [
+            ("consumer offsets", self.consumer_offsets.persist), ("subscription groups", self.subscription_groups.persist),
+            ("topics", self.topics.persist)])
         self.services.append(self.state)
         for name in PROCESSOR_MODULES:
             module = importlib.import_module(f"{__package__}.{name}")

@@ -24,45 +24,43 @@ the next start), never more; the files are whole (old or new) at any instant.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from .broker import Broker
+from collections.abc import Callable, Sequence
 
 log = logging.getLogger(__name__)
 
+#: one table: its name (for the log) and its persist (returns whether it wrote its file)
+Table = tuple[str, Callable[[], bool]]
+
 
 class StatePersistService:
-    """Persists ``broker``'s tables on its schedule (see the module docstring)."""
+    """Persists ``tables`` every ``interval()`` ms (see the module docstring); ``interval`` is
+    read at each round (``flushConsumerOffsetInterval`` of the broker's config of now)."""
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    def __init__(self, interval: Callable[[], int], tables: Sequence[Table]) -> None:
+        self.interval = interval
+        self.tables = list(tables)
         self.next_ms: int | None = None
         #: rounds run, and the last round's error (``Type: message``), for tests and logs
         self.rounds = 0
         self.last_error: str | None = None
 
     def run_once(self, now_ms: int) -> bool:
-        """Persist when ``flushConsumerOffsetInterval`` passed since the last round (the first
-        round: one interval after the first call); returns whether it ran."""
-        interval = self.broker.config.flush_consumer_offset_interval
+        """Persist when the interval passed since the last round (the first round: one
+        interval after the first call); returns whether it ran."""
         if self.next_ms is None:
-            self.next_ms = now_ms + interval
+            self.next_ms = now_ms + self.interval()
             return False
         if now_ms < self.next_ms:
             return False
-        self.next_ms = now_ms + interval
+        self.next_ms = now_ms + self.interval()
         self.persist_all()
         return True
 
     def persist_all(self) -> None:
         """Merge every table with its file now. A table that fails keeps its changes for the
         next round and does not stop the others; the first error is raised after all ran."""
-        b = self.broker
         first: Exception | None = None
-        for name, persist in (("consumer offsets", b.consumer_offsets.persist),
-                              ("subscription groups", b.subscription_groups.persist),
-                              ("topics", b.topics.persist)):
+        for name, persist in self.tables:
             try:
                 persist()
             except Exception as exc:  # a full disk, an unreadable file: logged, tried again next round
@@ -78,4 +76,4 @@ class StatePersistService:
         self.persist_all()
 
 
-__all__ = ["StatePersistService"]
+__all__ = ["StatePersistService", "Table"]
