@@ -18,8 +18,17 @@ A consumer is one connection in one group (Java keys ``ConsumerGroupInfo`` by ch
 client id, language, version and last heartbeat (wall ms, the broker's clock). A group's
 subscriptions are the last heartbeat's set (a topic's entry replaced only by a higher
 ``subVersion``; topics it no longer names are dropped), which the pull path uses when a pull
-carries no subscription of its own. For each consumer group a heartbeat also creates
-``%RETRY%<group>`` (1 queue, read-write), as Java does there.
+carries no subscription of its own. For each consumer group a heartbeat also finds or creates
+its subscription group (:mod:`rmqnet.broker.subscription_groups`, when
+``autoCreateSubscriptionGroup``) and then ``%RETRY%<group>`` (its ``retryQueueNums`` queues,
+read-write), as Java does there, both in memory (persisted on the broker's schedule,
+:mod:`rmqnet.broker.state`): a heartbeat's cost is its groups and subscriptions, no file I/O.
+
+Caps (ours, broker.conf keys), checked before anything registers (a refused heartbeat changes
+nothing): more consumer and producer groups than ``heartbeatMaxGroupNums`` in one heartbeat,
+or new groups past ``clientGroupMaxNums`` in the registry, are ``SYSTEM_ERROR`` naming the key;
+a subscription group past ``autoCreateSubscriptionGroupMaxNums`` is
+``SUBSCRIPTION_GROUP_NOT_EXIST``.
 
 Guarantees: the group's members get NOTIFY_CONSUMER_IDS_CHANGED (oneway, extField
 ``consumerGroup``) whenever a member joins or leaves (heartbeat from a new connection,
