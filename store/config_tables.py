@@ -149,6 +149,11 @@ class TableFile(Generic[V]):
         value, fd = load_held(self.path, self._decode)
         self.reads += 1
         self._hold(fd)
+        if value is not None and fd is None:
+            # read from .bak: the file at the path is missing or unreadable, or was being
+            # replaced right then (between its two renames): its stamp says nothing of what was
+            # read, so the next merge reads again
+            self._known = False
         table, self._skipped, self._version = value if value is not None else ({}, {}, {"counter": 0, "timestamp": 0})
         return table
 

@@ -239,3 +239,16 @@ def test_the_held_file_keeps_its_stamp_from_being_reused(root: Path) -> None:
         stamps = {other.parts.consumer_offsets.file.stamp_now()}
         assert m.stamp not in stamps and os.stat(root / "config" / "consumerOffset.json").st_ino != m.stamp.ino
         assert broker.merge_consumer_offsets({}, base=m.table, since=m.stamp).table == {"T@G": {0: 13}}
+
+
+def test_a_table_read_from_its_bak_is_read_again_next_time(root: Path) -> None:
+    """The file missing (as between a replacement's two renames): its ``.bak`` is read, and the
+    path's stamp, which says nothing of that content, does not spare the next read."""
+    with rmqlog.MessageStore.open(root) as s:
+        m = s.merge_consumer_offsets({"T@G": {0: 1}})
+        s.merge_consumer_offsets({"T@G": {0: 2}}, base=m.table, since=m.stamp)
+        (root / "config" / "consumerOffset.json").unlink()
+        from_bak = s.merge_consumer_offsets({})
+        assert from_bak.table == {"T@G": {0: 1}}
+        again = s.merge_consumer_offsets({}, base=from_bak.table, since=from_bak.stamp)
+        assert again.reread
