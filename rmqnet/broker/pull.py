@@ -203,7 +203,7 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
     if allow_suspend and h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0 \
             and conf(broker, "broker_role", "ASYNC_MASTER") != "SLAVE":
         # Java stores it unchecked; one the store refuses (a bad group name) must not fail the pull
-        with contextlib.suppress(rmqlog.StoreError):  # the broker's table (rmqnet.broker.offsets)
+        with contextlib.suppress(rmqlog.StoreError):  # into the broker's table, in memory
             commit_offset(broker, h.consumer_group, h.topic, h.queue_id, h.commit_offset)
     return res
 
