@@ -197,12 +197,12 @@ class TopicConfigManager:
             self._topics[config.topic_name] = config
             self._pending[config.topic_name] = config
 
-    def persist(self) -> bool:
+    def persist(self, *, durable: bool = True) -> bool:
         """Merge the staged changes with ``topics.json`` (:mod:`rmqlog.config_tables`: the file
         read again only if another process wrote it; its other entries taken in); written only
-        when there are changes. Returns whether it was written."""
+        when there are changes (synced with ``durable``). Returns whether it was written."""
         with self._mutex:
-            m = self.file.merge(self._pending, base=self._topics, since=self._stamp)
+            m = self.file.merge(self._pending, base=self._topics, since=self._stamp, durable=durable)
             self._pending = {}
             self._take(m)
             return m.written
@@ -216,7 +216,7 @@ class TopicConfigManager:
             pending = dict(self._pending)
             self.stage(config)
             try:
-                self.persist()
+                self.persist(durable=False)
             except BaseException:
                 self._pending = pending
                 if before is None:
@@ -234,7 +234,7 @@ class TopicConfigManager:
                 return False
             del self._topics[topic]
             self._pending[topic] = None
-            self.persist()
+            self.persist(durable=False)
         return True
 
     def planned_queue_counts(self, topics: list[str], *, unknown: int | None = None) -> list[int]:
@@ -270,7 +270,7 @@ class TopicConfigManager:
                         validate_topic(t)
                         n = self._auto_count(t)
                         self.stage(TopicConfig(t, n, n))
-                    self.persist()
+                    self.persist(durable=False)
         return [self._topics[t].write_queue_nums for t in topics]
 
     def close(self) -> None:
@@ -381,7 +381,8 @@ class ConsumerOffsetManager:
     def _merge_cached(self, changes: Mapping[str, Mapping[int, int] | None]) -> None:
         with self._mutex:
             c, self._cache = self._cache, None  # (a failed write leaves no table it changed)
-            self._cache = self.file.merge(changes, base=c.table if c else None, since=c.stamp if c else None)
+            self._cache = self.file.merge(changes, base=c.table if c else None, since=c.stamp if c else None,
+                                          durable=False)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Store ``offset`` (an int in [0, 2**63)) for a queue id (an int in [0, 2**31)); raises

@@ -15,8 +15,8 @@ with the :class:`FileStamp` that merge returned (``since``). Under ``config.lock
 2. the answer's table is the file's (when read again) or ``base``, with the changes applied
    over it: the caller's changes win, every other entry is the file's (another process's
    commit, a topic another process deleted: taken in);
-3. the file is written (atomically: ``.tmp``, rename, the previous kept as ``.bak``, synced)
-   only when there are changes; nothing is written otherwise.
+3. the file is written (atomically: ``.tmp``, rename, the previous kept as ``.bak``; synced
+   for a table's persist) only when there are changes; nothing is written otherwise.
 
 The answer (:class:`TableMerge`) is the table the file now holds, its stamp and whether it
 was read again; the caller keeps both for its next merge. A process that writes one entry at
@@ -186,11 +186,13 @@ class TableFile(Generic[V]):
 
     # ----------------------------------------------------------------- merges
     def merge(self, changes: Mapping[str, Any], *, base: dict[str, V] | None = None,
-              since: FileStamp | None = None) -> TableMerge[V]:
+              since: FileStamp | None = None, durable: bool = True) -> TableMerge[V]:
         """The rule of the module docstring, under ``config.lock``. ``changes``: by name, the
         caller's change of each entry (checked by the caller; ``None`` removes it); ``base`` and
         ``since``: the caller's table and the stamp of its last merge (``base`` may already hold
-        the changes; they are applied again). Raises :class:`rmqlog.errors.CorruptStoreError`
+        the changes; they are applied again); ``durable``: the data and the folder synced before
+        the answer (a persist of a table kept in memory; one entry written at a time, as the
+        ``rmqlog`` command and Spark commit, is not). Raises :class:`rmqlog.errors.CorruptStoreError`
         for an unreadable file, :class:`rmqlog.errors.DiskFullError` when it cannot be written
         (the file keeps its old content; ``base`` may hold the changes, and the next merge reads
         the file again), :class:`rmqlog.errors.ReadOnlyStoreError` in a read-only store."""
@@ -203,13 +205,13 @@ class TableFile(Generic[V]):
                 apply(table, name, change)
             if changes:
                 try:
-                    self._write(table)
+                    self._write(table, durable)
                 except BaseException:
                     self._known = False  # the table holds what the file does not: read it next time
                     raise
             return TableMerge(table, self._stamp, reread, bool(changes))
 
-    def _write(self, table: dict[str, V]) -> None:
+    def _write(self, table: dict[str, V], durable: bool) -> None:
         codec = self.codec
         entries: Any = table
         if codec.encode is not None:
@@ -222,7 +224,7 @@ class TableFile(Generic[V]):
             self._version = {"counter": self._version["counter"] + 1, "timestamp": self.wall_ms()}
             body["dataVersion"] = self._version
         body[codec.key] = entries
-        replace_file(self.path, dump_fastjson(body), keep_backup=True, durable=True)
+        replace_file(self.path, dump_fastjson(body), keep_backup=True, durable=durable)
         self.writes += 1
         self._hold(safe_open.open_file(self.path, os.O_RDONLY))  # (under config.lock: our file)
 
