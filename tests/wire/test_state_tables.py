@@ -418,3 +418,15 @@ def test_the_lock_table_is_bounded(store: rmqlog.MessageStore) -> None:
     assert call(broker, RequestCode.UNLOCK_BATCH_MQ, body=lock_body("G", "c1", [2])).code == ResponseCode.SUCCESS
     assert locked(broker, "H", "c2", [0]) == [0]
     assert broker.queue_locks.refused == 3  # type: ignore[attr-defined]
+
+
+def test_a_broker_over_an_unreadable_offsets_file_does_not_start(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """As RocketMQ's ``ConfigManager.load``: exit 1 naming the file, no traceback."""
+    from rmqnet.broker import launch
+
+    rmqlog.MessageStore.open(root).close()
+    for name in ("consumerOffset.json", "consumerOffset.json.bak"):
+        (root / "config" / name).write_bytes(b"\xff{{not json")
+    assert launch.main(str(root), None, "127.0.0.1:0", None) == 1
+    err = capsys.readouterr().err
+    assert "CorruptStoreError" in err and "consumerOffset.json" in err and "Traceback" not in err
