@@ -430,7 +430,7 @@ def _create_retry_topic(broker: Any, group: str, queues: int) -> None:
     broker's topic manager (in memory) when it has one, else the store's topics.json."""
     topics = getattr(broker, "topics", None)
     if topics is not None:
-        topics.create_retry(group)
+        topics.create_retry(group, queues)
         return
     topic = RETRY_PREFIX + group
     if topic not in broker.store.topics():

@@ -216,11 +216,12 @@ class TopicManager:
             log.info("create topic %s from default topic %s: %s", topic, default_topic, topic_text(tc))
             return self.update(tc, persist=False)
 
-    def create_retry(self, group: str) -> TopicConfig:
+    def create_retry(self, group: str, queues: int = RETRY_QUEUE_NUMS) -> TopicConfig:
         """``%RETRY%<group>`` as RocketMQ's heartbeat creates it (``createTopicInSendMessageBackMethod``:
-        1 queue, read and write); the existing config when there is one. Raises the store's
-        :class:`rmqlog.InvalidTopicError` for a group that makes no valid topic name."""
-        return self._create_back(RETRY_PREFIX + group, RETRY_QUEUE_NUMS)
+        the group's ``retryQueueNums`` queues, read and write), in memory; the existing config
+        when there is one. Raises the store's :class:`rmqlog.InvalidTopicError` for a group
+        that makes no valid topic name."""
+        return self._create_back(RETRY_PREFIX + group, queues)
 
     def create_dlq(self, group: str) -> TopicConfig:
         """``%DLQ%<group>`` (1 queue, read and write), as the retry path creates it."""
