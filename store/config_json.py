@@ -10,9 +10,9 @@ RocketMQ's ``ConfigManager.load`` does; when neither can be read,
 
 Costs: a file is parsed by orjson (a strict JSON parser, in C), and only a file it refuses is
 parsed again by :mod:`json` after its bare integer keys are quoted (a character loop in
-Python: ~2 s for a 10 MB file, paid for files RocketMQ wrote, not for ours). Files are written
-by orjson, two-space indented, integer keys quoted (``json`` with tabs when orjson refuses a
-value, a number past 64 bits in an entry kept as it was read).
+Python: ~2 s for a 10 MB file, paid for files RocketMQ wrote, not for ours). The table files
+(:mod:`rmqlog.config_tables`) are written by orjson (:func:`dump_table`), the others tab-indented
+as RocketMQ writes them (:func:`dump_fastjson`).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def parse_fastjson(text: str) -> Any:
         return json.loads(quote_int_keys(text))
 
 
-_FAILED = object()
+_FAILED, _EMPTY = object(), object()
 
 
 def _read_fd(fd: int) -> bytes:
@@ -124,7 +124,7 @@ def load_held(path: Path, decode: Callable[[Any], Any] | None = None) -> tuple[A
         except BaseException:
             os.close(fd)
             raise
-        if value is None or value is _FAILED:
+        if value is _EMPTY or value is _FAILED:
             os.close(fd)
             continue
         if errors:
@@ -139,14 +139,14 @@ def load_held(path: Path, decode: Callable[[Any], Any] | None = None) -> tuple[A
 
 
 def _parse(candidate: Path, data: bytes, decode: Callable[[Any], Any] | None, errors: list[str]) -> Any:
-    """The decoded content, ``None`` for an empty file, ``_FAILED`` (noted in ``errors``)."""
+    """The decoded content (``None`` is one), ``_EMPTY`` for an empty file, ``_FAILED`` (noted in ``errors``)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         errors.append(f"{candidate.name}: not UTF-8 ({exc})")
         return _FAILED
     if not text.strip():
-        return None
+        return _EMPTY
     try:
         raw = parse_fastjson(text)
         return decode(raw) if decode is not None else raw
@@ -170,13 +170,19 @@ def load_fastjson(path: Path, decode: Callable[[Any], Any] | None = None) -> Any
 
 
 def dump_fastjson(obj: Any) -> bytes:
-    """``obj`` as a config file's bytes: JSON, two-space indented, integer map keys quoted
-    (orjson); tab-indented by :mod:`json` (RocketMQ's ``JSON.toJSONString(obj, true)`` layout)
-    when orjson refuses a value (an integer past 64 bits kept from a file as it was read)."""
+    """Tab-indented JSON, as RocketMQ's ``JSON.toJSONString(obj, true)`` lays it out."""
+    return json.dumps(obj, indent="\t", sort_keys=False).encode("utf-8")
+
+
+def dump_table(obj: Any) -> bytes:
+    """A table file's bytes (:mod:`rmqlog.config_tables`: big files, written on a schedule):
+    JSON, two-space indented, integer map keys quoted (orjson: ~0.07 s for 100 k offsets where
+    :func:`dump_fastjson` takes ~0.5 s); :func:`dump_fastjson`'s layout when orjson refuses a
+    value (an integer past 64 bits kept from a file as it was read)."""
     try:
         return orjson.dumps(obj, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
     except TypeError:
-        return json.dumps(obj, indent="\t", sort_keys=False).encode("utf-8")
+        return dump_fastjson(obj)
 
 
 def set_aside_if_unreadable(path: Path, decode: Callable[[Any], Any] | None = None) -> Path | None:
@@ -198,5 +204,5 @@ def set_aside_if_unreadable(path: Path, decode: Callable[[Any], Any] | None = No
     return moved[0] if moved else None
 
 
-__all__ = ["warn_once", "quote_int_keys", "parse_fastjson", "load_held", "load_fastjson", "dump_fastjson",
+__all__ = ["warn_once", "quote_int_keys", "parse_fastjson", "load_held", "load_fastjson", "dump_fastjson", "dump_table",
            "set_aside_if_unreadable"]

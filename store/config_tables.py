@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from . import safe_open
-from .config_json import dump_fastjson, load_held, warn_once
+from .config_json import dump_table, load_held, warn_once
 from .fileio import InterProcessLock, replace_file
 
 V = TypeVar("V")
@@ -224,7 +224,7 @@ class TableFile(Generic[V]):
             self._version = {"counter": self._version["counter"] + 1, "timestamp": self.wall_ms()}
             body["dataVersion"] = self._version
         body[codec.key] = entries
-        replace_file(self.path, dump_fastjson(body), keep_backup=True, durable=durable)
+        replace_file(self.path, dump_table(body), keep_backup=True, durable=durable)
         self.writes += 1
         self._hold(safe_open.open_file(self.path, os.O_RDONLY))  # (under config.lock: our file)
 
