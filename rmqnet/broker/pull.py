@@ -63,7 +63,7 @@ import asyncio
 import contextlib
 import functools
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -71,11 +71,14 @@ import rmqlog
 from rmqlog import FilterParseError, GetMessageResult, GetMessageStatus, Sql92Filter, compile_filter
 from rmqlog.results import DiskLimits
 
-from ..remoting import PullMessageHeader, RemotingCommand, RequestCode, ResponseCode
+from ..remoting import PullMessageHeader, RemotingCommand, ResponseCode
 from ..remoting.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from .consumer_offsets import commit_offset
-from .holds import HeldPull, PullHoldService, watch_close
+from .holds import HeldPull, watch_close
 from .peer import Peer
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 PERM_READ = 4
 PERM_WRITE = 2
@@ -126,23 +129,11 @@ def total_memory() -> int:
         return 1 << 62
 
 
-def conf(broker: Any, name: str, default: Any) -> Any:
-    """``broker.config.<name>`` (BrokerConfig's snake_case field), else RocketMQ's default."""
-    value = getattr(getattr(broker, "config", None), name, None)
-    return default if value is None else value
-
-
-def topic_config(broker: Any, topic: str) -> rmqlog.TopicConfig | None:
-    """The topic's config (queues, perm), or ``None`` if the broker does not know it. Through
-    the broker's ``TopicManager`` when it has one (its ``get``), else the store's
-    ``topics.json``. Raises the store's errors (a closed store: ``StoreClosedError``)."""
-    topics = getattr(broker, "topics", None)
-    getter = getattr(topics, "get", None)
-    if getter is not None:
-        found = getter(topic)
-        return found if found is None or isinstance(found, rmqlog.TopicConfig) else None
-    found = broker.store.topics().get(topic)
-    return found if isinstance(found, rmqlog.TopicConfig) else None
+def topic_config(broker: Broker, topic: str) -> rmqlog.TopicConfig | None:
+    """The topic's config (queues, perm), or ``None`` if the broker does not know it (the
+    broker's ``TopicManager``, in memory). Raises the store's errors (a closed store:
+    ``StoreClosedError``)."""
+    return broker.topics.get(topic)
 
 
 def store_failure(req: RemotingCommand, exc: rmqlog.StoreError) -> RemotingCommand:
@@ -153,12 +144,12 @@ def store_failure(req: RemotingCommand, exc: rmqlog.StoreError) -> RemotingComma
 
 
 # ---------------------------------------------------------------------------- handler
-def pull_message(broker: Any, peer: Peer, req: RemotingCommand) -> Any:
+def pull_message(broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
     """The PULL_MESSAGE handler: the response, or a future of it when the pull is held."""
     return process(broker, peer, req, allow_suspend=True)
 
 
-def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: bool,
+def process(broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: bool,
             held: HeldPull | None = None) -> Any:
     """One pull (Java's ``processRequest``): the response, or with ``allow_suspend`` a future
     of it when the pull is held. ``held``: the re-run of a held pull (its header and
@@ -180,7 +171,7 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
         code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
     else:
         code = _CODE[status]
-    slave = conf(broker, "broker_role", "ASYNC_MASTER") == "SLAVE"
+    slave = broker.config.broker_role == "SLAVE"
     if code == ResponseCode.PULL_OFFSET_MOVED and slave:
         code = ResponseCode.PULL_RETRY_IMMEDIATELY  # a slave corrects no offset (offsetCheckInSlave off)
     ext = {"suggestWhichBrokerId": suggest_broker(broker, result), "nextBeginOffset": result.next_begin_offset,
@@ -189,37 +180,35 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
     if code == ResponseCode.SUCCESS:
         assert result.records is not None
         res.body = [memoryview(result.records.data)]
-        get_nums = getattr(broker, "get_nums", None)  # consumeTps of GET_CONSUME_STATS (admin_stats)
-        if get_nums is not None:
-            get_nums.record(h.consumer_group, h.topic, len(result.records.commit_log_offsets), broker.clock.wall_ms())
-    elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND:
-        holds: PullHoldService | None = getattr(broker, "holds", None)
-        if holds is not None and not getattr(broker, "stopping", False) and _in_event_loop():
-            wait = h.suspend_timeout_millis if conf(broker, "long_polling_enable", True) \
-                else conf(broker, "short_polling_time_mills", SHORT_POLLING_TIME_MILLS)
-            res = holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
-                             {"header": h, "filter": flt, "broker": broker})
-            watch_close(broker, peer)
+        # consumeTps of GET_CONSUME_STATS (admin_stats)
+        broker.get_nums.record(h.consumer_group, h.topic, len(result.records.commit_log_offsets), broker.clock.wall_ms())
+    elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND \
+            and not broker.stopping and _in_event_loop():
+        wait = h.suspend_timeout_millis if broker.config.long_polling_enable \
+            else broker.config.short_polling_time_mills
+        res = broker.holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
+                                {"header": h, "filter": flt, "broker": broker})
+        watch_close(broker, peer)
     if allow_suspend and h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0 \
-            and conf(broker, "broker_role", "ASYNC_MASTER") != "SLAVE":
+            and broker.config.broker_role != "SLAVE":
         # Java stores it unchecked; one the store refuses (a bad group name) must not fail the pull
         with contextlib.suppress(rmqlog.StoreError):  # into the broker's table, in memory
             commit_offset(broker, h.consumer_group, h.topic, h.queue_id, h.commit_offset)
     return res
 
 
-def suggest_broker(broker: Any, result: GetMessageResult) -> int:
+def suggest_broker(broker: Broker, result: GetMessageResult) -> int:
     """``suggestWhichBrokerId`` (``PullMessageProcessor``): 0, the master, unless
     ``slaveReadEnable``; then 1 (the group's ``whichBrokerWhenConsumeSlowly``) when the last
     record read lies further behind the commitlog's end than ``accessMessageInMemoryMaxRatio``
     percent of the machine's memory (``getMessage``'s ``suggestPullingFromSlave``: the
     consumer is slow, its reads would go to disk), else 0 (the group's ``brokerId``)."""
-    if not conf(broker, "slave_read_enable", False):
+    if not broker.config.slave_read_enable:
         return 0
     records = result.records
     if records is None or not len(records):
         return 0
-    ratio = conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
+    ratio = broker.config.access_message_in_memory_max_ratio
     behind = broker.store.published_tail() - int(records.commit_log_offsets[-1])
     return WHICH_BROKER_WHEN_CONSUME_SLOWLY if behind > total_memory() * ratio // 100 else 0
 
@@ -234,11 +223,11 @@ def _in_event_loop() -> bool:
     return True
 
 
-def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader) -> RemotingCommand | Filter:
+def _check(broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeader) -> RemotingCommand | Filter:
     """The request's checks in Java's order: a refusal, or the filter to read with."""
-    if not conf(broker, "broker_permission", BROKER_PERMISSION) & PERM_READ:
+    if not broker.config.broker_permission & PERM_READ:
         return req.reply(ResponseCode.NO_PERMISSION,
-                         f"the broker[{conf(broker, 'broker_ip1', '')}] pulling message is forbidden")
+                         f"the broker[{broker.config.broker_ip1}] pulling message is forbidden")
     tc = topic_config(broker, h.topic)
     if tc is None:
         return req.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
@@ -256,15 +245,15 @@ def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader) 
             except FilterParseError:
                 return req.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
     else:
-        registry = getattr(broker, "consumers", None)
-        sub = registry.find_subscription(h.consumer_group, h.topic) if registry is not None else None
+        registry = broker.consumers
+        sub = registry.find_subscription(h.consumer_group, h.topic)
         if sub is None:
             return req.reply(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
         if sub.sub_version < h.sub_version:
             return req.reply(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
         expression_type, subscription = sub.expression_type, sub.sub_string
         if expression_type == SQL92:
-            found = registry.find_filter(h.consumer_group, h.topic) if registry is not None else None
+            found = registry.find_filter(h.consumer_group, h.topic)
             if found is None:
                 return req.reply(ResponseCode.FILTER_DATA_NOT_EXIST,
                                  "The broker's consumer filter data is not exist!Your expression may be wrong!")
@@ -272,7 +261,7 @@ def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader) 
                 return req.reply(ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest")
             sql = found[1]
     if expression_type not in TAG_TYPES:
-        if expression_type != SQL92 or not conf(broker, "enable_property_filter", False):
+        if expression_type != SQL92 or not broker.config.enable_property_filter:
             return req.reply(ResponseCode.SYSTEM_ERROR,
                              f"The broker does not support consumer to filter message by {expression_type}")
         return None, sql
@@ -283,18 +272,19 @@ def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader) 
     return subscription, None
 
 
-def _read(broker: Any, h: PullMessageHeader, flt: Filter) -> GetMessageResult:
+def _read(broker: Broker, h: PullMessageHeader, flt: Filter) -> GetMessageResult:
     """The window read under RocketMQ's transfer limits (``DefaultMessageStore.isTheBatchFull``):
     each unit judged by where its record lies, in memory or on disk (more than
     ``accessMessageInMemoryMaxRatio`` percent of the machine's memory behind the commitlog's
     end: Java's ``checkInDiskByCommitOffset``), the store applying the rule per unit."""
     nums = max(h.max_msg_nums, 1)  # Java takes the first message whatever maxMsgNums says
-    count = min(nums, conf(broker, "max_transfer_count_on_message_in_memory", MAX_TRANSFER_COUNT_IN_MEMORY))
-    nbytes = conf(broker, "max_transfer_bytes_on_message_in_memory", MAX_TRANSFER_BYTES_IN_MEMORY)
-    ratio = conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
+    config = broker.config
+    count = min(nums, config.max_transfer_count_on_message_in_memory)
+    nbytes = config.max_transfer_bytes_on_message_in_memory
+    ratio = config.access_message_in_memory_max_ratio
     disk = DiskLimits(memory=total_memory() * ratio // 100,
-                      max_count=min(nums, conf(broker, "max_transfer_count_on_message_in_disk", MAX_TRANSFER_COUNT_IN_DISK)),
-                      max_bytes=conf(broker, "max_transfer_bytes_on_message_in_disk", MAX_TRANSFER_BYTES_IN_DISK))
+                      max_count=min(nums, config.max_transfer_count_on_message_in_disk),
+                      max_bytes=config.max_transfer_bytes_on_message_in_disk)
     result: GetMessageResult = broker.store.read_window(h.topic, h.queue_id, h.queue_offset, max_count=count,
                                                         max_bytes=nbytes, tags=flt[0], raw=True, disk=disk,
                                                         sql92=flt[1])
@@ -318,8 +308,8 @@ def disk_limited(sizes: np.ndarray, in_disk: np.ndarray, mem_count: int, disk_co
     return int(stops[0]) if len(stops) else len(sizes)
 
 
-def _rerun(held: HeldPull, final: bool) -> RemotingCommand | None:
-    """A held pull re-run (Java's ``executeRequestWhenWakeup``, suspend not allowed): on a
+def rerun_held(held: HeldPull, final: bool) -> RemotingCommand | None:
+    """A held pull re-run (the broker's :class:`~rmqnet.broker.holds.PullHoldService` calls it) (Java's ``executeRequestWhenWakeup``, suspend not allowed): on a
     wake-up, ``None`` (keep holding) unless something matching arrived; at the deadline,
     whatever the pull gives."""
     res = process(held.state["broker"], held.peer, held.request, allow_suspend=False, held=held)
@@ -327,18 +317,3 @@ def _rerun(held: HeldPull, final: bool) -> RemotingCommand | None:
             and res.remark != _S.MESSAGE_WAS_REMOVING.name:
         return None
     return res
-
-
-def install(broker: Any) -> None:
-    """Register PULL_MESSAGE and the hold service (``broker.holds``, run on the broker's
-    timer; woken by the store's arrival signal when the store has one)."""
-    broker.holds = PullHoldService(_rerun)
-    broker.services.append(broker.holds)
-    on_arrival = getattr(broker.store, "on_arrival", None)
-    if on_arrival is not None:
-        on_arrival(broker.holds.notify_arrivals)
-    broker.table.register(RequestCode.PULL_MESSAGE, pull_message)
-    # at a stop the held pulls are answered before the server waits for requests in flight
-    # (else each holds the stop for the whole grace period and its client sees the connection drop)
-    broker.stop_listeners.append(broker.holds.close)
-

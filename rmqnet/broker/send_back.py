@@ -39,9 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -50,7 +49,7 @@ import pyarrow.compute as pc
 from rmqlog import InvalidGroupError, InvalidMessageError, send_back_table
 from rmqlog.paths import validate_group
 
-from ..remoting import ConsumerSendMsgBackHeader, RemotingCommand, RequestCode, ResponseCode
+from ..remoting import ConsumerSendMsgBackHeader, RemotingCommand, ResponseCode
 from .codes import STOPPING_REMARK, store_error_code
 from .peer import Peer
 from .topics import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX
@@ -97,7 +96,7 @@ class SendBackService:
         self.dead = 0
 
     # ------------------------------------------------------------- handler
-    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
+    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
         """CONSUMER_SEND_MSG_BACK: an immediate refusal, or a future of the answer."""
         h = ConsumerSendMsgBackHeader.read(req.ext_fields)  # a FieldError: SYSTEM_ERROR (dispatch)
         refused = self._check(req, h)
@@ -118,8 +117,7 @@ class SendBackService:
         broker, cfg = self.broker, self.config
         if broker.stopping:
             return req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, STOPPING_REMARK)
-        replication = getattr(broker, "replication", None)
-        slave = replication.refuse_send(req, {}) if replication is not None else None
+        slave = broker.replication.refuse_send(req, {})
         if slave is not None:
             return slave
         problem = group_problem(h.group)
@@ -146,8 +144,7 @@ class SendBackService:
         else one this broker knows (a consumer of it registered, or its retry topic exists)."""
         if self.config.auto_create_subscription_group:
             return True
-        consumers = getattr(self.broker, "consumers", None)
-        if consumers is not None and group in consumers.consumer_groups:
+        if group in self.broker.consumers.consumer_groups:
             return True
         return self.broker.topics.get(RETRY_PREFIX + group) is not None
 
@@ -206,9 +203,7 @@ class SendBackService:
         except Exception as exc:  # noqa: BLE001 - mapped (store errors, OSError) or re-raised into the futures
             self._fail(backs, exc)
             return
-        replication = getattr(self.broker, "replication", None)
-        if replication is not None:
-            replication.appended()  # the HA writers send it now (no wait: WAIT=false, as in Java)
+        self.broker.replication.appended()  # the HA writers send it now (no wait: WAIT=false, as in Java)
         if self.broker.config.sync_flush:
             asyncio.get_running_loop().run_in_executor(None, group_commit, self.store).add_done_callback(_flushed)
         deaths = int(dead.sum())
@@ -259,10 +254,3 @@ def _resolve(b: _Back, reply: RemotingCommand | None) -> None:
     if not b.future.done():
         b.future.set_result(reply)
 
-
-def install(broker: Broker) -> None:
-    """Register 36; the service is ``broker.send_back``."""
-    service = SendBackService(broker)
-    broker.send_back = service  # type: ignore[attr-defined]
-    handler: Callable[[Any, Peer, RemotingCommand], Any] = service.handle
-    broker.table.register(RequestCode.CONSUMER_SEND_MSG_BACK, handler)
