@@ -107,7 +107,7 @@ def test_at_the_maximum_or_with_a_negative_level_it_is_a_dead_letter(store: rmql
     tc = broker.topics.get("%DLQ%G")
     assert tc is not None and (tc.write_queue_nums, tc.perm) == (1, PERM_RW)  # 4.9.8: PERM_WRITE | PERM_READ
     assert len(rows(store, SCHEDULE, 4)) == 1  # c: 3 + 2 = level 5
-    assert (broker.send_back.retried, broker.send_back.dead) == (1, 2)  # type: ignore[attr-defined]
+    assert (broker.send_back.retried, broker.send_back.dead) == (1, 2)
 
 
 def test_the_request_max_counts_from_client_version_v3_4_9(store: rmqlog.MessageStore) -> None:

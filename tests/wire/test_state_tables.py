@@ -403,7 +403,7 @@ def test_expired_locks_and_idle_groups_are_dropped_by_a_service_round(broker: Br
     assert locked(broker, "G0", "c1", [0]) == [0]  # renewed: alive 60 s from now
     clock.advance(40_000)  # type: ignore[attr-defined]
     broker.run_services()
-    locks = broker.queue_locks  # type: ignore[attr-defined]
+    locks = broker.queue_locks
     assert set(locks._groups) == {"G0"} and len(locks) == 1
     clock.advance(60_001)  # type: ignore[attr-defined]
     broker.run_services()
@@ -417,7 +417,7 @@ def test_the_lock_table_is_bounded(store: rmqlog.MessageStore) -> None:
     assert locked(broker, "G", "c1", [0, 1, 2]) == [0, 1, 2]  # renewals are
     assert call(broker, RequestCode.UNLOCK_BATCH_MQ, body=lock_body("G", "c1", [2])).code == ResponseCode.SUCCESS
     assert locked(broker, "H", "c2", [0]) == [0]
-    assert broker.queue_locks.refused == 3  # type: ignore[attr-defined]
+    assert broker.queue_locks.refused == 3
 
 
 def test_a_broker_over_an_unreadable_offsets_file_does_not_start(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
