@@ -78,7 +78,7 @@ class Broker:
 
         # ---- the state tables, in memory (RocketMQ's TopicConfigManager, ConsumerOffsetManager,
         # SubscriptionGroupManager), persisted together on a schedule (rmqnet.broker.state)
-        self.topics = TopicManager(store, config, self.clock)  # subscribes to the store's arrivals first
+        self.topics = TopicManager(store, lambda: self.config, self.clock)  # subscribes to the store's arrivals first
         self.consumer_offsets = ConsumerOffsetTable(store)
         self.topics.offsets = self.consumer_offsets  # a topic's delete forgets its offsets
         self.subscription_groups = SubscriptionGroupTable(store)

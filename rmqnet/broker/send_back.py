@@ -57,6 +57,7 @@ from .transactions import group_commit
 
 if TYPE_CHECKING:
     from .broker import Broker
+    from .config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -88,12 +89,16 @@ class SendBackService:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.store = broker.store
-        self.config = broker.config
         self._pending: list[_Back] = []
         self._scheduled = False
         #: messages re-stored since start (to the retry topics, to the dead-letter topics)
         self.retried = 0
         self.dead = 0
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's config now (UPDATE_BROKER_CONFIG may replace it: rmqnet.broker.admin_config)."""
+        return self.broker.config
 
     # ------------------------------------------------------------- handler
     def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:

@@ -213,6 +213,22 @@ def test_a_broker_without_write_permission_refuses(store: rmqlog.MessageStore) -
     assert r is not None and r.code == ResponseCode.NO_PERMISSION and "sending message is forbidden" in (r.remark or "")
 
 
+def test_the_keys_update_broker_config_changes_count_at_once(store: rmqlog.MessageStore) -> None:
+    """brokerPermission and autoCreateSubscriptionGroup are read per request (UPDATE_BROKER_CONFIG,
+    25): a send-back sees the broker's config of now, not the one it was built with."""
+    [m] = put(store, b"x")
+    broker = make_broker(store)
+    update = RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, 9, 0, None, {}, b"brokerPermission=4\n", "JAVA")
+    assert code(run(broker, FakePeer(), update)[0]) == ResponseCode.SUCCESS
+    (r,) = run(broker, FakePeer(), back(m["commitLogOffset"]))
+    assert r is not None and r.code == ResponseCode.NO_PERMISSION and "sending message is forbidden" in (r.remark or "")
+    update = RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, 10, 0, None, {}, b"brokerPermission=6\n"
+                             b"autoCreateSubscriptionGroup=false\n", "JAVA")
+    assert code(run(broker, FakePeer(), update)[0]) == ResponseCode.SUCCESS
+    assert code(run(broker, FakePeer(), back(m["commitLogOffset"], group="Unknown"))[0]) == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    assert rows(store, "%RETRY%G") == [] and rows(store, SCHEDULE, 2) == []  # nothing was stored
+
+
 @pytest.mark.parametrize("name", ["REAL_TOPIC", "REAL_QID", "RMQLOG_WRITER", "TIMER_OUT_MS"])
 def test_reserved_property_names_from_users_are_still_refused(store: rmqlog.MessageStore, name: str) -> None:
     """Only the broker's own path writes what the store sets itself; a client's send of one is

@@ -274,6 +274,18 @@ def test_auto_creation_past_the_cap_is_topic_not_exist(store: rmqlog.MessageStor
     assert res is not None and res.code == ResponseCode.SUCCESS
 
 
+def test_the_cap_changed_by_update_broker_config_counts_at_once(store: rmqlog.MessageStore) -> None:
+    """autoCreateTopicMaxNums is one of the keys UPDATE_BROKER_CONFIG changes at once: the topic
+    table reads the broker's config of now, not the one it was built with."""
+    broker = make_broker(store)
+    cap = broker.topics.count() + 1
+    assert call(broker, RequestCode.UPDATE_BROKER_CONFIG, body=f"autoCreateTopicMaxNums={cap}\n".encode()).code == 0
+    codes = [r.code for name in ("New1", "New2") for r in run(broker, FakePeer(), send_request(send_header(name), b"x"))
+             if r is not None]
+    assert codes == [ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST]
+    assert broker.topics.get("New2") is None and broker.topics.refused == 1
+
+
 def test_a_topic_only_the_log_has_is_found_when_its_units_arrive(store: rmqlog.MessageStore) -> None:
     """A slave's replicated records (or another process's puts) name a topic the broker does
     not know: the dispatcher's arrival signal takes it in, without a walk of the folders."""
