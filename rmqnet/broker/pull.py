@@ -129,6 +129,12 @@ def total_memory() -> int:
         return 1 << 62
 
 
+def conf(broker: Broker, name: str, default: Any) -> Any:
+    """``broker.config.<name>`` (BrokerConfig's snake_case field), else RocketMQ's default."""
+    value = getattr(broker.config, name, None)
+    return default if value is None else value
+
+
 def topic_config(broker: Broker, topic: str) -> rmqlog.TopicConfig | None:
     """The topic's config (queues, perm), or ``None`` if the broker does not know it (the
     broker's ``TopicManager``, in memory). Raises the store's errors (a closed store:
@@ -171,7 +177,7 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: 
         code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
     else:
         code = _CODE[status]
-    slave = broker.config.broker_role == "SLAVE"
+    slave = conf(broker, "broker_role", "ASYNC_MASTER") == "SLAVE"
     if code == ResponseCode.PULL_OFFSET_MOVED and slave:
         code = ResponseCode.PULL_RETRY_IMMEDIATELY  # a slave corrects no offset (offsetCheckInSlave off)
     ext = {"suggestWhichBrokerId": suggest_broker(broker, result), "nextBeginOffset": result.next_begin_offset,
@@ -182,15 +188,16 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: 
         res.body = [memoryview(result.records.data)]
         # consumeTps of GET_CONSUME_STATS (admin_stats)
         broker.get_nums.record(h.consumer_group, h.topic, len(result.records.commit_log_offsets), broker.clock.wall_ms())
-    elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND \
-            and not broker.stopping and _in_event_loop():
-        wait = h.suspend_timeout_millis if broker.config.long_polling_enable \
-            else broker.config.short_polling_time_mills
-        res = broker.holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
-                                {"header": h, "filter": flt, "broker": broker})
-        watch_close(broker, peer)
+    elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND:
+        holds = broker.holds
+        if not broker.stopping and _in_event_loop():
+            wait = h.suspend_timeout_millis if conf(broker, "long_polling_enable", True) \
+                else conf(broker, "short_polling_time_mills", SHORT_POLLING_TIME_MILLS)
+            res = holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
+                             {"header": h, "filter": flt, "broker": broker})
+            watch_close(broker, peer)
     if allow_suspend and h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0 \
-            and broker.config.broker_role != "SLAVE":
+            and conf(broker, "broker_role", "ASYNC_MASTER") != "SLAVE":
         # Java stores it unchecked; one the store refuses (a bad group name) must not fail the pull
         with contextlib.suppress(rmqlog.StoreError):  # into the broker's table, in memory
             commit_offset(broker, h.consumer_group, h.topic, h.queue_id, h.commit_offset)
@@ -203,12 +210,12 @@ def suggest_broker(broker: Broker, result: GetMessageResult) -> int:
     record read lies further behind the commitlog's end than ``accessMessageInMemoryMaxRatio``
     percent of the machine's memory (``getMessage``'s ``suggestPullingFromSlave``: the
     consumer is slow, its reads would go to disk), else 0 (the group's ``brokerId``)."""
-    if not broker.config.slave_read_enable:
+    if not conf(broker, "slave_read_enable", False):
         return 0
     records = result.records
     if records is None or not len(records):
         return 0
-    ratio = broker.config.access_message_in_memory_max_ratio
+    ratio = conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
     behind = broker.store.published_tail() - int(records.commit_log_offsets[-1])
     return WHICH_BROKER_WHEN_CONSUME_SLOWLY if behind > total_memory() * ratio // 100 else 0
 
@@ -225,9 +232,9 @@ def _in_event_loop() -> bool:
 
 def _check(broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeader) -> RemotingCommand | Filter:
     """The request's checks in Java's order: a refusal, or the filter to read with."""
-    if not broker.config.broker_permission & PERM_READ:
+    if not conf(broker, "broker_permission", BROKER_PERMISSION) & PERM_READ:
         return req.reply(ResponseCode.NO_PERMISSION,
-                         f"the broker[{broker.config.broker_ip1}] pulling message is forbidden")
+                         f"the broker[{conf(broker, 'broker_ip1', '')}] pulling message is forbidden")
     tc = topic_config(broker, h.topic)
     if tc is None:
         return req.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
@@ -261,7 +268,7 @@ def _check(broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeade
                 return req.reply(ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest")
             sql = found[1]
     if expression_type not in TAG_TYPES:
-        if expression_type != SQL92 or not broker.config.enable_property_filter:
+        if expression_type != SQL92 or not conf(broker, "enable_property_filter", False):
             return req.reply(ResponseCode.SYSTEM_ERROR,
                              f"The broker does not support consumer to filter message by {expression_type}")
         return None, sql
@@ -278,13 +285,12 @@ def _read(broker: Broker, h: PullMessageHeader, flt: Filter) -> GetMessageResult
     ``accessMessageInMemoryMaxRatio`` percent of the machine's memory behind the commitlog's
     end: Java's ``checkInDiskByCommitOffset``), the store applying the rule per unit."""
     nums = max(h.max_msg_nums, 1)  # Java takes the first message whatever maxMsgNums says
-    config = broker.config
-    count = min(nums, config.max_transfer_count_on_message_in_memory)
-    nbytes = config.max_transfer_bytes_on_message_in_memory
-    ratio = config.access_message_in_memory_max_ratio
+    count = min(nums, conf(broker, "max_transfer_count_on_message_in_memory", MAX_TRANSFER_COUNT_IN_MEMORY))
+    nbytes = conf(broker, "max_transfer_bytes_on_message_in_memory", MAX_TRANSFER_BYTES_IN_MEMORY)
+    ratio = conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
     disk = DiskLimits(memory=total_memory() * ratio // 100,
-                      max_count=min(nums, config.max_transfer_count_on_message_in_disk),
-                      max_bytes=config.max_transfer_bytes_on_message_in_disk)
+                      max_count=min(nums, conf(broker, "max_transfer_count_on_message_in_disk", MAX_TRANSFER_COUNT_IN_DISK)),
+                      max_bytes=conf(broker, "max_transfer_bytes_on_message_in_disk", MAX_TRANSFER_BYTES_IN_DISK))
     result: GetMessageResult = broker.store.read_window(h.topic, h.queue_id, h.queue_offset, max_count=count,
                                                         max_bytes=nbytes, tags=flt[0], raw=True, disk=disk,
                                                         sql92=flt[1])
@@ -309,10 +315,11 @@ def disk_limited(sizes: np.ndarray, in_disk: np.ndarray, mem_count: int, disk_co
 
 
 def rerun_held(held: HeldPull, final: bool) -> RemotingCommand | None:
-    """A held pull re-run (the broker's :class:`~rmqnet.broker.holds.PullHoldService` calls it) (Java's ``executeRequestWhenWakeup``, suspend not allowed): on a
-    wake-up, ``None`` (keep holding) unless something matching arrived; at the deadline,
-    whatever the pull gives."""
-    res = process(held.state["broker"], held.peer, held.request, allow_suspend=False, held=held)
+    """A held pull re-run (Java's ``executeRequestWhenWakeup``, suspend not allowed; the
+    broker's :class:`~rmqnet.broker.holds.PullHoldService` calls it): on a wake-up, ``None``
+    (keep holding) unless something matching arrived; at the deadline, whatever the pull gives."""
+    broker: Broker = held.state["broker"]  # (kept by the pull that held it)
+    res = process(broker, held.peer, held.request, allow_suspend=False, held=held)
     if not final and res.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY) \
             and res.remark != _S.MESSAGE_WAS_REMOVING.name:
         return None
