@@ -30,6 +30,7 @@ Every change bumps :attr:`TopicManager.data_version` (``{"counter", "timestamp"}
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -125,18 +126,27 @@ class TopicManager:
         as many queues as its highest queue with units + 1), in memory. Costs a lookup per
         topic of the dispatch while every topic is known."""
         table = self.store.topic_table()
-        unknown = {t for t in set(topics) if t not in table and t not in self._overlay}
-        if not unknown:
-            return
-        queues: dict[str, int] = {}
+        queues: dict[str, int] = {}  # topics unknown, or known with fewer queues than got units
         for topic, qid in zip(topics, queue_ids, strict=True):
-            if topic in unknown:
+            tc = table.get(topic) or self._overlay.get(topic)
+            if tc is None or int(qid) >= max(tc.read_queue_nums, tc.write_queue_nums):
                 queues[topic] = max(queues.get(topic, 0), int(qid) + 1)
+        if not queues:
+            return
         with self._lock:
             for topic, n in queues.items():
-                if self.get(topic) is None and topic_problem(topic) is None:
+                tc = self.get(topic)
+                if tc is None and topic_problem(topic) is None:
                     self.store.put_topic(TopicConfig(topic, n, n), persist=False)
                     log.info("topic %s found from its consume queues (%d queues)", topic, n)
+                    self._next_version()
+                elif tc is not None and n > max(tc.read_queue_nums, tc.write_queue_nums):
+                    # units in a queue past its config (a slave's replicated records of a topic
+                    # its master grew, or first seen on a lower queue): readable as the store
+                    # lists them (as many queues as its highest one with units + 1)
+                    grown = dataclasses.replace(tc, read_queue_nums=n, write_queue_nums=max(tc.write_queue_nums, n))
+                    self.store.put_topic(grown, persist=False)
+                    log.info("topic %s grown to %d queues, as found from its consume queues", topic, n)
                     self._next_version()
 
     @property

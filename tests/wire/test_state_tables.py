@@ -442,3 +442,32 @@ def test_a_broker_over_an_unreadable_offsets_file_does_not_start(root: Path, cap
     assert launch.main(str(root), None, "127.0.0.1:0", None) == 1
     err = capsys.readouterr().err
     assert "CorruptStoreError" in err and "consumerOffset.json" in err and "Traceback" not in err
+
+
+def test_a_topic_found_from_the_log_grows_with_the_queues_that_get_units(broker: Broker, store: rmqlog.MessageStore,
+                                                                         root: Path) -> None:
+    """Records of a topic the broker does not know, dispatched by another opener (a slave's
+    replicated records, another process's puts): the topic is taken in with as many queues as
+    got units, and grown when a later queue gets some (a slave saw queue 0 first and then
+    refused pulls of queue 1 as an illegal queue id)."""
+    import pyarrow as pa
+
+    other = rmqlog.MessageStore.open(root, small_store_config())
+    try:
+        other.create_topic("Found", 4)
+
+        def put(queue_id: int) -> None:
+            other.put_wire(pa.table({"topic": ["Found"], "queueId": pa.array([queue_id], pa.int32()), "body": [b"x"]}),
+                           dispatch=True)
+            store.dispatch()  # this process's next dispatch tells of the other's units
+
+        put(0)
+        tc = broker.topics.get("Found")
+        assert tc is not None and tc.read_queue_nums == 1
+        put(3)
+        tc = broker.topics.get("Found")
+        assert tc is not None and tc.read_queue_nums == 4
+        r = call(broker, RequestCode.GET_MAX_OFFSET, {"topic": "Found", "queueId": "3"})
+        assert r.code == ResponseCode.SUCCESS and int(r.ext_fields["offset"]) == 1
+    finally:
+        other.close()
