@@ -232,8 +232,8 @@ class CatalogCalls:
         outside ``[0, 2**63)`` or a wrong type :class:`rmqlog.errors.InvalidArgumentError`
         (nothing is written); an unreadable file :class:`rmqlog.errors.CorruptStoreError`.
         """
-        self._check_open("merge_consumer_offsets" if changes else None)
-        checked = offset_changes_arg(changes)
+        checked = offset_changes_arg(changes)  # (first: ``changes`` is read for its truth below)
+        self._check_open("merge_consumer_offsets" if checked else None)
         _merge_args(base, since)
         return self.parts.consumer_offsets.merge(checked, base=base, since=since)
 
@@ -245,9 +245,9 @@ class CatalogCalls:
         :class:`rmqlog.config_files.SubscriptionGroupConfig` (its ``group_name`` the key) or
         ``None`` (removed). A bad name raises :class:`rmqlog.errors.InvalidGroupError`, a
         config of the wrong shape :class:`rmqlog.errors.InvalidArgumentError`."""
-        self._check_open("merge_subscription_groups" if changes else None)
         if not isinstance(changes, Mapping):
             raise InvalidArgumentError(f"changes must be a mapping of group names, got {type(changes).__name__}")
+        self._check_open("merge_subscription_groups" if changes else None)
         checked: dict[str, Any] = {}
         for group, config in changes.items():
             validate_group(group)
