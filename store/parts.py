@@ -128,6 +128,15 @@ class StoreParts:
             state = self.fixed_state
         return state.tail if state is not None else 0
 
+    def published_queue_end(self, key: str) -> int | None:
+        """The next queue offset the published append state gives queue ``key``
+        (``"<topic>/<queueId>"``), ``None`` when it names no such queue (or there is no state):
+        every unit of the queue lies below it (:mod:`rmqlog.queue.consume_queue`)."""
+        state = self.state_file.load(copy=False)
+        if state is None:
+            state = self.fixed_state
+        return None if state is None else state.queues.get(key)
+
     def append_state(self) -> AppendState:
         """The published append state (an empty one before the first append)."""
         state = self.state_file.load()

@@ -315,6 +315,24 @@ def still_named(dir_fd: int, name: str, st: os.stat_result) -> bool:
     return now.st_ino == st.st_ino and now.st_dev == st.st_dev and stat.S_ISREG(now.st_mode)
 
 
+def inode_at(dir_fd: int, name: str) -> int | None:
+    """The inode ``name`` names in the folder ``dir_fd`` now (a link's own: not followed),
+    ``None`` when nothing has that name. One ``fstatat``: a caller that keeps the folder's
+    descriptor checks a name's identity without walking its path."""
+    try:
+        return os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_ino
+    except FileNotFoundError:
+        return None
+
+
+def names_at(dir_fd: int) -> list[tuple[str, int]]:
+    """``(name, inode)`` of everything in the folder ``dir_fd`` (unsorted): one ``getdents``
+    pass through a descriptor already open (:func:`open_folder`), no path walked, nothing
+    stat'ed (the inodes are the folder's own entries)."""
+    with os.scandir(dir_fd) as it:
+        return [(e.name, e.inode()) for e in it]
+
+
 def listdir(path: PathLike) -> list[str]:
     """The names in the folder ``path`` (unsorted); ``FileNotFoundError`` when it is absent."""
     fd = open_folder(path)

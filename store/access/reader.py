@@ -67,10 +67,14 @@ class QueueReader:
     def read_bounds(self, cq: ConsumeQueue) -> tuple[int, int, int]:
         """(first live offset, end) of a queue and the commitlog's first offset they were taken
         against: every unit from the first live one on points at or after it (see
-        :mod:`rmqlog.queue.checked_read`)."""
-        with self.parts.dispatch_lock.held(shared=True):
-            floor = self.parts.commitlog.min_offset()
-            return (*cq.bounds(floor), floor)
+        :mod:`rmqlog.queue.checked_read`). No folder is listed unless the kept listings cannot
+        be right (:meth:`rmqlog.log.commitlog.CommitLog.min_offset`,
+        :meth:`rmqlog.queue.consume_queue.ConsumeQueue.bounds`, which reads the queue's next
+        offset in the published append state)."""
+        parts, key = self.parts, cq.state_key
+        with parts.dispatch_lock.held(shared=True):
+            floor = parts.commitlog.min_offset()
+            return (*cq.bounds(floor, lambda: parts.published_queue_end(key)), floor)
 
     def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset) of a queue; arguments validated."""
