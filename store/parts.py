@@ -130,12 +130,14 @@ class StoreParts:
 
     def published_queue_end(self, key: str) -> int | None:
         """The next queue offset the published append state gives queue ``key``
-        (``"<topic>/<queueId>"``), ``None`` when it names no such queue (or there is no state):
-        every unit of the queue lies below it (:mod:`rmqlog.queue.consume_queue`)."""
+        (``"<topic>/<queueId>"``): every unit of the queue lies below it
+        (:mod:`rmqlog.queue.consume_queue`). 0 when the state names no such queue (its entries
+        are never removed: no record of the queue was ever published), ``None`` when there is
+        no state to ask."""
         state = self.state_file.load(copy=False)
         if state is None:
             state = self.fixed_state
-        return None if state is None else state.queues.get(key)
+        return None if state is None else state.queues.get(key, 0)
 
     def append_state(self) -> AppendState:
         """The published append state (an empty one before the first append)."""

@@ -114,7 +114,7 @@ class ConsumeQueue:
 
     def bounds(self, commitlog_min: int = 0, published: Callable[[], int | None] | None = None) -> tuple[int, int]:
         """(:meth:`min_offset`, :meth:`max_offset`). With ``published`` (the queue's next queue
-        offset in the published append state, ``None`` when it has none; called after the end
+        offset in the published append state, ``None`` when there is none; called after the end
         is taken, and again after any later look, so a caller may take the published tail
         from the state its last call read): from the kept listing, listed again only when
         it cannot be right (the module docstring). Without it: from one listing of the
