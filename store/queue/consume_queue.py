@@ -66,7 +66,7 @@ from .. import safe_open
 from ..log.mapped_file import MappedFile
 from ..log.mapped_file_queue import MappedFileQueue
 from ..log.open_files import OpenFiles
-from ..log.pins import hold_exclusive, pinned
+from ..log.pins import hold_exclusive, pin, pinned, unpin
 
 CQ_UNIT_SIZE = 20
 CQ_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tagsCode", ">i8")])
@@ -262,6 +262,20 @@ class ConsumeQueue:
                 out[done : done + take] = self._units(seg)[i : i + take]
             done += take
         return out
+
+    def read_bytes(self, start: int, count: int) -> bytes | None:
+        """Units ``[start, start+count)`` as stored (``count * 20`` bytes), all inside the file
+        holding ``start`` and below the end (the caller's to keep); ``None`` when that file is
+        not there (deleted by retention). A few units without a numpy call (a small window)."""
+        per = self.units_per_segment
+        seg = self.segments.get((start // per) * per * CQ_UNIT_SIZE)
+        if seg is None or not pin(seg):  # a read in progress: retention leaves the file alone
+            return None
+        try:
+            i = (start % per) * CQ_UNIT_SIZE
+            return bytes(seg.view()[i : i + count * CQ_UNIT_SIZE])
+        finally:
+            unpin(seg)
 
     # ----------------------------------------------------------------- write
     def write(self, first: int, units: np.ndarray, current_max: int) -> int:
