@@ -1176,6 +1176,57 @@ done:
     return result;
 }
 
+/* window_units(units, floor, tail, seg_size, max_count, max_bytes, disk_memory, disk_count, disk_bytes,
+ *              min_size, offs_out, sizes_out) -> n
+ * A small window's consume-queue units (20 bytes each, big-endian: commitLogOffset i64, size i32,
+ * tagsCode i64) walked as store/access/small_window.py describes: before each unit RocketMQ's
+ * isTheBatchFull (once one is taken, full at max_count taken or when the unit's size carries the
+ * bytes taken past max_bytes; a unit whose record lies more than disk_memory bytes behind `tail`,
+ * tail - offset as int64, is judged by disk_count/disk_bytes instead, when disk_memory >= 0;
+ * max_bytes < 0: no byte limit), then for the unit taken the bounds of
+ * store/queue/checked_read.py's read_unit_stored (floor <= offset < tail, min_size <= size <=
+ * tail - offset, the record inside one seg_size segment). Returns how many are taken (their
+ * offsets and sizes written to offs_out/sizes_out, int64, room for every unit), -1 when a unit
+ * before the batch is full is a filler (size 0x7FFFFFFF), -2 when a unit taken fails a bound:
+ * the general read answers those. Tests pin it to the general read (tests/test_small_window.py). */
+static PyObject *window_units(PyObject *self, PyObject *args) {
+    Py_buffer un, oo, so;
+    long long floor_, tail, seg_size, max_count, max_bytes, disk_memory, disk_count, disk_bytes, min_size;
+    if (!PyArg_ParseTuple(args, "y*LLLLLLLLLw*w*", &un, &floor_, &tail, &seg_size, &max_count, &max_bytes,
+                          &disk_memory, &disk_count, &disk_bytes, &min_size, &oo, &so)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = un.len / 20;
+    if (un.len % 20 || oo.itemsize != 8 || so.itemsize != 8 || oo.len < n * 8 || so.len < n * 8 || seg_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "window_units: units must be whole 20-byte units, the outputs int64 with room for each");
+        goto done;
+    }
+    const unsigned char *u = (const unsigned char *)un.buf;
+    int64_t *offs = (int64_t *)oo.buf, *sizes = (int64_t *)so.buf;
+    int64_t taken = 0, nbytes = 0;
+    for (Py_ssize_t i = 0; i < n; i++, u += 20) {
+        const int64_t off = be_i64(u), size = be_i32(u + 8);
+        if (size == 0x7FFFFFFF) { taken = -1; break; }
+        int64_t count_limit = max_count, bytes_limit = max_bytes;
+        if (disk_memory >= 0 && (int64_t)((uint64_t)tail - (uint64_t)off) > disk_memory) {
+            count_limit = disk_count;
+            bytes_limit = disk_bytes;
+        }
+        if (taken >= count_limit || (taken && bytes_limit >= 0 && nbytes + size > bytes_limit)) break;
+        if (!(floor_ <= off && off < tail && size >= min_size && size <= tail - off &&
+              off / seg_size == (off + size - 1) / seg_size)) { taken = -2; break; }
+        offs[taken] = off;
+        sizes[taken] = size;
+        taken++;
+        nbytes += size;
+    }
+    result = PyLong_FromLongLong(taken);
+done:
+    PyBuffer_Release(&un);
+    PyBuffer_Release(&oo);
+    PyBuffer_Release(&so);
+    return result;
+}
+
 /* walk_chains(log, entry_size, heads, counts, out) -> n or -1 - h
  * The timer log's bucket chains (store/schedule/timer_wheel.py): from each head entry index,
  * follow each entry's `prev` (little-endian int64 at the entry's start), exactly counts[h]
@@ -1296,6 +1347,8 @@ static PyMethodDef methods[] = {
      "walk_batch(body, pos_out, total_out, body_len_out, flag_out) -> (n, end): a batch send's messages from byte 0."},
     {"walk_records", walk_records, METH_VARARGS,
      "walk_records(seg, start, limit, base, header_size, trailer_fields, min_ts, max_ts, pos_out, size_out) -> (n, end, code, value)."},
+    {"window_units", window_units, METH_VARARGS,
+     "window_units(units, floor, tail, seg_size, max_count, max_bytes, disk_memory, disk_count, disk_bytes, min_size, offs_out, sizes_out) -> units taken, -1 (a filler), -2 (out of bounds)."},
     {"check_stored", check_stored, METH_VARARGS,
      "check_stored(data, starts, sizes, offsets, queue_offsets, topic, queue_id, min_ts, max_ts, crc) -> records before the first that is not its unit's, GIL released."},
     {"gather", gather, METH_VARARGS,

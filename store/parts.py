@@ -128,16 +128,11 @@ class StoreParts:
             state = self.fixed_state
         return state.tail if state is not None else 0
 
-    def published_queue_end(self, key: str) -> int | None:
-        """The next queue offset the published append state gives queue ``key``
-        (``"<topic>/<queueId>"``): every unit of the queue lies below it
-        (:mod:`rmqlog.queue.consume_queue`). 0 when the state names no such queue (its entries
-        are never removed: no record of the queue was ever published), ``None`` when there is
-        no state to ask."""
+    def published_state(self) -> AppendState | None:
+        """The published append state as this process keeps it (not a copy: never change it),
+        ``None`` before the first publish."""
         state = self.state_file.load(copy=False)
-        if state is None:
-            state = self.fixed_state
-        return None if state is None else state.queues.get(key, 0)
+        return state if state is not None else self.fixed_state
 
     def append_state(self) -> AppendState:
         """The published append state (an empty one before the first append)."""

@@ -11,16 +11,16 @@ Each of those calls costs a microsecond or more however few units there are, ~15
 pull of 32. Here, for the same case:
 
 1. the window's units (at most :data:`SMALL_WINDOW`, inside one consume-queue file) are
-   copied under the file's pin and unpacked with ``struct``;
-2. ``isTheBatchFull`` is applied unit by unit, each unit judged by its own limits (the
-   read's, or ``disk``'s for a record "on disk"), exactly as the general read's formulas
-   (int64 arithmetic included) decide it;
-3. the units taken pass the bounds of :func:`rmqlog.queue.checked_read.read_unit_stored`
-   (at or past ``floor``, inside the published tail, no smaller than a record, inside one
-   segment) and, per commitlog segment pinned as :func:`rmqlog.log.raw_check.read_checked`
-   splits them, the C helper's ``check_stored`` on their bytes (the same call, the same
-   arguments); then their bytes are copied into one buffer and wrapped as the general read
-   wraps them (:class:`rmqlog.results.StoredRecords`).
+   copied under the file's pin (:meth:`rmqlog.queue.consume_queue.ConsumeQueue.read_bytes`);
+2. one call of the C helper (``window_units``) walks them: ``isTheBatchFull`` before each
+   unit, each judged by its own limits (the read's, or ``disk``'s for a record "on disk"),
+   exactly as the general read's formulas (int64 arithmetic included) decide it, and for each
+   unit taken the bounds of :func:`rmqlog.queue.checked_read.read_unit_stored` (at or past
+   ``floor``, inside the published tail, no smaller than a record, inside one segment);
+3. per commitlog segment, pinned and split as :func:`rmqlog.log.raw_check.read_checked`
+   splits them, the C helper's ``check_stored`` on the records' bytes (the same call, the
+   same arguments) and its ``gather`` into one buffer, wrapped as the general read wraps
+   them (:class:`rmqlog.results.StoredRecords`).
 
 Whatever it does not take goes the general way, from the same bounds and tail: a filler in
 the window (statuses and the second look at the whole scan are the general read's), the
@@ -32,8 +32,8 @@ helper. So no byte, status, next offset or error differs between the two paths
 
 from __future__ import annotations
 
-import struct
 from array import array
+from itertools import accumulate
 
 import numpy as np
 import pyarrow as pa
@@ -44,13 +44,12 @@ from ..log.pins import pin, unpin
 from ..log.record import MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS
 from ..native import check_stored as _native_check
 from ..native import gather as _native_gather
-from ..queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE
+from ..native import window_units as _native_units
+from ..queue.consume_queue import CQ_UNIT_SIZE
 from ..results import DiskLimits, GetMessageResult, GetMessageStatus, StoredRecords
 
 #: The most units a window may span to take this path (a pull's 32 and the disk limit's 8 fit).
 SMALL_WINDOW = 64
-_UNIT = struct.Struct(">qiq")
-_INT64 = 1 << 63
 
 
 def read_small(
@@ -65,33 +64,19 @@ def read_small(
     ``lo``/``hi`` as bounds; ``None`` whenever the general read must answer (from the same
     units). ``floor`` and ``tail``: the commitlog's first offset the bounds were taken
     against and the published tail read after them."""
-    if _native_check is None or _native_gather is None or len(units) > SMALL_WINDOW * CQ_UNIT_SIZE:
+    if _native_units is None or _native_check is None or _native_gather is None or len(units) > SMALL_WINDOW * CQ_UNIT_SIZE:
         return None
-    seg_size = commitlog.segment_size
-    offs, sizes, ends = array("q"), array("q"), array("q", [0])
-    taken = nbytes = 0
-    for off, size, _ in _UNIT.iter_unpack(units):
-        if size == FILLER_SIZE:
-            return None  # no record there: what is scanned past and how is the general read's
-        count_limit, bytes_limit = max_count, max_bytes
-        if disk is not None:
-            behind = tail - off  # (as int64, the general read's arithmetic, whatever the unit holds)
-            if not -_INT64 <= behind < _INT64:
-                behind = (behind + _INT64) % (2 * _INT64) - _INT64
-            if behind > disk.memory:
-                count_limit, bytes_limit = disk.max_count, disk.max_bytes
-        if taken >= count_limit or (taken and bytes_limit is not None and nbytes + size > bytes_limit):
-            break  # isTheBatchFull before this unit
-        # the bounds read_unit_stored checks before a byte is read (any doubt: the general read names it)
-        if not (floor <= off < tail and MIN_RECORD_SIZE <= size <= tail - off
-                and off // seg_size == (off + size - 1) // seg_size):
-            return None
-        offs.append(off)
-        sizes.append(size)
-        taken += 1
-        nbytes += size
-        ends.append(nbytes)
-    data = _checked_bytes(commitlog, offs, sizes, nbytes, offset, topic.encode(), queue_id, check_crc)
+    room = len(units) // CQ_UNIT_SIZE
+    offs, sizes = array("q", bytes(8 * room)), array("q", bytes(8 * room))
+    no_bytes = -1 if max_bytes is None else max_bytes
+    taken = _native_units(units, floor, tail, commitlog.segment_size, max_count, no_bytes,
+                          -1 if disk is None else disk.memory, 0 if disk is None else disk.max_count,
+                          0 if disk is None else disk.max_bytes, MIN_RECORD_SIZE, offs, sizes)
+    if taken < 0:  # a filler before the batch is full (-1), a unit out of bounds (-2)
+        return None
+    del offs[taken:], sizes[taken:]
+    ends = array("q", accumulate(sizes, initial=0))
+    data = _checked_bytes(commitlog, offs, sizes, ends[-1], offset, topic.encode(), queue_id, check_crc)
     if data is None:
         return None
     records = StoredRecords(

@@ -91,6 +91,7 @@ class Reader(Protocol):
 
     def queue_exists(self, topic: str, queue_id: int) -> bool: ...
     def read_bounds(self, cq: ConsumeQueue) -> tuple[int, int, int]: ...
+    def read_plan(self, cq: ConsumeQueue) -> tuple[int, int, int, int]: ...
     def check_crc(self, check_crc: object) -> bool: ...
 
 
@@ -161,7 +162,7 @@ def read_window(
     if queue_id < 0 or not reader.queue_exists(topic, queue_id):
         return result(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
     cq = reader.parts.consume_queue(topic, queue_id)
-    lo, hi, floor = reader.read_bounds(cq)
+    lo, hi, floor, tail = reader.read_plan(cq)  # (tail: read after the bounds, every unit below hi points below it)
     early = status_outside(offset, lo, hi)
     if early is not None:
         return result(early[0], early[1], lo, hi)
@@ -174,8 +175,6 @@ def read_window(
     first_look = max(max_count, disk.max_count if disk is not None else 0)
     whole = wanted is not None or sql92 is not None or stop - offset <= first_look
     commitlog = reader.parts.commitlog
-    # after the bounds: every unit below ``hi`` points below it
-    tail = reader.parts.published_tail()
     count = stop - offset if whole else first_look
     if raw and wanted is None and sql92 is None and count <= SMALL_WINDOW:
         # a small window: the direct path, else the general read from the same units, bounds and tail
