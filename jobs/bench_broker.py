@@ -1,130 +1,125 @@
-"""Benchmark of the broker on the wire (issue 29's targets), each figure beside its peer
-measured in the same run.
+"""Benchmark of the broker on the wire (issues 29's and 42's targets), each figure beside its
+peers measured in the same run.
 
-    python jobs/bench_broker.py [--root DIR] [--rounds R] [--json] [--parts sends,sync,batch,pull,poll,idle,conns]
-                                [--messages N] [--sync-messages N] [--batches N] [--pull-messages N]
-                                [--poll-messages N] [--holds N] [--idle-s S] [--connections N]
-                                [--conn-messages N] [--procs P] [--profile]
+    python jobs/bench_broker.py [--root DIR] [--rounds R] [--json] [--profile]
+        [--parts sends,sync,inflight,batch,pull,poll,idle,conns,state,cpp,namesrv]
+        [--redis-server PATH] [--nats-server PATH] [--cpp-python PATH]  (sizes: --help)
 
-The broker runs in a process of its own (``jobs/broker_load.py broker``: ``rmqnet``'s
-``launch.main``, 127.0.0.1, port 0, its store under ``ROOT/broker``, ``broker.conf`` written
-there); so does the peer of the send figures, a bare server on the same transport that
-answers the same frames without storing anything (``jobs/broker_load.py bare``; why that is the
-fair peer: see broker_load's docstring). Load comes from ``--procs`` worker processes with
-pre-encoded frames (``broker_load.drive``); the open-file limit is raised for the
-connections (within the hard limit).
+Our broker runs in a process of its own (``jobs/broker_load.py broker``: ``rmqnet``'s
+``launch.main``, 127.0.0.1, port 0, its store under ``ROOT/broker``, ASYNC_FLUSH); a second
+one under SYNC_FLUSH (``ROOT/broker-sync``) starts when a part needs it. The peers, each in a
+process of its own on 127.0.0.1 with a port and a data folder under ROOT, stopped by PID at
+the end (``jobs/broker_servers.py``):
 
-Figures (medians of ``--rounds`` rounds; each round measures the figure and its peer
-back to back, so the two see the same machine):
+- the **bare server** (``broker_load.py bare``): our transport answering the same frames
+  without storing anything (why that is the fair peer: broker_load's docstring);
+- **Redis Streams** (``redis-server``, two instances: the AOF on with ``appendfsync always``
+  and with ``everysec``; RESP over a socket: ``jobs/peers_redis.py``);
+- **NATS JetStream** (``nats-server -js``, file storage, stream ``BENCH``; acked publishes:
+  ``PUB`` with a reply inbox answered by JetStream's ack; ``jobs/peers_nats.py``).
+
+A peer whose binary is missing (not on PATH, or ``--redis-server``/``--nats-server``/
+``--cpp-python`` naming nothing) is said once, and its figures go on without it. Every
+system is driven by the same client shape: one-at-a-time figures over a blocking socket with
+TCP_NODELAY and requests encoded before the clock starts; concurrent figures by the same
+worker processes (spawned once per run, ``broker_load.LoadPool``), connections and requests
+in flight, frames encoded before the start, one JSON (or RESP) decode per answer.
+
+Figures: medians of ``--rounds`` rounds (each round measures a figure and its peers back to
+back, so they see the same machine), one printed line ``ours X  peer Y (ratio)`` per present
+peer, and under ``--json`` one line per (figure, peer):
 
 - ``sends``: SEND_MESSAGE_V2 (310), 100-byte bodies, 64 in flight over 4 connections (one
   per worker process, 16 each): msgs/s; peer: the bare server under the same load;
-- ``sync``: one producer, one 1 KiB message at a time (a blocking socket, the frame encoded
-  beforehand): round trip p50 and p99; peer: the bare server's;
-- ``batch``: SEND_BATCH_MESSAGE (320), 1,000 messages of 100 bytes per request, one at a
-  time: msgs/s; peer: ``MessageStore.put_batch`` of the same messages in this process
-  (a store of its own, the same config);
-- ``pull``: PULL_MESSAGE (11) at ``maxMsgNums`` 32 and 1,000 over a filled topic (4 queues,
-  a worker process each, 4 pulls in flight): msgs/s; peer: ``read_window(raw=True)`` of the
-  same ranges in this process (the broker's byte budget of 256 KiB, read-only open);
-- ``poll``: a pull held on an empty queue (suspend flag), then a send to that queue: the time
-  from the send to the held pull's answer, p50 and p99; peer: the same sends' round trip;
-- ``idle``: ``--holds`` pulls held while nothing arrives: the broker process's CPU time over
-  ``--idle-s`` seconds (``/proc/PID/stat``), % of a core; peer: the same broker idle with no
-  held pulls (measured first);
+- ``sync``: one producer, one 1 KiB message at a time: round trip p50 and p99 and the server's
+  CPU per message (all its threads, ``/proc/PID/task/*/schedstat``, over the measured sends),
+  of our ASYNC_FLUSH and SYNC_FLUSH brokers; peers: the bare server, NATS (acked publish),
+  Redis ``XADD`` under ``always`` and ``everysec``;
+- ``inflight``: 1 KiB sends, 64 in flight over 4 connections: msgs/s of both our brokers;
+  peers: Redis (``everysec``, ``always``) and NATS under the same load;
+- ``batch``: SEND_BATCH_MESSAGE (320) of 1,000 x 100 bytes, one at a time, beside
+  ``MessageStore.put_batch`` of the same messages in this process; and 320 of 100 x 1 KiB
+  beside Redis ``everysec`` with a pipeline of 100 ``XADD`` at a time;
+- ``pull``: PULL_MESSAGE (11) at ``maxMsgNums`` 32 and 1,000 over 4 filled queues (100-byte
+  bodies, a worker process per queue, 4 pulls in flight): msgs/s; peers:
+  ``read_window(raw=True)`` of the same ranges in this process (the broker's 256 KiB budget);
+  at 32 also Redis ``XREAD COUNT 32`` (``everysec``) and a NATS pull consumer's fetch of 32,
+  same load; at 1,000 issue 42's figure for the broker of its day (0.4 M msgs/s, printed for
+  reference, not measured);
+- ``poll``: a consumer waiting on an empty queue (ours: a held pull, proven held by a
+  GET_MAX_OFFSET answered behind it; Redis: ``XREAD BLOCK``, proven blocked by ``INFO
+  clients``; NATS: a JetStream push consumer, subscribed), then one send from another
+  connection: the time from the send's write to the consumer's complete answer, p50 and p99;
+  peers: our send's own round trip, Redis's and NATS's consumers measured the same way;
+- ``idle``: ``--holds`` pulls held while nothing arrives: the broker's CPU over ``--idle-s``
+  seconds, % of a core; peer: the same broker idle with no held pulls (measured first);
 - ``conns``: ``--connections`` connections, opened first, then each sending
-  ``--conn-messages`` messages one at a time, all at once: msgs/s and errors (non-SUCCESS
-  answers, failed or lost connections, unanswered requests); peer: the bare server.
+  ``--conn-messages`` messages one at a time, all at once: msgs/s and errors; peer: the bare
+  server;
+- ``state``: a send, a pull with the commit flag, an offset query (14) and a heartbeat (34),
+  one at a time: p50 at ``--state-topics`` topics, ``--state-groups`` groups and
+  ``--state-offsets`` offset entries beside p50 at 10 topics, and each broker's start time
+  (the state written into the stores' files before the brokers start: ``jobs/broker_state.py``);
+- ``cpp``: our client shape's sync send of 1 KiB beside Apache's C++ client's ``send_sync``
+  (PyPI ``rocketmq`` 0.4.4 in ``.venv-rocketmq``: ``make clients``), p50 and p99, against one
+  broker, all in a loopback-only network namespace (``jobs/broker_clients.py``; needs root);
+- ``namesrv``: ``rmqlog namesrv``'s resident memory after start and after registrations and
+  route queries; peers: Redis's and NATS's after their start and now.
 
-``--profile``: the broker runs under cProfile, switched on (SIGUSR1) for each part's measured
-load only and written (SIGUSR2) to ``ROOT/profile-<part>.prof``; the top functions by own
-time are printed per request of the part. Figures are wall-clock on this machine; nothing
-here is a test threshold.
+``--profile``: our ASYNC_FLUSH broker runs under cProfile, switched on (SIGUSR1) for each
+part's measured load only and written (SIGUSR2) to ``ROOT/profile-<part>.prof``; the top
+functions by own time are printed per request of the part. Figures are wall-clock on this
+machine; nothing here is a test threshold.
 """
-
 from __future__ import annotations
 
 import asyncio
 import functools
 import math
-import multiprocessing as mp
 import os
 import pstats
 import shutil
 import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import numpy as np
+import broker_clients
+import broker_latency
+import broker_state
 import pyarrow as pa
 from broker_load import (  # jobs/ is this script's directory
     HOST,
     Load,
+    LoadPool,
     Outcome,
+    Wire,
+    check_ok,
     max_offset_cmd,
-    parse_ready,
     pull_cmd,
     pull_frame,
     raise_fd_limit,
-    send_cmd,
+    rate,
+    run_loads,
     send_frame,
-    uniq_key,
-    worker,
 )
+from broker_servers import LABELS, Peers, Server, Servers, med, report
 from harness import Bench
+from peers_nats import NatsWire, pub, pull_consumer, stream_messages, subject
+from peers_redis import RedisWire, command, xadd
 
 import rmqlog
 from rmqnet.client.batch import encode_messages
-from rmqnet.remoting import FrameDecoder, RequestCode, ResponseCode, encode_bytes
-from rmqnet.remoting.command import decode_json_header
+from rmqnet.remoting import RequestCode, encode_bytes
 from rmqnet.transport import connect
 
-LOAD = Path(__file__).resolve().parent / "broker_load.py"
-PARTS = ("sends", "sync", "batch", "pull", "poll", "idle", "conns")
-TOPICS = {"BenchTopic": 4, "BenchSync": 1, "BenchBatch": 4, "BenchPull": 4, "BenchPoll": 1, "BenchIdle": 4}
+CPP_PYTHON = Path(__file__).resolve().parent.parent / ".venv-rocketmq" / "bin" / "python"
+PARTS = ("sends", "sync", "inflight", "batch", "pull", "poll", "idle", "conns", "state", "cpp", "namesrv")
 T = TypeVar("T")
 PULL_BYTES = 256 * 1024  # the broker's maxTransferBytesOnMessageInMemory
-
-
-# ---- the server processes ----------------------------------------------------------------
-
-class Server:
-    """A server process of ``broker_load.py`` (its ready line read; SIGTERM to stop)."""
-
-    def __init__(self, args: list[str], log: Path) -> None:
-        self.log = open(log, "ab")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen([sys.executable, str(LOAD), *args], stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True)
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        try:
-            self.port = parse_ready(line)
-        except ValueError:
-            self.stop()
-            raise RuntimeError(f"{args[0]} did not start ({line!r}); see {log}") from None
-
-    def cpu_s(self) -> float:
-        """The process's CPU time so far (user + system), from ``/proc/PID/stat``."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def signal(self, sig: int) -> None:
-        self.proc.send_signal(sig)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(120)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
+#: issue 42's figure for pulls at 1,000 on the broker of its day, printed beside ours for reference
+PULL_1000_REFERENCE = 400_000.0
 
 
 class Profiler:
@@ -174,76 +169,6 @@ def print_profile(path: Path, part: str, requests: int, top: int = 15) -> None:
     show(sorted(ours, key=lambda kv: kv[1][3], reverse=True)[:top])
 
 
-# ---- loads ---------------------------------------------------------------------------------
-
-def run_loads(loads: list[Load]) -> Outcome:
-    """Run each load in a worker process of its own, started together; the merged outcome
-    (span from the first start to the last end)."""
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(len(loads))
-    results = ctx.Queue()
-    procs = [ctx.Process(target=worker, args=(load, barrier, results), daemon=True) for load in loads]
-    for p in procs:
-        p.start()
-    outs = []
-    for _ in procs:
-        got = results.get(timeout=max(load.timeout_s for load in loads) + 120)
-        if isinstance(got, BaseException):
-            raise RuntimeError(f"a load worker failed: {got!r}")
-        outs.append(got)
-    for p in procs:
-        p.join()
-    merged = Outcome(t0=min(o.t0 for o in outs), t1=max(o.t1 for o in outs))
-    for o in outs:
-        for c, n in o.codes.items():
-            merged.codes[c] = merged.codes.get(c, 0) + n
-        merged.messages += o.messages
-        merged.failed_connections += o.failed_connections
-        merged.unanswered += o.unanswered
-    return merged
-
-
-def rate(o: Outcome) -> float:
-    return o.messages / max(o.t1 - o.t0, 1e-9)
-
-
-class Wire:
-    """A blocking connection for one-at-a-time requests (no event loop: the least client time
-    in a round trip)."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection((HOST, port))
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.decoder = FrameDecoder()
-        self.pending: list[Any] = []
-
-    def call(self, frame: bytes) -> dict[str, Any]:
-        """Write ``frame``, read one answer; its JSON header."""
-        self.sock.sendall(frame)
-        while not self.pending:
-            data = self.sock.recv(1 << 20)
-            if not data:
-                raise ConnectionError("the server closed the connection")
-            self.pending.extend(self.decoder.feed(data))
-        return decode_json_header(self.pending.pop(0).header)
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def pct(xs: list[float], q: float) -> float:
-    return float(np.percentile(np.asarray(xs), q))
-
-
-def med(xs: list[float]) -> float:
-    return float(np.median(np.asarray(xs)))
-
-
-def check_ok(head: dict[str, Any], what: str) -> None:
-    if int(head["code"]) != ResponseCode.SUCCESS:
-        raise RuntimeError(f"{what}: answered {head['code']} {head.get('remark')!r}")
-
-
 # ---- the parts -----------------------------------------------------------------------------
 
 class Run:
@@ -251,34 +176,29 @@ class Run:
 
     def __init__(self, bench: Bench, work: Path) -> None:
         self.b, self.a, self.work = bench, bench.args, work
+        self.peers = Peers(self.a.redis_server, self.a.nats_server, self.a.cpp_python)
+        self.servers = Servers(work, self.peers, segment_mib=self.a.segment_mib, profile=self.a.profile)
+        self.store_config = self.servers.store_config()
+        self.root = self.servers.root("async")
         self.broker: Server | None = None
         self.bare: Server | None = None
-        self.root = work / "broker"
+        #: the load's worker processes, spawned once for the run
+        self.pool = LoadPool()
 
     # -- set-up
 
     def start(self) -> None:
-        shutil.rmtree(self.root, ignore_errors=True)
-        self.root.mkdir(parents=True)
-        conf = self.root.parent / "broker.conf"
-        # maxTransferCountOnMessageInMemory 1,000: a pull at maxMsgNums 1,000 gets 1,000 (RocketMQ's
-        # default 32 would answer 32 whatever it asks; 1,000 x 100-byte records fit the 256 KiB)
-        conf.write_text("brokerName=bench\nbrokerClusterName=BenchCluster\nflushDiskType=ASYNC_FLUSH\n"
-                        f"mappedFileSizeCommitLog={self.a.segment_mib << 20}\nmaxTransferCountOnMessageInMemory=1000\n")
-        self.store_config = rmqlog.StoreConfig(mapped_file_size_commit_log=self.a.segment_mib << 20)
-        with rmqlog.MessageStore.open(self.root, self.store_config) as store:  # the topics exist before the broker
-            for topic, queues in TOPICS.items():
-                store.create_topic(topic, queues)
-        profile = ["--profile", str(self.work)] if self.a.profile else []
-        self.broker = Server(["broker", str(self.root), str(conf), *profile], self.work / "broker.log")
-        self.bare = Server(["bare"], self.work / "bare.log")
-        print(f"broker pid {self.broker.proc.pid} at {HOST}:{self.broker.port}; bare server pid "
-              f"{self.bare.proc.pid} at {HOST}:{self.bare.port}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+        """Our ASYNC_FLUSH broker and the bare server; the other servers start when a part
+        first needs them."""
+        broker, bare = self.servers.get("async"), self.servers.get("bare")
+        assert isinstance(broker, Server) and isinstance(bare, Server)
+        self.broker, self.bare = broker, bare
+        print(f"broker pid {broker.pid} at {HOST}:{broker.port}; bare server pid "
+              f"{bare.pid} at {HOST}:{bare.port}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
 
     def stop(self) -> None:
-        for s in (self.broker, self.bare):
-            if s is not None:
-                s.stop()
+        self.pool.close()
+        self.servers.stop_all()
 
     def profiled(self, part: str, requests: int, fn: Callable[[], T]) -> T:
         """``fn()`` (which sends the broker ``requests`` requests), under the broker's profiler
@@ -300,7 +220,7 @@ class Run:
 
         def load(port: int) -> Outcome:
             return run_loads([Load(port, "send", 1, 16, per_conn, "BenchTopic", queues=4, body_size=100)
-                              for _ in range(4)])
+                              for _ in range(4)], self.pool)
 
         assert self.broker is not None and self.bare is not None
         broker, bare, port = [], [], self.broker.port
@@ -319,42 +239,25 @@ class Run:
         self.b.figure("SEND_MESSAGE_V2, 100-byte bodies, 64 in flight over 4 connections", r, "msgs/s",
                       peer="bare server (rmqnet.transport, nothing stored), same load", peer_value=p)
 
-    # -- one producer, one 1 KiB message at a time
+    # -- the parts of other modules
 
     def sync(self) -> None:
-        n = self.a.sync_messages
-        body = os.urandom(1024)
-        frames = [send_frame("BenchSync", 0, body, i + 1, uniq=uniq_key(0, i)) for i in range(min(n, 1024))]
+        broker_latency.sync(self)
 
-        def rtts(port: int) -> list[float]:
-            w = Wire(port)
-            try:
-                for f in frames[:50]:  # a warm-up (connection, first segment pages)
-                    check_ok(w.call(f), "sync send")
-                out = []
-                for i in range(n):
-                    f = frames[i % len(frames)]
-                    t0 = time.perf_counter_ns()
-                    head = w.call(f)
-                    out.append((time.perf_counter_ns() - t0) / 1e6)
-                    check_ok(head, "sync send")
-                return out
-            finally:
-                w.close()
+    def inflight(self) -> None:
+        broker_latency.inflight(self)
 
-        assert self.broker is not None and self.bare is not None
-        broker: list[float] = []
-        bare: list[float] = []
-        port = self.broker.port
-        for _ in range(self.a.rounds):
-            bare.extend(rtts(self.bare.port))
-            broker.extend(self.profiled("sync", n + 50, lambda: rtts(port)))
-        print(f"\n== one producer, synchronous, 1 KiB bodies: {len(broker):,} round trips each")
-        for q in (50, 99):
-            r, p = pct(broker, q), pct(bare, q)
-            print(f"round trip p{q}  broker {r:.3f} ms   bare server {p:.3f} ms   (+{(r - p) * 1000:.0f} us)")
-            self.b.figure(f"sync send 1 KiB, round trip p{q}", r, "ms",
-                          peer=f"bare server round trip p{q}", peer_value=p)
+    def poll(self) -> None:
+        broker_latency.poll(self)
+
+    def state(self) -> None:
+        broker_state.state(self)
+
+    def cpp(self) -> None:
+        broker_clients.cpp(self)
+
+    def namesrv(self) -> None:
+        broker_clients.namesrv(self)
 
     # -- batches (320) beside put_batch
 
@@ -402,6 +305,51 @@ class Run:
         print(f"  -> broker = {r / p:.0%} of put_batch")
         self.b.figure("SEND_BATCH_MESSAGE, 1,000 x 100-byte bodies", r, "msgs/s",
                       peer="MessageStore.put_batch of the same messages, in-process", peer_value=p)
+        self._batch100()
+
+    def _batch100(self) -> None:
+        """320 requests of 100 x 1 KiB, one at a time, beside a pipeline of 100 XADD to Redis
+        (appendfsync everysec), one at a time."""
+        n, size = self.a.batches100, 100
+        bodies = [pa.array([os.urandom(1024) for _ in range(size)], pa.binary()) for _ in range(4)]
+        empty = pa.array([""] * size, pa.string())
+        frames = [send_frame("BenchBatch100", i % 4, encode_messages(bodies[i % 4], empty), i + 1,
+                             code=RequestCode.SEND_BATCH_MESSAGE, batch=True) for i in range(8)]
+        pipes = [b"".join(xadd(f"BenchBatch100:{i % 4}", b) for b in bodies[i % 4].to_pylist()) for i in range(8)]
+
+        def ours() -> float:
+            assert self.broker is not None
+            w = Wire(self.broker.port)
+            try:
+                check_ok(w.call(frames[0]), "batch of 100")
+                t0 = time.perf_counter()
+                for i in range(n):
+                    check_ok(w.call(frames[i % len(frames)]), "batch of 100")
+                return n * size / (time.perf_counter() - t0)
+            finally:
+                w.close()
+
+        def redis(port: int) -> float:
+            w = RedisWire(port)
+            try:
+                t0 = time.perf_counter()
+                for i in range(n):
+                    w.send(pipes[i % len(pipes)])
+                    for _ in range(size):
+                        w.read()  # an error reply raises
+                return n * size / (time.perf_counter() - t0)
+            finally:
+                w.close()
+
+        broker, peer = [], []
+        for _ in range(self.a.rounds):
+            if (srv := self.servers.get("redis-everysec")) is not None:
+                peer.append(redis(srv.port))
+            broker.append(self.profiled("batch100", n + 1, ours))
+        print(f"\n== batch sends (320), {size} messages of 1 KiB each, one at a time, {n:,} batches a round, "
+              f"medians of {self.a.rounds} rounds")
+        report(self.b, "SEND_BATCH_MESSAGE, 100 x 1 KiB bodies", med(broker), "msgs/s",
+               [(f"{LABELS['redis-everysec']}, a pipeline of 100 XADD at a time", med(peer) if peer else None)])
 
     # -- pulls at maxMsgNums 32 and 1,000 beside read_window(raw=True)
 
@@ -427,26 +375,87 @@ class Run:
                 strides[m] = int(head["extFields"]["nextBeginOffset"])
         finally:
             w.close()
+        redis, nats = self._fill_peers(per_queue)
         print(f"\n== pulls (11), 4 queues of {per_queue:,} messages (100-byte bodies), a worker process per queue, "
-              "4 pulls in flight each")
+              f"4 pulls in flight each, medians of {self.a.rounds} rounds")
         for m in (32, 1000):
             stride = strides[m]
             requests = per_queue // stride
             got: list[Outcome] = []
-            peer = []
-            for _ in range(self.a.rounds):
+            peer, redis_rates, nats_rates = [], [], []
+            for rnd in range(self.a.rounds):
                 peer.append(self._read_window_rate("BenchPull", m, requests * stride))
                 loads = [Load(self.broker.port, "pull", 1, 4, requests, "BenchPull", queue_ids=(q,), max_msg_nums=m,
                               stride=stride) for q in range(4)]
-                got.append(self.profiled(f"pull-{m}", 4 * requests, functools.partial(run_loads, loads)))
+                got.append(self.profiled(f"pull-{m}", 4 * requests, functools.partial(run_loads, loads, self.pool)))
+                if m == 32 and redis is not None:
+                    redis_rates.append(self._peer_pull_rate(redis, "xread", "BenchPull", per_queue))
+                if m == 32 and nats is not None:
+                    nats_rates.append(self._peer_pull_rate(nats, "jsfetch", f"BenchPull-r{rnd}", per_queue))
             errors = sum(o.errors for o in got)
             if errors or any(o.messages != 4 * requests * stride for o in got):
                 raise RuntimeError(f"pulls at {m}: {errors} errors, {[o.messages for o in got]} messages")
             r, p = med([rate(o) for o in got]), med(peer)
             print(f"maxMsgNums {m:>5}: broker {r:>12,.0f} msgs/s ({stride} messages per answer)   "
                   f"read_window(raw=True) {p:>12,.0f} msgs/s ({min(m, 1000)} per read)  -> {r / p:.0%}")
-            self.b.figure(f"PULL_MESSAGE, maxMsgNums {m}", r, "msgs/s",
-                          peer=f"read_window(raw=True) of the same ranges, max_count {m}, in-process", peer_value=p)
+            peers: list[tuple[str, float | None]] = [
+                (f"read_window(raw=True) of the same ranges, max_count {m}, in-process", p)]
+            if m == 32:
+                peers += [(f"{LABELS['redis-everysec']}, XREAD COUNT 32, same load", med(redis_rates) if redis_rates else None),
+                          (f"{LABELS['nats']}, pull consumer fetch of 32, same load", med(nats_rates) if nats_rates else None)]
+            else:
+                peers.append(("issue 42's figure for the broker of its day (for reference, not measured here)",
+                              PULL_1000_REFERENCE))
+            report(self.b, f"PULL_MESSAGE, maxMsgNums {m}", r, "msgs/s", peers)
+
+    def _fill_peers(self, per_queue: int) -> tuple[int | None, int | None]:
+        """The pull figures' peers filled with ``per_queue`` 100-byte messages in each of 4
+        queues: Redis (everysec) streams ``BenchPull:<q>`` with ids ``0-1, 0-2, ...`` (pipelines
+        of 1,000 XADD); NATS subjects ``bench.BenchPull.<q>`` (publishes without a reply, then
+        the stream's count waited for). Their ports (None: absent)."""
+        body = os.urandom(100)
+        redis = self.servers.get("redis-everysec")
+        if redis is not None:
+            w = RedisWire(redis.port)
+            try:
+                for q in range(4):
+                    w.call(command("DEL", f"BenchPull:{q}"))
+                    for lo in range(0, per_queue, 1000):
+                        hi = min(per_queue, lo + 1000)
+                        w.send(b"".join(xadd(f"BenchPull:{q}", body, f"0-{i + 1}") for i in range(lo, hi)))
+                        for _ in range(lo, hi):
+                            w.read()
+            finally:
+                w.close()
+        nats = self.servers.get("nats")
+        if nats is not None:
+            nw = NatsWire(nats.port, "fill")
+            try:
+                want = stream_messages(nw) + 4 * per_queue
+                for q in range(4):
+                    frame = pub(subject("BenchPull", q), body)
+                    for lo in range(0, per_queue, 1000):
+                        nw.send(frame * (min(per_queue, lo + 1000) - lo))
+                deadline = time.monotonic() + 120
+                while stream_messages(nw) < want:  # JetStream stores a publish without a reply after the PUB is read
+                    if time.monotonic() > deadline:
+                        raise RuntimeError(f"NATS holds {stream_messages(nw)} messages, not {want}")
+                    time.sleep(0.01)
+                for r in range(self.a.rounds):
+                    for q in range(4):
+                        pull_consumer(nw, f"BenchPull-r{r}-{q}", subject("BenchPull", q))
+            finally:
+                nw.close()
+        return (None if redis is None else redis.port), (None if nats is None else nats.port)
+
+    def _peer_pull_rate(self, port: int, kind: str, topic: str, per_queue: int) -> float:
+        """Reads of 32 of each of 4 queues, a worker process per queue, 4 in flight: msgs/s."""
+        requests = per_queue // 32
+        out = run_loads([Load(port, kind, 1, 4, requests, topic, queue_ids=(q,), max_msg_nums=32, stride=32)
+                         for q in range(4)], self.pool)
+        if out.errors or out.messages != 4 * requests * 32:
+            raise RuntimeError(f"{kind} reads of 32: {out.errors} errors ({out.codes}), {out.messages} messages")
+        return rate(out)
 
     def _read_window_rate(self, topic: str, max_count: int, per_queue: int) -> float:
         """read_window(raw=True) of each queue's first ``per_queue`` messages, windows of
@@ -464,56 +473,6 @@ class Run:
                     n += len(res.records)
                     off = res.next_begin_offset
             return n / (time.perf_counter() - t0)
-
-    # -- long polling: a send to a held consumer's hand
-
-    def poll(self) -> None:
-        assert self.broker is not None
-        n = self.a.poll_messages
-
-        async def measure() -> tuple[list[float], list[float]]:
-            assert self.broker is not None
-            cons = await connect(HOST, self.broker.port)
-            prod = await connect(HOST, self.broker.port)
-            hand, rtt = [], []
-            try:
-                head = await cons.invoke(max_offset_cmd("BenchPoll", 0), 10)
-                offset = int(head.ext_fields["offset"])
-                body = os.urandom(100)
-                for i in range(n + 10):
-                    pull = asyncio.ensure_future(cons.invoke(pull_cmd("BenchPoll", 0, offset, 32, 0, suspend_ms=60_000), 90))
-                    await cons.invoke(max_offset_cmd("BenchPoll", 0), 10)  # the pull before it is held now
-                    if pull.done():
-                        raise RuntimeError(f"the pull at {offset} was not held: {pull.result()}")
-                    stamps: dict[str, int] = {}
-                    pull.add_done_callback(functools.partial(_stamp, stamps))
-                    t0 = time.perf_counter_ns()
-                    sent = await prod.invoke(send_cmd("BenchPoll", 0, body, 0, uniq=uniq_key(1, i)), 10)
-                    t_sent = time.perf_counter_ns()
-                    got = await pull
-                    if sent.code != ResponseCode.SUCCESS or got.code != ResponseCode.SUCCESS:
-                        raise RuntimeError(f"send {sent.code} {sent.remark!r}, held pull {got.code} {got.remark!r}")
-                    offset = int(got.ext_fields["nextBeginOffset"])
-                    if i >= 10:  # the first ten warm up
-                        hand.append((stamps["pull"] - t0) / 1e6)
-                        rtt.append((t_sent - t0) / 1e6)
-            finally:
-                cons.close()
-                prod.close()
-            return hand, rtt
-
-        hand: list[float] = []
-        rtt: list[float] = []
-        for _ in range(self.a.rounds):
-            got = self.profiled("poll", 3 * (n + 10), lambda: asyncio.run(measure()))
-            hand.extend(got[0])
-            rtt.extend(got[1])
-        print(f"\n== long polling: a pull held on an empty queue, then one send to it, {len(hand):,} times")
-        for q in (50, 99):
-            h, r = pct(hand, q), pct(rtt, q)
-            print(f"send to the held consumer's hand p{q} {h:.3f} ms   the send's own round trip p{q} {r:.3f} ms")
-            self.b.figure(f"long polling, send to a held consumer's hand p{q}", h, "ms",
-                          peer=f"the same sends' round trip p{q}", peer_value=r)
 
     # -- CPU of held pulls while idle
 
@@ -571,7 +530,7 @@ class Run:
 
         def load(port: int) -> Outcome:
             return run_loads([Load(port, "send", c, 1, k, "BenchTopic", queues=4, body_size=100)
-                              for c in split if c])
+                              for c in split if c], self.pool)
 
         broker: list[Outcome] = []
         bare: list[Outcome] = []
@@ -591,10 +550,6 @@ class Run:
                       peer="bare server errors", peer_value=float(pe))
 
 
-def _stamp(stamps: dict[str, int], _fut: Any) -> None:
-    stamps.setdefault("pull", time.perf_counter_ns())
-
-
 def _frame30(topic: str, queue_id: int) -> bytes:
     return encode_bytes(max_offset_cmd(topic, queue_id))
 
@@ -612,6 +567,22 @@ def main() -> None:
     b.add_argument("--connections", type=int, default=1000, help="connections sending at once")
     b.add_argument("--conn-messages", type=int, default=10, help="messages each of those connections sends")
     b.add_argument("--procs", type=int, default=4, help="worker processes for the many connections")
+    b.add_argument("--inflight-messages", type=int, default=8000, help="1 KiB sends a round with 64 in flight")
+    b.add_argument("--batches100", type=int, default=100, help="320 batches of 100 x 1 KiB a round")
+    b.add_argument("--state-topics", type=int, default=10_000, help="topics of the large state")
+    b.add_argument("--state-groups", type=int, default=10_000, help="consumer groups of the large state")
+    b.add_argument("--state-offsets", type=int, default=100_000, help="offset entries of the large state")
+    b.add_argument("--state-filled", type=int, default=0, help="topics of the large state holding a message each")
+    b.add_argument("--state-requests", type=int, default=200, help="requests of each kind and state a round, at most")
+    b.add_argument("--state-seconds", type=float, default=2.0, help="seconds of each kind and state a round, at most")
+    b.add_argument("--cpp-messages", type=int, default=500, help="synchronous sends a round from the C++ client")
+    b.add_argument("--namesrv-brokers", type=int, default=10, help="brokers registering with the name server")
+    b.add_argument("--namesrv-topics", type=int, default=1000, help="topics each of those brokers registers")
+    b.add_argument("--namesrv-routes", type=int, default=1000, help="route queries the name server answers")
+    b.add_argument("--redis-server", default=None, help="redis-server binary (default: redis-server on PATH)")
+    b.add_argument("--nats-server", default=None, help="nats-server binary (default: nats-server on PATH)")
+    b.add_argument("--cpp-python", default=str(CPP_PYTHON),
+                   help="the Python of the C++ client's environment (default: .venv-rocketmq of this checkout)")
     b.add_argument("--segment-mib", type=int, default=1024, help="commitlog segment size (mappedFileSizeCommitLog)")
     b.add_argument("--profile", action="store_true", help="profile the broker per part (see above)")
     args = b.parse()

@@ -24,8 +24,14 @@ import shutil
 from pathlib import Path
 
 import numpy as np
-from bench_broker import Server, med, rate, run_loads  # jobs/ is this script's directory
-from broker_load import CONSUMER_GROUP, HOST, Load
+from broker_load import (  # jobs/ is this script's directory
+    CONSUMER_GROUP,
+    HOST,
+    Load,
+    rate,
+    run_loads,
+)
+from broker_servers import Server, med
 from harness import Bench
 
 import rmqlog

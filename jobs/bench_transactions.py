@@ -30,8 +30,8 @@ import statistics
 import time
 from typing import Any
 
-from bench_broker import Server  # jobs/ is this script's directory
-from broker_load import HOST, max_offset_cmd
+from broker_load import HOST, max_offset_cmd  # jobs/ is this script's directory
+from broker_servers import Server
 from harness import Bench
 
 import rmqlog

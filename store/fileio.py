@@ -57,6 +57,10 @@ class InterProcessLock:
         self._thread_lock = threading.RLock()
         self._fd: int | None = None
         self._depth = 0
+        #: changes with every exclusive hold (0: not held exclusively): a check made under one
+        #: hold stands for the rest of it (nobody else can change what the lock guards)
+        self.exclusive_hold = 0
+        self._holds = 0
 
     def _open(self) -> int | None:
         if self._fd is None:
@@ -88,6 +92,8 @@ class InterProcessLock:
                 fd = self._open()
                 if fd is not None:
                     lockf_blocking(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+                self._holds += 1
+                self.exclusive_hold = 0 if shared else self._holds
             self._depth += 1
         except BaseException:
             self._thread_lock.release()
@@ -95,8 +101,10 @@ class InterProcessLock:
 
     def release(self) -> None:
         self._depth -= 1
-        if self._depth == 0 and self._fd is not None:
-            fcntl.lockf(self._fd, fcntl.LOCK_UN)
+        if self._depth == 0:
+            self.exclusive_hold = 0
+            if self._fd is not None:
+                fcntl.lockf(self._fd, fcntl.LOCK_UN)
         self._thread_lock.release()
 
     @contextmanager

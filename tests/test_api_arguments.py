@@ -236,7 +236,9 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
     "drop": st.lists(st.sampled_from(["REAL_TOPIC", "p", "UNIQ_KEY"]), max_size=2).map(tuple),
     "find": st.lists(st.sampled_from(["REAL_QID", "q", "TAGS"]), max_size=2).map(tuple),
     "system": st.booleans(),
-    "wait_flush": st.booleans(),
+    "wait_flush": st.booleans(), "defer_dispatch": st.booleans(),
+    "rows": st.one_of(st.none(), st.builds(rmqlog.PutRows, st.just([0]), st.just([0]), st.just(["x"]), st.just(0),
+                                           st.just(0), st.just(0))),
     "messages": st.lists(st.one_of(
         st.builds(rmqlog.WireMessage, st.sampled_from(TOPICS), st.integers(-1, 4), st.binary(max_size=20),
                   st.integers(-2, 2), st.sampled_from([0, 1, 4, 64]), st.integers(-1, NOW_MS),
@@ -260,7 +262,7 @@ METHODS = {
     "start_services", "stop_services", "topics", "verify", "writer_sequence",
     "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
     "replica_truncate", "record_boundary", "replication_checkpoint", "set_replication_checkpoint", "delay_offsets",
-    "set_delay_offsets", "stored_rows", "wire_records", "put_messages", "flush_to",
+    "set_delay_offsets", "stored_rows", "wire_records", "put_messages", "flush_to", "dispatch_put",
 }
 
 

@@ -290,3 +290,35 @@ def test_the_java_hash_of_ascii_text_is_the_utf16_loop(text: str) -> None:
     for i in range(0, len(units), 2):
         h = (31 * h + ((units[i] << 8) | units[i + 1])) & 0xFFFFFFFF
     assert java_string_hash(text) == (h - (1 << 32) if h & 0x80000000 else h)
+
+
+def test_a_deferred_dispatch_waits_for_dispatch_put(tmp_path: Path) -> None:
+    s = _open(tmp_path / "s")
+    heard: list[list[int]] = []
+    s.on_arrival(lambda topics, qids, maxes: heard.append(maxes.tolist()))
+    try:
+        rows = s.put_messages([WireMessage("T", 3, b"a")], defer_dispatch=True)
+        assert s.max_offset("T", 3) == 0 and heard == []  # appended, not dispatched yet
+        assert s.parts.dispatcher.run_once(0.0) is False  # a background round leaves it to the put
+        assert s.dispatch_put(rows) is True
+        assert s.max_offset("T", 3) == 1 and heard == [[1]]
+        assert s.dispatch_put(rows) is True and heard == [[1]]  # once
+        with pytest.raises(StoreError):
+            s.dispatch_put("rows")  # type: ignore[arg-type]
+    finally:
+        s.close()
+
+
+def test_a_deferred_dispatch_never_run_is_taken_by_the_background_dispatcher(tmp_path: Path) -> None:
+    import time
+
+    from rmqlog.queue.dispatcher import DIRECT_GRACE_S
+
+    s = _open(tmp_path / "s")
+    try:
+        s.put_messages([WireMessage("T", 3, b"a")], defer_dispatch=True)  # its caller forgot it
+        time.sleep(DIRECT_GRACE_S * 2)  # (the grace is real time: another thread's put)
+        assert s.parts.dispatcher.run_once(10.0) is True
+        assert s.max_offset("T", 3) == 1
+    finally:
+        s.close()

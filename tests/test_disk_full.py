@@ -244,7 +244,7 @@ def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(tmp_path: Pa
     again without writing a unit twice. Recovery moving the position back when even that
     write fails removes the file, as the position derived without it is not past the new
     one; where it would be, the error is raised."""
-    import rmqlog.queue.dispatcher as dm
+    from rmqlog.queue.dispatch_position import DispatchPositionFile
 
     root = tmp_path / "s"
     with rmqlog.MessageStore.open(root) as s:
@@ -254,10 +254,10 @@ def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(tmp_path: Pa
         s.put_batch(pa.table({"topic": ["P"] * 2, "body": [b"y"] * 2, "queueId": pa.array([0] * 2, pa.int32())}))
         before = (root / "dispatch.state").read_bytes()
         with monkeypatch.context() as m:
-            def no_room(path: Path, data: bytes) -> None:
-                raise rmqlog.DiskFullError(errno.ENOSPC, "No space left on device", str(path))
+            def no_room(self: DispatchPositionFile, offset: int, store_timestamp: int) -> None:
+                raise rmqlog.DiskFullError(errno.ENOSPC, "No space left on device", str(self.path))
 
-            m.setattr(dm, "rewrite_in_place", no_room)  # the position's rewrite: no room
+            m.setattr(DispatchPositionFile, "write", no_room)  # the position's rewrite: no room
             assert s.dispatch() == 2
             assert s.dispatcher.position() == saved and (root / "dispatch.state").read_bytes() == before
             with pytest.raises(rmqlog.DiskFullError):
@@ -269,7 +269,7 @@ def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(tmp_path: Pa
         assert s.dispatch() == 6  # walked again: every unit already there is skipped
         assert [u[0] for u in units(root, "P", 0)] == [r.physical_offset for r in walk(root)]
         assert s.max_offset("P", 0) == 6 and s.verify().ok
-    assert dm.Dispatcher  # the module under test
+    assert DispatchPositionFile.write  # the file under test
 
 
 def test_a_put_whose_dispatch_fails_says_its_batch_was_appended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -159,6 +159,7 @@ class SendService:
         self._pending_count = 0
         self._scheduled = False
         self._unflushed: list[_Send] = []  # put, answer waits for a flush (SYNC_FLUSH)
+        self._undispatched: list[rmqlog.PutRows] = []  # put, dispatched once their answers are out
         self._flushing = False
         self._rng = random.Random()
         #: messages stored since start, and that count at the start of today and of yesterday
@@ -347,7 +348,15 @@ class SendService:
             self._put([s])
         if run:
             self._put(run)
-        flush_completed()  # the answers, and those of the held pulls the puts woke, in one write each
+        flush_completed()  # the answers first, one write per connection ...
+        dispatched, self._undispatched = self._undispatched, []
+        for rows in dispatched:  # ... then the puts' units and index entries, which wake held pulls
+            try:
+                self.store.dispatch_put(rows)
+            except Exception:  # noqa: BLE001 - the put is stored and answered: the dispatcher takes it
+                log.exception("dispatching a put failed; the store's dispatcher takes it")
+        if dispatched:
+            flush_completed()  # the held pulls' answers
 
     def _put(self, sends: list[_Send]) -> None:
         marker = sends[0].marker if len(sends) == 1 else None
@@ -359,7 +368,8 @@ class SendService:
                 rows = self.store.put_messages(
                     [WireMessage(*s.rows) for s in sends], cluster=cluster, system=sends[0].half,
                     writer=None if marker is None else marker.writer, sequence=None if marker is None else marker.sequence,
-                    wait_flush=False)
+                    wait_flush=False, defer_dispatch=True)
+                self._undispatched.append(rows)
                 duplicate, msg_ids, queue_offsets, end = rows.duplicate, rows.msg_ids, rows.queue_offsets, rows.end
             else:
                 # a batch's messages keep the request's properties, WAIT included, with CLUSTER

@@ -54,6 +54,7 @@ from ..remoting import ConsumerSendMsgBackHeader, RemotingCommand, RequestCode, 
 from .codes import STOPPING_REMARK, store_error_code
 from .peer import Peer
 from .topics import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX
+from .transactions import group_commit
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -192,7 +193,9 @@ class SendBackService:
                 return
         table = send_back_table(records, topic, np.zeros(n, np.int32), level)
         try:
-            self.store.put_wire(table)
+            # WAIT=false, as in Java: answered after the put, not its flush (under SYNC_FLUSH a
+            # group commit is started for it, as Java's wakes its GroupCommitService)
+            self.store.put_wire(table, wait_flush=False)
         except InvalidMessageError as exc:
             if n > 1:  # one bad message must not fail the others put with it
                 for b in backs:
@@ -206,6 +209,8 @@ class SendBackService:
         replication = getattr(self.broker, "replication", None)
         if replication is not None:
             replication.appended()  # the HA writers send it now (no wait: WAIT=false, as in Java)
+        if self.broker.config.sync_flush:
+            asyncio.get_running_loop().run_in_executor(None, group_commit, self.store).add_done_callback(_flushed)
         deaths = int(dead.sum())
         self.dead += deaths
         self.retried += n - deaths
@@ -239,6 +244,11 @@ def _mapped(exc: Exception, max_message_size: int) -> tuple[int, str]:
         return store_error_code(exc, max_message_size)
     except Exception:  # noqa: BLE001 - not a store error: say what it is
         return ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
+
+
+def _flushed(f: asyncio.Future[int]) -> None:
+    if not f.cancelled() and f.exception() is not None:
+        log.error("flush after CONSUMER_SEND_MSG_BACK failed: %s", f.exception())
 
 
 def _not_found(req: RemotingCommand, offset: int) -> RemotingCommand:

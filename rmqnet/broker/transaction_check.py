@@ -171,7 +171,9 @@ class TransactionCheckService:
             parts += [copies, op_records(rows.column("queueOffset").take(pa.array(gone, pa.int64())), gone_keys,
                                          [DISCARD] * len(gone), self.broker.clock.wall_ms())]
             self.broker.topics.create_system("RMQ_SYS_TRANS_OP_HALF_TOPIC")
-        result = store.put_wire(pa.concat_tables(parts).combine_chunks(), system=True)
+        # no wait for a flush on the loop (the broker's own records: the next group commit, or
+        # the flusher, covers them; Java's check service does not wait either)
+        result = store.put_wire(pa.concat_tables(parts).combine_chunks(), system=True, wait_flush=False)
         txn.resolved.update(dict.fromkeys(gone_keys, DISCARD))
         self.discarded += len(gone)
         replication = getattr(self.broker, "replication", None)

@@ -243,7 +243,7 @@ class TransactionService:
                            self.broker.clock.wall_ms()),
             ]).combine_chunks()  # one chunk: the put's fast path keeps a one-chunk properties column as sent
             self.broker.topics.create_system(OP_TOPIC)
-            self.store.put_wire(table, system=True)
+            self.store.put_wire(table, system=True, wait_flush=False)  # (the flush: _settle, off the loop)
         except InvalidMessageError as exc:
             if len(accepted) > 1:  # one bad half must not fail the others ended with it
                 for e in accepted:
@@ -274,7 +274,7 @@ class TransactionService:
         if not self.broker.config.sync_flush:
             answer()
             return
-        task = asyncio.get_running_loop().run_in_executor(None, self.store.flush)
+        task = asyncio.get_running_loop().run_in_executor(None, group_commit, self.store)
         task.add_done_callback(answer)
 
     def _fail(self, ends: list[_End], exc: BaseException) -> None:
@@ -308,6 +308,12 @@ def op_records(queue_offsets: pa.Array | pa.ChunkedArray, keys: list[str], ends:
         pa.array(zeros), pa.array(zeros), pa.array(np.full(n, now_ms, np.int64)), pa.nulls(n, pa.binary()),
         props, pa.array(zeros),
     ], schema=PUT_SCHEMA)
+
+
+def group_commit(store: Any) -> int:
+    """One sync covering every put so far (``MessageStore.flush_to`` of the published tail: the
+    commitlog range and the flushed position): run in a worker thread, never on the loop."""
+    return int(store.flush_to(store.published_tail()))
 
 
 def _answer(e: _End, reply: RemotingCommand | None) -> None:

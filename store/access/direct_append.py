@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from .. import crash_points
@@ -60,6 +60,8 @@ class PutRows:
     start: int
     end: int
     duplicate: bool = False
+    #: the dispatch a ``defer_dispatch`` put left to :meth:`rmqlog.MessageStore.dispatch_put`
+    pending: object | None = field(default=None, compare=False, repr=False)
 
 
 def append_direct(appender: Appender, records: list[DirectRecord], marker: tuple[str, str] | None) -> PutRows:
@@ -171,12 +173,15 @@ def _write_run(commitlog: CommitLog, start: int, data: bytearray) -> None:
 def put_direct(
     appender: Appender, messages: Sequence[WireMessage], *, cluster: str | None, system: bool,
     marker: tuple[str, str] | None, dispatch: bool, wait_flush: bool, not_allowed: frozenset[str],
+    defer_dispatch: bool = False,
 ) -> PutRows | None:
     """A put of a few clean messages by the direct path (module docstring), ``None`` when the
     put is not one (the caller takes the vectorized path). After the publish: the group commit
     under SYNC_FLUSH (``wait_flush``), then the dispatch from the records' own fields when the
     dispatcher stands at the put; otherwise a full dispatch (``dispatch``) or the background
-    dispatcher woken. ``not_allowed``: the topics no such put may name (the caller's rule)."""
+    dispatcher woken. ``defer_dispatch``: that dispatch is left to :func:`dispatch_put` (a
+    broker answers first); the background dispatcher leaves the put to it for
+    :data:`rmqlog.queue.dispatcher.DIRECT_GRACE_S` at most. ``not_allowed``: the topics no such put may name (the caller's rule)."""
     parts = appender.parts
     records = encode_direct(
         messages, cluster=cluster, system=system, store_host=appender.store_host,
@@ -186,43 +191,75 @@ def put_direct(
     )
     if records is None:
         return None
-    dispatcher = parts.dispatcher
     # the background dispatcher, woken by this put's publish, leaves its records to it (it
     # would read them back, and take the dispatch lock from under it)
-    with dispatcher.direct_lock:
-        dispatcher.direct_puts += 1
-    done = False
+    token = parts.dispatcher.expect_direct()
     try:
-        rows, done = _put_and_dispatch(appender, records, marker, dispatch, wait_flush)
-        return rows
-    finally:
-        with dispatcher.direct_lock:
-            dispatcher.direct_puts -= 1
-        if not done:  # (not dispatched, or failed part-way: the background dispatcher takes it)
-            appender.wake_dispatcher()
-
-
-def _put_and_dispatch(appender: Appender, records: list[DirectRecord], marker: tuple[str, str] | None,
-                      dispatch: bool, wait_flush: bool) -> tuple[PutRows, bool]:
-    """The append, its flush and its dispatch: (rows, whether they are dispatched)."""
-    parts = appender.parts
-    rows = append_direct(appender, records, marker)
+        rows = append_direct(appender, records, marker)
+        if not rows.duplicate and appender.sync_flush and wait_flush:
+            _after_publish(rows, "flush", lambda: parts.flush_service.flush_to(rows.end))
+    except BaseException:
+        parts.dispatcher.direct_done(token)
+        appender.wake_dispatcher()
+        raise
     if rows.duplicate:
-        return rows, True
-    version = parts.state_file.published_version
-    step = "flush"
-    done = False
+        parts.dispatcher.direct_done(token)
+        return rows
+    pending = _PendingDispatch(appender, records, rows, parts.state_file.published_version, dispatch, token)
+    if defer_dispatch:
+        object.__setattr__(rows, "pending", pending)
+    else:
+        pending.run()
+    return rows
+
+
+def dispatch_put(rows: PutRows) -> bool:
+    """The dispatch a put with ``defer_dispatch`` left (see :func:`put_direct`); returns whether
+    its records are dispatched now (else the background dispatcher was woken for them). A
+    second call, or one for a put that had none left, does nothing (True)."""
+    pending = rows.pending
+    if pending is None:
+        return True
+    object.__setattr__(rows, "pending", None)
+    return pending.run()
+
+
+class _PendingDispatch:
+    """The dispatch of one direct put from its records' own fields (run once)."""
+
+    def __init__(self, appender: Appender, records: list[DirectRecord], rows: PutRows, version: object, full: bool,
+                 token: object) -> None:
+        self.appender, self.records, self.rows, self.version, self.full, self.token = (
+            appender, records, rows, version, full, token)
+
+    def run(self) -> bool:
+        parts, rows, records = self.appender.parts, self.rows, self.records
+        done = False
+        try:
+            units = [(r.topic, r.queue_id, q, p, len(r.data), r.tags_code)
+                     for r, q, p in zip(records, rows.queue_offsets, rows.commit_log_offsets, strict=True)]
+
+            def dispatch() -> None:
+                nonlocal done
+                done = dispatch_direct(parts.dispatcher, rows.start, rows.end, units, rows.store_timestamp,
+                                       _index_call(parts, records, rows), self.version)
+                if not done and self.full:
+                    parts.dispatcher.dispatch()
+                    done = True
+
+            _after_publish(rows, "dispatch", dispatch)
+        finally:
+            parts.dispatcher.direct_done(self.token)
+            if not done:  # (not dispatched, or failed part-way: the background dispatcher takes it)
+                self.appender.wake_dispatcher()
+        return done
+
+
+def _after_publish(rows: PutRows, step: str, call: Callable[[], object]) -> None:
+    """``call()``, a step after the publish: a full disk there is a :class:`DiskFullError`
+    saying the batch was appended."""
     try:
-        if appender.sync_flush and wait_flush:
-            parts.flush_service.flush_to(rows.end)  # group commit: may be covered by another's sync
-        step = "dispatch"
-        units = [(r.topic, r.queue_id, q, p, len(r.data), r.tags_code)
-                 for r, q, p in zip(records, rows.queue_offsets, rows.commit_log_offsets, strict=True)]
-        done = dispatch_direct(parts.dispatcher, rows.start, rows.end, units, rows.store_timestamp,
-                               _index_call(parts, records, rows), version)
-        if not done and dispatch:
-            parts.dispatcher.dispatch()
-            done = True
+        call()
     except OSError as exc:
         if exc.errno not in DISK_FULL_ERRNOS:
             raise
@@ -230,7 +267,6 @@ def _put_and_dispatch(appender: Appender, records: list[DirectRecord], marker: t
             exc.errno, f"{exc.strerror}: the batch WAS appended (commitlog offsets {rows.start}..{rows.end}, "
             f"published), only its {step} failed", exc.filename, appended=True,
         ) from exc
-    return rows, done
 
 
 def _index_call(parts: StoreParts, records: list[DirectRecord], rows: PutRows) -> Callable[[], object] | None:

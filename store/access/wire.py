@@ -36,7 +36,7 @@ from ..log.writer_marker import writer_marker
 from ..paths import validate_topic
 from ..queue.arrival import ArrivalListener
 from ..results import StoredRecords
-from .direct_append import PutRows, put_direct
+from .direct_append import PutRows, dispatch_put, put_direct
 from .replica import ReplicaWriter, replica_read
 
 if TYPE_CHECKING:
@@ -232,7 +232,7 @@ class WireAccess:
 
     def put_messages(self, messages: Sequence[WireMessage], *, dispatch: bool = False, cluster: str | None = None,
                      writer: str | None = None, sequence: int | None = None, system: bool = False,
-                     wait_flush: bool = True) -> PutRows:
+                     wait_flush: bool = True, defer_dispatch: bool = False) -> PutRows:
         """:meth:`put_wire` of a few messages given as :class:`rmqlog.WireMessage` tuples (a
         broker's sends: no table to build), with the same rules, errors and guarantees, and a
         cost in proportion to the messages: a put of up to
@@ -247,9 +247,13 @@ class WireAccess:
         runs a full dispatch, else the background dispatcher is woken. ``wait_flush=False``
         (SYNC_FLUSH): return after the publish and leave the group commit to the caller
         (:meth:`flush_to` of ``end``: a broker waits for it off its event loop).
+        ``defer_dispatch=True``: the direct path's dispatch is left to :meth:`dispatch_put` of
+        the result (a broker answers its sends first); the background dispatcher waits for it a
+        few ms, then takes the put itself.
         """
         marker = writer_marker(writer, sequence)
         self._check_open("put_messages")
+        defer_dispatch = bool_arg("defer_dispatch", defer_dispatch)
         cluster = _cluster_arg(cluster)
         dispatch = bool_arg("dispatch", dispatch)
         system = bool_arg("system", system)
@@ -261,7 +265,7 @@ class WireAccess:
             return PutRows([], [], [], 0, tail, tail)
         not_allowed = _NOT_ALLOWED_SYSTEM if system else NOT_ALLOWED_SEND_TOPICS
         rows = put_direct(self.appender, messages, cluster=cluster, system=system, marker=marker, dispatch=dispatch,
-                          wait_flush=wait_flush, not_allowed=not_allowed)
+                          wait_flush=wait_flush, not_allowed=not_allowed, defer_dispatch=defer_dispatch)
         if rows is not None:
             return rows
         result = self.put_wire(wire_messages_table(messages), dispatch=dispatch, cluster=cluster, writer=writer,
@@ -273,6 +277,18 @@ class WireAccess:
         stamp = result.column("storeTimestamp")[0].value // 1000
         return PutRows(offsets, result.column("queueOffset").to_pylist(), result.column("msgId").to_pylist(), stamp,
                        offsets[0], self.published_tail())
+
+    def dispatch_put(self, rows: PutRows) -> bool:
+        """The dispatch a :meth:`put_messages` with ``defer_dispatch`` left: the put's units and
+        index entries written from its own fields (held pulls told at once); returns whether
+        they are written now (else the background dispatcher was woken for them). Nothing
+        left to do (a put without ``defer_dispatch``, a second call): True. Raises
+        :class:`InvalidArgumentError` for anything but a :class:`PutRows`,
+        :class:`rmqlog.errors.DiskFullError` when a write fails (the put stays in the log)."""
+        self._check_open("dispatch_put")
+        if not isinstance(rows, PutRows):
+            raise InvalidArgumentError(f"rows must be the PutRows of a put_messages, not {type(rows).__name__}")
+        return dispatch_put(rows)
 
     def flush_to(self, offset: int) -> int:
         """The group commit covering ``offset`` (a published commitlog offset, e.g. a put's

@@ -26,6 +26,7 @@ import struct
 import zoneinfo
 from typing import Any, overload
 
+from ..arguments import int_arg
 from ..hosts import format_host
 from ..schema import MESSAGE_SCHEMA
 from .properties import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_TAGS, STORE_PROPERTY_PREFIX
@@ -42,7 +43,7 @@ from .record import (
     TRAILER_LENGTH_FIELDS,
     crc32,
 )
-from .wire import decode_records
+from .wire import _bytes_view, decode_records
 
 _UTC = zoneinfo.ZoneInfo("UTC")  # what Arrow's timestamp[us, tz=UTC] gives back
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_UTC)
@@ -81,10 +82,13 @@ def decode_record_rows(data: Any, max_rows: int | None = None) -> list[dict[str,
     TOTALSIZE fields before anything is decoded: the caller then takes the Arrow decode).
 
     Raises :class:`rmqlog.errors.CorruptRecordError` exactly where
-    :func:`rmqlog.decode_records` does."""
-    view = memoryview(data)
+    :func:`rmqlog.decode_records` does, :class:`rmqlog.errors.InvalidArgumentError` for
+    ``data`` that is not a byte buffer or ``max_rows`` that is not an int >= 0."""
+    view = _bytes_view("data", data)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
+    if max_rows is not None:
+        max_rows = int_arg("max_rows", max_rows, 0)
     n = len(view)
     if max_rows is not None and _more_than(view, n, max_rows):
         return None

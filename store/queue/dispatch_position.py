@@ -11,8 +11,9 @@ it is). The file is a hint, never a source of truth (see :mod:`rmqlog.queue.disp
 
 One descriptor is kept open (read-write where the store may be written) while the name still
 names its inode (:func:`rmqlog.safe_open.still_named`: the file is removed only by recovery or
-a full disk): a read or a write costs an ``fstat``, an ``fstatat`` and one ``pread`` or
-``pwrite``, against ~40 us for a walk of the path.
+a full disk, under ``dispatch.lock``): a read costs an ``fstat``, an ``fstatat`` and one
+``pread`` (~40 us for a walk of the path), and a write after a read under the same exclusive
+hold of the lock one ``pwrite`` (nobody can have removed it in between).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import zlib
 from pathlib import Path
 
 from .. import safe_open
-from ..fileio import rewrite_in_place
+from ..fileio import InterProcessLock, rewrite_in_place
 
 
 def position_crc(offset: int, store_timestamp: int) -> int:
@@ -36,11 +37,14 @@ def position_crc(offset: int, store_timestamp: int) -> int:
 class DispatchPositionFile:
     """``dispatch.state`` of one store (see the module docstring); the caller holds ``dispatch.lock``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, lock: InterProcessLock | None = None) -> None:
         self.path = path
+        self.lock = lock  # dispatch.lock: a read's identity check under an exclusive hold stands for its write
         self._file: io.FileIO | None = None
         self._writable = False
         self._dir: int | None = None  # its folder (the identity check of the kept descriptor)
+        self._checked = 0  # the exclusive hold under which the kept descriptor was last found named
+        self._size = 0  # the file's length then
 
     def read(self) -> tuple[int, int]:
         """(offset, store time). Raises ``FileNotFoundError`` when absent, ``ValueError`` (or
@@ -59,17 +63,25 @@ class DispatchPositionFile:
                 f'"crc": {position_crc(offset, store_timestamp)}}}').encode()
         f = self._file
         if f is not None and self._writable and self._dir is not None:
+            hold = self.lock.exclusive_hold if self.lock is not None else 0
+            if hold and hold == self._checked and self._size >= len(data):  # read and checked under this hold
+                os.pwrite(f.fileno(), data.ljust(self._size), 0)
+                return
             st = os.fstat(f.fileno())
             if st.st_size >= len(data) and safe_open.still_named(self._dir, self.path.name, st):
                 os.pwrite(f.fileno(), data.ljust(st.st_size), 0)  # (its own blocks: no room needed)
                 return
+        self._checked = 0
         rewrite_in_place(self.path, data)
 
     def _read(self) -> bytes:
         f = self._file
+        self._checked = 0
         if f is not None:
             st = os.fstat(f.fileno())
             if self._dir is not None and safe_open.still_named(self._dir, self.path.name, st):
+                self._size = st.st_size
+                self._checked = self.lock.exclusive_hold if self.lock is not None else 0
                 return os.pread(f.fileno(), st.st_size, 0)
             self._file = None
             f.close()
@@ -83,7 +95,9 @@ class DispatchPositionFile:
             fd, self._writable = safe_open.open_file(self.path, os.O_RDONLY), False
         f = io.FileIO(fd, "rb")  # (closed when dropped too)
         self._file = f
-        return f.readall()
+        data = f.readall()
+        self._size = len(data)
+        return data
 
     def close(self) -> None:
         """Close the kept descriptors (opened again if the file is used)."""

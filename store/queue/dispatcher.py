@@ -65,6 +65,8 @@ DISPATCH_CHUNK = 32 << 20
 #: token says nothing changed: a safety net for file systems whose ``fstat`` of a replaced
 #: file is stale (NFS's attribute cache); costs one full round (~0.1 ms) a second.
 FULL_ROUND_S = 1.0
+#: Seconds a background round leaves a direct put of this process to dispatch itself.
+DIRECT_GRACE_S = 0.05
 #: The properties a dispatch with an index reads: TAGS for the units, the index's keys.
 _INDEXED_NAMES = (PROPERTY_TAGS, PROPERTY_UNIQ_KEY, PROPERTY_KEYS)
 
@@ -124,12 +126,12 @@ class Dispatcher:
         #: direct puts of this process between their publish and their own dispatch
         #: (:mod:`rmqlog.queue.direct_dispatch`): a background round then waits for them
         #: rather than reading their records back (a put that cannot dispatch itself wakes it)
-        self.direct_puts = 0
-        self.direct_lock = threading.Lock()
+        self._direct: dict[object, float] = {}  # put token -> its start (real time)
+        self._direct_lock = threading.Lock()
         #: the listeners told which queues got units (:mod:`rmqlog.queue.arrival`)
         self.arrival = ArrivalSignal()
         #: ``dispatch.state`` (:mod:`rmqlog.queue.dispatch_position`)
-        self.position_file = DispatchPositionFile(state_path)
+        self.position_file = DispatchPositionFile(state_path, lock)
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
         """Call ``callback(topics, queue_ids, max_offsets)`` after every dispatch that gave
@@ -220,6 +222,25 @@ class Dispatcher:
         if self._derive_position() > offset:
             raise error
         log.warning("%s; the dispatch position will be derived from the consume queues (not past %d)", error, offset)
+
+    def expect_direct(self) -> object:
+        """A direct put of this process is about to publish and will dispatch itself
+        (:mod:`rmqlog.queue.direct_dispatch`): background rounds leave it to it for up to
+        ``DEFER_S`` (real time). Returns its token for :meth:`direct_done`."""
+        token = object()
+        with self._direct_lock:
+            self._direct[token] = SYSTEM_CLOCK.monotonic()
+        return token
+
+    def direct_done(self, token: object) -> None:
+        with self._direct_lock:
+            self._direct.pop(token, None)
+
+    def _waiting_for_direct(self) -> bool:
+        """Whether a direct put of this process still has time to dispatch itself."""
+        limit = SYSTEM_CLOCK.monotonic() - DIRECT_GRACE_S
+        with self._direct_lock:
+            return any(t > limit for t in self._direct.values())
 
     def caught_up(self, end: int, version: Hashable | None) -> None:
         """After a dispatch up to ``end`` from the records' own fields (:mod:`rmqlog.queue.direct_dispatch`,
@@ -551,7 +572,7 @@ class Dispatcher:
         if watch is not None and watch.failed:  # the watch stopped: poll again
             self._watch, self.interval_s = None, self._poll_s
             watch.close()
-        if self.direct_puts:  # this process's direct puts dispatch themselves (their wake-ups are theirs)
+        if self._direct and self._waiting_for_direct():  # this process's direct puts dispatch themselves
             return False
         if (self._idle_at is not None and self._full_at is not None and now - self._full_at < FULL_ROUND_S
                 and self.tail_version is not None and self.tail_version() == self._idle_at):

@@ -13,7 +13,7 @@ holds:
 | the config folder | ``config/`` | refused, nothing changed | set aside, a new ``config/`` made: topics rebuilt from the log, offsets start over |
 | config files | ``config/*.json``, their ``.bak`` | set aside when the store can do without it: a ``.bak`` (the next write makes a new one), a file whose ``.bak`` is a file (read instead); otherwise left to its reader, which names it, typed, when it is needed (``indexFile.json``: at every open) | set aside |
 | ``lock`` | | refused when the store opens it (before any survey can run) | set aside before the open |
-| derived files (everything else) | ``consumequeue/``..., ``index/``..., ``timer/``..., ``checkpoint``, ``abort``, ``*.state``, ``*.lock``, ``owners/``..., ``recovering``, ``commitlog.deleted/``..., ``commitlog.prealloc/``... | set aside and rebuilt from the log: nothing is lost | the same |
+| derived files (everything else) | ``consumequeue/``..., ``index/``..., ``timer/``..., ``checkpoint``, ``abort``, ``*.state``, ``append.base.*``, ``*.lock``, ``owners/``..., ``recovering``, ``commitlog.deleted/``..., ``commitlog.prealloc/``... | set aside and rebuilt from the log: nothing is lost | the same |
 
 Rebuilt whole where a part would mislead: a consume-queue file of the wrong type has its
 whole queue folder set aside (a queue missing its first file reads as one whose head
@@ -72,6 +72,7 @@ LAYOUT: list[tuple[re.Pattern[str], str, str]] = [(re.compile(p), k, w) for p, k
     ("owners/[^/]+", safe_open.FILE, DERIVED),
     ("lock", safe_open.FILE, LOCK),
     (r"checkpoint|abort|recovering|[^/]+\.state|[^/]+\.lock|[^/]+\.state\.tmp", safe_open.FILE, DERIVED),
+    (r"append\.base\.[0-9a-f]{16}(?:\.tmp)?", safe_open.FILE, DERIVED),  # append.state's tables (rebuilt)
 ]]
 #: entries whose presence means a process did not close the store (see the module docstring)
 _CRASH_SIGNS = re.compile(r"abort|recovering|owners(?:/.*)?")

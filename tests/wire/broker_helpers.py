@@ -49,7 +49,7 @@ class RecordingStore:
 
     def put_messages(self, messages: list[rmqlog.WireMessage], *, cluster: str | None = None, system: bool = False,
                      writer: str | None = None, sequence: int | None = None, wait_flush: bool = True,
-                     dispatch: bool = False) -> rmqlog.PutRows:
+                     dispatch: bool = False, defer_dispatch: bool = False) -> rmqlog.PutRows:
         """:meth:`put_wire` of the messages as the store would store their properties (WAIT
         dropped, CLUSTER set), as :class:`rmqlog.PutRows`."""
         from rmqlog.access.wire import wire_messages_table
@@ -78,6 +78,9 @@ class RecordingStore:
         n = table.num_rows
         return pa.table({"commitLogOffset": pa.array(offsets, pa.int64()), "queueOffset": pa.array(qoffs, pa.int64()),
                          "msgId": pa.array(ids, pa.string()), "storeTimestamp": pa.array([0] * n, pa.int64())})
+
+    def dispatch_put(self, rows: rmqlog.PutRows) -> bool:
+        return True
 
     def flush_to(self, offset: int) -> int:
         return self.flush()
