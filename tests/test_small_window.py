@@ -223,7 +223,7 @@ def damaged_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[rmqlog.M
 
 
 def test_without_the_c_helper_the_general_read_answers(tmp_path: Path, spy: Spy, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(small_window, "_native_check", None)
+    monkeypatch.setattr(small_window, "_native_copy", None)
     with rmqlog.MessageStore.open(tmp_path, small_store_config()) as s:
         s.create_topic("T", 1)
         s.put_batch(pa.table({"topic": ["T"] * 40, "body": [b"x" * 40] * 40}), dispatch=True)

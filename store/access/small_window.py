@@ -18,9 +18,10 @@ pull of 32. Here, for the same case:
    unit taken the bounds of :func:`rmqlog.queue.checked_read.read_unit_stored` (at or past
    ``floor``, inside the published tail, no smaller than a record, inside one segment);
 3. per commitlog segment, pinned and split as :func:`rmqlog.log.raw_check.read_checked`
-   splits them, the C helper's ``check_stored`` on the records' bytes (the same call, the
-   same arguments) and its ``gather`` into one buffer, wrapped as the general read wraps
-   them (:class:`rmqlog.results.StoredRecords`).
+   splits them, one call of the C helper (``check_copy``): the records checked where they
+   lie by ``check_stored``'s very checks (one C function serves both) and, when all pass,
+   copied back to back into one buffer, wrapped as the general read wraps them
+   (:class:`rmqlog.results.StoredRecords`).
 
 Whatever it does not take goes the general way, from the same bounds and tail: a filler in
 the window (statuses and the second look at the whole scan are the general read's), the
@@ -42,8 +43,7 @@ from ..log.commitlog import CommitLog
 from ..log.decode import MIN_RECORD_SIZE, empty_message_table
 from ..log.pins import pin, unpin
 from ..log.record import MAX_TIMESTAMP_MS, MIN_TIMESTAMP_MS
-from ..native import check_stored as _native_check
-from ..native import gather as _native_gather
+from ..native import check_copy as _native_copy
 from ..native import window_units as _native_units
 from ..queue.consume_queue import CQ_UNIT_SIZE
 from ..results import DiskLimits, GetMessageResult, GetMessageStatus, StoredRecords
@@ -64,7 +64,7 @@ def read_small(
     ``lo``/``hi`` as bounds; ``None`` whenever the general read must answer (from the same
     units). ``floor`` and ``tail``: the commitlog's first offset the bounds were taken
     against and the published tail read after them."""
-    if _native_units is None or _native_check is None or _native_gather is None or len(units) > SMALL_WINDOW * CQ_UNIT_SIZE:
+    if _native_units is None or _native_copy is None or len(units) > SMALL_WINDOW * CQ_UNIT_SIZE:
         return None
     room = len(units) // CQ_UNIT_SIZE
     offs, sizes = array("q", bytes(8 * room)), array("q", bytes(8 * room))
@@ -90,10 +90,11 @@ def _checked_bytes(
     commitlog: CommitLog, offs: array[int], sizes: array[int], total: int, first: int, topic: bytes, queue_id: int,
     crc: bool,
 ) -> bytearray | None:
-    """The records' bytes back to back (``total`` of them), each checked where it lies by the C
-    helper exactly as :func:`rmqlog.log.raw_check.read_checked` checks them (the same split
-    into segments, the same arguments), copied by its ``gather``, each segment pinned
-    meanwhile; ``None`` when any check fails or a segment is gone."""
+    """The records' bytes back to back (``total`` of them), each checked where it lies exactly
+    as :func:`rmqlog.log.raw_check.read_checked` checks them (the same split into segments,
+    the C helper's checks of ``check_stored``) and copied by the same call
+    (``check_copy``), each segment pinned meanwhile; ``None`` when any check fails or a
+    segment is gone."""
     seg_size = commitlog.segment_size
     n = len(offs)
     if offs[0] // seg_size == offs[-1] // seg_size:  # read_checked's split: one part, or one per run
@@ -108,18 +109,13 @@ def _checked_bytes(
         if seg is None or not pin(seg):  # (gone: deleted by retention)
             return None
         try:
-            base = seg.start
-            starts = array("q", [off - base for off in offs[a:b]])
-            lengths = sizes[a:b]
-            source = seg.array()
-            if _native_check(source, starts, lengths, offs[a:b], array("q", range(first + a, first + b)), topic,
-                             queue_id, MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS, crc) != b - a:
+            if not _native_copy(seg.array(), seg.start, offs, sizes, a, b - a, first + a, topic, queue_id,
+                                MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS, crc, out, at):
                 return None
-            size = sum(lengths)
-            _native_gather(source, starts, lengths, memoryview(out)[at : at + size])
-            at += size
         finally:
             unpin(seg)
+        if len(parts) > 1:
+            at += sum(sizes[a:b])
     return out
 
 

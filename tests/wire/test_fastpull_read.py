@@ -34,7 +34,7 @@ PER_CQ_FILE = SMALL_CQ // CQ_UNIT_SIZE
 def native(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
     if not request.param:
         monkeypatch.setattr(raw_check, "_native_check", None)
-        monkeypatch.setattr(small_window, "_native_check", None)
+        monkeypatch.setattr(small_window, "_native_copy", None)
     elif raw_check._native_check is None:
         pytest.fail("the C helper is not built (make .venv/.installed builds it)")
     return bool(request.param)
