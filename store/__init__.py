@@ -13,7 +13,8 @@ from .access.window import parse_tag_filter
 from .allocator import pin_malloc_thresholds
 from .clock import Clock, ManualClock, SystemClock
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
-from .config_files import TopicConfig
+from .config_files import SubscriptionGroupConfig, TopicConfig
+from .config_tables import FileStamp, TableMerge
 from .errors import (
     ConfigError,
     CorruptQueueError,
@@ -68,7 +69,7 @@ PUBLIC_MODULES = ("rmqlog.errors", "rmqlog.results", "rmqlog.schema", "rmqlog.co
 MALLOC_PINNED = pin_malloc_thresholds()
 
 __all__ = [
-    "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "MessageStore", "Clock", "ManualClock", "SystemClock",
+    "ASYNC_FLUSH", "SYNC_FLUSH", "StoreConfig", "TopicConfig", "SubscriptionGroupConfig", "FileStamp", "TableMerge", "MessageStore", "Clock", "ManualClock", "SystemClock",
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "ReplicaOffsetError", "ReplicaStreamError", "StoreBusyError", "StoreClosedError", "StoreNotFoundError",
     "TooManyOpenFilesError", "WrongFileTypeError",

@@ -1,6 +1,8 @@
-"""Topics and consumer progress: the store's ``config/topics.json`` and
-``config/consumerOffset.json`` (RocketMQ's ``TopicConfigManager`` / ``ConsumerOffsetManager``
-files, see :mod:`rmqlog.config_files`), with the argument checks of the facade's methods.
+"""Topics, consumer progress and subscription groups: the store's ``config/topics.json``,
+``config/consumerOffset.json`` and ``config/subscriptionGroup.json`` (RocketMQ's
+``TopicConfigManager`` / ``ConsumerOffsetManager`` / ``SubscriptionGroupManager`` files, see
+:mod:`rmqlog.config_files`), with the argument checks of the facade's methods
+(:class:`CatalogCalls`, a base of :class:`rmqlog.MessageStore`).
 
 Topics are also found from the log itself: a topic that has consume-queue folders but no
 entry in ``topics.json`` (a store written by RocketMQ without its config, or a config file
@@ -9,11 +11,18 @@ lost) is listed with as many queues as its highest queue folder says.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
 from . import safe_open
 from .arguments import int_arg, offset_arg, queue_id_arg
-from .config_files import TopicConfig
+from .config_files import (
+    SubscriptionGroupConfig,
+    TopicConfig,
+    offset_changes_arg,
+    subscription_group_problem,
+)
+from .config_tables import FileStamp, TableMerge
 from .errors import InvalidArgumentError
 from .paths import validate_group, validate_topic
 
@@ -96,3 +105,158 @@ class Catalog:
                 found[topic] = min(65535, max(found.get(topic, 0), qid + 1))  # a topic has at most 65535
         out.update({topic: TopicConfig(topic, n, n) for topic, n in found.items()})
         return out
+
+
+def _merge_args(base: object, since: object) -> None:
+    """The checks of a merge's ``base`` and ``since`` (:class:`InvalidArgumentError`)."""
+    if base is not None and not isinstance(base, dict):
+        raise InvalidArgumentError(f"base must be a dict (a previous merge's table) or None, got {type(base).__name__}")
+    if since is not None and not isinstance(since, FileStamp):
+        raise InvalidArgumentError(f"since must be a FileStamp (a previous merge's stamp) or None, got {type(since).__name__}")
+
+
+class CatalogCalls:
+    """The topic, offset and subscription-group calls of :class:`rmqlog.MessageStore`."""
+
+    if TYPE_CHECKING:
+        parts: StoreParts
+        catalog: Catalog
+
+        def _check_open(self, change: str | None = None) -> None: ...
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Record ``group``'s progress on a queue in ``config/consumerOffset.json``.
+
+        ``queue_id`` is an int in ``[0, 2**31)``, and a queue of the topic when the topic is in
+        ``topics.json`` (below its read/write queue counts, or a queue folder that exists);
+        ``offset`` an int in ``[0, 2**63)`` (a Java long; like RocketMQ's broker, any such
+        offset is stored, also one past the queue's end). Otherwise
+        :class:`rmqlog.errors.InvalidArgumentError` naming the argument; a bad name raises
+        :class:`rmqlog.errors.InvalidGroupError` / :class:`rmqlog.errors.InvalidTopicError`.
+        """
+        self._check_open("commit_offset")
+        self.catalog.commit_offset(group, topic, queue_id, offset)
+
+    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """``group``'s committed offset on a queue, or -1 if it has none.
+
+        ``queue_id``: an int in ``[0, 2**31)``, else :class:`rmqlog.errors.InvalidArgumentError`.
+        An unreadable ``consumerOffset.json`` (and ``.bak``) raises
+        :class:`rmqlog.errors.CorruptStoreError` naming it.
+        """
+        self._check_open()
+        return self.catalog.committed_offset(group, topic, queue_id)
+
+    def create_topic(self, topic: str, queues: int | None = None, *, read_queues: int | None = None) -> TopicConfig:
+        """Create or resize a topic in ``config/topics.json``.
+
+        ``queues`` (write queues; ``None``: ``default_topic_queue_nums``) and ``read_queues``
+        (``None``: as many as write queues) are ints in ``[1, 65535]``, else
+        :class:`rmqlog.errors.InvalidArgumentError` naming the argument.
+        """
+        self._check_open("create_topic")
+        return self.catalog.create_topic(topic, queues, read_queues)
+
+    def delete_topic(self, topic: str) -> tuple[bool, int]:
+        """Delete ``topic``: its ``topics.json`` entry, every group's offsets of it and its
+        consume-queue units, for good (:mod:`rmqlog.deleted_topics`; docs/store-api.md). Returns
+        (whether it had an entry, how many groups had offsets). A bad name raises
+        :class:`rmqlog.errors.InvalidTopicError`."""
+        self._check_open("delete_topic")
+        return self.catalog.delete_topic(topic)
+
+    def topics(self) -> dict[str, TopicConfig]:
+        """Every topic: those of ``config/topics.json`` (read again if another process wrote it),
+        those this process created and has not written yet (:meth:`put_topic` with
+        ``persist=False``), and those only the log has,
+        found by their consume queues (see :mod:`rmqlog.catalog`). Nothing is written. An entry
+        of ``topics.json`` whose key is not a valid topic name, or whose ``topicName`` differs
+        from its key, is never listed (it is logged and kept in the file as it is)."""
+        self._check_open()
+        return self.catalog.topics()
+
+    def put_topic(self, topic_config: TopicConfig, *, persist: bool = True) -> TopicConfig:
+        """Create or replace a topic's whole config (queue counts, ``perm``, ``order``,
+        ``topicSysFlag``, ``topicFilterType``: kept in ``topics.json`` and across restarts).
+
+        ``persist=False`` keeps it in this process's memory only (puts and reads of this process
+        see it at once) until :meth:`persist_topics` writes it: a broker's auto-created topics,
+        whose cost must not grow with the number of topics. A config
+        :func:`rmqlog.config_files.topic_config_problem` refuses raises
+        :class:`rmqlog.errors.InvalidTopicError` (its name) or :class:`rmqlog.errors.ConfigError`.
+        """
+        self._check_open("put_topic")
+        if not isinstance(persist, bool):
+            raise InvalidArgumentError(f"persist must be a bool, got {type(persist).__name__}")
+        topics = self.parts.topic_config
+        if persist:
+            topics.put(topic_config)
+        else:
+            topics.stage(topic_config)
+        return topic_config
+
+    def persist_topics(self) -> bool:
+        """Write the topics :meth:`put_topic` kept in memory, merged with ``topics.json`` under
+        the store's config lock (:mod:`rmqlog.config_tables`: the file read again only if
+        another process wrote it, whose other entries are then taken in; written only when
+        there are changes). Returns whether it was written. Raises
+        :class:`rmqlog.errors.CorruptStoreError` (unreadable file) or
+        :class:`rmqlog.errors.DiskFullError` (the changes stay in memory for the next call)."""
+        self._check_open("persist_topics")
+        return self.parts.topic_config.persist()
+
+    def topic_table(self) -> Mapping[str, TopicConfig]:
+        """The topics of ``topics.json`` as this process holds them in memory (as last read or
+        written, with the changes not yet persisted), read-only and without I/O: a lookup or
+        ``len`` costs the same at any number of topics. Topics only the log has are not in it
+        (:meth:`topics` finds them). The view is of the table of now: ask again after a change."""
+        self._check_open()
+        return self.parts.topic_config.table()
+
+    def merge_consumer_offsets(self, changes: Mapping[str, Mapping[int, int] | None], *,
+                               base: dict[str, dict[int, int]] | None = None,
+                               since: FileStamp | None = None) -> TableMerge[dict[int, int]]:
+        """Merge a table of consumer offsets kept in memory with ``config/consumerOffset.json``,
+        under the store's config lock, by the rule of :mod:`rmqlog.config_tables`: the file is
+        read again only when it is not the one ``since`` names (another process wrote it, or
+        no ``base``), ``changes`` are applied over the file's table (or over ``base``) and win,
+        every other entry is the file's; the file is written (atomically, synced) only when
+        ``changes`` is not empty. ``{}`` with no base reads the file.
+
+        ``changes``: ``{"<topic>@<group>": {queue_id: offset}}`` (the queues set; the key's
+        other queues kept) or ``{key: None}`` (the key removed); ``base`` and ``since``: the
+        ``table`` and ``stamp`` of this call's previous answer (``base`` may already hold the
+        changes). Returns :class:`rmqlog.config_tables.TableMerge`: keep its table and stamp
+        for the next call. A bad name raises :class:`rmqlog.errors.InvalidTopicError` /
+        :class:`rmqlog.errors.InvalidGroupError`, a queue id outside ``[0, 2**31)``, an offset
+        outside ``[0, 2**63)`` or a wrong type :class:`rmqlog.errors.InvalidArgumentError`
+        (nothing is written); an unreadable file :class:`rmqlog.errors.CorruptStoreError`.
+        """
+        self._check_open("merge_consumer_offsets" if changes else None)
+        checked = offset_changes_arg(changes)
+        _merge_args(base, since)
+        return self.parts.consumer_offsets.merge(checked, base=base, since=since)
+
+    def merge_subscription_groups(self, changes: Mapping[str, SubscriptionGroupConfig | None], *,
+                                  base: dict[str, SubscriptionGroupConfig] | None = None,
+                                  since: FileStamp | None = None) -> TableMerge[SubscriptionGroupConfig]:
+        """As :meth:`merge_consumer_offsets`, for ``config/subscriptionGroup.json`` (RocketMQ's
+        ``SubscriptionGroupManager`` file): ``changes`` by group name, a
+        :class:`rmqlog.config_files.SubscriptionGroupConfig` (its ``group_name`` the key) or
+        ``None`` (removed). A bad name raises :class:`rmqlog.errors.InvalidGroupError`, a
+        config of the wrong shape :class:`rmqlog.errors.InvalidArgumentError`."""
+        self._check_open("merge_subscription_groups" if changes else None)
+        if not isinstance(changes, Mapping):
+            raise InvalidArgumentError(f"changes must be a mapping of group names, got {type(changes).__name__}")
+        checked: dict[str, Any] = {}
+        for group, config in changes.items():
+            validate_group(group)
+            if config is not None:
+                problem = subscription_group_problem(config)
+                if problem is None and config.group_name != group:
+                    problem = f"changes[{group!r}] names group {config.group_name!r}"
+                if problem is not None:
+                    raise InvalidArgumentError(problem)
+            checked[group] = config
+        _merge_args(base, since)
+        return self.parts.subscription_groups.merge(checked, base=base, since=since)

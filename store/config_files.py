@@ -1,141 +1,46 @@
-"""RocketMQ's JSON config files under ``<root>/config/``.
+"""RocketMQ's JSON config files under ``<root>/config/``: ``topics.json``,
+``consumerOffset.json`` and ``subscriptionGroup.json``, each a table kept in memory and merged
+with the file under the store's ``config.lock`` (:mod:`rmqlog.config_tables`: the one rule for
+processes that share a store).
 
 - ``topics.json``: ``{"dataVersion":{"counter":N,"timestamp":ms},"topicConfigTable":{"T":
   {"order":false,"perm":6,"readQueueNums":4,"topicFilterType":"SINGLE_TAG","topicName":"T",
   "topicSysFlag":0,"writeQueueNums":4}}}`` (perm bits: read 4, write 2, inherit 1).
-- ``consumerOffset.json``: ``{"offsetTable":{"<topic>@<group>":{0:250,1:250}}}``. RocketMQ
-  writes it with fastjson, whose integer map keys are *unquoted* (not strict JSON); we read
-  both forms and write quoted keys, which fastjson also reads.
+- ``consumerOffset.json``: ``{"offsetTable":{"<topic>@<group>":{0:250,1:250}}}`` (RocketMQ's
+  fastjson writes the queue ids bare; we read both forms and write them quoted).
+- ``subscriptionGroup.json``: ``{"dataVersion":{...},"subscriptionGroupTable":{"G":
+  {"groupName":"G","consumeEnable":true,...}}}`` (RocketMQ's ``SubscriptionGroupConfig``; only
+  a broker keeps one).
 
-Both are written RocketMQ's way: ``<f>.tmp`` then rename, the previous file kept as
-``<f>.bak``; a reader falls back to ``.bak`` when the main file is missing, empty or
-unreadable (not UTF-8, not JSON, or not the structure below), as RocketMQ's
-``ConfigManager.load`` does; when neither can be read, :class:`rmqlog.errors.CorruptStoreError`
-names the file. Changes from several processes are serialized by ``<root>/config.lock`` and
-each change is a read-modify-write of the current file, so no process overwrites another's
-update.
-
-Names read from these files are never trusted: a ``topics.json`` entry whose key is not a
-valid topic name (or whose ``topicName`` differs from its key), and a ``consumerOffset.json``
-key that is not ``<valid topic>@<valid group>``, are logged once, never listed nor used (as a
-path or otherwise), and written back as they were when the file is rewritten. A valid name
-with a bad value (a queue count outside 0..65535, an offset that is not an integer) makes the
-file unreadable.
+How they are read and written (``.bak``, atomic replacement, unreadable files) is
+:mod:`rmqlog.config_json`. Names read from these files are never trusted: a ``topics.json``
+entry whose key is not a valid topic name (or whose ``topicName`` differs from its key), a
+``consumerOffset.json`` key that is not ``<valid topic>@<valid group>``, a
+``subscriptionGroup.json`` key that is not a valid group (or whose ``groupName`` differs) are
+logged once, never listed nor used (as a path or otherwise), and written back as they were
+when the file is rewritten. A valid name with a bad value (a queue count outside 0..65535, an
+offset that is not an integer) makes the file unreadable.
 """
 
 from __future__ import annotations
 
-import json
-import logging
+import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
-from . import safe_open
 from .arguments import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN, offset_arg, queue_id_arg
 from .clock import SYSTEM_CLOCK
-from .errors import ConfigError, CorruptStoreError, InvalidGroupError, WrongFileTypeError
-from .fileio import InterProcessLock, replace_file
+from .config_json import dump_fastjson, load_fastjson, quote_int_keys, set_aside_if_unreadable
+from .config_tables import FileStamp, TableCodec, TableFile, TableMerge
+from .errors import ConfigError, InvalidArgumentError, InvalidGroupError, InvalidTopicError
+from .fileio import InterProcessLock
 from .paths import topic_problem, validate_group, validate_topic
 
-log = logging.getLogger(__name__)
-_warned: set[tuple[str, str]] = set()
-
-
-def _warn_once(path: Path, message: str) -> None:
-    """Log a problem of a config file once per process (the files are re-read often)."""
-    key = (str(path), message)
-    if key not in _warned:
-        _warned.add(key)
-        log.warning("%s: %s", path, message)
-
 PERM_READ, PERM_WRITE, PERM_INHERIT = 4, 2, 1
-
-
-def quote_int_keys(text: str) -> str:
-    """Quote fastjson's bare integer object keys (``{0:1}`` -> ``{"0":1}``), leaving strings alone."""
-    out: list[str] = []
-    i, n = 0, len(text)
-    in_str = False
-    expect_key = False
-    while i < n:
-        c = text[i]
-        if in_str:
-            out.append(c)
-            if c == "\\":
-                out.append(text[i + 1 : i + 2])
-                i += 2
-                continue
-            if c == '"':
-                in_str = False
-            i += 1
-            continue
-        if c == '"':
-            in_str = True
-            expect_key = False
-        elif c in "{,":
-            expect_key = True
-        elif expect_key and (c.isdigit() or c == "-"):
-            j = i + 1
-            while j < n and text[j].isdigit():
-                j += 1
-            k = j
-            while k < n and text[k] in " \t\r\n":
-                k += 1
-            if k < n and text[k] == ":":
-                out.append(f'"{text[i:j]}"')
-                i = j
-                expect_key = False
-                continue
-            expect_key = False
-        elif not c.isspace():
-            expect_key = False
-        out.append(c)
-        i += 1
-    return "".join(out)
-
-
-def load_fastjson(path: Path, decode: Callable[[Any], Any] | None = None) -> Any | None:
-    """Parse a RocketMQ config file, else its ``.bak``; ``None`` if neither exists (or both are empty).
-
-    ``decode`` turns the parsed JSON into the caller's structure, raising ``ValueError``,
-    ``TypeError``, ``KeyError`` or ``AttributeError`` when it is not that structure; its result
-    is returned. A file that is not UTF-8, not JSON or not the structure is skipped for its
-    ``.bak`` (logged); when no candidate is readable, :class:`CorruptStoreError` names the file.
-    """
-    errors: list[str] = []
-    for candidate in (path, path.with_name(path.name + ".bak")):
-        try:
-            text = safe_open.read_bytes(candidate).decode("utf-8")
-        except FileNotFoundError:
-            continue
-        except WrongFileTypeError as exc:  # a folder, a link: never read through
-            errors.append(f"{candidate.name}: {exc.found} ({exc.path})")
-            continue
-        except UnicodeDecodeError as exc:
-            errors.append(f"{candidate.name}: not UTF-8 ({exc})")
-            continue
-        if not text.strip():
-            continue
-        try:
-            raw = json.loads(quote_int_keys(text))
-            value = decode(raw) if decode is not None else raw
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
-            errors.append(f"{candidate.name}: {type(exc).__name__}: {exc}")
-            continue
-        if errors:
-            _warn_once(path, f"unreadable, read {candidate.name} instead ({errors[0]})")
-        return value
-    if errors:
-        raise CorruptStoreError(f"unreadable config file ({'; '.join(errors)})", path=str(path))
-    return None
-
-
-def dump_fastjson(obj: Any) -> bytes:
-    """Tab-indented JSON, as RocketMQ's ``JSON.toJSONString(obj, true)`` lays it out."""
-    return json.dumps(obj, indent="\t", sort_keys=False).encode("utf-8")
 
 
 @dataclass(frozen=True)
@@ -174,44 +79,70 @@ def _queue_count(d: dict[str, Any], key: str) -> int:
     return value
 
 
-def _decode_topics(path: Path, raw: Any) -> tuple[dict[str, TopicConfig], dict[str, Any], dict[str, int]]:
-    """(usable topics, entries skipped for their names, dataVersion) of a parsed ``topics.json``."""
-    table = raw.get("topicConfigTable") or {}
-    if not isinstance(table, dict):
-        raise TypeError("topicConfigTable is not an object")
-    topics: dict[str, TopicConfig] = {}
-    skipped: dict[str, Any] = {}
-    for name, d in table.items():
-        problem = topic_problem(name)
-        if problem is None and isinstance(d, dict) and d.get("topicName") != name:
-            problem = f"its topicName {d.get('topicName')!r} differs from its key"
-        if problem is not None:
-            _warn_once(path, f"topic entry {name!r} skipped: {problem}")
-            skipped[name] = d
-            continue
-        if not isinstance(d, dict):
-            raise TypeError(f"topic {name!r}: the entry is not an object")
-        topics[name] = TopicConfig.from_json(d)
-    version = raw.get("dataVersion") or {"counter": 0, "timestamp": 0}
-    return topics, skipped, {"counter": int(version.get("counter", 0)), "timestamp": int(version.get("timestamp", 0))}
+
+
+def topic_config_problem(config: object) -> str | None:
+    """Why ``config`` is not a :class:`TopicConfig` the store can keep, or ``None``: a valid
+    name, queue counts 1..65535, perm 0..7, a Java int sysflag, a text filter type, a bool order."""
+    if not isinstance(config, TopicConfig):
+        return f"a topic config must be a TopicConfig, got {type(config).__name__}"
+    problem = topic_problem(config.topic_name)
+    if problem is not None:
+        return problem
+    for name in ("read_queue_nums", "write_queue_nums"):
+        value = getattr(config, name)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65535:
+            return f"{name} of topic {config.topic_name!r} must be an int in 1..65535, got {value!r}"
+    if isinstance(config.perm, bool) or not isinstance(config.perm, int) or not 0 <= config.perm <= 7:
+        return f"perm of topic {config.topic_name!r} must be an int in 0..7 (4 read, 2 write, 1 inherit), got {config.perm!r}"
+    flag = config.topic_sys_flag
+    if isinstance(flag, bool) or not isinstance(flag, int) or not -(2**31) <= flag <= JAVA_INT_MAX:
+        return f"topic_sys_flag of topic {config.topic_name!r} must be a Java int, got {flag!r}"
+    if not isinstance(config.topic_filter_type, str) or not isinstance(config.order, bool):
+        return f"topic_filter_type (str) or order (bool) of topic {config.topic_name!r} has the wrong type"
+    return None
+
+
+def _topic_entry_problem(name: str, raw: Any) -> str | None:
+    problem = topic_problem(name)
+    if problem is None and isinstance(raw, dict) and raw.get("topicName") != name:
+        problem = f"its topicName {raw.get('topicName')!r} differs from its key"
+    return problem
+
+
+def _decode_topic(name: str, raw: Any) -> TopicConfig:
+    if not isinstance(raw, dict):
+        raise TypeError(f"topic {name!r}: the entry is not an object")
+    return TopicConfig.from_json(raw)
+
+
+TOPICS: TableCodec[TopicConfig] = TableCodec("topicConfigTable", True, _topic_entry_problem, _decode_topic,
+                                             encode=TopicConfig.to_json)
 
 
 class TopicConfigManager:
-    """``topics.json``: queues per topic; unknown topics auto-created when allowed."""
+    """``topics.json`` in memory: queues, perm and flags per topic; unknown topics
+    auto-created by puts when allowed. Thread-safe.
+
+    A change is :meth:`put` (written at once) or :meth:`stage` (in memory, written by the next
+    :meth:`persist`: a broker's auto-created topics); both are merged with the file by the rule
+    of :mod:`rmqlog.config_tables`. :meth:`reload` takes in what other processes wrote (one
+    ``lstat`` when nothing changed)."""
 
     def __init__(
         self, path: Path, lock: InterProcessLock, *, default_queues: int, auto_create: bool,
         wall_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
     ) -> None:
-        self.wall_ms = wall_ms  # the store's clock: the dataVersion's timestamp
+        self.file = TableFile(path, lock, TOPICS, wall_ms=wall_ms)
         self.path = path
         self.lock = lock
         self.default_queues = default_queues
         self.auto_create = auto_create
         self._topics: dict[str, TopicConfig] = {}
-        self._skipped: dict[str, Any] = {}  # entries with unusable names: kept in the file as they are
-        self._data_version: dict[str, int] = {"counter": 0, "timestamp": 0}
-        self._mutex = threading.Lock()
+        self._stamp: FileStamp | None = None
+        #: changes made in memory and not yet written (:meth:`stage`; ``None``: removed)
+        self._pending: dict[str, TopicConfig | None] = {}
+        self._mutex = threading.RLock()
         #: queues a topic already has on disk (its highest consume-queue folder + 1, 0 if
         #: none): a topic auto-created over them gets at least that many, so that it takes
         #: what :meth:`rmqlog.MessageStore.topics` lists (a store RocketMQ wrote without its
@@ -223,21 +154,20 @@ class TopicConfigManager:
         return min(65535, max(self.default_queues, self.queues_on_disk(topic)))
 
     def reload(self) -> None:
-        loaded = load_fastjson(self.path, lambda raw: _decode_topics(self.path, raw))
-        topics: dict[str, TopicConfig] = {}
-        skipped: dict[str, Any] = {}
-        version = {"counter": 0, "timestamp": 0}
-        if loaded is not None:
-            topics, skipped, version = loaded
+        """Take ``topics.json`` in when another process wrote it since this one last read or
+        wrote it (the changes not yet persisted stay over it); one ``lstat`` otherwise."""
         with self._mutex:
-            # a reload without the lock (planned_queue_counts) may have read the file just
-            # before another thread of this process wrote a newer one: never go back to it
-            # (the topic that thread had just created would vanish under it)
-            if int(version.get("counter", 0)) < int(self._data_version.get("counter", 0)):
-                return
-            self._topics = topics
-            self._skipped = skipped
-            self._data_version = version
+            m = self.file.current(self._topics, self._stamp)
+            self._take(m)
+
+    def _take(self, m: TableMerge[TopicConfig]) -> None:
+        if m.reread:
+            for name, tc in self._pending.items():
+                if tc is None:
+                    m.table.pop(name, None)
+                else:
+                    m.table[name] = tc
+        self._topics, self._stamp = m.table, m.stamp
 
     def get(self, topic: str) -> TopicConfig | None:
         return self._topics.get(topic)
@@ -245,36 +175,66 @@ class TopicConfigManager:
     def topics(self) -> dict[str, TopicConfig]:
         return dict(self._topics)
 
-    def _write(self) -> None:
-        body = {
-            "dataVersion": {"counter": int(self._data_version.get("counter", 0)) + 1,
-                            "timestamp": self.wall_ms()},
-            "topicConfigTable": dict(sorted({**self._skipped, **{name: tc.to_json() for name, tc in self._topics.items()}}.items())),
-        }
-        replace_file(self.path, dump_fastjson(body), keep_backup=True)
-        self._data_version = body["dataVersion"]
+    def table(self) -> Mapping[str, TopicConfig]:
+        """The topics in memory, read-only (no copy; the next change or reload may replace it)."""
+        return MappingProxyType(self._topics)
+
+    @property
+    def pending(self) -> int:
+        """How many changes wait for :meth:`persist`."""
+        return len(self._pending)
+
+    def stage(self, config: TopicConfig) -> None:
+        """Create or replace a topic's config in memory; written by the next :meth:`persist`
+        (no I/O). :class:`rmqlog.errors.InvalidTopicError` for a bad name, :class:`ConfigError`
+        for another problem :func:`topic_config_problem` names."""
+        problem = topic_config_problem(config)
+        if problem is not None:
+            if isinstance(config, TopicConfig) and topic_problem(config.topic_name) is not None:
+                raise InvalidTopicError(problem, row=None, field="topic")
+            raise ConfigError(problem)
+        with self._mutex:
+            self._topics[config.topic_name] = config
+            self._pending[config.topic_name] = config
+
+    def persist(self, *, durable: bool = True) -> bool:
+        """Merge the staged changes with ``topics.json`` (:mod:`rmqlog.config_tables`: the file
+        read again only if another process wrote it; its other entries taken in); written only
+        when there are changes (synced with ``durable``). Returns whether it was written."""
+        with self._mutex:
+            m = self.file.merge(self._pending, base=self._topics, since=self._stamp, durable=durable)
+            self._pending = {}
+            self._take(m)
+            return m.written
 
     def put(self, config: TopicConfig) -> None:
-        """Create or replace a topic's config (validated name)."""
-        validate_topic(config.topic_name)
-        if not (1 <= config.write_queue_nums <= 65535 and 1 <= config.read_queue_nums <= 65535):
-            raise ConfigError("queue counts must be in 1..65535")
-        with self.lock.held():
-            self.reload()
-            with self._mutex:
-                self._topics[config.topic_name] = config
-                self._write()
+        """Create or replace a topic's config, written at once (validated as :meth:`stage`);
+        when it cannot be written, this process keeps the topic as it was."""
+        with self._mutex:
+            name = config.topic_name if isinstance(config, TopicConfig) else None
+            before = self._topics.get(name) if isinstance(name, str) else None
+            pending = dict(self._pending)
+            self.stage(config)
+            try:
+                self.persist(durable=False)
+            except BaseException:
+                self._pending = pending
+                if before is None:
+                    self._topics.pop(config.topic_name, None)
+                else:
+                    self._topics[config.topic_name] = before
+                raise
 
     def remove(self, topic: str) -> bool:
-        """Remove a topic's entry (validated name); whether there was one."""
+        """Remove a topic's entry (validated name), written at once; whether there was one."""
         validate_topic(topic)
-        with self.lock.held():
+        with self.lock.held(), self._mutex:
             self.reload()
-            with self._mutex:
-                if topic not in self._topics:
-                    return False
-                del self._topics[topic]
-                self._write()
+            if topic not in self._topics:
+                return False
+            del self._topics[topic]
+            self._pending[topic] = None
+            self.persist(durable=False)
         return True
 
     def planned_queue_counts(self, topics: list[str], *, unknown: int | None = None) -> list[int]:
@@ -292,8 +252,6 @@ class TopicConfigManager:
                 if unknown is not None:
                     out.append(unknown)
                     continue
-                from .errors import InvalidTopicError
-
                 raise InvalidTopicError(f"topic {t!r} does not exist and auto-creation is off", row=None, field="topic")
             out.append(tc.write_queue_nums if tc is not None else self._auto_count(t))
         return out
@@ -302,99 +260,34 @@ class TopicConfigManager:
         """Write queue count of each topic, creating missing topics (validated names)."""
         missing = [t for t in topics if t not in self._topics]
         if missing:
-            with self.lock.held():
+            with self.lock.held(), self._mutex:
                 self.reload()
                 missing = [t for t in topics if t not in self._topics]
                 if missing:
                     if not self.auto_create:
-                        from .errors import InvalidTopicError
-
                         raise InvalidTopicError(f"topic {missing[0]!r} does not exist and auto-creation is off", row=None, field="topic")
-                    with self._mutex:
-                        for t in missing:
-                            validate_topic(t)
-                            n = self._auto_count(t)
-                            self._topics[t] = TopicConfig(t, n, n)
-                        self._write()
+                    for t in missing:
+                        validate_topic(t)
+                        n = self._auto_count(t)
+                        self.stage(TopicConfig(t, n, n))
+                    self.persist(durable=False)
         return [self._topics[t].write_queue_nums for t in topics]
 
-
-class ConsumerOffsetManager:
-    """``consumerOffset.json``: each group's committed offset per topic queue."""
-
-    def __init__(self, path: Path, lock: InterProcessLock) -> None:
-        self.path = path
-        self.lock = lock
-
-    def _load(self) -> tuple[dict[str, dict[int, int]], dict[str, Any]]:
-        """(usable offset table, entries skipped for their keys)."""
-        loaded = load_fastjson(self.path, self._decode)
-        return loaded if loaded is not None else ({}, {})
-
-    def _decode(self, raw: Any) -> tuple[dict[str, dict[int, int]], dict[str, Any]]:
-        table = raw.get("offsetTable") or {}
-        if not isinstance(table, dict):
-            raise TypeError("offsetTable is not an object")
-        out: dict[str, dict[int, int]] = {}
-        skipped: dict[str, Any] = {}
-        for key, per_queue in table.items():
-            problem = _offset_key_problem(key)
-            if problem is not None:
-                _warn_once(self.path, f"offset entry {key!r} skipped: {problem}")
-                skipped[key] = per_queue
-                continue
-            if not isinstance(per_queue, dict | None):
-                raise TypeError(f"{key!r}: not an object")
-            offsets: dict[int, int] = {}
-            for q, o in (per_queue or {}).items():
-                if not (q.isascii() and q.isdigit() and int(q) <= JAVA_INT_MAX):
-                    raise ValueError(f"{key!r}: queue id {q!r} is not an int in 0..{JAVA_INT_MAX}")
-                if isinstance(o, bool) or not isinstance(o, int) or not JAVA_LONG_MIN <= o <= JAVA_LONG_MAX:
-                    raise ValueError(f"{key!r}: offset {o!r} of queue {q} is not a long")
-                offsets[int(q)] = o
-            out[key] = offsets
-        return out, skipped
-
-    def table(self) -> dict[str, dict[int, int]]:
-        """The offset table, ``{"topic@group": {queueId: offset}}`` (entries with valid names only)."""
-        return self._load()[0]
-
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Store ``offset`` (an int in [0, 2**63)) for a queue id (an int in [0, 2**31)); raises
-        :class:`rmqlog.errors.InvalidArgumentError` otherwise."""
-        validate_group(group)
-        validate_topic(topic)
-        queue_id, offset = queue_id_arg(queue_id), offset_arg(offset)
-        with self.lock.held():
-            table, skipped = self._load()
-            table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
-            body = {"offsetTable": {**skipped, **{k: {str(q): o for q, o in sorted(v.items())} for k, v in table.items()}}}
-            replace_file(self.path, dump_fastjson(body), keep_backup=True)
-
-    def remove_topic(self, topic: str) -> int:
-        """Remove every group's offsets of ``topic`` (validated name); how many groups had some."""
-        validate_topic(topic)
-        with self.lock.held():
-            table, skipped = self._load()
-            gone = [k for k in table if k.partition("@")[0] == topic]
-            if not gone:
-                return 0
-            for k in gone:
-                del table[k]
-            body = {"offsetTable": {**skipped, **{k: {str(q): o for q, o in sorted(v.items())} for k, v in table.items()}}}
-            replace_file(self.path, dump_fastjson(body), keep_backup=True)
-        return len(gone)
-
-    def committed(self, group: str, topic: str, queue_id: int) -> int:
-        """The committed offset, or -1 when the group has none for that queue (RocketMQ's answer)."""
-        validate_group(group)
-        validate_topic(topic)
-        return self._load()[0].get(f"{topic}@{group}", {}).get(queue_id_arg(queue_id), -1)
+    def close(self) -> None:
+        self.file.close()
 
 
-def _offset_key_problem(key: str) -> str | None:
+# ------------------------------------------------------------------ consumer offsets
+#: a ``<topic>@<group>`` key of names in RocketMQ's charset (ASCII: bytes = characters), the
+#: common case checked in one match; anything else gets the full checks
+_OFFSET_KEY = re.compile(r"[%|a-zA-Z0-9_-]{1,127}@[%|a-zA-Z0-9_-]{1,255}")
+
+
+def offset_key_problem(key: str, raw: Any = None) -> str | None:
     """Why a consumerOffset.json key is not ``<topic>@<group>`` of valid names, or ``None``."""
-    topic, sep, group = key.partition("@")
+    if isinstance(key, str) and _OFFSET_KEY.fullmatch(key):
+        return None
+    topic, sep, group = str(key).partition("@")
     if not sep:
         return "not <topic>@<group>"
     problem = topic_problem(topic)
@@ -407,24 +300,197 @@ def _offset_key_problem(key: str) -> str | None:
     return None
 
 
-__all__ = ["TopicConfig", "TopicConfigManager", "ConsumerOffsetManager", "quote_int_keys",
-           "load_fastjson", "dump_fastjson"]
+def _decode_offsets(key: str, per_queue: Any) -> dict[int, int]:
+    if not isinstance(per_queue, dict | None):
+        raise TypeError(f"{key!r}: not an object")
+    offsets: dict[int, int] = {}
+    for q, o in (per_queue or {}).items():
+        if not (q.isascii() and q.isdigit() and int(q) <= JAVA_INT_MAX):
+            raise ValueError(f"{key!r}: queue id {q!r} is not an int in 0..{JAVA_INT_MAX}")
+        if isinstance(o, bool) or not isinstance(o, int) or not JAVA_LONG_MIN <= o <= JAVA_LONG_MAX:
+            raise ValueError(f"{key!r}: offset {o!r} of queue {q} is not a long")
+        offsets[int(q)] = o
+    return offsets
 
 
-def set_aside_if_unreadable(path: Path, decode: Callable[[Any], Any] | None = None) -> Path | None:
-    """``repair``: move a config file that neither it nor its ``.bak`` can be read from aside
-    (``decode``: as for :func:`load_fastjson`, what the content must decode to).
+def apply_offsets(table: dict[str, dict[int, int]], key: str, change: Mapping[int, int] | None) -> None:
+    """An offset change: the queues' offsets set (the key's other queues kept), or the whole
+    key removed (``None``)."""
+    if change is None:
+        table.pop(key, None)
+    else:
+        table.setdefault(key, {}).update(change)
 
-    Renamed to ``<name>.damaged-<ms>`` (kept for a person to look at, never read again) so the
-    store can start from what the log holds. Returns the new name, or ``None`` when the file
-    was readable (or absent).
-    """
+
+OFFSETS: TableCodec[dict[int, int]] = TableCodec("offsetTable", False, offset_key_problem, _decode_offsets,
+                                                 apply=apply_offsets)
+
+
+def offset_changes_arg(changes: object) -> dict[str, dict[int, int] | None]:
+    """Offset changes as :meth:`rmqlog.MessageStore.merge_consumer_offsets` takes them:
+    ``{"<topic>@<group>": {queue_id: offset} or None}``, checked (a name: its typed error; a
+    queue id or offset out of range, or a wrong type: :class:`InvalidArgumentError` naming it)."""
+    if not isinstance(changes, Mapping):
+        raise InvalidArgumentError(f"changes must be a mapping of '<topic>@<group>' keys, got {type(changes).__name__}")
+    out: dict[str, dict[int, int] | None] = {}
+    for key, per_queue in changes.items():
+        if not isinstance(key, str) or "@" not in key:
+            raise InvalidArgumentError(f"changes: key {key!r} is not '<topic>@<group>'")
+        if offset_key_problem(key) is not None:
+            topic, _, group = key.partition("@")
+            validate_topic(topic)
+            validate_group(group)
+        if per_queue is None:
+            out[key] = None
+            continue
+        if not isinstance(per_queue, Mapping):
+            raise InvalidArgumentError(f"changes[{key!r}] must be a mapping of queue id to offset or None")
+        out[key] = {queue_id_arg(q): offset_arg(o) for q, o in per_queue.items()}
+    return out
+
+
+class ConsumerOffsetManager:
+    """``consumerOffset.json``: each group's committed offset per topic queue, as this process
+    reads and writes it one entry at a time (the ``rmqlog`` command, a Spark query); a broker
+    keeps its own table and merges it (:meth:`rmqlog.MessageStore.merge_consumer_offsets`).
+    The table last read or written is kept and used while the file stays the same (one
+    ``lstat`` a read)."""
+
+    def __init__(self, path: Path, lock: InterProcessLock, *, wall_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms) -> None:
+        self.file = TableFile(path, lock, OFFSETS, wall_ms=wall_ms)
+        self.path = path
+        self.lock = lock
+        self._cache: TableMerge[dict[int, int]] | None = None
+        self._mutex = threading.RLock()
+
+    def _current(self) -> dict[str, dict[int, int]]:
+        with self._mutex:
+            c = self._cache
+            self._cache = self.file.current(c.table if c else None, c.stamp if c else None)
+            return self._cache.table
+
+    def table(self) -> dict[str, dict[int, int]]:
+        """The offset table, ``{"topic@group": {queueId: offset}}`` (entries with valid names only; a copy)."""
+        return {k: dict(v) for k, v in self._current().items()}
+
+    def merge(self, changes: Mapping[str, Mapping[int, int] | None], *, base: dict[str, dict[int, int]] | None = None,
+              since: FileStamp | None = None) -> TableMerge[dict[int, int]]:
+        """:meth:`rmqlog.config_tables.TableFile.merge` of checked changes."""
+        return self.file.merge(changes, base=base, since=since)
+
+    def _merge_cached(self, changes: Mapping[str, Mapping[int, int] | None]) -> None:
+        with self._mutex:
+            c, self._cache = self._cache, None  # (a failed write leaves no table it changed)
+            self._cache = self.file.merge(changes, base=c.table if c else None, since=c.stamp if c else None,
+                                          durable=False)
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Store ``offset`` (an int in [0, 2**63)) for a queue id (an int in [0, 2**31)); raises
+        :class:`rmqlog.errors.InvalidArgumentError` otherwise."""
+        validate_group(group)
+        validate_topic(topic)
+        queue_id, offset = queue_id_arg(queue_id), offset_arg(offset)
+        self._merge_cached({f"{topic}@{group}": {queue_id: offset}})
+
+    def remove_topic(self, topic: str) -> int:
+        """Remove every group's offsets of ``topic`` (validated name); how many groups had some."""
+        validate_topic(topic)
+        with self.lock.held(), self._mutex:
+            gone = [k for k in self._current() if k.partition("@")[0] == topic]
+            if gone:
+                self._merge_cached(dict.fromkeys(gone))
+            self._cache = None  # (a delete is rare: no copy of the table kept for it)
+        return len(gone)
+
+    def committed(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when the group has none for that queue (RocketMQ's answer)."""
+        validate_group(group)
+        validate_topic(topic)
+        return self._current().get(f"{topic}@{group}", {}).get(queue_id_arg(queue_id), -1)
+
+    def close(self) -> None:
+        with self._mutex:
+            self._cache = None
+            self.file.close()
+
+
+# --------------------------------------------------------------- subscription groups
+#: ``SubscriptionGroupConfig``'s fields: JSON name -> (attribute, type)
+_GROUP_FIELDS: dict[str, tuple[str, type]] = {
+    "consumeEnable": ("consume_enable", bool), "consumeFromMinEnable": ("consume_from_min_enable", bool),
+    "consumeBroadcastEnable": ("consume_broadcast_enable", bool), "retryQueueNums": ("retry_queue_nums", int),
+    "retryMaxTimes": ("retry_max_times", int), "brokerId": ("broker_id", int),
+    "whichBrokerWhenConsumeSlowly": ("which_broker_when_consume_slowly", int),
+    "notifyConsumerIdsChangedEnable": ("notify_consumer_ids_changed_enable", bool),
+}
+
+
+@dataclass(frozen=True)
+class SubscriptionGroupConfig:
+    """RocketMQ 4.9.8's ``SubscriptionGroupConfig`` (its defaults): what a broker keeps per
+    consumer group in ``subscriptionGroup.json``."""
+
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        return {"groupName": self.group_name, **{key: getattr(self, attr) for key, (attr, _) in _GROUP_FIELDS.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> SubscriptionGroupConfig:
+        """A ``subscriptionGroupTable`` entry (missing fields: the defaults; unknown ones
+        dropped); ``ValueError`` naming a field of the wrong type."""
+        values: dict[str, Any] = {}
+        for key, (attr, kind) in _GROUP_FIELDS.items():
+            if key in d:
+                value = d[key]
+                ok = isinstance(value, bool) if kind is bool else \
+                    isinstance(value, int) and not isinstance(value, bool) and JAVA_LONG_MIN <= value <= JAVA_LONG_MAX
+                if not ok:
+                    raise ValueError(f"group {d.get('groupName')!r}: {key} {value!r} is not a {kind.__name__}")
+                values[attr] = value
+        return cls(str(d["groupName"]), **values)
+
+
+def subscription_group_problem(config: object) -> str | None:
+    """Why ``config`` is not a :class:`SubscriptionGroupConfig` the store can keep, or ``None``."""
+    if not isinstance(config, SubscriptionGroupConfig):
+        return f"a subscription group must be a SubscriptionGroupConfig, got {type(config).__name__}"
     try:
-        load_fastjson(path, decode)
-        return None
-    except CorruptStoreError:
-        pass
-    stamp = SYSTEM_CLOCK.wall_ms()  # (only a name: a store's clock, say a test's, need not give unique ones)
-    moved = [safe_open.set_aside(candidate, stamp)  # (a link is moved itself, its target untouched)
-             for candidate in (path, path.with_name(path.name + ".bak")) if safe_open.kind(candidate) is not None]
-    return moved[0] if moved else None
+        validate_group(config.group_name)
+        SubscriptionGroupConfig.from_json(config.to_json())
+    except (InvalidGroupError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def _group_entry_problem(name: str, raw: Any) -> str | None:
+    try:
+        validate_group(name)
+    except InvalidGroupError as exc:
+        return str(exc)
+    if isinstance(raw, dict) and raw.get("groupName") != name:
+        return f"its groupName {raw.get('groupName')!r} differs from its key"
+    return None
+
+
+def _decode_group(name: str, raw: Any) -> SubscriptionGroupConfig:
+    if not isinstance(raw, dict):
+        raise TypeError(f"group {name!r}: the entry is not an object")
+    return SubscriptionGroupConfig.from_json(raw)
+
+
+SUBSCRIPTION_GROUPS: TableCodec[SubscriptionGroupConfig] = TableCodec(
+    "subscriptionGroupTable", True, _group_entry_problem, _decode_group, encode=SubscriptionGroupConfig.to_json)
+
+
+__all__ = ["TopicConfig", "TopicConfigManager", "ConsumerOffsetManager", "SubscriptionGroupConfig", "quote_int_keys",
+           "load_fastjson", "dump_fastjson", "set_aside_if_unreadable", "offset_key_problem", "topic_config_problem",
+           "subscription_group_problem", "offset_changes_arg", "TOPICS", "OFFSETS", "SUBSCRIPTION_GROUPS"]

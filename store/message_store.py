@@ -43,10 +43,9 @@ from .arguments import (
     queue_id_arg,
     text_arg,
 )
-from .catalog import Catalog
+from .catalog import Catalog, CatalogCalls
 from .clock import Clock, clock_arg
 from .config import StoreConfig
-from .config_files import TopicConfig
 from .durability.flush import AsyncFlusher
 from .durability.lock_file import StoreLockFile
 from .errors import (
@@ -84,14 +83,15 @@ from .service import ServiceLoop
 
 
 @out_of_files_typed  # (running out of descriptors anywhere in a call: a typed error naming the file)
-class MessageStore(WireAccess, ReplicationCalls):
+class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
     """A RocketMQ-compatible message store rooted at a directory.
 
     Open with :meth:`open`; use as a context manager or call :meth:`close`. The calls a
     broker on the wire needs (``put_wire``, ``on_arrival``, ``record_at``, the queries by key,
     ``index_last_update``, ``earliest_store_time``, the replication stream's) are in
     :class:`rmqlog.access.wire.WireAccess`; failover's (``replica_truncate``, the replication
-    checkpoint, the delay offsets) in :class:`rmqlog.recovery.replication_calls.ReplicationCalls`.
+    checkpoint, the delay offsets) in :class:`rmqlog.recovery.replication_calls.ReplicationCalls`;
+    topics, consumer offsets and subscription groups in :class:`rmqlog.catalog.CatalogCalls`.
     """
 
     def __init__(
@@ -511,56 +511,6 @@ class MessageStore(WireAccess, ReplicationCalls):
                   for q in range(max(configured[t].read_queue_nums, configured[t].write_queue_nums))]
         end = (1 << 63) - 1 if end_ms is None else end_ms
         return self.reader.messages_between(queues, begin_ms, end, max_count)
-
-    # --------------------------------------------------------- offsets, topics
-    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Record ``group``'s progress on a queue in ``config/consumerOffset.json``.
-
-        ``queue_id`` is an int in ``[0, 2**31)``, and a queue of the topic when the topic is in
-        ``topics.json`` (below its read/write queue counts, or a queue folder that exists);
-        ``offset`` an int in ``[0, 2**63)`` (a Java long; like RocketMQ's broker, any such
-        offset is stored, also one past the queue's end). Otherwise
-        :class:`rmqlog.errors.InvalidArgumentError` naming the argument; a bad name raises
-        :class:`rmqlog.errors.InvalidGroupError` / :class:`rmqlog.errors.InvalidTopicError`.
-        """
-        self._check_open("commit_offset")
-        self.catalog.commit_offset(group, topic, queue_id, offset)
-
-    def committed_offset(self, group: str, topic: str, queue_id: int) -> int:
-        """``group``'s committed offset on a queue, or -1 if it has none.
-
-        ``queue_id``: an int in ``[0, 2**31)``, else :class:`rmqlog.errors.InvalidArgumentError`.
-        An unreadable ``consumerOffset.json`` (and ``.bak``) raises
-        :class:`rmqlog.errors.CorruptStoreError` naming it.
-        """
-        self._check_open()
-        return self.catalog.committed_offset(group, topic, queue_id)
-
-    def create_topic(self, topic: str, queues: int | None = None, *, read_queues: int | None = None) -> TopicConfig:
-        """Create or resize a topic in ``config/topics.json``.
-
-        ``queues`` (write queues; ``None``: ``default_topic_queue_nums``) and ``read_queues``
-        (``None``: as many as write queues) are ints in ``[1, 65535]``, else
-        :class:`rmqlog.errors.InvalidArgumentError` naming the argument.
-        """
-        self._check_open("create_topic")
-        return self.catalog.create_topic(topic, queues, read_queues)
-
-    def delete_topic(self, topic: str) -> tuple[bool, int]:
-        """Delete ``topic``: its ``topics.json`` entry, every group's offsets of it and its
-        consume-queue units, for good (:mod:`rmqlog.deleted_topics`; docs/store-api.md). Returns
-        (whether it had an entry, how many groups had offsets). A bad name raises
-        :class:`rmqlog.errors.InvalidTopicError`."""
-        self._check_open("delete_topic")
-        return self.catalog.delete_topic(topic)
-
-    def topics(self) -> dict[str, TopicConfig]:
-        """Every topic: those of ``config/topics.json`` (re-read), and those only the log has,
-        found by their consume queues (see :mod:`rmqlog.catalog`). Nothing is written. An entry
-        of ``topics.json`` whose key is not a valid topic name, or whose ``topicName`` differs
-        from its key, is never listed (it is logged and kept in the file as it is)."""
-        self._check_open()
-        return self.catalog.topics()
 
     # ------------------------------------------------------------------ close
     def flush(self) -> int:

@@ -20,7 +20,8 @@ from typing import Any
 from . import safe_open
 from .clock import SYSTEM_CLOCK, Clock
 from .config import StoreConfig
-from .config_files import ConsumerOffsetManager, TopicConfigManager
+from .config_files import SUBSCRIPTION_GROUPS, ConsumerOffsetManager, TopicConfigManager
+from .config_tables import TableFile
 from .deleted_topics import DeletedTopics
 from .durability.checkpoint import CheckpointFile
 from .durability.flush import FlushService, FlushStateFile
@@ -75,6 +76,9 @@ class StoreParts:
             wall_ms=self.clock.wall_ms,
         )
         self.consumer_offsets = ConsumerOffsetManager(paths.consumer_offset_json, self.config_lock)
+        #: ``subscriptionGroup.json``: only a broker reads and writes it (its table, merged)
+        self.subscription_groups = TableFile(paths.subscription_group_json, self.config_lock, SUBSCRIPTION_GROUPS,
+                                             wall_ms=self.clock.wall_ms)
         #: the topics deleted, whose records below the delete never get units again
         self.deleted_topics = DeletedTopics(paths.deleted_topics_json, self.config_lock)
         #: the commitlog segments and consume-queue files held open, at most
@@ -160,6 +164,8 @@ class StoreParts:
         for closer in (
             getattr(self, "commitlog", None), getattr(self, "state_file", None), getattr(self, "queues", None),
             getattr(self, "index_service", None), getattr(self, "dispatcher", None),
+            getattr(self, "topic_config", None), getattr(self, "consumer_offsets", None),
+            getattr(self, "subscription_groups", None),
         ):
             if closer is not None:
                 closer.close()

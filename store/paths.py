@@ -4,6 +4,7 @@
 <root>/commitlog/<20-digit start offset>            commitlog segments
 <root>/consumequeue/<topic>/<queueId>/<20-digit>      consume-queue segments
 <root>/config/topics.json, consumerOffset.json         RocketMQ config files
+<root>/config/subscriptionGroup.json                   RocketMQ's, written by a broker
 <root>/config/replicationCheckpoint.json               ours: how far a slave acknowledged this store's log
 <root>/checkpoint, abort, lock                         RocketMQ's control files
 <root>/append.state, append.lock                       ours: the published tail and queue offsets
@@ -170,6 +171,10 @@ class StorePaths:
     @property
     def consumer_offset_json(self) -> Path:
         return self.config_dir / "consumerOffset.json"
+
+    @property
+    def subscription_group_json(self) -> Path:
+        return self.config_dir / "subscriptionGroup.json"
 
     @property
     def deleted_topics_json(self) -> Path:

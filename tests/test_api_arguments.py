@@ -248,6 +248,17 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
                   st.integers(-1, 3)),
         st.tuples(st.sampled_from(TOPICS), st.integers(0, 3), st.binary(max_size=4)),
         ANY), max_size=4),
+    "topic_config": st.builds(rmqlog.TopicConfig, st.sampled_from(TOPICS), st.integers(0, 6), st.integers(0, 6),
+                              st.integers(-1, 8), st.sampled_from(["SINGLE_TAG", 1]), st.integers(-1, 2), st.booleans()),
+    "persist": st.booleans(),
+    "changes": st.one_of(
+        st.dictionaries(st.sampled_from(["T@g", "T@G-1", "bad/t@g", "T", "T@bad/g"]),
+                        st.one_of(st.none(), st.dictionaries(st.integers(-1, 4), st.integers(-1, 10), max_size=2)), max_size=2),
+        st.dictionaries(st.sampled_from(["g", "G-1", "bad/g"]),
+                        st.one_of(st.none(), st.builds(rmqlog.SubscriptionGroupConfig, st.sampled_from(["g", "G-1"]),
+                                                       st.booleans(), retry_queue_nums=st.integers(-1, 3))), max_size=2)),
+    "base": st.one_of(st.none(), st.just({})),
+    "since": st.one_of(st.none(), st.just(rmqlog.FileStamp(0, 0, 0, 0, 0))),
 }
 #: parameters a plausible value is always given for: any other would be a path on this machine
 ONLY_PLAUSIBLE = {"root"}
@@ -263,6 +274,7 @@ METHODS = {
     "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
     "replica_truncate", "record_boundary", "replication_checkpoint", "set_replication_checkpoint", "delay_offsets",
     "set_delay_offsets", "stored_rows", "wire_records", "put_messages", "flush_to", "dispatch_put",
+    "put_topic", "persist_topics", "topic_table", "merge_consumer_offsets", "merge_subscription_groups",
 }
 
 

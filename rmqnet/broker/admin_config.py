@@ -38,6 +38,8 @@ UPDATABLE = frozenset({
     "brokerPermission", "longPollingEnable", "shortPollingTimeMills", "regionId", "traceOn", "syncFlushTimeout",
     "maxTransferCountOnMessageInMemory", "maxTransferBytesOnMessageInMemory", "maxTransferCountOnMessageInDisk",
     "maxTransferBytesOnMessageInDisk", "accessMessageInMemoryMaxRatio", "slaveReadEnable",
+    "autoCreateSubscriptionGroup", "flushConsumerOffsetInterval", "autoCreateTopicMaxNums",
+    "autoCreateSubscriptionGroupMaxNums", "heartbeatMaxGroupNums", "clientGroupMaxNums", "queueLockMaxNums",
 })
 #: ``AdminBrokerProcessor.configBlackList`` (with ``BrokerConfig.configBlackList``'s default)
 BLACK_LIST = frozenset({"brokerConfigPath", "rocketmqHome", "configBlackList"})

@@ -9,7 +9,7 @@
   ``MessageQueue`` (this broker's name).
 - 208: extFields ``consumerGroup`` (required) and ``topic`` (blank: every topic the group has
   committed offsets of). Per read queue of each topic: ``brokerOffset`` (the queue's max
-  offset), ``consumerOffset`` (the group's committed offset, 0 when none) and
+  offset), ``consumerOffset`` (the group's committed offset in the broker's table, 0 when none) and
   ``lastTimestamp`` (the store time of the message at ``consumerOffset - 1``, 0 when none);
   a topic the broker does not know is left out, and so is a topic the group's live consumers
   do not subscribe to while they subscribe to some (Java's rules). ``consumeTps``: the
@@ -45,6 +45,7 @@ from ..remoting.admin_bodies import (
     encode_consumer_connection,
     encode_topic_stats,
 )
+from .consumer_offsets import table_of
 from .peer import Peer
 
 #: the window of :class:`GetNums` (ms): Java's per-minute statistic
@@ -130,13 +131,9 @@ def get_topic_stats_info(broker: Any, peer: Peer, req: RemotingCommand) -> Remot
 
 
 def _group_topics(broker: Any, group: str) -> list[str]:
-    """``whichTopicByConsumer``: the topics of ``group``'s committed offsets."""
-    topics = set()
-    for key in broker.store.consumer_offset_table():
-        topic, _, g = key.partition("@")
-        if g == group:
-            topics.add(topic)
-    return sorted(topics)
+    """``whichTopicByConsumer``: the topics of ``group``'s committed offsets (the broker's
+    offset table's index by group: no walk of the table)."""
+    return table_of(broker).topics_of(group)
 
 
 def get_consume_stats(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
@@ -150,6 +147,7 @@ def get_consume_stats(broker: Any, peer: Peer, req: RemotingCommand) -> Remoting
     subscribed = set(info.subscriptions) if info is not None else set()
     table: dict[QueueKey, OffsetWrapper] = {}
     tps = 0.0
+    offsets = table_of(broker)
     try:
         for t in ([topic] if topic.strip() else _group_topics(broker, group)):
             tc = broker.topics.get(t)
@@ -157,7 +155,7 @@ def get_consume_stats(broker: Any, peer: Peer, req: RemotingCommand) -> Remoting
                 continue
             for qid in range(tc.read_queue_nums):
                 broker_offset = max(0, store.max_offset(t, qid))
-                consumer_offset = max(0, store.committed_offset(group, t, qid))
+                consumer_offset = max(0, offsets.query(group, t, qid))
                 last = _store_time(store, t, qid, consumer_offset - 1) if consumer_offset > 0 else 0
                 table[QueueKey(t, name, qid)] = OffsetWrapper(broker_offset, consumer_offset, max(0, last))
             get_nums = getattr(broker, "get_nums", None)

@@ -16,8 +16,11 @@ from typing import Any, Protocol
 from rmqlog import Clock, MessageStore, SystemClock
 
 from .config import BrokerConfig
+from .consumer_offsets import ConsumerOffsetTable
 from .dispatch import ProcessorTable
 from .processors import PROCESSOR_MODULES
+from .state import StatePersistService
+from .subscription_groups import SubscriptionGroupTable
 from .topics import TopicManager
 
 
@@ -34,7 +37,10 @@ class Broker:
     as a whole, :mod:`rmqnet.broker.admin_config`: a key it may change is read from here at
     use, never from a copy), ``clock``, ``table``
     (:class:`ProcessorTable`), ``address`` (advertised ``ip:port``), ``topics``
-    (:class:`TopicManager`), ``services`` (objects with ``run_once(now_ms)``), ``started_ms``
+    (:class:`TopicManager`), ``consumer_offsets`` (:class:`ConsumerOffsetTable`),
+    ``subscription_groups`` (:class:`SubscriptionGroupTable`), ``state`` (their
+    :class:`StatePersistService`, one of the services), ``services`` (objects with
+    ``run_once(now_ms)``), ``started_ms``
     (the clock's wall time at construction), ``stopping`` (set by :meth:`begin_stop`: sends are
     refused from then on). Processor modules (:data:`PROCESSOR_MODULES`) add their own.
     """
@@ -53,6 +59,14 @@ class Broker:
         #: so that the server's wait for requests in flight does not wait out their timeouts)
         self.stop_listeners: list[Callable[[], object]] = []
         self.topics = TopicManager(store, config, self.clock)
+        #: the state tables in memory (:mod:`rmqnet.broker.state`), persisted by ``state``
+        self.consumer_offsets = ConsumerOffsetTable(store)
+        self.topics.offsets = self.consumer_offsets
+        self.subscription_groups = SubscriptionGroupTable(store)
+        self.state = StatePersistService(lambda: self.config.flush_consumer_offset_interval, [
+            ("consumer offsets", self.consumer_offsets.persist), ("subscription groups", self.subscription_groups.persist),
+            ("topics", self.topics.persist)])
+        self.services.append(self.state)
         for name in PROCESSOR_MODULES:
             module = importlib.import_module(f"{__package__}.{name}")
             module.install(self)

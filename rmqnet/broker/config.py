@@ -104,6 +104,18 @@ class BrokerConfig:
       a ``SYNC_MASTER`` send waits for a slave before ``FLUSH_SLAVE_TIMEOUT``),
       ``slave_read_enable`` (``slaveReadEnable``, false: a pull's ``suggestWhichBrokerId`` is
       always 0; true: 1 for a consumer reading further behind than the in-memory ratio).
+    - State tables (:mod:`rmqnet.broker.state`): ``flush_consumer_offset_interval``
+      (``flushConsumerOffsetInterval``, 5000: ms between two persists of the consumer offsets,
+      subscription groups and topics kept in memory). Caps on what a client can grow (ours;
+      RocketMQ has none): ``auto_create_topic_max_nums`` (50000: a send's auto-creation is
+      refused ``TOPIC_NOT_EXIST`` once the broker holds this many topics),
+      ``auto_create_subscription_group_max_nums`` (50000: a heartbeat that would create a
+      subscription group past this many is refused ``SUBSCRIPTION_GROUP_NOT_EXIST``),
+      ``heartbeat_max_group_nums`` (1000: a heartbeat naming more consumer and producer groups
+      is refused ``SYSTEM_ERROR``), ``client_group_max_nums`` (50000: a heartbeat that would take
+      the client registry's consumer or producer groups past this many is refused
+      ``SYSTEM_ERROR``), ``queue_lock_max_nums`` (200000: queue locks held at most; a lock of
+      one more queue is not granted).
     - ``store``: the store's config (``flushDiskType``, ``maxMessageSize``, segment sizes...).
     """
 
@@ -153,6 +165,12 @@ class BrokerConfig:
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
     slave_timeout: int = 3000
     slave_read_enable: bool = False
+    flush_consumer_offset_interval: int = 5000
+    auto_create_topic_max_nums: int = 50_000
+    auto_create_subscription_group_max_nums: int = 50_000
+    heartbeat_max_group_nums: int = 1000
+    client_group_max_nums: int = 50_000
+    queue_lock_max_nums: int = 200_000
     store: StoreConfig = field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
@@ -178,10 +196,11 @@ class BrokerConfig:
         if self.broker_id < 0:
             raise ConfigError("broker_id must be at least 0")
         for name in ("short_polling_time_mills", "register_name_server_period", "register_broker_timeout_mills",
-                     "sync_flush_timeout", "send_queue_capacity", "transaction_check_interval", *_TRANSFER_LIMITS):
+                     "sync_flush_timeout", "send_queue_capacity", "transaction_check_interval", *_TRANSFER_LIMITS,
+                     *_STATE_LIMITS):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
-            if name in _TRANSFER_LIMITS and getattr(self, name) > _JAVA_INT_MAX:
+            if name in _TRANSFER_LIMITS + _STATE_LIMITS and getattr(self, name) > _JAVA_INT_MAX:
                 raise ConfigError(f"{name} must be at most {_JAVA_INT_MAX} (a Java int)")
         if self.write_buffer_high_water_mark < 1:
             raise ConfigError("write_buffer_high_water_mark must be at least 1")
@@ -303,6 +322,9 @@ def host_port(ip: str, port: int) -> str:
 _TRANSFER_LIMITS = ("max_transfer_count_on_message_in_memory", "max_transfer_bytes_on_message_in_memory",
                     "max_transfer_count_on_message_in_disk", "max_transfer_bytes_on_message_in_disk")
 _JAVA_INT_MAX = (1 << 31) - 1
+#: the state tables' schedule and caps (ints 1..Java int max)
+_STATE_LIMITS = ("flush_consumer_offset_interval", "auto_create_topic_max_nums", "auto_create_subscription_group_max_nums",
+                 "heartbeat_max_group_nums", "client_group_max_nums", "queue_lock_max_nums")
 
 #: broker.conf keys read under another spelling (RocketMQ's setter names)
 _ALIASES = {"brokerIP1": "brokerIp1", "sendThreadPoolQueueCapacity": "sendQueueCapacity"}

@@ -18,8 +18,17 @@ A consumer is one connection in one group (Java keys ``ConsumerGroupInfo`` by ch
 client id, language, version and last heartbeat (wall ms, the broker's clock). A group's
 subscriptions are the last heartbeat's set (a topic's entry replaced only by a higher
 ``subVersion``; topics it no longer names are dropped), which the pull path uses when a pull
-carries no subscription of its own. For each consumer group a heartbeat also creates
-``%RETRY%<group>`` (1 queue, read-write), as Java does there.
+carries no subscription of its own. For each consumer group a heartbeat also finds or creates
+its subscription group (:mod:`rmqnet.broker.subscription_groups`, when
+``autoCreateSubscriptionGroup``) and then ``%RETRY%<group>`` (its ``retryQueueNums`` queues,
+read-write), as Java does there, both in memory (persisted on the broker's schedule,
+:mod:`rmqnet.broker.state`): a heartbeat's cost is its groups and subscriptions, no file I/O.
+
+Caps (ours, broker.conf keys), checked before anything registers (a refused heartbeat changes
+nothing): more consumer and producer groups than ``heartbeatMaxGroupNums`` in one heartbeat,
+or new groups past ``clientGroupMaxNums`` in the registry, are ``SYSTEM_ERROR`` naming the key;
+a subscription group past ``autoCreateSubscriptionGroupMaxNums`` is
+``SUBSCRIPTION_GROUP_NOT_EXIST``.
 
 Guarantees: the group's members get NOTIFY_CONSUMER_IDS_CHANGED (oneway, extField
 ``consumerGroup``) whenever a member joins or leaves (heartbeat from a new connection,
@@ -44,12 +53,13 @@ from typing import Any
 
 import rmqlog
 from rmqlog import FilterParseError, Sql92Filter
-from rmqlog.paths import validate_group
+from rmqlog.paths import topic_problem, validate_group
 
 from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode, ext_str
 from .holds import connection_closed, watch_close
 from .peer import Peer
 from .pull import compiled
+from .subscription_groups import GroupTableFull, SubscriptionGroupTable
 
 #: ``ConsumerManager.CHANNEL_EXPIRED_TIMEOUT`` / ``ProducerManager.CHANNEL_EXPIRED_TIMEOUT`` (ms)
 CHANNEL_EXPIRED_TIMEOUT_MS = 120_000
@@ -180,12 +190,28 @@ class ClientRegistry:
         self.notify = notify
         self.consumer_groups: dict[str, ConsumerGroupInfo] = {}
         self.producer_groups: dict[str, dict[int, ClientInfo]] = {}
+        #: by ``id(peer)``: the consumer and producer groups a connection is in (its close
+        #: leaves them without a walk of every group)
+        self._peer_consumers: dict[int, set[str]] = {}
+        self._peer_producers: dict[int, set[str]] = {}
         self._opaque = itertools.count(1)
         self._next_scan_ms: int | None = None
 
+    def room_for(self, data: HeartbeatData, cap: int) -> str | None:
+        """Why registering ``data`` would take the consumer or the producer groups past
+        ``cap`` (``clientGroupMaxNums``), or ``None``; nothing changes either way."""
+        for kind, groups, known in (("consumer", [c.group for c in data.consumers], self.consumer_groups),
+                                    ("producer", list(data.producer_groups), self.producer_groups)):
+            new = sum(1 for g in dict.fromkeys(groups) if g not in known)
+            if new and len(known) + new > cap:
+                return (f"the broker holds {len(known)} {kind} groups: {new} more would pass "
+                        f"clientGroupMaxNums {cap}")
+        return None
+
     # ------------------------------------------------------------ consumers
-    def register_consumer(self, data: ConsumerData, client: ClientInfo) -> bool:
-        """A consumer's heartbeat; True when the group changed (and was notified)."""
+    def register_consumer(self, data: ConsumerData, client: ClientInfo, *, notify: bool = True) -> bool:
+        """A consumer's heartbeat; True when the group changed (and was notified, unless
+        ``notify`` is off: the group's ``notifyConsumerIdsChangedEnable``)."""
         info = self.consumer_groups.get(data.group)
         if info is None:
             info = self.consumer_groups[data.group] = ConsumerGroupInfo(
@@ -196,11 +222,12 @@ class ClientRegistry:
         joined = old is None
         if old is None or old.client_id != client.client_id:
             info.clients[id(client.peer)] = client
+            self._peer_consumers.setdefault(id(client.peer), set()).add(data.group)
         else:
             old.last_update_ms = client.last_update_ms
         changed = _update_subscriptions(info, data.subscriptions) or joined
         _update_filters(info, data.subscriptions)
-        if changed:
+        if changed and notify:
             self._notify(info)
         return changed
 
@@ -208,6 +235,7 @@ class ClientRegistry:
         info = self.consumer_groups.get(group)
         if info is None or info.clients.pop(id(peer), None) is None:
             return False
+        _unindex(self._peer_consumers, id(peer), group)
         if not info.clients:
             del self.consumer_groups[group]
         self._notify(info)
@@ -232,22 +260,26 @@ class ClientRegistry:
         old = clients.get(id(client.peer))
         if old is None or old.client_id != client.client_id:
             clients[id(client.peer)] = client
+            self._peer_producers.setdefault(id(client.peer), set()).add(group)
         else:
             old.last_update_ms = client.last_update_ms
 
     def unregister_producer(self, group: str, peer: Peer) -> None:
         clients = self.producer_groups.get(group)
-        if clients is not None and clients.pop(id(peer), None) is not None and not clients:
-            del self.producer_groups[group]
+        if clients is not None and clients.pop(id(peer), None) is not None:
+            _unindex(self._peer_producers, id(peer), group)
+            if not clients:
+                del self.producer_groups[group]
 
     # ---------------------------------------------------- closes and expiry
     def on_close(self, peer: Peer) -> list[str]:
         """The connection closed: its consumers and producers leave every group (each
-        consumer group left is notified). Returns the consumer groups it left."""
-        left = [g for g, info in self.consumer_groups.items() if id(peer) in info.clients]
+        consumer group left is notified). Returns the consumer groups it left. Costs the
+        groups the connection was in (an index by connection), not every group."""
+        left = sorted(self._peer_consumers.get(id(peer), ()))
         for group in left:
             self.unregister_consumer(group, peer)
-        for group in [g for g, c in self.producer_groups.items() if id(peer) in c]:
+        for group in sorted(self._peer_producers.get(id(peer), ())):
             self.unregister_producer(group, peer)
         return left
 
@@ -263,6 +295,7 @@ class ClientRegistry:
             stale = [k for k, c in info.clients.items() if now_ms - c.last_update_ms > CHANNEL_EXPIRED_TIMEOUT_MS]
             for k in stale:
                 del info.clients[k]
+                _unindex(self._peer_consumers, k, group)
             if stale:
                 dropped += len(stale)
                 if not info.clients:
@@ -272,6 +305,7 @@ class ClientRegistry:
             stale = [k for k, c in clients.items() if now_ms - c.last_update_ms > CHANNEL_EXPIRED_TIMEOUT_MS]
             for k in stale:
                 del clients[k]
+                _unindex(self._peer_producers, k, group)
             dropped += len(stale)
             if not clients:
                 del self.producer_groups[group]
@@ -290,6 +324,14 @@ class ClientRegistry:
                 client.peer.send_oneway(cmd)
             except (OSError, RuntimeError):  # the connection went meanwhile: its close drops it
                 continue
+
+
+def _unindex(index: dict[int, set[str]], peer_id: int, group: str) -> None:
+    groups = index.get(peer_id)
+    if groups is not None:
+        groups.discard(group)
+        if not groups:
+            del index[peer_id]
 
 
 def _update_subscriptions(info: ConsumerGroupInfo, subs: tuple[Subscription, ...]) -> bool:
@@ -335,34 +377,64 @@ def _update_filters(info: ConsumerGroupInfo, subs: tuple[Subscription, ...]) -> 
 
 # ---------------------------------------------------------------------------- handlers
 def heart_beat(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    """34 (the module docstring): every check first, then the registration, all or nothing;
+    the work is proportional to the heartbeat's groups and subscriptions (tables in memory,
+    no file written)."""
     try:
         data = HeartbeatData.decode(req.body_bytes())
     except HeartbeatError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
     registry: ClientRegistry = broker.consumers
+    config = broker.config
+    named = len(data.consumers) + len(data.producer_groups)
+    cap = config.heartbeat_max_group_nums
+    if named > cap:
+        return req.reply(ResponseCode.SYSTEM_ERROR, f"the heartbeat names {named} consumer and producer groups, "
+                                                    f"more than heartbeatMaxGroupNums {cap}")
+    full = registry.room_for(data, config.client_group_max_nums)
+    if full is not None:
+        return req.reply(ResponseCode.SYSTEM_ERROR, full)
+    groups: SubscriptionGroupTable | None = getattr(broker, "subscription_groups", None)
+    auto, group_cap = config.auto_create_subscription_group, config.auto_create_subscription_group_max_nums
+    names = [c.group for c in data.consumers]
+    if groups is not None:
+        try:
+            groups.check_room(names, auto_create=auto, cap=group_cap)
+        except GroupTableFull as exc:
+            return req.reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, str(exc))
+    for group in names:
+        problem = topic_problem(RETRY_PREFIX + group)
+        if problem is not None:
+            return req.reply(ResponseCode.SYSTEM_ERROR, f"cannot create {RETRY_PREFIX}{group}: {problem}")
     watch_close(broker, peer)
     now = broker.clock.wall_ms()
     for c in data.consumers:
+        notify = True
+        sub_group = groups.find_or_create(c.group, auto_create=auto, cap=group_cap) if groups is not None else None
         try:
-            _create_retry_topic(broker, c.group)
+            if groups is None:  # (a stand-in broker of the tests: no subscription groups)
+                _create_retry_topic(broker, c.group, RETRY_QUEUE_NUMS)
+            elif sub_group is not None:  # Java: the retry topic only for a group it knows
+                notify = sub_group.notify_consumer_ids_changed_enable
+                _create_retry_topic(broker, c.group, sub_group.retry_queue_nums)
         except rmqlog.StoreError as exc:
             return req.reply(ResponseCode.SYSTEM_ERROR, f"cannot create {RETRY_PREFIX}{c.group}: {exc}")
-        registry.register_consumer(c, ClientInfo(data.client_id, peer, req.language, req.version, now))
+        registry.register_consumer(c, ClientInfo(data.client_id, peer, req.language, req.version, now), notify=notify)
     for group in data.producer_groups:
         registry.register_producer(group, ClientInfo(data.client_id, peer, req.language, req.version, now))
     return req.reply(ResponseCode.SUCCESS)
 
 
-def _create_retry_topic(broker: Any, group: str) -> None:
-    """``%RETRY%<group>`` with 1 read-write queue, unless it exists: through the broker's
-    topic manager when it offers ``create_retry``, else the store's topics.json."""
-    create_retry = getattr(getattr(broker, "topics", None), "create_retry", None)
-    if create_retry is not None:
-        create_retry(group)
+def _create_retry_topic(broker: Any, group: str, queues: int) -> None:
+    """``%RETRY%<group>`` with ``queues`` read-write queues, unless it exists: through the
+    broker's topic manager (in memory) when it has one, else the store's topics.json."""
+    topics = getattr(broker, "topics", None)
+    if topics is not None:
+        topics.create_retry(group, queues)
         return
     topic = RETRY_PREFIX + group
     if topic not in broker.store.topics():
-        broker.store.create_topic(topic, RETRY_QUEUE_NUMS)
+        broker.store.create_topic(topic, queues)
 
 
 def unregister_client(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:

@@ -15,8 +15,9 @@
    :mod:`rmqnet.broker.registration` is there) every ``SERVICE_INTERVAL_S``;
 5. prints one line ``broker <name> ready at <ip:port>`` (tests wait for it);
 6. on SIGTERM or SIGINT: refuses new sends, stops accepting, lets requests in flight finish
-   (``grace_s``), unregisters, flushes and closes the store: the next open is a normal one
-   (no recovery). :func:`main` then returns 0.
+   (``grace_s``), closes the broker's services (the state tables' last persist,
+   :mod:`rmqnet.broker.state`; the registrar unregisters), flushes and closes the store: the
+   next open is a normal one (no recovery). :func:`main` then returns 0.
 """
 
 from __future__ import annotations

@@ -25,6 +25,14 @@ An unlock removes the queues this client holds; those another client holds, or n
 are left as they are (Java logs them). Locks live in memory only: a restarted broker has
 none, and clients lock again within their 20 s renewal, as with RocketMQ.
 
+Bounds (ours; Java's table keeps every lock it ever granted until the same queue is locked
+again): the table is a broker service (:meth:`QueueLocks.run_once`): each round drops the
+locks not renewed for 60 s, and a group left without locks, at a cost proportional to what it
+drops (the locks are kept in the order of their last renewal); and it holds at most
+``queueLockMaxNums`` (200,000) locks: a request for a queue nobody holds, past that, leaves the
+queue out of its answer, as a queue another client holds (the client tries again at its next
+rebalance).
+
 Names from the wire are checked (the group as :func:`rmqlog.paths.validate_group`, topics as
 :func:`rmqlog.paths.validate_topic`, queue ids 0..2^31-1, a non-empty client id): a body that
 is not one of these is ``SYSTEM_ERROR`` naming what is wrong, and nothing is locked or
@@ -36,6 +44,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,8 +60,10 @@ log = logging.getLogger(__name__)
 #: ``RebalanceLockManager.REBALANCE_LOCK_MAX_LIVE_TIME`` (ms)
 LOCK_MAX_LIVE_MS = 60_000
 #: the most queues one request may name (a body of 16 MiB holds ~250,000; the cap keeps one
-#: request's work and the table's growth bounded)
+#: request's work bounded)
 MAX_QUEUES_PER_REQUEST = 65_536
+#: ``queueLockMaxNums``'s default: the most locks the table holds
+QUEUE_LOCK_MAX_NUMS = 200_000
 
 
 class LockBodyError(ValueError):
@@ -126,29 +137,45 @@ class QueueLocks:
     def __init__(self, max_live_ms: int = LOCK_MAX_LIVE_MS) -> None:
         self.max_live_ms = max_live_ms
         self._groups: dict[str, dict[LockedQueue, _Entry]] = {}
+        #: every lock by (group, queue), least recently renewed first (what a round drops)
+        self._order: OrderedDict[tuple[str, LockedQueue], _Entry] = OrderedDict()
         self._lock = threading.Lock()
+        #: locks not granted because the table was full (a statistic)
+        self.refused = 0
+
+    def __len__(self) -> int:
+        """How many locks the table holds (expired ones not dropped yet included)."""
+        return len(self._order)
 
     def _expired(self, entry: _Entry, now_ms: int) -> bool:
         return now_ms - entry.last_update_ms > self.max_live_ms
 
-    def try_lock(self, group: str, queues: tuple[LockedQueue, ...], client_id: str, now_ms: int) -> list[LockedQueue]:
+    def try_lock(self, group: str, queues: tuple[LockedQueue, ...], client_id: str, now_ms: int,
+                 cap: int = QUEUE_LOCK_MAX_NUMS) -> list[LockedQueue]:
         """``tryLockBatch``: the queues of ``queues`` that ``client_id`` holds once this returns
-        (granted, renewed or taken over), in the order given."""
+        (granted, renewed or taken over), in the order given. A queue nobody holds is not
+        granted while the table holds ``cap`` locks."""
         granted = []
         with self._lock:
             table = self._groups.setdefault(group, {})
             for mq in queues:
                 entry = table.get(mq)
                 if entry is None:
-                    table[mq] = _Entry(client_id, now_ms)
+                    if len(self._order) >= cap:
+                        self.refused += 1
+                        continue
+                    entry = table[mq] = _Entry(client_id, now_ms)
+                    self._order[(group, mq)] = entry
                     log.info("tryLockBatch, message queue not locked, I got it. Group: %s NewClientId: %s %s",
                              group, client_id, mq)
                 elif entry.client_id == client_id:
                     entry.last_update_ms = now_ms
+                    self._order.move_to_end((group, mq))
                 elif self._expired(entry, now_ms):
                     log.warning("tryLockBatch, message queue lock expired, I got it. Group: %s OldClientId: %s "
                                 "NewClientId: %s %s", group, entry.client_id, client_id, mq)
                     entry.client_id, entry.last_update_ms = client_id, now_ms
+                    self._order.move_to_end((group, mq))
                 else:
                     continue
                 granted.append(mq)
@@ -167,10 +194,30 @@ class QueueLocks:
                 entry = table.get(mq)
                 if entry is not None and entry.client_id == client_id:
                     del table[mq]
+                    del self._order[(group, mq)]
                     freed += 1
             if not table:
                 del self._groups[group]
         return freed
+
+    def run_once(self, now_ms: int) -> int:
+        """Drop the locks not renewed for ``max_live_ms`` before ``now_ms`` (nobody holds
+        them: :meth:`holder` says so already), and the groups left without one; returns how
+        many. Stops at the first lock still alive: the cost is what it drops."""
+        dropped = 0
+        with self._lock:
+            order = self._order
+            while order:
+                (group, mq), entry = next(iter(order.items()))
+                if not self._expired(entry, now_ms):
+                    break
+                del order[(group, mq)]
+                table = self._groups[group]
+                del table[mq]
+                if not table:
+                    del self._groups[group]
+                dropped += 1
+        return dropped
 
     def holder(self, group: str, mq: LockedQueue, now_ms: int) -> str | None:
         """The client holding ``mq`` for ``group`` now (an expired lock: nobody)."""
@@ -190,7 +237,8 @@ def lock_batch_mq(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingComm
         body = LockBatchRequest.decode(req.body_bytes())
     except LockBodyError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    granted = broker.queue_locks.try_lock(body.group, body.queues, body.client_id, broker.clock.wall_ms())
+    granted = broker.queue_locks.try_lock(body.group, body.queues, body.client_id, broker.clock.wall_ms(),
+                                          getattr(broker.config, "queue_lock_max_nums", QUEUE_LOCK_MAX_NUMS))
     answer = json.dumps({"lockOKMQSet": [mq.to_json() for mq in granted]}, separators=(",", ":")).encode()
     return req.reply(ResponseCode.SUCCESS, None, None, answer)
 
@@ -205,7 +253,9 @@ def unlock_batch_mq(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCo
 
 
 def install(broker: Any) -> None:
-    """Register 41 and 42; ``broker.queue_locks`` is the table (:class:`QueueLocks`)."""
+    """Register 41 and 42; ``broker.queue_locks`` is the table (:class:`QueueLocks`), a
+    service of the broker (its rounds drop expired locks)."""
     broker.queue_locks = QueueLocks()
+    broker.services.append(broker.queue_locks)
     broker.table.register(RequestCode.LOCK_BATCH_MQ, lock_batch_mq)
     broker.table.register(RequestCode.UNLOCK_BATCH_MQ, unlock_batch_mq)

@@ -3,8 +3,11 @@ SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
 GET_EARLIEST_MSG_STORETIME (32): RocketMQ 4.9.8's ``ConsumerManageProcessor`` and
 ``AdminBrokerProcessor``, all through the store's public API.
 
-Offsets live in the store's ``config/consumerOffset.json`` (``commit_offset`` /
-``committed_offset``): what the store API, ``rmqlog lag`` and Spark consumer groups read.
+Offsets live in the broker's table in memory (``broker.consumer_offsets``,
+:mod:`rmqnet.broker.consumer_offsets`): a commit or a query costs the same at any number of
+offsets; the table is merged with the store's ``config/consumerOffset.json`` (what the store
+API, ``rmqlog lag`` and Spark consumer groups read) every ``flushConsumerOffsetInterval`` ms
+and at a clean stop (:mod:`rmqnet.broker.state`).
 
 | code | request extFields | response extFields |
 |---|---|---|
@@ -25,9 +28,12 @@ from collections.abc import Callable
 from typing import Any
 
 import rmqlog
+from rmqlog.arguments import queue_id_arg
+from rmqlog.paths import validate_group, validate_topic
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_long, ext_str
 from . import pull
+from .consumer_offsets import commit_offset, table_of
 from .peer import Peer
 
 Handler = Callable[[Any, Peer, RemotingCommand], RemotingCommand]
@@ -71,7 +77,7 @@ def _store_failures(handler: Handler) -> Handler:
 def query_consumer_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     group = ext_str(req.ext_fields, "consumerGroup")
     topic, queue_id = _queue(req)
-    offset = broker.store.committed_offset(group, topic, queue_id)
+    offset = table_of(broker).query(validate_group(group), validate_topic(topic), queue_id_arg(queue_id))
     if offset >= 0:
         return _offset_reply(req, offset)
     if broker.store.min_offset(topic, queue_id) <= 0 and not first_record_in_disk(broker, topic, queue_id, 0):
@@ -85,7 +91,7 @@ def update_consumer_offset(broker: Any, peer: Peer, req: RemotingCommand) -> Rem
     topic, queue_id = _queue(req)
     offset = ext_long(req.ext_fields, "commitOffset")
     if offset >= 0:  # ali-ons sends -1 for a queue it never consumed: nothing to store
-        broker.store.commit_offset(group, topic, queue_id, offset)
+        commit_offset(broker, group, topic, queue_id, offset)
     return req.reply(ResponseCode.SUCCESS)
 
 

@@ -51,9 +51,10 @@ done by the store's window read (:class:`rmqlog.results.DiskLimits`). Statuses:
 A 19 with the suspend flag (sysFlag bit 2) is held (:mod:`rmqnet.broker.holds`) for
 ``suspendTimeoutMillis``, or ``shortPollingTimeMills`` with ``longPollingEnable=false``; not
 once the broker is stopping (answered at once: the client pulls again, elsewhere if need be). With
-sysFlag bit 1 the request's ``commitOffset`` is stored for the group (the store's
-``config/consumerOffset.json``), when first processed, never on a held pull's re-run (Java's
-``brokerAllowSuspend``); a negative one is not stored (the store refuses it).
+sysFlag bit 1 the request's ``commitOffset`` is stored for the group (the broker's offset
+table, :mod:`rmqnet.broker.consumer_offsets`, persisted to the store's
+``config/consumerOffset.json`` on its schedule), when first processed, never on a held pull's
+re-run (Java's ``brokerAllowSuspend``); a negative one is not stored (the store refuses it).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ from rmqlog.results import DiskLimits
 from ..remoting import PullMessageHeader, RemotingCommand, RequestCode, ResponseCode
 from ..remoting.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from .config import BrokerConfig
+from .consumer_offsets import commit_offset
 from .holds import HeldPull, PullHoldService, watch_close
 from .peer import Peer
 
@@ -275,8 +277,8 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
             watch_close(broker, peer)
     if allow_suspend and h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0 and not got.slave:
         # Java stores it unchecked; one the store refuses (a bad group name) must not fail the pull
-        with contextlib.suppress(rmqlog.StoreError):
-            broker.store.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        with contextlib.suppress(rmqlog.StoreError):  # into the broker's table, in memory
+            commit_offset(broker, h.consumer_group, h.topic, h.queue_id, h.commit_offset)
     return res
 
 

@@ -7,7 +7,9 @@ start and then every 10 s (Java's schedule), when its master's address is known 
 ``GET_ALL_TOPIC_CONFIG`` (21), ``GET_ALL_CONSUMER_OFFSET`` (43) and ``GET_ALL_DELAY_OFFSET``
 (45) and applies what differs: topics created or changed with the master's queue counts and
 perms, topics the master no longer lists deleted (a topic deleted on the master, 215; Java
-replaces the whole table; the slave's own system topics are kept), offsets committed in the slave's ``consumerOffset.json``, the scheduler's progress per
+replaces the whole table; the slave's own system topics are kept), offsets committed in the
+slave's offset table (written to its ``consumerOffset.json`` on its own schedule,
+:mod:`rmqnet.broker.state`), the scheduler's progress per
 delay level written as the slave's ``delayOffset.json`` (Java writes the body as the file;
 here it is parsed, checked and written by the store: ``MessageStore.set_delay_offsets``), so
 that consumers reading from the slave (its master gone) see the master's topics, and a slave
@@ -48,8 +50,9 @@ FIRST_DELAY_MS, PERIOD_MS = 3000, 10_000
 
 def get_all_consumer_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     """43: body ``ConsumerOffsetSerializeWrapper`` JSON ``{"offsetTable": {"topic@group":
-    {"queueId": offset}}}`` (standard JSON; Java's fastjson writes the queue ids bare)."""
-    table = broker.store.consumer_offset_table()
+    {"queueId": offset}}}`` (standard JSON; Java's fastjson writes the queue ids bare): the
+    broker's offset table (:mod:`rmqnet.broker.consumer_offsets`), every entry."""
+    table = broker.consumer_offsets.table()
     body = {"offsetTable": {k: {str(q): o for q, o in sorted(v.items())} for k, v in sorted(table.items())}}
     return req.reply(ResponseCode.SUCCESS, None, None, json.dumps(body, separators=(",", ":")).encode())
 
@@ -135,15 +138,14 @@ class SlaveSynchronize:
 
     async def _sync_offsets(self, master: str) -> None:
         body = await self._ask(master, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        store = self.broker.store
-        mine = store.consumer_offset_table()
+        offsets = self.broker.consumer_offsets  # persisted on the slave's own schedule
         for key, per_queue in (body.get("offsetTable") or {}).items():
             topic, _, group = str(key).partition("@")
             for q, offset in (per_queue or {}).items():
                 try:
                     qid, off = int(q), int(offset)
-                    if mine.get(key, {}).get(qid) != off:
-                        store.commit_offset(group, topic, qid, off)
+                    if offsets.query(group, topic, qid) != off:
+                        offsets.commit(group, topic, qid, off)
                 except (StoreError, ValueError, TypeError) as exc:
                     log.warning("slave sync: offset %r queue %r skipped: %s", key, q, exc)
 

@@ -1,19 +1,28 @@
 """The broker's topics (RocketMQ 4.9.8's ``TopicConfigManager``): the store's topics
-(``config/topics.json`` through :meth:`rmqlog.MessageStore.topics` / ``create_topic``), the
-system topics RocketMQ's broker makes at start, permissions, and the topics created by a send
-(``TBW102``) or for a consumer group (``%RETRY%group``, ``%DLQ%group``).
+(``config/topics.json``, held in memory by the store: :meth:`rmqlog.MessageStore.topic_table`),
+the system topics RocketMQ's broker makes at start, permissions, and the topics created by a
+send (``TBW102``) or for a consumer group (``%RETRY%group``, ``%DLQ%group``).
 
 What is kept where:
 
-- queue counts live in the store (``topics.json``): a topic created here is created there,
-  so the store API, ``rmqlog topics`` and the Spark source see it;
+- a topic's whole config (queue counts, ``perm``, ``order``, ``topicSysFlag``,
+  ``topicFilterType``) lives in the store (``topics.json``), so the store API, ``rmqlog topics``
+  and the Spark source see it, and a restart keeps it;
+- lookups are in memory: a request naming an unknown topic reads no file (another process's
+  new topic is taken in by the next persist round, :mod:`rmqnet.broker.state`, or the store's
+  own re-read when its put path meets the name);
+- a topic auto-created by a send, and a group's retry and dead-letter topics, are created in
+  memory (:meth:`rmqlog.MessageStore.put_topic` with ``persist=False``: the cost does not grow
+  with the number of topics) and written by the next persist round; a crash before it loses
+  the entry (a topic with messages is found again from its consume queues at the next start,
+  read-write as it was created); UPDATE_AND_CREATE_TOPIC writes ``topics.json`` at once, as
+  RocketMQ does;
 - the system topics (``TBW102`` with the inherit bit when ``autoCreateTopicEnable``,
   ``SELF_TEST_TOPIC``, ``OFFSET_MOVED_EVENT``, ``BenchmarkTest``, the cluster's and the broker's
   own topics, ``SCHEDULE_TOPIC_XXXX``, ``<cluster>_REPLY_TOPIC``) exist in memory, as in
-  RocketMQ, and are written to the store on the first send to one of them;
-- a ``perm``, ``order`` or ``topicSysFlag`` that UPDATE_AND_CREATE_TOPIC sets is held here in
-  memory over the store's entry: the store's ``create_topic`` takes queue counts only (a
-  restart forgets them; see docs/broker.md).
+  RocketMQ, and are given to the store (in memory) before the first send to one of them;
+- a send's auto-creation is refused (the send answers ``TOPIC_NOT_EXIST``) once the broker
+  holds ``autoCreateTopicMaxNums`` topics (ours: a client must not grow the table without bound).
 
 Every change bumps :attr:`TopicManager.data_version` (``{"counter", "timestamp"}``, RocketMQ's
 ``DataVersion``), which registration sends to the name servers.
@@ -23,13 +32,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rmqlog import Clock, MessageStore, TopicConfig
 from rmqlog.paths import topic_problem
 
 if TYPE_CHECKING:
     from .config import BrokerConfig
+    from .consumer_offsets import ConsumerOffsetTable
 
 log = logging.getLogger(__name__)
 
@@ -81,66 +91,95 @@ class TopicManager:
         self.config = config
         self.clock = clock
         self._lock = threading.RLock()
-        #: the store's topics as last read (refreshed when a name is missing: another process may have made it)
-        self._stored: dict[str, TopicConfig] = {}
-        #: topics kept in memory over the store's: system topics, and perms the store cannot hold
+        #: topics kept in memory over the store's: the system topics
         self._overlay: dict[str, TopicConfig] = {}
         #: the system topics made at start (:meth:`is_system`)
         self._system: set[str] = set()
+        #: auto-creations refused at the cap (a statistic; the log says it once per 1,000)
+        self.refused = 0
+        #: the broker's consumer offsets (set by the broker), told of a topic's delete
+        self.offsets: ConsumerOffsetTable | None = None
         self.data_version: dict[str, int] = {"counter": 0, "timestamp": clock.wall_ms()}
         self._system_topics()
-        self.refresh()
+        self._adopt_found()
+        store.on_arrival(self._arrived)
+
+    def _adopt_found(self) -> None:
+        """Topics only the log has (consume-queue folders without a ``topics.json`` entry: a
+        store RocketMQ wrote without its config, an entry lost to a crash) are given to the
+        store's table in memory (written by the next persist), once, at start."""
+        known = self.store.topic_table()
+        found = [tc for name, tc in self.store.topics().items() if name not in known]
+        for tc in found:
+            self.store.put_topic(tc, persist=False)
+        if found:
+            log.info("%d topic(s) found from their consume queues only, kept in topics.json", len(found))
+
+    def _arrived(self, topics: list[str], queue_ids: Any, max_offsets: Any) -> None:
+        """The dispatcher's arrival signal (:meth:`rmqlog.MessageStore.on_arrival`, on the
+        dispatching thread): a topic that got units and that the broker does not know (a
+        slave's replicated records, another process's puts before the persist round takes in
+        its ``topics.json``) is taken into the table as the store lists such topics (read-write,
+        as many queues as its highest queue with units + 1), in memory. Costs a lookup per
+        topic of the dispatch while every topic is known."""
+        table = self.store.topic_table()
+        unknown = {t for t in set(topics) if t not in table and t not in self._overlay}
+        if not unknown:
+            return
+        queues: dict[str, int] = {}
+        for topic, qid in zip(topics, queue_ids, strict=True):
+            if topic in unknown:
+                queues[topic] = max(queues.get(topic, 0), int(qid) + 1)
+        with self._lock:
+            for topic, n in queues.items():
+                if self.get(topic) is None and topic_problem(topic) is None:
+                    self.store.put_topic(TopicConfig(topic, n, n), persist=False)
+                    log.info("topic %s found from its consume queues (%d queues)", topic, n)
+                    self._next_version()
 
     # ----------------------------------------------------------------- reads
-    def refresh(self) -> None:
-        """Re-read the store's topics (``topics.json`` and the topics only the log has)."""
-        stored = self.store.topics()
-        with self._lock:
-            self._stored = stored
-
     def get(self, topic: str) -> TopicConfig | None:
-        """The config of ``topic``, or ``None`` if the broker and the store know no such topic."""
-        tc = self._overlay.get(topic) or self._stored.get(topic)
-        if tc is None:
-            self.refresh()
-            tc = self._overlay.get(topic) or self._stored.get(topic)
-        return tc
+        """The config of ``topic``, or ``None`` if the broker and the store know no such topic
+        (in memory: no file is read)."""
+        return self._overlay.get(topic) or self.store.topic_table().get(topic)
 
     def all(self) -> dict[str, TopicConfig]:
         """Every topic (store's and system), by name, the overlay winning."""
-        self.refresh()
         with self._lock:
-            return {**self._stored, **self._overlay}
+            return {**self.store.topic_table(), **self._overlay}
+
+    def count(self) -> int:
+        """How many topics the broker holds (the store's and the system ones not stored yet)."""
+        table = self.store.topic_table()
+        return len(table) + sum(1 for name in self._overlay if name not in table)
 
     def is_order_topic(self, topic: str) -> bool:
         tc = self.get(topic)
         return tc is not None and tc.order
 
     # --------------------------------------------------------------- changes
-    def update(self, tc: TopicConfig) -> TopicConfig:
-        """Create or change a topic (UPDATE_AND_CREATE_TOPIC): queue counts in the store, the
-        rest (perm, order, sysflag) over it when they differ from the store's defaults.
-        Raises the store's typed errors (a bad name, a queue count outside 1..65535)."""
-        stored = self.store.create_topic(tc.topic_name, tc.write_queue_nums, read_queues=tc.read_queue_nums)
+    def update(self, tc: TopicConfig, *, persist: bool = True) -> TopicConfig:
+        """Create or change a topic (UPDATE_AND_CREATE_TOPIC): its whole config in the store,
+        written at once (``persist=False``: in memory until the next persist round). Raises
+        the store's typed errors (a bad name, a queue count outside 1..65535, a perm outside 0..7)."""
         with self._lock:
-            self._stored[tc.topic_name] = stored
-            if (tc.perm, tc.order, tc.topic_sys_flag, tc.topic_filter_type) != (
-                    stored.perm, stored.order, stored.topic_sys_flag, stored.topic_filter_type):
+            self.store.put_topic(tc, persist=persist)
+            if tc.topic_name in self._overlay:  # a system topic: what get() answers
                 self._overlay[tc.topic_name] = tc
-            else:
-                self._overlay.pop(tc.topic_name, None)
             self._next_version()
         return tc
 
     def delete(self, topic: str) -> tuple[bool, int]:
-        """DELETE_TOPIC_IN_BROKER: the topic's config (the store's ``topics.json`` entry, a perm
-        held here) and every group's offsets of it removed (:meth:`rmqlog.MessageStore.delete_topic`);
-        the topic is unknown to this broker (sends, pulls, registration) until created again.
-        Returns what the store removed. Raises the store's typed errors (a bad name)."""
+        """DELETE_TOPIC_IN_BROKER: the topic's config (the store's ``topics.json`` entry) and
+        every group's offsets of it removed (:meth:`rmqlog.MessageStore.delete_topic`; the
+        broker's offset table forgets them, ``offsets``); the topic is unknown to this broker
+        (sends, pulls, registration) until created again. Returns what the store removed.
+        Raises the store's typed errors (a bad name)."""
         with self._lock:
             removed = self.store.delete_topic(topic)
             self._overlay.pop(topic, None)
-            self._stored.pop(topic, None)
+            if self.offsets is not None:
+                self.offsets.remove_topic(topic)
             self._next_version()
         log.info("delete topic %s: config %s, offsets of %d group(s) removed", topic,
                  "removed" if removed[0] else "absent", removed[1])
@@ -150,8 +189,9 @@ class TopicManager:
         """RocketMQ's ``createTopicInSendMessageMethod``: ``topic`` made from ``default_topic``'s
         config when that one exists and has the inherit bit (``TBW102`` when
         ``autoCreateTopicEnable``): ``min(client_queue_nums, its write queues)`` queues, its perm
-        without the inherit bit. ``None`` when it cannot be made (the caller answers
-        TOPIC_NOT_EXIST)."""
+        without the inherit bit; in memory (written by the next persist round). ``None`` when
+        it cannot be made, or when the broker holds ``autoCreateTopicMaxNums`` topics (the
+        caller answers TOPIC_NOT_EXIST)."""
         with self._lock:
             existing = self.get(topic)
             if existing is not None:
@@ -164,16 +204,24 @@ class TopicManager:
                 log.warning("create topic %s failed: the default topic %s has no inherit perm (%d)", topic,
                             default_topic, default.perm)
                 return None
+            cap = self.config.auto_create_topic_max_nums
+            if self.count() >= cap:
+                if self.refused % 1000 == 0:
+                    log.warning("create topic %s refused: the broker holds %d topics, autoCreateTopicMaxNums is %d "
+                                "(%d refused so far)", topic, self.count(), cap, self.refused + 1)
+                self.refused += 1
+                return None
             n = max(1, min(client_queue_nums, default.write_queue_nums))  # the store takes 1..65535
             tc = TopicConfig(topic, n, n, default.perm & ~PERM_INHERIT, default.topic_filter_type, topic_sys_flag)
             log.info("create topic %s from default topic %s: %s", topic, default_topic, topic_text(tc))
-            return self.update(tc)
+            return self.update(tc, persist=False)
 
-    def create_retry(self, group: str) -> TopicConfig:
+    def create_retry(self, group: str, queues: int = RETRY_QUEUE_NUMS) -> TopicConfig:
         """``%RETRY%<group>`` as RocketMQ's heartbeat creates it (``createTopicInSendMessageBackMethod``:
-        1 queue, read and write); the existing config when there is one. Raises the store's
-        :class:`rmqlog.InvalidTopicError` for a group that makes no valid topic name."""
-        return self._create_back(RETRY_PREFIX + group, RETRY_QUEUE_NUMS)
+        the group's ``retryQueueNums`` queues, read and write), in memory; the existing config
+        when there is one. Raises the store's :class:`rmqlog.InvalidTopicError` for a group
+        that makes no valid topic name."""
+        return self._create_back(RETRY_PREFIX + group, queues)
 
     def create_dlq(self, group: str) -> TopicConfig:
         """``%DLQ%<group>`` (1 queue, read and write), as the retry path creates it."""
@@ -193,19 +241,24 @@ class TopicManager:
             tc = self.get(topic)
             if tc is not None:
                 return tc
-            return self.update(TopicConfig(topic, queues, queues, PERM_RW))
+            return self.update(TopicConfig(topic, queues, queues, PERM_RW), persist=False)
 
     def ensure_stored(self, tc: TopicConfig) -> None:
         """Make a system topic known to the store before its first message (the store checks
-        queue ids against its own topics)."""
-        if tc.topic_name in self._stored:
+        queue ids against its own topics): in memory, written by the next persist round."""
+        if tc.topic_name in self.store.topic_table():
             return
-        self.refresh()
-        if tc.topic_name not in self._stored:
-            stored = self.store.create_topic(tc.topic_name, tc.write_queue_nums, read_queues=tc.read_queue_nums)
-            with self._lock:
-                self._stored[tc.topic_name] = stored
+        with self._lock:
+            if tc.topic_name not in self.store.topic_table():
+                self.store.put_topic(tc, persist=False)
                 self._next_version()
+
+    def persist(self) -> bool:
+        """The topics created in memory merged with ``topics.json`` (the persist round,
+        :meth:`rmqlog.MessageStore.persist_topics`); other processes' topics taken in.
+        Returns whether the file was written."""
+        with self._lock:
+            return self.store.persist_topics()
 
     def touch(self) -> None:
         """Move the data version (the broker registers again at its next round)."""

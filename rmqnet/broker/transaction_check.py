@@ -96,12 +96,12 @@ class TransactionCheckService:
 
     def check(self, now_ms: int) -> int:
         """One round now (module docstring)."""
-        store = self.broker.store
-        if HALF_TOPIC not in store.topics():
+        store, offsets = self.broker.store, self.broker.consumer_offsets
+        if self.broker.topics.get(HALF_TOPIC) is None:
             return 0
         self.rounds += 1
         lo, hi = store.min_offset(HALF_TOPIC, 0), store.max_offset(HALF_TOPIC, 0)
-        start = max(lo, store.committed_offset(CHECK_GROUP, HALF_TOPIC, 0))
+        start = max(lo, offsets.query(CHECK_GROUP, HALF_TOPIC, 0))
         done = 0
         while start < hi:
             table = store.read_queue(HALF_TOPIC, 0, start, min(hi, start + WINDOW))
@@ -111,7 +111,7 @@ class TransactionCheckService:
             done += n
             start = int(table.column("queueOffset")[passed - 1].as_py()) + 1 if passed else start
             if passed:
-                store.commit_offset(CHECK_GROUP, HALF_TOPIC, 0, start)
+                offsets.commit(CHECK_GROUP, HALF_TOPIC, 0, start)
             if stopped:
                 break
         return done

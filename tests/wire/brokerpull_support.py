@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import rmqlog
+from rmqnet.broker.consumer_offsets import ConsumerOffsetTable
 from rmqnet.broker.dispatch import ProcessorTable
 from rmqnet.remoting import RemotingCommand
 
@@ -29,6 +30,12 @@ class StandInConfig:
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000
     broker_role: str = "ASYNC_MASTER"
+    # the heartbeat's and the lock table's caps (rmqnet.broker.config.BrokerConfig's defaults)
+    heartbeat_max_group_nums: int = 1000
+    client_group_max_nums: int = 50_000
+    auto_create_subscription_group: bool = True
+    auto_create_subscription_group_max_nums: int = 50_000
+    queue_lock_max_nums: int = 200_000
 
 
 @dataclass
@@ -41,6 +48,11 @@ class StandInBroker:
     services: list[Any] = field(default_factory=list)
     stop_listeners: list[Any] = field(default_factory=list)
     root: Path | None = None  # (the store's folder: the tests read its segment files)
+    consumer_offsets: Any = None  # the broker's offset table (built over the store when not given)
+
+    def __post_init__(self) -> None:
+        if self.consumer_offsets is None:
+            self.consumer_offsets = ConsumerOffsetTable(self.store)
 
 
 class FakePeer:

@@ -472,7 +472,7 @@ def test_over_a_socket_our_client_signs_and_the_unsigned_one_is_refused(servers:
         got = consumer.pull("T", 0, 0, suspend_ms=60_000)  # a long poll: dispatch follows SEND_OK
         assert got.status == "FOUND" and got.messages["body"].to_pylist() == [b"signed body"]
         consumer.commit("T", 0, 1)
-        assert store.committed_offset("groupC", "T", 0) == 1
+        assert servers["proc"].broker.consumer_offsets.query("groupC", "T", 0) == 1
         with pytest.raises(BrokerError) as err:
             anonymous.send("T", b"unsigned", queue_id=0)
         assert err.value.code == ResponseCode.SYSTEM_ERROR

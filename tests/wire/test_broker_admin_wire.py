@@ -102,7 +102,7 @@ def test_consume_stats_broker_and_consumer_offsets(broker: Broker, store: rmqlog
     store.create_topic("CS", 2)
     _send(broker, "CS", 5, queue_id=0)
     _send(broker, "CS", 2, queue_id=1)
-    store.commit_offset("CG1", "CS", 0, 3)
+    broker.consumer_offsets.commit("CG1", "CS", 0, 3)
     r = _call(broker, RequestCode.GET_CONSUME_STATS, {"consumerGroup": "CG1", "topic": "CS"})
     assert r.code == ResponseCode.SUCCESS
     assert bytes(r.body).startswith(b'{"consumeTps":0.0,"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"CS"}:')
@@ -174,14 +174,16 @@ def test_consumer_connections_of_a_group_not_online(broker: Broker) -> None:
 def test_delete_topic_removes_config_offsets_and_the_route_entry(broker: Broker, store: rmqlog.MessageStore) -> None:
     store.create_topic("DEL", 2)
     _send(broker, "DEL", 3)
-    store.commit_offset("CGD", "DEL", 0, 2)
-    store.commit_offset("CGD", "KEEP", 0, 1)
+    broker.consumer_offsets.commit("CGD", "DEL", 0, 2)
+    broker.consumer_offsets.commit("CGD", "KEEP", 0, 1)
+    broker.state.persist_all()
     version = broker.topics.data_version["counter"]
     r = _call(broker, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "DEL"})
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert "DEL" not in broker.topics.all() and broker.topics.get("DEL") is None
     assert broker.topics.data_version["counter"] > version  # registered again at the next round
     assert store.committed_offset("CGD", "DEL", 0) == -1 and store.committed_offset("CGD", "KEEP", 0) == 1
+    assert broker.consumer_offsets.query("CGD", "DEL", 0) == -1 and broker.consumer_offsets.query("CGD", "KEEP", 0) == 1
     assert "DEL" not in json.loads((store.paths.config_dir / "topics.json").read_text())["topicConfigTable"]
     # pulls and stats see no topic; a send through TBW102 creates it again
     assert _call(broker, RequestCode.GET_TOPIC_STATS_INFO, {"topic": "DEL"}).code == ResponseCode.TOPIC_NOT_EXIST

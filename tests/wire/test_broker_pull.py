@@ -199,10 +199,13 @@ def test_without_subscription_flag_the_group_must_be_registered(broker: Any) -> 
 def test_commit_offset_stored_when_flag_set(broker: Any) -> None:
     put(broker, 3)
     do_pull(broker, pull_req(0, sys_flag=4, commitOffset=2))
-    assert broker.store.committed_offset("G", "T", 0) == -1
+    assert broker.consumer_offsets.query("G", "T", 0) == -1
     do_pull(broker, pull_req(0, sys_flag=5, commitOffset=2))
-    assert broker.store.committed_offset("G", "T", 0) == 2
+    assert broker.consumer_offsets.query("G", "T", 0) == 2
     do_pull(broker, pull_req(0, sys_flag=5, commitOffset=-1))  # ali-ons' "nothing yet": ignored
+    assert broker.consumer_offsets.query("G", "T", 0) == 2
+    assert broker.store.committed_offset("G", "T", 0) == -1  # the file: at the broker's next persist
+    broker.consumer_offsets.persist()
     assert broker.store.committed_offset("G", "T", 0) == 2
 
 
@@ -210,7 +213,7 @@ def test_commit_offset_even_when_nothing_found(broker: Any) -> None:
     put(broker, 3)
     res = do_pull(broker, pull_req(3, sys_flag=5, commitOffset=3))
     assert res.code == ResponseCode.PULL_NOT_FOUND
-    assert broker.store.committed_offset("G", "T", 0) == 3
+    assert broker.consumer_offsets.query("G", "T", 0) == 3
 
 
 def test_store_closed_is_service_not_available(broker: Any) -> None:

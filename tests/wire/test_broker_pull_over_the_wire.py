@@ -124,6 +124,7 @@ def test_long_poll_woken_by_a_send_and_the_group_s_progress(servers: Servers) ->
 
         consumer.commit("T", 0, 3)
         assert admin.query_offset(servers.broker, "CG", "T", 0) == 3
+        servers.proc.broker.state.persist_all()  # type: ignore[union-attr]  # (its schedule: every 5 s)
         assert servers.proc.store.committed_offset("CG", "T", 0) == 3  # type: ignore[union-attr]
         assert admin.query_offset(servers.broker, "NewGroup", "T", 0) == 0  # Java: the queue still starts at 0
 

@@ -77,7 +77,7 @@ def test_heartbeat_retry_through_the_topic_manager_when_it_offers_it(broker: Any
     made: list[str] = []
 
     class Topics:
-        def create_retry(self, group: str) -> None:
+        def create_retry(self, group: str, queues: int = 1) -> None:
             made.append(group)
 
         def get(self, topic: str) -> None:

@@ -6,7 +6,8 @@ broker-a's master:
   (a SYNC_MASTER's SEND_OK means the slave held it), the first within the configured down
   time plus a margin of the kill: the refused or reset request fails over at once, nothing
   waits for a route poll (the bound is structural, not a performance threshold);
-- its commits land on the slave (its ``consumerOffset.json``), ``Admin.max_offset`` and
+- its commits land on the slave (its offset table, persisted to its ``consumerOffset.json``
+  on its schedule), ``Admin.max_offset`` and
   ``query_offset`` asked by broker name are answered by the slave;
 - a GroupMember heartbeats the slave and broker-b, and its assignment (the consumer list
   asked of the slave) still shares broker-a's queues;
@@ -39,7 +40,7 @@ TIMEOUT_S = 60
 
 @pytest.fixture
 def brokers(tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str]) -> Iterator[dict[str, Broker]]:  # noqa: F811
-    with start_groups(tmp_path, namesrv[1]) as started:
+    with start_groups(tmp_path, namesrv[1], flushConsumerOffsetInterval=200) as started:
         yield started
 
 
@@ -69,6 +70,9 @@ def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, na
         first = consumer.pull(TOPIC, 0, 0, 10, broker_name="broker-a")
         assert (first.status, first.addr, first.messages.num_rows) == ("FOUND", a0.address, 10)
         consumer.commit(TOPIC, 0, 10, broker_name="broker-a")
+        persisted = tmp_path / "a0" / "config" / "consumerOffset.json"  # before the kill: a kill -9 loses
+        wait("the master persists the commit", lambda: persisted.exists()  # what its last persist had not written
+             and json.loads(persisted.read_text())["offsetTable"][f"{TOPIC}@CG"]["0"] == 10)
 
         a0.kill()  # kill -9: its connections reset, its port refuses
         killed = time.monotonic()
@@ -86,8 +90,9 @@ def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, na
         assert a0.address in consumer.down.snapshot()
 
         consumer.commit(TOPIC, 0, 40, broker_name="broker-a")  # lands on the slave
-        stored = json.loads((tmp_path / "a1" / "config" / "consumerOffset.json").read_text())
-        assert stored["offsetTable"][f"{TOPIC}@CG"]["0"] == 40
+        path = tmp_path / "a1" / "config" / "consumerOffset.json"  # its file: at its next persist
+        wait("the slave persists the commit", lambda: path.exists()
+             and json.loads(path.read_text())["offsetTable"][f"{TOPIC}@CG"]["0"] == 40)
         assert consumer.committed(TOPIC, 0, broker_name="broker-a") == 40
         assert admin.max_offset("broker-a", TOPIC, 0) == 40  # by broker name: the slave answers
         assert admin.query_offset("broker-a", "CG", TOPIC, 0) == 40

@@ -150,7 +150,7 @@ def test_slave_refuses_sends_and_serves_pulls(tmp_path: Path) -> None:
         master.store.dispatch()
         want = master.store.read_window("TopicA", 0, 0, max_count=32, raw=True)
         assert got.body_bytes() == bytes(want.records.data)  # byte-exact, the master's records
-        assert slave.store.committed_offset("G", "TopicA", 0) < 0  # a slave stores no commit offset
+        assert slave.consumer_offsets.query("G", "TopicA", 0) < 0  # a slave stores no commit offset
         await client.close()
         await master.replication.close()  # type: ignore[attr-defined]
         await slave.replication.close()  # type: ignore[attr-defined]
@@ -262,8 +262,8 @@ def test_slave_copies_its_masters_topics_offsets_and_delay_offsets(tmp_path: Pat
     slave = _broker(tmp_path / "s", "SLAVE")
     master.topics.update(TopicConfig("TopicB", 6, 6, perm=4))
     master.store.create_topic("TopicC", 2)
-    master.store.commit_offset("G1", "TopicB", 5, 17)
-    master.store.commit_offset("G2", "TopicC", 0, 3)
+    master.consumer_offsets.commit("G1", "TopicB", 5, 17)
+    master.consumer_offsets.commit("G2", "TopicC", 0, 3)
     master.store.set_delay_offsets({1: 4, 3: 0, 18: 12})  # (as the master's scheduler leaves them)
     asked: list[int] = []
 
@@ -294,7 +294,7 @@ def test_slave_copies_its_masters_topics_offsets_and_delay_offsets(tmp_path: Pat
         assert sync.rounds == 1 and sync.last_error is None
         assert slave.store.delay_offsets() == {1: 4, 3: 0, 18: 12}
         assert sync.run_once(start + FIRST_DELAY_MS + PERIOD_MS) is None  # the next round: 10 s on
-        master.store.commit_offset("G1", "TopicB", 5, 20)
+        master.consumer_offsets.commit("G1", "TopicB", 5, 20)
         master.store.set_delay_offsets({1: 5, 3: 0, 18: 12})
         task = sync.run_once(start + FIRST_DELAY_MS + 10 + PERIOD_MS)
         assert task is not None
@@ -305,6 +305,9 @@ def test_slave_copies_its_masters_topics_offsets_and_delay_offsets(tmp_path: Pat
     tb = slave.topics.get("TopicB")
     assert tb is not None and (tb.write_queue_nums, tb.read_queue_nums, tb.perm) == (6, 6, 4)
     assert slave.topics.get("TopicC") is not None
+    assert slave.consumer_offsets.query("G1", "TopicB", 5) == 20
+    assert slave.consumer_offsets.query("G2", "TopicC", 0) == 3
+    slave.state.persist_all()  # the slave's own schedule: its consumerOffset.json
     assert slave.store.committed_offset("G1", "TopicB", 5) == 20
     assert slave.store.committed_offset("G2", "TopicC", 0) == 3
     assert slave.store.delay_offsets() == {1: 5, 3: 0, 18: 12}
@@ -376,7 +379,7 @@ def test_a_topic_deleted_on_the_master_is_deleted_on_its_slave(tmp_path: Path) -
         broker.topics.update(TopicConfig("Kept", 2, 2))
         broker.topics.update(TopicConfig("Doomed", 2, 2))
     slave.topics.create_retry("G9")
-    master.store.commit_offset("G1", "Doomed", 0, 4)
+    master.consumer_offsets.commit("G1", "Doomed", 0, 4)
 
     async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
         res = master.table.process(master, FakePeer(), req)
@@ -391,7 +394,8 @@ def test_a_topic_deleted_on_the_master_is_deleted_on_its_slave(tmp_path: Path) -
         task = sync.run_once(start + FIRST_DELAY_MS + 10)
         assert task is not None
         await task
-        assert slave.store.committed_offset("G1", "Doomed", 0) == 4
+        assert slave.consumer_offsets.query("G1", "Doomed", 0) == 4
+        slave.state.persist_all()
         res = master.table.process(master, FakePeer(), RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, 3,
                                                                        ext_fields={"topic": "Doomed"}))
         assert isinstance(res, RemotingCommand) and res.code == ResponseCode.SUCCESS, res.remark
@@ -403,6 +407,7 @@ def test_a_topic_deleted_on_the_master_is_deleted_on_its_slave(tmp_path: Path) -
 
     _run(body)
     assert slave.topics.get("Doomed") is None and slave.store.committed_offset("G1", "Doomed", 0) == -1
+    assert slave.consumer_offsets.query("G1", "Doomed", 0) == -1
     assert slave.topics.get("Kept") is not None and slave.topics.get("%RETRY%G9") is not None
     assert slave.topics.get("TBW102") is not None and slave.topics.get("SCHEDULE_TOPIC_XXXX") is not None
     master.store.close()

@@ -39,21 +39,30 @@ def put(broker: Any, n: int, queue_id: int = 0) -> None:
                            dispatch=True)
 
 
-def test_update_then_query_through_consumer_offset_json(broker: Any) -> None:
+def committed(broker: Any, group: str, queue_id: int) -> int:
+    """What QUERY_CONSUMER_OFFSET answers (the broker's table)."""
+    res = call(broker, RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup=group, topic="T", queueId=queue_id)
+    assert res.code == ResponseCode.SUCCESS
+    return int(res.ext_fields["offset"])
+
+
+def test_update_then_query_then_persisted_to_consumer_offset_json(broker: Any) -> None:
     res = call(broker, RequestCode.UPDATE_CONSUMER_OFFSET, consumerGroup="G", topic="T", queueId=1, commitOffset=42)
     assert res.code == ResponseCode.SUCCESS
-    assert broker.store.committed_offset("G", "T", 1) == 42  # what rmqlog lag and Spark read
     res = call(broker, RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup="G", topic="T", queueId=1)
     assert res.code == ResponseCode.SUCCESS and res.ext_fields == {"offset": 42}
+    assert broker.store.committed_offset("G", "T", 1) == -1  # in the broker's table until its persist
+    assert broker.consumer_offsets.persist() is True
+    assert broker.store.committed_offset("G", "T", 1) == 42  # what rmqlog lag and Spark read
 
 
 def test_update_negative_is_ignored_and_oneway_unanswered(broker: Any) -> None:
     call(broker, RequestCode.UPDATE_CONSUMER_OFFSET, consumerGroup="G", topic="T", queueId=0, commitOffset=5)
     res = call(broker, RequestCode.UPDATE_CONSUMER_OFFSET, consumerGroup="G", topic="T", queueId=0, commitOffset=-1)
-    assert res.code == ResponseCode.SUCCESS and broker.store.committed_offset("G", "T", 0) == 5
+    assert res.code == ResponseCode.SUCCESS and committed(broker, "G", 0) == 5
     assert call(broker, RequestCode.UPDATE_CONSUMER_OFFSET, oneway=True, consumerGroup="G", topic="T", queueId=0,
                 commitOffset=7) is None
-    assert broker.store.committed_offset("G", "T", 0) == 7
+    assert committed(broker, "G", 0) == 7
 
 
 def test_query_with_none_stored_on_a_queue_from_zero_is_zero(broker: Any) -> None:
@@ -127,7 +136,7 @@ def test_earliest_msg_storetime(broker: Any) -> None:
 def test_failures_are_system_error_naming_the_field(broker: Any, code: int, ext: dict[str, Any], names: str) -> None:
     res = call(broker, code, **ext)
     assert res.code == ResponseCode.SYSTEM_ERROR and names in res.remark
-    assert broker.store.committed_offset("G", "T", 0) == -1  # nothing stored
+    assert len(broker.consumer_offsets) == 0 and broker.consumer_offsets.pending == 0  # nothing stored
 
 
 def test_store_closed_is_service_not_available(broker: Any) -> None:

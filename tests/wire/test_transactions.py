@@ -281,7 +281,7 @@ def test_check_back_after_the_timeout_to_a_producer_of_the_group(store: rmqlog.M
     (b,) = run(broker, producer, end_request((0, 0), COMMIT))
     assert b is not None and "already committed" in (b.remark or "")
     assert checker.run_once(NOW + 200_000) == 0 and len(producer.sent) == 1
-    assert store.committed_offset("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0) == 2
+    assert broker.consumer_offsets.query("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0) == 2
 
 
 def test_a_transaction_checked_too_often_is_discarded(store: rmqlog.MessageStore) -> None:
@@ -330,7 +330,7 @@ def test_resolved_halves_are_passed_over_and_young_ones_stop_the_round(store: rm
     store.dispatch()
     checker = broker.transaction_check  # type: ignore[attr-defined]
     checker.run_once(NOW + 3000)
-    assert producer.sent == [] and store.committed_offset("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0) == 1
+    assert producer.sent == [] and broker.consumer_offsets.query("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0) == 1
 
 
 def test_relabel_keeps_the_record_whole() -> None:
