@@ -30,8 +30,9 @@ How:
 
 Cost (this VM, loaded, best of 3 x 20,000): a listing 34 us where a plain ``os.listdir``
 takes 16 us, a file opened 55 us against 6 us (the ``O_NONBLOCK`` dance and the type check
-included); files are opened once and their descriptors kept, and listings are per dispatch
-or per read of a queue, never per message.
+included); files are opened once and their descriptors kept, and listings are per dispatch,
+never per message; a read keeps its listings and checks names through a kept folder
+descriptor (:func:`inode_at`, :func:`names_at`, :mod:`rmqlog.log.folder_handle`).
 ``tests/test_safe_paths.py`` checks the source: no store module opens, lists, creates or
 removes a file any other way.
 """

@@ -178,13 +178,13 @@ def read_window(
     count = stop - offset if whole else first_look
     if raw and wanted is None and sql92 is None and count <= SMALL_WINDOW:
         # a small window: the direct path, else the general read from the same units, bounds and tail
-        got = cq.read_bytes(offset, count)
-        direct = None if got is None else read_small(
-            commitlog, got, topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, disk=disk, lo=lo, hi=hi,
-            floor=floor, tail=tail, check_crc=check_crc, columns=columns)
+        stored = cq.read_bytes(offset, count)
+        direct = None if stored is None else read_small(
+            commitlog, stored, topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, disk=disk, lo=lo,
+            hi=hi, floor=floor, tail=tail, check_crc=check_crc, columns=columns)
         if direct is not None:
             return direct
-        units = np.frombuffer(got, CQ_UNIT) if got is not None else np.zeros(0, CQ_UNIT)
+        units = np.frombuffer(stored, CQ_UNIT) if stored is not None else np.zeros(0, CQ_UNIT)
     else:
         units = cq.read(offset, count)
     if not len(units):  # the file holding ``offset`` is not there

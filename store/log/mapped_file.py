@@ -209,7 +209,7 @@ class MappedFile:
                 if self._mm is mm:
                     if self._np is None:
                         self._np = np.frombuffer(mm, np.uint8)
-                        self._mv = memoryview(self._np)
+                        self._mv = memoryview(self._np)  # type: ignore[arg-type]
                     return self._np
             # closed for the limit between the two: map it again
 
@@ -222,7 +222,7 @@ class MappedFile:
             return mv
         arr = self.array()
         mv = self._mv
-        return mv if mv is not None else memoryview(arr)
+        return mv if mv is not None else memoryview(arr)  # type: ignore[arg-type]
 
     def buffer(self) -> pa.Buffer:
         """The segment as an Arrow buffer (zero-copy). Do not keep it past a read."""
@@ -257,7 +257,7 @@ class MappedFile:
             raise ValueError(f"write of {length} bytes at {rel} outside segment {self.path}")
         return self.acquire_fd()
 
-    def write(self, rel: int, data: memoryview | bytes) -> None:
+    def write(self, rel: int, data: memoryview | bytes | bytearray) -> None:
         """Write ``data`` at ``rel`` through the page cache (``pwrite``), which the mapping shares.
 
         ``pwrite`` rather than a copy into the mapping: the copy takes a page fault for every
