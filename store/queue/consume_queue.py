@@ -41,8 +41,9 @@ when the listing cannot be right, which is when one of these holds:
   after that end: a unit is written only for a record published before it, so an end at
   that offset is the end), and the segment of that offset lies past the last known one (the
   queue rolled into a new file, or a dispatch wrote past a gap of lost records), or the
-  last known segment is no longer the file listed (cut and made again), or the state does
-  not name the queue;
+  last known segment is no longer the file listed (cut and made again); or there is no
+  published state to ask (a queue the state does not name ends at 0 there: its entries are
+  never removed, so no record of the queue was ever published);
 - this process changed the folder through the queue (a segment made, forgotten, dropped,
   the queue closed).
 
