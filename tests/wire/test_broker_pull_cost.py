@@ -129,3 +129,28 @@ def test_the_pull_settings_are_taken_once_per_config_object(broker: Broker, monk
     got = broker.table.process(broker, peer, pull_req(0))
     assert (got.code, got.ext_fields["nextBeginOffset"]) == (ResponseCode.SUCCESS, 5)
     assert taken == [taken[0], broker.config] and taken[0] is not broker.config
+
+
+def test_a_pull_checks_two_names_whatever_the_store_holds(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Per pull, one name checked for the commitlog's first segment and one for the queue's
+    first, with 1 queue of 1 file or 40 queues of 3 files each."""
+    checks: list[str] = []
+    real = safe_open.inode_at
+    monkeypatch.setattr(safe_open, "inode_at", lambda fd, name: checks.append(name) or real(fd, name))
+    per_pull = []
+    for queues, n in ((1, 10), (40, 120)):
+        b = make(tmp_path / f"q{queues}")
+        try:
+            b.store.create_topic("T", queues)
+            for q in range(queues):
+                b.store.put_batch(pa.table({"topic": ["T"] * n, "queueId": pa.array([q] * n, pa.int32()),
+                                            "body": [b"m" * 50] * n}), dispatch=True)
+            peer = FakePeer()
+            b.table.process(b, peer, pull_req(0, queues - 1))  # (its first look lists)
+            checks.clear()
+            for _ in range(10):
+                assert b.table.process(b, peer, pull_req(0, queues - 1)).code == ResponseCode.SUCCESS
+            per_pull.append(len(checks) / 10)
+        finally:
+            b.store.close()
+    assert per_pull == [2, 2]
