@@ -202,7 +202,7 @@ def _clean_after_the_units_are_read(monkeypatch: pytest.MonkeyPatch, s: rmqlog.M
         return read_then_clean
 
     monkeypatch.setattr(ConsumeQueue, "read", then_clean(ConsumeQueue.read))
-    monkeypatch.setattr(ConsumeQueue, "read_bytes", then_clean(ConsumeQueue.read_bytes))
+    monkeypatch.setattr(ConsumeQueue, "read_stored", then_clean(ConsumeQueue.read_stored))
     return armed
 
 

@@ -11,7 +11,7 @@ Each of those calls costs a microsecond or more however few units there are, ~15
 pull of 32. Here, for the same case:
 
 1. the window's units (at most :data:`SMALL_WINDOW`, inside one consume-queue file) are
-   copied under the file's pin (:meth:`rmqlog.queue.consume_queue.ConsumeQueue.read_bytes`);
+   copied under the file's pin (:meth:`rmqlog.queue.consume_queue.ConsumeQueue.read_stored`);
 2. one call of the C helper (``window_units``) walks them: ``isTheBatchFull`` before each
    unit, each judged by its own limits (the read's, or ``disk``'s for a record "on disk"),
    exactly as the general read's formulas (int64 arithmetic included) decide it, and for each
@@ -59,7 +59,7 @@ def read_small(
 ) -> GetMessageResult | None:
     """The stored records of the window whose ``units`` (as stored: at most
     :data:`SMALL_WINDOW`, from queue offset ``offset``, the units the general read would look
-    at first, :meth:`rmqlog.queue.consume_queue.ConsumeQueue.read_bytes`) were read, under
+    at first, :meth:`rmqlog.queue.consume_queue.ConsumeQueue.read_stored`) were read, under
     ``max_count``/``max_bytes`` and ``disk`` (see the module docstring), answered FOUND with
     ``lo``/``hi`` as bounds; ``None`` whenever the general read must answer (from the same
     units). ``floor`` and ``tail``: the commitlog's first offset the bounds were taken

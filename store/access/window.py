@@ -178,7 +178,7 @@ def read_window(
     count = stop - offset if whole else first_look
     if raw and wanted is None and sql92 is None and count <= SMALL_WINDOW:
         # a small window: the direct path, else the general read from the same units, bounds and tail
-        stored = cq.read_bytes(offset, count)
+        stored = cq.read_stored(offset, count)
         direct = None if stored is None else read_small(
             commitlog, stored, topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, disk=disk, lo=lo,
             hi=hi, floor=floor, tail=tail, check_crc=check_crc, columns=columns)

@@ -264,7 +264,7 @@ class ConsumeQueue:
             done += take
         return out
 
-    def read_bytes(self, start: int, count: int) -> bytes | None:
+    def read_stored(self, start: int, count: int) -> bytes | None:
         """Units ``[start, start+count)`` as stored (``count * 20`` bytes), all inside the file
         holding ``start`` and below the end (the caller's to keep); ``None`` when that file is
         not there (deleted by retention). A few units without a numpy call (a small window)."""
