@@ -93,8 +93,8 @@ class MappedFileQueue:
         self.odd: dict[int, int] = {start: n for start, n in sizes.items() if n != self.size}
         #: the folder's kept descriptor (:meth:`relist`, :meth:`still_listed`)
         self.folder = FolderHandle(directory, open_files)
-        #: the last :meth:`relist`: the starts ascending and each one's inode (``None``: none kept)
-        self._listing: tuple[list[int], dict[int, int]] | None = None
+        #: the last :meth:`relist`: the starts ascending and each one's (name, inode) (``None``: none kept)
+        self._listing: tuple[list[int], dict[int, tuple[str, int]]] | None = None
         #: listings made by :meth:`relist` (for tests and benchmarks)
         self.relists = 0
         #: changes this process made to the folder through this object (:meth:`_changed`)
@@ -138,14 +138,14 @@ class MappedFileQueue:
         by retention, as :meth:`drop_below`) and of a mapped file whose name now names another
         file (replaced: its next :meth:`get` maps the new one). Returns the starts, ascending."""
         changes = self._changes
-        inodes = {start: ino for name, ino in self.folder.entries() if (start := parse_segment_name(name)) is not None}
-        starts = sorted(inodes)
+        names = {start: (name, ino) for name, ino in self.folder.entries() if (start := parse_segment_name(name)) is not None}
+        starts = sorted(names)
         with self._lock:
             drop = [k for k, seg in self._segments.items()
-                    if (starts and k < starts[0]) or (seg.ino is not None and inodes.get(k, seg.ino) != seg.ino)]
+                    if (starts and k < starts[0]) or (seg.ino is not None and k in names and names[k][1] != seg.ino)]
             dropped = [self._segments.pop(k) for k in drop]
             if changes == self._changes:  # (else this process changed the folder meanwhile: kept none)
-                self._listing = (starts, inodes)
+                self._listing = (starts, names)
         self._let_go(dropped)
         self.relists += 1
         return starts
@@ -156,8 +156,8 @@ class MappedFileQueue:
         False when it was removed or replaced since, when no listing is kept or does not hold
         it, or when the descriptor was closed meanwhile (the caller lists again)."""
         got = self._listing
-        ino = got[1].get(start) if got is not None else None
-        return ino is not None and self.folder.inode(segment_name(start)) == ino
+        known = got[1].get(start) if got is not None else None
+        return known is not None and self.folder.inode(known[0]) == known[1]
 
     def segment_start_for(self, offset: int) -> int:
         return offset - offset % self.size
