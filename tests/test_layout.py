@@ -67,8 +67,9 @@ def _modules() -> dict[str, Path]:
     return mods
 
 
-def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
-    """module -> the store modules it imports (anywhere in its source)."""
+def _imports(mods: dict[str, Path], *, type_only: bool = True) -> dict[str, set[str]]:
+    """module -> the store modules it imports (anywhere in its source; with ``type_only=False``
+    the imports under ``if TYPE_CHECKING:`` left out: those that run)."""
     edges: dict[str, set[str]] = {}
     for mod, path in mods.items():
         if path.suffix != ".py":
@@ -76,7 +77,10 @@ def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
             continue
         package = mod.split(".") if path.name == "__init__.py" else mod.split(".")[:-1]
         deps: set[str] = set()
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        if not type_only:
+            tree = _WithoutTypeChecking().visit(tree)
+        for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom):
                 base = package[: len(package) - node.level + 1] if node.level else []
                 name = ".".join(base + ([node.module] if node.module else []))
@@ -91,6 +95,18 @@ def _imports(mods: dict[str, Path]) -> dict[str, set[str]]:
         deps.discard(mod)
         edges[mod] = deps
     return edges
+
+
+class _WithoutTypeChecking(ast.NodeTransformer):
+    """A module's tree without the bodies of its ``if TYPE_CHECKING:`` blocks."""
+
+    def visit_If(self, node: ast.If) -> ast.AST:
+        test = node.test
+        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
+                (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"):
+            node.body = [ast.Pass()]
+        self.generic_visit(node)
+        return node
 
 
 def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:

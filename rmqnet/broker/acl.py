@@ -1,10 +1,12 @@
 """Access control on the broker: RocketMQ 4.9.8's plain ACL (``PlainAccessValidator``,
 ``PlainPermissionManager``), checked before every processor.
 
-With ``aclEnable=true`` :func:`install` reads the ACL files (:mod:`rmqnet.broker.acl_files`;
-an error there stops the broker at start) and adds :meth:`AccessValidator.check` to the
-processor table's ``before`` hooks: every request, whatever its code, is checked before its
-handler runs, and a refused one never reaches it (nothing stored, nothing changed).
+With ``aclEnable=true`` the broker reads the ACL files at start (``broker.acl``, an
+:class:`AccessValidator` over :func:`rmqnet.broker.acl_files.load_home`; an error there stops
+the broker) and its processor table (:mod:`rmqnet.broker.processors`) has
+:meth:`AccessValidator.check` as its ``before`` hook: every request, whatever its code, is
+checked before its handler runs, and a refused one never reaches it (nothing stored, nothing
+changed).
 
 What a request needs (``parse``; a group G is the resource ``%RETRY%G``):
 
@@ -40,7 +42,7 @@ from __future__ import annotations
 import hmac
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..remoting import (
     FieldError,
@@ -61,8 +63,11 @@ from ..remoting.acl_sign import (
     signature,
 )
 from .acl_address import peer_ip
-from .acl_files import ANY, DENY, PUB, RETRY_PREFIX, SUB, AclConfig, load_home
+from .acl_files import ANY, DENY, PUB, RETRY_PREFIX, SUB, AclConfig
 from .peer import Peer
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 #: the remark's prefix: Java's ``AclException.toString()``
 ACL_EXCEPTION = "org.apache.rocketmq.acl.common.AclException"
@@ -225,7 +230,7 @@ class AccessValidator:
                 and hmac.compare_digest(signature(content(req.ext_fields, req.body, CLIENT_SKIPPED), secret_key).encode(),
                                         given_b))
 
-    def check(self, broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand | None:
+    def check(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | None:
         """The hook: None when ``req`` may run, else RocketMQ's answer to a refusal."""
         try:
             self.validate(req, peer.remote)
@@ -234,16 +239,5 @@ class AccessValidator:
         return None
 
 
-def install(broker: Any) -> None:
-    """With ``aclEnable=true``: read the ACL files (``$ROCKETMQ_HOME``; an error raises
-    :class:`~rmqnet.broker.acl_files.AclConfigError`) and check every request before its
-    processor. ``broker.acl`` is the validator, or None when the ACL is off."""
-    broker.acl = None
-    if not broker.config.acl_enable:
-        return
-    broker.acl = AccessValidator(load_home())
-    broker.table.before.append(broker.acl.check)
-
-
 __all__ = ["ACL_EXCEPTION", "ADMIN_CODES", "TRACE_TOPIC", "AccessValidator", "AclRefusal", "check_permission",
-           "install", "resources"]
+           "resources"]

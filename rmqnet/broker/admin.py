@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmqlog import InvalidArgumentError, InvalidTopicError, StoreError, TopicConfig
 
-from ..remoting import RemotingCommand, RequestCode, ResponseCode, ext_bool, ext_int, ext_str
+from ..remoting import RemotingCommand, ResponseCode, ext_bool, ext_int, ext_str
 from .peer import Peer
 from .topics import AUTO_CREATE_TOPIC, SCHEDULE_TOPIC
 
@@ -131,14 +131,14 @@ def _runtime(ms: int) -> str:
 def runtime_info(broker: Broker) -> dict[str, str]:
     """The runtime keys of RocketMQ's ``prepareRuntimeInfo`` this broker can fill, as strings."""
     store, config = broker.store, broker.config
-    sender = getattr(broker, "sender", None)
+    sender = broker.sender
     info = {
         "brokerVersionDesc": BROKER_VERSION_DESC,
         "brokerVersion": str(BROKER_VERSION),
-        "msgPutTotalTodayNow": str(sender.put_total if sender else 0),
-        "msgPutTotalTodayMorning": str(sender.put_total_today_morning if sender else 0),
-        "msgPutTotalYesterdayMorning": str(sender.put_total_yesterday_morning if sender else 0),
-        "sendThreadPoolQueueSize": str(sender.waiting if sender else 0),
+        "msgPutTotalTodayNow": str(sender.put_total),
+        "msgPutTotalTodayMorning": str(sender.put_total_today_morning),
+        "msgPutTotalYesterdayMorning": str(sender.put_total_yesterday_morning),
+        "sendThreadPoolQueueSize": str(sender.waiting),
         "sendThreadPoolQueueCapacity": str(config.send_queue_capacity),
         "commitLogMaxOffset": str(store.published_tail()),
         "runtime": _runtime(broker.clock.wall_ms() - broker.started_ms),
@@ -182,10 +182,3 @@ def get_all_delay_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> Re
         return req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
     return req.reply(ResponseCode.SUCCESS, None, None, encode_delay_offsets(offsets))
 
-
-def install(broker: Broker) -> None:
-    broker.table.register(RequestCode.UPDATE_AND_CREATE_TOPIC, update_and_create_topic)
-    broker.table.register(RequestCode.GET_ALL_TOPIC_CONFIG, get_all_topic_config)
-    broker.table.register(RequestCode.GET_BROKER_RUNTIME_INFO, get_broker_runtime_info)
-    broker.table.register(RequestCode.GET_ALL_DELAY_OFFSET, get_all_delay_offset)
-    broker.table.register(RequestCode.DELETE_TOPIC_IN_BROKER, delete_topic)

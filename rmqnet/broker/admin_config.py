@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rmqlog import ConfigError, StoreConfig
 
-from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting import RemotingCommand, ResponseCode
 from ..remoting.admin_bodies import parse_properties, properties_text
 from ..remoting.errors import FieldError
 from .config import broker_keys, parse_value
 from .peer import Peer
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 #: the keys read from ``broker.config`` at every request that uses them, so that a change
 #: takes effect at once; every other key is read at start (ports, names, roles, the store's)
@@ -56,7 +59,7 @@ def _text(value: Any) -> str | None:
     return str(value)
 
 
-def config_properties(broker: Any) -> dict[str, str]:
+def config_properties(broker: Broker) -> dict[str, str]:
     """Every key of the broker's config and its store's, as text (unset ones left out)."""
     cfg = broker.config
     out = {}
@@ -72,13 +75,13 @@ def config_properties(broker: Any) -> dict[str, str]:
     return out
 
 
-def get_broker_config(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def get_broker_config(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     body = properties_text(config_properties(broker)).encode()
     version = json.dumps(broker.config_version, separators=(",", ":"))
     return req.reply(ResponseCode.SUCCESS, None, {"version": version}, body)
 
 
-def update_broker_config(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def update_broker_config(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     try:
         props = parse_properties(req.body_bytes().decode("utf-8"))
     except (FieldError, UnicodeDecodeError) as exc:
@@ -111,9 +114,3 @@ def update_broker_config(broker: Any, peer: Peer, req: RemotingCommand) -> Remot
             broker.topics.touch()  # registered again at the next round (Java: at once)
     return req.reply(ResponseCode.SUCCESS)
 
-
-def install(broker: Any) -> None:
-    """Register 25 and 26; ``broker.config_version`` is the configuration's DataVersion."""
-    broker.config_version = {"counter": 0, "timestamp": broker.clock.wall_ms()}
-    broker.table.register(RequestCode.UPDATE_BROKER_CONFIG, update_broker_config)
-    broker.table.register(RequestCode.GET_BROKER_CONFIG, get_broker_config)

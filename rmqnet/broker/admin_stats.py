@@ -28,14 +28,15 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
 import rmqlog
+from rmqlog import MessageStore
 from rmqlog.paths import validate_group, validate_topic
 
-from ..remoting import RemotingCommand, RequestCode, ResponseCode, ext_str
+from ..remoting import RemotingCommand, ResponseCode, ext_str
 from ..remoting.admin_bodies import (
     ConsumeStats,
     OffsetWrapper,
@@ -45,8 +46,10 @@ from ..remoting.admin_bodies import (
     encode_consumer_connection,
     encode_topic_stats,
 )
-from .consumer_offsets import table_of
 from .peer import Peer
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 #: the window of :class:`GetNums` (ms): Java's per-minute statistic
 TPS_WINDOW_MS = 60_000
@@ -90,7 +93,7 @@ class GetNums:
             return sum(n for _, n in q) * 1000 / self.window_ms
 
 
-def _store_time(store: Any, topic: str, queue_id: int, offset: int) -> int:
+def _store_time(store: MessageStore, topic: str, queue_id: int, offset: int) -> int:
     """``getMessageStoreTimeStamp``: the store time (ms) of the message at ``offset``, 0 if none."""
     table = store.read_queue(topic, queue_id, offset, offset + 1)
     if not table.num_rows:
@@ -111,7 +114,7 @@ def _names(req: RemotingCommand, *, group: bool = False, topic: bool = False) ->
     return g, t
 
 
-def get_topic_stats_info(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def get_topic_stats_info(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     names = _names(req, topic=True)
     if isinstance(names, RemotingCommand):
         return names
@@ -130,13 +133,13 @@ def get_topic_stats_info(broker: Any, peer: Peer, req: RemotingCommand) -> Remot
     return req.reply(ResponseCode.SUCCESS, None, None, encode_topic_stats(table))
 
 
-def _group_topics(broker: Any, group: str) -> list[str]:
+def _group_topics(broker: Broker, group: str) -> list[str]:
     """``whichTopicByConsumer``: the topics of ``group``'s committed offsets (the broker's
     offset table's index by group: no walk of the table)."""
-    return table_of(broker).topics_of(group)
+    return broker.consumer_offsets.topics_of(group)
 
 
-def get_consume_stats(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def get_consume_stats(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     names = _names(req, group=True)
     if isinstance(names, RemotingCommand):
         return names
@@ -147,7 +150,7 @@ def get_consume_stats(broker: Any, peer: Peer, req: RemotingCommand) -> Remoting
     subscribed = set(info.subscriptions) if info is not None else set()
     table: dict[QueueKey, OffsetWrapper] = {}
     tps = 0.0
-    offsets = table_of(broker)
+    offsets = broker.consumer_offsets
     try:
         for t in ([topic] if topic.strip() else _group_topics(broker, group)):
             tc = broker.topics.get(t)
@@ -158,14 +161,13 @@ def get_consume_stats(broker: Any, peer: Peer, req: RemotingCommand) -> Remoting
                 consumer_offset = max(0, offsets.query(group, t, qid))
                 last = _store_time(store, t, qid, consumer_offset - 1) if consumer_offset > 0 else 0
                 table[QueueKey(t, name, qid)] = OffsetWrapper(broker_offset, consumer_offset, max(0, last))
-            get_nums = getattr(broker, "get_nums", None)
-            tps += get_nums.tps(group, t, now) if get_nums is not None else 0.0
+            tps += broker.get_nums.tps(group, t, now)
     except rmqlog.StoreError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
     return req.reply(ResponseCode.SUCCESS, None, None, encode_consume_stats(ConsumeStats(table, tps)))
 
 
-def get_consumer_connection_list(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def get_consumer_connection_list(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     names = _names(req, group=True)
     if isinstance(names, RemotingCommand):
         return names
@@ -184,11 +186,3 @@ def get_consumer_connection_list(broker: Any, peer: Peer, req: RemotingCommand) 
     }
     return req.reply(ResponseCode.SUCCESS, None, None, encode_consumer_connection(body))
 
-
-def install(broker: Any) -> None:
-    """Register 202, 203, 208; ``broker.get_nums`` counts the messages pulled (the pull path
-    records into it)."""
-    broker.get_nums = GetNums()
-    broker.table.register(RequestCode.GET_TOPIC_STATS_INFO, get_topic_stats_info)
-    broker.table.register(RequestCode.GET_CONSUMER_CONNECTION_LIST, get_consumer_connection_list)
-    broker.table.register(RequestCode.GET_CONSUME_STATS, get_consume_stats)

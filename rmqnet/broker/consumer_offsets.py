@@ -23,11 +23,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, cast
+from typing import TYPE_CHECKING
 
 from rmqlog import FileStamp, InvalidArgumentError, MessageStore
 from rmqlog.arguments import offset_arg, queue_id_arg
 from rmqlog.paths import validate_group, validate_topic
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 
 class ConsumerOffsetTable:
@@ -137,25 +140,15 @@ class ConsumerOffsetTable:
             return merged.written
 
 
-def table_of(broker: Any) -> ConsumerOffsetTable:
-    """``broker.consumer_offsets`` (a :class:`~rmqnet.broker.broker.Broker`'s table; a stand-in
-    broker of the tests gets one over its store at first use)."""
-    table = getattr(broker, "consumer_offsets", None)
-    if table is None:
-        table = broker.consumer_offsets = ConsumerOffsetTable(broker.store)
-    return cast(ConsumerOffsetTable, table)
-
-
-def commit_offset(broker: Any, group: str, topic: str, queue_id: int, offset: int) -> None:
+def commit_offset(broker: Broker, group: str, topic: str, queue_id: int, offset: int) -> None:
     """A commit from the wire (15, a pull's commit flag) into the broker's table, with the
     store's rule for a known topic's queue ids (:meth:`ConsumerOffsetTable.check_queue`).
     Raises the store's typed errors; nothing changes then."""
-    table = table_of(broker)
-    topics = getattr(broker, "topics", None)
-    tc = topics.get(topic) if topics is not None else broker.store.topic_table().get(topic)
+    table = broker.consumer_offsets
+    tc = broker.topics.get(topic)
     if tc is not None:
         table.check_queue(topic, queue_id_arg(queue_id), tc.read_queue_nums, tc.write_queue_nums)
     table.commit(group, topic, queue_id, offset)
 
 
-__all__ = ["ConsumerOffsetTable", "table_of", "commit_offset"]
+__all__ = ["ConsumerOffsetTable", "commit_offset"]

@@ -49,7 +49,7 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rmqlog
 from rmqlog import FilterParseError, Sql92Filter
@@ -59,12 +59,13 @@ from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode, 
 from .holds import connection_closed, watch_close
 from .peer import Peer
 from .pull import compiled
-from .subscription_groups import GroupTableFull, SubscriptionGroupTable
+from .subscription_groups import GroupTableFull
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 #: ``ConsumerManager.CHANNEL_EXPIRED_TIMEOUT`` / ``ProducerManager.CHANNEL_EXPIRED_TIMEOUT`` (ms)
 CHANNEL_EXPIRED_TIMEOUT_MS = 120_000
-#: ``SubscriptionGroupConfig.retryQueueNums``
-RETRY_QUEUE_NUMS = 1
 RETRY_PREFIX = "%RETRY%"
 #: how often Java's ``ClientHousekeepingService`` scans for silent clients (ms)
 SCAN_INTERVAL_MS = 10_000
@@ -376,7 +377,7 @@ def _update_filters(info: ConsumerGroupInfo, subs: tuple[Subscription, ...]) -> 
 
 
 # ---------------------------------------------------------------------------- handlers
-def heart_beat(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def heart_beat(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     """34 (the module docstring): every check first, then the registration, all or nothing;
     the work is proportional to the heartbeat's groups and subscriptions (tables in memory,
     no file written)."""
@@ -384,7 +385,7 @@ def heart_beat(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand
         data = HeartbeatData.decode(req.body_bytes())
     except HeartbeatError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    registry: ClientRegistry = broker.consumers
+    registry = broker.consumers
     config = broker.config
     named = len(data.consumers) + len(data.producer_groups)
     cap = config.heartbeat_max_group_nums
@@ -394,14 +395,13 @@ def heart_beat(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand
     full = registry.room_for(data, config.client_group_max_nums)
     if full is not None:
         return req.reply(ResponseCode.SYSTEM_ERROR, full)
-    groups: SubscriptionGroupTable | None = getattr(broker, "subscription_groups", None)
+    groups = broker.subscription_groups
     auto, group_cap = config.auto_create_subscription_group, config.auto_create_subscription_group_max_nums
     names = [c.group for c in data.consumers]
-    if groups is not None:
-        try:
-            groups.check_room(names, auto_create=auto, cap=group_cap)
-        except GroupTableFull as exc:
-            return req.reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, str(exc))
+    try:
+        groups.check_room(names, auto_create=auto, cap=group_cap)
+    except GroupTableFull as exc:
+        return req.reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, str(exc))
     for group in names:
         problem = topic_problem(RETRY_PREFIX + group)
         if problem is not None:
@@ -410,13 +410,11 @@ def heart_beat(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand
     now = broker.clock.wall_ms()
     for c in data.consumers:
         notify = True
-        sub_group = groups.find_or_create(c.group, auto_create=auto, cap=group_cap) if groups is not None else None
+        sub_group = groups.find_or_create(c.group, auto_create=auto, cap=group_cap)
         try:
-            if groups is None:  # (a stand-in broker of the tests: no subscription groups)
-                _create_retry_topic(broker, c.group, RETRY_QUEUE_NUMS)
-            elif sub_group is not None:  # Java: the retry topic only for a group it knows
+            if sub_group is not None:  # Java: the retry topic only for a group it knows
                 notify = sub_group.notify_consumer_ids_changed_enable
-                _create_retry_topic(broker, c.group, sub_group.retry_queue_nums)
+                broker.topics.create_retry(c.group, sub_group.retry_queue_nums)  # in memory
         except rmqlog.StoreError as exc:
             return req.reply(ResponseCode.SYSTEM_ERROR, f"cannot create {RETRY_PREFIX}{c.group}: {exc}")
         registry.register_consumer(c, ClientInfo(data.client_id, peer, req.language, req.version, now), notify=notify)
@@ -425,21 +423,9 @@ def heart_beat(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand
     return req.reply(ResponseCode.SUCCESS)
 
 
-def _create_retry_topic(broker: Any, group: str, queues: int) -> None:
-    """``%RETRY%<group>`` with ``queues`` read-write queues, unless it exists: through the
-    broker's topic manager (in memory) when it has one, else the store's topics.json."""
-    topics = getattr(broker, "topics", None)
-    if topics is not None:
-        topics.create_retry(group, queues)
-        return
-    topic = RETRY_PREFIX + group
-    if topic not in broker.store.topics():
-        broker.store.create_topic(topic, queues)
-
-
-def unregister_client(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def unregister_client(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     ext_str(req.ext_fields, "clientID")  # required (Java's @CFNotNull); the connection says who
-    registry: ClientRegistry = broker.consumers
+    registry = broker.consumers
     producer_group = ext_str(req.ext_fields, "producerGroup", None)
     if producer_group:
         registry.unregister_producer(producer_group, peer)
@@ -449,7 +435,7 @@ def unregister_client(broker: Any, peer: Peer, req: RemotingCommand) -> Remoting
     return req.reply(ResponseCode.SUCCESS)
 
 
-def get_consumer_list_by_group(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def get_consumer_list_by_group(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     group = ext_str(req.ext_fields, "consumerGroup")
     ids = broker.consumers.consumer_ids(group)
     if not ids:
@@ -457,17 +443,8 @@ def get_consumer_list_by_group(broker: Any, peer: Peer, req: RemotingCommand) ->
     return req.reply(ResponseCode.SUCCESS, None, None, json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode())
 
 
-def on_close(broker: Any, peer: Peer) -> None:
+def on_close(broker: Broker, peer: Peer) -> None:
     """A connection closed: its clients leave their groups, its held pulls are dropped. Run
     by the connection itself (its ``on_close`` list, registered by the first heartbeat or held
     pull on it: :func:`rmqnet.broker.holds.watch_close`); callable directly too."""
     connection_closed(broker, peer)
-
-
-def install(broker: Any) -> None:
-    """Register 34, 35, 38 and the registry (``broker.consumers``, a service on the broker's timer)."""
-    broker.consumers = ClientRegistry()
-    broker.services.append(broker.consumers)
-    broker.table.register(RequestCode.HEART_BEAT, heart_beat)
-    broker.table.register(RequestCode.UNREGISTER_CLIENT, unregister_client)
-    broker.table.register(RequestCode.GET_CONSUMER_LIST_BY_GROUP, get_consumer_list_by_group)

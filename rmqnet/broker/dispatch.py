@@ -19,26 +19,36 @@ there (the handler never runs).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING
 
 from ..remoting import FieldError, RemotingCommand, ResponseCode
 from .peer import Peer
 
-Handler = Callable[[Any, Peer, RemotingCommand], "RemotingCommand | None | Awaitable[RemotingCommand | None]"]
+if TYPE_CHECKING:
+    from .broker import Broker
+
+#: a processor: ``handler(broker, peer, request)`` (see the module docstring)
+Handler = Callable[["Broker", Peer, RemotingCommand], "RemotingCommand | None | Awaitable[RemotingCommand | None]"]
 #: a hook run before every handler: None (go on) or the answer that ends the request
-BeforeHook = Callable[[Any, Peer, RemotingCommand], "RemotingCommand | None"]
+BeforeHook = Callable[["Broker", Peer, RemotingCommand], "RemotingCommand | None"]
 
 
 class ProcessorTable:
-    """Request code -> handler; :meth:`process` runs one request."""
+    """Request code -> handler; :meth:`process` runs one request. Built with its entries
+    (:func:`rmqnet.broker.processors.processor_table` lists the broker's); a code given two
+    handlers raises ``ValueError`` naming it (a broker that would serve a code twice does not
+    start)."""
 
-    def __init__(self) -> None:
+    def __init__(self, handlers: Iterable[tuple[int, Handler]] = (), before: Iterable[BeforeHook] = ()) -> None:
         self._handlers: dict[int, Handler] = {}
+        for code, handler in handlers:
+            self.register(code, handler)
         #: hooks run in order before every request's handler (see the module docstring)
-        self.before: list[BeforeHook] = []
+        self.before: list[BeforeHook] = list(before)
 
     def register(self, code: int, handler: Handler) -> None:
+        """Serve ``code`` with ``handler``; ``ValueError`` when the code has one already."""
         if code in self._handlers:
             raise ValueError(f"request code {code} already has a processor")
         self._handlers[code] = handler
@@ -46,7 +56,11 @@ class ProcessorTable:
     def codes(self) -> list[int]:
         return sorted(self._handlers)
 
-    def process(self, broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+    def handler(self, code: int) -> Handler | None:
+        """The handler of ``code``, or None when the code is not served."""
+        return self._handlers.get(code)
+
+    def process(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
         for hook in self.before:
             refusal = hook(broker, peer, req)
             if refusal is not None:

@@ -42,11 +42,14 @@ import itertools
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..remoting import RemotingCommand
 from ..transport import complete
 from .peer import Peer
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 #: heap entries of answered pulls tolerated beyond twice the held ones before a compaction
 COMPACT_SLACK = 1024
@@ -237,7 +240,7 @@ class PullHoldService:
 _WATCHED = "rmqnet.broker.close_watched"
 
 
-def watch_close(broker: Any, peer: Peer) -> None:
+def watch_close(broker: Broker, peer: Peer) -> None:
     """Have ``peer``'s connection tell the broker when it closes, once per connection: the
     transport's connections run the callables of their ``on_close`` list then. What closes
     with it: its held pulls (``broker.holds``) and its clients (``broker.consumers``). A peer
@@ -252,10 +255,9 @@ def watch_close(broker: Any, peer: Peer) -> None:
     hooks.append(functools.partial(connection_closed, broker))
 
 
-def connection_closed(broker: Any, peer: Peer) -> None:
-    """A connection closed: every broker part that keeps per-connection state forgets it."""
-    for name in ("holds", "consumers"):
-        part = getattr(broker, name, None)
-        if part is not None:
-            part.on_close(peer)
+def connection_closed(broker: Broker, peer: Peer) -> None:
+    """A connection closed: every broker part that keeps per-connection state forgets it
+    (its held pulls, then its clients)."""
+    broker.holds.on_close(peer)
+    broker.consumers.on_close(peer)
 

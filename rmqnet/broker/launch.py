@@ -11,12 +11,12 @@
    (:mod:`rmqnet.broker.replication`: a master's HA server on ``haListenPort``, a slave's
    link to its master) and serves it
    (``RemotingServer(lambda conn, req: broker.table.process(broker, conn, req), ...)``);
-4. runs the broker's services (registration with the name servers among them, when
-   :mod:`rmqnet.broker.registration` is there) every ``SERVICE_INTERVAL_S``;
+4. runs the broker's services (registration with the name servers among them when
+   ``namesrvAddr`` is set: :meth:`Broker.add_registrar`) every ``SERVICE_INTERVAL_S``;
 5. prints one line ``broker <name> ready at <ip:port>`` (tests wait for it);
 6. on SIGTERM or SIGINT: refuses new sends, stops accepting, lets requests in flight finish
-   (``grace_s``), closes the broker's services (the state tables' last persist,
-   :mod:`rmqnet.broker.state`; the registrar unregisters), flushes and closes the store: the
+   (``grace_s``), closes the broker's services (:meth:`Broker.close`: the state tables' last
+   persist, :mod:`rmqnet.broker.state`; the registrar unregisters), flushes and closes the store: the
    next open is a normal one (no recovery). :func:`main` then returns 0.
 """
 
@@ -28,13 +28,19 @@ import importlib
 import logging
 import signal
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rmqlog import ConfigError, MessageStore, StoreConfig, StoreError, SystemClock
 
+from ..remoting import RemotingCommand
 from .broker import Broker
 from .config import BrokerConfig
+from .registration import Registrar
+
+if TYPE_CHECKING:
+    from ..transport import Connection, RequestHandler
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +84,8 @@ class BrokerProcess:
         # the handler reads self.broker when a request comes: the socket is bound before the
         # store opens (its STOREHOST needs the real port), and no request is read before the
         # broker is set (nothing yields to the loop in between)
-        self.server = transport.RemotingServer(self._handle, host=self.host, port=self.port,
+        handler: RequestHandler = self._handle  # (what the transport calls: mypy holds the two alike)
+        self.server = transport.RemotingServer(handler, host=self.host, port=self.port,
                                                limits=transport.Limits(**self.config.limits()))
         await self.server.start()
         try:
@@ -89,39 +96,32 @@ class BrokerProcess:
             self.store = MessageStore.open(self.root, store_config)
             self.store.start_services(scheduler=not config.slave)  # a slave's deliveries come from its master
             self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port))
-            replication = getattr(self.broker, "replication", None)
-            if replication is not None:
-                await replication.start(self.host, config.ha_port(self.port))
+            await self.broker.replication.start(self.host, config.ha_port(self.port))
             self._add_registrar(self.broker)
         except BaseException:
             await self.server.stop(0)
-            replication = getattr(self.broker, "replication", None)
-            if replication is not None:
-                await replication.close()
+            if self.broker is not None:
+                await self.broker.replication.close()
             if self.store is not None:
                 self.store.close()
             raise
         self._services_task = asyncio.create_task(self._run_services())
         return self.broker.address
 
-    def _handle(self, conn: Any, req: Any) -> Any:
+    def _handle(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+        """Every request of every connection: the broker's processor table (the connection is
+        the handler's peer)."""
         broker = self.broker
         assert broker is not None
         return broker.table.process(broker, conn, req)
 
-    def _add_registrar(self, broker: Broker) -> None:
-        """Registration with the name servers (``rmqnet.broker.registration.Registrar``,
-        built by its own engineer) when configured and present."""
+    @staticmethod
+    def _add_registrar(broker: Broker) -> None:
+        """Registration with the name servers (:class:`~rmqnet.broker.registration.Registrar`)
+        when ``namesrvAddr`` is set, advertising the HA address the replication bound."""
         if not broker.config.namesrv_list():
             return
-        try:
-            registration = importlib.import_module(f"{__package__}.registration")
-        except ImportError:
-            log.warning("namesrvAddr is set but this build has no registration module: not registering")
-            return
-        replication = getattr(broker, "replication", None)
-        ha = replication.ha_server_addr if replication is not None else None
-        broker.services.append(registration.Registrar(broker, ha_server_addr=ha))
+        broker.add_registrar(Registrar(broker, ha_server_addr=broker.replication.ha_server_addr))
 
     async def _run_services(self) -> None:
         assert self.broker is not None
@@ -148,15 +148,7 @@ class BrokerProcess:
         if self.server is not None:
             await self.server.stop(grace_s)
         if self.broker is not None:
-            for service in self.broker.services:
-                close = getattr(service, "close", None)  # the registrar unregisters
-                if close is not None:
-                    try:
-                        result = close()
-                        if asyncio.iscoroutine(result):
-                            await result
-                    except Exception:
-                        log.exception("stopping a broker service failed")
+            await self.broker.close()  # the last persist; the registrar unregisters
         if self.store is not None:
             self.store.close()
 

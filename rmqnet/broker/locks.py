@@ -46,14 +46,17 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rmqlog
 from rmqlog.paths import validate_group, validate_topic
 
-from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting import RemotingCommand, ResponseCode
 from ..remoting.admin_bodies import QueueKey
 from .peer import Peer
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -232,30 +235,21 @@ class QueueLocks:
             return {mq: e.client_id for mq, e in table.items() if not self._expired(e, now_ms)}
 
 
-def lock_batch_mq(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def lock_batch_mq(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     try:
         body = LockBatchRequest.decode(req.body_bytes())
     except LockBodyError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
     granted = broker.queue_locks.try_lock(body.group, body.queues, body.client_id, broker.clock.wall_ms(),
-                                          getattr(broker.config, "queue_lock_max_nums", QUEUE_LOCK_MAX_NUMS))
+                                          broker.config.queue_lock_max_nums)
     answer = json.dumps({"lockOKMQSet": [mq.to_json() for mq in granted]}, separators=(",", ":")).encode()
     return req.reply(ResponseCode.SUCCESS, None, None, answer)
 
 
-def unlock_batch_mq(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def unlock_batch_mq(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     try:
         body = LockBatchRequest.decode(req.body_bytes())
     except LockBodyError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
     broker.queue_locks.unlock(body.group, body.queues, body.client_id)
     return req.reply(ResponseCode.SUCCESS)
-
-
-def install(broker: Any) -> None:
-    """Register 41 and 42; ``broker.queue_locks`` is the table (:class:`QueueLocks`), a
-    service of the broker (its rounds drop expired locks)."""
-    broker.queue_locks = QueueLocks()
-    broker.services.append(broker.queue_locks)
-    broker.table.register(RequestCode.LOCK_BATCH_MQ, lock_batch_mq)
-    broker.table.register(RequestCode.UNLOCK_BATCH_MQ, unlock_batch_mq)

@@ -25,18 +25,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import rmqlog
 from rmqlog.arguments import queue_id_arg
 from rmqlog.paths import validate_group, validate_topic
 
-from ..remoting import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_long, ext_str
+from ..remoting import RemotingCommand, ResponseCode, ext_int, ext_long, ext_str
 from . import pull
-from .consumer_offsets import commit_offset, table_of
+from .consumer_offsets import commit_offset
 from .peer import Peer
 
-Handler = Callable[[Any, Peer, RemotingCommand], RemotingCommand]
+if TYPE_CHECKING:
+    from .broker import Broker
+
+Handler = Callable[["Broker", Peer, RemotingCommand], RemotingCommand]
 
 
 def _queue(req: RemotingCommand) -> tuple[str, int]:
@@ -47,15 +50,16 @@ def _offset_reply(req: RemotingCommand, offset: int) -> RemotingCommand:
     return req.reply(ResponseCode.SUCCESS, None, {"offset": int(offset)})
 
 
-def first_record_in_disk(broker: Any, topic: str, queue_id: int, offset: int) -> bool:
+def first_record_in_disk(broker: Broker, topic: str, queue_id: int, offset: int) -> bool:
     """Java's ``checkInDiskByConsumeOffset``: whether the record at ``offset`` of the queue is
     further behind the commitlog's end than ``accessMessageInMemoryMaxRatio`` of the memory
     (no such record: False)."""
     found = broker.store.read_window(topic, queue_id, offset, max_count=1, raw=True)
-    if found.status != rmqlog.GetMessageStatus.FOUND or not len(found.records):
+    records = found.records
+    if found.status != rmqlog.GetMessageStatus.FOUND or records is None or not len(records):
         return False
-    ratio = pull.conf(broker, "access_message_in_memory_max_ratio", pull.ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
-    behind = broker.store.published_tail() - int(found.records.commit_log_offsets[0])
+    ratio = broker.config.access_message_in_memory_max_ratio
+    behind = broker.store.published_tail() - int(records.commit_log_offsets[0])
     return behind > pull.total_memory() * ratio // 100
 
 
@@ -64,7 +68,7 @@ def _store_failures(handler: Handler) -> Handler:
     answers it (:func:`rmqnet.broker.pull.store_failure`: SYSTEM_ERROR with the store's message)."""
 
     @functools.wraps(handler)
-    def guarded(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+    def guarded(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
         try:
             return handler(broker, peer, req)
         except rmqlog.StoreError as exc:
@@ -74,10 +78,10 @@ def _store_failures(handler: Handler) -> Handler:
 
 
 @_store_failures
-def query_consumer_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def query_consumer_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     group = ext_str(req.ext_fields, "consumerGroup")
     topic, queue_id = _queue(req)
-    offset = table_of(broker).query(validate_group(group), validate_topic(topic), queue_id_arg(queue_id))
+    offset = broker.consumer_offsets.query(validate_group(group), validate_topic(topic), queue_id_arg(queue_id))
     if offset >= 0:
         return _offset_reply(req, offset)
     if broker.store.min_offset(topic, queue_id) <= 0 and not first_record_in_disk(broker, topic, queue_id, 0):
@@ -86,7 +90,7 @@ def query_consumer_offset(broker: Any, peer: Peer, req: RemotingCommand) -> Remo
 
 
 @_store_failures
-def update_consumer_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def update_consumer_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     group = ext_str(req.ext_fields, "consumerGroup")
     topic, queue_id = _queue(req)
     offset = ext_long(req.ext_fields, "commitOffset")
@@ -96,31 +100,21 @@ def update_consumer_offset(broker: Any, peer: Peer, req: RemotingCommand) -> Rem
 
 
 @_store_failures
-def search_offset_by_timestamp(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def search_offset_by_timestamp(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     topic, queue_id = _queue(req)
     return _offset_reply(req, broker.store.offset_for_timestamp(topic, queue_id, ext_long(req.ext_fields, "timestamp")))
 
 
 @_store_failures
-def get_max_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def get_max_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     return _offset_reply(req, broker.store.max_offset(*_queue(req)))
 
 
 @_store_failures
-def get_min_offset(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def get_min_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     return _offset_reply(req, broker.store.min_offset(*_queue(req)))
 
 
 @_store_failures
-def get_earliest_msg_storetime(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def get_earliest_msg_storetime(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     return req.reply(ResponseCode.SUCCESS, None, {"timestamp": broker.store.earliest_store_time(*_queue(req))})
-
-
-def install(broker: Any) -> None:
-    table = broker.table
-    table.register(RequestCode.QUERY_CONSUMER_OFFSET, query_consumer_offset)
-    table.register(RequestCode.UPDATE_CONSUMER_OFFSET, update_consumer_offset)
-    table.register(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, search_offset_by_timestamp)
-    table.register(RequestCode.GET_MAX_OFFSET, get_max_offset)
-    table.register(RequestCode.GET_MIN_OFFSET, get_min_offset)
-    table.register(RequestCode.GET_EARLIEST_MSG_STORETIME, get_earliest_msg_storetime)

@@ -64,7 +64,7 @@ import contextlib
 import functools
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -72,12 +72,15 @@ import rmqlog
 from rmqlog import FilterParseError, GetMessageResult, GetMessageStatus, Sql92Filter, compile_filter
 from rmqlog.results import DiskLimits
 
-from ..remoting import PullMessageHeader, RemotingCommand, RequestCode, ResponseCode
+from ..remoting import PullMessageHeader, RemotingCommand, ResponseCode
 from ..remoting.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
 from .config import BrokerConfig
 from .consumer_offsets import commit_offset
-from .holds import HeldPull, PullHoldService, watch_close
+from .holds import HeldPull, watch_close
 from .peer import Peer
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 PERM_READ = 4
 PERM_WRITE = 2
@@ -130,17 +133,18 @@ def total_memory() -> int:
         return 1 << 62
 
 
-def conf(broker: Any, name: str, default: Any) -> Any:
+def conf(broker: Broker, name: str, default: Any) -> Any:
     """``broker.config.<name>`` (BrokerConfig's snake_case field), else RocketMQ's default."""
-    value = getattr(getattr(broker, "config", None), name, None)
+    value = getattr(broker.config, name, None)
     return default if value is None else value
 
 
 @dataclass(frozen=True)
 class PullSettings:
     """What a pull reads of the broker's config (:func:`conf`'s values), taken once per config
-    object: UPDATE_BROKER_CONFIG replaces ``broker.config`` as a whole (never changes it in
-    place), so a pull after it takes them again (:func:`settings`)."""
+    object: UPDATE_BROKER_CONFIG replaces ``broker.config`` (a frozen
+    :class:`~rmqnet.broker.config.BrokerConfig`) as a whole, so a pull after it takes them
+    again (:func:`settings`)."""
 
     readable: bool  # brokerPermission has PERM_READ
     broker_ip1: str
@@ -154,19 +158,18 @@ class PullSettings:
     short_polling_ms: int
     slave_read: bool  # slaveReadEnable
     property_filter: bool  # enablePropertyFilter
-    #: DiskLimits by (the pull's maxMsgNums, the memory bytes): a few distinct ones (clients use one or two counts)
+    #: DiskLimits by (the pull's maxMsgNums, the memory bytes): a few (clients use one or two counts)
     disk: dict[tuple[int, int], DiskLimits] = field(default_factory=dict, compare=False)
 
     @classmethod
-    def of(cls, broker: Any) -> PullSettings:
-        ratio = conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
+    def of(cls, broker: Broker) -> PullSettings:
         return cls(
             readable=bool(conf(broker, "broker_permission", BROKER_PERMISSION) & PERM_READ),
             broker_ip1=conf(broker, "broker_ip1", ""),
             slave=conf(broker, "broker_role", "ASYNC_MASTER") == "SLAVE",
             count=conf(broker, "max_transfer_count_on_message_in_memory", MAX_TRANSFER_COUNT_IN_MEMORY),
             nbytes=conf(broker, "max_transfer_bytes_on_message_in_memory", MAX_TRANSFER_BYTES_IN_MEMORY),
-            ratio=ratio,
+            ratio=conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO),
             disk_count=conf(broker, "max_transfer_count_on_message_in_disk", MAX_TRANSFER_COUNT_IN_DISK),
             disk_bytes=conf(broker, "max_transfer_bytes_on_message_in_disk", MAX_TRANSFER_BYTES_IN_DISK),
             long_polling=conf(broker, "long_polling_enable", True),
@@ -188,36 +191,27 @@ class PullSettings:
 
 
 #: (config object, its settings) of the last pull: one broker per process, one config at a time
-_settings: tuple[object, PullSettings] | None = None
+_settings: tuple[BrokerConfig, PullSettings] | None = None
 
 
-def settings(broker: Any) -> PullSettings:
-    """The :class:`PullSettings` of ``broker.config`` as it is now: kept while the broker's
-    :class:`~rmqnet.broker.config.BrokerConfig` (frozen) is the same object, taken again when
-    it was replaced; any other config (a test's stand-in, which may change in place) is read
-    each time, and a broker without one gets RocketMQ's defaults."""
+def settings(broker: Broker) -> PullSettings:
+    """The :class:`PullSettings` of ``broker.config`` as it is now: kept while it is the same
+    object, taken again when it was replaced (brokers of one process take turns correctly)."""
     global _settings
-    config = getattr(broker, "config", None)
+    config = broker.config
     got = _settings
     if got is not None and got[0] is config:
         return got[1]
     made = PullSettings.of(broker)
-    if isinstance(config, BrokerConfig):
-        _settings = (config, made)
+    _settings = (config, made)
     return made
 
 
-def topic_config(broker: Any, topic: str) -> rmqlog.TopicConfig | None:
-    """The topic's config (queues, perm), or ``None`` if the broker does not know it. Through
-    the broker's ``TopicManager`` when it has one (its ``get``), else the store's
-    ``topics.json``. Raises the store's errors (a closed store: ``StoreClosedError``)."""
-    topics = getattr(broker, "topics", None)
-    getter = getattr(topics, "get", None)
-    if getter is not None:
-        found = getter(topic)
-        return found if found is None or isinstance(found, rmqlog.TopicConfig) else None
-    found = broker.store.topics().get(topic)
-    return found if isinstance(found, rmqlog.TopicConfig) else None
+def topic_config(broker: Broker, topic: str) -> rmqlog.TopicConfig | None:
+    """The topic's config (queues, perm), or ``None`` if the broker does not know it (the
+    broker's ``TopicManager``, in memory). Raises the store's errors (a closed store:
+    ``StoreClosedError``)."""
+    return broker.topics.get(topic)
 
 
 def store_failure(req: RemotingCommand, exc: rmqlog.StoreError) -> RemotingCommand:
@@ -228,12 +222,12 @@ def store_failure(req: RemotingCommand, exc: rmqlog.StoreError) -> RemotingComma
 
 
 # ---------------------------------------------------------------------------- handler
-def pull_message(broker: Any, peer: Peer, req: RemotingCommand) -> Any:
+def pull_message(broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
     """The PULL_MESSAGE handler: the response, or a future of it when the pull is held."""
     return process(broker, peer, req, allow_suspend=True)
 
 
-def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: bool,
+def process(broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: bool,
             held: HeldPull | None = None) -> Any:
     """One pull (Java's ``processRequest``): the response, or with ``allow_suspend`` a future
     of it when the pull is held. ``held``: the re-run of a held pull (its header and
@@ -265,12 +259,11 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
     if code == ResponseCode.SUCCESS:
         assert result.records is not None
         res.body = [memoryview(result.records.data)]
-        get_nums = getattr(broker, "get_nums", None)  # consumeTps of GET_CONSUME_STATS (admin_stats)
-        if get_nums is not None:
-            get_nums.record(h.consumer_group, h.topic, len(result.records.commit_log_offsets), broker.clock.wall_ms())
+        # consumeTps of GET_CONSUME_STATS (admin_stats)
+        broker.get_nums.record(h.consumer_group, h.topic, len(result.records.commit_log_offsets), broker.clock.wall_ms())
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND:
-        holds: PullHoldService | None = getattr(broker, "holds", None)
-        if holds is not None and not getattr(broker, "stopping", False) and _in_event_loop():
+        holds = broker.holds
+        if not broker.stopping and _in_event_loop():
             wait = h.suspend_timeout_millis if got.long_polling else got.short_polling_ms
             res = holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
                              {"header": h, "filter": flt, "broker": broker})
@@ -282,7 +275,7 @@ def process(broker: Any, peer: Peer, req: RemotingCommand, *, allow_suspend: boo
     return res
 
 
-def suggest_broker(broker: Any, result: GetMessageResult, got: PullSettings | None = None) -> int:
+def suggest_broker(broker: Broker, result: GetMessageResult, got: PullSettings | None = None) -> int:
     """``suggestWhichBrokerId`` (``PullMessageProcessor``): 0, the master, unless
     ``slaveReadEnable``; then 1 (the group's ``whichBrokerWhenConsumeSlowly``) when the last
     record read lies further behind the commitlog's end than ``accessMessageInMemoryMaxRatio``
@@ -308,7 +301,7 @@ def _in_event_loop() -> bool:
     return True
 
 
-def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader,
+def _check(broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeader,
            got: PullSettings) -> RemotingCommand | Filter:
     """The request's checks in Java's order: a refusal, or the filter to read with."""
     if not got.readable:
@@ -330,15 +323,15 @@ def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader,
             except FilterParseError:
                 return req.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
     else:
-        registry = getattr(broker, "consumers", None)
-        sub = registry.find_subscription(h.consumer_group, h.topic) if registry is not None else None
+        registry = broker.consumers
+        sub = registry.find_subscription(h.consumer_group, h.topic)
         if sub is None:
             return req.reply(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
         if sub.sub_version < h.sub_version:
             return req.reply(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
         expression_type, subscription = sub.expression_type, sub.sub_string
         if expression_type == SQL92:
-            found = registry.find_filter(h.consumer_group, h.topic) if registry is not None else None
+            found = registry.find_filter(h.consumer_group, h.topic)
             if found is None:
                 return req.reply(ResponseCode.FILTER_DATA_NOT_EXIST,
                                  "The broker's consumer filter data is not exist!Your expression may be wrong!")
@@ -358,7 +351,7 @@ def _check(broker: Any, peer: Peer, req: RemotingCommand, h: PullMessageHeader,
     return subscription, None
 
 
-def _read(broker: Any, h: PullMessageHeader, flt: Filter, got: PullSettings) -> GetMessageResult:
+def _read(broker: Broker, h: PullMessageHeader, flt: Filter, got: PullSettings) -> GetMessageResult:
     """The window read under RocketMQ's transfer limits (``DefaultMessageStore.isTheBatchFull``):
     each unit judged by where its record lies, in memory or on disk (more than
     ``accessMessageInMemoryMaxRatio`` percent of the machine's memory behind the commitlog's
@@ -388,27 +381,13 @@ def disk_limited(sizes: np.ndarray, in_disk: np.ndarray, mem_count: int, disk_co
     return int(stops[0]) if len(stops) else len(sizes)
 
 
-def _rerun(held: HeldPull, final: bool) -> RemotingCommand | None:
-    """A held pull re-run (Java's ``executeRequestWhenWakeup``, suspend not allowed): on a
-    wake-up, ``None`` (keep holding) unless something matching arrived; at the deadline,
-    whatever the pull gives."""
-    res = process(held.state["broker"], held.peer, held.request, allow_suspend=False, held=held)
+def rerun_held(held: HeldPull, final: bool) -> RemotingCommand | None:
+    """A held pull re-run (Java's ``executeRequestWhenWakeup``, suspend not allowed; the
+    broker's :class:`~rmqnet.broker.holds.PullHoldService` calls it): on a wake-up, ``None``
+    (keep holding) unless something matching arrived; at the deadline, whatever the pull gives."""
+    broker: Broker = held.state["broker"]  # (kept by the pull that held it)
+    res = process(broker, held.peer, held.request, allow_suspend=False, held=held)
     if not final and res.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY) \
             and res.remark != _S.MESSAGE_WAS_REMOVING.name:
         return None
     return res
-
-
-def install(broker: Any) -> None:
-    """Register PULL_MESSAGE and the hold service (``broker.holds``, run on the broker's
-    timer; woken by the store's arrival signal when the store has one)."""
-    broker.holds = PullHoldService(_rerun)
-    broker.services.append(broker.holds)
-    on_arrival = getattr(broker.store, "on_arrival", None)
-    if on_arrival is not None:
-        on_arrival(broker.holds.notify_arrivals)
-    broker.table.register(RequestCode.PULL_MESSAGE, pull_message)
-    # at a stop the held pulls are answered before the server waits for requests in flight
-    # (else each holds the stop for the whole grace period and its client sees the connection drop)
-    broker.stop_listeners.append(broker.holds.close)
-

@@ -22,20 +22,23 @@ time and end commitlog offset (``MessageStore.index_last_update``), as Java's.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import rmqlog
 
-from ..remoting import RemotingCommand, RequestCode, ResponseCode, ext_int, ext_long, ext_str
+from ..remoting import RemotingCommand, ResponseCode, ext_int, ext_long, ext_str
 from . import pull
 from .peer import Peer
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 #: MessageStoreConfig.defaultQueryMaxNum
 DEFAULT_QUERY_MAX_NUM = 32
 UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 
 
-def query_message(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def query_message(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     ext = req.ext_fields
     topic, key = ext_str(ext, "topic"), ext_str(ext, "key")
     max_num = ext_int(ext, "maxNum")
@@ -45,7 +48,7 @@ def query_message(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingComm
     try:
         if unique:
             found = store.query_by_unique_key(topic, key, raw=True)
-            found = _first(found, pull.conf(broker, "default_query_max_num", DEFAULT_QUERY_MAX_NUM))
+            found = _first(found, DEFAULT_QUERY_MAX_NUM)
         else:
             found = store.query_by_key(topic, key, max_num, begin, end, raw=True)
         last_ms, last_offset = store.index_last_update()
@@ -68,7 +71,7 @@ def _first(records: rmqlog.StoredRecords, n: int) -> rmqlog.StoredRecords:
                                 records.queue_offsets[:n])
 
 
-def view_message_by_id(broker: Any, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def view_message_by_id(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     offset = ext_long(req.ext_fields, "offset")
     store: rmqlog.MessageStore = broker.store
     not_found = req.reply(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
@@ -93,8 +96,3 @@ def _indexed_at(store: rmqlog.MessageStore, found: rmqlog.StoredRecords, offset:
     recs = unit.records
     return (unit.status == rmqlog.GetMessageStatus.FOUND and recs is not None and len(recs) == 1
             and int(recs.commit_log_offsets[0]) == offset)
-
-
-def install(broker: Any) -> None:
-    broker.table.register(RequestCode.QUERY_MESSAGE, query_message)
-    broker.table.register(RequestCode.VIEW_MESSAGE_BY_ID, view_message_by_id)

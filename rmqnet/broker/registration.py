@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.register import (
@@ -36,6 +36,9 @@ from ..remoting.register import (
     body_crc32,
 )
 from ..transport import ClientConnection
+
+if TYPE_CHECKING:
+    from .broker import Broker
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +92,7 @@ class Registrar:
     ``data_version`` -> ``{"counter", "timestamp"}``): :class:`rmqnet.broker.broker.Broker`.
     """
 
-    def __init__(self, broker: Any, *, invoke: Invoke | None = None, ha_server_addr: str | None = None,
+    def __init__(self, broker: Broker, *, invoke: Invoke | None = None, ha_server_addr: str | None = None,
                  compressed: bool = False) -> None:
         cfg = broker.config
         self.broker = broker

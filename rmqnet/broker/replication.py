@@ -22,7 +22,7 @@ after each registration round. The master advertises ``brokerIP1:<bound HA port>
 its default (``listenPort + 1``) is taken, the master listens on a free port instead (the
 registration carries it); a configured ``haListenPort`` that is taken fails the start.
 
-:class:`Replication` is installed on every broker (``broker.replication``), is one of its
+:class:`Replication` is a part of every broker (``broker.replication``), is one of its
 services (``run_once(now_ms)``: the HA server's housekeeping, the slave's connection and
 reports), and is started and closed by the broker process (:meth:`Replication.start`,
 :meth:`Replication.close`); a broker built without starting it (tests of other parts) has no
@@ -114,13 +114,11 @@ class Replication:
 
     def _registered_master(self) -> str | None:
         """The master's HA address the name servers answered the last registration with."""
-        for service in self.broker.services:
-            results = getattr(service, "results", None)
-            if isinstance(results, dict):
-                for res in results.values():
-                    addr = getattr(res, "ha_server_addr", None)
-                    if addr:
-                        return str(addr)
+        registrar = self.broker.registrar
+        if registrar is not None:
+            for res in registrar.results.values():
+                if res.ha_server_addr:
+                    return res.ha_server_addr
         return None
 
     # ----------------------------------------------------------------- sends
@@ -159,9 +157,3 @@ def _recode(reply: RemotingCommand, code: int) -> RemotingCommand:
                           language=reply.language, version=reply.version)
     return out
 
-
-def install(broker: Broker) -> None:
-    """``broker.replication`` (started by the process: :meth:`Replication.start`)."""
-    replication = Replication(broker)
-    broker.replication = replication  # type: ignore[attr-defined]
-    broker.services.append(replication)

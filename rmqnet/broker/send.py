@@ -46,7 +46,6 @@ import asyncio
 import logging
 import random
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -173,7 +172,7 @@ class SendService:
         self._last_marked: OrderedDict[str, tuple[int, dict[str, str]]] = OrderedDict()
 
     # ------------------------------------------------------------ handlers
-    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
+    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
         """SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE: an immediate refusal, or a
         future of the reply."""
         v2 = req.code != RequestCode.SEND_MESSAGE
@@ -205,8 +204,7 @@ class SendService:
         cfg, topics = self.config, self.broker.topics
         if self.broker.stopping:
             return req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, STOPPING_REMARK, extra)
-        replication = getattr(self.broker, "replication", None)
-        refused = replication.refuse_send(req, extra) if replication is not None else None
+        refused = self.broker.replication.refuse_send(req, extra)
         if refused is not None:  # a SLAVE (DefaultMessageStore.checkStoreStatus)
             return refused
         if not cfg.broker_permission & PERM_WRITE and topics.is_order_topic(h.topic):
@@ -260,7 +258,7 @@ class SendService:
                 if self.config.reject_transaction_message:  # RocketMQ's refusal (rejectTransactionMessage)
                     return req.reply(ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden", extra)
-                refused = self.broker.transactions.half(props, topic, queue_id)  # type: ignore[attr-defined]
+                refused = self.broker.transactions.half(props, topic, queue_id)
                 if refused is not None:
                     return self._illegal(req, refused, extra)
                 # parseHalfMessageInner: to the half topic's queue 0, the transaction bits cleared
@@ -317,7 +315,8 @@ class SendService:
 
     # -------------------------------------------------------------- batching
     def _submit(self, req: RemotingCommand, rows: Any, count: int, queue_id: int, extra: dict[str, str],
-                wait: bool = True, marker: IdempotenceMarker | None = None, half: bool = False) -> Any:
+                wait: bool = True, marker: IdempotenceMarker | None = None,
+                half: bool = False) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
         if self._pending_count + count > self.capacity and self._pending:
             return req.reply(ResponseCode.SYSTEM_BUSY, SYSTEM_BUSY_REMARK, extra)
         loop = asyncio.get_running_loop()
@@ -402,14 +401,13 @@ class SendService:
             sends = [s]  # answered as a put is (below): after the flush, once a slave holds the tail
         else:
             self._count(len(msg_ids))
-        replication = getattr(self.broker, "replication", None)
+        replication = self.broker.replication
         gate_end = 0
-        if replication is not None:
-            replication.appended()  # the HA writers send it now
-            if replication.sync_master:
-                # what a slave must hold: the put's end (a replay: the tail now, as the first
-                # send of its rows may have been answered FLUSH_SLAVE_TIMEOUT)
-                gate_end = end if end and not duplicate else self.store.published_tail()
+        replication.appended()  # the HA writers send it now
+        if replication.sync_master:
+            # what a slave must hold: the put's end (a replay: the tail now, as the first
+            # send of its rows may have been answered FLUSH_SLAVE_TIMEOUT)
+            gate_end = end if end and not duplicate else self.store.published_tail()
         end = gate_end
         if duplicate:
             sends[0].end = end
@@ -439,8 +437,8 @@ class SendService:
     def _answer(self, s: _Send) -> None:
         """Resolve a stored send with its reply; under SYNC_MASTER once a slave holds it
         (:meth:`rmqnet.broker.replication.Replication.gate`)."""
-        replication = getattr(self.broker, "replication", None)
-        if s.reply is None or not s.end or not s.wait or replication is None or not replication.sync_master:
+        replication = self.broker.replication
+        if s.reply is None or not s.end or not s.wait or not replication.sync_master:
             _resolve(s, s.reply)
             return
         gated = replication.gate(s.reply, s.end)
@@ -564,11 +562,3 @@ def _singles_table(rows: list[tuple[Any, ...]]) -> pa.Table:
     return pa.Table.from_arrays([pa.array(col, f.type) for col, f in zip(columns, WIRE_SCHEMA, strict=True)],
                                 schema=WIRE_SCHEMA)
 
-
-def install(broker: Broker) -> None:
-    """Register 10, 310, 320; the service is ``broker.sender``."""
-    sender = SendService(broker)
-    broker.sender = sender  # type: ignore[attr-defined]
-    handler: Callable[[Any, Peer, RemotingCommand], Any] = sender.handle
-    for code in (RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-        broker.table.register(code, handler)

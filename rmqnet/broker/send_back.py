@@ -39,9 +39,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -50,7 +49,7 @@ import pyarrow.compute as pc
 from rmqlog import InvalidGroupError, InvalidMessageError, send_back_table
 from rmqlog.paths import validate_group
 
-from ..remoting import ConsumerSendMsgBackHeader, RemotingCommand, RequestCode, ResponseCode
+from ..remoting import ConsumerSendMsgBackHeader, RemotingCommand, ResponseCode
 from .codes import STOPPING_REMARK, store_error_code
 from .peer import Peer
 from .topics import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX
@@ -58,6 +57,7 @@ from .transactions import group_commit
 
 if TYPE_CHECKING:
     from .broker import Broker
+    from .config import BrokerConfig
 
 log = logging.getLogger(__name__)
 
@@ -89,15 +89,19 @@ class SendBackService:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.store = broker.store
-        self.config = broker.config
         self._pending: list[_Back] = []
         self._scheduled = False
         #: messages re-stored since start (to the retry topics, to the dead-letter topics)
         self.retried = 0
         self.dead = 0
 
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's config now (UPDATE_BROKER_CONFIG may replace it: rmqnet.broker.admin_config)."""
+        return self.broker.config
+
     # ------------------------------------------------------------- handler
-    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
+    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
         """CONSUMER_SEND_MSG_BACK: an immediate refusal, or a future of the answer."""
         h = ConsumerSendMsgBackHeader.read(req.ext_fields)  # a FieldError: SYSTEM_ERROR (dispatch)
         refused = self._check(req, h)
@@ -118,8 +122,7 @@ class SendBackService:
         broker, cfg = self.broker, self.config
         if broker.stopping:
             return req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, STOPPING_REMARK)
-        replication = getattr(broker, "replication", None)
-        slave = replication.refuse_send(req, {}) if replication is not None else None
+        slave = broker.replication.refuse_send(req, {})
         if slave is not None:
             return slave
         problem = group_problem(h.group)
@@ -146,8 +149,7 @@ class SendBackService:
         else one this broker knows (a consumer of it registered, or its retry topic exists)."""
         if self.config.auto_create_subscription_group:
             return True
-        consumers = getattr(self.broker, "consumers", None)
-        if consumers is not None and group in consumers.consumer_groups:
+        if group in self.broker.consumers.consumer_groups:
             return True
         return self.broker.topics.get(RETRY_PREFIX + group) is not None
 
@@ -206,9 +208,7 @@ class SendBackService:
         except Exception as exc:  # noqa: BLE001 - mapped (store errors, OSError) or re-raised into the futures
             self._fail(backs, exc)
             return
-        replication = getattr(self.broker, "replication", None)
-        if replication is not None:
-            replication.appended()  # the HA writers send it now (no wait: WAIT=false, as in Java)
+        self.broker.replication.appended()  # the HA writers send it now (no wait: WAIT=false, as in Java)
         if self.broker.config.sync_flush:
             asyncio.get_running_loop().run_in_executor(None, group_commit, self.store).add_done_callback(_flushed)
         deaths = int(dead.sum())
@@ -259,10 +259,3 @@ def _resolve(b: _Back, reply: RemotingCommand | None) -> None:
     if not b.future.done():
         b.future.set_result(reply)
 
-
-def install(broker: Broker) -> None:
-    """Register 36; the service is ``broker.send_back``."""
-    service = SendBackService(broker)
-    broker.send_back = service  # type: ignore[attr-defined]
-    handler: Callable[[Any, Peer, RemotingCommand], Any] = service.handle
-    broker.table.register(RequestCode.CONSUMER_SEND_MSG_BACK, handler)

@@ -83,13 +83,12 @@ class SlaveSynchronize:
         return self._task
 
     def _registered_master(self) -> str | None:
-        for service in self.broker.services:
-            results = getattr(service, "results", None)
-            if isinstance(results, dict):
-                for res in results.values():
-                    addr = getattr(res, "master_addr", None)
-                    if addr:
-                        return str(addr)
+        """The master's address the name servers answered the last registration with."""
+        registrar = self.broker.registrar
+        if registrar is not None:
+            for res in registrar.results.values():
+                if res.master_addr:
+                    return res.master_addr
         return None
 
     async def sync_all(self, master: str) -> None:
@@ -179,11 +178,3 @@ class SlaveSynchronize:
         for c in conns:
             await c.wait_closed()
 
-
-def install(broker: Broker) -> None:
-    """43 on every broker; a SLAVE also runs :class:`SlaveSynchronize` (``broker.slave_sync``)."""
-    broker.table.register(RequestCode.GET_ALL_CONSUMER_OFFSET, get_all_consumer_offset)
-    if broker.config.slave:
-        sync = SlaveSynchronize(broker)
-        broker.slave_sync = sync  # type: ignore[attr-defined]
-        broker.services.append(sync)

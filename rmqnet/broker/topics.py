@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rmqlog import Clock, MessageStore, TopicConfig
@@ -81,14 +82,15 @@ def topic_text(tc: TopicConfig) -> str:
 
 
 class TopicManager:
-    """Topic configs by name, over ``store``'s (see the module docstring).
+    """Topic configs by name, over ``store``'s (see the module docstring); ``config`` gives the
+    broker's config of now.
 
     Thread-safe: sends run on the event loop, registration and admin may run elsewhere.
     """
 
-    def __init__(self, store: MessageStore, config: BrokerConfig, clock: Clock) -> None:
+    def __init__(self, store: MessageStore, config: Callable[[], BrokerConfig], clock: Clock) -> None:
         self.store = store
-        self.config = config
+        self._config = config
         self.clock = clock
         self._lock = threading.RLock()
         #: topics kept in memory over the store's: the system topics
@@ -136,6 +138,12 @@ class TopicManager:
                     self.store.put_topic(TopicConfig(topic, n, n), persist=False)
                     log.info("topic %s found from its consume queues (%d queues)", topic, n)
                     self._next_version()
+
+    @property
+    def config(self) -> BrokerConfig:
+        """The broker's config now (``config()``: UPDATE_BROKER_CONFIG may replace it, and
+        ``autoCreateTopicMaxNums`` is read at each auto-creation)."""
+        return self._config()
 
     # ----------------------------------------------------------------- reads
     def get(self, topic: str) -> TopicConfig | None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import logging
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -72,7 +72,8 @@ _BORN_V6, _STORE_V6 = 0x10, 0x20
 
 
 class TransactionCheckService:
-    """``broker.transaction_check`` (module docstring). Counters: :attr:`rounds`,
+    """``broker.transaction_check`` (module docstring), over ``transactions`` (the broker's
+    :class:`TransactionService`, whose ended transactions it passes over). Counters: :attr:`rounds`,
     :attr:`checked` (check-backs sent), :attr:`no_channel` (renewed, no producer to ask),
     :attr:`discarded`."""
 
@@ -176,9 +177,7 @@ class TransactionCheckService:
         result = store.put_wire(pa.concat_tables(parts).combine_chunks(), system=True, wait_flush=False)
         txn.resolved.update(dict.fromkeys(gone_keys, DISCARD))
         self.discarded += len(gone)
-        replication = getattr(self.broker, "replication", None)
-        if replication is not None:
-            replication.appended()
+        self.broker.replication.appended()
         self._check_back(rows.take(pa.array(renew, pa.int64())), result.slice(0, len(renew)))
 
     def _check_back(self, halves: pa.Table, renewed: pa.Table) -> None:
@@ -211,8 +210,7 @@ class TransactionCheckService:
 
     def _channel(self, group: str | None) -> Peer | None:
         """A live connection of a producer of ``group`` (Java's ``getAvailableChannel``), in turn."""
-        registry: Any = getattr(self.broker, "consumers", None)
-        clients = registry.producer_groups.get(group) if registry is not None and group else None
+        clients = self.broker.consumers.producer_groups.get(group) if group else None
         live = [c.peer for c in (clients or {}).values() if not c.peer.closed]
         if not live:
             return None
@@ -250,10 +248,3 @@ def _ms(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A timestamp column (the message table's, microseconds) as int64 ms."""
     return np.asarray(col.cast(pa.int64()), np.int64) // 1000
 
-
-def install(broker: Broker) -> None:
-    """The check service as ``broker.transaction_check``, one of ``broker.services`` (after
-    :mod:`rmqnet.broker.transactions`, whose ``broker.transactions`` it reads)."""
-    checker = TransactionCheckService(broker, broker.transactions)  # type: ignore[attr-defined]
-    broker.transaction_check = checker  # type: ignore[attr-defined]
-    broker.services.append(checker)

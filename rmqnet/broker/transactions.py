@@ -41,18 +41,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqlog import InvalidMessageError, StoreError
+from rmqlog import InvalidMessageError, MessageStore, StoreError
 
 from ..client.message import UniqKeys
-from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting import RemotingCommand, ResponseCode
 from ..remoting.headers import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -158,7 +157,7 @@ class TransactionService:
         return None
 
     # --------------------------------------------------------- END_TRANSACTION
-    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
+    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand | None] | None:
         """END_TRANSACTION: refused at once, no answer (outcome unknown), or a future."""
         if broker.config.slave:
             return req.reply(ResponseCode.SLAVE_NOT_AVAILABLE, "Message store is slave mode, so end transaction is forbidden. ")
@@ -258,9 +257,7 @@ class TransactionService:
         self.resolved.update(decided)
         self.committed += len(commit_rows)
         self.rolled_back += len(op_rows) - len(commit_rows)
-        replication = getattr(self.broker, "replication", None)
-        if replication is not None:
-            replication.appended()
+        self.broker.replication.appended()
         self._settle(accepted)
 
     def _settle(self, ends: list[_End]) -> None:
@@ -310,7 +307,7 @@ def op_records(queue_offsets: pa.Array | pa.ChunkedArray, keys: list[str], ends:
     ], schema=PUT_SCHEMA)
 
 
-def group_commit(store: Any) -> int:
+def group_commit(store: MessageStore) -> int:
     """One sync covering every put so far (``MessageStore.flush_to`` of the published tail: the
     commitlog range and the flushed position): run in a worker thread, never on the loop."""
     return int(store.flush_to(store.published_tail()))
@@ -320,11 +317,3 @@ def _answer(e: _End, reply: RemotingCommand | None) -> None:
     if not e.future.done():
         e.future.set_result(reply)
 
-
-def install(broker: Broker) -> None:
-    """Register 37; the service is ``broker.transactions`` (the check service is installed by
-    :mod:`rmqnet.broker.transaction_check`, next)."""
-    service = TransactionService(broker)
-    broker.transactions = service  # type: ignore[attr-defined]
-    handler: Callable[[Any, Peer, RemotingCommand], Any] = service.handle
-    broker.table.register(RequestCode.END_TRANSACTION, handler)

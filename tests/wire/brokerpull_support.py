@@ -1,58 +1,20 @@
-"""What the broker-pull tests share: a stand-in broker (the attributes ``rmqnet.broker.broker.Broker``
-has: store, config, clock, table, address, services), a fake peer that records what the broker
-sends it, request builders with the Java field names, and the commitlog's bytes read straight
-from the segment files (what a pull body must equal)."""
+"""What the broker-pull tests share (their brokers are real ones:
+:func:`wire.broker_helpers.make_broker`): a fake peer that records what the broker sends it,
+request builders with the Java field names, and the commitlog's bytes read straight from the
+segment files (what a pull body must equal)."""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import rmqlog
-from rmqnet.broker.consumer_offsets import ConsumerOffsetTable
-from rmqnet.broker.dispatch import ProcessorTable
 from rmqnet.remoting import RemotingCommand
 
 SEGMENT = 1 << 20
-
-
-@dataclass
-class StandInConfig:
-    """The BrokerConfig fields the pull side reads (snake_case RocketMQ keys)."""
-
-    broker_name: str = "broker-a"
-    broker_ip1: str = "127.0.0.1"
-    broker_permission: int = 6
-    long_polling_enable: bool = True
-    short_polling_time_mills: int = 1000
-    broker_role: str = "ASYNC_MASTER"
-    # the heartbeat's and the lock table's caps (rmqnet.broker.config.BrokerConfig's defaults)
-    heartbeat_max_group_nums: int = 1000
-    client_group_max_nums: int = 50_000
-    auto_create_subscription_group: bool = True
-    auto_create_subscription_group_max_nums: int = 50_000
-    queue_lock_max_nums: int = 200_000
-
-
-@dataclass
-class StandInBroker:
-    store: rmqlog.MessageStore
-    clock: rmqlog.ManualClock
-    config: StandInConfig = field(default_factory=StandInConfig)
-    table: ProcessorTable = field(default_factory=ProcessorTable)
-    address: str = "127.0.0.1:10911"
-    services: list[Any] = field(default_factory=list)
-    stop_listeners: list[Any] = field(default_factory=list)
-    root: Path | None = None  # (the store's folder: the tests read its segment files)
-    consumer_offsets: Any = None  # the broker's offset table (built over the store when not given)
-
-    def __post_init__(self) -> None:
-        if self.consumer_offsets is None:
-            self.consumer_offsets = ConsumerOffsetTable(self.store)
 
 
 class FakePeer:

@@ -15,15 +15,15 @@ import rmqlog
 from rmqnet.broker import pull
 from rmqnet.remoting import RequestCode, ResponseCode
 
-from .brokerpull_support import FakePeer, StandInBroker, open_store, request, segment_bytes
+from .broker_helpers import make_broker
+from .brokerpull_support import FakePeer, open_store, request, segment_bytes
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Any:
     clock = rmqlog.ManualClock(1_700_000_000_000)
     store = open_store(tmp_path / "store", clock)
-    b = StandInBroker(store, clock, root=tmp_path / "store")
-    pull.install(b)
+    b = make_broker(store, clock)
     yield b
     store.close()
 
@@ -56,7 +56,7 @@ def do_pull(broker: Any, req: Any, peer: Any = None) -> Any:
 
 
 def expected_body(broker: Any, results: pa.Table, rows: list[int]) -> bytes:
-    root = broker.root
+    root = broker.store.paths.root
     offsets = results["commitLogOffset"].to_pylist()
     qo = results["queueOffset"].to_pylist()
     sizes = broker.store.record_sizes("T", 0, 0, max(qo) + 1)
@@ -145,7 +145,7 @@ def test_unknown_topic(broker: Any) -> None:
 
 def test_broker_not_readable(broker: Any) -> None:
     put(broker, 1)
-    broker.config.broker_permission = 2
+    broker.config = broker.config.replace(broker_permission=2)
     res = do_pull(broker, pull_req(0))
     assert res.code == ResponseCode.NO_PERMISSION and "pulling message is forbidden" in res.remark
 

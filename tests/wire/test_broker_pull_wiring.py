@@ -1,4 +1,4 @@
-"""The pull side installed in the real :class:`rmqnet.broker.broker.Broker` (PROCESSOR_MODULES):
+"""The pull side in the real :class:`rmqnet.broker.broker.Broker` (its processor table):
 its codes and services registered, the TopicManager's %RETRY% creation, and a held pull woken
 by a send through the broker's own send processor."""
 

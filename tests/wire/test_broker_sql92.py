@@ -17,21 +17,18 @@ import pyarrow as pa
 import pytest
 
 import rmqlog
-from rmqnet.broker import consumers, pull
 from rmqnet.remoting import RequestCode, ResponseCode
 
 from . import real_clients as rcl
-from .brokerpull_support import FakePeer, StandInBroker, open_store, request
+from .broker_helpers import make_broker
+from .brokerpull_support import FakePeer, open_store, request
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Any:
     clock = rmqlog.ManualClock(1_700_000_000_000)
     store = open_store(tmp_path / "store", clock)
-    b = StandInBroker(store, clock, root=tmp_path / "store")
-    b.config.enable_property_filter = True  # type: ignore[attr-defined]
-    pull.install(b)
-    consumers.install(b)
+    b = make_broker(store, clock, enable_property_filter=True)
     yield b
     store.close()
 
@@ -106,7 +103,7 @@ def test_a_window_without_a_match_still_advances_the_offset(broker: Any) -> None
 
 def test_property_filter_off_is_refused_with_rocketmqs_code(broker: Any) -> None:
     put(broker, 3)
-    broker.config.enable_property_filter = False
+    broker.config = broker.config.replace(enable_property_filter=False)
     res = do_pull(broker, pull_req(0, expression="i > 1"))
     assert res.code == ResponseCode.SYSTEM_ERROR
     assert res.remark == "The broker does not support consumer to filter message by SQL92"
@@ -182,7 +179,7 @@ def test_heartbeat_with_a_malformed_sql92_then_pull_is_filter_data_not_exist(bro
     assert res.code == ResponseCode.FILTER_DATA_NOT_EXIST
     # and with the switch off, the refusal of the pull is Java's SYSTEM_ERROR
     heartbeat(broker, peer, "i = 1", 4)
-    broker.config.enable_property_filter = False
+    broker.config = broker.config.replace(enable_property_filter=False)
     assert do_pull(broker, pull_req(0, sys_flag=0, expression_type=None, sub_version=4)).code == ResponseCode.SYSTEM_ERROR
 
 
@@ -203,7 +200,7 @@ def test_sixty_kilobytes_of_dashes_are_refused_in_one_pass_by_pull_and_heartbeat
     put(broker, 3)
     dashes = "-" * 60_000
     for switch in (False, True):
-        broker.config.enable_property_filter = switch
+        broker.config = broker.config.replace(enable_property_filter=switch)
         res = do_pull(broker, pull_req(0, expression=dashes))
         assert res.code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
         assert res.remark == "parse the consumer's subscription failed"

@@ -12,19 +12,18 @@ import pyarrow as pa
 import pytest
 
 import rmqlog
-from rmqnet.broker import consumers, pull
+from rmqnet.broker import consumers
 from rmqnet.remoting import FLAG_ONEWAY, RequestCode, ResponseCode
 
-from .brokerpull_support import FakePeer, StandInBroker, open_store, request
+from .broker_helpers import make_broker
+from .brokerpull_support import FakePeer, open_store, request
 
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Any:
     clock = rmqlog.ManualClock(1_700_000_000_000)
     store = open_store(tmp_path / "store", clock)
-    b = StandInBroker(store, clock, root=tmp_path / "store")
-    pull.install(b)
-    consumers.install(b)
+    b = make_broker(store, clock)
     yield b
     store.close()
 
@@ -71,21 +70,6 @@ def test_heartbeat_creates_the_retry_topic(broker: Any) -> None:
     topics = broker.store.topics()
     assert topics["%RETRY%CG"].write_queue_nums == 1 and topics["%RETRY%CG"].read_queue_nums == 1
     assert "%RETRY%CG2" in topics
-
-
-def test_heartbeat_retry_through_the_topic_manager_when_it_offers_it(broker: Any) -> None:
-    made: list[str] = []
-
-    class Topics:
-        def create_retry(self, group: str, queues: int = 1) -> None:
-            made.append(group)
-
-        def get(self, topic: str) -> None:
-            return None
-
-    broker.topics = Topics()
-    beat(broker, FakePeer(), "c1")
-    assert made == ["CG"] and "%RETRY%CG" not in broker.store.topics()
 
 
 def test_no_consumer_is_system_error(broker: Any) -> None:

@@ -19,10 +19,11 @@ import pytest
 import rmqlog
 from rmqlog.results import DiskLimits
 from rmqnet.broker import pull
+from rmqnet.broker.broker import Broker
 from rmqnet.broker.config import BrokerConfig
 from rmqnet.remoting import RequestCode, ResponseCode
 
-from .brokerpull_support import FakePeer, StandInBroker, open_store, request, segment_bytes
+from .brokerpull_support import FakePeer, open_store, request, segment_bytes
 
 LIMIT_KEYS = ("maxTransferCountOnMessageInMemory", "maxTransferBytesOnMessageInMemory",
               "maxTransferCountOnMessageInDisk", "maxTransferBytesOnMessageInDisk")
@@ -34,9 +35,7 @@ def broker_with(tmp_path: Path, conf_text: str = "") -> Any:
     conf.write_text("brokerName=broker-a\n" + conf_text)
     clock = rmqlog.ManualClock(1_700_000_000_000)
     store = open_store(tmp_path / "store", clock)
-    b = StandInBroker(store, clock, config=BrokerConfig.from_properties(conf), root=tmp_path / "store")  # type: ignore[arg-type]
-    pull.install(b)
-    return b
+    return Broker(store, BrokerConfig.from_properties(conf), clock=clock)
 
 
 @contextlib.contextmanager
@@ -70,7 +69,7 @@ def do_pull(b: Any, offset: int, max_nums: int, subscription: str = "*") -> Any:
 def body_of(b: Any, results: pa.Table, rows: list[int]) -> bytes:
     offsets = results["commitLogOffset"].to_pylist()
     sizes = b.store.record_sizes("T", 0, 0, len(offsets))
-    return b"".join(segment_bytes(b.root, offsets[r], int(sizes[r])) for r in rows)
+    return b"".join(segment_bytes(b.store.paths.root, offsets[r], int(sizes[r])) for r in rows)
 
 
 # ------------------------------------------------------------------ broker.conf

@@ -50,12 +50,12 @@ async def _send(broker: Broker, body: bytes, props: str = "", opaque: int = 1) -
 
 
 async def _slave_of(master: Broker, slave: Broker) -> HAClient:
-    await master.replication.start()  # type: ignore[attr-defined]
-    await slave.replication.start()  # type: ignore[attr-defined]
-    client: HAClient = slave.replication.client  # type: ignore[attr-defined]
-    client.set_master(master.replication.ha_server_addr)  # type: ignore[attr-defined]
+    await master.replication.start()
+    await slave.replication.start()
+    client: HAClient = slave.replication.client
+    client.set_master(master.replication.ha_server_addr)
     slave.run_services()
-    await master.replication.server.slave_reported.wait()  # type: ignore[attr-defined]
+    await master.replication.server.slave_reported.wait()
     return client
 
 
@@ -80,8 +80,8 @@ def test_sync_master_answers_once_the_slave_holds_it(tmp_path: Path) -> None:
             assert slave.store.replica_end() >= master.store.published_tail()
             assert res.ext_fields["msgId"]
         await client.close()
-        await master.replication.close()  # type: ignore[attr-defined]
-        await slave.replication.close()  # type: ignore[attr-defined]
+        await master.replication.close()
+        await slave.replication.close()
 
     _run(body)
     tail = master.store.published_tail()
@@ -96,7 +96,7 @@ def test_sync_master_without_slave_and_with_a_stalled_one(tmp_path: Path) -> Non
     master = _broker(tmp_path / "m", "SYNC_MASTER", slave_timeout=50)
 
     async def body() -> None:
-        await master.replication.start()  # type: ignore[attr-defined]
+        await master.replication.start()
         res = await _send(master, b"lonely")
         assert res.code == ResponseCode.SLAVE_NOT_AVAILABLE
         assert res.ext_fields["msgId"] and res.ext_fields["queueOffset"] == "0"  # stored all the same
@@ -104,17 +104,17 @@ def test_sync_master_without_slave_and_with_a_stalled_one(tmp_path: Path) -> Non
         res = await _send(master, b"no-wait", props="WAIT\x01false\x02")
         assert res.code == ResponseCode.SUCCESS
         # a slave that reports once and never acknowledges what it is sent
-        host, port = master.replication.ha_server_addr.rsplit(":", 1)  # type: ignore[attr-defined]
+        host, port = master.replication.ha_server_addr.rsplit(":", 1)
         reader, writer = await asyncio.open_connection(host, int(port))
         writer.write(struct.pack(">q", master.store.published_tail()))
         await writer.drain()
-        server = master.replication.server  # type: ignore[attr-defined]
+        server = master.replication.server
         assert await server.wait_for_replica(master.store.published_tail(), GUARD_S)  # its report arrived
         res = await _send(master, b"stalled")
         assert res.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
         assert res.ext_fields["msgId"] and res.ext_fields["queueOffset"] == "2"
         writer.close()
-        await master.replication.close()  # type: ignore[attr-defined]
+        await master.replication.close()
 
     _run(body)
     master.store.dispatch()
@@ -152,8 +152,8 @@ def test_slave_refuses_sends_and_serves_pulls(tmp_path: Path) -> None:
         assert got.body_bytes() == bytes(want.records.data)  # byte-exact, the master's records
         assert slave.consumer_offsets.query("G", "TopicA", 0) < 0  # a slave stores no commit offset
         await client.close()
-        await master.replication.close()  # type: ignore[attr-defined]
-        await slave.replication.close()  # type: ignore[attr-defined]
+        await master.replication.close()
+        await slave.replication.close()
 
     _run(body)
     master.store.close()
@@ -172,26 +172,26 @@ def test_registration_hands_the_slave_its_masters_ha_address(tmp_path: Path) -> 
         return res
 
     async def body() -> None:
-        await master.replication.start()  # type: ignore[attr-defined]
-        await slave.replication.start()  # type: ignore[attr-defined]
-        ha = master.replication.ha_server_addr  # type: ignore[attr-defined]
+        await master.replication.start()
+        await slave.replication.start()
+        ha = master.replication.ha_server_addr
         reg_m = Registrar(master, invoke=invoke, ha_server_addr=ha)
         reg_s = Registrar(slave, invoke=invoke, ha_server_addr=None)
         assert reg_m.header.broker_id == 0 and reg_m.header.ha_server_addr == ha
         assert reg_s.header.broker_id == 1
         assert await reg_m.register_all() == 1
-        slave.services.append(reg_s)
+        slave.add_registrar(reg_s)
         assert await reg_s.register_all() == 1
         assert next(iter(reg_s.results.values())).ha_server_addr == ha
-        client: HAClient = slave.replication.client  # type: ignore[attr-defined]
+        client: HAClient = slave.replication.client
         assert client.master is None
-        slave.replication.run_once(1)  # type: ignore[attr-defined]
+        slave.replication.run_once(1)
         assert client.master is not None and f"{client.master[0]}:{client.master[1]}" == ha
         assert (await _send(master, b"via-namesrv")).code == ResponseCode.SUCCESS
         await _caught_up(client, slave, master)
         await client.close()
-        await master.replication.close()  # type: ignore[attr-defined]
-        await slave.replication.close()  # type: ignore[attr-defined]
+        await master.replication.close()
+        await slave.replication.close()
 
     _run(body)
     master.store.close()
@@ -240,8 +240,8 @@ def test_slave_answers_an_offset_past_its_queue_retry_not_moved(tmp_path: Path) 
         assert (await _send(master, b"one")).code == ResponseCode.SUCCESS
         await _caught_up(client, slave, master)
         await client.close()
-        await master.replication.close()  # type: ignore[attr-defined]
-        await slave.replication.close()  # type: ignore[attr-defined]
+        await master.replication.close()
+        await slave.replication.close()
 
     _run(body)
     slave.store.dispatch()
@@ -275,7 +275,7 @@ def test_slave_copies_its_masters_topics_offsets_and_delay_offsets(tmp_path: Pat
         return res
 
     async def body() -> None:
-        sync = slave.slave_sync  # type: ignore[attr-defined]
+        sync = slave.slave_sync
         sync.invoke = invoke
         raw = master.table.process(master, FakePeer(), RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET, 1))
         assert json.loads(raw.body_bytes()) == {"offsetTable": {"TopicB@G1": {"5": 17}, "TopicC@G2": {"0": 3}}}
@@ -328,7 +328,7 @@ def test_a_master_without_delay_offsets_leaves_the_slaves_file(tmp_path: Path) -
         return req.reply(ResponseCode.SUCCESS, None, None, body)
 
     async def body() -> None:
-        sync = slave.slave_sync  # type: ignore[attr-defined]
+        sync = slave.slave_sync
         sync.invoke = invoke
         await sync.sync_all("10.0.0.1:10911")
         assert sync.rounds == 1 and sync.last_error is None
@@ -352,11 +352,11 @@ def test_ha_port_default_taken_falls_back_configured_one_fails(tmp_path: Path) -
     b = _broker(tmp_path / "b", "ASYNC_MASTER", ha_listen_port=taken)
 
     async def body() -> None:
-        await a.replication.start()  # type: ignore[attr-defined]
-        assert not a.replication.ha_server_addr.endswith(f":{taken}")  # type: ignore[attr-defined]
+        await a.replication.start()
+        assert not a.replication.ha_server_addr.endswith(f":{taken}")
         with pytest.raises(OSError):
-            await b.replication.start()  # type: ignore[attr-defined]
-        await a.replication.close()  # type: ignore[attr-defined]
+            await b.replication.start()
+        await a.replication.close()
 
     try:
         _run(body)
@@ -387,7 +387,7 @@ def test_a_topic_deleted_on_the_master_is_deleted_on_its_slave(tmp_path: Path) -
         return res
 
     async def body() -> None:
-        sync = slave.slave_sync  # type: ignore[attr-defined]
+        sync = slave.slave_sync
         sync.invoke = invoke
         sync.master_addr = "10.0.0.1:10911"
         start = slave.clock.wall_ms()

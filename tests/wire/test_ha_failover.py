@@ -93,16 +93,16 @@ def test_a_promoted_slave_continues_queues_markers_and_deliveries(tmp_path: Path
         res = await _process(master, _marked(b"marked-1", 1, 1))
         assert res.code == ResponseCode.SUCCESS
         first_offset = int(res.ext_fields["queueOffset"])
-        await master.replication.start()  # type: ignore[attr-defined]
-        await slave.replication.start()  # type: ignore[attr-defined]
-        client = slave.replication.client  # type: ignore[attr-defined]
-        client.set_master(master.replication.ha_server_addr)  # type: ignore[attr-defined]
+        await master.replication.start()
+        await slave.replication.start()
+        client = slave.replication.client
+        client.set_master(master.replication.ha_server_addr)
         slave.run_services()
         while slave.store.replica_end() < m.published_tail():
             client.progress.clear()
             if slave.store.replica_end() < m.published_tail():
                 await client.progress.wait()
-        sync = slave.slave_sync  # type: ignore[attr-defined]
+        sync = slave.slave_sync
 
         async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
             return await _process(master, req)
@@ -110,8 +110,8 @@ def test_a_promoted_slave_continues_queues_markers_and_deliveries(tmp_path: Path
         sync.invoke = invoke
         await sync.sync_all("master")
         assert sync.last_error is None and slave.store.delay_offsets() == offsets_before
-        await master.replication.close()  # type: ignore[attr-defined]
-        await slave.replication.close()  # type: ignore[attr-defined]
+        await master.replication.close()
+        await slave.replication.close()
         await sync.close()
         assert first_offset == 0
 

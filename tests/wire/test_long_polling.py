@@ -14,11 +14,11 @@ import pyarrow as pa
 import pytest
 
 import rmqlog
-from rmqnet.broker import pull
 from rmqnet.broker.holds import PullHoldService
 from rmqnet.remoting import RequestCode, ResponseCode
 
-from .brokerpull_support import FakePeer, StandInBroker, open_store, request, run, segment_bytes
+from .broker_helpers import make_broker
+from .brokerpull_support import FakePeer, open_store, request, run, segment_bytes
 
 SUSPEND_SUB = 6  # suspend + subscription: what ali-ons and the C++ push consumer send
 
@@ -28,8 +28,7 @@ def broker(tmp_path: Path) -> Any:
     clock = rmqlog.ManualClock(1_700_000_000_000)
     store = open_store(tmp_path / "store", clock)
     store.create_topic("T", 4)
-    b = StandInBroker(store, clock, root=tmp_path / "store")
-    pull.install(b)
+    b = make_broker(store, clock)
     yield b
     store.close()
 
@@ -64,7 +63,7 @@ async def turn() -> None:
 def record_bytes(broker: Any, results: pa.Table, queue_id: int = 0) -> bytes:
     qo = results["queueOffset"].to_pylist()
     sizes = broker.store.record_sizes("T", queue_id, 0, max(qo) + 1)
-    return b"".join(segment_bytes(broker.root, o, int(sizes[q]))
+    return b"".join(segment_bytes(broker.store.paths.root, o, int(sizes[q]))
                     for o, q in zip(results["commitLogOffset"].to_pylist(), qo, strict=True))
 
 
@@ -189,7 +188,7 @@ def test_cancelled_by_the_transport_is_forgotten(broker: Any) -> None:
 
 
 def test_short_polling_holds_for_short_polling_time(broker: Any) -> None:
-    broker.config.long_polling_enable = False
+    broker.config = broker.config.replace(long_polling_enable=False)
 
     async def go() -> None:
         fut = held(broker, pull_req(0, timeout_ms=15000))
@@ -219,7 +218,7 @@ def test_arrival_on_the_loop_thread_is_answered_inside_the_notifying_call(broker
 
 def test_the_store_dispatcher_wakes_held_pulls(broker: Any) -> None:
     """No hand-made notify: the store's arrival signal (``MessageStore.on_arrival``, which
-    ``pull.install`` subscribes to) wakes the held pull when a put is dispatched."""
+    the broker subscribes its hold service to) wakes the held pull when a put is dispatched."""
     async def go() -> None:
         other = held(broker, pull_req(0, queue_id=1))
         fut = held(broker, pull_req(0))
@@ -335,7 +334,7 @@ def test_appends_by_another_opener_wake_held_pulls(broker: Any) -> None:
     signal wakes the held pull."""
     async def go() -> None:
         fut = held(broker, pull_req(0))
-        other = rmqlog.MessageStore.open(broker.root, broker.store.config, clock=broker.clock)
+        other = rmqlog.MessageStore.open(broker.store.paths.root, broker.store.config, clock=broker.clock)
         try:
             written = other.put_batch(pa.table({"topic": ["T"], "body": [b"from elsewhere"], "queueId": [0]}))
         finally:

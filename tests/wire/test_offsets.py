@@ -11,10 +11,11 @@ import pyarrow as pa
 import pytest
 
 import rmqlog
-from rmqnet.broker import offsets, pull
+from rmqnet.broker import pull
 from rmqnet.remoting import RequestCode, ResponseCode
 
-from .brokerpull_support import FakePeer, StandInBroker, open_store, request
+from .broker_helpers import make_broker
+from .brokerpull_support import FakePeer, open_store, request
 
 T0 = 1_700_000_000_000
 
@@ -24,8 +25,7 @@ def broker(tmp_path: Path) -> Any:
     clock = rmqlog.ManualClock(T0)
     store = open_store(tmp_path / "store", clock)
     store.create_topic("T", 4)
-    b = StandInBroker(store, clock, root=tmp_path / "store")
-    offsets.install(b)
+    b = make_broker(store, clock)
     yield b
     store.close()
 
@@ -143,4 +143,4 @@ def test_store_closed_is_service_not_available(broker: Any) -> None:
     broker.store.close()
     res = call(broker, RequestCode.GET_MAX_OFFSET, topic="T", queueId=0)
     assert res.code == ResponseCode.SERVICE_NOT_AVAILABLE
-    broker.store = rmqlog.MessageStore.open(broker.root, clock=broker.clock)  # (the fixture closes it)
+    broker.store = rmqlog.MessageStore.open(broker.store.paths.root, clock=broker.clock)  # (the fixture closes it)

@@ -10,10 +10,10 @@ import pyarrow as pa
 import pytest
 
 import rmqlog
-from rmqnet.broker import query
 from rmqnet.remoting import RequestCode, ResponseCode
 
-from .brokerpull_support import FakePeer, StandInBroker, open_store, request, segment_bytes
+from .broker_helpers import make_broker as broker_over
+from .brokerpull_support import FakePeer, open_store, request, segment_bytes
 
 T0 = 1_700_000_000_000
 
@@ -23,9 +23,7 @@ def make_broker(root: Path, **store_kw: Any) -> Any:
     store = open_store(root, clock, **store_kw)
     store.create_topic("T", 4)
     store.create_topic("U", 4)
-    b = StandInBroker(store, clock, root=root)
-    query.install(b)
-    return b
+    return broker_over(store, clock)
 
 
 @pytest.fixture
@@ -47,7 +45,7 @@ def put(broker: Any, topic: str, keys: list[list[str]], queue_id: int = 0) -> li
 
 
 def stored(broker: Any, records: list[tuple[int, int]]) -> bytes:
-    return b"".join(segment_bytes(broker.root, o, s) for o, s in records)
+    return b"".join(segment_bytes(broker.store.paths.root, o, s) for o, s in records)
 
 
 def query_req(topic: str, key: str, *, max_num: int = 32, begin: int = 0, end: int = 1 << 62,
@@ -126,7 +124,7 @@ def test_view_by_offset_is_the_one_record(broker: Any) -> None:
     for offset, size in recs:
         res = call(broker, request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset}))
         assert res.code == ResponseCode.SUCCESS
-        assert res.body_bytes() == segment_bytes(broker.root, offset, size)
+        assert res.body_bytes() == segment_bytes(broker.store.paths.root, offset, size)
 
 
 @pytest.mark.parametrize("where", ["inside", "past", "negative"])
@@ -148,12 +146,12 @@ def test_view_never_returns_a_record_forged_inside_a_body(broker: Any) -> None:
     its PHYSICALOFFSET set to where it will lie): the store reads a record there, but no
     queue lists it, so VIEW_MESSAGE_BY_ID refuses it."""
     (offset, size), = put(broker, "T", [["a"]])
-    original = bytearray(segment_bytes(broker.root, offset, size))
+    original = bytearray(segment_bytes(broker.store.paths.root, offset, size))
     body_start = 88  # TOTALSIZE..BODYLENGTH: the fixed header before a v4 record's body
     where = broker.store.published_tail() + body_start
     original[28:36] = where.to_bytes(8, "big")  # PHYSICALOFFSET
     broker.store.put_batch(pa.table({"topic": ["U"], "body": [bytes(original)], "queueId": [0]}), dispatch=True)
-    assert segment_bytes(broker.root, where, size) == bytes(original)
+    assert segment_bytes(broker.store.paths.root, where, size) == bytes(original)
     res = call(broker, request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": where}))
     assert res.code == ResponseCode.SYSTEM_ERROR and res.body_bytes() == b""
     res = call(broker, request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset}))

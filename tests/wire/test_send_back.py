@@ -107,7 +107,7 @@ def test_at_the_maximum_or_with_a_negative_level_it_is_a_dead_letter(store: rmql
     tc = broker.topics.get("%DLQ%G")
     assert tc is not None and (tc.write_queue_nums, tc.perm) == (1, PERM_RW)  # 4.9.8: PERM_WRITE | PERM_READ
     assert len(rows(store, SCHEDULE, 4)) == 1  # c: 3 + 2 = level 5
-    assert (broker.send_back.retried, broker.send_back.dead) == (1, 2)  # type: ignore[attr-defined]
+    assert (broker.send_back.retried, broker.send_back.dead) == (1, 2)
 
 
 def test_the_request_max_counts_from_client_version_v3_4_9(store: rmqlog.MessageStore) -> None:
@@ -211,6 +211,22 @@ def test_a_broker_without_write_permission_refuses(store: rmqlog.MessageStore) -
     [m] = put(store, b"x")
     (r,) = run(make_broker(store, broker_permission=4), FakePeer(), back(m["commitLogOffset"]))
     assert r is not None and r.code == ResponseCode.NO_PERMISSION and "sending message is forbidden" in (r.remark or "")
+
+
+def test_the_keys_update_broker_config_changes_count_at_once(store: rmqlog.MessageStore) -> None:
+    """brokerPermission and autoCreateSubscriptionGroup are read per request (UPDATE_BROKER_CONFIG,
+    25): a send-back sees the broker's config of now, not the one it was built with."""
+    [m] = put(store, b"x")
+    broker = make_broker(store)
+    update = RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, 9, 0, None, {}, b"brokerPermission=4\n", "JAVA")
+    assert code(run(broker, FakePeer(), update)[0]) == ResponseCode.SUCCESS
+    (r,) = run(broker, FakePeer(), back(m["commitLogOffset"]))
+    assert r is not None and r.code == ResponseCode.NO_PERMISSION and "sending message is forbidden" in (r.remark or "")
+    update = RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, 10, 0, None, {}, b"brokerPermission=6\n"
+                             b"autoCreateSubscriptionGroup=false\n", "JAVA")
+    assert code(run(broker, FakePeer(), update)[0]) == ResponseCode.SUCCESS
+    assert code(run(broker, FakePeer(), back(m["commitLogOffset"], group="Unknown"))[0]) == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    assert rows(store, "%RETRY%G") == [] and rows(store, SCHEDULE, 2) == []  # nothing was stored
 
 
 @pytest.mark.parametrize("name", ["REAL_TOPIC", "REAL_QID", "RMQLOG_WRITER", "TIMER_OUT_MS"])

@@ -274,6 +274,18 @@ def test_auto_creation_past_the_cap_is_topic_not_exist(store: rmqlog.MessageStor
     assert res is not None and res.code == ResponseCode.SUCCESS
 
 
+def test_the_cap_changed_by_update_broker_config_counts_at_once(store: rmqlog.MessageStore) -> None:
+    """autoCreateTopicMaxNums is one of the keys UPDATE_BROKER_CONFIG changes at once: the topic
+    table reads the broker's config of now, not the one it was built with."""
+    broker = make_broker(store)
+    cap = broker.topics.count() + 1
+    assert call(broker, RequestCode.UPDATE_BROKER_CONFIG, body=f"autoCreateTopicMaxNums={cap}\n".encode()).code == 0
+    codes = [r.code for name in ("New1", "New2") for r in run(broker, FakePeer(), send_request(send_header(name), b"x"))
+             if r is not None]
+    assert codes == [ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST]
+    assert broker.topics.get("New2") is None and broker.topics.refused == 1
+
+
 def test_a_topic_only_the_log_has_is_found_when_its_units_arrive(store: rmqlog.MessageStore) -> None:
     """A slave's replicated records (or another process's puts) name a topic the broker does
     not know: the dispatcher's arrival signal takes it in, without a walk of the folders."""
@@ -403,7 +415,7 @@ def test_expired_locks_and_idle_groups_are_dropped_by_a_service_round(broker: Br
     assert locked(broker, "G0", "c1", [0]) == [0]  # renewed: alive 60 s from now
     clock.advance(40_000)  # type: ignore[attr-defined]
     broker.run_services()
-    locks = broker.queue_locks  # type: ignore[attr-defined]
+    locks = broker.queue_locks
     assert set(locks._groups) == {"G0"} and len(locks) == 1
     clock.advance(60_001)  # type: ignore[attr-defined]
     broker.run_services()
@@ -417,7 +429,7 @@ def test_the_lock_table_is_bounded(store: rmqlog.MessageStore) -> None:
     assert locked(broker, "G", "c1", [0, 1, 2]) == [0, 1, 2]  # renewals are
     assert call(broker, RequestCode.UNLOCK_BATCH_MQ, body=lock_body("G", "c1", [2])).code == ResponseCode.SUCCESS
     assert locked(broker, "H", "c2", [0]) == [0]
-    assert broker.queue_locks.refused == 3  # type: ignore[attr-defined]
+    assert broker.queue_locks.refused == 3
 
 
 def test_a_broker_over_an_unreadable_offsets_file_does_not_start(root: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -221,7 +221,7 @@ def test_recover_after_restart_an_end_replayed_stores_nothing(root: Path) -> Non
     s = open_store(root)
     try:
         broker = broker_over(s)
-        assert broker.transactions.resolved == {"U0": "COMMIT", "U1": "ROLLBACK"}  # type: ignore[attr-defined]
+        assert broker.transactions.resolved == {"U0": "COMMIT", "U1": "ROLLBACK"}
         a, b, c = run(broker, FakePeer(), end_request(r1, COMMIT), end_request(r2, COMMIT, opaque=2),
                       end_request(r3, COMMIT, opaque=3))
         assert a is not None and "already committed" in (a.remark or "")
@@ -262,7 +262,7 @@ def test_check_back_after_the_timeout_to_a_producer_of_the_group(store: rmqlog.M
     heartbeat(broker, producer)
     send_half(broker, "U1", b"checked")
     store.dispatch()
-    checker = broker.transaction_check  # type: ignore[attr-defined]
+    checker = broker.transaction_check
     assert checker.run_once(NOW + 1000) == 0 and producer.sent == []  # younger than transactionTimeOut
     assert checker.run_once(NOW + 7000) == 0  # the next round waits for transactionCheckInterval
     assert checker.run_once(NOW + 61_000) == 1
@@ -289,7 +289,7 @@ def test_a_transaction_checked_too_often_is_discarded(store: rmqlog.MessageStore
     producer = FakePeer()
     heartbeat(broker, producer)
     r = send_half(broker, "U1")
-    checker = broker.transaction_check  # type: ignore[attr-defined]
+    checker = broker.transaction_check
     now = NOW + 10_000
     for _ in range(3):  # checks 1 and 2, then the discard
         store.dispatch()
@@ -314,7 +314,7 @@ def test_check_back_with_no_producer_connection(store: rmqlog.MessageStore) -> N
     gone.closed = True
     send_half(broker, "U1")
     store.dispatch()
-    checker = broker.transaction_check  # type: ignore[attr-defined]
+    checker = broker.transaction_check
     assert checker.run_once(NOW + 10_000) == 1
     assert checker.no_channel == 1 and checker.checked == 0 and gone.sent == []
     assert len(messages(store, HALF_TOPIC)) == 2  # renewed all the same: checked again next round
@@ -328,7 +328,7 @@ def test_resolved_halves_are_passed_over_and_young_ones_stop_the_round(store: rm
     run(broker, producer, end_request(r0, ROLLBACK))
     send_half(broker, "U1")
     store.dispatch()
-    checker = broker.transaction_check  # type: ignore[attr-defined]
+    checker = broker.transaction_check
     checker.run_once(NOW + 3000)
     assert producer.sent == [] and broker.consumer_offsets.query("CID_RMQ_SYS_TRANS", HALF_TOPIC, 0) == 1
 
