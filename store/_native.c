@@ -1116,6 +1116,77 @@ done:
     return result;
 }
 
+/* Whether the record at p in b (len bytes: a commitlog segment's) is the one its consume-queue
+ * unit names: check_stored's checks (below) for one record, every read inside it. */
+static inline int stored_record_ok(const unsigned char *b, int64_t len, int64_t p, int64_t size, int64_t offset,
+                                   int64_t qoff, const unsigned char *t, int64_t tlen, int queue_id, int64_t min_ts,
+                                   int64_t max_ts, int crc) {
+    /* 88: the IPv4 header through BODYLENGTH; then TOPICLENGTH (1), the topic, PROPERTIESLENGTH (2) */
+    if (p < 0 || p > len || size < 88 + 3 + tlen || size > len - p) return 0;
+    const unsigned char *r = b + p;
+    if (be_i32(r) != size || (uint32_t)be_i32(r + 4) != 0xDAA320A7u) return 0;
+    if (be_i32(r + 36) & 0x30) return 0;  /* an IPv6 host: the general read */
+    if (be_i32(r + 12) != queue_id || be_i64(r + 20) != qoff || be_i64(r + 28) != offset) return 0;
+    if (queue_id < 0 || qoff < 0) return 0;
+    const int64_t born_ts = be_i64(r + 40), store_ts = be_i64(r + 56);
+    if (store_ts < 0 || store_ts > max_ts || born_ts < min_ts || born_ts > max_ts) return 0;
+    const int64_t body_len = be_i32(r + 84);
+    if (body_len < 0 || body_len > size - 88 - 3 - tlen) return 0;
+    const unsigned char *tl = r + 88 + body_len;
+    if (tl[0] != tlen || memcmp(tl + 1, t, (size_t)tlen) != 0) return 0;
+    const unsigned char *pl = tl + 1 + tlen;
+    if ((int64_t)(((uint32_t)pl[0] << 8) | pl[1]) != size - (pl + 2 - r)) return 0;
+    if (crc && (int64_t)(int32_t)(crc32_ieee(r + 88, (size_t)body_len) & 0x7FFFFFFFu) != be_i32(r + 8)) return 0;
+    return 1;
+}
+
+/* check_copy(data, base, offsets, sizes, first, count, queue_offset, topic, queue_id, min_ts, max_ts, crc, dst, at)
+ *   -> whether all pass
+ * Records first..first+count-1 of offsets/sizes (int64: commitlog offsets and each unit's size), which
+ * lie in data (a commitlog segment's bytes starting at commitlog offset `base`), checked as
+ * check_stored checks them (record k's queue offset: queue_offset + k) and, only when every one
+ * passes, copied back to back into dst from byte `at`: a small window's records of one segment
+ * (store/access/small_window.py). GIL released. */
+static PyObject *check_copy(PyObject *self, PyObject *args) {
+    Py_buffer data, off, sz, topic, dst;
+    long long base, first, count, qoff0, min_ts, max_ts, at;
+    int queue_id, crc;
+    if (!PyArg_ParseTuple(args, "y*Ly*y*LLLy*iLLpw*L", &data, &base, &off, &sz, &first, &count, &qoff0, &topic,
+                          &queue_id, &min_ts, &max_ts, &crc, &dst, &at)) return NULL;
+    PyObject *result = NULL;
+    if (off.itemsize != 8 || sz.itemsize != 8 || off.len != sz.len || first < 0 || count < 0 ||
+        first + count > off.len / 8 || at < 0 || at > dst.len) {
+        PyErr_SetString(PyExc_ValueError, "check_copy: offsets and sizes must be int64 arrays of one length holding the records");
+        goto done;
+    }
+    const int64_t *offs = (const int64_t *)off.buf + first, *sizes = (const int64_t *)sz.buf + first;
+    const unsigned char *b = (const unsigned char *)data.buf, *t = (const unsigned char *)topic.buf;
+    unsigned char *d = (unsigned char *)dst.buf;
+    int ok = 1;
+    Py_BEGIN_ALLOW_THREADS
+    int64_t total = 0;
+    for (int64_t i = 0; i < count && ok; i++) {
+        ok = stored_record_ok(b, data.len, offs[i] - base, sizes[i], offs[i], qoff0 + i, t, topic.len, queue_id,
+                              min_ts, max_ts, crc);
+        total += sizes[i];
+    }
+    if (ok && total > dst.len - at) ok = 0;
+    if (ok)
+        for (int64_t i = 0; i < count; i++) {
+            memcpy(d + at, b + (offs[i] - base), (size_t)sizes[i]);
+            at += sizes[i];
+        }
+    Py_END_ALLOW_THREADS
+    result = PyBool_FromLong(ok);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&off);
+    PyBuffer_Release(&sz);
+    PyBuffer_Release(&topic);
+    PyBuffer_Release(&dst);
+    return result;
+}
+
 /* check_stored(data, starts, sizes, offsets, queue_offsets, topic, queue_id, min_ts, max_ts, crc) -> n_ok
  * The records at `starts` in `data` (a commitlog segment's bytes; record i: sizes[i] bytes
  * at starts[i], from commitlog offset offsets[i]; int64 arrays) checked as the records their
@@ -1145,25 +1216,8 @@ static PyObject *check_stored(PyObject *self, PyObject *args) {
     const int64_t tlen = topic.len, len = data.len;
     Py_ssize_t i = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (; i < n; i++) {
-        const int64_t size = sizes[i], p = starts[i];
-        /* 88: the IPv4 header through BODYLENGTH; then TOPICLENGTH (1), the topic, PROPERTIESLENGTH (2) */
-        if (p < 0 || p > len || size < 88 + 3 + tlen || size > len - p) break;
-        const unsigned char *r = b + p;
-        if (be_i32(r) != size || (uint32_t)be_i32(r + 4) != 0xDAA320A7u) break;
-        if (be_i32(r + 36) & 0x30) break;  /* an IPv6 host: the general read */
-        if (be_i32(r + 12) != queue_id || be_i64(r + 20) != qoffs[i] || be_i64(r + 28) != offsets[i]) break;
-        if (queue_id < 0 || qoffs[i] < 0) break;
-        const int64_t born_ts = be_i64(r + 40), store_ts = be_i64(r + 56);
-        if (store_ts < 0 || store_ts > max_ts || born_ts < min_ts || born_ts > max_ts) break;
-        const int64_t body_len = be_i32(r + 84);
-        if (body_len < 0 || body_len > size - 88 - 3 - tlen) break;
-        const unsigned char *tl = r + 88 + body_len;
-        if (tl[0] != tlen || memcmp(tl + 1, t, (size_t)tlen) != 0) break;
-        const unsigned char *pl = tl + 1 + tlen;
-        if ((int64_t)(((uint32_t)pl[0] << 8) | pl[1]) != size - (pl + 2 - r)) break;
-        if (crc && (int64_t)(int32_t)(crc32_ieee(r + 88, (size_t)body_len) & 0x7FFFFFFFu) != be_i32(r + 8)) break;
-    }
+    for (; i < n; i++)
+        if (!stored_record_ok(b, len, starts[i], sizes[i], offsets[i], qoffs[i], t, tlen, queue_id, min_ts, max_ts, crc)) break;
     Py_END_ALLOW_THREADS
     result = PyLong_FromSsize_t(i);
 done:
@@ -1173,6 +1227,57 @@ done:
     PyBuffer_Release(&off);
     PyBuffer_Release(&qo);
     PyBuffer_Release(&topic);
+    return result;
+}
+
+/* window_units(units, floor, tail, seg_size, max_count, max_bytes, disk_memory, disk_count, disk_bytes,
+ *              min_size, offs_out, sizes_out) -> n
+ * A small window's consume-queue units (20 bytes each, big-endian: commitLogOffset i64, size i32,
+ * tagsCode i64) walked as store/access/small_window.py describes: before each unit RocketMQ's
+ * isTheBatchFull (once one is taken, full at max_count taken or when the unit's size carries the
+ * bytes taken past max_bytes; a unit whose record lies more than disk_memory bytes behind `tail`,
+ * tail - offset as int64, is judged by disk_count/disk_bytes instead, when disk_memory >= 0;
+ * max_bytes < 0: no byte limit), then for the unit taken the bounds of
+ * store/queue/checked_read.py's read_unit_stored (floor <= offset < tail, min_size <= size <=
+ * tail - offset, the record inside one seg_size segment). Returns how many are taken (their
+ * offsets and sizes written to offs_out/sizes_out, int64, room for every unit), -1 when a unit
+ * before the batch is full is a filler (size 0x7FFFFFFF), -2 when a unit taken fails a bound:
+ * the general read answers those. Tests pin it to the general read (tests/test_small_window.py). */
+static PyObject *window_units(PyObject *self, PyObject *args) {
+    Py_buffer un, oo, so;
+    long long floor_, tail, seg_size, max_count, max_bytes, disk_memory, disk_count, disk_bytes, min_size;
+    if (!PyArg_ParseTuple(args, "y*LLLLLLLLLw*w*", &un, &floor_, &tail, &seg_size, &max_count, &max_bytes,
+                          &disk_memory, &disk_count, &disk_bytes, &min_size, &oo, &so)) return NULL;
+    PyObject *result = NULL;
+    const Py_ssize_t n = un.len / 20;
+    if (un.len % 20 || oo.itemsize != 8 || so.itemsize != 8 || oo.len < n * 8 || so.len < n * 8 || seg_size <= 0) {
+        PyErr_SetString(PyExc_ValueError, "window_units: units must be whole 20-byte units, the outputs int64 with room for each");
+        goto done;
+    }
+    const unsigned char *u = (const unsigned char *)un.buf;
+    int64_t *offs = (int64_t *)oo.buf, *sizes = (int64_t *)so.buf;
+    int64_t taken = 0, nbytes = 0;
+    for (Py_ssize_t i = 0; i < n; i++, u += 20) {
+        const int64_t off = be_i64(u), size = be_i32(u + 8);
+        if (size == 0x7FFFFFFF) { taken = -1; break; }
+        int64_t count_limit = max_count, bytes_limit = max_bytes;
+        if (disk_memory >= 0 && (int64_t)((uint64_t)tail - (uint64_t)off) > disk_memory) {
+            count_limit = disk_count;
+            bytes_limit = disk_bytes;
+        }
+        if (taken >= count_limit || (taken && bytes_limit >= 0 && nbytes + size > bytes_limit)) break;
+        if (!(floor_ <= off && off < tail && size >= min_size && size <= tail - off &&
+              off / seg_size == (off + size - 1) / seg_size)) { taken = -2; break; }
+        offs[taken] = off;
+        sizes[taken] = size;
+        taken++;
+        nbytes += size;
+    }
+    result = PyLong_FromLongLong(taken);
+done:
+    PyBuffer_Release(&un);
+    PyBuffer_Release(&oo);
+    PyBuffer_Release(&so);
     return result;
 }
 
@@ -1296,6 +1401,10 @@ static PyMethodDef methods[] = {
      "walk_batch(body, pos_out, total_out, body_len_out, flag_out) -> (n, end): a batch send's messages from byte 0."},
     {"walk_records", walk_records, METH_VARARGS,
      "walk_records(seg, start, limit, base, header_size, trailer_fields, min_ts, max_ts, pos_out, size_out) -> (n, end, code, value)."},
+    {"window_units", window_units, METH_VARARGS,
+     "window_units(units, floor, tail, seg_size, max_count, max_bytes, disk_memory, disk_count, disk_bytes, min_size, offs_out, sizes_out) -> units taken, -1 (a filler), -2 (out of bounds)."},
+    {"check_copy", check_copy, METH_VARARGS,
+     "check_copy(data, base, offsets, sizes, first, count, queue_offset, topic, queue_id, min_ts, max_ts, crc, dst, at) -> whether the records pass check_stored's checks (then copied into dst at `at`), GIL released."},
     {"check_stored", check_stored, METH_VARARGS,
      "check_stored(data, starts, sizes, offsets, queue_offsets, topic, queue_id, min_ts, max_ts, crc) -> records before the first that is not its unit's, GIL released."},
     {"gather", gather, METH_VARARGS,

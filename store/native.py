@@ -22,6 +22,7 @@ kernels are switched together in :mod:`rmqlog.log.encode.native`.
 | ``walk_records`` | a commitlog segment walked (where records are, why the walk stops) | :mod:`rmqlog.log.scan` |
 | ``gather`` | slices of a buffer copied back to back, GIL released | :mod:`rmqlog.log.gather` |
 | ``check_stored`` | records copied for a pull checked against their consume-queue units, GIL released | :mod:`rmqlog.log.raw_check` |
+| ``window_units``, ``check_copy`` | a small window's units walked under RocketMQ's batch limits and bounds-checked; its records checked as ``check_stored`` checks them, then copied | :mod:`rmqlog.access.small_window` |
 | ``walk_chains`` | the timer log's bucket chains walked | :mod:`rmqlog.schedule.timer_wheel` |
 | ``walk_batch`` | a batch send's body walked message by message (where each starts, its lengths) | :mod:`rmqlog.log.wire` |
 
@@ -69,5 +70,7 @@ copy_properties: Any = _function("copy_properties")
 walk_records: Any = _function("walk_records")
 gather: Any = _function("gather")
 check_stored: Any = _function("check_stored")
+window_units: Any = _function("window_units")
+check_copy: Any = _function("check_copy")
 walk_chains: Any = _function("walk_chains")
 walk_batch: Any = _function("walk_batch")

@@ -132,6 +132,12 @@ class StoreParts:
             state = self.fixed_state
         return state.tail if state is not None else 0
 
+    def published_state(self) -> AppendState | None:
+        """The published append state as this process keeps it (not a copy: never change it),
+        ``None`` before the first publish."""
+        state = self.state_file.load(copy=False)
+        return state if state is not None else self.fixed_state
+
     def append_state(self) -> AppendState:
         """The published append state (an empty one before the first append)."""
         state = self.state_file.load()

@@ -188,18 +188,21 @@ def _expire_first_four(root: Path, now: int) -> list[int]:
 
 def _clean_after_the_units_are_read(monkeypatch: pytest.MonkeyPatch, s: rmqlog.MessageStore, now: int) -> list[bool]:
     """Run retention once, right after the window's units are read and before their records
-    are; the returned flag turns false when it ran."""
-    real_read = ConsumeQueue.read
+    are (by the general read, or by a small window's direct path); the returned flag turns
+    false when it ran."""
     armed = [True]
 
-    def read_then_clean(self: ConsumeQueue, start: int, count: int) -> np.ndarray:
-        units = real_read(self, start, count)
-        if armed[0] and count > 1:  # the window's units are read: retention runs now
-            armed[0] = False
-            s.clean_expired(now)
-        return units
+    def then_clean(real):  # type: ignore[no-untyped-def]
+        def read_then_clean(self: ConsumeQueue, start: int, count: int):  # type: ignore[no-untyped-def]
+            units = real(self, start, count)
+            if armed[0] and count > 1:  # the window's units are read: retention runs now
+                armed[0] = False
+                s.clean_expired(now)
+            return units
+        return read_then_clean
 
-    monkeypatch.setattr(ConsumeQueue, "read", read_then_clean)
+    monkeypatch.setattr(ConsumeQueue, "read", then_clean(ConsumeQueue.read))
+    monkeypatch.setattr(ConsumeQueue, "read_stored", then_clean(ConsumeQueue.read_stored))
     return armed
 
 

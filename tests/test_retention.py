@@ -372,7 +372,7 @@ def test_get_messages_and_read_queue_overtaken(rs: rmqlog.MessageStore, root: Pa
     fill(rs, 100)
     age(root, AT_4, 1)
     age(root, AT_4, 100, segments(root)[:old])
-    real = type(rs.reader).read_bounds
+    real = type(rs.reader).read_plan
     armed = [True]
 
     def bounds_then_clean(self, cq):
@@ -384,7 +384,7 @@ def test_get_messages_and_read_queue_overtaken(rs: rmqlog.MessageStore, root: Pa
             rs.consume_queue("RT", 0).segments.close()
         return out
 
-    monkeypatch.setattr(type(rs.reader), "read_bounds", bounds_then_clean)
+    monkeypatch.setattr(type(rs.reader), "read_plan", bounds_then_clean)
     res = rs.get_messages("g", "RT", 0, 5, max_count=10)
     assert (res.status, res.next_begin_offset, res.removed) == (status, next_offset, (5, first_left))
     assert res.messages["queueOffset"].to_pylist() == rows

@@ -63,6 +63,7 @@ import asyncio
 import contextlib
 import functools
 import os
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,6 +74,7 @@ from rmqlog.results import DiskLimits
 
 from ..remoting import PullMessageHeader, RemotingCommand, ResponseCode
 from ..remoting.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
+from .config import BrokerConfig
 from .consumer_offsets import commit_offset
 from .holds import HeldPull, watch_close
 from .peer import Peer
@@ -96,6 +98,8 @@ BROKER_PERMISSION = PERM_READ | PERM_WRITE
 #: RocketMQ's ``ExpressionType``
 SQL92 = "SQL92"
 TAG_TYPES = (None, "", "TAG")
+#: subscriptions that take every message (RocketMQ's ``SUB_ALL``; the store reads them so too)
+EVERYTHING = frozenset({None, "", "*"})
 #: compiled SQL92 expressions kept by text (Java's ``SelectorParser`` cache keeps 100)
 PARSE_CACHE_SIZE = 256
 
@@ -135,6 +139,74 @@ def conf(broker: Broker, name: str, default: Any) -> Any:
     return default if value is None else value
 
 
+@dataclass(frozen=True)
+class PullSettings:
+    """What a pull reads of the broker's config (:func:`conf`'s values), taken once per config
+    object: UPDATE_BROKER_CONFIG replaces ``broker.config`` (a frozen
+    :class:`~rmqnet.broker.config.BrokerConfig`) as a whole, so a pull after it takes them
+    again (:func:`settings`)."""
+
+    readable: bool  # brokerPermission has PERM_READ
+    broker_ip1: str
+    slave: bool  # brokerRole SLAVE
+    count: int  # maxTransferCountOnMessageInMemory
+    nbytes: int  # maxTransferBytesOnMessageInMemory
+    ratio: int  # accessMessageInMemoryMaxRatio
+    disk_count: int  # maxTransferCountOnMessageInDisk
+    disk_bytes: int  # maxTransferBytesOnMessageInDisk
+    long_polling: bool
+    short_polling_ms: int
+    slave_read: bool  # slaveReadEnable
+    property_filter: bool  # enablePropertyFilter
+    #: DiskLimits by (the pull's maxMsgNums, the memory bytes): a few (clients use one or two counts)
+    disk: dict[tuple[int, int], DiskLimits] = field(default_factory=dict, compare=False)
+
+    @classmethod
+    def of(cls, broker: Broker) -> PullSettings:
+        return cls(
+            readable=bool(conf(broker, "broker_permission", BROKER_PERMISSION) & PERM_READ),
+            broker_ip1=conf(broker, "broker_ip1", ""),
+            slave=conf(broker, "broker_role", "ASYNC_MASTER") == "SLAVE",
+            count=conf(broker, "max_transfer_count_on_message_in_memory", MAX_TRANSFER_COUNT_IN_MEMORY),
+            nbytes=conf(broker, "max_transfer_bytes_on_message_in_memory", MAX_TRANSFER_BYTES_IN_MEMORY),
+            ratio=conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO),
+            disk_count=conf(broker, "max_transfer_count_on_message_in_disk", MAX_TRANSFER_COUNT_IN_DISK),
+            disk_bytes=conf(broker, "max_transfer_bytes_on_message_in_disk", MAX_TRANSFER_BYTES_IN_DISK),
+            long_polling=conf(broker, "long_polling_enable", True),
+            short_polling_ms=conf(broker, "short_polling_time_mills", SHORT_POLLING_TIME_MILLS),
+            slave_read=conf(broker, "slave_read_enable", False),
+            property_filter=conf(broker, "enable_property_filter", False),
+        )
+
+    def disk_limits(self, nums: int) -> DiskLimits:
+        """RocketMQ's on-disk limits of a pull of ``nums`` messages."""
+        key = (nums, total_memory() * self.ratio // 100)
+        found = self.disk.get(key)
+        if found is None:
+            if len(self.disk) >= 64:  # (a client cycling through counts: no growth)
+                self.disk.clear()
+            found = self.disk[key] = DiskLimits(memory=key[1], max_count=min(nums, self.disk_count),
+                                                max_bytes=self.disk_bytes)
+        return found
+
+
+#: (config object, its settings) of the last pull: one broker per process, one config at a time
+_settings: tuple[BrokerConfig, PullSettings] | None = None
+
+
+def settings(broker: Broker) -> PullSettings:
+    """The :class:`PullSettings` of ``broker.config`` as it is now: kept while it is the same
+    object, taken again when it was replaced (brokers of one process take turns correctly)."""
+    global _settings
+    config = broker.config
+    got = _settings
+    if got is not None and got[0] is config:
+        return got[1]
+    made = PullSettings.of(broker)
+    _settings = (config, made)
+    return made
+
+
 def topic_config(broker: Broker, topic: str) -> rmqlog.TopicConfig | None:
     """The topic's config (queues, perm), or ``None`` if the broker does not know it (the
     broker's ``TopicManager``, in memory). Raises the store's errors (a closed store:
@@ -161,15 +233,16 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: 
     of it when the pull is held. ``held``: the re-run of a held pull (its header and
     subscription as first checked; no new hold, no commit)."""
     h: PullMessageHeader = held.state["header"] if held is not None else PullMessageHeader.read(req.ext_fields)
+    got = settings(broker)
     try:
         if held is not None:
             flt: Filter = held.state["filter"]
         else:
-            checked = _check(broker, peer, req, h)
+            checked = _check(broker, peer, req, h, got)
             if isinstance(checked, RemotingCommand):
                 return checked
             flt = checked
-        result = _read(broker, h, flt)
+        result = _read(broker, h, flt, got)
     except rmqlog.StoreError as exc:
         return store_failure(req, exc)
     status = result.status
@@ -177,11 +250,11 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: 
         code = ResponseCode.PULL_OFFSET_MOVED if h.queue_offset != 0 else ResponseCode.PULL_NOT_FOUND
     else:
         code = _CODE[status]
-    slave = conf(broker, "broker_role", "ASYNC_MASTER") == "SLAVE"
-    if code == ResponseCode.PULL_OFFSET_MOVED and slave:
+    if code == ResponseCode.PULL_OFFSET_MOVED and got.slave:
         code = ResponseCode.PULL_RETRY_IMMEDIATELY  # a slave corrects no offset (offsetCheckInSlave off)
-    ext = {"suggestWhichBrokerId": suggest_broker(broker, result), "nextBeginOffset": result.next_begin_offset,
-           "minOffset": result.min_offset, "maxOffset": result.max_offset}
+    ext = {"suggestWhichBrokerId": suggest_broker(broker, result, got) if got.slave_read else 0,
+           "nextBeginOffset": result.next_begin_offset, "minOffset": result.min_offset,
+           "maxOffset": result.max_offset}
     res: Any = req.reply(code, status.name, ext)
     if code == ResponseCode.SUCCESS:
         assert result.records is not None
@@ -191,33 +264,31 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: 
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND:
         holds = broker.holds
         if not broker.stopping and _in_event_loop():
-            wait = h.suspend_timeout_millis if conf(broker, "long_polling_enable", True) \
-                else conf(broker, "short_polling_time_mills", SHORT_POLLING_TIME_MILLS)
+            wait = h.suspend_timeout_millis if got.long_polling else got.short_polling_ms
             res = holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
                              {"header": h, "filter": flt, "broker": broker})
             watch_close(broker, peer)
-    if allow_suspend and h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0 \
-            and conf(broker, "broker_role", "ASYNC_MASTER") != "SLAVE":
+    if allow_suspend and h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0 and not got.slave:
         # Java stores it unchecked; one the store refuses (a bad group name) must not fail the pull
         with contextlib.suppress(rmqlog.StoreError):  # into the broker's table, in memory
             commit_offset(broker, h.consumer_group, h.topic, h.queue_id, h.commit_offset)
     return res
 
 
-def suggest_broker(broker: Broker, result: GetMessageResult) -> int:
+def suggest_broker(broker: Broker, result: GetMessageResult, got: PullSettings | None = None) -> int:
     """``suggestWhichBrokerId`` (``PullMessageProcessor``): 0, the master, unless
     ``slaveReadEnable``; then 1 (the group's ``whichBrokerWhenConsumeSlowly``) when the last
     record read lies further behind the commitlog's end than ``accessMessageInMemoryMaxRatio``
     percent of the machine's memory (``getMessage``'s ``suggestPullingFromSlave``: the
     consumer is slow, its reads would go to disk), else 0 (the group's ``brokerId``)."""
-    if not conf(broker, "slave_read_enable", False):
+    got = got if got is not None else settings(broker)
+    if not got.slave_read:
         return 0
     records = result.records
     if records is None or not len(records):
         return 0
-    ratio = conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
     behind = broker.store.published_tail() - int(records.commit_log_offsets[-1])
-    return WHICH_BROKER_WHEN_CONSUME_SLOWLY if behind > total_memory() * ratio // 100 else 0
+    return WHICH_BROKER_WHEN_CONSUME_SLOWLY if behind > total_memory() * got.ratio // 100 else 0
 
 
 def _in_event_loop() -> bool:
@@ -230,11 +301,11 @@ def _in_event_loop() -> bool:
     return True
 
 
-def _check(broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeader) -> RemotingCommand | Filter:
+def _check(broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeader,
+           got: PullSettings) -> RemotingCommand | Filter:
     """The request's checks in Java's order: a refusal, or the filter to read with."""
-    if not conf(broker, "broker_permission", BROKER_PERMISSION) & PERM_READ:
-        return req.reply(ResponseCode.NO_PERMISSION,
-                         f"the broker[{conf(broker, 'broker_ip1', '')}] pulling message is forbidden")
+    if not got.readable:
+        return req.reply(ResponseCode.NO_PERMISSION, f"the broker[{got.broker_ip1}] pulling message is forbidden")
     tc = topic_config(broker, h.topic)
     if tc is None:
         return req.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
@@ -268,31 +339,27 @@ def _check(broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeade
                 return req.reply(ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest")
             sql = found[1]
     if expression_type not in TAG_TYPES:
-        if expression_type != SQL92 or not conf(broker, "enable_property_filter", False):
+        if expression_type != SQL92 or not got.property_filter:
             return req.reply(ResponseCode.SYSTEM_ERROR,
                              f"The broker does not support consumer to filter message by {expression_type}")
         return None, sql
-    try:
-        rmqlog.parse_tag_filter(subscription)
-    except rmqlog.StoreError:
-        return req.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
+    if subscription not in EVERYTHING:  # (the usual "*" needs no parse: the read takes it as is)
+        try:
+            rmqlog.parse_tag_filter(subscription)
+        except rmqlog.StoreError:
+            return req.reply(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed")
     return subscription, None
 
 
-def _read(broker: Broker, h: PullMessageHeader, flt: Filter) -> GetMessageResult:
+def _read(broker: Broker, h: PullMessageHeader, flt: Filter, got: PullSettings) -> GetMessageResult:
     """The window read under RocketMQ's transfer limits (``DefaultMessageStore.isTheBatchFull``):
     each unit judged by where its record lies, in memory or on disk (more than
     ``accessMessageInMemoryMaxRatio`` percent of the machine's memory behind the commitlog's
     end: Java's ``checkInDiskByCommitOffset``), the store applying the rule per unit."""
     nums = max(h.max_msg_nums, 1)  # Java takes the first message whatever maxMsgNums says
-    count = min(nums, conf(broker, "max_transfer_count_on_message_in_memory", MAX_TRANSFER_COUNT_IN_MEMORY))
-    nbytes = conf(broker, "max_transfer_bytes_on_message_in_memory", MAX_TRANSFER_BYTES_IN_MEMORY)
-    ratio = conf(broker, "access_message_in_memory_max_ratio", ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO)
-    disk = DiskLimits(memory=total_memory() * ratio // 100,
-                      max_count=min(nums, conf(broker, "max_transfer_count_on_message_in_disk", MAX_TRANSFER_COUNT_IN_DISK)),
-                      max_bytes=conf(broker, "max_transfer_bytes_on_message_in_disk", MAX_TRANSFER_BYTES_IN_DISK))
-    result: GetMessageResult = broker.store.read_window(h.topic, h.queue_id, h.queue_offset, max_count=count,
-                                                        max_bytes=nbytes, tags=flt[0], raw=True, disk=disk,
+    result: GetMessageResult = broker.store.read_window(h.topic, h.queue_id, h.queue_offset,
+                                                        max_count=min(nums, got.count), max_bytes=got.nbytes,
+                                                        tags=flt[0], raw=True, disk=got.disk_limits(nums),
                                                         sql92=flt[1])
     return result
 

@@ -61,7 +61,7 @@ class PutRows:
     end: int
     duplicate: bool = False
     #: the dispatch a ``defer_dispatch`` put left to :meth:`rmqlog.MessageStore.dispatch_put`
-    pending: object | None = field(default=None, compare=False, repr=False)
+    pending: _PendingDispatch | None = field(default=None, compare=False, repr=False)
 
 
 def append_direct(appender: Appender, records: list[DirectRecord], marker: tuple[str, str] | None) -> PutRows:

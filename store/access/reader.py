@@ -13,7 +13,7 @@ is caught and the read clamped).
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +43,15 @@ if TYPE_CHECKING:
     from ..parts import StoreParts
 
 
+class ReadPlan(NamedTuple):
+    """What a read of a queue is planned against (:meth:`QueueReader.read_plan`)."""
+
+    lo: int
+    hi: int
+    floor: int
+    tail: int
+
+
 class QueueReader:
     """Reads of the store of ``parts`` (see the module docstring)."""
 
@@ -64,13 +73,39 @@ class QueueReader:
             return 0 <= queue_id < max(tc.read_queue_nums, tc.write_queue_nums) or safe_open.is_folder(self.parts.paths.queue_dir(topic, queue_id))
         return safe_open.is_folder(self.parts.paths.queue_dir(topic, queue_id))
 
+    def read_plan(self, cq: ConsumeQueue) -> ReadPlan:
+        """A read's plan of a queue: its (first live offset, end), the commitlog's first offset
+        they were taken against (every unit from the first live one on points at or after
+        it: see :mod:`rmqlog.queue.checked_read`) and the published tail read after them
+        (every unit below the end points below it), from one look at the published append
+        state. No folder is listed unless the kept listings cannot be right
+        (:meth:`rmqlog.log.commitlog.CommitLog.min_offset`,
+        :meth:`rmqlog.queue.consume_queue.ConsumeQueue.bounds`, which reads the queue's next
+        offset in that state after the end)."""
+        parts, key = self.parts, cq.state_key
+        tail = [0]
+
+        def published() -> int | None:
+            state = parts.published_state()
+            if state is None:
+                tail[0] = 0
+                return None
+            tail[0] = state.tail
+            return state.queues.get(key, 0)  # (a queue it does not name: nothing published for it)
+
+        lock = parts.dispatch_lock
+        lock.acquire(shared=True)  # (as ``held``, without a generator's cost on every read)
+        try:
+            floor = parts.commitlog.min_offset()
+            lo, hi = cq.bounds(floor, published)
+        finally:
+            lock.release()
+        return ReadPlan(lo, hi, floor, tail[0])
+
     def read_bounds(self, cq: ConsumeQueue) -> tuple[int, int, int]:
-        """(first live offset, end) of a queue and the commitlog's first offset they were taken
-        against: every unit from the first live one on points at or after it (see
-        :mod:`rmqlog.queue.checked_read`)."""
-        with self.parts.dispatch_lock.held(shared=True):
-            floor = self.parts.commitlog.min_offset()
-            return (*cq.bounds(floor), floor)
+        """(first live offset, end, the commitlog's first offset) of :meth:`read_plan`."""
+        lo, hi, floor, _ = self.read_plan(cq)
+        return lo, hi, floor
 
     def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         """(min offset, max offset) of a queue; arguments validated."""

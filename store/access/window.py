@@ -37,7 +37,10 @@ per commitlog segment). Both then keep only the exact tags asked for (a tag hash
 collide), so the stored records decode to exactly the table. Stored records without a tag
 filter (a broker's pull) take the fast form first: checked on their raw bytes, then copied
 whole (:func:`rmqlog.queue.checked_read.read_unit_stored`); whatever it declines goes the general
-way, which raises the typed error, so both give the same bytes and the same errors.
+way, which raises the typed error, so both give the same bytes and the same errors. A window of
+at most :data:`rmqlog.access.small_window.SMALL_WINDOW` such units (a pull of 32) takes the direct
+path of :mod:`rmqlog.access.small_window` first: the same steps unit by unit, no fixed cost of
+numpy and Arrow calls; anything it does not take comes here.
 
 Per unit, the limits are ``max_count``/``max_bytes``, or with ``disk``
 (:class:`rmqlog.results.DiskLimits`, a broker's pull) RocketMQ's on-disk pair for the units
@@ -69,9 +72,10 @@ from ..log.decode import RecordColumns, concat_tables, empty_message_table, mess
 from ..log.properties import PROPERTY_TAGS, ParsedProperties
 from ..paths import validate_topic
 from ..queue.checked_read import read_unit_columns, read_unit_records, read_unit_stored, read_units
-from ..queue.consume_queue import FILLER_SIZE, ConsumeQueue
+from ..queue.consume_queue import CQ_UNIT, FILLER_SIZE, ConsumeQueue
 from ..results import DiskLimits, GetMessageResult, GetMessageStatus, StoredRecords
 from ..schema import MESSAGE_SCHEMA
+from .small_window import SMALL_WINDOW, read_small
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -87,6 +91,7 @@ class Reader(Protocol):
 
     def queue_exists(self, topic: str, queue_id: int) -> bool: ...
     def read_bounds(self, cq: ConsumeQueue) -> tuple[int, int, int]: ...
+    def read_plan(self, cq: ConsumeQueue) -> tuple[int, int, int, int]: ...
     def check_crc(self, check_crc: object) -> bool: ...
 
 
@@ -157,7 +162,7 @@ def read_window(
     if queue_id < 0 or not reader.queue_exists(topic, queue_id):
         return result(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, 0)
     cq = reader.parts.consume_queue(topic, queue_id)
-    lo, hi, floor = reader.read_bounds(cq)
+    lo, hi, floor, tail = reader.read_plan(cq)  # (tail: read after the bounds, every unit below hi points below it)
     early = status_outside(offset, lo, hi)
     if early is not None:
         return result(early[0], early[1], lo, hi)
@@ -167,17 +172,27 @@ def read_window(
     stop = min(hi, offset + scan, file_end, until if until is not None else hi)
     # Without a tag filter the batch is decided within its largest count of units, unless
     # fillers or deleted records are among them: those units first, the whole scan only then.
-    whole = wanted is not None or sql92 is not None or stop - offset <= max(max_count, disk.max_count if disk is not None else 0)
-    units = cq.read(offset, stop - offset if whole else max(max_count, disk.max_count if disk is not None else 0))
+    first_look = max(max_count, disk.max_count if disk is not None else 0)
+    whole = wanted is not None or sql92 is not None or stop - offset <= first_look
+    commitlog = reader.parts.commitlog
+    count = stop - offset if whole else first_look
+    if raw and wanted is None and sql92 is None and count <= SMALL_WINDOW:
+        # a small window: the direct path, else the general read from the same units, bounds and tail
+        stored = cq.read_stored(offset, count)
+        direct = None if stored is None else read_small(
+            commitlog, stored, topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, disk=disk, lo=lo,
+            hi=hi, floor=floor, tail=tail, check_crc=check_crc, columns=columns)
+        if direct is not None:
+            return direct
+        units = np.frombuffer(stored, CQ_UNIT) if stored is not None else np.zeros(0, CQ_UNIT)
+    else:
+        units = cq.read(offset, count)
     if not len(units):  # the file holding ``offset`` is not there
         now_lo = reader.read_bounds(cq)[0]
         if now_lo <= offset:
             raise CorruptStoreError(f"consume-queue segment holding queue offset {offset} is missing", path=str(cq.directory))
         return result(GetMessageStatus.OFFSET_FOUND_NULL, now_lo, lo, hi, removed=(offset, now_lo))
     codes = np.array([java_string_hash(t) for t in wanted], np.int64) if wanted is not None else None
-    commitlog = reader.parts.commitlog
-    # after the bounds: every unit below ``hi`` points below it
-    tail = reader.parts.published_tail()
     low = floor  # the first plan: nothing deleted since the bounds (no second listing of the folder)
     while True:
         off, size = units["offset"].astype(np.int64), units["size"].astype(np.int64)

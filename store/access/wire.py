@@ -88,7 +88,7 @@ def _cluster_arg(cluster: object) -> str | None:
         assert isinstance(cluster, str)
         if not cluster or "\x01" in cluster or "\x02" in cluster:
             raise InvalidArgumentError(f"cluster {cluster!r} must be a non-empty name without \\x01 or \\x02")
-    return cluster  # type: ignore[return-value]
+    return cluster
 
 
 def wire_messages_table(messages: Sequence[object]) -> pa.Table:

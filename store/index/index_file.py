@@ -378,7 +378,7 @@ class IndexFile(IndexAppends):
             log.warning("index file %s: %d hash slot(s) pointed past the published entries; walked back", self.path, fixed)
         return fixed
 
-    def _pwrite(self, data: bytes | memoryview, offset: int) -> None:
+    def _pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> None:
         try:
             os.pwrite(self._fd, data, offset)
         except OSError as exc:

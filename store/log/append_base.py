@@ -171,7 +171,7 @@ def remove_bases_below(root: Path, generation: int) -> None:
 
 
 def _read_all(fd: int) -> bytes:
-    parts = []
+    parts: list[bytes] = []
     while True:
         chunk = os.read(fd, 1 << 20)
         if not chunk:

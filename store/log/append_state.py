@@ -172,7 +172,7 @@ class AppendStateFile:
         self._cache: tuple[tuple[int | None, int, int, int, int], AppendState] | None = None
         self._slot_size: tuple[int | None, int] | None = None  # (inode, slot size) of a file read
         #: the :meth:`version` token of the state this process published last (``None``: unknown)
-        self.published_version: tuple[int, bytes, bytes, int] | None = None
+        self.published_version: tuple[int | None, bytes, bytes, int] | None = None
         #: the bases read or written, by generation (the two newest kept: the slots name at
         #: most two); their tables are shared by every state of that generation, never changed
         self._bases: dict[int, tuple[dict[str, int], dict[str, Any]]] = {}

@@ -281,11 +281,20 @@ class CommitLog:
     def min_offset(self) -> int:
         """Offset of the first byte still stored (the start of the oldest segment).
 
-        This process lets go of the segments below it that it still had mapped (deleted by
-        retention; see :meth:`MappedFileQueue.drop_below`)."""
-        starts = self.segments.segment_starts()
-        if starts:
-            self.segments.drop_below(starts[0])
+        Without a listing while the oldest segment of the kept listing is still the file
+        listed (one ``fstatat``: :meth:`MappedFileQueue.still_listed`): segments go only from
+        the front (retention, in any process, renames or unlinks the oldest ones; a cut keeps
+        the oldest) and none is ever made below the oldest, so that one name decides the
+        answer. Listed again when it is gone (an empty log: each call). At each listing this
+        process lets go of the segments below it that it still had mapped (see
+        :meth:`MappedFileQueue.relist`)."""
+        segs = self.segments
+        seen = segs.relists
+        starts = segs.listed_starts()
+        if starts and (segs.relists != seen or segs.still_listed(starts[0])):
+            return starts[0]
+        if segs.relists == seen:  # (a kept listing: list now)
+            starts = segs.relist()
         return starts[0] if starts else 0
 
     # ----------------------------------------------------------------- append

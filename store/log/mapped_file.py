@@ -119,6 +119,7 @@ class MappedFile:
         self._can_punch = True
         self._mm: mmap.mmap | None = None
         self._np: np.ndarray | None = None
+        self._mv: memoryview | None = None
         self._fd: int | None = None
         self._lock = threading.Lock()
         #: operations using the descriptor now (:meth:`acquire_fd`): the file is not closed
@@ -127,6 +128,10 @@ class MappedFile:
         self._open_files = open_files
         #: reads of this process holding the file (see :mod:`rmqlog.log.pins`)
         self.pins = PinCount()
+        #: the inode of the file mapped last (``None``: never mapped): a listing that finds
+        #: another file at this name makes its queue let go of this one
+        #: (:meth:`rmqlog.log.mapped_file_queue.MappedFileQueue.listed_starts`)
+        self.ino: int | None = None
 
     def __del__(self) -> None:
         # a segment dropped from its queue (retention: see MappedFileQueue.drop_below) is
@@ -164,7 +169,9 @@ class MappedFile:
                     fd = self._open_fd() if own else self._fd
                     assert fd is not None
                     try:
-                        actual = os.fstat(fd).st_size
+                        st = os.fstat(fd)
+                        actual = st.st_size
+                        self.ino = st.st_ino
                         if actual != self.size:
                             raise CorruptStoreError(
                                 f"segment is {actual} bytes, expected {self.size}", path=str(self.path)
@@ -202,8 +209,20 @@ class MappedFile:
                 if self._mm is mm:
                     if self._np is None:
                         self._np = np.frombuffer(mm, np.uint8)
+                        self._mv = memoryview(self._np)  # type: ignore[arg-type]
                     return self._np
             # closed for the limit between the two: map it again
+
+    def view(self) -> memoryview:
+        """:meth:`array` as a byte ``memoryview``, made once with it (the same rules): a
+        ``struct`` read of a few fields costs ~0.2 us through it, ~0.4 us on the array."""
+        mv = self._mv
+        if mv is not None:
+            self._used()
+            return mv
+        arr = self.array()
+        mv = self._mv
+        return mv if mv is not None else memoryview(arr)  # type: ignore[arg-type]
 
     def buffer(self) -> pa.Buffer:
         """The segment as an Arrow buffer (zero-copy). Do not keep it past a read."""
@@ -238,7 +257,7 @@ class MappedFile:
             raise ValueError(f"write of {length} bytes at {rel} outside segment {self.path}")
         return self.acquire_fd()
 
-    def write(self, rel: int, data: memoryview | bytes) -> None:
+    def write(self, rel: int, data: memoryview | bytes | bytearray) -> None:
         """Write ``data`` at ``rel`` through the page cache (``pwrite``), which the mapping shares.
 
         ``pwrite`` rather than a copy into the mapping: the copy takes a page fault for every
@@ -412,7 +431,7 @@ class MappedFile:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-        self._np = None
+        self._np = self._mv = None
         if self._mm is not None:
             # a caller may still hold a zero-copy view; the mapping goes with it
             with contextlib.suppress(BufferError):

@@ -6,6 +6,16 @@ offset of their first byte, found by listing the folder (links never followed: s
 :mod:`rmqlog.safe_open`). The queue maps them on demand, creates the next one (sparse, or
 allocated where reads of holes would allocate), checks their sizes for recovery, and drops
 those below an offset (retention).
+
+Two ways to know the segments: :meth:`MappedFileQueue.segment_starts` lists the folder by its
+path each call (what is on disk now: recovery, retention, the dispatcher); the reads' bounds
+use the listing *kept* since the last :meth:`MappedFileQueue.relist` (:meth:`listed_starts`),
+whose names they check one at a time through the folder's kept descriptor
+(:meth:`MappedFileQueue.still_listed`: one ``fstatat``, :mod:`rmqlog.log.folder_handle`) and
+list again only when a check fails; when that is needed is the owner's rule
+(:meth:`rmqlog.log.commitlog.CommitLog.min_offset`, :meth:`rmqlog.queue.consume_queue.ConsumeQueue.bounds`).
+Every change this process makes to the folder through this object (a segment created,
+forgotten, dropped below an offset, the queue closed) forgets the kept listing.
 """
 
 from __future__ import annotations
@@ -25,6 +35,7 @@ from ..errors import (
 )
 from ..paths import parse_segment_name, segment_name
 from . import mapped_file
+from .folder_handle import FolderHandle
 from .mapped_file import (
     _NO_PUNCH,
     FALLOC_FL_KEEP_SIZE,
@@ -80,6 +91,14 @@ class MappedFileQueue:
                     counts[n] = counts.get(n, 0) + 1
             self.size = max(counts, key=lambda n: (counts[n], n))
         self.odd: dict[int, int] = {start: n for start, n in sizes.items() if n != self.size}
+        #: the folder's kept descriptor (:meth:`relist`, :meth:`still_listed`)
+        self.folder = FolderHandle(directory, open_files)
+        #: the last :meth:`relist`: the starts ascending and each one's (name, inode) (``None``: none kept)
+        self._listing: tuple[list[int], dict[int, tuple[str, int]]] | None = None
+        #: listings made by :meth:`relist` (for tests and benchmarks)
+        self.relists = 0
+        #: changes this process made to the folder through this object (:meth:`_changed`)
+        self._changes = 0
 
     def check_sizes(self) -> None:
         """Raise :class:`CorruptStoreError` naming the first segment of the wrong size, if any
@@ -107,6 +126,39 @@ class MappedFileQueue:
         names = safe_open.listdir_or_empty(self.directory)
         return sorted(start for start in map(parse_segment_name, names) if start is not None)
 
+    def listed_starts(self) -> list[int]:
+        """The segment starts of the kept listing (:meth:`relist` now when none is kept); the
+        caller checks what it relies on with :meth:`still_listed`. Never changed in place."""
+        got = self._listing
+        return got[0] if got is not None else self.relist()
+
+    def relist(self) -> list[int]:
+        """List the folder now (its path walked, its descriptor kept: :class:`FolderHandle`) and
+        keep the listing; this process lets go of its segments below the first one (deleted
+        by retention, as :meth:`drop_below`) and of a mapped file whose name now names another
+        file (replaced: its next :meth:`get` maps the new one). Returns the starts, ascending."""
+        changes = self._changes
+        names = {start: (name, ino) for name, ino in self.folder.entries() if (start := parse_segment_name(name)) is not None}
+        starts = sorted(names)
+        with self._lock:
+            drop = [k for k, seg in self._segments.items()
+                    if (starts and k < starts[0]) or (seg.ino is not None and k in names and names[k][1] != seg.ino)]
+            dropped = [self._segments.pop(k) for k in drop]
+            if changes == self._changes:  # (else this process changed the folder meanwhile: kept none)
+                self._listing = (starts, names)
+        self._let_go(dropped)
+        self.relists += 1
+        return starts
+
+    def still_listed(self, start: int) -> bool:
+        """Whether the segment at ``start`` of the kept listing is still the file listed: its
+        name names the same inode in the folder (one ``fstatat`` through the kept descriptor).
+        False when it was removed or replaced since, when no listing is kept or does not hold
+        it, or when the descriptor was closed meanwhile (the caller lists again)."""
+        got = self._listing
+        known = got[1].get(start) if got is not None else None
+        return known is not None and self.folder.inode(known[0]) == known[1]
+
     def segment_start_for(self, offset: int) -> int:
         return offset - offset % self.size
 
@@ -131,6 +183,8 @@ class MappedFileQueue:
                 except OSError as exc:
                     raise_if_disk_full(exc, path, "creating a segment")
                     raise
+                finally:
+                    self._changed()  # a new name in the folder (after it: a listing under way keeps none)
             seg = MappedFile(
                 path, start, self.size, bounded_reads=self.bounded_reads, read_only=self.read_only,
                 open_files=self.open_files,
@@ -197,12 +251,24 @@ class MappedFileQueue:
     def for_offset(self, offset: int, *, create: bool = False) -> MappedFile | None:
         return self.get(self.segment_start_for(offset), create=create)
 
-    def drop_below(self, start: int) -> None:
+    def drop_below(self, start: int, *, changed: bool = True) -> None:
         """Let go of this process's segments below ``start`` (deleted by retention) without
         closing them: a read still using one keeps it mapped and valid; each is closed when
-        its last user lets go of it (mapping and descriptor), which frees its disk space."""
+        its last user lets go of it (mapping and descriptor), which frees its disk space.
+        ``changed``: this process deleted them (the kept listing is forgotten); ``False``:
+        a listing found them gone."""
         with self._lock:  # (iterating the dict outside the lock could race a get())
             dropped = [self._segments.pop(k) for k in [k for k in self._segments if k < start]]
+            if changed:
+                self._changed()
+        self._let_go(dropped)
+
+    def _changed(self) -> None:
+        """The kept listing is forgotten (caller holds ``_lock``)."""
+        self._changes += 1
+        self._listing = None
+
+    def _let_go(self, dropped: list[MappedFile]) -> None:
         if self.open_files is not None:
             for seg in dropped:  # not counted any more: closed with its last user
                 self.open_files.forget(seg)
@@ -210,6 +276,7 @@ class MappedFileQueue:
     def forget(self, start: int) -> None:
         with self._lock:
             seg = self._segments.pop(start, None)
+            self._changed()
         if seg is not None:
             seg.close()
 
@@ -217,5 +284,7 @@ class MappedFileQueue:
         with self._lock:
             segs = list(self._segments.values())
             self._segments.clear()
+            self._changed()
         for seg in segs:
             seg.close()
+        self.folder.close()

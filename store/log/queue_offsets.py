@@ -6,12 +6,14 @@ round-robin batch its cycle.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+
 import numpy as np
 
 from .encode.batch import EncodedBatch
 
 
-def assign_queue_offsets(batch: EncodedBatch, queues: dict[str, int]) -> np.ndarray:
+def assign_queue_offsets(batch: EncodedBatch, queues: MutableMapping[str, int]) -> np.ndarray:
     """QUEUEOFFSET per row: each queue's next offset plus the row's rank within its queue.
 
     Updates ``queues`` (the shared ``topicQueueTable``). Loops over the distinct queues of the
@@ -58,7 +60,7 @@ def assign_queue_offsets(batch: EncodedBatch, queues: dict[str, int]) -> np.ndar
     return base[inverse] + rank
 
 
-def _round_robin_offsets(batch: EncodedBatch, queues: dict[str, int], count: int) -> np.ndarray:
+def _round_robin_offsets(batch: EncodedBatch, queues: MutableMapping[str, int], count: int) -> np.ndarray:
     """:func:`assign_queue_offsets` for one topic whose rows cycle through its ``count`` queues.
 
     Row ``i`` is in the queue of row ``i % count`` and is the ``i // count``-th row of that

@@ -23,12 +23,42 @@ never stored into the mapping, so a full disk raises :class:`~rmqlog.errors.Disk
 instead of killing the process; a write that fails part-way is undone whole, so a torn unit
 never counts as written. On tmpfs the search for the end reads no hole (see
 :mod:`rmqlog.log.mapped_file`).
+
+Bounds without a listing (:meth:`ConsumeQueue.bounds` given ``published``: every read's
+bounds). A queue keeps the listing of its folder
+(:meth:`rmqlog.log.mapped_file_queue.MappedFileQueue.listed_starts`) and lists it again only
+when the listing cannot be right, which is when one of these holds:
+
+- its first segment is no longer the file listed (one ``fstatat`` through the folder's kept
+  descriptor, :mod:`rmqlog.log.folder_handle`): retention (in any process) deletes a
+  queue's segments from the front, never its last; a topic's delete (in any process)
+  deletes its queues' segments below the one holding the end. Nothing else deletes a
+  segment but recovery (alone with the store) and a dispatch undoing its own failed write
+  (the segments it made);
+- the end its last known segment shows (its units read through the mapping, where a
+  dispatch in any process writes them: more units there are seen at once) is below the
+  next queue offset the published append state gives the queue (``published()``, read
+  after that end: a unit is written only for a record published before it, so an end at
+  that offset is the end), and the segment of that offset lies past the last known one (the
+  queue rolled into a new file, or a dispatch wrote past a gap of lost records), or the
+  last known segment is no longer the file listed (cut and made again); or there is no
+  published state to ask (a queue the state does not name ends at 0 there: its entries are
+  never removed, so no record of the queue was ever published);
+- this process changed the folder through the queue (a segment made, forgotten, dropped,
+  the queue closed).
+
+An end below that offset otherwise means units not dispatched yet: the answer is the end
+seen. So a read of a queue whose units are all dispatched costs one ``fstatat`` and a few
+unit reads (two 4-byte reads when the end has not moved), whatever the size of the queue
+or of the store.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +67,7 @@ from .. import safe_open
 from ..log.mapped_file import MappedFile
 from ..log.mapped_file_queue import MappedFileQueue
 from ..log.open_files import OpenFiles
-from ..log.pins import hold_exclusive, pinned
+from ..log.pins import hold_exclusive, pin, pinned, unpin
 
 CQ_UNIT_SIZE = 20
 CQ_UNIT = np.dtype([("offset", ">i8"), ("size", ">i4"), ("tagsCode", ">i8")])
@@ -52,6 +82,8 @@ class ConsumeQueue:
         bounded_reads: bool | None = None,
     ) -> None:
         self.directory = directory
+        #: the queue's name in the append state's ``queues`` (``"<topic>/<queueId>"``: its folders)
+        self.state_key = f"{directory.parent.name}/{directory.name}"
         self.segments = MappedFileQueue(  # one size for every queue
             directory, segment_size, infer=False, read_only=read_only, open_files=open_files,
             bounded_reads=bounded_reads,
@@ -59,6 +91,8 @@ class ConsumeQueue:
         #: (first segment, commitlog min offset, answer) of the last min_offset that searched
         #: inside its first segment: units below the end never change, so it stays true
         self._min_found: tuple[int, int, int] | None = None
+        #: (segment start, its file's inode, units it held) as :meth:`_written` last counted them
+        self._written_hint: tuple[int, int | None, int] | None = None
 
     @property
     def units_per_segment(self) -> int:
@@ -75,45 +109,103 @@ class ConsumeQueue:
 
     # ---------------------------------------------------------------- bounds
     def max_offset(self) -> int:
-        """Logical offset after the last unit written (0 for an empty queue)."""
-        return self._max_offset(self.segments.segment_starts())
+        """Logical offset after the last unit written (0 for an empty queue), from a listing
+        of the folder now."""
+        return self._end(self.segments.segment_starts())
 
-    def bounds(self, commitlog_min: int = 0) -> tuple[int, int]:
-        """(:meth:`min_offset`, :meth:`max_offset`) from one listing of the queue's folder
-        (a read asks both; each listing walks the folder's path with ``openat2``)."""
-        starts = self.segments.segment_starts()
-        return self._min_offset(starts, commitlog_min), self._max_offset(starts)
+    def bounds(self, commitlog_min: int = 0, published: Callable[[], int | None] | None = None) -> tuple[int, int]:
+        """(:meth:`min_offset`, :meth:`max_offset`). With ``published`` (the queue's next queue
+        offset in the published append state, ``None`` when there is none; called after the end
+        is taken, and again after any later look, so a caller may take the published tail
+        from the state its last call read): from the kept listing, listed again only when
+        it cannot be right (the module docstring). Without it: from one listing of the
+        folder now."""
+        segs = self.segments
+        if published is None:
+            starts = segs.segment_starts()
+            if starts:
+                segs.drop_below(starts[0], changed=False)
+            end = self._end(starts)
+            return self._min_offset(starts, commitlog_min, end), end
+        seen = segs.relists
+        starts = segs.listed_starts()
+        if starts and segs.relists == seen and not segs.still_listed(starts[0]):
+            starts = segs.relist()  # its first segment went (retention, a topic's delete) or was replaced
+        end = self._end(starts)
+        expected = published()
+        if (expected is None or end < expected) and segs.relists == seen:  # (a listing made now stands)
+            last = starts[-1] if starts else -1
+            if (expected is None or not starts or (expected - 1) * CQ_UNIT_SIZE >= last + segs.size
+                    or (last != starts[0] and not segs.still_listed(last))):
+                starts = segs.relist()
+                end = self._end(starts)
+                published()
+        return self._min_offset(starts, commitlog_min, end), end
 
-    def _max_offset(self, starts: list[int]) -> int:
+    def _end(self, starts: list[int]) -> int:
+        """The offset after the last unit of the last segment of ``starts`` holding any (units
+        are written densely, so a queue's first segment may be empty only when it is its
+        only one); segments deleted since the listing are skipped."""
         for start in reversed(starts):
             seg = self.segments.get(start)
             if seg is None:  # deleted by retention since the listing
                 continue
-            sizes = self._readable_units(seg)["size"]
-            written = int(_first_zero(sizes))
+            written = self._written(seg)
             if written or start == starts[0]:
                 return (start // CQ_UNIT_SIZE) + written
         return 0
 
+    def _written(self, seg: MappedFile) -> int:
+        """How many units ``seg`` holds (written densely from its start: the first unit of size
+        0 ends them). The segment whose count was found last costs one or two 4-byte reads
+        while the count stands (it only grows, unless a dispatch undid its own write: then
+        the reads disagree and it is searched again), a full one a read of its last unit,
+        any other a binary search (O(log n) such reads)."""
+        if seg.bounded_reads:  # tmpfs: no read past the written data (the module docstring)
+            return int(_first_zero(self._readable_units(seg)["size"]))
+        data = seg.view()
+        per = self.units_per_segment
+        hint = self._written_hint
+        lo = 0
+        if hint is not None and hint[0] == seg.start and hint[1] == seg.ino:
+            n = hint[2]
+            if n == 0 or _size_at(data, n - 1):
+                if not _size_at(data, n):
+                    return n
+                lo = n + 1
+        if _size_at(data, per - 1):
+            return per  # (no hint: a queue's full segments come before the one it is kept for)
+        hi = per - 1
+        while lo < hi:  # written units have size > 0, the rest are zero
+            mid = (lo + hi) // 2
+            if _size_at(data, mid):
+                lo = mid + 1
+            else:
+                hi = mid
+        self._written_hint = (seg.start, seg.ino, lo)
+        return lo
+
     def min_offset(self, commitlog_min: int = 0) -> int:
         """First logical offset whose unit is real and whose record is still in the commitlog
-        (RocketMQ's ``correctMinOffset``, answered when asked). This process lets go of the
-        segments below the first one (deleted by retention)."""
-        return self._min_offset(self.segments.segment_starts(), commitlog_min)
-
-    def _min_offset(self, starts: list[int], commitlog_min: int) -> int:
+        (RocketMQ's ``correctMinOffset``, answered when asked), from a listing of the folder
+        now. This process lets go of the segments below the first one (deleted by retention)."""
+        starts = self.segments.segment_starts()
         if starts:
-            self.segments.drop_below(starts[0])
+            self.segments.drop_below(starts[0], changed=False)
+        return self._min_offset(starts, commitlog_min)
+
+    def _min_offset(self, starts: list[int], commitlog_min: int, end: int | None = None) -> int:
         for start in starts:
             seg = self.segments.get(start)
             if seg is None:  # deleted by retention since the listing
                 continue
-            units = self._readable_units(seg)
-            written = int(_first_zero(units["size"]))
+            written = self._written(seg)
             if written == 0:
                 continue
-            if units["size"][0] != FILLER_SIZE and units["offset"][0] >= commitlog_min:
+            first_offset, first_size = _HEAD.unpack_from(seg.view(), 0)
+            if first_size != FILLER_SIZE and first_offset >= commitlog_min:
                 return start // CQ_UNIT_SIZE  # the usual case, without a pass over the segment
+            units = self._readable_units(seg)
             found = self._min_found
             if found is not None and found[:2] == (start, commitlog_min):
                 # after retention: the pass below once per new commitlog start, then a check
@@ -130,7 +222,7 @@ class ConsumeQueue:
                 return self._min_found[2]
             if written < self.units_per_segment:
                 return start // CQ_UNIT_SIZE + written
-        return self._max_offset(starts)
+        return self._end(starts) if end is None else end
 
     def first_at_or_past(self, commit_log_offset: int) -> int:
         """The first logical offset whose unit points at or past ``commit_log_offset``.
@@ -171,6 +263,20 @@ class ConsumeQueue:
                 out[done : done + take] = self._units(seg)[i : i + take]
             done += take
         return out
+
+    def read_stored(self, start: int, count: int) -> bytes | None:
+        """Units ``[start, start+count)`` as stored (``count * 20`` bytes), all inside the file
+        holding ``start`` and below the end (the caller's to keep); ``None`` when that file is
+        not there (deleted by retention). A few units without a numpy call (a small window)."""
+        per = self.units_per_segment
+        seg = self.segments.get((start // per) * per * CQ_UNIT_SIZE)
+        if seg is None or not pin(seg):  # a read in progress: retention leaves the file alone
+            return None
+        try:
+            i = (start % per) * CQ_UNIT_SIZE
+            return bytes(seg.view()[i : i + count * CQ_UNIT_SIZE])
+        finally:
+            unpin(seg)
 
     # ----------------------------------------------------------------- write
     def write(self, first: int, units: np.ndarray, current_max: int) -> int:
@@ -273,6 +379,16 @@ class ConsumeQueue:
 
     def close(self) -> None:
         self.segments.close()
+
+
+#: a unit's commitLogOffset and size, big-endian (its first 12 bytes)
+_HEAD = struct.Struct(">qi")
+_SIZE = struct.Struct(">i")
+
+
+def _size_at(data: memoryview, unit: int) -> int:
+    """The size field of unit ``unit`` of a segment's bytes (0: not written)."""
+    return int(_SIZE.unpack_from(data, unit * CQ_UNIT_SIZE + 8)[0])
 
 
 def _first_zero(sizes: np.ndarray) -> int:

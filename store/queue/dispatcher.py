@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from pathlib import Path
 
 import numpy as np
@@ -83,7 +83,7 @@ class Dispatcher:
         interval_ms: int = 1,
         tail_version: Callable[[], Hashable | None] | None = None,
         watch_path: Path | None = None,
-        published_queues: Callable[[], dict[str, int]] | None = None,
+        published_queues: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
         self.commitlog = commitlog
         #: the append state's next queue offset per ``"topic/queueId"`` (see :meth:`_derive_position`)
