@@ -522,9 +522,19 @@ class SendService:
 
 
 def _waits(properties: str) -> bool:
-    """Java's ``isWaitStoreMsgOK``: no ``WAIT`` property, or one ``Boolean.parseBoolean`` reads as true."""
-    value = parse_properties(properties).get("WAIT") if "WAIT" in properties else None
-    return value is None or value.lower() == "true"
+    """Java's ``isWaitStoreMsgOK``: no ``WAIT`` property, or one ``Boolean.parseBoolean`` reads
+    as true. Every Java client's message carries ``WAIT``: its value is found from its item
+    (the last one, as the parse keeps it) without parsing the rest; an item the parse would
+    treat otherwise (a value holding ``\x01``) takes the parse."""
+    if "WAIT\x01" not in properties:
+        return True
+    at = properties.rfind("WAIT\x01")
+    end = properties.find("\x02", at)
+    value = properties[at + 5:] if end < 0 else properties[at + 5:end]
+    if (at and properties[at - 1] != "\x02") or "\x01" in value:
+        value = parse_properties(properties).get("WAIT")  # (a name ending in WAIT, a value holding \x01)
+        return value is None or value.lower() == "true"
+    return value.lower() == "true"
 
 
 def _resolve(s: _Send, reply: RemotingCommand | None) -> None:

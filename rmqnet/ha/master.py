@@ -210,7 +210,10 @@ class HAServer:
                 self._waiters.remove(entry)
 
     def notify_appended(self) -> None:
-        """Wake the writers: the log grew (callable from any thread)."""
+        """Wake the writers: the log grew (callable from any thread). Nothing to do while no
+        slave is connected (every put calls it: the check is one dict's length)."""
+        if not self._wake:
+            return
         loop = self._loop
         if loop is None or loop.is_closed():
             return

@@ -334,3 +334,19 @@ def test_a_malformed_batch_body_is_message_illegal_and_stores_nothing(tmp_path: 
         assert s.published_tail() == 0
     finally:
         s.close()
+
+
+def test_the_wait_property_is_read_as_javas_parse_reads_it() -> None:
+    """``_waits`` finds WAIT's value from its item without parsing the rest; pinned to the
+    parse (``string2messageProperties``, the last item wins) on random properties."""
+    import random
+
+    from rmqnet.broker.send import _waits, parse_properties
+
+    items = ["WAIT\x01true", "WAIT\x01false", "WAIT\x01TRUE", "XWAIT\x01false", "WAIT\x01", "WAIT\x01a\x01b",
+             "TAGS\x01t", "K\x01vWAIT\x01false", "WAIT\x01FaLse", ""]
+    rng = random.Random(7)
+    for _ in range(5000):
+        p = "".join(rng.choice(items) + rng.choice(["\x02", "\x02", ""]) for _ in range(rng.randint(0, 4)))
+        value = parse_properties(p).get("WAIT")
+        assert _waits(p) == (value is None or value.lower() == "true"), repr(p)
