@@ -96,6 +96,8 @@ class TopicManager:
         self._lock = threading.RLock()
         #: topics kept in memory over the store's: the system topics
         self._overlay: dict[str, TopicConfig] = {}
+        #: topic -> queue count its arrivals were last found within (cleared at every change)
+        self._arrivals_ok: dict[str, int] = {}
         #: the system topics made at start (:meth:`is_system`)
         self._system: set[str] = set()
         #: auto-creations refused at the cap (a statistic; the log says it once per 1,000)
@@ -125,12 +127,17 @@ class TopicManager:
         its ``topics.json``) is taken into the table as the store lists such topics (read-write,
         as many queues as its highest queue with units + 1), in memory. Costs a lookup per
         topic of the dispatch while every topic is known."""
+        ok = self._arrivals_ok
+        if all(int(q) < ok.get(t, 0) for t, q in zip(topics, queue_ids, strict=True)):
+            return  # (the usual case: every queue already known to be the topic's)
         table = self.store.topic_table()
         queues: dict[str, int] = {}  # topics unknown, or known with fewer queues than got units
         for topic, qid in zip(topics, queue_ids, strict=True):
             tc = table.get(topic) or self._overlay.get(topic)
             if tc is None or int(qid) >= max(tc.read_queue_nums, tc.write_queue_nums):
                 queues[topic] = max(queues.get(topic, 0), int(qid) + 1)
+            else:
+                ok[topic] = max(tc.read_queue_nums, tc.write_queue_nums)
         if not queues:
             return
         with self._lock:
@@ -285,6 +292,7 @@ class TopicManager:
 
     # -------------------------------------------------------------- helpers
     def _next_version(self) -> None:
+        self._arrivals_ok = {}  # (a topic changed: its queues are looked up again at its next units)
         self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": self.clock.wall_ms()}
 
     def _system_topics(self) -> None:
