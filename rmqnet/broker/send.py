@@ -532,8 +532,8 @@ def _waits(properties: str) -> bool:
     end = properties.find("\x02", at)
     value = properties[at + 5:] if end < 0 else properties[at + 5:end]
     if (at and properties[at - 1] != "\x02") or "\x01" in value:
-        value = parse_properties(properties).get("WAIT")  # (a name ending in WAIT, a value holding \x01)
-        return value is None or value.lower() == "true"
+        parsed = parse_properties(properties).get("WAIT")  # (a name ending in WAIT, a value holding \x01)
+        return parsed is None or parsed.lower() == "true"
     return value.lower() == "true"
 
 
