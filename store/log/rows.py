@@ -43,7 +43,7 @@ from .record import (
     TRAILER_LENGTH_FIELDS,
     crc32,
 )
-from .wire import _bytes_view, decode_records
+from .wire import bytes_view, decode_records
 
 _UTC = zoneinfo.ZoneInfo("UTC")  # what Arrow's timestamp[us, tz=UTC] gives back
 _EPOCH = _dt.datetime(1970, 1, 1, tzinfo=_UTC)
@@ -84,7 +84,7 @@ def decode_record_rows(data: Any, max_rows: int | None = None) -> list[dict[str,
     Raises :class:`rmqlog.errors.CorruptRecordError` exactly where
     :func:`rmqlog.decode_records` does, :class:`rmqlog.errors.InvalidArgumentError` for
     ``data`` that is not a byte buffer or ``max_rows`` that is not an int >= 0."""
-    view = _bytes_view("data", data)
+    view = bytes_view("data", data)
     if view.format != "B" or view.ndim != 1:
         view = view.cast("B")
     if max_rows is not None:

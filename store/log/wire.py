@@ -148,7 +148,7 @@ def _walk_numpy(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, in
     return cand[idx], total[idx], body_len[idx], pos
 
 
-def _bytes_view(name: str, value: object) -> memoryview:
+def bytes_view(name: str, value: object) -> memoryview:
     """A byte view of ``value`` (bytes, bytearray, memoryview, pa.Buffer); else
     :class:`InvalidArgumentError` naming the argument."""
     if isinstance(value, (bytes, bytearray, memoryview, pa.Buffer)):
@@ -169,7 +169,7 @@ def decode_message_batch(body: bytes | bytearray | memoryview | pa.Buffer, appen
     properties that are not UTF-8; :class:`MessageTooLargeError` when a message's properties
     with ``append_properties`` pass 32767 bytes.
     """
-    view = _bytes_view("body", body)
+    view = bytes_view("body", body)
     text_arg("append_properties", append_properties, empty=True)
     buf = np.frombuffer(view, np.uint8)
     if not len(buf):
@@ -255,7 +255,7 @@ def decode_records(data: bytes | bytearray | memoryview | pa.Buffer) -> pa.Table
     records: a record cut short, lengths that do not add up, a body CRC mismatch, an
     end-of-segment blank.
     """
-    view = _bytes_view("data", data)
+    view = bytes_view("data", data)
     buf = np.frombuffer(view, np.uint8)
     scan = scan_segment(buf, 0, len(buf), check_crc=True)
     if scan.end != len(buf) or scan.reason is StopReason.CORRUPT:
