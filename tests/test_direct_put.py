@@ -14,6 +14,7 @@ from conftest import kill_at_crash_point, small_store_config
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import rmqlog
 from rmqlog import ManualClock, MessageStore, StoreError, WireMessage
 from rmqlog.access.wire import wire_messages_table
 from rmqlog.index.index_keys import direct_keys, message_keys
@@ -364,3 +365,29 @@ def test_direct_puts_of_three_processes_at_once_are_all_stored_dense_and_indexed
             for i in (0, n // 2, n - 1):
                 assert s.query_by_key("T", f"{w}-{i}").num_rows == 1 + i % 3
         assert s.verify().problems == []
+
+
+def test_a_direct_put_whose_dispatch_finds_no_room_says_it_was_appended(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from rmqlog.queue.consume_queue import ConsumeQueue
+
+    s = _open(tmp_path / "s")
+    try:
+        s.put_messages([WireMessage("T", 0, b"first")])
+
+        def no_room(self: ConsumeQueue, first: int, units: bytes) -> None:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        with monkeypatch.context() as m:
+            m.setattr(ConsumeQueue, "write_bytes", no_room)
+            with pytest.raises(rmqlog.DiskFullError) as info:
+                s.put_messages([WireMessage("T", 0, b"second")])
+        assert info.value.appended and "WAS appended" in str(info.value)
+        assert s.max_offset("T", 0) == 1  # its unit not written ...
+        assert s.dispatch() == 1  # ... until the next dispatch
+        assert s.get_messages("g", "T", 0, 0).messages.column("body").to_pylist() == [b"first", b"second"]
+        assert s.verify().problems == []
+    finally:
+        s.close()

@@ -303,6 +303,27 @@ class ConsumeQueue:
         self._write_at(first, units)
         return len(units)
 
+    def write_bytes(self, first: int, units: bytes) -> None:
+        """Write packed units (``CQ_UNIT``'s bytes) at ``first``, the queue's end or below it
+        (a dispatch from a put's own fields: no filler, nothing skipped; a unit already there
+        is written again with its same bytes). Raises what :meth:`_write_at` raises."""
+        per = self.units_per_segment
+        n = len(units) // CQ_UNIT_SIZE
+        if first % per + n <= per:  # (the usual case: one segment, one pwrite)
+            seg = self.segments.get(first // per * per * CQ_UNIT_SIZE, create=True)
+            assert seg is not None
+            lo = first % per * CQ_UNIT_SIZE
+            try:
+                seg.write(lo, units)
+            except BaseException:
+                try:
+                    seg.clear(lo, lo + len(units))
+                except OSError:
+                    log.warning("could not undo a failed write of units %d.. in %s", first, seg.path, exc_info=True)
+                raise
+            return
+        self._write_at(first, np.frombuffer(units, CQ_UNIT))
+
     def _write_at(self, first: int, units: np.ndarray) -> None:
         per = self.units_per_segment
         done = 0

@@ -15,15 +15,16 @@ the caller wakes the dispatcher, which reads them all (:meth:`Dispatcher.dispatc
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable, Hashable, Sequence
-
-import numpy as np
 
 from .. import crash_points
 from .arrival import Maxes
-from .consume_queue import CQ_UNIT
+from .consume_queue import CQ_UNIT_SIZE
 from .dispatcher import Dispatcher
 
+_UNIT = struct.Struct(">qiq")  # (CQ_UNIT's fields, big-endian: offset, size, tagsCode)
+assert _UNIT.size == CQ_UNIT_SIZE
 #: one unit to write: (topic, queue id, queue offset, commitlog offset, size, tagsCode)
 Unit = tuple[str, int, int, int, int, int]
 
@@ -51,8 +52,8 @@ def dispatch_direct(dispatcher: Dispatcher, start: int, end: int, units: Sequenc
             runs.setdefault((u[0], u[1]), []).append(u)
         for (topic, queue_id), run in runs.items():
             first = run[0][2]
-            rows = np.array([(u[3], u[4], u[5]) for u in run], CQ_UNIT)
-            dispatcher.queue_for(topic, queue_id).write(first, rows, first)
+            rows = b"".join([_UNIT.pack(u[3], u[4], u[5]) for u in run])
+            dispatcher.queue_for(topic, queue_id).write_bytes(first, rows)
             maxes[(topic, queue_id)] = first + len(run)
         if crash_points.reached is not None:
             crash_points.reached("dispatch.units")

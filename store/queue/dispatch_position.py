@@ -45,14 +45,20 @@ class DispatchPositionFile:
         self._dir: int | None = None  # its folder (the identity check of the kept descriptor)
         self._checked = 0  # the exclusive hold under which the kept descriptor was last found named
         self._size = 0  # the file's length then
+        self._parsed: tuple[bytes, tuple[int, int]] | None = None
 
     def read(self) -> tuple[int, int]:
         """(offset, store time). Raises ``FileNotFoundError`` when absent, ``ValueError`` (or
         ``KeyError``, ``TypeError``, ``AttributeError``) when unreadable."""
-        d = json.loads(self._read())
+        raw = self._read()
+        known = self._parsed  # (the bytes last read or written here, parsed: no JSON again)
+        if known is not None and known[0] == raw:
+            return known[1]
+        d = json.loads(raw)
         offset, ts = int(d["offset"]), int(d.get("storeTimestamp", 0))
         if "crc" in d and int(d["crc"]) != position_crc(offset, ts):
             raise ValueError("its CRC does not match")
+        self._parsed = (raw, (offset, ts))
         return offset, ts
 
     def write(self, offset: int, store_timestamp: int) -> None:
@@ -65,11 +71,15 @@ class DispatchPositionFile:
         if f is not None and self._writable and self._dir is not None:
             hold = self.lock.exclusive_hold if self.lock is not None else 0
             if hold and hold == self._checked and self._size >= len(data):  # read and checked under this hold
-                os.pwrite(f.fileno(), data.ljust(self._size), 0)
+                padded = data.ljust(self._size)
+                os.pwrite(f.fileno(), padded, 0)
+                self._parsed = (padded, (offset, store_timestamp))
                 return
             st = os.fstat(f.fileno())
             if st.st_size >= len(data) and safe_open.still_named(self._dir, self.path.name, st):
-                os.pwrite(f.fileno(), data.ljust(st.st_size), 0)  # (its own blocks: no room needed)
+                padded = data.ljust(st.st_size)
+                os.pwrite(f.fileno(), padded, 0)  # (its own blocks: no room needed)
+                self._parsed = (padded, (offset, store_timestamp))
                 return
         self._checked = 0
         rewrite_in_place(self.path, data)
