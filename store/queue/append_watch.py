@@ -15,7 +15,8 @@ watches: the file itself (``IN_MODIFY``: a publish) and its folder (``IN_MOVED_T
 to the new file). On any of these, a full event queue (``IN_Q_OVERFLOW``) or a watch the
 kernel dropped, it calls ``wake()``, then waits ``debounce_s`` before reading again, so a
 stream of publishes wakes it at most once per ``debounce_s`` (events meanwhile are read
-together). Idle, it costs nothing.
+together). Idle, it costs nothing. The dispatcher wakes no round for a publish of its own
+process's direct puts (they dispatch themselves: :meth:`rmqlog.queue.dispatcher.Dispatcher.attach`).
 
 When it cannot be trusted it is not used (:meth:`AppendWatch.start` returns ``None`` and the
 caller polls as before): not Linux, no ``inotify``, or a file system where other hosts may

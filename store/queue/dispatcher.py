@@ -82,6 +82,7 @@ class Dispatcher:
         lock: InterProcessLock,
         interval_ms: int = 1,
         tail_version: Callable[[], Hashable | None] | None = None,
+        own_version: Callable[[], Hashable | None] | None = None,
         watch_path: Path | None = None,
         published_queues: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
@@ -98,6 +99,8 @@ class Dispatcher:
         #: read (:meth:`rmqlog.log.append_state.AppendStateFile.version`); ``None`` (or no
         #: callable): unknown, every round is a full one
         self.tail_version = tail_version
+        #: the token of the state this process published last (``None``: unknown)
+        self.own_version = own_version
         #: the token as read, under the lock, by the last dispatch that left nothing behind
         #: it (position = published tail): while the token is the same, a round has nothing
         #: to do (see :meth:`run_once`)
@@ -540,7 +543,19 @@ class Dispatcher:
         ``wake`` at once; idle rounds then come every :data:`FULL_ROUND_S` instead of every
         ``interval_ms``. Where it cannot be watched reliably, nothing changes (polled).
         Returns the function that stops the watch."""
-        watch = AppendWatch.start(self.watch_path, wake) if self.watch_path is not None else None
+        def on_publish() -> None:
+            # no round for a publish of this process's own direct puts: they dispatch
+            # themselves (or wake the dispatcher when they cannot). Told apart by the newest
+            # state being this process's last publish: another process's publish after it
+            # changes the token, and one before it is found by the direct put's dispatch
+            if self.own_version is not None and (self._idle_at is not None or self._direct):
+                token = self.tail_version() if self.tail_version is not None else None
+                if token is not None and token == self.own_version() and (
+                        token == self._idle_at or self._waiting_for_direct()):
+                    return
+            wake()
+
+        watch = AppendWatch.start(self.watch_path, on_publish) if self.watch_path is not None else None
         if watch is None:
             return lambda: None
         self._watch = watch

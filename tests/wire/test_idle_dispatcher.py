@@ -14,6 +14,7 @@ import random
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -366,6 +367,39 @@ def test_another_writers_put_wakes_the_watching_dispatcher(tmp_path: Path) -> No
         assert s.max_offset("F", 1) == 1
         s.stop_services()
         assert s.dispatcher._watch is None
+
+
+def test_the_watch_wakes_no_round_for_this_process_s_direct_puts_and_one_for_another_writer(tmp_path: Path) -> None:
+    """A direct put dispatches itself: the watch of append.state, which hears every publish,
+    wakes no round for it (the newest state is this process's own, and dispatched); another
+    open's put, after ours, still wakes one at once, and its record is taken."""
+    cfg = rmqlog.StoreConfig(reput_interval_ms=3_600_000)
+    with rmqlog.MessageStore.open(tmp_path / "s", cfg) as s, rmqlog.MessageStore.open(tmp_path / "s", cfg) as other:
+        s.create_topic("F", 2)
+        d = s.dispatcher
+        woken = threading.Event()
+        wakes: list[int] = []
+
+        def wake() -> None:
+            wakes.append(1)
+            woken.set()
+
+        detach = d.attach(wake)
+        try:
+            assert d._watch is not None
+            s.put_messages([rmqlog.WireMessage("F", 0, b"first")])  # dispatched at once by itself
+            woken.wait(0.5)  # (attach's own first wake; then the watch's, if any, would come)
+            for i in range(20):
+                s.put_messages([rmqlog.WireMessage("F", 0, b"m%d" % i)])
+            time.sleep(0.2)  # the watch's events for these publishes, read by now
+            before = len(wakes)
+            assert before <= 2, f"the watch woke a round {before} times for this process's own direct puts"
+            woken.clear()
+            other.put_batch(rows("F", 1))  # another writer's publish, after ours
+            assert woken.wait(60), "the watch did not wake a round for another writer's publish"
+            assert d.run_once(time.monotonic()) is True and s.max_offset("F", 1) == 1
+        finally:
+            detach()
 
 
 @dataclass(eq=False)
