@@ -381,7 +381,7 @@ def test_a_direct_put_whose_dispatch_finds_no_room_says_it_was_appended(tmp_path
             raise OSError(errno.ENOSPC, "No space left on device")
 
         with monkeypatch.context() as m:
-            m.setattr(ConsumeQueue, "write_bytes", no_room)
+            m.setattr(ConsumeQueue, "write_packed", no_room)
             with pytest.raises(rmqlog.DiskFullError) as info:
                 s.put_messages([WireMessage("T", 0, b"second")])
         assert info.value.appended and "WAS appended" in str(info.value)

@@ -303,7 +303,7 @@ class ConsumeQueue:
         self._write_at(first, units)
         return len(units)
 
-    def write_bytes(self, first: int, units: bytes) -> None:
+    def write_packed(self, first: int, units: bytes) -> None:
         """Write packed units (``CQ_UNIT``'s bytes) at ``first``, the queue's end or below it
         (a dispatch from a put's own fields: no filler, nothing skipped; a unit already there
         is written again with its same bytes). Raises what :meth:`_write_at` raises."""

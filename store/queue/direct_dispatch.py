@@ -53,7 +53,7 @@ def dispatch_direct(dispatcher: Dispatcher, start: int, end: int, units: Sequenc
         for (topic, queue_id), run in runs.items():
             first = run[0][2]
             rows = b"".join([_UNIT.pack(u[3], u[4], u[5]) for u in run])
-            dispatcher.queue_for(topic, queue_id).write_bytes(first, rows)
+            dispatcher.queue_for(topic, queue_id).write_packed(first, rows)
             maxes[(topic, queue_id)] = first + len(run)
         if crash_points.reached is not None:
             crash_points.reached("dispatch.units")
