@@ -22,6 +22,7 @@ import pytest
 from conftest import REPO_ROOT, read_queue_all, subprocess_env, units, wait_until, walk
 
 import rmqlog
+from rmqlog.log.allocate import SegmentPreparer
 
 WRITERS = 4
 BATCHES = 20
@@ -283,6 +284,10 @@ class _PausedCreation:
             real(fd, size)
 
         monkeypatch.setattr(os, "ftruncate", ftruncate)
+        # the writer must create the segment itself: a segment the preparer made ahead (the
+        # background thread, whenever it runs first on a loaded machine) is linked into place
+        # whole, and the writer would then never reach os.ftruncate
+        monkeypatch.setattr(SegmentPreparer, "_prepare", lambda self, start: False)
 
     def run_during(self, writer: Callable[[], object], other: Callable[[], object]) -> list[BaseException]:
         """Run ``writer`` until it has created a file, then ``other`` in a third thread; their errors."""
