@@ -15,6 +15,18 @@ RocketMQ's Java client signs it: :func:`content` takes the set of keys to leave 
 
 Signing (:func:`sign`) adds ``AccessKey`` first, then signs, then adds ``Signature``, as
 ``AclClientRPCHook.doBeforeRequest`` does. No I/O; nothing here raises for any input.
+
+That form binds neither the field names nor the request code: a boundary moved between two
+values, or the same fields sent under another code, keep the signature. Our own clients, the
+CLI and broker-to-broker calls sign the **bound form** instead (:func:`sign_bound`), marked
+by the field ``SignatureForm: bound-1`` (itself signed)::
+
+    content = b"rmqlog-bound-1\n" + ascii(code) + b"\n"
+              + for each key k (sorted as above, "Signature" left out):
+                    ascii(len(k)) + b":" + k + ascii(len(v)) + b":" + v     (UTF-8 byte lengths)
+              + body
+
+A broker verifies a request carrying ``SignatureForm: bound-1`` by that form only.
 """
 
 from __future__ import annotations
@@ -78,6 +90,37 @@ def signature(data: bytes, secret_key: str) -> str:
     return base64.b64encode(mac).decode("ascii")
 
 
+#: marks a request signed in the bound form (:func:`bound_content`); its value
+SIGNATURE_FORM = "SignatureForm"
+BOUND_FORM = "bound-1"
+
+
+def bound_content(code: int, ext_fields: Mapping[str, Any], body: bytes | memoryview | list[Any] | None) -> bytes:
+    """The bytes signed in the bound form (module docstring): the request code, then every
+    field's name and value, each length-prefixed, then ``body``. ``Signature`` is left out."""
+    parts = [b"rmqlog-bound-1\n", str(int(code)).encode("ascii"), b"\n"]
+    for k in sorted((k for k in ext_fields if k != SIGNATURE), key=_java_order):
+        kb = k.encode("utf-8", "surrogatepass")
+        vb = java_text(ext_fields[k]).encode("utf-8", "surrogatepass")
+        parts += [str(len(kb)).encode("ascii"), b":", kb, str(len(vb)).encode("ascii"), b":", vb]
+    if isinstance(body, list):
+        parts += [bytes(b) for b in body]
+    elif body is not None:
+        parts.append(bytes(body))
+    return b"".join(parts)
+
+
+def sign_bound(cmd: RemotingCommand, access_key: str, secret_key: str) -> RemotingCommand:
+    """``cmd`` with ``AccessKey``, ``SignatureForm: bound-1`` and its bound-form ``Signature``
+    added in place (returned for chaining): what our clients, the CLI and broker-to-broker
+    calls send (see the module docstring)."""
+    cmd.ext_fields[ACCESS_KEY] = access_key
+    cmd.ext_fields[SIGNATURE_FORM] = BOUND_FORM
+    cmd.ext_fields.pop(SIGNATURE, None)
+    cmd.ext_fields[SIGNATURE] = signature(bound_content(cmd.code, cmd.ext_fields, cmd.body), secret_key)
+    return cmd
+
+
 def sign(cmd: RemotingCommand, access_key: str, secret_key: str) -> RemotingCommand:
     """``cmd`` with ``AccessKey`` and its ``Signature`` added in place (returned for chaining),
     as RocketMQ's ``AclClientRPCHook`` signs. ``_UNIQUE_KEY_QUERY`` is left out of the content,
@@ -89,5 +132,5 @@ def sign(cmd: RemotingCommand, access_key: str, secret_key: str) -> RemotingComm
     return cmd
 
 
-__all__ = ["ACCESS_KEY", "SIGNATURE", "SECURITY_TOKEN", "UNIQUE_KEY_QUERY", "BROKER_SKIPPED", "CLIENT_SKIPPED",
+__all__ = ["ACCESS_KEY", "SIGNATURE", "SIGNATURE_FORM", "BOUND_FORM", "bound_content", "sign_bound", "SECURITY_TOKEN", "UNIQUE_KEY_QUERY", "BROKER_SKIPPED", "CLIENT_SKIPPED",
            "java_text", "content", "signature", "sign"]
