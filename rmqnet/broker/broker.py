@@ -62,8 +62,10 @@ class Broker:
     """
 
     def __init__(self, store: MessageStore, config: BrokerConfig, *, clock: Clock | None = None,
-                 address: str | None = None) -> None:
-        """Build every part, in this order (each needs only what is above it). Raises what
+                 address: str | None = None, background_persist: bool = False) -> None:
+        """Build every part, in this order (each needs only what is above it);
+        ``background_persist``: the state tables' persist rounds run in a thread of their own
+        (the broker's process; :mod:`rmqnet.broker.state`). Raises what
         the parts raise at start: the store's errors (an unreadable table file), the ACL's
         :class:`~rmqnet.broker.acl_files.AclConfigError` with ``aclEnable=true``."""
         self.store = store
@@ -84,7 +86,7 @@ class Broker:
         self.subscription_groups = SubscriptionGroupTable(store)
         self.state = StatePersistService(lambda: self.config.flush_consumer_offset_interval, [
             ("consumer offsets", self.consumer_offsets.persist), ("subscription groups", self.subscription_groups.persist),
-            ("topics", self.topics.persist)])
+            ("topics", self.topics.persist)], background=background_persist)
 
         # ---- the services of the request families (their codes: rmqnet.broker.processors)
         #: sends (10, 310, 320): batched puts, the group commit

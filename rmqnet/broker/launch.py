@@ -95,7 +95,8 @@ class BrokerProcess:
             store_config: StoreConfig = config.store.replace(store_host=config.advertised(port))
             self.store = MessageStore.open(self.root, store_config)
             self.store.start_services(scheduler=not config.slave)  # a slave's deliveries come from its master
-            self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port))
+            self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port),
+                                 background_persist=True)
             await self.broker.replication.start(self.host, config.ha_port(self.port))
             self._add_registrar(self.broker)
         except BaseException:
