@@ -15,6 +15,7 @@ from .clock import Clock, ManualClock, SystemClock
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from .config_files import SubscriptionGroupConfig, TopicConfig
 from .config_tables import FileStamp, TableMerge
+from .pop_log import PopLog
 from .errors import (
     ConfigError,
     CorruptQueueError,
@@ -76,5 +77,5 @@ __all__ = [
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "StoredRecords", "parse_tag_filter", "FilterParseError", "Sql92Filter", "compile_filter",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA", "MIN_RECORD_SIZE", "WAITING_TOPICS", "is_uniq_key", "check_utf8_column",
     "PUBLIC_MODULES", "decode_message_batch", "decode_record_rows", "decode_records", "send_back_table", "WireMessage",
-    "PutRows",
+    "PutRows", "PopLog",
 ]

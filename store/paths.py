@@ -225,6 +225,16 @@ class StorePaths:
         return self.root / "retention.state"
 
     @property
+    def pop_dir(self) -> Path:
+        """A broker's POP consumption state (:mod:`rmqlog.pop_log`)."""
+        return self.root / "pop"
+
+    @property
+    def pop_log(self) -> Path:
+        """The POP checkpoint log: checkpoints, acks and positions (:class:`rmqlog.pop_log.PopLog`)."""
+        return self.pop_dir / "checkpoints.log"
+
+    @property
     def deleted_segments_dir(self) -> Path:
         """Where retention moves the segments it deletes before unlinking them (beside
         ``commitlog/``: nothing that lists the segments, RocketMQ's tooling included, meets one)."""

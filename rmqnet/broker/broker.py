@@ -29,6 +29,7 @@ from .consumers import ClientRegistry
 from .dispatch import ProcessorTable
 from .holds import PullHoldService
 from .locks import QueueLocks
+from .pop import PopService
 from .processors import processor_table
 from .registration import Registrar
 from .replication import Replication
@@ -118,13 +119,16 @@ class Broker:
         self.replication = Replication(self)
         #: a SLAVE's copy of its master's topics, offsets and delay offsets (None on a master)
         self.slave_sync: SlaveSynchronize | None = SlaveSynchronize(self) if config.slave else None
+        #: POP consumption (200050, 200051, 200053 and the gRPC endpoint's receive, ack and
+        #: change): checkpoints in the store's POP log, loaded now; its rounds revive
+        self.pop = PopService(self)
         #: the registration with the name servers: added by the process once the HA address
         #: is known (:meth:`add_registrar`; None: not registering)
         self.registrar: Registrar | None = None
 
         #: what the process runs every round (:meth:`run_services`), in this order
         self.services: list[BrokerService] = [self.state, self.transaction_check, self.consumers, self.holds,
-                                              self.queue_locks, self.replication]
+                                              self.queue_locks, self.replication, self.pop]
         if self.slave_sync is not None:
             self.services.append(self.slave_sync)
         #: request code -> handler, and the hooks before every handler (the ACL's)
@@ -163,7 +167,7 @@ class Broker:
         persist, any pull still held answered, the HA service stopped, the slave's sync
         stopped, the registrar's unregistration, in that order; one failing does not stop the others (its
         error is logged). The store is the caller's to close."""
-        closes: list[Callable[[], object]] = [self.state.close, self.holds.close, self.replication.close]
+        closes: list[Callable[[], object]] = [self.state.close, self.holds.close, self.replication.close, self.pop.close]
         if self.slave_sync is not None:
             closes.append(self.slave_sync.close)
         if self.registrar is not None:
