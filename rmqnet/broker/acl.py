@@ -153,6 +153,9 @@ def resources(req: RemotingCommand) -> dict[str, int]:
             return out if res is None else {**out, res: SUB}
         if code == RequestCode.QUERY_MESSAGE:
             return {} if ext.get("topic") is None else {java_text(ext["topic"]): SUB}
+        if code in (RequestCode.POP_MESSAGE, RequestCode.ACK_MESSAGE, RequestCode.CHANGE_MESSAGE_INVISIBLETIME):
+            # RocketMQ 5's PlainAccessResource: the topic and the group's retry topic, SUB
+            return {ext_str(ext, "topic"): SUB, RETRY_PREFIX + ext_str(ext, "consumerGroup"): SUB}
         if code == RequestCode.HEART_BEAT:
             return _heartbeat_resources(req.body_bytes())
         if code == RequestCode.UNREGISTER_CLIENT:

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from rmqlog import Clock, MessageStore, SystemClock
 
-from . import pull
+from . import pop_remoting, pull
 from .acl import AccessValidator
 from .acl_files import load_home
 from .admin_stats import GetNums
@@ -30,6 +30,7 @@ from .dispatch import ProcessorTable
 from .holds import PullHoldService
 from .locks import QueueLocks
 from .pop import PopService
+from .pop_remoting import PopHoldService
 from .processors import processor_table
 from .registration import Registrar
 from .replication import Replication
@@ -122,13 +123,17 @@ class Broker:
         #: POP consumption (200050, 200051, 200053 and the gRPC endpoint's receive, ack and
         #: change): checkpoints in the store's POP log, loaded now; its rounds revive
         self.pop = PopService(self)
+        #: held pops (long polling of 200050), woken by the store's arrival signal
+        self.pop_holds = PopHoldService(pop_remoting.rerun_held)
+        store.on_arrival(self.pop_holds.notify_arrivals)
+        self.stop_listeners.append(self.pop_holds.close)
         #: the registration with the name servers: added by the process once the HA address
         #: is known (:meth:`add_registrar`; None: not registering)
         self.registrar: Registrar | None = None
 
         #: what the process runs every round (:meth:`run_services`), in this order
         self.services: list[BrokerService] = [self.state, self.transaction_check, self.consumers, self.holds,
-                                              self.queue_locks, self.replication, self.pop]
+                                              self.queue_locks, self.replication, self.pop, self.pop_holds]
         if self.slave_sync is not None:
             self.services.append(self.slave_sync)
         #: request code -> handler, and the hooks before every handler (the ACL's)
@@ -164,10 +169,12 @@ class Broker:
 
     async def close(self) -> None:
         """At a clean stop, after the requests in flight were answered: the state tables' last
-        persist, any pull still held answered, the HA service stopped, the slave's sync
-        stopped, the registrar's unregistration, in that order; one failing does not stop the others (its
-        error is logged). The store is the caller's to close."""
-        closes: list[Callable[[], object]] = [self.state.close, self.holds.close, self.replication.close, self.pop.close]
+        persist, any pull still held answered, the HA service stopped, any pop still held
+        answered, the POP log synced and closed, the slave's sync stopped, the registrar's
+        unregistration, in that order; one failing does not stop the others (its error is
+        logged). The store is the caller's to close."""
+        closes: list[Callable[[], object]] = [self.state.close, self.holds.close, self.replication.close,
+                                              self.pop_holds.close, self.pop.close]
         if self.slave_sync is not None:
             closes.append(self.slave_sync.close)
         if self.registrar is not None:

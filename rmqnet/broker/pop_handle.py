@@ -47,8 +47,9 @@ def topic_type(topic: str) -> str:
 
 def real_topic(topic: str, group: str, mark: str) -> str:
     """``ExtraInfoUtil.getRealTopic``: the topic a handle's message was read from, given the
-    topic the consumer subscribed (``topic``); raises :class:`HandleError` for another mark."""
-    if mark == NORMAL_TOPIC:
+    topic the consumer subscribed (``topic``; a retry topic already, as an ack on the wire
+    names it: itself); raises :class:`HandleError` for another mark."""
+    if mark == NORMAL_TOPIC or topic.startswith(RETRY_PREFIX):
         return topic
     if mark == RETRY_TOPIC:
         return pop_retry_topic(group, topic)

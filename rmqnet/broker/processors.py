@@ -15,7 +15,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..remoting import RequestCode
-from . import admin, admin_config, admin_stats, consumers, locks, offsets, pull, query, slave_sync
+from . import (
+    admin,
+    admin_config,
+    admin_stats,
+    consumers,
+    locks,
+    offsets,
+    pop_remoting,
+    pull,
+    query,
+    slave_sync,
+)
 from .dispatch import BeforeHook, Handler, ProcessorTable
 
 if TYPE_CHECKING:
@@ -34,6 +45,11 @@ def processor_table(broker: Broker) -> ProcessorTable:
         (RequestCode.CONSUMER_SEND_MSG_BACK, broker.send_back.handle),
         # PullMessageProcessor: pulls, held by long polling (rmqnet.broker.pull, rmqnet.broker.holds)
         (RequestCode.PULL_MESSAGE, pull.pull_message),
+        # RocketMQ 5's PopMessageProcessor, AckMessageProcessor, ChangeInvisibleTimeProcessor
+        # (rmqnet.broker.pop_remoting over rmqnet.broker.pop; held pops: broker.pop_holds)
+        (RequestCode.POP_MESSAGE, pop_remoting.pop_message),
+        (RequestCode.ACK_MESSAGE, pop_remoting.ack_message),
+        (RequestCode.CHANGE_MESSAGE_INVISIBLETIME, pop_remoting.change_invisible_time),
         # QueryMessageProcessor (rmqnet.broker.query)
         (RequestCode.QUERY_MESSAGE, query.query_message),
         (RequestCode.VIEW_MESSAGE_BY_ID, query.view_message_by_id),

@@ -1,5 +1,6 @@
 """RocketMQ 4.9.8's request, response and language codes (``RequestCode.java``,
-``ResponseCode.java``, ``RemotingSysResponseCode.java``, ``LanguageCode.java``), and the
+``ResponseCode.java``, ``RemotingSysResponseCode.java``, ``LanguageCode.java``; and RocketMQ
+5's POP codes, 200050-200053 and 208-210), and the
 remoting header's flag bits (``RemotingCommand``: bit 0 response, bit 1 oneway)."""
 
 from __future__ import annotations
@@ -54,6 +55,10 @@ class RequestCode(IntEnum):
     DELETE_TOPIC_IN_NAMESRV = 216
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    #: RocketMQ 5's POP consumption
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
 
 
 class ResponseCode(IntEnum):
@@ -82,6 +87,10 @@ class ResponseCode(IntEnum):
     FILTER_DATA_NOT_EXIST = 27
     FILTER_DATA_NOT_LATEST = 28
     CONSUMER_NOT_ONLINE = 206
+    #: RocketMQ 5's POP answers
+    NO_MESSAGE = 208
+    POLLING_FULL = 209
+    POLLING_TIMEOUT = 210
 
 
 class LanguageCode(IntEnum):
