@@ -397,19 +397,36 @@ class PopService:
 
     # ------------------------------------------------------------------ ack
     def ack(self, group: str, topic: str, handle: ExtraInfo, now_ms: int) -> AckStatus:
-        """Ack the message of ``handle`` (``topic``: the topic the group subscribed; the
-        handle says whether the message came from its retry topic). GONE or EXPIRED change
-        nothing. Raises the log's errors (nothing acked then)."""
-        found = self.state.find(group, real_topic(topic, group, handle.topic_type), handle.queue_id,
-                                handle.pop_time, handle.offset)
-        if found is None or found[0].acked[found[1]]:
-            return self._missed(handle, now_ms)
-        ck, i = found
-        self.state.write([{"k": "ack", "id": ck.id, "x": [i]}])
-        self.acked += 1
-        if ck.order and not ck.left:
-            self._commit(group, ck.topic, ck.queue_id, ck.next_offset)
-        return AckStatus.OK
+        """Ack the message of ``handle`` (``topic``: the topic the group subscribed, or the
+        retry topic the message was read from; the handle says which). GONE or EXPIRED
+        change nothing. Raises the log's errors (nothing acked then)."""
+        return self.ack_many(group, topic, [handle], now_ms)[0]
+
+    def ack_many(self, group: str, topic: str, handles: list[ExtraInfo], now_ms: int) -> list[AckStatus]:
+        """:meth:`ack` of several handles with one write to the log (a gRPC AckMessage's
+        entries); one status per handle, in order (a handle given twice: OK, then GONE)."""
+        statuses: list[AckStatus] = []
+        records: list[dict[str, Any]] = []
+        taken: set[tuple[int, int]] = set()
+        done: list[Checkpoint] = []
+        for handle in handles:
+            found = self.state.find(group, real_topic(topic, group, handle.topic_type), handle.queue_id,
+                                    handle.pop_time, handle.offset)
+            if found is None or found[0].acked[found[1]] or (found[0].id, found[1]) in taken:
+                statuses.append(self._missed(handle, now_ms))
+                continue
+            ck, i = found
+            taken.add((ck.id, i))
+            records.append({"k": "ack", "id": ck.id, "x": [i]})
+            statuses.append(AckStatus.OK)
+            if ck.order:
+                done.append(ck)
+        self.state.write(records)
+        self.acked += len(records)
+        for ck in done:
+            if not ck.left:  # an orderly batch fully acked: the group's offset moves past it
+                self._commit(group, ck.topic, ck.queue_id, ck.next_offset)
+        return statuses
 
     def change_invisible(self, group: str, topic: str, handle: ExtraInfo, invisible_ms: int,
                          now_ms: int) -> tuple[AckStatus, ExtraInfo | None]:

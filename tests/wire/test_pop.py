@@ -272,3 +272,13 @@ def test_the_log_is_compacted_to_the_live_state(store: rmqlog.MessageStore, monk
     assert log.records == broker.pop.state.live_records == 3 + 1  # three checkpoints, one position
     broker.pop.state.log.close()
     assert make_broker(store).pop.inflight("G") == 3
+
+
+def test_acks_of_several_handles_are_one_write(store: rmqlog.MessageStore) -> None:
+    put(store, b"a", b"b", b"c")
+    broker = make_broker(store)
+    got = pop(broker, T0)
+    writes = broker.pop.state.log.writes
+    infos = [ExtraInfo.parse(h) for h in got.handles]
+    assert broker.pop.ack_many("G", "T", [*infos, infos[0]], T0 + 1) == [AckStatus.OK] * 3 + [AckStatus.GONE]
+    assert broker.pop.state.log.writes == writes + 1 and broker.pop.inflight() == 0
