@@ -216,8 +216,7 @@ class PopService:
         for t, qids, flt in sources:
             for qid in qids:
                 if left <= 0:
-                    result.rest += self._backlog(group, t, qid)
-                    continue
+                    break  # (restNum counts the queues read: a bound of each other queue costs a read)
                 read = self._read_order if order else self._read
                 one = read(group, t, qid, left, invisible_ms, now_ms, flt, init_mode, retry_max, records, result)
                 if one is not None:
@@ -227,7 +226,8 @@ class PopService:
         if dead:  # orderly messages past retryMaxTimes: stored to the dead letters before the log says so
             self._store_again(np.concatenate([got.ck.commit_offsets[got.dead] for got in dead]),
                               [DLQ_PREFIX + got.ck.group for got in dead for _ in range(len(got.dead))])
-        self.state.write(records)  # the checkpoints are in the log before anything is answered
+        # the checkpoints are in the log before anything is answered
+        self.state.write(records, [got.ck for got in taken])
         name = self.broker.config.broker_name
         for got in taken:
             ck = got.ck
@@ -300,12 +300,6 @@ class PopService:
         if init_mode == INIT_MIN or topic.startswith("%RETRY%") or lo == 0:
             return lo
         return max(self.store.max_offset(topic, queue_id) - 1, 0)
-
-    def _backlog(self, group: str, topic: str, queue_id: int) -> int:
-        try:
-            return max(self.store.max_offset(topic, queue_id) - self._position(group, topic, queue_id, INIT_MAX), 0)
-        except rmqlog.StoreError:
-            return 0
 
     def _window(self, topic: str, qid: int, pos: int, left: int, tags: str | None,
                 result: PopResult) -> tuple[rmqlog.GetMessageResult, int]:
@@ -406,23 +400,22 @@ class PopService:
         """:meth:`ack` of several handles with one write to the log (a gRPC AckMessage's
         entries); one status per handle, in order (a handle given twice: OK, then GONE)."""
         statuses: list[AckStatus] = []
-        records: list[dict[str, Any]] = []
-        taken: set[tuple[int, int]] = set()
+        per_ck: dict[int, list[int]] = {}
         done: list[Checkpoint] = []
         for handle in handles:
             found = self.state.find(group, real_topic(topic, group, handle.topic_type), handle.queue_id,
                                     handle.pop_time, handle.offset)
-            if found is None or found[0].acked[found[1]] or (found[0].id, found[1]) in taken:
+            if found is None or found[0].acked[found[1]] or found[1] in per_ck.get(found[0].id, ()):
                 statuses.append(self._missed(handle, now_ms))
                 continue
             ck, i = found
-            taken.add((ck.id, i))
-            records.append({"k": "ack", "id": ck.id, "x": [i]})
+            per_ck.setdefault(ck.id, []).append(i)
             statuses.append(AckStatus.OK)
             if ck.order:
                 done.append(ck)
-        self.state.write(records)
-        self.acked += len(records)
+        # one record per checkpoint, all in one write
+        self.state.write([{"k": "ack", "id": cid, "x": idx} for cid, idx in per_ck.items()])
+        self.acked += sum(len(idx) for idx in per_ck.values())
         for ck in done:
             if not ck.left:  # an orderly batch fully acked: the group's offset moves past it
                 self._commit(group, ck.topic, ck.queue_id, ck.next_offset)

@@ -91,8 +91,12 @@ class Checkpoint:
 
     def index_of(self, offset: int) -> int:
         """The index of the message at queue offset ``offset``, or -1."""
+        n = len(self.offsets)
+        i = offset - self.start
+        if 0 <= i < n and self.offsets[i] == offset:  # the usual batch: consecutive offsets from start
+            return i
         i = int(np.searchsorted(self.offsets, offset))
-        return i if i < len(self.offsets) and int(self.offsets[i]) == offset else -1
+        return i if i < n and int(self.offsets[i]) == offset else -1
 
     def record(self, replaces: int | None = None) -> dict[str, Any]:
         """Its ``ck`` record (acked indexes and attempts included)."""
@@ -154,19 +158,22 @@ class PopState:
         self.next_id += 1
         return nid
 
-    def write(self, records: list[dict[str, Any]]) -> None:
-        """Append ``records`` to the log, then apply them. Raises the log's errors (a full
+    def write(self, records: list[dict[str, Any]], made: Iterable[Checkpoint] = ()) -> None:
+        """Append ``records`` to the log, then apply them (``made``: the checkpoints the
+        ``ck`` records were made from, taken as they are). Raises the log's errors (a full
         disk: :class:`rmqlog.DiskFullError`); nothing changes then."""
         if not records:
             return
         self.log.append(records)
-        self._apply(records)
+        self._apply(records, {ck.id: ck for ck in made})
 
-    def _apply(self, records: Iterable[dict[str, Any]]) -> None:
+    def _apply(self, records: Iterable[dict[str, Any]], made: dict[int, Checkpoint] | None = None) -> None:
         for rec in records:
             kind = rec.get("k")
             if kind == "ck":
-                ck = Checkpoint.of_record(rec)
+                ck = made.get(rec["id"]) if made else None
+                if ck is None:
+                    ck = Checkpoint.of_record(rec)
                 self.next_id = max(self.next_id, ck.id + 1)
                 replaced = rec.get("x")
                 if replaced is not None:
