@@ -59,7 +59,7 @@ from .pop_handle import (
     topic_type,
 )
 from .pop_state import Checkpoint, PopState
-from .topics import DLQ_PREFIX, PERM_READ
+from .topics import DLQ_PREFIX, PERM_READ, RETRY_PREFIX
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -144,6 +144,22 @@ class PopResult:
     @property
     def handles(self) -> list[str]:
         return [h for q in self.queues for h in q.handles]
+
+    def messages(self) -> pa.Table:
+        """The messages decoded (:data:`rmqlog.MESSAGE_SCHEMA`, as :func:`rmqlog.decode_records`
+        decodes a pull's body; ``topic`` the topic read) with ``receiptHandle`` (the handle of
+        each) and, for an orderly pop, ``reconsumeTimes`` the attempt count of this delivery:
+        what a gRPC receive answers from. One decode per queue read."""
+        tables = []
+        for q in self.queues:
+            table = rmqlog.decode_records(q.records.data)
+            if q.attempts is not None:
+                i = table.schema.get_field_index("reconsumeTimes")
+                table = table.set_column(i, table.schema.field(i), pa.array(q.attempts, table.schema.field(i).type))
+            tables.append(table.append_column("receiptHandle", pa.array(q.handles, pa.string())))
+        if not tables:
+            return rmqlog.MESSAGE_SCHEMA.append(pa.field("receiptHandle", pa.string())).empty_table()
+        return pa.concat_tables(tables)
 
     def body(self) -> list[memoryview]:
         """The records of every queue, as a pull's body (no copy)."""
@@ -417,8 +433,14 @@ class PopService:
         self.state.write([{"k": "ack", "id": cid, "x": idx} for cid, idx in per_ck.items()])
         self.acked += sum(len(idx) for idx in per_ck.values())
         for ck in done:
-            if not ck.left:  # an orderly batch fully acked: the group's offset moves past it
-                self._commit(group, ck.topic, ck.queue_id, ck.next_offset)
+            if not ck.left or not ck.blocks(now_ms):
+                # an orderly batch fully acked: the group's offset moves past it, and pops held
+                # on its queue are woken (AckMessageProcessor.ackOrderly's notifyMessageArriving)
+                if not ck.left:
+                    self._commit(group, ck.topic, ck.queue_id, ck.next_offset)
+                holds = getattr(self.broker, "pop_holds", None)
+                if holds is not None:
+                    holds.notify_arrival(ck.topic, ck.queue_id, 1 << 62)
         return statuses
 
     def change_invisible(self, group: str, topic: str, handle: ExtraInfo, invisible_ms: int,
@@ -476,29 +498,34 @@ class PopService:
     def _store_again(self, offsets: np.ndarray, topics_to: list[str], groups: list[str] | None = None) -> int:
         """The records at ``offsets`` stored again, each to its topic in ``topics_to`` (a POP
         retry topic, or ``%DLQ%<group>``) or, with its ``group`` given and past that group's
-        ``retryMaxTimes``, to ``%DLQ%<group>``: one read, one put (``reconsumeTimes + 1``,
-        ``RETRY_TOPIC`` the first topic: :func:`rmqlog.send_back_table`). Records no longer in
-        the log (retention) are logged and skipped."""
+        ``retryMaxTimes`` (or when its retry topic makes no topic name), to ``%DLQ%<group>``:
+        one read, one put (``reconsumeTimes + 1``, ``RETRY_TOPIC`` the first topic:
+        :func:`rmqlog.send_back_table`). Records no longer in the log (retention) are logged
+        and skipped. Raises the store's errors (nothing is stored then)."""
         records, found = self.store.wire_records(offsets)
         if len(found) < len(offsets):
             log.warning("POP revive: %d of %d messages are no longer in the commitlog", len(offsets) - len(found),
                         len(offsets))
         if not len(found):
             return 0
-        wanted = [topics_to[i] for i in found.tolist()]
-        dead = np.array([t.startswith(DLQ_PREFIX) for t in wanted], bool)
-        topics = wanted
+        topics = [topics_to[i] for i in found.tolist()]
+        dead = np.array([t.startswith(DLQ_PREFIX) for t in topics], bool)
         if groups is not None:
             by = [groups[i] for i in found.tolist()]
             limits = {g: self._retry_max(g) for g in set(by)}
             reconsume = records.column("reconsumeTimes").to_numpy().astype(np.int64)
             dead |= reconsume >= np.array([limits[g] for g in by], np.int64)
-            topics = [DLQ_PREFIX + g if d else t for g, t, d in zip(by, wanted, dead.tolist(), strict=True)]
-        for name in set(topics):
-            if name.startswith(DLQ_PREFIX):
-                self.broker.topics.create_dlq(name[len(DLQ_PREFIX):])
-            else:
-                self.broker.topics.create_retry(name[len("%RETRY%"):])
+            for name, group in {t: g for t, g in zip(topics, by, strict=True) if not t.startswith(DLQ_PREFIX)}.items():
+                try:
+                    self.broker.topics.create_retry(name[len(RETRY_PREFIX):])
+                except rmqlog.InvalidTopicError as exc:
+                    # group + "_" + topic makes no topic name (over 127 bytes): the dead letters,
+                    # never a revive that fails every round
+                    log.warning("POP revive: no retry topic %s (%s): to %s%s", name, exc, DLQ_PREFIX, group)
+                    dead |= np.array([t == name for t in topics], bool)
+            topics = [DLQ_PREFIX + g if d else t for g, t, d in zip(by, topics, dead.tolist(), strict=True)]
+        for name in {t for t in topics if t.startswith(DLQ_PREFIX)}:
+            self.broker.topics.create_dlq(name[len(DLQ_PREFIX):])
         n = len(topics)
         table = send_back_table(records, pa.array(topics, pa.string()), np.zeros(n, np.int32), np.zeros(n, np.int64))
         self.store.put_wire(table, wait_flush=False)

@@ -282,3 +282,36 @@ def test_acks_of_several_handles_are_one_write(store: rmqlog.MessageStore) -> No
     infos = [ExtraInfo.parse(h) for h in got.handles]
     assert broker.pop.ack_many("G", "T", [*infos, infos[0]], T0 + 1) == [AckStatus.OK] * 3 + [AckStatus.GONE]
     assert broker.pop.state.log.writes == writes + 1 and broker.pop.inflight() == 0
+
+
+def test_a_group_whose_retry_topic_makes_no_name_revives_to_its_dead_letters(store: rmqlog.MessageStore) -> None:
+    group = "G" * 120  # "%RETRY%<group>_T" would be 129 bytes: over RocketMQ's 127
+    put(store, b"a")
+    broker = make_broker(store)
+    assert bodies(pop(broker, T0, group=group)) == [b"a"]
+    assert broker.pop.run_once(T0 + INVISIBLE) == 1 and broker.pop.dead == 1
+    assert broker.pop.run_once(T0 + 2 * INVISIBLE) == 0  # done: not tried again every round
+    store.dispatch()
+    assert [m["body"] for m in store.read_queue(f"%DLQ%{group}", 0, 0, 10).to_pylist()] == [b"a"]
+
+
+def test_a_pops_messages_decoded_carry_their_handles_and_orderly_attempts(store: rmqlog.MessageStore) -> None:
+    put(store, b"1", b"2")
+    broker = make_broker(store)
+    got = pop(broker, T0, 2, queue=0, order=True)
+    table = got.messages()
+    assert table.column("body").to_pylist() == [b"1", b"2"]
+    assert table.column("receiptHandle").to_pylist() == got.handles
+    again = pop(broker, T0 + INVISIBLE, 2, queue=0, order=True).messages()
+    assert again.column("reconsumeTimes").to_pylist() == [1, 1]  # the attempt of this delivery
+    assert pop(broker, T0 + INVISIBLE + 1, queue=1).messages().num_rows == 0
+
+
+def test_an_orderly_ack_that_frees_its_queue_wakes_the_pops_held_on_it(store: rmqlog.MessageStore) -> None:
+    put(store, b"1", b"2")
+    broker = make_broker(store)
+    [h] = pop(broker, T0, 1, queue=0, order=True).handles
+    woken: list[tuple[str, int]] = []
+    broker.pop_holds.notify_arrival = lambda topic, q, m: woken.append((topic, q))  # type: ignore[method-assign]
+    assert broker.pop.ack("G", "T", ExtraInfo.parse(h), T0 + 1) is AckStatus.OK
+    assert woken == [("T", 0)]
