@@ -15,7 +15,6 @@ from .clock import Clock, ManualClock, SystemClock
 from .config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
 from .config_files import SubscriptionGroupConfig, TopicConfig
 from .config_tables import FileStamp, TableMerge
-from .pop_log import PopLog
 from .errors import (
     ConfigError,
     CorruptQueueError,
@@ -51,6 +50,7 @@ from .log.rows import decode_record_rows
 from .log.send_back import send_back_table
 from .log.wire import decode_message_batch, decode_records
 from .message_store import MessageStore
+from .pop_log import PopLog
 from .results import (
     GetMessageResult,
     GetMessageStatus,
