@@ -120,20 +120,21 @@ class Broker:
         self.replication = Replication(self)
         #: a SLAVE's copy of its master's topics, offsets and delay offsets (None on a master)
         self.slave_sync: SlaveSynchronize | None = SlaveSynchronize(self) if config.slave else None
-        #: POP consumption (200050, 200051, 200053 and the gRPC endpoint's receive, ack and
-        #: change): checkpoints in the store's POP log, loaded now; its rounds revive
-        self.pop = PopService(self)
-        #: held pops (long polling of 200050), woken by the store's arrival signal
+        #: held pops (long polling of 200050), woken by the store's arrival signal and by
+        #: orderly acks that free a queue
         self.pop_holds = PopHoldService(pop_remoting.rerun_held)
         store.on_arrival(self.pop_holds.notify_arrivals)
         self.stop_listeners.append(self.pop_holds.close)
+        #: POP consumption (200050, 200051, 200053 and the gRPC endpoint's receive, ack and
+        #: change): checkpoints in the store's POP log, loaded now; its rounds revive
+        self.pop = PopService(self)
         #: the registration with the name servers: added by the process once the HA address
         #: is known (:meth:`add_registrar`; None: not registering)
         self.registrar: Registrar | None = None
 
         #: what the process runs every round (:meth:`run_services`), in this order
         self.services: list[BrokerService] = [self.state, self.transaction_check, self.consumers, self.holds,
-                                              self.queue_locks, self.replication, self.pop, self.pop_holds]
+                                              self.queue_locks, self.replication, self.pop_holds, self.pop]
         if self.slave_sync is not None:
             self.services.append(self.slave_sync)
         #: request code -> handler, and the hooks before every handler (the ACL's)

@@ -438,9 +438,7 @@ class PopService:
                 # on its queue are woken (AckMessageProcessor.ackOrderly's notifyMessageArriving)
                 if not ck.left:
                     self._commit(group, ck.topic, ck.queue_id, ck.next_offset)
-                holds = getattr(self.broker, "pop_holds", None)
-                if holds is not None:
-                    holds.notify_arrival(ck.topic, ck.queue_id, 1 << 62)
+                self.broker.pop_holds.notify_arrival(ck.topic, ck.queue_id, 1 << 62)
         return statuses
 
     def change_invisible(self, group: str, topic: str, handle: ExtraInfo, invisible_ms: int,
