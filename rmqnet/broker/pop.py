@@ -25,9 +25,9 @@ the remoting codes (:mod:`rmqnet.broker.pop_remoting`) and the gRPC endpoint cal
 
 Guarantee (at-least-once): a message handed out and not acked is handed out again (or
 dead-lettered) after its invisible time, across a ``kill -9`` of the broker (the log is written
-before each answer; see :class:`rmqlog.PopLog`); an ack answered is never undone. A message
-can be delivered twice: an ack lost in a crash's window, a revive's put made but its ``done``
-record not written.
+before each answer; see :class:`rmqlog.PopLog`); an ack answered is never undone; a revive
+stores each message once (idempotent across a crash: :meth:`PopService.run_once`). A message
+comes again only when it was not acked within its invisible time.
 """
 
 from __future__ import annotations
@@ -74,6 +74,8 @@ INIT_MIN, INIT_MAX = 0, 1
 RETRY_FIRST_EVERY = 5
 #: the messages one revive round stores again at most (the rest: next round)
 REVIVE_BATCH = 4096
+#: the store's idempotence writer of the revive's puts (their sequence: the revive's)
+REVIVE_WRITER = "rmqnet.pop.revive"
 #: a group's ``retryMaxTimes`` when it has no config
 DEFAULT_RETRY_MAX = 16
 
@@ -471,35 +473,42 @@ class PopService:
     def run_once(self, now_ms: int) -> int:
         """One revive round (``PopReviveService``): every checkpoint whose invisible time has
         passed, its unacked messages stored again (see the module docstring); then a
-        compaction of the log when due. Returns the messages stored again. A failed put
-        leaves the checkpoints for the next round (raised after they are put back)."""
-        due = self.state.due(now_ms, REVIVE_BATCH)
+        compaction of the log when due. Returns the messages stored again. A revive is
+        idempotent: its intent (``rv``: a sequence and the checkpoints) is logged first, its
+        put carries the store's idempotence marker (writer :data:`REVIVE_WRITER`, that
+        sequence), and ``done`` follows; a revive a crash interrupted is done again, the same
+        checkpoints with the same sequence, before anything else (the store skips the put if
+        it was made). A failed put leaves its intent for the next round (raised)."""
         n = 0
+        for seq, ids in sorted(self.state.pending.items()):  # interrupted by a crash: again, the same
+            n += self._revive([self.state.cks[i] for i in ids if i in self.state.cks], seq)
+        due = self.state.due(now_ms, REVIVE_BATCH)
         if due:
-            try:
-                n = self._revive(due)
-            except Exception:
-                self.state.requeue(due)
-                raise
+            seq = self.state.revive_seq
+            self.state.write([{"k": "rv", "seq": seq, "ids": [ck.id for ck in due]}])
+            n += self._revive(due, seq)
         self.state.compact()
         return n
 
-    def _revive(self, due: list[Checkpoint]) -> int:
+    def _revive(self, due: list[Checkpoint], seq: int) -> int:
         parts = [ck.commit_offsets[~ck.acked] for ck in due]
         offsets = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         groups = [ck.group for ck, p in zip(due, parts, strict=True) for _ in range(len(p))]
         retry = [pop_retry_topic(ck.group, _normal(ck)) for ck, p in zip(due, parts, strict=True) for _ in range(len(p))]
-        n = self._store_again(offsets, retry, groups) if len(offsets) else 0
-        self.state.write([{"k": "done", "ids": [ck.id for ck in due]}])
+        n = self._store_again(offsets, retry, groups, sequence=seq) if len(offsets) else 0
+        self.state.write([{"k": "done", "seq": seq, "ids": [ck.id for ck in due]}])
         return n
 
-    def _store_again(self, offsets: np.ndarray, topics_to: list[str], groups: list[str] | None = None) -> int:
+    def _store_again(self, offsets: np.ndarray, topics_to: list[str], groups: list[str] | None = None, *,
+                     sequence: int | None = None) -> int:
         """The records at ``offsets`` stored again, each to its topic in ``topics_to`` (a POP
         retry topic, or ``%DLQ%<group>``) or, with its ``group`` given and past that group's
         ``retryMaxTimes`` (or when its retry topic makes no topic name), to ``%DLQ%<group>``:
         one read, one put (``reconsumeTimes + 1``, ``RETRY_TOPIC`` the first topic:
         :func:`rmqlog.send_back_table`). Records no longer in the log (retention) are logged
-        and skipped. Raises the store's errors (nothing is stored then)."""
+        and skipped. ``sequence``: the put is idempotent under :data:`REVIVE_WRITER` (a
+        sequence the store already has: nothing stored). Raises the store's errors (nothing is
+        stored then)."""
         records, found = self.store.wire_records(offsets)
         if len(found) < len(offsets):
             log.warning("POP revive: %d of %d messages are no longer in the commitlog", len(offsets) - len(found),
@@ -526,7 +535,10 @@ class PopService:
             self.broker.topics.create_dlq(name[len(DLQ_PREFIX):])
         n = len(topics)
         table = send_back_table(records, pa.array(topics, pa.string()), np.zeros(n, np.int32), np.zeros(n, np.int64))
-        self.store.put_wire(table, wait_flush=False)
+        if sequence is None:
+            self.store.put_wire(table, wait_flush=False)
+        else:
+            self.store.put_wire(table, wait_flush=False, writer=REVIVE_WRITER, sequence=sequence)
         self.broker.replication.appended()
         deaths = int(dead.sum())
         self.dead += deaths

@@ -15,7 +15,8 @@ The log's records (JSON objects, one a line; written before the answer that depe
 | ``ck`` | ``id g t q s p i o c n``, ``f`` (orderly), ``a`` (attempts), ``d`` (acked indexes), ``h`` (indexes not handed out by this pop), ``x`` (replaces) | a checkpoint: group, topic, queue, start, popTime, invisibleTime, queue offsets, commitlog offsets; ``n`` the queue's position after the pop |
 | ``ack`` | ``id x`` | the indexes ``x`` of checkpoint ``id`` acked |
 | ``inv`` | ``id i`` | an orderly checkpoint's invisibleTime moved (ChangeInvisibleTime of an orderly handle) |
-| ``done`` | ``ids`` | checkpoints revived (their unacked messages stored again): forgotten |
+| ``rv`` | ``seq ids`` | a revive begun: the checkpoints whose unacked messages are being stored again, under the store's idempotence marker with sequence ``seq`` (they take no ack from now on) |
+| ``done`` | ``seq ids`` | that revive done: the checkpoints forgotten |
 | ``pos`` | ``g t q n`` | a position moved without a checkpoint (units scanned past by a filter) |
 
 Replaying the log in order gives the state as it was after the last whole record: a
@@ -145,6 +146,12 @@ class PopState:
         self.positions: dict[QueueKey, int] = {}
         self._heap: list[tuple[int, int]] = []
         self.next_id = 1
+        #: revives logged (``rv``) and not done: sequence -> checkpoint ids; their checkpoints
+        #: take no ack (they are being stored again)
+        self.pending: dict[int, list[int]] = {}
+        self.reviving: set[int] = set()
+        #: the next revive's sequence (the store's idempotence marker of its put)
+        self.revive_seq = 1
 
     def load(self) -> int:
         """Replay the log (see the module docstring); returns the records read. Raises
@@ -195,9 +202,20 @@ class PopState:
                 ck_ = self.cks.get(int(rec["id"]))
                 if ck_ is not None:
                     ck_.invisible = int(rec["i"])
+            elif kind == "rv":
+                seq = int(rec["seq"])
+                ids = [int(c) for c in rec["ids"]]
+                self.pending[seq] = ids
+                self.reviving.update(ids)
+                self.revive_seq = max(self.revive_seq, seq + 1)
             elif kind == "done":
-                for cid in rec["ids"]:
-                    self._forget(int(cid))
+                ids = [int(c) for c in rec["ids"]]
+                for cid in ids:
+                    self._forget(cid)
+                self.reviving.difference_update(ids)
+                if "seq" in rec:
+                    self.pending.pop(int(rec["seq"]), None)
+                    self.revive_seq = max(self.revive_seq, int(rec["seq"]) + 1)
             elif kind == "pos":
                 q = (rec["g"], rec["t"], int(rec["q"]))
                 if int(rec["n"]) > self.positions.get(q, -1):
@@ -228,6 +246,8 @@ class PopState:
         """The checkpoint in flight that handed out ``offset`` of the queue at ``pop_time``
         and the message's index in it (acked or not), or ``None``."""
         for cid in self.by_time.get((group, topic, queue_id, pop_time), ()):
+            if cid in self.reviving:
+                continue
             ck = self.cks[cid]
             i = ck.index_of(offset)
             if i >= 0:
@@ -235,28 +255,22 @@ class PopState:
         return None
 
     def due(self, now_ms: int, limit: int) -> list[Checkpoint]:
-        """Checkpoints (not orderly) whose invisible time has passed by ``now_ms``, at most
-        ``limit`` messages' worth (at least one checkpoint), earliest first; they stay until
-        a ``done`` record is written for them."""
+        """Checkpoints (not orderly, not being revived) whose invisible time has passed by
+        ``now_ms``, at most ``limit`` messages' worth (at least one checkpoint), earliest
+        first; taken off the heap (the caller logs their revive)."""
         out: list[Checkpoint] = []
         taken = 0
         while self._heap and self._heap[0][0] <= now_ms and (not out or taken < limit):
             _, cid = heapq.heappop(self._heap)
             ck = self.cks.get(cid)
-            if ck is not None:
+            if ck is not None and cid not in self.reviving:
                 out.append(ck)
                 taken += ck.left
         return out
 
-    def requeue(self, cks: Iterable[Checkpoint]) -> None:
-        """Put checkpoints :meth:`due` gave back (their revive failed: tried next round)."""
-        for ck in cks:
-            if ck.id in self.cks:
-                heapq.heappush(self._heap, (ck.deadline, ck.id))
-
     @property
     def live_records(self) -> int:
-        return len(self.cks) + len(self.positions)
+        return len(self.cks) + len(self.positions) + len(self.pending)
 
     def compact(self, *, force: bool = False) -> bool:
         """Rewrite the log as the state now when it holds more than four times the records
@@ -271,6 +285,9 @@ class PopState:
         records: list[dict[str, Any]] = [{"k": "pos", "g": g, "t": t, "q": q, "n": n}
                                          for (g, t, q), n in self.positions.items()]
         records += [ck.record() for ck in self.cks.values()]
+        records += [{"k": "rv", "seq": seq, "ids": ids} for seq, ids in self.pending.items()]
+        if not self.pending and self.revive_seq > 1:  # (the sequence goes on after a compaction)
+            records.append({"k": "done", "seq": self.revive_seq - 1, "ids": []})
         self.log.rewrite(records)
         return True
 

@@ -315,3 +315,34 @@ def test_an_orderly_ack_that_frees_its_queue_wakes_the_pops_held_on_it(store: rm
     broker.pop_holds.notify_arrival = lambda topic, q, m: woken.append((topic, q))  # type: ignore[method-assign]
     assert broker.pop.ack("G", "T", ExtraInfo.parse(h), T0 + 1) is AckStatus.OK
     assert woken == [("T", 0)]
+
+
+def test_a_revive_interrupted_after_its_put_is_done_again_without_a_second_copy(
+        store: rmqlog.MessageStore, clock: rmqlog.ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    put(store, b"a", b"b")
+    broker = make_broker(store, clock=clock)
+    got = pop(broker, T0)
+    broker.pop.ack("G", "T", ExtraInfo.parse(got.handles[0]), T0 + 1)
+    write = broker.pop.state.write
+
+    def crash_before_done(records: list[dict[str, Any]], made: Any = ()) -> None:
+        if records and records[0]["k"] == "done":
+            raise KeyboardInterrupt("killed between the revive's put and its done record")
+        write(records, made)
+
+    monkeypatch.setattr(broker.pop.state, "write", crash_before_done)
+    with pytest.raises(KeyboardInterrupt):
+        broker.pop.run_once(T0 + INVISIBLE)
+    broker.pop.state.log.close()
+    store.dispatch()
+    assert store.max_offset("%RETRY%G_T", 0) == 1  # the put was made
+
+    again = make_broker(store, clock=clock)
+    assert again.pop.ack("G", "T", ExtraInfo.parse(got.handles[1]), T0 + INVISIBLE + 1) is AckStatus.EXPIRED
+    assert again.pop.run_once(T0 + INVISIBLE + 2) == 1  # done again: the store skips the put it has
+    store.dispatch()
+    assert store.max_offset("%RETRY%G_T", 0) == 1 and again.pop.state.pending == {}
+    retried = pop(again, T0 + INVISIBLE + 3)
+    assert bodies(retried) == [b"b"]
+    assert ack_all(again, retried, T0 + INVISIBLE + 4) == [AckStatus.OK]
+    assert again.pop.run_once(T0 + 10 * INVISIBLE) == 0 and again.pop.inflight() == 0
