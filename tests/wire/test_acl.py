@@ -546,3 +546,27 @@ def test_any_fields_are_refused_or_allowed_never_an_exception(home: Path) -> Non
         assert res is None or (res.code == ResponseCode.SYSTEM_ERROR and (res.remark or "").startswith(ACL_EXCEPTION))
 
     check()
+
+
+def test_pop_ack_and_change_need_sub_on_the_topic_and_the_group(broker: Any) -> None:
+    """RocketMQ 5's PlainAccessResource for 200050, 200051, 200053: the topic and the group's
+    retry topic, SUB; a refusal changes nothing."""
+    peer = FakePeer()
+
+    def pop(topic: str, group: str) -> RemotingCommand:
+        return signed(RemotingCommand(RequestCode.POP_MESSAGE, ext_fields={
+            "consumerGroup": group, "topic": topic, "queueId": -1, "maxMsgNums": 32, "invisibleTime": 60000,
+            "pollTime": 0, "bornTime": 0, "initMode": 0}))
+
+    (res,) = run(broker, peer, pop("topicC", "groupA"))  # groupA=DENY
+    refused(res, "No default permission for group:groupA")
+    (res,) = run(broker, peer, pop("other", "groupC"))  # defaultTopicPerm: DENY
+    refused(res, "No default permission for topic:other")
+    (res,) = run(broker, peer, pop("topicC", "groupC"))
+    assert res is not None and res.code == ResponseCode.POLLING_TIMEOUT  # allowed: the pop ran, found nothing
+    for code, extra in ((RequestCode.ACK_MESSAGE, {}), (RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {"invisibleTime": 1})):
+        (res,) = run(broker, peer, signed(RemotingCommand(code, ext_fields={
+            "consumerGroup": "groupA", "topic": "topicC", "queueId": 0, "extraInfo": "0 1 2 0 0 b 0 0", "offset": 0,
+            **extra})))
+        refused(res, "No default permission for group:groupA")
+    assert broker.pop.state.log.records == 0
