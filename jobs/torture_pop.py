@@ -17,10 +17,13 @@ A *trial*, on a fresh store root:
    that fails (the broker is down, the answer was cut by a kill) is dropped; the consumer pops again.
 3. Meanwhile ``--kills`` times, each 0..``--run-s`` s after the previous (the first after consumption
    began), the broker is killed with SIGKILL and restarted on the same root and address.
-4. It ends when every message has a confirmed ack (or after 120 s: the rest are *lost*), then the
-   broker is stopped with SIGTERM (exit 0 expected). Counted, per message:
+4. It ends when every message is *settled* (or after 120 s: the rest are *lost*): it has a confirmed
+   ack, or the ack of its last delivery was sent with an unknown outcome (cut by a kill, or answered
+   after the invisible time) and 3 s after that delivery's invisible time nothing came again. Then
+   the broker is stopped with SIGTERM (exit 0 expected). Counted, per message:
 
-   - ``lost``: sent, and never with a confirmed ack;
+   - ``lost``: sent, and not settled: never delivered, or its last delivery not acked and not
+     delivered again;
    - ``unexplained``: a delivery answered after a confirmed ack of the message (an ack undone by a
      kill, or a copy beyond the missed acks), or one whose ``popTime`` came before the previous
      delivery's invisible time ended (handed out while invisible);
@@ -56,6 +59,8 @@ BATCH = 16
 #: ms before a handle's invisible time ends by which an ack must be answered to count as confirmed
 MARGIN_MS = 50
 SETTLE_S = 120.0
+#: ms after a delivery's invisible time by which its redelivery has come (revive rounds: 100 ms)
+QUIET_MS = 3000
 
 
 @dataclass
@@ -68,6 +73,7 @@ class Counts(tc.Problems):
     deliveries: int = 0
     redelivered: int = 0
     confirmed: int = 0
+    maybe: int = 0  # messages whose last ack's outcome is unknown (cut, or answered late): none came again
     failed_requests: int = 0
     attempts: Counter[int] = field(default_factory=Counter)
 
@@ -83,6 +89,19 @@ class Message:
 
     deliveries: list[tuple[int, int]] = field(default_factory=list)  # (popTime, invisibleTime)
     acked_at: float | None = None  # wall ms the first confirmed ack was answered
+    #: the last delivery's ack was sent and its outcome is unknown (cut by a kill, or answered
+    #: after the handle's invisible time: applied or not)
+    maybe_acked: bool = False
+
+    def settled(self, now_ms: float) -> bool:
+        """Nothing more is to come: a confirmed ack, or an ack of unknown outcome whose delivery's
+        invisible time ended :data:`QUIET_MS` ago with no delivery since."""
+        if self.acked_at is not None:
+            return True
+        if not self.maybe_acked or not self.deliveries:
+            return False
+        pop_time, invisible = self.deliveries[-1]
+        return now_ms > pop_time + invisible + QUIET_MS
 
 
 class Consumer:
@@ -139,13 +158,13 @@ class Consumer:
                       f"{m['queueId']} {m['queueOffset']}")
             ack = {"consumerGroup": GROUP, "topic": str(m["topic"]), "queueId": str(m["queueId"]), "extraInfo": handle,
                    "offset": str(m["queueOffset"])}
+            msg = self.messages[i]
+            msg.maybe_acked = True
             if self._invoke(RequestCode.ACK_MESSAGE, ack, (ResponseCode.SUCCESS,)) is None:
                 continue
-            if time.time() * 1000 <= pop_time + invisible - MARGIN_MS:
-                msg = self.messages[i]
-                if msg.acked_at is None:
-                    msg.acked_at = time.time() * 1000
-                    self.counts.confirmed += 1
+            if time.time() * 1000 <= pop_time + invisible - MARGIN_MS and msg.acked_at is None:
+                msg.acked_at = time.time() * 1000
+                self.counts.confirmed += 1
 
     def _check_delivery(self, m: dict[str, Any], pop_time: int, invisible: int, answered: float) -> int | None:
         c = self.counts
@@ -171,10 +190,12 @@ class Consumer:
             c.problem("bad", f"message {i}: delivery {expected + 1} from {topic} with reconsumeTimes {reconsume}")
         c.attempts[expected + 1] += 1
         msg.deliveries.append((pop_time, invisible))
+        msg.maybe_acked = False
         return i
 
-    def unacked(self) -> list[int]:
-        return [i for i, m in self.messages.items() if m.acked_at is None]
+    def unsettled(self) -> list[int]:
+        now = time.time() * 1000
+        return [i for i, m in self.messages.items() if not m.settled(now)]
 
 
 def send_all(addr: str, n: int) -> None:
@@ -227,16 +248,17 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
         thread = threading.Thread(target=killer, name="killer", daemon=True)
         thread.start()
         deadline = time.monotonic() + SETTLE_S
-        while (consumer.unacked() or thread.is_alive()) and time.monotonic() < deadline:
+        while (consumer.unsettled() or thread.is_alive()) and time.monotonic() < deadline:
             consumer.round()
-            if not consumer.unacked() and thread.is_alive():
-                time.sleep(0.01)
+            time.sleep(0.01)
         thread.join(tc.GUARD_S)
         if state["error"] is not None:
             counts.problem("bad", f"the broker did not restart: {state['error']}")
-        for i in consumer.unacked():
-            counts.problem("lost", f"message {i}: no confirmed ack after {SETTLE_S:.0f} s "
-                                   f"({len(consumer.messages[i].deliveries)} deliveries)")
+        for i in consumer.unsettled():
+            m = consumer.messages[i]
+            counts.problem("lost", f"message {i}: not acked and not delivered again after {SETTLE_S:.0f} s "
+                                   f"({len(m.deliveries)} deliveries, the last {m.deliveries[-1] if m.deliveries else None})")
+        counts.maybe = sum(1 for m in consumer.messages.values() if m.acked_at is None)
     finally:
         if consumer is not None:
             consumer.close()
@@ -246,8 +268,8 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
         if proc.poll() is None:
             tc.stop_broker(proc, counts.problem)
     print(f"trial {n}: {counts.kills} kills, {counts.sent} sent, {counts.deliveries} deliveries "
-          f"({counts.redelivered} redelivered), {counts.confirmed} confirmed acks, {counts.failed_requests} "
-          f"requests cut; {counts.lost} lost, {counts.unexplained} unexplained, {counts.bad} bad", flush=True)
+          f"({counts.redelivered} redelivered), {counts.confirmed} confirmed acks, {counts.maybe} acks of "
+          f"unknown outcome, {counts.failed_requests} requests cut; {counts.lost} lost, {counts.unexplained} unexplained, {counts.bad} bad", flush=True)
     counts.print_problems()
     return counts
 
