@@ -244,15 +244,20 @@ class PopState:
 
     def find(self, group: str, topic: str, queue_id: int, pop_time: int, offset: int) -> tuple[Checkpoint, int] | None:
         """The checkpoint in flight that handed out ``offset`` of the queue at ``pop_time``
-        and the message's index in it (acked or not), or ``None``."""
+        and the message's index in it: one where it is not acked if there is one (a message
+        whose invisible time changed twice in one millisecond is in two), else an acked one,
+        else ``None``."""
+        acked: tuple[Checkpoint, int] | None = None
         for cid in self.by_time.get((group, topic, queue_id, pop_time), ()):
             if cid in self.reviving:
                 continue
             ck = self.cks[cid]
             i = ck.index_of(offset)
             if i >= 0:
-                return ck, i
-        return None
+                if not ck.acked[i]:
+                    return ck, i
+                acked = (ck, i)
+        return acked
 
     def due(self, now_ms: int, limit: int) -> list[Checkpoint]:
         """Checkpoints (not orderly, not being revived) whose invisible time has passed by

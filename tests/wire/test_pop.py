@@ -346,3 +346,15 @@ def test_a_revive_interrupted_after_its_put_is_done_again_without_a_second_copy(
     assert bodies(retried) == [b"b"]
     assert ack_all(again, retried, T0 + INVISIBLE + 4) == [AckStatus.OK]
     assert again.pop.run_once(T0 + 10 * INVISIBLE) == 0 and again.pop.inflight() == 0
+
+
+def test_a_message_changed_twice_in_one_millisecond_keeps_its_newest_handle(store: rmqlog.MessageStore) -> None:
+    put(store, b"a")
+    broker = make_broker(store)
+    [h] = pop(broker, T0).handles
+    _, first = broker.pop.change_invisible("G", "T", ExtraInfo.parse(h), 30_000, T0 + 5)
+    assert first is not None
+    status, second = broker.pop.change_invisible("G", "T", first, 60_000, T0 + 5)
+    assert status is AckStatus.OK and second is not None and second.pop_time == first.pop_time
+    assert broker.pop.run_once(T0 + 30_006) == 0  # the second holds it
+    assert broker.pop.ack("G", "T", second, T0 + 30_007) is AckStatus.OK and broker.pop.inflight() == 0
