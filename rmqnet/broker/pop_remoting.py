@@ -84,6 +84,16 @@ class PopHoldService(PullHoldService):
         self._aliases[pop_retry_topic(group, topic)] = topic
         return self.hold(peer, request, topic, queue_id, -1, deadline_ms, state)
 
+    def wait_arrival(self, group: str, topic: str, queue_id: int, deadline_ms: int,
+                     ) -> asyncio.Future[RemotingCommand | None] | None:
+        """A future done when messages may have arrived for a pop of ``group`` on ``topic``
+        (``queue_id``, -1: any; its POP retry topic included), or at ``deadline_ms``: the gRPC
+        receive's long polling (it pops again then). ``None`` when the key is full
+        (POLLING_FULL). Call on the event loop's thread; cancel the future to stop waiting."""
+        waiter = _Waiter()
+        request = RemotingCommand(0, 0, 0, None, {}, b"", "PYTHON")
+        return self.hold_pop(waiter, request, group, topic, queue_id, deadline_ms, {"wake_only": True})
+
     def _arrived(self, entries: tuple[tuple[str, int, int], ...]) -> None:
         more = []
         for topic, queue_id, max_offset in entries:
@@ -142,8 +152,24 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, held: HeldPull 
     return req.reply(ResponseCode.POLLING_TIMEOUT, "NO_MESSAGE_IN_QUEUE", ext)
 
 
+class _Waiter:
+    """The peer of a :meth:`PopHoldService.wait_arrival` (no connection: never closed)."""
+
+    remote = "waiter"
+    closed = False
+
+    def __init__(self) -> None:
+        self.attrs: dict[str, Any] = {}
+
+    def send_oneway(self, cmd: RemotingCommand) -> None:
+        return None
+
+
 def rerun_held(held: HeldPull, final: bool) -> RemotingCommand | None:
-    """A held pop re-run (the broker's :class:`PopHoldService` calls it)."""
+    """A held pop re-run (the broker's :class:`PopHoldService` calls it); a waiter of
+    :meth:`PopHoldService.wait_arrival` is answered its own request (a wake-up)."""
+    if held.state.get("wake_only"):
+        return held.request
     broker: Broker = held.state["broker"]
     res: RemotingCommand | None = process(broker, held.peer, held.request, held=held, final=final)
     return res

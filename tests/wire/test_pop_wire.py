@@ -201,3 +201,24 @@ def test_an_ack_of_a_handle_no_longer_in_flight_answers_success_as_java_does(bro
     assert one(broker, ack_req("T", 0, m["POP_CK"], 0)).code == ResponseCode.SUCCESS
     broker.store.dispatch()
     assert [x["body"] for x in client_messages(one(broker, pop_req()))] == [b"a"]  # the redelivery stands
+
+
+def test_a_waiter_is_woken_by_an_arrival_in_the_retry_topic_or_at_its_deadline(broker: Broker) -> None:
+    """The gRPC receive's long polling: wait_arrival, then a pop again."""
+    put(broker.store, b"a")
+    one(broker, pop_req())
+
+    async def main() -> tuple[bool, bool]:
+        fut = broker.pop_holds.wait_arrival("G", "T", -1, T0 + 60_000)
+        assert fut is not None and not fut.done()
+        broker.pop.run_once(T0 + INVISIBLE)  # the revive stores it in %RETRY%G_T: an arrival there
+        broker.store.dispatch()
+        await asyncio.wait_for(fut, 5)
+        late = broker.pop_holds.wait_arrival("G", "T", 1, T0 + INVISIBLE + 5)
+        assert late is not None
+        broker.pop_holds.run_once(T0 + INVISIBLE + 5)
+        await asyncio.wait_for(late, 5)
+        return fut.done(), late.done()
+
+    assert asyncio.run(main()) == (True, True)
+    assert len(broker.pop_holds) == 0
