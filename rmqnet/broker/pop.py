@@ -23,6 +23,16 @@ the remoting codes (:mod:`rmqnet.broker.pop_remoting`) and the gRPC endpoint cal
   again from the queue itself, in order, with their attempt count raised (RocketMQ's
   ``ConsumerOrderInfoManager.checkBlock``), to the dead letters past ``retryMaxTimes``.
 
+The calls of the gRPC endpoint (ReceiveMessage, AckMessage, ChangeInvisibleDuration), all on
+the event loop's thread with ``now_ms`` from ``broker.clock``: ``broker.pop.pop(...)`` ->
+:class:`~rmqnet.broker.pop_result.PopResult` (``messages()``: the decoded messages with
+``receiptHandle``; :class:`PopRefused` carries RocketMQ's remoting code to map);
+``broker.pop_holds.wait_arrival(group, topic, queue_id, deadline_ms)`` to long-poll, then pop
+again; ``broker.pop.ack_many(group, topic, [ExtraInfo.parse(handle), ...], now_ms)`` and
+``broker.pop.change_invisible(group, topic, ExtraInfo.parse(handle), invisible_ms, now_ms)`` ->
+:class:`AckStatus` (``EXPIRED``: RocketMQ's proxy answers INVALID_RECEIPT_HANDLE "receipt
+handle is expired"); a malformed handle raises :class:`~rmqnet.broker.pop_handle.HandleError`.
+
 Guarantee (at-least-once): a message handed out and not acked is handed out again (or
 dead-lettered) after its invisible time, across a ``kill -9`` of the broker (the log is written
 before each answer; see :class:`rmqlog.PopLog`); an ack answered is never undone; a revive
@@ -37,7 +47,7 @@ import dataclasses
 import enum
 import itertools
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -53,11 +63,10 @@ from .pop_handle import (
     ExtraInfo,
     handle_texts,
     normal_topic,
-    offset_info_entry,
     pop_retry_topic,
     real_topic,
-    topic_type,
 )
+from .pop_result import PoppedQueue, PopResult, take
 from .pop_state import Checkpoint, PopState
 from .topics import DLQ_PREFIX, PERM_READ, RETRY_PREFIX
 
@@ -113,78 +122,6 @@ class _Taken:
     records: StoredRecords
     handed: np.ndarray
     dead: np.ndarray
-
-
-@dataclass(slots=True)
-class PoppedQueue:
-    """The messages one pop took from one queue: ``topic`` the topic read (the topic or its
-    POP retry topic), ``records`` byte-exact as a pull returns them, ``handles`` one receipt
-    handle per record, ``attempts`` (orderly pops) each message's reconsume count to report
-    (RocketMQ's ``orderCountInfo``; ``None``: the record's own ``reconsumeTimes``)."""
-
-    topic: str
-    queue_id: int
-    start: int
-    records: StoredRecords
-    handles: list[str]
-    attempts: np.ndarray | None = None
-
-
-@dataclass(slots=True)
-class PopResult:
-    """A pop's answer: the queues read, in order; ``rest`` messages left behind them."""
-
-    pop_time: int
-    invisible: int
-    revive_qid: int
-    rest: int = 0
-    queues: list[PoppedQueue] = field(default_factory=list)
-
-    def __len__(self) -> int:
-        return sum(len(q.records) for q in self.queues)
-
-    @property
-    def handles(self) -> list[str]:
-        return [h for q in self.queues for h in q.handles]
-
-    def messages(self) -> pa.Table:
-        """The messages decoded (:data:`rmqlog.MESSAGE_SCHEMA`, as :func:`rmqlog.decode_records`
-        decodes a pull's body; ``topic`` the topic read) with ``receiptHandle`` (the handle of
-        each) and, for an orderly pop, ``reconsumeTimes`` the attempt count of this delivery:
-        what a gRPC receive answers from. One decode per queue read."""
-        tables = []
-        for q in self.queues:
-            table = rmqlog.decode_records(q.records.data)
-            if q.attempts is not None:
-                i = table.schema.get_field_index("reconsumeTimes")
-                table = table.set_column(i, table.schema.field(i), pa.array(q.attempts, table.schema.field(i).type))
-            tables.append(table.append_column("receiptHandle", pa.array(q.handles, pa.string())))
-        if not tables:
-            return rmqlog.MESSAGE_SCHEMA.append(pa.field("receiptHandle", pa.string())).empty_table()
-        return pa.concat_tables(tables)
-
-    def body(self) -> list[memoryview]:
-        """The records of every queue, as a pull's body (no copy)."""
-        return [memoryview(q.records.data) for q in self.queues if len(q.records)]
-
-    def start_offset_info(self) -> str:
-        return ";".join(offset_info_entry(q.topic, q.queue_id, q.start) for q in self.queues)
-
-    def msg_offset_info(self) -> str:
-        return ";".join(offset_info_entry(q.topic, q.queue_id, ",".join(map(str, q.records.queue_offsets.tolist())))
-                        for q in self.queues)
-
-    def order_count_info(self) -> str | None:
-        """An orderly pop's ``orderCountInfo``: ``topicType qo<queueId>%<offset> count`` per
-        message (``ExtraInfoUtil.buildQueueOffsetOrderCountInfo``); ``None`` otherwise."""
-        parts: list[str] = []
-        for q in self.queues:
-            if q.attempts is None:
-                return None
-            mark = topic_type(q.topic)
-            parts += [f"{mark} qo{q.queue_id}%{o} {a}"
-                      for o, a in zip(q.records.queue_offsets.tolist(), q.attempts.tolist(), strict=True)]
-        return ";".join(parts)
 
 
 class PopService:
@@ -382,7 +319,7 @@ class PopService:
             attempts = np.where(known, prev.attempts[idx] + was_handed.astype(np.int64), 0)
             keep = ~(known & prev.acked[idx])
             if not keep.all():
-                recs = _take(recs, np.flatnonzero(keep))
+                recs = take(recs, np.flatnonzero(keep))
                 offsets, commits, attempts = offsets[keep], commits[keep], attempts[keep]
             # the earlier batch's unacked messages past this window: kept, not handed out
             beyond = ~prev.acked & (prev.offsets >= res.next_begin_offset)
@@ -400,7 +337,7 @@ class PopService:
             ck.left -= len(dead)
         records.append(ck.record(replaces=prev.id if prev is not None else None))
         give = np.flatnonzero(~ck.acked[:n])
-        return _Taken(ck, recs if len(give) == n else _take(recs, give), give, dead)
+        return _Taken(ck, recs if len(give) == n else take(recs, give), give, dead)
 
     def _commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """The group's position into the broker's offset table too (GET_CONSUME_STATS shows it)."""
@@ -556,12 +493,6 @@ class PopService:
 
 def _normal(ck: Checkpoint) -> str:
     return normal_topic(ck.topic, ck.group)
-
-
-def _take(recs: StoredRecords, idx: np.ndarray) -> StoredRecords:
-    """The records at indexes ``idx`` (a filtered orderly batch)."""
-    return StoredRecords(recs.array.take(pa.array(idx)), recs.commit_log_offsets[idx], recs.sizes[idx],
-                         recs.queue_offsets[idx])
 
 
 def _replace(handle: ExtraInfo, **changes: Any) -> ExtraInfo:
