@@ -83,7 +83,7 @@ class Broker:
         self.topics = TopicManager(store, lambda: self.config, self.clock)  # subscribes to the store's arrivals first
         self.consumer_offsets = ConsumerOffsetTable(store)
         self.topics.offsets = self.consumer_offsets  # a topic's delete forgets its offsets
-        self.subscription_groups = SubscriptionGroupTable(store)
+        self.subscription_groups = SubscriptionGroupTable(store, self.clock)
         self.state = StatePersistService(lambda: self.config.flush_consumer_offset_interval, [
             ("consumer offsets", self.consumer_offsets.persist), ("subscription groups", self.subscription_groups.persist),
             ("topics", self.topics.persist)], background=background_persist)
