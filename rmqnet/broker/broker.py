@@ -124,7 +124,7 @@ class Broker:
 
         #: what the process runs every round (:meth:`run_services`), in this order
         self.services: list[BrokerService] = [self.state, self.transaction_check, self.consumers, self.holds,
-                                              self.queue_locks, self.replication]
+                                              self.queue_locks, self.get_nums, self.replication]
         if self.slave_sync is not None:
             self.services.append(self.slave_sync)
         #: request code -> handler, and the hooks before every handler (the ACL's)

@@ -158,3 +158,21 @@ def test_a_pull_checks_its_group_as_java_does(store: rmqlog.MessageStore) -> Non
     auto = make_broker(store, clock=rmqlog.ManualClock(T0))
     assert pull(auto, "NewGroup").code == ResponseCode.PULL_NOT_FOUND
     assert "NewGroup" in listed(auto)[0]
+
+
+def test_pull_rates_of_pairs_idle_for_a_window_are_dropped() -> None:
+    """GetNums (208's pull rate) kept every (group, topic) ever pulled: a client pulling under
+    ever new names grew it without bound. Its service round forgets the idle ones."""
+    from rmqnet.broker.admin_stats import GetNums
+
+    nums = GetNums(window_ms=60_000)
+    nums.run_once(T0)
+    for i in range(1000):
+        nums.record(f"G{i}", "T", 5, T0 + 30_000 + i)
+    nums.record("Busy", "T", 1, T0 + 59_000)
+    assert len(nums) == 1001
+    assert nums.run_once(T0 + 30_000) is False  # not before a window passed
+    assert nums.run_once(T0 + 61_000) and len(nums) == 1001  # still within the window
+    nums.record("Busy", "T", 1, T0 + 100_000)
+    assert nums.run_once(T0 + 121_000) and len(nums) == 1  # the idle pairs gone, the busy one kept
+    assert nums.tps("Busy", "T", T0 + 121_000) > 0 and nums.tps("G1", "T", T0 + 121_000) == 0.0
