@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import json
 import re
 import socket
 from dataclasses import dataclass, field, fields
@@ -29,7 +28,9 @@ from typing import Any
 from rmqlog import ASYNC_FLUSH, SYNC_FLUSH, ConfigError, StoreConfig
 from rmqlog.config import read_properties
 
-from .acl_address import AclPatternError, address_pattern
+from ..remoting.acl_address import AclPatternError, address_pattern
+from ..remoting.credentials import CredentialsError
+from ..remoting.credentials import parse_credentials as _parse_credentials
 
 #: RocketMQ's ``MixAll.DEFAULT_TRACE_REGION_ID``: the ``MSG_REGION`` of every send reply
 DEFAULT_REGION = "DefaultRegion"
@@ -357,21 +358,11 @@ _ALIASES = {"brokerIP1": "brokerIp1", "sendThreadPoolQueueCapacity": "sendQueueC
 
 
 def parse_credentials(text: str | None, what: str) -> tuple[str, str] | None:
-    """RocketMQ 5.3's credentials value ``{"accessKey": "...", "secretKey": "..."}`` as
-    ``(accessKey, secretKey)``; None for None or a blank text. :class:`ConfigError` naming
-    ``what`` (never the secret) when it is not a JSON object with both as non-empty texts."""
-    if text is None or not text.strip():
-        return None
+    """:func:`rmqnet.remoting.credentials.parse_credentials`, its error a :class:`ConfigError`."""
     try:
-        data = json.loads(text)
-    except ValueError:
-        raise ConfigError(f"{what} is not JSON: {{\"accessKey\": \"...\", \"secretKey\": \"...\"}}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{what} is not a JSON object with accessKey and secretKey")
-    ak, sk = data.get("accessKey"), data.get("secretKey")
-    if not isinstance(ak, str) or not ak or not isinstance(sk, str) or not sk:
-        raise ConfigError(f"{what} needs accessKey and secretKey, both non-empty texts")
-    return ak, sk
+        return _parse_credentials(text, what)
+    except CredentialsError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def broker_keys() -> dict[str, str]:
