@@ -339,6 +339,15 @@ def test_bad_cluster_credentials_fail_the_config_without_the_secret(value: str) 
     assert "inner_client_authentication_credentials" in str(err.value) and "s3cr3t" not in str(err.value)
 
 
+def test_the_keys_read_from_broker_conf(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text('innerClientAuthenticationCredentials={"accessKey":"ak-1","secretKey":"s:e=c#"}\n'
+                    "haSlaveAllowList=10.0.0.1,10.0.0.2\n")
+    config = BrokerConfig.from_properties(conf)
+    assert config.inner_credentials == ("ak-1", "s:e=c#")
+    assert config.ha_slave_allow_list == "10.0.0.1,10.0.0.2"
+
+
 def test_a_bad_allow_list_fails_the_config() -> None:
     with pytest.raises(ConfigError, match="ha_slave_allow_list"):
         BrokerConfig(ha_slave_allow_list="300.1.1.1")
