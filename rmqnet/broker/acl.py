@@ -55,9 +55,12 @@ from ..remoting import (
 )
 from ..remoting.acl_sign import (
     ACCESS_KEY,
+    BOUND_FORM,
     BROKER_SKIPPED,
     CLIENT_SKIPPED,
     SIGNATURE,
+    SIGNATURE_FORM,
+    bound_content,
     content,
     java_text,
     signature,
@@ -222,6 +225,9 @@ class AccessValidator:
         if given is None:
             return False
         given_b = java_text(given).encode("utf-8", "surrogatepass")
+        if req.ext_fields.get(SIGNATURE_FORM) == BOUND_FORM:  # our clients' form: verified by it alone
+            bound = signature(bound_content(req.code, req.ext_fields, req.body), secret_key)
+            return hmac.compare_digest(bound.encode(), given_b)
         if hmac.compare_digest(signature(content(req.ext_fields, req.body, BROKER_SKIPPED), secret_key).encode(), given_b):
             return True
         # RocketMQ's Java client signs _UNIQUE_KEY_QUERY, which its broker leaves out (so 4.9.8
