@@ -66,6 +66,7 @@ from ..remoting import (
     HeaderError,
     RemotingCommand,
     ResponseCode,
+    TextError,
     decode,
     encode,
 )
@@ -276,6 +277,12 @@ class Connection(asyncio.Protocol):
     def _serve_one(self, frame: Frame) -> None:
         try:
             cmd = decode(frame)
+        except TextError as exc:
+            if exc.request is None:
+                self._refuse(f"header error: {exc}")
+            else:
+                self._refuse_text(exc.request, exc)
+            return
         except HeaderError as exc:
             self._refuse(f"header error: {exc}")
             return
@@ -283,6 +290,13 @@ class Connection(asyncio.Protocol):
             self._answered(cmd)
         else:
             self._handle(cmd)
+
+    def _refuse_text(self, req: RemotingCommand, exc: TextError) -> None:
+        """A request holding a string that is not text: answered SYSTEM_ERROR naming the field
+        (Java's answer to a request whose decoding throws), no handler run, nothing logged (the
+        peer's mistake, told to it); a oneway one is dropped."""
+        if not req.flag & FLAG_ONEWAY:
+            self._queue_answer(req, req.reply(ResponseCode.SYSTEM_ERROR, str(exc)))
 
     def _handle(self, req: RemotingCommand) -> None:
         try:
@@ -397,6 +411,11 @@ class Connection(asyncio.Protocol):
         for frame in backlog:
             try:
                 cmd = decode(frame)
+            except TextError as exc:
+                if exc.request is None:
+                    break
+                self._refuse_text(exc.request, exc)
+                continue
             except HeaderError:
                 break
             if cmd.flag & FLAG_RESPONSE:
