@@ -7,13 +7,17 @@ checks), every JSON header through :func:`header_text_problem`; what fails is a
 Depth. RocketMQ's bodies are shallow (a HeartbeatData is 4 levels, a RegisterBrokerBody 5): a
 body nested deeper than :data:`MAX_BODY_DEPTH` is refused before any parse, so no reader (the
 stdlib's C scanner recurses on the interpreter's stack, fastjson's lenient reader here in
-Python) and nothing written from what it read ever meets a deep value. The check runs at C
-speed, without a Python step per byte: a body with at most ``MAX_BODY_DEPTH`` opening brackets
-cannot be deeper (two ``bytes.count``); any other has its string literals cut out (one regex
-pass, linear: a string that never closes runs to the end), everything but brackets deleted
-(``bytes.translate``), and its innermost ``[]`` pairs removed ``MAX_BODY_DEPTH + 1`` times at
-most (``bytes.replace``, one level a pass); the passes made plus the openers left unmatched
-bound how deep any reader would go, whatever the bytes (JSON or not).
+Python) and nothing written from what it read ever meets a deep value. The check runs on
+bytes operations, without a Python step per byte: a body with at most ``MAX_BODY_DEPTH``
+opening brackets cannot be deeper (two ``bytes.count``); any other has its escaped backslashes
+and quotes cut (``bytes.replace``, left to right as a reader takes them), everything but
+brackets and quotes deleted (``bytes.translate``), what lies inside strings dropped (adjacent
+quotes, then a split on the rest), the innermost pairs removed up to 8 times (a level a pass:
+a topic table is flat after one), and the depth of what is left read from prefix sums by C
+iterators (``itertools.accumulate``), stopping at the first 4,096 brackets that go too deep.
+Exact for JSON; for anything else never below what a reader would reach before its error.
+Measured (docs/broker.md): a 1.5 MB RegisterBrokerBody of 10,000 topics, a fraction of its
+``json.loads``.
 
 Text. JSON's ``\\uD800`` escape gives Python a ``str`` holding a lone surrogate, which no
 UTF-8 (no answer, no file, no log line) can hold: Java would carry it and write ``?``. A request
@@ -26,7 +30,9 @@ surrogates itself: the check costs nothing on the hot path.
 
 from __future__ import annotations
 
+import itertools
 import json
+import operator
 import re
 from typing import Any
 
@@ -35,10 +41,14 @@ from .errors import FieldError
 #: the deepest nesting of a JSON body read from a peer (objects and arrays alike)
 MAX_BODY_DEPTH = 64
 
-# a string literal, to its closing quote or (never closed) to the end: linear, one match a string
-_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*(?:"|\\?\Z)', re.DOTALL)
-_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_KEEP = b'[]{}"'
+_NOT_KEPT = bytes(b for b in range(256) if b not in _KEEP)
 _SQUARE = bytes.maketrans(b"{}", b"[]")
+_WEIGHT = bytes.maketrans(b"[]", b"\x02\x00")  # an opener 2, a closer 0: the prefix sum less the count is the depth
+#: innermost pairs removed at most this many times before the prefix sums (most bodies: none left)
+_PASSES = 8
+#: the prefix sums taken this many brackets at a time, stopping at the first too deep
+_CHUNK = 4096
 # a \u escape of a surrogate that is not half of a pair (high then low)
 _HIGH, _LOW = rb"\\u[dD][89abAB][0-9a-fA-F]{2}", rb"\\u[dD][c-fC-F][0-9a-fA-F]{2}"
 _LONE = re.compile(_HIGH + rb"(?!" + _LOW + rb")|(?<!" + _HIGH + rb")" + _LOW)
@@ -46,20 +56,42 @@ _LONE = re.compile(_HIGH + rb"(?!" + _LOW + rb")|(?<!" + _HIGH + rb")" + _LOW)
 
 def nested_deeper(data: bytes, limit: int = MAX_BODY_DEPTH) -> bool:
     """Whether a JSON reader could nest deeper than ``limit`` levels reading ``data`` (see the
-    module docstring: exact for JSON, an upper bound for anything else)."""
+    module docstring: exact for JSON, never below what a reader would reach for anything else)."""
     if data.count(b"[") + data.count(b"{") <= limit:
         return False
-    s = _STRING.sub(b"", data).translate(_SQUARE, _NOT_BRACKETS)
+    if b"\\" in data:  # escapes, left to right: an escaped backslash, then an escaped quote
+        data = data.replace(b"\\\\", b"").replace(b'\\"', b"")
+    s = data.translate(None, _NOT_KEPT)  # brackets and the quotes that delimit strings
+    if b'"' in s:
+        s = s.replace(b'""', b"")  # an empty string, or two strings with nothing between: one
+        if b'"' in s:
+            s = b"".join(s.split(b'"')[::2])  # what lies between strings (an unclosed one ends it)
+    s = s.translate(_SQUARE)
     passes = 0
-    while True:
-        t = s.replace(b"[]", b"")
+    while passes < _PASSES:
+        t = s.replace(b"[]", b"")  # every innermost pair: one level less
         if len(t) == len(s):
             break
         passes += 1
-        if passes > limit:
-            return True
         s = t
-    return passes + s.count(b"[") > limit
+    if passes > limit:
+        return True
+    if s.count(b"[") + passes <= limit:
+        return False
+    return _deepest(s.translate(_WEIGHT), limit - passes)
+
+
+def _deepest(weights: bytes, limit: int) -> bool:
+    """Whether a prefix of the brackets (weights 2 and 0) nests deeper than ``limit``: prefix
+    sums by C iterators, a chunk at a time, stopping at the first chunk that goes too deep."""
+    depth = 0
+    for start in range(0, len(weights), _CHUNK):
+        chunk = weights[start : start + _CHUNK]
+        # depth after the i-th bracket of the chunk: depth + (sum of weights to i) - (i + 1)
+        if depth + max(map(operator.sub, itertools.accumulate(chunk), itertools.count(1))) > limit:
+            return True
+        depth += 2 * chunk.count(2) - len(chunk)
+    return False
 
 
 def lone_surrogate(text: str) -> int:

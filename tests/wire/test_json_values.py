@@ -27,7 +27,9 @@ from rmqnet.remoting.route import loads_fastjson
 
 def reference_depth(data: bytes) -> int:
     """How deep a JSON reader goes, byte by byte: brackets outside string literals (a string
-    starts at a quote and ends at the next quote no backslash escapes), the deepest nesting."""
+    starts at a quote and ends at the next quote no backslash escapes), the deepest nesting
+    before a closer with nothing open or a backslash outside a string (where any reader stops;
+    past other errors it goes on: a stricter bound than a reader needs)."""
     depth = deepest = 0
     in_string = escaped = False
     for b in data:
@@ -40,11 +42,15 @@ def reference_depth(data: bytes) -> int:
                 in_string = False
         elif b == 0x22:
             in_string = True
+        elif b == 0x5C:
+            break  # a backslash outside a string: the reader's error
         elif b in b"[{":
             depth += 1
             deepest = max(deepest, depth)
         elif b in b"]}":
-            depth = max(depth - 1, 0)
+            if depth == 0:
+                break  # a closer with nothing open: the reader's error, it reads no further
+            depth -= 1
     return deepest
 
 
