@@ -53,6 +53,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import builtins
 import contextlib
 import json
 import random
@@ -314,8 +315,12 @@ KINDS: dict[str, Callable[[random.Random], bytes]] = {
 }
 #: kinds sent to the name server (every other kind goes to the broker)
 TO_NAMESRV = frozenset(("ns_values",))
-#: a remark that is no answer of ours but an exception's text (the transport's last resort)
-UNTYPED = re.compile(r"^(?:[A-Z]\w*(?:Error|Exception|Warning)\b|the answer does not encode|the processor returned)")
+#: a remark that is no answer of ours but the text of one of Python's own exceptions (what the
+#: transport answers when a handler raises: ``RecursionError: ...``) or of its last resorts; the
+#: store's typed errors (``InvalidTopicError: field 'topic': ...``) are answers of ours
+_BUILTIN_ERRORS = "|".join(sorted(name for name, v in vars(builtins).items()
+                                  if isinstance(v, type) and issubclass(v, BaseException)))
+UNTYPED = re.compile(rf"^(?:(?:{_BUILTIN_ERRORS}):|the answer does not encode|the processor returned)")
 
 
 # ---- running them ------------------------------------------------------------------------------

@@ -134,3 +134,4 @@ def test_the_job_counts_tracebacks_and_untyped_remarks(tmp_path: Path) -> None:
     assert job.UNTYPED.match("the answer does not encode: UnicodeEncodeError: ...")
     assert not job.UNTYPED.match("the request's field 'topic' holds a lone surrogate (at 1): not Unicode text")
     assert not job.UNTYPED.match("org.apache.rocketmq.acl.common.AclException: No accessKey is configured")
+    assert not job.UNTYPED.match("InvalidTopicError: field 'topic': topic '..' has characters outside [%|a-zA-Z0-9_-]")

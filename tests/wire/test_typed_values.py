@@ -301,3 +301,21 @@ def test_an_answer_whose_remark_cannot_encode_is_sent_escaped() -> None:
     (frame,) = FrameDecoder().feed(encode_bytes(res))
     back = decode(frame)
     assert back.code == ResponseCode.TOPIC_NOT_EXIST and back.remark == "topic T\\ud800 not exist"
+
+
+def test_a_oneway_request_holding_a_lone_surrogate_is_dropped_and_the_connection_kept(
+        servers: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    def frame(code: int, ext: dict[str, Any], opaque: int, flag: int) -> bytes:
+        header = json.dumps({"code": code, "opaque": opaque, "flag": flag, "extFields": ext}).encode()
+        return _II.pack(4 + len(header), len(header)) + header
+
+    host, port = servers["broker"].rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=HANG_GUARD_S) as sock:
+        # one write: the oneway refusal (nothing to answer), then a request answered on the same connection
+        sock.sendall(frame(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": f"G{LONE}"}, 1, 2)
+                     + frame(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": f"H{LONE}"}, 2, 0))
+        length, word = _II.unpack(_read(sock, 8))
+        answer = json.loads(_read(sock, length - 4)[: word & 0xFFFFFF])
+    assert answer["opaque"] == 2  # the oneway one got nothing, the connection served the next
+    typed(answer, "'consumerGroup'", "lone surrogate")
+    clean_log(caplog)
