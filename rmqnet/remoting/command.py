@@ -149,7 +149,8 @@ def decode(frame: Frame) -> RemotingCommand:
     try:
         obj = decode_json_header(frame.header)
     except TextError as exc:
-        assert exc.header is not None
+        if exc.header is None:  # (set by _json_header: kept for the type checker)
+            raise
         cmd = _command(exc.header, frame.body)
         if not cmd.is_response:
             exc.request = cmd

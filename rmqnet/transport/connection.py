@@ -22,7 +22,10 @@ Serving a request (``flag & 1`` clear): ``request_handler(conn, request)`` retur
 
 Bad bytes: a frame the decoder refuses (length outside the caps, unknown serialize type) or a
 header that does not decode (bad JSON, truncated binary header: no opaque to answer) closes
-this connection alone, logged in one line naming the peer and the problem.
+this connection alone, logged in one line naming the peer and the problem. A request whose
+JSON header decodes but holds a string that is not Unicode text (a lone surrogate:
+:class:`~rmqnet.remoting.TextError`) is answered SYSTEM_ERROR naming the field, no handler
+run, nothing logged, the connection kept (a oneway one is dropped).
 
 Bounds: ``Limits.max_in_flight`` awaitables at once, then reading pauses (frames already read
 wait in a backlog of at most one read). Back-pressure on answers (a peer that does not read
