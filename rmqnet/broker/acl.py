@@ -40,7 +40,6 @@ frame after a comma; there is no frame here); a oneway request gets nothing.
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -65,6 +64,7 @@ from ..remoting.acl_sign import (
     java_text,
     signature,
 )
+from ..remoting.json_values import loads_body
 from .acl_address import peer_ip
 from .acl_files import ANY, DENY, PUB, RETRY_PREFIX, SUB, AclConfig
 from .peer import Peer
@@ -111,10 +111,7 @@ def _send_resources(topic: str | None, group: str | None) -> dict[str, int]:
 
 
 def _heartbeat_resources(body: bytes) -> dict[str, int]:
-    try:
-        data = json.loads(body) if body else None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise AclRefusal(f"the heartbeat body is not HeartbeatData JSON: {exc}") from None
+    data = loads_body(body, "HeartbeatData") if body else None  # (FieldError: refused by resources())
     if not isinstance(data, dict):
         raise AclRefusal("the heartbeat body is not a HeartbeatData object")
     out: dict[str, int] = {}
