@@ -19,7 +19,7 @@ class PopMessageHeader:
     max_msg_nums: int
     invisible_time: int  # ms
     poll_time: int  # ms a pop that finds nothing is held (long polling)
-    born_time: int  # the client's wall ms at sending
+    born_time: int  # the client's wall ms at sending (0: none)
     init_mode: int  # ConsumeInitMode: 0 MIN, 1 MAX
     exp_type: str | None
     exp: str | None
@@ -35,7 +35,7 @@ class PopMessageHeader:
             max_msg_nums=ext_int(ext, "maxMsgNums"),
             invisible_time=ext_long(ext, "invisibleTime"),
             poll_time=ext_long(ext, "pollTime"),
-            born_time=ext_long(ext, "bornTime"),
+            born_time=ext_long(ext, "bornTime", 0),  # absent or 0: the broker's now (Java adds it)
             init_mode=ext_int(ext, "initMode"),
             exp_type=ext_str(ext, "expType", None),
             exp=ext_str(ext, "exp", None),

@@ -222,3 +222,11 @@ def test_a_waiter_is_woken_by_an_arrival_in_the_retry_topic_or_at_its_deadline(b
 
     assert asyncio.run(main()) == (True, True)
     assert len(broker.pop_holds) == 0
+
+
+def test_a_pop_without_born_time_is_taken_as_born_now(broker: Broker) -> None:
+    """PopMessageProcessor adds bornTime (now) when the request has none."""
+    put(broker.store, b"a")
+    req = pop_req()
+    del req.ext_fields["bornTime"]
+    assert one(broker, req).code == ResponseCode.SUCCESS
