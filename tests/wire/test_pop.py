@@ -358,3 +358,35 @@ def test_a_message_changed_twice_in_one_millisecond_keeps_its_newest_handle(stor
     assert status is AckStatus.OK and second is not None and second.pop_time == first.pop_time
     assert broker.pop.run_once(T0 + 30_006) == 0  # the second holds it
     assert broker.pop.ack("G", "T", second, T0 + 30_007) is AckStatus.OK and broker.pop.inflight() == 0
+
+
+def test_an_orderly_change_moves_its_batchs_visibility_across_a_restart(
+        store: rmqlog.MessageStore, clock: rmqlog.ManualClock) -> None:
+    put(store, b"1", b"2")
+    broker = make_broker(store, clock=clock)
+    [h] = pop(broker, T0, 1, queue=0, order=True).handles
+    status, new = broker.pop.change_invisible("G", "T", ExtraInfo.parse(h), 60_000, T0 + 1000)
+    # processChangeInvisibleTimeForOrder: popTime kept, the invisible time runs from now
+    assert status is AckStatus.OK and new is not None and (new.pop_time, new.invisible_time) == (T0, 61_000)
+    broker.pop.state.log.close()
+    again = make_broker(store, clock=clock)
+    assert pop(again, T0 + INVISIBLE + 1, 1, queue=0, order=True).queues == []  # still blocked
+    assert bodies(pop(again, T0 + 61_000, 1, queue=0, order=True)) == [b"1"]  # then again, in order
+
+
+def test_a_compaction_keeps_a_revive_in_progress(store: rmqlog.MessageStore, clock: rmqlog.ManualClock,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    put(store, b"a")
+    broker = make_broker(store, clock=clock)
+    pop(broker, T0)
+    state = broker.pop.state
+    monkeypatch.setattr(broker.pop, "_store_again", lambda *a, **k: (_ for _ in ()).throw(rmqlog.DiskFullError("full")))
+    with pytest.raises(rmqlog.DiskFullError):
+        broker.pop.run_once(T0 + INVISIBLE)  # the intent is logged, the put failed
+    assert list(state.pending.values()) == [[1]] and state.compact(force=True)
+    state.log.close()
+    again = make_broker(store, clock=clock)
+    assert list(again.pop.state.pending.values()) == [[1]]
+    assert again.pop.run_once(T0 + INVISIBLE + 1) == 1 and again.pop.state.pending == {}
+    store.dispatch()
+    assert bodies(pop(again, T0 + INVISIBLE + 2)) == [b"a"]
