@@ -25,8 +25,8 @@ the remoting codes (:mod:`rmqnet.broker.pop_remoting`) and the gRPC endpoint cal
 
 The calls of the gRPC endpoint (ReceiveMessage, AckMessage, ChangeInvisibleDuration), all on
 the event loop's thread with ``now_ms`` from ``broker.clock``: ``broker.pop.pop(...)`` ->
-:class:`~rmqnet.broker.pop_result.PopResult` (``messages()``: the decoded messages with
-``receiptHandle``; :class:`PopRefused` carries RocketMQ's remoting code to map);
+:class:`~rmqnet.broker.pop_result.PopResult` (``rows()`` or ``messages()``: the decoded
+messages with ``receiptHandle``; :class:`PopRefused` carries RocketMQ's remoting code to map);
 ``broker.pop_holds.wait_arrival(group, topic, queue_id, deadline_ms)`` to long-poll, then pop
 again; ``broker.pop.ack_many(group, topic, [ExtraInfo.parse(handle), ...], now_ms)`` and
 ``broker.pop.change_invisible(group, topic, ExtraInfo.parse(handle), invisible_ms, now_ms)`` ->

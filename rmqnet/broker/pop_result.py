@@ -6,6 +6,7 @@ receive."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -63,6 +64,22 @@ class PopResult:
         if not tables:
             return rmqlog.MESSAGE_SCHEMA.append(pa.field("receiptHandle", pa.string())).empty_table()
         return pa.concat_tables(tables)
+
+    def rows(self) -> list[dict[str, Any]]:
+        """The messages as rows (:func:`rmqlog.decode_record_rows`: ``MESSAGE_SCHEMA``'s names,
+        each record decoded with ``struct``, cheaper than :meth:`messages` for a batch of 32),
+        each with ``receiptHandle`` and, for an orderly pop, ``reconsumeTimes`` the attempt
+        count of this delivery."""
+        out: list[dict[str, Any]] = []
+        for q in self.queues:
+            rows = rmqlog.decode_record_rows(q.records.data)
+            attempts = q.attempts.tolist() if q.attempts is not None else None
+            for i, (row, handle) in enumerate(zip(rows, q.handles, strict=True)):
+                row["receiptHandle"] = handle
+                if attempts is not None:
+                    row["reconsumeTimes"] = attempts[i]
+            out += rows
+        return out
 
     def body(self) -> list[memoryview]:
         """The records of every queue, as a pull's body (no copy)."""

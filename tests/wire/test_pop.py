@@ -302,8 +302,12 @@ def test_a_pops_messages_decoded_carry_their_handles_and_orderly_attempts(store:
     table = got.messages()
     assert table.column("body").to_pylist() == [b"1", b"2"]
     assert table.column("receiptHandle").to_pylist() == got.handles
-    again = pop(broker, T0 + INVISIBLE, 2, queue=0, order=True).messages()
+    again_result = pop(broker, T0 + INVISIBLE, 2, queue=0, order=True)
+    again = again_result.messages()
     assert again.column("reconsumeTimes").to_pylist() == [1, 1]  # the attempt of this delivery
+    rows = again_result.rows()  # the same, row by row
+    assert [(r["body"], r["reconsumeTimes"], r["receiptHandle"]) for r in rows] == list(zip(
+        again.column("body").to_pylist(), [1, 1], again.column("receiptHandle").to_pylist(), strict=True))
     assert pop(broker, T0 + INVISIBLE + 1, queue=1).messages().num_rows == 0
 
 
