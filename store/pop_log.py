@@ -29,6 +29,7 @@ counted as written; a partial line is cut at the next load) and
 from __future__ import annotations
 
 import os
+import weakref
 import zlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -90,6 +91,9 @@ class PopLog:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._fd: int | None = None
+        #: closes the descriptor once (at :meth:`close`, or when the log is garbage: a broker a
+        #: test dropped without closing it leaks no descriptor)
+        self._closer: weakref.finalize[Any, PopLog] | None = None
         #: the records and bytes in the file now (what compaction is judged by)
         self.records = 0
         self.nbytes = 0
@@ -111,7 +115,7 @@ class PopLog:
         if self.cut:
             safe_open.truncate(self.path, valid)
         try:
-            self._fd = safe_open.open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+            self._adopt(safe_open.open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
         except OSError as exc:
             raise CorruptStoreError(f"cannot open the POP checkpoint log: {exc}", path=str(self.path)) from exc
         self.records, self.nbytes = len(records), valid
@@ -147,7 +151,7 @@ class PopLog:
         data = encode_lines(batch)
         self.close()
         replace_file(self.path, data, durable=True)
-        self._fd = safe_open.open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+        self._adopt(safe_open.open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
         self.writes += 1
         self.records, self.nbytes = len(batch), len(data)
 
@@ -158,9 +162,13 @@ class PopLog:
 
     def close(self) -> None:
         """Close the descriptor (appends need :meth:`load` again)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
+        if self._closer is not None:
+            self._closer()
+        self._fd = self._closer = None
+
+    def _adopt(self, fd: int) -> None:
+        self._fd = fd
+        self._closer = weakref.finalize(self, os.close, fd)
 
     def _open_fd(self) -> int:
         if self._fd is None:

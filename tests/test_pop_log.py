@@ -76,3 +76,14 @@ def test_the_scan_reports_how_far_the_bytes_are_valid() -> None:
     assert decode_lines(data + b"zz") == ([{"a": 1}, {"b": [1, 2]}], len(data))
     assert decode_lines(b"0000000") == ([], 0)
     assert decode_lines(encode_lines([[1, 2]])) == ([], 0)  # not an object: not a record
+
+
+def test_a_log_dropped_without_close_leaves_no_descriptor(tmp_path: Path) -> None:
+    import gc
+    import os
+
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        log_at(tmp_path).load()
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == before
