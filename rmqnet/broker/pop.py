@@ -197,8 +197,16 @@ class PopService:
         self.popped += len(result)
         return result
 
+    def _check_slave(self) -> None:
+        """A SLAVE serves no POP: its store takes only its master's bytes, so it could neither
+        revive nor keep positions (clients and RocketMQ's proxy pop masters, broker id 0)."""
+        if self.broker.replication.slave:
+            raise PopRefused(ResponseCode.SERVICE_NOT_AVAILABLE,
+                             "the broker is a slave: POP consumption is served by its master")
+
     def _check_pop(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
                    tags: str | None) -> tuple[rmqlog.TopicConfig, int]:
+        self._check_slave()
         cfg = self.broker.config
         if not cfg.broker_permission & PERM_READ:
             raise PopRefused(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] pop message is forbidden")
@@ -353,7 +361,9 @@ class PopService:
 
     def ack_many(self, group: str, topic: str, handles: list[ExtraInfo], now_ms: int) -> list[AckStatus]:
         """:meth:`ack` of several handles with one write to the log (a gRPC AckMessage's
-        entries); one status per handle, in order (a handle given twice: OK, then GONE)."""
+        entries); one status per handle, in order (a handle given twice: OK, then GONE).
+        Raises :class:`PopRefused` (SERVICE_NOT_AVAILABLE) on a slave; the log's errors."""
+        self._check_slave()
         statuses: list[AckStatus] = []
         per_ck: dict[int, list[int]] = {}
         done: list[Checkpoint] = []
@@ -385,6 +395,7 @@ class PopService:
         """A new invisible time for the message of ``handle``, from ``now_ms``: ``(OK, the new
         handle)``, or ``(GONE | EXPIRED, None)`` changing nothing. Raises :class:`PopRefused`
         (SYSTEM_ERROR) for a time that is not positive; the log's errors."""
+        self._check_slave()
         if invisible_ms <= 0:
             raise PopRefused(ResponseCode.SYSTEM_ERROR, f"invisibleTime {invisible_ms} is not positive")
         found = self.state.find(group, real_topic(topic, group, handle.topic_type), handle.queue_id,

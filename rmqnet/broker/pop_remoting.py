@@ -227,6 +227,8 @@ def ack_message(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCom
         return info
     try:
         broker.pop.ack(h.consumer_group, h.topic, info, broker.clock.wall_ms())
+    except PopRefused as exc:
+        return req.reply(exc.code, exc.remark)
     except rmqlog.StoreError as exc:
         return store_failure(req, exc)
     return req.reply(ResponseCode.SUCCESS, None)

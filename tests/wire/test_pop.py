@@ -394,3 +394,13 @@ def test_a_compaction_keeps_a_revive_in_progress(store: rmqlog.MessageStore, clo
     assert again.pop.run_once(T0 + INVISIBLE + 1) == 1 and again.pop.state.pending == {}
     store.dispatch()
     assert bodies(pop(again, T0 + INVISIBLE + 2)) == [b"a"]
+
+
+def test_a_slave_serves_no_pop(store: rmqlog.MessageStore) -> None:
+    slave = make_broker(store, broker_role="SLAVE", broker_id=1)
+    for call in (lambda: pop(slave, T0),
+                 lambda: slave.pop.ack("G", "T", ExtraInfo.parse("0 1 2 0 0 bk 0 0"), T0),
+                 lambda: slave.pop.change_invisible("G", "T", ExtraInfo.parse("0 1 2 0 0 bk 0 0"), 5000, T0)):
+        with pytest.raises(PopRefused) as e:
+            call()
+        assert e.value.code == ResponseCode.SERVICE_NOT_AVAILABLE
