@@ -108,11 +108,15 @@ SERVED: dict[int, tuple[str, ...]] = {
          "msgId", "transactionId"),
     41: (), 42: (),  # (their request is the body: fuzzed as the others' bodies are)
     43: (), 45: (), 26: (),
-    202: ("topic",), 203: ("consumerGroup",), 208: ("consumerGroup", "topic"),
+    202: ("topic",), 203: ("consumerGroup",), 208: ("consumerGroup", "topic"), 201: (),
+    200050: ("consumerGroup", "topic", "queueId", "maxMsgNums", "invisibleTime", "pollTime", "bornTime", "initMode",
+             "expType", "exp", "order", "attemptId"),
+    200051: ("consumerGroup", "topic", "queueId", "extraInfo", "offset"),
+    200053: ("consumerGroup", "topic", "queueId", "extraInfo", "offset", "invisibleTime"),
 }
 #: codes the broker serves whose fields are not fuzzed: they change the broker's configuration
-#: or delete topics, which would make the healthy client's errors the fuzz's doing
-SERVED_UNFUZZED = frozenset((25, 215))
+#: or delete topics or subscription groups, which would make the healthy client's errors the fuzz's doing
+SERVED_UNFUZZED = frozenset((25, 215, 200, 207))
 
 
 # ---- the cases ---------------------------------------------------------------------------------
