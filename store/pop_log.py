@@ -97,8 +97,10 @@ class PopLog:
         #: the records and bytes in the file now (what compaction is judged by)
         self.records = 0
         self.nbytes = 0
-        #: writes made (appends and rewrites), for tests that count I/O
+        #: writes made (appends and rewrites), for tests that count I/O; how many of them are
+        #: known durable (synced: :meth:`sync`, a durable append, a rewrite)
         self.writes = 0
+        self.synced_writes = 0
         #: bytes cut from a torn end at the last load
         self.cut = 0
 
@@ -141,6 +143,8 @@ class PopLog:
             raise_if_disk_full(exc, self.path, "appending to the POP checkpoint log")
             raise
         self.writes += 1
+        if durable:
+            self.synced_writes = self.writes
         self.records += len(batch)
         self.nbytes += len(data)
         return len(data)
@@ -153,12 +157,17 @@ class PopLog:
         replace_file(self.path, data, durable=True)
         self._adopt(safe_open.open_file(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT))
         self.writes += 1
+        self.synced_writes = self.writes  # (replace_file synced it)
         self.records, self.nbytes = len(batch), len(data)
 
-    def sync(self) -> None:
-        """Make every append so far durable (``fsync``)."""
-        if self._fd is not None:
-            os.fsync(self._fd)
+    def sync(self) -> int:
+        """Make every append so far durable (``fsync``); returns how many writes that covers
+        (safe in a worker thread while the owner appends: the appends after it began are
+        not counted). Raises ``OSError`` as ``fsync`` does."""
+        fd, writes = self._fd, self.writes
+        if fd is not None:
+            os.fsync(fd)
+        return writes
 
     def close(self) -> None:
         """Close the descriptor (appends need :meth:`load` again)."""

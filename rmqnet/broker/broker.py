@@ -122,7 +122,7 @@ class Broker:
         self.slave_sync: SlaveSynchronize | None = SlaveSynchronize(self) if config.slave else None
         #: held pops (long polling of 200050), woken by the store's arrival signal and by
         #: orderly acks that free a queue
-        self.pop_holds = PopHoldService(pop_remoting.rerun_held)
+        self.pop_holds = PopHoldService(pop_remoting.rerun_held, lambda: self.pop.synced())
         store.on_arrival(self.pop_holds.notify_arrivals)
         self.stop_listeners.append(self.pop_holds.close)
         #: POP consumption (200050, 200051, 200053 and the gRPC endpoint's receive, ack and

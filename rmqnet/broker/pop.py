@@ -32,6 +32,8 @@ again; ``broker.pop.ack_many(group, topic, [ExtraInfo.parse(handle), ...], now_m
 ``broker.pop.change_invisible(group, topic, ExtraInfo.parse(handle), invisible_ms, now_ms)`` ->
 :class:`AckStatus` (``EXPIRED``: RocketMQ's proxy answers INVALID_RECEIPT_HANDLE "receipt
 handle is expired"); a malformed handle raises :class:`~rmqnet.broker.pop_handle.HandleError`.
+Under SYNC_FLUSH each of them is answered after ``await broker.pop.synced()`` when that is not
+``None`` (the log on disk: :mod:`rmqnet.broker.pop_sync`).
 
 Guarantee (at-least-once): a message handed out and not acked is handed out again (or
 dead-lettered) after its invisible time, across a ``kill -9`` of the broker (the log is written
@@ -42,6 +44,7 @@ comes again only when it was not acked within its invisible time.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import enum
@@ -68,6 +71,7 @@ from .pop_handle import (
 )
 from .pop_result import PoppedQueue, PopResult, take
 from .pop_state import Checkpoint, PopState
+from .pop_sync import PopLogSync
 from .topics import DLQ_PREFIX, PERM_READ, RETRY_PREFIX
 
 if TYPE_CHECKING:
@@ -133,9 +137,16 @@ class PopService:
         self.store = broker.store
         self.state = PopState(PopLog(self.store.paths.pop_log))
         self.state.load()
+        #: under SYNC_FLUSH, the log synced before each answer (:meth:`synced`)
+        self.sync = PopLogSync(self.state.log, lambda: self.broker.config.sync_flush)
         self._turns = itertools.count()
         #: counters since start: messages handed out, acked, revived to retry, dead-lettered
         self.popped = self.acked = self.revived = self.dead = 0
+
+    def synced(self) -> asyncio.Future[None] | None:
+        """Under ``SYNC_FLUSH``: a future done once every change so far is on disk (answer
+        after it; its exception an ``OSError``), else ``None`` (:mod:`rmqnet.broker.pop_sync`)."""
+        return self.sync.wait()
 
     def close(self) -> None:
         """Sync and close the log (a clean stop)."""
@@ -435,7 +446,8 @@ class PopService:
             seq = self.state.revive_seq
             self.state.write([{"k": "rv", "seq": seq, "ids": [ck.id for ck in due]}])
             n += self._revive(due, seq)
-        self.state.compact()
+        if not self.sync.busy:  # (never rewritten under a sync in flight)
+            self.state.compact()
         return n
 
     def _revive(self, due: list[Checkpoint], seq: int) -> int:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import rmqlog
@@ -45,6 +46,7 @@ from ..remoting import (
     RemotingCommand,
     ResponseCode,
 )
+from ..transport import complete
 from .holds import HeldPull, PullHoldService, Rerun, watch_close
 from .peer import Peer
 from .pop import AckStatus, PopRefused, PopResult
@@ -68,9 +70,11 @@ class PopHoldService(PullHoldService):
     queueId)`` (``-1``: a pop of any queue) whose arrivals also wake the pops of any queue of
     the topic, and pops of the topic when its POP retry topic grows."""
 
-    def __init__(self, rerun: Rerun) -> None:
+    def __init__(self, rerun: Rerun, durable: Callable[[], asyncio.Future[None] | None] = lambda: None) -> None:
         super().__init__(rerun)
         self._aliases: dict[str, str] = {}
+        #: under SYNC_FLUSH, what a held pop's answer waits for (the broker's ``pop.synced``)
+        self._durable = durable
 
     def hold_pop(self, peer: Peer, request: RemotingCommand, group: str, topic: str, queue_id: int,
                  deadline_ms: int, state: dict[str, Any]) -> asyncio.Future[RemotingCommand | None] | None:
@@ -93,6 +97,16 @@ class PopHoldService(PullHoldService):
         waiter = _Waiter()
         request = RemotingCommand(0, 0, 0, None, {}, b"", "PYTHON")
         return self.hold_pop(waiter, request, group, topic, queue_id, deadline_ms, {"wake_only": True})
+
+    def _finish(self, held: HeldPull, res: RemotingCommand | None) -> None:
+        """A held pop's answer, after the POP log's sync under SYNC_FLUSH (its checkpoint)."""
+        fut = None if res is None or held.state.get("wake_only") else self._durable()
+        if fut is None:
+            super()._finish(held, res)
+            return
+        self._remove(held)
+        assert res is not None
+        fut.add_done_callback(lambda f: complete(held.future, _after_sync(held.request, res, f)))
 
     def _arrived(self, entries: tuple[tuple[str, int, int], ...]) -> None:
         more = []
@@ -139,7 +153,7 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, held: HeldPull 
     if len(result):
         res = req.reply(ResponseCode.SUCCESS, "FOUND", ext)
         res.body = result.body()
-        return res
+        return res if held is not None else durable(broker, req, res)  # (a held one: PopHoldService._finish)
     if held is None and h.poll_time > 0 and not broker.stopping and _in_event_loop():
         fut = broker.pop_holds.hold_pop(peer, req, h.consumer_group, h.topic, h.queue_id, now + h.poll_time,
                                         {"header": h, "broker": broker})
@@ -173,6 +187,24 @@ def rerun_held(held: HeldPull, final: bool) -> RemotingCommand | None:
     broker: Broker = held.state["broker"]
     res: RemotingCommand | None = process(broker, held.peer, held.request, held=held, final=final)
     return res
+
+
+def _after_sync(req: RemotingCommand, res: RemotingCommand, f: asyncio.Future[None]) -> RemotingCommand:
+    """``res``, or SYSTEM_ERROR when the POP log's sync failed."""
+    exc = f.exception() if not f.cancelled() else asyncio.CancelledError()
+    if exc is None:
+        return res
+    return req.reply(ResponseCode.SYSTEM_ERROR, f"the POP log could not be synced: {type(exc).__name__}: {exc}")
+
+
+def durable(broker: Broker, req: RemotingCommand, res: RemotingCommand) -> Any:
+    """``res`` now, or under SYNC_FLUSH a future of it once the POP log is synced."""
+    fut = broker.pop.synced()
+    if fut is None:
+        return res
+    out: asyncio.Future[RemotingCommand | None] = asyncio.get_running_loop().create_future()
+    fut.add_done_callback(lambda f: complete(out, _after_sync(req, res, f)))
+    return out
 
 
 def _pop_header(result: PopResult, order: bool) -> dict[str, Any]:
@@ -219,7 +251,7 @@ def _check_handle(broker: Broker, req: RemotingCommand, h: AckMessageHeader | Ch
     return dataclasses.replace(info, queue_id=h.queue_id, offset=h.offset)
 
 
-def ack_message(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def ack_message(broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
     """The ACK_MESSAGE handler (see the module docstring)."""
     h = AckMessageHeader.read(req.ext_fields)
     info = _check_handle(broker, req, h)
@@ -231,10 +263,10 @@ def ack_message(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCom
         return req.reply(exc.code, exc.remark)
     except rmqlog.StoreError as exc:
         return store_failure(req, exc)
-    return req.reply(ResponseCode.SUCCESS, None)
+    return durable(broker, req, req.reply(ResponseCode.SUCCESS, None))
 
 
-def change_invisible_time(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
+def change_invisible_time(broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
     """The CHANGE_MESSAGE_INVISIBLETIME handler (see the module docstring)."""
     h = ChangeInvisibleTimeHeader.read(req.ext_fields)
     info = _check_handle(broker, req, h)
@@ -250,8 +282,8 @@ def change_invisible_time(broker: Broker, peer: Peer, req: RemotingCommand) -> R
     if status is not AckStatus.OK or new is None:
         return req.reply(ResponseCode.NO_MESSAGE, f"the message of extraInfo [{h.extra_info}] is not in flight "
                          f"({'its invisible time passed' if status is AckStatus.EXPIRED else 'acked or changed'})")
-    return req.reply(ResponseCode.SUCCESS, None, {"popTime": new.pop_time, "invisibleTime": new.invisible_time,
-                                                  "reviveQid": new.revive_qid})
+    return durable(broker, req, req.reply(ResponseCode.SUCCESS, None, {
+        "popTime": new.pop_time, "invisibleTime": new.invisible_time, "reviveQid": new.revive_qid}))
 
 
 __all__ = ["PopHoldService", "pop_message", "ack_message", "change_invisible_time", "rerun_held"]

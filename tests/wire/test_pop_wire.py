@@ -230,3 +230,68 @@ def test_a_pop_without_born_time_is_taken_as_born_now(broker: Broker) -> None:
     req = pop_req()
     del req.ext_fields["bornTime"]
     assert one(broker, req).code == ResponseCode.SUCCESS
+
+
+@pytest.fixture
+def sync_broker(tmp_path: Path, clock: rmqlog.ManualClock) -> Iterator[Broker]:
+    with rmqlog.MessageStore.open(tmp_path / "sync", small_store_config(flush_disk_type="SYNC_FLUSH"),
+                                  clock=clock) as s:
+        s.create_topic("T", 2)
+        yield make_broker(s, clock=clock, broker_name="bk")
+
+
+def test_under_sync_flush_pops_and_acks_answer_after_one_sync_off_the_loop(sync_broker: Broker) -> None:
+    import threading
+
+    broker = sync_broker
+    put(broker.store, b"a", b"b")
+    log = broker.pop.state.log
+    threads: list[int] = []
+    real = log.sync
+
+    def recorded() -> int:
+        threads.append(threading.get_ident())
+        return real()
+
+    log.sync = recorded  # type: ignore[method-assign]
+    res = run(broker, FakePeer(), pop_req(0, 1), pop_req(1, 1), pop_req(0, 1))  # one loop turn
+    assert [r.code for r in res if r is not None] == [ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT,
+                                                       ResponseCode.SUCCESS]
+    assert broker.pop.sync.syncs == 1 and threading.get_ident() not in threads  # one fsync, in a worker
+    assert log.synced_writes == log.writes
+    msgs = [m for r in res if r is not None and r.code == ResponseCode.SUCCESS for m in client_messages(r)]
+    acks = [ack_req("T", 0, m["POP_CK"], m["queueOffset"]) for m in msgs]
+    assert [r.code for r in run(broker, FakePeer(), *acks) if r is not None] == [ResponseCode.SUCCESS] * 2
+    assert broker.pop.sync.syncs == 2 and broker.pop.inflight() == 0
+
+
+def test_under_async_flush_nothing_waits_for_a_sync(broker: Broker) -> None:
+    put(broker.store, b"a")
+    assert isinstance(broker.table.process(broker, FakePeer(), pop_req()), RemotingCommand)
+    assert broker.pop.sync.syncs == 0
+
+
+def test_a_failed_sync_answers_system_error(sync_broker: Broker) -> None:
+    broker = sync_broker
+    put(broker.store, b"a")
+
+    def failing() -> int:
+        raise OSError(5, "Input/output error")
+
+    broker.pop.state.log.sync = failing  # type: ignore[method-assign]
+    (res,) = run(broker, FakePeer(), pop_req())
+    assert res is not None and res.code == ResponseCode.SYSTEM_ERROR and "could not be synced" in (res.remark or "")
+
+
+def test_under_sync_flush_a_held_pop_answers_after_the_sync(sync_broker: Broker) -> None:
+    broker = sync_broker
+
+    async def main() -> RemotingCommand | None:
+        fut = broker.table.process(broker, FakePeer(), pop_req(poll=15_000))
+        assert asyncio.isfuture(fut)
+        put(broker.store, b"late")
+        return await asyncio.wait_for(fut, 5)
+
+    res = asyncio.run(main())
+    assert res is not None and res.code == ResponseCode.SUCCESS and broker.pop.sync.syncs == 1
+    assert broker.pop.state.log.synced_writes == broker.pop.state.log.writes
