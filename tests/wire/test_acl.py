@@ -273,13 +273,17 @@ def test_a_refused_oneway_request_gets_no_answer(broker: Any, puts: Any) -> None
     assert puts.puts == []
 
 
-def test_other_codes_need_the_signature_only(broker: Any) -> None:
+def test_queue_position_codes_need_the_topic_sub(broker: Any) -> None:
     req = RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "other", "queueId": 0})
     (res,) = run(broker, FakePeer(), req)
     refused(res, "No accessKey is configured")
+    # ours, stricter than 4.9.8 (signature only): a queue's positions are the topic's, SUB
     (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.GET_MAX_OFFSET,
                                                             ext_fields={"topic": "other", "queueId": 0})))
-    assert res is not None and res.code == ResponseCode.SUCCESS  # topic DENY is not checked for 30
+    refused(res, "No default permission for topic:other")
+    (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.GET_MAX_OFFSET,
+                                                            ext_fields={"topic": "topicC", "queueId": 0})))
+    assert res is not None and res.code == ResponseCode.SUCCESS
     # an unknown code passes the ACL first (RocketMQ's default processor is behind the hook)
     (res,) = run(broker, FakePeer(), RemotingCommand(9999))
     refused(res, "No accessKey is configured")
