@@ -78,6 +78,24 @@ def record_at(store: rmqlog.MessageStore, offset: int) -> RecordFacts:
     return RecordFacts(topic, queue_id, props)
 
 
+def half_at(store: rmqlog.MessageStore, offset: int, queue_offset: int) -> RecordFacts:
+    """The half message END_TRANSACTION ends: the record at commitlog ``offset`` that is
+    queue 0 of the half topic at ``queue_offset``, read as the transaction's handler reads it
+    (``MessageStore.stored_rows``: the record's own topic, queue and queue offset checked, so a
+    half answered before the dispatcher listed it is found). Its properties hold ``PGROUP`` and
+    ``REAL_TOPIC`` only. Raises :class:`RecordUnreadable` when there is none."""
+    try:
+        table, found = store.stored_rows(np.array([offset], np.int64), np.array([queue_offset], np.int64),
+                                         topic=HALF_TOPIC, queue_id=0, find=(PGROUP, REAL_TOPIC))
+    except rmqlog.StoreError as exc:
+        raise RecordUnreadable(f"the half message at the commitLogOffset {offset} cannot be read: "
+                               f"{type(exc).__name__}: {exc}") from None
+    if not bool(found[0]):
+        raise RecordUnreadable(f"no half message at the commitLogOffset {offset} and tranStateTableOffset {queue_offset}")
+    props = {name: table.column(name)[0].as_py() for name in (PGROUP, REAL_TOPIC)}
+    return RecordFacts(HALF_TOPIC, 0, {k: v for k, v in props.items() if v is not None})
+
+
 def owner_topic(facts: RecordFacts) -> str | None:
     """The topic whose message ``facts`` is: its own topic, or a carrier's ``REAL_TOPIC``
     (``None`` when a carrier's record names none: an op record, the broker's own)."""
@@ -86,5 +104,5 @@ def owner_topic(facts: RecordFacts) -> str | None:
     return facts.topic
 
 
-__all__ = ["CARRIER_TOPICS", "HALF_TOPIC", "PGROUP", "REAL_TOPIC", "RecordFacts", "RecordUnreadable", "owner_topic",
+__all__ = ["CARRIER_TOPICS", "HALF_TOPIC", "half_at", "PGROUP", "REAL_TOPIC", "RecordFacts", "RecordUnreadable", "owner_topic",
            "record_at"]

@@ -23,10 +23,10 @@ from ..remoting.acl_sign import java_text
 from .acl_files import ANY, PUB, RETRY_PREFIX, SUB
 from .acl_records import (
     CARRIER_TOPICS,
-    HALF_TOPIC,
     PGROUP,
     REAL_TOPIC,
     RecordUnreadable,
+    half_at,
     owner_topic,
     record_at,
 )
@@ -91,11 +91,15 @@ def _send(needs: Needs, topic: str | None) -> None:
     needs.add(topic, PUB)
 
 
-def _producer_group(needs: Needs, group: str | None) -> None:
-    """A producer group registered or unregistered (ours): ANY perm on it, since the broker
-    sends its producers the check-backs of the group's half messages."""
-    if group and group != INNER_PRODUCER:
-        needs.add(RETRY_PREFIX + group, ANY)
+def _producer_groups(needs: Needs, groups: list[str | None]) -> None:
+    """Producer groups registered or unregistered (ours): ANY perm on each, since the broker
+    sends a group's producers the check-backs of its half messages. ``CLIENT_INNER_PRODUCER``,
+    which every Java-style client lists beside its own group, needs none when the request
+    names another group (that group's perm is the check); alone it is a group like any."""
+    named_other = bool(needs.perms) or any(g and g != INNER_PRODUCER for g in groups)
+    for g in groups:
+        if g and (g != INNER_PRODUCER or not named_other):
+            needs.add(RETRY_PREFIX + g, ANY)
 
 
 def _json_body(req: RemotingCommand, what: str) -> dict[str, Any]:
@@ -126,10 +130,10 @@ def _heartbeat(needs: Needs, req: RemotingCommand) -> None:
             if not isinstance(s, dict):
                 raise AclRefusal("a subscription of the heartbeat is not an object")
             needs.add(_field(s, "topic"), SUB)
-    for p in _list(data.get("producerDataSet"), "the heartbeat's producerDataSet"):
-        if not isinstance(p, dict):
-            raise AclRefusal("a producer of the heartbeat is not an object")
-        _producer_group(needs, _field(p, "groupName"))
+    producers = _list(data.get("producerDataSet"), "the heartbeat's producerDataSet")
+    if not all(isinstance(p, dict) for p in producers):
+        raise AclRefusal("a producer of the heartbeat is not an object")
+    _producer_groups(needs, [_field(p, "groupName") for p in producers])
 
 
 def _lock(needs: Needs, req: RemotingCommand) -> None:
@@ -173,7 +177,7 @@ def named(req: RemotingCommand) -> Needs:
         elif code == RequestCode.UNREGISTER_CLIENT:
             ext_str(ext, "clientID")  # @CFNotNull, read by Java's header decoder here
             needs.add(group_resource(ext.get("consumerGroup")), SUB)
-            _producer_group(needs, _field(ext, "producerGroup"))
+            _producer_groups(needs, [_field(ext, "producerGroup")])
         elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
             needs.add(RETRY_PREFIX + ext_str(ext, "consumerGroup"), SUB)
         elif code == RequestCode.GET_CONSUMER_CONNECTION_LIST:
@@ -192,6 +196,7 @@ def named(req: RemotingCommand) -> Needs:
         elif code == RequestCode.END_TRANSACTION:
             ext_str(ext, "producerGroup")
             ext_long(ext, "commitLogOffset")
+            ext_long(ext, "tranStateTableOffset")
         elif code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
             _lock(needs, req)
     except FieldError as exc:
@@ -229,9 +234,12 @@ def touched(req: RemotingCommand, broker: Broker | None, needs: Needs) -> None:
             _read_record(needs, broker, ext_long(ext, "offset"))
         elif code == RequestCode.END_TRANSACTION:
             offset, group = ext_long(ext, "commitLogOffset"), ext_str(ext, "producerGroup")
-            facts = _record(broker, offset)
-            if facts.topic != HALF_TOPIC:
-                raise AclRefusal(f"the message at the commitLogOffset {offset} is no half message")
+            if broker is None:
+                raise AclRefusal(f"the half message at the commitLogOffset {offset} cannot be checked without the broker")
+            try:
+                facts = half_at(broker.store, offset, ext_long(ext, "tranStateTableOffset"))
+            except RecordUnreadable as exc:
+                raise AclRefusal(str(exc)) from None
             if facts.properties.get(PGROUP) != group:
                 raise AclRefusal(f"the half message at the commitLogOffset {offset} is not the producerGroup {group}'s")
             real = facts.properties.get(REAL_TOPIC)
