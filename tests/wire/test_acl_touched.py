@@ -20,7 +20,15 @@ from rmqnet.broker.broker import Broker
 from rmqnet.remoting import ConsumerSendMsgBackHeader, RemotingCommand, RequestCode, ResponseCode
 from rmqnet.remoting.acl_sign import sign, sign_bound
 from wire.broker_helpers import FakePeer, make_broker, run, send_header, send_request
-from wire.test_acl import ADMIN_KEY, ADMIN_SECRET, EXTRA_ACL, PLAIN_ACL, USER_KEY, USER_SECRET, java_signature
+from wire.test_acl import (
+    ADMIN_KEY,
+    ADMIN_SECRET,
+    EXTRA_ACL,
+    PLAIN_ACL,
+    USER_KEY,
+    USER_SECRET,
+    java_signature,
+)
 
 NOW = 1_700_000_000_000
 HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
