@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import pytest
 from conftest import small_store_config
 from hypothesis import HealthCheck, given, settings
