@@ -38,7 +38,7 @@ frame after a comma; there is no frame here); a oneway request gets nothing.
 from __future__ import annotations
 
 import hmac
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..remoting import RemotingCommand, ResponseCode
 from ..remoting.acl_sign import (
@@ -56,7 +56,7 @@ from ..remoting.acl_sign import (
 )
 from .acl_address import peer_ip
 from .acl_fields import undefined_fields
-from .acl_files import ANY, DENY, PUB, RETRY_PREFIX, SUB, AclConfig
+from .acl_files import ANY, DENY, PUB, RETRY_PREFIX, SUB, Account, AclConfig
 from .acl_resources import ADMIN_CODES, AclRefusal, Needs, named, touched
 from .peer import Peer
 
@@ -135,7 +135,7 @@ class AccessValidator:
         self._check_perms(account, needs)
 
     @staticmethod
-    def _check_perms(account: Any, needs: Needs) -> None:
+    def _check_perms(account: Account, needs: Needs) -> None:
         for resource, perm in needs.perms.items():
             owned = account.perms.get(resource)
             if owned is None:
