@@ -57,7 +57,7 @@ from ..remoting.acl_sign import (
 from .acl_address import peer_ip
 from .acl_fields import undefined_fields
 from .acl_files import ANY, DENY, PUB, RETRY_PREFIX, SUB, Account, AclConfig
-from .acl_resources import ADMIN_CODES, AclRefusal, Needs, named, touched
+from .acl_resources import ADMIN_CODES, AclRefusal, Needs, Reach, named, touched
 from .peer import Peer
 
 if TYPE_CHECKING:
@@ -98,9 +98,9 @@ class AccessValidator:
     def __init__(self, config: AclConfig) -> None:
         self.config = config
 
-    def validate(self, req: RemotingCommand, remote: str, broker: Broker | None = None) -> None:
-        """Whether ``req`` from ``remote`` (``ip:port``) may run on ``broker`` (whose store
-        the resources ``req`` touches are read from; ``None``: a request that touches any is
+    def validate(self, req: RemotingCommand, remote: str, reach: Reach | None = None) -> None:
+        """Whether ``req`` from ``remote`` (``ip:port``) may run, the resources it touches read
+        through ``reach`` (the broker's store; ``None``: a request that touches any is
         refused): returns, or raises :class:`AclRefusal` with RocketMQ's message."""
         needs = named(req)  # Java parses first: an unreadable request is refused even when white-listed
         ip = peer_ip(remote)
@@ -123,7 +123,7 @@ class AccessValidator:
             if extra:
                 raise AclRefusal(f"request code={req.code} does not define the field(s) {', '.join(extra)}: "
                                  "a request signed in RocketMQ's 4.x form carries its code's fields only")
-        touched(req, broker, needs)  # after the signature: an unauthenticated request reads nothing
+        touched(req, reach, needs)  # after the signature: an unauthenticated request reads nothing
         if needs.perms.get(TRACE_TOPIC) == PUB and len(needs.perms) == 1:
             return
         if needs.admin is not None and not account.admin:
@@ -171,7 +171,8 @@ class AccessValidator:
     def check(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | None:
         """The hook: None when ``req`` may run, else RocketMQ's answer to a refusal."""
         try:
-            self.validate(req, peer.remote, broker)
+            reach = None if broker is None else Reach(broker.store, broker.consumer_offsets.topics_of)
+            self.validate(req, peer.remote, reach)
         except AclRefusal as exc:
             return req.reply(ResponseCode.SYSTEM_ERROR, f"{ACL_EXCEPTION}: {exc}")
         return None

@@ -14,9 +14,11 @@ docs/broker.md, "Access control".
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+import rmqlog
 
 from ..remoting import FieldError, RemotingCommand, RequestCode, ext_int, ext_long, ext_str
 from ..remoting.acl_sign import java_text
@@ -25,15 +27,13 @@ from .acl_records import (
     CARRIER_TOPICS,
     PGROUP,
     REAL_TOPIC,
+    RecordFacts,
     RecordUnreadable,
     half_at,
     owner_topic,
     record_at,
 )
 from .topics import DLQ_PREFIX
-
-if TYPE_CHECKING:
-    from .broker import Broker
 
 #: ``Permission.ADMIN_CODE`` (UPDATE_AND_CREATE_TOPIC, UPDATE_BROKER_CONFIG,
 #: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP, DELETE_TOPIC_IN_BROKER), and
@@ -46,6 +46,15 @@ ADMIN_CODES = frozenset({17, 25, 200, 207, 215,
 #: ``MixAll.CLIENT_INNER_PRODUCER_GROUP``: every Java-style client's heartbeat lists it; it
 #: owns no half message, so it needs no perm
 INNER_PRODUCER = "CLIENT_INNER_PRODUCER"
+
+
+@dataclass(frozen=True, slots=True)
+class Reach:
+    """What :func:`touched` reads through: the broker's store and the topics of a group's
+    committed offsets (``ConsumerOffsetTable.topics_of``)."""
+
+    store: rmqlog.MessageStore
+    group_topics: Callable[[str], list[str]]
 
 
 class AclRefusal(Exception):
@@ -204,40 +213,40 @@ def named(req: RemotingCommand) -> Needs:
     return needs
 
 
-def _record(broker: Broker | None, offset: int) -> Any:
-    if broker is None:
+def _record(reach: Reach | None, offset: int) -> RecordFacts:
+    if reach is None:
         raise AclRefusal(f"the message at the offset {offset} cannot be checked without the broker's store")
     try:
-        return record_at(broker.store, offset)
+        return record_at(reach.store, offset)
     except RecordUnreadable as exc:
         raise AclRefusal(str(exc)) from None
 
 
-def _read_record(needs: Needs, broker: Broker | None, offset: int) -> None:
+def _read_record(needs: Needs, reach: Reach | None, offset: int) -> None:
     """The record at ``offset`` is read (33) or copied (36): its topic SUB, a carrier's real
     topic SUB (a carrier's record of no topic: the broker's own, admin only)."""
-    facts = _record(broker, offset)
+    facts = _record(reach, offset)
     owner = owner_topic(facts)
     if owner is None:
         needs.admin = needs.admin or f"the message at the offset {offset} is the broker's own ({facts.topic})"
     needs.add(owner, SUB)  # (a %RETRY%G topic is the resource of its group G)
 
 
-def touched(req: RemotingCommand, broker: Broker | None, needs: Needs) -> None:
-    """Add to ``needs`` what ``req`` reaches beyond what it names, read through ``broker``
+def touched(req: RemotingCommand, reach: Reach | None, needs: Needs) -> None:
+    """Add to ``needs`` what ``req`` reaches beyond what it names, read through ``reach``
     (``None``: nothing can be read, and a code that needs a read is refused). Raises
     :class:`AclRefusal` when that cannot be read, or (END_TRANSACTION) when the half message
     is another producer group's."""
     ext, code = req.ext_fields, req.code
     try:
         if code in (RequestCode.VIEW_MESSAGE_BY_ID, RequestCode.CONSUMER_SEND_MSG_BACK):
-            _read_record(needs, broker, ext_long(ext, "offset"))
+            _read_record(needs, reach, ext_long(ext, "offset"))
         elif code == RequestCode.END_TRANSACTION:
             offset, group = ext_long(ext, "commitLogOffset"), ext_str(ext, "producerGroup")
-            if broker is None:
+            if reach is None:
                 raise AclRefusal(f"the half message at the commitLogOffset {offset} cannot be checked without the broker")
             try:
-                facts = half_at(broker.store, offset, ext_long(ext, "tranStateTableOffset"))
+                facts = half_at(reach.store, offset, ext_long(ext, "tranStateTableOffset"))
             except RecordUnreadable as exc:
                 raise AclRefusal(str(exc)) from None
             if facts.properties.get(PGROUP) != group:
@@ -248,12 +257,12 @@ def touched(req: RemotingCommand, broker: Broker | None, needs: Needs) -> None:
             needs.add(real, PUB)
         elif (code == RequestCode.GET_CONSUME_STATS and ext.get("consumerGroup") is not None
               and not (_field(ext, "topic") or "").strip()):
-            if broker is None:
+            if reach is None:
                 raise AclRefusal("the group's topics cannot be checked without the broker")
-            for topic in broker.consumer_offsets.topics_of(java_text(ext["consumerGroup"])):
+            for topic in reach.group_topics(java_text(ext["consumerGroup"])):
                 needs.add(topic, SUB)  # the group's every topic is read
     except FieldError as exc:
         raise AclRefusal(str(exc)) from None
 
 
-__all__ = ["ADMIN_CODES", "INNER_PRODUCER", "AclRefusal", "Needs", "group_resource", "named", "touched"]
+__all__ = ["ADMIN_CODES", "INNER_PRODUCER", "AclRefusal", "Needs", "Reach", "group_resource", "named", "touched"]
