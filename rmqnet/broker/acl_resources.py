@@ -27,7 +27,6 @@ from .acl_records import (
     CARRIER_TOPICS,
     PGROUP,
     REAL_TOPIC,
-    RecordFacts,
     RecordUnreadable,
     half_at,
     owner_topic,
@@ -213,7 +212,7 @@ def named(req: RemotingCommand) -> Needs:
     return needs
 
 
-def _record(reach: Reach | None, offset: int) -> RecordFacts:
+def _record(reach: Reach | None, offset: int) -> rmqlog.RecordHead:
     if reach is None:
         raise AclRefusal(f"the message at the offset {offset} cannot be checked without the broker's store")
     try:
