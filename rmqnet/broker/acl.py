@@ -121,7 +121,8 @@ class AccessValidator:
         if not bound:
             extra = undefined_fields(req.code, ext)
             if extra:
-                raise AclRefusal(f"request code={req.code} does not define the field(s) {', '.join(extra)}: "
+                names = ", ".join(n.encode("utf-8", "backslashreplace").decode("utf-8") for n in extra)
+                raise AclRefusal(f"request code={req.code} does not define the field(s) {names}: "
                                  "a request signed in RocketMQ's 4.x form carries its code's fields only")
         touched(req, reach, needs)  # after the signature: an unauthenticated request reads nothing
         if needs.perms.get(TRACE_TOPIC) == PUB and len(needs.perms) == 1:

@@ -4,7 +4,7 @@ END_TRANSACTION (37) name an offset, not a topic, so the topic is read from the 
 before the request runs.
 
 :func:`record_at` reads the record's head (``MessageStore.record_head``: one record decoded
-by the scalar codec, ~10 us, not a table) and takes it only when its queue lists it at that
+by the scalar codec, not a table: ~0.2 ms of CPU on this VM) and takes it only when its queue lists it at that
 offset (its consume-queue unit, as VIEW_MESSAGE_BY_ID's handler checks): bytes inside a message
 body made to look like a record are no queue's unit, so their forged topic is never the one
 authorized. Cost: one record and one unit read, whatever the store's size.

@@ -249,7 +249,8 @@ def touched(req: RemotingCommand, reach: Reach | None, needs: Needs) -> None:
             except RecordUnreadable as exc:
                 raise AclRefusal(str(exc)) from None
             if facts.properties.get(PGROUP) != group:
-                raise AclRefusal(f"the half message at the commitLogOffset {offset} is not the producerGroup {group}'s")
+                shown = group.encode("utf-8", "backslashreplace").decode("utf-8")  # (a lone surrogate: escaped)
+                raise AclRefusal(f"the half message at the commitLogOffset {offset} is not the producerGroup {shown}'s")
             real = facts.properties.get(REAL_TOPIC)
             if not real:
                 raise AclRefusal(f"the half message at the commitLogOffset {offset} names no REAL_TOPIC")

@@ -19,6 +19,7 @@ from rmqnet.broker.acl import ACL_EXCEPTION
 from rmqnet.broker.broker import Broker
 from rmqnet.remoting import ConsumerSendMsgBackHeader, RemotingCommand, RequestCode, ResponseCode
 from rmqnet.remoting.acl_sign import sign, sign_bound
+from rmqnet.remoting.command import encode_bytes
 from wire.broker_helpers import FakePeer, make_broker, run, send_header, send_request
 from wire.test_acl import (
     ADMIN_KEY,
@@ -334,3 +335,12 @@ def test_signature_java_helper_agrees() -> None:
     # the tests above sign with rmqnet's sign(); the independent Java algorithm agrees
     req = user(view(5))
     assert req.ext_fields["Signature"] == java_signature({k: v for k, v in req.ext_fields.items()}, b"", USER_SECRET)
+
+
+def test_a_refusal_naming_what_the_request_sent_always_encodes(broker: Broker) -> None:
+    """Field names and a group echoed in a refusal: a lone surrogate is escaped, the answer encodes."""
+    req = user(RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "topicC", "queueId": "0", "x\udc80": "1"}))
+    (res,) = run(broker, FakePeer(), req)
+    refused(res, "request code=30 does not define the field(s) x\\udc80: a request signed in RocketMQ's 4.x form "
+                 "carries its code's fields only")
+    assert res is not None and encode_bytes(res)
