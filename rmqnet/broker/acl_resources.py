@@ -184,7 +184,9 @@ def named(req: RemotingCommand) -> Needs:
             _heartbeat(needs, req)
         elif code == RequestCode.UNREGISTER_CLIENT:
             ext_str(ext, "clientID")  # @CFNotNull, read by Java's header decoder here
-            needs.add(group_resource(ext.get("consumerGroup")), SUB)
+            consumer = _field(ext, "consumerGroup")
+            if consumer:  # (an empty one unregisters nothing)
+                needs.add(RETRY_PREFIX + consumer, SUB)
             _producer_groups(needs, [_field(ext, "producerGroup")])
         elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
             needs.add(RETRY_PREFIX + ext_str(ext, "consumerGroup"), SUB)

@@ -529,9 +529,11 @@ def test_heartbeats_of_allowed_groups_and_producers_pass(broker: Any) -> None:
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
                      max_leaves=6)
-_codes = st.sampled_from([10, 11, 12, 15, 17, 34, 35, 36, 38, 310, 320, 30, 9999])
+_codes = st.sampled_from([10, 11, 12, 14, 15, 17, 21, 29, 30, 33, 34, 35, 36, 37, 38, 41, 42, 202, 203, 208, 310, 320,
+                          9999])
 _names = st.sampled_from(["topic", "b", "a", "group", "consumerGroup", "clientID", "queueId", "commitOffset",
-                          "AccessKey", "Signature", "producerGroup", "_UNIQUE_KEY_QUERY"])
+                          "AccessKey", "Signature", "producerGroup", "_UNIQUE_KEY_QUERY", "offset", "commitLogOffset",
+                          "tranStateTableOffset", "SignatureForm", "OnsChannel"])
 
 
 def test_any_fields_are_refused_or_allowed_never_an_exception(home: Path) -> None:
