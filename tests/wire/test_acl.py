@@ -241,7 +241,7 @@ def test_admin_only_codes_need_an_admin(broker: Any, store: Any) -> None:
     assert res is not None and res.code == ResponseCode.SUCCESS
 
 
-def test_topic_delete_and_config_update_need_an_admin_locks_the_signature_only(broker: Any, store: Any) -> None:
+def test_topic_delete_and_config_update_need_an_admin_locks_do_not(broker: Any, store: Any) -> None:
     store.create_topic("Doomed", 1)
     delete = RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": "Doomed"})
     (res,) = run(broker, FakePeer(), signed(delete))
@@ -257,7 +257,8 @@ def test_topic_delete_and_config_update_need_an_admin_locks_the_signature_only(b
         assert res is not None and res.code == ResponseCode.SUCCESS, res
     assert "Doomed" not in json.loads((store.paths.config_dir / "topics.json").read_text())["topicConfigTable"]
     assert broker.config.trace_on is False
-    # reading stats and locking queues is not admin-only (RocketMQ 4.9.8's ADMIN_CODE): signed is enough
+    # locking queues is not admin-only (RocketMQ 4.9.8's ADMIN_CODE): the group's and the topics' SUB
+    # (test_acl_touched.py) are enough
     lock = json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": [{"brokerName": "b", "queueId": 0,
                                                                          "topic": "T"}]}).encode()
     (res,) = run(broker, FakePeer(), RemotingCommand(RequestCode.LOCK_BATCH_MQ, body=lock))
