@@ -35,7 +35,8 @@ SESSION_FIELDS = frozenset({ACCESS_KEY, SIGNATURE, SECURITY_TOKEN, SIGNATURE_FOR
 
 _SEND = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
          "flag", "properties", "reconsumeTimes", "unitMode", "batch", "maxReconsumeTimes",
-         WRITER_FIELD, SEQUENCE_FIELD)  # SendMessageRequestHeader, and our idempotence marker
+         "brokerName", WRITER_FIELD, SEQUENCE_FIELD)  # SendMessageRequestHeader; V2's ``n`` by its name, which
+                                                        # our send reads; our idempotence marker
 _SEND_V2 = ("a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n",
             WRITER_FIELD, SEQUENCE_FIELD)  # SendMessageRequestHeaderV2, and our idempotence marker
 _QUEUE = ("topic", "queueId")  # GetMaxOffset/GetMinOffset/GetEarliestMsgStoretimeRequestHeader
