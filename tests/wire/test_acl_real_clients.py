@@ -35,6 +35,7 @@ accounts:
     defaultTopicPerm: DENY
     defaultGroupPerm: SUB
     topicPerms: [ACL_ELSEWHERE=PUB|SUB]
+    groupPerms: [CG_VICTIM=DENY]
 """
 LEVELS = " ".join(["1s"] * 18)
 CREDS = {"accessKey": KEY, "secretKey": SECRET}
@@ -42,13 +43,14 @@ WRONG = {"accessKey": WRONG_KEY, "secretKey": WRONG_SECRET}
 
 
 def _refused(producer: rcl.Client, specs: list[dict[str, str]]) -> list[dict[str, object]]:
-    """Write ``specs`` and wait for as many failures (a refused send)."""
+    """Write ``specs`` and wait for as many answers: each a failure (a refused send)."""
+    sent, failed = len(producer.events("sent")), len(producer.failures())
     for spec in specs:
         producer.write(rcl.message_line(spec))
-    producer.wait_line(lambda _: len(producer.failures()) + len(producer.events("sent")) >= len(specs),
+    producer.wait_line(lambda _: len(producer.failures()) + len(producer.events("sent")) >= sent + failed + len(specs),
                        f"{len(specs)} send results")
-    assert producer.events("sent") == [], producer.describe()
-    return producer.failures()
+    assert len(producer.events("sent")) == sent, producer.describe()
+    return producer.failures()[failed:]
 
 
 def test_ali_ons_signs_sends_consumes_retries_and_commits_the_wrong_account_is_refused(tmp_path: Path) -> None:
@@ -114,3 +116,22 @@ def test_cpp_client_signs_sends_orderly_and_pull_consumers_the_wrong_account_is_
     assert done["count"] == len(specs) and sorted(m["uniqKey"] for m in puller.events("message")) == ids
     with rmqlog.MessageStore.open(tmp_path / "store", read_only=True) as s:
         assert sum(s.max_offset(topic, q) for q in range(4)) == len(specs)
+
+
+def test_ali_ons_with_the_wrong_account_cannot_send_into_another_groups_retry_topic(tmp_path: Path) -> None:
+    """Item 8 with a real client: an account denied the group CG_VICTIM sends into
+    ``%RETRY%CG_VICTIM`` (which the group's consumers read) under a producer group it may use;
+    the send is checked against CG_VICTIM, refused, and nothing is stored (RocketMQ 4.9.8 checks
+    the producerGroup and lets it in)."""
+    retry = "%RETRY%CG_VICTIM"
+    with rcl.cluster(tmp_path, topics={retry: 1, "ACL_ELSEWHERE": 1}, acl=ACL) as c:
+        producer = c.ali_ons_producer("wrong-producer", group="PG_ANY", **WRONG)
+        producer.wait_event("ready")
+        (ok,) = rcl.send_all(producer, [rcl.message("ACL_ELSEWHERE", 0)])  # the account works...
+        failures = _refused(producer, [rcl.message(retry, 1)])  # ...but not in CG_VICTIM's retry topic
+        producer.close_stdin()
+        producer.wait_exit()
+        assert c.stop_servers()["broker"] == 0
+    assert ok["status"] == "SEND_OK" and len(failures) == 1, failures
+    with rmqlog.MessageStore.open(tmp_path / "store", read_only=True) as s:
+        assert s.max_offset(retry, 0) == 0 and s.max_offset("ACL_ELSEWHERE", 0) == 1
