@@ -29,9 +29,10 @@ from ..remoting.acl_sign import (
 from ..remoting.headers import SEQUENCE_FIELD, WRITER_FIELD
 
 #: what any request may carry besides its header: the credentials (``SessionCredentials``),
-#: the signature's form, the unique-key flag of a query (``MixAll.UNIQUE_MSG_QUERY_FLAG``),
-#: and ``OnsChannel``, which the C++ client and ali-ons send and sign with every request
-SESSION_FIELDS = frozenset({ACCESS_KEY, SIGNATURE, SECURITY_TOKEN, SIGNATURE_FORM, UNIQUE_KEY_QUERY, "OnsChannel"})
+#: the signature's form, and ``OnsChannel``, which the C++ client and ali-ons send and sign
+#: with every request. The unique-key flag (``MixAll.UNIQUE_MSG_QUERY_FLAG``) is QUERY_MESSAGE's
+#: only: the broker leaves it out of the 4.x content, so anyone may add it to a signed request
+SESSION_FIELDS = frozenset({ACCESS_KEY, SIGNATURE, SECURITY_TOKEN, SIGNATURE_FORM, "OnsChannel"})
 
 _SEND = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
          "flag", "properties", "reconsumeTimes", "unitMode", "batch", "maxReconsumeTimes",
@@ -50,7 +51,7 @@ DEFINED_FIELDS: dict[int, frozenset[str]] = {code: frozenset(names) for code, na
                                          "maxReconsumeTimes"),
     RequestCode.PULL_MESSAGE: ("consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag",
                                "commitOffset", "suspendTimeoutMillis", "subscription", "subVersion", "expressionType"),
-    RequestCode.QUERY_MESSAGE: ("topic", "key", "maxNum", "beginTimestamp", "endTimestamp"),
+    RequestCode.QUERY_MESSAGE: ("topic", "key", "maxNum", "beginTimestamp", "endTimestamp", UNIQUE_KEY_QUERY),
     RequestCode.VIEW_MESSAGE_BY_ID: ("offset",),
     RequestCode.HEART_BEAT: (),
     RequestCode.UNREGISTER_CLIENT: ("clientID", "producerGroup", "consumerGroup"),

@@ -344,3 +344,16 @@ def test_a_refusal_naming_what_the_request_sent_always_encodes(broker: Broker) -
     refused(res, "request code=30 does not define the field(s) x\\udc80: a request signed in RocketMQ's 4.x form "
                  "carries its code's fields only")
     assert res is not None and encode_bytes(res)
+
+
+def test_the_unsigned_unique_key_flag_is_the_querys_only(broker: Broker) -> None:
+    """``_UNIQUE_KEY_QUERY`` is left out of the 4.x content, so anyone can add it to a signed
+    request: only QUERY_MESSAGE (12) may carry it."""
+    req = user(RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "topicC", "queueId": "0"}))
+    req.ext_fields["_UNIQUE_KEY_QUERY"] = "true"  # added after signing: the signature still verifies
+    refused(run(broker, FakePeer(), req)[0], "request code=30 does not define the field(s) _UNIQUE_KEY_QUERY: a "
+                                             "request signed in RocketMQ's 4.x form carries its code's fields only")
+    query = {"topic": "topicC", "key": "k", "maxNum": "32", "beginTimestamp": "0", "endTimestamp": "1",
+             "_UNIQUE_KEY_QUERY": "true"}
+    (res,) = run(broker, FakePeer(), user(RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields=query)))
+    assert res is not None and not (res.remark or "").startswith(ACL_EXCEPTION), res
