@@ -31,9 +31,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from rmqlog import FileStamp, InvalidArgumentError, MessageStore
+from rmqlog import FileStamp, InvalidArgumentError, MessageStore, TableMerge
 from rmqlog.arguments import offset_arg, queue_id_arg
-from rmqlog.config_tables import TableMerge
 from rmqlog.paths import validate_group, validate_topic
 
 if TYPE_CHECKING:
