@@ -1,0 +1,88 @@
+"""RocketMQ's official Python 5.x client (PyPI ``rocketmq-python-client``) driven by tests/wire.
+
+Run with the Python of the client's own environment (``.venv-rocketmq5``, never the project's:
+the package installs a top-level module ``rocketmq``), with HOME pointed at a scratch folder (the
+client logs under ``$HOME/logs/rocketmq_python``):
+
+    python python5_client.py produce '{"endpoints": "127.0.0.1:8081", "topics": ["T"]}'
+
+``produce``: a ``Producer`` over the gRPC access point ``endpoints`` (no credentials, no TLS),
+started with ``topics`` (it queries their routes at start), prints ``{"event": "ready"}``; then
+stdin holds one message a line, ``{"topic", "body", "tag"?, "keys"?, "props"?, "group"?,
+"deliverAt"? (epoch seconds: a timed message), "tx"? ("commit" or "rollback": a transactional
+message, ended so after its send)}``; each is sent with ``Producer.send`` and answered
+``{"event": "sent", "i", "messageId", "offset", "transactionId", "ended"?}`` or
+``{"event": "failed", "i", "error"}``. At the end of stdin the producer shuts down
+(``NotifyClientTermination``) and prints ``{"event": "closed"}``.
+
+Exit codes: 0 done, 1 the client failed to start, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] != "produce":
+        sys.stderr.write("usage: python5_client.py produce OPTIONS_JSON\n")
+        return 2
+    opts = json.loads(argv[2])
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker
+    from rocketmq.grpc_protocol import TransactionResolution
+
+    class RollbackUnknown(TransactionChecker):
+        """Orphaned transactions (never asked by our broker yet): rolled back."""
+
+        def check(self, message):
+            return TransactionResolution.ROLLBACK
+
+    config = ClientConfiguration(opts["endpoints"], Credentials())
+    producer = Producer(config, topics=opts.get("topics"), checker=RollbackUnknown())
+    try:
+        producer.startup()
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        emit({"event": "start_failed", "error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    emit({"event": "ready"})
+    try:
+        for i, line in enumerate(sys.stdin):
+            spec = json.loads(line)
+            msg = Message()
+            msg.topic = spec["topic"]
+            msg.body = spec["body"].encode()
+            if spec.get("tag"):
+                msg.tag = spec["tag"]
+            for key in spec.get("keys") or ():
+                msg.keys = key  # (the setter adds one key a call)
+            for k, v in (spec.get("props") or {}).items():
+                msg.add_property(k, v)
+            if spec.get("group"):
+                msg.message_group = spec["group"]
+            if spec.get("deliverAt"):
+                msg.delivery_timestamp = int(spec["deliverAt"])
+            try:
+                tx = producer.begin_transaction() if spec.get("tx") else None
+                receipt = producer.send(msg, tx) if tx is not None else producer.send(msg)
+                out = {"event": "sent", "i": i, "messageId": receipt.message_id, "offset": receipt.offset,
+                       "transactionId": receipt.transaction_id}
+                if tx is not None:
+                    (tx.commit() if spec["tx"] == "commit" else tx.rollback())
+                    out["ended"] = spec["tx"]
+                emit(out)
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                emit({"event": "failed", "i": i, "error": f"{type(exc).__name__}: {exc}"})
+    finally:
+        producer.shutdown()
+    emit({"event": "closed"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
