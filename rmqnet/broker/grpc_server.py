@@ -68,6 +68,7 @@ class GrpcEndpoint:
             raise RuntimeError(f"grpcListenPort: cannot bind {_join(self.host, self.port)}")
         self.port = bound
         self.service = MessagingService(self.broker, self.advertised_host, bound)
+        self.broker.stop_listeners.append(self.service.close)  # (Telemetry streams end at the stop's start)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers(self.service)),))
         await server.start()
         self._server = server

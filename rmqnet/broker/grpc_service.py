@@ -10,7 +10,8 @@ proxy in local mode serves, for its producers (``grpcListenPort``; the server is
 - ``Heartbeat``, ``NotifyClientTermination``: ``OK`` (no client registry on this side yet).
 - ``Telemetry``: every ``Settings`` the client writes is answered with status ``OK`` and the
   server's settings (:func:`rmqnet.grpc.settings.server_settings`); the stream stays open
-  until the client closes it or the broker stops.
+  until the client closes it or the broker begins to stop (:meth:`MessagingService.close`:
+  the stream completes then, rather than being cut after the server's grace period).
 - ``SendMessage``: each message checked and converted (:func:`rmqnet.grpc.convert.outgoing`),
   then served as a remoting ``SEND_MESSAGE_V2`` through the broker's processor table (the ACL
   hook, then :mod:`rmqnet.broker.send`: the same checks and the store's one write path, a
@@ -35,6 +36,7 @@ path's, resolved in the loop turn of its put.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable
@@ -104,6 +106,13 @@ class MessagingService:
         self.endpoints = pb.Endpoints(scheme=pb.IPv6 if ":" in host else pb.IPv4,
                                       addresses=[pb.Address(host=host, port=port)])
         self._round_robin = itertools.count()
+        #: set by :meth:`close` (the broker's stop): open Telemetry streams end at once
+        self._closed = asyncio.Event()
+
+    def close(self) -> None:
+        """The broker stops: every open Telemetry stream ends now (its client sees the stream
+        complete, not cut after the server's grace period)."""
+        self._closed.set()
 
     # ------------------------------------------------------------------ routes
     def _queues(self, topic: str) -> list[pb.MessageQueue] | None:
@@ -154,7 +163,25 @@ class MessagingService:
         return svc.NotifyClientTerminationResponse(status=status(Code.OK))
 
     async def telemetry(self, requests: AsyncIterator[svc.TelemetryCommand], ctx: Any) -> AsyncIterator[svc.TelemetryCommand]:
-        async for cmd in requests:
+        commands = aiter(requests)
+        while not self._closed.is_set():
+            nxt: asyncio.Future[svc.TelemetryCommand] = asyncio.ensure_future(anext(commands))
+            # the read may end after this handler is gone (grpc cancels it when its client goes
+            # away): its outcome is taken here, never left as "Task exception was never retrieved"
+            nxt.add_done_callback(_taken)
+            closed = asyncio.ensure_future(self._closed.wait())
+            try:
+                await asyncio.wait((nxt, closed), return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                closed.cancel()
+                if not nxt.done():  # the broker stops, or grpc cancelled this handler
+                    nxt.cancel()
+            if not nxt.done() or nxt.cancelled():  # (a cancel asked above completes later)
+                return
+            try:
+                cmd = nxt.result()
+            except StopAsyncIteration:  # the client closed its side
+                return
             if cmd.HasField("settings"):
                 settings = server_settings(cmd.settings, max_body_size=self.broker.config.max_message_size)
                 yield svc.TelemetryCommand(status=status(Code.OK), settings=settings)
@@ -230,6 +257,12 @@ class MessagingService:
         why = POP_UNSUPPORTED if method in ("ReceiveMessage", "AckMessage", "ChangeInvisibleDuration",
                                             "ForwardMessageToDeadLetterQueue") else "is not supported by this broker"
         return response(status=status(Code.UNSUPPORTED, f"{method} {why}"))
+
+
+def _taken(fut: asyncio.Future[Any]) -> None:
+    """Take a finished read's outcome (see :meth:`MessagingService.telemetry`)."""
+    if not fut.cancelled():
+        fut.exception()
 
 
 def _send_entry(out: Any, reply: RemotingCommand | None) -> svc.SendResultEntry:

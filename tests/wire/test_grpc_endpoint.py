@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 from conftest import small_store_config
 
@@ -358,3 +359,62 @@ def test_java_string_hash_and_consistent_hash() -> None:
     for i in range(200):
         before, after = consistent_hash(f"group-{i}", 4), consistent_hash(f"group-{i}", 5)
         assert after in (before, 4)
+
+
+def test_an_open_telemetry_stream_completes_when_the_broker_begins_to_stop(broker: Broker) -> None:
+    async def body(c: Client, _: Any) -> Any:
+        call = c.channel.stream_stream(
+            "/apache.rocketmq.v2.MessagingService/Telemetry", request_serializer=svc.TelemetryCommand.SerializeToString,
+            response_deserializer=svc.TelemetryCommand.FromString)(timeout=30)
+        await call.write(svc.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER)))
+        first = await call.read()
+        broker.begin_stop()  # (the process: SIGTERM)
+        rest = await call.read()
+        return first, rest, await call.code()
+
+    first, rest, code = serve(broker, body)
+    assert first.status.code == Code.OK
+    assert rest is grpc.aio.EOF and code == grpc.StatusCode.OK  # completed by the server, not cut
+
+
+
+def test_a_telemetry_handler_cancelled_while_waiting_leaves_no_unretrieved_task_error(broker: Broker) -> None:
+    """grpc cancels the handler when its client goes away; the read it was waiting on ends
+    later (StopAsyncIteration): that must not surface as "Task exception was never retrieved"
+    in the broker's log."""
+    import asyncio
+    import contextlib
+    import gc
+
+    from rmqnet.broker.grpc_service import MessagingService
+
+    errors: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        loop.set_exception_handler(lambda _, ctx: errors.append(ctx))
+        gate = asyncio.Event()
+
+        async def requests() -> Any:
+            yield svc.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER))
+            await gate.wait()  # then the client's side ends
+
+        stream = MessagingService(broker, "127.0.0.1", 1).telemetry(requests(), None)
+        first = await anext(stream)
+        assert first.status.code == Code.OK
+        waiting = asyncio.ensure_future(anext(stream))
+        for _ in range(3):
+            await asyncio.sleep(0)  # (loop turns, not time: the handler reaches its wait)
+        waiting.cancel()  # grpc cancels the handler
+        with contextlib.suppress(asyncio.CancelledError):
+            await waiting
+        gate.set()
+        for _ in range(5):
+            await asyncio.sleep(0)
+        await stream.aclose()
+        gc.collect()
+        await asyncio.sleep(0)
+
+    asyncio.run(main())
+    gc.collect()
+    assert [e.get("message") for e in errors] == []
