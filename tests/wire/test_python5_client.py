@@ -94,3 +94,30 @@ def test_python5_producer_sends_every_message_type(tmp_path: Path) -> None:
     assert {ids[8], ids[9]} <= halves
     assert bytes(by_id[ids[8]]["body"]) == b"tx-commit" and ids[9] not in by_id
     assert [e.get("ended") for e in sorted(sent, key=lambda e: e["i"])][8:] == ["commit", "rollback"]
+
+
+def test_python5_producer_takes_the_settings_and_sees_typed_refusals(tmp_path: Path) -> None:
+    """The Settings answered on Telemetry reach the client (its body limit becomes the broker's
+    maxMessageSize, which it then enforces itself); a send to a topic the broker does not know
+    fails with the status the broker answered (TOPIC_NOT_FOUND, 40402), and the producer goes on."""
+    rcl.require_python5_client()
+    conf = {"grpcListenPort": str(rcl.free_port()), "maxMessageSize": "65536"}
+    with rcl.cluster(tmp_path, topics={TOPIC: 4}, conf=conf) as c:
+        producer = c.python5("python5-producer", "produce", stdin=True, topics=[TOPIC], awaitSettings=True)
+        producer.wait_event("ready")
+        assert producer.wait_event("settings")["maxBodySize"] == 65536
+        producer.write(json.dumps({"topic": TOPIC, "body": "x" * 70_000}))
+        producer.write(json.dumps({"topic": "Nope", "body": "to nowhere"}))
+        producer.write(json.dumps({"topic": TOPIC, "body": "fits"}))
+        producer.wait_events("sent", 1, "the last send")
+        failed = producer.failures()
+        producer.close_stdin()
+        producer.wait_event("closed")
+        assert producer.wait_exit() == 0
+
+    assert [f["i"] for f in failed] == [0, 1]
+    assert "exceeds the threshold" in failed[0]["error"] and "65536" in failed[0]["error"]
+    assert "failed to fetch topic:Nope route" in failed[1]["error"], failed[1]
+    # the client logs the status it got (its exception keeps only its own text)
+    log = (c.home / "logs" / "rocketmq_python" / "rocketmq_client.log").read_text()
+    assert "40402, topic Nope does not exist" in log
