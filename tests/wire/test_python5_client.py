@@ -121,3 +121,18 @@ def test_python5_producer_takes_the_settings_and_sees_typed_refusals(tmp_path: P
     # the client logs the status it got (its exception keeps only its own text)
     log = (c.home / "logs" / "rocketmq_python" / "rocketmq_client.log").read_text()
     assert "40402, topic Nope does not exist" in log
+
+
+def test_python5_simple_consumer_starts_and_its_receive_is_refused_unsupported(tmp_path: Path) -> None:
+    """POP consumption is not served yet: the simple consumer starts (route, heartbeat,
+    settings) and its receive fails at once with the broker's UNSUPPORTED (50500), never hangs."""
+    rcl.require_python5_client()
+    conf = {"grpcListenPort": str(rcl.free_port())}
+    with rcl.cluster(tmp_path, topics={TOPIC: 4}, conf=conf) as c:
+        consumer = c.python5("python5-consumer", "receive", group="CG_P5", topic=TOPIC)
+        consumer.wait_event("ready", "the simple consumer's start")
+        failed = consumer.wait_event("receive_failed", "the receive to be refused")
+        consumer.wait_event("closed")
+        assert consumer.wait_exit() == 0
+    assert "UnsupportedException" in failed["error"] and failed["code"] == 50500, failed
+    assert "ReceiveMessage" in failed["error"]

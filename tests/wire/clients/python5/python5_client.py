@@ -18,6 +18,9 @@ A start that raises prints ``{"event": "start_failed", "error"}`` (5.1.2 starts 
 topic's route is refused: a send to it fails). At the end of stdin the producer shuts down
 (``NotifyClientTermination``) and prints ``{"event": "closed"}``.
 
+``receive`` (options ``group``, ``topic``, ``invisibleSeconds``): a ``SimpleConsumer``'s one
+receive (see :func:`receive`).
+
 Exit codes: 0 done, 1 the client failed to start, 2 bad arguments.
 """
 
@@ -33,11 +36,39 @@ def emit(obj):
     sys.stdout.flush()
 
 
+def receive(opts):
+    """``receive``: a ``SimpleConsumer`` of ``group`` subscribed to ``topic`` (all tags), started,
+    ``{"event": "ready"}``, then one ``receive(32, invisibleSeconds)``: ``{"event": "received",
+    "count", "messageIds"}`` or ``{"event": "receive_failed", "error", "code"}``; then shut down,
+    ``{"event": "closed"}``."""
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    config = ClientConfiguration(opts["endpoints"], Credentials())
+    consumer = SimpleConsumer(config, opts["group"], {opts["topic"]: FilterExpression()}, await_duration=5)
+    try:
+        consumer.startup()
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        emit({"event": "start_failed", "error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    emit({"event": "ready"})
+    try:
+        messages = consumer.receive(32, int(opts.get("invisibleSeconds", 15)))
+        emit({"event": "received", "count": len(messages), "messageIds": [m.message_id for m in messages]})
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        emit({"event": "receive_failed", "error": f"{type(exc).__name__}: {exc}", "code": getattr(exc, "code", None)})
+    finally:
+        consumer.shutdown()
+    emit({"event": "closed"})
+    return 0
+
+
 def main(argv):
-    if len(argv) != 3 or argv[1] != "produce":
-        sys.stderr.write("usage: python5_client.py produce OPTIONS_JSON\n")
+    if len(argv) != 3 or argv[1] not in ("produce", "receive"):
+        sys.stderr.write("usage: python5_client.py produce|receive OPTIONS_JSON\n")
         return 2
     opts = json.loads(argv[2])
+    if argv[1] == "receive":
+        return receive(opts)
     from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker
     from rocketmq.grpc_protocol import TransactionResolution
 
