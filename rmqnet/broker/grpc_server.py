@@ -5,7 +5,8 @@ Every method of ``apache.rocketmq.v2.MessagingService`` (read from the compiled 
 descriptor, so a method added to the definitions is covered without a line here) is
 registered: the served ones call the service's coroutine, every other one answers status
 ``UNSUPPORTED`` at once (a server-streaming one: one response holding that status, then the
-end of the stream), so no call hangs. With ``aclEnable=true`` every call is answered
+end of the stream), so no call hangs. A request whose bytes are not its message is answered
+``BAD_REQUEST`` (:class:`~rmqnet.broker.grpc_service.CorruptRequest`). With ``aclEnable=true`` every call is answered
 ``UNAUTHORIZED`` (the service's docstring). A handler that raises is answered
 ``INTERNAL_SERVER_ERROR`` naming the error (logged once with its traceback), never a bare
 gRPC failure.
@@ -23,10 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf import message_factory
+from google.protobuf.message import DecodeError
 
 from ..grpc.convert import Code, status
 from ..grpc.v2 import service_pb2 as svc
-from .grpc_service import ACL_UNSUPPORTED, MessagingService
+from .grpc_service import ACL_UNSUPPORTED, CorruptRequest, MessagingService
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -96,9 +98,23 @@ def handlers(service: MessagingService) -> dict[str, grpc.RpcMethodHandler]:
         wrapped = _wrap(service, method.name, response, served, kind)
         make = {(False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
                 (True, False): grpc.stream_unary_rpc_method_handler, (True, True): grpc.stream_stream_rpc_method_handler}[kind]
-        out[method.name] = make(wrapped, request_deserializer=request.FromString,
+        out[method.name] = make(wrapped, request_deserializer=_reader(request),
                                 response_serializer=response.SerializeToString)
     return out
+
+
+def _reader(request: Any) -> Callable[[bytes], Any]:
+    """The call's request parser: bytes that are not its message give a
+    :class:`CorruptRequest` (answered ``BAD_REQUEST``) instead of raising into grpc, which
+    would log a traceback and answer a bare ``UNKNOWN``."""
+    name = request.DESCRIPTOR.full_name
+
+    def read(data: bytes) -> Any:
+        try:
+            return request.FromString(data)
+        except DecodeError as exc:
+            return CorruptRequest(name, str(exc))
+    return read
 
 
 def _refusal(service: MessagingService, name: str, response: Any) -> Any:
@@ -117,6 +133,8 @@ def _wrap(service: MessagingService, name: str, response: Any, served: Callable[
     if kind[1]:  # server streaming (ReceiveMessage, PullMessage, Telemetry)
         async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
             refusal = _refusal(service, name, response)
+            if refusal is None and isinstance(request, CorruptRequest):
+                refusal = response(status=request.status())
             if refusal is None and served is None:
                 refusal = MessagingService.unsupported(name, response)
             if refusal is not None:
@@ -134,6 +152,8 @@ def _wrap(service: MessagingService, name: str, response: Any, served: Callable[
         refusal = _refusal(service, name, response)
         if refusal is not None:
             return refusal
+        if isinstance(request, CorruptRequest):
+            return response(status=request.status())
         if served is None:
             return MessagingService.unsupported(name, response)
         try:

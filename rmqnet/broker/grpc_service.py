@@ -27,6 +27,8 @@ proxy in local mode serves, for its producers (``grpcListenPort``; the server is
 - Every other call (``ReceiveMessage``, ``AckMessage``, ``ChangeInvisibleDuration``,
   ``ForwardMessageToDeadLetterQueue``, ``PullMessage``, offsets, ``RecallMessage``...):
   status ``UNSUPPORTED`` at once (:meth:`MessagingService.unsupported`).
+- A request whose bytes are not its message is answered ``BAD_REQUEST`` (a Telemetry stream
+  ends there), never with a traceback in the broker's log (:class:`CorruptRequest`).
 - With ``aclEnable=true`` every call is answered ``UNAUTHORIZED``: RocketMQ 5's gRPC
   authentication is not served yet, and no call may pass unchecked.
 
@@ -77,6 +79,19 @@ log = logging.getLogger(__name__)
 POP_UNSUPPORTED = "is not supported by this broker yet (POP consumption over gRPC)"
 ACL_UNSUPPORTED = "aclEnable=true: RocketMQ 5's gRPC authentication is not supported by this broker yet"
 _RESOLUTIONS = {pb.COMMIT: TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}
+
+
+@dataclass(frozen=True)
+class CorruptRequest:
+    """A request whose bytes are not the call's message (what the server's deserializer hands
+    the handlers in its place, :func:`rmqnet.broker.grpc_server.handlers`): answered
+    ``BAD_REQUEST`` with ``reason``, never a traceback."""
+
+    message: str
+    reason: str
+
+    def status(self) -> pb.Status:
+        return status(Code.BAD_REQUEST, f"the request is not a valid {self.message}: {self.reason}"[:500])
 
 
 @dataclass
@@ -181,6 +196,9 @@ class MessagingService:
             try:
                 cmd = nxt.result()
             except StopAsyncIteration:  # the client closed its side
+                return
+            if isinstance(cmd, CorruptRequest):  # (the stream cannot be trusted past it)
+                yield svc.TelemetryCommand(status=cmd.status())
                 return
             if cmd.HasField("settings"):
                 settings = server_settings(cmd.settings, max_body_size=self.broker.config.max_message_size)

@@ -12,6 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from conftest import small_store_config
+from google.protobuf import message_factory
 
 import rmqlog
 from rmqnet.broker.broker import Broker
@@ -418,3 +419,36 @@ def test_a_telemetry_handler_cancelled_while_waiting_leaves_no_unretrieved_task_
     asyncio.run(main())
     gc.collect()
     assert [e.get("message") for e in errors] == []
+
+
+@pytest.mark.parametrize("method", ["SendMessage", "QueryRoute", "AckMessage", "ReceiveMessage"])
+def test_a_corrupt_request_is_bad_request_without_a_traceback(broker: Broker, store: rmqlog.MessageStore, method: str,
+                                                              caplog: pytest.LogCaptureFixture) -> None:
+    from rmqnet.broker.grpc_server import SERVICE
+
+    response = message_factory.GetMessageClass(SERVICE.methods_by_name[method].output_type)
+
+    async def body(c: Client, _: Any) -> Any:
+        path = f"/apache.rocketmq.v2.MessagingService/{method}"
+        if SERVICE.methods_by_name[method].server_streaming:
+            return [response.FromString(r) async for r in c.channel.unary_stream(path)(b"\xff\xff\xff", timeout=10)]
+        return response.FromString(await c.channel.unary_unary(path)(b"\xff\xff\xff", timeout=10))
+
+    with caplog.at_level("DEBUG"):
+        r = serve(broker, body)
+    if isinstance(r, list):
+        (r,) = r
+    assert r.status.code == Code.BAD_REQUEST and "not a valid" in r.status.message
+    assert not [rec for rec in caplog.records if rec.exc_info], "a traceback in the broker's log"
+    assert stored(store, "T1") == []
+
+
+def test_a_corrupt_telemetry_command_ends_the_stream_with_bad_request(broker: Broker) -> None:
+    async def body(c: Client, _: Any) -> Any:
+        call = c.channel.stream_stream("/apache.rocketmq.v2.MessagingService/Telemetry")(timeout=10)
+        await call.write(b"\xff\xff\xff")
+        first = svc.TelemetryCommand.FromString(await call.read())
+        return first, await call.read()
+
+    first, end = serve(broker, body)
+    assert first.status.code == Code.BAD_REQUEST and end is grpc.aio.EOF
