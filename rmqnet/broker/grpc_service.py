@@ -6,7 +6,8 @@ proxy in local mode serves, for its producers (``grpcListenPort``; the server is
   ``READ_WRITE``, ``READ`` or ``WRITE`` as the topic's and the broker's perm allow; broker =
   this broker's name and id, endpoints = this gRPC endpoint; ``accept_message_types`` NORMAL,
   FIFO, DELAY and TRANSACTION (our topics carry no message type: a topic accepts every type
-  its messages carry). Unknown topic: ``TOPIC_NOT_FOUND``.
+  its messages carry); a SLAVE's queues are ``READ`` (it refuses sends). Unknown topic:
+  ``TOPIC_NOT_FOUND``.
 - ``Heartbeat``, ``NotifyClientTermination``: ``OK`` (no client registry on this side yet).
 - ``Telemetry``: every ``Settings`` the client writes is answered with status ``OK`` and the
   server's settings (:func:`rmqnet.grpc.settings.server_settings`); the stream stays open
@@ -135,6 +136,8 @@ class MessagingService:
         if tc is None:
             return None
         perm = tc.perm & self.broker.config.broker_permission
+        if self.broker.config.slave:  # (a slave refuses sends: its queues are offered for reading only)
+            perm &= ~PERM_WRITE
         broker = pb.Broker(name=self.broker.config.broker_name, id=self.broker.config.broker_id, endpoints=self.endpoints)
         types = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
         out = []

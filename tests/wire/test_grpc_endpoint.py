@@ -452,3 +452,18 @@ def test_a_corrupt_telemetry_command_ends_the_stream_with_bad_request(broker: Br
 
     first, end = serve(broker, body)
     assert first.status.code == Code.BAD_REQUEST and end is grpc.aio.EOF
+
+
+def test_a_slave_offers_its_queues_for_reading_and_refuses_sends(store: rmqlog.MessageStore) -> None:
+    slave = make_broker(store, clock=rmqlog.ManualClock(NOW), broker_role="SLAVE", broker_id=1)
+    slave.topics.update(rmqlog.TopicConfig("T1", 4, 4))
+
+    async def body(c: Client, _: Any) -> Any:
+        return (await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1"))),
+                await c.call("SendMessage", svc.SendMessageRequest(messages=[message()])))
+
+    route, sent = serve(slave, body)
+    assert {q.permission for q in route.message_queues} == {pb.READ}
+    assert {q.broker.id for q in route.message_queues} == {1}
+    assert sent.status.code == Code.INTERNAL_SERVER_ERROR and "slave" in sent.status.message.lower()
+    assert stored(store, "T1") == []
