@@ -40,7 +40,6 @@ frame after a comma; there is no frame here); a oneway request gets nothing.
 from __future__ import annotations
 
 import hmac
-import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -55,13 +54,17 @@ from ..remoting import (
 )
 from ..remoting.acl_sign import (
     ACCESS_KEY,
+    BOUND_FORM,
     BROKER_SKIPPED,
     CLIENT_SKIPPED,
     SIGNATURE,
+    SIGNATURE_FORM,
+    bound_content,
     content,
     java_text,
     signature,
 )
+from ..remoting.json_values import loads_body
 from .acl_address import peer_ip
 from .acl_files import ANY, DENY, PUB, RETRY_PREFIX, SUB, AclConfig
 from .peer import Peer
@@ -108,10 +111,7 @@ def _send_resources(topic: str | None, group: str | None) -> dict[str, int]:
 
 
 def _heartbeat_resources(body: bytes) -> dict[str, int]:
-    try:
-        data = json.loads(body) if body else None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise AclRefusal(f"the heartbeat body is not HeartbeatData JSON: {exc}") from None
+    data = loads_body(body, "HeartbeatData") if body else None  # (FieldError: refused by resources())
     if not isinstance(data, dict):
         raise AclRefusal("the heartbeat body is not a HeartbeatData object")
     out: dict[str, int] = {}
@@ -222,6 +222,9 @@ class AccessValidator:
         if given is None:
             return False
         given_b = java_text(given).encode("utf-8", "surrogatepass")
+        if req.ext_fields.get(SIGNATURE_FORM) == BOUND_FORM:  # our clients' form: verified by it alone
+            bound = signature(bound_content(req.code, req.ext_fields, req.body), secret_key)
+            return hmac.compare_digest(bound.encode(), given_b)
         if hmac.compare_digest(signature(content(req.ext_fields, req.body, BROKER_SKIPPED), secret_key).encode(), given_b):
             return True
         # RocketMQ's Java client signs _UNIQUE_KEY_QUERY, which its broker leaves out (so 4.9.8

@@ -83,7 +83,7 @@ class Broker:
         self.topics = TopicManager(store, lambda: self.config, self.clock)  # subscribes to the store's arrivals first
         self.consumer_offsets = ConsumerOffsetTable(store)
         self.topics.offsets = self.consumer_offsets  # a topic's delete forgets its offsets
-        self.subscription_groups = SubscriptionGroupTable(store)
+        self.subscription_groups = SubscriptionGroupTable(store, self.clock)
         self.state = StatePersistService(lambda: self.config.flush_consumer_offset_interval, [
             ("consumer offsets", self.consumer_offsets.persist), ("subscription groups", self.subscription_groups.persist),
             ("topics", self.topics.persist)], background=background_persist)
@@ -124,7 +124,7 @@ class Broker:
 
         #: what the process runs every round (:meth:`run_services`), in this order
         self.services: list[BrokerService] = [self.state, self.transaction_check, self.consumers, self.holds,
-                                              self.queue_locks, self.replication]
+                                              self.queue_locks, self.get_nums, self.replication]
         if self.slave_sync is not None:
             self.services.append(self.slave_sync)
         #: request code -> handler, and the hooks before every handler (the ACL's)

@@ -28,6 +28,10 @@ from typing import Any
 from rmqlog import ASYNC_FLUSH, SYNC_FLUSH, ConfigError, StoreConfig
 from rmqlog.config import read_properties
 
+from ..remoting.acl_address import AclPatternError, address_pattern
+from ..remoting.credentials import CredentialsError
+from ..remoting.credentials import parse_credentials as _parse_credentials
+
 #: RocketMQ's ``MixAll.DEFAULT_TRACE_REGION_ID``: the ``MSG_REGION`` of every send reply
 DEFAULT_REGION = "DefaultRegion"
 
@@ -108,6 +112,13 @@ class BrokerConfig:
       a ``SYNC_MASTER`` send waits for a slave before ``FLUSH_SLAVE_TIMEOUT``),
       ``slave_read_enable`` (``slaveReadEnable``, false: a pull's ``suggestWhichBrokerId`` is
       always 0; true: 1 for a consumer reading further behind than the in-memory ratio).
+    - Peers' credentials (ours; :mod:`rmqnet.ha.auth`, docs/broker.md "Access control"):
+      ``ha_slave_allow_list`` (``haSlaveAllowList``: the addresses a master streams to, in the
+      ACL's address syntax, ``,``-separated; None: see the docs for who is let in then) and
+      ``inner_client_authentication_credentials`` (``innerClientAuthenticationCredentials``,
+      RocketMQ 5.3's key: ``{"accessKey": "...", "secretKey": "..."}``, the cluster's credentials:
+      a slave proves itself with them to its master, the broker signs its registrations and its
+      calls to other brokers with them, and a master accepts them from a slave).
     - State tables (:mod:`rmqnet.broker.state`): ``flush_consumer_offset_interval``
       (``flushConsumerOffsetInterval``, 5000: ms between two persists of the consumer offsets,
       subscription groups and topics kept in memory). Caps on what a client can grow (ours;
@@ -170,6 +181,8 @@ class BrokerConfig:
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
     slave_timeout: int = 3000
     slave_read_enable: bool = False
+    ha_slave_allow_list: str | None = None
+    inner_client_authentication_credentials: str | None = None
     flush_consumer_offset_interval: int = 5000
     auto_create_topic_max_nums: int = 50_000
     auto_create_subscription_group_max_nums: int = 50_000
@@ -235,6 +248,13 @@ class BrokerConfig:
                 raise ConfigError(f"ha_master_address {self.ha_master_address!r} is not host:port")
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError("access_message_in_memory_max_ratio must be a percentage 0..100")
+        if self.ha_slave_allow_list is not None:
+            try:
+                address_pattern(self.ha_slave_allow_list)
+            except AclPatternError as exc:
+                raise ConfigError(f"ha_slave_allow_list {self.ha_slave_allow_list!r}: {exc}"[:300]) from None
+        # checked now: a wrong value fails the start, not the first registration
+        parse_credentials(self.inner_client_authentication_credentials, "inner_client_authentication_credentials")
         try:
             ipaddress.ip_address(self.broker_ip1)
         except ValueError:
@@ -253,6 +273,13 @@ class BrokerConfig:
         if self.ha_listen_port is not None:
             return self.ha_listen_port
         return 0 if listen_port == 0 else listen_port + 1
+
+    @property
+    def inner_credentials(self) -> tuple[str, str] | None:
+        """``(accessKey, secretKey)`` of ``innerClientAuthenticationCredentials``, or None when
+        unset; :class:`ConfigError` (the secret never in it) for a value that is not a JSON
+        object with both, non-empty texts."""
+        return parse_credentials(self.inner_client_authentication_credentials, "inner_client_authentication_credentials")
 
     @property
     def slave(self) -> bool:
@@ -335,6 +362,14 @@ _STATE_LIMITS = ("flush_consumer_offset_interval", "auto_create_topic_max_nums",
 
 #: broker.conf keys read under another spelling (RocketMQ's setter names)
 _ALIASES = {"brokerIP1": "brokerIp1", "sendThreadPoolQueueCapacity": "sendQueueCapacity"}
+
+
+def parse_credentials(text: str | None, what: str) -> tuple[str, str] | None:
+    """:func:`rmqnet.remoting.credentials.parse_credentials`, its error a :class:`ConfigError`."""
+    try:
+        return _parse_credentials(text, what)
+    except CredentialsError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def broker_keys() -> dict[str, str]:

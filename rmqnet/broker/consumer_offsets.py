@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 from rmqlog import FileStamp, InvalidArgumentError, MessageStore
 from rmqlog.arguments import offset_arg, queue_id_arg
+from rmqlog.config_tables import TableMerge
 from rmqlog.paths import validate_group, validate_topic
 
 if TYPE_CHECKING:
@@ -156,17 +157,40 @@ class ConsumerOffsetTable:
                         for queue_id, offset in per_queue.items():
                             kept.setdefault(queue_id, offset)
                 raise
+            return self._adopt(merged)
+
+    def _adopt(self, merged: TableMerge[dict[int, int]]) -> bool:
+        """A merge's outcome taken in: its stamp; a table read again (another process wrote
+        the file) with every commit made since the merge began over it."""
+        with self._lock:
+            self._stamp = merged.stamp
+            if merged.reread:
+                self.rereads += 1
+                table = merged.table
+                for key, per_queue in self._changed.items():
+                    table.setdefault(key, {}).update(per_queue)
+                self._table = table
+                self._index()
+            self.writes += merged.written
+            return merged.written
+
+    def remove_group(self, group: str) -> int:
+        """Every offset of ``group`` removed, from the table and from ``consumerOffset.json``
+        at once (DELETE_SUBSCRIPTIONGROUP with ``removeOffset``: RocketMQ's
+        ``ConsumerOffsetManager.removeOffset``); after a persist in flight. Returns how many
+        ``<topic>@<group>`` entries went. Raises the store's errors (nothing removed from the
+        file then; the table has forgotten them, and a later persist writes it without them)."""
+        with self._persist_lock:
             with self._lock:
-                self._stamp = merged.stamp
-                if merged.reread:  # another process wrote the file: its table, with every commit since
-                    self.rereads += 1
-                    table = merged.table
-                    for key, per_queue in self._changed.items():
-                        table.setdefault(key, {}).update(per_queue)
-                    self._table = table
-                    self._index()
-                self.writes += merged.written
-                return merged.written
+                keys = [f"{topic}@{group}" for topic in self._by_group.pop(group, ())]
+                for key in keys:
+                    self._table.pop(key, None)
+                    self._changed.pop(key, None)
+                base, since = self._table, self._stamp
+            if not keys:
+                return 0
+            self._adopt(self.store.merge_consumer_offsets(dict.fromkeys(keys), base=base, since=since, applied=True))
+            return len(keys)
 
 
 def commit_offset(broker: Broker, group: str, topic: str, queue_id: int, offset: int) -> None:
