@@ -8,9 +8,11 @@ proxy in local mode serves, for its producers (``grpcListenPort``; the server is
   FIFO, DELAY and TRANSACTION (our topics carry no message type: a topic accepts every type
   its messages carry); a SLAVE's queues are ``READ`` (it refuses sends). Unknown topic:
   ``TOPIC_NOT_FOUND``.
-- ``Heartbeat``, ``NotifyClientTermination``: ``OK`` (no client registry on this side yet).
+- ``Heartbeat`` renews a producer's registration; ``NotifyClientTermination``: ``OK``.
 - ``Telemetry``: every ``Settings`` the client writes is answered with status ``OK`` and the
-  server's settings (:func:`rmqnet.grpc.settings.server_settings`); the stream stays open
+  server's settings (:func:`rmqnet.grpc.settings.server_settings`); a producer's stream is its
+  connection for the transactions' check-back, which arrives on it as
+  ``RecoverOrphanedTransactionCommand`` (:mod:`rmqnet.broker.grpc_producers`); the stream stays open
   until the client closes it or the broker begins to stop (:meth:`MessagingService.close`:
   the stream completes then, rather than being cut after the server's grace period).
 - ``SendMessage``: each message checked and converted (:func:`rmqnet.grpc.convert.outgoing`),
@@ -69,6 +71,7 @@ from ..remoting.headers import (
     TRANSACTION_ROLLBACK_TYPE,
     EndTransactionHeader,
 )
+from .grpc_producers import GrpcProducers, TelemetryPeer
 from .topics import AUTO_CREATE_TOPIC, PERM_READ, PERM_WRITE
 
 if TYPE_CHECKING:
@@ -124,6 +127,8 @@ class MessagingService:
         self._round_robin = itertools.count()
         #: set by :meth:`close` (the broker's stop): open Telemetry streams end at once
         self._closed = asyncio.Event()
+        #: producers on Telemetry streams, registered for the transactions' check-back
+        self.producers = GrpcProducers(broker)
 
     def close(self) -> None:
         """The broker stops: every open Telemetry stream ends now (its client sees the stream
@@ -175,35 +180,61 @@ class MessagingService:
 
     # -------------------------------------------------------------- clients
     async def heartbeat(self, req: svc.HeartbeatRequest, ctx: Any) -> svc.HeartbeatResponse:
+        client_id = _metadata(ctx, "x-mq-client-id")
+        if client_id:
+            self.producers.refresh(client_id)
         return svc.HeartbeatResponse(status=status(Code.OK))
 
     async def notify_client_termination(self, req: svc.NotifyClientTerminationRequest, ctx: Any) -> svc.NotifyClientTerminationResponse:
         return svc.NotifyClientTerminationResponse(status=status(Code.OK))
 
     async def telemetry(self, requests: AsyncIterator[svc.TelemetryCommand], ctx: Any) -> AsyncIterator[svc.TelemetryCommand]:
-        commands = aiter(requests)
+        peer = TelemetryPeer(peer_address(ctx.peer()) if ctx is not None else "")
+        try:
+            async for out in self._telemetry(peer, aiter(requests), ctx):
+                yield out
+        finally:
+            self.producers.closed(peer)
+
+    async def _telemetry(self, peer: TelemetryPeer, commands: AsyncIterator[svc.TelemetryCommand],
+                         ctx: Any) -> AsyncIterator[svc.TelemetryCommand]:
+        """The stream's loop: the client's commands answered, the broker's (``peer.outbox``:
+        orphaned-transaction recovery) written, until either side ends or the broker stops."""
+        nxt: asyncio.Future[svc.TelemetryCommand] | None = None
         while not self._closed.is_set():
-            nxt: asyncio.Future[svc.TelemetryCommand] = asyncio.ensure_future(anext(commands))
-            # the read may end after this handler is gone (grpc cancels it when its client goes
-            # away): its outcome is taken here, never left as "Task exception was never retrieved"
-            nxt.add_done_callback(_taken)
+            if nxt is None:
+                nxt = asyncio.ensure_future(anext(commands))
+                # the read may end after this handler is gone (grpc cancels it when its client
+                # goes away): its outcome is taken, never left as "Task exception was never retrieved"
+                nxt.add_done_callback(_taken)
+            outgoing_ = asyncio.ensure_future(peer.outbox.get())
             closed = asyncio.ensure_future(self._closed.wait())
             try:
-                await asyncio.wait((nxt, closed), return_when=asyncio.FIRST_COMPLETED)
+                await asyncio.wait((nxt, outgoing_, closed), return_when=asyncio.FIRST_COMPLETED)
             finally:
                 closed.cancel()
-                if not nxt.done():  # the broker stops, or grpc cancelled this handler
-                    nxt.cancel()
-            if not nxt.done() or nxt.cancelled():  # (a cancel asked above completes later)
-                return
+                if not outgoing_.done():
+                    outgoing_.cancel()
+                if not nxt.done() and (self._closed.is_set() or not outgoing_.done()):
+                    nxt.cancel()  # the broker stops, or grpc cancelled this handler
+            if outgoing_.done() and not outgoing_.cancelled():
+                yield outgoing_.result()
+            if not nxt.done() or nxt.cancelled():
+                if nxt.cancelled() or self._closed.is_set():
+                    return
+                continue  # (a command of the broker's was written: the read goes on)
             try:
                 cmd = nxt.result()
             except StopAsyncIteration:  # the client closed its side
                 return
+            nxt = None
             if isinstance(cmd, CorruptRequest):  # (the stream cannot be trusted past it)
                 yield svc.TelemetryCommand(status=cmd.status())
                 return
             if cmd.HasField("settings"):
+                if cmd.settings.client_type == pb.PRODUCER:
+                    self.producers.register(_metadata(ctx, "x-mq-client-id") or peer.remote,
+                                            _metadata(ctx, "x-mq-language") or "OTHER", peer, cmd.settings)
                 settings = server_settings(cmd.settings, max_body_size=self.broker.config.max_message_size)
                 yield svc.TelemetryCommand(status=status(Code.OK), settings=settings)
             # (thread stack traces and verify results answer commands this server never sends)
@@ -278,6 +309,16 @@ class MessagingService:
         why = POP_UNSUPPORTED if method in ("ReceiveMessage", "AckMessage", "ChangeInvisibleDuration",
                                             "ForwardMessageToDeadLetterQueue") else "is not supported by this broker"
         return response(status=status(Code.UNSUPPORTED, f"{method} {why}"))
+
+
+def _metadata(ctx: Any, key: str) -> str | None:
+    """The call's metadata value of ``key`` (None without one, or without a context)."""
+    if ctx is None:
+        return None
+    for k, v in ctx.invocation_metadata() or ():
+        if k == key:
+            return v if isinstance(v, str) else None
+    return None
 
 
 def _taken(fut: asyncio.Future[Any]) -> None:

@@ -25,14 +25,23 @@ RocketMQ 5's proxy turns a ``SendMessageRequest``'s messages into RocketMQ messa
   from its entries' (the one code, or ``MULTIPLE_RESULTS``).
 - :func:`transaction_id` / :func:`parse_transaction_id`: a half message's commitlog and queue
   offsets as the opaque ``transaction_id`` the client hands back in ``EndTransaction``.
+- :func:`message_of`: a stored message (a decoded record's row) as the gRPC ``Message`` a
+  client reads (the proxy's ``GrpcConverter.buildMessage``): ``message_id`` = ``UNIQ_KEY``,
+  ``tag``, ``keys``, ``message_group`` (``__SHARDINGKEY``), ``delivery_timestamp``
+  (``TIMER_DELIVER_MS``), ``delivery_attempt`` = reconsume times + 1, an MD5 body digest
+  (upper-case hex, as the proxy sends it and every client checks it), user properties = every
+  property that is not a system one.
 - :func:`consistent_hash`: Guava's ``Hashing.consistentHash`` of Java's ``String.hashCode``,
   the proxy's queue for a message group (written from Guava's published algorithm).
 """
 
 from __future__ import annotations
 
+import hashlib
 import re
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 from ..remoting import ResponseCode
 from .v2 import definition_pb2 as pb
@@ -50,6 +59,10 @@ SYSTEM_PROPERTIES = frozenset((
     "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL",
     "__BORNHOST", "BORN_TIMESTAMP",
 ))
+#: properties that are the message's system properties on the gRPC side, or the broker's own
+#: (never handed to a client as user properties; the proxy's ``STRING_HASH_SET`` filter)
+_NOT_USER = SYSTEM_PROPERTIES | {"__SHARDINGKEY", "TRACE_CONTEXT", "CHECK_IMMUNITY_TIME_IN_SECONDS",
+                                 "TRANSACTION_CHECK_TIMES", "__transactionId__", "TRAN_END", "RMQLOG_WRITER"}
 #: the proxy's limits (``ProxyConfig``: userPropertyMaxNum, userPropertyMaxSize, maxMessageGroupSize)
 MAX_USER_PROPERTIES = 128
 MAX_USER_PROPERTIES_BYTES = 16 * 1024
@@ -181,6 +194,39 @@ _BY_REPLY: dict[int, int] = {
     ResponseCode.NO_PERMISSION: Code.FORBIDDEN,
     ResponseCode.MESSAGE_ILLEGAL: Code.BAD_REQUEST,
 }
+
+
+def message_of(row: dict[str, Any], *, message_type: int = pb.NORMAL) -> pb.Message:
+    """A stored message (a row of ``rmqlog.decode_record_rows``: ``MESSAGE_SCHEMA``'s names) as
+    the gRPC ``Message`` a client reads (the module docstring)."""
+    props = dict(row.get("properties") or ())
+    body = bytes(row.get("body") or b"")
+    sp = pb.SystemProperties(message_id=props.get("UNIQ_KEY", row.get("msgId") or ""), message_type=message_type,  # type: ignore[arg-type]
+                             born_host=row.get("bornHost") or "", store_host=row.get("storeHost") or "",
+                             queue_id=int(row.get("queueId") or 0), delivery_attempt=int(row.get("reconsumeTimes") or 0) + 1,
+                             body_encoding=pb.GZIP if int(row.get("sysFlag") or 0) & COMPRESSED_FLAG else pb.IDENTITY)
+    sp.body_digest.type = pb.MD5
+    sp.body_digest.checksum = hashlib.md5(body).hexdigest().upper()
+    tag = props.get("TAGS")
+    if tag:
+        sp.tag = tag
+    keys = props.get("KEYS")
+    if keys:
+        sp.keys.extend(k for k in keys.split(" ") if k)
+    if props.get(SHARDING_KEY):
+        sp.message_group = props[SHARDING_KEY]
+    if props.get("TRACE_CONTEXT"):
+        sp.trace_context = props["TRACE_CONTEXT"]
+    if (deliver := props.get("TIMER_DELIVER_MS", "")).isdigit():
+        sp.delivery_timestamp.FromMilliseconds(int(deliver))
+    for name, field in (("bornTimestamp", sp.born_timestamp), ("storeTimestamp", sp.store_timestamp)):
+        ts = row.get(name)
+        if isinstance(ts, datetime):
+            field.FromDatetime(ts)
+    if row.get("queueOffset") is not None:
+        sp.queue_offset = int(row["queueOffset"])
+    user = {k: v for k, v in props.items() if k not in _NOT_USER and not k.startswith("RMQLOG_")}
+    return pb.Message(topic=pb.Resource(name=row.get("topic") or ""), user_properties=user, system_properties=sp, body=body)
 
 
 def status_of_reply(code: int) -> int:

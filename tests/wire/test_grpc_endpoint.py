@@ -467,3 +467,50 @@ def test_a_slave_offers_its_queues_for_reading_and_refuses_sends(store: rmqlog.M
     assert {q.broker.id for q in route.message_queues} == {1}
     assert sent.status.code == Code.INTERNAL_SERVER_ERROR and "slave" in sent.status.message.lower()
     assert stored(store, "T1") == []
+
+
+def test_an_orphaned_transaction_is_recovered_over_the_producers_telemetry_stream(broker: Broker,
+                                                                                  store: rmqlog.MessageStore) -> None:
+    """A producer's Telemetry stream is its connection for the check-back: an open half older
+    than transactionTimeOut comes back on it as RecoverOrphanedTransactionCommand (the message
+    with its id, tag, body and an MD5 digest; a transaction id of the renewed half), and the
+    producer's EndTransaction from the check commits it once."""
+    import hashlib
+
+    async def body(c: Client, _: Any) -> Any:
+        call = c.channel.stream_stream(
+            "/apache.rocketmq.v2.MessagingService/Telemetry", request_serializer=svc.TelemetryCommand.SerializeToString,
+            response_deserializer=svc.TelemetryCommand.FromString)(timeout=30, metadata=(("x-mq-client-id", "client-1"),))
+        await call.write(svc.TelemetryCommand(settings=pb.Settings(
+            client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="T1")]))))
+        assert (await call.read()).status.code == Code.OK
+        assert set(broker.consumers.producer_groups) == {"T1"}
+        sent = await c.call("SendMessage", svc.SendMessageRequest(messages=[
+            message(msg_id="C" * 32, kind=pb.TRANSACTION, user={"color": "blue"})]))
+        assert sent.status.code == Code.OK
+        store.dispatch()
+        checked = broker.transaction_check.run_once(NOW + 61_000)  # (the injected clock: past transactionTimeOut)
+        recover = (await call.read()).recover_orphaned_transaction_command
+        end = await c.call("EndTransaction", svc.EndTransactionRequest(
+            topic=recover.message.topic, message_id=recover.message.system_properties.message_id,
+            transaction_id=recover.transaction_id, resolution=pb.COMMIT, source=pb.SOURCE_SERVER_CHECK))
+        await call.done_writing()
+        rest = [r async for r in _drain(call)]
+        return checked, recover, sent.entries[0].transaction_id, end, rest
+
+    checked, recover, first_id, end, rest = serve(broker, body)
+    assert checked == 1 and rest == []
+    m = recover.message
+    assert (m.topic.name, m.body, m.system_properties.message_id, m.system_properties.tag) == ("T1", b"hello", "C" * 32, "TagA")
+    assert m.system_properties.message_type == pb.TRANSACTION and dict(m.user_properties) == {"color": "blue"}
+    assert m.system_properties.body_digest.checksum == hashlib.md5(b"hello").hexdigest().upper()
+    assert recover.transaction_id != first_id  # the renewed half's offsets
+    assert end.status.code == Code.OK
+    (row,) = stored(store, "T1")
+    assert props(row)["UNIQ_KEY"] == "C" * 32
+    assert broker.consumers.producer_groups == {}  # the stream's end: the producer left its group
+
+
+async def _drain(call: Any) -> Any:
+    while (r := await call.read()) is not grpc.aio.EOF:
+        yield r

@@ -136,3 +136,34 @@ def test_python5_simple_consumer_starts_and_its_receive_is_refused_unsupported(t
         assert consumer.wait_exit() == 0
     assert "UnsupportedException" in failed["error"] and failed["code"] == 50500, failed
     assert "ReceiveMessage" in failed["error"]
+
+
+def test_python5_orphaned_transaction_is_recovered_by_the_producers_checker(tmp_path: Path) -> None:
+    """A transaction the producer leaves open is checked back over its Telemetry stream
+    (RecoverOrphanedTransactionCommand): its checker sees the half message (id, body, tag, the
+    digest good) and commits it; the message is then delivered, once."""
+    rcl.require_python5_client()
+    conf = {"grpcListenPort": str(rcl.free_port()), "transactionTimeOut": "1000", "transactionCheckInterval": "1000"}
+    with rcl.cluster(tmp_path, topics={TOPIC: 4}, conf=conf) as c:
+        producer = c.python5("python5-producer", "produce", stdin=True, topics=[TOPIC], checkerResolution="COMMIT")
+        producer.wait_event("ready")
+        producer.write(json.dumps({"topic": TOPIC, "body": "orphan", "tag": "TagO", "tx": "none"}))
+        (sent,) = producer.wait_events("sent", 1, "the half message's send")
+        checked = producer.wait_event("checked", "the broker's check-back to reach the checker")
+        ended = producer.wait_event("check_ended", "the broker's answer to the checker's commit")
+        producer.close_stdin()
+        producer.wait_event("closed")
+        assert producer.wait_exit() == 0
+        assert c.stop_servers()["broker"] == 0
+
+    assert "ended" not in sent
+    assert (checked["messageId"], checked["topic"], checked["body"], checked["tag"], checked["corrupted"]) == (
+        sent["messageId"], TOPIC, "orphan", "TagO", False)
+    assert ended["code"] == 20000  # Code.OK
+    store = rmqlog.MessageStore.open(c.root)
+    try:
+        store.dispatch()
+        rows = [r for r in _rows(store, TOPIC) if _props(r)["UNIQ_KEY"] == sent["messageId"]]
+    finally:
+        store.close()
+    assert [bytes(r["body"]) for r in rows] == [b"orphan"]

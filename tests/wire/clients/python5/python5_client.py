@@ -10,9 +10,12 @@ client logs under ``$HOME/logs/rocketmq_python``):
 started with ``topics`` (it queries their routes at start), prints ``{"event": "ready"}``; then
 stdin holds one message a line, ``{"topic", "body", "tag"?, "keys"?, "props"?, "group"?,
 "deliverAt"? (epoch seconds: a timed message), "tx"? ("commit" or "rollback": a transactional
-message, ended so after its send)}``; each is sent with ``Producer.send`` and answered
+message, ended so after its send; "none": left open, for the broker's check-back)}``; each is sent with ``Producer.send`` and answered
 ``{"event": "sent", "i", "messageId", "offset", "transactionId", "ended"?}`` or
-``{"event": "failed", "i", "error"}``. With ``"awaitSettings": true`` it first waits for the
+``{"event": "failed", "i", "error"}``. The broker's check-back of an open transaction calls the
+producer's checker, which prints ``{"event": "checked", "messageId", "topic", "body", "tag",
+"corrupted"}`` and answers ``checkerResolution`` (``COMMIT`` or ``ROLLBACK``, the default); the
+broker's answer to that prints ``{"event": "check_ended", "messageId", "code"}``. With ``"awaitSettings": true`` it first waits for the
 server's Settings (the body limit they carry) and prints ``{"event": "settings", "maxBodySize"}``.
 A start that raises prints ``{"event": "start_failed", "error"}`` (5.1.2 starts even when a
 topic's route is refused: a send to it fails). At the end of stdin the producer shuts down
@@ -72,14 +75,31 @@ def main(argv):
     from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker
     from rocketmq.grpc_protocol import TransactionResolution
 
-    class RollbackUnknown(TransactionChecker):
-        """Orphaned transactions (never asked by our broker yet): rolled back."""
+    resolution = getattr(TransactionResolution, opts.get("checkerResolution", "ROLLBACK"))
+
+    class Checker(TransactionChecker):
+        """The broker's check-back of an orphaned transaction: answered ``checkerResolution``."""
 
         def check(self, message):
-            return TransactionResolution.ROLLBACK
+            emit({"event": "checked", "messageId": message.message_id, "topic": message.topic,
+                  "body": message.body.decode(), "tag": message.tag, "corrupted": message.corrupted})
+            return resolution
 
+    # the answer to the broker of a check (EndTransaction from SOURCE_SERVER_CHECK) is only logged
+    # by 5.1.2: its callback (a private method) is wrapped to print it
+    answered = Producer._Producer__server_transaction_check_callback
+
+    def check_answered(self, future, message, transaction_id, result):
+        try:
+            code = future.result().status.code
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            code = f"{type(exc).__name__}: {exc}"
+        emit({"event": "check_ended", "messageId": message.message_id, "code": code})
+        return answered(self, future, message, transaction_id, result)
+
+    Producer._Producer__server_transaction_check_callback = check_answered
     config = ClientConfiguration(opts["endpoints"], Credentials())
-    producer = Producer(config, topics=opts.get("topics"), checker=RollbackUnknown())
+    producer = Producer(config, topics=opts.get("topics"), checker=Checker())
     try:
         producer.startup()
     except Exception as exc:  # noqa: BLE001 - reported to the test
@@ -114,7 +134,7 @@ def main(argv):
                 receipt = producer.send(msg, tx) if tx is not None else producer.send(msg)
                 out = {"event": "sent", "i": i, "messageId": receipt.message_id, "offset": receipt.offset,
                        "transactionId": receipt.transaction_id}
-                if tx is not None:
+                if tx is not None and spec["tx"] in ("commit", "rollback"):
                     (tx.commit() if spec["tx"] == "commit" else tx.rollback())
                     out["ended"] = spec["tx"]
                 emit(out)
