@@ -36,6 +36,9 @@ FORCE:
 # its own too (it installs a top-level module `rocketmq` as well), its whole tree hash-pinned.
 NODE_CLIENTS := tests/wire/clients/node
 NODE_STAMP := $(NODE_CLIENTS)/node_modules/.installed
+# npm rocketmq-client-nodejs (RocketMQ's official Node.js 5.x client, gRPC), a locked tree of its own
+NODE5_CLIENTS := tests/wire/clients/node5
+NODE5_STAMP := $(NODE5_CLIENTS)/node_modules/.installed
 ROCKETMQ_VENV := .venv-rocketmq
 ROCKETMQ_STAMP := $(ROCKETMQ_VENV)/.installed
 ROCKETMQ5_VENV := .venv-rocketmq5
@@ -44,6 +47,10 @@ ROCKETMQ5_STAMP := $(ROCKETMQ5_VENV)/.installed
 $(NODE_STAMP): $(NODE_CLIENTS)/package.json $(NODE_CLIENTS)/package-lock.json
 	cd $(NODE_CLIENTS) && npm ci --no-audit --no-fund
 	touch $(NODE_STAMP)
+
+$(NODE5_STAMP): $(NODE5_CLIENTS)/package.json $(NODE5_CLIENTS)/package-lock.json
+	cd $(NODE5_CLIENTS) && npm ci --no-audit --no-fund
+	touch $(NODE5_STAMP)
 
 $(ROCKETMQ_STAMP): tests/wire/clients/cpp/requirements.txt
 	test -x $(ROCKETMQ_VENV)/bin/python || $(PY) -m venv $(ROCKETMQ_VENV)
@@ -55,7 +62,7 @@ $(ROCKETMQ5_STAMP): tests/wire/clients/python5/requirements.txt
 	$(ROCKETMQ5_VENV)/bin/python -m pip install -r tests/wire/clients/python5/requirements.txt
 	touch $(ROCKETMQ5_STAMP)
 
-clients: $(NODE_STAMP) $(ROCKETMQ_STAMP) $(ROCKETMQ5_STAMP)
+clients: $(NODE_STAMP) $(NODE5_STAMP) $(ROCKETMQ_STAMP) $(ROCKETMQ5_STAMP)
 
 # the gRPC message modules (rmqnet/grpc/v2/) compiled again from proto/ (see proto/README.md)
 protos: $(STAMP)
@@ -81,4 +88,4 @@ bench-spark: $(STAMP)
 	$(VENV)/bin/python jobs/bench_spark.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info $(ROCKETMQ_VENV) $(ROCKETMQ5_VENV) $(NODE_CLIENTS)/node_modules
+	rm -rf $(VENV) build *.egg-info $(ROCKETMQ_VENV) $(ROCKETMQ5_VENV) $(NODE_CLIENTS)/node_modules $(NODE5_CLIENTS)/node_modules

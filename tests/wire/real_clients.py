@@ -54,6 +54,9 @@ CPP_CLIENT = CLIENTS_DIR / "cpp" / "cpp_client.py"
 #: our client's queue lock as a one-shot process (``Cluster.ours``)
 LOCK_PROBE = Path(__file__).resolve().parent / "lock_probe.py"
 ROCKETMQ_PYTHON = REPO_ROOT / ".venv-rocketmq" / "bin" / "python"
+#: RocketMQ's official Node.js 5.x client (gRPC), a locked npm tree of its own (``make clients``)
+NODE5_DIR = CLIENTS_DIR / "node5"
+NODE5_PRODUCER = NODE5_DIR / "producer5.js"
 #: RocketMQ's official Python 5.x client (gRPC), in an environment of its own (``make clients``)
 PYTHON5_CLIENT = CLIENTS_DIR / "python5" / "python5_client.py"
 ROCKETMQ5_PYTHON = REPO_ROOT / ".venv-rocketmq5" / "bin" / "python"
@@ -108,6 +111,17 @@ def require_cpp_client() -> None:
     for tool in ("unshare", "nsenter", "ip"):
         if shutil.which(tool) is None:
             _missing(f"{tool} is not on PATH (the C++ client runs in a loopback-only network namespace)")
+
+
+def require_node5_client() -> str:
+    """The ``node`` executable, with rocketmq-client-nodejs installed beside producer5.js."""
+    node = shutil.which("node")
+    if node is None:
+        _missing("node is not on PATH (rocketmq-client-nodejs runs on Node.js)")
+    if not (NODE5_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").is_file():
+        _missing(f"rocketmq-client-nodejs is not installed under {NODE5_DIR / 'node_modules'}")
+    assert node is not None
+    return node
 
 
 def require_python5_client() -> None:
@@ -488,6 +502,13 @@ class Cluster:
         all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
         return self._client(name, [str(ROCKETMQ5_PYTHON), str(PYTHON5_CLIENT), command, json.dumps(all_opts)],
                             stdin=stdin)
+
+    def node5(self, name: str, **opts: Any) -> Client:
+        """``producer5.js`` (the official Node.js 5.x client's producer) reading messages on stdin;
+        its access point is the broker's gRPC endpoint (``grpcListenPort`` in ``conf``)."""
+        node = require_node5_client()
+        all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
+        return self._client(name, [node, str(NODE5_PRODUCER), json.dumps(all_opts)], stdin=True)
 
     def ours(self, name: str, script: Path, *args: str) -> Client:
         """``script`` run by the project's Python (our own client), inside the namespace if any."""

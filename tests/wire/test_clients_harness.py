@@ -35,6 +35,15 @@ def test_the_cpp_client_has_an_environment_of_its_own() -> None:
     assert importlib.util.find_spec("rocketmq") is None, "the C++ client leaked into the project's environment"
 
 
+def test_the_node5_client_is_the_locked_version() -> None:
+    rcl.require_node5_client()
+    lock = json.loads((rcl.NODE5_DIR / "package-lock.json").read_text())
+    locked = lock["packages"]["node_modules/rocketmq-client-nodejs"]
+    assert locked["version"] == "1.0.8" and locked["integrity"].startswith("sha512-")
+    installed = json.loads((rcl.NODE5_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").read_text())
+    assert installed["version"] == "1.0.8"
+
+
 def test_the_python5_client_has_an_environment_of_its_own() -> None:
     rcl.require_python5_client()
     out = subprocess.run([str(rcl.ROCKETMQ5_PYTHON), "-c",
