@@ -100,8 +100,25 @@ class GrpcProducers:
         self._clients: dict[str, tuple[TelemetryPeer, tuple[str, ...], str]] = {}
 
     def register(self, client_id: str, language: str, peer: TelemetryPeer, settings: pb.Settings) -> None:
-        """A ``PRODUCER``'s settings on ``peer``: it joins the group of each of its topics."""
-        groups = tuple(dict.fromkeys(t.name for t in settings.publishing.topics if t.name))
+        """A ``PRODUCER``'s settings on ``peer``: it joins the group of each of its topics that
+        exists here (only those can hold its half messages), at most ``heartbeatMaxGroupNums``
+        of them, and no group that would take the registry's producer groups past
+        ``clientGroupMaxNums`` (the caps a remoting heartbeat has; the rest are left out, logged)."""
+        cfg = self.broker.config
+        wanted = [n for n in dict.fromkeys(t.name for t in settings.publishing.topics) if self.broker.topics.get(n)]
+        known = self.broker.consumers.producer_groups
+        room = max(0, cfg.client_group_max_nums - len(known))
+        groups_: list[str] = []
+        for name in wanted[: cfg.heartbeat_max_group_nums]:
+            if name not in known:
+                if room == 0:
+                    continue
+                room -= 1
+            groups_.append(name)
+        if len(groups_) < len(wanted):
+            log.warning("gRPC producer %s: %d of its %d topics left out of the check-back (unknown here or past "
+                        "heartbeatMaxGroupNums/clientGroupMaxNums)", client_id, len(wanted) - len(groups_), len(wanted))
+        groups = tuple(groups_)
         old = self._clients.get(client_id)
         if old is not None and old[0] is not peer:  # (a new stream of the same client)
             self.broker.consumers.on_close(old[0])

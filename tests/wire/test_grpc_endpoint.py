@@ -514,3 +514,24 @@ def test_an_orphaned_transaction_is_recovered_over_the_producers_telemetry_strea
 async def _drain(call: Any) -> Any:
     while (r := await call.read()) is not grpc.aio.EOF:
         yield r
+
+
+def test_a_producers_settings_register_only_known_topics_within_the_caps(broker: Broker) -> None:
+    from rmqnet.broker.grpc_producers import GrpcProducers, TelemetryPeer
+
+    for t in ("T2", "T3", "T4"):
+        broker.topics.update(rmqlog.TopicConfig(t, 1, 1))
+    producers = GrpcProducers(broker)
+    settings = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(
+        topics=[pb.Resource(name=n) for n in ("T1", "Unknown", "T2", "T3", "T4")]))
+    broker.config = broker.config.replace(heartbeat_max_group_nums=3)
+    producers.register("c1", "PYTHON", TelemetryPeer("127.0.0.1:1"), settings)
+    assert set(broker.consumers.producer_groups) == {"T1", "T2", "T3"}
+    broker.config = broker.config.replace(client_group_max_nums=3)  # (three groups held: no new one)
+    c2 = TelemetryPeer("127.0.0.1:2")
+    producers.register("c2", "PYTHON", c2, pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=n) for n in ("T4", "T1")])))
+    assert set(broker.consumers.producer_groups) == {"T1", "T2", "T3"}
+    assert len(broker.consumers.producer_groups["T1"]) == 2
+    producers.closed(c2)
+    assert len(broker.consumers.producer_groups["T1"]) == 1 and len(producers) == 1
