@@ -5,7 +5,8 @@ RocketMQ 5's proxy turns a ``SendMessageRequest``'s messages into RocketMQ messa
 (``GrpcValidator``); this module does the same, sans-I/O:
 
 - :func:`outgoing` checks one message and builds its properties string (RocketMQ's
-  ``name\\x01value\\x02``): user properties (none of RocketMQ's system names, no control
+  ``name\\x01value\\x02``): user properties (none of RocketMQ's system names nor the names
+  set below, ``__SHARDINGKEY`` and ``TRACE_CONTEXT`` among them, nor the store's ``RMQLOG_``; no control
   characters, at most 128 of them and 16 KiB together), ``TAGS`` (the tag), ``KEYS`` (the keys,
   space-joined), ``UNIQ_KEY`` (the client's ``message_id``: the message's id everywhere),
   ``TRAN_MSG=true`` and ``CHECK_IMMUNITY_TIME_IN_SECONDS`` (a transactional message's
@@ -121,7 +122,7 @@ def outgoing(msg: pb.Message, *, topic: str, max_body_size: int) -> Outgoing:
         raise GrpcStatusError(Code.MESSAGE_PROPERTIES_TOO_LARGE, f"too many user properties: {len(user)} > {MAX_USER_PROPERTIES}")
     size = 0
     for key, value in user.items():
-        if key in SYSTEM_PROPERTIES:
+        if key in _NOT_USER or key.startswith("RMQLOG_"):  # (RocketMQ's system names, and those set here)
             raise GrpcStatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property is used by system: {key}")
         if not key or _CONTROL.search(key) or _CONTROL.search(value):
             raise GrpcStatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
