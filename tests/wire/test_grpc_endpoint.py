@@ -535,3 +535,29 @@ def test_a_producers_settings_register_only_known_topics_within_the_caps(broker:
     assert len(broker.consumers.producer_groups["T1"]) == 2
     producers.closed(c2)
     assert len(broker.consumers.producer_groups["T1"]) == 1 and len(producers) == 1
+
+
+def test_a_sync_flush_past_its_timeout_is_master_persistence_timeout(tmp_path: Path) -> None:
+    """Under SYNC_FLUSH a gRPC send is answered after the group commit, as a remoting send; one
+    whose flush is late gets the proxy's code for FLUSH_DISK_TIMEOUT."""
+    import threading
+
+    from wire.broker_helpers import RecordingStore
+
+    s = rmqlog.MessageStore.open(tmp_path / "store", small_store_config())
+    try:
+        rec = RecordingStore(s)
+        b = make_broker(rec, store_config=small_store_config(flush_disk_type=rmqlog.SYNC_FLUSH), sync_flush_timeout=1)
+        b.topics.update(rmqlog.TopicConfig("T1", 4, 4))
+        gate = rec.flush_gate = threading.Event()
+
+        async def body(c: Client, _: Any) -> Any:
+            try:
+                return await c.call("SendMessage", svc.SendMessageRequest(messages=[message()]))
+            finally:
+                gate.set()
+
+        r = serve(b, body)
+    finally:
+        s.close()
+    assert r.status.code == Code.MASTER_PERSISTENCE_TIMEOUT and len(rec.puts) == 1
