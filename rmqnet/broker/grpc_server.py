@@ -61,13 +61,16 @@ class GrpcEndpoint:
         return _join(self.advertised_host, self.port)
 
     async def start(self) -> None:
-        """Bind and serve; raises ``RuntimeError`` when the address cannot be bound."""
+        """Bind and serve; raises ``OSError`` naming the address when it cannot be bound."""
         limit = 2 * self.broker.config.max_message_size + (1 << 20)
         server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
                                           ("grpc.so_reuseport", 0)])
-        bound = server.add_insecure_port(_join(self.host, self.port))
+        try:  # (grpc raises RuntimeError for an address it cannot bind; older versions returned 0)
+            bound = server.add_insecure_port(_join(self.host, self.port))
+        except RuntimeError:
+            bound = 0
         if not bound:
-            raise RuntimeError(f"grpcListenPort: cannot bind {_join(self.host, self.port)}")
+            raise OSError(f"grpcListenPort: cannot bind {_join(self.host, self.port)} (in use, or not an address of this host)")
         self.port = bound
         self.service = MessagingService(self.broker, self.advertised_host, bound)
         self.broker.stop_listeners.append(self.service.close)  # (Telemetry streams end at the stop's start)

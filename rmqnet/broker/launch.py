@@ -189,7 +189,8 @@ async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = No
 
 def main(root: str, config: str | None, listen: str | None, namesrv: str | None) -> int:
     """``rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDR]``: 0 after a
-    clean stop, 2 for a bad configuration (broker.conf, the ACL files), 1 when the store cannot be opened."""
+    clean stop, 2 for a bad configuration (broker.conf, the ACL files), 1 when the store cannot be opened
+    or a port cannot be bound (one line on stderr naming it, no traceback)."""
     try:
         overrides: dict[str, Any] = {}
         host = None
@@ -211,4 +212,7 @@ def main(root: str, config: str | None, listen: str | None, namesrv: str | None)
         return 2
     except StoreError as exc:
         print(f"rmqlog broker: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a port that cannot be bound (listenPort, haListenPort, grpcListenPort)
+        print(f"rmqlog broker: cannot start: {exc}", file=sys.stderr)
         return 1
