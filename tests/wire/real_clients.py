@@ -366,6 +366,9 @@ class Cluster:
     ``topics`` are created in the store (queue counts) before the broker opens it, so that
     consumers find their routes at once; other topics are created by the first send through
     ``TBW102`` (``autoCreateTopicEnable``). ``conf`` adds or overrides broker.conf keys.
+    ``acl``: the text of a ``plain_acl.yml``; given, the broker runs with ``aclEnable=true`` and
+    reads it from a ``ROCKETMQ_HOME`` of the cluster's own (clients sign with the ``accessKey``
+    and ``secretKey`` options of their scripts).
 
     With ``RMQ_WIRE_DUMP=1`` the clients reach the servers through ``wire_dump.py``, which logs
     every frame (code, opaque, flag, remark, extFields, body size) as a JSON line: printed at the
@@ -376,6 +379,7 @@ class Cluster:
     netns: Netns | None = None
     topics: dict[str, int] = field(default_factory=dict)
     conf: dict[str, str] = field(default_factory=dict)
+    acl: str | None = None
     children: list[Child] = field(default_factory=list)
     #: notified by every line any child prints (see :meth:`wait_for`)
     cond: threading.Condition = field(default_factory=threading.Condition)
@@ -387,6 +391,10 @@ class Cluster:
         self.logs = self.tmp / "logs"
         for d in (self.home, self.logs):
             d.mkdir(parents=True, exist_ok=True)
+        self.acl_home = self.tmp / "rmqhome"
+        if self.acl is not None:
+            (self.acl_home / "conf").mkdir(parents=True, exist_ok=True)
+            (self.acl_home / "conf" / "plain_acl.yml").write_text(self.acl)
         if self.netns is None:
             self.namesrv_port, self.broker_port = free_port(), free_port()
         else:
@@ -401,6 +409,8 @@ class Cluster:
         env = dict(os.environ)
         env["HOME"] = str(self.home)
         env.pop("ROCKETMQ_HOME", None)  # no ACL file from the machine
+        if self.acl is not None:
+            env["ROCKETMQ_HOME"] = str(self.acl_home)
         return env
 
     def argv(self, argv: list[str]) -> list[str]:
@@ -418,6 +428,8 @@ class Cluster:
             "longPollingEnable": "true",
             "flushDiskType": "ASYNC_FLUSH",
         }
+        if self.acl is not None:
+            values["aclEnable"] = "true"
         values.update(self.conf)
         path = self.tmp / "broker.conf"
         path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
@@ -475,10 +487,11 @@ class Cluster:
         self.children.append(child)
         return child
 
-    def ali_ons_producer(self, name: str = "ali-ons-producer", group: str = "PG_ALI_ONS") -> Client:
-        """An ali-ons producer reading messages on stdin (:meth:`Client.write` of :func:`message_line`)."""
+    def ali_ons_producer(self, name: str = "ali-ons-producer", group: str = "PG_ALI_ONS", **extra: Any) -> Client:
+        """An ali-ons producer reading messages on stdin (:meth:`Client.write` of :func:`message_line`);
+        ``extra``: more options of producer.js (``accessKey``, ``secretKey``, ...)."""
         node = require_ali_ons()
-        opts = {"nameSrv": self.client_namesrv_addr, "group": group}
+        opts = {"nameSrv": self.client_namesrv_addr, "group": group, **extra}
         return self._client(name, [node, str(NODE_PRODUCER), json.dumps(opts)], stdin=True)
 
     def ali_ons_consumer(self, name: str, group: str, topic: str, *, model: str = "CLUSTERING", count: int = 0,
@@ -543,10 +556,10 @@ class Cluster:
 
 @contextlib.contextmanager
 def cluster(tmp: Path, *, netns: bool = False, topics: dict[str, int] | None = None,
-            conf: dict[str, str] | None = None) -> Iterator[Cluster]:
+            conf: dict[str, str] | None = None, acl: str | None = None) -> Iterator[Cluster]:
     """A started :class:`Cluster` (in a namespace of its own with ``netns``), stopped at the end."""
     ns = Netns(tmp) if netns else None
-    c = Cluster(tmp, ns, dict(topics or {}), dict(conf or {}))
+    c = Cluster(tmp, ns, dict(topics or {}), dict(conf or {}), acl)
     try:
         yield c.start()
     finally:
