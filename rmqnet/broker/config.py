@@ -50,6 +50,10 @@ class BrokerConfig:
       (``brokerName``), ``broker_id`` (``brokerId``, 0 = master): how the broker registers.
     - ``listen_port`` (``listenPort``, 10911), ``broker_ip1`` (``brokerIP1``): where it listens
       and the address it advertises (``brokerIP1:port``).
+    - ``grpc_listen_port`` (``grpcListenPort``; None: no gRPC endpoint; 0: a free port): RocketMQ
+      5's gRPC protocol for its 5.x clients (:mod:`rmqnet.broker.grpc_server`), on the remoting
+      port's host. RocketMQ 5 serves it from its proxy (``grpcServerPort`` 8081, started in
+      the broker's process only with ``--enable-proxy``): off unless asked for, here too.
     - ``namesrv_addr`` (``namesrvAddr``, ``;``-separated ``host:port``; None: no registration).
     - ``broker_permission`` (``brokerPermission``, 6 = read|write): a broker without the write
       bit refuses sends to ordered topics (RocketMQ's rule).
@@ -135,6 +139,7 @@ class BrokerConfig:
     broker_id: int = 0
     listen_port: int = 10911
     broker_ip1: str = "127.0.0.1"
+    grpc_listen_port: int | None = None
     namesrv_addr: str | None = None
     broker_permission: int = 6
     default_topic_queue_nums: int = 8
@@ -202,6 +207,8 @@ class BrokerConfig:
                 raise ConfigError(f"{f.name} must be {kind}, got {type(value).__name__} {value!r}"[:200])
         if not 0 <= self.listen_port < 65536:
             raise ConfigError(f"listen_port must be a port number 0..65535, got {self.listen_port}")
+        if self.grpc_listen_port is not None and not 0 <= self.grpc_listen_port < 65536:
+            raise ConfigError(f"grpc_listen_port must be a port number 0..65535, got {self.grpc_listen_port}")
         if not 1 <= self.default_topic_queue_nums <= 65535:
             raise ConfigError("default_topic_queue_nums must be in 1..65535")
         if not 0 <= self.broker_permission <= 7:

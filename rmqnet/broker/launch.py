@@ -11,10 +11,14 @@
    (:mod:`rmqnet.broker.replication`: a master's HA server on ``haListenPort``, a slave's
    link to its master) and serves it
    (``RemotingServer(lambda conn, req: broker.table.process(broker, conn, req), ...)``);
-4. runs the broker's services (registration with the name servers among them when
+4. with ``grpcListenPort`` set, starts the gRPC endpoint (:mod:`rmqnet.broker.grpc_server`,
+   RocketMQ 5's protocol) on the same host and the same event loop (``grpc.aio``: a gRPC
+   send reaches the send path's futures in the loop that puts them; docs/decisions.md) and
+   prints ``broker <name> grpc at <ip:port>``;
+5. runs the broker's services (registration with the name servers among them when
    ``namesrvAddr`` is set: :meth:`Broker.add_registrar`) every ``SERVICE_INTERVAL_S``;
-5. prints one line ``broker <name> ready at <ip:port>`` (tests wait for it);
-6. on SIGTERM or SIGINT: refuses new sends, stops accepting, lets requests in flight finish
+6. prints one line ``broker <name> ready at <ip:port>`` (tests wait for it);
+7. on SIGTERM or SIGINT: refuses new sends, stops accepting, lets requests in flight finish
    (``grace_s``), closes the broker's services (:meth:`Broker.close`: the state tables' last
    persist, :mod:`rmqnet.broker.state`; the registrar unregisters), flushes and closes the store: the
    next open is a normal one (no recovery). :func:`main` then returns 0.
@@ -37,6 +41,7 @@ from rmqlog import ConfigError, MessageStore, StoreConfig, StoreError, SystemClo
 from ..remoting import RemotingCommand
 from .broker import Broker
 from .config import BrokerConfig
+from .grpc_server import GrpcEndpoint
 from .registration import Registrar
 
 if TYPE_CHECKING:
@@ -75,6 +80,8 @@ class BrokerProcess:
         self.store: MessageStore | None = None
         self.broker: Broker | None = None
         self.server: Any = None
+        #: the gRPC endpoint (``grpcListenPort``; None: not served)
+        self.grpc: GrpcEndpoint | None = None
         self._stop = asyncio.Event()
         self._services_task: asyncio.Task[None] | None = None
 
@@ -98,9 +105,14 @@ class BrokerProcess:
             self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port),
                                  background_persist=True)
             await self.broker.replication.start(self.host, config.ha_port(self.port))
+            if config.grpc_listen_port is not None:
+                self.grpc = GrpcEndpoint(self.broker, self.host, config.grpc_listen_port, advertised_host=advertised_ip)
+                await self.grpc.start()
             self._add_registrar(self.broker)
         except BaseException:
             await self.server.stop(0)
+            if self.grpc is not None:
+                await self.grpc.stop(0)
             if self.broker is not None:
                 await self.broker.replication.close()
             if self.store is not None:
@@ -146,8 +158,10 @@ class BrokerProcess:
         await self._stop.wait()
         if self._services_task is not None:
             await self._services_task
-        if self.server is not None:
-            await self.server.stop(grace_s)
+        stops = [self.server.stop(grace_s)] if self.server is not None else []
+        if self.grpc is not None:
+            stops.append(self.grpc.stop(grace_s))
+        await asyncio.gather(*stops)
         if self.broker is not None:
             await self.broker.close()  # the last persist; the registrar unregisters
         if self.store is not None:
@@ -163,6 +177,8 @@ async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = No
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, proc.request_stop)
     assert proc.broker is not None
+    if proc.grpc is not None:
+        print(f"broker {proc.broker.config.broker_name} grpc at {proc.grpc.address}", flush=True)
     line = f"broker {proc.broker.config.broker_name} ready at {address}"
     print(line, flush=True)
     if ready is not None:
@@ -173,7 +189,8 @@ async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = No
 
 def main(root: str, config: str | None, listen: str | None, namesrv: str | None) -> int:
     """``rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDR]``: 0 after a
-    clean stop, 2 for a bad configuration (broker.conf, the ACL files), 1 when the store cannot be opened."""
+    clean stop, 2 for a bad configuration (broker.conf, the ACL files), 1 when the store cannot be opened
+    or a port cannot be bound (one line on stderr naming it, no traceback)."""
     try:
         overrides: dict[str, Any] = {}
         host = None
@@ -195,4 +212,7 @@ def main(root: str, config: str | None, listen: str | None, namesrv: str | None)
         return 2
     except StoreError as exc:
         print(f"rmqlog broker: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:  # a port that cannot be bound (listenPort, haListenPort, grpcListenPort)
+        print(f"rmqlog broker: cannot start: {exc}", file=sys.stderr)
         return 1

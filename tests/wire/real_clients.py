@@ -54,6 +54,12 @@ CPP_CLIENT = CLIENTS_DIR / "cpp" / "cpp_client.py"
 #: our client's queue lock as a one-shot process (``Cluster.ours``)
 LOCK_PROBE = Path(__file__).resolve().parent / "lock_probe.py"
 ROCKETMQ_PYTHON = REPO_ROOT / ".venv-rocketmq" / "bin" / "python"
+#: RocketMQ's official Node.js 5.x client (gRPC), a locked npm tree of its own (``make clients``)
+NODE5_DIR = CLIENTS_DIR / "node5"
+NODE5_PRODUCER = NODE5_DIR / "producer5.js"
+#: RocketMQ's official Python 5.x client (gRPC), in an environment of its own (``make clients``)
+PYTHON5_CLIENT = CLIENTS_DIR / "python5" / "python5_client.py"
+ROCKETMQ5_PYTHON = REPO_ROOT / ".venv-rocketmq5" / "bin" / "python"
 #: the rmqlog command of the environment running the tests (the broker and name server are its
 #: subcommands); RMQ_WIRE_RMQLOG names another command with the same two subcommands
 RMQLOG = Path(os.environ.get("RMQ_WIRE_RMQLOG") or Path(sys.executable).with_name("rmqlog"))
@@ -105,6 +111,26 @@ def require_cpp_client() -> None:
     for tool in ("unshare", "nsenter", "ip"):
         if shutil.which(tool) is None:
             _missing(f"{tool} is not on PATH (the C++ client runs in a loopback-only network namespace)")
+
+
+def require_node5_client() -> str:
+    """The ``node`` executable, with rocketmq-client-nodejs installed beside producer5.js."""
+    node = shutil.which("node")
+    if node is None:
+        _missing("node is not on PATH (rocketmq-client-nodejs runs on Node.js)")
+    if not (NODE5_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").is_file():
+        _missing(f"rocketmq-client-nodejs is not installed under {NODE5_DIR / 'node_modules'}")
+    assert node is not None
+    return node
+
+
+def require_python5_client() -> None:
+    """The official Python 5.x client's environment (``.venv-rocketmq5``)."""
+    if not ROCKETMQ5_PYTHON.is_file():
+        _missing(f"the Python 5.x client's environment {ROCKETMQ5_PYTHON.parent.parent} is missing")
+    probe = subprocess.run([str(ROCKETMQ5_PYTHON), "-c", "import rocketmq; rocketmq.Producer"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        _missing(f"{ROCKETMQ5_PYTHON} cannot import rocketmq.Producer: {probe.stderr.strip()[-500:]}")
 
 
 def require_rmqlog() -> None:
@@ -481,6 +507,21 @@ class Cluster:
         require_cpp_client()
         all_opts = {"nameSrv": self.client_namesrv_addr, **opts}
         return self._client(name, [str(ROCKETMQ_PYTHON), str(CPP_CLIENT), command, json.dumps(all_opts)], stdin=stdin)
+
+    def python5(self, name: str, command: str, *, stdin: bool = False, **opts: Any) -> Client:
+        """``python5_client.py COMMAND`` with the official Python 5.x client's Python; its access
+        point is the broker's gRPC endpoint (``grpcListenPort`` in ``conf``)."""
+        require_python5_client()
+        all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
+        return self._client(name, [str(ROCKETMQ5_PYTHON), str(PYTHON5_CLIENT), command, json.dumps(all_opts)],
+                            stdin=stdin)
+
+    def node5(self, name: str, **opts: Any) -> Client:
+        """``producer5.js`` (the official Node.js 5.x client's producer) reading messages on stdin;
+        its access point is the broker's gRPC endpoint (``grpcListenPort`` in ``conf``)."""
+        node = require_node5_client()
+        all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
+        return self._client(name, [node, str(NODE5_PRODUCER), json.dumps(all_opts)], stdin=True)
 
     def ours(self, name: str, script: Path, *args: str) -> Client:
         """``script`` run by the project's Python (our own client), inside the namespace if any."""
