@@ -259,6 +259,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
                                                        st.booleans(), retry_queue_nums=st.integers(-1, 3))), max_size=2)),
     "base": st.one_of(st.none(), st.just({})),
     "since": st.one_of(st.none(), st.just(rmqlog.FileStamp(0, 0, 0, 0, 0))),
+    "applied": st.one_of(st.booleans(), st.sampled_from([0, "yes", None])),
 }
 #: parameters a plausible value is always given for: any other would be a path on this machine
 ONLY_PLAUSIBLE = {"root"}
