@@ -29,6 +29,7 @@ from .consumers import ClientRegistry
 from .dispatch import ProcessorTable
 from .holds import PullHoldService
 from .locks import QueueLocks
+from .metrics import BrokerMetrics, RateSampler
 from .processors import processor_table
 from .registration import Registrar
 from .replication import Replication
@@ -127,6 +128,13 @@ class Broker:
                                               self.queue_locks, self.replication]
         if self.slave_sync is not None:
             self.services.append(self.slave_sync)
+        #: the figures of /metrics and of the runtime info's rates (rmqnet.broker.metrics)
+        self.metrics = BrokerMetrics(self)
+        #: stored and pulled messages per second over 10 s, 1 min, 10 min (putTps, getTransferedTps)
+        self.rates = RateSampler(self)
+        self.services.append(self.rates)
+        #: the open connections now (set by the process: its server's count; None: not known)
+        self.connection_count: Callable[[], int] | None = None
         #: request code -> handler, and the hooks before every handler (the ACL's)
         self.table: ProcessorTable = processor_table(self)
 

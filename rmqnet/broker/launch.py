@@ -13,7 +13,9 @@
    (``RemotingServer(lambda conn, req: broker.table.process(broker, conn, req), ...)``);
 4. runs the broker's services (registration with the name servers among them when
    ``namesrvAddr`` is set: :meth:`Broker.add_registrar`) every ``SERVICE_INTERVAL_S``;
-5. prints one line ``broker <name> ready at <ip:port>`` (tests wait for it);
+5. prints one line ``broker <name> ready at <ip:port>`` (tests wait for it), and with
+   ``metricsExporterType=PROM`` a second, ``metrics at http://<ip:port>/metrics`` (the endpoint
+   started in step 3, :mod:`rmqnet.broker.metrics_export`);
 6. on SIGTERM or SIGINT: refuses new sends, stops accepting, lets requests in flight finish
    (``grace_s``), closes the broker's services (:meth:`Broker.close`: the state tables' last
    persist, :mod:`rmqnet.broker.state`; the registrar unregisters), flushes and closes the store: the
@@ -77,6 +79,8 @@ class BrokerProcess:
         self.server: Any = None
         self._stop = asyncio.Event()
         self._services_task: asyncio.Task[None] | None = None
+        #: ``/metrics`` (``metricsExporterType=PROM``; None: off)
+        self.metrics: Any = None
 
     async def start(self) -> str:
         """Bind, open the store, build the broker, serve; returns the advertised address."""
@@ -98,9 +102,12 @@ class BrokerProcess:
             self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port),
                                  background_persist=True)
             await self.broker.replication.start(self.host, config.ha_port(self.port))
+            self._start_metrics(self.broker)
             self._add_registrar(self.broker)
         except BaseException:
             await self.server.stop(0)
+            if self.metrics is not None:
+                self.metrics.stop()
             if self.broker is not None:
                 await self.broker.replication.close()
             if self.store is not None:
@@ -115,6 +122,20 @@ class BrokerProcess:
         broker = self.broker
         assert broker is not None
         return broker.table.process(broker, conn, req)
+
+    def _start_metrics(self, broker: Broker) -> None:
+        """With ``metricsExporterType=PROM``: answers measured, ``/metrics`` served on its own
+        thread (:mod:`rmqnet.broker.metrics_export`); ``OSError`` when its address is taken."""
+        server = self.server
+        server.observer = broker.metrics.rpc.observe  # (no connection is accepted before this)
+        broker.connection_count = lambda: len(server.connections)
+        if broker.config.metrics_exporter_type != "PROM":
+            return
+        from .metrics_export import endpoint  # (prometheus_client only when asked)
+
+        self.metrics = endpoint(broker)
+        self.metrics.start()
+        log.info("metrics at http://%s/metrics", self.metrics.address)
 
     @staticmethod
     def _add_registrar(broker: Broker) -> None:
@@ -148,6 +169,8 @@ class BrokerProcess:
             await self._services_task
         if self.server is not None:
             await self.server.stop(grace_s)
+        if self.metrics is not None:
+            self.metrics.stop()
         if self.broker is not None:
             await self.broker.close()  # the last persist; the registrar unregisters
         if self.store is not None:
@@ -165,6 +188,8 @@ async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = No
     assert proc.broker is not None
     line = f"broker {proc.broker.config.broker_name} ready at {address}"
     print(line, flush=True)
+    if proc.metrics is not None:  # (a second line: the first stays what readers of it parse)
+        print(f"metrics at http://{proc.metrics.address}/metrics", flush=True)
     if ready is not None:
         ready(address)
     await proc.wait_stopped()
@@ -196,3 +221,6 @@ def main(root: str, config: str | None, listen: str | None, namesrv: str | None)
     except StoreError as exc:
         print(f"rmqlog broker: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # the listening or the metrics address cannot be bound
+        print(f"rmqlog broker: cannot listen: {exc.strerror or exc}", file=sys.stderr)
+        return 3
