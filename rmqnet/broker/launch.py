@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmqlog import ConfigError, MessageStore, StoreConfig, StoreError, SystemClock
 
+from ..metrics import RpcLatency
 from ..remoting import RemotingCommand
 from .broker import Broker
 from .config import BrokerConfig
@@ -81,6 +82,8 @@ class BrokerProcess:
         self._services_task: asyncio.Task[None] | None = None
         #: ``/metrics`` (``metricsExporterType=PROM``; None: off)
         self.metrics: Any = None
+        #: the answers' latency (the broker's ``metrics.rpc``)
+        self.rpc = RpcLatency()
 
     async def start(self) -> str:
         """Bind, open the store, build the broker, serve; returns the advertised address."""
@@ -91,6 +94,9 @@ class BrokerProcess:
         handler: RequestHandler = self._handle  # (what the transport calls: mypy holds the two alike)
         self.server = transport.RemotingServer(handler, host=self.host, port=self.port,
                                                limits=transport.Limits(**self.config.limits()))
+        # every answer measured from the first connection on (rocketmq_rpc_latency), into the
+        # broker's figures once it is built (rmqnet.broker.metrics)
+        self.server.observer = self.rpc.observe
         await self.server.start()
         try:
             port = self.server.port
@@ -102,12 +108,12 @@ class BrokerProcess:
             self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port),
                                  background_persist=True)
             await self.broker.replication.start(self.host, config.ha_port(self.port))
-            self._start_metrics(self.broker)
+            await self._start_metrics(self.broker)
             self._add_registrar(self.broker)
         except BaseException:
             await self.server.stop(0)
             if self.metrics is not None:
-                self.metrics.stop()
+                await self.metrics.close()
             if self.broker is not None:
                 await self.broker.replication.close()
             if self.store is not None:
@@ -123,18 +129,18 @@ class BrokerProcess:
         assert broker is not None
         return broker.table.process(broker, conn, req)
 
-    def _start_metrics(self, broker: Broker) -> None:
+    async def _start_metrics(self, broker: Broker) -> None:
         """With ``metricsExporterType=PROM``: answers measured, ``/metrics`` served on its own
         thread (:mod:`rmqnet.broker.metrics_export`); ``OSError`` when its address is taken."""
         server = self.server
-        server.observer = broker.metrics.rpc.observe  # (no connection is accepted before this)
+        broker.metrics.rpc = self.rpc
         broker.connection_count = lambda: len(server.connections)
         if broker.config.metrics_exporter_type != "PROM":
             return
         from .metrics_export import endpoint  # (prometheus_client only when asked)
 
         self.metrics = endpoint(broker)
-        self.metrics.start()
+        await self.metrics.serve()
         log.info("metrics at http://%s/metrics", self.metrics.address)
 
     @staticmethod
@@ -170,7 +176,7 @@ class BrokerProcess:
         if self.server is not None:
             await self.server.stop(grace_s)
         if self.metrics is not None:
-            self.metrics.stop()
+            await self.metrics.close()
         if self.broker is not None:
             await self.broker.close()  # the last persist; the registrar unregisters
         if self.store is not None:

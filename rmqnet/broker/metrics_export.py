@@ -18,9 +18,9 @@ from typing import TYPE_CHECKING
 from prometheus_client.core import Metric
 
 from ..metrics import RPC_BUCKETS_MS, code_name
-from ..metrics.exposition import MetricsEndpoint, counter, gauge, histogram
+from ..metrics.exposition import MetricsEndpoint, counter, gauge, histogram, render
 from ..remoting import RequestCode
-from .metrics import MESSAGE_SIZE_BUCKETS
+from .metrics import MESSAGE_SIZE_BUCKETS, Lag, StoreFigures
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -33,8 +33,38 @@ DISABLE, PROM = "DISABLE", "PROM"
 NOT_SERVED = ("OTLP_GRPC", "LOG")
 
 
+class BrokerPage:
+    """The body of the broker's ``/metrics``: the counters rendered at every scrape, the
+    figures computed at read time (:meth:`BrokerMetrics.lag`, :meth:`BrokerMetrics.store_figures`)
+    rendered once per computation and kept with it (with thousands of groups their rendering
+    is most of a scrape's cost)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._made_of: tuple[object, object] | None = None
+        self._cached = b""
+        #: renderings of the read-time figures (a test counts them)
+        self.renders = 0
+
+    def __call__(self) -> bytes:
+        m = self.broker.metrics
+        lag, store = m.lag(), m.store_figures()
+        if self._made_of is None or self._made_of[0] is not lag or self._made_of[1] is not store:
+            self._cached = render(lambda: read_time_families(self.broker, lag, store))
+            self._made_of = (lag, store)
+            self.renders += 1
+        return render(lambda: counter_families(self.broker)) + self._cached
+
+
 def families(broker: Broker) -> Iterator[Metric]:
-    """One scrape's families of ``broker`` (see docs/metrics.md)."""
+    """Every family of ``broker`` (see docs/metrics.md)."""
+    m = broker.metrics
+    yield from counter_families(broker)
+    yield from read_time_families(broker, m.lag(), m.store_figures())
+
+
+def counter_families(broker: Broker) -> Iterator[Metric]:
+    """The families counted on the request path, and the small gauges read from memory."""
     m = broker.metrics
     cfg = broker.config
     base = ["cluster", "node_type", "node_id"]
@@ -54,7 +84,31 @@ def families(broker: Broker) -> Iterator[Metric]:
     yield counter("rocketmq_throughput_out", "Record bytes pulled by consumers", out_labels,
                   ((v, c[1]) for v, c in out_rows))
 
-    lag = m.lag()
+    rpc_labels = [*base, "protocol_type", "request_code", "response_code", "is_long_polling", "result"]
+    yield histogram("rocketmq_rpc_latency", "Time from a request's read to its answer (ms)", rpc_labels,
+                    RPC_BUCKETS_MS,
+                    (([*node, "remoting", code_name(c), code_name(r, response=True),
+                       _b(held and c == RequestCode.PULL_MESSAGE), "success"], cell[:-1], cell[-1])
+                     for (c, r, held), cell in sorted(m.rpc.snapshot().items())))
+    yield from _clients(broker, base, node)
+    yield gauge("rocketmq_processor_watermark", "Requests waiting for their processor", [*base, "processor"],
+                [([*node, "send"], broker.sender.waiting)])
+    yield gauge("rocketmq_pull_held_requests", "Pulls held by long polling (ours)", base, [(node, len(broker.holds))])
+    connections = broker.connection_count
+    yield gauge("rocketmq_connections", "Open client connections (ours)", base,
+                [(node, connections() if connections is not None else 0)])
+    yield gauge("rocketmq_topic_number", "Topics of this broker", base, [(node, broker.topics.count())])
+    yield gauge("rocketmq_consumer_group_number", "Subscription groups of this broker", base,
+                [(node, len(broker.subscription_groups))])
+    yield gauge("rocketmq_broker_permission", "The broker's permission (4 read, 2 write)", base,
+                [(node, cfg.broker_permission)])
+
+
+def read_time_families(broker: Broker, lag: Lag, store: StoreFigures) -> Iterator[Metric]:
+    """The families of the figures computed at read time (``lag``, ``store``)."""
+    cfg = broker.config
+    base = ["cluster", "node_type", "node_id"]
+    node = [cfg.broker_cluster_name, "broker", cfg.broker_name]
     lag_labels = [*base, "topic", "consumer_group", "is_retry", "is_system"]
     lag_rows = [([*node, t, g, _b(t.startswith("%RETRY%")), _b(lag.system[(t, g)])], r)
                 for (t, g), r in sorted(lag.rows.items())]
@@ -69,14 +123,6 @@ def families(broker: Broker) -> Iterator[Metric]:
     yield gauge("rocketmq_consumer_lag_series_dropped", "(topic, group) pairs left out of the lag figures "
                 "(more than the cap)", base, [(node, lag.dropped)])
 
-    rpc_labels = [*base, "protocol_type", "request_code", "response_code", "is_long_polling", "result"]
-    yield histogram("rocketmq_rpc_latency", "Time from a request's read to its answer (ms)", rpc_labels,
-                    RPC_BUCKETS_MS,
-                    (([*node, "remoting", code_name(c), code_name(r, response=True),
-                       _b(held and c == RequestCode.PULL_MESSAGE), "success"], cell[:-1], cell[-1])
-                     for (c, r, held), cell in sorted(m.rpc.snapshot().items())))
-
-    store = m.store_figures()
     storage = [*base, "storage_type", "storage_medium"]
     where = [*node, "local", "disk"]
     yield gauge("rocketmq_storage_size", "Bytes used on the store's volume", storage, [(where, store.storage_size)])
@@ -84,19 +130,6 @@ def families(broker: Broker) -> Iterator[Metric]:
                 [(where, store.flush_behind)])
     yield gauge("rocketmq_storage_dispatch_behind_bytes", "Bytes published and not yet dispatched to the "
                 "consume queues", storage, [(where, store.dispatch_behind)])
-
-    yield from _clients(broker, base, node)
-    yield gauge("rocketmq_processor_watermark", "Requests waiting for their processor", [*base, "processor"],
-                [([*node, "send"], broker.sender.waiting)])
-    yield gauge("rocketmq_pull_held_requests", "Pulls held by long polling (ours)", base, [(node, len(broker.holds))])
-    connections = broker.connection_count
-    yield gauge("rocketmq_connections", "Open client connections (ours)", base,
-                [(node, connections() if connections is not None else 0)])
-    yield gauge("rocketmq_topic_number", "Topics of this broker", base, [(node, broker.topics.count())])
-    yield gauge("rocketmq_consumer_group_number", "Subscription groups of this broker", base,
-                [(node, len(broker.subscription_groups))])
-    yield gauge("rocketmq_broker_permission", "The broker's permission (4 read, 2 write)", base,
-                [(node, cfg.broker_permission)])
 
 
 def _clients(broker: Broker, base: list[str], node: list[str]) -> Iterator[Metric]:
@@ -128,5 +161,5 @@ def endpoint(broker: Broker, host: str | None = None, port: int | None = None) -
     """The broker's ``/metrics`` endpoint on ``metricsPromExporterHost:metricsPromExporterPort``
     (or ``host``/``port``), not started."""
     cfg = broker.config
-    return MetricsEndpoint(lambda: families(broker), cfg.metrics_prom_exporter_host if host is None else host,
+    return MetricsEndpoint(BrokerPage(broker), cfg.metrics_prom_exporter_host if host is None else host,
                            cfg.metrics_prom_exporter_port if port is None else port)

@@ -1,33 +1,41 @@
 """``/metrics`` in Prometheus's text format: a server's figures through ``prometheus_client``.
 
-A server hands :class:`MetricsEndpoint` a function that yields ``prometheus_client`` metric
-families (``CounterMetricFamily``, ``GaugeMetricFamily``, ``HistogramMetricFamily``) built
-from its own figures at the moment of the scrape (a custom collector: nothing is copied into
-the library's own counters on the request path). ``prometheus_client`` renders them
-(``generate_latest``: names, ``# HELP``/``# TYPE``, label escaping, histogram ``_bucket``,
-``_sum`` and ``_count``).
+A server builds ``prometheus_client`` metric families (``CounterMetricFamily``,
+``GaugeMetricFamily``, ``HistogramMetricFamily``) from its own figures when a scrape asks (a
+custom collector: nothing is copied into the library's own counters on the request path), and
+``prometheus_client`` renders them (:func:`render`: ``generate_latest``, with names,
+``# HELP``/``# TYPE``, label escaping, histogram ``_bucket``, ``_sum`` and ``_count``). A page
+may join pieces rendered at different times (the broker renders its lag figures once per
+computation, not once per scrape): each family appears in one piece.
 
-The endpoint serves ``GET /metrics`` (and ``/``) on a thread of its own: ``prometheus_client``'s
-own HTTP server (``start_http_server``: a ``ThreadingHTTPServer`` of the standard library), on
-``host`` (127.0.0.1 by default) and ``port`` (0: any free port, read :attr:`MetricsEndpoint.port`).
-A scrape never runs on the event loop: the loop keeps serving requests while the scrape
-renders (docs/decisions.md, "Metrics: a thread of its own": the loop form measured against it).
+:class:`MetricsEndpoint` serves ``GET /metrics`` (and ``/``) on a thread of its own (the
+standard library's ``ThreadingHTTPServer``), on ``host`` (127.0.0.1 by default) and ``port``
+(0: any free port, read :attr:`MetricsEndpoint.port`); a page that fails to render is a 500
+naming the error (logged), never a traceback on the page. A scrape never runs on the event
+loop (docs/decisions.md, "Metrics on a thread of its own": the loop form measured against
+it, kept as :attr:`MetricsEndpoint.on_loop` for that measurement).
 :meth:`MetricsEndpoint.start` raises ``OSError`` when the address cannot be bound.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import socket
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
     HistogramMetricFamily,
     Metric,
 )
+
+log = logging.getLogger(__name__)
 
 #: what a server gives the endpoint: the families of one scrape
 Families = Callable[[], Iterable[Metric]]
@@ -60,18 +68,30 @@ def render(families: Families) -> bytes:
 
 
 class MetricsEndpoint:
-    """``/metrics`` of ``families`` on ``host:port`` (see the module docstring)."""
+    """``/metrics`` of ``page`` on ``host:port`` (see the module docstring). ``page()``
+    returns one scrape's body (:func:`render` of the server's families, or pieces of it
+    rendered at different times: each family must appear once)."""
 
-    def __init__(self, families: Families, host: str = "127.0.0.1", port: int = 0) -> None:
+    #: serve on the running event loop instead of a thread (the form measured against the
+    #: thread, docs/decisions.md; ``jobs/bench_metrics.py --forms loop``): a scrape then
+    #: renders between two turns of the loop
+    on_loop = False
+
+    def __init__(self, page: Callable[[], bytes], host: str = "127.0.0.1", port: int = 0) -> None:
         self.host = host
         self.requested_port = port
-        self.registry = registry_of(families)
-        self._server: Any = None
+        self.page = page
+        self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._loop_server: asyncio.Server | None = None
+        #: scrapes answered (either form)
+        self.scrapes = 0
 
     @property
     def port(self) -> int:
         """The bound port (after :meth:`start`)."""
+        if self._loop_server is not None:
+            return int(self._loop_server.sockets[0].getsockname()[1])
         assert self._server is not None, "the endpoint is not started"
         return int(self._server.server_address[1])
 
@@ -80,9 +100,38 @@ class MetricsEndpoint:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
 
+    def _body(self, path: str) -> tuple[int, bytes]:
+        if path.split("?")[0] not in ("/metrics", "/"):
+            return 404, b"not found\n"
+        body = self.page()
+        self.scrapes += 1
+        return 200, body
+
     def start(self) -> None:
         """Listen and serve on a daemon thread; ``OSError`` when the address cannot be bound."""
-        self._server, self._thread = start_http_server(self.requested_port, addr=self.host, registry=self.registry)
+        endpoint = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                try:
+                    status, body = endpoint._body(self.path)
+                except Exception as exc:  # a figure that failed: said, never a traceback on the page
+                    log.exception("rendering /metrics failed")
+                    status, body = 500, f"{type(exc).__name__}: {exc}\n".encode()
+                self.send_response(status)
+                self.send_header("Content-Type", CONTENT_TYPE_LATEST)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+                pass  # (no line per scrape on stderr)
+
+        family = socket.AF_INET6 if ":" in self.host else socket.AF_INET
+        server_class = type("Server", (ThreadingHTTPServer,), {"address_family": family, "daemon_threads": True})
+        self._server = server_class((self.host, self.requested_port), Handler)
+        self._thread = threading.Thread(target=self._server.serve_forever, name="rmq-metrics", daemon=True)
+        self._thread.start()
 
     def stop(self) -> None:
         """Stop serving and close the socket (a scrape in progress finishes first)."""
@@ -93,6 +142,39 @@ class MetricsEndpoint:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+
+    async def serve(self) -> None:
+        """Start in the form :attr:`on_loop` says (the thread by default); ``OSError`` when the
+        address cannot be bound."""
+        if not self.on_loop:
+            self.start()
+            return
+        self._loop_server = await asyncio.start_server(self._answer, self.host, self.requested_port)
+
+    async def close(self) -> None:
+        """Stop either form."""
+        if self._loop_server is not None:
+            self._loop_server.close()
+            await self._loop_server.wait_closed()
+            self._loop_server = None
+        self.stop()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One HTTP/1.1 request on the loop: ``GET /metrics`` (or ``/``) rendered, else 404."""
+        try:
+            line = await reader.readline()
+            while (await reader.readline()) not in (b"\r\n", b"\n", b""):
+                pass
+            parts = line.split()
+            status, body = self._body(parts[1].decode("latin-1") if len(parts) > 1 else "")
+            writer.write(f"HTTP/1.1 {status} {'OK' if status == 200 else 'Not Found'}\r\nContent-Type: "
+                         f"{CONTENT_TYPE_LATEST}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                         + body)
+            await writer.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        finally:
+            writer.close()
 
 
 # ---------------------------------------------------------------- family builders

@@ -17,7 +17,7 @@ import rmqlog
 from rmqlog import ConfigError
 from rmqnet.broker import launch, metrics
 from rmqnet.broker.config import BrokerConfig
-from rmqnet.broker.metrics_export import endpoint, families
+from rmqnet.broker.metrics_export import BrokerPage, endpoint, families
 from rmqnet.metrics import RpcLatency
 from rmqnet.metrics.exposition import render
 from rmqnet.remoting import RequestCode, ResponseCode
@@ -116,10 +116,11 @@ def test_lag_inflight_ready_and_latency_from_the_groups_offsets(broker: Any) -> 
 
 
 def test_lag_cost_is_bounded_pairs_and_reads(broker: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    run(broker, FakePeer(), send_request(send_header("T", queue_id=0), b"x", opaque=1))
+    run(broker, FakePeer(), *[send_request(send_header("T", queue_id=0), b"x", opaque=i) for i in range(6)])
     broker.store.dispatch()
-    for i in range(5):
-        broker.consumer_offsets.commit(f"G{i}", "T", 0, 0)
+    for i in range(5):  # each group at an offset of its own (groups at one offset share a read)
+        broker.consumer_offsets.commit(f"G{i}", "T", 0, i)
+    broker.consumer_offsets.commit("H", "T", 0, 0)
     monkeypatch.setattr(metrics, "LAG_MAX_SERIES", 3)
     monkeypatch.setattr(metrics, "LATENCY_MAX_READS", 2)
     reads: list[int] = []
@@ -129,10 +130,10 @@ def test_lag_cost_is_bounded_pairs_and_reads(broker: Any, monkeypatch: pytest.Mo
     real_max = broker.store.max_offset
     monkeypatch.setattr(broker.store, "max_offset", lambda t, q: ends.append(t) or real_max(t, q))
     lag = broker.metrics.lag()
-    assert len(lag.rows) == 3 and lag.dropped == 2
+    assert sorted(lag.rows) == [("T", "G0"), ("T", "G1"), ("T", "G2")] and lag.dropped == 3
     assert len(reads) == 2 and lag.latency_skipped == 1
     assert len(ends) == 4  # each queue's end read once for every group of the topic
-    assert value(scrape(broker), "rocketmq_consumer_lag_series_dropped") == 2
+    assert value(scrape(broker), "rocketmq_consumer_lag_series_dropped") == 3
 
 
 def test_every_series_carries_the_common_labels_and_the_storage_figures(broker: Any) -> None:
@@ -147,6 +148,29 @@ def test_every_series_carries_the_common_labels_and_the_storage_figures(broker: 
     assert value(page, "rocketmq_storage_dispatch_behind_bytes", **disk) == tail - broker.store.dispatched_offset()
     assert value(page, "rocketmq_storage_flush_behind_bytes", **disk) == tail - broker.store.flushed_offset()
     assert value(page, "rocketmq_processor_watermark", processor="send") == 0
+
+
+def test_the_page_renders_the_read_time_figures_once_per_computation(broker: Any) -> None:
+    page = BrokerPage(broker)
+    labels = {"topic": "T", "message_type": "normal", "is_system": "false"}
+
+    def parsed() -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for family in text_string_to_metric_families(page().decode()):
+            for s in family.samples:
+                out.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+        return out
+
+    run(broker, FakePeer(), send_request(send_header("T"), b"x" * 30, opaque=1))
+    assert value(parsed(), "rocketmq_messages_in_total", **labels) == 1
+    run(broker, FakePeer(), send_request(send_header("T"), b"x" * 30, opaque=2))
+    first = parsed()
+    assert value(first, "rocketmq_messages_in_total", **labels) == 2  # the counters: live at every scrape
+    assert page.renders == 1  # the lag and storage figures: rendered once, kept with their computation
+    assert set(first) >= {"rocketmq_consumer_lag_series_dropped", "rocketmq_storage_size"}
+    broker.clock.advance(metrics.CACHE_MS)
+    parsed()
+    assert page.renders == 2
 
 
 def test_rpc_latency_by_request_and_response_code() -> None:
