@@ -8,6 +8,8 @@ to the store's command (:func:`rmqlog.admin.cli.main`) unchanged.
                                               reading commands over the wire (rmqnet.wire_reading)
     rmqlog topic-list|topic-create|topic-delete|topic-stats|consumer-status|broker-config --broker HOST:PORT ...
                                               admin commands against one broker (rmqnet.wire_admin)
+    rmqlog broker-status --namesrv ADDRS      every broker: role, address, version, disk, in/out per s, HA lag
+                                              (rmqnet.wire_status)
     rmqlog <any other command> ...            the store's commands (info, read, lag...)
 
 The store never imports the network package, so the network commands enter here and the
@@ -114,6 +116,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
         return wire_main(args)
+    if args and args[0] == "broker-status":
+        from .wire_status import main as status_main
+
+        return status_main(args)
     if args and args[0] in WIRE_ADMIN:
         from .wire_admin import main as admin_main
 
