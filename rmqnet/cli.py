@@ -1,7 +1,8 @@
 """The ``rmqlog`` command's entry point: the network commands, and every other command handed
 to the store's command (:func:`rmqlog.admin.cli.main`) unchanged.
 
-    rmqlog namesrv [--listen HOST:PORT]       a name server (default 127.0.0.1:9876)
+    rmqlog namesrv [--listen HOST:PORT] [--metrics-listen HOST:PORT]
+                                              a name server (default 127.0.0.1:9876; /metrics: off)
     rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDRS]
                                               a broker over the store at ROOT
     rmqlog info|topic-status|lag|read|query|dlq --namesrv ADDRS ...
@@ -61,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                                     "info, the topic list) until SIGTERM or SIGINT.")
     ns.add_argument("--listen", type=_listen_arg, default=("127.0.0.1", 9876), metavar="HOST:PORT",
                     help="address to listen on (default 127.0.0.1:9876; port 0: any free port)")
+    ns.add_argument("--metrics-listen", type=_listen_arg, default=None, metavar="HOST:PORT",
+                    help="serve /metrics in Prometheus's format there (default: not served; docs/metrics.md)")
     br = sub.add_parser("broker", help="run a broker over a store until SIGTERM",
                         description="Run a RocketMQ broker over the store at ROOT until SIGTERM or SIGINT.")
     br.add_argument("root", metavar="ROOT", help="the store's root folder")
@@ -70,19 +73,21 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _namesrv(host: str, port: int) -> int:
+def _namesrv(host: str, port: int, metrics: tuple[str, int] | None = None) -> int:
     from .namesrv.process import NameServerProcess
 
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     async def run() -> None:
-        proc = NameServerProcess(host, port)
+        proc = NameServerProcess(host, port, metrics_listen=metrics)
         ready = asyncio.Event()
         task = asyncio.ensure_future(proc.serve(ready))
         waiter = asyncio.ensure_future(ready.wait())
         await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
         if ready.is_set():
             print(f"listening on {proc.address}", flush=True)
+            if proc.metrics is not None:
+                print(f"metrics at http://{proc.metrics.address}/metrics", flush=True)
         else:
             waiter.cancel()
         await task
@@ -135,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help (0) or a wrong argument (2)
         return int(exc.code) if isinstance(exc.code, int) else _WRONG
     if ns.cmd == "namesrv":
-        return _namesrv(*ns.listen)
+        return _namesrv(ns.listen[0], ns.listen[1], ns.metrics_listen)
     return _broker(ns)
 
 

@@ -55,7 +55,6 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable
-from time import perf_counter
 from typing import Any
 
 from ..remoting import (
@@ -292,8 +291,9 @@ class Connection(asyncio.Protocol):
             self._handle(cmd)
 
     def _handle(self, req: RemotingCommand) -> None:
-        observer = self.observer
-        start = perf_counter() if observer is not None else 0.0
+        observer = self.observer if self._loop is not None else None
+        # the loop's clock (monotonic; the transport reads no clock of its own)
+        start = self._loop.time() if observer is not None and self._loop is not None else 0.0
         try:
             res = self.request_handler(self, req)
         except Exception as exc:
@@ -304,8 +304,8 @@ class Connection(asyncio.Protocol):
         if isinstance(res, RemotingCommand):
             if not req.flag & FLAG_ONEWAY:
                 self._queue_answer(req, res)
-                if observer is not None:
-                    observer(req.code, res.code, perf_counter() - start, False)
+                if observer is not None and self._loop is not None:
+                    observer(req.code, res.code, self._loop.time() - start, False)
             return
         try:
             fut = asyncio.ensure_future(res)
@@ -335,8 +335,8 @@ class Connection(asyncio.Protocol):
             res = fut.result()
         if res is not None and not req.flag & FLAG_ONEWAY and not self._closed:
             self._queue_answer(req, res)
-            if self.observer is not None and start:
-                self.observer(req.code, getattr(res, "code", -1), perf_counter() - start, True)
+            if self.observer is not None and start and self._loop is not None:
+                self.observer(req.code, getattr(res, "code", -1), self._loop.time() - start, True)
             self._after_answer(eager)
         if self._backlog:
             self._pump()

@@ -219,3 +219,44 @@ def test_bad_metrics_keys_are_refused_at_start(tmp_path: Path, line: str, named:
     err = capsys.readouterr().err
     assert named in err and "Traceback" not in err
     assert not (tmp_path / "store").exists()  # refused before the store was opened
+
+
+def test_the_name_server_serves_its_own_metrics(tmp_path: Path) -> None:
+    """``rmqlog namesrv --metrics-listen``: its answers by code, the brokers registered by
+    cluster, the topics routed; off without the option (and then no prometheus_client)."""
+    import asyncio
+
+    from rmqnet.namesrv.process import NameServerProcess
+    from rmqnet.remoting import RemotingCommand as Cmd
+    from rmqnet.transport import ClientConnection
+
+    async def main() -> tuple[str, bool]:
+        ns = NameServerProcess("127.0.0.1", 0, metrics_listen=("127.0.0.1", 0))
+        plain = NameServerProcess("127.0.0.1", 0)
+        await ns.start()
+        await plain.start()
+        try:
+            conn = await ClientConnection.connect("127.0.0.1", ns.port)
+            for _ in range(3):
+                res = await conn.invoke(Cmd(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": "NoSuch"}))
+                assert res.code == ResponseCode.TOPIC_NOT_EXIST
+            conn.close()
+            assert ns.metrics._server.server_address[0] == "127.0.0.1"
+            text = await asyncio.to_thread(lambda: urllib.request.urlopen(
+                f"http://{ns.metrics.address}/metrics", timeout=30).read().decode())
+            return text, plain.metrics is None
+        finally:
+            await ns.stop(1)
+            await plain.stop(1)
+
+    text, plain_off = asyncio.run(main())
+    assert plain_off
+    page = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            page[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    route = [v for (name, labels), v in page.items() if name == "rocketmq_rpc_latency_count"
+             and dict(labels)["request_code"] == "get_routeinfo_by_topic"]
+    assert route == [3]
+    assert all(dict(labels)["node_type"] == "nameserver" for _, labels in page)
+    assert [v for (name, _), v in page.items() if name == "rocketmq_topic_number"] == [0]
