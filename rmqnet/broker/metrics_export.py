@@ -87,9 +87,9 @@ def counter_families(broker: Broker) -> Iterator[Metric]:
     rpc_labels = [*base, "protocol_type", "request_code", "response_code", "is_long_polling", "result"]
     yield histogram("rocketmq_rpc_latency", "Time from a request's read to its answer (ms)", rpc_labels,
                     RPC_BUCKETS_MS,
-                    (([*node, "remoting", code_name(c), code_name(r, response=True),
-                       _b(held and c == RequestCode.PULL_MESSAGE), "success"], cell[:-1], cell[-1])
-                     for (c, r, held), cell in sorted(m.rpc.snapshot().items())))
+                    (([*node, "remoting", code_name(c), code_name(r, response=True), _b(held), "success"],
+                      cell[:-1], cell[-1])
+                     for (c, r, held), cell in sorted(m.rpc.series(_HELD_CODES).items())))
     yield from _clients(broker, base, node)
     yield gauge("rocketmq_processor_watermark", "Requests waiting for their processor", [*base, "processor"],
                 [([*node, "send"], broker.sender.waiting)])
@@ -151,6 +151,10 @@ def _clients(broker: Broker, base: list[str], node: list[str]) -> Iterator[Metri
     yield gauge("rocketmq_consumer_connections", "Consumer connections",
                 [*base, "consumer_group", "language", "version", "consume_mode", "is_system", "protocol_type"],
                 (([*node, *k, "remoting"], n) for k, n in sorted(consumers.items())))
+
+
+#: the codes whose awaited answers are long polling (``is_long_polling``): a held pull
+_HELD_CODES = frozenset({int(RequestCode.PULL_MESSAGE)})
 
 
 def _b(flag: bool) -> str:

@@ -54,6 +54,20 @@ class RpcLatency:
         cells = self._cells.copy()
         return {key: list(cell) for key, cell in cells.items()}
 
+    def series(self, long_polling: frozenset[int] = frozenset()) -> dict[tuple[int, int, bool], list[float]]:
+        """The cells as series: ``(code, response_code, is_long_polling) -> cell``, where an
+        awaited answer is long polling only for a code of ``long_polling`` (a held pull; an
+        awaited send is not); cells that land on one series are added up (a series appears
+        once on the page)."""
+        out: dict[tuple[int, int, bool], list[float]] = {}
+        for (code, response_code, held), cell in self.snapshot().items():
+            key = (code, response_code, held and code in long_polling)
+            if key in out:
+                out[key] = [a + b for a, b in zip(out[key], cell, strict=True)]
+            else:
+                out[key] = cell
+        return out
+
     def count(self, code: int, response_code: int | None = None) -> int:
         """Answers of ``code`` (with ``response_code`` when given), for tests and the console."""
         return int(sum(sum(cell[:-1]) for (c, r, _), cell in self.snapshot().items()

@@ -32,7 +32,7 @@ def families(proc: NameServerProcess) -> Iterator[Metric]:
                     [*base, "protocol_type", "request_code", "response_code", "is_long_polling", "result"],
                     RPC_BUCKETS_MS,
                     (([*node, "remoting", code_name(c), code_name(r, response=True), "false", "success"],
-                      cell[:-1], cell[-1]) for (c, r, _), cell in sorted(proc.rpc.snapshot().items())))
+                      cell[:-1], cell[-1]) for (c, r, _), cell in sorted(proc.rpc.series().items())))
     routes = proc.server.routes
     cluster_of = {addr: data.cluster for data in list(routes.brokers.values()) for addr in data.broker_addrs.values()}
     per_cluster: dict[str, int] = dict.fromkeys(list(routes.clusters), 0)

@@ -184,6 +184,12 @@ def test_rpc_latency_by_request_and_response_code() -> None:
     held = cells[(RequestCode.PULL_MESSAGE, ResponseCode.PULL_NOT_FOUND, True)]
     assert held[len(held) - 2] == 1  # past 3000 ms: the +Inf bucket
     assert rpc.count(RequestCode.SEND_MESSAGE_V2) == 2
+    # an awaited send and a refused (answered at once) one are one series: only a pull is long polling
+    rpc.observe(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS, 0.002, True)
+    series = rpc.series(frozenset({RequestCode.PULL_MESSAGE}))
+    assert series[(RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS, False)][:2] == [1, 2]
+    assert (RequestCode.SEND_MESSAGE_V2, ResponseCode.SUCCESS, True) not in series
+    assert series[(RequestCode.PULL_MESSAGE, ResponseCode.PULL_NOT_FOUND, True)][-1] == 5000.0
 
 
 def test_the_endpoint_listens_on_127_0_0_1_by_default(broker: Any) -> None:
