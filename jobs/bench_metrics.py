@@ -1,8 +1,8 @@
 """What a scrape of ``/metrics`` costs the sends (issue 46's target: under 5% of their
 throughput), in the same run, with and without scraping, beside each other.
 
-    python jobs/bench_metrics.py [--root DIR] [--rounds R] [--requests N] [--groups G]
-        [--interval-s S] [--forms thread,loop] [--json]
+    python jobs/bench_metrics.py [--root DIR] [--rounds R] [--json] [--requests N] [--groups G]
+        [--interval-s S] [--forms thread,loop]
 
 A broker (``rmqnet``'s ``launch.main`` in a process of its own, 127.0.0.1, port 0, ASYNC_FLUSH,
 ``metricsExporterType=PROM`` on a free port) is driven by ``jobs/broker_load.py``'s load:
@@ -26,12 +26,10 @@ docs/decisions.md), each in a broker of its own. Run as ``bench_metrics.py serve
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -43,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import broker_load  # noqa: E402  (jobs/ is this script's directory)
 from broker_load import HOST, Load, LoadPool, Wire, check_ok, rate  # noqa: E402
 from broker_servers import CpuMeter  # noqa: E402
+from harness import Bench  # noqa: E402
 
 from rmqnet.remoting import RemotingCommand, RequestCode, encode_bytes  # noqa: E402
 
@@ -167,30 +166,27 @@ def measure(form: str, root: Path, pool: LoadPool, args: argparse.Namespace) -> 
 def main() -> None:
     if sys.argv[1:2] == ["serve"]:
         sys.exit(_serve(sys.argv[2], sys.argv[3], "--on-loop" in sys.argv[4:]))
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", type=Path, help="a folder for the brokers' stores (default: a temporary one)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--requests", type=int, default=20_000, help="sends per connection per measurement")
-    ap.add_argument("--groups", type=int, default=1000, help="consumer groups with committed offsets")
-    ap.add_argument("--interval-s", type=float, default=1.0)
-    ap.add_argument("--forms", default="thread,loop")
-    ap.add_argument("--json", action="store_true")
-    args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        root = args.root or Path(tmp)
+    bench = Bench("bench_metrics", __doc__, rounds=3, rounds_help="rounds of the two measurements per form (medians)")
+    bench.add_argument("--requests", type=int, default=20_000, help="sends per connection per measurement")
+    bench.add_argument("--groups", type=int, default=1000, help="consumer groups with committed offsets")
+    bench.add_argument("--interval-s", type=float, default=1.0, help="seconds between two scrapes")
+    bench.add_argument("--forms", default="thread,loop", help="thread (the broker's), loop (measured against it)")
+    with bench.run() as root:
+        args = bench.args
         pool = LoadPool()
         try:
             for form in args.forms.split(","):
                 fig = measure(form, root, pool, args)
-                if args.json:
-                    print(json.dumps(fig), flush=True)
-                else:
-                    print(f"/metrics on the {form:6s}: sends without scraping {fig['without']:8.0f} msgs/s  "
-                          f"with a scrape every {args.interval_s:g} s {fig['with']:8.0f} msgs/s  "
-                          f"({fig['cost_pct']:+.1f}%);  broker CPU per send {fig['cpu_us_without']:.1f} us  "
-                          f"{fig['cpu_us_with']:.1f} us ({fig['cpu_cost_pct']:+.1f}%);  {fig['scrapes']} scrapes, "
-                          f"p50 {fig['scrape_ms_p50']:.1f} ms, {fig['page_bytes']} bytes, {fig['groups']} groups, "
-                          f"load average {fig['load_avg']:.1f}", flush=True)
+                print(f"/metrics on the {form:6s}: sends without scraping {fig['without']:8.0f} msgs/s  "
+                      f"with a scrape every {args.interval_s:g} s {fig['with']:8.0f} msgs/s  "
+                      f"({fig['cost_pct']:+.1f}%);  broker CPU per send {fig['cpu_us_without']:.1f} us  "
+                      f"{fig['cpu_us_with']:.1f} us ({fig['cpu_cost_pct']:+.1f}%);  {fig['scrapes']} scrapes, "
+                      f"p50 {fig['scrape_ms_p50']:.1f} ms, {fig['page_bytes']} bytes, {fig['groups']} groups, "
+                      f"load average {fig['load_avg']:.1f}", flush=True)
+                bench.figure(f"sends, 64 in flight, a scrape every {args.interval_s:g} s ({form})", fig["with"],
+                             "msgs/s", peer="the same sends without scraping", peer_value=fig["without"])
+                bench.figure(f"broker CPU per send, a scrape every {args.interval_s:g} s ({form})", fig["cpu_us_with"],
+                             "us", peer="the same sends without scraping", peer_value=fig["cpu_us_without"])
         finally:
             pool.close()
 
