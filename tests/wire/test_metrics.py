@@ -266,3 +266,40 @@ def test_the_name_server_serves_its_own_metrics(tmp_path: Path) -> None:
     assert route == [3]
     assert all(dict(labels)["node_type"] == "nameserver" for _, labels in page)
     assert [v for (name, _), v in page.items() if name == "rocketmq_topic_number"] == [0]
+
+
+def test_the_transport_tells_the_observer_of_every_answer_once() -> None:
+    """Answered at once, answered later (an awaitable), oneway (no answer: not told)."""
+    import asyncio
+
+    from rmqnet.remoting import RemotingCommand as Cmd
+    from rmqnet.transport import ClientConnection, RemotingServer
+
+    seen: list[tuple[int, int, bool]] = []
+
+    def handler(conn: Any, req: Cmd) -> Any:
+        if req.code == RequestCode.PULL_MESSAGE:
+            async def later() -> Cmd:
+                await asyncio.sleep(0)
+                return req.reply(ResponseCode.PULL_NOT_FOUND)
+            return later()
+        return req.reply(ResponseCode.SUCCESS)
+
+    async def main() -> None:
+        server = RemotingServer(handler)
+        server.observer = lambda code, rcode, elapsed, waited: seen.append((code, rcode, waited)) if elapsed >= 0 else None
+        await server.start()
+        conn = await ClientConnection.connect("127.0.0.1", server.port)
+        try:
+            assert (await conn.invoke(Cmd(RequestCode.GET_MAX_OFFSET, ext_fields={}))).code == ResponseCode.SUCCESS
+            assert (await conn.invoke(Cmd(RequestCode.PULL_MESSAGE, ext_fields={}))).code == ResponseCode.PULL_NOT_FOUND
+            conn.send_oneway(Cmd(RequestCode.HEART_BEAT, ext_fields={}))
+            assert (await conn.invoke(Cmd(RequestCode.GET_MIN_OFFSET, ext_fields={}))).code == ResponseCode.SUCCESS
+        finally:
+            conn.close()
+            await server.stop(1)
+
+    asyncio.run(main())
+    assert seen == [(RequestCode.GET_MAX_OFFSET, ResponseCode.SUCCESS, False),
+                    (RequestCode.PULL_MESSAGE, ResponseCode.PULL_NOT_FOUND, True),
+                    (RequestCode.GET_MIN_OFFSET, ResponseCode.SUCCESS, False)]
