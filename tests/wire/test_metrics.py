@@ -303,3 +303,27 @@ def test_the_transport_tells_the_observer_of_every_answer_once() -> None:
     assert seen == [(RequestCode.GET_MAX_OFFSET, ResponseCode.SUCCESS, False),
                     (RequestCode.PULL_MESSAGE, ResponseCode.PULL_NOT_FOUND, True),
                     (RequestCode.GET_MIN_OFFSET, ResponseCode.SUCCESS, False)]
+
+
+def test_rmqlog_namesrv_metrics_listen_prints_and_serves_its_address() -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import subprocess_env
+
+    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0",
+                             "--metrics-listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                            text=True, env=subprocess_env())
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().startswith("listening on 127.0.0.1:")
+        line = proc.stdout.readline().strip()
+        assert line.startswith("metrics at http://127.0.0.1:") and line.endswith("/metrics"), line
+        with urllib.request.urlopen(line.split()[-1], timeout=30) as r:
+            names = {f.name for f in text_string_to_metric_families(r.read().decode())}
+        assert {"rocketmq_rpc_latency", "rocketmq_namesrv_brokers", "rocketmq_topic_number"} <= names
+    finally:
+        proc.terminate()  # by its PID
+        assert proc.wait(timeout=60) == 0
+        if proc.stdout is not None:
+            proc.stdout.close()
