@@ -11,7 +11,6 @@ while it renders.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -24,14 +23,6 @@ from .metrics import MESSAGE_SIZE_BUCKETS, Lag, StoreFigures
 
 if TYPE_CHECKING:
     from .broker import Broker
-
-log = logging.getLogger(__name__)
-
-#: ``metricsExporterType`` values (RocketMQ 5's ``MetricsExporterType``) this broker serves
-DISABLE, PROM = "DISABLE", "PROM"
-#: the values RocketMQ 5 knows and this broker does not serve (refused at start, named)
-NOT_SERVED = ("OTLP_GRPC", "LOG")
-
 
 class BrokerPage:
     """The body of the broker's ``/metrics``: the counters rendered at every scrape, the

@@ -23,7 +23,7 @@ import asyncio
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -211,8 +211,3 @@ def histogram(name: str, doc: str, labels: Sequence[str], bounds: Sequence[float
 
 def _bound(value: float) -> str:
     return str(float(value))
-
-
-def common(labels: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """The names and values of the labels every series of a server carries."""
-    return list(labels), list(labels.values())

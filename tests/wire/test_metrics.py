@@ -327,3 +327,23 @@ def test_rmqlog_namesrv_metrics_listen_prints_and_serves_its_address() -> None:
         assert proc.wait(timeout=60) == 0
         if proc.stdout is not None:
             proc.stdout.close()
+
+
+def test_the_endpoint_answers_404_elsewhere_and_500_naming_a_failed_render() -> None:
+    import urllib.error
+
+    from rmqnet.metrics.exposition import MetricsEndpoint
+
+    def failing() -> bytes:
+        raise rmqlog.StoreClosedError("the store is closed")
+
+    for page, path, status, text in ((lambda: b"x 1\n", "/other", 404, "not found"),
+                                     (failing, "/metrics", 500, "StoreClosedError: the store is closed")):
+        ep = MetricsEndpoint(page)
+        ep.start()
+        try:
+            with pytest.raises(urllib.error.HTTPError) as err:
+                urllib.request.urlopen(f"http://{ep.address}{path}", timeout=30)
+            assert err.value.code == status and text in err.value.read().decode()
+        finally:
+            ep.stop()
