@@ -116,7 +116,10 @@ class MetricsEndpoint:
                 try:
                     status, body = endpoint._body(self.path)
                 except Exception as exc:  # a figure that failed: said, never a traceback on the page
-                    log.exception("rendering /metrics failed")
+                    if isinstance(exc, OSError) or type(exc).__module__.startswith("rmqlog"):
+                        log.error("rendering /metrics failed: %s: %s", type(exc).__name__, exc)  # (typed: no traceback)
+                    else:
+                        log.exception("rendering /metrics failed")
                     status, body = 500, f"{type(exc).__name__}: {exc}\n".encode()
                 self.send_response(status)
                 self.send_header("Content-Type", CONTENT_TYPE_LATEST)
