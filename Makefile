@@ -6,7 +6,7 @@ EXTRAS := dev,notebook,connect
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart test clients lint bench bench-spark clean protos FORCE
+.PHONY: quickstart test clients prometheus lint bench bench-spark clean protos FORCE
 
 # The install is editable in setuptools' strict mode: the venv's site-packages holds a static
 # path to a tree of links to the sources (build/__editable__.*), so the package `rmqlog`
@@ -68,12 +68,23 @@ clients: $(NODE_STAMP) $(NODE5_STAMP) $(ROCKETMQ_STAMP) $(ROCKETMQ5_STAMP)
 protos: $(STAMP)
 	$(VENV)/bin/python jobs/gen_grpc.py
 
+# Debian's Prometheus, which tests/wire/test_prometheus.py runs against a broker (it fails, not
+# skips, without it): installed from the distribution's packages as root (CI runs as root), the
+# package's own service not used (the test starts its own on 127.0.0.1 and stops it by PID)
+PROMETHEUS_BIN := /usr/bin/prometheus
+
+$(PROMETHEUS_BIN):
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+
+prometheus: $(PROMETHEUS_BIN)
+
 quickstart: $(STAMP)
 	$(VENV)/bin/python jobs/quickstart.py
 
 # two workers (pytest-xdist): the tests that use the shared SparkSession form one group
 # (tests/conftest.py), so one worker runs them all with one JVM while the other runs the rest
-test: $(STAMP) clients
+test: $(STAMP) clients prometheus
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)

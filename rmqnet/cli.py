@@ -1,14 +1,16 @@
 """The ``rmqlog`` command's entry point: the network commands, and every other command handed
 to the store's command (:func:`rmqlog.admin.cli.main`) unchanged.
 
-    rmqlog namesrv [--listen HOST:PORT] [-c namesrv.conf]
-                                              a name server (default 127.0.0.1:9876)
+    rmqlog namesrv [--listen HOST:PORT] [-c namesrv.conf] [--metrics-listen HOST:PORT]
+                                              a name server (default 127.0.0.1:9876; /metrics: off)
     rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDRS]
                                               a broker over the store at ROOT
     rmqlog info|topic-status|lag|read|query|dlq --namesrv ADDRS ...
                                               reading commands over the wire (rmqnet.wire_reading)
     rmqlog topic-list|topic-create|topic-delete|topic-stats|consumer-status|broker-config --broker HOST:PORT ...
                                               admin commands against one broker (rmqnet.wire_admin)
+    rmqlog broker-status --namesrv ADDRS      every broker: role, address, version, disk, in/out per s, HA lag
+                                              (rmqnet.wire_status)
     rmqlog <any other command> ...            the store's commands (info, read, lag...)
 
 The store never imports the network package, so the network commands enter here and the
@@ -63,6 +65,8 @@ def _parser() -> argparse.ArgumentParser:
     ns.add_argument("-c", "--config", metavar="namesrv.conf",
                     help="who may register brokers: aclEnable, innerClientAuthenticationCredentials, "
                          "registerBrokerAllowList (docs/broker.md \"Access control\")")
+    ns.add_argument("--metrics-listen", type=_listen_arg, default=None, metavar="HOST:PORT",
+                    help="serve /metrics in Prometheus's format there (default: not served; docs/metrics.md)")
     br = sub.add_parser("broker", help="run a broker over a store until SIGTERM",
                         description="Run a RocketMQ broker over the store at ROOT until SIGTERM or SIGINT.")
     br.add_argument("root", metavar="ROOT", help="the store's root folder")
@@ -72,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _namesrv(host: str, port: int, config_path: str | None = None) -> int:
+def _namesrv(host: str, port: int, config_path: str | None = None, metrics: tuple[str, int] | None = None) -> int:
     from .namesrv.config import NamesrvConfig, NamesrvConfigError
     from .namesrv.process import NameServerProcess
 
@@ -84,13 +88,15 @@ def _namesrv(host: str, port: int, config_path: str | None = None) -> int:
         return _WRONG
 
     async def run() -> None:
-        proc = NameServerProcess(host, port, config=config)
+        proc = NameServerProcess(host, port, config=config, metrics_listen=metrics)
         ready = asyncio.Event()
         task = asyncio.ensure_future(proc.serve(ready))
         waiter = asyncio.ensure_future(ready.wait())
         await asyncio.wait([task, waiter], return_when=asyncio.FIRST_COMPLETED)
         if ready.is_set():
             print(f"listening on {proc.address}", flush=True)
+            if proc.metrics is not None:
+                print(f"metrics at http://{proc.metrics.address}/metrics", flush=True)
         else:
             waiter.cancel()
         await task
@@ -124,6 +130,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
 
         return wire_main(args)
+    if args and args[0] == "broker-status":
+        from .wire_status import main as status_main
+
+        return status_main(args)
     if args and args[0] in WIRE_ADMIN:
         from .wire_admin import main as admin_main
 
@@ -140,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code) if isinstance(exc.code, int) else _WRONG
     if ns.cmd == "namesrv":
         host, port = ns.listen
-        return _namesrv(host, port, ns.config)
+        return _namesrv(host, port, ns.config, ns.metrics_listen)
     return _broker(ns)
 
 

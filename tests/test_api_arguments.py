@@ -277,6 +277,7 @@ METHODS = {
     "set_delay_offsets", "stored_rows", "wire_records", "put_messages", "flush_to", "dispatch_put",
     "put_topic", "persist_topics", "topic_table", "merge_consumer_offsets", "merge_subscription_groups",
     "record_head",
+    "dispatched_offset",
 }
 
 

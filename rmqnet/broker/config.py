@@ -131,6 +131,12 @@ class BrokerConfig:
       the client registry's consumer or producer groups past this many is refused
       ``SYSTEM_ERROR``), ``queue_lock_max_nums`` (200000: queue locks held at most; a lock of
       one more queue is not granted).
+    - Metrics (RocketMQ 5's keys; :mod:`rmqnet.broker.metrics_export`, docs/metrics.md):
+      ``metrics_exporter_type`` (``metricsExporterType``, ``DISABLE``; ``PROM`` serves
+      ``/metrics`` in Prometheus's text format; RocketMQ 5's ``OTLP_GRPC`` and ``LOG`` are
+      refused at start, named), ``metrics_prom_exporter_host`` (``metricsPromExporterHost``,
+      an IP address, ``127.0.0.1`` here: RocketMQ listens on every address) and
+      ``metrics_prom_exporter_port`` (``metricsPromExporterPort``, 5557; 0: any free port).
     - ``store``: the store's config (``flushDiskType``, ``maxMessageSize``, segment sizes...).
     """
 
@@ -189,6 +195,9 @@ class BrokerConfig:
     heartbeat_max_group_nums: int = 1000
     client_group_max_nums: int = 50_000
     queue_lock_max_nums: int = 200_000
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_host: str = "127.0.0.1"
+    metrics_prom_exporter_port: int = 5557
     store: StoreConfig = field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
@@ -255,6 +264,16 @@ class BrokerConfig:
                 raise ConfigError(f"ha_slave_allow_list {self.ha_slave_allow_list!r}: {exc}"[:300]) from None
         # checked now: a wrong value fails the start, not the first registration
         parse_credentials(self.inner_client_authentication_credentials, "inner_client_authentication_credentials")
+        if self.metrics_exporter_type not in METRICS_EXPORTER_TYPES:
+            served = " (RocketMQ 5's, not served by this broker)" if self.metrics_exporter_type in ("OTLP_GRPC", "LOG") else ""
+            raise ConfigError(f"metrics_exporter_type must be one of {', '.join(METRICS_EXPORTER_TYPES)}, "
+                              f"got {self.metrics_exporter_type!r}{served}")
+        if not 0 <= self.metrics_prom_exporter_port < 65536:
+            raise ConfigError(f"metrics_prom_exporter_port must be a port number 0..65535, got {self.metrics_prom_exporter_port}")
+        try:
+            ipaddress.ip_address(self.metrics_prom_exporter_host)
+        except ValueError:
+            raise ConfigError(f"metrics_prom_exporter_host must be an IP address, got {self.metrics_prom_exporter_host!r}") from None
         try:
             ipaddress.ip_address(self.broker_ip1)
         except ValueError:
@@ -340,6 +359,10 @@ class BrokerConfig:
         """The address clients dial: ``brokerIP1:port`` (IPv6 in brackets)."""
         return host_port(self.broker_ip1, port)
 
+
+#: the ``metricsExporterType`` values this broker serves (RocketMQ 5's ``MetricsExporterType``
+#: also has ``OTLP_GRPC`` and ``LOG``)
+METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
 
 #: RocketMQ's ``BrokerRole``
 ASYNC_MASTER, SYNC_MASTER, SLAVE = "ASYNC_MASTER", "SYNC_MASTER", "SLAVE"

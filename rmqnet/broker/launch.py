@@ -17,7 +17,9 @@
    prints ``broker <name> grpc at <ip:port>``;
 5. runs the broker's services (registration with the name servers among them when
    ``namesrvAddr`` is set: :meth:`Broker.add_registrar`) every ``SERVICE_INTERVAL_S``;
-6. prints one line ``broker <name> ready at <ip:port>`` (tests wait for it);
+6. prints one line ``broker <name> ready at <ip:port>`` (tests wait for it), and with
+   ``metricsExporterType=PROM`` a second, ``metrics at http://<ip:port>/metrics`` (the endpoint
+   started with step 4, :mod:`rmqnet.broker.metrics_export`);
 7. on SIGTERM or SIGINT: refuses new sends, stops accepting, lets requests in flight finish
    (``grace_s``), closes the broker's services (:meth:`Broker.close`: the state tables' last
    persist, :mod:`rmqnet.broker.state`; the registrar unregisters), flushes and closes the store: the
@@ -38,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from rmqlog import ConfigError, MessageStore, StoreConfig, StoreError, SystemClock
 
+from ..metrics import RpcLatency
 from ..remoting import RemotingCommand
 from .broker import Broker
 from .config import BrokerConfig
@@ -84,6 +87,10 @@ class BrokerProcess:
         self.grpc: GrpcEndpoint | None = None
         self._stop = asyncio.Event()
         self._services_task: asyncio.Task[None] | None = None
+        #: ``/metrics`` (``metricsExporterType=PROM``; None: off)
+        self.metrics: Any = None
+        #: the answers' latency (the broker's ``metrics.rpc``)
+        self.rpc = RpcLatency()
 
     async def start(self) -> str:
         """Bind, open the store, build the broker, serve; returns the advertised address."""
@@ -94,6 +101,9 @@ class BrokerProcess:
         handler: RequestHandler = self._handle  # (what the transport calls: mypy holds the two alike)
         self.server = transport.RemotingServer(handler, host=self.host, port=self.port,
                                                limits=transport.Limits(**self.config.limits()))
+        # every answer measured from the first connection on (rocketmq_rpc_latency), into the
+        # broker's figures once it is built (rmqnet.broker.metrics)
+        self.server.observer = self.rpc.observe
         await self.server.start()
         try:
             port = self.server.port
@@ -108,11 +118,14 @@ class BrokerProcess:
             if config.grpc_listen_port is not None:
                 self.grpc = GrpcEndpoint(self.broker, self.host, config.grpc_listen_port, advertised_host=advertised_ip)
                 await self.grpc.start()
+            await self._start_metrics(self.broker)
             self._add_registrar(self.broker)
         except BaseException:
             await self.server.stop(0)
             if self.grpc is not None:
                 await self.grpc.stop(0)
+            if self.metrics is not None:
+                await self.metrics.close()
             if self.broker is not None:
                 await self.broker.replication.close()
             if self.store is not None:
@@ -127,6 +140,20 @@ class BrokerProcess:
         broker = self.broker
         assert broker is not None
         return broker.table.process(broker, conn, req)
+
+    async def _start_metrics(self, broker: Broker) -> None:
+        """With ``metricsExporterType=PROM``: answers measured, ``/metrics`` served on its own
+        thread (:mod:`rmqnet.broker.metrics_export`); ``OSError`` when its address is taken."""
+        server = self.server
+        broker.metrics.rpc = self.rpc
+        broker.connection_count = lambda: len(server.connections)
+        if broker.config.metrics_exporter_type != "PROM":
+            return
+        from .metrics_export import endpoint  # (prometheus_client only when asked)
+
+        self.metrics = endpoint(broker)
+        await self.metrics.serve()
+        log.info("metrics at http://%s/metrics", self.metrics.address)
 
     @staticmethod
     def _add_registrar(broker: Broker) -> None:
@@ -162,6 +189,8 @@ class BrokerProcess:
         if self.grpc is not None:
             stops.append(self.grpc.stop(grace_s))
         await asyncio.gather(*stops)
+        if self.metrics is not None:
+            await self.metrics.close()
         if self.broker is not None:
             await self.broker.close()  # the last persist; the registrar unregisters
         if self.store is not None:
@@ -181,6 +210,8 @@ async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = No
         print(f"broker {proc.broker.config.broker_name} grpc at {proc.grpc.address}", flush=True)
     line = f"broker {proc.broker.config.broker_name} ready at {address}"
     print(line, flush=True)
+    if proc.metrics is not None:  # (a second line: the first stays what readers of it parse)
+        print(f"metrics at http://{proc.metrics.address}/metrics", flush=True)
     if ready is not None:
         ready(address)
     await proc.wait_stopped()
@@ -213,6 +244,6 @@ def main(root: str, config: str | None, listen: str | None, namesrv: str | None)
     except StoreError as exc:
         print(f"rmqlog broker: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    except OSError as exc:  # a port that cannot be bound (listenPort, haListenPort, grpcListenPort)
-        print(f"rmqlog broker: cannot start: {exc}", file=sys.stderr)
-        return 1
+    except OSError as exc:  # a port that cannot be bound (listenPort, haListenPort, grpcListenPort, the metrics')
+        print(f"rmqlog broker: cannot listen: {exc}", file=sys.stderr)  # (the text names the address)
+        return 3

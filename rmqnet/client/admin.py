@@ -315,6 +315,12 @@ class Admin(RemoteClient):
         res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_BROKER_CONFIG)))
         return _decoded(res, lambda body: parse_properties(body.decode("utf-8")))
 
+    def runtime_info(self, broker_addr: str) -> dict[str, str]:
+        """The runtime figures of the broker at ``broker_addr`` (code 28, ``KVTable``): key ->
+        value text (``brokerVersionDesc``, ``putTps``, ``commitLogMaxOffset``...)."""
+        res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO)))
+        return _decoded(res, _kv_table)
+
     def update_broker_config(self, broker_addr: str, values: dict[str, str]) -> None:
         """Change keys of the broker's configuration (code 25); all or nothing. Raises
         :class:`BrokerError` for a key that is unknown, read at start only (NO_PERMISSION) or
@@ -360,6 +366,14 @@ class Admin(RemoteClient):
         """The message (a one-row table) of an offset message id, asked of the broker the id
         names (code 33). Raises ``ValueError`` (not an id), :class:`BrokerError`."""
         return call(self._view_by_id(offset_msg_id))
+
+
+def _kv_table(body: bytes) -> dict[str, str]:
+    """``KVTable`` JSON (``{"table": {key: value}}``) as a dict of strings."""
+    table = loads_fastjson(body).get("table")
+    if not isinstance(table, dict):
+        raise ValueError("no table")
+    return {str(k): str(v) for k, v in table.items()}
 
 
 def _decoded(res: RemotingCommand, decode: Any) -> Any:

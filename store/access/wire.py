@@ -516,6 +516,13 @@ class WireAccess:
         self._check_open()
         return replica_read(self.parts, int_arg("offset", offset, 0), int_arg("max_bytes", max_bytes, 1))
 
+    def dispatched_offset(self) -> int:
+        """How far the consume queues reach: the dispatcher's position (``dispatch.state``,
+        read without the dispatch lock: a dispatch in progress may be past it already). The
+        published tail minus this is RocketMQ's ``dispatchBehindBytes``."""
+        self._check_open()
+        return self.parts.dispatcher.dispatched()[0]
+
     def commit_log_min_offset(self) -> int:
         """The commitlog's first offset: the start of its oldest segment (RocketMQ's
         ``getMinPhyOffset``; 0 until retention deleted a segment)."""

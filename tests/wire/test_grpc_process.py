@@ -79,8 +79,8 @@ def test_the_broker_process_serves_grpc_and_stops_cleanly_with_a_stream_open(tmp
 
 
 def test_a_port_that_cannot_be_bound_stops_the_start_with_one_line(tmp_path: Path) -> None:
-    """The remoting port or grpcListenPort taken: exit 1 and one line naming it on stderr, no
-    traceback (the remoting port's case printed a traceback before)."""
+    """The remoting port or grpcListenPort taken: exit 3 (the name server's rule) and one line
+    naming it on stderr, no traceback (the remoting port's case printed a traceback before)."""
     import socket
 
     with socket.socket() as taken:
@@ -93,6 +93,6 @@ def test_a_port_that_cannot_be_bound_stops_the_start_with_one_line(tmp_path: Pat
                            ("remoting", ["--listen", f"127.0.0.1:{port}"])):
             p = subprocess.run([str(RMQLOG), "broker", str(tmp_path / name), *argv], capture_output=True, text=True,
                                timeout=60, cwd=tmp_path)
-            assert p.returncode == 1, (name, p.stderr)
+            assert p.returncode == 3, (name, p.stderr)
             assert "Traceback" not in p.stderr and str(port) in p.stderr, (name, p.stderr)
-            assert p.stderr.strip().splitlines()[-1].startswith("rmqlog broker: cannot start:"), p.stderr
+            assert p.stderr.strip().splitlines()[-1].startswith("rmqlog broker: cannot listen:"), p.stderr

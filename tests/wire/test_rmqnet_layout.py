@@ -36,7 +36,7 @@ from test_layout import (
 
 ROOT = Path(__file__).resolve().parents[2]
 NET = ROOT / "rmqnet"
-FLOORS = (("remoting",), ("grpc",), ("transport",), ("client", "namesrv", "ha"), ("broker",), ("cli",))
+FLOORS = (("remoting",), ("grpc",), ("transport", "metrics"), ("client", "namesrv", "ha"), ("broker",), ("cli",))
 FLOOR = {unit: n for n, units in enumerate(FLOORS) for unit in units}
 #: what the command may take from the store beyond its public API: the store's own command
 COMMAND_HANDS_OVER = {"rmqlog.admin.cli"}
