@@ -26,9 +26,9 @@ log = logging.getLogger(__name__)
 
 
 class ConsumeQueues:
-    """The consume queues of the store at ``paths``; ``configured_size``: the configured
-    segment size (``mapped_file_size_consume_queue``), used unless the files say otherwise
-    (see :meth:`segment_size_on_disk`); ``open_files``: the store's bound on open files, which
+    """The consume queues of the store at ``paths``; ``configured_size``: the store's segment
+    size (:mod:`rmqlog.segment_sizes`: its record, else what its files say,
+    :func:`segment_size_found`, else the config); ``open_files``: the store's bound on open files, which
     every queue's files share (see :mod:`rmqlog.log.open_files`): a queue object costs no
     descriptor, its files are opened on use and closed when least recently used."""
 
@@ -43,7 +43,8 @@ class ConsumeQueues:
         self.bounded_reads = mapped_file.hole_reads_allocate(paths.consumequeue_dir)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
-        self.segment_size = self.segment_size_on_disk(configured_size)
+        # (the store's size: its record, else what its files say, else the config: rmqlog.segment_sizes)
+        self.segment_size = configured_size
         #: a provisional size's settler (:mod:`rmqlog.segment_sizes`: a reader that found
         #: neither the store's record nor a consume-queue file): each queue settles at its
         #: first use once the record or its own files say the size
@@ -81,11 +82,6 @@ class ConsumeQueues:
     def all(self) -> list[ConsumeQueue]:
         """Every consume queue on disk (see :meth:`dirs`)."""
         return [self.get(topic, qid) for topic, qid, _ in self.dirs()]
-
-    def segment_size_on_disk(self, configured: int) -> int:
-        """The consume-queue segment size of this store's files, else ``configured``
-        (:func:`segment_size_found`; ``configured`` when the files include it)."""
-        return segment_size_found(self.paths, configured) or configured
 
     def queue_ids(self, topic: str) -> list[int]:
         """The queue ids of ``topic``'s folders on disk, sorted (none if not a valid name)."""
