@@ -24,7 +24,9 @@ A delete is a change of several files (this one, ``topics.json``, ``consumerOffs
 queues' files), so it is recorded here first, with ``"pending": true``, then done step by step
 (the config entry, the offsets, the units), then marked done (``pending`` dropped; an entry
 with no queue floor, a topic that had no units, removed). A delete killed at any step leaves
-a pending entry, and the next owner's open finishes it (:func:`rmqlog.recovery.queue_repair.finish_deletions`):
+a pending entry, and the next owner's open finishes it (the first owner's recovery,
+:func:`rmqlog.recovery.queue_repair.finish_deletions`, or any later owner's open while others
+hold the store):
 a kill leaves the topic as it was (killed before the record) or deleted, never in between
 (crash points ``delete.*``, :mod:`rmqlog.crash_points`). A read-only opener does not list a
 topic whose delete is pending. Files without ``pending`` (older versions) are done deletes.

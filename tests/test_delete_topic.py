@@ -219,3 +219,21 @@ def test_a_delete_records_before_it_removes_anything(tmp_path: Path, monkeypatch
         assert s.delete_topic("A") == (True, 1)
     assert seen == ["config:pending", "offsets:pending"]
     assert "pending" not in json.loads(path.read_text())["deletedTopics"]["A"]
+
+
+def test_a_delete_killed_while_another_process_holds_the_store_is_finished_by_the_next_opener(tmp_path: Path) -> None:
+    """The next opener is not the store's first (another holds it open, no recovery runs):
+    it finishes the pending delete all the same."""
+    from conftest import kill_at_crash_point
+
+    root = tmp_path / "s"
+    with rmqlog.MessageStore.open(root) as holder:
+        _fill(holder, "A", 6)
+        holder.commit_offset("G1", "A", 0, 2)
+        kill_at_crash_point(["-c", DELETE_CHILD, str(root)], "delete.config", 1, tmp=tmp_path)
+        assert "A" not in holder.topics()  # pending: not listed
+        with rmqlog.MessageStore.open(root) as s:
+            assert s.recovery is None  # (not the first opener)
+            assert s.committed_offset("G1", "A", 0) == -1 and _bodies(s, "A", 0) == []
+        raw = json.loads((root / "config" / "deletedTopics.json").read_text())
+        assert "pending" not in raw["deletedTopics"]["A"]
