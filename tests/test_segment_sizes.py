@@ -127,3 +127,44 @@ def test_the_commitlogs_segments_outweigh_the_record(tmp_path: Path) -> None:
     with rmqlog.MessageStore.open(root) as s:
         assert s.parts.commitlog.segment_size == 64 << 10
         assert s.message_by_offset(0)["body"] == b"u" and s.config.mapped_file_size_commit_log == 64 << 10
+
+
+WRITER = """
+import sys, rmqlog
+cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=2000)
+with rmqlog.MessageStore.open(sys.argv[1], cfg) as s:
+    print("open", flush=True)
+    sys.stdin.readline()
+    s.put("T", b"from another process", queue_id=0)
+    s.dispatch()
+    print("put", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_a_reader_and_a_writer_in_two_processes(tmp_path: Path) -> None:
+    """The writer's process creates the store with its sizes; a reader in another process,
+    with the default config, opened before the first segment, reads what it puts."""
+    import subprocess
+    import sys
+
+    from conftest import subprocess_env
+
+    root = tmp_path / "s"
+    child = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], env=subprocess_env(), text=True,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        assert child.stdout.readline() == "open\n"
+        with rmqlog.MessageStore.open(root, read_only=True) as reader:
+            child.stdin.write("go\n")
+            child.stdin.flush()
+            assert child.stdout.readline() == "put\n"
+            assert reader.read_queue("T", 0, 0, 1)["body"].to_pylist() == [b"from another process"]
+        child.stdin.write("end\n")
+        child.stdin.flush()
+        assert child.wait(60) == 0
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
