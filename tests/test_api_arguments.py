@@ -275,9 +275,8 @@ METHODS = {
     "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
     "replica_truncate", "record_boundary", "replication_checkpoint", "set_replication_checkpoint", "delay_offsets",
     "set_delay_offsets", "stored_rows", "wire_records", "put_messages", "flush_to", "dispatch_put",
-    "put_topic", "persist_topics", "topic_table", "merge_consumer_offsets", "merge_subscription_groups",
-    "record_head",
-    "dispatched_offset",
+    "put_topic", "remove_topic_config", "persist_topics", "topic_table", "merge_consumer_offsets",
+    "merge_subscription_groups", "record_head", "dispatched_offset",
 }
 
 

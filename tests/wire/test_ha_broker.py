@@ -366,10 +366,11 @@ def test_ha_port_default_taken_falls_back_configured_one_fails(tmp_path: Path) -
         b.store.close()
 
 
-def test_a_topic_deleted_on_the_master_is_deleted_on_its_slave(tmp_path: Path) -> None:
+def test_a_topic_deleted_on_the_master_leaves_its_slaves_table(tmp_path: Path) -> None:
     """SlaveSynchronize replaces the slave's topics with its master's (Java clears the table):
-    a topic the master deleted (215) goes from the slave too, with its offsets there; the
-    slave's system topics and the groups' retry topics stay."""
+    a topic the master deleted (215) leaves the slave's table too; its offsets there stay (Java
+    puts the master's offsets over the slave's, removing none); the slave's system topics and
+    the groups' retry topics stay."""
     from rmqlog import TopicConfig
     from rmqnet.broker.slave_sync import FIRST_DELAY_MS, PERIOD_MS
 
@@ -406,9 +407,62 @@ def test_a_topic_deleted_on_the_master_is_deleted_on_its_slave(tmp_path: Path) -
         await sync.close()
 
     _run(body)
-    assert slave.topics.get("Doomed") is None and slave.store.committed_offset("G1", "Doomed", 0) == -1
-    assert slave.consumer_offsets.query("G1", "Doomed", 0) == -1
+    assert slave.topics.get("Doomed") is None and "Doomed" not in slave.store.topic_table()
+    assert slave.consumer_offsets.query("G1", "Doomed", 0) == 4
     assert slave.topics.get("Kept") is not None and slave.topics.get("%RETRY%G9") is not None
     assert slave.topics.get("TBW102") is not None and slave.topics.get("SCHEDULE_TOPIC_XXXX") is not None
     master.store.close()
     slave.store.close()
+
+
+def test_a_topic_missing_from_the_masters_snapshot_keeps_its_units_on_the_slave(tmp_path: Path) -> None:
+    """Issue 44 item 1: a topic made on the master just after the snapshot the slave synced
+    from, its first records already replicated and dispatched on the slave: the sync drops the
+    topic from the slave's table only (Java's SlaveSynchronize replaces the config table and
+    touches no queue, no offset); its units stay readable, and the next snapshot brings it back."""
+    from rmqlog import TopicConfig
+
+    master = _broker(tmp_path / "m", "ASYNC_MASTER")
+    slave = _broker(tmp_path / "s", "SLAVE")
+    snapshot_without = master.table.process(master, FakePeer(), RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG, 1))
+    assert isinstance(snapshot_without, RemotingCommand)
+    master.topics.update(TopicConfig("Fresh", 1, 1))
+    for store in (master.store, slave.store):  # (the slave's copy as replication leaves it: same records)
+        for i in range(4):
+            store.put("Fresh", f"m{i}".encode(), queue_id=0)
+        store.dispatch()
+    slave.consumer_offsets.commit("G1", "Fresh", 0, 2)
+    assert slave.topics.get("Fresh") is not None  # (taken in from its units, as a slave does)
+    answers = [snapshot_without, None, snapshot_without]  # stale, the master's own, stale again
+
+    async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        if req.code == RequestCode.GET_ALL_TOPIC_CONFIG and (stale := answers.pop(0)) is not None:
+            return stale
+        res = master.table.process(master, FakePeer(), req)
+        assert isinstance(res, RemotingCommand)
+        return res
+
+    async def body() -> None:
+        sync = slave.slave_sync
+        sync.invoke = invoke
+        await sync.sync_all("10.0.0.1:10911")
+        assert sync.last_error is None
+        assert slave.topics.get("Fresh") is None  # the config table is the master's snapshot
+        assert slave.store.max_offset("Fresh", 0) == 4  # ... and the queue is untouched
+        assert slave.store.read_queue("Fresh", 0, 0, 4).num_rows == 4
+        assert slave.consumer_offsets.query("G1", "Fresh", 0) == 2
+        await sync.sync_all("10.0.0.1:10911")  # the next snapshot has it
+        assert slave.topics.get("Fresh") is not None
+        await sync.sync_all("10.0.0.1:10911")  # stale again, and then the master is lost
+        assert slave.topics.get("Fresh") is None
+        await sync.close()
+
+    _run(body)
+    assert slave.store.read_queue("Fresh", 0, 0, 4).num_rows == 4
+    slave.store.close()
+    # the slave promoted (restarted as the group's master): the topic is taken in from its queues
+    promoted = _broker(tmp_path / "s", "ASYNC_MASTER")
+    assert promoted.topics.get("Fresh") is not None and "Fresh" in promoted.store.topics()
+    assert promoted.store.read_queue("Fresh", 0, 0, 4).num_rows == 4
+    promoted.store.close()
+    master.store.close()
