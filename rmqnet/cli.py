@@ -25,6 +25,8 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from rmqlog.values import arg_type, parse_addresses, parse_host_port
+
 #: the store command's exit statuses (rmqlog.admin.exits): what was asked is wrong; cannot do it
 _WRONG, _CANNOT = 2, 3
 NETWORK_COMMANDS = ("namesrv", "broker")
@@ -36,11 +38,7 @@ WIRE_ADMIN = ("topic-list", "topic-create", "topic-delete", "topic-stats", "cons
 
 def parse_listen(text: str) -> tuple[str, int]:
     """``HOST:PORT`` (an IPv6 host in brackets) as (host, port); ``ValueError`` naming it."""
-    host, sep, port = text.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"--listen {text!r} is not HOST:PORT")
-    return host, int(port)
+    return parse_host_port("--listen", text, 0)  # rmqlog.values: its error is a ValueError
 
 
 def _listen_arg(text: str) -> tuple[str, int]:
@@ -63,8 +61,8 @@ def _parser() -> argparse.ArgumentParser:
                         description="Run a RocketMQ broker over the store at ROOT until SIGTERM or SIGINT.")
     br.add_argument("root", metavar="ROOT", help="the store's root folder")
     br.add_argument("-c", "--config", metavar="broker.conf", help="a RocketMQ broker.conf")
-    br.add_argument("--listen", metavar="HOST:PORT", help="overrides brokerIP1/listenPort (default 127.0.0.1:10911)")
-    br.add_argument("--namesrv", metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT (overrides namesrvAddr)")
+    br.add_argument("--listen", type=arg_type(parse_host_port, 0, text=True), metavar="HOST:PORT", help="overrides brokerIP1/listenPort (default 127.0.0.1:10911)")
+    br.add_argument("--namesrv", type=arg_type(parse_addresses, text=True), metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT (overrides namesrvAddr)")
     return ap
 
 

@@ -54,6 +54,7 @@ from typing import Any
 import pyarrow as pa
 
 from rmqlog.times import parse_time_ms
+from rmqlog.values import arg_type, parse_addresses, parse_int, parse_number
 
 from .client import Admin, BrokerError, ClientError, PullConsumer, TopicNotFoundError
 from .remoting.route import TopicRouteData
@@ -70,9 +71,9 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--namesrv", required=True, metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT")
+        p.add_argument("--namesrv", required=True, type=arg_type(parse_addresses, text=True), metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-        p.add_argument("--timeout", type=float, default=3.0, metavar="S", help="seconds per request (default 3)")
+        p.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S", help="seconds per request (default 3)")
         return p
 
     command("info", "clusters, brokers, and every topic's queues on every broker")
@@ -109,15 +110,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _count(low: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if n < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, not {n}")
-        return n
-    return parse
+    """An integer argument from ``low`` (:func:`rmqlog.values.parse_int`: ASCII digits only)."""
+    return arg_type(parse_int, low)
 
 
 def _time(text: str) -> int:

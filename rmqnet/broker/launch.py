@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmqlog import ConfigError, MessageStore, StoreConfig, StoreError, SystemClock
+from rmqlog.values import parse_host_port
 
 from ..remoting import RemotingCommand
 from .broker import Broker
@@ -52,11 +53,7 @@ GRACE_S = 5.0
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` too); ``ValueError`` naming what is wrong."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"--listen {listen!r} is not HOST:PORT with a port 0..65535")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port)
+    return parse_host_port("--listen", listen, 0)  # rmqlog.values' one address parser (a ValueError)
 
 
 def _transport() -> Any:

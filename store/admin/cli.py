@@ -52,6 +52,7 @@ from ..errors import InvalidArgumentError, StoreError
 from ..log.msgid import is_uniq_key, parse_offset_msg_id
 from ..message_store import MessageStore
 from ..times import parse_time_ms
+from ..values import arg_type, parse_int
 from . import changing, dead_letters, reading
 from .exits import HELP, STORE, CliError, code_for
 from .outpath import check_outside, open_output
@@ -71,24 +72,10 @@ def _is_message_id(msg_id: str) -> bool:
     return parse_offset_msg_id(msg_id) is not None or is_uniq_key(msg_id)
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
-
-
-def _non_negative(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {n}")
-    return n
+#: a count of at least 1, and an offset, a queue id or a count from 0 (rmqlog.values: ASCII
+#: digits only, so "1_0", " 5" and "٥" are refused as argparse's error, exit 2)
+_positive = arg_type(parse_int, 1)
+_non_negative = arg_type(parse_int, 0)
 
 
 def _time(text: str) -> int:
