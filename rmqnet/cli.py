@@ -31,9 +31,23 @@ from rmqlog.values import arg_type, parse_addresses, parse_host_port
 _WRONG, _CANNOT = 2, 3
 NETWORK_COMMANDS = ("namesrv", "broker")
 #: the store's reading commands that also work over the wire, given --namesrv (rmqnet.wire_reading)
-WIRE_READING = ("info", "topic-status", "lag", "consumer-progress", "read", "query", "dlq", "dead-letters")
+WIRE_READING = ("info", "topic-status", "lag", "consumer-progress", "read", "get", "query", "dlq", "dead-letters")
 #: the admin commands against one broker (rmqnet.wire_admin): network only, no store form
 WIRE_ADMIN = ("topic-list", "topic-create", "topic-delete", "topic-stats", "consumer-status", "broker-config")
+
+
+#: the commands served here, listed by ``rmqlog --help`` beside the store's (their own
+#: ``--help`` is their parser's: ``rmqlog broker --help``, ``rmqlog topic-create --help``)
+NETWORK_HELP = (
+    ("namesrv", "run a name server until SIGTERM"),
+    ("broker", "run a broker over a store until SIGTERM"),
+    ("topic-list", "a broker's topics with their queues, perm and order flag (--broker HOST:PORT)"),
+    ("topic-create", "create or update a topic on a broker (mqadmin updateTopic -b)"),
+    ("topic-delete", "delete a topic on a broker: its config and every group's offsets of it"),
+    ("topic-stats", "a topic's queues on a broker: min and max offset, last update"),
+    ("consumer-status", "a group's progress per queue, its consume TPS and its live consumers"),
+    ("broker-config", "a broker's configuration, or --set keys of it"),
+)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -121,7 +135,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         # public API imported here, because the command itself is handed over
         from rmqlog.admin.cli import main as store_main
 
-        return store_main(args)
+        return store_main(args, extra_commands=NETWORK_HELP)
     try:
         ns = _parser().parse_args(args)
     except SystemExit as exc:  # argparse: --help (0) or a wrong argument (2)
