@@ -80,10 +80,16 @@ def _parser() -> argparse.ArgumentParser:
     return ap
 
 
+def log_to_stderr() -> None:
+    """The servers' log lines, name server's and broker's alike: time, level, logger, message,
+    INFO and up, on stderr."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def _namesrv(host: str, port: int) -> int:
     from .namesrv.process import NameServerProcess
 
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_to_stderr()
 
     async def run() -> None:
         proc = NameServerProcess(host, port)
@@ -114,6 +120,7 @@ def _broker(args: argparse.Namespace) -> int:
             raise
         print("rmqlog broker: this build has no broker (rmqnet.broker.launch is missing)", file=sys.stderr)
         return _CANNOT
+    log_to_stderr()
     return int(launch(args.root, args.config, args.listen, args.namesrv))
 
 

@@ -233,10 +233,33 @@ def info(admin: Admin, args: argparse.Namespace) -> int:
     lines += [f"  {name:<24} " + " ".join(f"{k}={v}" for k, v in b["addrs"].items()) for name, b in brokers.items()]
     lines.append(f"topics       {len(topics)}")
     for name, t in topics.items():
-        ranges = " ".join(f"{q['brokerName']}/{q['queueId']}:[{q['min']},{q['max']})" for q in t["queues"])
-        lines.append(f"  {name:<24} {ranges}")
+        lines.append(f"  {name:<24} {queue_ranges(t['queues'])}")
     _emit(obj, args.json, lines)
     return OK
+
+
+def queue_ranges(queues: list[dict[str, Any]]) -> str:
+    """A topic's queues as text, ``broker/queueId:[min,max)`` each, a run of consecutive queues
+    of one broker with the same range written once (``broker-a/0-1023:[0,0)``: a system
+    topic's 1,024 empty queues are one item, not a line of 1,024)."""
+    items: list[str] = []
+    run: list[Any] = []  # [broker, first qid, last qid, min, max]
+    for q in queues:
+        b, qid, lo, hi = q["brokerName"], q["queueId"], q["min"], q["max"]
+        if run and run[0] == b and run[2] + 1 == qid and (run[3], run[4]) == (lo, hi):
+            run[2] = qid
+            continue
+        if run:
+            items.append(_run_text(run))
+        run = [b, qid, qid, lo, hi]
+    if run:
+        items.append(_run_text(run))
+    return " ".join(items)
+
+
+def _run_text(run: list[Any]) -> str:
+    b, first, last, lo, hi = run
+    return f"{b}/{first}{'' if first == last else f'-{last}'}:[{lo},{hi})"
 
 
 def topic_status(admin: Admin, args: argparse.Namespace) -> int:

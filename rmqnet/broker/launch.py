@@ -39,6 +39,7 @@ from ..remoting import RemotingCommand
 from .broker import Broker
 from .config import BrokerConfig
 from .registration import Registrar
+from .serve_lock import RootServedError, ServeLock
 
 if TYPE_CHECKING:
     from ..transport import Connection, RequestHandler
@@ -61,6 +62,22 @@ def _transport() -> Any:
     return importlib.import_module("rmqnet.transport")
 
 
+#: exit statuses of :func:`main`, as the name server's and the store command's: 0 a clean
+#: stop, 2 what was asked is wrong (broker.conf, --listen, the ACL files), 3 it cannot be done
+#: (an address that cannot be bound, a root another broker serves), 1 the store cannot be opened
+OK, STORE, WRONG, CANNOT = 0, 1, 2, 3
+
+
+class CannotListen(Exception):
+    """The broker's or its HA service's address cannot be bound (``address``; ``strerror``:
+    the system's reason, e.g. "Address already in use")."""
+
+    def __init__(self, address: str, exc: OSError) -> None:
+        self.address = address
+        self.strerror = exc.strerror or str(exc)
+        super().__init__(f"cannot listen on {address}: {self.strerror}")
+
+
 class BrokerProcess:
     """One broker serving ``root`` (see the module docstring)."""
 
@@ -74,6 +91,7 @@ class BrokerProcess:
         self.server: Any = None
         self._stop = asyncio.Event()
         self._services_task: asyncio.Task[None] | None = None
+        self._served = ServeLock(self.root)
 
     async def start(self) -> str:
         """Bind, open the store, build the broker, serve; returns the advertised address."""
@@ -84,16 +102,23 @@ class BrokerProcess:
         handler: RequestHandler = self._handle  # (what the transport calls: mypy holds the two alike)
         self.server = transport.RemotingServer(handler, host=self.host, port=self.port,
                                                limits=transport.Limits(**self.config.limits()))
-        await self.server.start()
+        try:
+            await self.server.start()
+        except OSError as exc:  # taken, or not an address of this host
+            raise CannotListen(f"{self.host}:{self.port}", exc) from None
         try:
             port = self.server.port
             advertised_ip = self.config.broker_ip1 if self.host in ("0.0.0.0", "::") else self.host
             config = self.config.replace(listen_port=port, broker_ip1=advertised_ip)
             store_config: StoreConfig = config.store.replace(store_host=config.advertised(port))
             self.store = MessageStore.open(self.root, store_config)
+            self._served.acquire()  # one broker per root (RootServedError): before any service runs
             self.store.start_services(scheduler=not config.slave)  # a slave's deliveries come from its master
             self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port))
-            await self.broker.replication.start(self.host, config.ha_port(self.port))
+            try:
+                await self.broker.replication.start(self.host, config.ha_port(self.port))
+            except OSError as exc:  # a configured haListenPort that is taken
+                raise CannotListen(f"{self.host}:{config.ha_port(self.port)} (haListenPort)", exc) from None
             self._add_registrar(self.broker)
         except BaseException:
             await self.server.stop(0)
@@ -101,6 +126,7 @@ class BrokerProcess:
                 await self.broker.replication.close()
             if self.store is not None:
                 self.store.close()
+            self._served.release()
             raise
         self._services_task = asyncio.create_task(self._run_services())
         return self.broker.address
@@ -148,6 +174,7 @@ class BrokerProcess:
             await self.broker.close()  # the last persist; the registrar unregisters
         if self.store is not None:
             self.store.close()
+        self._served.release()
 
 
 async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = None, port: int | None = None,
@@ -168,8 +195,9 @@ async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = No
 
 
 def main(root: str, config: str | None, listen: str | None, namesrv: str | None) -> int:
-    """``rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDR]``: 0 after a
-    clean stop, 2 for a bad configuration (broker.conf, the ACL files), 1 when the store cannot be opened."""
+    """``rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDR]``: its exit
+    status (:data:`OK`, :data:`WRONG`, :data:`CANNOT`, :data:`STORE`), each failure one line on
+    stderr, ``rmqlog broker: <why>``."""
     try:
         overrides: dict[str, Any] = {}
         host = None
@@ -183,12 +211,15 @@ def main(root: str, config: str | None, listen: str | None, namesrv: str | None)
             cfg = cfg.replace(broker_ip1=host)
     except (ValueError, StoreError) as exc:  # ConfigError is both
         print(f"rmqlog broker: {exc}", file=sys.stderr)
-        return 2
+        return WRONG
     try:
         return asyncio.run(serve(root, cfg, host=host, port=port))
     except ConfigError as exc:  # found at start (the ACL files of aclEnable=true)
         print(f"rmqlog broker: {exc}", file=sys.stderr)
-        return 2
+        return WRONG
+    except (CannotListen, RootServedError) as exc:
+        print(f"rmqlog broker: {exc}", file=sys.stderr)
+        return CANNOT
     except StoreError as exc:
         print(f"rmqlog broker: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return STORE
