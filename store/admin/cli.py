@@ -6,8 +6,9 @@
     rmqlog get ROOT (--offset N | --id MSGID) one message by commitlog offset, offset msgId or
                                               client msgId (UNIQ_KEY, through the index files)
     rmqlog query ROOT TOPIC [--key K | --id MSGID] [--begin T] [--end T] [--max N]
-                                              messages by key / client msgId (index files), or
-                                              by store time (TOPIC "*": every topic)
+                                              messages by key / msgId (a client msgId through the
+                                              index files, else an offset msgId), or by store
+                                              time (TOPIC "*": every topic); none: said, exit 1
     rmqlog export ROOT TOPIC --format jsonl|parquet --out PATH|- [--queue Q] [--from-offset N]
                   [--to-offset N] [--begin T] [--end T]   a topic's messages to a file or stdout
     rmqlog reset-offset ROOT GROUP TOPIC (--earliest | --latest | --timestamp T) [--queue Q] [--create]
@@ -27,7 +28,10 @@
 Every command takes ``--json`` (one JSON object, camelCase keys) and ``--config FILE`` (a
 RocketMQ broker.conf: the store's settings, e.g. the retention rules ``clean`` applies); the
 reading ones (info, topic-status, read, get, query, export, lag, verify, dlq) take ``--read-only``
-(nothing in the store changes, not even by opening it). Messages print one JSON object per
+(nothing in the store changes, not even by opening it); those of :data:`WIRE_READING` name
+``--namesrv`` in their help (the ``rmqlog`` entry point serves them over the wire, and lists its
+network commands in ``rmqlog --help`` through ``main(extra_commands=)``). Every value is
+parsed by :mod:`rmqlog.values` (exactly valid or refused, exit 2). Messages print one JSON object per
 line (:mod:`rmqlog.admin.jsonl`), so the output pipes into ``jq``. Times are ms since the
 epoch or ISO 8601, and a time without a zone is UTC (:mod:`rmqlog.times`).
 
