@@ -159,8 +159,8 @@ def _no_message_with_id(msg_id: str) -> str:
     host = ".".join(str(b) for b in raw[:4]) if len(raw) == 8 else raw[:16].hex()
     port = int.from_bytes(raw[-4:], "big")
     return (f"no message with msgId {msg_id}: as a client msgId (UNIQ_KEY) the index files hold none, and as an "
-            f"offset msgId it names commitlog offset {offset} of store host {host}:{port}, where this store has no "
-            "message of that host")
+            f"offset msgId it names commitlog offset {offset} of store host {host}:{port}, and this store holds no "
+            "message of that host there")
 
 
 def lag(s: MessageStore, args: argparse.Namespace) -> int:
