@@ -21,8 +21,6 @@ import rmqlog
 from rmqnet import cli
 from rmqnet.broker import launch
 from rmqnet.broker.config import BrokerConfig
-from rmqnet.broker.serve_lock import RootServedError
-from rmqnet.wire_reading import queue_ranges
 
 from .test_broker_pull_over_the_wire import Servers, servers  # noqa: F401  (the fixture)
 
@@ -64,6 +62,8 @@ def test_broker_log_lines_carry_time_and_level(tmp_path: Path, taken: int) -> No
 
 
 def test_a_second_broker_on_a_served_root_is_refused(tmp_path: Path) -> None:
+    from rmqnet.broker.serve_lock import RootServedError
+
     root = tmp_path / "root"
     config = BrokerConfig(broker_name="b", listen_port=0, store=rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 20))
 
@@ -104,6 +104,8 @@ def test_a_second_broker_process_exits_3_naming_the_root(tmp_path: Path) -> None
 
 
 def test_queue_ranges_write_a_run_once() -> None:
+    from rmqnet.wire_reading import queue_ranges
+
     queues = [{"brokerName": "b", "queueId": i, "min": 0, "max": 0} for i in range(1024)]
     assert queue_ranges(queues) == "b/0-1023:[0,0)"
     queues[5]["max"] = 3
