@@ -27,24 +27,37 @@ one of these kinds, on a connection of its own, or several of them on one connec
 - ``truncated``: a frame cut short, then the connection closed;
 - ``stall``: a frame cut short, the connection left open (up to 2 s) while other cases run;
 - ``binary``: a ROCKETMQ binary header with remark, extFields, key or value lengths past its end;
-- ``garbage``: random bytes.
+- ``garbage``: random bytes;
+- ``nested_body``: a heartbeat (34) or lock (41, 42) body nested deeper than RocketMQ's bodies
+  go (65 to 200,000 levels, balanced or not, arrays or objects, alone or inside a valid body): it
+  must be answered SYSTEM_ERROR (1) with a typed remark;
+- ``lone_surrogate``: a served code whose header holds a string that is not Unicode text (a lone
+  surrogate as the JSON escape ``\\ud800``, in a field it reads, an unknown field, a key, the
+  remark or the language), or a heartbeat or lock body holding one: answered SYSTEM_ERROR (1);
+- ``ns_values``: the same two against the name server (a RegisterBrokerBody nested deep or with a
+  lone surrogate in a topic, a route query (105) or a KV read (101) with one): answered 1.
 
 Each case waits for an answer or the broker closing the connection (at most 2 s), and is tallied
 by what happened (``answered <code>``, ``closed``, ``no answer``). Every 500 cases the broker must
 be alive and answer a GET_BROKER_RUNTIME_INFO (28). Reported: crashes (the broker process gone or
 not answering: must be 0), the broker's RSS before and after (bounded: at most 64 MiB of growth),
 the healthy client's rate with and without the fuzz (>= 0.8x) and its errors (must be 0), and the
-cases whose outcome is not the one their kind must have (``EXPECTED``; must be 0). Exit 1
-if any check fails (the throughput one unless ``--no-throughput-check``).
+cases whose outcome is not the one their kind must have (``EXPECTED``; must be 0), the untyped
+answers of any kind (a remark that is an exception's text, ``RecursionError: ...``, or "the answer
+does not encode": must be 0; tallied ``answered 1 untyped``) and the tracebacks in the broker's
+and the name server's logs (must be 0). Exit 1 if any check fails (the throughput one unless
+``--no-throughput-check``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import builtins
 import contextlib
 import json
 import random
+import re
 import shutil
 import signal
 import struct
@@ -218,24 +231,110 @@ def case_garbage(rng: random.Random) -> bytes:
     return rng.randbytes(rng.randint(1, 4096))
 
 
+#: the deepest a peer's JSON body may nest (rmqnet.remoting.json_values.MAX_BODY_DEPTH)
+MAX_BODY_DEPTH = 64
+
+
+def _deep(rng: random.Random) -> bytes:
+    """A JSON value nested deeper than a body may be: balanced or left open."""
+    n = rng.choice([MAX_BODY_DEPTH + 1, 100, 1000, 100_000, rng.randint(MAX_BODY_DEPTH + 1, 200_000)])
+    opener, closer = rng.choice([(b"[", b"]"), (b'{"a":', b"}"), (b'[{"k":', b"}]"), (b'{"s":"[[[",' + b'"a":', b"}")])
+    value = rng.choice([b"1", b'"x"', b"[]", b"{}"])
+    return opener * n + value + (closer * n if rng.random() < 0.7 else b"")
+
+
+def _body_around(rng: random.Random, code: int, inner: bytes) -> bytes:
+    """``inner`` where a heartbeat's or lock body's list goes, or alone."""
+    if rng.random() < 0.3:
+        return inner
+    if code == 34:
+        return (b'{"clientID":"fuzz","producerDataSet":[],"consumerDataSet":[{"groupName":"G",'
+                b'"subscriptionDataSet":' + inner + b"}]}")
+    return b'{"consumerGroup":"G","clientId":"fuzz","mqSet":' + inner + b"}"
+
+
+def case_nested_body(rng: random.Random) -> bytes:
+    code = rng.choice([34, 41, 42])
+    return frame(jheader(code, {}, opaque=rng.randint(0, 2**31 - 1)), _body_around(rng, code, _deep(rng)))
+
+
+def _lone(rng: random.Random) -> str:
+    """Text holding a lone surrogate (json.dumps writes it as its escape)."""
+    s = rng.choice([chr(rng.randint(0xD800, 0xDBFF)), chr(rng.randint(0xDC00, 0xDFFF)), "\udc00\ud800"])
+    return rng.choice(["", "T", "x" * rng.randint(1, 50)]) + s + rng.choice(["", "x", "é"])
+
+
+def case_lone_surrogate(rng: random.Random) -> bytes:
+    code = rng.choice(list(SERVED))
+    ext: dict[str, Any] = {name: rng.choice(["0", "1", TOPIC, "G"]) for name in SERVED[code]}
+    where = rng.random()
+    body = b""
+    more: dict[str, Any] = {}
+    if code in (34, 41, 42) and where < 0.3:
+        inner = json.dumps([{"groupName": _lone(rng), "topic": _lone(rng), "subString": f"a = '{_lone(rng)}'",
+                             "brokerName": "b", "queueId": 0}])
+        body = _body_around(rng, code, inner.encode())
+    elif where < 0.6 and ext:
+        ext[rng.choice(list(ext))] = _lone(rng)
+    elif where < 0.75:
+        ext[_lone(rng)] = "v"
+    elif where < 0.9:
+        more["remark"] = _lone(rng)
+    else:
+        more["language"] = _lone(rng)
+    if not body and code in (34, 41, 42):  # (a body its header never reaches: refused first)
+        body = b'{"clientID":"fuzz"}'
+    return frame(jheader(code, ext, opaque=rng.randint(0, 2**31 - 1), **more), body)
+
+
+def case_ns_values(rng: random.Random) -> bytes:
+    r = rng.random()
+    opaque = rng.randint(0, 2**31 - 1)
+    if r < 0.5:
+        ext = {"brokerName": "fuzz-broker", "brokerAddr": "127.0.0.1:1", "clusterName": "FuzzCluster",
+               "haServerAddr": "", "brokerId": "0", "compressed": "false", "bodyCrc32": "0"}
+        if rng.random() < 0.5:
+            body = b'{"topicConfigSerializeWrapper":{"topicConfigTable":' + _deep(rng) + b"}}"
+        else:
+            name = _lone(rng)
+            body = json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": {name: {
+                "topicName": name, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}},
+                "dataVersion": {"timestamp": 1, "counter": 1}}, "filterServerList": []}).encode()
+        return frame(jheader(103, ext, opaque=opaque), body)
+    if r < 0.8:
+        return frame(jheader(105, {"topic": _lone(rng)}, opaque=opaque))
+    return frame(jheader(101, {"namespace": _lone(rng), "key": "k"}, opaque=opaque))
+
+
 KINDS: dict[str, Callable[[random.Random], bytes]] = {
     "length": case_length, "header_length": case_header_length, "serialize_type": case_serialize_type,
     "json": case_json, "field_types": case_field_types, "unknown_code": case_unknown_code,
     "unknown_oneway": case_unknown_oneway, "bad_fields": case_bad_fields, "truncated": case_truncated, "stall": case_truncated, "binary": case_binary,
-    "garbage": case_garbage,
+    "garbage": case_garbage, "nested_body": case_nested_body, "lone_surrogate": case_lone_surrogate,
+    "ns_values": case_ns_values,
 }
+#: kinds sent to the name server (every other kind goes to the broker)
+TO_NAMESRV = frozenset(("ns_values",))
+#: a remark that is no answer of ours but the text of one of Python's own exceptions (what the
+#: transport answers when a handler raises: ``RecursionError: ...``) or of its last resorts; the
+#: store's typed errors (``InvalidTopicError: field 'topic': ...``) are answers of ours
+_BUILTIN_ERRORS = "|".join(sorted(name for name, v in vars(builtins).items()
+                                  if isinstance(v, type) and issubclass(v, BaseException)))
+UNTYPED = re.compile(rf"^(?:(?:{_BUILTIN_ERRORS}):|the answer does not encode|the processor returned)")
 
 
 # ---- running them ------------------------------------------------------------------------------
 
 async def _outcome(reader: asyncio.StreamReader, wait_s: float) -> str:
-    """What the broker did: ``answered <code>`` (first answer), ``closed``, or ``no answer``."""
+    """What the broker did: ``answered <code>`` (first answer; ``answered <code> untyped`` when its
+    remark is an exception's text: :data:`UNTYPED`), ``closed``, or ``no answer``."""
     try:
         head = await asyncio.wait_for(reader.readexactly(8), wait_s)
         length, word = _II.unpack(head)
         hlen = word & 0xFFFFFF
-        header = await asyncio.wait_for(reader.readexactly(hlen), wait_s)
-        return f"answered {json.loads(header).get('code')}"
+        header = json.loads(await asyncio.wait_for(reader.readexactly(hlen), wait_s))
+        untyped = " untyped" if UNTYPED.match(str(header.get("remark") or "")) else ""
+        return f"answered {header.get('code')}{untyped}"
     except TimeoutError:  # first: TimeoutError is an OSError, which means "closed" below
         return "no answer"
     except asyncio.IncompleteReadError:
@@ -282,7 +381,8 @@ async def broker_answers(addr: tuple[str, int]) -> bool:
 #: request with a code the broker does not serve is answered REQUEST_CODE_NOT_SUPPORTED (3), and
 #: as a oneway request it is not answered and its connection stays open (RocketMQ 4.9.8's
 #: ``NettyRemotingAbstract.processRequestCommand``)
-EXPECTED = {"unknown_code": "answered 3", "unknown_oneway": "no answer"}
+EXPECTED = {"unknown_code": "answered 3", "unknown_oneway": "no answer", "nested_body": "answered 1",
+            "lone_surrogate": "answered 1", "ns_values": "answered 1"}
 
 
 def unexpected(tally: Counter[str]) -> dict[str, int]:
@@ -296,7 +396,7 @@ def unexpected(tally: Counter[str]) -> dict[str, int]:
 
 
 async def fuzz(addr: tuple[str, int], cases: int, seed: int, concurrency: int, broker: subprocess.Popen[bytes],
-               tally: Counter[str]) -> int:
+               tally: Counter[str], ns_addr: tuple[str, int] | None = None) -> int:
     """Run the cases; returns the crashes seen (the broker gone or not answering)."""
     rng = random.Random(seed)
     kinds = list(KINDS)
@@ -320,8 +420,9 @@ async def fuzz(addr: tuple[str, int], cases: int, seed: int, concurrency: int, b
             async with stalls:
                 tally[f"{kind}: {await run_case(addr, kind, payloads, crng)}"] += 1
             return
+        target = ns_addr if kind in TO_NAMESRV and ns_addr is not None else addr
         async with sem:
-            tally[f"{kind}: {await run_case(addr, kind, payloads, crng)}"] += 1
+            tally[f"{kind}: {await run_case(target, kind, payloads, crng)}"] += 1
 
     for start in range(0, cases, 500):
         batch = plan[start : start + 500]
@@ -405,6 +506,15 @@ class Healthy:
             self.proc.kill()
 
 
+def tracebacks(log: Path) -> int:
+    """Tracebacks (and asyncio's "Fatal error" lines) in a process's log."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return 0
+    return text.count("Traceback (most recent call last)") + text.count("Fatal error")
+
+
 def rss(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -441,16 +551,17 @@ def main(argv: list[str] | None = None) -> int:
                                       base / "broker.log", "ready at", "the broker")
     host, port = addr_text.rsplit(":", 1)
     addr = (host, int(port))
+    ns_host, ns_port = namesrv.rsplit(":", 1)
     failed: list[str] = []
     healthy: Healthy | None = None
+    tally: Counter[str] = Counter()
     try:
         healthy = Healthy(namesrv)
         time.sleep(args.baseline_s)  # the healthy client alone: the first half of the baseline
         a = healthy.mark()
         rss_before = rss(broker.pid)
-        tally: Counter[str] = Counter()
         t0 = time.monotonic()
-        crashes = asyncio.run(fuzz(addr, args.cases, args.seed, args.concurrency, broker, tally))
+        crashes = asyncio.run(fuzz(addr, args.cases, args.seed, args.concurrency, broker, tally, (ns_host, int(ns_port))))
         fuzz_s = time.monotonic() - t0
         b = healthy.mark()
         rss_after = rss(broker.pid) if broker.poll() is None else -1
@@ -492,6 +603,14 @@ def main(argv: list[str] | None = None) -> int:
                     proc.kill()
     if broker.returncode not in (0, None):
         failed.append(f"broker exit status {broker.returncode}")
+    untyped = sum(n for key, n in tally.items() if key.endswith(" untyped"))
+    print(f"untyped answers: {untyped}")
+    if untyped:
+        failed.append("untyped answers")
+    logs = {name: tracebacks(base / f"{name}.log") for name in ("broker", "namesrv")}
+    print(f"tracebacks: {logs['broker']} in the broker's log, {logs['namesrv']} in the name server's")
+    if any(logs.values()):
+        failed.append("tracebacks")
     print(f"{args.cases} cases, {len(failed) and 'FAILED: ' + ', '.join(failed) or 'all checks met'}", flush=True)
     if not failed and args.root is None:
         shutil.rmtree(base, ignore_errors=True)

@@ -1,7 +1,8 @@
 """The ``rmqlog`` command's entry point: the network commands, and every other command handed
 to the store's command (:func:`rmqlog.admin.cli.main`) unchanged.
 
-    rmqlog namesrv [--listen HOST:PORT]       a name server (default 127.0.0.1:9876)
+    rmqlog namesrv [--listen HOST:PORT] [-c namesrv.conf]
+                                              a name server (default 127.0.0.1:9876)
     rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDRS]
                                               a broker over the store at ROOT
     rmqlog info|topic-status|lag|read|query|dlq --namesrv ADDRS ...
@@ -71,6 +72,9 @@ def _parser() -> argparse.ArgumentParser:
                                     "info, the topic list) until SIGTERM or SIGINT.")
     ns.add_argument("--listen", type=_listen_arg, default=("127.0.0.1", 9876), metavar="HOST:PORT",
                     help="address to listen on (default 127.0.0.1:9876; port 0: any free port)")
+    ns.add_argument("-c", "--config", metavar="namesrv.conf",
+                    help="who may register brokers: aclEnable, innerClientAuthenticationCredentials, "
+                         "registerBrokerAllowList (docs/broker.md \"Access control\")")
     br = sub.add_parser("broker", help="run a broker over a store until SIGTERM",
                         description="Run a RocketMQ broker over the store at ROOT until SIGTERM or SIGINT.")
     br.add_argument("root", metavar="ROOT", help="the store's root folder")
@@ -86,13 +90,19 @@ def log_to_stderr() -> None:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-def _namesrv(host: str, port: int) -> int:
+def _namesrv(host: str, port: int, config_path: str | None = None) -> int:
+    from .namesrv.config import NamesrvConfig, NamesrvConfigError
     from .namesrv.process import NameServerProcess
 
     log_to_stderr()
+    try:
+        config = NamesrvConfig.from_file(config_path) if config_path is not None else NamesrvConfig()
+    except NamesrvConfigError as exc:
+        print(f"rmqlog namesrv: {exc}", file=sys.stderr)
+        return _WRONG
 
     async def run() -> None:
-        proc = NameServerProcess(host, port)
+        proc = NameServerProcess(host, port, config=config)
         ready = asyncio.Event()
         task = asyncio.ensure_future(proc.serve(ready))
         waiter = asyncio.ensure_future(ready.wait())
@@ -148,7 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse: --help (0) or a wrong argument (2)
         return int(exc.code) if isinstance(exc.code, int) else _WRONG
     if ns.cmd == "namesrv":
-        return _namesrv(*ns.listen)
+        host, port = ns.listen
+        return _namesrv(host, port, ns.config)
     return _broker(ns)
 
 

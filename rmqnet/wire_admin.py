@@ -20,6 +20,15 @@ the broker refused it: an unknown topic, a system topic, a key that cannot be ch
 value; the broker's remark is printed), 3 the broker cannot be asked (refused, timed out).
 Names are checked by the broker (never used as paths there); ``--set`` is checked as a whole
 by the broker, so nothing changes unless every key can.
+
+Credentials, for a cluster with ``aclEnable`` (these commands and the reading ones,
+:mod:`rmqnet.wire_reading`): ``--access-key K --secret-key S``, else ``--credentials FILE``
+(``accessKey: K`` and ``secretKey: S`` lines, RocketMQ's ``conf/tools.yml``; refused when its
+group or others have any permission on it), else ``RMQ_ACCESS_KEY``/``RMQ_SECRET_KEY`` from
+the environment; every request is then signed in the bound form. A broker refusing an
+unsigned or wrongly signed request is reported with its remark and a hint naming these
+options (exit 2); credentials that cannot be used (one key alone, a file open to others) exit 2
+before any request.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from typing import Any
 from rmqlog.values import arg_type, parse_host_port, parse_int, parse_number
 
 from .client import Admin, BrokerError, ClientError
+from .remoting.credentials import CredentialsError, cli_credentials
 from .remoting.route import PERM_RW
 
 #: the store command's exit statuses (rmqlog.admin.exits)
@@ -62,6 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--broker", required=True, type=arg_type(parse_host_port, text=True), metavar="HOST:PORT", help="the broker's address")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         p.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S", help="seconds per request (default 3)")
+        add_credentials(p)
         return p
 
     command("topic-list", "the broker's topics with their queues, perm and order flag")
@@ -82,6 +93,34 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--set", type=_pair, action="append", default=None, metavar="KEY=VALUE",
                    help="change a key (repeatable; all or nothing; only keys the broker reads per request)")
     return ap
+
+
+def add_credentials(p: argparse.ArgumentParser) -> None:
+    """The credential options of a command (module docstring)."""
+    g = p.add_argument_group("credentials (a cluster with aclEnable)")
+    g.add_argument("--access-key", metavar="KEY", help="the account's access key (or RMQ_ACCESS_KEY)")
+    g.add_argument("--secret-key", metavar="SECRET", help="its secret key (or RMQ_SECRET_KEY; a command line is "
+                   "visible to other users of the host: prefer --credentials or the environment)")
+    g.add_argument("--credentials", metavar="FILE", help="a file of accessKey: and secretKey: lines (mode 600)")
+
+
+def credentials_of(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """The client's ``access_key`` and ``secret_key`` (both None: unsigned); raises
+    :class:`CredentialsError`."""
+    creds = cli_credentials(args.access_key, args.secret_key, args.credentials)
+    return (None, None) if creds is None else creds
+
+
+#: the remark of a broker's ACL refusal (rmqnet.broker.acl.ACL_EXCEPTION)
+_ACL_REFUSAL = "org.apache.rocketmq.acl.common.AclException"
+
+
+def refusal_text(exc: BrokerError) -> str:
+    """``exc`` as printed, with a hint when it is an ACL refusal."""
+    if exc.remark is not None and _ACL_REFUSAL in exc.remark:
+        return (f"{exc} (the broker checks access: give --access-key and --secret-key, --credentials FILE, or "
+                "RMQ_ACCESS_KEY and RMQ_SECRET_KEY)")
+    return str(exc)
 
 
 def _iso(ms: int) -> str | None:
@@ -193,15 +232,20 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:  # --help (0) or a wrong argument (2)
         return int(exc.code) if isinstance(exc.code, int) else USAGE
     try:
+        ak, sk = credentials_of(args)
+    except CredentialsError as exc:
+        _error(str(exc))
+        return USAGE
+    try:
         # the client needs a name server address; these commands ask the broker alone
-        admin = Admin(args.broker, timeout_s=args.timeout)
+        admin = Admin(args.broker, timeout_s=args.timeout, access_key=ak, secret_key=sk)
     except ValueError as exc:
         _error(f"--broker: {exc}")
         return USAGE
     try:
         return HANDLERS[args.cmd](admin, args)
     except BrokerError as exc:  # the broker refused what was asked (its remark names why)
-        _error(str(exc))
+        _error(refusal_text(exc))
         return USAGE
     except ClientError as exc:
         _error(str(exc))

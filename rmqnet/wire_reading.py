@@ -75,7 +75,9 @@ from .client import (
     TopicNotFoundError,
     parse_offset_msg_id,
 )
+from .remoting.credentials import CredentialsError
 from .remoting.route import TopicRouteData
+from .wire_admin import add_credentials, credentials_of, refusal_text
 
 #: the store command's exit statuses (rmqlog.admin.exits)
 OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
@@ -91,6 +93,7 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--namesrv", required=True, type=arg_type(parse_addresses, text=True), metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         p.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S", help="seconds per request (default 3)")
+        add_credentials(p)
         return p
 
     command("info", "clusters, brokers, and every topic's queues on every broker")
@@ -323,7 +326,9 @@ def read(admin: Admin, args: argparse.Namespace) -> int:
     if not _addressed(route, name):
         raise _Usage(f"broker {name!r} has no address in the route of {args.topic!r}")
     offset = args.offset if args.offset is not None else admin.min_offset(name, args.topic, args.queue)
-    with PullConsumer("rmqlog_cli", ";".join(admin.namesrv_addrs), timeout_s=admin.timeout_s) as consumer:
+    with PullConsumer("rmqlog_cli", ";".join(admin.namesrv_addrs), timeout_s=admin.timeout_s,
+                      access_key=admin.credentials and admin.credentials[0],
+                      secret_key=admin.credentials and admin.credentials[1]) as consumer:
         res = consumer.pull(args.topic, args.queue, offset, args.count, subscription=args.tags, broker_name=name)
     status = {"status": res.status, "nextOffset": res.next_begin_offset, "minOffset": res.min_offset,
               "maxOffset": res.max_offset}
@@ -398,7 +403,9 @@ def dead_letters(admin: Admin, args: argparse.Namespace) -> int:
     topic = "%DLQ%" + args.group
     route = _route(admin, topic)
     tables: list[pa.Table] = []
-    with PullConsumer("rmqlog_cli", ";".join(admin.namesrv_addrs), timeout_s=admin.timeout_s) as consumer:
+    with PullConsumer("rmqlog_cli", ";".join(admin.namesrv_addrs), timeout_s=admin.timeout_s,
+                      access_key=admin.credentials and admin.credentials[0],
+                      secret_key=admin.credentials and admin.credentials[1]) as consumer:
         for name in sorted({q.broker_name for q in route.queue_datas if q.read_queue_nums}):
             if not _addressed(route, name):
                 continue
@@ -423,8 +430,9 @@ def main(argv: Sequence[str]) -> int:
     handler = {"info": info, "topic-status": topic_status, "lag": lag, "consumer-progress": lag, "read": read,
                "get": get, "query": query, "dlq": dead_letters, "dead-letters": dead_letters}[args.cmd]
     try:
-        admin = Admin(args.namesrv, timeout_s=args.timeout)
-    except ValueError as exc:
+        ak, sk = credentials_of(args)
+        admin = Admin(args.namesrv, timeout_s=args.timeout, access_key=ak, secret_key=sk)
+    except (ValueError, CredentialsError) as exc:
         _error(str(exc))
         return USAGE
     try:
@@ -432,7 +440,10 @@ def main(argv: Sequence[str]) -> int:
     except _Usage as exc:
         _error(str(exc))
         return USAGE
-    except (BrokerError, ClientError) as exc:
+    except BrokerError as exc:
+        _error(refusal_text(exc))
+        return CANNOT
+    except ClientError as exc:
         _error(str(exc))
         return CANNOT
     except BrokenPipeError:  # the reader went away (| head)

@@ -55,6 +55,7 @@ from .results import (
     GetMessageStatus,
     PutMessageResult,
     PutMessageStatus,
+    RecordHead,
     StoredRecords,
 )
 from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
@@ -73,7 +74,7 @@ __all__ = [
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "ReplicaOffsetError", "ReplicaStreamError", "StoreBusyError", "StoreClosedError", "StoreNotFoundError",
     "TooManyOpenFilesError", "WrongFileTypeError",
-    "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "StoredRecords", "parse_tag_filter", "FilterParseError", "Sql92Filter", "compile_filter",
+    "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "RecordHead", "StoredRecords", "parse_tag_filter", "FilterParseError", "Sql92Filter", "compile_filter",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA", "MIN_RECORD_SIZE", "WAITING_TOPICS", "is_uniq_key", "check_utf8_column",
     "PUBLIC_MODULES", "decode_message_batch", "decode_record_rows", "decode_records", "send_back_table", "WireMessage",
     "PutRows",

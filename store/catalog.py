@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import safe_open
-from .arguments import int_arg, offset_arg, queue_id_arg
+from .arguments import bool_arg, int_arg, offset_arg, queue_id_arg
 from .config_files import (
     SubscriptionGroupConfig,
     TopicConfig,
@@ -215,7 +215,7 @@ class CatalogCalls:
 
     def merge_consumer_offsets(self, changes: Mapping[str, Mapping[int, int] | None], *,
                                base: dict[str, dict[int, int]] | None = None,
-                               since: FileStamp | None = None) -> TableMerge[dict[int, int]]:
+                               since: FileStamp | None = None, applied: bool = False) -> TableMerge[dict[int, int]]:
         """Merge a table of consumer offsets kept in memory with ``config/consumerOffset.json``,
         under the store's config lock, by the rule of :mod:`rmqlog.config_tables`: the file is
         read again only when it is not the one ``since`` names (another process wrote it, or
@@ -226,7 +226,9 @@ class CatalogCalls:
         ``changes``: ``{"<topic>@<group>": {queue_id: offset}}`` (the queues set; the key's
         other queues kept) or ``{key: None}`` (the key removed); ``base`` and ``since``: the
         ``table`` and ``stamp`` of this call's previous answer (``base`` may already hold the
-        changes). Returns :class:`rmqlog.config_tables.TableMerge`: keep its table and stamp
+        changes); ``applied=True``: ``base`` holds every change already (they are applied only
+        to the file's table when it is read again), and its owner may go on changing it from
+        another thread during the merge (a broker persisting off its event loop). Returns :class:`rmqlog.config_tables.TableMerge`: keep its table and stamp
         for the next call. A bad name raises :class:`rmqlog.errors.InvalidTopicError` /
         :class:`rmqlog.errors.InvalidGroupError`, a queue id outside ``[0, 2**31)``, an offset
         outside ``[0, 2**63)`` or a wrong type :class:`rmqlog.errors.InvalidArgumentError`
@@ -235,7 +237,8 @@ class CatalogCalls:
         checked = offset_changes_arg(changes)  # (first: ``changes`` is read for its truth below)
         self._check_open("merge_consumer_offsets" if checked else None)
         _merge_args(base, since)
-        return self.parts.consumer_offsets.merge(checked, base=base, since=since)
+        applied = bool_arg("applied", applied)
+        return self.parts.consumer_offsets.merge(checked, base=base, since=since, applied=applied)
 
     def merge_subscription_groups(self, changes: Mapping[str, SubscriptionGroupConfig | None], *,
                                   base: dict[str, SubscriptionGroupConfig] | None = None,

@@ -374,9 +374,9 @@ class ConsumerOffsetManager:
         return {k: dict(v) for k, v in self._current().items()}
 
     def merge(self, changes: Mapping[str, Mapping[int, int] | None], *, base: dict[str, dict[int, int]] | None = None,
-              since: FileStamp | None = None) -> TableMerge[dict[int, int]]:
+              since: FileStamp | None = None, applied: bool = False) -> TableMerge[dict[int, int]]:
         """:meth:`rmqlog.config_tables.TableFile.merge` of checked changes."""
-        return self.file.merge(changes, base=base, since=since)
+        return self.file.merge(changes, base=base, since=since, applied=applied)
 
     def _merge_cached(self, changes: Mapping[str, Mapping[int, int] | None]) -> None:
         with self._mutex:

@@ -186,11 +186,12 @@ class TableFile(Generic[V]):
 
     # ----------------------------------------------------------------- merges
     def merge(self, changes: Mapping[str, Any], *, base: dict[str, V] | None = None,
-              since: FileStamp | None = None, durable: bool = True) -> TableMerge[V]:
+              since: FileStamp | None = None, durable: bool = True, applied: bool = False) -> TableMerge[V]:
         """The rule of the module docstring, under ``config.lock``. ``changes``: by name, the
         caller's change of each entry (checked by the caller; ``None`` removes it); ``base`` and
         ``since``: the caller's table and the stamp of its last merge (``base`` may already hold
-        the changes; they are applied again); ``durable``: the data and the folder synced before
+        the changes; they are applied again, unless ``applied``: ``base`` already holds every one, and
+        they are applied only to a table read again); ``durable``: the data and the folder synced before
         the answer (a persist of a table kept in memory; one entry written at a time, as the
         ``rmqlog`` command and Spark commit, is not). Raises :class:`rmqlog.errors.CorruptStoreError`
         for an unreadable file, :class:`rmqlog.errors.DiskFullError` when it cannot be written
@@ -201,8 +202,11 @@ class TableFile(Generic[V]):
             reread = base is None or not self._unchanged(since)
             table = self._read() if reread else base
             assert table is not None
-            for name, change in changes.items():
-                apply(table, name, change)
+            if reread or not applied:
+                for name, change in changes.items():
+                    apply(table, name, change)
+            # (with ``applied``, ``base`` is read only by the write's dict merge and JSON dump,
+            # C calls that hold the GIL: its owner may go on changing it from another thread)
             if changes:
                 try:
                     self._write(table, durable)

@@ -275,6 +275,7 @@ METHODS = {
     "replica_truncate", "record_boundary", "replication_checkpoint", "set_replication_checkpoint", "delay_offsets",
     "set_delay_offsets", "stored_rows", "wire_records", "put_messages", "flush_to", "dispatch_put",
     "put_topic", "persist_topics", "topic_table", "merge_consumer_offsets", "merge_subscription_groups",
+    "record_head",
 }
 
 

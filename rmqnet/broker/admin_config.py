@@ -4,7 +4,8 @@
 
 - 26: body the configuration as Java properties text (``MixAll.properties2String``: one
   ``key=value`` a line, broker.conf's keys: :class:`~rmqnet.broker.config.BrokerConfig`'s and
-  the store's :class:`rmqlog.StoreConfig`'s, camelCase; unset values left out); extField
+  the store's :class:`rmqlog.StoreConfig`'s, camelCase; unset values and the keys holding a
+  secret, :data:`SECRET_KEYS`, left out); extField
   ``version``, the configuration's ``DataVersion`` JSON (``{"counter","timestamp"}``), moved
   by every update.
 - 25: body Java properties text of the keys to change. Checked as a whole before anything
@@ -47,6 +48,8 @@ UPDATABLE = frozenset({
 #: ``AdminBrokerProcessor.configBlackList`` (with ``BrokerConfig.configBlackList``'s default)
 BLACK_LIST = frozenset({"brokerConfigPath", "rocketmqHome", "configBlackList"})
 BLACK_LIST_REMARK = "Can not update config in black list."
+#: keys whose value holds a secret: never answered by 26 (ours; RocketMQ 5.3 answers them)
+SECRET_KEYS = frozenset({"innerClientAuthenticationCredentials"})
 
 
 def _text(value: Any) -> str | None:
@@ -69,6 +72,8 @@ def config_properties(broker: Broker) -> dict[str, str]:
         if v is not None:
             out[head + "".join(w.capitalize() for w in rest)] = v
     for key, name in broker_keys().items():
+        if key in SECRET_KEYS:
+            continue
         v = _text(getattr(cfg, name))
         if v is not None:
             out[key] = v

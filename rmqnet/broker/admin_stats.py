@@ -58,12 +58,31 @@ _BUCKET_MS = 1000
 
 class GetNums:
     """Messages pulled per (group, topic), in 1 s buckets over the last minute (thread-safe:
-    pulls run on the loop, admin requests may not)."""
+    pulls run on the loop, admin requests may not). A broker service: :meth:`run_once` drops,
+    once a window, the pairs with nothing pulled in the last one (their rate is 0), so the
+    table holds only the pairs pulled in the last two minutes, however many come and go."""
 
     def __init__(self, window_ms: int = TPS_WINDOW_MS) -> None:
         self.window_ms = window_ms
         self._buckets: dict[tuple[str, str], deque[list[int]]] = {}
         self._lock = threading.Lock()
+        self._next_sweep_ms: int | None = None
+
+    def __len__(self) -> int:
+        """How many (group, topic) pairs are kept."""
+        return len(self._buckets)
+
+    def run_once(self, now_ms: int) -> bool:
+        """Once a window: forget the pairs whose newest bucket left the window (a walk of the
+        pairs, once a minute); returns whether it swept."""
+        if self._next_sweep_ms is not None and now_ms < self._next_sweep_ms:
+            return False
+        self._next_sweep_ms = now_ms + self.window_ms
+        oldest = (now_ms - self.window_ms) // _BUCKET_MS
+        with self._lock:
+            for key in [k for k, q in self._buckets.items() if not q or q[-1][0] <= oldest]:
+                del self._buckets[key]
+        return True
 
     def record(self, group: str, topic: str, n: int, now_ms: int) -> None:
         second = now_ms // _BUCKET_MS

@@ -62,8 +62,10 @@ class Broker:
     """
 
     def __init__(self, store: MessageStore, config: BrokerConfig, *, clock: Clock | None = None,
-                 address: str | None = None) -> None:
-        """Build every part, in this order (each needs only what is above it). Raises what
+                 address: str | None = None, background_persist: bool = False) -> None:
+        """Build every part, in this order (each needs only what is above it);
+        ``background_persist``: the state tables' persist rounds run in a thread of their own
+        (the broker's process; :mod:`rmqnet.broker.state`). Raises what
         the parts raise at start: the store's errors (an unreadable table file), the ACL's
         :class:`~rmqnet.broker.acl_files.AclConfigError` with ``aclEnable=true``."""
         self.store = store
@@ -81,10 +83,10 @@ class Broker:
         self.topics = TopicManager(store, lambda: self.config, self.clock)  # subscribes to the store's arrivals first
         self.consumer_offsets = ConsumerOffsetTable(store)
         self.topics.offsets = self.consumer_offsets  # a topic's delete forgets its offsets
-        self.subscription_groups = SubscriptionGroupTable(store)
+        self.subscription_groups = SubscriptionGroupTable(store, self.clock)
         self.state = StatePersistService(lambda: self.config.flush_consumer_offset_interval, [
             ("consumer offsets", self.consumer_offsets.persist), ("subscription groups", self.subscription_groups.persist),
-            ("topics", self.topics.persist)])
+            ("topics", self.topics.persist)], background=background_persist)
 
         # ---- the services of the request families (their codes: rmqnet.broker.processors)
         #: sends (10, 310, 320): batched puts, the group commit
@@ -122,7 +124,7 @@ class Broker:
 
         #: what the process runs every round (:meth:`run_services`), in this order
         self.services: list[BrokerService] = [self.state, self.transaction_check, self.consumers, self.holds,
-                                              self.queue_locks, self.replication]
+                                              self.queue_locks, self.get_nums, self.replication]
         if self.slave_sync is not None:
             self.services.append(self.slave_sync)
         #: request code -> handler, and the hooks before every handler (the ACL's)

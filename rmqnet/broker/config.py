@@ -36,6 +36,10 @@ from rmqlog.values import (
     parse_int,
 )
 
+from ..remoting.acl_address import AclPatternError, address_pattern
+from ..remoting.credentials import CredentialsError
+from ..remoting.credentials import parse_credentials as _parse_credentials
+
 #: RocketMQ's ``MixAll.DEFAULT_TRACE_REGION_ID``: the ``MSG_REGION`` of every send reply
 DEFAULT_REGION = "DefaultRegion"
 
@@ -54,6 +58,10 @@ class BrokerConfig:
       (``brokerName``), ``broker_id`` (``brokerId``, 0 = master): how the broker registers.
     - ``listen_port`` (``listenPort``, 10911), ``broker_ip1`` (``brokerIP1``): where it listens
       and the address it advertises (``brokerIP1:port``).
+    - ``grpc_listen_port`` (``grpcListenPort``; None: no gRPC endpoint; 0: a free port): RocketMQ
+      5's gRPC protocol for its 5.x clients (:mod:`rmqnet.broker.grpc_server`), on the remoting
+      port's host. RocketMQ 5 serves it from its proxy (``grpcServerPort`` 8081, started in
+      the broker's process only with ``--enable-proxy``): off unless asked for, here too.
     - ``namesrv_addr`` (``namesrvAddr``, ``;``-separated ``host:port``; None: no registration).
     - ``broker_permission`` (``brokerPermission``, 6 = read|write): a broker without the write
       bit refuses sends to ordered topics (RocketMQ's rule).
@@ -112,6 +120,13 @@ class BrokerConfig:
       a ``SYNC_MASTER`` send waits for a slave before ``FLUSH_SLAVE_TIMEOUT``),
       ``slave_read_enable`` (``slaveReadEnable``, false: a pull's ``suggestWhichBrokerId`` is
       always 0; true: 1 for a consumer reading further behind than the in-memory ratio).
+    - Peers' credentials (ours; :mod:`rmqnet.ha.auth`, docs/broker.md "Access control"):
+      ``ha_slave_allow_list`` (``haSlaveAllowList``: the addresses a master streams to, in the
+      ACL's address syntax, ``,``-separated; None: see the docs for who is let in then) and
+      ``inner_client_authentication_credentials`` (``innerClientAuthenticationCredentials``,
+      RocketMQ 5.3's key: ``{"accessKey": "...", "secretKey": "..."}``, the cluster's credentials:
+      a slave proves itself with them to its master, the broker signs its registrations and its
+      calls to other brokers with them, and a master accepts them from a slave).
     - State tables (:mod:`rmqnet.broker.state`): ``flush_consumer_offset_interval``
       (``flushConsumerOffsetInterval``, 5000: ms between two persists of the consumer offsets,
       subscription groups and topics kept in memory). Caps on what a client can grow (ours;
@@ -132,6 +147,7 @@ class BrokerConfig:
     broker_id: int = 0
     listen_port: int = 10911
     broker_ip1: str = "127.0.0.1"
+    grpc_listen_port: int | None = None
     namesrv_addr: str | None = None
     broker_permission: int = 6
     default_topic_queue_nums: int = 8
@@ -173,6 +189,8 @@ class BrokerConfig:
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
     slave_timeout: int = 3000
     slave_read_enable: bool = False
+    ha_slave_allow_list: str | None = None
+    inner_client_authentication_credentials: str | None = None
     flush_consumer_offset_interval: int = 5000
     auto_create_topic_max_nums: int = 50_000
     auto_create_subscription_group_max_nums: int = 50_000
@@ -197,6 +215,8 @@ class BrokerConfig:
                 raise ConfigError(f"{f.name} must be {kind}, got {type(value).__name__} {value!r}"[:200])
         if not 0 <= self.listen_port < 65536:
             raise ConfigError(f"listen_port must be a port number 0..65535, got {self.listen_port}")
+        if self.grpc_listen_port is not None and not 0 <= self.grpc_listen_port < 65536:
+            raise ConfigError(f"grpc_listen_port must be a port number 0..65535, got {self.grpc_listen_port}")
         if not 1 <= self.default_topic_queue_nums <= 65535:
             raise ConfigError("default_topic_queue_nums must be in 1..65535")
         if not 0 <= self.broker_permission <= 7:
@@ -235,6 +255,13 @@ class BrokerConfig:
             _value(parse_host_port, "ha_master_address", self.ha_master_address)
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError("access_message_in_memory_max_ratio must be a percentage 0..100")
+        if self.ha_slave_allow_list is not None:
+            try:
+                address_pattern(self.ha_slave_allow_list)
+            except AclPatternError as exc:
+                raise ConfigError(f"ha_slave_allow_list {self.ha_slave_allow_list!r}: {exc}"[:300]) from None
+        # checked now: a wrong value fails the start, not the first registration
+        parse_credentials(self.inner_client_authentication_credentials, "inner_client_authentication_credentials")
         try:
             ipaddress.ip_address(self.broker_ip1)
         except ValueError:
@@ -253,6 +280,13 @@ class BrokerConfig:
         if self.ha_listen_port is not None:
             return self.ha_listen_port
         return 0 if listen_port == 0 else listen_port + 1
+
+    @property
+    def inner_credentials(self) -> tuple[str, str] | None:
+        """``(accessKey, secretKey)`` of ``innerClientAuthenticationCredentials``, or None when
+        unset; :class:`ConfigError` (the secret never in it) for a value that is not a JSON
+        object with both, non-empty texts."""
+        return parse_credentials(self.inner_client_authentication_credentials, "inner_client_authentication_credentials")
 
     @property
     def slave(self) -> bool:
@@ -344,6 +378,14 @@ _STATE_LIMITS = ("flush_consumer_offset_interval", "auto_create_topic_max_nums",
 
 #: broker.conf keys read under another spelling (RocketMQ's setter names)
 _ALIASES = {"brokerIP1": "brokerIp1", "sendThreadPoolQueueCapacity": "sendQueueCapacity"}
+
+
+def parse_credentials(text: str | None, what: str) -> tuple[str, str] | None:
+    """:func:`rmqnet.remoting.credentials.parse_credentials`, its error a :class:`ConfigError`."""
+    try:
+        return _parse_credentials(text, what)
+    except CredentialsError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def broker_keys() -> dict[str, str]:

@@ -13,6 +13,12 @@ of :mod:`rmqlog.config_tables`): the file is read again only if another process 
 since (its other entries are then taken into this table: a Spark query's or the ``rmqlog``
 command's commits), the broker's changes win, the file is written only when there are some.
 
+A persist runs off the event loop (the broker process's persist rounds run in a thread of
+their own) and never holds the table's lock while it reads or writes the file: it takes the
+changes and the table as they are, and commits go on meanwhile (they are in the next
+persist). Only a topic's delete waits for a persist in flight (:meth:`ConsumerOffsetTable.persist_held`),
+so that a persist cannot write back offsets the delete removed from the file.
+
 What a crash (``kill -9``, a power loss) between two persists loses: the offsets committed
 since the last persist; those consumers read the messages after them again (at least once,
 never a message lost; RocketMQ's broker loses the same window).
@@ -25,7 +31,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from rmqlog import FileStamp, InvalidArgumentError, MessageStore
+from rmqlog import FileStamp, InvalidArgumentError, MessageStore, TableMerge
 from rmqlog.arguments import offset_arg, queue_id_arg
 from rmqlog.paths import validate_group, validate_topic
 
@@ -40,6 +46,7 @@ class ConsumerOffsetTable:
     def __init__(self, store: MessageStore) -> None:
         self.store = store
         self._lock = threading.RLock()
+        self._persist_lock = threading.Lock()  # one persist at a time; a topic's delete waits for it
         merged = store.merge_consumer_offsets({})
         self._table: dict[str, dict[int, int]] = merged.table
         self._stamp: FileStamp | None = merged.stamp
@@ -123,21 +130,66 @@ class ConsumerOffsetTable:
                         del self._by_group[group]
         return len(gone)
 
+    def persist_held(self) -> threading.Lock:
+        """The lock a persist holds from start to end (``with table.persist_held(): ...``
+        runs between two persists)."""
+        return self._persist_lock
+
     def persist(self) -> bool:
         """Merge the entries committed since the last persist with ``consumerOffset.json``
-        (the module docstring's rule); returns whether the file was written. On an error
-        (:class:`rmqlog.DiskFullError`, :class:`rmqlog.CorruptStoreError`) the changes stay
-        for the next persist and the error is raised."""
+        (the module docstring's rule); returns whether the file was written. Safe from any
+        thread while commits go on (the table's lock is held only to take the changes and to
+        install a table read again). On an error (:class:`rmqlog.DiskFullError`,
+        :class:`rmqlog.CorruptStoreError`) the changes stay for the next persist (a commit
+        made meanwhile wins over them) and the error is raised."""
+        with self._persist_lock:
+            with self._lock:
+                changes, self._changed = self._changed, {}
+                base, since = self._table, self._stamp
+            try:
+                # (``applied``: ``base`` holds every change; the merge only serializes it)
+                merged = self.store.merge_consumer_offsets(changes, base=base, since=since, applied=True)
+            except BaseException:
+                with self._lock:
+                    for key, per_queue in changes.items():
+                        kept = self._changed.setdefault(key, {})
+                        for queue_id, offset in per_queue.items():
+                            kept.setdefault(queue_id, offset)
+                raise
+            return self._adopt(merged)
+
+    def _adopt(self, merged: TableMerge[dict[int, int]]) -> bool:
+        """A merge's outcome taken in: its stamp; a table read again (another process wrote
+        the file) with every commit made since the merge began over it."""
         with self._lock:
-            merged = self.store.merge_consumer_offsets(self._changed, base=self._table, since=self._stamp)
-            self._changed = {}
             self._stamp = merged.stamp
             if merged.reread:
                 self.rereads += 1
-                self._table = merged.table
+                table = merged.table
+                for key, per_queue in self._changed.items():
+                    table.setdefault(key, {}).update(per_queue)
+                self._table = table
                 self._index()
             self.writes += merged.written
             return merged.written
+
+    def remove_group(self, group: str) -> int:
+        """Every offset of ``group`` removed, from the table and from ``consumerOffset.json``
+        at once (DELETE_SUBSCRIPTIONGROUP with ``removeOffset``: RocketMQ's
+        ``ConsumerOffsetManager.removeOffset``); after a persist in flight. Returns how many
+        ``<topic>@<group>`` entries went. Raises the store's errors (nothing removed from the
+        file then; the table has forgotten them, and a later persist writes it without them)."""
+        with self._persist_lock:
+            with self._lock:
+                keys = [f"{topic}@{group}" for topic in self._by_group.pop(group, ())]
+                for key in keys:
+                    self._table.pop(key, None)
+                    self._changed.pop(key, None)
+                base, since = self._table, self._stamp
+            if not keys:
+                return 0
+            self._adopt(self.store.merge_consumer_offsets(dict.fromkeys(keys), base=base, since=since, applied=True))
+            return len(keys)
 
 
 def commit_offset(broker: Broker, group: str, topic: str, queue_id: int, offset: int) -> None:

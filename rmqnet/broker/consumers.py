@@ -55,7 +55,8 @@ import rmqlog
 from rmqlog import FilterParseError, Sql92Filter
 from rmqlog.paths import topic_problem, validate_group
 
-from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode, ext_str
+from ..remoting import FLAG_ONEWAY, FieldError, RemotingCommand, RequestCode, ResponseCode, ext_str
+from ..remoting.json_values import loads_body
 from .holds import connection_closed, watch_close
 from .peer import Peer
 from .pull import compiled
@@ -132,9 +133,9 @@ class HeartbeatData:
     def decode(body: bytes) -> HeartbeatData:
         """Parse and check a HEART_BEAT body; :class:`HeartbeatError` naming what is wrong."""
         try:
-            obj = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise HeartbeatError(f"the HeartbeatData body is not JSON: {exc}") from None
+            obj = loads_body(body, "HeartbeatData")
+        except FieldError as exc:
+            raise HeartbeatError(str(exc)) from None
         if not isinstance(obj, dict):
             raise HeartbeatError("the HeartbeatData body is not a JSON object")
         client_id = _text(obj, "clientID", "HeartbeatData")

@@ -11,10 +11,14 @@
    (:mod:`rmqnet.broker.replication`: a master's HA server on ``haListenPort``, a slave's
    link to its master) and serves it
    (``RemotingServer(lambda conn, req: broker.table.process(broker, conn, req), ...)``);
-4. runs the broker's services (registration with the name servers among them when
+4. with ``grpcListenPort`` set, starts the gRPC endpoint (:mod:`rmqnet.broker.grpc_server`,
+   RocketMQ 5's protocol) on the same host and the same event loop (``grpc.aio``: a gRPC
+   send reaches the send path's futures in the loop that puts them; docs/decisions.md) and
+   prints ``broker <name> grpc at <ip:port>``;
+5. runs the broker's services (registration with the name servers among them when
    ``namesrvAddr`` is set: :meth:`Broker.add_registrar`) every ``SERVICE_INTERVAL_S``;
-5. prints one line ``broker <name> ready at <ip:port>`` (tests wait for it);
-6. on SIGTERM or SIGINT: refuses new sends, stops accepting, lets requests in flight finish
+6. prints one line ``broker <name> ready at <ip:port>`` (tests wait for it);
+7. on SIGTERM or SIGINT: refuses new sends, stops accepting, lets requests in flight finish
    (``grace_s``), closes the broker's services (:meth:`Broker.close`: the state tables' last
    persist, :mod:`rmqnet.broker.state`; the registrar unregisters), flushes and closes the store: the
    next open is a normal one (no recovery). :func:`main` then returns 0.
@@ -38,6 +42,7 @@ from rmqlog.values import parse_host_port
 from ..remoting import RemotingCommand
 from .broker import Broker
 from .config import BrokerConfig
+from .grpc_server import GrpcEndpoint
 from .registration import Registrar
 from .serve_lock import RootServedError, ServeLock
 
@@ -89,6 +94,8 @@ class BrokerProcess:
         self.store: MessageStore | None = None
         self.broker: Broker | None = None
         self.server: Any = None
+        #: the gRPC endpoint (``grpcListenPort``; None: not served)
+        self.grpc: GrpcEndpoint | None = None
         self._stop = asyncio.Event()
         self._services_task: asyncio.Task[None] | None = None
         self._served = ServeLock(self.root)
@@ -114,14 +121,23 @@ class BrokerProcess:
             self.store = MessageStore.open(self.root, store_config)
             self._served.acquire()  # one broker per root (RootServedError): before any service runs
             self.store.start_services(scheduler=not config.slave)  # a slave's deliveries come from its master
-            self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port))
+            self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port),
+                                 background_persist=True)
             try:
                 await self.broker.replication.start(self.host, config.ha_port(self.port))
             except OSError as exc:  # a configured haListenPort that is taken
                 raise CannotListen(f"{self.host}:{config.ha_port(self.port)} (haListenPort)", exc) from None
+            if config.grpc_listen_port is not None:
+                self.grpc = GrpcEndpoint(self.broker, self.host, config.grpc_listen_port, advertised_host=advertised_ip)
+                try:
+                    await self.grpc.start()
+                except OSError as exc:  # grpcListenPort taken
+                    raise CannotListen(f"{self.host}:{config.grpc_listen_port} (grpcListenPort)", exc) from None
             self._add_registrar(self.broker)
         except BaseException:
             await self.server.stop(0)
+            if self.grpc is not None:
+                await self.grpc.stop(0)
             if self.broker is not None:
                 await self.broker.replication.close()
             if self.store is not None:
@@ -168,8 +184,10 @@ class BrokerProcess:
         await self._stop.wait()
         if self._services_task is not None:
             await self._services_task
-        if self.server is not None:
-            await self.server.stop(grace_s)
+        stops = [self.server.stop(grace_s)] if self.server is not None else []
+        if self.grpc is not None:
+            stops.append(self.grpc.stop(grace_s))
+        await asyncio.gather(*stops)
         if self.broker is not None:
             await self.broker.close()  # the last persist; the registrar unregisters
         if self.store is not None:
@@ -186,6 +204,8 @@ async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = No
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, proc.request_stop)
     assert proc.broker is not None
+    if proc.grpc is not None:
+        print(f"broker {proc.broker.config.broker_name} grpc at {proc.grpc.address}", flush=True)
     line = f"broker {proc.broker.config.broker_name} ready at {address}"
     print(line, flush=True)
     if ready is not None:
@@ -197,7 +217,7 @@ async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = No
 def main(root: str, config: str | None, listen: str | None, namesrv: str | None) -> int:
     """``rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDR]``: its exit
     status (:data:`OK`, :data:`WRONG`, :data:`CANNOT`, :data:`STORE`), each failure one line on
-    stderr, ``rmqlog broker: <why>``."""
+    stderr, ``rmqlog broker: <why>``, no traceback."""
     try:
         overrides: dict[str, Any] = {}
         host = None
@@ -223,3 +243,6 @@ def main(root: str, config: str | None, listen: str | None, namesrv: str | None)
     except StoreError as exc:
         print(f"rmqlog broker: {type(exc).__name__}: {exc}", file=sys.stderr)
         return STORE
+    except OSError as exc:  # what else cannot be done at start (CannotListen names the ports)
+        print(f"rmqlog broker: cannot start: {exc.strerror or exc}", file=sys.stderr)
+        return CANNOT

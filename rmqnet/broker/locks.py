@@ -51,8 +51,9 @@ from typing import TYPE_CHECKING, Any
 import rmqlog
 from rmqlog.paths import validate_group, validate_topic
 
-from ..remoting import RemotingCommand, ResponseCode
+from ..remoting import FieldError, RemotingCommand, ResponseCode
 from ..remoting.admin_bodies import QueueKey
+from ..remoting.json_values import loads_body
 from .peer import Peer
 
 if TYPE_CHECKING:
@@ -89,9 +90,9 @@ class LockBatchRequest:
     def decode(body: bytes) -> LockBatchRequest:
         """Parse and check a 41/42 body; :class:`LockBodyError` naming what is wrong."""
         try:
-            obj = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise LockBodyError(f"the lock body is not JSON: {exc}") from None
+            obj = loads_body(body, "LockBatchRequestBody")
+        except FieldError as exc:
+            raise LockBodyError(str(exc)) from None
         if not isinstance(obj, dict):
             raise LockBodyError("the lock body is not a JSON object")
         try:

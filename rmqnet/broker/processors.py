@@ -15,7 +15,18 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..remoting import RequestCode
-from . import admin, admin_config, admin_stats, consumers, locks, offsets, pull, query, slave_sync
+from . import (
+    admin,
+    admin_config,
+    admin_groups,
+    admin_stats,
+    consumers,
+    locks,
+    offsets,
+    pull,
+    query,
+    slave_sync,
+)
 from .dispatch import BeforeHook, Handler, ProcessorTable
 
 if TYPE_CHECKING:
@@ -57,6 +68,10 @@ def processor_table(broker: Broker) -> ProcessorTable:
         (RequestCode.GET_BROKER_RUNTIME_INFO, admin.get_broker_runtime_info),
         (RequestCode.GET_ALL_DELAY_OFFSET, admin.get_all_delay_offset),
         (RequestCode.DELETE_TOPIC_IN_BROKER, admin.delete_topic),
+        # ... subscription groups (rmqnet.broker.admin_groups)
+        (RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, admin_groups.update_and_create_subscription_group),
+        (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, admin_groups.get_all_subscription_group),
+        (RequestCode.DELETE_SUBSCRIPTIONGROUP, admin_groups.delete_subscription_group),
         # ... stats and connections (rmqnet.broker.admin_stats)
         (RequestCode.GET_TOPIC_STATS_INFO, admin_stats.get_topic_stats_info),
         (RequestCode.GET_CONSUMER_CONNECTION_LIST, admin_stats.get_consumer_connection_list),

@@ -78,6 +78,7 @@ from .config import BrokerConfig
 from .consumer_offsets import commit_offset
 from .holds import HeldPull, watch_close
 from .peer import Peer
+from .subscription_groups import GroupTableFull
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -301,11 +302,32 @@ def _in_event_loop() -> bool:
     return True
 
 
+def _group_refusal(broker: Broker, req: RemotingCommand, group: str) -> RemotingCommand | None:
+    """Java's ``findSubscriptionGroupConfig`` of a pull: the group is found (or created with
+    ``autoCreateSubscriptionGroup``, in memory: one dict lookup when it exists); unknown and
+    not created is SUBSCRIPTION_GROUP_NOT_EXIST (26), a group whose ``consumeEnable`` is off
+    NO_PERMISSION (16), with RocketMQ's remarks."""
+    config = broker.config
+    try:
+        sub_group = broker.subscription_groups.find_or_create(
+            group, auto_create=config.auto_create_subscription_group, cap=config.auto_create_subscription_group_max_nums)
+    except GroupTableFull as exc:
+        return req.reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, str(exc))
+    if sub_group is None:
+        return req.reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
+    if not sub_group.consume_enable:
+        return req.reply(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+    return None
+
+
 def _check(broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeader,
            got: PullSettings) -> RemotingCommand | Filter:
     """The request's checks in Java's order: a refusal, or the filter to read with."""
     if not got.readable:
         return req.reply(ResponseCode.NO_PERMISSION, f"the broker[{got.broker_ip1}] pulling message is forbidden")
+    refused = _group_refusal(broker, req, h.consumer_group)
+    if refused is not None:
+        return refused
     tc = topic_config(broker, h.topic)
     if tc is None:
         return req.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")

@@ -14,6 +14,10 @@ broker is stopping) sends UNREGISTER_BROKER (104) to each. A name server that is
 refusing is logged and tried again next period: never fatal, and one slow name server does
 not hold the others (they are asked at once).
 
+With cluster credentials (``innerClientAuthenticationCredentials``, ``config.inner_credentials``)
+every request is signed in the bound form (:func:`rmqnet.remoting.acl_sign.sign_bound`), which a
+name server with ``aclEnable`` requires (:mod:`rmqnet.namesrv.admission`).
+
 I/O is injected: ``invoke(namesrv_addr, request, timeout_s)`` returns the response (raising
 for a connection that fails); the default, :class:`NameServerLinks`, is the transport.
 """
@@ -28,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from rmqlog.values import InvalidValueError, parse_host_port
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting.acl_sign import sign_bound
 from ..remoting.register import (
     DataVersion,
     RegisterBrokerBody,
@@ -107,6 +112,8 @@ class Registrar:
                 log.warning("broker %s: %s: not registering there", cfg.broker_name, exc)
         self.header = RegisterBrokerHeader(cfg.broker_name, broker.address, cfg.broker_cluster_name,
                                            ha_server_addr or ha_address(broker.address), cfg.broker_id, compressed)
+        #: (accessKey, secretKey) the requests are signed with (None: unsigned)
+        self.credentials: tuple[str, str] | None = getattr(cfg, "inner_credentials", None)
         self.period_ms = min(max(int(cfg.register_name_server_period), _PERIOD_BOUNDS[0]), _PERIOD_BOUNDS[1])
         self.timeout_s = int(cfg.register_broker_timeout_mills) / 1000
         self._links: NameServerLinks | None = None
@@ -186,7 +193,9 @@ class Registrar:
 
     async def _send(self, addr: str, code: int, ext: dict[str, Any], body: bytes) -> RemotingCommand | None:
         self._opaque += 1
-        req = RemotingCommand(code, self._opaque, ext_fields=ext, body=body, language="JAVA")
+        req = RemotingCommand(code, self._opaque, ext_fields=dict(ext), body=body, language="JAVA")
+        if self.credentials is not None:
+            sign_bound(req, *self.credentials)
         what = "register with" if code == RequestCode.REGISTER_BROKER else "unregister from"
         try:
             res = await self.invoke(addr, req, self.timeout_s)

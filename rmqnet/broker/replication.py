@@ -22,6 +22,14 @@ after each registration round. The master advertises ``brokerIP1:<bound HA port>
 its default (``listenPort + 1``) is taken, the master listens on a free port instead (the
 registration carries it); a configured ``haListenPort`` that is taken fails the start.
 
+Who is a slave (:meth:`Replication.admission`, :mod:`rmqnet.ha.auth`): a master streams only
+to a peer on ``haSlaveAllowList`` when it is set, and, with ``aclEnable`` or cluster
+credentials (``innerClientAuthenticationCredentials``) set, only to one that proves an
+``admin`` account of its ACL or those credentials (a RocketMQ 4.x slave, which cannot, only by
+being on the allow list). With none of the three set, any peer is a slave (RocketMQ 4.9.8's
+behaviour, kept for clusters that configure nothing; the master warns at start). A slave with
+cluster credentials proves them at each connection.
+
 :class:`Replication` is a part of every broker (``broker.replication``), is one of its
 services (``run_once(now_ms)``: the HA server's housekeeping, the slave's connection and
 reports), and is started and closed by the broker process (:meth:`Replication.start`,
@@ -33,11 +41,14 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import hmac
 import logging
 from typing import TYPE_CHECKING, Any
 
 from ..ha import HAClient, HAServer
+from ..ha.auth import SlaveAdmission
 from ..remoting import RemotingCommand, ResponseCode
+from .acl_address import address_pattern
 from .codes import SERVICE_NOT_AVAILABLE_REMARK
 from .config import SLAVE, SYNC_MASTER, host_port
 
@@ -74,13 +85,21 @@ class Replication:
         store = self.broker.store
         if self.slave:
             self.client = HAClient(store, cfg.ha_master_address, clock=self.broker.clock,
-                                   heartbeat_ms=cfg.ha_send_heartbeat_interval, housekeeping_ms=cfg.ha_housekeeping_interval)
+                                   heartbeat_ms=cfg.ha_send_heartbeat_interval, housekeeping_ms=cfg.ha_housekeeping_interval,
+                                   credentials=cfg.inner_credentials)
+            if cfg.inner_credentials is None and cfg.acl_enable:
+                log.warning("HA: this slave has no innerClientAuthenticationCredentials: a master with aclEnable "
+                            "streams to it only if its address is on the master's haSlaveAllowList")
             return
         if port is None:
             port = cfg.ha_port(cfg.listen_port)
         server = HAServer(store, host=host, port=port, clock=self.broker.clock,
                           batch_size=cfg.ha_transfer_batch_size, heartbeat_ms=cfg.ha_send_heartbeat_interval,
-                          fallbehind_max=cfg.ha_slave_fallbehind_max, housekeeping_ms=cfg.ha_housekeeping_interval)
+                          fallbehind_max=cfg.ha_slave_fallbehind_max, housekeeping_ms=cfg.ha_housekeeping_interval,
+                          admission=self.admission())
+        if server.admission.open:
+            log.warning("HA: any peer of the HA port is taken as a slave (aclEnable=false, and neither "
+                        "haSlaveAllowList nor innerClientAuthenticationCredentials is set)")
         try:
             bound = await server.start()
         except OSError as exc:
@@ -94,6 +113,25 @@ class Replication:
         self.server = server
         advertise = cfg.broker_ip1 if host in ("0.0.0.0", "::") else host
         self.ha_server_addr = host_port(advertise, bound)
+
+    def admission(self) -> SlaveAdmission:
+        """The master's rule for who is a slave (see the module docstring), from the config and
+        the ACL as they are now."""
+        cfg = self.config
+        allowed = address_pattern(cfg.ha_slave_allow_list) if cfg.ha_slave_allow_list is not None else None
+        own = cfg.inner_credentials
+        acl = self.broker.acl
+        if acl is None and own is None:
+            return SlaveAdmission(allowed)
+
+        def secret_of(key: str) -> str | None:
+            if own is not None and hmac.compare_digest(key.encode("utf-8", "surrogatepass"),
+                                                       own[0].encode("utf-8", "surrogatepass")):
+                return own[1]
+            account = acl.config.accounts.get(key) if acl is not None else None
+            return account.secret_key if account is not None and account.admin else None
+
+        return SlaveAdmission(allowed, secret_of, require_proof=True)
 
     async def close(self) -> None:
         if self.server is not None:

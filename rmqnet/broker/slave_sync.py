@@ -19,6 +19,10 @@ markers, which came with the replicated records). A master that does not answer 
 next round; one bad entry is skipped alone; a master that answers 45 with an error (RocketMQ's
 "No delay offset in this broker") leaves the slave's file as it is.
 
+With cluster credentials (``innerClientAuthenticationCredentials``) each request is signed in
+the bound form (:func:`rmqnet.remoting.acl_sign.sign_bound`): a master with ``aclEnable``
+checks them like any client's (an ``admin`` account of its ACL files).
+
 I/O is injected: ``invoke(addr, request, timeout_s)`` returns the response; the default dials
 with the transport.
 """
@@ -34,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from rmqlog import StoreError, TopicConfig
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting.acl_sign import sign_bound
 from ..remoting.route import loads_fastjson
 from ..transport import ClientConnection
 from .peer import Peer
@@ -105,7 +110,8 @@ class SlaveSynchronize:
 
     async def _ask(self, master: str, code: int) -> Any:
         self._opaque += 1
-        res = await self.invoke(master, RemotingCommand(code, self._opaque, language="JAVA"), self.timeout_s)
+        res = await self.invoke(master, self._signed(RemotingCommand(code, self._opaque, language="JAVA")),
+                                self.timeout_s)
         if res.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"code {code} answered {res.code}: {res.remark}")
         return loads_fastjson(res.body_bytes())
@@ -150,7 +156,7 @@ class SlaveSynchronize:
 
     async def _sync_delay_offsets(self, master: str) -> None:
         self._opaque += 1
-        req = RemotingCommand(RequestCode.GET_ALL_DELAY_OFFSET, self._opaque, language="JAVA")
+        req = self._signed(RemotingCommand(RequestCode.GET_ALL_DELAY_OFFSET, self._opaque, language="JAVA"))
         res = await self.invoke(master, req, self.timeout_s)
         if res.code != ResponseCode.SUCCESS:
             log.info("slave sync: the master has no delay offsets (code %d: %s)", res.code, res.remark)
@@ -160,6 +166,10 @@ class SlaveSynchronize:
         store = self.broker.store
         if store.delay_offsets() != offsets:
             store.set_delay_offsets(offsets)
+
+    def _signed(self, req: RemotingCommand) -> RemotingCommand:
+        creds = getattr(self.broker.config, "inner_credentials", None)
+        return sign_bound(req, *creds) if creds is not None else req
 
     async def _invoke(self, addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
         conn = self._conns.get(addr)

@@ -12,6 +12,11 @@ so (ours: a client must not grow it without bound); past it a creation is refuse
 (:class:`GroupTableFull`; the heartbeat answers ``SUBSCRIPTION_GROUP_NOT_EXIST``). The groups
 RocketMQ's constructor makes (``TOOLS_CONSUMER``...) are in the table from the start.
 
+An admin's UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200) replaces a group's config
+(:meth:`SubscriptionGroupTable.update`) and DELETE_SUBSCRIPTIONGROUP (207) removes it
+(:meth:`SubscriptionGroupTable.delete`); both move the table's ``dataVersion``, which
+GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) answers with the table (:meth:`SubscriptionGroupTable.snapshot`).
+
 A crash between two persists loses the groups created since the last one: the next heartbeat
 of each creates it again (with the defaults it had).
 """
@@ -20,7 +25,7 @@ from __future__ import annotations
 
 import threading
 
-from rmqlog import FileStamp, MessageStore, SubscriptionGroupConfig
+from rmqlog import Clock, FileStamp, MessageStore, SubscriptionGroupConfig, SystemClock
 
 #: RocketMQ's ``SubscriptionGroupManager.init`` (``MixAll``'s names) and whether each one
 #: consumes by broadcast (``consumeBroadcastEnable``, true for every group by default anyway)
@@ -37,9 +42,12 @@ class GroupTableFull(Exception):
 class SubscriptionGroupTable:
     """Subscription groups by name (see the module docstring). Thread-safe."""
 
-    def __init__(self, store: MessageStore) -> None:
+    def __init__(self, store: MessageStore, clock: Clock | None = None) -> None:
         self.store = store
+        self.clock: Clock = clock or SystemClock()
         self._lock = threading.RLock()
+        #: RocketMQ's ``DataVersion`` of the table: moved by every change an admin makes
+        self.data_version = {"counter": 0, "timestamp": self.clock.wall_ms()}
         merged = store.merge_subscription_groups({})
         self._table: dict[str, SubscriptionGroupConfig] = merged.table
         self._stamp: FileStamp | None = merged.stamp
@@ -90,6 +98,32 @@ class SubscriptionGroupTable:
                 config = SubscriptionGroupConfig(group)
                 self._put(config)
             return config
+
+    def update(self, config: SubscriptionGroupConfig) -> None:
+        """``updateSubscriptionGroupConfig``: ``config`` replaces its group's (or creates it),
+        in memory until the next persist; the data version moves. The caller checked the
+        name (:func:`rmqlog.paths.validate_group`)."""
+        with self._lock:
+            self._put(config)
+            self._next_version()
+
+    def delete(self, group: str) -> bool:
+        """``deleteSubscriptionGroupConfig``: ``group`` removed (from the file at the next
+        persist); whether it was there. The data version moves when it was."""
+        with self._lock:
+            if self._table.pop(group, None) is None:
+                return False
+            self._changed[group] = None
+            self._next_version()
+            return True
+
+    def snapshot(self) -> tuple[dict[str, SubscriptionGroupConfig], dict[str, int]]:
+        """A copy of the table and its data version (what 201 answers)."""
+        with self._lock:
+            return dict(self._table), dict(self.data_version)
+
+    def _next_version(self) -> None:
+        self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": self.clock.wall_ms()}
 
     def persist(self) -> bool:
         """Merge the groups created since the last persist with ``subscriptionGroup.json``

@@ -30,6 +30,7 @@ Every change bumps :attr:`TopicManager.data_version` (``{"counter", "timestamp"}
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import threading
@@ -200,7 +201,8 @@ class TopicManager:
         broker's offset table forgets them, ``offsets``); the topic is unknown to this broker
         (sends, pulls, registration) until created again. Returns what the store removed.
         Raises the store's typed errors (a bad name)."""
-        with self._lock:
+        # (between two persists of the offsets: one in flight would write back what the delete removes)
+        with self._lock, (self.offsets.persist_held() if self.offsets is not None else contextlib.nullcontext()):
             removed = self.store.delete_topic(topic)
             self._overlay.pop(topic, None)
             if self.offsets is not None:

@@ -15,6 +15,7 @@ KEYS, or the UNIQ_KEY equal to it). Topic creation goes to masters only.
 
 from __future__ import annotations
 
+import json
 import socket
 from typing import Any
 
@@ -31,6 +32,7 @@ from ..remoting.admin_bodies import (
     TopicOffset,
     decode_consume_stats,
     decode_consumer_connection,
+    decode_subscription_groups,
     decode_topic_stats,
     parse_properties,
     properties_text,
@@ -265,6 +267,27 @@ class Admin(RemoteClient):
         if not isinstance(table, dict):
             raise ClientError(f"{broker_addr}: the answer to code 21 has no topicConfigTable")
         return {str(k): v for k, v in table.items()}
+
+    def group_configs(self, broker_addr: str) -> dict[str, dict[str, Any]]:
+        """Every subscription group of the broker at ``broker_addr`` (code 201), by name, as
+        RocketMQ's ``SubscriptionGroupConfig`` JSON (``consumeEnable``, ``retryMaxTimes``...)."""
+        res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)))
+        return _decoded(res, decode_subscription_groups)[0]
+
+    def create_group(self, broker_addr: str, group: str, **fields: Any) -> None:
+        """``mqadmin updateSubGroup -b``: create or replace ``group``'s config on the broker at
+        ``broker_addr`` (code 200); ``fields`` by RocketMQ's names (``consumeEnable=False``,
+        ``retryMaxTimes=3``...; the others take RocketMQ's defaults). Raises
+        :class:`BrokerError` naming a bad name or field, or from a slave."""
+        body = json.dumps({**fields, "groupName": group}).encode()
+        call(self.invoke(broker_addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)))
+
+    def delete_group(self, broker_addr: str, group: str, *, remove_offset: bool = False) -> None:
+        """``mqadmin deleteSubGroup -b``: remove ``group``'s config from the broker at
+        ``broker_addr`` (code 207), with ``remove_offset`` its committed offsets too. Raises
+        :class:`BrokerError` (a bad name, a slave)."""
+        ext = {"groupName": group, "removeOffset": "true" if remove_offset else "false"}
+        call(self.invoke(broker_addr, RemotingCommand(RequestCode.DELETE_SUBSCRIPTIONGROUP, ext_fields=ext)))
 
     def topic_stats(self, broker_addr: str, topic: str) -> dict[QueueKey, TopicOffset]:
         """Each write queue of ``topic`` on the broker at ``broker_addr``: min and max offset, the

@@ -35,7 +35,8 @@ from collections.abc import Callable
 
 from rmqlog import Clock
 
-from ..remoting import RemotingCommand, RequestCode, ResponseCode
+from ..remoting import FieldError, RemotingCommand, RequestCode, ResponseCode
+from ..remoting.json_values import loads_body
 from ..remoting.route import TopicRouteData
 from ..transport import Limits
 from .allocate import allocate_averagely, read_queues
@@ -146,8 +147,8 @@ class GroupMember(RemoteClient):
         if res.code == ResponseCode.SYSTEM_ERROR:  # "no consumer for this group": nobody to share with
             return []
         try:
-            ids = json.loads(res.body_bytes())["consumerIdList"]
-        except (ValueError, KeyError, TypeError) as exc:
+            ids = loads_body(res.body_bytes(), "GetConsumerListByGroupResponseBody")["consumerIdList"]
+        except (FieldError, KeyError, TypeError) as exc:
             raise ClientError(f"group {self.group!r}: a consumer list that is not one ({exc})") from None
         return sorted(str(i) for i in ids)
 
@@ -187,9 +188,9 @@ class GroupMember(RemoteClient):
             if code != RequestCode.LOCK_BATCH_MQ:
                 continue
             try:
-                got = json.loads(res.body_bytes())["lockOKMQSet"]
+                got = loads_body(res.body_bytes(), "LockBatchResponseBody")["lockOKMQSet"]
                 held += [QueueRef(str(m["topic"]), str(m["brokerName"]), int(m["queueId"])) for m in got]
-            except (ValueError, KeyError, TypeError) as exc:
+            except (FieldError, ValueError, KeyError, TypeError) as exc:
                 raise ClientError(f"{addr}: a LOCK_BATCH_MQ answer that is not LockBatchResponseBody ({exc})") from None
         return sorted(held)
 

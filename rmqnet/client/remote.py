@@ -28,7 +28,7 @@ from rmqlog import Clock, SystemClock
 from rmqlog.values import parse_addresses, parse_host_port
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
-from ..remoting.acl_sign import sign
+from ..remoting.acl_sign import sign_bound
 from ..remoting.route import MASTER_ID, TopicRouteData
 from ..transport import ClientConnection, Limits
 from .errors import BrokerError, NoRouteError, TopicNotFoundError
@@ -48,8 +48,9 @@ def split_addr(addr: str) -> tuple[str, int]:
 class RemoteClient:
     """Connections to the name servers (``namesrv``: ``"host:port"``, several separated by
     ``;`` as RocketMQ's ``namesrvAddr``) and to brokers, by address. With ``access_key`` and
-    ``secret_key`` every request is signed for a broker's ACL (``AccessKey`` and
-    ``Signature`` added as RocketMQ's ``AclClientRPCHook`` adds them). ``down_ms``: how long
+    ``secret_key`` every request is signed for a broker's ACL in the bound form
+    (:func:`rmqnet.remoting.acl_sign.sign_bound`: ``AccessKey``, ``SignatureForm: bound-1``
+    and a ``Signature`` over the code, the field names and values, and the body). ``down_ms``: how long
     an address whose request failed at the link is avoided by reads (``down``)."""
 
     #: a cached route is asked again after this long (RocketMQ's ``pollNameServerInterval``)
@@ -120,7 +121,7 @@ class RemoteClient:
         """``cmd`` sent to ``addr``; its answer if its code is in ``ok``, else :class:`BrokerError`."""
         conn = await self.connection(addr)
         if self.credentials is not None:
-            sign(cmd, *self.credentials)
+            sign_bound(cmd, *self.credentials)
         res = await conn.invoke(cmd, self.timeout_s if timeout_s is None else timeout_s)
         if res.code not in ok:
             raise BrokerError(res.code, res.remark, addr, cmd.code)

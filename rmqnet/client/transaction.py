@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
-from ..remoting.acl_sign import sign
+from ..remoting.acl_sign import sign_bound
 from ..remoting.headers import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
@@ -128,7 +128,7 @@ class TransactionProducer(Producer):
         if state is LocalTransactionState.UNKNOW:
             conn = await self.connection(addr)
             if self.credentials is not None:
-                sign(cmd, *self.credentials)
+                sign_bound(cmd, *self.credentials)
             conn.invoke_oneway(cmd)
             return None
         return await self.invoke(addr, cmd)
@@ -173,6 +173,6 @@ class TransactionProducer(Producer):
                                    header.transaction_id)
         cmd = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=end.to_ext())
         if self.credentials is not None:
-            sign(cmd, *self.credentials)
+            sign_bound(cmd, *self.credentials)
         conn.invoke_oneway(cmd)
         self.checks_answered += 1

@@ -29,6 +29,12 @@ before it trusts it (:mod:`rmqnet.ha.verify`). The checkpoint may lag the acknow
 that interval (a kill in between): it then says less than the slave holds, which only makes the
 comparison start earlier. A slave comparing its log reports how far it matched (never past
 what this master holds), so it passes the checks below like any other.
+
+Before a connection is a slave, :class:`~rmqnet.ha.auth.SlaveAdmission` decides (the allow
+list, the proof of the cluster's credentials: :mod:`rmqnet.ha.auth`): a peer refused gets no
+byte of the log, is never in :attr:`HAServer.links` (so it counts for ``slave_ok``) and none
+of its reports moves ``push_offset``; it is closed and counted in :attr:`HAServer.refused`.
+A handshake not done within ``haHousekeepingInterval`` is refused too.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from typing import Any
 
 from rmqlog import Clock, MessageStore, StoreError, SystemClock
 
+from .auth import HELLO, HAAuthError, SlaveAdmission, encode_verdict, new_challenge, proof_length
 from .wire import (
     HEARTBEAT_INTERVAL_MS,
     HOUSEKEEPING_INTERVAL_MS,
@@ -124,8 +131,15 @@ class HAServer:
 
     def __init__(self, store: MessageStore, *, host: str = "127.0.0.1", port: int = 0, clock: Clock | None = None,
                  batch_size: int = TRANSFER_BATCH_SIZE, heartbeat_ms: int = HEARTBEAT_INTERVAL_MS,
-                 fallbehind_max: int = SLAVE_FALLBEHIND_MAX, housekeeping_ms: int = HOUSEKEEPING_INTERVAL_MS) -> None:
+                 fallbehind_max: int = SLAVE_FALLBEHIND_MAX, housekeeping_ms: int = HOUSEKEEPING_INTERVAL_MS,
+                 admission: SlaveAdmission | None = None) -> None:
         self.store = store
+        #: who may be a slave (None: anyone, as RocketMQ 4.9.8)
+        self.admission = admission or SlaveAdmission()
+        #: connections refused as slaves, and the last reason
+        self.refused = 0
+        self.last_refusal: str | None = None
+        self._pending: set[asyncio.StreamWriter] = set()
         self.host = host
         self.port = port
         self.clock: Clock = clock or SystemClock()
@@ -165,7 +179,7 @@ class HAServer:
             self._unsubscribe = None
         if self._server is not None:
             self._server.close()
-        for writer in list(self.links.values()):
+        for writer in [*self.links.values(), *self._pending]:
             writer.close()  # its reader sees the end, and its connection's task ends
         for task in list(self._tasks):
             with contextlib.suppress(BaseException):
@@ -269,9 +283,53 @@ class HAServer:
         return True
 
     # ------------------------------------------------------------ connections
+    async def _admit(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, ip: str) -> bytes:
+        """The admission of one connection (:mod:`rmqnet.ha.auth`): returns the bytes already
+        read that are the slave's (a 4.x slave's first report), or raises
+        :class:`HAAuthError` (refused) or a connection error."""
+        adm = self.admission
+        if not adm.address_ok(ip):
+            raise HAAuthError(f"{ip} is not on haSlaveAllowList")
+        first = await reader.readexactly(len(HELLO))
+        if first != HELLO:
+            if not adm.plain_ok(ip):
+                raise HAAuthError("no proof of the cluster's credentials, and not on haSlaveAllowList")
+            return first
+        nonce, challenge = new_challenge()
+        writer.write(challenge)
+        await writer.drain()
+        head = await reader.readexactly(2)
+        proof = head + await reader.readexactly(proof_length(head) - 2)
+        try:
+            key = adm.check_proof(nonce, proof)
+        except HAAuthError as exc:
+            writer.write(encode_verdict(str(exc)))
+            with contextlib.suppress(ConnectionError, OSError):
+                await writer.drain()
+            raise
+        writer.write(encode_verdict(None))
+        await writer.drain()
+        log.info("HA: slave %s proved the access key %s", ip, key)
+        return b""
+
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        ip = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        self._pending.add(writer)
+        try:
+            first = await asyncio.wait_for(self._admit(reader, writer, ip), self.housekeeping_ms / 1000)
+        except (HAAuthError, asyncio.IncompleteReadError, ConnectionError, OSError, TimeoutError) as exc:
+            why = str(exc) if isinstance(exc, HAAuthError) else f"no handshake ({type(exc).__name__})"
+            self.refused += 1
+            self.last_refusal = f"{address}: {why}"
+            log.warning("HA: %s is not a slave of this master: %s", address, why)
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+            return
+        finally:
+            self._pending.discard(writer)
         link = SlaveLink(self.store, self.clock.wall_ms(), batch_size=self.batch_size, heartbeat_ms=self.heartbeat_ms,
                          address=address)
         self.links[link] = writer
@@ -283,7 +341,8 @@ class HAServer:
         self._tasks.add(sender)
         try:
             while True:
-                data = await reader.read(64 * 1024)
+                data = first or await reader.read(64 * 1024)
+                first = b""
                 if not data:
                     break
                 ack = link.on_bytes(data, self.clock.wall_ms())

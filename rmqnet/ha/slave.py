@@ -23,6 +23,12 @@ appending what comes after its end. A store without a checkpoint reports its end
 store refuses (another process has it open: ``StoreBusyError``) is logged and tried again
 with the next session (back-off).
 
+With ``credentials`` (``(accessKey, secretKey)``: the broker's
+``innerClientAuthenticationCredentials``) each connection first proves them to the master
+(:mod:`rmqnet.ha.auth`); a master that refuses them, or that does not answer the handshake (a
+RocketMQ master), ends the session like a protocol error (logged, :attr:`HAClient.last_error`,
+back-off). Without, the slave speaks RocketMQ 4.x's stream as it is.
+
 Its timing is a service on the clock: :meth:`HAClient.run_once` (``now_ms``) starts a
 connection when none is open and its back-off has passed (``backoff_min_ms``, doubling up to
 ``backoff_max_ms`` after each failure, back to the minimum once a session has applied a
@@ -42,6 +48,7 @@ from typing import Any
 from rmqlog import Clock, MessageStore, StoreError, SystemClock
 from rmqlog.values import parse_host_port
 
+from .auth import ADMITTED, HELLO, NONCE_SIZE, HAAuthError, encode_proof, read_verdict_reason
 from .verify import RejoinVerifier, Verdict
 from .wire import (
     HEARTBEAT_INTERVAL_MS,
@@ -83,8 +90,9 @@ class HAClient:
     def __init__(self, store: MessageStore, master: str | None = None, *, clock: Clock | None = None,
                  heartbeat_ms: int = HEARTBEAT_INTERVAL_MS, housekeeping_ms: int = HOUSEKEEPING_INTERVAL_MS,
                  backoff_min_ms: int = 100, backoff_max_ms: int = 5000, max_transfer: int = MAX_TRANSFER_SIZE,
-                 connect_timeout_s: float = 3.0) -> None:
+                 connect_timeout_s: float = 3.0, credentials: tuple[str, str] | None = None) -> None:
         self.store = store
+        self.credentials = credentials
         self.clock: Clock = clock or SystemClock()
         self.heartbeat_ms = heartbeat_ms
         self.housekeeping_ms = housekeeping_ms
@@ -186,6 +194,8 @@ class HAClient:
         decoder = TransferReader(self.max_transfer)
         segment = self.store.config.mapped_file_size_commit_log
         try:
+            if self.credentials is not None:
+                await asyncio.wait_for(self._prove(reader, writer, *self.credentials), self.housekeeping_ms / 1000)
             end = self.store.replica_end()
             verifier = self.verifier = await loop.run_in_executor(self._executor, self._start_verifier)
             self._report(verifier.position if verifier is not None else end, force=True)
@@ -220,7 +230,7 @@ class HAClient:
                         self.backoff_ms = self.backoff_min_ms  # a working session
                         self.progress.set()
                 self._report(end)
-        except (HAProtocolError, StoreError) as exc:
+        except (HAProtocolError, HAAuthError, StoreError) as exc:
             log.warning("HA: dropping the connection to %s:%d: %s", master[0], master[1], exc)
             self._failed(f"{type(exc).__name__}: {exc}")
         except (ConnectionError, OSError) as exc:
@@ -231,6 +241,25 @@ class HAClient:
             writer.close()
             with contextlib.suppress(Exception):
                 await writer.wait_closed()
+
+    @staticmethod
+    async def _prove(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, access_key: str,
+                     secret_key: str) -> None:
+        """The handshake (:mod:`rmqnet.ha.auth`); :class:`HAAuthError` when the master refuses
+        or does not speak it."""
+        writer.write(HELLO)
+        await writer.drain()
+        try:
+            challenge = await reader.readexactly(len(HELLO) + NONCE_SIZE)
+            writer.write(encode_proof(access_key, secret_key, challenge))
+            await writer.drain()
+            verdict = await reader.readexactly(1)
+            if verdict[0] != ADMITTED:
+                reason = await reader.readexactly(read_verdict_reason(await reader.readexactly(2)))
+                raise HAAuthError(f"the master refused this slave: {reason.decode('utf-8', 'replace')}")
+        except asyncio.IncompleteReadError:
+            raise HAAuthError("the master closed the connection during the handshake (is this slave's address "
+                              "on its haSlaveAllowList?)") from None
 
     # ----------------------------------------------------------- rejoining
     def _start_verifier(self) -> RejoinVerifier | None:

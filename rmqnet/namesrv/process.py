@@ -8,6 +8,8 @@ now; a wall clock that steps would expire brokers early or late); a connection t
 :attr:`BrokerExpiry.interval_ms` the expiry drops brokers silent for 120 s and closes their
 connections. ``await stop()`` stops accepting, answers what is in flight and closes every
 connection. :meth:`NameServerProcess.serve` runs until SIGTERM or SIGINT, then stops.
+``config`` (:class:`~rmqnet.namesrv.config.NamesrvConfig`, namesrv.conf) sets who may
+register brokers.
 
 Footprint: the process imports the wire (:mod:`rmqnet.remoting`), the transport and this
 package, nothing of the store, pyarrow, pandas or numpy (a routing table needs none of them;
@@ -22,6 +24,7 @@ import signal
 
 from ..remoting import RemotingCommand
 from ..transport import Connection, Limits, LoopClock, MonotonicClock, RemotingServer
+from .config import NamesrvConfig
 from .server import BrokerExpiry, NameServer
 
 log = logging.getLogger(__name__)
@@ -34,9 +37,10 @@ class NameServerProcess:
     """One name server on a socket (see the module docstring)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, clock: MonotonicClock | None = None,
-                 limits: Limits | None = None) -> None:
+                 limits: Limits | None = None, config: NamesrvConfig | None = None) -> None:
         self.clock: MonotonicClock = clock or LoopClock()
-        self.server = NameServer()
+        self.config = config or NamesrvConfig()
+        self.server = NameServer(self.config.policy())
         self.expiry = BrokerExpiry(self.server)
         self.remoting = RemotingServer(self._handle, host=host, port=port, limits=limits, clock=self.clock)
         self._timer: asyncio.TimerHandle | None = None
@@ -58,7 +62,7 @@ class NameServerProcess:
         if "namesrv" not in conn.attrs:  # the first request of this connection: watch its end
             conn.attrs["namesrv"] = True
             conn.on_close.append(self._closed)
-        return self.server.handle(req, self.now_ms(), conn)
+        return self.server.handle(req, self.now_ms(), conn, conn.remote)
 
     def _closed(self, conn: Connection) -> None:
         self.server.connection_closed(conn)

@@ -86,6 +86,12 @@ class RouteTable:
                 return RegisterBrokerResult(master_live.ha_server_addr or None, master)
         return RegisterBrokerResult()
 
+    def holder(self, broker_name: str, broker_id: int) -> str | None:
+        """The address a live registration holds ``broker_name``'s ``broker_id`` at, if any."""
+        data = self.brokers.get(broker_name)
+        addr = data.broker_addrs.get(broker_id) if data is not None else None
+        return addr if addr is not None and addr in self.live else None
+
     def delete_topic(self, topic: str, cluster: str | None = None) -> None:
         """``deleteTopic``: the topic's route gone; with ``cluster``, only the part of that
         cluster's brokers. A master that still lists it brings it back at its next
@@ -106,19 +112,22 @@ class RouteTable:
         return prev is None or prev.data_version != version
 
     def unregister(self, *, cluster: str, broker_addr: str, broker_name: str, broker_id: int) -> bool:
-        """``unregisterBroker``; whether that broker address was registered."""
-        was_live = self.live.pop(broker_addr, None) is not None
+        """``unregisterBroker``; whether that broker address was registered. The name's id is
+        removed only when that address holds it; else nothing changes (another address's
+        registration stays) and the answer is False."""
         data = self.brokers.get(broker_name)
-        if data is not None:
-            data.broker_addrs.pop(broker_id, None)
-            if not data.broker_addrs:
-                del self.brokers[broker_name]
-                names = self.clusters.get(cluster)
-                if names is not None:
-                    names.discard(broker_name)
-                    if not names:
-                        del self.clusters[cluster]
-                self._remove_topics_of(broker_name)
+        if data is None or data.broker_addrs.get(broker_id) != broker_addr:
+            return False
+        was_live = self.live.pop(broker_addr, None) is not None
+        data.broker_addrs.pop(broker_id, None)
+        if not data.broker_addrs:
+            del self.brokers[broker_name]
+            names = self.clusters.get(cluster)
+            if names is not None:
+                names.discard(broker_name)
+                if not names:
+                    del self.clusters[cluster]
+            self._remove_topics_of(broker_name)
         return was_live
 
     def drop(self, broker_addr: str) -> str | None:

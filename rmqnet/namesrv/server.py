@@ -24,6 +24,14 @@ other   -                                   REQUEST_CODE_NOT_SUPPORTED
 A missing or mistyped header field, or a body that is not what the code carries, is answered
 ``SYSTEM_ERROR`` with a remark naming it (Java's ``RemotingCommandException``); nothing of
 the state changes then. A oneway request is processed and gets no answer (``None``).
+
+Registration (ours, stricter than 4.9.8; answered ``NO_PERMISSION`` (16) with a remark saying
+why, nothing changed): 103 and 104 pass the name server's
+:class:`~rmqnet.namesrv.admission.RegistrationPolicy` (an allow list, the cluster's signature);
+a REGISTER_BROKER for a broker name and id that a live registration holds at another address
+is refused (a broker cannot be re-pointed: the holder must unregister, close its connection or
+expire first); an UNREGISTER_BROKER of a live registration must come over the connection it
+registered on, and removes only what that address holds.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from ..remoting.register import (
     body_crc32,
     encode_topic_list,
 )
+from .admission import RegistrationPolicy
 from .routes import BROKER_CHANNEL_EXPIRED_TIME, RouteTable
 
 log = logging.getLogger(__name__)
@@ -54,8 +63,10 @@ class NameServer:
     ends (a broker registered over it is dropped, Java's ``onChannelDestroy``).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, policy: RegistrationPolicy | None = None) -> None:
         self.routes = RouteTable()
+        #: who may register (default: anyone, RocketMQ's behaviour)
+        self.policy = policy or RegistrationPolicy()
         self._handlers: dict[int, Callable[[RemotingCommand, int, Hashable | None], RemotingCommand]] = {
             RequestCode.GET_KV_CONFIG: self._get_kv_config,
             RequestCode.REGISTER_BROKER: self._register_broker,
@@ -69,13 +80,22 @@ class NameServer:
     def codes(self) -> list[int]:
         return sorted(int(c) for c in self._handlers)
 
-    def handle(self, req: RemotingCommand, now_ms: int, conn: Hashable | None = None) -> RemotingCommand | None:
+    def handle(self, req: RemotingCommand, now_ms: int, conn: Hashable | None = None,
+               remote: str | None = None) -> RemotingCommand | None:
         """The response to ``req`` at ``now_ms`` (ms of a clock that only moves forward: the
         process's is monotonic), ``None`` for a oneway request.
         ``conn`` identifies the connection it came on (a broker registered over it is dropped
-        when :meth:`connection_closed` names it). Raises nothing for what a peer sent."""
+        when :meth:`connection_closed` names it), ``remote`` its peer's ``ip:port`` (for the
+        registration policy's allow list). Raises nothing for what a peer sent."""
         handler = self._handlers.get(req.code)
-        if handler is None:
+        refusal = None
+        if req.code in (RequestCode.REGISTER_BROKER, RequestCode.UNREGISTER_BROKER):
+            refusal = self.policy.refusal(req, remote)
+        if refusal is not None:
+            what = "REGISTER_BROKER" if req.code == RequestCode.REGISTER_BROKER else "UNREGISTER_BROKER"
+            log.warning("%s from %s refused: %s", what, remote or "?", refusal)
+            res = req.reply(ResponseCode.NO_PERMISSION, f"{what} refused: {refusal}")
+        elif handler is None:
             res = req.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
         else:
             try:
@@ -106,6 +126,14 @@ class NameServer:
             reg = RegisterBrokerBody.decode(body, h.compressed)
         except FieldError as exc:
             return req.reply(ResponseCode.SYSTEM_ERROR, f"Failed to decode RegisterBrokerBody: {exc}")
+        holder = self.routes.holder(h.broker_name, h.broker_id)
+        if holder is not None and holder != h.broker_addr:
+            log.warning("REGISTER_BROKER of %s id %d at %s refused: registered at %s", h.broker_name, h.broker_id,
+                        h.broker_addr, holder)
+            return req.reply(ResponseCode.NO_PERMISSION,
+                             f"REGISTER_BROKER refused: broker {h.broker_name} id {h.broker_id} is registered at "
+                             f"{holder}; {h.broker_addr} cannot take it while that registration is live (until it "
+                             f"unregisters, its connection closes or it expires after {BROKER_CHANNEL_EXPIRED_TIME} ms)")
         first = h.broker_addr not in self.routes.live
         result = self.routes.register(
             cluster=h.cluster_name, broker_addr=h.broker_addr, broker_name=h.broker_name, broker_id=h.broker_id,
@@ -118,6 +146,12 @@ class NameServer:
 
     def _unregister_broker(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
         h = UnregisterBrokerHeader.read(req.ext_fields)
+        live = self.routes.live.get(h.broker_addr)
+        if live is not None and live.conn is not None and live.conn != conn:
+            log.warning("UNREGISTER_BROKER of %s at %s refused: not the connection it registered on", h.broker_name,
+                        h.broker_addr)
+            return req.reply(ResponseCode.NO_PERMISSION, f"UNREGISTER_BROKER refused: {h.broker_addr} registered over "
+                                                         "another connection (a broker unregisters over its own)")
         found = self.routes.unregister(cluster=h.cluster_name, broker_addr=h.broker_addr, broker_name=h.broker_name,
                                        broker_id=h.broker_id)
         log.info("broker unregistered: %s id %d at %s (%s)", h.broker_name, h.broker_id, h.broker_addr,

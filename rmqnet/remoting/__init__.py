@@ -19,7 +19,7 @@ from .command import (
     encode_bytes,
     encode_header,
 )
-from .errors import FieldError, FrameError, HeaderError, RemotingError
+from .errors import FieldError, FrameError, HeaderError, RemotingError, TextError
 from .fields import ext_bool, ext_int, ext_long, ext_str
 from .frame import MAX_FRAME, MAX_HEADER, Frame, FrameDecoder, encode_frame
 from .headers import ConsumerSendMsgBackHeader, PullMessageHeader, SendMessageHeader
@@ -27,7 +27,7 @@ from .headers import ConsumerSendMsgBackHeader, PullMessageHeader, SendMessageHe
 __all__ = [
     "FLAG_ONEWAY", "FLAG_RESPONSE", "LanguageCode", "RequestCode", "ResponseCode", "SerializeType",
     "RemotingCommand", "decode", "encode", "encode_binary_header", "encode_bytes", "encode_header",
-    "FieldError", "FrameError", "HeaderError", "RemotingError", "ext_bool", "ext_int", "ext_long", "ext_str",
+    "FieldError", "FrameError", "HeaderError", "RemotingError", "TextError", "ext_bool", "ext_int", "ext_long", "ext_str",
     "MAX_FRAME", "MAX_HEADER", "Frame", "FrameDecoder", "encode_frame", "PullMessageHeader", "SendMessageHeader",
     "ConsumerSendMsgBackHeader",
 ]

@@ -18,6 +18,8 @@ standard JSON: the one reader of fastjson's JSON, the routes' too). ``ConsumeSta
 |---|---|
 | ``TopicStatsTable`` | ``offsetTable``: queue -> ``{lastUpdateTimestamp, maxOffset, minOffset}`` |
 | ``ConsumeStats`` | ``consumeTps`` (double), ``offsetTable``: queue -> ``{brokerOffset, consumerOffset, lastTimestamp}`` |
+| ``SubscriptionGroupWrapper`` (201) | ``dataVersion``: ``{counter, timestamp}``, ``subscriptionGroupTable``: group -> ``SubscriptionGroupConfig`` |
+| ``SubscriptionGroupConfig`` (200's body) | ``brokerId``, ``consumeBroadcastEnable``, ``consumeEnable``, ``consumeFromMinEnable``, ``groupName``, ``notifyConsumerIdsChangedEnable``, ``retryMaxTimes``, ``retryQueueNums``, ``whichBrokerWhenConsumeSlowly`` |
 | ``ConsumerConnection`` | ``connectionSet``: ``[{clientAddr, clientId, language, version}]``, ``consumeFromWhere``, ``consumeType``, ``messageModel``, ``subscriptionTable``: topic -> ``SubscriptionData`` |
 
 Broker config (``MixAll.properties2String``): one ``key=value`` a line, ``\\n`` after each;
@@ -167,6 +169,38 @@ def decode_consumer_connection(body: bytes) -> dict[str, Any]:
     return obj
 
 
+def encode_subscription_groups(table: dict[str, dict[str, Any]], data_version: dict[str, int]) -> bytes:
+    """``SubscriptionGroupManager.encode()`` (201's body): ``table`` maps a group to its
+    ``SubscriptionGroupConfig`` as JSON (fields sorted, as fastjson writes them)."""
+    return _dumps({"dataVersion": data_version, "subscriptionGroupTable": table}).encode()
+
+
+def decode_subscription_groups(body: bytes) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """201's body: the table (group -> config object) and the data version; :class:`FieldError`
+    when it is not that shape."""
+    obj = loads_fastjson(body)
+    table = obj.get("subscriptionGroupTable") if isinstance(obj, dict) else None
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+        raise FieldError("SubscriptionGroupWrapper", "is not an object with a subscriptionGroupTable of objects")
+    version = obj.get("dataVersion") or {}
+    if not isinstance(version, dict):
+        raise FieldError("dataVersion", f"is {version!r}, not an object")
+    return {str(k): v for k, v in table.items()}, version
+
+
+def decode_subscription_group(body: bytes) -> dict[str, Any]:
+    """200's body, a ``SubscriptionGroupConfig`` object with a ``groupName`` string;
+    :class:`FieldError` naming what is wrong (the values are checked by the broker)."""
+    if not body:
+        raise FieldError("body", "is empty, not a SubscriptionGroupConfig")
+    obj = loads_fastjson(body)
+    if not isinstance(obj, dict):
+        raise FieldError("body", "is not a SubscriptionGroupConfig object")
+    if not isinstance(obj.get("groupName"), str):
+        raise FieldError("groupName", f"is {obj.get('groupName')!r}, not a string")
+    return obj
+
+
 def properties_text(values: dict[str, str]) -> str:
     """``MixAll.properties2String``: ``key=value\\n`` per entry (sorted here; Java's is hash order)."""
     return "".join(f"{k}={v}\n" for k, v in sorted(values.items()))
@@ -182,4 +216,5 @@ def parse_properties(text: str) -> dict[str, str]:
 
 __all__ = ["ConsumeStats", "OffsetWrapper", "QueueKey", "TopicOffset", "decode_consume_stats",
            "decode_consumer_connection", "decode_topic_stats", "encode_consume_stats", "encode_consumer_connection",
-           "encode_queue_map", "encode_topic_stats", "parse_properties", "properties_text"]
+           "encode_queue_map", "encode_topic_stats", "parse_properties", "properties_text",
+           "encode_subscription_groups", "decode_subscription_groups", "decode_subscription_group"]

@@ -31,8 +31,9 @@ from typing import Any
 import orjson
 
 from .codes import FLAG_ONEWAY, FLAG_RESPONSE, LanguageCode, SerializeType
-from .errors import HeaderError
+from .errors import HeaderError, TextError
 from .frame import Frame, frame_prefix
+from .json_values import escape_text, header_text_problem
 
 #: the ``version`` we send (RocketMQ 4.9.8's ``MQVersion.Version`` ordinal, V4_9_8)
 OUR_VERSION = 435
@@ -130,14 +131,45 @@ def _json_header(header: bytes) -> dict[str, Any]:
         raise HeaderError("the JSON header is nested too deeply to parse") from None
     if not isinstance(obj, dict):
         raise HeaderError(f"the JSON header is a {type(obj).__name__}, not an object")
+    # the strings' check (orjson, the other path, refuses lone surrogates itself)
+    problem = header_text_problem(header, obj)
+    if problem is not None:
+        raise TextError(*problem, header=obj)
     return obj
 
 
 def decode(frame: Frame) -> RemotingCommand:
-    """The command in ``frame`` (JSON or ROCKETMQ header); :class:`HeaderError` if unreadable."""
+    """The command in ``frame`` (JSON or ROCKETMQ header); :class:`HeaderError` if unreadable.
+
+    A JSON header holding a string that is not Unicode text (a lone surrogate): a request
+    raises :class:`TextError` with its ``request`` set (to be answered SYSTEM_ERROR naming the
+    field), a response is returned with those strings escaped (``\\ud800`` as six characters)."""
     if frame.serialize_type == SerializeType.ROCKETMQ:
         return _decode_binary(frame.header, frame.body)
-    obj = decode_json_header(frame.header)
+    try:
+        obj = decode_json_header(frame.header)
+    except TextError as exc:
+        if exc.header is None:  # (set by _json_header: kept for the type checker)
+            raise
+        cmd = _command(exc.header, frame.body)
+        if not cmd.is_response:
+            exc.request = cmd
+            raise
+        return _escaped(cmd)
+    return _command(obj, frame.body)
+
+
+def _escaped(cmd: RemotingCommand) -> RemotingCommand:
+    """``cmd`` with every string of its header written as text (lone surrogates escaped)."""
+    cmd.remark = None if cmd.remark is None else escape_text(cmd.remark)
+    cmd.language = escape_text(cmd.language)
+    cmd.ext_fields = {escape_text(str(k)): escape_text(v) if isinstance(v, str) else v
+                      for k, v in cmd.ext_fields.items()}
+    return cmd
+
+
+def _command(obj: dict[str, Any], body: bytes) -> RemotingCommand:
+    """The command of a parsed JSON header object; :class:`HeaderError` for a mistyped field."""
     ext = obj.get("extFields")
     if ext is None:
         ext = {}
@@ -157,7 +189,7 @@ def decode(frame: Frame) -> RemotingCommand:
         flag = _int(obj, "flag", 0)
     if type(version) is not int:
         version = _int(obj, "version", 0)
-    return RemotingCommand(code, opaque, flag, remark, ext, frame.body, lang if type(lang) is str else str(lang), version)
+    return RemotingCommand(code, opaque, flag, remark, ext, body, lang if type(lang) is str else str(lang), version)
 
 
 def _decode_binary(h: bytes, body: bytes) -> RemotingCommand:
@@ -246,8 +278,28 @@ def _header_object(cmd: RemotingCommand) -> dict[str, Any]:
 
 
 def encode_header_json(cmd: RemotingCommand) -> bytes:
-    """:func:`encode_header` by ``json.dumps`` (the general path, and its reference)."""
-    return json.dumps(_header_object(cmd), separators=(",", ":"), ensure_ascii=False).encode()
+    """:func:`encode_header` by ``json.dumps`` (the general path, and its reference).
+
+    A response holding a string that is not Unicode text (a remark echoing a lone surrogate)
+    is written with it escaped (``\\ud800`` as six characters: the remark reads as text), never
+    an exception; a request of ours raises ``UnicodeEncodeError`` (the caller's value)."""
+    obj = _header_object(cmd)
+    text = json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode()
+    except UnicodeEncodeError:
+        if not cmd.is_response:
+            raise
+    obj = {k: _escaped_value(v) for k, v in obj.items()}
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _escaped_value(v: Any) -> Any:
+    if isinstance(v, str):
+        return escape_text(v)
+    if isinstance(v, dict):
+        return {escape_text(str(k)): _escaped_value(w) for k, w in v.items()}
+    return v
 
 
 def encode(cmd: RemotingCommand) -> list[bytes | memoryview]:

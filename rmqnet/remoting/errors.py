@@ -3,6 +3,8 @@ them is raised for a state of ours, only for what a peer sent."""
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class RemotingError(Exception):
     """Base of the wire's errors: a peer sent something this protocol does not allow."""
@@ -27,3 +29,21 @@ class FieldError(RemotingError):
     def __init__(self, field: str, problem: str) -> None:
         super().__init__(f"the request's field {field!r} {problem}")
         self.field = field
+
+
+class TextError(HeaderError):
+    """A JSON header that parses but holds a string that is not Unicode text (a lone surrogate,
+    which JSON's ``\\ud800`` escape can carry and no UTF-8 can: no answer echoing it, no file, no
+    log line could be written). :func:`~rmqnet.remoting.command.decode` raises it for a request
+    with :attr:`request` set (the command as decoded): the transport answers it
+    ``SYSTEM_ERROR`` with this message as the remark, naming the field, before any handler runs,
+    and the connection stays open. Without a request (its code or opaque unreadable, or raised
+    by ``decode_json_header`` alone) it is a :class:`HeaderError` like any other."""
+
+    def __init__(self, field: str, problem: str, header: dict[str, Any] | None = None) -> None:
+        super().__init__(f"the request's field {field!r} {problem}")
+        self.field = field
+        #: the header object as parsed (what :func:`decode` builds the request from)
+        self.header = header
+        #: the request, once :func:`decode` has built it (its opaque and flag are the answer's)
+        self.request: Any = None  # (a RemotingCommand: typed loosely, errors import nothing of the codec)

@@ -52,6 +52,7 @@ from typing import Any
 
 from .errors import FieldError
 from .fields import ext_bool, ext_int, ext_long, ext_str
+from .json_values import loads_body
 from .route import PERM_RW, BrokerData, loads_fastjson
 
 #: a compressed registration body inflates to at most this many bytes (a broker with 100,000
@@ -75,12 +76,7 @@ def _dumps(obj: Any) -> bytes:
 
 
 def _loads(body: bytes, what: str) -> Any:
-    try:
-        return json.loads(body)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise FieldError("body", f"is not {what} JSON ({exc})") from None
-    except RecursionError:  # "[[[[..." nested deeper than the parser's stack
-        raise FieldError("body", f"is not {what} JSON (nested too deep)") from None
+    return loads_body(body, what)
 
 
 def _java_int(obj: dict[str, Any], key: str, default: int, where: str, bounds: tuple[int, int] = _JAVA_INT) -> int:

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import FieldError
+from .json_values import check_depth, check_text
 
 PERM_INHERIT = 1
 PERM_WRITE = 2
@@ -51,18 +52,27 @@ def loads_fastjson(body: bytes | str) -> Any:
     with a non-string key is returned as a list of (key, value) pairs (:class:`FastjsonPairs`),
     every other object as a dict. Standard JSON takes ``json.loads`` (C, the common case: large
     topic and offset tables); only what it refuses is walked here, strings never rewritten.
-    :class:`FieldError` (field ``body``) if it is not such JSON, nor UTF-8."""
+    :class:`FieldError` (field ``body``) if it is not such JSON, nor UTF-8, or is nested deeper
+    or holds a string that is not text (:mod:`rmqnet.remoting.json_values`'s one check)."""
+    raw = body.encode("utf-8", "surrogatepass") if isinstance(body, str) else bytes(body)
+    check_depth(raw, "fastjson")  # (both readers below recurse: nothing deep reaches them)
     try:
-        text = bytes(body).decode() if not isinstance(body, str) else body
+        text = raw.decode() if not isinstance(body, str) else body
     except UnicodeDecodeError as exc:
         raise FieldError("body", f"is not JSON as fastjson writes it: {exc}") from None
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError):
-        pass  # not standard JSON: fastjson's keys, or not JSON at all (said below)
+        value = json.loads(text)
+    except ValueError:  # not standard JSON: fastjson's keys, or not JSON at all (said below)
+        value = _lenient(text)
+    check_text(raw, value, "fastjson")
+    return value
+
+
+def _lenient(text: str) -> Any:
+    """fastjson's forms (bare integer keys, objects as keys), read here; :class:`FieldError`."""
     try:
         value, end = _value(text, _skip(text, 0))
-    except (ValueError, IndexError, RecursionError) as exc:
+    except (ValueError, IndexError) as exc:
         raise FieldError("body", f"is not JSON as fastjson writes it: {exc}") from None
     if _skip(text, end) != len(text):
         raise FieldError("body", f"has data after its JSON value (at {end})")

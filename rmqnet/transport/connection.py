@@ -22,7 +22,10 @@ Serving a request (``flag & 1`` clear): ``request_handler(conn, request)`` retur
 
 Bad bytes: a frame the decoder refuses (length outside the caps, unknown serialize type) or a
 header that does not decode (bad JSON, truncated binary header: no opaque to answer) closes
-this connection alone, logged in one line naming the peer and the problem.
+this connection alone, logged in one line naming the peer and the problem. A request whose
+JSON header decodes but holds a string that is not Unicode text (a lone surrogate:
+:class:`~rmqnet.remoting.TextError`) is answered SYSTEM_ERROR naming the field, no handler
+run, nothing logged, the connection kept (a oneway one is dropped).
 
 Bounds: ``Limits.max_in_flight`` awaitables at once, then reading pauses (frames already read
 wait in a backlog of at most one read). Back-pressure on answers (a peer that does not read
@@ -66,6 +69,7 @@ from ..remoting import (
     HeaderError,
     RemotingCommand,
     ResponseCode,
+    TextError,
     decode,
     encode,
 )
@@ -276,6 +280,12 @@ class Connection(asyncio.Protocol):
     def _serve_one(self, frame: Frame) -> None:
         try:
             cmd = decode(frame)
+        except TextError as exc:
+            if exc.request is None:
+                self._refuse(f"header error: {exc}")
+            else:
+                self._refuse_text(exc.request, exc)
+            return
         except HeaderError as exc:
             self._refuse(f"header error: {exc}")
             return
@@ -283,6 +293,13 @@ class Connection(asyncio.Protocol):
             self._answered(cmd)
         else:
             self._handle(cmd)
+
+    def _refuse_text(self, req: RemotingCommand, exc: TextError) -> None:
+        """A request holding a string that is not text: answered SYSTEM_ERROR naming the field
+        (Java's answer to a request whose decoding throws), no handler run, nothing logged (the
+        peer's mistake, told to it); a oneway one is dropped."""
+        if not req.flag & FLAG_ONEWAY:
+            self._queue_answer(req, req.reply(ResponseCode.SYSTEM_ERROR, str(exc)))
 
     def _handle(self, req: RemotingCommand) -> None:
         try:
@@ -397,6 +414,11 @@ class Connection(asyncio.Protocol):
         for frame in backlog:
             try:
                 cmd = decode(frame)
+            except TextError as exc:
+                if exc.request is None:
+                    break
+                self._refuse_text(exc.request, exc)
+                continue
             except HeaderError:
                 break
             if cmd.flag & FLAG_RESPONSE:

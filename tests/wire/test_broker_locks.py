@@ -99,7 +99,7 @@ def test_unlock_frees_only_the_clients_own_queues(broker: Broker) -> None:
 
 
 @pytest.mark.parametrize(("body", "remark"), [
-    (b"not json", "not JSON"),
+    (b"not json", "is not LockBatchRequestBody JSON"),
     (b"[]", "not a JSON object"),
     (json.dumps({"consumerGroup": "../etc", "clientId": "c", "mqSet": []}).encode(), "consumerGroup"),
     (json.dumps({"consumerGroup": "G", "clientId": "", "mqSet": []}).encode(), "clientId"),

@@ -27,7 +27,7 @@ NET = ROOT / "rmqnet"
 BROKER_DOC = ROOT / "docs" / "broker.md"
 #: what the broker serves (docs/broker.md, "Request codes served"; RocketMQ 4.9.8's codes)
 SERVED = [10, 11, 12, 14, 15, 17, 21, 25, 26, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 41, 42, 43, 45,
-          202, 203, 208, 215, 310, 320]
+          200, 201, 202, 203, 207, 208, 215, 310, 320]
 
 
 def documented_codes() -> list[int]:
@@ -80,7 +80,7 @@ def test_every_service_is_a_field_of_the_broker(broker: Broker) -> None:
     assert all(id(s) in fields for s in broker.services)
     assert [type(s).__name__ for s in broker.services] == [
         "StatePersistService", "TransactionCheckService", "ClientRegistry", "PullHoldService", "QueueLocks",
-        "Replication"]
+        "GetNums", "Replication"]
     assert broker.slave_sync is None and broker.registrar is None
 
 

@@ -151,7 +151,7 @@ def test_closed_connection_drops_its_clients_and_holds(broker: Any) -> None:
 
 
 @pytest.mark.parametrize(("body", "names"), [
-    (b"{not json", "not JSON"),
+    (b"{not json", "is not HeartbeatData JSON"),
     (b"[1]", "not a JSON object"),
     (json.dumps({"consumerDataSet": []}).encode(), "clientID"),
     (json.dumps({"clientID": "c", "consumerDataSet": [{"groupName": "bad group!"}]}).encode(), "bad group!"),

@@ -135,11 +135,21 @@ def test_every_code_point_is_written_as_json_dumps_writes_it() -> None:
 
 
 @pytest.mark.parametrize("bad", ["\ud800", "a\udfffb"])
-def test_a_lone_surrogate_fails_as_before(bad: str) -> None:
-    for cmd in (RemotingCommand(0, 1, 1, bad, {}), RemotingCommand(0, 1, 1, None, {"k": bad}),
-                RemotingCommand(0, 1, 1, None, {bad: "v"})):
-        got = outcome(cmdmod.encode_header, cmd)
-        assert got[0] == "UnicodeEncodeError" and got == outcome(cmdmod.encode_header_json, cmd)
+def test_a_lone_surrogate_fails_in_a_request_and_is_escaped_in_a_response(bad: str) -> None:
+    # a request of ours: the caller's value, UnicodeEncodeError by both paths; an answer: written
+    # with the surrogate escaped (six characters), the same bytes by both paths (issue 43)
+    escaped = bad.encode("utf-8", "backslashreplace").decode()
+    for flag in (0, 1):
+        for cmd in (RemotingCommand(0, 1, flag, bad, {}), RemotingCommand(0, 1, flag, None, {"k": bad}),
+                    RemotingCommand(0, 1, flag, None, {bad: "v"})):
+            got = outcome(cmdmod.encode_header, cmd)
+            assert got == outcome(cmdmod.encode_header_json, cmd)
+            if flag == 0:
+                assert got[0] == "UnicodeEncodeError"
+            else:
+                obj = json.loads(cmdmod.encode_header(cmd))
+                ext = obj.get("extFields", {})
+                assert escaped in (obj.get("remark"), *ext, *ext.values())
 
 
 def test_a_reply_round_trips_through_both_readers() -> None:

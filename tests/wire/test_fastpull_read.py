@@ -30,14 +30,24 @@ from rmqlog.queue.consume_queue import CQ_UNIT_SIZE
 PER_CQ_FILE = SMALL_CQ // CQ_UNIT_SIZE
 
 
-@pytest.fixture(params=[True, False], ids=["native", "numpy"])
-def native(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
-    if not request.param:
+#: (fast path, C helper) pairs: the direct path exists only with the C helper (without it
+#: every small window is read the general way), so it has no numpy pair
+MODES = [("stored", True), ("stored", False), ("direct", True)]
+
+
+@pytest.fixture(params=MODES, ids=[f"{p}-{'native' if n else 'numpy'}" for p, n in MODES])
+def mode(request: pytest.FixtureRequest) -> tuple[str, bool]:
+    return tuple(request.param)  # type: ignore[return-value]
+
+
+@pytest.fixture
+def native(mode: tuple[str, bool], monkeypatch: pytest.MonkeyPatch) -> bool:
+    if not mode[1]:
         monkeypatch.setattr(raw_check, "_native_check", None)
         monkeypatch.setattr(small_window, "_native_copy", None)
     elif raw_check._native_check is None:
         pytest.fail("the C helper is not built (make .venv/.installed builds it)")
-    return bool(request.param)
+    return mode[1]
 
 
 class Paths:
@@ -71,11 +81,9 @@ class Paths:
             monkeypatch.setattr(window, "SMALL_WINDOW", 0)
 
 
-@pytest.fixture(params=["stored", "direct"])
-def paths(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Paths:
-    if request.param == "direct" and "native" in request.fixturenames and not request.getfixturevalue("native"):
-        pytest.skip("the direct path needs the C helper (without it every small window is read the general way)")
-    return Paths(monkeypatch, request.param)
+@pytest.fixture
+def paths(mode: tuple[str, bool], native: bool, monkeypatch: pytest.MonkeyPatch) -> Paths:
+    return Paths(monkeypatch, mode[0])
 
 
 def outcome(s: rmqlog.MessageStore, topic: str, qid: int, offset: int, **kw: Any) -> tuple[Any, ...]:

@@ -152,12 +152,13 @@ def test_commits_and_queries_touch_no_file_until_the_persist_round(broker: Broke
     after = os.stat(root / "config" / "consumerOffset.json")
     assert (after.st_ino, after.st_mtime_ns, after.st_size) == (before.st_ino, before.st_mtime_ns, before.st_size)
     rounds(broker, T0 + 5000)
-    assert ops.writes == ["consumerOffset.json"]
+    # (and the group P, created in memory by its first pull as Java's findSubscriptionGroupConfig does)
+    assert ops.writes == ["consumerOffset.json", "subscriptionGroup.json"]
     assert broker.consumer_offsets.rereads == 0  # the file had not moved: not read again
     table = offsets_file(root)
     assert len(table) == 20_002 and table["T@G"] == {"0": 10, "1": 11, "2": 12, "3": 13} and table["T@P"]["3"] == 23
     rounds(broker, T0 + 10_000, T0 + 15_000)  # nothing changed since: nothing written
-    assert ops.writes == ["consumerOffset.json"]
+    assert ops.writes == ["consumerOffset.json", "subscriptionGroup.json"]
 
 
 def test_a_commit_of_another_process_is_visible_after_a_persist(broker: Broker, root: Path) -> None:

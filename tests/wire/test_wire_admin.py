@@ -144,3 +144,21 @@ def test_rmqlog_admin_commands(servers: Servers, capsys: pytest.CaptureFixture[s
     assert code == 2 and "not exist" in err
     code, _, err = rmqlog(capsys, "topic-create", "--broker", b, "a/b")
     assert code == 2 and "illegal characters" in err
+
+
+def test_admin_client_subscription_groups(servers: Servers) -> None:  # noqa: F811
+    """``mqadmin updateSubGroup`` / ``deleteSubGroup`` through our client (codes 200, 201, 207):
+    a group made with a field, listed, refused for a bad field, deleted with its offsets."""
+    b = servers.broker
+    with Admin(servers.namesrv) as admin:
+        admin.create_group(b, "ADMG", retryMaxTimes=3, consumeEnable=True)
+        assert admin.group_configs(b)["ADMG"]["retryMaxTimes"] == 3
+        with pytest.raises(BrokerError, match="retryMaxTimes") as info:
+            admin.create_group(b, "ADMG", retryMaxTimes="many")
+        assert info.value.code == ResponseCode.SYSTEM_ERROR
+        admin.update_offset(b, "ADMG", "T", 0, 1)
+        assert admin.query_offset(b, "ADMG", "T", 0) == 1
+        admin.delete_group(b, "ADMG", remove_offset=True)
+        assert "ADMG" not in admin.group_configs(b)
+        # no committed offset any more: Java's answer for a queue whose first message is in memory, 0
+        assert admin.query_offset(b, "ADMG", "T", 0) == 0
