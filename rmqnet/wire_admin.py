@@ -40,6 +40,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rmqlog.values import arg_type, parse_host_port, parse_int, parse_number
+
 from .client import Admin, BrokerError, ClientError
 from .remoting.credentials import CredentialsError, cli_credentials
 from .remoting.route import PERM_RW
@@ -50,15 +52,8 @@ COMMANDS = ("topic-list", "topic-create", "topic-delete", "topic-stats", "consum
 
 
 def _count(low: int, high: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if not low <= n <= high:
-            raise argparse.ArgumentTypeError(f"must be in {low}..{high}, not {n}")
-        return n
-    return parse
+    """An integer argument in ``[low, high]`` (:func:`rmqlog.values.parse_int`: ASCII digits only)."""
+    return arg_type(parse_int, low, high)
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -74,9 +69,9 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--broker", required=True, metavar="HOST:PORT", help="the broker's address")
+        p.add_argument("--broker", required=True, type=arg_type(parse_host_port, text=True), metavar="HOST:PORT", help="the broker's address")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-        p.add_argument("--timeout", type=float, default=3.0, metavar="S", help="seconds per request (default 3)")
+        p.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S", help="seconds per request (default 3)")
         add_credentials(p)
         return p
 

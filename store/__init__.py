@@ -64,7 +64,7 @@ from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
 #: types, the message schema, the config, argument checks that raise the typed errors, store
 #: paths and name rules, time parsing, and file calls that never follow links.
 PUBLIC_MODULES = ("rmqlog.errors", "rmqlog.results", "rmqlog.schema", "rmqlog.config", "rmqlog.arguments",
-                  "rmqlog.paths", "rmqlog.times", "rmqlog.safe_open")
+                  "rmqlog.paths", "rmqlog.times", "rmqlog.safe_open", "rmqlog.values")
 
 #: Whether glibc's malloc thresholds were pinned at import (see :mod:`rmqlog.allocator`).
 MALLOC_PINNED = pin_malloc_thresholds()

@@ -27,6 +27,14 @@ from typing import Any
 
 from rmqlog import ASYNC_FLUSH, SYNC_FLUSH, ConfigError, StoreConfig
 from rmqlog.config import read_properties
+from rmqlog.values import (
+    InvalidValueError,
+    parse_addresses,
+    parse_bool,
+    parse_enum,
+    parse_host_port,
+    parse_int,
+)
 
 from ..remoting.acl_address import AclPatternError, address_pattern
 from ..remoting.credentials import CredentialsError
@@ -241,8 +249,9 @@ class BrokerConfig:
             raise ConfigError("write_stall_timeout_mills and server_channel_max_idle_time_seconds must be at least 0")
         if self.transaction_time_out < 0 or self.transaction_check_max < 0:
             raise ConfigError("transaction_time_out and transaction_check_max must be at least 0")
-        if self.broker_role not in BROKER_ROLES:
-            raise ConfigError(f"broker_role must be one of {', '.join(BROKER_ROLES)}, got {self.broker_role!r}")
+        _value(parse_enum, "broker_role", self.broker_role, BROKER_ROLES, case=True)
+        if self.namesrv_addr is not None:
+            _value(parse_addresses, "namesrv_addr", self.namesrv_addr)
         if self.ha_listen_port is not None and not 0 <= self.ha_listen_port < 65536:
             raise ConfigError(f"ha_listen_port must be a port number 0..65535, got {self.ha_listen_port}")
         for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
@@ -252,9 +261,7 @@ class BrokerConfig:
         if self.ha_transfer_batch_size > _JAVA_INT_MAX:
             raise ConfigError(f"ha_transfer_batch_size must be at most {_JAVA_INT_MAX} (a Java int)")
         if self.ha_master_address:
-            host, sep, port = self.ha_master_address.strip().rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ConfigError(f"ha_master_address {self.ha_master_address!r} is not host:port")
+            _value(parse_host_port, "ha_master_address", self.ha_master_address)
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError("access_message_in_memory_max_ratio must be a percentage 0..100")
         if self.ha_slave_allow_list is not None:
@@ -319,8 +326,9 @@ class BrokerConfig:
         return self.store.max_message_size
 
     def namesrv_list(self) -> list[str]:
-        """``namesrvAddr`` split at ``;`` (RocketMQ's separator), blanks dropped."""
-        return [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]
+        """``namesrvAddr`` split at ``;`` (RocketMQ's separator; checked at construction: no
+        empty item, each ``host:port``); ``[]`` without it."""
+        return [] if self.namesrv_addr is None else list(parse_addresses("namesrv_addr", self.namesrv_addr))
 
     def replace(self, **changes: Any) -> BrokerConfig:
         """A copy with some fields changed (:class:`ConfigError` for a name that is no field)."""
@@ -363,6 +371,13 @@ class BrokerConfig:
 #: the ``metricsExporterType`` values this broker serves (RocketMQ 5's ``MetricsExporterType``
 #: also has ``OTLP_GRPC`` and ``LOG``)
 METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
+def _value(parse: Any, name: str, *args: Any, **kw: Any) -> Any:
+    """``parse(name, *args)`` of :mod:`rmqlog.values`, its error re-raised as :class:`ConfigError`."""
+    try:
+        return parse(name, *args, **kw)
+    except InvalidValueError as exc:
+        raise ConfigError(str(exc)) from None
+
 
 #: RocketMQ's ``BrokerRole``
 ASYNC_MASTER, SYNC_MASTER, SLAVE = "ASYNC_MASTER", "SYNC_MASTER", "SLAVE"
@@ -430,18 +445,17 @@ def _camel(name: str) -> str:
     return head + "".join(w.capitalize() for w in rest)
 
 
-_JAVA_LONG = re.compile(r"[+-]?[0-9]+")
-
-
 def _coerce(kind: str, value: str, where: str) -> Any:
-    if kind.startswith("bool"):
-        if value.lower() not in ("true", "false"):
-            raise ConfigError(f"{where} = {value!r}: not a boolean (true or false)")
-        return value.lower() == "true"
-    if kind.startswith("int"):
-        if not _JAVA_LONG.fullmatch(value) or not -(1 << 63) <= int(value) < 1 << 63:
-            raise ConfigError(f"{where} = {value!r}: not an integer")
-        return int(value)
+    """``value`` as a field of type ``kind``, parsed by :mod:`rmqlog.values` (the one parser
+    of each kind: exactly ``true``/``false``; Java's ``Long.parseLong`` form); ``where`` names
+    the file and key in the :class:`ConfigError`."""
+    try:
+        if kind.startswith("bool"):
+            return parse_bool(where, value)
+        if kind.startswith("int"):
+            return parse_int(where, value)
+    except InvalidValueError as exc:
+        raise ConfigError(f"{where} = {value!r}: {exc.problem}") from None
     if kind.startswith("str | None") and value == "":
         return None
     return value

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmqlog import ConfigError, MessageStore, StoreConfig, StoreError, SystemClock
+from rmqlog.values import parse_host_port
 
 from ..metrics import RpcLatency
 from ..remoting import RemotingCommand
@@ -46,6 +47,7 @@ from .broker import Broker
 from .config import BrokerConfig
 from .grpc_server import GrpcEndpoint
 from .registration import Registrar
+from .serve_lock import RootServedError, ServeLock
 
 if TYPE_CHECKING:
     from ..transport import Connection, RequestHandler
@@ -60,16 +62,28 @@ GRACE_S = 5.0
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` too); ``ValueError`` naming what is wrong."""
-    host, sep, port = listen.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
-        raise ValueError(f"--listen {listen!r} is not HOST:PORT with a port 0..65535")
-    host = host.strip("[]") or "127.0.0.1"
-    return host, int(port)
+    return parse_host_port("--listen", listen, 0)  # rmqlog.values' one address parser (a ValueError)
 
 
 def _transport() -> Any:
     """``rmqnet.transport`` (the asyncio server), imported when a process starts."""
     return importlib.import_module("rmqnet.transport")
+
+
+#: exit statuses of :func:`main`, as the name server's and the store command's: 0 a clean
+#: stop, 2 what was asked is wrong (broker.conf, --listen, the ACL files), 3 it cannot be done
+#: (an address that cannot be bound, a root another broker serves), 1 the store cannot be opened
+OK, STORE, WRONG, CANNOT = 0, 1, 2, 3
+
+
+class CannotListen(Exception):
+    """The broker's or its HA service's address cannot be bound (``address``; ``strerror``:
+    the system's reason, e.g. "Address already in use")."""
+
+    def __init__(self, address: str, exc: OSError) -> None:
+        self.address = address
+        self.strerror = exc.strerror or str(exc)
+        super().__init__(f"cannot listen on {address}: {self.strerror}")
 
 
 class BrokerProcess:
@@ -91,6 +105,7 @@ class BrokerProcess:
         self.metrics: Any = None
         #: the answers' latency (the broker's ``metrics.rpc``)
         self.rpc = RpcLatency()
+        self._served = ServeLock(self.root)
 
     async def start(self) -> str:
         """Bind, open the store, build the broker, serve; returns the advertised address."""
@@ -104,20 +119,30 @@ class BrokerProcess:
         # every answer measured from the first connection on (rocketmq_rpc_latency), into the
         # broker's figures once it is built (rmqnet.broker.metrics)
         self.server.observer = self.rpc.observe
-        await self.server.start()
+        try:
+            await self.server.start()
+        except OSError as exc:  # taken, or not an address of this host
+            raise CannotListen(f"{self.host}:{self.port}", exc) from None
         try:
             port = self.server.port
             advertised_ip = self.config.broker_ip1 if self.host in ("0.0.0.0", "::") else self.host
             config = self.config.replace(listen_port=port, broker_ip1=advertised_ip)
             store_config: StoreConfig = config.store.replace(store_host=config.advertised(port))
             self.store = MessageStore.open(self.root, store_config)
+            self._served.acquire()  # one broker per root (RootServedError): before any service runs
             self.store.start_services(scheduler=not config.slave)  # a slave's deliveries come from its master
             self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port),
                                  background_persist=True)
-            await self.broker.replication.start(self.host, config.ha_port(self.port))
+            try:
+                await self.broker.replication.start(self.host, config.ha_port(self.port))
+            except OSError as exc:  # a configured haListenPort that is taken
+                raise CannotListen(f"{self.host}:{config.ha_port(self.port)} (haListenPort)", exc) from None
             if config.grpc_listen_port is not None:
                 self.grpc = GrpcEndpoint(self.broker, self.host, config.grpc_listen_port, advertised_host=advertised_ip)
-                await self.grpc.start()
+                try:
+                    await self.grpc.start()
+                except OSError as exc:  # grpcListenPort taken
+                    raise CannotListen(f"{self.host}:{config.grpc_listen_port} (grpcListenPort)", exc) from None
             await self._start_metrics(self.broker)
             self._add_registrar(self.broker)
         except BaseException:
@@ -130,6 +155,7 @@ class BrokerProcess:
                 await self.broker.replication.close()
             if self.store is not None:
                 self.store.close()
+            self._served.release()
             raise
         self._services_task = asyncio.create_task(self._run_services())
         return self.broker.address
@@ -152,7 +178,12 @@ class BrokerProcess:
         from .metrics_export import endpoint  # (prometheus_client only when asked)
 
         self.metrics = endpoint(broker)
-        await self.metrics.serve()
+        try:
+            await self.metrics.serve()
+        except OSError as exc:  # metricsPromExporterPort taken
+            c = broker.config
+            raise CannotListen(f"{c.metrics_prom_exporter_host}:{c.metrics_prom_exporter_port} (metricsPromExporterPort)",
+                               exc) from None
         log.info("metrics at http://%s/metrics", self.metrics.address)
 
     @staticmethod
@@ -195,6 +226,7 @@ class BrokerProcess:
             await self.broker.close()  # the last persist; the registrar unregisters
         if self.store is not None:
             self.store.close()
+        self._served.release()
 
 
 async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = None, port: int | None = None,
@@ -219,9 +251,9 @@ async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = No
 
 
 def main(root: str, config: str | None, listen: str | None, namesrv: str | None) -> int:
-    """``rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDR]``: 0 after a
-    clean stop, 2 for a bad configuration (broker.conf, the ACL files), 1 when the store cannot be opened
-    or a port cannot be bound (one line on stderr naming it, no traceback)."""
+    """``rmqlog broker ROOT [-c broker.conf] [--listen HOST:PORT] [--namesrv ADDR]``: its exit
+    status (:data:`OK`, :data:`WRONG`, :data:`CANNOT`, :data:`STORE`), each failure one line on
+    stderr, ``rmqlog broker: <why>``, no traceback."""
     try:
         overrides: dict[str, Any] = {}
         host = None
@@ -235,15 +267,18 @@ def main(root: str, config: str | None, listen: str | None, namesrv: str | None)
             cfg = cfg.replace(broker_ip1=host)
     except (ValueError, StoreError) as exc:  # ConfigError is both
         print(f"rmqlog broker: {exc}", file=sys.stderr)
-        return 2
+        return WRONG
     try:
         return asyncio.run(serve(root, cfg, host=host, port=port))
     except ConfigError as exc:  # found at start (the ACL files of aclEnable=true)
         print(f"rmqlog broker: {exc}", file=sys.stderr)
-        return 2
+        return WRONG
+    except (CannotListen, RootServedError) as exc:
+        print(f"rmqlog broker: {exc}", file=sys.stderr)
+        return CANNOT
     except StoreError as exc:
         print(f"rmqlog broker: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # a port that cannot be bound (listenPort, haListenPort, grpcListenPort, the metrics')
-        print(f"rmqlog broker: cannot listen: {exc}", file=sys.stderr)  # (the text names the address)
-        return 3
+        return STORE
+    except OSError as exc:  # what else cannot be done at start (CannotListen names the ports)
+        print(f"rmqlog broker: cannot start: {exc.strerror or exc}", file=sys.stderr)
+        return CANNOT

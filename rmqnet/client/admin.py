@@ -54,7 +54,8 @@ UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
     """The broker address and commitlog offset of an offset message id
     (``MessageDecoder.decodeMessageId``): 32 hex digits (IPv4 4 bytes, port 4, offset 8) or 56
-    (IPv6 16, port 4, offset 8). ``ValueError`` for anything else."""
+    (IPv6 16, port 4, offset 8), a port in 1..65535 and an offset from 0. ``ValueError`` for
+    anything else."""
     try:
         raw = bytes.fromhex(msg_id)
     except ValueError:
@@ -67,6 +68,8 @@ def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
         raise ValueError(f"not an offset message id (32 or 56 hex digits): {msg_id!r}")
     port = int.from_bytes(raw[-12:-8], "big")
     offset = int.from_bytes(raw[-8:], "big", signed=True)
+    if not 0 < port < 65536 or offset < 0:  # a client msgId (UNIQ_KEY) has 32 hex digits too
+        raise ValueError(f"not an offset message id (port {port}, offset {offset}): {msg_id!r}")
     return f"{host}:{port}", offset
 
 

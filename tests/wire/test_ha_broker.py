@@ -465,4 +465,80 @@ def test_a_topic_missing_from_the_masters_snapshot_keeps_its_units_on_the_slave(
     assert promoted.topics.get("Fresh") is not None and "Fresh" in promoted.store.topics()
     assert promoted.store.read_queue("Fresh", 0, 0, 4).num_rows == 4
     promoted.store.close()
+async def _stalled_slave(master: Broker) -> asyncio.StreamWriter:
+    """A slave that reports the master's tail once and acknowledges only what the test writes."""
+    await master.replication.start()
+    host, port = master.replication.ha_server_addr.rsplit(":", 1)
+    _, writer = await asyncio.open_connection(host, int(port))
+    writer.write(struct.pack(">q", master.store.published_tail()))
+    await writer.drain()
+    await master.replication.server.slave_reported.wait()  # admitted, its first report read
+    assert len(master.replication.server.links) == 1
+    return writer
+
+
+def _end_request(half: RemotingCommand, outcome: int) -> RemotingCommand:
+    ext = {"producerGroup": "PG", "tranStateTableOffset": half.ext_fields["queueOffset"],
+           "commitLogOffset": str(int(half.ext_fields["msgId"][16:], 16)), "commitOrRollback": str(outcome),
+           "fromTransactionCheck": "false", "msgId": "M"}
+    return RemotingCommand(RequestCode.END_TRANSACTION, 9, 0, None, ext, b"", "JAVA")
+
+
+def test_sync_master_answers_end_transaction_once_the_slave_holds_it(tmp_path: Path) -> None:
+    # Java 4.9.8's EndTransactionProcessor stores the commit and its op message with putMessage,
+    # which under SYNC_MASTER waits for a slave as a send does (issue 44, item 13)
+    master = _broker(tmp_path / "m", "SYNC_MASTER", slave_timeout=int(GUARD_S * 1000))
+
+    async def body() -> None:
+        writer = await _stalled_slave(master)
+        # the half message, not waiting for the slave (WAIT=false), acknowledged at once
+        half = await _send(master, b"tx", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U1\x02WAIT\x01false\x02")
+        assert half.code == ResponseCode.SUCCESS, half.remark
+        writer.write(struct.pack(">q", master.store.published_tail()))
+        before = master.store.published_tail()
+        for outcome in (8, 12):  # a commit, then (a second half) a rollback
+            if outcome == 12:
+                half = await _send(master, b"tx2", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U2\x02WAIT\x01false\x02")
+                before = master.store.published_tail()
+                writer.write(struct.pack(">q", before))
+            res = master.table.process(master, FakePeer(), _end_request(half, outcome))
+            assert asyncio.isfuture(res)
+            while master.store.published_tail() == before:  # the END's put: one turn of the loop
+                await asyncio.sleep(0)
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert not res.done()  # stored, and no slave holds it yet: not answered
+            writer.write(struct.pack(">q", master.store.published_tail()))  # the slave acknowledges it
+            answer = await res
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            assert master.replication.server.push_offset >= master.store.published_tail()
+        writer.close()
+        await master.replication.close()
+
+    _run(body)
+    master.store.close()
+
+
+def test_sync_master_answers_end_transaction_success_without_a_slave(tmp_path: Path) -> None:
+    # sendFinalMessage: SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT are SUCCESS to the producer
+    master = _broker(tmp_path / "m", "SYNC_MASTER", slave_timeout=50)
+
+    async def body() -> None:
+        await master.replication.start()
+        half = await _send(master, b"tx", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U1\x02")
+        assert half.code == ResponseCode.SLAVE_NOT_AVAILABLE  # the half itself: stored, no slave
+        res = master.table.process(master, FakePeer(), _end_request(half, 8))
+        answer = await res if asyncio.isfuture(res) else res
+        assert answer.code == ResponseCode.SUCCESS
+        writer = await _stalled_slave(master)
+        half = await _send(master, b"tx2", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U2\x02WAIT\x01false\x02")
+        res = master.table.process(master, FakePeer(), _end_request(half, 8))
+        answer = await res  # the slave never acknowledges: slaveTimeout, then SUCCESS
+        assert answer.code == ResponseCode.SUCCESS
+        writer.close()
+        await master.replication.close()
+
+    _run(body)
+    master.store.dispatch()
+    assert master.store.read_queue("TopicA", 0, 0, 10).column("body").to_pylist() == [b"tx", b"tx2"]
     master.store.close()
