@@ -37,7 +37,8 @@ NETWORK_COMMANDS = ("namesrv", "broker")
 #: the store's reading commands that also work over the wire, given --namesrv (rmqnet.wire_reading)
 WIRE_READING = ("info", "topic-status", "lag", "consumer-progress", "read", "get", "query", "dlq", "dead-letters")
 #: the admin commands against one broker (rmqnet.wire_admin): network only, no store form
-WIRE_ADMIN = ("topic-list", "topic-create", "topic-delete", "topic-stats", "consumer-status", "broker-config")
+WIRE_ADMIN = ("topic-list", "topic-create", "topic-delete", "topic-stats", "consumer-status", "broker-config",
+              "group-list", "group-create", "group-delete")
 
 
 #: the commands served here, listed by ``rmqlog --help`` beside the store's (their own
@@ -51,6 +52,9 @@ NETWORK_HELP = (
     ("topic-stats", "a topic's queues on a broker: min and max offset, last update"),
     ("consumer-status", "a group's progress per queue, its consume TPS and its live consumers"),
     ("broker-config", "a broker's configuration, or --set keys of it"),
+    ("group-list", "a broker's subscription groups (--broker HOST:PORT)"),
+    ("group-create", "create or update a subscription group on a broker (mqadmin updateSubGroup -b)"),
+    ("group-delete", "delete a subscription group on a broker, --remove-offset its offsets too"),
 )
 
 
