@@ -16,7 +16,8 @@ A *trial*, on a fresh store root:
    transaction returns UNKNOW; the producer's check listener answers the outcome when the broker asks).
    The ledger (append-only, fsynced): ``T seq`` before the half is sent, ``S seq`` once it was answered
    SEND_OK (it is stored), ``F seq`` when the send failed (it may be stored all the same: a reply cut by
-   the kill), ``E seq`` once END_TRANSACTION was answered.
+   the kill), ``E seq`` once END_TRANSACTION was answered, ``X seq`` when the broker refused it (an
+   answer with an error code: never right, the END names a half the broker stored).
 3. Once every producer has ended a transaction, after a random further ``0..--run-s`` s, the broker is
    killed with SIGKILL (during commits, rollbacks and check-backs: all three run at once) and restarted
    on the same root and port. When each producer has ended 2 more, they stop starting transactions but
@@ -29,11 +30,15 @@ A *trial*, on a fresh store root:
    - ``lost``: a commit whose half was answered SEND_OK, not delivered;
    - ``dup``: a body delivered more than once;
    - ``leaked``: a rolled-back transaction's body delivered;
-   - ``bad``: a body no producer sent or not byte-exact, open transactions left after 60 s, a broker that
-     does not restart or stop cleanly, a producer that fails.
+   - ``bad``: a body no producer sent or not byte-exact, an END_TRANSACTION the broker refused (the
+     check-back would settle the transaction all the same: without this count a broker refusing every
+     direct END passed), open transactions left after 60 s, a broker that does not restart or stop
+     cleanly, a producer that fails.
 
    (A commit whose half send failed may be delivered once or not at all.) One line per trial, then
-   ``N trials, L lost, D duplicated, R leaked``; exit 1 if anything was wrong.
+   ``N trials, L lost, D duplicated, R leaked, B bad``, with the commits and rollbacks whose half was
+   answered SEND_OK (what the run proves) apart from those whose half send failed (settled by the
+   check-back if stored at all); exit 1 if anything was wrong.
 """
 
 from __future__ import annotations
@@ -150,6 +155,8 @@ class Ledger:
     tried: set[int] = field(default_factory=set)
     sent: set[int] = field(default_factory=set)
     ended: int = 0
+    #: END_TRANSACTIONs the broker refused
+    refused: set[int] = field(default_factory=set)
 
     @classmethod
     def read(cls, path: Path) -> Ledger:
@@ -164,15 +171,23 @@ class Ledger:
                 led.sent.add(int(f[1]))
             elif f[0] == "E":
                 led.ended += 1
+            elif f[0] == "X":
+                led.refused.add(int(f[1]))
         return led
 
 
 @dataclass
 class Counts(tc.Problems):
+    #: transactions whose half was answered SEND_OK, by decided outcome, and how many of those the
+    #: local transaction left to the check-back
     commits: int = 0
     rollbacks: int = 0
     via_check: int = 0
+    #: transactions whose half send failed (stored or not: settled by the check-back if stored)
     failed_sends: int = 0
+    failed_commits: int = 0
+    failed_rollbacks: int = 0
+    refused_ends: int = 0
     lost: int = 0
     dup: int = 0
     leaked: int = 0
@@ -195,10 +210,17 @@ def check(seed: int, ledgers: list[Ledger], delivered: list[bytes], counts: Coun
         for seq in sorted(led.tried):
             commit, via_check = decide(seed, p, seq)
             n = by_id.get((p, seq), 0)
-            counts.commits += commit
-            counts.rollbacks += not commit
-            counts.via_check += via_check
-            counts.failed_sends += seq not in led.sent
+            if seq in led.sent:
+                counts.commits += commit
+                counts.rollbacks += not commit
+                counts.via_check += via_check
+            else:
+                counts.failed_sends += 1
+                counts.failed_commits += commit
+                counts.failed_rollbacks += not commit
+            if seq in led.refused:
+                counts.refused_ends += 1
+                counts.problem("bad", f"producer {p} transaction {seq}: END_TRANSACTION refused by the broker")
             if commit and seq in led.sent and n == 0:
                 counts.problem("lost", f"producer {p} transaction {seq} committed, never delivered")
             if not commit and n:
@@ -276,9 +298,10 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     tc.reap(producers, work, counts.problem)
     tc.stop_broker(broker, counts.problem)
     check(seed, [Ledger.read(p) for p in ledgers], read_topic(root, conf), counts)
-    print(f"trial {n}: {kills} kills, {counts.commits} commits, {counts.rollbacks} rollbacks "
+    print(f"trial {n}: {kills} kills, {counts.commits} commits, {counts.rollbacks} rollbacks with a SEND_OK half "
           f"({counts.via_check} of them left to the check-back), "
-          f"{counts.failed_sends} half sends failed: {counts.lost} lost, "
+          f"{counts.failed_sends} half sends failed ({counts.failed_commits} commits, {counts.failed_rollbacks} "
+          f"rollbacks), {counts.refused_ends} ENDs refused: {counts.lost} lost, "
           f"{counts.dup} duplicated, {counts.leaked} leaked, {counts.bad} bad", flush=True)
     counts.print_problems()
     return counts
@@ -292,8 +315,10 @@ def main(argv: list[str] | None = None) -> int:
 
     def summary() -> None:
         print(f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.leaked} leaked, "
-              f"{total.bad} bad ({total.commits} commits, {total.rollbacks} rollbacks, {total.via_check} via "
-              f"check-back, {total.failed_sends} half sends failed)", flush=True)
+              f"{total.bad} bad ({total.commits} commits, {total.rollbacks} rollbacks with a SEND_OK half, "
+              f"{total.via_check} of them via check-back; {total.failed_sends} half sends failed: "
+              f"{total.failed_commits} commits, {total.failed_rollbacks} rollbacks; {total.refused_ends} ENDs "
+              f"refused)", flush=True)
 
     return tc.run_trials(args, "torture-txn-",
                          lambda base: f"torture_transactions: {args.trials} trials, seed {args.seed}, "

@@ -11,6 +11,11 @@
                                                  consumers (208 + 203; mqadmin consumerProgress)
     rmqlog broker-config --broker ADDR [--set KEY=VALUE ...]
                                                  the broker's config (26), or keys changed (25)
+    rmqlog group-list --broker ADDR              the broker's subscription groups (201)
+    rmqlog group-create --broker ADDR GROUP [--disable] [--retry-max-times N] [--retry-queues N]
+                                                 create or update a group (200; mqadmin updateSubGroup -b)
+    rmqlog group-delete --broker ADDR GROUP [--remove-offset]
+                                                 delete a group, with its offsets (207; mqadmin deleteSubGroup -b)
 
 Output follows the other commands: text by default, ``--json`` one object with camelCase keys;
 queues named ``topic/broker/id``; times ISO 8601 in UTC to the millisecond (the JSON also
@@ -40,25 +45,21 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from rmqlog.values import arg_type, parse_host_port, parse_int, parse_number
+
 from .client import Admin, BrokerError, ClientError
 from .remoting.credentials import CredentialsError, cli_credentials
 from .remoting.route import PERM_RW
 
 #: the store command's exit statuses (rmqlog.admin.exits)
 OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
-COMMANDS = ("topic-list", "topic-create", "topic-delete", "topic-stats", "consumer-status", "broker-config")
+COMMANDS = ("topic-list", "topic-create", "topic-delete", "topic-stats", "consumer-status", "broker-config",
+            "group-list", "group-create", "group-delete")
 
 
 def _count(low: int, high: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if not low <= n <= high:
-            raise argparse.ArgumentTypeError(f"must be in {low}..{high}, not {n}")
-        return n
-    return parse
+    """An integer argument in ``[low, high]`` (:func:`rmqlog.values.parse_int`: ASCII digits only)."""
+    return arg_type(parse_int, low, high)
 
 
 def _pair(text: str) -> tuple[str, str]:
@@ -74,9 +75,9 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--broker", required=True, metavar="HOST:PORT", help="the broker's address")
+        p.add_argument("--broker", required=True, type=arg_type(parse_host_port, text=True), metavar="HOST:PORT", help="the broker's address")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-        p.add_argument("--timeout", type=float, default=3.0, metavar="S", help="seconds per request (default 3)")
+        p.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S", help="seconds per request (default 3)")
         add_credentials(p)
         return p
 
@@ -97,6 +98,17 @@ def _parser() -> argparse.ArgumentParser:
     p = command("broker-config", "the broker's configuration, or --set keys of it")
     p.add_argument("--set", type=_pair, action="append", default=None, metavar="KEY=VALUE",
                    help="change a key (repeatable; all or nothing; only keys the broker reads per request)")
+    command("group-list", "the broker's subscription groups with their consume, retry and broadcast settings")
+    p = command("group-create", "create or update a subscription group on the broker (mqadmin updateSubGroup -b)")
+    p.add_argument("group", help="consumer group")
+    p.add_argument("--disable", action="store_true", help="consumeEnable=false: its pulls are refused (NO_PERMISSION)")
+    p.add_argument("--retry-max-times", type=_count(0, 65535), default=16, metavar="N",
+                   help="retryMaxTimes: deliveries before a message goes to %%DLQ%%GROUP (default 16)")
+    p.add_argument("--retry-queues", type=_count(1, 65535), default=1, metavar="N",
+                   help="retryQueueNums: queues of %%RETRY%%GROUP (default 1)")
+    p = command("group-delete", "delete a subscription group on the broker (mqadmin deleteSubGroup -b)")
+    p.add_argument("group", help="consumer group")
+    p.add_argument("--remove-offset", action="store_true", help="remove the group's committed offsets too")
     return ap
 
 
@@ -226,8 +238,37 @@ def broker_config(admin: Admin, args: argparse.Namespace) -> int:
     return OK
 
 
+def group_list(admin: Admin, args: argparse.Namespace) -> int:
+    configs = admin.group_configs(args.broker)
+    groups = [{"groupName": name, "consumeEnable": c.get("consumeEnable"), "retryMaxTimes": c.get("retryMaxTimes"),
+               "retryQueueNums": c.get("retryQueueNums"), "consumeBroadcastEnable": c.get("consumeBroadcastEnable")}
+              for name, c in sorted(configs.items())]
+    lines = [f"{g['groupName']:<32} {'consume' if g['consumeEnable'] else 'disabled'}  retry {g['retryMaxTimes']} "
+             f"on {g['retryQueueNums']} queue(s)" for g in groups]
+    _emit({"broker": args.broker, "groups": groups}, args.json, lines)
+    return OK
+
+
+def group_create(admin: Admin, args: argparse.Namespace) -> int:
+    fields = {"consumeEnable": not args.disable, "retryMaxTimes": args.retry_max_times,
+              "retryQueueNums": args.retry_queues}
+    admin.create_group(args.broker, args.group, **fields)
+    _emit({"broker": args.broker, "groupName": args.group, **fields}, args.json,
+          [f"group {args.group} on {args.broker}: {'consume' if not args.disable else 'disabled'}, "
+           f"retry {args.retry_max_times} on {args.retry_queues} queue(s)"])
+    return OK
+
+
+def group_delete(admin: Admin, args: argparse.Namespace) -> int:
+    admin.delete_group(args.broker, args.group, remove_offset=args.remove_offset)
+    _emit({"broker": args.broker, "groupName": args.group, "deleted": True, "offsetsRemoved": args.remove_offset},
+          args.json, [f"group {args.group} deleted on {args.broker}" + (", with its offsets" if args.remove_offset else "")])
+    return OK
+
+
 HANDLERS = {"topic-list": topic_list, "topic-create": topic_create, "topic-delete": topic_delete,
-            "topic-stats": topic_stats, "consumer-status": consumer_status, "broker-config": broker_config}
+            "topic-stats": topic_stats, "consumer-status": consumer_status, "broker-config": broker_config,
+            "group-list": group_list, "group-create": group_create, "group-delete": group_delete}
 
 
 def main(argv: Sequence[str]) -> int:

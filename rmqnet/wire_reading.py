@@ -1,5 +1,5 @@
 """The ``rmqlog`` reading commands over the wire: ``info``, ``topic-status``, ``lag`` (and its
-other name ``consumer-progress``), ``read``, ``query`` and ``dlq`` given ``--namesrv HOST:PORT[;HOST:PORT]`` in place of a
+other name ``consumer-progress``), ``read``, ``get``, ``query`` and ``dlq`` given ``--namesrv HOST:PORT[;HOST:PORT]`` in place of a
 store root, answered by the name server and the brokers it routes to (our
 :class:`~rmqnet.client.Admin`), so they work from any host that reaches the cluster, across
 every broker group.
@@ -11,7 +11,9 @@ every broker group.
     rmqlog read --namesrv ADDRS TOPIC QUEUE [--broker NAME] [--offset N] [--count N] [--tags T] [--body B]
                                                 a queue's messages (PULL_MESSAGE, no commit)
     rmqlog query --namesrv ADDRS TOPIC (--key K | --id MSGID) [--begin T] [--end T] [--max N] [--body B]
-                                                messages by key or client msgId on every broker (12)
+                                                messages by key or msgId on every broker (12, 33)
+    rmqlog get --namesrv ADDRS --id MSGID [--topic TOPIC] [--body B]
+                                                one message by msgId (33; a client msgId: 12, in TOPIC)
     rmqlog dlq --namesrv ADDRS GROUP [--offset N] [--count N] [--body B]
                                                 a group's dead letters (%DLQ%GROUP queue 0) on every broker
 
@@ -27,12 +29,20 @@ statuses as the store's: 0 done, 1 nothing found, 2 what was asked is wrong (an 
 topic, named with the known ones), 3 the cluster cannot be asked (no name server answers, a
 broker fails).
 
-``lag`` needs a GROUP here (the brokers do not list groups over the wire) and reads each
-queue's offset with QUERY_CONSUMER_OFFSET (14): a queue the group never committed on is left
-out where the broker says so (QUERY_NOT_FOUND), but RocketMQ's brokers answer 0 for a queue
-that still starts at 0, which then counts as committed 0. Topics: those given with
-``--topic``, else every topic the name servers route except RocketMQ's system ones (``TBW102``,
-``SCHEDULE_TOPIC_XXXX``, ``RMQ_SYS_*``, ``%RETRY%``/``%DLQ%`` of other groups).
+``lag`` needs a GROUP here (the brokers do not list groups over the wire). Without ``--topic``
+it asks every broker group (its master, else a slave) for the group's progress with
+GET_CONSUME_STATS (208) and no topic: the topics the group has committed offsets of (RocketMQ's
+``whichTopicByConsumer``; its retry topic among them), every queue of them with the broker's
+end (a queue of such a topic the group never committed on counts from 0, as ``mqadmin
+consumerProgress`` counts it). With ``--topic`` it reads each queue's offset with
+QUERY_CONSUMER_OFFSET (14): a queue the group never committed on is left out where the broker
+says so (QUERY_NOT_FOUND), but RocketMQ's brokers answer 0 for a queue that still starts at 0,
+which then counts as committed 0.
+
+``get`` and ``query --id`` take either kind of msgId: a client msgId (UNIQ_KEY) is looked up in
+a topic's index on every broker of it (QUERY_MESSAGE, unique); an offset msgId (what a send's
+result and ali-ons print, 32 hex digits as well) is asked of the broker whose address it holds
+(VIEW_MESSAGE_BY_ID, 33). What finds nothing says why on stderr and exits 1.
 
 ``dlq`` (also ``dead-letters``) pulls ``%DLQ%<group>`` queue 0 on every broker of its route
 (from ``--offset``, else each one's min offset) and prints the messages with a summary by
@@ -53,17 +63,25 @@ from typing import Any
 
 import pyarrow as pa
 
+from rmqlog import MESSAGE_SCHEMA, is_uniq_key
 from rmqlog.times import parse_time_ms
+from rmqlog.values import arg_type, parse_addresses, parse_int, parse_number
 
-from .client import Admin, BrokerError, ClientError, PullConsumer, TopicNotFoundError
+from .client import (
+    Admin,
+    BrokerError,
+    ClientError,
+    PullConsumer,
+    TopicNotFoundError,
+    parse_offset_msg_id,
+)
 from .remoting.credentials import CredentialsError
 from .remoting.route import TopicRouteData
 from .wire_admin import add_credentials, credentials_of, refusal_text
 
 #: the store command's exit statuses (rmqlog.admin.exits)
 OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
-COMMANDS = ("info", "topic-status", "lag", "consumer-progress", "read", "query", "dlq", "dead-letters")
-_SYSTEM = ("TBW102", "SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT", "BenchmarkTest", "SELF_TEST_TOPIC")
+COMMANDS = ("info", "topic-status", "lag", "consumer-progress", "read", "get", "query", "dlq", "dead-letters")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -72,9 +90,9 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--namesrv", required=True, metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT")
+        p.add_argument("--namesrv", required=True, type=arg_type(parse_addresses, text=True), metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-        p.add_argument("--timeout", type=float, default=3.0, metavar="S", help="seconds per request (default 3)")
+        p.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S", help="seconds per request (default 3)")
         add_credentials(p)
         return p
 
@@ -97,11 +115,17 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("topic", help="topic name")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--key", help="a KEYS token")
-    g.add_argument("--id", help="a client msgId (UNIQ_KEY)")
+    g.add_argument("--id", help="a client msgId (UNIQ_KEY) or an offset msgId (as ali-ons prints it)")
     p.add_argument("--begin", type=_time, default=0, help="stored at or after: ms since the epoch or ISO 8601 (UTC)")
     p.add_argument("--end", type=_time, default=None, help="stored at or before: ms since the epoch or ISO 8601 (UTC)")
     p.add_argument("--max", type=_count(1), default=32, help="most messages per broker (default 32)")
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
+    p = command("get", "one message by msgId: an offset msgId from the broker it names (VIEW_MESSAGE_BY_ID), "
+                       "or a client msgId in --topic's index")
+    p.add_argument("--id", required=True, help="an offset msgId (as a send's result and ali-ons print it) or a "
+                                               "client msgId (UNIQ_KEY; needs --topic)")
+    p.add_argument("--topic", default=None, help="the message's topic (needed for a client msgId)")
+    p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how the body prints (default text)")
     for name in ("dlq", "dead-letters"):
         p = command(name, "a consumer group's dead letters (%DLQ%GROUP) on every broker")
         p.add_argument("group", help="consumer group")
@@ -112,15 +136,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _count(low: int) -> Any:
-    def parse(text: str) -> int:
-        try:
-            n = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if n < low:
-            raise argparse.ArgumentTypeError(f"must be at least {low}, not {n}")
-        return n
-    return parse
+    """An integer argument from ``low`` (:func:`rmqlog.values.parse_int`: ASCII digits only)."""
+    return arg_type(parse_int, low)
 
 
 def _time(text: str) -> int:
@@ -219,10 +236,33 @@ def info(admin: Admin, args: argparse.Namespace) -> int:
     lines += [f"  {name:<24} " + " ".join(f"{k}={v}" for k, v in b["addrs"].items()) for name, b in brokers.items()]
     lines.append(f"topics       {len(topics)}")
     for name, t in topics.items():
-        ranges = " ".join(f"{q['brokerName']}/{q['queueId']}:[{q['min']},{q['max']})" for q in t["queues"])
-        lines.append(f"  {name:<24} {ranges}")
+        lines.append(f"  {name:<24} {queue_ranges(t['queues'])}")
     _emit(obj, args.json, lines)
     return OK
+
+
+def queue_ranges(queues: list[dict[str, Any]]) -> str:
+    """A topic's queues as text, ``broker/queueId:[min,max)`` each, a run of consecutive queues
+    of one broker with the same range written once (``broker-a/0-1023:[0,0)``: a system
+    topic's 1,024 empty queues are one item, not a line of 1,024)."""
+    items: list[str] = []
+    run: list[Any] = []  # [broker, first qid, last qid, min, max]
+    for q in queues:
+        b, qid, lo, hi = q["brokerName"], q["queueId"], q["min"], q["max"]
+        if run and run[0] == b and run[2] + 1 == qid and (run[3], run[4]) == (lo, hi):
+            run[2] = qid
+            continue
+        if run:
+            items.append(_run_text(run))
+        run = [b, qid, qid, lo, hi]
+    if run:
+        items.append(_run_text(run))
+    return " ".join(items)
+
+
+def _run_text(run: list[Any]) -> str:
+    b, first, last, lo, hi = run
+    return f"{b}/{first}{'' if first == last else f'-{last}'}:[{lo},{hi})"
 
 
 def topic_status(admin: Admin, args: argparse.Namespace) -> int:
@@ -233,25 +273,27 @@ def topic_status(admin: Admin, args: argparse.Namespace) -> int:
     return OK
 
 
-def _user_topic(topic: str, group: str) -> bool:
-    if topic in _SYSTEM or topic.startswith("RMQ_SYS_"):
-        return False
-    if topic.startswith(("%RETRY%", "%DLQ%")):
-        return topic.split("%", 2)[2] == group
-    return True
+def _group_lag(admin: Admin, group: str) -> list[dict[str, Any]]:
+    """The group's offsets on every broker group (its master, else a slave) by GET_CONSUME_STATS
+    (208) without a topic: the topics the group has committed offsets of, as the broker knows
+    them (RocketMQ's ``whichTopicByConsumer``), each of their queues with the broker's end."""
+    rows: list[dict[str, Any]] = []
+    for name, b in sorted(admin.cluster_info().broker_addr_table.items()):
+        if not b.broker_addrs:
+            continue
+        addr = b.broker_addrs.get(0) or b.broker_addrs[min(b.broker_addrs)]
+        stats = admin.consume_stats(addr, group)
+        for q, w in sorted(stats.offset_table.items()):
+            rows.append({"group": group, "topic": q.topic, "brokerName": q.broker_name or name, "queueId": q.queue_id,
+                         "committed": w.consumer_offset, "max": w.broker_offset,
+                         "lag": max(0, w.broker_offset - w.consumer_offset)})
+    return rows
 
 
 def lag(admin: Admin, args: argparse.Namespace) -> int:
-    topics = args.topic if args.topic else [t for t in sorted(admin.topic_list()) if _user_topic(t, args.group)]
-    rows: list[dict[str, Any]] = []
-    for topic in topics:
-        if args.topic:
-            route = _route(admin, topic)
-        else:
-            try:
-                route = admin.route(topic)
-            except TopicNotFoundError:  # unregistered since the topic list was asked
-                continue
+    rows: list[dict[str, Any]] = [] if args.topic else _group_lag(admin, args.group)
+    for topic in args.topic or []:
+        route = _route(admin, topic)
         for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
             name = q.broker_name
             for qid in range(q.read_queue_nums if _addressed(route, name) else 0):
@@ -300,11 +342,61 @@ def query(admin: Admin, args: argparse.Namespace) -> int:
     if args.topic == "*":
         raise _Usage('a query by store time ("*") is not served over the wire: name a topic and a key or msgId')
     _route(admin, args.topic)
-    unique = args.id is not None
-    end = args.end if args.end is not None else 2**63 - 1
-    table = admin.query_by_key(args.topic, args.id if unique else args.key, args.max, args.begin, end, unique=unique)
+    if args.id is not None:
+        table, why = _by_id(admin, args.id, args.topic, args.max, args.begin, args.end)
+    else:
+        end = args.end if args.end is not None else 2**63 - 1
+        table = admin.query_by_key(args.topic, args.key, args.max, args.begin, end)
+        why = f"no message with key {args.key!r} in topic {args.topic!r} on any broker (QUERY_MESSAGE, the index files)"
     _messages(table, args.body, args.json)
+    if not table.num_rows:
+        _error(why)
     return OK if table.num_rows else NOTHING
+
+
+def get(admin: Admin, args: argparse.Namespace) -> int:
+    if args.topic is not None:
+        _route(admin, args.topic)
+    table, why = _by_id(admin, args.id, args.topic, 1, 0, None)
+    _messages(table.slice(0, 1), args.body, args.json)
+    if not table.num_rows:
+        _error(why)
+    return OK if table.num_rows else NOTHING
+
+
+def _by_id(admin: Admin, msg_id: str, topic: str | None, max_num: int, begin: int, end: int | None) -> tuple[pa.Table, str]:
+    """The message of ``msg_id`` and, when there is none, why: a client msgId (UNIQ_KEY) asked
+    of every broker of ``topic`` (QUERY_MESSAGE, unique), then an offset msgId (what a send's
+    result and ali-ons print: the same 32 hex digits) asked of the broker whose address it
+    holds (VIEW_MESSAGE_BY_ID, 33), kept only if it is a message of ``topic``."""
+    try:
+        addr, offset = parse_offset_msg_id(msg_id)
+    except ValueError:
+        if not is_uniq_key(msg_id):
+            raise _Usage(f"not a message id: {msg_id!r} (an offset msgId or a client msgId: 32 or 56 hex digits)") from None
+        addr, offset = "", -1
+    reasons = []
+    if topic is not None and is_uniq_key(msg_id):
+        table = admin.query_by_key(topic, msg_id, max_num, begin, end if end is not None else 2**63 - 1, unique=True)
+        if table.num_rows:
+            return table, ""
+        reasons.append(f"no broker of topic {topic!r} indexes client msgId {msg_id}")
+    elif topic is None:
+        reasons.append("a client msgId is looked up in a topic's index: give --topic")
+    if addr:
+        try:
+            table = admin.view_by_id(msg_id)
+        except BrokerError as exc:
+            reasons.append(f"as an offset msgId it names commitlog offset {offset} of the broker at {addr}, "
+                           f"which answers: {exc}")
+        except (OSError, ClientError) as exc:
+            reasons.append(f"as an offset msgId it names the broker at {addr}, which cannot be asked: {exc}")
+        else:
+            if topic is None or (table.num_rows and table.column("topic")[0].as_py() == topic):
+                return table, ""
+            reasons.append(f"as an offset msgId it is a message of topic {table.column('topic')[0].as_py()!r}, "
+                           f"not of {topic!r}")
+    return MESSAGE_SCHEMA.empty_table(), f"no message with msgId {msg_id}: " + "; ".join(reasons)
 
 
 def dead_letters(admin: Admin, args: argparse.Namespace) -> int:
@@ -336,7 +428,7 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:  # --help (0) or a wrong argument (2)
         return int(exc.code) if isinstance(exc.code, int) else USAGE
     handler = {"info": info, "topic-status": topic_status, "lag": lag, "consumer-progress": lag, "read": read,
-               "query": query, "dlq": dead_letters, "dead-letters": dead_letters}[args.cmd]
+               "get": get, "query": query, "dlq": dead_letters, "dead-letters": dead_letters}[args.cmd]
     try:
         ak, sk = credentials_of(args)
         admin = Admin(args.namesrv, timeout_s=args.timeout, access_key=ak, secret_key=sk)

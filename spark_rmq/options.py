@@ -15,10 +15,19 @@ from dataclasses import dataclass
 from typing import Any
 
 from rmqlog import parse_tag_filter
-from rmqlog.arguments import JAVA_INT_MAX, JAVA_LONG_MAX, JAVA_LONG_MIN, utf8_problem
+from rmqlog.arguments import JAVA_INT_MAX, JAVA_LONG_MAX, utf8_problem
 from rmqlog.errors import InvalidArgumentError, StoreError
 from rmqlog.paths import root_arg, validate_group, validate_topic
 from rmqlog.times import parse_time_ms
+from rmqlog.values import (
+    InvalidValueError,
+    parse_addresses,
+    parse_bool,
+    parse_enum,
+    parse_int,
+    parse_list,
+)
+from rmqlog.values import parse_duration_ms as _duration
 
 from .errors import RmqLogOptionError
 
@@ -82,16 +91,13 @@ def _check_unknown(options: Mapping[str, str], known: set[str]) -> None:
             raise RmqLogOptionError(key, f"unknown option; known: {', '.join(sorted(known))}")
 
 
-def _java_long(name: str, text: str) -> int:
-    """An integer of ``text`` in Java's long range (Python's ``int`` refuses 4,300+ digits
-    with a bare ``ValueError``); else :class:`RmqLogOptionError`."""
+def _strict(name: str, parse: Any, *args: Any, **kw: Any) -> Any:
+    """``parse(name, *args)`` of :mod:`rmqlog.values` (the one parser of each kind of value),
+    its :class:`~rmqlog.values.InvalidValueError` re-raised as :class:`RmqLogOptionError`."""
     try:
-        value = int(text)
-    except ValueError:
-        raise RmqLogOptionError(name, f"must be an integer, got {text[:40]!r}") from None
-    if not JAVA_LONG_MIN <= value <= JAVA_LONG_MAX:
-        raise RmqLogOptionError(name, f"{text[:40]!r} is outside Java's long range")
-    return value
+        return parse(name, *args, **kw)
+    except InvalidValueError as exc:
+        raise RmqLogOptionError(name, exc.problem) from None
 
 
 def _positive_int(options: Mapping[str, str], name: str) -> int | None:
@@ -101,37 +107,19 @@ def _positive_int(options: Mapping[str, str], name: str) -> int | None:
 
 def _count(raw: str, name: str, least: int) -> int:
     """``raw`` as an int from ``least`` (0 or 1) to Java's long maximum, else the option's error."""
-    what = "a positive integer" if least else "0 or a positive integer"
-    try:
-        value = int(raw)
-    except ValueError:
-        raise RmqLogOptionError(name, f"must be {what}, got {raw[:40]!r}") from None
-    if not least <= value <= JAVA_LONG_MAX:
-        raise RmqLogOptionError(name, f"must be {what}, got {raw!r}")
-    return value
+    return int(_strict(name, parse_int, raw, least, JAVA_LONG_MAX))
 
 
 def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
+    """``true`` or ``false`` (any case); absent: ``default``."""
     raw = _get(options, name)
-    if raw is None:
-        return default
-    if raw.strip().lower() in ("true", "1", "yes"):
-        return True
-    if raw.strip().lower() in ("false", "0", "no"):
-        return False
-    raise RmqLogOptionError(name, f"must be true or false, got {raw!r}")
-
-
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|min|h)?\s*$")
-_UNIT_MS = {None: 1, "ms": 1, "s": 1000, "m": 60_000, "min": 60_000, "h": 3_600_000}
+    return default if raw is None else bool(_strict(name, parse_bool, raw))
 
 
 def parse_duration_ms(name: str, raw: str) -> int:
-    """``"500ms"``, ``"30s"``, ``"15m"``, ``"1h"`` or a bare number of milliseconds."""
-    m = _DURATION.match(_text(name, raw))
-    if not m:
-        raise RmqLogOptionError(name, f"must be a duration like 500ms, 30s, 15m or 1h, got {raw!r}")
-    return _java_long(name, str(_java_long(name, m.group(1)) * _UNIT_MS[m.group(2)]))
+    """``"500ms"``, ``"30s"``, ``"15m"``, ``"1h"`` or a bare number of milliseconds
+    (:func:`rmqlog.values.parse_duration_ms`)."""
+    return int(_strict(name, _duration, _text(name, raw)))
 
 
 def parse_timestamp_ms(name: str, raw: str) -> int:
@@ -225,10 +213,8 @@ class SourceOptions:
             )
         kw: dict[str, Any] = {"path": path, "name_server": name_server}
         if (raw := _get(options, "topics")) is not None:
-            names = tuple(sorted({t.strip() for t in raw.split(",") if t.strip()}))
-            if not names:
-                raise RmqLogOptionError("topics", "is empty")
-            kw["topics"] = tuple(_valid_topic("topics", t) for t in names)
+            names = _strict("topics", parse_list, raw)
+            kw["topics"] = tuple(sorted(_valid_topic("topics", t) for t in names))
         if (raw := _get(options, "topicPattern")) is not None:
             try:
                 re.compile(raw)
@@ -309,16 +295,11 @@ def parse_columns(options: Mapping[str, str]) -> tuple[str, ...] | None:
     raw = _get(options, "columns")
     if raw is None:
         return None
-    names = [c.strip() for c in raw.split(",")]
-    if not any(names):
-        raise RmqLogOptionError("columns", "is empty: name at least one column of the message schema")
+    names = _strict("columns", parse_list, raw)
     known = MESSAGE_SCHEMA.names
     for name in names:
         if name not in known:
             raise RmqLogOptionError("columns", f"{name!r} is not a column of the message schema ({', '.join(known)})")
-    if len(set(names)) != len(names):
-        twice = next(n for n in names if names.count(n) > 1)
-        raise RmqLogOptionError("columns", f"{twice!r} is named twice")
     return tuple(names)
 
 
@@ -390,25 +371,16 @@ def _path_or_name_server(options: Mapping[str, str]) -> tuple[str, str | None]:
 def parse_name_server(raw: str) -> str:
     """``host:port`` name server addresses separated by ``;`` (RocketMQ's ``namesrvAddr``),
     normalized (blanks dropped); :class:`RmqLogOptionError` naming ``nameServer`` otherwise."""
-    addrs = [a.strip() for a in _text("nameServer", raw).split(";") if a.strip()]
-    if not addrs:
-        raise RmqLogOptionError("nameServer", "must name at least one host:port")
-    for a in addrs:
-        host, sep, port = a.rpartition(":")
-        if not sep or not host.strip("[]") or not (port.isascii() and port.isdigit() and len(port) <= 5
-                                                     and 0 < int(port) < 65536):
-            raise RmqLogOptionError("nameServer", f"{a!r} is not host:port (a port in 1..65535)")
-    return ";".join(addrs)
+    return ";".join(_strict("nameServer", parse_addresses, _text("nameServer", raw)))
 
 
 def _start_or_end(options: Mapping[str, str], name: str, *, wire: bool = False) -> str | dict[str, int] | None:
     raw = _get(options, name)
     if raw is None:
         return None
-    text = raw.strip()
-    if text.lower() in (EARLIEST, LATEST):
-        return text.lower()
-    return parse_wire_offsets_json(name, text) if wire else parse_offsets_json(name, text)
+    if raw.lower() in (EARLIEST, LATEST):  # any case; no blanks around (a value is exactly valid or refused)
+        return raw.lower()
+    return parse_wire_offsets_json(name, raw) if wire else parse_offsets_json(name, raw)
 
 
 def parse_wire_offsets_json(name: str, raw: str) -> dict[str, int]:
@@ -492,12 +464,9 @@ class SinkOptions:
         topic = _get(options, "topic")
         if topic is not None:
             _valid_topic("topic", topic)
-        selector = _get(options, "queueSelector") or "roundRobin"
-        match = [s for s in QUEUE_SELECTORS if s.lower() == selector.lower()]
-        if not match:
-            raise RmqLogOptionError("queueSelector", f"must be one of {', '.join(QUEUE_SELECTORS)}, got {selector!r}")
+        selector = _strict("queueSelector", parse_enum, _get(options, "queueSelector") or "roundRobin", QUEUE_SELECTORS)
         sharding_key = _get(options, "shardingKey")
-        if sharding_key is not None and match[0] != "hash":
+        if sharding_key is not None and selector != "hash":
             raise RmqLogOptionError("shardingKey", "only applies with queueSelector=hash")
         writer_id = _get(options, "writerId")
         # the store's writer name is "spark-job/<writerId>/<partition>", at most 1024 bytes
@@ -512,5 +481,5 @@ class SinkOptions:
             if name_server is not None:
                 raise RmqLogOptionError("bufferBytes", "only applies to a store written through its files (path)")
             kw["buffer_bytes"] = _positive_int(options, "bufferBytes")
-        return cls(path=path, topic=topic, queue_selector=match[0], sharding_key=sharding_key, writer_id=writer_id,
+        return cls(path=path, topic=topic, queue_selector=selector, sharding_key=sharding_key, writer_id=writer_id,
                    name_server=name_server, **kw)

@@ -56,6 +56,7 @@ from .results import (
     GetMessageStatus,
     PutMessageResult,
     PutMessageStatus,
+    RecordHead,
     StoredRecords,
 )
 from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
@@ -64,7 +65,7 @@ from .schema import MESSAGE_SCHEMA, PUT_RESULT_SCHEMA
 #: types, the message schema, the config, argument checks that raise the typed errors, store
 #: paths and name rules, time parsing, and file calls that never follow links.
 PUBLIC_MODULES = ("rmqlog.errors", "rmqlog.results", "rmqlog.schema", "rmqlog.config", "rmqlog.arguments",
-                  "rmqlog.paths", "rmqlog.times", "rmqlog.safe_open")
+                  "rmqlog.paths", "rmqlog.times", "rmqlog.safe_open", "rmqlog.values")
 
 #: Whether glibc's malloc thresholds were pinned at import (see :mod:`rmqlog.allocator`).
 MALLOC_PINNED = pin_malloc_thresholds()
@@ -74,7 +75,7 @@ __all__ = [
     "StoreError", "ConfigError", "CorruptStoreError", "CorruptQueueError", "CorruptRecordError", "DataLossError", "DiskFullError", "IndexDisabledError", "InvalidGroupError", "InvalidMessageError", "InvalidArgumentError",
     "InvalidTopicError", "MessagesDeletedError", "MessageTooLargeError", "QueueIdError", "ReadOnlyStoreError", "ReplicaOffsetError", "ReplicaStreamError", "StoreBusyError", "StoreClosedError", "StoreNotFoundError",
     "TooManyOpenFilesError", "WrongFileTypeError",
-    "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "StoredRecords", "parse_tag_filter", "FilterParseError", "Sql92Filter", "compile_filter",
+    "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "RecordHead", "StoredRecords", "parse_tag_filter", "FilterParseError", "Sql92Filter", "compile_filter",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA", "MIN_RECORD_SIZE", "WAITING_TOPICS", "is_uniq_key", "check_utf8_column",
     "PUBLIC_MODULES", "decode_message_batch", "decode_record_rows", "decode_records", "send_back_table", "WireMessage",
     "PutRows", "PopLog",

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from . import safe_open
+from . import crash_points, safe_open
 from .arguments import bool_arg, int_arg, offset_arg, queue_id_arg
 from .config_files import (
     SubscriptionGroupConfig,
@@ -67,29 +67,28 @@ class Catalog:
         return tc
 
     def delete_topic(self, topic: str) -> tuple[bool, int]:
-        """See :meth:`rmqlog.MessageStore.delete_topic`."""
+        """See :meth:`rmqlog.MessageStore.delete_topic`: recorded first (pending), then the
+        config entry, the offsets and the units removed, then marked done (a kill at any step
+        is finished by the next owner's open: :func:`finish_delete`). Records appended meanwhile
+        are past the recorded position: a send after the delete."""
         name = validate_topic(topic)
-        had, groups = self.parts.topic_config.remove(name), self.parts.consumer_offsets.remove_topic(name)
-        self._remove_units(name)
-        return had, groups
-
-    def _remove_units(self, topic: str) -> None:
-        """Take every unit of ``topic``'s queues away for good (:mod:`rmqlog.deleted_topics`):
-        dispatch what is published (every record of the topic so far gets its unit, so all of
-        them go), note the position and each queue's end, record them durably, then remove the
-        units. Records appended meanwhile are past the position: a send after the delete."""
         parts = self.parts
-        parts.dispatcher.dispatch()
+        parts.dispatcher.dispatch()  # every record of the topic so far gets its unit, so all of them go
         with parts.dispatch_lock.held():
             position = parts.dispatcher.position_held()
-            floors = {qid: parts.consume_queue(topic, qid).max_offset() for qid in parts.queues.queue_ids(topic)}
+            floors = {qid: parts.consume_queue(name, qid).max_offset() for qid in parts.queues.queue_ids(name)}
         floors = {qid: n for qid, n in floors.items() if n > 0}
-        if not floors:
-            return
-        parts.deleted_topics.record(topic, position, floors)
-        with parts.dispatch_lock.held():
-            for qid, n in floors.items():
-                parts.consume_queue(topic, qid).remove_below(n)
+        parts.topic_config.reload()
+        if not floors and parts.topic_config.get(name) is None and not parts.consumer_offsets.groups_of(name):
+            return False, 0  # nothing of it here: nothing recorded
+        parts.deleted_topics.record(name, position, floors)
+        if crash_points.reached is not None:
+            crash_points.reached("delete.recorded")
+        return finish_delete(parts, name)
+
+    def remove_topic_config(self, topic: str) -> bool:
+        """See :meth:`rmqlog.MessageStore.remove_topic_config`."""
+        return self.parts.topic_config.remove(validate_topic(topic))
 
     def topics(self) -> dict[str, TopicConfig]:
         """See :meth:`rmqlog.MessageStore.topics` (nothing is written)."""
@@ -98,6 +97,8 @@ class Catalog:
         out = topics.topics()
         found: dict[str, int] = {}
         deleted = self.parts.deleted_topics.table()
+        for name in [t for t, d in deleted.items() if d.pending]:
+            out.pop(name, None)  # a delete killed part-way (finished by the next owner's open): deleted
         for topic, qid, _ in self.parts.queues.dirs():
             if topic in deleted and self.parts.consume_queue(topic, qid).max_offset() <= deleted[topic].queue_offsets.get(qid, 0):
                 continue  # what is left of a deleted topic: units removed (not sent to since)
@@ -105,6 +106,30 @@ class Catalog:
                 found[topic] = min(65535, max(found.get(topic, 0), qid + 1))  # a topic has at most 65535
         out.update({topic: TopicConfig(topic, n, n) for topic, n in found.items()})
         return out
+
+
+def finish_delete(parts: StoreParts, topic: str) -> tuple[bool, int]:
+    """Do the steps of ``topic``'s recorded (pending) delete, each one again harmless: its
+    ``topics.json`` entry removed, every group's offsets of it, its queues' units below the
+    recorded floors; then mark the delete done. What a delete runs after its record, and what
+    the next owner's open runs for a delete killed part-way. Returns (whether it had an entry,
+    how many groups had offsets)."""
+    had = parts.topic_config.remove(topic)
+    if crash_points.reached is not None:
+        crash_points.reached("delete.config")
+    groups = parts.consumer_offsets.remove_topic(topic)
+    if crash_points.reached is not None:
+        crash_points.reached("delete.offsets")
+    deletion = parts.deleted_topics.table().get(topic)
+    with parts.dispatch_lock.held():
+        for qid, n in (deletion.queue_offsets.items() if deletion is not None else ()):
+            cq = parts.consume_queue(topic, qid)
+            if cq.max_offset() > 0 and (cq.max_offset() < n or cq.min_offset() < n):  # (not done yet)
+                cq.remove_below(n)
+            if crash_points.reached is not None:
+                crash_points.reached("delete.units")
+    parts.deleted_topics.finish(topic)
+    return had, groups
 
 
 def _merge_args(base: object, since: object) -> None:
@@ -164,6 +189,16 @@ class CatalogCalls:
         :class:`rmqlog.errors.InvalidTopicError`."""
         self._check_open("delete_topic")
         return self.catalog.delete_topic(topic)
+
+    def remove_topic_config(self, topic: str) -> bool:
+        """Remove ``topic``'s ``topics.json`` entry only (written at once): its consume-queue
+        units and every group's offsets stay, and :meth:`topics` still lists it while its
+        queues hold units (found from the log). What a replication slave does with a topic its
+        master's table lacks (RocketMQ's ``SlaveSynchronize`` replaces the config table and
+        touches no queue). Returns whether there was an entry. A bad name raises
+        :class:`rmqlog.errors.InvalidTopicError`; read-only, :class:`rmqlog.errors.ReadOnlyStoreError`."""
+        self._check_open("remove_topic_config")
+        return self.catalog.remove_topic_config(topic)
 
     def topics(self) -> dict[str, TopicConfig]:
         """Every topic: those of ``config/topics.json`` (read again if another process wrote it),

@@ -8,7 +8,6 @@ their units in the docstring below. :meth:`StoreConfig.from_properties` reads a 
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from .arguments import JAVA_INT_MAX, utf8_problem
 from .broker_conf import read_properties, warn_unknown
 from .errors import ConfigError
+from .values import InvalidValueError, parse_bool, parse_int
 
 GiB = 1 << 30
 MiB = 1 << 20
@@ -276,7 +276,7 @@ def delay_levels_ms(spec: str) -> tuple[int, ...]:
     out = []
     for i, item in enumerate(spec.split(), 1):
         unit, number = item[-1:], item[:-1]
-        if unit not in _DELAY_UNITS_MS or not number.isdigit() or not 0 < int(number) * _DELAY_UNITS_MS[unit] < 1 << 62:
+        if unit not in _DELAY_UNITS_MS or not (number.isascii() and number.isdigit()) or not 0 < int(number) * _DELAY_UNITS_MS[unit] < 1 << 62:
             raise ConfigError(f"message_delay_level: level {i} is {item!r}, not <positive number><s|m|h|d>")
         out.append(int(number) * _DELAY_UNITS_MS[unit])
     if not out:
@@ -306,20 +306,16 @@ def _camel(name: str) -> str:
     return head + "".join(w.capitalize() for w in rest)
 
 
-#: Java's Long.parseLong: an optional sign and decimal digits (no spaces, no '_', ASCII only)
-_JAVA_LONG = re.compile(r"[+-]?[0-9]+")
-
-
 def _coerce(name: str, typ: Any, value: str, where: str) -> Any:
-    """``value`` as the type of field ``name`` (a bool, an int or a string); ``where`` names
-    the file and key in the error."""
+    """``value`` as the type of field ``name`` (a bool, an int or a string), parsed by
+    :mod:`rmqlog.values` (exactly ``true``/``false``; an optional sign and decimal digits, as
+    Java's ``Long.parseLong``); ``where`` names the file and key in the :class:`ConfigError`."""
     t = str(typ)
-    if "bool" in t:
-        if value.lower() not in ("true", "false"):
-            raise ConfigError(f"{where} = {value!r}: not a boolean (true or false)")
-        return value.lower() == "true"
-    if "int" in t:
-        if not _JAVA_LONG.fullmatch(value) or not -(1 << 63) <= int(value) < 1 << 63:
-            raise ConfigError(f"{where} = {value!r}: not an integer")
-        return int(value)
+    try:
+        if "bool" in t:
+            return parse_bool(name, value)
+        if "int" in t:
+            return parse_int(name, value)
+    except InvalidValueError as exc:
+        raise ConfigError(f"{where} = {value!r}: {exc.problem}") from None
     return value

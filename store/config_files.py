@@ -392,6 +392,11 @@ class ConsumerOffsetManager:
         queue_id, offset = queue_id_arg(queue_id), offset_arg(offset)
         self._merge_cached({f"{topic}@{group}": {queue_id: offset}})
 
+    def groups_of(self, topic: str) -> int:
+        """How many groups have offsets of ``topic`` (validated name)."""
+        validate_topic(topic)
+        return sum(1 for k in self._current() if k.partition("@")[0] == topic)
+
     def remove_topic(self, topic: str) -> int:
         """Remove every group's offsets of ``topic`` (validated name); how many groups had some."""
         validate_topic(topic)

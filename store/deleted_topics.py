@@ -2,7 +2,7 @@
 
 ::
 
-    {"deletedTopics": {"T": {"commitLogOffset": D, "queueOffsets": {"0": N0, "1": N1}}}}
+    {"deletedTopics": {"T": {"commitLogOffset": D, "queueOffsets": {"0": N0, "1": N1}, "pending": true}}}
 
 A delete (:meth:`rmqlog.MessageStore.delete_topic`, RocketMQ's ``deleteTopic``) removes the
 topic's consume-queue units, as RocketMQ's ``cleanUnusedTopic`` destroys its queues; its records
@@ -19,6 +19,17 @@ starts again at 0, which would break the density of queue offsets along the log 
 checks), so the topic's queues start at ``Nq``. Deleting it again moves ``D`` and the ``Nq``
 forward. A topic whose queues hold nothing past their ``Nq`` is not listed by
 :meth:`rmqlog.MessageStore.topics`.
+
+A delete is a change of several files (this one, ``topics.json``, ``consumerOffset.json``, the
+queues' files), so it is recorded here first, with ``"pending": true``, then done step by step
+(the config entry, the offsets, the units), then marked done (``pending`` dropped; an entry
+with no queue floor, a topic that had no units, removed). A delete killed at any step leaves
+a pending entry, and the next owner's open finishes it (the first owner's recovery,
+:func:`rmqlog.recovery.queue_repair.finish_deletions`, or any later owner's open while others
+hold the store):
+a kill leaves the topic as it was (killed before the record) or deleted, never in between
+(crash points ``delete.*``, :mod:`rmqlog.crash_points`). A read-only opener does not list a
+topic whose delete is pending. Files without ``pending`` (older versions) are done deletes.
 
 Written as ``topics.json`` is (``.tmp`` then rename, the previous file kept as ``.bak``, under
 ``config.lock``), durably, before any unit is removed: a delete killed part-way is finished by
@@ -49,14 +60,19 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class Deletion:
     """One topic's last delete: records below ``commit_log_offset`` have no units; queue ``q``'s
-    units below ``queue_offsets[q]`` were removed."""
+    units below ``queue_offsets[q]`` were removed. ``pending``: recorded, not yet finished (its
+    config entry, offsets or units may still be there: the next owner's open finishes it)."""
 
     commit_log_offset: int
     queue_offsets: dict[int, int]
+    pending: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"commitLogOffset": self.commit_log_offset,
-                "queueOffsets": {str(q): n for q, n in sorted(self.queue_offsets.items())}}
+        out: dict[str, Any] = {"commitLogOffset": self.commit_log_offset,
+                               "queueOffsets": {str(q): n for q, n in sorted(self.queue_offsets.items())}}
+        if self.pending:
+            out["pending"] = True
+        return out
 
 
 def _long(value: object, what: str) -> int:
@@ -82,7 +98,10 @@ def _decode(path: Path, raw: Any) -> dict[str, Deletion]:
             if not (q.isascii() and q.isdigit() and int(q) <= JAVA_INT_MAX):
                 raise ValueError(f"{topic!r}: queue id {q!r} is not an int in 0..{JAVA_INT_MAX}")
             floors[int(q)] = _long(n, f"{topic!r}: queue offset")
-        out[topic] = Deletion(_long(entry.get("commitLogOffset"), f"{topic!r}: commitLogOffset"), floors)
+        pending = entry.get("pending", False)
+        if not isinstance(pending, bool):
+            raise ValueError(f"{topic!r}: pending {pending!r} is not a boolean")
+        out[topic] = Deletion(_long(entry.get("commitLogOffset"), f"{topic!r}: commitLogOffset"), floors, pending)
     return out
 
 
@@ -121,13 +140,41 @@ class DeletedTopics:
             return self._table
 
     def record(self, topic: str, commit_log_offset: int, queue_offsets: dict[int, int]) -> None:
-        """Record a delete of ``topic`` (a valid name) durably: its records below
-        ``commit_log_offset`` and its queues' units below ``queue_offsets`` are gone for good."""
+        """Record a delete of ``topic`` (a valid name) durably, as pending, before any of it is
+        done: its records below ``commit_log_offset`` and its queues' units below
+        ``queue_offsets`` (each at least where an earlier delete left it) are gone for good,
+        and its config entry and offsets go (:meth:`finish` once they are)."""
         with self.lock.held():
             table = dict(self._read())
-            table[topic] = Deletion(commit_log_offset, dict(queue_offsets))
-            body = {"deletedTopics": {name: d.to_json() for name, d in sorted(table.items())}}
-            replace_file(self.path, dump_fastjson(body), keep_backup=True, durable=True)
+            before = table.get(topic)
+            floors = dict(before.queue_offsets) if before is not None else {}
+            for q, n in queue_offsets.items():
+                floors[q] = max(floors.get(q, 0), n)
+            position = max(commit_log_offset, before.commit_log_offset if before is not None else 0)
+            table[topic] = Deletion(position, floors, pending=True)
+            self._write(table)
+
+    def finish(self, topic: str) -> None:
+        """Mark ``topic``'s pending delete done, durably (an entry with no queue floor, a topic
+        that had no units, is dropped: it has nothing to keep from coming back)."""
+        with self.lock.held():
+            table = dict(self._read())
+            d = table.get(topic)
+            if d is None or not d.pending:
+                return
+            if d.queue_offsets:
+                table[topic] = Deletion(d.commit_log_offset, d.queue_offsets)
+            else:
+                del table[topic]
+            self._write(table)
+
+    def pending(self) -> list[str]:
+        """The topics whose delete was recorded and not finished (killed part-way)."""
+        return sorted(name for name, d in self.table().items() if d.pending)
+
+    def _write(self, table: dict[str, Deletion]) -> None:
+        body = {"deletedTopics": {name: d.to_json() for name, d in sorted(table.items())}}
+        replace_file(self.path, dump_fastjson(body), keep_backup=True, durable=True)
 
     def floor(self, topic: str, queue_id: int) -> int:
         """The queue offset below which ``topic``'s queue has no units on purpose (0 if none)."""

@@ -138,6 +138,7 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
                     parts.config.max_hash_slot_num, parts.config.max_index_num, parts.config.max_msgs_num_batch))
             set_aside += [moved] if moved else []
         parts.wire(repair=repair, first=first)
+        self.config = parts.config  # (the store's segment sizes: rmqlog.segment_sizes)
         self.commitlog, self.dispatcher, self.flush_service = parts.commitlog, parts.dispatcher, parts.flush_service
         self.topic_config, self.consumer_offsets, self.checkpoint_file = parts.topic_config, parts.consumer_offsets, parts.checkpoint_file
         #: the store's one background thread: the flusher (ASYNC_FLUSH), the preparer, the

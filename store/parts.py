@@ -15,9 +15,10 @@ a queue's bounds), ``config.lock`` config-file changes, ``flush.lock`` flushes.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
-from . import safe_open
+from . import safe_open, segment_sizes
 from .clock import SYSTEM_CLOCK, Clock
 from .config import StoreConfig
 from .config_files import SUBSCRIPTION_GROUPS, ConsumerOffsetManager, TopicConfigManager
@@ -36,7 +37,8 @@ from .log.state_rebuild import rebuild_state
 from .paths import StorePaths
 from .queue.consume_queue import ConsumeQueue
 from .queue.dispatcher import Dispatcher
-from .queue.queues import ConsumeQueues
+from .queue.queues import ConsumeQueues, segment_size_found
+from .segment_sizes import SegmentSizes
 
 
 class StoreParts:
@@ -84,13 +86,23 @@ class StoreParts:
         #: the commitlog segments and consume-queue files held open, at most
         #: ``max_open_mapped_files`` of them (see :mod:`rmqlog.log.open_files`)
         self.open_files = OpenFiles(config.max_open_mapped_files)
+        # the store's segment sizes, whatever this opener's config says (:mod:`rmqlog.segment_sizes`)
+        sizes_configured = SegmentSizes(config.mapped_file_size_commit_log, config.mapped_file_size_consume_queue)
+        with self.config_lock.held(shared=read_only):
+            sizes, cl_provisional, cq_provisional = segment_sizes.resolve(
+                paths.config_dir, sizes_configured, segment_sizes.commit_log_found(paths.commitlog_dir),
+                segment_size_found(paths, config.mapped_file_size_consume_queue), read_only=read_only)
         self.commitlog = CommitLog(
-            paths.commitlog_dir, config.mapped_file_size_commit_log, read_only=read_only, open_files=self.open_files,
-            clock=self.clock,
+            paths.commitlog_dir, sizes.commit_log, read_only=read_only, open_files=self.open_files,
+            clock=self.clock, settle=segment_sizes.settler(paths.config_dir, lambda r: r.commit_log) if cl_provisional else None,
         )
         self.queues = ConsumeQueues(
-            paths, config.mapped_file_size_consume_queue, read_only=read_only, open_files=self.open_files,
+            paths, sizes.consume_queue, read_only=read_only, open_files=self.open_files,
+            settle=segment_sizes.settler(paths.config_dir, lambda r: r.consume_queue) if cq_provisional else None,
         )
+        if sizes != sizes_configured:  # what ``MessageStore.config`` says: the store's sizes
+            self.config = config = dataclasses.replace(
+                config, mapped_file_size_commit_log=sizes.commit_log, mapped_file_size_consume_queue=sizes.consume_queue)
         self.topic_config.queues_on_disk = self.queues.count_on_disk
         self.state_file = AppendStateFile(paths.append_state, read_only=read_only)
         self.dispatcher = Dispatcher(

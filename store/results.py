@@ -29,6 +29,17 @@ class PutMessageStatus(enum.Enum):
 
 
 @dataclass(frozen=True)
+class RecordHead:
+    """Where a stored record belongs (:meth:`rmqlog.MessageStore.record_head`): its topic,
+    queue id and queue offset, and its properties (name -> value, Java's parsing rules)."""
+
+    topic: str
+    queue_id: int
+    queue_offset: int
+    properties: dict[str, str]
+
+
+@dataclass(frozen=True)
 class StoredRecords:
     """Records as they lie in the commitlog, byte-exact: what RocketMQ's pull and query
     responses carry (its ``GetMessageResult`` buffers), one record after the other.

@@ -259,6 +259,7 @@ PLAUSIBLE: dict[str, st.SearchStrategy[Any]] = {
                                                        st.booleans(), retry_queue_nums=st.integers(-1, 3))), max_size=2)),
     "base": st.one_of(st.none(), st.just({})),
     "since": st.one_of(st.none(), st.just(rmqlog.FileStamp(0, 0, 0, 0, 0))),
+    "applied": st.one_of(st.booleans(), st.sampled_from([0, "yes", None])),
 }
 #: parameters a plausible value is always given for: any other would be a path on this machine
 ONLY_PLAUSIBLE = {"root"}
@@ -274,7 +275,8 @@ METHODS = {
     "replica_read", "replica_end", "replica_append", "commit_log_min_offset", "consumer_offset_table",
     "replica_truncate", "record_boundary", "replication_checkpoint", "set_replication_checkpoint", "delay_offsets",
     "set_delay_offsets", "stored_rows", "wire_records", "put_messages", "flush_to", "dispatch_put",
-    "put_topic", "persist_topics", "topic_table", "merge_consumer_offsets", "merge_subscription_groups",
+    "put_topic", "remove_topic_config", "persist_topics", "topic_table", "merge_consumer_offsets",
+    "merge_subscription_groups", "record_head", "dispatched_offset",
 }
 
 

@@ -39,7 +39,7 @@ def _run_json(job: str, root: Path, *args: str) -> subprocess.CompletedProcess[s
 
 
 def test_every_bench_job_is_on_the_harness() -> None:
-    assert len(BENCH_JOBS) == 15, BENCH_JOBS
+    assert len(BENCH_JOBS) == 16, BENCH_JOBS
     for job in BENCH_JOBS:
         assert "from harness import Bench" in (JOBS / f"{job}.py").read_text(), job
 
@@ -63,6 +63,8 @@ def test_bench_job_takes_the_shared_flags(job: str, tmp_path: Path) -> None:
     ("bench_retention", ["--segments", "20", "--queues", "4", "--passes", "20"],
      ["retention pass, nothing due, median", "get_messages x32, read pins on"]),
     ("bench_transactions", ["--messages", "400"], ["END_TRANSACTION commits", "half messages sent"]),
+    ("bench_metrics", ["--requests", "300", "--groups", "5", "--forms", "thread"],
+     ["sends, 64 in flight, a scrape every 1 s (thread)", "broker CPU per send, a scrape every 1 s (thread)"]),
 ])
 def test_bench_job_prints_a_json_line_per_figure_with_its_peer(job: str, args: list[str], names: list[str],
                                                                tmp_path: Path) -> None:

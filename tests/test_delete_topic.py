@@ -155,3 +155,85 @@ def test_a_delete_records_where_it_stood(tmp_path: Path) -> None:
         s.delete_topic("NEVER")  # no queue: nothing to record
     raw = json.loads((root / "config" / "deletedTopics.json").read_text())
     assert raw == {"deletedTopics": {"A": {"commitLogOffset": tail, "queueOffsets": {"0": 3, "1": 2}}}}
+
+
+DELETE_CHILD = """
+import sys, pyarrow as pa, rmqlog
+s = rmqlog.MessageStore.open(sys.argv[1])
+s.delete_topic("A")
+print("deleted", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("point", "n"), [("delete.recorded", 1), ("delete.config", 1), ("delete.offsets", 1),
+                                          ("delete.units", 1), ("delete.units", 2)])
+def test_a_delete_killed_at_any_step_is_finished_by_the_next_open(tmp_path: Path, point: str, n: int) -> None:
+    """Issue 44 item 2: ``delete_topic`` records the delete first (``deletedTopics.json``,
+    pending), then removes the config entry, the offsets and the units: killed at any step
+    (a crash point after each, the child waiting there for its SIGKILL), the next open finishes
+    it: the topic is not listed, no group has offsets of it, its queues hold no unit; the other
+    topic keeps everything."""
+    from conftest import kill_at_crash_point
+
+    root = tmp_path / "s"
+    with rmqlog.MessageStore.open(root) as s:
+        _fill(s, "A", 10)
+        _fill(s, "B", 4)
+        s.commit_offset("G1", "A", 0, 3)
+        s.commit_offset("G1", "B", 0, 1)
+    printed = kill_at_crash_point(["-c", DELETE_CHILD, str(root)], point, n, tmp=tmp_path)
+    assert "deleted" not in printed
+    with rmqlog.MessageStore.open(root, read_only=True) as ro:  # a reader before the next owner: deleted
+        assert "A" not in ro.topics()
+    with rmqlog.MessageStore.open(root) as s:
+        assert "A" not in s.topics() and "A" not in s.topic_table(), s.topics()
+        assert s.committed_offset("G1", "A", 0) == -1 and s.committed_offset("G1", "B", 0) == 1
+        assert _bodies(s, "A", 0) == [] and _bodies(s, "A", 1) == []
+        assert _bodies(s, "B", 0) == [b"old"] * 2
+        assert s.verify().ok
+    raw = json.loads((root / "config" / "deletedTopics.json").read_text())
+    assert raw["deletedTopics"]["A"] == {"commitLogOffset": raw["deletedTopics"]["A"]["commitLogOffset"],
+                                         "queueOffsets": {"0": 5, "1": 5}}  # done: no longer pending
+
+
+def test_a_delete_records_before_it_removes_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The record is the first file written: each step sees it already on disk, pending."""
+    root = tmp_path / "s"
+    seen: list[str] = []
+    with rmqlog.MessageStore.open(root) as s:
+        _fill(s, "A", 4)
+        s.commit_offset("G1", "A", 0, 1)
+        path = root / "config" / "deletedTopics.json"
+        remove, remove_topic = s.parts.topic_config.remove, s.parts.consumer_offsets.remove_topic
+
+        def config_step(topic: str) -> bool:
+            seen.append("config:" + ("pending" if json.loads(path.read_text())["deletedTopics"][topic].get("pending") else "?"))
+            return remove(topic)
+
+        def offsets_step(topic: str) -> int:
+            seen.append("offsets:" + ("pending" if json.loads(path.read_text())["deletedTopics"][topic].get("pending") else "?"))
+            return remove_topic(topic)
+
+        monkeypatch.setattr(s.parts.topic_config, "remove", config_step)
+        monkeypatch.setattr(s.parts.consumer_offsets, "remove_topic", offsets_step)
+        assert s.delete_topic("A") == (True, 1)
+    assert seen == ["config:pending", "offsets:pending"]
+    assert "pending" not in json.loads(path.read_text())["deletedTopics"]["A"]
+
+
+def test_a_delete_killed_while_another_process_holds_the_store_is_finished_by_the_next_opener(tmp_path: Path) -> None:
+    """The next opener is not the store's first (another holds it open, no recovery runs):
+    it finishes the pending delete all the same."""
+    from conftest import kill_at_crash_point
+
+    root = tmp_path / "s"
+    with rmqlog.MessageStore.open(root) as holder:
+        _fill(holder, "A", 6)
+        holder.commit_offset("G1", "A", 0, 2)
+        kill_at_crash_point(["-c", DELETE_CHILD, str(root)], "delete.config", 1, tmp=tmp_path)
+        assert "A" not in holder.topics()  # pending: not listed
+        with rmqlog.MessageStore.open(root) as s:
+            assert s.recovery is None  # (not the first opener)
+            assert s.committed_offset("G1", "A", 0) == -1 and _bodies(s, "A", 0) == []
+        raw = json.loads((root / "config" / "deletedTopics.json").read_text())
+        assert "pending" not in raw["deletedTopics"]["A"]

@@ -144,6 +144,9 @@ def runtime_info(broker: Broker) -> dict[str, str]:
         "runtime": _runtime(broker.clock.wall_ms() - broker.started_ms),
         "bootTimestamp": str(broker.started_ms),
     }
+    info.update(broker.rates.runtime_keys())
+    info["dispatchBehindBytes"] = str(max(0, store.published_tail() - store.dispatched_offset()))
+    info["brokerRole"] = config.broker_role
     usage = shutil.disk_usage(store.paths.root)
     ratio = (usage.total - usage.free) / usage.total if usage.total else -1.0
     info["commitLogDiskRatio"] = str(ratio)

@@ -29,6 +29,7 @@ from .consumers import ClientRegistry
 from .dispatch import ProcessorTable
 from .holds import PullHoldService
 from .locks import QueueLocks
+from .metrics import BrokerMetrics, RateSampler
 from .pop import PopService
 from .pop_remoting import PopHoldService
 from .processors import processor_table
@@ -132,10 +133,17 @@ class Broker:
         #: is known (:meth:`add_registrar`; None: not registering)
         self.registrar: Registrar | None = None
 
+        #: the figures of /metrics and of the runtime info's rates (rmqnet.broker.metrics)
+        self.metrics = BrokerMetrics(self)
+        #: stored and pulled messages per second over 10 s, 1 min, 10 min (putTps, getTransferedTps)
+        self.rates = RateSampler(self)
+        #: the open connections now (set by the process: its server's count; None: not known)
+        self.connection_count: Callable[[], int] | None = None
+
         #: what the process runs every round (:meth:`run_services`), in this order
         self.services: list[BrokerService] = [self.state, self.transaction_check, self.consumers, self.holds,
                                               self.queue_locks, self.get_nums, self.replication, self.pop_holds,
-                                              self.pop]
+                                              self.pop, self.rates]
         if self.slave_sync is not None:
             self.services.append(self.slave_sync)
         #: request code -> handler, and the hooks before every handler (the ACL's)

@@ -27,6 +27,14 @@ from typing import Any
 
 from rmqlog import ASYNC_FLUSH, SYNC_FLUSH, ConfigError, StoreConfig
 from rmqlog.config import read_properties
+from rmqlog.values import (
+    InvalidValueError,
+    parse_addresses,
+    parse_bool,
+    parse_enum,
+    parse_host_port,
+    parse_int,
+)
 
 from ..remoting.acl_address import AclPatternError, address_pattern
 from ..remoting.credentials import CredentialsError
@@ -50,6 +58,10 @@ class BrokerConfig:
       (``brokerName``), ``broker_id`` (``brokerId``, 0 = master): how the broker registers.
     - ``listen_port`` (``listenPort``, 10911), ``broker_ip1`` (``brokerIP1``): where it listens
       and the address it advertises (``brokerIP1:port``).
+    - ``grpc_listen_port`` (``grpcListenPort``; None: no gRPC endpoint; 0: a free port): RocketMQ
+      5's gRPC protocol for its 5.x clients (:mod:`rmqnet.broker.grpc_server`), on the remoting
+      port's host. RocketMQ 5 serves it from its proxy (``grpcServerPort`` 8081, started in
+      the broker's process only with ``--enable-proxy``): off unless asked for, here too.
     - ``namesrv_addr`` (``namesrvAddr``, ``;``-separated ``host:port``; None: no registration).
     - ``broker_permission`` (``brokerPermission``, 6 = read|write): a broker without the write
       bit refuses sends to ordered topics (RocketMQ's rule).
@@ -127,6 +139,12 @@ class BrokerConfig:
       the client registry's consumer or producer groups past this many is refused
       ``SYSTEM_ERROR``), ``queue_lock_max_nums`` (200000: queue locks held at most; a lock of
       one more queue is not granted).
+    - Metrics (RocketMQ 5's keys; :mod:`rmqnet.broker.metrics_export`, docs/metrics.md):
+      ``metrics_exporter_type`` (``metricsExporterType``, ``DISABLE``; ``PROM`` serves
+      ``/metrics`` in Prometheus's text format; RocketMQ 5's ``OTLP_GRPC`` and ``LOG`` are
+      refused at start, named), ``metrics_prom_exporter_host`` (``metricsPromExporterHost``,
+      an IP address, ``127.0.0.1`` here: RocketMQ listens on every address) and
+      ``metrics_prom_exporter_port`` (``metricsPromExporterPort``, 5557; 0: any free port).
     - ``store``: the store's config (``flushDiskType``, ``maxMessageSize``, segment sizes...).
     """
 
@@ -135,6 +153,7 @@ class BrokerConfig:
     broker_id: int = 0
     listen_port: int = 10911
     broker_ip1: str = "127.0.0.1"
+    grpc_listen_port: int | None = None
     namesrv_addr: str | None = None
     broker_permission: int = 6
     default_topic_queue_nums: int = 8
@@ -184,6 +203,9 @@ class BrokerConfig:
     heartbeat_max_group_nums: int = 1000
     client_group_max_nums: int = 50_000
     queue_lock_max_nums: int = 200_000
+    metrics_exporter_type: str = "DISABLE"
+    metrics_prom_exporter_host: str = "127.0.0.1"
+    metrics_prom_exporter_port: int = 5557
     store: StoreConfig = field(default_factory=StoreConfig)
 
     def __post_init__(self) -> None:
@@ -202,6 +224,8 @@ class BrokerConfig:
                 raise ConfigError(f"{f.name} must be {kind}, got {type(value).__name__} {value!r}"[:200])
         if not 0 <= self.listen_port < 65536:
             raise ConfigError(f"listen_port must be a port number 0..65535, got {self.listen_port}")
+        if self.grpc_listen_port is not None and not 0 <= self.grpc_listen_port < 65536:
+            raise ConfigError(f"grpc_listen_port must be a port number 0..65535, got {self.grpc_listen_port}")
         if not 1 <= self.default_topic_queue_nums <= 65535:
             raise ConfigError("default_topic_queue_nums must be in 1..65535")
         if not 0 <= self.broker_permission <= 7:
@@ -225,8 +249,9 @@ class BrokerConfig:
             raise ConfigError("write_stall_timeout_mills and server_channel_max_idle_time_seconds must be at least 0")
         if self.transaction_time_out < 0 or self.transaction_check_max < 0:
             raise ConfigError("transaction_time_out and transaction_check_max must be at least 0")
-        if self.broker_role not in BROKER_ROLES:
-            raise ConfigError(f"broker_role must be one of {', '.join(BROKER_ROLES)}, got {self.broker_role!r}")
+        _value(parse_enum, "broker_role", self.broker_role, BROKER_ROLES, case=True)
+        if self.namesrv_addr is not None:
+            _value(parse_addresses, "namesrv_addr", self.namesrv_addr)
         if self.ha_listen_port is not None and not 0 <= self.ha_listen_port < 65536:
             raise ConfigError(f"ha_listen_port must be a port number 0..65535, got {self.ha_listen_port}")
         for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
@@ -236,9 +261,7 @@ class BrokerConfig:
         if self.ha_transfer_batch_size > _JAVA_INT_MAX:
             raise ConfigError(f"ha_transfer_batch_size must be at most {_JAVA_INT_MAX} (a Java int)")
         if self.ha_master_address:
-            host, sep, port = self.ha_master_address.strip().rpartition(":")
-            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-                raise ConfigError(f"ha_master_address {self.ha_master_address!r} is not host:port")
+            _value(parse_host_port, "ha_master_address", self.ha_master_address)
         if not 0 <= self.access_message_in_memory_max_ratio <= 100:
             raise ConfigError("access_message_in_memory_max_ratio must be a percentage 0..100")
         if self.ha_slave_allow_list is not None:
@@ -248,6 +271,16 @@ class BrokerConfig:
                 raise ConfigError(f"ha_slave_allow_list {self.ha_slave_allow_list!r}: {exc}"[:300]) from None
         # checked now: a wrong value fails the start, not the first registration
         parse_credentials(self.inner_client_authentication_credentials, "inner_client_authentication_credentials")
+        if self.metrics_exporter_type not in METRICS_EXPORTER_TYPES:
+            served = " (RocketMQ 5's, not served by this broker)" if self.metrics_exporter_type in ("OTLP_GRPC", "LOG") else ""
+            raise ConfigError(f"metrics_exporter_type must be one of {', '.join(METRICS_EXPORTER_TYPES)}, "
+                              f"got {self.metrics_exporter_type!r}{served}")
+        if not 0 <= self.metrics_prom_exporter_port < 65536:
+            raise ConfigError(f"metrics_prom_exporter_port must be a port number 0..65535, got {self.metrics_prom_exporter_port}")
+        try:
+            ipaddress.ip_address(self.metrics_prom_exporter_host)
+        except ValueError:
+            raise ConfigError(f"metrics_prom_exporter_host must be an IP address, got {self.metrics_prom_exporter_host!r}") from None
         try:
             ipaddress.ip_address(self.broker_ip1)
         except ValueError:
@@ -293,8 +326,9 @@ class BrokerConfig:
         return self.store.max_message_size
 
     def namesrv_list(self) -> list[str]:
-        """``namesrvAddr`` split at ``;`` (RocketMQ's separator), blanks dropped."""
-        return [a.strip() for a in (self.namesrv_addr or "").split(";") if a.strip()]
+        """``namesrvAddr`` split at ``;`` (RocketMQ's separator; checked at construction: no
+        empty item, each ``host:port``); ``[]`` without it."""
+        return [] if self.namesrv_addr is None else list(parse_addresses("namesrv_addr", self.namesrv_addr))
 
     def replace(self, **changes: Any) -> BrokerConfig:
         """A copy with some fields changed (:class:`ConfigError` for a name that is no field)."""
@@ -332,6 +366,17 @@ class BrokerConfig:
     def advertised(self, port: int) -> str:
         """The address clients dial: ``brokerIP1:port`` (IPv6 in brackets)."""
         return host_port(self.broker_ip1, port)
+
+
+#: the ``metricsExporterType`` values this broker serves (RocketMQ 5's ``MetricsExporterType``
+#: also has ``OTLP_GRPC`` and ``LOG``)
+METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
+def _value(parse: Any, name: str, *args: Any, **kw: Any) -> Any:
+    """``parse(name, *args)`` of :mod:`rmqlog.values`, its error re-raised as :class:`ConfigError`."""
+    try:
+        return parse(name, *args, **kw)
+    except InvalidValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 #: RocketMQ's ``BrokerRole``
@@ -400,18 +445,17 @@ def _camel(name: str) -> str:
     return head + "".join(w.capitalize() for w in rest)
 
 
-_JAVA_LONG = re.compile(r"[+-]?[0-9]+")
-
-
 def _coerce(kind: str, value: str, where: str) -> Any:
-    if kind.startswith("bool"):
-        if value.lower() not in ("true", "false"):
-            raise ConfigError(f"{where} = {value!r}: not a boolean (true or false)")
-        return value.lower() == "true"
-    if kind.startswith("int"):
-        if not _JAVA_LONG.fullmatch(value) or not -(1 << 63) <= int(value) < 1 << 63:
-            raise ConfigError(f"{where} = {value!r}: not an integer")
-        return int(value)
+    """``value`` as a field of type ``kind``, parsed by :mod:`rmqlog.values` (the one parser
+    of each kind: exactly ``true``/``false``; Java's ``Long.parseLong`` form); ``where`` names
+    the file and key in the :class:`ConfigError`."""
+    try:
+        if kind.startswith("bool"):
+            return parse_bool(where, value)
+        if kind.startswith("int"):
+            return parse_int(where, value)
+    except InvalidValueError as exc:
+        raise ConfigError(f"{where} = {value!r}: {exc.problem}") from None
     if kind.startswith("str | None") and value == "":
         return None
     return value

@@ -261,7 +261,10 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: 
         assert result.records is not None
         res.body = [memoryview(result.records.data)]
         # consumeTps of GET_CONSUME_STATS (admin_stats)
-        broker.get_nums.record(h.consumer_group, h.topic, len(result.records.commit_log_offsets), broker.clock.wall_ms())
+        found = len(result.records.commit_log_offsets)
+        broker.get_nums.record(h.consumer_group, h.topic, found, broker.clock.wall_ms())
+        broker.metrics.on_pull(h.topic, h.consumer_group, h.queue_id, found, len(result.records.data),
+                               result.next_begin_offset)
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND:
         holds = broker.holds
         if not broker.stopping and _in_event_loop():

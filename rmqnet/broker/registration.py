@@ -29,6 +29,8 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from rmqlog.values import InvalidValueError, parse_host_port
+
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.acl_sign import sign_bound
 from ..remoting.register import (
@@ -62,9 +64,10 @@ def parse_namesrv_addr(addrs: str) -> list[str]:
         part = part.strip()
         if not part:
             continue
-        host, sep, port = part.rpartition(":")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"namesrvAddr entry {part!r} is not host:port")
+        try:
+            parse_host_port("namesrvAddr", part)
+        except InvalidValueError:
+            raise ValueError(f"namesrvAddr entry {part!r} is not host:port") from None
         out.append(part)
     return out
 

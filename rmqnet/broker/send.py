@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 import rmqlog
 from rmqlog import InvalidMessageError, MessageStore, TopicConfig, WireMessage
@@ -60,6 +61,7 @@ from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHe
 from ..remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
 from ..transport import complete, flush_completed
 from .codes import STOPPING_REMARK, SYSTEM_BUSY_REMARK, illegal_remark, store_error_code
+from .metrics import NORMAL, message_type
 from .peer import Peer
 from .topics import DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_WRITE, RETRY_PREFIX, topic_text
 from .transactions import HALF_TOPIC
@@ -139,6 +141,7 @@ class _Send:
     wait: bool = True  # the message's WAIT property (SYNC_MASTER waits for a slave only then)
     end: int = 0  # the store's published tail right after its put (what a slave must hold)
     half: bool = False  # a transaction's half message: put on its own run (the store's system put)
+    counted: tuple[str, str, int] = ("", "", 0)  # for /metrics once stored: topic as sent, message type, body bytes
 
 
 class SendService:
@@ -196,8 +199,16 @@ class SendService:
         if isinstance(built, RemotingCommand):
             return built
         rows, count, topic, queue_id = built
+        half = topic == HALF_TOPIC
+        # what /metrics counts once the send is stored (rmqnet.broker.metrics): its topic as sent,
+        # RocketMQ 5's message type, the body bytes (a batch's in one Arrow call)
+        if isinstance(rows, pa.Table):
+            nbytes = int(pc.sum(pc.binary_length(rows.column("body"))).as_py() or 0)
+            kind = NORMAL
+        else:
+            nbytes, kind = len(body), message_type(header.properties, half)
         return self._submit(req, rows, count, queue_id, extra, _waits(header.properties), marker,
-                            half=topic == HALF_TOPIC)
+                            half=half, counted=(header.topic, kind, nbytes))
 
     def _check(self, req: RemotingCommand, h: SendMessageHeader, peer: Peer, extra: dict[str, str]) -> RemotingCommand | TopicConfig:
         """RocketMQ's ``preSend`` + ``msgCheck``: the topic's config, or the refusal."""
@@ -316,12 +327,12 @@ class SendService:
     # -------------------------------------------------------------- batching
     def _submit(self, req: RemotingCommand, rows: Any, count: int, queue_id: int, extra: dict[str, str],
                 wait: bool = True, marker: IdempotenceMarker | None = None,
-                half: bool = False) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
+                half: bool = False, counted: tuple[str, str, int] = ("", "", 0)) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
         if self._pending_count + count > self.capacity and self._pending:
             return req.reply(ResponseCode.SYSTEM_BUSY, SYSTEM_BUSY_REMARK, extra)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand | None] = loop.create_future()
-        self._pending.append(_Send(req, rows, count, queue_id, fut, extra, marker, wait=wait, half=half))
+        self._pending.append(_Send(req, rows, count, queue_id, fut, extra, marker, wait=wait, half=half, counted=counted))
         self._pending_count += count
         if not self._scheduled:
             self._scheduled = True
@@ -414,7 +425,9 @@ class SendService:
             self._settle(sends)
             return
         row = 0
+        on_send = self.broker.metrics.on_send
         for s in sends:
+            on_send(s.counted[0], s.counted[1], s.count, s.counted[2])
             ids = msg_ids[row] if s.count == 1 else ",".join(msg_ids[row: row + s.count])
             fields = {"msgId": ids, "queueId": str(s.queue_id), "queueOffset": str(queue_offsets[row]), **s.extra}
             s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)

@@ -6,8 +6,11 @@ start and then every 10 s (Java's schedule), when its master's address is known 
 ``masterAddr`` the name server answered its registration with), it asks the master for
 ``GET_ALL_TOPIC_CONFIG`` (21), ``GET_ALL_CONSUMER_OFFSET`` (43) and ``GET_ALL_DELAY_OFFSET``
 (45) and applies what differs: topics created or changed with the master's queue counts and
-perms, topics the master no longer lists deleted (a topic deleted on the master, 215; Java
-replaces the whole table; the slave's own system topics are kept), offsets committed in the
+perms, topics the master does not list dropped from the slave's config table only (Java
+replaces the whole table and touches no queue: a topic made on the master just after the
+snapshot may already have replicated, dispatched records on the slave, which must stay
+readable; its queues and offsets are kept, the next snapshot lists it again; the slave's own
+system topics and groups' retry and dead-letter topics are kept), offsets committed in the
 slave's offset table (written to its ``consumerOffset.json`` on its own schedule,
 :mod:`rmqnet.broker.state`), the scheduler's progress per
 delay level written as the slave's ``delayOffset.json`` (Java writes the body as the file;
@@ -126,11 +129,11 @@ class SlaveSynchronize:
                 # (consumers heartbeat every address): left alone, so none comes and goes
                 if topics.is_system(name) or name.startswith(("%RETRY%", "%DLQ%")):
                     continue
-                try:
-                    topics.delete(name)
-                    log.info("slave sync: topic %s deleted (the master no longer has it)", name)
+                try:  # the config only: its queues and offsets stay (Java's table replace)
+                    topics.drop_config(name)
+                    log.info("slave sync: topic %s left the table (the master does not list it); its queues kept", name)
                 except StoreError as exc:
-                    log.warning("slave sync: topic %r not deleted: %s", name, exc)
+                    log.warning("slave sync: topic %r not dropped: %s", name, exc)
         for name, raw in table.items():
             try:
                 tc = TopicConfig.from_json(raw)

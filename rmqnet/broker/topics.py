@@ -212,6 +212,19 @@ class TopicManager:
                  "removed" if removed[0] else "absent", removed[1])
         return removed
 
+    def drop_config(self, topic: str) -> bool:
+        """A replication slave's sync (RocketMQ's ``SlaveSynchronize``, which replaces the config
+        table): ``topic``'s config only leaves the table (and ``topics.json``); its queues' units
+        and every group's offsets stay (:meth:`rmqlog.MessageStore.remove_topic_config`), so
+        records replicated before the master's next table lists the topic are never lost. Its
+        next units, or the next start, take it in again from its consume queues. Returns
+        whether there was an entry; raises the store's typed errors (a bad name)."""
+        with self._lock:
+            had = self.store.remove_topic_config(topic)
+            self._overlay.pop(topic, None)
+            self._next_version()
+        return had
+
     def create_in_send(self, topic: str, default_topic: str, client_queue_nums: int, topic_sys_flag: int = 0) -> TopicConfig | None:
         """RocketMQ's ``createTopicInSendMessageMethod``: ``topic`` made from ``default_topic``'s
         config when that one exists and has the inherit bit (``TBW102`` when

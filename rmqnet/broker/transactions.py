@@ -20,6 +20,9 @@ then, per request, ``PGROUP`` must be the request's ``producerGroup`` (Java's
 already. A commit writes the message to its real topic and queue (body, flag, born time and
 host, reconsume times as the half; properties as stored without ``REAL_TOPIC``/``REAL_QID``;
 sysFlag ``TRANSACTION_COMMIT``) and an *op* record; a rollback writes only the op record.
+The answer is SUCCESS once the put is done, under ``SYNC_FLUSH`` flushed, and under
+``SYNC_MASTER`` once a slave holds it (``slaveTimeout`` at most; with no slave in reach at
+once), as Java's ``putMessage`` of the op message waits (:meth:`TransactionService._settle`).
 
 **Exactly once, across kill -9.** The op record (``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, tag
 ``d``, body the half's queue offset as RocketMQ writes it, plus ``__transactionId__`` = the
@@ -257,22 +260,45 @@ class TransactionService:
         self.resolved.update(decided)
         self.committed += len(commit_rows)
         self.rolled_back += len(op_rows) - len(commit_rows)
-        self.broker.replication.appended()
-        self._settle(accepted)
+        replication = self.broker.replication
+        replication.appended()
+        # what a slave must hold under SYNC_MASTER: the put's end (every row of it is below)
+        self._settle(accepted, self.store.published_tail() if replication.sync_master else 0)
 
-    def _settle(self, ends: list[_End]) -> None:
-        """Answer SUCCESS: now, or under SYNC_FLUSH once a flush after the put returned."""
-        def answer(f: asyncio.Future[int] | None = None) -> None:
-            if f is not None and f.exception() is not None:  # stored; its flush failed: Java answers
-                log.error("flush after END_TRANSACTION failed: %s", f.exception())  # SUCCESS too
+    def _settle(self, ends: list[_End], end: int) -> None:
+        """Answer SUCCESS: now; under SYNC_FLUSH once a flush after the put returned; and under
+        SYNC_MASTER (``end`` > 0) once a slave holds ``end``, ``slaveTimeout`` at most. Java's
+        ``EndTransactionProcessor`` stores the op message (and a commit's message) with
+        ``putMessage``, which waits for the slave as a send does (``submitReplicaRequest``; the
+        op message has no ``WAIT=false``), and answers SUCCESS whatever that wait gave
+        (``sendFinalMessage``: FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are successes)."""
+        def answer() -> None:
             for e in ends:
                 _answer(e, e.request.reply(ResponseCode.SUCCESS, None))
 
+        def replicated(f: asyncio.Future[int] | None = None) -> None:
+            if f is not None and f.exception() is not None:  # stored; its flush failed: Java answers
+                log.error("flush after END_TRANSACTION failed: %s", f.exception())  # SUCCESS too
+            if not end:
+                answer()
+                return
+            gated = self.broker.replication.gate(ends[0].request.reply(ResponseCode.SUCCESS, None), end)
+            if isinstance(gated, RemotingCommand):
+                _slave_outcome(gated)
+                answer()
+                return
+
+            def waited(g: asyncio.Future[RemotingCommand]) -> None:
+                _slave_outcome(g.result() if not g.cancelled() and g.exception() is None else None)
+                answer()
+
+            gated.add_done_callback(waited)
+
         if not self.broker.config.sync_flush:
-            answer()
+            replicated()
             return
         task = asyncio.get_running_loop().run_in_executor(None, group_commit, self.store)
-        task.add_done_callback(answer)
+        task.add_done_callback(replicated)
 
     def _fail(self, ends: list[_End], exc: BaseException) -> None:
         code, remark = store_error_code(exc, self.broker.config.max_message_size)
@@ -311,6 +337,13 @@ def group_commit(store: MessageStore) -> int:
     """One sync covering every put so far (``MessageStore.flush_to`` of the published tail: the
     commitlog range and the flushed position): run in a worker thread, never on the loop."""
     return int(store.flush_to(store.published_tail()))
+
+
+def _slave_outcome(gated: RemotingCommand | None) -> None:
+    """Log an END_TRANSACTION's records no slave acknowledged (answered SUCCESS all the same)."""
+    if gated is None or gated.code != ResponseCode.SUCCESS:
+        what = "no slave in reach" if gated is not None and gated.code == ResponseCode.SLAVE_NOT_AVAILABLE else "slaveTimeout"
+        log.warning("END_TRANSACTION under SYNC_MASTER: stored, not acknowledged by a slave (%s)", what)
 
 
 def _answer(e: _End, reply: RemotingCommand | None) -> None:

@@ -54,7 +54,8 @@ UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
     """The broker address and commitlog offset of an offset message id
     (``MessageDecoder.decodeMessageId``): 32 hex digits (IPv4 4 bytes, port 4, offset 8) or 56
-    (IPv6 16, port 4, offset 8). ``ValueError`` for anything else."""
+    (IPv6 16, port 4, offset 8), a port in 1..65535 and an offset from 0. ``ValueError`` for
+    anything else."""
     try:
         raw = bytes.fromhex(msg_id)
     except ValueError:
@@ -67,6 +68,8 @@ def parse_offset_msg_id(msg_id: str) -> tuple[str, int]:
         raise ValueError(f"not an offset message id (32 or 56 hex digits): {msg_id!r}")
     port = int.from_bytes(raw[-12:-8], "big")
     offset = int.from_bytes(raw[-8:], "big", signed=True)
+    if not 0 < port < 65536 or offset < 0:  # a client msgId (UNIQ_KEY) has 32 hex digits too
+        raise ValueError(f"not an offset message id (port {port}, offset {offset}): {msg_id!r}")
     return f"{host}:{port}", offset
 
 
@@ -315,6 +318,12 @@ class Admin(RemoteClient):
         res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_BROKER_CONFIG)))
         return _decoded(res, lambda body: parse_properties(body.decode("utf-8")))
 
+    def runtime_info(self, broker_addr: str) -> dict[str, str]:
+        """The runtime figures of the broker at ``broker_addr`` (code 28, ``KVTable``): key ->
+        value text (``brokerVersionDesc``, ``putTps``, ``commitLogMaxOffset``...)."""
+        res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_BROKER_RUNTIME_INFO)))
+        return _decoded(res, _kv_table)
+
     def update_broker_config(self, broker_addr: str, values: dict[str, str]) -> None:
         """Change keys of the broker's configuration (code 25); all or nothing. Raises
         :class:`BrokerError` for a key that is unknown, read at start only (NO_PERMISSION) or
@@ -360,6 +369,14 @@ class Admin(RemoteClient):
         """The message (a one-row table) of an offset message id, asked of the broker the id
         names (code 33). Raises ``ValueError`` (not an id), :class:`BrokerError`."""
         return call(self._view_by_id(offset_msg_id))
+
+
+def _kv_table(body: bytes) -> dict[str, str]:
+    """``KVTable`` JSON (``{"table": {key: value}}``) as a dict of strings."""
+    table = loads_fastjson(body).get("table")
+    if not isinstance(table, dict):
+        raise ValueError("no table")
+    return {str(k): str(v) for k, v in table.items()}
 
 
 def _decoded(res: RemotingCommand, decode: Any) -> Any:

@@ -76,6 +76,8 @@ class SendResult:
     queue_offset: int
     #: the broker group that stored it (a transaction ends there)
     broker_name: str = ""
+    #: the address of that group's master the message was sent to (where a transaction ends)
+    broker_addr: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +158,7 @@ class Producer(RemoteClient):
             self._routes.pop(topic, None)  # the topic exists now: read its own route next time
         ext = res.ext_fields
         return SendResult(_STATUS[ResponseCode(res.code)], uniq, str(ext.get("msgId", "")),
-                          int(ext.get("queueId", t.queue_id)), int(ext.get("queueOffset", -1)), t.broker_name)
+                          int(ext.get("queueId", t.queue_id)), int(ext.get("queueOffset", -1)), t.broker_name, t.addr)
 
     # ---- single sends ------------------------------------------------------------------
 

@@ -25,6 +25,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from rmqlog import Clock, SystemClock
+from rmqlog.values import parse_addresses, parse_host_port
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.acl_sign import sign_bound
@@ -41,10 +42,7 @@ Rule = Callable[[Mapping[int, str]], list[int]]
 
 def split_addr(addr: str) -> tuple[str, int]:
     """``"host:port"`` (IPv6 hosts bracketed or not: the port is after the last colon)."""
-    host, sep, port = addr.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise ValueError(f"not a host:port address: {addr!r}")
-    return host.strip("[]"), int(port)
+    return parse_host_port("address", addr, 0)  # rmqlog.values: its error is a ValueError
 
 
 class RemoteClient:
@@ -65,11 +63,8 @@ class RemoteClient:
             raise ValueError("access_key and secret_key go together")
         self.credentials = None if access_key is None or secret_key is None else (access_key, secret_key)
         self.clock: Clock = clock or SystemClock()
-        self.namesrv_addrs = [a.strip() for a in namesrv.split(";") if a.strip()]
-        if not self.namesrv_addrs:
-            raise ValueError(f"no name server address in {namesrv!r}")
-        for a in self.namesrv_addrs:
-            split_addr(a)
+        # rmqlog.values: host:port;host:port, no empty item (its error is a ValueError)
+        self.namesrv_addrs = list(parse_addresses("namesrv", namesrv))
         self.timeout_s = timeout_s
         self.limits = limits
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopConnections] = weakref.WeakKeyDictionary()

@@ -117,10 +117,13 @@ class TransactionProducer(Producer):
 
     async def aend_transaction(self, topic: str, result: SendResult, state: LocalTransactionState) -> RemotingCommand | None:
         """END_TRANSACTION for the half message of ``result`` (its offset msgId names the
-        commitlog offset, its queue offset the half queue's); the broker's answer (``None``
-        for UNKNOW, which the broker does not answer). Raises :class:`BrokerError`."""
-        route = await self._cached_route(topic)
-        addr = master_addr(route, result.broker_name, topic)
+        commitlog offset, its queue offset the half queue's), sent to the broker that stored
+        it (``result.broker_addr``, as Java's client ends it at the broker named by the send's
+        result): never a route asked again, which a topic just made from ``TBW102`` may not
+        have yet. A result without the address (made elsewhere) is ended at the master of
+        ``result.broker_name`` in the topic's route. The broker's answer (``None`` for UNKNOW,
+        which the broker does not answer). Raises :class:`BrokerError`."""
+        addr = result.broker_addr or master_addr(await self._cached_route(topic), result.broker_name, topic)
         _, offset = parse_offset_msg_id(result.offset_msg_id)
         header = EndTransactionHeader(self.group, result.queue_offset, offset, state.value, False, result.msg_id,
                                       result.msg_id)

@@ -46,6 +46,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rmqlog import Clock, MessageStore, StoreError, SystemClock
+from rmqlog.values import parse_host_port
 
 from .auth import ADMITTED, HELLO, NONCE_SIZE, HAAuthError, encode_proof, read_verdict_reason
 from .verify import RejoinVerifier, Verdict
@@ -70,10 +71,7 @@ READ_BUFFER = 8 << 20
 
 def parse_address(address: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port`` too); ``ValueError`` naming what is wrong."""
-    host, sep, port = address.strip().rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"HA address {address!r} is not HOST:PORT")
-    return host.strip("[]"), int(port)
+    return parse_host_port("HA address", address.strip())  # rmqlog.values: its error is a ValueError
 
 
 def check_offsets(transfers: list[Transfer], end: int) -> int:

@@ -9,7 +9,8 @@ now; a wall clock that steps would expire brokers early or late); a connection t
 connections. ``await stop()`` stops accepting, answers what is in flight and closes every
 connection. :meth:`NameServerProcess.serve` runs until SIGTERM or SIGINT, then stops.
 ``config`` (:class:`~rmqnet.namesrv.config.NamesrvConfig`, namesrv.conf) sets who may
-register brokers.
+register brokers. With ``metrics_listen``, ``/metrics`` is served there on a thread of its own
+(:mod:`rmqnet.namesrv.metrics`); its answers are counted either way.
 
 Footprint: the process imports the wire (:mod:`rmqnet.remoting`), the transport and this
 package, nothing of the store, pyarrow, pandas or numpy (a routing table needs none of them;
@@ -21,7 +22,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
+from typing import Any
 
+from ..metrics import RpcLatency
 from ..remoting import RemotingCommand
 from ..transport import Connection, Limits, LoopClock, MonotonicClock, RemotingServer
 from .config import NamesrvConfig
@@ -37,12 +40,19 @@ class NameServerProcess:
     """One name server on a socket (see the module docstring)."""
 
     def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, clock: MonotonicClock | None = None,
-                 limits: Limits | None = None, config: NamesrvConfig | None = None) -> None:
+                 limits: Limits | None = None, config: NamesrvConfig | None = None,
+                 metrics_listen: tuple[str, int] | None = None) -> None:
         self.clock: MonotonicClock = clock or LoopClock()
         self.config = config or NamesrvConfig()
         self.server = NameServer(self.config.policy())
         self.expiry = BrokerExpiry(self.server)
         self.remoting = RemotingServer(self._handle, host=host, port=port, limits=limits, clock=self.clock)
+        #: the answers' latency (``rocketmq_rpc_latency``), counted whether or not /metrics is served
+        self.rpc = RpcLatency()
+        self.remoting.observer = self.rpc.observe
+        #: ``/metrics`` on this address (None: not served; :mod:`rmqnet.namesrv.metrics`)
+        self.metrics_listen = metrics_listen
+        self.metrics: Any = None
         self._timer: asyncio.TimerHandle | None = None
         self._stopping = False
 
@@ -70,6 +80,15 @@ class NameServerProcess:
     async def start(self) -> None:
         """Listen and start the expiry timer; ``OSError`` if the address cannot be bound."""
         await self.remoting.start()
+        if self.metrics_listen is not None:
+            from .metrics import endpoint  # (prometheus_client only when asked)
+
+            self.metrics = endpoint(self, *self.metrics_listen)
+            try:
+                self.metrics.start()
+            except OSError:
+                await self.remoting.stop(0)
+                raise
         self._schedule()
         log.info("name server listening on %s", self.address)
 
@@ -92,6 +111,8 @@ class NameServerProcess:
         if self._timer is not None:
             self._timer.cancel()
         await self.remoting.stop(grace_s)
+        if self.metrics is not None:
+            self.metrics.stop()
         log.info("name server stopped")
 
     async def serve(self, ready: asyncio.Event | None = None) -> None:

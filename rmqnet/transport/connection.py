@@ -80,6 +80,10 @@ log = logging.getLogger(__name__)
 
 #: ``request_handler(conn, request)``: the answer, ``None`` (no answer) or an awaitable of either
 RequestHandler = Callable[["Connection", RemotingCommand], "RemotingCommand | None | Awaitable[RemotingCommand | None]"]
+#: told of every answer written: ``observer(request code, response code, seconds from the
+#: request's read to its answer, whether the answer was awaited)`` (a server's metrics:
+#: ``rocketmq_rpc_latency``); it runs on the loop and must only count
+AnswerObserver = Callable[[int, int, float, bool], None]
 #: opaques of our own requests wrap below Java's int range
 _OPAQUE_WRAP = 1 << 31
 
@@ -125,6 +129,8 @@ class Connection(asyncio.Protocol):
         self.limits = limits or Limits()
         self.remote = "?"
         self.attrs: dict[str, Any] = {}
+        #: told of every answer (:data:`AnswerObserver`; None: nothing measured)
+        self.observer: AnswerObserver | None = None
         self.on_close: list[Callable[[Connection], None]] = []
         #: bumped by every read and write: the idle sweeper compares it between its rounds
         self.activity = 0
@@ -302,6 +308,9 @@ class Connection(asyncio.Protocol):
             self._queue_answer(req, req.reply(ResponseCode.SYSTEM_ERROR, str(exc)))
 
     def _handle(self, req: RemotingCommand) -> None:
+        observer = self.observer if self._loop is not None else None
+        # the loop's clock (monotonic; the transport reads no clock of its own)
+        start = self._loop.time() if observer is not None and self._loop is not None else 0.0
         try:
             res = self.request_handler(self, req)
         except Exception as exc:
@@ -312,6 +321,8 @@ class Connection(asyncio.Protocol):
         if isinstance(res, RemotingCommand):
             if not req.flag & FLAG_ONEWAY:
                 self._queue_answer(req, res)
+                if observer is not None and self._loop is not None:
+                    observer(req.code, res.code, self._loop.time() - start, False)
             return
         try:
             fut = asyncio.ensure_future(res)
@@ -322,13 +333,13 @@ class Connection(asyncio.Protocol):
                     ResponseCode.SYSTEM_ERROR, f"the processor returned {type(res).__name__} {str(res)[:80]!r}, not a command"))
             return
         self._in_flight.add(fut)
-        fut.add_done_callback(lambda f: self._finished(req, f))
+        fut.add_done_callback(lambda f: self._finished(req, f, start=start))
         if fut is res:  # a processor's own future: complete() may finish it at once (see there)
-            fut.rmq_finish = lambda: self._finished(req, fut, eager=True)  # type: ignore[attr-defined]
+            fut.rmq_finish = lambda: self._finished(req, fut, eager=True, start=start)  # type: ignore[attr-defined]
         if len(self._in_flight) >= self.limits.max_in_flight:
             self._update_reading()
 
-    def _finished(self, req: RemotingCommand, fut: asyncio.Future[Any], eager: bool = False) -> None:
+    def _finished(self, req: RemotingCommand, fut: asyncio.Future[Any], eager: bool = False, start: float = 0.0) -> None:
         if fut not in self._in_flight:  # finished at once by complete(): its done callback has nothing left
             return
         self._in_flight.discard(fut)
@@ -341,6 +352,8 @@ class Connection(asyncio.Protocol):
             res = fut.result()
         if res is not None and not req.flag & FLAG_ONEWAY and not self._closed:
             self._queue_answer(req, res)
+            if self.observer is not None and start and self._loop is not None:
+                self.observer(req.code, getattr(res, "code", -1), self._loop.time() - start, True)
             self._after_answer(eager)
         if self._backlog:
             self._pump()

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from .connection import Connection, RequestHandler
+from .connection import AnswerObserver, Connection, RequestHandler
 from .idle import IdleSweeper, MonotonicClock
 from .limits import Limits
 
@@ -49,6 +49,8 @@ class RemotingServer:
             sweep_interval_s = min(15.0, max(0.05, self.limits.sweep_ms / 8000))
         self.sweep_interval_s = sweep_interval_s
         self._sweep_timer: asyncio.TimerHandle | None = None
+        #: given to every connection accepted from now on (its answers measured; None: not)
+        self.observer: AnswerObserver | None = None
 
     @property
     def port(self) -> int:
@@ -69,6 +71,7 @@ class RemotingServer:
 
     def _make_connection(self) -> Connection:
         conn = Connection(self.handler, self.limits)
+        conn.observer = self.observer
         conn.on_close.append(self._conns.discard)
         self._conns.add(conn)
         if self._stopping:  # accepted in the instant before close(): serve nothing on it

@@ -16,7 +16,15 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..arguments import bool_arg, callable_arg, int_arg, long_array_arg, queue_id_arg, text_arg
+from ..arguments import (
+    JAVA_INT_MAX,
+    bool_arg,
+    callable_arg,
+    int_arg,
+    long_array_arg,
+    queue_id_arg,
+    text_arg,
+)
 from ..errors import (
     CorruptRecordError,
     IndexDisabledError,
@@ -29,13 +37,14 @@ from ..log.decode import BadRecordError, RecordCheck
 from ..log.encode.arrays import all_equal, first, flat
 from ..log.encode.direct import WireMessage
 from ..log.encode.wire_put import wire_table
+from ..log.point_read import java_properties
 from ..log.properties import SCHEDULE_TOPIC, TIMER_TOPIC, WAITING_TOPICS
 from ..log.record import ScanKind
 from ..log.wire import stored_records
 from ..log.writer_marker import writer_marker
-from ..paths import validate_topic
+from ..paths import topic_problem, validate_topic
 from ..queue.arrival import ArrivalListener
-from ..results import StoredRecords
+from ..results import RecordHead, StoredRecords
 from .direct_append import PutRows, dispatch_put, put_direct
 from .replica import ReplicaWriter, replica_read
 
@@ -363,6 +372,36 @@ class WireAccess:
             raise CorruptRecordError(f"damaged commitlog record: {e.reason}", path=e.path, offset=e.offset) from None
         return stored_records(parts)
 
+    def record_head(self, commit_log_offset: int) -> RecordHead | None:
+        """Where the record starting at this commitlog offset belongs: its topic, queue id,
+        queue offset and properties (:class:`RecordHead`), what a broker's access check reads
+        for a request that names an offset, not a topic (``VIEW_MESSAGE_BY_ID``,
+        ``CONSUMER_SEND_MSG_BACK``). ``None`` when no record starts there that its queue lists
+        there: deleted, not yet published or dispatched, not a record start, or bytes inside
+        a message body made to look like a record (no queue's unit points at them, so what
+        they claim is never taken for a record's). Cost: one record decoded by the scalar
+        codec (its lengths and header values checked; no body CRC, the body is not returned)
+        and one consume-queue unit read, whatever the store's size. Raises
+        :class:`InvalidArgumentError` for a bad argument."""
+        self._check_open()
+        commit_log_offset = int_arg("commit_log_offset", commit_log_offset)
+        commitlog = self.parts.commitlog
+        if commit_log_offset < commitlog.min_offset():
+            return None
+        at = commitlog.record_at(commit_log_offset, self.published_tail())
+        if at is None or at.kind is not ScanKind.RECORD or at.record is None:
+            return None
+        rec = at.record
+        if topic_problem(rec.topic) is not None or not 0 <= rec.queue_id <= JAVA_INT_MAX:
+            return None  # a name no queue has: nothing to look up
+        cq = self.parts.consume_queue(rec.topic, rec.queue_id)
+        if not 0 <= rec.queue_offset < self.reader.read_bounds(cq)[1]:
+            return None
+        units = cq.read(rec.queue_offset, 1)
+        if len(units) != 1 or int(units["offset"][0]) != commit_log_offset:
+            return None
+        return RecordHead(rec.topic, rec.queue_id, rec.queue_offset, dict(java_properties(rec.properties)))
+
     def wire_records(self, offsets: np.ndarray | list[int]) -> tuple[pa.Table, np.ndarray]:
         """The records starting at these commitlog offsets in :meth:`put_wire`'s columns, as
         stored: what a broker re-stores when a consumer sends a message back
@@ -476,6 +515,13 @@ class WireAccess:
         offset or past the published tail (:mod:`rmqlog.access.replica`)."""
         self._check_open()
         return replica_read(self.parts, int_arg("offset", offset, 0), int_arg("max_bytes", max_bytes, 1))
+
+    def dispatched_offset(self) -> int:
+        """How far the consume queues reach: the dispatcher's position (``dispatch.state``,
+        read without the dispatch lock: a dispatch in progress may be past it already). The
+        published tail minus this is RocketMQ's ``dispatchBehindBytes``."""
+        self._check_open()
+        return self.parts.dispatcher.dispatched()[0]
 
     def commit_log_min_offset(self) -> int:
         """The commitlog's first offset: the start of its oldest segment (RocketMQ's

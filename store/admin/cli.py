@@ -6,8 +6,9 @@
     rmqlog get ROOT (--offset N | --id MSGID) one message by commitlog offset, offset msgId or
                                               client msgId (UNIQ_KEY, through the index files)
     rmqlog query ROOT TOPIC [--key K | --id MSGID] [--begin T] [--end T] [--max N]
-                                              messages by key / client msgId (index files), or
-                                              by store time (TOPIC "*": every topic)
+                                              messages by key / msgId (a client msgId through the
+                                              index files, else an offset msgId), or by store
+                                              time (TOPIC "*": every topic); none: said, exit 1
     rmqlog export ROOT TOPIC --format jsonl|parquet --out PATH|- [--queue Q] [--from-offset N]
                   [--to-offset N] [--begin T] [--end T]   a topic's messages to a file or stdout
     rmqlog reset-offset ROOT GROUP TOPIC (--earliest | --latest | --timestamp T) [--queue Q] [--create]
@@ -27,7 +28,10 @@
 Every command takes ``--json`` (one JSON object, camelCase keys) and ``--config FILE`` (a
 RocketMQ broker.conf: the store's settings, e.g. the retention rules ``clean`` applies); the
 reading ones (info, topic-status, read, get, query, export, lag, verify, dlq) take ``--read-only``
-(nothing in the store changes, not even by opening it). Messages print one JSON object per
+(nothing in the store changes, not even by opening it); those of :data:`WIRE_READING` name
+``--namesrv`` in their help (the ``rmqlog`` entry point serves them over the wire, and lists its
+network commands in ``rmqlog --help`` through ``main(extra_commands=)``). Every value is
+parsed by :mod:`rmqlog.values` (exactly valid or refused, exit 2). Messages print one JSON object per
 line (:mod:`rmqlog.admin.jsonl`), so the output pipes into ``jq``. Times are ms since the
 epoch or ISO 8601, and a time without a zone is UTC (:mod:`rmqlog.times`).
 
@@ -52,6 +56,7 @@ from ..errors import InvalidArgumentError, StoreError
 from ..log.msgid import is_uniq_key, parse_offset_msg_id
 from ..message_store import MessageStore
 from ..times import parse_time_ms
+from ..values import arg_type, parse_int
 from . import changing, dead_letters, reading
 from .exits import HELP, STORE, CliError, code_for
 from .outpath import check_outside, open_output
@@ -71,24 +76,10 @@ def _is_message_id(msg_id: str) -> bool:
     return parse_offset_msg_id(msg_id) is not None or is_uniq_key(msg_id)
 
 
-def _positive(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {n}")
-    return n
-
-
-def _non_negative(text: str) -> int:
-    try:
-        n = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-    if n < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {n}")
-    return n
+#: a count of at least 1, and an offset, a queue id or a count from 0 (rmqlog.values: ASCII
+#: digits only, so "1_0", " 5" and "٥" are refused as argparse's error, exit 2)
+_positive = arg_type(parse_int, 1)
+_non_negative = arg_type(parse_int, 0)
 
 
 def _time(text: str) -> int:
@@ -99,7 +90,15 @@ def _time(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("time: ")) from None
 
 
-def _parser() -> argparse.ArgumentParser:
+#: the reading commands the ``rmqlog`` command also serves over the wire, given ``--namesrv``
+#: (by the network package, which the store never imports: their help names the option)
+WIRE_READING = ("info", "topic-status", "read", "get", "query", "lag", "dlq")
+
+
+def _parser(extra_commands: Sequence[tuple[str, str]] = ()) -> argparse.ArgumentParser:
+    """The command's arguments; ``extra_commands`` (name, help) are listed with the others in
+    ``--help`` (the commands another package serves: the ``rmqlog`` entry point's network
+    commands) and parse as nothing more than their name."""
     ap = argparse.ArgumentParser(prog="rmqlog", description="Inspect and maintain a spark-rmq (RocketMQ-format) store. "
                                  "Times are ms since the epoch or ISO 8601; a time without a zone is UTC.",
                                  epilog=HELP)
@@ -108,8 +107,13 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str, *, aliases: Sequence[str] = (), json_flag: bool = True,
                 reads: bool = False) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help, aliases=list(aliases), epilog=HELP)
+        # help= is %-formatted by argparse (a literal % written %%), description= is not
+        p = sub.add_parser(name, help=help, description=help.replace("%%", "%"), aliases=list(aliases), epilog=HELP)
         p.add_argument("root", help="the store's folder (the one holding commitlog/)")
+        if name in WIRE_READING:
+            p.add_argument("--namesrv", metavar="ADDRS", default=None,
+                           help="read through these name servers (HOST:PORT;HOST:PORT) and their brokers instead "
+                                f"of a store's folder: ROOT is then not given (rmqlog {name} --namesrv ADDRS --help)")
         p.add_argument("--config", metavar="FILE", default=None,
                        help="a RocketMQ broker.conf (Java properties) with the store's settings, e.g. the retention "
                             "rules clean applies (default: the defaults of rmqlog.StoreConfig)")
@@ -143,7 +147,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("topic", help='topic name; "*" for every topic (a time-range query)')
     g = p.add_mutually_exclusive_group()
     g.add_argument("--key", help="a KEYS token (or a client msgId)")
-    g.add_argument("--id", help="a client msgId (UNIQ_KEY: 32 or 56 hex digits)")
+    g.add_argument("--id", help="a msgId: a client msgId (UNIQ_KEY: 32 or 56 hex digits, through the index files) "
+                                "or an offset msgId (store host and commitlog offset, as ali-ons prints it)")
     p.add_argument("--begin", type=_time, default=0, help="stored at or after: ms since the epoch or ISO 8601, no zone: UTC (default: any)")
     p.add_argument("--end", type=_time, default=None, help="stored at or before: ms since the epoch or ISO 8601, no zone: UTC (default: any)")
     p.add_argument("--max", type=_positive, default=32,
@@ -184,6 +189,8 @@ def _parser() -> argparse.ArgumentParser:
     p = command("clean", "one retention pass: delete expired segments and what follows them")
     p.add_argument("--force", action="store_true", help="at any hour, not only those of delete_when")
     dead_letters.add_commands(command, _non_negative, _positive)
+    for name, help in extra_commands:
+        sub.add_parser(name, help=help, description=help.replace("%%", "%"))
     return ap
 
 
@@ -222,16 +229,22 @@ def _check(cmd: str, args: argparse.Namespace) -> None:
     """What can be refused before the store is opened."""
     if cmd == "get" and args.id is not None and not _is_message_id(args.id):
         raise CliError(f"not a message id: {args.id!r} (an offset msgId or a client msgId: 32 or 56 hex digits)")
-    if cmd == "query" and args.id is not None and not is_uniq_key(args.id):
-        raise CliError(f"not a client msgId: {args.id!r} (32 or 56 hex digits)")
+    if cmd == "query" and args.id is not None and not _is_message_id(args.id):
+        raise CliError(f"not a message id: {args.id!r} (an offset msgId, as ali-ons and RocketMQ's send results print "
+                       "it, or a client msgId: 32 or 56 hex digits)")
     if cmd == "query" and args.topic == "*" and (args.key is not None or args.id is not None):
         raise CliError('a key or msgId query names one topic ("*" is for a time range)')
     if cmd == "export":
         check_outside(args.out, args.root)  # before the store is opened (and recovered) at all
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, *, extra_commands: Sequence[tuple[str, str]] = ()) -> int:
+    """The store's commands (``argv``: the arguments after ``rmqlog``); ``extra_commands``:
+    (name, help) of commands the caller serves itself, listed in ``--help``. The exit status."""
+    args = _parser(extra_commands).parse_args(argv)
+    if getattr(args, "namesrv", None) is not None:  # only when reached without the network package
+        error("--namesrv is served by the rmqlog command (pip's entry point, rmqnet.cli), not by python -m rmqlog")
+        return 2
     cmd = {"consumer-progress": "lag", "dead-letters": "dlq"}.get(args.cmd, args.cmd)
     try:
         _check(cmd, args)

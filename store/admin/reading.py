@@ -106,7 +106,7 @@ def get(s: MessageStore, args: argparse.Namespace) -> int:
 
     row = s.message_by_offset(args.offset) if args.offset is not None else s.message_by_id(args.id)
     if row is None:
-        error("no message there")
+        error(f"no message at commitlog offset {args.offset}" if args.offset is not None else _no_message_with_id(args.id))
         return NOTHING
     messages(pa.Table.from_pylist([row], MESSAGE_SCHEMA), args.body, args.json)
     return OK
@@ -115,15 +115,52 @@ def get(s: MessageStore, args: argparse.Namespace) -> int:
 def query(s: MessageStore, args: argparse.Namespace) -> int:
     if args.topic != "*":
         require_topic(s, args.topic)
+    import pyarrow as pa
+
+    from ..log.msgid import is_uniq_key
+    from ..schema import MESSAGE_SCHEMA
+
     if args.id is not None:
-        table = s.query_by_unique_key(args.topic, args.id)
+        # a client msgId (UNIQ_KEY) through the topic's index, else an offset msgId (what a
+        # send's result and ali-ons print: 32 hex digits too), as get reads it
+        table = s.query_by_unique_key(args.topic, args.id) if is_uniq_key(args.id) else MESSAGE_SCHEMA.empty_table()
+        if not table.num_rows:
+            row = s.message_by_id(args.id)
+            if row is not None and row["topic"] != args.topic:
+                error(f"msgId {args.id} is a message of topic {row['topic']!r}, not of {args.topic!r}")
+                return NOTHING
+            if row is None:
+                error(_no_message_with_id(args.id))
+                return NOTHING
+            table = pa.Table.from_pylist([row], MESSAGE_SCHEMA)
     elif args.key is not None:
         table = s.query_by_key(args.topic, args.key, args.max, args.begin, args.end)
     else:  # a time range, in one topic or ("*") every topic
         topics = None if args.topic == "*" else [args.topic]
         table = s.query_by_time(args.begin, args.end, topics=topics, max_count=args.max)
     messages(table, args.body, args.json)
+    if not table.num_rows:
+        what = (f"msgId {args.id}" if args.id is not None else f"key {args.key!r}" if args.key is not None
+                else "a store time in that range")
+        error(f"no message with {what} in {'any topic' if args.topic == '*' else f'topic {args.topic!r}'}"
+              + (" (the index holds keys of messages stored while message_index_enable was on)"
+                 if args.id is not None or args.key is not None else ""))
     return OK if table.num_rows else NOTHING
+
+
+def _no_message_with_id(msg_id: str) -> str:
+    """Why ``msg_id`` found nothing, said: an offset msgId names a store host and an offset."""
+    from ..log.msgid import parse_offset_msg_id
+
+    parsed = parse_offset_msg_id(msg_id)
+    if parsed is None:
+        return f"no message with client msgId {msg_id} in the index files"
+    raw, offset = parsed
+    host = ".".join(str(b) for b in raw[:4]) if len(raw) == 8 else raw[:16].hex()
+    port = int.from_bytes(raw[-4:], "big")
+    return (f"no message with msgId {msg_id}: as a client msgId (UNIQ_KEY) the index files hold none, and as an "
+            f"offset msgId it names commitlog offset {offset} of store host {host}:{port}, and this store holds no "
+            "message of that host there")
 
 
 def lag(s: MessageStore, args: argparse.Namespace) -> int:

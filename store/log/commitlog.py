@@ -266,11 +266,13 @@ def _first_undecodable(seg: MappedFile, positions: np.ndarray, check: RecordChec
 class CommitLog:
     def __init__(
         self, directory: Path, segment_size: int, *, read_only: bool = False, open_files: OpenFiles | None = None,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock = SYSTEM_CLOCK, settle: Callable[[], int | None] | None = None,
     ) -> None:
         #: the store's clock: store times are its wall time, never below the last one published
         self.clock = clock
-        self.segments = MappedFileQueue(directory, segment_size, read_only=read_only, open_files=open_files)
+        # (``settle``: a provisional size's, :mod:`rmqlog.segment_sizes`)
+        self.segments = MappedFileQueue(directory, segment_size, read_only=read_only, open_files=open_files,
+                                        settle=settle)
         #: bytes of data (not holes) :meth:`scrub` cleared in this process (what it cost)
         self.scrubbed_bytes = 0
 

@@ -24,6 +24,7 @@ import contextlib
 import ctypes
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from .. import safe_open
@@ -63,6 +64,7 @@ class MappedFileQueue:
     def __init__(
         self, directory: Path, default_size: int, *, infer: bool = True, read_only: bool = False,
         open_files: OpenFiles | None = None, bounded_reads: bool | None = None,
+        settle: Callable[[], int | None] | None = None,
     ) -> None:
         self.directory = directory
         #: the store's bound on open files its segments register with (``None``: unbounded)
@@ -71,7 +73,10 @@ class MappedFileQueue:
         self.read_only = read_only
         self._segments: dict[int, MappedFile] = {}
         self._lock = threading.Lock()
-        self.size = default_size
+        self._size = default_size
+        #: a provisional size's settler (:mod:`rmqlog.segment_sizes`: a reader that found
+        #: neither record nor file): asked at each use of the size until a segment exists
+        self._settle = settle
         # (a store's consume queues pass it, found once: not a statfs per queue)
         # (through the module: the tmpfs tests patch it)
         self.bounded_reads = mapped_file.hole_reads_allocate(directory) if bounded_reads is None else bounded_reads
@@ -90,6 +95,8 @@ class MappedFileQueue:
                 if n > 0:
                     counts[n] = counts.get(n, 0) + 1
             self.size = max(counts, key=lambda n: (counts[n], n))
+        if infer and any(sizes.values()):
+            self._settle = None  # (the files told)
         self.odd: dict[int, int] = {start: n for start, n in sizes.items() if n != self.size}
         #: the folder's kept descriptor (:meth:`relist`, :meth:`still_listed`)
         self.folder = FolderHandle(directory, open_files)
@@ -99,6 +106,37 @@ class MappedFileQueue:
         self.relists = 0
         #: changes this process made to the folder through this object (:meth:`_changed`)
         self._changes = 0
+
+    @property
+    def size(self) -> int:
+        """The segments' size (settled first if provisional: see ``settle``)."""
+        if self._settle is not None:
+            self._try_settle()
+        return self._size
+
+    @size.setter
+    def size(self, value: int) -> None:
+        self._size = value
+
+    def _try_settle(self) -> None:
+        """A provisional size settled once the store says it (its record) or a segment exists
+        (its size); kept provisional (the guess) while neither."""
+        settle = self._settle
+        if settle is None:
+            return
+        size = settle()
+        if size is None:
+            found = [n for start, found in self._files() if found == safe_open.FILE
+                     and (n := self._file_size(start)) > 0]
+            size = max(set(found), key=found.count) if found else None
+        if size is not None:
+            self._size, self._settle = size, None
+
+    def _file_size(self, start: int) -> int:
+        try:
+            return safe_open.lstat(self.directory / segment_name(start)).st_size
+        except FileNotFoundError:
+            return 0
 
     def check_sizes(self) -> None:
         """Raise :class:`CorruptStoreError` naming the first segment of the wrong size, if any

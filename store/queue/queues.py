@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from .. import safe_open
@@ -26,14 +26,15 @@ log = logging.getLogger(__name__)
 
 
 class ConsumeQueues:
-    """The consume queues of the store at ``paths``; ``configured_size``: the configured
-    segment size (``mapped_file_size_consume_queue``), used unless the files say otherwise
-    (see :meth:`segment_size_on_disk`); ``open_files``: the store's bound on open files, which
+    """The consume queues of the store at ``paths``; ``configured_size``: the store's segment
+    size (:mod:`rmqlog.segment_sizes`: its record, else what its files say,
+    :func:`segment_size_found`, else the config); ``open_files``: the store's bound on open files, which
     every queue's files share (see :mod:`rmqlog.log.open_files`): a queue object costs no
     descriptor, its files are opened on use and closed when least recently used."""
 
     def __init__(
         self, paths: StorePaths, configured_size: int, *, read_only: bool = False, open_files: OpenFiles | None = None,
+        settle: Callable[[], int | None] | None = None,
     ) -> None:
         self.paths = paths
         self.read_only = read_only
@@ -42,7 +43,19 @@ class ConsumeQueues:
         self.bounded_reads = mapped_file.hole_reads_allocate(paths.consumequeue_dir)
         self._queues: dict[tuple[str, int], ConsumeQueue] = {}
         self._lock = threading.Lock()
-        self.segment_size = self.segment_size_on_disk(configured_size)
+        # (the store's size: its record, else what its files say, else the config: rmqlog.segment_sizes)
+        self.segment_size = configured_size
+        #: a provisional size's settler (:mod:`rmqlog.segment_sizes`: a reader that found
+        #: neither the store's record nor a consume-queue file): each queue settles at its
+        #: first use once the record or its own files say the size
+        self._settle = settle
+
+    def _settled(self) -> int | None:
+        settle = self._settle
+        size = settle() if settle is not None else None
+        if size is not None:
+            self.segment_size, self._settle = size, None
+        return size
 
     def get(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The consume queue of (topic, queue id) (no file is created until a unit is written)."""
@@ -52,54 +65,23 @@ class ConsumeQueues:
             with self._lock:
                 cq = self._queues.get(key)
                 if cq is None:
+                    if self._settle is not None:
+                        self._settled()
                     cq = ConsumeQueue(
                         self.paths.queue_dir(topic, queue_id), self.segment_size, read_only=self.read_only,
                         open_files=self.open_files, bounded_reads=self.bounded_reads,
+                        settle=self._settled if self._settle is not None else None,
                     )
                     self._queues[key] = cq
         return cq
 
     def dirs(self) -> Iterator[tuple[str, int, Path]]:
         """(topic, queue id, folder) of every consume queue on disk, sorted (see the module docstring)."""
-        root = self.paths.consumequeue_dir
-        if not safe_open.is_folder(root):
-            return
-        for topic, found in safe_open.entries(root):
-            if found != safe_open.FOLDER or safe_open.is_set_aside(topic):
-                continue
-            if topic_problem(topic) is not None:
-                log.warning("ignoring %s: not a valid topic name", root / topic)
-                continue
-            for name, qfound in safe_open.entries(root / topic):
-                qid = parse_queue_dir_name(name)
-                if qid is not None and qfound == safe_open.FOLDER:
-                    yield topic, qid, root / topic / name
+        return queue_dirs(self.paths)
 
     def all(self) -> list[ConsumeQueue]:
         """Every consume queue on disk (see :meth:`dirs`)."""
         return [self.get(topic, qid) for topic, qid, _ in self.dirs()]
-
-    def segment_size_on_disk(self, configured: int) -> int:
-        """The consume-queue segment size of this store's files, else ``configured``.
-
-        ``configured`` if the first segments of up to 16 queues (folders that are not
-        queues ignored) include it, else the most common of their sizes (multiples of a unit):
-        one file truncated by a crash does not decide it. A queue's segments of another size
-        are then dropped and rebuilt at open (see :mod:`rmqlog.recovery.recovery`).
-        """
-        sizes: dict[int, int] = {}
-        seen = 0
-        for _, _, cq in self.dirs():
-            first = min((name for name, found in safe_open.entries(cq)
-                         if found == safe_open.FILE and parse_segment_name(name) is not None), default=None)
-            if first is not None and (n := safe_open.lstat(cq / first).st_size) > 0 and n % CQ_UNIT_SIZE == 0:
-                sizes[n] = sizes.get(n, 0) + 1
-                seen += 1
-                if seen >= 16:
-                    break
-        if not sizes or configured in sizes:
-            return configured
-        return max(sizes, key=lambda n: (sizes[n], n))
 
     def queue_ids(self, topic: str) -> list[int]:
         """The queue ids of ``topic``'s folders on disk, sorted (none if not a valid name)."""
@@ -119,3 +101,45 @@ class ConsumeQueues:
         """Unmap and close every queue opened through this object."""
         for cq in self._queues.values():
             cq.close()
+
+
+def queue_dirs(paths: StorePaths) -> Iterator[tuple[str, int, Path]]:
+    """(topic, queue id, folder) of every consume queue on disk of the store at ``paths``,
+    sorted (see the module docstring)."""
+    root = paths.consumequeue_dir
+    if not safe_open.is_folder(root):
+        return
+    for topic, found in safe_open.entries(root):
+        if found != safe_open.FOLDER or safe_open.is_set_aside(topic):
+            continue
+        if topic_problem(topic) is not None:
+            log.warning("ignoring %s: not a valid topic name", root / topic)
+            continue
+        for name, qfound in safe_open.entries(root / topic):
+            qid = parse_queue_dir_name(name)
+            if qid is not None and qfound == safe_open.FOLDER:
+                yield topic, qid, root / topic / name
+
+
+def segment_size_found(paths: StorePaths, configured: int = 0) -> int | None:
+    """The consume-queue segment size the files of the store at ``paths`` say, ``None`` when
+    no queue has a file.
+
+    ``configured`` if the first segments of up to 16 queues (folders that are not
+    queues ignored) include it, else the most common of their sizes (multiples of a unit):
+    one file truncated by a crash does not decide it. A queue's segments of another size
+    are then dropped and rebuilt at open (see :mod:`rmqlog.recovery.recovery`).
+    """
+    sizes: dict[int, int] = {}
+    seen = 0
+    for _, _, cq in queue_dirs(paths):
+        first = min((name for name, found in safe_open.entries(cq)
+                     if found == safe_open.FILE and parse_segment_name(name) is not None), default=None)
+        if first is not None and (n := safe_open.lstat(cq / first).st_size) > 0 and n % CQ_UNIT_SIZE == 0:
+            sizes[n] = sizes.get(n, 0) + 1
+            seen += 1
+            if seen >= 16:
+                break
+    if not sizes:
+        return None
+    return configured if configured in sizes else max(sizes, key=lambda n: (sizes[n], n))

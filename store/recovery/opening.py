@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .. import safe_open
+from ..catalog import finish_delete
 from ..config_files import set_aside_if_unreadable
 from ..durability.lock_file import StoreLockFile
 from ..errors import StoreBusyError
@@ -106,6 +107,8 @@ def open_as_owner(
                 parts.commitlog.segments.check_sizes()  # only a first opener may repair
                 if parts.state_file.load() is None:
                     parts.state_file.publish(parts.rebuild_state())
+                for topic in parts.deleted_topics.pending():  # a delete killed while others kept the store open
+                    finish_delete(parts, topic)
     except BaseException:
         parts.close_files()
         raise

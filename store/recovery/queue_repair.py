@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .. import safe_open
+from ..catalog import finish_delete
 from ..errors import CorruptStoreError, DataLossError, DiskFullError
 from ..paths import topic_problem
 from ..queue.consume_queue import CQ_UNIT_SIZE, FILLER_SIZE
@@ -175,8 +176,9 @@ def complete_queues(parts: StoreParts, state: AppendState, report: RecoveryRepor
 
 def finish_deletions(parts: StoreParts) -> None:
     """Every deleted topic's queues without units below where its delete left them
-    (:mod:`rmqlog.deleted_topics`): a delete killed part-way, or units cut by crash recovery
-    (its fillers point at no record), are finished here. One look per queue of a deleted
+    (:mod:`rmqlog.deleted_topics`): a delete killed part-way (its config entry and offsets
+    removed too, :func:`rmqlog.catalog.finish_delete`), or units cut by crash recovery (its
+    fillers point at no record), are finished here. One look per queue of a deleted
     topic; the rest of the store is not visited."""
     for topic, deletion in parts.deleted_topics.table().items():
         for qid, floor in deletion.queue_offsets.items():
@@ -186,6 +188,9 @@ def finish_deletions(parts: StoreParts) -> None:
                 with parts.dispatch_lock.held():
                     cq.remove_below(floor)
                 log.warning("consume queue %s/%d: units below %d of its deleted topic removed", topic, qid, floor)
+    for topic in parts.deleted_topics.pending():  # killed part-way: its config entry and offsets go too
+        finish_delete(parts, topic)
+        log.warning("the delete of topic %s, killed part-way, finished", topic)
 
 
 def _lost_head(cq: ConsumeQueue, first: int, mine: np.ndarray, qoff: np.ndarray, consumable: np.ndarray) -> bool:

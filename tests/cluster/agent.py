@@ -26,8 +26,9 @@ failed). Orders (``op``):
 - ``fault`` : the producer's fault table ``{broker: [latency_ms, ms_left]}``;
 - ``pull`` {namesrv, group, topic, queue, offset, max, broker, timeout_s, down_ms}: one pull by
   the group's PullConsumer (made at its first pull, kept: its down-marks last across orders);
-  its status, next offset, bodies, the address that answered, its broker id and the seconds
-  the pull took;
+  its status, next offset, bodies, the address that answered, its broker id and the attempts
+  the pull made (``[address, "answered" or the error's class name]``, in order: what a
+  failover did, not how long it took);
 - ``route_ids`` {namesrv, topic}: the broker ids of each broker group in the topic's route.
 """
 
@@ -48,6 +49,8 @@ class Agent:
         self.producer: Producer | None = None
         self.members: dict[str, GroupMember] = {}
         self.consumers: dict[str, PullConsumer] = {}
+        #: the attempts of the pull under way (:meth:`pull`)
+        self.attempts: list[list[str]] = []
 
     def producer_(self, o: dict[str, Any]) -> dict[str, Any]:
         self.producer = Producer("PG", o["namesrv"], send_latency_fault_enable=bool(o.get("fault", True)),
@@ -139,11 +142,26 @@ class Agent:
         if c is None:
             c = self.consumers[o["group"]] = PullConsumer(o["group"], o["namesrv"], timeout_s=float(o["timeout_s"]),
                                                           down_ms=int(o["down_ms"]))
-        began = time.monotonic()
+            self._record_attempts(c)
+        self.attempts = []
         r = c.pull(o["topic"], int(o["queue"]), int(o["offset"]), int(o.get("max", 32)), broker_name=o.get("broker"))
         return {"status": r.status, "next": r.next_begin_offset, "addr": r.addr, "broker_id": r.broker_id,
-                "bodies": [b.decode() for b in r.messages.column("body").to_pylist()],
-                "seconds": time.monotonic() - began}
+                "bodies": [b.decode() for b in r.messages.column("body").to_pylist()], "attempts": self.attempts}
+
+    def _record_attempts(self, c: PullConsumer) -> None:
+        """Each request the consumer's failover makes (``RemoteClient._attempt``), with its outcome."""
+        attempt = c._attempt
+
+        async def recorded(topic: str, addr: str, send: Any) -> Any:
+            try:
+                result = await attempt(topic, addr, send)
+            except OSError as exc:
+                self.attempts.append([addr, type(exc).__name__])
+                raise
+            self.attempts.append([addr, "answered"])
+            return result
+
+        c._attempt = recorded  # type: ignore[method-assign]
 
     def route_ids(self, o: dict[str, Any]) -> dict[str, Any]:
         with Admin(o["namesrv"]) as admin:

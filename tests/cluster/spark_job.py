@@ -11,10 +11,13 @@ Steps (``op``):
   queueOffset]`` (the broker name is the queue's: ``msgId``'s store host differs per group);
 - ``read_stream`` {topic, checkpoint, max_per_trigger}: ``readStream`` from earliest with
   ``Trigger.AvailableNow`` into a memory table; its bodies;
-- ``follow`` {topic, checkpoint, n, max_per_trigger, sign, timeout_s, idle_s}: ``readStream``
+- ``follow`` {topic, checkpoint, n, max_per_trigger, sign, killed, timeout_s, idle_s}: ``readStream``
   from earliest into a memory table, a trigger every 0.5 s, until ``n`` rows arrived, or none
   for ``idle_s`` (10) once rows came, or ``timeout_s`` (120); the file ``sign`` is made once the first
-  micro-batch is in; the bodies, whether all came, the query's error;
+  micro-batch is in; the bodies, whether all came, the query's error, the last micro-batch's end
+  offsets (``end``) and, once the file ``killed`` exists (the test made it after a kill), the rows and
+  end offsets of the micro-batches done when this loop first saw it (``at_kill``: at least what was
+  read when the kill came);
 - ``stream_write`` {input, checkpoint, topic, trigger, files_per_trigger, extra}: JSON files
   matching ``input`` (a glob; ``{"id": i}`` lines; ``files_per_trigger`` of them per micro-batch, 2 by default,
   each file a task of its own: a replayed micro-batch brings the same rows in the same order)
@@ -93,12 +96,17 @@ def follow(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> dict[str, An
     deadline = time.monotonic() + float(s.get("timeout_s", 120))
     count = 0
     moved = time.monotonic()
+    at_kill: dict[str, Any] | None = None
+    killed = s.get("killed")
     # idle only counts once rows came: a first trigger on a loaded machine may take longer
     while time.monotonic() < deadline and (not count or time.monotonic() - moved < float(s.get("idle_s", 10))):
         if query.exception() is not None:
             break
         # (the progress reports, not a job on the table: the executors may be busy with the stream)
-        now = sum(int(p["numInputRows"]) for p in query.recentProgress)
+        progress = query.recentProgress
+        now = sum(int(p["numInputRows"]) for p in progress)
+        if killed and at_kill is None and Path(killed).exists():
+            at_kill = {"count": now, "end": _end_offsets(progress)}
         if now > count:
             count, moved = now, time.monotonic()
         if count and not Path(s["sign"]).exists():
@@ -109,7 +117,19 @@ def follow(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> dict[str, An
     error = query.exception()
     query.stop()
     return {"bodies": [r.body for r in spark.table(table).collect()], "in_time": count >= int(s["n"]),
-            "error": None if error is None else str(error)[:2000]}
+            "error": None if error is None else str(error)[:2000], "end": _end_offsets(query.recentProgress),
+            "at_kill": at_kill}
+
+
+def _end_offsets(progress: Any) -> dict[str, int]:
+    """The end offsets (queue key -> offset) of the last micro-batch in ``progress`` that read rows
+    (``{}`` before any)."""
+    for p in reversed(progress):
+        for src in p["sources"]:
+            end = src.get("endOffset")
+            if end:
+                return {k: int(v) for k, v in (json.loads(end) if isinstance(end, str) else end).items()}
+    return {}
 
 
 def stream_write(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> bool:

@@ -47,10 +47,12 @@ def is_connect(block: Block) -> bool:
 
 
 def localize(code: str, tmp: Path) -> str:
-    """The example's paths in ``tmp``: the store ``/data/rmq``, checkpoints ``/chk/``, and the
+    """The example's paths in ``tmp``: the store ``/data/rmq``, input files ``/data/orders/``,
+    checkpoints ``/chk/``, and the
     broker.conf an operator keeps in ``/etc/rocketmq/`` (``tmp/broker.conf``, see
     :func:`broker_conf`)."""
-    return (code.replace("/data/rmq", str(tmp / "rmq")).replace("/chk/", f"{tmp / 'chk'}/")
+    return (code.replace("/data/rmq", str(tmp / "rmq")).replace("/data/orders/", f"{tmp / 'orders'}/")
+            .replace("/chk/", f"{tmp / 'chk'}/")
             .replace("/etc/rocketmq/broker.conf", str(tmp / "broker.conf")))
 
 
@@ -59,6 +61,20 @@ def broker_conf() -> str:
     examples' ``--config broker.conf`` reads."""
     (sample,) = [b for b in blocks("docs/operations.md") if b.lang == "properties"]
     return sample.code
+
+
+#: the first words of a line that is a command (a block of ``text`` holding one says why it is not run)
+COMMAND_WORDS = ("rmqlog", "python", "make", "node", "npm", "pip", "java", "mqadmin", "bash", "sh", "curl", "cd", "export")
+
+
+def not_run_reason(block: Block) -> str | None:
+    """Why a ``text`` block that holds commands is not run: its first line, ``# not run...``."""
+    first = block.code.splitlines()[0] if block.code else ""
+    return first if first.startswith("# not run") else None
+
+
+def holds_commands(block: Block) -> bool:
+    return any(line.split()[0] in COMMAND_WORDS for line in block.code.splitlines() if line.split())
 
 
 def rmqlog_lines(block: Block) -> list[str]:

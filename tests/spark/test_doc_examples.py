@@ -45,12 +45,13 @@ from .doc_blocks import (
     blocks,
     broker_conf,
     check_prints,
+    holds_commands,
     is_connect,
     localize,
+    not_run_reason,
     print_recorder,
     rmqlog_lines,
 )
-from .spark_helpers import fill
 
 #: The name servers the examples of the wire dial (pointed at the test's own)
 NAMESRV = "127.0.0.1:9876"
@@ -68,7 +69,23 @@ def test_every_page_with_examples_is_run() -> None:
     """A page that gains an example, or a new kind of block, needs a runner here."""
     found = sorted({b.page for p in PAGES for b in blocks(p) if b.lang == "python" or rmqlog_lines(b)})
     assert found == RUNNABLE
-    assert {b.lang for p in PAGES for b in blocks(p)} <= {"python", "bash", "sh", "properties", "yaml", ""}
+    assert {b.lang for p in PAGES for b in blocks(p)} <= {"python", "bash", "sh", "properties", "yaml", "text", "js"}
+
+
+def test_every_block_is_run_or_says_why_not() -> None:
+    """A block is labelled: python, bash/sh (its rmqlog lines), properties and yaml run here, js
+    (the README's ali-ons snippet) in tests/wire/test_readme_ali_ons.py; ``text`` is a sketch or
+    an output, and one holding commands says in its first line why it is not run."""
+    unlabelled = [b.name for p in PAGES for b in blocks(p) if not b.lang]
+    assert unlabelled == [], "blocks without a language (run them, or make them text): " + ", ".join(unlabelled)
+    silent = [b.name for p in PAGES for b in blocks(p) if b.lang == "text" and holds_commands(b) and not not_run_reason(b)]
+    assert silent == [], "text blocks of commands that do not say why they are not run: " + ", ".join(silent)
+    assert [b.name for p in PAGES for b in blocks(p) if b.lang == "js"] == [f"README.md:{js_line()}"]
+
+
+def js_line() -> int:
+    (b,) = [b for b in blocks("README.md") if b.lang == "js"]
+    return b.line
 
 
 def test_every_acl_file_example_is_read_by_the_broker(tmp_path: Path) -> None:
@@ -85,19 +102,6 @@ def test_every_acl_file_example_is_read_by_the_broker(tmp_path: Path) -> None:
         assert config.accounts, b.name
 
 
-def readme_prelude(spark, tmp: Path) -> dict:  # type: ignore[no-untyped-def]
-    events = str(tmp / "events")
-    fill(events, "events", 30, queues=2, tags=["created", "paid", "shipped"])
-    orders = (spark.readStream.format("rmqlog").option("path", events).option("topics", "events")
-              .option("startingOffsets", "earliest").load()
-              .selectExpr("coalesce(concat('order-', substring(CAST(body AS STRING), -1, 1)), '') AS order_id",
-                          "tags AS status"))
-    assert not orders.schema["order_id"].nullable
-    orders_df = spark.range(30).selectExpr("concat('order-', substring(CAST(id AS STRING), -1, 1)) AS order_id",
-                                           "element_at(array('created', 'paid', 'shipped'), CAST(id % 3 + 1 AS INT)) AS status")
-    return {"orders": orders, "orders_df": orders_df}
-
-
 @pytest.mark.xdist_group(SPARK_GROUP)  # asks for the session by name (not every page uses it)
 @pytest.mark.parametrize("page", RUNNABLE)
 def test_every_example_runs_as_written(page: str, tmp_path: Path, request: pytest.FixtureRequest,
@@ -107,8 +111,6 @@ def test_every_example_runs_as_written(page: str, tmp_path: Path, request: pytes
     uses_spark = any("spark" in b.code for b in python)
     spark = request.getfixturevalue("spark") if uses_spark else None
     ns: dict = {"__name__": f"doc:{page}"}
-    if page == "README.md":
-        ns.update(readme_prelude(spark, tmp_path))
     monkeypatch.chdir(tmp_path)
     saved = {k: spark.conf.get(k) for k in SESSION_SETTINGS} if spark is not None else {}
     servers = contextlib.ExitStack()

@@ -54,6 +54,12 @@ CPP_CLIENT = CLIENTS_DIR / "cpp" / "cpp_client.py"
 #: our client's queue lock as a one-shot process (``Cluster.ours``)
 LOCK_PROBE = Path(__file__).resolve().parent / "lock_probe.py"
 ROCKETMQ_PYTHON = REPO_ROOT / ".venv-rocketmq" / "bin" / "python"
+#: RocketMQ's official Node.js 5.x client (gRPC), a locked npm tree of its own (``make clients``)
+NODE5_DIR = CLIENTS_DIR / "node5"
+NODE5_PRODUCER = NODE5_DIR / "producer5.js"
+#: RocketMQ's official Python 5.x client (gRPC), in an environment of its own (``make clients``)
+PYTHON5_CLIENT = CLIENTS_DIR / "python5" / "python5_client.py"
+ROCKETMQ5_PYTHON = REPO_ROOT / ".venv-rocketmq5" / "bin" / "python"
 #: the rmqlog command of the environment running the tests (the broker and name server are its
 #: subcommands); RMQ_WIRE_RMQLOG names another command with the same two subcommands
 RMQLOG = Path(os.environ.get("RMQ_WIRE_RMQLOG") or Path(sys.executable).with_name("rmqlog"))
@@ -105,6 +111,26 @@ def require_cpp_client() -> None:
     for tool in ("unshare", "nsenter", "ip"):
         if shutil.which(tool) is None:
             _missing(f"{tool} is not on PATH (the C++ client runs in a loopback-only network namespace)")
+
+
+def require_node5_client() -> str:
+    """The ``node`` executable, with rocketmq-client-nodejs installed beside producer5.js."""
+    node = shutil.which("node")
+    if node is None:
+        _missing("node is not on PATH (rocketmq-client-nodejs runs on Node.js)")
+    if not (NODE5_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").is_file():
+        _missing(f"rocketmq-client-nodejs is not installed under {NODE5_DIR / 'node_modules'}")
+    assert node is not None
+    return node
+
+
+def require_python5_client() -> None:
+    """The official Python 5.x client's environment (``.venv-rocketmq5``)."""
+    if not ROCKETMQ5_PYTHON.is_file():
+        _missing(f"the Python 5.x client's environment {ROCKETMQ5_PYTHON.parent.parent} is missing")
+    probe = subprocess.run([str(ROCKETMQ5_PYTHON), "-c", "import rocketmq; rocketmq.Producer"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        _missing(f"{ROCKETMQ5_PYTHON} cannot import rocketmq.Producer: {probe.stderr.strip()[-500:]}")
 
 
 def require_rmqlog() -> None:
@@ -340,6 +366,9 @@ class Cluster:
     ``topics`` are created in the store (queue counts) before the broker opens it, so that
     consumers find their routes at once; other topics are created by the first send through
     ``TBW102`` (``autoCreateTopicEnable``). ``conf`` adds or overrides broker.conf keys.
+    ``acl``: the text of a ``plain_acl.yml``; given, the broker runs with ``aclEnable=true`` and
+    reads it from a ``ROCKETMQ_HOME`` of the cluster's own (clients sign with the ``accessKey``
+    and ``secretKey`` options of their scripts).
 
     With ``RMQ_WIRE_DUMP=1`` the clients reach the servers through ``wire_dump.py``, which logs
     every frame (code, opaque, flag, remark, extFields, body size) as a JSON line: printed at the
@@ -350,6 +379,7 @@ class Cluster:
     netns: Netns | None = None
     topics: dict[str, int] = field(default_factory=dict)
     conf: dict[str, str] = field(default_factory=dict)
+    acl: str | None = None
     children: list[Child] = field(default_factory=list)
     #: notified by every line any child prints (see :meth:`wait_for`)
     cond: threading.Condition = field(default_factory=threading.Condition)
@@ -361,6 +391,10 @@ class Cluster:
         self.logs = self.tmp / "logs"
         for d in (self.home, self.logs):
             d.mkdir(parents=True, exist_ok=True)
+        self.acl_home = self.tmp / "rmqhome"
+        if self.acl is not None:
+            (self.acl_home / "conf").mkdir(parents=True, exist_ok=True)
+            (self.acl_home / "conf" / "plain_acl.yml").write_text(self.acl)
         if self.netns is None:
             self.namesrv_port, self.broker_port = free_port(), free_port()
         else:
@@ -375,6 +409,8 @@ class Cluster:
         env = dict(os.environ)
         env["HOME"] = str(self.home)
         env.pop("ROCKETMQ_HOME", None)  # no ACL file from the machine
+        if self.acl is not None:
+            env["ROCKETMQ_HOME"] = str(self.acl_home)
         return env
 
     def argv(self, argv: list[str]) -> list[str]:
@@ -392,6 +428,8 @@ class Cluster:
             "longPollingEnable": "true",
             "flushDiskType": "ASYNC_FLUSH",
         }
+        if self.acl is not None:
+            values["aclEnable"] = "true"
         values.update(self.conf)
         path = self.tmp / "broker.conf"
         path.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
@@ -449,10 +487,11 @@ class Cluster:
         self.children.append(child)
         return child
 
-    def ali_ons_producer(self, name: str = "ali-ons-producer", group: str = "PG_ALI_ONS") -> Client:
-        """An ali-ons producer reading messages on stdin (:meth:`Client.write` of :func:`message_line`)."""
+    def ali_ons_producer(self, name: str = "ali-ons-producer", group: str = "PG_ALI_ONS", **extra: Any) -> Client:
+        """An ali-ons producer reading messages on stdin (:meth:`Client.write` of :func:`message_line`);
+        ``extra``: more options of producer.js (``accessKey``, ``secretKey``, ...)."""
         node = require_ali_ons()
-        opts = {"nameSrv": self.client_namesrv_addr, "group": group}
+        opts = {"nameSrv": self.client_namesrv_addr, "group": group, **extra}
         return self._client(name, [node, str(NODE_PRODUCER), json.dumps(opts)], stdin=True)
 
     def ali_ons_consumer(self, name: str, group: str, topic: str, *, model: str = "CLUSTERING", count: int = 0,
@@ -468,6 +507,21 @@ class Cluster:
         require_cpp_client()
         all_opts = {"nameSrv": self.client_namesrv_addr, **opts}
         return self._client(name, [str(ROCKETMQ_PYTHON), str(CPP_CLIENT), command, json.dumps(all_opts)], stdin=stdin)
+
+    def python5(self, name: str, command: str, *, stdin: bool = False, **opts: Any) -> Client:
+        """``python5_client.py COMMAND`` with the official Python 5.x client's Python; its access
+        point is the broker's gRPC endpoint (``grpcListenPort`` in ``conf``)."""
+        require_python5_client()
+        all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
+        return self._client(name, [str(ROCKETMQ5_PYTHON), str(PYTHON5_CLIENT), command, json.dumps(all_opts)],
+                            stdin=stdin)
+
+    def node5(self, name: str, **opts: Any) -> Client:
+        """``producer5.js`` (the official Node.js 5.x client's producer) reading messages on stdin;
+        its access point is the broker's gRPC endpoint (``grpcListenPort`` in ``conf``)."""
+        node = require_node5_client()
+        all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
+        return self._client(name, [node, str(NODE5_PRODUCER), json.dumps(all_opts)], stdin=True)
 
     def ours(self, name: str, script: Path, *args: str) -> Client:
         """``script`` run by the project's Python (our own client), inside the namespace if any."""
@@ -502,10 +556,10 @@ class Cluster:
 
 @contextlib.contextmanager
 def cluster(tmp: Path, *, netns: bool = False, topics: dict[str, int] | None = None,
-            conf: dict[str, str] | None = None) -> Iterator[Cluster]:
+            conf: dict[str, str] | None = None, acl: str | None = None) -> Iterator[Cluster]:
     """A started :class:`Cluster` (in a namespace of its own with ``netns``), stopped at the end."""
     ns = Netns(tmp) if netns else None
-    c = Cluster(tmp, ns, dict(topics or {}), dict(conf or {}))
+    c = Cluster(tmp, ns, dict(topics or {}), dict(conf or {}), acl)
     try:
         yield c.start()
     finally:

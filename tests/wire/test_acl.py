@@ -241,7 +241,7 @@ def test_admin_only_codes_need_an_admin(broker: Any, store: Any) -> None:
     assert res is not None and res.code == ResponseCode.SUCCESS
 
 
-def test_topic_delete_and_config_update_need_an_admin_locks_the_signature_only(broker: Any, store: Any) -> None:
+def test_topic_delete_and_config_update_need_an_admin_locks_do_not(broker: Any, store: Any) -> None:
     store.create_topic("Doomed", 1)
     delete = RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": "Doomed"})
     (res,) = run(broker, FakePeer(), signed(delete))
@@ -257,7 +257,8 @@ def test_topic_delete_and_config_update_need_an_admin_locks_the_signature_only(b
         assert res is not None and res.code == ResponseCode.SUCCESS, res
     assert "Doomed" not in json.loads((store.paths.config_dir / "topics.json").read_text())["topicConfigTable"]
     assert broker.config.trace_on is False
-    # reading stats and locking queues is not admin-only (RocketMQ 4.9.8's ADMIN_CODE): signed is enough
+    # locking queues is not admin-only (RocketMQ 4.9.8's ADMIN_CODE): the group's and the topics' SUB
+    # (test_acl_touched.py) are enough
     lock = json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": [{"brokerName": "b", "queueId": 0,
                                                                          "topic": "T"}]}).encode()
     (res,) = run(broker, FakePeer(), RemotingCommand(RequestCode.LOCK_BATCH_MQ, body=lock))
@@ -273,13 +274,17 @@ def test_a_refused_oneway_request_gets_no_answer(broker: Any, puts: Any) -> None
     assert puts.puts == []
 
 
-def test_other_codes_need_the_signature_only(broker: Any) -> None:
+def test_queue_position_codes_need_the_topic_sub(broker: Any) -> None:
     req = RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "other", "queueId": 0})
     (res,) = run(broker, FakePeer(), req)
     refused(res, "No accessKey is configured")
+    # ours, stricter than 4.9.8 (signature only): a queue's positions are the topic's, SUB
     (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.GET_MAX_OFFSET,
                                                             ext_fields={"topic": "other", "queueId": 0})))
-    assert res is not None and res.code == ResponseCode.SUCCESS  # topic DENY is not checked for 30
+    refused(res, "No default permission for topic:other")
+    (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.GET_MAX_OFFSET,
+                                                            ext_fields={"topic": "topicC", "queueId": 0})))
+    assert res is not None and res.code == ResponseCode.SUCCESS
     # an unknown code passes the ACL first (RocketMQ's default processor is behind the hook)
     (res,) = run(broker, FakePeer(), RemotingCommand(9999))
     refused(res, "No accessKey is configured")
@@ -525,9 +530,11 @@ def test_heartbeats_of_allowed_groups_and_producers_pass(broker: Any) -> None:
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
                      max_leaves=6)
-_codes = st.sampled_from([10, 11, 12, 15, 17, 34, 35, 36, 38, 310, 320, 30, 9999])
+_codes = st.sampled_from([10, 11, 12, 14, 15, 17, 21, 29, 30, 33, 34, 35, 36, 37, 38, 41, 42, 202, 203, 208, 310, 320,
+                          9999])
 _names = st.sampled_from(["topic", "b", "a", "group", "consumerGroup", "clientID", "queueId", "commitOffset",
-                          "AccessKey", "Signature", "producerGroup", "_UNIQUE_KEY_QUERY"])
+                          "AccessKey", "Signature", "producerGroup", "_UNIQUE_KEY_QUERY", "offset", "commitLogOffset",
+                          "tranStateTableOffset", "SignatureForm", "OnsChannel"])
 
 
 def test_any_fields_are_refused_or_allowed_never_an_exception(home: Path) -> None:

@@ -81,7 +81,7 @@ def test_every_service_is_a_field_of_the_broker(broker: Broker) -> None:
     assert all(id(s) in fields for s in broker.services)
     assert [type(s).__name__ for s in broker.services] == [
         "StatePersistService", "TransactionCheckService", "ClientRegistry", "PullHoldService", "QueueLocks",
-        "GetNums", "Replication", "PopHoldService", "PopService"]
+        "GetNums", "Replication", "PopHoldService", "PopService", "RateSampler"]
     assert broker.slave_sync is None and broker.registrar is None
 
 

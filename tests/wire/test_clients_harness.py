@@ -1,5 +1,5 @@
 """The real clients' installation and harness on their own, without a broker: the pinned
-versions are what runs, the C++ client stays out of the project's environment, the namespace
+versions are what runs, the C++ and Python 5.x clients stay out of the project's environment, the namespace
 is loopback-only, the scripts fail cleanly when nothing listens, and a server that does not
 start fails the test with its stderr."""
 
@@ -33,6 +33,30 @@ def test_the_cpp_client_has_an_environment_of_its_own() -> None:
                          capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["0.4.4", "True"]
     assert importlib.util.find_spec("rocketmq") is None, "the C++ client leaked into the project's environment"
+
+
+def test_the_node5_client_is_the_locked_version() -> None:
+    rcl.require_node5_client()
+    lock = json.loads((rcl.NODE5_DIR / "package-lock.json").read_text())
+    locked = lock["packages"]["node_modules/rocketmq-client-nodejs"]
+    assert locked["version"] == "1.0.8" and locked["integrity"].startswith("sha512-")
+    installed = json.loads((rcl.NODE5_DIR / "node_modules" / "rocketmq-client-nodejs" / "package.json").read_text())
+    assert installed["version"] == "1.0.8"
+
+
+def test_the_python5_client_has_an_environment_of_its_own() -> None:
+    rcl.require_python5_client()
+    out = subprocess.run([str(rcl.ROCKETMQ5_PYTHON), "-c",
+                          "import importlib.metadata as m, rocketmq; print(m.version('rocketmq-python-client'), rocketmq.Producer.__module__)"],
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["5.1.2", "rocketmq.v5.producer.producer"]
+    assert importlib.util.find_spec("rocketmq") is None, "the Python 5.x client leaked into the project's environment"
+
+
+def test_python5_client_refuses_bad_arguments() -> None:
+    rcl.require_python5_client()
+    out = subprocess.run([str(rcl.ROCKETMQ5_PYTHON), str(rcl.PYTHON5_CLIENT), "consume", "{}"], capture_output=True, text=True)
+    assert out.returncode == 2 and "usage: python5_client.py" in out.stderr and out.stdout == ""
 
 
 def test_the_namespace_has_only_loopback(tmp_path: Path) -> None:

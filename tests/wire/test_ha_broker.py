@@ -366,10 +366,11 @@ def test_ha_port_default_taken_falls_back_configured_one_fails(tmp_path: Path) -
         b.store.close()
 
 
-def test_a_topic_deleted_on_the_master_is_deleted_on_its_slave(tmp_path: Path) -> None:
+def test_a_topic_deleted_on_the_master_leaves_its_slaves_table(tmp_path: Path) -> None:
     """SlaveSynchronize replaces the slave's topics with its master's (Java clears the table):
-    a topic the master deleted (215) goes from the slave too, with its offsets there; the
-    slave's system topics and the groups' retry topics stay."""
+    a topic the master deleted (215) leaves the slave's table too; its offsets there stay (Java
+    puts the master's offsets over the slave's, removing none); the slave's system topics and
+    the groups' retry topics stay."""
     from rmqlog import TopicConfig
     from rmqnet.broker.slave_sync import FIRST_DELAY_MS, PERIOD_MS
 
@@ -406,9 +407,138 @@ def test_a_topic_deleted_on_the_master_is_deleted_on_its_slave(tmp_path: Path) -
         await sync.close()
 
     _run(body)
-    assert slave.topics.get("Doomed") is None and slave.store.committed_offset("G1", "Doomed", 0) == -1
-    assert slave.consumer_offsets.query("G1", "Doomed", 0) == -1
+    assert slave.topics.get("Doomed") is None and "Doomed" not in slave.store.topic_table()
+    assert slave.consumer_offsets.query("G1", "Doomed", 0) == 4
     assert slave.topics.get("Kept") is not None and slave.topics.get("%RETRY%G9") is not None
     assert slave.topics.get("TBW102") is not None and slave.topics.get("SCHEDULE_TOPIC_XXXX") is not None
     master.store.close()
     slave.store.close()
+
+
+def test_a_topic_missing_from_the_masters_snapshot_keeps_its_units_on_the_slave(tmp_path: Path) -> None:
+    """Issue 44 item 1: a topic made on the master just after the snapshot the slave synced
+    from, its first records already replicated and dispatched on the slave: the sync drops the
+    topic from the slave's table only (Java's SlaveSynchronize replaces the config table and
+    touches no queue, no offset); its units stay readable, and the next snapshot brings it back."""
+    from rmqlog import TopicConfig
+
+    master = _broker(tmp_path / "m", "ASYNC_MASTER")
+    slave = _broker(tmp_path / "s", "SLAVE")
+    snapshot_without = master.table.process(master, FakePeer(), RemotingCommand(RequestCode.GET_ALL_TOPIC_CONFIG, 1))
+    assert isinstance(snapshot_without, RemotingCommand)
+    master.topics.update(TopicConfig("Fresh", 1, 1))
+    for store in (master.store, slave.store):  # (the slave's copy as replication leaves it: same records)
+        for i in range(4):
+            store.put("Fresh", f"m{i}".encode(), queue_id=0)
+        store.dispatch()
+    slave.consumer_offsets.commit("G1", "Fresh", 0, 2)
+    assert slave.topics.get("Fresh") is not None  # (taken in from its units, as a slave does)
+    answers = [snapshot_without, None, snapshot_without]  # stale, the master's own, stale again
+
+    async def invoke(addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
+        if req.code == RequestCode.GET_ALL_TOPIC_CONFIG and (stale := answers.pop(0)) is not None:
+            return stale
+        res = master.table.process(master, FakePeer(), req)
+        assert isinstance(res, RemotingCommand)
+        return res
+
+    async def body() -> None:
+        sync = slave.slave_sync
+        sync.invoke = invoke
+        await sync.sync_all("10.0.0.1:10911")
+        assert sync.last_error is None
+        assert slave.topics.get("Fresh") is None  # the config table is the master's snapshot
+        assert slave.store.max_offset("Fresh", 0) == 4  # ... and the queue is untouched
+        assert slave.store.read_queue("Fresh", 0, 0, 4).num_rows == 4
+        assert slave.consumer_offsets.query("G1", "Fresh", 0) == 2
+        await sync.sync_all("10.0.0.1:10911")  # the next snapshot has it
+        assert slave.topics.get("Fresh") is not None
+        await sync.sync_all("10.0.0.1:10911")  # stale again, and then the master is lost
+        assert slave.topics.get("Fresh") is None
+        await sync.close()
+
+    _run(body)
+    assert slave.store.read_queue("Fresh", 0, 0, 4).num_rows == 4
+    slave.store.close()
+    # the slave promoted (restarted as the group's master): the topic is taken in from its queues
+    promoted = _broker(tmp_path / "s", "ASYNC_MASTER")
+    assert promoted.topics.get("Fresh") is not None and "Fresh" in promoted.store.topics()
+    assert promoted.store.read_queue("Fresh", 0, 0, 4).num_rows == 4
+    promoted.store.close()
+async def _stalled_slave(master: Broker) -> asyncio.StreamWriter:
+    """A slave that reports the master's tail once and acknowledges only what the test writes."""
+    await master.replication.start()
+    host, port = master.replication.ha_server_addr.rsplit(":", 1)
+    _, writer = await asyncio.open_connection(host, int(port))
+    writer.write(struct.pack(">q", master.store.published_tail()))
+    await writer.drain()
+    await master.replication.server.slave_reported.wait()  # admitted, its first report read
+    assert len(master.replication.server.links) == 1
+    return writer
+
+
+def _end_request(half: RemotingCommand, outcome: int) -> RemotingCommand:
+    ext = {"producerGroup": "PG", "tranStateTableOffset": half.ext_fields["queueOffset"],
+           "commitLogOffset": str(int(half.ext_fields["msgId"][16:], 16)), "commitOrRollback": str(outcome),
+           "fromTransactionCheck": "false", "msgId": "M"}
+    return RemotingCommand(RequestCode.END_TRANSACTION, 9, 0, None, ext, b"", "JAVA")
+
+
+def test_sync_master_answers_end_transaction_once_the_slave_holds_it(tmp_path: Path) -> None:
+    # Java 4.9.8's EndTransactionProcessor stores the commit and its op message with putMessage,
+    # which under SYNC_MASTER waits for a slave as a send does (issue 44, item 13)
+    master = _broker(tmp_path / "m", "SYNC_MASTER", slave_timeout=int(GUARD_S * 1000))
+
+    async def body() -> None:
+        writer = await _stalled_slave(master)
+        # the half message, not waiting for the slave (WAIT=false), acknowledged at once
+        half = await _send(master, b"tx", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U1\x02WAIT\x01false\x02")
+        assert half.code == ResponseCode.SUCCESS, half.remark
+        writer.write(struct.pack(">q", master.store.published_tail()))
+        before = master.store.published_tail()
+        for outcome in (8, 12):  # a commit, then (a second half) a rollback
+            if outcome == 12:
+                half = await _send(master, b"tx2", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U2\x02WAIT\x01false\x02")
+                before = master.store.published_tail()
+                writer.write(struct.pack(">q", before))
+            res = master.table.process(master, FakePeer(), _end_request(half, outcome))
+            assert asyncio.isfuture(res)
+            while master.store.published_tail() == before:  # the END's put: one turn of the loop
+                await asyncio.sleep(0)
+            for _ in range(5):
+                await asyncio.sleep(0)
+            assert not res.done()  # stored, and no slave holds it yet: not answered
+            writer.write(struct.pack(">q", master.store.published_tail()))  # the slave acknowledges it
+            answer = await res
+            assert answer.code == ResponseCode.SUCCESS, answer.remark
+            assert master.replication.server.push_offset >= master.store.published_tail()
+        writer.close()
+        await master.replication.close()
+
+    _run(body)
+    master.store.close()
+
+
+def test_sync_master_answers_end_transaction_success_without_a_slave(tmp_path: Path) -> None:
+    # sendFinalMessage: SLAVE_NOT_AVAILABLE and FLUSH_SLAVE_TIMEOUT are SUCCESS to the producer
+    master = _broker(tmp_path / "m", "SYNC_MASTER", slave_timeout=50)
+
+    async def body() -> None:
+        await master.replication.start()
+        half = await _send(master, b"tx", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U1\x02")
+        assert half.code == ResponseCode.SLAVE_NOT_AVAILABLE  # the half itself: stored, no slave
+        res = master.table.process(master, FakePeer(), _end_request(half, 8))
+        answer = await res if asyncio.isfuture(res) else res
+        assert answer.code == ResponseCode.SUCCESS
+        writer = await _stalled_slave(master)
+        half = await _send(master, b"tx2", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U2\x02WAIT\x01false\x02")
+        res = master.table.process(master, FakePeer(), _end_request(half, 8))
+        answer = await res  # the slave never acknowledges: slaveTimeout, then SUCCESS
+        assert answer.code == ResponseCode.SUCCESS
+        writer.close()
+        await master.replication.close()
+
+    _run(body)
+    master.store.dispatch()
+    assert master.store.read_queue("TopicA", 0, 0, 10).column("body").to_pylist() == [b"tx", b"tx2"]
+    master.store.close()

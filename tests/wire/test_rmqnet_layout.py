@@ -1,6 +1,7 @@
 """rmqnet's layout rules (docs/architecture.md, "The network side"), checked on the source:
 
-- its units stand on floors, lowest first: ``remoting`` (the wire, sans-I/O) < ``transport``
+- its units stand on floors, lowest first: ``remoting`` (the wire, sans-I/O) < ``grpc`` (RocketMQ
+  5's gRPC messages and their conversion, sans-I/O) < ``transport``
   (asyncio connections) < ``client``, ``namesrv``, ``ha`` < ``broker`` < ``cli`` (the command,
   ``__main__``); a module imports from its own unit and lower floors only, and units of one
   floor do not import each other (type-only and function-local imports count);
@@ -10,7 +11,8 @@
 - the store is reached only through its public API (``rmqlog.__all__`` and
   ``rmqlog.PUBLIC_MODULES``), except by the command, which hands the store's commands to
   ``rmqlog.admin.cli`` unchanged;
-- ``remoting`` imports neither asyncio nor sockets nor the store (bytes in, commands out);
+- ``remoting`` and ``grpc`` import neither asyncio nor sockets nor grpc's transport nor the store
+  (bytes or messages in, commands out);
 - no module reads the time itself: services take ``now_ms`` from an injected clock
   (``rmqlog.Clock``), the transport asks its event loop;
 - no module over 600 lines; every module is named in docs/architecture.md's rmqnet table.
@@ -34,7 +36,7 @@ from test_layout import (
 
 ROOT = Path(__file__).resolve().parents[2]
 NET = ROOT / "rmqnet"
-FLOORS = (("remoting",), ("transport",), ("client", "namesrv", "ha"), ("broker",), ("cli",))
+FLOORS = (("remoting",), ("grpc",), ("transport", "metrics"), ("client", "namesrv", "ha"), ("broker",), ("cli",))
 FLOOR = {unit: n for n, units in enumerate(FLOORS) for unit in units}
 #: what the command may take from the store beyond its public API: the store's own command
 COMMAND_HANDS_OVER = {"rmqlog.admin.cli"}
@@ -95,9 +97,9 @@ def test_the_store_is_reached_through_its_public_api_only() -> None:
 
 
 def test_the_wire_codec_does_no_io() -> None:
-    banned = {"asyncio", "socket", "selectors", "rmqlog", "threading"}
+    banned = {"asyncio", "socket", "selectors", "rmqlog", "threading", "grpc"}
     found = []
-    for path in sorted((NET / "remoting").rglob("*.py")):
+    for path in sorted([*(NET / "remoting").rglob("*.py"), *(NET / "grpc").rglob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import)
                      else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])

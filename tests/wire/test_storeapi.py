@@ -280,6 +280,33 @@ def test_record_at_damaged_record_is_typed(store):
         store.record_at(offset)
 
 
+def test_record_head_is_where_a_listed_record_belongs(store):
+    """record_head: a dispatched record's topic, queue, queue offset and properties; nothing
+    where no queue lists a record: not dispatched yet, inside a record, or a record forged
+    inside a message body (valid lengths, PHYSICALOFFSET where it lies), whose claims are
+    never taken."""
+    res = store.put_wire(pa.table({"topic": ["T"], "queueId": [2], "body": [b"a"],
+                                   "properties": ["KEYS\x01k\x02P\x01R\x02"]}), dispatch=True)
+    offset = res.column("commitLogOffset")[0].as_py()
+    head = store.record_head(offset)
+    assert (head.topic, head.queue_id, head.queue_offset) == ("T", 2, 0)
+    assert head.properties["KEYS"] == "k" and head.properties["P"] == "R"
+    assert store.record_head(offset + 1) is None and store.record_head(-1) is None and store.record_head(10**9) is None
+    pending = store.put_wire(wire_row(), dispatch=False).column("commitLogOffset")[0].as_py()
+    assert store.record_at(pending) is not None and store.record_head(pending) is None  # no unit yet
+    store.dispatch()
+    assert store.record_head(pending).topic == "T"
+    # a record forged inside a body: the bytes of a real one, its PHYSICALOFFSET where it will lie
+    forged = bytearray(bytes(store.record_at(offset).data))
+    where = store.published_tail() + 88  # the body of the next record, after its 88-byte v4 header
+    forged[28:36] = where.to_bytes(8, "big")
+    store.put_wire(wire_row(topic=["U"], body=[bytes(forged)]), dispatch=True)
+    assert bytes(store.record_at(where).data) == bytes(forged)  # the store reads a record there...
+    assert store.record_head(where) is None  # ...that no queue lists
+    with pytest.raises(rmqlog.InvalidArgumentError):
+        store.record_head("x")
+
+
 # --------------------------------------------------------- records decoder
 def test_decode_records_gives_the_message_table(store):
     store.put_batch(pa.table({"topic": ["T"] * 3, "body": [b"x", b"y", b"z"], "queueId": [0, 1, 1], "tags": ["a", "b", "c"]}))

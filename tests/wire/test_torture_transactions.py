@@ -34,7 +34,43 @@ def test_one_trial_kill_restart_commits_once_and_rolls_back(tmp_path: Path) -> N
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     m = re.search(r"trial 1: 1 kills, (\d+) commits, (\d+) rollbacks", res.stdout)
     assert m is not None and int(m.group(1)) > 0 and int(m.group(2)) > 0, res.stdout
-    assert "1 trials, 0 lost, 0 duplicated, 0 leaked, 0 bad" in res.stdout
+    assert "1 trials, 0 lost, 0 duplicated, 0 leaked, 0 bad" in res.stdout and "0 ENDs refused" in res.stdout
+
+
+#: a mutant broker (loaded in the job's processes through ``sitecustomize``): every direct
+#: END_TRANSACTION refused, the check-back's answered; the check-back then settles each
+#: transaction, so nothing is lost or leaked: only the count of refused ENDs can see it
+REFUSING_BROKER = """
+from rmqnet.broker import transactions
+from rmqnet.remoting import ResponseCode
+from rmqnet.remoting.headers import EndTransactionHeader
+
+_handle = transactions.TransactionService.handle
+
+def handle(self, broker, peer, req):
+    if not EndTransactionHeader.read(req.ext_fields).from_transaction_check:
+        return req.reply(ResponseCode.SYSTEM_ERROR, "mutant: every direct END refused")
+    return _handle(self, broker, peer, req)
+
+transactions.TransactionService.handle = handle
+"""
+
+
+def test_a_broker_refusing_every_direct_end_fails_the_trial(tmp_path: Path) -> None:
+    """Issue 44 item 6: the torture reported "0 lost, 0 bad" against a broker refusing every
+    direct END (the check-back settled them): a refused END is bad now."""
+    mutant = tmp_path / "mutant"
+    mutant.mkdir()
+    (mutant / "sitecustomize.py").write_text(REFUSING_BROKER)
+    env = subprocess_env()
+    env["PYTHONPATH"] = f"{mutant}:{env['PYTHONPATH']}"
+    res = subprocess.run([sys.executable, str(JOBS / "torture_transactions.py"), "--root", str(tmp_path / "work"),
+                          "--trials", "1", "--run-s", "0.3", "--seed", "7"],
+                         capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 1, res.stdout[-4000:] + res.stderr[-4000:]
+    m = re.search(r"1 trials, 0 lost, 0 duplicated, 0 leaked, (\d+) bad", res.stdout)
+    assert m is not None and int(m.group(1)) > 0, res.stdout[-4000:]
+    assert "END_TRANSACTION refused by the broker" in res.stdout
 
 
 @pytest.mark.optin
@@ -72,6 +108,24 @@ def test_checker_counts_each_kind_of_failure() -> None:
     tt.check(SEED, [led], [body(c1), body(c1), body(r2), b"tx:0:99999:x", body(c2)[:-1]], bad)
     # c2 lost (its only copy is not byte-exact), c1 twice, r2 rolled back but delivered, two bodies nobody sent
     assert (bad.lost, bad.dup, bad.leaked, bad.bad) == (1, 1, 1, 2), bad.problems
+
+
+def test_checker_counts_a_refused_end_as_bad_and_splits_failed_halves() -> None:
+    c1, c2 = _seqs(True)
+    (r1,) = _seqs(False, 1)
+    led = tt.Ledger(tried={c1, c2, r1}, sent={c1, r1}, refused={c1})
+    counts = tt.Counts()
+    tt.check(SEED, [led], [tt.make_body(SEED, 0, c1)], counts)
+    assert (counts.lost, counts.dup, counts.leaked, counts.bad, counts.refused_ends) == (0, 0, 0, 1, 1), counts.problems
+    assert (counts.commits, counts.rollbacks) == (1, 1)  # c1 and r1: a SEND_OK half
+    assert (counts.failed_sends, counts.failed_commits, counts.failed_rollbacks) == (1, 1, 0)  # c2
+
+
+def test_the_ledger_reads_refused_ends(tmp_path: Path) -> None:
+    path = tmp_path / "p.ledger"
+    path.write_text("T 0\nS 0\nX 0\nT 1\nS 1\nE 1\n")
+    led = tt.Ledger.read(path)
+    assert (led.tried, led.sent, led.refused, led.ended) == ({0, 1}, {0, 1}, {0}, 1)
 
 
 def test_a_commit_whose_half_send_failed_may_be_delivered_once() -> None:

@@ -47,7 +47,7 @@ def servers(tmp_path: Path) -> Iterator[dict[str, Any]]:
                 await proc.start()
                 while ns.server.routes.route("T") is None:  # registered
                     await asyncio.sleep(0.01)
-                ready.update(namesrv=ns.address, proc=proc)
+                ready.update(namesrv=ns.address, proc=proc, ns=ns)
                 started.set()
                 await asyncio.get_running_loop().run_in_executor(None, stop.wait)
             finally:
@@ -116,3 +116,31 @@ def test_commit_rollback_and_a_check_back(servers: dict[str, Any]) -> None:
         call(producer.aend_transaction("T", a.send, State.ROLLBACK_MESSAGE))
     assert bodies(servers["namesrv"]) == [b"ask-me", b"broken-local", b"commit-me"]
     producer.close()
+
+
+def test_the_end_goes_to_the_broker_that_stored_the_half(servers: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 44 item 4: a transaction on a topic the name server has no route for yet (the
+    broker made it from TBW102 with the half message; its registration not yet in): the END
+    goes to the broker named by the half send's result, as Java's client does
+    (``findBrokerAddressInPublish(sendResult.getMessageQueue().getBrokerName())``), not to a
+    route asked again (which failed with ``TopicNotFoundError``, the half message stored)."""
+    routes = servers["ns"].server.routes
+    real = routes.route
+    asked: list[str] = []
+
+    def not_yet(topic: str) -> Any:
+        asked.append(topic)
+        return None if topic == "NEW" else real(topic)
+
+    monkeypatch.setattr(routes, "route", not_yet)  # the registration with NEW never arrives
+    producer = TransactionProducer("TPG", servers["namesrv"])
+    try:
+        done = producer.send_in_transaction("NEW", b"new-topic", lambda r: State.COMMIT_MESSAGE)
+        assert done.state is State.COMMIT_MESSAGE and done.send.status == "SEND_OK"
+        assert done.send.broker_name == "broker-a" and done.send.broker_addr
+    finally:
+        producer.close()
+    assert "NEW" in asked and "TBW102" in asked  # the half went through TBW102's route
+    store = servers["proc"].broker.store
+    wait_for(lambda: store.max_offset("NEW", done.send.queue_id) == 1, "the commit stored the message")
+    assert store.read_queue("NEW", done.send.queue_id, 0, 1)["body"].to_pylist() == [b"new-topic"]

@@ -308,16 +308,37 @@ def test_a_transaction_checked_too_often_is_discarded(store: rmqlog.MessageStore
 
 
 def test_check_back_with_no_producer_connection(store: rmqlog.MessageStore) -> None:
+    """The half's group (``PG``) has a producer whose connection is closed, another group a
+    live one: no check-back is sent to either (a check service sending to closed connections,
+    or to another group's, fails here: issue 44 item 7)."""
     broker = broker_over(store)
-    gone = FakePeer()
-    heartbeat(broker, gone, "OTHER")
+    gone, other = FakePeer("127.0.0.1:50003"), FakePeer("127.0.0.1:50004")
+    heartbeat(broker, gone, "PG")
+    heartbeat(broker, other, "OTHER")
     gone.closed = True
     send_half(broker, "U1")
     store.dispatch()
     checker = broker.transaction_check
+    assert "PG" in broker.consumers.producer_groups  # (the group knows the closed connection)
     assert checker.run_once(NOW + 10_000) == 1
-    assert checker.no_channel == 1 and checker.checked == 0 and gone.sent == []
+    assert checker.no_channel == 1 and checker.checked == 0 and gone.sent == [] and other.sent == []
     assert len(messages(store, HALF_TOPIC)) == 2  # renewed all the same: checked again next round
+
+
+def test_the_check_back_test_catches_a_check_service_sending_to_closed_connections(
+        store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The mutant of the check service (every connection of the group, closed ones too) sends
+    to the closed connection of the test above: that test's setup sees it."""
+    from rmqnet.broker.transaction_check import TransactionCheckService
+
+    def any_channel(self: TransactionCheckService, group: str | None) -> Any:
+        clients = self.broker.consumers.producer_groups.get(group) if group else None
+        peers = [c.peer for c in (clients or {}).values()]
+        return peers[0] if peers else None
+
+    monkeypatch.setattr(TransactionCheckService, "_channel", any_channel)
+    with pytest.raises(AssertionError):
+        test_check_back_with_no_producer_connection(store)
 
 
 def test_resolved_halves_are_passed_over_and_young_ones_stop_the_round(store: rmqlog.MessageStore) -> None:

@@ -162,3 +162,22 @@ def test_admin_client_subscription_groups(servers: Servers) -> None:  # noqa: F8
         assert "ADMG" not in admin.group_configs(b)
         # no committed offset any more: Java's answer for a queue whose first message is in memory, 0
         assert admin.query_offset(b, "ADMG", "T", 0) == 0
+
+
+def test_group_commands(servers: Servers, capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    """``rmqlog group-create / group-list / group-delete --broker`` (200, 201, 207)."""
+    b = servers.broker
+    code, out, err = rmqlog(capsys, "group-create", "--broker", b, "CLIG", "--retry-max-times", "4", "--disable")
+    assert code == 0 and "CLIG" in out and "disabled" in out, err
+    code, out, err = rmqlog(capsys, "group-list", "--broker", b, "--json")
+    assert code == 0, err
+    g = {x["groupName"]: x for x in json.loads(out)["groups"]}["CLIG"]
+    assert (g["consumeEnable"], g["retryMaxTimes"]) == (False, 4)
+    code, out, err = rmqlog(capsys, "group-create", "--broker", b, "bad/name")
+    assert code == 2 and "bad/name" in err  # the broker's refusal, its remark printed
+    code, out, err = rmqlog(capsys, "group-delete", "--broker", b, "CLIG", "--remove-offset")
+    assert code == 0 and "deleted" in out, err
+    code, out, err = rmqlog(capsys, "group-list", "--broker", b)
+    assert code == 0 and "CLIG" not in out and "TOOLS_CONSUMER" in out
+    code, out, err = rmqlog(capsys, "group-create", "--broker", b, "X", "--retry-max-times", "many")
+    assert code == 2 and "retry-max-times" in err

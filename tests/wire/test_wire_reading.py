@@ -23,7 +23,7 @@ def test_no_name_server_answering_is_status_3(capsys: pytest.CaptureFixture[str]
 
 def test_wrong_arguments_are_status_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["topic-status", "--namesrv", "nohostport", "T"]) == 2
-    assert "not a host:port address" in capsys.readouterr().err
+    assert "is not host:port" in capsys.readouterr().err
     assert main(["lag", "--namesrv", "127.0.0.1:1"]) == 2  # over the wire a group must be named
     assert "group" in capsys.readouterr().err
 

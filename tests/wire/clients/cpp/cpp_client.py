@@ -77,9 +77,16 @@ def input_lines():
                 fail(2, f"bad input line {i}: {exc}")
 
 
+def credentials(client, opts):
+    """With ``accessKey``/``secretKey`` in the options the client signs every request (ACL)."""
+    if opts.get("accessKey"):
+        client.set_session_credentials(opts["accessKey"], opts["secretKey"], opts.get("channel", "ALIYUN"))
+
+
 def producer(rocketmq, opts):
     p = rocketmq.Producer(opts.get("group", "PG_CPP"))
     p.set_namesrv_addr(opts["nameSrv"])
+    credentials(p, opts)
     p.set_timeout(int(opts.get("sendTimeoutMillis", 3000)))
     try:
         p.start()
@@ -145,6 +152,7 @@ def cmd_push(rocketmq, opts):
     model = MessageModel.BROADCASTING if opts.get("model") == "BROADCASTING" else MessageModel.CLUSTERING
     c = rocketmq.PushConsumer(opts["group"], orderly=bool(opts.get("orderly")), message_model=model)
     c.set_namesrv_addr(opts["nameSrv"])
+    credentials(c, opts)
     count = int(opts.get("count", 0))
     done = threading.Event()
     lock = threading.Lock()
@@ -174,6 +182,7 @@ def cmd_push(rocketmq, opts):
 def cmd_pull(rocketmq, opts):
     c = rocketmq.PullConsumer(opts["group"])
     c.set_namesrv_addr(opts["nameSrv"])
+    credentials(c, opts)
     try:
         c.start()
     except Exception as exc:

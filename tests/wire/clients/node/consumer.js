@@ -47,6 +47,7 @@ const consumer = new Consumer({
   nameSrv: opts.nameSrv,
   httpclient: {}, // asserted present by ali-ons; only used with onsAddr, never here
   clientIP: '127.0.0.1', // ali-ons takes the first outside address otherwise
+  ...(opts.accessKey ? { accessKey: opts.accessKey, secretKey: opts.secretKey } : {}), // ACL: ali-ons signs
   consumerGroup: opts.group,
   isBroadcast: opts.model === 'BROADCASTING',
   consumeFromWhere: ConsumeFromWhere[opts.from || 'CONSUME_FROM_FIRST_OFFSET'],

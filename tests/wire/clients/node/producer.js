@@ -38,6 +38,7 @@ const producer = new Producer({
   nameSrv: opts.nameSrv,
   httpclient: {}, // asserted present by ali-ons; only used with onsAddr, never here
   clientIP: '127.0.0.1', // ali-ons takes the first outside address otherwise
+  ...(opts.accessKey ? { accessKey: opts.accessKey, secretKey: opts.secretKey } : {}), // ACL: ali-ons signs
   producerGroup: opts.group || 'PG_ALI_ONS',
   sendMsgTimeout: opts.sendTimeoutMillis || 3000,
   logger,

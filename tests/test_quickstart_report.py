@@ -1,0 +1,28 @@
+"""What jobs/quickstart.py says it measured (issue 44, item 12): Spark's warm-up in the first
+micro-batch apart from the steady rate of the others (the whole run's rate was mostly Spark's
+start). The run itself: tests/spark/test_quickstart.py."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+JOB = Path(__file__).resolve().parents[1] / "jobs" / "quickstart.py"
+
+
+def _steady():  # type: ignore[no-untyped-def]
+    spec = importlib.util.spec_from_file_location("quickstart_job", JOB)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.steady
+
+
+def test_the_first_micro_batch_is_apart_from_the_steady_rate() -> None:
+    steady = _steady()
+    # 25,000 rows whose first batch took 6 s (Spark's warm-up), then 75,000 in 1.5 s
+    text = steady([(25_000, 6_000), (25_000, 500), (25_000, 500), (25_000, 500)])
+    assert text == ("first micro-batch 25,000 in 6.0s (with Spark's warm-up), then 75,000 in 1.5s: "
+                    "50,000 messages/s steady")
+    assert steady([(10, 900)]).endswith("no further micro-batch to measure a steady rate on")
+    assert steady([]) == "no micro-batch"

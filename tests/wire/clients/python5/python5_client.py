@@ -1,0 +1,150 @@
+"""RocketMQ's official Python 5.x client (PyPI ``rocketmq-python-client``) driven by tests/wire.
+
+Run with the Python of the client's own environment (``.venv-rocketmq5``, never the project's:
+the package installs a top-level module ``rocketmq``), with HOME pointed at a scratch folder (the
+client logs under ``$HOME/logs/rocketmq_python``):
+
+    python python5_client.py produce '{"endpoints": "127.0.0.1:8081", "topics": ["T"]}'
+
+``produce``: a ``Producer`` over the gRPC access point ``endpoints`` (no credentials, no TLS),
+started with ``topics`` (it queries their routes at start), prints ``{"event": "ready"}``; then
+stdin holds one message a line, ``{"topic", "body", "tag"?, "keys"?, "props"?, "group"?,
+"deliverAt"? (epoch seconds: a timed message), "tx"? ("commit" or "rollback": a transactional
+message, ended so after its send; "none": left open, for the broker's check-back)}``; each is sent with ``Producer.send`` and answered
+``{"event": "sent", "i", "messageId", "offset", "transactionId", "ended"?}`` or
+``{"event": "failed", "i", "error"}``. The broker's check-back of an open transaction calls the
+producer's checker, which prints ``{"event": "checked", "messageId", "topic", "body", "tag",
+"corrupted"}`` and answers ``checkerResolution`` (``COMMIT`` or ``ROLLBACK``, the default); the
+broker's answer to that prints ``{"event": "check_ended", "messageId", "code"}``. With ``"awaitSettings": true`` it first waits for the
+server's Settings (the body limit they carry) and prints ``{"event": "settings", "maxBodySize"}``.
+A start that raises prints ``{"event": "start_failed", "error"}`` (5.1.2 starts even when a
+topic's route is refused: a send to it fails). At the end of stdin the producer shuts down
+(``NotifyClientTermination``) and prints ``{"event": "closed"}``.
+
+``receive`` (options ``group``, ``topic``, ``invisibleSeconds``): a ``SimpleConsumer``'s one
+receive (see :func:`receive`).
+
+Exit codes: 0 done, 1 the client failed to start, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+
+def emit(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+def receive(opts):
+    """``receive``: a ``SimpleConsumer`` of ``group`` subscribed to ``topic`` (all tags), started,
+    ``{"event": "ready"}``, then one ``receive(32, invisibleSeconds)``: ``{"event": "received",
+    "count", "messageIds"}`` or ``{"event": "receive_failed", "error", "code"}``; then shut down,
+    ``{"event": "closed"}``."""
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    config = ClientConfiguration(opts["endpoints"], Credentials())
+    consumer = SimpleConsumer(config, opts["group"], {opts["topic"]: FilterExpression()}, await_duration=5)
+    try:
+        consumer.startup()
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        emit({"event": "start_failed", "error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    emit({"event": "ready"})
+    try:
+        messages = consumer.receive(32, int(opts.get("invisibleSeconds", 15)))
+        emit({"event": "received", "count": len(messages), "messageIds": [m.message_id for m in messages]})
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        emit({"event": "receive_failed", "error": f"{type(exc).__name__}: {exc}", "code": getattr(exc, "code", None)})
+    finally:
+        consumer.shutdown()
+    emit({"event": "closed"})
+    return 0
+
+
+def main(argv):
+    if len(argv) != 3 or argv[1] not in ("produce", "receive"):
+        sys.stderr.write("usage: python5_client.py produce|receive OPTIONS_JSON\n")
+        return 2
+    opts = json.loads(argv[2])
+    if argv[1] == "receive":
+        return receive(opts)
+    from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker
+    from rocketmq.grpc_protocol import TransactionResolution
+
+    resolution = getattr(TransactionResolution, opts.get("checkerResolution", "ROLLBACK"))
+
+    class Checker(TransactionChecker):
+        """The broker's check-back of an orphaned transaction: answered ``checkerResolution``."""
+
+        def check(self, message):
+            emit({"event": "checked", "messageId": message.message_id, "topic": message.topic,
+                  "body": message.body.decode(), "tag": message.tag, "corrupted": message.corrupted})
+            return resolution
+
+    # the answer to the broker of a check (EndTransaction from SOURCE_SERVER_CHECK) is only logged
+    # by 5.1.2: its callback (a private method) is wrapped to print it
+    answered = Producer._Producer__server_transaction_check_callback
+
+    def check_answered(self, future, message, transaction_id, result):
+        try:
+            code = future.result().status.code
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            code = f"{type(exc).__name__}: {exc}"
+        emit({"event": "check_ended", "messageId": message.message_id, "code": code})
+        return answered(self, future, message, transaction_id, result)
+
+    Producer._Producer__server_transaction_check_callback = check_answered
+    config = ClientConfiguration(opts["endpoints"], Credentials())
+    producer = Producer(config, topics=opts.get("topics"), checker=Checker())
+    try:
+        producer.startup()
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        emit({"event": "start_failed", "error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    emit({"event": "ready"})
+    if opts.get("awaitSettings"):
+        # the producer takes the server's Settings from its Telemetry stream without waiting for
+        # them at start (5.1.2); its body limit shows when they came (a private field of 5.1.2)
+        deadline = time.monotonic() + 20
+        while producer._Producer__max_body_size == Producer.DEFAULT_MAX_BODY_SIZE and time.monotonic() < deadline:
+            time.sleep(0.01)
+        emit({"event": "settings", "maxBodySize": producer._Producer__max_body_size})
+    try:
+        for i, line in enumerate(sys.stdin):
+            spec = json.loads(line)
+            msg = Message()
+            msg.topic = spec["topic"]
+            msg.body = spec["body"].encode()
+            if spec.get("tag"):
+                msg.tag = spec["tag"]
+            for key in spec.get("keys") or ():
+                msg.keys = key  # (the setter adds one key a call)
+            for k, v in (spec.get("props") or {}).items():
+                msg.add_property(k, v)
+            if spec.get("group"):
+                msg.message_group = spec["group"]
+            if spec.get("deliverAt"):
+                msg.delivery_timestamp = int(spec["deliverAt"])
+            try:
+                tx = producer.begin_transaction() if spec.get("tx") else None
+                receipt = producer.send(msg, tx) if tx is not None else producer.send(msg)
+                out = {"event": "sent", "i": i, "messageId": receipt.message_id, "offset": receipt.offset,
+                       "transactionId": receipt.transaction_id}
+                if tx is not None and spec["tx"] in ("commit", "rollback"):
+                    (tx.commit() if spec["tx"] == "commit" else tx.rollback())
+                    out["ended"] = spec["tx"]
+                emit(out)
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                emit({"event": "failed", "i": i, "error": f"{type(exc).__name__}: {exc}"})
+    finally:
+        producer.shutdown()
+    emit({"event": "closed"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
