@@ -576,4 +576,13 @@ def test_pop_ack_and_change_need_sub_on_the_topic_and_the_group(broker: Any) -> 
             "consumerGroup": "groupA", "topic": "topicC", "queueId": 0, "extraInfo": "0 1 2 0 0 b 0 0", "offset": 0,
             **extra})))
         refused(res, "No default permission for group:groupA")
+    # an ack of a retried message names the group's POP retry topic: its topic is what is checked
+    def ack(topic: str) -> RemotingCommand:
+        return signed(RemotingCommand(RequestCode.ACK_MESSAGE, ext_fields={
+            "consumerGroup": "groupC", "topic": topic, "queueId": 0, "extraInfo": "0 1 2 0 1 b 0 0", "offset": 0}))
+
+    (res,) = run(broker, peer, ack("%RETRY%groupC_other"))
+    refused(res, "No default permission for topic:other")
+    (res,) = run(broker, peer, ack("%RETRY%groupC_topicC"))
+    assert res is not None and res.code == ResponseCode.TOPIC_NOT_EXIST  # allowed: the handler ran
     assert broker.pop.state.log.records == 0
