@@ -21,18 +21,17 @@ The broker is stopped by its PID (SIGTERM) at the end.
 
 from __future__ import annotations
 
-import argparse
 import os
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import grpc
 from broker_load import sync_rtts  # jobs/ is the scripts' directory
 from broker_servers import med, pct
+from harness import Bench
 
 import rmqlog
 from rmqnet.grpc.convert import Code
@@ -108,15 +107,12 @@ def heartbeat_rtts(address: str, n: int) -> list[float]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--root", type=Path, default=None, help="a folder for the store (default: a temporary one)")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--messages", type=int, default=2000, help="sends measured per round and protocol")
-    ap.add_argument("--body", type=int, default=1024)
-    a = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        root = a.root or Path(tmp)
-        proc, port, address = start_broker(root)
+    bench = Bench("bench_grpc", __doc__, rounds=3, rounds_help="rounds, each protocol in turn (medians printed)")
+    bench.add_argument("--messages", type=int, default=2000, help="sends measured per round and protocol")
+    bench.add_argument("--body", type=int, default=1024)
+    with bench.run() as work:
+        a = bench.args
+        proc, port, address = start_broker(work)
         body = os.urandom(a.body)
         figs: dict[str, list[tuple[float, float]]] = {"remoting": [], "grpc heartbeat": [], "grpc": []}
         try:
@@ -130,13 +126,18 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
-    print(f"one {a.body}-byte send at a time, {a.messages:,} a round after {WARM} unmeasured, medians of {a.rounds} rounds")
-    print(f"{'':16} {'p50 ms':>9} {'p99 ms':>9}")
-    fig = {k: (med([x[0] for x in v]), med([x[1] for x in v])) for k, v in figs.items()}
-    for k, (p50, p99) in fig.items():
-        print(f"{k:16} {p50:9.3f} {p99:9.3f}")
-    print(f"gRPC / remoting: p50 {fig['grpc'][0] / fig['remoting'][0]:.2f}x, p99 {fig['grpc'][1] / fig['remoting'][1]:.2f}x"
-          " (target: p50 at most 1.5x)")
+        print(f"one {a.body}-byte send at a time, {a.messages:,} a round after {WARM} unmeasured, medians of {a.rounds} rounds")
+        print(f"{'':16} {'p50 ms':>9} {'p99 ms':>9}")
+        fig = {k: (med([x[0] for x in v]), med([x[1] for x in v])) for k, v in figs.items()}
+        for k, (p50, p99) in fig.items():
+            print(f"{k:16} {p50:9.3f} {p99:9.3f}")
+        print(f"gRPC / remoting: p50 {fig['grpc'][0] / fig['remoting'][0]:.2f}x, p99 {fig['grpc'][1] / fig['remoting'][1]:.2f}x"
+              " (target: p50 at most 1.5x)")
+        for name, i in (("p50", 0), ("p99", 1)):
+            bench.figure(f"gRPC SendMessage 1 KiB, one at a time, round trip {name}", fig["grpc"][i], "ms",
+                         peer="remoting SEND_MESSAGE_V2 on the same broker", peer_value=fig["remoting"][i])
+            bench.figure(f"gRPC Heartbeat (no work), round trip {name}", fig["grpc heartbeat"][i], "ms",
+                         peer="remoting SEND_MESSAGE_V2 on the same broker", peer_value=fig["remoting"][i])
 
 
 if __name__ == "__main__":

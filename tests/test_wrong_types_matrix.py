@@ -147,6 +147,8 @@ EXPECTED: list[tuple[str, str, str]] = [
     (r"commitlog/[0-9]{20}", "refused", "cut"),
     (r"config", "refused", "rebuilt"),
     (r"config/indexFile\.json", "rebuilt", "rebuilt"),  # derived: the first opener sets it aside and rebuilds the index
+    # not a file: refused with the repair hint (WrongFileTypeError), as the lock; repair sets it aside and records again
+    (r"config/segmentSizes\.json", "refused", "rebuilt"),
     (r"config/(topics|consumerOffset|delayOffset)\.json(\.bak)?", "rebuilt", "rebuilt"),  # each has a .bak
     (r"lock", "refused", "rebuilt"),
     (r"consumequeue(/[^/]+){0,3}", "rebuilt", "rebuilt"),

@@ -26,10 +26,12 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import os
+import shutil
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -88,18 +90,37 @@ def js_line() -> int:
     return b.line
 
 
+def _is_scrape_config(b: Any) -> bool:
+    return "scrape_configs:" in b.code
+
+
 def test_every_acl_file_example_is_read_by_the_broker(tmp_path: Path) -> None:
     """A ```yaml block is a plain_acl.yml (docs/broker.md, "Access control"): the broker's
-    loader reads it as written, every account and pattern of it."""
+    loader reads it as written, every account and pattern of it (a Prometheus scrape config
+    is the next test's)."""
     from rmqnet.broker.acl_files import load_files
 
-    samples = [b for p in PAGES for b in blocks(p) if b.lang == "yaml"]
+    samples = [b for p in PAGES for b in blocks(p) if b.lang == "yaml" and not _is_scrape_config(b)]
     assert samples, "no ACL file example"
     for b in samples:
         path = tmp_path / "plain_acl.yml"
         path.write_text(b.code)
         config = load_files([path])
         assert config.accounts, b.name
+
+
+def test_every_prometheus_scrape_config_is_valid(tmp_path: Path) -> None:
+    """A ```yaml block with ``scrape_configs`` (docs/metrics.md) is a Prometheus config that
+    Debian's promtool (installed with prometheus for the suite) checks as valid."""
+    samples = [b for p in PAGES for b in blocks(p) if b.lang == "yaml" and _is_scrape_config(b)]
+    assert samples, "no scrape config example"
+    promtool = shutil.which("promtool")
+    assert promtool is not None, "promtool is not installed (make prometheus installs Debian's prometheus)"
+    for b in samples:
+        path = tmp_path / "prometheus.yml"
+        path.write_text(b.code)
+        res = subprocess.run([promtool, "check", "config", str(path)], capture_output=True, text=True, timeout=60)
+        assert res.returncode == 0, (b.name, res.stdout, res.stderr)
 
 
 @pytest.mark.xdist_group(SPARK_GROUP)  # asks for the session by name (not every page uses it)
