@@ -230,3 +230,18 @@ def test_change_refuses_a_bad_handle_and_duration(broker: Broker) -> None:
     assert call(broker, "ChangeInvisibleDuration", req).status.code == Code.INVALID_RECEIPT_HANDLE
     req.invisible_duration.FromMilliseconds(0)
     assert call(broker, "ChangeInvisibleDuration", req).status.code == Code.ILLEGAL_INVISIBLE_TIME
+
+
+def test_a_fifo_groups_consumer_settings_say_fifo(broker: Broker) -> None:
+    """The Settings answered on Telemetry carry ``fifo`` = the group's consumeMessageOrderly
+    (the simple consumer never sets it itself)."""
+    broker.subscription_groups.update(SubscriptionGroupConfig("GF", consume_message_orderly=True))
+
+    def settings(group: str) -> pb.Settings:
+        return pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name=group)))
+
+    async def body(c: Client, _: Any) -> Any:
+        return await c.telemetry([svc.TelemetryCommand(settings=settings("GF")), svc.TelemetryCommand(settings=settings("G"))])
+
+    fifo, plain = serve(broker, body)
+    assert (fifo.settings.subscription.fifo, plain.settings.subscription.fifo) == (True, False)
