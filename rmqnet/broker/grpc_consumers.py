@@ -2,7 +2,9 @@
 broker's POP machinery (:mod:`rmqnet.broker.pop`), as the proxy's ``ReceiveMessageActivity``,
 ``AckMessageActivity`` and ``ChangeInvisibleDurationActivity`` serve them in local mode.
 
-**Receive** (server-streaming). Checked first, each answered by one ``status`` response:
+**Receive** (server-streaming; every stream ends with ``delivery_timestamp``, the broker's now,
+as ``ReceiveMessageResponseStreamWriter.onComplete`` writes it). Checked first, each answered
+by one ``status`` response:
 the topic's name ``ILLEGAL_TOPIC``; ``batch_size`` below 1 ``BAD_REQUEST`` (above 32: 32, the
 pop's most); ``invisible_duration`` below ``minInvisibleTimeMillsForRecv`` (10 s) or above
 ``maxInvisibleTimeMills`` (12 h) ``ILLEGAL_INVISIBLE_TIME`` (without one and ``auto_renew``:
@@ -15,8 +17,7 @@ A group whose subscription config says ``consumeMessageOrderly`` (RocketMQ 5's F
 the ``fifo`` of its Settings) pops orderly: a message group's next message waits while an
 earlier one is invisible.
 
-Found: ``status OK``, one ``message`` response per message, then ``delivery_timestamp`` (the
-broker's now), as ``ReceiveMessageResponseStreamWriter`` writes them. Each message is
+Found: ``status OK``, one ``message`` response per message, then ``delivery_timestamp``. Each message is
 :func:`rmqnet.grpc.convert.message_of` with ``receipt_handle`` (the POP handle, RocketMQ's
 extraInfo text), ``invisible_duration``, ``delivery_attempt`` = reconsume times + 1, the
 topic the client subscribed (a redelivered one is read from ``%RETRY%<group>_<topic>``; its
@@ -25,7 +26,7 @@ Nothing: the receive long-polls (``broker.pop_holds.wait_arrival``, woken by arr
 topic or its retry topic) for ``long_polling_timeout`` clamped to
 ``[grpcClientConsumerMinLongPollingTimeoutMillis, ...Max...]`` (5 s, 20 s) and to the call's
 deadline less :data:`DEADLINE_RESERVE_MS`, popping again at each wake-up; then ``status
-MESSAGE_NOT_FOUND`` and ``delivery_timestamp``. A full polling key: ``TOO_MANY_REQUESTS``.
+MESSAGE_NOT_FOUND`` "no new message" and ``delivery_timestamp``. A full polling key: ``TOO_MANY_REQUESTS``.
 
 **Ack**: each entry's handle parsed and acked with one write (``PopService.ack_many``); an
 entry answers ``OK`` when the message was in flight or no longer is (acked before: an ack is
@@ -135,6 +136,7 @@ class GrpcConsumers:
         checked = self._check_receive(req)
         if isinstance(checked, pb.Status):
             yield svc.ReceiveMessageResponse(status=checked)
+            yield self._now()
             return
         group, topic, batch, invisible, tags = checked
         cfg = self.broker.config
@@ -152,20 +154,23 @@ class GrpcConsumers:
                 result = self.broker.pop.pop(group, topic, -1, batch, invisible, now, order=order, tags=tags)
             except PopRefused as exc:
                 yield svc.ReceiveMessageResponse(status=_refused(exc))
+                yield self._now()
                 return
             except rmqlog.StoreError as exc:
                 yield svc.ReceiveMessageResponse(status=status(Code.INTERNAL_SERVER_ERROR, f"the store failed: {exc}"))
+                yield self._now()
                 return
             if len(result):
                 break
             left = until - loop.time()
             if left <= 0 or self.broker.stopping:
-                yield svc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no match message"))
+                yield svc.ReceiveMessageResponse(status=status(Code.MESSAGE_NOT_FOUND, "no new message"))
                 yield self._now()
                 return
             waiter = self.broker.pop_holds.wait_arrival(group, topic, -1, now + int(left * 1000))
             if waiter is None:
                 yield svc.ReceiveMessageResponse(status=status(Code.TOO_MANY_REQUESTS, "polling full"))
+                yield self._now()
                 return
             try:  # (the broker's clock ends the hold too; the loop's bounds a broker whose clock is held)
                 await asyncio.wait_for(asyncio.shield(waiter), left)
@@ -177,6 +182,7 @@ class GrpcConsumers:
         failed = await self._synced()
         if failed is not None:
             yield svc.ReceiveMessageResponse(status=failed)
+            yield self._now()
             return
         yield svc.ReceiveMessageResponse(status=status(Code.OK))
         for row in result.rows():
