@@ -17,7 +17,9 @@ A group whose subscription config says ``consumeMessageOrderly`` (RocketMQ 5's F
 the ``fifo`` of its Settings) pops orderly: a message group's next message waits while an
 earlier one is invisible.
 
-Found: ``status OK``, one ``message`` response per message, then ``delivery_timestamp``. Each message is
+Found: ``status OK``, one ``message`` response per message, then ``delivery_timestamp``; a
+stream that breaks before its messages are written (the client went away) makes the unwritten
+ones, and the one being written, visible again in 1 s (the proxy's nack). Each message is
 :func:`rmqnet.grpc.convert.message_of` with ``receipt_handle`` (the POP handle, RocketMQ's
 extraInfo text), ``invisible_duration``, ``delivery_attempt`` = reconsume times + 1, the
 topic the client subscribed (a redelivered one is read from ``%RETRY%<group>_<topic>``; its
@@ -47,6 +49,7 @@ Under SYNC_FLUSH each answer waits for the POP log's sync (a failed sync:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +77,9 @@ Code = pb.Code
 #: ms of the call's deadline kept for the answer to reach the client (the proxy's
 #: ``longPollingReserveTimeInMillis``)
 DEADLINE_RESERVE_MS = 100
+#: ``ReceiveMessageResponseStreamWriter.NACK_INVISIBLE_TIME``: a message whose write failed is
+#: visible again this soon
+NACK_INVISIBLE_MS = 1000
 #: the proxy's ``defaultInvisibleTimeMills``: an ``auto_renew`` receive without a duration
 DEFAULT_INVISIBLE_MS = 60_000
 #: remoting code of a pop's refusal -> gRPC code (anything else: INTERNAL_SERVER_ERROR)
@@ -185,9 +191,25 @@ class GrpcConsumers:
             yield self._now()
             return
         yield svc.ReceiveMessageResponse(status=status(Code.OK))
-        for row in result.rows():
-            yield svc.ReceiveMessageResponse(message=self._message(row, group, invisible))
+        rows = result.rows()
+        sent = 0
+        try:
+            for row in rows:
+                yield svc.ReceiveMessageResponse(message=self._message(row, group, invisible))
+                sent += 1
+        finally:
+            if sent < len(rows):  # the stream broke (the client went away): what it may not have got
+                self._nack(group, topic, [r["receiptHandle"] for r in rows[sent:]])
         yield self._now()
+
+    def _nack(self, group: str, topic: str, handles: list[str]) -> None:
+        """The messages of ``handles`` visible again in :data:`NACK_INVISIBLE_MS` (the proxy's
+        ``processThrowableWhenWriteMessage``), each as a change of its invisible time; one that
+        cannot be changed keeps its time (redelivered then)."""
+        now = self.broker.clock.wall_ms()
+        for handle in handles:
+            with contextlib.suppress(PopRefused, HandleError, rmqlog.StoreError):
+                self.broker.pop.change_invisible(group, topic, ExtraInfo.parse(handle), NACK_INVISIBLE_MS, now)
 
     def _now(self) -> svc.ReceiveMessageResponse:
         out = svc.ReceiveMessageResponse()

@@ -246,3 +246,33 @@ def test_a_fifo_groups_consumer_settings_say_fifo(broker: Broker) -> None:
 
     fifo, plain = serve(broker, body)
     assert (fifo.settings.subscription.fifo, plain.settings.subscription.fifo) == (True, False)
+
+
+def test_a_receive_stream_broken_midway_makes_the_unwritten_messages_visible_in_1s(
+        broker: Broker, store: rmqlog.MessageStore, clock: rmqlog.ManualClock) -> None:
+    """The client goes away after the first message: it and the two not written are changed to
+    be visible again 1 s later (the proxy's nack), not after the 10 s invisible time."""
+    import asyncio
+
+    from rmqnet.broker.grpc_consumers import GrpcConsumers
+
+    put(store, b"a", b"b", b"c")
+
+    async def main() -> list[Any]:
+        stream = GrpcConsumers(broker).receive(receive_req(), None)
+        got = [await anext(stream), await anext(stream)]  # the status, the first message
+        await stream.aclose()  # (what grpc does to a handler whose client is gone)
+        return got
+
+    got = asyncio.run(main())
+    assert got[0].status.code == Code.OK and got[1].message.body == b"a"
+    clock.set(NOW + 1001)
+    assert broker.pop.run_once(clock.wall_ms()) == 3
+
+
+def test_a_receive_read_to_its_end_is_not_nacked(broker: Broker, store: rmqlog.MessageStore,
+                                                 clock: rmqlog.ManualClock) -> None:
+    put(store, b"a", b"b")
+    assert len(messages(call(broker, "ReceiveMessage", receive_req()))) == 2
+    clock.set(NOW + 1001)
+    assert broker.pop.run_once(clock.wall_ms()) == 0
