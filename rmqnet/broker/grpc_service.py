@@ -62,7 +62,7 @@ from ..grpc.convert import (
     status_of_reply,
     transaction_id,
 )
-from ..grpc.settings import server_settings
+from ..grpc.settings import CONSUMER_MAX_ATTEMPTS, server_settings
 from ..grpc.v2 import definition_pb2 as pb
 from ..grpc.v2 import service_pb2 as svc
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
@@ -239,9 +239,12 @@ class MessagingService:
                 if cmd.settings.client_type == pb.PRODUCER:
                     self.producers.register(_metadata(ctx, "x-mq-client-id") or peer.remote,
                                             _metadata(ctx, "x-mq-language") or "OTHER", peer, cmd.settings)
-                fifo = (self.consumers.fifo(cmd.settings.subscription.group.name)
-                        if cmd.settings.WhichOneof("pub_sub") == "subscription" else False)
-                settings = server_settings(cmd.settings, max_body_size=self.broker.config.max_message_size, fifo=fifo)
+                group = (self.broker.subscription_groups.find(cmd.settings.subscription.group.name)
+                         if cmd.settings.WhichOneof("pub_sub") == "subscription" else None)
+                settings = server_settings(
+                    cmd.settings, max_body_size=self.broker.config.max_message_size,
+                    fifo=bool(group is not None and group.consume_message_orderly),
+                    consumer_attempts=group.retry_max_times + 1 if group is not None else CONSUMER_MAX_ATTEMPTS)
                 yield svc.TelemetryCommand(status=status(Code.OK), settings=settings)
             # (thread stack traces and verify results answer commands this server never sends)
 

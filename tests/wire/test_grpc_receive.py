@@ -235,8 +235,8 @@ def test_change_refuses_a_bad_handle_and_duration(broker: Broker) -> None:
 
 def test_a_fifo_groups_consumer_settings_say_fifo(broker: Broker) -> None:
     """The Settings answered on Telemetry carry ``fifo`` = the group's consumeMessageOrderly
-    (the simple consumer never sets it itself)."""
-    broker.subscription_groups.update(SubscriptionGroupConfig("GF", consume_message_orderly=True))
+    (the simple consumer never sets it itself) and its attempts."""
+    broker.subscription_groups.update(SubscriptionGroupConfig("GF", consume_message_orderly=True, retry_max_times=3))
 
     def settings(group: str) -> pb.Settings:
         return pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name=group)))
@@ -246,6 +246,8 @@ def test_a_fifo_groups_consumer_settings_say_fifo(broker: Broker) -> None:
 
     fifo, plain = serve(broker, body)
     assert (fifo.settings.subscription.fifo, plain.settings.subscription.fifo) == (True, False)
+    # the attempts: the group's retryMaxTimes + 1 (17 for a group the broker does not know)
+    assert (fifo.settings.backoff_policy.max_attempts, plain.settings.backoff_policy.max_attempts) == (4, 17)
 
 
 def test_a_receive_stream_broken_midway_makes_the_unwritten_messages_visible_in_1s(
