@@ -106,6 +106,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="retryMaxTimes: deliveries before a message goes to %%DLQ%%GROUP (default 16)")
     p.add_argument("--retry-queues", type=_count(1, 65535), default=1, metavar="N",
                    help="retryQueueNums: queues of %%RETRY%%GROUP (default 1)")
+    p.add_argument("--orderly", action="store_true",
+                   help="consumeMessageOrderly=true: a FIFO group (RocketMQ 5's: its gRPC receives pop in order)")
     p = command("group-delete", "delete a subscription group on the broker (mqadmin deleteSubGroup -b)")
     p.add_argument("group", help="consumer group")
     p.add_argument("--remove-offset", action="store_true", help="remove the group's committed offsets too")
@@ -241,21 +243,22 @@ def broker_config(admin: Admin, args: argparse.Namespace) -> int:
 def group_list(admin: Admin, args: argparse.Namespace) -> int:
     configs = admin.group_configs(args.broker)
     groups = [{"groupName": name, "consumeEnable": c.get("consumeEnable"), "retryMaxTimes": c.get("retryMaxTimes"),
-               "retryQueueNums": c.get("retryQueueNums"), "consumeBroadcastEnable": c.get("consumeBroadcastEnable")}
+               "retryQueueNums": c.get("retryQueueNums"), "consumeBroadcastEnable": c.get("consumeBroadcastEnable"),
+               "consumeMessageOrderly": bool(c.get("consumeMessageOrderly"))}
               for name, c in sorted(configs.items())]
     lines = [f"{g['groupName']:<32} {'consume' if g['consumeEnable'] else 'disabled'}  retry {g['retryMaxTimes']} "
-             f"on {g['retryQueueNums']} queue(s)" for g in groups]
+             f"on {g['retryQueueNums']} queue(s){'  orderly' if g['consumeMessageOrderly'] else ''}" for g in groups]
     _emit({"broker": args.broker, "groups": groups}, args.json, lines)
     return OK
 
 
 def group_create(admin: Admin, args: argparse.Namespace) -> int:
     fields = {"consumeEnable": not args.disable, "retryMaxTimes": args.retry_max_times,
-              "retryQueueNums": args.retry_queues}
+              "retryQueueNums": args.retry_queues, "consumeMessageOrderly": args.orderly}
     admin.create_group(args.broker, args.group, **fields)
     _emit({"broker": args.broker, "groupName": args.group, **fields}, args.json,
           [f"group {args.group} on {args.broker}: {'consume' if not args.disable else 'disabled'}, "
-           f"retry {args.retry_max_times} on {args.retry_queues} queue(s)"])
+           f"retry {args.retry_max_times} on {args.retry_queues} queue(s){', orderly' if args.orderly else ''}"])
     return OK
 
 

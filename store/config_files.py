@@ -427,6 +427,7 @@ _GROUP_FIELDS: dict[str, tuple[str, type]] = {
     "retryMaxTimes": ("retry_max_times", int), "brokerId": ("broker_id", int),
     "whichBrokerWhenConsumeSlowly": ("which_broker_when_consume_slowly", int),
     "notifyConsumerIdsChangedEnable": ("notify_consumer_ids_changed_enable", bool),
+    "consumeMessageOrderly": ("consume_message_orderly", bool),
 }
 
 
@@ -444,6 +445,8 @@ class SubscriptionGroupConfig:
     broker_id: int = 0
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
+    #: RocketMQ 5's field: a FIFO group (a gRPC receive pops orderly, its Settings say ``fifo``)
+    consume_message_orderly: bool = False
 
     def to_json(self) -> dict[str, Any]:
         return {"groupName": self.group_name, **{key: getattr(self, attr) for key, (attr, _) in _GROUP_FIELDS.items()}}

@@ -62,6 +62,11 @@ class BrokerConfig:
       5's gRPC protocol for its 5.x clients (:mod:`rmqnet.broker.grpc_server`), on the remoting
       port's host. RocketMQ 5 serves it from its proxy (``grpcServerPort`` 8081, started in
       the broker's process only with ``--enable-proxy``): off unless asked for, here too.
+    - RocketMQ 5 proxy's receive keys (:mod:`rmqnet.broker.grpc_consumers`):
+      ``min_invisible_time_mills_for_recv`` (``minInvisibleTimeMillsForRecv``, 10 000) and
+      ``max_invisible_time_mills`` (``maxInvisibleTimeMills``, 12 h): a receive's invisible
+      duration's bounds; ``grpc_client_consumer_min_long_polling_timeout_millis`` (5000) and
+      ``..._max_...`` (20 000): a receive's long polling clamped to them.
     - ``namesrv_addr`` (``namesrvAddr``, ``;``-separated ``host:port``; None: no registration).
     - ``broker_permission`` (``brokerPermission``, 6 = read|write): a broker without the write
       bit refuses sends to ordered topics (RocketMQ's rule).
@@ -154,6 +159,10 @@ class BrokerConfig:
     listen_port: int = 10911
     broker_ip1: str = "127.0.0.1"
     grpc_listen_port: int | None = None
+    min_invisible_time_mills_for_recv: int = 10_000
+    max_invisible_time_mills: int = 12 * 3600 * 1000
+    grpc_client_consumer_min_long_polling_timeout_millis: int = 5000
+    grpc_client_consumer_max_long_polling_timeout_millis: int = 20_000
     namesrv_addr: str | None = None
     broker_permission: int = 6
     default_topic_queue_nums: int = 8
@@ -232,6 +241,11 @@ class BrokerConfig:
             raise ConfigError("broker_permission must be a perm mask 0..7 (4 read, 2 write, 1 inherit)")
         if self.broker_id < 0:
             raise ConfigError("broker_id must be at least 0")
+        for name in ("min_invisible_time_mills_for_recv", "max_invisible_time_mills",
+                     "grpc_client_consumer_min_long_polling_timeout_millis",
+                     "grpc_client_consumer_max_long_polling_timeout_millis"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be at least 0")
         for name in ("short_polling_time_mills", "register_name_server_period", "register_broker_timeout_mills",
                      "sync_flush_timeout", "send_queue_capacity", "transaction_check_interval", *_TRANSFER_LIMITS,
                      *_STATE_LIMITS):

@@ -39,7 +39,9 @@ SERVICE = svc.DESCRIPTOR.services_by_name["MessagingService"]
 #: method name -> the service's coroutine (attribute name)
 SERVED = {"QueryRoute": "query_route", "Heartbeat": "heartbeat", "SendMessage": "send_message",
           "QueryAssignment": "query_assignment", "EndTransaction": "end_transaction",
-          "NotifyClientTermination": "notify_client_termination", "Telemetry": "telemetry"}
+          "NotifyClientTermination": "notify_client_termination", "Telemetry": "telemetry",
+          "ReceiveMessage": "receive_message", "AckMessage": "ack_message",
+          "ChangeInvisibleDuration": "change_invisible_duration"}
 
 
 class GrpcEndpoint:

@@ -27,8 +27,9 @@ proxy in local mode serves, for its producers (``grpcListenPort``; the server is
 - ``EndTransaction``: served as a remoting ``END_TRANSACTION`` (producer group = the topic,
   as the half's ``PGROUP``); an unknown resolution is left to the check-back, answered ``OK``.
 - ``QueryAssignment``: one assignment per broker (queue id -1), as the proxy answers it.
-- Every other call (``ReceiveMessage``, ``AckMessage``, ``ChangeInvisibleDuration``,
-  ``ForwardMessageToDeadLetterQueue``, ``PullMessage``, offsets, ``RecallMessage``...):
+- ``ReceiveMessage``, ``AckMessage``, ``ChangeInvisibleDuration``: POP consumption
+  (:mod:`rmqnet.broker.grpc_consumers`).
+- Every other call (``ForwardMessageToDeadLetterQueue``, ``PullMessage``, offsets, ``RecallMessage``...):
   status ``UNSUPPORTED`` at once (:meth:`MessagingService.unsupported`).
 - A request whose bytes are not its message is answered ``BAD_REQUEST`` (a Telemetry stream
   ends there), never with a traceback in the broker's log (:class:`CorruptRequest`).
@@ -61,7 +62,7 @@ from ..grpc.convert import (
     status_of_reply,
     transaction_id,
 )
-from ..grpc.settings import server_settings
+from ..grpc.settings import CONSUMER_MAX_ATTEMPTS, server_settings
 from ..grpc.v2 import definition_pb2 as pb
 from ..grpc.v2 import service_pb2 as svc
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
@@ -71,6 +72,7 @@ from ..remoting.headers import (
     TRANSACTION_ROLLBACK_TYPE,
     EndTransactionHeader,
 )
+from .grpc_consumers import GrpcConsumers
 from .grpc_producers import GrpcProducers, TelemetryPeer
 from .topics import AUTO_CREATE_TOPIC, PERM_READ, PERM_WRITE
 
@@ -129,6 +131,8 @@ class MessagingService:
         self._closed = asyncio.Event()
         #: producers on Telemetry streams, registered for the transactions' check-back
         self.producers = GrpcProducers(broker)
+        #: ReceiveMessage, AckMessage, ChangeInvisibleDuration over the broker's POP
+        self.consumers = GrpcConsumers(broker)
 
     def close(self) -> None:
         """The broker stops: every open Telemetry stream ends now (its client sees the stream
@@ -235,7 +239,12 @@ class MessagingService:
                 if cmd.settings.client_type == pb.PRODUCER:
                     self.producers.register(_metadata(ctx, "x-mq-client-id") or peer.remote,
                                             _metadata(ctx, "x-mq-language") or "OTHER", peer, cmd.settings)
-                settings = server_settings(cmd.settings, max_body_size=self.broker.config.max_message_size)
+                group = (self.broker.subscription_groups.find(cmd.settings.subscription.group.name)
+                         if cmd.settings.WhichOneof("pub_sub") == "subscription" else None)
+                settings = server_settings(
+                    cmd.settings, max_body_size=self.broker.config.max_message_size,
+                    fifo=bool(group is not None and group.consume_message_orderly),
+                    consumer_attempts=group.retry_max_times + 1 if group is not None else CONSUMER_MAX_ATTEMPTS)
                 yield svc.TelemetryCommand(status=status(Code.OK), settings=settings)
             # (thread stack traces and verify results answer commands this server never sends)
 
@@ -301,13 +310,23 @@ class MessagingService:
             return svc.EndTransactionResponse(status=status(Code.OK))
         return svc.EndTransactionResponse(status=status(status_of_reply(reply.code), reply.remark or None))
 
+    # ------------------------------------------------------------- consumers
+    def receive_message(self, req: svc.ReceiveMessageRequest, ctx: Any) -> AsyncIterator[svc.ReceiveMessageResponse]:
+        return self.consumers.receive(req, ctx)
+
+    async def ack_message(self, req: svc.AckMessageRequest, ctx: Any) -> svc.AckMessageResponse:
+        return await self.consumers.ack(req, ctx)
+
+    async def change_invisible_duration(self, req: svc.ChangeInvisibleDurationRequest, ctx: Any,
+                                        ) -> svc.ChangeInvisibleDurationResponse:
+        return await self.consumers.change_invisible(req, ctx)
+
     # ---------------------------------------------------------- the others
     @staticmethod
     def unsupported(method: str, response: Any) -> Any:
         """The answer of a call this broker does not serve: ``response`` (the call's response
         class) with status ``UNSUPPORTED`` naming the call."""
-        why = POP_UNSUPPORTED if method in ("ReceiveMessage", "AckMessage", "ChangeInvisibleDuration",
-                                            "ForwardMessageToDeadLetterQueue") else "is not supported by this broker"
+        why = POP_UNSUPPORTED if method == "ForwardMessageToDeadLetterQueue" else "is not supported by this broker"
         return response(status=status(Code.UNSUPPORTED, f"{method} {why}"))
 
 

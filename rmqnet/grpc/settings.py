@@ -11,8 +11,8 @@ some block their start until they come (Node.js; Python for push consumers). Wha
   exponential 10 ms .. 1 s, multiplier 2 (the proxy's producer defaults; Node.js asserts the
   exponential form);
 - a consumer (``subscription``): ``receive_batch_size`` 32, ``long_polling_timeout`` 20 s,
-  ``fifo`` as the client says, ``backoff_policy`` = 17 attempts (RocketMQ's ``retryMaxTimes``
-  16, plus one), exponential 1 s .. 2 h;
+  ``fifo`` the group's ``consumeMessageOrderly`` (or as the client says), ``backoff_policy`` = the group's ``retryMaxTimes`` plus one
+  attempts (17 for a group the broker does not know), exponential 1 s .. 2 h;
 - ``request_timeout`` 3 s, as the proxy's.
 """
 
@@ -27,7 +27,8 @@ LONG_POLLING_TIMEOUT_S = 20
 REQUEST_TIMEOUT_S = 3
 
 
-def server_settings(client: pb.Settings, *, max_body_size: int) -> pb.Settings:
+def server_settings(client: pb.Settings, *, max_body_size: int, fifo: bool = False,
+                    consumer_attempts: int = CONSUMER_MAX_ATTEMPTS) -> pb.Settings:
     """The answer to ``client``'s settings (the module docstring): a new message."""
     out = pb.Settings()
     out.CopyFrom(client)
@@ -36,8 +37,8 @@ def server_settings(client: pb.Settings, *, max_body_size: int) -> pb.Settings:
         sub = out.subscription
         sub.receive_batch_size = RECEIVE_BATCH_SIZE
         sub.long_polling_timeout.seconds = LONG_POLLING_TIMEOUT_S
-        sub.fifo = client.subscription.fifo
-        _backoff(out.backoff_policy, CONSUMER_MAX_ATTEMPTS, initial_ms=1000, max_ms=7_200_000)
+        sub.fifo = fifo or client.subscription.fifo
+        _backoff(out.backoff_policy, consumer_attempts, initial_ms=1000, max_ms=7_200_000)
     else:  # a producer's (its publishing), and whatever a client without either sends
         out.publishing.max_body_size = max_body_size
         out.publishing.validate_message_type = True

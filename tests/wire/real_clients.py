@@ -57,6 +57,7 @@ ROCKETMQ_PYTHON = REPO_ROOT / ".venv-rocketmq" / "bin" / "python"
 #: RocketMQ's official Node.js 5.x client (gRPC), a locked npm tree of its own (``make clients``)
 NODE5_DIR = CLIENTS_DIR / "node5"
 NODE5_PRODUCER = NODE5_DIR / "producer5.js"
+NODE5_CONSUMER = NODE5_DIR / "consumer5.js"
 #: RocketMQ's official Python 5.x client (gRPC), in an environment of its own (``make clients``)
 PYTHON5_CLIENT = CLIENTS_DIR / "python5" / "python5_client.py"
 ROCKETMQ5_PYTHON = REPO_ROOT / ".venv-rocketmq5" / "bin" / "python"
@@ -516,12 +517,14 @@ class Cluster:
         return self._client(name, [str(ROCKETMQ5_PYTHON), str(PYTHON5_CLIENT), command, json.dumps(all_opts)],
                             stdin=stdin)
 
-    def node5(self, name: str, **opts: Any) -> Client:
-        """``producer5.js`` (the official Node.js 5.x client's producer) reading messages on stdin;
-        its access point is the broker's gRPC endpoint (``grpcListenPort`` in ``conf``)."""
+    def node5(self, name: str, *, consumer: bool = False, **opts: Any) -> Client:
+        """``producer5.js`` (the official Node.js 5.x client's producer; with ``consumer``:
+        ``consumer5.js``, its simple consumer) reading messages or commands on stdin; its access
+        point is the broker's gRPC endpoint (``grpcListenPort`` in ``conf``)."""
         node = require_node5_client()
         all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
-        return self._client(name, [node, str(NODE5_PRODUCER), json.dumps(all_opts)], stdin=True)
+        script = NODE5_CONSUMER if consumer else NODE5_PRODUCER
+        return self._client(name, [node, str(script), json.dumps(all_opts)], stdin=True)
 
     def ours(self, name: str, script: Path, *args: str) -> Client:
         """``script`` run by the project's Python (our own client), inside the namespace if any."""

@@ -233,15 +233,12 @@ def test_end_transaction_with_an_id_this_broker_did_not_issue(broker: Broker, st
 
 
 @pytest.mark.parametrize(("method", "request_"), [
-    ("AckMessage", svc.AckMessageRequest()),
-    ("ChangeInvisibleDuration", svc.ChangeInvisibleDurationRequest()),
     ("ForwardMessageToDeadLetterQueue", svc.ForwardMessageToDeadLetterQueueRequest()),
     ("UpdateOffset", svc.UpdateOffsetRequest()),
     ("GetOffset", svc.GetOffsetRequest()),
     ("QueryOffset", svc.QueryOffsetRequest()),
     ("RecallMessage", svc.RecallMessageRequest()),
     ("SyncLiteSubscription", svc.SyncLiteSubscriptionRequest()),
-    ("ReceiveMessage", svc.ReceiveMessageRequest()),
     ("PullMessage", svc.PullMessageRequest()),
 ])
 def test_every_other_call_answers_unsupported_at_once(broker: Broker, method: str, request_: Any) -> None:

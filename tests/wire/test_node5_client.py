@@ -5,7 +5,7 @@
 Its access point is the broker's ``grpcListenPort``; it waits at start for the Settings the
 broker answers on Telemetry (and needs their exponential back-off). A producer sends normal,
 timed (millisecond delivery time), FIFO and transactional messages; after the broker's clean
-stop the store is read back. Fails (never skips) when the client is missing.
+stop the store is read back. Its SimpleConsumer (``consumer5.js``) receives and acks by POP. Fails (never skips) when the client is missing.
 """
 
 from __future__ import annotations
@@ -80,3 +80,51 @@ def test_node5_producer_sends_every_message_type(tmp_path: Path) -> None:
     assert {r["queueId"] for r in fifo} == {consistent_hash("order-9", 4)}  # the broker's choice, not the client's
     assert [bytes(r["body"]) for r in sorted(fifo, key=lambda r: r["queueOffset"])] == [f"fifo-{i}".encode() for i in range(4)]
     assert bytes(by_id[ids[6]]["body"]) == b"tx-commit" and ids[7] not in by_id
+
+
+def _do(consumer: rcl.Client, event: str, **cmd: Any) -> dict[str, Any]:
+    """One command of consumer5.js and its answer (a failed one fails the test)."""
+    before = len(consumer.events(event)) + len(consumer.events("failed"))
+    consumer.write(json.dumps(cmd))
+    consumer.wait_line(lambda _: len(consumer.events(event)) + len(consumer.events("failed")) > before, f"{cmd}")
+    assert consumer.events("failed") == [], consumer.events("failed")
+    return consumer.events(event)[-1]
+
+
+def test_node5_simple_consumer_receives_acks_and_gets_the_unacked_again(tmp_path: Path) -> None:
+    """The Node.js SimpleConsumer (it waits at start for the consumer Settings) receives two
+    messages sent by the Node.js producer (attempt 1), acks one; the other comes again after its
+    2 s invisible time with delivery attempt 2; once acked, a receive finds nothing."""
+    rcl.require_node5_client()
+    conf = {"grpcListenPort": str(rcl.free_port()), "minInvisibleTimeMillsForRecv": "1000"}
+    with rcl.cluster(tmp_path, topics={TOPIC: 4}, conf=conf) as c:
+        producer = c.node5("node5-producer", topics=[TOPIC])
+        producer.wait_event("ready")
+        for i in range(2):
+            producer.write(json.dumps({"topic": TOPIC, "body": f"n{i}", "tag": "TagA"}))
+        sent = producer.wait_events("sent", 2, "both sends")
+        producer.close_stdin()
+        producer.wait_event("closed")
+        consumer = c.node5("node5-consumer", consumer=True, group="CG_N5", topic=TOPIC, awaitMs=5000)
+        consumer.wait_event("ready", "the Node.js simple consumer's start")
+        first: list[dict[str, Any]] = []
+        for _ in range(8):
+            first += _do(consumer, "received", op="receive", n=32, invisibleMs=2000)["messages"]
+            if len(first) >= 2:
+                break
+        _do(consumer, "acked", op="ack", ids=[first[0]["messageId"]])
+        again: list[dict[str, Any]] = []
+        for _ in range(8):
+            again += _do(consumer, "received", op="receive", n=32, invisibleMs=30_000)["messages"]
+            if again:
+                break
+        _do(consumer, "acked", op="ack", ids=[m["messageId"] for m in again])
+        after = _do(consumer, "received", op="receive", n=32, invisibleMs=30_000)["messages"]
+        consumer.close_stdin()
+        consumer.wait_event("closed")
+        assert consumer.wait_exit() == 0
+
+    assert sorted(m["messageId"] for m in first) == sorted(e["messageId"] for e in sent)
+    assert sorted((m["body"], m["attempt"]) for m in first) == [("n0", 1), ("n1", 1)]
+    assert [(m["messageId"], m["attempt"]) for m in again] == [(first[1]["messageId"], 2)]
+    assert after == []

@@ -4,7 +4,9 @@
 The client's access point is the broker's ``grpcListenPort`` (no name server on its side: it
 asks the endpoint for routes, and the routes name the same endpoint). A producer sends normal,
 timed, FIFO and transactional messages (committed and rolled back); after the broker's clean
-stop the store is opened and every message read back with its properties. Fails (never skips)
+stop the store is opened and every message read back with its properties. A SimpleConsumer
+receives and acks (POP): the unacked come again with their attempt count, a changed invisible
+duration holds one back, a FIFO group's messages arrive in order. Fails (never skips)
 when the client's environment is missing, as the other real-client tests do.
 """
 
@@ -123,19 +125,110 @@ def test_python5_producer_takes_the_settings_and_sees_typed_refusals(tmp_path: P
     assert "40402, topic Nope does not exist" in log
 
 
-def test_python5_simple_consumer_starts_and_its_receive_is_refused_unsupported(tmp_path: Path) -> None:
-    """POP consumption is not served yet: the simple consumer starts (route, heartbeat,
-    settings) and its receive fails at once with the broker's UNSUPPORTED (50500), never hangs."""
+def _consumer(c: rcl.Cluster, group: str, topic: str) -> rcl.Client:
+    consumer = c.python5(f"python5-consumer-{group}", "consume", stdin=True, group=group, topic=topic, awaitSeconds=5)
+    consumer.wait_event("ready", "the simple consumer's start")
+    return consumer
+
+
+def _do(consumer: rcl.Client, event: str, **cmd: Any) -> dict[str, Any]:
+    """One command of the consumer (python5_client.py ``consume``) and its answer."""
+    before = len(consumer.events(event)) + len(consumer.events("failed"))
+    consumer.write(json.dumps(cmd))
+    consumer.wait_line(lambda _: len(consumer.events(event)) + len(consumer.events("failed")) > before, f"{cmd}")
+    assert consumer.events("failed") == [], consumer.events("failed")
+    return consumer.events(event)[-1]
+
+
+def _receive_until(consumer: rcl.Client, count: int, invisible: int, *, n: int = 32, tries: int = 8) -> list[dict[str, Any]]:
+    """Receives until ``count`` messages came (each receive long-polls: an empty one waited)."""
+    got: list[dict[str, Any]] = []
+    for _ in range(tries):
+        got += _do(consumer, "received", op="receive", n=n, invisible=invisible)["messages"]
+        if len(got) >= count:
+            break
+    return got
+
+
+def _send(c: rcl.Cluster, specs: list[dict[str, Any]], topics: list[str]) -> list[str]:
+    producer = c.python5("python5-producer", "produce", stdin=True, topics=topics)
+    producer.wait_event("ready")
+    sent = rcl.send_all(producer, specs)
+    producer.close_stdin()
+    producer.wait_event("closed")
+    return [e["messageId"] for e in sorted(sent, key=lambda e: e["i"])]
+
+
+def _closed(consumer: rcl.Client) -> None:
+    consumer.close_stdin()
+    consumer.wait_event("closed")
+    assert consumer.wait_exit() == 0
+
+
+POP_CONF = {"minInvisibleTimeMillsForRecv": "1000"}
+
+
+def test_python5_simple_consumer_receives_acks_and_gets_the_unacked_again_with_attempt_2(tmp_path: Path) -> None:
+    """Three messages received (attempt 1, digests good); two acked; the third, not acked, is
+    received again once its invisible time (2 s) passed, with delivery attempt 2 and the same
+    id; acked then, nothing more comes (the acked are not redelivered)."""
     rcl.require_python5_client()
-    conf = {"grpcListenPort": str(rcl.free_port())}
+    conf = {"grpcListenPort": str(rcl.free_port()), **POP_CONF}
     with rcl.cluster(tmp_path, topics={TOPIC: 4}, conf=conf) as c:
-        consumer = c.python5("python5-consumer", "receive", group="CG_P5", topic=TOPIC)
-        consumer.wait_event("ready", "the simple consumer's start")
-        failed = consumer.wait_event("receive_failed", "the receive to be refused")
-        consumer.wait_event("closed")
-        assert consumer.wait_exit() == 0
-    assert "UnsupportedException" in failed["error"] and failed["code"] == 50500, failed
-    assert "ReceiveMessage" in failed["error"]
+        ids = _send(c, [{"topic": TOPIC, "body": f"m{i}", "tag": "TagA"} for i in range(3)], [TOPIC])
+        consumer = _consumer(c, "CG_P5", TOPIC)
+        first = _receive_until(consumer, 3, invisible=2)
+        _do(consumer, "acked", op="ack", ids=[m["messageId"] for m in first[:2]])
+        again = _receive_until(consumer, 1, invisible=30)
+        _do(consumer, "acked", op="ack", ids=[m["messageId"] for m in again])
+        after = _do(consumer, "received", op="receive", n=32, invisible=30)["messages"]
+        _closed(consumer)
+
+    assert sorted(m["messageId"] for m in first) == sorted(ids)
+    assert {(m["attempt"], m["corrupted"]) for m in first} == {(1, False)}
+    assert sorted(m["body"] for m in first) == ["m0", "m1", "m2"]
+    assert [(m["messageId"], m["body"], m["attempt"]) for m in again] == [
+        (first[2]["messageId"], first[2]["body"], 2)]
+    assert after == []
+
+
+def test_python5_change_invisible_duration_keeps_a_message_from_coming_back(tmp_path: Path) -> None:
+    """A message received for 2 s, then changed to 60 s: a receive that long-polls past the
+    first 2 s gets nothing; the ack with the handle the change gave succeeds."""
+    rcl.require_python5_client()
+    conf = {"grpcListenPort": str(rcl.free_port()), **POP_CONF}
+    with rcl.cluster(tmp_path, topics={TOPIC: 4}, conf=conf) as c:
+        _send(c, [{"topic": TOPIC, "body": "slow"}], [TOPIC])
+        consumer = _consumer(c, "CG_P5C", TOPIC)
+        (m,) = _receive_until(consumer, 1, invisible=2)
+        _do(consumer, "changed", op="change", id=m["messageId"], invisible=60)
+        during = _do(consumer, "received", op="receive", n=32, invisible=30)["messages"]
+        _do(consumer, "acked", op="ack", ids=[m["messageId"]])
+        _closed(consumer)
+    assert during == []
+
+
+def test_python5_fifo_group_arrives_in_order(tmp_path: Path) -> None:
+    """A group with ``consumeMessageOrderly`` (RocketMQ 5's FIFO group): its messages of one
+    message group come in the order sent, the next batch only after the first is acked."""
+    from rmqnet.client.admin import Admin
+
+    rcl.require_python5_client()
+    conf = {"grpcListenPort": str(rcl.free_port()), **POP_CONF}
+    with rcl.cluster(tmp_path, topics={FIFO_TOPIC: 4}, conf=conf) as c:
+        with Admin(c.namesrv_addr) as admin:
+            admin.create_group(c.broker_addr, "CG_P5F", consumeMessageOrderly=True)
+        _send(c, [{"topic": FIFO_TOPIC, "body": f"fifo-{i}", "group": "order-1"} for i in range(5)], [FIFO_TOPIC])
+        consumer = _consumer(c, "CG_P5F", FIFO_TOPIC)
+        first = _receive_until(consumer, 1, invisible=30, n=2)
+        _do(consumer, "acked", op="ack", ids=[m["messageId"] for m in first])
+        rest = _receive_until(consumer, 3, invisible=30)
+        _do(consumer, "acked", op="ack", ids=[m["messageId"] for m in rest])
+        _closed(consumer)
+
+    assert [m["body"] for m in first] == ["fifo-0", "fifo-1"]
+    assert [m["body"] for m in rest] == ["fifo-2", "fifo-3", "fifo-4"]
+    assert {m["group"] for m in first + rest} == {"order-1"}
 
 
 def test_python5_orphaned_transaction_is_recovered_by_the_producers_checker(tmp_path: Path) -> None:

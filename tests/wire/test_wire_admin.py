@@ -172,7 +172,11 @@ def test_group_commands(servers: Servers, capsys: pytest.CaptureFixture[str]) ->
     code, out, err = rmqlog(capsys, "group-list", "--broker", b, "--json")
     assert code == 0, err
     g = {x["groupName"]: x for x in json.loads(out)["groups"]}["CLIG"]
-    assert (g["consumeEnable"], g["retryMaxTimes"]) == (False, 4)
+    assert (g["consumeEnable"], g["retryMaxTimes"], g["consumeMessageOrderly"]) == (False, 4, False)
+    code, out, err = rmqlog(capsys, "group-create", "--broker", b, "FIFOG", "--orderly")
+    assert code == 0 and "orderly" in out, err
+    code, out, err = rmqlog(capsys, "group-list", "--broker", b, "--json")
+    assert {x["groupName"]: x for x in json.loads(out)["groups"]}["FIFOG"]["consumeMessageOrderly"] is True
     code, out, err = rmqlog(capsys, "group-create", "--broker", b, "bad/name")
     assert code == 2 and "bad/name" in err  # the broker's refusal, its remark printed
     code, out, err = rmqlog(capsys, "group-delete", "--broker", b, "CLIG", "--remove-offset")

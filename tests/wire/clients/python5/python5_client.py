@@ -22,7 +22,8 @@ topic's route is refused: a send to it fails). At the end of stdin the producer 
 (``NotifyClientTermination``) and prints ``{"event": "closed"}``.
 
 ``receive`` (options ``group``, ``topic``, ``invisibleSeconds``): a ``SimpleConsumer``'s one
-receive (see :func:`receive`).
+receive (see :func:`receive`). ``consume`` (options ``group``, ``topic``, ``awaitSeconds``): a
+``SimpleConsumer`` driven by stdin (see :func:`consume`).
 
 Exit codes: 0 done, 1 the client failed to start, 2 bad arguments.
 """
@@ -65,13 +66,67 @@ def receive(opts):
     return 0
 
 
+def consume(opts):
+    """``consume``: a ``SimpleConsumer`` of ``group`` on ``topic`` (all tags; its long polling
+    ``awaitSeconds``, 5 by default), started, ``{"event": "ready"}``; then one command a line on
+    stdin:
+
+    - ``{"op": "receive", "n", "invisible"}``: ``receive(n, invisible)``, answered ``{"event":
+      "received", "messages": [{"messageId", "body", "attempt", "group", "corrupted"}, ...]}``
+      (the messages kept by id for the commands below) or ``{"event": "failed", "op", "error"}``;
+    - ``{"op": "ack", "ids": [...]}``: each acked, ``{"event": "acked", "ids"}`` or failed;
+    - ``{"op": "change", "id", "invisible"}``: ``change_invisible_duration``, ``{"event":
+      "changed", "id"}`` or failed.
+
+    At the end of stdin it shuts down and prints ``{"event": "closed"}``."""
+    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+
+    config = ClientConfiguration(opts["endpoints"], Credentials())
+    consumer = SimpleConsumer(config, opts["group"], {opts["topic"]: FilterExpression()},
+                              await_duration=int(opts.get("awaitSeconds", 5)))
+    try:
+        consumer.startup()
+    except Exception as exc:  # noqa: BLE001 - reported to the test
+        emit({"event": "start_failed", "error": f"{type(exc).__name__}: {exc}"})
+        return 1
+    emit({"event": "ready"})
+    kept = {}
+    try:
+        for line in sys.stdin:
+            cmd = json.loads(line)
+            try:
+                if cmd["op"] == "receive":
+                    got = consumer.receive(int(cmd.get("n", 32)), int(cmd.get("invisible", 15)))
+                    for m in got:
+                        kept[m.message_id] = m
+                    emit({"event": "received", "messages": [
+                        {"messageId": m.message_id, "body": m.body.decode(), "attempt": m.delivery_attempt,
+                         "group": m.message_group, "corrupted": m.corrupted} for m in got]})
+                elif cmd["op"] == "ack":
+                    for i in cmd["ids"]:
+                        consumer.ack(kept[i])
+                    emit({"event": "acked", "ids": cmd["ids"]})
+                elif cmd["op"] == "change":
+                    consumer.change_invisible_duration(kept[cmd["id"]], int(cmd["invisible"]))
+                    emit({"event": "changed", "id": cmd["id"]})
+            except Exception as exc:  # noqa: BLE001 - reported to the test
+                emit({"event": "failed", "op": cmd.get("op"), "error": f"{type(exc).__name__}: {exc}",
+                      "code": getattr(exc, "code", None)})
+    finally:
+        consumer.shutdown()
+    emit({"event": "closed"})
+    return 0
+
+
 def main(argv):
-    if len(argv) != 3 or argv[1] not in ("produce", "receive"):
-        sys.stderr.write("usage: python5_client.py produce|receive OPTIONS_JSON\n")
+    if len(argv) != 3 or argv[1] not in ("produce", "receive", "consume"):
+        sys.stderr.write("usage: python5_client.py produce|receive|consume OPTIONS_JSON\n")
         return 2
     opts = json.loads(argv[2])
     if argv[1] == "receive":
         return receive(opts)
+    if argv[1] == "consume":
+        return consume(opts)
     from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker
     from rocketmq.grpc_protocol import TransactionResolution
 
