@@ -419,11 +419,16 @@ class PopService:
             invisible = now_ms + invisible_ms - ck.pop_time
             self.state.write([{"k": "inv", "id": ck.id, "i": invisible}])
             return AckStatus.OK, _replace(handle, invisible_time=invisible)
-        new = Checkpoint(self.state.new_id(), group, ck.topic, ck.queue_id, handle.offset, now_ms, invisible_ms,
+        # a popTime past the old checkpoint's, even within its millisecond: the old handle (which
+        # names a checkpoint by its popTime) then never matches the new one; the deadline is
+        # still now + invisible_ms
+        pop_time = max(now_ms, ck.pop_time + 1)
+        invisible = now_ms + invisible_ms - pop_time
+        new = Checkpoint(self.state.new_id(), group, ck.topic, ck.queue_id, handle.offset, pop_time, invisible,
                          ck.offsets[i:i + 1].copy(), ck.commit_offsets[i:i + 1].copy(), ck.next_offset)
         # the new checkpoint first, then the old one's ack (appendCheckPointThenAckOrigin), one write
         self.state.write([new.record(), {"k": "ack", "id": ck.id, "x": [i]}])
-        return AckStatus.OK, _replace(handle, start_offset=handle.offset, pop_time=now_ms, invisible_time=invisible_ms)
+        return AckStatus.OK, _replace(handle, start_offset=handle.offset, pop_time=pop_time, invisible_time=invisible)
 
     def _missed(self, handle: ExtraInfo, now_ms: int) -> AckStatus:
         return AckStatus.EXPIRED if handle.deadline <= now_ms else AckStatus.GONE

@@ -359,7 +359,10 @@ def test_a_message_changed_twice_in_one_millisecond_keeps_its_newest_handle(stor
     _, first = broker.pop.change_invisible("G", "T", ExtraInfo.parse(h), 30_000, T0 + 5)
     assert first is not None
     status, second = broker.pop.change_invisible("G", "T", first, 60_000, T0 + 5)
-    assert status is AckStatus.OK and second is not None and second.pop_time == first.pop_time
+    # a popTime past the first's (the first handle must not match the new checkpoint), the same deadline
+    assert status is AckStatus.OK and second is not None and second.pop_time == first.pop_time + 1
+    assert second.deadline == T0 + 5 + 60_000
+    assert broker.pop.ack("G", "T", first, T0 + 6) is AckStatus.GONE  # the changed handle is dead
     assert broker.pop.run_once(T0 + 30_006) == 0  # the second holds it
     assert broker.pop.ack("G", "T", second, T0 + 30_007) is AckStatus.OK and broker.pop.inflight() == 0
 
