@@ -118,11 +118,29 @@ def consume(opts):
     return 0
 
 
+# The options each command needs; one missing, or options that are not a JSON object, is a
+# usage error (exit 2), never a traceback from inside the client.
+REQUIRED = {"produce": ("endpoints", "topics"), "receive": ("endpoints", "group", "topic"),
+            "consume": ("endpoints", "group", "topic")}
+
+
+def usage(why):
+    sys.stderr.write(f"usage: python5_client.py produce|receive|consume OPTIONS_JSON ({why})\n")
+    return 2
+
+
 def main(argv):
-    if len(argv) != 3 or argv[1] not in ("produce", "receive", "consume"):
-        sys.stderr.write("usage: python5_client.py produce|receive|consume OPTIONS_JSON\n")
-        return 2
-    opts = json.loads(argv[2])
+    if len(argv) != 3 or argv[1] not in REQUIRED:
+        return usage("a command and its options")
+    try:
+        opts = json.loads(argv[2])
+    except ValueError as exc:
+        return usage(f"options are not JSON: {exc}")
+    if not isinstance(opts, dict):
+        return usage("options are not a JSON object")
+    missing = [k for k in REQUIRED[argv[1]] if k not in opts]
+    if missing:
+        return usage(f"{argv[1]} needs {', '.join(missing)}")
     if argv[1] == "receive":
         return receive(opts)
     if argv[1] == "consume":
