@@ -448,8 +448,7 @@ class Cluster:
                 store.close()
         namesrv = self._server("namesrv", [str(RMQLOG), "namesrv", "--listen", self.namesrv_addr])
         conf = self.broker_conf()
-        self._server("broker", [str(RMQLOG), "broker", str(self.root), "-c", str(conf),
-                                "--listen", self.broker_addr, "--namesrv", self.namesrv_addr])
+        self._server("broker", self._broker_argv(conf))
         # the broker is ready before its first registration is done: until then the name server
         # has no route for its topics, and a client that asks gets TOPIC_NOT_EXIST
         name = javaproperties.loads(conf.read_text())["brokerName"]
@@ -462,6 +461,10 @@ class Cluster:
             self.client_namesrv_addr = listen[0]
         return self
 
+    def _broker_argv(self, conf: Path) -> list[str]:
+        return [str(RMQLOG), "broker", str(self.root), "-c", str(conf), "--listen", self.broker_addr,
+                "--namesrv", self.namesrv_addr]
+
     def _server(self, name: str, argv: list[str]) -> Child:
         child = Child(name, self.argv(argv), env=self.env(), log_dir=self.logs, cwd=self.tmp, cond=self.cond)
         self.children.append(child)
@@ -469,7 +472,17 @@ class Cluster:
         return child
 
     def server(self, name: str) -> Child:
-        return next(c for c in self.children if c.name == name)
+        """The newest server started as ``name`` (after :meth:`restart_broker`, the new broker)."""
+        return next(c for c in reversed(self.children) if c.name == name)
+
+    def restart_broker(self, sig: int = signal.SIGKILL) -> int | None:
+        """Stop the broker by its PID with ``sig`` (``kill -9`` by default: nothing flushed, no
+        clean close) and start it again over the same store, conf and ports, waited for until
+        it prints its ready line; the old one's exit code. Its registration is not waited for
+        (a name server may still hold the killed one's)."""
+        code = self.server("broker").stop(sig)
+        self._server("broker", self._broker_argv(self.tmp / "broker.conf"))
+        return code
 
     def stop_servers(self) -> dict[str, int | None]:
         """Stop the broker, then the name server (SIGTERM: a clean stop); their exit codes."""

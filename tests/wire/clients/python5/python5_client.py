@@ -35,6 +35,18 @@ import sys
 import time
 
 
+def error_code(exc):
+    """The RocketMQ code a client error carries (its ``code`` attribute), or gRPC's status name
+    for a call that failed below it (``AioRpcError.code()``), else None."""
+    code = getattr(exc, "code", None)
+    if callable(code):
+        try:
+            code = code().name
+        except Exception:  # noqa: BLE001 - no code to tell
+            return None
+    return code if isinstance(code, (int, str)) else None
+
+
 def emit(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
@@ -59,7 +71,7 @@ def receive(opts):
         messages = consumer.receive(32, int(opts.get("invisibleSeconds", 15)))
         emit({"event": "received", "count": len(messages), "messageIds": [m.message_id for m in messages]})
     except Exception as exc:  # noqa: BLE001 - reported to the test
-        emit({"event": "receive_failed", "error": f"{type(exc).__name__}: {exc}", "code": getattr(exc, "code", None)})
+        emit({"event": "receive_failed", "error": f"{type(exc).__name__}: {exc}", "code": error_code(exc)})
     finally:
         consumer.shutdown()
     emit({"event": "closed"})
@@ -111,7 +123,7 @@ def consume(opts):
                     emit({"event": "changed", "id": cmd["id"]})
             except Exception as exc:  # noqa: BLE001 - reported to the test
                 emit({"event": "failed", "op": cmd.get("op"), "error": f"{type(exc).__name__}: {exc}",
-                      "code": getattr(exc, "code", None)})
+                      "code": error_code(exc)})
     finally:
         consumer.shutdown()
     emit({"event": "closed"})
