@@ -58,6 +58,7 @@ ROCKETMQ_PYTHON = REPO_ROOT / ".venv-rocketmq" / "bin" / "python"
 NODE5_DIR = CLIENTS_DIR / "node5"
 NODE5_PRODUCER = NODE5_DIR / "producer5.js"
 NODE5_CONSUMER = NODE5_DIR / "consumer5.js"
+NODE5_PUSH = NODE5_DIR / "push5.js"
 #: RocketMQ's official Python 5.x client (gRPC), in an environment of its own (``make clients``)
 PYTHON5_CLIENT = CLIENTS_DIR / "python5" / "python5_client.py"
 ROCKETMQ5_PYTHON = REPO_ROOT / ".venv-rocketmq5" / "bin" / "python"
@@ -538,6 +539,13 @@ class Cluster:
         all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
         script = NODE5_CONSUMER if consumer else NODE5_PRODUCER
         return self._client(name, [node, str(script), json.dumps(all_opts)], stdin=True)
+
+    def push5(self, name: str, **opts: Any) -> Client:
+        """``push5.js``: the official Node.js 5.x client's PushConsumer (options ``group``,
+        ``topic``, ``fail``), consuming until its stdin is closed."""
+        node = require_node5_client()
+        all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
+        return self._client(name, [node, str(NODE5_PUSH), json.dumps(all_opts)], stdin=True)
 
     def ours(self, name: str, script: Path, *args: str) -> Client:
         """``script`` run by the project's Python (our own client), inside the namespace if any."""
