@@ -3,7 +3,7 @@ with the right account (DENY by default, given only its topic and group) the Pyt
 signs every call (``Credentials(ak, sk)``, RocketMQ 5's ``authorization`` metadata) and sends,
 receives and acks; with a wrong secret or an unknown key its calls are refused
 ``UNAUTHORIZED``, and with the right key and a group it has no perm on ``FORBIDDEN``; nothing of
-theirs is stored or consumed. The Node.js 5.x client the same for its producer. Fails (never
+theirs is stored or consumed. The Node.js 5.x client the same. Fails (never
 skips) when a client's environment is missing."""
 
 from __future__ import annotations
@@ -112,12 +112,13 @@ def test_python5_client_signs_sends_receives_and_acks_wrong_keys_are_refused(tmp
     assert _bodies(c.root) == [b"m0", b"m1"]  # nothing of the wrong accounts stored
 
 
-def test_node5_producer_signs_and_sends_wrong_keys_cannot_start(tmp_path: Path) -> None:
-    """The Node.js 5.x producer with the right account sends (its route, Settings and sends
-    signed); with a wrong secret its route queries are refused, so its start fails (it retries
-    the route 3 times, then gives up), and nothing of it is stored."""
+def test_node5_client_signs_sends_receives_and_acks_wrong_keys_cannot_start(tmp_path: Path) -> None:
+    """The Node.js 5.x producer and simple consumer with the right account send, receive and ack
+    (routes, Settings, every call signed); with a wrong secret their route queries are refused,
+    so their start fails (the route tried 3 times, then given up), and nothing of theirs is
+    stored or consumed."""
     rcl.require_node5_client()
-    conf = {"grpcListenPort": str(rcl.free_port())}
+    conf = {"grpcListenPort": str(rcl.free_port()), **CONF}
     with rcl.cluster(tmp_path, topics={TOPIC: 2}, conf=conf, acl=ACL) as c:
         producer = c.node5("node5-right", topics=[TOPIC], credentials=RIGHT)
         producer.wait_event("ready", "the Node.js producer's start (routes and Settings, signed)")
@@ -126,10 +127,26 @@ def test_node5_producer_signs_and_sends_wrong_keys_cannot_start(tmp_path: Path) 
         producer.wait_event("closed")
         assert producer.wait_exit() == 0
         wrong = c.node5("node5-wrong-secret", topics=[TOPIC], credentials=WRONG_SECRET)
-        failed = wrong.wait_event("start_failed", "the wrong account's start to fail")
+        failed = wrong.wait_event("start_failed", "the wrong producer's start to fail")
         assert wrong.wait_exit() == 1
+        thief = c.node5("node5-consumer-wrong", consumer=True, group=GROUP, topic=TOPIC, credentials=WRONG_SECRET)
+        stolen = thief.wait_event("start_failed", "the wrong consumer's start to fail")
+        assert thief.wait_exit() == 1
+        consumer = c.node5("node5-consumer", consumer=True, group=GROUP, topic=TOPIC, awaitMs=5000, credentials=RIGHT)
+        consumer.wait_event("ready", "the Node.js simple consumer's start (signed)")
+        got: list[dict[str, Any]] = []
+        for _ in range(8):
+            answer = _command(consumer, op="receive", n=32, invisibleMs=30_000)
+            assert answer["event"] == "received", answer
+            got += answer["messages"]
+            if len(got) >= 2:
+                break
+        acked = _command(consumer, op="ack", ids=[m["messageId"] for m in got])
+        consumer.close_stdin()
+        consumer.wait_event("closed")
+        assert consumer.wait_exit() == 0
         assert c.stop_servers()["broker"] == 0
 
-    assert len(sent) == 2
-    assert "route" in failed["error"], failed
+    assert len(sent) == 2 and sorted(m["body"] for m in got) == ["n0", "n1"] and acked["event"] == "acked"
+    assert "route" in failed["error"] and "route" in stolen["error"], (failed, stolen)
     assert _bodies(c.root) == [b"n0", b"n1"]
