@@ -58,17 +58,16 @@ from .pop_handle import normal_topic
 
 AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
-#: the scheme RocketMQ 5's clients sign with
-HMAC_SHA1 = "MQv2-HMAC-SHA1"
 #: the caller of the gRPC call this task serves (``None``: ACL off)
 CALLER: ContextVar[Caller | None] = ContextVar("grpc_caller", default=None)
 
 _HEX = re.compile(r"(?:[0-9a-fA-F]{2})*")
 
 
-def grpc_signature(secret_key: str, date_time: str) -> str:
-    """The clients' ``Signature``: hex HmacSHA1(secretKey, the ``x-mq-date-time`` value)."""
-    return hmac.new(secret_key.encode("utf-8"), date_time.encode("utf-8"), hashlib.sha1).hexdigest()
+def signature(secret_key: str, date_time: str) -> bytes:
+    """The clients' ``Signature`` (before its hex): HmacSHA1(secretKey, the ``x-mq-date-time``
+    value), as ``PlainPermissionManager`` computes it to compare."""
+    return hmac.new(secret_key.encode("utf-8"), date_time.encode("utf-8"), hashlib.sha1).digest()
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +117,7 @@ def authenticate(validator: AccessValidator, metadata: Iterable[tuple[str, Any]]
     def verify(secret_key: str) -> bool:
         if auth.signature is None or date is None:
             return False
-        mac = hmac.new(secret_key.encode("utf-8"), date.encode("utf-8"), hashlib.sha1).digest()
-        return hmac.compare_digest(mac, auth.signature)
+        return hmac.compare_digest(signature(secret_key, date), auth.signature)
 
     return Caller(validator.authenticate(peer_ip(remote), auth.access_key, verify))
 
@@ -195,5 +193,5 @@ def caller_attrs() -> dict[str, Any]:
     return {} if caller is None else {GRPC_CALLER: caller}
 
 
-__all__ = ["AUTHORIZATION", "CALLER", "DATE_TIME", "HMAC_SHA1", "Authorization", "authenticate", "call_needs",
-           "caller_attrs", "grpc_signature", "parse_authorization", "refused", "settings_needs"]
+__all__ = ["AUTHORIZATION", "CALLER", "DATE_TIME", "Authorization", "authenticate", "call_needs", "caller_attrs",
+           "parse_authorization", "refused", "settings_needs", "signature"]

@@ -17,8 +17,9 @@ import pytest
 from conftest import small_store_config
 
 import rmqlog
-from rmqnet.broker.acl import AclRefusal
-from rmqnet.broker.acl_grpc import grpc_signature, parse_authorization
+from rmqnet.broker.acl import AccessValidator, AclRefusal
+from rmqnet.broker.acl_files import Account, AclConfig
+from rmqnet.broker.acl_grpc import authenticate, parse_authorization, signature
 from rmqnet.broker.broker import Broker
 from rmqnet.broker.grpc_producers import GrpcProducers
 from rmqnet.broker.transactions import HALF_TOPIC
@@ -144,11 +145,19 @@ def status_of(answer: Any) -> Any:
 
 def test_the_signature_is_the_clients_known_vector() -> None:
     # rocketmq-python-client 5.1.2's Signature.sign("12345678", "20210309T195445Z"), run once
-    assert grpc_signature("12345678", "20210309T195445Z") == "d562e74c663b361c5ee9ef059e28469ac198adcf"
-    # Node.js writes the same in upper case: the same bytes
-    auth = parse_authorization("MQv2-HMAC-SHA1 Credential=RocketMQ, SignedHeaders=x-mq-date-time, "
-                               "Signature=D562E74C663B361C5EE9EF059E28469AC198ADCF")
-    assert auth.access_key == "RocketMQ" and auth.signature == bytes.fromhex("d562e74c663b361c5ee9ef059e28469ac198adcf")
+    vector = "d562e74c663b361c5ee9ef059e28469ac198adcf"
+    assert signature("12345678", "20210309T195445Z") == bytes.fromhex(vector)
+    validator = AccessValidator(AclConfig({"RocketMQ": Account("RocketMQ", "12345678")}))
+
+    def caller(sig: str, date: str = "20210309T195445Z") -> Any:
+        return authenticate(validator, [("x-mq-date-time", date), (
+            "authorization", f"MQv2-HMAC-SHA1 Credential=RocketMQ, SignedHeaders=x-mq-date-time, Signature={sig}")],
+            "127.0.0.1:5")
+
+    # the Python client's lower-case hex and Node.js's upper-case are the same signature
+    assert caller(vector).account.access_key == caller(vector.upper()).account.access_key == "RocketMQ"
+    with pytest.raises(AclRefusal, match="Check signature failed for accessKey=RocketMQ"):
+        caller(vector, date="20210309T195446Z")
     assert parse_authorization("MQv2-HMAC-SHA1 Credential=ak/2026/region, Signature=00").access_key == "ak"
     assert parse_authorization("MQv2-HMAC-SHA1 Credential=, SignedHeaders=x-mq-date-time, Signature=").access_key is None
 
