@@ -6,7 +6,10 @@ client logs under ``$HOME/logs/rocketmq_python``):
 
     python python5_client.py produce '{"endpoints": "127.0.0.1:8081", "topics": ["T"]}'
 
-``produce``: a ``Producer`` over the gRPC access point ``endpoints`` (no credentials, no TLS),
+Every command takes the option ``credentials`` (``{"accessKey", "secretKey"}``): the client's
+``Credentials``, with which it signs every call (none without it).
+
+``produce``: a ``Producer`` over the gRPC access point ``endpoints`` (no TLS),
 started with ``topics`` (it queries their routes at start), prints ``{"event": "ready"}``; then
 stdin holds one message a line, ``{"topic", "body", "tag"?, "keys"?, "props"?, "group"?,
 "deliverAt"? (epoch seconds: a timed message), "tx"? ("commit" or "rollback": a transactional
@@ -52,14 +55,23 @@ def emit(obj):
     sys.stdout.flush()
 
 
+def credentials(opts):
+    """``Credentials(accessKey, secretKey)`` of the ``credentials`` option (``{"accessKey",
+    "secretKey"}``: the client signs every call with them), else none."""
+    from rocketmq import Credentials
+
+    given = opts.get("credentials") or {}
+    return Credentials(given.get("accessKey", ""), given.get("secretKey", ""))
+
+
 def receive(opts):
     """``receive``: a ``SimpleConsumer`` of ``group`` subscribed to ``topic`` (all tags), started,
     ``{"event": "ready"}``, then one ``receive(32, invisibleSeconds)``: ``{"event": "received",
     "count", "messageIds"}`` or ``{"event": "receive_failed", "error", "code"}``; then shut down,
     ``{"event": "closed"}``."""
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    from rocketmq import ClientConfiguration, FilterExpression, SimpleConsumer
 
-    config = ClientConfiguration(opts["endpoints"], Credentials())
+    config = ClientConfiguration(opts["endpoints"], credentials(opts))
     consumer = SimpleConsumer(config, opts["group"], {opts["topic"]: FilterExpression()}, await_duration=5)
     try:
         consumer.startup()
@@ -91,9 +103,9 @@ def consume(opts):
       "changed", "id"}`` or failed.
 
     At the end of stdin it shuts down and prints ``{"event": "closed"}``."""
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    from rocketmq import ClientConfiguration, FilterExpression, SimpleConsumer
 
-    config = ClientConfiguration(opts["endpoints"], Credentials())
+    config = ClientConfiguration(opts["endpoints"], credentials(opts))
     consumer = SimpleConsumer(config, opts["group"], {opts["topic"]: FilterExpression()},
                               await_duration=int(opts.get("awaitSeconds", 5)))
     try:
@@ -157,7 +169,7 @@ def main(argv):
         return receive(opts)
     if argv[1] == "consume":
         return consume(opts)
-    from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker
+    from rocketmq import ClientConfiguration, Message, Producer, TransactionChecker
     from rocketmq.grpc_protocol import TransactionResolution
 
     resolution = getattr(TransactionResolution, opts.get("checkerResolution", "ROLLBACK"))
@@ -183,7 +195,7 @@ def main(argv):
         return answered(self, future, message, transaction_id, result)
 
     Producer._Producer__server_transaction_check_callback = check_answered
-    config = ClientConfiguration(opts["endpoints"], Credentials())
+    config = ClientConfiguration(opts["endpoints"], credentials(opts))
     producer = Producer(config, topics=opts.get("topics"), checker=Checker())
     try:
         producer.startup()
