@@ -145,7 +145,8 @@ def _parser() -> argparse.ArgumentParser:
     p = command("pop-status", "a POP group's messages of a topic handed out and not acked, on every broker")
     p.add_argument("--group", required=True, help="consumer group")
     p.add_argument("--topic", required=True, help="topic name (its POP retry topic included)")
-    p.add_argument("--max", type=_count(1), default=1000, help="most messages listed per broker (default 1000)")
+    p.add_argument("--max", type=arg_type(parse_int, 1, 10_000), default=1000,
+                   help="most messages listed per broker, 1..10000 (default 1000)")
     return ap
 
 
@@ -443,7 +444,7 @@ def pop_status(admin: Admin, args: argparse.Namespace) -> int:
         addr = b.broker_addrs.get(0)
         if addr is None:  # a slave keeps no POP state: the group's master alone answers
             continue
-        got = admin.pop_inflight(addr, args.group, args.topic, min(args.max, 10_000))
+        got = admin.pop_inflight(addr, args.group, args.topic, args.max)
         total += int(got["total"])
         now = int(got["now"])
         for m in got["messages"]:

@@ -174,7 +174,9 @@ def test_pop_status_lists_what_is_in_flight_on_every_broker(two: PopServers,
         code, _, err = rmqlog(capsys, "pop-status", "--namesrv", ns, "--group", "CG", "--topic", "Nope")
         assert code == 2 and "no topic 'Nope'" in err
         code, _, err = rmqlog(capsys, "pop-status", "--namesrv", ns, "--topic", "T")
-        assert code == 2
+        assert code == 2 and "--group" in err
+        code, _, err = rmqlog(capsys, "pop-status", "--namesrv", ns, "--group", "CG", "--topic", "T", "--max", "10001")
+        assert code == 2 and "--max" in err
 
 
 def test_pop_status_lists_a_retried_message_in_its_retry_topic(tmp_path: Path,
