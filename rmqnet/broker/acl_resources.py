@@ -88,7 +88,7 @@ def _field(ext: Mapping[str, Any], name: str) -> str | None:
     return None if v is None else java_text(v)
 
 
-def _send(needs: Needs, topic: str | None) -> None:
+def add_send(needs: Needs, topic: str | None) -> None:
     """A send's topic: PUB; a ``%RETRY%G`` or ``%DLQ%G`` topic is G's (SUB on its group, not
     on the request's producerGroup: RocketMQ 4.9.8 checks the latter, which any account names
     as it likes)."""
@@ -167,9 +167,9 @@ def named(req: RemotingCommand) -> Needs:
         needs.admin = f"request code={code}"
     try:
         if code == RequestCode.SEND_MESSAGE:
-            _send(needs, _field(ext, "topic"))
+            add_send(needs, _field(ext, "topic"))
         elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            _send(needs, _field(ext, "b"))
+            add_send(needs, _field(ext, "b"))
         elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
             needs.add(RETRY_PREFIX + ext_str(ext, "group"), SUB)
             ext_long(ext, "offset")
@@ -278,4 +278,4 @@ def touched(req: RemotingCommand, reach: Reach | None, needs: Needs) -> None:
         raise AclRefusal(str(exc)) from None
 
 
-__all__ = ["ADMIN_CODES", "INNER_PRODUCER", "AclRefusal", "Needs", "Reach", "group_resource", "named", "touched"]
+__all__ = ["ADMIN_CODES", "INNER_PRODUCER", "AclRefusal", "Needs", "Reach", "add_send", "group_resource", "named", "touched"]
