@@ -20,6 +20,9 @@ waiting, until one hands out messages; when none does and ``poll_ms`` > 0 every 
 at once to hold the pop that long (long polling), and their answers are merged (so a long
 poll may hand out up to ``max_nums`` per broker group).
 
+An orderly pop (``order=True``) reads no retry topic; its messages' ``reconsumeTimes`` is the
+delivery's attempt (``orderCountInfo``), as Java's client sets it.
+
 Statuses (Java's ``PopStatus``): SUCCESS ``FOUND``, POLLING_TIMEOUT (210) ``NO_NEW_MSG``,
 POLLING_FULL (209) ``POLLING_FULL``; any other code raises :class:`BrokerError`
 (TOPIC_NOT_EXIST 17, SUBSCRIPTION_GROUP_NOT_EXIST 26, NO_PERMISSION 16, an ACL refusal...).
@@ -131,11 +134,11 @@ class PopConsumer(RemoteClient):
         return names
 
     async def _pop_one(self, topic: str, name: str, max_nums: int, invisible_ms: int, poll_ms: int,
-                       tags: str, init_mode: int) -> PopResult:
+                       tags: str, init_mode: int, order: bool) -> PopResult:
         header = PopMessageHeader(
             consumer_group=self.group, topic=topic, queue_id=-1, max_msg_nums=max_nums, invisible_time=invisible_ms,
             poll_time=poll_ms, born_time=int(self.clock.wall_ms()), init_mode=init_mode, exp_type="TAG", exp=tags,
-            order=False, attempt_id=None)
+            order=order, attempt_id=None)
 
         async def send(addr: str) -> PopResult:
             cmd = RemotingCommand(RequestCode.POP_MESSAGE, ext_fields=header.to_ext())
@@ -144,12 +147,14 @@ class PopConsumer(RemoteClient):
             rows = Reply(res.body_bytes()).rows if res.code == ResponseCode.SUCCESS else []
             if rows:
                 _set_handles(rows, ext, name)
+                if order:
+                    _set_attempts(rows, ext)
             return PopResult(_STATUS[ResponseCode(res.code)], rows, int(ext.get("restNum", 0)))
 
         return await self.on_broker(topic, name, _master_only, send)
 
     async def _pop(self, topic: str, max_nums: int, invisible_ms: int, poll_ms: int, tags: str,
-                   init_mode: str) -> PopResult:
+                   init_mode: str, order: bool) -> PopResult:
         if init_mode not in INIT_MODES:
             raise ValueError(f"init_mode must be 'MIN' or 'MAX', got {init_mode!r}")
         mode = INIT_MODES[init_mode]
@@ -158,33 +163,36 @@ class PopConsumer(RemoteClient):
         names = names[shift:] + names[:shift]
         statuses = []
         for name in names:
-            got = await self._pop_one(topic, name, max_nums, invisible_ms, 0, tags, mode)
+            got = await self._pop_one(topic, name, max_nums, invisible_ms, 0, tags, mode, order)
             if len(got):
                 return got
             statuses.append(got.status)
         if poll_ms <= 0:
             return PopResult("POLLING_FULL" if "POLLING_FULL" in statuses else "NO_NEW_MSG", [])
-        held = await asyncio.gather(*(self._pop_one(topic, n, max_nums, invisible_ms, poll_ms, tags, mode)
+        held = await asyncio.gather(*(self._pop_one(topic, n, max_nums, invisible_ms, poll_ms, tags, mode, order)
                                       for n in names))
         rows = [r for got in held for r in got.rows]
         status = "FOUND" if rows else "POLLING_FULL" if any(g.status == "POLLING_FULL" for g in held) else "NO_NEW_MSG"
         return PopResult(status, rows, sum(g.rest_num for g in held))
 
     def pop(self, topic: str, max_nums: int = 32, *, invisible_ms: int = 60_000, poll_ms: int = 0,
-            tags: str = "*", init_mode: str = "MAX") -> PopResult:
+            tags: str = "*", init_mode: str = "MAX", order: bool = False) -> PopResult:
         """Pop up to ``max_nums`` (1..32) messages of ``topic`` for the group, invisible to its
         other pops for ``invisible_ms``; ``poll_ms`` > 0: held that long when none is there
         (long polling, module docstring); ``tags`` a tag expression; ``init_mode`` where a
-        group new to a queue starts (``MAX``: its end, ``MIN``: its first message).
+        group new to a queue starts (``MAX``: its end, ``MIN``: its first message); ``order``:
+        an orderly pop (RocketMQ 5's FIFO: a queue whose batch is in flight hands out nothing
+        more until it is acked or its invisible time passed; then the batch's unacked messages
+        come again, in order, ``reconsumeTimes`` their attempt count from ``orderCountInfo``).
 
         Raises :class:`BrokerError` (refusals, module docstring), :class:`NoRouteError` /
         :class:`TopicNotFoundError`, the transport's errors, ``ValueError`` for an init mode
         that is neither."""
-        return call(self._pop(topic, max_nums, invisible_ms, poll_ms, tags, init_mode))
+        return call(self._pop(topic, max_nums, invisible_ms, poll_ms, tags, init_mode, order))
 
     async def apop(self, topic: str, max_nums: int = 32, *, invisible_ms: int = 60_000, poll_ms: int = 0,
-                   tags: str = "*", init_mode: str = "MAX") -> PopResult:
-        return await self._pop(topic, max_nums, invisible_ms, poll_ms, tags, init_mode)
+                   tags: str = "*", init_mode: str = "MAX", order: bool = False) -> PopResult:
+        return await self._pop(topic, max_nums, invisible_ms, poll_ms, tags, init_mode, order)
 
     async def _on_handle(self, topic: str, handle: str, build: Any) -> RemotingCommand:
         h = Handle.parse(handle)
@@ -273,6 +281,22 @@ def _set_handles(rows: list[dict[str, Any]], ext: dict[str, Any], broker_name: s
         if start is None:
             raise ClientError(f"a pop's answer has no startOffsetInfo for queue {qid} of {topic!r}: {ext!r}")
         row[HANDLE] = f"{start} {head} {mark} {broker_name} {qid} {row['queueOffset']}"
+
+
+def _set_attempts(rows: list[dict[str, Any]], ext: dict[str, Any]) -> None:
+    """An orderly pop's attempt counts (``orderCountInfo``: ``topicType qo<queueId>%<offset>
+    count`` per message, ``ExtraInfoUtil.buildQueueOffsetOrderCountInfo``) as the rows'
+    ``reconsumeTimes``, as Java's ``processPopResponse`` sets them."""
+    counts: dict[tuple[int, int], int] = {}
+    for entry in str(ext.get("orderCountInfo") or "").split(";"):
+        parts = entry.split(" ")
+        if len(parts) == 3 and parts[1].startswith("qo") and "%" in parts[1]:
+            qid, offset = parts[1][2:].split("%", 1)
+            counts[(int(qid), int(offset))] = int(parts[2])
+    for row in rows:
+        found = counts.get((int(row["queueId"]), int(row["queueOffset"])))
+        if found is not None:
+            row["reconsumeTimes"] = found
 
 
 __all__ = ["PopConsumer", "PopResult", "Handle"]

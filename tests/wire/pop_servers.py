@@ -32,6 +32,13 @@ class PopServers:
             return fn(*args)
         return asyncio.run_coroutine_threadsafe(call(), self.loop).result(HANG_GUARD_S)
 
+    def dispatch(self) -> None:
+        """Make what every broker stored readable now (their dispatchers run on their own otherwise)."""
+        for p in self.procs:
+            store = p.store
+            assert store is not None
+            self.on_loop(store.dispatch)
+
     def inflight(self, group: str) -> int:
         """The group's messages in flight on every broker."""
         return sum(self.on_loop(p.broker.pop.inflight, group) for p in self.procs)  # type: ignore[union-attr]

@@ -198,3 +198,20 @@ def test_pop_status_is_authorized_under_acl(servers: dict[str, Any],  # noqa: F8
     assert code == 3 and "AclException" in err and "groupA" in err, err
     code, _, err = rmqlog(capsys, "pop-status", "--namesrv", ns, "--group", "groupC", "--topic", "T", *creds)
     assert code == 1 and "no POP message" in err
+
+
+def test_an_orderly_pop_blocks_its_queue_and_counts_attempts(tmp_path: Path) -> None:
+    with pop_servers(tmp_path) as s, PopConsumer("CG", s.namesrv) as consumer:
+        with Producer("PG", s.namesrv) as producer:
+            for body in (b"1", b"2", b"3"):
+                producer.send("T", body, queue_id=0)
+        s.dispatch()  # all three readable by the first pop
+        first = consumer.pop("T", 32, order=True, invisible_ms=1).rows  # not acked: due again at once
+        assert [r["body"] for r in first] == [b"1", b"2", b"3"] and {r["reconsumeTimes"] for r in first} == {0}
+        again: list[dict[str, Any]] = []
+        while not again:  # the queue is blocked until the batch's invisible time passed
+            again = consumer.pop("T", 32, order=True, invisible_ms=600_000, poll_ms=1000).rows
+        assert [(r["body"], r["reconsumeTimes"]) for r in again] == [(b"1", 1), (b"2", 1), (b"3", 1)]
+        assert consumer.pop("T", order=True).status == "NO_NEW_MSG"  # blocked while in flight
+        consumer.ack_many("T", [r["receiptHandle"] for r in again])
+        assert consumer.pop("T", order=True).status == "NO_NEW_MSG" and s.inflight("CG") == 0
