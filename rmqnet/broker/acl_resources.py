@@ -230,6 +230,9 @@ def named(req: RemotingCommand) -> Needs:
             group = ext_str(ext, "consumerGroup")
             needs.add(consumed_topic(ext_str(ext, "topic"), group), SUB)
             needs.add(RETRY_PREFIX + group, SUB)
+        elif code == RequestCode.GET_POP_INFLIGHT:  # ours: what a pop of the topic by the group reads
+            needs.add(ext_str(ext, "topic"), SUB)
+            needs.add(RETRY_PREFIX + ext_str(ext, "consumerGroup"), SUB)
     except FieldError as exc:
         raise AclRefusal(str(exc)) from None
     return needs
