@@ -19,7 +19,8 @@ from rmqnet.cli import main
 from rmqnet.client import Producer
 from rmqnet.remoting.register import ClusterInfo
 from rmqnet.remoting.route import BrokerData
-from rmqnet.wire_status import status, text_lines
+from rmqnet.client.cluster_status import cluster_status as status
+from rmqnet.wire_status import text_lines
 from tests.wire.broker_helpers import read_until
 from tests.wire.real_clients import free_port
 from tests.wire.test_ha_process import BrokerProc, _conf, _send_until_ok
