@@ -17,7 +17,6 @@ import logging
 import secrets
 from collections.abc import Awaitable, Callable
 from functools import partial
-from importlib import resources
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 

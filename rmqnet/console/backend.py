@@ -244,5 +244,6 @@ class ConsoleBackend(ABC):
     def delete_group(self, group: str) -> list[str]:
         raise Forbidden("this console's source does not take changes")
 
+    @abstractmethod
     def close(self) -> None:
         """Release connections or the store."""

@@ -21,7 +21,15 @@ from typing import Any, TypeVar
 
 from rmqlog import is_uniq_key
 
-from ..client import Admin, BrokerError, ClientError, Producer, PullConsumer, TopicNotFoundError, parse_offset_msg_id
+from ..client import (
+    Admin,
+    BrokerError,
+    ClientError,
+    Producer,
+    PullConsumer,
+    TopicNotFoundError,
+    parse_offset_msg_id,
+)
 from ..client.cluster_status import cluster_status
 from ..remoting import ResponseCode
 from ..remoting.route import TopicRouteData

@@ -5,6 +5,7 @@ and served (:func:`serve`, what ``rmqlog console`` runs until SIGTERM or SIGINT)
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 from collections.abc import AsyncIterator, Callable
 from importlib import resources
@@ -27,10 +28,8 @@ async def _sample(app: web.Application) -> AsyncIterator[None]:
     yield
     if task is not None:
         task.cancel()
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await task
-        except asyncio.CancelledError:
-            pass
 
 
 def make_app(console: ConsoleApp) -> web.Application:
@@ -55,8 +54,7 @@ async def serve(console: ConsoleApp, host: str, port: int, ready: Callable[[str]
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
-        sockets = site._server.sockets if site._server is not None else []  # type: ignore[union-attr]
-        bound = sockets[0].getsockname() if sockets else (host, port)
+        bound = runner.addresses[0] if runner.addresses else (host, port)
         ready(f"{'[' + bound[0] + ']' if ':' in bound[0] else bound[0]}:{bound[1]}")
         await stop.wait()
     finally:
