@@ -1,0 +1,150 @@
+"""The console in a real browser (issue 46): Debian's Chromium, headless under chromium-driver
+(tests/wire/browser.py; `make browser`), against a name server and a broker holding messages
+and 2,000 topics. Each page is opened and a screenshot of it written under the test's folder
+(``screens/``); a topic is found among the 2,000 by the search form, messages are opened by key
+and by both msgIds and their body shown as hex, a group's lag falls on the open page after a
+consumer commits (the page's refresh, no reload), and a reset of offsets is done through the
+form with ``--admin`` and refused without it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rmqnet.client import Admin, Producer, PullConsumer
+from rmqnet.console import ConsoleApp, WireBackend
+
+from .browser import GUARD_S, ServedConsole, chromium
+from .console_support import eventually
+from .test_broker_pull_over_the_wire import Servers, servers  # noqa: F401  (the fixture)
+
+TOPICS = {f"TOPIC_{i:04d}": 1 for i in range(2000)}
+
+
+def _wait(driver: Any, check: Any, what: str) -> Any:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(driver, GUARD_S, poll_frequency=0.05).until(lambda d: check(d), what)
+
+
+def _text(driver: Any, css: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return str(driver.find_element(By.CSS_SELECTOR, css).text)
+
+
+@pytest.mark.parametrize("servers", [TOPICS], indirect=True, ids=["2000-topics"])
+def test_every_page_in_chromium(servers: Servers, tmp_path: Path) -> None:  # noqa: F811
+    from selenium.webdriver.common.by import By
+
+    screens = tmp_path / "screens"
+    screens.mkdir()
+    with Producer("PG", servers.namesrv) as producer, Admin(servers.namesrv) as admin:
+        sent = [producer.send("T", json.dumps({"order": i, "item": "book"}).encode(), tags="TB", keys=[f"order-{i}"],
+                              queue_id=1) for i in range(3)]
+        eventually(lambda: admin.max_offset("broker-a", "T", 1) >= 3, "the messages dispatched")
+        admin.update_offset(servers.broker, "CG_B", "T", 1, 0)
+        topics = len(admin.topic_list())
+    backend = WireBackend(servers.namesrv)
+    served = ServedConsole(ConsoleApp(backend, admin=True, sample_s=0.5))
+    try:
+        with chromium() as driver:
+            def shot(name: str) -> None:
+                assert driver.save_screenshot(str(screens / f"{name}.png")), name
+
+            driver.get(served.url + "/")
+            _wait(driver, lambda d: _text(d, "#live").startswith("live"), "the cluster page refreshed itself")
+            _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg[data-series='series.in'] polyline"),
+                  "the rate chart drawn from two samples")
+            assert "broker-a" in _text(driver, "#brokers") and servers.broker in _text(driver, "#brokers")
+            shot("cluster")
+
+            driver.get(served.url + "/topics")
+            assert _text(driver, ".pager").startswith(f"{topics} in all · page 1 of {-(-topics // 50)}")
+            box = driver.find_element(By.NAME, "q")
+            box.send_keys("TOPIC_1234")
+            box.submit()
+            _wait(driver, lambda d: "q=TOPIC_1234" in d.current_url, "the search submitted")
+            assert [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#topics a[href^='/topics/']")] == ["TOPIC_1234"]
+            shot("topics")
+            driver.find_element(By.LINK_TEXT, "TOPIC_1234").click()
+            _wait(driver, lambda d: _text(d, "#topic-name") == "TOPIC_1234", "the topic page")
+            driver.get(served.url + "/topics/T")
+            assert "CG_B" in _text(driver, "#consumers") and "broker-a" in _text(driver, "#queues")
+            shot("topic")
+
+            driver.get(served.url + "/messages?topic=T&key=order-1")
+            assert _text(driver, "#summary").startswith("1 message")
+            body = driver.find_element(By.CSS_SELECTOR, "td.body")
+            body.find_element(By.CSS_SELECTOR, "button[data-view=hex]").click()
+            hex_view = body.find_element(By.CSS_SELECTOR, "pre[data-body=hex]")
+            assert hex_view.is_displayed() and hex_view.text.startswith("7b 22 6f 72 64 65 72")  # {"order
+            body.find_element(By.CSS_SELECTOR, "button[data-view=json]").click()
+            assert '"item": "book"' in body.find_element(By.CSS_SELECTOR, "pre[data-body=json]").text
+            shot("messages-by-key")
+            for msg_id in (sent[2].msg_id, sent[2].offset_msg_id):
+                driver.get(served.url + f"/messages?topic=T&msgId={msg_id}")
+                assert "order-2" in _text(driver, "table.messages"), msg_id
+            shot("message-by-id")
+            driver.get(served.url + "/messages?topic=T&queue=1&count=2")
+            assert len(driver.find_elements(By.CSS_SELECTOR, "tr.message")) == 2
+            driver.find_element(By.CSS_SELECTOR, "a[rel=next]").click()
+            _wait(driver, lambda d: "offset=2" in d.current_url, "the next page")
+            assert "order-2" in _text(driver, "table.messages")
+
+            driver.get(served.url + "/groups/CG_B")
+            assert _text(driver, "#total-lag") == "3"
+            _wait(driver, lambda d: _text(d, "#live").startswith("live"), "the group page refreshed itself")
+            with PullConsumer("CG_B", servers.namesrv) as consumer:  # the consumer runs: pulls and commits
+                got = consumer.pull("T", 1, 0, 32, broker_name="broker-a")
+                consumer.commit("T", 1, got.next_begin_offset, broker_name="broker-a")
+            _wait(driver, lambda d: _text(d, "#total-lag") == "0", "the lag fell on the open page")
+            shot("group")
+
+            driver.find_element(By.NAME, "offset").send_keys("1")
+            driver.find_element(By.CSS_SELECTOR, "form[action$='/reset'] button").submit()
+            _wait(driver, lambda d: _alert(d), "the reset's confirmation").accept()
+            _wait(driver, lambda d: d.find_elements(By.ID, "done"), "the reset done")
+            assert "reset to offset 1 on" in _text(driver, "#done")
+            shot("reset-done")
+            driver.get(served.url + "/groups/CG_B")
+            assert _text(driver, "#total-lag") == "2"
+
+            driver.get(served.url + "/dlq?group=CG_B")
+            shot("dead-letters")  # (no dead letters: the page says the %DLQ% topic is not there)
+            assert "%DLQ%CG_B" in driver.page_source
+
+        read_only = ServedConsole(ConsoleApp(backend, admin=False, sample_s=0))
+        try:
+            with chromium() as driver:
+                driver.get(read_only.url + "/groups/CG_B")
+                assert not driver.find_elements(By.CSS_SELECTOR, "form.admin-form") and "read-only" in driver.page_source
+                status = driver.execute_async_script(
+                    "const done = arguments[0]; const f = new FormData(); f.append('topic', 'T'); f.append('offset', '0');"
+                    "fetch('/admin/groups/CG_B/reset', {method: 'POST', body: f}).then(r => r.text().then("
+                    "t => done([r.status, t])));")
+                assert status[0] == 403 and "start it with --admin" in status[1]
+                driver.get(read_only.url + "/groups/CG_B")
+                assert _text(driver, "#total-lag") == "2"  # unchanged
+                shot_path = screens / "read-only-group.png"
+                assert driver.save_screenshot(str(shot_path))
+        finally:
+            read_only.close()
+    finally:
+        served.close()
+        backend.close()
+    assert sorted(p.name for p in screens.iterdir()) == sorted(
+        f"{n}.png" for n in ("cluster", "topics", "topic", "messages-by-key", "message-by-id", "group", "reset-done",
+                             "dead-letters", "read-only-group"))
+
+
+def _alert(driver: Any) -> Any:
+    from selenium.common.exceptions import NoAlertPresentException
+
+    try:
+        return driver.switch_to.alert
+    except NoAlertPresentException:
+        return None
