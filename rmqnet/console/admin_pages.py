@@ -7,6 +7,7 @@ started with ``--admin`` and the form carries its token (:meth:`ConsoleApp.requi
     POST /admin/topics/T/send          send a test message (body, tags, keys)
     POST /admin/groups/G/reset         reset the group's offsets of a topic to an offset or a time
     POST /admin/groups/G/delete        delete the group's config and offsets on every master
+    POST /admin/dlq/G/resend           re-send the chosen dead letters (msgId, repeated) to their original topic
 
 The answer is a page naming what was done, with a link back (or JSON for ``Accept:
 application/json`` and the ``/api/admin/`` paths).
@@ -26,6 +27,8 @@ from .backend import BadRequest, group_arg, int_arg, text_arg, time_arg, topic_a
 Action = Callable[[ConsoleApp, web.Request, dict[str, Any]], Awaitable[tuple[str, str, Any]]]
 #: RocketMQ's perm bits a topic may be given: 2 write, 4 read, 6 both
 PERMS = (2, 4, 6)
+#: the most dead letters one re-send takes (a page of them)
+MAX_RESEND = 100
 #: the most bytes of a test message's body
 MAX_TEST_BODY = 64 * 1024
 
@@ -84,12 +87,26 @@ async def delete_group(console: ConsoleApp, request: web.Request, form: dict[str
     return f"group {group} deleted on {', '.join(masters) or 'no broker'}", "/groups", {"group": group, "brokers": masters}
 
 
+async def resend_dead_letters(console: ConsoleApp, request: web.Request, form: dict[str, Any]) -> tuple[str, str, Any]:
+    group = group_arg(request.match_info["group"])
+    ids = [text_arg("msgId", str(v), 64) for v in form.get("msgId", [])]
+    if not ids or len(ids) > MAX_RESEND:
+        raise BadRequest(f"msgId: choose 1 to {MAX_RESEND} dead letters")
+    rows = await console.run(console.backend.resend_dead_letters, group, ids)
+    sent = [r for r in rows if "newMsgId" in r]
+    skipped = "; ".join(f"{r['msgId']}: {r['skipped']}" for r in rows if "skipped" in r)
+    return (f"{len(sent)} of {len(rows)} dead letter(s) of {group} re-sent"
+            + "".join(f"; {r['msgId']} to {r['topic']} as {r['newMsgId']}" for r in sent)
+            + (f"; skipped {skipped}" if skipped else ""), "/dlq?" + urlencode({"group": group}), rows)
+
+
 ACTIONS: tuple[tuple[str, Action], ...] = (
     ("/admin/topics", create_topic),
     ("/admin/topics/{topic}/delete", delete_topic),
     ("/admin/topics/{topic}/send", send_test),
     ("/admin/groups/{group}/reset", reset_offset),
     ("/admin/groups/{group}/delete", delete_group),
+    ("/admin/dlq/{group}/resend", resend_dead_letters),
 )
 
 
@@ -97,7 +114,8 @@ def _handler(action: Action) -> Callable[[web.Request], Awaitable[web.StreamResp
     async def handler(request: web.Request) -> web.StreamResponse:
         console = request.app[APP_KEY]
         console.require_admin()  # before the body is read
-        form = dict(await request.post())
+        posted = await request.post()
+        form: dict[str, Any] = {k: posted.getall(k) if k == "msgId" else posted.get(k) for k in posted}
         console.require_admin(form)
         message, back, result = await action(console, request, form)
         if request.path.startswith("/api/") or "application/json" in request.headers.get("Accept", ""):

@@ -244,6 +244,12 @@ class ConsoleBackend(ABC):
     def delete_group(self, group: str) -> list[str]:
         raise Forbidden("this console's source does not take changes")
 
+    def resend_dead_letters(self, group: str, msg_ids: list[str]) -> list[dict[str, Any]]:
+        """Each dead letter of ``group`` named by its offset msgId sent again to its original
+        topic (``RETRY_TOPIC``); one row per msgId: ``{"msgId", "topic", "newMsgId"}`` or
+        ``{"msgId", "skipped": why}``."""
+        raise Forbidden("this console's source does not take changes")
+
     @abstractmethod
     def close(self) -> None:
         """Release connections or the store."""

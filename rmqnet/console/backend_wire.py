@@ -36,6 +36,12 @@ from ..remoting.route import TopicRouteData
 from .backend import BadRequest, ConsoleBackend, NotFound, Refused, Unavailable, message_dicts
 
 T = TypeVar("T")
+#: properties a re-sent dead letter does not keep: where its retries went (the store's
+#: ``RESEND_DROPPED``), what a pull or the broker added, and what the producer sets anew
+RESEND_DROPPED = frozenset({"RETRY_TOPIC", "DELAY", "REAL_TOPIC", "REAL_QID", "WAIT", "MIN_OFFSET", "MAX_OFFSET",
+                            "CLUSTER", "TAGS", "KEYS", "UNIQ_KEY"})
+#: MessageSysFlag.COMPRESSED_FLAG: a body our client would send as if it were plain
+COMPRESSED = 0x1
 #: the producer group of the console's test messages, and the consumer group of its pulls
 #: (nothing is committed: pulls carry no commit flag)
 CONSOLE_GROUP = "rmqlog_console"
@@ -286,6 +292,38 @@ class WireBackend(ConsoleBackend):
                 self._call(f"resetting {group!r} on {where}", self.admin.update_offset, broker, group, topic, qid, to)
                 done.append({"brokerName": broker, "queueId": qid, "offset": to})
         return done
+
+    def resend_dead_letters(self, group: str, msg_ids: list[str]) -> list[dict[str, Any]]:
+        """As the store's ``dlq-resend`` keeps them: body, flag, tags, keys, ``ORIGIN_MESSAGE_ID``
+        (the first msgId, or this one) and the user's properties, as a new message (a new
+        client msgId; born time and host are the console's). Not idempotent: each call sends
+        again. A compressed body is skipped (the client would send it as plain)."""
+        dlq = "%DLQ%" + group
+        out: list[dict[str, Any]] = []
+        for msg_id in msg_ids:
+            try:
+                parse_offset_msg_id(msg_id)
+            except ValueError:
+                raise BadRequest(f"not an offset msgId: {msg_id!r}") from None
+            [row] = self._call(f"dead letter {msg_id}", self.admin.view_by_id, msg_id).to_pylist()
+            props = dict(row.get("properties") or {})
+            origin = props.get("RETRY_TOPIC")
+            if row["topic"] != dlq:
+                out.append({"msgId": msg_id, "skipped": f"a message of {row['topic']!r}, not of {dlq!r}"})
+            elif not origin:
+                out.append({"msgId": msg_id, "skipped": "no RETRY_TOPIC: not sent there by a consumer's send-back"})
+            elif (row.get("sysFlag") or 0) & COMPRESSED:
+                out.append({"msgId": msg_id, "skipped": "a compressed body: re-send it with `rmqlog dlq-resend ROOT`"})
+            else:
+                kept = {k: v for k, v in props.items() if k not in RESEND_DROPPED and not k.startswith("RMQLOG_")}
+                kept.setdefault("ORIGIN_MESSAGE_ID", msg_id)
+                if self._producer is None:
+                    self._producer = Producer(CONSOLE_GROUP, self.namesrv, **self._keys)
+                res = self._call(f"re-sending {msg_id} to {origin!r}", self._producer.send, origin, row["body"],
+                                 tags=row.get("tags"), keys=row.get("keys") or None, properties=kept,
+                                 flag=row.get("flag") or 0)
+                out.append({"msgId": msg_id, "topic": origin, "newMsgId": res.msg_id, "status": res.status})
+        return out
 
     def delete_group(self, group: str) -> list[str]:
         masters = self._master_addrs()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from aiohttp.test_utils import TestClient
 
-from rmqnet.client import Admin, Producer
+from rmqnet.client import Admin, BrokerError, Producer, PullConsumer, TopicNotFoundError
 from rmqnet.console import ConsoleApp
 
 from .console_support import eventually, token_of, with_console
@@ -138,7 +138,8 @@ def test_admin_actions_refused_without_admin(servers: Servers) -> None:  # noqa:
         assert "reset offsets" not in page and 'name="token"' not in page  # no admin form is shown
         for path, form in (("/admin/groups/CG_R/reset", {"topic": "T", "offset": "5"}),
                            ("/admin/groups/CG_R/delete", {}), ("/admin/topics", {"topic": "NEW_T"}),
-                           ("/admin/topics/T/delete", {}), ("/admin/topics/T/send", {"body": "x"})):
+                           ("/admin/topics/T/delete", {}), ("/admin/topics/T/send", {"body": "x"}),
+                           ("/admin/dlq/CG_R/resend", {"msgId": "00" * 16})):
             res = await client.post(path, data={**form, "token": console.token})
             text = await res.text()
             assert res.status == 403 and "start it with --admin" in text, path
@@ -200,5 +201,42 @@ def test_admin_reset_send_create_and_delete_with_admin(servers: Servers) -> None
         assert "CG_A" not in (await (await client.get("/api/groups")).json())["items"]
         with Admin(servers.namesrv) as admin:
             assert ("T", "CG_A") not in admin.consumer_offsets(servers.broker)
+
+    with_console(servers.namesrv, body, admin=True)
+
+
+def test_dead_letters_listed_and_chosen_ones_re_sent(servers: Servers) -> None:  # noqa: F811
+    sent = _send(servers, 2)
+    with PullConsumer("CG_D", servers.namesrv) as consumer, Admin(servers.namesrv) as admin:
+        for row in consumer.pull("T", 1, 0, 32, broker_name="broker-a").rows:
+            consumer.send_back(row, -1)  # (a negative delay level: straight to the group's dead letters)
+
+        def routed() -> bool:
+            try:
+                return admin.max_offset("broker-a", "%DLQ%CG_D", 0) >= 2
+            except (BrokerError, TopicNotFoundError):
+                return False
+        eventually(routed, "the dead letters stored and routed")
+
+    async def body(client: TestClient, console: ConsoleApp) -> None:
+        dlq = await (await client.get("/api/dlq", params={"group": "CG_D"})).json()
+        assert [(m["originTopic"], m["bodyText"]) for m in dlq["messages"]] == [("T", '{"i": 0}'), ("T", '{"i": 1}')]
+        page = await (await client.get("/dlq", params={"group": "CG_D"})).text()
+        first = dlq["messages"][0]["msgId"]
+        assert f'name="msgId" value="{first}"' in page
+        res = await client.post("/api/admin/dlq/CG_D/resend",
+                                data=[("token", console.token), ("msgId", first), ("msgId", sent[1].offset_msg_id)])
+        rows = (await res.json())["result"]
+        assert res.status == 200 and rows[0]["topic"] == "T" and "not of '%DLQ%CG_D'" in rows[1]["skipped"]
+        with Admin(servers.namesrv) as admin:
+            eventually(lambda: admin.max_offset("broker-a", "T", 0) + admin.max_offset("broker-a", "T", 1)
+                       + admin.max_offset("broker-a", "T", 2) + admin.max_offset("broker-a", "T", 3) >= 3,
+                       "the re-sent message stored")
+        again = await (await client.get("/api/messages", params={"topic": "T", "msgId": rows[0]["newMsgId"]})).json()
+        [m] = again["messages"]
+        assert m["bodyText"] == '{"i": 0}' and m["keys"] == ["k0"] and m["tags"] == "TA"
+        assert m["properties"]["ORIGIN_MESSAGE_ID"] and "RETRY_TOPIC" not in m["properties"]
+        res = await client.post("/api/admin/dlq/CG_D/resend", data={"token": console.token})
+        assert res.status == 400 and "choose" in (await res.json())["error"]
 
     with_console(servers.namesrv, body, admin=True)
