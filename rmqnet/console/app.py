@@ -82,8 +82,18 @@ def _wants_json(request: web.Request) -> bool:
 @web.middleware
 async def errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     """A :class:`ConsoleError` as its status with its message; anything else logged and
-    answered 500 naming only its kind (the traceback stays in the console's log)."""
+    answered 500 naming only its kind (the traceback stays in the console's log). Every
+    answer carries its server time (``Server-Timing: app;dur=MS``: a browser's developer
+    tools show it; ``jobs/bench_console.py`` reads it)."""
     console = request.app[APP_KEY]
+    started = console.clock.monotonic()
+    res = await _answer(console, request, handler)
+    res.headers["Server-Timing"] = f"app;dur={(console.clock.monotonic() - started) * 1000:.2f}"
+    return res
+
+
+async def _answer(console: ConsoleApp, request: web.Request,
+                  handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
     try:
         return await handler(request)
     except ConsoleError as exc:

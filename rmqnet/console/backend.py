@@ -196,8 +196,9 @@ class ConsoleBackend(ABC):
         """``{"topic", "queues": [{brokerName, queueId, min, max, messages, lastUpdate}], "route": {...}}``."""
 
     @abstractmethod
-    def topic_groups(self, topic: str) -> list[dict[str, Any]]:
-        """The groups with committed offsets of ``topic``: ``[{group, lag}]``."""
+    def topic_groups(self, topic: str, queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The groups with committed offsets of ``topic``: ``[{group, lag}]``, the lag against
+        ``queues`` (what :meth:`topic` answered)."""
 
     @abstractmethod
     def group_names(self) -> list[str]:

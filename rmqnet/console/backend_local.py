@@ -140,13 +140,13 @@ class LocalBackend(ConsoleBackend):
                  "brokerDatas": [{"cluster": "-", "brokerName": NAME, "brokerAddrs": {"0": str(self.root)}}]}
         return {"topic": topic, "queues": queues, "messages": sum(q["messages"] for q in queues), "route": route}
 
-    def topic_groups(self, topic: str) -> list[dict[str, Any]]:
-        ends = {q["queueId"]: q["max"] for q in self.topic(topic)["queues"]}
+    def topic_groups(self, topic: str, queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        ends = {q["queueId"]: q["max"] for q in queues}
         rows = []
-        for key, queues in sorted(self._offsets().items()):
+        for key, committed in sorted(self._offsets().items()):
             t, _, group = key.partition("@")
             if t == topic:
-                rows.append({"group": group, "lag": sum(max(0, ends.get(q, o) - o) for q, o in queues.items())})
+                rows.append({"group": group, "lag": sum(max(0, ends.get(q, o) - o) for q, o in committed.items())})
         return rows
 
     def group_names(self) -> list[str]:

@@ -135,8 +135,8 @@ class WireBackend(ConsoleBackend):
                 out.setdefault(key, {})[name] = queues
         return out
 
-    def topic_groups(self, topic: str) -> list[dict[str, Any]]:
-        ends = {(q["brokerName"], q["queueId"]): q["max"] for q in self.topic(topic)["queues"]}
+    def topic_groups(self, topic: str, queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        ends = {(q["brokerName"], q["queueId"]): q["max"] for q in queues}
         rows = []
         for (t, group), brokers in sorted(self._offsets().items()):
             if t == topic:

@@ -104,7 +104,7 @@ async def topic_data(console: ConsoleApp, request: web.Request) -> dict[str, Any
     data = await console.run(console.backend.topic, topic)
     data["kind"] = topic_kind(topic)
     if not request.path.startswith("/api/") or _q(request, "groups"):  # the page's refresh leaves them out
-        data["consumers"] = await console.run(console.backend.topic_groups, topic)
+        data["consumers"] = await console.run(console.backend.topic_groups, topic, data["queues"])
     return data
 
 

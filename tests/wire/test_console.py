@@ -36,6 +36,7 @@ def test_pages_and_their_json_over_a_cluster(servers: Servers) -> None:  # noqa:
     async def body(client: TestClient, console: ConsoleApp) -> None:
         res = await client.get("/")
         assert res.status == 200 and res.url.path == "/cluster"
+        assert res.headers["Server-Timing"].startswith("app;dur=")  # (jobs/bench_console.py reads it)
         page = await res.text()
         assert "broker-a" in page and servers.broker in page and "read-only" in page
         cluster = await (await client.get("/api/cluster")).json()
