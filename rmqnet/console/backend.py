@@ -164,7 +164,7 @@ def public(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def jsonl_line(row: dict[str, Any], body: bytes | None) -> str:
     """One message of a download: the row without its views, the whole body as text (UTF-8,
     undecodable bytes replaced) or, when it is not UTF-8, as ``bodyHex``."""
-    out = {k: v for k, v in row.items() if not k.startswith("body")}
+    out = {k: v for k, v in row.items() if not k.startswith(("body", "_"))}
     if body is not None:
         try:
             out["body"] = body.decode("utf-8")
