@@ -196,9 +196,28 @@ class ConsoleBackend(ABC):
         """``{"topic", "queues": [{brokerName, queueId, min, max, messages, lastUpdate}], "route": {...}}``."""
 
     @abstractmethod
+    def committed_offsets(self, topic: str) -> dict[str, dict[tuple[str, int], int]]:
+        """Every group's committed offsets of ``topic``: group -> (broker name, queue) -> offset."""
+
     def topic_groups(self, topic: str, queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The groups with committed offsets of ``topic``: ``[{group, lag}]``, the lag against
         ``queues`` (what :meth:`topic` answered)."""
+        ends = {(q["brokerName"], q["queueId"]): q["max"] for q in queues}
+        return [{"group": g, "lag": sum(max(0, ends.get(k, o) - o) for k, o in committed.items())}
+                for g, committed in self.committed_offsets(topic).items()]
+
+    def consumed_by(self, messages: list[dict[str, Any]]) -> None:
+        """Each message given ``consumedBy``: every group with committed offsets of its topic,
+        and whether the group's offset of its queue is past it (RocketMQ's dashboard's
+        "consume status", from the offsets alone)."""
+        by_topic: dict[str, dict[str, dict[tuple[str, int], int]]] = {}
+        for m in messages:
+            committed = by_topic.get(m["topic"])
+            if committed is None:
+                committed = by_topic[m["topic"]] = self.committed_offsets(m["topic"])
+            where = (m.get("brokerName"), m["queueId"])
+            m["consumedBy"] = [{"group": g, "consumed": offsets.get(where, -1) > m["queueOffset"]}  # type: ignore[arg-type]
+                               for g, offsets in sorted(committed.items())]
 
     @abstractmethod
     def group_names(self) -> list[str]:

@@ -140,14 +140,13 @@ class LocalBackend(ConsoleBackend):
                  "brokerDatas": [{"cluster": "-", "brokerName": NAME, "brokerAddrs": {"0": str(self.root)}}]}
         return {"topic": topic, "queues": queues, "messages": sum(q["messages"] for q in queues), "route": route}
 
-    def topic_groups(self, topic: str, queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        ends = {q["queueId"]: q["max"] for q in queues}
-        rows = []
+    def committed_offsets(self, topic: str) -> dict[str, dict[tuple[str, int], int]]:
+        out = {}
         for key, committed in sorted(self._offsets().items()):
             t, _, group = key.partition("@")
             if t == topic:
-                rows.append({"group": group, "lag": sum(max(0, ends.get(q, o) - o) for q, o in committed.items())})
-        return rows
+                out[group] = {(NAME, q): o for q, o in committed.items()}
+        return out
 
     def group_names(self) -> list[str]:
         names = {key.partition("@")[2] for key in self._offsets() if "@" in key}

@@ -135,14 +135,17 @@ class WireBackend(ConsoleBackend):
                 out.setdefault(key, {})[name] = queues
         return out
 
-    def topic_groups(self, topic: str, queues: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        ends = {(q["brokerName"], q["queueId"]): q["max"] for q in queues}
-        rows = []
-        for (t, group), brokers in sorted(self._offsets().items()):
-            if t == topic:
-                lag = sum(max(0, ends.get((b, qid), o) - o) for b, queues in brokers.items() for qid, o in queues.items())
-                rows.append({"group": group, "lag": lag})
-        return rows
+    def committed_offsets(self, topic: str) -> dict[str, dict[tuple[str, int], int]]:
+        return {group: {(b, qid): o for b, queues in brokers.items() for qid, o in queues.items()}
+                for (t, group), brokers in sorted(self._offsets().items()) if t == topic}
+
+    def _named(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Messages found by key or id with the broker group that stores them (by store host)."""
+        info = self._call("the cluster", self.admin.cluster_info)
+        names = {addr: name for name, b in info.broker_addr_table.items() for addr in b.broker_addrs.values()}
+        for m in messages:
+            m["brokerName"] = m["brokerName"] or names.get(m.get("storeHost") or "")
+        return messages
 
     def group_names(self) -> list[str]:
         names = {group for _topic, group in self._offsets()}
@@ -202,7 +205,8 @@ class WireBackend(ConsoleBackend):
 
     def by_key(self, topic: str, key: str, count: int) -> list[dict[str, Any]]:
         self._route(topic)
-        return message_dicts(self._call(f"key {key!r} in {topic!r}", self.admin.query_by_key, topic, key, count))
+        return self._named(message_dicts(self._call(f"key {key!r} in {topic!r}", self.admin.query_by_key, topic, key,
+                                                    count)))
 
     def by_id(self, topic: str | None, msg_id: str) -> list[dict[str, Any]]:
         reasons = []
@@ -213,7 +217,7 @@ class WireBackend(ConsoleBackend):
                 self._route(topic)
                 table = self._call(f"msgId {msg_id}", self.admin.query_by_key, topic, msg_id, 1, unique=True)
                 if table.num_rows:
-                    return message_dicts(table.slice(0, 1))
+                    return self._named(message_dicts(table.slice(0, 1)))
                 reasons.append(f"no broker of topic {topic!r} indexes client msgId {msg_id}")
         try:
             addr, offset = parse_offset_msg_id(msg_id)
@@ -227,7 +231,7 @@ class WireBackend(ConsoleBackend):
                 reasons.append(f"as an offset msgId (commitlog offset {offset} of {addr}): {exc}")
             else:
                 if topic is None or (table.num_rows and table.column("topic")[0].as_py() == topic):
-                    return message_dicts(table.slice(0, 1))
+                    return self._named(message_dicts(table.slice(0, 1)))
                 reasons.append(f"as an offset msgId it is a message of topic {table.column('topic')[0].as_py()!r}")
         raise NotFound(f"no message with msgId {msg_id}: " + "; ".join(reasons))
 

@@ -64,6 +64,13 @@ def _q(request: web.Request, name: str) -> str | None:
     return v if v not in (None, "") else None
 
 
+def rates(points: list[list[float]]) -> list[list[float]]:
+    """Messages per second between consecutive samples of a count (a queue end going back,
+    a topic deleted and made again, counts as 0)."""
+    return [[t1, max(0.0, (v1 - v0) * 1000 / (t1 - t0))] for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False)
+            if t1 > t0]
+
+
 def paged(items: list[Any], request: web.Request, default_size: int = 50) -> dict[str, Any]:
     page = int_arg("page", _q(request, "page") or "1", 1, 1 << 31)
     size = int_arg("size", _q(request, "size") or str(default_size), 1, MAX_PAGE_SIZE)
@@ -103,6 +110,8 @@ async def topic_data(console: ConsoleApp, request: web.Request) -> dict[str, Any
     topic = topic_arg(request.match_info["topic"])
     data = await console.run(console.backend.topic, topic)
     data["kind"] = topic_kind(topic)
+    console.history.add(f"topic.{topic}", console.now_ms(), sum(q["max"] for q in data["queues"]))
+    data["series"] = {"rate": rates(console.history.series(f"topic.{topic}"))}
     if not request.path.startswith("/api/") or _q(request, "groups"):  # the page's refresh leaves them out
         data["consumers"] = await console.run(console.backend.topic_groups, topic, data["queues"])
     return data
@@ -165,6 +174,8 @@ async def _messages(console: ConsoleApp, request: web.Request) -> dict[str, Any]
 
 async def messages_data(console: ConsoleApp, request: web.Request) -> dict[str, Any]:
     out = await _messages(console, request)
+    if out["messages"]:
+        await console.run(console.backend.consumed_by, out["messages"])
     out["messages"] = public(out["messages"])
     return out
 

@@ -46,6 +46,7 @@ def test_pages_and_their_json_over_a_cluster(servers: Servers) -> None:  # noqa:
 
         topic = await (await client.get("/api/topics/T")).json()
         assert [(q["queueId"], q["min"], q["max"]) for q in topic["queues"]] == [(0, 0, 0), (1, 0, 3), (2, 0, 0), (3, 0, 0)]
+        assert topic["series"]["rate"] == []  # one sample: no rate yet
         assert topic["messages"] == 3 and topic["route"]["brokerDatas"][0]["brokerName"] == "broker-a"
         assert "consumers" not in topic  # the refresh leaves the groups out; the page has them
         page = await (await client.get("/topics/T")).text()
@@ -72,6 +73,9 @@ def test_pages_and_their_json_over_a_cluster(servers: Servers) -> None:  # noqa:
         for msg_id in (sent[0].offset_msg_id, sent[0].msg_id):  # the broker's id and the client's
             got = await (await client.get("/api/messages", params={"topic": "T", "msgId": msg_id})).json()
             assert [m["bodyText"] for m in got["messages"]] == ['{"i": 0}'], msg_id
+            assert got["messages"][0]["brokerName"] == "broker-a"
+            assert got["messages"][0]["consumedBy"] == [{"group": "CG_C", "consumed": True}]  # CG_C committed 1
+        assert [m["consumedBy"] for m in by_key["messages"]] == [[{"group": "CG_C", "consumed": False}]]
         page = await (await client.get("/messages", params={"topic": "T", "msgId": sent[0].msg_id})).text()
         assert "k0" in page and "UNIQ_KEY" in page
 
@@ -85,6 +89,14 @@ def test_pages_and_their_json_over_a_cluster(servers: Servers) -> None:  # noqa:
 
         res = await client.get("/dlq", params={"group": "CG_C"})
         assert res.status == 404 and "%DLQ%CG_C" in await res.text()  # no dead letters: no such topic
+
+        with Producer("PG", servers.namesrv) as producer, Admin(servers.namesrv) as admin:
+            for _ in range(2):
+                producer.send("T", b"more", queue_id=2)
+            eventually(lambda: admin.max_offset("broker-a", "T", 2) >= 2, "the messages dispatched")
+        again = await (await client.get("/api/topics/T")).json()
+        # every answer a sample (the console's sampling is off here): the last rate saw the 2 messages
+        assert again["series"]["rate"][-1][1] > 0 and again["messages"] == 5
 
     with_console(servers.namesrv, body)
 

@@ -59,6 +59,9 @@ def test_local_store_pages(tmp_path: Path) -> None:
         assert group["totalLag"] == 2 and group["offsets"][0]["committed"] == 1
         browse = await (await client.get("/api/messages", params={"topic": "L", "queue": "0", "offset": "1"})).json()
         assert [m["bodyText"] for m in browse["messages"]] == ['{"n": 2}', '{"n": 4}'] and browse["nextOffset"] == 3
+        assert browse["messages"][0]["consumedBy"] == [{"group": "CG_L", "consumed": False}]  # CG_L is at 1
+        first = await (await client.get("/api/messages", params={"topic": "L", "queue": "0", "count": "1"})).json()
+        assert first["messages"][0]["consumedBy"] == [{"group": "CG_L", "consumed": True}]
         by_key = await (await client.get("/api/messages", params={"topic": "L", "key": "lk3"})).json()
         assert [m["bodyText"] for m in by_key["messages"]] == ['{"n": 3}']
         by_id = await (await client.get("/api/messages", params={"msgId": puts[1].msg_id})).json()

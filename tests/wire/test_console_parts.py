@@ -22,7 +22,7 @@ from rmqnet.console.backend import (
     topic_arg,
 )
 from rmqnet.console.history import MAX_SERIES, History
-from rmqnet.console.pages import topic_kind
+from rmqnet.console.pages import rates, topic_kind
 
 
 def test_values_are_checked_naming_them() -> None:
@@ -53,6 +53,11 @@ def test_topic_kinds() -> None:
     assert [topic_kind(t) for t in ("orders", "%RETRY%g", "%DLQ%g", "TBW102", "rmq_sys_wheel_timer",
                                      "RMQ_SYS_TRANS_HALF_TOPIC", "SCHEDULE_TOPIC_XXXX")] == [
         "normal", "retry", "dlq", "system", "system", "system", "system"]
+
+
+def test_rates_from_counts() -> None:
+    assert rates([[0, 10], [2000, 30], [2000, 31], [4000, 5]]) == [[2000, 10.0], [4000, 0.0]]
+    assert rates([[0, 1]]) == []
 
 
 def test_history_is_bounded() -> None:
