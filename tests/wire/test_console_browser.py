@@ -3,8 +3,8 @@
 and 2,000 topics. Each page is opened and a screenshot of it written under the test's folder
 (``screens/``); a topic is found among the 2,000 by the search form, messages are opened by key
 and by both msgIds and their body shown as hex, a group's lag falls on the open page after a
-consumer commits (the page's refresh, no reload), and a reset of offsets is done through the
-form with ``--admin`` and refused without it."""
+consumer commits (the page's refresh, no reload), a reset of offsets is done through the form
+with ``--admin`` and refused without it, and a dead letter chosen on its page is re-sent."""
 
 from __future__ import annotations
 
@@ -47,6 +47,10 @@ def test_every_page_in_chromium(servers: Servers, tmp_path: Path) -> None:  # no
                               queue_id=1) for i in range(3)]
         eventually(lambda: admin.max_offset("broker-a", "T", 1) >= 3, "the messages dispatched")
         admin.update_offset(servers.broker, "CG_B", "T", 1, 0)
+        with PullConsumer("CG_DEAD", servers.namesrv) as failing:  # two dead letters of another group
+            for row in failing.pull("T", 1, 0, 2, broker_name="broker-a").rows:
+                failing.send_back(row, -1)
+        eventually(lambda: "%DLQ%CG_DEAD" in admin.topic_list(), "the dead letters' topic routed")
         topics = len(admin.topic_list())
     backend = WireBackend(servers.namesrv)
     served = ServedConsole(ConsoleApp(backend, admin=True, sample_s=0.5))
@@ -114,21 +118,29 @@ def test_every_page_in_chromium(servers: Servers, tmp_path: Path) -> None:  # no
             assert _text(driver, "#total-lag") == "2"
 
             driver.get(served.url + "/dlq?group=CG_B")
-            shot("dead-letters")  # (no dead letters: the page says the %DLQ% topic is not there)
-            assert "%DLQ%CG_B" in driver.page_source
+            assert "%DLQ%CG_B" in _text(driver, "#error")  # (no dead letters: the page says there is no such topic)
+            driver.get(served.url + "/dlq?group=CG_DEAD")
+            assert len(driver.find_elements(By.CSS_SELECTOR, "tr.message")) == 2 and "→ T" in _text(driver, "#resend")
+            shot("dead-letters")
+            driver.find_elements(By.CSS_SELECTOR, "#resend input[name=msgId]")[0].click()
+            driver.find_element(By.CSS_SELECTOR, "#resend button").submit()
+            _wait(driver, lambda d: _alert(d), "the re-send's confirmation").accept()
+            _wait(driver, lambda d: d.find_elements(By.ID, "done"), "the re-send done")
+            assert "1 of 1 dead letter(s) of CG_DEAD re-sent" in _text(driver, "#done")
 
         read_only = ServedConsole(ConsoleApp(backend, admin=False, sample_s=0))
         try:
             with chromium() as driver:
                 driver.get(read_only.url + "/groups/CG_B")
                 assert not driver.find_elements(By.CSS_SELECTOR, "form.admin-form") and "read-only" in driver.page_source
+                lag = _text(driver, "#total-lag")
                 status = driver.execute_async_script(
                     "const done = arguments[0]; const f = new FormData(); f.append('topic', 'T'); f.append('offset', '0');"
                     "fetch('/admin/groups/CG_B/reset', {method: 'POST', body: f}).then(r => r.text().then("
                     "t => done([r.status, t])));")
                 assert status[0] == 403 and "start it with --admin" in status[1]
                 driver.get(read_only.url + "/groups/CG_B")
-                assert _text(driver, "#total-lag") == "2"  # unchanged
+                assert _text(driver, "#total-lag") == lag  # unchanged
                 shot_path = screens / "read-only-group.png"
                 assert driver.save_screenshot(str(shot_path))
         finally:
