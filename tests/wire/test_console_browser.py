@@ -1,6 +1,6 @@
 """The console in a real browser (issue 46): Debian's Chromium, headless under chromium-driver
-(tests/wire/browser.py; `make browser`), against a name server and a broker holding messages
-and 2,000 topics. Each page is opened and a screenshot of it written under the test's folder
+(tests/wire/browser.py; `make browser`), against a name server and two brokers holding
+messages (topic ``T`` on both) and 2,000 topics. Each page is opened and a screenshot of it written under the test's folder
 (``screens/``); a topic is found among the 2,000 by the search form, messages are opened by key
 and by both msgIds and their body shown as hex, a group's lag falls on the open page after a
 consumer commits (the page's refresh, no reload), a reset of offsets is done through the form
@@ -12,14 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from rmqnet.client import Admin, Producer, PullConsumer
 from rmqnet.console import ConsoleApp, WireBackend
 
 from .browser import GUARD_S, ServedConsole, chromium
-from .console_support import eventually
-from .test_broker_pull_over_the_wire import Servers, servers  # noqa: F401  (the fixture)
+from .console_support import Cluster, cluster, eventually
 
 TOPICS = {f"TOPIC_{i:04d}": 1 for i in range(2000)}
 
@@ -36,17 +33,24 @@ def _text(driver: Any, css: str) -> str:
     return str(driver.find_element(By.CSS_SELECTOR, css).text)
 
 
-@pytest.mark.parametrize("servers", [TOPICS], indirect=True, ids=["2000-topics"])
-def test_every_page_in_chromium(servers: Servers, tmp_path: Path) -> None:  # noqa: F811
+def test_every_page_in_chromium(tmp_path: Path) -> None:
+    with cluster(tmp_path, {"broker-a": {"T": 4, **TOPICS}, "broker-b": {"T": 4}}) as servers:
+        _every_page(servers, tmp_path)
+
+
+def _every_page(servers: Cluster, tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
 
     screens = tmp_path / "screens"
     screens.mkdir()
+    broker_a = servers.brokers["broker-a"]
     with Producer("PG", servers.namesrv) as producer, Admin(servers.namesrv) as admin:
         sent = [producer.send("T", json.dumps({"order": i, "item": "book"}).encode(), tags="TB", keys=[f"order-{i}"],
-                              queue_id=1) for i in range(3)]
-        eventually(lambda: admin.max_offset("broker-a", "T", 1) >= 3, "the messages dispatched")
-        admin.update_offset(servers.broker, "CG_B", "T", 1, 0)
+                              queue_id=1, broker_name="broker-a") for i in range(3)]
+        producer.send("T", b"on b", queue_id=0, broker_name="broker-b")
+        eventually(lambda: admin.max_offset("broker-a", "T", 1) >= 3 and admin.max_offset("broker-b", "T", 0) >= 1,
+                   "the messages dispatched")
+        admin.update_offset(broker_a, "CG_B", "T", 1, 0)
         with PullConsumer("CG_DEAD", servers.namesrv) as failing:  # two dead letters of another group
             for row in failing.pull("T", 1, 0, 2, broker_name="broker-a").rows:
                 failing.send_back(row, -1)
@@ -63,7 +67,8 @@ def test_every_page_in_chromium(servers: Servers, tmp_path: Path) -> None:  # no
             _wait(driver, lambda d: _text(d, "#live").startswith("live"), "the cluster page refreshed itself")
             _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg[data-series='series.in'] polyline"),
                   "the rate chart drawn from two samples")
-            assert "broker-a" in _text(driver, "#brokers") and servers.broker in _text(driver, "#brokers")
+            assert all(name in _text(driver, "#brokers") and addr in _text(driver, "#brokers")
+                       for name, addr in servers.brokers.items())
             shot("cluster")
 
             driver.get(served.url + "/topics")
@@ -77,7 +82,7 @@ def test_every_page_in_chromium(servers: Servers, tmp_path: Path) -> None:  # no
             driver.find_element(By.LINK_TEXT, "TOPIC_1234").click()
             _wait(driver, lambda d: _text(d, "#topic-name") == "TOPIC_1234", "the topic page")
             driver.get(served.url + "/topics/T")
-            assert "CG_B" in _text(driver, "#consumers") and "broker-a" in _text(driver, "#queues")
+            assert "CG_B" in _text(driver, "#consumers") and len(driver.find_elements(By.CSS_SELECTOR, "#queues tbody tr")) == 8
             shot("topic")
 
             driver.get(served.url + "/messages?topic=T&key=order-1")
@@ -94,6 +99,8 @@ def test_every_page_in_chromium(servers: Servers, tmp_path: Path) -> None:  # no
                 assert "order-2" in _text(driver, "table.messages"), msg_id
             shot("message-by-id")
             driver.get(served.url + "/messages?topic=T&queue=1&count=2")
+            assert "on broker(s) broker-a, broker-b" in _text(driver, "#error")  # queue 1 is on both: name one
+            driver.get(served.url + "/messages?topic=T&broker=broker-a&queue=1&count=2")
             assert len(driver.find_elements(By.CSS_SELECTOR, "tr.message")) == 2
             driver.find_element(By.CSS_SELECTOR, "a[rel=next]").click()
             _wait(driver, lambda d: "offset=2" in d.current_url, "the next page")
@@ -112,7 +119,7 @@ def test_every_page_in_chromium(servers: Servers, tmp_path: Path) -> None:  # no
             driver.find_element(By.CSS_SELECTOR, "form[action$='/reset'] button").submit()
             _wait(driver, lambda d: _alert(d), "the reset's confirmation").accept()
             _wait(driver, lambda d: d.find_elements(By.ID, "done"), "the reset done")
-            assert "reset to offset 1 on" in _text(driver, "#done")
+            assert "reset to offset 1 on 8 queues" in _text(driver, "#done")  # (both brokers' queues of T)
             shot("reset-done")
             driver.get(served.url + "/groups/CG_B")
             assert _text(driver, "#total-lag") == "2"
