@@ -19,6 +19,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
+from rmqlog import StoreError
 from rmqlog.values import arg_type, parse_addresses, parse_host_port, parse_number
 
 from .console import ConsoleApp, ConsoleBackend, WireBackend, serve
@@ -68,7 +69,7 @@ def main(argv: Sequence[str]) -> int:
     except (ValueError, CredentialsError) as exc:
         print(f"rmqlog console: {exc}", file=sys.stderr)
         return USAGE
-    except Exception as exc:  # noqa: BLE001  (the store's errors: StoreError and OSError, said in one line)
+    except (StoreError, OSError) as exc:  # (no store there, a store that cannot be opened read-only)
         print(f"rmqlog console: cannot open {args.path}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return CANNOT
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
