@@ -12,7 +12,6 @@ console's clock, and the history the charts draw (:mod:`.history`), sampled ever
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -47,7 +46,6 @@ class ConsoleApp:
         self.templates = jinja2.Environment(
             loader=jinja2.PackageLoader("rmqnet.console", "templates"), autoescape=True,
             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-        self.templates.filters["tojson_compact"] = lambda v: json.dumps(v, separators=(",", ":"))
         self.templates.globals.update(urlencode=urlencode, refresh_ms=REFRESH_MS)
 
     def now_ms(self) -> int:
