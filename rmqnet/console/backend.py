@@ -11,6 +11,7 @@ answers plain values (dicts, lists, strings, numbers) that serialise to JSON as 
 from __future__ import annotations
 
 import datetime as dt
+import heapq
 import json
 from abc import ABC, abstractmethod
 from typing import Any
@@ -173,6 +174,14 @@ def jsonl_line(row: dict[str, Any], body: bytes | None) -> str:
     return json.dumps(out, ensure_ascii=False)
 
 
+#: where a page of messages by time ends: (store time ms, broker name, queue id, queue offset)
+Cursor = tuple[int, str, int, int]
+
+
+def time_key(m: dict[str, Any]) -> Cursor:
+    return (m["_store_ms"], m["brokerName"] or "", m["queueId"], m["queueOffset"])
+
+
 class ConsoleBackend(ABC):
     """The questions of the console's pages; the two answers are the wire (name server and
     brokers, :class:`~rmqnet.console.backend_wire.WireBackend`) and a store opened read-only.
@@ -243,9 +252,40 @@ class ConsoleBackend(ABC):
         :class:`NotFound` naming why when there is none."""
 
     @abstractmethod
-    def by_time(self, topic: str, begin_ms: int, end_ms: int, count: int) -> list[dict[str, Any]]:
-        """Up to ``count`` messages of ``topic`` stored in ``[begin_ms, end_ms]``, oldest first:
-        each queue read from its first message at or after ``begin_ms``."""
+    def time_queues(self, topic: str) -> list[tuple[str, int]]:
+        """Every readable queue of ``topic`` as (broker name, queue id), for reads by time."""
+
+    @abstractmethod
+    def offset_at(self, topic: str, broker: str, queue: int, ms: int) -> int:
+        """The queue's first offset stored at or after ``ms``."""
+
+    @abstractmethod
+    def read(self, topic: str, broker: str, queue: int, offset: int, count: int) -> list[dict[str, Any]]:
+        """Up to ``count`` messages of the queue from ``offset`` (:func:`message_dicts`)."""
+
+    def by_time(self, topic: str, begin_ms: int, end_ms: int, count: int,
+                after: Cursor | None = None) -> list[dict[str, Any]]:
+        """Up to ``count`` messages of ``topic`` stored in ``[begin_ms, end_ms]`` in the order
+        of :func:`time_key` (store time, then broker, queue, offset), each queue read from its
+        first message at the page's start: ``count`` at most from each, never more. ``after``:
+        the last message of the previous page (:func:`time_key`); this page holds the ones
+        past it, exactly (a queue ordered before the cursor's starts past its time, since its
+        messages of that time all came before; the cursor's own queue past its offset)."""
+        lo = max(begin_ms, after[0]) if after is not None else begin_ms
+        found: list[dict[str, Any]] = []
+        for broker, queue in self.time_queues(topic):
+            if after is None or (broker, queue) > (after[1], after[2]):
+                start = self.offset_at(topic, broker, queue, lo)
+            elif (broker, queue) == (after[1], after[2]):
+                start = max(self.offset_at(topic, broker, queue, lo), after[3] + 1)
+            else:
+                start = self.offset_at(topic, broker, queue, lo + 1)
+            for m in self.read(topic, broker, queue, start, count):
+                if m["_store_ms"] > end_ms:
+                    break
+                if m["_store_ms"] >= lo and (after is None or time_key(m) > after):
+                    found.append(m)
+        return heapq.nsmallest(count, found, key=time_key)
 
     # ---- admin (the app refuses these unless the console was started with --admin) ----
 

@@ -195,8 +195,12 @@ class LocalBackend(ConsoleBackend):
             raise NotFound(f"no message with msgId {msg_id} in the store" + (f"'s topic {topic!r}" if topic else ""))
         return message_dicts(pa.Table.from_pylist([row], schema=MESSAGE_SCHEMA), NAME)
 
-    def by_time(self, topic: str, begin_ms: int, end_ms: int, count: int) -> list[dict[str, Any]]:
-        self._queues_of(topic)
-        table = self._call(f"{topic} by time", self.store.query_by_time, begin_ms, end_ms, topics=[topic],
-                           max_count=count)
-        return message_dicts(table, NAME)
+    def time_queues(self, topic: str) -> list[tuple[str, int]]:
+        return [(NAME, q) for q in range(self._queues_of(topic))]
+
+    def offset_at(self, topic: str, broker: str, queue: int, ms: int) -> int:
+        return self._call(f"{topic}/{queue}", self.store.offset_for_timestamp, topic, queue, ms)
+
+    def read(self, topic: str, broker: str, queue: int, offset: int, count: int) -> list[dict[str, Any]]:
+        res = self._call(f"{topic}/{queue}", self.store.get_messages, CONSOLE_GROUP, topic, queue, offset, count)
+        return message_dicts(res.messages, NAME)

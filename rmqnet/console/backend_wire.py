@@ -14,7 +14,6 @@ subscription groups (201) and offset tables (43). No call reads more than a page
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -235,21 +234,17 @@ class WireBackend(ConsoleBackend):
                 reasons.append(f"as an offset msgId it is a message of topic {table.column('topic')[0].as_py()!r}")
         raise NotFound(f"no message with msgId {msg_id}: " + "; ".join(reasons))
 
-    def by_time(self, topic: str, begin_ms: int, end_ms: int, count: int) -> list[dict[str, Any]]:
+    def time_queues(self, topic: str) -> list[tuple[str, int]]:
         route = self._route(topic)
-        found: list[dict[str, Any]] = []
-        for broker in sorted(set(self._brokers_of(route, topic))):
-            nums = max(q.read_queue_nums for q in route.queue_datas if q.broker_name == broker)
-            for qid in range(nums):
-                start = self._call(f"{topic}/{broker}/{qid}", self.admin.search_offset, broker, topic, qid, begin_ms)
-                res = self._call(f"{topic}/{broker}/{qid}", self._pull().pull, topic, qid, start, count,
-                                 broker_name=broker)
-                for m in message_dicts(res.messages, broker):
-                    if begin_ms <= m["_store_ms"] <= end_ms:
-                        found.append(m)
-        page = heapq.nsmallest(count, found, key=lambda m: (m["_store_ms"], m["brokerName"], m["queueId"],
-                                                            m["queueOffset"]))
-        return page
+        return [(b, qid) for b in sorted(set(self._brokers_of(route, topic)))
+                for qid in range(max(q.read_queue_nums for q in route.queue_datas if q.broker_name == b))]
+
+    def offset_at(self, topic: str, broker: str, queue: int, ms: int) -> int:
+        return self._call(f"{topic}/{broker}/{queue}", self.admin.search_offset, broker, topic, queue, ms)
+
+    def read(self, topic: str, broker: str, queue: int, offset: int, count: int) -> list[dict[str, Any]]:
+        res = self._call(f"{topic}/{broker}/{queue}", self._pull().pull, topic, queue, offset, count, broker_name=broker)
+        return message_dicts(res.messages, broker)
 
     # ---- admin ------------------------------------------------------------------------
 

@@ -31,6 +31,7 @@ from .backend import (
     MAX_MESSAGES,
     MAX_PAGE_SIZE,
     BadRequest,
+    Cursor,
     NotFound,
     group_arg,
     int_arg,
@@ -38,6 +39,7 @@ from .backend import (
     public,
     text_arg,
     time_arg,
+    time_key,
     topic_arg,
 )
 
@@ -167,9 +169,24 @@ async def _messages(console: ConsoleApp, request: web.Request) -> dict[str, Any]
         hi = time_arg("end", end) if end is not None else (1 << 63) - 1
         if lo > hi:
             raise BadRequest("begin: after end")
+        after = _cursor(v) if (v := _q(request, "after")) is not None else None
         out.update(mode="time", begin=begin, end=end)
-        out["messages"] = await console.run(b.by_time, topic, lo, hi, count)
+        out["messages"] = await console.run(b.by_time, topic, lo, hi, count, after)
+        if len(out["messages"]) == count:
+            last = time_key(out["messages"][-1])
+            nxt = {"topic": topic, "begin": begin or "", "end": end or "", "count": count,
+                   "after": f"{last[0]},{last[2]},{last[3]},{last[1]}"}
+            out["next"] = "/messages?" + urlencode({k: v for k, v in nxt.items() if v != ""})
     return out
+
+
+def _cursor(text: str) -> Cursor:
+    """``after``: ``MS,QUEUE,OFFSET,BROKER`` (the broker last: its name may hold a comma)."""
+    parts = text.split(",", 3)
+    if len(parts) != 4 or not parts[3]:
+        raise BadRequest(f"after: MS,QUEUE,OFFSET,BROKER, got {text[:80]!r}")
+    return (int_arg("after", parts[0], 0, (1 << 63) - 1), text_arg("after", parts[3], 255),
+            int_arg("after", parts[1], 0, 65535), int_arg("after", parts[2], 0, (1 << 63) - 1))
 
 
 async def messages_data(console: ConsoleApp, request: web.Request) -> dict[str, Any]:

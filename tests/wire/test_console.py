@@ -81,6 +81,8 @@ def test_pages_and_their_json_over_a_cluster(servers: Servers) -> None:  # noqa:
 
         by_time = await (await client.get("/api/messages", params={"topic": "T", "begin": "0", "count": "2"})).json()
         assert [m["bodyText"] for m in by_time["messages"]] == ['{"i": 0}', '{"i": 1}']
+        rest = await (await client.get(by_time["next"].replace("/messages", "/api/messages", 1))).json()
+        assert [m["bodyText"] for m in rest["messages"]] == ['{"i": 2}'] and "next" not in rest  # the last page
 
         res = await client.get("/messages.jsonl", params={"topic": "T", "queue": "1"})
         lines = [json.loads(line) for line in (await res.text()).splitlines()]
@@ -107,7 +109,7 @@ def test_bad_input_and_what_is_not_there_are_pages_not_tracebacks(servers: Serve
                  ("/messages?topic=T&queue=1&count=101", 400, "count"),
                  ("/messages?topic=T&queue=-1", 400, "queue"), ("/messages?topic=T&queue=9", 400, "queue 9"),
                  ("/messages?topic=T&key=nokey", 404, "nokey"), ("/messages?topic=T&msgId=zz", 400, "not a message id"),
-                 ("/messages?topic=T&begin=yesterday", 400, "begin"), ("/topics?size=201", 400, "size"),
+                 ("/messages?topic=T&begin=yesterday", 400, "begin"), ("/messages?topic=T&begin=0&after=1,2", 400, "after"), ("/topics?size=201", 400, "size"),
                  ("/topics?kind=odd", 400, "kind"), ("/groups/NOGROUP", 404, "NOGROUP"),
                  ("/messages?key=k", 400, "topic")]
         for url, status, words in cases:
