@@ -14,6 +14,7 @@ subscription groups (201) and offset tables (43). No call reads more than a page
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -75,6 +76,7 @@ class WireBackend(ConsoleBackend):
         self._keys = keys
         self._consumer: PullConsumer | None = None
         self._producer: Producer | None = None
+        self._made = threading.Lock()  # the pages' calls come from worker threads: one client each
 
     def close(self) -> None:
         for c in (self._consumer, self._producer):
@@ -83,9 +85,16 @@ class WireBackend(ConsoleBackend):
         self.admin.close()
 
     def _pull(self) -> PullConsumer:
-        if self._consumer is None:
-            self._consumer = PullConsumer(CONSOLE_GROUP, self.namesrv, **self._keys)
-        return self._consumer
+        with self._made:
+            if self._consumer is None:
+                self._consumer = PullConsumer(CONSOLE_GROUP, self.namesrv, **self._keys)
+            return self._consumer
+
+    def _send(self) -> Producer:
+        with self._made:
+            if self._producer is None:
+                self._producer = Producer(CONSOLE_GROUP, self.namesrv, **self._keys)
+            return self._producer
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kw: Any) -> T:
         with _answers(what):
@@ -266,9 +275,7 @@ class WireBackend(ConsoleBackend):
         return done
 
     def send_test(self, topic: str, body: bytes, tags: str | None, keys: str | None) -> dict[str, Any]:
-        if self._producer is None:
-            self._producer = Producer(CONSOLE_GROUP, self.namesrv, **self._keys)
-        res = self._call(f"sending to {topic!r}", self._producer.send, topic, body, tags=tags, keys=keys)
+        res = self._call(f"sending to {topic!r}", self._send().send, topic, body, tags=tags, keys=keys)
         return {"status": res.status, "msgId": res.msg_id, "offsetMsgId": res.offset_msg_id,
                 "brokerName": res.broker_name, "queueId": res.queue_id, "queueOffset": res.queue_offset}
 
@@ -316,9 +323,7 @@ class WireBackend(ConsoleBackend):
             else:
                 kept = {k: v for k, v in props.items() if k not in RESEND_DROPPED and not k.startswith("RMQLOG_")}
                 kept.setdefault("ORIGIN_MESSAGE_ID", msg_id)
-                if self._producer is None:
-                    self._producer = Producer(CONSOLE_GROUP, self.namesrv, **self._keys)
-                res = self._call(f"re-sending {msg_id} to {origin!r}", self._producer.send, origin, row["body"],
+                res = self._call(f"re-sending {msg_id} to {origin!r}", self._send().send, origin, row["body"],
                                  tags=row.get("tags"), keys=row.get("keys") or None, properties=kept,
                                  flag=row.get("flag") or 0)
                 out.append({"msgId": msg_id, "topic": origin, "newMsgId": res.msg_id, "status": res.status})
