@@ -6,7 +6,7 @@ EXTRAS := dev,notebook,connect
 VENV := .venv
 STAMP := $(VENV)/.installed
 
-.PHONY: quickstart test clients prometheus lint bench bench-spark clean protos FORCE
+.PHONY: quickstart test clients prometheus browser lint bench bench-spark clean protos FORCE
 
 # The install is editable in setuptools' strict mode: the venv's site-packages holds a static
 # path to a tree of links to the sources (build/__editable__.*), so the package `rmqlog`
@@ -14,7 +14,8 @@ STAMP := $(VENV)/.installed
 # working directory cannot shadow it (the default mode's import hook runs after such folders
 # are found). Edits are live; an added or removed module needs a reinstall, hence SOURCES.
 SOURCES := $(VENV)/.sources
-MODULES := $(sort $(shell find store spark_rmq rmqnet -name '*.py' -o -name '*.c' -o -name py.typed))
+MODULES := $(sort $(shell find store spark_rmq rmqnet -name '*.py' -o -name '*.c' -o -name py.typed) \
+             $(wildcard rmqnet/console/templates/* rmqnet/console/static/*))
 
 $(SOURCES): FORCE
 	@mkdir -p $(VENV)
@@ -79,12 +80,22 @@ $(PROMETHEUS_BIN):
 
 prometheus: $(PROMETHEUS_BIN)
 
+# Debian's Chromium and its WebDriver, which tests/wire/test_console_browser.py drives headless
+# through selenium (it fails, not skips, without them): the distribution's packages, as root
+CHROMEDRIVER_BIN := /usr/bin/chromedriver
+
+$(CHROMEDRIVER_BIN):
+	apt-get update
+	DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver
+
+browser: $(CHROMEDRIVER_BIN)
+
 quickstart: $(STAMP)
 	$(VENV)/bin/python jobs/quickstart.py
 
 # two workers (pytest-xdist): the tests that use the shared SparkSession form one group
 # (tests/conftest.py), so one worker runs them all with one JVM while the other runs the rest
-test: $(STAMP) clients prometheus
+test: $(STAMP) clients prometheus browser
 	$(VENV)/bin/python -m pytest -q -n 2 --dist loadgroup
 
 lint: $(STAMP)

@@ -13,6 +13,8 @@ to the store's command (:func:`rmqlog.admin.cli.main`) unchanged.
                                               a POP group's messages in flight (rmqnet.wire_reading)
     rmqlog broker-status --namesrv ADDRS      every broker: role, address, version, disk, in/out per s, HA lag
                                               (rmqnet.wire_status)
+    rmqlog console (--namesrv ADDRS | --path ROOT) [--listen HOST:PORT] [--admin]
+                                              the web console (rmqnet.wire_console, docs/console.md)
     rmqlog <any other command> ...            the store's commands (info, read, lag...)
 
 The store never imports the network package, so the network commands enter here and the
@@ -58,6 +60,7 @@ NETWORK_HELP = (
     ("group-create", "create or update a subscription group on a broker (mqadmin updateSubGroup -b)"),
     ("group-delete", "delete a subscription group on a broker, --remove-offset its offsets too"),
     ("pop-status", "a POP group's messages of a topic in flight: handed out, not acked (--namesrv)"),
+    ("console", "the web console over a cluster (--namesrv) or a store (--path), read-only unless --admin"),
 )
 
 
@@ -178,6 +181,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .wire_status import main as status_main
 
         return status_main(args)
+    if args and args[0] == "console":
+        from .wire_console import main as console_main
+
+        return console_main(args)
     if args and args[0] in WIRE_ADMIN:
         from .wire_admin import main as admin_main
 

@@ -1,13 +1,7 @@
-"""``rmqlog broker-status --namesrv HOST:PORT``: what a console's cluster page shows, for a
-terminal (rocketmq-dashboard's Cluster page; ``mqadmin clusterList``).
-
-The name server's cluster info (106) gives every broker group and its addresses; each broker
-is asked its runtime figures (GET_BROKER_RUNTIME_INFO, 28). One row per broker: cluster,
-broker group, id and role (``brokerRole`` when the broker reports it, else master for id 0
-and slave for the others), address, version, disk use (``commitLogDiskRatio``), messages
-in and out per second over the last 10 s (``putTps``, ``getTransferedTps``), and the HA lag:
-for a slave, its master's ``commitLogMaxOffset`` minus its own (bytes); for a master, the
-largest of its slaves'.
+"""``rmqlog broker-status --namesrv HOST:PORT``: what the console's cluster page shows, for a
+terminal (rocketmq-dashboard's Cluster page; ``mqadmin clusterList``): the rows of
+:func:`rmqnet.client.cluster_status.cluster_status` (one per broker: cluster, broker group,
+id, role, address, version, disk use, messages in and out per second, HA lag).
 
 Output follows the other commands: text by default (one line per broker, then a total),
 ``--json`` one object (``namesrv``, ``brokers``: one object per broker with camelCase keys,
@@ -25,6 +19,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .client import Admin, ClientError
+from .client.cluster_status import cluster_status
 
 OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
 COMMANDS = ("broker-status",)
@@ -38,72 +33,6 @@ def _parser() -> argparse.ArgumentParser:
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     ap.add_argument("--timeout", type=float, default=3.0, metavar="S", help="seconds per request (default 3)")
     return ap
-
-
-def _rate(text: str | None) -> float:
-    """The first of a ``putTps``-style figure (``"10s 1min 10min"``), 0.0 when absent."""
-    try:
-        return float((text or "0").split()[0])
-    except (ValueError, IndexError):
-        return 0.0
-
-
-def _int(text: str | None) -> int | None:
-    try:
-        return int(text) if text is not None else None
-    except ValueError:
-        return None
-
-
-def status(admin: Admin, namesrv: str) -> dict[str, Any]:
-    """The cluster as one object (see the module docstring); ``ClientError``/``OSError`` when
-    the name server cannot be asked."""
-    info = admin.cluster_info()
-    cluster_of = {name: cluster for cluster, names in info.cluster_addr_table.items() for name in names}
-    rows: list[dict[str, Any]] = []
-    for name, data in sorted(info.broker_addr_table.items()):
-        for broker_id, addr in sorted(data.broker_addrs.items()):
-            row: dict[str, Any] = {"cluster": cluster_of.get(name, data.cluster), "brokerName": name,
-                                   "brokerId": broker_id, "address": addr}
-            try:
-                kv = admin.runtime_info(addr)
-            except (ClientError, OSError) as exc:
-                row.update(role="MASTER" if broker_id == 0 else "SLAVE", error=f"{type(exc).__name__}: {exc}")
-                rows.append(row)
-                continue
-            ratio = float(kv.get("commitLogDiskRatio", "-1") or -1)
-            row.update(role=kv.get("brokerRole") or ("MASTER" if broker_id == 0 else "SLAVE"),
-                       version=kv.get("brokerVersionDesc"), diskUsedRatio=ratio if ratio >= 0 else None,
-                       inTps=_rate(kv.get("putTps")), outTps=_rate(kv.get("getTransferedTps")),
-                       commitLogMaxOffset=_int(kv.get("commitLogMaxOffset")),
-                       msgPutTotalTodayNow=_int(kv.get("msgPutTotalTodayNow")), runtime=kv.get("runtime"))
-            rows.append(row)
-    _ha_lag(rows)
-    answered = [r for r in rows if "error" not in r]
-    totals = {"brokers": len(rows), "unreachable": len(rows) - len(answered),
-              "inTps": round(sum(r["inTps"] for r in answered), 2), "outTps": round(sum(r["outTps"] for r in answered), 2)}
-    return {"namesrv": namesrv, "brokers": rows, "totals": totals}
-
-
-def _ha_lag(rows: list[dict[str, Any]]) -> None:
-    """``haLagBytes`` of every row: a slave's behind its master, a master's largest slave's;
-    None when a side did not answer or the group has no master or no slave."""
-    by_group: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for r in rows:
-        by_group.setdefault((r["cluster"], r["brokerName"]), []).append(r)
-    for group in by_group.values():
-        master = next((r for r in group if r["brokerId"] == 0), None)
-        top = master.get("commitLogMaxOffset") if master is not None else None
-        lags = []
-        for r in group:
-            if r["brokerId"] == 0:
-                continue
-            own = r.get("commitLogMaxOffset")
-            r["haLagBytes"] = max(0, top - own) if top is not None and own is not None else None
-            if r["haLagBytes"] is not None:
-                lags.append(r["haLagBytes"])
-        if master is not None:
-            master["haLagBytes"] = max(lags) if lags else None
 
 
 def _human(n: float | None) -> str:
@@ -146,7 +75,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"rmqlog: --namesrv: {exc}", file=sys.stderr)
         return USAGE
     try:
-        obj = status(admin, args.namesrv)
+        obj = cluster_status(admin, args.namesrv)
     except (ClientError, OSError) as exc:
         print(f"rmqlog: the name server at {args.namesrv} cannot be asked: {type(exc).__name__}: {exc}", file=sys.stderr)
         return CANNOT

@@ -39,7 +39,7 @@ def _run_json(job: str, root: Path, *args: str) -> subprocess.CompletedProcess[s
 
 
 def test_every_bench_job_is_on_the_harness() -> None:
-    assert len(BENCH_JOBS) == 17, BENCH_JOBS
+    assert len(BENCH_JOBS) == 18, BENCH_JOBS
     for job in BENCH_JOBS:
         assert "from harness import Bench" in (JOBS / f"{job}.py").read_text(), job
 
@@ -65,6 +65,8 @@ def test_bench_job_takes_the_shared_flags(job: str, tmp_path: Path) -> None:
     ("bench_transactions", ["--messages", "400"], ["END_TRANSACTION commits", "half messages sent"]),
     ("bench_metrics", ["--requests", "300", "--groups", "5", "--forms", "thread"],
      ["sends, 64 in flight, a scrape every 1 s (thread)", "broker CPU per send, a scrape every 1 s (thread)"]),
+    ("bench_console", ["--topics", "50", "--groups", "5", "--messages", "200"],
+     ["server time of /cluster", "server time of /topics/BENCH", "server time of /groups/GROUP_0001"]),
 ])
 def test_bench_job_prints_a_json_line_per_figure_with_its_peer(job: str, args: list[str], names: list[str],
                                                                tmp_path: Path) -> None:

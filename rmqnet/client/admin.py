@@ -274,6 +274,12 @@ class Admin(RemoteClient):
         res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)))
         return _decoded(res, decode_subscription_groups)[0]
 
+    def consumer_offsets(self, broker_addr: str) -> dict[tuple[str, str], dict[int, int]]:
+        """Every committed offset of the broker at ``broker_addr`` (code 43, what a slave
+        syncs: ``ConsumerOffsetSerializeWrapper``): (topic, group) -> queue id -> offset."""
+        res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_ALL_CONSUMER_OFFSET)))
+        return _decoded(res, _offset_table)
+
     def create_group(self, broker_addr: str, group: str, **fields: Any) -> None:
         """``mqadmin updateSubGroup -b``: create or replace ``group``'s config on the broker at
         ``broker_addr`` (code 200); ``fields`` by RocketMQ's names (``consumeEnable=False``,
@@ -393,6 +399,21 @@ def _decoded(res: RemotingCommand, decode: Any) -> Any:
         return decode(res.body_bytes())
     except (FieldError, ValueError, UnicodeDecodeError) as exc:
         raise ClientError(f"an answer (code {res.code}) does not hold the body it should: {exc}") from None
+
+
+def _offset_table(body: bytes) -> dict[tuple[str, str], dict[int, int]]:
+    """43's body (fastjson's bare integer keys read too) as (topic, group) -> queue -> offset."""
+    obj = loads_fastjson(body)
+    table = obj.get("offsetTable") if isinstance(obj, dict) else None
+    if not isinstance(table, dict):
+        raise ValueError("no offsetTable object")
+    out: dict[tuple[str, str], dict[int, int]] = {}
+    for key, queues in table.items():
+        topic, sep, group = str(key).partition("@")
+        if not sep or not isinstance(queues, dict):
+            raise ValueError(f"offsetTable entry {str(key)[:80]!r} is not topic@group -> queues")
+        out[(topic, group)] = {int(q): int(o) for q, o in queues.items()}
+    return out
 
 
 def _matches(table: pa.Table, key: str, unique: bool) -> pa.Array:

@@ -40,11 +40,15 @@ class Servers:
 
 
 @pytest.fixture
-def servers(tmp_path: Path) -> Iterator[Servers]:
+def servers(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Servers]:
+    """Topic ``T`` with 4 queues; ``indirect`` parametrization adds topics (name: queues)."""
     root = tmp_path / "root"
     store_config = rmqlog.StoreConfig(mapped_file_size_commit_log=SEGMENT)
-    with rmqlog.MessageStore.open(root, store_config) as store:  # the topic exists before the first registration
+    with rmqlog.MessageStore.open(root, store_config) as store:  # the topics exist before the first registration
         store.create_topic("T", 4)
+        for name, queues in getattr(request, "param", {}).items():
+            store.put_topic(rmqlog.TopicConfig(name, queues, queues), persist=False)
+        store.persist_topics()
     ready: dict[str, Any] = {}
     started, stop = threading.Event(), threading.Event()
 

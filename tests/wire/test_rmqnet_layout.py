@@ -2,7 +2,8 @@
 
 - its units stand on floors, lowest first: ``remoting`` (the wire, sans-I/O) < ``grpc`` (RocketMQ
   5's gRPC messages and their conversion, sans-I/O) < ``transport``
-  (asyncio connections) < ``client``, ``namesrv``, ``ha`` < ``broker`` < ``cli`` (the command,
+  (asyncio connections) < ``client``, ``namesrv``, ``ha`` < ``broker``, ``console`` (the web
+  console) < ``cli`` (the command,
   ``__main__``); a module imports from its own unit and lower floors only, and units of one
   floor do not import each other (type-only and function-local imports count);
 - no import cycles among the imports that run: an import under ``if TYPE_CHECKING:`` may point
@@ -36,7 +37,7 @@ from test_layout import (
 
 ROOT = Path(__file__).resolve().parents[2]
 NET = ROOT / "rmqnet"
-FLOORS = (("remoting",), ("grpc",), ("transport", "metrics"), ("client", "namesrv", "ha"), ("broker",), ("cli",))
+FLOORS = (("remoting",), ("grpc",), ("transport", "metrics"), ("client", "namesrv", "ha"), ("broker", "console"), ("cli",))
 FLOOR = {unit: n for n, units in enumerate(FLOORS) for unit in units}
 #: what the command may take from the store beyond its public API: the store's own command
 COMMAND_HANDS_OVER = {"rmqlog.admin.cli"}
