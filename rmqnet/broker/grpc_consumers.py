@@ -81,8 +81,8 @@ from ..grpc.v2 import service_pb2 as svc
 from ..remoting import ConsumerSendMsgBackHeader, RemotingCommand, RequestCode, ResponseCode
 from .peer import Peer
 from .pop import MAX_POP_NUMS, AckStatus, FilterUnsupported, PopRefused
-from .pull import SQL92
 from .pop_handle import ExtraInfo, HandleError, normal_topic, real_topic
+from .pull import SQL92
 
 if TYPE_CHECKING:
     from .broker import Broker
