@@ -19,6 +19,8 @@ from conftest import small_store_config
 import rmqlog
 from rmqnet.broker import pull
 from rmqnet.broker.broker import Broker
+from rmqnet.broker.pop import AckStatus
+from rmqnet.broker.pop_handle import ExtraInfo
 from rmqnet.grpc.convert import Code
 from rmqnet.grpc.v2 import definition_pb2 as pb
 from rmqnet.grpc.v2 import service_pb2 as svc
@@ -133,6 +135,23 @@ def test_a_redelivery_is_filtered_by_the_same_expression(broker: Broker, clock: 
     assert popped(broker, "i = 2") == []  # skipped in the retry topic
     assert broker.consumer_offsets.query("G", "%RETRY%G_T", 0) == 2
     assert popped(broker, "i = 1") == []
+
+
+def test_an_orderly_sql92_pop_hands_out_the_matching_in_order_one_batch_at_a_time(broker: Broker) -> None:
+    put(broker.store, *range(8))
+
+    def pop(now: int) -> list[dict[str, Any]]:
+        return broker.pop.pop("G", "T", 0, 2, INVISIBLE, now, order=True, tags="color = 'red'",
+                              exp_type="SQL92").rows()
+
+    first = pop(T0)
+    assert [bytes(r["body"]) for r in first] == [b"m0", b"m2"]
+    assert pop(T0 + 1) == []  # the batch is in flight: the queue is blocked
+    again = pop(T0 + INVISIBLE + 1)  # not acked: the same, in order, attempt 2
+    assert [(bytes(r["body"]), r["reconsumeTimes"]) for r in again] == [(b"m0", 1), (b"m2", 1)]
+    handles = [ExtraInfo.parse(r["receiptHandle"]) for r in again]
+    assert broker.pop.ack_many("G", "T", handles, T0 + INVISIBLE + 2) == [AckStatus.OK, AckStatus.OK]
+    assert [bytes(r["body"]) for r in pop(T0 + INVISIBLE + 3)] == [b"m4", b"m6"]
 
 
 def test_a_held_sql92_pop_is_answered_by_a_matching_arrival_only(broker: Broker) -> None:
