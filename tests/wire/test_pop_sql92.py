@@ -185,7 +185,7 @@ def test_sql92_pops_use_the_pulls_compiled_expression_cache(broker: Broker) -> N
     ("a = 1", "XPATH", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"),
     ("(" * 200_000 + "a = 1", "SQL92", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse"),
     ("a = " + "'x" * 100_000, "SQL92", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse"),
-])
+], ids=["incomplete", "unterminated", "other-type", "200k-parens", "100k-quotes"])
 def test_an_expression_that_does_not_parse_is_refused_and_changes_nothing(
         broker: Broker, exp: str, exp_type: str, code: int, says: str) -> None:
     put(broker.store, 1, 2)
