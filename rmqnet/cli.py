@@ -9,6 +9,8 @@ to the store's command (:func:`rmqlog.admin.cli.main`) unchanged.
                                               reading commands over the wire (rmqnet.wire_reading)
     rmqlog topic-list|topic-create|topic-delete|topic-stats|consumer-status|broker-config --broker HOST:PORT ...
                                               admin commands against one broker (rmqnet.wire_admin)
+    rmqlog pop-status --namesrv ADDRS --group G --topic T
+                                              a POP group's messages in flight (rmqnet.wire_reading)
     rmqlog broker-status --namesrv ADDRS      every broker: role, address, version, disk, in/out per s, HA lag
                                               (rmqnet.wire_status)
     rmqlog <any other command> ...            the store's commands (info, read, lag...)
@@ -55,6 +57,7 @@ NETWORK_HELP = (
     ("group-list", "a broker's subscription groups (--broker HOST:PORT)"),
     ("group-create", "create or update a subscription group on a broker (mqadmin updateSubGroup -b)"),
     ("group-delete", "delete a subscription group on a broker, --remove-offset its offsets too"),
+    ("pop-status", "a POP group's messages of a topic in flight: handed out, not acked (--namesrv)"),
 )
 
 
@@ -165,6 +168,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from .wire_reading import (
             main as wire_main,  # (the client only when asked: the store's commands start fast)
         )
+
+        return wire_main(args)
+    if args and args[0] == "pop-status":  # network only: no store form
+        from .wire_reading import main as wire_main
 
         return wire_main(args)
     if args and args[0] == "broker-status":

@@ -16,6 +16,8 @@ every broker group.
                                                 one message by msgId (33; a client msgId: 12, in TOPIC)
     rmqlog dlq --namesrv ADDRS GROUP [--offset N] [--count N] [--body B]
                                                 a group's dead letters (%DLQ%GROUP queue 0) on every broker
+    rmqlog pop-status --namesrv ADDRS --group G --topic T [--max N]
+                                                a POP group's messages in flight (handed out, not acked)
 
 Output follows the store's commands (``--json``: one object, camelCase keys), with a queue
 named by broker as well (``T/broker-a/0``: over the wire a queue id is per broker). Messages
@@ -49,6 +51,13 @@ result and ali-ons print, 32 hex digits as well) is asked of the broker whose ad
 original topic (``RETRY_TOPIC``), as the store's ``dlq`` does. Re-sending dead letters
 (``dlq-resend``) works on a store path only: a client's send cannot carry a stored record's
 sysFlag (a compressed body), born time and host, which the store's own put keeps.
+
+``pop-status`` (network only) asks the master of every broker group of the topic's route for
+the POP group's messages of the topic (and its POP retry topic) handed out and not acked
+(GET_POP_INFLIGHT, 200950, ours: RocketMQ counts them only in its metrics): per queue each
+message's offset, how long ago it was handed out and in how long it is visible again (a
+negative time: due, the broker hands it out again at its next revive round); ``--max`` per
+broker (default 1000; the total is counted in full). Nothing in flight exits 1.
 """
 
 from __future__ import annotations
@@ -81,7 +90,8 @@ from .wire_admin import add_credentials, credentials_of, refusal_text
 
 #: the store command's exit statuses (rmqlog.admin.exits)
 OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
-COMMANDS = ("info", "topic-status", "lag", "consumer-progress", "read", "get", "query", "dlq", "dead-letters")
+COMMANDS = ("info", "topic-status", "lag", "consumer-progress", "read", "get", "query", "dlq", "dead-letters",
+            "pop-status")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -132,6 +142,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--offset", type=_count(0), default=None, help="first queue offset (default: each broker's min)")
         p.add_argument("--count", type=_count(1), default=10, help="most messages per broker (default 10)")
         p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
+    p = command("pop-status", "a POP group's messages of a topic handed out and not acked, on every broker")
+    p.add_argument("--group", required=True, help="consumer group")
+    p.add_argument("--topic", required=True, help="topic name (its POP retry topic included)")
+    p.add_argument("--max", type=arg_type(parse_int, 1, 10_000), default=1000,
+                   help="most messages listed per broker, 1..10000 (default 1000)")
     return ap
 
 
@@ -421,6 +436,32 @@ def dead_letters(admin: Admin, args: argparse.Namespace) -> int:
     return OK if table.num_rows else NOTHING
 
 
+def pop_status(admin: Admin, args: argparse.Namespace) -> int:
+    route = _route(admin, args.topic)
+    rows: list[dict[str, Any]] = []
+    total = 0
+    for b in sorted(route.broker_datas, key=lambda b: b.broker_name):
+        addr = b.broker_addrs.get(0)
+        if addr is None:  # a slave keeps no POP state: the group's master alone answers
+            continue
+        got = admin.pop_inflight(addr, args.group, args.topic, args.max)
+        total += int(got["total"])
+        now = int(got["now"])
+        for m in got["messages"]:
+            deadline = int(m["popTime"]) + int(m["invisibleTime"])
+            rows.append({"brokerName": got["brokerName"], "topic": m["topic"], "queueId": m["queueId"],
+                         "offset": m["offset"], "popTime": m["popTime"], "invisibleTime": m["invisibleTime"],
+                         "attempt": m["attempt"], "inflightMs": now - int(m["popTime"]), "visibleInMs": deadline - now})
+    if not rows:
+        _error(f"consumer group {args.group!r} has no POP message of {args.topic!r} in flight")
+        return NOTHING
+    lines = [f"{args.group}  {r['topic']}/{r['brokerName']}/{r['queueId']}  offset {r['offset']}  "
+             f"in flight {r['inflightMs']} ms  visible again in {r['visibleInMs']} ms" for r in rows]
+    lines.append(f"total in flight {total}" + (f" ({len(rows)} listed)" if len(rows) < total else ""))
+    _emit({"group": args.group, "topic": args.topic, "messages": rows, "total": total}, args.json, lines)
+    return OK
+
+
 def main(argv: Sequence[str]) -> int:
     """A reading command over the wire (``rmqnet.cli`` saw ``--namesrv``): its exit status."""
     try:
@@ -428,7 +469,8 @@ def main(argv: Sequence[str]) -> int:
     except SystemExit as exc:  # --help (0) or a wrong argument (2)
         return int(exc.code) if isinstance(exc.code, int) else USAGE
     handler = {"info": info, "topic-status": topic_status, "lag": lag, "consumer-progress": lag, "read": read,
-               "get": get, "query": query, "dlq": dead_letters, "dead-letters": dead_letters}[args.cmd]
+               "get": get, "query": query, "dlq": dead_letters, "dead-letters": dead_letters,
+               "pop-status": pop_status}[args.cmd]
     try:
         ak, sk = credentials_of(args)
         admin = Admin(args.namesrv, timeout_s=args.timeout, access_key=ak, secret_key=sk)

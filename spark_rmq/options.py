@@ -43,19 +43,28 @@ DEFAULT_PACK_MESSAGES = 65536
 #: Options Spark itself adds to the map a source or sink receives.
 _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 
-SOURCE_OPTIONS = {
-    "path", "topics", "topicpattern", "assign", "startingoffsets", "startingtimestamp",
-    "endingoffsets", "endingtimestamp", "maxmessagespertrigger", "maxbytespertrigger",
-    "minmessagespertrigger", "maxtriggerdelay", "maxmessagesperpartition", "packmessagesperpartition", "tags", "sql92", "group",
-    "failondataloss", "readbatchrows", "checkcrc", "key", "msgid", "deliverdue", "readonly", "nameserver",
-    "columns",
-}
+#: the source's option names as written (for messages naming one)
+SOURCE_OPTION_NAMES = ("path", "topics", "topicPattern", "assign", "startingOffsets", "startingTimestamp",
+                       "endingOffsets", "endingTimestamp", "maxMessagesPerTrigger", "maxBytesPerTrigger",
+                       "minMessagesPerTrigger", "maxTriggerDelay", "maxMessagesPerPartition",
+                       "packMessagesPerPartition", "tags", "sql92", "group", "failOnDataLoss", "readBatchRows",
+                       "checkCRC", "key", "msgId", "deliverDue", "readOnly", "nameServer", "columns", "consumeMode",
+                       "invisibleTime")
+SOURCE_OPTIONS = {n.lower() for n in SOURCE_OPTION_NAMES}
 SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid", "nameserver", "sendretrytimeout", "bufferbytes"}
 #: the sink's ``bufferBytes`` default: a task holds at most this many bytes of encoded records
 DEFAULT_BUFFER_BYTES = 256 << 20
 #: options that act on a store's files: refused with ``nameServer`` (the broker owns its files:
 #: it dispatches and delivers by itself, and the client checks every record's CRC)
 PATH_ONLY_SOURCE_OPTIONS = ("readOnly", "deliverDue", "checkCRC")
+#: ``consumeMode``: ``offsets`` (reads at offsets the query plans) or ``pop`` (RocketMQ 5's POP
+#: for a group: :mod:`spark_rmq.pop_source`)
+CONSUME_MODES = ("offsets", "pop")
+#: the options a ``consumeMode=pop`` read takes (every other is refused, naming it)
+POP_SOURCE_OPTIONS = ("nameServer", "topics", "group", "consumeMode", "invisibleTime", "maxMessagesPerTrigger",
+                      "tags", "columns")
+#: ``invisibleTime``'s default: a popped message's time to be committed by its micro-batch
+DEFAULT_INVISIBLE_MS = 5 * 60 * 1000
 
 
 def _get(options: Mapping[str, str], name: str) -> str | None:
@@ -197,10 +206,19 @@ class SourceOptions:
     #: ``columns``: the message schema's columns to read, in this order (``None``: all); the
     #: source's schema follows it, and only these columns are decoded and handed to Spark
     columns: tuple[str, ...] | None = None
+    #: ``consumeMode``: ``offsets`` or ``pop`` (a stream of a group's POP, acked at commit)
+    consume_mode: str = "offsets"
+    #: ``invisibleTime`` (ms): how long a popped message stays invisible to the group's other pops
+    invisible_ms: int = DEFAULT_INVISIBLE_MS
 
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         _check_unknown(options, SOURCE_OPTIONS)
+        if (raw := _get(options, "consumeMode")) is not None and \
+                _strict("consumeMode", parse_enum, raw, CONSUME_MODES) == "pop":
+            return cls._parse_pop(options, streaming)
+        if _get(options, "invisibleTime") is not None:
+            raise RmqLogOptionError("invisibleTime", "only applies with consumeMode=pop")
         path, name_server = _path_or_name_server(options)
         if name_server is not None:
             for name in PATH_ONLY_SOURCE_OPTIONS:
@@ -269,6 +287,42 @@ class SourceOptions:
             raise RmqLogOptionError("group", "cannot be set with readOnly (committing the group's offsets writes into the store)")
         kw["columns"] = parse_columns(options)
         _key_options(options, kw, streaming)
+        return cls(**kw)
+
+    @classmethod
+    def _parse_pop(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
+        """``consumeMode=pop``: a stream of ``group``'s POP of ``topics`` through ``nameServer``."""
+        if not streaming:
+            raise RmqLogOptionError("consumeMode", "pop is for streams (spark.readStream): its messages are acked "
+                                                   "when their micro-batch commits")
+        allowed = {n.lower() for n in POP_SOURCE_OPTIONS} | _SPARK_OPTIONS
+        for key in options:
+            if key.lower() not in allowed:
+                shown = next((n for n in SOURCE_OPTION_NAMES if n.lower() == key.lower()), key)
+                raise RmqLogOptionError(shown, "does not apply with consumeMode=pop (it takes "
+                                               f"{', '.join(POP_SOURCE_OPTIONS)})")
+        if _get(options, "path"):
+            raise RmqLogOptionError("path", "does not apply with consumeMode=pop (POP is served by brokers: nameServer)")
+        for name in ("nameServer", "topics", "group"):
+            if _get(options, name) is None:
+                raise RmqLogOptionError(name, "is required with consumeMode=pop")
+        kw: dict[str, Any] = {"path": "", "consume_mode": "pop",
+                              "name_server": parse_name_server(_get(options, "nameServer") or "")}
+        kw["topics"] = tuple(sorted(_valid_topic("topics", t) for t in _strict("topics", parse_list, _get(options, "topics"))))
+        group = _get(options, "group") or ""
+        try:
+            kw["group"] = validate_group(group)
+        except StoreError as exc:
+            raise RmqLogOptionError("group", f"invalid group {group!r}: {exc}") from None
+        if (raw := _get(options, "invisibleTime")) is not None:
+            kw["invisible_ms"] = parse_duration_ms("invisibleTime", raw)
+            if kw["invisible_ms"] < 1:
+                raise RmqLogOptionError("invisibleTime", f"must be at least 1 ms, got {raw!r}")
+        kw["max_messages"] = _positive_int(options, "maxMessagesPerTrigger")
+        if (raw := _get(options, "tags")) is not None:
+            wanted = parse_tag_filter(raw)
+            kw["tags"] = frozenset(wanted) if wanted is not None else None
+        kw["columns"] = parse_columns(options)
         return cls(**kw)
 
     @property

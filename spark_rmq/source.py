@@ -100,6 +100,10 @@ class RmqLogDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         opts = SourceOptions.parse(self.options, streaming=True)
+        if opts.consume_mode == "pop":  # a group's POP, acked at commit (spark_rmq.pop_source)
+            from .pop_source import RmqLogPopStreamReader
+
+            return RmqLogPopStreamReader(opts)
         if opts.name_server is not None:
             from .wire_readers import RmqLogWireStreamReader
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+from hypothesis import HealthCheck, settings
 
 TESTS_DIR = Path(__file__).resolve().parent
 REPO_ROOT = TESTS_DIR.parent
@@ -40,6 +41,12 @@ import rmqlog  # noqa: E402
 # session and its first read on 2 busy cores). spark-submit passes SPARK_SUBMIT_OPTS to the
 # driver's JVM without a word on its output. A value set outside the suite wins.
 os.environ.setdefault("SPARK_SUBMIT_OPTS", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+
+# Hypothesis's timing checks are timing thresholds (a test may not fail for being slow on a busy
+# machine): no per-example deadline, no "data generation too slow" health check, for every
+# property test of the suite (a test's own @settings still sets its example count).
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 
 #: Real RocketMQ files, kept in the repository (copied from ``../shared/fixtures/rocketmq``,
 #: see its README) so that no clone can run the suite without them.

@@ -545,6 +545,8 @@ OPTION_VALUES: dict[str, st.SearchStrategy[Any]] = {
     "topic": st.sampled_from(["T", "bad topic"]), "queueselector": st.sampled_from(["hash", "roundRobin", "x"]),
     "shardingkey": st.sampled_from(["k", ""]), "writerid": st.sampled_from(["w", "", "\x00", "\ud800", "x" * 600]),
     "nameserver": st.sampled_from(["127.0.0.1:9876", "h:1;h:2", "h", "h:0", "h:" + "9" * 5000, " ; ", "[::1]:9", "\ud800:1"]),
+    "consumemode": st.sampled_from(["pop", "offsets", "POP", " pop", "push"]),
+    "invisibletime": st.sampled_from(["30s", "0", "1ms", "1" * 5000, "x"]),
 }
 #: over the wire (nameServer), offsets JSON is keyed topic/brokerName/queueId
 WIRE_OFFSETS = ['{"T/b/0": 5}', '{"T/0": 5}', '{"T/b/c/0": 1}', '{"T/b a/0": 1}', '{"T/b/99999999999}": 1}',

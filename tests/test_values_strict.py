@@ -19,6 +19,7 @@ import rmqlog
     ("topics", "a,,b"), ("topics", "a,"), ("topics", "a,a"), ("maxMessagesPerTrigger", "1_000"),
     ("readBatchRows", " 5"), ("maxTriggerDelay", "30 s"), ("packMessagesPerPartition", "\u0665"),
     ("columns", "body,,topic"), ("nameServer", "127.0.0.1:9876;;127.0.0.1:9877"), ("startingOffsets", " earliest"),
+    ("consumeMode", " pop"),
 ])
 def test_a_source_option_not_exactly_valid_is_refused_naming_it(option: str, value: str) -> None:
     from spark_rmq.errors import RmqLogOptionError

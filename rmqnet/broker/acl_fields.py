@@ -89,6 +89,7 @@ DEFINED_FIELDS: dict[int, frozenset[str]] = {code: frozenset(names) for code, na
     RequestCode.ACK_MESSAGE: ("consumerGroup", "topic", "queueId", "extraInfo", "offset", *_RPC),
     RequestCode.CHANGE_MESSAGE_INVISIBLETIME: ("consumerGroup", "topic", "queueId", "extraInfo", "offset",
                                                "invisibleTime", *_RPC),
+    RequestCode.GET_POP_INFLIGHT: ("consumerGroup", "topic", "maxNum"),  # ours
 }.items()}
 
 

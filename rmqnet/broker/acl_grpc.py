@@ -53,8 +53,7 @@ from ..grpc.v2 import definition_pb2 as pb
 from .acl import GRPC_CALLER, AccessValidator, AclRefusal, Caller
 from .acl_address import peer_ip
 from .acl_files import ANY, PUB, RETRY_PREFIX, SUB
-from .acl_resources import Needs, add_send
-from .pop_handle import normal_topic
+from .acl_resources import Needs, add_send, consumed_topic
 
 AUTHORIZATION = "authorization"
 DATE_TIME = "x-mq-date-time"
@@ -129,7 +128,7 @@ def _group(needs: Needs, group: pb.Resource) -> None:
 def _consume(needs: Needs, group: pb.Resource, topic: pb.Resource) -> None:
     """A consumer's call: the group SUB, the topic SUB (the group's POP retry topic: its topic)."""
     _group(needs, group)
-    needs.add(normal_topic(topic.name, group.name), SUB)
+    needs.add(consumed_topic(topic.name, group.name), SUB)
 
 
 def call_needs(method: str, req: Any) -> Needs:

@@ -101,6 +101,18 @@ def add_send(needs: Needs, topic: str | None) -> None:
     needs.add(topic, PUB)
 
 
+def consumed_topic(topic: str, group: str) -> str:
+    """The topic resource a consumer of ``group`` reads when it names ``topic``: its own POP
+    retry topic (``%RETRY%<group>_<t>``, ``KeyBuilder.parseNormalTopic``) is ``t``'s. Another
+    group's retry topic is refused: its name would otherwise be checked as a group nobody
+    has (``%RETRY%H_T`` as the group ``H_T``, open to any account whose default group
+    permission reads), and only its own group consumes it."""
+    normal = normal_topic(topic, group)
+    if normal == topic and topic.startswith(RETRY_PREFIX) and topic != RETRY_PREFIX + group:
+        raise AclRefusal(f"{topic} is another consumer group's retry topic: only that group consumes it, not {group}")
+    return normal
+
+
 def _producer_groups(needs: Needs, groups: list[str | None]) -> None:
     """Producer groups registered or unregistered (ours): ANY perm on each, since the broker
     sends a group's producers the check-backs of its half messages. ``CLIENT_INNER_PRODUCER``,
@@ -174,8 +186,9 @@ def named(req: RemotingCommand) -> Needs:
             needs.add(RETRY_PREFIX + ext_str(ext, "group"), SUB)
             ext_long(ext, "offset")
         elif code == RequestCode.PULL_MESSAGE:
-            needs.add(_field(ext, "topic"), SUB)
-            needs.add(group_resource(ext.get("consumerGroup")), SUB)
+            topic, group = _field(ext, "topic"), _field(ext, "consumerGroup")
+            needs.add(consumed_topic(topic, group) if topic is not None and group is not None else topic, SUB)
+            needs.add(group_resource(group), SUB)
         elif code in (RequestCode.QUERY_MESSAGE, RequestCode.GET_TOPIC_STATS_INFO, RequestCode.GET_MAX_OFFSET,
                       RequestCode.GET_MIN_OFFSET, RequestCode.GET_EARLIEST_MSG_STORETIME,
                       RequestCode.SEARCH_OFFSET_BY_TIMESTAMP):
@@ -215,8 +228,11 @@ def named(req: RemotingCommand) -> Needs:
             # RocketMQ 5's PlainAccessResource: the topic and the group, SUB; an ack names the
             # topic read, the group's POP retry topic for a retried message: its topic's
             group = ext_str(ext, "consumerGroup")
-            needs.add(normal_topic(ext_str(ext, "topic"), group), SUB)
+            needs.add(consumed_topic(ext_str(ext, "topic"), group), SUB)
             needs.add(RETRY_PREFIX + group, SUB)
+        elif code == RequestCode.GET_POP_INFLIGHT:  # ours: what a pop of the topic by the group reads
+            needs.add(ext_str(ext, "topic"), SUB)
+            needs.add(RETRY_PREFIX + ext_str(ext, "consumerGroup"), SUB)
     except FieldError as exc:
         raise AclRefusal(str(exc)) from None
     return needs

@@ -300,5 +300,20 @@ class PopState:
         """Messages handed out and not acked (of ``group``, or of every group)."""
         return sum(ck.left for ck in self.cks.values() if group is None or ck.group == group)
 
+    def inflight_of(self, group: str, topics: Iterable[str]) -> list[tuple[Checkpoint, np.ndarray]]:
+        """``group``'s checkpoints of ``topics`` with messages handed out and not acked, each
+        with those messages' indexes (an orderly batch's messages of an earlier pop left out),
+        by topic, queue and start."""
+        wanted = set(topics)
+        out = []
+        for ck in self.cks.values():
+            if ck.group != group or ck.topic not in wanted or not ck.left:
+                continue
+            waiting = ~ck.acked if ck.handed is None else ~ck.acked & ck.handed
+            if waiting.any():
+                out.append((ck, np.flatnonzero(waiting)))
+        out.sort(key=lambda item: (item[0].topic, item[0].queue_id, item[0].start, item[0].id))
+        return out
+
 
 __all__ = ["Checkpoint", "PopState", "QueueKey", "COMPACT_MIN"]

@@ -23,6 +23,7 @@ from . import (
     consumers,
     locks,
     offsets,
+    pop_inflight,
     pop_remoting,
     pull,
     query,
@@ -51,6 +52,8 @@ def processor_table(broker: Broker) -> ProcessorTable:
         (RequestCode.POP_MESSAGE, pop_remoting.pop_message),
         (RequestCode.ACK_MESSAGE, pop_remoting.ack_message),
         (RequestCode.CHANGE_MESSAGE_INVISIBLETIME, pop_remoting.change_invisible_time),
+        # ours: a POP group's messages in flight (rmqnet.broker.pop_inflight)
+        (RequestCode.GET_POP_INFLIGHT, pop_inflight.get_pop_inflight),
         # QueryMessageProcessor (rmqnet.broker.query)
         (RequestCode.QUERY_MESSAGE, query.query_message),
         (RequestCode.VIEW_MESSAGE_BY_ID, query.view_message_by_id),

@@ -1,5 +1,5 @@
 """Our Python client of RocketMQ's remoting protocol: a producer (sync, async, batch), a pull
-consumer and admin requests, over :mod:`rmqnet.transport`, used by the tests, the benchmarks
+consumer, a POP consumer and admin requests, over :mod:`rmqnet.transport`, used by the tests, the benchmarks
 and Spark executors. Blocking methods run on one background event loop
 (:mod:`rmqnet.client.loop` says why); ``a``-prefixed coroutines await from any loop.
 """
@@ -11,6 +11,7 @@ from .consumer import PullConsumer, PullResult
 from .errors import BrokerError, ClientError, NoRouteError, TopicNotFoundError, code_name
 from .latency import FaultStrategy, LatencyFaultTolerance, QueueRef, publish_queues
 from .message import UniqKeys, message_properties, properties_string
+from .pop_consumer import PopConsumer, PopResult
 from .producer import RETRY_CODES, Producer, SendResult
 from .rebalance import GroupMember
 from .records import decode_records
@@ -22,5 +23,5 @@ __all__ = [
     "NoRouteError", "TopicNotFoundError", "code_name", "UniqKeys", "message_properties", "properties_string",
     "Producer", "SendResult", "decode_records", "RemoteClient", "allocate_averagely", "read_queues", "FaultStrategy",
     "LatencyFaultTolerance", "QueueRef", "publish_queues", "RETRY_CODES", "GroupMember", "LocalTransactionState",
-    "TransactionProducer", "TransactionSendResult",
+    "TransactionProducer", "TransactionSendResult", "PopConsumer", "PopResult",
 ]

@@ -305,6 +305,14 @@ class Admin(RemoteClient):
         res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_CONSUME_STATS, ext_fields=ext)))
         return _decoded(res, decode_consume_stats)
 
+    def pop_inflight(self, broker_addr: str, group: str, topic: str, max_num: int = 1000) -> dict[str, Any]:
+        """``group``'s POP messages of ``topic`` (and its POP retry topics) handed out and not
+        acked on the broker at ``broker_addr`` (code 200950, ours: ``rmqnet.broker.pop_inflight``):
+        ``brokerName``, ``now``, ``total`` and the first ``max_num`` ``messages``."""
+        ext = {"consumerGroup": group, "topic": topic, "maxNum": max_num}
+        res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_POP_INFLIGHT, ext_fields=ext)))
+        return _decoded(res, json.loads)
+
     def consumer_connections(self, broker_addr: str, group: str) -> dict[str, Any] | None:
         """``group``'s live consumers on the broker at ``broker_addr`` (code 203:
         ``ConsumerConnection`` JSON: ``connectionSet``, ``subscriptionTable``, ``consumeType``,

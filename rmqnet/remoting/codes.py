@@ -1,6 +1,6 @@
 """RocketMQ 4.9.8's request, response and language codes (``RequestCode.java``,
 ``ResponseCode.java``, ``RemotingSysResponseCode.java``, ``LanguageCode.java``; and RocketMQ
-5's POP codes, 200050-200053 and 208-210), and the
+5's POP codes, 200050-200053 and 208-210; 200950 ours), and the
 remoting header's flag bits (``RemotingCommand``: bit 0 response, bit 1 oneway)."""
 
 from __future__ import annotations
@@ -62,6 +62,8 @@ class RequestCode(IntEnum):
     POP_MESSAGE = 200050
     ACK_MESSAGE = 200051
     CHANGE_MESSAGE_INVISIBLETIME = 200053
+    #: ours (RocketMQ has no request listing a group's POP messages in flight): rmqnet.broker.pop_inflight
+    GET_POP_INFLIGHT = 200950
 
 
 class ResponseCode(IntEnum):

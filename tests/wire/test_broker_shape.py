@@ -26,9 +26,9 @@ ROOT = Path(__file__).resolve().parents[2]
 NET = ROOT / "rmqnet"
 BROKER_DOC = ROOT / "docs" / "broker.md"
 #: what the broker serves (docs/broker.md, "Request codes served"; RocketMQ 4.9.8's codes and
-#: RocketMQ 5's POP codes)
+#: RocketMQ 5's POP codes; 200950 ours, the POP in-flight listing)
 SERVED = [10, 11, 12, 14, 15, 17, 21, 25, 26, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 41, 42, 43, 45,
-          200, 201, 202, 203, 207, 208, 215, 310, 320, 200050, 200051, 200053]
+          200, 201, 202, 203, 207, 208, 215, 310, 320, 200050, 200051, 200053, 200950]
 
 
 def documented_codes() -> list[int]:

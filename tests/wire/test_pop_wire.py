@@ -7,6 +7,7 @@ extFields as strings as Java sends them), the receipt handles built from the ans
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -296,3 +297,27 @@ def test_under_sync_flush_a_held_pop_answers_after_the_sync(sync_broker: Broker)
     res = asyncio.run(main())
     assert res is not None and res.code == ResponseCode.SUCCESS and broker.pop.sync.syncs == 1
     assert broker.pop.state.log.synced_writes == broker.pop.state.log.writes
+
+
+def inflight_req(**ext: Any) -> RemotingCommand:
+    return RemotingCommand(RequestCode.GET_POP_INFLIGHT, 3, 0, None, {"consumerGroup": "G", "topic": "T", **ext},
+                           b"", "JAVA")
+
+
+def test_get_pop_inflight_lists_unacked_messages_and_refuses_what_it_cannot_answer(broker: Broker) -> None:
+    put(broker.store, b"a", b"b", b"c")
+    msgs = client_messages(one(broker, pop_req(0)))
+    one(broker, ack_req("T", 0, msgs[1]["POP_CK"], 1))
+    res = one(broker, inflight_req())
+    assert res.code == ResponseCode.SUCCESS
+    assert json.loads(res.body_bytes()) == {"brokerName": "bk", "now": T0, "total": 2, "messages": [
+        {"topic": "T", "queueId": 0, "offset": o, "popTime": T0, "invisibleTime": INVISIBLE, "attempt": None}
+        for o in (0, 2)]}
+    assert json.loads(one(broker, inflight_req(maxNum="1")).body_bytes())["messages"][0]["offset"] == 0
+    assert json.loads(one(broker, inflight_req(consumerGroup="other")).body_bytes())["total"] == 0
+    assert one(broker, inflight_req(topic="Nope")).code == ResponseCode.TOPIC_NOT_EXIST
+    bad = one(broker, inflight_req(maxNum="0"))
+    assert bad.code == ResponseCode.SYSTEM_ERROR and "maxNum 0" in (bad.remark or "")
+    assert one(broker, inflight_req(consumerGroup="bad/name")).code == ResponseCode.SYSTEM_ERROR
+    missing = RemotingCommand(RequestCode.GET_POP_INFLIGHT, 4, 0, None, {"topic": "T"}, b"", "JAVA")
+    assert one(broker, missing).code == ResponseCode.SYSTEM_ERROR  # a required field (the table's field error)
