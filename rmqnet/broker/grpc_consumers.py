@@ -8,11 +8,12 @@ by one ``status`` response:
 the topic's name ``ILLEGAL_TOPIC``; ``batch_size`` below 1 ``BAD_REQUEST`` (above 32: 32, the
 pop's most); ``invisible_duration`` below ``minInvisibleTimeMillsForRecv`` (10 s) or above
 ``maxInvisibleTimeMills`` (12 h) ``ILLEGAL_INVISIBLE_TIME`` (without one and ``auto_renew``:
-the proxy's default 60 s); a filter of type ``SQL`` ``UNSUPPORTED`` (POP here filters by tag
-only); the pop's refusals mapped (:data:`_BY_POP`: an unknown topic ``TOPIC_NOT_FOUND``, group
-``CONSUMER_GROUP_NOT_FOUND``, a tag expression that does not parse
-``ILLEGAL_FILTER_EXPRESSION``...). The request's queue only names the broker (the proxy's
-selector): the pop reads every readable queue of the topic and the group's POP retry topic.
+the proxy's default 60 s); a filter of type ``SQL`` with an empty expression
+``ILLEGAL_FILTER_EXPRESSION`` (the proxy's ``FilterAPI.build``); the pop's refusals mapped
+(:data:`_BY_POP`: an unknown topic ``TOPIC_NOT_FOUND``, group ``CONSUMER_GROUP_NOT_FOUND``, an
+expression that does not parse ``ILLEGAL_FILTER_EXPRESSION``..., SQL on a broker with
+``enablePropertyFilter=false`` ``UNSUPPORTED``). A ``SQL`` filter is the pop's SQL92 filter.
+The request's queue only names the broker (the proxy's selector): the pop reads every readable queue of the topic and the group's POP retry topic.
 A group whose subscription config says ``consumeMessageOrderly`` (RocketMQ 5's FIFO group,
 the ``fifo`` of its Settings) pops orderly: a message group's next message waits while an
 earlier one is invisible.
@@ -79,8 +80,9 @@ from ..grpc.v2 import definition_pb2 as pb
 from ..grpc.v2 import service_pb2 as svc
 from ..remoting import ConsumerSendMsgBackHeader, RemotingCommand, RequestCode, ResponseCode
 from .peer import Peer
-from .pop import MAX_POP_NUMS, AckStatus, PopRefused
+from .pop import MAX_POP_NUMS, AckStatus, FilterUnsupported, PopRefused
 from .pop_handle import ExtraInfo, HandleError, normal_topic, real_topic
+from .pull import SQL92
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -108,6 +110,8 @@ _BY_POP: dict[int, int] = {
 
 
 def _refused(exc: PopRefused) -> pb.Status:
+    if isinstance(exc, FilterUnsupported):
+        return status(Code.UNSUPPORTED, exc.remark)
     return status(_BY_POP.get(exc.code, Code.INTERNAL_SERVER_ERROR), exc.remark)
 
 
@@ -157,7 +161,7 @@ class GrpcConsumers:
             yield svc.ReceiveMessageResponse(status=checked)
             yield self._now()
             return
-        group, topic, batch, invisible, tags = checked
+        group, topic, batch, invisible, (exp, exp_type) = checked
         cfg = self.broker.config
         polling = min(max(_millis(req.long_polling_timeout), cfg.grpc_client_consumer_min_long_polling_timeout_millis),
                       cfg.grpc_client_consumer_max_long_polling_timeout_millis)
@@ -170,7 +174,8 @@ class GrpcConsumers:
         while True:
             now = self.broker.clock.wall_ms()
             try:
-                result = self.broker.pop.pop(group, topic, -1, batch, invisible, now, order=order, tags=tags)
+                result = self.broker.pop.pop(group, topic, -1, batch, invisible, now, order=order, tags=exp,
+                                             exp_type=exp_type)
             except PopRefused as exc:
                 yield svc.ReceiveMessageResponse(status=_refused(exc))
                 yield self._now()
@@ -229,8 +234,9 @@ class GrpcConsumers:
         out.delivery_timestamp.FromMilliseconds(self.broker.clock.wall_ms())
         return out
 
-    def _check_receive(self, req: svc.ReceiveMessageRequest) -> pb.Status | tuple[str, str, int, int, str | None]:
-        """``(group, topic, batch, invisible ms, tags)`` or the refusal's status."""
+    def _check_receive(self, req: svc.ReceiveMessageRequest,
+                       ) -> pb.Status | tuple[str, str, int, int, tuple[str | None, str | None]]:
+        """``(group, topic, batch, invisible ms, (expression, its type))`` or the refusal's status."""
         group, topic = req.group.name, req.message_queue.topic.name
         try:
             check_topic(topic)
@@ -253,9 +259,11 @@ class GrpcConsumers:
                           f"{cfg.max_invisible_time_mills}] (minInvisibleTimeMillsForRecv, maxInvisibleTimeMills)")
         f = req.filter_expression
         if f.type == pb.SQL:
-            return status(Code.UNSUPPORTED, "a SQL92 filter_expression is not supported on a receive (POP filters by tag)")
+            if not f.expression:
+                return status(Code.ILLEGAL_FILTER_EXPRESSION, "Expression can't be null! SQL92")
+            return group, topic, min(req.batch_size, MAX_POP_NUMS), invisible, (f.expression, SQL92)
         tags = f.expression.strip() or None
-        return group, topic, min(req.batch_size, MAX_POP_NUMS), invisible, tags
+        return group, topic, min(req.batch_size, MAX_POP_NUMS), invisible, (tags, None)
 
     def _message(self, row: dict[str, Any], group: str, invisible: int) -> pb.Message:
         props = dict(row.get("properties") or ())

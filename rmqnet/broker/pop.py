@@ -72,6 +72,7 @@ from .pop_handle import (
 from .pop_result import PoppedQueue, PopResult, take
 from .pop_state import Checkpoint, PopState
 from .pop_sync import PopLogSync
+from .pull import SQL92, Filter, compiled
 from .topics import DLQ_PREFIX, PERM_READ, RETRY_PREFIX
 
 if TYPE_CHECKING:
@@ -104,6 +105,11 @@ class PopRefused(Exception):
         super().__init__(remark)
         self.code = code
         self.remark = remark
+
+
+class FilterUnsupported(PopRefused):
+    """A SQL92 pop on a broker with ``enablePropertyFilter=false`` (SYSTEM_ERROR, the pull's
+    remark; the gRPC endpoint answers it ``UNSUPPORTED``)."""
 
 
 class AckStatus(enum.Enum):
@@ -155,25 +161,32 @@ class PopService:
 
     # ------------------------------------------------------------------ pop
     def pop(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int, now_ms: int, *,
-            order: bool = False, tags: str | None = None, init_mode: int = INIT_MAX) -> PopResult:
+            order: bool = False, tags: str | None = None, exp_type: str | None = None,
+            init_mode: int = INIT_MAX) -> PopResult:
         """Hand out up to ``max_count`` messages of ``topic`` (queue ``queue_id``, or -1: any)
-        to ``group`` for ``invisible_ms``; ``tags`` a tag subscription (``None``/``*``: all).
+        to ``group`` for ``invisible_ms``; ``tags`` the subscription's expression (``None``/``*``:
+        all), of ``exp_type`` (``None``/``TAG``: tags; ``SQL92``: a SQL92 property filter, empty:
+        all, as Java's; its messages that do not match skipped and the position moved past them,
+        in the topic and in its POP retry topic alike, as Java's one ``ExpressionMessageFilter``).
         Raises :class:`PopRefused` with RocketMQ's code (the broker or topic not readable:
         NO_PERMISSION; more than 32: SYSTEM_ERROR; unknown topic: TOPIC_NOT_EXIST; a queue
         it has not: SYSTEM_ERROR; unknown group with ``autoCreateSubscriptionGroup=false``:
-        SUBSCRIPTION_GROUP_NOT_EXIST; a tag expression that does not parse:
-        SUBSCRIPTION_PARSE_FAILED); the store's errors (a full disk for the log)."""
-        tc, retry_max = self._check_pop(group, topic, queue_id, max_count, invisible_ms, tags)
+        SUBSCRIPTION_GROUP_NOT_EXIST; an expression that does not parse, or of another type:
+        SUBSCRIPTION_PARSE_FAILED; SQL92 with ``enablePropertyFilter=false``:
+        :class:`FilterUnsupported`); the store's errors (a full disk for the log)."""
+        tc, retry_max, flt = self._check_pop(group, topic, queue_id, max_count, invisible_ms, tags, exp_type)
         turn = next(self._turns)
         queues = list(range(tc.read_queue_nums)) if queue_id < 0 else [queue_id]
         shift = turn % len(queues)
         queues = queues[shift:] + queues[:shift]
-        sources: list[tuple[str, list[int], str | None]] = [(topic, queues, tags)]
+        sources: list[tuple[str, list[int], Filter]] = [(topic, queues, flt)]
         if not order:
             rt = pop_retry_topic(group, topic)
             rtc = self.broker.topics.get(rt)
             if rtc is not None:
-                retry = (rt, list(range(rtc.read_queue_nums)), None)
+                # a SQL92 filter reads the retry topic too (a retried record keeps its properties);
+                # a tag filter not: the retry topic holds only what the tag matched
+                retry = (rt, list(range(rtc.read_queue_nums)), (None, flt[1]))
                 sources = [retry, *sources] if turn % RETRY_FIRST_EVERY == 0 else [*sources, retry]
         result = PopResult(now_ms, invisible_ms, ORDER_REVIVE_QID if order else 0)
         records: list[dict[str, Any]] = []
@@ -216,7 +229,7 @@ class PopService:
                              "the broker is a slave: POP consumption is served by its master")
 
     def _check_pop(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
-                   tags: str | None) -> tuple[rmqlog.TopicConfig, int]:
+                   exp: str | None, exp_type: str | None) -> tuple[rmqlog.TopicConfig, int, Filter]:
         self._check_slave()
         cfg = self.broker.config
         if not cfg.broker_permission & PERM_READ:
@@ -238,12 +251,30 @@ class PopService:
         sub = self._group(group)
         if not sub.consume_enable:
             raise PopRefused(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
-        if tags not in (None, "", "*"):
-            try:
-                rmqlog.parse_tag_filter(tags)
-            except rmqlog.StoreError:
-                raise PopRefused(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed") from None
-        return tc, sub.retry_max_times
+        return tc, sub.retry_max_times, self._filter(exp, exp_type)
+
+    def _filter(self, exp: str | None, exp_type: str | None) -> Filter:
+        """``PopMessageProcessor``'s filter of ``exp`` (none when it is empty, whatever its type):
+        a tag expression, or a SQL92 one compiled (the pull's cache); another type or an
+        expression that does not parse: SUBSCRIPTION_PARSE_FAILED. SQL92 on a broker with
+        ``enablePropertyFilter=false``: refused as a pull is (Java's POP does not check; see
+        docs/decisions.md)."""
+        if not exp:
+            return None, None
+        try:
+            if exp_type in (None, "", "TAG"):
+                if exp != "*":
+                    rmqlog.parse_tag_filter(exp)
+                return exp, None
+            if exp_type != SQL92:
+                raise rmqlog.FilterParseError(f"no filter of type {exp_type}")
+            sql = compiled(exp)
+        except rmqlog.StoreError:
+            raise PopRefused(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed") from None
+        if not self.broker.config.enable_property_filter:
+            raise FilterUnsupported(ResponseCode.SYSTEM_ERROR,
+                                    f"The broker does not support consumer to filter message by {SQL92}")
+        return None, sql
 
     def _group(self, group: str) -> rmqlog.SubscriptionGroupConfig:
         cfg = self.broker.config
@@ -275,24 +306,24 @@ class PopService:
             return lo
         return max(self.store.max_offset(topic, queue_id) - 1, 0)
 
-    def _window(self, topic: str, qid: int, pos: int, left: int, tags: str | None,
+    def _window(self, topic: str, qid: int, pos: int, left: int, flt: Filter,
                 result: PopResult) -> tuple[rmqlog.GetMessageResult, int]:
         """The window read at ``pos`` (a position out of the queue corrected once, as RocketMQ
         does), and the position it was read at; the backlog added to ``result.rest``."""
-        flt = tags if tags not in (None, "") else "*"
-        res = self.store.read_window(topic, qid, pos, max_count=left, tags=flt, raw=True)
+        tags, sql = flt[0] or "*", flt[1]
+        res = self.store.read_window(topic, qid, pos, max_count=left, tags=tags, raw=True, sql92=sql)
         if res.status in _MOVED and res.next_begin_offset != pos:
             pos = res.next_begin_offset  # the position was out of the queue (retention): corrected
-            res = self.store.read_window(topic, qid, pos, max_count=left, tags=flt, raw=True)
+            res = self.store.read_window(topic, qid, pos, max_count=left, tags=tags, raw=True, sql92=sql)
         result.rest += max(res.max_offset - res.next_begin_offset, 0)
         return res, pos
 
-    def _read(self, group: str, topic: str, qid: int, left: int, invisible: int, now: int, tags: str | None,
+    def _read(self, group: str, topic: str, qid: int, left: int, invisible: int, now: int, flt: Filter,
               init_mode: int, retry_max: int, records: list[dict[str, Any]], result: PopResult) -> _Taken | None:
         """One queue of a pop that is not orderly: the checkpoint of what it read (its record
         added to ``records``), or ``None`` (a position moved by a filter is recorded)."""
         pos = self._position(group, topic, qid, init_mode)
-        res, pos = self._window(topic, qid, pos, left, tags, result)
+        res, pos = self._window(topic, qid, pos, left, flt, result)
         recs = res.records
         if res.status != _S.FOUND or recs is None or not len(recs):
             if res.next_begin_offset > pos:
@@ -306,7 +337,7 @@ class PopService:
         return _Taken(ck, recs, np.arange(len(recs)), _NONE)
 
     def _read_order(self, group: str, topic: str, qid: int, left: int, invisible: int, now: int,
-                    tags: str | None, init_mode: int, retry_max: int, records: list[dict[str, Any]],
+                    flt: Filter, init_mode: int, retry_max: int, records: list[dict[str, Any]],
                     result: PopResult) -> _Taken | None:
         """One queue of an orderly pop: nothing while its batch in flight blocks it; else
         from its first message not acked (an earlier batch's first, or the position), the
@@ -319,7 +350,7 @@ class PopService:
             return None
         pos = int(prev.offsets[np.flatnonzero(~prev.acked)[0]]) if prev is not None else \
             self._position(group, topic, qid, init_mode)
-        res, pos = self._window(topic, qid, pos, left, tags, result)
+        res, pos = self._window(topic, qid, pos, left, flt, result)
         recs = res.records
         if res.status != _S.FOUND or recs is None or not len(recs):
             if prev is None and res.next_begin_offset > pos:
@@ -537,4 +568,4 @@ def _replace(handle: ExtraInfo, **changes: Any) -> ExtraInfo:
     return dataclasses.replace(handle, **changes)
 
 
-__all__ = ["PopService", "PopResult", "PoppedQueue", "PopRefused", "AckStatus", "INIT_MIN", "INIT_MAX", "MAX_POP_NUMS"]
+__all__ = ["PopService", "PopResult", "PoppedQueue", "PopRefused", "FilterUnsupported", "AckStatus", "INIT_MIN", "INIT_MAX", "MAX_POP_NUMS"]

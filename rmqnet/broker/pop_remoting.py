@@ -6,8 +6,9 @@ cluster mode, or a 5.x remoting client, can consume from this broker by POP).
 **Pop** (:class:`rmqnet.remoting.PopMessageHeader`: ``consumerGroup, topic, queueId, maxMsgNums,
 invisibleTime, pollTime, bornTime, initMode, expType, exp, order, attemptId``). Refused first,
 in Java's order: ``now - bornTime - pollTime > 500`` (``bornTime`` 0: now) POLLING_TIMEOUT 210
-"pop message is timeout too much"; then :meth:`PopService.pop`'s refusals with their codes; an
-``expType`` other than TAG: SYSTEM_ERROR (no SQL92 on a pop here). Found: SUCCESS, remark
+"pop message is timeout too much"; then :meth:`PopService.pop`'s refusals with their codes (``expType`` SQL92: a
+property filter, with ``enablePropertyFilter=true``, else SYSTEM_ERROR; an ``exp`` that does not
+parse, or of another type, SUBSCRIPTION_PARSE_FAILED). Found: SUCCESS, remark
 ``FOUND``, the records byte-exact as a pull's body (a retried message as stored in
 ``%RETRY%<group>_<topic>``: Java's ``popResponseReturnActualRetryTopic=true``, which RocketMQ's
 clients and proxy take as they take Java's default), and the header ``popTime, invisibleTime,
@@ -62,7 +63,6 @@ TIMEOUT_TOO_MUCH_MS = 500
 POP_POLLING_SIZE = 1024
 #: POP retry topics remembered for wake-ups at most (then forgotten and learnt again)
 MAX_ALIASES = 100_000
-TAG_TYPES = (None, "", "TAG")
 
 
 class PopHoldService(PullHoldService):
@@ -139,12 +139,9 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, held: HeldPull 
         if now - born - h.poll_time > TIMEOUT_TOO_MUCH_MS:
             return req.reply(ResponseCode.POLLING_TIMEOUT,
                              f"the broker[{broker.config.broker_ip1}] pop message is timeout too much")
-        if h.exp_type not in TAG_TYPES:
-            return req.reply(ResponseCode.SYSTEM_ERROR,
-                             f"The broker does not support consumer to filter message by {h.exp_type} on a pop")
     try:
         result = broker.pop.pop(h.consumer_group, h.topic, h.queue_id, h.max_msg_nums, h.invisible_time, now,
-                                order=h.order, tags=h.exp, init_mode=h.init_mode)
+                                order=h.order, tags=h.exp, exp_type=h.exp_type, init_mode=h.init_mode)
     except PopRefused as exc:
         return req.reply(exc.code, exc.remark)
     except rmqlog.StoreError as exc:

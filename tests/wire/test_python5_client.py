@@ -231,6 +231,48 @@ def test_python5_fifo_group_arrives_in_order(tmp_path: Path) -> None:
     assert {m["group"] for m in first + rest} == {"order-1"}
 
 
+def _sql_consumer(c: rcl.Cluster, group: str, sql: str) -> rcl.Client:
+    consumer = c.python5(f"python5-consumer-{group}", "consume", stdin=True, group=group, topic=TOPIC, awaitSeconds=5,
+                         sql=sql)
+    consumer.wait_event("ready", "the simple consumer's start")
+    return consumer
+
+
+def test_python5_simple_consumer_with_a_sql92_filter_receives_only_the_matching(tmp_path: Path) -> None:
+    """``FilterExpression("n >= 3 AND color = 'red'", FilterType.SQL)`` on a broker with
+    ``enablePropertyFilter=true``: of six messages (user properties ``n``, ``color``) the two
+    that match are received and acked; nothing else comes, the others never handed out."""
+    rcl.require_python5_client()
+    conf = {"grpcListenPort": str(rcl.free_port()), "enablePropertyFilter": "true", **POP_CONF}
+    with rcl.cluster(tmp_path, topics={TOPIC: 4}, conf=conf) as c:
+        _send(c, [{"topic": TOPIC, "body": f"m{i}", "props": {"n": str(i), "color": "red" if i % 2 else "blue"}}
+                  for i in range(6)], [TOPIC])
+        consumer = _sql_consumer(c, "CG_P5S", "n >= 3 AND color = 'red'")
+        got = _receive_until(consumer, 2, invisible=30)
+        _do(consumer, "acked", op="ack", ids=[m["messageId"] for m in got])
+        after = _do(consumer, "received", op="receive", n=32, invisible=30)["messages"]
+        _closed(consumer)
+
+    assert sorted(m["body"] for m in got) == ["m3", "m5"]
+    assert after == []
+
+
+def test_python5_sql92_receive_without_enable_property_filter_fails_unsupported(tmp_path: Path) -> None:
+    """The same subscription on a broker with ``enablePropertyFilter=false`` (the default): the
+    client starts, and its receive fails with the status ``UNSUPPORTED`` (50500)."""
+    rcl.require_python5_client()
+    conf = {"grpcListenPort": str(rcl.free_port()), **POP_CONF}
+    with rcl.cluster(tmp_path, topics={TOPIC: 4}, conf=conf) as c:
+        _send(c, [{"topic": TOPIC, "body": "m", "props": {"n": "1"}}], [TOPIC])
+        consumer = _sql_consumer(c, "CG_P5S", "n = 1")
+        consumer.write(json.dumps({"op": "receive", "n": 32, "invisible": 30}))
+        consumer.wait_line(lambda _: consumer.events("failed") != [], "the refused receive")
+        (failed,) = consumer.events("failed")
+        _closed(consumer)
+
+    assert failed["code"] == 50500, failed
+
+
 def test_python5_orphaned_transaction_is_recovered_by_the_producers_checker(tmp_path: Path) -> None:
     """A transaction the producer leaves open is checked back over its Telemetry stream
     (RecoverOrphanedTransactionCommand): its checker sees the half message (id, body, tag, the

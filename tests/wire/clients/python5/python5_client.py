@@ -25,7 +25,7 @@ topic's route is refused: a send to it fails). At the end of stdin the producer 
 (``NotifyClientTermination``) and prints ``{"event": "closed"}``.
 
 ``receive`` (options ``group``, ``topic``, ``invisibleSeconds``): a ``SimpleConsumer``'s one
-receive (see :func:`receive`). ``consume`` (options ``group``, ``topic``, ``awaitSeconds``): a
+receive (see :func:`receive`). ``consume`` (options ``group``, ``topic``, ``awaitSeconds``, ``sql``?): a
 ``SimpleConsumer`` driven by stdin (see :func:`consume`).
 
 Exit codes: 0 done, 1 the client failed to start, 2 bad arguments.
@@ -91,8 +91,8 @@ def receive(opts):
 
 
 def consume(opts):
-    """``consume``: a ``SimpleConsumer`` of ``group`` on ``topic`` (all tags; its long polling
-    ``awaitSeconds``, 5 by default), started, ``{"event": "ready"}``; then one command a line on
+    """``consume``: a ``SimpleConsumer`` of ``group`` on ``topic`` (all tags, or with ``sql`` a
+    SQL92 ``FilterExpression``; its long polling ``awaitSeconds``, 5 by default), started, ``{"event": "ready"}``; then one command a line on
     stdin:
 
     - ``{"op": "receive", "n", "invisible"}``: ``receive(n, invisible)``, answered ``{"event":
@@ -104,9 +104,11 @@ def consume(opts):
 
     At the end of stdin it shuts down and prints ``{"event": "closed"}``."""
     from rocketmq import ClientConfiguration, FilterExpression, SimpleConsumer
+    from rocketmq.grpc_protocol import FilterType
 
     config = ClientConfiguration(opts["endpoints"], credentials(opts))
-    consumer = SimpleConsumer(config, opts["group"], {opts["topic"]: FilterExpression()},
+    expression = FilterExpression(opts["sql"], FilterType.SQL) if opts.get("sql") else FilterExpression()
+    consumer = SimpleConsumer(config, opts["group"], {opts["topic"]: expression},
                               await_duration=int(opts.get("awaitSeconds", 5)))
     try:
         consumer.startup()
