@@ -6,8 +6,11 @@ proxy in local mode serves, for its producers (``grpcListenPort``; the server is
   ``READ_WRITE``, ``READ`` or ``WRITE`` as the topic's and the broker's perm allow; broker =
   this broker's name and id, endpoints = this gRPC endpoint; ``accept_message_types`` NORMAL,
   FIFO, DELAY and TRANSACTION (our topics carry no message type: a topic accepts every type
-  its messages carry); a SLAVE's queues are ``READ`` (it refuses sends). Unknown topic:
-  ``TOPIC_NOT_FOUND``.
+  its messages carry); a SLAVE's queues are ``READ`` (it refuses sends). Then every other
+  broker group holding the topic, from the name servers' cached route
+  (:mod:`rmqnet.broker.grpc_routes`): its queues, broker = its master (id 0), endpoints = the
+  master's host with this endpoint's port (the proxy's ``ProxyTopicRouteData``: every broker's
+  gRPC port is the same). Unknown topic (here and there): ``TOPIC_NOT_FOUND``.
 - ``Heartbeat`` renews a producer's registration; ``NotifyClientTermination``: ``OK``.
 - ``Telemetry``: every ``Settings`` the client writes is answered with status ``OK`` and the
   server's settings (:func:`rmqnet.grpc.settings.server_settings`); a producer's stream is its
@@ -26,7 +29,8 @@ proxy in local mode serves, for its producers (``grpcListenPort``; the server is
   the request's status is the entries' one code or ``MULTIPLE_RESULTS``.
 - ``EndTransaction``: served as a remoting ``END_TRANSACTION`` (producer group = the topic,
   as the half's ``PGROUP``); an unknown resolution is left to the check-back, answered ``OK``.
-- ``QueryAssignment``: one assignment per broker (queue id -1), as the proxy answers it.
+- ``QueryAssignment``: one assignment per broker group with readable queues (queue id -1), each
+  at its own endpoint, as the proxy answers a push consumer.
 - ``ReceiveMessage``, ``AckMessage``, ``ChangeInvisibleDuration``, ``ForwardMessageToDeadLetterQueue``:
   POP consumption (:mod:`rmqnet.broker.grpc_consumers`).
 - Every other call (``PullMessage``, offsets, ``RecallMessage``...): status ``UNSUPPORTED`` at
