@@ -256,3 +256,22 @@ def test_a_group_without_a_master_and_this_brokers_own_group_in_the_route_are_no
     r = asyncio.run(service.query_route(svc.QueryRouteRequest(topic=pb.Resource(name="BOTH")), None))
     assert _queues(r) == ([("broker-a", 0, q, "127.0.0.1", 8081) for q in range(4)]
                           + [("broker-b", 0, q, "127.0.0.2", 8081) for q in range(2)])
+
+
+def test_a_send_is_served_by_the_broker_it_reaches_never_forwarded(stores: Any) -> None:
+    """As the proxy in local mode: a send for a topic only the other group holds is
+    ``TOPIC_NOT_FOUND`` here (the client sends to that group's endpoint); one for a topic on both
+    is stored here, whatever group the route offered."""
+    a, b = _brokers(stores, "127.0.0.1:1")
+
+    def send(topic: str) -> tuple[str, Any]:
+        sp = pb.SystemProperties(message_id="0A0000010000000000000000000000B1", message_type=pb.NORMAL)
+        return "SendMessage", svc.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name=topic), body=b"x",
+                                                                          system_properties=sp)])
+
+    (only_b, both), _ = _ask(a, b, [send("ONLY_B"), send("BOTH")])
+    assert only_b.status.code == Code.TOPIC_NOT_FOUND
+    assert both.status.code == Code.OK
+    stores[0].dispatch()
+    assert "ONLY_B" not in stores[0].topics()
+    assert sum(stores[0].read_queue("BOTH", q, 0, 100).num_rows for q in range(4)) == 1
