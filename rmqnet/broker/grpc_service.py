@@ -204,6 +204,10 @@ class MessagingService:
 
     async def query_assignment(self, req: svc.QueryAssignmentRequest, ctx: Any) -> svc.QueryAssignmentResponse:
         topic = req.topic.name
+        try:  # (before the name servers are asked for it, as the proxy validates first)
+            check_topic(topic)
+        except GrpcStatusError as exc:
+            return svc.QueryAssignmentResponse(status=status(exc.code, exc.message))
         own, peers = await self._route(topic)
         if own is None and not peers:
             return svc.QueryAssignmentResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))

@@ -120,9 +120,10 @@ def test_a_topic_on_two_groups_lists_both_groups_queues_each_at_its_masters_endp
 
 def test_without_the_other_groups_registration_only_this_brokers_queues(stores: Any) -> None:
     a, _ = _brokers(stores, "127.0.0.1:1")
-    (both, only_b), port = _ask(a, None, [_route("BOTH"), _route("ONLY_B")])
+    (both, only_b, bad), port = _ask(a, None, [_route("BOTH"), _route("ONLY_B"), _assignment("bad topic!")])
     assert _queues(both) == [("broker-a", 0, q, "127.0.0.1", port) for q in range(4)]
     assert only_b.status.code == Code.TOPIC_NOT_FOUND
+    assert bad.status.code == Code.ILLEGAL_TOPIC
 
 
 def test_no_name_server_answering_leaves_this_brokers_own_route(stores: Any) -> None:
