@@ -32,6 +32,7 @@ from ..grpc.convert import Code, status
 from ..grpc.v2 import service_pb2 as svc
 from .acl import AclRefusal
 from .acl_grpc import CALLER, authenticate, call_needs
+from .grpc_routes import name_server_routes
 from .grpc_service import CorruptRequest, MessagingService, peer_address
 
 if TYPE_CHECKING:
@@ -79,7 +80,8 @@ class GrpcEndpoint:
         if not bound:
             raise OSError(f"grpcListenPort: cannot bind {_join(self.host, self.port)} (in use, or not an address of this host)")
         self.port = bound
-        self.service = MessagingService(self.broker, self.advertised_host, bound)
+        self.service = MessagingService(self.broker, self.advertised_host, bound,
+                                        routes=name_server_routes(self.broker.config, self.broker.clock))
         self.broker.stop_listeners.append(self.service.close)  # (Telemetry streams end at the stop's start)
         server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers(self.service)),))
         await server.start()
@@ -91,6 +93,8 @@ class GrpcEndpoint:
         if self._server is not None:
             await self._server.stop(grace_s)
             self._server = None
+        if self.service is not None and self.service.routes is not None:
+            self.service.routes.close()  # (after the calls in flight: a route lookup may be among them)
 
 
 def _join(host: str, port: int) -> str:

@@ -6,8 +6,11 @@ proxy in local mode serves, for its producers (``grpcListenPort``; the server is
   ``READ_WRITE``, ``READ`` or ``WRITE`` as the topic's and the broker's perm allow; broker =
   this broker's name and id, endpoints = this gRPC endpoint; ``accept_message_types`` NORMAL,
   FIFO, DELAY and TRANSACTION (our topics carry no message type: a topic accepts every type
-  its messages carry); a SLAVE's queues are ``READ`` (it refuses sends). Unknown topic:
-  ``TOPIC_NOT_FOUND``.
+  its messages carry); a SLAVE's queues are ``READ`` (it refuses sends). Then every other
+  broker group holding the topic, from the name servers' cached route
+  (:mod:`rmqnet.broker.grpc_routes`): its queues, broker = its master (id 0), endpoints = the
+  master's host with this endpoint's port (the proxy's ``ProxyTopicRouteData``: every broker's
+  gRPC port is the same). Unknown topic (here and there): ``TOPIC_NOT_FOUND``.
 - ``Heartbeat`` renews a producer's registration; ``NotifyClientTermination``: ``OK``.
 - ``Telemetry``: every ``Settings`` the client writes is answered with status ``OK`` and the
   server's settings (:func:`rmqnet.grpc.settings.server_settings`); a producer's stream is its
@@ -26,7 +29,8 @@ proxy in local mode serves, for its producers (``grpcListenPort``; the server is
   the request's status is the entries' one code or ``MULTIPLE_RESULTS``.
 - ``EndTransaction``: served as a remoting ``END_TRANSACTION`` (producer group = the topic,
   as the half's ``PGROUP``); an unknown resolution is left to the check-back, answered ``OK``.
-- ``QueryAssignment``: one assignment per broker (queue id -1), as the proxy answers it.
+- ``QueryAssignment``: one assignment per broker group with readable queues (queue id -1), each
+  at its own endpoint, as the proxy answers a push consumer.
 - ``ReceiveMessage``, ``AckMessage``, ``ChangeInvisibleDuration``, ``ForwardMessageToDeadLetterQueue``:
   POP consumption (:mod:`rmqnet.broker.grpc_consumers`).
 - Every other call (``PullMessage``, offsets, ``RecallMessage``...): status ``UNSUPPORTED`` at
@@ -75,9 +79,11 @@ from ..remoting.headers import (
     TRANSACTION_ROLLBACK_TYPE,
     EndTransactionHeader,
 )
+from ..remoting.route import MASTER_ID, QueueData, TopicRouteData
 from .acl_grpc import caller_attrs, refused, settings_needs
 from .grpc_consumers import GrpcConsumers
 from .grpc_producers import GrpcProducers, TelemetryPeer
+from .grpc_routes import ClusterRoutes
 from .topics import AUTO_CREATE_TOPIC, PERM_READ, PERM_WRITE
 
 if TYPE_CHECKING:
@@ -85,6 +91,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: every queue accepts every type (our topics carry no message type)
+_TYPES = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
 _RESOLUTIONS = {pb.COMMIT: TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}
 
 
@@ -123,8 +131,11 @@ def peer_address(grpc_peer: str) -> str:
 class MessagingService:
     """The calls above for ``broker``, whose gRPC endpoint is ``host:port``."""
 
-    def __init__(self, broker: Broker, host: str, port: int) -> None:
+    def __init__(self, broker: Broker, host: str, port: int, routes: ClusterRoutes | None = None) -> None:
         self.broker = broker
+        self.port = port
+        #: the cluster's routes (None: no name server, this broker's own topics only)
+        self.routes = routes
         self.endpoints = pb.Endpoints(scheme=pb.IPv6 if ":" in host else pb.IPv4,
                                       addresses=[pb.Address(host=host, port=port)])
         self._round_robin = itertools.count()
@@ -142,6 +153,7 @@ class MessagingService:
 
     # ------------------------------------------------------------------ routes
     def _queues(self, topic: str) -> list[pb.MessageQueue] | None:
+        """This broker's own queues of ``topic`` (None: it has no such topic)."""
         tc = self.broker.topics.get(topic)
         if tc is None:
             return None
@@ -149,38 +161,69 @@ class MessagingService:
         if self.broker.config.slave:  # (a slave refuses sends: its queues are offered for reading only)
             perm &= ~PERM_WRITE
         broker = pb.Broker(name=self.broker.config.broker_name, id=self.broker.config.broker_id, endpoints=self.endpoints)
-        types = [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
+        return _queue_list(topic, perm, tc.read_queue_nums, tc.write_queue_nums, broker)
+
+    def _peers(self, route: TopicRouteData | None) -> list[tuple[QueueData, pb.Broker]]:
+        """The other broker groups of ``route`` that have a master, each with its queue data and
+        that master as a gRPC broker: its host with this endpoint's port (the proxy's rule,
+        ``ProxyTopicRouteData``: every broker's gRPC port is the same), by group name."""
+        if route is None:
+            return []
+        masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
         out = []
-        for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
-            read = perm & PERM_READ and qid < tc.read_queue_nums
-            write = perm & PERM_WRITE and qid < tc.write_queue_nums
-            permission = pb.READ_WRITE if read and write else pb.READ if read else pb.WRITE if write else pb.NONE
-            out.append(pb.MessageQueue(topic=pb.Resource(name=topic), id=qid, permission=permission, broker=broker,
-                                       accept_message_types=types))
+        for qd in sorted(route.queue_datas, key=lambda q: q.broker_name):
+            addr = masters.get(qd.broker_name)
+            if qd.broker_name == self.broker.config.broker_name or addr is None:
+                continue  # (this group is answered from this broker; a group without a master takes no client)
+            host = addr.rpartition(":")[0].strip("[]")
+            endpoints = pb.Endpoints(scheme=pb.IPv6 if ":" in host else pb.IPv4,
+                                     addresses=[pb.Address(host=host, port=self.port)])
+            out.append((qd, pb.Broker(name=qd.broker_name, id=MASTER_ID, endpoints=endpoints)))
         return out
 
+    async def _route(self, topic: str) -> tuple[list[pb.MessageQueue] | None, list[tuple[QueueData, pb.Broker]]]:
+        """This broker's queues of ``topic`` and the other groups holding it (cached name server
+        routes, :mod:`rmqnet.broker.grpc_routes`; none without a name server)."""
+        own = self._queues(topic)
+        route = await self.routes.route(topic) if self.routes is not None else None
+        return own, self._peers(route)
+
     async def query_route(self, req: svc.QueryRouteRequest, ctx: Any) -> svc.QueryRouteResponse:
+        topic = req.topic.name
         try:
-            check_topic(req.topic.name)
+            check_topic(topic)
         except GrpcStatusError as exc:
             return svc.QueryRouteResponse(status=status(exc.code, exc.message))
-        queues = self._queues(req.topic.name)
-        if queues is None:
-            return svc.QueryRouteResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {req.topic.name} does not exist"))
+        own, peers = await self._route(topic)
+        if own is None and not peers:
+            return svc.QueryRouteResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
+        queues = list(own or [])
+        for qd, broker in peers:
+            queues += _queue_list(topic, qd.perm, qd.read_queue_nums, qd.write_queue_nums, broker)
         return svc.QueryRouteResponse(status=status(Code.OK), message_queues=queues)
 
     async def query_assignment(self, req: svc.QueryAssignmentRequest, ctx: Any) -> svc.QueryAssignmentResponse:
-        queues = self._queues(req.topic.name)
-        if queues is None:
-            return svc.QueryAssignmentResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {req.topic.name} does not exist"))
-        readable = [q for q in queues if q.permission in (pb.READ, pb.READ_WRITE)]
+        topic = req.topic.name
+        try:  # (before the name servers are asked for it, as the proxy validates first)
+            check_topic(topic)
+        except GrpcStatusError as exc:
+            return svc.QueryAssignmentResponse(status=status(exc.code, exc.message))
+        own, peers = await self._route(topic)
+        if own is None and not peers:
+            return svc.QueryAssignmentResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
         assignments = []
+        readable = [q for q in own or () if q.permission in (pb.READ, pb.READ_WRITE)]
         if readable:
             q = pb.MessageQueue()
             q.CopyFrom(readable[0])
             q.id = -1
-            q.permission = pb.READ_WRITE if any(x.permission == pb.READ_WRITE for x in queues) else pb.READ
+            q.permission = pb.READ_WRITE if any(x.permission == pb.READ_WRITE for x in own or ()) else pb.READ
             assignments.append(pb.Assignment(message_queue=q))
+        for qd, broker in peers:  # (one per group, as the proxy assigns a push consumer its queues)
+            if qd.perm & PERM_READ and qd.read_queue_nums > 0:
+                permission = pb.READ_WRITE if qd.perm & PERM_WRITE else pb.READ
+                assignments.append(pb.Assignment(message_queue=pb.MessageQueue(
+                    topic=pb.Resource(name=topic), id=-1, permission=permission, broker=broker)))
         return svc.QueryAssignmentResponse(status=status(Code.OK), assignments=assignments)
 
     # -------------------------------------------------------------- clients
@@ -336,6 +379,19 @@ class MessagingService:
         """The answer of a call this broker does not serve: ``response`` (the call's response
         class) with status ``UNSUPPORTED`` naming the call."""
         return response(status=status(Code.UNSUPPORTED, f"{method} is not supported by this broker"))
+
+
+def _queue_list(topic: str, perm: int, reads: int, writes: int, broker: pb.Broker) -> list[pb.MessageQueue]:
+    """A group's queues of ``topic``: ids as the broker's (``0..max(reads, writes)-1``), each
+    ``READ_WRITE``, ``READ``, ``WRITE`` or ``NONE`` as ``perm`` and the counts allow."""
+    out = []
+    for qid in range(max(reads, writes)):
+        read = perm & PERM_READ and qid < reads
+        write = perm & PERM_WRITE and qid < writes
+        permission = pb.READ_WRITE if read and write else pb.READ if read else pb.WRITE if write else pb.NONE
+        out.append(pb.MessageQueue(topic=pb.Resource(name=topic), id=qid, permission=permission, broker=broker,
+                                   accept_message_types=_TYPES))
+    return out
 
 
 def _metadata(ctx: Any, key: str) -> str | None:
