@@ -2,7 +2,8 @@
 
 It walks the commitlog from its saved position up to the published tail, decodes the fields
 a unit needs (topic, queue id, queue offset, size, TAGS) for the whole run at once, and
-writes each queue's units as one slice. Prepared and rolled-back transaction records get no
+writes each queue's units as one slice (with light message queues on, ``lmq``, also a unit in
+each LMQ a record names: :mod:`rmqlog.log.lmq`). Prepared and rolled-back transaction records get no
 unit, and so does a record whose topic could not name a queue directory (written by another
 tool, or not UTF-8; logged, still readable by offset and msgId): it would otherwise stop
 every later dispatch. It holds ``dispatch.lock`` while it works, so any number of processes
@@ -47,6 +48,7 @@ from ..fileio import InterProcessLock
 from ..hashing import tags_codes
 from ..log.commitlog import CommitLog
 from ..log.decode import RecordColumns, read_columns
+from ..log.lmq import LMQ_NAMES, with_lmq_units
 from ..log.mapped_file import MappedFile
 from ..log.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, ParsedProperties
 from ..log.record import is_consumable
@@ -61,9 +63,8 @@ log = logging.getLogger(__name__)
 
 #: Bytes of commitlog decoded per step: bounds memory whatever the backlog.
 DISPATCH_CHUNK = 32 << 20
-#: Seconds between full rounds of the background service even while the append state's
-#: token says nothing changed: a safety net for file systems whose ``fstat`` of a replaced
-#: file is stale (NFS's attribute cache); costs one full round (~0.1 ms) a second.
+#: Seconds between full rounds of the background service even while the append state's token says
+#: nothing changed: a safety net for a stale ``fstat`` (NFS); one full round (~0.1 ms) a second.
 FULL_ROUND_S = 1.0
 #: Seconds a background round leaves a direct put of this process to dispatch itself.
 DIRECT_GRACE_S = 0.05
@@ -126,6 +127,8 @@ class Dispatcher:
         #: tagsCodes: the schedule topic's are delivery times (:mod:`rmqlog.schedule.levels`);
         #: ``None``: every tagsCode is the tags hash
         self.codes_hook: Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None = None
+        #: light message queues on: each record's ``INNER_MULTI_DISPATCH`` queues get a unit too
+        self.lmq = False
         #: direct puts of this process between their publish and their own dispatch
         #: (:mod:`rmqlog.queue.direct_dispatch`): a background round then waits for them
         #: rather than reading their records back (a put that cannot dispatch itself wakes it)
@@ -352,7 +355,8 @@ class Dispatcher:
             self._last_ts = max(self._last_ts, int(h["storeTimestamp"].max()))
         keep = np.asarray(is_consumable(h["sysFlag"]))
         # parsed once: tags here, keys for the index, all three found in one pass when indexing
-        parsed = ParsedProperties(cols.properties, names=_INDEXED_NAMES if self.index_hook is not None else ())
+        parsed = ParsedProperties(cols.properties, names=(_INDEXED_NAMES if self.index_hook is not None else ())
+                                  + (LMQ_NAMES if self.lmq else ()))
         codes = tags_codes(parsed.column(PROPERTY_TAGS))
         topic_codes = cols.topic.dictionary_encode()
         topics = topic_codes.dictionary.to_pylist()
@@ -371,10 +375,10 @@ class Dispatcher:
                     int(skip.sum()), int(cols.offsets[np.flatnonzero(skip)[0]]), ", ".join(repr(topics[i]) for i in unusable),
                 )
             keep = keep & ~skip
-        self._write_units(
-            topics, tidx[keep], h["queueId"].astype(np.int64)[keep], h["queueOffset"].astype(np.int64)[keep],
-            cols.offsets[keep], h["totalSize"][keep], codes[keep], maxes, gaps_ok,
-        )
+        rows = (tidx, h["queueId"].astype(np.int64), h["queueOffset"].astype(np.int64), cols.offsets, h["totalSize"], codes)
+        units = (with_lmq_units(*(parsed.column(n) for n in LMQ_NAMES), keep, topics, *rows) if self.lmq
+                 else (topics, *(a[keep] for a in rows)))
+        self._write_units(*units, maxes, gaps_ok)
         if crash_points.reached is not None:
             crash_points.reached("dispatch.units")
         if self.index_hook is not None:
