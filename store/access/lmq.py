@@ -33,7 +33,14 @@ import pyarrow.compute as pc
 from ..errors import InvalidMessageError, LmqLimitError
 from ..log.encode.batch import EncodedBatch
 from ..log.encode.wire_put import WireHeader
-from ..log.lmq import LMQ_PREFIX, PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_INNER_MULTI_QUEUE_OFFSET, is_blank, lmq_problem, split_queues
+from ..log.lmq import (
+    LMQ_PREFIX,
+    PROPERTY_INNER_MULTI_DISPATCH,
+    PROPERTY_INNER_MULTI_QUEUE_OFFSET,
+    is_blank,
+    lmq_problem,
+    split_queues,
+)
 from ..log.properties import WAITING_TOPICS
 
 if TYPE_CHECKING:

@@ -19,6 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..paths import topic_problem
+from .properties import ParsedProperties
 
 log = logging.getLogger(__name__)
 
@@ -109,4 +110,15 @@ def lmq_next_offsets(queues: pa.Array, offsets: pa.Array, rows: np.ndarray) -> d
     for _, name, off in lmq_entries(queues, offsets, rows):
         key = f"{name}/0"
         out[key] = max(out.get(key, 0), off + 1)
+    return out
+
+
+def in_lmq(properties: pa.Array, topic: str, logical: np.ndarray) -> np.ndarray:
+    """Whether each record (its properties string) is in LMQ ``topic`` at queue offset
+    ``logical`` (that row's): what a unit of an LMQ is checked against."""
+    parsed = ParsedProperties(properties, names=LMQ_NAMES)
+    out = np.zeros(len(logical), bool)
+    for i, (names_s, offs_s) in enumerate(zip(*(parsed.column(n).to_pylist() for n in LMQ_NAMES), strict=True)):
+        names, offs = split_queues(names_s or ""), split_queues(offs_s or "")
+        out[i] = len(names) == len(offs) and (topic, str(int(logical[i]))) in zip(names, offs, strict=True)
     return out

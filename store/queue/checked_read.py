@@ -50,9 +50,8 @@ from ..log.decode import (
     not_a_record,
     raise_first_bad_row,
 )
-from ..log.lmq import LMQ_NAMES, LMQ_PREFIX, split_queues
+from ..log.lmq import LMQ_PREFIX, in_lmq
 from ..log.pins import pinned
-from ..log.properties import ParsedProperties
 from ..log.raw_check import read_checked
 from ..log.record import MAGIC_V1, MAGIC_V2
 from ..paths import segment_name
@@ -186,13 +185,13 @@ def check_lmq_units(commitlog: CommitLog, off: np.ndarray, size: np.ndarray, log
     at its logical offset."""
     row = 0
     for cols in commitlog.read_record_columns(off, check=RecordCheck(size=size, crc=False), tail=tail):
-        parsed = ParsedProperties(cols.properties, names=LMQ_NAMES)
-        for names, offsets in zip(*(parsed.column(n).to_pylist() for n in LMQ_NAMES), strict=True):
-            pairs = zip(split_queues(names or ""), split_queues(offsets or ""), strict=False)
-            if (topic, str(int(logical[row]))) not in pairs:
-                raise BadRecordError(f"the record there is not in {topic} at queue offset {int(logical[row])}",
-                                     row=row, offset=int(off[row]), against_unit=True)
-            row += 1
+        n = len(cols.offsets)
+        bad = np.flatnonzero(~in_lmq(cols.properties, topic, logical[row: row + n]))
+        if len(bad):
+            at = row + int(bad[0])
+            raise BadRecordError(f"the record there is not in {topic} at queue offset {int(logical[at])}",
+                                 row=at, offset=int(off[at]), against_unit=True)
+        row += n
 
 
 def check_bounds(off: np.ndarray, size: np.ndarray, floor: int, tail: int, segment_size: int) -> None:
