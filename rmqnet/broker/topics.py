@@ -55,6 +55,8 @@ AUTO_CREATE_TOPIC = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
+#: ``MixAll.LMQ_PREFIX``: a light message queue's name (``enableLmq``)
+LMQ_PREFIX = "%LMQ%"
 #: queues of a group's retry topic (``SubscriptionGroupConfig.retryQueueNums``) and DLQ
 RETRY_QUEUE_NUMS = 1
 DLQ_QUEUE_NUMS = 1
@@ -92,6 +94,7 @@ class TopicManager:
 
     def __init__(self, store: MessageStore, config: Callable[[], BrokerConfig], clock: Clock) -> None:
         self.store = store
+        self._lmq = store.config.enable_lmq
         self._config = config
         self.clock = clock
         self._lock = threading.RLock()
@@ -166,8 +169,12 @@ class TopicManager:
     # ----------------------------------------------------------------- reads
     def get(self, topic: str) -> TopicConfig | None:
         """The config of ``topic``, or ``None`` if the broker and the store know no such topic
-        (in memory: no file is read)."""
-        return self._overlay.get(topic) or self.store.topic_table().get(topic)
+        (in memory: no file is read). With ``enable_lmq``, an LMQ (``%LMQ%...``) is
+        one queue, readable and writable, never stored (RocketMQ's ``LmqTopicConfigManager``)."""
+        found = self._overlay.get(topic) or self.store.topic_table().get(topic)
+        if found is None and self._lmq and topic.startswith(LMQ_PREFIX):
+            return TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE)
+        return found
 
     def all(self) -> dict[str, TopicConfig]:
         """Every topic (store's and system), by name, the overlay winning."""

@@ -17,10 +17,10 @@ each one numpy comparison over the whole read and each done before the gather it
 3. With ``check_crc``: each body's CRC equals its BODYCRC (one batch CRC call).
 
 A light message queue's units (``%LMQ%...``, :mod:`rmqlog.log.lmq`) point at records of other
-queues: step 2 there checks TOTALSIZE and the lengths, and instead of QUEUEID, QUEUEOFFSET
-and the topic, that the record's ``INNER_MULTI_DISPATCH`` names the queue with the unit's
-logical offset at the same place of its ``INNER_MULTI_QUEUE_OFFSET`` (:func:`check_lmq_units`;
-no fast path: each such read decodes those properties).
+queues: step 2 there checks TOTALSIZE and the lengths, and either QUEUEID, QUEUEOFFSET and
+the topic (a record sent to it) or that the record's ``INNER_MULTI_DISPATCH`` names the queue
+with the unit's logical offset at the same place of its ``INNER_MULTI_QUEUE_OFFSET``
+(:func:`check_lmq_units`; no fast path: each such read decodes those properties).
 
 Errors: a unit that does not match its record raises :class:`CorruptQueueError` (the
 consume-queue file, the logical offset, the commitlog offset); a record damaged in itself
@@ -39,6 +39,7 @@ from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import CorruptQueueError, CorruptRecordError, MessagesDeletedError
 from ..log.commitlog import CommitLog
@@ -172,21 +173,24 @@ def _read(
     size = units["size"].astype(np.int64)
     check_bounds(off, size, floor, tail, commitlog.segment_size)
     if topic.startswith(LMQ_PREFIX):
-        check_lmq_units(commitlog, off, size, np.asarray(logical, np.int64), topic, tail)
+        check_lmq_units(commitlog, off, size, np.asarray(logical, np.int64), topic, queue_id, tail)
         return read(off, check=RecordCheck(size=size, crc=check_crc), tail=tail)
     check = RecordCheck(size=size, queue_id=queue_id, queue_offset=np.asarray(logical, np.int64), crc=check_crc)
     return read(off, topic=topic, check=check, tail=tail)
 
 
 def check_lmq_units(commitlog: CommitLog, off: np.ndarray, size: np.ndarray, logical: np.ndarray, topic: str,
-                    tail: int) -> None:
+                    queue_id: int, tail: int) -> None:
     """Step 2 for the units of light message queue ``topic`` (the module docstring): raises
     :class:`BadRecordError` (against the unit) for the first whose record is not in the queue
-    at its logical offset."""
+    at its logical offset (a record sent to the queue itself is, as any queue's)."""
     row = 0
     for cols in commitlog.read_record_columns(off, check=RecordCheck(size=size, crc=False), tail=tail):
         n = len(cols.offsets)
-        bad = np.flatnonzero(~in_lmq(cols.properties, topic, logical[row: row + n]))
+        h, at_ = cols.header, logical[row: row + n]
+        own = (np.asarray(pc.equal(pc.cast(cols.topic, pa.string()), topic).fill_null(False))
+               & (h["queueId"].astype(np.int64) == queue_id) & (h["queueOffset"].astype(np.int64) == at_))
+        bad = np.flatnonzero(~(own | in_lmq(cols.properties, topic, at_)))
         if len(bad):
             at = row + int(bad[0])
             raise BadRecordError(f"the record there is not in {topic} at queue offset {int(logical[at])}",
@@ -261,7 +265,7 @@ def _store_timestamp(commitlog: CommitLog, off: int, size: int, topic: str, queu
         raise bad(found.reason if found is not None and found.reason else "undecodable record", unit=False)
     rec = found.record
     if topic.startswith(LMQ_PREFIX):
-        check_lmq_units(commitlog, np.array([off]), np.array([size]), np.array([logical]), topic, tail)
+        check_lmq_units(commitlog, np.array([off]), np.array([size]), np.array([logical]), topic, queue_id, tail)
         return rec.store_timestamp
     if rec.queue_id != queue_id:
         raise bad(f"the record there is of queue {rec.queue_id}, not {queue_id}")

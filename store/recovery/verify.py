@@ -214,15 +214,14 @@ def _verify_queue(parts: StoreParts, cq: ConsumeQueue, tail: int, report: Verify
             report.problems.append(Problem(where, int(plog[0]), f"unit does not point at a record ({exc})"))
             return
         h = cols.header
-        if topic.startswith(LMQ_PREFIX):  # a light message queue's records are other queues'
-            ok = in_lmq(cols.properties, topic, plog) & (h["totalSize"].astype(np.int64) == psize)
-        else:
-            ok = (
-                np.asarray(pc.equal(pc.cast(cols.topic, pa.string()), topic).fill_null(False))
-                & (h["queueId"].astype(np.int64) == qid)
-                & (h["queueOffset"].astype(np.int64) == plog)
-                & (h["totalSize"].astype(np.int64) == psize)
-            )
+        ok = (
+            np.asarray(pc.equal(pc.cast(cols.topic, pa.string()), topic).fill_null(False))
+            & (h["queueId"].astype(np.int64) == qid)
+            & (h["queueOffset"].astype(np.int64) == plog)
+        )
+        if topic.startswith(LMQ_PREFIX):  # a light message queue's records are other queues' too
+            ok |= in_lmq(cols.properties, topic, plog)
+        ok &= h["totalSize"].astype(np.int64) == psize
         bad = np.flatnonzero(~ok)
         if len(bad):
             report.problems.append(

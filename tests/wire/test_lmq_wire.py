@@ -1,0 +1,131 @@
+"""Light message queues over real sockets (``enableLmq`` + ``enableMultiDispatch``): a name
+server and a broker on 127.0.0.1, our client (``rmqnet.client``) sending messages that name
+LMQs in ``INNER_MULTI_DISPATCH`` and pulling an LMQ (``%LMQ%x``, queue 0) from the broker's
+address (no route names an LMQ: RocketMQ's LMQ consumers pull by address too); the refusals
+as RocketMQ answers them: past ``maxLmqConsumeQueueNum`` SYSTEM_ERROR
+``[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]...``, a bad LMQ name MESSAGE_ILLEGAL, an LMQ with
+``enableLmq`` off TOPIC_NOT_EXIST."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import rmqlog
+from rmqnet.broker import launch
+from rmqnet.broker.config import BrokerConfig
+from rmqnet.client import BrokerError, Producer, PullConsumer
+from rmqnet.namesrv.process import NameServerProcess
+from rmqnet.remoting import ResponseCode
+
+from .brokerpull_support import HANG_GUARD_S, SEGMENT
+
+
+def _serve(tmp_path: Path, **store: Any) -> Iterator[tuple[str, str]]:
+    """(name server, broker) addresses of servers run on a thread of their own."""
+    root = tmp_path / "root"
+    store_config = rmqlog.StoreConfig(mapped_file_size_commit_log=SEGMENT, **store)
+    with rmqlog.MessageStore.open(root, store_config) as s:
+        s.create_topic("T", 2)
+    ready: dict[str, Any] = {}
+    started, stop = threading.Event(), threading.Event()
+
+    def serve() -> None:
+        async def main() -> None:
+            ns = NameServerProcess("127.0.0.1", 0)
+            await ns.start()
+            proc = launch.BrokerProcess(root, BrokerConfig(broker_name="broker-a", listen_port=0, namesrv_addr=ns.address,
+                                                           store=store_config))
+            try:
+                ready["broker"] = await proc.start()
+                ready["namesrv"] = ns.address
+                started.set()
+                await asyncio.get_running_loop().run_in_executor(None, stop.wait)
+            finally:
+                proc.request_stop()
+                await proc.wait_stopped(grace_s=1.0)
+                await ns.stop()
+
+        try:
+            asyncio.run(main())
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=serve, name="servers")
+    thread.start()
+    assert started.wait(HANG_GUARD_S) and "namesrv" in ready, "the servers did not start"
+    try:
+        yield ready["namesrv"], ready["broker"]
+    finally:
+        stop.set()
+        thread.join(HANG_GUARD_S)
+
+
+@pytest.fixture
+def lmq_servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
+    yield from _serve(tmp_path, enable_lmq=True, enable_multi_dispatch=True, max_lmq_consume_queue_num=3)
+
+
+def _send(producer: Producer, body: bytes, lmqs: str, queue_id: int = 0) -> Any:
+    return producer.send("T", body, properties={"INNER_MULTI_DISPATCH": lmqs}, queue_id=queue_id)
+
+
+def test_pull_of_an_lmq_reads_the_messages_sent_to_it(lmq_servers: tuple[str, str]) -> None:
+    namesrv, broker = lmq_servers
+    producer, consumer = Producer("PG", namesrv), PullConsumer("CG", namesrv)
+    try:
+        _send(producer, b"one", "%LMQ%a,%LMQ%b", 0)
+        _send(producer, b"two", "%LMQ%b", 1)
+        producer.send("T", b"plain", queue_id=0)
+        got = consumer.pull("%LMQ%b", 0, 0, suspend_ms=30_000, broker_name=broker)
+        assert got.status == "FOUND" and got.messages["body"].to_pylist() == [b"one", b"two"]
+        assert got.messages["topic"].to_pylist() == ["T", "T"]  # the original records
+        assert got.next_begin_offset == 2
+        props = got.messages["properties"].to_pylist()
+        assert [dict(p)["INNER_MULTI_QUEUE_OFFSET"] for p in props] == ["0,0", "1"]
+        a = consumer.pull("%LMQ%a", 0, 0, suspend_ms=30_000, broker_name=broker)
+        assert a.messages["body"].to_pylist() == [b"one"]
+        assert consumer.pull("%LMQ%a", 0, 1, broker_name=broker).status != "FOUND"
+        # the message's own queue has it as any message
+        assert consumer.pull("T", 0, 0, broker_name=broker).messages["body"].to_pylist() == [b"one", b"plain"]
+        consumer.commit("%LMQ%b", 0, 2, broker_name=broker)
+        assert consumer.committed("%LMQ%b", 0, broker_name=broker) == 2
+    finally:
+        producer.close()
+        consumer.close()
+
+
+def test_refusals_answer_rocketmq_s_codes(lmq_servers: tuple[str, str]) -> None:
+    namesrv, _ = lmq_servers
+    producer = Producer("PG", namesrv)
+    try:
+        with pytest.raises(BrokerError) as bad:
+            _send(producer, b"x", "%LMQ%ok,../etc")
+        assert bad.value.code == ResponseCode.MESSAGE_ILLEGAL and "light message queue" in str(bad.value)
+        _send(producer, b"a", "%LMQ%1,%LMQ%2,%LMQ%3")  # 0 LMQs: not past 3
+        _send(producer, b"b", "%LMQ%4")  # 3: not past 3 (RocketMQ's >)
+        with pytest.raises(BrokerError) as over:
+            _send(producer, b"c", "%LMQ%1")  # 4 LMQs
+        assert over.value.code == ResponseCode.SYSTEM_ERROR
+        assert "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]" in str(over.value)
+        assert producer.send("T", b"plain", queue_id=0).status == "SEND_OK"  # a send naming none goes on
+    finally:
+        producer.close()
+
+
+def test_an_lmq_is_no_topic_with_lmq_off(tmp_path: Path) -> None:
+    for namesrv, broker in _serve(tmp_path):
+        producer, consumer = Producer("PG", namesrv), PullConsumer("CG", namesrv)
+        try:
+            _send(producer, b"one", "%LMQ%a")
+            with pytest.raises(BrokerError) as e:
+                consumer.pull("%LMQ%a", 0, 0, broker_name=broker)
+            assert e.value.code == ResponseCode.TOPIC_NOT_EXIST
+        finally:
+            producer.close()
+            consumer.close()
