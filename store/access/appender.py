@@ -50,7 +50,7 @@ from ..log.msgid import UniqKeyGenerator, offset_msg_ids
 from ..log.properties import SCHEDULE_TOPIC, WAITING_TOPICS
 from ..schema import PUT_RESULT_SCHEMA, TS
 from ..service import ServiceLoop
-from .lmq import lmq_rows, put_lmq
+from .lmq import LmqRows, lmq_batch, lmq_rows, refuse_routed
 
 if TYPE_CHECKING:
     from ..log.append_state import AppendState
@@ -100,9 +100,25 @@ class Appender:
         if self.lmq and system is None:
             rows = lmq_rows(table)
             if rows:
-                return put_lmq(self, table, rows, marker, dispatch=dispatch, wire=wire, wait_flush=wait_flush)
+                return self._put_lmq(table, rows, marker, dispatch=dispatch, wire=wire, wait_flush=wait_flush)
         return self.put_encoded(self.encode(table, marker, system=system, wire=wire), marker, dispatch=dispatch,
                                 wait_flush=wait_flush)
+
+    def _put_lmq(self, table: pa.Table | pa.RecordBatch, rows: LmqRows, marker: Marker, *, dispatch: bool,
+                 wire: WireHeader | None, wait_flush: bool) -> tuple[pa.Table, np.ndarray]:
+        """:meth:`put_table` of a table whose ``rows`` name light message queues
+        (:mod:`rmqlog.access.lmq`): encoded once for its checks, again under the lock with
+        their offsets."""
+        first = self.encode(table, marker, wire=wire)
+        refuse_routed(first, rows)
+        limit = self.parts.config.max_lmq_consume_queue_num
+
+        def under_lock(state: AppendState) -> list[EncodedBatch]:
+            return lmq_batch(state, rows, limit, first.n, lambda items: self.encode(table, marker, system=items, wire=wire))
+
+        with self.ahead() as announce:
+            announce(first)
+            return self.append([first], marker, dispatch=dispatch, wait_flush=wait_flush, under_lock=under_lock)
 
     def put_encoded(
         self, batch: EncodedBatch, marker: Marker = None, *, dispatch: bool = False, results: bool = True,

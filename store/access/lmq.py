@@ -23,7 +23,7 @@ only puts with LMQ rows pay it; every other put takes the usual path.
 
 from __future__ import annotations
 
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -32,7 +32,6 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidMessageError, LmqLimitError
 from ..log.encode.batch import EncodedBatch
-from ..log.encode.wire_put import WireHeader
 from ..log.lmq import (
     LMQ_PREFIX,
     PROPERTY_INNER_MULTI_DISPATCH,
@@ -45,7 +44,6 @@ from ..log.properties import WAITING_TOPICS
 
 if TYPE_CHECKING:
     from ..log.append_state import AppendState
-    from .appender import Appender, Marker
 
 #: per LMQ row: (row, its LMQs in order)
 LmqRows = list[tuple[int, list[str]]]
@@ -96,31 +94,25 @@ def assign_lmq_offsets(rows: LmqRows, queues: MutableMapping[str, int], n: int) 
     return pa.array(items, pa.binary())
 
 
-def put_lmq(
-    appender: Appender, table: pa.Table | pa.RecordBatch, rows: LmqRows, marker: Marker, *, dispatch: bool,
-    wire: WireHeader | None, wait_flush: bool,
-) -> tuple[pa.Table, np.ndarray]:
-    """:meth:`rmqlog.access.appender.Appender.put_table` of a table with LMQ rows (the module
-    docstring's steps)."""
-    first = appender.encode(table, marker, wire=wire)
-    waiting = [i for i, t in enumerate(first.topics) if t in WAITING_TOPICS]
+def refuse_routed(batch: EncodedBatch, rows: LmqRows) -> None:
+    """Refuse an LMQ row the encoding routed to the delay or timer topic (its LMQ units would
+    come before its delivery)."""
+    waiting = [i for i, t in enumerate(batch.topics) if t in WAITING_TOPICS]
     if waiting:
-        routed = np.isin(first.topic_index, waiting)
+        routed = np.isin(batch.topic_index, waiting)
         for row, _ in rows:
             if routed[row]:
                 raise InvalidMessageError("a delayed or timed message cannot name light message queues",
                                           row=row, field="properties")
-    limit = appender.parts.config.max_lmq_consume_queue_num
 
-    def under_lock(state: AppendState) -> list[EncodedBatch]:
-        count = lmq_count(state.queues)
-        if count > limit:
-            raise LmqLimitError(count, limit)
-        items = assign_lmq_offsets(rows, state.queues, first.n)
-        batch = appender.encode(table, marker, system=items, wire=wire)
-        batch.lmq = True
-        return [batch]
 
-    with appender.ahead() as announce:
-        announce(first)
-        return appender.append([first], marker, dispatch=dispatch, wait_flush=wait_flush, under_lock=under_lock)
+def lmq_batch(state: AppendState, rows: LmqRows, limit: int, n: int,
+              encode: Callable[[pa.Array], EncodedBatch]) -> list[EncodedBatch]:
+    """Under the append lock (the module docstring's step 2): the limit, the offsets from
+    ``state``, the table encoded again by ``encode(items)`` with them."""
+    count = lmq_count(state.queues)
+    if count > limit:
+        raise LmqLimitError(count, limit)
+    batch = encode(assign_lmq_offsets(rows, state.queues, n))
+    batch.lmq = True
+    return [batch]

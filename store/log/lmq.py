@@ -82,15 +82,16 @@ def lmq_entries(queues: pa.Array, offsets: pa.Array, rows: np.ndarray) -> Iterat
 
 
 def with_lmq_units(
-    queues: pa.Array, offsets: pa.Array, keep: np.ndarray, topics: list[str], tidx: np.ndarray, qid: np.ndarray,
+    lmq: tuple[pa.Array, pa.Array] | None, keep: np.ndarray, topics: list[str], tidx: np.ndarray, qid: np.ndarray,
     qoff: np.ndarray, physical: np.ndarray, sizes: np.ndarray, codes: np.ndarray,
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The units of a run of records (the arrays are per record; ``keep``: the records that
-    get units) with their LMQ units added: queue 0 of each LMQ, the record's position, size
-    and tagsCode (``ConsumeQueue.multiDispatchLmqQueue``). Returns the kept records' units
-    followed by the LMQ ones, ``topics`` extended by the LMQs' names."""
+    get units) with their LMQ units added when ``lmq`` (the two properties per record) is
+    given: queue 0 of each LMQ, the record's position, size and tagsCode
+    (``ConsumeQueue.multiDispatchLmqQueue``). Returns the kept records' units followed by the
+    LMQ ones, ``topics`` extended by the LMQs' names."""
     base = (tidx[keep], qid[keep], qoff[keep], physical[keep], sizes[keep], codes[keep])
-    entries = list(lmq_entries(queues, offsets, np.flatnonzero(keep)))
+    entries = list(lmq_entries(lmq[0], lmq[1], np.flatnonzero(keep))) if lmq is not None else []
     if not entries:
         return (topics, *base)
     names = list(topics)
@@ -99,8 +100,9 @@ def with_lmq_units(
     lt = np.fromiter((index.setdefault(e[1], len(index)) for e in entries), np.int64, len(entries))
     names.extend(list(index)[len(names):])
     lo = np.fromiter((e[2] for e in entries), np.int64, len(entries))
-    extra = (lt, np.zeros(len(entries), np.int64), lo, physical[rows], sizes[rows], codes[rows])
-    return (names, *(np.concatenate((a, b)) for a, b in zip(base, extra, strict=True)))
+    t, q, o, p, z, c = (np.concatenate((a, b)) for a, b in zip(
+        base, (lt, np.zeros(len(entries), np.int64), lo, physical[rows], sizes[rows], codes[rows]), strict=True))
+    return names, t, q, o, p, z, c
 
 
 def lmq_next_offsets(queues: pa.Array, offsets: pa.Array, rows: np.ndarray) -> dict[str, int]:

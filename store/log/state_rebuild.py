@@ -90,7 +90,7 @@ def _note_records(state: AppendState, seg: MappedFile, scan: SegmentScan, densit
         state.queues[name] = max(state.queues.get(name, 0), o + 1)
     if lmq:
         parsed = ParsedProperties(cols.properties, names=LMQ_NAMES)
-        found = lmq_next_offsets(*(parsed.column(n) for n in LMQ_NAMES), np.flatnonzero(keep))
+        found = lmq_next_offsets(parsed.column(LMQ_NAMES[0]), parsed.column(LMQ_NAMES[1]), np.flatnonzero(keep))
         for name, o in found.items():
             state.queues[name] = max(state.queues.get(name, 0), o)
     if len(h["storeTimestamp"]):

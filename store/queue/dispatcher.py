@@ -375,10 +375,9 @@ class Dispatcher:
                     int(skip.sum()), int(cols.offsets[np.flatnonzero(skip)[0]]), ", ".join(repr(topics[i]) for i in unusable),
                 )
             keep = keep & ~skip
-        rows = (tidx, h["queueId"].astype(np.int64), h["queueOffset"].astype(np.int64), cols.offsets, h["totalSize"], codes)
-        units = (with_lmq_units(*(parsed.column(n) for n in LMQ_NAMES), keep, topics, *rows) if self.lmq
-                 else (topics, *(a[keep] for a in rows)))
-        self._write_units(*units, maxes, gaps_ok)
+        lmq = (parsed.column(LMQ_NAMES[0]), parsed.column(LMQ_NAMES[1])) if self.lmq else None
+        self._write_units(*with_lmq_units(lmq, keep, topics, tidx, h["queueId"].astype(np.int64), h["queueOffset"].astype(np.int64),
+                                          cols.offsets, h["totalSize"], codes), maxes, gaps_ok)
         if crash_points.reached is not None:
             crash_points.reached("dispatch.units")
         if self.index_hook is not None:
