@@ -4,7 +4,8 @@ LMQs in ``INNER_MULTI_DISPATCH`` and pulling an LMQ (``%LMQ%x``, queue 0) from t
 address (no route names an LMQ: RocketMQ's LMQ consumers pull by address too); the refusals
 as RocketMQ answers them: past ``maxLmqConsumeQueueNum`` SYSTEM_ERROR
 ``[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]...``, a bad LMQ name MESSAGE_ILLEGAL, an LMQ with
-``enableLmq`` off TOPIC_NOT_EXIST."""
+``enableLmq`` off TOPIC_NOT_EXIST; under ACL, the LMQs a send names need PUB and an LMQ
+pulled SUB, as topics."""
 
 from __future__ import annotations
 
@@ -18,11 +19,22 @@ import pytest
 
 import rmqlog
 from rmqnet.broker import launch
+from rmqnet.broker.acl import ACL_EXCEPTION
 from rmqnet.broker.config import BrokerConfig
 from rmqnet.client import BrokerError, Producer, PullConsumer
 from rmqnet.namesrv.process import NameServerProcess
-from rmqnet.remoting import ResponseCode
+from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode
+from rmqnet.remoting.acl_sign import sign
 
+from .broker_helpers import (
+    FakePeer,
+    RecordingStore,
+    encode_batch,
+    make_broker,
+    run,
+    send_header,
+    send_request,
+)
 from .brokerpull_support import HANG_GUARD_S, SEGMENT
 
 
@@ -39,10 +51,20 @@ def _serve(tmp_path: Path, **store: Any) -> Iterator[tuple[str, str]]:
         async def main() -> None:
             ns = NameServerProcess("127.0.0.1", 0)
             await ns.start()
+            registered = asyncio.Event()
+            register = ns.server.routes.register
+
+            def watched(**kw: Any) -> Any:
+                res = register(**kw)
+                registered.set()
+                return res
+
+            ns.server.routes.register = watched  # type: ignore[method-assign]
             proc = launch.BrokerProcess(root, BrokerConfig(broker_name="broker-a", listen_port=0, namesrv_addr=ns.address,
                                                            store=store_config))
             try:
                 ready["broker"] = await proc.start()
+                await registered.wait()  # (a route before the first send)
                 ready["namesrv"] = ns.address
                 started.set()
                 await asyncio.get_running_loop().run_in_executor(None, stop.wait)
@@ -129,3 +151,53 @@ def test_an_lmq_is_no_topic_with_lmq_off(tmp_path: Path) -> None:
         finally:
             producer.close()
             consumer.close()
+
+
+LMQ_ACL = """
+accounts:
+  - accessKey: RocketMQ
+    secretKey: 12345678
+    admin: false
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - T=PUB|SUB
+      - "%LMQ%ok=PUB|SUB"
+"""
+
+
+def test_the_lmqs_a_send_names_and_an_lmq_pulled_are_topics_under_acl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    (home / "conf").mkdir(parents=True)
+    (home / "conf" / "plain_acl.yml").write_text(LMQ_ACL)
+    monkeypatch.setenv("ROCKETMQ_HOME", str(home))
+    with rmqlog.MessageStore.open(tmp_path / "s", rmqlog.StoreConfig(enable_lmq=True, enable_multi_dispatch=True)) as store:
+        store.create_topic("T", 4)
+        puts = RecordingStore(store)
+        broker = make_broker(puts, acl_enable=True)
+        peer = FakePeer()
+
+        def send(props: str, batch: bool = False) -> RemotingCommand:
+            if batch:
+                body = encode_batch([(b"m", 0, {"INNER_MULTI_DISPATCH": props})])
+                req = send_request(send_header("T", batch=True), body, code=RequestCode.SEND_BATCH_MESSAGE)
+            else:
+                req = send_request(send_header("T", props=f"INNER_MULTI_DISPATCH\x01{props}\x02"), b"m")
+            (res,) = run(broker, peer, sign(req, "RocketMQ", "12345678"))
+            assert res is not None
+            return res
+
+        def pull(topic: str) -> RemotingCommand:
+            req = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields={
+                "consumerGroup": "G", "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0,
+                "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
+            (res,) = run(broker, peer, sign(req, "RocketMQ", "12345678"))
+            assert res is not None
+            return res
+
+        assert send("%LMQ%ok").code == ResponseCode.SUCCESS
+        for res in (send("%LMQ%ok,%LMQ%no"), send("%LMQ%no", batch=True), pull("%LMQ%no")):
+            assert res.code == ResponseCode.SYSTEM_ERROR
+            assert res.remark == f"{ACL_EXCEPTION}: No default permission for topic:%LMQ%no"
+        assert sum(t.num_rows for t in puts.puts) == 1  # the refused sends stored nothing
+        assert pull("%LMQ%ok").code != ResponseCode.SYSTEM_ERROR  # allowed: the pull ran
