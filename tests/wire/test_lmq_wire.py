@@ -5,7 +5,8 @@ address (no route names an LMQ: RocketMQ's LMQ consumers pull by address too); t
 as RocketMQ answers them: past ``maxLmqConsumeQueueNum`` SYSTEM_ERROR
 ``[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]...``, a bad LMQ name MESSAGE_ILLEGAL, an LMQ with
 ``enableLmq`` off TOPIC_NOT_EXIST; under ACL, the LMQs a send names need PUB and an LMQ
-pulled SUB, as topics."""
+pulled SUB, as topics; a POP of an LMQ (its offsets in the handles, a redelivery through the
+group's retry topic)."""
 
 from __future__ import annotations
 
@@ -15,12 +16,15 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 import rmqlog
 from rmqnet.broker import launch
 from rmqnet.broker.acl import ACL_EXCEPTION
 from rmqnet.broker.config import BrokerConfig
+from rmqnet.broker.pop import AckStatus
+from rmqnet.broker.pop_handle import ExtraInfo
 from rmqnet.client import BrokerError, Producer, PullConsumer
 from rmqnet.namesrv.process import NameServerProcess
 from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -201,3 +205,30 @@ def test_the_lmqs_a_send_names_and_an_lmq_pulled_are_topics_under_acl(tmp_path: 
             assert res.remark == f"{ACL_EXCEPTION}: No default permission for topic:%LMQ%no"
         assert sum(t.num_rows for t in puts.puts) == 1  # the refused sends stored nothing
         assert pull("%LMQ%ok").code != ResponseCode.SYSTEM_ERROR  # allowed: the pull ran
+
+
+def test_pop_of_an_lmq_hands_out_its_offsets_and_redelivers_through_the_retry_topic(tmp_path: Path) -> None:
+    t0 = 1_800_000_000_000
+    clock = rmqlog.ManualClock(t0)
+    config = rmqlog.StoreConfig(enable_lmq=True, enable_multi_dispatch=True)
+    with rmqlog.MessageStore.open(tmp_path / "s", config, clock=clock) as store:
+        store.create_topic("T", 2)
+        store.put_wire(pa.table({"topic": ["T"] * 3, "queueId": [0, 1, 0], "body": [b"a", b"b", b"c"],
+                                 "properties": ["INNER_MULTI_DISPATCH\x01%LMQ%a\x02"] * 3}), dispatch=True)
+        broker = make_broker(store, broker_name="bk", clock=clock)
+        got = broker.pop.pop("G", "%LMQ%a", -1, 32, 60_000, t0)
+        assert [m["body"] for m in _popped(got)] == [b"a", b"b", b"c"]
+        # the LMQ's offsets 0, 1, 2 (the records' own are 0, 0, 1 in T's queues)
+        assert got.handles == [f"0 {t0} 60000 0 0 bk 0 {i}" for i in range(3)]
+        assert [broker.pop.ack("G", "%LMQ%a", ExtraInfo.parse(h), t0) for h in got.handles[:2]] == [AckStatus.OK] * 2
+        assert broker.pop.pop("G", "%LMQ%a", -1, 32, 60_000, t0 + 1).queues == []
+        now = t0 + 200_000  # past the invisible time: the unacked one comes back
+        assert broker.pop.run_once(now) == 1
+        store.dispatch()
+        again = broker.pop.pop("G", "%LMQ%a", -1, 32, 60_000, now)
+        assert [(m["topic"], m["body"], m["reconsumeTimes"]) for m in _popped(again)] == [("%RETRY%G_%LMQ%a", b"c", 1)]
+        assert store.verify().problems == []
+
+
+def _popped(result: Any) -> list[dict[str, Any]]:
+    return [m for q in result.queues for m in rmqlog.decode_records(bytes(q.records.data)).to_pylist()]
