@@ -118,7 +118,8 @@ class TopicManager:
         store RocketMQ wrote without its config, an entry lost to a crash) are given to the
         store's table in memory (written by the next persist), once, at start."""
         known = self.store.topic_table()
-        found = [tc for name, tc in self.store.topics().items() if name not in known]
+        found = [tc for name, tc in self.store.topics().items()
+                 if name not in known and not (self._lmq and name.startswith(LMQ_PREFIX))]  # (LMQs: never stored)
         for tc in found:
             self.store.put_topic(tc, persist=False)
         if found:
@@ -134,10 +135,9 @@ class TopicManager:
         ok = self._arrivals_ok
         if all(int(q) < ok.get(t, 0) for t, q in zip(topics, queue_ids, strict=True)):
             return  # (the usual case: every queue already known to be the topic's)
-        table = self.store.topic_table()
         queues: dict[str, int] = {}  # topics unknown, or known with fewer queues than got units
         for topic, qid in zip(topics, queue_ids, strict=True):
-            tc = table.get(topic) or self._overlay.get(topic)
+            tc = self.get(topic)  # (an LMQ's included)
             if tc is None or int(qid) >= max(tc.read_queue_nums, tc.write_queue_nums):
                 queues[topic] = max(queues.get(topic, 0), int(qid) + 1)
             else:

@@ -232,3 +232,19 @@ def test_pop_of_an_lmq_hands_out_its_offsets_and_redelivers_through_the_retry_to
 
 def _popped(result: Any) -> list[dict[str, Any]]:
     return [m for q in result.queues for m in rmqlog.decode_records(bytes(q.records.data)).to_pylist()]
+
+
+def test_a_broker_never_stores_lmqs_as_topics(tmp_path: Path) -> None:
+    config = rmqlog.StoreConfig(enable_lmq=True, enable_multi_dispatch=True)
+    with rmqlog.MessageStore.open(tmp_path / "s", config) as store:
+        store.create_topic("T", 2)
+        store.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"a"],
+                                 "properties": ["INNER_MULTI_DISPATCH\x01%LMQ%a\x02"]}), dispatch=True)
+        assert "%LMQ%a" in store.topics()  # its consume queue, on disk
+        broker = make_broker(store)  # at start: topics found from consume queues only are adopted, LMQs not
+        store.put_wire(pa.table({"topic": ["T"], "queueId": [1], "body": [b"b"],
+                                 "properties": ["INNER_MULTI_DISPATCH\x01%LMQ%b\x02"]}), dispatch=True)  # an arrival
+        assert not [t for t in broker.topics.all() if t.startswith("%LMQ%")]
+        assert broker.topics.get("%LMQ%b") == rmqlog.TopicConfig("%LMQ%b", 1, 1, 6)
+        broker.state.persist_all()
+        assert not [t for t in store.topic_table() if t.startswith("%LMQ%")]
