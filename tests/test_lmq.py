@@ -173,3 +173,17 @@ def test_recovery_after_a_kill_rebuilds_the_lmq_units(tmp_path: Path, point: str
         s.put_messages([_msg(b"next", "%LMQ%b")], dispatch=True)
         assert walk(tmp_path / "s")[-1].properties["INNER_MULTI_QUEUE_OFFSET"] == "6"
         assert s.verify().problems == []
+
+
+def test_a_replica_keeps_the_lmq_offsets_and_units(root: Path, tmp_path: Path) -> None:
+    with _open(root) as master, MessageStore.open(tmp_path / "slave", config=small_store_config(**LMQ_ON)) as slave:
+        master.put_messages([_msg(b"a", "%LMQ%1,%LMQ%2"), _msg(b"b", "%LMQ%2")], dispatch=True)
+        end = 0
+        while end < master.published_tail():
+            end = slave.replica_append(end, master.replica_read(end, 1 << 20))
+        slave.dispatch()
+        assert [m["body"] for m in read_queue_all(slave, "%LMQ%2", 0)] == [b"a", b"b"]
+        assert units(tmp_path / "slave", "%LMQ%1", 0) == units(root, "%LMQ%1", 0)
+        # promoted, it continues each LMQ where the master was
+        slave.put_messages([_msg(b"c", "%LMQ%2,%LMQ%1")], dispatch=True)
+        assert walk(tmp_path / "slave")[-1].properties["INNER_MULTI_QUEUE_OFFSET"] == "2,1"

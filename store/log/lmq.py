@@ -13,7 +13,7 @@ unit (RocketMQ's ``checkMultiDispatchQueue``).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterator, MutableMapping
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,8 @@ LMQ_PREFIX = "%LMQ%"
 SPLITTER = ","
 #: the properties a dispatch with LMQs on reads beside TAGS
 LMQ_NAMES = (PROPERTY_INNER_MULTI_DISPATCH, PROPERTY_INNER_MULTI_QUEUE_OFFSET)
+#: the bytes every record with LMQ offsets holds (a run without them needs no parse)
+LMQ_NEEDLE = (PROPERTY_INNER_MULTI_QUEUE_OFFSET + "\x01").encode()
 
 
 def split_queues(value: str) -> list[str]:
@@ -124,3 +126,11 @@ def in_lmq(properties: pa.Array, topic: str, logical: np.ndarray) -> np.ndarray:
         names, offs = split_queues(names_s or ""), split_queues(offs_s or "")
         out[i] = len(names) == len(offs) and (topic, str(int(logical[i]))) in zip(names, offs, strict=True)
     return out
+
+
+def note_lmq_offsets(queues: MutableMapping[str, int], properties: pa.Array, rows: np.ndarray) -> None:
+    """Move each LMQ's next offset in ``queues`` (an append state's) past the records of
+    ``rows`` (their properties strings): a state rebuilt from the log, a replica's."""
+    parsed = ParsedProperties(properties, names=LMQ_NAMES)
+    for key, o in lmq_next_offsets(parsed.column(LMQ_NAMES[0]), parsed.column(LMQ_NAMES[1]), rows).items():
+        queues[key] = max(queues.get(key, 0), o)

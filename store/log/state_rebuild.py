@@ -26,9 +26,8 @@ import numpy as np
 from .append_state import AppendState
 from .commitlog import CommitLog
 from .decode import read_columns
-from .lmq import LMQ_NAMES, lmq_next_offsets
+from .lmq import note_lmq_offsets
 from .mapped_file import MappedFile
-from .properties import ParsedProperties
 from .record import is_consumable
 from .scan import QueueDensity, SegmentScan, StopReason
 from .writer_marker import writer_markers
@@ -89,10 +88,7 @@ def _note_records(state: AppendState, seg: MappedFile, scan: SegmentScan, densit
         name = f"{names[k >> 32]}/{k & 0xFFFFFFFF}"
         state.queues[name] = max(state.queues.get(name, 0), o + 1)
     if lmq:
-        parsed = ParsedProperties(cols.properties, names=LMQ_NAMES)
-        found = lmq_next_offsets(parsed.column(LMQ_NAMES[0]), parsed.column(LMQ_NAMES[1]), np.flatnonzero(keep))
-        for name, o in found.items():
-            state.queues[name] = max(state.queues.get(name, 0), o)
+        note_lmq_offsets(state.queues, cols.properties, np.flatnonzero(keep))
     if len(h["storeTimestamp"]):
         state.store_timestamp = max(state.store_timestamp, int(h["storeTimestamp"].max()))
     for name, seq in writer_markers(cols.properties):  # in log order: the last wins
