@@ -126,7 +126,9 @@ def _lmqs(needs: Needs, req: RemotingCommand, properties: str | None) -> None:
         texts = [properties]
     for text in texts:
         value = parse_properties(text or "").get(INNER_MULTI_DISPATCH)
-        for name in (value or "").split(","):
+        if value is None or not value.strip():
+            continue  # (blank: no LMQ, as the store reads it)
+        for name in value.split(","):
             needs.add(name or None, PUB)
 
 

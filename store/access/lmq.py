@@ -57,7 +57,7 @@ def lmq_rows(table: pa.Table | pa.RecordBatch) -> LmqRows:
     pm = table.column("properties")
     if isinstance(pm, pa.ChunkedArray):
         pm = pm.combine_chunks()
-    if not pa.types.is_map(pm.type) or not pa.types.is_string(pm.type.key_type):
+    if not pa.types.is_map(pm.type) or not (pa.types.is_string(pm.type.key_type) or pa.types.is_large_string(pm.type.key_type)):
         return []
     values = pc.map_lookup(pm, pa.scalar(PROPERTY_INNER_MULTI_DISPATCH, pm.type.key_type), "last")  # Java's map: the last
     rows = np.flatnonzero(np.asarray(values.is_valid()))
