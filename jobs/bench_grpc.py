@@ -1,5 +1,7 @@
-"""The gRPC endpoint's send beside the remoting send, on the same broker (issue 45's first
-target: the gRPC send's p50, one at a time, 1 KiB, at most 1.5x the remoting send's).
+"""The gRPC endpoint beside the remoting protocol, on the same broker (issue 45's targets: the
+gRPC send's p50, one at a time, 1 KiB, at most 1.5x the remoting send's; receive of 32 + ack at
+least 0.5x the remoting pull of 32; a message not acked redelivered within 1 s after its
+invisible time ends, p99).
 
     python jobs/bench_grpc.py [--root DIR] [--rounds R] [--messages N] [--body BYTES]
 
@@ -13,9 +15,16 @@ under ROOT with topic ``BenchGrpc`` (4 queues). Each round measures, back to bac
   floor of a round trip through grpcio's client and ``grpc.aio`` server);
 - **gRPC**: ``SendMessage`` of one message (a NORMAL message with a tag, a message id and its
   body) at a time over grpcio's blocking channel, requests serialized before the clock, each
-  answer parsed and checked ``OK``.
+  answer parsed and checked ``OK``;
+- **consume** (``jobs/grpc_consume_load.py``): over ``--consume`` messages stored in topic
+  ``BenchPop`` before the broker starts, remoting pulls of 32 one at a time beside gRPC
+  receive-32-then-ack pairs one at a time (a new group each round); then 32 messages of topic
+  ``BenchRedeliver`` received with a 1 s invisible time (``minInvisibleTimeMillsForRecv=1000``)
+  and not acked, and each one's redelivery after that second.
 
-Figures: round trip p50 and p99 (ms), medians of the rounds, and the ratio gRPC / remoting.
+Figures: round trip p50 and p99 (ms), medians of the rounds, and the ratio gRPC / remoting;
+messages a second of the consume loops (medians); the redelivery's lateness, p50 and p99 over
+every round's messages.
 The broker is stopped by its PID (SIGTERM) at the end.
 """
 
@@ -29,8 +38,10 @@ import time
 from pathlib import Path
 
 import grpc
+import pyarrow as pa
 from broker_load import sync_rtts  # jobs/ is the scripts' directory
 from broker_servers import med, pct
+from grpc_consume_load import pull_rate, receive_ack_rate, redelivery_lateness
 from harness import Bench
 
 import rmqlog
@@ -39,18 +50,37 @@ from rmqnet.grpc.v2 import definition_pb2 as pb
 from rmqnet.grpc.v2 import service_pb2 as svc
 
 TOPIC = "BenchGrpc"
+POP_TOPIC = "BenchPop"
+REDELIVER_TOPIC = "BenchRedeliver"
+REDELIVER_N = 32
+INVISIBLE_MS = 1000
 WARM = 50
 
 
-def start_broker(root: Path) -> tuple[subprocess.Popen[str], int, str]:
-    """The broker process, its remoting port and its gRPC address."""
+def _fill(store: rmqlog.MessageStore, topic: str, n: int, body: bytes) -> None:
+    """``n`` messages of ``body`` (tag ``bench``) into queue 0 of ``topic``, dispatched."""
+    for start in range(0, n, 4096):
+        k = min(4096, n - start)
+        store.put_wire(pa.table({"topic": [topic] * k, "queueId": [0] * k, "body": [body] * k,
+                                 "properties": ["TAGS\x01bench\x02"] * k}), dispatch=True)
+
+
+def start_broker(root: Path, consume: int = 0, rounds: int = 1, body: bytes = b"") -> tuple[subprocess.Popen[str], int, str]:
+    """The broker process, its remoting port and its gRPC address; ``consume`` messages in
+    ``BenchPop`` and ``rounds`` x :data:`REDELIVER_N` in ``BenchRedeliver`` (one queue each)."""
     store = rmqlog.MessageStore.open(root / "store")
     try:
         store.create_topic(TOPIC, 4)
+        if consume:
+            store.create_topic(POP_TOPIC, 1)
+            store.create_topic(REDELIVER_TOPIC, 1)
+            _fill(store, POP_TOPIC, consume, body)
+            _fill(store, REDELIVER_TOPIC, rounds * REDELIVER_N, body)
     finally:
         store.close()
     conf = root / "broker.conf"
-    conf.write_text("brokerName=bench-grpc\ngrpcListenPort=0\nflushDiskType=ASYNC_FLUSH\n")
+    conf.write_text("brokerName=bench-grpc\ngrpcListenPort=0\nflushDiskType=ASYNC_FLUSH\n"
+                    f"minInvisibleTimeMillsForRecv={INVISIBLE_MS}\n")
     rmqlog_cmd = str(Path(sys.executable).with_name("rmqlog"))
     proc = subprocess.Popen([rmqlog_cmd, "broker", str(root / "store"), "-c", str(conf), "--listen", "127.0.0.1:0"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -110,19 +140,27 @@ def main() -> None:
     bench = Bench("bench_grpc", __doc__, rounds=3, rounds_help="rounds, each protocol in turn (medians printed)")
     bench.add_argument("--messages", type=int, default=2000, help="sends measured per round and protocol")
     bench.add_argument("--body", type=int, default=1024)
+    bench.add_argument("--consume", type=int, default=8192, help="messages a consume loop takes a round (0: none)")
     with bench.run() as work:
         a = bench.args
-        proc, port, address = start_broker(work)
         body = os.urandom(a.body)
+        proc, port, address = start_broker(work, a.consume, a.rounds, body)
         figs: dict[str, list[tuple[float, float]]] = {"remoting": [], "grpc heartbeat": [], "grpc": []}
+        pulls: list[float] = []
+        receives: list[float] = []
+        late: list[float] = []
         try:
-            for _ in range(a.rounds):
+            for i in range(a.rounds):
                 r = sync_rtts(port, TOPIC, a.messages, body, warm=WARM)
                 figs["remoting"].append((pct(r, 50), pct(r, 99)))
                 h = heartbeat_rtts(address, a.messages)
                 figs["grpc heartbeat"].append((pct(h, 50), pct(h, 99)))
                 g = grpc_rtts(address, a.messages, body)
                 figs["grpc"].append((pct(g, 50), pct(g, 99)))
+                if a.consume:
+                    pulls.append(pull_rate(port, POP_TOPIC, a.consume))
+                    receives.append(receive_ack_rate(address, POP_TOPIC, f"BenchPopGroup{i}", a.consume))
+                    late += redelivery_lateness(address, REDELIVER_TOPIC, "BenchRedeliverGroup", REDELIVER_N, INVISIBLE_MS)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
@@ -133,6 +171,15 @@ def main() -> None:
             print(f"{k:16} {p50:9.3f} {p99:9.3f}")
         print(f"gRPC / remoting: p50 {fig['grpc'][0] / fig['remoting'][0]:.2f}x, p99 {fig['grpc'][1] / fig['remoting'][1]:.2f}x"
               " (target: p50 at most 1.5x)")
+        if a.consume:
+            pull, recv = med(pulls), med(receives)
+            print(f"consume 32 at a time, {a.consume:,} messages a round: remoting pull {pull:,.0f} msgs/s, "
+                  f"gRPC receive + ack {recv:,.0f} msgs/s: {recv / pull:.2f}x (target: at least 0.5x)")
+            print(f"redelivery after a {INVISIBLE_MS} ms invisible time, {len(late)} messages: "
+                  f"p50 {pct(late, 50):.0f} ms, p99 {pct(late, 99):.0f} ms late (target: p99 within 1000 ms)")
+            bench.figure("gRPC ReceiveMessage 32 + AckMessage, one pair at a time", recv, "msgs/s",
+                         peer="remoting PULL_MESSAGE 32 one at a time on the same broker", peer_value=pull)
+            bench.figure("redelivery of an unacked message after its invisible time, p99", pct(late, 99), "ms")
         for name, i in (("p50", 0), ("p99", 1)):
             bench.figure(f"gRPC SendMessage 1 KiB, one at a time, round trip {name}", fig["grpc"][i], "ms",
                          peer="remoting SEND_MESSAGE_V2 on the same broker", peer_value=fig["remoting"][i])

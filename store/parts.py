@@ -109,6 +109,7 @@ class StoreParts:
             self.commitlog, self.queues.get, self.queues.all, self.published_tail,
             paths.dispatch_state, self.dispatch_lock, config.reput_interval_ms,
             tail_version=self.state_file.version, own_version=lambda: self.state_file.published_version,
+            own_publishing=lambda: self.state_file.publishing,
             watch_path=None if read_only else paths.append_state,
             published_queues=lambda: self.append_state().queues,
         )

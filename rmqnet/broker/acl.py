@@ -38,6 +38,8 @@ frame after a comma; there is no frame here); a oneway request gets nothing.
 from __future__ import annotations
 
 import hmac
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..remoting import RemotingCommand, ResponseCode
@@ -103,34 +105,69 @@ class AccessValidator:
         through ``reach`` (the broker's store; ``None``: a request that touches any is
         refused): returns, or raises :class:`AclRefusal` with RocketMQ's message."""
         needs = named(req)  # Java parses first: an unreadable request is refused even when white-listed
-        ip = peer_ip(remote)
-        if any(match(ip) for match in self.config.global_white):
-            return
         ext = req.ext_fields
-        if ext.get(ACCESS_KEY) is None:
-            raise AclRefusal("No accessKey is configured")
-        key = java_text(ext[ACCESS_KEY])
-        account = self.config.accounts.get(key)
+        key = ext.get(ACCESS_KEY)
+        forms: list[bool] = []
+
+        def verify(secret_key: str) -> bool:
+            bound = self._signed(req, secret_key)
+            if bound is not None:
+                forms.append(bound)
+            return bound is not None
+
+        account = self.authenticate(peer_ip(remote), None if key is None else java_text(key), verify)
         if account is None:
-            raise AclRefusal(f"No acl config for {key}")
-        if account.white(ip):
             return
-        bound = self._signed(req, account.secret_key)
-        if bound is None:
-            raise AclRefusal(f"Check signature failed for accessKey={key}")
-        if not bound:
+        if not forms[0]:
             extra = undefined_fields(req.code, ext)
             if extra:
                 names = ", ".join(n.encode("utf-8", "backslashreplace").decode("utf-8") for n in extra)
                 raise AclRefusal(f"request code={req.code} does not define the field(s) {names}: "
                                  "a request signed in RocketMQ's 4.x form carries its code's fields only")
+        self.authorized(account, req, reach, needs)
+
+    def authenticate(self, ip: str, key: str | None, verify: Callable[[str], bool]) -> Account | None:
+        """The account a caller at ``ip`` with access key ``key`` is, its signature checked by
+        ``verify(secret_key)``; ``None`` when a white list lets it in without one (nothing is
+        checked then). Raises :class:`AclRefusal` with RocketMQ's message. The remoting
+        requests' signatures and RocketMQ 5's gRPC ``authorization`` (:mod:`rmqnet.broker.acl_grpc`)
+        both come here."""
+        if any(match(ip) for match in self.config.global_white):
+            return None
+        if key is None:
+            raise AclRefusal("No accessKey is configured")
+        account = self.config.accounts.get(key)
+        if account is None:
+            raise AclRefusal(f"No acl config for {key}")
+        if account.white(ip):
+            return None
+        if not verify(account.secret_key):
+            raise AclRefusal(f"Check signature failed for accessKey={key}")
+        return account
+
+    def authorized(self, account: Account | None, req: RemotingCommand, reach: Reach | None,
+                   needs: Needs | None = None) -> None:
+        """Whether ``account`` (``None``: white-listed) may run ``req``: what it names
+        (``needs``, else read now) and what it touches (read through ``reach`` only now, after
+        the caller was authenticated); raises :class:`AclRefusal`."""
+        if account is None:
+            return
+        needs = named(req) if needs is None else needs
         touched(req, reach, needs)  # after the signature: an unauthenticated request reads nothing
+        self.permitted(account, needs, f"request code={req.code}" if req.code in ADMIN_CODES else None)
+
+    def permitted(self, account: Account | None, needs: Needs, admin_code: str | None = None) -> None:
+        """Whether ``account`` (``None``: white-listed) has every perm of ``needs``; raises
+        :class:`AclRefusal` with RocketMQ's message (``admin_code``: the admin-only request
+        named in it)."""
+        if account is None:
+            return
         if needs.perms.get(TRACE_TOPIC) == PUB and len(needs.perms) == 1:
             return
         if needs.admin is not None and not account.admin:
-            if req.code in ADMIN_CODES:
-                raise AclRefusal(f"Need admin permission for request code={req.code}, but accessKey={key} is not")
-            raise AclRefusal(f"{needs.admin}: accessKey={key} is not admin")
+            if admin_code is not None:
+                raise AclRefusal(f"Need admin permission for {admin_code}, but accessKey={account.access_key} is not")
+            raise AclRefusal(f"{needs.admin}: accessKey={account.access_key} is not admin")
         if not account.perms and account.admin:
             return
         self._check_perms(account, needs)
@@ -170,14 +207,36 @@ class AccessValidator:
         return None
 
     def check(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | None:
-        """The hook: None when ``req`` may run, else RocketMQ's answer to a refusal."""
+        """The hook: None when ``req`` may run, else RocketMQ's answer to a refusal. A request
+        the gRPC endpoint makes for a call (SendMessage, EndTransaction) carries no signature:
+        its peer holds the caller the endpoint authenticated (:data:`GRPC_CALLER`), whose
+        account is checked for the request as for a remoting one; a refusal is then
+        ``NO_PERMISSION``, which the endpoint answers ``FORBIDDEN``."""
+        reach = None if broker is None else Reach(broker.store, broker.consumer_offsets.topics_of)
+        caller = peer.attrs.get(GRPC_CALLER)
         try:
-            reach = None if broker is None else Reach(broker.store, broker.consumer_offsets.topics_of)
-            self.validate(req, peer.remote, reach)
+            if isinstance(caller, Caller):
+                self.authorized(caller.account, req, reach)
+            else:
+                self.validate(req, peer.remote, reach)
         except AclRefusal as exc:
+            if isinstance(caller, Caller):
+                return req.reply(ResponseCode.NO_PERMISSION, str(exc))
             return req.reply(ResponseCode.SYSTEM_ERROR, f"{ACL_EXCEPTION}: {exc}")
         return None
 
 
-__all__ = ["ACL_EXCEPTION", "ADMIN_CODES", "TRACE_TOPIC", "AccessValidator", "AclRefusal", "check_permission",
-           "resources"]
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """A gRPC caller the endpoint authenticated: its ``account`` (``None``: let in by a white
+    list, every resource allowed)."""
+
+    account: Account | None
+
+
+#: the key of a gRPC peer's :class:`Caller` in ``Peer.attrs`` (set by the gRPC endpoint only)
+GRPC_CALLER = "acl.grpc_caller"
+
+
+__all__ = ["ACL_EXCEPTION", "ADMIN_CODES", "GRPC_CALLER", "TRACE_TOPIC", "AccessValidator", "AclRefusal", "Caller",
+           "check_permission", "resources"]

@@ -89,7 +89,7 @@ def _field(ext: Mapping[str, Any], name: str) -> str | None:
     return None if v is None else java_text(v)
 
 
-def _send(needs: Needs, topic: str | None) -> None:
+def add_send(needs: Needs, topic: str | None) -> None:
     """A send's topic: PUB; a ``%RETRY%G`` or ``%DLQ%G`` topic is G's (SUB on its group, not
     on the request's producerGroup: RocketMQ 4.9.8 checks the latter, which any account names
     as it likes)."""
@@ -125,9 +125,13 @@ def _lmqs(needs: Needs, req: RemotingCommand, properties: str | None) -> None:
     else:
         texts = [properties]
     for text in texts:
-        value = parse_properties(text or "").get(INNER_MULTI_DISPATCH)
-        if value is None or not value.strip():
-            continue  # (blank: no LMQ, as the store reads it)
+        add_lmqs(needs, parse_properties(text or "").get(INNER_MULTI_DISPATCH))
+
+
+def add_lmqs(needs: Needs, value: str | None) -> None:
+    """PUB on each light message queue of an ``INNER_MULTI_DISPATCH`` value (blank: none, as
+    the store reads it)."""
+    if value is not None and value.strip():
         for name in value.split(","):
             needs.add(name or None, PUB)
 
@@ -198,10 +202,10 @@ def named(req: RemotingCommand) -> Needs:
         needs.admin = f"request code={code}"
     try:
         if code == RequestCode.SEND_MESSAGE:
-            _send(needs, _field(ext, "topic"))
+            add_send(needs, _field(ext, "topic"))
             _lmqs(needs, req, _field(ext, "properties"))
         elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
-            _send(needs, _field(ext, "b"))
+            add_send(needs, _field(ext, "b"))
             _lmqs(needs, req, _field(ext, "i"))
         elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
             needs.add(RETRY_PREFIX + ext_str(ext, "group"), SUB)
@@ -308,4 +312,4 @@ def touched(req: RemotingCommand, reach: Reach | None, needs: Needs) -> None:
         raise AclRefusal(str(exc)) from None
 
 
-__all__ = ["ADMIN_CODES", "INNER_PRODUCER", "AclRefusal", "Needs", "Reach", "group_resource", "named", "touched"]
+__all__ = ["ADMIN_CODES", "INNER_PRODUCER", "AclRefusal", "Needs", "Reach", "INNER_MULTI_DISPATCH", "add_lmqs", "add_send", "group_resource", "named", "touched"]

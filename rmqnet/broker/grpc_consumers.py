@@ -42,6 +42,17 @@ answer); ``INVALID_RECEIPT_HANDLE`` when the handle is malformed, expired, or it
 longer in flight under it (acked, or changed already); ``ILLEGAL_INVISIBLE_TIME`` for a
 duration that is not positive or above ``maxInvisibleTimeMills``.
 
+**ForwardMessageToDeadLetterQueue** (a push consumer gives up on a message; the proxy's
+``ForwardMessageToDLQActivity``): the handle's message, in flight under it, is sent back as the
+proxy sends it, a CONSUMER_SEND_MSG_BACK with ``delayLevel`` -1 through the broker's send-back
+path (:mod:`rmqnet.broker.send_back`: to ``%DLQ%<group>``, its refusals mapped as a send's),
+then acked. ``INVALID_RECEIPT_HANDLE`` (nothing stored) for a handle that is malformed, another
+broker's, expired ("receipt handle is expired": it is, or will be, redelivered) or whose message
+is no longer in flight under it (acked, changed); a bad topic ``ILLEGAL_TOPIC``, no group
+``ILLEGAL_CONSUMER_GROUP``, an unknown topic ``TOPIC_NOT_FOUND``. The send-back is called
+directly, not through the processor table: the endpoint authorized the call (the group and the
+topic SUB), and the record is the one the group's checkpoint handed out.
+
 Under SYNC_FLUSH each answer waits for the POP log's sync (a failed sync:
 ``INTERNAL_SERVER_ERROR``; what was handed out is then redelivered after its invisible time).
 """
@@ -62,12 +73,14 @@ from ..grpc.convert import (
     message_of,
     overall_code,
     status,
+    status_of_reply,
 )
 from ..grpc.v2 import definition_pb2 as pb
 from ..grpc.v2 import service_pb2 as svc
-from ..remoting import ResponseCode
+from ..remoting import ConsumerSendMsgBackHeader, RemotingCommand, RequestCode, ResponseCode
+from .peer import Peer
 from .pop import MAX_POP_NUMS, AckStatus, PopRefused
-from .pop_handle import ExtraInfo, HandleError, normal_topic
+from .pop_handle import ExtraInfo, HandleError, normal_topic, real_topic
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -333,6 +346,50 @@ class GrpcConsumers:
         if failed is not None:
             return out(status=failed)
         return out(status=status(Code.OK), receipt_handle=new.text())
+
+    # ---------------------------------------------------------- dead letters
+    async def forward_to_dlq(self, req: svc.ForwardMessageToDeadLetterQueueRequest, peer: Peer,
+                             ) -> svc.ForwardMessageToDeadLetterQueueResponse:
+        """The ForwardMessageToDeadLetterQueue answer (module docstring); ``peer`` the caller's."""
+        out = svc.ForwardMessageToDeadLetterQueueResponse
+        group, topic = req.group.name, req.topic.name
+        try:
+            check_topic(topic)
+        except GrpcStatusError as exc:
+            return out(status=status(exc.code, exc.message))
+        if not group:
+            return out(status=status(Code.ILLEGAL_CONSUMER_GROUP, "group is empty"))
+        if self.broker.topics.get(topic) is None:
+            return out(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
+        handle = self._handle(req.receipt_handle)
+        if isinstance(handle, str):
+            return out(status=status(Code.INVALID_RECEIPT_HANDLE, handle))
+        try:
+            found, offset = self.broker.pop.in_flight(group, topic, handle, self.broker.clock.wall_ms())
+        except HandleError as exc:
+            return out(status=status(Code.INVALID_RECEIPT_HANDLE, f"receipt handle is malformed: {exc}"))
+        if found is not AckStatus.OK or offset is None:
+            why = "receipt handle is expired" if found is AckStatus.EXPIRED else \
+                "the message is not in flight under this receipt handle (acked or changed already)"
+            return out(status=status(Code.INVALID_RECEIPT_HANDLE, why))
+        header = ConsumerSendMsgBackHeader(offset=offset, group=group, delay_level=-1,
+                                           origin_msg_id=req.message_id or None,
+                                           origin_topic=real_topic(topic, group, handle.topic_type), max_reconsume_times=0)
+        res = self.broker.send_back.handle(
+            self.broker, peer, RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=header.to_ext()))
+        reply = await res if isinstance(res, asyncio.Future) else res
+        if reply is None or reply.code != ResponseCode.SUCCESS:
+            code = ResponseCode.SYSTEM_ERROR if reply is None else reply.code
+            return out(status=status(status_of_reply(code), (reply.remark if reply is not None else None)
+                                     or f"the dead-letter send was refused, code {code}"))
+        try:  # (then acked, as the proxy acks after a successful send-back)
+            self.broker.pop.ack(group, topic, handle, self.broker.clock.wall_ms())
+        except PopRefused as exc:
+            return out(status=_refused(exc))
+        except rmqlog.StoreError as exc:
+            return out(status=status(Code.INTERNAL_SERVER_ERROR, f"the store failed: {exc}"))
+        failed = await self._synced()
+        return out(status=failed or status(Code.OK))
 
 
 __all__ = ["GrpcConsumers", "DEADLINE_RESERVE_MS"]

@@ -6,8 +6,10 @@ descriptor, so a method added to the definitions is covered without a line here)
 registered: the served ones call the service's coroutine, every other one answers status
 ``UNSUPPORTED`` at once (a server-streaming one: one response holding that status, then the
 end of the stream), so no call hangs. A request whose bytes are not its message is answered
-``BAD_REQUEST`` (:class:`~rmqnet.broker.grpc_service.CorruptRequest`). With ``aclEnable=true`` every call is answered
-``UNAUTHORIZED`` (the service's docstring). A handler that raises is answered
+``BAD_REQUEST`` (:class:`~rmqnet.broker.grpc_service.CorruptRequest`). With ``aclEnable=true``
+every call's caller is authenticated from its metadata first (``UNAUTHORIZED``), then what the
+call names is authorized (``FORBIDDEN``; Telemetry's per command, by the service), before its
+handler runs (:mod:`rmqnet.broker.acl_grpc`). A handler that raises is answered
 ``INTERNAL_SERVER_ERROR`` naming the error (logged once with its traceback), never a bare
 gRPC failure.
 
@@ -28,7 +30,9 @@ from google.protobuf.message import DecodeError
 
 from ..grpc.convert import Code, status
 from ..grpc.v2 import service_pb2 as svc
-from .grpc_service import ACL_UNSUPPORTED, CorruptRequest, MessagingService
+from .acl import AclRefusal
+from .acl_grpc import CALLER, authenticate, call_needs
+from .grpc_service import CorruptRequest, MessagingService, peer_address
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -41,7 +45,8 @@ SERVED = {"QueryRoute": "query_route", "Heartbeat": "heartbeat", "SendMessage": 
           "QueryAssignment": "query_assignment", "EndTransaction": "end_transaction",
           "NotifyClientTermination": "notify_client_termination", "Telemetry": "telemetry",
           "ReceiveMessage": "receive_message", "AckMessage": "ack_message",
-          "ChangeInvisibleDuration": "change_invisible_duration"}
+          "ChangeInvisibleDuration": "change_invisible_duration",
+          "ForwardMessageToDeadLetterQueue": "forward_message_to_dead_letter_queue"}
 
 
 class GrpcEndpoint:
@@ -122,10 +127,29 @@ def _reader(request: Any) -> Callable[[bytes], Any]:
     return read
 
 
-def _refusal(service: MessagingService, name: str, response: Any) -> Any:
-    """The answer every call gets before its handler runs, or None to serve it."""
-    if service.broker.config.acl_enable:
-        return response(status=status(Code.UNAUTHORIZED, ACL_UNSUPPORTED))
+def _refusal(service: MessagingService, name: str, response: Any, request: Any, context: Any) -> Any:
+    """The answer a call gets before its handler runs, or None to serve it: with
+    ``aclEnable``, its caller authenticated (``UNAUTHORIZED``) and set as
+    :data:`~rmqnet.broker.acl_grpc.CALLER` for the handler, then what the call names authorized
+    (``FORBIDDEN``; a request that does not parse is answered ``BAD_REQUEST`` after the
+    authentication, Telemetry's commands by the service)."""
+    broker = service.broker
+    acl = broker.acl
+    if acl is None:
+        if broker.config.acl_enable:  # (no ACL files loaded: nothing may pass unchecked)
+            return response(status=status(Code.UNAUTHORIZED, "aclEnable=true but no ACL is loaded"))
+        return None
+    try:
+        caller = authenticate(acl, context.invocation_metadata() or (), peer_address(context.peer()))
+    except AclRefusal as exc:
+        return response(status=status(Code.UNAUTHORIZED, str(exc)[:500]))
+    CALLER.set(caller)
+    if isinstance(request, CorruptRequest) or name == "Telemetry":
+        return None
+    try:
+        acl.permitted(caller.account, call_needs(name, request))
+    except AclRefusal as exc:
+        return response(status=status(Code.FORBIDDEN, str(exc)[:500]))
     return None
 
 
@@ -137,7 +161,7 @@ def _wrap(service: MessagingService, name: str, response: Any, served: Callable[
 
     if kind[1]:  # server streaming (ReceiveMessage, PullMessage, Telemetry)
         async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
-            refusal = _refusal(service, name, response)
+            refusal = _refusal(service, name, response, request, context)
             if refusal is None and isinstance(request, CorruptRequest):
                 refusal = response(status=request.status())
             if refusal is None and served is None:
@@ -154,7 +178,7 @@ def _wrap(service: MessagingService, name: str, response: Any, served: Callable[
         return stream
 
     async def unary(request: Any, context: Any) -> Any:
-        refusal = _refusal(service, name, response)
+        refusal = _refusal(service, name, response, request, context)
         if refusal is not None:
             return refusal
         if isinstance(request, CorruptRequest):

@@ -27,14 +27,16 @@ proxy in local mode serves, for its producers (``grpcListenPort``; the server is
 - ``EndTransaction``: served as a remoting ``END_TRANSACTION`` (producer group = the topic,
   as the half's ``PGROUP``); an unknown resolution is left to the check-back, answered ``OK``.
 - ``QueryAssignment``: one assignment per broker (queue id -1), as the proxy answers it.
-- ``ReceiveMessage``, ``AckMessage``, ``ChangeInvisibleDuration``: POP consumption
-  (:mod:`rmqnet.broker.grpc_consumers`).
-- Every other call (``ForwardMessageToDeadLetterQueue``, ``PullMessage``, offsets, ``RecallMessage``...):
-  status ``UNSUPPORTED`` at once (:meth:`MessagingService.unsupported`).
+- ``ReceiveMessage``, ``AckMessage``, ``ChangeInvisibleDuration``, ``ForwardMessageToDeadLetterQueue``:
+  POP consumption (:mod:`rmqnet.broker.grpc_consumers`).
+- Every other call (``PullMessage``, offsets, ``RecallMessage``...): status ``UNSUPPORTED`` at
+  once (:meth:`MessagingService.unsupported`).
 - A request whose bytes are not its message is answered ``BAD_REQUEST`` (a Telemetry stream
   ends there), never with a traceback in the broker's log (:class:`CorruptRequest`).
-- With ``aclEnable=true`` every call is answered ``UNAUTHORIZED``: RocketMQ 5's gRPC
-  authentication is not served yet, and no call may pass unchecked.
+- With ``aclEnable=true`` the endpoint authenticates and authorizes each call before it comes
+  here (:mod:`rmqnet.broker.acl_grpc`); a Telemetry ``Settings`` command is authorized here
+  (``FORBIDDEN`` ends the stream, nothing registered), and the remoting requests a send or an
+  end makes carry the call's caller to the ACL hook (a refusal there: ``FORBIDDEN``).
 
 Handlers are coroutines on the broker's event loop (grpc.aio): a send's future is the send
 path's, resolved in the loop turn of its put.
@@ -43,6 +45,7 @@ path's, resolved in the loop turn of its put.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections.abc import AsyncIterator, Awaitable
@@ -72,6 +75,7 @@ from ..remoting.headers import (
     TRANSACTION_ROLLBACK_TYPE,
     EndTransactionHeader,
 )
+from .acl_grpc import caller_attrs, refused, settings_needs
 from .grpc_consumers import GrpcConsumers
 from .grpc_producers import GrpcProducers, TelemetryPeer
 from .topics import AUTO_CREATE_TOPIC, PERM_READ, PERM_WRITE
@@ -81,9 +85,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: why the POP calls are refused (issue 45 builds them)
-POP_UNSUPPORTED = "is not supported by this broker yet (POP consumption over gRPC)"
-ACL_UNSUPPORTED = "aclEnable=true: RocketMQ 5's gRPC authentication is not supported by this broker yet"
 _RESOLUTIONS = {pb.COMMIT: TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}
 
 
@@ -236,6 +237,10 @@ class MessagingService:
                 yield svc.TelemetryCommand(status=cmd.status())
                 return
             if cmd.HasField("settings"):
+                why = refused(self.broker.acl, functools.partial(settings_needs, cmd.settings))
+                if why is not None:  # (nothing registered; the stream ends, as the proxy's interceptor ends it)
+                    yield svc.TelemetryCommand(status=status(Code.FORBIDDEN, why[:500]))
+                    return
                 if cmd.settings.client_type == pb.PRODUCER:
                     self.producers.register(_metadata(ctx, "x-mq-client-id") or peer.remote,
                                             _metadata(ctx, "x-mq-language") or "OTHER", peer, cmd.settings)
@@ -260,7 +265,7 @@ class MessagingService:
         tc = self.broker.topics.get(topic)
         if tc is None:
             return svc.SendMessageResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
-        peer = GrpcPeer(peer_address(ctx.peer()))
+        peer = GrpcPeer(peer_address(ctx.peer()), caller_attrs())
         now = self.broker.clock.wall_ms()
         single = len(req.messages) == 1
         # one request per message (the Python and Node.js clients send one message a call);
@@ -304,7 +309,7 @@ class MessagingService:
             from_transaction_check=req.source == pb.SOURCE_SERVER_CHECK, msg_id=req.message_id,
             transaction_id=req.message_id)
         cmd = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=header.to_ext())
-        res = self.broker.table.process(self.broker, GrpcPeer(peer_address(ctx.peer())), cmd)
+        res = self.broker.table.process(self.broker, GrpcPeer(peer_address(ctx.peer()), caller_attrs()), cmd)
         reply = await res if isinstance(res, Awaitable) else res
         if reply is None:  # an unknown resolution: left to the check-back (Java answers nothing)
             return svc.EndTransactionResponse(status=status(Code.OK))
@@ -321,13 +326,16 @@ class MessagingService:
                                         ) -> svc.ChangeInvisibleDurationResponse:
         return await self.consumers.change_invisible(req, ctx)
 
+    async def forward_message_to_dead_letter_queue(self, req: svc.ForwardMessageToDeadLetterQueueRequest, ctx: Any,
+                                                   ) -> svc.ForwardMessageToDeadLetterQueueResponse:
+        return await self.consumers.forward_to_dlq(req, GrpcPeer(peer_address(ctx.peer()), caller_attrs()))
+
     # ---------------------------------------------------------- the others
     @staticmethod
     def unsupported(method: str, response: Any) -> Any:
         """The answer of a call this broker does not serve: ``response`` (the call's response
         class) with status ``UNSUPPORTED`` naming the call."""
-        why = POP_UNSUPPORTED if method == "ForwardMessageToDeadLetterQueue" else "is not supported by this broker"
-        return response(status=status(Code.UNSUPPORTED, f"{method} {why}"))
+        return response(status=status(Code.UNSUPPORTED, f"{method} is not supported by this broker"))
 
 
 def _metadata(ctx: Any, key: str) -> str | None:

@@ -430,6 +430,16 @@ class PopService:
         self.state.write([new.record(), {"k": "ack", "id": ck.id, "x": [i]}])
         return AckStatus.OK, _replace(handle, start_offset=handle.offset, pop_time=pop_time, invisible_time=invisible)
 
+    def in_flight(self, group: str, topic: str, handle: ExtraInfo, now_ms: int) -> tuple[AckStatus, int | None]:
+        """Whether the message of ``handle`` is in flight under it and within its invisible
+        time: ``(OK, its commitlog offset)``, else ``(GONE | EXPIRED, None)``; changes nothing
+        (a ForwardMessageToDeadLetterQueue looks before it stores the message)."""
+        found = self.state.find(group, real_topic(topic, group, handle.topic_type), handle.queue_id,
+                                handle.pop_time, handle.offset)
+        if found is None or found[0].acked[found[1]] or handle.deadline <= now_ms:
+            return self._missed(handle, now_ms), None
+        return AckStatus.OK, int(found[0].commit_offsets[found[1]])
+
     def _missed(self, handle: ExtraInfo, now_ms: int) -> AckStatus:
         return AckStatus.EXPIRED if handle.deadline <= now_ms else AckStatus.GONE
 

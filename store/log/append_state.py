@@ -173,6 +173,10 @@ class AppendStateFile:
         self._slot_size: tuple[int | None, int] | None = None  # (inode, slot size) of a file read
         #: the :meth:`version` token of the state this process published last (``None``: unknown)
         self.published_version: tuple[int | None, bytes, bytes, int] | None = None
+        #: whether this process is inside :meth:`publish` (it holds the append lock: no other
+        #: process publishes meanwhile); the dispatcher's watch, woken by that publish before
+        #: :attr:`published_version` names it, tells it is this process's own by this
+        self.publishing = False
         #: the bases read or written, by generation (the two newest kept: the slots name at
         #: most two); their tables are shared by every state of that generation, never changed
         self._bases: dict[int, tuple[dict[str, int], dict[str, Any]]] = {}
@@ -369,11 +373,15 @@ class AppendStateFile:
         state.layered()
         body = state.to_bytes()
         compacted = False
-        if len(body) > DELTA_MAX_BYTES and (state.queues.delta or state.writers.delta):
-            self._compact(state, durable=durable)
-            body = state.to_bytes()
-            compacted = True
-        self._publish(state, body, durable=durable)
+        self.publishing = True
+        try:
+            if len(body) > DELTA_MAX_BYTES and (state.queues.delta or state.writers.delta):
+                self._compact(state, durable=durable)
+                body = state.to_bytes()
+                compacted = True
+            self._publish(state, body, durable=durable)
+        finally:
+            self.publishing = False
         if compacted:
             # the other slot names the previous generation (or none): older ones are unused now
             remove_bases_below(self.path.parent, state.base - 1)

@@ -1,25 +1,23 @@
 """The dispatcher (RocketMQ's ReputMessageService): commitlog records -> consume-queue units.
 
 It walks the commitlog from its saved position up to the published tail, decodes the fields
-a unit needs (topic, queue id, queue offset, size, TAGS) for the whole run at once, and
-writes each queue's units as one slice (with light message queues on, ``lmq``, also a unit in
-each LMQ a record names: :mod:`rmqlog.log.lmq`). Prepared and rolled-back transaction records get no
-unit, and so does a record whose topic could not name a queue directory (written by another
-tool, or not UTF-8; logged, still readable by offset and msgId): it would otherwise stop
-every later dispatch. It holds ``dispatch.lock`` while it works, so any number of processes
-may call it; only one dispatches at a time.
+a unit needs (topic, queue id, queue offset, size, TAGS) for the whole run at once, and writes
+each queue's units as one slice (``lmq``: also one in each light message queue a record names,
+:mod:`rmqlog.log.lmq`). Prepared and rolled-back transaction records get no unit, and so does a
+record whose topic could not name a queue directory (written by another tool, or not UTF-8;
+logged, still readable by offset and msgId): it would otherwise stop every later dispatch. It
+holds ``dispatch.lock`` while it works, so any number of processes may call it; one at a time.
 
-Its position lives in ``<root>/dispatch.state`` (:mod:`rmqlog.queue.dispatch_position`), written
-in place after the units, under ``dispatch.lock`` (every reader holds it shared). It
-is a hint, never a source of truth: a crash
-between writing units and saving the position only means the next run walks those records
-again, and writing a unit that is already there is skipped (idempotent). Without the file,
-the position is rebuilt RocketMQ's way (the largest ``commitLogOffset + size`` of any queue),
-but never past the last unit of a queue short of the append state's next offset: a process
-killed between two queues' writes leaves some queues of a run without their units. A queue
-whose next units would start past its end makes the dispatch walk back for the missing ones
-(:meth:`Dispatcher._dispatch_scan`); a filler is written only where the records are not in
-the log.
+Its position lives in ``<root>/dispatch.state`` (:mod:`rmqlog.queue.dispatch_position`),
+written in place after the units, under ``dispatch.lock`` (every reader holds it shared). It
+is a hint, never a source of truth: a crash between writing units and saving the position
+only means the next run walks those records again, and writing a unit that is already there
+is skipped (idempotent). Without the file, the position is rebuilt RocketMQ's way (the largest
+``commitLogOffset + size`` of any queue), but never past the last unit of a queue short of the
+append state's next offset: a process killed between two queues' writes leaves some queues of
+a run without their units. A queue whose next units would start past its end makes the
+dispatch walk back for the missing ones (:meth:`Dispatcher._dispatch_scan`); a filler is
+written only where the records are not in the log.
 
 As the store's background service (:meth:`Dispatcher.run_once`), an idle round is one look at
 ``append.state``'s slot headers through an open descriptor (no lock, no file opened, no JSON):
@@ -84,6 +82,7 @@ class Dispatcher:
         interval_ms: int = 1,
         tail_version: Callable[[], Hashable | None] | None = None,
         own_version: Callable[[], Hashable | None] | None = None,
+        own_publishing: Callable[[], bool] | None = None,
         watch_path: Path | None = None,
         published_queues: Callable[[], Mapping[str, int]] | None = None,
     ) -> None:
@@ -96,31 +95,28 @@ class Dispatcher:
         self.state_path = state_path
         self.lock = lock
         self._last_ts = 0
-        #: a token of the published append state that changes with every publish, cheap to
-        #: read (:meth:`rmqlog.log.append_state.AppendStateFile.version`); ``None`` (or no
-        #: callable): unknown, every round is a full one
+        #: a token of the published append state that changes with every publish, cheap to read
+        #: (:meth:`rmqlog.log.append_state.AppendStateFile.version`); ``None``: a full round
         self.tail_version = tail_version
-        #: the token of the state this process published last (``None``: unknown)
-        self.own_version = own_version
-        #: the token as read, under the lock, by the last dispatch that left nothing behind
-        #: it (position = published tail): while the token is the same, a round has nothing
-        #: to do (see :meth:`run_once`)
+        #: the token of the state this process published last (``None``: unknown), and whether
+        #: it is publishing one now (its token not named yet)
+        self.own_version, self.own_publishing = own_version, own_publishing
+        #: the token as read, under the lock, by the last dispatch that left nothing behind it
+        #: (position = published tail): while it is the same, a round has nothing to do
         self._idle_at: Hashable | None = None
         #: the loop's time of the last full round (the safety net of :data:`FULL_ROUND_S`)
         self._full_at: float | None = None
-        # as a service of the store's loop (rmqlog.service): every interval_ms while idle, a
-        # backlog in rounds of DISPATCH_CHUNK bytes (the other services run in between)
-        self.name = "rmq-dispatcher"
+        # a service of the store's loop (rmqlog.service): every interval_ms while idle, a backlog
+        self.name = "rmq-dispatcher"  # in rounds of DISPATCH_CHUNK bytes (other services between)
         self.interval_s = self._poll_s = interval_ms / 1000.0
         #: ``append.state``: watched while the service runs (:meth:`attach`), so idle rounds
         #: come only every FULL_ROUND_S; ``None``: polled every ``interval_ms``
         self.watch_path = watch_path
         self._watch: AppendWatch | None = None
-        self.repeat_when_busy = True
-        self.wait_first = False
+        self.repeat_when_busy, self.wait_first = True, False
         self.last_error: BaseException | None = None
-        #: called with every run of dispatched records and their parsed properties, under
-        #: the dispatch lock, before the position moves past them (the index builder, see
+        #: called with every run of dispatched records and their parsed properties, under the
+        #: dispatch lock, before the position moves past them (the index builder,
         #: :mod:`rmqlog.index.feed`); ``None``: nothing else is built
         self.index_hook: Callable[[RecordColumns, ParsedProperties], object] | None = None
         #: (topics, topic index per row, parsed properties, header, tags hashes) -> the units'
@@ -129,10 +125,10 @@ class Dispatcher:
         self.codes_hook: Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None = None
         #: light message queues on: each record's ``INNER_MULTI_DISPATCH`` queues get a unit too
         self.lmq = False
-        #: direct puts of this process between their publish and their own dispatch
-        #: (:mod:`rmqlog.queue.direct_dispatch`): a background round then waits for them
-        #: rather than reading their records back (a put that cannot dispatch itself wakes it)
-        self._direct: dict[object, float] = {}  # put token -> its start (real time)
+        #: direct puts of this process (token -> start, real time) between their publish and their
+        #: own dispatch (:mod:`rmqlog.queue.direct_dispatch`): a background round then waits for
+        #: them rather than reading their records back (a put that cannot dispatch itself wakes it)
+        self._direct: dict[object, float] = {}
         self._direct_lock = threading.Lock()
         #: the listeners told which queues got units (:mod:`rmqlog.queue.arrival`)
         self.arrival = ArrivalSignal()
@@ -365,9 +361,8 @@ class Dispatcher:
             codes = self.codes_hook(topics, tidx, parsed, h, codes)
         unusable = [i for i, t in enumerate(topics) if topic_problem(t) is not None]
         if unusable:
-            # a record whose topic cannot name a queue directory (written by another tool, or
-            # not UTF-8): no unit for it, or dispatching would stop here for good; it stays
-            # readable by offset and msgId
+            # a record whose topic cannot name a queue directory (another tool's, not UTF-8): no
+            # unit for it, or dispatching would stop here for good; readable by offset and msgId
             skip = np.isin(tidx, unusable) & keep
             if skip.any():
                 log.warning(
@@ -555,6 +550,12 @@ class Dispatcher:
                 token = self.tail_version() if self.tail_version is not None else None
                 if token is not None and token == self.own_version() and (
                         token == self._idle_at or self._waiting_for_direct()):
+                    return
+                # read while our publish is written (its token not named yet; no other process
+                # publishes meanwhile): that publish's event, or an earlier one the put's own
+                # dispatch finds (or it wakes a round, as every other put does)
+                if token is None and self.own_publishing is not None and self.own_publishing() \
+                        and self._waiting_for_direct():
                     return
             wake()
 

@@ -5,7 +5,7 @@ grpc.aio channel (the compiled messages, no generated stubs)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -15,6 +15,8 @@ from rmqnet.broker.broker import Broker
 from rmqnet.broker.grpc_server import SERVICE, GrpcEndpoint
 
 T = TypeVar("T")
+#: a call's metadata: (key, value) pairs, or None
+Metadata = Sequence[tuple[str, str]] | None
 
 
 class Client:
@@ -31,23 +33,27 @@ class Client:
         res = message_factory.GetMessageClass(m.output_type)
         return f"/{SERVICE.full_name}/{name}", req, res, m
 
-    async def call(self, name: str, request: Any, timeout: float = 10.0) -> Any:
+    async def call(self, name: str, request: Any, timeout: float = 10.0, metadata: Metadata = None) -> Any:
         path, req, res, m = self._method(name)
         if m.server_streaming:
             stream = self.channel.unary_stream(path, request_serializer=req.SerializeToString,
                                                response_deserializer=res.FromString)
-            return [r async for r in stream(request, timeout=timeout)]
+            return [r async for r in stream(request, timeout=timeout, metadata=metadata)]
         unary = self.channel.unary_unary(path, request_serializer=req.SerializeToString, response_deserializer=res.FromString)
-        return await unary(request, timeout=timeout)
+        return await unary(request, timeout=timeout, metadata=metadata)
 
-    async def telemetry(self, commands: list[Any], timeout: float = 10.0) -> list[Any]:
+    async def telemetry(self, commands: list[Any], timeout: float = 10.0, metadata: Metadata = None) -> list[Any]:
+        """One answer read per command written; a stream the server ends early: what it wrote."""
         path, req, res, _ = self._method("Telemetry")
         bidi = self.channel.stream_stream(path, request_serializer=req.SerializeToString, response_deserializer=res.FromString)
-        call = bidi(timeout=timeout)
+        call = bidi(timeout=timeout, metadata=metadata)
         answers = []
         for cmd in commands:
             await call.write(cmd)
-            answers.append(await call.read())
+            answer = await call.read()
+            if answer is grpc.aio.EOF:
+                return answers
+            answers.append(answer)
         await call.done_writing()
         rest = [r async for r in _rest(call)]
         return answers + rest

@@ -58,6 +58,7 @@ ROCKETMQ_PYTHON = REPO_ROOT / ".venv-rocketmq" / "bin" / "python"
 NODE5_DIR = CLIENTS_DIR / "node5"
 NODE5_PRODUCER = NODE5_DIR / "producer5.js"
 NODE5_CONSUMER = NODE5_DIR / "consumer5.js"
+NODE5_PUSH = NODE5_DIR / "push5.js"
 #: RocketMQ's official Python 5.x client (gRPC), in an environment of its own (``make clients``)
 PYTHON5_CLIENT = CLIENTS_DIR / "python5" / "python5_client.py"
 ROCKETMQ5_PYTHON = REPO_ROOT / ".venv-rocketmq5" / "bin" / "python"
@@ -448,8 +449,7 @@ class Cluster:
                 store.close()
         namesrv = self._server("namesrv", [str(RMQLOG), "namesrv", "--listen", self.namesrv_addr])
         conf = self.broker_conf()
-        self._server("broker", [str(RMQLOG), "broker", str(self.root), "-c", str(conf),
-                                "--listen", self.broker_addr, "--namesrv", self.namesrv_addr])
+        self._server("broker", self._broker_argv(conf))
         # the broker is ready before its first registration is done: until then the name server
         # has no route for its topics, and a client that asks gets TOPIC_NOT_EXIST
         name = javaproperties.loads(conf.read_text())["brokerName"]
@@ -462,6 +462,10 @@ class Cluster:
             self.client_namesrv_addr = listen[0]
         return self
 
+    def _broker_argv(self, conf: Path) -> list[str]:
+        return [str(RMQLOG), "broker", str(self.root), "-c", str(conf), "--listen", self.broker_addr,
+                "--namesrv", self.namesrv_addr]
+
     def _server(self, name: str, argv: list[str]) -> Child:
         child = Child(name, self.argv(argv), env=self.env(), log_dir=self.logs, cwd=self.tmp, cond=self.cond)
         self.children.append(child)
@@ -469,7 +473,17 @@ class Cluster:
         return child
 
     def server(self, name: str) -> Child:
-        return next(c for c in self.children if c.name == name)
+        """The newest server started as ``name`` (after :meth:`restart_broker`, the new broker)."""
+        return next(c for c in reversed(self.children) if c.name == name)
+
+    def restart_broker(self, sig: int = signal.SIGKILL) -> int | None:
+        """Stop the broker by its PID with ``sig`` (``kill -9`` by default: nothing flushed, no
+        clean close) and start it again over the same store, conf and ports, waited for until
+        it prints its ready line; the old one's exit code. Its registration is not waited for
+        (a name server may still hold the killed one's)."""
+        code = self.server("broker").stop(sig)
+        self._server("broker", self._broker_argv(self.tmp / "broker.conf"))
+        return code
 
     def stop_servers(self) -> dict[str, int | None]:
         """Stop the broker, then the name server (SIGTERM: a clean stop); their exit codes."""
@@ -525,6 +539,13 @@ class Cluster:
         all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
         script = NODE5_CONSUMER if consumer else NODE5_PRODUCER
         return self._client(name, [node, str(script), json.dumps(all_opts)], stdin=True)
+
+    def push5(self, name: str, **opts: Any) -> Client:
+        """``push5.js``: the official Node.js 5.x client's PushConsumer (options ``group``,
+        ``topic``, ``fail``), consuming until its stdin is closed."""
+        node = require_node5_client()
+        all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
+        return self._client(name, [node, str(NODE5_PUSH), json.dumps(all_opts)], stdin=True)
 
     def ours(self, name: str, script: Path, *args: str) -> Client:
         """``script`` run by the project's Python (our own client), inside the namespace if any."""

@@ -53,10 +53,19 @@ def test_the_python5_client_has_an_environment_of_its_own() -> None:
     assert importlib.util.find_spec("rocketmq") is None, "the Python 5.x client leaked into the project's environment"
 
 
-def test_python5_client_refuses_bad_arguments() -> None:
+@pytest.mark.parametrize("args, why", [
+    (["pull", "{}"], "a command and its options"),
+    (["consume"], "a command and its options"),
+    (["consume", "{}"], "consume needs endpoints, group, topic"),
+    (["receive", '{"endpoints": "127.0.0.1:1", "group": "G"}'], "receive needs topic"),
+    (["produce", "[1]"], "options are not a JSON object"),
+    (["produce", "{"], "options are not JSON"),
+])
+def test_python5_client_refuses_bad_arguments(args: list[str], why: str) -> None:
     rcl.require_python5_client()
-    out = subprocess.run([str(rcl.ROCKETMQ5_PYTHON), str(rcl.PYTHON5_CLIENT), "consume", "{}"], capture_output=True, text=True)
-    assert out.returncode == 2 and "usage: python5_client.py" in out.stderr and out.stdout == ""
+    out = subprocess.run([str(rcl.ROCKETMQ5_PYTHON), str(rcl.PYTHON5_CLIENT), *args], capture_output=True, text=True)
+    assert out.returncode == 2 and "usage: python5_client.py" in out.stderr and why in out.stderr, out.stderr
+    assert out.stdout == "" and "Traceback" not in out.stderr
 
 
 def test_the_namespace_has_only_loopback(tmp_path: Path) -> None:

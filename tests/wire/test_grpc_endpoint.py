@@ -233,7 +233,6 @@ def test_end_transaction_with_an_id_this_broker_did_not_issue(broker: Broker, st
 
 
 @pytest.mark.parametrize(("method", "request_"), [
-    ("ForwardMessageToDeadLetterQueue", svc.ForwardMessageToDeadLetterQueueRequest()),
     ("UpdateOffset", svc.UpdateOffsetRequest()),
     ("GetOffset", svc.GetOffsetRequest()),
     ("QueryOffset", svc.QueryOffsetRequest()),
@@ -318,7 +317,7 @@ def test_a_stopping_broker_refuses_sends(broker: Broker, store: rmqlog.MessageSt
     assert stored(store, "T1") == []
 
 
-def test_with_acl_every_call_is_unauthorized(broker: Broker, store: rmqlog.MessageStore) -> None:
+def test_acl_enabled_without_its_files_loaded_refuses_every_call(broker: Broker, store: rmqlog.MessageStore) -> None:
     broker.config = broker.config.replace(acl_enable=True)
 
     async def body(c: Client, _: Any) -> Any:

@@ -394,9 +394,10 @@ def test_the_watch_wakes_no_round_for_this_process_s_direct_puts_and_one_for_ano
                 time.sleep(0.01)
             time.sleep(0.2)  # the watch's events for these publishes, read by now
             before = len(wakes)
-            # (a round a put before; a rare one now: the watch thread may look at the state
-            # between a publish's write and this process's record of it, and then it wakes one)
-            assert before <= 6, f"the watch woke a round {before} times for 20 of this process's own direct puts"
+            # (attach's own wake; a rare other one. The watch thread, woken by a publish's
+            # write while that publish's token is not recorded yet, takes it as this process's
+            # own while the publish runs: before that, 3-9 wakes here under load, now 1-2)
+            assert before <= 4, f"the watch woke a round {before} times for 20 of this process's own direct puts"
             woken.clear()
             other.put_batch(rows("F", 1))  # another writer's publish, after ours
             assert woken.wait(60), "the watch did not wake a round for another writer's publish"

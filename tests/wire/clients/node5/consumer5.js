@@ -5,6 +5,7 @@
 //   {"op": "receive", "n", "invisibleMs"} -> {"event":"received","messages":[{"messageId","body","attempt","group"}]}
 //   {"op": "ack", "ids": [...]}           -> {"event":"acked","ids"}
 // a command that throws: {"event":"failed","op","error"}; at the end of stdin it shuts down, {"event":"closed"}.
+// Option "credentials": {"accessKey", "secretKey"}: the client's sessionCredentials (it signs every call).
 const readline = require('node:readline');
 const { SimpleConsumer } = require('rocketmq-client-nodejs');
 
@@ -21,6 +22,8 @@ async function main() {
   const consumer = new SimpleConsumer({
     endpoints: opts.endpoints, namespace: '', consumerGroup: opts.group, logger: quiet,
     subscriptions: new Map([[opts.topic, '*']]), awaitDuration: opts.awaitMs ?? 5000,
+    sessionCredentials: opts.credentials
+      ? { accessKey: opts.credentials.accessKey, accessSecret: opts.credentials.secretKey } : undefined,
   });
   try { await consumer.startup(); } catch (e) {
     emit({ event: 'start_failed', error: String(e && e.message || e) }); process.exit(1);

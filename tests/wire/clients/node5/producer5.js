@@ -5,6 +5,7 @@
 //   {"topic", "body", "tag"?, "keys"?, "props"?, "group"?, "deliverAt"? (epoch ms), "tx"? ("commit"|"rollback")}
 // each answered {"event":"sent","i","messageId","offset","transactionId"?,"ended"?} or {"event":"failed","i","error"};
 // at the end of stdin the producer shuts down and prints {"event":"closed"}.
+// Option "credentials": {"accessKey", "secretKey"}: the client's sessionCredentials (it signs every call).
 const readline = require('node:readline');
 const { Producer } = require('rocketmq-client-nodejs');
 
@@ -19,7 +20,10 @@ async function main() {
     process.stderr.write('usage: producer5.js OPTIONS_JSON\n'); process.exit(2);
   }
   const checker = { async check() { return 2; } };  // ROLLBACK (orphans: tests commit or roll back themselves)
-  const producer = new Producer({ endpoints: opts.endpoints, namespace: '', topics: opts.topics, logger: quiet, checker });
+  const sessionCredentials = opts.credentials
+    ? { accessKey: opts.credentials.accessKey, accessSecret: opts.credentials.secretKey } : undefined;
+  const producer = new Producer({ endpoints: opts.endpoints, namespace: '', topics: opts.topics, logger: quiet, checker,
+                                  sessionCredentials });
   try { await producer.startup(); } catch (e) {
     emit({ event: 'start_failed', error: String(e && e.message || e) }); process.exit(1);
   }

@@ -6,7 +6,10 @@ client logs under ``$HOME/logs/rocketmq_python``):
 
     python python5_client.py produce '{"endpoints": "127.0.0.1:8081", "topics": ["T"]}'
 
-``produce``: a ``Producer`` over the gRPC access point ``endpoints`` (no credentials, no TLS),
+Every command takes the option ``credentials`` (``{"accessKey", "secretKey"}``): the client's
+``Credentials``, with which it signs every call (none without it).
+
+``produce``: a ``Producer`` over the gRPC access point ``endpoints`` (no TLS),
 started with ``topics`` (it queries their routes at start), prints ``{"event": "ready"}``; then
 stdin holds one message a line, ``{"topic", "body", "tag"?, "keys"?, "props"?, "group"?,
 "deliverAt"? (epoch seconds: a timed message), "tx"? ("commit" or "rollback": a transactional
@@ -35,9 +38,30 @@ import sys
 import time
 
 
+def error_code(exc):
+    """The RocketMQ code a client error carries (its ``code`` attribute), or gRPC's status name
+    for a call that failed below it (``AioRpcError.code()``), else None."""
+    code = getattr(exc, "code", None)
+    if callable(code):
+        try:
+            code = code().name
+        except Exception:  # noqa: BLE001 - no code to tell
+            return None
+    return code if isinstance(code, (int, str)) else None
+
+
 def emit(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
+
+
+def credentials(opts):
+    """``Credentials(accessKey, secretKey)`` of the ``credentials`` option (``{"accessKey",
+    "secretKey"}``: the client signs every call with them), else none."""
+    from rocketmq import Credentials
+
+    given = opts.get("credentials") or {}
+    return Credentials(given.get("accessKey", ""), given.get("secretKey", ""))
 
 
 def receive(opts):
@@ -45,9 +69,9 @@ def receive(opts):
     ``{"event": "ready"}``, then one ``receive(32, invisibleSeconds)``: ``{"event": "received",
     "count", "messageIds"}`` or ``{"event": "receive_failed", "error", "code"}``; then shut down,
     ``{"event": "closed"}``."""
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    from rocketmq import ClientConfiguration, FilterExpression, SimpleConsumer
 
-    config = ClientConfiguration(opts["endpoints"], Credentials())
+    config = ClientConfiguration(opts["endpoints"], credentials(opts))
     consumer = SimpleConsumer(config, opts["group"], {opts["topic"]: FilterExpression()}, await_duration=5)
     try:
         consumer.startup()
@@ -59,7 +83,7 @@ def receive(opts):
         messages = consumer.receive(32, int(opts.get("invisibleSeconds", 15)))
         emit({"event": "received", "count": len(messages), "messageIds": [m.message_id for m in messages]})
     except Exception as exc:  # noqa: BLE001 - reported to the test
-        emit({"event": "receive_failed", "error": f"{type(exc).__name__}: {exc}", "code": getattr(exc, "code", None)})
+        emit({"event": "receive_failed", "error": f"{type(exc).__name__}: {exc}", "code": error_code(exc)})
     finally:
         consumer.shutdown()
     emit({"event": "closed"})
@@ -79,9 +103,9 @@ def consume(opts):
       "changed", "id"}`` or failed.
 
     At the end of stdin it shuts down and prints ``{"event": "closed"}``."""
-    from rocketmq import ClientConfiguration, Credentials, FilterExpression, SimpleConsumer
+    from rocketmq import ClientConfiguration, FilterExpression, SimpleConsumer
 
-    config = ClientConfiguration(opts["endpoints"], Credentials())
+    config = ClientConfiguration(opts["endpoints"], credentials(opts))
     consumer = SimpleConsumer(config, opts["group"], {opts["topic"]: FilterExpression()},
                               await_duration=int(opts.get("awaitSeconds", 5)))
     try:
@@ -111,23 +135,41 @@ def consume(opts):
                     emit({"event": "changed", "id": cmd["id"]})
             except Exception as exc:  # noqa: BLE001 - reported to the test
                 emit({"event": "failed", "op": cmd.get("op"), "error": f"{type(exc).__name__}: {exc}",
-                      "code": getattr(exc, "code", None)})
+                      "code": error_code(exc)})
     finally:
         consumer.shutdown()
     emit({"event": "closed"})
     return 0
 
 
+# The options each command needs; one missing, or options that are not a JSON object, is a
+# usage error (exit 2), never a traceback from inside the client.
+REQUIRED = {"produce": ("endpoints", "topics"), "receive": ("endpoints", "group", "topic"),
+            "consume": ("endpoints", "group", "topic")}
+
+
+def usage(why):
+    sys.stderr.write(f"usage: python5_client.py produce|receive|consume OPTIONS_JSON ({why})\n")
+    return 2
+
+
 def main(argv):
-    if len(argv) != 3 or argv[1] not in ("produce", "receive", "consume"):
-        sys.stderr.write("usage: python5_client.py produce|receive|consume OPTIONS_JSON\n")
-        return 2
-    opts = json.loads(argv[2])
+    if len(argv) != 3 or argv[1] not in REQUIRED:
+        return usage("a command and its options")
+    try:
+        opts = json.loads(argv[2])
+    except ValueError as exc:
+        return usage(f"options are not JSON: {exc}")
+    if not isinstance(opts, dict):
+        return usage("options are not a JSON object")
+    missing = [k for k in REQUIRED[argv[1]] if k not in opts]
+    if missing:
+        return usage(f"{argv[1]} needs {', '.join(missing)}")
     if argv[1] == "receive":
         return receive(opts)
     if argv[1] == "consume":
         return consume(opts)
-    from rocketmq import ClientConfiguration, Credentials, Message, Producer, TransactionChecker
+    from rocketmq import ClientConfiguration, Message, Producer, TransactionChecker
     from rocketmq.grpc_protocol import TransactionResolution
 
     resolution = getattr(TransactionResolution, opts.get("checkerResolution", "ROLLBACK"))
@@ -153,7 +195,7 @@ def main(argv):
         return answered(self, future, message, transaction_id, result)
 
     Producer._Producer__server_transaction_check_callback = check_answered
-    config = ClientConfiguration(opts["endpoints"], Credentials())
+    config = ClientConfiguration(opts["endpoints"], credentials(opts))
     producer = Producer(config, topics=opts.get("topics"), checker=Checker())
     try:
         producer.startup()
