@@ -26,7 +26,7 @@ needs an admin, DENY, default perms) and answered ``FORBIDDEN``:
 | call | needs |
 |---|---|
 | QueryRoute | the topic ANY |
-| SendMessage | each message's topic PUB (a ``%RETRY%G``/``%DLQ%G`` topic: G's group SUB, as remoting); the light message queues its ``INNER_MULTI_DISPATCH`` names PUB |
+| SendMessage | each message's topic PUB (a ``%RETRY%G``/``%DLQ%G`` topic: G's group SUB, as remoting) |
 | EndTransaction | the topic PUB (and the remoting END_TRANSACTION rule through the hook: the half's ``PGROUP`` is the request's, its ``REAL_TOPIC`` PUB) |
 | Heartbeat | a consumer's group SUB |
 | NotifyClientTermination | the group SUB when one is named |
@@ -53,7 +53,7 @@ from ..grpc.v2 import definition_pb2 as pb
 from .acl import GRPC_CALLER, AccessValidator, AclRefusal, Caller
 from .acl_address import peer_ip
 from .acl_files import ANY, PUB, RETRY_PREFIX, SUB
-from .acl_resources import INNER_MULTI_DISPATCH, Needs, add_lmqs, add_send
+from .acl_resources import Needs, add_send
 from .pop_handle import normal_topic
 
 AUTHORIZATION = "authorization"
@@ -142,7 +142,6 @@ def call_needs(method: str, req: Any) -> Needs:
     elif method == "SendMessage":
         for msg in req.messages:
             add_send(needs, msg.topic.name)
-            add_lmqs(needs, msg.user_properties.get(INNER_MULTI_DISPATCH))  # (the LMQs it also writes into)
     elif method == "EndTransaction":
         needs.add(req.topic.name, PUB)
     elif method == "Heartbeat":

@@ -312,4 +312,4 @@ def touched(req: RemotingCommand, reach: Reach | None, needs: Needs) -> None:
         raise AclRefusal(str(exc)) from None
 
 
-__all__ = ["ADMIN_CODES", "INNER_PRODUCER", "AclRefusal", "Needs", "Reach", "INNER_MULTI_DISPATCH", "add_lmqs", "add_send", "group_resource", "named", "touched"]
+__all__ = ["ADMIN_CODES", "INNER_PRODUCER", "AclRefusal", "Needs", "Reach", "add_send", "group_resource", "named", "touched"]
