@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -42,8 +43,8 @@ from .broker_helpers import (
 from .brokerpull_support import HANG_GUARD_S, SEGMENT
 
 
-def _serve(tmp_path: Path, **store: Any) -> Iterator[tuple[str, str]]:
-    """(name server, broker) addresses of servers run on a thread of their own."""
+def _serve(tmp_path: Path, **store: Any) -> Iterator[tuple[str, str, Any]]:
+    """(name server, broker) addresses and the broker process, servers run on a thread of their own."""
     root = tmp_path / "root"
     store_config = rmqlog.StoreConfig(mapped_file_size_commit_log=SEGMENT, **store)
     with rmqlog.MessageStore.open(root, store_config) as s:
@@ -68,6 +69,7 @@ def _serve(tmp_path: Path, **store: Any) -> Iterator[tuple[str, str]]:
                                                            store=store_config))
             try:
                 ready["broker"] = await proc.start()
+                ready["proc"] = proc
                 await registered.wait()  # (a route before the first send)
                 ready["namesrv"] = ns.address
                 started.set()
@@ -86,14 +88,14 @@ def _serve(tmp_path: Path, **store: Any) -> Iterator[tuple[str, str]]:
     thread.start()
     assert started.wait(HANG_GUARD_S) and "namesrv" in ready, "the servers did not start"
     try:
-        yield ready["namesrv"], ready["broker"]
+        yield ready["namesrv"], ready["broker"], ready["proc"]
     finally:
         stop.set()
         thread.join(HANG_GUARD_S)
 
 
 @pytest.fixture
-def lmq_servers(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def lmq_servers(tmp_path: Path) -> Iterator[tuple[str, str, Any]]:
     yield from _serve(tmp_path, enable_lmq=True, enable_multi_dispatch=True, max_lmq_consume_queue_num=3)
 
 
@@ -101,24 +103,21 @@ def _send(producer: Producer, body: bytes, lmqs: str, queue_id: int = 0) -> Any:
     return producer.send("T", body, properties={"INNER_MULTI_DISPATCH": lmqs}, queue_id=queue_id)
 
 
-def test_pull_of_an_lmq_reads_the_messages_sent_to_it(lmq_servers: tuple[str, str]) -> None:
-    namesrv, broker = lmq_servers
+def test_pull_of_an_lmq_reads_the_messages_sent_to_it(lmq_servers: tuple[str, str, Any]) -> None:
+    namesrv, broker, _ = lmq_servers
     producer, consumer = Producer("PG", namesrv), PullConsumer("CG", namesrv)
     try:
         _send(producer, b"one", "%LMQ%a,%LMQ%b", 0)
         _send(producer, b"two", "%LMQ%b", 1)
         producer.send("T", b"plain", queue_id=0)
-        got = consumer.pull("%LMQ%b", 0, 0, suspend_ms=30_000, broker_name=broker)
-        assert got.status == "FOUND" and got.messages["body"].to_pylist() == [b"one", b"two"]
-        assert got.messages["topic"].to_pylist() == ["T", "T"]  # the original records
-        assert got.next_begin_offset == 2
-        props = got.messages["properties"].to_pylist()
-        assert [dict(p)["INNER_MULTI_QUEUE_OFFSET"] for p in props] == ["0,0", "1"]
+        rows = _pull_all(consumer, "%LMQ%b", broker, 2)
+        assert [(m["topic"], m["body"]) for m in rows] == [("T", b"one"), ("T", b"two")]  # the original records
+        assert [dict(m["properties"])["INNER_MULTI_QUEUE_OFFSET"] for m in rows] == ["0,0", "1"]
         a = consumer.pull("%LMQ%a", 0, 0, suspend_ms=30_000, broker_name=broker)
         assert a.messages["body"].to_pylist() == [b"one"]
         assert consumer.pull("%LMQ%a", 0, 1, broker_name=broker).status != "FOUND"
         # the message's own queue has it as any message
-        assert consumer.pull("T", 0, 0, broker_name=broker).messages["body"].to_pylist() == [b"one", b"plain"]
+        assert [m["body"] for m in _pull_all(consumer, "T", broker, 2)] == [b"one", b"plain"]
         consumer.commit("%LMQ%b", 0, 2, broker_name=broker)
         assert consumer.committed("%LMQ%b", 0, broker_name=broker) == 2
     finally:
@@ -126,8 +125,45 @@ def test_pull_of_an_lmq_reads_the_messages_sent_to_it(lmq_servers: tuple[str, st
         consumer.close()
 
 
-def test_refusals_answer_rocketmq_s_codes(lmq_servers: tuple[str, str]) -> None:
-    namesrv, _ = lmq_servers
+def _pull_all(consumer: PullConsumer, topic: str, broker: str, n: int) -> list[dict[str, Any]]:
+    """The first ``n`` messages of queue 0 (a send is answered before its dispatch: a long poll waits for it)."""
+    rows: list[dict[str, Any]] = []
+    while len(rows) < n:
+        got = consumer.pull(topic, 0, len(rows), suspend_ms=30_000, broker_name=broker)
+        assert got.status == "FOUND"
+        rows += got.messages.to_pylist()
+        assert got.next_begin_offset == len(rows)
+    return rows
+
+
+def test_a_held_pull_of_an_lmq_is_woken_by_a_send_naming_it(lmq_servers: tuple[str, str, Any]) -> None:
+    namesrv, broker, proc = lmq_servers
+    producer, consumer = Producer("PG", namesrv), PullConsumer("CG", namesrv)
+    holds = proc.broker.holds
+    held = threading.Event()
+    hold = holds.hold
+
+    def watched_hold(*a: Any, **kw: Any) -> Any:
+        fut = hold(*a, **kw)
+        held.set()
+        return fut
+
+    holds.hold = watched_hold
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            parked = pool.submit(consumer.pull, "%LMQ%w", 0, 0, suspend_ms=600_000, broker_name=broker)
+            assert held.wait(HANG_GUARD_S), "the pull was not held"
+            _send(producer, b"wake", "%LMQ%w")  # its own queue T/0 and %LMQ%w/0 get units
+            woken = parked.result(HANG_GUARD_S)  # (long before the 600 s suspend: the arrival woke it)
+        assert woken.status == "FOUND" and woken.messages["body"].to_pylist() == [b"wake"]
+    finally:
+        holds.hold = hold
+        producer.close()
+        consumer.close()
+
+
+def test_refusals_answer_rocketmq_s_codes(lmq_servers: tuple[str, str, Any]) -> None:
+    namesrv, _, _ = lmq_servers
     producer = Producer("PG", namesrv)
     try:
         with pytest.raises(BrokerError) as bad:
@@ -145,7 +181,7 @@ def test_refusals_answer_rocketmq_s_codes(lmq_servers: tuple[str, str]) -> None:
 
 
 def test_an_lmq_is_no_topic_with_lmq_off(tmp_path: Path) -> None:
-    for namesrv, broker in _serve(tmp_path):
+    for namesrv, broker, _ in _serve(tmp_path):
         producer, consumer = Producer("PG", namesrv), PullConsumer("CG", namesrv)
         try:
             _send(producer, b"one", "%LMQ%a")
