@@ -97,6 +97,12 @@ class StoreConfig:
       segments and consume-queue files kept open (mapped, with two descriptors each) at
       once; past it the least recently used idle ones are closed, and reopened by their
       next use (see :mod:`rmqlog.log.open_files`).
+    - Light message queues (RocketMQ's LMQ, see :mod:`rmqlog.access.lmq`): with both
+      ``enable_lmq`` and ``enable_multi_dispatch`` (RocketMQ's ``enableLmq``,
+      ``enableMultiDispatch``; default off), a message whose ``INNER_MULTI_DISPATCH`` property
+      names ``%LMQ%`` queues (``,``-separated) is also dispatched into each one's queue 0;
+      ``max_lmq_consume_queue_num`` (20000): past that many LMQs, such puts are refused
+      (:class:`rmqlog.errors.LmqLimitError`).
     """
 
     mapped_file_size_commit_log: int = GiB
@@ -132,6 +138,9 @@ class StoreConfig:
     max_index_num: int = 20_000_000
     max_msgs_num_batch: int = 64
     max_open_mapped_files: int = 0
+    enable_lmq: bool = False
+    enable_multi_dispatch: bool = False
+    max_lmq_consume_queue_num: int = 20_000
 
     def __post_init__(self) -> None:
         _check_types(self)
@@ -153,7 +162,7 @@ class StoreConfig:
                             ("flush_least_pages_when_warm_mapped_file", 1), ("timer_max_delay_sec", 1),
                             ("timer_precision_ms", 100), ("max_open_mapped_files", 0), ("flush_interval_commit_log", 0),
                             ("flush_commit_log_least_pages", 0), ("flush_commit_log_thorough_interval", 0),
-                            ("reput_interval_ms", 0)):
+                            ("reput_interval_ms", 0), ("max_lmq_consume_queue_num", 0)):
             if getattr(self, name) < least:
                 raise ConfigError(f"{name} must be at least {least}")
         # RocketMQ's fields are Java ints: a segment of more bytes than the file system takes,
@@ -240,7 +249,8 @@ def known_fields() -> frozenset[str]:
 
 
 #: Fields RocketMQ holds in a Java int, bounded to its range.
-_JAVA_INT_FIELDS = ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_message_size", "timer_max_delay_sec")
+_JAVA_INT_FIELDS = ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_message_size", "timer_max_delay_sec",
+                    "max_lmq_consume_queue_num")
 
 #: The largest int a field takes: Java's ``Long.MAX_VALUE`` (RocketMQ's fields are ints and longs).
 _FIELD_INT_MAX = 2**63 - 1

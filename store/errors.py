@@ -217,6 +217,18 @@ class StoreBusyError(StoreError):
         self.holders = holders
 
 
+class LmqLimitError(StoreError):
+    """A put whose messages name light message queues (``INNER_MULTI_DISPATCH``) was refused:
+    the store holds more LMQs than ``max_lmq_consume_queue_num`` (RocketMQ's
+    ``LMQ_CONSUME_QUEUE_NUM_EXCEEDED``). Nothing of the put was written. ``count``: the LMQs
+    the store holds, ``limit``: the setting."""
+
+    def __init__(self, count: int, limit: int) -> None:
+        super().__init__(f"the store holds {count} light message queues, more than max_lmq_consume_queue_num {limit}")
+        self.count = count
+        self.limit = limit
+
+
 class TooManyOpenFilesError(StoreError, OSError):
     """The process ran out of file descriptors (``EMFILE``: its ``ulimit -n``; ``ENFILE``: the
     system's table) or of memory mappings (``vm.max_map_count``) while the store opened

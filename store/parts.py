@@ -113,6 +113,9 @@ class StoreParts:
             watch_path=None if read_only else paths.append_state,
             published_queues=lambda: self.append_state().queues,
         )
+        #: light message queues on (``enable_lmq`` and ``enable_multi_dispatch``): the dispatcher
+        #: writes their units, the rebuilt append state has their offsets (:mod:`rmqlog.log.lmq`)
+        self.lmq = self.dispatcher.lmq = config.enable_lmq and config.enable_multi_dispatch
         self.checkpoint_file = CheckpointFile(paths.checkpoint, self.clock.wall_ms)
         self.flush_service = FlushService(
             self.commitlog, self.append_state, self.flush_lock,
@@ -167,7 +170,7 @@ class StoreParts:
         """The append state recovered from the commitlog itself (:mod:`rmqlog.log.state_rebuild`);
         ``check_crc`` defaults to ``check_crc_on_recover``."""
         crc = self.config.check_crc_on_recover if check_crc is None else check_crc
-        return rebuild_state(self.commitlog, end, check_crc=crc)
+        return rebuild_state(self.commitlog, end, check_crc=crc, lmq=self.lmq)
 
     def consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue:
         """The consume queue of (topic, queue id) (no file is created until a unit is written)."""

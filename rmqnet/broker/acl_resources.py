@@ -33,6 +33,7 @@ from .acl_records import (
     record_at,
 )
 from .pop_handle import normal_topic
+from .send import parse_properties
 from .topics import DLQ_PREFIX
 
 #: ``Permission.ADMIN_CODE`` (UPDATE_AND_CREATE_TOPIC, UPDATE_BROKER_CONFIG,
@@ -111,6 +112,38 @@ def consumed_topic(topic: str, group: str) -> str:
     if normal == topic and topic.startswith(RETRY_PREFIX) and topic != RETRY_PREFIX + group:
         raise AclRefusal(f"{topic} is another consumer group's retry topic: only that group consumes it, not {group}")
     return normal
+#: ``MessageConst.PROPERTY_INNER_MULTI_DISPATCH``: the light message queues a send also writes
+#: into (``enableLmq``/``enableMultiDispatch``), ``,``-separated
+INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
+_LMQ_MARK = INNER_MULTI_DISPATCH + "\x01"
+
+
+def _lmqs(needs: Needs, req: RemotingCommand, properties: str | None) -> None:
+    """The light message queues a send names (its properties, a batch's each message's): PUB on
+    each, as a topic (a send writes into them; RocketMQ 4.9.8 checks the send's topic alone).
+    A batch body is decoded only when its bytes hold the name."""
+    if req.code == RequestCode.SEND_BATCH_MESSAGE:
+        body = req.body_bytes()
+        if _LMQ_MARK.encode() not in body:
+            return
+        try:
+            texts = rmqlog.decode_message_batch(body, "").column("properties").to_pylist()
+        except rmqlog.StoreError as exc:
+            raise AclRefusal(f"the batch body cannot be read: {exc}") from None
+    elif not properties or _LMQ_MARK not in properties:
+        return
+    else:
+        texts = [properties]
+    for text in texts:
+        add_lmqs(needs, parse_properties(text or "").get(INNER_MULTI_DISPATCH))
+
+
+def add_lmqs(needs: Needs, value: str | None) -> None:
+    """PUB on each light message queue of an ``INNER_MULTI_DISPATCH`` value (blank: none, as
+    the store reads it)."""
+    if value is not None and value.strip():
+        for name in value.split(","):
+            needs.add(name or None, PUB)
 
 
 def _producer_groups(needs: Needs, groups: list[str | None]) -> None:
@@ -180,8 +213,10 @@ def named(req: RemotingCommand) -> Needs:
     try:
         if code == RequestCode.SEND_MESSAGE:
             add_send(needs, _field(ext, "topic"))
+            _lmqs(needs, req, _field(ext, "properties"))
         elif code in (RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE):
             add_send(needs, _field(ext, "b"))
+            _lmqs(needs, req, _field(ext, "i"))
         elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
             needs.add(RETRY_PREFIX + ext_str(ext, "group"), SUB)
             ext_long(ext, "offset")

@@ -55,6 +55,8 @@ AUTO_CREATE_TOPIC = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 RETRY_PREFIX = "%RETRY%"
 DLQ_PREFIX = "%DLQ%"
+#: ``MixAll.LMQ_PREFIX``: a light message queue's name (``enableLmq``)
+LMQ_PREFIX = "%LMQ%"
 #: queues of a group's retry topic (``SubscriptionGroupConfig.retryQueueNums``) and DLQ
 RETRY_QUEUE_NUMS = 1
 DLQ_QUEUE_NUMS = 1
@@ -92,6 +94,7 @@ class TopicManager:
 
     def __init__(self, store: MessageStore, config: Callable[[], BrokerConfig], clock: Clock) -> None:
         self.store = store
+        self._lmq = store.config.enable_lmq
         self._config = config
         self.clock = clock
         self._lock = threading.RLock()
@@ -115,7 +118,8 @@ class TopicManager:
         store RocketMQ wrote without its config, an entry lost to a crash) are given to the
         store's table in memory (written by the next persist), once, at start."""
         known = self.store.topic_table()
-        found = [tc for name, tc in self.store.topics().items() if name not in known]
+        found = [tc for name, tc in self.store.topics().items()
+                 if name not in known and not (self._lmq and name.startswith(LMQ_PREFIX))]  # (LMQs: never stored)
         for tc in found:
             self.store.put_topic(tc, persist=False)
         if found:
@@ -131,10 +135,9 @@ class TopicManager:
         ok = self._arrivals_ok
         if all(int(q) < ok.get(t, 0) for t, q in zip(topics, queue_ids, strict=True)):
             return  # (the usual case: every queue already known to be the topic's)
-        table = self.store.topic_table()
         queues: dict[str, int] = {}  # topics unknown, or known with fewer queues than got units
         for topic, qid in zip(topics, queue_ids, strict=True):
-            tc = table.get(topic) or self._overlay.get(topic)
+            tc = self.get(topic)  # (an LMQ's included)
             if tc is None or int(qid) >= max(tc.read_queue_nums, tc.write_queue_nums):
                 queues[topic] = max(queues.get(topic, 0), int(qid) + 1)
             else:
@@ -166,8 +169,12 @@ class TopicManager:
     # ----------------------------------------------------------------- reads
     def get(self, topic: str) -> TopicConfig | None:
         """The config of ``topic``, or ``None`` if the broker and the store know no such topic
-        (in memory: no file is read)."""
-        return self._overlay.get(topic) or self.store.topic_table().get(topic)
+        (in memory: no file is read). With ``enable_lmq``, an LMQ (``%LMQ%...``) is
+        one queue, readable and writable, never stored (RocketMQ's ``LmqTopicConfigManager``)."""
+        found = self._overlay.get(topic) or self.store.topic_table().get(topic)
+        if found is None and self._lmq and topic.startswith(LMQ_PREFIX):
+            return TopicConfig(topic, 1, 1, PERM_READ | PERM_WRITE)
+        return found
 
     def all(self) -> dict[str, TopicConfig]:
         """Every topic (store's and system), by name, the overlay winning."""

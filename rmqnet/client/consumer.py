@@ -38,7 +38,7 @@ from ..remoting.headers import PULL_SUBSCRIPTION, PULL_SUSPEND
 from ..remoting.route import MASTER_ID, PERM_READ, TopicRouteData
 from ..transport import Limits
 from .errors import NoRouteError
-from .failover import DOWN_MS, offset_ids, pull_ids
+from .failover import DOWN_MS, is_address, offset_ids, pull_ids
 from .loop import call
 from .records import Reply
 from .remote import RemoteClient
@@ -101,7 +101,10 @@ class PullConsumer(RemoteClient):
 
     async def _broker(self, topic: str, queue_id: int, broker_name: str | None, perm: int) -> str:
         """The name of the broker group serving queue ``queue_id`` of ``topic`` (``broker_name``
-        if given and it does)."""
+        if given and it does); ``broker_name`` an address (``host:port``): that broker, no route
+        asked (a light message queue, ``%LMQ%...``, is in no route)."""
+        if broker_name is not None and is_address(broker_name):
+            return broker_name
         route = await self._cached_route(topic)
         found = _queue_broker(route, queue_id, broker_name, perm)
         if found is None:  # a route that may be stale: asked again once

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .. import crash_points
 from ..config import SYNC_FLUSH
@@ -49,8 +50,10 @@ from ..log.msgid import UniqKeyGenerator, offset_msg_ids
 from ..log.properties import SCHEDULE_TOPIC, WAITING_TOPICS
 from ..schema import PUT_RESULT_SCHEMA, TS
 from ..service import ServiceLoop
+from .lmq import LmqRows, lmq_batch, lmq_rows, refuse_routed
 
 if TYPE_CHECKING:
+    from ..log.append_state import AppendState
     from ..log.commitlog import AppendResult
     from ..parts import StoreParts
 
@@ -84,6 +87,8 @@ class Appender:
         #: :func:`rmqlog.schedule.routing.route_delays`); returns the table and the store's own
         #: properties per row (``None``: none)
         self.router: Callable[[pa.Table], tuple[pa.Table, pa.Array | None]] | None = None
+        #: light message queues on (:mod:`rmqlog.access.lmq`): a table's rows naming them are put there
+        self.lmq = parts.lmq
 
     # ----------------------------------------------------------- entry points
     def put_table(
@@ -92,8 +97,28 @@ class Appender:
     ) -> tuple[pa.Table, np.ndarray]:
         """Append one table; returns the result rows and the queue id of each row. ``system``:
         the store's own properties per row, ``wire``: a wire put's header fields (see :meth:`encode`)."""
+        if self.lmq and system is None:
+            rows = lmq_rows(table)
+            if rows:
+                return self._put_lmq(table, rows, marker, dispatch=dispatch, wire=wire, wait_flush=wait_flush)
         return self.put_encoded(self.encode(table, marker, system=system, wire=wire), marker, dispatch=dispatch,
                                 wait_flush=wait_flush)
+
+    def _put_lmq(self, table: pa.Table | pa.RecordBatch, rows: LmqRows, marker: Marker, *, dispatch: bool,
+                 wire: WireHeader | None, wait_flush: bool) -> tuple[pa.Table, np.ndarray]:
+        """:meth:`put_table` of a table whose ``rows`` name light message queues
+        (:mod:`rmqlog.access.lmq`): encoded once for its checks, again under the lock with
+        their offsets."""
+        first = self.encode(table, marker, wire=wire)
+        refuse_routed(first, rows)
+        limit = self.parts.config.max_lmq_consume_queue_num
+
+        def under_lock(state: AppendState) -> list[EncodedBatch]:
+            return lmq_batch(state, rows, limit, first.n, lambda items: self.encode(table, marker, system=items, wire=wire))
+
+        with self.ahead() as announce:
+            announce(first)
+            return self.append([first], marker, dispatch=dispatch, wait_flush=wait_flush, under_lock=under_lock)
 
     def put_encoded(
         self, batch: EncodedBatch, marker: Marker = None, *, dispatch: bool = False, results: bool = True,
@@ -235,7 +260,8 @@ class Appender:
                     table = pa.Table.from_batches([table])
                 if isinstance(table, pa.Table):  # (anything else: prepare_batch names it)
                     table, routed = self.router(table)
-                    system = routed if routed is not None else system
+                    if routed is not None:  # (both: a put's LMQ offsets, rmqlog.access.lmq)
+                        system = routed if system is None else pc.binary_join_element_wise(routed, system, b"")
             encoded = prepare_batch(
                 table,
                 queue_counts=lambda topics: parts.topic_config.planned_queue_counts(topics, unknown=-1),
@@ -288,23 +314,26 @@ class Appender:
     # ---------------------------------------------------------------- append
     def append(
         self, batches: list[EncodedBatch], marker: Marker, *, dispatch: bool = False, results: bool = True,
-        wait_flush: bool = True,
+        wait_flush: bool = True, under_lock: Callable[[AppendState], list[EncodedBatch]] | None = None,
     ) -> tuple[pa.Table, np.ndarray]:
         """Append encoded batches, in order, under one lock hold; publish once (steps 2-4 of
         the module docstring). Returns the result rows (none when ``results`` is false: a
         caller that reads none, the scheduler) and each row's queue id. ``wait_flush=False``:
-        no SYNC_FLUSH wait here (the caller waits for the group commit itself)."""
+        no SYNC_FLUSH wait here (the caller waits for the group commit itself). ``under_lock``:
+        the batches to write instead, made under the lock from the state read there (a put
+        naming light message queues: :mod:`rmqlog.access.lmq`)."""
         batches = [b for b in batches if b.n]
         if not batches:
             return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)
         self._check_queue_ids(batches)
         self.disk_guard.check()
-        if len(batches) == 1 and batches[0].packable and batches[0].chunks == 1 and batches[0].packed is None:
+        if (under_lock is None and len(batches) == 1 and batches[0].packable and batches[0].chunks == 1
+                and batches[0].packed is None):
             # a put of one chunk: nothing to overlap its write with, so it is packed whole
             # before the lock and only patched under it (every writer process waits for that
             # lock: ~40% less hold time for a 100-message put)
             batches[0].prepack()
-        appended = self._append_locked(batches, marker, results)
+        appended = self._append_locked(batches, marker, results, under_lock)
         if appended is None:
             return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)  # a replay
         if not dispatch:
@@ -336,8 +365,10 @@ class Appender:
                 raise QueueIdError("queue id is not below the topic's queue count", row=base + int(np.flatnonzero(over)[0]), field="queueId")
             base += batch.n
 
-    def _append_locked(self, batches: list[EncodedBatch], marker: Marker, results: bool = True) -> list[AppendResult] | None:
-        """Step 3: under the append lock; ``None`` for a replay of an idempotent batch."""
+    def _append_locked(self, batches: list[EncodedBatch], marker: Marker, results: bool = True,
+                       under_lock: Callable[[AppendState], list[EncodedBatch]] | None = None) -> list[AppendResult] | None:
+        """Step 3: under the append lock; ``None`` for a replay of an idempotent batch.
+        ``under_lock``: replaces ``batches`` (in place) once the state is read."""
         parts = self.parts
         with parts.append_lock.held():
             state = parts.state_file.load() or parts.rebuild_state()
@@ -346,6 +377,8 @@ class Appender:
                 if int(state.writers.get(name, -1)) >= int(seq_s):
                     return None
                 state.writers[name] = int(seq_s)
+            if under_lock is not None:
+                batches[:] = under_lock(state)
             tail = state.tail
             try:
                 # the per-row results (msgIds...) are made while the last chunks are written
@@ -389,7 +422,8 @@ class Appender:
         dispatcher = self.parts.dispatcher
         # TAGS given as a user property, or delayed or timed messages (their units' tagsCode
         # is the delivery time, made from the record): let the dispatcher read them
-        if any(b.tags_codes is None or not WAITING_TOPICS.isdisjoint(b.topics) for b in batches):
+        # (light message queues: their units come from the records' properties too)
+        if any(b.tags_codes is None or b.lmq or not WAITING_TOPICS.isdisjoint(b.topics) for b in batches):
             dispatcher.dispatch()
             return
         names: dict[str, int] = {}  # one dispatch for all the tables: one position update

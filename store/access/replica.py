@@ -54,6 +54,7 @@ from ..errors import (
 )
 from ..log.append_state import AppendState
 from ..log.decode import MIN_RECORD_SIZE, read_columns
+from ..log.lmq import LMQ_NEEDLE, note_lmq_offsets
 from ..log.mapped_file import MappedFile
 from ..log.pins import pinned
 from ..log.record import BLANK_MAGIC, END_FILE_MIN_BLANK_LENGTH, MAGIC_V1, MAGIC_V2, is_consumable
@@ -248,16 +249,20 @@ class ReplicaWriter:
         arr = seg.array()
         pos = scan.positions.astype(np.int64)
         end = int(pos[-1] + scan.sizes[-1])
-        marked = arr[int(pos[0]):end].tobytes().find(MARKER_NEEDLE) >= 0
+        run = arr[int(pos[0]):end].tobytes()
+        marked = run.find(MARKER_NEEDLE) >= 0
         trial = state.copy()  # (its changes only: the base is shared)
         got = take_fast(trial, arr, pos, self.parts.commitlog.min_offset() == 0, marked)
         if got is None:
             return self._take_general(state, seg, scan)
         cut, why, markers = got
-        if markers and cut:
+        lmq = self.parts.lmq and cut and run.find(LMQ_NEEDLE) >= 0  # (light message queues: their offsets)
+        if (markers or lmq) and cut:
             cols = read_columns(seg.buffer(), seg.start, pos[:cut], with_body=False)
-            for writer, seq in writer_markers(cols.properties):  # in log order: the last wins
+            for writer, seq in writer_markers(cols.properties) if markers else ():  # in log order: the last wins
                 trial.writers[writer] = seq
+            if lmq:
+                note_lmq_offsets(trial.queues, cols.properties, np.flatnonzero(is_consumable(cols.header["sysFlag"])))
         state.queues, state.store_timestamp, state.writers = trial.queues, trial.store_timestamp, trial.writers
         return cut, why
 
@@ -304,4 +309,6 @@ class ReplicaWriter:
         state.store_timestamp = max(state.store_timestamp, int(h["storeTimestamp"][rows].max()))
         for writer, seq in writer_markers(cols.properties.slice(0, cut)):  # in log order: the last wins
             state.writers[writer] = seq
+        if self.parts.lmq:
+            note_lmq_offsets(state.queues, cols.properties.slice(0, cut), np.flatnonzero(keep[:cut]))
         return cut, why

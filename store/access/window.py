@@ -237,7 +237,7 @@ def read_window(
                 # no tag filter: the records checked on their own bytes (None: the general read decides)
                 records = read_unit_stored(commitlog, cq, units[rows], logical, **args) if wanted is None else None  # type: ignore[arg-type]
                 if records is None:
-                    records = _exact_tags(read_unit_records(commitlog, cq, units[rows], logical, **args), wanted)  # type: ignore[arg-type]
+                    records = _exact_tags(read_unit_records(commitlog, cq, units[rows], logical, **args), wanted, logical)  # type: ignore[arg-type]
                 messages = empty_message_table(columns)
             elif columns is None:
                 messages = read_units(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
@@ -400,14 +400,16 @@ def batch_taken(
     return candidate[:scanned], scanned
 
 
-def _exact_tags(parts: list[tuple[RecordColumns, pa.LargeBinaryArray]], wanted: set[str] | None) -> StoredRecords:
-    """One :class:`StoredRecords` of the per-segment reads, keeping the exact tags ``wanted``."""
+def _exact_tags(parts: list[tuple[RecordColumns, pa.LargeBinaryArray]], wanted: set[str] | None,
+                logical: np.ndarray) -> StoredRecords:
+    """One :class:`StoredRecords` of the per-segment reads, keeping the exact tags ``wanted``;
+    ``logical``: the units' queue offsets (a light message queue's differ from its records' own)."""
     cols = [c for c, _ in parts]
     # a gather's and a concatenation's value offsets start at 0: ``data`` is the records
     array = parts[0][1] if len(parts) == 1 else pa.concat_arrays([a for _, a in parts])
     commit_log_offsets = np.concatenate([c.offsets for c in cols]).astype(np.int64)
     sizes = np.concatenate([c.header["totalSize"] for c in cols]).astype(np.int64)
-    queue_offsets = np.concatenate([c.header["queueOffset"] for c in cols]).astype(np.int64)
+    queue_offsets = np.asarray(logical, np.int64)
     if wanted is not None:
         tags = pa.concat_arrays([ParsedProperties(c.properties).column(PROPERTY_TAGS) for c in cols])
         keep = pc.fill_null(pc.is_in(tags, pa.array(sorted(wanted), pa.string())), False)

@@ -7,7 +7,8 @@ A walk from the commitlog's first record up to an end (default: its end) gives:
   segment); the walk stops at the first invalid record, or one whose QUEUEOFFSET breaks its
   queue's density (:class:`rmqlog.log.scan.QueueDensity`): damage, and the log ends there;
 - next queue offsets: the largest QUEUEOFFSET seen per queue, plus one (transaction
-  prepared/rolled-back records excluded, as they get no unit);
+  prepared/rolled-back records excluded, as they get no unit); with light message queues on
+  (``lmq``), each LMQ's largest ``INNER_MULTI_QUEUE_OFFSET`` plus one (:mod:`rmqlog.log.lmq`);
 - ``store_timestamp``: the largest STORETIMESTAMP;
 - the idempotence markers (:mod:`rmqlog.log.writer_marker`), in log order: the last wins.
 
@@ -25,6 +26,7 @@ import numpy as np
 from .append_state import AppendState
 from .commitlog import CommitLog
 from .decode import read_columns
+from .lmq import note_lmq_offsets
 from .mapped_file import MappedFile
 from .record import is_consumable
 from .scan import QueueDensity, SegmentScan, StopReason
@@ -36,10 +38,11 @@ log = logging.getLogger(__name__)
 REBUILD_CHUNK = 64 << 20
 
 
-def rebuild_state(commitlog: CommitLog, end: int | None = None, *, check_crc: bool) -> AppendState:
+def rebuild_state(commitlog: CommitLog, end: int | None = None, *, check_crc: bool, lmq: bool = False) -> AppendState:
     """The append state recovered from ``commitlog`` up to ``end`` (default: its end); see the
     module docstring. ``check_crc``: check body CRCs on the way (recovery turns it off when
-    its own walk already checked every record below ``end``)."""
+    its own walk already checked every record below ``end``). ``lmq``: light message queues
+    are on (their next offsets are rebuilt too)."""
     state = AppendState()
     start = commitlog.min_offset()
     state.tail = start
@@ -50,7 +53,7 @@ def rebuild_state(commitlog: CommitLog, end: int | None = None, *, check_crc: bo
     density = QueueDensity(from_log_start=start == 0)
     for seg, scan in _walk(commitlog, start, limit, check_crc):
         if len(scan.positions):
-            scan = _note_records(state, seg, scan, density)
+            scan = _note_records(state, seg, scan, density, lmq)
         state.tail = seg.start + scan.end
         if scan.reason is StopReason.BLANK:
             state.tail = seg.end
@@ -60,7 +63,8 @@ def rebuild_state(commitlog: CommitLog, end: int | None = None, *, check_crc: bo
     return state
 
 
-def _note_records(state: AppendState, seg: MappedFile, scan: SegmentScan, density: QueueDensity) -> SegmentScan:
+def _note_records(state: AppendState, seg: MappedFile, scan: SegmentScan, density: QueueDensity,
+                  lmq: bool = False) -> SegmentScan:
     """Add a run of records to ``state``; returns ``scan`` cut at the first record that breaks
     its queue's density (damage: the log ends there)."""
     cols = read_columns(seg.buffer(), seg.start, scan.positions, with_body=False)
@@ -83,6 +87,8 @@ def _note_records(state: AppendState, seg: MappedFile, scan: SegmentScan, densit
     for k, o in zip(uniq.tolist(), best.tolist(), strict=True):  # one step per queue
         name = f"{names[k >> 32]}/{k & 0xFFFFFFFF}"
         state.queues[name] = max(state.queues.get(name, 0), o + 1)
+    if lmq:
+        note_lmq_offsets(state.queues, cols.properties, np.flatnonzero(keep))
     if len(h["storeTimestamp"]):
         state.store_timestamp = max(state.store_timestamp, int(h["storeTimestamp"].max()))
     for name, seq in writer_markers(cols.properties):  # in log order: the last wins

@@ -16,6 +16,12 @@ each one numpy comparison over the whole read and each done before the gather it
    logical offset; then its lengths add up to TOTALSIZE and its topic is the queue's.
 3. With ``check_crc``: each body's CRC equals its BODYCRC (one batch CRC call).
 
+A light message queue's units (``%LMQ%...``, :mod:`rmqlog.log.lmq`) point at records of other
+queues: step 2 there checks TOTALSIZE and the lengths, and either QUEUEID, QUEUEOFFSET and
+the topic (a record sent to it) or that the record's ``INNER_MULTI_DISPATCH`` names the queue
+with the unit's logical offset at the same place of its ``INNER_MULTI_QUEUE_OFFSET``
+(:func:`check_lmq_units`; no fast path: each such read decodes those properties).
+
 Errors: a unit that does not match its record raises :class:`CorruptQueueError` (the
 consume-queue file, the logical offset, the commitlog offset); a record damaged in itself
 :class:`CorruptRecordError` (the segment file, the commitlog offset). Either names the first
@@ -33,6 +39,7 @@ from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import CorruptQueueError, CorruptRecordError, MessagesDeletedError
 from ..log.commitlog import CommitLog
@@ -44,6 +51,7 @@ from ..log.decode import (
     not_a_record,
     raise_first_bad_row,
 )
+from ..log.lmq import LMQ_PREFIX, in_lmq
 from ..log.pins import pinned
 from ..log.raw_check import read_checked
 from ..log.record import MAGIC_V1, MAGIC_V2
@@ -97,6 +105,8 @@ def read_unit_stored(
     not the unit's, a deleted segment, a V2 or IPv6 record). The caller then reads them with
     :func:`read_unit_records`, which raises the typed error naming the first bad unit or reads
     what this declined: so no refusal, no error and no byte differs between the two paths."""
+    if topic.startswith(LMQ_PREFIX):
+        return None  # (its records are other queues': check_lmq_units, in the general read)
     off = units["offset"].astype(np.int64)
     size = units["size"].astype(np.int64)
     # check_bounds' step 1 as one verdict (a damaged offset may make ``end`` wrap; then
@@ -162,8 +172,30 @@ def _read(
     off = units["offset"].astype(np.int64)
     size = units["size"].astype(np.int64)
     check_bounds(off, size, floor, tail, commitlog.segment_size)
+    if topic.startswith(LMQ_PREFIX):
+        check_lmq_units(commitlog, off, size, np.asarray(logical, np.int64), topic, queue_id, tail)
+        return read(off, check=RecordCheck(size=size, crc=check_crc), tail=tail)
     check = RecordCheck(size=size, queue_id=queue_id, queue_offset=np.asarray(logical, np.int64), crc=check_crc)
     return read(off, topic=topic, check=check, tail=tail)
+
+
+def check_lmq_units(commitlog: CommitLog, off: np.ndarray, size: np.ndarray, logical: np.ndarray, topic: str,
+                    queue_id: int, tail: int) -> None:
+    """Step 2 for the units of light message queue ``topic`` (the module docstring): raises
+    :class:`BadRecordError` (against the unit) for the first whose record is not in the queue
+    at its logical offset (a record sent to the queue itself is, as any queue's)."""
+    row = 0
+    for cols in commitlog.read_record_columns(off, check=RecordCheck(size=size, crc=False), tail=tail):
+        n = len(cols.offsets)
+        h, at_ = cols.header, logical[row: row + n]
+        own = (np.asarray(pc.equal(pc.cast(cols.topic, pa.string()), topic).fill_null(False))
+               & (h["queueId"].astype(np.int64) == queue_id) & (h["queueOffset"].astype(np.int64) == at_))
+        bad = np.flatnonzero(~(own | in_lmq(cols.properties, topic, at_)))
+        if len(bad):
+            at = row + int(bad[0])
+            raise BadRecordError(f"the record there is not in {topic} at queue offset {int(logical[at])}",
+                                 row=at, offset=int(off[at]), against_unit=True)
+        row += n
 
 
 def check_bounds(off: np.ndarray, size: np.ndarray, floor: int, tail: int, segment_size: int) -> None:
@@ -232,6 +264,9 @@ def _store_timestamp(commitlog: CommitLog, off: int, size: int, topic: str, queu
     if found is None or found.record is None:
         raise bad(found.reason if found is not None and found.reason else "undecodable record", unit=False)
     rec = found.record
+    if topic.startswith(LMQ_PREFIX):
+        check_lmq_units(commitlog, np.array([off]), np.array([size]), np.array([logical]), topic, queue_id, tail)
+        return rec.store_timestamp
     if rec.queue_id != queue_id:
         raise bad(f"the record there is of queue {rec.queue_id}, not {queue_id}")
     if rec.queue_offset != logical:
@@ -241,4 +276,4 @@ def _store_timestamp(commitlog: CommitLog, off: int, size: int, topic: str, queu
     return rec.store_timestamp
 
 
-__all__ = ["read_units", "read_unit_columns", "read_unit_records", "read_unit_stored", "check_bounds", "unit_store_timestamp", "deleted_error"]
+__all__ = ["read_units", "read_unit_columns", "read_unit_records", "read_unit_stored", "check_bounds", "unit_store_timestamp", "deleted_error", "check_lmq_units"]

@@ -1,24 +1,23 @@
 """The dispatcher (RocketMQ's ReputMessageService): commitlog records -> consume-queue units.
 
 It walks the commitlog from its saved position up to the published tail, decodes the fields
-a unit needs (topic, queue id, queue offset, size, TAGS) for the whole run at once, and
-writes each queue's units as one slice. Prepared and rolled-back transaction records get no
-unit, and so does a record whose topic could not name a queue directory (written by another
-tool, or not UTF-8; logged, still readable by offset and msgId): it would otherwise stop
-every later dispatch. It holds ``dispatch.lock`` while it works, so any number of processes
-may call it; only one dispatches at a time.
+a unit needs (topic, queue id, queue offset, size, TAGS) for the whole run at once, and writes
+each queue's units as one slice (``lmq``: also one in each light message queue a record names,
+:mod:`rmqlog.log.lmq`). Prepared and rolled-back transaction records get no unit, and so does a
+record whose topic could not name a queue directory (written by another tool, or not UTF-8;
+logged, still readable by offset and msgId): it would otherwise stop every later dispatch. It
+holds ``dispatch.lock`` while it works, so any number of processes may call it; one at a time.
 
 Its position lives in ``<root>/dispatch.state`` (:mod:`rmqlog.queue.dispatch_position`),
 written in place after the units, under ``dispatch.lock`` (every reader holds it shared). It
 is a hint, never a source of truth: a crash between writing units and saving the position
-only means the next run walks those records again, and writing a unit that is already
-there is skipped (idempotent). Without the file,
-the position is rebuilt RocketMQ's way (the largest ``commitLogOffset + size`` of any queue),
-but never past the last unit of a queue short of the append state's next offset: a process
-killed between two queues' writes leaves some queues of a run without their units. A queue
-whose next units would start past its end makes the dispatch walk back for the missing ones
-(:meth:`Dispatcher._dispatch_scan`); a filler is written only where the records are not in
-the log.
+only means the next run walks those records again, and writing a unit that is already there
+is skipped (idempotent). Without the file, the position is rebuilt RocketMQ's way (the largest
+``commitLogOffset + size`` of any queue), but never past the last unit of a queue short of the
+append state's next offset: a process killed between two queues' writes leaves some queues of
+a run without their units. A queue whose next units would start past its end makes the
+dispatch walk back for the missing ones (:meth:`Dispatcher._dispatch_scan`); a filler is
+written only where the records are not in the log.
 
 As the store's background service (:meth:`Dispatcher.run_once`), an idle round is one look at
 ``append.state``'s slot headers through an open descriptor (no lock, no file opened, no JSON):
@@ -47,6 +46,7 @@ from ..fileio import InterProcessLock
 from ..hashing import tags_codes
 from ..log.commitlog import CommitLog
 from ..log.decode import RecordColumns, read_columns
+from ..log.lmq import LMQ_NAMES, with_lmq_units
 from ..log.mapped_file import MappedFile
 from ..log.properties import PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY, ParsedProperties
 from ..log.record import is_consumable
@@ -61,9 +61,8 @@ log = logging.getLogger(__name__)
 
 #: Bytes of commitlog decoded per step: bounds memory whatever the backlog.
 DISPATCH_CHUNK = 32 << 20
-#: Seconds between full rounds of the background service even while the append state's
-#: token says nothing changed: a safety net for file systems whose ``fstat`` of a replaced
-#: file is stale (NFS's attribute cache); costs one full round (~0.1 ms) a second.
+#: Seconds between full rounds of the background service even while the append state's token says
+#: nothing changed: a safety net for a stale ``fstat`` (NFS); one full round (~0.1 ms) a second.
 FULL_ROUND_S = 1.0
 #: Seconds a background round leaves a direct put of this process to dispatch itself.
 DIRECT_GRACE_S = 0.05
@@ -124,6 +123,8 @@ class Dispatcher:
         #: tagsCodes: the schedule topic's are delivery times (:mod:`rmqlog.schedule.levels`);
         #: ``None``: every tagsCode is the tags hash
         self.codes_hook: Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None = None
+        #: light message queues on: each record's ``INNER_MULTI_DISPATCH`` queues get a unit too
+        self.lmq = False
         #: direct puts of this process (token -> start, real time) between their publish and their
         #: own dispatch (:mod:`rmqlog.queue.direct_dispatch`): a background round then waits for
         #: them rather than reading their records back (a put that cannot dispatch itself wakes it)
@@ -350,7 +351,8 @@ class Dispatcher:
             self._last_ts = max(self._last_ts, int(h["storeTimestamp"].max()))
         keep = np.asarray(is_consumable(h["sysFlag"]))
         # parsed once: tags here, keys for the index, all three found in one pass when indexing
-        parsed = ParsedProperties(cols.properties, names=_INDEXED_NAMES if self.index_hook is not None else ())
+        parsed = ParsedProperties(cols.properties, names=(_INDEXED_NAMES if self.index_hook is not None else ())
+                                  + (LMQ_NAMES if self.lmq else ()))
         codes = tags_codes(parsed.column(PROPERTY_TAGS))
         topic_codes = cols.topic.dictionary_encode()
         topics = topic_codes.dictionary.to_pylist()
@@ -359,9 +361,8 @@ class Dispatcher:
             codes = self.codes_hook(topics, tidx, parsed, h, codes)
         unusable = [i for i, t in enumerate(topics) if topic_problem(t) is not None]
         if unusable:
-            # a record whose topic cannot name a queue directory (written by another tool, or
-            # not UTF-8): no unit for it, or dispatching would stop here for good; it stays
-            # readable by offset and msgId
+            # a record whose topic cannot name a queue directory (another tool's, not UTF-8): no
+            # unit for it, or dispatching would stop here for good; readable by offset and msgId
             skip = np.isin(tidx, unusable) & keep
             if skip.any():
                 log.warning(
@@ -369,10 +370,9 @@ class Dispatcher:
                     int(skip.sum()), int(cols.offsets[np.flatnonzero(skip)[0]]), ", ".join(repr(topics[i]) for i in unusable),
                 )
             keep = keep & ~skip
-        self._write_units(
-            topics, tidx[keep], h["queueId"].astype(np.int64)[keep], h["queueOffset"].astype(np.int64)[keep],
-            cols.offsets[keep], h["totalSize"][keep], codes[keep], maxes, gaps_ok,
-        )
+        lmq = (parsed.column(LMQ_NAMES[0]), parsed.column(LMQ_NAMES[1])) if self.lmq else None
+        self._write_units(*with_lmq_units(lmq, keep, topics, tidx, h["queueId"].astype(np.int64), h["queueOffset"].astype(np.int64),
+                                          cols.offsets, h["totalSize"], codes), maxes, gaps_ok)
         if crash_points.reached is not None:
             crash_points.reached("dispatch.units")
         if self.index_hook is not None:

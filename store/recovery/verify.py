@@ -30,6 +30,7 @@ import pyarrow.compute as pc
 
 from .. import safe_open
 from ..log.decode import read_columns
+from ..log.lmq import LMQ_PREFIX, in_lmq
 from ..log.record import is_consumable
 from ..log.scan import QueueDensity, SegmentScan, StopReason
 from ..paths import topic_problem
@@ -217,8 +218,10 @@ def _verify_queue(parts: StoreParts, cq: ConsumeQueue, tail: int, report: Verify
             np.asarray(pc.equal(pc.cast(cols.topic, pa.string()), topic).fill_null(False))
             & (h["queueId"].astype(np.int64) == qid)
             & (h["queueOffset"].astype(np.int64) == plog)
-            & (h["totalSize"].astype(np.int64) == psize)
         )
+        if topic.startswith(LMQ_PREFIX):  # a light message queue's records are other queues' too
+            ok |= in_lmq(cols.properties, topic, plog)
+        ok &= h["totalSize"].astype(np.int64) == psize
         bad = np.flatnonzero(~ok)
         if len(bad):
             report.problems.append(

@@ -317,3 +317,11 @@ def test_end_transaction_needs_pub_and_the_halfs_own_topic(broker: Broker, store
     assert stored(store, "T1") == [] and len(stored(store, HALF_TOPIC)) == 1
     (ok,) = calls(broker, ("EndTransaction", end("T1"), PRODUCER))
     assert ok.status.code == Code.OK and len(stored(store, "T1")) == 1
+
+
+def test_a_send_naming_a_light_message_queue_needs_its_pub(broker: Broker, store: rmqlog.MessageStore) -> None:
+    req = send_req()
+    req.messages[0].user_properties["INNER_MULTI_DISPATCH"] = "%LMQ%x"  # T1 PUB, %LMQ%x none
+    (sent,) = calls(broker, ("SendMessage", req, PRODUCER))
+    assert sent.status.code == Code.FORBIDDEN and "topic:%LMQ%x" in sent.status.message
+    assert stored(store, "T1") == []

@@ -66,6 +66,9 @@ class EncodedBatch:
     #: dispatch after the append indexes the batch without reading it back (:meth:`index_ids`)
     keys: pa.Array | None = None
     index_from_batch: bool = False
+    #: rows name light message queues (:mod:`rmqlog.access.lmq`): the dispatch after the
+    #: append reads the records back (their LMQ units come from their properties)
+    lmq: bool = False
 
     def index_ids(self) -> pa.StringArray | None:
         """The UNIQ_KEY id (32 hex) of every row once the batch is written, from what the

@@ -62,6 +62,7 @@ import pyarrow.compute as pc
 
 from ...errors import ConfigError, InvalidMessageError
 from ...hosts import host_bytes
+from ..lmq import PROPERTY_INNER_MULTI_DISPATCH
 from ..properties import (
     DELAY_PROPERTIES,
     PROPERTY_DELAY,
@@ -289,8 +290,10 @@ def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str 
 
 
 #: Names a wire put's fast path leaves to the general path (:func:`parse_wire_properties`):
-#: the refused ones, the routed ``DELAY`` and timer inputs
-_SLOW_NAMES = WIRE_RESERVED | {PROPERTY_DELAY, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS}
+#: the refused ones, the routed ``DELAY`` and timer inputs, and ``INNER_MULTI_DISPATCH`` (a
+#: put naming light message queues reads the map: :mod:`rmqlog.access.lmq`)
+_SLOW_NAMES = WIRE_RESERVED | {PROPERTY_DELAY, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS,
+                               PROPERTY_INNER_MULTI_DISPATCH}
 #: Names whose items the fast path drops, as the general path does: ``WAIT`` (every Java
 #: client's message carries it), and ``CLUSTER`` when the put gives its own (by ``cluster``)
 _DROPPED_NAMES = {False: frozenset((PROPERTY_WAIT,)), True: frozenset((PROPERTY_WAIT, PROPERTY_CLUSTER))}
