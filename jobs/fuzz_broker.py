@@ -113,6 +113,7 @@ SERVED: dict[int, tuple[str, ...]] = {
              "expType", "exp", "order", "attemptId"),
     200051: ("consumerGroup", "topic", "queueId", "extraInfo", "offset"),
     200053: ("consumerGroup", "topic", "queueId", "extraInfo", "offset", "invisibleTime"),
+    200950: ("consumerGroup", "topic", "maxNum"),  # GET_POP_INFLIGHT (ours): a read
 }
 #: codes the broker serves whose fields are not fuzzed: they change the broker's configuration
 #: or delete topics or subscription groups, which would make the healthy client's errors the fuzz's doing

@@ -381,7 +381,7 @@ class MessagingService:
         return response(status=status(Code.UNSUPPORTED, f"{method} is not supported by this broker"))
 
 
-def _queue_list(topic: str, perm: int, reads: int, writes: int, broker: pb.Broker) -> list[pb.MessageQueue]:
+def _queue_list(topic: str, perm: int, reads: int, writes: int, where: pb.Broker) -> list[pb.MessageQueue]:
     """A group's queues of ``topic``: ids as the broker's (``0..max(reads, writes)-1``), each
     ``READ_WRITE``, ``READ``, ``WRITE`` or ``NONE`` as ``perm`` and the counts allow."""
     out = []
@@ -389,7 +389,7 @@ def _queue_list(topic: str, perm: int, reads: int, writes: int, broker: pb.Broke
         read = perm & PERM_READ and qid < reads
         write = perm & PERM_WRITE and qid < writes
         permission = pb.READ_WRITE if read and write else pb.READ if read else pb.WRITE if write else pb.NONE
-        out.append(pb.MessageQueue(topic=pb.Resource(name=topic), id=qid, permission=permission, broker=broker,
+        out.append(pb.MessageQueue(topic=pb.Resource(name=topic), id=qid, permission=permission, broker=where,
                                    accept_message_types=_TYPES))
     return out
 
