@@ -110,7 +110,7 @@ from peers_nats import NatsWire, pub, pull_consumer, stream_messages, subject
 from peers_redis import RedisWire, command, xadd
 
 import rmqlog
-from rmqnet.client.batch import encode_messages
+from rmqnet.client import encode_messages
 from rmqnet.remoting import RequestCode, encode_bytes
 from rmqnet.transport import connect
 

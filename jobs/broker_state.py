@@ -48,7 +48,7 @@ from broker_servers import Server, med, pct, report
 
 import rmqlog
 from rmqlog.config_files import TopicConfig, dump_fastjson
-from rmqnet.client.batch import encode_messages
+from rmqnet.client import encode_messages
 from rmqnet.remoting import PullMessageHeader, RemotingCommand, RequestCode, encode_bytes
 from rmqnet.remoting.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION
 

@@ -30,10 +30,9 @@ import argparse
 import asyncio
 import logging
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
-from .remoting.address import parse_host_port
+from .remoting.address import address_arg, parse_addresses, parse_host_port
 
 #: the store command's exit statuses (rmqlog.admin.exits): what was asked is wrong; cannot do it
 _WRONG, _CANNOT = 2, 3
@@ -69,19 +68,6 @@ def parse_listen(text: str) -> tuple[str, int]:
     return parse_host_port("--listen", text, 0)  # (rmqnet.remoting.address: the name server imports no store)
 
 
-def _store_values(parse: str, *args: Any) -> Callable[[str], Any]:
-    """An argparse ``type=`` by :mod:`rmqlog.values`' ``parse`` (its text kept), the store's
-    module imported when the argument is read: the broker's arguments, never on the name
-    server's path (which imports no store)."""
-    def convert(value: str) -> Any:
-        import rmqlog.values as values
-
-        return values.arg_type(getattr(values, parse), *args, text=True)(value)
-
-    convert.__name__ = parse.removeprefix("parse_")
-    return convert
-
-
 def _listen_arg(text: str) -> tuple[str, int]:
     try:
         return parse_listen(text)
@@ -107,8 +93,8 @@ def _parser() -> argparse.ArgumentParser:
                         description="Run a RocketMQ broker over the store at ROOT until SIGTERM or SIGINT.")
     br.add_argument("root", metavar="ROOT", help="the store's root folder")
     br.add_argument("-c", "--config", metavar="broker.conf", help="a RocketMQ broker.conf")
-    br.add_argument("--listen", type=_store_values("parse_host_port", 0), metavar="HOST:PORT", help="overrides brokerIP1/listenPort (default 127.0.0.1:10911)")
-    br.add_argument("--namesrv", type=_store_values("parse_addresses"), metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT (overrides namesrvAddr)")
+    br.add_argument("--listen", type=address_arg(parse_host_port, 0, text=True), metavar="HOST:PORT", help="overrides brokerIP1/listenPort (default 127.0.0.1:10911)")
+    br.add_argument("--namesrv", type=address_arg(parse_addresses, text=True), metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT (overrides namesrvAddr)")
     return ap
 
 

@@ -45,11 +45,12 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from rmqlog.values import arg_type, parse_host_port, parse_int, parse_number
+from rmqlog.values import arg_type, parse_int, parse_number
 
 from .client import Admin, BrokerError, ClientError
+from .remoting.address import address_arg
 from .remoting.credentials import CredentialsError, cli_credentials
-from .remoting.route import PERM_RW
+from .remoting.names import PERM_RW
 
 #: the store command's exit statuses (rmqlog.admin.exits)
 OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
@@ -75,7 +76,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--broker", required=True, type=arg_type(parse_host_port, text=True), metavar="HOST:PORT", help="the broker's address")
+        p.add_argument("--broker", required=True, type=address_arg(text=True), metavar="HOST:PORT", help="the broker's address")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         p.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S", help="seconds per request (default 3)")
         add_credentials(p)

@@ -20,9 +20,10 @@ import sys
 from collections.abc import Sequence
 
 from rmqlog import StoreError
-from rmqlog.values import arg_type, parse_addresses, parse_host_port, parse_number
+from rmqlog.values import arg_type, parse_number
 
 from .console import ConsoleApp, ConsoleBackend, WireBackend, serve
+from .remoting.address import address_arg, parse_addresses, parse_host_port
 from .remoting.credentials import CredentialsError
 from .wire_admin import add_credentials, credentials_of
 
@@ -33,10 +34,10 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="rmqlog console", description="The web console: cluster, topics, messages, "
                                  "consumer groups, dead letters (read-only unless --admin).")
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--namesrv", type=arg_type(parse_addresses, text=True), metavar="ADDRS",
+    src.add_argument("--namesrv", type=address_arg(parse_addresses, text=True), metavar="ADDRS",
                      help="name servers, HOST:PORT;HOST:PORT")
     src.add_argument("--path", metavar="ROOT", help="a store's root, opened read-only")
-    ap.add_argument("--listen", type=arg_type(parse_host_port, 0), default=("127.0.0.1", 8080), metavar="HOST:PORT",
+    ap.add_argument("--listen", type=address_arg(parse_host_port, 0), default=("127.0.0.1", 8080), metavar="HOST:PORT",
                     help="address to serve on (default 127.0.0.1:8080; port 0: any free port)")
     ap.add_argument("--admin", action="store_true", help="allow changes: topics, groups, offsets, test messages")
     ap.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S",

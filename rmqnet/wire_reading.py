@@ -74,7 +74,7 @@ import pyarrow as pa
 
 from rmqlog import MESSAGE_SCHEMA, is_uniq_key
 from rmqlog.times import parse_time_ms
-from rmqlog.values import arg_type, parse_addresses, parse_int, parse_number
+from rmqlog.values import arg_type, parse_int, parse_number
 
 from .client import (
     Admin,
@@ -84,7 +84,9 @@ from .client import (
     TopicNotFoundError,
     parse_offset_msg_id,
 )
+from .remoting.address import address_arg, parse_addresses
 from .remoting.credentials import CredentialsError
+from .remoting.names import dlq_topic
 from .remoting.route import TopicRouteData
 from .wire_admin import add_credentials, credentials_of, refusal_text
 
@@ -100,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--namesrv", required=True, type=arg_type(parse_addresses, text=True), metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT")
+        p.add_argument("--namesrv", required=True, type=address_arg(parse_addresses, text=True), metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT")
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         p.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S", help="seconds per request (default 3)")
         add_credentials(p)
@@ -415,7 +417,7 @@ def _by_id(admin: Admin, msg_id: str, topic: str | None, max_num: int, begin: in
 
 
 def dead_letters(admin: Admin, args: argparse.Namespace) -> int:
-    topic = "%DLQ%" + args.group
+    topic = dlq_topic(args.group)
     route = _route(admin, topic)
     tables: list[pa.Table] = []
     with PullConsumer("rmqlog_cli", ";".join(admin.namesrv_addrs), timeout_s=admin.timeout_s,

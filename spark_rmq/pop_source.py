@@ -29,7 +29,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from rmqnet.client import PopConsumer
+from rmqnet.client import PopConsumer, retry_topic
 
 from .options import SourceOptions
 
@@ -157,7 +157,8 @@ class RmqLogPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
 def _subscribed(topic: str, opts: SourceOptions) -> str:
     """The topic a popped message was popped for (a retried one's is in its POP retry topic's
     name, ``%RETRY%<group>_<topic>``)."""
-    prefix = f"%RETRY%{opts.group}_"
+    assert opts.group is not None  # (a POP source's options name its group)
+    prefix = retry_topic(opts.group) + "_"
     return topic[len(prefix):] if topic.startswith(prefix) else topic
 
 

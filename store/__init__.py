@@ -42,6 +42,7 @@ from .errors import (
     WrongFileTypeError,
 )
 from .filter import FilterParseError, Sql92Filter, compile_filter
+from .log.batch_body import decode_message_batch, encode_message_batch
 from .log.decode import MIN_RECORD_SIZE
 from .log.encode.columns import check_utf8_column
 from .log.encode.direct import WireMessage
@@ -49,7 +50,7 @@ from .log.msgid import is_uniq_key
 from .log.properties import WAITING_TOPICS
 from .log.rows import decode_record_rows
 from .log.send_back import send_back_table
-from .log.wire import decode_message_batch, decode_records
+from .log.wire import decode_records
 from .message_store import MessageStore
 from .pop_log import PopLog
 from .results import (
@@ -78,6 +79,6 @@ __all__ = [
     "TooManyOpenFilesError", "WrongFileTypeError",
     "GetMessageResult", "GetMessageStatus", "PutMessageResult", "PutMessageStatus", "RecordHead", "StoredRecords", "parse_tag_filter", "FilterParseError", "Sql92Filter", "compile_filter",
     "MESSAGE_SCHEMA", "PUT_RESULT_SCHEMA", "MIN_RECORD_SIZE", "WAITING_TOPICS", "is_uniq_key", "check_utf8_column",
-    "PUBLIC_MODULES", "decode_message_batch", "decode_record_rows", "decode_records", "send_back_table", "WireMessage",
+    "PUBLIC_MODULES", "decode_message_batch", "encode_message_batch", "decode_record_rows", "decode_records", "send_back_table", "WireMessage",
     "PutRows", "PopLog",
 ]

@@ -24,7 +24,7 @@ kernels are switched together in :mod:`rmqlog.log.encode.native`.
 | ``check_stored`` | records copied for a pull checked against their consume-queue units, GIL released | :mod:`rmqlog.log.raw_check` |
 | ``window_units``, ``check_copy`` | a small window's units walked under RocketMQ's batch limits and bounds-checked; its records checked as ``check_stored`` checks them, then copied | :mod:`rmqlog.access.small_window` |
 | ``walk_chains`` | the timer log's bucket chains walked | :mod:`rmqlog.schedule.timer_wheel` |
-| ``walk_batch`` | a batch send's body walked message by message (where each starts, its lengths) | :mod:`rmqlog.log.wire` |
+| ``walk_batch`` | a batch send's body walked message by message (where each starts, its lengths) | :mod:`rmqlog.log.batch_body` |
 
 A leaf: it imports no other module of the store, so any floor may use it
 (``tests/test_layout.py`` checks that no other module imports ``rmqlog._native``).

@@ -20,7 +20,7 @@ USERS = [
     ("rmqlog.log.properties", "_native_copy"), ("rmqlog.log.properties", "_native_parse"),
     ("rmqlog.log.scan", "_native_walk"), ("rmqlog.schedule.timeup", "_native_copy"),
     ("rmqlog.schedule.timer_wheel", "_native_walk_chains"), ("rmqlog.log.encode.native", "pack_records"),
-    ("rmqlog.log.encode.native", "crc32_batch"), ("rmqlog.log.wire", "_native_walk_batch"),
+    ("rmqlog.log.encode.native", "crc32_batch"), ("rmqlog.log.batch_body", "_native_walk_batch"),
     ("rmqlog.log.raw_check", "_native_check"),
 ]
 FUNCTIONS = ["crc32_batch", "all_same", "longest_value", "pack_records", "patch_records", "pack_plain", "ChunkWriter",

@@ -56,9 +56,10 @@ from ..remoting.acl_sign import (
     java_text,
     signature,
 )
+from ..remoting.names import RETRY_PREFIX
 from .acl_address import peer_ip
 from .acl_fields import undefined_fields
-from .acl_files import ANY, DENY, PUB, RETRY_PREFIX, SUB, Account, AclConfig
+from .acl_files import ANY, DENY, PUB, SUB, Account, AclConfig
 from .acl_resources import ADMIN_CODES, AclRefusal, Needs, Reach, named, touched
 from .peer import Peer
 

@@ -39,14 +39,13 @@ import yaml
 
 from rmqlog import ConfigError
 
+from ..remoting.names import retry_topic
 from .acl_address import AclPatternError, Matcher, address_pattern
 
 log = logging.getLogger(__name__)
 
 #: ``Permission``'s bits
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
-#: ``MixAll.RETRY_GROUP_TOPIC_PREFIX``
-RETRY_PREFIX = "%RETRY%"
 #: ``AclConstants.ACCESS_KEY_MIN_LENGTH`` / ``SECRET_KEY_MIN_LENGTH`` (lengths must exceed them)
 KEY_MIN_LENGTH = 6
 _PERMS = {"PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB, "DENY": DENY}
@@ -137,7 +136,7 @@ def _resource_perms(items: list[str], path: Path, key: str, is_topic: bool) -> d
             kind = "topic" if is_topic else "group"
             raise AclConfigError(f"{path}: account {key!r}: Parse resource permission failed for {kind}:{item}")
         name = parts[0].strip()
-        out[name if is_topic else RETRY_PREFIX + name] = parse_perm(parts[1])
+        out[name if is_topic else retry_topic(name)] = parse_perm(parts[1])
     return out
 
 
@@ -220,5 +219,5 @@ def load_home(home: str | Path | None = None) -> AclConfig:
     return load_files(acl_files(home))
 
 
-__all__ = ["DENY", "ANY", "PUB", "SUB", "RETRY_PREFIX", "Account", "AclConfig", "AclConfigError", "acl_files",
+__all__ = ["DENY", "ANY", "PUB", "SUB", "Account", "AclConfig", "AclConfigError", "acl_files",
            "load_files", "load_home", "parse_perm"]

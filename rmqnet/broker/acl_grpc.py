@@ -50,9 +50,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..grpc.v2 import definition_pb2 as pb
+from ..remoting.names import retry_topic
 from .acl import GRPC_CALLER, AccessValidator, AclRefusal, Caller
 from .acl_address import peer_ip
-from .acl_files import ANY, PUB, RETRY_PREFIX, SUB
+from .acl_files import ANY, PUB, SUB
 from .acl_resources import Needs, add_send, consumed_topic
 
 AUTHORIZATION = "authorization"
@@ -122,7 +123,7 @@ def authenticate(validator: AccessValidator, metadata: Iterable[tuple[str, Any]]
 
 
 def _group(needs: Needs, group: pb.Resource) -> None:
-    needs.add(RETRY_PREFIX + group.name, SUB)
+    needs.add(retry_topic(group.name), SUB)
 
 
 def _consume(needs: Needs, group: pb.Resource, topic: pb.Resource) -> None:

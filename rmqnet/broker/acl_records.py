@@ -21,13 +21,15 @@ import numpy as np
 import rmqlog
 from rmqlog import RecordHead
 
-from .topics import SCHEDULE_TOPIC
+from ..remoting.names import PROPERTY_PGROUP, PROPERTY_REAL_TOPIC, SCHEDULE_TOPIC
+from ..remoting.names import TRANS_CHECK_MAX_TIME_TOPIC as CHECK_MAX_TOPIC
+from ..remoting.names import TRANS_HALF_TOPIC as HALF_TOPIC
+from ..remoting.names import TRANS_OP_HALF_TOPIC as OP_TOPIC
 
-HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"
 #: topics whose records belong to another topic (their ``REAL_TOPIC``); reading one by name
 #: reads every topic's messages
 CARRIER_TOPICS = frozenset({SCHEDULE_TOPIC, HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC})
-REAL_TOPIC, PGROUP = "REAL_TOPIC", "PGROUP"
+REAL_TOPIC, PGROUP = PROPERTY_REAL_TOPIC, PROPERTY_PGROUP
 
 
 class RecordUnreadable(Exception):

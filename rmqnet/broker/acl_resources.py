@@ -13,7 +13,7 @@ docs/broker.md, "Access control".
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +21,16 @@ import rmqlog
 
 from ..remoting import FieldError, RemotingCommand, RequestCode, ext_int, ext_long, ext_str
 from ..remoting.acl_sign import java_text
+from ..remoting.heartbeat import HeartbeatData, HeartbeatError
 from ..remoting.json_values import loads_body
-from .acl_files import ANY, PUB, RETRY_PREFIX, SUB
+from ..remoting.names import (
+    DLQ_PREFIX,
+    PROPERTY_INNER_MULTI_DISPATCH,
+    RETRY_PREFIX,
+    property_mark,
+    retry_topic,
+)
+from .acl_files import ANY, PUB, SUB
 from .acl_records import (
     CARRIER_TOPICS,
     PGROUP,
@@ -34,7 +42,6 @@ from .acl_records import (
 )
 from .pop_handle import normal_topic
 from .send import parse_properties
-from .topics import DLQ_PREFIX
 
 #: ``Permission.ADMIN_CODE`` (UPDATE_AND_CREATE_TOPIC, UPDATE_BROKER_CONFIG,
 #: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP, DELETE_TOPIC_IN_BROKER), and
@@ -81,7 +88,7 @@ class Needs:
 
 def group_resource(group: Any) -> str | None:
     """``%RETRY%G`` of a field's value (``None`` for a missing one)."""
-    return None if group is None else RETRY_PREFIX + java_text(group)
+    return None if group is None else retry_topic(java_text(group))
 
 
 def _field(ext: Mapping[str, Any], name: str) -> str | None:
@@ -109,13 +116,13 @@ def consumed_topic(topic: str, group: str) -> str:
     has (``%RETRY%H_T`` as the group ``H_T``, open to any account whose default group
     permission reads), and only its own group consumes it."""
     normal = normal_topic(topic, group)
-    if normal == topic and topic.startswith(RETRY_PREFIX) and topic != RETRY_PREFIX + group:
+    if normal == topic and topic.startswith(RETRY_PREFIX) and topic != retry_topic(group):
         raise AclRefusal(f"{topic} is another consumer group's retry topic: only that group consumes it, not {group}")
     return normal
 #: ``MessageConst.PROPERTY_INNER_MULTI_DISPATCH``: the light message queues a send also writes
 #: into (``enableLmq``/``enableMultiDispatch``), ``,``-separated
-INNER_MULTI_DISPATCH = "INNER_MULTI_DISPATCH"
-_LMQ_MARK = INNER_MULTI_DISPATCH + "\x01"
+INNER_MULTI_DISPATCH = PROPERTY_INNER_MULTI_DISPATCH
+_LMQ_MARK = property_mark(INNER_MULTI_DISPATCH)
 
 
 def _lmqs(needs: Needs, req: RemotingCommand, properties: str | None) -> None:
@@ -146,7 +153,7 @@ def add_lmqs(needs: Needs, value: str | None) -> None:
             needs.add(name or None, PUB)
 
 
-def _producer_groups(needs: Needs, groups: list[str | None]) -> None:
+def _producer_groups(needs: Needs, groups: Sequence[str | None]) -> None:
     """Producer groups registered or unregistered (ours): ANY perm on each, since the broker
     sends a group's producers the check-backs of its half messages. ``CLIENT_INNER_PRODUCER``,
     which every Java-style client lists beside its own group, needs none when the request
@@ -154,7 +161,7 @@ def _producer_groups(needs: Needs, groups: list[str | None]) -> None:
     named_other = bool(needs.perms) or any(g and g != INNER_PRODUCER for g in groups)
     for g in groups:
         if g and (g != INNER_PRODUCER or not named_other):
-            needs.add(RETRY_PREFIX + g, ANY)
+            needs.add(retry_topic(g), ANY)
 
 
 def _json_body(req: RemotingCommand, what: str) -> dict[str, Any]:
@@ -176,19 +183,17 @@ def _list(value: Any, what: str) -> list[Any]:
 
 
 def _heartbeat(needs: Needs, req: RemotingCommand) -> None:
-    data = _json_body(req, "HeartbeatData")
-    for c in _list(data.get("consumerDataSet"), "the heartbeat's consumerDataSet"):
-        if not isinstance(c, dict):
-            raise AclRefusal("a consumer of the heartbeat is not an object")
-        needs.add(group_resource(c.get("groupName")), SUB)
-        for s in _list(c.get("subscriptionDataSet"), "a consumer's subscriptionDataSet"):
-            if not isinstance(s, dict):
-                raise AclRefusal("a subscription of the heartbeat is not an object")
-            needs.add(_field(s, "topic"), SUB)
-    producers = _list(data.get("producerDataSet"), "the heartbeat's producerDataSet")
-    if not all(isinstance(p, dict) for p in producers):
-        raise AclRefusal("a producer of the heartbeat is not an object")
-    _producer_groups(needs, [_field(p, "groupName") for p in producers])
+    """34: each consumer's group and topics SUB, each producer group (as the handler reads the
+    body: a body it refuses is refused here with the same words)."""
+    try:
+        data = HeartbeatData.decode(req.body_bytes())
+    except HeartbeatError as exc:
+        raise AclRefusal(str(exc)) from None
+    for c in data.consumers:
+        needs.add(group_resource(c.group), SUB)
+        for sub in c.subscriptions:
+            needs.add(sub.topic, SUB)
+    _producer_groups(needs, data.producer_groups)
 
 
 def _lock(needs: Needs, req: RemotingCommand) -> None:
@@ -197,7 +202,7 @@ def _lock(needs: Needs, req: RemotingCommand) -> None:
     group = data.get("consumerGroup")
     if not isinstance(group, str):
         raise AclRefusal("the lock body's consumerGroup is not a string")
-    needs.add(RETRY_PREFIX + group, SUB)
+    needs.add(retry_topic(group), SUB)
     for mq in _list(data.get("mqSet"), "the lock body's mqSet"):
         if not isinstance(mq, dict) or not isinstance(mq.get("topic"), str):
             raise AclRefusal("a queue of the lock body has no topic string")
@@ -218,7 +223,7 @@ def named(req: RemotingCommand) -> Needs:
             add_send(needs, _field(ext, "b"))
             _lmqs(needs, req, _field(ext, "i"))
         elif code == RequestCode.CONSUMER_SEND_MSG_BACK:
-            needs.add(RETRY_PREFIX + ext_str(ext, "group"), SUB)
+            needs.add(retry_topic(ext_str(ext, "group")), SUB)
             ext_long(ext, "offset")
         elif code == RequestCode.PULL_MESSAGE:
             topic, group = _field(ext, "topic"), _field(ext, "consumerGroup")
@@ -236,14 +241,14 @@ def named(req: RemotingCommand) -> Needs:
             ext_str(ext, "clientID")  # @CFNotNull, read by Java's header decoder here
             consumer = _field(ext, "consumerGroup")
             if consumer:  # (an empty one unregisters nothing)
-                needs.add(RETRY_PREFIX + consumer, SUB)
+                needs.add(retry_topic(consumer), SUB)
             _producer_groups(needs, [_field(ext, "producerGroup")])
         elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
-            needs.add(RETRY_PREFIX + ext_str(ext, "consumerGroup"), SUB)
+            needs.add(retry_topic(ext_str(ext, "consumerGroup")), SUB)
         elif code == RequestCode.GET_CONSUMER_CONNECTION_LIST:
             needs.add(group_resource(ext.get("consumerGroup")), SUB)
         elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET):
-            needs.add(RETRY_PREFIX + ext_str(ext, "consumerGroup"), SUB)
+            needs.add(retry_topic(ext_str(ext, "consumerGroup")), SUB)
             needs.add(ext_str(ext, "topic"), SUB)
             ext_int(ext, "queueId")
             if code == RequestCode.UPDATE_CONSUMER_OFFSET:
@@ -264,10 +269,10 @@ def named(req: RemotingCommand) -> Needs:
             # topic read, the group's POP retry topic for a retried message: its topic's
             group = ext_str(ext, "consumerGroup")
             needs.add(consumed_topic(ext_str(ext, "topic"), group), SUB)
-            needs.add(RETRY_PREFIX + group, SUB)
+            needs.add(retry_topic(group), SUB)
         elif code == RequestCode.GET_POP_INFLIGHT:  # ours: what a pop of the topic by the group reads
             needs.add(ext_str(ext, "topic"), SUB)
-            needs.add(RETRY_PREFIX + ext_str(ext, "consumerGroup"), SUB)
+            needs.add(retry_topic(ext_str(ext, "consumerGroup")), SUB)
     except FieldError as exc:
         raise AclRefusal(str(exc)) from None
     return needs

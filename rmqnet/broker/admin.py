@@ -31,9 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from rmqlog import InvalidArgumentError, InvalidTopicError, StoreError, TopicConfig
 
-from ..remoting import RemotingCommand, ResponseCode, ext_bool, ext_int, ext_str
+from ..remoting import RemotingCommand, ResponseCode, ext_bool, ext_int, ext_str, names
 from .peer import Peer
-from .topics import AUTO_CREATE_TOPIC, SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -41,15 +40,11 @@ if TYPE_CHECKING:
 #: ``MQVersion.Version.V4_9_8.ordinal()``: the version this broker reports
 BROKER_VERSION = 435
 BROKER_VERSION_DESC = "V4_9_8"
-#: RocketMQ's ``TopicValidator`` system topics (and anything starting ``rmq_sys_``)
-SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC",
-                           "RMQ_SYS_TRACE_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-                           "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
 
 
 def is_system_topic(broker: Broker, topic: str) -> bool:
     c = broker.config
-    return (topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_")
+    return (names.is_system_topic(topic)
             or topic in (c.broker_cluster_name, c.broker_name, f"{c.broker_cluster_name}_REPLY_TOPIC"))
 
 

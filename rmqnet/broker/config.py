@@ -29,14 +29,13 @@ from rmqlog import ASYNC_FLUSH, SYNC_FLUSH, ConfigError, StoreConfig
 from rmqlog.config import read_properties
 from rmqlog.values import (
     InvalidValueError,
-    parse_addresses,
     parse_bool,
     parse_enum,
-    parse_host_port,
     parse_int,
 )
 
 from ..remoting.acl_address import AclPatternError, address_pattern
+from ..remoting.address import AddressError, join_host_port, parse_addresses, parse_host_port
 from ..remoting.credentials import CredentialsError
 from ..remoting.credentials import parse_credentials as _parse_credentials
 
@@ -389,7 +388,7 @@ def _value(parse: Any, name: str, *args: Any, **kw: Any) -> Any:
     """``parse(name, *args)`` of :mod:`rmqlog.values`, its error re-raised as :class:`ConfigError`."""
     try:
         return parse(name, *args, **kw)
-    except InvalidValueError as exc:
+    except (InvalidValueError, AddressError) as exc:
         raise ConfigError(str(exc)) from None
 
 
@@ -398,10 +397,8 @@ ASYNC_MASTER, SYNC_MASTER, SLAVE = "ASYNC_MASTER", "SYNC_MASTER", "SLAVE"
 BROKER_ROLES = (ASYNC_MASTER, SYNC_MASTER, SLAVE)
 
 
-def host_port(ip: str, port: int) -> str:
-    """``ip:port`` (``[ip]:port`` for IPv6); ``ValueError`` if ``ip`` is no IP address."""
-    addr = ipaddress.ip_address(ip)
-    return f"[{addr}]:{port}" if addr.version == 6 else f"{addr}:{port}"
+#: ``ip:port`` (``[ip]:port`` for IPv6), the name the broker's modules use
+host_port = join_host_port
 
 
 #: the pull's transfer limits (MessageStoreConfig's int keys)

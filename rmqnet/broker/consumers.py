@@ -3,16 +3,8 @@ and NOTIFY_CONSUMER_IDS_CHANGED (40) sent to a group when it changes. RocketMQ 4
 ``ClientManageProcessor``, ``ConsumerManageProcessor.getConsumerListByGroup``,
 ``ConsumerManager``/``ConsumerGroupInfo`` and ``ProducerManager``.
 
-HEART_BEAT's body is ``HeartbeatData`` JSON::
-
-    {"clientID": str,
-     "producerDataSet": [{"groupName": str}],
-     "consumerDataSet": [{"groupName": str, "consumeType": "CONSUME_PASSIVELY"|"CONSUME_ACTIVELY",
-                          "messageModel": "CLUSTERING"|"BROADCASTING", "consumeFromWhere": str,
-                          "unitMode": bool,
-                          "subscriptionDataSet": [{"topic": str, "subString": str, "tagsSet": [str],
-                                                   "codeSet": [int], "subVersion": int,
-                                                   "classFilterMode": bool, "expressionType": "TAG"|"SQL92"?}]}]}
+HEART_BEAT's body is ``HeartbeatData`` JSON, read by :mod:`rmqnet.remoting.heartbeat` (its shape),
+its groups' names checked here.
 
 A consumer is one connection in one group (Java keys ``ConsumerGroupInfo`` by channel): its
 client id, language, version and last heartbeat (wall ms, the broker's clock). A group's
@@ -49,14 +41,15 @@ from __future__ import annotations
 import itertools
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import rmqlog
 from rmqlog import FilterParseError, Sql92Filter
 from rmqlog.paths import topic_problem, validate_group
 
-from ..remoting import FLAG_ONEWAY, FieldError, RemotingCommand, RequestCode, ResponseCode, ext_str
-from ..remoting.json_values import loads_body
+from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode, ext_str
+from ..remoting.heartbeat import ConsumerData, HeartbeatData, HeartbeatError, Subscription
+from ..remoting.names import RETRY_PREFIX, retry_topic
 from .holds import connection_closed, watch_close
 from .peer import Peer
 from .pull import compiled
@@ -67,24 +60,8 @@ if TYPE_CHECKING:
 
 #: ``ConsumerManager.CHANNEL_EXPIRED_TIMEOUT`` / ``ProducerManager.CHANNEL_EXPIRED_TIMEOUT`` (ms)
 CHANNEL_EXPIRED_TIMEOUT_MS = 120_000
-RETRY_PREFIX = "%RETRY%"
 #: how often Java's ``ClientHousekeepingService`` scans for silent clients (ms)
 SCAN_INTERVAL_MS = 10_000
-
-
-class HeartbeatError(ValueError):
-    """A HEART_BEAT body that is not HeartbeatData (names the field)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    """``SubscriptionData``: what a consumer group reads of one topic."""
-
-    topic: str
-    sub_string: str
-    expression_type: str
-    sub_version: int
-    tags: tuple[str, ...] = ()
 
 
 @dataclass(slots=True)
@@ -113,75 +90,15 @@ class ConsumerGroupInfo:
         return [c.client_id for c in self.clients.values()]
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerData:
-    group: str
-    consume_type: str
-    message_model: str
-    consume_from_where: str
-    unit_mode: bool
-    subscriptions: tuple[Subscription, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class HeartbeatData:
-    client_id: str
-    producer_groups: tuple[str, ...]
-    consumers: tuple[ConsumerData, ...]
-
-    @staticmethod
-    def decode(body: bytes) -> HeartbeatData:
-        """Parse and check a HEART_BEAT body; :class:`HeartbeatError` naming what is wrong."""
+def _checked(data: HeartbeatData) -> HeartbeatData:
+    """``data`` with every group's name checked by the store's rule (the broker's, not the
+    body's shape: :meth:`HeartbeatData.decode`); :class:`HeartbeatError` naming the first bad."""
+    for group in (*data.producer_groups, *(c.group for c in data.consumers)):
         try:
-            obj = loads_body(body, "HeartbeatData")
-        except FieldError as exc:
+            validate_group(group)
+        except rmqlog.StoreError as exc:
             raise HeartbeatError(str(exc)) from None
-        if not isinstance(obj, dict):
-            raise HeartbeatError("the HeartbeatData body is not a JSON object")
-        client_id = _text(obj, "clientID", "HeartbeatData")
-        producers = tuple(_group(_text(p, "groupName", "producerDataSet[]"))
-                          for p in _objects(obj, "producerDataSet"))
-        consumers = []
-        for c in _objects(obj, "consumerDataSet"):
-            group = _group(_text(c, "groupName", "consumerDataSet[]"))
-            subs = []
-            for s in _objects(c, "subscriptionDataSet"):
-                topic = _text(s, "topic", "subscriptionDataSet[]")
-                version = s.get("subVersion", 0)
-                if isinstance(version, str) and version.strip().lstrip("-").isdigit():
-                    version = int(version)
-                if isinstance(version, bool) or not isinstance(version, int):
-                    raise HeartbeatError(f"subVersion of {topic!r} is {version!r}, not an integer")
-                tags = s.get("tagsSet") or []
-                subs.append(Subscription(topic, str(s.get("subString") or "*"), str(s.get("expressionType") or "TAG"),
-                                         version, tuple(str(t) for t in tags) if isinstance(tags, list) else ()))
-            consumers.append(ConsumerData(group, str(c.get("consumeType") or ""), str(c.get("messageModel") or ""),
-                                          str(c.get("consumeFromWhere") or ""), c.get("unitMode") in (True, "true", 1),
-                                          tuple(subs)))
-        return HeartbeatData(client_id, producers, tuple(consumers))
-
-
-def _text(obj: dict[str, Any], key: str, where: str) -> str:
-    v = obj.get(key)
-    if not isinstance(v, str) or not v:
-        raise HeartbeatError(f"{where}.{key} is {v!r}, not a non-empty string")
-    return v
-
-
-def _objects(obj: dict[str, Any], key: str) -> list[dict[str, Any]]:
-    v = obj.get(key)
-    if v is None:
-        return []
-    if not isinstance(v, list) or not all(isinstance(x, dict) for x in v):
-        raise HeartbeatError(f"{key} is not a list of objects")
-    return v
-
-
-def _group(name: str) -> str:
-    try:
-        return validate_group(name)
-    except rmqlog.StoreError as exc:
-        raise HeartbeatError(str(exc)) from None
+    return data
 
 
 class ClientRegistry:
@@ -383,7 +300,7 @@ def heart_beat(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingComm
     the work is proportional to the heartbeat's groups and subscriptions (tables in memory,
     no file written)."""
     try:
-        data = HeartbeatData.decode(req.body_bytes())
+        data = _checked(HeartbeatData.decode(req.body_bytes()))
     except HeartbeatError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
     registry = broker.consumers
@@ -404,7 +321,7 @@ def heart_beat(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingComm
     except GroupTableFull as exc:
         return req.reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, str(exc))
     for group in names:
-        problem = topic_problem(RETRY_PREFIX + group)
+        problem = topic_problem(retry_topic(group))
         if problem is not None:
             return req.reply(ResponseCode.SYSTEM_ERROR, f"cannot create {RETRY_PREFIX}{group}: {problem}")
     watch_close(broker, peer)

@@ -30,10 +30,11 @@ from google.protobuf.message import DecodeError
 
 from ..grpc.convert import Code, status
 from ..grpc.v2 import service_pb2 as svc
+from ..remoting.address import grpc_peer_address
 from .acl import AclRefusal
 from .acl_grpc import CALLER, authenticate, call_needs
 from .grpc_routes import name_server_routes
-from .grpc_service import CorruptRequest, MessagingService, peer_address
+from .grpc_service import CorruptRequest, MessagingService
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -144,7 +145,7 @@ def _refusal(service: MessagingService, name: str, response: Any, request: Any, 
             return response(status=status(Code.UNAUTHORIZED, "aclEnable=true but no ACL is loaded"))
         return None
     try:
-        caller = authenticate(acl, context.invocation_metadata() or (), peer_address(context.peer()))
+        caller = authenticate(acl, context.invocation_metadata() or (), grpc_peer_address(context.peer()))
     except AclRefusal as exc:
         return response(status=status(Code.UNAUTHORIZED, str(exc)[:500]))
     CALLER.set(caller)

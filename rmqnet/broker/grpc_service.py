@@ -73,18 +73,19 @@ from ..grpc.settings import CONSUMER_MAX_ATTEMPTS, server_settings
 from ..grpc.v2 import definition_pb2 as pb
 from ..grpc.v2 import service_pb2 as svc
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
+from ..remoting.address import grpc_peer_address, peer_ip
 from ..remoting.headers import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     EndTransactionHeader,
 )
+from ..remoting.names import AUTO_CREATE_TOPIC, PERM_READ, PERM_WRITE
 from ..remoting.route import MASTER_ID, QueueData, TopicRouteData
 from .acl_grpc import caller_attrs, refused, settings_needs
 from .grpc_consumers import GrpcConsumers
 from .grpc_producers import GrpcProducers, TelemetryPeer
 from .grpc_routes import ClusterRoutes
-from .topics import AUTO_CREATE_TOPIC, PERM_READ, PERM_WRITE
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -122,10 +123,6 @@ class GrpcPeer:
         log.debug("no oneway request over gRPC (code %s dropped)", cmd.code)
 
 
-def peer_address(grpc_peer: str) -> str:
-    """``ip:port`` of grpc's ``context.peer()`` (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``); the
-    text after the scheme for any other form."""
-    return grpc_peer.split(":", 1)[1] if grpc_peer.startswith(("ipv4:", "ipv6:")) else grpc_peer
 
 
 class MessagingService:
@@ -175,7 +172,7 @@ class MessagingService:
             addr = masters.get(qd.broker_name)
             if qd.broker_name == self.broker.config.broker_name or addr is None:
                 continue  # (this group is answered from this broker; a group without a master takes no client)
-            host = addr.rpartition(":")[0].strip("[]")
+            host = peer_ip(addr)
             endpoints = pb.Endpoints(scheme=pb.IPv6 if ":" in host else pb.IPv4,
                                      addresses=[pb.Address(host=host, port=self.port)])
             out.append((qd, pb.Broker(name=qd.broker_name, id=MASTER_ID, endpoints=endpoints)))
@@ -237,7 +234,7 @@ class MessagingService:
         return svc.NotifyClientTerminationResponse(status=status(Code.OK))
 
     async def telemetry(self, requests: AsyncIterator[svc.TelemetryCommand], ctx: Any) -> AsyncIterator[svc.TelemetryCommand]:
-        peer = TelemetryPeer(peer_address(ctx.peer()) if ctx is not None else "")
+        peer = TelemetryPeer(grpc_peer_address(ctx.peer()) if ctx is not None else "")
         try:
             async for out in self._telemetry(peer, aiter(requests), ctx):
                 yield out
@@ -308,7 +305,7 @@ class MessagingService:
         tc = self.broker.topics.get(topic)
         if tc is None:
             return svc.SendMessageResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
-        peer = GrpcPeer(peer_address(ctx.peer()), caller_attrs())
+        peer = GrpcPeer(grpc_peer_address(ctx.peer()), caller_attrs())
         now = self.broker.clock.wall_ms()
         single = len(req.messages) == 1
         # one request per message (the Python and Node.js clients send one message a call);
@@ -352,7 +349,7 @@ class MessagingService:
             from_transaction_check=req.source == pb.SOURCE_SERVER_CHECK, msg_id=req.message_id,
             transaction_id=req.message_id)
         cmd = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=header.to_ext())
-        res = self.broker.table.process(self.broker, GrpcPeer(peer_address(ctx.peer()), caller_attrs()), cmd)
+        res = self.broker.table.process(self.broker, GrpcPeer(grpc_peer_address(ctx.peer()), caller_attrs()), cmd)
         reply = await res if isinstance(res, Awaitable) else res
         if reply is None:  # an unknown resolution: left to the check-back (Java answers nothing)
             return svc.EndTransactionResponse(status=status(Code.OK))
@@ -371,7 +368,7 @@ class MessagingService:
 
     async def forward_message_to_dead_letter_queue(self, req: svc.ForwardMessageToDeadLetterQueueRequest, ctx: Any,
                                                    ) -> svc.ForwardMessageToDeadLetterQueueResponse:
-        return await self.consumers.forward_to_dlq(req, GrpcPeer(peer_address(ctx.peer()), caller_attrs()))
+        return await self.consumers.forward_to_dlq(req, GrpcPeer(grpc_peer_address(ctx.peer()), caller_attrs()))
 
     # ---------------------------------------------------------- the others
     @staticmethod

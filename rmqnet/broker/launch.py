@@ -39,10 +39,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from rmqlog import ConfigError, MessageStore, StoreConfig, StoreError, SystemClock
-from rmqlog.values import parse_host_port
 
 from ..metrics import RpcLatency
 from ..remoting import RemotingCommand
+from ..remoting.address import parse_host_port
 from .broker import Broker
 from .config import BrokerConfig
 from .grpc_server import GrpcEndpoint
@@ -62,7 +62,7 @@ GRACE_S = 5.0
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """``HOST:PORT`` (``[v6]:PORT`` too); ``ValueError`` naming what is wrong."""
-    return parse_host_port("--listen", listen, 0)  # rmqlog.values' one address parser (a ValueError)
+    return parse_host_port("--listen", listen, 0)  # (AddressError: a ValueError)
 
 
 def _transport() -> Any:

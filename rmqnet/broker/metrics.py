@@ -40,6 +40,18 @@ from typing import TYPE_CHECKING
 import rmqlog
 
 from ..metrics import RpcLatency
+from ..remoting.names import (
+    DLQ_PREFIX,
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_START_DELIVER_TIME,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    RETRY_PREFIX,
+    property_mark,
+)
 from .admin import is_system_topic
 
 if TYPE_CHECKING:
@@ -55,8 +67,9 @@ LAG_MAX_SERIES = 10_000
 LATENCY_MAX_READS = 256
 #: message types (RocketMQ 5's ``TopicMessageType.getMetricsValue``)
 NORMAL, FIFO, DELAY, TRANSACTION = "normal", "fifo", "delay", "transaction"
-_DELAY_MARKS = ("DELAY\x01", "TIMER_DELIVER_MS\x01", "TIMER_DELAY_SEC\x01", "TIMER_DELAY_MS\x01",
-                "__STARTDELIVERTIME\x01")
+_DELAY_MARKS = tuple(property_mark(n) for n in (PROPERTY_DELAY, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC,
+                                                PROPERTY_TIMER_DELAY_MS, PROPERTY_START_DELIVER_TIME))
+_SHARDING_MARK = property_mark(PROPERTY_SHARDING_KEY)
 
 
 def message_type(properties: str, half: bool) -> str:
@@ -65,12 +78,12 @@ def message_type(properties: str, half: bool) -> str:
     sharding key ``fifo``, else ``normal``."""
     if half:
         return TRANSACTION
-    if "\x01" not in properties:
+    if NAME_VALUE_SEPARATOR not in properties:
         return NORMAL
     for mark in _DELAY_MARKS:
         if mark in properties:
             return DELAY
-    return FIFO if "__SHARDINGKEY\x01" in properties else NORMAL
+    return FIFO if _SHARDING_MARK in properties else NORMAL
 
 
 @dataclass
@@ -122,7 +135,7 @@ class BrokerMetrics:
         key = (topic, kind)
         cell = self.sends.get(key)
         if cell is None:
-            if topic.startswith("%RETRY%") or topic.startswith("%DLQ%"):
+            if topic.startswith((RETRY_PREFIX, DLQ_PREFIX)):
                 return
             cell = self.sends[key] = [0] * (3 + len(MESSAGE_SIZE_BUCKETS) + 1)
         cell[0] += count

@@ -19,6 +19,7 @@ from prometheus_client.core import Metric
 from ..metrics import RPC_BUCKETS_MS, code_name
 from ..metrics.exposition import MetricsEndpoint, counter, gauge, histogram, render
 from ..remoting import RequestCode
+from ..remoting.names import is_retry_topic
 from .metrics import MESSAGE_SIZE_BUCKETS, Lag, StoreFigures
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def read_time_families(broker: Broker, lag: Lag, store: StoreFigures) -> Iterato
     base = ["cluster", "node_type", "node_id"]
     node = [cfg.broker_cluster_name, "broker", cfg.broker_name]
     lag_labels = [*base, "topic", "consumer_group", "is_retry", "is_system"]
-    lag_rows = [([*node, t, g, _b(t.startswith("%RETRY%")), _b(lag.system[(t, g)])], r)
+    lag_rows = [([*node, t, g, _b(is_retry_topic(t)), _b(lag.system[(t, g)])], r)
                 for (t, g), r in sorted(lag.rows.items())]
     yield gauge("rocketmq_consumer_lag_messages", "Messages not yet committed by the group",
                 lag_labels, ((v, r[0]) for v, r in lag_rows))

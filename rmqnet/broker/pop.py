@@ -60,6 +60,7 @@ import rmqlog
 from rmqlog import GetMessageStatus, PopLog, StoredRecords, send_back_table
 
 from ..remoting import ResponseCode
+from ..remoting.names import DLQ_PREFIX, PERM_READ, RETRY_PREFIX, dlq_topic
 from .consumer_offsets import commit_offset
 from .pop_handle import (
     ORDER_REVIVE_QID,
@@ -73,7 +74,6 @@ from .pop_result import PoppedQueue, PopResult, take
 from .pop_state import Checkpoint, PopState
 from .pop_sync import PopLogSync
 from .pull import SQL92, Filter, compiled
-from .topics import DLQ_PREFIX, PERM_READ, RETRY_PREFIX
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -204,7 +204,7 @@ class PopService:
         dead = [got for got in taken if len(got.dead)]
         if dead:  # orderly messages past retryMaxTimes: stored to the dead letters before the log says so
             self._store_again(np.concatenate([got.ck.commit_offsets[got.dead] for got in dead]),
-                              [DLQ_PREFIX + got.ck.group for got in dead for _ in range(len(got.dead))])
+                              [dlq_topic(got.ck.group) for got in dead for _ in range(len(got.dead))])
         # the checkpoints are in the log before anything is answered
         self.state.write(records, [got.ck for got in taken])
         name = self.broker.config.broker_name
@@ -302,7 +302,7 @@ class PopService:
         if committed >= 0:
             return committed
         lo = self.store.min_offset(topic, queue_id)
-        if init_mode == INIT_MIN or topic.startswith("%RETRY%") or lo == 0:
+        if init_mode == INIT_MIN or topic.startswith(RETRY_PREFIX) or lo == 0:
             return lo
         return max(self.store.max_offset(topic, queue_id) - 1, 0)
 
@@ -536,7 +536,7 @@ class PopService:
                     # never a revive that fails every round
                     log.warning("POP revive: no retry topic %s (%s): to %s%s", name, exc, DLQ_PREFIX, group)
                     dead |= np.array([t == name for t in topics], bool)
-            topics = [DLQ_PREFIX + g if d else t for g, t, d in zip(by, topics, dead.tolist(), strict=True)]
+            topics = [dlq_topic(g) if d else t for g, t, d in zip(by, topics, dead.tolist(), strict=True)]
         for name in {t for t in topics if t.startswith(DLQ_PREFIX)}:
             self.broker.topics.create_dlq(name[len(DLQ_PREFIX):])
         n = len(topics)

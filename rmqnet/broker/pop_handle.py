@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..remoting.names import RETRY_PREFIX
+
 #: ``KeyBuilder.POP_ORDER_REVIVE_QUEUE``: the reviveQid of an orderly pop's handles
 ORDER_REVIVE_QID = 999
-#: ``MixAll.RETRY_GROUP_TOPIC_PREFIX``
-RETRY_PREFIX = "%RETRY%"
 #: ``ExtraInfoUtil``'s topic types
 NORMAL_TOPIC, RETRY_TOPIC, RETRY_TOPIC_V2 = "0", "1", "2"
 _FIELDS = 8

@@ -24,8 +24,9 @@ import rmqlog
 from rmqlog.paths import validate_group, validate_topic
 
 from ..remoting import FieldError, RemotingCommand, ResponseCode, ext_int, ext_str
+from ..remoting.names import RETRY_PREFIX
 from .peer import Peer
-from .pop_handle import RETRY_PREFIX, pop_retry_topic
+from .pop_handle import pop_retry_topic
 
 if TYPE_CHECKING:
     from .broker import Broker

@@ -74,6 +74,7 @@ from rmqlog.results import DiskLimits
 
 from ..remoting import PullMessageHeader, RemotingCommand, ResponseCode
 from ..remoting.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION, PULL_SUSPEND
+from ..remoting.names import PERM_READ, PERM_WRITE
 from .config import BrokerConfig
 from .consumer_offsets import commit_offset
 from .holds import HeldPull, watch_close
@@ -83,8 +84,6 @@ from .subscription_groups import GroupTableFull
 if TYPE_CHECKING:
     from .broker import Broker
 
-PERM_READ = 4
-PERM_WRITE = 2
 #: MessageStoreConfig's defaults (RocketMQ 4.9.8)
 MAX_TRANSFER_BYTES_IN_MEMORY = 256 * 1024
 MAX_TRANSFER_COUNT_IN_MEMORY = 32

@@ -29,10 +29,9 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from rmqlog.values import InvalidValueError, parse_host_port
-
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.acl_sign import sign_bound
+from ..remoting.address import AddressError, parse_host_port, split_address, with_port
 from ..remoting.register import (
     DataVersion,
     RegisterBrokerBody,
@@ -66,7 +65,7 @@ def parse_namesrv_addr(addrs: str) -> list[str]:
             continue
         try:
             parse_host_port("namesrvAddr", part)
-        except InvalidValueError:
+        except AddressError:
             raise ValueError(f"namesrvAddr entry {part!r} is not host:port") from None
         out.append(part)
     return out
@@ -87,8 +86,7 @@ def topic_data(topic: Any) -> TopicConfigData:
 def ha_address(broker_addr: str) -> str:
     """Where a broker's HA service listens: its host, port ``listenPort + 1`` (RocketMQ's
     ``haListenPort`` default, advertised as ``brokerIP2:haListenPort``)."""
-    host, _, port = broker_addr.rpartition(":")
-    return f"{host}:{int(port) + 1}"
+    return with_port(broker_addr, split_address(broker_addr)[1] + 1)
 
 
 class Registrar:
@@ -222,8 +220,8 @@ class NameServerLinks:
     async def invoke(self, addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
         conn = self._conns.get(addr)
         if conn is None or conn.closed:
-            host, _, port = addr.rpartition(":")
-            conn = await ClientConnection.connect(host.strip("[]"), int(port), timeout_s=self.connect_timeout_s)
+            host, port = split_address(addr)
+            conn = await ClientConnection.connect(host, port, timeout_s=self.connect_timeout_s)
             self._conns[addr] = conn
         return await conn.invoke(req, timeout_s)
 

@@ -59,11 +59,23 @@ from rmqlog.paths import TOPIC_MAX_BYTES
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
 from ..remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
+from ..remoting.names import (
+    DLQ_PREFIX,
+    NAME_VALUE_SEPARATOR,
+    NOT_ALLOWED_SEND_TOPICS,
+    PERM_WRITE,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TRAN_MSG,
+    PROPERTY_WAIT,
+    RETRY_PREFIX,
+    properties_text,
+    property_mark,
+)
 from ..transport import complete, flush_completed
 from .codes import STOPPING_REMARK, SYSTEM_BUSY_REMARK, illegal_remark, store_error_code
 from .metrics import NORMAL, message_type
 from .peer import Peer
-from .topics import DLQ_PREFIX, NOT_ALLOWED_SEND, PERM_WRITE, RETRY_PREFIX, topic_text
+from .topics import topic_text
 from .transactions import HALF_TOPIC
 
 if TYPE_CHECKING:
@@ -84,8 +96,7 @@ MARKED_ANSWERS = 4096
 MAX_PROPERTIES = 32767
 #: RocketMQ's ``maxReconsumeTimes`` default (``SubscriptionGroupConfig.retryMaxTimes``)
 DEFAULT_MAX_RECONSUME = 16
-PROPERTY_SEPARATOR = "\x02"
-NAME_VALUE_SEPARATOR = "\x01"
+_TRAN_MARK, _WAIT_MARK = property_mark(PROPERTY_TRAN_MSG), property_mark(PROPERTY_WAIT)
 _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
@@ -123,7 +134,7 @@ def parse_properties(text: str) -> dict[str, str]:
 
 def format_properties(props: dict[str, str]) -> str:
     """RocketMQ's ``messageProperties2String`` (every entry ends with ``\\x02``)."""
-    return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
+    return properties_text(props)
 
 
 @dataclass(slots=True)
@@ -228,7 +239,7 @@ class SendService:
                              "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$", extra)
         if len(topic) > TOPIC_MAX_BYTES:
             return req.reply(ResponseCode.SYSTEM_ERROR, "The specified topic is longer than topic max length.", extra)
-        if topic in NOT_ALLOWED_SEND:
+        if topic in NOT_ALLOWED_SEND_TOPICS:
             return req.reply(ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden.", extra)
         tc = topics.get(topic)
         if tc is None:
@@ -258,7 +269,7 @@ class SendService:
         if len(body) > self.config.max_message_size:
             return self._illegal(req, f"body of {len(body)} bytes", extra)
         text = h.properties
-        half = "TRAN_MSG\x01" in text and parse_properties(text).get("TRAN_MSG", "").lower() == "true"
+        half = _TRAN_MARK in text and parse_properties(text).get(PROPERTY_TRAN_MSG, "").lower() == "true"
         sys_flag = h.sys_flag
         if half or topic.startswith(RETRY_PREFIX):
             # the rare sends the broker rewrites (a half message, a retry past its limit): their
@@ -538,14 +549,15 @@ def _waits(properties: str) -> bool:
     """Java's ``isWaitStoreMsgOK``: no ``WAIT`` property, or one ``Boolean.parseBoolean`` reads
     as true. Every Java client's message carries ``WAIT``: its value is found from its item
     (the last one, as the parse keeps it) without parsing the rest; an item the parse would
-    treat otherwise (a value holding ``\x01``) takes the parse."""
-    if "WAIT\x01" not in properties:
+    treat otherwise (a value holding ``\\x01``) takes the parse."""
+    if _WAIT_MARK not in properties:
         return True
-    at = properties.rfind("WAIT\x01")
-    end = properties.find("\x02", at)
-    value = properties[at + 5:] if end < 0 else properties[at + 5:end]
-    if (at and properties[at - 1] != "\x02") or "\x01" in value:
-        parsed = parse_properties(properties).get("WAIT")  # (a name ending in WAIT, a value holding \x01)
+    at = properties.rfind(_WAIT_MARK)
+    end = properties.find(PROPERTY_SEPARATOR, at)
+    start = at + len(_WAIT_MARK)
+    value = properties[start:] if end < 0 else properties[start:end]
+    if (at and properties[at - 1] != PROPERTY_SEPARATOR) or NAME_VALUE_SEPARATOR in value:
+        parsed = parse_properties(properties).get(PROPERTY_WAIT)  # (a name ending in WAIT, a value holding \x01)
         return parsed is None or parsed.lower() == "true"
     return value.lower() == "true"
 

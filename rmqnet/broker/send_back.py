@@ -50,9 +50,9 @@ from rmqlog import InvalidGroupError, InvalidMessageError, send_back_table
 from rmqlog.paths import validate_group
 
 from ..remoting import ConsumerSendMsgBackHeader, RemotingCommand, ResponseCode
+from ..remoting.names import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX, retry_topic
 from .codes import STOPPING_REMARK, store_error_code
 from .peer import Peer
-from .topics import DLQ_PREFIX, PERM_WRITE, RETRY_PREFIX
 from .transactions import group_commit
 
 if TYPE_CHECKING:
@@ -151,7 +151,7 @@ class SendBackService:
             return True
         if group in self.broker.consumers.consumer_groups:
             return True
-        return self.broker.topics.get(RETRY_PREFIX + group) is not None
+        return self.broker.topics.get(retry_topic(group)) is not None
 
     # -------------------------------------------------------------- batching
     def _put_pending(self) -> None:

@@ -42,6 +42,8 @@ from rmqlog import StoreError, TopicConfig
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.acl_sign import sign_bound
+from ..remoting.address import split_address
+from ..remoting.names import DLQ_PREFIX, RETRY_PREFIX
 from ..remoting.route import loads_fastjson
 from ..transport import ClientConnection
 from .peer import Peer
@@ -127,7 +129,7 @@ class SlaveSynchronize:
             for name in sorted(set(topics.all()) - set(table)):
                 # a group's retry and dead-letter topics are made by heartbeats on the slave too
                 # (consumers heartbeat every address): left alone, so none comes and goes
-                if topics.is_system(name) or name.startswith(("%RETRY%", "%DLQ%")):
+                if topics.is_system(name) or name.startswith((RETRY_PREFIX, DLQ_PREFIX)):
                     continue
                 try:  # the config only: its queues and offsets stay (Java's table replace)
                     topics.drop_config(name)
@@ -177,8 +179,8 @@ class SlaveSynchronize:
     async def _invoke(self, addr: str, req: RemotingCommand, timeout_s: float) -> RemotingCommand:
         conn = self._conns.get(addr)
         if conn is None or conn.closed:
-            host, _, port = addr.rpartition(":")
-            conn = await ClientConnection.connect(host.strip("[]"), int(port), timeout_s=timeout_s)
+            host, port = split_address(addr)
+            conn = await ClientConnection.connect(host, port, timeout_s=timeout_s)
             self._conns[addr] = conn
         return await conn.invoke(req, timeout_s)
 

@@ -40,29 +40,30 @@ from typing import TYPE_CHECKING, Any
 from rmqlog import Clock, MessageStore, TopicConfig
 from rmqlog.paths import topic_problem
 
+from ..remoting.names import (
+    AUTO_CREATE_TOPIC,
+    BENCHMARK_TOPIC,
+    LMQ_PREFIX,
+    OFFSET_MOVED_EVENT,
+    PERM_INHERIT,
+    PERM_READ,
+    PERM_RW,
+    PERM_WRITE,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+    dlq_topic,
+    retry_topic,
+)
+
 if TYPE_CHECKING:
     from .config import BrokerConfig
     from .consumer_offsets import ConsumerOffsetTable
 
 log = logging.getLogger(__name__)
 
-PERM_INHERIT = 1
-PERM_WRITE = 2
-PERM_READ = 4
-PERM_RW = PERM_READ | PERM_WRITE
-
-AUTO_CREATE_TOPIC = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-#: ``MixAll.LMQ_PREFIX``: a light message queue's name (``enableLmq``)
-LMQ_PREFIX = "%LMQ%"
 #: queues of a group's retry topic (``SubscriptionGroupConfig.retryQueueNums``) and DLQ
 RETRY_QUEUE_NUMS = 1
 DLQ_QUEUE_NUMS = 1
-#: RocketMQ's ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``
-NOT_ALLOWED_SEND = frozenset({SCHEDULE_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-                              "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT"})
 
 
 def perm_readable(perm: int) -> bool:
@@ -268,11 +269,11 @@ class TopicManager:
         the group's ``retryQueueNums`` queues, read and write), in memory; the existing config
         when there is one. Raises the store's :class:`rmqlog.InvalidTopicError` for a group
         that makes no valid topic name."""
-        return self._create_back(RETRY_PREFIX + group, queues)
+        return self._create_back(retry_topic(group), queues)
 
     def create_dlq(self, group: str) -> TopicConfig:
         """``%DLQ%<group>`` (1 queue, read and write), as the retry path creates it."""
-        return self._create_back(DLQ_PREFIX + group, DLQ_QUEUE_NUMS)
+        return self._create_back(dlq_topic(group), DLQ_QUEUE_NUMS)
 
     def create_system(self, topic: str) -> TopicConfig:
         """One of RocketMQ's transaction topics (``RMQ_SYS_TRANS_HALF_TOPIC``,
@@ -320,14 +321,14 @@ class TopicManager:
     def _system_topics(self) -> None:
         """The topics RocketMQ's ``TopicConfigManager`` constructor makes (in memory)."""
         c = self.config
-        tables: list[TopicConfig] = [TopicConfig("SELF_TEST_TOPIC", 1, 1)]
+        tables: list[TopicConfig] = [TopicConfig(SELF_TEST_TOPIC, 1, 1)]
         if c.auto_create_topic_enable:
             n = c.default_topic_queue_nums
             tables.append(TopicConfig(AUTO_CREATE_TOPIC, n, n, PERM_RW | PERM_INHERIT))
-        tables.append(TopicConfig("BenchmarkTest", 1024, 1024))
+        tables.append(TopicConfig(BENCHMARK_TOPIC, 1024, 1024))
         tables.append(TopicConfig(c.broker_cluster_name, 16, 16, PERM_INHERIT | (PERM_RW if c.cluster_topic_enable else 0)))
         tables.append(TopicConfig(c.broker_name, 1, 1, PERM_INHERIT | (PERM_RW if c.broker_topic_enable else 0)))
-        tables.append(TopicConfig("OFFSET_MOVED_EVENT", 1, 1))
+        tables.append(TopicConfig(OFFSET_MOVED_EVENT, 1, 1))
         tables.append(TopicConfig(SCHEDULE_TOPIC, 18, 18))
         tables.append(TopicConfig(f"{c.broker_cluster_name}_REPLY_TOPIC", 1, 1))
         for tc in tables:

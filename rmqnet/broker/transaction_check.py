@@ -43,6 +43,7 @@ from rmqlog import StoreError
 
 from ..remoting import RemotingCommand, RequestCode
 from ..remoting.headers import CheckTransactionStateHeader
+from ..remoting.names import PROPERTY_SEPARATOR, property_mark
 from .transactions import (
     CHECK_GROUP,
     CHECK_IMMUNITY,
@@ -156,9 +157,11 @@ class TransactionCheckService:
         gone = np.flatnonzero(discard)
         # times: the count this copy carries (Java: absent -> 1, else one more)
         next_times = pa.array((times + 1).astype(np.int64)).cast(pa.string())
-        props = pc.binary_join_element_wise(rows.column("properties"), f"{CHECK_TIMES}\x01", next_times, "\x02", "")
+        props = pc.binary_join_element_wise(rows.column("properties"), property_mark(CHECK_TIMES), next_times,
+                                            PROPERTY_SEPARATOR, "")
         stored_times = pa.array(times.astype(np.int64)).cast(pa.string())
-        gone_props = pc.binary_join_element_wise(rows.column("properties"), f"{CHECK_TIMES}\x01", stored_times, "\x02", "")
+        gone_props = pc.binary_join_element_wise(rows.column("properties"), property_mark(CHECK_TIMES), stored_times,
+                                                 PROPERTY_SEPARATOR, "")
         base = [rows.column(f.name) for f in PUT_SCHEMA]
         renewed = pa.Table.from_arrays(base[:7] + [props] + base[8:], schema=PUT_SCHEMA).take(pa.array(renew, pa.int64()))
         parts = [renewed]

@@ -60,6 +60,28 @@ from ..remoting.headers import (
     TRANSACTION_NOT_TYPE,
     EndTransactionHeader,
 )
+from ..remoting.names import (
+    PROPERTY_CHECK_IMMUNITY,
+    PROPERTY_CHECK_TIMES,
+    PROPERTY_DELAY,
+    PROPERTY_PGROUP,
+    PROPERTY_REAL_QID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TRAN_END,
+    PROPERTY_TRAN_MSG,
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_UNIQ_KEY,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    property_item,
+    property_mark,
+)
 from .codes import STOPPING_REMARK, store_error_code
 from .peer import Peer
 
@@ -68,22 +90,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-CHECK_MAX_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC = TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC
 #: the group whose committed offset of the half queue is the check service's progress (Java's)
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 REMOVE_TAG = "d"
-REAL_TOPIC, REAL_QID, PGROUP, UNIQ_KEY, TRAN_MSG = "REAL_TOPIC", "REAL_QID", "PGROUP", "UNIQ_KEY", "TRAN_MSG"
-CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+REAL_TOPIC, REAL_QID, PGROUP, UNIQ_KEY, TRAN_MSG = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_PGROUP,
+                                                  PROPERTY_UNIQ_KEY, PROPERTY_TRAN_MSG)
+CHECK_TIMES, CHECK_IMMUNITY = PROPERTY_CHECK_TIMES, PROPERTY_CHECK_IMMUNITY
 #: the op record's names: the transaction (Java's PROPERTY_TRANSACTION_ID) and how it ended (ours)
-TRANSACTION_ID = "__transactionId__"
-TRAN_END = "TRAN_END"
+TRANSACTION_ID, TRAN_END = PROPERTY_TRANSACTION_ID, PROPERTY_TRAN_END
 COMMIT, ROLLBACK, DISCARD = "COMMIT", "ROLLBACK", "DISCARD"
 _PAST = {COMMIT: "committed", ROLLBACK: "rolled back", DISCARD: "discarded after too many checks"}
 #: properties that would make the store delay the message (refused on a half message)
-_DELAY_NAMES = ("DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
+_DELAY_NAMES = (PROPERTY_DELAY, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 _LOAD_WINDOW = 8192
 SYSFLAG_TRANSACTION_MASK = 0xC
 
@@ -323,8 +342,9 @@ def op_records(queue_offsets: pa.Array | pa.ChunkedArray, keys: list[str], ends:
     """The op records of ended transactions (module docstring), one per half: body its queue
     offset as text, tag ``d``, the transaction's key and how it ended."""
     n = len(keys)
-    props = pc.binary_join_element_wise(f"TAGS\x01{REMOVE_TAG}\x02{TRANSACTION_ID}\x01", pa.array(keys, pa.string()),
-                                        f"\x02{TRAN_END}\x01", pa.array(ends, pa.string()), "\x02", "")
+    head = property_item(PROPERTY_TAGS, REMOVE_TAG) + property_mark(TRANSACTION_ID)
+    props = pc.binary_join_element_wise(head, pa.array(keys, pa.string()), PROPERTY_SEPARATOR + property_mark(TRAN_END),
+                                        pa.array(ends, pa.string()), PROPERTY_SEPARATOR, "")
     zeros = np.zeros(n, np.int32)
     return pa.Table.from_arrays([
         pa.repeat(pa.scalar(OP_TOPIC), n), pa.array(zeros), pc.cast(queue_offsets, pa.string()).cast(pa.binary()),

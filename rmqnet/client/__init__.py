@@ -4,9 +4,11 @@ and Spark executors. Blocking methods run on one background event loop
 (:mod:`rmqnet.client.loop` says why); ``a``-prefixed coroutines await from any loop.
 """
 
+from rmqlog import encode_message_batch
+
+from ..remoting.names import retry_topic
 from .admin import Admin, parse_offset_msg_id
 from .allocate import allocate_averagely, read_queues
-from .batch import encode_messages
 from .consumer import PullConsumer, PullResult
 from .errors import BrokerError, ClientError, NoRouteError, TopicNotFoundError, code_name
 from .latency import FaultStrategy, LatencyFaultTolerance, QueueRef, publish_queues
@@ -18,10 +20,13 @@ from .records import decode_records
 from .remote import RemoteClient
 from .transaction import LocalTransactionState, TransactionProducer, TransactionSendResult
 
+#: 320's body (``MessageDecoder.encodeMessages``): the store's encoder, beside its decoder
+encode_messages = encode_message_batch
+
 __all__ = [
     "Admin", "parse_offset_msg_id", "encode_messages", "PullConsumer", "PullResult", "BrokerError", "ClientError",
     "NoRouteError", "TopicNotFoundError", "code_name", "UniqKeys", "message_properties", "properties_string",
     "Producer", "SendResult", "decode_records", "RemoteClient", "allocate_averagely", "read_queues", "FaultStrategy",
     "LatencyFaultTolerance", "QueueRef", "publish_queues", "RETRY_CODES", "GroupMember", "LocalTransactionState",
-    "TransactionProducer", "TransactionSendResult", "PopConsumer", "PopResult",
+    "TransactionProducer", "TransactionSendResult", "PopConsumer", "PopResult", "retry_topic",
 ]

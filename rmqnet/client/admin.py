@@ -38,8 +38,9 @@ from ..remoting.admin_bodies import (
     properties_text,
 )
 from ..remoting.errors import FieldError
+from ..remoting.names import PERM_RW
 from ..remoting.register import ClusterInfo, decode_topic_list
-from ..remoting.route import PERM_RW, loads_fastjson
+from ..remoting.route import loads_fastjson
 from ..transport import Limits
 from .errors import BrokerError, ClientError, NoRouteError
 from .failover import DOWN_MS, admin_ids, offset_ids

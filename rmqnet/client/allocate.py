@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..remoting.route import PERM_READ, TopicRouteData
+from ..remoting.names import PERM_READ
+from ..remoting.route import TopicRouteData
 from .latency import QueueRef
 
 

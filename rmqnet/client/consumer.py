@@ -35,7 +35,8 @@ from ..remoting import (
     ResponseCode,
 )
 from ..remoting.headers import PULL_SUBSCRIPTION, PULL_SUSPEND
-from ..remoting.route import MASTER_ID, PERM_READ, TopicRouteData
+from ..remoting.names import PERM_READ
+from ..remoting.route import MASTER_ID, TopicRouteData
 from ..transport import Limits
 from .errors import NoRouteError
 from .failover import DOWN_MS, is_address, offset_ids, pull_ids

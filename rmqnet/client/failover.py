@@ -32,6 +32,8 @@ from typing import NamedTuple
 
 from rmqlog import Clock
 
+# (is_address: re-exported, the client's modules and tests take it from here)
+from ..remoting.address import is_address as is_address
 from ..remoting.route import MASTER_ID, BrokerData, TopicRouteData
 
 #: how long an address whose request failed at the link is avoided (ms): the interval of
@@ -129,13 +131,6 @@ def admin_ids(addrs: Mapping[int, str]) -> list[int]:
 
 
 # ---- from a route to addresses -------------------------------------------------------------
-
-
-def is_address(broker: str) -> bool:
-    """Whether ``broker`` is an address (``host:port``) rather than a broker name (RocketMQ's
-    broker names hold no ``:``; ours are ``[%|a-zA-Z0-9_.-]+``)."""
-    host, sep, port = broker.rpartition(":")
-    return bool(sep and host and port.isdigit())
 
 
 def group_of(route: TopicRouteData | None, name: str) -> BrokerData | None:

@@ -37,7 +37,8 @@ from dataclasses import dataclass
 
 from rmqlog import Clock
 
-from ..remoting.route import PERM_WRITE, TopicRouteData
+from ..remoting.names import PERM_WRITE
+from ..remoting.route import TopicRouteData
 
 #: ``MQFaultStrategy.latencyMax`` and ``notAvailableDuration`` (ms)
 LATENCY_MAX_MS = (50, 100, 550, 1000, 2000, 3000, 15000)

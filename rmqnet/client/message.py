@@ -23,19 +23,31 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-NAME_VALUE_SEP = "\x01"
-PROPERTY_SEP = "\x02"
+from ..remoting.names import (
+    NAME_VALUE_SEPARATOR,
+    PROPERTY_DELAY,
+    PROPERTY_KEYS,
+    PROPERTY_SEPARATOR,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT,
+    SEPARATORS,
+    properties_text,
+)
+
+#: the separators under the names this module always had (spark_rmq and users import them)
+NAME_VALUE_SEP, PROPERTY_SEP = NAME_VALUE_SEPARATOR, PROPERTY_SEPARATOR
 #: property names the producer owns (``MessageConst``)
-TAGS, KEYS, WAIT, DELAY, UNIQ_KEY = "TAGS", "KEYS", "WAIT", "DELAY", "UNIQ_KEY"
+TAGS, KEYS, WAIT, DELAY, UNIQ_KEY = PROPERTY_TAGS, PROPERTY_KEYS, PROPERTY_WAIT, PROPERTY_DELAY, PROPERTY_UNIQ_KEY
 
 
 def properties_string(props: Mapping[str, str]) -> str:
     """``props`` as RocketMQ writes them (module docstring); a name or value holding a
     separator character is refused (``ValueError``)."""
     for k, v in props.items():
-        if any(c in k or c in v for c in (NAME_VALUE_SEP, PROPERTY_SEP)):
+        if any(c in k or c in v for c in SEPARATORS):
             raise ValueError(f"property {k!r}: names and values may not hold \\x01 or \\x02")
-    return "".join(f"{k}{NAME_VALUE_SEP}{v}{PROPERTY_SEP}" for k, v in props.items())
+    return properties_text(props)
 
 
 def message_properties(*, tags: str | None = None, keys: str | Iterable[str] | None = None,

@@ -47,7 +47,8 @@ from ..remoting import (
     RequestCode,
     ResponseCode,
 )
-from ..remoting.route import MASTER_ID, PERM_READ
+from ..remoting.names import PERM_READ, RETRY_PREFIX
+from ..remoting.route import MASTER_ID
 from .errors import ClientError, NoRouteError
 from .loop import call
 from .records import Reply
@@ -56,7 +57,6 @@ from .remote import RemoteClient
 _STATUS = {ResponseCode.SUCCESS: "FOUND", ResponseCode.POLLING_TIMEOUT: "NO_NEW_MSG",
            ResponseCode.POLLING_FULL: "POLLING_FULL"}
 #: ``MixAll.RETRY_GROUP_TOPIC_PREFIX``
-RETRY_PREFIX = "%RETRY%"
 #: ``ConsumeInitMode``: where a group without a position starts
 INIT_MODES = {"MIN": 0, "MAX": 1}
 HANDLE = "receiptHandle"

@@ -38,20 +38,19 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqlog import Clock
+from rmqlog import Clock, encode_message_batch
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
-from ..remoting.route import PERM_WRITE, TopicRouteData
+from ..remoting.names import AUTO_CREATE_TOPIC, PERM_WRITE
+from ..remoting.route import TopicRouteData
 from ..transport import ConnectionLostError, Limits, RemotingTimeoutError
-from .batch import encode_messages
 from .errors import BrokerError, NoRouteError, TopicNotFoundError
 from .latency import LATENCY_MAX_MS, NOT_AVAILABLE_MS, FaultStrategy, QueueRef, publish_queues
 from .loop import call, submit
 from .message import NAME_VALUE_SEP, PROPERTY_SEP, UniqKeys, message_properties, properties_string
 from .remote import RemoteClient, master_addr
 
-#: RocketMQ's ``createTopicKey`` and ``defaultTopicQueueNums``
-AUTO_CREATE_TOPIC = "TBW102"
+#: RocketMQ's ``defaultTopicQueueNums`` (``createTopicKey``: names.AUTO_CREATE_TOPIC)
 DEFAULT_TOPIC_QUEUES = 4
 #: ``DefaultMQProducer.retryResponseCodes``: broker answers after which a send is tried again
 RETRY_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
@@ -269,7 +268,7 @@ class Producer(RemoteClient):
         uniq = self._ids.many(n, self.clock.wall_ms())
         props = _batch_properties(table, pa.array(uniq, pa.string()))
         flags = table.column("flag").to_numpy() if "flag" in table.column_names else None
-        body = encode_messages(table.column("body"), props, flags)
+        body = encode_message_batch(table.column("body"), props, flags)
         wait = properties_string({"WAIT": "true"})
 
         def make(t: _Target) -> RemotingCommand:
@@ -281,7 +280,7 @@ class Producer(RemoteClient):
     def send_batch(self, topic: str, messages: Any, queue_id: int | None = None, *,
                    broker_name: str | None = None) -> SendResult:
         """Send messages to one queue in one request (code 320; the body as
-        ``MessageDecoder.encodeMessages``: :mod:`rmqnet.client.batch`).
+        ``MessageDecoder.encodeMessages``: :func:`rmqlog.encode_message_batch`).
 
         ``messages``: a ``pyarrow.Table`` (or dict of columns) with ``body`` (binary) and
         optional ``tags`` (string), ``keys`` (string, space-separated), ``flag`` (int32); or a

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from rmqlog import Clock
 
 from ..remoting import FieldError, RemotingCommand, RequestCode, ResponseCode
+from ..remoting.heartbeat import ConsumerData, HeartbeatData, Subscription
 from ..remoting.json_values import loads_body
 from ..remoting.route import TopicRouteData
 from ..transport import Limits
@@ -75,13 +76,11 @@ class GroupMember(RemoteClient):
         self.subscriptions[topic] = expression
 
     def _heartbeat_body(self) -> bytes:
-        subs = [{"topic": t, "subString": e, "tagsSet": [] if e.strip() in ("", "*") else
-                 [x.strip() for x in e.split("||") if x.strip()], "codeSet": [], "subVersion": 0,
-                 "classFilterMode": False, "expressionType": "TAG"} for t, e in sorted(self.subscriptions.items())]
-        data = {"clientID": self.client_id, "producerDataSet": [], "consumerDataSet": [{
-            "groupName": self.group, "consumeType": "CONSUME_ACTIVELY", "messageModel": "CLUSTERING",
-            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False, "subscriptionDataSet": subs}]}
-        return json.dumps(data, separators=(",", ":")).encode()
+        subs = tuple(Subscription(t, e, "TAG", 0, () if e.strip() in ("", "*") else
+                                  tuple(x.strip() for x in e.split("||") if x.strip()))
+                     for t, e in sorted(self.subscriptions.items()))
+        consumer = ConsumerData(self.group, "CONSUME_ACTIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET", False, subs)
+        return HeartbeatData(self.client_id, (), (consumer,)).encode()
 
     async def _addresses(self) -> list[str]:
         """Every address of the subscribed topics' broker groups (masters and slaves)."""

@@ -25,24 +25,19 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, TypeVar
 
 from rmqlog import Clock, SystemClock
-from rmqlog.values import parse_addresses, parse_host_port
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.acl_sign import sign_bound
+from ..remoting.address import is_address, parse_addresses, split_address
 from ..remoting.route import MASTER_ID, TopicRouteData
 from ..transport import ClientConnection, Limits
 from .errors import BrokerError, NoRouteError, TopicNotFoundError
-from .failover import DOWN_MS, DownMarks, candidates, group_of, is_address
+from .failover import DOWN_MS, DownMarks, candidates, group_of
 from .loop import call
 
 T = TypeVar("T")
 #: a rule of :mod:`rmqnet.client.failover`: a group's broker ids in the order to try them
 Rule = Callable[[Mapping[int, str]], list[int]]
-
-
-def split_addr(addr: str) -> tuple[str, int]:
-    """``"host:port"`` (IPv6 hosts bracketed or not: the port is after the last colon)."""
-    return parse_host_port("address", addr, 0)  # rmqlog.values: its error is a ValueError
 
 
 class RemoteClient:
@@ -100,7 +95,7 @@ class RemoteClient:
         pending = mine.connecting.get(addr)
         if pending is not None:
             return await asyncio.shield(pending)
-        host, port = split_addr(addr)
+        host, port = split_address(addr)
         fut: asyncio.Future[ClientConnection] = loop.create_future()
         mine.connecting[addr] = fut
         try:

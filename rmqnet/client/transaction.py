@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import enum
-import json
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -36,6 +35,7 @@ from ..remoting.headers import (
     CheckTransactionStateHeader,
     EndTransactionHeader,
 )
+from ..remoting.heartbeat import HeartbeatData
 from .admin import parse_offset_msg_id
 from .loop import call
 from .producer import Producer, SendResult
@@ -84,8 +84,7 @@ class TransactionProducer(Producer):
 
     # ---- heartbeats -------------------------------------------------------------------
     async def _heartbeat(self, addr: str) -> None:
-        body = json.dumps({"clientID": f"{self.group}@{id(self)}", "producerDataSet": [{"groupName": self.group}],
-                           "consumerDataSet": []}).encode()
+        body = HeartbeatData(f"{self.group}@{id(self)}", (self.group,), ()).encode()
         conn = await self.connection(addr)
         await self.invoke(addr, RemotingCommand(RequestCode.HEART_BEAT, body=body))
         self._beats[addr] = (conn, self.clock.monotonic())

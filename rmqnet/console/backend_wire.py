@@ -32,6 +32,7 @@ from ..client import (
 )
 from ..client.cluster_status import cluster_status
 from ..remoting import ResponseCode
+from ..remoting.names import dlq_topic
 from ..remoting.route import TopicRouteData
 from .backend import BadRequest, ConsoleBackend, NotFound, Refused, Unavailable, message_dicts
 
@@ -304,7 +305,7 @@ class WireBackend(ConsoleBackend):
         (the first msgId, or this one) and the user's properties, as a new message (a new
         client msgId; born time and host are the console's). Not idempotent: each call sends
         again. A compressed body is skipped (the client would send it as plain)."""
-        dlq = "%DLQ%" + group
+        dlq = dlq_topic(group)
         out: list[dict[str, Any]] = []
         for msg_id in msg_ids:
             try:

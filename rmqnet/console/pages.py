@@ -25,6 +25,14 @@ from urllib.parse import urlencode
 
 from aiohttp import web
 
+from ..remoting.names import (
+    HEARTBEAT_SYNCER_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
+    SYSTEM_TOPICS,
+    dlq_topic,
+    is_dlq_topic,
+    is_retry_topic,
+)
 from .app import APP_KEY, ConsoleApp
 from .backend import (
     MAX_KEY_MESSAGES,
@@ -44,18 +52,18 @@ from .backend import (
 )
 
 Data = Callable[[ConsoleApp, web.Request], Awaitable[dict[str, Any]]]
-#: RocketMQ's system topics (``TopicValidator``), besides the ``rmq_sys_``/``RMQ_SYS_`` ones
-SYSTEM_TOPICS = frozenset({"TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "OFFSET_MOVED_EVENT", "SELF_TEST_TOPIC",
-                           "TRANS_CHECK_MAX_TIME_TOPIC", "DefaultHeartBeatSyncerTopic"})
+#: what the console lists as system topics: ``TopicValidator``'s and RocketMQ 5's heartbeat
+#: syncer, besides every ``rmq_sys_``/``RMQ_SYS_`` one (any case: 4.9.8's own are upper case)
+CONSOLE_SYSTEM_TOPICS = SYSTEM_TOPICS | {HEARTBEAT_SYNCER_TOPIC}
 KINDS = ("all", "normal", "retry", "dlq", "system")
 
 
 def topic_kind(topic: str) -> str:
-    if topic.startswith("%RETRY%"):
+    if is_retry_topic(topic):
         return "retry"
-    if topic.startswith("%DLQ%"):
+    if is_dlq_topic(topic):
         return "dlq"
-    if topic in SYSTEM_TOPICS or topic.lower().startswith("rmq_sys_"):
+    if topic in CONSOLE_SYSTEM_TOPICS or topic.lower().startswith(SYSTEM_TOPIC_PREFIX):
         return "system"
     return "normal"
 
@@ -204,7 +212,7 @@ async def dlq_data(console: ConsoleApp, request: web.Request) -> dict[str, Any]:
     if g is None:
         return {"group": None, "messages": [], "brokers": []}
     group = group_arg(g)
-    topic = "%DLQ%" + group
+    topic = dlq_topic(group)
     count = int_arg("count", _q(request, "count") or "20", 1, MAX_MESSAGES)
     offset = int_arg("offset", v, 0, (1 << 63) - 1) if (v := _q(request, "offset")) is not None else None
     info = await console.run(console.backend.topic, topic)

@@ -45,6 +45,7 @@ from datetime import datetime
 from typing import Any
 
 from ..remoting import ResponseCode
+from ..remoting.names import PROPERTY_SHARDING_KEY, properties_text
 from .v2 import definition_pb2 as pb
 
 Code = pb.Code
@@ -77,7 +78,7 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 COMPRESSED_FLAG = 0x1
 TRANSACTION_PREPARED_TYPE = 0x4
 #: the producer group of a send (remoting header; the proxy's: the topic, below)
-SHARDING_KEY = "__SHARDINGKEY"
+SHARDING_KEY = PROPERTY_SHARDING_KEY
 
 
 class GrpcStatusError(Exception):
@@ -178,7 +179,7 @@ def outgoing(msg: pb.Message, *, topic: str, max_body_size: int) -> Outgoing:
         raise GrpcStatusError(Code.MESSAGE_BODY_TOO_LARGE,
                               f"message body of {len(body)} bytes exceeds the maximum {max_body_size}")
     sys_flag = (COMPRESSED_FLAG if sp.body_encoding == pb.GZIP else 0) | (TRANSACTION_PREPARED_TYPE if transactional else 0)
-    text = "".join(f"{k}\x01{v}\x02" for k, v in props.items())
+    text = properties_text(props)
     return Outgoing(topic, body, sys_flag, text, sp.message_id, group, transactional, sp.delivery_attempt)
 
 

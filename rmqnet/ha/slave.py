@@ -46,8 +46,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rmqlog import Clock, MessageStore, StoreError, SystemClock
-from rmqlog.values import parse_host_port
 
+from ..remoting.address import parse_host_port
 from .auth import ADMITTED, HELLO, NONCE_SIZE, HAAuthError, encode_proof, read_verdict_reason
 from .verify import RejoinVerifier, Verdict
 from .wire import (
@@ -71,7 +71,7 @@ READ_BUFFER = 8 << 20
 
 def parse_address(address: str) -> tuple[str, int]:
     """``host:port`` (``[v6]:port`` too); ``ValueError`` naming what is wrong."""
-    return parse_host_port("HA address", address.strip())  # rmqlog.values: its error is a ValueError
+    return parse_host_port("HA address", address.strip())  # (AddressError: a ValueError)
 
 
 def check_offsets(transfers: list[Transfer], end: int) -> int:

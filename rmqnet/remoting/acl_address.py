@@ -24,17 +24,13 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable
 
+from .address import peer_ip
+
 Matcher = Callable[[str], bool]
 
 
 class AclPatternError(ValueError):
     """A white-list pattern RocketMQ refuses (``AclException`` at load)."""
-
-
-def peer_ip(remote: str) -> str:
-    """The address part of ``ip:port`` (cut at the last ``:``, brackets dropped)."""
-    host = remote.rpartition(":")[0] if ":" in remote else remote
-    return host.strip("[]")
 
 
 def _is_v4(s: str) -> bool:

@@ -53,7 +53,8 @@ from typing import Any
 from .errors import FieldError
 from .fields import ext_bool, ext_int, ext_long, ext_str
 from .json_values import loads_body
-from .route import PERM_RW, BrokerData, loads_fastjson
+from .names import PERM_RW
+from .route import BrokerData, loads_fastjson
 
 #: a compressed registration body inflates to at most this many bytes (a broker with 100,000
 #: topics needs ~6 MiB); beyond it the body is refused rather than buffered

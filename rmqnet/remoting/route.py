@@ -25,11 +25,12 @@ from typing import Any
 from .errors import FieldError
 from .json_values import check_depth, check_text
 
-PERM_INHERIT = 1
-PERM_WRITE = 2
-PERM_READ = 4
-#: a topic both readable and writable (RocketMQ's default for a topic)
-PERM_RW = PERM_READ | PERM_WRITE
+# (the perm bits re-exported: spark_rmq and users import them from here)
+from .names import PERM_INHERIT as PERM_INHERIT
+from .names import PERM_READ as PERM_READ
+from .names import PERM_RW
+from .names import PERM_WRITE as PERM_WRITE
+
 MASTER_ID = 0
 
 _WS = re.compile(r"[ \t\n\r]*")

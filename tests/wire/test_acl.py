@@ -527,6 +527,16 @@ def test_heartbeats_of_allowed_groups_and_producers_pass(broker: Any) -> None:
     refused(res, "No default permission for topic:other")
 
 
+def test_a_heartbeat_the_handler_cannot_read_is_refused_in_its_words(broker: Any) -> None:
+    # (one reader of HeartbeatData: the ACL does not read a topic 5 as "5" where the handler refuses it)
+    hb = {"clientID": "c1", "consumerDataSet": [{"groupName": "groupC", "subscriptionDataSet": [{"topic": 5}]}]}
+    (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.HEART_BEAT, body=json.dumps(hb).encode())))
+    refused(res, "subscriptionDataSet[].topic is 5, not a non-empty string")
+    hb["consumerDataSet"] = "groupC"
+    (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.HEART_BEAT, body=json.dumps(hb).encode())))
+    refused(res, "consumerDataSet is not a list of objects")
+
+
 _json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
                      lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
                      max_leaves=6)

@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 
 import rmqlog
-import rmqlog.log.wire as wire
+import rmqlog.log.batch_body as wire
 import rmqlog.native
 
 FIXED = 22

@@ -125,3 +125,75 @@ def test_the_architecture_table_names_every_module() -> None:
     on_disk = sorted(str(p.relative_to(NET)) for p in NET.rglob("*.py"))
     assert sorted(set(on_disk) - set(named)) == [], "rmqnet modules missing from docs/architecture.md's table"
     assert sorted(set(named) - set(on_disk)) == [], "docs/architecture.md names rmqnet modules that do not exist"
+
+
+SPARK = ROOT / "spark_rmq"
+NAMES = NET / "remoting" / "names.py"
+ADDRESS = NET / "remoting" / "address.py"
+HEARTBEAT = NET / "remoting" / "heartbeat.py"
+
+
+def _sources(*roots: Path) -> list[Path]:
+    return [p for root in roots for p in sorted(root.rglob("*.py")) if "grpc/v2" not in p.as_posix()]
+
+
+def _vocabulary_literals(path: Path, separators: bool = True) -> list[str]:
+    """What ``path`` declares of RocketMQ's vocabulary itself: a retry or dead-letter topic
+    spelled out, a permission bit assigned, a properties separator in a string (``separators``)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            if node.value.startswith(("%RETRY%", "%DLQ%")):
+                found.append(f"{path.name}:{node.lineno}: {node.value[:20]!r}")
+            elif separators and ("\x01" in node.value or "\x02" in node.value):
+                found.append(f"{path.name}:{node.lineno}: a properties separator")
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names = [n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)]
+            found += [f"{path.name}:{node.lineno}: {n} assigned" for n in names if n.startswith("PERM_")]
+    return found
+
+
+def test_rocketmq_names_are_declared_once() -> None:
+    # (spark_rmq: the prefixes and perm bits; its separators go with its wire sink's move to the client)
+    found = [f for p in _sources(NET, SPARK) if p != NAMES for f in _vocabulary_literals(p, p.is_relative_to(NET))]
+    assert found == [], "RocketMQ's names declared outside rmqnet/remoting/names.py: " + ", ".join(found)
+
+
+def test_the_names_rule_finds_each_kind(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text('PERM_READ = 4\nT = "%RETRY%" + g\nD = f"%DLQ%{g}"\nS = "TAGS\\x01a\\x02"\n'
+                                   'B = b"\\x01"\nR = RETRY_PREFIX + g\n')
+    assert len(_vocabulary_literals(tmp_path / "m.py")) == 4  # (bytes and the imported prefix are no declaration)
+    assert len(_vocabulary_literals(tmp_path / "m.py", separators=False)) == 3
+
+
+def _address_parses(path: Path) -> list[str]:
+    """``host:port`` cut by hand (``rsplit(":")``, ``rpartition(":")``) or by the store's
+    parsers: rmqnet's commands and peers go through ``rmqnet.remoting.address``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("rsplit", "rpartition")
+                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == ":"):
+            found.append(f"{path.name}:{node.lineno}: {node.func.attr}(':')")
+        if isinstance(node, ast.ImportFrom) and node.module == "rmqlog.values":
+            found += [f"{path.name}:{node.lineno}: rmqlog.values.{a.name}" for a in node.names
+                      if a.name in ("parse_host_port", "parse_addresses")]
+    return found
+
+
+def test_addresses_are_parsed_in_one_module() -> None:
+    found = [f for p in _sources(NET) if p != ADDRESS for f in _address_parses(p)]
+    assert found == [], "host:port parsed outside rmqnet/remoting/address.py: " + ", ".join(found)
+
+
+def test_the_address_rule_finds_each_kind(tmp_path: Path) -> None:
+    (tmp_path / "m.py").write_text('from rmqlog.values import parse_host_port\nh, _, p = a.rpartition(":")\n'
+                                   'h, p = a.rsplit(":", 1)\nk, v = line.partition(":")\n')
+    assert len(_address_parses(tmp_path / "m.py")) == 3
+
+
+def test_the_heartbeat_body_is_read_in_one_module() -> None:
+    found = [f"{p.relative_to(ROOT)}:{node.lineno}" for p in _sources(NET) if p != HEARTBEAT
+             for node in ast.walk(ast.parse(p.read_text(), str(p)))
+             if isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value == "HeartbeatData" for a in node.args)]
+    assert found == [], "HeartbeatData parsed outside rmqnet/remoting/heartbeat.py: " + ", ".join(found)

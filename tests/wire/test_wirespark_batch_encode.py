@@ -1,6 +1,7 @@
-"""320's body encoder (``rmqnet.client.encode_messages``, Arrow's element-wise join) pinned
-against the numpy reference (``encode_messages_numpy``) on random batches: the same bytes,
-nulls as empty, sliced and chunked inputs, the same refusal."""
+"""320's body encoder (``rmqlog.encode_message_batch``, Arrow's element-wise join, which
+``rmqnet.client.encode_messages`` is) pinned against a numpy reference (below: every byte
+moved by index) on random batches: the same bytes, nulls as empty, sliced and chunked inputs,
+the same refusal; and read back by the store's decoder beside it."""
 
 from __future__ import annotations
 
@@ -9,7 +10,60 @@ import pyarrow as pa
 import pytest
 
 import rmqlog
-from rmqnet.client.batch import MAX_PROPS, encode_messages, encode_messages_numpy
+from rmqnet.client import encode_messages
+
+MAX_PROPS = 32767  # PROPERTIESLENGTH, a Java short
+
+
+def spans(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """The indices of every byte of the slices ``[starts[i], starts[i] + lengths[i])``, in order."""
+    lengths = lengths.astype(np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, np.int64)
+    out_starts = np.cumsum(lengths) - lengths
+    return np.repeat(starts.astype(np.int64) - out_starts, lengths) + np.arange(total, dtype=np.int64)
+
+
+def binary_parts(arr: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A binary or string array's ``(data uint8, starts, lengths)`` (nulls count as empty)."""
+    if isinstance(arr, pa.ChunkedArray):
+        arr = arr.combine_chunks()
+    if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
+        arr = arr.cast(pa.large_binary())
+        off_type: type = np.int64
+    else:
+        arr = arr.cast(pa.binary())
+        off_type = np.int32
+    arr = arr.fill_null(b"")
+    bufs = arr.buffers()
+    offsets = np.frombuffer(bufs[1], off_type)[arr.offset : arr.offset + len(arr) + 1].astype(np.int64)
+    data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
+    return data, offsets[:-1], np.diff(offsets)
+
+
+def encode_messages_numpy(bodies: pa.Array, properties: pa.Array, flags: np.ndarray | None = None) -> bytes:
+    """The batch body by numpy index arithmetic, every byte moved by index (the reference)."""
+    n = len(bodies)
+    if len(properties) != n or (flags is not None and len(flags) != n):
+        raise ValueError("encode_messages: bodies, properties and flags differ in length")
+    bdata, bstart, blen = binary_parts(bodies)
+    pdata, pstart, plen = binary_parts(properties)
+    if n and int(plen.max()) > MAX_PROPS:
+        row = int(np.argmax(plen > MAX_PROPS))
+        raise ValueError(f"message {row}: properties of {int(plen[row])} bytes (at most {MAX_PROPS})")
+    total = 20 + blen + 2 + plen
+    at = np.cumsum(total) - total
+    out = np.zeros(int(total.sum()), np.uint8)
+    head = np.zeros((n, 5), ">i4")
+    head[:, 0] = total
+    head[:, 3] = 0 if flags is None else flags
+    head[:, 4] = blen
+    out[spans(at, np.full(n, 20))] = head.view(np.uint8).reshape(-1)
+    out[spans(at + 20, blen)] = bdata[spans(bstart, blen)]
+    out[spans(at + 20 + blen, np.full(n, 2))] = plen.astype(">i2").view(np.uint8)
+    out[spans(at + 20 + blen + 2, plen)] = pdata[spans(pstart, plen)]
+    return out.tobytes()
 
 
 def test_the_same_bytes_as_the_numpy_reference_on_random_batches() -> None:
