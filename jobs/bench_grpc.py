@@ -18,9 +18,10 @@ under ROOT with topic ``BenchGrpc`` (4 queues). Each round measures, back to bac
   answer parsed and checked ``OK``;
 - **consume** (``jobs/grpc_consume_load.py``): over ``--consume`` messages stored in topic
   ``BenchPop`` before the broker starts, remoting pulls of 32 one at a time beside gRPC
-  receive-32-then-ack pairs one at a time (a new group each round); then 32 messages of topic
-  ``BenchRedeliver`` received with a 1 s invisible time (``minInvisibleTimeMillsForRecv=1000``)
-  and not acked, and each one's redelivery after that second.
+  receive-32-then-ack pairs one at a time (a new group each round); then the 32 messages of
+  topic ``BenchRedeliver`` received by a new group with a 1 s invisible time
+  (``minInvisibleTimeMillsForRecv=1000``) and not acked, and each one's redelivery after that
+  second.
 
 Figures: round trip p50 and p99 (ms), medians of the rounds, and the ratio gRPC / remoting;
 messages a second of the consume loops (medians); the redelivery's lateness, p50 and p99 over
@@ -65,9 +66,9 @@ def _fill(store: rmqlog.MessageStore, topic: str, n: int, body: bytes) -> None:
                                  "properties": ["TAGS\x01bench\x02"] * k}), dispatch=True)
 
 
-def start_broker(root: Path, consume: int = 0, rounds: int = 1, body: bytes = b"") -> tuple[subprocess.Popen[str], int, str]:
+def start_broker(root: Path, consume: int = 0, body: bytes = b"") -> tuple[subprocess.Popen[str], int, str]:
     """The broker process, its remoting port and its gRPC address; ``consume`` messages in
-    ``BenchPop`` and ``rounds`` x :data:`REDELIVER_N` in ``BenchRedeliver`` (one queue each)."""
+    ``BenchPop`` and :data:`REDELIVER_N` in ``BenchRedeliver`` (one queue each)."""
     store = rmqlog.MessageStore.open(root / "store")
     try:
         store.create_topic(TOPIC, 4)
@@ -75,7 +76,7 @@ def start_broker(root: Path, consume: int = 0, rounds: int = 1, body: bytes = b"
             store.create_topic(POP_TOPIC, 1)
             store.create_topic(REDELIVER_TOPIC, 1)
             _fill(store, POP_TOPIC, consume, body)
-            _fill(store, REDELIVER_TOPIC, rounds * REDELIVER_N, body)
+            _fill(store, REDELIVER_TOPIC, REDELIVER_N, body)  # (a new group each round reads them)
     finally:
         store.close()
     conf = root / "broker.conf"
@@ -144,7 +145,7 @@ def main() -> None:
     with bench.run() as work:
         a = bench.args
         body = os.urandom(a.body)
-        proc, port, address = start_broker(work, a.consume, a.rounds, body)
+        proc, port, address = start_broker(work, a.consume, body)
         figs: dict[str, list[tuple[float, float]]] = {"remoting": [], "grpc heartbeat": [], "grpc": []}
         pulls: list[float] = []
         receives: list[float] = []
@@ -160,7 +161,7 @@ def main() -> None:
                 if a.consume:
                     pulls.append(pull_rate(port, POP_TOPIC, a.consume))
                     receives.append(receive_ack_rate(address, POP_TOPIC, f"BenchPopGroup{i}", a.consume))
-                    late += redelivery_lateness(address, REDELIVER_TOPIC, "BenchRedeliverGroup", REDELIVER_N, INVISIBLE_MS)
+                    late += redelivery_lateness(address, REDELIVER_TOPIC, f"BenchRedeliverGroup{i}", REDELIVER_N, INVISIBLE_MS)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)

@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 
 def test_bench_grpc_prints_each_target_beside_its_peer(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, str(REPO / "jobs" / "bench_grpc.py"), "--rounds", "1", "--messages", "20",
+    out = subprocess.run([sys.executable, str(REPO / "jobs" / "bench_grpc.py"), "--rounds", "2", "--messages", "20",
                           "--consume", "256", "--root", str(tmp_path / "w"), "--json"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -29,8 +29,9 @@ def test_bench_grpc_prints_each_target_beside_its_peer(tmp_path: Path) -> None:
     assert late["unit"] == "ms" and 0 <= late["value"] < 30_000
     send = by_name["gRPC SendMessage 1 KiB, one at a time, round trip p50"]
     assert send["value"] > 0 and send["peer"] == "remoting SEND_MESSAGE_V2 on the same broker"
-    assert "gRPC receive + ack" in out.stderr and "redelivery after a 1000 ms invisible time, 32 messages" in out.stderr
+    # (two rounds: each round's groups read every message again, and 2 x 32 come back)
+    assert "gRPC receive + ack" in out.stderr and "redelivery after a 1000 ms invisible time, 64 messages" in out.stderr
     # the broker stopped cleanly: the store opens, holding the sends and the consume topics
     with rmqlog.MessageStore.open(tmp_path / "w" / "store", read_only=True) as store:
-        assert sum(store.max_offset("BenchGrpc", q) for q in range(4)) >= 2 * 20
+        assert sum(store.max_offset("BenchGrpc", q) for q in range(4)) >= 2 * 2 * 20
         assert store.max_offset("BenchPop", 0) == 256 and store.max_offset("BenchRedeliver", 0) == 32
