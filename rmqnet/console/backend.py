@@ -33,6 +33,9 @@ MAX_PAGE_SIZE = 200
 MAX_BODY_SHOWN = 64 * 1024
 
 
+#: the groups a message lists by name in ``consumedBy`` (the rest counted)
+CONSUMED_BY_MAX = 10
+
 class ConsoleError(Exception):
     """What a page shows instead of its content: a message, answered with ``status``."""
 
@@ -216,17 +219,20 @@ class ConsoleBackend(ABC):
                 for g, committed in self.committed_offsets(topic).items()]
 
     def consumed_by(self, messages: list[dict[str, Any]]) -> None:
-        """Each message given ``consumedBy``: every group with committed offsets of its topic,
-        and whether the group's offset of its queue is past it (RocketMQ's dashboard's
-        "consume status", from the offsets alone)."""
-        by_topic: dict[str, dict[str, dict[tuple[str, int], int]]] = {}
+        """Each message given ``consumedBy``: the groups with committed offsets of its topic, and
+        whether the group's offset of its queue is past it (RocketMQ's dashboard's "consume
+        status", from the offsets alone), at most :data:`CONSUMED_BY_MAX` of them by name;
+        ``consumedCount`` and ``groupCount`` count them all (a topic read by a thousand groups
+        makes a page of twenty messages, not twenty thousand rows)."""
+        by_topic: dict[str, list[tuple[str, dict[tuple[str, int], int]]]] = {}
         for m in messages:
             committed = by_topic.get(m["topic"])
             if committed is None:
-                committed = by_topic[m["topic"]] = self.committed_offsets(m["topic"])
-            where = (m.get("brokerName"), m["queueId"])
-            m["consumedBy"] = [{"group": g, "consumed": offsets.get(where, -1) > m["queueOffset"]}  # type: ignore[arg-type]
-                               for g, offsets in sorted(committed.items())]
+                committed = by_topic[m["topic"]] = sorted(self.committed_offsets(m["topic"]).items())
+            where, offset = (m.get("brokerName"), m["queueId"]), m["queueOffset"]
+            past = [offsets.get(where, -1) > offset for _, offsets in committed]  # type: ignore[arg-type]
+            m["consumedBy"] = [{"group": g, "consumed": c} for (g, _), c in zip(committed[:CONSUMED_BY_MAX], past)]
+            m["consumedCount"], m["groupCount"] = sum(past), len(committed)
 
     @abstractmethod
     def group_names(self) -> list[str]:
