@@ -231,7 +231,7 @@ class ConsoleBackend(ABC):
                 committed = by_topic[m["topic"]] = sorted(self.committed_offsets(m["topic"]).items())
             where, offset = (m.get("brokerName"), m["queueId"]), m["queueOffset"]
             past = [offsets.get(where, -1) > offset for _, offsets in committed]  # type: ignore[arg-type]
-            m["consumedBy"] = [{"group": g, "consumed": c} for (g, _), c in zip(committed[:CONSUMED_BY_MAX], past)]
+            m["consumedBy"] = [{"group": g, "consumed": c} for (g, _), c in zip(committed[:CONSUMED_BY_MAX], past[:CONSUMED_BY_MAX], strict=True)]
             m["consumedCount"], m["groupCount"] = sum(past), len(committed)
 
     @abstractmethod
