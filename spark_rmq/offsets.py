@@ -26,9 +26,9 @@ Offsets = dict[str, int]
 
 
 class QueueOffsets(Protocol):
-    """What planning asks of where the queues are: an open :class:`rmqlog.MessageStore`, or
-    the brokers of a name server (:class:`spark_rmq.wire_source.BrokerQueues`, whose queue
-    names are ``"topic/brokerName"``)."""
+    """What planning asks of where the queues are: an open :class:`rmqlog.MessageStore`, or a
+    queue source (:mod:`spark_rmq.queue_source`; over the wire, queue names are
+    ``"topic/brokerName"``)."""
 
     def min_offset(self, topic: str, queue_id: int) -> int: ...
     def max_offset(self, topic: str, queue_id: int) -> int: ...
@@ -43,6 +43,12 @@ def queue_key(topic: str, queue_id: int) -> str:
 def split_key(key: str) -> tuple[str, int]:
     topic, _, qid = key.rpartition("/")
     return topic, int(qid)
+
+
+def topic_of(name: str) -> str:
+    """The topic of a planner's queue name: ``"topic"`` (a store) or ``"topic/brokerName"``
+    (over the wire); a topic holds no ``/``."""
+    return name.partition("/")[0]
 
 
 def sorted_offsets(offsets: dict[str, int]) -> Offsets:

@@ -1,7 +1,9 @@
 """Executor side of the source: one queue range -> Arrow record batches.
 
 A :class:`QueueRange` carries everything ``read()`` needs (store path, queue, offsets, tag
-filter, data-loss policy), so readers hold no state between calls. Each window of a range is
+filter, data-loss policy), so readers hold no state between calls. Every partition of the
+source reads itself (:class:`Readable`: these, and over the wire :mod:`spark_rmq.wire_read`'s),
+so a reader hands any of them to its own ``read``. Each window of a range is
 one :meth:`rmqlog.MessageStore.read_window`, the store's one read of a window of a queue
 (units filtered on their tag hash before the commitlog is touched, the records decoded into
 one Arrow table, filtered on the exact tag string, retention's deletions reported); this
@@ -10,9 +12,9 @@ module turns its statuses into the source's data-loss policy and cuts by store t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +27,19 @@ from .offsets import check_data_loss, queue_key
 from .stores import busy, using
 
 TS_UNIT_PER_MS = 1000  # storeTimestamp is timestamp[us]; the store keeps milliseconds
+
+
+@runtime_checkable
+class Readable(Protocol):
+    """A partition of the source: it reads its own messages on an executor."""
+
+    def read(self) -> Iterator[pa.RecordBatch]: ...
+
+
+def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
+    """The Arrow batches of any of the source's partitions (each reads itself)."""
+    assert isinstance(part, Readable), type(part)
+    return part.read()
 
 
 @dataclass(frozen=True)
@@ -55,6 +70,9 @@ class QueueRange(InputPartition):
     def key(self) -> str:
         return queue_key(self.topic, self.queue_id)
 
+    def read(self) -> Iterator[pa.RecordBatch]:
+        return read_range(self)
+
 
 @dataclass(frozen=True)
 class KeyLookup(InputPartition):
@@ -69,6 +87,9 @@ class KeyLookup(InputPartition):
     read_only: bool = False
     columns: tuple[str, ...] | None = None
 
+    def read(self) -> Iterator[pa.RecordBatch]:
+        return read_key_lookup(self)
+
 
 @dataclass(frozen=True)
 class PackedRanges(InputPartition):
@@ -78,11 +99,10 @@ class PackedRanges(InputPartition):
 
     parts: tuple[InputPartition, ...]
 
-
-def read_packed(part: PackedRanges, read_one: Callable[[Any], Iterator[pa.RecordBatch]]) -> Iterator[pa.RecordBatch]:
-    """The batches of each range of ``part`` in turn (``read_one`` reads one range)."""
-    for one in part.parts:
-        yield from read_one(one)
+    def read(self) -> Iterator[pa.RecordBatch]:
+        """The batches of each range in turn."""
+        for one in self.parts:
+            yield from read_partition(one)
 
 
 def read_key_lookup(part: KeyLookup) -> Iterator[pa.RecordBatch]:

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -64,6 +63,7 @@ from rmqlog import InvalidMessageError, MessageStore, check_utf8_column
 from .errors import RmqLogOptionError, UnsupportedFieldError
 from .options import SinkOptions
 from .routing import hash_queue, is_key_list, keys_as_string
+from .sink_target import SinkCommit, SinkTarget
 from .stores import using
 
 _INT = (IntegerType, LongType, ShortType, ByteType)
@@ -189,45 +189,14 @@ def _keys_list(keys: pa.ChunkedArray) -> pa.ChunkedArray | pa.Array:
     return pc.if_else(pc.equal(trimmed, ""), pa.scalar([], pa.list_(pa.string())), parts)
 
 
-@dataclass(frozen=True)
-class SinkCommit(WriterCommitMessage):
-    """What one task appended: ``appended`` is 0 when the append was a replay (a no-op);
-    ``dispatched``: the task's append returned with its records dispatched (and everything
-    before them: :meth:`rmqlog.MessageStore.put_batches` with ``dispatch=True``)."""
+class StoreTarget:
+    """Where the sink writes with ``path``: the store's files, one idempotent, all-or-nothing
+    append per task (module docstring). The brokers' twin: :class:`spark_rmq.wire_sink.BrokerTarget`."""
 
-    partition: int
-    writer: str
-    sequence: int
-    rows: int
-    appended: int
-    dispatched: bool = False
-
-
-class _ArrowSink:
-    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
-        self.opts = SinkOptions.parse(options)
-        if overwrite:
-            raise RmqLogOptionError("mode", "the log is append-only: use mode('append') / outputMode('append')")
-        validate_input_schema(schema, self.opts)
-        self.job_id = uuid.uuid4().hex  # a batch job's id; every task attempt gets this same copy
-
-    def _writer_and_sequence(self) -> tuple[str, int]:
-        raise NotImplementedError
-
-    def _append(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
-        writer, sequence = self._writer_and_sequence()
-        from pyspark import TaskContext
-
-        ctx = TaskContext.get()
-        partition = ctx.partitionId() if ctx is not None else 0
-        writer = f"{writer}/{partition}"
-        if self.opts.name_server is not None:  # over the wire (spark_rmq.wire_sink)
-            from .wire_sink import send_task
-
-            rows, stored = send_task(self.opts, (pa.Table.from_batches([b]) for b in iterator), writer, sequence,
-                                     partition)
-            return SinkCommit(partition, writer, sequence, rows, stored)
-        with using(self.opts.path) as ms:  # a crash inside leaves the store to abnormal recovery
+    @staticmethod
+    def write(opts: SinkOptions, iterator: Iterator[pa.RecordBatch], writer: str, sequence: int,
+              partition: int) -> SinkCommit:
+        with using(opts.path) as ms:  # a crash inside leaves the store to abnormal recovery
             done = ms.writer_sequence(writer)
             if done is not None and done >= sequence:  # a replay: skip encoding too
                 return SinkCommit(partition, writer, sequence, sum(b.num_rows for b in iterator), 0)
@@ -238,7 +207,7 @@ class _ArrowSink:
                 for b in iterator:
                     if b.num_rows:
                         try:
-                            yield to_put_table(pa.Table.from_batches([b]), self.opts, ms)
+                            yield to_put_table(pa.Table.from_batches([b]), opts, ms)
                         except InvalidMessageError as exc:  # number the row within the task
                             if exc.row is not None:
                                 exc.row += rows
@@ -252,18 +221,51 @@ class _ArrowSink:
             # held; a larger task writes the rest as it arrives (the lock held meanwhile). Its
             # units are dispatched right away (while other tasks are still receiving).
             appended = ms.put_stream(tables(), writer=writer, sequence=sequence, dispatch=True,
-                                     buffer_bytes=self.opts.buffer_bytes)
+                                     buffer_bytes=opts.buffer_bytes)
         return SinkCommit(partition, writer, sequence, rows, appended, dispatched=True)
 
-    def _dispatch(self, messages: list[WriterCommitMessage | None]) -> None:
+    @staticmethod
+    def finish(opts: SinkOptions, messages: list[WriterCommitMessage | None]) -> None:
         """Make every task's rows readable: nothing to do when each task's append returned
         dispatched (the usual case: no store is opened on the driver), else a dispatch."""
-        if self.opts.name_server is not None:
-            return  # each broker dispatches by itself
         if messages and all(isinstance(m, SinkCommit) and m.dispatched for m in messages):
             return
-        with using(self.opts.path) as ms:
+        with using(opts.path) as ms:
             ms.dispatch()
+
+
+def sink_target(opts: SinkOptions) -> SinkTarget:
+    """The target the options name, picked once when the writer is made; the network side is
+    imported only for brokers (the ``--py-files`` zip holds ``rmqlog`` and ``spark_rmq``)."""
+    if opts.name_server is None:
+        return StoreTarget()
+    from .wire_sink import BrokerTarget
+
+    return BrokerTarget()
+
+
+class _ArrowSink:
+    def __init__(self, options: Mapping[str, str], schema: StructType, overwrite: bool) -> None:
+        self.opts = SinkOptions.parse(options)
+        if overwrite:
+            raise RmqLogOptionError("mode", "the log is append-only: use mode('append') / outputMode('append')")
+        validate_input_schema(schema, self.opts)
+        self.target = sink_target(self.opts)
+        self.job_id = uuid.uuid4().hex  # a batch job's id; every task attempt gets this same copy
+
+    def _writer_and_sequence(self) -> tuple[str, int]:
+        raise NotImplementedError
+
+    def _append(self, iterator: Iterator[pa.RecordBatch]) -> SinkCommit:
+        writer, sequence = self._writer_and_sequence()
+        from pyspark import TaskContext
+
+        ctx = TaskContext.get()
+        partition = ctx.partitionId() if ctx is not None else 0
+        return self.target.write(self.opts, iterator, f"{writer}/{partition}", sequence, partition)
+
+    def _dispatch(self, messages: list[WriterCommitMessage | None]) -> None:
+        self.target.finish(self.opts, messages)
 
 
 class RmqLogArrowWriter(_ArrowSink, DataSourceArrowWriter):

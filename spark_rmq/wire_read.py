@@ -1,4 +1,5 @@
-"""Executor side of the source over the wire: one queue range pulled from its broker.
+"""Executor side of the source over the wire: one queue range pulled from its broker (and the
+key lookups, :class:`WireKeyLookup`).
 
 A :class:`WireRange` is the partition (picklable: addresses and offsets, no connection).
 :func:`read_wire_range` pulls ``[start, end)`` with ``PULL_MESSAGE`` (11, no suspend: the range
@@ -43,7 +44,7 @@ import pyarrow.compute as pc
 from pyspark.sql.datasource import InputPartition
 
 from rmqlog import MESSAGE_SCHEMA, CorruptStoreError
-from rmqnet.client import NoRouteError, PullConsumer, PullResult, TopicNotFoundError
+from rmqnet.client import Admin, NoRouteError, PullConsumer, PullResult, TopicNotFoundError
 
 from .errors import UnreplicatedError
 from .offsets import check_data_loss
@@ -93,6 +94,43 @@ class WireRange(InputPartition):
     @property
     def key(self) -> str:
         return f"{self.topic}/{self.broker}/{self.queue_id}"
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        return read_wire_range(self)
+
+
+#: messages asked of each broker for a key (QUERY_MESSAGE's ``maxNum``; a broker also caps it
+#: by its ``maxMsgsNumBatch``)
+KEY_LOOKUP_MAX = 64
+
+
+@dataclass(frozen=True)
+class WireKeyLookup(InputPartition):
+    """The batch options ``key`` / ``msgId`` over the wire: QUERY_MESSAGE (12) on every
+    broker of each topic's route."""
+
+    name_server: str
+    topics: tuple[str, ...]
+    key: str
+    unique: bool = False
+    columns: tuple[str, ...] | None = None
+
+    def read(self) -> Iterator[pa.RecordBatch]:
+        return read_wire_key_lookup(self)
+
+
+def read_wire_key_lookup(part: WireKeyLookup, schema: pa.Schema = MESSAGE_SCHEMA) -> Iterator[pa.RecordBatch]:
+    """The messages the brokers find for the key (by their index files), per topic."""
+    with Admin(part.name_server) as admin:
+        for topic in part.topics:
+            try:
+                table = admin.query_by_key(topic, part.key, max_num=KEY_LOOKUP_MAX, unique=part.unique)
+            except TopicNotFoundError:
+                continue
+            if part.columns is not None:
+                table = table.select(list(part.columns))
+            if table.num_rows:
+                yield from (table if table.schema.equals(schema) or part.columns else table.cast(schema)).to_batches()
 
 
 #: how long a pull keeps trying a broker out of reach (a restart) before the task fails

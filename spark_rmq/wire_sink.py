@@ -19,7 +19,7 @@ properties (``TAGS``, ``KEYS``, the ``properties`` map, ``DELAY`` from ``delayLe
 whole columns.
 
 **Exactly once against our brokers.** Each 320 request carries the idempotence marker as two
-request fields (:class:`rmqnet.remoting.headers.IdempotenceMarker`: ``rmqlogWriter`` =
+request fields (the client's ``marker``: ``rmqlogWriter`` =
 ``"<query or job id>/<partitionId>/<layout>"``, the file sink's writer and a digest of the
 queue layout the task routed over (:func:`layout_tag`), and ``rmqlogSequence`` =
 ``batchId * 2**20 + k``, ``k`` counting the task's chunks to that broker in order); the broker
@@ -36,7 +36,8 @@ retried task or a replayed micro-batch routed differently from its first attempt
 rows its first attempt stored on one group to another group, under other markers (stored twice),
 or other rows under the same markers (skipped: lost). So a group whose master is not
 registered (it died: the name server lists only its slave) keeps its queues in the list, and
-its chunks wait for a master: the route is asked again every :data:`RETRY_PAUSE_S` and the
+its chunks wait for a master, in the client (:meth:`rmqnet.client.Producer.send_encoded_batch`,
+given the address the task routed over): the route is asked again every half second and the
 chunks go to the master it names (the old one restarted, or the slave restarted as the
 group's master, ``brokerId=0``: its store holds the replicated records and markers, so a
 chunk the dead master stored and replicated is a duplicate there). A master out of reach (a
@@ -60,10 +61,8 @@ of the task).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
+import concurrent.futures
 import hashlib
-import itertools
 import logging
 import threading
 from collections.abc import Iterator
@@ -72,18 +71,24 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyspark.sql.datasource import WriterCommitMessage
 
 from rmqlog import InvalidMessageError, check_utf8_column
-from rmqnet.client import NoRouteError, Producer, TopicNotFoundError, encode_messages
-from rmqnet.client.errors import BrokerError
-from rmqnet.client.loop import call
-from rmqnet.client.message import NAME_VALUE_SEP, PROPERTY_SEP, UniqKeys
-from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
-from rmqnet.remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
-from rmqnet.remoting.route import PERM_WRITE, TopicRouteData
+from rmqnet.client import (
+    NAME_VALUE_SEP,
+    PERM_WRITE,
+    PROPERTY_SEP,
+    NoRouteError,
+    Producer,
+    TopicNotFoundError,
+    TopicRouteData,
+    UniqKeys,
+    encode_messages,
+)
 
 from .options import SinkOptions
 from .routing import KEY_LIST, hash_queue, is_key_list, keys_as_string
+from .sink_target import SinkCommit
 
 #: a 320 body's size at most (below a broker's default ``maxMessageSize`` of 4 MiB)
 CHUNK_BYTES = 4 * 1024 * 1024 - 64 * 1024
@@ -94,8 +99,6 @@ DEFAULT_TOPIC_QUEUES = 4
 PRODUCER_GROUP = "rmqlog_spark_sink"
 #: property names the sink sets itself: refused in the ``properties`` column
 OWN_NAMES = ("TAGS", "KEYS", "WAIT", "DELAY", "UNIQ_KEY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC")
-_OK = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT, ResponseCode.FLUSH_SLAVE_TIMEOUT,
-       ResponseCode.SLAVE_NOT_AVAILABLE)
 
 log = logging.getLogger(__name__)
 _producers: dict[str, Producer] = {}
@@ -127,15 +130,15 @@ class Queues:
 _seen_groups: dict[tuple[tuple[str, ...], str, bool], dict[str, int]] = {}
 
 
-async def topic_queues(p: Producer, topic: str) -> Queues:
+def topic_queues(p: Producer, topic: str) -> Queues:
     """The writable queues of ``topic`` (module docstring), through TBW102 when unknown, with
     the groups this process saw earlier and the route no longer lists. Raises
     :class:`rmqnet.client.NoRouteError` when there is none."""
     via_default = False
     try:
-        route = await p.aroute(topic)  # asked once per topic per task: a route never goes stale here
+        route = p.route(topic)  # asked once per topic per task: a route never goes stale here
     except TopicNotFoundError:
-        route = await p.aroute(AUTO_CREATE_TOPIC)
+        route = p.route(AUTO_CREATE_TOPIC)
         via_default = True
     out = _writable(route, via_default)
     with _lock:
@@ -344,76 +347,21 @@ def _chunks(topic: str, q: tuple[str, int, str], via_default: bool, body: pa.Arr
         start = stop
 
 
-#: how long a chunk keeps trying a broker group out of reach (a restart) or without a master
-#: (a failover) before the task fails: the default of the option ``sendRetryTimeout``
+#: how long a chunk waits for a broker group out of reach (a restart) or without a master (a
+#: failover) before the task fails: the default of the option ``sendRetryTimeout``
 RETRY_S = SinkOptions.send_retry_s
-RETRY_PAUSE_S = 0.5
-BUSY_PAUSE_S = 0.02
 
 
-async def _invoke(p: Producer, c: _Chunk, cmd: RemotingCommand, retry_s: float, writer: str = "") -> RemotingCommand:
-    """Send one chunk to its group's master. A master out of reach, or a group without one (its
-    master died; a slave is being promoted), is waited for: the route is asked again every
-    :data:`RETRY_PAUSE_S` and the chunk sent to the group's master it names, for up to
-    ``retry_s`` (then :class:`rmqnet.client.NoRouteError`, or the transport's error); the marker
-    makes a resent chunk that did arrive (on the old master and, replicated, on its slave) a
-    duplicate. An address that answers SERVICE_NOT_AVAILABLE (it stores nothing: stopping, or a
-    slave now) is treated as out of reach. A broker that says SYSTEM_BUSY (its queue of sends is
-    full) is asked again a moment later."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + retry_s
-    addr = c.addr
-    told = False
-    for attempt in itertools.count():
-        if addr:
-            try:
-                return await p.invoke(addr, cmd, ok=_OK)
-            except BrokerError as exc:
-                if exc.code not in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE) \
-                        or loop.time() >= deadline:
-                    raise
-                if exc.code == ResponseCode.SYSTEM_BUSY:
-                    # back-pressure (the broker's queue of sends is full): as RocketMQ's producers,
-                    # try again a moment later
-                    await asyncio.sleep(min(BUSY_PAUSE_S * 2 ** min(attempt, 4), RETRY_PAUSE_S))
-                    continue
-                # SERVICE_NOT_AVAILABLE, nothing stored: a broker stopping, or a slave (an old
-                # master back as one while the route named it the master): the group's master
-                # is looked up again, as for a master out of reach
-            except OSError:  # the transport's errors (refused, lost, timed out) are OSErrors
-                if loop.time() >= deadline:
-                    raise
-        elif loop.time() >= deadline:
-            raise NoRouteError(f"topic {c.topic!r}: broker group {c.broker!r} has had no master for {retry_s:g} s "
-                               "(option sendRetryTimeout)")
-        if not told:
-            told = True
-            log.warning("rmqlog sink (writer %r): broker group %r (topic %r) has no master in reach; waiting up to "
-                        "%g s for one", writer, c.broker, c.topic, retry_s)
-        if attempt:
-            await asyncio.sleep(RETRY_PAUSE_S)  # waiting for a master to come back, or a new one
-        with contextlib.suppress(OSError, TopicNotFoundError, BrokerError):
-            route = await p.aroute(AUTO_CREATE_TOPIC if c.via_default else c.topic)
-            group = next((b for b in route.broker_datas if b.broker_name == c.broker), None)
-            if group is not None:  # (a group missing from the route altogether: its last address kept)
-                addr = group.master_addr() or ""
-    raise AssertionError("unreachable")  # (itertools.count never ends)
-
-
-async def _send_chunks(p: Producer, chunks: list[_Chunk], writer: str, first_sequence: int, retry_s: float) -> int:
-    """Send one broker's chunks in order, each with its marker; the rows stored (duplicates not)."""
+def _send_chunks(p: Producer, chunks: list[_Chunk], writer: str, first_sequence: int, retry_s: float) -> int:
+    """Send one broker's chunks in order, each with its marker, to the queue the task routed
+    it to (:meth:`rmqnet.client.Producer.send_encoded_batch`: the wait for the group's master,
+    up to ``retry_s``, is the client's); the rows stored (duplicates not)."""
     stored = 0
     for k, c in enumerate(chunks):
-        ext = SendMessageHeader(
-            producer_group=PRODUCER_GROUP, topic=c.topic, default_topic=AUTO_CREATE_TOPIC,
-            default_topic_queue_nums=DEFAULT_TOPIC_QUEUES, queue_id=c.queue_id, sys_flag=0,
-            born_timestamp=p.clock.wall_ms(), flag=0, properties="WAIT\x01true\x02", reconsume_times=0,
-            unit_mode=False, batch=True, max_reconsume_times=None, broker_name=c.broker,
-        ).to_ext(v2=True)
-        ext.update(IdempotenceMarker(writer, first_sequence + k).to_ext())
-        res = await _invoke(p, c, RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=c.body), retry_s,
-                            writer)
-        if str(res.ext_fields.get(DUPLICATE_FIELD, "")).lower() != "true":
+        result = p.send_encoded_batch(c.topic, c.body, broker_name=c.broker, queue_id=c.queue_id, addr=c.addr,
+                                      via_default=c.via_default, marker=(writer, first_sequence + k),
+                                      master_wait_s=retry_s)
+        if not result.duplicate:
             stored += c.rows
     return stored
 
@@ -437,7 +385,7 @@ def send_task(opts: SinkOptions, tables: Iterator[pa.Table], writer: str, batch:
             names = pc.unique(topic).to_pylist()
             for name in names:
                 if name not in routes:
-                    routes[name] = call(topic_queues(p, name))
+                    routes[name] = topic_queues(p, name)
             dict_topic = pc.dictionary_encode(topic)
             per_name = np.array([len(routes[t].queues) for t in dict_topic.dictionary.to_pylist()], np.int64)
             codes = np.asarray(dict_topic.indices, np.int64)
@@ -472,10 +420,32 @@ def send_task(opts: SinkOptions, tables: Iterator[pa.Table], writer: str, batch:
 
     writer = f"{writer}/{layout_tag(routes)}"
 
-    async def send_all() -> int:
-        results = await asyncio.gather(*(_send_chunks(p, chunks, writer, batch * CHUNKS, opts.send_retry_s)
-                                         for chunks in per_broker.values()))
-        return sum(results)
+    if not per_broker:
+        return rows, 0
+    # brokers at the same time, each one's chunks in order (the store keeps one sequence per writer)
+    pool = concurrent.futures.ThreadPoolExecutor(len(per_broker), thread_name_prefix="rmqlog-sink")
+    try:
+        sends = [pool.submit(_send_chunks, p, chunks, writer, batch * CHUNKS, opts.send_retry_s)
+                 for chunks in per_broker.values()]
+        done, _ = concurrent.futures.wait(sends, return_when=concurrent.futures.FIRST_EXCEPTION)
+        for f in done:  # a failure fails the task at once (the other brokers' sends are not waited for)
+            if f.exception() is not None:
+                f.result()
+        return rows, sum(f.result() for f in sends)
+    finally:
+        pool.shutdown(wait=False)
 
-    stored = call(send_all()) if per_broker else 0
-    return rows, stored
+
+class BrokerTarget:
+    """Where the sink writes with ``nameServer``: the brokers (module docstring); the twin of
+    :class:`spark_rmq.sink.StoreTarget` (:class:`spark_rmq.sink_target.SinkTarget`)."""
+
+    @staticmethod
+    def write(opts: SinkOptions, iterator: Iterator[pa.RecordBatch], writer: str, sequence: int,
+              partition: int) -> SinkCommit:
+        rows, stored = send_task(opts, (pa.Table.from_batches([b]) for b in iterator), writer, sequence, partition)
+        return SinkCommit(partition, writer, sequence, rows, stored)
+
+    @staticmethod
+    def finish(opts: SinkOptions, messages: list[WriterCommitMessage | None]) -> None:
+        """Nothing: each broker dispatches by itself."""

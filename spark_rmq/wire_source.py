@@ -31,19 +31,18 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
+from pyspark.sql.datasource import InputPartition
 
 from rmqlog import WAITING_TOPICS
-from rmqnet.client import Admin, NoRouteError, TopicNotFoundError
-from rmqnet.client.loop import call
-from rmqnet.remoting import RemotingCommand, RequestCode
-from rmqnet.remoting.register import decode_topic_list
-from rmqnet.remoting.route import PERM_READ, TopicRouteData
+from rmqnet.client import PERM_READ, Admin, NoRouteError, TopicNotFoundError, TopicRouteData
 
 from .errors import RmqLogOptionError
 from .offsets import queue_key, split_key
 from .options import SourceOptions, broker_name_problem
+from .wire_read import WireKeyLookup, WireRange
 
 log = logging.getLogger(__name__)
 
@@ -70,46 +69,47 @@ def split_wire_key(key: str) -> tuple[str, str, int]:
 
 
 class BrokerQueues:
-    """The brokers of a name server, answering the planner's questions as a store does
-    (``min_offset``, ``max_offset``, ``offset_for_timestamp``, ``commit_offset``, over queue
-    names ``"topic/brokerName"``); one :class:`rmqnet.client.Admin` (its connections are
+    """The brokers of a name server as the queue source
+    (:class:`spark_rmq.queue_source.QueueSource`), answering the planner's questions as a store
+    does (``min_offset``, ``max_offset``, ``offset_for_timestamp``, ``commit_offset``, over
+    queue names ``"topic/brokerName"``); one :class:`rmqnet.client.Admin` (its connections are
     made on first use and made again after a broker restarts; its down-marks keep a dead
     master out of the questions that follow)."""
 
-    def __init__(self, name_server: str) -> None:
-        self.name_server = name_server
-        self.admin = Admin(name_server)
+    def __init__(self, opts: SourceOptions) -> None:
+        assert opts.name_server is not None
+        self.opts = opts
+        self.name_server = opts.name_server
+        self.admin = Admin(opts.name_server)
 
     def close(self) -> None:
         self.admin.close()
 
+    def refresh(self, *, deliver: bool) -> None:
+        """Nothing: each broker dispatches and delivers by itself."""
+
     # ---- discovery ---------------------------------------------------------------------
 
-    def topics(self, opts: SourceOptions) -> list[str]:
+    def topics(self) -> list[str]:
         """The topics the query reads now: ``topics``, ``assign``'s, or the name server's topic
         list (206) matched by ``topicPattern`` (TBW102 and the store's waiting topics never)."""
+        opts = self.opts
         if opts.assign is not None:
             return [t for t, _ in opts.assign]
         if opts.topics is not None:
             return list(opts.topics)
         pattern = re.compile(opts.topic_pattern or "")
-        return sorted(t for t in self.topic_list() if pattern.fullmatch(t) and t not in WAITING_TOPICS
+        # (every topic the name servers know: GET_ALL_TOPIC_LIST_FROM_NAMESERVER, 206)
+        return sorted(t for t in self.admin.topic_list() if pattern.fullmatch(t) and t not in WAITING_TOPICS
                       and t != AUTO_CREATE_TOPIC)
 
-    def topic_list(self) -> list[str]:
-        """Every topic the name servers know (GET_ALL_TOPIC_LIST_FROM_NAMESERVER, 206)."""
-        async def ask() -> list[str]:
-            res = await self.admin.invoke(self.admin.namesrv_addrs[0],
-                                          RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER))
-            return decode_topic_list(res.body_bytes())
-        return call(ask())
-
-    def queues(self, opts: SourceOptions) -> list[tuple[str, int]]:
+    def queues(self) -> list[tuple[str, int]]:
         """The queues (planner names) of the query now: every readable queue of each topic's
         route; a topic the name servers do not know has none yet (it may appear later)."""
+        opts = self.opts
         wanted = dict(opts.assign) if opts.assign is not None else None
         out: list[tuple[str, int]] = []
-        for topic in self.topics(opts):
+        for topic in self.topics():
             try:
                 route = self.admin.route(topic)
             except TopicNotFoundError:
@@ -178,9 +178,30 @@ class BrokerQueues:
         topic, broker = split_wire_name(name)
         self.admin.update_offset(broker, group, topic, queue_id, offset)
 
+    # ---- the partitions: pulled by the executors (spark_rmq.wire_read) -------------------
+
+    def partitions(self, opts: SourceOptions, ranges: list[tuple[str, int, int]], **kw: Any) -> list[InputPartition]:
+        """One :class:`~spark_rmq.wire_read.WireRange` per planned range."""
+        tags = tuple(sorted(opts.tags)) if opts.tags else None
+        parts: list[InputPartition] = []
+        for key, a, b in ranges:
+            topic, broker, qid = split_wire_key(key)
+            parts.append(WireRange(self.name_server, topic, broker, qid, a, b, tags, opts.fail_on_data_loss,
+                                   opts.read_batch_rows, sql92=opts.sql92, columns=opts.columns, **kw))
+        return parts
+
+    def key_lookup(self, topics: tuple[str, ...]) -> InputPartition:
+        opts = self.opts
+        return WireKeyLookup(self.name_server, topics, opts.msg_id or opts.key or "", opts.msg_id is not None,
+                             opts.columns)
+
+    def empty_partition(self) -> InputPartition:
+        return WireRange(self.name_server, "", "", 0, 0, 0, columns=self.opts.columns)
+
 
 def refuse_wire_options(opts: SourceOptions) -> None:
-    """Options the wire cannot honour, refused when the reader is made."""
+    """Options the wire cannot honour, refused when the reader is made
+    (:func:`spark_rmq.queue_source.backend_for`)."""
     if opts.max_bytes is not None:
         raise RmqLogOptionError("maxBytesPerTrigger", "is not available with nameServer (RocketMQ has no request "
                                 "for the record sizes of a consume queue's range)")

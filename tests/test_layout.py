@@ -420,3 +420,56 @@ def test_the_public_api_check_finds_private_uses(tmp_path: Path) -> None:
     )
     assert _private_uses(src, public, modules) == ["rmqlog.log.decode", "rmqlog.parts", "rmqlog.queue.consume_queue",
                                                    "rmqlog.hashing"]
+
+
+def _spark_modules(root: Path = ROOT / "spark_rmq") -> dict[str, Path]:
+    """The Spark side's modules by import name (``spark_rmq``, ``spark_rmq.source``, ...)."""
+    return {"spark_rmq" if p.stem == "__init__" else f"spark_rmq.{p.stem}": p for p in sorted(root.glob("*.py"))}
+
+
+def test_no_import_cycles_in_the_spark_side() -> None:
+    """No circle anywhere in ``spark_rmq`` (function-local and type-only imports count, as in
+    the store): the readers, the queue sources and the data source import one way."""
+    cycles = _cycles(_imports(_spark_modules()))
+    assert cycles == [], f"import cycles in spark_rmq: {cycles}"
+
+
+def test_the_spark_cycle_check_finds_a_function_local_circle(tmp_path: Path) -> None:
+    (tmp_path / "source.py").write_text("from .readers import Reader\n")
+    (tmp_path / "readers.py").write_text("def make():\n    from .source import DataSource\n")
+    (tmp_path / "other.py").write_text("from . import source\n")
+    assert _cycles(_imports(_spark_modules(tmp_path))) == [["spark_rmq.readers", "spark_rmq.source"]]
+
+
+def _network_uses(path: Path, public: set[str]) -> list[str]:
+    """What the source at ``path`` takes from ``rmqnet`` other than ``from rmqnet.client import``
+    of a name in ``rmqnet.client.__all__``."""
+    bad = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "rmqnet":
+            if node.module != "rmqnet.client":
+                bad.append(str(node.module))
+            else:
+                bad += [f"rmqnet.client.{a.name}" for a in node.names if a.name not in public]
+        elif isinstance(node, ast.Import):
+            bad += [a.name for a in node.names if a.name.split(".")[0] == "rmqnet"]
+    return bad
+
+
+def test_the_spark_side_reaches_the_network_through_the_client_only() -> None:
+    """``spark_rmq`` imports from ``rmqnet`` only ``from rmqnet.client import <public name>``
+    (``rmqnet.client.__all__``): the wire is the client's, not a second copy in the data source."""
+    import rmqnet.client
+
+    public = set(rmqnet.client.__all__)
+    bad = [f"{p.relative_to(ROOT)}: {b}" for p in sorted((ROOT / "spark_rmq").rglob("*.py"))
+           for b in _network_uses(p, public)]
+    assert bad == [], "network imports past rmqnet.client's public names: " + ", ".join(bad)
+
+
+def test_the_network_check_finds_other_imports(tmp_path: Path) -> None:
+    src = tmp_path / "m.py"
+    src.write_text("import rmqnet.client\nfrom rmqnet.client import Producer, _private\nfrom rmqnet.client.loop import call\n"
+                   "from rmqnet.remoting import RemotingCommand\nfrom rmqnet import client\nimport rmqlog\n")
+    assert _network_uses(src, {"Producer"}) == ["rmqnet.client", "rmqnet.client._private", "rmqnet.client.loop",
+                                                "rmqnet.remoting", "rmqnet"]

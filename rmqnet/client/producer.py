@@ -29,7 +29,9 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import itertools
+import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +43,7 @@ import pyarrow.compute as pc
 from rmqlog import Clock, encode_message_batch
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
+from ..remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
 from ..remoting.names import AUTO_CREATE_TOPIC, PERM_WRITE
 from ..remoting.route import TopicRouteData
 from ..transport import ConnectionLostError, Limits, RemotingTimeoutError
@@ -57,6 +60,11 @@ RETRY_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_
                          ResponseCode.NO_PERMISSION, 204, 205})  # NO_BUYER_ID, NOT_IN_CURRENT_UNIT
 #: failures of the connection itself (Java's ``RemotingException`` / ``MQClientException``): always tried again
 _LINK_ERRORS = (RemotingTimeoutError, ConnectionLostError, OSError, NoRouteError)
+#: :meth:`Producer.send_encoded_batch`: the pause between two looks at the route while a group
+#: has no master in reach, and the first pause after a SYSTEM_BUSY (doubled up to the former)
+MASTER_WAIT_PAUSE_S = 0.5
+BUSY_PAUSE_S = 0.02
+log = logging.getLogger(__name__)
 _STATUS = {ResponseCode.SUCCESS: "SEND_OK", ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
            ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT", ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
 
@@ -77,6 +85,9 @@ class SendResult:
     broker_name: str = ""
     #: the address of that group's master the message was sent to (where a transaction ends)
     broker_addr: str = ""
+    #: the broker already had the send's idempotence marker (:meth:`Producer.send_encoded_batch`):
+    #: nothing was stored again
+    duplicate: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +168,8 @@ class Producer(RemoteClient):
             self._routes.pop(topic, None)  # the topic exists now: read its own route next time
         ext = res.ext_fields
         return SendResult(_STATUS[ResponseCode(res.code)], uniq, str(ext.get("msgId", "")),
-                          int(ext.get("queueId", t.queue_id)), int(ext.get("queueOffset", -1)), t.broker_name, t.addr)
+                          int(ext.get("queueId", t.queue_id)), int(ext.get("queueOffset", -1)), t.broker_name, t.addr,
+                          str(ext.get(DUPLICATE_FIELD, "")).lower() == "true")
 
     # ---- single sends ------------------------------------------------------------------
 
@@ -290,6 +302,89 @@ class Producer(RemoteClient):
     async def asend_batch(self, topic: str, messages: Any, queue_id: int | None = None, *,
                           broker_name: str | None = None) -> SendResult:
         return await self._send_batch(topic, messages, queue_id, broker_name)
+
+    # ---- pre-encoded batches to a fixed queue (the Spark sink) ----------------------------
+
+    async def asend_encoded_batch(self, topic: str, body: bytes, *, broker_name: str, queue_id: int,
+                                  addr: str | None = None, via_default: bool = False,
+                                  marker: tuple[str, int] | None = None, master_wait_s: float = 0.0) -> SendResult:
+        """:meth:`send_encoded_batch` as a coroutine."""
+        if addr is None:
+            addr = await self._group_master(AUTO_CREATE_TOPIC if via_default else topic, broker_name, cached=True)
+        ext = self._header(topic, _Target(broker_name, "", queue_id, via_default), properties_string({"WAIT": "true"}),
+                          0, True)
+        if marker is not None:
+            ext.update(IdempotenceMarker(*marker).to_ext())
+        cmd = RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=body)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + master_wait_s
+        told = False
+        for attempt in itertools.count():
+            if addr:
+                try:
+                    return await self._send_cmd(_Target(broker_name, addr, queue_id, via_default), topic, cmd, "")
+                except BrokerError as exc:
+                    if exc.code not in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE) \
+                            or loop.time() >= deadline:
+                        raise
+                    if exc.code == ResponseCode.SYSTEM_BUSY:
+                        # back-pressure (the broker's queue of sends is full): asked again a moment later
+                        await asyncio.sleep(min(BUSY_PAUSE_S * 2 ** min(attempt, 4), MASTER_WAIT_PAUSE_S))
+                        continue
+                    # SERVICE_NOT_AVAILABLE stored nothing (a broker stopping, or a slave now: an
+                    # old master back as one): the group's master is looked up again, as below
+                except OSError:  # the transport's errors (refused, lost, timed out) are OSErrors
+                    if loop.time() >= deadline:
+                        raise
+            elif loop.time() >= deadline:
+                raise NoRouteError(f"topic {topic!r}: broker group {broker_name!r} has had no master for "
+                                   f"{master_wait_s:g} s")
+            if not told:
+                told = True
+                log.warning("producer %r (writer %r): broker group %r (topic %r) has no master in reach; waiting up "
+                            "to %g s for one", self.group, marker[0] if marker else "", broker_name, topic,
+                            master_wait_s)
+            if attempt:
+                await asyncio.sleep(MASTER_WAIT_PAUSE_S)  # waiting for a master to come back, or a new one
+            with contextlib.suppress(OSError, TopicNotFoundError, BrokerError):
+                addr = await self._group_master(AUTO_CREATE_TOPIC if via_default else topic, broker_name,
+                                                cached=False, keep=addr)
+        raise AssertionError("unreachable")  # (itertools.count never ends)
+
+    async def _group_master(self, topic: str, broker_name: str, *, cached: bool, keep: str = "") -> str:
+        """The master address of group ``broker_name`` in ``topic``'s route (cached, or asked
+        afresh), ``""`` when the group has none; ``keep`` when the route lacks the group
+        altogether (no broker of it registered: a slave restarting as master)."""
+        route = await (self._cached_route(topic) if cached else self.aroute(topic))
+        group = next((b for b in route.broker_datas if b.broker_name == broker_name), None)
+        return keep if group is None else group.master_addr() or ""
+
+    def send_encoded_batch(self, topic: str, body: bytes, *, broker_name: str, queue_id: int,
+                           addr: str | None = None, via_default: bool = False,
+                           marker: tuple[str, int] | None = None, master_wait_s: float = 0.0) -> SendResult:
+        """Send a SEND_BATCH_MESSAGE (320) body already encoded (:func:`encode_messages`, each
+        message's properties as the caller made them, its ``UNIQ_KEY`` included) to queue
+        ``queue_id`` of broker group ``broker_name``, and only there: the caller's routing
+        stands (a replayed batch must go where its first attempt went), so no other queue is
+        tried. ``addr``: the group's master as the route the caller routed over named it
+        (``""``: it had none), else looked up in the cached route; ``via_default``: the topic
+        is new, routed over ``TBW102`` (``defaultTopic``).
+
+        ``marker`` ``(writer, sequence)``: our brokers' idempotence marker (request fields
+        ``rmqlogWriter``/``rmqlogSequence``, :class:`rmqnet.remoting.headers.IdempotenceMarker`):
+        a sequence the broker's store has for the writer stores nothing and is answered as a
+        duplicate (``SendResult.duplicate``); Apache RocketMQ's brokers ignore the fields.
+
+        The wait for a master (RocketMQ's ``retryTimesWhenSendFailed``, bounded by time rather
+        than a count): a master out of reach (a link error, or SERVICE_NOT_AVAILABLE: stopping,
+        or a slave now) or a group without one (a failover) is waited for up to
+        ``master_wait_s``: the route asked again every :data:`MASTER_WAIT_PAUSE_S` and the batch
+        sent to the master it names (a group missing from the route keeps its last address),
+        with a warning when the wait starts; SYSTEM_BUSY is asked again after a short backoff.
+        Then :class:`NoRouteError` (no master) or the last link error; any other refusal at
+        once as :class:`BrokerError`. A stored-but status (10, 11, 12) is the result."""
+        return call(self.asend_encoded_batch(topic, body, broker_name=broker_name, queue_id=queue_id, addr=addr,
+                                             via_default=via_default, marker=marker, master_wait_s=master_wait_s))
 
 
 def _ms(seconds: float) -> int:

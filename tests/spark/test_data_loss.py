@@ -18,7 +18,7 @@ import rmqlog
 from spark_rmq.errors import QueryDataLossError
 from spark_rmq.options import SourceOptions
 from spark_rmq.read import QueueRange, read_range
-from spark_rmq.source import RmqLogStreamReader
+from spark_rmq.stream_reader import RmqLogStreamReader
 
 SEG = 4096
 BODY = 266  # 400-byte records: 10 per segment

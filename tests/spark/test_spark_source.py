@@ -23,7 +23,7 @@ from spark_rmq.errors import QueryDataLossError
 from spark_rmq.options import SourceOptions
 from spark_rmq.read import PackedRanges
 from spark_rmq.schema import SPARK_SCHEMA
-from spark_rmq.source import RmqLogStreamReader
+from spark_rmq.stream_reader import RmqLogStreamReader
 
 from .spark_helpers import bodies, fill
 
@@ -227,7 +227,7 @@ def test_stream_available_now_with_limits_group_and_timestamp(spark, store_root:
 def test_pushed_filters_narrow_the_plan(store_root: str) -> None:
     from pyspark.sql.datasource import EqualTo, GreaterThan, In, LessThanOrEqual
 
-    from spark_rmq.source import RmqLogFilteringReader
+    from spark_rmq.batch_reader import RmqLogFilteringReader
 
     fill(store_root, "orders", 40, tags=["A", "B"])
     fill(store_root, "other", 8)
@@ -248,7 +248,7 @@ def test_pushed_filters_narrow_the_plan(store_root: str) -> None:
 
 
 def test_batch_read_of_a_missing_store_names_the_path(tmp_path: Path) -> None:
-    from spark_rmq.source import RmqLogBatchReader
+    from spark_rmq.batch_reader import RmqLogBatchReader
 
     reader = RmqLogBatchReader(SourceOptions.parse({"path": str(tmp_path / "none"), "topics": "t"}, streaming=False))
     with pytest.raises(rmqlog.StoreNotFoundError, match="no store here") as err:

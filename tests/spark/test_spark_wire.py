@@ -22,8 +22,8 @@ from spark_rmq.errors import RmqLogOptionError
 from spark_rmq.options import SinkOptions, SourceOptions
 from spark_rmq.sink import RmqLogArrowWriter, RmqLogStreamArrowWriter
 from spark_rmq.source import RmqLogDataSource
+from spark_rmq.stream_reader import RmqLogStreamReader
 from spark_rmq.wire_read import WireRange, read_wire_range
-from spark_rmq.wire_readers import RmqLogWireStreamReader
 
 from .wire_servers import WireServers, wire_servers
 
@@ -84,7 +84,7 @@ def test_options_over_the_wire_and_the_ones_refused() -> None:
             SourceOptions.parse(options, streaming=True)
         assert err.value.option == name, options
     with pytest.raises(RmqLogOptionError, match="maxBytesPerTrigger"):
-        RmqLogWireStreamReader(SourceOptions.parse({"nameServer": "h:1", "topics": "T", "maxBytesPerTrigger": "100"},
+        RmqLogStreamReader(SourceOptions.parse({"nameServer": "h:1", "topics": "T", "maxBytesPerTrigger": "100"},
                                                    streaming=True))
 
 
@@ -184,7 +184,7 @@ def test_stream_reader_plans_from_the_brokers_and_commits_the_group(servers: Wir
 
     servers.start_broker(BROKER, tmp_path / "a", topics={"T": 2})
     produce(servers, "T", 30, queues=2)
-    r = RmqLogWireStreamReader(SourceOptions.parse(
+    r = RmqLogStreamReader(SourceOptions.parse(
         {"nameServer": servers.namesrv, "topics": "T", "startingOffsets": "earliest", "maxMessagesPerTrigger": "20",
          "group": "g1"}, streaming=True))
     start = r.initialOffset()
@@ -208,7 +208,7 @@ def test_stream_reader_waits_for_a_broker_that_is_down(servers: WireServers, tmp
     servers.start_broker("broker-b", tmp_path / "b", topics={"T": 1})
     produce(servers, "T", 5, queues=2)
     produce(servers, "T", 3, queues=1, broker="broker-b")
-    r = RmqLogWireStreamReader(SourceOptions.parse(
+    r = RmqLogStreamReader(SourceOptions.parse(
         {"nameServer": servers.namesrv, "topics": "T", "startingOffsets": "earliest"}, streaming=True))
     start = r.initialOffset()
     assert start == {"T/broker-a/0": 0, "T/broker-a/1": 0, "T/broker-b/0": 0}

@@ -1,18 +1,14 @@
 """The wire sink across a master failover, in this process (no broker): the queue list keeps a
-group whose master is gone, and a chunk for it waits for the group's next master, named by a
-fresh route, within ``sendRetryTimeout``. The same across real hosts, Spark and a promoted
-slave: tests/cluster/test_spark_hosts.py."""
+group whose master is gone, and a chunk for it is sent to its queue with the address the task
+routed over and ``sendRetryTimeout`` as the client's wait for the group's next master
+(the wait itself: tests/wire/test_producer_encoded_batch.py). The same across real hosts, Spark
+and a promoted slave: tests/cluster/test_spark_hosts.py."""
 
 from __future__ import annotations
 
-import asyncio
-from typing import Any
-
 import pytest
 
-from rmqnet.client import NoRouteError
-from rmqnet.client.errors import BrokerError
-from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode
+from rmqnet.client import SendResult
 from rmqnet.remoting.route import PERM_READ, PERM_RW, BrokerData, QueueData, TopicRouteData
 from spark_rmq import wire_sink
 from spark_rmq.errors import RmqLogOptionError
@@ -40,70 +36,30 @@ def test_a_group_without_a_master_keeps_its_queues() -> None:
     assert wire_sink._writable(gone, False) == up[:2]
 
 
-class FakeProducer:
-    """Answers routes from a script (one per ask, the last repeated) and sends by address."""
+class RecordingProducer:
+    """Records each pre-encoded batch the sink sends; answers replays as duplicates."""
 
-    def __init__(self, routes: list[TopicRouteData], dead: set[str], slaves: frozenset[str] = frozenset()) -> None:
-        self.routes = routes
-        self.dead = dead
-        self.slaves = slaves  # addresses that answer a send as a slave does
-        self.asked = 0
-        self.sent: list[str] = []
+    def __init__(self, duplicates: set[int]) -> None:
+        self.duplicates = duplicates
+        self.calls: list[tuple[str, str, int, str | None, tuple[str, int] | None, float]] = []
 
-    async def aroute(self, topic: str) -> TopicRouteData:
-        self.asked += 1
-        return self.routes[min(self.asked - 1, len(self.routes) - 1)]
-
-    async def invoke(self, addr: str, cmd: RemotingCommand, ok: Any = ()) -> RemotingCommand:
-        self.sent.append(addr)
-        if addr in self.dead:
-            raise ConnectionRefusedError(addr)
-        if addr in self.slaves:
-            raise BrokerError(ResponseCode.SERVICE_NOT_AVAILABLE, "service not available now...", addr, cmd.code)
-        return cmd.reply(0, None, {})
+    def send_encoded_batch(self, topic: str, body: bytes, *, broker_name: str, queue_id: int, addr: str | None,
+                           via_default: bool, marker: tuple[str, int] | None, master_wait_s: float) -> SendResult:
+        assert marker is not None
+        self.calls.append((topic, broker_name, queue_id, addr, marker, master_wait_s))
+        return SendResult("SEND_OK", "", "", queue_id, 0, broker_name, addr or "", marker[1] in self.duplicates)
 
 
-def chunk(addr: str) -> wire_sink._Chunk:
-    return wire_sink._Chunk("T", "b", addr, 0, False, b"", 1)
-
-
-def send(p: FakeProducer, c: wire_sink._Chunk, retry_s: float) -> RemotingCommand:
-    cmd = RemotingCommand(RequestCode.SEND_BATCH_MESSAGE)
-    return asyncio.run(wire_sink._invoke(p, c, cmd, retry_s))  # type: ignore[arg-type]
-
-
-def test_a_chunk_waits_for_the_group_s_next_master(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wire_sink, "RETRY_PAUSE_S", 0.01)
-    # the group had no master when the task routed; its slave is promoted two asks later
-    p = FakeProducer([route({"b": None}), route({"b": None}), route({"b": "b-slave:1"})], dead=set())
-    send(p, chunk(""), 5.0)
-    assert p.sent == ["b-slave:1"] and p.asked == 3
-    # the master dies under the send: the chunk goes to the one the route names next; while a
-    # group is missing from the route altogether (its slave restarting), its last address is kept
-    p = FakeProducer([route({"a": "a:1"}), route({"b": None}), route({"b": "b-new:1"})], dead={"b:1"})
-    send(p, chunk("b:1"), 5.0)
-    assert p.sent == ["b:1", "b:1", "b-new:1"]
-
-
-def test_a_chunk_sent_to_what_is_now_a_slave_goes_to_the_group_s_master(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The old master came back as a slave under the address the task's route named master:
-    its SERVICE_NOT_AVAILABLE (nothing stored) sends the chunk to the master the route names now."""
-    monkeypatch.setattr(wire_sink, "RETRY_PAUSE_S", 0.01)
-    p = FakeProducer([route({"b": "b-new:1"})], dead=set(), slaves=frozenset({"b:1"}))
-    send(p, chunk("b:1"), 5.0)
-    assert p.sent == ["b:1", "b-new:1"]
-
-
-def test_no_master_within_the_timeout_fails_the_task(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(wire_sink, "RETRY_PAUSE_S", 0.01)
-    p = FakeProducer([route({"b": None})], dead=set())
-    # (0.5 s of 0.01 s pauses: ~50 asks, so a loaded machine's stall cannot leave only two)
-    with pytest.raises(NoRouteError, match="broker group 'b' has had no master for 0.5 s"):
-        send(p, chunk(""), 0.5)
-    assert p.sent == [] and p.asked > 2
-    p = FakeProducer([route({"b": "b:1"})], dead={"b:1"})
-    with pytest.raises(ConnectionRefusedError):
-        send(p, chunk("b:1"), 0.1)
+def test_a_task_s_chunks_go_to_their_queues_with_their_markers_and_wait() -> None:
+    """Each chunk to the queue and address the task routed over, with the marker's next
+    sequence and the option's wait for a master (the wait itself is the client's:
+    tests/wire/test_producer_encoded_batch.py); the rows of duplicates are not counted."""
+    chunks = [wire_sink._Chunk("T", "b", "", 0, False, b"x", 3), wire_sink._Chunk("T", "b", "b:1", 1, False, b"y", 4),
+              wire_sink._Chunk("U", "b", "b:1", 0, True, b"z", 5)]
+    p = RecordingProducer(duplicates={11})
+    assert wire_sink._send_chunks(p, chunks, "w/0/abcd", 10, 2.5) == 3 + 5  # type: ignore[arg-type]
+    assert p.calls == [("T", "b", 0, "", ("w/0/abcd", 10), 2.5), ("T", "b", 1, "b:1", ("w/0/abcd", 11), 2.5),
+                       ("U", "b", 0, "b:1", ("w/0/abcd", 12), 2.5)]
 
 
 def test_send_retry_timeout_option() -> None:
@@ -124,13 +80,13 @@ class RouteOnly:
         self.namesrv_addrs = [namesrv]
         self.asked = 0
 
-    async def aroute(self, topic: str) -> TopicRouteData:
+    def route(self, topic: str) -> TopicRouteData:
         self.asked += 1
         return self.routes[min(self.asked - 1, len(self.routes) - 1)]
 
 
 def queues(p: RouteOnly, topic: str = "T") -> tuple[tuple[str, int, str], ...]:
-    return asyncio.run(wire_sink.topic_queues(p, topic)).queues  # type: ignore[arg-type]
+    return wire_sink.topic_queues(p, topic).queues  # type: ignore[arg-type]
 
 
 def test_a_group_gone_from_the_route_keeps_the_queues_this_process_saw(request: pytest.FixtureRequest) -> None:
