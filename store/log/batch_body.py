@@ -36,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..arguments import text_arg
+from ..arguments import long_array_arg, text_arg
 from ..errors import InvalidArgumentError, InvalidMessageError, MessageTooLargeError
 from ..native import (
     walk_batch as _native_walk_batch,  # the C helper's (None without it: the numpy walk)
@@ -54,10 +54,19 @@ _PROPERTY_SEPARATOR = b"\x02"
 
 
 # ------------------------------------------------------------------------------ the writer
-def _large_binary(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
+def _large_binary(name: str, arr: object, kind: pa.DataType) -> pa.Array:
+    """``arr`` (an Arrow array or chunked array, or a list of ``kind`` values) as large_binary,
+    nulls as empty; anything else :class:`InvalidArgumentError` naming ``name``."""
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
-    return arr.cast(pa.large_binary()).fill_null(b"")
+    try:
+        if isinstance(arr, (list, tuple)):
+            arr = pa.array(arr, kind)
+        if not isinstance(arr, pa.Array):
+            raise TypeError(f"got {type(arr).__name__}")
+        return arr.cast(pa.large_binary()).fill_null(b"")
+    except (TypeError, ValueError, pa.ArrowException) as exc:
+        raise InvalidArgumentError(f"encode_message_batch: {name} must be a column of {kind} values ({exc})") from None
 
 
 def _fixed(raw: np.ndarray, width: int, n: int) -> pa.Array:
@@ -69,15 +78,20 @@ def encode_message_batch(bodies: pa.Array | pa.ChunkedArray, properties: pa.Arra
                          flags: np.ndarray | None = None) -> bytes:
     """The batch body of ``bodies`` (binary) with ``properties`` (string, already in
     RocketMQ's ``name\\x01value\\x02`` form) and ``flags`` (int32, default 0); nulls count as
-    empty. :class:`InvalidArgumentError` when the three differ in length,
+    empty. :class:`InvalidArgumentError` when one is not such a column (Arrow, or a list) or
+    the three differ in length,
     :class:`MessageTooLargeError` when a message's properties pass 32767 bytes."""
-    n = len(bodies)
-    if len(properties) != n or (flags is not None and len(flags) != n):
+    body = _large_binary("bodies", bodies, pa.binary())
+    props = _large_binary("properties", properties, pa.string())
+    n = len(body)
+    if len(props) != n:
         raise InvalidArgumentError("encode_message_batch: bodies, properties and flags differ in length")
+    if flags is not None:
+        flags = long_array_arg("encode_message_batch: flags", flags, n)
+        if len(flags) and (int(flags.min()) < -(1 << 31) or int(flags.max()) >= 1 << 31):
+            raise InvalidArgumentError("encode_message_batch: a flag is outside Java's int")
     if n == 0:
         return b""
-    body = _large_binary(bodies)
-    props = _large_binary(properties)
     blen = np.asarray(pc.binary_length(body), np.int64)
     plen = np.asarray(pc.binary_length(props), np.int64)
     if int(plen.max()) > MAX_PROPERTIES:

@@ -94,3 +94,19 @@ def test_chunked_and_large_inputs_and_the_properties_cap() -> None:
             encode(pa.array([b"a", b"b"]), pa.array(["", "p" * (MAX_PROPS + 1)]))
         with pytest.raises(ValueError, match="differ in length"):
             encode(pa.array([b"a"]), pa.array(["", ""]))
+
+
+@pytest.mark.parametrize("args, says", [
+    ((None, None), "bodies must be a column of binary values"),
+    (([b"a"], None), "properties must be a column of string values"),
+    (([b"a"], [1]), "properties must be a column of string values"),
+    (([b"a", b"b"], ["x"]), "differ in length"),
+    (([b"a"], ["x"], ["q"]), "flags must be a 1-D array of integers"),
+    (([b"a"], ["x"], [1 << 40]), "a flag is outside Java's int"),
+])
+def test_arguments_that_are_not_columns_are_refused_typed(args: tuple[object, ...], says: str) -> None:
+    """Found by the API's argument fuzzing: ``None`` or a tuple of them raised TypeError and
+    AttributeError from inside the encoder."""
+    with pytest.raises(rmqlog.InvalidArgumentError, match=says):
+        rmqlog.encode_message_batch(*args)  # type: ignore[arg-type]
+    assert rmqlog.encode_message_batch([None], (None,)) == rmqlog.encode_message_batch([b""], [""])  # nulls: empty
