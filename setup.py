@@ -13,9 +13,25 @@ ISA-L/zlib call per body and Arrow's ``take`` instead.
 from setuptools import Extension, find_packages, setup
 
 setup(
-    packages=["rmqlog", *("rmqlog." + p for p in find_packages("store")), *find_packages(include=["spark_rmq*", "rmqnet*"])],
+    packages=[
+        "rmqlog",
+        *("rmqlog." + p for p in find_packages("store")),
+        *find_packages(include=["spark_rmq*", "rmqnet*"]),
+    ],
     package_dir={"rmqlog": "store"},
-    package_data={"rmqlog": ["py.typed"], "spark_rmq": ["py.typed"], "rmqnet": ["py.typed"],
-                  "rmqnet.console": ["templates/*.html", "static/*.js", "static/*.css"]},
-    ext_modules=[Extension("rmqlog._native", sources=["store/_native.c"], optional=True, extra_compile_args=["-O3", "-pthread"], extra_link_args=["-pthread"])],
+    package_data={
+        "rmqlog": ["py.typed"],
+        "spark_rmq": ["py.typed"],
+        "rmqnet": ["py.typed"],
+        "rmqnet.console": ["templates/*.html", "static/*.js", "static/*.css"],
+    },
+    ext_modules=[
+        Extension(
+            "rmqlog._native",
+            sources=["store/_native.c"],
+            optional=True,
+            extra_compile_args=["-O3", "-pthread"],
+            extra_link_args=["-pthread"],
+        )
+    ],
 )

@@ -71,6 +71,7 @@ part's measured load only and written (SIGUSR2) to ``ROOT/profile-<part>.prof``;
 functions by own time are printed per request of the part. Figures are wall-clock on this
 machine; nothing here is a test threshold.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -154,13 +155,17 @@ def print_profile(path: Path, part: str, requests: int, top: int = 15) -> None:
     items = [(k, v) for k, v in st.stats.items() if "epoll" not in k[2]]  # type: ignore[attr-defined]
     busy = sum(v[2] for _, v in items)
     per = 1e6 / max(requests, 1)
-    print(f"  profile of the broker's loop thread during {part}: {requests:,} requests, "
-          f"{busy * per:,.1f} us busy per request (under cProfile, which inflates Python calls)")
+    print(
+        f"  profile of the broker's loop thread during {part}: {requests:,} requests, "
+        f"{busy * per:,.1f} us busy per request (under cProfile, which inflates Python calls)"
+    )
 
     def show(rows: list[Any]) -> None:
         for (fn, line, name), (_cc, nc, tt, ct, _callers) in rows:
             where = f"{Path(fn).parent.name}/{Path(fn).name}:{line}" if fn != "~" else "builtin"
-            print(f"    {tt * per:8.1f} us own {ct * per:9.1f} us cum {nc / max(requests, 1):7.2f} calls  {name}  ({where})")
+            print(
+                f"    {tt * per:8.1f} us own {ct * per:9.1f} us cum {nc / max(requests, 1):7.2f} calls  {name}  ({where})"
+            )
 
     print("   by own time:")
     show(sorted(items, key=lambda kv: kv[1][2], reverse=True)[:top])
@@ -170,6 +175,7 @@ def print_profile(path: Path, part: str, requests: int, top: int = 15) -> None:
 
 
 # ---- the parts -----------------------------------------------------------------------------
+
 
 class Run:
     """One run: the servers, the flags, the figures."""
@@ -193,8 +199,10 @@ class Run:
         broker, bare = self.servers.get("async"), self.servers.get("bare")
         assert isinstance(broker, Server) and isinstance(bare, Server)
         self.broker, self.bare = broker, bare
-        print(f"broker pid {broker.pid} at {HOST}:{broker.port}; bare server pid "
-              f"{bare.pid} at {HOST}:{bare.port}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}")
+        print(
+            f"broker pid {broker.pid} at {HOST}:{broker.port}; bare server pid "
+            f"{bare.pid} at {HOST}:{bare.port}; {os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}"
+        )
 
     def stop(self) -> None:
         self.pool.close()
@@ -219,8 +227,10 @@ class Run:
         per_conn = max(1, self.a.messages // 4)
 
         def load(port: int) -> Outcome:
-            return run_loads([Load(port, "send", 1, 16, per_conn, "BenchTopic", queues=4, body_size=100)
-                              for _ in range(4)], self.pool)
+            return run_loads(
+                [Load(port, "send", 1, 16, per_conn, "BenchTopic", queues=4, body_size=100) for _ in range(4)],
+                self.pool,
+            )
 
         assert self.broker is not None and self.bare is not None
         broker, bare, port = [], [], self.broker.port
@@ -236,8 +246,13 @@ class Run:
         print(f"broker        {r:>12,.0f} msgs/s   median of {len(broker)} rounds, 0 errors")
         print(f"bare server   {p:>12,.0f} msgs/s   the same frames answered without storing (rmqnet.transport)")
         print(f"  -> broker = {r / p:.0%} of the bare server")
-        self.b.figure("SEND_MESSAGE_V2, 100-byte bodies, 64 in flight over 4 connections", r, "msgs/s",
-                      peer="bare server (rmqnet.transport, nothing stored), same load", peer_value=p)
+        self.b.figure(
+            "SEND_MESSAGE_V2, 100-byte bodies, 64 in flight over 4 connections",
+            r,
+            "msgs/s",
+            peer="bare server (rmqnet.transport, nothing stored), same load",
+            peer_value=p,
+        )
 
     # -- the parts of other modules
 
@@ -265,10 +280,27 @@ class Run:
         n, size = self.a.batches, 1000
         bodies = [pa.array([os.urandom(100) for _ in range(size)], pa.binary()) for _ in range(4)]
         empty = pa.array([""] * size, pa.string())
-        frames = [send_frame("BenchBatch", i % 4, encode_messages(bodies[i % 4], empty), i + 1,
-                             code=RequestCode.SEND_BATCH_MESSAGE, batch=True) for i in range(8)]
-        tables = [pa.table({"topic": pa.array(["BenchBatch"] * size), "body": bodies[i % 4],
-                            "queueId": pa.array([i % 4] * size, pa.int32())}) for i in range(8)]
+        frames = [
+            send_frame(
+                "BenchBatch",
+                i % 4,
+                encode_messages(bodies[i % 4], empty),
+                i + 1,
+                code=RequestCode.SEND_BATCH_MESSAGE,
+                batch=True,
+            )
+            for i in range(8)
+        ]
+        tables = [
+            pa.table(
+                {
+                    "topic": pa.array(["BenchBatch"] * size),
+                    "body": bodies[i % 4],
+                    "queueId": pa.array([i % 4] * size, pa.int32()),
+                }
+            )
+            for i in range(8)
+        ]
         peer_root = self.work / "put_batch"
         shutil.rmtree(peer_root, ignore_errors=True)
 
@@ -303,8 +335,13 @@ class Run:
         print(f"broker        {r:>12,.0f} msgs/s   median of {len(broker)} rounds")
         print(f"put_batch     {p:>12,.0f} msgs/s   the same messages in this process (a store of its own)")
         print(f"  -> broker = {r / p:.0%} of put_batch")
-        self.b.figure("SEND_BATCH_MESSAGE, 1,000 x 100-byte bodies", r, "msgs/s",
-                      peer="MessageStore.put_batch of the same messages, in-process", peer_value=p)
+        self.b.figure(
+            "SEND_BATCH_MESSAGE, 1,000 x 100-byte bodies",
+            r,
+            "msgs/s",
+            peer="MessageStore.put_batch of the same messages, in-process",
+            peer_value=p,
+        )
         self._batch100()
 
     def _batch100(self) -> None:
@@ -313,8 +350,17 @@ class Run:
         n, size = self.a.batches100, 100
         bodies = [pa.array([os.urandom(1024) for _ in range(size)], pa.binary()) for _ in range(4)]
         empty = pa.array([""] * size, pa.string())
-        frames = [send_frame("BenchBatch100", i % 4, encode_messages(bodies[i % 4], empty), i + 1,
-                             code=RequestCode.SEND_BATCH_MESSAGE, batch=True) for i in range(8)]
+        frames = [
+            send_frame(
+                "BenchBatch100",
+                i % 4,
+                encode_messages(bodies[i % 4], empty),
+                i + 1,
+                code=RequestCode.SEND_BATCH_MESSAGE,
+                batch=True,
+            )
+            for i in range(8)
+        ]
         pipes = [b"".join(xadd(f"BenchBatch100:{i % 4}", b) for b in bodies[i % 4].to_pylist()) for i in range(8)]
 
         def ours() -> float:
@@ -346,10 +392,17 @@ class Run:
             if (srv := self.servers.get("redis-everysec")) is not None:
                 peer.append(redis(srv.port))
             broker.append(self.profiled("batch100", n + 1, ours))
-        print(f"\n== batch sends (320), {size} messages of 1 KiB each, one at a time, {n:,} batches a round, "
-              f"medians of {self.a.rounds} rounds")
-        report(self.b, "SEND_BATCH_MESSAGE, 100 x 1 KiB bodies", med(broker), "msgs/s",
-               [(f"{LABELS['redis-everysec']}, a pipeline of 100 XADD at a time", med(peer) if peer else None)])
+        print(
+            f"\n== batch sends (320), {size} messages of 1 KiB each, one at a time, {n:,} batches a round, "
+            f"medians of {self.a.rounds} rounds"
+        )
+        report(
+            self.b,
+            "SEND_BATCH_MESSAGE, 100 x 1 KiB bodies",
+            med(broker),
+            "msgs/s",
+            [(f"{LABELS['redis-everysec']}, a pipeline of 100 XADD at a time", med(peer) if peer else None)],
+        )
 
     # -- pulls at maxMsgNums 32 and 1,000 beside read_window(raw=True)
 
@@ -361,8 +414,14 @@ class Run:
         w = Wire(self.broker.port)
         try:  # fill: 320 batches of 1,000 to each queue
             for q in range(4):
-                frame = send_frame("BenchPull", q, encode_messages(bodies, empty), q + 1,
-                                   code=RequestCode.SEND_BATCH_MESSAGE, batch=True)
+                frame = send_frame(
+                    "BenchPull",
+                    q,
+                    encode_messages(bodies, empty),
+                    q + 1,
+                    code=RequestCode.SEND_BATCH_MESSAGE,
+                    batch=True,
+                )
                 for _ in range(math.ceil(per_queue / 1000)):
                     check_ok(w.call(frame), "fill")
             # every message dispatched before a pull (the dispatcher runs behind the puts)
@@ -376,8 +435,10 @@ class Run:
         finally:
             w.close()
         redis, nats = self._fill_peers(per_queue)
-        print(f"\n== pulls (11), 4 queues of {per_queue:,} messages (100-byte bodies), a worker process per queue, "
-              f"4 pulls in flight each, medians of {self.a.rounds} rounds")
+        print(
+            f"\n== pulls (11), 4 queues of {per_queue:,} messages (100-byte bodies), a worker process per queue, "
+            f"4 pulls in flight each, medians of {self.a.rounds} rounds"
+        )
         for m in (32, 1000):
             stride = strides[m]
             requests = per_queue // stride
@@ -385,8 +446,20 @@ class Run:
             peer, redis_rates, nats_rates = [], [], []
             for rnd in range(self.a.rounds):
                 peer.append(self._read_window_rate("BenchPull", m, requests * stride))
-                loads = [Load(self.broker.port, "pull", 1, 4, requests, "BenchPull", queue_ids=(q,), max_msg_nums=m,
-                              stride=stride) for q in range(4)]
+                loads = [
+                    Load(
+                        self.broker.port,
+                        "pull",
+                        1,
+                        4,
+                        requests,
+                        "BenchPull",
+                        queue_ids=(q,),
+                        max_msg_nums=m,
+                        stride=stride,
+                    )
+                    for q in range(4)
+                ]
                 got.append(self.profiled(f"pull-{m}", 4 * requests, functools.partial(run_loads, loads, self.pool)))
                 if m == 32 and redis is not None:
                     redis_rates.append(self._peer_pull_rate(redis, "xread", "BenchPull", per_queue))
@@ -396,16 +469,31 @@ class Run:
             if errors or any(o.messages != 4 * requests * stride for o in got):
                 raise RuntimeError(f"pulls at {m}: {errors} errors, {[o.messages for o in got]} messages")
             r, p = med([rate(o) for o in got]), med(peer)
-            print(f"maxMsgNums {m:>5}: broker {r:>12,.0f} msgs/s ({stride} messages per answer)   "
-                  f"read_window(raw=True) {p:>12,.0f} msgs/s ({min(m, 1000)} per read)  -> {r / p:.0%}")
+            print(
+                f"maxMsgNums {m:>5}: broker {r:>12,.0f} msgs/s ({stride} messages per answer)   "
+                f"read_window(raw=True) {p:>12,.0f} msgs/s ({min(m, 1000)} per read)  -> {r / p:.0%}"
+            )
             peers: list[tuple[str, float | None]] = [
-                (f"read_window(raw=True) of the same ranges, max_count {m}, in-process", p)]
+                (f"read_window(raw=True) of the same ranges, max_count {m}, in-process", p)
+            ]
             if m == 32:
-                peers += [(f"{LABELS['redis-everysec']}, XREAD COUNT 32, same load", med(redis_rates) if redis_rates else None),
-                          (f"{LABELS['nats']}, pull consumer fetch of 32, same load", med(nats_rates) if nats_rates else None)]
+                peers += [
+                    (
+                        f"{LABELS['redis-everysec']}, XREAD COUNT 32, same load",
+                        med(redis_rates) if redis_rates else None,
+                    ),
+                    (
+                        f"{LABELS['nats']}, pull consumer fetch of 32, same load",
+                        med(nats_rates) if nats_rates else None,
+                    ),
+                ]
             else:
-                peers.append(("issue 42's figure for the broker of its day (for reference, not measured here)",
-                              PULL_1000_REFERENCE))
+                peers.append(
+                    (
+                        "issue 42's figure for the broker of its day (for reference, not measured here)",
+                        PULL_1000_REFERENCE,
+                    )
+                )
             report(self.b, f"PULL_MESSAGE, maxMsgNums {m}", r, "msgs/s", peers)
 
     def _fill_peers(self, per_queue: int) -> tuple[int | None, int | None]:
@@ -451,8 +539,10 @@ class Run:
     def _peer_pull_rate(self, port: int, kind: str, topic: str, per_queue: int) -> float:
         """Reads of 32 of each of 4 queues, a worker process per queue, 4 in flight: msgs/s."""
         requests = per_queue // 32
-        out = run_loads([Load(port, kind, 1, 4, requests, topic, queue_ids=(q,), max_msg_nums=32, stride=32)
-                         for q in range(4)], self.pool)
+        out = run_loads(
+            [Load(port, kind, 1, 4, requests, topic, queue_ids=(q,), max_msg_nums=32, stride=32) for q in range(4)],
+            self.pool,
+        )
         if out.errors or out.messages != 4 * requests * 32:
             raise RuntimeError(f"{kind} reads of 32: {out.errors} errors ({out.codes}), {out.messages} messages")
         return rate(out)
@@ -467,8 +557,9 @@ class Run:
             for q in range(4):
                 off = 0
                 while off < per_queue:
-                    res = store.read_window(topic, q, off, max_count=min(max_count, per_queue - off),
-                                            max_bytes=PULL_BYTES, raw=True)
+                    res = store.read_window(
+                        topic, q, off, max_count=min(max_count, per_queue - off), max_bytes=PULL_BYTES, raw=True
+                    )
                     assert res.records is not None and len(res.records), res.status
                     n += len(res.records)
                     off = res.next_begin_offset
@@ -495,8 +586,12 @@ class Run:
             try:
                 for i, c in enumerate(opened):
                     k = min(per_conn, holds - i * per_conn)
-                    pulls += [asyncio.ensure_future(c.invoke(pull_cmd("BenchIdle", j % 4, 0, 32, 0, suspend_ms=3_600_000), None))
-                              for j in range(k)]
+                    pulls += [
+                        asyncio.ensure_future(
+                            c.invoke(pull_cmd("BenchIdle", j % 4, 0, 32, 0, suspend_ms=3_600_000), None)
+                        )
+                        for j in range(k)
+                    ]
                 for c in opened:  # every pull written before this is held
                     await c.invoke(max_offset_cmd("BenchIdle", 0), 30)
                 early = [p for p in pulls if p.done()]
@@ -517,8 +612,13 @@ class Run:
         print(f"\n== {holds:,} pulls held ({conns} connections), nothing arriving: the broker's CPU over {idle_s:g} s")
         print(f"held pulls    {r:6.2f} % of a core   (median of {len(held)} rounds)")
         print(f"no held pull  {p:6.2f} % of a core   the same broker idle, measured first")
-        self.b.figure(f"{holds:,} held pulls, broker CPU while idle", r, "% of a core",
-                      peer="the broker idle with no held pulls", peer_value=p)
+        self.b.figure(
+            f"{holds:,} held pulls, broker CPU while idle",
+            r,
+            "% of a core",
+            peer="the broker idle with no held pulls",
+            peer_value=p,
+        )
 
     # -- many connections sending at once
 
@@ -529,8 +629,9 @@ class Run:
         split = [total // procs + (1 if i < total % procs else 0) for i in range(procs)]
 
         def load(port: int) -> Outcome:
-            return run_loads([Load(port, "send", c, 1, k, "BenchTopic", queues=4, body_size=100)
-                              for c in split if c], self.pool)
+            return run_loads(
+                [Load(port, "send", c, 1, k, "BenchTopic", queues=4, body_size=100) for c in split if c], self.pool
+            )
 
         broker: list[Outcome] = []
         bare: list[Outcome] = []
@@ -540,14 +641,26 @@ class Run:
             broker.append(self.profiled("conns", total * k, lambda: load(port)))
         r, p = med([rate(o) for o in broker]), med([rate(o) for o in bare])
         e, pe = sum(o.errors for o in broker), sum(o.errors for o in bare)
-        print(f"\n== {total:,} connections ({procs} worker processes), opened first, then each sending {k} messages "
-              "one at a time, all at once")
+        print(
+            f"\n== {total:,} connections ({procs} worker processes), opened first, then each sending {k} messages "
+            "one at a time, all at once"
+        )
         print(f"broker        {r:>12,.0f} msgs/s   {e} errors {dict(sorted(broker[-1].codes.items()))}")
         print(f"bare server   {p:>12,.0f} msgs/s   {pe} errors")
-        self.b.figure(f"{total:,} connections sending at once", r, "msgs/s",
-                      peer="bare server, same connections and load", peer_value=p)
-        self.b.figure(f"{total:,} connections sending at once, errors", float(e), "errors",
-                      peer="bare server errors", peer_value=float(pe))
+        self.b.figure(
+            f"{total:,} connections sending at once",
+            r,
+            "msgs/s",
+            peer="bare server, same connections and load",
+            peer_value=p,
+        )
+        self.b.figure(
+            f"{total:,} connections sending at once, errors",
+            float(e),
+            "errors",
+            peer="bare server errors",
+            peer_value=float(pe),
+        )
 
 
 def _frame30(topic: str, queue_id: int) -> bytes:
@@ -581,8 +694,11 @@ def main() -> None:
     b.add_argument("--namesrv-routes", type=int, default=1000, help="route queries the name server answers")
     b.add_argument("--redis-server", default=None, help="redis-server binary (default: redis-server on PATH)")
     b.add_argument("--nats-server", default=None, help="nats-server binary (default: nats-server on PATH)")
-    b.add_argument("--cpp-python", default=str(CPP_PYTHON),
-                   help="the Python of the C++ client's environment (default: .venv-rocketmq of this checkout)")
+    b.add_argument(
+        "--cpp-python",
+        default=str(CPP_PYTHON),
+        help="the Python of the C++ client's environment (default: .venv-rocketmq of this checkout)",
+    )
     b.add_argument("--segment-mib", type=int, default=1024, help="commitlog segment size (mappedFileSizeCommitLog)")
     b.add_argument("--profile", action="store_true", help="profile the broker per part (see above)")
     args = b.parse()

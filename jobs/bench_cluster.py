@@ -64,8 +64,10 @@ TOPIC = "CLUSTER_BENCH"
 PARTS = ("spark", "lag", "sync", "failover")
 #: what docs/spark.md asks of brokers that serve Spark: pulls of many messages (the defaults,
 #: RocketMQ's, answer 32 messages or 256 KiB a pull), well below the 16 MiB frame cap
-SPARK_CONF = ("maxTransferCountOnMessageInMemory=65536\nmaxTransferBytesOnMessageInMemory=8388608\n"
-              "maxTransferCountOnMessageInDisk=65536\nmaxTransferBytesOnMessageInDisk=8388608\n")
+SPARK_CONF = (
+    "maxTransferCountOnMessageInMemory=65536\nmaxTransferBytesOnMessageInMemory=8388608\n"
+    "maxTransferCountOnMessageInDisk=65536\nmaxTransferBytesOnMessageInDisk=8388608\n"
+)
 
 
 def _free_port() -> int:
@@ -75,8 +77,9 @@ def _free_port() -> int:
 
 
 def _start(args: list[str], marker: str, log: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", *args], stdout=subprocess.PIPE,
-                            stderr=log.open("w"), text=True, cwd=REPO)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqnet", *args], stdout=subprocess.PIPE, stderr=log.open("w"), text=True, cwd=REPO
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if marker not in line:
@@ -104,17 +107,44 @@ def cluster(root: Path, role: str, *, slave: bool = True, segment: int = SEGMENT
     try:
         procs["namesrv"], ns = _start(["namesrv", "--listen", "127.0.0.1:0"], "listening on", root / "namesrv.log")
         port, ha_port = _free_port(), _free_port()
-        (root / "master.conf").write_text(f"brokerName=bench\nbrokerId=0\nbrokerRole={role}\nhaListenPort={ha_port}\n"
-                                          f"mappedFileSizeCommitLog={segment}\n{extra}")
+        (root / "master.conf").write_text(
+            f"brokerName=bench\nbrokerId=0\nbrokerRole={role}\nhaListenPort={ha_port}\n"
+            f"mappedFileSizeCommitLog={segment}\n{extra}"
+        )
         slave_addr = None
         if slave:
-            (root / "slave.conf").write_text(f"brokerName=bench\nbrokerId=1\nbrokerRole=SLAVE\n"
-                                             f"haMasterAddress=127.0.0.1:{ha_port}\nmappedFileSizeCommitLog={segment}\n{extra}")
-            procs["slave"], slave_addr = _start(["broker", str(root / "slave"), "-c", str(root / "slave.conf"),
-                                                 "--listen", "127.0.0.1:0", "--namesrv", ns], "ready at",
-                                                root / "slave.log")
-        procs["master"], master = _start(["broker", str(root / "master"), "-c", str(root / "master.conf"), "--listen",
-                                          f"127.0.0.1:{port}", "--namesrv", ns], "ready at", root / "master.log")
+            (root / "slave.conf").write_text(
+                f"brokerName=bench\nbrokerId=1\nbrokerRole=SLAVE\n"
+                f"haMasterAddress=127.0.0.1:{ha_port}\nmappedFileSizeCommitLog={segment}\n{extra}"
+            )
+            procs["slave"], slave_addr = _start(
+                [
+                    "broker",
+                    str(root / "slave"),
+                    "-c",
+                    str(root / "slave.conf"),
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--namesrv",
+                    ns,
+                ],
+                "ready at",
+                root / "slave.log",
+            )
+        procs["master"], master = _start(
+            [
+                "broker",
+                str(root / "master"),
+                "-c",
+                str(root / "master.conf"),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--namesrv",
+                ns,
+            ],
+            "ready at",
+            root / "master.log",
+        )
         yield Trio(ns, master, slave_addr, procs)
     finally:
         for p in reversed(procs.values()):
@@ -168,13 +198,31 @@ def _pct(xs: list[float], q: float) -> float:
 async def _held_pull(client: PullConsumer, addr: str, queue: int, offset: int, suspend_ms: int) -> int:
     """A long-polling PULL_MESSAGE of one message on ``addr`` itself (the slave); the queue's
     max offset there when answered."""
-    header = PullMessageHeader(consumer_group="bench-lag", topic=TOPIC, queue_id=queue, queue_offset=offset,
-                               max_msg_nums=1, sys_flag=PULL_SUBSCRIPTION | PULL_SUSPEND, commit_offset=0,
-                               suspend_timeout_millis=suspend_ms, subscription="*", sub_version=0, expression_type="TAG")
+    header = PullMessageHeader(
+        consumer_group="bench-lag",
+        topic=TOPIC,
+        queue_id=queue,
+        queue_offset=offset,
+        max_msg_nums=1,
+        sys_flag=PULL_SUBSCRIPTION | PULL_SUSPEND,
+        commit_offset=0,
+        suspend_timeout_millis=suspend_ms,
+        subscription="*",
+        sub_version=0,
+        expression_type="TAG",
+    )
     cmd = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields=header.to_ext())
-    res = await client.invoke(addr, cmd, timeout_s=suspend_ms / 1000 + 5, ok=(
-        ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
-        ResponseCode.PULL_OFFSET_MOVED))
+    res = await client.invoke(
+        addr,
+        cmd,
+        timeout_s=suspend_ms / 1000 + 5,
+        ok=(
+            ResponseCode.SUCCESS,
+            ResponseCode.PULL_NOT_FOUND,
+            ResponseCode.PULL_RETRY_IMMEDIATELY,
+            ResponseCode.PULL_OFFSET_MOVED,
+        ),
+    )
     return int(res.ext_fields.get("maxOffset", offset))
 
 
@@ -183,7 +231,11 @@ def measure_lag(root: Path, rate: int, seconds: float, batch: int, senders: int)
     taken where its answer arrives (no thread hop between the answer and its timestamp)."""
     bodies = [b"x" * 100] * batch
     with cluster(root, "ASYNC_MASTER") as trio:
-        producer, admin, puller = Producer("bench", trio.namesrv), Admin(trio.namesrv), PullConsumer("bench", trio.namesrv)
+        producer, admin, puller = (
+            Producer("bench", trio.namesrv),
+            Admin(trio.namesrv),
+            PullConsumer("bench", trio.namesrv),
+        )
         try:
             _ready(producer, admin, trio, bodies, queues=senders)
             slave = trio.slave
@@ -232,8 +284,14 @@ def measure_lag(root: Path, rate: int, seconds: float, batch: int, senders: int)
                     else:
                         lags.append(max(0.0, when - ack_at))
             sent = sum(len(a) for a in acked) * batch
-            return {"lag_p50": _pct(lags, 0.5), "lag_p99": _pct(lags, 0.99), "send_p50": _pct(rtts, 0.5),
-                    "send_p99": _pct(rtts, 0.99), "rate": sent / span, "missing": missing}
+            return {
+                "lag_p50": _pct(lags, 0.5),
+                "lag_p99": _pct(lags, 0.99),
+                "send_p50": _pct(rtts, 0.5),
+                "send_p99": _pct(rtts, 0.99),
+                "rate": sent / span,
+                "missing": missing,
+            }
         finally:
             producer.close()
             admin.close()
@@ -303,7 +361,8 @@ def measure_failover(root: Path, backlog: int, timeout_s: float = 30.0) -> tuple
                     offset = res.next_begin_offset
                     if killed_at is not None:
                         return received[-1] - killed_at, statistics.median(
-                            b - a for a, b in zip(received[:-2], received[1:-1], strict=True))
+                            b - a for a, b in zip(received[:-2], received[1:-1], strict=True)
+                        )
                 if killed_at is None and offset >= top // 2:
                     trio.procs["master"].send_signal(signal.SIGKILL)
                     trio.procs["master"].wait()
@@ -324,13 +383,13 @@ def measure_spark(root: Path, n: int, rounds: int) -> dict[str, float]:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     spark = spark_rmq.local_session("rmq-bench-cluster", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
-    src = (spark.range(n, numPartitions=2)
-           .selectExpr(f"'{TOPIC}' AS topic", "CAST(lpad(CAST(id AS STRING), 100, 'x') AS BINARY) AS body"))
+    src = spark.range(n, numPartitions=2).selectExpr(
+        f"'{TOPIC}' AS topic", "CAST(lpad(CAST(id AS STRING), 100, 'x') AS BINARY) AS body"
+    )
     out: dict[str, list[float]] = {"wire_sink": [], "file_sink": [], "wire_source": [], "file_source": []}
     try:
         for r in range(rounds + 1):  # the first round warms the JVM, the workers and the page cache
-            with cluster(root / f"spark-{r}", "ASYNC_MASTER", slave=False, segment=1 << 30,
-                         extra=SPARK_CONF) as trio:
+            with cluster(root / f"spark-{r}", "ASYNC_MASTER", slave=False, segment=1 << 30, extra=SPARK_CONF) as trio:
                 with Admin(trio.namesrv) as admin:
                     admin.create_topic(trio.master, TOPIC, 4)
                     deadline = time.monotonic() + 30
@@ -389,13 +448,18 @@ def main(argv: list[str] | None = None) -> int:
     with bench.run(parsed=True) as root:
         if "spark" in parts:
             s = measure_spark(root, a.messages, a.rounds)
-            for what, peer in (("sink", "the sink writing the files directly"),
-                               ("source", "the source reading the files directly")):
+            for what, peer in (
+                ("sink", "the sink writing the files directly"),
+                ("source", "the source reading the files directly"),
+            ):
                 wire, file = s[f"wire_{what}"], s[f"file_{what}"]
-                print(f"Spark {what} over the wire: {wire:,.0f} rows/s (peer: {peer}: {file:,.0f} rows/s): "
-                      f"{wire / file:.2f}x")
-                bench.figure(f"Spark {what} over the wire, {a.messages} rows", wire, "rows/s", peer=peer,
-                             peer_value=file)
+                print(
+                    f"Spark {what} over the wire: {wire:,.0f} rows/s (peer: {peer}: {file:,.0f} rows/s): "
+                    f"{wire / file:.2f}x"
+                )
+                bench.figure(
+                    f"Spark {what} over the wire, {a.messages} rows", wire, "rows/s", peer=peer, peer_value=file
+                )
         results: dict[str, list[float]] = {}
         for r in range(a.rounds):
             if "lag" in parts:
@@ -412,24 +476,39 @@ def main(argv: list[str] | None = None) -> int:
                 results.setdefault("pull_gap", []).append(gap)
         med = {k: statistics.median(v) for k, v in results.items()}
         if "lag" in parts:
-            print(f"replication lag, {med['rate']:,.0f} msgs/s sent (asked: {a.rate:,}) in batches of {a.batch}; "
-                  f"batches never seen on the slave: {med['missing']:.0f}")
+            print(
+                f"replication lag, {med['rate']:,.0f} msgs/s sent (asked: {a.rate:,}) in batches of {a.batch}; "
+                f"batches never seen on the slave: {med['missing']:.0f}"
+            )
             for q in ("p50", "p99"):
                 print(f"  {q}: {med[f'lag_{q}']:.2f} ms (peer: the send round trip {q}: {med[f'send_{q}']:.2f} ms)")
-                bench.figure(f"replication lag {q}, {a.rate} msgs/s asked ({med['rate']:.0f} sent) in batches of "
-                             f"{a.batch}", med[f"lag_{q}"], "ms", peer=f"send round trip {q}",
-                             peer_value=med[f"send_{q}"])
+                bench.figure(
+                    f"replication lag {q}, {a.rate} msgs/s asked ({med['rate']:.0f} sent) in batches of {a.batch}",
+                    med[f"lag_{q}"],
+                    "ms",
+                    peer=f"send round trip {q}",
+                    peer_value=med[f"send_{q}"],
+                )
         if "sync" in parts:
             sync, async_ = med["SYNC_MASTER"], med["ASYNC_MASTER"]
-            print(f"SYNC_MASTER sends: {sync:,.0f} msgs/s (peer: ASYNC_MASTER {async_:,.0f} msgs/s): "
-                  f"{sync / async_:.2f}x; answers not SEND_OK: {med['SYNC_MASTER_not_ok']:.0f} and "
-                  f"{med['ASYNC_MASTER_not_ok']:.0f}")
+            print(
+                f"SYNC_MASTER sends: {sync:,.0f} msgs/s (peer: ASYNC_MASTER {async_:,.0f} msgs/s): "
+                f"{sync / async_:.2f}x; answers not SEND_OK: {med['SYNC_MASTER_not_ok']:.0f} and "
+                f"{med['ASYNC_MASTER_not_ok']:.0f}"
+            )
             bench.figure("SYNC_MASTER sends", sync, "msgs/s", peer="ASYNC_MASTER sends", peer_value=async_)
         if "failover" in parts:
-            print(f"master killed: the consumer's next message (from the slave) {med['failover']:.2f} s later "
-                  f"(peer: the gap between two pulls before the kill: {med['pull_gap'] * 1000:.1f} ms)")
-            bench.figure("master killed: next message from the slave", med["failover"], "s",
-                         peer="gap between two pulls before the kill", peer_value=med["pull_gap"])
+            print(
+                f"master killed: the consumer's next message (from the slave) {med['failover']:.2f} s later "
+                f"(peer: the gap between two pulls before the kill: {med['pull_gap'] * 1000:.1f} ms)"
+            )
+            bench.figure(
+                "master killed: next message from the slave",
+                med["failover"],
+                "s",
+                peer="gap between two pulls before the kill",
+                peer_value=med["pull_gap"],
+            )
     return 0
 
 

@@ -55,9 +55,14 @@ def fill(root: Path, port: int, topics: int, groups: int, messages: int) -> str:
         step = 100_000
         for start in range(0, messages, step):
             n = min(step, messages - start)
-            table = pa.table({"topic": pa.array(["BENCH"] * n), "queueId": pa.array([i % 4 for i in range(n)], pa.int32()),
-                              "body": pa.array([b"%d" % (start + i) for i in range(n)], pa.binary()),
-                              "keys": pa.array([[f"k{start + i}"] for i in range(n)], pa.list_(pa.string()))})
+            table = pa.table(
+                {
+                    "topic": pa.array(["BENCH"] * n),
+                    "queueId": pa.array([i % 4 for i in range(n)], pa.int32()),
+                    "body": pa.array([b"%d" % (start + i) for i in range(n)], pa.binary()),
+                    "keys": pa.array([[f"k{start + i}"] for i in range(n)], pa.list_(pa.string())),
+                }
+            )
             res = store.put_batch(table)
             first = first or res.column("msgId")[0].as_py()
         store.dispatch()
@@ -70,8 +75,9 @@ def fill(root: Path, port: int, topics: int, groups: int, messages: int) -> str:
 
 
 def start(argv: list[str], ready: str, log: Path) -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", *argv], stdout=subprocess.PIPE,
-                            stderr=log.open("w"), text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqnet", *argv], stdout=subprocess.PIPE, stderr=log.open("w"), text=True
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if ready not in line:
@@ -114,13 +120,18 @@ def main() -> None:
         t0 = time.perf_counter()
         port = free_port()
         msg_id = fill(root, port, a.topics, a.groups, a.messages)
-        print(f"store filled in {time.perf_counter() - t0:.1f} s: {a.topics} topics, {a.groups} groups, "
-              f"{a.messages} messages")
+        print(
+            f"store filled in {time.perf_counter() - t0:.1f} s: {a.topics} topics, {a.groups} groups, "
+            f"{a.messages} messages"
+        )
         ns, ns_addr = start(["namesrv", "--listen", "127.0.0.1:0"], "listening on", work / "namesrv.log")
         broker = None
         try:
-            broker, _ = start(["broker", str(root), "--listen", f"127.0.0.1:{port}", "--namesrv", ns_addr], "ready at",
-                              work / "broker.log")
+            broker, _ = start(
+                ["broker", str(root), "--listen", f"127.0.0.1:{port}", "--namesrv", ns_addr],
+                "ready at",
+                work / "broker.log",
+            )
             with Admin(ns_addr) as admin:
                 deadline = time.monotonic() + START_TIMEOUT_S
                 while len(admin.topic_list()) < a.topics:
@@ -133,21 +144,38 @@ def main() -> None:
                     admin.topic_list()
                     lists.append((time.perf_counter() - t) * 1000)
             peer = statistics.median(lists)
-            pages = ["/cluster", "/topics", "/topics?q=TOPIC_0123", "/topics/BENCH", "/topics/TOPIC_00042",
-                     "/messages?topic=BENCH&queue=0&count=20", f"/messages?topic=BENCH&key=k{a.messages // 2}",
-                     f"/messages?topic=BENCH&msgId={msg_id}", "/messages?topic=BENCH&begin=0&count=20", "/groups",
-                     "/groups?q=GROUP_09", "/groups/GROUP_0001", "/dlq"]
+            pages = [
+                "/cluster",
+                "/topics",
+                "/topics?q=TOPIC_0123",
+                "/topics/BENCH",
+                "/topics/TOPIC_00042",
+                "/messages?topic=BENCH&queue=0&count=20",
+                f"/messages?topic=BENCH&key=k{a.messages // 2}",
+                f"/messages?topic=BENCH&msgId={msg_id}",
+                "/messages?topic=BENCH&begin=0&count=20",
+                "/groups",
+                "/groups?q=GROUP_09",
+                "/groups/GROUP_0001",
+                "/dlq",
+            ]
             backend = WireBackend(ns_addr, timeout_s=30.0)
             try:
                 times = asyncio.run(measure(ConsoleApp(backend, sample_s=0), pages, a.rounds))
             finally:
                 backend.close()
-            print(f"{'page':<48} {'median ms':>10} {'worst ms':>10}   (the name server's topic list alone: "
-                  f"{peer:.1f} ms)")
+            print(
+                f"{'page':<48} {'median ms':>10} {'worst ms':>10}   (the name server's topic list alone: {peer:.1f} ms)"
+            )
             for page, ms in times.items():
                 print(f"{page:<48} {statistics.median(ms):>10.1f} {max(ms):>10.1f}")
-                bench.figure(f"server time of {page}", statistics.median(ms), "ms",
-                             peer="the topic list (206) from our client", peer_value=peer)
+                bench.figure(
+                    f"server time of {page}",
+                    statistics.median(ms),
+                    "ms",
+                    peer="the topic list (206) from our client",
+                    peer_value=peer,
+                )
         finally:
             if broker is not None:
                 stop(broker)

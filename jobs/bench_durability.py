@@ -101,7 +101,9 @@ def bench_recovery(workdir: Path, gib: float) -> dict[str, float]:
     rep = s.recovery
     assert rep is not None and rep.abnormal
     out = {
-        "recovery_s": t_rec, "recovery_bytes": rep.end - rep.walk_start, "redispatched": rep.redispatched,
+        "recovery_s": t_rec,
+        "recovery_bytes": rep.end - rep.walk_start,
+        "redispatched": rep.redispatched,
         "peer_read_crc_s": t_peer,
     }
     s.close()
@@ -140,8 +142,12 @@ def bench_sync(workdir: Path, writers: int, batches: int, mode: str = "SYNC_FLUS
         s.create_topic("SyncTopic", 4)
     go = str(workdir / "sync.go")
     procs = [
-        subprocess.Popen([sys.executable, "-c", SYNC_WRITER, str(root), str(batches), go, mode], env=_env(),
-                         stdout=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, "-c", SYNC_WRITER, str(root), str(batches), go, mode],
+            env=_env(),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(writers)
     ]
     while len(list(workdir.glob("sync.go.ready.*"))) < writers:
@@ -172,8 +178,12 @@ def bench_sync(workdir: Path, writers: int, batches: int, mode: str = "SYNC_FLUS
         f.unlink()
     shutil.rmtree(root, ignore_errors=True)
     return {
-        "sync_msgs_s": msgs / span, "sync_wall_msgs_s": msgs / wall, "sync_puts": writers * batches, "sync_syncs": syncs,
-        "peer_fsync_write_msgs_s": n_peer * 100 / t_peer, "peer_fsync_ms": t_peer / n_peer * 1000,
+        "sync_msgs_s": msgs / span,
+        "sync_wall_msgs_s": msgs / wall,
+        "sync_puts": writers * batches,
+        "sync_syncs": syncs,
+        "peer_fsync_write_msgs_s": n_peer * 100 / t_peer,
+        "peer_fsync_ms": t_peer / n_peer * 1000,
     }
 
 
@@ -209,16 +219,21 @@ def bench_async_repeated(workdir: Path, messages: int, repeat: int) -> dict[str,
 def bench_async(workdir: Path, messages: int, flusher_first: bool = True) -> dict[str, float]:
     rows = 65536
     rng = np.random.default_rng(7)
-    table = pa.table({
-        "topic": pa.array(["BenchTopic"] * rows),
-        "body": pa.array([rng.bytes(100) for _ in range(rows)], pa.binary()),
-        "tags": pa.array(["TagA", "TagB"] * (rows // 2)),
-    })
+    table = pa.table(
+        {
+            "topic": pa.array(["BenchTopic"] * rows),
+            "body": pa.array([rng.bytes(100) for _ in range(rows)], pa.binary()),
+            "tags": pa.array(["TagA", "TagB"] * (rows // 2)),
+        }
+    )
     batches = max(1, messages // rows)
     out = {}
     configs = [
         ("async", rmqlog.StoreConfig()),
-        ("no_flusher", rmqlog.StoreConfig(flush_interval_commit_log=3_600_000, flush_commit_log_thorough_interval=3_600_000_000)),
+        (
+            "no_flusher",
+            rmqlog.StoreConfig(flush_interval_commit_log=3_600_000, flush_commit_log_thorough_interval=3_600_000_000),
+        ),
     ]
     for name, cfg in configs if flusher_first else configs[::-1]:
         root = workdir / f"async-{name}"
@@ -240,23 +255,39 @@ def bench_async(workdir: Path, messages: int, flusher_first: bool = True) -> dic
 
 
 def main() -> None:
-    job = Bench("bench_durability", __doc__, rounds=5, temp_in=REPO,  # on the store's disk, not a tmpfs
-                rounds_help="runs of the SYNC_FLUSH writers (and of each reference) and of the ASYNC_FLUSH comparison")
+    job = Bench(
+        "bench_durability",
+        __doc__,
+        rounds=5,
+        temp_in=REPO,  # on the store's disk, not a tmpfs
+        rounds_help="runs of the SYNC_FLUSH writers (and of each reference) and of the ASYNC_FLUSH comparison",
+    )
     job.add_argument("--recovery-gib", type=float, default=1.0)
     job.add_argument("--sync-batches", type=int, default=600, help="batches of 100 per SYNC writer")
-    job.add_argument("--async-messages", type=int, default=6_000_000,
-                     help="per ASYNC_FLUSH run: ~1 s, so that the flusher (every 500 ms) runs during it")
+    job.add_argument(
+        "--async-messages",
+        type=int,
+        default=6_000_000,
+        help="per ASYNC_FLUSH run: ~1 s, so that the flusher (every 500 ms) runs during it",
+    )
     with job.run() as workdir:
         _run(job, job.args, workdir)
 
 
 def _run(job: Bench, args: argparse.Namespace, workdir: Path) -> None:
     r = bench_recovery(workdir, args.recovery_gib)
-    print(f"recovery after abnormal exit, {r['recovery_bytes'] / GiB:.2f} GiB walked with CRC, "
-          f"{r['redispatched']:,} records re-dispatched: {r['recovery_s']:.2f} s "
-          f"| peer: sequential read + CRC-32 of the segment: {r['peer_read_crc_s']:.2f} s")
-    job.figure(f"recovery after abnormal exit, {r['recovery_bytes'] / GiB:.2f} GiB of log", r["recovery_s"], "s",
-               peer="sequential read + CRC-32 of the segment", peer_value=r["peer_read_crc_s"])
+    print(
+        f"recovery after abnormal exit, {r['recovery_bytes'] / GiB:.2f} GiB walked with CRC, "
+        f"{r['redispatched']:,} records re-dispatched: {r['recovery_s']:.2f} s "
+        f"| peer: sequential read + CRC-32 of the segment: {r['peer_read_crc_s']:.2f} s"
+    )
+    job.figure(
+        f"recovery after abnormal exit, {r['recovery_bytes'] / GiB:.2f} GiB of log",
+        r["recovery_s"],
+        "s",
+        peer="sequential read + CRC-32 of the segment",
+        peer_value=r["peer_read_crc_s"],
+    )
     # one run is ~1 s, and on this VM two runs of the same code differ by up to +-20%:
     # SYNC and ASYNC runs alternate, and the medians are printed with every run's figure
     sync_runs: list[dict[str, float]] = []
@@ -266,17 +297,29 @@ def _run(job: Bench, args: argparse.Namespace, workdir: Path) -> None:
         async_runs.append(bench_sync(workdir, 4, args.sync_batches, "ASYNC_FLUSH"))
     y = _median_run(sync_runs)
     y_async = _median_run(async_runs)
-    print(f"SYNC_FLUSH, 4 writer processes, 1 KiB bodies, batches of 100, median of {args.rounds}: "
-          f"{y['sync_msgs_s']:,.0f} msgs/s [{_ks(sync_runs)} k] over the span of the puts "
-          f"(through the writers' close and exit: {_wall(sync_runs)}), "
-          f"{y['sync_syncs']} syncs for {y['sync_puts']} puts in the median run "
-          f"| peer: pwrite+fdatasync per 100 KiB: {y['peer_fsync_write_msgs_s']:,.0f} msgs/s "
-          f"({y['peer_fsync_ms']:.2f} ms per sync); the same 4 writers under ASYNC_FLUSH, alternating: "
-          f"{y_async['sync_msgs_s']:,.0f} msgs/s [{_ks(async_runs)} k]")
-    job.figure("SYNC_FLUSH, 4 writer processes", y["sync_msgs_s"], "msgs/s", peer="pwrite+fdatasync per 100 KiB",
-               peer_value=y["peer_fsync_write_msgs_s"])
-    job.figure("SYNC_FLUSH, 4 writer processes, vs ASYNC_FLUSH", y["sync_msgs_s"], "msgs/s",
-               peer="the same 4 writers under ASYNC_FLUSH", peer_value=y_async["sync_msgs_s"])
+    print(
+        f"SYNC_FLUSH, 4 writer processes, 1 KiB bodies, batches of 100, median of {args.rounds}: "
+        f"{y['sync_msgs_s']:,.0f} msgs/s [{_ks(sync_runs)} k] over the span of the puts "
+        f"(through the writers' close and exit: {_wall(sync_runs)}), "
+        f"{y['sync_syncs']} syncs for {y['sync_puts']} puts in the median run "
+        f"| peer: pwrite+fdatasync per 100 KiB: {y['peer_fsync_write_msgs_s']:,.0f} msgs/s "
+        f"({y['peer_fsync_ms']:.2f} ms per sync); the same 4 writers under ASYNC_FLUSH, alternating: "
+        f"{y_async['sync_msgs_s']:,.0f} msgs/s [{_ks(async_runs)} k]"
+    )
+    job.figure(
+        "SYNC_FLUSH, 4 writer processes",
+        y["sync_msgs_s"],
+        "msgs/s",
+        peer="pwrite+fdatasync per 100 KiB",
+        peer_value=y["peer_fsync_write_msgs_s"],
+    )
+    job.figure(
+        "SYNC_FLUSH, 4 writer processes, vs ASYNC_FLUSH",
+        y["sync_msgs_s"],
+        "msgs/s",
+        peer="the same 4 writers under ASYNC_FLUSH",
+        peer_value=y_async["sync_msgs_s"],
+    )
     shm = Path("/dev/shm")
     if shm.is_dir() and os.access(shm, os.W_OK):  # where a sync costs nothing
         mem = Path(tempfile.mkdtemp(prefix="bench-durability-", dir=str(shm)))
@@ -285,24 +328,33 @@ def _run(job: Bench, args: argparse.Namespace, workdir: Path) -> None:
         finally:
             shutil.rmtree(mem, ignore_errors=True)
         y_mem = _median_run(mem_runs)
-        print(f"  reference: the same SYNC_FLUSH runs on tmpfs (every sync free, the locks and the "
-              f"flushed position as on disk): {y_mem['sync_msgs_s']:,.0f} msgs/s [{_ks(mem_runs)} k], "
-              f"{y_mem['sync_syncs']} syncs for {y_mem['sync_puts']} puts in the median run")
+        print(
+            f"  reference: the same SYNC_FLUSH runs on tmpfs (every sync free, the locks and the "
+            f"flushed position as on disk): {y_mem['sync_msgs_s']:,.0f} msgs/s [{_ks(mem_runs)} k], "
+            f"{y_mem['sync_syncs']} syncs for {y_mem['sync_puts']} puts in the median run"
+        )
     runs = bench_async_repeated(workdir, args.async_messages, args.rounds)
     med = {k: float(np.median(v)) for k, v in runs.items()}
 
     def fmt(k: str) -> str:
         return ", ".join(f"{v / 1e6:.2f}" for v in runs[k])
 
-    print(f"ASYNC_FLUSH put_batch, 100-byte bodies, batches of 65,536, median of {args.rounds}: "
-          f"{med['async_msgs_s']:,.0f} msgs/s [{fmt('async_msgs_s')} M] "
-          f"| same store, flusher held off: {med['no_flusher_msgs_s']:,.0f} msgs/s [{fmt('no_flusher_msgs_s')} M] "
-          f"({100 * (med['async_msgs_s'] / med['no_flusher_msgs_s'] - 1):+.1f}%); "
-          f"including the final flush on close: {med['async_to_disk_msgs_s']:,.0f} vs "
-          f"{med['no_flusher_to_disk_msgs_s']:,.0f} msgs/s "
-          f"({100 * (med['async_to_disk_msgs_s'] / med['no_flusher_to_disk_msgs_s'] - 1):+.1f}%)")
-    job.figure("ASYNC_FLUSH put_batch, 100-byte bodies, the flusher at work", med["async_msgs_s"], "msgs/s",
-               peer="the same store, the flusher held off", peer_value=med["no_flusher_msgs_s"])
+    print(
+        f"ASYNC_FLUSH put_batch, 100-byte bodies, batches of 65,536, median of {args.rounds}: "
+        f"{med['async_msgs_s']:,.0f} msgs/s [{fmt('async_msgs_s')} M] "
+        f"| same store, flusher held off: {med['no_flusher_msgs_s']:,.0f} msgs/s [{fmt('no_flusher_msgs_s')} M] "
+        f"({100 * (med['async_msgs_s'] / med['no_flusher_msgs_s'] - 1):+.1f}%); "
+        f"including the final flush on close: {med['async_to_disk_msgs_s']:,.0f} vs "
+        f"{med['no_flusher_to_disk_msgs_s']:,.0f} msgs/s "
+        f"({100 * (med['async_to_disk_msgs_s'] / med['no_flusher_to_disk_msgs_s'] - 1):+.1f}%)"
+    )
+    job.figure(
+        "ASYNC_FLUSH put_batch, 100-byte bodies, the flusher at work",
+        med["async_msgs_s"],
+        "msgs/s",
+        peer="the same store, the flusher held off",
+        peer_value=med["no_flusher_msgs_s"],
+    )
 
 
 if __name__ == "__main__":

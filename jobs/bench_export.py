@@ -34,11 +34,17 @@ def make_store(root: Path, n: int) -> None:
             k = min(step, n - start)
             ids = np.arange(start, start + k)
             bodies = pa.array([b'{"id": %d, "status": "paid", "amount": %d.50}' % (i, i % 997) for i in ids.tolist()])
-            s.put_batch(pa.table({
-                "topic": pa.array(["orders"] * k), "body": bodies, "tags": pa.array(["paid"] * k),
-                "keys": pa.array([[f"order-{i}"] for i in ids.tolist()], pa.list_(pa.string())),
-                "queueId": pa.array((ids % 4).astype(np.int32)),
-            }))
+            s.put_batch(
+                pa.table(
+                    {
+                        "topic": pa.array(["orders"] * k),
+                        "body": bodies,
+                        "tags": pa.array(["paid"] * k),
+                        "keys": pa.array([[f"order-{i}"] for i in ids.tolist()], pa.list_(pa.string())),
+                        "queueId": pa.array((ids % 4).astype(np.int32)),
+                    }
+                )
+            )
         s.dispatch()
 
 
@@ -54,8 +60,11 @@ def main() -> None:
         best: dict[str, float] = {}
         with rmqlog.MessageStore.open(root, create=False, read_only=True) as s:
             for _ in range(args.rounds):
-                for name, fmt, body in (("parquet", "parquet", "text"), ("jsonl", "jsonl", "text"),
-                                        ("jsonl --body hex", "jsonl", "hex")):
+                for name, fmt, body in (
+                    ("parquet", "parquet", "text"),
+                    ("jsonl", "jsonl", "text"),
+                    ("jsonl --body hex", "jsonl", "hex"),
+                ):
                     out = base / f"out.{fmt}"
                     t0 = time.perf_counter()
                     with open(out, "wb") as f:
@@ -68,11 +77,18 @@ def main() -> None:
             rate = args.messages / seconds
             print(f"export {name:<18} {rate:>12,.0f} msgs/s  {1e6 / rate:6.2f} s a million (best of {args.rounds})")
         share = best["parquet"] / best["jsonl"]
-        print(f"-> JSON lines = {share:.0%} of Parquet's rate (text bodies); "
-              f"{best['parquet'] / best['jsonl --body hex']:.0%} with hex bodies")
+        print(
+            f"-> JSON lines = {share:.0%} of Parquet's rate (text bodies); "
+            f"{best['parquet'] / best['jsonl --body hex']:.0%} with hex bodies"
+        )
         for name in ("jsonl", "jsonl --body hex"):
-            b.figure(f"export {name}", args.messages / best[name], "msgs/s", peer="export parquet",
-                     peer_value=args.messages / best["parquet"])
+            b.figure(
+                f"export {name}",
+                args.messages / best[name],
+                "msgs/s",
+                peer="export parquet",
+                peer_value=args.messages / best["parquet"],
+            )
 
 
 if __name__ == "__main__":

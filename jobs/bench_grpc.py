@@ -62,8 +62,12 @@ def _fill(store: rmqlog.MessageStore, topic: str, n: int, body: bytes) -> None:
     """``n`` messages of ``body`` (tag ``bench``) into queue 0 of ``topic``, dispatched."""
     for start in range(0, n, 4096):
         k = min(4096, n - start)
-        store.put_wire(pa.table({"topic": [topic] * k, "queueId": [0] * k, "body": [body] * k,
-                                 "properties": ["TAGS\x01bench\x02"] * k}), dispatch=True)
+        store.put_wire(
+            pa.table(
+                {"topic": [topic] * k, "queueId": [0] * k, "body": [body] * k, "properties": ["TAGS\x01bench\x02"] * k}
+            ),
+            dispatch=True,
+        )
 
 
 def start_broker(root: Path, consume: int = 0, body: bytes = b"") -> tuple[subprocess.Popen[str], int, str]:
@@ -80,11 +84,17 @@ def start_broker(root: Path, consume: int = 0, body: bytes = b"") -> tuple[subpr
     finally:
         store.close()
     conf = root / "broker.conf"
-    conf.write_text("brokerName=bench-grpc\ngrpcListenPort=0\nflushDiskType=ASYNC_FLUSH\n"
-                    f"minInvisibleTimeMillsForRecv={INVISIBLE_MS}\n")
+    conf.write_text(
+        "brokerName=bench-grpc\ngrpcListenPort=0\nflushDiskType=ASYNC_FLUSH\n"
+        f"minInvisibleTimeMillsForRecv={INVISIBLE_MS}\n"
+    )
     rmqlog_cmd = str(Path(sys.executable).with_name("rmqlog"))
-    proc = subprocess.Popen([rmqlog_cmd, "broker", str(root / "store"), "-c", str(conf), "--listen", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(
+        [rmqlog_cmd, "broker", str(root / "store"), "-c", str(conf), "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     assert proc.stdout is not None
     grpc_address, port = "", 0
     for line in proc.stdout:
@@ -104,8 +114,9 @@ def grpc_rtts(address: str, n: int, body: bytes) -> list[float]:
     round trip, ms."""
     requests = []
     for i in range(min(n + WARM, 1024)):
-        sp = pb.SystemProperties(message_id=f"7F000001{os.getpid() & 0xFFFF:04X}0000{i:016X}", tag="bench",
-                                 message_type=pb.NORMAL)
+        sp = pb.SystemProperties(
+            message_id=f"7F000001{os.getpid() & 0xFFFF:04X}0000{i:016X}", tag="bench", message_type=pb.NORMAL
+        )
         msg = pb.Message(topic=pb.Resource(name=TOPIC), body=body, system_properties=sp)
         requests.append(svc.SendMessageRequest(messages=[msg]).SerializeToString())
     with grpc.insecure_channel(address) as channel:
@@ -161,31 +172,56 @@ def main() -> None:
                 if a.consume:
                     pulls.append(pull_rate(port, POP_TOPIC, a.consume))
                     receives.append(receive_ack_rate(address, POP_TOPIC, f"BenchPopGroup{i}", a.consume))
-                    late += redelivery_lateness(address, REDELIVER_TOPIC, f"BenchRedeliverGroup{i}", REDELIVER_N, INVISIBLE_MS)
+                    late += redelivery_lateness(
+                        address, REDELIVER_TOPIC, f"BenchRedeliverGroup{i}", REDELIVER_N, INVISIBLE_MS
+                    )
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
-        print(f"one {a.body}-byte send at a time, {a.messages:,} a round after {WARM} unmeasured, medians of {a.rounds} rounds")
+        print(
+            f"one {a.body}-byte send at a time, {a.messages:,} a round after {WARM} unmeasured, medians of {a.rounds} rounds"
+        )
         print(f"{'':16} {'p50 ms':>9} {'p99 ms':>9}")
         fig = {k: (med([x[0] for x in v]), med([x[1] for x in v])) for k, v in figs.items()}
         for k, (p50, p99) in fig.items():
             print(f"{k:16} {p50:9.3f} {p99:9.3f}")
-        print(f"gRPC / remoting: p50 {fig['grpc'][0] / fig['remoting'][0]:.2f}x, p99 {fig['grpc'][1] / fig['remoting'][1]:.2f}x"
-              " (target: p50 at most 1.5x)")
+        print(
+            f"gRPC / remoting: p50 {fig['grpc'][0] / fig['remoting'][0]:.2f}x, p99 {fig['grpc'][1] / fig['remoting'][1]:.2f}x"
+            " (target: p50 at most 1.5x)"
+        )
         if a.consume:
             pull, recv = med(pulls), med(receives)
-            print(f"consume 32 at a time, {a.consume:,} messages a round: remoting pull {pull:,.0f} msgs/s, "
-                  f"gRPC receive + ack {recv:,.0f} msgs/s: {recv / pull:.2f}x (target: at least 0.5x)")
-            print(f"redelivery after a {INVISIBLE_MS} ms invisible time, {len(late)} messages: "
-                  f"p50 {pct(late, 50):.0f} ms, p99 {pct(late, 99):.0f} ms late (target: p99 within 1000 ms)")
-            bench.figure("gRPC ReceiveMessage 32 + AckMessage, one pair at a time", recv, "msgs/s",
-                         peer="remoting PULL_MESSAGE 32 one at a time on the same broker", peer_value=pull)
+            print(
+                f"consume 32 at a time, {a.consume:,} messages a round: remoting pull {pull:,.0f} msgs/s, "
+                f"gRPC receive + ack {recv:,.0f} msgs/s: {recv / pull:.2f}x (target: at least 0.5x)"
+            )
+            print(
+                f"redelivery after a {INVISIBLE_MS} ms invisible time, {len(late)} messages: "
+                f"p50 {pct(late, 50):.0f} ms, p99 {pct(late, 99):.0f} ms late (target: p99 within 1000 ms)"
+            )
+            bench.figure(
+                "gRPC ReceiveMessage 32 + AckMessage, one pair at a time",
+                recv,
+                "msgs/s",
+                peer="remoting PULL_MESSAGE 32 one at a time on the same broker",
+                peer_value=pull,
+            )
             bench.figure("redelivery of an unacked message after its invisible time, p99", pct(late, 99), "ms")
         for name, i in (("p50", 0), ("p99", 1)):
-            bench.figure(f"gRPC SendMessage 1 KiB, one at a time, round trip {name}", fig["grpc"][i], "ms",
-                         peer="remoting SEND_MESSAGE_V2 on the same broker", peer_value=fig["remoting"][i])
-            bench.figure(f"gRPC Heartbeat (no work), round trip {name}", fig["grpc heartbeat"][i], "ms",
-                         peer="remoting SEND_MESSAGE_V2 on the same broker", peer_value=fig["remoting"][i])
+            bench.figure(
+                f"gRPC SendMessage 1 KiB, one at a time, round trip {name}",
+                fig["grpc"][i],
+                "ms",
+                peer="remoting SEND_MESSAGE_V2 on the same broker",
+                peer_value=fig["remoting"][i],
+            )
+            bench.figure(
+                f"gRPC Heartbeat (no work), round trip {name}",
+                fig["grpc heartbeat"][i],
+                "ms",
+                peer="remoting SEND_MESSAGE_V2 on the same broker",
+                peer_value=fig["remoting"][i],
+            )
 
 
 if __name__ == "__main__":

@@ -56,7 +56,9 @@ def make_batches(n_msgs: int, batch: int, seed: int = 7) -> list[tuple]:
         n = min(batch, n_msgs - lo)
         nibbles = rng.integers(0, 16, (n, 32), dtype=np.uint8)
         uniq = pa.StringArray.from_buffers(
-            n, pa.py_buffer(np.arange(n + 1, dtype=np.int32) * 32), pa.py_buffer(hexdigits[nibbles].tobytes()),
+            n,
+            pa.py_buffer(np.arange(n + 1, dtype=np.int32) * 32),
+            pa.py_buffer(hexdigits[nibbles].tobytes()),
         )
         numbers = pc.cast(pa.array(rng.integers(0, 10**9, n) >> rng.integers(0, 28, n)), pa.string())
         keys = pc.binary_join_element_wise("order-", numbers, "")
@@ -71,7 +73,9 @@ def make_batches(n_msgs: int, batch: int, seed: int = 7) -> list[tuple]:
 
 
 def main() -> None:
-    ap = Bench("bench_index", __doc__, rounds=3, rounds_help="dispatch rounds, index on and off alternating (medians printed)")
+    ap = Bench(
+        "bench_index", __doc__, rounds=3, rounds_help="dispatch rounds, index on and off alternating (medians printed)"
+    )
     ap.add_argument("--keys", type=int, default=10_000_000, help="keys to index (two per message)")
     ap.add_argument("--batch", type=int, default=32768, help="messages per dispatched batch")
     ap.add_argument("--queries", type=int, default=20000)
@@ -97,8 +101,10 @@ def _run(job: Bench, work: Path) -> None:
     import os
 
     print(f"machine: {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} (other work shares them)")
-    print(f"input: {n_msgs:,} messages x 2 keys in {len(batches)} batches of {args.batch:,} "
-          f"(made in {time.perf_counter() - t:.1f} s, not timed below)")
+    print(
+        f"input: {n_msgs:,} messages x 2 keys in {len(batches)} batches of {args.batch:,} "
+        f"(made in {time.perf_counter() - t:.1f} s, not timed below)"
+    )
 
     # peers over the same arrays: one numpy pass, and making the keys alone
     def peer_numpy() -> float:
@@ -134,16 +140,31 @@ def _run(job: Bench, work: Path) -> None:
         svc.flush()
         t_flush = time.perf_counter() - t_flush0
         files = svc.files()
-        print(f"index: {added:,} keys in {len(files)} file(s) of {files[0].path.stat().st_size:,} bytes "
-              f"({sum(f.path.stat().st_blocks * 512 for f in files) / 2**20:.0f} MiB allocated); flush {t_flush * 1000:.0f} ms")
-        print(f"build (IndexService.build): {n_msgs / t_build / 1e6:6.2f} M msgs/s  {added / t_build / 1e6:6.2f} M keys/s  "
-              f"(median batch {statistics.median(per_batch) * 1000:.2f} ms, p99 {np.percentile(per_batch, 99) * 1000:.2f} ms; "
-              f"CPU {n_msgs / c_build / 1e6:.2f} M msgs/s)")
-        print(f"  peer, making the keys alone:  {n_msgs / t_keys / 1e6:6.2f} M msgs/s  ({t_keys / t_build:.0%} of build)")
-        print(f"  peer, one numpy pass:         {n_msgs / t_numpy / 1e6:6.2f} M msgs/s  ({t_numpy / t_build:.0%} of build)")
-        job.figure("IndexService.build", n_msgs / t_build, "msgs/s", peer="making the keys alone", peer_value=n_msgs / t_keys)
-        job.figure("IndexService.build, vs one numpy pass", n_msgs / t_build, "msgs/s", peer="one numpy pass over the input",
-                   peer_value=n_msgs / t_numpy)
+        print(
+            f"index: {added:,} keys in {len(files)} file(s) of {files[0].path.stat().st_size:,} bytes "
+            f"({sum(f.path.stat().st_blocks * 512 for f in files) / 2**20:.0f} MiB allocated); flush {t_flush * 1000:.0f} ms"
+        )
+        print(
+            f"build (IndexService.build): {n_msgs / t_build / 1e6:6.2f} M msgs/s  {added / t_build / 1e6:6.2f} M keys/s  "
+            f"(median batch {statistics.median(per_batch) * 1000:.2f} ms, p99 {np.percentile(per_batch, 99) * 1000:.2f} ms; "
+            f"CPU {n_msgs / c_build / 1e6:.2f} M msgs/s)"
+        )
+        print(
+            f"  peer, making the keys alone:  {n_msgs / t_keys / 1e6:6.2f} M msgs/s  ({t_keys / t_build:.0%} of build)"
+        )
+        print(
+            f"  peer, one numpy pass:         {n_msgs / t_numpy / 1e6:6.2f} M msgs/s  ({t_numpy / t_build:.0%} of build)"
+        )
+        job.figure(
+            "IndexService.build", n_msgs / t_build, "msgs/s", peer="making the keys alone", peer_value=n_msgs / t_keys
+        )
+        job.figure(
+            "IndexService.build, vs one numpy pass",
+            n_msgs / t_build,
+            "msgs/s",
+            peer="one numpy pass over the input",
+            peer_value=n_msgs / t_numpy,
+        )
 
         # queries: random keys that are indexed, half UNIQ_KEYs, half tokens
         rng = np.random.default_rng(3)
@@ -163,8 +184,10 @@ def _run(job: Bench, work: Path) -> None:
             # a token shared by more than 64 messages may return 64 others: not a miss
             misses += offset not in got and len(got) < cfg.max_msgs_num_batch
         us = np.array(lat) * 1e6
-        print(f"query (IndexService.query, {args.queries:,} keys, {added:,} indexed): p50 {np.percentile(us, 50):.1f} us  "
-              f"p99 {np.percentile(us, 99):.1f} us  max {us.max():.0f} us  (misses: {misses})")
+        print(
+            f"query (IndexService.query, {args.queries:,} keys, {added:,} indexed): p50 {np.percentile(us, 50):.1f} us  "
+            f"p99 {np.percentile(us, 99):.1f} us  max {us.max():.0f} us  (misses: {misses})"
+        )
         for q in (50, 99):
             job.figure(f"IndexService.query, {added:,} keys indexed, p{q}", float(np.percentile(us, q)), "us")
         reader.close()
@@ -211,15 +234,26 @@ def bench_dispatch(job: Bench, n: int, rounds: int, where: Path) -> None:
             finally:
                 shutil.rmtree(root, ignore_errors=True)
     on, off = statistics.median(times[True]), statistics.median(times[False])
-    print(f"dispatch with index ({n:,} msgs, 2 keys each): {n / on / 1e6:5.2f} M msgs/s  "
-          f"[{', '.join(f'{n / t / 1e6:.2f}' for t in times[True])}]")
-    print(f"  peer, dispatch without index:        {n / off / 1e6:5.2f} M msgs/s  "
-          f"[{', '.join(f'{n / t / 1e6:.2f}' for t in times[False])}]  (index costs {on / off - 1:.0%})")
+    print(
+        f"dispatch with index ({n:,} msgs, 2 keys each): {n / on / 1e6:5.2f} M msgs/s  "
+        f"[{', '.join(f'{n / t / 1e6:.2f}' for t in times[True])}]"
+    )
+    print(
+        f"  peer, dispatch without index:        {n / off / 1e6:5.2f} M msgs/s  "
+        f"[{', '.join(f'{n / t / 1e6:.2f}' for t in times[False])}]  (index costs {on / off - 1:.0%})"
+    )
     q = np.array(query_us)
-    print(f"query_by_key (facade: index + read + check, {len(q):,} keys of {n:,}): p50 {np.percentile(q, 50):.0f} us  "
-          f"p99 {np.percentile(q, 99):.0f} us")
-    job.figure("dispatch with the index, 2 keys a message", n / on, "msgs/s", peer="the same dispatch without the index",
-               peer_value=n / off)
+    print(
+        f"query_by_key (facade: index + read + check, {len(q):,} keys of {n:,}): p50 {np.percentile(q, 50):.0f} us  "
+        f"p99 {np.percentile(q, 99):.0f} us"
+    )
+    job.figure(
+        "dispatch with the index, 2 keys a message",
+        n / on,
+        "msgs/s",
+        peer="the same dispatch without the index",
+        peer_value=n / off,
+    )
     for p in (50, 99):
         job.figure(f"query_by_key, p{p}", float(np.percentile(q, p)), "us")
 

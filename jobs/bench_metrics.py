@@ -54,6 +54,7 @@ def _serve(root: str, conf: str, on_loop: bool) -> int:
     from rmqnet.metrics.exposition import MetricsEndpoint
 
     if on_loop:
+
         class OnLoop(MetricsEndpoint):
             on_loop = True
 
@@ -67,8 +68,9 @@ class Broker:
     def __init__(self, root: Path, on_loop: bool) -> None:
         root.mkdir(parents=True, exist_ok=True)
         conf = root / "broker.conf"
-        conf.write_text("brokerName=bench-metrics\nflushDiskType=ASYNC_FLUSH\nmetricsExporterType=PROM\n"
-                        "metricsPromExporterPort=0\n")
+        conf.write_text(
+            "brokerName=bench-metrics\nflushDiskType=ASYNC_FLUSH\nmetricsExporterType=PROM\nmetricsPromExporterPort=0\n"
+        )
         argv = [sys.executable, __file__, "serve", str(root / "store"), str(conf)] + (["--on-loop"] if on_loop else [])
         self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         assert self.proc.stdout is not None
@@ -91,9 +93,13 @@ def _commit_groups(port: int, groups: int) -> None:
     try:
         for g in range(groups):
             for q in range(4):
-                cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, g * 4 + q + 1, 0, None,
-                                      {"consumerGroup": f"bench_g{g}", "topic": TOPIC, "queueId": str(q),
-                                       "commitOffset": "0"})
+                cmd = RemotingCommand(
+                    RequestCode.UPDATE_CONSUMER_OFFSET,
+                    g * 4 + q + 1,
+                    0,
+                    None,
+                    {"consumerGroup": f"bench_g{g}", "topic": TOPIC, "queueId": str(q), "commitOffset": "0"},
+                )
                 check_ok(w.call(encode_bytes(cmd)), "commit")
     finally:
         w.close()
@@ -139,7 +145,7 @@ def measure(form: str, root: Path, pool: LoadPool, args: argparse.Namespace) -> 
         times: list[float] = []
         size = 0
         for r in range(args.rounds):
-            for with_scrape in ((False, True) if r % 2 == 0 else (True, False)):
+            for with_scrape in (False, True) if r % 2 == 0 else (True, False):
                 if not with_scrape:
                     plain.append(_load(pool, broker, args.requests))
                     continue
@@ -154,11 +160,21 @@ def measure(form: str, root: Path, pool: LoadPool, args: argparse.Namespace) -> 
                 size = s.size
         a, b = statistics.median(x for x, _ in plain), statistics.median(x for x, _ in scraped)
         ca, cb = statistics.median(c for _, c in plain), statistics.median(c for _, c in scraped)
-        return {"form": form, "without": a, "with": b, "cost_pct": (a - b) / a * 100,
-                "cpu_us_without": ca, "cpu_us_with": cb, "cpu_cost_pct": (cb - ca) / ca * 100,
-                "scrapes": len(times), "scrape_ms_p50": statistics.median(times) if times else 0.0,
-                "page_bytes": size, "groups": args.groups, "rounds": args.rounds,
-                "load_avg": os.getloadavg()[0]}
+        return {
+            "form": form,
+            "without": a,
+            "with": b,
+            "cost_pct": (a - b) / a * 100,
+            "cpu_us_without": ca,
+            "cpu_us_with": cb,
+            "cpu_cost_pct": (cb - ca) / ca * 100,
+            "scrapes": len(times),
+            "scrape_ms_p50": statistics.median(times) if times else 0.0,
+            "page_bytes": size,
+            "groups": args.groups,
+            "rounds": args.rounds,
+            "load_avg": os.getloadavg()[0],
+        }
     finally:
         broker.stop()
 
@@ -177,16 +193,29 @@ def main() -> None:
         try:
             for form in args.forms.split(","):
                 fig = measure(form, root, pool, args)
-                print(f"/metrics on the {form:6s}: sends without scraping {fig['without']:8.0f} msgs/s  "
-                      f"with a scrape every {args.interval_s:g} s {fig['with']:8.0f} msgs/s  "
-                      f"({fig['cost_pct']:+.1f}%);  broker CPU per send {fig['cpu_us_without']:.1f} us  "
-                      f"{fig['cpu_us_with']:.1f} us ({fig['cpu_cost_pct']:+.1f}%);  {fig['scrapes']} scrapes, "
-                      f"p50 {fig['scrape_ms_p50']:.1f} ms, {fig['page_bytes']} bytes, {fig['groups']} groups, "
-                      f"load average {fig['load_avg']:.1f}", flush=True)
-                bench.figure(f"sends, 64 in flight, a scrape every {args.interval_s:g} s ({form})", fig["with"],
-                             "msgs/s", peer="the same sends without scraping", peer_value=fig["without"])
-                bench.figure(f"broker CPU per send, a scrape every {args.interval_s:g} s ({form})", fig["cpu_us_with"],
-                             "us", peer="the same sends without scraping", peer_value=fig["cpu_us_without"])
+                print(
+                    f"/metrics on the {form:6s}: sends without scraping {fig['without']:8.0f} msgs/s  "
+                    f"with a scrape every {args.interval_s:g} s {fig['with']:8.0f} msgs/s  "
+                    f"({fig['cost_pct']:+.1f}%);  broker CPU per send {fig['cpu_us_without']:.1f} us  "
+                    f"{fig['cpu_us_with']:.1f} us ({fig['cpu_cost_pct']:+.1f}%);  {fig['scrapes']} scrapes, "
+                    f"p50 {fig['scrape_ms_p50']:.1f} ms, {fig['page_bytes']} bytes, {fig['groups']} groups, "
+                    f"load average {fig['load_avg']:.1f}",
+                    flush=True,
+                )
+                bench.figure(
+                    f"sends, 64 in flight, a scrape every {args.interval_s:g} s ({form})",
+                    fig["with"],
+                    "msgs/s",
+                    peer="the same sends without scraping",
+                    peer_value=fig["without"],
+                )
+                bench.figure(
+                    f"broker CPU per send, a scrape every {args.interval_s:g} s ({form})",
+                    fig["cpu_us_with"],
+                    "us",
+                    peer="the same sends without scraping",
+                    peer_value=fig["cpu_us_without"],
+                )
         finally:
             pool.close()
 

@@ -34,7 +34,7 @@ from harness import Bench  # jobs/ is this script's directory
 
 REPO = Path(__file__).resolve().parents[1]
 
-SITECUSTOMIZE = '''
+SITECUSTOMIZE = """
 import os
 _warm = os.environ.get("RMQLOG_BENCH_WARM")
 if _warm is not None:  # the benchmark's switch, for every Python process of the run
@@ -44,7 +44,7 @@ if _warm is not None:  # the benchmark's switch, for every Python process of the
     _d = list(_c.StoreConfig.__init__.__defaults__)
     _d[_names.index("warm_mapped_file_enable") - (len(_names) - len(_d))] = _warm == "1"
     _c.StoreConfig.__init__.__defaults__ = tuple(_d)
-'''
+"""
 
 
 def _cpu() -> tuple[int, int]:
@@ -64,8 +64,9 @@ def child(messages: int, body: int, workdir: Path) -> dict[str, float]:
     spark = spark_rmq.local_session("rmq-bench-prealloc", master="local[2]")
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(PeerSource)
-    src = (spark.range(messages, numPartitions=2)
-           .selectExpr("'bench' AS topic", f"CAST(lpad(CAST(id AS STRING), {body}, 'x') AS BINARY) AS body"))
+    src = spark.range(messages, numPartitions=2).selectExpr(
+        "'bench' AS topic", f"CAST(lpad(CAST(id AS STRING), {body}, 'x') AS BINARY) AS body"
+    )
     # the JVM and the Python workers started, and the data source code imported, first
     src.limit(1000).write.format("bench_peer").mode("append").save()
     scratch = workdir / "scratch"
@@ -91,8 +92,14 @@ def child(messages: int, body: int, workdir: Path) -> dict[str, float]:
         n = sum(ms.max_offset("bench", q) for q in range(4))
     assert n == messages, n
     spark.stop()
-    return {"warm": warm, "count": t_count, "sink": t_sink, "ratio": t_count / t_sink,
-            "idle_count": idle_count, "idle_sink": idle_sink}
+    return {
+        "warm": warm,
+        "count": t_count,
+        "sink": t_sink,
+        "ratio": t_count / t_sink,
+        "idle_count": idle_count,
+        "idle_sink": idle_sink,
+    }
 
 
 def store_only(messages: int, body: int, workdir: Path, runs: int, rest_s: float) -> None:
@@ -106,8 +113,13 @@ def store_only(messages: int, body: int, workdir: Path, runs: int, rest_s: float
     import rmqlog
 
     rows = 65536
-    table = pa.table({"topic": ["bench"] * rows, "body": pa.array([b"x" * body] * rows, pa.binary()),
-                      "queueId": pa.array(np.arange(rows) % 4, pa.int32())})
+    table = pa.table(
+        {
+            "topic": ["bench"] * rows,
+            "body": pa.array([b"x" * body] * rows, pa.binary()),
+            "queueId": pa.array(np.arange(rows) % 4, pa.int32()),
+        }
+    )
     times: dict[bool, list[tuple[float, float]]] = {True: [], False: []}
     for i in range(2 * runs):
         warm = i % 2 == 1
@@ -131,6 +143,7 @@ def store_only(messages: int, body: int, workdir: Path, runs: int, rest_s: float
                             yield
                         finally:
                             held.append(time.perf_counter() - t0)
+
                 return cm()
 
             lock.held = timed_held  # type: ignore[method-assign]
@@ -139,12 +152,17 @@ def store_only(messages: int, body: int, workdir: Path, runs: int, rest_s: float
             total = time.perf_counter() - t0
             lock.held = real  # type: ignore[method-assign]
             times[warm].append((total, sum(held)))
-            print(f"put_batches run {i}: warm-up {'on ' if warm else 'off'}  {total:.2f} s, of which {sum(held):.2f} s "
-                  f"under the append lock (writing); warmed {ms.preparer.warmed_bytes >> 20} MB", flush=True)
+            print(
+                f"put_batches run {i}: warm-up {'on ' if warm else 'off'}  {total:.2f} s, of which {sum(held):.2f} s "
+                f"under the append lock (writing); warmed {ms.preparer.warmed_bytes >> 20} MB",
+                flush=True,
+            )
         shutil.rmtree(root, ignore_errors=True)
     for warm in (False, True):
-        print(f"warm-up {'on ' if warm else 'off'}: put_batches median {statistics.median(t for t, _ in times[warm]):.2f} s, "
-              f"writing median {statistics.median(h for _, h in times[warm]):.2f} s")
+        print(
+            f"warm-up {'on ' if warm else 'off'}: put_batches median {statistics.median(t for t, _ in times[warm]):.2f} s, "
+            f"writing median {statistics.median(h for _, h in times[warm]):.2f} s"
+        )
 
 
 def main() -> None:
@@ -176,17 +194,39 @@ def _runs(job: Bench, work: Path) -> None:
     for i in range(2 * args.rounds):
         warm = i % 2 == 1
         run_dir = work / f"run{i}"
-        env = dict(os.environ, RMQLOG_BENCH_WARM="1" if warm else "0",
-                   PYTHONPATH=os.pathsep.join([str(site), str(REPO), str(REPO / "jobs")] + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])))
-        out = subprocess.run([sys.executable, __file__, "--child", "--messages", str(args.messages),
-                              "--body", str(args.body), "--root", str(run_dir)],
-                             env=env, check=True, capture_output=True, text=True).stdout
+        env = dict(
+            os.environ,
+            RMQLOG_BENCH_WARM="1" if warm else "0",
+            PYTHONPATH=os.pathsep.join(
+                [str(site), str(REPO), str(REPO / "jobs")]
+                + ([os.environ["PYTHONPATH"]] if os.environ.get("PYTHONPATH") else [])
+            ),
+        )
+        out = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--child",
+                "--messages",
+                str(args.messages),
+                "--body",
+                str(args.body),
+                "--root",
+                str(run_dir),
+            ],
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
         r = json.loads(out.strip().splitlines()[-1])
         assert r["warm"] is warm, r
         results[warm].append(r)
-        print(f"run {i}: warm-up {'on ' if warm else 'off'}  count-only {r['count']:.2f} s  sink {r['sink']:.2f} s  "
-              f"-> {r['ratio']:.2f}x  (idle CPU: {r['idle_count']:.0%} during count-only, {r['idle_sink']:.0%} during the sink)",
-              flush=True)
+        print(
+            f"run {i}: warm-up {'on ' if warm else 'off'}  count-only {r['count']:.2f} s  sink {r['sink']:.2f} s  "
+            f"-> {r['ratio']:.2f}x  (idle CPU: {r['idle_count']:.0%} during count-only, {r['idle_sink']:.0%} during the sink)",
+            flush=True,
+        )
         shutil.rmtree(run_dir, ignore_errors=True)
     n = args.messages
     print(f"\nsink into a new store, {n:,} rows of {args.body} B, local[2], medians of {args.rounds} runs each:")
@@ -195,10 +235,17 @@ def _runs(job: Bench, work: Path) -> None:
     for warm in (False, True):
         rs = results[warm]
         tc, ts = statistics.median(r["count"] for r in rs), statistics.median(r["sink"] for r in rs)
-        print(f"| {'on' if warm else 'off'} | {n / tc / 1e6:.2f} M rows/s ({tc:.2f} s) | {n / ts / 1e6:.2f} M rows/s "
-              f"({ts:.2f} s) | {statistics.median(r['ratio'] for r in rs):.2f}x |")
-        job.figure(f"df.write into a new store, warm-up {'on' if warm else 'off'}", n / ts, "rows/s",
-                   peer="the count-only Python Arrow writer", peer_value=n / tc)
+        print(
+            f"| {'on' if warm else 'off'} | {n / tc / 1e6:.2f} M rows/s ({tc:.2f} s) | {n / ts / 1e6:.2f} M rows/s "
+            f"({ts:.2f} s) | {statistics.median(r['ratio'] for r in rs):.2f}x |"
+        )
+        job.figure(
+            f"df.write into a new store, warm-up {'on' if warm else 'off'}",
+            n / ts,
+            "rows/s",
+            peer="the count-only Python Arrow writer",
+            peer_value=n / tc,
+        )
 
 
 if __name__ == "__main__":

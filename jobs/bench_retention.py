@@ -48,11 +48,15 @@ def _fill(s: rmqlog.MessageStore, segments: int, queues: int, body: int = 100) -
     s.create_topic("BenchRetention", queues)
     for lo in range(0, n, 100_000):
         k = min(100_000, n - lo)
-        s.put_batch(pa.table({
-            "topic": ["BenchRetention"] * k,
-            "body": pa.array([b"x" * body] * k, pa.binary()),
-            "queueId": pa.array(np.arange(lo, lo + k) % queues, pa.int32()),
-        }))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["BenchRetention"] * k,
+                    "body": pa.array([b"x" * body] * k, pa.binary()),
+                    "queueId": pa.array(np.arange(lo, lo + k) % queues, pa.int32()),
+                }
+            )
+        )
     s.dispatch()
     s.flush()
     return n
@@ -92,8 +96,12 @@ def _no_pins() -> Iterator[None]:
 
 def bench_passes(job: Bench, workdir: Path, segments: int, queues: int, passes: int) -> None:
     root = workdir / "passes"
-    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=SEG, mapped_file_size_consume_queue=20 * 1000,
-                            delete_when="04", delete_commit_log_files_max_num=1)
+    cfg = rmqlog.StoreConfig(
+        mapped_file_size_commit_log=SEG,
+        mapped_file_size_consume_queue=20 * 1000,
+        delete_when="04",
+        delete_commit_log_files_max_num=1,
+    )
     with rmqlog.MessageStore.open(root, cfg) as s:
         n = _fill(s, segments, queues)
         s.retention.disk_used = lambda path: 10.0  # this VM's disk use must not decide the rule
@@ -104,14 +112,25 @@ def bench_passes(job: Bench, workdir: Path, segments: int, queues: int, passes: 
         outside = _timed(lambda: s.clean_expired(_local_ms(10)), passes)
         at_hour = _timed(lambda: s.clean_expired(_local_ms(4)), passes)
         assert s.commitlog.min_offset() == 0
-        print(f"store: {n:,} messages, {len(os.listdir(root / 'commitlog'))} commitlog segments of {SEG >> 10} KiB, "
-              f"{queues} consume queues")
-        print(f"pass, nothing due (hour outside delete_when)  median {_ms(outside):.3f} ms  p99 {_ms(outside, .99):.3f} ms"
-              f"  ({passes} passes)")
-        print(f"pass, deletion hour, nothing expired          median {_ms(at_hour):.3f} ms  p99 {_ms(at_hour, .99):.3f} ms")
+        print(
+            f"store: {n:,} messages, {len(os.listdir(root / 'commitlog'))} commitlog segments of {SEG >> 10} KiB, "
+            f"{queues} consume queues"
+        )
+        print(
+            f"pass, nothing due (hour outside delete_when)  median {_ms(outside):.3f} ms  p99 {_ms(outside, 0.99):.3f} ms"
+            f"  ({passes} passes)"
+        )
+        print(
+            f"pass, deletion hour, nothing expired          median {_ms(at_hour):.3f} ms  p99 {_ms(at_hour, 0.99):.3f} ms"
+        )
         for q, label in ((0.5, "median"), (0.99, "p99")):
-            job.figure(f"retention pass, nothing due, {label}", _ms(outside, q), "ms",
-                       peer=f"a pass at a deletion hour, nothing expired, {label}", peer_value=_ms(at_hour, q))
+            job.figure(
+                f"retention pass, nothing due, {label}",
+                _ms(outside, q),
+                "ms",
+                peer=f"a pass at a deletion hour, nothing expired, {label}",
+                peer_value=_ms(at_hour, q),
+            )
         held: list[float] = []
         lock = s.parts.append_lock
         real_held = lock.held
@@ -136,10 +155,17 @@ def bench_passes(job: Bench, workdir: Path, segments: int, queues: int, passes: 
             deleting.append(time.perf_counter() - t0)
             assert len(report.segments) == 1, report
         lock.held = real_held  # type: ignore[method-assign]
-        print(f"pass deleting 1 segment (+ queue files)       median {_ms(deleting):.3f} ms; append lock held "
-              f"median {_ms(held):.3f} ms, max {max(held) * 1000:.3f} ms")
-        job.figure("retention pass deleting 1 segment (+ queue files), median", _ms(deleting), "ms",
-                   peer="the append lock held by it, median", peer_value=_ms(held))
+        print(
+            f"pass deleting 1 segment (+ queue files)       median {_ms(deleting):.3f} ms; append lock held "
+            f"median {_ms(held):.3f} ms, max {max(held) * 1000:.3f} ms"
+        )
+        job.figure(
+            "retention pass deleting 1 segment (+ queue files), median",
+            _ms(deleting),
+            "ms",
+            peer="the append lock held by it, median",
+            peer_value=_ms(held),
+        )
 
 
 def _pin_once(seg: object) -> None:
@@ -152,8 +178,15 @@ def bench_pins(job: Bench, workdir: Path, rounds: int) -> None:
     cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 20)
     with rmqlog.MessageStore.open(root, cfg) as s:
         n = 400_000
-        s.put_batch(pa.table({"topic": ["BenchPins"] * n, "body": pa.array([b"y" * 100] * n, pa.binary()),
-                              "queueId": pa.array(np.zeros(n, np.int32))}))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["BenchPins"] * n,
+                    "body": pa.array([b"y" * 100] * n, pa.binary()),
+                    "queueId": pa.array(np.zeros(n, np.int32)),
+                }
+            )
+        )
         s.dispatch()
 
         def pulls() -> int:
@@ -165,8 +198,10 @@ def bench_pins(job: Bench, workdir: Path, rounds: int) -> None:
         def ranges() -> int:
             return sum(s.read_queue("BenchPins", 0, a, a + 4096).num_rows for a in range(0, n, 4096))
 
-        results: dict[str, dict[str, list[float]]] = {"get_messages x32": {"on": [], "off": []},
-                                                      "read_queue x4096": {"on": [], "off": []}}
+        results: dict[str, dict[str, list[float]]] = {
+            "get_messages x32": {"on": [], "off": []},
+            "read_queue x4096": {"on": [], "off": []},
+        }
         calls = {"get_messages x32": 40_000 // 32, "read_queue x4096": -(-n // 4096)}
         for _ in range(rounds):
             for mode in ("off", "on"):
@@ -181,13 +216,19 @@ def bench_pins(job: Bench, workdir: Path, rounds: int) -> None:
         for name, r in results.items():
             on, off = statistics.median(r["on"]), statistics.median(r["off"])
             per_call = (on - off) / calls[name] * 1e6
-            print(f"{name:<18} pins on {on * 1000:8.1f} ms  off {off * 1000:8.1f} ms  -> {on / off - 1:+.1%} "
-                  f"({per_call:+.2f} us per call, {calls[name]} calls, median of {rounds} rounds)")
-            job.figure(f"{name}, read pins on", on * 1000, "ms", peer="the same with the pins a no-op", peer_value=off * 1000)
+            print(
+                f"{name:<18} pins on {on * 1000:8.1f} ms  off {off * 1000:8.1f} ms  -> {on / off - 1:+.1%} "
+                f"({per_call:+.2f} us per call, {calls[name]} calls, median of {rounds} rounds)"
+            )
+            job.figure(
+                f"{name}, read pins on", on * 1000, "ms", peer="the same with the pins a no-op", peer_value=off * 1000
+            )
 
 
 def main() -> None:
-    ap = Bench("bench_retention", __doc__, rounds=5, rounds_help="rounds of the read pins' comparison (medians printed)")
+    ap = Bench(
+        "bench_retention", __doc__, rounds=5, rounds_help="rounds of the read pins' comparison (medians printed)"
+    )
     ap.add_argument("--segments", type=int, default=500)
     ap.add_argument("--queues", type=int, default=256)
     ap.add_argument("--passes", type=int, default=1000)

@@ -96,14 +96,22 @@ def _run(job: Bench, work: Path) -> None:
             shutil.rmtree(proot, ignore_errors=True)
     d, p = statistics.median(deliver), statistics.median(peer)
     us = np.array(idle) * 1e6
-    print(f"pass with {n:,} pending, none due: p50 {np.percentile(us, 50):.0f} us  p99 {np.percentile(us, 99):.0f} us "
-          f"(18 levels: one bound and one unit read per level)")
-    print(f"deliver_due, {n:,} due together: {n / d / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in deliver)}]")
-    print(f"  peer, put_batch of the same messages: {n / p / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in peer)}]"
-          f"  (delivery = {p / d:.0%} of it)")
+    print(
+        f"pass with {n:,} pending, none due: p50 {np.percentile(us, 50):.0f} us  p99 {np.percentile(us, 99):.0f} us "
+        f"(18 levels: one bound and one unit read per level)"
+    )
+    print(
+        f"deliver_due, {n:,} due together: {n / d / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in deliver)}]"
+    )
+    print(
+        f"  peer, put_batch of the same messages: {n / p / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in peer)}]"
+        f"  (delivery = {p / d:.0%} of it)"
+    )
     for q in (50, 99):
         job.figure(f"a pass with {n:,} pending, none due, p{q}", float(np.percentile(us, q)), "us")
-    job.figure(f"deliver_due, {n:,} due together", n / d, "msgs/s", peer="put_batch of the same messages", peer_value=n / p)
+    job.figure(
+        f"deliver_due, {n:,} due together", n / d, "msgs/s", peer="put_batch of the same messages", peer_value=n / p
+    )
     lateness(job, rmqlog, work)
 
 
@@ -130,8 +138,10 @@ def lateness(job: Bench, rmqlog, where: Path) -> None:  # type: ignore[no-untype
                 k = ms.deliver_due(clock)
                 late[done : done + k] = clock - due[done : done + k]
                 done += k
-        print(f"lateness, passes every 100 ms: p50 {np.percentile(late, 50):.0f} ms  p99 {np.percentile(late, 99):.0f} ms  "
-              f"max {late.max():.0f} ms ({len(due):,} messages; the pass interval bounds it)")
+        print(
+            f"lateness, passes every 100 ms: p50 {np.percentile(late, 50):.0f} ms  p99 {np.percentile(late, 99):.0f} ms  "
+            f"max {late.max():.0f} ms ({len(due):,} messages; the pass interval bounds it)"
+        )
         for q in (50, 99):
             job.figure(f"lateness, passes every 100 ms, p{q}", float(np.percentile(late, q)), "ms")
     finally:

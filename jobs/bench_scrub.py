@@ -76,7 +76,9 @@ def _round(job: Bench, root: Path) -> None:
         tail = s.published_tail()
         seg = root / "commitlog" / f"{0:020d}"
         before_kill = allocated(seg)
-        child = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(root), str(seg_size), str(rows)], env=env, check=False)
+        child = subprocess.run(
+            [sys.executable, "-c", KILLED_WRITER, str(root), str(seg_size), str(rows)], env=env, check=False
+        )
         assert child.returncode == -9, child
         left = allocated(seg) - before_kill
         scrubbed0 = getattr(s.commitlog, "scrubbed_bytes", None)
@@ -109,8 +111,13 @@ def _round(job: Bench, root: Path) -> None:
             f"put of one message, nothing to scrub: median {statistics.median(times) * 1e6:.1f} us over {args.puts} puts; "
             f"{reads['n'] / args.puts:.2f} preads of the commitlog per put"
         )
-    job.figure(f"put after a killed writer's {left / 2**20:.2f} MiB partial batch", took * 1e3, "ms",
-               peer="put of one message, nothing to scrub (median)", peer_value=statistics.median(times) * 1e3)
+    job.figure(
+        f"put after a killed writer's {left / 2**20:.2f} MiB partial batch",
+        took * 1e3,
+        "ms",
+        peer="put of one message, nothing to scrub (median)",
+        peer_value=statistics.median(times) * 1e3,
+    )
 
 
 if __name__ == "__main__":

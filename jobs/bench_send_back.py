@@ -48,25 +48,33 @@ def _round(work: Path, n: int) -> tuple[float, float]:
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     conf = work / "broker.conf"
-    conf.write_text("brokerName=bench\nbrokerClusterName=BenchCluster\nflushDiskType=ASYNC_FLUSH\n"
-                    f"mappedFileSizeCommitLog={1 << 30}\n")
+    conf.write_text(
+        "brokerName=bench\nbrokerClusterName=BenchCluster\nflushDiskType=ASYNC_FLUSH\n"
+        f"mappedFileSizeCommitLog={1 << 30}\n"
+    )
     config = rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 30)
     with rmqlog.MessageStore.open(root, config) as store:
         store.create_topic(TOPIC, QUEUES)
     broker = Server(["broker", str(root), str(conf)], work / "broker.log")
     try:
         per = max(1, n // WORKERS)
-        sent = run_loads([Load(broker.port, "send", 1, WINDOW, per, TOPIC, queues=QUEUES, body_size=100)
-                          for _ in range(WORKERS)])
+        sent = run_loads(
+            [Load(broker.port, "send", 1, WINDOW, per, TOPIC, queues=QUEUES, body_size=100) for _ in range(WORKERS)]
+        )
         if sent.errors:
             raise RuntimeError(f"sends: {sent.errors} errors ({sent.codes})")
         with rmqlog.MessageStore.open(root, config, read_only=True) as ro:
-            offsets = np.concatenate([ro.read_queue(TOPIC, q, 0, 1 << 40).column("commitLogOffset").to_numpy()
-                                      for q in range(QUEUES)])
+            offsets = np.concatenate(
+                [ro.read_queue(TOPIC, q, 0, 1 << 40).column("commitLogOffset").to_numpy() for q in range(QUEUES)]
+            )
         if len(offsets) != per * WORKERS:
             raise RuntimeError(f"{len(offsets)} messages stored, {per * WORKERS} sent")
-        back = run_loads([Load(broker.port, "back", 1, WINDOW, per, TOPIC, offsets=tuple(int(o) for o in offsets[w::WORKERS]))
-                          for w in range(WORKERS)])
+        back = run_loads(
+            [
+                Load(broker.port, "back", 1, WINDOW, per, TOPIC, offsets=tuple(int(o) for o in offsets[w::WORKERS]))
+                for w in range(WORKERS)
+            ]
+        )
         if back.errors:
             raise RuntimeError(f"send-backs: {back.errors} errors ({back.codes})")
     finally:
@@ -84,8 +92,10 @@ def main() -> None:
     bench.add_argument("--messages", type=int, default=100_000, help="messages sent, then sent back (default 100,000)")
     with bench.run() as work:
         a = bench.args
-        print(f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; broker on {HOST}, {a.messages:,} messages a round, "
-              f"{WORKERS} connections x {WINDOW} in flight; group {CONSUMER_GROUP}")
+        print(
+            f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.2f}; broker on {HOST}, {a.messages:,} messages a round, "
+            f"{WORKERS} connections x {WINDOW} in flight; group {CONSUMER_GROUP}"
+        )
         backs, sends = [], []
         for r in range(a.rounds):
             b, s = _round(work, a.messages)
@@ -93,13 +103,20 @@ def main() -> None:
             sends.append(s)
             print(f"round {r + 1}: send-back {b:,.0f} msgs/s, send {s:,.0f} msgs/s")
         b, s = med(backs), med(sends)
-        print(f"\n== {a.messages:,} failed deliveries re-stored (CONSUMER_SEND_MSG_BACK 36) against the plain send "
-              "(310) of the same messages, 100-byte bodies")
+        print(
+            f"\n== {a.messages:,} failed deliveries re-stored (CONSUMER_SEND_MSG_BACK 36) against the plain send "
+            "(310) of the same messages, 100-byte bodies"
+        )
         print(f"send-back     {b:>12,.0f} msgs/s   median of {len(backs)} rounds, 0 errors")
         print(f"plain send    {s:>12,.0f} msgs/s   the same load shape, the same run")
         print(f"  -> send-back = {b / s:.2f}x the plain send (target >= 0.5x)")
-        bench.figure(f"CONSUMER_SEND_MSG_BACK, {a.messages:,} failed deliveries re-stored", b, "msgs/s",
-                     peer="SEND_MESSAGE_V2 of the same messages, same load, same run", peer_value=s)
+        bench.figure(
+            f"CONSUMER_SEND_MSG_BACK, {a.messages:,} failed deliveries re-stored",
+            b,
+            "msgs/s",
+            peer="SEND_MESSAGE_V2 of the same messages, same load, same run",
+            peer_value=s,
+        )
 
 
 if __name__ == "__main__":

@@ -100,8 +100,12 @@ class PeerSource(DataSource):
 
     def reader(self, schema):  # type: ignore[no-untyped-def]
         columns = self.options.get("columns")
-        return PrebuiltReader(self.options["path"], int(self.options["total"]), int(self.options["parts"]),
-                              columns.split(",") if columns else None)
+        return PrebuiltReader(
+            self.options["path"],
+            int(self.options["total"]),
+            int(self.options["parts"]),
+            columns.split(",") if columns else None,
+        )
 
     def writer(self, schema, overwrite):  # type: ignore[no-untyped-def]
         return CountOnlyWriter()
@@ -120,7 +124,9 @@ def random_input(spark, n: int, body: int, parts: int = 2):  # type: ignore[no-u
             data = rng.integers(0, 256, m * body, dtype=np.uint8)
             offsets = np.arange(0, m * body + 1, body, dtype=np.int32)
             bodies = pa.Array.from_buffers(pa.binary(), m, [None, pa.py_buffer(offsets), pa.py_buffer(data)])
-            yield pa.RecordBatch.from_arrays([pa.array(np.full(m, "bench", object), pa.string()), bodies], ["topic", "body"])
+            yield pa.RecordBatch.from_arrays(
+                [pa.array(np.full(m, "bench", object), pa.string()), bodies], ["topic", "body"]
+            )
 
     df = spark.range(n, numPartitions=parts).mapInArrow(gen, "topic string, body binary").cache()
     assert df.count() == n
@@ -163,8 +169,12 @@ def memory_child(kind: str, n: int, root: str) -> None:
 
     def tables():  # type: ignore[no-untyped-def]
         for _ in range(n // 10_000):
-            yield pa.table({"topic": pa.array(np.full(10_000, "bench", object), pa.string()),
-                            "body": random_bodies(rng, 10_000, 100)})
+            yield pa.table(
+                {
+                    "topic": pa.array(np.full(10_000, "bench", object), pa.string()),
+                    "body": random_bodies(rng, 10_000, 100),
+                }
+            )
 
     with rmqlog.MessageStore.open(root) as ms:
         ms.create_topic("bench", 4)
@@ -185,24 +195,39 @@ def memory(work: Path, job: Bench) -> None:
     for kind in ("put_stream", "put_batches"):
         for n in (1_000_000, 4_000_000):
             root = work / f"mem-{kind}-{n}"
-            out = subprocess.run([sys.executable, __file__, "--child-memory", kind, str(n), str(root)],
-                                 capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--child-memory", kind, str(n), str(root)],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             peaks[(kind, n)] = int(out.split()[-1])
             shutil.rmtree(root, ignore_errors=True)
     for kind in ("put_stream", "put_batches"):
         a, b = peaks[(kind, 1_000_000)] / 2**20, peaks[(kind, 4_000_000)] / 2**20
-        print(f"peak anonymous memory appending 1 M / 4 M rows of 100 random bytes with {kind}: {a:,.0f} / {b:,.0f} MiB")
-    job.figure("peak anonymous memory of a sink task's append, 4 M rows (put_stream, 64 MiB buffer)",
-               peaks[("put_stream", 4_000_000)] / 2**20, "MiB", peer="the same at 1 M rows",
-               peer_value=peaks[("put_stream", 1_000_000)] / 2**20)
+        print(
+            f"peak anonymous memory appending 1 M / 4 M rows of 100 random bytes with {kind}: {a:,.0f} / {b:,.0f} MiB"
+        )
+    job.figure(
+        "peak anonymous memory of a sink task's append, 4 M rows (put_stream, 64 MiB buffer)",
+        peaks[("put_stream", 4_000_000)] / 2**20,
+        "MiB",
+        peer="the same at 1 M rows",
+        peer_value=peaks[("put_stream", 1_000_000)] / 2**20,
+    )
 
 
 def main() -> None:
     if len(sys.argv) == 5 and sys.argv[1] == "--child-memory":
         memory_child(sys.argv[2], int(sys.argv[3]), sys.argv[4])
         return
-    job = Bench("bench_spark", __doc__, rounds=2, rounds_help="measured runs after one warm-up run; the best counts",
-                temp_in=REPO / "bench-data" if (REPO / "bench-data").is_dir() else None)
+    job = Bench(
+        "bench_spark",
+        __doc__,
+        rounds=2,
+        rounds_help="measured runs after one warm-up run; the best counts",
+        temp_in=REPO / "bench-data" if (REPO / "bench-data").is_dir() else None,
+    )
     job.add_argument("--messages", type=int, default=2_000_000)
     job.add_argument("--body", type=int, default=100)
     job.add_argument("--stream-seconds", type=float, default=8.0)
@@ -223,8 +248,10 @@ def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
     spark.dataSource.register(PeerSource)
     spark.dataSource.register(PeerStreams)
     src = random_input(spark, n, body)
-    print(f"rmqlog against parquet: {n:,} messages of {body} random bytes, {spark.sparkContext.master}, "
-          f"best of {rounds} after a warm-up, work dir {work}")
+    print(
+        f"rmqlog against parquet: {n:,} messages of {body} random bytes, {spark.sparkContext.master}, "
+        f"best of {rounds} after a warm-up, work dir {work}"
+    )
     rows: list[tuple[str, float, str, float, str]] = []
 
     def row(what: str, t: float, peer: str, t_peer: float, target: str) -> None:
@@ -251,7 +278,9 @@ def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
         sink_times = []
         for _ in range(rounds + 1):
             root = new_store()
-            sink_times.append(timed(lambda root=root: src.write.format("rmqlog").option("path", root).mode("append").save()))
+            sink_times.append(
+                timed(lambda root=root: src.write.format("rmqlog").option("path", root).mode("append").save())
+            )
         t_sink = min(sink_times[1:])
         row("sink, df.write into a local store", t_sink, "Spark's parquet writer", t_pq_w, ">= 0.6x")
         row("count-only Python Arrow writer (the API's ceiling)", t_count, "Spark's parquet writer", t_pq_w, "")
@@ -275,10 +304,24 @@ def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
         t_ceiling = noop(peer())
         t_source = noop(rmq)
         t_pq_r = noop(spark.read.parquet(str(work / "messages.parquet")))
-        row("source, whole message schema", t_source, "a reader re-yielding a prebuilt batch (the API's ceiling)", t_ceiling, ">= 0.9x")
-        row("parquet reader, whole message schema", t_pq_r, "a reader re-yielding a prebuilt batch (the API's ceiling)", t_ceiling, "")
+        row(
+            "source, whole message schema",
+            t_source,
+            "a reader re-yielding a prebuilt batch (the API's ceiling)",
+            t_ceiling,
+            ">= 0.9x",
+        )
+        row(
+            "parquet reader, whole message schema",
+            t_pq_r,
+            "a reader re-yielding a prebuilt batch (the API's ceiling)",
+            t_ceiling,
+            "",
+        )
         cols = COLUMNS.split(",")
-        t_cols = noop(spark.read.format("rmqlog").option("path", root).option("topics", "bench").option("columns", COLUMNS).load())
+        t_cols = noop(
+            spark.read.format("rmqlog").option("path", root).option("topics", "bench").option("columns", COLUMNS).load()
+        )
         t_pq_cols = noop(spark.read.parquet(str(work / "messages.parquet")).select(*cols))
         t_ceiling_cols = noop(peer(COLUMNS))
         row(f"source, columns={COLUMNS}", t_cols, "Spark's parquet reader of those columns", t_pq_cols, ">= 0.6x")
@@ -289,32 +332,69 @@ def _run(job: Bench, args: argparse.Namespace, work: Path) -> None:
         t_batch = min(sink_times[1:])
         t_copy, t_ceiling_copy = copy_rate(spark, work, n)
         row("streaming copy between two topics, backlog", t_copy, "the batch sink", t_batch, ">= 0.5x")
-        row("ceiling copy: a reader re-yielding a batch into a counting writer", t_ceiling_copy, "the batch sink", t_batch, "")
-        job.figure("streaming copy against the API's ceiling for a copy", n / t_copy, "msgs/s",
-                   peer="a reader re-yielding a batch into a counting writer", peer_value=n / t_ceiling_copy)
+        row(
+            "ceiling copy: a reader re-yielding a batch into a counting writer",
+            t_ceiling_copy,
+            "the batch sink",
+            t_batch,
+            "",
+        )
+        job.figure(
+            "streaming copy against the API's ceiling for a copy",
+            n / t_copy,
+            "msgs/s",
+            peer="a reader re-yielding a batch into a counting writer",
+            peer_value=n / t_ceiling_copy,
+        )
         rate = n / t_copy / 2
         lat, floor = latencies(spark, work, rate, args.stream_seconds)
-        p50, p99, f50, f99 = (percentile(lat, 0.5), percentile(lat, 0.99), percentile(floor, 0.5), percentile(floor, 0.99))
-        print(f"streaming copy at {rate:,.0f} msgs/s (half its sustained rate) for {args.stream_seconds:.0f} s: latency "
-              f"p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(lat):,} messages (target: p50 <= 100 ms); the API's floor "
-              f"at that rate (a Python reader's rows into a Python writer, no store): p50 {f50:.0f} ms, p99 {f99:.0f} ms")
-        job.figure("streaming copy latency p50 at half its sustained rate", p50, "ms",
-                   peer="the API's floor at that rate: a Python reader into a Python writer", peer_value=f50)
-        job.figure("streaming copy latency p99 at half its sustained rate", p99, "ms",
-                   peer="the API's floor at that rate: a Python reader into a Python writer", peer_value=f99)
+        p50, p99, f50, f99 = (
+            percentile(lat, 0.5),
+            percentile(lat, 0.99),
+            percentile(floor, 0.5),
+            percentile(floor, 0.99),
+        )
+        print(
+            f"streaming copy at {rate:,.0f} msgs/s (half its sustained rate) for {args.stream_seconds:.0f} s: latency "
+            f"p50 {p50:.0f} ms, p99 {p99:.0f} ms over {len(lat):,} messages (target: p50 <= 100 ms); the API's floor "
+            f"at that rate (a Python reader's rows into a Python writer, no store): p50 {f50:.0f} ms, p99 {f99:.0f} ms"
+        )
+        job.figure(
+            "streaming copy latency p50 at half its sustained rate",
+            p50,
+            "ms",
+            peer="the API's floor at that rate: a Python reader into a Python writer",
+            peer_value=f50,
+        )
+        job.figure(
+            "streaming copy latency p99 at half its sustained rate",
+            p99,
+            "ms",
+            peer="the API's floor at that rate: a Python reader into a Python writer",
+            peer_value=f99,
+        )
         low = 2000.0  # a trickle: each micro-batch holds a few hundred rows
         lat, floor = latencies(spark, work, low, args.stream_seconds)
         p50, f50 = percentile(lat, 0.5), percentile(floor, 0.5)
-        print(f"streaming copy at {low:,.0f} msgs/s: latency p50 {p50:.0f} ms, p99 {percentile(lat, 0.99):.0f} ms; "
-              f"the API's floor at that rate: p50 {f50:.0f} ms, p99 {percentile(floor, 0.99):.0f} ms")
-        job.figure(f"streaming copy latency p50 at {low:,.0f} msgs/s", p50, "ms",
-                   peer="the API's floor at that rate: a Python reader into a Python writer", peer_value=f50)
+        print(
+            f"streaming copy at {low:,.0f} msgs/s: latency p50 {p50:.0f} ms, p99 {percentile(lat, 0.99):.0f} ms; "
+            f"the API's floor at that rate: p50 {f50:.0f} ms, p99 {percentile(floor, 0.99):.0f} ms"
+        )
+        job.figure(
+            f"streaming copy latency p50 at {low:,.0f} msgs/s",
+            p50,
+            "ms",
+            peer="the API's floor at that rate: a Python reader into a Python writer",
+            peer_value=f50,
+        )
     spark.stop()
     print("\n| | rmqlog | peer | vs peer (target) |")
     print("|---|---|---|---|")
     for what, t, peer_name, t_peer, target in rows:
-        print(f"| {what} | {n / t / 1e6:.2f} M msgs/s ({t:.2f} s) | {peer_name}: {n / t_peer / 1e6:.2f} M msgs/s | "
-              f"{t_peer / t:.2f}x {('(' + target + ')') if target else ''} |")
+        print(
+            f"| {what} | {n / t / 1e6:.2f} M msgs/s ({t:.2f} s) | {peer_name}: {n / t_peer / 1e6:.2f} M msgs/s | "
+            f"{t_peer / t:.2f}x {('(' + target + ')') if target else ''} |"
+        )
 
 
 if __name__ == "__main__":

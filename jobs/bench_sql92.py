@@ -58,15 +58,35 @@ def fill(ms: object, n: int, batch: int = 100_000) -> int:
         sel = (region == 0) & (amount >= 5000)
         matched += int(sel.sum())
         keys = pa.array(["region", "amount", "tier", "score", "vip"] * k)
-        values = pa.concat_arrays([pc.cast(pa.array(x), pa.string()) for x in (
-            np.asarray(REGIONS)[region], amount, np.asarray(TIERS)[rng.integers(0, 3, k)],
-            np.round(rng.random(k) * 100, 2), np.where(rng.random(k) < 0.1, "true", "false"))])
+        values = pa.concat_arrays(
+            [
+                pc.cast(pa.array(x), pa.string())
+                for x in (
+                    np.asarray(REGIONS)[region],
+                    amount,
+                    np.asarray(TIERS)[rng.integers(0, 3, k)],
+                    np.round(rng.random(k) * 100, 2),
+                    np.where(rng.random(k) < 0.1, "true", "false"),
+                )
+            ]
+        )
         # interleave: row i's five pairs together
         order = np.arange(5 * k).reshape(5, k).T.ravel()
-        props = pa.MapArray.from_arrays(pa.array(np.arange(0, 5 * k + 1, 5, dtype=np.int32)), keys,
-                                        values.take(pa.array(order)))
-        ms.put_batch(pa.table({"topic": ["B"] * k, "body": [b"x" * 100] * k, "queueId": [0] * k,  # type: ignore[attr-defined]
-                               "tags": np.where(sel, "sel", "other"), "properties": props}), dispatch=True)
+        props = pa.MapArray.from_arrays(
+            pa.array(np.arange(0, 5 * k + 1, 5, dtype=np.int32)), keys, values.take(pa.array(order))
+        )
+        ms.put_batch(
+            pa.table(
+                {
+                    "topic": ["B"] * k,
+                    "body": [b"x" * 100] * k,
+                    "queueId": [0] * k,  # type: ignore[attr-defined]
+                    "tags": np.where(sel, "sel", "other"),
+                    "properties": props,
+                }
+            ),
+            dispatch=True,
+        )
     return matched
 
 
@@ -88,8 +108,10 @@ def main() -> None:
         with rmqlog.MessageStore.open(root) as ms:
             t0 = time.perf_counter()
             matched = fill(ms, n)
-            print(f"setup: {n:,} messages, 5 properties each, {matched:,} match ({matched / n:.1%}); "
-                  f"{time.perf_counter() - t0:.1f} s (not timed)")
+            print(
+                f"setup: {n:,} messages, 5 properties each, {matched:,} match ({matched / n:.1%}); "
+                f"{time.perf_counter() - t0:.1f} s (not timed)"
+            )
             flt = rmqlog.compile_filter(EXPRESSION)
             # the stored properties strings, as the pull's record read has them
             props = pa.concat_arrays([c.properties for c, _ in _records(ms, n)])
@@ -115,10 +137,17 @@ def main() -> None:
                 sql_rate, sql_hits = by_windows(size, True)
                 tag_rate, tag_hits = by_windows(size, False)
                 assert sql_hits == tag_hits == matched, (sql_hits, tag_hits, matched)
-                print(f"SQL92 evaluation, {label}: {sql_rate:,.0f} msgs/s | peer, exact-tag check: {tag_rate:,.0f} msgs/s "
-                      f"(ratio {sql_rate / tag_rate:.2f})")
-                ap.figure(f"SQL92 evaluation over stored properties, windows of {size}", sql_rate, "msgs/s",
-                          peer="exact-tag check, same windows", peer_value=tag_rate)
+                print(
+                    f"SQL92 evaluation, {label}: {sql_rate:,.0f} msgs/s | peer, exact-tag check: {tag_rate:,.0f} msgs/s "
+                    f"(ratio {sql_rate / tag_rate:.2f})"
+                )
+                ap.figure(
+                    f"SQL92 evaluation over stored properties, windows of {size}",
+                    sql_rate,
+                    "msgs/s",
+                    peer="exact-tag check, same windows",
+                    peer_value=tag_rate,
+                )
 
             def scan(**kw: object) -> tuple[float, int]:
                 times: list[float] = []
@@ -136,10 +165,17 @@ def main() -> None:
             sql_rate, sql_got = scan(sql92=flt)
             tag_rate, tag_got = scan(tags="sel")
             assert sql_got == tag_got == matched, (sql_got, tag_got, matched)
-            print(f"pull path, read_window(raw, max_count=32) over the queue, SQL92: {sql_rate:,.0f} msgs scanned/s | "
-                  f"peer, tag filter: {tag_rate:,.0f} msgs scanned/s (ratio {sql_rate / tag_rate:.2f})")
-            ap.figure("pull path scan with SQL92, max_count 32", sql_rate, "msgs/s", peer="pull path scan with the tag filter",
-                      peer_value=tag_rate)
+            print(
+                f"pull path, read_window(raw, max_count=32) over the queue, SQL92: {sql_rate:,.0f} msgs scanned/s | "
+                f"peer, tag filter: {tag_rate:,.0f} msgs scanned/s (ratio {sql_rate / tag_rate:.2f})"
+            )
+            ap.figure(
+                "pull path scan with SQL92, max_count 32",
+                sql_rate,
+                "msgs/s",
+                peer="pull path scan with the tag filter",
+                peer_value=tag_rate,
+            )
 
 
 def _records(ms: object, n: int) -> list:
@@ -153,8 +189,17 @@ def _records(ms: object, n: int) -> list:
     lo, hi, floor = reader.read_bounds(cq)
     units = cq.read(0, n)
     logical = np.arange(0, len(units), dtype=np.int64)
-    cols = read_unit_columns(reader.parts.commitlog, cq, units, logical, topic="B", queue_id=0, floor=floor,
-                             tail=reader.parts.published_tail(), check_crc=False)
+    cols = read_unit_columns(
+        reader.parts.commitlog,
+        cq,
+        units,
+        logical,
+        topic="B",
+        queue_id=0,
+        floor=floor,
+        tail=reader.parts.published_tail(),
+        check_crc=False,
+    )
     return [(c, None) for c in cols]
 
 

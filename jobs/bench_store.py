@@ -73,10 +73,14 @@ def bench(job: Bench, body_size: int, messages: int, batch_rows: int, workdir: P
     root = workdir / f"store-{body_size}"
     shutil.rmtree(root, ignore_errors=True)
     rng = np.random.default_rng(7)
-    bodies = pa.array(
-        [rng.bytes(body_size) for _ in range(batch_rows)], pa.binary()
+    bodies = pa.array([rng.bytes(body_size) for _ in range(batch_rows)], pa.binary())
+    table = pa.table(
+        {
+            "topic": pa.array(["BenchTopic"] * batch_rows),
+            "body": bodies,
+            "tags": pa.array(["TagA", "TagB"] * (batch_rows // 2)),
+        }
     )
-    table = pa.table({"topic": pa.array(["BenchTopic"] * batch_rows), "body": bodies, "tags": pa.array(["TagA", "TagB"] * (batch_rows // 2))})
     batches = max(1, messages // batch_rows)
     n = batches * batch_rows
     payload = n * body_size
@@ -85,7 +89,10 @@ def bench(job: Bench, body_size: int, messages: int, batch_rows: int, workdir: P
     s.put_batch(table.slice(0, 16))  # creates the topic and the first segment
     s.dispatch()
     tail0 = s.published_tail()
-    record_bytes_estimate = (s.put_batch(table.slice(0, 2))["commitLogOffset"][1].as_py() - s.put_batch(table.slice(0, 1))["commitLogOffset"][0].as_py())
+    record_bytes_estimate = (
+        s.put_batch(table.slice(0, 2))["commitLogOffset"][1].as_py()
+        - s.put_batch(table.slice(0, 1))["commitLogOffset"][0].as_py()
+    )
     estimate = n * max(record_bytes_estimate, body_size)
     # Paired measurement: each put_batch is followed at once by a plain write() of the same
     # number of bytes (appended to one plain file), and each side's times are summed. This
@@ -135,8 +142,11 @@ def bench(job: Bench, body_size: int, messages: int, batch_rows: int, workdir: P
     # order rotating per range, so that the three see the same machine (the VM's speed drifts
     # within seconds).
     step = max(1024, (16 << 20) // max(1, written_total // max(n_total, 1)))
-    ranges = [(q, off, min(s.max_offset("BenchTopic", q), off + step))
-              for q in range(4) for off in range(s.min_offset("BenchTopic", q), s.max_offset("BenchTopic", q), step)]
+    ranges = [
+        (q, off, min(s.max_offset("BenchTopic", q), off + step))
+        for q in range(4)
+        for off in range(s.min_offset("BenchTopic", q), s.max_offset("BenchTopic", q), step)
+    ]
     variants = {
         "read_queue": lambda q, a, b: s.read_queue("BenchTopic", q, a, b).num_rows,
         "get_messages": lambda q, a, b: s.get_messages("bench", "BenchTopic", q, a, max_count=b - a).messages.num_rows,
@@ -147,7 +157,7 @@ def bench(job: Bench, body_size: int, messages: int, batch_rows: int, workdir: P
     read_cpu = dict.fromkeys(names, 0.0)  # this thread's CPU time: what other tenants' load moves least
     read_n = dict.fromkeys(names, 0)
     for i, (q, a, b) in enumerate(ranges):
-        for name in names[i % 3:] + names[: i % 3]:
+        for name in names[i % 3 :] + names[: i % 3]:
             t0, c0 = time.perf_counter(), time.thread_time()
             read_n[name] += variants[name](q, a, b)
             read_cpu[name] += time.thread_time() - c0
@@ -163,31 +173,54 @@ def bench(job: Bench, body_size: int, messages: int, batch_rows: int, workdir: P
     mb = 1e6
     per_msg = written_total / max(n_total, 1)
     out = {
-        "put_msgs": n / t_put, "put_MBps": written / t_put / mb, "put_payload_MBps": payload / t_put / mb,
-        "plain_write_MBps": written / t_plain / mb, "put_vs_plain": float(np.median(ratios)),
+        "put_msgs": n / t_put,
+        "put_MBps": written / t_put / mb,
+        "put_payload_MBps": payload / t_put / mb,
+        "plain_write_MBps": written / t_plain / mb,
+        "put_vs_plain": float(np.median(ratios)),
         "dispatch_msgs": dispatched / t_dispatch,
-        "read_msgs": read / t_read, "read_MBps": per_msg * read / t_read / mb,
-        "get_messages_msgs": read / read_t["get_messages"], "read_unchecked_msgs": read / read_t["read_queue_unchecked"],
+        "read_msgs": read / t_read,
+        "read_MBps": per_msg * read / t_read / mb,
+        "get_messages_msgs": read / read_t["get_messages"],
+        "read_unchecked_msgs": read / read_t["read_queue_unchecked"],
         "crc_checked_vs_unchecked": read_t["read_queue_unchecked"] / t_read,
         "get_messages_vs_read_queue": t_read / read_t["get_messages"],
         "crc_checked_vs_unchecked_cpu": read_cpu["read_queue_unchecked"] / read_cpu["read_queue"],
         "get_messages_vs_read_queue_cpu": read_cpu["read_queue"] / read_cpu["get_messages"],
         "plain_read_MBps": written_total / t_plain_read / mb,
     }
-    print(f"\n== body {body_size} B: {rounds} rounds of {n:,} messages, batches of {batch_rows:,}, {written / mb:,.0f} MB of records per round")
-    print(f"put_batch       {out['put_msgs']:>12,.0f} msgs/s  {out['put_MBps']:>8,.0f} MB/s records  ({out['put_payload_MBps']:,.0f} MB/s bodies)  median of rounds")
-    print(f"plain write()   {'':>12}         {out['plain_write_MBps']:>8,.0f} MB/s   median of rounds, each batch's bytes right after it")
-    print(f"  -> put_batch = {out['put_vs_plain']:.0%} of plain (median of the rounds' ratios: {', '.join(f'{r:.0%}' for r in ratios)})")
+    print(
+        f"\n== body {body_size} B: {rounds} rounds of {n:,} messages, batches of {batch_rows:,}, {written / mb:,.0f} MB of records per round"
+    )
+    print(
+        f"put_batch       {out['put_msgs']:>12,.0f} msgs/s  {out['put_MBps']:>8,.0f} MB/s records  ({out['put_payload_MBps']:,.0f} MB/s bodies)  median of rounds"
+    )
+    print(
+        f"plain write()   {'':>12}         {out['plain_write_MBps']:>8,.0f} MB/s   median of rounds, each batch's bytes right after it"
+    )
+    print(
+        f"  -> put_batch = {out['put_vs_plain']:.0%} of plain (median of the rounds' ratios: {', '.join(f'{r:.0%}' for r in ratios)})"
+    )
     q1, q2, q3 = np.percentile(batch_ratios, [25, 50, 75])
-    print(f"     per paired batch ({len(batch_ratios)}): median {q2:.0%}, quartiles {q1:.0%}-{q3:.0%} "
-          "(the rounds' sums include the VM's slow outliers; this is the typical batch)")
+    print(
+        f"     per paired batch ({len(batch_ratios)}): median {q2:.0%}, quartiles {q1:.0%}-{q3:.0%} "
+        "(the rounds' sums include the VM's slow outliers; this is the typical batch)"
+    )
     print(f"dispatch        {out['dispatch_msgs']:>12,.0f} msgs/s  ({dispatched:,} records)")
-    print(f"read to Arrow   {out['read_msgs']:>12,.0f} msgs/s  {out['read_MBps']:>8,.0f} MB/s  read_queue, body CRCs checked ({read:,} messages, ranges of {step:,})")
-    print(f"  get_messages  {out['get_messages_msgs']:>12,.0f} msgs/s  body CRCs checked, max_count = {step:,} (the same ranges)")
-    print(f"  read_queue    {out['read_unchecked_msgs']:>12,.0f} msgs/s  body CRCs not checked (check_crc=False): the peer")
-    print(f"  -> CRC checks: read_queue checked = {out['crc_checked_vs_unchecked']:.0%} of unchecked; "
-          f"get_messages = {out['get_messages_vs_read_queue']:.0%} of read_queue "
-          f"(by the reading thread's CPU time: {out['crc_checked_vs_unchecked_cpu']:.0%}; {out['get_messages_vs_read_queue_cpu']:.0%})")
+    print(
+        f"read to Arrow   {out['read_msgs']:>12,.0f} msgs/s  {out['read_MBps']:>8,.0f} MB/s  read_queue, body CRCs checked ({read:,} messages, ranges of {step:,})"
+    )
+    print(
+        f"  get_messages  {out['get_messages_msgs']:>12,.0f} msgs/s  body CRCs checked, max_count = {step:,} (the same ranges)"
+    )
+    print(
+        f"  read_queue    {out['read_unchecked_msgs']:>12,.0f} msgs/s  body CRCs not checked (check_crc=False): the peer"
+    )
+    print(
+        f"  -> CRC checks: read_queue checked = {out['crc_checked_vs_unchecked']:.0%} of unchecked; "
+        f"get_messages = {out['get_messages_vs_read_queue']:.0%} of read_queue "
+        f"(by the reading thread's CPU time: {out['crc_checked_vs_unchecked_cpu']:.0%}; {out['get_messages_vs_read_queue_cpu']:.0%})"
+    )
     print(f"plain read()    {'':>12}         {out['plain_read_MBps']:>8,.0f} MB/s")
     _figures(job, body_size, out)
     return out
@@ -196,24 +229,53 @@ def bench(job: Bench, body_size: int, messages: int, batch_rows: int, workdir: P
 def _figures(b: Bench, body_size: int, out: dict[str, float]) -> None:
     """The figures printed above, each with its peer of the same run (``--json``)."""
     size = f"{body_size}-byte bodies"
-    b.figure(f"put_batch, {size}", out["put_msgs"], "msgs/s", peer="plain write() of the same bytes, paired",
-             peer_value=out["plain_write_MBps"] * 1e6, peer_unit="B/s", ratio=out["put_vs_plain"])
+    b.figure(
+        f"put_batch, {size}",
+        out["put_msgs"],
+        "msgs/s",
+        peer="plain write() of the same bytes, paired",
+        peer_value=out["plain_write_MBps"] * 1e6,
+        peer_unit="B/s",
+        ratio=out["put_vs_plain"],
+    )
     b.figure(f"dispatch, {size}", out["dispatch_msgs"], "msgs/s")
-    b.figure(f"read_queue into Arrow, body CRCs checked, {size}", out["read_msgs"], "msgs/s",
-             peer="read_queue, body CRCs not checked", peer_value=out["read_unchecked_msgs"])
-    b.figure(f"get_messages, body CRCs checked, {size}", out["get_messages_msgs"], "msgs/s",
-             peer="read_queue, body CRCs checked", peer_value=out["read_msgs"])
-    b.figure(f"read_queue into Arrow, bytes, {size}", out["read_MBps"] * 1e6, "B/s",
-             peer="plain read() of the same bytes", peer_value=out["plain_read_MBps"] * 1e6)
+    b.figure(
+        f"read_queue into Arrow, body CRCs checked, {size}",
+        out["read_msgs"],
+        "msgs/s",
+        peer="read_queue, body CRCs not checked",
+        peer_value=out["read_unchecked_msgs"],
+    )
+    b.figure(
+        f"get_messages, body CRCs checked, {size}",
+        out["get_messages_msgs"],
+        "msgs/s",
+        peer="read_queue, body CRCs checked",
+        peer_value=out["read_msgs"],
+    )
+    b.figure(
+        f"read_queue into Arrow, bytes, {size}",
+        out["read_MBps"] * 1e6,
+        "B/s",
+        peer="plain read() of the same bytes",
+        peer_value=out["plain_read_MBps"] * 1e6,
+    )
 
 
 def main() -> None:
-    b = Bench("bench_store", __doc__, rounds=5, rounds_help="alternating put_batch / plain write rounds (medians printed)")
+    b = Bench(
+        "bench_store", __doc__, rounds=5, rounds_help="alternating put_batch / plain write rounds (medians printed)"
+    )
     b.add_argument("--messages", type=int, default=2_000_000, help="messages with 100-byte bodies")
     b.add_argument("--messages-4k", type=int, default=200_000, help="messages with 4 KiB bodies")
     b.add_argument("--batch", type=int, default=65536)
-    b.add_argument("--body", type=int, choices=(100, 4096), default=None,
-                   help="run only this body size, in this process (default: each size in a process of its own)")
+    b.add_argument(
+        "--body",
+        type=int,
+        choices=(100, 4096),
+        default=None,
+        help="run only this body size, in this process (default: each size in a process of its own)",
+    )
     with b.run() as workdir:
         args = b.args
         if args.body == 100:
@@ -227,9 +289,21 @@ def main() -> None:
             # one part's leftovers would be charged to the other. The child prints to the
             # same stdout (its JSON lines too, under --json).
             for body in (100, 4096):
-                cmd = [sys.executable, __file__, "--body", str(body), "--root", str(workdir / f"body-{body}"),
-                       "--messages", str(args.messages), "--messages-4k", str(args.messages_4k),
-                       "--batch", str(args.batch), *b.child_flags()]
+                cmd = [
+                    sys.executable,
+                    __file__,
+                    "--body",
+                    str(body),
+                    "--root",
+                    str(workdir / f"body-{body}"),
+                    "--messages",
+                    str(args.messages),
+                    "--messages-4k",
+                    str(args.messages_4k),
+                    "--batch",
+                    str(args.batch),
+                    *b.child_flags(),
+                ]
                 sys.stdout.flush()
                 subprocess.run(cmd, check=True)
 

@@ -52,8 +52,10 @@ def fill(ms, deliver) -> float:  # type: ignore[no-untyped-def]  # noqa: ANN001
     """Put one message per delivery time (``deliver``: int64 ms; ``None`` items: not timed);
     returns the seconds the puts took."""
     n = len(deliver)
-    tables = [table(min(BATCH, n - lo), lo, None if deliver[0] is None else deliver[lo : lo + BATCH])
-              for lo in range(0, n, BATCH)]
+    tables = [
+        table(min(BATCH, n - lo), lo, None if deliver[0] is None else deliver[lo : lo + BATCH])
+        for lo in range(0, n, BATCH)
+    ]
     t0 = time.perf_counter()
     for t in tables:
         ms.put_batch(t)
@@ -104,11 +106,14 @@ def _run(job: Bench, work: Path) -> None:
             shutil.rmtree(root, ignore_errors=True)
             shutil.rmtree(proot, ignore_errors=True)
     d, e, p = statistics.median(deliver_s), statistics.median(enqueue_s), statistics.median(peer_s)
-    print(f"timer: {n:,} due together, one pass: {n / d / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in deliver_s)}]")
+    print(
+        f"timer: {n:,} due together, one pass: {n / d / 1e6:.2f} M msgs/s  [{', '.join(f'{n / t / 1e6:.2f}' for t in deliver_s)}]"
+    )
     print(f"  peer, put_batch of the same messages: {n / p / 1e6:.2f} M msgs/s  (delivery = {p / d:.0%} of it)")
     print(f"  the pass that indexed them first (enqueue into the wheel): {n / e / 1e6:.2f} M msgs/s")
-    job.figure(f"timer: {n:,} due together, one pass", n / d, "msgs/s", peer="put_batch of the same messages",
-               peer_value=n / p)
+    job.figure(
+        f"timer: {n:,} due together, one pass", n / d, "msgs/s", peer="put_batch of the same messages", peer_value=n / p
+    )
     job.figure("timer: the pass that indexes them (enqueue into the wheel)", n / e, "msgs/s")
     steady(job, rmqlog, np, n, cfg, work)
     lateness(job, rmqlog, np, cfg, work)
@@ -136,12 +141,19 @@ def steady(job: Bench, rmqlog, np, n: int, cfg, where: Path) -> None:  # type: i
                 delivered += at(ms, start + k * 1000)
                 busy.append(time.perf_counter() - t0)
         b, i = np.array(busy) * 1e3, np.array(idle) * 1e3
-        print(f"timer: {n:,} pending, ~1,000 due per second, a pass per second: p50 {np.percentile(b, 50):.2f} ms  "
-              f"p99 {np.percentile(b, 99):.2f} ms  ({delivered / len(busy):,.0f} delivered per pass)")
+        print(
+            f"timer: {n:,} pending, ~1,000 due per second, a pass per second: p50 {np.percentile(b, 50):.2f} ms  "
+            f"p99 {np.percentile(b, 99):.2f} ms  ({delivered / len(busy):,.0f} delivered per pass)"
+        )
         print(f"  peer, a pass with nothing due: p50 {np.percentile(i, 50):.2f} ms  p99 {np.percentile(i, 99):.2f} ms")
         for q in (50, 99):
-            job.figure(f"timer: a pass, {n:,} pending, ~1,000 due, p{q}", float(np.percentile(b, q)), "ms",
-                       peer=f"a pass with nothing due, p{q}", peer_value=float(np.percentile(i, q)))
+            job.figure(
+                f"timer: a pass, {n:,} pending, ~1,000 due, p{q}",
+                float(np.percentile(b, q)),
+                "ms",
+                peer=f"a pass with nothing due, p{q}",
+                peer_value=float(np.percentile(i, q)),
+            )
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -166,8 +178,10 @@ def lateness(job: Bench, rmqlog, np, cfg, where: Path) -> None:  # type: ignore[
                         for key in ms.read_queue("Orders", q, 0, 1 << 40)["keys"].to_pylist():
                             seen.setdefault(key[0].encode(), clock)
             late = np.array([seen[f"o{i}".encode()] - want[i] for i in range(len(want))])
-        print(f"timer lateness, a pass every second: p50 {np.percentile(late, 50):.0f} ms  p99 {np.percentile(late, 99):.0f} ms  "
-              f"max {late.max():.0f} ms  (min {late.min():.0f} ms: never early; {len(want):,} messages)")
+        print(
+            f"timer lateness, a pass every second: p50 {np.percentile(late, 50):.0f} ms  p99 {np.percentile(late, 99):.0f} ms  "
+            f"max {late.max():.0f} ms  (min {late.min():.0f} ms: never early; {len(want):,} messages)"
+        )
         for q in (50, 99):
             job.figure(f"timer lateness, a pass every second, p{q}", float(np.percentile(late, q)), "ms")
     finally:

@@ -56,12 +56,33 @@ def send_frames(n: int, body: int, half: bool, tag: str) -> list[bytes]:
         if half:
             props = f"TRAN_MSG\x01true\x02PGROUP\x01{GROUP}\x02" + props
         ext = SendMessageHeader(
-            producer_group=GROUP, topic=TOPIC, default_topic="TBW102", default_topic_queue_nums=4, queue_id=i % QUEUES,
-            sys_flag=4 if half else 0, born_timestamp=int(time.time() * 1000), flag=0, properties=props,
-            reconsume_times=0, unit_mode=False, batch=False, max_reconsume_times=None, broker_name=None,
+            producer_group=GROUP,
+            topic=TOPIC,
+            default_topic="TBW102",
+            default_topic_queue_nums=4,
+            queue_id=i % QUEUES,
+            sys_flag=4 if half else 0,
+            born_timestamp=int(time.time() * 1000),
+            flag=0,
+            properties=props,
+            reconsume_times=0,
+            unit_mode=False,
+            batch=False,
+            max_reconsume_times=None,
+            broker_name=None,
         ).to_ext(v2=True)
-        out.append(encode_bytes(RemotingCommand(RequestCode.SEND_MESSAGE_V2, i + 1, 0, None, ext,
-                                                i.to_bytes(8, "big") + os.urandom(max(0, body - 8)))))
+        out.append(
+            encode_bytes(
+                RemotingCommand(
+                    RequestCode.SEND_MESSAGE_V2,
+                    i + 1,
+                    0,
+                    None,
+                    ext,
+                    i.to_bytes(8, "big") + os.urandom(max(0, body - 8)),
+                )
+            )
+        )
     return out
 
 
@@ -69,9 +90,14 @@ def end_frames(answers: dict[int, dict[str, Any]], outcome: int) -> list[bytes]:
     out = []
     for opaque in sorted(answers):
         ext = answers[opaque]
-        ext_fields = {"producerGroup": GROUP, "tranStateTableOffset": ext["queueOffset"],
-                      "commitLogOffset": str(int(ext["msgId"][16:], 16)), "commitOrRollback": str(outcome),
-                      "fromTransactionCheck": "false", "msgId": ext["msgId"]}
+        ext_fields = {
+            "producerGroup": GROUP,
+            "tranStateTableOffset": ext["queueOffset"],
+            "commitLogOffset": str(int(ext["msgId"][16:], 16)),
+            "commitOrRollback": str(outcome),
+            "fromTransactionCheck": "false",
+            "msgId": ext["msgId"],
+        }
         out.append(encode_bytes(RemotingCommand(RequestCode.END_TRANSACTION, opaque, 0, None, ext_fields, b"")))
     return out
 
@@ -92,7 +118,7 @@ class Pipe(asyncio.Protocol):
         self.transport = transport
 
     def write(self, n: int) -> None:
-        chunk = self.frames[self.sent:self.sent + n]
+        chunk = self.frames[self.sent : self.sent + n]
         self.sent += len(chunk)
         if chunk and self.transport is not None:
             self.transport.writelines(chunk)
@@ -172,7 +198,9 @@ def main() -> None:
             for r in range(a.rounds):
                 n, c, w = a.messages, a.connections, a.window
                 plain_s, _ = asyncio.run(drive(broker.port, split(send_frames(n, a.body, False, f"P{r:03d}"), c), w))
-                half_s, answers = asyncio.run(drive(broker.port, split(send_frames(n, a.body, True, f"H{r:03d}"), c), w))
+                half_s, answers = asyncio.run(
+                    drive(broker.port, split(send_frames(n, a.body, True, f"H{r:03d}"), c), w)
+                )
                 merged = {k: v for part in answers for k, v in part.items()}
                 commit_s, _ = asyncio.run(drive(broker.port, split(end_frames(merged, 8), c), w))
                 _, answers2 = asyncio.run(drive(broker.port, split(send_frames(n, a.body, True, f"R{r:03d}"), c), w))
@@ -184,18 +212,28 @@ def main() -> None:
                     raise RuntimeError(f"round {r}: {stored} messages in {TOPIC}, expected {expected}")
                 for name, s in (("plain", plain_s), ("half", half_s), ("commit", commit_s), ("rollback", rollback_s)):
                     figures[name].append(n / s)
-                print(f"round {r + 1}: plain {n / plain_s:,.0f}/s, half {n / half_s:,.0f}/s, "
-                      f"commit {n / commit_s:,.0f}/s, rollback {n / rollback_s:,.0f}/s", flush=True)
+                print(
+                    f"round {r + 1}: plain {n / plain_s:,.0f}/s, half {n / half_s:,.0f}/s, "
+                    f"commit {n / commit_s:,.0f}/s, rollback {n / rollback_s:,.0f}/s",
+                    flush=True,
+                )
         finally:
             broker.stop()
         med = {k: statistics.median(v) for k, v in figures.items()}
         peer = f"SEND_MESSAGE_V2 of the same {a.messages:,} messages ({a.body} B), same connections and window"
         print(f"\nplain sends:          {med['plain']:>10,.0f} msgs/s")
-        for name, what in (("half", "half messages sent"), ("commit", "END_TRANSACTION commits"),
-                           ("rollback", "END_TRANSACTION rollbacks")):
-            print(f"{what:<26}{med[name]:>10,.0f} /s   {med[name] / med['plain']:.2f}x plain sends "
-                  f"({med['plain']:,.0f} msgs/s)")
-            bench.figure(f"{what}, {a.messages:,} x {a.body} B", med[name], "msgs/s", peer=peer, peer_value=med["plain"])
+        for name, what in (
+            ("half", "half messages sent"),
+            ("commit", "END_TRANSACTION commits"),
+            ("rollback", "END_TRANSACTION rollbacks"),
+        ):
+            print(
+                f"{what:<26}{med[name]:>10,.0f} /s   {med[name] / med['plain']:.2f}x plain sends "
+                f"({med['plain']:,.0f} msgs/s)"
+            )
+            bench.figure(
+                f"{what}, {a.messages:,} x {a.body} B", med[name], "msgs/s", peer=peer, peer_value=med["plain"]
+            )
 
 
 if __name__ == "__main__":

@@ -59,8 +59,12 @@ class Netns:
     """A loopback-only network namespace held by a ``sleep`` child until :meth:`close`."""
 
     def __init__(self) -> None:
-        self.holder = subprocess.Popen(["unshare", "-n", "sh", "-c", "ip link set lo up && echo up && exec sleep 86400"],
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.holder = subprocess.Popen(
+            ["unshare", "-n", "sh", "-c", "ip link set lo up && echo up && exec sleep 86400"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         assert self.holder.stdout is not None
         if self.holder.stdout.readline().strip() != "up":
             err = self.holder.stderr.read() if self.holder.stderr else ""
@@ -82,8 +86,9 @@ def _namesrv(argv_prefix: list[str], listen: str, log: Path) -> tuple[subprocess
     ``listening on``."""
     cmd = [str(RMQLOG)] if RMQLOG.is_file() else [sys.executable, "-m", "rmqnet"]
     out = open(log, "ab")  # noqa: SIM115 (closed by the caller)
-    proc = subprocess.Popen([*argv_prefix, *cmd, "namesrv", "--listen", listen], stdout=subprocess.PIPE,
-                            stderr=out, text=True)
+    proc = subprocess.Popen(
+        [*argv_prefix, *cmd, "namesrv", "--listen", listen], stdout=subprocess.PIPE, stderr=out, text=True
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline()
     if not line.startswith("listening on "):
@@ -118,7 +123,9 @@ def cpp(run: Run) -> None:
         return
     tools = [t for t in ("unshare", "nsenter", "ip") if shutil.which(t) is None]
     if tools:
-        print(f"\n(peer absent: the C++ client runs in a loopback-only namespace and {', '.join(tools)} is not on PATH)")
+        print(
+            f"\n(peer absent: the C++ client runs in a loopback-only namespace and {', '.join(tools)} is not on PATH)"
+        )
         return
     n, work = run.a.cpp_messages, run.work
     root, home = work / "cpp", work / "cpp-home"
@@ -143,10 +150,17 @@ def cpp(run: Run) -> None:
         theirs: list[list[float]] = []
         ours: list[list[float]] = []
         for _ in range(run.a.rounds):
-            ours.append(_json_child([*ns.wrap(), sys.executable, str(LOAD), "rtt", str(broker.port), "BenchCpp", str(n),
-                                     "1024"], None, "our client shape's sends", 600)["rtts_ms"])
-            theirs.append(_json_child([*ns.wrap(), python, str(CPP_SEND), opts], env, "the C++ client's sends",
-                                      600)["rtts_ms"])
+            ours.append(
+                _json_child(
+                    [*ns.wrap(), sys.executable, str(LOAD), "rtt", str(broker.port), "BenchCpp", str(n), "1024"],
+                    None,
+                    "our client shape's sends",
+                    600,
+                )["rtts_ms"]
+            )
+            theirs.append(
+                _json_child([*ns.wrap(), python, str(CPP_SEND), opts], env, "the C++ client's sends", 600)["rtts_ms"]
+            )
     finally:
         for p in (broker,):
             if p is not None:
@@ -156,21 +170,34 @@ def cpp(run: Run) -> None:
         if log is not None:
             log.close()
         ns.close()
-    print(f"\n== the real C++ client: send_sync of 1 KiB, one at a time, {n:,} a round (after 50 unmeasured), "
-          f"beside our client shape's sends to the same broker (both in the namespace), medians of {run.a.rounds} rounds")
+    print(
+        f"\n== the real C++ client: send_sync of 1 KiB, one at a time, {n:,} a round (after 50 unmeasured), "
+        f"beside our client shape's sends to the same broker (both in the namespace), medians of {run.a.rounds} rounds"
+    )
     for q in (50, 99):
-        report(run.b, f"sync send 1 KiB in the C++ client's namespace, our client shape, round trip p{q}",
-               med([pct(xs, q) for xs in ours]), "ms",
-               [(f"Apache's C++ client 1.0.1 (PyPI rocketmq 0.4.4) send_sync, same broker, p{q}",
-                 med([pct(xs, q) for xs in theirs]))])
+        report(
+            run.b,
+            f"sync send 1 KiB in the C++ client's namespace, our client shape, round trip p{q}",
+            med([pct(xs, q) for xs in ours]),
+            "ms",
+            [
+                (
+                    f"Apache's C++ client 1.0.1 (PyPI rocketmq 0.4.4) send_sync, same broker, p{q}",
+                    med([pct(xs, q) for xs in theirs]),
+                )
+            ],
+        )
 
 
 def _register(opaque: int, broker: int, topics: list[str]) -> bytes:
     body = RegisterBrokerBody({t: TopicConfigData(t, 4, 4) for t in topics}).encode()
     addr = f"127.0.0.1:{20000 + broker}"
-    ext = RegisterBrokerHeader(f"bench-{broker}", addr, "BenchCluster", f"127.0.0.1:{30000 + broker}", 0, False,
-                               body_crc32(body)).to_ext()
-    return encode_bytes(RemotingCommand(RequestCode.REGISTER_BROKER, opaque, ext_fields=ext, body=body, language="JAVA"))
+    ext = RegisterBrokerHeader(
+        f"bench-{broker}", addr, "BenchCluster", f"127.0.0.1:{30000 + broker}", 0, False, body_crc32(body)
+    ).to_ext()
+    return encode_bytes(
+        RemotingCommand(RequestCode.REGISTER_BROKER, opaque, ext_fields=ext, body=body, language="JAVA")
+    )
 
 
 def namesrv(run: Run) -> None:
@@ -185,8 +212,12 @@ def namesrv(run: Run) -> None:
             for b in range(a.namesrv_brokers):
                 check_ok(w.call(_register(b + 1, b, topics)), "REGISTER_BROKER")
             for i in range(a.namesrv_routes):
-                route = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, i + 1, ext_fields={"topic": topics[i % len(topics)]},
-                                        language="JAVA")
+                route = RemotingCommand(
+                    RequestCode.GET_ROUTEINFO_BY_TOPIC,
+                    i + 1,
+                    ext_fields={"topic": topics[i % len(topics)]},
+                    language="JAVA",
+                )
                 check_ok(w.call(encode_bytes(route)), "GET_ROUTEINFO_BY_TOPIC")
             took = time.monotonic() - t0
         finally:
@@ -200,11 +231,23 @@ def namesrv(run: Run) -> None:
         srv = run.servers.get(key)
         if isinstance(srv, PeerServer):
             peers[key] = srv
-    print(f"\n== the name server's resident memory (VmRSS): rmqlog namesrv after its start, then after "
-          f"{a.namesrv_brokers} brokers registered {a.namesrv_topics:,} topics each and {a.namesrv_routes:,} route "
-          f"queries were answered ({took:.2f} s); the peers' after their start and now")
-    report(run.b, "rmqlog namesrv VmRSS after start", start, "MiB",
-           [(f"{LABELS[k]} VmRSS after start", s.rss_at_start) for k, s in peers.items()])
-    report(run.b, f"rmqlog namesrv VmRSS after {a.namesrv_brokers} registrations of {a.namesrv_topics:,} topics "
-           f"and {a.namesrv_routes:,} route queries", after, "MiB",
-           [(f"{LABELS[k]} VmRSS now (after this run's load)", vm_rss_mib(s.pid)) for k, s in peers.items()])
+    print(
+        f"\n== the name server's resident memory (VmRSS): rmqlog namesrv after its start, then after "
+        f"{a.namesrv_brokers} brokers registered {a.namesrv_topics:,} topics each and {a.namesrv_routes:,} route "
+        f"queries were answered ({took:.2f} s); the peers' after their start and now"
+    )
+    report(
+        run.b,
+        "rmqlog namesrv VmRSS after start",
+        start,
+        "MiB",
+        [(f"{LABELS[k]} VmRSS after start", s.rss_at_start) for k, s in peers.items()],
+    )
+    report(
+        run.b,
+        f"rmqlog namesrv VmRSS after {a.namesrv_brokers} registrations of {a.namesrv_topics:,} topics "
+        f"and {a.namesrv_routes:,} route queries",
+        after,
+        "MiB",
+        [(f"{LABELS[k]} VmRSS now (after this run's load)", vm_rss_mib(s.pid)) for k, s in peers.items()],
+    )

@@ -47,7 +47,9 @@ SYNC_PEERS = ("redis-always", "redis-everysec", "nats", "bare")
 WARM = 50
 
 
-def _client(key: str, srv: Server | PeerServer, topic: str, body: bytes, n: int) -> tuple[Any, list[bytes], Callable[[Any], None]]:
+def _client(
+    key: str, srv: Server | PeerServer, topic: str, body: bytes, n: int
+) -> tuple[Any, list[bytes], Callable[[Any], None]]:
     """A blocking connection to ``srv``, ``n`` requests storing ``body`` (a pool of frames, cycled),
     and the check of an answer."""
     if key in ("async", "sync", "bare"):
@@ -89,19 +91,24 @@ def sync(run: Run) -> None:
             if srv is None:
                 continue
             if key == "async":
-                rtts, cpu = run.profiled("sync", n + WARM, functools.partial(_one_at_a_time, "async", srv, "BenchSync", body, n))
+                rtts, cpu = run.profiled(
+                    "sync", n + WARM, functools.partial(_one_at_a_time, "async", srv, "BenchSync", body, n)
+                )
             else:
                 rtts, cpu = _one_at_a_time(key, srv, "BenchSync", body, n)
             per.setdefault(key, []).append((pct(rtts, 50), pct(rtts, 99), cpu / n * 1e6))
     fig = {k: tuple(med([r[i] for r in rs]) for i in range(3)) for k, rs in per.items()}
-    print(f"\n== one producer, one 1 KiB message at a time ({n:,} a round after {WARM} unmeasured, medians of "
-          f"{run.a.rounds} rounds); ours SEND_MESSAGE_V2, Redis XADD, NATS PUB with a reply inbox (JetStream's ack)")
+    print(
+        f"\n== one producer, one 1 KiB message at a time ({n:,} a round after {WARM} unmeasured, medians of "
+        f"{run.a.rounds} rounds); ours SEND_MESSAGE_V2, Redis XADD, NATS PUB with a reply inbox (JetStream's ack)"
+    )
     print(f"{'':52} {'p50 ms':>9} {'p99 ms':>9} {'server CPU us/msg':>18}")
     for k, (p50, p99, cpu) in fig.items():
         print(f"{LABELS[k]:52} {p50:9.3f} {p99:9.3f} {cpu:18.1f}")
     for ours, peers, label in (("async", ASYNC_PEERS, ""), ("sync", SYNC_PEERS, " under SYNC_FLUSH")):
-        for i, (what, unit) in enumerate((("round trip p50", "ms"), ("round trip p99", "ms"),
-                                          ("server CPU per message", "us"))):
+        for i, (what, unit) in enumerate(
+            (("round trip p50", "ms"), ("round trip p99", "ms"), ("server CPU per message", "us"))
+        ):
             peer_figs: list[tuple[str, float | None]] = [(_peer_name(p, what), fig[p][i]) for p in peers if p in fig]
             report(run.b, f"sync send 1 KiB{label}, {what}", fig[ours][i], unit, peer_figs)
 
@@ -125,8 +132,9 @@ def inflight(run: Run) -> None:
             srv = run.servers.get(key)
             if srv is None:
                 continue
-            loads = [Load(srv.port, KINDS[key], 1, 16, per_conn, "BenchFlight", queues=4, body_size=1024)
-                     for _ in range(4)]
+            loads = [
+                Load(srv.port, KINDS[key], 1, 16, per_conn, "BenchFlight", queues=4, body_size=1024) for _ in range(4)
+            ]
             if key == "async":
                 out = run.profiled("inflight", 4 * per_conn, functools.partial(run_loads, loads, run.pool))
             else:
@@ -135,16 +143,29 @@ def inflight(run: Run) -> None:
                 raise RuntimeError(f"64 in flight to {LABELS[key]}: {out.errors} errors ({out.codes})")
             rates.setdefault(key, []).append(rate(out))
     fig = {k: med(v) for k, v in rates.items()}
-    print(f"\n== 1 KiB sends, 64 in flight over 4 connections (a worker process each, 16 in flight on each), "
-          f"{4 * per_conn:,} a round, medians of {run.a.rounds} rounds; every answer a success")
-    for ours, peers, label in (("async", ("redis-everysec", "redis-always", "nats"), "ASYNC_FLUSH"),
-                               ("sync", ("redis-always", "redis-everysec", "nats"), "SYNC_FLUSH")):
-        report(run.b, f"1 KiB sends, 64 in flight over 4 connections, {label}", fig[ours], "msgs/s",
-               [(f"{LABELS[p]}, {'acked publishes' if p == 'nats' else 'XADD'}, same load", fig[p])
-                for p in peers if p in fig])
+    print(
+        f"\n== 1 KiB sends, 64 in flight over 4 connections (a worker process each, 16 in flight on each), "
+        f"{4 * per_conn:,} a round, medians of {run.a.rounds} rounds; every answer a success"
+    )
+    for ours, peers, label in (
+        ("async", ("redis-everysec", "redis-always", "nats"), "ASYNC_FLUSH"),
+        ("sync", ("redis-always", "redis-everysec", "nats"), "SYNC_FLUSH"),
+    ):
+        report(
+            run.b,
+            f"1 KiB sends, 64 in flight over 4 connections, {label}",
+            fig[ours],
+            "msgs/s",
+            [
+                (f"{LABELS[p]}, {'acked publishes' if p == 'nats' else 'XADD'}, same load", fig[p])
+                for p in peers
+                if p in fig
+            ],
+        )
 
 
 # ---- long polling: a send to a held consumer's hand --------------------------------------
+
 
 def _wake(cons: Any, prod: Any, frame: bytes) -> tuple[float, float, Any, Any]:
     """Write ``frame`` on ``prod``; read both connections as their bytes arrive: ms from the
@@ -250,15 +271,25 @@ def poll(run: Run) -> None:
             redis.append(_wake_redis(rsrv.port, n))
         if (nsrv := run.servers.get("nats")) is not None:
             nats.append(_wake_nats(nsrv.port, n))
-    print(f"\n== long polling: a consumer waiting on an empty queue, then one 100-byte send to it from another "
-          f"connection, {n:,} times a round (after 10 unmeasured), medians of {run.a.rounds} rounds")
+    print(
+        f"\n== long polling: a consumer waiting on an empty queue, then one 100-byte send to it from another "
+        f"connection, {n:,} times a round (after 10 unmeasured), medians of {run.a.rounds} rounds"
+    )
     for q in (50, 99):
+
         def fig(rounds: list[list[float]]) -> float | None:
             return med([pct(xs, q) for xs in rounds]) if rounds else None  # noqa: B023 (q of this pass)
+
         ours_q = fig(ours)
         assert ours_q is not None
-        report(run.b, f"long polling, send to a held consumer's hand p{q}", ours_q, "ms", [
-            (f"the same sends' round trip p{q}", fig(rtt)),
-            (f"Redis Streams XREAD BLOCK (appendfsync everysec), send to its hand p{q}", fig(redis)),
-            (f"NATS JetStream push consumer, publish to its hand p{q}", fig(nats))])
-
+        report(
+            run.b,
+            f"long polling, send to a held consumer's hand p{q}",
+            ours_q,
+            "ms",
+            [
+                (f"the same sends' round trip p{q}", fig(rtt)),
+                (f"Redis Streams XREAD BLOCK (appendfsync everysec), send to its hand p{q}", fig(redis)),
+                (f"NATS JetStream push consumer, publish to its hand p{q}", fig(nats)),
+            ],
+        )

@@ -86,33 +86,70 @@ def raise_fd_limit(want: int) -> int:
 
 # ---- request frames ------------------------------------------------------------------------
 
-def send_cmd(topic: str, queue_id: int, body: bytes, opaque: int, *, code: int = RequestCode.SEND_MESSAGE_V2,
-             batch: bool = False, uniq: str | None = None) -> RemotingCommand:
+
+def send_cmd(
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    opaque: int,
+    *,
+    code: int = RequestCode.SEND_MESSAGE_V2,
+    batch: bool = False,
+    uniq: str | None = None,
+) -> RemotingCommand:
     """One SEND_MESSAGE_V2 (310) request as our producer sends it (or 320 with ``code``):
     one-letter header, ``WAIT=true`` and a 32-hex UNIQ_KEY in the properties."""
     props = "WAIT\x01true\x02" + (f"UNIQ_KEY\x01{uniq}\x02" if uniq else "")
     ext = SendMessageHeader(
-        producer_group=GROUP, topic=topic, default_topic="TBW102", default_topic_queue_nums=4, queue_id=queue_id,
-        sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0, properties=props, reconsume_times=0,
-        unit_mode=False, batch=batch, max_reconsume_times=None, broker_name=None,
+        producer_group=GROUP,
+        topic=topic,
+        default_topic="TBW102",
+        default_topic_queue_nums=4,
+        queue_id=queue_id,
+        sys_flag=0,
+        born_timestamp=int(time.time() * 1000),
+        flag=0,
+        properties=props,
+        reconsume_times=0,
+        unit_mode=False,
+        batch=batch,
+        max_reconsume_times=None,
+        broker_name=None,
     ).to_ext(v2=True)
     return RemotingCommand(code, opaque, 0, None, ext, body)
 
 
-def send_frame(topic: str, queue_id: int, body: bytes, opaque: int, *, code: int = RequestCode.SEND_MESSAGE_V2,
-               batch: bool = False, uniq: str | None = None) -> bytes:
+def send_frame(
+    topic: str,
+    queue_id: int,
+    body: bytes,
+    opaque: int,
+    *,
+    code: int = RequestCode.SEND_MESSAGE_V2,
+    batch: bool = False,
+    uniq: str | None = None,
+) -> bytes:
     """:func:`send_cmd`'s frame."""
     return encode_bytes(send_cmd(topic, queue_id, body, opaque, code=code, batch=batch, uniq=uniq))
 
 
-def pull_cmd(topic: str, queue_id: int, offset: int, max_msg_nums: int, opaque: int, *,
-             suspend_ms: int = 0) -> RemotingCommand:
+def pull_cmd(
+    topic: str, queue_id: int, offset: int, max_msg_nums: int, opaque: int, *, suspend_ms: int = 0
+) -> RemotingCommand:
     """One PULL_MESSAGE (11) request with its own subscription ``*`` (sysFlag 4), plus the
     suspend flag (2) when ``suspend_ms`` (a push consumer's long poll)."""
     h = PullMessageHeader(
-        consumer_group=CONSUMER_GROUP, topic=topic, queue_id=queue_id, queue_offset=offset,
-        max_msg_nums=max_msg_nums, sys_flag=PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms else 0),
-        commit_offset=0, suspend_timeout_millis=suspend_ms, subscription="*", sub_version=0, expression_type=None,
+        consumer_group=CONSUMER_GROUP,
+        topic=topic,
+        queue_id=queue_id,
+        queue_offset=offset,
+        max_msg_nums=max_msg_nums,
+        sys_flag=PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms else 0),
+        commit_offset=0,
+        suspend_timeout_millis=suspend_ms,
+        subscription="*",
+        sub_version=0,
+        expression_type=None,
     )
     return RemotingCommand(RequestCode.PULL_MESSAGE, opaque, 0, None, h.to_ext())
 
@@ -204,6 +241,7 @@ def sync_rtts(port: int, topic: str, n: int, body: bytes, warm: int = 50, host: 
 
 # ---- the pipelined load ------------------------------------------------------------------
 
+
 @dataclass
 class Load:
     """What one worker process drives. ``kind``: ``send`` (310, ``body_size`` bodies, queue
@@ -288,8 +326,9 @@ class Pipeline(asyncio.Protocol):
     flight; ``counter`` tells answers apart (and what to write back unasked: NATS's PONG);
     ``prelude`` is written once at the start (NATS's CONNECT and SUB)."""
 
-    def __init__(self, frames: list[bytes], total: int, window: int, outcome: Outcome, counter: Counter,
-                 prelude: bytes = b"") -> None:
+    def __init__(
+        self, frames: list[bytes], total: int, window: int, outcome: Outcome, counter: Counter, prelude: bytes = b""
+    ) -> None:
         self.frames, self.total, self.window, self.outcome = frames, total, window, outcome
         self.counter, self.prelude = counter, prelude
         self.sent = self.answered = 0
@@ -308,7 +347,7 @@ class Pipeline(asyncio.Protocol):
             return
         k = len(self.frames)
         start = self.sent % k
-        chunk = self.frames[start:start + n]
+        chunk = self.frames[start : start + n]
         while len(chunk) < n:
             chunk += self.frames[: n - len(chunk)]
         self.sent += n
@@ -336,8 +375,9 @@ class Pipeline(asyncio.Protocol):
 
 def back_frame(offset: int, opaque: int, group: str = CONSUMER_GROUP) -> bytes:
     """A CONSUMER_SEND_MSG_BACK (36) frame as ali-ons sends it (delayLevel 0, max 16)."""
-    h = ConsumerSendMsgBackHeader(offset=offset, group=group, delay_level=0, origin_msg_id="", origin_topic="",
-                                  max_reconsume_times=16)
+    h = ConsumerSendMsgBackHeader(
+        offset=offset, group=group, delay_level=0, origin_msg_id="", origin_topic="", max_reconsume_times=16
+    )
     return encode_bytes(RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, opaque, 0, None, h.to_ext(), b"", "JAVA"))
 
 
@@ -346,13 +386,16 @@ def _frames(load: Load, conn: int, out: Outcome) -> tuple[list[bytes], Counter, 
     if load.kind in PEER_KINDS:
         return _peer_frames(load, conn, out)
     if load.kind == "back":
-        mine = load.offsets[conn::load.connections]
+        mine = load.offsets[conn :: load.connections]
         return [back_frame(off, i + 1) for i, off in enumerate(mine)], RemotingCounter(out), b""
     if load.kind == "send":
         q = conn % load.queues
         pool = min(FRAME_POOL, load.requests)
-        return [send_frame(load.topic, q, os.urandom(load.body_size), i + 1, uniq=uniq_key(conn, i))
-                for i in range(pool)], RemotingCounter(out), b""
+        return (
+            [send_frame(load.topic, q, os.urandom(load.body_size), i + 1, uniq=uniq_key(conn, i)) for i in range(pool)],
+            RemotingCounter(out),
+            b"",
+        )
     q = load.queue_ids[conn % len(load.queue_ids)]
     offsets = {i + 1: load.start + i * load.stride for i in range(load.requests)}
     frames = [pull_frame(load.topic, q, off, load.max_msg_nums, op) for op, off in offsets.items()]
@@ -366,12 +409,17 @@ def _peer_frames(load: Load, conn: int, out: Outcome) -> tuple[list[bytes], Coun
     pool = min(FRAME_POOL, load.requests)
     if load.kind == "xadd":
         stream = f"{load.topic}:{conn % load.queues}"
-        return [peers_redis.xadd(stream, os.urandom(load.body_size)) for _ in range(pool)], \
-            peers_redis.RespCounter(out, entries=False), b""
+        return (
+            [peers_redis.xadd(stream, os.urandom(load.body_size)) for _ in range(pool)],
+            peers_redis.RespCounter(out, entries=False),
+            b"",
+        )
     if load.kind == "xread":
         stream = f"{load.topic}:{load.queue_ids[conn % len(load.queue_ids)]}"
-        frames = [peers_redis.xread(stream, f"0-{load.start + i * load.stride}", load.max_msg_nums)
-                  for i in range(load.requests)]
+        frames = [
+            peers_redis.xread(stream, f"0-{load.start + i * load.stride}", load.max_msg_nums)
+            for i in range(load.requests)
+        ]
         return frames, peers_redis.RespCounter(out, entries=True), b""
     inbox = f"_INBOX.w{os.getpid()}c{conn}"
     prelude = peers_nats.CONNECT + peers_nats.sub(f"{inbox}.*", 1)
@@ -466,7 +514,7 @@ class LoadPool:
             proc = self.ctx.Process(target=pooled_worker, args=(len(self.workers), tasks, self.results), daemon=True)
             proc.start()
             self.workers.append((proc, tasks))
-        used = self.workers[:len(loads)]
+        used = self.workers[: len(loads)]
         for (_, tasks), load in zip(used, loads, strict=True):
             tasks.put(load)
         timeout = max(load.timeout_s for load in loads) + 120
@@ -530,18 +578,28 @@ def worker(load: Load, barrier: Any, results: Any) -> None:
 
 # ---- the servers -------------------------------------------------------------------------
 
+
 def _bare_handler(conn: Any, req: RemotingCommand) -> RemotingCommand:
     """Answer as the broker answers a send (same reply fields), storing nothing."""
     state = conn.attrs
     n = state["n"] = state.get("n", 0) + 1
     ext = req.ext_fields
-    return req.reply(ResponseCode.SUCCESS, None, {
-        "msgId": "7F00000100002A9F" + f"{n:016X}", "queueId": ext.get("e", ext.get("queueId", 0)),
-        "queueOffset": n, "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+    return req.reply(
+        ResponseCode.SUCCESS,
+        None,
+        {
+            "msgId": "7F00000100002A9F" + f"{n:016X}",
+            "queueId": ext.get("e", ext.get("queueId", 0)),
+            "queueOffset": n,
+            "MSG_REGION": "DefaultRegion",
+            "TRACE_ON": "true",
+        },
+    )
 
 
 async def _serve_bare() -> None:
     from rmqnet.transport import RemotingServer
+
     server = RemotingServer(_bare_handler, host=HOST, port=0)
     await server.start()
     stop = asyncio.Event()
@@ -558,8 +616,10 @@ def _serve_broker(root: str, conf: str, profile_dir: str | None) -> int:
     SIGUSR1 switches on and SIGUSR2 switches off and writes to ``profile_dir/profile.prof``
     (written to a temporary name, then renamed: a reader never sees half a file)."""
     from rmqnet.broker import launch
+
     if profile_dir is not None:
         import cProfile
+
         prof = [cProfile.Profile()]
 
         def on(signum: int, frame: Any) -> None:

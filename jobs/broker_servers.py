@@ -46,8 +46,16 @@ LOAD = Path(__file__).resolve().parent / "broker_load.py"
 #: how long a server may take to start before the run fails (a bound, not a wait)
 START_TIMEOUT_S = 60.0
 #: the topics of our brokers' stores (queues), created before each broker starts
-TOPICS = {"BenchTopic": 4, "BenchSync": 1, "BenchBatch": 4, "BenchBatch100": 4, "BenchPull": 4, "BenchPoll": 1,
-          "BenchIdle": 4, "BenchFlight": 4}
+TOPICS = {
+    "BenchTopic": 4,
+    "BenchSync": 1,
+    "BenchBatch": 4,
+    "BenchBatch100": 4,
+    "BenchPull": 4,
+    "BenchPoll": 1,
+    "BenchIdle": 4,
+    "BenchFlight": 4,
+}
 #: the servers' names in the figures
 LABELS = {
     "async": "rmqlog broker, ASYNC_FLUSH",
@@ -128,8 +136,9 @@ class Server:
 
     def __init__(self, args: list[str], log: Path, *, wrap: list[str] | None = None) -> None:
         self.log = open(log, "ab")  # noqa: SIM115 (closed in stop)
-        self.proc = subprocess.Popen([*(wrap or []), sys.executable, str(LOAD), *args], stdout=subprocess.PIPE,
-                                     stderr=self.log, text=True)
+        self.proc = subprocess.Popen(
+            [*(wrap or []), sys.executable, str(LOAD), *args], stdout=subprocess.PIPE, stderr=self.log, text=True
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         try:
@@ -186,8 +195,9 @@ def start_redis(binary: str, work: Path, fsync: str) -> PeerServer:
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
     port = free_port()
-    return PeerServer(f"redis-{fsync}", redis_argv(binary, port, folder, fsync), port, work / f"redis-{fsync}.log",
-                      redis_ready)
+    return PeerServer(
+        f"redis-{fsync}", redis_argv(binary, port, folder, fsync), port, work / f"redis-{fsync}.log", redis_ready
+    )
 
 
 def start_nats(binary: str, work: Path) -> PeerServer:
@@ -203,8 +213,11 @@ class Peers:
     """The binaries of the peers (``None``: absent, said once when first asked for)."""
 
     def __init__(self, redis: str | None, nats: str | None, cpp_python: str | None) -> None:
-        self.paths = {"redis": _found(redis, "redis-server"), "nats": _found(nats, "nats-server"),
-                      "cpp": cpp_python if cpp_python and os.access(cpp_python, os.X_OK) else None}
+        self.paths = {
+            "redis": _found(redis, "redis-server"),
+            "nats": _found(nats, "nats-server"),
+            "cpp": cpp_python if cpp_python and os.access(cpp_python, os.X_OK) else None,
+        }
         self.asked = {"redis": redis or "redis-server", "nats": nats or "nats-server", "cpp": cpp_python or "(none)"}
         self.said: set[str] = set()
 
@@ -213,8 +226,11 @@ class Peers:
         if path is None and kind not in self.said:
             self.said.add(kind)
             what = {"redis": "Redis", "nats": "NATS JetStream", "cpp": "the C++ client (PyPI rocketmq 0.4.4)"}[kind]
-            hint = {"redis": "apt-get install redis-server", "nats": "apt-get install nats-server",
-                    "cpp": "make clients"}[kind]
+            hint = {
+                "redis": "apt-get install redis-server",
+                "nats": "apt-get install nats-server",
+                "cpp": "make clients",
+            }[kind]
             print(f"\n(peer absent: {what}: {self.asked[kind]} not found ({hint}); its figures go without it)")
         return path
 
@@ -270,9 +286,10 @@ class Servers:
         """A broker.conf at ``path``: ``flush`` (ASYNC_FLUSH or SYNC_FLUSH), the run's segment
         size, ``maxTransferCountOnMessageInMemory`` 1,000 (RocketMQ's default, 32, would answer
         a pull at 1,000 with 32 messages; 1,000 x 100-byte records fit the 256 KiB byte budget)."""
-        path.write_text(f"brokerName=bench\nbrokerClusterName=BenchCluster\nflushDiskType={flush}\n"
-                        f"mappedFileSizeCommitLog={self.segment_mib << 20}\nmaxTransferCountOnMessageInMemory=1000\n"
-                        + extra)
+        path.write_text(
+            f"brokerName=bench\nbrokerClusterName=BenchCluster\nflushDiskType={flush}\n"
+            f"mappedFileSizeCommitLog={self.segment_mib << 20}\nmaxTransferCountOnMessageInMemory=1000\n" + extra
+        )
         return path
 
     def root(self, key: str) -> Path:
@@ -318,7 +335,9 @@ class Servers:
                 finally:
                     w.close()
         if srv is not None:
-            print(f"({LABELS[key]}: pid {srv.pid} at {HOST}:{srv.port}, {srv.rss_at_start:.1f} MiB resident after start)")
+            print(
+                f"({LABELS[key]}: pid {srv.pid} at {HOST}:{srv.port}, {srv.rss_at_start:.1f} MiB resident after start)"
+            )
         return srv
 
     def stop_all(self) -> None:

@@ -107,8 +107,16 @@ def build(root: Path, config: rmqlog.StoreConfig, *, topics: int, groups: int, o
         store.create_topic(f"%RETRY%{GROUP}", 1)
         if filled:
             rows = min(filled, topics)
-            store.put_batch(pa.table({"topic": pa.array(names[:rows]), "body": pa.array([b"x" * 100] * rows),
-                                      "queueId": pa.array([0] * rows, pa.int32())}), dispatch=True)
+            store.put_batch(
+                pa.table(
+                    {
+                        "topic": pa.array(names[:rows]),
+                        "body": pa.array([b"x" * 100] * rows),
+                        "queueId": pa.array([0] * rows, pa.int32()),
+                    }
+                ),
+                dispatch=True,
+            )
     extra = {n: TopicConfig(n, 4, 4) for n in names}
     gnames = group_names(groups)
     extra.update({f"%RETRY%{g}": TopicConfig(f"%RETRY%{g}", 1, 1) for g in gnames})
@@ -129,25 +137,62 @@ def build(root: Path, config: rmqlog.StoreConfig, *, topics: int, groups: int, o
 
 def heartbeat_frame(groups: list[str], opaque: int, client: str = "127.0.0.1@bench-state") -> bytes:
     """HEART_BEAT (34): one producer group, ``groups`` as consumer groups subscribed to BenchState."""
-    sub = {"topic": TOPIC, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 1,
-           "classFilterMode": False, "expressionType": "TAG"}
-    body = json.dumps({"clientID": client, "producerDataSet": [{"groupName": "bench_state_pg"}],
-                       "consumerDataSet": [{"groupName": g, "consumeType": "CONSUME_PASSIVELY",
-                                            "messageModel": "CLUSTERING", "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                                            "unitMode": False, "subscriptionDataSet": [sub]} for g in groups]}).encode()
+    sub = {
+        "topic": TOPIC,
+        "subString": "*",
+        "tagsSet": [],
+        "codeSet": [],
+        "subVersion": 1,
+        "classFilterMode": False,
+        "expressionType": "TAG",
+    }
+    body = json.dumps(
+        {
+            "clientID": client,
+            "producerDataSet": [{"groupName": "bench_state_pg"}],
+            "consumerDataSet": [
+                {
+                    "groupName": g,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "unitMode": False,
+                    "subscriptionDataSet": [sub],
+                }
+                for g in groups
+            ],
+        }
+    ).encode()
     return encode_bytes(RemotingCommand(RequestCode.HEART_BEAT, opaque, 0, None, {}, body))
 
 
 def _pull_commit(offset: int, opaque: int) -> bytes:
-    h = PullMessageHeader(consumer_group=GROUP, topic=TOPIC, queue_id=1, queue_offset=offset, max_msg_nums=1,
-                          sys_flag=PULL_COMMIT_OFFSET | PULL_SUBSCRIPTION, commit_offset=offset, suspend_timeout_millis=0,
-                          subscription="*", sub_version=0, expression_type=None)
+    h = PullMessageHeader(
+        consumer_group=GROUP,
+        topic=TOPIC,
+        queue_id=1,
+        queue_offset=offset,
+        max_msg_nums=1,
+        sys_flag=PULL_COMMIT_OFFSET | PULL_SUBSCRIPTION,
+        commit_offset=offset,
+        suspend_timeout_millis=0,
+        subscription="*",
+        sub_version=0,
+        expression_type=None,
+    )
     return encode_bytes(RemotingCommand(RequestCode.PULL_MESSAGE, opaque, 0, None, h.to_ext()))
 
 
 def _query(opaque: int, group: str = GROUP, topic: str = TOPIC, queue_id: int = 1) -> bytes:
-    return encode_bytes(RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET, opaque, 0, None,
-                                        {"consumerGroup": group, "topic": topic, "queueId": queue_id}))
+    return encode_bytes(
+        RemotingCommand(
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            opaque,
+            0,
+            None,
+            {"consumerGroup": group, "topic": topic, "queueId": queue_id},
+        )
+    )
 
 
 BODY = os.urandom(1024)
@@ -172,13 +217,20 @@ class StateBroker:
         self.wire = Wire(self.server.port)
         t0 = time.monotonic()
         for i in range(0, len(groups), 100):
-            check_ok(self.registrar.call(heartbeat_frame(groups[i:i + 100], i + 1, "127.0.0.1@bench-registrar")),
-                     "a heartbeat registering groups")
+            check_ok(
+                self.registrar.call(heartbeat_frame(groups[i : i + 100], i + 1, "127.0.0.1@bench-registrar")),
+                "a heartbeat registering groups",
+            )
         self.register_s = time.monotonic() - t0
         self._check(built)
-        fill = send_frame(TOPIC, 1, encode_messages(pa.array([b"m" * 100] * PULLED, pa.binary()),
-                                                     pa.array([""] * PULLED, pa.string())), 1,
-                          code=RequestCode.SEND_BATCH_MESSAGE, batch=True)
+        fill = send_frame(
+            TOPIC,
+            1,
+            encode_messages(pa.array([b"m" * 100] * PULLED, pa.binary()), pa.array([""] * PULLED, pa.string())),
+            1,
+            code=RequestCode.SEND_BATCH_MESSAGE,
+            batch=True,
+        )
         check_ok(self.wire.call(fill), "the committing pulls' messages")
 
     def _check(self, built: Built) -> None:
@@ -191,7 +243,9 @@ class StateBroker:
             group, topic, queue, offset = built.probe
             head = self.wire.call(_query(1, group, topic, queue))
             if int(head["code"]) != 0 or int(head["extFields"]["offset"]) != offset:
-                raise RuntimeError(f"the broker answers {head} for {group}'s offset on {topic}:{queue}, {offset} was written")
+                raise RuntimeError(
+                    f"the broker answers {head} for {group}'s offset on {topic}:{queue}, {offset} was written"
+                )
 
     def measure(self, kind: str, requests: int, seconds: float) -> list[float]:
         """Round trips (ms) of ``kind``: 5 unmeasured, then up to ``requests`` or ``seconds``."""
@@ -222,8 +276,9 @@ def state(run: Run) -> None:
     t0 = time.monotonic()
     small_root, large_root = run.work / "state-small", run.work / "state-large"
     small_built = build(small_root, config, topics=0, groups=0, offsets=0, filled=0)
-    large_built = build(large_root, config, topics=a.state_topics, groups=a.state_groups, offsets=a.state_offsets,
-                         filled=a.state_filled)
+    large_built = build(
+        large_root, config, topics=a.state_topics, groups=a.state_groups, offsets=a.state_offsets, filled=a.state_filled
+    )
     built_s = time.monotonic() - t0
     brokers: dict[str, StateBroker] = {}
     try:
@@ -238,18 +293,32 @@ def state(run: Run) -> None:
                     p50s.setdefault((kind, name), []).append(pct(rtts, 50))
                     counts[(kind, name)] = counts.get((kind, name), 0) + len(rtts)
         large = f"{a.state_topics:,} topics, {a.state_groups:,} groups, {a.state_offsets:,} offset entries"
-        print(f"\n== state: one request at a time at {SMALL_TOPICS} topics, 1 group, 1 offset entry, beside the same at "
-              f"{large} (each group with its %RETRY% topic: {large_built.topics:,} topics in all; {a.state_filled:,} "
-              f"topics holding a message); the stores written in {built_s:.1f} s before the brokers started, "
-              f"{a.state_groups:,} groups registered by heartbeats in {brokers['large'].register_s:.1f} s; "
-              f"medians of {a.rounds} rounds")
+        print(
+            f"\n== state: one request at a time at {SMALL_TOPICS} topics, 1 group, 1 offset entry, beside the same at "
+            f"{large} (each group with its %RETRY% topic: {large_built.topics:,} topics in all; {a.state_filled:,} "
+            f"topics holding a message); the stores written in {built_s:.1f} s before the brokers started, "
+            f"{a.state_groups:,} groups registered by heartbeats in {brokers['large'].register_s:.1f} s; "
+            f"medians of {a.rounds} rounds"
+        )
         for kind in KINDS:
             small, big = med(p50s[(kind, "small")]), med(p50s[(kind, "large")])
-            print(f"({kind}: {counts[(kind, 'small')]:,} requests at the small state, {counts[(kind, 'large')]:,} at the large)")
-            report(run.b, f"state: {kind} p50 at {large}", big, "ms",
-                   [(f"the same at {SMALL_TOPICS} topics, 1 group, 1 offset entry", small)])
-        report(run.b, f"state: the broker's start to its ready line at {large}", brokers["large"].start_s, "s",
-               [(f"the same at {SMALL_TOPICS} topics, 1 group, 1 offset entry", brokers["small"].start_s)])
+            print(
+                f"({kind}: {counts[(kind, 'small')]:,} requests at the small state, {counts[(kind, 'large')]:,} at the large)"
+            )
+            report(
+                run.b,
+                f"state: {kind} p50 at {large}",
+                big,
+                "ms",
+                [(f"the same at {SMALL_TOPICS} topics, 1 group, 1 offset entry", small)],
+            )
+        report(
+            run.b,
+            f"state: the broker's start to its ready line at {large}",
+            brokers["large"].start_s,
+            "s",
+            [(f"the same at {SMALL_TOPICS} topics, 1 group, 1 offset entry", brokers["small"].start_s)],
+        )
     finally:
         for b in brokers.values():
             b.stop()

@@ -83,12 +83,35 @@ RSS_GROWTH_MAX = 64 * 1024 * 1024
 _II = struct.Struct(">iI")
 #: codes the broker serves, with the fields each reads (their values get fuzzed)
 SERVED: dict[int, tuple[str, ...]] = {
-    10: ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
-         "flag", "properties", "reconsumeTimes", "unitMode", "batch"),
+    10: (
+        "producerGroup",
+        "topic",
+        "defaultTopic",
+        "defaultTopicQueueNums",
+        "queueId",
+        "sysFlag",
+        "bornTimestamp",
+        "flag",
+        "properties",
+        "reconsumeTimes",
+        "unitMode",
+        "batch",
+    ),
     310: tuple("abcdefghijklmn"),
     320: tuple("abcdefghijklmn"),
-    11: ("consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset",
-         "suspendTimeoutMillis", "subscription", "subVersion", "expressionType"),
+    11: (
+        "consumerGroup",
+        "topic",
+        "queueId",
+        "queueOffset",
+        "maxMsgNums",
+        "sysFlag",
+        "commitOffset",
+        "suspendTimeoutMillis",
+        "subscription",
+        "subVersion",
+        "expressionType",
+    ),
     12: ("topic", "key", "maxNum", "beginTimestamp", "endTimestamp", "_UNIQUE_KEY_QUERY"),
     33: ("offset",),
     36: ("offset", "group", "delayLevel", "originMsgId", "originTopic", "unitMode", "maxReconsumeTimes"),
@@ -98,19 +121,53 @@ SERVED: dict[int, tuple[str, ...]] = {
     30: ("topic", "queueId"),
     31: ("topic", "queueId"),
     32: ("topic", "queueId"),
-    17: ("topic", "defaultTopic", "readQueueNums", "writeQueueNums", "perm", "topicFilterType", "topicSysFlag", "order"),
+    17: (
+        "topic",
+        "defaultTopic",
+        "readQueueNums",
+        "writeQueueNums",
+        "perm",
+        "topicFilterType",
+        "topicSysFlag",
+        "order",
+    ),
     34: (),
     35: ("clientID", "producerGroup", "consumerGroup"),
     38: ("consumerGroup",),
     21: (),
     28: (),
-    37: ("producerGroup", "tranStateTableOffset", "commitLogOffset", "commitOrRollback", "fromTransactionCheck",
-         "msgId", "transactionId"),
-    41: (), 42: (),  # (their request is the body: fuzzed as the others' bodies are)
-    43: (), 45: (), 26: (),
-    202: ("topic",), 203: ("consumerGroup",), 208: ("consumerGroup", "topic"), 201: (),
-    200050: ("consumerGroup", "topic", "queueId", "maxMsgNums", "invisibleTime", "pollTime", "bornTime", "initMode",
-             "expType", "exp", "order", "attemptId"),
+    37: (
+        "producerGroup",
+        "tranStateTableOffset",
+        "commitLogOffset",
+        "commitOrRollback",
+        "fromTransactionCheck",
+        "msgId",
+        "transactionId",
+    ),
+    41: (),
+    42: (),  # (their request is the body: fuzzed as the others' bodies are)
+    43: (),
+    45: (),
+    26: (),
+    202: ("topic",),
+    203: ("consumerGroup",),
+    208: ("consumerGroup", "topic"),
+    201: (),
+    200050: (
+        "consumerGroup",
+        "topic",
+        "queueId",
+        "maxMsgNums",
+        "invisibleTime",
+        "pollTime",
+        "bornTime",
+        "initMode",
+        "expType",
+        "exp",
+        "order",
+        "attemptId",
+    ),
     200051: ("consumerGroup", "topic", "queueId", "extraInfo", "offset"),
     200053: ("consumerGroup", "topic", "queueId", "extraInfo", "offset", "invisibleTime"),
     200950: ("consumerGroup", "topic", "maxNum"),  # GET_POP_INFLIGHT (ours): a read
@@ -121,6 +178,7 @@ SERVED_UNFUZZED = frozenset((25, 215, 200, 207))
 
 
 # ---- the cases ---------------------------------------------------------------------------------
+
 
 def frame(header: bytes, body: bytes = b"", stype: int = 0) -> bytes:
     return _II.pack(4 + len(header) + len(body), (stype << 24) | len(header)) + header + body
@@ -135,11 +193,39 @@ def jheader(code: Any, ext: Any = None, opaque: Any = 1, flag: Any = 0, **more: 
 
 
 def _bad_value(rng: random.Random) -> Any:
-    return rng.choice([
-        None, "", "x" * rng.randint(1, 300), -1, -(2**31), 2**31, 2**63, -(2**63) - 1, 10**30, 1.5, float("nan"),
-        True, [], {}, {"a": [1, 2]}, "../../etc/passwd", "..", "/abs/path", "a/b", "%RETRY%", "SCHEDULE_TOPIC_XXXX",
-        "TBW102", TOPIC, "\x00\x01\x02", "é" * 50, "9" * 40, "0", "1", "true",
-    ])
+    return rng.choice(
+        [
+            None,
+            "",
+            "x" * rng.randint(1, 300),
+            -1,
+            -(2**31),
+            2**31,
+            2**63,
+            -(2**63) - 1,
+            10**30,
+            1.5,
+            float("nan"),
+            True,
+            [],
+            {},
+            {"a": [1, 2]},
+            "../../etc/passwd",
+            "..",
+            "/abs/path",
+            "a/b",
+            "%RETRY%",
+            "SCHEDULE_TOPIC_XXXX",
+            "TBW102",
+            TOPIC,
+            "\x00\x01\x02",
+            "é" * 50,
+            "9" * 40,
+            "0",
+            "1",
+            "true",
+        ]
+    )
 
 
 def case_length(rng: random.Random) -> bytes:
@@ -160,25 +246,39 @@ def case_serialize_type(rng: random.Random) -> bytes:
 
 def case_json(rng: random.Random) -> bytes:
     good = jheader(28)
-    h = rng.choice([
-        rng.randbytes(rng.randint(1, 200)),
-        good[: rng.randint(1, len(good) - 1)],
-        b"[" * rng.randint(1000, 200_000),
-        b'{"a":' * rng.randint(1000, 100_000),
-        b"\xff\xfe" + good,
-        b"[1,2,3]", b'"code"', b"null", b"42", b"true", b"{}", b"",
-        good.replace(b"{", b"{" + b'"x":"\\ud800",', 1),
-        good + b"trailing",
-    ])
+    h = rng.choice(
+        [
+            rng.randbytes(rng.randint(1, 200)),
+            good[: rng.randint(1, len(good) - 1)],
+            b"[" * rng.randint(1000, 200_000),
+            b'{"a":' * rng.randint(1000, 100_000),
+            b"\xff\xfe" + good,
+            b"[1,2,3]",
+            b'"code"',
+            b"null",
+            b"42",
+            b"true",
+            b"{}",
+            b"",
+            good.replace(b"{", b"{" + b'"x":"\\ud800",', 1),
+            good + b"trailing",
+        ]
+    )
     return frame(h, rng.randbytes(rng.randint(0, 32)))
 
 
 def case_field_types(rng: random.Random) -> bytes:
     code = rng.choice([_bad_value(rng), rng.choice(list(SERVED))])
     ext = rng.choice([_bad_value(rng), {"topic": _bad_value(rng)}, {str(i): _bad_value(rng) for i in range(5)}])
-    h = jheader(code, ext, opaque=_bad_value(rng) if rng.random() < 0.5 else 7, flag=rng.choice([0, 2, 1, -1, 2**40, "1",
-                                                                                                  None, 1.0]),
-                language=_bad_value(rng), version=_bad_value(rng), remark=_bad_value(rng))
+    h = jheader(
+        code,
+        ext,
+        opaque=_bad_value(rng) if rng.random() < 0.5 else 7,
+        flag=rng.choice([0, 2, 1, -1, 2**40, "1", None, 1.0]),
+        language=_bad_value(rng),
+        version=_bad_value(rng),
+        remark=_bad_value(rng),
+    )
     return frame(h.replace(b"NaN", b"NaN"), rng.randbytes(rng.randint(0, 16)))
 
 
@@ -208,8 +308,17 @@ def case_bad_fields(rng: random.Random) -> bytes:
         ext[name] = _bad_value(rng) if r < 0.7 else rng.choice(["0", "1", "4", TOPIC, "G", "-1"])
     if code == 17 and isinstance(ext.get("topic"), str) and rng.random() < 0.9:
         ext["topic"] = rng.choice(["../x", "a/b", "", "x" * 300, "..", "%RETRY%G", "SCHEDULE_TOPIC_XXXX"])
-    body = rng.choice([b"", rng.randbytes(rng.randint(1, 600)), b"{}", b'{"clientID": 5}', b"[", b"\x00" * 40,
-                       struct.pack(">iiiii", rng.randint(-5, 100), 0, 0, 0, rng.randint(-5, 2**31 - 1))])
+    body = rng.choice(
+        [
+            b"",
+            rng.randbytes(rng.randint(1, 600)),
+            b"{}",
+            b'{"clientID": 5}',
+            b"[",
+            b"\x00" * 40,
+            struct.pack(">iiiii", rng.randint(-5, 100), 0, 0, 0, rng.randint(-5, 2**31 - 1)),
+        ]
+    )
     return frame(jheader(code, ext, opaque=rng.randint(0, 2**31 - 1), flag=rng.choice([0, 0, 0, 2])), body)
 
 
@@ -253,8 +362,10 @@ def _body_around(rng: random.Random, code: int, inner: bytes) -> bytes:
     if rng.random() < 0.3:
         return inner
     if code == 34:
-        return (b'{"clientID":"fuzz","producerDataSet":[],"consumerDataSet":[{"groupName":"G",'
-                b'"subscriptionDataSet":' + inner + b"}]}")
+        return (
+            b'{"clientID":"fuzz","producerDataSet":[],"consumerDataSet":[{"groupName":"G",'
+            b'"subscriptionDataSet":' + inner + b"}]}"
+        )
     return b'{"consumerGroup":"G","clientId":"fuzz","mqSet":' + inner + b"}"
 
 
@@ -276,8 +387,17 @@ def case_lone_surrogate(rng: random.Random) -> bytes:
     body = b""
     more: dict[str, Any] = {}
     if code in (34, 41, 42) and where < 0.3:
-        inner = json.dumps([{"groupName": _lone(rng), "topic": _lone(rng), "subString": f"a = '{_lone(rng)}'",
-                             "brokerName": "b", "queueId": 0}])
+        inner = json.dumps(
+            [
+                {
+                    "groupName": _lone(rng),
+                    "topic": _lone(rng),
+                    "subString": f"a = '{_lone(rng)}'",
+                    "brokerName": "b",
+                    "queueId": 0,
+                }
+            ]
+        )
         body = _body_around(rng, code, inner.encode())
     elif where < 0.6 and ext:
         ext[rng.choice(list(ext))] = _lone(rng)
@@ -296,15 +416,30 @@ def case_ns_values(rng: random.Random) -> bytes:
     r = rng.random()
     opaque = rng.randint(0, 2**31 - 1)
     if r < 0.5:
-        ext = {"brokerName": "fuzz-broker", "brokerAddr": "127.0.0.1:1", "clusterName": "FuzzCluster",
-               "haServerAddr": "", "brokerId": "0", "compressed": "false", "bodyCrc32": "0"}
+        ext = {
+            "brokerName": "fuzz-broker",
+            "brokerAddr": "127.0.0.1:1",
+            "clusterName": "FuzzCluster",
+            "haServerAddr": "",
+            "brokerId": "0",
+            "compressed": "false",
+            "bodyCrc32": "0",
+        }
         if rng.random() < 0.5:
             body = b'{"topicConfigSerializeWrapper":{"topicConfigTable":' + _deep(rng) + b"}}"
         else:
             name = _lone(rng)
-            body = json.dumps({"topicConfigSerializeWrapper": {"topicConfigTable": {name: {
-                "topicName": name, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}},
-                "dataVersion": {"timestamp": 1, "counter": 1}}, "filterServerList": []}).encode()
+            body = json.dumps(
+                {
+                    "topicConfigSerializeWrapper": {
+                        "topicConfigTable": {
+                            name: {"topicName": name, "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}
+                        },
+                        "dataVersion": {"timestamp": 1, "counter": 1},
+                    },
+                    "filterServerList": [],
+                }
+            ).encode()
         return frame(jheader(103, ext, opaque=opaque), body)
     if r < 0.8:
         return frame(jheader(105, {"topic": _lone(rng)}, opaque=opaque))
@@ -312,10 +447,20 @@ def case_ns_values(rng: random.Random) -> bytes:
 
 
 KINDS: dict[str, Callable[[random.Random], bytes]] = {
-    "length": case_length, "header_length": case_header_length, "serialize_type": case_serialize_type,
-    "json": case_json, "field_types": case_field_types, "unknown_code": case_unknown_code,
-    "unknown_oneway": case_unknown_oneway, "bad_fields": case_bad_fields, "truncated": case_truncated, "stall": case_truncated, "binary": case_binary,
-    "garbage": case_garbage, "nested_body": case_nested_body, "lone_surrogate": case_lone_surrogate,
+    "length": case_length,
+    "header_length": case_header_length,
+    "serialize_type": case_serialize_type,
+    "json": case_json,
+    "field_types": case_field_types,
+    "unknown_code": case_unknown_code,
+    "unknown_oneway": case_unknown_oneway,
+    "bad_fields": case_bad_fields,
+    "truncated": case_truncated,
+    "stall": case_truncated,
+    "binary": case_binary,
+    "garbage": case_garbage,
+    "nested_body": case_nested_body,
+    "lone_surrogate": case_lone_surrogate,
     "ns_values": case_ns_values,
 }
 #: kinds sent to the name server (every other kind goes to the broker)
@@ -323,12 +468,14 @@ TO_NAMESRV = frozenset(("ns_values",))
 #: a remark that is no answer of ours but the text of one of Python's own exceptions (what the
 #: transport answers when a handler raises: ``RecursionError: ...``) or of its last resorts; the
 #: store's typed errors (``InvalidTopicError: field 'topic': ...``) are answers of ours
-_BUILTIN_ERRORS = "|".join(sorted(name for name, v in vars(builtins).items()
-                                  if isinstance(v, type) and issubclass(v, BaseException)))
+_BUILTIN_ERRORS = "|".join(
+    sorted(name for name, v in vars(builtins).items() if isinstance(v, type) and issubclass(v, BaseException))
+)
 UNTYPED = re.compile(rf"^(?:(?:{_BUILTIN_ERRORS}):|the answer does not encode|the processor returned)")
 
 
 # ---- running them ------------------------------------------------------------------------------
+
 
 async def _outcome(reader: asyncio.StreamReader, wait_s: float) -> str:
     """What the broker did: ``answered <code>`` (first answer; ``answered <code> untyped`` when its
@@ -382,12 +529,18 @@ async def broker_answers(addr: tuple[str, int]) -> bool:
     finally:
         writer.close()
 
+
 #: the only outcome a kind may have (kinds not named: any outcome but a crash): a well-formed
 #: request with a code the broker does not serve is answered REQUEST_CODE_NOT_SUPPORTED (3), and
 #: as a oneway request it is not answered and its connection stays open (RocketMQ 4.9.8's
 #: ``NettyRemotingAbstract.processRequestCommand``)
-EXPECTED = {"unknown_code": "answered 3", "unknown_oneway": "no answer", "nested_body": "answered 1",
-            "lone_surrogate": "answered 1", "ns_values": "answered 1"}
+EXPECTED = {
+    "unknown_code": "answered 3",
+    "unknown_oneway": "no answer",
+    "nested_body": "answered 1",
+    "lone_surrogate": "answered 1",
+    "ns_values": "answered 1",
+}
 
 
 def unexpected(tally: Counter[str]) -> dict[str, int]:
@@ -400,8 +553,15 @@ def unexpected(tally: Counter[str]) -> dict[str, int]:
     return out
 
 
-async def fuzz(addr: tuple[str, int], cases: int, seed: int, concurrency: int, broker: subprocess.Popen[bytes],
-               tally: Counter[str], ns_addr: tuple[str, int] | None = None) -> int:
+async def fuzz(
+    addr: tuple[str, int],
+    cases: int,
+    seed: int,
+    concurrency: int,
+    broker: subprocess.Popen[bytes],
+    tally: Counter[str],
+    ns_addr: tuple[str, int] | None = None,
+) -> int:
     """Run the cases; returns the crashes seen (the broker gone or not answering)."""
     rng = random.Random(seed)
     kinds = list(KINDS)
@@ -434,13 +594,16 @@ async def fuzz(addr: tuple[str, int], cases: int, seed: int, concurrency: int, b
         await asyncio.gather(*(one(*c) for c in batch))
         if broker.poll() is not None or not await broker_answers(addr):
             crashes += 1
-            print(f"  CRASH after case {start + len(batch)}: broker {'exited ' + str(broker.returncode) if broker.poll() is not None else 'not answering'}",
-                  flush=True)
+            print(
+                f"  CRASH after case {start + len(batch)}: broker {'exited ' + str(broker.returncode) if broker.poll() is not None else 'not answering'}",
+                flush=True,
+            )
             break
     return crashes
 
 
 # ---- the healthy client ---------------------------------------------------------------------------
+
 
 def run_healthy(spec: dict[str, Any]) -> int:
     """Send a message and pull it back until stdin closes; prints ``<round trips> <errors> <seconds>``
@@ -489,8 +652,12 @@ class Healthy:
     """The healthy client process; :meth:`mark` reads its counters at a phase boundary."""
 
     def __init__(self, namesrv: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, __file__, "--child", "healthy", json.dumps({"namesrv": namesrv})],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--child", "healthy", json.dumps({"namesrv": namesrv})],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         assert self.proc.stdout is not None
         if self.proc.stdout.readline().strip() != "ready":
             raise RuntimeError("the healthy client did not start")
@@ -543,17 +710,24 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--cases and --concurrency must be at least 1, --baseline-s positive")
     base = args.root or Path(tempfile.mkdtemp(prefix="fuzz-broker-"))
     base.mkdir(parents=True, exist_ok=True)
-    print(f"fuzz_broker: {args.cases} cases, seed {args.seed}, concurrency {args.concurrency}, work directory {base}",
-          flush=True)
+    print(
+        f"fuzz_broker: {args.cases} cases, seed {args.seed}, concurrency {args.concurrency}, work directory {base}",
+        flush=True,
+    )
     import rmqlog
 
     root = base / "store"
     with rmqlog.MessageStore.open(root) as store:
         store.create_topic(TOPIC, QUEUES)
-    ns, namesrv = start_process(["namesrv", "--listen", "127.0.0.1:0"], base / "namesrv.log", "listening on",
-                                "the name server")
-    broker, addr_text = start_process(["broker", str(root), "--listen", "127.0.0.1:0", "--namesrv", namesrv],
-                                      base / "broker.log", "ready at", "the broker")
+    ns, namesrv = start_process(
+        ["namesrv", "--listen", "127.0.0.1:0"], base / "namesrv.log", "listening on", "the name server"
+    )
+    broker, addr_text = start_process(
+        ["broker", str(root), "--listen", "127.0.0.1:0", "--namesrv", namesrv],
+        base / "broker.log",
+        "ready at",
+        "the broker",
+    )
     host, port = addr_text.rsplit(":", 1)
     addr = (host, int(port))
     ns_host, ns_port = namesrv.rsplit(":", 1)
@@ -566,7 +740,9 @@ def main(argv: list[str] | None = None) -> int:
         a = healthy.mark()
         rss_before = rss(broker.pid)
         t0 = time.monotonic()
-        crashes = asyncio.run(fuzz(addr, args.cases, args.seed, args.concurrency, broker, tally, (ns_host, int(ns_port))))
+        crashes = asyncio.run(
+            fuzz(addr, args.cases, args.seed, args.concurrency, broker, tally, (ns_host, int(ns_port)))
+        )
         fuzz_s = time.monotonic() - t0
         b = healthy.mark()
         rss_after = rss(broker.pid) if broker.poll() is None else -1
@@ -580,10 +756,15 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {key}: {tally[key]}")
         print(f"cases: {sum(tally.values())} in {fuzz_s:.1f} s ({sum(tally.values()) / fuzz_s:.0f}/s)")
         print(f"crashes: {crashes} (broker {'alive and answering' if crashes == 0 else 'DOWN or silent'})")
-        print(f"broker RSS: {rss_before / 2**20:.1f} MiB before, {rss_after / 2**20:.1f} MiB after "
-              f"({(rss_after - rss_before) / 2**20:+.1f} MiB; bound {RSS_GROWTH_MAX / 2**20:.0f} MiB)")
-        print(f"healthy client: {alone:.0f} round trips/s alone, {during:.0f}/s during the fuzz: {ratio:.2f}x "
-              f"(>= 0.80 {'met' if ratio >= 0.8 else 'NOT met'}), {errors} errors", flush=True)
+        print(
+            f"broker RSS: {rss_before / 2**20:.1f} MiB before, {rss_after / 2**20:.1f} MiB after "
+            f"({(rss_after - rss_before) / 2**20:+.1f} MiB; bound {RSS_GROWTH_MAX / 2**20:.0f} MiB)"
+        )
+        print(
+            f"healthy client: {alone:.0f} round trips/s alone, {during:.0f}/s during the fuzz: {ratio:.2f}x "
+            f"(>= 0.80 {'met' if ratio >= 0.8 else 'NOT met'}), {errors} errors",
+            flush=True,
+        )
         if crashes:
             failed.append("crashes")
         if rss_after < 0 or rss_after - rss_before > RSS_GROWTH_MAX:
@@ -591,7 +772,9 @@ def main(argv: list[str] | None = None) -> int:
         if errors:
             failed.append("healthy client errors")
         wrong = unexpected(tally)
-        print(f"unexpected outcomes: {sum(wrong.values())} ({', '.join(f'{k}: {n}' for k, n in sorted(wrong.items())) or 'none'})")
+        print(
+            f"unexpected outcomes: {sum(wrong.values())} ({', '.join(f'{k}: {n}' for k, n in sorted(wrong.items())) or 'none'})"
+        )
         if wrong:
             failed.append("unexpected outcomes")
         if ratio < 0.8 and not args.no_throughput_check:

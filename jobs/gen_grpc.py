@@ -26,9 +26,14 @@ def generate(out: Path) -> list[Path]:
     from grpc_tools import protoc  # (dev dependency: only this job and its test need it)
 
     with tempfile.TemporaryDirectory() as tmp:
-        args = ["protoc", f"-I{PROTO}", f"-I{Path(protoc.__file__).parent / '_proto'}",
-                f"--python_out={tmp}", f"--pyi_out={tmp}",
-                *(str(PROTO / "apache" / "rocketmq" / "v2" / f"{name}.proto") for name in FILES)]
+        args = [
+            "protoc",
+            f"-I{PROTO}",
+            f"-I{Path(protoc.__file__).parent / '_proto'}",
+            f"--python_out={tmp}",
+            f"--pyi_out={tmp}",
+            *(str(PROTO / "apache" / "rocketmq" / "v2" / f"{name}.proto") for name in FILES),
+        ]
         if protoc.main(args) != 0:
             raise SystemExit("protoc failed")
         written = []

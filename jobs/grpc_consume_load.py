@@ -28,9 +28,12 @@ BATCH = 32
 
 
 def receive_request(topic: str, group: str, batch: int, invisible_ms: int, polling_ms: int) -> bytes:
-    req = svc.ReceiveMessageRequest(group=pb.Resource(name=group), batch_size=batch,
-                                    message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
-                                    filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+    req = svc.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        batch_size=batch,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+    )
     req.invisible_duration.FromMilliseconds(invisible_ms)
     req.long_polling_timeout.FromMilliseconds(polling_ms)
     return req.SerializeToString()
@@ -51,10 +54,16 @@ def _received(stream: object) -> list[pb.Message]:
 
 
 def _ack(ack: grpc.UnaryUnaryMultiCallable, topic: str, group: str, msgs: list[pb.Message]) -> None:
-    req = svc.AckMessageRequest(group=pb.Resource(name=group), topic=pb.Resource(name=topic),
-                                entries=[svc.AckMessageEntry(message_id=m.system_properties.message_id,
-                                                             receipt_handle=m.system_properties.receipt_handle)
-                                         for m in msgs])
+    req = svc.AckMessageRequest(
+        group=pb.Resource(name=group),
+        topic=pb.Resource(name=topic),
+        entries=[
+            svc.AckMessageEntry(
+                message_id=m.system_properties.message_id, receipt_handle=m.system_properties.receipt_handle
+            )
+            for m in msgs
+        ],
+    )
     reply = svc.AckMessageResponse.FromString(ack(req.SerializeToString(), timeout=10))
     if reply.status.code != Code.OK:
         raise RuntimeError(f"AckMessage answered {reply.status}")

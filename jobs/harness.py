@@ -39,18 +39,28 @@ from typing import Any, TextIO
 class Bench:
     """One run of a benchmark job: its flags, its work folder, the figures it reports."""
 
-    def __init__(self, job: str, doc: str | None, *, rounds: int, rounds_help: str, temp_in: Path | None = None) -> None:
+    def __init__(
+        self, job: str, doc: str | None, *, rounds: int, rounds_help: str, temp_in: Path | None = None
+    ) -> None:
         """``temp_in``: where the temporary work folder goes without ``--root`` (default: the
         system's temporary folder; a job that measures the disk names a folder on it)."""
         self.job = job
         self.temp_in = temp_in
-        self.parser = argparse.ArgumentParser(prog=f"{job}.py", description=doc,
-                                              formatter_class=argparse.RawDescriptionHelpFormatter)
-        self.parser.add_argument("--root", type=Path, default=None,
-                                 help="where the stores and scratch files go, kept (default: a temporary folder, removed)")
+        self.parser = argparse.ArgumentParser(
+            prog=f"{job}.py", description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
+        )
+        self.parser.add_argument(
+            "--root",
+            type=Path,
+            default=None,
+            help="where the stores and scratch files go, kept (default: a temporary folder, removed)",
+        )
         self.parser.add_argument("--rounds", type=int, default=rounds, help=rounds_help)
-        self.parser.add_argument("--json", action="store_true",
-                                 help="one JSON line per figure with its peer on stdout (the readable output on stderr)")
+        self.parser.add_argument(
+            "--json",
+            action="store_true",
+            help="one JSON line per figure with its peer on stdout (the readable output on stderr)",
+        )
         self.args = argparse.Namespace()
         self._json_out: TextIO | None = None
 
@@ -95,14 +105,32 @@ class Bench:
             if root is None:
                 shutil.rmtree(work, ignore_errors=True)
 
-    def figure(self, name: str, value: float, unit: str, *, peer: str | None = None, peer_value: float | None = None,
-               peer_unit: str | None = None, ratio: float | None = None) -> dict[str, Any]:
+    def figure(
+        self,
+        name: str,
+        value: float,
+        unit: str,
+        *,
+        peer: str | None = None,
+        peer_value: float | None = None,
+        peer_unit: str | None = None,
+        ratio: float | None = None,
+    ) -> dict[str, Any]:
         """Report one figure (and its peer of the same run); under ``--json`` print its line."""
         peer_unit = peer_unit if peer_unit is not None or peer_value is None else unit
         if ratio is None and peer_value and peer_unit == unit:
             ratio = value / peer_value
-        line = {"job": self.job, "name": name, "value": _num(value), "unit": unit, "peer": peer,
-                "peer_value": _num(peer_value), "peer_unit": peer_unit, "ratio": _num(ratio), "settings": self.settings}
+        line = {
+            "job": self.job,
+            "name": name,
+            "value": _num(value),
+            "unit": unit,
+            "peer": peer,
+            "peer_value": _num(peer_value),
+            "peer_unit": peer_unit,
+            "ratio": _num(ratio),
+            "settings": self.settings,
+        }
         if self._json_out is not None:
             self._json_out.write(json.dumps(line) + "\n")
             self._json_out.flush()

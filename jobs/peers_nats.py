@@ -32,8 +32,10 @@ from typing import Any
 STREAM = "BENCH"
 #: the reply code a counter books for a JetStream error (the broker's codes are >= 0)
 ERROR_CODE = -1
-CONNECT = (b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,'
-           b'"lang":"python","version":"bench"}\r\n')
+CONNECT = (
+    b'CONNECT {"verbose":false,"pedantic":false,"headers":true,"no_responders":true,'
+    b'"lang":"python","version":"bench"}\r\n'
+)
 
 
 def subject(topic: str, queue_id: int) -> str:
@@ -87,9 +89,16 @@ class NatsReader:
                 start = end + 2
                 if len(buf) < start + total + 2:
                     break
-                body = buf[start:start + total]
-                out.append(Msg(parts[1].decode(), int(parts[2]), parts[reply_at].decode() if reply_at else None,
-                               body[:hlen] if hmsg else None, body[hlen:]))
+                body = buf[start : start + total]
+                out.append(
+                    Msg(
+                        parts[1].decode(),
+                        int(parts[2]),
+                        parts[reply_at].decode() if reply_at else None,
+                        body[:hlen] if hmsg else None,
+                        body[hlen:],
+                    )
+                )
                 pos = start + total + 2
                 continue
             verb = line.split(b" ", 1)[0].decode(errors="replace")
@@ -193,8 +202,10 @@ class NatsWire:
 
 def create_stream(wire: NatsWire, stream: str = STREAM) -> None:
     """The stream over ``bench.>``, file storage, one replica."""
-    wire.request(f"$JS.API.STREAM.CREATE.{stream}", {
-        "name": stream, "subjects": ["bench.>"], "storage": "file", "retention": "limits", "num_replicas": 1})
+    wire.request(
+        f"$JS.API.STREAM.CREATE.{stream}",
+        {"name": stream, "subjects": ["bench.>"], "storage": "file", "retention": "limits", "num_replicas": 1},
+    )
 
 
 def stream_messages(wire: NatsWire, stream: str = STREAM) -> int:
@@ -204,15 +215,30 @@ def stream_messages(wire: NatsWire, stream: str = STREAM) -> int:
 
 def pull_consumer(wire: NatsWire, durable: str, subj: str, stream: str = STREAM) -> None:
     """A durable pull consumer of ``subj`` from its first message, no acks."""
-    wire.request(f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}", {"stream_name": stream, "config": {
-        "durable_name": durable, "ack_policy": "none", "filter_subject": subj, "deliver_policy": "all"}})
+    wire.request(
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.{durable}",
+        {
+            "stream_name": stream,
+            "config": {"durable_name": durable, "ack_policy": "none", "filter_subject": subj, "deliver_policy": "all"},
+        },
+    )
 
 
 def push_consumer(wire: NatsWire, subj: str, deliver: str, stream: str = STREAM) -> None:
     """An ephemeral push consumer of the messages of ``subj`` published from now on, delivered
     to ``deliver``, no acks."""
-    wire.request(f"$JS.API.CONSUMER.CREATE.{stream}", {"stream_name": stream, "config": {
-        "ack_policy": "none", "filter_subject": subj, "deliver_policy": "new", "deliver_subject": deliver}})
+    wire.request(
+        f"$JS.API.CONSUMER.CREATE.{stream}",
+        {
+            "stream_name": stream,
+            "config": {
+                "ack_policy": "none",
+                "filter_subject": subj,
+                "deliver_policy": "new",
+                "deliver_subject": deliver,
+            },
+        },
+    )
 
 
 def fetch(stream: str, durable: str, batch: int, reply: str) -> bytes:

@@ -82,7 +82,7 @@ def _parse(buf: bytes, pos: int) -> tuple[Any, int] | None:
     end = buf.find(b"\r\n", pos)
     if end < 0:
         return None
-    kind, line = buf[pos:pos + 1], buf[pos + 1:end]
+    kind, line = buf[pos : pos + 1], buf[pos + 1 : end]
     nxt = end + 2
     if kind == b"+":
         return line, nxt
@@ -96,7 +96,7 @@ def _parse(buf: bytes, pos: int) -> tuple[Any, int] | None:
             return None, nxt
         if len(buf) < nxt + n + 2:
             return None
-        return buf[nxt:nxt + n], nxt + n + 2
+        return buf[nxt : nxt + n], nxt + n + 2
     if kind == b"*":
         n = int(line)
         if n < 0:
@@ -109,7 +109,7 @@ def _parse(buf: bytes, pos: int) -> tuple[Any, int] | None:
             item, nxt = got
             items.append(item)
         return items, nxt
-    raise ValueError(f"not a RESP reply at byte {pos}: {buf[pos:pos + 40]!r}")
+    raise ValueError(f"not a RESP reply at byte {pos}: {buf[pos : pos + 40]!r}")
 
 
 def xread_entries(reply: Any) -> int:
@@ -179,8 +179,27 @@ class RespCounter:
 def redis_argv(binary: str, port: int, folder: Path, fsync: str) -> list[str]:
     """``redis-server`` serving 127.0.0.1:``port`` with its files in ``folder``: the AOF on,
     ``appendfsync`` = ``fsync``, no RDB snapshots, the log on stdout."""
-    return [binary, "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder), "--appendonly", "yes",
-            "--appendfsync", fsync, "--save", "", "--protected-mode", "no", "--daemonize", "no", "--logfile", ""]
+    return [
+        binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(folder),
+        "--appendonly",
+        "yes",
+        "--appendfsync",
+        fsync,
+        "--save",
+        "",
+        "--protected-mode",
+        "no",
+        "--daemonize",
+        "no",
+        "--logfile",
+        "",
+    ]
 
 
 def redis_ready(port: int) -> bool:

@@ -89,8 +89,10 @@ def follow(query: Any, what: str, batches: list[tuple[int, int]] | None = None) 
                     batches.append((int(p["numInputRows"]), int(p["durationMs"]["triggerExecution"])))
                 total += p["numInputRows"]
                 last = time.perf_counter()
-                say(f"  {what} batch {p['batchId']}: {p['numInputRows']:,} rows ({total:,} so far, "
-                    f"{p['processedRowsPerSecond']:,.0f} rows/s)")
+                say(
+                    f"  {what} batch {p['batchId']}: {p['numInputRows']:,} rows ({total:,} so far, "
+                    f"{p['processedRowsPerSecond']:,.0f} rows/s)"
+                )
         if not active:
             query.awaitTermination()  # raises the query's error, if it failed
             return total
@@ -122,16 +124,20 @@ def main(argv: list[str] | None = None) -> None:
     #    (as an upstream job would drop them) and a stream picks them up, one file per trigger
     incoming = checkpoints / "incoming"
     say(f"generating {args.events:,} order events into {args.files} parquet files")
-    (spark.range(args.events, numPartitions=args.files)
-     .selectExpr(
-         "id AS seq",
-         "CAST(id % 20000 AS STRING) AS order_id",
-         "element_at(array('created', 'paid', 'shipped'), CAST(id % 3 + 1 AS INT)) AS kind",
-         "CAST(id * 37 % 100000 AS INT) AS cents",
-     ).write.parquet(str(incoming)))
+    (
+        spark.range(args.events, numPartitions=args.files)
+        .selectExpr(
+            "id AS seq",
+            "CAST(id % 20000 AS STRING) AS order_id",
+            "element_at(array('created', 'paid', 'shipped'), CAST(id % 3 + 1 AS INT)) AS kind",
+            "CAST(id * 37 % 100000 AS INT) AS cents",
+        )
+        .write.parquet(str(incoming))
+    )
     events = (
         spark.readStream.schema("seq bigint, order_id string, kind string, cents int")
-        .option("maxFilesPerTrigger", 1).parquet(str(incoming))
+        .option("maxFilesPerTrigger", 1)
+        .parquet(str(incoming))
         .selectExpr(
             "'orders' AS topic",
             "to_json(named_struct('order', order_id, 'event', kind, 'cents', cents, 'seq', seq)) AS body",
@@ -143,10 +149,12 @@ def main(argv: list[str] | None = None) -> None:
     say("writing them with writeStream.format('rmqlog'), one micro-batch per file")
     t0 = time.perf_counter()
     writer = (
-        events.writeStream.format("rmqlog").option("path", str(root))
+        events.writeStream.format("rmqlog")
+        .option("path", str(root))
         .option("queueSelector", "hash")  # same order -> same queue, in order
         .option("checkpointLocation", str(checkpoints / "write"))
-        .trigger(availableNow=True).start()
+        .trigger(availableNow=True)
+        .start()
     )
     batches: list[tuple[int, int]] = []
     written = follow(writer, "write", batches)
@@ -157,29 +165,45 @@ def main(argv: list[str] | None = None) -> None:
     say("reading them back with readStream.format('rmqlog') (AvailableNow, in 4 micro-batches)")
     t0 = time.perf_counter()
     reader = (
-        spark.readStream.format("rmqlog").option("path", str(root)).option("topics", "orders")
-        .option("startingOffsets", "earliest").option("group", "quickstart")
-        .option("maxMessagesPerTrigger", max(1, args.events // 4)).load()  # a few batches, to show progress
-        .writeStream.format("memory").queryName("orders_back")
+        spark.readStream.format("rmqlog")
+        .option("path", str(root))
+        .option("topics", "orders")
+        .option("startingOffsets", "earliest")
+        .option("group", "quickstart")
+        .option("maxMessagesPerTrigger", max(1, args.events // 4))
+        .load()  # a few batches, to show progress
+        .writeStream.format("memory")
+        .queryName("orders_back")
         .option("checkpointLocation", str(checkpoints / "read"))
-        .trigger(availableNow=True).start()
+        .trigger(availableNow=True)
+        .start()
     )
     batches = []
     follow(reader, "read", batches)
     took = time.perf_counter() - t0
     back = spark.table("orders_back")
     say(f"read back {back.count():,} messages in {took:.1f}s: {steady(batches)}")
-    say("(a micro-batch's time is Spark's too: planning, tasks, the memory sink; the store alone appends "
-        "millions of messages a second, jobs/bench_store.py)\n")
+    say(
+        "(a micro-batch's time is Spark's too: planning, tasks, the memory sink; the store alone appends "
+        "millions of messages a second, jobs/bench_store.py)\n"
+    )
     print("messages per queue:")
     back.groupBy("topic", "queueId").count().orderBy("queueId").show()
     print("a few messages:")
-    (back.orderBy("queueId", "queueOffset")
-     .selectExpr("queueId", "queueOffset", "msgId", "tags", "keys", "CAST(body AS STRING) AS body")
-     .show(5, truncate=False))
+    (
+        back.orderBy("queueId", "queueOffset")
+        .selectExpr("queueId", "queueOffset", "msgId", "tags", "keys", "CAST(body AS STRING) AS body")
+        .show(5, truncate=False)
+    )
 
     # 3. a batch read with a tag filter (filtered on the consume queue's tag hash first)
-    shipped = spark.read.format("rmqlog").option("path", str(root)).option("topics", "orders").option("tags", "shipped").load()
+    shipped = (
+        spark.read.format("rmqlog")
+        .option("path", str(root))
+        .option("topics", "orders")
+        .option("tags", "shipped")
+        .load()
+    )
     say(f"batch read, tags='shipped': {shipped.count():,} messages")
     with rmqlog.MessageStore.open(root) as ms:
         lag = {q: ms.max_offset("orders", q) - ms.committed_offset("quickstart", "orders", q) for q in range(4)}

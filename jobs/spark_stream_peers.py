@@ -77,8 +77,12 @@ class _Reader(DataSourceStreamReader):
         a, b = partition.value
         if self.o["mode"] == "floor":
             created = (float(self.o["t0"]) * 1000 + np.arange(a, b) * 1000 / float(self.o["rate"])).astype(np.int64)
-            yield pa.record_batch({"body": pa.array([b"x" * 100] * (b - a), pa.binary()),
-                                   "storeTimestamp": pa.array(created * 1000, pa.timestamp("us", tz="UTC"))})
+            yield pa.record_batch(
+                {
+                    "body": pa.array([b"x" * 100] * (b - a), pa.binary()),
+                    "storeTimestamp": pa.array(created * 1000, pa.timestamp("us", tz="UTC")),
+                }
+            )
             return
         yield from reyield(self.o["path"], "in", ["body", "storeTimestamp"], b - a)
 
@@ -129,8 +133,9 @@ class PeerStreams(DataSource):
 
 def random_bodies(rng: np.random.Generator, m: int, body: int) -> pa.Array:
     data = rng.integers(0, 256, m * body, dtype=np.uint8)
-    return pa.Array.from_buffers(pa.binary(), m, [None, pa.py_buffer(np.arange(0, m * body + 1, body, dtype=np.int32)),
-                                                  pa.py_buffer(data)])
+    return pa.Array.from_buffers(
+        pa.binary(), m, [None, pa.py_buffer(np.arange(0, m * body + 1, body, dtype=np.int32)), pa.py_buffer(data)]
+    )
 
 
 def append(ms: rmqlog.MessageStore, topic: str, n: int, rng: np.random.Generator) -> None:
@@ -171,21 +176,38 @@ def copy_rate(spark, work: Path, n: int) -> tuple[float, float]:  # type: ignore
         append(ms, "in", n, rng)
 
         def ours(topic: str, rows: int) -> float:
-            q = (spark.readStream.format("rmqlog").option("path", str(root)).option("topics", topic)
-                 .option("startingOffsets", "earliest").option("columns", "body,storeTimestamp").load()
-                 .selectExpr(*WITH_TIME)
-                 .writeStream.format("rmqlog").option("path", str(root))
-                 .option("checkpointLocation", _checkpoint(work, topic)).start())
+            q = (
+                spark.readStream.format("rmqlog")
+                .option("path", str(root))
+                .option("topics", topic)
+                .option("startingOffsets", "earliest")
+                .option("columns", "body,storeTimestamp")
+                .load()
+                .selectExpr(*WITH_TIME)
+                .writeStream.format("rmqlog")
+                .option("path", str(root))
+                .option("checkpointLocation", _checkpoint(work, topic))
+                .start()
+            )
             try:
                 return _batches_time(q, rows, 600)
             finally:
                 q.stop()
 
         def ceiling(rows: int, name: str) -> float:
-            q = (spark.readStream.format("bench_stream").option("mode", "ceiling").option("path", str(root))
-                 .option("total", rows).option("parts", 2).load().selectExpr(*WITH_TIME)
-                 .writeStream.format("bench_stream").option("mode", "count")
-                 .option("checkpointLocation", _checkpoint(work, name)).start())
+            q = (
+                spark.readStream.format("bench_stream")
+                .option("mode", "ceiling")
+                .option("path", str(root))
+                .option("total", rows)
+                .option("parts", 2)
+                .load()
+                .selectExpr(*WITH_TIME)
+                .writeStream.format("bench_stream")
+                .option("mode", "count")
+                .option("checkpointLocation", _checkpoint(work, name))
+                .start()
+            )
             try:
                 return _batches_time(q, rows, 600)
             finally:
@@ -208,10 +230,19 @@ def latencies(spark, work: Path, rate: float, seconds: float) -> tuple[list[floa
     with rmqlog.MessageStore.open(root) as ms:
         ms.create_topic("in", 2)
         ms.create_topic("out", 2)
-        q = (spark.readStream.format("rmqlog").option("path", str(root)).option("topics", "in")
-             .option("startingOffsets", "earliest").option("columns", "body,storeTimestamp").load()
-             .selectExpr(*WITH_TIME).writeStream.format("rmqlog").option("path", str(root))
-             .option("checkpointLocation", _checkpoint(work, f"latency-{rate:.0f}")).start())
+        q = (
+            spark.readStream.format("rmqlog")
+            .option("path", str(root))
+            .option("topics", "in")
+            .option("startingOffsets", "earliest")
+            .option("columns", "body,storeTimestamp")
+            .load()
+            .selectExpr(*WITH_TIME)
+            .writeStream.format("rmqlog")
+            .option("path", str(root))
+            .option("checkpointLocation", _checkpoint(work, f"latency-{rate:.0f}"))
+            .start()
+        )
         try:
             warm = _produce(ms, rate, 2.0, rng)  # warm-up: not counted
             _wait_for_copies(ms, q, warm, 120)
@@ -234,9 +265,19 @@ def _floor_latencies(spark, work: Path, rate: float, seconds: float) -> list[flo
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
     t0 = time.time() + 3  # the first rows appear once the query is up
-    q = (spark.readStream.format("bench_stream").option("mode", "floor").option("rate", rate).option("t0", t0).load()
-         .selectExpr(*WITH_TIME).writeStream.format("bench_stream").option("mode", "latency").option("dir", str(out))
-         .option("checkpointLocation", _checkpoint(work, f"floor-{rate:.0f}")).start())
+    q = (
+        spark.readStream.format("bench_stream")
+        .option("mode", "floor")
+        .option("rate", rate)
+        .option("t0", t0)
+        .load()
+        .selectExpr(*WITH_TIME)
+        .writeStream.format("bench_stream")
+        .option("mode", "latency")
+        .option("dir", str(out))
+        .option("checkpointLocation", _checkpoint(work, f"floor-{rate:.0f}"))
+        .start()
+    )
     try:
         time.sleep(3 + 2.0 + seconds)
         if q.exception() is not None:
@@ -278,4 +319,3 @@ def _wait_for_copies(ms: rmqlog.MessageStore, query, total: int, timeout_s: floa
 def percentile(values: list[float], p: float) -> float:
     s = sorted(values)
     return s[min(len(s) - 1, int(len(s) * p))] if s else float("nan")
-

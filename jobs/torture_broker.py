@@ -61,6 +61,7 @@ AFTER_RESTART = 2
 
 # ---- the messages ------------------------------------------------------------------------
 
+
 def make_body(seed: int, producer: int, seq: int) -> bytes:
     """The body of message ``seq`` of ``producer``: its id, then 16 B..8 KiB from (seed, producer, seq)."""
     rng = random.Random(f"{seed}:{producer}:{seq}")
@@ -80,6 +81,7 @@ def body_id(body: bytes) -> tuple[int, int] | None:
 
 
 # ---- a producer process --------------------------------------------------------------------
+
 
 def run_producer(spec: dict[str, Any]) -> int:
     """Send until stdin closes; every try noted, every SEND_OK noted and fsynced (module docstring)."""
@@ -157,8 +159,9 @@ Stored = dict[tuple[int, int], tuple[bytes, int, int]]  # (qid, qoff) -> (body, 
 
 def _collect(table: Any, into: Stored) -> None:
     cols = table.select(["queueId", "queueOffset", "body", "commitLogOffset", "properties"]).to_pydict()
-    for qid, qoff, body, phys, props in zip(cols["queueId"], cols["queueOffset"], cols["body"],
-                                            cols["commitLogOffset"], cols["properties"], strict=True):
+    for qid, qoff, body, phys, props in zip(
+        cols["queueId"], cols["queueOffset"], cols["body"], cols["commitLogOffset"], cols["properties"], strict=True
+    ):
         attempt = dict(props or []).get(TRY_PROP, "0")
         into[(int(qid), int(qoff))] = (bytes(body), int(phys), int(attempt) if attempt.isdigit() else -1)
 
@@ -182,6 +185,7 @@ def read_direct(root: Path, conf: Path) -> tuple[Stored, list[str]]:
 
 
 # ---- the check -------------------------------------------------------------------------------
+
 
 @dataclass
 class Counts(tc.Problems):
@@ -213,11 +217,15 @@ def check(seed: int, ledgers: list[Ledger], pulled: Stored, direct: Stored, coun
             for name, view in (("pull", pulled), ("store", direct)):
                 got = view.get((qid, qoff))
                 if got is None:
-                    counts.problem("lost", f"producer {idx} seq {seq} try {attempt}: nothing at queue {qid} "
-                                           f"offset {qoff} ({name})")
+                    counts.problem(
+                        "lost", f"producer {idx} seq {seq} try {attempt}: nothing at queue {qid} offset {qoff} ({name})"
+                    )
                 elif got != (want, phys, attempt):
-                    counts.problem("lost", f"producer {idx} seq {seq} try {attempt}: queue {qid} offset {qoff} holds "
-                                           f"{got[0][:24]!r} try {got[2]} at {got[1]}, the answer said {phys} ({name})")
+                    counts.problem(
+                        "lost",
+                        f"producer {idx} seq {seq} try {attempt}: queue {qid} offset {qoff} holds "
+                        f"{got[0][:24]!r} try {got[2]} at {got[1]}, the answer said {phys} ({name})",
+                    )
                 else:
                     continue
                 break
@@ -237,6 +245,7 @@ def check(seed: int, ledgers: list[Ledger], pulled: Stored, direct: Stored, coun
 
 # ---- a trial ---------------------------------------------------------------------------------
 
+
 def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: random.Random) -> Counts:
     counts = Counts()
     root, conf = work / "store", work / "broker.conf"
@@ -250,7 +259,9 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     try:
         for i in range(args.producers):
             spec = {"producer": i, "seed": seed, "ledger": str(ledgers[i]), "namesrv": namesrv, "timeout_s": 30.0}
-            producers.append(tc.spawn_child(__file__, "producer", spec, work / f"producer-{i}.log", stdin=subprocess.PIPE))
+            producers.append(
+                tc.spawn_child(__file__, "producer", spec, work / f"producer-{i}.log", stdin=subprocess.PIPE)
+            )
         _wait_progress(producers, ledgers, [0] * len(ledgers), 1, "the first SEND_OK")
         time.sleep(rng.uniform(0.0, args.run_s))  # the random moment of the kill
         os.kill(broker.pid, signal.SIGKILL)
@@ -274,17 +285,22 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     direct, _ = read_direct(root, conf)
     check(seed, [Ledger.read(p) for p in ledgers], pulled, direct, counts)
     after = sum(count_oks(p) for p in ledgers) - sum(killed_at)
-    print(f"trial {n}: {counts.ok} SEND_OK ({after} after the restart), killed {sum(killed_at)} answered in, "
-          f"recovery+start {recovery_s:.2f} s, {counts.retried} sends retried, {counts.retry_copies} retry copies "
-          f"stored: {counts.lost} lost, {counts.dup} duplicated, {counts.bad} bad", flush=True)
+    print(
+        f"trial {n}: {counts.ok} SEND_OK ({after} after the restart), killed {sum(killed_at)} answered in, "
+        f"recovery+start {recovery_s:.2f} s, {counts.retried} sends retried, {counts.retry_copies} retry copies "
+        f"stored: {counts.lost} lost, {counts.dup} duplicated, {counts.bad} bad",
+        flush=True,
+    )
     counts.print_problems()
     return counts
 
 
-def _wait_progress(producers: list[subprocess.Popen[bytes]], ledgers: list[Path], base: list[int], more: int,
-                   what: str) -> None:
-    tc.wait_for(lambda: all(count_oks(p) >= b + more for p, b in zip(ledgers, base, strict=True)), producers, what,
-             poll_s=0.01)
+def _wait_progress(
+    producers: list[subprocess.Popen[bytes]], ledgers: list[Path], base: list[int], more: int, what: str
+) -> None:
+    tc.wait_for(
+        lambda: all(count_oks(p) >= b + more for p, b in zip(ledgers, base, strict=True)), producers, what, poll_s=0.01
+    )
 
 
 def _stop_all(producers: list[subprocess.Popen[bytes]], broker: subprocess.Popen[bytes]) -> None:
@@ -296,18 +312,34 @@ def _stop_all(producers: list[subprocess.Popen[bytes]], broker: subprocess.Popen
 
 def main(argv: list[str] | None = None) -> int:
     tc.run_child(argv, "producer", run_producer)  # a child process ends here
-    args = tc.parse_trial_args(argv, __doc__, [("--producers", {"type": int, "default": 4})], 1.5,
-                               "the kill comes 0..RUN_S s after every producer sent")
+    args = tc.parse_trial_args(
+        argv,
+        __doc__,
+        [("--producers", {"type": int, "default": 4})],
+        1.5,
+        "the kill comes 0..RUN_S s after every producer sent",
+    )
     total = Counts()
 
     def summary() -> None:
-        print(f"{args.trials} trials, {total.lost} lost ({total.ok} SEND_OK checked, {total.dup} duplicated, "
-              f"{total.bad} bad, {total.retried} retried sends, {total.retry_copies} retry copies)", flush=True)
+        print(
+            f"{args.trials} trials, {total.lost} lost ({total.ok} SEND_OK checked, {total.dup} duplicated, "
+            f"{total.bad} bad, {total.retried} retried sends, {total.retry_copies} retry copies)",
+            flush=True,
+        )
 
-    return tc.run_trials(args, "torture-broker-",
-                         lambda base: f"torture_broker: {args.trials} trials, seed {args.seed}, {args.producers} "
-                                      f"producers, SYNC_FLUSH, work directory {base}",
-                         trial, total, lambda c: bool(c.lost or c.dup or c.bad), summary)
+    return tc.run_trials(
+        args,
+        "torture-broker-",
+        lambda base: (
+            f"torture_broker: {args.trials} trials, seed {args.seed}, {args.producers} "
+            f"producers, SYNC_FLUSH, work directory {base}"
+        ),
+        trial,
+        total,
+        lambda c: bool(c.lost or c.dup or c.bad),
+        summary,
+    )
 
 
 if __name__ == "__main__":

@@ -71,6 +71,7 @@ QUICK = {"haHousekeepingInterval": "2000", "haSendHeartbeatInterval": "500", "sl
 
 # ---- the producer process (on host d) ----------------------------------------------------------
 
+
 def run_producer(spec: dict[str, Any]) -> int:
     """Send until stdin closes; every answer noted and fsynced (module docstring)."""
     from rmqnet.client import Producer, parse_offset_msg_id
@@ -137,6 +138,7 @@ def count_ok(path: Path) -> int:
 
 # ---- the processes ----------------------------------------------------------------------------
 
+
 class Deployment:
     """The processes of one trial on the hosts."""
 
@@ -151,8 +153,13 @@ class Deployment:
         log = self.work / f"{key}.log"
         seen = log.stat().st_size if log.exists() else 0  # a restart appends to the same log
         with open(log, "ab") as out:
-            proc = self.hosts.popen(host, [sys.executable, "-m", "rmqnet", *args], stdout=out, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+            proc = self.hosts.popen(
+                host,
+                [sys.executable, "-m", "rmqnet", *args],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+            )
         deadline = time.monotonic() + GUARD_S
         while marker not in log.read_bytes()[seen:].decode(errors="replace"):
             if proc.poll() is not None or time.monotonic() > deadline:
@@ -161,9 +168,16 @@ class Deployment:
         self.procs[key] = proc
 
     def conf(self, key: str, host: str, broker_id: int, role: str) -> Path:
-        lines = {"brokerClusterName": "TortureCluster", "brokerName": "torture", "brokerId": str(broker_id),
-                 "brokerIP1": self.hosts.addr(host), "brokerRole": role, "namesrvAddr": self.namesrv,
-                 "mappedFileSizeCommitLog": str(SEGMENT), **QUICK}
+        lines = {
+            "brokerClusterName": "TortureCluster",
+            "brokerName": "torture",
+            "brokerId": str(broker_id),
+            "brokerIP1": self.hosts.addr(host),
+            "brokerRole": role,
+            "namesrvAddr": self.namesrv,
+            "mappedFileSizeCommitLog": str(SEGMENT),
+            **QUICK,
+        }
         if role == "SLAVE":
             lines["haMasterAddress"] = f"{self.hosts.addr('b')}:{HA_PORT}"
         path = self.work / f"{key}.conf"
@@ -172,13 +186,19 @@ class Deployment:
 
     def broker(self, key: str, host: str, broker_id: int, role: str) -> None:
         conf = self.conf(key, host, broker_id, role)
-        self._start(key, host, ["broker", str(self.work / key), "-c", str(conf), "--listen",
-                                f"0.0.0.0:{BROKER_PORT}"], "ready at")
+        self._start(
+            key,
+            host,
+            ["broker", str(self.work / key), "-c", str(conf), "--listen", f"0.0.0.0:{BROKER_PORT}"],
+            "ready at",
+        )
 
     def start(self) -> None:
         import rmqlog
 
-        with rmqlog.MessageStore.open(self.work / "master", rmqlog.StoreConfig(mapped_file_size_commit_log=SEGMENT)) as s:
+        with rmqlog.MessageStore.open(
+            self.work / "master", rmqlog.StoreConfig(mapped_file_size_commit_log=SEGMENT)
+        ) as s:
             s.create_topic(TOPIC, QUEUES)
         self._start("namesrv", "a", ["namesrv", "--listen", self.namesrv], "listening on")
         self.broker("master", "b", 0, self.role)
@@ -187,8 +207,13 @@ class Deployment:
     def producer(self) -> subprocess.Popen[bytes]:
         spec = json.dumps({"namesrv": self.namesrv, "ledger": str(self.work / "ledger")})
         log = open(self.work / "producer.log", "wb")  # noqa: SIM115 - the child owns it
-        proc = self.hosts.popen("d", [sys.executable, str(Path(__file__).resolve()), "--child", "producer", spec],
-                                stdin=subprocess.PIPE, stdout=log, stderr=subprocess.STDOUT)
+        proc = self.hosts.popen(
+            "d",
+            [sys.executable, str(Path(__file__).resolve()), "--child", "producer", spec],
+            stdin=subprocess.PIPE,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
         log.close()
         self.procs["producer"] = proc
         return proc
@@ -224,13 +249,15 @@ def wait_oks(ledger: Path, n: int, proc: subprocess.Popen[bytes]) -> None:
 
 # ---- the check --------------------------------------------------------------------------------
 
+
 def stored(root: Path, *, read_only: bool) -> tuple[set[str], int]:
     """The UNIQ_KEYs of the topic in ``root`` and its published end."""
     import rmqlog
 
     keys: set[str] = set()
-    with rmqlog.MessageStore.open(root, rmqlog.StoreConfig(mapped_file_size_commit_log=SEGMENT),
-                                  read_only=read_only) as store:
+    with rmqlog.MessageStore.open(
+        root, rmqlog.StoreConfig(mapped_file_size_commit_log=SEGMENT), read_only=read_only
+    ) as store:
         if not read_only:
             store.dispatch()
         for qid in range(QUEUES):
@@ -251,7 +278,7 @@ def log_bytes(root: Path, end: int) -> bytes:
     for seg in sorted(p for p in (root / "commitlog").iterdir() if p.name.isdigit()):
         if int(seg.name) >= end:
             break
-        out += seg.read_bytes()[:min(SEGMENT, end - int(seg.name))]
+        out += seg.read_bytes()[: min(SEGMENT, end - int(seg.name))]
     return bytes(out[:end])
 
 
@@ -283,11 +310,19 @@ def check(work: Path, role: str, fault: str) -> Outcome:
     if role == "ASYNC_MASTER" and early:
         bad.append(f"{len(early)} SEND_OK missing on the slave below its end {slave_end}, e.g. {early[0]}")
     sync = role == "SYNC_MASTER"
-    return Outcome(role, fault, len(led.send_ok), len(missing) if sync else 0, 0 if sync else len(missing),
-                   master_end - slave_end, bad)
+    return Outcome(
+        role,
+        fault,
+        len(led.send_ok),
+        len(missing) if sync else 0,
+        0 if sync else len(missing),
+        master_end - slave_end,
+        bad,
+    )
 
 
 # ---- a trial ----------------------------------------------------------------------------------
+
 
 def trial(hosts: Any, work: Path, role: str, fault: str, rng: random.Random, run_s: float) -> Outcome:
     d = Deployment(hosts, work, role)
@@ -359,9 +394,11 @@ def main(argv: list[str] | None = None) -> int:
                     folder.mkdir(parents=True)
                     o = trial(hosts, folder, role, fault, rng, a.run_s)
                     outcomes.append(o)
-                    print(f"trial {role} {i} {fault}: {o.send_ok} SEND_OK, lost {o.lost}, unreplicated "
-                          f"{o.unreplicated}, tail {o.tail_bytes} B{'; BAD: ' + '; '.join(o.bad) if o.bad else ''}",
-                          flush=True)
+                    print(
+                        f"trial {role} {i} {fault}: {o.send_ok} SEND_OK, lost {o.lost}, unreplicated "
+                        f"{o.unreplicated}, tail {o.tail_bytes} B{'; BAD: ' + '; '.join(o.bad) if o.bad else ''}",
+                        flush=True,
+                    )
                     if not o.bad and not o.lost:
                         shutil.rmtree(folder, ignore_errors=True)
     finally:
@@ -374,9 +411,11 @@ def main(argv: list[str] | None = None) -> int:
         acked = sum(o.send_ok for o in mine)
         tails = [o.tail_bytes for o in mine]
         unrep = [o.unreplicated for o in mine]
-        print(f"{role}: {len(mine)} trials, {acked} SEND_OK, {sum(o.lost for o in mine)} lost, "
-              f"{sum(unrep)} unreplicated in {sum(1 for u in unrep if u)} trials (at most {max(unrep)} in one; "
-              f"the master's unreplicated tail at most {max(tails)} B), {sum(len(o.bad) for o in mine)} bad")
+        print(
+            f"{role}: {len(mine)} trials, {acked} SEND_OK, {sum(o.lost for o in mine)} lost, "
+            f"{sum(unrep)} unreplicated in {sum(1 for u in unrep if u)} trials (at most {max(unrep)} in one; "
+            f"the master's unreplicated tail at most {max(tails)} B), {sum(len(o.bad) for o in mine)} bad"
+        )
     failed = any(o.bad or o.lost for o in outcomes)
     print(f"{len(outcomes)} trials, {sum(o.lost for o in outcomes)} lost, {sum(len(o.bad) for o in outcomes)} bad")
     return 1 if failed else 0

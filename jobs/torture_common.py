@@ -53,6 +53,7 @@ Proc = subprocess.Popen[bytes]
 
 # ---- the servers ---------------------------------------------------------------------------
 
+
 def _wait_line(proc: Proc, out: Path, marker: str, what: str) -> str:
     """The first line of ``out`` holding ``marker``, once the process wrote it."""
     deadline = time.monotonic() + GUARD_S
@@ -71,8 +72,9 @@ def start_process(args: list[str], log: Path, marker: str, what: str) -> tuple[P
     process and that line's last word (the address it listens on). ``RuntimeError`` naming ``what``
     if it exits first or is not ready within :data:`GUARD_S`."""
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "rmqnet", *args], stdout=out, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "rmqnet", *args], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+        )
     line = _wait_line(proc, log, marker, what)
     return proc, line.rsplit(" ", 1)[-1].strip()
 
@@ -80,8 +82,9 @@ def start_process(args: list[str], log: Path, marker: str, what: str) -> tuple[P
 def start_broker(root: Path, conf: Path, listen: str, namesrv: str, log: Path, what: str) -> tuple[Proc, str]:
     """A broker process on ``root`` with ``conf``, listening on ``listen`` (``127.0.0.1:0``: a free port),
     registered with ``namesrv``: the process and its address, once it is ready."""
-    return start_process(["broker", str(root), "-c", str(conf), "--listen", listen, "--namesrv", namesrv], log,
-                         "ready at", what)
+    return start_process(
+        ["broker", str(root), "-c", str(conf), "--listen", listen, "--namesrv", namesrv], log, "ready at", what
+    )
 
 
 def kill_restart(broker: Proc, root: Path, conf: Path, addr: str, namesrv: str, log: Path) -> Proc:
@@ -96,8 +99,12 @@ def stop_broker(broker: Proc, problem: Callable[[str, str], None]) -> None:
     """SIGTERM of ``broker``; an exit status other than 0, or no exit within :data:`GUARD_S` (then it is
     killed), is a ``bad`` problem."""
     broker.send_signal(signal.SIGTERM)
-    _await_exit(broker, problem, lambda code: f"the broker's SIGTERM stop exited with {code}",
-                "the broker did not stop on SIGTERM")
+    _await_exit(
+        broker,
+        problem,
+        lambda code: f"the broker's SIGTERM stop exited with {code}",
+        "the broker did not stop on SIGTERM",
+    )
 
 
 def _await_exit(proc: Proc, problem: Callable[[str, str], None], exited: Callable[[int], str], hung: str) -> None:
@@ -122,6 +129,7 @@ def stop_namesrv(ns: Proc) -> None:
 
 
 # ---- the children ----------------------------------------------------------------------------
+
 
 class LedgerFile:
     """A child's ledger: lines appended (``O_APPEND``), each fsynced unless ``sync=False``, so that a
@@ -163,8 +171,12 @@ def pull_queues(consumer: Any, topic: str, queues: int) -> Iterator[Any]:
 def spawn_child(script: str, kind: str, spec: dict[str, Any], log: Path, *, stdin: int) -> Proc:
     """``python SCRIPT --child KIND SPEC`` (``SPEC``: ``spec`` as JSON), its output in ``log``."""
     with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, script, "--child", kind, json.dumps(spec)], stdin=stdin,
-                                stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, script, "--child", kind, json.dumps(spec)],
+            stdin=stdin,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def run_child(argv: list[str] | None, kind: str, run: Callable[[dict[str, Any]], int]) -> None:
@@ -179,8 +191,15 @@ def run_child(argv: list[str] | None, kind: str, run: Callable[[dict[str, Any]],
     raise SystemExit(run(json.loads(argv[2])))
 
 
-def wait_for(cond: Callable[[], bool], children: Sequence[Proc], what: str, *, name: str = "producer",
-             poll_s: float = 0.05, exits_ok: bool = False) -> None:
+def wait_for(
+    cond: Callable[[], bool],
+    children: Sequence[Proc],
+    what: str,
+    *,
+    name: str = "producer",
+    poll_s: float = 0.05,
+    exits_ok: bool = False,
+) -> None:
     """Until ``cond()`` holds, asked every ``poll_s`` s. ``RuntimeError`` if it does not within
     :data:`GUARD_S`, or if one of ``children`` (a ``name``) exits first (with ``exits_ok``: exits
     other than 0)."""
@@ -195,13 +214,20 @@ def wait_for(cond: Callable[[], bool], children: Sequence[Proc], what: str, *, n
     raise RuntimeError(f"no {what} after {GUARD_S} s")
 
 
-def reap(children: Sequence[Proc], work: Path, problem: Callable[[str, str], None], *, name: str = "producer",
-         hung: str = "did not stop") -> None:
+def reap(
+    children: Sequence[Proc],
+    work: Path,
+    problem: Callable[[str, str], None],
+    *,
+    name: str = "producer",
+    hung: str = "did not stop",
+) -> None:
     """Every child's exit, each awaited up to :data:`GUARD_S`: an exit status other than 0 is a ``bad``
     problem naming its log (``WORK/NAME-i.log``), a child still running is killed and ``bad`` too."""
     for i, p in enumerate(children):
-        _await_exit(p, problem, functools.partial(_child_exited, f"{name} {i}", f"{work}/{name}-{i}.log"),
-                    f"{name} {i} {hung}")
+        _await_exit(
+            p, problem, functools.partial(_child_exited, f"{name} {i}", f"{work}/{name}-{i}.log"), f"{name} {i} {hung}"
+        )
 
 
 def _child_exited(child: str, log: str, code: int) -> str:
@@ -210,13 +236,25 @@ def _child_exited(child: str, log: str, code: int) -> str:
 
 # ---- the store -------------------------------------------------------------------------------
 
+
 def write_conf(path: Path, cluster: str, broker: str, *extra: str) -> None:
     """The broker's configuration: cluster and broker name, 127.0.0.1, ``SYNC_FLUSH`` (a 20 s flush
     timeout), :data:`SEGMENT` segments, topics created on demand; then the job's ``extra`` lines."""
-    path.write_text("\n".join([
-        f"brokerClusterName={cluster}", f"brokerName={broker}", "brokerIP1=127.0.0.1", "flushDiskType=SYNC_FLUSH",
-        f"mappedFileSizeCommitLog={SEGMENT}", "autoCreateTopicEnable=true", "syncFlushTimeout=20000", *extra, "",
-    ]))
+    path.write_text(
+        "\n".join(
+            [
+                f"brokerClusterName={cluster}",
+                f"brokerName={broker}",
+                "brokerIP1=127.0.0.1",
+                "flushDiskType=SYNC_FLUSH",
+                f"mappedFileSizeCommitLog={SEGMENT}",
+                "autoCreateTopicEnable=true",
+                "syncFlushTimeout=20000",
+                *extra,
+                "",
+            ]
+        )
+    )
 
 
 def open_store(root: Path, conf: Path, **kw: Any) -> Any:
@@ -240,6 +278,7 @@ def read_whole_queue(store: Any, topic: str, qid: int, **kw: Any) -> Any:
 
 
 # ---- the run ---------------------------------------------------------------------------------
+
 
 @dataclass
 class Problems:
@@ -272,8 +311,9 @@ class Problems:
             print(f"  {text}", flush=True)
 
 
-def trial_parser(doc: str | None, own: Sequence[tuple[str, dict[str, Any]]], run_s: float, run_s_help: str
-                 ) -> argparse.ArgumentParser:
+def trial_parser(
+    doc: str | None, own: Sequence[tuple[str, dict[str, Any]]], run_s: float, run_s_help: str
+) -> argparse.ArgumentParser:
     """The flags, in this order: ``--trials``, ``--seed``, the job's ``own`` (flag, ``add_argument``
     keywords), ``--run-s``, ``--root``, ``--keep``."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -287,8 +327,9 @@ def trial_parser(doc: str | None, own: Sequence[tuple[str, dict[str, Any]]], run
     return ap
 
 
-def parse_trial_args(argv: list[str] | None, doc: str | None, own: Sequence[tuple[str, dict[str, Any]]], run_s: float,
-                     run_s_help: str) -> argparse.Namespace:
+def parse_trial_args(
+    argv: list[str] | None, doc: str | None, own: Sequence[tuple[str, dict[str, Any]]], run_s: float, run_s_help: str
+) -> argparse.Namespace:
     """The flags of :func:`trial_parser`, parsed from ``argv`` (None: ``sys.argv[1:]``); ``--trials``
     and each of ``own`` must be at least 1, ``--run-s`` not negative (else the usage error, exit 2)."""
     ap = trial_parser(doc, own, run_s, run_s_help)
@@ -310,9 +351,15 @@ def _work_dir(args: argparse.Namespace, prefix: str) -> Path:
 P = TypeVar("P", bound=Problems)
 
 
-def run_trials(args: argparse.Namespace, prefix: str, header: Callable[[Path], str],
-               trial: Callable[[int, argparse.Namespace, Path, str, random.Random], P], total: P,
-               failed: Callable[[P], bool], summary: Callable[[], None]) -> int:
+def run_trials(
+    args: argparse.Namespace,
+    prefix: str,
+    header: Callable[[Path], str],
+    trial: Callable[[int, argparse.Namespace, Path, str, random.Random], P],
+    total: P,
+    failed: Callable[[P], bool],
+    summary: Callable[[], None],
+) -> int:
     """A job's run: its work folder (:func:`_work_dir`) named in the ``header`` line; trials
     1..``--trials`` beside one name server process (stopped at the end), trial ``n`` in
     ``BASE/trial-n``, the kill moments drawn from one ``random.Random(--seed)``; each trial's
@@ -325,12 +372,18 @@ def run_trials(args: argparse.Namespace, prefix: str, header: Callable[[Path], s
     return _finish(args, base, n_failed)
 
 
-def _trials(args: argparse.Namespace, base: Path, trial: Callable[[int, argparse.Namespace, Path, str, random.Random], P],
-            total: P, failed: Callable[[P], bool]) -> int:
+def _trials(
+    args: argparse.Namespace,
+    base: Path,
+    trial: Callable[[int, argparse.Namespace, Path, str, random.Random], P],
+    total: P,
+    failed: Callable[[P], bool],
+) -> int:
     """The trials of :func:`run_trials`: how many failed."""
     rng = random.Random(args.seed)
-    ns, namesrv = start_process(["namesrv", "--listen", "127.0.0.1:0"], base / "namesrv.log", "listening on",
-                                "the name server")
+    ns, namesrv = start_process(
+        ["namesrv", "--listen", "127.0.0.1:0"], base / "namesrv.log", "listening on", "the name server"
+    )
     n_failed = 0
     try:
         for n in range(1, args.trials + 1):

@@ -143,9 +143,19 @@ class Consumer:
         import rmqlog
         from rmqnet.remoting import RequestCode, ResponseCode
 
-        ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "-1", "maxMsgNums": str(BATCH),
-               "invisibleTime": str(self.invisible_ms), "pollTime": "0", "bornTime": str(int(time.time() * 1000)),
-               "initMode": "0", "expType": "TAG", "exp": "*", "order": "false"}
+        ext = {
+            "consumerGroup": GROUP,
+            "topic": TOPIC,
+            "queueId": "-1",
+            "maxMsgNums": str(BATCH),
+            "invisibleTime": str(self.invisible_ms),
+            "pollTime": "0",
+            "bornTime": str(int(time.time() * 1000)),
+            "initMode": "0",
+            "expType": "TAG",
+            "exp": "*",
+            "order": "false",
+        }
         res = self._invoke(RequestCode.POP_MESSAGE, ext, (ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT))
         if res is None:
             # a pop cut by a kill may have been made: its messages were handed out unseen (their
@@ -166,10 +176,17 @@ class Consumer:
             if i is None or not wants_ack(self.seed, i, len(self.messages[i].deliveries) - 1):
                 continue
             mark = "1" if str(m["topic"]).startswith("%RETRY%") else "0"
-            handle = (f"{starts[(mark, m['queueId'])]} {pop_time} {invisible} {h['reviveQid']} {mark} pop "
-                      f"{m['queueId']} {m['queueOffset']}")
-            ack = {"consumerGroup": GROUP, "topic": str(m["topic"]), "queueId": str(m["queueId"]), "extraInfo": handle,
-                   "offset": str(m["queueOffset"])}
+            handle = (
+                f"{starts[(mark, m['queueId'])]} {pop_time} {invisible} {h['reviveQid']} {mark} pop "
+                f"{m['queueId']} {m['queueOffset']}"
+            )
+            ack = {
+                "consumerGroup": GROUP,
+                "topic": str(m["topic"]),
+                "queueId": str(m["queueId"]),
+                "extraInfo": handle,
+                "offset": str(m["queueOffset"]),
+            }
             msg = self.messages[i]
             msg.maybe_acked = True
             if self._invoke(RequestCode.ACK_MESSAGE, ack, (ResponseCode.SUCCESS,)) is None:
@@ -191,11 +208,15 @@ class Consumer:
         if msg.deliveries:
             c.redelivered += 1
         if msg.acked_at is not None:
-            c.problem("unexplained", f"message {i} delivered at {answered:.0f} after its ack confirmed at "
-                                     f"{msg.acked_at:.0f}")
+            c.problem(
+                "unexplained", f"message {i} delivered at {answered:.0f} after its ack confirmed at {msg.acked_at:.0f}"
+            )
         if msg.deliveries and pop_time < msg.deliveries[-1][0] + msg.deliveries[-1][1]:
-            c.problem("unexplained", f"message {i} handed out at {pop_time} while invisible until "
-                                     f"{msg.deliveries[-1][0] + msg.deliveries[-1][1]}")
+            c.problem(
+                "unexplained",
+                f"message {i} handed out at {pop_time} while invisible until "
+                f"{msg.deliveries[-1][0] + msg.deliveries[-1][1]}",
+            )
         expected = len(msg.deliveries)
         reconsume, topic = int(m["reconsumeTimes"]), str(m["topic"])
         # more attempts than seen: only if a pop was cut since this message's last delivery
@@ -224,10 +245,22 @@ def send_all(addr: str, n: int) -> None:
     client = RemoteClient("127.0.0.1:9", timeout_s=10.0)
     try:
         for i in range(n):
-            h = SendMessageHeader(producer_group="PT_PG", topic=TOPIC, default_topic="TBW102", default_topic_queue_nums=4,
-                                  queue_id=i % QUEUES, sys_flag=0, born_timestamp=int(time.time() * 1000), flag=0,
-                                  properties="", reconsume_times=0, unit_mode=False, batch=False,
-                                  max_reconsume_times=None, broker_name=None)
+            h = SendMessageHeader(
+                producer_group="PT_PG",
+                topic=TOPIC,
+                default_topic="TBW102",
+                default_topic_queue_nums=4,
+                queue_id=i % QUEUES,
+                sys_flag=0,
+                born_timestamp=int(time.time() * 1000),
+                flag=0,
+                properties="",
+                reconsume_times=0,
+                unit_mode=False,
+                batch=False,
+                max_reconsume_times=None,
+                broker_name=None,
+            )
             cmd = RemotingCommand(RequestCode.SEND_MESSAGE_V2, 0, 0, None, h.to_ext(True), b"pm:%d" % i, "JAVA")
             call(client.invoke(addr, cmd))
     finally:
@@ -256,8 +289,9 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
                 for k, pause in enumerate(pauses, 2):
                     time.sleep(pause)
                     with lock:
-                        state["broker"] = tc.kill_restart(state["broker"], root, conf, addr, namesrv,
-                                                          work / f"broker-{k}.log")
+                        state["broker"] = tc.kill_restart(
+                            state["broker"], root, conf, addr, namesrv, work / f"broker-{k}.log"
+                        )
                         counts.kills += 1
             except Exception as exc:  # noqa: BLE001 - the trial reports it
                 state["error"] = exc
@@ -273,8 +307,11 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
             counts.problem("bad", f"the broker did not restart: {state['error']}")
         for i in consumer.unsettled():
             m = consumer.messages[i]
-            counts.problem("lost", f"message {i}: not acked and not delivered again after {SETTLE_S:.0f} s "
-                                   f"({len(m.deliveries)} deliveries, the last {m.deliveries[-1] if m.deliveries else None})")
+            counts.problem(
+                "lost",
+                f"message {i}: not acked and not delivered again after {SETTLE_S:.0f} s "
+                f"({len(m.deliveries)} deliveries, the last {m.deliveries[-1] if m.deliveries else None})",
+            )
         counts.maybe = sum(1 for m in consumer.messages.values() if m.acked_at is None)
     finally:
         if consumer is not None:
@@ -284,33 +321,53 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
         assert isinstance(proc, tc.subprocess.Popen)
         if proc.poll() is None:
             tc.stop_broker(proc, counts.problem)
-    print(f"trial {n}: {counts.kills} kills, {counts.sent} sent, {counts.deliveries} deliveries "
-          f"({counts.redelivered} redelivered), {counts.confirmed} confirmed acks, {counts.maybe} acks of "
-          f"unknown outcome, {counts.unseen} unseen deliveries, {counts.failed_requests} requests cut; {counts.lost} lost, {counts.unexplained} unexplained, {counts.bad} bad", flush=True)
+    print(
+        f"trial {n}: {counts.kills} kills, {counts.sent} sent, {counts.deliveries} deliveries "
+        f"({counts.redelivered} redelivered), {counts.confirmed} confirmed acks, {counts.maybe} acks of "
+        f"unknown outcome, {counts.unseen} unseen deliveries, {counts.failed_requests} requests cut; {counts.lost} lost, {counts.unexplained} unexplained, {counts.bad} bad",
+        flush=True,
+    )
     counts.print_problems()
     return counts
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = tc.parse_trial_args(argv, __doc__, [
-        ("--messages", {"type": int, "default": 120}),
-        ("--kills", {"type": int, "default": 2}),
-        ("--invisible-ms", {"type": int, "default": 1500}),
-    ], 2.0, "each kill comes 0..RUN_S s after the previous one")
+    args = tc.parse_trial_args(
+        argv,
+        __doc__,
+        [
+            ("--messages", {"type": int, "default": 120}),
+            ("--kills", {"type": int, "default": 2}),
+            ("--invisible-ms", {"type": int, "default": 1500}),
+        ],
+        2.0,
+        "each kill comes 0..RUN_S s after the previous one",
+    )
     total = Counts()
 
     def summary() -> None:
         spread = ", ".join(f"{k}: {v}" for k, v in sorted(total.attempts.items()))
         print(f"deliveries by attempt: {spread}", flush=True)
-        print(f"{args.trials} trials, {total.lost} lost, {total.unexplained} unexplained, {total.bad} bad "
-              f"({total.kills} kills, {total.sent} messages, {total.deliveries} deliveries, {total.redelivered} "
-              f"redelivered, each after a delivery without a confirmed ack)", flush=True)
+        print(
+            f"{args.trials} trials, {total.lost} lost, {total.unexplained} unexplained, {total.bad} bad "
+            f"({total.kills} kills, {total.sent} messages, {total.deliveries} deliveries, {total.redelivered} "
+            f"redelivered, each after a delivery without a confirmed ack)",
+            flush=True,
+        )
 
-    return tc.run_trials(args, "torture-pop-",
-                         lambda base: f"torture_pop: {args.trials} trials, seed {args.seed}, {args.messages} messages, "
-                                      f"{args.kills} kills each, invisible {args.invisible_ms} ms, SYNC_FLUSH, "
-                                      f"work directory {base}",
-                         trial, total, lambda c: bool(c.lost or c.unexplained or c.bad), summary)
+    return tc.run_trials(
+        args,
+        "torture-pop-",
+        lambda base: (
+            f"torture_pop: {args.trials} trials, seed {args.seed}, {args.messages} messages, "
+            f"{args.kills} kills each, invisible {args.invisible_ms} ms, SYNC_FLUSH, "
+            f"work directory {base}"
+        ),
+        trial,
+        total,
+        lambda c: bool(c.lost or c.unexplained or c.bad),
+        summary,
+    )
 
 
 if __name__ == "__main__":

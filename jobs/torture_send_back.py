@@ -108,6 +108,7 @@ def body_id(body: bytes) -> int | None:
 
 # ---- the worker child ------------------------------------------------------------------------
 
+
 def run_worker(spec: dict[str, Any]) -> int:
     """Pull ``RT``, send back this worker's messages, each until it is answered."""
     from rmqnet.client import BrokerError, PullConsumer
@@ -167,6 +168,7 @@ def run_worker(spec: dict[str, Any]) -> int:
 
 # ---- the ledger and the check ------------------------------------------------------------------
 
+
 @dataclass
 class Ledger:
     tries: Counter[int] = field(default_factory=Counter)
@@ -209,8 +211,9 @@ class Counts(tc.Problems):
 Copy = tuple[bytes, dict[str, str], int]
 
 
-def check(seed: int, total: int, origin_ids: dict[int, str], led: Ledger, stored: dict[str, list[Copy]],
-          counts: Counts) -> None:
+def check(
+    seed: int, total: int, origin_ids: dict[int, str], led: Ledger, stored: dict[str, list[Copy]], counts: Counts
+) -> None:
     """Count what ``stored`` (``%RETRY%`` and ``%DLQ%`` copies) says of the send-backs in ``led``."""
     copies: dict[str, Counter[int]] = {RETRY: Counter(), DLQ: Counter()}
     for topic, rows in stored.items():
@@ -255,14 +258,17 @@ def check(seed: int, total: int, origin_ids: dict[int, str], led: Ledger, stored
 
 # ---- the store -----------------------------------------------------------------------------------
 
+
 def undelivered(root: Path, conf: Path) -> int:
     """Messages of ``SCHEDULE_TOPIC_XXXX`` the scheduler has not delivered yet (read-only)."""
     with tc.open_store(root, conf, read_only=True, create=False) as store:
         if SCHEDULE not in store.topics():
             return 0
         done = store.delay_offsets()
-        return sum(max(0, store.max_offset(SCHEDULE, level - 1) - done.get(level, 0))
-                   for level in range(1, len(DELAY_LEVELS.split()) + 1))
+        return sum(
+            max(0, store.max_offset(SCHEDULE, level - 1) - done.get(level, 0))
+            for level in range(1, len(DELAY_LEVELS.split()) + 1)
+        )
 
 
 def read_copies(root: Path, conf: Path) -> dict[str, list[Copy]]:
@@ -272,13 +278,18 @@ def read_copies(root: Path, conf: Path) -> dict[str, list[Copy]]:
             if topic not in store.topics():
                 continue
             t = tc.read_whole_queue(store, topic, 0, check_crc=True)
-            for body, props, reconsume in zip(t.column("body").to_pylist(), t.column("properties").to_pylist(),
-                                              t.column("reconsumeTimes").to_pylist(), strict=True):
+            for body, props, reconsume in zip(
+                t.column("body").to_pylist(),
+                t.column("properties").to_pylist(),
+                t.column("reconsumeTimes").to_pylist(),
+                strict=True,
+            ):
                 out[topic].append((bytes(body), dict(props or []), int(reconsume)))
     return out
 
 
 # ---- a trial -------------------------------------------------------------------------------------
+
 
 def send_originals(namesrv: str, seed: int, total: int) -> dict[int, str]:
     """Message i of ``RT`` -> its offset msgId (every send answered SEND_OK)."""
@@ -325,16 +336,32 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
         origin_ids = send_originals(namesrv, seed, total)
         (work / "originals.json").write_text(json.dumps(origin_ids))
         for i in range(args.workers):
-            spec = {"worker": i, "seed": seed, "ledger": str(ledgers[i]), "namesrv": namesrv,
-                    "workers": args.workers, "total": total}
+            spec = {
+                "worker": i,
+                "seed": seed,
+                "ledger": str(ledgers[i]),
+                "namesrv": namesrv,
+                "workers": args.workers,
+                "total": total,
+            }
             workers.append(tc.spawn_child(__file__, "worker", spec, work / f"worker-{i}.log", stdin=subprocess.DEVNULL))
-        tc.wait_for(lambda: all(a >= 1 for a in _answered(ledgers)), workers, "a first answered send-back",
-                 name="worker", exits_ok=True)
+        tc.wait_for(
+            lambda: all(a >= 1 for a in _answered(ledgers)),
+            workers,
+            "a first answered send-back",
+            name="worker",
+            exits_ok=True,
+        )
         time.sleep(rng.uniform(0.0, args.run_s))
         broker = tc.kill_restart(broker, root, conf, addr, namesrv, work / "broker-2.log")
         counts.kills += 1
-        tc.wait_for(lambda: all(p.poll() is not None for p in workers), workers, "the workers' end", name="worker",
-                 exits_ok=True)
+        tc.wait_for(
+            lambda: all(p.poll() is not None for p in workers),
+            workers,
+            "the workers' end",
+            name="worker",
+            exits_ok=True,
+        )
         if n % 2 == 0:  # once more, while the scheduler delivers the retries
             time.sleep(rng.uniform(0.0, 2.0))
             broker = tc.kill_restart(broker, root, conf, addr, namesrv, work / "broker-3.log")
@@ -350,35 +377,58 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     if origin_ids:
         check(seed, total, origin_ids, led, read_copies(root, conf), counts)
     tries = sum(led.tries.values())
-    print(f"trial {n}: {counts.kills} kills, {sum(counts.answered.values())} send-backs answered "
-          f"(retry {counts.answered['retry']}, max {counts.answered['max']}, negative {counts.answered['negative']}), "
-          f"{tries} tries, {sum(counts.retried.values())} tried again, {sum(counts.retry_copies.values())} retry copies: "
-          f"{counts.lost} lost, {counts.dup} duplicated, {counts.bad} bad", flush=True)
+    print(
+        f"trial {n}: {counts.kills} kills, {sum(counts.answered.values())} send-backs answered "
+        f"(retry {counts.answered['retry']}, max {counts.answered['max']}, negative {counts.answered['negative']}), "
+        f"{tries} tries, {sum(counts.retried.values())} tried again, {sum(counts.retry_copies.values())} retry copies: "
+        f"{counts.lost} lost, {counts.dup} duplicated, {counts.bad} bad",
+        flush=True,
+    )
     counts.print_problems()
     return counts
 
 
 def main(argv: list[str] | None = None) -> int:
     tc.run_child(argv, "worker", run_worker)  # a child process ends here
-    args = tc.parse_trial_args(argv, __doc__, [
-        ("--workers", {"type": int, "default": 3}),
-        ("--messages", {"type": int, "default": 90, "help": "messages each worker sends back"}),
-    ], 1.0, "the kill comes 0..RUN_S s after every worker had an answer")
+    args = tc.parse_trial_args(
+        argv,
+        __doc__,
+        [
+            ("--workers", {"type": int, "default": 3}),
+            ("--messages", {"type": int, "default": 90, "help": "messages each worker sends back"}),
+        ],
+        1.0,
+        "the kill comes 0..RUN_S s after every worker had an answer",
+    )
     total = Counts()
 
     def summary() -> None:
         for mode in MODES:
-            print(f"mode {mode}: {total.answered[mode]} answered send-backs to {RETRY if mode == 'retry' else DLQ}, "
-                  f"{total.retried[mode]} tried again, {total.retry_copies[mode]} retry copies", flush=True)
-        print(f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.bad} bad "
-              f"({sum(total.answered.values())} answered send-backs, {total.kills} kills, "
-              f"{sum(total.retry_copies.values())} retry copies of unanswered tries)", flush=True)
+            print(
+                f"mode {mode}: {total.answered[mode]} answered send-backs to {RETRY if mode == 'retry' else DLQ}, "
+                f"{total.retried[mode]} tried again, {total.retry_copies[mode]} retry copies",
+                flush=True,
+            )
+        print(
+            f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.bad} bad "
+            f"({sum(total.answered.values())} answered send-backs, {total.kills} kills, "
+            f"{sum(total.retry_copies.values())} retry copies of unanswered tries)",
+            flush=True,
+        )
 
-    return tc.run_trials(args, "torture-rt-",
-                         lambda base: f"torture_send_back: {args.trials} trials, seed {args.seed}, {args.workers} "
-                                      f"workers x {args.messages} messages, SYNC_FLUSH, delay levels {DELAY_LEVELS}, "
-                                      f"work directory {base}",
-                         trial, total, lambda c: bool(c.lost or c.dup or c.bad), summary)
+    return tc.run_trials(
+        args,
+        "torture-rt-",
+        lambda base: (
+            f"torture_send_back: {args.trials} trials, seed {args.seed}, {args.workers} "
+            f"workers x {args.messages} messages, SYNC_FLUSH, delay levels {DELAY_LEVELS}, "
+            f"work directory {base}"
+        ),
+        trial,
+        total,
+        lambda c: bool(c.lost or c.dup or c.bad),
+        summary,
+    )
 
 
 if __name__ == "__main__":

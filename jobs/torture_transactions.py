@@ -85,6 +85,7 @@ def body_id(body: bytes) -> tuple[int, int] | None:
 
 # ---- the producer child ----------------------------------------------------------------------
 
+
 def run_producer(spec: dict[str, Any]) -> int:
     """Transactions until stdin says ``stop``; check-backs answered until stdin closes."""
     from rmqnet.client import BrokerError, LocalTransactionState, TransactionProducer
@@ -150,6 +151,7 @@ def run_producer(spec: dict[str, Any]) -> int:
 
 # ---- the ledger and the check ------------------------------------------------------------------
 
+
 @dataclass
 class Ledger:
     tried: set[int] = field(default_factory=set)
@@ -199,8 +201,12 @@ def check(seed: int, ledgers: list[Ledger], delivered: list[bytes], counts: Coun
     by_id: dict[tuple[int, int], int] = {}
     for body, n in seen.items():
         ident = body_id(body)
-        if ident is None or ident[0] >= len(ledgers) or ident[1] not in ledgers[ident[0]].tried \
-                or make_body(seed, *ident) != body:
+        if (
+            ident is None
+            or ident[0] >= len(ledgers)
+            or ident[1] not in ledgers[ident[0]].tried
+            or make_body(seed, *ident) != body
+        ):
             counts.problem("bad", f"a body no producer sent: {body[:40]!r}")
             continue
         by_id[ident] = n
@@ -253,6 +259,7 @@ def read_topic(root: Path, conf: Path) -> list[bytes]:
 
 # ---- a trial -------------------------------------------------------------------------------------
 
+
 def _ended(ledgers: list[Path]) -> list[int]:
     return [Ledger.read(p).ended for p in ledgers]
 
@@ -261,8 +268,9 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     counts = Counts()
     root, conf = work / "store", work / "broker.conf"
     work.mkdir(parents=True)
-    tc.write_conf(conf, "TxnCluster", "txn", "transactionTimeOut=300", "transactionCheckInterval=200",
-               "transactionCheckMax=1000")
+    tc.write_conf(
+        conf, "TxnCluster", "txn", "transactionTimeOut=300", "transactionCheckInterval=200", "transactionCheckMax=1000"
+    )
     tc.prepare_root(root, conf, TOPIC, QUEUES)
     seed = args.seed * 1000 + n
     broker, addr = tc.start_broker(root, conf, "127.0.0.1:0", namesrv, work / "broker-1.log", "the broker")
@@ -272,14 +280,19 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     try:
         for i in range(args.producers):
             spec = {"producer": i, "seed": seed, "ledger": str(ledgers[i]), "namesrv": namesrv}
-            producers.append(tc.spawn_child(__file__, "producer", spec, work / f"producer-{i}.log", stdin=subprocess.PIPE))
+            producers.append(
+                tc.spawn_child(__file__, "producer", spec, work / f"producer-{i}.log", stdin=subprocess.PIPE)
+            )
         tc.wait_for(lambda: all(e >= 1 for e in _ended(ledgers)), producers, "a first ended transaction")
         time.sleep(rng.uniform(0.0, args.run_s))
         base = _ended(ledgers)
         broker = tc.kill_restart(broker, root, conf, addr, namesrv, work / "broker-2.log")
         kills += 1
-        tc.wait_for(lambda: all(e >= b + AFTER_RESTART for e, b in zip(_ended(ledgers), base, strict=True)), producers,
-              "transactions ended after the restart")
+        tc.wait_for(
+            lambda: all(e >= b + AFTER_RESTART for e, b in zip(_ended(ledgers), base, strict=True)),
+            producers,
+            "transactions ended after the restart",
+        )
         for p in producers:
             assert p.stdin is not None
             p.stdin.write(b"stop\n")
@@ -298,32 +311,51 @@ def trial(n: int, args: argparse.Namespace, work: Path, namesrv: str, rng: rando
     tc.reap(producers, work, counts.problem)
     tc.stop_broker(broker, counts.problem)
     check(seed, [Ledger.read(p) for p in ledgers], read_topic(root, conf), counts)
-    print(f"trial {n}: {kills} kills, {counts.commits} commits, {counts.rollbacks} rollbacks with a SEND_OK half "
-          f"({counts.via_check} of them left to the check-back), "
-          f"{counts.failed_sends} half sends failed ({counts.failed_commits} commits, {counts.failed_rollbacks} "
-          f"rollbacks), {counts.refused_ends} ENDs refused: {counts.lost} lost, "
-          f"{counts.dup} duplicated, {counts.leaked} leaked, {counts.bad} bad", flush=True)
+    print(
+        f"trial {n}: {kills} kills, {counts.commits} commits, {counts.rollbacks} rollbacks with a SEND_OK half "
+        f"({counts.via_check} of them left to the check-back), "
+        f"{counts.failed_sends} half sends failed ({counts.failed_commits} commits, {counts.failed_rollbacks} "
+        f"rollbacks), {counts.refused_ends} ENDs refused: {counts.lost} lost, "
+        f"{counts.dup} duplicated, {counts.leaked} leaked, {counts.bad} bad",
+        flush=True,
+    )
     counts.print_problems()
     return counts
 
 
 def main(argv: list[str] | None = None) -> int:
     tc.run_child(argv, "producer", run_producer)  # a child process ends here
-    args = tc.parse_trial_args(argv, __doc__, [("--producers", {"type": int, "default": 3})], 1.0,
-                               "the kill comes 0..RUN_S s after every producer ended one")
+    args = tc.parse_trial_args(
+        argv,
+        __doc__,
+        [("--producers", {"type": int, "default": 3})],
+        1.0,
+        "the kill comes 0..RUN_S s after every producer ended one",
+    )
     total = Counts()
 
     def summary() -> None:
-        print(f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.leaked} leaked, "
-              f"{total.bad} bad ({total.commits} commits, {total.rollbacks} rollbacks with a SEND_OK half, "
-              f"{total.via_check} of them via check-back; {total.failed_sends} half sends failed: "
-              f"{total.failed_commits} commits, {total.failed_rollbacks} rollbacks; {total.refused_ends} ENDs "
-              f"refused)", flush=True)
+        print(
+            f"{args.trials} trials, {total.lost} lost, {total.dup} duplicated, {total.leaked} leaked, "
+            f"{total.bad} bad ({total.commits} commits, {total.rollbacks} rollbacks with a SEND_OK half, "
+            f"{total.via_check} of them via check-back; {total.failed_sends} half sends failed: "
+            f"{total.failed_commits} commits, {total.failed_rollbacks} rollbacks; {total.refused_ends} ENDs "
+            f"refused)",
+            flush=True,
+        )
 
-    return tc.run_trials(args, "torture-txn-",
-                         lambda base: f"torture_transactions: {args.trials} trials, seed {args.seed}, "
-                                      f"{args.producers} producers, SYNC_FLUSH, work directory {base}",
-                         trial, total, lambda c: bool(c.lost or c.dup or c.leaked or c.bad), summary)
+    return tc.run_trials(
+        args,
+        "torture-txn-",
+        lambda base: (
+            f"torture_transactions: {args.trials} trials, seed {args.seed}, "
+            f"{args.producers} producers, SYNC_FLUSH, work directory {base}"
+        ),
+        trial,
+        total,
+        lambda c: bool(c.lost or c.dup or c.leaked or c.bad),
+        summary,
+    )
 
 
 if __name__ == "__main__":

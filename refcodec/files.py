@@ -75,9 +75,7 @@ def walk_commitlog(dir_path: str, segment_size: int | None = None) -> list[RefRe
                 break
             assert isinstance(value, RefRecord)
             if value.physical_offset != start + pos:
-                raise ValueError(
-                    f"{path}@{pos}: PHYSICALOFFSET {value.physical_offset} != {start + pos}"
-                )
+                raise ValueError(f"{path}@{pos}: PHYSICALOFFSET {value.physical_offset} != {start + pos}")
             records.append(value)
             pos += value.total_size
     return records

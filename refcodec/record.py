@@ -286,9 +286,7 @@ class _Reader:
         return _format_host(ip, self.unpack("i"))
 
 
-def decode_record(
-    buf: bytes, pos: int = 0, *, check_crc: bool = True
-) -> tuple[DecodeKind, RefRecord | int | None]:
+def decode_record(buf: bytes, pos: int = 0, *, check_crc: bool = True) -> tuple[DecodeKind, RefRecord | int | None]:
     """Decode the commitlog entry that starts at ``buf[pos]``.
 
     Returns one of:
@@ -348,13 +346,9 @@ def decode_record(
 
     expected = record_length(body_len, topic_len, props_len, sys_flag, magic)
     if expected != total_size or r.pos != pos + total_size:
-        raise ValueError(
-            f"length mismatch at byte {pos}: TOTALSIZE {total_size}, fields give {expected}"
-        )
+        raise ValueError(f"length mismatch at byte {pos}: TOTALSIZE {total_size}, fields give {expected}")
     if check_crc and body_len > 0 and body_crc(body) != crc:
-        raise ValueError(
-            f"body CRC mismatch at byte {pos}: stored {crc}, computed {body_crc(body)}"
-        )
+        raise ValueError(f"body CRC mismatch at byte {pos}: stored {crc}, computed {body_crc(body)}")
 
     return KIND_RECORD, RefRecord(
         total_size=total_size,

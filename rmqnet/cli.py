@@ -40,8 +40,17 @@ NETWORK_COMMANDS = ("namesrv", "broker")
 #: the store's reading commands that also work over the wire, given --namesrv (rmqnet.wire_reading)
 WIRE_READING = ("info", "topic-status", "lag", "consumer-progress", "read", "get", "query", "dlq", "dead-letters")
 #: the admin commands against one broker (rmqnet.wire_admin): network only, no store form
-WIRE_ADMIN = ("topic-list", "topic-create", "topic-delete", "topic-stats", "consumer-status", "broker-config",
-              "group-list", "group-create", "group-delete")
+WIRE_ADMIN = (
+    "topic-list",
+    "topic-create",
+    "topic-delete",
+    "topic-stats",
+    "consumer-status",
+    "broker-config",
+    "group-list",
+    "group-create",
+    "group-delete",
+)
 
 
 #: the commands served here, listed by ``rmqlog --help`` beside the store's (their own
@@ -76,25 +85,58 @@ def _listen_arg(text: str) -> tuple[str, int]:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rmqlog", description="RocketMQ's name server and broker over a spark-rmq store "
-                                 "(the store's own commands: rmqlog --help).")
+    ap = argparse.ArgumentParser(
+        prog="rmqlog",
+        description="RocketMQ's name server and broker over a spark-rmq store "
+        "(the store's own commands: rmqlog --help).",
+    )
     sub = ap.add_subparsers(dest="cmd", required=True)
-    ns = sub.add_parser("namesrv", help="run a name server until SIGTERM",
-                        description="Run a RocketMQ name server (routes by topic, broker registration, cluster "
-                                    "info, the topic list) until SIGTERM or SIGINT.")
-    ns.add_argument("--listen", type=_listen_arg, default=("127.0.0.1", 9876), metavar="HOST:PORT",
-                    help="address to listen on (default 127.0.0.1:9876; port 0: any free port)")
-    ns.add_argument("-c", "--config", metavar="namesrv.conf",
-                    help="who may register brokers: aclEnable, innerClientAuthenticationCredentials, "
-                         "registerBrokerAllowList (docs/broker.md \"Access control\")")
-    ns.add_argument("--metrics-listen", type=_listen_arg, default=None, metavar="HOST:PORT",
-                    help="serve /metrics in Prometheus's format there (default: not served; docs/metrics.md)")
-    br = sub.add_parser("broker", help="run a broker over a store until SIGTERM",
-                        description="Run a RocketMQ broker over the store at ROOT until SIGTERM or SIGINT.")
+    ns = sub.add_parser(
+        "namesrv",
+        help="run a name server until SIGTERM",
+        description="Run a RocketMQ name server (routes by topic, broker registration, cluster "
+        "info, the topic list) until SIGTERM or SIGINT.",
+    )
+    ns.add_argument(
+        "--listen",
+        type=_listen_arg,
+        default=("127.0.0.1", 9876),
+        metavar="HOST:PORT",
+        help="address to listen on (default 127.0.0.1:9876; port 0: any free port)",
+    )
+    ns.add_argument(
+        "-c",
+        "--config",
+        metavar="namesrv.conf",
+        help="who may register brokers: aclEnable, innerClientAuthenticationCredentials, "
+        'registerBrokerAllowList (docs/broker.md "Access control")',
+    )
+    ns.add_argument(
+        "--metrics-listen",
+        type=_listen_arg,
+        default=None,
+        metavar="HOST:PORT",
+        help="serve /metrics in Prometheus's format there (default: not served; docs/metrics.md)",
+    )
+    br = sub.add_parser(
+        "broker",
+        help="run a broker over a store until SIGTERM",
+        description="Run a RocketMQ broker over the store at ROOT until SIGTERM or SIGINT.",
+    )
     br.add_argument("root", metavar="ROOT", help="the store's root folder")
     br.add_argument("-c", "--config", metavar="broker.conf", help="a RocketMQ broker.conf")
-    br.add_argument("--listen", type=address_arg(parse_host_port, 0, text=True), metavar="HOST:PORT", help="overrides brokerIP1/listenPort (default 127.0.0.1:10911)")
-    br.add_argument("--namesrv", type=address_arg(parse_addresses, text=True), metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT (overrides namesrvAddr)")
+    br.add_argument(
+        "--listen",
+        type=address_arg(parse_host_port, 0, text=True),
+        metavar="HOST:PORT",
+        help="overrides brokerIP1/listenPort (default 127.0.0.1:10911)",
+    )
+    br.add_argument(
+        "--namesrv",
+        type=address_arg(parse_addresses, text=True),
+        metavar="ADDRS",
+        help="name servers, HOST:PORT;HOST:PORT (overrides namesrvAddr)",
+    )
     return ap
 
 

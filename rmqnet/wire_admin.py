@@ -54,8 +54,17 @@ from .remoting.names import PERM_RW
 
 #: the store command's exit statuses (rmqlog.admin.exits)
 OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
-COMMANDS = ("topic-list", "topic-create", "topic-delete", "topic-stats", "consumer-status", "broker-config",
-            "group-list", "group-create", "group-delete")
+COMMANDS = (
+    "topic-list",
+    "topic-create",
+    "topic-delete",
+    "topic-stats",
+    "consumer-status",
+    "broker-config",
+    "group-list",
+    "group-create",
+    "group-delete",
+)
 
 
 def _count(low: int, high: int) -> Any:
@@ -76,9 +85,17 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--broker", required=True, type=address_arg(text=True), metavar="HOST:PORT", help="the broker's address")
+        p.add_argument(
+            "--broker", required=True, type=address_arg(text=True), metavar="HOST:PORT", help="the broker's address"
+        )
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-        p.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S", help="seconds per request (default 3)")
+        p.add_argument(
+            "--timeout",
+            type=arg_type(parse_number, 0.001, 3600.0),
+            default=3.0,
+            metavar="S",
+            help="seconds per request (default 3)",
+        )
         add_credentials(p)
         return p
 
@@ -87,7 +104,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("topic", help="topic name")
     p.add_argument("--queues", type=_count(1, 65535), default=8, help="write queues (default 8)")
     p.add_argument("--read-queues", type=_count(1, 65535), default=None, help="read queues (default: as --queues)")
-    p.add_argument("--perm", type=_count(0, 7), default=PERM_RW, help="perm bits: 4 read, 2 write, 1 inherit (default 6)")
+    p.add_argument(
+        "--perm", type=_count(0, 7), default=PERM_RW, help="perm bits: 4 read, 2 write, 1 inherit (default 6)"
+    )
     p.add_argument("--order", action="store_true", help="an ordered topic")
     p = command("topic-delete", "delete a topic on the broker: its config and every group's offsets of it")
     p.add_argument("topic", help="topic name")
@@ -97,18 +116,37 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("group", help="consumer group")
     p.add_argument("--topic", default=None, help="one topic (default: every topic the group committed offsets of)")
     p = command("broker-config", "the broker's configuration, or --set keys of it")
-    p.add_argument("--set", type=_pair, action="append", default=None, metavar="KEY=VALUE",
-                   help="change a key (repeatable; all or nothing; only keys the broker reads per request)")
+    p.add_argument(
+        "--set",
+        type=_pair,
+        action="append",
+        default=None,
+        metavar="KEY=VALUE",
+        help="change a key (repeatable; all or nothing; only keys the broker reads per request)",
+    )
     command("group-list", "the broker's subscription groups with their consume, retry and broadcast settings")
     p = command("group-create", "create or update a subscription group on the broker (mqadmin updateSubGroup -b)")
     p.add_argument("group", help="consumer group")
     p.add_argument("--disable", action="store_true", help="consumeEnable=false: its pulls are refused (NO_PERMISSION)")
-    p.add_argument("--retry-max-times", type=_count(0, 65535), default=16, metavar="N",
-                   help="retryMaxTimes: deliveries before a message goes to %%DLQ%%GROUP (default 16)")
-    p.add_argument("--retry-queues", type=_count(1, 65535), default=1, metavar="N",
-                   help="retryQueueNums: queues of %%RETRY%%GROUP (default 1)")
-    p.add_argument("--orderly", action="store_true",
-                   help="consumeMessageOrderly=true: a FIFO group (RocketMQ 5's: its gRPC receives pop in order)")
+    p.add_argument(
+        "--retry-max-times",
+        type=_count(0, 65535),
+        default=16,
+        metavar="N",
+        help="retryMaxTimes: deliveries before a message goes to %%DLQ%%GROUP (default 16)",
+    )
+    p.add_argument(
+        "--retry-queues",
+        type=_count(1, 65535),
+        default=1,
+        metavar="N",
+        help="retryQueueNums: queues of %%RETRY%%GROUP (default 1)",
+    )
+    p.add_argument(
+        "--orderly",
+        action="store_true",
+        help="consumeMessageOrderly=true: a FIFO group (RocketMQ 5's: its gRPC receives pop in order)",
+    )
     p = command("group-delete", "delete a subscription group on the broker (mqadmin deleteSubGroup -b)")
     p.add_argument("group", help="consumer group")
     p.add_argument("--remove-offset", action="store_true", help="remove the group's committed offsets too")
@@ -119,8 +157,12 @@ def add_credentials(p: argparse.ArgumentParser) -> None:
     """The credential options of a command (module docstring)."""
     g = p.add_argument_group("credentials (a cluster with aclEnable)")
     g.add_argument("--access-key", metavar="KEY", help="the account's access key (or RMQ_ACCESS_KEY)")
-    g.add_argument("--secret-key", metavar="SECRET", help="its secret key (or RMQ_SECRET_KEY; a command line is "
-                   "visible to other users of the host: prefer --credentials or the environment)")
+    g.add_argument(
+        "--secret-key",
+        metavar="SECRET",
+        help="its secret key (or RMQ_SECRET_KEY; a command line is "
+        "visible to other users of the host: prefer --credentials or the environment)",
+    )
     g.add_argument("--credentials", metavar="FILE", help="a file of accessKey: and secretKey: lines (mode 600)")
 
 
@@ -138,8 +180,10 @@ _ACL_REFUSAL = "org.apache.rocketmq.acl.common.AclException"
 def refusal_text(exc: BrokerError) -> str:
     """``exc`` as printed, with a hint when it is an ACL refusal."""
     if exc.remark is not None and _ACL_REFUSAL in exc.remark:
-        return (f"{exc} (the broker checks access: give --access-key and --secret-key, --credentials FILE, or "
-                "RMQ_ACCESS_KEY and RMQ_SECRET_KEY)")
+        return (
+            f"{exc} (the broker checks access: give --access-key and --secret-key, --credentials FILE, or "
+            "RMQ_ACCESS_KEY and RMQ_SECRET_KEY)"
+        )
     return str(exc)
 
 
@@ -164,39 +208,77 @@ def _error(message: str) -> None:
 
 def topic_list(admin: Admin, args: argparse.Namespace) -> int:
     configs = admin.topic_configs(args.broker)
-    topics = [{"topic": name, "readQueueNums": c.get("readQueueNums"), "writeQueueNums": c.get("writeQueueNums"),
-               "perm": c.get("perm"), "order": bool(c.get("order"))} for name, c in sorted(configs.items())]
-    lines = [f"{t['topic']:<32} read {t['readQueueNums']}  write {t['writeQueueNums']}  perm {t['perm']}"
-             + ("  order" if t["order"] else "") for t in topics]
+    topics = [
+        {
+            "topic": name,
+            "readQueueNums": c.get("readQueueNums"),
+            "writeQueueNums": c.get("writeQueueNums"),
+            "perm": c.get("perm"),
+            "order": bool(c.get("order")),
+        }
+        for name, c in sorted(configs.items())
+    ]
+    lines = [
+        f"{t['topic']:<32} read {t['readQueueNums']}  write {t['writeQueueNums']}  perm {t['perm']}"
+        + ("  order" if t["order"] else "")
+        for t in topics
+    ]
     _emit({"broker": args.broker, "topics": topics}, args.json, lines)
     return OK
 
 
 def topic_create(admin: Admin, args: argparse.Namespace) -> int:
-    admin.create_topic(args.broker, args.topic, args.queues, perm=args.perm, order=args.order,
-                       read_queues=args.read_queues)
+    admin.create_topic(
+        args.broker, args.topic, args.queues, perm=args.perm, order=args.order, read_queues=args.read_queues
+    )
     read = args.read_queues or args.queues
-    _emit({"broker": args.broker, "topic": args.topic, "readQueueNums": read, "writeQueueNums": args.queues,
-           "perm": args.perm, "order": args.order}, args.json,
-          [f"topic {args.topic} on {args.broker}: read {read}, write {args.queues}, perm {args.perm}"
-           + (", order" if args.order else "")])
+    _emit(
+        {
+            "broker": args.broker,
+            "topic": args.topic,
+            "readQueueNums": read,
+            "writeQueueNums": args.queues,
+            "perm": args.perm,
+            "order": args.order,
+        },
+        args.json,
+        [
+            f"topic {args.topic} on {args.broker}: read {read}, write {args.queues}, perm {args.perm}"
+            + (", order" if args.order else "")
+        ],
+    )
     return OK
 
 
 def topic_delete(admin: Admin, args: argparse.Namespace) -> int:
     admin.delete_topic(args.broker, args.topic)
-    _emit({"broker": args.broker, "topic": args.topic, "deleted": True}, args.json,
-          [f"topic {args.topic} deleted on {args.broker}"])
+    _emit(
+        {"broker": args.broker, "topic": args.topic, "deleted": True},
+        args.json,
+        [f"topic {args.topic} deleted on {args.broker}"],
+    )
     return OK
 
 
 def topic_stats(admin: Admin, args: argparse.Namespace) -> int:
     stats = admin.topic_stats(args.broker, args.topic)
-    queues = [{"brokerName": q.broker_name, "queueId": q.queue_id, "min": o.min_offset, "max": o.max_offset,
-               "messages": max(0, o.max_offset - o.min_offset), "lastUpdateTimestamp": o.last_update_timestamp,
-               "lastUpdate": _iso(o.last_update_timestamp)} for q, o in sorted(stats.items())]
-    lines = [f"{args.topic}/{q['brokerName']}/{q['queueId']}  min {q['min']}  max {q['max']}  messages "
-             f"{q['messages']}  last {q['lastUpdate'] or '-'}" for q in queues]
+    queues = [
+        {
+            "brokerName": q.broker_name,
+            "queueId": q.queue_id,
+            "min": o.min_offset,
+            "max": o.max_offset,
+            "messages": max(0, o.max_offset - o.min_offset),
+            "lastUpdateTimestamp": o.last_update_timestamp,
+            "lastUpdate": _iso(o.last_update_timestamp),
+        }
+        for q, o in sorted(stats.items())
+    ]
+    lines = [
+        f"{args.topic}/{q['brokerName']}/{q['queueId']}  min {q['min']}  max {q['max']}  messages "
+        f"{q['messages']}  last {q['lastUpdate'] or '-'}"
+        for q in queues
+    ]
     _emit({"topic": args.topic, "queues": queues}, args.json, lines)
     return OK
 
@@ -204,23 +286,52 @@ def topic_stats(admin: Admin, args: argparse.Namespace) -> int:
 def consumer_status(admin: Admin, args: argparse.Namespace) -> int:
     stats = admin.consume_stats(args.broker, args.group, args.topic)
     conns = admin.consumer_connections(args.broker, args.group)
-    rows: list[dict[str, Any]] = [{"topic": q.topic, "brokerName": q.broker_name, "queueId": q.queue_id, "brokerOffset": w.broker_offset,
-             "consumerOffset": w.consumer_offset, "lag": max(0, w.broker_offset - w.consumer_offset),
-             "lastTimestamp": w.last_timestamp, "lastConsumed": _iso(w.last_timestamp)}
-            for q, w in sorted(stats.offset_table.items())]
-    clients = [] if conns is None else [
-        {"clientId": c.get("clientId"), "clientAddr": c.get("clientAddr"), "language": c.get("language"),
-         "version": c.get("version")} for c in conns.get("connectionSet", [])]
+    rows: list[dict[str, Any]] = [
+        {
+            "topic": q.topic,
+            "brokerName": q.broker_name,
+            "queueId": q.queue_id,
+            "brokerOffset": w.broker_offset,
+            "consumerOffset": w.consumer_offset,
+            "lag": max(0, w.broker_offset - w.consumer_offset),
+            "lastTimestamp": w.last_timestamp,
+            "lastConsumed": _iso(w.last_timestamp),
+        }
+        for q, w in sorted(stats.offset_table.items())
+    ]
+    clients = (
+        []
+        if conns is None
+        else [
+            {
+                "clientId": c.get("clientId"),
+                "clientAddr": c.get("clientAddr"),
+                "language": c.get("language"),
+                "version": c.get("version"),
+            }
+            for c in conns.get("connectionSet", [])
+        ]
+    )
     if not rows and not clients:
         _error(f"consumer group {args.group!r} has no offsets and no live consumer on {args.broker}")
         return NOTHING
     total = sum(r["lag"] for r in rows)
-    obj = {"group": args.group, "broker": args.broker, "offsets": rows, "totalLag": total,
-           "consumeTps": stats.consume_tps, "online": conns is not None, "connections": clients,
-           "consumeType": None if conns is None else conns.get("consumeType"),
-           "messageModel": None if conns is None else conns.get("messageModel")}
-    lines = [f"{args.group}  {r['topic']}/{r['brokerName']}/{r['queueId']}  broker {r['brokerOffset']}  consumer "
-             f"{r['consumerOffset']}  lag {r['lag']}  last {r['lastConsumed'] or '-'}" for r in rows]
+    obj = {
+        "group": args.group,
+        "broker": args.broker,
+        "offsets": rows,
+        "totalLag": total,
+        "consumeTps": stats.consume_tps,
+        "online": conns is not None,
+        "connections": clients,
+        "consumeType": None if conns is None else conns.get("consumeType"),
+        "messageModel": None if conns is None else conns.get("messageModel"),
+    }
+    lines = [
+        f"{args.group}  {r['topic']}/{r['brokerName']}/{r['queueId']}  broker {r['brokerOffset']}  consumer "
+        f"{r['consumerOffset']}  lag {r['lag']}  last {r['lastConsumed'] or '-'}"
+        for r in rows
+    ]
     lines.append(f"total lag {total}  consume tps {stats.consume_tps:.2f}")
     lines.append(f"consumers {len(clients)}" + ("" if conns is not None else " (not online)"))
     lines += [f"  {c['clientId']}  {c['clientAddr']}  {c['language']}  v{c['version']}" for c in clients]
@@ -232,47 +343,79 @@ def broker_config(admin: Admin, args: argparse.Namespace) -> int:
     if args.set:
         changes = dict(args.set)
         admin.update_broker_config(args.broker, changes)
-        _emit({"broker": args.broker, "updated": changes}, args.json,
-              [f"{k}={v}" for k, v in sorted(changes.items())])
+        _emit({"broker": args.broker, "updated": changes}, args.json, [f"{k}={v}" for k, v in sorted(changes.items())])
         return OK
     config = admin.broker_config(args.broker)
-    _emit({"broker": args.broker, "config": dict(sorted(config.items()))}, args.json,
-          [f"{k}={v}" for k, v in sorted(config.items())])
+    _emit(
+        {"broker": args.broker, "config": dict(sorted(config.items()))},
+        args.json,
+        [f"{k}={v}" for k, v in sorted(config.items())],
+    )
     return OK
 
 
 def group_list(admin: Admin, args: argparse.Namespace) -> int:
     configs = admin.group_configs(args.broker)
-    groups = [{"groupName": name, "consumeEnable": c.get("consumeEnable"), "retryMaxTimes": c.get("retryMaxTimes"),
-               "retryQueueNums": c.get("retryQueueNums"), "consumeBroadcastEnable": c.get("consumeBroadcastEnable"),
-               "consumeMessageOrderly": bool(c.get("consumeMessageOrderly"))}
-              for name, c in sorted(configs.items())]
-    lines = [f"{g['groupName']:<32} {'consume' if g['consumeEnable'] else 'disabled'}  retry {g['retryMaxTimes']} "
-             f"on {g['retryQueueNums']} queue(s){'  orderly' if g['consumeMessageOrderly'] else ''}" for g in groups]
+    groups = [
+        {
+            "groupName": name,
+            "consumeEnable": c.get("consumeEnable"),
+            "retryMaxTimes": c.get("retryMaxTimes"),
+            "retryQueueNums": c.get("retryQueueNums"),
+            "consumeBroadcastEnable": c.get("consumeBroadcastEnable"),
+            "consumeMessageOrderly": bool(c.get("consumeMessageOrderly")),
+        }
+        for name, c in sorted(configs.items())
+    ]
+    lines = [
+        f"{g['groupName']:<32} {'consume' if g['consumeEnable'] else 'disabled'}  retry {g['retryMaxTimes']} "
+        f"on {g['retryQueueNums']} queue(s){'  orderly' if g['consumeMessageOrderly'] else ''}"
+        for g in groups
+    ]
     _emit({"broker": args.broker, "groups": groups}, args.json, lines)
     return OK
 
 
 def group_create(admin: Admin, args: argparse.Namespace) -> int:
-    fields = {"consumeEnable": not args.disable, "retryMaxTimes": args.retry_max_times,
-              "retryQueueNums": args.retry_queues, "consumeMessageOrderly": args.orderly}
+    fields = {
+        "consumeEnable": not args.disable,
+        "retryMaxTimes": args.retry_max_times,
+        "retryQueueNums": args.retry_queues,
+        "consumeMessageOrderly": args.orderly,
+    }
     admin.create_group(args.broker, args.group, **fields)
-    _emit({"broker": args.broker, "groupName": args.group, **fields}, args.json,
-          [f"group {args.group} on {args.broker}: {'consume' if not args.disable else 'disabled'}, "
-           f"retry {args.retry_max_times} on {args.retry_queues} queue(s){', orderly' if args.orderly else ''}"])
+    _emit(
+        {"broker": args.broker, "groupName": args.group, **fields},
+        args.json,
+        [
+            f"group {args.group} on {args.broker}: {'consume' if not args.disable else 'disabled'}, "
+            f"retry {args.retry_max_times} on {args.retry_queues} queue(s){', orderly' if args.orderly else ''}"
+        ],
+    )
     return OK
 
 
 def group_delete(admin: Admin, args: argparse.Namespace) -> int:
     admin.delete_group(args.broker, args.group, remove_offset=args.remove_offset)
-    _emit({"broker": args.broker, "groupName": args.group, "deleted": True, "offsetsRemoved": args.remove_offset},
-          args.json, [f"group {args.group} deleted on {args.broker}" + (", with its offsets" if args.remove_offset else "")])
+    _emit(
+        {"broker": args.broker, "groupName": args.group, "deleted": True, "offsetsRemoved": args.remove_offset},
+        args.json,
+        [f"group {args.group} deleted on {args.broker}" + (", with its offsets" if args.remove_offset else "")],
+    )
     return OK
 
 
-HANDLERS = {"topic-list": topic_list, "topic-create": topic_create, "topic-delete": topic_delete,
-            "topic-stats": topic_stats, "consumer-status": consumer_status, "broker-config": broker_config,
-            "group-list": group_list, "group-create": group_create, "group-delete": group_delete}
+HANDLERS = {
+    "topic-list": topic_list,
+    "topic-create": topic_create,
+    "topic-delete": topic_delete,
+    "topic-stats": topic_stats,
+    "consumer-status": consumer_status,
+    "broker-config": broker_config,
+    "group-list": group_list,
+    "group-create": group_create,
+    "group-delete": group_delete,
+}
 
 
 def main(argv: Sequence[str]) -> int:

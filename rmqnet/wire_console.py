@@ -31,17 +31,34 @@ OK, USAGE, CANNOT = 0, 2, 3
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rmqlog console", description="The web console: cluster, topics, messages, "
-                                 "consumer groups, dead letters (read-only unless --admin).")
+    ap = argparse.ArgumentParser(
+        prog="rmqlog console",
+        description="The web console: cluster, topics, messages, "
+        "consumer groups, dead letters (read-only unless --admin).",
+    )
     src = ap.add_mutually_exclusive_group(required=True)
-    src.add_argument("--namesrv", type=address_arg(parse_addresses, text=True), metavar="ADDRS",
-                     help="name servers, HOST:PORT;HOST:PORT")
+    src.add_argument(
+        "--namesrv",
+        type=address_arg(parse_addresses, text=True),
+        metavar="ADDRS",
+        help="name servers, HOST:PORT;HOST:PORT",
+    )
     src.add_argument("--path", metavar="ROOT", help="a store's root, opened read-only")
-    ap.add_argument("--listen", type=address_arg(parse_host_port, 0), default=("127.0.0.1", 8080), metavar="HOST:PORT",
-                    help="address to serve on (default 127.0.0.1:8080; port 0: any free port)")
+    ap.add_argument(
+        "--listen",
+        type=address_arg(parse_host_port, 0),
+        default=("127.0.0.1", 8080),
+        metavar="HOST:PORT",
+        help="address to serve on (default 127.0.0.1:8080; port 0: any free port)",
+    )
     ap.add_argument("--admin", action="store_true", help="allow changes: topics, groups, offsets, test messages")
-    ap.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S",
-                    help="seconds per request to the cluster (default 3)")
+    ap.add_argument(
+        "--timeout",
+        type=arg_type(parse_number, 0.001, 3600.0),
+        default=3.0,
+        metavar="S",
+        help="seconds per request to the cluster (default 3)",
+    )
     add_credentials(ap)
     return ap
 

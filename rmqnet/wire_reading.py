@@ -92,8 +92,18 @@ from .wire_admin import add_credentials, credentials_of, refusal_text
 
 #: the store command's exit statuses (rmqlog.admin.exits)
 OK, NOTHING, USAGE, CANNOT = 0, 1, 2, 3
-COMMANDS = ("info", "topic-status", "lag", "consumer-progress", "read", "get", "query", "dlq", "dead-letters",
-            "pop-status")
+COMMANDS = (
+    "info",
+    "topic-status",
+    "lag",
+    "consumer-progress",
+    "read",
+    "get",
+    "query",
+    "dlq",
+    "dead-letters",
+    "pop-status",
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -102,9 +112,21 @@ def _parser() -> argparse.ArgumentParser:
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help)
-        p.add_argument("--namesrv", required=True, type=address_arg(parse_addresses, text=True), metavar="ADDRS", help="name servers, HOST:PORT;HOST:PORT")
+        p.add_argument(
+            "--namesrv",
+            required=True,
+            type=address_arg(parse_addresses, text=True),
+            metavar="ADDRS",
+            help="name servers, HOST:PORT;HOST:PORT",
+        )
         p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
-        p.add_argument("--timeout", type=arg_type(parse_number, 0.001, 3600.0), default=3.0, metavar="S", help="seconds per request (default 3)")
+        p.add_argument(
+            "--timeout",
+            type=arg_type(parse_number, 0.001, 3600.0),
+            default=3.0,
+            metavar="S",
+            help="seconds per request (default 3)",
+        )
         add_credentials(p)
         return p
 
@@ -132,10 +154,16 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--end", type=_time, default=None, help="stored at or before: ms since the epoch or ISO 8601 (UTC)")
     p.add_argument("--max", type=_count(1), default=32, help="most messages per broker (default 32)")
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
-    p = command("get", "one message by msgId: an offset msgId from the broker it names (VIEW_MESSAGE_BY_ID), "
-                       "or a client msgId in --topic's index")
-    p.add_argument("--id", required=True, help="an offset msgId (as a send's result and ali-ons print it) or a "
-                                               "client msgId (UNIQ_KEY; needs --topic)")
+    p = command(
+        "get",
+        "one message by msgId: an offset msgId from the broker it names (VIEW_MESSAGE_BY_ID), "
+        "or a client msgId in --topic's index",
+    )
+    p.add_argument(
+        "--id",
+        required=True,
+        help="an offset msgId (as a send's result and ali-ons print it) or a client msgId (UNIQ_KEY; needs --topic)",
+    )
     p.add_argument("--topic", default=None, help="the message's topic (needed for a client msgId)")
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how the body prints (default text)")
     for name in ("dlq", "dead-letters"):
@@ -143,12 +171,18 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("group", help="consumer group")
         p.add_argument("--offset", type=_count(0), default=None, help="first queue offset (default: each broker's min)")
         p.add_argument("--count", type=_count(1), default=10, help="most messages per broker (default 10)")
-        p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
+        p.add_argument(
+            "--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)"
+        )
     p = command("pop-status", "a POP group's messages of a topic handed out and not acked, on every broker")
     p.add_argument("--group", required=True, help="consumer group")
     p.add_argument("--topic", required=True, help="topic name (its POP retry topic included)")
-    p.add_argument("--max", type=arg_type(parse_int, 1, 10_000), default=1000,
-                   help="most messages listed per broker, 1..10000 (default 1000)")
+    p.add_argument(
+        "--max",
+        type=arg_type(parse_int, 1, 10_000),
+        default=1000,
+        help="most messages listed per broker, 1..10000 (default 1000)",
+    )
     return ap
 
 
@@ -243,7 +277,8 @@ def info(admin: Admin, args: argparse.Namespace) -> int:
             continue
     brokers: dict[str, dict[str, Any]] = {
         name: {"cluster": b.cluster, "addrs": {str(k): v for k, v in sorted(b.broker_addrs.items())}}
-        for name, b in sorted(cluster.broker_addr_table.items())}
+        for name, b in sorted(cluster.broker_addr_table.items())
+    }
     clusters = {k: sorted(v) for k, v in sorted(cluster.cluster_addr_table.items())}
     namesrv = ";".join(admin.namesrv_addrs)
     obj = {"namesrv": namesrv, "clusters": clusters, "brokers": brokers, "topics": topics}
@@ -284,8 +319,10 @@ def _run_text(run: list[Any]) -> str:
 
 def topic_status(admin: Admin, args: argparse.Namespace) -> int:
     queues = _queues(admin, args.topic, _route(admin, args.topic))
-    lines = [f"{args.topic}/{q['brokerName']}/{q['queueId']}  min {q['min']}  max {q['max']}  messages {q['messages']}"
-             for q in queues]
+    lines = [
+        f"{args.topic}/{q['brokerName']}/{q['queueId']}  min {q['min']}  max {q['max']}  messages {q['messages']}"
+        for q in queues
+    ]
     _emit({"topic": args.topic, "queues": queues}, args.json, lines)
     return OK
 
@@ -301,9 +338,17 @@ def _group_lag(admin: Admin, group: str) -> list[dict[str, Any]]:
         addr = b.broker_addrs.get(0) or b.broker_addrs[min(b.broker_addrs)]
         stats = admin.consume_stats(addr, group)
         for q, w in sorted(stats.offset_table.items()):
-            rows.append({"group": group, "topic": q.topic, "brokerName": q.broker_name or name, "queueId": q.queue_id,
-                         "committed": w.consumer_offset, "max": w.broker_offset,
-                         "lag": max(0, w.broker_offset - w.consumer_offset)})
+            rows.append(
+                {
+                    "group": group,
+                    "topic": q.topic,
+                    "brokerName": q.broker_name or name,
+                    "queueId": q.queue_id,
+                    "committed": w.consumer_offset,
+                    "max": w.broker_offset,
+                    "lag": max(0, w.broker_offset - w.consumer_offset),
+                }
+            )
     return rows
 
 
@@ -318,14 +363,26 @@ def lag(admin: Admin, args: argparse.Namespace) -> int:
                 if committed is None or committed < 0:
                     continue
                 hi = admin.max_offset(name, topic, qid)
-                rows.append({"group": args.group, "topic": topic, "brokerName": q.broker_name, "queueId": qid,
-                             "committed": committed, "max": hi, "lag": max(0, hi - committed)})
+                rows.append(
+                    {
+                        "group": args.group,
+                        "topic": topic,
+                        "brokerName": q.broker_name,
+                        "queueId": qid,
+                        "committed": committed,
+                        "max": hi,
+                        "lag": max(0, hi - committed),
+                    }
+                )
     if not rows:
         _error(f"consumer group {args.group!r} has no committed offsets on the brokers")
         return NOTHING
     total = sum(r["lag"] for r in rows)
-    lines = [f"{r['group']}  {r['topic']}/{r['brokerName']}/{r['queueId']}  committed {r['committed']}  "
-             f"max {r['max']}  lag {r['lag']}" for r in rows]
+    lines = [
+        f"{r['group']}  {r['topic']}/{r['brokerName']}/{r['queueId']}  committed {r['committed']}  "
+        f"max {r['max']}  lag {r['lag']}"
+        for r in rows
+    ]
     lines.append(f"total lag {total}")
     _emit({"offsets": rows, "totalLag": total}, args.json, lines)
     return OK
@@ -335,20 +392,32 @@ def read(admin: Admin, args: argparse.Namespace) -> int:
     route = _route(admin, args.topic)
     brokers = sorted(q.broker_name for q in route.queue_datas if args.queue < q.read_queue_nums)
     if args.broker is None and len(brokers) > 1:
-        raise _Usage(f"topic {args.topic!r} has queue {args.queue} on brokers {', '.join(brokers)}: name one (--broker)")
+        raise _Usage(
+            f"topic {args.topic!r} has queue {args.queue} on brokers {', '.join(brokers)}: name one (--broker)"
+        )
     name = args.broker if args.broker is not None else (brokers[0] if brokers else None)
     if name not in brokers:
-        raise _Usage(f"queue {args.queue} of topic {args.topic!r} is on no broker named {name!r}; "
-                     f"brokers: {', '.join(brokers) or 'none'}")
+        raise _Usage(
+            f"queue {args.queue} of topic {args.topic!r} is on no broker named {name!r}; "
+            f"brokers: {', '.join(brokers) or 'none'}"
+        )
     if not _addressed(route, name):
         raise _Usage(f"broker {name!r} has no address in the route of {args.topic!r}")
     offset = args.offset if args.offset is not None else admin.min_offset(name, args.topic, args.queue)
-    with PullConsumer("rmqlog_cli", ";".join(admin.namesrv_addrs), timeout_s=admin.timeout_s,
-                      access_key=admin.credentials and admin.credentials[0],
-                      secret_key=admin.credentials and admin.credentials[1]) as consumer:
+    with PullConsumer(
+        "rmqlog_cli",
+        ";".join(admin.namesrv_addrs),
+        timeout_s=admin.timeout_s,
+        access_key=admin.credentials and admin.credentials[0],
+        secret_key=admin.credentials and admin.credentials[1],
+    ) as consumer:
         res = consumer.pull(args.topic, args.queue, offset, args.count, subscription=args.tags, broker_name=name)
-    status = {"status": res.status, "nextOffset": res.next_begin_offset, "minOffset": res.min_offset,
-              "maxOffset": res.max_offset}
+    status = {
+        "status": res.status,
+        "nextOffset": res.next_begin_offset,
+        "minOffset": res.min_offset,
+        "maxOffset": res.max_offset,
+    }
     _messages(res.messages, args.body, args.json, **status)
     if not args.json:
         print(f"# {res.status} next={res.next_begin_offset} min={res.min_offset} max={res.max_offset}", file=sys.stderr)
@@ -381,7 +450,9 @@ def get(admin: Admin, args: argparse.Namespace) -> int:
     return OK if table.num_rows else NOTHING
 
 
-def _by_id(admin: Admin, msg_id: str, topic: str | None, max_num: int, begin: int, end: int | None) -> tuple[pa.Table, str]:
+def _by_id(
+    admin: Admin, msg_id: str, topic: str | None, max_num: int, begin: int, end: int | None
+) -> tuple[pa.Table, str]:
     """The message of ``msg_id`` and, when there is none, why: a client msgId (UNIQ_KEY) asked
     of every broker of ``topic`` (QUERY_MESSAGE, unique), then an offset msgId (what a send's
     result and ali-ons print: the same 32 hex digits) asked of the broker whose address it
@@ -390,7 +461,9 @@ def _by_id(admin: Admin, msg_id: str, topic: str | None, max_num: int, begin: in
         addr, offset = parse_offset_msg_id(msg_id)
     except ValueError:
         if not is_uniq_key(msg_id):
-            raise _Usage(f"not a message id: {msg_id!r} (an offset msgId or a client msgId: 32 or 56 hex digits)") from None
+            raise _Usage(
+                f"not a message id: {msg_id!r} (an offset msgId or a client msgId: 32 or 56 hex digits)"
+            ) from None
         addr, offset = "", -1
     reasons = []
     if topic is not None and is_uniq_key(msg_id):
@@ -404,15 +477,17 @@ def _by_id(admin: Admin, msg_id: str, topic: str | None, max_num: int, begin: in
         try:
             table = admin.view_by_id(msg_id)
         except BrokerError as exc:
-            reasons.append(f"as an offset msgId it names commitlog offset {offset} of the broker at {addr}, "
-                           f"which answers: {exc}")
+            reasons.append(
+                f"as an offset msgId it names commitlog offset {offset} of the broker at {addr}, which answers: {exc}"
+            )
         except (OSError, ClientError) as exc:
             reasons.append(f"as an offset msgId it names the broker at {addr}, which cannot be asked: {exc}")
         else:
             if topic is None or (table.num_rows and table.column("topic")[0].as_py() == topic):
                 return table, ""
-            reasons.append(f"as an offset msgId it is a message of topic {table.column('topic')[0].as_py()!r}, "
-                           f"not of {topic!r}")
+            reasons.append(
+                f"as an offset msgId it is a message of topic {table.column('topic')[0].as_py()!r}, not of {topic!r}"
+            )
     return MESSAGE_SCHEMA.empty_table(), f"no message with msgId {msg_id}: " + "; ".join(reasons)
 
 
@@ -420,17 +495,24 @@ def dead_letters(admin: Admin, args: argparse.Namespace) -> int:
     topic = dlq_topic(args.group)
     route = _route(admin, topic)
     tables: list[pa.Table] = []
-    with PullConsumer("rmqlog_cli", ";".join(admin.namesrv_addrs), timeout_s=admin.timeout_s,
-                      access_key=admin.credentials and admin.credentials[0],
-                      secret_key=admin.credentials and admin.credentials[1]) as consumer:
+    with PullConsumer(
+        "rmqlog_cli",
+        ";".join(admin.namesrv_addrs),
+        timeout_s=admin.timeout_s,
+        access_key=admin.credentials and admin.credentials[0],
+        secret_key=admin.credentials and admin.credentials[1],
+    ) as consumer:
         for name in sorted({q.broker_name for q in route.queue_datas if q.read_queue_nums}):
             if not _addressed(route, name):
                 continue
             offset = args.offset if args.offset is not None else admin.min_offset(name, topic, 0)
             tables.append(consumer.pull(topic, 0, offset, args.count, broker_name=name).messages)
     table = pa.concat_tables(tables) if tables else pa.table({})
-    origins = dict(Counter(dict(p).get("RETRY_TOPIC", "?") for p in table.column("properties").to_pylist())) \
-        if table.num_rows else {}
+    origins = (
+        dict(Counter(dict(p).get("RETRY_TOPIC", "?") for p in table.column("properties").to_pylist()))
+        if table.num_rows
+        else {}
+    )
     _messages(table, args.body, args.json, group=args.group, topic=topic, origins=origins)
     if not args.json:
         where = ", ".join(f"{t}: {n}" for t, n in sorted(origins.items())) or "none"
@@ -451,14 +533,27 @@ def pop_status(admin: Admin, args: argparse.Namespace) -> int:
         now = int(got["now"])
         for m in got["messages"]:
             deadline = int(m["popTime"]) + int(m["invisibleTime"])
-            rows.append({"brokerName": got["brokerName"], "topic": m["topic"], "queueId": m["queueId"],
-                         "offset": m["offset"], "popTime": m["popTime"], "invisibleTime": m["invisibleTime"],
-                         "attempt": m["attempt"], "inflightMs": now - int(m["popTime"]), "visibleInMs": deadline - now})
+            rows.append(
+                {
+                    "brokerName": got["brokerName"],
+                    "topic": m["topic"],
+                    "queueId": m["queueId"],
+                    "offset": m["offset"],
+                    "popTime": m["popTime"],
+                    "invisibleTime": m["invisibleTime"],
+                    "attempt": m["attempt"],
+                    "inflightMs": now - int(m["popTime"]),
+                    "visibleInMs": deadline - now,
+                }
+            )
     if not rows:
         _error(f"consumer group {args.group!r} has no POP message of {args.topic!r} in flight")
         return NOTHING
-    lines = [f"{args.group}  {r['topic']}/{r['brokerName']}/{r['queueId']}  offset {r['offset']}  "
-             f"in flight {r['inflightMs']} ms  visible again in {r['visibleInMs']} ms" for r in rows]
+    lines = [
+        f"{args.group}  {r['topic']}/{r['brokerName']}/{r['queueId']}  offset {r['offset']}  "
+        f"in flight {r['inflightMs']} ms  visible again in {r['visibleInMs']} ms"
+        for r in rows
+    ]
     lines.append(f"total in flight {total}" + (f" ({len(rows)} listed)" if len(rows) < total else ""))
     _emit({"group": args.group, "topic": args.topic, "messages": rows, "total": total}, args.json, lines)
     return OK
@@ -470,9 +565,18 @@ def main(argv: Sequence[str]) -> int:
         args = _parser().parse_args(list(argv))
     except SystemExit as exc:  # --help (0) or a wrong argument (2)
         return int(exc.code) if isinstance(exc.code, int) else USAGE
-    handler = {"info": info, "topic-status": topic_status, "lag": lag, "consumer-progress": lag, "read": read,
-               "get": get, "query": query, "dlq": dead_letters, "dead-letters": dead_letters,
-               "pop-status": pop_status}[args.cmd]
+    handler = {
+        "info": info,
+        "topic-status": topic_status,
+        "lag": lag,
+        "consumer-progress": lag,
+        "read": read,
+        "get": get,
+        "query": query,
+        "dlq": dead_letters,
+        "dead-letters": dead_letters,
+        "pop-status": pop_status,
+    }[args.cmd]
     try:
         ak, sk = credentials_of(args)
         admin = Admin(args.namesrv, timeout_s=args.timeout, access_key=ak, secret_key=sk)

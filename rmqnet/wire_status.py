@@ -26,9 +26,11 @@ COMMANDS = ("broker-status",)
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="rmqlog broker-status",
-                                 description="Every broker the name server knows: role, address, version, disk use, "
-                                             "messages in and out per second, HA lag.")
+    ap = argparse.ArgumentParser(
+        prog="rmqlog broker-status",
+        description="Every broker the name server knows: role, address, version, disk use, "
+        "messages in and out per second, HA lag.",
+    )
     ap.add_argument("--namesrv", required=True, metavar="HOST:PORT", help="a name server (HOST:PORT;HOST:PORT...)")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of text")
     ap.add_argument("--timeout", type=float, default=3.0, metavar="S", help="seconds per request (default 3)")
@@ -46,8 +48,10 @@ def _human(n: float | None) -> str:
 
 
 def text_lines(obj: dict[str, Any]) -> list[str]:
-    head = f"{'cluster':<16} {'broker':<16} {'id':>2} {'role':<12} {'address':<21} {'version':<8} {'disk':>6} " \
-           f"{'in/s':>9} {'out/s':>9} {'ha lag':>10}"
+    head = (
+        f"{'cluster':<16} {'broker':<16} {'id':>2} {'role':<12} {'address':<21} {'version':<8} {'disk':>6} "
+        f"{'in/s':>9} {'out/s':>9} {'ha lag':>10}"
+    )
     lines = [head]
     for r in obj["brokers"]:
         lead = f"{r['cluster']:<16} {r['brokerName']:<16} {r['brokerId']:>2} {r['role']:<12} {r['address']:<21}"
@@ -55,10 +59,14 @@ def text_lines(obj: dict[str, Any]) -> list[str]:
             lines.append(f"{lead} unreachable: {r['error']}")
             continue
         disk = f"{r['diskUsedRatio'] * 100:.1f}%" if r["diskUsedRatio"] is not None else "-"
-        lines.append(f"{lead} {r['version'] or '-':<8} {disk:>6} {r['inTps']:>9.2f} {r['outTps']:>9.2f} "
-                     f"{_human(r.get('haLagBytes')):>10}")
+        lines.append(
+            f"{lead} {r['version'] or '-':<8} {disk:>6} {r['inTps']:>9.2f} {r['outTps']:>9.2f} "
+            f"{_human(r.get('haLagBytes')):>10}"
+        )
     t = obj["totals"]
-    lines.append(f"{t['brokers']} brokers ({t['unreachable']} unreachable)  in {t['inTps']:.2f}/s  out {t['outTps']:.2f}/s")
+    lines.append(
+        f"{t['brokers']} brokers ({t['unreachable']} unreachable)  in {t['inTps']:.2f}/s  out {t['outTps']:.2f}/s"
+    )
     return lines
 
 
@@ -77,7 +85,9 @@ def main(argv: Sequence[str]) -> int:
     try:
         obj = cluster_status(admin, args.namesrv)
     except (ClientError, OSError) as exc:
-        print(f"rmqlog: the name server at {args.namesrv} cannot be asked: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(
+            f"rmqlog: the name server at {args.namesrv} cannot be asked: {type(exc).__name__}: {exc}", file=sys.stderr
+        )
         return CANNOT
     finally:
         admin.close()

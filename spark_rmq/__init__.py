@@ -13,4 +13,12 @@ from .session import local_session, register
 
 FORMAT = "rmqlog"
 
-__all__ = ["FORMAT", "register", "local_session", "route", "QueryDataLossError", "RmqLogOptionError", "UnsupportedFieldError"]
+__all__ = [
+    "FORMAT",
+    "register",
+    "local_session",
+    "route",
+    "QueryDataLossError",
+    "RmqLogOptionError",
+    "UnsupportedFieldError",
+]

@@ -56,8 +56,10 @@ def busy_call(method: F) -> F:
 
 
 def packed_partitions(
-    make: Callable[[list[tuple[str, int, int]]], list[InputPartition]], ranges: list[tuple[str, int, int]],
-    planned: Offsets, budget: int,
+    make: Callable[[list[tuple[str, int, int]]], list[InputPartition]],
+    ranges: list[tuple[str, int, int]],
+    planned: Offsets,
+    budget: int,
 ) -> list[InputPartition]:
     """The tasks of a batch: ``make`` turns ranges into partitions, the ranges of small queues
     packed together (:func:`spark_rmq.offsets.pack_ranges`) into a :class:`PackedRanges`."""
@@ -107,8 +109,10 @@ class RmqLogBatchReader(DataSourceReader):
         tag_opts = self._tag_opts()
         parts = packed_partitions(
             lambda group: src.partitions(tag_opts, group, ts_from_ms=self.ts_from_ms, ts_until_ms=self.ts_until_ms),
-            plan_ranges(start, end, opts.max_messages_per_partition), {k: end[k] - start[k] for k in end},
-            opts.pack_budget)
+            plan_ranges(start, end, opts.max_messages_per_partition),
+            {k: end[k] - start[k] for k in end},
+            opts.pack_budget,
+        )
         return parts or [src.empty_partition()]
 
     def _tag_opts(self) -> SourceOptions:
@@ -169,7 +173,9 @@ class RmqLogFilteringReader(RmqLogBatchReader):
             return True
         if col == "queueId":
             return self._push_queue_id(f)
-        if col == "storeTimestamp" and isinstance(f, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual):
+        if col == "storeTimestamp" and isinstance(
+            f, EqualTo | GreaterThan | GreaterThanOrEqual | LessThan | LessThanOrEqual
+        ):
             return self._push_store_time(f)
         return False
 

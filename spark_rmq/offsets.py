@@ -63,8 +63,11 @@ def _topic_queue_ids(ms: MessageStore, topic: str, configured: dict) -> list[int
     if tc is not None:
         ids.update(range(max(tc.read_queue_nums, tc.write_queue_nums)))
     if topic_problem(topic) is None:  # (links are not followed, see rmqlog.safe_open)
-        ids.update(q for name, found in safe_open.entries(ms.paths.consumequeue_dir / topic)
-                   if found == safe_open.FOLDER and (q := parse_queue_dir_name(name)) is not None)
+        ids.update(
+            q
+            for name, found in safe_open.entries(ms.paths.consumequeue_dir / topic)
+            if found == safe_open.FOLDER and (q := parse_queue_dir_name(name)) is not None
+        )
     return sorted(ids)
 
 
@@ -79,8 +82,11 @@ def discover_queues(ms: MessageStore, opts: SourceOptions) -> list[tuple[str, in
         pattern = re.compile(opts.topic_pattern or "")
         found = set(configured)
         # a folder whose name is not a valid topic is not a topic (names on disk are not trusted)
-        found.update(name for name, kind in safe_open.entries(ms.paths.consumequeue_dir)
-                     if kind == safe_open.FOLDER and topic_problem(name) is None)
+        found.update(
+            name
+            for name, kind in safe_open.entries(ms.paths.consumequeue_dir)
+            if kind == safe_open.FOLDER and topic_problem(name) is None
+        )
         # the store's own topic of waiting delayed messages is never matched by a pattern
         # (RocketMQ's system topics are not subscribed by wildcards); name it to read it
         names = sorted(t for t in found if pattern.fullmatch(t) and t not in WAITING_TOPICS)
@@ -148,8 +154,12 @@ def check_data_loss(key: str, start: int, first: int, fail: bool, *, warn: bool 
     if fail:
         raise QueryDataLossError(key, start, first)
     if warn:
-        log.warning("rmqlog: queue %s lost offsets [%d, %d) to retention; skipping them (failOnDataLoss=false)",
-                    key, start, first)
+        log.warning(
+            "rmqlog: queue %s lost offsets [%d, %d) to retention; skipping them (failOnDataLoss=false)",
+            key,
+            start,
+            first,
+        )
     return first
 
 
@@ -164,8 +174,14 @@ def check_went_back(key: str, start: int, end: int, fail: bool, *, warn: bool = 
     if fail:
         raise OffsetsWentBackError(key, start, end)
     if warn:
-        log.warning("rmqlog: queue %s now ends at %d, below offset %d the query had read to (the log was cut or "
-                    "the store replaced); going on from %d (failOnDataLoss=false)", key, end, start, end)
+        log.warning(
+            "rmqlog: queue %s now ends at %d, below offset %d the query had read to (the log was cut or "
+            "the store replaced); going on from %d (failOnDataLoss=false)",
+            key,
+            end,
+            start,
+            end,
+        )
     return end
 
 
@@ -207,8 +223,10 @@ def split_messages(start: Offsets, end: Offsets, budget: int) -> Offsets:
             take[step] += 1
             room[step] -= 1
             left -= len(step)
-    return {k: start.get(k, end[k]) + int(t) if end[k] > start.get(k, end[k]) else end[k]
-            for k, t in zip(keys, take.tolist(), strict=True)}
+    return {
+        k: start.get(k, end[k]) + int(t) if end[k] > start.get(k, end[k]) else end[k]
+        for k, t in zip(keys, take.tolist(), strict=True)
+    }
 
 
 def unit_sizes(ms: QueueOffsets, key: str, start: int, end: int) -> np.ndarray:

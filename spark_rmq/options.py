@@ -44,14 +44,47 @@ DEFAULT_PACK_MESSAGES = 65536
 _SPARK_OPTIONS = {"path", "checkpointlocation", "queryname"}
 
 #: the source's option names as written (for messages naming one)
-SOURCE_OPTION_NAMES = ("path", "topics", "topicPattern", "assign", "startingOffsets", "startingTimestamp",
-                       "endingOffsets", "endingTimestamp", "maxMessagesPerTrigger", "maxBytesPerTrigger",
-                       "minMessagesPerTrigger", "maxTriggerDelay", "maxMessagesPerPartition",
-                       "packMessagesPerPartition", "tags", "sql92", "group", "failOnDataLoss", "readBatchRows",
-                       "checkCRC", "key", "msgId", "deliverDue", "readOnly", "nameServer", "columns", "consumeMode",
-                       "invisibleTime")
+SOURCE_OPTION_NAMES = (
+    "path",
+    "topics",
+    "topicPattern",
+    "assign",
+    "startingOffsets",
+    "startingTimestamp",
+    "endingOffsets",
+    "endingTimestamp",
+    "maxMessagesPerTrigger",
+    "maxBytesPerTrigger",
+    "minMessagesPerTrigger",
+    "maxTriggerDelay",
+    "maxMessagesPerPartition",
+    "packMessagesPerPartition",
+    "tags",
+    "sql92",
+    "group",
+    "failOnDataLoss",
+    "readBatchRows",
+    "checkCRC",
+    "key",
+    "msgId",
+    "deliverDue",
+    "readOnly",
+    "nameServer",
+    "columns",
+    "consumeMode",
+    "invisibleTime",
+)
 SOURCE_OPTIONS = {n.lower() for n in SOURCE_OPTION_NAMES}
-SINK_OPTIONS = {"path", "topic", "queueselector", "shardingkey", "writerid", "nameserver", "sendretrytimeout", "bufferbytes"}
+SINK_OPTIONS = {
+    "path",
+    "topic",
+    "queueselector",
+    "shardingkey",
+    "writerid",
+    "nameserver",
+    "sendretrytimeout",
+    "bufferbytes",
+}
 #: the sink's ``bufferBytes`` default: a task holds at most this many bytes of encoded records
 DEFAULT_BUFFER_BYTES = 256 << 20
 #: options that act on a store's files: refused with ``nameServer`` (the broker owns its files:
@@ -61,8 +94,16 @@ PATH_ONLY_SOURCE_OPTIONS = ("readOnly", "deliverDue", "checkCRC")
 #: for a group: :mod:`spark_rmq.pop_source`)
 CONSUME_MODES = ("offsets", "pop")
 #: the options a ``consumeMode=pop`` read takes (every other is refused, naming it)
-POP_SOURCE_OPTIONS = ("nameServer", "topics", "group", "consumeMode", "invisibleTime", "maxMessagesPerTrigger",
-                      "tags", "columns")
+POP_SOURCE_OPTIONS = (
+    "nameServer",
+    "topics",
+    "group",
+    "consumeMode",
+    "invisibleTime",
+    "maxMessagesPerTrigger",
+    "tags",
+    "columns",
+)
 #: ``invisibleTime``'s default: a popped message's time to be committed by its micro-batch
 DEFAULT_INVISIBLE_MS = 5 * 60 * 1000
 
@@ -92,7 +133,9 @@ def _text(name: str, raw: object) -> str:
 
 def _check_unknown(options: Mapping[str, str], known: set[str]) -> None:
     if not isinstance(options, Mapping):
-        raise RmqLogOptionError("options", f"must be a mapping of option names to strings, got {type(options).__name__}")
+        raise RmqLogOptionError(
+            "options", f"must be a mapping of option names to strings, got {type(options).__name__}"
+        )
     for key in options:
         if not isinstance(key, str):
             raise RmqLogOptionError(str(key), f"an option name must be a string, got {type(key).__name__}")
@@ -138,7 +181,9 @@ def parse_timestamp_ms(name: str, raw: str) -> int:
     try:
         return parse_time_ms(raw, what=name)
     except InvalidArgumentError:
-        raise RmqLogOptionError(name, f"must be milliseconds since the epoch or ISO 8601 (no zone: UTC), got {raw!r}") from None
+        raise RmqLogOptionError(
+            name, f"must be milliseconds since the epoch or ISO 8601 (no zone: UTC), got {raw!r}"
+        ) from None
 
 
 def parse_offsets_json(name: str, raw: str) -> dict[str, int]:
@@ -214,8 +259,9 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         _check_unknown(options, SOURCE_OPTIONS)
-        if (raw := _get(options, "consumeMode")) is not None and \
-                _strict("consumeMode", parse_enum, raw, CONSUME_MODES) == "pop":
+        if (raw := _get(options, "consumeMode")) is not None and _strict(
+            "consumeMode", parse_enum, raw, CONSUME_MODES
+        ) == "pop":
             return cls._parse_pop(options, streaming)
         if _get(options, "invisibleTime") is not None:
             raise RmqLogOptionError("invisibleTime", "only applies with consumeMode=pop")
@@ -223,7 +269,9 @@ class SourceOptions:
         if name_server is not None:
             for name in PATH_ONLY_SOURCE_OPTIONS:
                 if _get(options, name) is not None:
-                    raise RmqLogOptionError(name, "only applies to a store read from its files (path), not with nameServer")
+                    raise RmqLogOptionError(
+                        name, "only applies to a store read from its files (path), not with nameServer"
+                    )
         given = [n for n in ("topics", "topicPattern", "assign") if _get(options, n) is not None]
         if len(given) != 1:
             raise RmqLogOptionError(
@@ -284,7 +332,9 @@ class SourceOptions:
         if kw["read_only"] and kw["deliver_due"]:
             raise RmqLogOptionError("deliverDue", "cannot be true with readOnly (delivering writes into the store)")
         if kw["read_only"] and kw.get("group") is not None:
-            raise RmqLogOptionError("group", "cannot be set with readOnly (committing the group's offsets writes into the store)")
+            raise RmqLogOptionError(
+                "group", "cannot be set with readOnly (committing the group's offsets writes into the store)"
+            )
         kw["columns"] = parse_columns(options)
         _key_options(options, kw, streaming)
         return cls(**kw)
@@ -293,22 +343,32 @@ class SourceOptions:
     def _parse_pop(cls, options: Mapping[str, str], streaming: bool) -> SourceOptions:
         """``consumeMode=pop``: a stream of ``group``'s POP of ``topics`` through ``nameServer``."""
         if not streaming:
-            raise RmqLogOptionError("consumeMode", "pop is for streams (spark.readStream): its messages are acked "
-                                                   "when their micro-batch commits")
+            raise RmqLogOptionError(
+                "consumeMode",
+                "pop is for streams (spark.readStream): its messages are acked when their micro-batch commits",
+            )
         allowed = {n.lower() for n in POP_SOURCE_OPTIONS} | _SPARK_OPTIONS
         for key in options:
             if key.lower() not in allowed:
                 shown = next((n for n in SOURCE_OPTION_NAMES if n.lower() == key.lower()), key)
-                raise RmqLogOptionError(shown, "does not apply with consumeMode=pop (it takes "
-                                               f"{', '.join(POP_SOURCE_OPTIONS)})")
+                raise RmqLogOptionError(
+                    shown, f"does not apply with consumeMode=pop (it takes {', '.join(POP_SOURCE_OPTIONS)})"
+                )
         if _get(options, "path"):
-            raise RmqLogOptionError("path", "does not apply with consumeMode=pop (POP is served by brokers: nameServer)")
+            raise RmqLogOptionError(
+                "path", "does not apply with consumeMode=pop (POP is served by brokers: nameServer)"
+            )
         for name in ("nameServer", "topics", "group"):
             if _get(options, name) is None:
                 raise RmqLogOptionError(name, "is required with consumeMode=pop")
-        kw: dict[str, Any] = {"path": "", "consume_mode": "pop",
-                              "name_server": parse_name_server(_get(options, "nameServer") or "")}
-        kw["topics"] = tuple(sorted(_valid_topic("topics", t) for t in _strict("topics", parse_list, _get(options, "topics"))))
+        kw: dict[str, Any] = {
+            "path": "",
+            "consume_mode": "pop",
+            "name_server": parse_name_server(_get(options, "nameServer") or ""),
+        }
+        kw["topics"] = tuple(
+            sorted(_valid_topic("topics", t) for t in _strict("topics", parse_list, _get(options, "topics")))
+        )
         group = _get(options, "group") or ""
         try:
             kw["group"] = validate_group(group)
@@ -382,8 +442,16 @@ def _key_options(options: Mapping[str, str], kw: dict[str, object], streaming: b
         raise RmqLogOptionError(name, "is for batch reads (spark.read), not streams")
     if kw.get("topics") is None:
         raise RmqLogOptionError(name, "needs the topics option (index keys are per topic)")
-    for other in ("startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp", "tags", "sql92",
-                  "maxMessagesPerPartition", "group"):
+    for other in (
+        "startingOffsets",
+        "endingOffsets",
+        "startingTimestamp",
+        "endingTimestamp",
+        "tags",
+        "sql92",
+        "maxMessagesPerPartition",
+        "group",
+    ):
         if _get(options, other) is not None:
             raise RmqLogOptionError(name, f"cannot be combined with {other}")
     raw = _get(options, name) or ""
@@ -484,7 +552,9 @@ def _parse_assign(raw: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
     out = []
     for topic, qids in sorted(data.items()):
         _valid_topic("assign", topic)
-        if not isinstance(qids, list) or not all(isinstance(q, int) and not isinstance(q, bool) and 0 <= q <= JAVA_INT_MAX for q in qids):
+        if not isinstance(qids, list) or not all(
+            isinstance(q, int) and not isinstance(q, bool) and 0 <= q <= JAVA_INT_MAX for q in qids
+        ):
             raise RmqLogOptionError("assign", f"queue ids of {topic!r} must be a list of integers in [0, 2**31)")
         out.append((topic, tuple(sorted(set(qids)))))
     return tuple(out)
@@ -524,8 +594,12 @@ class SinkOptions:
             raise RmqLogOptionError("shardingKey", "only applies with queueSelector=hash")
         writer_id = _get(options, "writerId")
         # the store's writer name is "spark-job/<writerId>/<partition>", at most 1024 bytes
-        if writer_id is not None and (not writer_id or any(c in writer_id for c in "\x00\x01\x02") or len(writer_id.encode()) > 512):
-            raise RmqLogOptionError("writerId", "must be a non-empty string of at most 512 UTF-8 bytes without \\x00-\\x02")
+        if writer_id is not None and (
+            not writer_id or any(c in writer_id for c in "\x00\x01\x02") or len(writer_id.encode()) > 512
+        ):
+            raise RmqLogOptionError(
+                "writerId", "must be a non-empty string of at most 512 UTF-8 bytes without \\x00-\\x02"
+            )
         kw: dict[str, Any] = {}
         if (raw := _get(options, "sendRetryTimeout")) is not None:
             if name_server is None:
@@ -535,5 +609,12 @@ class SinkOptions:
             if name_server is not None:
                 raise RmqLogOptionError("bufferBytes", "only applies to a store written through its files (path)")
             kw["buffer_bytes"] = _positive_int(options, "bufferBytes")
-        return cls(path=path, topic=topic, queue_selector=selector, sharding_key=sharding_key, writer_id=writer_id,
-                   name_server=name_server, **kw)
+        return cls(
+            path=path,
+            topic=topic,
+            queue_selector=selector,
+            sharding_key=sharding_key,
+            writer_id=writer_id,
+            name_server=name_server,
+            **kw,
+        )

@@ -106,8 +106,9 @@ class RmqLogPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
         active = list(opts.topics or ())
         while active and n < cap:
             for topic in list(active):
-                result = self.consumer.pop(topic, min(POP_NUMS, cap - n), invisible_ms=opts.invisible_ms, tags=tags,
-                                           init_mode="MIN")
+                result = self.consumer.pop(
+                    topic, min(POP_NUMS, cap - n), invisible_ms=opts.invisible_ms, tags=tags, init_mode="MIN"
+                )
                 if not len(result):
                     active.remove(topic)
                     continue
@@ -144,7 +145,7 @@ class RmqLogPopStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow)
                 by_topic.setdefault(_subscribed(str(topic), self.opts), []).append(str(handle))
             for topic, handles in by_topic.items():
                 for i in range(0, len(handles), ACK_CHUNK):
-                    self.consumer.ack_many(topic, handles[i:i + ACK_CHUNK])
+                    self.consumer.ack_many(topic, handles[i : i + ACK_CHUNK])
             del self._pending[b]
 
     def stop(self) -> None:
@@ -159,7 +160,7 @@ def _subscribed(topic: str, opts: SourceOptions) -> str:
     name, ``%RETRY%<group>_<topic>``)."""
     assert opts.group is not None  # (a POP source's options name its group)
     prefix = retry_topic(opts.group) + "_"
-    return topic[len(prefix):] if topic.startswith(prefix) else topic
+    return topic[len(prefix) :] if topic.startswith(prefix) else topic
 
 
 __all__ = ["RmqLogPopStreamReader", "PoppedRows"]

@@ -110,7 +110,8 @@ def read_key_lookup(part: KeyLookup) -> Iterator[pa.RecordBatch]:
     for ``unique``) finds in each topic, oldest first per topic (only ``part.columns``, if set)."""
     with using(part.path, create=False, read_only=part.read_only) as ms, busy():
         tables = [
-            ms.query_by_unique_key(t, part.key, check_crc=part.check_crc) if part.unique
+            ms.query_by_unique_key(t, part.key, check_crc=part.check_crc)
+            if part.unique
             else ms.query_by_key(t, part.key, max_count=ms.config.max_msgs_num_batch, check_crc=part.check_crc)
             for t in part.topics
         ]
@@ -149,14 +150,25 @@ def read_range(part: QueueRange) -> Iterator[pa.RecordBatch]:
     while pos < part.end:
         until = min(part.end, pos + part.batch_rows)
         with using(part.path, create=False, read_only=part.read_only) as ms:
-            r = ms.read_window(part.topic, part.queue_id, pos, max_count=until - pos, tags=tags, until=until,
-                               check_crc=part.check_crc, sql92=sql92, columns=columns)
+            r = ms.read_window(
+                part.topic,
+                part.queue_id,
+                pos,
+                max_count=until - pos,
+                tags=tags,
+                until=until,
+                check_crc=part.check_crc,
+                sql92=sql92,
+                columns=columns,
+            )
         if r.status in _GONE:  # retention deleted where the range stood: the range's rest from the new start
             pos = check_data_loss(part.key, pos, r.next_begin_offset, part.fail_on_data_loss)
             continue
         if r.status not in _READ:  # the queue ends below the range (cut, or another store there)
-            raise CorruptStoreError(f"queue {part.key} ends at offset {r.max_offset}, below offset {pos} of the range "
-                                    f"being read ({r.status.value})")
+            raise CorruptStoreError(
+                f"queue {part.key} ends at offset {r.max_offset}, below offset {pos} of the range "
+                f"being read ({r.status.value})"
+            )
         if r.removed is not None:  # deleted while this window was read: skipped by the store
             check_data_loss(part.key, r.removed[0], r.removed[1], part.fail_on_data_loss)
         pos = r.next_begin_offset

@@ -159,7 +159,8 @@ def java_hash_column(key: Column) -> Column:
         F.sequence(F.lit(1), F.greatest(F.length(key), F.lit(1))),
         F.lit(0).cast("bigint"),
         lambda acc, i: F.when(
-            i <= F.length(key), step(acc, F.ascii(F.substring(key, i, 1)).cast("bigint")),
+            i <= F.length(key),
+            step(acc, F.ascii(F.substring(key, i, 1)).cast("bigint")),
         ).otherwise(acc),
     )
     return F.when(key.isNotNull(), F.when(folded >= 1 << 31, folded - (1 << 32)).otherwise(folded))

@@ -100,14 +100,26 @@ def validate_input_schema(schema: StructType, opts: SinkOptions) -> None:
             raise InvalidMessageError(
                 f"unknown column for the rmqlog sink (accepted: {', '.join(INPUT_COLUMNS)}"
                 + (f", and the shardingKey column {opts.sharding_key!r})" if opts.sharding_key else ")"),
-                row=None, field=f.name,
+                row=None,
+                field=f.name,
             )
         if not isinstance(f.dataType, allowed):
-            raise InvalidMessageError(f"has type {f.dataType.simpleString()}, expected {' or '.join(a.__name__ for a in allowed)}",
-                                      row=None, field=f.name)
-        if f.name == "keys" and isinstance(f.dataType, ArrayType) and not isinstance(f.dataType.elementType, StringType):
+            raise InvalidMessageError(
+                f"has type {f.dataType.simpleString()}, expected {' or '.join(a.__name__ for a in allowed)}",
+                row=None,
+                field=f.name,
+            )
+        if (
+            f.name == "keys"
+            and isinstance(f.dataType, ArrayType)
+            and not isinstance(f.dataType.elementType, StringType)
+        ):
             raise InvalidMessageError("must be array<string> or a space-separated string", row=None, field="keys")
-        if f.name == "properties" and not (isinstance(f.dataType.keyType, StringType) and isinstance(f.dataType.valueType, StringType)):  # type: ignore[attr-defined]
+        if f.name == "properties" and not (
+            isinstance(f.dataType, MapType)
+            and isinstance(f.dataType.keyType, StringType)
+            and isinstance(f.dataType.valueType, StringType)
+        ):
             raise InvalidMessageError("must be map<string,string>", row=None, field="properties")
     if "body" not in names:
         raise InvalidMessageError("is required (binary or string)", row=None, field="body")
@@ -136,8 +148,11 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
     for name in UNSUPPORTED_YET:
         if name in names and table[name].null_count < n:
             row = int(np.flatnonzero(np.asarray(pc.is_valid(_array(table[name]))))[0])
-            raise UnsupportedFieldError("is not supported yet (RocketMQ 5's timed messages); leave it null or use delayLevel",
-                                        row=row, field=name)
+            raise UnsupportedFieldError(
+                "is not supported yet (RocketMQ 5's timed messages); leave it null or use delayLevel",
+                row=row,
+                field=name,
+            )
     cols: dict[str, pa.ChunkedArray | pa.Array] = {}
     if "topic" in names:
         topic = table["topic"]
@@ -165,8 +180,12 @@ def to_put_table(table: pa.Table, opts: SinkOptions, ms: MessageStore) -> pa.Tab
             if not (pa.types.is_string(key.type) or pa.types.is_large_string(key.type) or is_key_list(key.type)):
                 key = pc.cast(key, pa.string())
             topics = pc.dictionary_encode(_array(cols["topic"]))
-            counts = np.asarray(ms.topic_config.planned_queue_counts(topics.dictionary.to_pylist(),
-                                                                     unknown=ms.config.default_topic_queue_nums), np.int64)
+            counts = np.asarray(
+                ms.topic_config.planned_queue_counts(
+                    topics.dictionary.to_pylist(), unknown=ms.config.default_topic_queue_nums
+                ),
+                np.int64,
+            )
             per_row = counts[np.asarray(topics.indices.fill_null(0), np.int64)] if len(counts) else np.ones(n, np.int64)
             qid = pc.coalesce(qid, hash_queue(keys_as_string(key), per_row).cast(pa.int64()))
     # a null queueId is left to the store's round robin (the default selector)
@@ -194,8 +213,9 @@ class StoreTarget:
     append per task (module docstring). The brokers' twin: :class:`spark_rmq.wire_sink.BrokerTarget`."""
 
     @staticmethod
-    def write(opts: SinkOptions, iterator: Iterator[pa.RecordBatch], writer: str, sequence: int,
-              partition: int) -> SinkCommit:
+    def write(
+        opts: SinkOptions, iterator: Iterator[pa.RecordBatch], writer: str, sequence: int, partition: int
+    ) -> SinkCommit:
         with using(opts.path) as ms:  # a crash inside leaves the store to abnormal recovery
             done = ms.writer_sequence(writer)
             if done is not None and done >= sequence:  # a replay: skip encoding too
@@ -220,8 +240,9 @@ class StoreTarget:
             # all-or-nothing and idempotent as a whole. Up to bufferBytes of encoded records are
             # held; a larger task writes the rest as it arrives (the lock held meanwhile). Its
             # units are dispatched right away (while other tasks are still receiving).
-            appended = ms.put_stream(tables(), writer=writer, sequence=sequence, dispatch=True,
-                                     buffer_bytes=opts.buffer_bytes)
+            appended = ms.put_stream(
+                tables(), writer=writer, sequence=sequence, dispatch=True, buffer_bytes=opts.buffer_bytes
+            )
         return SinkCommit(partition, writer, sequence, rows, appended, dispatched=True)
 
     @staticmethod

@@ -34,7 +34,8 @@ class SinkTarget(Protocol):
     its writer name and sequence), ``finish`` on the driver when the job or micro-batch commits
     or aborts (``messages``: what the tasks reported; none on an abort)."""
 
-    def write(self, opts: SinkOptions, iterator: Iterator[pa.RecordBatch], writer: str, sequence: int,
-              partition: int) -> SinkCommit: ...
+    def write(
+        self, opts: SinkOptions, iterator: Iterator[pa.RecordBatch], writer: str, sequence: int, partition: int
+    ) -> SinkCommit: ...
 
     def finish(self, opts: SinkOptions, messages: list[WriterCommitMessage | None]) -> None: ...

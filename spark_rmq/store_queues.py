@@ -69,15 +69,36 @@ class StoreQueues:
         parts: list[InputPartition] = []
         for key, a, b in ranges:
             topic, qid = split_key(key)
-            parts.append(QueueRange(opts.path, topic, qid, a, b, tags, opts.fail_on_data_loss, opts.read_batch_rows,
-                                    check_crc=opts.check_crc, read_only=opts.read_only, sql92=opts.sql92,
-                                    columns=opts.columns, **kw))
+            parts.append(
+                QueueRange(
+                    opts.path,
+                    topic,
+                    qid,
+                    a,
+                    b,
+                    tags,
+                    opts.fail_on_data_loss,
+                    opts.read_batch_rows,
+                    check_crc=opts.check_crc,
+                    read_only=opts.read_only,
+                    sql92=opts.sql92,
+                    columns=opts.columns,
+                    **kw,
+                )
+            )
         return parts
 
     def key_lookup(self, topics: tuple[str, ...]) -> InputPartition:
         opts = self.opts
-        return KeyLookup(opts.path, topics, opts.msg_id or opts.key or "", opts.msg_id is not None, opts.check_crc,
-                         opts.read_only, opts.columns)
+        return KeyLookup(
+            opts.path,
+            topics,
+            opts.msg_id or opts.key or "",
+            opts.msg_id is not None,
+            opts.check_crc,
+            opts.read_only,
+            opts.columns,
+        )
 
     def empty_partition(self) -> InputPartition:
         return QueueRange(self.opts.path, "", 0, 0, 0, columns=self.opts.columns)

@@ -149,8 +149,10 @@ def shared_store(path: str, *, create: bool = True, read_only: bool = False) -> 
             except FileNotFoundError:
                 same = False
             if not same:
-                raise StoreError(f"the store at {path!r} was deleted or replaced while this process had it "
-                                 "open; use a new path or restart the application")
+                raise StoreError(
+                    f"the store at {path!r} was deleted or replaced while this process had it "
+                    "open; use a new path or restart the application"
+                )
             return ms
         ms = MessageStore.open(path, create=create, read_only=read_only)
         st.shared[key] = (ms, _identity(ms))
@@ -251,8 +253,13 @@ def _daemon_worker_module() -> Any:
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
     # pyspark's daemon, or ours (spark_rmq.daemon: pyspark's, run with this package loaded)
-    daemon = main if getattr(spec, "name", None) == "pyspark.daemon" else \
-        sys.modules.get("pyspark.daemon") if getattr(spec, "name", None) == "spark_rmq.daemon" else None
+    daemon = (
+        main
+        if getattr(spec, "name", None) == "pyspark.daemon"
+        else sys.modules.get("pyspark.daemon")
+        if getattr(spec, "name", None) == "spark_rmq.daemon"
+        else None
+    )
     if daemon is None or not hasattr(daemon, "worker"):
         return None
     name = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].startswith("pyspark") else "pyspark.worker"

@@ -139,8 +139,9 @@ class RmqLogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for k in start:  # a queue that now ends below where the query stood
             if k in latest and begin[k] > latest[k]:
                 seen = (begin[k], latest[k])  # (planned again for the same batch: warned once)
-                begin[k] = check_went_back(k, begin[k], latest[k], self.opts.fail_on_data_loss,
-                                           warn=self._went_back.get(k) != seen)
+                begin[k] = check_went_back(
+                    k, begin[k], latest[k], self.opts.fail_on_data_loss, warn=self._went_back.get(k) != seen
+                )
                 self._went_back[k] = seen
         end = {k: max(begin[k], latest.get(k, begin[k])) for k in begin}
         if self._target is not None:  # AvailableNow: nothing past the target, new queues included

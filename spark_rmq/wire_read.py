@@ -145,9 +145,15 @@ def _pull(pulls: PullConsumer, part: WireRange, pos: int, subscription: str) -> 
     deadline = clock.monotonic() + RETRY_S
     for attempt in itertools.count():
         try:
-            return pulls.pull(part.topic, part.queue_id, pos, max_nums=min(part.end - pos, part.batch_rows),
-                              subscription=subscription, broker_name=part.broker,
-                              expression_type="TAG" if part.sql92 is None else "SQL92")
+            return pulls.pull(
+                part.topic,
+                part.queue_id,
+                pos,
+                max_nums=min(part.end - pos, part.batch_rows),
+                subscription=subscription,
+                broker_name=part.broker,
+                expression_type="TAG" if part.sql92 is None else "SQL92",
+            )
         except (OSError, NoRouteError):  # the transport's errors are OSErrors
             if clock.monotonic() >= deadline:
                 raise
@@ -176,15 +182,26 @@ def read_wire_range(part: WireRange, schema: pa.Schema = MESSAGE_SCHEMA) -> Iter
         if r.status in ("NO_NEW_MSG", "OFFSET_ILLEGAL") and r.broker_id != 0:  # a slave: the master out of reach
             if part.fail_on_data_loss:
                 raise UnreplicatedError(part.key, pos, r.max_offset)
-            log.warning("rmqlog: queue %s: its master is out of reach and its slave ends at %d, below %d; skipping "
-                        "[%d, %d) (failOnDataLoss=false)", part.key, r.max_offset, pos, pos, part.end)
+            log.warning(
+                "rmqlog: queue %s: its master is out of reach and its slave ends at %d, below %d; skipping "
+                "[%d, %d) (failOnDataLoss=false)",
+                part.key,
+                r.max_offset,
+                pos,
+                pos,
+                part.end,
+            )
             return
         if r.status in ("NO_NEW_MSG", "OFFSET_ILLEGAL"):
-            raise CorruptStoreError(f"queue {part.key} ends at offset {r.max_offset}, below offset {pos} of the range "
-                                    f"being read ({r.status})")
+            raise CorruptStoreError(
+                f"queue {part.key} ends at offset {r.max_offset}, below offset {pos} of the range "
+                f"being read ({r.status})"
+            )
         if r.next_begin_offset <= pos:  # every other answer moves on: never ask the same again
-            raise CorruptStoreError(f"queue {part.key}: the broker answered {r.status} at offset {pos} with next "
-                                    f"offset {r.next_begin_offset}")
+            raise CorruptStoreError(
+                f"queue {part.key}: the broker answered {r.status} at offset {pos} with next "
+                f"offset {r.next_begin_offset}"
+            )
         if r.status == "NO_MATCHED_MSG":  # the broker's filter skipped every message pulled
             pos = r.next_begin_offset
             continue

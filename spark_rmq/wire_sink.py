@@ -149,9 +149,12 @@ def topic_queues(p: Producer, topic: str) -> Queues:
         missing = {b: n for b, n in seen.items() if b not in now}
         seen.update(now)
     if missing:
-        log.warning("rmqlog sink: topic %r: broker group(s) %s seen earlier are not in its route now (no broker of "
-                    "theirs registered): their queues are kept and their chunks wait for a master", topic,
-                    sorted(missing))
+        log.warning(
+            "rmqlog sink: topic %r: broker group(s) %s seen earlier are not in its route now (no broker of "
+            "theirs registered): their queues are kept and their chunks wait for a master",
+            topic,
+            sorted(missing),
+        )
         out = sorted([*out, *((b, i, "") for b, n in missing.items() for i in range(n))], key=lambda q: (q[0], q[1]))
     if not out:
         raise NoRouteError(f"topic {topic!r}: no writable queue in its route")
@@ -164,8 +167,10 @@ def layout_tag(routes: dict[str, Queues]) -> str:
     layout carries the same markers (its chunks are duplicates where stored), one whose layout
     differs (a group missing or added) is another writer: its chunks are stored, at least
     once, never skipped as duplicates of other rows."""
-    text = ";".join(f"{t}:{int(routes[t].via_default)}:" + ",".join(f"{b}.{q}" for b, q, _a in routes[t].queues)
-                    for t in sorted(routes))
+    text = ";".join(
+        f"{t}:{int(routes[t].via_default)}:" + ",".join(f"{b}.{q}" for b, q, _a in routes[t].queues)
+        for t in sorted(routes)
+    )
     return hashlib.sha1(text.encode()).hexdigest()[:8]
 
 
@@ -220,8 +225,11 @@ def _user_properties(props: pa.Array) -> pa.Array:
     own = np.asarray(pc.fill_null(pc.or_(pc.is_in(keys, pa.array(OWN_NAMES)), pc.starts_with(keys, "RMQLOG_")), False))
     if own.any():
         i = int(np.flatnonzero(own)[0])
-        raise InvalidMessageError(f"property {keys[i].as_py()!r} is the sink's to set (or the store's)",
-                                  row=int(parents[i]), field="properties")
+        raise InvalidMessageError(
+            f"property {keys[i].as_py()!r} is the sink's to set (or the store's)",
+            row=int(parents[i]),
+            field="properties",
+        )
     pairs = pc.binary_join_element_wise(keys, values, NAME_VALUE_SEP)
     pieces = pc.binary_join_element_wise(pairs, pa.repeat(pa.scalar(PROPERTY_SEP), len(pairs)), "")
     lists = pa.ListArray.from_arrays(pa.array(offsets.astype(np.int32)), pieces)
@@ -239,8 +247,9 @@ def message_columns(table: pa.Table, opts: SinkOptions) -> tuple[pa.Array, pa.Ar
             topic = pc.fill_null(topic, opts.topic)
         check_utf8_column(topic, "topic", topic=True)
         if topic.null_count:
-            raise InvalidMessageError("is null (set the topic option for a default)", row=_first_null(topic),
-                                      field="topic")
+            raise InvalidMessageError(
+                "is null (set the topic option for a default)", row=_first_null(topic), field="topic"
+            )
     else:
         topic = pa.repeat(pa.scalar(opts.topic, pa.string()), n)
     body = _array(table["body"])
@@ -266,8 +275,9 @@ def message_columns(table: pa.Table, opts: SinkOptions) -> tuple[pa.Array, pa.Ar
     if "delayLevel" in names:
         level = pc.fill_null(pc.cast(_array(table["delayLevel"]), pa.int64()), 0)
         if pc.any(pc.less(level, 0)).as_py():
-            raise InvalidMessageError("must be >= 0", row=int(np.flatnonzero(np.asarray(pc.less(level, 0)))[0]),
-                                      field="delayLevel")
+            raise InvalidMessageError(
+                "must be >= 0", row=int(np.flatnonzero(np.asarray(pc.less(level, 0)))[0]), field="delayLevel"
+            )
         parts.append(_piece("DELAY", pc.if_else(pc.greater(level, 0), pc.cast(level, pa.string()), "")))
     if "deliverTime" in names:
         ts = _array(table["deliverTime"]).cast(pa.timestamp("us"))
@@ -295,7 +305,9 @@ def queue_index(table: pa.Table, opts: SinkOptions, counts: np.ndarray, first_ro
     n = table.num_rows
     index = (partition + first_row + np.arange(n, dtype=np.int64)) % counts
     if opts.queue_selector == "hash":
-        key = table[opts.sharding_key] if opts.sharding_key else (table["keys"] if "keys" in table.column_names else None)
+        key = (
+            table[opts.sharding_key] if opts.sharding_key else (table["keys"] if "keys" in table.column_names else None)
+        )
         if key is not None:
             key = _array(key)
             if not (pa.types.is_string(key.type) or pa.types.is_large_string(key.type) or is_key_list(key.type)):
@@ -311,8 +323,9 @@ def queue_index(table: pa.Table, opts: SinkOptions, counts: np.ndarray, first_ro
         bad = given & ((values < 0) | (values >= counts))
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            raise InvalidMessageError(f"{values[row]} is not one of the topic's {counts[row]} writable queues",
-                                      row=row, field="queueId")
+            raise InvalidMessageError(
+                f"{values[row]} is not one of the topic's {counts[row]} writable queues", row=row, field="queueId"
+            )
         index = np.where(given, values, index)
     return index
 
@@ -331,19 +344,31 @@ class _Chunk:
     rows: int
 
 
-def _chunks(topic: str, q: tuple[str, int, str], via_default: bool, body: pa.Array, props: pa.Array,
-            flag: np.ndarray) -> Iterator[_Chunk]:
+def _chunks(
+    topic: str, q: tuple[str, int, str], via_default: bool, body: pa.Array, props: pa.Array, flag: np.ndarray
+) -> Iterator[_Chunk]:
     """One queue's messages as 320 bodies of at most :data:`CHUNK_BYTES` (at least one message each)."""
-    sizes = (20 + 2 + np.asarray(pc.binary_length(body), np.int64)
-             + np.asarray(pc.binary_length(props.cast(pa.binary())), np.int64))
+    sizes = (
+        20
+        + 2
+        + np.asarray(pc.binary_length(body), np.int64)
+        + np.asarray(pc.binary_length(props.cast(pa.binary())), np.int64)
+    )
     ends = np.cumsum(sizes)
     start = 0
     n = len(body)
     while start < n:
         base = int(ends[start - 1]) if start else 0
         stop = max(start + 1, int(np.searchsorted(ends, base + CHUNK_BYTES, side="right")))
-        yield _Chunk(topic, q[0], q[2], q[1], via_default,
-                     encode_messages(body[start:stop], props[start:stop], flag[start:stop]), stop - start)
+        yield _Chunk(
+            topic,
+            q[0],
+            q[2],
+            q[1],
+            via_default,
+            encode_messages(body[start:stop], props[start:stop], flag[start:stop]),
+            stop - start,
+        )
         start = stop
 
 
@@ -358,15 +383,24 @@ def _send_chunks(p: Producer, chunks: list[_Chunk], writer: str, first_sequence:
     up to ``retry_s``, is the client's); the rows stored (duplicates not)."""
     stored = 0
     for k, c in enumerate(chunks):
-        result = p.send_encoded_batch(c.topic, c.body, broker_name=c.broker, queue_id=c.queue_id, addr=c.addr,
-                                      via_default=c.via_default, marker=(writer, first_sequence + k),
-                                      master_wait_s=retry_s)
+        result = p.send_encoded_batch(
+            c.topic,
+            c.body,
+            broker_name=c.broker,
+            queue_id=c.queue_id,
+            addr=c.addr,
+            via_default=c.via_default,
+            marker=(writer, first_sequence + k),
+            master_wait_s=retry_s,
+        )
         if not result.duplicate:
             stored += c.rows
     return stored
 
 
-def send_task(opts: SinkOptions, tables: Iterator[pa.Table], writer: str, batch: int, partition: int) -> tuple[int, int]:
+def send_task(
+    opts: SinkOptions, tables: Iterator[pa.Table], writer: str, batch: int, partition: int
+) -> tuple[int, int]:
     """Route, encode and send a task's rows (module docstring); ``(rows, rows stored)``.
     Raises :class:`rmqlog.InvalidMessageError`, :class:`rmqnet.client.BrokerError` and the
     client's routing and transport errors."""
@@ -411,8 +445,13 @@ def send_task(opts: SinkOptions, tables: Iterator[pa.Table], writer: str, batch:
         props = pa.concat_arrays([pr for _, pr, _ in pieces])
         flag = np.concatenate([f for _, _, f in pieces])
         uniq = pa.array(_uniq.many(len(body), p.clock.wall_ms()), pa.string())
-        props = pc.binary_join_element_wise(props, pa.repeat(pa.scalar("UNIQ_KEY" + NAME_VALUE_SEP), len(body)), uniq,
-                                            pa.repeat(pa.scalar(PROPERTY_SEP), len(body)), "")
+        props = pc.binary_join_element_wise(
+            props,
+            pa.repeat(pa.scalar("UNIQ_KEY" + NAME_VALUE_SEP), len(body)),
+            uniq,
+            pa.repeat(pa.scalar(PROPERTY_SEP), len(body)),
+            "",
+        )
         per_broker.setdefault(broker, []).extend(_chunks(name, q, routes[name].via_default, body, props, flag))
 
     if any(len(chunks) >= CHUNKS for chunks in per_broker.values()):
@@ -425,8 +464,10 @@ def send_task(opts: SinkOptions, tables: Iterator[pa.Table], writer: str, batch:
     # brokers at the same time, each one's chunks in order (the store keeps one sequence per writer)
     pool = concurrent.futures.ThreadPoolExecutor(len(per_broker), thread_name_prefix="rmqlog-sink")
     try:
-        sends = [pool.submit(_send_chunks, p, chunks, writer, batch * CHUNKS, opts.send_retry_s)
-                 for chunks in per_broker.values()]
+        sends = [
+            pool.submit(_send_chunks, p, chunks, writer, batch * CHUNKS, opts.send_retry_s)
+            for chunks in per_broker.values()
+        ]
         done, _ = concurrent.futures.wait(sends, return_when=concurrent.futures.FIRST_EXCEPTION)
         for f in done:  # a failure fails the task at once (the other brokers' sends are not waited for)
             if f.exception() is not None:
@@ -441,8 +482,9 @@ class BrokerTarget:
     :class:`spark_rmq.sink.StoreTarget` (:class:`spark_rmq.sink_target.SinkTarget`)."""
 
     @staticmethod
-    def write(opts: SinkOptions, iterator: Iterator[pa.RecordBatch], writer: str, sequence: int,
-              partition: int) -> SinkCommit:
+    def write(
+        opts: SinkOptions, iterator: Iterator[pa.RecordBatch], writer: str, sequence: int, partition: int
+    ) -> SinkCommit:
         rows, stored = send_task(opts, (pa.Table.from_batches([b]) for b in iterator), writer, sequence, partition)
         return SinkCommit(partition, writer, sequence, rows, stored)
 

@@ -100,8 +100,11 @@ class BrokerQueues:
             return list(opts.topics)
         pattern = re.compile(opts.topic_pattern or "")
         # (every topic the name servers know: GET_ALL_TOPIC_LIST_FROM_NAMESERVER, 206)
-        return sorted(t for t in self.admin.topic_list() if pattern.fullmatch(t) and t not in WAITING_TOPICS
-                      and t != AUTO_CREATE_TOPIC)
+        return sorted(
+            t
+            for t in self.admin.topic_list()
+            if pattern.fullmatch(t) and t not in WAITING_TOPICS and t != AUTO_CREATE_TOPIC
+        )
 
     def queues(self) -> list[tuple[str, int]]:
         """The queues (planner names) of the query now: every readable queue of each topic's
@@ -151,8 +154,9 @@ class BrokerQueues:
                 out[queue_key(name, qid)] = (self.min_offset(name, qid), self.max_offset(name, qid))
             except (OSError, NoRouteError, TopicNotFoundError) as exc:  # the transport's errors are OSErrors
                 down.add(broker)  # (every address of the group failed: master and slaves)
-                log.warning("rmqlog: broker %s is out of reach (%s: %s); its queues wait", broker,
-                            type(exc).__name__, exc)
+                log.warning(
+                    "rmqlog: broker %s is out of reach (%s: %s); its queues wait", broker, type(exc).__name__, exc
+                )
         return out
 
     # ---- what the planner asks (as rmqlog.MessageStore) --------------------------------
@@ -170,8 +174,11 @@ class BrokerQueues:
         return self.admin.search_offset(broker, topic, queue_id, ts_ms)
 
     def record_sizes(self, name: str, queue_id: int, start: int, end: int) -> np.ndarray:
-        raise RmqLogOptionError("maxBytesPerTrigger", "is not available with nameServer (RocketMQ has no request "
-                                "for the record sizes of a consume queue's range)")
+        raise RmqLogOptionError(
+            "maxBytesPerTrigger",
+            "is not available with nameServer (RocketMQ has no request "
+            "for the record sizes of a consume queue's range)",
+        )
 
     def commit_offset(self, group: str, name: str, queue_id: int, offset: int) -> None:
         """The group's offset on the queue's broker group: its master, else its slave."""
@@ -186,14 +193,29 @@ class BrokerQueues:
         parts: list[InputPartition] = []
         for key, a, b in ranges:
             topic, broker, qid = split_wire_key(key)
-            parts.append(WireRange(self.name_server, topic, broker, qid, a, b, tags, opts.fail_on_data_loss,
-                                   opts.read_batch_rows, sql92=opts.sql92, columns=opts.columns, **kw))
+            parts.append(
+                WireRange(
+                    self.name_server,
+                    topic,
+                    broker,
+                    qid,
+                    a,
+                    b,
+                    tags,
+                    opts.fail_on_data_loss,
+                    opts.read_batch_rows,
+                    sql92=opts.sql92,
+                    columns=opts.columns,
+                    **kw,
+                )
+            )
         return parts
 
     def key_lookup(self, topics: tuple[str, ...]) -> InputPartition:
         opts = self.opts
-        return WireKeyLookup(self.name_server, topics, opts.msg_id or opts.key or "", opts.msg_id is not None,
-                             opts.columns)
+        return WireKeyLookup(
+            self.name_server, topics, opts.msg_id or opts.key or "", opts.msg_id is not None, opts.columns
+        )
 
     def empty_partition(self) -> InputPartition:
         return WireRange(self.name_server, "", "", 0, 0, 0, columns=self.opts.columns)
@@ -203,5 +225,8 @@ def refuse_wire_options(opts: SourceOptions) -> None:
     """Options the wire cannot honour, refused when the reader is made
     (:func:`spark_rmq.queue_source.backend_for`)."""
     if opts.max_bytes is not None:
-        raise RmqLogOptionError("maxBytesPerTrigger", "is not available with nameServer (RocketMQ has no request "
-                                "for the record sizes of a consume queue's range)")
+        raise RmqLogOptionError(
+            "maxBytesPerTrigger",
+            "is not available with nameServer (RocketMQ has no request "
+            "for the record sizes of a consume queue's range)",
+        )

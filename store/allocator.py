@@ -46,7 +46,9 @@ def pin_malloc_thresholds() -> bool:
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
     mallopt.restype = ctypes.c_int
-    return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD))
+    return bool(mallopt(_M_MMAP_THRESHOLD, MALLOC_MMAP_THRESHOLD)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, MALLOC_TRIM_THRESHOLD)
+    )
 
 
 __all__ = ["pin_malloc_thresholds", "MALLOC_MMAP_THRESHOLD", "MALLOC_TRIM_THRESHOLD"]

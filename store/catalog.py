@@ -46,7 +46,11 @@ class Catalog:
         if tc is None:
             topics.reload()
             tc = topics.get(topic)
-        if tc is not None and queue_id >= max(tc.read_queue_nums, tc.write_queue_nums) and not safe_open.is_folder(self.parts.paths.queue_dir(topic, queue_id)):
+        if (
+            tc is not None
+            and queue_id >= max(tc.read_queue_nums, tc.write_queue_nums)
+            and not safe_open.is_folder(self.parts.paths.queue_dir(topic, queue_id))
+        ):
             raise InvalidArgumentError(
                 f"queue_id {queue_id} is not a queue of topic {topic!r} "
                 f"({tc.read_queue_nums} read / {tc.write_queue_nums} write queues)"
@@ -100,7 +104,9 @@ class Catalog:
         for name in [t for t, d in deleted.items() if d.pending]:
             out.pop(name, None)  # a delete killed part-way (finished by the next owner's open): deleted
         for topic, qid, _ in self.parts.queues.dirs():
-            if topic in deleted and self.parts.consume_queue(topic, qid).max_offset() <= deleted[topic].queue_offsets.get(qid, 0):
+            if topic in deleted and self.parts.consume_queue(topic, qid).max_offset() <= deleted[
+                topic
+            ].queue_offsets.get(qid, 0):
                 continue  # what is left of a deleted topic: units removed (not sent to since)
             if topic not in out:
                 found[topic] = min(65535, max(found.get(topic, 0), qid + 1))  # a topic has at most 65535
@@ -122,7 +128,7 @@ def finish_delete(parts: StoreParts, topic: str) -> tuple[bool, int]:
         crash_points.reached("delete.offsets")
     deletion = parts.deleted_topics.table().get(topic)
     with parts.dispatch_lock.held():
-        for qid, n in (deletion.queue_offsets.items() if deletion is not None else ()):
+        for qid, n in deletion.queue_offsets.items() if deletion is not None else ():
             cq = parts.consume_queue(topic, qid)
             if cq.max_offset() > 0 and (cq.max_offset() < n or cq.min_offset() < n):  # (not done yet)
                 cq.remove_below(n)
@@ -137,7 +143,9 @@ def _merge_args(base: object, since: object) -> None:
     if base is not None and not isinstance(base, dict):
         raise InvalidArgumentError(f"base must be a dict (a previous merge's table) or None, got {type(base).__name__}")
     if since is not None and not isinstance(since, FileStamp):
-        raise InvalidArgumentError(f"since must be a FileStamp (a previous merge's stamp) or None, got {type(since).__name__}")
+        raise InvalidArgumentError(
+            f"since must be a FileStamp (a previous merge's stamp) or None, got {type(since).__name__}"
+        )
 
 
 class CatalogCalls:
@@ -248,9 +256,14 @@ class CatalogCalls:
         self._check_open()
         return self.parts.topic_config.table()
 
-    def merge_consumer_offsets(self, changes: Mapping[str, Mapping[int, int] | None], *,
-                               base: dict[str, dict[int, int]] | None = None,
-                               since: FileStamp | None = None, applied: bool = False) -> TableMerge[dict[int, int]]:
+    def merge_consumer_offsets(
+        self,
+        changes: Mapping[str, Mapping[int, int] | None],
+        *,
+        base: dict[str, dict[int, int]] | None = None,
+        since: FileStamp | None = None,
+        applied: bool = False,
+    ) -> TableMerge[dict[int, int]]:
         """Merge a table of consumer offsets kept in memory with ``config/consumerOffset.json``,
         under the store's config lock, by the rule of :mod:`rmqlog.config_tables`: the file is
         read again only when it is not the one ``since`` names (another process wrote it, or
@@ -275,9 +288,13 @@ class CatalogCalls:
         applied = bool_arg("applied", applied)
         return self.parts.consumer_offsets.merge(checked, base=base, since=since, applied=applied)
 
-    def merge_subscription_groups(self, changes: Mapping[str, SubscriptionGroupConfig | None], *,
-                                  base: dict[str, SubscriptionGroupConfig] | None = None,
-                                  since: FileStamp | None = None) -> TableMerge[SubscriptionGroupConfig]:
+    def merge_subscription_groups(
+        self,
+        changes: Mapping[str, SubscriptionGroupConfig | None],
+        *,
+        base: dict[str, SubscriptionGroupConfig] | None = None,
+        since: FileStamp | None = None,
+    ) -> TableMerge[SubscriptionGroupConfig]:
         """As :meth:`merge_consumer_offsets`, for ``config/subscriptionGroup.json`` (RocketMQ's
         ``SubscriptionGroupManager`` file): ``changes`` by group name, a
         :class:`rmqlog.config_files.SubscriptionGroupConfig` (its ``group_name`` the key) or

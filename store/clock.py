@@ -112,6 +112,7 @@ def clock_arg(clock: object) -> Clock:
     if clock is None:
         return SYSTEM_CLOCK
     if not isinstance(clock, Clock) or not (callable(clock.wall_ms) and callable(clock.monotonic)):
-        raise InvalidArgumentError(f"clock must have wall_ms() and monotonic() (a rmqlog.clock.Clock), "
-                                   f"got {type(clock).__name__}")
+        raise InvalidArgumentError(
+            f"clock must have wall_ms() and monotonic() (a rmqlog.clock.Clock), got {type(clock).__name__}"
+        )
     return clock

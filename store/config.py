@@ -146,10 +146,7 @@ class StoreConfig:
         _check_types(self)
         if self.mapped_file_size_commit_log < 4096:
             raise ConfigError("mapped_file_size_commit_log must be at least 4096 bytes")
-        if (
-            self.mapped_file_size_consume_queue < 20
-            or self.mapped_file_size_consume_queue % 20
-        ):
+        if self.mapped_file_size_consume_queue < 20 or self.mapped_file_size_consume_queue % 20:
             raise ConfigError("mapped_file_size_consume_queue must be a positive multiple of 20")
         if not self.max_message_size > 0:
             raise ConfigError("max_message_size must be positive")
@@ -157,12 +154,21 @@ class StoreConfig:
             raise ConfigError("default_topic_queue_nums must be in 1..1024")
         if self.flush_disk_type not in (SYNC_FLUSH, ASYNC_FLUSH):
             raise ConfigError(f"flush_disk_type must be {SYNC_FLUSH} or {ASYNC_FLUSH}")
-        for name, least in (("file_reserved_time", 0), ("destroy_mapped_file_interval_forcibly", 0),
-                            ("delete_commit_log_files_max_num", 1), ("clean_resource_interval", 1),
-                            ("flush_least_pages_when_warm_mapped_file", 1), ("timer_max_delay_sec", 1),
-                            ("timer_precision_ms", 100), ("max_open_mapped_files", 0), ("flush_interval_commit_log", 0),
-                            ("flush_commit_log_least_pages", 0), ("flush_commit_log_thorough_interval", 0),
-                            ("reput_interval_ms", 0), ("max_lmq_consume_queue_num", 0)):
+        for name, least in (
+            ("file_reserved_time", 0),
+            ("destroy_mapped_file_interval_forcibly", 0),
+            ("delete_commit_log_files_max_num", 1),
+            ("clean_resource_interval", 1),
+            ("flush_least_pages_when_warm_mapped_file", 1),
+            ("timer_max_delay_sec", 1),
+            ("timer_precision_ms", 100),
+            ("max_open_mapped_files", 0),
+            ("flush_interval_commit_log", 0),
+            ("flush_commit_log_least_pages", 0),
+            ("flush_commit_log_thorough_interval", 0),
+            ("reput_interval_ms", 0),
+            ("max_lmq_consume_queue_num", 0),
+        ):
             if getattr(self, name) < least:
                 raise ConfigError(f"{name} must be at least {least}")
         # RocketMQ's fields are Java ints: a segment of more bytes than the file system takes,
@@ -243,14 +249,20 @@ class StoreConfig:
                     raise ConfigError(f"{path}: {key} = {raw!r}: {alone}") from None
             raise ConfigError(f"{path}: {exc}") from None
 
+
 def known_fields() -> frozenset[str]:
     """The names of :class:`StoreConfig`'s fields."""
     return frozenset(f.name for f in fields(StoreConfig))
 
 
 #: Fields RocketMQ holds in a Java int, bounded to its range.
-_JAVA_INT_FIELDS = ("mapped_file_size_commit_log", "mapped_file_size_consume_queue", "max_message_size", "timer_max_delay_sec",
-                    "max_lmq_consume_queue_num")
+_JAVA_INT_FIELDS = (
+    "mapped_file_size_commit_log",
+    "mapped_file_size_consume_queue",
+    "max_message_size",
+    "timer_max_delay_sec",
+    "max_lmq_consume_queue_num",
+)
 
 #: The largest int a field takes: Java's ``Long.MAX_VALUE`` (RocketMQ's fields are ints and longs).
 _FIELD_INT_MAX = 2**63 - 1
@@ -272,8 +284,11 @@ def _check_types(config: StoreConfig) -> None:
         else:
             ok = isinstance(value, str) and utf8_problem(value) is None
         if not ok:
-            raise ConfigError(f"{f.name} must be {' or '.join(kind)}" + (" in Java's long range" if kind[0] == "int" else "")
-                              + f", got {type(value).__name__} {value!r}"[:200])
+            raise ConfigError(
+                f"{f.name} must be {' or '.join(kind)}"
+                + (" in Java's long range" if kind[0] == "int" else "")
+                + f", got {type(value).__name__} {value!r}"[:200]
+            )
 
 
 _DELAY_UNITS_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
@@ -286,7 +301,11 @@ def delay_levels_ms(spec: str) -> tuple[int, ...]:
     out = []
     for i, item in enumerate(spec.split(), 1):
         unit, number = item[-1:], item[:-1]
-        if unit not in _DELAY_UNITS_MS or not (number.isascii() and number.isdigit()) or not 0 < int(number) * _DELAY_UNITS_MS[unit] < 1 << 62:
+        if (
+            unit not in _DELAY_UNITS_MS
+            or not (number.isascii() and number.isdigit())
+            or not 0 < int(number) * _DELAY_UNITS_MS[unit] < 1 << 62
+        ):
             raise ConfigError(f"message_delay_level: level {i} is {item!r}, not <positive number><s|m|h|d>")
         out.append(int(number) * _DELAY_UNITS_MS[unit])
     if not out:
@@ -301,7 +320,9 @@ def delete_hours(delete_when: str) -> frozenset[int]:
     for part in str(delete_when).split(";"):
         part = part.strip()
         if not (part.isascii() and part.isdigit() and int(part) < 24):
-            raise ConfigError(f"delete_when: {part!r} is not an hour of day 0..23 (RocketMQ's syntax: \"04\" or \"04;16\")")
+            raise ConfigError(
+                f'delete_when: {part!r} is not an hour of day 0..23 (RocketMQ\'s syntax: "04" or "04;16")'
+            )
         hours.add(int(part))
     return frozenset(hours)
 

@@ -54,9 +54,15 @@ class TopicConfig:
     order: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
-                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
-                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+        return {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> TopicConfig:
@@ -77,8 +83,6 @@ def _queue_count(d: dict[str, Any], key: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
         raise ValueError(f"topic {d.get('topicName')!r}: {key} {value!r} is not an int in 0..65535")
     return value
-
-
 
 
 def topic_config_problem(config: object) -> str | None:
@@ -116,8 +120,9 @@ def _decode_topic(name: str, raw: Any) -> TopicConfig:
     return TopicConfig.from_json(raw)
 
 
-TOPICS: TableCodec[TopicConfig] = TableCodec("topicConfigTable", True, _topic_entry_problem, _decode_topic,
-                                             encode=TopicConfig.to_json)
+TOPICS: TableCodec[TopicConfig] = TableCodec(
+    "topicConfigTable", True, _topic_entry_problem, _decode_topic, encode=TopicConfig.to_json
+)
 
 
 class TopicConfigManager:
@@ -130,7 +135,12 @@ class TopicConfigManager:
     ``lstat`` when nothing changed)."""
 
     def __init__(
-        self, path: Path, lock: InterProcessLock, *, default_queues: int, auto_create: bool,
+        self,
+        path: Path,
+        lock: InterProcessLock,
+        *,
+        default_queues: int,
+        auto_create: bool,
         wall_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
     ) -> None:
         self.file = TableFile(path, lock, TOPICS, wall_ms=wall_ms)
@@ -265,7 +275,9 @@ class TopicConfigManager:
                 missing = [t for t in topics if t not in self._topics]
                 if missing:
                     if not self.auto_create:
-                        raise InvalidTopicError(f"topic {missing[0]!r} does not exist and auto-creation is off", row=None, field="topic")
+                        raise InvalidTopicError(
+                            f"topic {missing[0]!r} does not exist and auto-creation is off", row=None, field="topic"
+                        )
                     for t in missing:
                         validate_topic(t)
                         n = self._auto_count(t)
@@ -322,8 +334,9 @@ def apply_offsets(table: dict[str, dict[int, int]], key: str, change: Mapping[in
         table.setdefault(key, {}).update(change)
 
 
-OFFSETS: TableCodec[dict[int, int]] = TableCodec("offsetTable", False, offset_key_problem, _decode_offsets,
-                                                 apply=apply_offsets)
+OFFSETS: TableCodec[dict[int, int]] = TableCodec(
+    "offsetTable", False, offset_key_problem, _decode_offsets, apply=apply_offsets
+)
 
 
 def offset_changes_arg(changes: object) -> dict[str, dict[int, int] | None]:
@@ -356,7 +369,9 @@ class ConsumerOffsetManager:
     The table last read or written is kept and used while the file stays the same (one
     ``lstat`` a read)."""
 
-    def __init__(self, path: Path, lock: InterProcessLock, *, wall_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms) -> None:
+    def __init__(
+        self, path: Path, lock: InterProcessLock, *, wall_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms
+    ) -> None:
         self.file = TableFile(path, lock, OFFSETS, wall_ms=wall_ms)
         self.path = path
         self.lock = lock
@@ -373,16 +388,23 @@ class ConsumerOffsetManager:
         """The offset table, ``{"topic@group": {queueId: offset}}`` (entries with valid names only; a copy)."""
         return {k: dict(v) for k, v in self._current().items()}
 
-    def merge(self, changes: Mapping[str, Mapping[int, int] | None], *, base: dict[str, dict[int, int]] | None = None,
-              since: FileStamp | None = None, applied: bool = False) -> TableMerge[dict[int, int]]:
+    def merge(
+        self,
+        changes: Mapping[str, Mapping[int, int] | None],
+        *,
+        base: dict[str, dict[int, int]] | None = None,
+        since: FileStamp | None = None,
+        applied: bool = False,
+    ) -> TableMerge[dict[int, int]]:
         """:meth:`rmqlog.config_tables.TableFile.merge` of checked changes."""
         return self.file.merge(changes, base=base, since=since, applied=applied)
 
     def _merge_cached(self, changes: Mapping[str, Mapping[int, int] | None]) -> None:
         with self._mutex:
             c, self._cache = self._cache, None  # (a failed write leaves no table it changed)
-            self._cache = self.file.merge(changes, base=c.table if c else None, since=c.stamp if c else None,
-                                          durable=False)
+            self._cache = self.file.merge(
+                changes, base=c.table if c else None, since=c.stamp if c else None, durable=False
+            )
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Store ``offset`` (an int in [0, 2**63)) for a queue id (an int in [0, 2**31)); raises
@@ -422,9 +444,12 @@ class ConsumerOffsetManager:
 # --------------------------------------------------------------- subscription groups
 #: ``SubscriptionGroupConfig``'s fields: JSON name -> (attribute, type)
 _GROUP_FIELDS: dict[str, tuple[str, type]] = {
-    "consumeEnable": ("consume_enable", bool), "consumeFromMinEnable": ("consume_from_min_enable", bool),
-    "consumeBroadcastEnable": ("consume_broadcast_enable", bool), "retryQueueNums": ("retry_queue_nums", int),
-    "retryMaxTimes": ("retry_max_times", int), "brokerId": ("broker_id", int),
+    "consumeEnable": ("consume_enable", bool),
+    "consumeFromMinEnable": ("consume_from_min_enable", bool),
+    "consumeBroadcastEnable": ("consume_broadcast_enable", bool),
+    "retryQueueNums": ("retry_queue_nums", int),
+    "retryMaxTimes": ("retry_max_times", int),
+    "brokerId": ("broker_id", int),
     "whichBrokerWhenConsumeSlowly": ("which_broker_when_consume_slowly", int),
     "notifyConsumerIdsChangedEnable": ("notify_consumer_ids_changed_enable", bool),
     "consumeMessageOrderly": ("consume_message_orderly", bool),
@@ -459,8 +484,13 @@ class SubscriptionGroupConfig:
         for key, (attr, kind) in _GROUP_FIELDS.items():
             if key in d:
                 value = d[key]
-                ok = isinstance(value, bool) if kind is bool else \
-                    isinstance(value, int) and not isinstance(value, bool) and JAVA_LONG_MIN <= value <= JAVA_LONG_MAX
+                ok = (
+                    isinstance(value, bool)
+                    if kind is bool
+                    else isinstance(value, int)
+                    and not isinstance(value, bool)
+                    and JAVA_LONG_MIN <= value <= JAVA_LONG_MAX
+                )
                 if not ok:
                     raise ValueError(f"group {d.get('groupName')!r}: {key} {value!r} is not a {kind.__name__}")
                 values[attr] = value
@@ -496,9 +526,24 @@ def _decode_group(name: str, raw: Any) -> SubscriptionGroupConfig:
 
 
 SUBSCRIPTION_GROUPS: TableCodec[SubscriptionGroupConfig] = TableCodec(
-    "subscriptionGroupTable", True, _group_entry_problem, _decode_group, encode=SubscriptionGroupConfig.to_json)
+    "subscriptionGroupTable", True, _group_entry_problem, _decode_group, encode=SubscriptionGroupConfig.to_json
+)
 
 
-__all__ = ["TopicConfig", "TopicConfigManager", "ConsumerOffsetManager", "SubscriptionGroupConfig", "quote_int_keys",
-           "load_fastjson", "dump_fastjson", "set_aside_if_unreadable", "offset_key_problem", "topic_config_problem",
-           "subscription_group_problem", "offset_changes_arg", "TOPICS", "OFFSETS", "SUBSCRIPTION_GROUPS"]
+__all__ = [
+    "TopicConfig",
+    "TopicConfigManager",
+    "ConsumerOffsetManager",
+    "SubscriptionGroupConfig",
+    "quote_int_keys",
+    "load_fastjson",
+    "dump_fastjson",
+    "set_aside_if_unreadable",
+    "offset_key_problem",
+    "topic_config_problem",
+    "subscription_group_problem",
+    "offset_changes_arg",
+    "TOPICS",
+    "OFFSETS",
+    "SUBSCRIPTION_GROUPS",
+]

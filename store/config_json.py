@@ -199,10 +199,21 @@ def set_aside_if_unreadable(path: Path, decode: Callable[[Any], Any] | None = No
     except CorruptStoreError:
         pass
     stamp = SYSTEM_CLOCK.wall_ms()  # (only a name: a store's clock, say a test's, need not give unique ones)
-    moved = [safe_open.set_aside(candidate, stamp)  # (a link is moved itself, its target untouched)
-             for candidate in (path, path.with_name(path.name + ".bak")) if safe_open.kind(candidate) is not None]
+    moved = [
+        safe_open.set_aside(candidate, stamp)  # (a link is moved itself, its target untouched)
+        for candidate in (path, path.with_name(path.name + ".bak"))
+        if safe_open.kind(candidate) is not None
+    ]
     return moved[0] if moved else None
 
 
-__all__ = ["warn_once", "quote_int_keys", "parse_fastjson", "load_held", "load_fastjson", "dump_fastjson", "dump_table",
-           "set_aside_if_unreadable"]
+__all__ = [
+    "warn_once",
+    "quote_int_keys",
+    "parse_fastjson",
+    "load_held",
+    "load_fastjson",
+    "dump_fastjson",
+    "dump_table",
+    "set_aside_if_unreadable",
+]

@@ -108,8 +108,7 @@ def replace_entry(table: dict[str, Any], name: str, change: Any) -> None:
 class TableFile(Generic[V]):
     """One table file of a store (see the module docstring). Thread-safe."""
 
-    def __init__(self, path: Path, lock: InterProcessLock, codec: TableCodec[V], *,
-                 wall_ms: Callable[[], int]) -> None:
+    def __init__(self, path: Path, lock: InterProcessLock, codec: TableCodec[V], *, wall_ms: Callable[[], int]) -> None:
         self.path = path
         self.lock = lock
         self.codec = codec
@@ -182,11 +181,22 @@ class TableFile(Generic[V]):
         version = raw.get("dataVersion") or {}
         if not isinstance(version, dict):
             raise TypeError("dataVersion is not an object")
-        return table, skipped, {"counter": int(version.get("counter", 0)), "timestamp": int(version.get("timestamp", 0))}
+        return (
+            table,
+            skipped,
+            {"counter": int(version.get("counter", 0)), "timestamp": int(version.get("timestamp", 0))},
+        )
 
     # ----------------------------------------------------------------- merges
-    def merge(self, changes: Mapping[str, Any], *, base: dict[str, V] | None = None,
-              since: FileStamp | None = None, durable: bool = True, applied: bool = False) -> TableMerge[V]:
+    def merge(
+        self,
+        changes: Mapping[str, Any],
+        *,
+        base: dict[str, V] | None = None,
+        since: FileStamp | None = None,
+        durable: bool = True,
+        applied: bool = False,
+    ) -> TableMerge[V]:
         """The rule of the module docstring, under ``config.lock``. ``changes``: by name, the
         caller's change of each entry (checked by the caller; ``None`` removes it); ``base`` and
         ``since``: the caller's table and the stamp of its last merge (``base`` may already hold

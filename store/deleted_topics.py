@@ -68,8 +68,10 @@ class Deletion:
     pending: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"commitLogOffset": self.commit_log_offset,
-                               "queueOffsets": {str(q): n for q, n in sorted(self.queue_offsets.items())}}
+        out: dict[str, Any] = {
+            "commitLogOffset": self.commit_log_offset,
+            "queueOffsets": {str(q): n for q, n in sorted(self.queue_offsets.items())},
+        }
         if self.pending:
             out["pending"] = True
         return out

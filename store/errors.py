@@ -87,7 +87,8 @@ class WrongFileTypeError(CorruptStoreError):
     def __init__(self, path: str, found: str, expected: str) -> None:
         super().__init__(
             f"{found} where the store keeps {expected} (links are not followed inside a store); "
-            "open with repair=True to set it aside", path=path,
+            "open with repair=True to set it aside",
+            path=path,
         )
         self.found = found
         self.expected = expected
@@ -144,8 +145,9 @@ class MessagesDeletedError(DataLossError):
         return (_deleted_error, (type(self), self.topic, self.queue_id, self.start, self.end, self.detail))
 
 
-def _deleted_error(cls: type[MessagesDeletedError], topic: str, queue_id: int, start: int, end: int,
-                   detail: str) -> MessagesDeletedError:
+def _deleted_error(
+    cls: type[MessagesDeletedError], topic: str, queue_id: int, start: int, end: int, detail: str
+) -> MessagesDeletedError:
     return cls(topic, queue_id, start, end, detail=detail)
 
 
@@ -253,7 +255,8 @@ def too_many_open_files(exc: OSError, path: object, doing: str) -> TooManyOpenFi
     name = exc.filename if path is None else path
     err = exc.errno if exc.errno is not None else errno.EMFILE
     advice = (
-        "too many open files or mappings in this process while " + doing
+        "too many open files or mappings in this process while "
+        + doing
         + ": raise the limit (ulimit -n; vm.max_map_count), lower max_open_mapped_files, or close other files"
     )
     return TooManyOpenFilesError(err, advice, None if name is None else str(name))

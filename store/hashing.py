@@ -26,7 +26,7 @@ def java_string_hash(text: str) -> int:
     """Java's ``String.hashCode()`` of ``text`` as a signed 32-bit int."""
     if text.isascii() and len(text) <= _POW_MAX:  # (one UTF-16 unit per byte)
         data = text.encode()
-        h = sum(map(operator.mul, data, _POWERS[_POW_MAX - len(data):])) & 0xFFFFFFFF
+        h = sum(map(operator.mul, data, _POWERS[_POW_MAX - len(data) :])) & 0xFFFFFFFF
         return h - (1 << 32) if h & 0x80000000 else h
     units = text.encode("utf-16-be")
     h = 0

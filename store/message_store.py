@@ -95,12 +95,22 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
     """
 
     def __init__(
-        self, root: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False,
-        create: bool = True, read_only: bool = False, clock: Clock | None = None,
+        self,
+        root: str | os.PathLike[str],
+        config: StoreConfig | None = None,
+        *,
+        repair: bool = False,
+        create: bool = True,
+        read_only: bool = False,
+        clock: Clock | None = None,
     ) -> None:
         if config is not None and not isinstance(config, StoreConfig):
             raise InvalidArgumentError(f"config must be a StoreConfig or None, got {type(config).__name__}")
-        repair, create, read_only = bool_arg("repair", repair), bool_arg("create", create), bool_arg("read_only", read_only)
+        repair, create, read_only = (
+            bool_arg("repair", repair),
+            bool_arg("create", create),
+            bool_arg("read_only", read_only),
+        )
         self.config = config or StoreConfig()
         #: where every part of the store reads the time (:mod:`rmqlog.clock`)
         self.clock = clock_arg(clock)
@@ -131,16 +141,28 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         geometry that is unreadable or does not fit the index files (the index is derived:
         rebuilt from the log, nothing is lost)."""
         parts = self.parts
-        set_aside = set_aside_unreadable_config(parts, lambda: set_aside_if_unreadable_offsets(parts.paths.config_dir)) if repair else []
+        set_aside = (
+            set_aside_unreadable_config(parts, lambda: set_aside_if_unreadable_offsets(parts.paths.config_dir))
+            if repair
+            else []
+        )
         if first and not repair and parts.config.message_index_enable:
             with parts.config_lock.held():
-                moved = set_aside_geometry(parts.paths.config_dir, IndexConfig(
-                    parts.config.max_hash_slot_num, parts.config.max_index_num, parts.config.max_msgs_num_batch))
+                moved = set_aside_geometry(
+                    parts.paths.config_dir,
+                    IndexConfig(
+                        parts.config.max_hash_slot_num, parts.config.max_index_num, parts.config.max_msgs_num_batch
+                    ),
+                )
             set_aside += [moved] if moved else []
         parts.wire(repair=repair, first=first)
         self.config = parts.config  # (the store's segment sizes: rmqlog.segment_sizes)
         self.commitlog, self.dispatcher, self.flush_service = parts.commitlog, parts.dispatcher, parts.flush_service
-        self.topic_config, self.consumer_offsets, self.checkpoint_file = parts.topic_config, parts.consumer_offsets, parts.checkpoint_file
+        self.topic_config, self.consumer_offsets, self.checkpoint_file = (
+            parts.topic_config,
+            parts.consumer_offsets,
+            parts.checkpoint_file,
+        )
         #: the store's one background thread: the flusher (ASYNC_FLUSH), the preparer, the
         #: dispatcher and retention once started
         self.services = ServiceLoop(clock=self.clock.monotonic)
@@ -154,9 +176,21 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         if parts.index_service is not None:
             index = parts.index_service
             # confirms a delay level's progress that only delayOffset.json records (see the scheduler)
-            self.scheduler.delivered_probe = lambda topic, key: messages_by_key(
-                index, self.commitlog, self.published_tail(), topic, key, max_count=1, begin_ms=0, end_ms=None,
-                check_crc=False, unique=True).num_rows > 0
+            self.scheduler.delivered_probe = lambda topic, key: (
+                messages_by_key(
+                    index,
+                    self.commitlog,
+                    self.published_tail(),
+                    topic,
+                    key,
+                    max_count=1,
+                    begin_ms=0,
+                    end_ms=None,
+                    check_crc=False,
+                    unique=True,
+                ).num_rows
+                > 0
+            )
         return set_aside
 
     def _open(self, repair: bool, owned: Ownership | None) -> None:
@@ -179,14 +213,21 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
                 self.flush_service,
                 interval_ms=self.config.flush_interval_commit_log,
                 least_pages=self.config.flush_commit_log_least_pages,
-                thorough_interval_ms=self.config.flush_commit_log_thorough_interval, clock=self.clock.monotonic,
+                thorough_interval_ms=self.config.flush_commit_log_thorough_interval,
+                clock=self.clock.monotonic,
             )
             self.services.add(self.flusher)
 
     @classmethod
     def open(
-        cls, root: str | os.PathLike[str], config: StoreConfig | None = None, *, repair: bool = False,
-        create: bool = True, read_only: bool = False, clock: Clock | None = None,
+        cls,
+        root: str | os.PathLike[str],
+        config: StoreConfig | None = None,
+        *,
+        repair: bool = False,
+        create: bool = True,
+        read_only: bool = False,
+        clock: Clock | None = None,
     ) -> MessageStore:
         """Open (creating if needed) the store at ``root``.
 
@@ -259,7 +300,11 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
 
     # ------------------------------------------------------------------- put
     def put_batch(
-        self, table: pa.Table | pa.RecordBatch, *, writer: str | None = None, sequence: int | None = None,
+        self,
+        table: pa.Table | pa.RecordBatch,
+        *,
+        writer: str | None = None,
+        sequence: int | None = None,
         dispatch: bool = False,
     ) -> pa.Table:
         """Append every row of ``table`` as one message; all or nothing.
@@ -294,8 +339,12 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         return self.appender.put_table(table, marker, dispatch=bool_arg("dispatch", dispatch))[0]
 
     def put_batches(
-        self, tables: Iterable[pa.Table | pa.RecordBatch], *, writer: str | None = None,
-        sequence: int | None = None, dispatch: bool = False,
+        self,
+        tables: Iterable[pa.Table | pa.RecordBatch],
+        *,
+        writer: str | None = None,
+        sequence: int | None = None,
+        dispatch: bool = False,
     ) -> pa.Table:
         """Append the rows of several tables as one all-or-nothing batch, encoding as they come.
 
@@ -311,24 +360,43 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         return self.appender.put_tables(tables, marker, dispatch=bool_arg("dispatch", dispatch))
 
     def put_stream(
-        self, tables: Iterable[pa.Table | pa.RecordBatch], *, writer: str | None = None,
-        sequence: int | None = None, dispatch: bool = False, buffer_bytes: int = 256 << 20,
+        self,
+        tables: Iterable[pa.Table | pa.RecordBatch],
+        *,
+        writer: str | None = None,
+        sequence: int | None = None,
+        dispatch: bool = False,
+        buffer_bytes: int = 256 << 20,
     ) -> int:
         """:meth:`put_batches` holding at most ``buffer_bytes`` of encoded records, then writing as
         they arrive (:meth:`rmqlog.access.appender.Appender.put_stream`); returns the rows appended."""
-        return self.appender.put_stream(self._tables_arg(tables, "put_stream"), writer_marker(writer, sequence), dispatch=bool_arg(
-            "dispatch", dispatch), buffer_bytes=int_arg("buffer_bytes", buffer_bytes, 0))
+        return self.appender.put_stream(
+            self._tables_arg(tables, "put_stream"),
+            writer_marker(writer, sequence),
+            dispatch=bool_arg("dispatch", dispatch),
+            buffer_bytes=int_arg("buffer_bytes", buffer_bytes, 0),
+        )
 
     def _tables_arg(self, tables: object, call: str) -> Iterable[pa.Table | pa.RecordBatch]:
         self._check_open(call)
         if isinstance(tables, pa.Table | pa.RecordBatch) or not isinstance(tables, Iterable):
-            raise InvalidArgumentError(f"tables must be an iterable of pyarrow Tables or RecordBatches, got {type(tables).__name__}")
+            raise InvalidArgumentError(
+                f"tables must be an iterable of pyarrow Tables or RecordBatches, got {type(tables).__name__}"
+            )
         return tables
 
     def put(
-        self, topic: str, body: bytes | str, *, queue_id: int | None = None, tags: str | None = None,
-        keys: Iterable[str] | str = (), properties: Mapping[str, str] | None = None, flag: int = 0,
-        delay_level: int | None = None, deliver_time_ms: int | None = None,
+        self,
+        topic: str,
+        body: bytes | str,
+        *,
+        queue_id: int | None = None,
+        tags: str | None = None,
+        keys: Iterable[str] | str = (),
+        properties: Mapping[str, str] | None = None,
+        flag: int = 0,
+        delay_level: int | None = None,
+        deliver_time_ms: int | None = None,
     ) -> PutMessageResult:
         """Append one message; see :meth:`put_batch` for the fields and errors. ``delay_level``
         (RocketMQ's ``setDelayTimeLevel``) or ``deliver_time_ms`` (RocketMQ 5's
@@ -337,13 +405,26 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         then names where it waits (``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``, or
         ``rmq_sys_wheel_timer`` queue 0)."""
         self._check_open("put")
-        row = single_message_table(topic, body, queue_id=queue_id, tags=tags, keys=keys, properties=properties, flag=flag,
-                                   delay_level=delay_level, deliver_time_ms=deliver_time_ms)
+        row = single_message_table(
+            topic,
+            body,
+            queue_id=queue_id,
+            tags=tags,
+            keys=keys,
+            properties=properties,
+            flag=flag,
+            delay_level=delay_level,
+            deliver_time_ms=deliver_time_ms,
+        )
         table, queue_ids = self.appender.put_table(row)
         res = table.to_pylist()[0]
         return PutMessageResult(
-            PutMessageStatus.PUT_OK, res["commitLogOffset"], res["queueOffset"], res["msgId"],
-            res["storeTimestamp"], int(queue_ids[0]),
+            PutMessageStatus.PUT_OK,
+            res["commitLogOffset"],
+            res["queueOffset"],
+            res["msgId"],
+            res["storeTimestamp"],
+            int(queue_ids[0]),
         )
 
     def writer_sequence(self, writer: str) -> int | None:
@@ -407,8 +488,15 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         return self.reader.bounds(topic, queue_id)[1]
 
     def get_messages(
-        self, group: str, topic: str, queue_id: int, offset: int, max_count: int = 32, tags: str | None = "*",
-        *, check_crc: bool | None = None,
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int = 32,
+        tags: str | None = "*",
+        *,
+        check_crc: bool | None = None,
     ) -> GetMessageResult:
         """Read up to ``max_count`` messages of a queue from ``offset`` (RocketMQ's ``getMessage``).
 
@@ -424,9 +512,20 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         return self.reader.get_messages(group, topic, queue_id, offset, max_count, tags, check_crc)
 
     def read_window(
-        self, topic: str, queue_id: int, offset: int, *, max_count: int = 32, max_bytes: int | None = None,
-        tags: str | None = "*", until: int | None = None, check_crc: bool | None = None, raw: bool = False,
-        disk: DiskLimits | None = None, sql92: Sql92Filter | None = None, columns: list[str] | tuple[str, ...] | None = None,
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_count: int = 32,
+        max_bytes: int | None = None,
+        tags: str | None = "*",
+        until: int | None = None,
+        check_crc: bool | None = None,
+        raw: bool = False,
+        disk: DiskLimits | None = None,
+        sql92: Sql92Filter | None = None,
+        columns: list[str] | tuple[str, ...] | None = None,
     ) -> GetMessageResult:
         """Read a window of a queue from ``offset``: RocketMQ's ``getMessage`` (statuses and next
         offsets as :mod:`rmqlog.access.window` tabulates), at most ``max_count`` messages and,
@@ -445,9 +544,20 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         way are skipped and named in ``removed``. Checked as :meth:`get_messages` says; a bad
         argument raises :class:`InvalidArgumentError` (``InvalidTopicError`` for a topic) naming it."""
         self._check_open()
-        return self.reader.read_window(topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, tags=tags,
-                                       until=until, check_crc=check_crc, raw=raw, disk=disk, sql92=sql92,
-                                       columns=columns)  # type: ignore[arg-type]
+        return self.reader.read_window(
+            topic,
+            queue_id,
+            offset,
+            max_count=max_count,
+            max_bytes=max_bytes,
+            tags=tags,
+            until=until,
+            check_crc=check_crc,
+            raw=raw,
+            disk=disk,
+            sql92=sql92,
+            columns=columns,  # type: ignore[arg-type]
+        )
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, *, check_crc: bool | None = None) -> pa.Table:
         """Every message of a queue in ``[start, end)`` (clamped to what exists), as one table;
@@ -496,7 +606,12 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         return row
 
     def query_by_time(
-        self, begin_ms: int, end_ms: int | None = None, *, topics: Iterable[str] | None = None, max_count: int = 1000,
+        self,
+        begin_ms: int,
+        end_ms: int | None = None,
+        *,
+        topics: Iterable[str] | None = None,
+        max_count: int = 1000,
     ) -> pa.Table:
         """The messages stored in ``[begin_ms, end_ms]`` (ms; ``None``: no end) across ``topics``
         (default: every topic), oldest first, at most ``max_count``: each queue's range found by
@@ -505,11 +620,21 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
         self._check_open()
         # every topic but the one where delayed messages wait (they are not stored "yet")
         if topics is not None and (isinstance(topics, str | bytes) or not isinstance(topics, Iterable)):
-            raise InvalidArgumentError(f"topics must be an iterable of topic names or None, got {type(topics).__name__}")
-        names = [t for t in self.catalog.topics() if t not in WAITING_TOPICS] if topics is None else [validate_topic(t) for t in topics]
+            raise InvalidArgumentError(
+                f"topics must be an iterable of topic names or None, got {type(topics).__name__}"
+            )
+        names = (
+            [t for t in self.catalog.topics() if t not in WAITING_TOPICS]
+            if topics is None
+            else [validate_topic(t) for t in topics]
+        )
         configured = self.catalog.topics()
-        queues = [(t, q) for t in names if t in configured
-                  for q in range(max(configured[t].read_queue_nums, configured[t].write_queue_nums))]
+        queues = [
+            (t, q)
+            for t in names
+            if t in configured
+            for q in range(max(configured[t].read_queue_nums, configured[t].write_queue_nums))
+        ]
         end = (1 << 63) - 1 if end_ms is None else end_ms
         return self.reader.messages_between(queues, begin_ms, end, max_count)
 
@@ -548,4 +673,3 @@ class MessageStore(WireAccess, ReplicationCalls, CatalogCalls):
             self._owner.close(self.flush_service.checkpoint, clean=flushed)
         self.parts.close_files()
         self.parts.release_locks()
-

@@ -49,7 +49,12 @@ class StoreParts:
     """
 
     def __init__(
-        self, config: StoreConfig, paths: StorePaths, *, read_only: bool = False, clock: Clock = SYSTEM_CLOCK,
+        self,
+        config: StoreConfig,
+        paths: StorePaths,
+        *,
+        read_only: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.config = config
         self.paths = paths
@@ -73,14 +78,17 @@ class StoreParts:
         damaged index file is set aside (and rebuilt by recovery) instead of raising."""
         config, paths, read_only = self.config, self.paths, self.read_only
         self.topic_config = TopicConfigManager(
-            paths.topics_json, self.config_lock,
-            default_queues=config.default_topic_queue_nums, auto_create=config.auto_create_topic_enable,
+            paths.topics_json,
+            self.config_lock,
+            default_queues=config.default_topic_queue_nums,
+            auto_create=config.auto_create_topic_enable,
             wall_ms=self.clock.wall_ms,
         )
         self.consumer_offsets = ConsumerOffsetManager(paths.consumer_offset_json, self.config_lock)
         #: ``subscriptionGroup.json``: only a broker reads and writes it (its table, merged)
-        self.subscription_groups = TableFile(paths.subscription_group_json, self.config_lock, SUBSCRIPTION_GROUPS,
-                                             wall_ms=self.clock.wall_ms)
+        self.subscription_groups = TableFile(
+            paths.subscription_group_json, self.config_lock, SUBSCRIPTION_GROUPS, wall_ms=self.clock.wall_ms
+        )
         #: the topics deleted, whose records below the delete never get units again
         self.deleted_topics = DeletedTopics(paths.deleted_topics_json, self.config_lock)
         #: the commitlog segments and consume-queue files held open, at most
@@ -90,25 +98,43 @@ class StoreParts:
         sizes_configured = SegmentSizes(config.mapped_file_size_commit_log, config.mapped_file_size_consume_queue)
         with self.config_lock.held(shared=read_only):
             sizes, cl_provisional, cq_provisional = segment_sizes.resolve(
-                paths.config_dir, sizes_configured, segment_sizes.commit_log_found(paths.commitlog_dir),
-                segment_size_found(paths, config.mapped_file_size_consume_queue), read_only=read_only)
+                paths.config_dir,
+                sizes_configured,
+                segment_sizes.commit_log_found(paths.commitlog_dir),
+                segment_size_found(paths, config.mapped_file_size_consume_queue),
+                read_only=read_only,
+            )
         self.commitlog = CommitLog(
-            paths.commitlog_dir, sizes.commit_log, read_only=read_only, open_files=self.open_files,
-            clock=self.clock, settle=segment_sizes.settler(paths.config_dir, lambda r: r.commit_log) if cl_provisional else None,
+            paths.commitlog_dir,
+            sizes.commit_log,
+            read_only=read_only,
+            open_files=self.open_files,
+            clock=self.clock,
+            settle=segment_sizes.settler(paths.config_dir, lambda r: r.commit_log) if cl_provisional else None,
         )
         self.queues = ConsumeQueues(
-            paths, sizes.consume_queue, read_only=read_only, open_files=self.open_files,
+            paths,
+            sizes.consume_queue,
+            read_only=read_only,
+            open_files=self.open_files,
             settle=segment_sizes.settler(paths.config_dir, lambda r: r.consume_queue) if cq_provisional else None,
         )
         if sizes != sizes_configured:  # what ``MessageStore.config`` says: the store's sizes
             self.config = config = dataclasses.replace(
-                config, mapped_file_size_commit_log=sizes.commit_log, mapped_file_size_consume_queue=sizes.consume_queue)
+                config, mapped_file_size_commit_log=sizes.commit_log, mapped_file_size_consume_queue=sizes.consume_queue
+            )
         self.topic_config.queues_on_disk = self.queues.count_on_disk
         self.state_file = AppendStateFile(paths.append_state, read_only=read_only)
         self.dispatcher = Dispatcher(
-            self.commitlog, self.queues.get, self.queues.all, self.published_tail,
-            paths.dispatch_state, self.dispatch_lock, config.reput_interval_ms,
-            tail_version=self.state_file.version, own_version=lambda: self.state_file.published_version,
+            self.commitlog,
+            self.queues.get,
+            self.queues.all,
+            self.published_tail,
+            paths.dispatch_state,
+            self.dispatch_lock,
+            config.reput_interval_ms,
+            tail_version=self.state_file.version,
+            own_version=lambda: self.state_file.published_version,
             own_publishing=lambda: self.state_file.publishing,
             watch_path=None if read_only else paths.append_state,
             published_queues=lambda: self.append_state().queues,
@@ -118,9 +144,14 @@ class StoreParts:
         self.lmq = self.dispatcher.lmq = config.enable_lmq and config.enable_multi_dispatch
         self.checkpoint_file = CheckpointFile(paths.checkpoint, self.clock.wall_ms)
         self.flush_service = FlushService(
-            self.commitlog, self.append_state, self.flush_lock,
-            FlushStateFile(paths.flush_state, read_only=read_only), self.checkpoint_file, paths.consumequeue_dir,
-            self.dispatcher.dispatched, self.dispatch_lock,
+            self.commitlog,
+            self.append_state,
+            self.flush_lock,
+            FlushStateFile(paths.flush_state, read_only=read_only),
+            self.checkpoint_file,
+            paths.consumequeue_dir,
+            self.dispatcher.dispatched,
+            self.dispatch_lock,
         )
         #: the index files (``None`` when ``message_index_enable`` is off); built by the
         #: dispatcher, synced by the checkpoint, cut by recovery and retention
@@ -130,7 +161,10 @@ class StoreParts:
             with self.config_lock.held(shared=read_only):
                 index_config = store_index_config(paths.config_dir, configured, read_only=read_only)
             self.index_service = index = IndexService.open(
-                paths.root, index_config, writable=not read_only, repair=(repair or first) and not read_only,
+                paths.root,
+                index_config,
+                writable=not read_only,
+                repair=(repair or first) and not read_only,
                 now_ms=self.clock.wall_ms,
             )
             self.dispatcher.index_hook = lambda cols, parsed: index_records(index, cols, parsed)
@@ -179,9 +213,13 @@ class StoreParts:
     def close_files(self) -> None:
         """Unmap and close every segment and state file these parts opened."""
         for closer in (
-            getattr(self, "commitlog", None), getattr(self, "state_file", None), getattr(self, "queues", None),
-            getattr(self, "index_service", None), getattr(self, "dispatcher", None),
-            getattr(self, "topic_config", None), getattr(self, "consumer_offsets", None),
+            getattr(self, "commitlog", None),
+            getattr(self, "state_file", None),
+            getattr(self, "queues", None),
+            getattr(self, "index_service", None),
+            getattr(self, "dispatcher", None),
+            getattr(self, "topic_config", None),
+            getattr(self, "consumer_offsets", None),
             getattr(self, "subscription_groups", None),
         ):
             if closer is not None:

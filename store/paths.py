@@ -88,7 +88,6 @@ def validate_group(group: object) -> str:
     return group
 
 
-
 def root_arg(root: object) -> Path:
     """A store root given to a call: a ``str`` or ``os.PathLike`` naming a path this system
     can take (no NUL, encodable to the file system's bytes); raises :class:`InvalidArgumentError`."""

@@ -66,9 +66,9 @@ def decode_lines(data: bytes) -> tuple[list[dict[str, Any]], int]:
         nl = data.find(_NL, pos)
         if nl < 0 or nl - pos < _CRC_DIGITS + 2 or data[pos + _CRC_DIGITS] != _SPACE:
             break
-        body = data[pos + _CRC_DIGITS + 1:nl]
+        body = data[pos + _CRC_DIGITS + 1 : nl]
         try:
-            crc = int(data[pos:pos + _CRC_DIGITS], 16)
+            crc = int(data[pos : pos + _CRC_DIGITS], 16)
         except ValueError:
             break
         if zlib.crc32(body) != crc:

@@ -44,7 +44,9 @@ def open_read_only(parts: StoreParts) -> None:
     parts.commitlog.segments.check_sizes()
     if parts.state_file.load() is None:
         parts.fixed_state = parts.rebuild_state()
-        log.info("read-only open of %s: no append state; the log's tail is %d", parts.paths.root, parts.fixed_state.tail)
+        log.info(
+            "read-only open of %s: no append state; the log's tail is %d", parts.paths.root, parts.fixed_state.tail
+        )
 
 
 def refuse(operation: str) -> ReadOnlyStoreError:

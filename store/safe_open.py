@@ -511,7 +511,6 @@ def is_folder(path: PathLike) -> bool:
     return kind(path) == FOLDER
 
 
-
 def walk(path: PathLike, descend: Callable[[str], bool]) -> Iterator[tuple[str, str]]:
     """``(relative path, kind)`` of everything under the folder ``path``, each folder's
     entries sorted and listed before those of its subfolders, links not followed; a folder's
@@ -534,8 +533,14 @@ def walk(path: PathLike, descend: Callable[[str], bool]) -> Iterator[tuple[str, 
                     yield sub, k
                     if k == FOLDER and descend(sub):
                         try:
-                            below.append((os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC,
-                                                  dir_fd=fd), sub))
+                            below.append(
+                                (
+                                    os.open(
+                                        name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd
+                                    ),
+                                    sub,
+                                )
+                            )
                         except (FileNotFoundError, NotADirectoryError, OSError):
                             continue  # removed (or replaced) meanwhile
             finally:

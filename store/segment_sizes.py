@@ -63,8 +63,13 @@ def _crc(sizes: SegmentSizes) -> int:
 
 def encode(sizes: SegmentSizes) -> bytes:
     """The file's content for ``sizes``."""
-    return json.dumps({"mappedFileSizeCommitLog": sizes.commit_log,
-                       "mappedFileSizeConsumeQueue": sizes.consume_queue, "crc": _crc(sizes)}).encode()
+    return json.dumps(
+        {
+            "mappedFileSizeCommitLog": sizes.commit_log,
+            "mappedFileSizeConsumeQueue": sizes.consume_queue,
+            "crc": _crc(sizes),
+        }
+    ).encode()
 
 
 def _decode(raw: bytes) -> SegmentSizes:
@@ -78,7 +83,11 @@ def _decode(raw: bytes) -> SegmentSizes:
     got = []
     for name in ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue"):
         v = doc.get(name)
-        if isinstance(v, bool) or not isinstance(v, int) or not _valid(v, *((4096, 1) if "CommitLog" in name else (20, 20))):
+        if (
+            isinstance(v, bool)
+            or not isinstance(v, int)
+            or not _valid(v, *((4096, 1) if "CommitLog" in name else (20, 20)))
+        ):
             raise ValueError(f"{name} is {v!r}, not a size a store can have")
         got.append(v)
     sizes = SegmentSizes(got[0], got[1])
@@ -107,7 +116,7 @@ def recorded(config_dir: Path) -> SegmentSizes | None:
 def commit_log_found(directory: Path) -> int | None:
     """The most common size of the commitlog's segments (``None``: none, or all empty)."""
     counts: dict[int, int] = {}
-    for name, found in (safe_open.entries(directory) if safe_open.is_folder(directory) else ()):
+    for name, found in safe_open.entries(directory) if safe_open.is_folder(directory) else ():
         if found == safe_open.FILE and parse_segment_name(name) is not None:
             try:
                 n = safe_open.lstat(directory / name).st_size
@@ -118,14 +127,20 @@ def commit_log_found(directory: Path) -> int | None:
     return max(counts, key=lambda n: (counts[n], n)) if counts else None
 
 
-def resolve(config_dir: Path, configured: SegmentSizes, commit_log_found: int | None, consume_queue_found: int | None,
-            *, read_only: bool) -> tuple[SegmentSizes, bool, bool]:
+def resolve(
+    config_dir: Path,
+    configured: SegmentSizes,
+    commit_log_found: int | None,
+    consume_queue_found: int | None,
+    *,
+    read_only: bool,
+) -> tuple[SegmentSizes, bool, bool]:
     """The store's sizes (see the module docstring) from the record in ``config_dir``, the sizes
-    found on disk (``None``: no file of that kind) and ``configured``; a writer (not
-    ``read_only``) records them when the record is missing or differs. The caller holds
-    ``config.lock`` (shared when ``read_only``). A size found on disk that no store can have (a
-damaged segment) is not taken (recovery names the file); a sound record is never rewritten. Returns (sizes, whether the commitlog's size is
-    provisional, whether the consume queues' is: a reader that found neither record nor file)."""
+        found on disk (``None``: no file of that kind) and ``configured``; a writer (not
+        ``read_only``) records them when the record is missing or differs. The caller holds
+        ``config.lock`` (shared when ``read_only``). A size found on disk that no store can have (a
+    damaged segment) is not taken (recovery names the file); a sound record is never rewritten. Returns (sizes, whether the commitlog's size is
+        provisional, whether the consume queues' is: a reader that found neither record nor file)."""
     record = recorded(config_dir)
     if commit_log_found is not None and not _valid(commit_log_found, 4096, 1):
         commit_log_found = None  # (a damaged segment: left to recovery, which names it)
@@ -134,12 +149,23 @@ damaged segment) is not taken (recovery names the file); a sound record is never
     cl = commit_log_found or (record.commit_log if record else None)
     cq = (record.consume_queue if record else None) or consume_queue_found
     if record is not None and commit_log_found and commit_log_found != record.commit_log:
-        log.warning("%s records commitlog segments of %d bytes, the commitlog's are %d: the log's size is used "
-                    "(the record is left as it is)", config_dir / SIZES_FILE, record.commit_log, commit_log_found)
+        log.warning(
+            "%s records commitlog segments of %d bytes, the commitlog's are %d: the log's size is used "
+            "(the record is left as it is)",
+            config_dir / SIZES_FILE,
+            record.commit_log,
+            commit_log_found,
+        )
     sizes = SegmentSizes(cl or configured.commit_log, cq or configured.consume_queue)
     if sizes != configured:
-        log.warning("the store's segment sizes (commitlog %d, consume queue %d bytes) are used, not the configured "
-                    "ones (%d, %d)", sizes.commit_log, sizes.consume_queue, configured.commit_log, configured.consume_queue)
+        log.warning(
+            "the store's segment sizes (commitlog %d, consume queue %d bytes) are used, not the configured "
+            "ones (%d, %d)",
+            sizes.commit_log,
+            sizes.consume_queue,
+            configured.commit_log,
+            configured.consume_queue,
+        )
     if not read_only and record is None:
         replace_file(config_dir / SIZES_FILE, encode(sizes), durable=True)
     return sizes, read_only and cl is None, read_only and cq is None
@@ -153,7 +179,9 @@ def _valid(size: int, least: int, multiple: int) -> bool:
 def settler(config_dir: Path, pick: Callable[[SegmentSizes], int]) -> Callable[[], int | None]:
     """What a provisional size is settled by: the record's size (``pick`` of it), read again
     each time until there is one; ``None`` while there is none."""
+
     def settle() -> int | None:
         record = recorded(config_dir)
         return pick(record) if record is not None else None
+
     return settle

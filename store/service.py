@@ -80,7 +80,11 @@ class ServiceLoop:
     """
 
     def __init__(
-        self, name: str = "rmq-services", clock: Callable[[], float] = SYSTEM_CLOCK.monotonic, *, threaded: bool = True,
+        self,
+        name: str = "rmq-services",
+        clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
+        *,
+        threaded: bool = True,
     ) -> None:
         self.name = name
         self.clock = clock

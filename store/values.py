@@ -108,9 +108,10 @@ def parse_list(name: str, text: str, sep: str = ",", item: Callable[[str], objec
         raise InvalidValueError(name, "is empty: name at least one item")
     for i, part in enumerate(parts, 1):
         if not part:
-            raise InvalidValueError(name, f"item {i} of {_shown(text)} is empty (separator {sep!r} twice, "
-                                          "or at an end)")
-        if part in parts[:i - 1]:
+            raise InvalidValueError(
+                name, f"item {i} of {_shown(text)} is empty (separator {sep!r} twice, or at an end)"
+            )
+        if part in parts[: i - 1]:
             raise InvalidValueError(name, f"{_shown(part)} is named twice")
         if item is not None:
             item(part)
@@ -149,8 +150,13 @@ def parse_host_port(name: str, text: str, lo: int = 1, hi: int = 65535) -> tuple
     ASCII digits in ``[lo, hi]``; else :class:`InvalidValueError`."""
     host, sep, port = _str(name, text).rpartition(":")
     bare = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if (not sep or not bare or any(c.isspace() for c in text) or not re.fullmatch(r"[0-9]{1,5}", port)
-            or not lo <= int(port) <= hi):
+    if (
+        not sep
+        or not bare
+        or any(c.isspace() for c in text)
+        or not re.fullmatch(r"[0-9]{1,5}", port)
+        or not lo <= int(port) <= hi
+    ):
         raise InvalidValueError(name, f"{_shown(text)} is not host:port (a port in {lo}..{hi})")
     return bare, int(port)
 
@@ -178,5 +184,15 @@ def arg_type(parse: Callable[..., Any], *args: Any, text: bool = False, **kw: An
     return convert
 
 
-__all__ = ["arg_type", "InvalidValueError", "parse_bool", "parse_int", "parse_number", "parse_list", "parse_duration_ms",
-           "parse_enum", "parse_host_port", "parse_addresses"]
+__all__ = [
+    "arg_type",
+    "InvalidValueError",
+    "parse_bool",
+    "parse_int",
+    "parse_number",
+    "parse_list",
+    "parse_duration_ms",
+    "parse_enum",
+    "parse_host_port",
+    "parse_addresses",
+]

@@ -159,11 +159,16 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     each starting a JVM, without a word."""
     if not getattr(session.config.option, "loadgroup", False):  # set on the workers by xdist
         return
-    lost = [item.nodeid for item in session.items
-            if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid]
+    lost = [
+        item.nodeid
+        for item in session.items
+        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid
+    ]
     if lost:
-        raise pytest.UsageError(f"pytest-xdist ignored the xdist_group of {len(lost)} tests ({lost[0]}, ...): "
-                                "this pytest and pytest-xdist do not group tests (see pyproject.toml's dev extra)")
+        raise pytest.UsageError(
+            f"pytest-xdist ignored the xdist_group of {len(lost)} tests ({lost[0]}, ...): "
+            "this pytest and pytest-xdist do not group tests (see pyproject.toml's dev extra)"
+        )
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -290,8 +295,9 @@ def snapshot_tree(root: Path) -> dict[str, tuple[str, int, int]]:
     return out
 
 
-def read_queue_all(s: rmqlog.MessageStore, topic: str, qid: int, *, max_count: int = 32,
-                   tags: str | None = "*", group: str = "g") -> list[dict[str, Any]]:
+def read_queue_all(
+    s: rmqlog.MessageStore, topic: str, qid: int, *, max_count: int = 32, tags: str | None = "*", group: str = "g"
+) -> list[dict[str, Any]]:
     """Every message of a queue through get_messages, following next_begin_offset."""
     rows: list[dict[str, Any]] = []
     offset = s.min_offset(topic, qid)
@@ -350,8 +356,10 @@ def kill_at_crash_point(args: list[str], point: str, n: int, *, tmp: Path, timeo
                 printed.append(line.rstrip("\n"))
             child.wait(timeout)
             err.seek(0)
-            raise AssertionError(f"the child ended (exit {child.returncode}) without reaching crash point {point} {n}:"
-                                 f" {printed} {err.read().decode(errors='replace')[-2000:]}")
+            raise AssertionError(
+                f"the child ended (exit {child.returncode}) without reaching crash point {point} {n}:"
+                f" {printed} {err.read().decode(errors='replace')[-2000:]}"
+            )
         finally:
             if child.poll() is None:
                 child.kill()
@@ -368,7 +376,12 @@ def tree(root: Path, *, mtimes: bool = False) -> dict[str, tuple[str, int, int, 
             st = p.lstat()
             kind = "link" if p.is_symlink() else "dir" if p.is_dir() else "file"
             digest = hashlib.sha256(p.read_bytes()).hexdigest() if kind == "file" else ""
-            out[str(p.relative_to(root))] = (kind, st.st_size, st.st_mtime_ns if mtimes and kind != "dir" else 0, digest)
+            out[str(p.relative_to(root))] = (
+                kind,
+                st.st_size,
+                st.st_mtime_ns if mtimes and kind != "dir" else 0,
+                digest,
+            )
     return out
 
 
@@ -398,8 +411,13 @@ def write_unit(root: Path, topic: str, qid: int, logical: int, offset: int, size
 def namesrv() -> Iterator[tuple[subprocess.Popen[str], str]]:
     """A name server process on a free port of 127.0.0.1: the process (its stderr logs
     registrations) and its address; killed after the test."""
-    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

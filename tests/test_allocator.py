@@ -28,6 +28,11 @@ def test_import_pins_the_thresholds_unless_the_environment_sets_them() -> None:
         assert rmqlog.MALLOC_PINNED is True
     assert pin_malloc_thresholds() is rmqlog.MALLOC_PINNED  # idempotent
     env = dict(os.environ, MALLOC_TRIM_THRESHOLD_="1048576", PYTHONPATH=str(REPO_ROOT))
-    out = subprocess.run([sys.executable, "-c", "import rmqlog; print(rmqlog.MALLOC_PINNED)"], env=env,
-                         capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", "import rmqlog; print(rmqlog.MALLOC_PINNED)"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert out.strip() == "False"

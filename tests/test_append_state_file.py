@@ -58,7 +58,9 @@ def test_unreadable_file_loads_as_none(tmp_path: Path, content: bytes) -> None:
 
 def test_first_format_plain_json_is_read_and_converted(tmp_path: Path) -> None:
     path = tmp_path / "append.state"
-    path.write_text(json.dumps({"version": 1, "tail": 77, "storeTimestamp": 5, "queues": {"T/1": 2}, "writers": {"w": 4}}))
+    path.write_text(
+        json.dumps({"version": 1, "tail": 77, "storeTimestamp": 5, "queues": {"T/1": 2}, "writers": {"w": 4}})
+    )
     f = AppendStateFile(path)
     s = f.load()
     assert s is not None and (s.tail, s.queues, s.writers) == (77, {"T/1": 2}, {"w": 4})
@@ -206,8 +208,10 @@ def test_the_idle_token_names_only_a_state_this_process_loaded(tmp_path: Path) -
     assert r.version() is None  # published since r loaded
     # mid-pwrite: the new slot's header in place, its JSON not yet
     size = _HEADER.unpack_from(after)[1]
-    slot_at = next(at for at in (_HEADER.size, _HEADER.size + size) if before[at:at + 16] != after[at:at + 16])
-    path.write_bytes(before[:slot_at] + after[slot_at:slot_at + _SLOT_HEADER.size] + before[slot_at + _SLOT_HEADER.size:])
+    slot_at = next(at for at in (_HEADER.size, _HEADER.size + size) if before[at : at + 16] != after[at : at + 16])
+    path.write_bytes(
+        before[:slot_at] + after[slot_at : slot_at + _SLOT_HEADER.size] + before[slot_at + _SLOT_HEADER.size :]
+    )
     r2 = AppendStateFile(path)
     got = r2.load()
     assert got is not None and got.tail == 10  # the torn slot fails its CRC: the previous state
@@ -232,8 +236,11 @@ def test_a_store_of_many_queues_publishes_small_slots_and_survives_a_lost_base(t
     root = tmp_path / "s"
     n = 900
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
-        s.put_batch(pa.table({"topic": [f"T{i}" for i in range(n)], "body": [b"x"] * n,
-                              "queueId": pa.array([0] * n, pa.int32())}))
+        s.put_batch(
+            pa.table(
+                {"topic": [f"T{i}" for i in range(n)], "body": [b"x"] * n, "queueId": pa.array([0] * n, pa.int32())}
+            )
+        )
         state = s.parts.state_file.load()
         assert state is not None and state.base >= 1 and len(state.queues) == n
         for i in range(50):

@@ -42,8 +42,9 @@ def _state(s: rmqlog.MessageStore, root: Path) -> tuple[Any, ...]:
     return files, maxes
 
 
-def _assert_rejected(s: rmqlog.MessageStore, root: Path, call: Callable[[], Any], err: type[Exception],
-                     row: int | None, field: str) -> InvalidMessageError:
+def _assert_rejected(
+    s: rmqlog.MessageStore, root: Path, call: Callable[[], Any], err: type[Exception], row: int | None, field: str
+) -> InvalidMessageError:
     before = _state(s, root)
     with pytest.raises(err) as info:
         call()
@@ -78,9 +79,24 @@ BAD_SINGLE = [
     ("body-null", {"body": pa.array([None], pa.binary())}, InvalidMessageError, "body"),
     ("body-too-large", {"body": pa.array([b"b" * (MAX_BODY + 1)])}, MessageTooLargeError, "body"),
     ("body-int-column", {"body": pa.array([1])}, InvalidMessageError, "body"),
-    ("properties-too-large", {"properties": pa.array([[("big", "v" * 32767)]], MAP)}, MessageTooLargeError, "properties"),
-    ("properties-separator-in-value", {"properties": pa.array([[("k", "a\x02b")]], MAP)}, InvalidMessageError, "properties"),
-    ("properties-separator-in-key", {"properties": pa.array([[("k\x01", "v")]], MAP)}, InvalidMessageError, "properties"),
+    (
+        "properties-too-large",
+        {"properties": pa.array([[("big", "v" * 32767)]], MAP)},
+        MessageTooLargeError,
+        "properties",
+    ),
+    (
+        "properties-separator-in-value",
+        {"properties": pa.array([[("k", "a\x02b")]], MAP)},
+        InvalidMessageError,
+        "properties",
+    ),
+    (
+        "properties-separator-in-key",
+        {"properties": pa.array([[("k\x01", "v")]], MAP)},
+        InvalidMessageError,
+        "properties",
+    ),
     ("properties-empty-key", {"properties": pa.array([[("", "v")]], MAP)}, InvalidMessageError, "properties"),
     ("properties-empty-value", {"properties": pa.array([[("k", "")]], MAP)}, InvalidMessageError, "properties"),
     ("properties-null-value", {"properties": pa.array([[("k", None)]], MAP)}, InvalidMessageError, "properties"),
@@ -101,27 +117,42 @@ BAD_SINGLE = [
     ("flag-under-int32", {"flag": pa.array([-(2**31) - 1], pa.int64())}, InvalidMessageError, "flag"),
     ("flag-string-column", {"flag": pa.array(["1"])}, InvalidMessageError, "flag"),
     ("born-string-column", {"bornTimestamp": pa.array(["2024-01-01"])}, InvalidMessageError, "bornTimestamp"),
-    ("tags-twice", {"tags": pa.array(["A"]), "properties": pa.array([[("TAGS", "B")]], MAP)}, InvalidMessageError, "tags"),
-    ("keys-twice", {"keys": pa.array([["k"]]), "properties": pa.array([[("KEYS", "j")]], MAP)}, InvalidMessageError, "keys"),
+    (
+        "tags-twice",
+        {"tags": pa.array(["A"]), "properties": pa.array([[("TAGS", "B")]], MAP)},
+        InvalidMessageError,
+        "tags",
+    ),
+    (
+        "keys-twice",
+        {"keys": pa.array([["k"]]), "properties": pa.array([[("KEYS", "j")]], MAP)},
+        InvalidMessageError,
+        "keys",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("cols", "err", "field"), [pytest.param(c, e, f, id=i) for i, c, e, f in BAD_SINGLE])
-def test_bad_row_rejected(bs: rmqlog.MessageStore, root: Path, cols: dict[str, Any], err: type[Exception], field: str) -> None:
+def test_bad_row_rejected(
+    bs: rmqlog.MessageStore, root: Path, cols: dict[str, Any], err: type[Exception], field: str
+) -> None:
     _assert_rejected(bs, root, lambda: bs.put_batch(_table(1, **cols)), err, 0, field)
 
 
 def test_null_topic_is_invalid_topic(bs: rmqlog.MessageStore, root: Path) -> None:
     # was the base InvalidMessageError before 2be997b (validate_topic(None) already said InvalidTopicError)
-    _assert_rejected(bs, root, lambda: bs.put_batch(_table(1, topic=pa.array([None], pa.string()))),
-                     InvalidTopicError, 0, "topic")
+    _assert_rejected(
+        bs, root, lambda: bs.put_batch(_table(1, topic=pa.array([None], pa.string()))), InvalidTopicError, 0, "topic"
+    )
 
 
 # --------------------------------------------------------------------------- whole columns
 
 
 def test_unknown_column(bs: rmqlog.MessageStore, root: Path) -> None:
-    _assert_rejected(bs, root, lambda: bs.put_batch(_table(3, queueid=pa.array([0, 1, 2]))), InvalidMessageError, None, "queueid")
+    _assert_rejected(
+        bs, root, lambda: bs.put_batch(_table(3, queueid=pa.array([0, 1, 2]))), InvalidMessageError, None, "queueid"
+    )
     _assert_rejected(bs, root, lambda: bs.put_batch(_table(1, extra=pa.array([1]))), InvalidMessageError, None, "extra")
 
 
@@ -137,7 +168,9 @@ def test_not_a_table(bs: rmqlog.MessageStore, root: Path) -> None:
 
 
 def test_tags_int_column_names_first_value(bs: rmqlog.MessageStore, root: Path) -> None:
-    _assert_rejected(bs, root, lambda: bs.put_batch(_table(3, tags=pa.array([None, None, 5]))), InvalidMessageError, 2, "tags")
+    _assert_rejected(
+        bs, root, lambda: bs.put_batch(_table(3, tags=pa.array([None, None, 5]))), InvalidMessageError, 2, "tags"
+    )
 
 
 # --------------------------------------------------------------------------- row 7 of 10
@@ -149,6 +182,7 @@ def _case(name: str, err: type[Exception], field: str):
     def deco(fn: Callable[[], dict[str, pa.Array]]):
         BAD_ROW7.append((name, fn, err, field))
         return fn
+
     return deco
 
 
@@ -240,8 +274,9 @@ def test_row_7_of_10_is_named(bs: rmqlog.MessageStore, root: Path, make, err: ty
 
 def test_row_7_in_a_chunked_table(bs: rmqlog.MessageStore, root: Path) -> None:
     good = _table(4)
-    bad = pa.table({"topic": ["T", "T", "T", "T", "T", "T"],
-                    "body": pa.array([b"a", b"b", b"c", None, b"e", b"f"], pa.binary())})
+    bad = pa.table(
+        {"topic": ["T", "T", "T", "T", "T", "T"], "body": pa.array([b"a", b"b", b"c", None, b"e", b"f"], pa.binary())}
+    )
     tbl = pa.concat_tables([good, bad])
     assert tbl.column("body").num_chunks == 2
     _assert_rejected(bs, root, lambda: bs.put_batch(tbl), InvalidMessageError, 7, "body")
@@ -300,7 +335,9 @@ def test_put_bad_scalars(bs: rmqlog.MessageStore, root: Path) -> None:
     _assert_rejected(bs, root, lambda: bs.put("T", b"x", keys=["a b"]), InvalidMessageError, 0, "keys")
     _assert_rejected(bs, root, lambda: bs.put("T", b"x", tags="a\x01"), InvalidMessageError, 0, "tags")
     _assert_rejected(bs, root, lambda: bs.put("T", b"x", flag=2**31), InvalidMessageError, 0, "flag")
-    _assert_rejected(bs, root, lambda: bs.put("T", b"x", properties={"k": "\x02"}), InvalidMessageError, 0, "properties")
+    _assert_rejected(
+        bs, root, lambda: bs.put("T", b"x", properties={"k": "\x02"}), InvalidMessageError, 0, "properties"
+    )
 
 
 def test_put_keys_string_is_split(bs: rmqlog.MessageStore, root: Path) -> None:
@@ -330,8 +367,12 @@ def test_put_wrong_python_types_are_typed_errors(bs: rmqlog.MessageStore, root: 
 
 def test_rejected_batch_does_not_create_topic(bs: rmqlog.MessageStore, root: Path) -> None:
     # before 2be997b prepare_batch auto-created missing topics before validating the other columns
-    for cols in ({"tags": ["bad\x01tag"]}, {"queueId": pa.array([4], pa.int32())},
-                 {"body": pa.array([b"x" * (MAX_BODY + 1)])}, {"keys": pa.array([["a b"]])}):
+    for cols in (
+        {"tags": ["bad\x01tag"]},
+        {"queueId": pa.array([4], pa.int32())},
+        {"body": pa.array([b"x" * (MAX_BODY + 1)])},
+        {"keys": pa.array([["a b"]])},
+    ):
         tbl = pa.table({"topic": ["Fresh"], "body": [b"x"], **cols})
         with pytest.raises(InvalidMessageError):
             bs.put_batch(tbl)

@@ -24,40 +24,59 @@ def _load(tmp_path: Path, text: str | bytes) -> StoreConfig:
     return StoreConfig.from_properties(conf)
 
 
-@pytest.mark.parametrize("line", [
-    "flushDiskType=SYNC_FLUSH",
-    "flushDiskType = SYNC_FLUSH",
-    "flushDiskType : SYNC_FLUSH",
-    "flushDiskType:SYNC_FLUSH",
-    "flushDiskType SYNC_FLUSH",
-    "flushDiskType\tSYNC_FLUSH",
-    "   flushDiskType    SYNC_FLUSH   ",
-    "flushDiskType=SYNC_\\\n    FLUSH",          # a continuation line: leading blanks dropped
-    "flush\\\n  DiskType=SYNC_FLUSH",             # ... in the key too
-    "flushDiskType=\\u0053YNC_FLUSH",             # a unicode escape
-    "\\u0066lushDiskType=SYNC_FLUSH",             # ... in the key
-    "flushDiskType=SYNC_FLUSH\r",                  # CRLF line ends
-], ids=["eq", "eq-spaced", "colon-spaced", "colon", "space", "tab", "indented", "continued-value",
-        "continued-key", "u-escape-value", "u-escape-key", "crlf"])
+@pytest.mark.parametrize(
+    "line",
+    [
+        "flushDiskType=SYNC_FLUSH",
+        "flushDiskType = SYNC_FLUSH",
+        "flushDiskType : SYNC_FLUSH",
+        "flushDiskType:SYNC_FLUSH",
+        "flushDiskType SYNC_FLUSH",
+        "flushDiskType\tSYNC_FLUSH",
+        "   flushDiskType    SYNC_FLUSH   ",
+        "flushDiskType=SYNC_\\\n    FLUSH",  # a continuation line: leading blanks dropped
+        "flush\\\n  DiskType=SYNC_FLUSH",  # ... in the key too
+        "flushDiskType=\\u0053YNC_FLUSH",  # a unicode escape
+        "\\u0066lushDiskType=SYNC_FLUSH",  # ... in the key
+        "flushDiskType=SYNC_FLUSH\r",  # CRLF line ends
+    ],
+    ids=[
+        "eq",
+        "eq-spaced",
+        "colon-spaced",
+        "colon",
+        "space",
+        "tab",
+        "indented",
+        "continued-value",
+        "continued-key",
+        "u-escape-value",
+        "u-escape-key",
+        "crlf",
+    ],
+)
 def test_every_separator_and_line_form_is_read(tmp_path: Path, line: str) -> None:
     assert _load(tmp_path, f"# a broker\n{line}\nfileReservedTime=5\n").flush_disk_type == rmqlog.SYNC_FLUSH
 
 
 def test_comments_escapes_and_last_value_wins(tmp_path: Path) -> None:
-    cfg = _load(tmp_path, (
-        "# a comment with flushDiskType=SYNC_FLUSH\n"
-        "! another comment style: fileReservedTime=1\n"
-        "   # an indented comment\n"
-        "\n"
-        "deleteWhen=01\n"
-        "deleteWhen=04;16\n"                        # the last wins, as in Java
-        "messageDelayLevel=1s\\t5s \\\n"            # \t escape, then a continuation
-        "    10s\n"
-        "brokerIP1=10.0.0.\\\n"
-        "  7\n"
-        "listenPort:10000\n"
-        "store\\ Host\\=x = ignored\n"               # an escaped space and '=' inside a key
-    ))
+    cfg = _load(
+        tmp_path,
+        (
+            "# a comment with flushDiskType=SYNC_FLUSH\n"
+            "! another comment style: fileReservedTime=1\n"
+            "   # an indented comment\n"
+            "\n"
+            "deleteWhen=01\n"
+            "deleteWhen=04;16\n"  # the last wins, as in Java
+            "messageDelayLevel=1s\\t5s \\\n"  # \t escape, then a continuation
+            "    10s\n"
+            "brokerIP1=10.0.0.\\\n"
+            "  7\n"
+            "listenPort:10000\n"
+            "store\\ Host\\=x = ignored\n"  # an escaped space and '=' inside a key
+        ),
+    )
     assert cfg.delete_when == "04;16"
     assert cfg.file_reserved_time == 72  # the commented-out value was not read
     assert cfg.flush_disk_type == rmqlog.ASYNC_FLUSH
@@ -84,18 +103,21 @@ def test_unknown_keys_are_named_in_a_warning(tmp_path: Path, caplog: pytest.LogC
     assert any("'brokerName'" in m for m in debug)
 
 
-@pytest.mark.parametrize("line, named", [
-    ("fileReservedTime=48h", "fileReservedTime = '48h': not an integer"),
-    ("fileReservedTime=4_8", "fileReservedTime = '4_8': not an integer"),
-    ("fileReservedTime=", "fileReservedTime = '': not an integer"),
-    ("autoCreateTopicEnable=yes", "autoCreateTopicEnable = 'yes': not a boolean"),
-    ("mappedFileSizeConsumeQueue=1001", "mappedFileSizeConsumeQueue = '1001': mapped_file_size_consume_queue"),
-    ("flushDiskType : SYNC", "flushDiskType = 'SYNC': flush_disk_type must be"),
-    ("deleteWhen 25", "deleteWhen = '25': delete_when"),
-    ("diskMaxUsedSpaceRatio=101", "diskMaxUsedSpaceRatio = '101'"),
-    ("listenPort=http", "listenPort = 'http' is not a port number"),
-    ("maxMessageSize=99999999999999999999999", "maxMessageSize = '99999999999999999999999': not an integer"),
-])
+@pytest.mark.parametrize(
+    "line, named",
+    [
+        ("fileReservedTime=48h", "fileReservedTime = '48h': not an integer"),
+        ("fileReservedTime=4_8", "fileReservedTime = '4_8': not an integer"),
+        ("fileReservedTime=", "fileReservedTime = '': not an integer"),
+        ("autoCreateTopicEnable=yes", "autoCreateTopicEnable = 'yes': not a boolean"),
+        ("mappedFileSizeConsumeQueue=1001", "mappedFileSizeConsumeQueue = '1001': mapped_file_size_consume_queue"),
+        ("flushDiskType : SYNC", "flushDiskType = 'SYNC': flush_disk_type must be"),
+        ("deleteWhen 25", "deleteWhen = '25': delete_when"),
+        ("diskMaxUsedSpaceRatio=101", "diskMaxUsedSpaceRatio = '101'"),
+        ("listenPort=http", "listenPort = 'http' is not a port number"),
+        ("maxMessageSize=99999999999999999999999", "maxMessageSize = '99999999999999999999999': not an integer"),
+    ],
+)
 def test_a_value_that_does_not_parse_names_key_and_value(tmp_path: Path, line: str, named: str) -> None:
     with pytest.raises(rmqlog.ConfigError) as exc:
         _load(tmp_path, f"brokerName=b\n{line}\n")

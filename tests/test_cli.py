@@ -18,8 +18,16 @@ from rmqlog.admin.cli import main
 @pytest.fixture
 def filled(tmp_path: Path) -> Path:
     with rmqlog.MessageStore.open(tmp_path) as s:
-        s.put_batch(pa.table({"topic": ["orders"] * 4, "body": [b"a", b"b", b"c", b"\xff"],
-                              "tags": ["x", "y", "x", "y"], "queueId": pa.array([0] * 4, pa.int32())}))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["orders"] * 4,
+                    "body": [b"a", b"b", b"c", b"\xff"],
+                    "tags": ["x", "y", "x", "y"],
+                    "queueId": pa.array([0] * 4, pa.int32()),
+                }
+            )
+        )
         s.dispatch()
         s.commit_offset("g", "orders", 0, 1)
     return tmp_path
@@ -58,7 +66,9 @@ def test_lag_of_a_group(filled: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main(["lag", str(filled), "nobody"]) == 2  # an unknown group: what was asked is wrong
 
 
-def test_errors_exit_2_and_never_create_a_store(tmp_path: Path, filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_errors_exit_2_and_never_create_a_store(
+    tmp_path: Path, filled: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     empty = tmp_path / "not-a-store"
     empty.mkdir()
     assert main(["info", str(empty)]) == 2
@@ -68,8 +78,13 @@ def test_errors_exit_2_and_never_create_a_store(tmp_path: Path, filled: Path, ca
 
 
 def test_console_script_runs(filled: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "rmqlog.admin.cli", "info", str(filled)], capture_output=True, text=True,
-                       env=subprocess_env(), timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "rmqlog.admin.cli", "info", str(filled)],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=60,
+    )
     assert r.returncode == 0 and "orders" in r.stdout
 
 
@@ -98,7 +113,8 @@ def test_lag_of_every_group_and_of_an_unknown_one(filled: Path, capsys: pytest.C
     assert main(["lag", str(filled), "nosuchgroup"]) == 2
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err == (
-        f"rmqlog: no consumer group 'nosuchgroup' in {filled} (none with committed offsets); groups: g, h\n")
+        f"rmqlog: no consumer group 'nosuchgroup' in {filled} (none with committed offsets); groups: g, h\n"
+    )
     assert main(["topic-status", str(filled), "nosuchtopic"]) == 2
     assert f"no topic 'nosuchtopic' in {filled}; topics: orders" in capsys.readouterr().err
 
@@ -138,7 +154,10 @@ def test_bad_count_is_rejected_with_the_reason(filled: Path, capsys: pytest.Capt
 
 def test_get_with_something_that_is_not_a_message_id(filled: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["get", str(filled), "--id", "ZZZ"]) == 2
-    assert capsys.readouterr().err == "rmqlog: not a message id: 'ZZZ' (an offset msgId or a client msgId: 32 or 56 hex digits)\n"
+    assert (
+        capsys.readouterr().err
+        == "rmqlog: not a message id: 'ZZZ' (an offset msgId or a client msgId: 32 or 56 hex digits)\n"
+    )
     assert main(["get", str(filled), "--id", "0" * 32]) == 1
     err = capsys.readouterr().err  # not found is said, with why (issue 44, item 10)
     assert err.startswith(f"rmqlog: no message with msgId {'0' * 32}: ") and "commitlog offset 0" in err
@@ -161,7 +180,11 @@ def test_export_jsonl_and_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[
     root = tmp_path / "s"
     with rmqlog.MessageStore.open(root) as s:
         s.create_topic("E", 2)
-        res = s.put_batch(pa.table({"topic": ["E"] * 10, "body": [b"e%d" % i for i in range(10)], "queueId": [i % 2 for i in range(10)]}))
+        res = s.put_batch(
+            pa.table(
+                {"topic": ["E"] * 10, "body": [b"e%d" % i for i in range(10)], "queueId": [i % 2 for i in range(10)]}
+            )
+        )
         s.dispatch()
         t5 = res.column("storeTimestamp")[0].value // 1000
     out = tmp_path / "e.jsonl"
@@ -171,8 +194,26 @@ def test_export_jsonl_and_parquet(tmp_path: Path, capsys: pytest.CaptureFixture[
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["body"] for r in rows) == sorted(f"e{i}" for i in range(10))
     pout = tmp_path / "e.parquet"
-    assert main(["export", str(root), "E", "--queue", "1", "--from-offset", "1", "--to-offset", "4", "--format", "parquet",
-                 "--out", str(pout)]) == 0
+    assert (
+        main(
+            [
+                "export",
+                str(root),
+                "E",
+                "--queue",
+                "1",
+                "--from-offset",
+                "1",
+                "--to-offset",
+                "4",
+                "--format",
+                "parquet",
+                "--out",
+                str(pout),
+            ]
+        )
+        == 0
+    )
     table = pq.read_table(pout)
     assert table.schema == rmqlog.MESSAGE_SCHEMA and table.column("body").to_pylist() == [b"e3", b"e5", b"e7"]
     assert main(["export", str(root), "E", "--begin", str(t5 + 60_000), "--format", "jsonl", "--out", str(out)]) == 1

@@ -30,15 +30,24 @@ def store(tmp_path: Path) -> Path:
     root = tmp_path / "s"
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.create_topic("orders", 2)
-        s.put_batch(pa.table({"topic": ["orders"] * 4, "body": [b"a", b"b", b"c", b"d"], "keys": [["k1"]] * 4,
-                              "queueId": pa.array([0, 0, 1, 1], pa.int32())}))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["orders"] * 4,
+                    "body": [b"a", b"b", b"c", b"d"],
+                    "keys": [["k1"]] * 4,
+                    "queueId": pa.array([0, 0, 1, 1], pa.int32()),
+                }
+            )
+        )
         s.dispatch()
         s.commit_offset("billing", "orders", 0, 1)
     return root
 
 
-def test_export_to_stdout(store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                          capsysbinary: pytest.CaptureFixture[bytes]) -> None:
+def test_export_to_stdout(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsysbinary: pytest.CaptureFixture[bytes]
+) -> None:
     monkeypatch.chdir(tmp_path)
     assert main(["export", str(store), "orders", "--format", "jsonl", "--out", "-"]) == 0
     out = capsysbinary.readouterr().out
@@ -47,24 +56,34 @@ def test_export_to_stdout(store: Path, tmp_path: Path, monkeypatch: pytest.Monke
 
 
 def test_export_parquet_to_stdout_through_a_pipe(store: Path, tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "rmqlog", "export", str(store), "orders", "--format", "parquet",
-                        "--out", "-"], capture_output=True, env=subprocess_env(), timeout=120, cwd=tmp_path)
+    r = subprocess.run(
+        [sys.executable, "-m", "rmqlog", "export", str(store), "orders", "--format", "parquet", "--out", "-"],
+        capture_output=True,
+        env=subprocess_env(),
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stderr
     (tmp_path / "got.parquet").write_bytes(r.stdout)
     assert sorted(pq.read_table(tmp_path / "got.parquet").column("body").to_pylist()) == [b"a", b"b", b"c", b"d"]
     assert not (tmp_path / "-").exists()
 
 
-@pytest.mark.parametrize("argv", [
-    ["topic-status", "{root}", "ordres"],
-    ["read", "{root}", "ordres", "0"],
-    ["query", "{root}", "ordres"],
-    ["query", "{root}", "ordres", "--key", "k1"],
-    ["export", "{root}", "ordres", "--format", "jsonl", "--out", "{tmp}/x"],
-    ["reset-offset", "{root}", "billing", "ordres", "--latest"],
-], ids=lambda a: "-".join(a[:1] + a[3:4]))
-def test_an_unknown_topic_is_one_error_with_one_code(store: Path, tmp_path: Path, argv: list[str],
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["topic-status", "{root}", "ordres"],
+        ["read", "{root}", "ordres", "0"],
+        ["query", "{root}", "ordres"],
+        ["query", "{root}", "ordres", "--key", "k1"],
+        ["export", "{root}", "ordres", "--format", "jsonl", "--out", "{tmp}/x"],
+        ["reset-offset", "{root}", "billing", "ordres", "--latest"],
+    ],
+    ids=lambda a: "-".join(a[:1] + a[3:4]),
+)
+def test_an_unknown_topic_is_one_error_with_one_code(
+    store: Path, tmp_path: Path, argv: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
     args = [a.format(root=store, tmp=tmp_path) for a in argv]
     assert main(args) == 2
     captured = capsys.readouterr()
@@ -73,9 +92,19 @@ def test_an_unknown_topic_is_one_error_with_one_code(store: Path, tmp_path: Path
 
 
 def _busy(store: Path) -> subprocess.Popen[str]:
-    p = subprocess.Popen([sys.executable, "-c", "import sys, rmqlog\nwith rmqlog.MessageStore.open(sys.argv[1]):\n"
-                          "    print('open', flush=True); sys.stdin.read()", str(store)],
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=subprocess_env())
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, rmqlog\nwith rmqlog.MessageStore.open(sys.argv[1]):\n"
+            "    print('open', flush=True); sys.stdin.read()",
+            str(store),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
     assert p.stdout is not None and p.stdout.readline() == "open\n"
     return p
 
@@ -91,18 +120,28 @@ EXIT_CASES = [
     (["verify", "{damaged}"], 1),
     (["lag", "{fresh}"], 1),
     # 2: what was asked is wrong
-    (["info", "{empty}"], 2), (["verify", "{empty}"], 2), (["dispatch", "{empty}"], 2), (["clean", "{empty}"], 2),
-    (["recover", "{empty}", "--repair"], 2), (["schedule", "{empty}", "--once"], 2),
-    (["read", "{root}", "nope", "0"], 2), (["read", "{root}", "orders", "7"], 2),
+    (["info", "{empty}"], 2),
+    (["verify", "{empty}"], 2),
+    (["dispatch", "{empty}"], 2),
+    (["clean", "{empty}"], 2),
+    (["recover", "{empty}", "--repair"], 2),
+    (["schedule", "{empty}", "--once"], 2),
+    (["read", "{root}", "nope", "0"], 2),
+    (["read", "{root}", "orders", "7"], 2),
     (["export", "{root}", "orders", "--queue", "7", "--format", "jsonl", "--out", "{tmp}/e"], 2),
     (["export", "{root}", "orders", "--format", "jsonl", "--out", "{root}/x"], 2),
     (["export", "{root}", "orders", "--format", "jsonl", "--out", "{tmp}/missing/x"], 2),
-    (["lag", "{root}", "nobody"], 2), (["reset-offset", "{root}", "nobody", "orders", "--latest"], 2),
+    (["lag", "{root}", "nobody"], 2),
+    (["reset-offset", "{root}", "nobody", "orders", "--latest"], 2),
     (["reset-offset", "{root}", "bad group!", "orders", "--latest", "--create"], 2),
-    (["get", "{root}", "--id", "ZZZ"], 2), (["query", "{root}", "orders", "--id", "x"], 2),
-    (["info", "{root}", "--config", "{tmp}/bad.conf"], 2), (["clean", "{root}", "--config", "{tmp}/none.conf"], 2),
-    (["read", "{root}", "orders", "0", "--count", "0"], 2), (["query", "{root}", "orders", "--begin", "soon"], 2),
-    (["recover", "{root}"], 2), (["nosuchcommand", "{root}"], 2),
+    (["get", "{root}", "--id", "ZZZ"], 2),
+    (["query", "{root}", "orders", "--id", "x"], 2),
+    (["info", "{root}", "--config", "{tmp}/bad.conf"], 2),
+    (["clean", "{root}", "--config", "{tmp}/none.conf"], 2),
+    (["read", "{root}", "orders", "0", "--count", "0"], 2),
+    (["query", "{root}", "orders", "--begin", "soon"], 2),
+    (["recover", "{root}"], 2),
+    (["nosuchcommand", "{root}"], 2),
     # 3: the store cannot do it
     (["recover", "{busy}", "--repair"], 3),
     (["info", "{lost}"], 3),
@@ -110,8 +149,9 @@ EXIT_CASES = [
 
 
 @pytest.mark.parametrize("argv, code", EXIT_CASES, ids=lambda v: "-".join(v) if isinstance(v, list) else str(v))
-def test_exit_statuses_follow_one_table(store: Path, tmp_path: Path, argv: list[str], code: int,
-                                        capsys: pytest.CaptureFixture[str]) -> None:
+def test_exit_statuses_follow_one_table(
+    store: Path, tmp_path: Path, argv: list[str], code: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "empty").mkdir()
     (tmp_path / "bad.conf").write_text("fileReservedTime=soon\n")
     fresh = tmp_path / "fresh"
@@ -132,8 +172,12 @@ def test_exit_statuses_follow_one_table(store: Path, tmp_path: Path, argv: list[
         f.write(b"x")  # a segment of the wrong size: CorruptStoreError at open
     holder = _busy(store) if "{busy}" in argv else None
     try:
-        args = [a.format(root=store, tmp=tmp_path, empty=tmp_path / "empty", fresh=fresh, damaged=damaged,
-                         busy=store, lost=lost) for a in argv]
+        args = [
+            a.format(
+                root=store, tmp=tmp_path, empty=tmp_path / "empty", fresh=fresh, damaged=damaged, busy=store, lost=lost
+            )
+            for a in argv
+        ]
         try:
             got = main(args)
         except SystemExit as exc:  # argparse's own usage errors
@@ -178,8 +222,10 @@ def test_get_and_read_take_json(store: Path, capsys: pytest.CaptureFixture[str])
 
 def test_reset_offset_of_a_misspelt_group(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["reset-offset", str(store), "biling", "orders", "--earliest"]) == 2
-    assert capsys.readouterr().err == (f"rmqlog: no consumer group 'biling' in {store} (none with committed offsets); "
-                                       "groups: billing; --create to start a new group\n")
+    assert capsys.readouterr().err == (
+        f"rmqlog: no consumer group 'biling' in {store} (none with committed offsets); "
+        "groups: billing; --create to start a new group\n"
+    )
     with rmqlog.MessageStore.open(store) as s:
         assert s.committed_offset("biling", "orders", 0) == -1  # nothing was created
     assert main(["reset-offset", str(store), "billing", "orders", "--earliest"]) == 0  # a known group
@@ -205,8 +251,11 @@ def test_schedule_is_quiet_and_tells_timed_from_delayed(capsys: pytest.CaptureFi
     assert changing.schedule(store, args, sleep=sleep, clock=lambda: clock[0]) == 0  # type: ignore[arg-type]
     lines = capsys.readouterr().out.splitlines()
     # the pass that delivered, then one quiet summary a minute: not "delivered 0" 149 times
-    assert lines == ["delivered 3 delayed message(s) (level 1: 1, level 3: 2) and 2 timed message(s)",
-                     "nothing due in the last 60 s (60 pass(es))", "nothing due in the last 60 s (60 pass(es))"]
+    assert lines == [
+        "delivered 3 delayed message(s) (level 1: 1, level 3: 2) and 2 timed message(s)",
+        "nothing due in the last 60 s (60 pass(es))",
+        "nothing due in the last 60 s (60 pass(es))",
+    ]
 
 
 def test_schedule_delivers_from_a_real_store(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -216,8 +265,13 @@ def test_schedule_delivers_from_a_real_store(tmp_path: Path, capsys: pytest.Capt
         now = int(time.time() * 1000)
         args = argparse.Namespace(once=True, json=True)
         assert changing.schedule(s, args, now_ms=lambda: now + 5_000) == 0  # a pass as of 5 s later
-    assert json.loads(capsys.readouterr().out) == {"delivered": 1, "delayed": 1, "levels": {"1": 1}, "timed": 0,
-                                                   "lost": 0}
+    assert json.loads(capsys.readouterr().out) == {
+        "delivered": 1,
+        "delayed": 1,
+        "levels": {"1": 1},
+        "timed": 0,
+        "lost": 0,
+    }
 
 
 def test_schedule_once_json(store: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -246,12 +300,18 @@ def test_clean_uses_the_retention_of_config(tmp_path: Path, capsys: pytest.Captu
 
 @pytest.mark.parametrize("module", ["rmqlog", "rmqlog.admin.cli"])
 def test_python_dash_m(store: Path, module: str) -> None:
-    r = subprocess.run([sys.executable, "-m", module, "topic-status", str(store), "orders", "--json"],
-                       capture_output=True, text=True, env=subprocess_env(), timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", module, "topic-status", str(store), "orders", "--json"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["queues"][0]["messages"] == 2
-    r = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True,
-                       env=subprocess_env(), timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", module, "--version"], capture_output=True, text=True, env=subprocess_env(), timeout=120
+    )
     assert r.returncode == 0 and r.stdout.strip() == "rmqlog 0.1.0"
 
 

@@ -21,18 +21,31 @@ def _dead(root: Path) -> list[str]:
     with rmqlog.MessageStore.open(root, clock=rmqlog.ManualClock(1_700_000_000_000)) as s:
         s.create_topic("T", 2)
         s.create_topic("U", 1)
-        res = s.put_wire(pa.table({"topic": ["T", "T", "U", "T"], "queueId": [0, 1, 0, 0],
-                                   "body": [b"t0", b"t1", b"u0", b"t2"],
-                                   "properties": ["TAGS\x01a\x02KEYS\x01k0\x02", "", "color\x01red\x02", ""],
-                                   "reconsumeTimes": pa.array([16] * 4, pa.int32())}), dispatch=True)
+        res = s.put_wire(
+            pa.table(
+                {
+                    "topic": ["T", "T", "U", "T"],
+                    "queueId": [0, 1, 0, 0],
+                    "body": [b"t0", b"t1", b"u0", b"t2"],
+                    "properties": ["TAGS\x01a\x02KEYS\x01k0\x02", "", "color\x01red\x02", ""],
+                    "reconsumeTimes": pa.array([16] * 4, pa.int32()),
+                }
+            ),
+            dispatch=True,
+        )
         records, _ = s.wire_records(res.column("commitLogOffset").to_numpy())
         s.create_topic("%DLQ%G", 1)
-        s.put_wire(send_back_table(records, pa.array(["%DLQ%G"] * 4), np.zeros(4, np.int64), np.zeros(4, np.int64)), dispatch=True)
+        s.put_wire(
+            send_back_table(records, pa.array(["%DLQ%G"] * 4), np.zeros(4, np.int64), np.zeros(4, np.int64)),
+            dispatch=True,
+        )
         s.put_wire(pa.table({"topic": ["%DLQ%G"], "queueId": [0], "body": [b"stray"]}), dispatch=True)
         return res.column("msgId").to_pylist()
 
 
-def test_dlq_lists_the_dead_letters_with_where_they_came_from(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dlq_lists_the_dead_letters_with_where_they_came_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     ids = _dead(tmp_path)
     assert cli(["dlq", str(tmp_path), "G"]) == 0
     out, err = capsys.readouterr()

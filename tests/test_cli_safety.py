@@ -26,8 +26,16 @@ SEGMENT = "commitlog/" + "0" * 20
 def store(tmp_path: Path) -> Path:
     root = tmp_path / "s"
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
-        s.put_batch(pa.table({"topic": ["T"] * 6, "body": [b"m%d" % i for i in range(6)], "keys": [["k"]] * 6,
-                              "queueId": pa.array([0] * 6, pa.int32())}))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["T"] * 6,
+                    "body": [b"m%d" % i for i in range(6)],
+                    "keys": [["k"]] * 6,
+                    "queueId": pa.array([0] * 6, pa.int32()),
+                }
+            )
+        )
         s.dispatch()
         s.commit_offset("g", "T", 0, 2)
     return root
@@ -55,7 +63,11 @@ def _outs(store: Path, tmp_path: Path) -> list[tuple[str, str]]:
 @pytest.mark.parametrize("read_only", [False, True])
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet"])
 def test_export_refuses_every_output_inside_the_store(
-    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], read_only: bool, fmt: str,
+    store: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    read_only: bool,
+    fmt: str,
 ) -> None:
     outs = _outs(store, tmp_path)
     before = tree(store, mtimes=True)
@@ -77,7 +89,9 @@ def test_export_through_the_store_root_given_as_a_link(store: Path, tmp_path: Pa
     assert tree(store, mtimes=True) == before
 
 
-def test_export_refuses_a_hard_link_to_a_store_file(store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_export_refuses_a_hard_link_to_a_store_file(
+    store: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     twin = tmp_path / "twin"
     os.link(store / SEGMENT, twin)  # the same file as the segment, outside the root
     before = tree(store, mtimes=True)
@@ -101,15 +115,29 @@ def _crashed(store: Path) -> None:
 
 
 READING = [
-    ["info"], ["topic-status", "T"], ["read", "T", "0"], ["get", "--offset", "0"], ["query", "T", "--key", "k"],
-    ["query", "*"], ["lag"], ["lag", "g"], ["verify"], ["consumer-progress"],
+    ["info"],
+    ["topic-status", "T"],
+    ["read", "T", "0"],
+    ["get", "--offset", "0"],
+    ["query", "T", "--key", "k"],
+    ["query", "*"],
+    ["lag"],
+    ["lag", "g"],
+    ["verify"],
+    ["consumer-progress"],
 ]
 
 
-@pytest.mark.parametrize("cmd", READING + [["export", "T", "--format", "jsonl"], ["export", "T", "--format", "parquet"]],
-                         ids=lambda c: "-".join(c[:1] + c[-1:]))
+@pytest.mark.parametrize(
+    "cmd",
+    READING + [["export", "T", "--format", "jsonl"], ["export", "T", "--format", "parquet"]],
+    ids=lambda c: "-".join(c[:1] + c[-1:]),
+)
 def test_read_only_commands_change_nothing_in_the_store(
-    store: Path, tmp_path: Path, cmd: list[str], capsys: pytest.CaptureFixture[str],
+    store: Path,
+    tmp_path: Path,
+    cmd: list[str],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     _crashed(store)
     extra = ["--out", str(tmp_path / "out.file")] if cmd[0] == "export" else []

@@ -25,8 +25,19 @@ def _help(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
 def test_help_lists_the_network_and_admin_commands(capsys: pytest.CaptureFixture[str]) -> None:
     out = _help(capsys)
     listed = {line.split()[0] for line in out.splitlines() if line.startswith("    ") and line.split()}
-    for name in ("namesrv", "broker", "topic-create", "topic-list", "topic-delete", "topic-stats", "consumer-status",
-                 "broker-config", "info", "read", "dlq"):
+    for name in (
+        "namesrv",
+        "broker",
+        "topic-create",
+        "topic-list",
+        "topic-delete",
+        "topic-stats",
+        "consumer-status",
+        "broker-config",
+        "info",
+        "read",
+        "dlq",
+    ):
         assert name in listed, name
 
 
@@ -45,8 +56,16 @@ def test_dlq_help_shows_the_topic_as_written(capsys: pytest.CaptureFixture[str])
 def sent(tmp_path: Path) -> tuple[Path, str, str]:
     """A store with one message of ``orders``: (root, its offset msgId, its client msgId)."""
     with rmqlog.MessageStore.open(tmp_path, rmqlog.StoreConfig(store_host="127.0.0.1:10911")) as s:
-        s.put_batch(pa.table({"topic": ["orders", "other"], "body": [b"find me", b"elsewhere"],
-                              "keys": [["k-1"], None], "queueId": pa.array([0, 0], pa.int32())}))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["orders", "other"],
+                    "body": [b"find me", b"elsewhere"],
+                    "keys": [["k-1"], None],
+                    "queueId": pa.array([0, 0], pa.int32()),
+                }
+            )
+        )
         s.dispatch()
         row = s.read_queue("orders", 0, 0, 1).to_pylist()[0]
     return tmp_path, row["msgId"], dict(row["properties"])["UNIQ_KEY"]

@@ -48,7 +48,9 @@ def ready_and_wait():
         time.sleep(0.002)  # (waits for the test's go signal)
 """
 
-WRITER = _PRELUDE + f"""
+WRITER = (
+    _PRELUDE
+    + f"""
 wid = int(sys.argv[4])
 with rmqlog.MessageStore.open(root, CFG) as s:
     ready_and_wait()
@@ -63,8 +65,11 @@ with rmqlog.MessageStore.open(root, CFG) as s:
             "keys": pa.array([["k%d" % wid, "s%d" % q] for q in seqs], pa.list_(pa.string())),
         }}))
 """
+)
 
-DISPATCHER = _PRELUDE + """
+DISPATCHER = (
+    _PRELUDE
+    + """
 runs = dispatched = 0
 with rmqlog.MessageStore.open(root, CFG) as s:
     ready_and_wait()
@@ -77,8 +82,11 @@ with rmqlog.MessageStore.open(root, CFG) as s:
         time.sleep(0.01)  # (paces the dispatches while the writer processes run)
 print(runs, dispatched)
 """
+)
 
-READER = _PRELUDE + """
+READER = (
+    _PRELUDE
+    + """
 pos = {}
 read = calls = opens = 0
 def check(rows, t, q, start):
@@ -125,12 +133,17 @@ finally:
     s.close()
 print(read, calls, opens)
 """
+)
 
 
 def _spawn(code: str, *args: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
         [sys.executable, "-c", code, *args],
-        cwd=str(REPO_ROOT), env=subprocess_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        cwd=str(REPO_ROOT),
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
 
@@ -150,15 +163,18 @@ def test_concurrent_writers(tmp_path: Path) -> None:
     root = tmp_path / "shared-store"
     go, done = tmp_path / "go", tmp_path / "done"
     common = (str(root), str(go), str(done))
-    rmqlog.MessageStore.open(root, rmqlog.StoreConfig(mapped_file_size_commit_log=CL_SEG,
-                                                    mapped_file_size_consume_queue=CQ_SEG)).close()
+    rmqlog.MessageStore.open(
+        root, rmqlog.StoreConfig(mapped_file_size_commit_log=CL_SEG, mapped_file_size_consume_queue=CQ_SEG)
+    ).close()
     writers = [_spawn(WRITER, *common, str(w)) for w in range(WRITERS)]
     helpers = {"dispatcher": _spawn(DISPATCHER, *common), "reader": _spawn(READER, *common)}
     started = time.monotonic()
     procs = [*writers, *helpers.values()]
     # start together: once every process has opened the store and is waiting (or one died)
-    wait_until(lambda: len(list(tmp_path.glob("go.ready.*"))) == len(procs)
-               or any(p.poll() is not None for p in procs), timeout=60)
+    wait_until(
+        lambda: len(list(tmp_path.glob("go.ready.*"))) == len(procs) or any(p.poll() is not None for p in procs),
+        timeout=60,
+    )
     go.touch()
     try:
         for w, p in enumerate(writers):
@@ -233,7 +249,9 @@ def test_threads_share_one_store(tmp_path: Path) -> None:
         def work(w: int) -> None:
             try:
                 for b in range(10):
-                    s.put_batch(pa.table({"topic": ["TH"] * 30, "body": [b"%d:%d" % (w, b * 30 + i) for i in range(30)]}))
+                    s.put_batch(
+                        pa.table({"topic": ["TH"] * 30, "body": [b"%d:%d" % (w, b * 30 + i) for i in range(30)]})
+                    )
                     s.put("TH", b"%d:single%d" % (w, b))
             except BaseException as exc:  # noqa: BLE001 - reported below
                 errors.append(exc)
@@ -299,6 +317,7 @@ class _PausedCreation:
                     fn()
                 except BaseException as exc:  # noqa: BLE001 - reported by the caller
                     errors.append(exc)
+
             return run
 
         w = threading.Thread(target=guarded(writer), name="writer")

@@ -51,7 +51,9 @@ def _offsets_file(root: Path) -> dict[str, Any]:
     return {k: {int(q): o for q, o in v.items()} for k, v in data["offsetTable"].items()}
 
 
-def test_a_merge_reads_the_file_only_when_another_writer_changed_it(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_merge_reads_the_file_only_when_another_writer_changed_it(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     with rmqlog.MessageStore.open(root) as broker, rmqlog.MessageStore.open(root) as other:
         first = broker.merge_consumer_offsets({})
         assert first.reread and not first.written and first.table == {} and first.stamp is None
@@ -97,10 +99,16 @@ def test_merge_arguments_are_checked_and_nothing_is_written(root: Path) -> None:
     with rmqlog.MessageStore.open(root) as s:
         m = s.merge_consumer_offsets({"T@G": {0: 1}})
         before = (root / "config" / "consumerOffset.json").read_bytes()
-        for changes, error in [({"bad/t@G": {0: 1}}, rmqlog.InvalidTopicError), ({"T@bad g": {0: 1}}, rmqlog.InvalidGroupError),
-                               ({"T": {0: 1}}, rmqlog.InvalidArgumentError), ({"T@G": {-1: 1}}, rmqlog.InvalidArgumentError),
-                               ({"T@G": {0: -1}}, rmqlog.InvalidArgumentError), ({"T@G": {0: "1"}}, rmqlog.InvalidArgumentError),
-                               ({"T@G": [1]}, rmqlog.InvalidArgumentError), ([("T@G", 1)], rmqlog.InvalidArgumentError)]:
+        for changes, error in [
+            ({"bad/t@G": {0: 1}}, rmqlog.InvalidTopicError),
+            ({"T@bad g": {0: 1}}, rmqlog.InvalidGroupError),
+            ({"T": {0: 1}}, rmqlog.InvalidArgumentError),
+            ({"T@G": {-1: 1}}, rmqlog.InvalidArgumentError),
+            ({"T@G": {0: -1}}, rmqlog.InvalidArgumentError),
+            ({"T@G": {0: "1"}}, rmqlog.InvalidArgumentError),
+            ({"T@G": [1]}, rmqlog.InvalidArgumentError),
+            ([("T@G", 1)], rmqlog.InvalidArgumentError),
+        ]:
             with pytest.raises(error):
                 s.merge_consumer_offsets(changes)  # type: ignore[arg-type]
         with pytest.raises(rmqlog.InvalidArgumentError, match="base"):
@@ -148,7 +156,9 @@ def test_fastjson_bare_keys_are_read_and_written_back_quoted(root: Path) -> None
     assert rc.parse_fastjson(path.read_text()) == data
 
 
-def test_commit_offset_of_another_process_reads_the_file_once_per_change(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_commit_offset_of_another_process_reads_the_file_once_per_change(
+    root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The rmqlog command and Spark commit one entry at a time: the table of the previous call
     is used while the file stays the same (no parse per commit or per read)."""
     with rmqlog.MessageStore.open(root) as s:
@@ -203,7 +213,9 @@ def test_another_processes_topics_are_taken_in_and_staged_ones_win(root: Path) -
         broker.persist_topics()
         assert broker.topic_table()["Theirs"].write_queue_nums == 5
         assert broker.topic_table()["Mine"].write_queue_nums == 2  # the staged change won
-        assert json.loads((root / "config" / "topics.json").read_text())["topicConfigTable"]["Mine"]["writeQueueNums"] == 2
+        assert (
+            json.loads((root / "config" / "topics.json").read_text())["topicConfigTable"]["Mine"]["writeQueueNums"] == 2
+        )
 
 
 def test_a_lookup_of_an_unknown_topic_reads_no_file(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -218,9 +230,13 @@ def test_a_lookup_of_an_unknown_topic_reads_no_file(root: Path, monkeypatch: pyt
 
 def test_put_topic_checks_its_config(root: Path) -> None:
     with rmqlog.MessageStore.open(root) as s:
-        for bad, error in [(TopicConfig("bad/t"), rmqlog.InvalidTopicError), (TopicConfig("T", 0, 1), rmqlog.ConfigError),
-                           (TopicConfig("T", perm=9), rmqlog.ConfigError), (TopicConfig("T", order=1), rmqlog.ConfigError),  # type: ignore[arg-type]
-                           ("T", rmqlog.ConfigError)]:
+        for bad, error in [
+            (TopicConfig("bad/t"), rmqlog.InvalidTopicError),
+            (TopicConfig("T", 0, 1), rmqlog.ConfigError),
+            (TopicConfig("T", perm=9), rmqlog.ConfigError),
+            (TopicConfig("T", order=1), rmqlog.ConfigError),  # type: ignore[arg-type]
+            ("T", rmqlog.ConfigError),
+        ]:
             with pytest.raises(error):
                 s.put_topic(bad, persist=False)  # type: ignore[arg-type]
         with pytest.raises(rmqlog.InvalidArgumentError):

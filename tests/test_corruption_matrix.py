@@ -57,12 +57,16 @@ def base(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Msg], lis
             s.create_topic(topic, n)
         for i in range(12):
             topic = "A" if i % 3 else "B"
-            s.put_batch(pa.table({
-                "topic": [topic] * 9,
-                "body": [f"{topic}-{i}-{k}-".encode() * 6 for k in range(9)],
-                "tags": [f"t{k % 3}" for k in range(9)],
-                "keys": [[f"k{i}-{k}"] for k in range(9)],
-            }))
+            s.put_batch(
+                pa.table(
+                    {
+                        "topic": [topic] * 9,
+                        "body": [f"{topic}-{i}-{k}-".encode() * 6 for k in range(9)],
+                        "tags": [f"t{k % 3}" for k in range(9)],
+                        "keys": [[f"k{i}-{k}"] for k in range(9)],
+                    }
+                )
+            )
         s.dispatch()
     msgs = [Msg(r.topic, r.queue_id, r.queue_offset, r.physical_offset, r.body) for r in walk(root)]
     starts = sorted(int(p.name) for p in (root / "commitlog").iterdir())
@@ -110,6 +114,7 @@ def _record_field(field_at: int, data: bytes | Callable[[bytes], bytes], *, old:
         else:
             _patch(path, rel, data)
         return Damage(path, m.offset)
+
     return damage
 
 
@@ -126,17 +131,20 @@ def _flip_at(rel_in_record: int, *, old: bool) -> Callable[..., Damage]:
         path = _seg_path(root, m.offset)
         _flip(path, m.offset - int(path.name) + rel_in_record)
         return Damage(path, m.offset)
+
     return damage
 
 
 def _blank(*, old: bool) -> Callable[..., Damage]:
     """The magic of the blank record that ends the first (old) or third-to-last segment."""
+
     def damage(root: Path, msgs: list[Msg], starts: list[int]) -> Damage:
         seg = starts[0] if old else starts[-3]
         end = max(m.offset + _size(root, m) for m in msgs if seg <= m.offset < seg + SEG)
         path = root / "commitlog" / f"{seg:020d}"
         _flip(path, end - seg + 4)
         return Damage(path, end)
+
     return damage
 
 
@@ -159,6 +167,7 @@ def _deleted_segment(*, old: bool) -> Callable[..., Damage]:
         path = root / "commitlog" / f"{seg:020d}"
         path.unlink()
         return Damage(path, seg)
+
     return damage
 
 
@@ -193,6 +202,7 @@ def _props_length(old: bool) -> Callable[..., Damage]:
         at = rel + 88 + len(m.body) + 1 + len(m.topic)  # the high byte of PROPERTIESLENGTH
         _flip(path, at)
         return Damage(path, m.offset)
+
     return damage
 
 
@@ -233,8 +243,11 @@ def _read_all(s: rmqlog.MessageStore, topic: str, qid: int) -> list[tuple[int, i
 
 
 def _expected_rows(msgs: list[Msg], topic: str, qid: int, below: int | None = None) -> list[tuple[int, int, bytes]]:
-    return [(m.queue_offset, m.offset, m.body) for m in msgs
-            if m.topic == topic and m.queue_id == qid and (below is None or m.offset < below)]
+    return [
+        (m.queue_offset, m.offset, m.body)
+        for m in msgs
+        if m.topic == topic and m.queue_id == qid and (below is None or m.offset < below)
+    ]
 
 
 def _assert_outcome(outcome: str, root: Path, msgs: list[Msg], dmg: Damage, *, repair: bool) -> None:
@@ -291,8 +304,11 @@ def _read_all_at(s: rmqlog.MessageStore, topic: str, qid: int, k: int) -> list[t
     return list(zip(t["queueOffset"].to_pylist(), t["commitLogOffset"].to_pylist(), t["body"].to_pylist(), strict=True))
 
 
-@pytest.mark.parametrize(("name", "location", "abort", "repair"), CASES,
-                         ids=[f"{n}-{loc}-{'abort' if a else 'clean'}-{'repair' if r else 'open'}" for n, loc, a, r in CASES])
+@pytest.mark.parametrize(
+    ("name", "location", "abort", "repair"),
+    CASES,
+    ids=[f"{n}-{loc}-{'abort' if a else 'clean'}-{'repair' if r else 'open'}" for n, loc, a, r in CASES],
+)
 def test_commitlog_damage(base, tmp_path: Path, name: str, location: str, abort: bool, repair: bool) -> None:
     root, msgs, starts = _prepare(base, tmp_path)
     dmg = COMMITLOG_DAMAGE[name](location == "old")(root, msgs, starts)
@@ -360,6 +376,7 @@ def test_middle_segment_deleted(base, tmp_path: Path, abort: bool, repair: bool)
 def _write(name: str, content: bytes) -> Callable[[Path], None]:
     def damage(root: Path) -> None:
         (root / name).write_bytes(content)
+
     return damage
 
 
@@ -394,6 +411,7 @@ def _consume_queue_files(which: str) -> Callable[[Path], None]:
             files[0].unlink()
         elif which == "truncated":
             os.truncate(files[0], 30)
+
     return damage
 
 
@@ -454,5 +472,6 @@ def test_topics_json_and_its_backup_unreadable(base, tmp_path: Path, repair: boo
     _assert_outcome("intact", root, msgs, Damage(root), repair=True)
     with _open(root, repair=False) as s:
         assert {t: (c.read_queue_nums, c.write_queue_nums) for t, c in s.topics().items()} == {
-            t: (n, n) for t, n in TOPICS.items()}
+            t: (n, n) for t, n in TOPICS.items()
+        }
     assert any(p.name.startswith("topics.json.damaged") for p in (root / "config").iterdir())

@@ -130,7 +130,8 @@ def _run_trial(tmp_path: Path, mode: str, writers: int, power_loss: bool, seed: 
     procs = [
         subprocess.Popen(
             [sys.executable, "-c", WRITER, str(root), mode, str(w), str(logs[w]), str(seed * 100 + w)],
-            env=subprocess_env(), stderr=subprocess.PIPE,
+            env=subprocess_env(),
+            stderr=subprocess.PIPE,
         )
         for w in range(writers)
     ]
@@ -154,7 +155,9 @@ def _run_trial(tmp_path: Path, mode: str, writers: int, power_loss: bool, seed: 
 
     if power_loss:
         _simulate_power_loss(root, rng)
-    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=SEGMENT, mapped_file_size_consume_queue=CQ_SEGMENT, flush_disk_type=mode)
+    cfg = rmqlog.StoreConfig(
+        mapped_file_size_commit_log=SEGMENT, mapped_file_size_consume_queue=CQ_SEGMENT, flush_disk_type=mode
+    )
     with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.recovery is not None and s.recovery.abnormal
         _check_store(s, root, logs, mode, power_loss)
@@ -227,11 +230,12 @@ def test_recover_after_kill_at_a_random_point(tmp_path: Path, scenario: tuple[st
 
 @pytest.mark.optin
 @pytest.mark.parametrize("seed", range(8))
-@pytest.mark.parametrize("scenario", SCENARIOS + [(rmqlog.SYNC_FLUSH, 3, True), (rmqlog.ASYNC_FLUSH, 3, False)], ids=_id)
+@pytest.mark.parametrize(
+    "scenario", SCENARIOS + [(rmqlog.SYNC_FLUSH, 3, True), (rmqlog.ASYNC_FLUSH, 3, False)], ids=_id
+)
 def test_recover_after_kill_many_trials(tmp_path: Path, scenario: tuple[str, int, bool], seed: int) -> None:
     mode, writers, power = scenario
     _run_trial(tmp_path, mode, writers, power, seed=1000 + seed * 7 + len(_id(scenario)))
-
 
 
 @pytest.mark.slow

@@ -24,7 +24,8 @@ def test_expected_topic_fast_path_and_mismatch_fallback(tmp_path: Path) -> None:
             assert fast.equals(general)
         only_ab = pos[[0, 1, 3]]
         assert message_table(read_columns(seg.buffer(), 0, only_ab, topic="Ab")).equals(
-            message_table(read_columns(seg.buffer(), 0, only_ab)))
+            message_table(read_columns(seg.buffer(), 0, only_ab))
+        )
         assert message_table(read_columns(seg.buffer(), 0, only_ab, topic="Ab"))["topic"].to_pylist() == ["Ab"] * 3
 
 
@@ -56,6 +57,7 @@ def test_c_gather_rejects_slices_outside_the_buffer() -> None:
 # broker decodes text with `new String(bytes, UTF_8)` (U+FFFD per malformed sequence), so a
 # store holding such bytes must still open, rebuild its state and read.
 
+
 def _foreign_commitlog(root: Path, segment_size: int) -> list[int]:
     """A commitlog written "by another tool": record 1 has a property value that is not
     UTF-8 and carries a writer marker; record 2's topic is not UTF-8. Returns the offsets."""
@@ -70,8 +72,13 @@ def _foreign_commitlog(root: Path, segment_size: int) -> list[int]:
     data, offsets = b"", []
     for i, (topic, props, qoff) in enumerate(specs):
         rec = refcodec.encode_record(
-            topic=topic, body=b"body%d" % i, queue_id=0, queue_offset=qoff, physical_offset=len(data),
-            properties=props, store_timestamp=1_000 + i,
+            topic=topic,
+            body=b"body%d" % i,
+            queue_id=0,
+            queue_offset=qoff,
+            physical_offset=len(data),
+            properties=props,
+            store_timestamp=1_000 + i,
         )
         rec = rec.replace(b"VALUEX", b"VAL\xff\xfeX").replace(b"\x02TX", b"\x02T\xff")  # same lengths
         offsets.append(len(data))

@@ -28,8 +28,19 @@ def _properties(rng: random.Random) -> bytes:
     parts = []
     for _ in range(rng.randint(0, 5)):
         name, value = rng.choice(_NAMES), rng.choice(_VALUES)
-        parts.append(rng.choice([f"{name}\x01{value}\x02", f"{name}\x01{value}\x02", f"{name}\x02", f"{name}\x01",
-                                 f"{name}\x01{value}\x01\x02", "\x02", f"\x01{value}\x02"]))
+        parts.append(
+            rng.choice(
+                [
+                    f"{name}\x01{value}\x02",
+                    f"{name}\x01{value}\x02",
+                    f"{name}\x02",
+                    f"{name}\x01",
+                    f"{name}\x01{value}\x01\x02",
+                    "\x02",
+                    f"\x01{value}\x02",
+                ]
+            )
+        )
     raw = "".join(parts).encode()
     if rng.random() < 0.1:
         raw += b"\xff\xfe\x01v\x02"  # not UTF-8: replaced as Java's new String would
@@ -45,14 +56,21 @@ def random_record(rng: random.Random) -> bytes:
     v2 = rng.random() < 0.3
     topic = rng.choice(["T", "topic-é", "%RETRY%g", "t" * (rng.randint(1, 300) if v2 else rng.randint(1, 120))])
     return Record(
-        queue_id=rng.randrange(0, 2**31), flag=rng.randrange(-(2**31), 2**31),
-        queue_offset=rng.randrange(0, 2**40), physical_offset=rng.randrange(-(2**63), 2**63),
-        sys_flag=rng.randrange(0, 16), born_timestamp=rng.choice([MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS, 0, rng.randrange(0, 2**41)]),
-        born_host=_host(rng, rng.random() < 0.2), store_timestamp=rng.choice([0, MAX_TIMESTAMP_MS, rng.randrange(0, 2**41)]),
-        store_host=_host(rng, rng.random() < 0.2), reconsume_times=rng.randrange(-5, 20),
+        queue_id=rng.randrange(0, 2**31),
+        flag=rng.randrange(-(2**31), 2**31),
+        queue_offset=rng.randrange(0, 2**40),
+        physical_offset=rng.randrange(-(2**63), 2**63),
+        sys_flag=rng.randrange(0, 16),
+        born_timestamp=rng.choice([MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS, 0, rng.randrange(0, 2**41)]),
+        born_host=_host(rng, rng.random() < 0.2),
+        store_timestamp=rng.choice([0, MAX_TIMESTAMP_MS, rng.randrange(0, 2**41)]),
+        store_host=_host(rng, rng.random() < 0.2),
+        reconsume_times=rng.randrange(-5, 20),
         prepared_transaction_offset=rng.randrange(0, 2**40),
-        body=bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 7, 100, 1500]))), topic=topic,
-        properties=_properties(rng), magic=MAGIC_V2 if v2 else MAGIC_V1,
+        body=bytes(rng.randrange(256) for _ in range(rng.choice([0, 1, 7, 100, 1500]))),
+        topic=topic,
+        properties=_properties(rng),
+        magic=MAGIC_V2 if v2 else MAGIC_V1,
     ).encode()
 
 
@@ -84,12 +102,12 @@ def test_damaged_bodies_are_refused_as_the_general_decode_refuses_them() -> None
         data = bytearray(b"".join(random_record(rng) for _ in range(rng.randint(1, 4))))
         how = i % 5
         if how == 0:
-            del data[rng.randrange(len(data)):]  # cut short
+            del data[rng.randrange(len(data)) :]  # cut short
         elif how == 1:
             data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)  # a flipped bit anywhere
         elif how == 2:
             at = rng.randrange(0, 48)  # a header field of the first record
-            data[at:at + 4] = rng.randbytes(4)
+            data[at : at + 4] = rng.randbytes(4)
         elif how == 3:
             data += bytes(rng.randint(1, 100))  # zeros after the records
         else:
@@ -102,7 +120,7 @@ def test_more_records_than_asked_for_are_left_to_the_table_after_a_count() -> No
     rng = random.Random(3)
     data = b"".join(random_record(rng) for _ in range(SMALL_REPLY + 1))
     assert rmqlog.decode_record_rows(data, max_rows=SMALL_REPLY) is None
-    assert rmqlog.decode_record_rows(data[: -1], max_rows=SMALL_REPLY) is None  # counted before any check
+    assert rmqlog.decode_record_rows(data[:-1], max_rows=SMALL_REPLY) is None  # counted before any check
     reply = Reply(data)
     assert len(reply) == SMALL_REPLY + 1 and reply.rows == _general(data)
     with pytest.raises(rmqlog.CorruptRecordError):

@@ -25,8 +25,11 @@ def delivered(s: rmqlog.MessageStore, topic: str = "T") -> Counter[bytes]:
     s.dispatch()
     if topic not in s.topics():
         return Counter()
-    return Counter(m["body"] for q in range(s.topics()[topic].write_queue_nums)
-                   for m in s.read_queue(topic, q, 0, 1 << 40).to_pylist())
+    return Counter(
+        m["body"]
+        for q in range(s.topics()[topic].write_queue_nums)
+        for m in s.read_queue(topic, q, 0, 1 << 40).to_pylist()
+    )
 
 
 def stored_at(s: rmqlog.MessageStore, level: int, offset: int = 0) -> int:
@@ -58,8 +61,10 @@ def test_an_offset_past_the_queue_end_strands_nothing(root: Path, bogus: int, ca
         for i in range(3):
             s.put("T", b"w%d" % i, delay_level=2)
     write_offsets(root, {2: bogus})
-    with caplog.at_level(logging.WARNING, logger="rmqlog.schedule.scheduler"), \
-            rmqlog.MessageStore.open(root, small_store_config()) as s:
+    with (
+        caplog.at_level(logging.WARNING, logger="rmqlog.schedule.scheduler"),
+        rmqlog.MessageStore.open(root, small_store_config()) as s,
+    ):
         s.put("T", b"later", delay_level=2)
         assert s.deliver_due(FAR) == 4
         assert delivered(s) == Counter([b"d0", b"d1", b"w0", b"w1", b"w2", b"later"])
@@ -69,7 +74,9 @@ def test_an_offset_past_the_queue_end_strands_nothing(root: Path, bogus: int, ca
     assert load_delay_offsets(offsets_file(root)) == {2: 6}
 
 
-def test_a_file_offset_past_the_end_without_markers_strands_nothing(root: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_a_file_offset_past_the_end_without_markers_strands_nothing(
+    root: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """The same for a level the log has no delivery of (the file is then its only record, as for a
     RocketMQ broker's deliveries): RocketMQ's correctDelayOffset would clamp 500 to the queue's
     end and skip the message waiting there; the file, certainly wrong, is not followed: the
@@ -78,8 +85,10 @@ def test_a_file_offset_past_the_end_without_markers_strands_nothing(root: Path, 
         s.put("T", b"old", delay_level=1)
         s.dispatch()
     write_offsets(root, {1: 500})
-    with caplog.at_level(logging.WARNING, logger="rmqlog.schedule.scheduler"), \
-            rmqlog.MessageStore.open(root, small_store_config()) as s:
+    with (
+        caplog.at_level(logging.WARNING, logger="rmqlog.schedule.scheduler"),
+        rmqlog.MessageStore.open(root, small_store_config()) as s,
+    ):
         s.put("T", b"new", delay_level=1)
         assert s.deliver_due(FAR) == 2 and delivered(s) == Counter([b"old", b"new"])
     assert "offset 500 (delayOffset.json) is past the end of its queue (offsets 0..2); corrected to 0" in caplog.text
@@ -102,7 +111,8 @@ def _broker_delivered(root: Path, delivered_first: int, *, index: bool = True) -
 
 @pytest.mark.parametrize(("claimed", "resumes"), [(2, 2), (4, 2), (5, 2), (1, 1)])
 def test_a_file_offset_no_marker_backs_is_confirmed_against_the_log(
-        root: Path, claimed: int, resumes: int, caplog: pytest.LogCaptureFixture) -> None:
+    root: Path, claimed: int, resumes: int, caplog: pytest.LogCaptureFixture
+) -> None:
     """The file is the only record of a RocketMQ broker's deliveries (no writer marker): an
     offset is followed only as far as the log holds the delivered copy of the message before it
     (found through the index by its client msgId). Two of five were delivered: a file saying 4
@@ -111,8 +121,10 @@ def test_a_file_offset_no_marker_backs_is_confirmed_against_the_log(
     RocketMQ broker would), never loses one."""
     bodies = _broker_delivered(root, 2)
     write_offsets(root, {1: claimed})
-    with caplog.at_level(logging.WARNING, logger="rmqlog.schedule.scheduler"), \
-            rmqlog.MessageStore.open(root, small_store_config()) as s:
+    with (
+        caplog.at_level(logging.WARNING, logger="rmqlog.schedule.scheduler"),
+        rmqlog.MessageStore.open(root, small_store_config()) as s,
+    ):
         assert s.deliver_due(FAR) == 5 - resumes
         # once each; again only those the file said too little about
         assert delivered(s) == Counter(bodies + bodies[resumes:2])
@@ -176,7 +188,7 @@ def test_unreadable_delay_offsets_need_repair_which_rebuilds_them_from_the_log(r
         s.put("T", b"w", delay_level=1)
         s.put("T", b"v", delay_level=4)
     for name in ("delayOffset.json", "delayOffset.json.bak"):
-        (root / "config" / name).write_bytes(b"{\"offsetTable\":{1:\x00")
+        (root / "config" / name).write_bytes(b'{"offsetTable":{1:\x00')
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         with pytest.raises(rmqlog.CorruptStoreError, match="repair=True") as err:
             s.deliver_due(FAR)
@@ -266,7 +278,10 @@ def test_removed_levels_are_delivered_at_the_last_level(root: Path, caplog: pyte
         s.put("T", b"one", delay_level=1)
         first, last = stored_at(s, 10), max(stored_at(s, 10, 1), stored_at(s, 18))
     config = small_store_config(message_delay_level="1s 5s 10s")
-    with caplog.at_level(logging.WARNING, logger="rmqlog.schedule.scheduler"), rmqlog.MessageStore.open(root, config) as s:
+    with (
+        caplog.at_level(logging.WARNING, logger="rmqlog.schedule.scheduler"),
+        rmqlog.MessageStore.open(root, config) as s,
+    ):
         assert s.scheduler.deliver_due(first + 9_999).delivered == {1: 1}  # level 1 only
         assert delivered(s) == Counter([b"one"])
         report = s.scheduler.deliver_due(last + 10_000)
@@ -289,4 +304,6 @@ def test_repair_sets_aside_an_unreadable_bak_whose_file_is_missing(root: Path) -
     (root / "config" / "delayOffset.json.bak").write_text("{broken")
     with rmqlog.MessageStore.open(root, small_store_config(), repair=True) as s:
         assert s.deliver_due(FAR) == 1 and delivered(s) == Counter([b"d", b"w"])
-    assert [p.name.split(".damaged-")[0] for p in (root / "config").iterdir() if ".damaged-" in p.name] == ["delayOffset.json.bak"]
+    assert [p.name.split(".damaged-")[0] for p in (root / "config").iterdir() if ".damaged-" in p.name] == [
+        "delayOffset.json.bak"
+    ]

@@ -52,8 +52,9 @@ def test_delete_topic_on_a_read_only_store_is_refused(tmp_path: Path) -> None:
 
 
 def _fill(s: rmqlog.MessageStore, topic: str, n: int, queues: int = 2, body: bytes = b"old") -> None:
-    s.put_batch(pa.table({"topic": [topic] * n, "body": [body] * n, "queueId": [i % queues for i in range(n)]}),
-                dispatch=True)
+    s.put_batch(
+        pa.table({"topic": [topic] * n, "body": [body] * n, "queueId": [i % queues for i in range(n)]}), dispatch=True
+    )
 
 
 def _bodies(s: rmqlog.MessageStore, topic: str, qid: int) -> list[bytes]:
@@ -165,8 +166,10 @@ print("deleted", flush=True)
 """
 
 
-@pytest.mark.parametrize(("point", "n"), [("delete.recorded", 1), ("delete.config", 1), ("delete.offsets", 1),
-                                          ("delete.units", 1), ("delete.units", 2)])
+@pytest.mark.parametrize(
+    ("point", "n"),
+    [("delete.recorded", 1), ("delete.config", 1), ("delete.offsets", 1), ("delete.units", 1), ("delete.units", 2)],
+)
 def test_a_delete_killed_at_any_step_is_finished_by_the_next_open(tmp_path: Path, point: str, n: int) -> None:
     """Issue 44 item 2: ``delete_topic`` records the delete first (``deletedTopics.json``,
     pending), then removes the config entry, the offsets and the units: killed at any step
@@ -192,8 +195,10 @@ def test_a_delete_killed_at_any_step_is_finished_by_the_next_open(tmp_path: Path
         assert _bodies(s, "B", 0) == [b"old"] * 2
         assert s.verify().ok
     raw = json.loads((root / "config" / "deletedTopics.json").read_text())
-    assert raw["deletedTopics"]["A"] == {"commitLogOffset": raw["deletedTopics"]["A"]["commitLogOffset"],
-                                         "queueOffsets": {"0": 5, "1": 5}}  # done: no longer pending
+    assert raw["deletedTopics"]["A"] == {
+        "commitLogOffset": raw["deletedTopics"]["A"]["commitLogOffset"],
+        "queueOffsets": {"0": 5, "1": 5},
+    }  # done: no longer pending
 
 
 def test_a_delete_records_before_it_removes_anything(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -207,11 +212,15 @@ def test_a_delete_records_before_it_removes_anything(tmp_path: Path, monkeypatch
         remove, remove_topic = s.parts.topic_config.remove, s.parts.consumer_offsets.remove_topic
 
         def config_step(topic: str) -> bool:
-            seen.append("config:" + ("pending" if json.loads(path.read_text())["deletedTopics"][topic].get("pending") else "?"))
+            seen.append(
+                "config:" + ("pending" if json.loads(path.read_text())["deletedTopics"][topic].get("pending") else "?")
+            )
             return remove(topic)
 
         def offsets_step(topic: str) -> int:
-            seen.append("offsets:" + ("pending" if json.loads(path.read_text())["deletedTopics"][topic].get("pending") else "?"))
+            seen.append(
+                "offsets:" + ("pending" if json.loads(path.read_text())["deletedTopics"][topic].get("pending") else "?")
+            )
             return remove_topic(topic)
 
         monkeypatch.setattr(s.parts.topic_config, "remove", config_step)

@@ -21,14 +21,21 @@ def _batches() -> list[pa.Table]:
     out = []
     for i in range(6):
         n = 30 + i
-        out.append(pa.table({
-            "topic": ["A", "B", "A"] * (n // 3) + ["A"] * (n % 3),
-            "body": [bytes([i]) * (20 + j % 40) for j in range(n)],
-            "tags": [None if j % 5 == 0 else ("x", "y", "")[j % 3] for j in range(n)],
-        }))
+        out.append(
+            pa.table(
+                {
+                    "topic": ["A", "B", "A"] * (n // 3) + ["A"] * (n % 3),
+                    "body": [bytes([i]) * (20 + j % 40) for j in range(n)],
+                    "tags": [None if j % 5 == 0 else ("x", "y", "")[j % 3] for j in range(n)],
+                }
+            )
+        )
     # TAGS given in the properties map: the batch falls back to the reading dispatcher
-    out.append(pa.table({"topic": ["A", "A"], "body": [b"p", b"q"],
-                         "properties": pa.array([[("TAGS", "z")], [("k", "v")]], MAP)}))
+    out.append(
+        pa.table(
+            {"topic": ["A", "A"], "body": [b"p", b"q"], "properties": pa.array([[("TAGS", "z")], [("k", "v")]], MAP)}
+        )
+    )
     return out
 
 
@@ -52,9 +59,15 @@ def test_direct_dispatch_writes_what_the_dispatcher_would(tmp_path: Path) -> Non
         for topic in ("A", "B"):
             for q in range(4):
                 assert sa.max_offset(topic, q) == sb.max_offset(topic, q)
-                assert sa.read_queue(topic, q, 0, 1000).drop_columns(
-                    ["msgId", "properties", "bornTimestamp", "storeTimestamp"]).equals(
-                    sb.read_queue(topic, q, 0, 1000).drop_columns(["msgId", "properties", "bornTimestamp", "storeTimestamp"]))
+                assert (
+                    sa.read_queue(topic, q, 0, 1000)
+                    .drop_columns(["msgId", "properties", "bornTimestamp", "storeTimestamp"])
+                    .equals(
+                        sb.read_queue(topic, q, 0, 1000).drop_columns(
+                            ["msgId", "properties", "bornTimestamp", "storeTimestamp"]
+                        )
+                    )
+                )
     assert len(list((a / "commitlog").iterdir())) > 2  # the log rolled
     assert _queue_files(a) == _queue_files(b)
     assert any(u[2] == 0 for units in _queue_files(a).values() for u in units)  # untagged rows: tagsCode 0
@@ -62,9 +75,13 @@ def test_direct_dispatch_writes_what_the_dispatcher_would(tmp_path: Path) -> Non
 
 def test_direct_dispatch_falls_back_when_the_dispatcher_is_behind(tmp_path: Path) -> None:
     with rmqlog.MessageStore.open(tmp_path) as s:
-        s.put_batch(pa.table({"topic": ["T"] * 3, "body": [b"1", b"2", b"3"], "queueId": pa.array([0] * 3, pa.int32())}))
-        s.put_batch(pa.table({"topic": ["T"] * 2, "body": [b"4", b"5"], "queueId": pa.array([0] * 2, pa.int32())}),
-                    dispatch=True)
+        s.put_batch(
+            pa.table({"topic": ["T"] * 3, "body": [b"1", b"2", b"3"], "queueId": pa.array([0] * 3, pa.int32())})
+        )
+        s.put_batch(
+            pa.table({"topic": ["T"] * 2, "body": [b"4", b"5"], "queueId": pa.array([0] * 2, pa.int32())}),
+            dispatch=True,
+        )
         assert s.max_offset("T", 0) == 5  # the earlier, undispatched batch too
         assert s.read_queue("T", 0, 0, 5)["body"].to_pylist() == [b"1", b"2", b"3", b"4", b"5"]
         assert s.dispatch() == 0

@@ -59,35 +59,71 @@ def _files(root: Path) -> dict[str, bytes]:
     return out
 
 
-PROPS = st.lists(st.sampled_from([
-    "UNIQ_KEY\x01C0A800010000000000000000000001", "TAGS\x01a", "TAGS\x01b", "KEYS\x01k1", "KEYS\x01k1 k2  k3",
-    "WAIT\x01true", "WAIT\x01false", "CLUSTER\x01mine", "PGROUP\x01pg", "p\x01v", "MAX_RECONSUME_TIMES\x013",
-]), max_size=5).map(lambda items: "".join(i + "\x02" for i in items))
+PROPS = st.lists(
+    st.sampled_from(
+        [
+            "UNIQ_KEY\x01C0A800010000000000000000000001",
+            "TAGS\x01a",
+            "TAGS\x01b",
+            "KEYS\x01k1",
+            "KEYS\x01k1 k2  k3",
+            "WAIT\x01true",
+            "WAIT\x01false",
+            "CLUSTER\x01mine",
+            "PGROUP\x01pg",
+            "p\x01v",
+            "MAX_RECONSUME_TIMES\x013",
+        ]
+    ),
+    max_size=5,
+).map(lambda items: "".join(i + "\x02" for i in items))
+
 
 def _clean(host: str | bytes | None) -> st.SearchStrategy[WireMessage]:
     return st.builds(
-        WireMessage, st.sampled_from(TOPICS), st.integers(0, 3), st.binary(max_size=300), st.integers(-5, 5),
-        st.sampled_from([0, 1, 2, 3, 8, 9]), st.integers(0, NOW), st.just(host), PROPS, st.integers(0, 20),
+        WireMessage,
+        st.sampled_from(TOPICS),
+        st.integers(0, 3),
+        st.binary(max_size=300),
+        st.integers(-5, 5),
+        st.sampled_from([0, 1, 2, 3, 8, 9]),
+        st.integers(0, NOW),
+        st.just(host),
+        PROPS,
+        st.integers(0, 20),
     )
 
 
 #: a put's messages come from one connection: one born host (a mix of IPv4 and IPv6 is refused)
 BATCH = st.sampled_from([None, "10.1.2.3:4000", "[::1]:9", b"\x7f\x00\x00\x01\x00\x00\x10\x00"]).flatmap(
-    lambda host: st.lists(_clean(host), min_size=1, max_size=6))
+    lambda host: st.lists(_clean(host), min_size=1, max_size=6)
+)
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(batches=st.lists(BATCH, min_size=1, max_size=5), cluster=st.sampled_from([None, "DefaultCluster"]))
-def test_direct_put_writes_what_the_vectorized_put_writes(tmp_path_factory: pytest.TempPathFactory,
-                                                          batches: list[list[WireMessage]], cluster: str | None) -> None:
+def test_direct_put_writes_what_the_vectorized_put_writes(
+    tmp_path_factory: pytest.TempPathFactory, batches: list[list[WireMessage]], cluster: str | None
+) -> None:
     base = tmp_path_factory.mktemp("direct")
     direct, vector = _open(base / "direct"), _open(base / "vector")
     try:
         for batch in batches:
             a = direct.appender
-            assert encode_direct(batch, cluster=cluster, system=False, store_host=a.store_host,
-                                 default_born_host=a.born_host, uniq=CountingUniq(), max_message_size=4 << 20,
-                                 max_record_size=1 << 20, not_allowed=frozenset()) is not None  # the direct path runs
+            assert (
+                encode_direct(
+                    batch,
+                    cluster=cluster,
+                    system=False,
+                    store_host=a.store_host,
+                    default_born_host=a.born_host,
+                    uniq=CountingUniq(),
+                    max_message_size=4 << 20,
+                    max_record_size=1 << 20,
+                    not_allowed=frozenset(),
+                )
+                is not None
+            )  # the direct path runs
             got = direct.put_messages(batch, cluster=cluster)
             want = vector.put_wire(wire_messages_table(batch), cluster=cluster, dispatch=True)
             assert got.commit_log_offsets == want.column("commitLogOffset").to_pylist()
@@ -107,7 +143,10 @@ def test_records_rolling_over_segment_ends_match_too(tmp_path: Path) -> None:
     direct, vector = _open(tmp_path / "d"), _open(tmp_path / "v")  # 4 KiB segments
     try:
         for i in range(40):
-            batch = [WireMessage("T", i % 4, bytes([i]) * (300 + 37 * j), properties="TAGS\x01x\x02") for j in range(1 + i % 3)]
+            batch = [
+                WireMessage("T", i % 4, bytes([i]) * (300 + 37 * j), properties="TAGS\x01x\x02")
+                for j in range(1 + i % 3)
+            ]
             direct.put_messages(batch)
             vector.put_wire(wire_messages_table(batch), dispatch=True)
         assert len(direct.parts.commitlog.segments.segment_starts()) >= 10
@@ -118,20 +157,26 @@ def test_records_rolling_over_segment_ends_match_too(tmp_path: Path) -> None:
         vector.close()
 
 
-@pytest.mark.parametrize("messages, field", [
-    ([WireMessage("T", 9, b"x")], "queueId"),
-    ([WireMessage("T", 0, b"x", properties="REAL_TOPIC\x01Z\x02")], "properties"),
-    ([WireMessage("T", 0, b"x", properties="RMQLOG_WRITER\x011 w\x02")], "properties"),
-    ([WireMessage("T", 0, b"x", sys_flag=4)], "sysFlag"),
-    ([WireMessage("T", 0, b"x", born_host="nowhere")], "bornHost"),
-    ([WireMessage("SCHEDULE_TOPIC_XXXX", 0, b"x")], "topic"),
-    ([WireMessage("RMQ_SYS_TRANS_HALF_TOPIC", 0, b"x")], "topic"),
-    ([WireMessage("bad/topic", 0, b"x")], "topic"),
-    ([WireMessage("T", 0, 5)], "body"),  # type: ignore[arg-type]
-    ([WireMessage("T", 0, b"x"), ("T",)], "*"),
-    ([WireMessage("T", 0, b"x", properties="p\x01v\x01w\x02")], "properties"),
-    ([WireMessage("T", 0, b"x", born_host="1.2.3.4:5"), WireMessage("T", 0, b"x", born_host="[::1]:5")], "bornHost"),
-])
+@pytest.mark.parametrize(
+    "messages, field",
+    [
+        ([WireMessage("T", 9, b"x")], "queueId"),
+        ([WireMessage("T", 0, b"x", properties="REAL_TOPIC\x01Z\x02")], "properties"),
+        ([WireMessage("T", 0, b"x", properties="RMQLOG_WRITER\x011 w\x02")], "properties"),
+        ([WireMessage("T", 0, b"x", sys_flag=4)], "sysFlag"),
+        ([WireMessage("T", 0, b"x", born_host="nowhere")], "bornHost"),
+        ([WireMessage("SCHEDULE_TOPIC_XXXX", 0, b"x")], "topic"),
+        ([WireMessage("RMQ_SYS_TRANS_HALF_TOPIC", 0, b"x")], "topic"),
+        ([WireMessage("bad/topic", 0, b"x")], "topic"),
+        ([WireMessage("T", 0, 5)], "body"),  # type: ignore[arg-type]
+        ([WireMessage("T", 0, b"x"), ("T",)], "*"),
+        ([WireMessage("T", 0, b"x", properties="p\x01v\x01w\x02")], "properties"),
+        (
+            [WireMessage("T", 0, b"x", born_host="1.2.3.4:5"), WireMessage("T", 0, b"x", born_host="[::1]:5")],
+            "bornHost",
+        ),
+    ],
+)
 def test_what_the_direct_path_declines_fails_as_put_wire_fails(tmp_path: Path, messages: list[Any], field: str) -> None:
     s = _open(tmp_path / "s")
     try:
@@ -205,8 +250,11 @@ def test_direct_keys_are_the_vectorized_keys() -> None:
 
     msgs = [("T", "U1", "k1 k2"), ("Other", None, "  k3  "), ("T", "U3", None), ("T", None, None), ("T", "", "x")]
     got = direct_keys(msgs)
-    want = message_keys(pa.array([m[0] for m in msgs]), pa.array([m[1] for m in msgs], pa.string()),
-                        pa.array([m[2] for m in msgs], pa.string()))
+    want = message_keys(
+        pa.array([m[0] for m in msgs]),
+        pa.array([m[1] for m in msgs], pa.string()),
+        pa.array([m[2] for m in msgs], pa.string()),
+    )
     assert [g[0] for g in got] == want.message.tolist()
     assert [g[1] for g in got] == want.ordinal.tolist()
     assert [g[2] for g in got] == want.key_hash.tolist()
@@ -236,14 +284,18 @@ for i in range(int(sys.argv[2])):
 """
 
 
-@pytest.mark.parametrize("point", ["append.written", "append.published", "dispatch.units", "index.entries", "index.slots"])
+@pytest.mark.parametrize(
+    "point", ["append.written", "append.published", "dispatch.units", "index.entries", "index.slots"]
+)
 def test_recover_after_kill_inside_a_direct_put(tmp_path: Path, point: str) -> None:
     script = tmp_path / "child.py"
     script.write_text(CHILD)
     printed = kill_at_crash_point([str(script), str(tmp_path / "s"), "20"], point, 5, tmp=tmp_path)
     acked = [int(line.split()[1]) for line in printed if line.startswith("acked")]
     with MessageStore.open(tmp_path / "s", config=small_store_config()) as s:
-        bodies = sorted(b for q in (0, 1) for b in s.get_messages("g", "T", q, 0, max_count=100).messages.column("body").to_pylist())
+        bodies = sorted(
+            b for q in (0, 1) for b in s.get_messages("g", "T", q, 0, max_count=100).messages.column("body").to_pylist()
+        )
         for i in acked:  # nothing acknowledged is lost; a put killed before its publish is absent, whole
             assert b"m%d" % i in bodies
         assert len(bodies) in (len(acked), len(acked) + 1)
@@ -255,14 +307,28 @@ def test_recover_after_kill_inside_a_direct_put(tmp_path: Path, point: str) -> N
 def test_the_direct_path_is_chosen_for_clean_messages_only(tmp_path: Path) -> None:
     s = _open(tmp_path / "s")
     a = s.appender
-    kw: dict[str, Any] = dict(cluster="C", system=False, store_host=a.store_host, default_born_host=a.born_host,
-                              uniq=CountingUniq(), max_message_size=1024, max_record_size=4000, not_allowed=frozenset(["X"]))
+    kw: dict[str, Any] = dict(
+        cluster="C",
+        system=False,
+        store_host=a.store_host,
+        default_born_host=a.born_host,
+        uniq=CountingUniq(),
+        max_message_size=1024,
+        max_record_size=4000,
+        not_allowed=frozenset(["X"]),
+    )
     try:
         assert encode_direct([WireMessage("T", 0, b"x", properties="TAGS\x01a\x02")], **kw) is not None
-        for bad in (WireMessage("T", 0, b"x" * 1025), WireMessage("X", 0, b"x"), WireMessage("T", -1, b"x"),
-                    WireMessage("T", 0, b"x", properties="TAGS\x01\u00e9\x02"), WireMessage("T", 0, b"x", properties="a"),
-                    WireMessage("T", 0, b"x", properties="\x01v\x02"), WireMessage("T", 0, b"x", sys_flag=16),
-                    WireMessage("T", 0, b"x", born_timestamp=-1)):
+        for bad in (
+            WireMessage("T", 0, b"x" * 1025),
+            WireMessage("X", 0, b"x"),
+            WireMessage("T", -1, b"x"),
+            WireMessage("T", 0, b"x", properties="TAGS\x01\u00e9\x02"),
+            WireMessage("T", 0, b"x", properties="a"),
+            WireMessage("T", 0, b"x", properties="\x01v\x02"),
+            WireMessage("T", 0, b"x", sys_flag=16),
+            WireMessage("T", 0, b"x", born_timestamp=-1),
+        ):
             assert encode_direct([bad], **kw) is None, bad
         assert encode_direct([WireMessage("T", 0, b"x")] * 65, **kw) is None  # past DIRECT_MAX_MESSAGES
     finally:
@@ -277,8 +343,6 @@ def test_a_non_ascii_property_still_goes_through_the_general_path(tmp_path: Path
         assert got.messages.num_rows == 1
     finally:
         s.close()
-
-
 
 
 @settings(max_examples=300, deadline=None)
@@ -350,8 +414,10 @@ def test_direct_puts_of_three_processes_at_once_are_all_stored_dense_and_indexed
     root, n = tmp_path / "s", 300
     script = tmp_path / "writer.py"
     script.write_text(WRITER)
-    procs = [subprocess.Popen([sys.executable, str(script), str(root), w, str(n)], env=subprocess_env())
-             for w in ("a", "b", "c")]
+    procs = [
+        subprocess.Popen([sys.executable, str(script), str(root), w, str(n)], env=subprocess_env())
+        for w in ("a", "b", "c")
+    ]
     assert [p.wait(300) for p in procs] == [0, 0, 0]
     with MessageStore.open(root, config=small_store_config()) as s:
         s.dispatch()
@@ -367,8 +433,9 @@ def test_direct_puts_of_three_processes_at_once_are_all_stored_dense_and_indexed
         assert s.verify().problems == []
 
 
-def test_a_direct_put_whose_dispatch_finds_no_room_says_it_was_appended(tmp_path: Path,
-                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_direct_put_whose_dispatch_finds_no_room_says_it_was_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import errno
 
     from rmqlog.queue.consume_queue import ConsumeQueue

@@ -128,7 +128,9 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
     mnt.mkdir()
     if os.geteuid() != 0:
         pytest.skip("mounting a tmpfs needs root")
-    res = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FS_MIB}m", "tmpfs", str(mnt)], capture_output=True, text=True)
+    res = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={FS_MIB}m", "tmpfs", str(mnt)], capture_output=True, text=True
+    )
     if res.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {res.stderr.strip() or res.returncode}")
     try:
@@ -141,7 +143,10 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
 def run_child(root: Path, action: str, flush: str, dispatch: bool, out: Path) -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", CHILD, str(root), action, flush, "1" if dispatch else "0", str(out)],
-        env=subprocess_env(), capture_output=True, text=True, timeout=300,
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode != -signal.SIGBUS, f"{action}: killed by SIGBUS\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, f"{action}: exit {proc.returncode}\n{proc.stderr[-3000:]}"
@@ -155,7 +160,9 @@ def assert_typed_or_absent(report: dict, key: str) -> None:
 
 @pytest.mark.parametrize("dispatch", [False, True], ids=["put", "put+dispatch"])
 @pytest.mark.parametrize("flush", ["ASYNC_FLUSH", "SYNC_FLUSH"])
-def test_a_full_disk_is_typed_harmless_and_recoverable(small_fs: Path, tmp_path: Path, flush: str, dispatch: bool) -> None:
+def test_a_full_disk_is_typed_harmless_and_recoverable(
+    small_fs: Path, tmp_path: Path, flush: str, dispatch: bool
+) -> None:
     root = small_fs / "store"
     out = tmp_path / "report.json"  # outside the full filesystem
     filler = small_fs / "filler"
@@ -217,8 +224,16 @@ def test_a_consume_queue_write_cut_short_leaves_no_torn_unit(tmp_path: Path, mon
     used to stay: counted as written by its size, with a zero tag hash, for good.)"""
     root = tmp_path / "s"
     with rmqlog.MessageStore.open(root) as s:
-        s.put_batch(pa.table({"topic": ["Q"] * 3, "body": [b"a", b"b", b"c"], "tags": ["A"] * 3,
-                              "queueId": pa.array([0] * 3, pa.int32())}))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["Q"] * 3,
+                    "body": [b"a", b"b", b"c"],
+                    "tags": ["A"] * 3,
+                    "queueId": pa.array([0] * 3, pa.int32()),
+                }
+            )
+        )
         real = os.pwrite
 
         def short(fd: int, data: object, offset: int) -> int:
@@ -238,7 +253,9 @@ def test_a_consume_queue_write_cut_short_leaves_no_torn_unit(tmp_path: Path, mon
         assert s.verify().ok
 
 
-def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A full disk when the position is saved: the units are written and the dispatch
     succeeds; the file keeps the older position (a hint), from which the next dispatch walks
     again without writing a unit twice. Recovery moving the position back when even that
@@ -254,6 +271,7 @@ def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(tmp_path: Pa
         s.put_batch(pa.table({"topic": ["P"] * 2, "body": [b"y"] * 2, "queueId": pa.array([0] * 2, pa.int32())}))
         before = (root / "dispatch.state").read_bytes()
         with monkeypatch.context() as m:
+
             def no_room(self: DispatchPositionFile, offset: int, store_timestamp: int) -> None:
                 raise rmqlog.DiskFullError(errno.ENOSPC, "No space left on device", str(self.path))
 
@@ -272,7 +290,9 @@ def test_the_dispatch_position_stays_behind_when_it_cannot_be_saved(tmp_path: Pa
     assert DispatchPositionFile.write  # the file under test
 
 
-def test_a_put_whose_dispatch_fails_says_its_batch_was_appended(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_put_whose_dispatch_fails_says_its_batch_was_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """``dispatch=True`` and no room for the units: the batch is in the log (published), so the
     DiskFullError says ``appended`` (a retry would append it again); the next dispatch writes
     the units. A failed append says the opposite."""
@@ -326,8 +346,16 @@ def test_reads_bounded_at_the_first_hole_find_the_same_ends(tmp_path: Path, monk
     with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.commitlog.segments.bounded_reads
         for i in range(7):
-            s.put_batch(pa.table({"topic": ["B"] * 250, "body": [b"%d" % i + b"b" * 150] * 250,
-                                  "queueId": pa.array([0] * 250, pa.int32())}), dispatch=True)
+            s.put_batch(
+                pa.table(
+                    {
+                        "topic": ["B"] * 250,
+                        "body": [b"%d" % i + b"b" * 150] * 250,
+                        "queueId": pa.array([0] * 250, pa.int32()),
+                    }
+                ),
+                dispatch=True,
+            )
         cq = s.consume_queue("B", 0)
         assert cq.segments.bounded_reads and len(cq.segments.segment_starts()) == 6
         assert (s.min_offset("B", 0), s.max_offset("B", 0)) == (0, 1750)
@@ -352,8 +380,15 @@ def test_a_dispatch_cut_short_leaves_every_queue_where_it_was(tmp_path: Path, mo
     their units are never written."""
     root = tmp_path / "s"
     with rmqlog.MessageStore.open(root) as s:
-        s.put_batch(pa.table({"topic": ["R"] * 6, "body": [b"r%d" % i for i in range(6)],
-                              "queueId": pa.array([0, 1] * 3, pa.int32())}))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["R"] * 6,
+                    "body": [b"r%d" % i for i in range(6)],
+                    "queueId": pa.array([0, 1] * 3, pa.int32()),
+                }
+            )
+        )
         real = ConsumeQueue._write_at
 
         def no_room_for_queue_1(self: ConsumeQueue, first: int, u: object) -> None:

@@ -66,7 +66,9 @@ def _expected_units(root: Path) -> dict[str, list[tuple[int, int, int]]]:
 
 
 def _queue_files(root: Path) -> dict[str, list[tuple[int, int, int]]]:
-    return {f"{q.parent.name}/{q.name}": rc.read_consume_queue(str(q)) for q in sorted((root / "consumequeue").glob("*/*"))}
+    return {
+        f"{q.parent.name}/{q.name}": rc.read_consume_queue(str(q)) for q in sorted((root / "consumequeue").glob("*/*"))
+    }
 
 
 def _assert_whole(root: Path, s: rmqlog.MessageStore) -> None:
@@ -89,7 +91,9 @@ def test_a_first_opener_killed_between_two_queues_units_loses_none(tmp_path: Pat
     after it (a normal recovery: the killed one had not finished) must give every queue all
     its units, and appends after it land at the right queue offsets."""
     root = tmp_path / "s"
-    subprocess.run([sys.executable, "-c", WRITE, str(root), "no", repr(CFG)], check=True, env=subprocess_env(), timeout=120)
+    subprocess.run(
+        [sys.executable, "-c", WRITE, str(root), "no", repr(CFG)], check=True, env=subprocess_env(), timeout=120
+    )
     assert kill_at_crash_point(["-c", OPEN, str(root), repr(CFG)], "dispatch.queue", n, tmp=tmp_path) == []
     with rmqlog.MessageStore.open(root, rmqlog.StoreConfig(**CFG)) as s:
         assert s.recovery is not None and not s.recovery.abnormal
@@ -104,15 +108,24 @@ def test_a_first_opener_killed_between_two_queues_units_loses_none(tmp_path: Pat
 def test_a_writer_killed_between_two_queues_units_loses_none(tmp_path: Path, n: int) -> None:
     """The same kill inside a writer's own dispatch (the store open: an abnormal recovery)."""
     root = tmp_path / "s"
-    assert kill_at_crash_point(["-c", WRITE, str(root), "dispatch", repr(CFG)], "dispatch.queue", n, tmp=tmp_path) == ["put"]
+    assert kill_at_crash_point(["-c", WRITE, str(root), "dispatch", repr(CFG)], "dispatch.queue", n, tmp=tmp_path) == [
+        "put"
+    ]
     with rmqlog.MessageStore.open(root, rmqlog.StoreConfig(**CFG)) as s:
         assert s.recovery is not None and s.recovery.abnormal
         _assert_whole(root, s)
 
 
 def _put(s: rmqlog.MessageStore, tag: str) -> pa.Table:
-    return s.put_batch(pa.table({"topic": ["A", "A", "B"] * 4, "body": [f"{tag}{i}".encode() for i in range(12)],
-                                 "queueId": pa.array([0, 1, 0] * 4, pa.int32())}))
+    return s.put_batch(
+        pa.table(
+            {
+                "topic": ["A", "A", "B"] * 4,
+                "body": [f"{tag}{i}".encode() for i in range(12)],
+                "queueId": pa.array([0, 1, 0] * 4, pa.int32()),
+            }
+        )
+    )
 
 
 def test_a_position_past_missing_units_is_walked_back_for(tmp_path: Path) -> None:
@@ -168,7 +181,16 @@ def test_a_gap_whose_records_are_not_in_the_log_is_filled_once(tmp_path: Path) -
         units = cq.read(0, cq.max_offset())
         assert cq.max_offset() == 10
         assert units["size"].tolist()[4:6] == [FILLER_SIZE, FILLER_SIZE]  # offsets 4, 5: no record has them
-        assert s.read_queue("A", 0, 0, 10)["body"].to_pylist() == [b"x0", b"x3", b"x6", b"x9", b"y0", b"y3", b"y6", b"y9"]
+        assert s.read_queue("A", 0, 0, 10)["body"].to_pylist() == [
+            b"x0",
+            b"x3",
+            b"x6",
+            b"x9",
+            b"y0",
+            b"y3",
+            b"y6",
+            b"y9",
+        ]
 
 
 def test_verify_reports_fillers_standing_in_for_records_the_log_holds(tmp_path: Path) -> None:

@@ -33,7 +33,9 @@ SYNC = small_store_config(flush_disk_type=rmqlog.SYNC_FLUSH)
 
 
 def _fill(s: rmqlog.MessageStore, n: int = 30, topic: str = "D", size: int = 200, queue: int = 0) -> list[dict]:
-    return s.put_batch(batch(topic=topic, body=[b"d" * size] * n, queueId=pa.array([queue] * n, pa.int32()))).to_pylist()
+    return s.put_batch(
+        batch(topic=topic, body=[b"d" * size] * n, queueId=pa.array([queue] * n, pa.int32()))
+    ).to_pylist()
 
 
 def _snapshot_open_store(root: Path, dest: Path) -> None:
@@ -87,7 +89,9 @@ def test_rocketmq_broker_cannot_lock_an_open_store(root: Path) -> None:
         "except OSError:\n    print('busy')\n"
     )
     with rmqlog.MessageStore.open(root, small_store_config()):
-        out = subprocess.run([sys.executable, "-c", probe, str(root / "lock")], capture_output=True, text=True, check=True)
+        out = subprocess.run(
+            [sys.executable, "-c", probe, str(root / "lock")], capture_output=True, text=True, check=True
+        )
         assert out.stdout.strip() == "busy"
     out = subprocess.run([sys.executable, "-c", probe, str(root / "lock")], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "locked"
@@ -123,7 +127,9 @@ def test_sync_flush_group_commit_shares_one_sync(root: Path) -> None:
             for t in threads:
                 t.start()
             # every batch published (they now wait for the flush lock)
-            assert wait_until(lambda: sum(v for k, v in s.append_state().queues.items() if k.startswith("G/")) == 1 + 5 * n)
+            assert wait_until(
+                lambda: sum(v for k, v in s.append_state().queues.items() if k.startswith("G/")) == 1 + 5 * n
+            )
         for t in threads:
             t.join()
         assert not errors
@@ -135,7 +141,9 @@ def test_async_flusher_policy_with_a_fake_clock(root: Path) -> None:
     cfg = small_store_config(mapped_file_size_commit_log=1 << 20, flush_interval_commit_log=3_600_000)
     with rmqlog.MessageStore.open(root, cfg) as s:
         now = [1000.0]
-        fl = AsyncFlusher(s.flush_service, interval_ms=500, least_pages=4, thorough_interval_ms=10_000, clock=lambda: now[0])
+        fl = AsyncFlusher(
+            s.flush_service, interval_ms=500, least_pages=4, thorough_interval_ms=10_000, clock=lambda: now[0]
+        )
         base = s.flushed_offset()
         _fill(s, 10, size=100)  # < 4 pages
         now[0] += 0.5
@@ -319,7 +327,9 @@ def test_enospc_fails_typed_and_leaves_store_readable(root: Path, monkeypatch: p
         def full(fd: int, data: object, offset: int) -> int:
             n = real(fd, memoryview(data)[:100], offset)  # type: ignore[arg-type]
             if n:  # a partial write first, then no space
-                monkeypatch.setattr(mf.os, "pwrite", lambda *a: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device")))
+                monkeypatch.setattr(
+                    mf.os, "pwrite", lambda *a: (_ for _ in ()).throw(OSError(errno.ENOSPC, "No space left on device"))
+                )
             return n
 
         monkeypatch.setattr(mf.os, "pwrite", full)
@@ -352,7 +362,6 @@ def test_appends_refused_above_disk_warning_ratio(root: Path, monkeypatch: pytes
     monkeypatch.setattr(msm, "disk_used_percent", lambda path: 95.0)
     with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.put("D", b"configurable", queue_id=0).queue_offset == 3
-
 
 
 def test_a_disk_below_the_level_is_rechecked_after_an_interval(root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -408,8 +417,13 @@ def test_sync_flush_group_commit_across_processes(root: Path) -> None:
     lock = InterProcessLock(root / "flush.lock")
     with lock.held():
         procs = [
-            subprocess.Popen([sys.executable, "-c", SYNC_CHILD, str(root)], env=subprocess_env(),
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            subprocess.Popen(
+                [sys.executable, "-c", SYNC_CHILD, str(root)],
+                env=subprocess_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
             for _ in range(3)
         ]
 
@@ -431,7 +445,9 @@ def test_sync_flush_group_commit_across_processes(root: Path) -> None:
 
 @pytest.mark.parametrize("chunk", [700, 1000, 4096, 4100])
 def test_state_rebuild_in_bounded_windows_matches_the_published_state(
-    root: Path, monkeypatch: pytest.MonkeyPatch, chunk: int,
+    root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    chunk: int,
 ) -> None:
     import rmqlog.log.state_rebuild as msm
 
@@ -443,7 +459,9 @@ def test_state_rebuild_in_bounded_windows_matches_the_published_state(
         assert (rebuilt.tail, rebuilt.queues) == (published.tail, published.queues)
 
 
-def test_recover_after_a_power_loss_that_kept_only_later_segments_keeps_no_torn_batch(root: Path, tmp_path: Path) -> None:
+def test_recover_after_a_power_loss_that_kept_only_later_segments_keeps_no_torn_batch(
+    root: Path, tmp_path: Path
+) -> None:
     """Nothing flushed yet, then a power loss that lost the first segments' names but kept a
     later segment: the log must not restart in the middle of a batch (found by test_crash)."""
     cfg = small_store_config(flush_interval_commit_log=60_000, flush_commit_log_thorough_interval=600_000)

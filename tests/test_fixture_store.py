@@ -175,7 +175,12 @@ def test_append_after_fixture(fx: rmqlog.MessageStore, fixture_root: Path) -> No
     assert len(recs) == N + 1
     last = recs[-1]
     assert (last.physical_offset, last.queue_offset, last.queue_id, last.topic, last.body) == (
-        SEG, N, 0, "abc", b"appended")
+        SEG,
+        N,
+        0,
+        "abc",
+        b"appended",
+    )
     assert last.store_host == "127.0.0.1:10911"
     assert last.properties["TAGS"] == "TAG1"
     assert fx.dispatch() == 1

@@ -47,8 +47,21 @@ import rmqlog
 CFG = small_store_config(mapped_file_size_consume_queue=20 * 8)
 FUZZ_CASES = 150
 #: Record fields (offset, width) a mutation may set to an extreme value.
-FIELDS = [(0, 4), (4, 4), (8, 4), (12, 4), (16, 4), (20, 8), (28, 8), (36, 4), (40, 8), (56, 8), (72, 4),
-          (76, 8), (84, 4)]
+FIELDS = [
+    (0, 4),
+    (4, 4),
+    (8, 4),
+    (12, 4),
+    (16, 4),
+    (20, 8),
+    (28, 8),
+    (36, 4),
+    (40, 8),
+    (56, 8),
+    (72, 4),
+    (76, 8),
+    (84, 4),
+]
 EXTREMES = [0, 1, -1, 0x7FFFFFFF, -0x80000000, 2**63 - 1, -(2**63), 4096, 4095, 8]
 
 
@@ -71,8 +84,15 @@ def bases(tmp_path_factory: pytest.TempPathFactory) -> list[Base]:
         s.create_topic("B", 2)
         for i in range(8):
             topic = "A" if i % 2 else "B"
-            s.put_batch(pa.table({"topic": [topic] * 7, "body": [f"{topic}{i}.{k}|".encode() * 5 for k in range(7)],
-                                  "tags": [f"t{k % 2}" for k in range(7)]}))
+            s.put_batch(
+                pa.table(
+                    {
+                        "topic": [topic] * 7,
+                        "body": [f"{topic}{i}.{k}|".encode() * 5 for k in range(7)],
+                        "tags": [f"t{k % 2}" for k in range(7)],
+                    }
+                )
+            )
         s.dispatch()
     theirs = tmp_path_factory.mktemp("fuzz") / "rocketmq"
     copy_file(FIXTURE_COMMITLOG, theirs / "commitlog" / FIXTURE_COMMITLOG.name)
@@ -88,8 +108,21 @@ def _files(root: Path) -> dict[str, list[Path]]:
     return {
         "commitlog": sorted((root / "commitlog").iterdir()),
         "consumequeue": sorted(p for p in (root / "consumequeue").rglob("*") if p.is_file()),
-        "state": [p for p in (root / n for n in ("append.state", "flush.state", "dispatch.state", "checkpoint",
-                                                 "config/topics.json", "config/consumerOffset.json")) if p.exists()],
+        "state": [
+            p
+            for p in (
+                root / n
+                for n in (
+                    "append.state",
+                    "flush.state",
+                    "dispatch.state",
+                    "checkpoint",
+                    "config/topics.json",
+                    "config/consumerOffset.json",
+                )
+            )
+            if p.exists()
+        ],
     }
 
 
@@ -102,8 +135,11 @@ def _mutate(rng: random.Random, root: Path, base: Base) -> str:
             return "nothing left to damage"
     path = rng.choice(files[kind])
     data = bytearray(path.read_bytes())
-    op = rng.choice(["flip", "field", "zero", "copy", "truncate", "delete"] if kind != "consumequeue"
-                    else ["flip", "unit", "unit", "zero", "truncate", "delete"])
+    op = rng.choice(
+        ["flip", "field", "zero", "copy", "truncate", "delete"]
+        if kind != "consumequeue"
+        else ["flip", "unit", "unit", "zero", "truncate", "delete"]
+    )
     seg_start = int(path.name) if kind == "commitlog" else 0
     if op == "delete" and rng.random() < 0.3:
         path.unlink()
@@ -131,7 +167,11 @@ def _mutate(rng: random.Random, root: Path, base: Base) -> str:
             other = rng.choice(base.record_starts)
             data[unit : unit + 8] = other.to_bytes(8, "big")
             if rng.random() < 0.5:  # with that record's true size: only topic/queue/offset tell
-                size = int.from_bytes(_record_bytes(base, root, other)[:4], "big") if _record_bytes(base, root, other) else 0
+                size = (
+                    int.from_bytes(_record_bytes(base, root, other)[:4], "big")
+                    if _record_bytes(base, root, other)
+                    else 0
+                )
                 data[unit + 8 : unit + 12] = size.to_bytes(4, "big")
         else:
             off, width = rng.choice([(0, 8), (8, 4), (12, 8)])
@@ -172,15 +212,22 @@ def _check_rows(base: Base, root: Path, table: pa.Table, topic: str, qid: int) -
     record's data). Its topic, queue and queue offset are the record's as stored: a damaged
     header field that every check accepts (a QUEUEID changed to the queue whose next offset
     the record happens to carry) is not detectable in RocketMQ's format."""
-    got = zip(table["commitLogOffset"].to_pylist(), table["topic"].to_pylist(), table["queueId"].to_pylist(),
-              table["queueOffset"].to_pylist(), table["body"].to_pylist(), strict=True)
+    got = zip(
+        table["commitLogOffset"].to_pylist(),
+        table["topic"].to_pylist(),
+        table["queueId"].to_pylist(),
+        table["queueOffset"].to_pylist(),
+        table["body"].to_pylist(),
+        strict=True,
+    )
     for off, t, q, qoff, body in got:
         assert (t, q) == (topic, qid), f"a read of {topic}/{qid} returned a message of {t}/{q}"
         assert off in base.originals, f"a message at {off}, where no record started"
         assert base.originals[off][3] == body, f"the message at {off} does not carry its original body"
         seg = max((p for p in (root / "commitlog").iterdir() if int(p.name) <= off), key=lambda p: int(p.name))
-        assert _stored(seg.read_bytes(), off - int(seg.name)) == (t, q, qoff, body), \
+        assert _stored(seg.read_bytes(), off - int(seg.name)) == (t, q, qoff, body), (
             f"the message at {off} is not the record stored there"
+        )
 
 
 def _stored(data: bytes, pos: int) -> tuple[str, int, int, bytes]:
@@ -281,12 +328,35 @@ def test_fuzz_damaged_stores(bases: list[Base], tmp_path: Path) -> None:
 #: its topic's queue count in a store without topics.json (``topics()`` listed 9 queues, a put
 #: to queue 8 was refused: the auto-created topic had the default 4; a queue id past 65535 made
 #: ``topics()`` list more queues than a topic can have).
-REGRESSION_SEEDS = [963, 1097, 2541, 3319, 3865, 14607, pytest.param(12210, marks=pytest.mark.xfail(strict=True, reason=(
-    "open defect: first segment deleted, a unit damaged and the next segment truncated: after repair, verify "
-    "finds that queue's unit offsets do not increase (repair does not check units below the log start)"))), pytest.param(1490, marks=pytest.mark.xfail(strict=True, reason=(
-    "known limitation: a QUEUEOFFSET damaged on the first record of a queue in a log whose first segment "
-    "is gone cannot be told from a real one; open and repair no longer crash (MemoryError), but verify "
-    "after repair reports the consume-queue file missing inside the queue")))]
+REGRESSION_SEEDS = [
+    963,
+    1097,
+    2541,
+    3319,
+    3865,
+    14607,
+    pytest.param(
+        12210,
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason=(
+                "open defect: first segment deleted, a unit damaged and the next segment truncated: after repair, verify "
+                "finds that queue's unit offsets do not increase (repair does not check units below the log start)"
+            ),
+        ),
+    ),
+    pytest.param(
+        1490,
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason=(
+                "known limitation: a QUEUEOFFSET damaged on the first record of a queue in a log whose first segment "
+                "is gone cannot be told from a real one; open and repair no longer crash (MemoryError), but verify "
+                "after repair reports the consume-queue file missing inside the queue"
+            ),
+        ),
+    ),
+]
 
 
 @pytest.mark.parametrize("seed", REGRESSION_SEEDS)
@@ -305,8 +375,10 @@ def test_fuzz_damaged_stores_long(bases: list[Base], tmp_path: Path) -> None:
             run_case(bases[seed % len(bases)], tmp_path, seed)
         except AssertionError as exc:  # every failing case is listed, not only the first
             failed.append(str(exc))
-    print(f"fuzz: {cases} cases (seeds {first}..{first + cases - 1}), {len(failed)} failed, "
-          f"in {time.monotonic() - started:.0f} s")
+    print(
+        f"fuzz: {cases} cases (seeds {first}..{first + cases - 1}), {len(failed)} failed, "
+        f"in {time.monotonic() - started:.0f} s"
+    )
     assert not failed, "\n".join(failed[:50])
 
 
@@ -423,8 +495,11 @@ def test_fuzz_damaged_timer_files_long(timer_base: tuple[Path, Timed], tmp_path:
             totals[k] += len(getattr(out, k))
         if not out.ok:
             failed.append(f"{desc}: {out}")
-    print(f"fuzz timer: {cases} cases (seeds {first}..{first + cases - 1}), {len(untyped)} untyped errors, "
-          + ", ".join(f"{v} {k}" for k, v in totals.items()) + f", in {time.monotonic() - started:.0f} s")
+    print(
+        f"fuzz timer: {cases} cases (seeds {first}..{first + cases - 1}), {len(untyped)} untyped errors, "
+        + ", ".join(f"{v} {k}" for k, v in totals.items())
+        + f", in {time.monotonic() - started:.0f} s"
+    )
     assert not untyped and not failed, "\n".join((untyped + failed)[:50])
 
 
@@ -575,6 +650,8 @@ def test_fuzz_damaged_state_files_long(state_base: Path, tmp_path: Path) -> None
             run_state_case(state_base, tmp_path, seed)
         except AssertionError as exc:
             failed.append(str(exc))
-    print(f"state fuzz: {cases} cases (seeds {first}..{first + cases - 1}), {len(failed)} failed, "
-          f"in {time.monotonic() - started:.0f} s")
+    print(
+        f"state fuzz: {cases} cases (seeds {first}..{first + cases - 1}), {len(failed)} failed, "
+        f"in {time.monotonic() - started:.0f} s"
+    )
     assert not failed, "\n".join(failed[:50])

@@ -61,12 +61,25 @@ def test_marker_survives_a_lost_append_state(root: Path, small_config: rmqlog.St
 
 @pytest.mark.parametrize(
     ("writer", "sequence", "field"),
-    [("", 1, "writer"), (None, 1, "writer"), ("a\x01b", 1, "writer"), ("x" * 1025, 1, "writer"),
-     (5, 1, "writer"), ("w", None, "sequence"), ("w", -1, "sequence"), ("w", 1.5, "sequence"),
-     ("w", True, "sequence"), ("w", 1 << 63, "sequence")],
+    [
+        ("", 1, "writer"),
+        (None, 1, "writer"),
+        ("a\x01b", 1, "writer"),
+        ("x" * 1025, 1, "writer"),
+        (5, 1, "writer"),
+        ("w", None, "sequence"),
+        ("w", -1, "sequence"),
+        ("w", 1.5, "sequence"),
+        ("w", True, "sequence"),
+        ("w", 1 << 63, "sequence"),
+    ],
 )
 def test_bad_writer_or_sequence_is_rejected_before_writing(
-    ms: rmqlog.MessageStore, root: Path, writer: object, sequence: object, field: str,
+    ms: rmqlog.MessageStore,
+    root: Path,
+    writer: object,
+    sequence: object,
+    field: str,
 ) -> None:
     with pytest.raises(InvalidMessageError) as err:
         ms.put_batch(batch(1, topic="T", body=b"x"), writer=writer, sequence=sequence)  # type: ignore[arg-type]
@@ -81,7 +94,9 @@ def test_bad_row_in_an_idempotent_batch_does_not_record_the_sequence(ms: rmqlog.
     assert ms.put_batch(batch(2, topic="T", body=b"x"), writer="w", sequence=1).num_rows == 2
 
 
-def test_concurrent_processes_replaying_the_same_batches_append_each_once(root: Path, small_config: rmqlog.StoreConfig) -> None:
+def test_concurrent_processes_replaying_the_same_batches_append_each_once(
+    root: Path, small_config: rmqlog.StoreConfig
+) -> None:
     """Four processes race to append the same 30 (writer, sequence) batches: each lands once."""
     script = textwrap.dedent(f"""
         import pyarrow as pa, rmqlog
@@ -107,7 +122,9 @@ def test_concurrent_processes_replaying_the_same_batches_append_each_once(root: 
 def _tables(sizes: list[int], topic: str = "T") -> list[pa.Table]:
     out, k = [], 0
     for n in sizes:
-        out.append(batch(n, topic=topic, body=[b"m%d" % (k + i) for i in range(n)], queueId=pa.array([0] * n, pa.int32())))
+        out.append(
+            batch(n, topic=topic, body=[b"m%d" % (k + i) for i in range(n)], queueId=pa.array([0] * n, pa.int32()))
+        )
         k += n
     return out
 

@@ -54,7 +54,9 @@ class RefIndexFile:
     40 + slots*4 + i*20: int keyHash, long phyOffset, int timeDiff, int prevIndex.
     """
 
-    def __init__(self, slots: int, num: int, prev_end_phy: int = 0, prev_end_ts: int = 0, *, on_disk_count: int = 1) -> None:
+    def __init__(
+        self, slots: int, num: int, prev_end_phy: int = 0, prev_end_ts: int = 0, *, on_disk_count: int = 1
+    ) -> None:
         self.slots, self.num = slots, num
         self.buf = bytearray(40 + slots * 4 + num * 20)
         # RocketMQ's in-memory header starts with indexCount 1; the new file's header holds
@@ -65,8 +67,17 @@ class RefIndexFile:
         self._write_header(on_disk_count)
 
     def _write_header(self, count: int | None = None) -> None:
-        struct.pack_into(">qqqqii", self.buf, 0, self.begin_ts, self.end_ts, self.begin_phy, self.end_phy,
-                         self.slot_count, self.count if count is None else count)
+        struct.pack_into(
+            ">qqqqii",
+            self.buf,
+            0,
+            self.begin_ts,
+            self.end_ts,
+            self.begin_phy,
+            self.end_phy,
+            self.slot_count,
+            self.count if count is None else count,
+        )
 
     def full(self) -> bool:
         return self.count >= self.num
@@ -110,7 +121,9 @@ class RefIndex:
     def put(self, key_hash_: int, phy: int, ts: int) -> None:
         if not self.files or self.files[-1].full():
             prev = self.files[-1] if self.files else None
-            self.files.append(RefIndexFile(self.slots, self.num, prev.end_phy if prev else 0, prev.end_ts if prev else 0))
+            self.files.append(
+                RefIndexFile(self.slots, self.num, prev.end_phy if prev else 0, prev.end_ts if prev else 0)
+            )
         assert self.files[-1].put_key(key_hash_, phy, ts)
 
 
@@ -144,7 +157,9 @@ def ref_select(buf: bytes, slots: int, num: int, kh: int, max_num: int, begin: i
         cur = prev
 
 
-def ref_query(files: list[bytes], slots: int, num: int, key: str, max_num: int = 64, begin: int = 0, end: int = (1 << 63) - 1) -> list[int]:
+def ref_query(
+    files: list[bytes], slots: int, num: int, key: str, max_num: int = 64, begin: int = 0, end: int = (1 << 63) - 1
+) -> list[int]:
     """RocketMQ's ``IndexService.queryOffset`` over the files' bytes (oldest first)."""
     kh = ref_key_hash(key)
     out: list[int] = []
@@ -197,8 +212,25 @@ def open_service(root: Path, config: IndexConfig = SMALL, **kw: object) -> Index
 # --------------------------------------------------------------------------- hashing
 
 HASH_SAMPLES = [
-    "", "a", "TAG1", "TagA", "Aa", "BB", "polygenelubricants", "héllo wörld", "日本語のキー", "😀", "a😀b𝄞c",
-    "\uffff\u0800\u07ff", "x" * 31, "y" * 32, "z" * 33, "k" * 200, "ü" * 40, "😀" * 20, "TopicTest#ORDER-1",
+    "",
+    "a",
+    "TAG1",
+    "TagA",
+    "Aa",
+    "BB",
+    "polygenelubricants",
+    "héllo wörld",
+    "日本語のキー",
+    "😀",
+    "a😀b𝄞c",
+    "\uffff\u0800\u07ff",
+    "x" * 31,
+    "y" * 32,
+    "z" * 33,
+    "k" * 200,
+    "ü" * 40,
+    "😀" * 20,
+    "TopicTest#ORDER-1",
 ]
 
 
@@ -224,7 +256,7 @@ def test_java_hash_matches_the_reference_on_equal_lengths(width: int, alphabet: 
     elif alphabet == "bmp":
         pool = [chr(c) for c in (0x80, 0x7FF, 0x800, 0xD7FF, 0xE000, 0xFFFD, 0xFFFF)]
     else:
-        pool = ["😀", "𝄞", "\U0010FFFF"]  # two UTF-16 units each
+        pool = ["😀", "𝄞", "\U0010ffff"]  # two UTF-16 units each
     rows = ["".join(rng.choice(pool, width)) for _ in range(50)] + [pool[-1] * width]
     h, _ = java_hash_column(pa.array(rows))
     assert h.tolist() == [ref_java_hash(s) for s in rows]
@@ -271,8 +303,16 @@ def test_message_keys_order_and_hashes() -> None:
     keys = pa.array(["a b", "  c  d ", None, "é😀 f", None])
     b = message_keys(topics, uniq, keys)
     expected = [
-        (0, "T1#U1"), (0, "T1#a"), (0, "T1#b"), (1, "T2#c"), (1, "T2#d"), (2, "T1#U3"),
-        (3, "T日#U4"), (3, "T日#é😀"), (3, "T日#f"), (4, "T1#"),  # an empty UNIQ_KEY is indexed (not null)
+        (0, "T1#U1"),
+        (0, "T1#a"),
+        (0, "T1#b"),
+        (1, "T2#c"),
+        (1, "T2#d"),
+        (2, "T1#U3"),
+        (3, "T日#U4"),
+        (3, "T日#é😀"),
+        (3, "T日#f"),
+        (4, "T1#"),  # an empty UNIQ_KEY is indexed (not null)
     ]
     assert b.message.tolist() == [m for m, _ in expected]
     assert b.key_hash.tolist() == [ref_key_hash(k) for _, k in expected]
@@ -455,7 +495,13 @@ def test_full_size_file_is_sparse(tmp_path: Path) -> None:
 
 def _one_file_store(tmp_path: Path, n: int = 50) -> Path:
     svc = open_service(tmp_path)
-    svc.build(pa.array(["T"] * n), 1000 + np.arange(n) * 100, 1_700_000_000_000 + np.arange(n), pa.array([f"k{i}" for i in range(n)]), None)
+    svc.build(
+        pa.array(["T"] * n),
+        1000 + np.arange(n) * 100,
+        1_700_000_000_000 + np.arange(n),
+        pa.array([f"k{i}" for i in range(n)]),
+        None,
+    )
     (f,) = svc.files()
     svc.close()
     return f.path
@@ -472,7 +518,9 @@ def _one_file_store(tmp_path: Path, n: int = 50) -> Path:
         (24, 5, ">q", "endPhyOffset"),
     ],
 )
-def test_damaged_header_is_a_typed_error_naming_file_and_field(tmp_path: Path, offset: int, value: int, fmt: str, field: str) -> None:
+def test_damaged_header_is_a_typed_error_naming_file_and_field(
+    tmp_path: Path, offset: int, value: int, fmt: str, field: str
+) -> None:
     path = _one_file_store(tmp_path)
     before_other = path.read_bytes()
     with open(path, "r+b") as fh:
@@ -482,7 +530,9 @@ def test_damaged_header_is_a_typed_error_naming_file_and_field(tmp_path: Path, o
         IndexService.open(tmp_path, SMALL)
     assert info.value.path == str(path) and info.value.offset == offset
     assert isinstance(info.value, StoreError)
-    assert path.read_bytes()[offset + struct.calcsize(fmt) :] == before_other[offset + struct.calcsize(fmt) :]  # nothing else touched
+    assert (
+        path.read_bytes()[offset + struct.calcsize(fmt) :] == before_other[offset + struct.calcsize(fmt) :]
+    )  # nothing else touched
     with pytest.raises(CorruptIndexError):
         IndexService.open(tmp_path, SMALL, writable=True)
 
@@ -503,7 +553,13 @@ def test_truncated_or_resized_file_is_a_typed_error(tmp_path: Path) -> None:
 def test_repair_sets_the_damaged_file_aside_and_removes_later_ones(tmp_path: Path) -> None:
     svc = open_service(tmp_path)
     n = 1000
-    svc.build(pa.array(["T"] * n), np.arange(n) * 100, 1_700_000_000_000 + np.arange(n) * 1000, pa.array([f"k{i}" for i in range(n)]), None)
+    svc.build(
+        pa.array(["T"] * n),
+        np.arange(n) * 100,
+        1_700_000_000_000 + np.arange(n) * 1000,
+        pa.array([f"k{i}" for i in range(n)]),
+        None,
+    )
     paths = [f.path for f in svc.files()]
     assert len(paths) == 3
     svc.close()
@@ -519,8 +575,13 @@ def test_repair_sets_the_damaged_file_aside_and_removes_later_ones(tmp_path: Pat
     assert resume == 398 * 100
     # feeding the records from resume_offset on again completes the index
     again = np.arange(n) * 100 >= resume
-    svc.build(pa.array(["T"] * int(again.sum())), (np.arange(n) * 100)[again], (1_700_000_000_000 + np.arange(n) * 1000)[again],
-              pa.array([f"k{i}" for i in range(n)]).filter(pa.array(again)), None)
+    svc.build(
+        pa.array(["T"] * int(again.sum())),
+        (np.arange(n) * 100)[again],
+        (1_700_000_000_000 + np.arange(n) * 1000)[again],
+        pa.array([f"k{i}" for i in range(n)]).filter(pa.array(again)),
+        None,
+    )
     for i in (0, 398, 399, 500, 999):
         assert svc.query("T", f"k{i}") == [i * 100]
     svc.close()
@@ -556,7 +617,9 @@ def test_disk_full_while_writing_entries_publishes_nothing(tmp_path: Path, monke
     assert str(path) in str(info.value)
     monkeypatch.setattr(os, "pwrite", real)
     assert path.read_bytes() == before  # intent cleared, nothing published
-    assert svc.build(pa.array(["T"] * 2), np.array([10**6, 10**6 + 1]), np.array([2, 3]), pa.array(["x", "y"]), None) == 2
+    assert (
+        svc.build(pa.array(["T"] * 2), np.array([10**6, 10**6 + 1]), np.array([2, 3]), pa.array(["x", "y"]), None) == 2
+    )
     assert svc.query("T", "y") == [10**6 + 1]
     svc.close()
 
@@ -582,8 +645,13 @@ T_MS = 1_700_000_000_000
 def test_config_is_checked() -> None:
     from rmqlog.errors import ConfigError
 
-    for bad in ({"max_hash_slot_num": 0}, {"max_index_num": 1}, {"max_msgs_num_batch": -1},
-                {"max_hash_slot_num": True}, {"max_hash_slot_num": 500_000_000}):
+    for bad in (
+        {"max_hash_slot_num": 0},
+        {"max_index_num": 1},
+        {"max_msgs_num_batch": -1},
+        {"max_hash_slot_num": True},
+        {"max_hash_slot_num": 500_000_000},
+    ):
         with pytest.raises(ConfigError):
             IndexConfig(**bad)  # type: ignore[arg-type]
 
@@ -655,9 +723,14 @@ def test_rocketmq_written_file_is_read(tmp_path: Path) -> None:
     assert svc.files()[0].header().index_count == 1  # 0 on disk reads as 1
     got = svc.query("TopicTest", "ORDER-7", max_count=64)
     assert got == [1000 + i * 300 for i in reversed(range(300)) if keys[i] == "ORDER-7"]
-    assert svc.query("TopicTest", "ORDER-7", begin_ms=1_650_000_000_000 + 200 * 1500) == [1000 + i * 300 for i in reversed(range(200, 300)) if keys[i] == "ORDER-7"]
+    assert svc.query("TopicTest", "ORDER-7", begin_ms=1_650_000_000_000 + 200 * 1500) == [
+        1000 + i * 300 for i in reversed(range(200, 300)) if keys[i] == "ORDER-7"
+    ]
     svc.close()
     w = open_service(tmp_path)
-    assert w.build(pa.array(["TopicTest"]), np.array([10**6]), np.array([1_650_001_000_000]), None, pa.array(["ORDER-7"])) == 1
+    assert (
+        w.build(pa.array(["TopicTest"]), np.array([10**6]), np.array([1_650_001_000_000]), None, pa.array(["ORDER-7"]))
+        == 1
+    )
     assert w.query("TopicTest", "ORDER-7", max_count=3) == [10**6, 1000 + 287 * 300, 1000 + 247 * 300]
     w.close()

@@ -38,7 +38,9 @@ T0 = 1_700_000_000_000
 class Msgs:
     """A stream of messages: topic, offset, store time, UNIQ_KEY, KEYS (RocketMQ's strings)."""
 
-    def __init__(self, n: int, seed: int = 0, *, topics: tuple[str, ...] = ("T",), distinct: int = 50, step_ms: int = 700) -> None:
+    def __init__(
+        self, n: int, seed: int = 0, *, topics: tuple[str, ...] = ("T",), distinct: int = 50, step_ms: int = 700
+    ) -> None:
         rng = np.random.default_rng(seed)
         self.topic = [topics[int(i)] for i in rng.integers(0, len(topics), n)]
         self.phy = np.cumsum(rng.integers(50, 400, n)).astype(np.int64)
@@ -62,13 +64,21 @@ class Msgs:
 
     def cols(self, lo: int = 0, hi: int | None = None) -> tuple[pa.Array, np.ndarray, np.ndarray, pa.Array, pa.Array]:
         s = slice(lo, hi)
-        return pa.array(self.topic[s]), self.phy[s], self.ts[s], pa.array(self.uniq[s], pa.string()), pa.array(self.keys[s], pa.string())
+        return (
+            pa.array(self.topic[s]),
+            self.phy[s],
+            self.ts[s],
+            pa.array(self.uniq[s], pa.string()),
+            pa.array(self.keys[s], pa.string()),
+        )
 
     def key_stream(self) -> list[tuple[str, int, int]]:
         """(``topic#key``, offset, time) in RocketMQ's order."""
         out = []
         for i in range(len(self)):
-            ks = ([self.uniq[i]] if self.uniq[i] is not None else []) + [k for k in (self.keys[i] or "").split(" ") if k]
+            ks = ([self.uniq[i]] if self.uniq[i] is not None else []) + [
+                k for k in (self.keys[i] or "").split(" ") if k
+            ]
             out += [(f"{self.topic[i]}#{k}", int(self.phy[i]), int(self.ts[i])) for k in ks]
         return out
 
@@ -111,11 +121,13 @@ def test_build_matches_the_reference_byte_for_byte_and_key_for_key(tmp_path: Pat
 
 
 def test_queries_are_exact_across_files_with_hash_collisions(tmp_path: Path) -> None:
-    """"Aa" and "BB" have the same Java hash: the index returns both messages, key_matches keeps
+    """ "Aa" and "BB" have the same Java hash: the index returns both messages, key_matches keeps
     the right one; keys sharing a slot (hash % 100) are told apart by hash."""
     assert ref_key_hash("T#Aa") == ref_key_hash("T#BB")
     names = ["Aa", "BB", "AaAa", "BBBB", "AaBB", "other"]
-    same_slot = [k for k in (f"s{i}" for i in range(2000)) if ref_key_hash(f"T#{k}") % 100 == ref_key_hash("T#Aa") % 100][:5]
+    same_slot = [
+        k for k in (f"s{i}" for i in range(2000)) if ref_key_hash(f"T#{k}") % 100 == ref_key_hash("T#Aa") % 100
+    ][:5]
     names += same_slot
     n = 1500
     rng = np.random.default_rng(9)
@@ -138,13 +150,17 @@ def test_queries_are_exact_across_files_with_hash_collisions(tmp_path: Path) -> 
         else:
             assert got == exact[:64]
         # the caller's check against the real keys removes the collisions
-        table = pa.table({
-            "topic": ["T"] * len(got),
-            "keys": [[pick[(p - 7) // 100]] for p in got],
-            "properties": pa.array([[] for _ in got], pa.map_(pa.string(), pa.string())),
-            "commitLogOffset": got,
-        })
-        assert matching_messages(table, "T", name).column("commitLogOffset").to_pylist() == [p for p in got if pick[(p - 7) // 100] == name]
+        table = pa.table(
+            {
+                "topic": ["T"] * len(got),
+                "keys": [[pick[(p - 7) // 100]] for p in got],
+                "properties": pa.array([[] for _ in got], pa.map_(pa.string(), pa.string())),
+                "commitLogOffset": got,
+            }
+        )
+        assert matching_messages(table, "T", name).column("commitLogOffset").to_pylist() == [
+            p for p in got if pick[(p - 7) // 100] == name
+        ]
     svc.close()
 
 
@@ -263,7 +279,9 @@ def kill_before_header(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(IndexFile, "_pwrite", dying)
 
 
-def test_writer_killed_mid_batch_loses_nothing_and_duplicates_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_writer_killed_mid_batch_loses_nothing_and_duplicates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     msgs = Msgs(700, seed=11, distinct=20)
     clean = open_service(tmp_path / "clean")
     clean.build(*msgs.cols())
@@ -301,7 +319,9 @@ def test_writer_killed_mid_batch_loses_nothing_and_duplicates_nothing(tmp_path: 
     svc.close()
 
 
-def test_killed_batch_replaced_by_other_records_loses_no_published_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_killed_batch_replaced_by_other_records_loses_no_published_key(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The killed writer's batch never comes back (recovery cut its records; other records take
     their offsets): the slots it moved must still lead to every published key, not into the
     chains of the entries that now occupy its places."""
@@ -454,14 +474,18 @@ def test_another_process_writes_and_a_reader_sees_it(tmp_path: Path) -> None:
     reader = IndexService.open(tmp_path, SMALL)
     before = len(reader.files())
     np.savez(tmp_path / "m.npz", phy=msgs.phy, ts=msgs.ts)
-    (tmp_path / "m.txt").write_text("\n".join(f"{t}\t{u or ''}\t{k or ''}\t{int(u is None)}\t{int(k is None)}"
-                                              for t, u, k in zip(msgs.topic, msgs.uniq, msgs.keys, strict=True)))
+    (tmp_path / "m.txt").write_text(
+        "\n".join(
+            f"{t}\t{u or ''}\t{k or ''}\t{int(u is None)}\t{int(k is None)}"
+            for t, u, k in zip(msgs.topic, msgs.uniq, msgs.keys, strict=True)
+        )
+    )
     child = textwrap.dedent(f"""
         import numpy as np, pyarrow as pa
         from pathlib import Path
         from rmqlog.index import IndexService, IndexConfig
-        d = np.load({str(tmp_path / 'm.npz')!r})
-        rows = [line.split("\\t") for line in Path({str(tmp_path / 'm.txt')!r}).read_text().split("\\n")]
+        d = np.load({str(tmp_path / "m.npz")!r})
+        rows = [line.split("\\t") for line in Path({str(tmp_path / "m.txt")!r}).read_text().split("\\n")]
         svc = IndexService.open(Path({str(tmp_path)!r}), IndexConfig(100, 400), writable=True, now_ms=lambda: 1_800_000_000_000)
         svc.build(pa.array([r[0] for r in rows]), d["phy"], d["ts"],
                   pa.array([None if r[3] == "1" else r[1] for r in rows], pa.string()),
@@ -494,30 +518,49 @@ def test_store_records_are_indexed_and_found(tmp_path: Path) -> None:
     from rmqlog.log.properties import PROPERTY_KEYS, PROPERTY_UNIQ_KEY, ParsedProperties
     from rmqlog.schema import MESSAGE_SCHEMA
 
-    ms = MessageStore.open(tmp_path / "store", StoreConfig(message_index_enable=False))  # the index is built by hand here
+    ms = MessageStore.open(
+        tmp_path / "store", StoreConfig(message_index_enable=False)
+    )  # the index is built by hand here
     n = 120  # TopicA: 20 "Aa" and 20 "BB" messages, under the 64 a query returns
     keys = [["Aa"] if i % 3 == 0 else ["BB", f"order-{i}"] if i % 3 == 1 else [] for i in range(n)]
-    put = ms.put_batch(pa.table({"topic": ["TopicA"] * (n // 2) + ["TopicB"] * (n - n // 2),
-                                 "body": [b"x%d" % i for i in range(n)], "keys": keys}))
+    put = ms.put_batch(
+        pa.table(
+            {
+                "topic": ["TopicA"] * (n // 2) + ["TopicB"] * (n - n // 2),
+                "body": [b"x%d" % i for i in range(n)],
+                "keys": keys,
+            }
+        )
+    )
     idx = IndexService.open(tmp_path / "store", IndexConfig(100, 400), writable=True)
     tail = ms.published_tail()
     for seg, scan in ms.commitlog.scan(0, tail):
         cols = read_columns(seg.buffer(), seg.start, scan.positions, with_body=False)
         props = ParsedProperties(cols.properties)
-        idx.build(cols.topic, cols.offsets, cols.header["storeTimestamp"], props.column(PROPERTY_UNIQ_KEY),
-                  props.column(PROPERTY_KEYS), cols.header["sysFlag"])
+        idx.build(
+            cols.topic,
+            cols.offsets,
+            cols.header["storeTimestamp"],
+            props.column(PROPERTY_UNIQ_KEY),
+            props.column(PROPERTY_KEYS),
+            cols.header["sysFlag"],
+        )
 
     def messages(offsets: list[int]) -> pa.Table:
         return pa.Table.from_pylist([ms.message_by_offset(o) for o in offsets], schema=MESSAGE_SCHEMA)
 
     offsets = idx.query("TopicA", "Aa")
     found = matching_messages(messages(offsets), "TopicA", "Aa")
-    assert sorted(found.column("commitLogOffset").to_pylist()) == [put["commitLogOffset"][i].as_py() for i in range(0, n // 2, 3)]
+    assert sorted(found.column("commitLogOffset").to_pylist()) == [
+        put["commitLogOffset"][i].as_py() for i in range(0, n // 2, 3)
+    ]
     assert len(offsets) > found.num_rows  # "BB" collides with "Aa": removed by the check
     row = 61
     uniq = dict(ms.message_by_offset(put["commitLogOffset"][row].as_py())["properties"])["UNIQ_KEY"]
     hit = idx.query("TopicB", uniq)
-    assert matching_messages(messages(hit), "TopicB", uniq).column("commitLogOffset").to_pylist() == [put["commitLogOffset"][row].as_py()]
+    assert matching_messages(messages(hit), "TopicB", uniq).column("commitLogOffset").to_pylist() == [
+        put["commitLogOffset"][row].as_py()
+    ]
     assert not key_matches(messages(hit), "TopicA", uniq).any()
     assert idx.query("TopicB", "order-61") == [put["commitLogOffset"][row].as_py()]
     idx.close()

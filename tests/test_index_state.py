@@ -20,8 +20,15 @@ T = "IDX"
 
 
 def put_keys(s: rmqlog.MessageStore, n: int, start: int = 0) -> None:
-    s.put_batch(pa.table({"topic": [T] * n, "body": [b"m%d" % i for i in range(start, start + n)],
-                          "keys": [[f"k{i}"] for i in range(start, start + n)]}))
+    s.put_batch(
+        pa.table(
+            {
+                "topic": [T] * n,
+                "body": [b"m%d" % i for i in range(start, start + n)],
+                "keys": [[f"k{i}"] for i in range(start, start + n)],
+            }
+        )
+    )
     s.dispatch()
 
 
@@ -37,16 +44,21 @@ def geometry(root: Path) -> Path:
     return root / "config" / "indexFile.json"
 
 
-@pytest.mark.parametrize("content", [
-    b"{not json",
-    json.dumps({"maxHashSlotNum": 1 << 40, "maxIndexNum": 100}).encode(),  # past Java's int
-    json.dumps({"maxHashSlotNum": 64.5, "maxIndexNum": 100}).encode(),
-    json.dumps({"maxHashSlotNum": True, "maxIndexNum": 100}).encode(),
-    json.dumps({"maxHashSlotNum": 400_000_000, "maxIndexNum": 2}).encode(),  # 1.6 GB of slots; not the files' size
-    json.dumps({"maxHashSlotNum": SMALL_INDEX_SLOTS + 1, "maxIndexNum": SMALL_INDEX_ENTRIES}).encode(),  # a flipped bit
-    json.dumps({"maxHashSlotNum": SMALL_INDEX_SLOTS, "maxIndexNum": SMALL_INDEX_ENTRIES, "crc": 1}).encode(),
-    b"[]",
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        json.dumps({"maxHashSlotNum": 1 << 40, "maxIndexNum": 100}).encode(),  # past Java's int
+        json.dumps({"maxHashSlotNum": 64.5, "maxIndexNum": 100}).encode(),
+        json.dumps({"maxHashSlotNum": True, "maxIndexNum": 100}).encode(),
+        json.dumps({"maxHashSlotNum": 400_000_000, "maxIndexNum": 2}).encode(),  # 1.6 GB of slots; not the files' size
+        json.dumps(
+            {"maxHashSlotNum": SMALL_INDEX_SLOTS + 1, "maxIndexNum": SMALL_INDEX_ENTRIES}
+        ).encode(),  # a flipped bit
+        json.dumps({"maxHashSlotNum": SMALL_INDEX_SLOTS, "maxIndexNum": SMALL_INDEX_ENTRIES, "crc": 1}).encode(),
+        b"[]",
+    ],
+)
 @pytest.mark.parametrize("repair", [False, True], ids=["open", "repair"])
 def test_a_bad_geometry_is_set_aside_and_the_index_rebuilt(root: Path, content: bytes, repair: bool) -> None:
     """``indexFile.json`` unreadable, past Java's int range, or absurd (a geometry the

@@ -34,7 +34,9 @@ from rmqlog.admin.cli import main as cli
 T = "IDX"
 
 
-def entries(root: Path, slots: int = SMALL_INDEX_SLOTS, num: int = SMALL_INDEX_ENTRIES) -> list[tuple[int, int, int, int]]:
+def entries(
+    root: Path, slots: int = SMALL_INDEX_SLOTS, num: int = SMALL_INDEX_ENTRIES
+) -> list[tuple[int, int, int, int]]:
     """Every entry of every index file of ``root`` (keyHash, phyOffset, timeDiff, prevIndex)."""
     out: list[tuple[int, int, int, int]] = []
     index = root / "index"
@@ -46,12 +48,16 @@ def entries(root: Path, slots: int = SMALL_INDEX_SLOTS, num: int = SMALL_INDEX_E
 
 def put_keys(s: rmqlog.MessageStore, n: int, *, start: int = 0, topic: str = T) -> pa.Table:
     """``n`` messages with KEYS ``k<i> shared`` (two tokens) and the store's UNIQ_KEY."""
-    return s.put_batch(pa.table({
-        "topic": [topic] * n,
-        "body": [f"m{i}".encode() for i in range(start, start + n)],
-        "queueId": [i % 2 for i in range(n)],
-        "keys": [[f"k{i}", "shared"] for i in range(start, start + n)],
-    }))
+    return s.put_batch(
+        pa.table(
+            {
+                "topic": [topic] * n,
+                "body": [f"m{i}".encode() for i in range(start, start + n)],
+                "queueId": [i % 2 for i in range(n)],
+                "keys": [[f"k{i}", "shared"] for i in range(start, start + n)],
+            }
+        )
+    )
 
 
 @pytest.fixture
@@ -87,7 +93,9 @@ def test_query_caps_at_max_count_and_max_msgs_num_batch(ms: rmqlog.MessageStore)
 def test_hash_collisions_are_removed(ms: rmqlog.MessageStore, root: Path) -> None:
     # "Aa" and "BB" have the same Java hashCode, so "IDX#Aa" and "IDX#BB" share every slot
     assert ref_key_hash(f"{T}#Aa") == ref_key_hash(f"{T}#BB")
-    ms.put_batch(pa.table({"topic": [T, T, "OTHER"], "body": [b"aa", b"bb", b"other-aa"], "keys": [["Aa"], ["BB"], ["Aa"]]}))
+    ms.put_batch(
+        pa.table({"topic": [T, T, "OTHER"], "body": [b"aa", b"bb", b"other-aa"], "keys": [["Aa"], ["BB"], ["Aa"]]})
+    )
     ms.dispatch()
     assert ms.query_by_key(T, "Aa").column("body").to_pylist() == [b"aa"]
     assert ms.query_by_key(T, "BB").column("body").to_pylist() == [b"bb"]
@@ -118,8 +126,13 @@ def test_time_range(ms: rmqlog.MessageStore) -> None:
 
 
 def test_bad_arguments_are_typed(ms: rmqlog.MessageStore) -> None:
-    for call in (lambda: ms.query_by_key(T, ""), lambda: ms.query_by_key(T, 5), lambda: ms.query_by_unique_key(T, None),
-                 lambda: ms.query_by_key(T, "k", max_count=0), lambda: ms.query_by_key(T, "k", begin_ms="x")):
+    for call in (
+        lambda: ms.query_by_key(T, ""),
+        lambda: ms.query_by_key(T, 5),
+        lambda: ms.query_by_unique_key(T, None),
+        lambda: ms.query_by_key(T, "k", max_count=0),
+        lambda: ms.query_by_key(T, "k", begin_ms="x"),
+    ):
         with pytest.raises(rmqlog.InvalidArgumentError):
             call()
     with pytest.raises(rmqlog.InvalidTopicError):
@@ -167,8 +180,12 @@ os._exit(0)  # no close: the next open takes the abnormal path
 
 def exit_without_close(root: Path, slots: int, num: int, flushed: int, more: int) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    subprocess.run([sys.executable, "-c", EXIT_CHILD, str(root), str(slots), str(num), str(flushed), str(more)],
-                   env=env, check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-c", EXIT_CHILD, str(root), str(slots), str(num), str(flushed), str(more)],
+        env=env,
+        check=True,
+        timeout=120,
+    )
 
 
 def test_a_lost_index_is_rebuilt_at_open_after_an_abnormal_exit(root: Path) -> None:
@@ -212,9 +229,18 @@ s.close()
 #: (crash point, which time it is reached): the dispatch of KILL_CHILD killed at each step of
 #: an index file's write (entries, slots, header), at a file's creation (first, a middle one,
 #: the last), between a run's units and its index entries, and before dispatch.state moves
-DISPATCH_KILLS = [("index.entries", 1), ("index.entries", 11), ("index.slots", 2), ("index.slots", 22),
-                  ("index.created", 1), ("index.created", 10), ("index.created", 21), ("dispatch.units", 1),
-                  ("dispatch.units", 2), ("dispatch.position", 1)]
+DISPATCH_KILLS = [
+    ("index.entries", 1),
+    ("index.entries", 11),
+    ("index.slots", 2),
+    ("index.slots", 22),
+    ("index.created", 1),
+    ("index.created", 10),
+    ("index.created", 21),
+    ("dispatch.units", 1),
+    ("dispatch.units", 2),
+    ("dispatch.position", 1),
+]
 
 
 @pytest.mark.slow
@@ -222,8 +248,9 @@ DISPATCH_KILLS = [("index.entries", 1), ("index.entries", 11), ("index.slots", 2
 def test_kill_during_dispatch_leaves_every_key_indexed_once(tmp_path: Path, point: str, n: int) -> None:
     """A dispatcher killed inside the dispatch (files rolling every 59 keys), at the crash
     point named: after the next open every key is indexed exactly once."""
-    cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600,
-                            max_hash_slot_num=50, max_index_num=60)
+    cfg = rmqlog.StoreConfig(
+        mapped_file_size_commit_log=64 << 10, mapped_file_size_consume_queue=600, max_hash_slot_num=50, max_index_num=60
+    )
     root = tmp_path / "s"
     assert kill_at_crash_point(["-c", KILL_CHILD, str(root)], point, n, tmp=tmp_path) == ["put"]
     with rmqlog.MessageStore.open(root, cfg) as s:
@@ -303,7 +330,11 @@ def test_the_stores_index_geometry_wins_over_the_configured_one(root: Path) -> N
         put_keys(s, 5)
         s.dispatch()
     doc = json.loads((root / "config" / "indexFile.json").read_text())
-    assert (doc["maxHashSlotNum"], doc["maxIndexNum"]) == (64, 100) and set(doc) == {"maxHashSlotNum", "maxIndexNum", "crc"}
+    assert (doc["maxHashSlotNum"], doc["maxIndexNum"]) == (64, 100) and set(doc) == {
+        "maxHashSlotNum",
+        "maxIndexNum",
+        "crc",
+    }
     with rmqlog.MessageStore.open(root) as s:  # the default config: 5,000,000 slots
         assert s.query_by_key(T, "k4").num_rows == 1
     (root / "config" / "indexFile.json").write_text("{not json")
@@ -326,7 +357,9 @@ def test_time_range_query_across_topics(root: Path, capsys: pytest.CaptureFixtur
         t_b = second.column("storeTimestamp")[0].value // 1000
         everything = ms.query_by_time(0)
         assert everything.num_rows == 10
-        assert everything.column("storeTimestamp").to_pylist() == sorted(everything.column("storeTimestamp").to_pylist())
+        assert everything.column("storeTimestamp").to_pylist() == sorted(
+            everything.column("storeTimestamp").to_pylist()
+        )
         assert ms.query_by_time(t_b).column("topic").to_pylist() == ["B"] * 4
         assert ms.query_by_time(0, t_a, topics=["A", "B"]).column("topic").to_pylist() == ["A"] * 6
         assert ms.query_by_time(0, max_count=3).num_rows == 3
@@ -361,7 +394,9 @@ def test_a_creator_killed_mid_file_leaves_no_short_index_file(root: Path) -> Non
         assert s.query_by_key(T, "k0").num_rows == 1 and len(os.listdir(root / "index")) > len(names)
 
 
-@pytest.mark.parametrize("shape", ["plain", "keys", "keys-and-properties", "several-tables", "keys-in-properties", "tags-in-properties"])
+@pytest.mark.parametrize(
+    "shape", ["plain", "keys", "keys-and-properties", "several-tables", "keys-in-properties", "tags-in-properties"]
+)
 def test_an_index_fed_from_the_appended_batch_is_the_one_the_log_gives(root: Path, shape: str) -> None:
     """A put's dispatch feeds the index from the batch's own fields (its topics, the ids its
     encoding made, its keys column) instead of reading the records back: the entries must be
@@ -370,9 +405,15 @@ def test_an_index_fed_from_the_appended_batch_is_the_one_the_log_gives(root: Pat
     properties map)."""
     cfg = small_store_config()
     n = 40
-    props = pa.array([[("p", str(i))] + ([("KEYS", f"pk{i}")] if shape == "keys-in-properties" else [])
-                      + ([("TAGS", "t")] if shape == "tags-in-properties" else []) for i in range(n)],
-                     pa.map_(pa.string(), pa.string()))
+    props = pa.array(
+        [
+            [("p", str(i))]
+            + ([("KEYS", f"pk{i}")] if shape == "keys-in-properties" else [])
+            + ([("TAGS", "t")] if shape == "tags-in-properties" else [])
+            for i in range(n)
+        ],
+        pa.map_(pa.string(), pa.string()),
+    )
     table = pa.table({"topic": [T] * n, "body": [f"m{i}".encode() for i in range(n)]})
     if shape != "plain":
         table = table.append_column("queueId", pa.array([i % 2 for i in range(n)], pa.int32()))
@@ -382,6 +423,7 @@ def test_an_index_fed_from_the_appended_batch_is_the_one_the_log_gives(root: Pat
         table = table.append_column("properties", props)
     with rmqlog.MessageStore.open(root, cfg) as s:
         if shape not in ("keys-in-properties", "tags-in-properties"):  # fed from the batch: nothing read back
+
             def no_read_back(*a: object, **k: object) -> int:
                 raise AssertionError("the dispatch read the records back")
 

@@ -54,8 +54,15 @@ def _files(root: Path) -> dict[str, bytes]:
     return snapshot_files(root, "append.state", "dispatch.state", "config/topics.json", "config/consumerOffset.json")
 
 
-def _rejected(s: rmqlog.MessageStore, root: Path, call: Callable[[], Any], err: type[Exception],
-              row: int | None, field: str, match: str | None = None) -> InvalidMessageError:
+def _rejected(
+    s: rmqlog.MessageStore,
+    root: Path,
+    call: Callable[[], Any],
+    err: type[Exception],
+    row: int | None,
+    field: str,
+    match: str | None = None,
+) -> InvalidMessageError:
     """``call`` raises ``err`` naming (row, field); nothing on disk changed."""
     before = _files(root)
     with pytest.raises(err, match=match) as info:
@@ -70,7 +77,11 @@ def _rejected(s: rmqlog.MessageStore, root: Path, call: Callable[[], Any], err: 
 
 def _props_table(props: list[list[tuple[str, str]] | None], **cols: Any) -> pa.Table:
     n = len(props)
-    base: dict[str, Any] = {"topic": ["T"] * n, "body": pa.array([b"m"] * n, pa.binary()), "properties": pa.array(props, MAP)}
+    base: dict[str, Any] = {
+        "topic": ["T"] * n,
+        "body": pa.array([b"m"] * n, pa.binary()),
+        "properties": pa.array(props, MAP),
+    }
     base.update(cols)
     return pa.table(base)
 
@@ -85,10 +96,24 @@ def test_a_user_property_cannot_forge_the_writer_marker(root: Path) -> None:
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.put("T", b"seed")
         s.dispatch()
-        _rejected(s, root, lambda: s.put_batch(_props_table([[("RMQLOG_WRITER", "999 evil")]])),
-                  InvalidMessageError, 0, "properties", match="RMQLOG_WRITER")
-        _rejected(s, root, lambda: s.put("T", b"x", properties={"RMQLOG_WRITER": "999 evil"}),
-                  InvalidMessageError, 0, "properties", match="RMQLOG_WRITER")
+        _rejected(
+            s,
+            root,
+            lambda: s.put_batch(_props_table([[("RMQLOG_WRITER", "999 evil")]])),
+            InvalidMessageError,
+            0,
+            "properties",
+            match="RMQLOG_WRITER",
+        )
+        _rejected(
+            s,
+            root,
+            lambda: s.put("T", b"x", properties={"RMQLOG_WRITER": "999 evil"}),
+            InvalidMessageError,
+            0,
+            "properties",
+            match="RMQLOG_WRITER",
+        )
     os.remove(root / "append.state")
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.writer_sequence("evil") is None
@@ -96,7 +121,9 @@ def test_a_user_property_cannot_forge_the_writer_marker(root: Path) -> None:
     assert [r.body for r in walk(root)] == [b"seed", b"real"]
 
 
-@pytest.mark.parametrize("name", sorted(RESERVED_PROPERTIES - DELAY_PROPERTIES - {"DELAY"}) + ["RMQLOG_WRITER", "RMQLOG_", "RMQLOG_OTHER"])
+@pytest.mark.parametrize(
+    "name", sorted(RESERVED_PROPERTIES - DELAY_PROPERTIES - {"DELAY"}) + ["RMQLOG_WRITER", "RMQLOG_", "RMQLOG_OTHER"]
+)
 def test_reserved_names_are_rejected_naming_row_and_name(vs: rmqlog.MessageStore, root: Path, name: str) -> None:
     props: list[list[tuple[str, str]] | None] = [[("a", "1")], None, [("b", "2"), (name, "v")]]
     e = _rejected(vs, root, lambda: vs.put_batch(_props_table(props)), InvalidMessageError, 2, "properties")
@@ -107,8 +134,15 @@ def test_reserved_names_are_rejected_naming_row_and_name(vs: rmqlog.MessageStore
 def test_timer_properties_are_the_stores_to_set(vs: rmqlog.MessageStore, root: Path, name: str) -> None:
     """A timer property other than the three a delivery time is given with (TIMER_OUT_MS,
     TIMER_ENQUEUE_MS...) is the timer's own (tests/test_timer.py)."""
-    _rejected(vs, root, lambda: vs.put_batch(_props_table([None, [(name, "3")]])), InvalidMessageError, 1, "properties",
-              match="set by the store's timer")
+    _rejected(
+        vs,
+        root,
+        lambda: vs.put_batch(_props_table([None, [(name, "3")]])),
+        InvalidMessageError,
+        1,
+        "properties",
+        match="set by the store's timer",
+    )
 
 
 def test_rocketmq_reserved_list_is_4_9_8s() -> None:
@@ -126,20 +160,42 @@ def test_rocketmq_reserved_list_is_4_9_8s() -> None:
         pytest.param(lambda s: s.put("T", b"x", properties={"ok": "1", "TRAN_MSG": "true"}), 0, id="put"),
         pytest.param(lambda s: s.put_batch(_props_table([None, [("TRAN_MSG", "true")]])), 1, id="put_batch"),
         # topic/body/properties: a batch with a properties column never takes the plain fast path
-        pytest.param(lambda s: s.put_batch(pa.table({"topic": ["T"], "body": [b"x"],
-                                                     "properties": pa.array([[("TRAN_MSG", "1")]], MAP)})), 0, id="plain-shape"),
-        pytest.param(lambda s: s.put_batches([pa.table({"topic": ["T"] * 3, "body": [b"a"] * 3}),
-                                              _props_table([None, [("TRAN_MSG", "1")]])]), 4, id="put_batches"),
-        pytest.param(lambda s: s.put_batch(_props_table([[("TRAN_MSG", "1")]]), writer="w", sequence=1), 0, id="idempotent"),
+        pytest.param(
+            lambda s: s.put_batch(
+                pa.table({"topic": ["T"], "body": [b"x"], "properties": pa.array([[("TRAN_MSG", "1")]], MAP)})
+            ),
+            0,
+            id="plain-shape",
+        ),
+        pytest.param(
+            lambda s: s.put_batches(
+                [pa.table({"topic": ["T"] * 3, "body": [b"a"] * 3}), _props_table([None, [("TRAN_MSG", "1")]])]
+            ),
+            4,
+            id="put_batches",
+        ),
+        pytest.param(
+            lambda s: s.put_batch(_props_table([[("TRAN_MSG", "1")]]), writer="w", sequence=1), 0, id="idempotent"
+        ),
     ],
 )
-def test_every_put_path_checks_the_names(vs: rmqlog.MessageStore, root: Path, call: Callable[[rmqlog.MessageStore], Any], row: int) -> None:
+def test_every_put_path_checks_the_names(
+    vs: rmqlog.MessageStore, root: Path, call: Callable[[rmqlog.MessageStore], Any], row: int
+) -> None:
     _rejected(vs, root, lambda: call(vs), InvalidMessageError, row, "properties", match="TRAN_MSG")
 
 
 def test_allowed_names_and_lookalikes_are_stored(vs: rmqlog.MessageStore, root: Path) -> None:
-    props = [("MY_DELAY", "1"), ("delay", "2"), ("rmqlog_writer", "3"), ("XRMQLOG_WRITER", "999 evil"),
-             ("RMQLOG", "4"), ("TAGS", "A"), ("KEYS", "k1 k2"), ("UNIQ_KEY", UNIQ32)]
+    props = [
+        ("MY_DELAY", "1"),
+        ("delay", "2"),
+        ("rmqlog_writer", "3"),
+        ("XRMQLOG_WRITER", "999 evil"),
+        ("RMQLOG", "4"),
+        ("TAGS", "A"),
+        ("KEYS", "k1 k2"),
+        ("UNIQ_KEY", UNIQ32),
+    ]
     vs.put_batch(_props_table([props]))
     rec = walk(root)[-1]
     assert rec.properties == dict(props)
@@ -151,10 +207,19 @@ def test_a_client_message_id_is_kept(vs: rmqlog.MessageStore, root: Path, given:
     assert walk(root)[-1].properties["UNIQ_KEY"] == given
 
 
-@pytest.mark.parametrize("bad", ["MINE-1", UNIQ32.lower(), UNIQ32[:-1], UNIQ32 + "0", UNIQ56 + "00", "G" * 32, " " + UNIQ32[1:]])
+@pytest.mark.parametrize(
+    "bad", ["MINE-1", UNIQ32.lower(), UNIQ32[:-1], UNIQ32 + "0", UNIQ56 + "00", "G" * 32, " " + UNIQ32[1:]]
+)
 def test_a_uniq_key_must_be_a_rocketmq_client_id(vs: rmqlog.MessageStore, root: Path, bad: str) -> None:
-    _rejected(vs, root, lambda: vs.put_batch(_props_table([None, None, [("UNIQ_KEY", bad)]])),
-              InvalidMessageError, 2, "properties", match="UNIQ_KEY")
+    _rejected(
+        vs,
+        root,
+        lambda: vs.put_batch(_props_table([None, None, [("UNIQ_KEY", bad)]])),
+        InvalidMessageError,
+        2,
+        "properties",
+        match="UNIQ_KEY",
+    )
 
 
 def test_null_map_rows_do_not_count(vs: rmqlog.MessageStore, root: Path) -> None:
@@ -176,13 +241,17 @@ def test_marker_text_elsewhere_is_not_a_marker(root: Path) -> None:
     """Tags, keys, bodies, property values and other property names holding the marker's text
     do not make a marker: the parser takes only a property named RMQLOG_WRITER."""
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
-        s.put_batch(pa.table({
-            "topic": ["T"] * 3,
-            "body": [b"RMQLOG_WRITER\x01999 evil\x02", b"x", b"y"],
-            "tags": ["RMQLOG_WRITER", None, None],
-            "keys": pa.array([["RMQLOG_WRITER"], ["999", "evil"], []], pa.list_(pa.string())),
-            "properties": pa.array([None, [("p", "RMQLOG_WRITER")], [("XRMQLOG_WRITER", "999 evil")]], MAP),
-        }))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["T"] * 3,
+                    "body": [b"RMQLOG_WRITER\x01999 evil\x02", b"x", b"y"],
+                    "tags": ["RMQLOG_WRITER", None, None],
+                    "keys": pa.array([["RMQLOG_WRITER"], ["999", "evil"], []], pa.list_(pa.string())),
+                    "properties": pa.array([None, [("p", "RMQLOG_WRITER")], [("XRMQLOG_WRITER", "999 evil")]], MAP),
+                }
+            )
+        )
     os.remove(root / "append.state")
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         assert s.append_state().writers == {}
@@ -257,9 +326,11 @@ def test_born_timestamp_edges_and_units_decode(vs: rmqlog.MessageStore, root: Pa
     ]
     offsets = []
     for born, _ in cases:
-        res = vs.put_batch(pa.table({"topic": ["T"], "body": [b"t"], "bornTimestamp": born, "queueId": pa.array([0], pa.int32())}))
+        res = vs.put_batch(
+            pa.table({"topic": ["T"], "body": [b"t"], "bornTimestamp": born, "queueId": pa.array([0], pa.int32())})
+        )
         offsets.append(res["commitLogOffset"][0].as_py())
-    recs = walk(root)[-len(cases):]
+    recs = walk(root)[-len(cases) :]
     assert [r.born_timestamp for r in recs] == [ms for _, ms in cases]
     vs.dispatch()
     for off, (_, ms) in zip(offsets, cases, strict=True):
@@ -267,14 +338,21 @@ def test_born_timestamp_edges_and_units_decode(vs: rmqlog.MessageStore, root: Pa
         assert row is not None
         assert row["bornTimestamp"] == dt.datetime(1970, 1, 1, tzinfo=utc) + dt.timedelta(milliseconds=ms)
     read = vs.read_queue("T", 0, 0, 1 << 40)
-    assert read["bornTimestamp"].cast(pa.int64()).to_pylist()[-len(cases):] == [ms * 1000 for _, ms in cases]
+    assert read["bornTimestamp"].cast(pa.int64()).to_pylist()[-len(cases) :] == [ms * 1000 for _, ms in cases]
 
 
 @pytest.mark.parametrize("name", ["topic", "body", "queueId", "tags", "keys", "properties", "flag", "bornTimestamp"])
 def test_a_duplicated_column_is_named(vs: rmqlog.MessageStore, root: Path, name: str) -> None:
-    cols = {"topic": pa.array(["T"]), "body": pa.array([b"x"]), "queueId": pa.array([0], pa.int32()),
-            "tags": pa.array(["A"]), "keys": pa.array([["k"]]), "properties": pa.array([[("p", "1")]], MAP),
-            "flag": pa.array([1], pa.int32()), "bornTimestamp": pa.array([5], pa.int64())}
+    cols = {
+        "topic": pa.array(["T"]),
+        "body": pa.array([b"x"]),
+        "queueId": pa.array([0], pa.int32()),
+        "tags": pa.array(["A"]),
+        "keys": pa.array([["k"]]),
+        "properties": pa.array([[("p", "1")]], MAP),
+        "flag": pa.array([1], pa.int32()),
+        "bornTimestamp": pa.array([5], pa.int64()),
+    }
     names = ["topic", "body", name] + ([name] if name not in ("topic", "body") else [])
     tbl = pa.Table.from_arrays([cols[n] for n in names], names=names)
     _rejected(vs, root, lambda: vs.put_batch(tbl), InvalidMessageError, None, name, match="2 columns")
@@ -297,7 +375,10 @@ def test_a_topic_without_write_queues_refuses_messages(root: Path) -> None:
     data["topicConfigTable"]["T"]["writeQueueNums"] = 0
     path.write_text(json.dumps(data))
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
-        for call in (lambda: s.put("T", b"x"), lambda: s.put_batch(pa.table({"topic": ["U", "T"], "body": [b"a", b"b"]}))):
+        for call in (
+            lambda: s.put("T", b"x"),
+            lambda: s.put_batch(pa.table({"topic": ["U", "T"], "body": [b"a", b"b"]})),
+        ):
             with pytest.raises(InvalidTopicError, match="no write queues") as info:
                 call()
             assert info.value.field == "topic"
@@ -309,9 +390,21 @@ def test_a_topic_without_write_queues_refuses_messages(root: Path) -> None:
 
 @pytest.mark.parametrize(
     ("queue_id", "offset", "arg"),
-    [(-1, 0, "queue_id"), (0, -5, "offset"), (0, 2**63, "offset"), (0, 2**70, "offset"), (2**31, 0, "queue_id"),
-     (4, 0, "queue_id"), (0, 1.5, "offset"), (1.0, 1, "queue_id"), (True, 1, "queue_id"), (0, False, "offset"),
-     ("1", 1, "queue_id"), (0, "1", "offset"), (None, 1, "queue_id")],
+    [
+        (-1, 0, "queue_id"),
+        (0, -5, "offset"),
+        (0, 2**63, "offset"),
+        (0, 2**70, "offset"),
+        (2**31, 0, "queue_id"),
+        (4, 0, "queue_id"),
+        (0, 1.5, "offset"),
+        (1.0, 1, "queue_id"),
+        (True, 1, "queue_id"),
+        (0, False, "offset"),
+        ("1", 1, "queue_id"),
+        (0, "1", "offset"),
+        (None, 1, "queue_id"),
+    ],
 )
 def test_commit_offset_bad_arguments(vs: rmqlog.MessageStore, root: Path, queue_id: Any, offset: Any, arg: str) -> None:
     before = _files(root)
@@ -349,8 +442,15 @@ def test_committed_offset_bad_queue_id(vs: rmqlog.MessageStore, queue_id: Any) -
 
 @pytest.mark.parametrize(
     ("kwargs", "arg"),
-    [({"queues": 0}, "queues"), ({"queues": -1}, "queues"), ({"queues": 65536}, "queues"), ({"queues": True}, "queues"),
-     ({"queues": 2.0}, "queues"), ({"queues": 2, "read_queues": 0}, "read_queues"), ({"read_queues": -3}, "read_queues")],
+    [
+        ({"queues": 0}, "queues"),
+        ({"queues": -1}, "queues"),
+        ({"queues": 65536}, "queues"),
+        ({"queues": True}, "queues"),
+        ({"queues": 2.0}, "queues"),
+        ({"queues": 2, "read_queues": 0}, "read_queues"),
+        ({"read_queues": -3}, "read_queues"),
+    ],
 )
 def test_create_topic_bad_queue_counts(vs: rmqlog.MessageStore, root: Path, kwargs: dict[str, Any], arg: str) -> None:
     before = _files(root)
@@ -419,8 +519,17 @@ def test_non_utf8_consumer_offsets_is_corrupt_store(vs: rmqlog.MessageStore, roo
 
 @pytest.mark.parametrize(
     "bad",
-    [b"\xff\xfe{}", b'{"offsetTable":{"T@g":{"0":\xff}}}', b"{", b'{"offsetTable":[1]}', b'{"offsetTable":{"T@g":{"0":1.5}}}',
-     b'{"offsetTable":{"T@g":{"x":1}}}', b'{"offsetTable":{"T@g":{"0":"7"}}}', b'{"offsetTable":{"T@g":[0]}}', b"[" * 100000],
+    [
+        b"\xff\xfe{}",
+        b'{"offsetTable":{"T@g":{"0":\xff}}}',
+        b"{",
+        b'{"offsetTable":[1]}',
+        b'{"offsetTable":{"T@g":{"0":1.5}}}',
+        b'{"offsetTable":{"T@g":{"x":1}}}',
+        b'{"offsetTable":{"T@g":{"0":"7"}}}',
+        b'{"offsetTable":{"T@g":[0]}}',
+        b"[" * 100000,
+    ],
 )
 def test_a_bad_consumer_offsets_falls_back_to_its_bak(vs: rmqlog.MessageStore, root: Path, bad: bytes) -> None:
     _write_offsets(root, {"T@g": {"0": 42}}, "consumerOffset.json.bak")
@@ -450,11 +559,18 @@ def test_untrusted_topic_names_are_never_listed_nor_used(root: Path, caplog: pyt
     path = root / "config" / "topics.json"
     data = json.loads(path.read_text())
     t = data["topicConfigTable"]["T"]
-    foreign = {"../../evil": {**t, "topicName": "../../evil"}, "Q": {**t, "topicName": "R"},
-               "bad name": {**t, "topicName": "bad name"}, "N": {**t, "topicName": None}}
+    foreign = {
+        "../../evil": {**t, "topicName": "../../evil"},
+        "Q": {**t, "topicName": "R"},
+        "bad name": {**t, "topicName": "bad name"},
+        "N": {**t, "topicName": None},
+    }
     data["topicConfigTable"].update(foreign)
     path.write_text(json.dumps(data))
-    with caplog.at_level(logging.WARNING, logger="rmqlog.config_files"), rmqlog.MessageStore.open(root, small_store_config()) as s:
+    with (
+        caplog.at_level(logging.WARNING, logger="rmqlog.config_files"),
+        rmqlog.MessageStore.open(root, small_store_config()) as s,
+    ):
         assert sorted(s.topics()) == ["T"]
         assert any("../../evil" in r.getMessage() for r in caplog.records)
         assert any("'Q'" in r.getMessage() and "differs" in r.getMessage() for r in caplog.records)
@@ -503,5 +619,13 @@ def test_segment_names_are_ascii_digits() -> None:
     from rmqlog.paths import parse_queue_dir_name, parse_segment_name
 
     assert parse_segment_name("0" * 20) == 0 and parse_segment_name("\u0660" * 20) is None
-    assert [parse_queue_dir_name(n) for n in ("0", "12", "2147483647", "2147483648", "01", "\u0663", "-1", "")] == \
-        [0, 12, 2**31 - 1, None, None, None, None, None]
+    assert [parse_queue_dir_name(n) for n in ("0", "12", "2147483647", "2147483648", "01", "\u0663", "-1", "")] == [
+        0,
+        12,
+        2**31 - 1,
+        None,
+        None,
+        None,
+        None,
+        None,
+    ]

@@ -22,12 +22,25 @@ def _props(row: dict) -> dict[str, str]:
     return dict(row["properties"])
 
 
-def test_the_writer_marker_stays_on_disk_and_out_of_every_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_writer_marker_stays_on_disk_and_out_of_every_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "s"
     with rmqlog.MessageStore.open(root) as s:
         s.create_topic("T", 1)
-        res = s.put_batch(pa.table({"topic": ["T", "T"], "body": [b"a", b"b"], "tags": ["x", "y"], "keys": [["k1"], ["k2"]],
-                                    "properties": pa.array([[("color", "red")], []], MAP)}), writer="job-1", sequence=7)
+        res = s.put_batch(
+            pa.table(
+                {
+                    "topic": ["T", "T"],
+                    "body": [b"a", b"b"],
+                    "tags": ["x", "y"],
+                    "keys": [["k1"], ["k2"]],
+                    "properties": pa.array([[("color", "red")], []], MAP),
+                }
+            ),
+            writer="job-1",
+            sequence=7,
+        )
         s.dispatch()
         last = int(res.column("commitLogOffset")[1].as_py())
         msg_id = res.column("msgId")[1].as_py()
@@ -46,8 +59,12 @@ def test_the_writer_marker_stays_on_disk_and_out_of_every_read(tmp_path: Path, c
             assert not [k for k in props if k.startswith("RMQLOG_")], (call, props)
             # RocketMQ's own properties, as its clients see them
             assert (props["TAGS"], props["KEYS"]) == ("y", "k2") and len(props["UNIQ_KEY"]) == 32, (call, props)
-        assert _props(reads["read_queue"][0]) == {"TAGS": "x", "KEYS": "k1", "color": "red",
-                                                   "UNIQ_KEY": _props(reads["read_queue"][0])["UNIQ_KEY"]}
+        assert _props(reads["read_queue"][0]) == {
+            "TAGS": "x",
+            "KEYS": "k1",
+            "color": "red",
+            "UNIQ_KEY": _props(reads["read_queue"][0])["UNIQ_KEY"],
+        }
     on_disk = {r.physical_offset: r.properties for r in walk(root)}
     assert on_disk[last]["RMQLOG_WRITER"] == "7 job-1"  # kept in the log, where the idempotence needs it
     (root / "append.state").unlink()  # the state is rebuilt from the log: the marker is read there
@@ -70,10 +87,18 @@ def test_delayed_messages_keep_rocketmqs_properties(tmp_path: Path) -> None:
         s.dispatch()
         [waiting] = s.read_queue("SCHEDULE_TOPIC_XXXX", 0, 0, 1).to_pylist()
         assert {k: v for k, v in _props(waiting).items() if k != "UNIQ_KEY"} == {
-            "TAGS": "t", "DELAY": "1", "REAL_TOPIC": "T", "REAL_QID": "0"}
+            "TAGS": "t",
+            "DELAY": "1",
+            "REAL_TOPIC": "T",
+            "REAL_QID": "0",
+        }
         assert s.deliver_due(1 << 50) == 1
         s.dispatch()
         [copy] = s.read_queue("T", 0, 0, 1).to_pylist()
-        assert {k: v for k, v in _props(copy).items() if k != "UNIQ_KEY"} == {"TAGS": "t", "REAL_TOPIC": "T", "REAL_QID": "0"}
+        assert {k: v for k, v in _props(copy).items() if k != "UNIQ_KEY"} == {
+            "TAGS": "t",
+            "REAL_TOPIC": "T",
+            "REAL_QID": "0",
+        }
     on_disk = {r.physical_offset: r.properties for r in walk(root)}
     assert on_disk[copy["commitLogOffset"]]["RMQLOG_WRITER"] == "1 schedule/level-1"

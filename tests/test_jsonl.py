@@ -15,25 +15,27 @@ from rmqlog.schema import MESSAGE_SCHEMA
 
 text = st.text(alphabet=st.characters(codec="utf-8", exclude_categories=["Cs"]), max_size=12)
 maybe = st.none() | text
-rows = st.fixed_dictionaries({
-    "topic": maybe,
-    "queueId": st.none() | st.integers(-(2**31), 2**31 - 1),
-    "queueOffset": st.none() | st.integers(-(2**63), 2**63 - 1),
-    "commitLogOffset": st.integers(0, 2**63 - 1),
-    "msgId": maybe,
-    "body": st.binary(max_size=20) | text.map(str.encode),
-    "tags": maybe,
-    "keys": st.none() | st.lists(maybe, max_size=3),
-    "properties": st.none() | st.lists(st.tuples(text, maybe), max_size=3, unique_by=lambda kv: kv[0]),
-    "bornTimestamp": st.none() | st.integers(0, 253402300799999999),
-    "storeTimestamp": st.integers(0, 4102444800000000),
-    "bornHost": maybe,
-    "storeHost": maybe,
-    "flag": st.integers(-(2**31), 2**31 - 1),
-    "sysFlag": st.integers(0, 255),
-    "reconsumeTimes": st.integers(0, 16),
-    "bodyCRC": st.integers(-(2**31), 2**31 - 1),
-})
+rows = st.fixed_dictionaries(
+    {
+        "topic": maybe,
+        "queueId": st.none() | st.integers(-(2**31), 2**31 - 1),
+        "queueOffset": st.none() | st.integers(-(2**63), 2**63 - 1),
+        "commitLogOffset": st.integers(0, 2**63 - 1),
+        "msgId": maybe,
+        "body": st.binary(max_size=20) | text.map(str.encode),
+        "tags": maybe,
+        "keys": st.none() | st.lists(maybe, max_size=3),
+        "properties": st.none() | st.lists(st.tuples(text, maybe), max_size=3, unique_by=lambda kv: kv[0]),
+        "bornTimestamp": st.none() | st.integers(0, 253402300799999999),
+        "storeTimestamp": st.integers(0, 4102444800000000),
+        "bornHost": maybe,
+        "storeHost": maybe,
+        "flag": st.integers(-(2**31), 2**31 - 1),
+        "sysFlag": st.integers(0, 255),
+        "reconsumeTimes": st.integers(0, 16),
+        "bodyCRC": st.integers(-(2**31), 2**31 - 1),
+    }
+)
 
 
 def _table(batch: list[dict]) -> pa.Table:
@@ -55,15 +57,28 @@ def test_vectorized_lines_equal_json_dumps_per_row(batch: list[dict], body: str,
 
 def test_every_escape_and_a_body_that_is_not_utf8() -> None:
     nasty = "".join(chr(i) for i in range(32)) + '"\\/\x7f\u2028é😀'
-    batch = [{f.name: None for f in MESSAGE_SCHEMA} | {
-        "topic": nasty, "body": b"\xff\xfe" + nasty.encode() + b"\xc3", "keys": [nasty, None, ""],
-        "properties": [(nasty, nasty), ("k", None)], "commitLogOffset": 1, "storeTimestamp": 1_795_492_800_123_999,
-        "flag": 0, "sysFlag": 0, "reconsumeTimes": 0, "bodyCRC": 0}] * 300  # > one 256-row UTF-8 block
+    batch = [
+        {f.name: None for f in MESSAGE_SCHEMA}
+        | {
+            "topic": nasty,
+            "body": b"\xff\xfe" + nasty.encode() + b"\xc3",
+            "keys": [nasty, None, ""],
+            "properties": [(nasty, nasty), ("k", None)],
+            "commitLogOffset": 1,
+            "storeTimestamp": 1_795_492_800_123_999,
+            "flag": 0,
+            "sysFlag": 0,
+            "reconsumeTimes": 0,
+            "bodyCRC": 0,
+        }
+    ] * 300  # > one 256-row UTF-8 block
     table = _table(batch)
     for body in jsonl.BODY_MODES:
         got = bytes(jsonl.lines(table, body)).decode("utf-8")
         assert got == _reference(table, body)
-        assert [json.loads(line)["topic"] for line in got.split("\n")[:-1]] == [nasty] * 300  # (splitlines would split at U+2028)
+        assert [json.loads(line)["topic"] for line in got.split("\n")[:-1]] == [
+            nasty
+        ] * 300  # (splitlines would split at U+2028)
 
 
 def test_empty_and_chunked_tables() -> None:

@@ -49,8 +49,12 @@ FLOORS: tuple[tuple[str, ...], ...] = (
 )
 #: the store's top-level modules that are a unit of their own (every other one is a leaf)
 TOP_LEVEL = {
-    "rmqlog": "package", "rmqlog.__main__": "admin", "rmqlog.message_store": "facade", "rmqlog.parts": "parts",
-    "rmqlog.catalog": "catalog", "rmqlog.read_only": "read_only",
+    "rmqlog": "package",
+    "rmqlog.__main__": "admin",
+    "rmqlog.message_store": "facade",
+    "rmqlog.parts": "parts",
+    "rmqlog.catalog": "catalog",
+    "rmqlog.read_only": "read_only",
 }
 FLOOR = {unit: n for n, units in enumerate(FLOORS) for unit in units}
 MAX_LINES = 600
@@ -102,8 +106,9 @@ class _WithoutTypeChecking(ast.NodeTransformer):
 
     def visit_If(self, node: ast.If) -> ast.AST:
         test = node.test
-        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
-                (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"):
+        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+            isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+        ):
             node.body = [ast.Pass()]
         self.generic_visit(node)
         return node
@@ -175,8 +180,14 @@ def test_no_import_cycles() -> None:
 def test_only_the_package_and_the_terminal_tools_import_the_facade() -> None:
     importers = sorted(m for m, deps in _imports(_modules()).items() if "rmqlog.message_store" in deps)
     # the rmqlog command: its dispatch (cli), the reading and changing commands, export, dead letters
-    assert importers == ["rmqlog", "rmqlog.admin.changing", "rmqlog.admin.cli", "rmqlog.admin.dead_letters",
-                         "rmqlog.admin.export", "rmqlog.admin.reading"]
+    assert importers == [
+        "rmqlog",
+        "rmqlog.admin.changing",
+        "rmqlog.admin.cli",
+        "rmqlog.admin.dead_letters",
+        "rmqlog.admin.export",
+        "rmqlog.admin.reading",
+    ]
 
 
 def _upward(edges: dict[str, set[str]]) -> list[str]:
@@ -203,8 +214,10 @@ def test_the_floor_check_finds_imports_that_run_up() -> None:
         "rmqlog.log.decode": {"rmqlog.parts"},  # up: refused
         "rmqlog.parts": {"rmqlog.log.decode"},  # down: fine
     }
-    assert _upward(edges) == ["rmqlog.log.decode (log) -> rmqlog.parts (parts)",
-                              "rmqlog.queue.dispatcher (queue) -> rmqlog.index.feed (index)"]
+    assert _upward(edges) == [
+        "rmqlog.log.decode (log) -> rmqlog.parts (parts)",
+        "rmqlog.queue.dispatcher (queue) -> rmqlog.index.feed (index)",
+    ]
 
 
 def test_type_only_and_function_local_imports_count(tmp_path: Path) -> None:
@@ -216,8 +229,13 @@ def test_type_only_and_function_local_imports_count(tmp_path: Path) -> None:
     )
     (tmp_path / "parts.py").write_text("")
     (tmp_path / "message_store.py").write_text("")
-    edges = _imports({"rmqlog.log.appender": tmp_path / "log" / "appender.py", "rmqlog.parts": tmp_path / "parts.py",
-                      "rmqlog.message_store": tmp_path / "message_store.py"})
+    edges = _imports(
+        {
+            "rmqlog.log.appender": tmp_path / "log" / "appender.py",
+            "rmqlog.parts": tmp_path / "parts.py",
+            "rmqlog.message_store": tmp_path / "message_store.py",
+        }
+    )
     assert edges["rmqlog.log.appender"] == {"rmqlog.parts", "rmqlog.message_store"}
 
 
@@ -232,10 +250,14 @@ def _loads_helper(path: Path) -> bool:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         names = [a.name.split(".")[-1] for a in node.names] if isinstance(node, (ast.Import, ast.ImportFrom)) else []
         from_helper = isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] == "_native"
-        by_name = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                   and node.func.attr == "import_module"
-                   and any(isinstance(c, ast.Constant) and str(c.value).endswith("_native")
-                           for a in node.args for c in ast.walk(a)))
+        by_name = (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr == "import_module"
+            and any(
+                isinstance(c, ast.Constant) and str(c.value).endswith("_native") for a in node.args for c in ast.walk(a)
+            )
+        )
         if from_helper or "_native" in names or by_name:
             return True
     return False
@@ -248,8 +270,20 @@ def test_one_module_loads_the_c_helper() -> None:
 
 
 #: the ``time`` module's functions that read a clock (``sleep`` waits, conversions convert)
-_TIME_READS = {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter", "perf_counter_ns",
-               "process_time", "process_time_ns", "thread_time", "thread_time_ns", "clock_gettime", "clock_gettime_ns"}
+_TIME_READS = {
+    "time",
+    "time_ns",
+    "monotonic",
+    "monotonic_ns",
+    "perf_counter",
+    "perf_counter_ns",
+    "process_time",
+    "process_time_ns",
+    "thread_time",
+    "thread_time_ns",
+    "clock_gettime",
+    "clock_gettime_ns",
+}
 #: conversions that read the clock when given no time (``time.localtime()``...): name -> arguments then
 _TIME_NOW_DEFAULTS = {"localtime": 0, "gmtime": 0, "ctime": 0, "asctime": 0, "strftime": 1}
 
@@ -268,22 +302,35 @@ def _time_reads(source: str) -> list[str]:
     alias), a conversion of :data:`_TIME_NOW_DEFAULTS` given no time, or ``datetime.now()``,
     ``utcnow()``, ``date.today()``."""
     tree = ast.parse(source)
-    time_modules = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import)
-                    for a in n.names if a.name == "time"}
+    time_modules = {
+        a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names if a.name == "time"
+    }
     found: list[tuple[int, str]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == "time":
-            found += [(node.lineno, f"from time import {a.name}") for a in node.names
-                      if a.name in _TIME_READS or a.name in _TIME_NOW_DEFAULTS or a.name == "*"]
+            found += [
+                (node.lineno, f"from time import {a.name}")
+                for a in node.names
+                if a.name in _TIME_READS or a.name in _TIME_NOW_DEFAULTS or a.name == "*"
+            ]
         on_time = isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in time_modules
         if isinstance(node, ast.Attribute) and on_time and node.attr in _TIME_READS:
             found.append((node.lineno, _dotted(node)))
-        if (isinstance(node, ast.Attribute) and node.attr in ("now", "utcnow", "today")
-                and _dotted(node.value).split(".")[-1] in ("datetime", "date")):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in ("now", "utcnow", "today")
+            and _dotted(node.value).split(".")[-1] in ("datetime", "date")
+        ):
             found.append((node.lineno, _dotted(node)))
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)
-                and node.func.value.id in time_modules and node.func.attr in _TIME_NOW_DEFAULTS
-                and len(node.args) <= _TIME_NOW_DEFAULTS[node.func.attr] and not node.keywords):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and isinstance(node.func.value, ast.Name)
+            and node.func.value.id in time_modules
+            and node.func.attr in _TIME_NOW_DEFAULTS
+            and len(node.args) <= _TIME_NOW_DEFAULTS[node.func.attr]
+            and not node.keywords
+        ):
             found.append((node.lineno, f"{_dotted(node.func)}() of now"))
     return [f"line {n}: {what}" for n, what in sorted(found)]
 
@@ -298,8 +345,14 @@ c = dt.datetime.now(dt.UTC)
 d = date.today()
 e = t.localtime()
 """
-    assert _time_reads(reads) == ["line 2: from time import monotonic", "line 4: t.time", "line 5: t.time_ns",
-                                  "line 6: dt.datetime.now", "line 7: date.today", "line 8: t.localtime() of now"]
+    assert _time_reads(reads) == [
+        "line 2: from time import monotonic",
+        "line 4: t.time",
+        "line 5: t.time_ns",
+        "line 6: dt.datetime.now",
+        "line 7: date.today",
+        "line 8: t.localtime() of now",
+    ]
     no_reads = """import time, datetime
 time.sleep(0.1)
 x = time.localtime(1_700_000_000)
@@ -312,16 +365,22 @@ clock.now()
 @pytest.mark.parametrize("folder", ["store", "spark_rmq"])
 def test_only_the_clock_reads_the_time(folder: str) -> None:
     allowed = {STORE / "clock.py"}
-    reads = {str(p.relative_to(ROOT)): r for p in sorted((ROOT / folder).rglob("*.py"))
-             if p not in allowed and (r := _time_reads(p.read_text()))}
+    reads = {
+        str(p.relative_to(ROOT)): r
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if p not in allowed and (r := _time_reads(p.read_text()))
+    }
     assert reads == {}, "modules reading the time themselves (ask the store's clock, rmqlog.clock): " + str(reads)
     assert _unit("rmqlog.clock") == "leaves"
 
 
 @pytest.mark.parametrize("folder", ["store", "spark_rmq"])
 def test_no_module_over_600_lines(folder: str) -> None:
-    long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / folder).rglob("*.py"))
-            if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in sorted((ROOT / folder).rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}, f"modules over {MAX_LINES} lines: {long}"
 
 
@@ -353,8 +412,11 @@ def _module_name(path: str) -> str:
 @pytest.mark.parametrize("folder", sorted(TABLES))
 def test_the_architecture_table_names_every_module_once(folder: str) -> None:
     listed = Counter(p for paths, _ in _table_rows(TABLES[folder]) for p in paths)
-    on_disk = {str(p.relative_to(ROOT / folder)) for p in (ROOT / folder).rglob("*")
-               if p.suffix in (".py", ".c") and "__pycache__" not in p.parts}
+    on_disk = {
+        str(p.relative_to(ROOT / folder))
+        for p in (ROOT / folder).rglob("*")
+        if p.suffix in (".py", ".c") and "__pycache__" not in p.parts
+    }
     assert sorted(on_disk - listed.keys()) == [], f"modules of {folder}/ missing from docs/architecture.md"
     assert sorted(listed.keys() - on_disk) == [], "docs/architecture.md names modules that do not exist"
     assert {p: n for p, n in listed.items() if n > 1} == {}, "modules in more than one row"
@@ -384,13 +446,20 @@ def _private_uses(path: Path, public: set[str], modules: set[str]) -> list[str]:
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "rmqlog":
             if node.module == "rmqlog":
-                bad += [f"rmqlog.{a.name}" for a in node.names if a.name not in public and f"rmqlog.{a.name}" not in modules]
+                bad += [
+                    f"rmqlog.{a.name}" for a in node.names if a.name not in public and f"rmqlog.{a.name}" not in modules
+                ]
             elif node.module not in modules:
                 bad.append(str(node.module))
         elif isinstance(node, ast.Import):
             bad += [a.name for a in node.names if a.name.startswith("rmqlog.") and a.name not in modules]
-        elif (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "rmqlog"
-              and node.attr not in public and f"rmqlog.{node.attr}" not in modules):
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "rmqlog"
+            and node.attr not in public
+            and f"rmqlog.{node.attr}" not in modules
+        ):
             bad.append(f"rmqlog.{node.attr}")
     return bad
 
@@ -405,8 +474,11 @@ def test_the_spark_side_uses_only_the_public_api() -> None:
     """The Spark source and sink import from the store only its public API: the names of
     ``rmqlog.__all__`` and the modules of ``rmqlog.PUBLIC_MODULES`` (docs/store-api.md)."""
     public, modules = _public_api()
-    bad = [f"{p.relative_to(ROOT)}: {b}" for p in sorted((ROOT / "spark_rmq").rglob("*.py"))
-           for b in _private_uses(p, public, modules)]
+    bad = [
+        f"{p.relative_to(ROOT)}: {b}"
+        for p in sorted((ROOT / "spark_rmq").rglob("*.py"))
+        for b in _private_uses(p, public, modules)
+    ]
     assert bad == [], "private store imports: " + ", ".join(bad)
 
 
@@ -418,8 +490,12 @@ def test_the_public_api_check_finds_private_uses(tmp_path: Path) -> None:
         "from rmqlog import MessageStore, safe_open, parts\nfrom rmqlog.queue.consume_queue import FILLER_SIZE\n"
         "from rmqlog.paths import validate_topic\nx = rmqlog.GetMessageStatus.FOUND\ny = rmqlog.hashing\n"
     )
-    assert _private_uses(src, public, modules) == ["rmqlog.log.decode", "rmqlog.parts", "rmqlog.queue.consume_queue",
-                                                   "rmqlog.hashing"]
+    assert _private_uses(src, public, modules) == [
+        "rmqlog.log.decode",
+        "rmqlog.parts",
+        "rmqlog.queue.consume_queue",
+        "rmqlog.hashing",
+    ]
 
 
 def _spark_modules(root: Path = ROOT / "spark_rmq") -> dict[str, Path]:
@@ -462,14 +538,24 @@ def test_the_spark_side_reaches_the_network_through_the_client_only() -> None:
     import rmqnet.client
 
     public = set(rmqnet.client.__all__)
-    bad = [f"{p.relative_to(ROOT)}: {b}" for p in sorted((ROOT / "spark_rmq").rglob("*.py"))
-           for b in _network_uses(p, public)]
+    bad = [
+        f"{p.relative_to(ROOT)}: {b}"
+        for p in sorted((ROOT / "spark_rmq").rglob("*.py"))
+        for b in _network_uses(p, public)
+    ]
     assert bad == [], "network imports past rmqnet.client's public names: " + ", ".join(bad)
 
 
 def test_the_network_check_finds_other_imports(tmp_path: Path) -> None:
     src = tmp_path / "m.py"
-    src.write_text("import rmqnet.client\nfrom rmqnet.client import Producer, _private\nfrom rmqnet.client.loop import call\n"
-                   "from rmqnet.remoting import RemotingCommand\nfrom rmqnet import client\nimport rmqlog\n")
-    assert _network_uses(src, {"Producer"}) == ["rmqnet.client", "rmqnet.client._private", "rmqnet.client.loop",
-                                                "rmqnet.remoting", "rmqnet"]
+    src.write_text(
+        "import rmqnet.client\nfrom rmqnet.client import Producer, _private\nfrom rmqnet.client.loop import call\n"
+        "from rmqnet.remoting import RemotingCommand\nfrom rmqnet import client\nimport rmqlog\n"
+    )
+    assert _network_uses(src, {"Producer"}) == [
+        "rmqnet.client",
+        "rmqnet.client._private",
+        "rmqnet.client.loop",
+        "rmqnet.remoting",
+        "rmqnet",
+    ]

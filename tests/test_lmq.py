@@ -40,19 +40,33 @@ def _msg(body: bytes, lmqs: str | None, qid: int = 1, extra: str = "") -> WireMe
 
 def test_a_message_is_dispatched_into_each_lmq_it_names(root: Path) -> None:
     with _open(root) as s:
-        s.put_messages([_msg(b"a", "%LMQ%1,%LMQ%2", extra="WAIT\x01true\x02TAGS\x01tg\x02"),
-                        _msg(b"b", "%LMQ%2", qid=2)], dispatch=True)
-        s.put_batch(pa.table({"topic": ["T"], "queueId": [1], "body": [b"c"],
-                              "properties": pa.array([[("INNER_MULTI_DISPATCH", "%LMQ%1")]],
-                                                     pa.map_(pa.string(), pa.string()))}), dispatch=True)
+        s.put_messages(
+            [_msg(b"a", "%LMQ%1,%LMQ%2", extra="WAIT\x01true\x02TAGS\x01tg\x02"), _msg(b"b", "%LMQ%2", qid=2)],
+            dispatch=True,
+        )
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["T"],
+                    "queueId": [1],
+                    "body": [b"c"],
+                    "properties": pa.array([[("INNER_MULTI_DISPATCH", "%LMQ%1")]], pa.map_(pa.string(), pa.string())),
+                }
+            ),
+            dispatch=True,
+        )
         recs = walk(root)
         assert [r.properties.get("INNER_MULTI_QUEUE_OFFSET") for r in recs] == ["0,0", "1", "1"]
         own = {(r.queue_id, r.queue_offset): (r.physical_offset, r.total_size) for r in recs}
         tag = rc.java_string_hash("tg")
-        assert units(root, "%LMQ%1", 0) == [(recs[0].physical_offset, recs[0].total_size, tag),
-                                           (recs[2].physical_offset, recs[2].total_size, 0)]
-        assert units(root, "%LMQ%2", 0) == [(recs[0].physical_offset, recs[0].total_size, tag),
-                                           (recs[1].physical_offset, recs[1].total_size, 0)]
+        assert units(root, "%LMQ%1", 0) == [
+            (recs[0].physical_offset, recs[0].total_size, tag),
+            (recs[2].physical_offset, recs[2].total_size, 0),
+        ]
+        assert units(root, "%LMQ%2", 0) == [
+            (recs[0].physical_offset, recs[0].total_size, tag),
+            (recs[1].physical_offset, recs[1].total_size, 0),
+        ]
         assert own[(1, 0)] == (recs[0].physical_offset, recs[0].total_size)  # its own queue's unit too
         assert units(root, "T", 1)[0][:2] == (recs[0].physical_offset, recs[0].total_size)
         got = read_queue_all(s, "%LMQ%2", 0)  # the original records, as stored
@@ -68,7 +82,7 @@ def test_the_offsets_property_is_written_as_rocketmq_writes_it(root: Path) -> No
         s.put_messages([_msg(b"y", ",".join(f"%LMQ%{i}" for i in range(12)) + ",")], dispatch=True)  # Java's split
     data = b"".join(p.read_bytes() for p in sorted((root / "commitlog").iterdir()))
     rec = walk(root)[-1]
-    raw = data[rec.physical_offset: rec.physical_offset + rec.total_size]
+    raw = data[rec.physical_offset : rec.physical_offset + rec.total_size]
     item = b"INNER_MULTI_QUEUE_OFFSET\x01" + b",".join([b"1"] * 12) + b"\x02"
     props = rc.encode_properties(rec.properties)
     # the store's own item first, then the message's properties as sent (WAIT dropped)
@@ -84,13 +98,19 @@ def test_a_name_given_twice_takes_one_offset(root: Path) -> None:
 
 
 def test_flags_off_no_lmq_dispatch(root: Path) -> None:
-    configs = ({"enable_lmq": False}, {"enable_multi_dispatch": False}, {"enable_lmq": False, "enable_multi_dispatch": False})
+    configs = (
+        {"enable_lmq": False},
+        {"enable_multi_dispatch": False},
+        {"enable_lmq": False, "enable_multi_dispatch": False},
+    )
     for i, config in enumerate(configs):
         r = root / str(i)
         with _open(r, **config) as s:
             s.put_messages([_msg(b"a", "%LMQ%1")], dispatch=True)
             (rec,) = walk(r)
-            assert rec.properties["INNER_MULTI_DISPATCH"] == "%LMQ%1" and "INNER_MULTI_QUEUE_OFFSET" not in rec.properties
+            assert (
+                rec.properties["INNER_MULTI_DISPATCH"] == "%LMQ%1" and "INNER_MULTI_QUEUE_OFFSET" not in rec.properties
+            )
             assert not (r / "consumequeue" / "%LMQ%1").exists()
             assert s.get_messages("g", "%LMQ%1", 0, 0).status != rmqlog.GetMessageStatus.FOUND
 

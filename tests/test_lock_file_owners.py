@@ -27,8 +27,13 @@ print("closed", flush=True)
 
 
 def _holder(root: Path, name: str) -> subprocess.Popen[str]:
-    p = subprocess.Popen([sys.executable, "-c", HOLDER, str(root), name], env=subprocess_env(),
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(root), name],
+        env=subprocess_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert p.stdout is not None and p.stdout.readline() == "open\n"
     return p
 
@@ -118,8 +123,11 @@ def test_a_close_whose_final_flush_failed_leaves_the_store_to_crash_recovery(tmp
     assert (root / "abort").exists() and list((root / "owners").iterdir())
     with rmqlog.MessageStore.open(root) as again:
         assert again.recovery is not None and again.recovery.abnormal
-        assert again.read_queue("t", 0, 0, 10)["body"].to_pylist() + again.read_queue("t", 1, 0, 10)["body"].to_pylist() \
-            + again.read_queue("t", 2, 0, 10)["body"].to_pylist() + again.read_queue("t", 3, 0, 10)["body"].to_pylist() == [b"x"]
+        assert again.read_queue("t", 0, 0, 10)["body"].to_pylist() + again.read_queue("t", 1, 0, 10)[
+            "body"
+        ].to_pylist() + again.read_queue("t", 2, 0, 10)["body"].to_pylist() + again.read_queue("t", 3, 0, 10)[
+            "body"
+        ].to_pylist() == [b"x"]
 
 
 def test_openers_waiting_for_a_recovery_that_dies_recover_themselves(tmp_path) -> None:
@@ -139,14 +147,22 @@ def test_openers_waiting_for_a_recovery_that_dies_recover_themselves(tmp_path) -
         s.put_batch(pa.table({"topic": ["t"] * 3, "body": [b"a", b"b", b"c"]}))
     (root / "abort").touch()  # the last owner crashed: the next first opener recovers
     # a "first opener" that takes the lock exclusively, starts recovering, and is killed
-    holder = subprocess.Popen([sys.executable, "-c", f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"""
 import fcntl, os, sys, time
-fd = os.open({str(root / 'lock')!r}, os.O_RDWR)
+fd = os.open({str(root / "lock")!r}, os.O_RDWR)
 fcntl.lockf(fd, fcntl.LOCK_EX, 1, 0)
-open({str(root / 'recovering')!r}, "w").close()
+open({str(root / "recovering")!r}, "w").close()
 print("ready", flush=True)
 time.sleep(60)  # (holds the lock until the test kills it)
-"""], stdout=subprocess.PIPE, text=True)
+""",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "ready"
         got: list[rmqlog.MessageStore] = []

@@ -12,7 +12,10 @@ import refcodec as rc
 import rmqlog
 import rmqlog.log.msgid as msgid
 
-HOSTS = {"127.0.0.1:10911": b"\x7f\x00\x00\x01\x00\x00\x2a\x9f", "[fe80::1]:10911": bytes.fromhex("fe80" + "00" * 13 + "01") + b"\x00\x00\x2a\x9f"}
+HOSTS = {
+    "127.0.0.1:10911": b"\x7f\x00\x00\x01\x00\x00\x2a\x9f",
+    "[fe80::1]:10911": bytes.fromhex("fe80" + "00" * 13 + "01") + b"\x00\x00\x2a\x9f",
+}
 
 
 @pytest.fixture(params=["native", "hexlify", "numpy"])

@@ -15,17 +15,39 @@ import rmqlog.native as native
 
 #: (module, its name for a helper function): every user of the helper
 USERS = [
-    ("rmqlog.log.commitlog", "_ChunkWriter"), ("rmqlog.log.decode", "_crc32_batch"),
-    ("rmqlog.log.gather", "_native_gather"), ("rmqlog.log.msgid", "_hexlify"), ("rmqlog.log.msgid", "_offset_msg_ids"),
-    ("rmqlog.log.properties", "_native_copy"), ("rmqlog.log.properties", "_native_parse"),
-    ("rmqlog.log.scan", "_native_walk"), ("rmqlog.schedule.timeup", "_native_copy"),
-    ("rmqlog.schedule.timer_wheel", "_native_walk_chains"), ("rmqlog.log.encode.native", "pack_records"),
-    ("rmqlog.log.encode.native", "crc32_batch"), ("rmqlog.log.batch_body", "_native_walk_batch"),
+    ("rmqlog.log.commitlog", "_ChunkWriter"),
+    ("rmqlog.log.decode", "_crc32_batch"),
+    ("rmqlog.log.gather", "_native_gather"),
+    ("rmqlog.log.msgid", "_hexlify"),
+    ("rmqlog.log.msgid", "_offset_msg_ids"),
+    ("rmqlog.log.properties", "_native_copy"),
+    ("rmqlog.log.properties", "_native_parse"),
+    ("rmqlog.log.scan", "_native_walk"),
+    ("rmqlog.schedule.timeup", "_native_copy"),
+    ("rmqlog.schedule.timer_wheel", "_native_walk_chains"),
+    ("rmqlog.log.encode.native", "pack_records"),
+    ("rmqlog.log.encode.native", "crc32_batch"),
+    ("rmqlog.log.batch_body", "_native_walk_batch"),
     ("rmqlog.log.raw_check", "_native_check"),
 ]
-FUNCTIONS = ["crc32_batch", "all_same", "longest_value", "pack_records", "patch_records", "pack_plain", "ChunkWriter",
-             "hexlify", "offset_msg_ids", "parse_properties", "copy_properties", "walk_records", "gather", "walk_chains",
-             "walk_batch", "check_stored"]
+FUNCTIONS = [
+    "crc32_batch",
+    "all_same",
+    "longest_value",
+    "pack_records",
+    "patch_records",
+    "pack_plain",
+    "ChunkWriter",
+    "hexlify",
+    "offset_msg_ids",
+    "parse_properties",
+    "copy_properties",
+    "walk_records",
+    "gather",
+    "walk_chains",
+    "walk_batch",
+    "check_stored",
+]
 
 # a store used end to end: put (properties, keys, tags), dispatch, read, look up, verify
 SCRIPT = """
@@ -55,8 +77,18 @@ with rmqlog.MessageStore.open(sys.argv[1]) as s:
 def _run(tmp_path: Path, without_helper: bool) -> dict:
     # sys.modules[name] = None makes `import` of that name raise ImportError: a build without it
     prelude = "import sys; sys.modules['rmqlog._native'] = None\n" if without_helper else ""
-    out = subprocess.run([sys.executable, "-c", prelude + SCRIPT, str(tmp_path / ("pure" if without_helper else "c")),
-                          json.dumps(USERS)], check=True, capture_output=True, text=True)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            prelude + SCRIPT,
+            str(tmp_path / ("pure" if without_helper else "c")),
+            json.dumps(USERS),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
     return json.loads(out.stdout)
 
 
@@ -74,9 +106,15 @@ def test_without_the_helper_every_path_runs_its_twin_and_the_store_works_the_sam
     pure = _run(tmp_path, without_helper=True)
     assert (pure["available"], pure["clmul"], pure["error"]) == (False, False, "ModuleNotFoundError")
     assert pure["none"] == sorted(f"{m}.{n}" for m, n in USERS)  # every user holds None: its twin runs
-    assert pure["rows"] == [["a", "x", ["k1"], [["p", "1"]]], ["bb", "y", ["k2"], []], ["ccc", "x", ["k3"], [["q", "2"]]]]
+    assert pure["rows"] == [
+        ["a", "x", ["k1"], [["p", "1"]]],
+        ["bb", "y", ["k2"], []],
+        ["ccc", "x", ["k3"], [["q", "2"]]],
+    ]
     assert (pure["by_key"], pure["problems"]) == ("bb", [])
     if native.AVAILABLE:
         with_helper = _run(tmp_path, without_helper=False)
         assert (with_helper["available"], with_helper["none"]) == (True, [])
-        assert {k: with_helper[k] for k in ("rows", "by_key", "problems")} == {k: pure[k] for k in ("rows", "by_key", "problems")}
+        assert {k: with_helper[k] for k in ("rows", "by_key", "problems")} == {
+            k: pure[k] for k in ("rows", "by_key", "problems")
+        }

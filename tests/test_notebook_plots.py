@@ -42,9 +42,16 @@ def many_topics(tmp_path: Path) -> Path:
             topic = f"topic{i:02d}"
             s.create_topic(topic, 2)
             n = 3 + i
-            s.put_batch(pa.table({"topic": [topic] * n, "body": [b"x" * (10 + i)] * n,
-                                  "tags": [f"tag{j % 3}" for j in range(n)],
-                                  "queueId": pa.array([j % 2 for j in range(n)], pa.int32())}))
+            s.put_batch(
+                pa.table(
+                    {
+                        "topic": [topic] * n,
+                        "body": [b"x" * (10 + i)] * n,
+                        "tags": [f"tag{j % 3}" for j in range(n)],
+                        "queueId": pa.array([j % 2 for j in range(n)], pa.int32()),
+                    }
+                )
+            )
         s.dispatch()
         for g in range(12):
             for i in range(30):

@@ -101,7 +101,7 @@ def test_verify_reports_missing_units_of_an_open_store(root: Path) -> None:
 
 
 def test_repair_fixes_a_last_segment_truncated_mid_record(root: Path) -> None:
-    """"segments of different sizes" even with repair=True."""
+    """ "segments of different sizes" even with repair=True."""
     out = _fill(root, 100)
     seg = sorted((root / "commitlog").iterdir())[-1]
     first = next(o for o in out["commitLogOffset"].to_pylist() if o >= int(seg.name))
@@ -116,7 +116,7 @@ def test_repair_fixes_a_last_segment_truncated_mid_record(root: Path) -> None:
 
 
 def test_an_empty_checkpoint_beside_abort_only_means_a_longer_walk(root: Path) -> None:
-    """"checkpoint is 0 bytes" beside an abort file, even with repair=True."""
+    """ "checkpoint is 0 bytes" beside an abort file, even with repair=True."""
     _fill(root, 100)
     (root / "checkpoint").write_bytes(b"")
     (root / "abort").touch()
@@ -125,7 +125,9 @@ def test_an_empty_checkpoint_beside_abort_only_means_a_longer_walk(root: Path) -
         assert sum(s.max_offset("t", q) for q in range(4)) == 100
 
 
-def test_a_rocketmq_store_reads_at_once_and_lists_its_topics(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_rocketmq_store_reads_at_once_and_lists_its_topics(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """after a normal open, `rmqlog read` found nothing until `rmqlog dispatch`, and
     topics()/`rmqlog info` listed only topics.json."""
     root = tmp_path / "broker"

@@ -46,8 +46,9 @@ def put_one_each(s, topic, queues, tag="m"):
 def run_child(body: str, *, timeout: float = 300) -> dict:
     """Run ``CHILD_HEAD + body`` in a new interpreter; returns the JSON it prints last."""
     script = CHILD_HEAD + textwrap.dedent(body)
-    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=subprocess_env(),
-                         timeout=timeout)
+    res = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=subprocess_env(), timeout=timeout
+    )
     assert res.returncode == 0, f"child failed ({res.returncode}):\n{res.stdout[-3000:]}\n{res.stderr[-6000:]}"
     return json.loads(res.stdout.strip().splitlines()[-1])
 
@@ -76,18 +77,27 @@ def test_open_files_stay_under_the_cap(tmp_path: Path) -> None:
     before = own_fds()
     with rmqlog.MessageStore.open(root, cfg) as s:
         s.create_topic("T", n)
-        s.put_batch(pa.table({"topic": ["T"] * n, "body": [f"b{q}".encode() for q in range(n)],
-                              "queueId": np.arange(n)}), dispatch=True)
+        s.put_batch(
+            pa.table({"topic": ["T"] * n, "body": [f"b{q}".encode() for q in range(n)], "queueId": np.arange(n)}),
+            dispatch=True,
+        )
         # a few more rounds so each queue rolls over a small consume-queue segment or two
         for r in range(2):
-            s.put_batch(pa.table({"topic": ["T"] * n, "body": [f"r{r}-{q}".encode() for q in range(n)],
-                                  "queueId": np.arange(n)}), dispatch=True)
+            s.put_batch(
+                pa.table(
+                    {"topic": ["T"] * n, "body": [f"r{r}-{q}".encode() for q in range(n)], "queueId": np.arange(n)}
+                ),
+                dispatch=True,
+            )
         peak = own_fds()
         assert mappings_under(root) <= cap
         for q in range(n):
             assert (s.min_offset("T", q), s.max_offset("T", q)) == (0, 3)
-            assert s.read_queue("T", q, 0, 3).column("body").to_pylist() == [f"b{q}".encode(), f"r0-{q}".encode(),
-                                                                              f"r1-{q}".encode()]
+            assert s.read_queue("T", q, 0, 3).column("body").to_pylist() == [
+                f"b{q}".encode(),
+                f"r0-{q}".encode(),
+                f"r1-{q}".encode(),
+            ]
             peak = max(peak, own_fds())
         assert mappings_under(root) <= cap
         # 2 descriptors per mapped file; the rest: locks, state files, index files, the
@@ -131,8 +141,10 @@ def test_concurrent_readers_and_writer_over_the_cap(tmp_path: Path) -> None:
     errors: list[BaseException] = []
     with rmqlog.MessageStore.open(root, cfg) as s:
         s.create_topic("T", n)
-        s.put_batch(pa.table({"topic": ["T"] * n, "body": [f"{q}/0".encode() for q in range(n)],
-                              "queueId": np.arange(n)}), dispatch=True)
+        s.put_batch(
+            pa.table({"topic": ["T"] * n, "body": [f"{q}/0".encode() for q in range(n)], "queueId": np.arange(n)}),
+            dispatch=True,
+        )
 
         def reader(k: int) -> None:
             try:
@@ -146,8 +158,16 @@ def test_concurrent_readers_and_writer_over_the_cap(tmp_path: Path) -> None:
         def writer() -> None:
             try:
                 for r in range(1, 6):
-                    s.put_batch(pa.table({"topic": ["T"] * n, "body": [f"{q}/{r}".encode() for q in range(n)],
-                                          "queueId": np.arange(n)}), dispatch=True)
+                    s.put_batch(
+                        pa.table(
+                            {
+                                "topic": ["T"] * n,
+                                "body": [f"{q}/{r}".encode() for q in range(n)],
+                                "queueId": np.arange(n),
+                            }
+                        ),
+                        dispatch=True,
+                    )
             except BaseException as e:  # noqa: BLE001 - reported below
                 errors.append(e)
 
@@ -215,7 +235,8 @@ def test_100000_queues_under_the_default_limit(tmp_path: Path) -> None:
     dispatched, every queue's bounds, a read of every 97th, reopened (recovery passes over
     every queue), bounds again. Slow: the store creates a folder and a file per queue and
     recovery checks each queue, which this test does 100,000 times over."""
-    out = run_child(f"""
+    out = run_child(
+        f"""
         root, topics, per = {str(tmp_path / "s")!r}, 2, 50_000
         # tiny consume-queue files (no readahead of 6 MB of holes per queue), but commitlog
         # segments of a realistic size: every bounds query lists the commitlog's folder
@@ -232,7 +253,9 @@ def test_100000_queues_under_the_default_limit(tmp_path: Path) -> None:
             again = sum(s.max_offset(f"T{{t}}", q) for t in range(topics) for q in range(0, per, 13))
         print(json.dumps({{"ends": ends, "bad": bad, "again": again, "peak": peak,
                           "limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}}))
-    """, timeout=900)
+    """,
+        timeout=900,
+    )
     assert out["ends"] == 100_000
     assert out["bad"] == []
     assert out["again"] == 2 * len(range(0, 50_000, 13))

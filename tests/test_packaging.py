@@ -35,13 +35,21 @@ def test_a_store_folder_named_like_the_package_does_not_shadow_it(tmp_path: Path
         (work / "run.py").write_text(SCRIPT.format(name=name))
         outs = []
         for _ in range(2):  # the first run makes the folder, the second runs beside it
-            r = subprocess.run([sys.executable, "run.py"], cwd=work, env=_user_env(), capture_output=True, text=True, timeout=120)
+            r = subprocess.run(
+                [sys.executable, "run.py"], cwd=work, env=_user_env(), capture_output=True, text=True, timeout=120
+            )
             assert r.returncode == 0, r.stderr
             outs.append(r.stdout.split())
         assert outs == [["1"], ["2"]]
         assert (work / name / "commitlog").is_dir()
-        r = subprocess.run([sys.executable, "-c", "import spark_rmq, rmqlog; print(rmqlog.MessageStore.__name__)"],
-                           cwd=work, env=_user_env(), capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [sys.executable, "-c", "import spark_rmq, rmqlog; print(rmqlog.MessageStore.__name__)"],
+            cwd=work,
+            env=_user_env(),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0 and r.stdout.strip() == "MessageStore", r.stderr
 
 
@@ -51,8 +59,15 @@ def test_no_module_imports_the_old_name() -> None:
     import re
 
     pat = re.compile(r"^\s*(from store[. ]|import\b.*[ ,]store\b(?!\.))", re.M)
-    offenders = [str(p.relative_to(root)) for d in ("store", "spark_rmq", "jobs", "tests", "refcodec", "notebooks")
-                 for p in sorted((root / d).rglob("*.py*")) if pat.search(p.read_text(errors="replace"))]
-    offenders += [d for d in ("README.md", *(f"docs/{p.name}" for p in (root / "docs").glob("*.md")))
-                  if pat.search((root / d).read_text())]
+    offenders = [
+        str(p.relative_to(root))
+        for d in ("store", "spark_rmq", "jobs", "tests", "refcodec", "notebooks")
+        for p in sorted((root / d).rglob("*.py*"))
+        if pat.search(p.read_text(errors="replace"))
+    ]
+    offenders += [
+        d
+        for d in ("README.md", *(f"docs/{p.name}" for p in (root / "docs").glob("*.md")))
+        if pat.search((root / d).read_text())
+    ]
     assert offenders == []

@@ -23,11 +23,20 @@ def _both(s: rmqlog.MessageStore, offsets: list[int]) -> tuple[pa.Table, pa.Tabl
 
 def test_rows_equal_the_batch_decoders(root: Path) -> None:
     with rmqlog.MessageStore.open(root, small_store_config(store_host="[::1]:10911")) as s:
-        res = s.put_batch(pa.table({
-            "topic": ["T", "U", "T"], "body": [b"a", b"", b"c" * 300], "tags": ["x", None, "y"],
-            "keys": [["k1", "k2"], [], ["k3"]], "flag": [1, 2, 3],
-            "properties": pa.array([[("p", "1")], [], [("q", "2"), ("r", "3")]], pa.map_(pa.string(), pa.string())),
-        }))
+        res = s.put_batch(
+            pa.table(
+                {
+                    "topic": ["T", "U", "T"],
+                    "body": [b"a", b"", b"c" * 300],
+                    "tags": ["x", None, "y"],
+                    "keys": [["k1", "k2"], [], ["k3"]],
+                    "flag": [1, 2, 3],
+                    "properties": pa.array(
+                        [[("p", "1")], [], [("q", "2"), ("r", "3")]], pa.map_(pa.string(), pa.string())
+                    ),
+                }
+            )
+        )
         offsets = res.column("commitLogOffset").to_pylist()
         point, batch = _both(s, offsets[::-1])
         assert point.equals(batch), (point.to_pylist(), batch.to_pylist())

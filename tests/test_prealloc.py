@@ -66,8 +66,9 @@ def settle(ms: rmqlog.MessageStore) -> int:
 
 
 def put(ms: rmqlog.MessageStore, n: int, body: int = 1000) -> pa.Table:
-    return ms.put_batch(batch(topic="P", body=[bytes([65 + i % 26]) * body for i in range(n)],
-                              queueId=pa.array([0] * n, pa.int32())))
+    return ms.put_batch(
+        batch(topic="P", body=[bytes([65 + i % 26]) * body for i in range(n)], queueId=pa.array([0] * n, pa.int32()))
+    )
 
 
 def quiet(ms: rmqlog.MessageStore) -> rmqlog.MessageStore:
@@ -267,8 +268,17 @@ def test_writers_of_several_processes_with_preparers(root: Path) -> None:
     queue offsets dense, whichever process rolled into whichever prepared segment."""
     with rmqlog.MessageStore.open(root, cfg()) as ms:
         ms.create_topic("M", 1)
-    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(root), name], cwd=str(REPO_ROOT), env=subprocess_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for name in ("a", "b")]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(root), name],
+            cwd=str(REPO_ROOT),
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("a", "b")
+    ]
     outs = []
     for p in procs:
         out, err = p.communicate(timeout=600)
@@ -287,11 +297,19 @@ def test_writers_of_several_processes_with_preparers(root: Path) -> None:
 
 
 def test_a_writer_killed_with_a_segment_prepared(root: Path) -> None:
-    code = WRITER.replace("    print(ms.preparer", "    import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n    print(ms.preparer")
+    code = WRITER.replace(
+        "    print(ms.preparer", "    import os, signal; os.kill(os.getpid(), signal.SIGKILL)\n    print(ms.preparer"
+    )
     with rmqlog.MessageStore.open(root, cfg()) as ms:
         ms.create_topic("M", 1)
-    p = subprocess.run([sys.executable, "-c", code, str(root), "k"], cwd=str(REPO_ROOT), env=subprocess_env(),
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, "-c", code, str(root), "k"],
+        cwd=str(REPO_ROOT),
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == -signal.SIGKILL, p.stderr[-3000:]
     with rmqlog.MessageStore.open(root, cfg()) as ms:
         assert ms.recovery is not None and ms.recovery.abnormal and ms.verify().ok
@@ -330,8 +348,9 @@ def test_a_large_announcement_wakes_the_preparer(root: Path) -> None:
     loop = ServiceLoop(clock=lambda: now[0], threaded=False)
     with rmqlog.MessageStore.open(root, cfg()) as ms:
         quiet(ms)
-        prep = allocate.SegmentPreparer(ms.commitlog.segments, ms.published_tail, warm=True, step_pages=16,
-                                        wake=loop.wake)
+        prep = allocate.SegmentPreparer(
+            ms.commitlog.segments, ms.published_tail, warm=True, step_pages=16, wake=loop.wake
+        )
         prep.wait_first = True  # (so that being due at 0 shows the wake, not the first round)
         loop.add(prep)
         prep.expect(1000)

@@ -17,9 +17,7 @@ from rmqlog.log.properties import ParsedProperties, split_keys
 _chars = st.sampled_from(["a", "b", "K", "é", " ", "\x01", "\x02"])
 _any = st.text(_chars, max_size=16)
 _word = st.text(st.sampled_from(["a", "b", "é", "Z", " "]), max_size=4)
-_well_formed = st.lists(st.tuples(_word, _word), max_size=4).map(
-    lambda kv: "".join(f"{k}\x01{v}\x02" for k, v in kv)
-)
+_well_formed = st.lists(st.tuples(_word, _word), max_size=4).map(lambda kv: "".join(f"{k}\x01{v}\x02" for k, v in kv))
 
 
 def _pairs(p: ParsedProperties) -> list[dict[str, str]]:

@@ -25,8 +25,13 @@ def tables(n_tables: int, rows: int, *, start: int = 0, bad_at: int | None = Non
         topics = ["S"] * rows
         if bad_at is not None and t == bad_at:
             topics[3] = "bad/topic"
-        yield pa.table({"topic": topics, "body": [f"m{first + i}".encode() for i in range(rows)],
-                        "keys": [[f"k{first + i}"] for i in range(rows)]})
+        yield pa.table(
+            {
+                "topic": topics,
+                "body": [f"m{first + i}".encode() for i in range(rows)],
+                "keys": [[f"k{first + i}"] for i in range(rows)],
+            }
+        )
 
 
 def _bodies(s: rmqlog.MessageStore) -> list[bytes]:
@@ -59,7 +64,9 @@ def test_past_the_buffer_the_rows_are_written_unseen_until_the_end(tmp_path: Pat
                 if i >= 3:  # the buffer (1 byte) was passed at the second table: written, not published
                     seen.append(s.published_tail())
                     seg = s.parts.commitlog.segments.for_offset(tail)
-                    assert seg is not None and seg.read(tail - seg.start, 4) != bytes(4)  # (the held tables are written)
+                    assert seg is not None and seg.read(tail - seg.start, 4) != bytes(
+                        4
+                    )  # (the held tables are written)
                 yield t
 
         assert s.put_stream(watched(), buffer_bytes=1, dispatch=True) == 240
@@ -109,5 +116,8 @@ def test_a_process_killed_mid_stream_leaves_nothing_of_it(tmp_path: Path) -> Non
 
 @pytest.mark.parametrize("bad", [-1, "1", None, 2.5])
 def test_a_bad_buffer_is_refused(tmp_path: Path, bad: object) -> None:
-    with rmqlog.MessageStore.open(tmp_path / "s") as s, pytest.raises(rmqlog.InvalidArgumentError, match="buffer_bytes"):
+    with (
+        rmqlog.MessageStore.open(tmp_path / "s") as s,
+        pytest.raises(rmqlog.InvalidArgumentError, match="buffer_bytes"),
+    ):
         s.put_stream(tables(1, 1), buffer_bytes=bad)  # type: ignore[arg-type]

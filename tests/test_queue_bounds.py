@@ -26,8 +26,14 @@ PER_FILE = SMALL_CQ // 20  # units in one consume-queue file of the small config
 
 
 def put(s: rmqlog.MessageStore, n: int, first: int = 0, topic: str = "T", qid: int = 0) -> None:
-    s.put_batch(batch(topic=topic, body=[f"{first + i}".encode().ljust(60, b".") for i in range(n)],
-                      queueId=pa.array([qid] * n, pa.int32())), dispatch=True)
+    s.put_batch(
+        batch(
+            topic=topic,
+            body=[f"{first + i}".encode().ljust(60, b".") for i in range(n)],
+            queueId=pa.array([qid] * n, pa.int32()),
+        ),
+        dispatch=True,
+    )
 
 
 def bodies(s: rmqlog.MessageStore, topic: str = "T", qid: int = 0) -> list[int]:
@@ -97,8 +103,10 @@ def test_another_processes_dispatch_is_seen(tmp_path: Path) -> None:
     queue rolls: listed once), into a file past a gap of lost records (the published next
     offset lies past every file known)."""
     root = tmp_path / "s"
-    with rmqlog.MessageStore.open(root, small_store_config()) as s, \
-            rmqlog.MessageStore.open(root, small_store_config()) as other:
+    with (
+        rmqlog.MessageStore.open(root, small_store_config()) as s,
+        rmqlog.MessageStore.open(root, small_store_config()) as other,
+    ):
         s.create_topic("T", 1)
         put(s, 10)
         assert s.max_offset("T", 0) == 10 and bodies(s) == list(range(10))
@@ -121,15 +129,19 @@ def test_another_processes_dispatch_is_seen(tmp_path: Path) -> None:
         assert s.max_offset("T", 0) == 145
         got = s.read_window("T", 0, 140, raw=True)
         assert (got.status, got.next_begin_offset, len(got.records)) == (S.FOUND, 145, 5)
-        assert [int(m["body"].rstrip(b".")) for m in s.read_queue("T", 0, 140, 145).to_pylist()] == list(range(140, 145))
+        assert [int(m["body"].rstrip(b".")) for m in s.read_queue("T", 0, 140, 145).to_pylist()] == list(
+            range(140, 145)
+        )
 
 
 def test_a_file_cut_and_made_again_by_another_process_is_seen(tmp_path: Path) -> None:
     """The last file this process maps removed (a dispatch undoing its failed write) and written
     again: this process lets go of the old file and reads the new one."""
     root = tmp_path / "s"
-    with rmqlog.MessageStore.open(root, small_store_config()) as s, \
-            rmqlog.MessageStore.open(root, small_store_config()) as other:
+    with (
+        rmqlog.MessageStore.open(root, small_store_config()) as s,
+        rmqlog.MessageStore.open(root, small_store_config()) as other,
+    ):
         s.create_topic("T", 1)
         put(s, 60)
         assert bodies(s) == list(range(60))  # the second file mapped here
@@ -146,8 +158,10 @@ def test_a_topic_deleted_by_another_process_is_seen(tmp_path: Path) -> None:
     """Its queues' files below the one holding the end deleted, the rest filled: a reader that
     had them mapped serves none of the deleted messages afterwards."""
     root = tmp_path / "s"
-    with rmqlog.MessageStore.open(root, small_store_config()) as s, \
-            rmqlog.MessageStore.open(root, small_store_config()) as other:
+    with (
+        rmqlog.MessageStore.open(root, small_store_config()) as s,
+        rmqlog.MessageStore.open(root, small_store_config()) as other,
+    ):
         s.create_topic("T", 1)
         put(s, 120)
         assert bodies(s) == list(range(120))  # every file mapped here
@@ -162,8 +176,10 @@ def test_retention_in_another_process_is_seen(tmp_path: Path) -> None:
     """The oldest commitlog segments moved away and the queue files below the new start
     deleted: the first offsets move, a read below them is sent on."""
     root = tmp_path / "s"
-    with rmqlog.MessageStore.open(root, small_store_config()) as s, \
-            rmqlog.MessageStore.open(root, small_store_config()) as other:
+    with (
+        rmqlog.MessageStore.open(root, small_store_config()) as s,
+        rmqlog.MessageStore.open(root, small_store_config()) as other,
+    ):
         s.create_topic("T", 1)
         put(s, 120)
         s.flush()  # (retention deletes only what is flushed)

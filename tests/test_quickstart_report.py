@@ -22,7 +22,8 @@ def test_the_first_micro_batch_is_apart_from_the_steady_rate() -> None:
     steady = _steady()
     # 25,000 rows whose first batch took 6 s (Spark's warm-up), then 75,000 in 1.5 s
     text = steady([(25_000, 6_000), (25_000, 500), (25_000, 500), (25_000, 500)])
-    assert text == ("first micro-batch 25,000 in 6.0s (with Spark's warm-up), then 75,000 in 1.5s: "
-                    "50,000 messages/s steady")
+    assert text == (
+        "first micro-batch 25,000 in 6.0s (with Spark's warm-up), then 75,000 in 1.5s: 50,000 messages/s steady"
+    )
     assert steady([(10, 900)]).endswith("no further micro-batch to measure a steady rate on")
     assert steady([]) == "no micro-batch"

@@ -49,10 +49,16 @@ def fill(s: rmqlog.MessageStore) -> None:
     for t in TOPICS:
         s.create_topic(t, 4)
     rows = [(t, q, k) for k in range(PER_QUEUE) for t in TOPICS for q in range(4)]
-    s.put_batch(pa.table({
-        "topic": [t for t, _, _ in rows], "body": [body(*r) for r in rows],
-        "queueId": pa.array([q for _, q, _ in rows], pa.int32()), "tags": ["t"] * len(rows),
-    }))
+    s.put_batch(
+        pa.table(
+            {
+                "topic": [t for t, _, _ in rows],
+                "body": [body(*r) for r in rows],
+                "queueId": pa.array([q for _, q, _ in rows], pa.int32()),
+                "tags": ["t"] * len(rows),
+            }
+        )
+    )
     assert s.dispatch() == 2 * 4 * PER_QUEUE
 
 
@@ -75,19 +81,25 @@ def flip(root: Path, offset: int) -> None:
 Reader = Callable[[rmqlog.MessageStore, Path, str, int, "bool | None"], list[dict[str, Any]]]
 
 
-def via_read_queue(s: rmqlog.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None) -> list[dict[str, Any]]:
+def via_read_queue(
+    s: rmqlog.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None
+) -> list[dict[str, Any]]:
     kw = {} if check_crc is None else {"check_crc": check_crc}
     return s.read_queue(topic, qid, 0, 1 << 40, **kw).to_pylist()
 
 
-def via_get_messages(s: rmqlog.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None) -> list[dict[str, Any]]:
+def via_get_messages(
+    s: rmqlog.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None
+) -> list[dict[str, Any]]:
     kw = {} if check_crc is None else {"check_crc": check_crc}
     res = s.get_messages("g", topic, qid, s.min_offset(topic, qid), max_count=1000, **kw)
     assert res.status is rmqlog.GetMessageStatus.FOUND
     return res.messages.to_pylist()
 
 
-def via_read_range(s: rmqlog.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None) -> list[dict[str, Any]]:
+def via_read_range(
+    s: rmqlog.MessageStore, root: Path, topic: str, qid: int, check_crc: bool | None = None
+) -> list[dict[str, Any]]:
     kw = {} if check_crc is None else {"check_crc": check_crc}
     part = QueueRange(str(root), topic, qid, s.min_offset(topic, qid), s.max_offset(topic, qid), **kw)
     batches = list(read_range(part))
@@ -122,8 +134,15 @@ def live(root: Path) -> Iterator[rmqlog.MessageStore]:
         s.close()
 
 
-def expect_queue_error(err: pytest.ExceptionInfo[CorruptQueueError], root: Path, topic: str, qid: int,
-                       logical: int, offset: int, reason: str) -> None:
+def expect_queue_error(
+    err: pytest.ExceptionInfo[CorruptQueueError],
+    root: Path,
+    topic: str,
+    qid: int,
+    logical: int,
+    offset: int,
+    reason: str,
+) -> None:
     e = err.value
     assert type(e) is CorruptQueueError
     assert e.path == str(cq_file(root, topic, qid, logical))
@@ -138,7 +157,9 @@ K = 10  # the damaged unit of queue A/2
 
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
-def test_unit_pointing_at_another_queues_record(live: rmqlog.MessageStore, root: Path, read: Reader, native: bool) -> None:
+def test_unit_pointing_at_another_queues_record(
+    live: rmqlog.MessageStore, root: Path, read: Reader, native: bool
+) -> None:
     """Same topic, same size, same queue offset: only QUEUEID tells the record is queue 3's."""
     other, size, _ = unit(root, "A", 3, K)
     assert size == unit(root, "A", 2, K)[1]
@@ -149,7 +170,9 @@ def test_unit_pointing_at_another_queues_record(live: rmqlog.MessageStore, root:
 
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
-def test_unit_pointing_at_another_topics_record(live: rmqlog.MessageStore, root: Path, read: Reader, native: bool) -> None:
+def test_unit_pointing_at_another_topics_record(
+    live: rmqlog.MessageStore, root: Path, read: Reader, native: bool
+) -> None:
     """Topic B's record of queue 2 at queue offset K: same size, queue id and offset; only the topic differs."""
     other, size, _ = unit(root, "B", 2, K)
     write_unit(root, "A", 2, K, other, size)
@@ -160,7 +183,9 @@ def test_unit_pointing_at_another_topics_record(live: rmqlog.MessageStore, root:
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
 @pytest.mark.parametrize("where", ["at_tail", "straddling_tail", "wild"])
-def test_unit_pointing_past_the_tail(live: rmqlog.MessageStore, root: Path, read: Reader, where: str, native: bool) -> None:
+def test_unit_pointing_past_the_tail(
+    live: rmqlog.MessageStore, root: Path, read: Reader, where: str, native: bool
+) -> None:
     tail = live.published_tail()
     size = unit(root, "A", 2, K)[1]
     offset = {"at_tail": tail, "straddling_tail": tail - 100, "wild": (1 << 63) - 10}[where]
@@ -185,13 +210,17 @@ def test_unit_pointing_before_the_commitlogs_first_offset(root: Path, read: Read
             write_unit(root, "A", 2, victim, 600, unit(root, "A", 2, victim)[1])
             with pytest.raises(CorruptQueueError) as err:
                 read(s, root, "A", 2, None)
-            expect_queue_error(err, root, "A", 2, victim, 600, f"it points below the commitlog's first offset {SMALL_COMMITLOG}")
+            expect_queue_error(
+                err, root, "A", 2, victim, 600, f"it points below the commitlog's first offset {SMALL_COMMITLOG}"
+            )
         finally:
             close_all()
 
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
-def test_unit_pointing_into_the_middle_of_a_record(live: rmqlog.MessageStore, root: Path, read: Reader, native: bool) -> None:
+def test_unit_pointing_into_the_middle_of_a_record(
+    live: rmqlog.MessageStore, root: Path, read: Reader, native: bool
+) -> None:
     offset, size, _ = unit(root, "A", 2, K)
     assert (offset + 8) // SMALL_COMMITLOG == (offset + 8 + size - 1) // SMALL_COMMITLOG  # not past its segment's end
     write_unit(root, "A", 2, K, offset + 8, size)
@@ -206,8 +235,9 @@ def test_unit_pointing_at_a_blank_record(live: rmqlog.MessageStore, root: Path, 
     records_per_segment = (SMALL_COMMITLOG - 8) // size
     blank = records_per_segment * size  # the end-of-segment blank of the first segment
     blank_size = SMALL_COMMITLOG - blank
-    assert blank_size >= 91 and struct.unpack(">ii", (root / "commitlog" / f"{0:020d}").read_bytes()[blank:blank + 8]) == (
-        blank_size, -875286124)
+    assert blank_size >= 91 and struct.unpack(
+        ">ii", (root / "commitlog" / f"{0:020d}").read_bytes()[blank : blank + 8]
+    ) == (blank_size, -875286124)
     write_unit(root, "A", 2, K, blank, blank_size)
     with pytest.raises(CorruptQueueError) as err:
         read(live, root, "A", 2, None)
@@ -221,8 +251,11 @@ def test_unit_size_mismatch(live: rmqlog.MessageStore, root: Path, read: Reader,
     write_unit(root, "A", 2, K, offset, size + delta)
     with pytest.raises(CorruptQueueError) as err:
         read(live, root, "A", 2, None)
-    want = f"the record there has TOTALSIZE {size}, the unit says {size + delta}" if size + delta >= 91 else (
-        f"its size {size + delta} is smaller than any record")
+    want = (
+        f"the record there has TOTALSIZE {size}, the unit says {size + delta}"
+        if size + delta >= 91
+        else (f"its size {size + delta} is smaller than any record")
+    )
     expect_queue_error(err, root, "A", 2, K, offset, want)
 
 
@@ -314,7 +347,9 @@ def expect_record_error(err: pytest.ExceptionInfo[CorruptRecordError], root: Pat
 
 @pytest.mark.parametrize("read", READERS, ids=reader_ids)
 @pytest.mark.parametrize("field", ["body", "bodyCRC"])
-def test_flipped_byte_in_an_old_segment(closed: tuple[int, int], root: Path, read: Reader, field: str, native: bool) -> None:
+def test_flipped_byte_in_an_old_segment(
+    closed: tuple[int, int], root: Path, read: Reader, field: str, native: bool
+) -> None:
     offset, _size = closed
     flip(root, offset + (88 + 5 if field == "body" else 8))  # a body byte, or BODYCRC (bytes 8-11)
     with open_damaged(root) as s:
@@ -405,8 +440,9 @@ def test_crc_damage_before_unit_damage_names_the_record(closed: tuple[int, int],
 
 
 @pytest.mark.parametrize("damaged", [True, False])
-def test_an_untyped_decode_failure_becomes_a_typed_error(closed: tuple[int, int], root: Path, damaged: bool,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_untyped_decode_failure_becomes_a_typed_error(
+    closed: tuple[int, int], root: Path, damaged: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Should a damaged record get past the checks and make the decode fail any other way
     (simulated: the properties' UTF-8 cast raises ArrowInvalid), the read raises
     CorruptRecordError naming the segment and the first record the scalar decoder rejects
@@ -458,12 +494,18 @@ def test_body_crcs_match_the_scalar_crc(native: bool) -> None:
     from rmqlog.log.record import body_crc
 
     bodies = [b"", b"a", bytes(range(256)) * 9, b"RocketMQ"]
-    for arr in (pa.array(bodies, pa.binary()), pa.array(bodies, pa.large_binary()), pa.array(bodies, pa.binary()).slice(1)):
+    for arr in (
+        pa.array(bodies, pa.binary()),
+        pa.array(bodies, pa.large_binary()),
+        pa.array(bodies, pa.binary()).slice(1),
+    ):
         assert body_crcs(arr).tolist() == [body_crc(b) for b in arr.to_pylist()]
 
 
 def test_new_errors_are_store_errors() -> None:
-    assert issubclass(CorruptQueueError, rmqlog.CorruptStoreError) and issubclass(CorruptRecordError, rmqlog.CorruptStoreError)
+    assert issubclass(CorruptQueueError, rmqlog.CorruptStoreError) and issubclass(
+        CorruptRecordError, rmqlog.CorruptStoreError
+    )
     assert rmqlog.StoreConfig().check_crc_on_read is True
     assert rmqlog.StoreConfig(check_crc_on_read=False).check_crc_on_read is False
 

@@ -27,8 +27,16 @@ FIRST_ID = "C0A8470100001FBB0000000000000000"  # the RocketMQ fixture's first re
 def fill(root: Path, *, dispatch: bool = True) -> None:
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         s.create_topic("T", 2)
-        s.put_batch(pa.table({"topic": ["T"] * 40, "body": [b"m%d" % i for i in range(40)],
-                              "keys": [[f"k{i}"] for i in range(40)], "tags": ["a", "b"] * 20}))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["T"] * 40,
+                    "body": [b"m%d" % i for i in range(40)],
+                    "keys": [[f"k{i}"] for i in range(40)],
+                    "tags": ["a", "b"] * 20,
+                }
+            )
+        )
         if dispatch:
             s.dispatch()
         s.commit_offset("g", "T", 0, 5)
@@ -152,8 +160,9 @@ def test_reader_in_another_process_while_this_one_writes(closed: Path) -> None:
     """)
     with rmqlog.MessageStore.open(closed, small_store_config()) as w:
         w.put_batch(pa.table({"topic": ["T"] * 6, "body": [b"x"] * 6, "queueId": [1] * 6}), dispatch=True)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(),
-                             timeout=120, check=True).stdout
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=subprocess_env(), timeout=120, check=True
+        ).stdout
     assert json.loads(out) == [20, 26]
 
 

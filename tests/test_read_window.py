@@ -26,9 +26,15 @@ PER_FILE = SMALL_CQ // 20  # units in one consume-queue file of the small config
 
 
 def put_tagged(s: rmqlog.MessageStore, tags: list[str | None], topic: str = "W", body: int = 40) -> None:
-    s.put_batch(batch(topic=topic, body=[f"{i}:".encode().ljust(body, b".") for i in range(len(tags))],
-                      tags=pa.array(tags, pa.string()), keys=[[f"k{i}"] for i in range(len(tags))],
-                      queueId=pa.array([0] * len(tags), pa.int32())))
+    s.put_batch(
+        batch(
+            topic=topic,
+            body=[f"{i}:".encode().ljust(body, b".") for i in range(len(tags))],
+            tags=pa.array(tags, pa.string()),
+            keys=[[f"k{i}"] for i in range(len(tags))],
+            queueId=pa.array([0] * len(tags), pa.int32()),
+        )
+    )
     s.dispatch()
 
 
@@ -54,12 +60,18 @@ def _ref_rows(records: rmqlog.StoredRecords) -> list[rc.RefRecord]:
 
 
 @pytest.mark.parametrize("tags", ["*", "a || Aa", "BB"])
-def test_stored_records_are_the_log_bytes_and_decode_to_the_table(ws: rmqlog.MessageStore, root: Path, tags: str) -> None:
+def test_stored_records_are_the_log_bytes_and_decode_to_the_table(
+    ws: rmqlog.MessageStore, root: Path, tags: str
+) -> None:
     assert rc.java_string_hash("Aa") == rc.java_string_hash("BB")  # so the exact-tag cut runs on both forms
     table_form = ws.read_window("W", 0, 3, max_count=40, tags=tags)
     raw_form = ws.read_window("W", 0, 3, max_count=40, tags=tags, raw=True)
-    assert (raw_form.status, raw_form.next_begin_offset, raw_form.min_offset, raw_form.max_offset) == \
-        (table_form.status, table_form.next_begin_offset, table_form.min_offset, table_form.max_offset)
+    assert (raw_form.status, raw_form.next_begin_offset, raw_form.min_offset, raw_form.max_offset) == (
+        table_form.status,
+        table_form.next_begin_offset,
+        table_form.min_offset,
+        table_form.max_offset,
+    )
     assert raw_form.status is S.FOUND and raw_form.messages.num_rows == 0 and table_form.records is None
     records, table = raw_form.records, table_form.messages
     assert records is not None and len(records) == table.num_rows > 0
@@ -72,17 +84,32 @@ def test_stored_records_are_the_log_bytes_and_decode_to_the_table(ws: rmqlog.Mes
     assert records.data.to_pybytes() == b"".join(records.array.to_pylist())
     refs = _ref_rows(records)
     rows = table.to_pylist()
-    assert records.commit_log_offsets.tolist() == [r["commitLogOffset"] for r in rows] == [r.physical_offset for r in refs]
+    assert (
+        records.commit_log_offsets.tolist() == [r["commitLogOffset"] for r in rows] == [r.physical_offset for r in refs]
+    )
     assert records.queue_offsets.tolist() == [r["queueOffset"] for r in rows] == [r.queue_offset for r in refs]
     assert records.sizes.tolist() == [r.total_size for r in refs]
     for ref, row in zip(refs, rows, strict=True):
-        assert (ref.topic, ref.queue_id, ref.body, ref.tags, ref.flag, ref.sys_flag, ref.reconsume_times) == \
-            (row["topic"], row["queueId"], row["body"], row["tags"], row["flag"], row["sysFlag"], row["reconsumeTimes"])
+        assert (ref.topic, ref.queue_id, ref.body, ref.tags, ref.flag, ref.sys_flag, ref.reconsume_times) == (
+            row["topic"],
+            row["queueId"],
+            row["body"],
+            row["tags"],
+            row["flag"],
+            row["sysFlag"],
+            row["reconsumeTimes"],
+        )
         assert ref.msg_id == row["msgId"] and ref.properties["KEYS"] == " ".join(row["keys"])
         assert dict(row["properties"]) == ref.properties
         assert (ref.born_timestamp, ref.store_timestamp) == (
-            int(row["bornTimestamp"].timestamp() * 1000), int(row["storeTimestamp"].timestamp() * 1000))
-        assert (ref.born_host, ref.store_host, ref.body_crc & 0xFFFFFFFF) == (row["bornHost"], row["storeHost"], row["bodyCRC"] & 0xFFFFFFFF)
+            int(row["bornTimestamp"].timestamp() * 1000),
+            int(row["storeTimestamp"].timestamp() * 1000),
+        )
+        assert (ref.born_host, ref.store_host, ref.body_crc & 0xFFFFFFFF) == (
+            row["bornHost"],
+            row["storeHost"],
+            row["bodyCRC"] & 0xFFFFFFFF,
+        )
     wanted = None if tags == "*" else {t.strip() for t in tags.split("||")}
     assert wanted is None or {r.tags for r in refs} <= wanted  # the hash collision is cut in both forms
 
@@ -92,8 +119,11 @@ def _both(s: rmqlog.MessageStore, *args: object, **kw: object) -> tuple[S, int, 
     t = s.read_window(*args, **kw)  # type: ignore[arg-type]
     r = s.read_window(*args, raw=True, **kw)  # type: ignore[arg-type]
     assert r.records is not None
-    assert (r.status, r.next_begin_offset, r.records.queue_offsets.tolist()) == \
-        (t.status, t.next_begin_offset, t.messages["queueOffset"].to_pylist())
+    assert (r.status, r.next_begin_offset, r.records.queue_offsets.tolist()) == (
+        t.status,
+        t.next_begin_offset,
+        t.messages["queueOffset"].to_pylist(),
+    )
     return t.status, t.next_begin_offset, t.messages["queueOffset"].to_pylist()
 
 
@@ -199,6 +229,7 @@ def _clean_after_the_units_are_read(monkeypatch: pytest.MonkeyPatch, s: rmqlog.M
                 armed[0] = False
                 s.clean_expired(now)
             return units
+
         return read_then_clean
 
     monkeypatch.setattr(ConsumeQueue, "read", then_clean(ConsumeQueue.read))
@@ -207,8 +238,9 @@ def _clean_after_the_units_are_read(monkeypatch: pytest.MonkeyPatch, s: rmqlog.M
 
 
 @pytest.mark.parametrize("raw", [False, True], ids=["table", "records"])
-def test_records_deleted_between_the_unit_read_and_the_record_read(root: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                   raw: bool) -> None:
+def test_records_deleted_between_the_unit_read_and_the_record_read(
+    root: Path, monkeypatch: pytest.MonkeyPatch, raw: bool
+) -> None:
     """Retention deletes the first four segments after the window's units were read and before
     their records are: the deleted ones are skipped and named, the rest read (RocketMQ's
     MESSAGE_WAS_REMOVING skip), in both forms."""
@@ -216,7 +248,9 @@ def test_records_deleted_between_the_unit_read_and_the_record_read(root: Path, m
     try:
         now = _at_4()
         segs = _expire_first_four(root, now)
-        first_left = next(o for o in range(100) if s.read_queue("RT", 0, o, o + 1)["commitLogOffset"][0].as_py() >= segs[4])
+        first_left = next(
+            o for o in range(100) if s.read_queue("RT", 0, o, o + 1)["commitLogOffset"][0].as_py() >= segs[4]
+        )
         armed = _clean_after_the_units_are_read(monkeypatch, s, now)
         start = first_left - 3
         assert start // PER_FILE == first_left // PER_FILE  # one consume-queue file: one window
@@ -231,8 +265,9 @@ def test_records_deleted_between_the_unit_read_and_the_record_read(root: Path, m
 
 
 @pytest.mark.parametrize("raw", [False, True], ids=["table", "records"])
-def test_window_wholly_deleted_while_read_is_message_was_removing(root: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                   raw: bool) -> None:
+def test_window_wholly_deleted_while_read_is_message_was_removing(
+    root: Path, monkeypatch: pytest.MonkeyPatch, raw: bool
+) -> None:
     """Every record of the window deleted after its units were read: MESSAGE_WAS_REMOVING, the
     next offset past the units scanned (RocketMQ's), the deleted offsets named."""
     s = _aged_store(root)
@@ -247,8 +282,14 @@ def test_window_wholly_deleted_while_read_is_message_was_removing(root: Path, mo
 
 
 def test_bad_arguments_are_named(ws: rmqlog.MessageStore) -> None:
-    for kw, name in [({"max_count": 0}, "max_count"), ({"max_bytes": 0}, "max_bytes"), ({"until": 3}, "until"),
-                     ({"raw": 1}, "raw"), ({"tags": 5}, "tags"), ({"max_bytes": 1.5}, "max_bytes")]:
+    for kw, name in [
+        ({"max_count": 0}, "max_count"),
+        ({"max_bytes": 0}, "max_bytes"),
+        ({"until": 3}, "until"),
+        ({"raw": 1}, "raw"),
+        ({"tags": 5}, "tags"),
+        ({"max_bytes": 1.5}, "max_bytes"),
+    ]:
         with pytest.raises(rmqlog.InvalidArgumentError, match=name):
             ws.read_window("W", 0, 3, **kw)  # type: ignore[arg-type]
     with pytest.raises(rmqlog.InvalidTopicError):

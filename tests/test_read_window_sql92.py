@@ -24,10 +24,15 @@ def ps(ms: rmqlog.MessageStore) -> rmqlog.MessageStore:
     ms.create_topic("P", 1)
     n = 120
     props = [{"n": str(i), **({"m": "yes"} if i % 5 == 1 else {}), **({"odd": "1"} if i % 2 else {})} for i in range(n)]
-    ms.put_batch(batch(topic="P", body=[f"{i}:".encode().ljust(40, b".") for i in range(n)],
-                       tags=pa.array(["m" if i % 5 == 1 else "o" for i in range(n)], pa.string()),
-                       properties=pa.array([list(p.items()) for p in props], pa.map_(pa.string(), pa.string())),
-                       queueId=pa.array([0] * n, pa.int32())))
+    ms.put_batch(
+        batch(
+            topic="P",
+            body=[f"{i}:".encode().ljust(40, b".") for i in range(n)],
+            tags=pa.array(["m" if i % 5 == 1 else "o" for i in range(n)], pa.string()),
+            properties=pa.array([list(p.items()) for p in props], pa.map_(pa.string(), pa.string())),
+            queueId=pa.array([0] * n, pa.int32()),
+        )
+    )
     ms.dispatch()
     return ms
 
@@ -36,16 +41,25 @@ def _both(s: rmqlog.MessageStore, *args: object, **kw: object) -> tuple[S, int, 
     t = s.read_window(*args, **kw)  # type: ignore[arg-type]
     r = s.read_window(*args, raw=True, **kw)  # type: ignore[arg-type]
     assert r.records is not None
-    assert (r.status, r.next_begin_offset, r.records.queue_offsets.tolist()) == \
-        (t.status, t.next_begin_offset, t.messages["queueOffset"].to_pylist())
-    assert rmqlog.decode_records(r.records.data.to_pybytes())["queueOffset"].to_pylist() == r.records.queue_offsets.tolist()
+    assert (r.status, r.next_begin_offset, r.records.queue_offsets.tolist()) == (
+        t.status,
+        t.next_begin_offset,
+        t.messages["queueOffset"].to_pylist(),
+    )
+    assert (
+        rmqlog.decode_records(r.records.data.to_pybytes())["queueOffset"].to_pylist()
+        == r.records.queue_offsets.tolist()
+    )
     return t.status, t.next_begin_offset, t.messages["queueOffset"].to_pylist()
 
 
-@pytest.mark.parametrize(("offset", "max_count", "until"), [(0, 3, None), (0, 32, None), (7, 2, None), (45, 32, None),
-                                                             (10, 32, 14), (0, 1, None), (3, 4, 40)])
-def test_a_sql92_filter_scans_as_a_tag_filter_of_the_same_selectivity(ps: rmqlog.MessageStore, offset: int, max_count: int,
-                                                                       until: int | None) -> None:
+@pytest.mark.parametrize(
+    ("offset", "max_count", "until"),
+    [(0, 3, None), (0, 32, None), (7, 2, None), (45, 32, None), (10, 32, 14), (0, 1, None), (3, 4, 40)],
+)
+def test_a_sql92_filter_scans_as_a_tag_filter_of_the_same_selectivity(
+    ps: rmqlog.MessageStore, offset: int, max_count: int, until: int | None
+) -> None:
     flt = compile_filter("m = 'yes'")
     by_tag = _both(ps, "P", 0, offset, max_count=max_count, tags="m", until=until)
     by_sql = _both(ps, "P", 0, offset, max_count=max_count, sql92=flt, until=until)

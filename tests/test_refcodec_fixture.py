@@ -28,6 +28,7 @@ N_RECORDS = 47
 BLANK_POS = 8084
 SEGMENT_SIZE = 8192
 
+
 @pytest.fixture(scope="module")
 def segment_bytes() -> bytes:
     """The raw bytes of the 8 KiB RocketMQ 4.9 commitlog segment."""
@@ -159,9 +160,7 @@ def test_round_trip_bytes(segment_bytes: bytes, records: list[rc.RefRecord]) -> 
 
 def test_walk_with_explicit_segment_size() -> None:
     """Passing the segment size gives the same result as inferring it."""
-    assert rc.walk_commitlog(str(COMMITLOG_DIR), SEGMENT_SIZE) == rc.walk_commitlog(
-        str(COMMITLOG_DIR)
-    )
+    assert rc.walk_commitlog(str(COMMITLOG_DIR), SEGMENT_SIZE) == rc.walk_commitlog(str(COMMITLOG_DIR))
 
 
 # --------------------------------------------------------------------------- config fixtures
@@ -180,9 +179,7 @@ def test_fastjson_consumer_offset() -> None:
         "2": 250,
         "3": 250,
     }
-    assert table["%RETRY%please_rename_unique_group_name_4@please_rename_unique_group_name_4"] == {
-        "0": 0
-    }
+    assert table["%RETRY%please_rename_unique_group_name_4@please_rename_unique_group_name_4"] == {"0": 0}
 
 
 def test_fastjson_other_configs() -> None:
@@ -210,9 +207,7 @@ def test_fastjson_other_configs() -> None:
     assert g["groupName"] == "please_rename_unique_group_name_4"
     assert g["retryMaxTimes"] == 16
 
-    assert rc.parse_fastjson((CONFIG_DIR / "delayOffset.json").read_text("utf-8")) == {
-        "offsetTable": {}
-    }
+    assert rc.parse_fastjson((CONFIG_DIR / "delayOffset.json").read_text("utf-8")) == {"offsetTable": {}}
 
 
 def test_checkpoint_fixture_layout() -> None:
@@ -317,20 +312,14 @@ def test_walk_multi_segment(tmp_path: Path) -> None:
     segments = [bytearray(), bytearray()]
     offset = 0
     for i in range(6):
-        size = len(
-            rc.encode_record(
-                topic="T", body=b"m%d" % i, queue_id=1, queue_offset=i, physical_offset=0
-            )
-        )
+        size = len(rc.encode_record(topic="T", body=b"m%d" % i, queue_id=1, queue_offset=i, physical_offset=0))
         idx = offset // seg
         left = seg - offset % seg
         if size + 8 > left:
             segments[idx] += rc.encode_blank(left)
             offset += left
             idx += 1
-        raw = rc.encode_record(
-            topic="T", body=b"m%d" % i, queue_id=1, queue_offset=i, physical_offset=offset
-        )
+        raw = rc.encode_record(topic="T", body=b"m%d" % i, queue_id=1, queue_offset=i, physical_offset=offset)
         segments[idx] += raw
         recs.append(raw)
         offset += len(raw)

@@ -107,8 +107,10 @@ def test_a_cut_keeps_the_whole_records_before_the_offset(tmp_path: Path, where: 
         assert s.replica_truncate(offset) == end
         _check_cut(root, s, before, end)
         if end < tail:  # segments wholly past the cut are deleted
-            assert max(start for start, _ in rc.list_segments(str(root / "commitlog"))) == (end - 1) // SEG * SEG \
+            assert (
+                max(start for start, _ in rc.list_segments(str(root / "commitlog"))) == (end - 1) // SEG * SEG
                 or end % SEG == 0
+            )
         _continue(s)
     with rmqlog.MessageStore.open(root, _config()) as s:  # a clean reopen recovers nothing more
         assert s.recovery is not None and s.recovery.dropped_bytes == 0 and s.recovery.problems == []
@@ -168,8 +170,9 @@ def test_a_slave_cut_forgets_a_partial_record_received_and_goes_on(tmp_path: Pat
         s.dispatch()
         assert s.verify().problems == []
         tail = m.published_tail()
-        assert (tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes()[:min(tail, SEG)] == \
-            (tmp_path / "m" / "commitlog" / f"{0:020d}").read_bytes()[:min(tail, SEG)]
+        assert (tmp_path / "s" / "commitlog" / f"{0:020d}").read_bytes()[: min(tail, SEG)] == (
+            tmp_path / "m" / "commitlog" / f"{0:020d}"
+        ).read_bytes()[: min(tail, SEG)]
     finally:
         m.close()
         s.close()
@@ -206,8 +209,13 @@ def test_refusals(tmp_path: Path) -> None:
                 ro.set_replication_checkpoint(5)
         assert s.published_tail() == tail
         # another process has it open
-        child = subprocess.Popen([sys.executable, "-c", HOLD, str(root), repr(CFG)], stdin=subprocess.PIPE,
-                                 stdout=subprocess.PIPE, text=True, env=subprocess_env())
+        child = subprocess.Popen(
+            [sys.executable, "-c", HOLD, str(root), repr(CFG)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=subprocess_env(),
+        )
         try:
             assert child.stdout is not None and child.stdout.readline() == "open\n"
             with pytest.raises(rmqlog.StoreBusyError, match=f"pid {child.pid}"):
@@ -233,8 +241,13 @@ def test_a_process_opening_meanwhile_waits_for_the_cut(tmp_path: Path) -> None:
         assert owner is not None
         with owner.alone("a test"):
             assert (root / "recovering").exists()
-            child = subprocess.Popen([sys.executable, "-c", HOLD, str(root), repr(CFG)], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=subprocess_env())
+            child = subprocess.Popen(
+                [sys.executable, "-c", HOLD, str(root), repr(CFG)],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+                env=subprocess_env(),
+            )
             try:
                 with pytest.raises(subprocess.TimeoutExpired):
                     child.wait(1.0)  # waiting for the lock
@@ -312,7 +325,9 @@ def test_delay_offsets_read_and_set(tmp_path: Path) -> None:
         s.set_delay_offsets({1: 5, 3: 0})
         assert s.delay_offsets() == {1: 5, 3: 0}
         # RocketMQ's layout: tab-indented, level keys bare
-        assert (root / "config" / "delayOffset.json").read_text() == '{\n\t"offsetTable": {\n\t\t1: 5,\n\t\t3: 0\n\t}\n}'
+        assert (
+            root / "config" / "delayOffset.json"
+        ).read_text() == '{\n\t"offsetTable": {\n\t\t1: 5,\n\t\t3: 0\n\t}\n}'
         with pytest.raises(rmqlog.InvalidArgumentError):
             s.set_delay_offsets({0: 1})
         with pytest.raises(rmqlog.InvalidArgumentError):
@@ -342,6 +357,9 @@ def test_a_cut_store_rebuilds_its_timer_index(tmp_path: Path) -> None:
         assert s.deliver_due() == 3
         assert s.deliver_due() == 0
         s.dispatch()
-        assert sorted(sum((s.read_queue("T", q, 0, 10)["body"].to_pylist() for q in range(4)), [])) == \
-            [b"timed-0", b"timed-1", b"timed-2"]
+        assert sorted(sum((s.read_queue("T", q, 0, 10)["body"].to_pylist() for q in range(4)), [])) == [
+            b"timed-0",
+            b"timed-1",
+            b"timed-2",
+        ]
         assert s.verify().problems == []

@@ -101,7 +101,9 @@ def test_policy_rules() -> None:
     assert due(c, local_ms(5), 86).reason == "forced" and due(c, local_ms(5), 86).at_once
     assert due(c, local_ms(5), 50, force=True).reason == "manual"
     assert not due(c.replace(clean_file_forcibly_enable=False), local_ms(5), 99).at_once
-    assert due(c.replace(disk_max_used_space_ratio=99), local_ms(5), 96).space_full  # clamped to 95 as RocketMQ's getter
+    assert due(
+        c.replace(disk_max_used_space_ratio=99), local_ms(5), 96
+    ).space_full  # clamped to 95 as RocketMQ's getter
 
 
 def test_nothing_due_outside_delete_when(rs: rmqlog.MessageStore, root: Path) -> None:
@@ -218,10 +220,14 @@ def test_consume_queue_files_follow_and_min_offsets(rs: rmqlog.MessageStore, roo
     age(root, AT_4, 100)
     first = rs.clean_expired(AT_4)  # 10 segments: messages 0..99, queue offsets 0..49: the first files
     assert len(first.segments) == 10
-    assert sorted(first.consume_queue_files) == [str(root / "consumequeue" / "RT" / str(q) / f"{0:020d}") for q in (0, 1)]
+    assert sorted(first.consume_queue_files) == [
+        str(root / "consumequeue" / "RT" / str(q) / f"{0:020d}") for q in (0, 1)
+    ]
     assert [rs.min_offset("RT", q) for q in (0, 1)] == [50, 50]
     second = rs.clean_expired(AT_4)  # 20 segments gone: messages 0..199, queue offsets 0..99
-    assert sorted(second.consume_queue_files) == [str(root / "consumequeue" / "RT" / str(q) / f"{SMALL_CQ:020d}") for q in (0, 1)]
+    assert sorted(second.consume_queue_files) == [
+        str(root / "consumequeue" / "RT" / str(q) / f"{SMALL_CQ:020d}") for q in (0, 1)
+    ]
     rs.commitlog.segments.close()  # (a clean mapping cache: what another process would have)
     rs.consume_queue("RT", 0).segments.close()
     third = rs.clean_expired(AT_4)  # 29 of 30 segments: messages 0..289, queue offsets 0..144; the last file stays
@@ -356,19 +362,40 @@ def test_a_read_overtaken_by_retention_names_the_queue_and_range(rs: rmqlog.Mess
     assert len(rs.clean_expired(AT_4).segments) == 4  # ... which deleted queue offsets 0..39
     rs.commitlog.segments.close()  # (no mapping kept from before, as in another process)
     with pytest.raises(MessagesDeletedError) as err:
-        read_units(rs.commitlog, cq, units, 20 + pa.array(range(30)).to_numpy(), topic="RT", queue_id=0, floor=floor,
-                   tail=rs.published_tail(), check_crc=True)
+        read_units(
+            rs.commitlog,
+            cq,
+            units,
+            20 + pa.array(range(30)).to_numpy(),
+            topic="RT",
+            queue_id=0,
+            floor=floor,
+            tail=rs.published_tail(),
+            check_crc=True,
+        )
     assert (err.value.topic, err.value.queue_id, err.value.start, err.value.end) == ("RT", 0, 20, 40)
     assert "RT/0" in str(err.value) and "[20, 40)" in str(err.value)
     assert isinstance(err.value, rmqlog.DataLossError)
 
 
-@pytest.mark.parametrize(("old", "first_left", "status", "next_offset", "rows"), [
-    (9, 90, S.OFFSET_FOUND_NULL, 90, []),  # RocketMQ: OFFSET_FOUND_NULL; here straight to the first offset left
-    (4, 40, S.FOUND, 50, list(range(40, 50))),  # RocketMQ skips the deleted records and reads on
-], ids=["queue-file-gone", "records-gone"])
-def test_get_messages_and_read_queue_overtaken(rs: rmqlog.MessageStore, root: Path, monkeypatch, old: int,
-                                               first_left: int, status: S, next_offset: int, rows: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("old", "first_left", "status", "next_offset", "rows"),
+    [
+        (9, 90, S.OFFSET_FOUND_NULL, 90, []),  # RocketMQ: OFFSET_FOUND_NULL; here straight to the first offset left
+        (4, 40, S.FOUND, 50, list(range(40, 50))),  # RocketMQ skips the deleted records and reads on
+    ],
+    ids=["queue-file-gone", "records-gone"],
+)
+def test_get_messages_and_read_queue_overtaken(
+    rs: rmqlog.MessageStore,
+    root: Path,
+    monkeypatch,
+    old: int,
+    first_left: int,
+    status: S,
+    next_offset: int,
+    rows: list[int],
+) -> None:
     fill(rs, 100)
     age(root, AT_4, 1)
     age(root, AT_4, 100, segments(root)[:old])
@@ -426,7 +453,9 @@ def test_pass_cut_short_is_completed_at_open(root: Path, cfg: StoreConfig) -> No
         fill(s, 60)
     write_state(root, 3 * SMALL_COMMITLOG)
     (root / "commitlog.deleted").mkdir()
-    os.rename(root / "commitlog" / f"{SMALL_COMMITLOG:020d}", root / "commitlog.deleted" / f"{SMALL_COMMITLOG:020d}")  # moved, not unlinked
+    os.rename(
+        root / "commitlog" / f"{SMALL_COMMITLOG:020d}", root / "commitlog.deleted" / f"{SMALL_COMMITLOG:020d}"
+    )  # moved, not unlinked
     (root / "abort").touch()  # and it was a kill
     with rmqlog.MessageStore.open(root, cfg) as s:
         assert s.recovery is not None and s.recovery.abnormal
@@ -474,8 +503,9 @@ def _flipped(raw: bytes, bit: int) -> bytes:
 
 
 @pytest.mark.parametrize("how", ["other store", "version 1", "not a boundary"])
-def test_a_wrong_retention_state_deletes_nothing(root: Path, cfg: StoreConfig, tmp_path: Path, how: str,
-                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_a_wrong_retention_state_deletes_nothing(
+    root: Path, cfg: StoreConfig, tmp_path: Path, how: str, caplog: pytest.LogCaptureFixture
+) -> None:
     """A plausible but wrong ``retention.state``, retention never having run: the open
     removed 3 of 5 segments as "left by a pass cut short" (30 of 50 messages). The file is
     checked against the log first: nothing is deleted, the doubt is reported, and a later pass
@@ -491,9 +521,13 @@ def test_a_wrong_retention_state_deletes_nothing(root: Path, cfg: StoreConfig, t
             assert len(o.clean_expired(AT_4).segments) == 4
         (root / "retention.state").write_bytes((other / "retention.state").read_bytes())
     elif how == "version 1":  # as the store wrote it before the checksum (a copy, a flipped digit)
-        (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 3 * SMALL_COMMITLOG, "queuesCleaned": 0}))
+        (root / "retention.state").write_text(
+            json.dumps({"version": 1, "logStart": 3 * SMALL_COMMITLOG, "queuesCleaned": 0})
+        )
     else:
-        (root / "retention.state").write_text(json.dumps({"version": 1, "logStart": 3 * SMALL_COMMITLOG + 1, "queuesCleaned": 0}))
+        (root / "retention.state").write_text(
+            json.dumps({"version": 1, "logStart": 3 * SMALL_COMMITLOG + 1, "queuesCleaned": 0})
+        )
     with caplog.at_level(logging.WARNING, logger="rmqlog.retention"), rmqlog.MessageStore.open(root, cfg) as s:
         assert segments(root) == [k * SMALL_COMMITLOG for k in range(5)]
         assert _all_bodies(s) == 50 and s.verify().ok
@@ -548,23 +582,58 @@ def test_a_state_the_log_confirms_completes_the_pass(root: Path, cfg: StoreConfi
 
 def test_config_keys_from_broker_conf(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
-    conf.write_text("\n".join([
-        "deleteWhen=04;16", "fileReservedTime=48", "diskMaxUsedSpaceRatio=80", "diskSpaceCleanForciblyRatio=88",
-        "deleteCommitLogFilesMaxNum=3", "destroyMapedFileIntervalForcibly=5000", "cleanResourceInterval=2000",
-        "cleanFileForciblyEnable=false",
-    ]))
+    conf.write_text(
+        "\n".join(
+            [
+                "deleteWhen=04;16",
+                "fileReservedTime=48",
+                "diskMaxUsedSpaceRatio=80",
+                "diskSpaceCleanForciblyRatio=88",
+                "deleteCommitLogFilesMaxNum=3",
+                "destroyMapedFileIntervalForcibly=5000",
+                "cleanResourceInterval=2000",
+                "cleanFileForciblyEnable=false",
+            ]
+        )
+    )
     c = StoreConfig.from_properties(conf)
-    assert (c.delete_when, c.file_reserved_time, c.disk_max_used_space_ratio, c.disk_space_clean_forcibly_ratio) == ("04;16", 48, 80, 88)
-    assert (c.delete_commit_log_files_max_num, c.destroy_mapped_file_interval_forcibly, c.clean_resource_interval) == (3, 5000, 2000)
+    assert (c.delete_when, c.file_reserved_time, c.disk_max_used_space_ratio, c.disk_space_clean_forcibly_ratio) == (
+        "04;16",
+        48,
+        80,
+        88,
+    )
+    assert (c.delete_commit_log_files_max_num, c.destroy_mapped_file_interval_forcibly, c.clean_resource_interval) == (
+        3,
+        5000,
+        2000,
+    )
     assert c.clean_file_forcibly_enable is False
     d = StoreConfig()
-    assert (d.delete_commit_log_files_max_num, d.disk_space_clean_forcibly_ratio, d.clean_file_forcibly_enable) == (10, 85, True)
-    assert (d.destroy_mapped_file_interval_forcibly, d.clean_resource_interval, d.file_reserved_time) == (120_000, 10_000, 72)
+    assert (d.delete_commit_log_files_max_num, d.disk_space_clean_forcibly_ratio, d.clean_file_forcibly_enable) == (
+        10,
+        85,
+        True,
+    )
+    assert (d.destroy_mapped_file_interval_forcibly, d.clean_resource_interval, d.file_reserved_time) == (
+        120_000,
+        10_000,
+        72,
+    )
 
 
-@pytest.mark.parametrize("bad", [{"delete_when": "4am"}, {"delete_when": "24"}, {"delete_when": "04;"},
-                                 {"delete_commit_log_files_max_num": 0}, {"disk_space_clean_forcibly_ratio": 101},
-                                 {"file_reserved_time": -1}, {"clean_resource_interval": 0}])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"delete_when": "4am"},
+        {"delete_when": "24"},
+        {"delete_when": "04;"},
+        {"delete_commit_log_files_max_num": 0},
+        {"disk_space_clean_forcibly_ratio": 101},
+        {"file_reserved_time": -1},
+        {"clean_resource_interval": 0},
+    ],
+)
 def test_bad_retention_config(bad: dict) -> None:
     with pytest.raises(ConfigError, match=next(iter(bad))):
         StoreConfig(**bad)
@@ -632,7 +701,9 @@ def test_first_pass_cleans_queues_of_a_log_that_starts_past_0(rs: rmqlog.Message
         (root / "commitlog" / f"{k * SMALL_COMMITLOG:020d}").unlink()
     report = rs.clean_expired(AT_10)
     assert report.reason is None and report.segments == []
-    assert report.consume_queue_files == [str(root / "consumequeue" / "RT" / "0" / f"{k * SMALL_CQ:020d}") for k in (0, 1)]
+    assert report.consume_queue_files == [
+        str(root / "consumequeue" / "RT" / "0" / f"{k * SMALL_CQ:020d}") for k in (0, 1)
+    ]
     assert rs.min_offset("RT", 0) == 120 and rs.clean_expired(AT_10).deleted == 0
 
 

@@ -51,8 +51,14 @@ def check(q, offsets, bodies):
 
 
 def _spawn(code: str, *args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", PRELUDE + code, *args], cwd=str(REPO_ROOT), env=subprocess_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-c", PRELUDE + code, *args],
+        cwd=str(REPO_ROOT),
+        env=subprocess_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def _finish(p: subprocess.Popen[str], timeout: float = 120) -> str:
@@ -68,7 +74,9 @@ def _finish(p: subprocess.Popen[str], timeout: float = 120) -> str:
 
 def fill(s: rmqlog.MessageStore, n: int, queues: int = 2, first: int = 0) -> None:
     qids = [i % queues for i in range(first, first + n)]
-    bodies = [f"{q}:{i // queues}".encode().ljust(BODY, b".") for i, q in zip(range(first, first + n), qids, strict=True)]
+    bodies = [
+        f"{q}:{i // queues}".encode().ljust(BODY, b".") for i, q in zip(range(first, first + n), qids, strict=True)
+    ]
     s.put_batch(batch(topic="RT", body=bodies, queueId=pa.array(qids, pa.int32())))
     s.dispatch()
     s.flush()
@@ -207,22 +215,52 @@ def test_a_reader_that_mapped_a_segment_before_it_went_still_reads_it(tmp_path: 
         cq = s.consume_queue("RT", 0)
         lo, hi, floor = s.reader.read_bounds(cq)
         units = cq.read(0, 50)
-        first = rmqlog.queue.checked_read.read_units(s.commitlog, cq, units, np.arange(50), topic="RT", queue_id=0,
-                                                    floor=floor, tail=s.published_tail(), check_crc=True)
-        child = _spawn("""
+        first = rmqlog.queue.checked_read.read_units(
+            s.commitlog,
+            cq,
+            units,
+            np.arange(50),
+            topic="RT",
+            queue_id=0,
+            floor=floor,
+            tail=s.published_tail(),
+            check_crc=True,
+        )
+        child = _spawn(
+            """
 with rmqlog.MessageStore.open(sys.argv[1], cfg) as s:
     s.retention.disk_used = lambda path: 99.0
     print(len(s.clean_expired().segments))
-""", str(root))
+""",
+            str(root),
+        )
         assert _finish(child).strip() == "9"
-        again = rmqlog.queue.checked_read.read_units(s.commitlog, cq, units, np.arange(50), topic="RT", queue_id=0,
-                                                    floor=floor, tail=s.published_tail(), check_crc=True)
+        again = rmqlog.queue.checked_read.read_units(
+            s.commitlog,
+            cq,
+            units,
+            np.arange(50),
+            topic="RT",
+            queue_id=0,
+            floor=floor,
+            tail=s.published_tail(),
+            check_crc=True,
+        )
         assert again.equals(first)
         check_rows(again, 0)
         s.commitlog.min_offset()  # the process learns the new start: lets go of its mappings below it
         with pytest.raises(rmqlog.MessagesDeletedError) as err:
-            rmqlog.queue.checked_read.read_units(s.commitlog, cq, units, np.arange(50), topic="RT", queue_id=0,
-                                                floor=floor, tail=s.published_tail(), check_crc=True)
+            rmqlog.queue.checked_read.read_units(
+                s.commitlog,
+                cq,
+                units,
+                np.arange(50),
+                topic="RT",
+                queue_id=0,
+                floor=floor,
+                tail=s.published_tail(),
+                check_crc=True,
+            )
         assert (err.value.topic, err.value.queue_id, err.value.start, err.value.end) == ("RT", 0, 0, 45)
 
 

@@ -63,16 +63,20 @@ MAP = pa.map_(pa.string(), pa.string())
 
 
 def to_table(rows: list[dict[str, Any]]) -> pa.Table:
-    return pa.table({
-        "topic": pa.array([r["topic"] for r in rows], pa.string()),
-        "body": pa.array([r["body"] for r in rows], pa.binary()),
-        "queueId": pa.array([r["queueId"] for r in rows], pa.int32()),
-        "tags": pa.array([r["tags"] for r in rows], pa.string()),
-        "keys": pa.array([r["keys"] for r in rows], pa.list_(pa.string())),
-        "properties": pa.array([None if r["properties"] is None else list(r["properties"].items()) for r in rows], MAP),
-        "flag": pa.array([r["flag"] for r in rows], pa.int32()),
-        "bornTimestamp": pa.array([r["bornTimestamp"] for r in rows], pa.int64()),
-    })
+    return pa.table(
+        {
+            "topic": pa.array([r["topic"] for r in rows], pa.string()),
+            "body": pa.array([r["body"] for r in rows], pa.binary()),
+            "queueId": pa.array([r["queueId"] for r in rows], pa.int32()),
+            "tags": pa.array([r["tags"] for r in rows], pa.string()),
+            "keys": pa.array([r["keys"] for r in rows], pa.list_(pa.string())),
+            "properties": pa.array(
+                [None if r["properties"] is None else list(r["properties"].items()) for r in rows], MAP
+            ),
+            "flag": pa.array([r["flag"] for r in rows], pa.int32()),
+            "bornTimestamp": pa.array([r["bornTimestamp"] for r in rows], pa.int64()),
+        }
+    )
 
 
 def expected_properties(msg: dict[str, Any], uniq: str) -> dict[str, str]:
@@ -198,7 +202,12 @@ def test_scalar_codec_agrees_with_put_batch(rows: list[dict[str, Any]]) -> None:
             assert scan.kind is ScanKind.RECORD and scan.size == ref.total_size
             got = scan.record
             assert got is not None
-            assert (got.topic, got.body, got.queue_id, got.flag) == (msg["topic"], msg["body"], ref.queue_id, msg["flag"])
+            assert (got.topic, got.body, got.queue_id, got.flag) == (
+                msg["topic"],
+                msg["body"],
+                ref.queue_id,
+                msg["flag"],
+            )
             assert (got.queue_offset, got.physical_offset) == (res["queueOffset"], clo)
             assert got.body_crc == rc.body_crc(msg["body"])
             assert got.store_timestamp == ref.store_timestamp and got.born_timestamp == ref.born_timestamp
@@ -208,13 +217,20 @@ def test_scalar_codec_agrees_with_put_batch(rows: list[dict[str, Any]]) -> None:
 
             # the scalar encoder, fed the input row and the fields the append assigned, writes the same bytes
             rec = Record(
-                queue_id=ref.queue_id, flag=msg["flag"], queue_offset=res["queueOffset"],
-                physical_offset=clo, sys_flag=0,
+                queue_id=ref.queue_id,
+                flag=msg["flag"],
+                queue_offset=res["queueOffset"],
+                physical_offset=clo,
+                sys_flag=0,
                 born_timestamp=msg["bornTimestamp"] if msg["bornTimestamp"] is not None else ref.born_timestamp,
                 born_host=_host("127.0.0.1:10911"),
                 store_timestamp=int(res["storeTimestamp"].timestamp() * 1000 + 0.5),
-                store_host=_host("127.0.0.1:10911"), reconsume_times=0, prepared_transaction_offset=0,
-                body=msg["body"], topic=msg["topic"], properties=got.properties,
+                store_host=_host("127.0.0.1:10911"),
+                reconsume_times=0,
+                prepared_transaction_offset=0,
+                body=msg["body"],
+                topic=msg["topic"],
+                properties=got.properties,
             )
             assert rec.encode() == raw
             assert rc.decode_record(rec.encode())[1] == ref
@@ -224,8 +240,11 @@ def test_scalar_codec_agrees_with_put_batch(rows: list[dict[str, Any]]) -> None:
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(st.lists(st.lists(st.tuples(st.integers(0, 79), st.integers(0, 1023)), min_size=1, max_size=120),
-                min_size=1, max_size=3))
+@given(
+    st.lists(
+        st.lists(st.tuples(st.integers(0, 79), st.integers(0, 1023)), min_size=1, max_size=120), min_size=1, max_size=3
+    )
+)
 def test_queue_offsets_with_many_queues(all_batches: list[list[tuple[int, int]]]) -> None:
     """QUEUEOFFSET is each queue's next offset plus the row's rank in the batch, for any mix of queues."""
     expected_next: dict[tuple[str, int], int] = {}
@@ -234,11 +253,13 @@ def test_queue_offsets_with_many_queues(all_batches: list[list[tuple[int, int]]]
         cfg = small_store_config(default_topic_queue_nums=1024, mapped_file_size_commit_log=1 << 16)
         with rmqlog.MessageStore.open(root, cfg) as s:
             for rows in all_batches:
-                tbl = pa.table({
-                    "topic": pa.array([f"Q{t}" for t, _ in rows]),
-                    "body": pa.array([b"%d" % i for i in range(len(rows))], pa.binary()),
-                    "queueId": pa.array([q for _, q in rows], pa.int32()),
-                })
+                tbl = pa.table(
+                    {
+                        "topic": pa.array([f"Q{t}" for t, _ in rows]),
+                        "body": pa.array([b"%d" % i for i in range(len(rows))], pa.binary()),
+                        "queueId": pa.array([q for _, q in rows], pa.int32()),
+                    }
+                )
                 got = s.put_batch(tbl).column("queueOffset").to_pylist()
                 want = []
                 for t, q in rows:
@@ -271,15 +292,26 @@ def test_large_batch_and_large_bodies(tmp_path: Path) -> None:
     big = [rnd.randbytes(rnd.randrange(1025, 250_000)) for _ in range(12)]
     with rmqlog.MessageStore.open(root, cfg) as s:
         out_many = s.put_batch(pa.table({"topic": pa.array(["M"] * len(many)), "body": pa.array(many, pa.binary())}))
-        out_big = s.put_batch(pa.table({"topic": pa.array(["B"] * len(big)), "body": pa.array(big, pa.binary()),
-                                        "queueId": pa.array([0] * len(big), pa.int32())}))
+        out_big = s.put_batch(
+            pa.table(
+                {
+                    "topic": pa.array(["B"] * len(big)),
+                    "body": pa.array(big, pa.binary()),
+                    "queueId": pa.array([0] * len(big), pa.int32()),
+                }
+            )
+        )
         assert s.dispatch() == len(many) + len(big)
         got_big = read_queue_all(s, "B", 0, max_count=5)
         assert [r["body"] for r in got_big] == big
-        got_many = sorted((r["commitLogOffset"], r["body"]) for q in range(QUEUES) for r in read_queue_all(s, "M", q, max_count=500))
+        got_many = sorted(
+            (r["commitLogOffset"], r["body"]) for q in range(QUEUES) for r in read_queue_all(s, "M", q, max_count=500)
+        )
         assert [b for _, b in got_many] == many
     recs = walk(root)  # refcodec checks every body CRC
     assert [r.body for r in recs] == many + big
-    assert [r.physical_offset for r in recs] == out_many.column("commitLogOffset").to_pylist() + out_big.column("commitLogOffset").to_pylist()
+    assert [r.physical_offset for r in recs] == out_many.column("commitLogOffset").to_pylist() + out_big.column(
+        "commitLogOffset"
+    ).to_pylist()
     assert all(r.body_crc == rc.body_crc(r.body) for r in recs)
     assert len({r.physical_offset // (1 << 20) for r in recs}) >= 3

@@ -26,12 +26,45 @@ from rmqlog import safe_open
 ROOT = Path(__file__).resolve().parent.parent
 
 #: os functions that open, create, list, move or remove files
-OS_CALLS = {"open", "mkdir", "makedirs", "rmdir", "removedirs", "unlink", "remove", "rename", "renames", "replace",
-            "link", "symlink", "listdir", "scandir", "walk", "truncate", "mkfifo", "chmod", "utime"}
+OS_CALLS = {
+    "open",
+    "mkdir",
+    "makedirs",
+    "rmdir",
+    "removedirs",
+    "unlink",
+    "remove",
+    "rename",
+    "renames",
+    "replace",
+    "link",
+    "symlink",
+    "listdir",
+    "scandir",
+    "walk",
+    "truncate",
+    "mkfifo",
+    "chmod",
+    "utime",
+}
 #: Path methods that do (``open``, ``replace`` and ``rename`` are told apart from other
 #: objects' methods of those names by their arguments, below)
-PATH_METHODS = {"read_text", "read_bytes", "write_text", "write_bytes", "mkdir", "rmdir", "unlink", "iterdir", "glob",
-                "rglob", "touch", "symlink_to", "hardlink_to", "chmod"}
+PATH_METHODS = {
+    "read_text",
+    "read_bytes",
+    "write_text",
+    "write_bytes",
+    "mkdir",
+    "rmdir",
+    "unlink",
+    "iterdir",
+    "glob",
+    "rglob",
+    "touch",
+    "symlink_to",
+    "hardlink_to",
+    "chmod",
+}
 #: (file, call) -> why it may
 ALLOWED = {
     ("store/safe_open.py", "*"): "the primitives themselves",
@@ -95,9 +128,26 @@ os.listdir(p); os.scandir(p); os.rename(a, b); os.replace(a, b); os.truncate(p, 
 s.replace("a", "b"); d.replace(day=1); dataclasses.replace(c, x=1); MessageStore.open(root); safe_open.unlink(p)
 """
     assert [c for _, c in bare_calls(src)] == [
-        "open", "os.open", "io.open", ".open", ".open", ".open",
-        ".read_bytes", ".write_text", ".mkdir", ".unlink", ".rename", ".replace", ".iterdir", ".glob",
-        "os.listdir", "os.scandir", "os.rename", "os.replace", "os.truncate", "shutil.rmtree",
+        "open",
+        "os.open",
+        "io.open",
+        ".open",
+        ".open",
+        ".open",
+        ".read_bytes",
+        ".write_text",
+        ".mkdir",
+        ".unlink",
+        ".rename",
+        ".replace",
+        ".iterdir",
+        ".glob",
+        "os.listdir",
+        "os.scandir",
+        "os.rename",
+        "os.replace",
+        "os.truncate",
+        "shutil.rmtree",
     ]
 
 

@@ -29,12 +29,16 @@ def segment(tmp_path_factory: pytest.TempPathFactory) -> np.ndarray:
     rng = np.random.default_rng(3)
     with rmqlog.MessageStore.open(root, cfg) as s:
         n = 150
-        s.put_batch(pa.table({
-            "topic": [("a", "TopicTest", "x" * 100)[i % 3] for i in range(n)],
-            "body": [bytes(rng.integers(0, 256, int(rng.integers(0, 200)), np.uint8)) for _ in range(n)],
-            "tags": [None if i % 4 else f"t{i}" for i in range(n)],
-            "keys": [[f"k{i}", "dup"] if i % 2 else [] for i in range(n)],
-        }))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": [("a", "TopicTest", "x" * 100)[i % 3] for i in range(n)],
+                    "body": [bytes(rng.integers(0, 256, int(rng.integers(0, 200)), np.uint8)) for _ in range(n)],
+                    "tags": [None if i % 4 else f"t{i}" for i in range(n)],
+                    "keys": [[f"k{i}", "dup"] if i % 2 else [] for i in range(n)],
+                }
+            )
+        )
     return np.fromfile(root / "commitlog" / f"{0:020d}", np.uint8)
 
 
@@ -70,21 +74,26 @@ def test_fixture_segment_written_by_rocketmq() -> None:
         both(bad, base=0, check_crc=True)
 
 
-@pytest.mark.parametrize(("field_at", "width", "value", "detail"), [
-    (0, 4, 5, "TOTALSIZE 5 out of range"),
-    (0, 4, -1, "TOTALSIZE -1 out of range"),
-    (0, 4, 1 << 20, f"TOTALSIZE {1 << 20} out of range"),
-    (12, 4, -3, "QUEUEID -3 is negative"),
-    (20, 8, -1, "QUEUEOFFSET -1 is negative"),
-    (28, 8, 12345, "PHYSICALOFFSET 12345 is not the record's position"),
-    (56, 8, -5, "STORETIMESTAMP -5 is out of range"),
-    (40, 8, 1 << 62, f"BORNTIMESTAMP {1 << 62} is out of range"),
-])
+@pytest.mark.parametrize(
+    ("field_at", "width", "value", "detail"),
+    [
+        (0, 4, 5, "TOTALSIZE 5 out of range"),
+        (0, 4, -1, "TOTALSIZE -1 out of range"),
+        (0, 4, 1 << 20, f"TOTALSIZE {1 << 20} out of range"),
+        (12, 4, -3, "QUEUEID -3 is negative"),
+        (20, 8, -1, "QUEUEOFFSET -1 is negative"),
+        (28, 8, 12345, "PHYSICALOFFSET 12345 is not the record's position"),
+        (56, 8, -5, "STORETIMESTAMP -5 is out of range"),
+        (40, 8, 1 << 62, f"BORNTIMESTAMP {1 << 62} is out of range"),
+    ],
+)
 def test_each_problem_is_named(segment: np.ndarray, field_at: int, width: int, value: int, detail: str) -> None:
     good = both(segment, base=0)
     victim = int(good.positions[40])
     seg = segment.copy()
-    seg[victim + field_at : victim + field_at + width] = np.frombuffer(value.to_bytes(width, "big", signed=True), np.uint8)
+    seg[victim + field_at : victim + field_at + width] = np.frombuffer(
+        value.to_bytes(width, "big", signed=True), np.uint8
+    )
     got = both(seg, base=0)
     assert (got.reason, got.end, got.detail) == (StopReason.CORRUPT, victim, detail)
     assert len(got.positions) == 40
@@ -109,9 +118,13 @@ def test_damaged_segments_agree(segment: np.ndarray) -> None:
             elif kind == 2:  # a length field of a record: TOTALSIZE, body, topic or properties
                 r = int(records[int(rng.integers(0, len(records)))])
                 off = int(rng.choice([0, 84, 85]))
-                seg[r + off : r + off + 4] = np.frombuffer(int(rng.integers(-300, 70000)).to_bytes(4, "big", signed=True), np.uint8)
+                seg[r + off : r + off + 4] = np.frombuffer(
+                    int(rng.integers(-300, 70000)).to_bytes(4, "big", signed=True), np.uint8
+                )
             elif kind == 3:  # a record magic where there is none
-                seg[at + 4 : at + 8] = np.frombuffer(bytes.fromhex(rng.choice(["DAA320A7", "DAA320AB", "CBD43194"])), np.uint8)
+                seg[at + 4 : at + 8] = np.frombuffer(
+                    bytes.fromhex(rng.choice(["DAA320A7", "DAA320AB", "CBD43194"])), np.uint8
+                )
             else:
                 seg[at : at + 8] = rng.integers(0, 256, 8, np.uint8)
         start = 0 if case % 3 else int(records[int(rng.integers(0, len(records)))])

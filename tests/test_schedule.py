@@ -48,8 +48,11 @@ def ms(root: Path):
 
 def real(ms: rmqlog.MessageStore, topic: str = "T") -> list[dict]:
     ms.dispatch()
-    return [m for q in range(ms.topics()[topic].write_queue_nums) for m in ms.read_queue(topic, q, 0, 1 << 40).to_pylist()] \
-        if topic in ms.topics() else []
+    return (
+        [m for q in range(ms.topics()[topic].write_queue_nums) for m in ms.read_queue(topic, q, 0, 1 << 40).to_pylist()]
+        if topic in ms.topics()
+        else []
+    )
 
 
 def stored_at(ms: rmqlog.MessageStore, level: int) -> int:
@@ -81,8 +84,16 @@ def test_unit_tagscode_is_the_delivery_time(ms: rmqlog.MessageStore) -> None:
 
 
 def test_levels_clamping_and_no_delay(ms: rmqlog.MessageStore) -> None:
-    res = ms.put_batch(pa.table({"topic": ["T"] * 4, "body": [b"a", b"b", b"c", b"d"], "delayLevel": [99, 0, -3, None],
-                                 "queueId": [0, 0, 0, 0]}))
+    res = ms.put_batch(
+        pa.table(
+            {
+                "topic": ["T"] * 4,
+                "body": [b"a", b"b", b"c", b"d"],
+                "delayLevel": [99, 0, -3, None],
+                "queueId": [0, 0, 0, 0],
+            }
+        )
+    )
     assert ms.topics()[S].write_queue_nums == 18  # one queue per level
     ms.dispatch()
     assert ms.max_offset(S, 17) == 1  # 99 -> the highest level, 18
@@ -94,28 +105,63 @@ def test_levels_clamping_and_no_delay(ms: rmqlog.MessageStore) -> None:
 
 def test_the_delay_property_is_a_level_too(ms: rmqlog.MessageStore) -> None:
     ms.put("T", b"p", properties={"DELAY": "2", "color": "red"}, queue_id=0)
-    ms.put_batch(pa.table({"topic": ["T"], "body": [b"both"], "delayLevel": [2],
-                           "properties": pa.array([[("DELAY", "2")]], pa.map_(pa.string(), pa.string()))}))
+    ms.put_batch(
+        pa.table(
+            {
+                "topic": ["T"],
+                "body": [b"both"],
+                "delayLevel": [2],
+                "properties": pa.array([[("DELAY", "2")]], pa.map_(pa.string(), pa.string())),
+            }
+        )
+    )
     ms.dispatch()
     assert ms.max_offset(S, 1) == 2 and real(ms) == []
     with pytest.raises(rmqlog.InvalidMessageError, match="disagree") as err:
-        ms.put_batch(pa.table({"topic": ["T", "T"], "body": [b"x", b"y"], "delayLevel": [1, 2],
-                               "properties": pa.array([[], [("DELAY", "3")]], pa.map_(pa.string(), pa.string()))}))
+        ms.put_batch(
+            pa.table(
+                {
+                    "topic": ["T", "T"],
+                    "body": [b"x", b"y"],
+                    "delayLevel": [1, 2],
+                    "properties": pa.array([[], [("DELAY", "3")]], pa.map_(pa.string(), pa.string())),
+                }
+            )
+        )
     assert (err.value.row, err.value.field) == (1, "delayLevel")
     with pytest.raises(rmqlog.InvalidMessageError, match="not a delay level") as err:
         ms.put("T", b"x", properties={"DELAY": "soon"})
     assert (err.value.row, err.value.field) == (0, "properties")
 
 
-@pytest.mark.parametrize(("cols", "field", "row", "error"), [
-    ({"topic": ["T", S], "body": [b"a", b"b"]}, "topic", 1, rmqlog.InvalidMessageError),
-    ({"topic": ["T", "bad/topic"], "body": [b"a", b"b"], "delayLevel": [1, 1]}, "topic", 1, rmqlog.InvalidTopicError),
-    ({"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1, 1], "queueId": [0, 4]}, "queueId", 1, rmqlog.QueueIdError),
-    # the column's type is wrong, not a row: no row to name
-    ({"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1.0, 2.0]}, "delayLevel", None, rmqlog.InvalidMessageError),
-])
-def test_bad_delayed_rows_are_typed_and_write_nothing(ms: rmqlog.MessageStore, cols: dict, field: str, row: int | None,
-                                                      error: type) -> None:
+@pytest.mark.parametrize(
+    ("cols", "field", "row", "error"),
+    [
+        ({"topic": ["T", S], "body": [b"a", b"b"]}, "topic", 1, rmqlog.InvalidMessageError),
+        (
+            {"topic": ["T", "bad/topic"], "body": [b"a", b"b"], "delayLevel": [1, 1]},
+            "topic",
+            1,
+            rmqlog.InvalidTopicError,
+        ),
+        (
+            {"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1, 1], "queueId": [0, 4]},
+            "queueId",
+            1,
+            rmqlog.QueueIdError,
+        ),
+        # the column's type is wrong, not a row: no row to name
+        (
+            {"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1.0, 2.0]},
+            "delayLevel",
+            None,
+            rmqlog.InvalidMessageError,
+        ),
+    ],
+)
+def test_bad_delayed_rows_are_typed_and_write_nothing(
+    ms: rmqlog.MessageStore, cols: dict, field: str, row: int | None, error: type
+) -> None:
     ms.create_topic("T", 4)
     before = ms.published_tail()
     with pytest.raises(error) as err:
@@ -126,11 +172,21 @@ def test_bad_delayed_rows_are_typed_and_write_nothing(ms: rmqlog.MessageStore, c
 
 def test_the_delivered_copy(ms: rmqlog.MessageStore) -> None:
     born = 1_700_000_000_123
-    ms.put_batch(pa.table({
-        "topic": ["T"], "body": [b"copy"], "tags": ["TagA"], "keys": [["k1", "k2"]], "queueId": [3], "flag": [7],
-        "bornTimestamp": pa.array([born], pa.int64()), "delayLevel": [1],
-        "properties": pa.array([[("color", "red")]], pa.map_(pa.string(), pa.string())),
-    }))
+    ms.put_batch(
+        pa.table(
+            {
+                "topic": ["T"],
+                "body": [b"copy"],
+                "tags": ["TagA"],
+                "keys": [["k1", "k2"]],
+                "queueId": [3],
+                "flag": [7],
+                "bornTimestamp": pa.array([born], pa.int64()),
+                "delayLevel": [1],
+                "properties": pa.array([[("color", "red")]], pa.map_(pa.string(), pa.string())),
+            }
+        )
+    )
     ms.dispatch()
     waiting = ms.read_queue(S, 0, 0, 1).to_pylist()[0]
     wp = dict(waiting["properties"])
@@ -152,7 +208,11 @@ def test_the_delivered_copy(ms: rmqlog.MessageStore) -> None:
 
 def test_many_due_together_go_in_one_batch_per_level(ms: rmqlog.MessageStore) -> None:
     n = 5000
-    ms.put_batch(pa.table({"topic": ["T"] * n, "body": [b"%d" % i for i in range(n)], "delayLevel": [1 + i % 3 for i in range(n)]}))
+    ms.put_batch(
+        pa.table(
+            {"topic": ["T"] * n, "body": [b"%d" % i for i in range(n)], "delayLevel": [1 + i % 3 for i in range(n)]}
+        )
+    )
     ms.dispatch()
     report = ms.scheduler.deliver_due(FAR)
     assert report.delivered == {1: 1667, 2: 1667, 3: 1666} and report.total == n
@@ -167,7 +227,10 @@ def test_delay_offset_file_format(ms: rmqlog.MessageStore, root: Path) -> None:
     text = (root / "config" / "delayOffset.json").read_text()
     assert '"offsetTable"' in text and "\t\t1: 1" in text and '"1"' not in text  # fastjson: integer keys unquoted
     assert load_delay_offsets(root / "config" / "delayOffset.json") == {1: 1, 2: 1}
-    assert encode_delay_offsets({2: 0, 1: 5}).decode().replace("\t", "").replace("\n", "").replace(" ", "") == '{"offsetTable":{1:5,2:0}}'
+    assert (
+        encode_delay_offsets({2: 0, 1: 5}).decode().replace("\t", "").replace("\n", "").replace(" ", "")
+        == '{"offsetTable":{1:5,2:0}}'
+    )
 
 
 def test_rocketmqs_delay_offset_files_are_read(tmp_path: Path) -> None:
@@ -180,7 +243,9 @@ def test_rocketmqs_delay_offset_files_are_read(tmp_path: Path) -> None:
         load_delay_offsets(tmp_path / "c.json")
 
 
-def test_progress_resumes_from_the_file_and_from_the_log(ms: rmqlog.MessageStore, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_progress_resumes_from_the_file_and_from_the_log(
+    ms: rmqlog.MessageStore, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A pass killed after its append and before the progress file: the writer's sequence in
     the log says the batch is delivered; nothing is delivered twice."""
     for i in range(3):
@@ -207,7 +272,13 @@ def test_the_cli_runs_a_pass(root: Path, small_config: rmqlog.StoreConfig, capsy
     with rmqlog.MessageStore.open(root, small_config, clock=two_seconds_ago) as ms:
         ms.put("T", b"x", delay_level=1)
     assert cli(["schedule", str(root), "--once", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out) == {"delivered": 1, "delayed": 1, "levels": {"1": 1}, "timed": 0, "lost": 0}
+    assert json.loads(capsys.readouterr().out) == {
+        "delivered": 1,
+        "delayed": 1,
+        "levels": {"1": 1},
+        "timed": 0,
+        "lost": 0,
+    }
     assert cli(["schedule", str(root), "--once"]) == 0
     assert capsys.readouterr().out == "delivered nothing: no delayed or timed message due\n"
 
@@ -236,8 +307,15 @@ def _fill_delayed(root: Path, n: int) -> None:
     cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
     with rmqlog.MessageStore.open(root, cfg) as s:
         for b in range(n // 100):
-            s.put_batch(pa.table({"topic": ["T"] * 100, "body": [b"%d" % (b * 100 + i) for i in range(100)],
-                                  "delayLevel": [1 + (b * 100 + i) % 4 for i in range(100)]}))
+            s.put_batch(
+                pa.table(
+                    {
+                        "topic": ["T"] * 100,
+                        "body": [b"%d" % (b * 100 + i) for i in range(100)],
+                        "delayLevel": [1 + (b * 100 + i) % 4 for i in range(100)],
+                    }
+                )
+            )
         s.dispatch()
 
 
@@ -253,8 +331,10 @@ def test_three_processes_running_passes_deliver_each_message_once(tmp_path: Path
     root = tmp_path / "s"
     _fill_delayed(root, 3000)
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
-    children = [subprocess.Popen([sys.executable, "-c", PASS_CHILD, str(root), "5"], env=env, stdout=subprocess.PIPE)
-                for _ in range(3)]
+    children = [
+        subprocess.Popen([sys.executable, "-c", PASS_CHILD, str(root), "5"], env=env, stdout=subprocess.PIPE)
+        for _ in range(3)
+    ]
     for c in children:
         assert c.wait(timeout=120) == 0
     got = _delivered(root)
@@ -264,8 +344,13 @@ def test_three_processes_running_passes_deliver_each_message_once(tmp_path: Path
 #: the passes killed in turn at these crash points (copies appended, delayOffset.json not
 #: yet saved; between a batch's records and its publish; between the publish and the pass's
 #: next step; the offsets saved, the timer not yet run), then one pass to the end
-SCHEDULE_KILLS = [("schedule.delivered", 3), ("append.written", 5), ("append.published", 4), ("schedule.delivered", 6),
-                  ("schedule.saved", 1)]
+SCHEDULE_KILLS = [
+    ("schedule.delivered", 3),
+    ("append.written", 5),
+    ("append.published", 4),
+    ("schedule.delivered", 6),
+    ("schedule.saved", 1),
+]
 
 
 @pytest.mark.slow
@@ -279,10 +364,20 @@ def test_a_scheduler_killed_inside_a_pass_loses_and_repeats_nothing(tmp_path: Pa
 
 
 def test_the_copy_keeps_the_stored_properties_in_their_order(ms: rmqlog.MessageStore, root: Path) -> None:
-    ms.put_batch(pa.table({
-        "topic": ["T"], "body": [b"x"], "tags": ["TagA"], "keys": [["k1"]], "delayLevel": [1],
-        "properties": pa.array([[("b", "2"), ("a", "1")]], pa.map_(pa.string(), pa.string())),
-    }), writer="w", sequence=1)  # the last row carries the writer's RMQLOG marker: not copied
+    ms.put_batch(
+        pa.table(
+            {
+                "topic": ["T"],
+                "body": [b"x"],
+                "tags": ["TagA"],
+                "keys": [["k1"]],
+                "delayLevel": [1],
+                "properties": pa.array([[("b", "2"), ("a", "1")]], pa.map_(pa.string(), pa.string())),
+            }
+        ),
+        writer="w",
+        sequence=1,
+    )  # the last row carries the writer's RMQLOG marker: not copied
     ms.dispatch()
     stored = [k for k, _ in ms.read_queue(S, 0, 0, 1).to_pylist()[0]["properties"]]
     assert ms.deliver_due(FAR) == 1
@@ -295,8 +390,14 @@ def test_the_copy_keeps_the_stored_properties_in_their_order(ms: rmqlog.MessageS
 
 def _stored(props: list[str]) -> StoredMessages:
     n = len(props)
-    return StoredMessages(np.arange(n, dtype=np.int64) * 100, np.zeros(n, np.int64), np.zeros(n, np.int64),
-                          np.full(n, 5, np.int64), pa.array([b"b"] * n, pa.binary()), pa.array(props, pa.string()))
+    return StoredMessages(
+        np.arange(n, dtype=np.int64) * 100,
+        np.zeros(n, np.int64),
+        np.zeros(n, np.int64),
+        np.full(n, 5, np.int64),
+        pa.array([b"b"] * n, pa.binary()),
+        pa.array(props, pa.string()),
+    )
 
 
 def test_copied_properties_the_fast_way_and_the_general_way_agree(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -306,7 +407,9 @@ def test_copied_properties_the_fast_way_and_the_general_way_agree(monkeypatch: p
     def entry() -> str:
         name = rng.choice(names)
         value = "".join(rng.choice("xyz09é") for _ in range(rng.randint(0, 4)))
-        return f"{name}\x01{value}" + rng.choice(["\x02", "\x02", "\x01\x02", "\x01x\x02", "\x02\x02"])  # Java drops 3 tokens
+        return f"{name}\x01{value}" + rng.choice(
+            ["\x02", "\x02", "\x01\x02", "\x01x\x02", "\x02\x02"]
+        )  # Java drops 3 tokens
 
     rows = []
     for i in range(400):
@@ -324,15 +427,27 @@ def test_copied_properties_the_fast_way_and_the_general_way_agree(monkeypatch: p
         assert fast.properties.to_pylist() == general.properties.to_pylist()
         assert fast.topic.to_pylist() == general.topic.to_pylist() == ["T"] * len(batch)
         assert fast.queue_id.tolist() == [3] * len(batch)
-    assert b"REAL_QID" not in b"".join(fast.properties.to_pylist()) and b"DELAY\x01" not in b"".join(fast.properties.to_pylist())
+    assert b"REAL_QID" not in b"".join(fast.properties.to_pylist()) and b"DELAY\x01" not in b"".join(
+        fast.properties.to_pylist()
+    )
 
 
-@pytest.mark.parametrize("props", [
-    "TAGS\x01a\x02", "REAL_QID\x011\x02", "REAL_TOPIC\x01T\x02REAL_QID\x01x\x02", "REAL_TOPIC\x01T\x02REAL_QID\x01-1\x02",
-    "REAL_TOPIC\x01T\x02REAL_QID\x011234567890\x02", "REAL_TOPIC\x01T\x02REAL_QID\x01\x02", "REAL_TOPIC\x01T\x02REAL_QID\x011\x02REAL_QID\x012x\x02",
-])
+@pytest.mark.parametrize(
+    "props",
+    [
+        "TAGS\x01a\x02",
+        "REAL_QID\x011\x02",
+        "REAL_TOPIC\x01T\x02REAL_QID\x01x\x02",
+        "REAL_TOPIC\x01T\x02REAL_QID\x01-1\x02",
+        "REAL_TOPIC\x01T\x02REAL_QID\x011234567890\x02",
+        "REAL_TOPIC\x01T\x02REAL_QID\x01\x02",
+        "REAL_TOPIC\x01T\x02REAL_QID\x011\x02REAL_QID\x012x\x02",
+    ],
+)
 @pytest.mark.parametrize("fast", [True, False])
-def test_a_stored_message_that_names_no_real_queue_is_a_typed_error(props: str, fast: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stored_message_that_names_no_real_queue_is_a_typed_error(
+    props: str, fast: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if not fast:
         monkeypatch.setattr(timeup_module, "_native_copy", None)
     good = _stored(["REAL_TOPIC\x01T\x02REAL_QID\x01123456789\x02REAL_QID\x010042\x02"])
@@ -350,8 +465,16 @@ def test_the_copies_keep_the_born_host_they_were_sent_with(tmp_path: Path) -> No
     deliverer = rmqlog.StoreConfig(born_host="10.7.7.7:7777", store_host="10.0.0.2:10911")
     now = int(time.time() * 1000)
     with rmqlog.MessageStore.open(root, sender) as s:
-        s.put_batch(pa.table({"topic": ["T", "T"], "body": [b"a", b"b"], "delayLevel": [1, 0],
-                              "deliverTime": pa.array([None, now + 60_000], pa.int64())}))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["T", "T"],
+                    "body": [b"a", b"b"],
+                    "delayLevel": [1, 0],
+                    "deliverTime": pa.array([None, now + 60_000], pa.int64()),
+                }
+            )
+        )
         s.dispatch()
         waiting = [*s.read_queue(S, 0, 0, 1).to_pylist(), *s.read_queue("rmq_sys_wheel_timer", 0, 0, 1).to_pylist()]
         assert {(m["bornHost"], m["storeHost"]) for m in waiting} == {("10.1.2.3:4567", "10.0.0.1:10911")}

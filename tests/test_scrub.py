@@ -48,7 +48,7 @@ def nonzero_past(root: Path, tail: int, segment: int) -> int:
         if start + segment <= tail:
             continue
         data = np.fromfile(f, np.uint8)
-        count += int(np.count_nonzero(data[max(0, tail - start):]))
+        count += int(np.count_nonzero(data[max(0, tail - start) :]))
     return count
 
 
@@ -128,7 +128,9 @@ def test_leftovers_rolled_into_later_segments_are_cleared(tmp_path: Path) -> Non
         s.put_batch(pa.table({"topic": ["S"] * 50, "body": [b"a" * 1000] * 50}))
         tail = s.published_tail()
         child = subprocess.run(
-            [sys.executable, "-c", KILLED_WRITER, str(root), str(size), "2500"], env=subprocess_env(), check=False,
+            [sys.executable, "-c", KILLED_WRITER, str(root), str(size), "2500"],
+            env=subprocess_env(),
+            check=False,
         )
         assert child.returncode == -signal.SIGKILL
         assert s.published_tail() == tail
@@ -173,7 +175,9 @@ def test_a_writer_killed_at_any_instant_leaves_nothing_the_next_put_keeps(tmp_pa
     with rmqlog.MessageStore.open(root, cfg) as s:
         s.put_batch(one(b"first"))
         child = subprocess.Popen(
-            [sys.executable, "-c", LOOPING_WRITER, str(root), str(size)], env=subprocess_env(), stdout=subprocess.PIPE,
+            [sys.executable, "-c", LOOPING_WRITER, str(root), str(size)],
+            env=subprocess_env(),
+            stdout=subprocess.PIPE,
         )
         try:
             assert child.stdout is not None and child.stdout.readline() == b"open\n"
@@ -211,7 +215,9 @@ def test_a_clean_put_checks_with_one_read_per_append(tmp_path: Path, monkeypatch
         assert s.commitlog.scrubbed_bytes == 0
 
 
-def test_clearing_without_hole_punching_zeroes_only_non_zero_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_clearing_without_hole_punching_zeroes_only_non_zero_bytes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Where ``fallocate(PUNCH_HOLE)`` is not supported the leftovers are overwritten with zeros,
     only where they are non-zero (not the whole rest of the segment)."""
 

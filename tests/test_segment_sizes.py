@@ -26,8 +26,11 @@ def test_the_sizes_are_recorded_when_the_store_is_created(tmp_path: Path) -> Non
     root = tmp_path / "s"
     with rmqlog.MessageStore.open(root, SMALL):
         pass
-    assert _record(root) == {"mappedFileSizeCommitLog": 64 << 10, "mappedFileSizeConsumeQueue": 2000,
-                             "crc": zlib.crc32(f"{64 << 10},2000".encode())}
+    assert _record(root) == {
+        "mappedFileSizeCommitLog": 64 << 10,
+        "mappedFileSizeConsumeQueue": 2000,
+        "crc": zlib.crc32(f"{64 << 10},2000".encode()),
+    }
 
 
 def test_a_reader_opened_before_the_first_segments_reads_with_the_stores_sizes(tmp_path: Path) -> None:
@@ -43,7 +46,10 @@ def test_a_reader_opened_before_the_first_segments_reads_with_the_stores_sizes(t
             writer.dispatch()
             assert reader.read_queue("T", 0, 0, 1)["body"].to_pylist() == [b"x"]
             assert reader.message_by_offset(0)["body"] == b"x"
-            assert (reader.config.mapped_file_size_commit_log, reader.config.mapped_file_size_consume_queue) == (64 << 10, 2000)
+            assert (reader.config.mapped_file_size_commit_log, reader.config.mapped_file_size_consume_queue) == (
+                64 << 10,
+                2000,
+            )
 
 
 def test_a_second_opener_with_other_sizes_uses_the_stores(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -52,8 +58,11 @@ def test_a_second_opener_with_other_sizes_uses_the_stores(tmp_path: Path, caplog
     bytes, expected 2000``); every later opener with a default config too."""
     root = tmp_path / "s"
     other = rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000)
-    with caplog.at_level(logging.WARNING, logger="rmqlog.segment_sizes"), \
-            rmqlog.MessageStore.open(root, SMALL) as first, rmqlog.MessageStore.open(root, other) as second:
+    with (
+        caplog.at_level(logging.WARNING, logger="rmqlog.segment_sizes"),
+        rmqlog.MessageStore.open(root, SMALL) as first,
+        rmqlog.MessageStore.open(root, other) as second,
+    ):
         assert "are used, not the configured ones (1048576, 6000)" in caplog.text
         assert second.config.mapped_file_size_consume_queue == 2000
         second.put("T", b"y", queue_id=0)
@@ -100,9 +109,17 @@ def test_a_reader_of_a_store_without_record_or_files_settles_at_the_first_segmen
         assert reader.message_by_offset(0)["body"] == b"w"
 
 
-@pytest.mark.parametrize("damage", [b"{not json", b'{"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 2000, "crc": 1}',
-                                    b'{"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 2001}'])
-def test_a_damaged_record_gives_way_to_the_files(tmp_path: Path, damage: bytes, caplog: pytest.LogCaptureFixture) -> None:
+@pytest.mark.parametrize(
+    "damage",
+    [
+        b"{not json",
+        b'{"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 2000, "crc": 1}',
+        b'{"mappedFileSizeCommitLog": 65536, "mappedFileSizeConsumeQueue": 2001}',
+    ],
+)
+def test_a_damaged_record_gives_way_to_the_files(
+    tmp_path: Path, damage: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
     """The record only matters before the files exist: a damaged one is logged, the files say
     the sizes, and a writer records them again."""
     root = tmp_path / "s"
@@ -151,8 +168,13 @@ def test_a_reader_and_a_writer_in_two_processes(tmp_path: Path) -> None:
     from conftest import subprocess_env
 
     root = tmp_path / "s"
-    child = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], env=subprocess_env(), text=True,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    child = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root)],
+        env=subprocess_env(),
+        text=True,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
     assert child.stdin is not None and child.stdout is not None
     try:
         assert child.stdout.readline() == "open\n"

@@ -136,7 +136,12 @@ def test_one_thread_per_store_ended_by_close(tmp_path: Path) -> None:
         assert loops() == before and s.services.services == []
     with rmqlog.MessageStore.open(tmp_path / "async", small_store_config()) as s:
         s.start_services()
-        assert loops() == before + 1 and s.services.services == [s.flusher, s.dispatcher, s.retention, s.scheduler]  # one thread for all
+        assert loops() == before + 1 and s.services.services == [
+            s.flusher,
+            s.dispatcher,
+            s.retention,
+            s.scheduler,
+        ]  # one thread for all
         s.stop_services()
         assert s.services.services == [s.flusher]  # the flusher goes on
     assert loops() == before
@@ -161,7 +166,9 @@ def test_the_flusher_in_the_loop(tmp_path: Path) -> None:
     cfg = small_store_config(flush_interval_commit_log=3_600_000)
     with rmqlog.MessageStore.open(tmp_path, cfg) as s:
         now = [50.0]
-        fl = AsyncFlusher(s.flush_service, interval_ms=500, least_pages=1, thorough_interval_ms=10_000, clock=lambda: now[0])
+        fl = AsyncFlusher(
+            s.flush_service, interval_ms=500, least_pages=1, thorough_interval_ms=10_000, clock=lambda: now[0]
+        )
         loop = ServiceLoop(clock=lambda: now[0], threaded=False)
         loop.add(fl)
         s.put_batch(pa.table({"topic": ["F"] * 100, "body": [b"y" * 100] * 100}))

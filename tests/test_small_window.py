@@ -79,15 +79,25 @@ def fill(s: rmqlog.MessageStore, seed: int) -> None:
         n = rng.randint(1, 30)
         sizes = [rng.choice([0, 10, 100, 400, 1500]) for _ in range(n)]
         topics = [rng.choice("TTTU") for _ in range(n)]
-        s.put_batch(pa.table({
-            "topic": pa.array(topics),
-            "body": pa.array([os.urandom(k) for k in sizes], pa.binary()),
-            "queueId": pa.array([rng.randrange(QUEUES) if t == "T" else 0 for t in topics], pa.int32()),
-        }), dispatch=True)
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": pa.array(topics),
+                    "body": pa.array([os.urandom(k) for k in sizes], pa.binary()),
+                    "queueId": pa.array([rng.randrange(QUEUES) if t == "T" else 0 for t in topics], pa.int32()),
+                }
+            ),
+            dispatch=True,
+        )
         if rng.random() < 0.3:
             host = rng.choice(["[::1]:9", "10.1.2.3:4000"])
-            s.put_messages([WireMessage("T", rng.randrange(QUEUES), os.urandom(rng.randint(0, 300)), born_host=host)
-                            for _ in range(rng.randint(1, 4))], dispatch=True)
+            s.put_messages(
+                [
+                    WireMessage("T", rng.randrange(QUEUES), os.urandom(rng.randint(0, 300)), born_host=host)
+                    for _ in range(rng.randint(1, 4))
+                ],
+                dispatch=True,
+            )
 
 
 @contextlib.contextmanager
@@ -97,15 +107,17 @@ def store(tmp: Path, seed: int) -> Iterator[rmqlog.MessageStore]:
         yield s
 
 
-WINDOWS = st.fixed_dictionaries({
-    "queue_id": st.integers(0, QUEUES - 1),
-    "at": st.floats(-0.05, 1.05),  # where in the queue (its bounds and a little past them)
-    "max_count": st.sampled_from([1, 2, 8, 31, 32, 33, 64]),
-    "max_bytes": st.one_of(st.none(), st.integers(1, 20_000)),
-    "disk": st.one_of(st.none(), st.tuples(st.floats(0, 1), st.integers(1, 16), st.integers(1, 20_000))),
-    "until": st.one_of(st.none(), st.integers(1, 70)),
-    "check_crc": st.booleans(),
-})
+WINDOWS = st.fixed_dictionaries(
+    {
+        "queue_id": st.integers(0, QUEUES - 1),
+        "at": st.floats(-0.05, 1.05),  # where in the queue (its bounds and a little past them)
+        "max_count": st.sampled_from([1, 2, 8, 31, 32, 33, 64]),
+        "max_bytes": st.one_of(st.none(), st.integers(1, 20_000)),
+        "disk": st.one_of(st.none(), st.tuples(st.floats(0, 1), st.integers(1, 16), st.integers(1, 20_000))),
+        "until": st.one_of(st.none(), st.integers(1, 70)),
+        "check_crc": st.booleans(),
+    }
+)
 
 
 def window_args(s: rmqlog.MessageStore, w: dict[str, Any], near: int | None = None) -> tuple[int, int, dict[str, Any]]:
@@ -115,8 +127,14 @@ def window_args(s: rmqlog.MessageStore, w: dict[str, Any], near: int | None = No
     offset = max(0, lo + int(w["at"] * (hi - lo + 2)) - 1)
     if near is not None:
         offset = max(0, near - int(w["at"] * w["max_count"]))
-    kw: dict[str, Any] = {"max_count": w["max_count"], "max_bytes": w["max_bytes"], "raw": True, "tags": None,
-                          "check_crc": w["check_crc"], "until": offset + w["until"] if w["until"] else None}
+    kw: dict[str, Any] = {
+        "max_count": w["max_count"],
+        "max_bytes": w["max_bytes"],
+        "raw": True,
+        "tags": None,
+        "check_crc": w["check_crc"],
+        "until": offset + w["until"] if w["until"] else None,
+    }
     if w["disk"] is not None:
         share, count, nbytes = w["disk"]
         kw["disk"] = DiskLimits(int(share * s.published_tail()), count, nbytes)
@@ -132,9 +150,19 @@ def answer(s: rmqlog.MessageStore, queue_id: int, offset: int, kw: dict[str, Any
     rec = r.records
     assert rec is not None and r.messages.num_rows == 0
     assert rec.array.offset == 0  # (StoredRecords.data: the records from the data buffer's start)
-    return (r.status, r.next_begin_offset, r.min_offset, r.max_offset, r.removed, rec.data.to_pybytes(),
-            rec.commit_log_offsets.tolist(), rec.sizes.tolist(), rec.queue_offsets.tolist(),
-            [v.as_py() for v in rec.array], r.messages.schema)
+    return (
+        r.status,
+        r.next_begin_offset,
+        r.min_offset,
+        r.max_offset,
+        r.removed,
+        rec.data.to_pybytes(),
+        rec.commit_log_offsets.tolist(),
+        rec.sizes.tolist(),
+        rec.queue_offsets.tolist(),
+        [v.as_py() for v in rec.array],
+        r.messages.schema,
+    )
 
 
 def same(s: rmqlog.MessageStore, queue_id: int, offset: int, kw: dict[str, Any]) -> tuple[Any, ...]:
@@ -146,8 +174,9 @@ def same(s: rmqlog.MessageStore, queue_id: int, offset: int, kw: dict[str, Any])
 
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**32), windows=st.lists(WINDOWS, min_size=8, max_size=8))
-def test_the_direct_path_answers_what_the_general_read_answers(tmp_path_factory: pytest.TempPathFactory, spy: Spy,
-                                                                seed: int, windows: list[dict[str, Any]]) -> None:
+def test_the_direct_path_answers_what_the_general_read_answers(
+    tmp_path_factory: pytest.TempPathFactory, spy: Spy, seed: int, windows: list[dict[str, Any]]
+) -> None:
     with store(tmp_path_factory.mktemp("w"), seed) as s:
         for w in windows:
             same(s, *window_args(s, w))
@@ -161,26 +190,31 @@ def test_an_intact_pull_of_32_takes_the_direct_path(tmp_path: Path, spy: Spy) ->
         offset = 0
         disk = DiskLimits(1 << 40, 8, 64 * 1024)
         while offset < 200:
-            got = same(s, 0, offset, {"max_count": 32, "max_bytes": 256 * 1024, "raw": True, "tags": None, "disk": disk})
+            got = same(
+                s, 0, offset, {"max_count": 32, "max_bytes": 256 * 1024, "raw": True, "tags": None, "disk": disk}
+            )
             assert got[0] is S.FOUND
             offset = got[1]
         # windows of 32 cut at each consume-queue file's end (RocketMQ's): 32, 18, 32, 18...
         assert spy.answered - before == 8
 
 
-DAMAGE = st.fixed_dictionaries({
-    "where": st.sampled_from(["unit", "record"]),
-    "pick": st.floats(0, 1),
-    "byte": st.floats(0, 1),
-    "value": st.integers(0, 255),
-    "filler": st.booleans(),
-})
+DAMAGE = st.fixed_dictionaries(
+    {
+        "where": st.sampled_from(["unit", "record"]),
+        "pick": st.floats(0, 1),
+        "byte": st.floats(0, 1),
+        "value": st.integers(0, 255),
+        "filler": st.booleans(),
+    }
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(damage=DAMAGE, windows=st.lists(WINDOWS, min_size=3, max_size=3))
-def test_damage_is_answered_alike(damaged_store: rmqlog.MessageStore, damage: dict[str, Any],
-                                  windows: list[dict[str, Any]]) -> None:
+def test_damage_is_answered_alike(
+    damaged_store: rmqlog.MessageStore, damage: dict[str, Any], windows: list[dict[str, Any]]
+) -> None:
     """One byte of a unit or of a record (header, body, topic, properties) changed, or a unit
     made a filler: whatever each path then answers or raises, the other does too."""
     s = damaged_store
@@ -217,12 +251,22 @@ def test_damage_is_answered_alike(damaged_store: rmqlog.MessageStore, damage: di
 def damaged_store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[rmqlog.MessageStore]:
     """A store whose queue T/0 the damage test changes a byte of, then restores."""
     with store(tmp_path_factory.mktemp("d"), 7) as s:
-        s.put_batch(pa.table({"topic": ["T"] * 120, "queueId": pa.array([0] * 120, pa.int32()),
-                              "body": [os.urandom(100) for _ in range(120)]}), dispatch=True)
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["T"] * 120,
+                    "queueId": pa.array([0] * 120, pa.int32()),
+                    "body": [os.urandom(100) for _ in range(120)],
+                }
+            ),
+            dispatch=True,
+        )
         yield s
 
 
-def test_without_the_c_helper_the_general_read_answers(tmp_path: Path, spy: Spy, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_c_helper_the_general_read_answers(
+    tmp_path: Path, spy: Spy, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(small_window, "_native_copy", None)
     with rmqlog.MessageStore.open(tmp_path, small_store_config()) as s:
         s.create_topic("T", 1)

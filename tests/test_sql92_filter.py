@@ -36,45 +36,105 @@ def both(expr: str, rows: list[dict[str, str]]) -> list[bool]:
 
 
 # --------------------------------------------------------------------------- grammar
-@pytest.mark.parametrize("expr", [
-    # RocketMQ's ParserTest valid set
-    "a=3 and b<>4 And c>5 AND d<=4", "a=3 or b<>4 Or c>5 OR d<=4", "a in ('3', '4', '5')",
-    "(a not in ('6', '4', '5')) or (b in ('3', '4', '5'))", "(a between 2 and 10) AND (b not between 6 and 9)",
-    "a is null", "a is not null", "a <= now",
-    # more of the grammar
-    "TRUE", "NULL", "a", "NOT a", "a = 'it''s'", "a > -5", "a > +5", "a >= 1.5E3", "a < .5", "a < 5.", "a = 5L",
-    "a = 2147483648", "a > -9223372036854775807", "a = TRUE", "1 = TRUE", "a = b", "-a = -b",
-    "a = 1 -- a comment\n", "/* c */ a = 1 /* d */", "A_$1 = 'x'", "NOT a = 1", "a BETWEEN -5 AND 5",
-    "a between 1 and 1.5", "(a = 1) = TRUE", "'x' <> a",
-])
+@pytest.mark.parametrize(
+    "expr",
+    [
+        # RocketMQ's ParserTest valid set
+        "a=3 and b<>4 And c>5 AND d<=4",
+        "a=3 or b<>4 Or c>5 OR d<=4",
+        "a in ('3', '4', '5')",
+        "(a not in ('6', '4', '5')) or (b in ('3', '4', '5'))",
+        "(a between 2 and 10) AND (b not between 6 and 9)",
+        "a is null",
+        "a is not null",
+        "a <= now",
+        # more of the grammar
+        "TRUE",
+        "NULL",
+        "a",
+        "NOT a",
+        "a = 'it''s'",
+        "a > -5",
+        "a > +5",
+        "a >= 1.5E3",
+        "a < .5",
+        "a < 5.",
+        "a = 5L",
+        "a = 2147483648",
+        "a > -9223372036854775807",
+        "a = TRUE",
+        "1 = TRUE",
+        "a = b",
+        "-a = -b",
+        "a = 1 -- a comment\n",
+        "/* c */ a = 1 /* d */",
+        "A_$1 = 'x'",
+        "NOT a = 1",
+        "a BETWEEN -5 AND 5",
+        "a between 1 and 1.5",
+        "(a = 1) = TRUE",
+        "'x' <> a",
+    ],
+)
 def test_valid_expressions_parse(expr: str) -> None:
     flt = compile_filter(expr)
     assert flt.expression == expr
     assert rmqlog.compile_filter(expr).tree == flt.tree  # exported at the top too
 
 
-@pytest.mark.parametrize(("expr", "position", "token"), [
-    ("a and between 2 and 10", 6, "between"),  # RocketMQ's ParserTest invalid one
-    ("a > 100000000000000000000000", 4, "100000000000000000000000"),  # past Long (testParse_decimalOverFlow)
-    (" a between 10 and 0", 3, "between"),  # illegalBetween
-    ("a > 1" + "1" * 400 + ".5", 4, None),  # infinite float (testParse_floatOverFlow, smaller)
-    ("a > 0.0", 4, "0.0"),  # Java refuses a float below Double.MIN_VALUE
-    ("a > 1e-400", 4, "1e-400"),
-    ("a >", 3, "<end>"),
-    ("a = NULL", 2, "="), ("NULL = a", 5, "="), ("a <> NULL", 2, "<>"),
-    ("a > 'x'", 2, ">"), ("'x' < a", 4, "<"), ("a > TRUE", 2, ">"), ("a > NULL", 2, ">"),
-    ("(a = 1) > 2", 8, ">"), ("NOT a > 1", 6, ">"),
-    ("TRUE = 1", 5, "="), ("FALSE <> 1", 6, "<>"),
-    ("a BETWEEN NULL AND 5", 2, "BETWEEN"), ("a BETWEEN 'a' AND 'b'", 2, "BETWEEN"),
-    ("a BETWEEN 1 AND 'x'", 2, "BETWEEN"), ("a BETWEEN TRUE AND 5", 2, "BETWEEN"),
-    ("5 IN ('a')", 2, "IN"), ("a IN ()", 6, ")"), ("a IN (1, 2)", 6, "1"), ("a IN 'x'", 5, "'x'"),
-    ("a NOT = 1", 6, "="), ("a = 1 b = 2", 6, "b"), ("a = 1)", 5, ")"),
-    ("a != 1", 2, "!"), ("a = 'open", 4, "'"), ("a = 1 /* open", 6, "/*"), ("a = 1 --", 6, "-"),
-    ("a == 1", 3, "="), ("a = 007", 5, "0"), ("0L = a", 0, "0"), ("5", 0, "5"), ("'x'", 0, "'x'"), ("-a", 0, "-"),
-    ("a AND 5", 2, "AND"), ("NOT 5", 0, "NOT"), ("a LIKE 'x%'", 2, "LIKE"), ("(a = 1", 6, "<end>"),
-    ("a IS 5", 5, "5"), ("a = 1 OR", 8, "<end>"),
-])
-def test_malformed_expressions_are_refused_naming_position_and_token(expr: str, position: int, token: str | None) -> None:
+@pytest.mark.parametrize(
+    ("expr", "position", "token"),
+    [
+        ("a and between 2 and 10", 6, "between"),  # RocketMQ's ParserTest invalid one
+        ("a > 100000000000000000000000", 4, "100000000000000000000000"),  # past Long (testParse_decimalOverFlow)
+        (" a between 10 and 0", 3, "between"),  # illegalBetween
+        ("a > 1" + "1" * 400 + ".5", 4, None),  # infinite float (testParse_floatOverFlow, smaller)
+        ("a > 0.0", 4, "0.0"),  # Java refuses a float below Double.MIN_VALUE
+        ("a > 1e-400", 4, "1e-400"),
+        ("a >", 3, "<end>"),
+        ("a = NULL", 2, "="),
+        ("NULL = a", 5, "="),
+        ("a <> NULL", 2, "<>"),
+        ("a > 'x'", 2, ">"),
+        ("'x' < a", 4, "<"),
+        ("a > TRUE", 2, ">"),
+        ("a > NULL", 2, ">"),
+        ("(a = 1) > 2", 8, ">"),
+        ("NOT a > 1", 6, ">"),
+        ("TRUE = 1", 5, "="),
+        ("FALSE <> 1", 6, "<>"),
+        ("a BETWEEN NULL AND 5", 2, "BETWEEN"),
+        ("a BETWEEN 'a' AND 'b'", 2, "BETWEEN"),
+        ("a BETWEEN 1 AND 'x'", 2, "BETWEEN"),
+        ("a BETWEEN TRUE AND 5", 2, "BETWEEN"),
+        ("5 IN ('a')", 2, "IN"),
+        ("a IN ()", 6, ")"),
+        ("a IN (1, 2)", 6, "1"),
+        ("a IN 'x'", 5, "'x'"),
+        ("a NOT = 1", 6, "="),
+        ("a = 1 b = 2", 6, "b"),
+        ("a = 1)", 5, ")"),
+        ("a != 1", 2, "!"),
+        ("a = 'open", 4, "'"),
+        ("a = 1 /* open", 6, "/*"),
+        ("a = 1 --", 6, "-"),
+        ("a == 1", 3, "="),
+        ("a = 007", 5, "0"),
+        ("0L = a", 0, "0"),
+        ("5", 0, "5"),
+        ("'x'", 0, "'x'"),
+        ("-a", 0, "-"),
+        ("a AND 5", 2, "AND"),
+        ("NOT 5", 0, "NOT"),
+        ("a LIKE 'x%'", 2, "LIKE"),
+        ("(a = 1", 6, "<end>"),
+        ("a IS 5", 5, "5"),
+        ("a = 1 OR", 8, "<end>"),
+    ],
+)
+def test_malformed_expressions_are_refused_naming_position_and_token(
+    expr: str, position: int, token: str | None
+) -> None:
     with pytest.raises(FilterParseError) as info:
         compile_filter(expr)
     err = info.value
@@ -146,8 +206,27 @@ def test_missing_properties_follow_java() -> None:
 
 
 def test_numbers_follow_java_conversions() -> None:
-    vals = ["5", "+5", "-5", "05", "5.0", "5.5", "x", "", " 5", "2147483648", "1e1", "٥", "NaN", "Infinity",
-            "0x1.4p2", "5d", "99999999999999999999", "0x5", "inf"]
+    vals = [
+        "5",
+        "+5",
+        "-5",
+        "05",
+        "5.0",
+        "5.5",
+        "x",
+        "",
+        " 5",
+        "2147483648",
+        "1e1",
+        "٥",
+        "NaN",
+        "Infinity",
+        "0x1.4p2",
+        "5d",
+        "99999999999999999999",
+        "0x5",
+        "inf",
+    ]
     rows = [{"a": v} for v in vals]
     ok = lambda expr: [v for v, m in zip(vals, both(expr, rows), strict=True) if m]  # noqa: E731
     # an Integer constant: Integer.valueOf (sign, any script's digits, int range); else a throw
@@ -169,7 +248,11 @@ def test_numbers_follow_java_conversions() -> None:
     assert both("a = FALSE", [{"a": "TRUE"}, {"a": "no"}]) == [False, True]
     assert both("TRUE = a", [{"a": "true"}, {}]) == [False, False]  # a Boolean then a String: ClassCastException
     # two properties by order: both read as doubles
-    assert both("a > b", [{"a": "10", "b": "9"}, {"a": "10", "b": "x"}, {"a": "1e1", "b": "9.5"}]) == [True, False, True]
+    assert both("a > b", [{"a": "10", "b": "9"}, {"a": "10", "b": "x"}, {"a": "1e1", "b": "9.5"}]) == [
+        True,
+        False,
+        True,
+    ]
     # constants among themselves
     assert both("1 = 1.0", [{}]) == [True]
     assert both("2147483648 > 1", [{}]) == [True]
@@ -182,8 +265,25 @@ def _random_expr(rnd: random.Random, depth: int = 0) -> str:
     r = rnd.random()
     if depth > 3 or r < 0.35:
         name = rnd.choice(names)
-        op = rnd.choice(["=", "<>", ">", ">=", "<", "<=", "IS NULL", "IS NOT NULL", "IN", "NOT IN", "BETWEEN", "NOT BETWEEN",
-                         "= prop", "> prop", "bare"])
+        op = rnd.choice(
+            [
+                "=",
+                "<>",
+                ">",
+                ">=",
+                "<",
+                "<=",
+                "IS NULL",
+                "IS NOT NULL",
+                "IN",
+                "NOT IN",
+                "BETWEEN",
+                "NOT BETWEEN",
+                "= prop",
+                "> prop",
+                "bare",
+            ]
+        )
         numeric = [v for v in leaf_values[:4]]
         if op in ("IS NULL", "IS NOT NULL"):
             return f"{name} {op}"
@@ -209,8 +309,26 @@ def _random_expr(rnd: random.Random, depth: int = 0) -> str:
 
 def test_vectorized_agrees_with_the_scalar_reference_on_random_input() -> None:
     rnd = random.Random(20261129)
-    values = ["5", "-5", "5.5", "x", "true", "TRUE", "", "2147483648", "NaN", " 5", "05", "1e1", "-0.0", "0.0", "0x5",
-              "Infinity", "inf", "+5"]
+    values = [
+        "5",
+        "-5",
+        "5.5",
+        "x",
+        "true",
+        "TRUE",
+        "",
+        "2147483648",
+        "NaN",
+        " 5",
+        "05",
+        "1e1",
+        "-0.0",
+        "0.0",
+        "0x5",
+        "Infinity",
+        "inf",
+        "+5",
+    ]
     rows = [{k: rnd.choice(values) for k in "abc" if rnd.random() < 0.7} for _ in range(300)]
     column = props_column(rows)
     checked = 0
@@ -234,5 +352,8 @@ def test_filter_is_picklable_and_reads_only_its_names() -> None:
     assert pickle.loads(pickle.dumps(flt)) == flt
     assert flt.names == ("a", "b", "c")
     # system properties are properties too (Java decodes the whole properties string)
-    assert both("TAGS = 'TagA' AND KEYS IS NOT NULL", [{"TAGS": "TagA", "KEYS": "k"}, {"TAGS": "TagA"}]) == [True, False]
+    assert both("TAGS = 'TagA' AND KEYS IS NOT NULL", [{"TAGS": "TagA", "KEYS": "k"}, {"TAGS": "TagA"}]) == [
+        True,
+        False,
+    ]
     assert compile_filter("TRUE").mask_properties(pa.array([], pa.string())).tolist() == []

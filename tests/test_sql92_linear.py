@@ -52,7 +52,9 @@ def reference_tokenize(text: str) -> list[Token]:
                 best = (kind, m.group())
         if best is None:
             bad = text[i : i + 2] if text.startswith("/*", i) else text[i]
-            raise FilterParseError("unexpected character" if bad != "/*" else "unterminated comment", position=i, token=bad)
+            raise FilterParseError(
+                "unexpected character" if bad != "/*" else "unterminated comment", position=i, token=bad
+            )
         kind, word = best
         if kind == "ID" and word.upper() in KEYWORDS:
             kind = word.upper()

@@ -41,8 +41,13 @@ def store(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def holder(store: Path) -> Iterator[subprocess.Popen[str]]:
-    p = subprocess.Popen([sys.executable, "-c", _HOLDER, str(store)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                         text=True, env=subprocess_env())
+    p = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(store)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
     assert p.stdout is not None and p.stdout.readline() == "open\n"  # it has the store open now
     yield p
     if p.poll() is None:
@@ -69,7 +74,9 @@ def test_open_with_repair_while_another_process_holds_the_store(store: Path, hol
 
 
 def test_rmqlog_recover_repair_while_held_exits_non_zero_naming_the_holder(
-    store: Path, holder: subprocess.Popen[str], capsys: pytest.CaptureFixture[str],
+    store: Path,
+    holder: subprocess.Popen[str],
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     before = tree(store)
     assert main(["recover", str(store), "--repair", "--json"]) == 3

@@ -183,6 +183,7 @@ def test_close_stops_background_dispatcher(root: Path) -> None:
 def test_opening_and_closing_many_stores_keeps_no_descriptor(tmp_path: Path) -> None:
     """A process that opens store after store (a notebook, the fuzz test, a service) must not
     run out of descriptors: the locks of a closed store, and of an open that failed, are released."""
+
     def fds() -> int:
         return len(os.listdir("/proc/self/fd"))
 

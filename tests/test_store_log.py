@@ -100,8 +100,9 @@ def first_size(root: Path) -> int:
 
 
 def test_consume_queue_segments_roll(ms: rmqlog.MessageStore, root: Path) -> None:
-    ms.put_batch(batch(topic="CQ", body=[b"%d" % i for i in range(120)], tags="t",
-                       queueId=pa.array([2] * 120, pa.int32())))
+    ms.put_batch(
+        batch(topic="CQ", body=[b"%d" % i for i in range(120)], tags="t", queueId=pa.array([2] * 120, pa.int32()))
+    )
     assert ms.dispatch() == 120
     qdir = root / "consumequeue" / "CQ" / "2"
     assert sorted(p.name for p in qdir.iterdir()) == [f"{i * 1000:020d}" for i in range(3)]
@@ -162,8 +163,13 @@ def test_lost_append_state_is_rebuilt(root: Path) -> None:
 
 def test_consume_queues_rebuilt_from_commitlog(root: Path) -> None:
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
-        s.put_batch(batch(topic=["X", "Y"] * 60, body=[b"%d" % i for i in range(120)],
-                          tags=pa.array(["a", None] * 60, pa.string())))
+        s.put_batch(
+            batch(
+                topic=["X", "Y"] * 60,
+                body=[b"%d" % i for i in range(120)],
+                tags=pa.array(["a", None] * 60, pa.string()),
+            )
+        )
         s.dispatch()
     before = {(t, q): units(root, t, q) for t in ("X", "Y") for q in range(4)}
     import shutil
@@ -199,8 +205,13 @@ def _assert_log_consistent(root: Path) -> None:
 
 
 def test_dispatch_is_idempotent(ms: rmqlog.MessageStore, root: Path) -> None:
-    ms.put_batch(batch(topic=["I", "J"] * 50, body=[b"%d" % i for i in range(100)],
-                       tags=pa.array(["a", "b", None, "c"] * 25, pa.string())))
+    ms.put_batch(
+        batch(
+            topic=["I", "J"] * 50,
+            body=[b"%d" % i for i in range(100)],
+            tags=pa.array(["a", "b", None, "c"] * 25, pa.string()),
+        )
+    )
     assert ms.dispatch() == 100
     assert ms.dispatch() == 0
     snap = snapshot_files(root)
@@ -225,13 +236,18 @@ def test_dispatch_is_idempotent(ms: rmqlog.MessageStore, root: Path) -> None:
 
 
 def test_two_store_objects_same_root(root: Path) -> None:
-    with rmqlog.MessageStore.open(root, small_store_config()) as a, rmqlog.MessageStore.open(root, small_store_config()) as b:
+    with (
+        rmqlog.MessageStore.open(root, small_store_config()) as a,
+        rmqlog.MessageStore.open(root, small_store_config()) as b,
+    ):
         a.put_batch(batch(topic="S", body=[b"a%d" % i for i in range(10)], queueId=pa.array([0] * 10, pa.int32())))
         b.put_batch(batch(topic="S", body=[b"b%d" % i for i in range(10)], queueId=pa.array([0] * 10, pa.int32())))
         assert b.dispatch() == 20
         assert a.dispatch() == 0
         assert [r["queueOffset"] for r in read_queue_all(a, "S", 0)] == list(range(20))
-        assert [r["body"] for r in read_queue_all(b, "S", 0)] == [b"a%d" % i for i in range(10)] + [b"b%d" % i for i in range(10)]
+        assert [r["body"] for r in read_queue_all(b, "S", 0)] == [b"a%d" % i for i in range(10)] + [
+            b"b%d" % i for i in range(10)
+        ]
 
 
 # --------------------------------------------------------------------------- retention (segments removed)
@@ -293,7 +309,9 @@ def test_retention_of_whole_consume_queue_segment(root: Path) -> None:
         assert s.dispatch() == 1
         assert s.max_offset("RQ", 0) == 121
     assert rc.consume_queue_start(str(root / "consumequeue" / "RQ" / "0")) == 50
-    assert [u[0] for u in units(root, "RQ", 0)] == [o["commitLogOffset"] for o in out[50:]] + [walk(root)[-1].physical_offset]
+    assert [u[0] for u in units(root, "RQ", 0)] == [o["commitLogOffset"] for o in out[50:]] + [
+        walk(root)[-1].physical_offset
+    ]
 
 
 # --------------------------------------------------------------------------- damaged files

@@ -76,8 +76,11 @@ def test_put_result_and_record_layout(ms: rmqlog.MessageStore, root: Path) -> No
 
 
 def test_put_batch_result_in_input_order(ms: rmqlog.MessageStore, root: Path) -> None:
-    tbl = batch(topic=["A", "B", "A", "B", "A"], body=[b"a0", b"b0", b"a1", b"b1", b"a2"],
-                queueId=pa.array([0, 1, 0, 1, 0], pa.int32()))
+    tbl = batch(
+        topic=["A", "B", "A", "B", "A"],
+        body=[b"a0", b"b0", b"a1", b"b1", b"a2"],
+        queueId=pa.array([0, 1, 0, 1, 0], pa.int32()),
+    )
     out = ms.put_batch(tbl)
     assert out.schema == rmqlog.PUT_RESULT_SCHEMA
     rows = out.to_pylist()
@@ -95,17 +98,20 @@ def test_put_batch_result_in_input_order(ms: rmqlog.MessageStore, root: Path) ->
 
 def test_put_batch_optional_columns(ms: rmqlog.MessageStore, root: Path) -> None:
     born = [1_600_000_000_123, 1_700_000_000_456, None]
-    tbl = pa.table({
-        "topic": pa.array(["T", "T", "T"]),
-        "body": pa.array(["text body", "", "ü"], pa.string()),  # string bodies are UTF-8 encoded
-        "queueId": pa.array([2, None, 3], pa.int64()),
-        "tags": pa.array(["x", None, "y"]),
-        "keys": pa.array([["a"], None, []], pa.list_(pa.string())),
-        "properties": pa.array([[("k", "v")], None, [("k2", "v2"), ("k3", "v3")]],
-                               pa.map_(pa.string(), pa.string())),
-        "flag": pa.array([1, None, -5], pa.int32()),
-        "bornTimestamp": pa.array(born, pa.int64()),
-    })
+    tbl = pa.table(
+        {
+            "topic": pa.array(["T", "T", "T"]),
+            "body": pa.array(["text body", "", "ü"], pa.string()),  # string bodies are UTF-8 encoded
+            "queueId": pa.array([2, None, 3], pa.int64()),
+            "tags": pa.array(["x", None, "y"]),
+            "keys": pa.array([["a"], None, []], pa.list_(pa.string())),
+            "properties": pa.array(
+                [[("k", "v")], None, [("k2", "v2"), ("k3", "v3")]], pa.map_(pa.string(), pa.string())
+            ),
+            "flag": pa.array([1, None, -5], pa.int32()),
+            "bornTimestamp": pa.array(born, pa.int64()),
+        }
+    )
     before_ms = int(time.time() * 1000)
     out = ms.put_batch(tbl).to_pylist()
     recs = walk(root)
@@ -132,8 +138,9 @@ def test_put_batch_optional_columns(ms: rmqlog.MessageStore, root: Path) -> None
 
 def test_born_timestamp_column_as_timestamp(ms: rmqlog.MessageStore, root: Path) -> None:
     when = dt.datetime(2024, 2, 29, 12, 34, 56, 789000, tzinfo=dt.UTC)
-    ms.put_batch(pa.table({"topic": ["T"], "body": [b"x"],
-                           "bornTimestamp": pa.array([when], pa.timestamp("us", tz="UTC"))}))
+    ms.put_batch(
+        pa.table({"topic": ["T"], "body": [b"x"], "bornTimestamp": pa.array([when], pa.timestamp("us", tz="UTC"))})
+    )
     assert walk(root)[0].born_timestamp == dt_to_ms(when)
 
 
@@ -176,10 +183,15 @@ def test_uniq_key_present_unique_and_kept(ms: rmqlog.MessageStore, root: Path) -
         ms.put("T", b"y")
     given = "0A0B0C0D1234ABCDEF0123456789ABCD"
     ms.put("T", b"z", properties={"UNIQ_KEY": given, "other": "1"})
-    tbl = pa.table({
-        "topic": ["T", "T"], "body": [b"m", b"n"],
-        "properties": pa.array([[("UNIQ_KEY", "0A0B0C0D1234ABCDEF0123456789ABCE")], None], pa.map_(pa.string(), pa.string())),
-    })
+    tbl = pa.table(
+        {
+            "topic": ["T", "T"],
+            "body": [b"m", b"n"],
+            "properties": pa.array(
+                [[("UNIQ_KEY", "0A0B0C0D1234ABCDEF0123456789ABCE")], None], pa.map_(pa.string(), pa.string())
+            ),
+        }
+    )
     ms.put_batch(tbl)
     recs = walk(root)
     keys = [r.properties["UNIQ_KEY"] for r in recs]
@@ -215,11 +227,13 @@ def test_round_robin_queue_assignment(ms: rmqlog.MessageStore) -> None:
 
 def test_round_robin_is_per_topic_and_skips_given_queue_ids(ms: rmqlog.MessageStore) -> None:
     ms.create_topic("three", 3)
-    tbl = pa.table({
-        "topic": ["three", "X", "three", "X", "three", "three"],
-        "body": [b"0", b"1", b"2", b"3", b"4", b"5"],
-        "queueId": pa.array([None, None, 2, None, None, None], pa.int32()),
-    })
+    tbl = pa.table(
+        {
+            "topic": ["three", "X", "three", "X", "three", "three"],
+            "body": [b"0", b"1", b"2", b"3", b"4", b"5"],
+            "queueId": pa.array([None, None, 2, None, None, None], pa.int32()),
+        }
+    )
     ms.put_batch(tbl)
     ms.dispatch()
     three = {q: [r["body"] for r in read_queue_all(ms, "three", q)] for q in range(3)}
@@ -238,8 +252,13 @@ def test_auto_created_topic_in_topics_json(root: Path) -> None:
     data = rc.parse_fastjson((root / "config" / "topics.json").read_text("utf-8"))
     assert isinstance(data, dict)
     assert data["topicConfigTable"]["NewTopic"] == {
-        "order": False, "perm": 6, "readQueueNums": 4, "topicFilterType": "SINGLE_TAG",
-        "topicName": "NewTopic", "topicSysFlag": 0, "writeQueueNums": 4,
+        "order": False,
+        "perm": 6,
+        "readQueueNums": 4,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": "NewTopic",
+        "topicSysFlag": 0,
+        "writeQueueNums": 4,
     }
     assert set(data["dataVersion"]) >= {"counter", "timestamp"}
     with rmqlog.MessageStore.open(root / "eight", small_store_config(default_topic_queue_nums=8)) as s:
@@ -309,7 +328,9 @@ def test_store_and_born_host_configurable(root: Path) -> None:
 def test_ipv6_store_host(root: Path) -> None:
     cfg = small_store_config(store_host="[fe80::1]:10911")
     with rmqlog.MessageStore.open(root, cfg) as s:
-        out = s.put_batch(batch(topic="V6", body=[b"a", b"bb", b"ccc"], queueId=pa.array([0, 0, 0], pa.int32()))).to_pylist()
+        out = s.put_batch(
+            batch(topic="V6", body=[b"a", b"bb", b"ccc"], queueId=pa.array([0, 0, 0], pa.int32()))
+        ).to_pylist()
         s.dispatch()
         rows = read_queue_all(s, "V6", 0)
     recs = walk(root)

@@ -118,12 +118,16 @@ TAGS = ["A", "B", None, "A", "C", "B", "Aa", "BB", "A", "BB"]
 
 @pytest.fixture
 def tagged(ms: rmqlog.MessageStore, root: Path) -> rmqlog.MessageStore:
-    ms.put_batch(pa.table({
-        "topic": ["TG"] * len(TAGS),
-        "body": [b"%d" % i for i in range(len(TAGS))],
-        "queueId": pa.array([0] * len(TAGS), pa.int32()),
-        "tags": pa.array(TAGS, pa.string()),
-    }))
+    ms.put_batch(
+        pa.table(
+            {
+                "topic": ["TG"] * len(TAGS),
+                "body": [b"%d" % i for i in range(len(TAGS))],
+                "queueId": pa.array([0] * len(TAGS), pa.int32()),
+                "tags": pa.array(TAGS, pa.string()),
+            }
+        )
+    )
     ms.dispatch()
     return ms
 
@@ -185,8 +189,14 @@ def test_tag_hash_collision_only_other_tag(ms: rmqlog.MessageStore) -> None:
 
 def test_tag_filter_beyond_one_window(ms: rmqlog.MessageStore) -> None:
     n = 1000
-    ms.put_batch(batch(topic="W", body=[b"%d" % i for i in range(n)], queueId=pa.array([0] * n, pa.int32()),
-                       tags=pa.array(["x"] * (n - 1) + ["y"], pa.string())))
+    ms.put_batch(
+        batch(
+            topic="W",
+            body=[b"%d" % i for i in range(n)],
+            queueId=pa.array([0] * n, pa.int32()),
+            tags=pa.array(["x"] * (n - 1) + ["y"], pa.string()),
+        )
+    )
     ms.dispatch()
     offset, statuses = 0, []
     while True:

@@ -29,12 +29,21 @@ def store(tmp_path: Path) -> Iterator[rmqlog.MessageStore]:
 
 
 def halves(n: int) -> pa.Table:
-    props = [f"TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U{i}\x02REAL_TOPIC\x01T1\x02REAL_QID\x01{i % 4}\x02"
-             for i in range(n)]
-    return pa.table({"topic": [HALF] * n, "queueId": pa.array([0] * n, pa.int32()),
-                     "body": [f"b{i}".encode() for i in range(n)], "flag": pa.array([i for i in range(n)], pa.int32()),
-                     "bornTimestamp": pa.array([1_700_000_000_000 + i for i in range(n)], pa.int64()),
-                     "bornHost": ["10.0.0.9:4321"] * n, "properties": props})
+    props = [
+        f"TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U{i}\x02REAL_TOPIC\x01T1\x02REAL_QID\x01{i % 4}\x02"
+        for i in range(n)
+    ]
+    return pa.table(
+        {
+            "topic": [HALF] * n,
+            "queueId": pa.array([0] * n, pa.int32()),
+            "body": [f"b{i}".encode() for i in range(n)],
+            "flag": pa.array([i for i in range(n)], pa.int32()),
+            "bornTimestamp": pa.array([1_700_000_000_000 + i for i in range(n)], pa.int64()),
+            "bornHost": ["10.0.0.9:4321"] * n,
+            "properties": props,
+        }
+    )
 
 
 def test_transaction_topics_and_real_topic_only_in_a_system_put(store: rmqlog.MessageStore) -> None:
@@ -53,9 +62,15 @@ def test_transaction_topics_and_real_topic_only_in_a_system_put(store: rmqlog.Me
     got = store.read_queue(HALF, 0, 0, 3)
     assert [dict(p)["REAL_QID"] for p in got.column("properties").to_pylist()] == ["0", "1", "2"]
     # kept as sent, in order (the put's fast path, REAL_TOPIC/REAL_QID not screened out in a system put)
-    assert [k for k, _ in got.column("properties")[0].as_py()] == ["TRAN_MSG", "PGROUP", "UNIQ_KEY", "REAL_TOPIC",
-                                                                    "REAL_QID"]
+    assert [k for k, _ in got.column("properties")[0].as_py()] == [
+        "TRAN_MSG",
+        "PGROUP",
+        "UNIQ_KEY",
+        "REAL_TOPIC",
+        "REAL_QID",
+    ]
     from rmqlog.log.encode.wire_put import joined_wire_properties
+
     props = halves(2).column("properties")
     assert joined_wire_properties(props, 2, None, system=True) is not None
     assert joined_wire_properties(props, 2, None) is None  # a client's put takes the general path, which refuses
@@ -67,8 +82,9 @@ def test_stored_rows_checks_each_offset_against_its_queue(store: rmqlog.MessageS
     qoffs = np.asarray(res.column("queueOffset"))
     ask = np.array([offsets[3], offsets[0] + 1, offsets[1], offsets[2], 1 << 40, offsets[4]])
     at = np.array([qoffs[3], 0, qoffs[1] + 1, qoffs[2], 0, qoffs[4]])
-    rows, found = store.stored_rows(ask, at, topic=HALF, queue_id=0, drop=("REAL_TOPIC", "REAL_QID"),
-                                    find=("UNIQ_KEY", "REAL_QID", "NONE"))
+    rows, found = store.stored_rows(
+        ask, at, topic=HALF, queue_id=0, drop=("REAL_TOPIC", "REAL_QID"), find=("UNIQ_KEY", "REAL_QID", "NONE")
+    )
     assert found.tolist() == [True, False, False, True, False, True]
     assert rows.column("UNIQ_KEY").to_pylist() == ["U3", "U2", "U4"]
     assert rows.column("REAL_QID").to_pylist() == ["3", "2", "0"]
@@ -83,8 +99,13 @@ def test_stored_rows_checks_each_offset_against_its_queue(store: rmqlog.MessageS
 
 def test_stored_rows_put_again_keep_what_was_sent(store: rmqlog.MessageStore) -> None:
     res = store.put_wire(halves(2), system=True)
-    rows, _ = store.stored_rows(np.asarray(res.column("commitLogOffset")), np.asarray(res.column("queueOffset")),
-                                topic=HALF, queue_id=0, drop=("REAL_TOPIC", "REAL_QID"))
+    rows, _ = store.stored_rows(
+        np.asarray(res.column("commitLogOffset")),
+        np.asarray(res.column("queueOffset")),
+        topic=HALF,
+        queue_id=0,
+        drop=("REAL_TOPIC", "REAL_QID"),
+    )
     again = rows.select(["body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties", "reconsumeTimes"])
     again = again.append_column("topic", pa.array(["T1", "T1"])).append_column("queueId", pa.array([1, 2], pa.int32()))
     store.put_wire(again)

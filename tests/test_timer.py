@@ -46,7 +46,9 @@ def run_pass(ms: rmqlog.MessageStore, at: int) -> int:
 
 def real(ms: rmqlog.MessageStore, topic: str = "T") -> list[dict]:
     ms.dispatch()
-    return [m for q in range(ms.topics()[topic].write_queue_nums) for m in ms.read_queue(topic, q, 0, 1 << 40).to_pylist()]
+    return [
+        m for q in range(ms.topics()[topic].write_queue_nums) for m in ms.read_queue(topic, q, 0, 1 << 40).to_pylist()
+    ]
 
 
 def test_absent_until_due_then_present_once(ms: rmqlog.MessageStore) -> None:
@@ -75,16 +77,30 @@ def test_absent_until_due_then_present_once(ms: rmqlog.MessageStore) -> None:
 
 def test_every_way_to_give_a_time(ms: rmqlog.MessageStore) -> None:
     t0 = now_ms()
-    table = pa.table({
-        "topic": ["T"] * 6,
-        "body": [b"col-ts", b"col-int", b"sec", b"ms", b"deliver", b"none"],
-        "deliverTime": pa.array([t0 + 3000, t0 + 4000, None, None, None, None], pa.int64()),
-        "properties": pa.array([None, None, [("TIMER_DELAY_SEC", "5")], [("TIMER_DELAY_MS", "6000")],
-                                [("TIMER_DELIVER_MS", str(t0 + 7000)), ("x", "y")], [("x", "y")]], MAP),
-    })
+    table = pa.table(
+        {
+            "topic": ["T"] * 6,
+            "body": [b"col-ts", b"col-int", b"sec", b"ms", b"deliver", b"none"],
+            "deliverTime": pa.array([t0 + 3000, t0 + 4000, None, None, None, None], pa.int64()),
+            "properties": pa.array(
+                [
+                    None,
+                    None,
+                    [("TIMER_DELAY_SEC", "5")],
+                    [("TIMER_DELAY_MS", "6000")],
+                    [("TIMER_DELIVER_MS", str(t0 + 7000)), ("x", "y")],
+                    [("x", "y")],
+                ],
+                MAP,
+            ),
+        }
+    )
     ms.put_batch(table)
-    ms.put_batch(pa.table({"topic": ["T"], "body": [b"col-ts2"],
-                           "deliverTime": pa.array([t0 + 3000], pa.timestamp("ms", tz="UTC"))}))
+    ms.put_batch(
+        pa.table(
+            {"topic": ["T"], "body": [b"col-ts2"], "deliverTime": pa.array([t0 + 3000], pa.timestamp("ms", tz="UTC"))}
+        )
+    )
     ms.dispatch()
     assert ms.max_offset(TIMER, 0) == 6 and len(real(ms)) == 1  # "none" went straight to its topic
     assert sorted(m["body"] for m in real(ms)) == [b"none"]
@@ -102,24 +118,75 @@ def test_a_past_time_is_no_delay(ms: rmqlog.MessageStore) -> None:
     assert [m["body"] for m in got] == [b"past"] and "TIMER_DELIVER_MS" in dict(got[0]["properties"])
 
 
-@pytest.mark.parametrize(("table", "row", "field", "reason"), [
-    (pa.table({"topic": ["T", "T"], "body": [b"a", b"b"], "deliverTime": pa.array([None, 1 << 50], pa.int64())}),
-     1, "deliverTime", "timer_max_delay_sec"),
-    (pa.table({"topic": ["T"], "body": [b"a"], "deliverTime": ["soon"]}), None, "deliverTime", "timestamp or int64"),
-    (pa.table({"topic": ["T", "T"], "body": [b"a", b"b"],
-               "properties": pa.array([None, [("TIMER_DELAY_SEC", "ten")]], MAP)}), 1, "properties", "not a number"),
-    (pa.table({"topic": ["T"], "body": [b"a"], "deliverTime": pa.array([1], pa.int64()),
-               "properties": pa.array([[("TIMER_DELAY_MS", "5")]], MAP)}), 0, "properties", "twice"),
-    (pa.table({"topic": ["T"], "body": [b"a"], "deliverTime": pa.array([1 << 41], pa.int64()), "delayLevel": [2]}),
-     0, "delayLevel", "both a delay level and a delivery time"),
-    (pa.table({"topic": ["T"], "body": [b"a"], "properties": pa.array([[("TIMER_OUT_MS", "5")]], MAP)}),
-     0, "properties", "set by the store's timer"),
-    (pa.table({"topic": ["T", TIMER], "body": [b"a", b"b"]}), 1, "topic", "store's topic for timed messages"),
-    (pa.table({"topic": ["T", TIMER], "body": [b"a", b"b"], "properties": pa.array([None, [("k", "v")]], MAP)}),
-     1, "topic", "store's topic for timed messages"),
-])
+@pytest.mark.parametrize(
+    ("table", "row", "field", "reason"),
+    [
+        (
+            pa.table({"topic": ["T", "T"], "body": [b"a", b"b"], "deliverTime": pa.array([None, 1 << 50], pa.int64())}),
+            1,
+            "deliverTime",
+            "timer_max_delay_sec",
+        ),
+        (
+            pa.table({"topic": ["T"], "body": [b"a"], "deliverTime": ["soon"]}),
+            None,
+            "deliverTime",
+            "timestamp or int64",
+        ),
+        (
+            pa.table(
+                {
+                    "topic": ["T", "T"],
+                    "body": [b"a", b"b"],
+                    "properties": pa.array([None, [("TIMER_DELAY_SEC", "ten")]], MAP),
+                }
+            ),
+            1,
+            "properties",
+            "not a number",
+        ),
+        (
+            pa.table(
+                {
+                    "topic": ["T"],
+                    "body": [b"a"],
+                    "deliverTime": pa.array([1], pa.int64()),
+                    "properties": pa.array([[("TIMER_DELAY_MS", "5")]], MAP),
+                }
+            ),
+            0,
+            "properties",
+            "twice",
+        ),
+        (
+            pa.table(
+                {"topic": ["T"], "body": [b"a"], "deliverTime": pa.array([1 << 41], pa.int64()), "delayLevel": [2]}
+            ),
+            0,
+            "delayLevel",
+            "both a delay level and a delivery time",
+        ),
+        (
+            pa.table({"topic": ["T"], "body": [b"a"], "properties": pa.array([[("TIMER_OUT_MS", "5")]], MAP)}),
+            0,
+            "properties",
+            "set by the store's timer",
+        ),
+        (pa.table({"topic": ["T", TIMER], "body": [b"a", b"b"]}), 1, "topic", "store's topic for timed messages"),
+        (
+            pa.table({"topic": ["T", TIMER], "body": [b"a", b"b"], "properties": pa.array([None, [("k", "v")]], MAP)}),
+            1,
+            "topic",
+            "store's topic for timed messages",
+        ),
+    ],
+)
 def test_bad_times_are_refused_naming_row_and_field(
-    ms: rmqlog.MessageStore, table: pa.Table, row: int | None, field: str, reason: str,
+    ms: rmqlog.MessageStore,
+    table: pa.Table,
+    row: int | None,
+    field: str,
+    reason: str,
 ) -> None:
     with pytest.raises(rmqlog.InvalidMessageError, match=reason) as err:
         ms.put_batch(table)
@@ -143,8 +210,15 @@ def test_many_pending_delivered_as_they_fall_due(ms: rmqlog.MessageStore) -> Non
     rng = np.random.default_rng(4)
     deliver = t0 + 2000 + rng.integers(0, 600_000, 5000)
     for lo in range(0, 5000, 1000):
-        ms.put_batch(pa.table({"topic": ["T"] * 1000, "body": [b"%d" % i for i in range(lo, lo + 1000)],
-                               "deliverTime": pa.array(deliver[lo : lo + 1000], pa.int64())}))
+        ms.put_batch(
+            pa.table(
+                {
+                    "topic": ["T"] * 1000,
+                    "body": [b"%d" % i for i in range(lo, lo + 1000)],
+                    "deliverTime": pa.array(deliver[lo : lo + 1000], pa.int64()),
+                }
+            )
+        )
     seen: dict[bytes, int] = {}
     read_to = [0, 0]  # per queue of T: what the passes before delivered (read once, not per pass)
     for at in range(t0, t0 + 620_000, 7000):
@@ -164,8 +238,15 @@ def test_many_pending_delivered_as_they_fall_due(ms: rmqlog.MessageStore) -> Non
 
 def test_a_lost_or_dirty_index_is_rebuilt(ms: rmqlog.MessageStore, root: Path) -> None:
     t0 = now_ms()
-    ms.put_batch(pa.table({"topic": ["T"] * 300, "body": [b"%d" % i for i in range(300)],
-                           "deliverTime": pa.array(t0 + 5000 + np.arange(300) * 1000, pa.int64())}))
+    ms.put_batch(
+        pa.table(
+            {
+                "topic": ["T"] * 300,
+                "body": [b"%d" % i for i in range(300)],
+                "deliverTime": pa.array(t0 + 5000 + np.arange(300) * 1000, pa.int64()),
+            }
+        )
+    )
     due = t0 + 5000 + np.arange(300) * 1000
     assert run_pass(ms, t0 + 100_000) == int((due <= t0 + 99_999).sum())  # about 95: 5 s .. 100 s
     wheel: TimerWheel = ms.scheduler.timer.wheel
@@ -204,8 +285,15 @@ os.kill(os.getpid(), signal.SIGKILL)
 
 def test_chain_walk_without_the_c_helper(ms: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
     t0 = now_ms()
-    ms.put_batch(pa.table({"topic": ["T"] * 500, "body": [b"%d" % i for i in range(500)],
-                           "deliverTime": pa.array(t0 + 3000 + (np.arange(500) % 7) * 1000, pa.int64())}))
+    ms.put_batch(
+        pa.table(
+            {
+                "topic": ["T"] * 500,
+                "body": [b"%d" % i for i in range(500)],
+                "deliverTime": pa.array(t0 + 3000 + (np.arange(500) % 7) * 1000, pa.int64()),
+            }
+        )
+    )
     run_pass(ms, t0)
     wheel = ms.scheduler.timer.wheel
     state = wheel.load()
@@ -225,14 +313,23 @@ def test_the_wheel_refuses_a_bucket_it_cannot_hold(tmp_path: Path) -> None:
     assert len(wheel.due_between(state, 0, 6_000)) == 1 and ENTRY.itemsize == 40
 
 
-def test_a_pass_stopped_between_batches_of_one_due_time(ms: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pass_stopped_between_batches_of_one_due_time(
+    ms: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """1,000 messages due at the same millisecond, batches of 64: a pass that dies after its
     third append resumes inside that millisecond (the sequence says how many of it are done)."""
     from rmqlog.schedule import timer as timer_module
 
     t0 = now_ms()
-    ms.put_batch(pa.table({"topic": ["T"] * 1000, "body": [b"%d" % i for i in range(1000)],
-                           "deliverTime": pa.array([t0 + 5000] * 1000, pa.int64())}))
+    ms.put_batch(
+        pa.table(
+            {
+                "topic": ["T"] * 1000,
+                "body": [b"%d" % i for i in range(1000)],
+                "deliverTime": pa.array([t0 + 5000] * 1000, pa.int64()),
+            }
+        )
+    )
     monkeypatch.setattr(timer_module, "STEP", 64)
     real_append = timer_module.TimerDelivery._append
     calls = []
@@ -280,8 +377,15 @@ def _fill_timed(root: Path, n: int, times: int = 1000) -> int:
         t0 = now_ms()
         for lo in range(0, n, 1000):
             k = min(1000, n - lo)
-            s.put_batch(pa.table({"topic": ["T"] * k, "body": [b"%d" % i for i in range(lo, lo + k)],
-                                  "deliverTime": pa.array(t0 + 60_000 + (lo + np.arange(k)) % times, pa.int64())}))
+            s.put_batch(
+                pa.table(
+                    {
+                        "topic": ["T"] * k,
+                        "body": [b"%d" % i for i in range(lo, lo + k)],
+                        "deliverTime": pa.array(t0 + 60_000 + (lo + np.arange(k)) % times, pa.int64()),
+                    }
+                )
+            )
         s.dispatch()
         assert s.max_offset("rmq_sys_wheel_timer", 0) == n  # every one waits
     return t0 + 62_000
@@ -298,8 +402,12 @@ def test_three_processes_running_passes_deliver_each_message_once(tmp_path: Path
     root = tmp_path / "s"
     due = _fill_timed(root, 3000)
     env = subprocess_env()
-    children = [subprocess.Popen([sys.executable, "-c", PASS_CHILD, str(root), "3", "500", str(due)], env=env,
-                                 stdout=subprocess.PIPE) for _ in range(3)]
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", PASS_CHILD, str(root), "3", "500", str(due)], env=env, stdout=subprocess.PIPE
+        )
+        for _ in range(3)
+    ]
     for c in children:
         assert c.wait(timeout=120) == 0
     got = _delivered(root, due)
@@ -312,16 +420,26 @@ def test_three_processes_running_passes_deliver_each_message_once(tmp_path: Path
 #: an index step comes first (a pass killed while delivering does not index again)
 TIMER_KILLS = [
     (1000, 65_536, [("timer.enqueued", 1), ("append.written", 1), ("append.published", 1)]),
-    (3, 997, [("timer.enqueued", 5), ("append.written", 3), ("timer.delivered", 4), ("append.published", 2),
-              ("append.written", 7)]),
+    (
+        3,
+        997,
+        [
+            ("timer.enqueued", 5),
+            ("append.written", 3),
+            ("timer.delivered", 4),
+            ("append.published", 2),
+            ("append.written", 7),
+        ],
+    ),
     (7, 101, [("timer.enqueued", 100), ("timer.delivered", 50), ("append.written", 30), ("append.published", 60)]),
 ]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("times", "step", "kills"), TIMER_KILLS)
-def test_a_timer_killed_inside_a_pass_loses_and_repeats_nothing(tmp_path: Path, times: int, step: int,
-                                                                 kills: list[tuple[str, int]]) -> None:
+def test_a_timer_killed_inside_a_pass_loses_and_repeats_nothing(
+    tmp_path: Path, times: int, step: int, kills: list[tuple[str, int]]
+) -> None:
     root = tmp_path / "s"
     due = _fill_timed(root, 20_000, times)
     for point, n in kills:
@@ -329,4 +447,3 @@ def test_a_timer_killed_inside_a_pass_loses_and_repeats_nothing(tmp_path: Path, 
         assert printed == ["open"]
     got = _delivered(root, due)
     assert len(got) == 20_000 and set(got.values()) == {1}, Counter(got.values())
-

@@ -99,8 +99,9 @@ def _first_format_state(root: Path) -> None:
     slot count), made from the present one: never read, the index is rebuilt."""
     state = timer_wheel(root).load()
     assert state is not None
-    body = struct.pack("<8sqqqqqi", b"RMQTIMR1", state.enqueued, state.log_end, state.delivered, state.pending,
-                       state.slots, 0)
+    body = struct.pack(
+        "<8sqqqqqi", b"RMQTIMR1", state.enqueued, state.log_end, state.delivered, state.pending, state.slots, 0
+    )
     _file(root, "state").write_bytes((body + struct.pack("<I", zlib.crc32(body))).ljust(64, b"\0"))
 
 
@@ -117,8 +118,9 @@ DAMAGE: dict[str, Callable[[Path], object]] = {
     "wheel emptied": lambda r: os.truncate(_file(r, "wheel"), 0),
     "wheel zeroed": lambda r: _file(r, "wheel").write_bytes(bytes(_file(r, "wheel").stat().st_size)),
     "a pending slot zeroed": lambda r: _write_at(_file(r, "wheel"), _pending_slot(r) * SLOT.itemsize, bytes(24)),
-    "a pending slot's count huge": lambda r: _write_at(_file(r, "wheel"), _pending_slot(r) * SLOT.itemsize + 16,
-                                                        struct.pack("<q", 2**62)),
+    "a pending slot's count huge": lambda r: _write_at(
+        _file(r, "wheel"), _pending_slot(r) * SLOT.itemsize + 16, struct.pack("<q", 2**62)
+    ),
     "log deleted": lambda r: _file(r, "log").unlink(),
     "log truncated mid-entry": lambda r: os.truncate(_file(r, "log"), 50),
     "log emptied": lambda r: os.truncate(_file(r, "log"), 0),
@@ -127,8 +129,9 @@ DAMAGE: dict[str, Callable[[Path], object]] = {
     "a link to itself": lambda r: _set_prev(r, _chain(r)[0], _chain(r)[0]),
     "a link out of the log": lambda r: _set_prev(r, _chain(r)[0], 10**6),
     "a link into another bucket": lambda r: _set_prev(r, _chain(r)[0], _other_bucket_entry(r, _chain(r)[0])),
-    "a due time moved earlier": lambda r: _write_at(_file(r, "log"), _chain(r)[0] * ENTRY.itemsize + 8,
-                                                     struct.pack("<q", int(_entries(r)["due"].min()) - 3000)),
+    "a due time moved earlier": lambda r: _write_at(
+        _file(r, "log"), _chain(r)[0] * ENTRY.itemsize + 8, struct.pack("<q", int(_entries(r)["due"].min()) - 3000)
+    ),
     "a commitlog offset flipped": lambda r: _flip(_file(r, "log"), _chain(r)[0] * ENTRY.itemsize + 16, 3),
     "state deleted": lambda r: _file(r, "state").unlink(),
     "state zeroed": lambda r: _file(r, "state").write_bytes(bytes(_file(r, "state").stat().st_size)),
@@ -178,15 +181,25 @@ def test_a_state_older_than_its_files_is_not_trusted(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- met by a pass
 
 
-LINKS: dict[str, Callable[[Path], object]] = {k: DAMAGE[k] for k in (
-    "a link made a cycle", "a link to itself", "a link out of the log", "a link into another bucket",
-    "a pending slot's count huge")}
+LINKS: dict[str, Callable[[Path], object]] = {
+    k: DAMAGE[k]
+    for k in (
+        "a link made a cycle",
+        "a link to itself",
+        "a link out of the log",
+        "a link into another bucket",
+        "a pending slot's count huge",
+    )
+}
 
 
 @pytest.mark.parametrize("walk", ["c", "numpy"])
 @pytest.mark.parametrize("damage", list(LINKS))
 def test_a_bad_link_met_by_a_pass_rebuilds_the_index(
-    tmp_path: Path, damage: str, walk: str, monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    damage: str,
+    walk: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Damage made while the store is open, after its first pass checked the files: the chain
     walk itself (the C helper's and the numpy one) finds it, and the pass rebuilds the index
@@ -219,10 +232,13 @@ def _wheel_with_chains(directory: Path) -> tuple[TimerWheel, timer_wheel_module.
     return wheel, state
 
 
-@pytest.mark.parametrize("damage", ["none", "cycle", "self", "forward", "past the log", "below -1", "early end",
-                                    "late end", "another bucket"])
-def test_the_c_walk_and_the_numpy_walk_check_the_same(tmp_path: Path, damage: str,
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize(
+    "damage",
+    ["none", "cycle", "self", "forward", "past the log", "below -1", "early end", "late end", "another bucket"],
+)
+def test_the_c_walk_and_the_numpy_walk_check_the_same(
+    tmp_path: Path, damage: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     if timer_wheel_module._native_walk_chains is None:
         pytest.skip("the C helper is not built")
     wheel, state = _wheel_with_chains(tmp_path / "timer")
@@ -234,9 +250,16 @@ def test_the_c_walk_and_the_numpy_walk_check_the_same(tmp_path: Path, damage: st
     while entries["prev"][tail] != -1:
         tail = int(entries["prev"][tail])
     other = int(_slots(tmp_path)["last"][5])
-    new_prev = {"cycle": (tail, head), "self": (head, head), "forward": (second, state.log_end - 1),
-                "past the log": (head, state.log_end + 5), "below -1": (head, -7), "early end": (second, -1),
-                "late end": (tail, other), "another bucket": (head, other)}.get(damage)
+    new_prev = {
+        "cycle": (tail, head),
+        "self": (head, head),
+        "forward": (second, state.log_end - 1),
+        "past the log": (head, state.log_end + 5),
+        "below -1": (head, -7),
+        "early end": (second, -1),
+        "late end": (tail, other),
+        "another bucket": (head, other),
+    }.get(damage)
     if new_prev is not None:
         _set_prev(tmp_path, *new_prev)
     answers = []

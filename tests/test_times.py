@@ -32,13 +32,16 @@ print(json.dumps({
 """
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("2026-11-24T04:00", UTC_MS),                  # no zone: UTC, not Tokyo's local time
-    ("2026-11-24 04:00:00.000", UTC_MS),
-    ("2026-11-24T13:00+09:00", UTC_MS),
-    ("2026-11-24T04:00Z", UTC_MS),
-    (str(UTC_MS), UTC_MS),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("2026-11-24T04:00", UTC_MS),  # no zone: UTC, not Tokyo's local time
+        ("2026-11-24 04:00:00.000", UTC_MS),
+        ("2026-11-24T13:00+09:00", UTC_MS),
+        ("2026-11-24T04:00Z", UTC_MS),
+        (str(UTC_MS), UTC_MS),
+    ],
+)
 def test_cli_and_spark_read_a_time_the_same_under_another_time_zone(text: str, expected: int) -> None:
     env = subprocess_env()
     env["TZ"] = "Asia/Tokyo"
@@ -57,7 +60,9 @@ def test_milliseconds_are_exact() -> None:
     assert parse_time_ms("0001-01-01T00:00:00+00:00") == -62_135_596_800_000
 
 
-@pytest.mark.parametrize("bad", ["", "soon", "2026-13-01", "12:00", "２０２６-11-24", "\ud800", "1" * 30, None, 5, b"1"])
+@pytest.mark.parametrize(
+    "bad", ["", "soon", "2026-13-01", "12:00", "２０２６-11-24", "\ud800", "1" * 30, None, 5, b"1"]
+)
 def test_anything_else_is_a_typed_error_naming_it(bad: object) -> None:
     with pytest.raises(rmqlog.InvalidArgumentError) as exc:
         parse_time_ms(bad, what="--begin")

@@ -39,7 +39,10 @@ SUMMARY = re.compile(
 def _run_job(tmp_path: Path, *args: str, timeout: float) -> tuple[subprocess.CompletedProcess[str], dict[str, int]]:
     res = subprocess.run(
         [sys.executable, str(JOBS / "torture"), "--root", str(tmp_path / "work"), *args],
-        capture_output=True, text=True, timeout=timeout, env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(),
     )
     m = SUMMARY.search(res.stdout)
     assert m is not None, res.stdout[-5000:] + res.stderr[-5000:]
@@ -48,13 +51,16 @@ def _run_job(tmp_path: Path, *args: str, timeout: float) -> tuple[subprocess.Com
 
 
 def test_torture_ci_round_loses_duplicates_and_tears_nothing(tmp_path: Path) -> None:
-    res, total = _run_job(tmp_path, "--trials", "6", "--seed", "17", "--flush", "both", "--small",
-                          "--max-writers", "2", timeout=600)
+    res, total = _run_job(
+        tmp_path, "--trials", "6", "--seed", "17", "--flush", "both", "--small", "--max-writers", "2", timeout=600
+    )
     assert res.returncode == 0, res.stdout[-8000:] + res.stderr[-3000:]
     assert total["trials"] == 6 and total["acknowledged"] > 0
     assert (total["lost"], total["duplicated"], total["torn"], total["verify"], total["errors"]) == (0, 0, 0, 0, 0)
     for mode in ("SYNC_FLUSH", "ASYNC_FLUSH"):
-        assert re.search(rf"torture {mode}: trials=3 acknowledged=\d+ lost=0 duplicated=0 torn=0", res.stdout), res.stdout
+        assert re.search(rf"torture {mode}: trials=3 acknowledged=\d+ lost=0 duplicated=0 torn=0", res.stdout), (
+            res.stdout
+        )
     assert len(re.findall(r"^trial +\d+ ", res.stdout, re.M)) == 6
     assert not (tmp_path / "work" / "store-0001").exists()  # passing stores are cleaned up
 
@@ -68,8 +74,12 @@ def test_torture_long_round(tmp_path: Path) -> None:
 
 
 def test_torture_cli_rejects_bad_options(tmp_path: Path) -> None:
-    res = subprocess.run([sys.executable, str(JOBS / "torture"), "--max-writers", "9", "--root", str(tmp_path)],
-                         capture_output=True, text=True, timeout=60)
+    res = subprocess.run(
+        [sys.executable, str(JOBS / "torture"), "--max-writers", "9", "--root", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert res.returncode == 2 and "--max-writers" in res.stderr
 
 
@@ -90,8 +100,12 @@ def test_batches_are_reproducible_and_identify_every_row() -> None:
 
 
 def test_identify_rejects_a_body_that_fails_its_checksum() -> None:
-    body = next(r["body"] for seq in range(50) for r in torture.make_batch(1, 2, seq, small=True).to_pylist()
-                if len(r["body"]) > 40)
+    body = next(
+        r["body"]
+        for seq in range(50)
+        for r in torture.make_batch(1, 2, seq, small=True).to_pylist()
+        if len(r["body"]) > 40
+    )
     damaged = body[:35] + bytes([body[35] ^ 1]) + body[36:]
     with pytest.raises(torture.BadMessage, match="checksum"):
         torture.identify(damaged, None)
@@ -122,8 +136,16 @@ class Fixture:
         table = torture.make_batch(RUN_SEED, uid, seq, small=True)
         return table if rows is None else table.slice(0, rows)
 
-    def put(self, uid: int, seq: int, *, begun: bool = True, acked: bool = True, rows: int | None = None,
-            idempotent: bool = False) -> pa.Table:
+    def put(
+        self,
+        uid: int,
+        seq: int,
+        *,
+        begun: bool = True,
+        acked: bool = True,
+        rows: int | None = None,
+        idempotent: bool = False,
+    ) -> pa.Table:
         n = self.batch(uid, seq).num_rows
         if begun:
             self.note("B", uid, seq, n)
@@ -139,8 +161,17 @@ class Fixture:
         self.s.close()
         if damage is not None:
             damage()
-        spec = {"root": str(self.root), "config": CONFIG, "acks": str(self.acks), "cache": str(self.dir / "cache.pkl"),
-                "seed": 1, "uid": uid, "trial": 0, "log": str(self.acks / "t00000-check.log"), "run_seed": RUN_SEED}
+        spec = {
+            "root": str(self.root),
+            "config": CONFIG,
+            "acks": str(self.acks),
+            "cache": str(self.dir / "cache.pkl"),
+            "seed": 1,
+            "uid": uid,
+            "trial": 0,
+            "log": str(self.acks / "t00000-check.log"),
+            "run_seed": RUN_SEED,
+        }
         res = torture.check_store(spec)
         opened = res.pop("_store", None)
         if opened is not None:
@@ -166,8 +197,11 @@ BODY_AT = 88
 
 def _many_rows(f: Fixture, uid: int) -> int:
     """A sequence whose batch has several rows and a body with a payload."""
-    return next(seq for seq in range(100) if f.batch(uid, seq).num_rows > 3
-                and any(len(b) > 40 for b in f.batch(uid, seq)["body"].to_pylist()))
+    return next(
+        seq
+        for seq in range(100)
+        if f.batch(uid, seq).num_rows > 3 and any(len(b) > 40 for b in f.batch(uid, seq)["body"].to_pylist())
+    )
 
 
 def test_check_counts_nothing_on_an_intact_store(tmp_path: Path) -> None:
@@ -242,8 +276,7 @@ def test_check_counts_consume_queue_units_disagreeing_with_the_log(tmp_path: Pat
     f.s.dispatch()
 
     def swap_two_units() -> None:
-        qdir = next(d for d in sorted((f.root / "consumequeue").glob("*/*"))
-                    if len(rc.read_consume_queue(str(d))) >= 2)
+        qdir = next(d for d in sorted((f.root / "consumequeue").glob("*/*")) if len(rc.read_consume_queue(str(d))) >= 2)
         seg = sorted(qdir.iterdir())[0]
         data = bytearray(seg.read_bytes())
         data[0:20], data[20:40] = data[20:40], data[0:20]

@@ -38,8 +38,9 @@ def test_int_takes_java_long_digits(text: str, value: int) -> None:
     assert parse_int("n", text) == value
 
 
-@pytest.mark.parametrize("text", ["1_000", "1e3", " 5", "5 ", "\u0665", "\uff15", "5.0", "", "-", "0x10", str(2**63),
-                                  "9" * 5000])
+@pytest.mark.parametrize(
+    "text", ["1_000", "1e3", " 5", "5 ", "\u0665", "\uff15", "5.0", "", "-", "0x10", str(2**63), "9" * 5000]
+)
 def test_int_refuses_what_python_int_would_take_or_choke_on(text: str) -> None:
     with pytest.raises(InvalidValueError) as err:
         parse_int("count", text)
@@ -64,8 +65,14 @@ def test_number_is_finite_and_bounded() -> None:
 def test_list_refuses_an_empty_item_and_a_repeat() -> None:
     assert parse_list("topics", "a,b") == ("a", "b")
     assert parse_list("topics", " b , a ") == ("b", "a")  # spaces around an item are no part of it
-    for text, said in (("a,,b", "item 2"), ("a,", "item 2"), (",a", "item 1"), ("", "empty"), ("a, ,b", "item 2"),
-                       ("a,a", "named twice")):
+    for text, said in (
+        ("a,,b", "item 2"),
+        ("a,", "item 2"),
+        (",a", "item 1"),
+        ("", "empty"),
+        ("a, ,b", "item 2"),
+        ("a,a", "named twice"),
+    ):
         with pytest.raises(InvalidValueError) as err:
             parse_list("topics", text)
         assert said in err.value.problem, (text, err.value.problem)
@@ -73,15 +80,28 @@ def test_list_refuses_an_empty_item_and_a_repeat() -> None:
 
 def test_list_checks_each_item() -> None:
     assert parse_addresses("ns", "127.0.0.1:9876;[::1]:9877") == ("127.0.0.1:9876", "[::1]:9877")
-    for text in ("127.0.0.1:9876;;127.0.0.1:9877", "127.0.0.1:9876;", "h", "h:0", "h:65536", "h:\u0669\u0668",
-                 "h:98 76"):
+    for text in (
+        "127.0.0.1:9876;;127.0.0.1:9877",
+        "127.0.0.1:9876;",
+        "h",
+        "h:0",
+        "h:65536",
+        "h:\u0669\u0668",
+        "h:98 76",
+    ):
         with pytest.raises(InvalidValueError):
             parse_addresses("ns", text)
 
 
 def test_duration() -> None:
     assert [parse_duration_ms("d", t) for t in ("250", "500ms", "30s", "15m", "15min", "1h")] == [
-        250, 500, 30_000, 900_000, 900_000, 3_600_000]
+        250,
+        500,
+        30_000,
+        900_000,
+        900_000,
+        3_600_000,
+    ]
     for text in ("30 s", " 30s", "1.5s", "-1s", "30sec", "", "s"):
         with pytest.raises(InvalidValueError, match="duration"):
             parse_duration_ms("d", text)

@@ -72,8 +72,14 @@ def test_batches_over_many_crc_chunks_and_rolls(tmp_path: Path, body_size: int, 
     bodies = _bodies(n, body_size, 1)
     cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=segment, mapped_file_size_consume_queue=20 * 1000)
     with rmqlog.MessageStore.open(tmp_path, cfg) as s:
-        t = pa.table({"topic": ["W"] * n, "body": bodies, "tags": ["a", "bb"] * (n // 2) + ["a"] * (n % 2),
-                      "queueId": pa.array(np.arange(n) % 3, pa.int32())})
+        t = pa.table(
+            {
+                "topic": ["W"] * n,
+                "body": bodies,
+                "tags": ["a", "bb"] * (n // 2) + ["a"] * (n % 2),
+                "queueId": pa.array(np.arange(n) % 3, pa.int32()),
+            }
+        )
         res = s.put_batch(t)
         s.put_batch(t.slice(0, 10))  # and continue after it
         assert s.dispatch() == n + 10
@@ -131,7 +137,9 @@ def _native_writes(write_path: str) -> bool:
 
 
 @pytest.mark.parametrize("body_size", [100, LARGE_BODY * 2])
-def test_failed_write_publishes_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_path: str, body_size: int) -> None:
+def test_failed_write_publishes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_path: str, body_size: int
+) -> None:
     with rmqlog.MessageStore.open(tmp_path) as s:
         s.put_batch(pa.table({"topic": ["W"] * 3, "body": [b"keep"] * 3}))
         tail = s.published_tail()
@@ -246,12 +254,15 @@ def test_c_pack_records_checks_its_inputs() -> None:
     with pytest.raises(ValueError, match="at most"):
         enc_native.pack_records(hdr, 16, True, b"abcde", offs, [(b"", None)] * 17, out)
 
+
 def test_c_patch_records_writes_big_endian_fields_and_checks_bounds() -> None:
     if enc_native.patch_records is None:
         pytest.skip("rmqlog._native was not built here")
     out = np.zeros(40, np.uint8)
     starts = np.array([0, 24], np.int64)
-    enc_native.patch_records(out, starts, (0, 8), (np.array([1, -2], np.int64), np.array([0x0102030405060708, 7], np.int64)))
+    enc_native.patch_records(
+        out, starts, (0, 8), (np.array([1, -2], np.int64), np.array([0x0102030405060708, 7], np.int64))
+    )
     assert bytes(out[:16]) == (1).to_bytes(8, "big") + bytes(range(1, 9))
     assert bytes(out[24:40]) == (-2).to_bytes(8, "big", signed=True) + (7).to_bytes(8, "big")
     assert not out[16:24].any()  # nothing between the records is touched
@@ -335,13 +346,21 @@ def test_chunk_bounds_ramp_up_and_cover_every_row(n: int, rows: int) -> None:
 def test_header_rows_need_the_locked_fields_first() -> None:
     with pytest.raises(AssertionError, match="fill"):
         enc_header.HeaderColumns(
-            dtype=header_dtype(), lengths=np.zeros(1, np.int64), queue_id=np.zeros(1, np.int64),
-            flag=np.zeros(1, np.int64), born=np.zeros(1, np.int64), body_len=np.zeros(1, np.int64),
-            sys_flag=0, born_host=bytes(8), store_host=bytes(8),
+            dtype=header_dtype(),
+            lengths=np.zeros(1, np.int64),
+            queue_id=np.zeros(1, np.int64),
+            flag=np.zeros(1, np.int64),
+            born=np.zeros(1, np.int64),
+            body_len=np.zeros(1, np.int64),
+            sys_flag=0,
+            born_host=bytes(8),
+            store_host=bytes(8),
         ).rows(0, 1)
 
 
-def test_put_batches_of_small_tables_share_one_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_path: str) -> None:
+def test_put_batches_of_small_tables_share_one_pipeline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_path: str
+) -> None:
     """Many one-chunk tables (a sink task's Arrow batches) go through one pipeline: the writes
     overlap the next table's encoding, land in order across segment rolls, and a write
     failing in a later table publishes nothing of any of them."""
@@ -367,6 +386,7 @@ def test_put_batches_of_small_tables_share_one_pipeline(tmp_path: Path, monkeypa
                 if calls["n"] >= 5:
                     raise OSError(errno.EIO, "injected", str(self.path))
                 real(self, *args)
+
             return go
 
         with monkeypatch.context() as m:
@@ -397,8 +417,12 @@ def test_round_robin_queue_offsets_match_the_general_grouping(n: int, first: int
 
     batch = enc_prepare.prepare_batch(
         pa.table({"topic": ["T"] * n, "body": [b"x"] * n}),
-        queue_counts=lambda topics: [count] * len(topics), max_message_size=1 << 20, max_record_size=1 << 20,
-        store_host=bytes(8), born_host=bytes(8), uniq_keys=UniqKeyGenerator(),
+        queue_counts=lambda topics: [count] * len(topics),
+        max_message_size=1 << 20,
+        max_record_size=1 << 20,
+        store_host=bytes(8),
+        born_host=bytes(8),
+        uniq_keys=UniqKeyGenerator(),
         round_robin=lambda topic, queues, rows: first,
     )
     assert batch.round_robin == (first, count)
@@ -414,19 +438,31 @@ def test_round_robin_queue_offsets_match_the_general_grouping(n: int, first: int
 def test_round_robin_fast_path_only_for_one_topic_without_queue_ids() -> None:
     def prep(table: pa.Table) -> EncodedBatch:
         return enc_prepare.prepare_batch(
-            table, queue_counts=lambda topics: [4] * len(topics), max_message_size=1 << 20,
-            max_record_size=1 << 20, store_host=bytes(8), born_host=bytes(8),
-            uniq_keys=UniqKeyGenerator(), round_robin=lambda topic, queues, rows: 1,
+            table,
+            queue_counts=lambda topics: [4] * len(topics),
+            max_message_size=1 << 20,
+            max_record_size=1 << 20,
+            store_host=bytes(8),
+            born_host=bytes(8),
+            uniq_keys=UniqKeyGenerator(),
+            round_robin=lambda topic, queues, rows: 1,
         )
 
     assert prep(pa.table({"topic": ["A", "B"], "body": [b"x", b"y"]})).round_robin is None
-    assert prep(pa.table({"topic": ["A", "A"], "body": [b"x", b"y"], "queueId": pa.array([None, 2], pa.int32())})).round_robin is None
+    assert (
+        prep(
+            pa.table({"topic": ["A", "A"], "body": [b"x", b"y"], "queueId": pa.array([None, 2], pa.int32())})
+        ).round_robin
+        is None
+    )
     two = prep(pa.table({"topic": ["A", "B", "A"], "body": [b"x", b"y", b"z"]}))
     assert two.queue_id.tolist() == [1, 1, 2]  # per topic, each from its own next queue
 
 
 def test_small_puts_are_packed_before_the_lock_and_patched_under_it(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, write_path: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    write_path: str,
 ) -> None:
     """A put of one chunk is packed whole before the append lock (``EncodedBatch.prepack``);
     under it only QUEUEOFFSET, PHYSICALOFFSET and STORETIMESTAMP are written into the packed
@@ -474,7 +510,9 @@ def test_small_puts_are_packed_before_the_lock_and_patched_under_it(
     assert [r.store_timestamp * 1000 for r in recs] == res["storeTimestamp"].cast(pa.int64()).to_pylist()
     assert all(r.body_crc == rc.body_crc(r.body) for r in recs)
     for key in {(r.topic, r.queue_id) for r in recs}:  # dense from 0 in every queue
-        assert [r.queue_offset for r in recs if (r.topic, r.queue_id) == key] == list(range(sum((r.topic, r.queue_id) == key for r in recs)))
+        assert [r.queue_offset for r in recs if (r.topic, r.queue_id) == key] == list(
+            range(sum((r.topic, r.queue_id) == key for r in recs))
+        )
     segs = {int(p.name): p.read_bytes() for p in (tmp_path / "commitlog").iterdir()}
     for r in recs:  # every byte as the reference encoder lays the record out
         off = r.physical_offset % segment
@@ -569,7 +607,10 @@ def test_disk_full_on_the_native_writer_is_typed_and_harmless(tmp_path: Path, mo
 )
 @pytest.mark.parametrize("native", [True, False], ids=["c", "numpy"])
 def test_one_topic_screen_matches_an_exact_compare(
-    monkeypatch: pytest.MonkeyPatch, values: list[str], expected: bool, native: bool,
+    monkeypatch: pytest.MonkeyPatch,
+    values: list[str],
+    expected: bool,
+    native: bool,
 ) -> None:
     if native and enc_native.all_same is None:
         pytest.skip("rmqlog._native was not built here")
@@ -593,13 +634,27 @@ def test_c_all_same_checks_its_inputs() -> None:
 
 
 # ---------------------------------------------------------------- the plain path (pack_plain)
-def _prep(table: pa.Table | pa.RecordBatch, gen: UniqKeyGenerator, *, hosts: tuple[bytes, bytes] = (bytes(8), bytes(8)),
-          counts: int = 4, marker: tuple[str, str] | None = None, max_message_size: int = 4 << 20,
-          born_ms: int | None = None) -> EncodedBatch:
+def _prep(
+    table: pa.Table | pa.RecordBatch,
+    gen: UniqKeyGenerator,
+    *,
+    hosts: tuple[bytes, bytes] = (bytes(8), bytes(8)),
+    counts: int = 4,
+    marker: tuple[str, str] | None = None,
+    max_message_size: int = 4 << 20,
+    born_ms: int | None = None,
+) -> EncodedBatch:
     return enc_prepare.prepare_batch(
-        table, queue_counts=lambda topics: [counts] * len(topics), max_message_size=max_message_size,
-        max_record_size=(64 << 20) - 8, store_host=hosts[0], born_host=hosts[1], uniq_keys=gen,
-        round_robin=lambda topic, queues, rows: 3 % queues, last_row_property=marker, born_ms=born_ms,
+        table,
+        queue_counts=lambda topics: [counts] * len(topics),
+        max_message_size=max_message_size,
+        max_record_size=(64 << 20) - 8,
+        store_host=hosts[0],
+        born_host=hosts[1],
+        uniq_keys=gen,
+        round_robin=lambda topic, queues, rows: 3 % queues,
+        last_row_property=marker,
+        born_ms=born_ms,
     )
 
 
@@ -618,13 +673,19 @@ PLAIN_CASES = {
     "sliced": lambda: pa.table({"topic": ["Q"] * 50, "body": _bodies(50, 64, 2)}).slice(7, 30),
     "record-batch": lambda: pa.record_batch({"body": _bodies(9, 300, 3), "topic": ["R%|-_9"] * 9}),
     "many-small": lambda: pa.table({"topic": ["M"] * 3000, "body": _bodies(3000, 40, 4)}),
-    "null-queue-ids": lambda: pa.table({"topic": ["S"] * 7, "body": _bodies(7, 80, 5), "queueId": pa.nulls(7, pa.int32())}),
+    "null-queue-ids": lambda: pa.table(
+        {"topic": ["S"] * 7, "body": _bodies(7, 80, 5), "queueId": pa.nulls(7, pa.int32())}
+    ),
 }
 
 
-@pytest.mark.parametrize("hosts", [(bytes(8), bytes(8)), (V6, bytes(8)), (bytes(8), V6)], ids=["v4", "store-v6", "born-v6"])
+@pytest.mark.parametrize(
+    "hosts", [(bytes(8), bytes(8)), (V6, bytes(8)), (bytes(8), V6)], ids=["v4", "store-v6", "born-v6"]
+)
 @pytest.mark.parametrize("case", list(PLAIN_CASES))
-def test_plain_path_is_the_general_encoding_byte_for_byte(monkeypatch: pytest.MonkeyPatch, case: str, hosts: tuple[bytes, bytes]) -> None:
+def test_plain_path_is_the_general_encoding_byte_for_byte(
+    monkeypatch: pytest.MonkeyPatch, case: str, hosts: tuple[bytes, bytes]
+) -> None:
     """A plain batch packed by one ``pack_plain`` call: the very bytes the general encoder
     packs (same clock, same id sequence), and the same batch fields for the append."""
     if enc_native.pack_plain is None or not enc_native.CLMUL:
@@ -667,10 +728,20 @@ def test_plain_path_only_takes_plain_batches() -> None:
     def plain(table: pa.Table, *, marker: tuple[str, str] | None = None, max_message_size: int = 100) -> bool:
         if marker is not None:  # the marker goes to the general path before any other check
             return _prep(table, gen, marker=marker).packed is not None
-        return enc_plain.prepare_plain(
-            table, lambda topics: [4] * len(topics), max_message_size, 64 << 20, bytes(8), bytes(8), gen,
-            lambda topic, queues, rows: 0, 1_790_000_000_123,
-        ) is not None
+        return (
+            enc_plain.prepare_plain(
+                table,
+                lambda topics: [4] * len(topics),
+                max_message_size,
+                64 << 20,
+                bytes(8),
+                bytes(8),
+                gen,
+                lambda topic, queues, rows: 0,
+                1_790_000_000_123,
+            )
+            is not None
+        )
 
     base = {"topic": ["T"] * 3, "body": [b"a", b"b", b"c"]}
     assert plain(pa.table(base))
@@ -733,7 +804,10 @@ def test_c_pack_plain_checks_its_inputs() -> None:
     packed = enc_native.pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"\x01T", 0xABCDEF, 1, 2, 10, *out)
     assert len(packed) == 2 * (88 + 2 + 13) + 5
     assert out[0].tolist() == [88 + 3 + 15, 88 + 2 + 15] and out[1].tolist() == [0, 106] and out[2].tolist() == [1, 0]
-    assert bytes(packed[91:106]) == b"\x01T000000ABCDEF\x02" and bytes(packed[106 + 90 : 106 + 105]) == b"\x01T000000ABCDF0\x02"
+    assert (
+        bytes(packed[91:106]) == b"\x01T000000ABCDEF\x02"
+        and bytes(packed[106 + 90 : 106 + 105]) == b"\x01T000000ABCDF0\x02"
+    )
     assert int.from_bytes(packed[8:12], "big") == rc.body_crc(b"abc") and int.from_bytes(packed[40:48], "big") == 7
     before = [a.copy() for a in out]
     assert enc_native.pack_plain(tpl, 7, b"abcde", offs, 0, 2, b"", 0, 0, 2, 2, *out) is None  # a body over max_body
@@ -760,7 +834,9 @@ def test_c_pack_plain_checks_its_inputs() -> None:
 
 @pytest.mark.parametrize("topics", [["T"], ["T", "U"]], ids=["one-topic", "two-topics"])
 def test_a_topic_shrunk_after_encoding_is_checked_again_before_the_append(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, topics: list[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    topics: list[str],
 ) -> None:
     """Queue ids are planned without the topics lock; a topic whose queue count fell since
     makes the put fail, naming the first row past the new count, with nothing written."""
@@ -782,7 +858,9 @@ def test_a_topic_shrunk_after_encoding_is_checked_again_before_the_append(
     assert [r.body for r in walk(tmp_path)] == [b"a"] * 8 + [b"c"] * 8
 
 
-@pytest.mark.parametrize("bad", [{"topic": ["T"], "body": [b"x"]}, [b"x"], "T", None], ids=["dict", "list", "str", "none"])
+@pytest.mark.parametrize(
+    "bad", [{"topic": ["T"], "body": [b"x"]}, [b"x"], "T", None], ids=["dict", "list", "str", "none"]
+)
 def test_put_batch_of_a_non_table_is_a_typed_error(tmp_path: Path, bad: object) -> None:
     with rmqlog.MessageStore.open(tmp_path) as s:
         with pytest.raises(rmqlog.errors.InvalidMessageError, match="pyarrow Table or RecordBatch") as info:
@@ -812,7 +890,9 @@ def test_put_batches_keeps_its_tables_unpacked_until_the_lock(tmp_path: Path, mo
 
 
 @pytest.mark.parametrize("spare", [8, 7])
-def test_a_packed_put_fits_a_segment_with_exactly_the_end_blank_to_spare(tmp_path: Path, write_path: str, spare: int) -> None:
+def test_a_packed_put_fits_a_segment_with_exactly_the_end_blank_to_spare(
+    tmp_path: Path, write_path: str, spare: int
+) -> None:
     """A put packed before the lock is placed from its packing when it fits the segment with
     RocketMQ's 8-byte end blank to spare, and rolls over (blank, next segment) when it does
     not: one byte decides."""
@@ -822,9 +902,14 @@ def test_a_packed_put_fits_a_segment_with_exactly_the_end_blank_to_spare(tmp_pat
     segment = 3 * length + spare  # the third record ends 8 (or 7) bytes before the segment's end
     cfg = rmqlog.StoreConfig(mapped_file_size_commit_log=segment)
     with rmqlog.MessageStore.open(tmp_path / "s", cfg) as s:
-        offsets = [s.put_batch(pa.table({"topic": ["T"], "body": [b"x" * 1500]}))["commitLogOffset"][0].as_py() for _ in range(4)]
+        offsets = [
+            s.put_batch(pa.table({"topic": ["T"], "body": [b"x" * 1500]}))["commitLogOffset"][0].as_py()
+            for _ in range(4)
+        ]
         expected = [0, length, 2 * length, segment] if spare == 8 else [0, length, segment, segment + length]
         assert offsets == expected
         assert [r.physical_offset for r in walk(tmp_path / "s")] == expected
         s.dispatch()
-        assert sorted(o for q in range(4) for o in s.read_queue("T", q, 0, 10)["commitLogOffset"].to_pylist()) == expected
+        assert (
+            sorted(o for q in range(4) for o in s.read_queue("T", q, 0, 10)["commitLogOffset"].to_pylist()) == expected
+        )

@@ -48,8 +48,9 @@ from conftest import small_store_config
 
 import rmqlog
 
-CFG = small_store_config(mapped_file_size_consume_queue=20 * 24, max_hash_slot_num=64, max_index_num=256,
-                         timer_max_delay_sec=3600)
+CFG = small_store_config(
+    mapped_file_size_consume_queue=20 * 24, max_hash_slot_num=64, max_index_num=256, timer_max_delay_sec=3600
+)
 SEG = CFG.mapped_file_size_commit_log
 TOPICS = {"A": 2, "B": 1}
 FILE, FOLDER = "file", "folder"
@@ -75,12 +76,16 @@ def _rows(s: rmqlog.MessageStore, topic: str, qid: int) -> list[tuple[int, int, 
 
 def _batch(s: rmqlog.MessageStore, i: int) -> None:
     topic = "A" if i % 3 else "B"
-    s.put_batch(pa.table({
-        "topic": [topic] * 6,
-        "body": [f"{topic}-{i}-{k}-".encode() * 5 for k in range(6)],
-        "tags": [f"t{k % 3}" for k in range(6)],
-        "keys": [[f"k{i}-{k}"] for k in range(6)],
-    }))
+    s.put_batch(
+        pa.table(
+            {
+                "topic": [topic] * 6,
+                "body": [f"{topic}-{i}-{k}-".encode() * 5 for k in range(6)],
+                "tags": [f"t{k % 3}" for k in range(6)],
+                "keys": [[f"k{i}-{k}"] for k in range(6)],
+            }
+        )
+    )
 
 
 @functools.cache
@@ -156,8 +161,11 @@ EXPECTED: list[tuple[str, str, str]] = [
     (r"timer(/(state|wheel|log))?", "rebuilt", "rebuilt"),
     (r"owners(/[^/]+)?", "rebuilt", "rebuilt"),
     (r"commitlog\.(deleted|prealloc)(/[0-9]{20})?", "rebuilt", "rebuilt"),
-    (r"checkpoint|abort|(append|dispatch|flush|retention)\.state|(append|dispatch|flush|config|schedule)\.lock",
-     "rebuilt", "rebuilt"),
+    (
+        r"checkpoint|abort|(append|dispatch|flush|retention)\.state|(append|dispatch|flush|config|schedule)\.lock",
+        "rebuilt",
+        "rebuilt",
+    ),
 ]
 
 
@@ -179,11 +187,13 @@ def _stable(rel: str) -> str:
     return f"index/#{names.index(m.group(1))}"
 
 
-CASES = [(variant, rel, kind, damage, repair)
-         for variant in ("clean", "crashed")
-         for rel, kind in items(getattr(built(), variant))
-         for damage in ("other-type", "link")
-         for repair in (False, True)]
+CASES = [
+    (variant, rel, kind, damage, repair)
+    for variant in ("clean", "crashed")
+    for rel, kind in items(getattr(built(), variant))
+    for damage in ("other-type", "link")
+    for repair in (False, True)
+]
 
 
 # --------------------------------------------------------------------------- damage
@@ -225,8 +235,11 @@ def _damage(root: Path, rel: str, kind: str, damage: str, outside: Path) -> Path
 # --------------------------------------------------------------------------- the cases
 
 
-@pytest.mark.parametrize(("variant", "rel", "kind", "damage", "repair"), CASES,
-                         ids=[f"{v}-{_stable(r)}-{d}-{'repair' if rp else 'open'}" for v, r, _, d, rp in CASES])
+@pytest.mark.parametrize(
+    ("variant", "rel", "kind", "damage", "repair"),
+    CASES,
+    ids=[f"{v}-{_stable(r)}-{d}-{'repair' if rp else 'open'}" for v, r, _, d, rp in CASES],
+)
 def test_wrong_type_or_link(tmp_path: Path, variant: str, rel: str, kind: str, damage: str, repair: bool) -> None:
     b = built()
     root = tmp_path / "store"
@@ -258,7 +271,7 @@ def _check(b: Built, root: Path, rel: str, outcome: str, *, repair: bool, damage
         moved = _set_aside(root, rel)
         # set aside, whole: nothing of it removed, a link still a link to the same place
         assert len(moved) == 1, moved
-        assert _tree(moved[0]) == {moved[0].name + k[len(Path(rel).name):]: v for k, v in damaged.items()}
+        assert _tree(moved[0]) == {moved[0].name + k[len(Path(rel).name) :]: v for k, v in damaged.items()}
         assert s.recovery is not None and any(rel in p for p in s.recovery.problems), s.recovery.problems
         for (topic, qid), rows in b.rows.items():
             assert _rows(s, topic, qid) == [r for r in rows if _kept(b, rel, outcome, r[1])], (topic, qid)
@@ -282,8 +295,11 @@ def _set_aside(root: Path, rel: str) -> list[Path]:
     file, its queue's folder (the queue is rebuilt whole), holding it."""
     path = root / rel
     if re.fullmatch(r"consumequeue/[^/]+/[^/]+/[0-9]{20}", rel):
-        return [q / path.name for q in sorted(path.parent.parent.iterdir())
-                if q.name.startswith(path.parent.name + ".damaged-")]
+        return [
+            q / path.name
+            for q in sorted(path.parent.parent.iterdir())
+            if q.name.startswith(path.parent.name + ".damaged-")
+        ]
     return sorted(p for p in path.parent.iterdir() if p.name.startswith(path.name + ".damaged-"))
 
 
@@ -316,7 +332,11 @@ def _content_cases() -> list[tuple[str, str, str, str, bool]]:
         for rel, kind in items(base):
             if re.fullmatch(ELSEWHERE, rel):
                 continue
-            damages = ["deleted"] if kind == FOLDER or (base / rel).stat().st_size == 0 else ["deleted", "truncated", "zeroed"]
+            damages = (
+                ["deleted"]
+                if kind == FOLDER or (base / rel).stat().st_size == 0
+                else ["deleted", "truncated", "zeroed"]
+            )
             out += [(variant, rel, kind, d, r) for d in damages for r in (False, True)]
     return out
 
@@ -331,14 +351,23 @@ def _first_queue_file(rel: str) -> bool:
     return bool(m) and len(names) > 1 and m.group(2) == names[0]
 
 
-@pytest.mark.parametrize(("variant", "rel", "kind", "damage", "repair"), CONTENT_CASES,
-                         ids=[f"{v}-{_stable(r)}-{d}-{'repair' if rp else 'open'}" for v, r, _, d, rp in CONTENT_CASES])
-def test_deleted_truncated_zeroed(request: pytest.FixtureRequest, tmp_path: Path, variant: str, rel: str, kind: str,
-                                  damage: str, repair: bool) -> None:
+@pytest.mark.parametrize(
+    ("variant", "rel", "kind", "damage", "repair"),
+    CONTENT_CASES,
+    ids=[f"{v}-{_stable(r)}-{d}-{'repair' if rp else 'open'}" for v, r, _, d, rp in CONTENT_CASES],
+)
+def test_deleted_truncated_zeroed(
+    request: pytest.FixtureRequest, tmp_path: Path, variant: str, rel: str, kind: str, damage: str, repair: bool
+) -> None:
     if (variant, damage, repair) == ("clean", "deleted", False) and _first_queue_file(rel):
-        request.applymarker(pytest.mark.xfail(strict=True, reason="known limitation: a queue's first file deleted on a log retention has trimmed cannot be told, at "
-                     "a clean open, from one retention removed (the queue reads from its next file); a crash or "
-                     "repair=True walk rebuilds it"))
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="known limitation: a queue's first file deleted on a log retention has trimmed cannot be told, at "
+                "a clean open, from one retention removed (the queue reads from its next file); a crash or "
+                "repair=True walk rebuilds it",
+            )
+        )
     b = built()
     root = tmp_path / "store"
     shutil.copytree(getattr(b, variant), root, symlinks=True)
@@ -349,8 +378,9 @@ def test_deleted_truncated_zeroed(request: pytest.FixtureRequest, tmp_path: Path
         os.truncate(path, path.stat().st_size // 2)
     else:
         path.write_bytes(bytes(path.stat().st_size))
-    outcome = next((o[3] if repair else o[2] for o in CONTENT_EXPECTED if re.fullmatch(o[0], rel) and o[1] == damage),
-                   "intact")
+    outcome = next(
+        (o[3] if repair else o[2] for o in CONTENT_EXPECTED if re.fullmatch(o[0], rel) and o[1] == damage), "intact"
+    )
     if outcome == "dataloss":
         with pytest.raises(rmqlog.DataLossError) as info:
             rmqlog.MessageStore.open(root, CFG, repair=repair).close()

@@ -51,8 +51,9 @@ def delivered(s: rmqlog.MessageStore, topic: str = "T") -> Counter[bytes]:
 def timer_wheel(root: Path) -> TimerWheel:
     """The timer's files of the store at ``root`` (of :data:`CFG`'s geometry), to look at or
     damage them."""
-    return TimerWheel(root / "timer", wheel_slots(CFG.timer_max_delay_sec * 1000, CFG.timer_precision_ms),
-                      CFG.timer_precision_ms)
+    return TimerWheel(
+        root / "timer", wheel_slots(CFG.timer_max_delay_sec * 1000, CFG.timer_precision_ms), CFG.timer_precision_ms
+    )
 
 
 @dataclass
@@ -68,8 +69,15 @@ class Timed:
 
 
 def _put_timed(s: rmqlog.MessageStore, due: dict[bytes, int]) -> None:
-    s.put_batch(pa.table({"topic": ["T"] * len(due), "body": list(due),
-                          "deliverTime": pa.array(np.array(list(due.values())), pa.int64())}))
+    s.put_batch(
+        pa.table(
+            {
+                "topic": ["T"] * len(due),
+                "body": list(due),
+                "deliverTime": pa.array(np.array(list(due.values())), pa.int64()),
+            }
+        )
+    )
 
 
 def make_timed_store(root: Path, *, prefix: bytes = b"m", extra_first: int = 0) -> Timed:

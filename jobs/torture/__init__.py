@@ -75,6 +75,14 @@ from .messages import (
 )
 
 __all__ = [
-    "TOPICS", "TOPIC_QUEUES", "BadMessage", "Ledger", "Notes", "check_store", "identify", "make_batch", "store_config",
+    "TOPICS",
+    "TOPIC_QUEUES",
+    "BadMessage",
+    "Ledger",
+    "Notes",
+    "check_store",
+    "identify",
+    "make_batch",
+    "store_config",
     "writer_name",
 ]

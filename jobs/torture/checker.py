@@ -77,10 +77,18 @@ def check_store(spec: dict[str, Any]) -> dict[str, Any]:
         return res
     res["_store"] = s
     rep = s.recovery
-    res["recovery"] = None if rep is None else {
-        "abnormal": rep.abnormal, "end": rep.end, "dropped": rep.dropped_bytes, "redispatched": rep.redispatched,
-        "rebuilt": rep.state_rebuilt, "seconds": round(time.monotonic() - t0, 4),
-    }
+    res["recovery"] = (
+        None
+        if rep is None
+        else {
+            "abnormal": rep.abnormal,
+            "end": rep.end,
+            "dropped": rep.dropped_bytes,
+            "redispatched": rep.redispatched,
+            "rebuilt": rep.state_rebuilt,
+            "seconds": round(time.monotonic() - t0, 4),
+        }
+    )
     for err in led.errors:
         res["errors"].append(err)
     for p in led.torn_reads:
@@ -88,7 +96,9 @@ def check_store(spec: dict[str, Any]) -> dict[str, Any]:
     try:
         _check_open_store(s, spec, led, res, torn, rng)
     except Exception as exc:
-        res["errors"].append(f"the store raised {type(exc).__name__} while being checked: {exc}\n{traceback.format_exc()}")
+        res["errors"].append(
+            f"the store raised {type(exc).__name__} while being checked: {exc}\n{traceback.format_exc()}"
+        )
     return res
 
 
@@ -104,8 +114,9 @@ class LogView:
     by_queue: dict[tuple[str, int], list[RefRec]] = field(default_factory=dict)
 
 
-def _check_open_store(s: rmqlog.MessageStore, spec: dict[str, Any], led: Ledger, res: dict[str, Any], torn: Torn,
-                      rng: random.Random) -> None:
+def _check_open_store(
+    s: rmqlog.MessageStore, spec: dict[str, Any], led: Ledger, res: dict[str, Any], torn: Torn, rng: random.Random
+) -> None:
     root = Path(spec["root"])
     _verify(s, res)
     tail = s.published_tail()
@@ -173,25 +184,40 @@ def _check_log(records: list[RefRec], led: Ledger, res: dict[str, Any], torn: To
     return log
 
 
-def _check_acknowledged(led: Ledger, log: LogView, api_count: Counter[tuple[int, int, int]], res: dict[str, Any],
-                        torn: Torn) -> None:
+def _check_acknowledged(
+    led: Ledger, log: LogView, api_count: Counter[tuple[int, int, int]], res: dict[str, Any], torn: Torn
+) -> None:
     """Every acknowledged message in the log and through its queue; its batch where put_batch said."""
     for (u, sq), n in led.acked.items():
         gone = sum(1 for row in range(n) if not log.count[(u, sq, row)] or not api_count[(u, sq, row)])
         if gone:
             res["lost"] += gone
-            res["details"].append(f"lost: {gone} of {n} acknowledged messages of uid {u} seq {sq}"
-                                  f" (commitlog has {sum(1 for row in range(n) if log.count[(u, sq, row)])})")
+            res["details"].append(
+                f"lost: {gone} of {n} acknowledged messages of uid {u} seq {sq}"
+                f" (commitlog has {sum(1 for row in range(n) if log.count[(u, sq, row)])})"
+            )
     at = log.at
     for u, sq, first, last in led.ack_offsets:
         n = led.acked[(u, sq)]
-        if at.get(first, (None, None, None))[:3] != (u, sq, 0) or at.get(last, (None, None, None))[:3] != (u, sq, n - 1):
-            torn(1, f"acknowledged batch uid {u} seq {sq}: offsets {first}..{last} hold {at.get(first)}..{at.get(last)}")
+        if at.get(first, (None, None, None))[:3] != (u, sq, 0) or at.get(last, (None, None, None))[:3] != (
+            u,
+            sq,
+            n - 1,
+        ):
+            torn(
+                1, f"acknowledged batch uid {u} seq {sq}: offsets {first}..{last} hold {at.get(first)}..{at.get(last)}"
+            )
 
 
 def _check_queue(
-    s: rmqlog.MessageStore, root: Path, topic: str, q: int, ref: list[RefRec],
-    api_count: Counter[tuple[int, int, int]], torn: Torn, rng: random.Random,
+    s: rmqlog.MessageStore,
+    root: Path,
+    topic: str,
+    q: int,
+    ref: list[RefRec],
+    api_count: Counter[tuple[int, int, int]],
+    torn: Torn,
+    rng: random.Random,
 ) -> None:
     """One queue: dense offsets, raw units, ``read_queue`` and ``get_messages`` against the log."""
     hi = _check_units(s, root, topic, q, ref, torn)
@@ -206,7 +232,7 @@ def _check_units(s: rmqlog.MessageStore, root: Path, topic: str, q: int, ref: li
     qoffs = [r[4] for r in ref]
     if qoffs != list(range(n)):
         bad = next(i for i, o in enumerate(qoffs) if o != i)
-        torn(1, f"queue {where}: queue offsets not dense/unique from position {bad} ({qoffs[bad:bad + 3]})")
+        torn(1, f"queue {where}: queue offsets not dense/unique from position {bad} ({qoffs[bad : bad + 3]})")
     d = root / "consumequeue" / topic / str(q)
     units = rc.read_consume_queue(str(d)) if d.is_dir() else []
     want = [(r[0], r[1], r[5]) for r in ref]
@@ -219,8 +245,15 @@ def _check_units(s: rmqlog.MessageStore, root: Path, topic: str, q: int, ref: li
     return hi
 
 
-def _check_read_queue(s: rmqlog.MessageStore, topic: str, q: int, ref: list[RefRec], hi: int,
-                      api_count: Counter[tuple[int, int, int]], torn: Torn) -> bool:
+def _check_read_queue(
+    s: rmqlog.MessageStore,
+    topic: str,
+    q: int,
+    ref: list[RefRec],
+    hi: int,
+    api_count: Counter[tuple[int, int, int]],
+    torn: Torn,
+) -> bool:
     """The whole queue through ``read_queue`` against the log; False if the read raised."""
     where = f"{topic}/{q}"
     n = len(ref)
@@ -246,8 +279,9 @@ def _check_read_queue(s: rmqlog.MessageStore, topic: str, q: int, ref: list[RefR
     return True
 
 
-def _check_get_messages(s: rmqlog.MessageStore, topic: str, q: int, ref: list[RefRec], torn: Torn,
-                        rng: random.Random) -> None:
+def _check_get_messages(
+    s: rmqlog.MessageStore, topic: str, q: int, ref: list[RefRec], torn: Torn, rng: random.Random
+) -> None:
     """The queue through ``get_messages``, page by page with random page sizes, against the log."""
     where = f"{topic}/{q}"
     off, pages, phys = 0, 0, []
@@ -265,8 +299,11 @@ def _check_get_messages(s: rmqlog.MessageStore, topic: str, q: int, ref: list[Re
                 break
             off = r.next_begin_offset
             continue
-        if r.status not in (rmqlog.GetMessageStatus.OFFSET_OVERFLOW_ONE, rmqlog.GetMessageStatus.NO_MESSAGE_IN_QUEUE,
-                            rmqlog.GetMessageStatus.NO_MATCHED_LOGIC_QUEUE):
+        if r.status not in (
+            rmqlog.GetMessageStatus.OFFSET_OVERFLOW_ONE,
+            rmqlog.GetMessageStatus.NO_MESSAGE_IN_QUEUE,
+            rmqlog.GetMessageStatus.NO_MATCHED_LOGIC_QUEUE,
+        ):
             torn(1, f"queue {where}: get_messages at {off} answered {r.status.name}")
         break
     if phys != [r[0] for r in ref]:
@@ -307,4 +344,3 @@ def _append_after_recovery(s: rmqlog.MessageStore, spec: dict[str, Any], res: di
         placed.update(zip(new["commitLogOffset"].to_pylist(), qoffs, strict=True))
     if placed != dict(zip(offs, out["queueOffset"].to_pylist(), strict=True)):
         res["errors"].append(f"after recovery, the {n} appended messages are not where put_batch said")
-

@@ -26,8 +26,12 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=DESCRIPTION)
     ap.add_argument("--trials", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--flush", choices=("sync", "async", "both"), default="both",
-                    help="flush mode of the trials (both: SYNC_FLUSH and ASYNC_FLUSH alternate)")
+    ap.add_argument(
+        "--flush",
+        choices=("sync", "async", "both"),
+        default="both",
+        help="flush mode of the trials (both: SYNC_FLUSH and ASYNC_FLUSH alternate)",
+    )
     ap.add_argument("--max-writers", type=int, default=4)
     ap.add_argument("--root", type=Path, default=None, help="work directory (default: a new temporary one)")
     ap.add_argument("--keep", action="store_true", help="keep every store (failing stores are always kept)")
@@ -41,10 +45,12 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--trials-per-store must be at least 2")
     root = args.root or Path(tempfile.mkdtemp(prefix="torture-"))
     root.mkdir(parents=True, exist_ok=True)
-    print(f"torture: {args.trials} trials, seed {args.seed}, flush {args.flush}, up to {args.max_writers} writers, "
-          f"work directory {root}", flush=True)
+    print(
+        f"torture: {args.trials} trials, seed {args.seed}, flush {args.flush}, up to {args.max_writers} writers, "
+        f"work directory {root}",
+        flush=True,
+    )
     code = Torture(args, root).run()
     if code == 0 and not args.keep and args.root is None:
         shutil.rmtree(root, ignore_errors=True)
     return code
-

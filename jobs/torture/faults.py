@@ -51,11 +51,20 @@ def start_workload(tt: Torture, t: int, cfg: dict[str, Any], tdir: Path, plan: l
         writers.append(tt.spawn("writer", f"w{w}", spec, tdir, pg))
     reader = None
     if dispatch_trial or rng.random() < 0.3:
-        reader = tt.spawn("reader", "reader", {"config": cfg, "seed": rng.randrange(1 << 30),
-                                                "background": rng.random() < 0.3}, tdir, pg)
-    plan.append(f"w={nw}" + (f"({resumed} resumed)" if resumed else "") +
-                f" idem={sum(c.idempotent for c in writers)}" + (" reader" if reader else "") +
-                (" dispatch=True" if dispatch_trial else ""))
+        reader = tt.spawn(
+            "reader",
+            "reader",
+            {"config": cfg, "seed": rng.randrange(1 << 30), "background": rng.random() < 0.3},
+            tdir,
+            pg,
+        )
+    plan.append(
+        f"w={nw}"
+        + (f"({resumed} resumed)" if resumed else "")
+        + f" idem={sum(c.idempotent for c in writers)}"
+        + (" reader" if reader else "")
+        + (" dispatch=True" if dispatch_trial else "")
+    )
     return Workload(leader, writers, reader)
 
 
@@ -68,11 +77,18 @@ def wait_for_kill_moment(tt: Torture, wl: Workload) -> str:
         time.sleep(rng.uniform(0, 1.5 * tt.est_open))
     elif trigger == "time":
         tt.wait_for(lambda: any(c.has("O") for c in writers) or all(c.proc.poll() is not None for c in writers), 60)
-        time.sleep(rng.choice([rng.uniform(0, 0.05), rng.uniform(0, 0.5), rng.uniform(0.2, 1.0 if tt.args.small else 2.5)]))
+        time.sleep(
+            rng.choice([rng.uniform(0, 0.05), rng.uniform(0, 0.5), rng.uniform(0.2, 1.0 if tt.args.small else 2.5)])
+        )
     else:
         k = rng.randint(1, 10 if tt.args.small else 40)
-        tt.wait_for(lambda: sum(sum(1 for ln in c.lines() if ln.startswith("A ")) for c in writers) >= k
-                    or all(c.proc.poll() is not None for c in writers), 60)
+        tt.wait_for(
+            lambda: (
+                sum(sum(1 for ln in c.lines() if ln.startswith("A ")) for c in writers) >= k
+                or all(c.proc.poll() is not None for c in writers)
+            ),
+            60,
+        )
     return trigger
 
 
@@ -124,8 +140,9 @@ def recovery_kills(tt: Torture, t: int, cfg: dict[str, Any], tdir: Path, errors:
         plan.append(f"rec-kills={nrk}(mid {mid}" + (f", {waiters} writers waiting)" if waiters else ")"))
 
 
-def _kill_one_recovery(tt: Torture, i: int, t: int, cfg: dict[str, Any], tdir: Path, waiters: int,
-                       errors: list[str]) -> tuple[int, int]:
+def _kill_one_recovery(
+    tt: Torture, i: int, t: int, cfg: dict[str, Any], tdir: Path, waiters: int, errors: list[str]
+) -> tuple[int, int]:
     """One opener killed at a random moment of its open: (1 if before the open returned, writers waiting so far)."""
     rng = tt.rng
     c = tt.spawn("recover", f"rec{i}", {"config": cfg}, tdir, None, stdin=True)

@@ -31,7 +31,6 @@ class Notes:
             os.fsync(self.fd)
 
 
-
 @dataclass
 class Ledger:
     """What every process of one store noted: batches begun, acknowledged, replays, problems."""
@@ -69,4 +68,3 @@ class Ledger:
 
     def acked_messages(self) -> int:
         return sum(self.acked.values())
-

@@ -123,5 +123,3 @@ def identify(body: bytes, keys: str | None) -> Ident:
 
 def store_config(values: dict[str, Any]) -> rmqlog.StoreConfig:
     return rmqlog.StoreConfig(**values)
-
-

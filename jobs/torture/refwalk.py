@@ -63,7 +63,9 @@ def decode_segment(start: int, data: bytes) -> tuple[list[RefRec], list[str], st
             ident: Ident | str = identify(value.body, value.properties.get("KEYS"))
         except BadMessage as exc:
             ident = str(exc)
-        recs.append((start + pos, value.total_size, value.topic, value.queue_id, value.queue_offset, value.tags_code, ident))
+        recs.append(
+            (start + pos, value.total_size, value.topic, value.queue_id, value.queue_offset, value.tags_code, ident)
+        )
         if probs:
             return recs, probs, "bad", pos
         pos += value.total_size
@@ -111,4 +113,3 @@ def walk_log(cl_dir: Path, cache_path: Path) -> tuple[list[RefRec], list[str], i
     if log_end is None:
         log_end = segs[-1][0] + seg_size if segs else 0
     return records, problems, log_end
-

@@ -101,8 +101,10 @@ class Totals:
             setattr(self, k, getattr(self, k) + getattr(other, k))
 
     def line(self) -> str:
-        return (f"trials={self.trials} acknowledged={self.acknowledged} lost={self.lost} duplicated={self.duplicated} "
-                f"torn={self.torn} verify_problems={self.verify} errors={self.errors}")
+        return (
+            f"trials={self.trials} acknowledged={self.acknowledged} lost={self.lost} duplicated={self.duplicated} "
+            f"torn={self.torn} verify_problems={self.verify} errors={self.errors}"
+        )
 
     @property
     def failed(self) -> bool:
@@ -135,7 +137,8 @@ class Torture:
             seg = rng.choices([64 * KiB, 256 * KiB, 1 * MiB, 4 * MiB, 1 << 30], weights=[4, 3, 2, 2, 1])[0]
         cq = rng.choice([20 * 64, 20 * 1000, 300_000 * 20])
         config = {
-            "mapped_file_size_commit_log": seg, "mapped_file_size_consume_queue": cq,
+            "mapped_file_size_commit_log": seg,
+            "mapped_file_size_consume_queue": cq,
             "flush_interval_commit_log": rng.choice([5, 50, 500]),
             "flush_commit_log_least_pages": rng.choice([1, 4]),
         }
@@ -155,7 +158,9 @@ class Torture:
         self.store = None
 
     # -------------------------------------------------------------- children
-    def spawn(self, role: str, name: str, spec: dict[str, Any], tdir: Path, group: int | None, stdin: bool = False) -> Child:
+    def spawn(
+        self, role: str, name: str, spec: dict[str, Any], tdir: Path, group: int | None, stdin: bool = False
+    ) -> Child:
         assert self.store is not None
         log = self.store.acks / f"{tdir.name}-{name}.log"
         err = tdir / f"{name}.err"
@@ -163,11 +168,21 @@ class Torture:
         with open(err, "wb") as ef:
             proc = subprocess.Popen(
                 [sys.executable, str(PACKAGE_DIR), "--child", role, json.dumps(spec)],
-                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=ef,
+                stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=ef,
                 process_group=group,
             )
-        return Child(role, name, proc, log, err, uid=spec.get("uid", -1), idempotent=spec.get("idempotent", False),
-                     start_seq=spec.get("start_seq", 0))
+        return Child(
+            role,
+            name,
+            proc,
+            log,
+            err,
+            uid=spec.get("uid", -1),
+            idempotent=spec.get("idempotent", False),
+            start_seq=spec.get("start_seq", 0),
+        )
 
     @staticmethod
     def wait_for(pred: Any, timeout: float) -> bool:
@@ -191,8 +206,13 @@ class Torture:
             assert uid not in run.issued, f"harness: writer uid {uid} issued twice"
             run.issued.add(uid)
         return {
-            "config": cfg, "uid": uid, "seed": rng.randrange(1 << 30), "start_seq": start_seq, "idempotent": idem,
-            "batches": rng.randint(2, 30 if self.args.small else 300), "replay_p": rng.choice([0.0, 0.1, 0.3]),
+            "config": cfg,
+            "uid": uid,
+            "seed": rng.randrange(1 << 30),
+            "start_seq": start_seq,
+            "idempotent": idem,
+            "batches": rng.randint(2, 30 if self.args.small else 300),
+            "replay_p": rng.choice([0.0, 0.1, 0.3]),
             "dispatch_p": rng.choice([0.3, 1.0]) if dispatch_trial else 0.0,
         }
 
@@ -250,9 +270,16 @@ class Torture:
         run = self.store
         crash_after = self.rng.random() < 0.4
         out = tdir / "check.json"
-        spec = {"config": cfg, "acks": str(run.acks), "cache": str(run.dir / "walk-cache.pkl"), "out": str(out),
-                "seed": self.rng.randrange(1 << 30), "crash_after": crash_after, "uid": t * UID_SLOTS + CHECKER_SLOT,
-                "trial": t}
+        spec = {
+            "config": cfg,
+            "acks": str(run.acks),
+            "cache": str(run.dir / "walk-cache.pkl"),
+            "out": str(out),
+            "seed": self.rng.randrange(1 << 30),
+            "crash_after": crash_after,
+            "uid": t * UID_SLOTS + CHECKER_SLOT,
+            "trial": t,
+        }
         c = self.spawn("check", "check", spec, tdir, None)
         try:
             c.proc.wait(timeout=CHILD_LIFETIME_S)
@@ -263,29 +290,54 @@ class Torture:
             plan.append("check-then-kill")
         if c.proc.returncode not in ((0, -signal.SIGKILL) if crash_after else (0,)) or not out.exists():
             errors.append(f"checker exited with {c.proc.returncode}: {c.err.read_text()[-3000:]}")
-            return {"lost": 0, "duplicated": 0, "torn": 0, "verify": 0, "errors": [], "details": [],
-                    "acked_total": run.acked_total}
+            return {
+                "lost": 0,
+                "duplicated": 0,
+                "torn": 0,
+                "verify": 0,
+                "errors": [],
+                "details": [],
+                "acked_total": run.acked_total,
+            }
         result: dict[str, Any] = json.loads(out.read_text())
         return result
 
-    def count(self, t: int, mode: str, tdir: Path, result: dict[str, Any], errors: list[str], plan: list[str],
-              t_check: float, t_start: float) -> Totals:
+    def count(
+        self,
+        t: int,
+        mode: str,
+        tdir: Path,
+        result: dict[str, Any],
+        errors: list[str],
+        plan: list[str],
+        t_check: float,
+        t_start: float,
+    ) -> Totals:
         """The trial's counts, its line, and the store kept (failed), retired or kept for the next trial."""
         assert self.store is not None
         run = self.store
-        tot = Totals(trials=1, acknowledged=result["acked_total"] - run.acked_total, lost=result["lost"],
-                     duplicated=result["duplicated"], torn=result["torn"], verify=result["verify"],
-                     errors=len(errors) + len(result["errors"]))
+        tot = Totals(
+            trials=1,
+            acknowledged=result["acked_total"] - run.acked_total,
+            lost=result["lost"],
+            duplicated=result["duplicated"],
+            torn=result["torn"],
+            verify=result["verify"],
+            errors=len(errors) + len(result["errors"]),
+        )
         run.acked_total = result["acked_total"]
         run.trials += 1
         run.trials_left -= 1
         rec = result.get("recovery") or {}
-        print(f"trial {t:4d} {mode.split('_')[0]:5s} store {run.index}.{run.trials} "
-              f"seg={run.config['mapped_file_size_commit_log'] // KiB}K {' '.join(plan)} | "
-              f"acked +{tot.acknowledged} (store {run.acked_total}) records {result.get('records', '?')} "
-              f"lost {tot.lost} dup {tot.duplicated} torn {tot.torn} verify {tot.verify} errors {tot.errors} | "
-              f"recovery {'abnormal' if rec.get('abnormal') else 'normal'} {rec.get('seconds', '?')}s | "
-              f"check {t_check:.1f}s, trial {time.monotonic() - t_start:.1f}s", flush=True)
+        print(
+            f"trial {t:4d} {mode.split('_')[0]:5s} store {run.index}.{run.trials} "
+            f"seg={run.config['mapped_file_size_commit_log'] // KiB}K {' '.join(plan)} | "
+            f"acked +{tot.acknowledged} (store {run.acked_total}) records {result.get('records', '?')} "
+            f"lost {tot.lost} dup {tot.duplicated} torn {tot.torn} verify {tot.verify} errors {tot.errors} | "
+            f"recovery {'abnormal' if rec.get('abnormal') else 'normal'} {rec.get('seconds', '?')}s | "
+            f"check {t_check:.1f}s, trial {time.monotonic() - t_start:.1f}s",
+            flush=True,
+        )
         if tot.failed:
             for msg in (errors + result["errors"] + result["details"])[:40]:
                 print("    " + msg.replace("\n", "\n    "), flush=True)
@@ -294,12 +346,20 @@ class Torture:
         else:
             shutil.rmtree(tdir, ignore_errors=True)
             segments = len(list((run.root / "commitlog").glob("[0-9]" * 20)))
-            if run.trials_left <= 0 or result.get("records", 0) > (300_000 if not self.args.small else 50_000) or segments > 300:
+            if (
+                run.trials_left <= 0
+                or result.get("records", 0) > (300_000 if not self.args.small else 50_000)
+                or segments > 300
+            ):
                 self.retire_store(failed=False)
         return tot
 
     def run(self) -> int:
-        modes = {"sync": [rmqlog.SYNC_FLUSH], "async": [rmqlog.ASYNC_FLUSH], "both": [rmqlog.SYNC_FLUSH, rmqlog.ASYNC_FLUSH]}[self.args.flush]
+        modes = {
+            "sync": [rmqlog.SYNC_FLUSH],
+            "async": [rmqlog.ASYNC_FLUSH],
+            "both": [rmqlog.SYNC_FLUSH, rmqlog.ASYNC_FLUSH],
+        }[self.args.flush]
         t0 = time.monotonic()
         for t in range(self.args.trials):
             mode = modes[t % len(modes)]
@@ -313,11 +373,12 @@ class Torture:
             self.retire_store(failed=False)
         for mode, tot in self.per_mode.items():
             print(f"torture {mode}: {tot.line()}")
-        print(f"torture total: {self.total.line()} | kills: writers {self.kills['writer']}, "
-              f"readers {self.kills['reader']}, recoveries {self.kills['recoveries']} "
-              f"({self.kills['mid-recovery']} before the open returned); stores {self.stores}; "
-              f"{time.monotonic() - t0:.0f}s")
+        print(
+            f"torture total: {self.total.line()} | kills: writers {self.kills['writer']}, "
+            f"readers {self.kills['reader']}, recoveries {self.kills['recoveries']} "
+            f"({self.kills['mid-recovery']} before the open returned); stores {self.stores}; "
+            f"{time.monotonic() - t0:.0f}s"
+        )
         for d in self.failed_stores:
             print(f"failing store kept: {d}")
         return 1 if self.total.failed else 0
-

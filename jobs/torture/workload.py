@@ -113,8 +113,11 @@ def child_reader(spec: dict[str, Any]) -> None:
             if qoffs != list(range(off, off + len(qoffs))):
                 note("P", f"{TOPICS[t]}/{q} from {off}: queue offsets {qoffs[:5]}... not dense")
             for body, keys, topic, qid in zip(
-                got["body"].to_pylist(), got["keys"].to_pylist(), got["topic"].to_pylist(),
-                got["queueId"].to_pylist(), strict=True,
+                got["body"].to_pylist(),
+                got["keys"].to_pylist(),
+                got["topic"].to_pylist(),
+                got["queueId"].to_pylist(),
+                strict=True,
             ):
                 try:
                     ident = identify(body, " ".join(keys or []))

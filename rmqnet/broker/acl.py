@@ -90,7 +90,7 @@ def resources(req: RemotingCommand) -> dict[str, int]:
 def _print(resource: str) -> str:
     """``PlainAccessResource.printStr``."""
     if resource.startswith(RETRY_PREFIX):
-        return f"group:{resource[len(RETRY_PREFIX):]}"
+        return f"group:{resource[len(RETRY_PREFIX) :]}"
     return f"topic:{resource}"
 
 
@@ -123,8 +123,10 @@ class AccessValidator:
             extra = undefined_fields(req.code, ext)
             if extra:
                 names = ", ".join(n.encode("utf-8", "backslashreplace").decode("utf-8") for n in extra)
-                raise AclRefusal(f"request code={req.code} does not define the field(s) {names}: "
-                                 "a request signed in RocketMQ's 4.x form carries its code's fields only")
+                raise AclRefusal(
+                    f"request code={req.code} does not define the field(s) {names}: "
+                    "a request signed in RocketMQ's 4.x form carries its code's fields only"
+                )
         self.authorized(account, req, reach, needs)
 
     def authenticate(self, ip: str, key: str | None, verify: Callable[[str], bool]) -> Account | None:
@@ -146,8 +148,9 @@ class AccessValidator:
             raise AclRefusal(f"Check signature failed for accessKey={key}")
         return account
 
-    def authorized(self, account: Account | None, req: RemotingCommand, reach: Reach | None,
-                   needs: Needs | None = None) -> None:
+    def authorized(
+        self, account: Account | None, req: RemotingCommand, reach: Reach | None, needs: Needs | None = None
+    ) -> None:
         """Whether ``account`` (``None``: white-listed) may run ``req``: what it names
         (``needs``, else read now) and what it touches (read through ``reach`` only now, after
         the caller was authenticated); raises :class:`AclRefusal`."""
@@ -202,8 +205,9 @@ class AccessValidator:
             return False
         # RocketMQ's Java client signs _UNIQUE_KEY_QUERY, which its broker leaves out (so 4.9.8
         # refuses a signed unique-key query): accept that form too
-        if (ext.get(UNIQUE_KEY_QUERY) is not None
-                and hmac.compare_digest(signature(content(ext, req.body, CLIENT_SKIPPED), secret_key).encode(), given_b)):
+        if ext.get(UNIQUE_KEY_QUERY) is not None and hmac.compare_digest(
+            signature(content(ext, req.body, CLIENT_SKIPPED), secret_key).encode(), given_b
+        ):
             return False
         return None
 
@@ -239,5 +243,14 @@ class Caller:
 GRPC_CALLER = "acl.grpc_caller"
 
 
-__all__ = ["ACL_EXCEPTION", "ADMIN_CODES", "GRPC_CALLER", "TRACE_TOPIC", "AccessValidator", "AclRefusal", "Caller",
-           "check_permission", "resources"]
+__all__ = [
+    "ACL_EXCEPTION",
+    "ADMIN_CODES",
+    "GRPC_CALLER",
+    "TRACE_TOPIC",
+    "AccessValidator",
+    "AclRefusal",
+    "Caller",
+    "check_permission",
+    "resources",
+]

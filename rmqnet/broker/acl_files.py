@@ -91,7 +91,9 @@ def acl_files(home: str | Path) -> list[Path]:
     home = Path(home)
     default = home / "conf" / "plain_acl.yml"
     folder = home / "conf" / "acl"
-    found = sorted(p for p in folder.rglob("*") if p.suffix in (".yml", ".yaml") and p.is_file()) if folder.is_dir() else []
+    found = (
+        sorted(p for p in folder.rglob("*") if p.suffix in (".yml", ".yaml") and p.is_file()) if folder.is_dir() else []
+    )
     return [p for p in found if p.resolve() != default.resolve()] + [default]
 
 
@@ -146,19 +148,24 @@ def _account(raw: Any, path: Path, index: int) -> Account:
     key = _text(raw.get("accessKey"), path, f"accounts[{index}].accessKey")
     secret = _text(raw.get("secretKey"), path, f"accounts[{index}].secretKey")
     if key is None or secret is None or len(key) <= KEY_MIN_LENGTH or len(secret) <= KEY_MIN_LENGTH:
-        raise AclConfigError(f"{path}: accounts[{index}]: The accessKey={key} and secretKey=<hidden> cannot be null "
-                             f"and length should longer than {KEY_MIN_LENGTH}")
+        raise AclConfigError(
+            f"{path}: accounts[{index}]: The accessKey={key} and secretKey=<hidden> cannot be null "
+            f"and length should longer than {KEY_MIN_LENGTH}"
+        )
     white = _text(raw.get("whiteRemoteAddress"), path, f"account {key!r} whiteRemoteAddress")
     perms = _resource_perms(_list(raw.get("groupPerms"), path, f"account {key!r} groupPerms"), path, key, False)
     # topics after groups, as Permission.parseResourcePerms is called (a topic named
     # %RETRY%G overrides group G's entry, as in RocketMQ)
     perms.update(_resource_perms(_list(raw.get("topicPerms"), path, f"account {key!r} topicPerms"), path, key, True))
     return Account(
-        access_key=key, secret_key=secret, white_remote_address=white,
+        access_key=key,
+        secret_key=secret,
+        white_remote_address=white,
         admin=_bool(raw.get("admin"), path, f"account {key!r} admin"),
         default_topic_perm=parse_perm(_text(raw.get("defaultTopicPerm"), path, f"account {key!r} defaultTopicPerm")),
         default_group_perm=parse_perm(_text(raw.get("defaultGroupPerm"), path, f"account {key!r} defaultGroupPerm")),
-        perms=perms, white=_pattern(white, path, f"account {key!r} whiteRemoteAddress"),
+        perms=perms,
+        white=_pattern(white, path, f"account {key!r} whiteRemoteAddress"),
     )
 
 
@@ -214,10 +221,23 @@ def load_home(home: str | Path | None = None) -> AclConfig:
     if home is None:
         home = os.environ.get("ROCKETMQ_HOME")
     if not home:
-        raise AclConfigError("aclEnable=true but ROCKETMQ_HOME is not set: the ACL is read from "
-                             "$ROCKETMQ_HOME/conf/plain_acl.yml and $ROCKETMQ_HOME/conf/acl/*.yml")
+        raise AclConfigError(
+            "aclEnable=true but ROCKETMQ_HOME is not set: the ACL is read from "
+            "$ROCKETMQ_HOME/conf/plain_acl.yml and $ROCKETMQ_HOME/conf/acl/*.yml"
+        )
     return load_files(acl_files(home))
 
 
-__all__ = ["DENY", "ANY", "PUB", "SUB", "Account", "AclConfig", "AclConfigError", "acl_files",
-           "load_files", "load_home", "parse_perm"]
+__all__ = [
+    "DENY",
+    "ANY",
+    "PUB",
+    "SUB",
+    "Account",
+    "AclConfig",
+    "AclConfigError",
+    "acl_files",
+    "load_files",
+    "load_home",
+    "parse_perm",
+]

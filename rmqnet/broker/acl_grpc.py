@@ -193,5 +193,16 @@ def caller_attrs() -> dict[str, Any]:
     return {} if caller is None else {GRPC_CALLER: caller}
 
 
-__all__ = ["AUTHORIZATION", "CALLER", "DATE_TIME", "Authorization", "authenticate", "call_needs", "caller_attrs",
-           "parse_authorization", "refused", "settings_needs", "signature"]
+__all__ = [
+    "AUTHORIZATION",
+    "CALLER",
+    "DATE_TIME",
+    "Authorization",
+    "authenticate",
+    "call_needs",
+    "caller_attrs",
+    "parse_authorization",
+    "refused",
+    "settings_needs",
+    "signature",
+]

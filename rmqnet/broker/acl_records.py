@@ -43,7 +43,9 @@ def record_at(store: rmqlog.MessageStore, offset: int) -> RecordHead:
     try:
         head = store.record_head(offset) if offset >= 0 else None
     except rmqlog.StoreError as exc:
-        raise RecordUnreadable(f"the message at the offset {offset} cannot be read: {type(exc).__name__}: {exc}") from None
+        raise RecordUnreadable(
+            f"the message at the offset {offset} cannot be read: {type(exc).__name__}: {exc}"
+        ) from None
     if head is None:
         raise RecordUnreadable(f"no message starts at the offset {offset}")
     return head
@@ -56,13 +58,21 @@ def half_at(store: rmqlog.MessageStore, offset: int, queue_offset: int) -> Recor
     half answered before the dispatcher listed it is found). Its properties hold ``PGROUP`` and
     ``REAL_TOPIC`` only. Raises :class:`RecordUnreadable` when there is none."""
     try:
-        table, found = store.stored_rows(np.array([offset], np.int64), np.array([queue_offset], np.int64),
-                                         topic=HALF_TOPIC, queue_id=0, find=(PGROUP, REAL_TOPIC))
+        table, found = store.stored_rows(
+            np.array([offset], np.int64),
+            np.array([queue_offset], np.int64),
+            topic=HALF_TOPIC,
+            queue_id=0,
+            find=(PGROUP, REAL_TOPIC),
+        )
     except rmqlog.StoreError as exc:
-        raise RecordUnreadable(f"the half message at the commitLogOffset {offset} cannot be read: "
-                               f"{type(exc).__name__}: {exc}") from None
+        raise RecordUnreadable(
+            f"the half message at the commitLogOffset {offset} cannot be read: {type(exc).__name__}: {exc}"
+        ) from None
     if not bool(found[0]):
-        raise RecordUnreadable(f"no half message at the commitLogOffset {offset} and tranStateTableOffset {queue_offset}")
+        raise RecordUnreadable(
+            f"no half message at the commitLogOffset {offset} and tranStateTableOffset {queue_offset}"
+        )
     props = {name: table.column(name)[0].as_py() for name in (PGROUP, REAL_TOPIC)}
     return RecordHead(HALF_TOPIC, 0, queue_offset, {k: v for k, v in props.items() if v is not None})
 
@@ -75,5 +85,13 @@ def owner_topic(facts: RecordHead) -> str | None:
     return facts.topic
 
 
-__all__ = ["CARRIER_TOPICS", "HALF_TOPIC", "PGROUP", "REAL_TOPIC", "RecordUnreadable", "half_at", "owner_topic",
-           "record_at"]
+__all__ = [
+    "CARRIER_TOPICS",
+    "HALF_TOPIC",
+    "PGROUP",
+    "REAL_TOPIC",
+    "RecordUnreadable",
+    "half_at",
+    "owner_topic",
+    "record_at",
+]

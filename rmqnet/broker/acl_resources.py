@@ -47,11 +47,21 @@ from .send import parse_properties
 #: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP, DELETE_TOPIC_IN_BROKER), and
 #: ours: the reads of the whole broker (every topic's config, every group's offsets, the delay
 #: levels' progress, the config, the runtime figures), which name no resource to check
-ADMIN_CODES = frozenset({17, 25, 200, 207, 215,
-                         RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
-                         RequestCode.GET_ALL_CONSUMER_OFFSET,
-                         RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.GET_BROKER_CONFIG,
-                         RequestCode.GET_BROKER_RUNTIME_INFO})
+ADMIN_CODES = frozenset(
+    {
+        17,
+        25,
+        200,
+        207,
+        215,
+        RequestCode.GET_ALL_TOPIC_CONFIG,
+        RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG,
+        RequestCode.GET_ALL_CONSUMER_OFFSET,
+        RequestCode.GET_ALL_DELAY_OFFSET,
+        RequestCode.GET_BROKER_CONFIG,
+        RequestCode.GET_BROKER_RUNTIME_INFO,
+    }
+)
 #: ``MixAll.CLIENT_INNER_PRODUCER_GROUP``: every Java-style client's heartbeat lists it; it
 #: owns no half message, so it needs no perm
 INNER_PRODUCER = "CLIENT_INNER_PRODUCER"
@@ -104,7 +114,7 @@ def add_send(needs: Needs, topic: str | None) -> None:
         return
     for prefix in (RETRY_PREFIX, DLQ_PREFIX):
         if topic.startswith(prefix):
-            needs.add(RETRY_PREFIX + topic[len(prefix):], SUB)
+            needs.add(RETRY_PREFIX + topic[len(prefix) :], SUB)
             return
     needs.add(topic, PUB)
 
@@ -119,6 +129,8 @@ def consumed_topic(topic: str, group: str) -> str:
     if normal == topic and topic.startswith(RETRY_PREFIX) and topic != retry_topic(group):
         raise AclRefusal(f"{topic} is another consumer group's retry topic: only that group consumes it, not {group}")
     return normal
+
+
 #: ``MessageConst.PROPERTY_INNER_MULTI_DISPATCH``: the light message queues a send also writes
 #: into (``enableLmq``/``enableMultiDispatch``), ``,``-separated
 INNER_MULTI_DISPATCH = PROPERTY_INNER_MULTI_DISPATCH
@@ -229,9 +241,14 @@ def named(req: RemotingCommand) -> Needs:
             topic, group = _field(ext, "topic"), _field(ext, "consumerGroup")
             needs.add(consumed_topic(topic, group) if topic is not None and group is not None else topic, SUB)
             needs.add(group_resource(group), SUB)
-        elif code in (RequestCode.QUERY_MESSAGE, RequestCode.GET_TOPIC_STATS_INFO, RequestCode.GET_MAX_OFFSET,
-                      RequestCode.GET_MIN_OFFSET, RequestCode.GET_EARLIEST_MSG_STORETIME,
-                      RequestCode.SEARCH_OFFSET_BY_TIMESTAMP):
+        elif code in (
+            RequestCode.QUERY_MESSAGE,
+            RequestCode.GET_TOPIC_STATS_INFO,
+            RequestCode.GET_MAX_OFFSET,
+            RequestCode.GET_MIN_OFFSET,
+            RequestCode.GET_EARLIEST_MSG_STORETIME,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+        ):
             needs.add(_field(ext, "topic"), SUB)  # (missing: the handler refuses it, naming it)
         elif code == RequestCode.VIEW_MESSAGE_BY_ID:
             ext_long(ext, "offset")
@@ -309,7 +326,9 @@ def touched(req: RemotingCommand, reach: Reach | None, needs: Needs) -> None:
         elif code == RequestCode.END_TRANSACTION:
             offset, group = ext_long(ext, "commitLogOffset"), ext_str(ext, "producerGroup")
             if reach is None:
-                raise AclRefusal(f"the half message at the commitLogOffset {offset} cannot be checked without the broker")
+                raise AclRefusal(
+                    f"the half message at the commitLogOffset {offset} cannot be checked without the broker"
+                )
             try:
                 facts = half_at(reach.store, offset, ext_long(ext, "tranStateTableOffset"))
             except RecordUnreadable as exc:
@@ -321,8 +340,11 @@ def touched(req: RemotingCommand, reach: Reach | None, needs: Needs) -> None:
             if not real:
                 raise AclRefusal(f"the half message at the commitLogOffset {offset} names no REAL_TOPIC")
             needs.add(real, PUB)
-        elif (code == RequestCode.GET_CONSUME_STATS and ext.get("consumerGroup") is not None
-              and not (_field(ext, "topic") or "").strip()):
+        elif (
+            code == RequestCode.GET_CONSUME_STATS
+            and ext.get("consumerGroup") is not None
+            and not (_field(ext, "topic") or "").strip()
+        ):
             if reach is None:
                 raise AclRefusal("the group's topics cannot be checked without the broker")
             for topic in reach.group_topics(java_text(ext["consumerGroup"])):
@@ -331,4 +353,14 @@ def touched(req: RemotingCommand, reach: Reach | None, needs: Needs) -> None:
         raise AclRefusal(str(exc)) from None
 
 
-__all__ = ["ADMIN_CODES", "INNER_PRODUCER", "AclRefusal", "Needs", "Reach", "add_send", "group_resource", "named", "touched"]
+__all__ = [
+    "ADMIN_CODES",
+    "INNER_PRODUCER",
+    "AclRefusal",
+    "Needs",
+    "Reach",
+    "add_send",
+    "group_resource",
+    "named",
+    "touched",
+]

@@ -44,8 +44,11 @@ BROKER_VERSION_DESC = "V4_9_8"
 
 def is_system_topic(broker: Broker, topic: str) -> bool:
     c = broker.config
-    return (names.is_system_topic(topic)
-            or topic in (c.broker_cluster_name, c.broker_name, f"{c.broker_cluster_name}_REPLY_TOPIC"))
+    return names.is_system_topic(topic) or topic in (
+        c.broker_cluster_name,
+        c.broker_name,
+        f"{c.broker_cluster_name}_REPLY_TOPIC",
+    )
 
 
 def update_and_create_topic(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
@@ -108,8 +111,10 @@ def _validate_remark(topic: str, exc: Exception) -> str:
 def topic_config_wrapper(broker: Broker) -> dict[str, Any]:
     """``TopicConfigSerializeWrapper`` as JSON (also REGISTER_BROKER's body)."""
     topics = broker.topics.all()
-    return {"topicConfigTable": {name: tc.to_json() for name, tc in sorted(topics.items())},
-            "dataVersion": dict(broker.topics.data_version)}
+    return {
+        "topicConfigTable": {name: tc.to_json() for name, tc in sorted(topics.items())},
+        "dataVersion": dict(broker.topics.data_version),
+    }
 
 
 def get_all_topic_config(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
@@ -179,4 +184,3 @@ def get_all_delay_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> Re
     except StoreError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
     return req.reply(ResponseCode.SUCCESS, None, None, encode_delay_offsets(offsets))
-

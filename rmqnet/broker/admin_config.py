@@ -38,13 +38,29 @@ if TYPE_CHECKING:
 
 #: the keys read from ``broker.config`` at every request that uses them, so that a change
 #: takes effect at once; every other key is read at start (ports, names, roles, the store's)
-UPDATABLE = frozenset({
-    "brokerPermission", "longPollingEnable", "shortPollingTimeMills", "regionId", "traceOn", "syncFlushTimeout",
-    "maxTransferCountOnMessageInMemory", "maxTransferBytesOnMessageInMemory", "maxTransferCountOnMessageInDisk",
-    "maxTransferBytesOnMessageInDisk", "accessMessageInMemoryMaxRatio", "slaveReadEnable",
-    "autoCreateSubscriptionGroup", "flushConsumerOffsetInterval", "autoCreateTopicMaxNums",
-    "autoCreateSubscriptionGroupMaxNums", "heartbeatMaxGroupNums", "clientGroupMaxNums", "queueLockMaxNums",
-})
+UPDATABLE = frozenset(
+    {
+        "brokerPermission",
+        "longPollingEnable",
+        "shortPollingTimeMills",
+        "regionId",
+        "traceOn",
+        "syncFlushTimeout",
+        "maxTransferCountOnMessageInMemory",
+        "maxTransferBytesOnMessageInMemory",
+        "maxTransferCountOnMessageInDisk",
+        "maxTransferBytesOnMessageInDisk",
+        "accessMessageInMemoryMaxRatio",
+        "slaveReadEnable",
+        "autoCreateSubscriptionGroup",
+        "flushConsumerOffsetInterval",
+        "autoCreateTopicMaxNums",
+        "autoCreateSubscriptionGroupMaxNums",
+        "heartbeatMaxGroupNums",
+        "clientGroupMaxNums",
+        "queueLockMaxNums",
+    }
+)
 #: ``AdminBrokerProcessor.configBlackList`` (with ``BrokerConfig.configBlackList``'s default)
 BLACK_LIST = frozenset({"brokerConfigPath", "rocketmqHome", "configBlackList"})
 BLACK_LIST_REMARK = "Can not update config in black list."
@@ -94,16 +110,23 @@ def update_broker_config(broker: Broker, peer: Peer, req: RemotingCommand) -> Re
     if any(k in BLACK_LIST for k in props):
         return req.reply(ResponseCode.NO_PERMISSION, BLACK_LIST_REMARK)
     keys = broker_keys()
-    store_keys = {"".join(w.capitalize() if i else w for i, w in enumerate(f.name.split("_")))
-                  for f in dataclasses.fields(StoreConfig)}
+    store_keys = {
+        "".join(w.capitalize() if i else w for i, w in enumerate(f.name.split("_")))
+        for f in dataclasses.fields(StoreConfig)
+    }
     changes: dict[str, Any] = {}
     for key, text in sorted(props.items()):
         if key not in keys and key not in store_keys:
-            return req.reply(ResponseCode.SYSTEM_ERROR, f"unknown config key {key!r}: not a key of this broker's "
-                                                        "broker.conf (nothing changed)")
+            return req.reply(
+                ResponseCode.SYSTEM_ERROR,
+                f"unknown config key {key!r}: not a key of this broker's broker.conf (nothing changed)",
+            )
         if key not in UPDATABLE:
-            return req.reply(ResponseCode.NO_PERMISSION, f"config key {key!r} is read at start only: change it in "
-                             f"broker.conf and restart the broker (nothing changed; updatable: {', '.join(sorted(UPDATABLE))})")
+            return req.reply(
+                ResponseCode.NO_PERMISSION,
+                f"config key {key!r} is read at start only: change it in "
+                f"broker.conf and restart the broker (nothing changed; updatable: {', '.join(sorted(UPDATABLE))})",
+            )
         try:
             changes[keys[key]] = parse_value(keys[key], text, key)
         except ConfigError as exc:
@@ -118,4 +141,3 @@ def update_broker_config(broker: Broker, peer: Peer, req: RemotingCommand) -> Re
         if "broker_permission" in changes:
             broker.topics.touch()  # registered again at the next round (Java: at once)
     return req.reply(ResponseCode.SUCCESS)
-

@@ -79,8 +79,13 @@ def delete_subscription_group(broker: Broker, peer: Peer, req: RemotingCommand) 
             removed = broker.consumer_offsets.remove_group(group)
         except StoreError as exc:
             return req.reply(ResponseCode.SYSTEM_ERROR, f"the offsets of {group} could not be removed: {exc}")
-    log.info("delete subscription group %s (%s) called by %s; %d offset entries removed", group,
-             "known" if known else "unknown", peer.remote, removed)
+    log.info(
+        "delete subscription group %s (%s) called by %s; %d offset entries removed",
+        group,
+        "known" if known else "unknown",
+        peer.remote,
+        removed,
+    )
     return req.reply(ResponseCode.SUCCESS)
 
 

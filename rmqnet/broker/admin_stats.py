@@ -146,7 +146,9 @@ def get_topic_stats_info(broker: Broker, peer: Peer, req: RemotingCommand) -> Re
     try:
         for qid in range(tc.write_queue_nums):
             lo, hi = max(0, store.min_offset(topic, qid)), max(0, store.max_offset(topic, qid))
-            table[QueueKey(topic, name, qid)] = TopicOffset(lo, hi, _store_time(store, topic, qid, hi - 1) if hi > 0 else 0)
+            table[QueueKey(topic, name, qid)] = TopicOffset(
+                lo, hi, _store_time(store, topic, qid, hi - 1) if hi > 0 else 0
+            )
     except rmqlog.StoreError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
     return req.reply(ResponseCode.SUCCESS, None, None, encode_topic_stats(table))
@@ -171,7 +173,7 @@ def get_consume_stats(broker: Broker, peer: Peer, req: RemotingCommand) -> Remot
     tps = 0.0
     offsets = broker.consumer_offsets
     try:
-        for t in ([topic] if topic.strip() else _group_topics(broker, group)):
+        for t in [topic] if topic.strip() else _group_topics(broker, group):
             tc = broker.topics.get(t)
             if tc is None or (subscribed and t not in subscribed):
                 continue
@@ -195,13 +197,24 @@ def get_consumer_connection_list(broker: Broker, peer: Peer, req: RemotingComman
     if info is None or not info.clients:
         return req.reply(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{group}] not online")
     body = {
-        "connectionSet": [{"clientAddr": c.peer.remote, "clientId": c.client_id, "language": c.language,
-                           "version": c.version} for c in info.clients.values()],
-        "consumeFromWhere": info.consume_from_where, "consumeType": info.consume_type,
+        "connectionSet": [
+            {"clientAddr": c.peer.remote, "clientId": c.client_id, "language": c.language, "version": c.version}
+            for c in info.clients.values()
+        ],
+        "consumeFromWhere": info.consume_from_where,
+        "consumeType": info.consume_type,
         "messageModel": info.message_model,
-        "subscriptionTable": {t: {"classFilterMode": False, "codeSet": [], "expressionType": s.expression_type,
-                                  "subString": s.sub_string, "subVersion": s.sub_version, "tagsSet": list(s.tags),
-                                  "topic": t} for t, s in sorted(info.subscriptions.items())},
+        "subscriptionTable": {
+            t: {
+                "classFilterMode": False,
+                "codeSet": [],
+                "expressionType": s.expression_type,
+                "subString": s.sub_string,
+                "subVersion": s.sub_version,
+                "tagsSet": list(s.tags),
+                "topic": t,
+            }
+            for t, s in sorted(info.subscriptions.items())
+        },
     }
     return req.reply(ResponseCode.SUCCESS, None, None, encode_consumer_connection(body))
-

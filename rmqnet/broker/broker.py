@@ -64,8 +64,15 @@ class Broker:
     :meth:`__init__`.
     """
 
-    def __init__(self, store: MessageStore, config: BrokerConfig, *, clock: Clock | None = None,
-                 address: str | None = None, background_persist: bool = False) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        config: BrokerConfig,
+        *,
+        clock: Clock | None = None,
+        address: str | None = None,
+        background_persist: bool = False,
+    ) -> None:
         """Build every part, in this order (each needs only what is above it);
         ``background_persist``: the state tables' persist rounds run in a thread of their own
         (the broker's process; :mod:`rmqnet.broker.state`). Raises what
@@ -87,9 +94,15 @@ class Broker:
         self.consumer_offsets = ConsumerOffsetTable(store)
         self.topics.offsets = self.consumer_offsets  # a topic's delete forgets its offsets
         self.subscription_groups = SubscriptionGroupTable(store, self.clock)
-        self.state = StatePersistService(lambda: self.config.flush_consumer_offset_interval, [
-            ("consumer offsets", self.consumer_offsets.persist), ("subscription groups", self.subscription_groups.persist),
-            ("topics", self.topics.persist)], background=background_persist)
+        self.state = StatePersistService(
+            lambda: self.config.flush_consumer_offset_interval,
+            [
+                ("consumer offsets", self.consumer_offsets.persist),
+                ("subscription groups", self.subscription_groups.persist),
+                ("topics", self.topics.persist),
+            ],
+            background=background_persist,
+        )
 
         # ---- the services of the request families (their codes: rmqnet.broker.processors)
         #: sends (10, 310, 320): batched puts, the group commit
@@ -141,9 +154,18 @@ class Broker:
         self.connection_count: Callable[[], int] | None = None
 
         #: what the process runs every round (:meth:`run_services`), in this order
-        self.services: list[BrokerService] = [self.state, self.transaction_check, self.consumers, self.holds,
-                                              self.queue_locks, self.get_nums, self.replication, self.pop_holds,
-                                              self.pop, self.rates]
+        self.services: list[BrokerService] = [
+            self.state,
+            self.transaction_check,
+            self.consumers,
+            self.holds,
+            self.queue_locks,
+            self.get_nums,
+            self.replication,
+            self.pop_holds,
+            self.pop,
+            self.rates,
+        ]
         if self.slave_sync is not None:
             self.services.append(self.slave_sync)
         #: request code -> handler, and the hooks before every handler (the ACL's)
@@ -183,8 +205,13 @@ class Broker:
         answered, the POP log synced and closed, the slave's sync stopped, the registrar's
         unregistration, in that order; one failing does not stop the others (its error is
         logged). The store is the caller's to close."""
-        closes: list[Callable[[], object]] = [self.state.close, self.holds.close, self.replication.close,
-                                              self.pop_holds.close, self.pop.close]
+        closes: list[Callable[[], object]] = [
+            self.state.close,
+            self.holds.close,
+            self.replication.close,
+            self.pop_holds.close,
+            self.pop.close,
+        ]
         if self.slave_sync is not None:
             closes.append(self.slave_sync.close)
         if self.registrar is not None:

@@ -29,8 +29,10 @@ from rmqlog import (
 from ..remoting import ResponseCode
 
 #: RocketMQ's remark of SERVICE_NOT_AVAILABLE (its disk-use figure left out)
-SERVICE_NOT_AVAILABLE_REMARK = ("service not available now. It may be caused by one of the following reasons: "
-                                "the broker's disk is full, messages are put to the slave, message store has been shut down, etc.")
+SERVICE_NOT_AVAILABLE_REMARK = (
+    "service not available now. It may be caused by one of the following reasons: "
+    "the broker's disk is full, messages are put to the slave, message store has been shut down, etc."
+)
 #: RocketMQ's remark of a send refused while its send queue is full (``NettyRemotingAbstract``)
 SYSTEM_BUSY_REMARK = "[OVERLOAD]system busy, start flow control for a while"
 #: RocketMQ's remark of a send to a broker that is shutting down (``preSend``/``isShutdown``)
@@ -38,14 +40,18 @@ STOPPING_REMARK = "the broker is shutting down; " + SERVICE_NOT_AVAILABLE_REMARK
 
 
 #: RocketMQ's remark of a put refused past ``maxLmqConsumeQueueNum`` (LMQ_CONSUME_QUEUE_NUM_EXCEEDED)
-LMQ_EXCEEDED_REMARK = ("[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]broker config enableLmq and enableMultiDispatch, lmq consumeQueue "
-                       "num exceed maxLmqConsumeQueueNum config num, default limit 2w.")
+LMQ_EXCEEDED_REMARK = (
+    "[LMQ_CONSUME_QUEUE_NUM_EXCEEDED]broker config enableLmq and enableMultiDispatch, lmq consumeQueue "
+    "num exceed maxLmqConsumeQueueNum config num, default limit 2w."
+)
 
 
 def illegal_remark(max_message_size: int, detail: str) -> str:
     """RocketMQ's MESSAGE_ILLEGAL remark, followed by what the store found."""
-    return ("the message is illegal, maybe msg body or properties length not matched. "
-            f"msg body length limit {max_message_size}B, msg properties length limit 32KB. ({detail})")
+    return (
+        "the message is illegal, maybe msg body or properties length not matched. "
+        f"msg body length limit {max_message_size}B, msg properties length limit 32KB. ({detail})"
+    )
 
 
 def store_error_code(exc: BaseException, max_message_size: int) -> tuple[int, str]:

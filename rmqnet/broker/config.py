@@ -225,9 +225,13 @@ class BrokerConfig:
             value, kind = getattr(self, f.name), str(f.type)
             if value is None and "None" in kind:
                 continue
-            ok = (isinstance(value, bool) if kind.startswith("bool")
-                  else isinstance(value, int) and not isinstance(value, bool) if kind.startswith("int")
-                  else isinstance(value, str))
+            ok = (
+                isinstance(value, bool)
+                if kind.startswith("bool")
+                else isinstance(value, int) and not isinstance(value, bool)
+                if kind.startswith("int")
+                else isinstance(value, str)
+            )
             if not ok:
                 raise ConfigError(f"{f.name} must be {kind}, got {type(value).__name__} {value!r}"[:200])
         if not 0 <= self.listen_port < 65536:
@@ -240,14 +244,24 @@ class BrokerConfig:
             raise ConfigError("broker_permission must be a perm mask 0..7 (4 read, 2 write, 1 inherit)")
         if self.broker_id < 0:
             raise ConfigError("broker_id must be at least 0")
-        for name in ("min_invisible_time_mills_for_recv", "max_invisible_time_mills",
-                     "grpc_client_consumer_min_long_polling_timeout_millis",
-                     "grpc_client_consumer_max_long_polling_timeout_millis"):
+        for name in (
+            "min_invisible_time_mills_for_recv",
+            "max_invisible_time_mills",
+            "grpc_client_consumer_min_long_polling_timeout_millis",
+            "grpc_client_consumer_max_long_polling_timeout_millis",
+        ):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be at least 0")
-        for name in ("short_polling_time_mills", "register_name_server_period", "register_broker_timeout_mills",
-                     "sync_flush_timeout", "send_queue_capacity", "transaction_check_interval", *_TRANSFER_LIMITS,
-                     *_STATE_LIMITS):
+        for name in (
+            "short_polling_time_mills",
+            "register_name_server_period",
+            "register_broker_timeout_mills",
+            "sync_flush_timeout",
+            "send_queue_capacity",
+            "transaction_check_interval",
+            *_TRANSFER_LIMITS,
+            *_STATE_LIMITS,
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
             if name in _TRANSFER_LIMITS + _STATE_LIMITS and getattr(self, name) > _JAVA_INT_MAX:
@@ -267,8 +281,13 @@ class BrokerConfig:
             _value(parse_addresses, "namesrv_addr", self.namesrv_addr)
         if self.ha_listen_port is not None and not 0 <= self.ha_listen_port < 65536:
             raise ConfigError(f"ha_listen_port must be a port number 0..65535, got {self.ha_listen_port}")
-        for name in ("ha_send_heartbeat_interval", "ha_housekeeping_interval", "ha_transfer_batch_size",
-                     "ha_slave_fallbehind_max", "slave_timeout"):
+        for name in (
+            "ha_send_heartbeat_interval",
+            "ha_housekeeping_interval",
+            "ha_transfer_batch_size",
+            "ha_slave_fallbehind_max",
+            "slave_timeout",
+        ):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be at least 1")
         if self.ha_transfer_batch_size > _JAVA_INT_MAX:
@@ -285,15 +304,25 @@ class BrokerConfig:
         # checked now: a wrong value fails the start, not the first registration
         parse_credentials(self.inner_client_authentication_credentials, "inner_client_authentication_credentials")
         if self.metrics_exporter_type not in METRICS_EXPORTER_TYPES:
-            served = " (RocketMQ 5's, not served by this broker)" if self.metrics_exporter_type in ("OTLP_GRPC", "LOG") else ""
-            raise ConfigError(f"metrics_exporter_type must be one of {', '.join(METRICS_EXPORTER_TYPES)}, "
-                              f"got {self.metrics_exporter_type!r}{served}")
+            served = (
+                " (RocketMQ 5's, not served by this broker)"
+                if self.metrics_exporter_type in ("OTLP_GRPC", "LOG")
+                else ""
+            )
+            raise ConfigError(
+                f"metrics_exporter_type must be one of {', '.join(METRICS_EXPORTER_TYPES)}, "
+                f"got {self.metrics_exporter_type!r}{served}"
+            )
         if not 0 <= self.metrics_prom_exporter_port < 65536:
-            raise ConfigError(f"metrics_prom_exporter_port must be a port number 0..65535, got {self.metrics_prom_exporter_port}")
+            raise ConfigError(
+                f"metrics_prom_exporter_port must be a port number 0..65535, got {self.metrics_prom_exporter_port}"
+            )
         try:
             ipaddress.ip_address(self.metrics_prom_exporter_host)
         except ValueError:
-            raise ConfigError(f"metrics_prom_exporter_host must be an IP address, got {self.metrics_prom_exporter_host!r}") from None
+            raise ConfigError(
+                f"metrics_prom_exporter_host must be an IP address, got {self.metrics_prom_exporter_host!r}"
+            ) from None
         try:
             ipaddress.ip_address(self.broker_ip1)
         except ValueError:
@@ -303,9 +332,13 @@ class BrokerConfig:
 
     def limits(self) -> dict[str, int]:
         """The keyword arguments of :class:`rmqnet.transport.Limits` these keys set."""
-        return {"write_high": self.write_buffer_high_water_mark, "write_low": self.write_buffer_low_water_mark,
-                "write_limit": self.write_buffer_limit, "write_timeout_ms": self.write_stall_timeout_mills,
-                "idle_ms": self.server_channel_max_idle_time_seconds * 1000}
+        return {
+            "write_high": self.write_buffer_high_water_mark,
+            "write_low": self.write_buffer_low_water_mark,
+            "write_limit": self.write_buffer_limit,
+            "write_timeout_ms": self.write_stall_timeout_mills,
+            "idle_ms": self.server_channel_max_idle_time_seconds * 1000,
+        }
 
     def ha_port(self, listen_port: int) -> int:
         """The HA port to bind for a broker asked to listen on ``listen_port`` (see above)."""
@@ -318,7 +351,9 @@ class BrokerConfig:
         """``(accessKey, secretKey)`` of ``innerClientAuthenticationCredentials``, or None when
         unset; :class:`ConfigError` (the secret never in it) for a value that is not a JSON
         object with both, non-empty texts."""
-        return parse_credentials(self.inner_client_authentication_credentials, "inner_client_authentication_credentials")
+        return parse_credentials(
+            self.inner_client_authentication_credentials, "inner_client_authentication_credentials"
+        )
 
     @property
     def slave(self) -> bool:
@@ -384,6 +419,8 @@ class BrokerConfig:
 #: the ``metricsExporterType`` values this broker serves (RocketMQ 5's ``MetricsExporterType``
 #: also has ``OTLP_GRPC`` and ``LOG``)
 METRICS_EXPORTER_TYPES = ("DISABLE", "PROM")
+
+
 def _value(parse: Any, name: str, *args: Any, **kw: Any) -> Any:
     """``parse(name, *args)`` of :mod:`rmqlog.values`, its error re-raised as :class:`ConfigError`."""
     try:
@@ -402,12 +439,22 @@ host_port = join_host_port
 
 
 #: the pull's transfer limits (MessageStoreConfig's int keys)
-_TRANSFER_LIMITS = ("max_transfer_count_on_message_in_memory", "max_transfer_bytes_on_message_in_memory",
-                    "max_transfer_count_on_message_in_disk", "max_transfer_bytes_on_message_in_disk")
+_TRANSFER_LIMITS = (
+    "max_transfer_count_on_message_in_memory",
+    "max_transfer_bytes_on_message_in_memory",
+    "max_transfer_count_on_message_in_disk",
+    "max_transfer_bytes_on_message_in_disk",
+)
 _JAVA_INT_MAX = (1 << 31) - 1
 #: the state tables' schedule and caps (ints 1..Java int max)
-_STATE_LIMITS = ("flush_consumer_offset_interval", "auto_create_topic_max_nums", "auto_create_subscription_group_max_nums",
-                 "heartbeat_max_group_nums", "client_group_max_nums", "queue_lock_max_nums")
+_STATE_LIMITS = (
+    "flush_consumer_offset_interval",
+    "auto_create_topic_max_nums",
+    "auto_create_subscription_group_max_nums",
+    "heartbeat_max_group_nums",
+    "client_group_max_nums",
+    "queue_lock_max_nums",
+)
 
 #: broker.conf keys read under another spelling (RocketMQ's setter names)
 _ALIASES = {"brokerIP1": "brokerIp1", "sendThreadPoolQueueCapacity": "sendQueueCapacity"}
@@ -472,5 +519,16 @@ def _coerce(kind: str, value: str, where: str) -> Any:
     return value
 
 
-__all__ = ["BrokerConfig", "broker_keys", "parse_value", "ASYNC_FLUSH", "SYNC_FLUSH", "DEFAULT_REGION", "host_port", "ASYNC_MASTER", "SYNC_MASTER",
-           "SLAVE", "BROKER_ROLES"]
+__all__ = [
+    "BrokerConfig",
+    "broker_keys",
+    "parse_value",
+    "ASYNC_FLUSH",
+    "SYNC_FLUSH",
+    "DEFAULT_REGION",
+    "host_port",
+    "ASYNC_MASTER",
+    "SYNC_MASTER",
+    "SLAVE",
+    "BROKER_ROLES",
+]

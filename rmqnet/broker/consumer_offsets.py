@@ -111,8 +111,10 @@ class ConsumerOffsetTable:
         a queue id past both queue counts is refused unless the queue has units (a topic whose
         queue counts shrank); :class:`rmqlog.InvalidArgumentError` naming it."""
         if queue_id >= max(read_queues, write_queues) and self.store.max_offset(topic, queue_id) <= 0:
-            raise InvalidArgumentError(f"queue_id {queue_id} is not a queue of topic {topic!r} "
-                                       f"({read_queues} read / {write_queues} write queues)")
+            raise InvalidArgumentError(
+                f"queue_id {queue_id} is not a queue of topic {topic!r} "
+                f"({read_queues} read / {write_queues} write queues)"
+            )
 
     def remove_topic(self, topic: str) -> int:
         """Forget every group's offsets of ``topic`` (its delete: the store removed them from

@@ -119,12 +119,13 @@ class ClientRegistry:
     def room_for(self, data: HeartbeatData, cap: int) -> str | None:
         """Why registering ``data`` would take the consumer or the producer groups past
         ``cap`` (``clientGroupMaxNums``), or ``None``; nothing changes either way."""
-        for kind, groups, known in (("consumer", [c.group for c in data.consumers], self.consumer_groups),
-                                    ("producer", list(data.producer_groups), self.producer_groups)):
+        for kind, groups, known in (
+            ("consumer", [c.group for c in data.consumers], self.consumer_groups),
+            ("producer", list(data.producer_groups), self.producer_groups),
+        ):
             new = sum(1 for g in dict.fromkeys(groups) if g not in known)
             if new and len(known) + new > cap:
-                return (f"the broker holds {len(known)} {kind} groups: {new} more would pass "
-                        f"clientGroupMaxNums {cap}")
+                return f"the broker holds {len(known)} {kind} groups: {new} more would pass clientGroupMaxNums {cap}"
         return None
 
     # ------------------------------------------------------------ consumers
@@ -134,9 +135,13 @@ class ClientRegistry:
         info = self.consumer_groups.get(data.group)
         if info is None:
             info = self.consumer_groups[data.group] = ConsumerGroupInfo(
-                data.group, data.consume_type, data.message_model, data.consume_from_where)
-        info.consume_type, info.message_model, info.consume_from_where = \
-            data.consume_type, data.message_model, data.consume_from_where
+                data.group, data.consume_type, data.message_model, data.consume_from_where
+            )
+        info.consume_type, info.message_model, info.consume_from_where = (
+            data.consume_type,
+            data.message_model,
+            data.consume_from_where,
+        )
         old = info.clients.get(id(client.peer))
         joined = old is None
         if old is None or old.client_id != client.client_id:
@@ -237,8 +242,15 @@ class ClientRegistry:
         for client in info.clients.values():
             if client.peer.closed:
                 continue
-            cmd = RemotingCommand(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, next(self._opaque), FLAG_ONEWAY,
-                                  None, {"consumerGroup": info.name}, b"", "JAVA")
+            cmd = RemotingCommand(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+                next(self._opaque),
+                FLAG_ONEWAY,
+                None,
+                {"consumerGroup": info.name},
+                b"",
+                "JAVA",
+            )
             try:
                 client.peer.send_oneway(cmd)
             except (OSError, RuntimeError):  # the connection went meanwhile: its close drops it
@@ -308,8 +320,10 @@ def heart_beat(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingComm
     named = len(data.consumers) + len(data.producer_groups)
     cap = config.heartbeat_max_group_nums
     if named > cap:
-        return req.reply(ResponseCode.SYSTEM_ERROR, f"the heartbeat names {named} consumer and producer groups, "
-                                                    f"more than heartbeatMaxGroupNums {cap}")
+        return req.reply(
+            ResponseCode.SYSTEM_ERROR,
+            f"the heartbeat names {named} consumer and producer groups, more than heartbeatMaxGroupNums {cap}",
+        )
     full = registry.room_for(data, config.client_group_max_nums)
     if full is not None:
         return req.reply(ResponseCode.SYSTEM_ERROR, full)
@@ -358,7 +372,9 @@ def get_consumer_list_by_group(broker: Broker, peer: Peer, req: RemotingCommand)
     ids = broker.consumers.consumer_ids(group)
     if not ids:
         return req.reply(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-    return req.reply(ResponseCode.SUCCESS, None, None, json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode())
+    return req.reply(
+        ResponseCode.SUCCESS, None, None, json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode()
+    )
 
 
 def on_close(broker: Broker, peer: Peer) -> None:

@@ -60,15 +60,20 @@ class ProcessorTable:
         """The handler of ``code``, or None when the code is not served."""
         return self._handlers.get(code)
 
-    def process(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+    def process(
+        self, broker: Broker, peer: Peer, req: RemotingCommand
+    ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
         for hook in self.before:
             refusal = hook(broker, peer, req)
             if refusal is not None:
                 return None if req.is_oneway else refusal
         handler = self._handlers.get(req.code)
         if handler is None:
-            return None if req.is_oneway else req.reply(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
+            return (
+                None
+                if req.is_oneway
+                else req.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
+            )
         try:
             res = handler(broker, peer, req)
         except FieldError as exc:

@@ -163,8 +163,10 @@ class GrpcConsumers:
             return
         group, topic, batch, invisible, (exp, exp_type) = checked
         cfg = self.broker.config
-        polling = min(max(_millis(req.long_polling_timeout), cfg.grpc_client_consumer_min_long_polling_timeout_millis),
-                      cfg.grpc_client_consumer_max_long_polling_timeout_millis)
+        polling = min(
+            max(_millis(req.long_polling_timeout), cfg.grpc_client_consumer_min_long_polling_timeout_millis),
+            cfg.grpc_client_consumer_max_long_polling_timeout_millis,
+        )
         remaining = ctx.time_remaining() if ctx is not None else None
         if remaining is not None:
             polling = min(polling, int(remaining * 1000) - DEADLINE_RESERVE_MS)
@@ -174,8 +176,9 @@ class GrpcConsumers:
         while True:
             now = self.broker.clock.wall_ms()
             try:
-                result = self.broker.pop.pop(group, topic, -1, batch, invisible, now, order=order, tags=exp,
-                                             exp_type=exp_type)
+                result = self.broker.pop.pop(
+                    group, topic, -1, batch, invisible, now, order=order, tags=exp, exp_type=exp_type
+                )
             except PopRefused as exc:
                 yield svc.ReceiveMessageResponse(status=_refused(exc))
                 yield self._now()
@@ -234,8 +237,10 @@ class GrpcConsumers:
         out.delivery_timestamp.FromMilliseconds(self.broker.clock.wall_ms())
         return out
 
-    def _check_receive(self, req: svc.ReceiveMessageRequest,
-                       ) -> pb.Status | tuple[str, str, int, int, tuple[str | None, str | None]]:
+    def _check_receive(
+        self,
+        req: svc.ReceiveMessageRequest,
+    ) -> pb.Status | tuple[str, str, int, int, tuple[str | None, str | None]]:
         """``(group, topic, batch, invisible ms, (expression, its type))`` or the refusal's status."""
         group, topic = req.group.name, req.message_queue.topic.name
         try:
@@ -254,9 +259,11 @@ class GrpcConsumers:
         else:
             return status(Code.ILLEGAL_INVISIBLE_TIME, "invisible_duration is required")
         if not cfg.min_invisible_time_mills_for_recv <= invisible <= cfg.max_invisible_time_mills:
-            return status(Code.ILLEGAL_INVISIBLE_TIME,
-                          f"invisible_duration {invisible} ms is outside [{cfg.min_invisible_time_mills_for_recv}, "
-                          f"{cfg.max_invisible_time_mills}] (minInvisibleTimeMillsForRecv, maxInvisibleTimeMills)")
+            return status(
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"invisible_duration {invisible} ms is outside [{cfg.min_invisible_time_mills_for_recv}, "
+                f"{cfg.max_invisible_time_mills}] (minInvisibleTimeMillsForRecv, maxInvisibleTimeMills)",
+            )
         f = req.filter_expression
         if f.type == pb.SQL:
             if not f.expression:
@@ -313,7 +320,9 @@ class GrpcConsumers:
                 st = status(Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
             else:
                 st = status(Code.OK)
-            entries.append(svc.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st))
+            entries.append(
+                svc.AckMessageResultEntry(message_id=e.message_id, receipt_handle=e.receipt_handle, status=st)
+            )
         failed = await self._synced() if valid else None
         if failed is not None:
             return svc.AckMessageResponse(status=failed)
@@ -322,8 +331,11 @@ class GrpcConsumers:
         return svc.AckMessageResponse(status=status(code, message), entries=entries)
 
     # ------------------------------------------------------------ change
-    async def change_invisible(self, req: svc.ChangeInvisibleDurationRequest, ctx: Any,
-                               ) -> svc.ChangeInvisibleDurationResponse:
+    async def change_invisible(
+        self,
+        req: svc.ChangeInvisibleDurationRequest,
+        ctx: Any,
+    ) -> svc.ChangeInvisibleDurationResponse:
         """The ChangeInvisibleDuration answer (module docstring)."""
         out = svc.ChangeInvisibleDurationResponse
         group, topic = req.group.name, req.topic.name
@@ -333,8 +345,13 @@ class GrpcConsumers:
             return out(status=status(exc.code, exc.message))
         invisible = _millis(req.invisible_duration)
         if not 0 < invisible <= self.broker.config.max_invisible_time_mills:
-            return out(status=status(Code.ILLEGAL_INVISIBLE_TIME, f"invisible_duration {invisible} ms is outside "
-                                     f"(0, {self.broker.config.max_invisible_time_mills}] (maxInvisibleTimeMills)"))
+            return out(
+                status=status(
+                    Code.ILLEGAL_INVISIBLE_TIME,
+                    f"invisible_duration {invisible} ms is outside "
+                    f"(0, {self.broker.config.max_invisible_time_mills}] (maxInvisibleTimeMills)",
+                )
+            )
         if self.broker.topics.get(topic) is None:
             return out(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
         handle = self._handle(req.receipt_handle)
@@ -347,8 +364,11 @@ class GrpcConsumers:
         except rmqlog.StoreError as exc:
             return out(status=status(Code.INTERNAL_SERVER_ERROR, f"the store failed: {exc}"))
         if found is not AckStatus.OK or new is None:
-            why = "receipt handle is expired" if found is AckStatus.EXPIRED else \
-                "the message is not in flight under this receipt handle (acked or changed already)"
+            why = (
+                "receipt handle is expired"
+                if found is AckStatus.EXPIRED
+                else "the message is not in flight under this receipt handle (acked or changed already)"
+            )
             return out(status=status(Code.INVALID_RECEIPT_HANDLE, why))
         failed = await self._synced()
         if failed is not None:
@@ -356,8 +376,11 @@ class GrpcConsumers:
         return out(status=status(Code.OK), receipt_handle=new.text())
 
     # ---------------------------------------------------------- dead letters
-    async def forward_to_dlq(self, req: svc.ForwardMessageToDeadLetterQueueRequest, peer: Peer,
-                             ) -> svc.ForwardMessageToDeadLetterQueueResponse:
+    async def forward_to_dlq(
+        self,
+        req: svc.ForwardMessageToDeadLetterQueueRequest,
+        peer: Peer,
+    ) -> svc.ForwardMessageToDeadLetterQueueResponse:
         """The ForwardMessageToDeadLetterQueue answer (module docstring); ``peer`` the caller's."""
         out = svc.ForwardMessageToDeadLetterQueueResponse
         group, topic = req.group.name, req.topic.name
@@ -377,19 +400,32 @@ class GrpcConsumers:
         except HandleError as exc:
             return out(status=status(Code.INVALID_RECEIPT_HANDLE, f"receipt handle is malformed: {exc}"))
         if found is not AckStatus.OK or offset is None:
-            why = "receipt handle is expired" if found is AckStatus.EXPIRED else \
-                "the message is not in flight under this receipt handle (acked or changed already)"
+            why = (
+                "receipt handle is expired"
+                if found is AckStatus.EXPIRED
+                else "the message is not in flight under this receipt handle (acked or changed already)"
+            )
             return out(status=status(Code.INVALID_RECEIPT_HANDLE, why))
-        header = ConsumerSendMsgBackHeader(offset=offset, group=group, delay_level=-1,
-                                           origin_msg_id=req.message_id or None,
-                                           origin_topic=real_topic(topic, group, handle.topic_type), max_reconsume_times=0)
+        header = ConsumerSendMsgBackHeader(
+            offset=offset,
+            group=group,
+            delay_level=-1,
+            origin_msg_id=req.message_id or None,
+            origin_topic=real_topic(topic, group, handle.topic_type),
+            max_reconsume_times=0,
+        )
         res = self.broker.send_back.handle(
-            self.broker, peer, RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=header.to_ext()))
+            self.broker, peer, RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=header.to_ext())
+        )
         reply = await res if isinstance(res, asyncio.Future) else res
         if reply is None or reply.code != ResponseCode.SUCCESS:
             code = ResponseCode.SYSTEM_ERROR if reply is None else reply.code
-            return out(status=status(status_of_reply(code), (reply.remark if reply is not None else None)
-                                     or f"the dead-letter send was refused, code {code}"))
+            return out(
+                status=status(
+                    status_of_reply(code),
+                    (reply.remark if reply is not None else None) or f"the dead-letter send was refused, code {code}",
+                )
+            )
         try:  # (then acked, as the proxy acks after a successful send-back)
             self.broker.pop.ack(group, topic, handle, self.broker.clock.wall_ms())
         except PopRefused as exc:

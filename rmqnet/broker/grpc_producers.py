@@ -87,7 +87,8 @@ def recover_command(cmd: RemotingCommand) -> svc.TelemetryCommand | None:
         return None
     message = message_of(rows[0], message_type=pb.TRANSACTION)
     recover = svc.RecoverOrphanedTransactionCommand(
-        message=message, transaction_id=transaction_id(header.commit_log_offset, header.tran_state_table_offset))
+        message=message, transaction_id=transaction_id(header.commit_log_offset, header.tran_state_table_offset)
+    )
     return svc.TelemetryCommand(recover_orphaned_transaction_command=recover)
 
 
@@ -116,8 +117,13 @@ class GrpcProducers:
                 room -= 1
             groups_.append(name)
         if len(groups_) < len(wanted):
-            log.warning("gRPC producer %s: %d of its %d topics left out of the check-back (unknown here or past "
-                        "heartbeatMaxGroupNums/clientGroupMaxNums)", client_id, len(wanted) - len(groups_), len(wanted))
+            log.warning(
+                "gRPC producer %s: %d of its %d topics left out of the check-back (unknown here or past "
+                "heartbeatMaxGroupNums/clientGroupMaxNums)",
+                client_id,
+                len(wanted) - len(groups_),
+                len(wanted),
+            )
         groups = tuple(groups_)
         old = self._clients.get(client_id)
         if old is not None and old[0] is not peer:  # (a new stream of the same client)

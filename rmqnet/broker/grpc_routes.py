@@ -60,8 +60,16 @@ class _Entry:
 class ClusterRoutes:
     """The cache above over ``lookup``, on ``clock``."""
 
-    def __init__(self, lookup: Lookup, clock: Clock, *, refresh_ms: int = REFRESH_MS, expire_ms: int = EXPIRE_MS,
-                 max_topics: int = MAX_TOPICS, close: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        lookup: Lookup,
+        clock: Clock,
+        *,
+        refresh_ms: int = REFRESH_MS,
+        expire_ms: int = EXPIRE_MS,
+        max_topics: int = MAX_TOPICS,
+        close: Callable[[], None] | None = None,
+    ) -> None:
         self.lookup = lookup
         self.clock = clock
         self.refresh_ms = refresh_ms
@@ -135,12 +143,18 @@ def name_server_routes(config: BrokerConfig, clock: Clock) -> ClusterRoutes | No
     if not config.namesrv_list():
         return None
     creds = config.inner_credentials
-    client = RemoteClient(";".join(config.namesrv_list()), timeout_s=LOOKUP_TIMEOUT_S, clock=clock,
-                          access_key=creds[0] if creds else None, secret_key=creds[1] if creds else None)
+    client = RemoteClient(
+        ";".join(config.namesrv_list()),
+        timeout_s=LOOKUP_TIMEOUT_S,
+        clock=clock,
+        access_key=creds[0] if creds else None,
+        secret_key=creds[1] if creds else None,
+    )
 
     async def lookup(topic: str) -> TopicRouteData | None:
         try:
             return await client.aroute(topic)
         except TopicNotFoundError:
             return None
+
     return ClusterRoutes(lookup, clock, close=client.close)

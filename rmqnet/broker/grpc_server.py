@@ -43,12 +43,19 @@ log = logging.getLogger(__name__)
 
 SERVICE = svc.DESCRIPTOR.services_by_name["MessagingService"]
 #: method name -> the service's coroutine (attribute name)
-SERVED = {"QueryRoute": "query_route", "Heartbeat": "heartbeat", "SendMessage": "send_message",
-          "QueryAssignment": "query_assignment", "EndTransaction": "end_transaction",
-          "NotifyClientTermination": "notify_client_termination", "Telemetry": "telemetry",
-          "ReceiveMessage": "receive_message", "AckMessage": "ack_message",
-          "ChangeInvisibleDuration": "change_invisible_duration",
-          "ForwardMessageToDeadLetterQueue": "forward_message_to_dead_letter_queue"}
+SERVED = {
+    "QueryRoute": "query_route",
+    "Heartbeat": "heartbeat",
+    "SendMessage": "send_message",
+    "QueryAssignment": "query_assignment",
+    "EndTransaction": "end_transaction",
+    "NotifyClientTermination": "notify_client_termination",
+    "Telemetry": "telemetry",
+    "ReceiveMessage": "receive_message",
+    "AckMessage": "ack_message",
+    "ChangeInvisibleDuration": "change_invisible_duration",
+    "ForwardMessageToDeadLetterQueue": "forward_message_to_dead_letter_queue",
+}
 
 
 class GrpcEndpoint:
@@ -72,19 +79,23 @@ class GrpcEndpoint:
     async def start(self) -> None:
         """Bind and serve; raises ``OSError`` naming the address when it cannot be bound."""
         limit = 2 * self.broker.config.max_message_size + (1 << 20)
-        server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit),
-                                          ("grpc.so_reuseport", 0)])
+        server = grpc.aio.server(options=[("grpc.max_receive_message_length", limit), ("grpc.so_reuseport", 0)])
         try:  # (grpc raises RuntimeError for an address it cannot bind; older versions returned 0)
             bound = server.add_insecure_port(_join(self.host, self.port))
         except RuntimeError:
             bound = 0
         if not bound:
-            raise OSError(f"grpcListenPort: cannot bind {_join(self.host, self.port)} (in use, or not an address of this host)")
+            raise OSError(
+                f"grpcListenPort: cannot bind {_join(self.host, self.port)} (in use, or not an address of this host)"
+            )
         self.port = bound
-        self.service = MessagingService(self.broker, self.advertised_host, bound,
-                                        routes=name_server_routes(self.broker.config, self.broker.clock))
+        self.service = MessagingService(
+            self.broker, self.advertised_host, bound, routes=name_server_routes(self.broker.config, self.broker.clock)
+        )
         self.broker.stop_listeners.append(self.service.close)  # (Telemetry streams end at the stop's start)
-        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE.full_name, handlers(self.service)),))
+        server.add_generic_rpc_handlers(
+            (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers(self.service)),)
+        )
         await server.start()
         self._server = server
 
@@ -111,10 +122,15 @@ def handlers(service: MessagingService) -> dict[str, grpc.RpcMethodHandler]:
         kind = (method.client_streaming, method.server_streaming)
         served = getattr(service, SERVED[method.name]) if method.name in SERVED else None
         wrapped = _wrap(service, method.name, response, served, kind)
-        make = {(False, False): grpc.unary_unary_rpc_method_handler, (False, True): grpc.unary_stream_rpc_method_handler,
-                (True, False): grpc.stream_unary_rpc_method_handler, (True, True): grpc.stream_stream_rpc_method_handler}[kind]
-        out[method.name] = make(wrapped, request_deserializer=_reader(request),
-                                response_serializer=response.SerializeToString)
+        make = {
+            (False, False): grpc.unary_unary_rpc_method_handler,
+            (False, True): grpc.unary_stream_rpc_method_handler,
+            (True, False): grpc.stream_unary_rpc_method_handler,
+            (True, True): grpc.stream_stream_rpc_method_handler,
+        }[kind]
+        out[method.name] = make(
+            wrapped, request_deserializer=_reader(request), response_serializer=response.SerializeToString
+        )
     return out
 
 
@@ -129,6 +145,7 @@ def _reader(request: Any) -> Callable[[bytes], Any]:
             return request.FromString(data)
         except DecodeError as exc:
             return CorruptRequest(name, str(exc))
+
     return read
 
 
@@ -158,13 +175,15 @@ def _refusal(service: MessagingService, name: str, response: Any, request: Any, 
     return None
 
 
-def _wrap(service: MessagingService, name: str, response: Any, served: Callable[..., Any] | None,
-          kind: tuple[bool, bool]) -> Callable[..., Any]:
+def _wrap(
+    service: MessagingService, name: str, response: Any, served: Callable[..., Any] | None, kind: tuple[bool, bool]
+) -> Callable[..., Any]:
     def failed(exc: BaseException) -> Any:
         log.exception("gRPC %s failed", name)
         return response(status=status(Code.INTERNAL_SERVER_ERROR, f"{name} failed: {type(exc).__name__}: {exc}"[:500]))
 
     if kind[1]:  # server streaming (ReceiveMessage, PullMessage, Telemetry)
+
         async def stream(request: Any, context: Any) -> AsyncIterator[Any]:
             refusal = _refusal(service, name, response, request, context)
             if refusal is None and isinstance(request, CorruptRequest):
@@ -180,6 +199,7 @@ def _wrap(service: MessagingService, name: str, response: Any, served: Callable[
                     yield item
             except Exception as exc:  # noqa: BLE001 - answered typed, logged once
                 yield failed(exc)
+
         return stream
 
     async def unary(request: Any, context: Any) -> Any:
@@ -194,4 +214,5 @@ def _wrap(service: MessagingService, name: str, response: Any, served: Callable[
             return await served(request, context)
         except Exception as exc:  # noqa: BLE001 - answered typed, logged once
             return failed(exc)
+
     return unary

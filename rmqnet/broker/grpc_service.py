@@ -123,8 +123,6 @@ class GrpcPeer:
         log.debug("no oneway request over gRPC (code %s dropped)", cmd.code)
 
 
-
-
 class MessagingService:
     """The calls above for ``broker``, whose gRPC endpoint is ``host:port``."""
 
@@ -133,8 +131,9 @@ class MessagingService:
         self.port = port
         #: the cluster's routes (None: no name server, this broker's own topics only)
         self.routes = routes
-        self.endpoints = pb.Endpoints(scheme=pb.IPv6 if ":" in host else pb.IPv4,
-                                      addresses=[pb.Address(host=host, port=port)])
+        self.endpoints = pb.Endpoints(
+            scheme=pb.IPv6 if ":" in host else pb.IPv4, addresses=[pb.Address(host=host, port=port)]
+        )
         self._round_robin = itertools.count()
         #: set by :meth:`close` (the broker's stop): open Telemetry streams end at once
         self._closed = asyncio.Event()
@@ -157,7 +156,9 @@ class MessagingService:
         perm = tc.perm & self.broker.config.broker_permission
         if self.broker.config.slave:  # (a slave refuses sends: its queues are offered for reading only)
             perm &= ~PERM_WRITE
-        broker = pb.Broker(name=self.broker.config.broker_name, id=self.broker.config.broker_id, endpoints=self.endpoints)
+        broker = pb.Broker(
+            name=self.broker.config.broker_name, id=self.broker.config.broker_id, endpoints=self.endpoints
+        )
         return _queue_list(topic, perm, tc.read_queue_nums, tc.write_queue_nums, broker)
 
     def _peers(self, route: TopicRouteData | None) -> list[tuple[QueueData, pb.Broker]]:
@@ -173,8 +174,9 @@ class MessagingService:
             if qd.broker_name == self.broker.config.broker_name or addr is None:
                 continue  # (this group is answered from this broker; a group without a master takes no client)
             host = peer_ip(addr)
-            endpoints = pb.Endpoints(scheme=pb.IPv6 if ":" in host else pb.IPv4,
-                                     addresses=[pb.Address(host=host, port=self.port)])
+            endpoints = pb.Endpoints(
+                scheme=pb.IPv6 if ":" in host else pb.IPv4, addresses=[pb.Address(host=host, port=self.port)]
+            )
             out.append((qd, pb.Broker(name=qd.broker_name, id=MASTER_ID, endpoints=endpoints)))
         return out
 
@@ -219,8 +221,13 @@ class MessagingService:
         for qd, broker in peers:  # (one per group, as the proxy assigns a push consumer its queues)
             if qd.perm & PERM_READ and qd.read_queue_nums > 0:
                 permission = pb.READ_WRITE if qd.perm & PERM_WRITE else pb.READ
-                assignments.append(pb.Assignment(message_queue=pb.MessageQueue(
-                    topic=pb.Resource(name=topic), id=-1, permission=permission, broker=broker)))
+                assignments.append(
+                    pb.Assignment(
+                        message_queue=pb.MessageQueue(
+                            topic=pb.Resource(name=topic), id=-1, permission=permission, broker=broker
+                        )
+                    )
+                )
         return svc.QueryAssignmentResponse(status=status(Code.OK), assignments=assignments)
 
     # -------------------------------------------------------------- clients
@@ -230,10 +237,14 @@ class MessagingService:
             self.producers.refresh(client_id)
         return svc.HeartbeatResponse(status=status(Code.OK))
 
-    async def notify_client_termination(self, req: svc.NotifyClientTerminationRequest, ctx: Any) -> svc.NotifyClientTerminationResponse:
+    async def notify_client_termination(
+        self, req: svc.NotifyClientTerminationRequest, ctx: Any
+    ) -> svc.NotifyClientTerminationResponse:
         return svc.NotifyClientTerminationResponse(status=status(Code.OK))
 
-    async def telemetry(self, requests: AsyncIterator[svc.TelemetryCommand], ctx: Any) -> AsyncIterator[svc.TelemetryCommand]:
+    async def telemetry(
+        self, requests: AsyncIterator[svc.TelemetryCommand], ctx: Any
+    ) -> AsyncIterator[svc.TelemetryCommand]:
         peer = TelemetryPeer(grpc_peer_address(ctx.peer()) if ctx is not None else "")
         try:
             async for out in self._telemetry(peer, aiter(requests), ctx):
@@ -241,8 +252,9 @@ class MessagingService:
         finally:
             self.producers.closed(peer)
 
-    async def _telemetry(self, peer: TelemetryPeer, commands: AsyncIterator[svc.TelemetryCommand],
-                         ctx: Any) -> AsyncIterator[svc.TelemetryCommand]:
+    async def _telemetry(
+        self, peer: TelemetryPeer, commands: AsyncIterator[svc.TelemetryCommand], ctx: Any
+    ) -> AsyncIterator[svc.TelemetryCommand]:
         """The stream's loop: the client's commands answered, the broker's (``peer.outbox``:
         orphaned-transaction recovery) written, until either side ends or the broker stops."""
         nxt: asyncio.Future[svc.TelemetryCommand] | None = None
@@ -282,14 +294,23 @@ class MessagingService:
                     yield svc.TelemetryCommand(status=status(Code.FORBIDDEN, why[:500]))
                     return
                 if cmd.settings.client_type == pb.PRODUCER:
-                    self.producers.register(_metadata(ctx, "x-mq-client-id") or peer.remote,
-                                            _metadata(ctx, "x-mq-language") or "OTHER", peer, cmd.settings)
-                group = (self.broker.subscription_groups.find(cmd.settings.subscription.group.name)
-                         if cmd.settings.WhichOneof("pub_sub") == "subscription" else None)
+                    self.producers.register(
+                        _metadata(ctx, "x-mq-client-id") or peer.remote,
+                        _metadata(ctx, "x-mq-language") or "OTHER",
+                        peer,
+                        cmd.settings,
+                    )
+                group = (
+                    self.broker.subscription_groups.find(cmd.settings.subscription.group.name)
+                    if cmd.settings.WhichOneof("pub_sub") == "subscription"
+                    else None
+                )
                 settings = server_settings(
-                    cmd.settings, max_body_size=self.broker.config.max_message_size,
+                    cmd.settings,
+                    max_body_size=self.broker.config.max_message_size,
                     fifo=bool(group is not None and group.consume_message_orderly),
-                    consumer_attempts=group.retry_max_times + 1 if group is not None else CONSUMER_MAX_ATTEMPTS)
+                    consumer_attempts=group.retry_max_times + 1 if group is not None else CONSUMER_MAX_ATTEMPTS,
+                )
                 yield svc.TelemetryCommand(status=status(Code.OK), settings=settings)
             # (thread stack traces and verify results answer commands this server never sends)
 
@@ -318,13 +339,27 @@ class MessagingService:
                 pending.append((None, pb.Status(code=exc.code, message=exc.message)))  # type: ignore[arg-type]
                 continue
             queues = max(1, tc.write_queue_nums)
-            queue_id = (consistent_hash(out.message_group, queues) if single and out.message_group
-                        else next(self._round_robin) % queues)
+            queue_id = (
+                consistent_hash(out.message_group, queues)
+                if single and out.message_group
+                else next(self._round_robin) % queues
+            )
             header = SendMessageHeader(
-                producer_group=topic, topic=topic, default_topic=AUTO_CREATE_TOPIC, default_topic_queue_nums=4,
-                queue_id=queue_id, sys_flag=out.sys_flag, born_timestamp=now, flag=0, properties=out.properties,
-                reconsume_times=out.reconsume_times, unit_mode=False, batch=False, max_reconsume_times=None,
-                broker_name=None)
+                producer_group=topic,
+                topic=topic,
+                default_topic=AUTO_CREATE_TOPIC,
+                default_topic_queue_nums=4,
+                queue_id=queue_id,
+                sys_flag=out.sys_flag,
+                born_timestamp=now,
+                flag=0,
+                properties=out.properties,
+                reconsume_times=out.reconsume_times,
+                unit_mode=False,
+                batch=False,
+                max_reconsume_times=None,
+                broker_name=None,
+            )
             cmd = RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=header.to_ext(v2=True), body=out.body)
             pending.append((out, self.broker.table.process(self.broker, peer, cmd)))
         entries = []
@@ -344,10 +379,14 @@ class MessagingService:
         except GrpcStatusError as exc:
             return svc.EndTransactionResponse(status=status(exc.code, exc.message))
         header = EndTransactionHeader(
-            producer_group=req.topic.name, tran_state_table_offset=queue_offset, commit_log_offset=commit_log_offset,
+            producer_group=req.topic.name,
+            tran_state_table_offset=queue_offset,
+            commit_log_offset=commit_log_offset,
             commit_or_rollback=_RESOLUTIONS.get(req.resolution, TRANSACTION_NOT_TYPE),
-            from_transaction_check=req.source == pb.SOURCE_SERVER_CHECK, msg_id=req.message_id,
-            transaction_id=req.message_id)
+            from_transaction_check=req.source == pb.SOURCE_SERVER_CHECK,
+            msg_id=req.message_id,
+            transaction_id=req.message_id,
+        )
         cmd = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=header.to_ext())
         res = self.broker.table.process(self.broker, GrpcPeer(grpc_peer_address(ctx.peer()), caller_attrs()), cmd)
         reply = await res if isinstance(res, Awaitable) else res
@@ -362,12 +401,18 @@ class MessagingService:
     async def ack_message(self, req: svc.AckMessageRequest, ctx: Any) -> svc.AckMessageResponse:
         return await self.consumers.ack(req, ctx)
 
-    async def change_invisible_duration(self, req: svc.ChangeInvisibleDurationRequest, ctx: Any,
-                                        ) -> svc.ChangeInvisibleDurationResponse:
+    async def change_invisible_duration(
+        self,
+        req: svc.ChangeInvisibleDurationRequest,
+        ctx: Any,
+    ) -> svc.ChangeInvisibleDurationResponse:
         return await self.consumers.change_invisible(req, ctx)
 
-    async def forward_message_to_dead_letter_queue(self, req: svc.ForwardMessageToDeadLetterQueueRequest, ctx: Any,
-                                                   ) -> svc.ForwardMessageToDeadLetterQueueResponse:
+    async def forward_message_to_dead_letter_queue(
+        self,
+        req: svc.ForwardMessageToDeadLetterQueueRequest,
+        ctx: Any,
+    ) -> svc.ForwardMessageToDeadLetterQueueResponse:
         return await self.consumers.forward_to_dlq(req, GrpcPeer(grpc_peer_address(ctx.peer()), caller_attrs()))
 
     # ---------------------------------------------------------- the others
@@ -386,8 +431,11 @@ def _queue_list(topic: str, perm: int, reads: int, writes: int, where: pb.Broker
         read = perm & PERM_READ and qid < reads
         write = perm & PERM_WRITE and qid < writes
         permission = pb.READ_WRITE if read and write else pb.READ if read else pb.WRITE if write else pb.NONE
-        out.append(pb.MessageQueue(topic=pb.Resource(name=topic), id=qid, permission=permission, broker=where,
-                                   accept_message_types=_TYPES))
+        out.append(
+            pb.MessageQueue(
+                topic=pb.Resource(name=topic), id=qid, permission=permission, broker=where, accept_message_types=_TYPES
+            )
+        )
     return out
 
 

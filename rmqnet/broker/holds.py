@@ -97,8 +97,16 @@ class PullHoldService:
         return self._live
 
     # ------------------------------------------------------------------ hold
-    def hold(self, peer: Peer, request: RemotingCommand, topic: str, queue_id: int, offset: int,
-             deadline_ms: int, state: dict[str, Any] | None = None) -> asyncio.Future[RemotingCommand | None]:
+    def hold(
+        self,
+        peer: Peer,
+        request: RemotingCommand,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        deadline_ms: int,
+        state: dict[str, Any] | None = None,
+    ) -> asyncio.Future[RemotingCommand | None]:
         """Hold ``request`` (a pull that found nothing at ``offset``) until ``deadline_ms``;
         must be called on the event loop's thread (a handler is). Returns the future that
         gets the answer (``None``: answer nothing)."""
@@ -261,4 +269,3 @@ def connection_closed(broker: Broker, peer: Peer) -> None:
     broker.holds.on_close(peer)
     broker.pop_holds.on_close(peer)
     broker.consumers.on_close(peer)
-

@@ -89,7 +89,9 @@ class CannotListen(Exception):
 class BrokerProcess:
     """One broker serving ``root`` (see the module docstring)."""
 
-    def __init__(self, root: str | Path, config: BrokerConfig, *, host: str | None = None, port: int | None = None) -> None:
+    def __init__(
+        self, root: str | Path, config: BrokerConfig, *, host: str | None = None, port: int | None = None
+    ) -> None:
         self.root = Path(root)
         self.config = config
         self.host = host or config.broker_ip1
@@ -114,8 +116,9 @@ class BrokerProcess:
         # store opens (its STOREHOST needs the real port), and no request is read before the
         # broker is set (nothing yields to the loop in between)
         handler: RequestHandler = self._handle  # (what the transport calls: mypy holds the two alike)
-        self.server = transport.RemotingServer(handler, host=self.host, port=self.port,
-                                               limits=transport.Limits(**self.config.limits()))
+        self.server = transport.RemotingServer(
+            handler, host=self.host, port=self.port, limits=transport.Limits(**self.config.limits())
+        )
         # every answer measured from the first connection on (rocketmq_rpc_latency), into the
         # broker's figures once it is built (rmqnet.broker.metrics)
         self.server.observer = self.rpc.observe
@@ -131,8 +134,9 @@ class BrokerProcess:
             self.store = MessageStore.open(self.root, store_config)
             self._served.acquire()  # one broker per root (RootServedError): before any service runs
             self.store.start_services(scheduler=not config.slave)  # a slave's deliveries come from its master
-            self.broker = Broker(self.store, config, clock=SystemClock(), address=config.advertised(port),
-                                 background_persist=True)
+            self.broker = Broker(
+                self.store, config, clock=SystemClock(), address=config.advertised(port), background_persist=True
+            )
             try:
                 await self.broker.replication.start(self.host, config.ha_port(self.port))
             except OSError as exc:  # a configured haListenPort that is taken
@@ -160,7 +164,9 @@ class BrokerProcess:
         self._services_task = asyncio.create_task(self._run_services())
         return self.broker.address
 
-    def _handle(self, conn: Connection, req: RemotingCommand) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
+    def _handle(
+        self, conn: Connection, req: RemotingCommand
+    ) -> RemotingCommand | None | Awaitable[RemotingCommand | None]:
         """Every request of every connection: the broker's processor table (the connection is
         the handler's peer)."""
         broker = self.broker
@@ -182,8 +188,9 @@ class BrokerProcess:
             await self.metrics.serve()
         except OSError as exc:  # metricsPromExporterPort taken
             c = broker.config
-            raise CannotListen(f"{c.metrics_prom_exporter_host}:{c.metrics_prom_exporter_port} (metricsPromExporterPort)",
-                               exc) from None
+            raise CannotListen(
+                f"{c.metrics_prom_exporter_host}:{c.metrics_prom_exporter_port} (metricsPromExporterPort)", exc
+            ) from None
         log.info("metrics at http://%s/metrics", self.metrics.address)
 
     @staticmethod
@@ -229,8 +236,9 @@ class BrokerProcess:
         self._served.release()
 
 
-async def serve(root: str | Path, config: BrokerConfig, *, host: str | None = None, port: int | None = None,
-                ready: Any = None) -> int:
+async def serve(
+    root: str | Path, config: BrokerConfig, *, host: str | None = None, port: int | None = None, ready: Any = None
+) -> int:
     """Run a broker until SIGTERM/SIGINT; 0 after a clean stop."""
     proc = BrokerProcess(root, config, host=host, port=port)
     address = await proc.start()

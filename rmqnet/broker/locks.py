@@ -154,8 +154,9 @@ class QueueLocks:
     def _expired(self, entry: _Entry, now_ms: int) -> bool:
         return now_ms - entry.last_update_ms > self.max_live_ms
 
-    def try_lock(self, group: str, queues: tuple[LockedQueue, ...], client_id: str, now_ms: int,
-                 cap: int = QUEUE_LOCK_MAX_NUMS) -> list[LockedQueue]:
+    def try_lock(
+        self, group: str, queues: tuple[LockedQueue, ...], client_id: str, now_ms: int, cap: int = QUEUE_LOCK_MAX_NUMS
+    ) -> list[LockedQueue]:
         """``tryLockBatch``: the queues of ``queues`` that ``client_id`` holds once this returns
         (granted, renewed or taken over), in the order given. A queue nobody holds is not
         granted while the table holds ``cap`` locks."""
@@ -170,14 +171,24 @@ class QueueLocks:
                         continue
                     entry = table[mq] = _Entry(client_id, now_ms)
                     self._order[(group, mq)] = entry
-                    log.info("tryLockBatch, message queue not locked, I got it. Group: %s NewClientId: %s %s",
-                             group, client_id, mq)
+                    log.info(
+                        "tryLockBatch, message queue not locked, I got it. Group: %s NewClientId: %s %s",
+                        group,
+                        client_id,
+                        mq,
+                    )
                 elif entry.client_id == client_id:
                     entry.last_update_ms = now_ms
                     self._order.move_to_end((group, mq))
                 elif self._expired(entry, now_ms):
-                    log.warning("tryLockBatch, message queue lock expired, I got it. Group: %s OldClientId: %s "
-                                "NewClientId: %s %s", group, entry.client_id, client_id, mq)
+                    log.warning(
+                        "tryLockBatch, message queue lock expired, I got it. Group: %s OldClientId: %s "
+                        "NewClientId: %s %s",
+                        group,
+                        entry.client_id,
+                        client_id,
+                        mq,
+                    )
                     entry.client_id, entry.last_update_ms = client_id, now_ms
                     self._order.move_to_end((group, mq))
                 else:
@@ -241,8 +252,9 @@ def lock_batch_mq(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingC
         body = LockBatchRequest.decode(req.body_bytes())
     except LockBodyError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
-    granted = broker.queue_locks.try_lock(body.group, body.queues, body.client_id, broker.clock.wall_ms(),
-                                          broker.config.queue_lock_max_nums)
+    granted = broker.queue_locks.try_lock(
+        body.group, body.queues, body.client_id, broker.clock.wall_ms(), broker.config.queue_lock_max_nums
+    )
     answer = json.dumps({"lockOKMQSet": [mq.to_json() for mq in granted]}, separators=(",", ":")).encode()
     return req.reply(ResponseCode.SUCCESS, None, None, answer)
 

@@ -67,8 +67,16 @@ LAG_MAX_SERIES = 10_000
 LATENCY_MAX_READS = 256
 #: message types (RocketMQ 5's ``TopicMessageType.getMetricsValue``)
 NORMAL, FIFO, DELAY, TRANSACTION = "normal", "fifo", "delay", "transaction"
-_DELAY_MARKS = tuple(property_mark(n) for n in (PROPERTY_DELAY, PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC,
-                                                PROPERTY_TIMER_DELAY_MS, PROPERTY_START_DELIVER_TIME))
+_DELAY_MARKS = tuple(
+    property_mark(n)
+    for n in (
+        PROPERTY_DELAY,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_DELAY_MS,
+        PROPERTY_START_DELIVER_TIME,
+    )
+)
 _SHARDING_MARK = property_mark(PROPERTY_SHARDING_KEY)
 
 
@@ -173,8 +181,12 @@ class BrokerMetrics:
         store = self.broker.store
         usage = shutil.disk_usage(store.paths.root)
         tail = store.published_tail()
-        figures = StoreFigures(usage.total - usage.free, tail, max(0, tail - store.flushed_offset()),
-                               max(0, tail - store.dispatched_offset()))
+        figures = StoreFigures(
+            usage.total - usage.free,
+            tail,
+            max(0, tail - store.flushed_offset()),
+            max(0, tail - store.dispatched_offset()),
+        )
         self._store = (now, figures)
         return figures
 
@@ -250,9 +262,9 @@ def _store_time(store: rmqlog.MessageStore, topic: str, queue_id: int, offset: i
     if records is None or not len(records.sizes) or int(records.queue_offsets[0]) != offset:
         return 0
     head = records.array[0].as_buffer()
-    sys_flag = int.from_bytes(head[_SYSFLAG_AT:_SYSFLAG_AT + 4], "big")
+    sys_flag = int.from_bytes(head[_SYSFLAG_AT : _SYSFLAG_AT + 4], "big")
     at = _STORE_TIME_AT + (_BORN_V6_EXTRA if sys_flag & _BORN_V6 else 0)
-    return int.from_bytes(head[at:at + 8], "big")
+    return int.from_bytes(head[at : at + 8], "big")
 
 
 class RateSampler:
@@ -289,5 +301,7 @@ class RateSampler:
         """RocketMQ's ``putTps`` and ``getTransferedTps``: three rates, over 10 s, 1 min and
         10 min, space-separated (``StoreStatsService``'s form)."""
         rates = [self.tps(w) for w in (10_000, 60_000, 600_000)]
-        return {"putTps": " ".join(f"{p:.2f}" for p, _ in rates),
-                "getTransferedTps": " ".join(f"{g:.2f}" for _, g in rates)}
+        return {
+            "putTps": " ".join(f"{p:.2f}" for p, _ in rates),
+            "getTransferedTps": " ".join(f"{g:.2f}" for _, g in rates),
+        }

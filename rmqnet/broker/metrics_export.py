@@ -25,6 +25,7 @@ from .metrics import MESSAGE_SIZE_BUCKETS, Lag, StoreFigures
 if TYPE_CHECKING:
     from .broker import Broker
 
+
 class BrokerPage:
     """The body of the broker's ``/metrics``: the counters rendered at every scrape, the
     figures computed at read time (:meth:`BrokerMetrics.lag`, :meth:`BrokerMetrics.store_figures`)
@@ -65,35 +66,63 @@ def counter_families(broker: Broker) -> Iterator[Metric]:
     pulls = m.pulls.copy()
     in_labels = [*base, "topic", "message_type", "is_system"]
     in_rows = [([*node, t, k, _b(m.is_system(t))], c) for (t, k), c in sorted(sends.items())]
-    yield counter("rocketmq_messages_in", "Messages stored by sends (retry and DLQ topics excluded)",
-                  in_labels, ((v, c[0]) for v, c in in_rows))
+    yield counter(
+        "rocketmq_messages_in",
+        "Messages stored by sends (retry and DLQ topics excluded)",
+        in_labels,
+        ((v, c[0]) for v, c in in_rows),
+    )
     yield counter("rocketmq_throughput_in", "Body bytes stored by sends", in_labels, ((v, c[1]) for v, c in in_rows))
-    yield histogram("rocketmq_message_size", "Message size (bytes): a send request's average body size",
-                    in_labels, MESSAGE_SIZE_BUCKETS, ((v, c[2:-1], c[-1]) for v, c in in_rows))
+    yield histogram(
+        "rocketmq_message_size",
+        "Message size (bytes): a send request's average body size",
+        in_labels,
+        MESSAGE_SIZE_BUCKETS,
+        ((v, c[2:-1], c[-1]) for v, c in in_rows),
+    )
     out_labels = [*base, "topic", "consumer_group", "is_system"]
     out_rows = [([*node, t, g, _b(m.is_system(t))], c) for (t, g), c in sorted(pulls.items())]
     yield counter("rocketmq_messages_out", "Messages pulled by consumers", out_labels, ((v, c[0]) for v, c in out_rows))
-    yield counter("rocketmq_throughput_out", "Record bytes pulled by consumers", out_labels,
-                  ((v, c[1]) for v, c in out_rows))
+    yield counter(
+        "rocketmq_throughput_out", "Record bytes pulled by consumers", out_labels, ((v, c[1]) for v, c in out_rows)
+    )
 
     rpc_labels = [*base, "protocol_type", "request_code", "response_code", "is_long_polling", "result"]
-    yield histogram("rocketmq_rpc_latency", "Time from a request's read to its answer (ms)", rpc_labels,
-                    RPC_BUCKETS_MS,
-                    (([*node, "remoting", code_name(c), code_name(r, response=True), _b(held), "success"],
-                      cell[:-1], cell[-1])
-                     for (c, r, held), cell in sorted(m.rpc.series(_HELD_CODES).items())))
+    yield histogram(
+        "rocketmq_rpc_latency",
+        "Time from a request's read to its answer (ms)",
+        rpc_labels,
+        RPC_BUCKETS_MS,
+        (
+            ([*node, "remoting", code_name(c), code_name(r, response=True), _b(held), "success"], cell[:-1], cell[-1])
+            for (c, r, held), cell in sorted(m.rpc.series(_HELD_CODES).items())
+        ),
+    )
     yield from _clients(broker, base, node)
-    yield gauge("rocketmq_processor_watermark", "Requests waiting for their processor", [*base, "processor"],
-                [([*node, "send"], broker.sender.waiting)])
+    yield gauge(
+        "rocketmq_processor_watermark",
+        "Requests waiting for their processor",
+        [*base, "processor"],
+        [([*node, "send"], broker.sender.waiting)],
+    )
     yield gauge("rocketmq_pull_held_requests", "Pulls held by long polling (ours)", base, [(node, len(broker.holds))])
     connections = broker.connection_count
-    yield gauge("rocketmq_connections", "Open client connections (ours)", base,
-                [(node, connections() if connections is not None else 0)])
+    yield gauge(
+        "rocketmq_connections",
+        "Open client connections (ours)",
+        base,
+        [(node, connections() if connections is not None else 0)],
+    )
     yield gauge("rocketmq_topic_number", "Topics of this broker", base, [(node, broker.topics.count())])
-    yield gauge("rocketmq_consumer_group_number", "Subscription groups of this broker", base,
-                [(node, len(broker.subscription_groups))])
-    yield gauge("rocketmq_broker_permission", "The broker's permission (4 read, 2 write)", base,
-                [(node, cfg.broker_permission)])
+    yield gauge(
+        "rocketmq_consumer_group_number",
+        "Subscription groups of this broker",
+        base,
+        [(node, len(broker.subscription_groups))],
+    )
+    yield gauge(
+        "rocketmq_broker_permission", "The broker's permission (4 read, 2 write)", base, [(node, cfg.broker_permission)]
+    )
 
 
 def read_time_families(broker: Broker, lag: Lag, store: StoreFigures) -> Iterator[Metric]:
@@ -102,26 +131,52 @@ def read_time_families(broker: Broker, lag: Lag, store: StoreFigures) -> Iterato
     base = ["cluster", "node_type", "node_id"]
     node = [cfg.broker_cluster_name, "broker", cfg.broker_name]
     lag_labels = [*base, "topic", "consumer_group", "is_retry", "is_system"]
-    lag_rows = [([*node, t, g, _b(is_retry_topic(t)), _b(lag.system[(t, g)])], r)
-                for (t, g), r in sorted(lag.rows.items())]
-    yield gauge("rocketmq_consumer_lag_messages", "Messages not yet committed by the group",
-                lag_labels, ((v, r[0]) for v, r in lag_rows))
-    yield gauge("rocketmq_consumer_inflight_messages", "Messages pulled and not yet committed",
-                lag_labels, ((v, r[1]) for v, r in lag_rows))
-    yield gauge("rocketmq_consumer_ready_messages", "Messages not yet pulled", lag_labels,
-                ((v, r[2]) for v, r in lag_rows))
-    yield gauge("rocketmq_consumer_lag_latency", "Now minus the store time of the oldest message not committed (ms)",
-                lag_labels, ((v, r[3]) for v, r in lag_rows))
-    yield gauge("rocketmq_consumer_lag_series_dropped", "(topic, group) pairs left out of the lag figures "
-                "(more than the cap)", base, [(node, lag.dropped)])
+    lag_rows = [
+        ([*node, t, g, _b(is_retry_topic(t)), _b(lag.system[(t, g)])], r) for (t, g), r in sorted(lag.rows.items())
+    ]
+    yield gauge(
+        "rocketmq_consumer_lag_messages",
+        "Messages not yet committed by the group",
+        lag_labels,
+        ((v, r[0]) for v, r in lag_rows),
+    )
+    yield gauge(
+        "rocketmq_consumer_inflight_messages",
+        "Messages pulled and not yet committed",
+        lag_labels,
+        ((v, r[1]) for v, r in lag_rows),
+    )
+    yield gauge(
+        "rocketmq_consumer_ready_messages", "Messages not yet pulled", lag_labels, ((v, r[2]) for v, r in lag_rows)
+    )
+    yield gauge(
+        "rocketmq_consumer_lag_latency",
+        "Now minus the store time of the oldest message not committed (ms)",
+        lag_labels,
+        ((v, r[3]) for v, r in lag_rows),
+    )
+    yield gauge(
+        "rocketmq_consumer_lag_series_dropped",
+        "(topic, group) pairs left out of the lag figures (more than the cap)",
+        base,
+        [(node, lag.dropped)],
+    )
 
     storage = [*base, "storage_type", "storage_medium"]
     where = [*node, "local", "disk"]
     yield gauge("rocketmq_storage_size", "Bytes used on the store's volume", storage, [(where, store.storage_size)])
-    yield gauge("rocketmq_storage_flush_behind_bytes", "Bytes published and not yet flushed", storage,
-                [(where, store.flush_behind)])
-    yield gauge("rocketmq_storage_dispatch_behind_bytes", "Bytes published and not yet dispatched to the "
-                "consume queues", storage, [(where, store.dispatch_behind)])
+    yield gauge(
+        "rocketmq_storage_flush_behind_bytes",
+        "Bytes published and not yet flushed",
+        storage,
+        [(where, store.flush_behind)],
+    )
+    yield gauge(
+        "rocketmq_storage_dispatch_behind_bytes",
+        "Bytes published and not yet dispatched to the consume queues",
+        storage,
+        [(where, store.dispatch_behind)],
+    )
 
 
 def _clients(broker: Broker, base: list[str], node: list[str]) -> Iterator[Metric]:
@@ -138,11 +193,18 @@ def _clients(broker: Broker, base: list[str], node: list[str]) -> Iterator[Metri
         for c in list(info.clients.values()):
             key2 = (group, c.language, str(c.version), mode, _b(group.startswith("CID_RMQ_SYS_")))
             consumers[key2] = consumers.get(key2, 0) + 1
-    yield gauge("rocketmq_producer_connections", "Producer connections", [*base, "language", "version", "protocol_type"],
-                (([*node, lang, ver, "remoting"], n) for (lang, ver), n in sorted(producers.items())))
-    yield gauge("rocketmq_consumer_connections", "Consumer connections",
-                [*base, "consumer_group", "language", "version", "consume_mode", "is_system", "protocol_type"],
-                (([*node, *k, "remoting"], n) for k, n in sorted(consumers.items())))
+    yield gauge(
+        "rocketmq_producer_connections",
+        "Producer connections",
+        [*base, "language", "version", "protocol_type"],
+        (([*node, lang, ver, "remoting"], n) for (lang, ver), n in sorted(producers.items())),
+    )
+    yield gauge(
+        "rocketmq_consumer_connections",
+        "Consumer connections",
+        [*base, "consumer_group", "language", "version", "consume_mode", "is_system", "protocol_type"],
+        (([*node, *k, "remoting"], n) for k, n in sorted(consumers.items())),
+    )
 
 
 #: the codes whose awaited answers are long polling (``is_long_polling``): a held pull
@@ -157,5 +219,8 @@ def endpoint(broker: Broker, host: str | None = None, port: int | None = None) -
     """The broker's ``/metrics`` endpoint on ``metricsPromExporterHost:metricsPromExporterPort``
     (or ``host``/``port``), not started."""
     cfg = broker.config
-    return MetricsEndpoint(BrokerPage(broker), cfg.metrics_prom_exporter_host if host is None else host,
-                           cfg.metrics_prom_exporter_port if port is None else port)
+    return MetricsEndpoint(
+        BrokerPage(broker),
+        cfg.metrics_prom_exporter_host if host is None else host,
+        cfg.metrics_prom_exporter_port if port is None else port,
+    )

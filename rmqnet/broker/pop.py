@@ -160,9 +160,20 @@ class PopService:
         self.state.log.close()
 
     # ------------------------------------------------------------------ pop
-    def pop(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int, now_ms: int, *,
-            order: bool = False, tags: str | None = None, exp_type: str | None = None,
-            init_mode: int = INIT_MAX) -> PopResult:
+    def pop(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        max_count: int,
+        invisible_ms: int,
+        now_ms: int,
+        *,
+        order: bool = False,
+        tags: str | None = None,
+        exp_type: str | None = None,
+        init_mode: int = INIT_MAX,
+    ) -> PopResult:
         """Hand out up to ``max_count`` messages of ``topic`` (queue ``queue_id``, or -1: any)
         to ``group`` for ``invisible_ms``; ``tags`` the subscription's expression (``None``/``*``:
         all), of ``exp_type`` (``None``/``TAG``: tags; ``SQL92``: a SQL92 property filter, empty:
@@ -203,8 +214,10 @@ class PopService:
                     left -= len(one.handed)
         dead = [got for got in taken if len(got.dead)]
         if dead:  # orderly messages past retryMaxTimes: stored to the dead letters before the log says so
-            self._store_again(np.concatenate([got.ck.commit_offsets[got.dead] for got in dead]),
-                              [dlq_topic(got.ck.group) for got in dead for _ in range(len(got.dead))])
+            self._store_again(
+                np.concatenate([got.ck.commit_offsets[got.dead] for got in dead]),
+                [dlq_topic(got.ck.group) for got in dead for _ in range(len(got.dead))],
+            )
         # the checkpoints are in the log before anything is answered
         self.state.write(records, [got.ck for got in taken])
         name = self.broker.config.broker_name
@@ -212,8 +225,16 @@ class PopService:
             ck = got.ck
             if not len(got.handed):
                 continue
-            handles = handle_texts(ck.start, ck.pop_time, ck.invisible, result.revive_qid, ck.topic, name, ck.queue_id,
-                                   ck.offsets[got.handed].tolist())
+            handles = handle_texts(
+                ck.start,
+                ck.pop_time,
+                ck.invisible,
+                result.revive_qid,
+                ck.topic,
+                name,
+                ck.queue_id,
+                ck.offsets[got.handed].tolist(),
+            )
             attempts = ck.attempts[got.handed] if ck.attempts is not None else None
             result.queues.append(PoppedQueue(ck.topic, ck.queue_id, ck.start, got.records, handles, attempts))
             if not order:
@@ -225,19 +246,31 @@ class PopService:
         """A SLAVE serves no POP: its store takes only its master's bytes, so it could neither
         revive nor keep positions (clients and RocketMQ's proxy pop masters, broker id 0)."""
         if self.broker.replication.slave:
-            raise PopRefused(ResponseCode.SERVICE_NOT_AVAILABLE,
-                             "the broker is a slave: POP consumption is served by its master")
+            raise PopRefused(
+                ResponseCode.SERVICE_NOT_AVAILABLE, "the broker is a slave: POP consumption is served by its master"
+            )
 
-    def _check_pop(self, group: str, topic: str, queue_id: int, max_count: int, invisible_ms: int,
-                   exp: str | None, exp_type: str | None) -> tuple[rmqlog.TopicConfig, int, Filter]:
+    def _check_pop(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        max_count: int,
+        invisible_ms: int,
+        exp: str | None,
+        exp_type: str | None,
+    ) -> tuple[rmqlog.TopicConfig, int, Filter]:
         self._check_slave()
         cfg = self.broker.config
         if not cfg.broker_permission & PERM_READ:
             raise PopRefused(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] pop message is forbidden")
         if max_count > MAX_POP_NUMS or max_count < 1:
-            raise PopRefused(ResponseCode.SYSTEM_ERROR,
-                             f"the broker[{cfg.broker_ip1}] pop message's num is greater than 32 (maxMsgNums {max_count})"
-                             if max_count > MAX_POP_NUMS else f"maxMsgNums {max_count} is below 1")
+            raise PopRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"the broker[{cfg.broker_ip1}] pop message's num is greater than 32 (maxMsgNums {max_count})"
+                if max_count > MAX_POP_NUMS
+                else f"maxMsgNums {max_count} is below 1",
+            )
         if invisible_ms <= 0:
             raise PopRefused(ResponseCode.SYSTEM_ERROR, f"invisibleTime {invisible_ms} is not positive")
         tc = self.broker.topics.get(topic)
@@ -246,8 +279,10 @@ class PopService:
         if not tc.perm & PERM_READ:
             raise PopRefused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
         if queue_id >= tc.read_queue_nums or queue_id < -1:
-            raise PopRefused(ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal, topic:[{topic}] "
-                             f"topicConfig.readQueueNums:[{tc.read_queue_nums}]")
+            raise PopRefused(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.read_queue_nums}]",
+            )
         sub = self._group(group)
         if not sub.consume_enable:
             raise PopRefused(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
@@ -270,10 +305,13 @@ class PopService:
                 raise rmqlog.FilterParseError(f"no filter of type {exp_type}")
             sql = compiled(exp)
         except rmqlog.StoreError:
-            raise PopRefused(ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed") from None
+            raise PopRefused(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"
+            ) from None
         if not self.broker.config.enable_property_filter:
-            raise FilterUnsupported(ResponseCode.SYSTEM_ERROR,
-                                    f"The broker does not support consumer to filter message by {SQL92}")
+            raise FilterUnsupported(
+                ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {SQL92}"
+            )
         return None, sql
 
     def _group(self, group: str) -> rmqlog.SubscriptionGroupConfig:
@@ -281,10 +319,12 @@ class PopService:
         try:
             rmqlog.paths.validate_group(group)
             sub = self.broker.subscription_groups.find_or_create(
-                group, auto_create=cfg.auto_create_subscription_group, cap=cfg.auto_create_subscription_group_max_nums)
+                group, auto_create=cfg.auto_create_subscription_group, cap=cfg.auto_create_subscription_group_max_nums
+            )
         except Exception as exc:  # noqa: BLE001 - a bad name or a full table: the group does not exist
-            raise PopRefused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                             f"subscription group [{group}] does not exist, {exc}") from None
+            raise PopRefused(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist, {exc}"
+            ) from None
         if sub is None:
             raise PopRefused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
         return sub
@@ -306,8 +346,9 @@ class PopService:
             return lo
         return max(self.store.max_offset(topic, queue_id) - 1, 0)
 
-    def _window(self, topic: str, qid: int, pos: int, left: int, flt: Filter,
-                result: PopResult) -> tuple[rmqlog.GetMessageResult, int]:
+    def _window(
+        self, topic: str, qid: int, pos: int, left: int, flt: Filter, result: PopResult
+    ) -> tuple[rmqlog.GetMessageResult, int]:
         """The window read at ``pos`` (a position out of the queue corrected once, as RocketMQ
         does), and the position it was read at; the backlog added to ``result.rest``."""
         tags, sql = flt[0] or "*", flt[1]
@@ -318,8 +359,20 @@ class PopService:
         result.rest += max(res.max_offset - res.next_begin_offset, 0)
         return res, pos
 
-    def _read(self, group: str, topic: str, qid: int, left: int, invisible: int, now: int, flt: Filter,
-              init_mode: int, retry_max: int, records: list[dict[str, Any]], result: PopResult) -> _Taken | None:
+    def _read(
+        self,
+        group: str,
+        topic: str,
+        qid: int,
+        left: int,
+        invisible: int,
+        now: int,
+        flt: Filter,
+        init_mode: int,
+        retry_max: int,
+        records: list[dict[str, Any]],
+        result: PopResult,
+    ) -> _Taken | None:
         """One queue of a pop that is not orderly: the checkpoint of what it read (its record
         added to ``records``), or ``None`` (a position moved by a filter is recorded)."""
         pos = self._position(group, topic, qid, init_mode)
@@ -330,15 +383,35 @@ class PopService:
                 records.append({"k": "pos", "g": group, "t": topic, "q": qid, "n": res.next_begin_offset})
                 self._commit(group, topic, qid, res.next_begin_offset)
             return None
-        ck = Checkpoint(self.state.new_id(), group, topic, qid, pos, now, invisible,
-                        recs.queue_offsets.astype(np.int64), recs.commit_log_offsets.astype(np.int64),
-                        res.next_begin_offset)
+        ck = Checkpoint(
+            self.state.new_id(),
+            group,
+            topic,
+            qid,
+            pos,
+            now,
+            invisible,
+            recs.queue_offsets.astype(np.int64),
+            recs.commit_log_offsets.astype(np.int64),
+            res.next_begin_offset,
+        )
         records.append(ck.record())
         return _Taken(ck, recs, np.arange(len(recs)), _NONE)
 
-    def _read_order(self, group: str, topic: str, qid: int, left: int, invisible: int, now: int,
-                    flt: Filter, init_mode: int, retry_max: int, records: list[dict[str, Any]],
-                    result: PopResult) -> _Taken | None:
+    def _read_order(
+        self,
+        group: str,
+        topic: str,
+        qid: int,
+        left: int,
+        invisible: int,
+        now: int,
+        flt: Filter,
+        init_mode: int,
+        retry_max: int,
+        records: list[dict[str, Any]],
+        result: PopResult,
+    ) -> _Taken | None:
         """One queue of an orderly pop: nothing while its batch in flight blocks it; else
         from its first message not acked (an earlier batch's first, or the position), the
         earlier batch's acked ones left out, its unacked ones again with their attempt count
@@ -348,8 +421,11 @@ class PopService:
         prev = self.state.cks.get(cid) if cid is not None else None
         if prev is not None and prev.blocks(now):
             return None
-        pos = int(prev.offsets[np.flatnonzero(~prev.acked)[0]]) if prev is not None else \
-            self._position(group, topic, qid, init_mode)
+        pos = (
+            int(prev.offsets[np.flatnonzero(~prev.acked)[0]])
+            if prev is not None
+            else self._position(group, topic, qid, init_mode)
+        )
         res, pos = self._window(topic, qid, pos, left, flt, result)
         recs = res.records
         if res.status != _S.FOUND or recs is None or not len(recs):
@@ -379,9 +455,21 @@ class PopService:
         dead = np.flatnonzero(attempts > retry_max)
         handed = np.ones(n + len(rest_o), bool)
         handed[n:] = False
-        ck = Checkpoint(self.state.new_id(), group, topic, qid, pos, now, invisible, np.concatenate([offsets, rest_o]),
-                        np.concatenate([commits, rest_c]), next_offset, True, np.concatenate([attempts, rest_a]),
-                        handed=handed)
+        ck = Checkpoint(
+            self.state.new_id(),
+            group,
+            topic,
+            qid,
+            pos,
+            now,
+            invisible,
+            np.concatenate([offsets, rest_o]),
+            np.concatenate([commits, rest_c]),
+            next_offset,
+            True,
+            np.concatenate([attempts, rest_a]),
+            handed=handed,
+        )
         if len(dead):
             ck.acked[dead] = True  # to the dead letters in this pop, before the log says so
             ck.left -= len(dead)
@@ -410,8 +498,9 @@ class PopService:
         per_ck: dict[int, list[int]] = {}
         done: list[Checkpoint] = []
         for handle in handles:
-            found = self.state.find(group, real_topic(topic, group, handle.topic_type), handle.queue_id,
-                                    handle.pop_time, handle.offset)
+            found = self.state.find(
+                group, real_topic(topic, group, handle.topic_type), handle.queue_id, handle.pop_time, handle.offset
+            )
             if found is None or found[0].acked[found[1]] or found[1] in per_ck.get(found[0].id, ()):
                 statuses.append(self._missed(handle, now_ms))
                 continue
@@ -432,16 +521,18 @@ class PopService:
                 self.broker.pop_holds.notify_arrival(ck.topic, ck.queue_id, 1 << 62)
         return statuses
 
-    def change_invisible(self, group: str, topic: str, handle: ExtraInfo, invisible_ms: int,
-                         now_ms: int) -> tuple[AckStatus, ExtraInfo | None]:
+    def change_invisible(
+        self, group: str, topic: str, handle: ExtraInfo, invisible_ms: int, now_ms: int
+    ) -> tuple[AckStatus, ExtraInfo | None]:
         """A new invisible time for the message of ``handle``, from ``now_ms``: ``(OK, the new
         handle)``, or ``(GONE | EXPIRED, None)`` changing nothing. Raises :class:`PopRefused`
         (SYSTEM_ERROR) for a time that is not positive; the log's errors."""
         self._check_slave()
         if invisible_ms <= 0:
             raise PopRefused(ResponseCode.SYSTEM_ERROR, f"invisibleTime {invisible_ms} is not positive")
-        found = self.state.find(group, real_topic(topic, group, handle.topic_type), handle.queue_id,
-                                handle.pop_time, handle.offset)
+        found = self.state.find(
+            group, real_topic(topic, group, handle.topic_type), handle.queue_id, handle.pop_time, handle.offset
+        )
         if found is None or found[0].acked[found[1]]:
             return self._missed(handle, now_ms), None
         ck, i = found
@@ -455,8 +546,18 @@ class PopService:
         # still now + invisible_ms
         pop_time = max(now_ms, ck.pop_time + 1)
         invisible = now_ms + invisible_ms - pop_time
-        new = Checkpoint(self.state.new_id(), group, ck.topic, ck.queue_id, handle.offset, pop_time, invisible,
-                         ck.offsets[i:i + 1].copy(), ck.commit_offsets[i:i + 1].copy(), ck.next_offset)
+        new = Checkpoint(
+            self.state.new_id(),
+            group,
+            ck.topic,
+            ck.queue_id,
+            handle.offset,
+            pop_time,
+            invisible,
+            ck.offsets[i : i + 1].copy(),
+            ck.commit_offsets[i : i + 1].copy(),
+            ck.next_offset,
+        )
         # the new checkpoint first, then the old one's ack (appendCheckPointThenAckOrigin), one write
         self.state.write([new.record(), {"k": "ack", "id": ck.id, "x": [i]}])
         return AckStatus.OK, _replace(handle, start_offset=handle.offset, pop_time=pop_time, invisible_time=invisible)
@@ -465,8 +566,9 @@ class PopService:
         """Whether the message of ``handle`` is in flight under it and within its invisible
         time: ``(OK, its commitlog offset)``, else ``(GONE | EXPIRED, None)``; changes nothing
         (a ForwardMessageToDeadLetterQueue looks before it stores the message)."""
-        found = self.state.find(group, real_topic(topic, group, handle.topic_type), handle.queue_id,
-                                handle.pop_time, handle.offset)
+        found = self.state.find(
+            group, real_topic(topic, group, handle.topic_type), handle.queue_id, handle.pop_time, handle.offset
+        )
         if found is None or found[0].acked[found[1]] or handle.deadline <= now_ms:
             return self._missed(handle, now_ms), None
         return AckStatus.OK, int(found[0].commit_offsets[found[1]])
@@ -500,13 +602,16 @@ class PopService:
         parts = [ck.commit_offsets[~ck.acked] for ck in due]
         offsets = np.concatenate(parts) if parts else np.zeros(0, np.int64)
         groups = [ck.group for ck, p in zip(due, parts, strict=True) for _ in range(len(p))]
-        retry = [pop_retry_topic(ck.group, _normal(ck)) for ck, p in zip(due, parts, strict=True) for _ in range(len(p))]
+        retry = [
+            pop_retry_topic(ck.group, _normal(ck)) for ck, p in zip(due, parts, strict=True) for _ in range(len(p))
+        ]
         n = self._store_again(offsets, retry, groups, sequence=seq) if len(offsets) else 0
         self.state.write([{"k": "done", "seq": seq, "ids": [ck.id for ck in due]}])
         return n
 
-    def _store_again(self, offsets: np.ndarray, topics_to: list[str], groups: list[str] | None = None, *,
-                     sequence: int | None = None) -> int:
+    def _store_again(
+        self, offsets: np.ndarray, topics_to: list[str], groups: list[str] | None = None, *, sequence: int | None = None
+    ) -> int:
         """The records at ``offsets`` stored again, each to its topic in ``topics_to`` (a POP
         retry topic, or ``%DLQ%<group>``) or, with its ``group`` given and past that group's
         ``retryMaxTimes`` (or when its retry topic makes no topic name), to ``%DLQ%<group>``:
@@ -517,8 +622,9 @@ class PopService:
         stored then)."""
         records, found = self.store.wire_records(offsets)
         if len(found) < len(offsets):
-            log.warning("POP revive: %d of %d messages are no longer in the commitlog", len(offsets) - len(found),
-                        len(offsets))
+            log.warning(
+                "POP revive: %d of %d messages are no longer in the commitlog", len(offsets) - len(found), len(offsets)
+            )
         if not len(found):
             return 0
         topics = [topics_to[i] for i in found.tolist()]
@@ -530,7 +636,7 @@ class PopService:
             dead |= reconsume >= np.array([limits[g] for g in by], np.int64)
             for name, group in {t: g for t, g in zip(topics, by, strict=True) if not t.startswith(DLQ_PREFIX)}.items():
                 try:
-                    self.broker.topics.create_retry(name[len(RETRY_PREFIX):])
+                    self.broker.topics.create_retry(name[len(RETRY_PREFIX) :])
                 except rmqlog.InvalidTopicError as exc:
                     # group + "_" + topic makes no topic name (over 127 bytes): the dead letters,
                     # never a revive that fails every round
@@ -538,7 +644,7 @@ class PopService:
                     dead |= np.array([t == name for t in topics], bool)
             topics = [dlq_topic(g) if d else t for g, t, d in zip(by, topics, dead.tolist(), strict=True)]
         for name in {t for t in topics if t.startswith(DLQ_PREFIX)}:
-            self.broker.topics.create_dlq(name[len(DLQ_PREFIX):])
+            self.broker.topics.create_dlq(name[len(DLQ_PREFIX) :])
         n = len(topics)
         table = send_back_table(records, pa.array(topics, pa.string()), np.zeros(n, np.int32), np.zeros(n, np.int64))
         if sequence is None:
@@ -568,4 +674,14 @@ def _replace(handle: ExtraInfo, **changes: Any) -> ExtraInfo:
     return dataclasses.replace(handle, **changes)
 
 
-__all__ = ["PopService", "PopResult", "PoppedQueue", "PopRefused", "FilterUnsupported", "AckStatus", "INIT_MIN", "INIT_MAX", "MAX_POP_NUMS"]
+__all__ = [
+    "PopService",
+    "PopResult",
+    "PoppedQueue",
+    "PopRefused",
+    "FilterUnsupported",
+    "AckStatus",
+    "INIT_MIN",
+    "INIT_MAX",
+    "MAX_POP_NUMS",
+]

@@ -64,7 +64,7 @@ def normal_topic(topic: str, group: str) -> str:
     for sep in ("_", "+"):
         prefix = f"{RETRY_PREFIX}{group}{sep}"
         if topic.startswith(prefix):
-            return topic[len(prefix):]
+            return topic[len(prefix) :]
     return topic
 
 
@@ -93,8 +93,10 @@ class ExtraInfo:
 
     def text(self) -> str:
         """The handle as RocketMQ writes it (``ExtraInfoUtil.buildExtraInfo``)."""
-        return (f"{self.start_offset} {self.pop_time} {self.invisible_time} {self.revive_qid} {self.topic_type} "
-                f"{self.broker_name} {self.queue_id} {self.offset}")
+        return (
+            f"{self.start_offset} {self.pop_time} {self.invisible_time} {self.revive_qid} {self.topic_type} "
+            f"{self.broker_name} {self.queue_id} {self.offset}"
+        )
 
     @staticmethod
     def parse(text: object) -> ExtraInfo:
@@ -115,8 +117,16 @@ class ExtraInfo:
         return ExtraInfo(start, pop_time, invisible, rqid, parts[4], parts[5], queue_id, offset)
 
 
-def handle_texts(start: int, pop_time: int, invisible: int, revive_qid: int, topic: str, broker_name: str,
-                 queue_id: int, offsets: Iterable[int]) -> list[str]:
+def handle_texts(
+    start: int,
+    pop_time: int,
+    invisible: int,
+    revive_qid: int,
+    topic: str,
+    broker_name: str,
+    queue_id: int,
+    offsets: Iterable[int],
+) -> list[str]:
     """The handles of the messages at ``offsets`` of one checkpoint: its prefix built once,
     one string per message (what a pop of n messages costs: n of them)."""
     prefix = f"{start} {pop_time} {invisible} {revive_qid} {topic_type(topic)} {broker_name} {queue_id} "
@@ -128,5 +138,14 @@ def offset_info_entry(topic: str, queue_id: int, value: str | int) -> str:
     return f"{topic_type(topic)} {queue_id} {value}"
 
 
-__all__ = ["ExtraInfo", "HandleError", "ORDER_REVIVE_QID", "pop_retry_topic", "topic_type", "real_topic",
-           "normal_topic", "handle_texts", "offset_info_entry"]
+__all__ = [
+    "ExtraInfo",
+    "HandleError",
+    "ORDER_REVIVE_QID",
+    "pop_retry_topic",
+    "topic_type",
+    "real_topic",
+    "normal_topic",
+    "handle_texts",
+    "offset_info_entry",
+]

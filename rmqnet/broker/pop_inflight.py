@@ -56,12 +56,23 @@ def get_pop_inflight(broker: Broker, peer: Peer, req: RemotingCommand) -> Remoti
     for ck, idx in broker.pop.state.inflight_of(group, topics):
         total += len(idx)
         for i in idx[: max(0, most - len(messages))].tolist():
-            messages.append({"topic": ck.topic, "queueId": ck.queue_id, "offset": int(ck.offsets[i]),
-                             "popTime": ck.pop_time, "invisibleTime": ck.invisible,
-                             "attempt": int(ck.attempts[i]) if ck.attempts is not None else None})
+            messages.append(
+                {
+                    "topic": ck.topic,
+                    "queueId": ck.queue_id,
+                    "offset": int(ck.offsets[i]),
+                    "popTime": ck.pop_time,
+                    "invisibleTime": ck.invisible,
+                    "attempt": int(ck.attempts[i]) if ck.attempts is not None else None,
+                }
+            )
     messages.sort(key=lambda m: (m["topic"], m["queueId"], m["offset"]))
-    body = {"brokerName": broker.config.broker_name, "now": broker.clock.wall_ms(), "total": total,
-            "messages": messages}
+    body = {
+        "brokerName": broker.config.broker_name,
+        "now": broker.clock.wall_ms(),
+        "total": total,
+        "messages": messages,
+    }
     res = req.reply(ResponseCode.SUCCESS, None)
     res.body = json.dumps(body).encode()
     return res

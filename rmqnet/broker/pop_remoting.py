@@ -76,8 +76,16 @@ class PopHoldService(PullHoldService):
         #: under SYNC_FLUSH, what a held pop's answer waits for (the broker's ``pop.synced``)
         self._durable = durable
 
-    def hold_pop(self, peer: Peer, request: RemotingCommand, group: str, topic: str, queue_id: int,
-                 deadline_ms: int, state: dict[str, Any]) -> asyncio.Future[RemotingCommand | None] | None:
+    def hold_pop(
+        self,
+        peer: Peer,
+        request: RemotingCommand,
+        group: str,
+        topic: str,
+        queue_id: int,
+        deadline_ms: int,
+        state: dict[str, Any],
+    ) -> asyncio.Future[RemotingCommand | None] | None:
         """Hold a pop that found nothing; ``None`` when its key already holds
         :data:`POP_POLLING_SIZE` (POLLING_FULL)."""
         bucket = self._by_queue.get((topic, queue_id))
@@ -88,8 +96,13 @@ class PopHoldService(PullHoldService):
         self._aliases[pop_retry_topic(group, topic)] = topic
         return self.hold(peer, request, topic, queue_id, -1, deadline_ms, state)
 
-    def wait_arrival(self, group: str, topic: str, queue_id: int, deadline_ms: int,
-                     ) -> asyncio.Future[RemotingCommand | None] | None:
+    def wait_arrival(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        deadline_ms: int,
+    ) -> asyncio.Future[RemotingCommand | None] | None:
         """A future done when messages may have arrived for a pop of ``group`` on ``topic``
         (``queue_id``, -1: any; its POP retry topic included), or at ``deadline_ms``: the gRPC
         receive's long polling (it pops again then). ``None`` when the key is full
@@ -126,8 +139,9 @@ def pop_message(broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
     return process(broker, peer, req)
 
 
-def process(broker: Broker, peer: Peer, req: RemotingCommand, *, held: HeldPull | None = None,
-            final: bool = False) -> Any:
+def process(
+    broker: Broker, peer: Peer, req: RemotingCommand, *, held: HeldPull | None = None, final: bool = False
+) -> Any:
     """One pop: the response, a future of it (held), or on a held pop's wake-up ``None``
     (keep holding) unless it found something or ``final``."""
     now = broker.clock.wall_ms()
@@ -137,11 +151,22 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, held: HeldPull 
         h = PopMessageHeader.read(req.ext_fields)
         born = h.born_time or now
         if now - born - h.poll_time > TIMEOUT_TOO_MUCH_MS:
-            return req.reply(ResponseCode.POLLING_TIMEOUT,
-                             f"the broker[{broker.config.broker_ip1}] pop message is timeout too much")
+            return req.reply(
+                ResponseCode.POLLING_TIMEOUT, f"the broker[{broker.config.broker_ip1}] pop message is timeout too much"
+            )
     try:
-        result = broker.pop.pop(h.consumer_group, h.topic, h.queue_id, h.max_msg_nums, h.invisible_time, now,
-                                order=h.order, tags=h.exp, exp_type=h.exp_type, init_mode=h.init_mode)
+        result = broker.pop.pop(
+            h.consumer_group,
+            h.topic,
+            h.queue_id,
+            h.max_msg_nums,
+            h.invisible_time,
+            now,
+            order=h.order,
+            tags=h.exp,
+            exp_type=h.exp_type,
+            init_mode=h.init_mode,
+        )
     except PopRefused as exc:
         return req.reply(exc.code, exc.remark)
     except rmqlog.StoreError as exc:
@@ -152,8 +177,9 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, held: HeldPull 
         res.body = result.body()
         return res if held is not None else durable(broker, req, res)  # (a held one: PopHoldService._finish)
     if held is None and h.poll_time > 0 and not broker.stopping and _in_event_loop():
-        fut = broker.pop_holds.hold_pop(peer, req, h.consumer_group, h.topic, h.queue_id, now + h.poll_time,
-                                        {"header": h, "broker": broker})
+        fut = broker.pop_holds.hold_pop(
+            peer, req, h.consumer_group, h.topic, h.queue_id, now + h.poll_time, {"header": h, "broker": broker}
+        )
         if fut is None:
             return req.reply(ResponseCode.POLLING_FULL, "NO_MESSAGE_IN_QUEUE", ext)
         watch_close(broker, peer)
@@ -205,9 +231,14 @@ def durable(broker: Broker, req: RemotingCommand, res: RemotingCommand) -> Any:
 
 
 def _pop_header(result: PopResult, order: bool) -> dict[str, Any]:
-    ext: dict[str, Any] = {"popTime": result.pop_time, "invisibleTime": result.invisible,
-                           "reviveQid": result.revive_qid, "restNum": result.rest,
-                           "startOffsetInfo": result.start_offset_info(), "msgOffsetInfo": result.msg_offset_info()}
+    ext: dict[str, Any] = {
+        "popTime": result.pop_time,
+        "invisibleTime": result.invisible,
+        "reviveQid": result.revive_qid,
+        "restNum": result.rest,
+        "startOffsetInfo": result.start_offset_info(),
+        "msgOffsetInfo": result.msg_offset_info(),
+    }
     if order:
         counts = result.order_count_info()
         if counts is not None:
@@ -224,23 +255,30 @@ def _in_event_loop() -> bool:
 
 
 # ------------------------------------------------------------- ack, change
-def _check_handle(broker: Broker, req: RemotingCommand, h: AckMessageHeader | ChangeInvisibleTimeHeader,
-                  ) -> RemotingCommand | ExtraInfo:
+def _check_handle(
+    broker: Broker,
+    req: RemotingCommand,
+    h: AckMessageHeader | ChangeInvisibleTimeHeader,
+) -> RemotingCommand | ExtraInfo:
     """Java's checks of an ack or change, in its order: a refusal, or the handle parsed (the
     queue and offset as the header says, as Java takes them)."""
     tc = broker.topics.get(h.topic)
     if tc is None:
         return req.reply(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
     if not 0 <= h.queue_id < tc.read_queue_nums:
-        return req.reply(ResponseCode.MESSAGE_ILLEGAL, f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
-                         f"topicConfig.readQueueNums:[{tc.read_queue_nums}]")
+        return req.reply(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:[{tc.read_queue_nums}]",
+        )
     try:
         lo, hi = broker.store.min_offset(h.topic, h.queue_id), broker.store.max_offset(h.topic, h.queue_id)
     except rmqlog.StoreError as exc:
         return store_failure(req, exc)
     if not lo <= h.offset <= hi:
-        return req.reply(ResponseCode.NO_MESSAGE,
-                         f"offset is illegal, key:{h.topic}@{h.queue_id}, commit:{h.offset}, store:{lo}~{hi}")
+        return req.reply(
+            ResponseCode.NO_MESSAGE,
+            f"offset is illegal, key:{h.topic}@{h.queue_id}, commit:{h.offset}, store:{lo}~{hi}",
+        )
     try:
         info = ExtraInfo.parse(h.extra_info)
     except HandleError as exc:
@@ -270,17 +308,28 @@ def change_invisible_time(broker: Broker, peer: Peer, req: RemotingCommand) -> A
     if isinstance(info, RemotingCommand):
         return info
     try:
-        status, new = broker.pop.change_invisible(h.consumer_group, h.topic, info, h.invisible_time,
-                                                  broker.clock.wall_ms())
+        status, new = broker.pop.change_invisible(
+            h.consumer_group, h.topic, info, h.invisible_time, broker.clock.wall_ms()
+        )
     except PopRefused as exc:
         return req.reply(exc.code, exc.remark)
     except rmqlog.StoreError as exc:
         return store_failure(req, exc)
     if status is not AckStatus.OK or new is None:
-        return req.reply(ResponseCode.NO_MESSAGE, f"the message of extraInfo [{h.extra_info}] is not in flight "
-                         f"({'its invisible time passed' if status is AckStatus.EXPIRED else 'acked or changed'})")
-    return durable(broker, req, req.reply(ResponseCode.SUCCESS, None, {
-        "popTime": new.pop_time, "invisibleTime": new.invisible_time, "reviveQid": new.revive_qid}))
+        return req.reply(
+            ResponseCode.NO_MESSAGE,
+            f"the message of extraInfo [{h.extra_info}] is not in flight "
+            f"({'its invisible time passed' if status is AckStatus.EXPIRED else 'acked or changed'})",
+        )
+    return durable(
+        broker,
+        req,
+        req.reply(
+            ResponseCode.SUCCESS,
+            None,
+            {"popTime": new.pop_time, "invisibleTime": new.invisible_time, "reviveQid": new.revive_qid},
+        ),
+    )
 
 
 __all__ = ["PopHoldService", "pop_message", "ack_message", "change_invisible_time", "rerun_held"]

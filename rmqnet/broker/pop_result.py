@@ -89,8 +89,10 @@ class PopResult:
         return ";".join(offset_info_entry(q.topic, q.queue_id, q.start) for q in self.queues)
 
     def msg_offset_info(self) -> str:
-        return ";".join(offset_info_entry(q.topic, q.queue_id, ",".join(map(str, q.records.queue_offsets.tolist())))
-                        for q in self.queues)
+        return ";".join(
+            offset_info_entry(q.topic, q.queue_id, ",".join(map(str, q.records.queue_offsets.tolist())))
+            for q in self.queues
+        )
 
     def order_count_info(self) -> str | None:
         """An orderly pop's ``orderCountInfo``: ``topicType qo<queueId>%<offset> count`` per
@@ -100,15 +102,18 @@ class PopResult:
             if q.attempts is None:
                 return None
             mark = topic_type(q.topic)
-            parts += [f"{mark} qo{q.queue_id}%{o} {a}"
-                      for o, a in zip(q.records.queue_offsets.tolist(), q.attempts.tolist(), strict=True)]
+            parts += [
+                f"{mark} qo{q.queue_id}%{o} {a}"
+                for o, a in zip(q.records.queue_offsets.tolist(), q.attempts.tolist(), strict=True)
+            ]
         return ";".join(parts)
 
 
 def take(recs: StoredRecords, idx: np.ndarray) -> StoredRecords:
     """The records at indexes ``idx`` (a filtered orderly batch)."""
-    return StoredRecords(recs.array.take(pa.array(idx)), recs.commit_log_offsets[idx], recs.sizes[idx],
-                         recs.queue_offsets[idx])
+    return StoredRecords(
+        recs.array.take(pa.array(idx)), recs.commit_log_offsets[idx], recs.sizes[idx], recs.queue_offsets[idx]
+    )
 
 
 __all__ = ["PopResult", "PoppedQueue", "take"]

@@ -101,9 +101,19 @@ class Checkpoint:
 
     def record(self, replaces: int | None = None) -> dict[str, Any]:
         """Its ``ck`` record (acked indexes and attempts included)."""
-        rec: dict[str, Any] = {"k": "ck", "id": self.id, "g": self.group, "t": self.topic, "q": self.queue_id,
-                               "s": self.start, "p": self.pop_time, "i": self.invisible,
-                               "o": self.offsets.tolist(), "c": self.commit_offsets.tolist(), "n": self.next_offset}
+        rec: dict[str, Any] = {
+            "k": "ck",
+            "id": self.id,
+            "g": self.group,
+            "t": self.topic,
+            "q": self.queue_id,
+            "s": self.start,
+            "p": self.pop_time,
+            "i": self.invisible,
+            "o": self.offsets.tolist(),
+            "c": self.commit_offsets.tolist(),
+            "n": self.next_offset,
+        }
         if self.order:
             rec["f"] = 1
             rec["a"] = (self.attempts if self.attempts is not None else np.zeros(len(self.offsets), np.int64)).tolist()
@@ -126,9 +136,22 @@ class Checkpoint:
         if rec.get("h"):
             handed = np.ones(len(offsets), bool)
             handed[np.asarray(rec["h"], np.int64)] = False
-        return Checkpoint(int(rec["id"]), rec["g"], rec["t"], int(rec["q"]), int(rec["s"]), int(rec["p"]),
-                          int(rec["i"]), offsets, np.asarray(rec["c"], np.int64), int(rec["n"]),
-                          bool(rec.get("f")), attempts, acked, handed)
+        return Checkpoint(
+            int(rec["id"]),
+            rec["g"],
+            rec["t"],
+            int(rec["q"]),
+            int(rec["s"]),
+            int(rec["p"]),
+            int(rec["i"]),
+            offsets,
+            np.asarray(rec["c"], np.int64),
+            int(rec["n"]),
+            bool(rec.get("f")),
+            attempts,
+            acked,
+            handed,
+        )
 
 
 class PopState:
@@ -287,8 +310,9 @@ class PopState:
         live = self.live_records
         if not force and (self.log.records < COMPACT_MIN or self.log.records <= 4 * live):
             return False
-        records: list[dict[str, Any]] = [{"k": "pos", "g": g, "t": t, "q": q, "n": n}
-                                         for (g, t, q), n in self.positions.items()]
+        records: list[dict[str, Any]] = [
+            {"k": "pos", "g": g, "t": t, "q": q, "n": n} for (g, t, q), n in self.positions.items()
+        ]
         records += [ck.record() for ck in self.cks.values()]
         records += [{"k": "rv", "seq": seq, "ids": ids} for seq, ids in self.pending.items()]
         if not self.pending and self.revive_seq > 1:  # (the sequence goes on after a compaction)

@@ -112,6 +112,7 @@ def compiled(expression: str) -> Sql92Filter:
     """:func:`rmqlog.filter.compile_filter`, cached by text (a refusal is not cached: it raises)."""
     return compile_filter(expression)
 
+
 _S = GetMessageStatus
 _CODE = {
     _S.FOUND: ResponseCode.SUCCESS,
@@ -185,8 +186,9 @@ class PullSettings:
         if found is None:
             if len(self.disk) >= 64:  # (a client cycling through counts: no growth)
                 self.disk.clear()
-            found = self.disk[key] = DiskLimits(memory=key[1], max_count=min(nums, self.disk_count),
-                                                max_bytes=self.disk_bytes)
+            found = self.disk[key] = DiskLimits(
+                memory=key[1], max_count=min(nums, self.disk_count), max_bytes=self.disk_bytes
+            )
         return found
 
 
@@ -227,8 +229,9 @@ def pull_message(broker: Broker, peer: Peer, req: RemotingCommand) -> Any:
     return process(broker, peer, req, allow_suspend=True)
 
 
-def process(broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: bool,
-            held: HeldPull | None = None) -> Any:
+def process(
+    broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: bool, held: HeldPull | None = None
+) -> Any:
     """One pull (Java's ``processRequest``): the response, or with ``allow_suspend`` a future
     of it when the pull is held. ``held``: the re-run of a held pull (its header and
     subscription as first checked; no new hold, no commit)."""
@@ -252,9 +255,12 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: 
         code = _CODE[status]
     if code == ResponseCode.PULL_OFFSET_MOVED and got.slave:
         code = ResponseCode.PULL_RETRY_IMMEDIATELY  # a slave corrects no offset (offsetCheckInSlave off)
-    ext = {"suggestWhichBrokerId": suggest_broker(broker, result, got) if got.slave_read else 0,
-           "nextBeginOffset": result.next_begin_offset, "minOffset": result.min_offset,
-           "maxOffset": result.max_offset}
+    ext = {
+        "suggestWhichBrokerId": suggest_broker(broker, result, got) if got.slave_read else 0,
+        "nextBeginOffset": result.next_begin_offset,
+        "minOffset": result.min_offset,
+        "maxOffset": result.max_offset,
+    }
     res: Any = req.reply(code, status.name, ext)
     if code == ResponseCode.SUCCESS:
         assert result.records is not None
@@ -262,14 +268,22 @@ def process(broker: Broker, peer: Peer, req: RemotingCommand, *, allow_suspend: 
         # consumeTps of GET_CONSUME_STATS (admin_stats)
         found = len(result.records.commit_log_offsets)
         broker.get_nums.record(h.consumer_group, h.topic, found, broker.clock.wall_ms())
-        broker.metrics.on_pull(h.topic, h.consumer_group, h.queue_id, found, len(result.records.data),
-                               result.next_begin_offset)
+        broker.metrics.on_pull(
+            h.topic, h.consumer_group, h.queue_id, found, len(result.records.data), result.next_begin_offset
+        )
     elif code == ResponseCode.PULL_NOT_FOUND and allow_suspend and h.sys_flag & PULL_SUSPEND:
         holds = broker.holds
         if not broker.stopping and _in_event_loop():
             wait = h.suspend_timeout_millis if got.long_polling else got.short_polling_ms
-            res = holds.hold(peer, req, h.topic, h.queue_id, h.queue_offset, broker.clock.wall_ms() + wait,
-                             {"header": h, "filter": flt, "broker": broker})
+            res = holds.hold(
+                peer,
+                req,
+                h.topic,
+                h.queue_id,
+                h.queue_offset,
+                broker.clock.wall_ms() + wait,
+                {"header": h, "filter": flt, "broker": broker},
+            )
             watch_close(broker, peer)
     if allow_suspend and h.sys_flag & PULL_COMMIT_OFFSET and h.commit_offset >= 0 and not got.slave:
         # Java stores it unchecked; one the store refuses (a bad group name) must not fail the pull
@@ -312,7 +326,8 @@ def _group_refusal(broker: Broker, req: RemotingCommand, group: str) -> Remoting
     config = broker.config
     try:
         sub_group = broker.subscription_groups.find_or_create(
-            group, auto_create=config.auto_create_subscription_group, cap=config.auto_create_subscription_group_max_nums)
+            group, auto_create=config.auto_create_subscription_group, cap=config.auto_create_subscription_group_max_nums
+        )
     except GroupTableFull as exc:
         return req.reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, str(exc))
     if sub_group is None:
@@ -322,8 +337,9 @@ def _group_refusal(broker: Broker, req: RemotingCommand, group: str) -> Remoting
     return None
 
 
-def _check(broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeader,
-           got: PullSettings) -> RemotingCommand | Filter:
+def _check(
+    broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeader, got: PullSettings
+) -> RemotingCommand | Filter:
     """The request's checks in Java's order: a refusal, or the filter to read with."""
     if not got.readable:
         return req.reply(ResponseCode.NO_PERMISSION, f"the broker[{got.broker_ip1}] pulling message is forbidden")
@@ -336,8 +352,11 @@ def _check(broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeade
     if not tc.perm & PERM_READ:
         return req.reply(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
     if not 0 <= h.queue_id < tc.read_queue_nums:
-        return req.reply(ResponseCode.SYSTEM_ERROR, f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
-                         f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{peer.remote}]")
+        return req.reply(
+            ResponseCode.SYSTEM_ERROR,
+            f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] "
+            f"topicConfig.readQueueNums:[{tc.read_queue_nums}] consumer:[{peer.remote}]",
+        )
     sql: Sql92Filter | None = None
     if h.sys_flag & PULL_SUBSCRIPTION:
         expression_type, subscription = h.expression_type, h.subscription
@@ -357,15 +376,19 @@ def _check(broker: Broker, peer: Peer, req: RemotingCommand, h: PullMessageHeade
         if expression_type == SQL92:
             found = registry.find_filter(h.consumer_group, h.topic)
             if found is None:
-                return req.reply(ResponseCode.FILTER_DATA_NOT_EXIST,
-                                 "The broker's consumer filter data is not exist!Your expression may be wrong!")
+                return req.reply(
+                    ResponseCode.FILTER_DATA_NOT_EXIST,
+                    "The broker's consumer filter data is not exist!Your expression may be wrong!",
+                )
             if found[0] < h.sub_version:
                 return req.reply(ResponseCode.FILTER_DATA_NOT_LATEST, "the consumer's consumer filter data not latest")
             sql = found[1]
     if expression_type not in TAG_TYPES:
         if expression_type != SQL92 or not got.property_filter:
-            return req.reply(ResponseCode.SYSTEM_ERROR,
-                             f"The broker does not support consumer to filter message by {expression_type}")
+            return req.reply(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {expression_type}",
+            )
         return None, sql
     if subscription not in EVERYTHING:  # (the usual "*" needs no parse: the read takes it as is)
         try:
@@ -381,15 +404,23 @@ def _read(broker: Broker, h: PullMessageHeader, flt: Filter, got: PullSettings) 
     ``accessMessageInMemoryMaxRatio`` percent of the machine's memory behind the commitlog's
     end: Java's ``checkInDiskByCommitOffset``), the store applying the rule per unit."""
     nums = max(h.max_msg_nums, 1)  # Java takes the first message whatever maxMsgNums says
-    result: GetMessageResult = broker.store.read_window(h.topic, h.queue_id, h.queue_offset,
-                                                        max_count=min(nums, got.count), max_bytes=got.nbytes,
-                                                        tags=flt[0], raw=True, disk=got.disk_limits(nums),
-                                                        sql92=flt[1])
+    result: GetMessageResult = broker.store.read_window(
+        h.topic,
+        h.queue_id,
+        h.queue_offset,
+        max_count=min(nums, got.count),
+        max_bytes=got.nbytes,
+        tags=flt[0],
+        raw=True,
+        disk=got.disk_limits(nums),
+        sql92=flt[1],
+    )
     return result
 
 
-def disk_limited(sizes: np.ndarray, in_disk: np.ndarray, mem_count: int, disk_count: int, mem_bytes: int,
-                 disk_bytes: int) -> int:
+def disk_limited(
+    sizes: np.ndarray, in_disk: np.ndarray, mem_count: int, disk_count: int, mem_bytes: int, disk_bytes: int
+) -> int:
     """How many of the records (sizes in queue order) Java's ``isTheBatchFull`` keeps when
     each is judged by its own place (``in_disk``): record ``i`` (never the first) ends the
     batch when the ``i`` taken reach its count limit or its size carries the bytes past its
@@ -398,8 +429,11 @@ def disk_limited(sizes: np.ndarray, in_disk: np.ndarray, mem_count: int, disk_co
     the tests pin the two against each other."""
     before = np.arange(len(sizes))
     bytes_before = np.cumsum(sizes) - sizes
-    full = np.where(in_disk, (before >= disk_count) | (bytes_before + sizes > disk_bytes),
-                    (before >= mem_count) | (bytes_before + sizes > mem_bytes))
+    full = np.where(
+        in_disk,
+        (before >= disk_count) | (bytes_before + sizes > disk_bytes),
+        (before >= mem_count) | (bytes_before + sizes > mem_bytes),
+    )
     full[0] = False
     stops = np.flatnonzero(full)
     return int(stops[0]) if len(stops) else len(sizes)
@@ -411,7 +445,10 @@ def rerun_held(held: HeldPull, final: bool) -> RemotingCommand | None:
     (keep holding) unless something matching arrived; at the deadline, whatever the pull gives."""
     broker: Broker = held.state["broker"]  # (kept by the pull that held it)
     res = process(broker, held.peer, held.request, allow_suspend=False, held=held)
-    if not final and res.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY) \
-            and res.remark != _S.MESSAGE_WAS_REMOVING.name:
+    if (
+        not final
+        and res.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY)
+        and res.remark != _S.MESSAGE_WAS_REMOVING.name
+    ):
         return None
     return res

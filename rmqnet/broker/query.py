@@ -53,8 +53,10 @@ def query_message(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingC
             found = store.query_by_key(topic, key, max_num, begin, end, raw=True)
         last_ms, last_offset = store.index_last_update()
     except rmqlog.IndexDisabledError:
-        return req.reply(ResponseCode.QUERY_NOT_FOUND, "can not find message: this broker keeps no message index "
-                         "(messageIndexEnable=false)")
+        return req.reply(
+            ResponseCode.QUERY_NOT_FOUND,
+            "can not find message: this broker keeps no message index (messageIndexEnable=false)",
+        )
     except rmqlog.StoreError as exc:
         return pull.store_failure(req, exc)
     ext_out = {"indexLastUpdateTimestamp": last_ms, "indexLastUpdatePhyoffset": last_offset}
@@ -67,8 +69,9 @@ def _first(records: rmqlog.StoredRecords, n: int) -> rmqlog.StoredRecords:
     """The first ``n`` of ``records``."""
     if len(records) <= n:
         return records
-    return rmqlog.StoredRecords(records.array.slice(0, n), records.commit_log_offsets[:n], records.sizes[:n],
-                                records.queue_offsets[:n])
+    return rmqlog.StoredRecords(
+        records.array.slice(0, n), records.commit_log_offsets[:n], records.sizes[:n], records.queue_offsets[:n]
+    )
 
 
 def view_message_by_id(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
@@ -94,5 +97,9 @@ def _indexed_at(store: rmqlog.MessageStore, found: rmqlog.StoredRecords, offset:
     row = rmqlog.decode_record_rows(found.data)[0]  # one record: ~10 us, not the table's ~1 ms
     unit = store.read_window(row["topic"], row["queueId"], row["queueOffset"], max_count=1, raw=True)
     recs = unit.records
-    return (unit.status == rmqlog.GetMessageStatus.FOUND and recs is not None and len(recs) == 1
-            and int(recs.commit_log_offsets[0]) == offset)
+    return (
+        unit.status == rmqlog.GetMessageStatus.FOUND
+        and recs is not None
+        and len(recs) == 1
+        and int(recs.commit_log_offsets[0]) == offset
+    )

@@ -77,8 +77,12 @@ def topic_data(topic: Any) -> TopicConfigData:
     if isinstance(topic, TopicConfigData):
         return topic
     return TopicConfigData(
-        str(topic.topic_name), int(topic.read_queue_nums), int(topic.write_queue_nums), int(topic.perm),
-        str(getattr(topic, "topic_filter_type", "SINGLE_TAG")), int(getattr(topic, "topic_sys_flag", 0)),
+        str(topic.topic_name),
+        int(topic.read_queue_nums),
+        int(topic.write_queue_nums),
+        int(topic.perm),
+        str(getattr(topic, "topic_filter_type", "SINGLE_TAG")),
+        int(getattr(topic, "topic_sys_flag", 0)),
         bool(getattr(topic, "order", False)),
     )
 
@@ -98,8 +102,14 @@ class Registrar:
     ``data_version`` -> ``{"counter", "timestamp"}``): :class:`rmqnet.broker.broker.Broker`.
     """
 
-    def __init__(self, broker: Broker, *, invoke: Invoke | None = None, ha_server_addr: str | None = None,
-                 compressed: bool = False) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        invoke: Invoke | None = None,
+        ha_server_addr: str | None = None,
+        compressed: bool = False,
+    ) -> None:
         cfg = broker.config
         self.broker = broker
         self.namesrv_addrs: list[str] = []
@@ -108,8 +118,14 @@ class Registrar:
                 self.namesrv_addrs += parse_namesrv_addr(entry)
             except ValueError as exc:  # as Java, a bad entry fails alone (there: at each connect)
                 log.warning("broker %s: %s: not registering there", cfg.broker_name, exc)
-        self.header = RegisterBrokerHeader(cfg.broker_name, broker.address, cfg.broker_cluster_name,
-                                           ha_server_addr or ha_address(broker.address), cfg.broker_id, compressed)
+        self.header = RegisterBrokerHeader(
+            cfg.broker_name,
+            broker.address,
+            cfg.broker_cluster_name,
+            ha_server_addr or ha_address(broker.address),
+            cfg.broker_id,
+            compressed,
+        )
         #: (accessKey, secretKey) the requests are signed with (None: unsigned)
         self.credentials: tuple[str, str] | None = getattr(cfg, "inner_credentials", None)
         self.period_ms = min(max(int(cfg.register_name_server_period), _PERIOD_BOUNDS[0]), _PERIOD_BOUNDS[1])
@@ -159,10 +175,12 @@ class Registrar:
         self._sent_version = version
         body = RegisterBrokerBody(table, version).encode(self.header.compressed)
         h = self.header
-        ext = RegisterBrokerHeader(h.broker_name, h.broker_addr, h.cluster_name, h.ha_server_addr, h.broker_id,
-                                   h.compressed, body_crc32(body)).to_ext()
-        outcomes = await asyncio.gather(*(self._send(addr, RequestCode.REGISTER_BROKER, ext, body)
-                                          for addr in self.namesrv_addrs))
+        ext = RegisterBrokerHeader(
+            h.broker_name, h.broker_addr, h.cluster_name, h.ha_server_addr, h.broker_id, h.compressed, body_crc32(body)
+        ).to_ext()
+        outcomes = await asyncio.gather(
+            *(self._send(addr, RequestCode.REGISTER_BROKER, ext, body) for addr in self.namesrv_addrs)
+        )
         ok = 0
         for addr, res in zip(self.namesrv_addrs, outcomes, strict=True):
             if res is not None:
@@ -174,8 +192,9 @@ class Registrar:
         """UNREGISTER_BROKER to every name server; the number that accepted (failures logged)."""
         h = self.header
         ext = UnregisterBrokerHeader(h.broker_name, h.broker_addr, h.cluster_name, h.broker_id).to_ext()
-        outcomes = await asyncio.gather(*(self._send(addr, RequestCode.UNREGISTER_BROKER, ext, b"")
-                                          for addr in self.namesrv_addrs))
+        outcomes = await asyncio.gather(
+            *(self._send(addr, RequestCode.UNREGISTER_BROKER, ext, b"") for addr in self.namesrv_addrs)
+        )
         return sum(res is not None for res in outcomes)
 
     async def close(self) -> int:
@@ -198,12 +217,24 @@ class Registrar:
         try:
             res = await self.invoke(addr, req, self.timeout_s)
         except Exception as exc:  # a name server down is retried next period, never fatal
-            log.warning("broker %s: cannot %s name server %s: %s: %s", self.header.broker_name, what, addr,
-                        type(exc).__name__, exc)
+            log.warning(
+                "broker %s: cannot %s name server %s: %s: %s",
+                self.header.broker_name,
+                what,
+                addr,
+                type(exc).__name__,
+                exc,
+            )
             return None
         if res.code != ResponseCode.SUCCESS:
-            log.warning("broker %s: name server %s refused to %s it: code %d, %s", self.header.broker_name, addr,
-                        what.split()[0], res.code, res.remark)
+            log.warning(
+                "broker %s: name server %s refused to %s it: code %d, %s",
+                self.header.broker_name,
+                addr,
+                what.split()[0],
+                res.code,
+                res.remark,
+            )
             return None
         return res
 

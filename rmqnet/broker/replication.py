@@ -84,22 +84,38 @@ class Replication:
         cfg = self.config
         store = self.broker.store
         if self.slave:
-            self.client = HAClient(store, cfg.ha_master_address, clock=self.broker.clock,
-                                   heartbeat_ms=cfg.ha_send_heartbeat_interval, housekeeping_ms=cfg.ha_housekeeping_interval,
-                                   credentials=cfg.inner_credentials)
+            self.client = HAClient(
+                store,
+                cfg.ha_master_address,
+                clock=self.broker.clock,
+                heartbeat_ms=cfg.ha_send_heartbeat_interval,
+                housekeeping_ms=cfg.ha_housekeeping_interval,
+                credentials=cfg.inner_credentials,
+            )
             if cfg.inner_credentials is None and cfg.acl_enable:
-                log.warning("HA: this slave has no innerClientAuthenticationCredentials: a master with aclEnable "
-                            "streams to it only if its address is on the master's haSlaveAllowList")
+                log.warning(
+                    "HA: this slave has no innerClientAuthenticationCredentials: a master with aclEnable "
+                    "streams to it only if its address is on the master's haSlaveAllowList"
+                )
             return
         if port is None:
             port = cfg.ha_port(cfg.listen_port)
-        server = HAServer(store, host=host, port=port, clock=self.broker.clock,
-                          batch_size=cfg.ha_transfer_batch_size, heartbeat_ms=cfg.ha_send_heartbeat_interval,
-                          fallbehind_max=cfg.ha_slave_fallbehind_max, housekeeping_ms=cfg.ha_housekeeping_interval,
-                          admission=self.admission())
+        server = HAServer(
+            store,
+            host=host,
+            port=port,
+            clock=self.broker.clock,
+            batch_size=cfg.ha_transfer_batch_size,
+            heartbeat_ms=cfg.ha_send_heartbeat_interval,
+            fallbehind_max=cfg.ha_slave_fallbehind_max,
+            housekeeping_ms=cfg.ha_housekeeping_interval,
+            admission=self.admission(),
+        )
         if server.admission.open:
-            log.warning("HA: any peer of the HA port is taken as a slave (aclEnable=false, and neither "
-                        "haSlaveAllowList nor innerClientAuthenticationCredentials is set)")
+            log.warning(
+                "HA: any peer of the HA port is taken as a slave (aclEnable=false, and neither "
+                "haSlaveAllowList nor innerClientAuthenticationCredentials is set)"
+            )
         try:
             bound = await server.start()
         except OSError as exc:
@@ -125,8 +141,9 @@ class Replication:
             return SlaveAdmission(allowed)
 
         def secret_of(key: str) -> str | None:
-            if own is not None and hmac.compare_digest(key.encode("utf-8", "surrogatepass"),
-                                                       own[0].encode("utf-8", "surrogatepass")):
+            if own is not None and hmac.compare_digest(
+                key.encode("utf-8", "surrogatepass"), own[0].encode("utf-8", "surrogatepass")
+            ):
                 return own[1]
             account = acl.config.accounts.get(key) if acl is not None else None
             return account.secret_key if account is not None and account.admin else None
@@ -191,7 +208,13 @@ class Replication:
 
 def _recode(reply: RemotingCommand, code: int) -> RemotingCommand:
     """``reply`` with another code, the same fields (msgId, offsets): the message is stored."""
-    out = RemotingCommand(code, reply.opaque, flag=reply.flag, remark=reply.remark, ext_fields=dict(reply.ext_fields),
-                          language=reply.language, version=reply.version)
+    out = RemotingCommand(
+        code,
+        reply.opaque,
+        flag=reply.flag,
+        remark=reply.remark,
+        ext_fields=dict(reply.ext_fields),
+        language=reply.language,
+        version=reply.version,
+    )
     return out
-

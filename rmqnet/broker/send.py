@@ -85,11 +85,19 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: the columns of a put (``MessageStore.put_wire``), in this order and of these types
-WIRE_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
-    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.string()),
-    ("properties", pa.string()), ("reconsumeTimes", pa.int32()),
-])
+WIRE_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("queueId", pa.int32()),
+        ("body", pa.binary()),
+        ("flag", pa.int32()),
+        ("sysFlag", pa.int32()),
+        ("bornTimestamp", pa.int64()),
+        ("bornHost", pa.string()),
+        ("properties", pa.string()),
+        ("reconsumeTimes", pa.int32()),
+    ]
+)
 #: writers whose last idempotent send's answer is kept (memory: a few hundred bytes each)
 MARKED_ANSWERS = 4096
 #: RocketMQ's largest properties string (a Java short)
@@ -100,8 +108,13 @@ _TRAN_MARK, _WAIT_MARK = property_mark(PROPERTY_TRAN_MSG), property_mark(PROPERT
 _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
 
 
-def put_wire(store: MessageStore, table: pa.Table, marker: IdempotenceMarker | None = None,
-             system: bool = False, cluster: str | None = None) -> pa.Table:
+def put_wire(
+    store: MessageStore,
+    table: pa.Table,
+    marker: IdempotenceMarker | None = None,
+    system: bool = False,
+    cluster: str | None = None,
+) -> pa.Table:
     """Append ``table`` (:data:`WIRE_SCHEMA`) as one all-or-nothing batch; per row
     ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``. The one place a send
     reaches the store (``MessageStore.put_wire``, the store's put of wire-form messages). With
@@ -109,8 +122,9 @@ def put_wire(store: MessageStore, table: pa.Table, marker: IdempotenceMarker | N
     ``system``: half messages (:mod:`rmqnet.broker.transactions`), the broker's own rows."""
     if marker is None:
         return store.put_wire(table, system=system, cluster=cluster, wait_flush=False)
-    return store.put_wire(table, writer=marker.writer, sequence=marker.sequence, system=system, cluster=cluster,
-                          wait_flush=False)
+    return store.put_wire(
+        table, writer=marker.writer, sequence=marker.sequence, system=system, cluster=cluster, wait_flush=False
+    )
 
 
 def decode_batch(body: bytes, append_properties: str) -> pa.Table:
@@ -186,7 +200,9 @@ class SendService:
         self._last_marked: OrderedDict[str, tuple[int, dict[str, str]]] = OrderedDict()
 
     # ------------------------------------------------------------ handlers
-    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
+    def handle(
+        self, broker: Broker, peer: Peer, req: RemotingCommand
+    ) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
         """SEND_MESSAGE / SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE: an immediate refusal, or a
         future of the reply."""
         v2 = req.code != RequestCode.SEND_MESSAGE
@@ -218,10 +234,21 @@ class SendService:
             kind = NORMAL
         else:
             nbytes, kind = len(body), message_type(header.properties, half)
-        return self._submit(req, rows, count, queue_id, extra, _waits(header.properties), marker,
-                            half=half, counted=(header.topic, kind, nbytes))
+        return self._submit(
+            req,
+            rows,
+            count,
+            queue_id,
+            extra,
+            _waits(header.properties),
+            marker,
+            half=half,
+            counted=(header.topic, kind, nbytes),
+        )
 
-    def _check(self, req: RemotingCommand, h: SendMessageHeader, peer: Peer, extra: dict[str, str]) -> RemotingCommand | TopicConfig:
+    def _check(
+        self, req: RemotingCommand, h: SendMessageHeader, peer: Peer, extra: dict[str, str]
+    ) -> RemotingCommand | TopicConfig:
         """RocketMQ's ``preSend`` + ``msgCheck``: the topic's config, or the refusal."""
         cfg, topics = self.config, self.broker.topics
         if self.broker.stopping:
@@ -230,13 +257,18 @@ class SendService:
         if refused is not None:  # a SLAVE (DefaultMessageStore.checkStoreStatus)
             return refused
         if not cfg.broker_permission & PERM_WRITE and topics.is_order_topic(h.topic):
-            return req.reply(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden", extra)
+            return req.reply(
+                ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden", extra
+            )
         topic = h.topic
         if not topic.strip():
             return req.reply(ResponseCode.SYSTEM_ERROR, "The specified topic is blank.", extra)
         if not set(topic) <= _TOPIC_CHARS:
-            return req.reply(ResponseCode.SYSTEM_ERROR,
-                             "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$", extra)
+            return req.reply(
+                ResponseCode.SYSTEM_ERROR,
+                "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$",
+                extra,
+            )
         if len(topic) > TOPIC_MAX_BYTES:
             return req.reply(ResponseCode.SYSTEM_ERROR, "The specified topic is longer than topic max length.", extra)
         if topic in NOT_ALLOWED_SEND_TOPICS:
@@ -249,23 +281,37 @@ class SendService:
             log.warning("the topic %s does not exist, producer %s", topic, peer.remote)
             tc = topics.create_in_send(topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
             if tc is None and topic.startswith(RETRY_PREFIX):
-                tc = topics.create_retry(topic[len(RETRY_PREFIX):])
+                tc = topics.create_retry(topic[len(RETRY_PREFIX) :])
             if tc is None:
-                return req.reply(ResponseCode.TOPIC_NOT_EXIST,
-                                 f"topic[{topic}] not exist, apply first please! "
-                                 "http://rocketmq.apache.org/docs/faq/", extra)
+                return req.reply(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{topic}] not exist, apply first please! http://rocketmq.apache.org/docs/faq/",
+                    extra,
+                )
         if not tc.perm & PERM_WRITE:
             return req.reply(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden", extra)
         if h.queue_id >= max(tc.write_queue_nums, tc.read_queue_nums):
-            return req.reply(ResponseCode.SYSTEM_ERROR,
-                             f"request queueId[{h.queue_id}] is illegal, {topic_text(tc)} Producer: {peer.remote}", extra)
+            return req.reply(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{h.queue_id}] is illegal, {topic_text(tc)} Producer: {peer.remote}",
+                extra,
+            )
         return tc
 
     def _illegal(self, req: RemotingCommand, detail: str, extra: dict[str, str]) -> RemotingCommand:
         return req.reply(ResponseCode.MESSAGE_ILLEGAL, illegal_remark(self.config.max_message_size, detail), extra)
 
-    def _single_row(self, req: RemotingCommand, h: SendMessageHeader, topic: str, queue_id: int, body: bytes,
-                    born_host: str, reconsume: int, extra: dict[str, str]) -> Any:
+    def _single_row(
+        self,
+        req: RemotingCommand,
+        h: SendMessageHeader,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        born_host: str,
+        reconsume: int,
+        extra: dict[str, str],
+    ) -> Any:
         if len(body) > self.config.max_message_size:
             return self._illegal(req, f"body of {len(body)} bytes", extra)
         text = h.properties
@@ -278,8 +324,11 @@ class SendService:
             props = parse_properties(text)
             if half:
                 if self.config.reject_transaction_message:  # RocketMQ's refusal (rejectTransactionMessage)
-                    return req.reply(ResponseCode.NO_PERMISSION,
-                                     f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden", extra)
+                    return req.reply(
+                        ResponseCode.NO_PERMISSION,
+                        f"the broker[{self.config.broker_ip1}] sending transaction message is forbidden",
+                        extra,
+                    )
                 refused = self.broker.transactions.half(props, topic, queue_id)
                 if refused is not None:
                     return self._illegal(req, refused, extra)
@@ -288,7 +337,7 @@ class SendService:
             else:
                 limit = h.max_reconsume_times if h.max_reconsume_times is not None else DEFAULT_MAX_RECONSUME
                 if reconsume >= limit:  # RocketMQ's handleRetryAndDLQ: to the group's dead letters
-                    group = topic[len(RETRY_PREFIX):]
+                    group = topic[len(RETRY_PREFIX) :]
                     tc = self.broker.topics.create_dlq(group)
                     topic, queue_id = tc.topic_name, 0
                     props.pop("DELAY", None)
@@ -301,8 +350,16 @@ class SendService:
         row = (topic, queue_id, body, h.flag, sys_flag, h.born_timestamp, born_host, text, reconsume)
         return row, 1, topic, queue_id
 
-    def _batch_rows(self, req: RemotingCommand, h: SendMessageHeader, topic: str, queue_id: int, body: bytes,
-                    born_host: str, extra: dict[str, str]) -> Any:
+    def _batch_rows(
+        self,
+        req: RemotingCommand,
+        h: SendMessageHeader,
+        topic: str,
+        queue_id: int,
+        body: bytes,
+        born_host: str,
+        extra: dict[str, str],
+    ) -> Any:
         if topic.startswith(RETRY_PREFIX) or topic.startswith(DLQ_PREFIX):
             # RocketMQ's checkMessages: "retry group topic is not supported in batch"
             return self._illegal(req, "a batch may not be sent to a retry or dead-letter topic", extra)
@@ -321,12 +378,20 @@ class SendService:
         merged = decoded.column("properties")
         zeros = np.zeros(n, dtype=np.int32)
         # body and flag are binary and int32 already (decode_message_batch's schema): no cast
-        table = pa.Table.from_arrays([
-            _repeat(topic, pa.string(), n), pa.array(zeros + queue_id), decoded.column("body"),
-            decoded.column("flag"), pa.array(zeros + h.sys_flag),
-            pa.array(np.full(n, h.born_timestamp, dtype=np.int64)), _repeat(born_host, pa.string(), n),
-            merged, pa.array(zeros + h.reconsume_times),
-        ], schema=WIRE_SCHEMA)
+        table = pa.Table.from_arrays(
+            [
+                _repeat(topic, pa.string(), n),
+                pa.array(zeros + queue_id),
+                decoded.column("body"),
+                decoded.column("flag"),
+                pa.array(zeros + h.sys_flag),
+                pa.array(np.full(n, h.born_timestamp, dtype=np.int64)),
+                _repeat(born_host, pa.string(), n),
+                merged,
+                pa.array(zeros + h.reconsume_times),
+            ],
+            schema=WIRE_SCHEMA,
+        )
         self._ensure_stored(topic)
         return table, n, topic, queue_id
 
@@ -336,14 +401,25 @@ class SendService:
             self.broker.topics.ensure_stored(tc)
 
     # -------------------------------------------------------------- batching
-    def _submit(self, req: RemotingCommand, rows: Any, count: int, queue_id: int, extra: dict[str, str],
-                wait: bool = True, marker: IdempotenceMarker | None = None,
-                half: bool = False, counted: tuple[str, str, int] = ("", "", 0)) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
+    def _submit(
+        self,
+        req: RemotingCommand,
+        rows: Any,
+        count: int,
+        queue_id: int,
+        extra: dict[str, str],
+        wait: bool = True,
+        marker: IdempotenceMarker | None = None,
+        half: bool = False,
+        counted: tuple[str, str, int] = ("", "", 0),
+    ) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
         if self._pending_count + count > self.capacity and self._pending:
             return req.reply(ResponseCode.SYSTEM_BUSY, SYSTEM_BUSY_REMARK, extra)
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[RemotingCommand | None] = loop.create_future()
-        self._pending.append(_Send(req, rows, count, queue_id, fut, extra, marker, wait=wait, half=half, counted=counted))
+        self._pending.append(
+            _Send(req, rows, count, queue_id, fut, extra, marker, wait=wait, half=half, counted=counted)
+        )
         self._pending_count += count
         if not self._scheduled:
             self._scheduled = True
@@ -387,9 +463,14 @@ class SendService:
                 # single sends (the usual case): the store's put of a few messages, with no
                 # table built (:meth:`rmqlog.MessageStore.put_messages`)
                 rows = self.store.put_messages(
-                    [WireMessage(*s.rows) for s in sends], cluster=cluster, system=sends[0].half,
-                    writer=None if marker is None else marker.writer, sequence=None if marker is None else marker.sequence,
-                    wait_flush=False, defer_dispatch=True)
+                    [WireMessage(*s.rows) for s in sends],
+                    cluster=cluster,
+                    system=sends[0].half,
+                    writer=None if marker is None else marker.writer,
+                    sequence=None if marker is None else marker.sequence,
+                    wait_flush=False,
+                    defer_dispatch=True,
+                )
                 self._undispatched.append(rows)
                 duplicate, msg_ids, queue_offsets, end = rows.duplicate, rows.msg_ids, rows.queue_offsets, rows.end
             else:
@@ -418,7 +499,13 @@ class SendService:
             if last is not None and last[0] == marker.sequence:  # the writer's last send: its answer
                 fields = {**last[1], DUPLICATE_FIELD: "true"}
             else:
-                fields = {"msgId": "", "queueId": str(s.queue_id), "queueOffset": "-1", DUPLICATE_FIELD: "true", **s.extra}
+                fields = {
+                    "msgId": "",
+                    "queueId": str(s.queue_id),
+                    "queueOffset": "-1",
+                    DUPLICATE_FIELD: "true",
+                    **s.extra,
+                }
             s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)
             sends = [s]  # answered as a put is (below): after the flush, once a slave holds the tail
         else:
@@ -439,7 +526,7 @@ class SendService:
         on_send = self.broker.metrics.on_send
         for s in sends:
             on_send(s.counted[0], s.counted[1], s.count, s.counted[2])
-            ids = msg_ids[row] if s.count == 1 else ",".join(msg_ids[row: row + s.count])
+            ids = msg_ids[row] if s.count == 1 else ",".join(msg_ids[row : row + s.count])
             fields = {"msgId": ids, "queueId": str(s.queue_id), "queueOffset": str(queue_offsets[row]), **s.extra}
             s.reply = s.request.reply(ResponseCode.SUCCESS, None, fields)
             s.end = end
@@ -469,7 +556,9 @@ class SendService:
         if isinstance(gated, RemotingCommand):
             _resolve(s, gated)
         else:
-            gated.add_done_callback(lambda f: _resolve(s, f.result() if not f.cancelled() and f.exception() is None else s.reply))
+            gated.add_done_callback(
+                lambda f: _resolve(s, f.result() if not f.cancelled() and f.exception() is None else s.reply)
+            )
 
     def _fail(self, sends: list[_Send], exc: Exception) -> None:
         try:
@@ -520,8 +609,14 @@ class SendService:
             if exc is None:
                 self._answer(s)
             elif s.reply is not None:  # stored, but not known to be on disk: never SEND_OK
-                _resolve(s, s.request.reply(ResponseCode.FLUSH_DISK_TIMEOUT, f"flush failed: {type(exc).__name__}: {exc}",
-                                            dict(s.reply.ext_fields)))
+                _resolve(
+                    s,
+                    s.request.reply(
+                        ResponseCode.FLUSH_DISK_TIMEOUT,
+                        f"flush failed: {type(exc).__name__}: {exc}",
+                        dict(s.reply.ext_fields),
+                    ),
+                )
         if exc is not None:
             log.error("group commit failed: %s", exc)
         self._start_flush()
@@ -594,6 +689,6 @@ def _concat(sends: list[_Send], cluster: str) -> pa.Table:
 
 def _singles_table(rows: list[tuple[Any, ...]]) -> pa.Table:
     columns = list(zip(*rows, strict=True))
-    return pa.Table.from_arrays([pa.array(col, f.type) for col, f in zip(columns, WIRE_SCHEMA, strict=True)],
-                                schema=WIRE_SCHEMA)
-
+    return pa.Table.from_arrays(
+        [pa.array(col, f.type) for col, f in zip(columns, WIRE_SCHEMA, strict=True)], schema=WIRE_SCHEMA
+    )

@@ -101,7 +101,9 @@ class SendBackService:
         return self.broker.config
 
     # ------------------------------------------------------------- handler
-    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
+    def handle(
+        self, broker: Broker, peer: Peer, req: RemotingCommand
+    ) -> RemotingCommand | asyncio.Future[RemotingCommand | None]:
         """CONSUMER_SEND_MSG_BACK: an immediate refusal, or a future of the answer."""
         h = ConsumerSendMsgBackHeader.read(req.ext_fields)  # a FieldError: SYSTEM_ERROR (dispatch)
         refused = self._check(req, h)
@@ -128,18 +130,24 @@ class SendBackService:
         problem = group_problem(h.group)
         if problem is not None or not self._group_known(h.group):
             detail = f" ({problem})" if problem is not None else ""
-            return req.reply(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                             f"subscription group not exist, {h.group}{detail} {GROUP_NOT_EXIST_FAQ}")
+            return req.reply(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {h.group}{detail} {GROUP_NOT_EXIST_FAQ}",
+            )
         if not cfg.broker_permission & PERM_WRITE:
             return req.reply(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] sending message is forbidden")
         try:
             tc = broker.topics.create_retry(h.group)
         except Exception as exc:  # noqa: BLE001 - a store refusal of the topic: Java's "not exist"
             code, remark = _mapped(exc, cfg.max_message_size)
-            return req.reply(code if code != ResponseCode.MESSAGE_ILLEGAL else ResponseCode.SYSTEM_ERROR,
-                             f"topic[{RETRY_PREFIX}{h.group}] not exist ({remark})")
+            return req.reply(
+                code if code != ResponseCode.MESSAGE_ILLEGAL else ResponseCode.SYSTEM_ERROR,
+                f"topic[{RETRY_PREFIX}{h.group}] not exist ({remark})",
+            )
         if not tc.perm & PERM_WRITE:
-            return req.reply(ResponseCode.NO_PERMISSION, f"the topic[{RETRY_PREFIX}{h.group}] sending message is forbidden")
+            return req.reply(
+                ResponseCode.NO_PERMISSION, f"the topic[{RETRY_PREFIX}{h.group}] sending message is forbidden"
+            )
         if h.offset < 0:
             return _not_found(req, h.offset)
         return None
@@ -258,4 +266,3 @@ def _not_found(req: RemotingCommand, offset: int) -> RemotingCommand:
 def _resolve(b: _Back, reply: RemotingCommand | None) -> None:
     if not b.future.done():
         b.future.set_result(reply)
-

@@ -29,8 +29,10 @@ class RootServedError(StoreError):
 
     def __init__(self, path: str, holder: int) -> None:
         who = f"pid {holder}" if holder else "a process that wrote no pid"
-        super().__init__(f"the store at {path} is served by another broker ({who} holds {LOCK_NAME}); "
-                         "one broker per store root: stop it, or give this one another root")
+        super().__init__(
+            f"the store at {path} is served by another broker ({who} holds {LOCK_NAME}); "
+            "one broker per store root: stop it, or give this one another root"
+        )
         self.path = path
         self.holder = holder
 

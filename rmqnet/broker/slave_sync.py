@@ -115,8 +115,9 @@ class SlaveSynchronize:
 
     async def _ask(self, master: str, code: int) -> Any:
         self._opaque += 1
-        res = await self.invoke(master, self._signed(RemotingCommand(code, self._opaque, language="JAVA")),
-                                self.timeout_s)
+        res = await self.invoke(
+            master, self._signed(RemotingCommand(code, self._opaque, language="JAVA")), self.timeout_s
+        )
         if res.code != ResponseCode.SUCCESS:
             raise RuntimeError(f"code {code} answered {res.code}: {res.remark}")
         return loads_fastjson(res.body_bytes())
@@ -192,4 +193,3 @@ class SlaveSynchronize:
             c.close()
         for c in conns:
             await c.wait_closed()
-

@@ -29,8 +29,15 @@ from rmqlog import Clock, FileStamp, MessageStore, SubscriptionGroupConfig, Syst
 
 #: RocketMQ's ``SubscriptionGroupManager.init`` (``MixAll``'s names) and whether each one
 #: consumes by broadcast (``consumeBroadcastEnable``, true for every group by default anyway)
-SYSTEM_GROUPS = ("TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY",
-                 "CID_ONSAPI_PULL", "CID_ONSAPI_PERMISSION", "CID_ONSAPI_OWNER")
+SYSTEM_GROUPS = (
+    "TOOLS_CONSUMER",
+    "FILTERSRV_CONSUMER",
+    "SELF_TEST_C_GROUP",
+    "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PULL",
+    "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER",
+)
 #: ``MixAll.CID_RMQ_SYS_PREFIX``: groups created whatever ``autoCreateSubscriptionGroup`` says
 SYSTEM_PREFIX = "CID_RMQ_SYS_"
 
@@ -73,16 +80,19 @@ class SubscriptionGroupTable:
 
     def creatable(self, groups: list[str], *, auto_create: bool) -> list[str]:
         """Which of ``groups`` :meth:`find_or_create` would create (unknown, and allowed)."""
-        return [g for g in dict.fromkeys(groups)
-                if g not in self._table and (auto_create or g.startswith(SYSTEM_PREFIX))]
+        return [
+            g for g in dict.fromkeys(groups) if g not in self._table and (auto_create or g.startswith(SYSTEM_PREFIX))
+        ]
 
     def check_room(self, groups: list[str], *, auto_create: bool, cap: int) -> None:
         """Raise :class:`GroupTableFull` when creating ``groups``' unknown ones would take the
         table past ``cap`` (nothing is created)."""
         new = self.creatable(groups, auto_create=auto_create)
         if new and len(self._table) + len(new) > cap:
-            raise GroupTableFull(f"subscription group [{new[0]}] cannot be created: the broker holds "
-                                 f"{len(self._table)} subscription groups, autoCreateSubscriptionGroupMaxNums is {cap}")
+            raise GroupTableFull(
+                f"subscription group [{new[0]}] cannot be created: the broker holds "
+                f"{len(self._table)} subscription groups, autoCreateSubscriptionGroupMaxNums is {cap}"
+            )
 
     def find_or_create(self, group: str, *, auto_create: bool, cap: int) -> SubscriptionGroupConfig | None:
         """``findSubscriptionGroupConfig``: the group's config; an unknown one created with

@@ -76,14 +76,18 @@ def perm_writable(perm: int) -> bool:
 
 def perm_text(perm: int) -> str:
     """``PermName.perm2String``: ``RWX`` with ``-`` for a missing bit."""
-    return ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-") + ("X" if perm & PERM_INHERIT else "-")
+    return (
+        ("R" if perm & PERM_READ else "-") + ("W" if perm & PERM_WRITE else "-") + ("X" if perm & PERM_INHERIT else "-")
+    )
 
 
 def topic_text(tc: TopicConfig) -> str:
     """``TopicConfig.toString()`` (named in RocketMQ's remarks)."""
-    return (f"TopicConfig [topicName={tc.topic_name}, readQueueNums={tc.read_queue_nums}, "
-            f"writeQueueNums={tc.write_queue_nums}, perm={perm_text(tc.perm)}, topicFilterType={tc.topic_filter_type}, "
-            f"topicSysFlag={tc.topic_sys_flag}, order={'true' if tc.order else 'false'}]")
+    return (
+        f"TopicConfig [topicName={tc.topic_name}, readQueueNums={tc.read_queue_nums}, "
+        f"writeQueueNums={tc.write_queue_nums}, perm={perm_text(tc.perm)}, topicFilterType={tc.topic_filter_type}, "
+        f"topicSysFlag={tc.topic_sys_flag}, order={'true' if tc.order else 'false'}]"
+    )
 
 
 class TopicManager:
@@ -119,8 +123,11 @@ class TopicManager:
         store RocketMQ wrote without its config, an entry lost to a crash) are given to the
         store's table in memory (written by the next persist), once, at start."""
         known = self.store.topic_table()
-        found = [tc for name, tc in self.store.topics().items()
-                 if name not in known and not (self._lmq and name.startswith(LMQ_PREFIX))]  # (LMQs: never stored)
+        found = [
+            tc
+            for name, tc in self.store.topics().items()
+            if name not in known and not (self._lmq and name.startswith(LMQ_PREFIX))
+        ]  # (LMQs: never stored)
         for tc in found:
             self.store.put_topic(tc, persist=False)
         if found:
@@ -210,14 +217,18 @@ class TopicManager:
         (sends, pulls, registration) until created again. Returns what the store removed.
         Raises the store's typed errors (a bad name)."""
         # (between two persists of the offsets: one in flight would write back what the delete removes)
-        with self._lock, (self.offsets.persist_held() if self.offsets is not None else contextlib.nullcontext()):
+        with self._lock, self.offsets.persist_held() if self.offsets is not None else contextlib.nullcontext():
             removed = self.store.delete_topic(topic)
             self._overlay.pop(topic, None)
             if self.offsets is not None:
                 self.offsets.remove_topic(topic)
             self._next_version()
-        log.info("delete topic %s: config %s, offsets of %d group(s) removed", topic,
-                 "removed" if removed[0] else "absent", removed[1])
+        log.info(
+            "delete topic %s: config %s, offsets of %d group(s) removed",
+            topic,
+            "removed" if removed[0] else "absent",
+            removed[1],
+        )
         return removed
 
     def drop_config(self, topic: str) -> bool:
@@ -233,7 +244,9 @@ class TopicManager:
             self._next_version()
         return had
 
-    def create_in_send(self, topic: str, default_topic: str, client_queue_nums: int, topic_sys_flag: int = 0) -> TopicConfig | None:
+    def create_in_send(
+        self, topic: str, default_topic: str, client_queue_nums: int, topic_sys_flag: int = 0
+    ) -> TopicConfig | None:
         """RocketMQ's ``createTopicInSendMessageMethod``: ``topic`` made from ``default_topic``'s
         config when that one exists and has the inherit bit (``TBW102`` when
         ``autoCreateTopicEnable``): ``min(client_queue_nums, its write queues)`` queues, its perm
@@ -249,14 +262,24 @@ class TopicManager:
                 log.warning("create topic %s failed: the default topic %s does not exist", topic, default_topic)
                 return None
             if not default.perm & PERM_INHERIT:
-                log.warning("create topic %s failed: the default topic %s has no inherit perm (%d)", topic,
-                            default_topic, default.perm)
+                log.warning(
+                    "create topic %s failed: the default topic %s has no inherit perm (%d)",
+                    topic,
+                    default_topic,
+                    default.perm,
+                )
                 return None
             cap = self.config.auto_create_topic_max_nums
             if self.count() >= cap:
                 if self.refused % 1000 == 0:
-                    log.warning("create topic %s refused: the broker holds %d topics, autoCreateTopicMaxNums is %d "
-                                "(%d refused so far)", topic, self.count(), cap, self.refused + 1)
+                    log.warning(
+                        "create topic %s refused: the broker holds %d topics, autoCreateTopicMaxNums is %d "
+                        "(%d refused so far)",
+                        topic,
+                        self.count(),
+                        cap,
+                        self.refused + 1,
+                    )
                 self.refused += 1
                 return None
             n = max(1, min(client_queue_nums, default.write_queue_nums))  # the store takes 1..65535
@@ -326,7 +349,9 @@ class TopicManager:
             n = c.default_topic_queue_nums
             tables.append(TopicConfig(AUTO_CREATE_TOPIC, n, n, PERM_RW | PERM_INHERIT))
         tables.append(TopicConfig(BENCHMARK_TOPIC, 1024, 1024))
-        tables.append(TopicConfig(c.broker_cluster_name, 16, 16, PERM_INHERIT | (PERM_RW if c.cluster_topic_enable else 0)))
+        tables.append(
+            TopicConfig(c.broker_cluster_name, 16, 16, PERM_INHERIT | (PERM_RW if c.cluster_topic_enable else 0))
+        )
         tables.append(TopicConfig(c.broker_name, 1, 1, PERM_INHERIT | (PERM_RW if c.broker_topic_enable else 0)))
         tables.append(TopicConfig(OFFSET_MOVED_EVENT, 1, 1))
         tables.append(TopicConfig(SCHEDULE_TOPIC, 18, 18))
@@ -339,4 +364,3 @@ class TopicManager:
     def is_system(self, topic: str) -> bool:
         """One of the topics this broker makes at start (TBW102, the cluster's and broker's own...)."""
         return topic in self._system
-

@@ -125,8 +125,9 @@ class TransactionCheckService:
         keys = pc.map_lookup(props, UNIQ_KEY, "last").to_pylist()
         resolved_map = self.transactions.resolved
         offsets = np.asarray(table.column("commitLogOffset"), np.int64)
-        resolved = np.fromiter(((k if k else f"@{o}") in resolved_map for k, o in zip(keys, offsets, strict=True)),
-                               bool, len(keys))
+        resolved = np.fromiter(
+            ((k if k else f"@{o}") in resolved_map for k, o in zip(keys, offsets, strict=True)), bool, len(keys)
+        )
         times_col = pc.map_lookup(props, CHECK_TIMES, "last")
         has_times = np.asarray(pc.is_valid(times_col))
         times = _ints(times_col, 0)
@@ -141,15 +142,23 @@ class TransactionCheckService:
         check = ~resolved[:stop] & ~discard[:stop]
         todo = np.flatnonzero(check | discard[:stop])
         if len(todo):
-            self._renew_and_discard(offsets[todo], np.asarray(table.column("queueOffset"), np.int64)[todo],
-                                    discard[todo], times[todo])
+            self._renew_and_discard(
+                offsets[todo], np.asarray(table.column("queueOffset"), np.int64)[todo], discard[todo], times[todo]
+            )
         return stop, len(todo), stop < len(young)
 
-    def _renew_and_discard(self, offsets: np.ndarray, queue_offsets: np.ndarray, discard: np.ndarray,
-                           times: np.ndarray) -> None:
+    def _renew_and_discard(
+        self, offsets: np.ndarray, queue_offsets: np.ndarray, discard: np.ndarray, times: np.ndarray
+    ) -> None:
         store, txn = self.broker.store, self.transactions
-        rows, found = store.stored_rows(offsets, queue_offsets, topic=HALF_TOPIC, queue_id=0, drop=(CHECK_TIMES,),
-                                        find=(UNIQ_KEY, PGROUP, REAL_TOPIC, REAL_QID))
+        rows, found = store.stored_rows(
+            offsets,
+            queue_offsets,
+            topic=HALF_TOPIC,
+            queue_id=0,
+            drop=(CHECK_TIMES,),
+            find=(UNIQ_KEY, PGROUP, REAL_TOPIC, REAL_QID),
+        )
         discard, times = discard[found], times[found]
         if not rows.num_rows:
             return
@@ -157,23 +166,35 @@ class TransactionCheckService:
         gone = np.flatnonzero(discard)
         # times: the count this copy carries (Java: absent -> 1, else one more)
         next_times = pa.array((times + 1).astype(np.int64)).cast(pa.string())
-        props = pc.binary_join_element_wise(rows.column("properties"), property_mark(CHECK_TIMES), next_times,
-                                            PROPERTY_SEPARATOR, "")
+        props = pc.binary_join_element_wise(
+            rows.column("properties"), property_mark(CHECK_TIMES), next_times, PROPERTY_SEPARATOR, ""
+        )
         stored_times = pa.array(times.astype(np.int64)).cast(pa.string())
-        gone_props = pc.binary_join_element_wise(rows.column("properties"), property_mark(CHECK_TIMES), stored_times,
-                                                 PROPERTY_SEPARATOR, "")
+        gone_props = pc.binary_join_element_wise(
+            rows.column("properties"), property_mark(CHECK_TIMES), stored_times, PROPERTY_SEPARATOR, ""
+        )
         base = [rows.column(f.name) for f in PUT_SCHEMA]
-        renewed = pa.Table.from_arrays(base[:7] + [props] + base[8:], schema=PUT_SCHEMA).take(pa.array(renew, pa.int64()))
+        renewed = pa.Table.from_arrays(base[:7] + [props] + base[8:], schema=PUT_SCHEMA).take(
+            pa.array(renew, pa.int64())
+        )
         parts = [renewed]
         keys = rows.column(UNIQ_KEY).to_pylist()
         gone_keys = [keys[i] or f"@{int(rows.column('commitLogOffset')[i].as_py())}" for i in gone]
         if len(gone):
             self.broker.topics.create_system(CHECK_MAX_TOPIC)
             copies = pa.Table.from_arrays(
-                [pa.repeat(pa.scalar(CHECK_MAX_TOPIC), len(rows)), *base[1:7], gone_props, base[8]], schema=PUT_SCHEMA,
+                [pa.repeat(pa.scalar(CHECK_MAX_TOPIC), len(rows)), *base[1:7], gone_props, base[8]],
+                schema=PUT_SCHEMA,
             ).take(pa.array(gone, pa.int64()))
-            parts += [copies, op_records(rows.column("queueOffset").take(pa.array(gone, pa.int64())), gone_keys,
-                                         [DISCARD] * len(gone), self.broker.clock.wall_ms())]
+            parts += [
+                copies,
+                op_records(
+                    rows.column("queueOffset").take(pa.array(gone, pa.int64())),
+                    gone_keys,
+                    [DISCARD] * len(gone),
+                    self.broker.clock.wall_ms(),
+                ),
+            ]
             self.broker.topics.create_system("RMQ_SYS_TRANS_OP_HALF_TOPIC")
         # no wait for a flush on the loop (the broker's own records: the next group commit, or
         # the flusher, covers them; Java's check service does not wait either)
@@ -193,8 +214,9 @@ class TransactionCheckService:
         new_offsets = renewed.column("commitLogOffset").to_pylist()
         new_queue_offsets = renewed.column("queueOffset").to_pylist()
         msg_ids = renewed.column("msgId").to_pylist()
-        for group, key, topic, qid, offset, qoff, msg_id in zip(groups, keys, topics, qids, new_offsets,
-                                                                new_queue_offsets, msg_ids, strict=True):
+        for group, key, topic, qid, offset, qoff, msg_id in zip(
+            groups, keys, topics, qids, new_offsets, new_queue_offsets, msg_ids, strict=True
+        ):
             peer = self._channel(group)
             if peer is None:
                 self.no_channel += 1
@@ -208,7 +230,9 @@ class TransactionCheckService:
                 continue
             body = relabel(bytes(record.data), topic or "", int(qid or 0))
             header = CheckTransactionStateHeader(qoff, offset, key, key, msg_id)
-            peer.send_oneway(RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, ext_fields=header.to_ext(), body=body))
+            peer.send_oneway(
+                RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, ext_fields=header.to_ext(), body=body)
+            )
             self.checked += 1
 
     def _channel(self, group: str | None) -> Peer | None:
@@ -224,17 +248,17 @@ class TransactionCheckService:
 def relabel(record: bytes, topic: str, queue_id: int) -> bytes:
     """A stored record with another topic and QUEUEID (TOTALSIZE fixed; body and its CRC as
     they are): the half message as its producer sent it, for the check-back's body."""
-    magic, = struct.unpack_from(">I", record, 4)
-    sys_flag, = struct.unpack_from(">i", record, 36)
+    (magic,) = struct.unpack_from(">I", record, 4)
+    (sys_flag,) = struct.unpack_from(">i", record, 36)
     born = 20 if sys_flag & _BORN_V6 else 8
     store_host = 20 if sys_flag & _STORE_V6 else 8
     body_len_at = 48 + born + 8 + store_host + 4 + 8
-    body_len, = struct.unpack_from(">i", record, body_len_at)
+    (body_len,) = struct.unpack_from(">i", record, body_len_at)
     topic_at = body_len_at + 4 + body_len
     width = 2 if magic == _MAGIC_V2 else 1
-    old_len = int.from_bytes(record[topic_at: topic_at + width], "big")
+    old_len = int.from_bytes(record[topic_at : topic_at + width], "big")
     name = topic.encode()
-    out = bytearray(record[:topic_at]) + len(name).to_bytes(width, "big") + name + record[topic_at + width + old_len:]
+    out = bytearray(record[:topic_at]) + len(name).to_bytes(width, "big") + name + record[topic_at + width + old_len :]
     struct.pack_into(">i", out, 0, len(out))
     struct.pack_into(">i", out, 12, queue_id)
     return bytes(out)
@@ -250,4 +274,3 @@ def _ints(col: pa.Array | pa.ChunkedArray, default: int) -> np.ndarray:
 def _ms(col: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """A timestamp column (the message table's, microseconds) as int64 ms."""
     return np.asarray(col.cast(pa.int64()), np.int64) // 1000
-

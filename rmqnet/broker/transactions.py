@@ -94,8 +94,13 @@ HALF_TOPIC, OP_TOPIC, CHECK_MAX_TOPIC = TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, T
 #: the group whose committed offset of the half queue is the check service's progress (Java's)
 CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 REMOVE_TAG = "d"
-REAL_TOPIC, REAL_QID, PGROUP, UNIQ_KEY, TRAN_MSG = (PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID, PROPERTY_PGROUP,
-                                                  PROPERTY_UNIQ_KEY, PROPERTY_TRAN_MSG)
+REAL_TOPIC, REAL_QID, PGROUP, UNIQ_KEY, TRAN_MSG = (
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_REAL_QID,
+    PROPERTY_PGROUP,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_TRAN_MSG,
+)
 CHECK_TIMES, CHECK_IMMUNITY = PROPERTY_CHECK_TIMES, PROPERTY_CHECK_IMMUNITY
 #: the op record's names: the transaction (Java's PROPERTY_TRANSACTION_ID) and how it ended (ours)
 TRANSACTION_ID, TRAN_END = PROPERTY_TRANSACTION_ID, PROPERTY_TRAN_END
@@ -107,11 +112,19 @@ _LOAD_WINDOW = 8192
 SYSFLAG_TRANSACTION_MASK = 0xC
 
 #: a put's columns here (the send's, with bornHost as the record's bytes)
-PUT_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
-    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.binary()),
-    ("properties", pa.string()), ("reconsumeTimes", pa.int32()),
-])
+PUT_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("queueId", pa.int32()),
+        ("body", pa.binary()),
+        ("flag", pa.int32()),
+        ("sysFlag", pa.int32()),
+        ("bornTimestamp", pa.int64()),
+        ("bornHost", pa.binary()),
+        ("properties", pa.string()),
+        ("reconsumeTimes", pa.int32()),
+    ]
+)
 
 
 @dataclass(slots=True)
@@ -179,13 +192,19 @@ class TransactionService:
         return None
 
     # --------------------------------------------------------- END_TRANSACTION
-    def handle(self, broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand | asyncio.Future[RemotingCommand | None] | None:
+    def handle(
+        self, broker: Broker, peer: Peer, req: RemotingCommand
+    ) -> RemotingCommand | asyncio.Future[RemotingCommand | None] | None:
         """END_TRANSACTION: refused at once, no answer (outcome unknown), or a future."""
         if broker.config.slave:
-            return req.reply(ResponseCode.SLAVE_NOT_AVAILABLE, "Message store is slave mode, so end transaction is forbidden. ")
+            return req.reply(
+                ResponseCode.SLAVE_NOT_AVAILABLE, "Message store is slave mode, so end transaction is forbidden. "
+            )
         header = EndTransactionHeader.read(req.ext_fields)  # a FieldError: SYSTEM_ERROR (dispatch)
         if header.commit_or_rollback == TRANSACTION_NOT_TYPE:
-            log.warning("producer %s ends transaction %s as unknown: left to the check-back", peer.remote, header.msg_id)
+            log.warning(
+                "producer %s ends transaction %s as unknown: left to the check-back", peer.remote, header.msg_id
+            )
             return None  # Java answers nothing
         if broker.stopping:
             return req.reply(ResponseCode.SERVICE_NOT_AVAILABLE, STOPPING_REMARK)
@@ -213,8 +232,14 @@ class TransactionService:
         offsets = np.fromiter((e.header.commit_log_offset for e in ends), np.int64, len(ends))
         queue_offsets = np.fromiter((e.header.tran_state_table_offset for e in ends), np.int64, len(ends))
         try:
-            rows, found = self.store.stored_rows(offsets, queue_offsets, topic=HALF_TOPIC, queue_id=0,
-                                                 drop=(REAL_TOPIC, REAL_QID), find=(PGROUP, UNIQ_KEY, REAL_TOPIC, REAL_QID))
+            rows, found = self.store.stored_rows(
+                offsets,
+                queue_offsets,
+                topic=HALF_TOPIC,
+                queue_id=0,
+                drop=(REAL_TOPIC, REAL_QID),
+                find=(PGROUP, UNIQ_KEY, REAL_TOPIC, REAL_QID),
+            )
         except (StoreError, OSError) as exc:
             self._fail(ends, exc)
             return
@@ -244,9 +269,13 @@ class TransactionService:
                 if prior == want:
                     _answer(e, e.request.reply(ResponseCode.SUCCESS, f"transaction already {_PAST[prior]}"))
                 else:
-                    _answer(e, e.request.reply(ResponseCode.SYSTEM_ERROR,
-                                               f"transaction {key} was already {_PAST[prior]}: "
-                                               f"it cannot be {_PAST[want]} now"))
+                    _answer(
+                        e,
+                        e.request.reply(
+                            ResponseCode.SYSTEM_ERROR,
+                            f"transaction {key} was already {_PAST[prior]}: it cannot be {_PAST[want]} now",
+                        ),
+                    )
                 continue
             decided[key] = want
             op_rows.append(r)
@@ -258,11 +287,17 @@ class TransactionService:
         if not accepted:
             return
         try:
-            table = pa.concat_tables([
-                committed_rows(rows.take(pa.array(commit_rows, pa.int64()))),
-                op_records(rows.column("queueOffset").take(pa.array(op_rows, pa.int64())), op_keys, op_ends,
-                           self.broker.clock.wall_ms()),
-            ]).combine_chunks()  # one chunk: the put's fast path keeps a one-chunk properties column as sent
+            table = pa.concat_tables(
+                [
+                    committed_rows(rows.take(pa.array(commit_rows, pa.int64()))),
+                    op_records(
+                        rows.column("queueOffset").take(pa.array(op_rows, pa.int64())),
+                        op_keys,
+                        op_ends,
+                        self.broker.clock.wall_ms(),
+                    ),
+                ]
+            ).combine_chunks()  # one chunk: the put's fast path keeps a one-chunk properties column as sent
             self.broker.topics.create_system(OP_TOPIC)
             self.store.put_wire(table, system=True, wait_flush=False)  # (the flush: _settle, off the loop)
         except InvalidMessageError as exc:
@@ -273,8 +308,12 @@ class TransactionService:
             self._fail(accepted, exc)
             return
         except (StoreError, OSError, pa.ArrowInvalid) as exc:
-            self._fail(accepted, exc if not isinstance(exc, pa.ArrowInvalid)
-                       else InvalidMessageError(f"a half message's REAL_QID: {exc}", row=None, field="properties"))
+            self._fail(
+                accepted,
+                exc
+                if not isinstance(exc, pa.ArrowInvalid)
+                else InvalidMessageError(f"a half message's REAL_QID: {exc}", row=None, field="properties"),
+            )
             return
         self.resolved.update(decided)
         self.committed += len(commit_rows)
@@ -291,6 +330,7 @@ class TransactionService:
         ``putMessage``, which waits for the slave as a send does (``submitReplicaRequest``; the
         op message has no ``WAIT=false``), and answers SUCCESS whatever that wait gave
         (``sendFinalMessage``: FLUSH_SLAVE_TIMEOUT and SLAVE_NOT_AVAILABLE are successes)."""
+
         def answer() -> None:
             for e in ends:
                 _answer(e, e.request.reply(ResponseCode.SUCCESS, None))
@@ -331,11 +371,20 @@ def committed_rows(half: pa.Table) -> pa.Table:
     ``TRANSACTION_COMMIT`` (``endMessageTransaction``). Raises ``pa.ArrowInvalid`` for a
     ``REAL_QID`` that is no number (a damaged half)."""
     sys_flag = (np.asarray(half.column("sysFlag")) & ~SYSFLAG_TRANSACTION_MASK) | TRANSACTION_COMMIT_TYPE
-    return pa.Table.from_arrays([
-        half.column(REAL_TOPIC), half.column(REAL_QID).cast(pa.int32()), half.column("body"), half.column("flag"),
-        pa.array(sys_flag.astype(np.int32)), half.column("bornTimestamp"), half.column("bornHost"),
-        half.column("properties"), half.column("reconsumeTimes"),
-    ], schema=PUT_SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            half.column(REAL_TOPIC),
+            half.column(REAL_QID).cast(pa.int32()),
+            half.column("body"),
+            half.column("flag"),
+            pa.array(sys_flag.astype(np.int32)),
+            half.column("bornTimestamp"),
+            half.column("bornHost"),
+            half.column("properties"),
+            half.column("reconsumeTimes"),
+        ],
+        schema=PUT_SCHEMA,
+    )
 
 
 def op_records(queue_offsets: pa.Array | pa.ChunkedArray, keys: list[str], ends: list[str], now_ms: int) -> pa.Table:
@@ -343,14 +392,29 @@ def op_records(queue_offsets: pa.Array | pa.ChunkedArray, keys: list[str], ends:
     offset as text, tag ``d``, the transaction's key and how it ended."""
     n = len(keys)
     head = property_item(PROPERTY_TAGS, REMOVE_TAG) + property_mark(TRANSACTION_ID)
-    props = pc.binary_join_element_wise(head, pa.array(keys, pa.string()), PROPERTY_SEPARATOR + property_mark(TRAN_END),
-                                        pa.array(ends, pa.string()), PROPERTY_SEPARATOR, "")
+    props = pc.binary_join_element_wise(
+        head,
+        pa.array(keys, pa.string()),
+        PROPERTY_SEPARATOR + property_mark(TRAN_END),
+        pa.array(ends, pa.string()),
+        PROPERTY_SEPARATOR,
+        "",
+    )
     zeros = np.zeros(n, np.int32)
-    return pa.Table.from_arrays([
-        pa.repeat(pa.scalar(OP_TOPIC), n), pa.array(zeros), pc.cast(queue_offsets, pa.string()).cast(pa.binary()),
-        pa.array(zeros), pa.array(zeros), pa.array(np.full(n, now_ms, np.int64)), pa.nulls(n, pa.binary()),
-        props, pa.array(zeros),
-    ], schema=PUT_SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            pa.repeat(pa.scalar(OP_TOPIC), n),
+            pa.array(zeros),
+            pc.cast(queue_offsets, pa.string()).cast(pa.binary()),
+            pa.array(zeros),
+            pa.array(zeros),
+            pa.array(np.full(n, now_ms, np.int64)),
+            pa.nulls(n, pa.binary()),
+            props,
+            pa.array(zeros),
+        ],
+        schema=PUT_SCHEMA,
+    )
 
 
 def group_commit(store: MessageStore) -> int:
@@ -362,11 +426,14 @@ def group_commit(store: MessageStore) -> int:
 def _slave_outcome(gated: RemotingCommand | None) -> None:
     """Log an END_TRANSACTION's records no slave acknowledged (answered SUCCESS all the same)."""
     if gated is None or gated.code != ResponseCode.SUCCESS:
-        what = "no slave in reach" if gated is not None and gated.code == ResponseCode.SLAVE_NOT_AVAILABLE else "slaveTimeout"
+        what = (
+            "no slave in reach"
+            if gated is not None and gated.code == ResponseCode.SLAVE_NOT_AVAILABLE
+            else "slaveTimeout"
+        )
         log.warning("END_TRANSACTION under SYNC_MASTER: stored, not acknowledged by a slave (%s)", what)
 
 
 def _answer(e: _End, reply: RemotingCommand | None) -> None:
     if not e.future.done():
         e.future.set_result(reply)
-

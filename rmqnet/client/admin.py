@@ -88,11 +88,26 @@ class Admin(RemoteClient):
     docstring): a broker name of the topic's route (its master, else a slave), or an
     address (that broker alone)."""
 
-    def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None,
-                 access_key: str | None = None, secret_key: str | None = None, clock: Clock | None = None,
-                 down_ms: int = DOWN_MS) -> None:
-        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock, access_key=access_key,
-                         secret_key=secret_key, down_ms=down_ms)
+    def __init__(
+        self,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        timeout_s: float = 3.0,
+        limits: Limits | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        clock: Clock | None = None,
+        down_ms: int = DOWN_MS,
+    ) -> None:
+        super().__init__(
+            namesrv,
+            timeout_s=timeout_s,
+            limits=limits,
+            clock=clock,
+            access_key=access_key,
+            secret_key=secret_key,
+            down_ms=down_ms,
+        )
 
     # ---- queue offsets -----------------------------------------------------------------
 
@@ -118,20 +133,26 @@ class Admin(RemoteClient):
 
     def search_offset(self, broker: str, topic: str, queue_id: int, ts_ms: int) -> int:
         """The offset of the queue's first message stored at or after ``ts_ms`` (code 29)."""
-        return call(self._queue_value(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, broker, topic,
-                                      {"queueId": queue_id, "timestamp": ts_ms}))
+        return call(
+            self._queue_value(
+                RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, broker, topic, {"queueId": queue_id, "timestamp": ts_ms}
+            )
+        )
 
     def earliest_store_time(self, broker: str, topic: str, queue_id: int) -> int:
         """The store time (ms) of the queue's first message (code 32)."""
-        return call(self._queue_value(RequestCode.GET_EARLIEST_MSG_STORETIME, broker, topic, {"queueId": queue_id},
-                                      "timestamp"))
+        return call(
+            self._queue_value(RequestCode.GET_EARLIEST_MSG_STORETIME, broker, topic, {"queueId": queue_id}, "timestamp")
+        )
 
     # ---- consumer offsets --------------------------------------------------------------
 
     async def _query_offset(self, broker: str, group: str, topic: str, queue_id: int) -> int | None:
         async def send(addr: str) -> int | None:
-            cmd = RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET,
-                                  ext_fields={"consumerGroup": group, "topic": topic, "queueId": queue_id})
+            cmd = RemotingCommand(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                ext_fields={"consumerGroup": group, "topic": topic, "queueId": queue_id},
+            )
             res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
             return None if res.code == ResponseCode.QUERY_NOT_FOUND else _offset(res)
 
@@ -147,8 +168,10 @@ class Admin(RemoteClient):
 
     async def _update_offset(self, broker: str, group: str, topic: str, queue_id: int, offset: int) -> None:
         async def send(addr: str) -> None:
-            cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
-                "consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset})
+            cmd = RemotingCommand(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                ext_fields={"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
+            )
             await self.invoke(addr, cmd)
 
         await self.on_broker(topic, broker, offset_ids, send)
@@ -161,16 +184,35 @@ class Admin(RemoteClient):
 
     # ---- topics ------------------------------------------------------------------------
 
-    async def _create_topic(self, broker: str, topic: str, queues: int, perm: int, order: bool,
-                            read_queues: int | None = None) -> None:
-        cmd = RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields={
-            "topic": topic, "defaultTopic": "TBW102", "readQueueNums": read_queues or queues, "writeQueueNums": queues,
-            "perm": perm, "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": order})
+    async def _create_topic(
+        self, broker: str, topic: str, queues: int, perm: int, order: bool, read_queues: int | None = None
+    ) -> None:
+        cmd = RemotingCommand(
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            ext_fields={
+                "topic": topic,
+                "defaultTopic": "TBW102",
+                "readQueueNums": read_queues or queues,
+                "writeQueueNums": queues,
+                "perm": perm,
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0,
+                "order": order,
+            },
+        )
         await self.invoke(broker, cmd)
         self._routes.pop(topic, None)
 
-    def create_topic(self, broker_addr: str, topic: str, queues: int, *, perm: int = PERM_RW, order: bool = False,
-                     read_queues: int | None = None) -> None:
+    def create_topic(
+        self,
+        broker_addr: str,
+        topic: str,
+        queues: int,
+        *,
+        perm: int = PERM_RW,
+        order: bool = False,
+        read_queues: int | None = None,
+    ) -> None:
         """Create (or update) ``topic`` on the broker with ``queues`` write queues and
         ``read_queues`` read queues (default: as many) (code 17)."""
         call(self._create_topic(broker_addr, topic, queues, perm, order, read_queues))
@@ -208,19 +250,23 @@ class Admin(RemoteClient):
         name server that answers)."""
         return call(self._cluster_info())
 
-    async def _create_topic_in_cluster(self, cluster: str, topic: str, queues: int, perm: int, order: bool) -> list[str]:
+    async def _create_topic_in_cluster(
+        self, cluster: str, topic: str, queues: int, perm: int, order: bool
+    ) -> list[str]:
         info = await self._cluster_info()
         names = info.cluster_addr_table.get(cluster)
         if not names:
             raise NoRouteError(f"no broker in cluster {cluster!r} (clusters: {sorted(info.cluster_addr_table)})")
-        masters = sorted(a for n in names if n in info.broker_addr_table
-                         and (a := info.broker_addr_table[n].master_addr()))
+        masters = sorted(
+            a for n in names if n in info.broker_addr_table and (a := info.broker_addr_table[n].master_addr())
+        )
         for addr in masters:
             await self._create_topic(addr, topic, queues, perm, order)
         return masters
 
-    def create_topic_in_cluster(self, cluster: str, topic: str, queues: int, *, perm: int = PERM_RW,
-                                order: bool = False) -> list[str]:
+    def create_topic_in_cluster(
+        self, cluster: str, topic: str, queues: int, *, perm: int = PERM_RW, order: bool = False
+    ) -> list[str]:
         """Create (or update) ``topic`` with ``queues`` queues on the master of every broker
         group of ``cluster`` (``mqadmin updateTopic -c``: the cluster's masters from the name
         server's cluster info, code 17 to each); the masters' addresses. Its route spreads
@@ -243,13 +289,18 @@ class Admin(RemoteClient):
         names = info.cluster_addr_table.get(cluster)
         if not names:
             raise NoRouteError(f"no broker in cluster {cluster!r} (clusters: {sorted(info.cluster_addr_table)})")
-        masters = sorted(a for n in names if n in info.broker_addr_table
-                         and (a := info.broker_addr_table[n].master_addr()))
+        masters = sorted(
+            a for n in names if n in info.broker_addr_table and (a := info.broker_addr_table[n].master_addr())
+        )
         for addr in masters:
             await self._delete_topic(addr, topic)
         for ns in self.namesrv_addrs:
-            await self.invoke(ns, RemotingCommand(RequestCode.DELETE_TOPIC_IN_NAMESRV,
-                                                  ext_fields={"topic": topic, "clusterName": cluster}))
+            await self.invoke(
+                ns,
+                RemotingCommand(
+                    RequestCode.DELETE_TOPIC_IN_NAMESRV, ext_fields={"topic": topic, "clusterName": cluster}
+                ),
+            )
         return masters
 
     def delete_topic_in_cluster(self, cluster: str, topic: str) -> list[str]:
@@ -299,8 +350,9 @@ class Admin(RemoteClient):
     def topic_stats(self, broker_addr: str, topic: str) -> dict[QueueKey, TopicOffset]:
         """Each write queue of ``topic`` on the broker at ``broker_addr``: min and max offset, the
         store time of its last message (code 202). Raises :class:`BrokerError` (TOPIC_NOT_EXIST)."""
-        res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO,
-                                                            ext_fields={"topic": topic})))
+        res = call(
+            self.invoke(broker_addr, RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": topic}))
+        )
         return _decoded(res, decode_topic_stats)
 
     def consume_stats(self, broker_addr: str, group: str, topic: str | None = None) -> ConsumeStats:
@@ -353,9 +405,17 @@ class Admin(RemoteClient):
         tables = []
 
         async def send(addr: str) -> RemotingCommand:
-            cmd = RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields={
-                "topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin, "endTimestamp": end,
-                UNIQUE_KEY_QUERY: unique})
+            cmd = RemotingCommand(
+                RequestCode.QUERY_MESSAGE,
+                ext_fields={
+                    "topic": topic,
+                    "key": key,
+                    "maxNum": max_num,
+                    "beginTimestamp": begin,
+                    "endTimestamp": end,
+                    UNIQUE_KEY_QUERY: unique,
+                },
+            )
             return await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
 
         for b in route.broker_datas:
@@ -367,8 +427,9 @@ class Admin(RemoteClient):
         table = pa.concat_tables(tables)
         return table.filter(_matches(table, key, unique))
 
-    def query_by_key(self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = 2**63 - 1,
-                     *, unique: bool = False) -> pa.Table:
+    def query_by_key(
+        self, topic: str, key: str, max_num: int = 32, begin: int = 0, end: int = 2**63 - 1, *, unique: bool = False
+    ) -> pa.Table:
         """Messages of ``topic`` with ``key`` among their KEYS (``unique``: whose UNIQ_KEY is
         ``key``), stored between ``begin`` and ``end`` (ms), at most ``max_num`` per broker
         (code 12: every broker group, at its first address up); an empty table when none.
@@ -429,5 +490,3 @@ def _matches(table: pa.Table, key: str, unique: bool) -> pa.Array:
     rows = np.zeros(n, bool)
     rows[parents[hit]] = True
     return pa.array(rows)
-
-

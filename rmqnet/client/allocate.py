@@ -22,11 +22,17 @@ from .latency import QueueRef
 def read_queues(topic: str, route: TopicRouteData) -> list[QueueRef]:
     """The readable queues of ``route`` (every broker with the read perm, queues
     ``0..readQueueNums-1``: ``topicRouteData2TopicSubscribeInfo``), sorted."""
-    return sorted(QueueRef(topic, q.broker_name, i) for q in route.queue_datas if q.perm & PERM_READ
-                  for i in range(q.read_queue_nums))
+    return sorted(
+        QueueRef(topic, q.broker_name, i)
+        for q in route.queue_datas
+        if q.perm & PERM_READ
+        for i in range(q.read_queue_nums)
+    )
 
 
-def allocate_averagely(group: str, current_cid: str, mq_all: Sequence[QueueRef], cid_all: Sequence[str]) -> list[QueueRef]:
+def allocate_averagely(
+    group: str, current_cid: str, mq_all: Sequence[QueueRef], cid_all: Sequence[str]
+) -> list[QueueRef]:
     """``current_cid``'s share of ``mq_all`` among ``cid_all`` (both already sorted, as the
     rebalance passes them). ``ValueError`` for an empty ``current_cid``, ``mq_all`` or
     ``cid_all`` (Java's ``IllegalArgumentException``); an empty share when ``current_cid`` is

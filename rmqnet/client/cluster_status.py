@@ -42,8 +42,12 @@ def cluster_status(admin: Admin, namesrv: str) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     for name, data in sorted(info.broker_addr_table.items()):
         for broker_id, addr in sorted(data.broker_addrs.items()):
-            row: dict[str, Any] = {"cluster": cluster_of.get(name, data.cluster), "brokerName": name,
-                                   "brokerId": broker_id, "address": addr}
+            row: dict[str, Any] = {
+                "cluster": cluster_of.get(name, data.cluster),
+                "brokerName": name,
+                "brokerId": broker_id,
+                "address": addr,
+            }
             try:
                 kv = admin.runtime_info(addr)
             except (ClientError, OSError) as exc:
@@ -51,16 +55,25 @@ def cluster_status(admin: Admin, namesrv: str) -> dict[str, Any]:
                 rows.append(row)
                 continue
             ratio = float(kv.get("commitLogDiskRatio", "-1") or -1)
-            row.update(role=kv.get("brokerRole") or ("MASTER" if broker_id == 0 else "SLAVE"),
-                       version=kv.get("brokerVersionDesc"), diskUsedRatio=ratio if ratio >= 0 else None,
-                       inTps=_rate(kv.get("putTps")), outTps=_rate(kv.get("getTransferedTps")),
-                       commitLogMaxOffset=_int(kv.get("commitLogMaxOffset")),
-                       msgPutTotalTodayNow=_int(kv.get("msgPutTotalTodayNow")), runtime=kv.get("runtime"))
+            row.update(
+                role=kv.get("brokerRole") or ("MASTER" if broker_id == 0 else "SLAVE"),
+                version=kv.get("brokerVersionDesc"),
+                diskUsedRatio=ratio if ratio >= 0 else None,
+                inTps=_rate(kv.get("putTps")),
+                outTps=_rate(kv.get("getTransferedTps")),
+                commitLogMaxOffset=_int(kv.get("commitLogMaxOffset")),
+                msgPutTotalTodayNow=_int(kv.get("msgPutTotalTodayNow")),
+                runtime=kv.get("runtime"),
+            )
             rows.append(row)
     _ha_lag(rows)
     answered = [r for r in rows if "error" not in r]
-    totals = {"brokers": len(rows), "unreachable": len(rows) - len(answered),
-              "inTps": round(sum(r["inTps"] for r in answered), 2), "outTps": round(sum(r["outTps"] for r in answered), 2)}
+    totals = {
+        "brokers": len(rows),
+        "unreachable": len(rows) - len(answered),
+        "inTps": round(sum(r["inTps"] for r in answered), 2),
+        "outTps": round(sum(r["outTps"] for r in answered), 2),
+    }
     return {"namesrv": namesrv, "brokers": rows, "totals": totals}
 
 

@@ -44,8 +44,12 @@ from .loop import call
 from .records import Reply
 from .remote import RemoteClient
 
-_STATUS = {ResponseCode.SUCCESS: "FOUND", ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
-           ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG", ResponseCode.PULL_OFFSET_MOVED: "OFFSET_ILLEGAL"}
+_STATUS = {
+    ResponseCode.SUCCESS: "FOUND",
+    ResponseCode.PULL_NOT_FOUND: "NO_NEW_MSG",
+    ResponseCode.PULL_RETRY_IMMEDIATELY: "NO_MATCHED_MSG",
+    ResponseCode.PULL_OFFSET_MOVED: "OFFSET_ILLEGAL",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,11 +91,27 @@ class PullConsumer(RemoteClient):
     (blocking) and their ``a``-prefixed coroutines. ``clock`` drives the down-marks and the
     route cache; ``down_ms`` (module docstring)."""
 
-    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0,
-                 limits: Limits | None = None, access_key: str | None = None, secret_key: str | None = None,
-                 clock: Clock | None = None, down_ms: int = DOWN_MS) -> None:
-        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock, access_key=access_key,
-                         secret_key=secret_key, down_ms=down_ms)
+    def __init__(
+        self,
+        group: str,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        timeout_s: float = 3.0,
+        limits: Limits | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        clock: Clock | None = None,
+        down_ms: int = DOWN_MS,
+    ) -> None:
+        super().__init__(
+            namesrv,
+            timeout_s=timeout_s,
+            limits=limits,
+            clock=clock,
+            access_key=access_key,
+            secret_key=secret_key,
+            down_ms=down_ms,
+        )
         self.group = group
         #: (topic, broker name, queue id) -> the broker id its last answer suggested
         #: (``PullAPIWrapper.pullFromWhichNodeTable``)
@@ -112,19 +132,37 @@ class PullConsumer(RemoteClient):
             self._stale(topic)
             found = _queue_broker(await self._cached_route(topic), queue_id, broker_name, perm)
         if found is None:
-            raise NoRouteError(f"topic {topic!r}: no readable queue {queue_id}"
-                               f"{'' if broker_name is None else f' on broker {broker_name!r}'} in its route")
+            raise NoRouteError(
+                f"topic {topic!r}: no readable queue {queue_id}"
+                f"{'' if broker_name is None else f' on broker {broker_name!r}'} in its route"
+            )
         return found
 
-    async def _pull(self, topic: str, queue_id: int, offset: int, max_nums: int, suspend_ms: int,
-                    subscription: str, broker_name: str | None, expression_type: str = "TAG") -> PullResult:
+    async def _pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int,
+        suspend_ms: int,
+        subscription: str,
+        broker_name: str | None,
+        expression_type: str = "TAG",
+    ) -> PullResult:
         if expression_type not in ("TAG", "SQL92"):
             raise ValueError(f"expression_type must be 'TAG' or 'SQL92', got {expression_type!r}")
         name = await self._broker(topic, queue_id, broker_name, PERM_READ)
         header = PullMessageHeader(
-            consumer_group=self.group, topic=topic, queue_id=queue_id, queue_offset=offset, max_msg_nums=max_nums,
-            sys_flag=PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms > 0 else 0), commit_offset=0,
-            suspend_timeout_millis=suspend_ms, subscription=subscription, sub_version=0,
+            consumer_group=self.group,
+            topic=topic,
+            queue_id=queue_id,
+            queue_offset=offset,
+            max_msg_nums=max_nums,
+            sys_flag=PULL_SUBSCRIPTION | (PULL_SUSPEND if suspend_ms > 0 else 0),
+            commit_offset=0,
+            suspend_timeout_millis=suspend_ms,
+            subscription=subscription,
+            sub_version=0,
             expression_type=expression_type,
         )
         key = (topic, name, queue_id)
@@ -136,9 +174,16 @@ class PullConsumer(RemoteClient):
             suggested = int(ext.get("suggestWhichBrokerId", MASTER_ID))
             self.suggested[key] = suggested  # updatePullFromWhichNode
             reply = Reply(res.body_bytes() if res.code == ResponseCode.SUCCESS else b"")
-            return PullResult(_STATUS[ResponseCode(res.code)], int(ext.get("nextBeginOffset", offset)),
-                              int(ext.get("minOffset", -1)), int(ext.get("maxOffset", -1)), reply, addr,
-                              self._broker_id(topic, name, addr), suggested)
+            return PullResult(
+                _STATUS[ResponseCode(res.code)],
+                int(ext.get("nextBeginOffset", offset)),
+                int(ext.get("minOffset", -1)),
+                int(ext.get("maxOffset", -1)),
+                reply,
+                addr,
+                self._broker_id(topic, name, addr),
+                suggested,
+            )
 
         suggested = self.suggested.get(key, MASTER_ID)
         return await self.on_broker(topic, name, lambda addrs: pull_ids(addrs, suggested), send)
@@ -150,8 +195,18 @@ class PullConsumer(RemoteClient):
                 return next((i for i, a in b.broker_addrs.items() if a == addr), MASTER_ID)
         return MASTER_ID
 
-    def pull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *, suspend_ms: int = 0,
-             subscription: str = "*", broker_name: str | None = None, expression_type: str = "TAG") -> PullResult:
+    def pull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int = 32,
+        *,
+        suspend_ms: int = 0,
+        subscription: str = "*",
+        broker_name: str | None = None,
+        expression_type: str = "TAG",
+    ) -> PullResult:
         """Pull up to ``max_nums`` messages of ``topic``/``queue_id`` from ``offset``;
         ``suspend_ms`` > 0 lets the broker hold the pull that long waiting for a message
         (long polling). ``subscription``: a tag expression (``"*"``, ``"a || b"``), or with
@@ -162,19 +217,34 @@ class PullConsumer(RemoteClient):
 
         Raises :class:`BrokerError`, :class:`NoRouteError` / :class:`TopicNotFoundError`, the
         transport's errors, ``rmqlog.CorruptRecordError`` (a body that is not whole records)."""
-        return call(self._pull(topic, queue_id, offset, max_nums, suspend_ms, subscription, broker_name, expression_type))
+        return call(
+            self._pull(topic, queue_id, offset, max_nums, suspend_ms, subscription, broker_name, expression_type)
+        )
 
-    async def apull(self, topic: str, queue_id: int, offset: int, max_nums: int = 32, *, suspend_ms: int = 0,
-                    subscription: str = "*", broker_name: str | None = None, expression_type: str = "TAG") -> PullResult:
-        return await self._pull(topic, queue_id, offset, max_nums, suspend_ms, subscription, broker_name,
-                                expression_type)
+    async def apull(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int = 32,
+        *,
+        suspend_ms: int = 0,
+        subscription: str = "*",
+        broker_name: str | None = None,
+        expression_type: str = "TAG",
+    ) -> PullResult:
+        return await self._pull(
+            topic, queue_id, offset, max_nums, suspend_ms, subscription, broker_name, expression_type
+        )
 
     async def _commit(self, topic: str, queue_id: int, offset: int, broker_name: str | None) -> None:
         name = await self._broker(topic, queue_id, broker_name, PERM_READ)
 
         async def send(addr: str) -> None:
-            cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
-                "consumerGroup": self.group, "topic": topic, "queueId": queue_id, "commitOffset": offset})
+            cmd = RemotingCommand(
+                RequestCode.UPDATE_CONSUMER_OFFSET,
+                ext_fields={"consumerGroup": self.group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
+            )
             await self.invoke(addr, cmd)
 
         await self.on_broker(topic, name, offset_ids, send)
@@ -191,8 +261,10 @@ class PullConsumer(RemoteClient):
         name = await self._broker(topic, queue_id, broker_name, PERM_READ)
 
         async def send(addr: str) -> int | None:
-            cmd = RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET, ext_fields={
-                "consumerGroup": self.group, "topic": topic, "queueId": queue_id})
+            cmd = RemotingCommand(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                ext_fields={"consumerGroup": self.group, "topic": topic, "queueId": queue_id},
+            )
             res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
             return None if res.code == ResponseCode.QUERY_NOT_FOUND else int(res.ext_fields["offset"])
 
@@ -206,14 +278,19 @@ class PullConsumer(RemoteClient):
     async def acommitted(self, topic: str, queue_id: int, *, broker_name: str | None = None) -> int | None:
         return await self._committed(topic, queue_id, broker_name)
 
-    async def _send_back(self, message: dict[str, Any], delay_level: int, max_reconsume_times: int | None,
-                         broker_name: str | None) -> None:
+    async def _send_back(
+        self, message: dict[str, Any], delay_level: int, max_reconsume_times: int | None, broker_name: str | None
+    ) -> None:
         for name in ("commitLogOffset", "msgId", "topic", "storeHost"):
             if name not in message:
                 raise ValueError(f"message has no {name!r}: give a row of a pull's messages")
         header = ConsumerSendMsgBackHeader(
-            offset=int(message["commitLogOffset"]), group=self.group, delay_level=delay_level,
-            origin_msg_id=str(message["msgId"]), origin_topic=_origin_topic(message), unit_mode=False,
+            offset=int(message["commitLogOffset"]),
+            group=self.group,
+            delay_level=delay_level,
+            origin_msg_id=str(message["msgId"]),
+            origin_topic=_origin_topic(message),
+            unit_mode=False,
             max_reconsume_times=max_reconsume_times,
         )
         cmd = RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=header.to_ext())
@@ -227,8 +304,14 @@ class PullConsumer(RemoteClient):
                 return
         raise NoRouteError(f"broker {broker_name!r} has no master in the route of {message['topic']!r}")
 
-    def send_back(self, message: dict[str, Any], delay_level: int = 0, *, max_reconsume_times: int | None = None,
-                  broker_name: str | None = None) -> None:
+    def send_back(
+        self,
+        message: dict[str, Any],
+        delay_level: int = 0,
+        *,
+        max_reconsume_times: int | None = None,
+        broker_name: str | None = None,
+    ) -> None:
         """Send a pulled message back for a later retry (CONSUMER_SEND_MSG_BACK, 36), as Java's
         ``sendMessageBack(msg, delayLevel, brokerName)``: ``message`` is a row of a pull's
         messages (``PullResult.rows``; its ``commitLogOffset``, ``msgId``,
@@ -243,8 +326,14 @@ class PullConsumer(RemoteClient):
         ``ValueError`` for a message without those fields."""
         call(self._send_back(message, delay_level, max_reconsume_times, broker_name))
 
-    async def asend_back(self, message: dict[str, Any], delay_level: int = 0, *, max_reconsume_times: int | None = None,
-                         broker_name: str | None = None) -> None:
+    async def asend_back(
+        self,
+        message: dict[str, Any],
+        delay_level: int = 0,
+        *,
+        max_reconsume_times: int | None = None,
+        broker_name: str | None = None,
+    ) -> None:
         await self._send_back(message, delay_level, max_reconsume_times, broker_name)
 
 

@@ -116,8 +116,14 @@ class LatencyFaultTolerance:
 class FaultStrategy:
     """``MQFaultStrategy`` with ``TopicPublishInfo``'s counter (module docstring)."""
 
-    def __init__(self, clock: Clock, *, enabled: bool = False, latency_max_ms: Sequence[int] = LATENCY_MAX_MS,
-                 not_available_ms: Sequence[int] = NOT_AVAILABLE_MS) -> None:
+    def __init__(
+        self,
+        clock: Clock,
+        *,
+        enabled: bool = False,
+        latency_max_ms: Sequence[int] = LATENCY_MAX_MS,
+        not_available_ms: Sequence[int] = NOT_AVAILABLE_MS,
+    ) -> None:
         if len(latency_max_ms) != len(not_available_ms) or list(latency_max_ms) != sorted(latency_max_ms):
             raise ValueError("latency_max_ms must be ascending and as long as not_available_ms")
         self.enabled = enabled

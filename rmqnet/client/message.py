@@ -50,9 +50,14 @@ def properties_string(props: Mapping[str, str]) -> str:
     return properties_text(props)
 
 
-def message_properties(*, tags: str | None = None, keys: str | Iterable[str] | None = None,
-                       properties: Mapping[str, str] | None = None, delay_level: int = 0,
-                       uniq_key: str | None = None) -> dict[str, str]:
+def message_properties(
+    *,
+    tags: str | None = None,
+    keys: str | Iterable[str] | None = None,
+    properties: Mapping[str, str] | None = None,
+    delay_level: int = 0,
+    uniq_key: str | None = None,
+) -> dict[str, str]:
     """The properties of one message as the Java client sets them."""
     out: dict[str, str] = dict(properties or {})
     if tags:

@@ -54,8 +54,11 @@ from .loop import call
 from .records import Reply
 from .remote import RemoteClient
 
-_STATUS = {ResponseCode.SUCCESS: "FOUND", ResponseCode.POLLING_TIMEOUT: "NO_NEW_MSG",
-           ResponseCode.POLLING_FULL: "POLLING_FULL"}
+_STATUS = {
+    ResponseCode.SUCCESS: "FOUND",
+    ResponseCode.POLLING_TIMEOUT: "NO_NEW_MSG",
+    ResponseCode.POLLING_FULL: "POLLING_FULL",
+}
 #: ``MixAll.RETRY_GROUP_TOPIC_PREFIX``
 #: ``ConsumeInitMode``: where a group without a position starts
 INIT_MODES = {"MIN": 0, "MAX": 1}
@@ -76,8 +79,10 @@ class Handle:
     def parse(text: str) -> Handle:
         parts = text.split(" ") if isinstance(text, str) else []
         if len(parts) != 8 or parts[4] not in ("0", "1", "2"):
-            raise ValueError(f"receipt handle {text!r} is not RocketMQ's extraInfo "
-                             "(startOffset popTime invisibleTime reviveQid topicType brokerName queueId offset)")
+            raise ValueError(
+                f"receipt handle {text!r} is not RocketMQ's extraInfo "
+                "(startOffset popTime invisibleTime reviveQid topicType brokerName queueId offset)"
+            )
         try:
             return Handle(int(parts[0]), parts[4], parts[5], int(parts[6]), int(parts[7]))
         except ValueError:
@@ -133,12 +138,31 @@ class PopConsumer(RemoteClient):
             raise NoRouteError(f"topic {topic!r}: no readable queue in its route")
         return names
 
-    async def _pop_one(self, topic: str, name: str, max_nums: int, invisible_ms: int, poll_ms: int,
-                       tags: str, init_mode: int, order: bool) -> PopResult:
+    async def _pop_one(
+        self,
+        topic: str,
+        name: str,
+        max_nums: int,
+        invisible_ms: int,
+        poll_ms: int,
+        tags: str,
+        init_mode: int,
+        order: bool,
+    ) -> PopResult:
         header = PopMessageHeader(
-            consumer_group=self.group, topic=topic, queue_id=-1, max_msg_nums=max_nums, invisible_time=invisible_ms,
-            poll_time=poll_ms, born_time=int(self.clock.wall_ms()), init_mode=init_mode, exp_type="TAG", exp=tags,
-            order=order, attempt_id=None)
+            consumer_group=self.group,
+            topic=topic,
+            queue_id=-1,
+            max_msg_nums=max_nums,
+            invisible_time=invisible_ms,
+            poll_time=poll_ms,
+            born_time=int(self.clock.wall_ms()),
+            init_mode=init_mode,
+            exp_type="TAG",
+            exp=tags,
+            order=order,
+            attempt_id=None,
+        )
 
         async def send(addr: str) -> PopResult:
             cmd = RemotingCommand(RequestCode.POP_MESSAGE, ext_fields=header.to_ext())
@@ -153,8 +177,9 @@ class PopConsumer(RemoteClient):
 
         return await self.on_broker(topic, name, _master_only, send)
 
-    async def _pop(self, topic: str, max_nums: int, invisible_ms: int, poll_ms: int, tags: str,
-                   init_mode: str, order: bool) -> PopResult:
+    async def _pop(
+        self, topic: str, max_nums: int, invisible_ms: int, poll_ms: int, tags: str, init_mode: str, order: bool
+    ) -> PopResult:
         if init_mode not in INIT_MODES:
             raise ValueError(f"init_mode must be 'MIN' or 'MAX', got {init_mode!r}")
         mode = INIT_MODES[init_mode]
@@ -169,14 +194,24 @@ class PopConsumer(RemoteClient):
             statuses.append(got.status)
         if poll_ms <= 0:
             return PopResult("POLLING_FULL" if "POLLING_FULL" in statuses else "NO_NEW_MSG", [])
-        held = await asyncio.gather(*(self._pop_one(topic, n, max_nums, invisible_ms, poll_ms, tags, mode, order)
-                                      for n in names))
+        held = await asyncio.gather(
+            *(self._pop_one(topic, n, max_nums, invisible_ms, poll_ms, tags, mode, order) for n in names)
+        )
         rows = [r for got in held for r in got.rows]
         status = "FOUND" if rows else "POLLING_FULL" if any(g.status == "POLLING_FULL" for g in held) else "NO_NEW_MSG"
         return PopResult(status, rows, sum(g.rest_num for g in held))
 
-    def pop(self, topic: str, max_nums: int = 32, *, invisible_ms: int = 60_000, poll_ms: int = 0,
-            tags: str = "*", init_mode: str = "MAX", order: bool = False) -> PopResult:
+    def pop(
+        self,
+        topic: str,
+        max_nums: int = 32,
+        *,
+        invisible_ms: int = 60_000,
+        poll_ms: int = 0,
+        tags: str = "*",
+        init_mode: str = "MAX",
+        order: bool = False,
+    ) -> PopResult:
         """Pop up to ``max_nums`` (1..32) messages of ``topic`` for the group, invisible to its
         other pops for ``invisible_ms``; ``poll_ms`` > 0: held that long when none is there
         (long polling, module docstring); ``tags`` a tag expression; ``init_mode`` where a
@@ -190,8 +225,17 @@ class PopConsumer(RemoteClient):
         that is neither."""
         return call(self._pop(topic, max_nums, invisible_ms, poll_ms, tags, init_mode, order))
 
-    async def apop(self, topic: str, max_nums: int = 32, *, invisible_ms: int = 60_000, poll_ms: int = 0,
-                   tags: str = "*", init_mode: str = "MAX", order: bool = False) -> PopResult:
+    async def apop(
+        self,
+        topic: str,
+        max_nums: int = 32,
+        *,
+        invisible_ms: int = 60_000,
+        poll_ms: int = 0,
+        tags: str = "*",
+        init_mode: str = "MAX",
+        order: bool = False,
+    ) -> PopResult:
         return await self._pop(topic, max_nums, invisible_ms, poll_ms, tags, init_mode, order)
 
     async def _on_handle(self, topic: str, handle: str, build: Any) -> RemotingCommand:
@@ -240,8 +284,10 @@ class PopConsumer(RemoteClient):
         res = await self._on_handle(topic, handle, build)
         h = Handle.parse(handle)
         ext = res.ext_fields
-        return (f"{h.start_offset} {ext['popTime']} {ext['invisibleTime']} {ext['reviveQid']} {h.topic_type} "
-                f"{h.broker_name} {h.queue_id} {h.offset}")
+        return (
+            f"{h.start_offset} {ext['popTime']} {ext['invisibleTime']} {ext['reviveQid']} {h.topic_type} "
+            f"{h.broker_name} {h.queue_id} {h.offset}"
+        )
 
     def change_invisible(self, topic: str, handle: str, invisible_ms: int) -> str:
         """Make the message of ``handle`` invisible for ``invisible_ms`` from now; returns its

@@ -56,8 +56,16 @@ from .remote import RemoteClient, master_addr
 #: RocketMQ's ``defaultTopicQueueNums`` (``createTopicKey``: names.AUTO_CREATE_TOPIC)
 DEFAULT_TOPIC_QUEUES = 4
 #: ``DefaultMQProducer.retryResponseCodes``: broker answers after which a send is tried again
-RETRY_CODES = frozenset({ResponseCode.TOPIC_NOT_EXIST, ResponseCode.SERVICE_NOT_AVAILABLE, ResponseCode.SYSTEM_ERROR,
-                         ResponseCode.NO_PERMISSION, 204, 205})  # NO_BUYER_ID, NOT_IN_CURRENT_UNIT
+RETRY_CODES = frozenset(
+    {
+        ResponseCode.TOPIC_NOT_EXIST,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.SYSTEM_ERROR,
+        ResponseCode.NO_PERMISSION,
+        204,
+        205,
+    }
+)  # NO_BUYER_ID, NOT_IN_CURRENT_UNIT
 #: failures of the connection itself (Java's ``RemotingException`` / ``MQClientException``): always tried again
 _LINK_ERRORS = (RemotingTimeoutError, ConnectionLostError, OSError, NoRouteError)
 #: :meth:`Producer.send_encoded_batch`: the pause between two looks at the route while a group
@@ -65,8 +73,12 @@ _LINK_ERRORS = (RemotingTimeoutError, ConnectionLostError, OSError, NoRouteError
 MASTER_WAIT_PAUSE_S = 0.5
 BUSY_PAUSE_S = 0.02
 log = logging.getLogger(__name__)
-_STATUS = {ResponseCode.SUCCESS: "SEND_OK", ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
-           ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT", ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE"}
+_STATUS = {
+    ResponseCode.SUCCESS: "SEND_OK",
+    ResponseCode.FLUSH_DISK_TIMEOUT: "FLUSH_DISK_TIMEOUT",
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: "FLUSH_SLAVE_TIMEOUT",
+    ResponseCode.SLAVE_NOT_AVAILABLE: "SLAVE_NOT_AVAILABLE",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,14 +114,26 @@ class Producer(RemoteClient):
     """``Producer(group, namesrv)``; blocking methods, ``a``-prefixed coroutines, and
     :meth:`send_async` (a ``concurrent.futures.Future``)."""
 
-    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0,
-                 limits: Limits | None = None, client_ip: bytes = b"\x7f\x00\x00\x01", clock: Clock | None = None,
-                 access_key: str | None = None, secret_key: str | None = None,
-                 send_latency_fault_enable: bool = False, retry_times_when_send_failed: int = 2,
-                 latency_max_ms: Sequence[int] = LATENCY_MAX_MS, not_available_ms: Sequence[int] = NOT_AVAILABLE_MS,
-                 retry_another_broker_when_not_store_ok: bool = False) -> None:
-        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock, access_key=access_key,
-                         secret_key=secret_key)
+    def __init__(
+        self,
+        group: str,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        timeout_s: float = 3.0,
+        limits: Limits | None = None,
+        client_ip: bytes = b"\x7f\x00\x00\x01",
+        clock: Clock | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        send_latency_fault_enable: bool = False,
+        retry_times_when_send_failed: int = 2,
+        latency_max_ms: Sequence[int] = LATENCY_MAX_MS,
+        not_available_ms: Sequence[int] = NOT_AVAILABLE_MS,
+        retry_another_broker_when_not_store_ok: bool = False,
+    ) -> None:
+        super().__init__(
+            namesrv, timeout_s=timeout_s, limits=limits, clock=clock, access_key=access_key, secret_key=secret_key
+        )
         if retry_times_when_send_failed < 0:
             raise ValueError(f"retry_times_when_send_failed must be >= 0, got {retry_times_when_send_failed}")
         self.group = group
@@ -120,8 +144,12 @@ class Producer(RemoteClient):
         #: broker too; the last such result is answered if no attempt gets SEND_OK
         self.retry_another_broker_when_not_store_ok = retry_another_broker_when_not_store_ok
         #: the queue choice and the brokers to avoid (``sendLatencyFaultEnable``: ``fault.enabled``)
-        self.fault = FaultStrategy(self.clock, enabled=send_latency_fault_enable, latency_max_ms=latency_max_ms,
-                                   not_available_ms=not_available_ms)
+        self.fault = FaultStrategy(
+            self.clock,
+            enabled=send_latency_fault_enable,
+            latency_max_ms=latency_max_ms,
+            not_available_ms=not_available_ms,
+        )
 
     # ---- routing -----------------------------------------------------------------------
 
@@ -140,25 +168,42 @@ class Producer(RemoteClient):
         if queue_id is not None:
             queues = [q for q in queues if q[1] == queue_id]
         if not queues:
-            raise NoRouteError(f"topic {topic!r}: no writable queue{'' if queue_id is None else f' {queue_id}'}"
-                               f"{'' if broker_name is None else f' on broker {broker_name!r}'} in its route")
+            raise NoRouteError(
+                f"topic {topic!r}: no writable queue{'' if queue_id is None else f' {queue_id}'}"
+                f"{'' if broker_name is None else f' on broker {broker_name!r}'} in its route"
+            )
         name, qid = queues[next(self._rr) % len(queues)]
         return _Target(name, master_addr(route, name, topic), qid, via_default)
 
     def _header(self, topic: str, t: _Target, props: str, flag: int, batch: bool) -> dict[str, Any]:
         return SendMessageHeader(
-            producer_group=self.group, topic=topic, default_topic=AUTO_CREATE_TOPIC,
-            default_topic_queue_nums=DEFAULT_TOPIC_QUEUES, queue_id=t.queue_id, sys_flag=0,
-            born_timestamp=self.clock.wall_ms(), flag=flag, properties=props, reconsume_times=0,
-            unit_mode=False, batch=batch, max_reconsume_times=None, broker_name=t.broker_name,
+            producer_group=self.group,
+            topic=topic,
+            default_topic=AUTO_CREATE_TOPIC,
+            default_topic_queue_nums=DEFAULT_TOPIC_QUEUES,
+            queue_id=t.queue_id,
+            sys_flag=0,
+            born_timestamp=self.clock.wall_ms(),
+            flag=flag,
+            properties=props,
+            reconsume_times=0,
+            unit_mode=False,
+            batch=batch,
+            max_reconsume_times=None,
+            broker_name=t.broker_name,
         ).to_ext(v2=True)
 
-    async def _send_cmd(self, t: _Target, topic: str, cmd: RemotingCommand, uniq: str,
-                        timeout_s: float | None = None) -> SendResult:
+    async def _send_cmd(
+        self, t: _Target, topic: str, cmd: RemotingCommand, uniq: str, timeout_s: float | None = None
+    ) -> SendResult:
         try:
             res = await self.invoke(t.addr, cmd, timeout_s, ok=_STATUS.keys())
         except BrokerError as exc:
-            if exc.code in (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.NO_PERMISSION, ResponseCode.SERVICE_NOT_AVAILABLE):
+            if exc.code in (
+                ResponseCode.TOPIC_NOT_EXIST,
+                ResponseCode.NO_PERMISSION,
+                ResponseCode.SERVICE_NOT_AVAILABLE,
+            ):
                 # the route may be stale: SERVICE_NOT_AVAILABLE is also what a slave answers a
                 # send, e.g. an old master that came back as one while the cached route still
                 # names it the master (a failover): asked again now, not after ROUTE_TTL_S
@@ -167,28 +212,52 @@ class Producer(RemoteClient):
         if t.default_topic:
             self._routes.pop(topic, None)  # the topic exists now: read its own route next time
         ext = res.ext_fields
-        return SendResult(_STATUS[ResponseCode(res.code)], uniq, str(ext.get("msgId", "")),
-                          int(ext.get("queueId", t.queue_id)), int(ext.get("queueOffset", -1)), t.broker_name, t.addr,
-                          str(ext.get(DUPLICATE_FIELD, "")).lower() == "true")
+        return SendResult(
+            _STATUS[ResponseCode(res.code)],
+            uniq,
+            str(ext.get("msgId", "")),
+            int(ext.get("queueId", t.queue_id)),
+            int(ext.get("queueOffset", -1)),
+            t.broker_name,
+            t.addr,
+            str(ext.get(DUPLICATE_FIELD, "")).lower() == "true",
+        )
 
     # ---- single sends ------------------------------------------------------------------
 
-    async def _send(self, topic: str, body: bytes, tags: str | None, keys: str | Iterable[str] | None,
-                    properties: Mapping[str, str] | None, queue_id: int | None, delay_level: int,
-                    flag: int, broker_name: str | None) -> SendResult:
+    async def _send(
+        self,
+        topic: str,
+        body: bytes,
+        tags: str | None,
+        keys: str | Iterable[str] | None,
+        properties: Mapping[str, str] | None,
+        queue_id: int | None,
+        delay_level: int,
+        flag: int,
+        broker_name: str | None,
+    ) -> SendResult:
         uniq = self._ids.next(self.clock.wall_ms())
-        props = properties_string(message_properties(tags=tags, keys=keys, properties=properties,
-                                                     delay_level=delay_level, uniq_key=uniq))
+        props = properties_string(
+            message_properties(tags=tags, keys=keys, properties=properties, delay_level=delay_level, uniq_key=uniq)
+        )
         data = bytes(body)
 
         def make(t: _Target) -> RemotingCommand:
-            return RemotingCommand(RequestCode.SEND_MESSAGE_V2, ext_fields=self._header(topic, t, props, flag, False),
-                                   body=data)
+            return RemotingCommand(
+                RequestCode.SEND_MESSAGE_V2, ext_fields=self._header(topic, t, props, flag, False), body=data
+            )
 
         return await self._dispatch(topic, queue_id, broker_name, make, uniq)
 
-    async def _dispatch(self, topic: str, queue_id: int | None, broker_name: str | None,
-                        make: Callable[[_Target], RemotingCommand], uniq: str) -> SendResult:
+    async def _dispatch(
+        self,
+        topic: str,
+        queue_id: int | None,
+        broker_name: str | None,
+        make: Callable[[_Target], RemotingCommand],
+        uniq: str,
+    ) -> SendResult:
         if queue_id is not None or broker_name is not None:  # send(msg, mq): once, to that queue
             t = await self._target(topic, queue_id, broker_name)
             return await self._send_cmd(t, topic, make(t), uniq)
@@ -236,8 +305,9 @@ class Producer(RemoteClient):
         assert error is not None
         raise error
 
-    async def _fresh_queues(self, topic: str, route: TopicRouteData, queues: list[QueueRef],
-                            via_default: bool) -> tuple[TopicRouteData, list[QueueRef]]:
+    async def _fresh_queues(
+        self, topic: str, route: TopicRouteData, queues: list[QueueRef], via_default: bool
+    ) -> tuple[TopicRouteData, list[QueueRef]]:
         """After a refusal that dropped the cached route (stale), the route asked again; the
         old one kept if the name servers cannot answer now."""
         if via_default or topic in self._routes:
@@ -248,9 +318,19 @@ class Producer(RemoteClient):
             return route, queues
         return fresh, publish_queues(topic, fresh) or queues
 
-    def send(self, topic: str, body: bytes, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
-             properties: Mapping[str, str] | None = None, queue_id: int | None = None, delay_level: int = 0,
-             flag: int = 0, broker_name: str | None = None) -> SendResult:
+    def send(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+        delay_level: int = 0,
+        flag: int = 0,
+        broker_name: str | None = None,
+    ) -> SendResult:
         """Send one message (code 310) and wait for the broker's answer.
 
         Raises :class:`BrokerError` (a failure code), :class:`TopicNotFoundError` /
@@ -258,16 +338,36 @@ class Producer(RemoteClient):
         ``ConnectionLostError``, ``ValueError`` (a property holding \\x01 or \\x02)."""
         return call(self._send(topic, body, tags, keys, properties, queue_id, delay_level, flag, broker_name))
 
-    def send_async(self, topic: str, body: bytes, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
-                   properties: Mapping[str, str] | None = None, queue_id: int | None = None, delay_level: int = 0,
-                   flag: int = 0, broker_name: str | None = None) -> concurrent.futures.Future[SendResult]:
+    def send_async(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+        delay_level: int = 0,
+        flag: int = 0,
+        broker_name: str | None = None,
+    ) -> concurrent.futures.Future[SendResult]:
         """:meth:`send` without waiting: a ``concurrent.futures.Future`` of its result (or its
         error). Sends made in a burst are started together on the clients' loop."""
         return submit(self._send(topic, body, tags, keys, properties, queue_id, delay_level, flag, broker_name))
 
-    async def asend(self, topic: str, body: bytes, *, tags: str | None = None, keys: str | Iterable[str] | None = None,
-                    properties: Mapping[str, str] | None = None, queue_id: int | None = None, delay_level: int = 0,
-                    flag: int = 0, broker_name: str | None = None) -> SendResult:
+    async def asend(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+        delay_level: int = 0,
+        flag: int = 0,
+        broker_name: str | None = None,
+    ) -> SendResult:
         return await self._send(topic, body, tags, keys, properties, queue_id, delay_level, flag, broker_name)
 
     # ---- batches -----------------------------------------------------------------------
@@ -284,13 +384,15 @@ class Producer(RemoteClient):
         wait = properties_string({"WAIT": "true"})
 
         def make(t: _Target) -> RemotingCommand:
-            return RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=self._header(topic, t, wait, 0, True),
-                                   body=body)
+            return RemotingCommand(
+                RequestCode.SEND_BATCH_MESSAGE, ext_fields=self._header(topic, t, wait, 0, True), body=body
+            )
 
         return await self._dispatch(topic, queue_id, broker_name, make, ",".join(uniq))
 
-    def send_batch(self, topic: str, messages: Any, queue_id: int | None = None, *,
-                   broker_name: str | None = None) -> SendResult:
+    def send_batch(
+        self, topic: str, messages: Any, queue_id: int | None = None, *, broker_name: str | None = None
+    ) -> SendResult:
         """Send messages to one queue in one request (code 320; the body as
         ``MessageDecoder.encodeMessages``: :func:`rmqlog.encode_message_batch`).
 
@@ -299,20 +401,31 @@ class Producer(RemoteClient):
         list of bodies. Raises as :meth:`send`, and ``ValueError`` for an empty batch."""
         return call(self._send_batch(topic, messages, queue_id, broker_name))
 
-    async def asend_batch(self, topic: str, messages: Any, queue_id: int | None = None, *,
-                          broker_name: str | None = None) -> SendResult:
+    async def asend_batch(
+        self, topic: str, messages: Any, queue_id: int | None = None, *, broker_name: str | None = None
+    ) -> SendResult:
         return await self._send_batch(topic, messages, queue_id, broker_name)
 
     # ---- pre-encoded batches to a fixed queue (the Spark sink) ----------------------------
 
-    async def asend_encoded_batch(self, topic: str, body: bytes, *, broker_name: str, queue_id: int,
-                                  addr: str | None = None, via_default: bool = False,
-                                  marker: tuple[str, int] | None = None, master_wait_s: float = 0.0) -> SendResult:
+    async def asend_encoded_batch(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        broker_name: str,
+        queue_id: int,
+        addr: str | None = None,
+        via_default: bool = False,
+        marker: tuple[str, int] | None = None,
+        master_wait_s: float = 0.0,
+    ) -> SendResult:
         """:meth:`send_encoded_batch` as a coroutine."""
         if addr is None:
             addr = await self._group_master(AUTO_CREATE_TOPIC if via_default else topic, broker_name, cached=True)
-        ext = self._header(topic, _Target(broker_name, "", queue_id, via_default), properties_string({"WAIT": "true"}),
-                          0, True)
+        ext = self._header(
+            topic, _Target(broker_name, "", queue_id, via_default), properties_string({"WAIT": "true"}), 0, True
+        )
         if marker is not None:
             ext.update(IdempotenceMarker(*marker).to_ext())
         cmd = RemotingCommand(RequestCode.SEND_BATCH_MESSAGE, ext_fields=ext, body=body)
@@ -324,8 +437,10 @@ class Producer(RemoteClient):
                 try:
                     return await self._send_cmd(_Target(broker_name, addr, queue_id, via_default), topic, cmd, "")
                 except BrokerError as exc:
-                    if exc.code not in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE) \
-                            or loop.time() >= deadline:
+                    if (
+                        exc.code not in (ResponseCode.SYSTEM_BUSY, ResponseCode.SERVICE_NOT_AVAILABLE)
+                        or loop.time() >= deadline
+                    ):
                         raise
                     if exc.code == ResponseCode.SYSTEM_BUSY:
                         # back-pressure (the broker's queue of sends is full): asked again a moment later
@@ -337,18 +452,26 @@ class Producer(RemoteClient):
                     if loop.time() >= deadline:
                         raise
             elif loop.time() >= deadline:
-                raise NoRouteError(f"topic {topic!r}: broker group {broker_name!r} has had no master for "
-                                   f"{master_wait_s:g} s")
+                raise NoRouteError(
+                    f"topic {topic!r}: broker group {broker_name!r} has had no master for {master_wait_s:g} s"
+                )
             if not told:
                 told = True
-                log.warning("producer %r (writer %r): broker group %r (topic %r) has no master in reach; waiting up "
-                            "to %g s for one", self.group, marker[0] if marker else "", broker_name, topic,
-                            master_wait_s)
+                log.warning(
+                    "producer %r (writer %r): broker group %r (topic %r) has no master in reach; waiting up "
+                    "to %g s for one",
+                    self.group,
+                    marker[0] if marker else "",
+                    broker_name,
+                    topic,
+                    master_wait_s,
+                )
             if attempt:
                 await asyncio.sleep(MASTER_WAIT_PAUSE_S)  # waiting for a master to come back, or a new one
             with contextlib.suppress(OSError, TopicNotFoundError, BrokerError):
-                addr = await self._group_master(AUTO_CREATE_TOPIC if via_default else topic, broker_name,
-                                                cached=False, keep=addr)
+                addr = await self._group_master(
+                    AUTO_CREATE_TOPIC if via_default else topic, broker_name, cached=False, keep=addr
+                )
         raise AssertionError("unreachable")  # (itertools.count never ends)
 
     async def _group_master(self, topic: str, broker_name: str, *, cached: bool, keep: str = "") -> str:
@@ -359,9 +482,18 @@ class Producer(RemoteClient):
         group = next((b for b in route.broker_datas if b.broker_name == broker_name), None)
         return keep if group is None else group.master_addr() or ""
 
-    def send_encoded_batch(self, topic: str, body: bytes, *, broker_name: str, queue_id: int,
-                           addr: str | None = None, via_default: bool = False,
-                           marker: tuple[str, int] | None = None, master_wait_s: float = 0.0) -> SendResult:
+    def send_encoded_batch(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        broker_name: str,
+        queue_id: int,
+        addr: str | None = None,
+        via_default: bool = False,
+        marker: tuple[str, int] | None = None,
+        master_wait_s: float = 0.0,
+    ) -> SendResult:
         """Send a SEND_BATCH_MESSAGE (320) body already encoded (:func:`encode_messages`, each
         message's properties as the caller made them, its ``UNIQ_KEY`` included) to queue
         ``queue_id`` of broker group ``broker_name``, and only there: the caller's routing
@@ -383,8 +515,18 @@ class Producer(RemoteClient):
         with a warning when the wait starts; SYSTEM_BUSY is asked again after a short backoff.
         Then :class:`NoRouteError` (no master) or the last link error; any other refusal at
         once as :class:`BrokerError`. A stored-but status (10, 11, 12) is the result."""
-        return call(self.asend_encoded_batch(topic, body, broker_name=broker_name, queue_id=queue_id, addr=addr,
-                                             via_default=via_default, marker=marker, master_wait_s=master_wait_s))
+        return call(
+            self.asend_encoded_batch(
+                topic,
+                body,
+                broker_name=broker_name,
+                queue_id=queue_id,
+                addr=addr,
+                via_default=via_default,
+                marker=marker,
+                master_wait_s=master_wait_s,
+            )
+        )
 
 
 def _ms(seconds: float) -> int:

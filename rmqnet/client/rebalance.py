@@ -62,11 +62,28 @@ class GroupMember(RemoteClient):
     """``GroupMember(group, namesrv, client_id=...)`` (module docstring); ``subscriptions``:
     topic -> tag expression, set by :meth:`subscribe`."""
 
-    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, client_id: str | None = None,
-                 timeout_s: float = 3.0, limits: Limits | None = None, access_key: str | None = None,
-                 secret_key: str | None = None, clock: Clock | None = None, down_ms: int = DOWN_MS) -> None:
-        super().__init__(namesrv, timeout_s=timeout_s, limits=limits, clock=clock, access_key=access_key,
-                         secret_key=secret_key, down_ms=down_ms)
+    def __init__(
+        self,
+        group: str,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        client_id: str | None = None,
+        timeout_s: float = 3.0,
+        limits: Limits | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        clock: Clock | None = None,
+        down_ms: int = DOWN_MS,
+    ) -> None:
+        super().__init__(
+            namesrv,
+            timeout_s=timeout_s,
+            limits=limits,
+            clock=clock,
+            access_key=access_key,
+            secret_key=secret_key,
+            down_ms=down_ms,
+        )
         self.group = group
         self.client_id = client_id or default_client_id()
         self.subscriptions: dict[str, str] = {}
@@ -76,9 +93,12 @@ class GroupMember(RemoteClient):
         self.subscriptions[topic] = expression
 
     def _heartbeat_body(self) -> bytes:
-        subs = tuple(Subscription(t, e, "TAG", 0, () if e.strip() in ("", "*") else
-                                  tuple(x.strip() for x in e.split("||") if x.strip()))
-                     for t, e in sorted(self.subscriptions.items()))
+        subs = tuple(
+            Subscription(
+                t, e, "TAG", 0, () if e.strip() in ("", "*") else tuple(x.strip() for x in e.split("||") if x.strip())
+            )
+            for t, e in sorted(self.subscriptions.items())
+        )
         consumer = ConsumerData(self.group, "CONSUME_ACTIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET", False, subs)
         return HeartbeatData(self.client_id, (), (consumer,)).encode()
 
@@ -180,9 +200,14 @@ class GroupMember(RemoteClient):
             addr = next((b.master_addr() for b in route.broker_datas if b.broker_name == name), None)
             if not addr:
                 raise NoRouteError(f"broker {name!r} has no master in the route of {mqs[0].topic!r}")
-            body = json.dumps({"consumerGroup": self.group, "clientId": self.client_id, "mqSet": [
-                {"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic} for q in mqs]},
-                separators=(",", ":")).encode()
+            body = json.dumps(
+                {
+                    "consumerGroup": self.group,
+                    "clientId": self.client_id,
+                    "mqSet": [{"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic} for q in mqs],
+                },
+                separators=(",", ":"),
+            ).encode()
             res = await self.invoke(addr, RemotingCommand(code, body=body))
             if code != RequestCode.LOCK_BATCH_MQ:
                 continue
@@ -207,8 +232,12 @@ class GroupMember(RemoteClient):
         call(self._lock_batch(RequestCode.UNLOCK_BATCH_MQ, list(queues)))
 
     async def _unregister(self) -> list[str]:
-        return await self._to_all(lambda: RemotingCommand(RequestCode.UNREGISTER_CLIENT, ext_fields={
-            "clientID": self.client_id, "consumerGroup": self.group, "producerGroup": ""}))
+        return await self._to_all(
+            lambda: RemotingCommand(
+                RequestCode.UNREGISTER_CLIENT,
+                ext_fields={"clientID": self.client_id, "consumerGroup": self.group, "producerGroup": ""},
+            )
+        )
 
     def unregister(self) -> list[str]:
         """UNREGISTER_CLIENT (35) to every address heartbeated (Java's ``unregisterClient``):

@@ -45,7 +45,9 @@ class Reply:
     @property
     def messages(self) -> pa.Table:
         if self._table is None:
-            self._table = pa.Table.from_pylist(self.rows, schema=MESSAGE_SCHEMA) if self._rows else MESSAGE_SCHEMA.empty_table()
+            self._table = (
+                pa.Table.from_pylist(self.rows, schema=MESSAGE_SCHEMA) if self._rows else MESSAGE_SCHEMA.empty_table()
+            )
         return self._table
 
     def __len__(self) -> int:

@@ -51,9 +51,17 @@ class RemoteClient:
     #: a cached route is asked again after this long (RocketMQ's ``pollNameServerInterval``)
     ROUTE_TTL_S = 30.0
 
-    def __init__(self, namesrv: str = "127.0.0.1:9876", *, timeout_s: float = 3.0, limits: Limits | None = None,
-                 clock: Clock | None = None, access_key: str | None = None, secret_key: str | None = None,
-                 down_ms: int = DOWN_MS) -> None:
+    def __init__(
+        self,
+        namesrv: str = "127.0.0.1:9876",
+        *,
+        timeout_s: float = 3.0,
+        limits: Limits | None = None,
+        clock: Clock | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        down_ms: int = DOWN_MS,
+    ) -> None:
         if (access_key is None) != (secret_key is None):
             raise ValueError("access_key and secret_key go together")
         self.credentials = None if access_key is None or secret_key is None else (access_key, secret_key)
@@ -62,7 +70,9 @@ class RemoteClient:
         self.namesrv_addrs = list(parse_addresses("namesrv", namesrv))
         self.timeout_s = timeout_s
         self.limits = limits
-        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopConnections] = weakref.WeakKeyDictionary()
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopConnections] = (
+            weakref.WeakKeyDictionary()
+        )
         self._last: tuple[weakref.ref[asyncio.AbstractEventLoop], _LoopConnections] | None = None
         self._routes: dict[str, tuple[TopicRouteData, float]] = {}  # topic -> (route, when it expires)
         #: addresses avoided by reads for a while (:mod:`rmqnet.client.failover`)
@@ -99,8 +109,9 @@ class RemoteClient:
         fut: asyncio.Future[ClientConnection] = loop.create_future()
         mine.connecting[addr] = fut
         try:
-            conn = await ClientConnection.connect(host, port, limits=self.limits, timeout_s=self.timeout_s,
-                                                  request_handler=self.request_handler)
+            conn = await ClientConnection.connect(
+                host, port, limits=self.limits, timeout_s=self.timeout_s, request_handler=self.request_handler
+            )
             mine.conns[addr] = conn
             fut.set_result(conn)
             return conn
@@ -111,8 +122,13 @@ class RemoteClient:
         finally:
             del mine.connecting[addr]
 
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float | None = None,
-                     ok: Iterable[int] = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+    async def invoke(
+        self,
+        addr: str,
+        cmd: RemotingCommand,
+        timeout_s: float | None = None,
+        ok: Iterable[int] = (ResponseCode.SUCCESS,),
+    ) -> RemotingCommand:
         """``cmd`` sent to ``addr``; its answer if its code is in ``ok``, else :class:`BrokerError`."""
         conn = await self.connection(addr)
         if self.credentials is not None:

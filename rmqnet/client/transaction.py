@@ -71,8 +71,9 @@ class TransactionProducer(Producer):
     """``TransactionProducer(group, namesrv, check_listener=...)`` (module docstring); the
     other keywords are :class:`Producer`'s."""
 
-    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *,
-                 check_listener: CheckListener | None = None, **kw: Any) -> None:
+    def __init__(
+        self, group: str, namesrv: str = "127.0.0.1:9876", *, check_listener: CheckListener | None = None, **kw: Any
+    ) -> None:
         super().__init__(group, namesrv, **kw)
         self.check_listener = check_listener
         self.request_handler = self._on_request
@@ -105,16 +106,25 @@ class TransactionProducer(Producer):
         call(self._beat_brokers(topic))
 
     # ---- the transaction --------------------------------------------------------------
-    async def asend_half(self, topic: str, body: bytes, *, tags: str | None = None,
-                         keys: str | Iterable[str] | None = None, properties: Mapping[str, str] | None = None,
-                         queue_id: int | None = None) -> SendResult:
+    async def asend_half(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+    ) -> SendResult:
         """The half message (``TRAN_MSG=true``, ``PGROUP``), after a heartbeat to the topic's
         brokers (so that they can check it back here)."""
         await self._beat_brokers(topic)
         props = {**(properties or {}), "TRAN_MSG": "true", "PGROUP": self.group}
         return await self._send(topic, body, tags, keys, props, queue_id, 0, 0, None)
 
-    async def aend_transaction(self, topic: str, result: SendResult, state: LocalTransactionState) -> RemotingCommand | None:
+    async def aend_transaction(
+        self, topic: str, result: SendResult, state: LocalTransactionState
+    ) -> RemotingCommand | None:
         """END_TRANSACTION for the half message of ``result`` (its offset msgId names the
         commitlog offset, its queue offset the half queue's), sent to the broker that stored
         it (``result.broker_addr``, as Java's client ends it at the broker named by the send's
@@ -124,8 +134,9 @@ class TransactionProducer(Producer):
         which the broker does not answer). Raises :class:`BrokerError`."""
         addr = result.broker_addr or master_addr(await self._cached_route(topic), result.broker_name, topic)
         _, offset = parse_offset_msg_id(result.offset_msg_id)
-        header = EndTransactionHeader(self.group, result.queue_offset, offset, state.value, False, result.msg_id,
-                                      result.msg_id)
+        header = EndTransactionHeader(
+            self.group, result.queue_offset, offset, state.value, False, result.msg_id, result.msg_id
+        )
         cmd = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=header.to_ext())
         if state is LocalTransactionState.UNKNOW:
             conn = await self.connection(addr)
@@ -135,10 +146,17 @@ class TransactionProducer(Producer):
             return None
         return await self.invoke(addr, cmd)
 
-    def send_in_transaction(self, topic: str, body: bytes, execute: Callable[[SendResult], LocalTransactionState], *,
-                            tags: str | None = None, keys: str | Iterable[str] | None = None,
-                            properties: Mapping[str, str] | None = None,
-                            queue_id: int | None = None) -> TransactionSendResult:
+    def send_in_transaction(
+        self,
+        topic: str,
+        body: bytes,
+        execute: Callable[[SendResult], LocalTransactionState],
+        *,
+        tags: str | None = None,
+        keys: str | Iterable[str] | None = None,
+        properties: Mapping[str, str] | None = None,
+        queue_id: int | None = None,
+    ) -> TransactionSendResult:
         """Send the half message, run ``execute`` (the local transaction) here, end the
         transaction with its state. Raises what :meth:`Producer.send` raises (nothing was
         executed then) and :class:`BrokerError` for a refused END_TRANSACTION."""
@@ -154,8 +172,11 @@ class TransactionProducer(Producer):
     # ---- check-backs ------------------------------------------------------------------
     def _on_request(self, conn: Any, req: RemotingCommand) -> RemotingCommand | None:
         if req.code != RequestCode.CHECK_TRANSACTION_STATE:
-            return None if req.is_oneway else req.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                                         f" request type {req.code} not supported")
+            return (
+                None
+                if req.is_oneway
+                else req.reply(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {req.code} not supported")
+            )
         header = CheckTransactionStateHeader.read(req.ext_fields)
         (message,) = decode_record_rows(req.body_bytes())
         asyncio.get_running_loop().create_task(self._answer_check(conn, header, message))
@@ -164,15 +185,24 @@ class TransactionProducer(Producer):
     async def _answer_check(self, conn: Any, header: CheckTransactionStateHeader, message: dict[str, Any]) -> None:
         listener = self.check_listener
         try:
-            state = (LocalTransactionState.UNKNOW if listener is None
-                     else await asyncio.get_running_loop().run_in_executor(None, listener, message))
+            state = (
+                LocalTransactionState.UNKNOW
+                if listener is None
+                else await asyncio.get_running_loop().run_in_executor(None, listener, message)
+            )
         except Exception:
             log.exception("check listener failed for %s", header.msg_id)
             state = LocalTransactionState.UNKNOW
         props = dict(message.get("properties") or [])
-        end = EndTransactionHeader(props.get("PGROUP", self.group), header.tran_state_table_offset,
-                                   header.commit_log_offset, state.value, True, header.msg_id or "",
-                                   header.transaction_id)
+        end = EndTransactionHeader(
+            props.get("PGROUP", self.group),
+            header.tran_state_table_offset,
+            header.commit_log_offset,
+            state.value,
+            True,
+            header.msg_id or "",
+            header.transaction_id,
+        )
         cmd = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=end.to_ext())
         if self.credentials is not None:
             sign_bound(cmd, *self.credentials)

@@ -9,5 +9,14 @@ from .backend import BadRequest, ConsoleBackend, ConsoleError, NotFound, Unavail
 from .backend_wire import WireBackend
 from .server import make_app, serve
 
-__all__ = ["BadRequest", "ConsoleApp", "ConsoleBackend", "ConsoleError", "NotFound", "Unavailable", "WireBackend",
-           "make_app", "serve"]
+__all__ = [
+    "BadRequest",
+    "ConsoleApp",
+    "ConsoleBackend",
+    "ConsoleError",
+    "NotFound",
+    "Unavailable",
+    "WireBackend",
+    "make_app",
+    "serve",
+]

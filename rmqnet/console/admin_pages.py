@@ -45,14 +45,21 @@ async def create_topic(console: ConsoleApp, request: web.Request, form: dict[str
     if perm not in PERMS:
         raise BadRequest(f"perm: one of {PERMS} (2 write, 4 read, 6 both), got {perm}")
     masters = await console.run(console.backend.create_topic, topic, queues, perm)
-    return (f"topic {topic} created or updated with {queues} queues, perm {perm}, on {', '.join(masters)}",
-            "/topics/" + quote(topic), {"topic": topic, "brokers": masters})
+    return (
+        f"topic {topic} created or updated with {queues} queues, perm {perm}, on {', '.join(masters)}",
+        "/topics/" + quote(topic),
+        {"topic": topic, "brokers": masters},
+    )
 
 
 async def delete_topic(console: ConsoleApp, request: web.Request, form: dict[str, Any]) -> tuple[str, str, Any]:
     topic = topic_arg(request.match_info["topic"])
     masters = await console.run(console.backend.delete_topic, topic)
-    return f"topic {topic} deleted on {', '.join(masters) or 'no broker'}", "/topics", {"topic": topic, "brokers": masters}
+    return (
+        f"topic {topic} deleted on {', '.join(masters) or 'no broker'}",
+        "/topics",
+        {"topic": topic, "brokers": masters},
+    )
 
 
 async def send_test(console: ConsoleApp, request: web.Request, form: dict[str, Any]) -> tuple[str, str, Any]:
@@ -63,8 +70,12 @@ async def send_test(console: ConsoleApp, request: web.Request, form: dict[str, A
     tags = text_arg("tags", t, 255) if (t := _field(form, "tags")) is not None else None
     keys = text_arg("keys", k, 255) if (k := _field(form, "keys")) is not None else None
     res = await console.run(console.backend.send_test, topic, body, tags, keys)
-    return (f"sent to {topic}: {res['status']}, msgId {res['msgId']}, queue {res['brokerName']}/{res['queueId']} "
-            f"offset {res['queueOffset']}", "/messages?" + urlencode({"topic": topic, "msgId": res["msgId"]}), res)
+    return (
+        f"sent to {topic}: {res['status']}, msgId {res['msgId']}, queue {res['brokerName']}/{res['queueId']} "
+        f"offset {res['queueOffset']}",
+        "/messages?" + urlencode({"topic": topic, "msgId": res["msgId"]}),
+        res,
+    )
 
 
 async def reset_offset(console: ConsoleApp, request: web.Request, form: dict[str, Any]) -> tuple[str, str, Any]:
@@ -77,14 +88,21 @@ async def reset_offset(console: ConsoleApp, request: web.Request, form: dict[str
     ts = time_arg("time", time_text) if time_text is not None else None
     done = await console.run(console.backend.reset_offset, group, topic, offset, ts)
     to = f"offset {offset}" if offset is not None else f"time {time_text}"
-    return (f"group {group}'s offsets of {topic} reset to {to} on {len(done)} queues", "/groups/" + quote(group),
-            {"group": group, "topic": topic, "queues": done})
+    return (
+        f"group {group}'s offsets of {topic} reset to {to} on {len(done)} queues",
+        "/groups/" + quote(group),
+        {"group": group, "topic": topic, "queues": done},
+    )
 
 
 async def delete_group(console: ConsoleApp, request: web.Request, form: dict[str, Any]) -> tuple[str, str, Any]:
     group = group_arg(request.match_info["group"])
     masters = await console.run(console.backend.delete_group, group)
-    return f"group {group} deleted on {', '.join(masters) or 'no broker'}", "/groups", {"group": group, "brokers": masters}
+    return (
+        f"group {group} deleted on {', '.join(masters) or 'no broker'}",
+        "/groups",
+        {"group": group, "brokers": masters},
+    )
 
 
 async def resend_dead_letters(console: ConsoleApp, request: web.Request, form: dict[str, Any]) -> tuple[str, str, Any]:
@@ -95,9 +113,13 @@ async def resend_dead_letters(console: ConsoleApp, request: web.Request, form: d
     rows = await console.run(console.backend.resend_dead_letters, group, ids)
     sent = [r for r in rows if "newMsgId" in r]
     skipped = "; ".join(f"{r['msgId']}: {r['skipped']}" for r in rows if "skipped" in r)
-    return (f"{len(sent)} of {len(rows)} dead letter(s) of {group} re-sent"
-            + "".join(f"; {r['msgId']} to {r['topic']} as {r['newMsgId']}" for r in sent)
-            + (f"; skipped {skipped}" if skipped else ""), "/dlq?" + urlencode({"group": group}), rows)
+    return (
+        f"{len(sent)} of {len(rows)} dead letter(s) of {group} re-sent"
+        + "".join(f"; {r['msgId']} to {r['topic']} as {r['newMsgId']}" for r in sent)
+        + (f"; skipped {skipped}" if skipped else ""),
+        "/dlq?" + urlencode({"group": group}),
+        rows,
+    )
 
 
 ACTIONS: tuple[tuple[str, Action], ...] = (
@@ -121,6 +143,7 @@ def _handler(action: Action) -> Callable[[web.Request], Awaitable[web.StreamResp
         if request.path.startswith("/api/") or "application/json" in request.headers.get("Accept", ""):
             return web.json_response({"done": message, "result": result})
         return console.render(request, "done.html", message=message, back=back)
+
     return handler
 
 

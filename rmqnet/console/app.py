@@ -34,8 +34,9 @@ REFRESH_MS = 5000
 
 
 class ConsoleApp:
-    def __init__(self, backend: ConsoleBackend, *, admin: bool = False, clock: Clock | None = None,
-                 sample_s: float = 5.0) -> None:
+    def __init__(
+        self, backend: ConsoleBackend, *, admin: bool = False, clock: Clock | None = None, sample_s: float = 5.0
+    ) -> None:
         self.backend = backend
         self.admin = admin
         self.clock = clock or SystemClock()
@@ -44,8 +45,12 @@ class ConsoleApp:
         self.history = History(every_ms=int(sample_s * 1000))
         self.sampler = Sampler(backend, self.history)
         self.templates = jinja2.Environment(
-            loader=jinja2.PackageLoader("rmqnet.console", "templates"), autoescape=True,
-            undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
+            loader=jinja2.PackageLoader("rmqnet.console", "templates"),
+            autoescape=True,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+        )
         self.templates.globals.update(urlencode=urlencode, refresh_ms=REFRESH_MS)
 
     def now_ms(self) -> int:
@@ -65,8 +70,13 @@ class ConsoleApp:
 
     def render(self, request: web.Request, name: str, status: int = 200, **values: Any) -> web.Response:
         page = self.templates.get_template(name).render(
-            source=self.backend.source, admin=self.admin, token=self.token, path=request.path,
-            query=dict(request.query), **values)
+            source=self.backend.source,
+            admin=self.admin,
+            token=self.token,
+            path=request.path,
+            query=dict(request.query),
+            **values,
+        )
         return web.Response(text=page, status=status, content_type="text/html")
 
 
@@ -78,7 +88,9 @@ def _wants_json(request: web.Request) -> bool:
 
 
 @web.middleware
-async def errors(request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+async def errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     """A :class:`ConsoleError` as its status with its message; anything else logged and
     answered 500 naming only its kind (the traceback stays in the console's log). Every
     answer carries its server time (``Server-Timing: app;dur=MS``: a browser's developer
@@ -90,8 +102,9 @@ async def errors(request: web.Request, handler: Callable[[web.Request], Awaitabl
     return res
 
 
-async def _answer(console: ConsoleApp, request: web.Request,
-                  handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+async def _answer(
+    console: ConsoleApp, request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
     try:
         return await handler(request)
     except ConsoleError as exc:

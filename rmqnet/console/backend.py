@@ -36,6 +36,7 @@ MAX_BODY_SHOWN = 64 * 1024
 #: the groups a message lists by name in ``consumedBy`` (the rest counted)
 CONSUMED_BY_MAX = 10
 
+
 class ConsoleError(Exception):
     """What a page shows instead of its content: a message, answered with ``status``."""
 
@@ -134,8 +135,13 @@ def body_views(body: bytes) -> dict[str, Any]:
             pretty = json.dumps(json.loads(body), indent=2, ensure_ascii=False)
         except ValueError:  # (UnicodeDecodeError is one)
             pretty = None
-    return {"bodySize": len(body), "bodyCut": len(body) > len(shown), "bodyText": text, "bodyJson": pretty,
-            "bodyHex": shown.hex(" ", 1)}
+    return {
+        "bodySize": len(body),
+        "bodyCut": len(body) > len(shown),
+        "bodyText": text,
+        "bodyJson": pretty,
+        "bodyHex": shown.hex(" ", 1),
+    }
 
 
 def message_dicts(table: pa.Table, broker: str | None = None) -> list[dict[str, Any]]:
@@ -145,13 +151,24 @@ def message_dicts(table: pa.Table, broker: str | None = None) -> list[dict[str, 
     out = []
     for row in table.to_pylist():
         props = dict(row.get("properties") or {})
-        item = {"topic": row["topic"], "brokerName": broker, "queueId": row["queueId"],
-                "queueOffset": row["queueOffset"], "commitLogOffset": row["commitLogOffset"],
-                "msgId": row["msgId"], "uniqKey": props.get("UNIQ_KEY"), "tags": row.get("tags"),
-                "keys": row.get("keys") or [], "properties": props,
-                "bornTimestamp": _iso(row.get("bornTimestamp")), "storeTimestamp": _iso(row.get("storeTimestamp")),
-                "bornHost": row.get("bornHost"), "storeHost": row.get("storeHost"),
-                "reconsumeTimes": row.get("reconsumeTimes"), "sysFlag": row.get("sysFlag")}
+        item = {
+            "topic": row["topic"],
+            "brokerName": broker,
+            "queueId": row["queueId"],
+            "queueOffset": row["queueOffset"],
+            "commitLogOffset": row["commitLogOffset"],
+            "msgId": row["msgId"],
+            "uniqKey": props.get("UNIQ_KEY"),
+            "tags": row.get("tags"),
+            "keys": row.get("keys") or [],
+            "properties": props,
+            "bornTimestamp": _iso(row.get("bornTimestamp")),
+            "storeTimestamp": _iso(row.get("storeTimestamp")),
+            "bornHost": row.get("bornHost"),
+            "storeHost": row.get("storeHost"),
+            "reconsumeTimes": row.get("reconsumeTimes"),
+            "sysFlag": row.get("sysFlag"),
+        }
         item.update(body_views(row.get("body") or b""))
         item["_body"] = row.get("body") or b""  # the whole body, for a download (never in the JSON)
         stored = row.get("storeTimestamp")
@@ -215,8 +232,10 @@ class ConsoleBackend(ABC):
         """The groups with committed offsets of ``topic``: ``[{group, lag}]``, the lag against
         ``queues`` (what :meth:`topic` answered)."""
         ends = {(q["brokerName"], q["queueId"]): q["max"] for q in queues}
-        return [{"group": g, "lag": sum(max(0, ends.get(k, o) - o) for k, o in committed.items())}
-                for g, committed in self.committed_offsets(topic).items()]
+        return [
+            {"group": g, "lag": sum(max(0, ends.get(k, o) - o) for k, o in committed.items())}
+            for g, committed in self.committed_offsets(topic).items()
+        ]
 
     def consumed_by(self, messages: list[dict[str, Any]]) -> None:
         """Each message given ``consumedBy``: the groups with committed offsets of its topic, and
@@ -231,7 +250,10 @@ class ConsoleBackend(ABC):
                 committed = by_topic[m["topic"]] = sorted(self.committed_offsets(m["topic"]).items())
             where, offset = (m.get("brokerName"), m["queueId"]), m["queueOffset"]
             past = [offsets.get(where, -1) > offset for _, offsets in committed]  # type: ignore[arg-type]
-            m["consumedBy"] = [{"group": g, "consumed": c} for (g, _), c in zip(committed[:CONSUMED_BY_MAX], past[:CONSUMED_BY_MAX], strict=True)]
+            m["consumedBy"] = [
+                {"group": g, "consumed": c}
+                for (g, _), c in zip(committed[:CONSUMED_BY_MAX], past[:CONSUMED_BY_MAX], strict=True)
+            ]
             m["consumedCount"], m["groupCount"] = sum(past), len(committed)
 
     @abstractmethod
@@ -269,8 +291,9 @@ class ConsoleBackend(ABC):
     def read(self, topic: str, broker: str, queue: int, offset: int, count: int) -> list[dict[str, Any]]:
         """Up to ``count`` messages of the queue from ``offset`` (:func:`message_dicts`)."""
 
-    def by_time(self, topic: str, begin_ms: int, end_ms: int, count: int,
-                after: Cursor | None = None) -> list[dict[str, Any]]:
+    def by_time(
+        self, topic: str, begin_ms: int, end_ms: int, count: int, after: Cursor | None = None
+    ) -> list[dict[str, Any]]:
         """Up to ``count`` messages of ``topic`` stored in ``[begin_ms, end_ms]`` in the order
         of :func:`time_key` (store time, then broker, queue, offset), each queue read from its
         first message at the page's start: ``count`` at most from each, never more. ``after``:

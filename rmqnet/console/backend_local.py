@@ -117,10 +117,24 @@ class LocalBackend(ConsoleBackend):
         except OSError:
             ratio = None
         tail = self._call("the store", self.store.published_tail)
-        row = {"cluster": "-", "brokerName": NAME, "brokerId": 0, "address": str(self.root), "role": "STORE (read-only)",
-               "version": None, "diskUsedRatio": ratio, "inTps": 0.0, "outTps": 0.0, "commitLogMaxOffset": tail,
-               "haLagBytes": None}
-        return {"namesrv": None, "brokers": [row], "totals": {"brokers": 1, "unreachable": 0, "inTps": 0.0, "outTps": 0.0}}
+        row = {
+            "cluster": "-",
+            "brokerName": NAME,
+            "brokerId": 0,
+            "address": str(self.root),
+            "role": "STORE (read-only)",
+            "version": None,
+            "diskUsedRatio": ratio,
+            "inTps": 0.0,
+            "outTps": 0.0,
+            "commitLogMaxOffset": tail,
+            "haLagBytes": None,
+        }
+        return {
+            "namesrv": None,
+            "brokers": [row],
+            "totals": {"brokers": 1, "unreachable": 0, "inTps": 0.0, "outTps": 0.0},
+        }
 
     def topic_names(self) -> list[str]:
         return sorted(self._configs())
@@ -133,11 +147,20 @@ class LocalBackend(ConsoleBackend):
         for qid in range(max(tc.read_queue_nums, tc.write_queue_nums)):
             lo = self._call(f"{topic}/{qid}", self.store.min_offset, topic, qid)
             hi = self._call(f"{topic}/{qid}", self.store.max_offset, topic, qid)
-            queues.append({"brokerName": NAME, "queueId": qid, "min": lo, "max": hi, "messages": max(0, hi - lo),
-                           "lastUpdate": 0})
-        route = {"queueDatas": [{"brokerName": NAME, "readQueueNums": tc.read_queue_nums,
-                                 "writeQueueNums": tc.write_queue_nums, "perm": tc.perm}],
-                 "brokerDatas": [{"cluster": "-", "brokerName": NAME, "brokerAddrs": {"0": str(self.root)}}]}
+            queues.append(
+                {"brokerName": NAME, "queueId": qid, "min": lo, "max": hi, "messages": max(0, hi - lo), "lastUpdate": 0}
+            )
+        route = {
+            "queueDatas": [
+                {
+                    "brokerName": NAME,
+                    "readQueueNums": tc.read_queue_nums,
+                    "writeQueueNums": tc.write_queue_nums,
+                    "perm": tc.perm,
+                }
+            ],
+            "brokerDatas": [{"cluster": "-", "brokerName": NAME, "brokerAddrs": {"0": str(self.root)}}],
+        }
         return {"topic": topic, "queues": queues, "messages": sum(q["messages"] for q in queues), "route": route}
 
     def committed_offsets(self, topic: str) -> dict[str, dict[tuple[str, int], int]]:
@@ -160,14 +183,30 @@ class LocalBackend(ConsoleBackend):
                 continue
             for qid, committed in sorted(queues.items()):
                 hi = self._call(f"{topic}/{qid}", self.store.max_offset, topic, qid)
-                rows.append({"topic": topic, "brokerName": NAME, "queueId": qid, "committed": committed, "max": hi,
-                             "lag": max(0, hi - committed), "lastTimestamp": 0})
+                rows.append(
+                    {
+                        "topic": topic,
+                        "brokerName": NAME,
+                        "queueId": qid,
+                        "committed": committed,
+                        "max": hi,
+                        "lag": max(0, hi - committed),
+                        "lastTimestamp": 0,
+                    }
+                )
         config = self._group_configs().get(group)
         if config is None and not rows:
             raise NotFound(f"no consumer group {group!r} in the store at {self.root} (no config, no offsets)")
         shown = config if isinstance(config, dict) else {}
-        return {"group": group, "offsets": rows, "totalLag": sum(r["lag"] for r in rows), "consumeTps": 0.0,
-                "members": [], "subscriptions": [], "config": shown}
+        return {
+            "group": group,
+            "offsets": rows,
+            "totalLag": sum(r["lag"] for r in rows),
+            "consumeTps": 0.0,
+            "members": [],
+            "subscriptions": [],
+            "config": shown,
+        }
 
     def browse(self, topic: str, broker: str | None, queue: int, offset: int | None, count: int) -> dict[str, Any]:
         if broker not in (None, NAME):
@@ -177,9 +216,16 @@ class LocalBackend(ConsoleBackend):
         where = f"{topic}/{queue}"
         start = offset if offset is not None else self._call(where, self.store.min_offset, topic, queue)
         res = self._call(where, self.store.get_messages, CONSOLE_GROUP, topic, queue, start, count)
-        return {"messages": message_dicts(res.messages, NAME), "brokerName": NAME, "queueId": queue, "offset": start,
-                "status": str(getattr(res.status, "name", res.status)), "nextOffset": res.next_begin_offset,
-                "minOffset": res.min_offset, "maxOffset": res.max_offset}
+        return {
+            "messages": message_dicts(res.messages, NAME),
+            "brokerName": NAME,
+            "queueId": queue,
+            "offset": start,
+            "status": str(getattr(res.status, "name", res.status)),
+            "nextOffset": res.next_begin_offset,
+            "minOffset": res.min_offset,
+            "maxOffset": res.max_offset,
+        }
 
     def by_key(self, topic: str, key: str, count: int) -> list[dict[str, Any]]:
         self._queues_of(topic)

@@ -39,8 +39,21 @@ from .backend import BadRequest, ConsoleBackend, NotFound, Refused, Unavailable,
 T = TypeVar("T")
 #: properties a re-sent dead letter does not keep: where its retries went (the store's
 #: ``RESEND_DROPPED``), what a pull or the broker added, and what the producer sets anew
-RESEND_DROPPED = frozenset({"RETRY_TOPIC", "DELAY", "REAL_TOPIC", "REAL_QID", "WAIT", "MIN_OFFSET", "MAX_OFFSET",
-                            "CLUSTER", "TAGS", "KEYS", "UNIQ_KEY"})
+RESEND_DROPPED = frozenset(
+    {
+        "RETRY_TOPIC",
+        "DELAY",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "WAIT",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "CLUSTER",
+        "TAGS",
+        "KEYS",
+        "UNIQ_KEY",
+    }
+)
 #: MessageSysFlag.COMPRESSED_FLAG: a body our client would send as if it were plain
 COMPRESSED = 0x1
 #: the producer group of the console's test messages, and the consumer group of its pulls
@@ -68,8 +81,9 @@ def _answers(what: str) -> Iterator[None]:
 class WireBackend(ConsoleBackend):
     can_admin = True
 
-    def __init__(self, namesrv: str, *, timeout_s: float = 3.0, access_key: str | None = None,
-                 secret_key: str | None = None) -> None:
+    def __init__(
+        self, namesrv: str, *, timeout_s: float = 3.0, access_key: str | None = None, secret_key: str | None = None
+    ) -> None:
         self.namesrv = namesrv
         self.source = f"namesrv {namesrv}"
         keys: dict[str, Any] = {"timeout_s": timeout_s, "access_key": access_key, "secret_key": secret_key}
@@ -130,11 +144,22 @@ class WireBackend(ConsoleBackend):
                 continue
             stats = self._call(f"topic {topic!r} on {b.broker_name}", self.admin.topic_stats, addr, topic)
             for key, o in sorted(stats.items()):
-                queues.append({"brokerName": key.broker_name or b.broker_name, "queueId": key.queue_id,
-                               "min": o.min_offset, "max": o.max_offset, "messages": max(0, o.max_offset - o.min_offset),
-                               "lastUpdate": o.last_update_timestamp})
-        return {"topic": topic, "queues": queues, "messages": sum(q["messages"] for q in queues),
-                "route": route.to_json()}
+                queues.append(
+                    {
+                        "brokerName": key.broker_name or b.broker_name,
+                        "queueId": key.queue_id,
+                        "min": o.min_offset,
+                        "max": o.max_offset,
+                        "messages": max(0, o.max_offset - o.min_offset),
+                        "lastUpdate": o.last_update_timestamp,
+                    }
+                )
+        return {
+            "topic": topic,
+            "queues": queues,
+            "messages": sum(q["messages"] for q in queues),
+            "route": route.to_json(),
+        }
 
     def _offsets(self) -> dict[tuple[str, str], dict[str, dict[int, int]]]:
         """Every broker group's committed offsets (43): (topic, group) -> broker -> queue -> offset."""
@@ -145,8 +170,11 @@ class WireBackend(ConsoleBackend):
         return out
 
     def committed_offsets(self, topic: str) -> dict[str, dict[tuple[str, int], int]]:
-        return {group: {(b, qid): o for b, queues in brokers.items() for qid, o in queues.items()}
-                for (t, group), brokers in sorted(self._offsets().items()) if t == topic}
+        return {
+            group: {(b, qid): o for b, queues in brokers.items() for qid, o in queues.items()}
+            for (t, group), brokers in sorted(self._offsets().items())
+            if t == topic
+        }
 
     def _named(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Messages found by key or id with the broker group that stores them (by store host)."""
@@ -172,9 +200,17 @@ class WireBackend(ConsoleBackend):
             stats = self._call(f"group {group!r} on {name}", self.admin.consume_stats, addr, group)
             tps += stats.consume_tps
             for q, w in sorted(stats.offset_table.items()):
-                rows.append({"topic": q.topic, "brokerName": q.broker_name or name, "queueId": q.queue_id,
-                             "committed": w.consumer_offset, "max": w.broker_offset,
-                             "lag": max(0, w.broker_offset - w.consumer_offset), "lastTimestamp": w.last_timestamp})
+                rows.append(
+                    {
+                        "topic": q.topic,
+                        "brokerName": q.broker_name or name,
+                        "queueId": q.queue_id,
+                        "committed": w.consumer_offset,
+                        "max": w.broker_offset,
+                        "lag": max(0, w.broker_offset - w.consumer_offset),
+                        "lastTimestamp": w.last_timestamp,
+                    }
+                )
             conns = self._call(f"group {group!r}'s consumers on {name}", self.admin.consumer_connections, addr, group)
             if conns:
                 for c in conns.get("connectionSet", []):
@@ -186,14 +222,23 @@ class WireBackend(ConsoleBackend):
                 config = self._call("the subscription groups", self.admin.group_configs, addr).get(group)
         if config is None and not rows and not members:
             raise NotFound(f"no consumer group {group!r} on any broker (no config, offsets or consumers)")
-        return {"group": group, "offsets": rows, "totalLag": sum(r["lag"] for r in rows), "consumeTps": round(tps, 2),
-                "members": members, "subscriptions": [{"topic": t, "expression": e} for t, e in sorted(subscriptions.items())],
-                "config": config or {}}
+        return {
+            "group": group,
+            "offsets": rows,
+            "totalLag": sum(r["lag"] for r in rows),
+            "consumeTps": round(tps, 2),
+            "members": members,
+            "subscriptions": [{"topic": t, "expression": e} for t, e in sorted(subscriptions.items())],
+            "config": config or {},
+        }
 
     def _brokers_of(self, route: TopicRouteData, topic: str, queue: int | None = None) -> list[str]:
         addressed = {b.broker_name for b in route.broker_datas if b.broker_addrs}
-        return sorted(q.broker_name for q in route.queue_datas
-                      if q.broker_name in addressed and (queue is None or queue < q.read_queue_nums))
+        return sorted(
+            q.broker_name
+            for q in route.queue_datas
+            if q.broker_name in addressed and (queue is None or queue < q.read_queue_nums)
+        )
 
     def browse(self, topic: str, broker: str | None, queue: int, offset: int | None, count: int) -> dict[str, Any]:
         route = self._route(topic)
@@ -201,21 +246,33 @@ class WireBackend(ConsoleBackend):
         if broker is None and len(brokers) == 1:
             broker = brokers[0]
         if broker not in brokers:
-            raise BadRequest(f"queue {queue} of topic {topic!r} is on broker(s) {', '.join(brokers) or 'none'}"
-                             + ("" if broker is None else f", not on {broker!r}") + ": name one")
+            raise BadRequest(
+                f"queue {queue} of topic {topic!r} is on broker(s) {', '.join(brokers) or 'none'}"
+                + ("" if broker is None else f", not on {broker!r}")
+                + ": name one"
+            )
         assert broker is not None
         if offset is None:
             offset = self._call(f"{topic}/{broker}/{queue}", self.admin.min_offset, broker, topic, queue)
-        res = self._call(f"{topic}/{broker}/{queue} at {offset}", self._pull().pull, topic, queue, offset, count,
-                         broker_name=broker)
-        return {"messages": message_dicts(res.messages, broker), "brokerName": broker, "queueId": queue,
-                "offset": offset, "status": res.status, "nextOffset": res.next_begin_offset,
-                "minOffset": res.min_offset, "maxOffset": res.max_offset}
+        res = self._call(
+            f"{topic}/{broker}/{queue} at {offset}", self._pull().pull, topic, queue, offset, count, broker_name=broker
+        )
+        return {
+            "messages": message_dicts(res.messages, broker),
+            "brokerName": broker,
+            "queueId": queue,
+            "offset": offset,
+            "status": res.status,
+            "nextOffset": res.next_begin_offset,
+            "minOffset": res.min_offset,
+            "maxOffset": res.max_offset,
+        }
 
     def by_key(self, topic: str, key: str, count: int) -> list[dict[str, Any]]:
         self._route(topic)
-        return self._named(message_dicts(self._call(f"key {key!r} in {topic!r}", self.admin.query_by_key, topic, key,
-                                                    count)))
+        return self._named(
+            message_dicts(self._call(f"key {key!r} in {topic!r}", self.admin.query_by_key, topic, key, count))
+        )
 
     def by_id(self, topic: str | None, msg_id: str) -> list[dict[str, Any]]:
         reasons = []
@@ -232,7 +289,9 @@ class WireBackend(ConsoleBackend):
             addr, offset = parse_offset_msg_id(msg_id)
         except ValueError:
             if not is_uniq_key(msg_id):
-                raise BadRequest(f"not a message id: {msg_id!r} (an offset msgId or a client msgId: hex digits)") from None
+                raise BadRequest(
+                    f"not a message id: {msg_id!r} (an offset msgId or a client msgId: hex digits)"
+                ) from None
         else:
             try:
                 table = self._call(f"msgId {msg_id}", self.admin.view_by_id, msg_id)
@@ -246,14 +305,19 @@ class WireBackend(ConsoleBackend):
 
     def time_queues(self, topic: str) -> list[tuple[str, int]]:
         route = self._route(topic)
-        return [(b, qid) for b in sorted(set(self._brokers_of(route, topic)))
-                for qid in range(max(q.read_queue_nums for q in route.queue_datas if q.broker_name == b))]
+        return [
+            (b, qid)
+            for b in sorted(set(self._brokers_of(route, topic)))
+            for qid in range(max(q.read_queue_nums for q in route.queue_datas if q.broker_name == b))
+        ]
 
     def offset_at(self, topic: str, broker: str, queue: int, ms: int) -> int:
         return self._call(f"{topic}/{broker}/{queue}", self.admin.search_offset, broker, topic, queue, ms)
 
     def read(self, topic: str, broker: str, queue: int, offset: int, count: int) -> list[dict[str, Any]]:
-        res = self._call(f"{topic}/{broker}/{queue}", self._pull().pull, topic, queue, offset, count, broker_name=broker)
+        res = self._call(
+            f"{topic}/{broker}/{queue}", self._pull().pull, topic, queue, offset, count, broker_name=broker
+        )
         return message_dicts(res.messages, broker)
 
     # ---- admin ------------------------------------------------------------------------
@@ -277,8 +341,14 @@ class WireBackend(ConsoleBackend):
 
     def send_test(self, topic: str, body: bytes, tags: str | None, keys: str | None) -> dict[str, Any]:
         res = self._call(f"sending to {topic!r}", self._send().send, topic, body, tags=tags, keys=keys)
-        return {"status": res.status, "msgId": res.msg_id, "offsetMsgId": res.offset_msg_id,
-                "brokerName": res.broker_name, "queueId": res.queue_id, "queueOffset": res.queue_offset}
+        return {
+            "status": res.status,
+            "msgId": res.msg_id,
+            "offsetMsgId": res.offset_msg_id,
+            "brokerName": res.broker_name,
+            "queueId": res.queue_id,
+            "queueOffset": res.queue_offset,
+        }
 
     def reset_offset(self, group: str, topic: str, offset: int | None, ts_ms: int | None) -> list[dict[str, Any]]:
         """Every queue of ``topic`` on every broker group: the group's offset set to ``offset``
@@ -294,8 +364,11 @@ class WireBackend(ConsoleBackend):
                 where = f"{topic}/{broker}/{qid}"
                 lo = self._call(where, self.admin.min_offset, broker, topic, qid)
                 hi = self._call(where, self.admin.max_offset, broker, topic, qid)
-                to = (min(max(offset, lo), hi) if offset is not None
-                      else self._call(where, self.admin.search_offset, broker, topic, qid, ts_ms or 0))
+                to = (
+                    min(max(offset, lo), hi)
+                    if offset is not None
+                    else self._call(where, self.admin.search_offset, broker, topic, qid, ts_ms or 0)
+                )
                 self._call(f"resetting {group!r} on {where}", self.admin.update_offset, broker, group, topic, qid, to)
                 done.append({"brokerName": broker, "queueId": qid, "offset": to})
         return done
@@ -324,9 +397,16 @@ class WireBackend(ConsoleBackend):
             else:
                 kept = {k: v for k, v in props.items() if k not in RESEND_DROPPED and not k.startswith("RMQLOG_")}
                 kept.setdefault("ORIGIN_MESSAGE_ID", msg_id)
-                res = self._call(f"re-sending {msg_id} to {origin!r}", self._send().send, origin, row["body"],
-                                 tags=row.get("tags"), keys=row.get("keys") or None, properties=kept,
-                                 flag=row.get("flag") or 0)
+                res = self._call(
+                    f"re-sending {msg_id} to {origin!r}",
+                    self._send().send,
+                    origin,
+                    row["body"],
+                    tags=row.get("tags"),
+                    keys=row.get("keys") or None,
+                    properties=kept,
+                    flag=row.get("flag") or 0,
+                )
                 out.append({"msgId": msg_id, "topic": origin, "newMsgId": res.msg_id, "status": res.status})
         return out
 
@@ -335,4 +415,3 @@ class WireBackend(ConsoleBackend):
         for addr in masters:
             self._call(f"deleting group {group!r} on {addr}", self.admin.delete_group, addr, group, remove_offset=True)
         return masters
-

@@ -77,16 +77,24 @@ def _q(request: web.Request, name: str) -> str | None:
 def rates(points: list[list[float]]) -> list[list[float]]:
     """Messages per second between consecutive samples of a count (a queue end going back,
     a topic deleted and made again, counts as 0)."""
-    return [[t1, max(0.0, (v1 - v0) * 1000 / (t1 - t0))] for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False)
-            if t1 > t0]
+    return [
+        [t1, max(0.0, (v1 - v0) * 1000 / (t1 - t0))]
+        for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False)
+        if t1 > t0
+    ]
 
 
 def paged(items: list[Any], request: web.Request, default_size: int = 50) -> dict[str, Any]:
     page = int_arg("page", _q(request, "page") or "1", 1, 1 << 31)
     size = int_arg("size", _q(request, "size") or str(default_size), 1, MAX_PAGE_SIZE)
     pages = max(1, -(-len(items) // size))
-    return {"items": items[(page - 1) * size: page * size], "page": page, "pages": pages, "size": size,
-            "total": len(items)}
+    return {
+        "items": items[(page - 1) * size : page * size],
+        "page": page,
+        "pages": pages,
+        "size": size,
+        "total": len(items),
+    }
 
 
 def _filtered(names: list[str], request: web.Request) -> tuple[list[str], str]:
@@ -168,8 +176,13 @@ async def _messages(console: ConsoleApp, request: web.Request) -> dict[str, Any]
         res = await console.run(b.browse, topic, broker, int_arg("queue", queue, 0, 65535), offset, count)
         out.update(mode="queue", **res)
         if res["nextOffset"] > res["offset"]:
-            nxt = {"topic": topic, "broker": res["brokerName"], "queue": res["queueId"], "offset": res["nextOffset"],
-                   "count": count}
+            nxt = {
+                "topic": topic,
+                "broker": res["brokerName"],
+                "queue": res["queueId"],
+                "offset": res["nextOffset"],
+                "count": count,
+            }
             out["next"] = "/messages?" + urlencode(nxt)
         return out
     if begin is not None or end is not None:
@@ -182,8 +195,13 @@ async def _messages(console: ConsoleApp, request: web.Request) -> dict[str, Any]
         out["messages"] = await console.run(b.by_time, topic, lo, hi, count, after)
         if len(out["messages"]) == count:
             last = time_key(out["messages"][-1])
-            nxt = {"topic": topic, "begin": begin or "", "end": end or "", "count": count,
-                   "after": f"{last[0]},{last[2]},{last[3]},{last[1]}"}
+            nxt = {
+                "topic": topic,
+                "begin": begin or "",
+                "end": end or "",
+                "count": count,
+                "after": f"{last[0]},{last[2]},{last[3]},{last[1]}",
+            }
             out["next"] = "/messages?" + urlencode({k: v for k, v in nxt.items() if v != ""})
     return out
 
@@ -193,8 +211,12 @@ def _cursor(text: str) -> Cursor:
     parts = text.split(",", 3)
     if len(parts) != 4 or not parts[3]:
         raise BadRequest(f"after: MS,QUEUE,OFFSET,BROKER, got {text[:80]!r}")
-    return (int_arg("after", parts[0], 0, (1 << 63) - 1), text_arg("after", parts[3], 255),
-            int_arg("after", parts[1], 0, 65535), int_arg("after", parts[2], 0, (1 << 63) - 1))
+    return (
+        int_arg("after", parts[0], 0, (1 << 63) - 1),
+        text_arg("after", parts[3], 255),
+        int_arg("after", parts[1], 0, 65535),
+        int_arg("after", parts[2], 0, (1 << 63) - 1),
+    )
 
 
 async def messages_data(console: ConsoleApp, request: web.Request) -> dict[str, Any]:
@@ -244,12 +266,14 @@ def _page(template: str, data: Data) -> Callable[[web.Request], Awaitable[web.St
         console = request.app[APP_KEY]
         values = await data(console, request)
         return console.render(request, template, data=values, api="/api" + request.path_qs)
+
     return handler
 
 
 def _api(data: Data) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     async def handler(request: web.Request) -> web.StreamResponse:
         return web.json_response(await data(request.app[APP_KEY], request))
+
     return handler
 
 
@@ -258,8 +282,11 @@ async def messages_jsonl(request: web.Request) -> web.StreamResponse:
     out = await _messages(request.app[APP_KEY], request)
     msgs = out["messages"]
     lines = [jsonl_line(p, m.get("_body")) for p, m in zip(public(msgs), msgs, strict=True)]
-    return web.Response(text="".join(line + "\n" for line in lines), content_type="application/x-ndjson",
-                        headers={"Content-Disposition": 'attachment; filename="messages.jsonl"'})
+    return web.Response(
+        text="".join(line + "\n" for line in lines),
+        content_type="application/x-ndjson",
+        headers={"Content-Disposition": 'attachment; filename="messages.jsonl"'},
+    )
 
 
 async def index(request: web.Request) -> web.StreamResponse:

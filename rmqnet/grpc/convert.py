@@ -51,20 +51,68 @@ from .v2 import definition_pb2 as pb
 Code = pb.Code
 
 #: RocketMQ 5's ``MessageConst.STRING_HASH_SET``: names a user property may not have
-SYSTEM_PROPERTIES = frozenset((
-    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
-    "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
-    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
-    "POP_CK", "POP_CK_OFFSET", "1ST_POP_TIME", "TRAN_PREPARED_QUEUE_OFFSET", "DUP_INFO", "EXTEND_UNIQ_INFO",
-    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
-    "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET", "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_ENQUEUE_MS",
-    "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL",
-    "__BORNHOST", "BORN_TIMESTAMP",
-))
+SYSTEM_PROPERTIES = frozenset(
+    (
+        "TRACE_ON",
+        "MSG_REGION",
+        "KEYS",
+        "TAGS",
+        "WAIT",
+        "DELAY",
+        "RETRY_TOPIC",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "POP_CK",
+        "POP_CK_OFFSET",
+        "1ST_POP_TIME",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "DUP_INFO",
+        "EXTEND_UNIQ_INFO",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET",
+        "TIMER_DELAY_SEC",
+        "TIMER_DELIVER_MS",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_OUT_MS",
+        "TIMER_DEL_UNIQKEY",
+        "TIMER_DELAY_LEVEL",
+        "__BORNHOST",
+        "BORN_TIMESTAMP",
+    )
+)
 #: properties that are the message's system properties on the gRPC side, or the broker's own
 #: (never handed to a client as user properties; the proxy's ``STRING_HASH_SET`` filter)
-_NOT_USER = SYSTEM_PROPERTIES | {"__SHARDINGKEY", "TRACE_CONTEXT", "CHECK_IMMUNITY_TIME_IN_SECONDS",
-                                 "TRANSACTION_CHECK_TIMES", "__transactionId__", "TRAN_END", "RMQLOG_WRITER"}
+_NOT_USER = SYSTEM_PROPERTIES | {
+    "__SHARDINGKEY",
+    "TRACE_CONTEXT",
+    "CHECK_IMMUNITY_TIME_IN_SECONDS",
+    "TRANSACTION_CHECK_TIMES",
+    "__transactionId__",
+    "TRAN_END",
+    "RMQLOG_WRITER",
+}
 #: the proxy's limits (``ProxyConfig``: userPropertyMaxNum, userPropertyMaxSize, maxMessageGroupSize)
 MAX_USER_PROPERTIES = 128
 MAX_USER_PROPERTIES_BYTES = 16 * 1024
@@ -107,8 +155,10 @@ class Outgoing:
 def check_topic(name: str) -> None:
     """``ILLEGAL_TOPIC`` for a name RocketMQ's ``TopicValidator`` refuses."""
     if not _TOPIC.fullmatch(name):
-        raise GrpcStatusError(Code.ILLEGAL_TOPIC, f"topic {name[:200]!r} is empty, longer than 127 characters "
-                              "or holds characters outside ^[%|a-zA-Z0-9_-]+$")
+        raise GrpcStatusError(
+            Code.ILLEGAL_TOPIC,
+            f"topic {name[:200]!r} is empty, longer than 127 characters or holds characters outside ^[%|a-zA-Z0-9_-]+$",
+        )
 
 
 def outgoing(msg: pb.Message, *, topic: str, max_body_size: int) -> Outgoing:
@@ -120,39 +170,50 @@ def outgoing(msg: pb.Message, *, topic: str, max_body_size: int) -> Outgoing:
     props: dict[str, str] = {}
     user = msg.user_properties
     if len(user) > MAX_USER_PROPERTIES:
-        raise GrpcStatusError(Code.MESSAGE_PROPERTIES_TOO_LARGE, f"too many user properties: {len(user)} > {MAX_USER_PROPERTIES}")
+        raise GrpcStatusError(
+            Code.MESSAGE_PROPERTIES_TOO_LARGE, f"too many user properties: {len(user)} > {MAX_USER_PROPERTIES}"
+        )
     size = 0
     for key, value in user.items():
         if key in _NOT_USER or key.startswith("RMQLOG_"):  # (RocketMQ's system names, and those set here)
             raise GrpcStatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property is used by system: {key}")
         if not key or _CONTROL.search(key) or _CONTROL.search(value):
-            raise GrpcStatusError(Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
-                                  f"user property {key[:100]!r} is empty or holds a control character")
+            raise GrpcStatusError(
+                Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"user property {key[:100]!r} is empty or holds a control character"
+            )
         size += len(key.encode()) + len(value.encode())
     if size > MAX_USER_PROPERTIES_BYTES:
-        raise GrpcStatusError(Code.MESSAGE_PROPERTIES_TOO_LARGE,
-                              f"user properties of {size} bytes > {MAX_USER_PROPERTIES_BYTES}")
+        raise GrpcStatusError(
+            Code.MESSAGE_PROPERTIES_TOO_LARGE, f"user properties of {size} bytes > {MAX_USER_PROPERTIES_BYTES}"
+        )
     props.update(user)
     if sp.HasField("tag"):
         tag = sp.tag
         if not tag.strip() or "|" in tag or _CONTROL.search(tag):
-            raise GrpcStatusError(Code.ILLEGAL_MESSAGE_TAG, f"tag {tag[:100]!r} is blank or holds '|' or a control character")
+            raise GrpcStatusError(
+                Code.ILLEGAL_MESSAGE_TAG, f"tag {tag[:100]!r} is blank or holds '|' or a control character"
+            )
         props["TAGS"] = tag
     if sp.keys:
         for key in sp.keys:
             if not key.strip() or _CONTROL.search(key):
-                raise GrpcStatusError(Code.ILLEGAL_MESSAGE_KEY, f"key {key[:100]!r} is blank or holds a control character")
+                raise GrpcStatusError(
+                    Code.ILLEGAL_MESSAGE_KEY, f"key {key[:100]!r} is blank or holds a control character"
+                )
         props["KEYS"] = " ".join(sp.keys)
     if not sp.message_id:
         raise GrpcStatusError(Code.ILLEGAL_MESSAGE_ID, "message id is empty")
     if _CONTROL.search(sp.message_id) or " " in sp.message_id:
-        raise GrpcStatusError(Code.ILLEGAL_MESSAGE_ID, f"message id {sp.message_id[:100]!r} holds a space or a control character")
+        raise GrpcStatusError(
+            Code.ILLEGAL_MESSAGE_ID, f"message id {sp.message_id[:100]!r} holds a space or a control character"
+        )
     props["UNIQ_KEY"] = sp.message_id
     transactional = sp.message_type == pb.TRANSACTION
     if transactional:
         if sp.HasField("delivery_timestamp"):
-            raise GrpcStatusError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                                  "a transactional message cannot have a delivery_timestamp")
+            raise GrpcStatusError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, "a transactional message cannot have a delivery_timestamp"
+            )
         props["TRAN_MSG"] = "true"
         recovery = sp.orphaned_transaction_recovery_duration.seconds
         if recovery > 0:
@@ -165,8 +226,10 @@ def outgoing(msg: pb.Message, *, topic: str, max_body_size: int) -> Outgoing:
     group = sp.message_group
     if sp.HasField("message_group"):
         if not group.strip() or len(group) > MAX_MESSAGE_GROUP or _CONTROL.search(group):
-            raise GrpcStatusError(Code.ILLEGAL_MESSAGE_GROUP,
-                                  f"message group {group[:100]!r} is blank, longer than {MAX_MESSAGE_GROUP} or holds a control character")
+            raise GrpcStatusError(
+                Code.ILLEGAL_MESSAGE_GROUP,
+                f"message group {group[:100]!r} is blank, longer than {MAX_MESSAGE_GROUP} or holds a control character",
+            )
         props[SHARDING_KEY] = group
     if sp.trace_context:
         if _CONTROL.search(sp.trace_context):
@@ -176,9 +239,12 @@ def outgoing(msg: pb.Message, *, topic: str, max_body_size: int) -> Outgoing:
     if not body:
         raise GrpcStatusError(Code.MESSAGE_BODY_EMPTY, "message body is empty")
     if len(body) > max_body_size:
-        raise GrpcStatusError(Code.MESSAGE_BODY_TOO_LARGE,
-                              f"message body of {len(body)} bytes exceeds the maximum {max_body_size}")
-    sys_flag = (COMPRESSED_FLAG if sp.body_encoding == pb.GZIP else 0) | (TRANSACTION_PREPARED_TYPE if transactional else 0)
+        raise GrpcStatusError(
+            Code.MESSAGE_BODY_TOO_LARGE, f"message body of {len(body)} bytes exceeds the maximum {max_body_size}"
+        )
+    sys_flag = (COMPRESSED_FLAG if sp.body_encoding == pb.GZIP else 0) | (
+        TRANSACTION_PREPARED_TYPE if transactional else 0
+    )
     text = properties_text(props)
     return Outgoing(topic, body, sys_flag, text, sp.message_id, group, transactional, sp.delivery_attempt)
 
@@ -203,10 +269,15 @@ def message_of(row: dict[str, Any], *, message_type: int = pb.NORMAL) -> pb.Mess
     the gRPC ``Message`` a client reads (the module docstring)."""
     props = dict(row.get("properties") or ())
     body = bytes(row.get("body") or b"")
-    sp = pb.SystemProperties(message_id=props.get("UNIQ_KEY", row.get("msgId") or ""), message_type=message_type,  # type: ignore[arg-type]
-                             born_host=row.get("bornHost") or "", store_host=row.get("storeHost") or "",
-                             queue_id=int(row.get("queueId") or 0), delivery_attempt=int(row.get("reconsumeTimes") or 0) + 1,
-                             body_encoding=pb.GZIP if int(row.get("sysFlag") or 0) & COMPRESSED_FLAG else pb.IDENTITY)
+    sp = pb.SystemProperties(
+        message_id=props.get("UNIQ_KEY", row.get("msgId") or ""),
+        message_type=message_type,  # type: ignore[arg-type]
+        born_host=row.get("bornHost") or "",
+        store_host=row.get("storeHost") or "",
+        queue_id=int(row.get("queueId") or 0),
+        delivery_attempt=int(row.get("reconsumeTimes") or 0) + 1,
+        body_encoding=pb.GZIP if int(row.get("sysFlag") or 0) & COMPRESSED_FLAG else pb.IDENTITY,
+    )
     sp.body_digest.type = pb.MD5
     sp.body_digest.checksum = hashlib.md5(body).hexdigest().upper()
     tag = props.get("TAGS")
@@ -228,7 +299,9 @@ def message_of(row: dict[str, Any], *, message_type: int = pb.NORMAL) -> pb.Mess
     if row.get("queueOffset") is not None:
         sp.queue_offset = int(row["queueOffset"])
     user = {k: v for k, v in props.items() if k not in _NOT_USER and not k.startswith("RMQLOG_")}
-    return pb.Message(topic=pb.Resource(name=row.get("topic") or ""), user_properties=user, system_properties=sp, body=body)
+    return pb.Message(
+        topic=pb.Resource(name=row.get("topic") or ""), user_properties=user, system_properties=sp, body=body
+    )
 
 
 def status_of_reply(code: int) -> int:
@@ -259,7 +332,9 @@ def parse_transaction_id(text: str) -> tuple[int, int]:
     """``(commit_log_offset, queue_offset)`` of :func:`transaction_id`'s text;
     ``INVALID_TRANSACTION_ID`` for anything else."""
     if not re.fullmatch(r"[0-9A-F]{32}", text):
-        raise GrpcStatusError(Code.INVALID_TRANSACTION_ID, f"transaction id {text[:100]!r} is not one this broker issued")
+        raise GrpcStatusError(
+            Code.INVALID_TRANSACTION_ID, f"transaction id {text[:100]!r} is not one this broker issued"
+        )
     return int(text[:16], 16), int(text[16:], 16)
 
 
@@ -283,9 +358,8 @@ def consistent_hash(key: str, buckets: int) -> int:
         state = (2862933555777941757 * state + 1) & 0xFFFFFFFFFFFFFFFF
         # Guava's LinearCongruentialGenerator.nextDouble: ((int) (state >>> 33) + 1) / 2^31
         # (the shift leaves 31 bits: the int cast keeps the value)
-        nxt = int((candidate + 1) / (((state >> 33) + 1) / 2.0 ** 31))
+        nxt = int((candidate + 1) / (((state >> 33) + 1) / 2.0**31))
         if 0 <= nxt < buckets:
             candidate = nxt
         else:
             return candidate
-

@@ -27,8 +27,9 @@ LONG_POLLING_TIMEOUT_S = 20
 REQUEST_TIMEOUT_S = 3
 
 
-def server_settings(client: pb.Settings, *, max_body_size: int, fifo: bool = False,
-                    consumer_attempts: int = CONSUMER_MAX_ATTEMPTS) -> pb.Settings:
+def server_settings(
+    client: pb.Settings, *, max_body_size: int, fifo: bool = False, consumer_attempts: int = CONSUMER_MAX_ATTEMPTS
+) -> pb.Settings:
     """The answer to ``client``'s settings (the module docstring): a new message."""
     out = pb.Settings()
     out.CopyFrom(client)

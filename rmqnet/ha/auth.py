@@ -67,10 +67,12 @@ def encode_proof(access_key: str, secret_key: str, challenge: bytes) -> bytes:
     """The PROOF answering ``challenge`` (the master's 40 bytes); :class:`HAAuthError` when
     they are not a CHALLENGE (a master that does not speak the handshake: RocketMQ's)."""
     if len(challenge) != len(HELLO) + NONCE_SIZE or not challenge.startswith(HELLO):
-        raise HAAuthError("the master did not answer the handshake (a RocketMQ 4.x master? Its slaves "
-                          "connect without innerClientAuthenticationCredentials)")
+        raise HAAuthError(
+            "the master did not answer the handshake (a RocketMQ 4.x master? Its slaves "
+            "connect without innerClientAuthenticationCredentials)"
+        )
     key = access_key.encode("utf-8", "surrogatepass")
-    return _LEN.pack(len(key)) + key + proof_mac(secret_key, challenge[len(HELLO):])
+    return _LEN.pack(len(key)) + key + proof_mac(secret_key, challenge[len(HELLO) :])
 
 
 def encode_verdict(reason: str | None) -> bytes:
@@ -87,8 +89,12 @@ class SlaveAdmission:
     not admitted (None as a whole: nothing to check proofs with); ``require_proof``: whether a
     peer without a proof needs the allow list (ACL on, or cluster credentials set)."""
 
-    def __init__(self, allowed: Callable[[str], bool] | None = None,
-                 secret_of: Callable[[str], str | None] | None = None, require_proof: bool = False) -> None:
+    def __init__(
+        self,
+        allowed: Callable[[str], bool] | None = None,
+        secret_of: Callable[[str], str | None] | None = None,
+        require_proof: bool = False,
+    ) -> None:
         self._allowed = allowed
         self.secret_of = secret_of
         self.require_proof = require_proof or secret_of is not None
@@ -116,13 +122,13 @@ class SlaveAdmission:
         (n,) = _LEN.unpack_from(proof)
         if not 0 < n <= MAX_KEY_BYTES or len(proof) != _LEN.size + n + MAC_SIZE:
             raise HAAuthError("a malformed proof")
-        key = proof[_LEN.size:_LEN.size + n].decode("utf-8", "replace")
+        key = proof[_LEN.size : _LEN.size + n].decode("utf-8", "replace")
         if self.secret_of is None:
             return key
         secret = self.secret_of(key)
         if secret is None:
             raise HAAuthError(f"the access key {key!r} is not one a slave may use")
-        if not hmac.compare_digest(proof_mac(secret, nonce), proof[_LEN.size + n:]):
+        if not hmac.compare_digest(proof_mac(secret, nonce), proof[_LEN.size + n :]):
             raise HAAuthError(f"the proof of {key!r} does not verify")
         return key
 
@@ -141,5 +147,18 @@ def read_verdict_reason(head: bytes) -> int:
     return int(_LEN.unpack_from(head)[0])
 
 
-__all__ = ["ADMITTED", "HELLO", "HAAuthError", "MAC_SIZE", "NONCE_SIZE", "REFUSED", "SlaveAdmission", "encode_proof",
-           "encode_verdict", "new_challenge", "proof_length", "proof_mac", "read_verdict_reason"]
+__all__ = [
+    "ADMITTED",
+    "HELLO",
+    "HAAuthError",
+    "MAC_SIZE",
+    "NONCE_SIZE",
+    "REFUSED",
+    "SlaveAdmission",
+    "encode_proof",
+    "encode_verdict",
+    "new_challenge",
+    "proof_length",
+    "proof_mac",
+    "read_verdict_reason",
+]

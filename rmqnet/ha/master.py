@@ -68,8 +68,15 @@ CHECKPOINT_INTERVAL_MS = 1000
 class SlaveLink:
     """One slave as the master sees it (see the module docstring); no socket."""
 
-    def __init__(self, store: MessageStore, now_ms: int, *, batch_size: int = TRANSFER_BATCH_SIZE,
-                 heartbeat_ms: int = HEARTBEAT_INTERVAL_MS, address: str = "?") -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        now_ms: int,
+        *,
+        batch_size: int = TRANSFER_BATCH_SIZE,
+        heartbeat_ms: int = HEARTBEAT_INTERVAL_MS,
+        address: str = "?",
+    ) -> None:
         self.store = store
         self.batch_size = batch_size
         self.heartbeat_ms = heartbeat_ms
@@ -111,7 +118,7 @@ class SlaveLink:
         if data:
             view = memoryview(data)
             for i in range(0, len(view), self.batch_size):  # (a few per round: READ_AHEAD / 32 KiB)
-                piece = view[i:i + self.batch_size]
+                piece = view[i : i + self.batch_size]
                 out += [encode_header(self.next_offset, len(piece)), piece]
                 self.next_offset += len(piece)
             self.last_write_ms = now_ms
@@ -129,10 +136,19 @@ class SlaveLink:
 class HAServer:
     """The master's HA service (see the module docstring)."""
 
-    def __init__(self, store: MessageStore, *, host: str = "127.0.0.1", port: int = 0, clock: Clock | None = None,
-                 batch_size: int = TRANSFER_BATCH_SIZE, heartbeat_ms: int = HEARTBEAT_INTERVAL_MS,
-                 fallbehind_max: int = SLAVE_FALLBEHIND_MAX, housekeeping_ms: int = HOUSEKEEPING_INTERVAL_MS,
-                 admission: SlaveAdmission | None = None) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        clock: Clock | None = None,
+        batch_size: int = TRANSFER_BATCH_SIZE,
+        heartbeat_ms: int = HEARTBEAT_INTERVAL_MS,
+        fallbehind_max: int = SLAVE_FALLBEHIND_MAX,
+        housekeeping_ms: int = HOUSEKEEPING_INTERVAL_MS,
+        admission: SlaveAdmission | None = None,
+    ) -> None:
         self.store = store
         #: who may be a slave (None: anyone, as RocketMQ 4.9.8)
         self.admission = admission or SlaveAdmission()
@@ -330,8 +346,13 @@ class HAServer:
             return
         finally:
             self._pending.discard(writer)
-        link = SlaveLink(self.store, self.clock.wall_ms(), batch_size=self.batch_size, heartbeat_ms=self.heartbeat_ms,
-                         address=address)
+        link = SlaveLink(
+            self.store,
+            self.clock.wall_ms(),
+            batch_size=self.batch_size,
+            heartbeat_ms=self.heartbeat_ms,
+            address=address,
+        )
         self.links[link] = writer
         wake = self._wake[link] = asyncio.Event()
         task = asyncio.current_task()

@@ -87,10 +87,20 @@ def check_offsets(transfers: list[Transfer], end: int) -> int:
 class HAClient:
     """A slave's link to its master (see the module docstring)."""
 
-    def __init__(self, store: MessageStore, master: str | None = None, *, clock: Clock | None = None,
-                 heartbeat_ms: int = HEARTBEAT_INTERVAL_MS, housekeeping_ms: int = HOUSEKEEPING_INTERVAL_MS,
-                 backoff_min_ms: int = 100, backoff_max_ms: int = 5000, max_transfer: int = MAX_TRANSFER_SIZE,
-                 connect_timeout_s: float = 3.0, credentials: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        master: str | None = None,
+        *,
+        clock: Clock | None = None,
+        heartbeat_ms: int = HEARTBEAT_INTERVAL_MS,
+        housekeeping_ms: int = HOUSEKEEPING_INTERVAL_MS,
+        backoff_min_ms: int = 100,
+        backoff_max_ms: int = 5000,
+        max_transfer: int = MAX_TRANSFER_SIZE,
+        connect_timeout_s: float = 3.0,
+        credentials: tuple[str, str] | None = None,
+    ) -> None:
         self.store = store
         self.credentials = credentials
         self.clock: Clock = clock or SystemClock()
@@ -185,7 +195,9 @@ class HAClient:
     async def _run(self, master: tuple[str, int]) -> None:
         loop = asyncio.get_running_loop()
         try:
-            reader, writer = await asyncio.wait_for(asyncio.open_connection(*master, limit=READ_BUFFER), self.connect_timeout_s)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_connection(*master, limit=READ_BUFFER), self.connect_timeout_s
+            )
         except (OSError, TimeoutError) as exc:
             self._failed(f"connect to {master[0]}:{master[1]}: {exc}")
             return
@@ -243,8 +255,9 @@ class HAClient:
                 await writer.wait_closed()
 
     @staticmethod
-    async def _prove(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, access_key: str,
-                     secret_key: str) -> None:
+    async def _prove(
+        reader: asyncio.StreamReader, writer: asyncio.StreamWriter, access_key: str, secret_key: str
+    ) -> None:
         """The handshake (:mod:`rmqnet.ha.auth`); :class:`HAAuthError` when the master refuses
         or does not speak it."""
         writer.write(HELLO)
@@ -258,8 +271,10 @@ class HAClient:
                 reason = await reader.readexactly(read_verdict_reason(await reader.readexactly(2)))
                 raise HAAuthError(f"the master refused this slave: {reason.decode('utf-8', 'replace')}")
         except asyncio.IncompleteReadError:
-            raise HAAuthError("the master closed the connection during the handshake (is this slave's address "
-                              "on its haSlaveAllowList?)") from None
+            raise HAAuthError(
+                "the master closed the connection during the handshake (is this slave's address "
+                "on its haSlaveAllowList?)"
+            ) from None
 
     # ----------------------------------------------------------- rejoining
     def _start_verifier(self) -> RejoinVerifier | None:
@@ -275,8 +290,13 @@ class HAClient:
             log.info("HA: this log ends at %d, below what a slave acknowledged (%d): nothing to compare", end, ack)
             store.set_replication_checkpoint(None)
             return None
-        log.warning("HA: this store was a master whose slave acknowledged its log up to %d; comparing [%d, %d) with "
-                    "the master's before replicating", ack, start, end)
+        log.warning(
+            "HA: this store was a master whose slave acknowledged its log up to %d; comparing [%d, %d) with "
+            "the master's before replicating",
+            ack,
+            start,
+            end,
+        )
         return RejoinVerifier(start, end)
 
     def _local(self, offset: int, n: int) -> bytes:
@@ -296,22 +316,37 @@ class HAClient:
         then clear the checkpoint (a crash between the two compares again: no harm)."""
         store = self.store
         if verdict.matched:
-            log.info("HA: this log matches the master %s:%d's up to its end %d: replicating from there", *master,
-                     verdict.offset)
+            log.info(
+                "HA: this log matches the master %s:%d's up to its end %d: replicating from there",
+                *master,
+                verdict.offset,
+            )
         else:
             tail = store.published_tail()
             new_end = store.replica_truncate(verdict.offset)
             self.cuts.append((new_end, tail - new_end))
-            log.warning("HA: %d bytes of this log from offset %d are not in the master %s:%d's log (%s at %d): "
-                        "dropped; replicating from %d", tail - new_end, new_end, *master, verdict.why, verdict.offset,
-                        new_end)
+            log.warning(
+                "HA: %d bytes of this log from offset %d are not in the master %s:%d's log (%s at %d): "
+                "dropped; replicating from %d",
+                tail - new_end,
+                new_end,
+                *master,
+                verdict.why,
+                verdict.offset,
+                new_end,
+            )
         store.set_replication_checkpoint(None)
 
     def status(self) -> dict[str, Any]:
         """What the slave knows: master, connected, its end, the last error, how far a comparison
         under way has matched, the cuts made."""
         verifier = self.verifier
-        return {"master": None if self.master is None else f"{self.master[0]}:{self.master[1]}",
-                "connected": self.connected, "end": self.store.replica_end(), "lastError": self.last_error,
-                "connects": self.connects, "verifiedUpTo": None if verifier is None else verifier.position,
-                "cuts": list(self.cuts)}
+        return {
+            "master": None if self.master is None else f"{self.master[0]}:{self.master[1]}",
+            "connected": self.connected,
+            "end": self.store.replica_end(),
+            "lastError": self.last_error,
+            "connects": self.connects,
+            "verifiedUpTo": None if verifier is None else verifier.position,
+            "cuts": list(self.cuts),
+        }

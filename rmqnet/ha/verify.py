@@ -86,14 +86,16 @@ class RejoinVerifier:
         for i, t in enumerate(transfers):
             if t.offset != self.position:
                 if not (self._first and self.start == 0 and 0 < t.offset <= self.end):
-                    raise HAProtocolError(f"master slave offset not match: transfer at {t.offset}, "
-                                          f"this log is compared up to {self.position}")
+                    raise HAProtocolError(
+                        f"master slave offset not match: transfer at {t.offset}, "
+                        f"this log is compared up to {self.position}"
+                    )
                 self.start = self.position = t.offset  # a new slave's stream (see the module docstring)
             self._first = False
             if t.heartbeat:
                 if self.position < self.end:
                     return self._done(False, self.position, "the master's log ends there")
-                return self._done(True, self.end, "every byte matched", transfers[i + 1:])
+                return self._done(True, self.end, "every byte matched", transfers[i + 1 :])
             n = min(len(t.data), self.end - self.position)
             if n:
                 mine = local(self.position, n)
@@ -102,7 +104,7 @@ class RejoinVerifier:
                     return self._done(False, self.position + k, "the master's log differs there")
                 self.position += n
             if self.position == self.end:
-                rest = ([Transfer(self.end, t.data[n:])] if n < len(t.data) else []) + transfers[i + 1:]
+                rest = ([Transfer(self.end, t.data[n:])] if n < len(t.data) else []) + transfers[i + 1 :]
                 return self._done(True, self.end, "every byte matched", rest)
         return None
 

@@ -105,7 +105,7 @@ class TransferReader:
             if len(buf) - pos - HEADER.size < size:
                 break
             start = pos + HEADER.size
-            out.append(Transfer(offset, bytes(buf[start:start + size])))
+            out.append(Transfer(offset, bytes(buf[start : start + size])))
             pos = start + size
         del buf[:pos]
         return out
@@ -125,8 +125,12 @@ def join_transfers(transfers: list[Transfer], segment_size: int) -> list[Transfe
     for t in transfers:
         if t.heartbeat:
             continue
-        if pieces and t.offset == end and t.offset // segment_size == start // segment_size \
-                and (t.offset + len(t.data) - 1) // segment_size == start // segment_size:
+        if (
+            pieces
+            and t.offset == end
+            and t.offset // segment_size == start // segment_size
+            and (t.offset + len(t.data) - 1) // segment_size == start // segment_size
+        ):
             pieces.append(t.data)
             end += len(t.data)
             continue

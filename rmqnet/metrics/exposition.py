@@ -170,9 +170,11 @@ class MetricsEndpoint:
                 pass
             parts = line.split()
             status, body = self._body(parts[1].decode("latin-1") if len(parts) > 1 else "")
-            writer.write(f"HTTP/1.1 {status} {'OK' if status == 200 else 'Not Found'}\r\nContent-Type: "
-                         f"{CONTENT_TYPE_LATEST}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
-                         + body)
+            writer.write(
+                f"HTTP/1.1 {status} {'OK' if status == 200 else 'Not Found'}\r\nContent-Type: "
+                f"{CONTENT_TYPE_LATEST}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+                + body
+            )
             await writer.drain()
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
@@ -189,16 +191,22 @@ def counter(name: str, doc: str, labels: Sequence[str], rows: Iterable[tuple[Seq
     return family
 
 
-def gauge(name: str, doc: str, labels: Sequence[str], rows: Iterable[tuple[Sequence[str], float]],
-          unit: str = "") -> Metric:
+def gauge(
+    name: str, doc: str, labels: Sequence[str], rows: Iterable[tuple[Sequence[str], float]], unit: str = ""
+) -> Metric:
     family = GaugeMetricFamily(name, doc, labels=list(labels), unit=unit)
     for values, value in rows:
         family.add_metric(list(values), value)
     return family
 
 
-def histogram(name: str, doc: str, labels: Sequence[str], bounds: Sequence[float],
-              rows: Iterable[tuple[Sequence[str], Sequence[float], float]]) -> Metric:
+def histogram(
+    name: str,
+    doc: str,
+    labels: Sequence[str],
+    bounds: Sequence[float],
+    rows: Iterable[tuple[Sequence[str], Sequence[float], float]],
+) -> Metric:
     """A histogram family from per-bucket counts (not cumulative: ``len(bounds) + 1`` of them,
     the last past every bound) and the sum; cumulated here, as the format wants."""
     family = HistogramMetricFamily(name, doc, labels=list(labels))

@@ -70,5 +70,10 @@ class RpcLatency:
 
     def count(self, code: int, response_code: int | None = None) -> int:
         """Answers of ``code`` (with ``response_code`` when given), for tests and the console."""
-        return int(sum(sum(cell[:-1]) for (c, r, _), cell in self.snapshot().items()
-                       if c == code and (response_code is None or r == response_code)))
+        return int(
+            sum(
+                sum(cell[:-1])
+                for (c, r, _), cell in self.snapshot().items()
+                if c == code and (response_code is None or r == response_code)
+            )
+        )

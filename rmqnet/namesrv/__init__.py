@@ -10,5 +10,12 @@ from .process import DEFAULT_PORT, NameServerProcess
 from .routes import BROKER_CHANNEL_EXPIRED_TIME, BrokerLive, RouteTable
 from .server import BrokerExpiry, NameServer
 
-__all__ = ["BROKER_CHANNEL_EXPIRED_TIME", "DEFAULT_PORT", "BrokerExpiry", "BrokerLive", "NameServer",
-           "NameServerProcess", "RouteTable"]
+__all__ = [
+    "BROKER_CHANNEL_EXPIRED_TIME",
+    "DEFAULT_PORT",
+    "BrokerExpiry",
+    "BrokerLive",
+    "NameServer",
+    "NameServerProcess",
+    "RouteTable",
+]

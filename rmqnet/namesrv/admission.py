@@ -40,7 +40,9 @@ class RegistrationPolicy:
     """``credentials``: ``(accessKey, secretKey)`` registrations must be signed with (None:
     no signature needed); ``allowed``: the matcher of a peer IP that may register (None: any)."""
 
-    def __init__(self, credentials: tuple[str, str] | None = None, allowed: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self, credentials: tuple[str, str] | None = None, allowed: Callable[[str], bool] | None = None
+    ) -> None:
         self.credentials = credentials
         self.allowed = allowed
 
@@ -56,18 +58,22 @@ class RegistrationPolicy:
         ext = req.ext_fields
         key = ext.get(ACCESS_KEY)
         if key is None:
-            return ("not signed: this name server takes registrations signed with the cluster's credentials "
-                    "(innerClientAuthenticationCredentials)")
+            return (
+                "not signed: this name server takes registrations signed with the cluster's credentials "
+                "(innerClientAuthenticationCredentials)"
+            )
         if ext.get(SIGNATURE_FORM) != BOUND_FORM:
             return f"not signed in the bound form ({SIGNATURE_FORM}: {BOUND_FORM})"
         access_key, secret_key = self.credentials
-        if not hmac.compare_digest(java_text(key).encode("utf-8", "surrogatepass"),
-                                   access_key.encode("utf-8", "surrogatepass")):
+        if not hmac.compare_digest(
+            java_text(key).encode("utf-8", "surrogatepass"), access_key.encode("utf-8", "surrogatepass")
+        ):
             return f"the access key {java_text(key)[:100]!r} is not the cluster's"
         given = ext.get(SIGNATURE)
         expected = signature(bound_content(req.code, ext, req.body), secret_key)
-        if given is None or not hmac.compare_digest(expected.encode(),
-                                                    java_text(given).encode("utf-8", "surrogatepass")):
+        if given is None or not hmac.compare_digest(
+            expected.encode(), java_text(given).encode("utf-8", "surrogatepass")
+        ):
             return f"the signature of {java_text(key)[:100]!r} does not verify"
         return None
 

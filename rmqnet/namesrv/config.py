@@ -39,12 +39,16 @@ class NamesrvConfig:
 
     def __post_init__(self) -> None:
         try:
-            creds = parse_credentials(self.inner_client_authentication_credentials, "innerClientAuthenticationCredentials")
+            creds = parse_credentials(
+                self.inner_client_authentication_credentials, "innerClientAuthenticationCredentials"
+            )
         except CredentialsError as exc:
             raise NamesrvConfigError(str(exc)) from None
         if self.acl_enable and creds is None:
-            raise NamesrvConfigError("aclEnable=true needs innerClientAuthenticationCredentials: the cluster's "
-                                     "credentials the brokers sign their registrations with")
+            raise NamesrvConfigError(
+                "aclEnable=true needs innerClientAuthenticationCredentials: the cluster's "
+                "credentials the brokers sign their registrations with"
+            )
         if self.register_broker_allow_list is not None:
             try:
                 address_pattern(self.register_broker_allow_list)
@@ -54,7 +58,9 @@ class NamesrvConfig:
     def policy(self) -> RegistrationPolicy:
         """The registration rule this config sets."""
         creds = parse_credentials(self.inner_client_authentication_credentials, "innerClientAuthenticationCredentials")
-        allowed = address_pattern(self.register_broker_allow_list) if self.register_broker_allow_list is not None else None
+        allowed = (
+            address_pattern(self.register_broker_allow_list) if self.register_broker_allow_list is not None else None
+        )
         return RegistrationPolicy(creds if self.acl_enable else None, allowed)
 
     @classmethod
@@ -70,8 +76,11 @@ class NamesrvConfig:
             raise NamesrvConfigError(f"{p}: aclEnable={acl!r} is not true or false")
         allow = props.get("registerBrokerAllowList")
         try:
-            return cls(acl == "true", props.get("innerClientAuthenticationCredentials"),
-                       allow.strip() if allow is not None else None)
+            return cls(
+                acl == "true",
+                props.get("innerClientAuthenticationCredentials"),
+                allow.strip() if allow is not None else None,
+            )
         except NamesrvConfigError as exc:
             raise NamesrvConfigError(f"{p}: {exc}") from None
 

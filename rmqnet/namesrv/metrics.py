@@ -28,11 +28,16 @@ def families(proc: NameServerProcess) -> Iterator[Metric]:
     """One scrape's families of the name server ``proc``."""
     base = ["node_type", "node_id"]
     node = ["nameserver", proc.address]
-    yield histogram("rocketmq_rpc_latency", "Time from a request's read to its answer (ms)",
-                    [*base, "protocol_type", "request_code", "response_code", "is_long_polling", "result"],
-                    RPC_BUCKETS_MS,
-                    (([*node, "remoting", code_name(c), code_name(r, response=True), "false", "success"],
-                      cell[:-1], cell[-1]) for (c, r, _), cell in sorted(proc.rpc.series().items())))
+    yield histogram(
+        "rocketmq_rpc_latency",
+        "Time from a request's read to its answer (ms)",
+        [*base, "protocol_type", "request_code", "response_code", "is_long_polling", "result"],
+        RPC_BUCKETS_MS,
+        (
+            ([*node, "remoting", code_name(c), code_name(r, response=True), "false", "success"], cell[:-1], cell[-1])
+            for (c, r, _), cell in sorted(proc.rpc.series().items())
+        ),
+    )
     routes = proc.server.routes
     cluster_of = {addr: data.cluster for data in list(routes.brokers.values()) for addr in data.broker_addrs.values()}
     per_cluster: dict[str, int] = dict.fromkeys(list(routes.clusters), 0)
@@ -40,8 +45,12 @@ def families(proc: NameServerProcess) -> Iterator[Metric]:
         cluster = cluster_of.get(addr)
         if cluster is not None:
             per_cluster[cluster] = per_cluster.get(cluster, 0) + 1
-    yield gauge("rocketmq_namesrv_brokers", "Live registered brokers (ours)", [*base, "cluster"],
-                (([*node, c], n) for c, n in sorted(per_cluster.items())))
+    yield gauge(
+        "rocketmq_namesrv_brokers",
+        "Live registered brokers (ours)",
+        [*base, "cluster"],
+        (([*node, c], n) for c, n in sorted(per_cluster.items())),
+    )
     yield gauge("rocketmq_topic_number", "Topics routed", base, [(node, len(routes.topics))])
     yield gauge("rocketmq_connections", "Open connections (ours)", base, [(node, len(proc.remoting.connections))])
 

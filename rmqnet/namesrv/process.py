@@ -39,9 +39,16 @@ DEFAULT_PORT = 9876
 class NameServerProcess:
     """One name server on a socket (see the module docstring)."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = DEFAULT_PORT, *, clock: MonotonicClock | None = None,
-                 limits: Limits | None = None, config: NamesrvConfig | None = None,
-                 metrics_listen: tuple[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        host: str = "127.0.0.1",
+        port: int = DEFAULT_PORT,
+        *,
+        clock: MonotonicClock | None = None,
+        limits: Limits | None = None,
+        config: NamesrvConfig | None = None,
+        metrics_listen: tuple[str, int] | None = None,
+    ) -> None:
         self.clock: MonotonicClock = clock or LoopClock()
         self.config = config or NamesrvConfig()
         self.server = NameServer(self.config.policy())

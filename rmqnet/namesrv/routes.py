@@ -52,9 +52,19 @@ class RouteTable:
         self.live: dict[str, BrokerLive] = {}
 
     # ------------------------------------------------------------------ registration
-    def register(self, *, cluster: str, broker_addr: str, broker_name: str, broker_id: int, ha_server_addr: str,
-                 topics: dict[str, TopicConfigData], data_version: DataVersion, conn: Hashable | None,
-                 now_ms: int) -> RegisterBrokerResult:
+    def register(
+        self,
+        *,
+        cluster: str,
+        broker_addr: str,
+        broker_name: str,
+        broker_id: int,
+        ha_server_addr: str,
+        topics: dict[str, TopicConfigData],
+        data_version: DataVersion,
+        conn: Hashable | None,
+        now_ms: int,
+    ) -> RegisterBrokerResult:
         """``registerBroker``: record the broker and, for a master whose topics changed (or
         that is new), their queue datas; a slave learns its master's addresses."""
         self.clusters.setdefault(cluster, set()).add(broker_name)
@@ -71,7 +81,8 @@ class RouteTable:
         if broker_id == MASTER_ID and (first or self._changed(broker_addr, data_version)):
             for t in topics.values():
                 self.topics.setdefault(t.topic_name, {})[broker_name] = QueueData(
-                    broker_name, t.read_queue_nums, t.write_queue_nums, t.perm, t.topic_sys_flag)
+                    broker_name, t.read_queue_nums, t.write_queue_nums, t.perm, t.topic_sys_flag
+                )
             # a topic the master no longer lists (deleted on it: DELETE_TOPIC_IN_BROKER) leaves its
             # route (RocketMQ 5's registerBroker does the same; 4.9.8 waits for DELETE_TOPIC_IN_NAMESRV)
             for name in [n for n, by in self.topics.items() if broker_name in by and n not in topics]:
@@ -166,8 +177,11 @@ class RouteTable:
     def expire(self, now_ms: int) -> list[tuple[str, Hashable | None]]:
         """``scanNotActiveBroker``: drop every broker whose last registration is more than
         :data:`BROKER_CHANNEL_EXPIRED_TIME` ms before ``now_ms``; (address, connection) of each."""
-        gone = [(addr, live.conn) for addr, live in self.live.items()
-                if live.last_update_ms + BROKER_CHANNEL_EXPIRED_TIME < now_ms]
+        gone = [
+            (addr, live.conn)
+            for addr, live in self.live.items()
+            if live.last_update_ms + BROKER_CHANNEL_EXPIRED_TIME < now_ms
+        ]
         for addr, _ in gone:
             self.drop(addr)
         return gone
@@ -190,15 +204,21 @@ class RouteTable:
         if not brokers:
             return None
         return TopicRouteData(
-            [QueueData(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
-             for _, q in sorted(queues.items())],
+            [
+                QueueData(q.broker_name, q.read_queue_nums, q.write_queue_nums, q.perm, q.topic_sys_flag)
+                for _, q in sorted(queues.items())
+            ],
             [BrokerData(b.cluster, b.broker_name, dict(b.broker_addrs)) for b in brokers],
         )
 
     def cluster_info(self) -> ClusterInfo:
-        return ClusterInfo({name: BrokerData(b.cluster, b.broker_name, dict(b.broker_addrs))
-                            for name, b in sorted(self.brokers.items())},
-                           {c: sorted(names) for c, names in sorted(self.clusters.items())})
+        return ClusterInfo(
+            {
+                name: BrokerData(b.cluster, b.broker_name, dict(b.broker_addrs))
+                for name, b in sorted(self.brokers.items())
+            },
+            {c: sorted(names) for c, names in sorted(self.clusters.items())},
+        )
 
     def topic_list(self) -> list[str]:
         return sorted(self.topics)

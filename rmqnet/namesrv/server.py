@@ -80,8 +80,9 @@ class NameServer:
     def codes(self) -> list[int]:
         return sorted(int(c) for c in self._handlers)
 
-    def handle(self, req: RemotingCommand, now_ms: int, conn: Hashable | None = None,
-               remote: str | None = None) -> RemotingCommand | None:
+    def handle(
+        self, req: RemotingCommand, now_ms: int, conn: Hashable | None = None, remote: str | None = None
+    ) -> RemotingCommand | None:
         """The response to ``req`` at ``now_ms`` (ms of a clock that only moves forward: the
         process's is monotonic), ``None`` for a oneway request.
         ``conn`` identifies the connection it came on (a broker registered over it is dropped
@@ -128,42 +129,76 @@ class NameServer:
             return req.reply(ResponseCode.SYSTEM_ERROR, f"Failed to decode RegisterBrokerBody: {exc}")
         holder = self.routes.holder(h.broker_name, h.broker_id)
         if holder is not None and holder != h.broker_addr:
-            log.warning("REGISTER_BROKER of %s id %d at %s refused: registered at %s", h.broker_name, h.broker_id,
-                        h.broker_addr, holder)
-            return req.reply(ResponseCode.NO_PERMISSION,
-                             f"REGISTER_BROKER refused: broker {h.broker_name} id {h.broker_id} is registered at "
-                             f"{holder}; {h.broker_addr} cannot take it while that registration is live (until it "
-                             f"unregisters, its connection closes or it expires after {BROKER_CHANNEL_EXPIRED_TIME} ms)")
+            log.warning(
+                "REGISTER_BROKER of %s id %d at %s refused: registered at %s",
+                h.broker_name,
+                h.broker_id,
+                h.broker_addr,
+                holder,
+            )
+            return req.reply(
+                ResponseCode.NO_PERMISSION,
+                f"REGISTER_BROKER refused: broker {h.broker_name} id {h.broker_id} is registered at "
+                f"{holder}; {h.broker_addr} cannot take it while that registration is live (until it "
+                f"unregisters, its connection closes or it expires after {BROKER_CHANNEL_EXPIRED_TIME} ms)",
+            )
         first = h.broker_addr not in self.routes.live
         result = self.routes.register(
-            cluster=h.cluster_name, broker_addr=h.broker_addr, broker_name=h.broker_name, broker_id=h.broker_id,
-            ha_server_addr=h.ha_server_addr, topics=reg.topics, data_version=reg.data_version, conn=conn,
-            now_ms=now_ms)
+            cluster=h.cluster_name,
+            broker_addr=h.broker_addr,
+            broker_name=h.broker_name,
+            broker_id=h.broker_id,
+            ha_server_addr=h.ha_server_addr,
+            topics=reg.topics,
+            data_version=reg.data_version,
+            conn=conn,
+            now_ms=now_ms,
+        )
         if first:
-            log.info("broker registered: %s id %d at %s, cluster %s, %d topics", h.broker_name, h.broker_id,
-                     h.broker_addr, h.cluster_name, len(reg.topics))
+            log.info(
+                "broker registered: %s id %d at %s, cluster %s, %d topics",
+                h.broker_name,
+                h.broker_id,
+                h.broker_addr,
+                h.cluster_name,
+                len(reg.topics),
+            )
         return req.reply(ResponseCode.SUCCESS, None, result.to_ext())
 
     def _unregister_broker(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
         h = UnregisterBrokerHeader.read(req.ext_fields)
         live = self.routes.live.get(h.broker_addr)
         if live is not None and live.conn is not None and live.conn != conn:
-            log.warning("UNREGISTER_BROKER of %s at %s refused: not the connection it registered on", h.broker_name,
-                        h.broker_addr)
-            return req.reply(ResponseCode.NO_PERMISSION, f"UNREGISTER_BROKER refused: {h.broker_addr} registered over "
-                                                         "another connection (a broker unregisters over its own)")
-        found = self.routes.unregister(cluster=h.cluster_name, broker_addr=h.broker_addr, broker_name=h.broker_name,
-                                       broker_id=h.broker_id)
-        log.info("broker unregistered: %s id %d at %s (%s)", h.broker_name, h.broker_id, h.broker_addr,
-                 "OK" if found else "was not registered")
+            log.warning(
+                "UNREGISTER_BROKER of %s at %s refused: not the connection it registered on",
+                h.broker_name,
+                h.broker_addr,
+            )
+            return req.reply(
+                ResponseCode.NO_PERMISSION,
+                f"UNREGISTER_BROKER refused: {h.broker_addr} registered over "
+                "another connection (a broker unregisters over its own)",
+            )
+        found = self.routes.unregister(
+            cluster=h.cluster_name, broker_addr=h.broker_addr, broker_name=h.broker_name, broker_id=h.broker_id
+        )
+        log.info(
+            "broker unregistered: %s id %d at %s (%s)",
+            h.broker_name,
+            h.broker_id,
+            h.broker_addr,
+            "OK" if found else "was not registered",
+        )
         return req.reply(ResponseCode.SUCCESS)
 
     def _route(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
         topic = ext_str(req.ext_fields, "topic")
         route = self.routes.route(topic)
         if route is None:
-            return req.reply(ResponseCode.TOPIC_NOT_EXIST,
-                             f"No topic route info in name server for the topic: {topic}{_APPLY_TOPIC_TIP}")
+            return req.reply(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic}{_APPLY_TOPIC_TIP}",
+            )
         # always standard JSON (quoted broker ids): ali-ons and the C++ client read it, and
         # Java clients from 4.9.4 ask for it (acceptStandardJsonOnly is therefore not read)
         return req.reply(ResponseCode.SUCCESS, body=route.encode())

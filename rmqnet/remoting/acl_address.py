@@ -120,7 +120,9 @@ def _range_bounds(value: str, base: int, top: int, pattern: str) -> tuple[int, i
         bounds = [b for b in value.split("-") if b]
         start, end = _int(bounds[0], base, pattern), _int(bounds[1] if len(bounds) > 1 else "", base, pattern)
         if not (0 <= start <= top and 0 <= end <= top and start <= end):
-            raise AclPatternError(f"RangeRemoteAddressStrategy netaddress examine scope Exception start is {start} , end is {end}")
+            raise AclPatternError(
+                f"RangeRemoteAddressStrategy netaddress examine scope Exception start is {start} , end is {end}"
+            )
         return start, end
     return None
 
@@ -160,7 +162,7 @@ def _range6(pattern: str) -> Matcher:
     prefix = pattern
     for _ in range(cuts):
         prefix = prefix[: prefix.rindex(":")]
-    tail = pattern[len(prefix) + 1:].split(":")[0]
+    tail = pattern[len(prefix) + 1 :].split(":")[0]
     if minus and "-" in prefix:
         raise AclPatternError(f"Netaddress examine scope Exception netaddress is {pattern}")
     head_groups = 8 - cuts

@@ -70,8 +70,9 @@ def _java_order(key: str) -> bytes:
     return key.encode("utf-16-be", "surrogatepass")
 
 
-def content(ext_fields: Mapping[str, Any], body: bytes | memoryview | list[Any] | None,
-            skip: Iterable[str] = BROKER_SKIPPED) -> bytes:
+def content(
+    ext_fields: Mapping[str, Any], body: bytes | memoryview | list[Any] | None, skip: Iterable[str] = BROKER_SKIPPED
+) -> bytes:
     """The bytes that are signed: the values of ``ext_fields`` sorted by key, ``skip`` left
     out, then ``body`` (a list of buffers is taken in order)."""
     skipped = frozenset(skip)
@@ -132,5 +133,19 @@ def sign(cmd: RemotingCommand, access_key: str, secret_key: str) -> RemotingComm
     return cmd
 
 
-__all__ = ["ACCESS_KEY", "SIGNATURE", "SIGNATURE_FORM", "BOUND_FORM", "bound_content", "sign_bound", "SECURITY_TOKEN", "UNIQUE_KEY_QUERY", "BROKER_SKIPPED", "CLIENT_SKIPPED",
-           "java_text", "content", "signature", "sign"]
+__all__ = [
+    "ACCESS_KEY",
+    "SIGNATURE",
+    "SIGNATURE_FORM",
+    "BOUND_FORM",
+    "bound_content",
+    "sign_bound",
+    "SECURITY_TOKEN",
+    "UNIQUE_KEY_QUERY",
+    "BROKER_SKIPPED",
+    "CLIENT_SKIPPED",
+    "java_text",
+    "content",
+    "signature",
+    "sign",
+]

@@ -60,7 +60,7 @@ def parse_addresses(name: str, text: str) -> tuple[str, ...]:
     for i, part in enumerate(parts, 1):
         if not part:
             raise AddressError(name, f"item {i} of {_shown(text)} is empty (separator ';' twice, or at an end)")
-        if part in parts[:i - 1]:
+        if part in parts[: i - 1]:
             raise AddressError(name, f"{_shown(part)} is named twice")
         parse_host_port(name, part)
     return tuple(parts)
@@ -124,5 +124,15 @@ def address_arg(parse: Callable[..., Any] = parse_host_port, *args: Any, text: b
     return convert
 
 
-__all__ = ["AddressError", "address_arg", "grpc_peer_address", "is_address", "join_host_port", "parse_addresses",
-           "parse_host_port", "peer_ip", "split_address", "with_port"]
+__all__ = [
+    "AddressError",
+    "address_arg",
+    "grpc_peer_address",
+    "is_address",
+    "join_host_port",
+    "parse_addresses",
+    "parse_host_port",
+    "peer_ip",
+    "split_address",
+    "with_port",
+]

@@ -101,8 +101,11 @@ class TopicOffset:
     last_update_timestamp: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"lastUpdateTimestamp": self.last_update_timestamp, "maxOffset": self.max_offset,
-                "minOffset": self.min_offset}
+        return {
+            "lastUpdateTimestamp": self.last_update_timestamp,
+            "maxOffset": self.max_offset,
+            "minOffset": self.min_offset,
+        }
 
 
 def encode_topic_stats(table: dict[QueueKey, TopicOffset]) -> bytes:
@@ -113,8 +116,11 @@ def encode_topic_stats(table: dict[QueueKey, TopicOffset]) -> bytes:
 def decode_topic_stats(body: bytes) -> dict[QueueKey, TopicOffset]:
     out = {}
     for q, v in _queue_map(loads_fastjson(body), "TopicStatsTable").items():
-        out[q] = TopicOffset(_long(v, "minOffset", "TopicStatsTable"), _long(v, "maxOffset", "TopicStatsTable"),
-                             _long(v, "lastUpdateTimestamp", "TopicStatsTable"))
+        out[q] = TopicOffset(
+            _long(v, "minOffset", "TopicStatsTable"),
+            _long(v, "maxOffset", "TopicStatsTable"),
+            _long(v, "lastUpdateTimestamp", "TopicStatsTable"),
+        )
     return out
 
 
@@ -125,8 +131,11 @@ class OffsetWrapper:
     last_timestamp: int
 
     def to_json(self) -> dict[str, Any]:
-        return {"brokerOffset": self.broker_offset, "consumerOffset": self.consumer_offset,
-                "lastTimestamp": self.last_timestamp}
+        return {
+            "brokerOffset": self.broker_offset,
+            "consumerOffset": self.consumer_offset,
+            "lastTimestamp": self.last_timestamp,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,15 +151,25 @@ class ConsumeStats:
 def encode_consume_stats(stats: ConsumeStats) -> bytes:
     """``ConsumeStats.encode()`` (``consumeTps`` a double: always with a fraction)."""
     tps = float(stats.consume_tps)
-    return ('{"consumeTps":' + repr(tps if tps == tps else 0.0) + ',"offsetTable":'
-            + encode_queue_map({q: w.to_json() for q, w in stats.offset_table.items()}) + "}").encode()
+    return (
+        '{"consumeTps":'
+        + repr(tps if tps == tps else 0.0)
+        + ',"offsetTable":'
+        + encode_queue_map({q: w.to_json() for q, w in stats.offset_table.items()})
+        + "}"
+    ).encode()
 
 
 def decode_consume_stats(body: bytes) -> ConsumeStats:
     obj = loads_fastjson(body)
-    table = {q: OffsetWrapper(_long(v, "brokerOffset", "ConsumeStats"), _long(v, "consumerOffset", "ConsumeStats"),
-                              _long(v, "lastTimestamp", "ConsumeStats"))
-             for q, v in _queue_map(obj, "ConsumeStats").items()}
+    table = {
+        q: OffsetWrapper(
+            _long(v, "brokerOffset", "ConsumeStats"),
+            _long(v, "consumerOffset", "ConsumeStats"),
+            _long(v, "lastTimestamp", "ConsumeStats"),
+        )
+        for q, v in _queue_map(obj, "ConsumeStats").items()
+    }
     tps = obj.get("consumeTps", 0) if isinstance(obj, dict) else 0
     if isinstance(tps, bool) or not isinstance(tps, int | float):
         raise FieldError("ConsumeStats", f"consumeTps is {tps!r}, not a number")
@@ -214,7 +233,21 @@ def parse_properties(text: str) -> dict[str, str]:
         raise FieldError("body", f"is not Java properties text: {exc}") from None
 
 
-__all__ = ["ConsumeStats", "OffsetWrapper", "QueueKey", "TopicOffset", "decode_consume_stats",
-           "decode_consumer_connection", "decode_topic_stats", "encode_consume_stats", "encode_consumer_connection",
-           "encode_queue_map", "encode_topic_stats", "parse_properties", "properties_text",
-           "encode_subscription_groups", "decode_subscription_groups", "decode_subscription_group"]
+__all__ = [
+    "ConsumeStats",
+    "OffsetWrapper",
+    "QueueKey",
+    "TopicOffset",
+    "decode_consume_stats",
+    "decode_consumer_connection",
+    "decode_topic_stats",
+    "encode_consume_stats",
+    "encode_consumer_connection",
+    "encode_queue_map",
+    "encode_topic_stats",
+    "parse_properties",
+    "properties_text",
+    "encode_subscription_groups",
+    "decode_subscription_groups",
+    "decode_subscription_group",
+]

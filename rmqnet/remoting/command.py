@@ -73,8 +73,13 @@ class RemotingCommand:
             return b"".join(bytes(x) for x in b)
         return bytes(b)
 
-    def reply(self, code: int, remark: str | None = None, ext_fields: dict[str, Any] | None = None,
-              body: bytes | memoryview | list[Any] = b"") -> RemotingCommand:
+    def reply(
+        self,
+        code: int,
+        remark: str | None = None,
+        ext_fields: dict[str, Any] | None = None,
+        body: bytes | memoryview | list[Any] = b"",
+    ) -> RemotingCommand:
         """The response to this request (same opaque, the response flag set)."""
         return RemotingCommand(code, self.opaque, FLAG_RESPONSE, remark, ext_fields or {}, body, "JAVA", self.version)
 
@@ -163,8 +168,9 @@ def _escaped(cmd: RemotingCommand) -> RemotingCommand:
     """``cmd`` with every string of its header written as text (lone surrogates escaped)."""
     cmd.remark = None if cmd.remark is None else escape_text(cmd.remark)
     cmd.language = escape_text(cmd.language)
-    cmd.ext_fields = {escape_text(str(k)): escape_text(v) if isinstance(v, str) else v
-                      for k, v in cmd.ext_fields.items()}
+    cmd.ext_fields = {
+        escape_text(str(k)): escape_text(v) if isinstance(v, str) else v for k, v in cmd.ext_fields.items()
+    }
     return cmd
 
 
@@ -236,8 +242,13 @@ def encode_binary_header(cmd: RemotingCommand) -> bytes:
         for key, val in cmd.ext_fields.items()
     )
     lang = LanguageCode[cmd.language].value if cmd.language in LanguageCode.__members__ else LanguageCode.OTHER.value
-    return (_B_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag) + _I32.pack(len(remark)) + remark
-            + _I32.pack(len(ext)) + ext)
+    return (
+        _B_FIXED.pack(cmd.code, lang, cmd.version, cmd.opaque, cmd.flag)
+        + _I32.pack(len(remark))
+        + remark
+        + _I32.pack(len(ext))
+        + ext
+    )
 
 
 def _text(v: Any) -> str:
@@ -257,9 +268,14 @@ def encode_header(cmd: RemotingCommand) -> bytes:
     Anything orjson refuses (a lone surrogate, a key that is no string, an int past 64 bits)
     or another type where an int or a string belongs goes through ``json.dumps`` as before."""
     # (codes are IntEnums: both write an int subclass, bools included, as its int's JSON)
-    if (isinstance(cmd.code, int) and isinstance(cmd.flag, int) and isinstance(cmd.opaque, int)
-            and isinstance(cmd.version, int) and isinstance(cmd.language, str)
-            and (cmd.remark is None or isinstance(cmd.remark, str))):
+    if (
+        isinstance(cmd.code, int)
+        and isinstance(cmd.flag, int)
+        and isinstance(cmd.opaque, int)
+        and isinstance(cmd.version, int)
+        and isinstance(cmd.language, str)
+        and (cmd.remark is None or isinstance(cmd.remark, str))
+    ):
         try:
             return orjson.dumps(_header_object(cmd))
         except TypeError:  # (orjson.JSONEncodeError is one)
@@ -268,8 +284,14 @@ def encode_header(cmd: RemotingCommand) -> bytes:
 
 
 def _header_object(cmd: RemotingCommand) -> dict[str, Any]:
-    obj: dict[str, Any] = {"code": cmd.code, "flag": cmd.flag, "language": cmd.language, "opaque": cmd.opaque,
-                           "serializeTypeCurrentRPC": "JSON", "version": cmd.version}
+    obj: dict[str, Any] = {
+        "code": cmd.code,
+        "flag": cmd.flag,
+        "language": cmd.language,
+        "opaque": cmd.opaque,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": cmd.version,
+    }
     if cmd.ext_fields:
         obj["extFields"] = {k: v if type(v) is str else _text(v) for k, v in cmd.ext_fields.items() if v is not None}
     if cmd.remark is not None:

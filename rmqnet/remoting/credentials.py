@@ -59,8 +59,9 @@ def read_credentials_file(path: str | Path) -> tuple[str, str]:
     try:
         mode = os.fstat(fd).st_mode
         if mode & (stat.S_IRWXG | stat.S_IRWXO):
-            raise CredentialsError(f"credentials file {p} is open to its group or others (mode {stat.S_IMODE(mode):o}): "
-                                   f"chmod 600 it")
+            raise CredentialsError(
+                f"credentials file {p} is open to its group or others (mode {stat.S_IMODE(mode):o}): chmod 600 it"
+            )
         with os.fdopen(fd, "rb", closefd=False) as f:
             raw = f.read(64 * 1024)
     finally:
@@ -78,8 +79,9 @@ def read_credentials_file(path: str | Path) -> tuple[str, str]:
     return _pair(values.get("accessKey"), values.get("secretKey"), f"credentials file {p}")
 
 
-def cli_credentials(access_key: str | None, secret_key: str | None, file: str | None,
-                    env: Mapping[str, str] | None = None) -> tuple[str, str] | None:
+def cli_credentials(
+    access_key: str | None, secret_key: str | None, file: str | None, env: Mapping[str, str] | None = None
+) -> tuple[str, str] | None:
     """What a command signs with (module docstring); :class:`CredentialsError` for one key
     without the other, or a file that cannot be used."""
     if access_key is not None or secret_key is not None:
@@ -97,5 +99,11 @@ def cli_credentials(access_key: str | None, secret_key: str | None, file: str | 
     return None
 
 
-__all__ = ["ENV_ACCESS_KEY", "ENV_SECRET_KEY", "CredentialsError", "cli_credentials", "parse_credentials",
-           "read_credentials_file"]
+__all__ = [
+    "ENV_ACCESS_KEY",
+    "ENV_SECRET_KEY",
+    "CredentialsError",
+    "cli_credentials",
+    "parse_credentials",
+    "read_credentials_file",
+]

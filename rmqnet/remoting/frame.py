@@ -93,12 +93,16 @@ class FrameDecoder:
                     if stype not in (0, 1):
                         raise FrameError(f"unknown serialize type {stype}")
                     if hlen > length - 4 or hlen > self.max_header:
-                        raise FrameError(f"header length {hlen} exceeds the frame ({length - 4} bytes) or the cap {self.max_header}")
+                        raise FrameError(
+                            f"header length {hlen} exceeds the frame ({length - 4} bytes) or the cap {self.max_header}"
+                        )
                 if end - pos < 4 + length:
                     self._need = 4 + length
                     break
                 start = pos + 8
-                frames.append(Frame(stype, bytes(cut[start : start + hlen]), bytes(cut[start + hlen : pos + 4 + length])))
+                frames.append(
+                    Frame(stype, bytes(cut[start : start + hlen]), bytes(cut[start + hlen : pos + 4 + length]))
+                )
                 pos += 4 + length
                 self._need = 4
             if src is data:

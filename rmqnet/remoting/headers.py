@@ -13,9 +13,20 @@ from .fields import ext_bool, ext_int, ext_long, ext_str
 
 #: SEND_MESSAGE_V2's one-letter names (``SendMessageRequestHeaderV2``), by V1 name
 SEND_V2_NAMES = {
-    "producerGroup": "a", "topic": "b", "defaultTopic": "c", "defaultTopicQueueNums": "d", "queueId": "e",
-    "sysFlag": "f", "bornTimestamp": "g", "flag": "h", "properties": "i", "reconsumeTimes": "j",
-    "unitMode": "k", "maxReconsumeTimes": "l", "batch": "m", "brokerName": "n",
+    "producerGroup": "a",
+    "topic": "b",
+    "defaultTopic": "c",
+    "defaultTopicQueueNums": "d",
+    "queueId": "e",
+    "sysFlag": "f",
+    "bornTimestamp": "g",
+    "flag": "h",
+    "properties": "i",
+    "reconsumeTimes": "j",
+    "unitMode": "k",
+    "maxReconsumeTimes": "l",
+    "batch": "m",
+    "brokerName": "n",
 }
 _SEND_V1_NAMES = {k: k for k in SEND_V2_NAMES}
 
@@ -62,11 +73,20 @@ class SendMessageHeader:
     def to_ext(self, v2: bool) -> dict[str, Any]:
         """extFields of this header (for our client), one-letter names when ``v2``."""
         values = {
-            "producerGroup": self.producer_group, "topic": self.topic, "defaultTopic": self.default_topic,
-            "defaultTopicQueueNums": self.default_topic_queue_nums, "queueId": self.queue_id,
-            "sysFlag": self.sys_flag, "bornTimestamp": self.born_timestamp, "flag": self.flag,
-            "properties": self.properties, "reconsumeTimes": self.reconsume_times, "unitMode": self.unit_mode,
-            "batch": self.batch, "maxReconsumeTimes": self.max_reconsume_times, "brokerName": self.broker_name,
+            "producerGroup": self.producer_group,
+            "topic": self.topic,
+            "defaultTopic": self.default_topic,
+            "defaultTopicQueueNums": self.default_topic_queue_nums,
+            "queueId": self.queue_id,
+            "sysFlag": self.sys_flag,
+            "bornTimestamp": self.born_timestamp,
+            "flag": self.flag,
+            "properties": self.properties,
+            "reconsumeTimes": self.reconsume_times,
+            "unitMode": self.unit_mode,
+            "batch": self.batch,
+            "maxReconsumeTimes": self.max_reconsume_times,
+            "brokerName": self.broker_name,
         }
         return {(SEND_V2_NAMES[k] if v2 else k): v for k, v in values.items() if v is not None}
 
@@ -103,9 +123,14 @@ class PullMessageHeader:
 
     def to_ext(self) -> dict[str, Any]:
         return {
-            "consumerGroup": self.consumer_group, "topic": self.topic, "queueId": self.queue_id,
-            "queueOffset": self.queue_offset, "maxMsgNums": self.max_msg_nums, "sysFlag": self.sys_flag,
-            "commitOffset": self.commit_offset, "suspendTimeoutMillis": self.suspend_timeout_millis,
+            "consumerGroup": self.consumer_group,
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "queueOffset": self.queue_offset,
+            "maxMsgNums": self.max_msg_nums,
+            "sysFlag": self.sys_flag,
+            "commitOffset": self.commit_offset,
+            "suspendTimeoutMillis": self.suspend_timeout_millis,
             **({"subscription": self.subscription} if self.subscription is not None else {}),
             "subVersion": self.sub_version,
             **({"expressionType": self.expression_type} if self.expression_type is not None else {}),
@@ -140,9 +165,15 @@ class ConsumerSendMsgBackHeader:
         )
 
     def to_ext(self) -> dict[str, Any]:
-        values = {"offset": self.offset, "group": self.group, "delayLevel": self.delay_level,
-                  "originMsgId": self.origin_msg_id, "originTopic": self.origin_topic, "unitMode": self.unit_mode,
-                  "maxReconsumeTimes": self.max_reconsume_times}
+        values = {
+            "offset": self.offset,
+            "group": self.group,
+            "delayLevel": self.delay_level,
+            "originMsgId": self.origin_msg_id,
+            "originTopic": self.origin_topic,
+            "unitMode": self.unit_mode,
+            "maxReconsumeTimes": self.max_reconsume_times,
+        }
         return {k: v for k, v in values.items() if v is not None}
 
 
@@ -233,9 +264,12 @@ class EndTransactionHeader:
 
     def to_ext(self) -> dict[str, Any]:
         return {
-            "producerGroup": self.producer_group, "tranStateTableOffset": self.tran_state_table_offset,
-            "commitLogOffset": self.commit_log_offset, "commitOrRollback": self.commit_or_rollback,
-            "fromTransactionCheck": self.from_transaction_check, "msgId": self.msg_id,
+            "producerGroup": self.producer_group,
+            "tranStateTableOffset": self.tran_state_table_offset,
+            "commitLogOffset": self.commit_log_offset,
+            "commitOrRollback": self.commit_or_rollback,
+            "fromTransactionCheck": self.from_transaction_check,
+            "msgId": self.msg_id,
             **({"transactionId": self.transaction_id} if self.transaction_id is not None else {}),
         }
 
@@ -263,9 +297,15 @@ class CheckTransactionStateHeader:
         )
 
     def to_ext(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"tranStateTableOffset": self.tran_state_table_offset, "commitLogOffset": self.commit_log_offset}
-        for key, value in (("msgId", self.msg_id), ("transactionId", self.transaction_id),
-                           ("offsetMsgId", self.offset_msg_id)):
+        out: dict[str, Any] = {
+            "tranStateTableOffset": self.tran_state_table_offset,
+            "commitLogOffset": self.commit_log_offset,
+        }
+        for key, value in (
+            ("msgId", self.msg_id),
+            ("transactionId", self.transaction_id),
+            ("offsetMsgId", self.offset_msg_id),
+        ):
             if value is not None:
                 out[key] = value
         return out

@@ -41,8 +41,15 @@ class Subscription:
     tags: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"topic": self.topic, "subString": self.sub_string, "tagsSet": list(self.tags), "codeSet": [],
-                "subVersion": self.sub_version, "classFilterMode": False, "expressionType": self.expression_type}
+        return {
+            "topic": self.topic,
+            "subString": self.sub_string,
+            "tagsSet": list(self.tags),
+            "codeSet": [],
+            "subVersion": self.sub_version,
+            "classFilterMode": False,
+            "expressionType": self.expression_type,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,9 +62,14 @@ class ConsumerData:
     subscriptions: tuple[Subscription, ...]
 
     def to_json(self) -> dict[str, Any]:
-        return {"groupName": self.group, "consumeType": self.consume_type, "messageModel": self.message_model,
-                "consumeFromWhere": self.consume_from_where, "unitMode": self.unit_mode,
-                "subscriptionDataSet": [s.to_json() for s in self.subscriptions]}
+        return {
+            "groupName": self.group,
+            "consumeType": self.consume_type,
+            "messageModel": self.message_model,
+            "consumeFromWhere": self.consume_from_where,
+            "unitMode": self.unit_mode,
+            "subscriptionDataSet": [s.to_json() for s in self.subscriptions],
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +80,14 @@ class HeartbeatData:
 
     def encode(self) -> bytes:
         """The body as RocketMQ's clients send it."""
-        return json.dumps({"clientID": self.client_id, "producerDataSet": [{"groupName": g} for g in self.producer_groups],
-                           "consumerDataSet": [c.to_json() for c in self.consumers]}, separators=(",", ":")).encode()
+        return json.dumps(
+            {
+                "clientID": self.client_id,
+                "producerDataSet": [{"groupName": g} for g in self.producer_groups],
+                "consumerDataSet": [c.to_json() for c in self.consumers],
+            },
+            separators=(",", ":"),
+        ).encode()
 
     @staticmethod
     def decode(body: bytes) -> HeartbeatData:
@@ -94,11 +112,25 @@ class HeartbeatData:
                 if isinstance(version, bool) or not isinstance(version, int):
                     raise HeartbeatError(f"subVersion of {topic!r} is {version!r}, not an integer")
                 tags = s.get("tagsSet") or []
-                subs.append(Subscription(topic, str(s.get("subString") or "*"), str(s.get("expressionType") or "TAG"),
-                                         version, tuple(str(t) for t in tags) if isinstance(tags, list) else ()))
-            consumers.append(ConsumerData(group, str(c.get("consumeType") or ""), str(c.get("messageModel") or ""),
-                                          str(c.get("consumeFromWhere") or ""), c.get("unitMode") in (True, "true", 1),
-                                          tuple(subs)))
+                subs.append(
+                    Subscription(
+                        topic,
+                        str(s.get("subString") or "*"),
+                        str(s.get("expressionType") or "TAG"),
+                        version,
+                        tuple(str(t) for t in tags) if isinstance(tags, list) else (),
+                    )
+                )
+            consumers.append(
+                ConsumerData(
+                    group,
+                    str(c.get("consumeType") or ""),
+                    str(c.get("messageModel") or ""),
+                    str(c.get("consumeFromWhere") or ""),
+                    c.get("unitMode") in (True, "true", 1),
+                    tuple(subs),
+                )
+            )
         return HeartbeatData(client_id, producers, tuple(consumers))
 
 

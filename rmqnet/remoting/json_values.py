@@ -142,8 +142,9 @@ def check_text(raw: bytes, value: Any, what: str) -> None:
     except UnicodeEncodeError:
         m = _LONE.search(raw)
         where = f"{m.group().decode()} at byte {m.start()}" if m else "an escape"
-        raise FieldError("body", f"is not {what} JSON (a string holds a lone surrogate, {where}: "
-                                 "not Unicode text)") from None
+        raise FieldError(
+            "body", f"is not {what} JSON (a string holds a lone surrogate, {where}: not Unicode text)"
+        ) from None
 
 
 def header_text_problem(header: bytes, obj: dict[str, Any]) -> tuple[str, str] | None:

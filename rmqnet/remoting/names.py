@@ -61,11 +61,30 @@ HEARTBEAT_SYNCER_TOPIC = "DefaultHeartBeatSyncerTopic"
 #: ``TopicValidator.SYSTEM_TOPIC_PREFIX``: every topic named so is a system topic
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 #: RocketMQ 4.9.8's ``TopicValidator.SYSTEM_TOPIC_SET``
-SYSTEM_TOPICS = frozenset({AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, BENCHMARK_TOPIC, TRANS_HALF_TOPIC, TRACE_TOPIC,
-                           TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+SYSTEM_TOPICS = frozenset(
+    {
+        AUTO_CREATE_TOPIC,
+        SCHEDULE_TOPIC,
+        BENCHMARK_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRACE_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
 #: ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``
-NOT_ALLOWED_SEND_TOPICS = frozenset({SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC,
-                                     TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT})
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
 
 
 def is_system_topic(topic: str) -> bool:

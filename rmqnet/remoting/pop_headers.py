@@ -45,9 +45,15 @@ class PopMessageHeader:
 
     def to_ext(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "consumerGroup": self.consumer_group, "topic": self.topic, "queueId": self.queue_id,
-            "maxMsgNums": self.max_msg_nums, "invisibleTime": self.invisible_time, "pollTime": self.poll_time,
-            "bornTime": self.born_time, "initMode": self.init_mode, "order": self.order,
+            "consumerGroup": self.consumer_group,
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "maxMsgNums": self.max_msg_nums,
+            "invisibleTime": self.invisible_time,
+            "pollTime": self.poll_time,
+            "bornTime": self.born_time,
+            "initMode": self.init_mode,
+            "order": self.order,
         }
         for name, value in (("expType", self.exp_type), ("exp", self.exp), ("attemptId", self.attempt_id)):
             if value is not None:
@@ -74,8 +80,13 @@ class AckMessageHeader:
         )
 
     def to_ext(self) -> dict[str, Any]:
-        return {"consumerGroup": self.consumer_group, "topic": self.topic, "queueId": self.queue_id,
-                "extraInfo": self.extra_info, "offset": self.offset}
+        return {
+            "consumerGroup": self.consumer_group,
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "extraInfo": self.extra_info,
+            "offset": self.offset,
+        }
 
 
 @dataclass(slots=True)
@@ -99,8 +110,14 @@ class ChangeInvisibleTimeHeader:
         )
 
     def to_ext(self) -> dict[str, Any]:
-        return {"consumerGroup": self.consumer_group, "topic": self.topic, "queueId": self.queue_id,
-                "extraInfo": self.extra_info, "offset": self.offset, "invisibleTime": self.invisible_time}
+        return {
+            "consumerGroup": self.consumer_group,
+            "topic": self.topic,
+            "queueId": self.queue_id,
+            "extraInfo": self.extra_info,
+            "offset": self.offset,
+            "invisibleTime": self.invisible_time,
+        }
 
 
 __all__ = ["PopMessageHeader", "AckMessageHeader", "ChangeInvisibleTimeHeader"]

@@ -108,8 +108,10 @@ class DataVersion:
             return DataVersion()
         if not isinstance(obj, dict):
             raise FieldError("body", f"dataVersion is a {type(obj).__name__}, not an object")
-        return DataVersion(_java_int(obj, "timestamp", 0, "dataVersion", _JAVA_LONG),
-                           _java_int(obj, "counter", 0, "dataVersion", _JAVA_LONG))
+        return DataVersion(
+            _java_int(obj, "timestamp", 0, "dataVersion", _JAVA_LONG),
+            _java_int(obj, "counter", 0, "dataVersion", _JAVA_LONG),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,14 +127,19 @@ class TopicConfigData:
     order: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        return {"order": self.order, "perm": self.perm, "readQueueNums": self.read_queue_nums,
-                "topicFilterType": self.topic_filter_type, "topicName": self.topic_name,
-                "topicSysFlag": self.topic_sys_flag, "writeQueueNums": self.write_queue_nums}
+        return {
+            "order": self.order,
+            "perm": self.perm,
+            "readQueueNums": self.read_queue_nums,
+            "topicFilterType": self.topic_filter_type,
+            "topicName": self.topic_name,
+            "topicSysFlag": self.topic_sys_flag,
+            "writeQueueNums": self.write_queue_nums,
+        }
 
     def to_line(self) -> str:
         """``TopicConfig.encode()``: the compressed form's entry."""
-        return (f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} {self.perm} "
-                f"{self.topic_filter_type}")
+        return f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} {self.perm} {self.topic_filter_type}"
 
     @staticmethod
     def from_json(key: str, obj: Any) -> TopicConfigData:
@@ -147,9 +154,13 @@ class TopicConfigData:
         if not isinstance(order, bool):
             raise FieldError("body", f"{where}: order is {order!r}, not a boolean")
         return TopicConfigData(
-            _topic_name(name, where), _java_int(obj, "readQueueNums", 16, where),
-            _java_int(obj, "writeQueueNums", 16, where), _java_int(obj, "perm", PERM_RW, where), ftype,
-            _java_int(obj, "topicSysFlag", 0, where), order,
+            _topic_name(name, where),
+            _java_int(obj, "readQueueNums", 16, where),
+            _java_int(obj, "writeQueueNums", 16, where),
+            _java_int(obj, "perm", PERM_RW, where),
+            ftype,
+            _java_int(obj, "topicSysFlag", 0, where),
+            order,
         )
 
     @staticmethod
@@ -165,7 +176,9 @@ class TopicConfigData:
         try:
             nums = [int(r), int(w), int(perm)]
         except ValueError:
-            raise FieldError("body", f"compressed topic config {line[:80]!r}: a queue count or perm is not an int") from None
+            raise FieldError(
+                "body", f"compressed topic config {line[:80]!r}: a queue count or perm is not an int"
+            ) from None
         if not all(_JAVA_INT[0] <= n <= _JAVA_INT[1] for n in nums):
             raise FieldError("body", f"compressed topic config {line[:80]!r}: a number is outside a Java int")
         return TopicConfigData(_topic_name(name, "compressed topic config"), nums[0], nums[1], nums[2], ftype)
@@ -187,9 +200,15 @@ class RegisterBrokerBody:
 
     def encode(self, compressed: bool = False) -> bytes:
         if not compressed:
-            return _dumps({"filterServerList": self.filter_server_list, "topicConfigSerializeWrapper": {
-                "dataVersion": self.data_version.to_json(),
-                "topicConfigTable": {k: t.to_json() for k, t in self.topics.items()}}})
+            return _dumps(
+                {
+                    "filterServerList": self.filter_server_list,
+                    "topicConfigSerializeWrapper": {
+                        "dataVersion": self.data_version.to_json(),
+                        "topicConfigTable": {k: t.to_json() for k, t in self.topics.items()},
+                    },
+                }
+            )
         parts = [_framed(_dumps(self.data_version.to_json())), _I32.pack(len(self.topics))]
         parts += [_framed(t.to_line().encode()) for t in self.topics.values()]
         parts.append(_framed(_dumps(self.filter_server_list)))
@@ -218,8 +237,9 @@ class RegisterBrokerBody:
         for key, value in table.items():
             t = TopicConfigData.from_json(key, value)
             topics[t.topic_name] = t  # Java keys the name server's table by the entry's topicName
-        return RegisterBrokerBody(topics, DataVersion.from_json(wrapper.get("dataVersion")),
-                                  _string_list(obj.get("filterServerList")))
+        return RegisterBrokerBody(
+            topics, DataVersion.from_json(wrapper.get("dataVersion")), _string_list(obj.get("filterServerList"))
+        )
 
 
 def _string_list(v: Any) -> list[str]:
@@ -251,7 +271,9 @@ def _decode_compressed(body: bytes) -> RegisterBrokerBody:
         (n,) = _I32.unpack_from(data, pos)
         pos += 4
         if n < 0 or pos + n > len(data):
-            raise FieldError("body", f"compressed body: {what} of {n} bytes at byte {pos} runs past its {len(data)} bytes")
+            raise FieldError(
+                "body", f"compressed body: {what} of {n} bytes at byte {pos} runs past its {len(data)} bytes"
+            )
         out = data[pos : pos + n]
         pos += n
         return out
@@ -262,7 +284,9 @@ def _decode_compressed(body: bytes) -> RegisterBrokerBody:
     (count,) = _I32.unpack_from(data, pos)
     pos += 4
     if count < 0 or count > (len(data) - pos) // 4:
-        raise FieldError("body", f"compressed body: {count} topic configs cannot fit in its {len(data) - pos} bytes left")
+        raise FieldError(
+            "body", f"compressed body: {count} topic configs cannot fit in its {len(data) - pos} bytes left"
+        )
     topics = {}
     for i in range(count):
         raw = chunk(f"topic config {i}")
@@ -292,15 +316,25 @@ class RegisterBrokerHeader:
     @staticmethod
     def read(ext: dict[str, Any]) -> RegisterBrokerHeader:
         return RegisterBrokerHeader(
-            ext_str(ext, "brokerName"), ext_str(ext, "brokerAddr"), ext_str(ext, "clusterName"),
-            ext_str(ext, "haServerAddr"), ext_long(ext, "brokerId"), ext_bool(ext, "compressed", False),
+            ext_str(ext, "brokerName"),
+            ext_str(ext, "brokerAddr"),
+            ext_str(ext, "clusterName"),
+            ext_str(ext, "haServerAddr"),
+            ext_long(ext, "brokerId"),
+            ext_bool(ext, "compressed", False),
             ext_int(ext, "bodyCrc32", 0),
         )
 
     def to_ext(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "brokerAddr": self.broker_addr, "clusterName": self.cluster_name,
-                "haServerAddr": self.ha_server_addr, "brokerId": self.broker_id, "compressed": self.compressed,
-                "bodyCrc32": self.body_crc32}
+        return {
+            "brokerName": self.broker_name,
+            "brokerAddr": self.broker_addr,
+            "clusterName": self.cluster_name,
+            "haServerAddr": self.ha_server_addr,
+            "brokerId": self.broker_id,
+            "compressed": self.compressed,
+            "bodyCrc32": self.body_crc32,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,12 +348,20 @@ class UnregisterBrokerHeader:
 
     @staticmethod
     def read(ext: dict[str, Any]) -> UnregisterBrokerHeader:
-        return UnregisterBrokerHeader(ext_str(ext, "brokerName"), ext_str(ext, "brokerAddr"),
-                                      ext_str(ext, "clusterName"), ext_long(ext, "brokerId"))
+        return UnregisterBrokerHeader(
+            ext_str(ext, "brokerName"),
+            ext_str(ext, "brokerAddr"),
+            ext_str(ext, "clusterName"),
+            ext_long(ext, "brokerId"),
+        )
 
     def to_ext(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "brokerAddr": self.broker_addr, "clusterName": self.cluster_name,
-                "brokerId": self.broker_id}
+        return {
+            "brokerName": self.broker_name,
+            "brokerAddr": self.broker_addr,
+            "clusterName": self.cluster_name,
+            "brokerId": self.broker_id,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +377,9 @@ class RegisterBrokerResult:
 
     @staticmethod
     def read(ext: dict[str, Any]) -> RegisterBrokerResult:
-        return RegisterBrokerResult(ext_str(ext, "haServerAddr", None) or None, ext_str(ext, "masterAddr", None) or None)
+        return RegisterBrokerResult(
+            ext_str(ext, "haServerAddr", None) or None, ext_str(ext, "masterAddr", None) or None
+        )
 
 
 @dataclass(slots=True)
@@ -346,15 +390,21 @@ class ClusterInfo:
     cluster_addr_table: dict[str, list[str]] = field(default_factory=dict)
 
     def encode(self) -> bytes:
-        return _dumps({"brokerAddrTable": {k: b.to_json() for k, b in self.broker_addr_table.items()},
-                       "clusterAddrTable": {k: sorted(v) for k, v in self.cluster_addr_table.items()}})
+        return _dumps(
+            {
+                "brokerAddrTable": {k: b.to_json() for k, b in self.broker_addr_table.items()},
+                "clusterAddrTable": {k: sorted(v) for k, v in self.cluster_addr_table.items()},
+            }
+        )
 
     @staticmethod
     def decode(body: bytes) -> ClusterInfo:
         try:  # fastjson writes brokerAddrs' long keys bare: loads_fastjson reads both
             obj = loads_fastjson(body)
-            return ClusterInfo({str(k): BrokerData.from_json(v) for k, v in (obj.get("brokerAddrTable") or {}).items()},
-                               {str(k): [str(n) for n in v] for k, v in (obj.get("clusterAddrTable") or {}).items()})
+            return ClusterInfo(
+                {str(k): BrokerData.from_json(v) for k, v in (obj.get("brokerAddrTable") or {}).items()},
+                {str(k): [str(n) for n in v] for k, v in (obj.get("clusterAddrTable") or {}).items()},
+            )
         except (FieldError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
             raise FieldError("body", f"is not a cluster info ({type(exc).__name__}: {exc})") from None
 

@@ -114,7 +114,7 @@ def _object(text: str, i: int) -> tuple[Any, int]:
     while True:
         i = _skip(text, i)
         m = _BARE_INT.match(text, i)
-        if text[i] in "{[\"":
+        if text[i] in '{["':
             key, i = _value(text, i)
         elif m:
             key, i = m.group(), m.end()
@@ -149,13 +149,23 @@ class QueueData:
     topic_sys_flag: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        return {"brokerName": self.broker_name, "readQueueNums": self.read_queue_nums,
-                "writeQueueNums": self.write_queue_nums, "perm": self.perm, "topicSynFlag": self.topic_sys_flag}
+        return {
+            "brokerName": self.broker_name,
+            "readQueueNums": self.read_queue_nums,
+            "writeQueueNums": self.write_queue_nums,
+            "perm": self.perm,
+            "topicSynFlag": self.topic_sys_flag,
+        }
 
     @staticmethod
     def from_json(obj: dict[str, Any]) -> QueueData:
-        return QueueData(str(obj["brokerName"]), int(obj["readQueueNums"]), int(obj["writeQueueNums"]),
-                         int(obj.get("perm", PERM_RW)), int(obj.get("topicSynFlag", obj.get("topicSysFlag", 0))))
+        return QueueData(
+            str(obj["brokerName"]),
+            int(obj["readQueueNums"]),
+            int(obj["writeQueueNums"]),
+            int(obj.get("perm", PERM_RW)),
+            int(obj.get("topicSynFlag", obj.get("topicSysFlag", 0))),
+        )
 
 
 @dataclass(slots=True)
@@ -168,13 +178,19 @@ class BrokerData:
         return self.broker_addrs.get(MASTER_ID)
 
     def to_json(self) -> dict[str, Any]:
-        return {"cluster": self.cluster, "brokerName": self.broker_name,
-                "brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())}}
+        return {
+            "cluster": self.cluster,
+            "brokerName": self.broker_name,
+            "brokerAddrs": {str(k): v for k, v in sorted(self.broker_addrs.items())},
+        }
 
     @staticmethod
     def from_json(obj: dict[str, Any]) -> BrokerData:
-        return BrokerData(str(obj.get("cluster", "")), str(obj["brokerName"]),
-                          {int(k): str(v) for k, v in (obj.get("brokerAddrs") or {}).items()})
+        return BrokerData(
+            str(obj.get("cluster", "")),
+            str(obj["brokerName"]),
+            {int(k): str(v) for k, v in (obj.get("brokerAddrs") or {}).items()},
+        )
 
 
 @dataclass(slots=True)
@@ -184,8 +200,12 @@ class TopicRouteData:
     order_topic_conf: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"orderTopicConf": self.order_topic_conf, "queueDatas": [q.to_json() for q in self.queue_datas],
-                "brokerDatas": [b.to_json() for b in self.broker_datas], "filterServerTable": {}}
+        return {
+            "orderTopicConf": self.order_topic_conf,
+            "queueDatas": [q.to_json() for q in self.queue_datas],
+            "brokerDatas": [b.to_json() for b in self.broker_datas],
+            "filterServerTable": {},
+        }
 
     def encode(self) -> bytes:
         return json.dumps(self.to_json(), separators=(",", ":")).encode()

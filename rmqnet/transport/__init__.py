@@ -20,7 +20,18 @@ from .limits import Limits
 from .server import RemotingServer
 
 __all__ = [
-    "ClientConnection", "connect", "Connection", "RequestHandler", "ConnectionLostError", "RemotingTimeoutError",
-    "TransportError", "IdleSweeper", "LoopClock", "MonotonicClock", "Limits", "RemotingServer", "complete",
+    "ClientConnection",
+    "connect",
+    "Connection",
+    "RequestHandler",
+    "ConnectionLostError",
+    "RemotingTimeoutError",
+    "TransportError",
+    "IdleSweeper",
+    "LoopClock",
+    "MonotonicClock",
+    "Limits",
+    "RemotingServer",
+    "complete",
     "flush_completed",
 ]

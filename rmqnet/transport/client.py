@@ -24,9 +24,15 @@ class ClientConnection(Connection):
     PAUSE_READING_ON_WRITE_PRESSURE = False  # answers are always read (see Connection)
 
     @classmethod
-    async def connect(cls, host: str, port: int, *, limits: Limits | None = None,
-                      request_handler: RequestHandler | None = None,
-                      timeout_s: float = 3.0) -> ClientConnection:
+    async def connect(
+        cls,
+        host: str,
+        port: int,
+        *,
+        limits: Limits | None = None,
+        request_handler: RequestHandler | None = None,
+        timeout_s: float = 3.0,
+    ) -> ClientConnection:
         """Dial ``host:port``. Raises :class:`ConnectionLostError` (also an ``OSError``) if the
         connection is refused or not made within ``timeout_s``."""
         loop = asyncio.get_running_loop()
@@ -45,8 +51,15 @@ class ClientConnection(Connection):
         self.send_oneway(cmd)
 
 
-async def connect(host: str, port: int, *, limits: Limits | None = None,
-                  request_handler: RequestHandler | None = None, timeout_s: float = 3.0) -> ClientConnection:
+async def connect(
+    host: str,
+    port: int,
+    *,
+    limits: Limits | None = None,
+    request_handler: RequestHandler | None = None,
+    timeout_s: float = 3.0,
+) -> ClientConnection:
     """:meth:`ClientConnection.connect`."""
-    return await ClientConnection.connect(host, port, limits=limits, request_handler=request_handler,
-                                          timeout_s=timeout_s)
+    return await ClientConnection.connect(
+        host, port, limits=limits, request_handler=request_handler, timeout_s=timeout_s
+    )

@@ -329,8 +329,13 @@ class Connection(asyncio.Protocol):
         except TypeError:
             log.error("handler of request code %s from %s returned %r", req.code, self.remote, res)
             if not req.flag & FLAG_ONEWAY:
-                self._queue_answer(req, req.reply(
-                    ResponseCode.SYSTEM_ERROR, f"the processor returned {type(res).__name__} {str(res)[:80]!r}, not a command"))
+                self._queue_answer(
+                    req,
+                    req.reply(
+                        ResponseCode.SYSTEM_ERROR,
+                        f"the processor returned {type(res).__name__} {str(res)[:80]!r}, not a command",
+                    ),
+                )
             return
         self._in_flight.add(fut)
         fut.add_done_callback(lambda f: self._finished(req, f, start=start))
@@ -339,7 +344,9 @@ class Connection(asyncio.Protocol):
         if len(self._in_flight) >= self.limits.max_in_flight:
             self._update_reading()
 
-    def _finished(self, req: RemotingCommand, fut: asyncio.Future[Any], eager: bool = False, start: float = 0.0) -> None:
+    def _finished(
+        self, req: RemotingCommand, fut: asyncio.Future[Any], eager: bool = False, start: float = 0.0
+    ) -> None:
         if fut not in self._in_flight:  # finished at once by complete(): its done callback has nothing left
             return
         self._in_flight.discard(fut)
@@ -393,9 +400,15 @@ class Connection(asyncio.Protocol):
         return True
 
     def _overflow(self, before: int, size: int, code: int) -> None:
-        log.warning("closing the connection from %s: %d bytes unsent (the peer does not read its answers), "
-                    "another %d (code %s) would pass the write limit of %d", self.remote, before, size, code,
-                    self.limits.write_limit)
+        log.warning(
+            "closing the connection from %s: %d bytes unsent (the peer does not read its answers), "
+            "another %d (code %s) would pass the write limit of %d",
+            self.remote,
+            before,
+            size,
+            code,
+            self.limits.write_limit,
+        )
         self._wbuf, self._wbuf_bytes = [], 0
         self._backlog.clear()
         self.abort()
@@ -409,8 +422,12 @@ class Connection(asyncio.Protocol):
         t = self._transport
         if t is None or self._closed:
             return
-        want = not ((self._write_paused and self.PAUSE_READING_ON_WRITE_PRESSURE) or self._draining or self._backlog
-                    or len(self._in_flight) >= self.limits.max_in_flight)
+        want = not (
+            (self._write_paused and self.PAUSE_READING_ON_WRITE_PRESSURE)
+            or self._draining
+            or self._backlog
+            or len(self._in_flight) >= self.limits.max_in_flight
+        )
         if want != self._reading:
             self._reading = want
             if want:

@@ -53,8 +53,14 @@ class IdleSweeper:
 
     name = "idle-sweeper"
 
-    def __init__(self, connections: Callable[[], Iterable[Connection]], idle_ms: int,
-                 clock: MonotonicClock | None = None, *, write_timeout_ms: int = 0) -> None:
+    def __init__(
+        self,
+        connections: Callable[[], Iterable[Connection]],
+        idle_ms: int,
+        clock: MonotonicClock | None = None,
+        *,
+        write_timeout_ms: int = 0,
+    ) -> None:
         if idle_ms < 0 or write_timeout_ms < 0 or not (idle_ms or write_timeout_ms):
             raise ValueError(f"idle_ms and write_timeout_ms must be >= 0, one > 0, got {idle_ms}, {write_timeout_ms}")
         self.connections = connections
@@ -72,8 +78,12 @@ class IdleSweeper:
             if conn.closed:
                 continue
             if self.write_timeout_ms and self._stalled(conn, now_ms):
-                log.warning("closing %s: %d bytes to send and none sent for %d ms (the peer does not read)",
-                            conn.remote, conn.buffered, now_ms - conn._stall_since_ms)
+                log.warning(
+                    "closing %s: %d bytes to send and none sent for %d ms (the peer does not read)",
+                    conn.remote,
+                    conn.buffered,
+                    now_ms - conn._stall_since_ms,
+                )
                 conn.abort()
                 closed_any = True
                 continue

@@ -31,9 +31,17 @@ log = logging.getLogger(__name__)
 class RemotingServer:
     """Serves ``handler(conn, request)`` on every accepted connection (see the module docstring)."""
 
-    def __init__(self, handler: RequestHandler, *, host: str = "127.0.0.1", port: int = 0,
-                 limits: Limits | None = None, clock: MonotonicClock | None = None,
-                 sweep_interval_s: float | None = None, backlog: int = 1024) -> None:
+    def __init__(
+        self,
+        handler: RequestHandler,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        limits: Limits | None = None,
+        clock: MonotonicClock | None = None,
+        sweep_interval_s: float | None = None,
+        backlog: int = 1024,
+    ) -> None:
         self.handler = handler
         self.host = host
         self.limits = limits or Limits()
@@ -44,7 +52,9 @@ class RemotingServer:
         self._stopping = False
         self.idle_sweeper: IdleSweeper | None = (
             IdleSweeper(lambda: self._conns, self.limits.idle_ms, clock, write_timeout_ms=self.limits.write_timeout_ms)
-            if self.limits.sweep_ms else None)
+            if self.limits.sweep_ms
+            else None
+        )
         if sweep_interval_s is None:
             sweep_interval_s = min(15.0, max(0.05, self.limits.sweep_ms / 8000))
         self.sweep_interval_s = sweep_interval_s
@@ -83,8 +93,9 @@ class RemotingServer:
         if self._server is not None:
             raise RuntimeError("the server is already started")
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._make_connection, self.host, self._requested_port,
-                                                backlog=self._backlog, reuse_address=True)
+        self._server = await loop.create_server(
+            self._make_connection, self.host, self._requested_port, backlog=self._backlog, reuse_address=True
+        )
         if self.idle_sweeper is not None and self.sweep_interval_s > 0:
             self._sweep_timer = loop.call_later(self.sweep_interval_s, self._sweep)
 
@@ -116,8 +127,9 @@ class RemotingServer:
             for t in pending:
                 t.cancel()
             if pending:
-                log.warning("stopping with requests still in flight on %d connection(s) after %g s",
-                            len(pending), grace_s)
+                log.warning(
+                    "stopping with requests still in flight on %d connection(s) after %g s", len(pending), grace_s
+                )
         for c in conns:
             c.close()
         if conns:

@@ -70,8 +70,9 @@ class Appender:
         config = parts.config
         self.store_host = host_bytes(config.store_host)
         self.born_host = host_bytes(config.born_host or config.store_host)
-        self.uniq = UniqKeyGenerator(self.store_host[:4] if len(self.store_host) == 8 else b"\x7f\x00\x00\x01",
-                                     wall_ms=parts.clock.wall_ms)
+        self.uniq = UniqKeyGenerator(
+            self.store_host[:4] if len(self.store_host) == 8 else b"\x7f\x00\x00\x01", wall_ms=parts.clock.wall_ms
+        )
         self.disk_guard = DiskGuard(parts.paths.root, config.disk_space_warning_level_ratio, parts.clock.monotonic)
         self.sync_flush = config.flush_disk_type == SYNC_FLUSH
         self._rr: dict[str, int] = {}
@@ -79,8 +80,11 @@ class Appender:
         self._services = services
         #: creates and warms segments ahead of this process's writers (added at its first put)
         self.preparer = SegmentPreparer(
-            parts.commitlog.segments, parts.published_tail, warm=config.warm_mapped_file_enable,
-            step_pages=config.flush_least_pages_when_warm_mapped_file, wake=services.wake,
+            parts.commitlog.segments,
+            parts.published_tail,
+            warm=config.warm_mapped_file_enable,
+            step_pages=config.flush_least_pages_when_warm_mapped_file,
+            wake=services.wake,
         )
         self.preparing = False
         #: moves delayed rows to the schedule topic before encoding (set by the store's parts:
@@ -92,8 +96,14 @@ class Appender:
 
     # ----------------------------------------------------------- entry points
     def put_table(
-        self, table: pa.Table | pa.RecordBatch, marker: Marker = None, *, dispatch: bool = False,
-        system: pa.Array | None = None, wire: WireHeader | None = None, wait_flush: bool = True,
+        self,
+        table: pa.Table | pa.RecordBatch,
+        marker: Marker = None,
+        *,
+        dispatch: bool = False,
+        system: pa.Array | None = None,
+        wire: WireHeader | None = None,
+        wait_flush: bool = True,
     ) -> tuple[pa.Table, np.ndarray]:
         """Append one table; returns the result rows and the queue id of each row. ``system``:
         the store's own properties per row, ``wire``: a wire put's header fields (see :meth:`encode`)."""
@@ -101,11 +111,20 @@ class Appender:
             rows = lmq_rows(table)
             if rows:
                 return self._put_lmq(table, rows, marker, dispatch=dispatch, wire=wire, wait_flush=wait_flush)
-        return self.put_encoded(self.encode(table, marker, system=system, wire=wire), marker, dispatch=dispatch,
-                                wait_flush=wait_flush)
+        return self.put_encoded(
+            self.encode(table, marker, system=system, wire=wire), marker, dispatch=dispatch, wait_flush=wait_flush
+        )
 
-    def _put_lmq(self, table: pa.Table | pa.RecordBatch, rows: LmqRows, marker: Marker, *, dispatch: bool,
-                 wire: WireHeader | None, wait_flush: bool) -> tuple[pa.Table, np.ndarray]:
+    def _put_lmq(
+        self,
+        table: pa.Table | pa.RecordBatch,
+        rows: LmqRows,
+        marker: Marker,
+        *,
+        dispatch: bool,
+        wire: WireHeader | None,
+        wait_flush: bool,
+    ) -> tuple[pa.Table, np.ndarray]:
         """:meth:`put_table` of a table whose ``rows`` name light message queues
         (:mod:`rmqlog.access.lmq`): encoded once for its checks, again under the lock with
         their offsets."""
@@ -114,14 +133,21 @@ class Appender:
         limit = self.parts.config.max_lmq_consume_queue_num
 
         def under_lock(state: AppendState) -> list[EncodedBatch]:
-            return lmq_batch(state, rows, limit, first.n, lambda items: self.encode(table, marker, system=items, wire=wire))
+            return lmq_batch(
+                state, rows, limit, first.n, lambda items: self.encode(table, marker, system=items, wire=wire)
+            )
 
         with self.ahead() as announce:
             announce(first)
             return self.append([first], marker, dispatch=dispatch, wait_flush=wait_flush, under_lock=under_lock)
 
     def put_encoded(
-        self, batch: EncodedBatch, marker: Marker = None, *, dispatch: bool = False, results: bool = True,
+        self,
+        batch: EncodedBatch,
+        marker: Marker = None,
+        *,
+        dispatch: bool = False,
+        results: bool = True,
         wait_flush: bool = True,
     ) -> tuple[pa.Table, np.ndarray]:
         """Append one encoded batch (:meth:`encode`, or :meth:`encode_copies`); see :meth:`put_table`
@@ -131,22 +157,44 @@ class Appender:
             return self.append([batch], marker, dispatch=dispatch, results=results, wait_flush=wait_flush)
 
     def encode_copies(
-        self, topic: pa.Array, queue_id: np.ndarray, body: pa.BinaryArray, flag: np.ndarray, born: np.ndarray,
-        properties: pa.Array, marker: Marker, born_hosts: np.ndarray | None = None, *,
-        sys_flags: np.ndarray | None = None, reconsume_times: np.ndarray | None = None,
+        self,
+        topic: pa.Array,
+        queue_id: np.ndarray,
+        body: pa.BinaryArray,
+        flag: np.ndarray,
+        born: np.ndarray,
+        properties: pa.Array,
+        marker: Marker,
+        born_hosts: np.ndarray | None = None,
+        *,
+        sys_flags: np.ndarray | None = None,
+        reconsume_times: np.ndarray | None = None,
     ) -> EncodedBatch:
         """The scheduler's delivered copies of stored messages, encoded from their stored
         fields (:func:`rmqlog.log.encode.copies.prepare_copies`): this store's host, and the
         born hosts they were sent with (``born_hosts``, (n, 8) bytes; ``None``: this store's);
         the stored SYSFLAG's client bits and RECONSUMETIMES (``None``: 0)."""
         return prepare_copies(
-            topic, queue_id, body, flag, born, properties, marker=marker, store_host=self.store_host,
-            born_host=self.born_host if born_hosts is None else born_hosts, uniq_keys=self.uniq,
-            max_record_size=self.parts.commitlog.segment_size - 8, sys_flags=sys_flags, reconsume_times=reconsume_times,
+            topic,
+            queue_id,
+            body,
+            flag,
+            born,
+            properties,
+            marker=marker,
+            store_host=self.store_host,
+            born_host=self.born_host if born_hosts is None else born_hosts,
+            uniq_keys=self.uniq,
+            max_record_size=self.parts.commitlog.segment_size - 8,
+            sys_flags=sys_flags,
+            reconsume_times=reconsume_times,
         )
 
     def _encode_each(
-        self, tables: Iterable[pa.Table | pa.RecordBatch], marker: Marker, announce: Callable[[EncodedBatch], None],
+        self,
+        tables: Iterable[pa.Table | pa.RecordBatch],
+        marker: Marker,
+        announce: Callable[[EncodedBatch], None],
     ) -> Iterator[tuple[EncodedBatch, bool]]:
         """(encoded batch, whether it is the last) per non-empty table, each encoded as it
         arrives, one behind (so that the last one can carry the marker), announced to the
@@ -156,18 +204,26 @@ class Appender:
         for table in itertools.chain(tables, [None]):  # (None: the end, where the last one is encoded)
             if table is not None:
                 if not isinstance(table, pa.Table | pa.RecordBatch):
-                    raise InvalidMessageError(f"put_batches takes pyarrow Tables or RecordBatches, not {type(table).__name__}", row=None, field="*")
+                    raise InvalidMessageError(
+                        f"put_batches takes pyarrow Tables or RecordBatches, not {type(table).__name__}",
+                        row=None,
+                        field="*",
+                    )
                 if table.num_rows == 0:
                     continue
             if pending is not None:
                 last = table is None
-                batch = self.encode(pending, marker if last else None, rows, plain=False)  # packed under the lock, chunk by chunk
+                batch = self.encode(
+                    pending, marker if last else None, rows, plain=False
+                )  # packed under the lock, chunk by chunk
                 announce(batch)
                 rows += batch.n
                 yield batch, last
             pending = table
 
-    def put_tables(self, tables: Iterable[pa.Table | pa.RecordBatch], marker: Marker, *, dispatch: bool = False) -> pa.Table:
+    def put_tables(
+        self, tables: Iterable[pa.Table | pa.RecordBatch], marker: Marker, *, dispatch: bool = False
+    ) -> pa.Table:
         """Append several tables as one all-or-nothing batch, encoding each as it arrives (one
         behind, so that the last one can carry the marker); rows are numbered across tables."""
         with self.ahead() as announce:  # the segment preparer warms pages while the rest arrives
@@ -175,7 +231,12 @@ class Appender:
             return self.append(encoded, marker, dispatch=dispatch)[0]
 
     def put_stream(
-        self, tables: Iterable[pa.Table | pa.RecordBatch], marker: Marker, *, dispatch: bool, buffer_bytes: int,
+        self,
+        tables: Iterable[pa.Table | pa.RecordBatch],
+        marker: Marker,
+        *,
+        dispatch: bool,
+        buffer_bytes: int,
     ) -> int:
         """:meth:`put_tables` holding at most ``buffer_bytes`` of encoded records (and the one
         table being encoded): past that, the append lock is taken and every further table is
@@ -230,8 +291,13 @@ class Appender:
         except OSError as exc:
             if exc.errno not in DISK_FULL_ERRNOS:
                 raise
-            raise DiskFullError(exc.errno, f"{exc.strerror}: the batch WAS appended (up to commitlog offset {end}, "
-                                "published), only its flush or dispatch failed", exc.filename, appended=True) from exc
+            raise DiskFullError(
+                exc.errno,
+                f"{exc.strerror}: the batch WAS appended (up to commitlog offset {end}, "
+                "published), only its flush or dispatch failed",
+                exc.filename,
+                appended=True,
+            ) from exc
 
     def wake_dispatcher(self) -> None:
         """Have the background dispatcher (when started) take what was published, now."""
@@ -246,8 +312,14 @@ class Appender:
         return first % queues
 
     def encode(
-        self, table: pa.Table | pa.RecordBatch, marker: Marker, row_base: int = 0, *, plain: bool = True,
-        system: pa.Array | None = None, wire: WireHeader | None = None,
+        self,
+        table: pa.Table | pa.RecordBatch,
+        marker: Marker,
+        row_base: int = 0,
+        *,
+        plain: bool = True,
+        system: pa.Array | None = None,
+        wire: WireHeader | None = None,
     ) -> EncodedBatch:
         """Validate and encode one table (no lock); errors name rows counted from ``row_base``.
         ``plain``: see :func:`rmqlog.log.encode.prepare.prepare_batch`. ``system``: the store's
@@ -281,7 +353,11 @@ class Appender:
             for name in waiting:
                 # only the delay and timer routing write there (their rows carry its items)
                 row = int(np.flatnonzero(encoded.topic_index == encoded.topics.index(name))[0])
-                what = "delayed messages: give a delayLevel" if name == SCHEDULE_TOPIC else "timed messages: give a deliverTime"
+                what = (
+                    "delayed messages: give a delayLevel"
+                    if name == SCHEDULE_TOPIC
+                    else "timed messages: give a deliverTime"
+                )
                 raise InvalidMessageError(f"{name} is the store's topic for {what} instead", row=row, field="topic")
             return encoded
         except InvalidMessageError as exc:
@@ -313,8 +389,14 @@ class Appender:
 
     # ---------------------------------------------------------------- append
     def append(
-        self, batches: list[EncodedBatch], marker: Marker, *, dispatch: bool = False, results: bool = True,
-        wait_flush: bool = True, under_lock: Callable[[AppendState], list[EncodedBatch]] | None = None,
+        self,
+        batches: list[EncodedBatch],
+        marker: Marker,
+        *,
+        dispatch: bool = False,
+        results: bool = True,
+        wait_flush: bool = True,
+        under_lock: Callable[[AppendState], list[EncodedBatch]] | None = None,
     ) -> tuple[pa.Table, np.ndarray]:
         """Append encoded batches, in order, under one lock hold; publish once (steps 2-4 of
         the module docstring). Returns the result rows (none when ``results`` is false: a
@@ -327,8 +409,13 @@ class Appender:
             return PUT_RESULT_SCHEMA.empty_table(), np.zeros(0, np.int32)
         self._check_queue_ids(batches)
         self.disk_guard.check()
-        if (under_lock is None and len(batches) == 1 and batches[0].packable and batches[0].chunks == 1
-                and batches[0].packed is None):
+        if (
+            under_lock is None
+            and len(batches) == 1
+            and batches[0].packable
+            and batches[0].chunks == 1
+            and batches[0].packed is None
+        ):
             # a put of one chunk: nothing to overlap its write with, so it is packed whole
             # before the lock and only patched under it (every writer process waits for that
             # lock: ~40% less hold time for a 100-message put)
@@ -345,7 +432,9 @@ class Appender:
         if not results:
             return PUT_RESULT_SCHEMA.empty_table(), queue_ids
         tables = [
-            r.overlapped if r.overlapped is not None else self.result_table(r.physical_offsets, r.queue_offsets, r.store_timestamp)
+            r.overlapped
+            if r.overlapped is not None
+            else self.result_table(r.physical_offsets, r.queue_offsets, r.store_timestamp)
             for r in appended
         ]
         # one chunk per table: a sink task appends ~100 tables and reads only num_rows; a
@@ -362,11 +451,20 @@ class Appender:
             else:
                 over = batch.queue_id >= np.asarray(counts)[batch.topic_index]
             if over is not None and over.any():
-                raise QueueIdError("queue id is not below the topic's queue count", row=base + int(np.flatnonzero(over)[0]), field="queueId")
+                raise QueueIdError(
+                    "queue id is not below the topic's queue count",
+                    row=base + int(np.flatnonzero(over)[0]),
+                    field="queueId",
+                )
             base += batch.n
 
-    def _append_locked(self, batches: list[EncodedBatch], marker: Marker, results: bool = True,
-                       under_lock: Callable[[AppendState], list[EncodedBatch]] | None = None) -> list[AppendResult] | None:
+    def _append_locked(
+        self,
+        batches: list[EncodedBatch],
+        marker: Marker,
+        results: bool = True,
+        under_lock: Callable[[AppendState], list[EncodedBatch]] | None = None,
+    ) -> list[AppendResult] | None:
         """Step 3: under the append lock; ``None`` for a replay of an idempotent batch.
         ``under_lock``: replaces ``batches`` (in place) once the state is read."""
         parts = self.parts
@@ -392,14 +490,16 @@ class Appender:
                 self._drop_unpublished(tail)
                 if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
                     raise DiskFullError(
-                        exc.errno, f"disk full while appending at commitlog offset {tail}: nothing was published",
+                        exc.errno,
+                        f"disk full while appending at commitlog offset {tail}: nothing was published",
                         exc.filename or str(parts.paths.commitlog_dir),
                     ) from exc
                 raise
         return appended
 
-    def _after_publish(self, batches: list[EncodedBatch], results: list[AppendResult], dispatch: bool,
-                       wait_flush: bool = True) -> None:
+    def _after_publish(
+        self, batches: list[EncodedBatch], results: list[AppendResult], dispatch: bool, wait_flush: bool = True
+    ) -> None:
         """Step 4: the flush (SYNC_FLUSH) and the dispatch (``dispatch=True``) of a published batch."""
         step = "flush"
         try:
@@ -414,8 +514,11 @@ class Appender:
             # the batch is in the log (published) and readable by offset: a retry would append
             # it again, so the error says so (``appended``)
             raise DiskFullError(
-                exc.errno, f"{exc.strerror}: the batch WAS appended (commitlog offsets {results[0].start}..{results[-1].end}, "
-                f"published), only its {step} failed", exc.filename, appended=True,
+                exc.errno,
+                f"{exc.strerror}: the batch WAS appended (commitlog offsets {results[0].start}..{results[-1].end}, "
+                f"published), only its {step} failed",
+                exc.filename,
+                appended=True,
             ) from exc
 
     def _dispatch(self, batches: list[EncodedBatch], results: list[AppendResult]) -> None:
@@ -433,7 +536,10 @@ class Appender:
         tidx = np.concatenate([np.array([names[t] for t in b.topics], np.int64)[b.topic_index] for b in batches])
         physical = np.concatenate([r.physical_offsets for r in results])
         dispatcher.dispatch_appended(
-            results[0].start, results[-1].end, list(names), tidx,
+            results[0].start,
+            results[-1].end,
+            list(names),
+            tidx,
             np.concatenate([b.queue_id for b in batches]),
             np.concatenate([r.queue_offsets for r in results]),
             physical,
@@ -444,7 +550,11 @@ class Appender:
         )
 
     def _index_from(
-        self, batches: list[EncodedBatch], results: list[AppendResult], names: list[str], tidx: np.ndarray,
+        self,
+        batches: list[EncodedBatch],
+        results: list[AppendResult],
+        names: list[str],
+        tidx: np.ndarray,
         physical: np.ndarray,
     ) -> Callable[[], object] | None:
         """The index entries of an appended batch made from its own fields (topics, the ids its
@@ -472,7 +582,12 @@ class Appender:
         ts = pa.Array.from_buffers(TS, n, [None, pa.py_buffer(int64_filled(n, store_ts * 1000))])
         return pa.Table.from_arrays(
             # (wrapped, not copied: the append's offsets are not changed after it)
-            [int64_array(physical_offsets), int64_array(queue_offsets), offset_msg_ids(self.store_host, physical_offsets), ts],
+            [
+                int64_array(physical_offsets),
+                int64_array(queue_offsets),
+                offset_msg_ids(self.store_host, physical_offsets),
+                ts,
+            ],
             schema=PUT_RESULT_SCHEMA,
         )
 
@@ -490,7 +605,11 @@ class Appender:
             if current is None or current.tail == tail:
                 self.parts.commitlog.scrub(tail, force=True)
         except Exception:  # noqa: BLE001 - the append's own error is the one to raise
-            log.warning("could not clear an unpublished append past commitlog offset %d; the next append will", tail, exc_info=True)
+            log.warning(
+                "could not clear an unpublished append past commitlog offset %d; the next append will",
+                tail,
+                exc_info=True,
+            )
 
 
 class _Streaming:
@@ -527,8 +646,11 @@ class _Streaming:
             self.parts.commitlog.append_all([batch], self.state, None)
         except OSError as exc:
             if exc.errno in DISK_FULL_ERRNOS:
-                raise DiskFullError(exc.errno, f"disk full while appending at commitlog offset {self.state.tail}: "
-                                    "nothing was published", exc.filename or str(self.parts.paths.commitlog_dir)) from exc
+                raise DiskFullError(
+                    exc.errno,
+                    f"disk full while appending at commitlog offset {self.state.tail}: nothing was published",
+                    exc.filename or str(self.parts.paths.commitlog_dir),
+                ) from exc
             raise
 
     def end(self, *, publish: bool) -> int:

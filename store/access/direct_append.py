@@ -90,7 +90,8 @@ def append_direct(appender: Appender, records: list[DirectRecord], marker: tuple
             appender.drop_unpublished(tail)
             if isinstance(exc, OSError) and exc.errno in DISK_FULL_ERRNOS:
                 raise DiskFullError(
-                    exc.errno, f"disk full while appending at commitlog offset {tail}: nothing was published",
+                    exc.errno,
+                    f"disk full while appending at commitlog offset {tail}: nothing was published",
                     exc.filename or str(parts.paths.commitlog_dir),
                 ) from exc
             raise
@@ -103,8 +104,9 @@ def _check_queue_ids(parts: StoreParts, records: list[DirectRecord]) -> None:
     counts = dict(zip(topics, parts.topic_config.write_queue_counts(topics), strict=True))
     for row, r in enumerate(records):
         if r.queue_id >= counts[r.topic]:  # (the vectorized path's words: columns.queue_id_column)
-            raise QueueIdError(f"queue id {r.queue_id} is not below {r.topic!r}'s {counts[r.topic]} queues", row=row,
-                               field="queueId")
+            raise QueueIdError(
+                f"queue id {r.queue_id} is not below {r.topic!r}'s {counts[r.topic]} queues", row=row, field="queueId"
+            )
 
 
 def _write(parts: StoreParts, records: list[DirectRecord], state: AppendState) -> tuple[list[int], list[int], int]:
@@ -171,8 +173,15 @@ def _write_run(commitlog: CommitLog, start: int, data: bytearray) -> None:
 
 
 def put_direct(
-    appender: Appender, messages: Sequence[WireMessage], *, cluster: str | None, system: bool,
-    marker: tuple[str, str] | None, dispatch: bool, wait_flush: bool, not_allowed: frozenset[str],
+    appender: Appender,
+    messages: Sequence[WireMessage],
+    *,
+    cluster: str | None,
+    system: bool,
+    marker: tuple[str, str] | None,
+    dispatch: bool,
+    wait_flush: bool,
+    not_allowed: frozenset[str],
     defer_dispatch: bool = False,
 ) -> PutRows | None:
     """A put of a few clean messages by the direct path (module docstring), ``None`` when the
@@ -184,9 +193,15 @@ def put_direct(
     :data:`rmqlog.queue.dispatcher.DIRECT_GRACE_S` at most. ``not_allowed``: the topics no such put may name (the caller's rule)."""
     parts = appender.parts
     records = encode_direct(
-        messages, cluster=cluster, system=system, store_host=appender.store_host,
-        default_born_host=appender.born_host, uniq=appender.uniq, max_message_size=parts.config.max_message_size,
-        max_record_size=parts.commitlog.segment_size - 8, not_allowed=not_allowed | WAITING_TOPICS,
+        messages,
+        cluster=cluster,
+        system=system,
+        store_host=appender.store_host,
+        default_born_host=appender.born_host,
+        uniq=appender.uniq,
+        max_message_size=parts.config.max_message_size,
+        max_record_size=parts.commitlog.segment_size - 8,
+        not_allowed=not_allowed | WAITING_TOPICS,
         marker=marker,
     )
     if records is None:
@@ -227,22 +242,38 @@ def dispatch_put(rows: PutRows) -> bool:
 class _PendingDispatch:
     """The dispatch of one direct put from its records' own fields (run once)."""
 
-    def __init__(self, appender: Appender, records: list[DirectRecord], rows: PutRows, version: object, full: bool,
-                 token: object) -> None:
+    def __init__(
+        self, appender: Appender, records: list[DirectRecord], rows: PutRows, version: object, full: bool, token: object
+    ) -> None:
         self.appender, self.records, self.rows, self.version, self.full, self.token = (
-            appender, records, rows, version, full, token)
+            appender,
+            records,
+            rows,
+            version,
+            full,
+            token,
+        )
 
     def run(self) -> bool:
         parts, rows, records = self.appender.parts, self.rows, self.records
         done = False
         try:
-            units = [(r.topic, r.queue_id, q, p, len(r.data), r.tags_code)
-                     for r, q, p in zip(records, rows.queue_offsets, rows.commit_log_offsets, strict=True)]
+            units = [
+                (r.topic, r.queue_id, q, p, len(r.data), r.tags_code)
+                for r, q, p in zip(records, rows.queue_offsets, rows.commit_log_offsets, strict=True)
+            ]
 
             def dispatch() -> None:
                 nonlocal done
-                done = dispatch_direct(parts.dispatcher, rows.start, rows.end, units, rows.store_timestamp,
-                                       _index_call(parts, records, rows), self.version)
+                done = dispatch_direct(
+                    parts.dispatcher,
+                    rows.start,
+                    rows.end,
+                    units,
+                    rows.store_timestamp,
+                    _index_call(parts, records, rows),
+                    self.version,
+                )
                 if not done and self.full:
                     parts.dispatcher.dispatch()
                     done = True
@@ -264,8 +295,11 @@ def _after_publish(rows: PutRows, step: str, call: Callable[[], object]) -> None
         if exc.errno not in DISK_FULL_ERRNOS:
             raise
         raise DiskFullError(
-            exc.errno, f"{exc.strerror}: the batch WAS appended (commitlog offsets {rows.start}..{rows.end}, "
-            f"published), only its {step} failed", exc.filename, appended=True,
+            exc.errno,
+            f"{exc.strerror}: the batch WAS appended (commitlog offsets {rows.start}..{rows.end}, "
+            f"published), only its {step} failed",
+            exc.filename,
+            appended=True,
         ) from exc
 
 

@@ -57,9 +57,13 @@ def lmq_rows(table: pa.Table | pa.RecordBatch) -> LmqRows:
     pm = table.column("properties")
     if isinstance(pm, pa.ChunkedArray):
         pm = pm.combine_chunks()
-    if not pa.types.is_map(pm.type) or not (pa.types.is_string(pm.type.key_type) or pa.types.is_large_string(pm.type.key_type)):
+    if not pa.types.is_map(pm.type) or not (
+        pa.types.is_string(pm.type.key_type) or pa.types.is_large_string(pm.type.key_type)
+    ):
         return []
-    values = pc.map_lookup(pm, pa.scalar(PROPERTY_INNER_MULTI_DISPATCH, pm.type.key_type), "last")  # Java's map: the last
+    values = pc.map_lookup(
+        pm, pa.scalar(PROPERTY_INNER_MULTI_DISPATCH, pm.type.key_type), "last"
+    )  # Java's map: the last
     rows = np.flatnonzero(np.asarray(values.is_valid()))
     if not len(rows):
         return []
@@ -102,12 +106,14 @@ def refuse_routed(batch: EncodedBatch, rows: LmqRows) -> None:
         routed = np.isin(batch.topic_index, waiting)
         for row, _ in rows:
             if routed[row]:
-                raise InvalidMessageError("a delayed or timed message cannot name light message queues",
-                                          row=row, field="properties")
+                raise InvalidMessageError(
+                    "a delayed or timed message cannot name light message queues", row=row, field="properties"
+                )
 
 
-def lmq_batch(state: AppendState, rows: LmqRows, limit: int, n: int,
-              encode: Callable[[pa.Array], EncodedBatch]) -> list[EncodedBatch]:
+def lmq_batch(
+    state: AppendState, rows: LmqRows, limit: int, n: int, encode: Callable[[pa.Array], EncodedBatch]
+) -> list[EncodedBatch]:
     """Under the append lock (the module docstring's step 2): the limit, the offsets from
     ``state``, the table encoded again by ``encode(items)`` with them."""
     count = lmq_count(state.queues)

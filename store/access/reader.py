@@ -70,7 +70,9 @@ class QueueReader:
             self.parts.topic_config.reload()
             tc = self.parts.topic_config.get(topic)
         if tc is not None:
-            return 0 <= queue_id < max(tc.read_queue_nums, tc.write_queue_nums) or safe_open.is_folder(self.parts.paths.queue_dir(topic, queue_id))
+            return 0 <= queue_id < max(tc.read_queue_nums, tc.write_queue_nums) or safe_open.is_folder(
+                self.parts.paths.queue_dir(topic, queue_id)
+            )
         return safe_open.is_folder(self.parts.paths.queue_dir(topic, queue_id))
 
     def read_plan(self, cq: ConsumeQueue) -> ReadPlan:
@@ -115,45 +117,107 @@ class QueueReader:
 
     # -------------------------------------------------------------- reads
     def get_messages(
-        self, group: str, topic: str, queue_id: int, offset: int, max_count: int, tags: str | None, check_crc: bool | None,
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tags: str | None,
+        check_crc: bool | None,
     ) -> GetMessageResult:
         """RocketMQ's ``getMessage``; see :meth:`rmqlog.MessageStore.get_messages`."""
         validate_group(group)
         return self.read_window(topic, queue_id, offset, max_count=max_count, tags=tags, check_crc=check_crc)
 
     def read_window(
-        self, topic: str, queue_id: int, offset: int, *, max_count: int, tags: str | None, check_crc: bool | None,
-        max_bytes: int | None = None, until: int | None = None, raw: bool = False, disk: DiskLimits | None = None,
-        sql92: Sql92Filter | None = None, columns: tuple[str, ...] | None = None,
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_count: int,
+        tags: str | None,
+        check_crc: bool | None,
+        max_bytes: int | None = None,
+        until: int | None = None,
+        raw: bool = False,
+        disk: DiskLimits | None = None,
+        sql92: Sql92Filter | None = None,
+        columns: tuple[str, ...] | None = None,
     ) -> GetMessageResult:
         """A window of a queue (:mod:`rmqlog.access.window`); see :meth:`rmqlog.MessageStore.read_window`."""
-        return read_window(self, topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, tags=tags,
-                           until=until, check_crc=check_crc, raw=raw, disk=disk, sql92=sql92, columns=columns)
+        return read_window(
+            self,
+            topic,
+            queue_id,
+            offset,
+            max_count=max_count,
+            max_bytes=max_bytes,
+            tags=tags,
+            until=until,
+            check_crc=check_crc,
+            raw=raw,
+            disk=disk,
+            sql92=sql92,
+            columns=columns,
+        )
 
     def read_units(
-        self, cq: ConsumeQueue, topic: str, queue_id: int, first: int, units: np.ndarray, rows: np.ndarray,
-        floor: int, check_crc: bool | None,
+        self,
+        cq: ConsumeQueue,
+        topic: str,
+        queue_id: int,
+        first: int,
+        units: np.ndarray,
+        rows: np.ndarray,
+        floor: int,
+        check_crc: bool | None,
     ) -> pa.Table:
         """The messages of ``units[rows]`` (units read from queue offset ``first``), checked."""
         return self._read_units(read_units, cq, topic, queue_id, first, units, rows, floor, check_crc)
 
     def read_unit_columns(
-        self, cq: ConsumeQueue, topic: str, queue_id: int, first: int, units: np.ndarray, rows: np.ndarray,
-        floor: int, check_crc: bool | None,
+        self,
+        cq: ConsumeQueue,
+        topic: str,
+        queue_id: int,
+        first: int,
+        units: np.ndarray,
+        rows: np.ndarray,
+        floor: int,
+        check_crc: bool | None,
     ) -> list[RecordColumns]:
         """:meth:`read_units` stopping at the records' raw columns (one per commitlog segment)."""
         return self._read_units(read_unit_columns, cq, topic, queue_id, first, units, rows, floor, check_crc)
 
     def _read_units(
-        self, read: Callable[..., _T], cq: ConsumeQueue, topic: str, queue_id: int, first: int, units: np.ndarray,
-        rows: np.ndarray, floor: int, check_crc: bool | None,
+        self,
+        read: Callable[..., _T],
+        cq: ConsumeQueue,
+        topic: str,
+        queue_id: int,
+        first: int,
+        units: np.ndarray,
+        rows: np.ndarray,
+        floor: int,
+        check_crc: bool | None,
     ) -> _T:
         if len(rows) == len(units):  # every unit (the usual case): no copy of them
             sel, logical = units, np.arange(first, first + len(units), dtype=np.int64)
         else:
             sel, logical = units[rows], first + rows.astype(np.int64)
-        return read(self.parts.commitlog, cq, sel, logical, topic=topic, queue_id=queue_id, floor=floor,
-                    tail=self.parts.published_tail(), check_crc=self.check_crc(check_crc))
+        return read(
+            self.parts.commitlog,
+            cq,
+            sel,
+            logical,
+            topic=topic,
+            queue_id=queue_id,
+            floor=floor,
+            tail=self.parts.published_tail(),
+            check_crc=self.check_crc(check_crc),
+        )
 
     def read_queue(self, topic: str, queue_id: int, start: int, end: int, check_crc: bool | None) -> pa.Table:
         """Every message of a queue in ``[start, end)``; see :meth:`rmqlog.MessageStore.read_queue`."""
@@ -171,8 +235,9 @@ class QueueReader:
                 start = now_first  # its first segments went while it read: clamp again
                 continue
             try:
-                return self.read_units(cq, topic, queue_id, first, units, np.flatnonzero(units["size"] != FILLER_SIZE),
-                                       floor, check_crc)
+                return self.read_units(
+                    cq, topic, queue_id, first, units, np.flatnonzero(units["size"] != FILLER_SIZE), floor, check_crc
+                )
             except MessagesDeletedError as gone:
                 start = gone.end
 
@@ -201,11 +266,15 @@ class QueueReader:
             mid = (left + right) // 2
             unit = cq.read(mid, 1)
             if not len(unit):
-                raise CorruptStoreError(f"consume-queue segment holding queue offset {mid} is missing", path=str(cq.directory))
+                raise CorruptStoreError(
+                    f"consume-queue segment holding queue offset {mid} is missing", path=str(cq.directory)
+                )
             if unit["size"][0] == FILLER_SIZE:
                 left = mid + 1
                 continue
-            store_ts = unit_store_timestamp(self.parts.commitlog, cq, unit, mid, topic=topic, queue_id=queue_id, floor=floor, tail=tail)
+            store_ts = unit_store_timestamp(
+                self.parts.commitlog, cq, unit, mid, topic=topic, queue_id=queue_id, floor=floor, tail=tail
+            )
             if store_ts < ts_ms:
                 left = mid + 1
             else:
@@ -216,13 +285,21 @@ class QueueReader:
         """The messages of ``queues`` stored in ``[begin_ms, end_ms]``, by store time (ties in
         queue order), at most ``max_count``: per queue, its offsets found by binary search on
         store time (:meth:`offset_for_timestamp`), then at most ``max_count`` of them read."""
-        begin_ms, end_ms, max_count = int_arg("begin_ms", begin_ms), int_arg("end_ms", end_ms), int_arg("max_count", max_count)
+        begin_ms, end_ms, max_count = (
+            int_arg("begin_ms", begin_ms),
+            int_arg("end_ms", end_ms),
+            int_arg("max_count", max_count),
+        )
         if max_count <= 0:
             raise InvalidArgumentError(f"max_count must be positive, got {max_count}")
         tables = []
         for topic, qid in queues:
             lo = self.offset_for_timestamp(topic, qid, begin_ms)
-            hi = self.offset_for_timestamp(topic, qid, end_ms + 1) if end_ms < (1 << 63) - 1 else self.bounds(topic, qid)[1]
+            hi = (
+                self.offset_for_timestamp(topic, qid, end_ms + 1)
+                if end_ms < (1 << 63) - 1
+                else self.bounds(topic, qid)[1]
+            )
             if hi > lo:
                 tables.append(self.read_queue(topic, qid, lo, min(hi, lo + max_count), None))
         if not tables:
@@ -243,7 +320,9 @@ class QueueReader:
             return None
         try:
             table = commitlog.read_messages(
-                np.array([commit_log_offset], np.int64), check=RecordCheck(crc=self.parts.config.check_crc_on_read), tail=tail,
+                np.array([commit_log_offset], np.int64),
+                check=RecordCheck(crc=self.parts.config.check_crc_on_read),
+                tail=tail,
             )
         except BadRecordError as e:
             raise CorruptRecordError(f"damaged commitlog record: {e.reason}", path=e.path, offset=e.offset) from None

@@ -83,7 +83,9 @@ def replica_read(parts: StoreParts, offset: int, max_bytes: int) -> bytes:
     commitlog = parts.commitlog
     first = commitlog.min_offset()
     if offset < first:
-        raise ReplicaOffsetError(f"offset {offset} is below the commitlog's first offset {first}", offset=offset, end=tail)
+        raise ReplicaOffsetError(
+            f"offset {offset} is below the commitlog's first offset {first}", offset=offset, end=tail
+        )
     seg = commitlog.segments.for_offset(offset)
     if seg is None:
         raise ReplicaOffsetError(f"no commitlog segment holds offset {offset}", offset=offset, end=tail)
@@ -144,8 +146,13 @@ class ReplicaWriter:
                 commitlog.scrub(tail)
                 mark = (tail, tail)
             end = mark[1]
-            if offset != end and end == tail == 0 and offset > 0 and offset % size == 0 \
-                    and not commitlog.segments.segment_starts():
+            if (
+                offset != end
+                and end == tail == 0
+                and offset > 0
+                and offset % size == 0
+                and not commitlog.segments.segment_starts()
+            ):
                 # an empty store taking a master's log from a later segment (the master's
                 # retention deleted the first ones): its log starts there
                 state.tail = offset
@@ -153,13 +160,16 @@ class ReplicaWriter:
                 self._mark = mark = (offset, offset)
                 tail = end = offset
             if offset != end:
-                raise ReplicaOffsetError(f"replicated bytes at offset {offset}, but this store ends at {end}",
-                                         offset=offset, end=end)
+                raise ReplicaOffsetError(
+                    f"replicated bytes at offset {offset}, but this store ends at {end}", offset=offset, end=end
+                )
             if not len(data):
                 return end
             seg_end = (offset // size + 1) * size
             if offset + len(data) > seg_end:
-                raise ReplicaStreamError(f"{len(data)} bytes at {offset} cross the segment end {seg_end}", offset=offset)
+                raise ReplicaStreamError(
+                    f"{len(data)} bytes at {offset} cross the segment end {seg_end}", offset=offset
+                )
             if callable(self._disk_check):
                 self._disk_check()
             seg = commitlog.segments.for_offset(offset, create=True)
@@ -170,8 +180,11 @@ class ReplicaWriter:
                 self._mark = None
                 commitlog.scrub(tail, force=True)
                 if exc.errno in DISK_FULL_ERRNOS:
-                    raise DiskFullError(exc.errno, f"disk full while replicating at offset {offset}: nothing published",
-                                        exc.filename or str(seg.path)) from exc
+                    raise DiskFullError(
+                        exc.errno,
+                        f"disk full while replicating at offset {offset}: nothing published",
+                        exc.filename or str(seg.path),
+                    ) from exc
                 raise
             end = offset + len(data)
             new_tail, problem = self._walk(state, seg, tail, end)
@@ -206,8 +219,13 @@ class ReplicaWriter:
         if self.fast and len(scan.positions):
             bad = first_crc_mismatch(seg.array(), scan.positions.astype(np.int64))
             if bad < len(scan.positions):
-                scan = SegmentScan(scan.positions[:bad], scan.sizes[:bad], int(scan.positions[bad]),
-                                   StopReason.CORRUPT, "body CRC mismatch")
+                scan = SegmentScan(
+                    scan.positions[:bad],
+                    scan.sizes[:bad],
+                    int(scan.positions[bad]),
+                    StopReason.CORRUPT,
+                    "body CRC mismatch",
+                )
         problem: tuple[int, str] | None = None
         if len(scan.positions):
             cut, why = self._take(state, seg, scan)
@@ -249,7 +267,7 @@ class ReplicaWriter:
         arr = seg.array()
         pos = scan.positions.astype(np.int64)
         end = int(pos[-1] + scan.sizes[-1])
-        run = arr[int(pos[0]):end].tobytes()
+        run = arr[int(pos[0]) : end].tobytes()
         marked = run.find(MARKER_NEEDLE) >= 0
         trial = state.copy()  # (its changes only: the base is shared)
         got = take_fast(trial, arr, pos, self.parts.commitlog.min_offset() == 0, marked)

@@ -55,16 +55,20 @@ def first_crc_mismatch(arr: np.ndarray, pos: np.ndarray) -> int:
     if n == 0:
         return 0
     sys_flag = _be(arr, pos + 36, 4)
-    hsize = (HEADER_V4.itemsize + np.where(sys_flag & SYSFLAG_BORNHOST_V6, 12, 0)
-             + np.where(sys_flag & SYSFLAG_STOREHOST_V6, 12, 0))
+    hsize = (
+        HEADER_V4.itemsize
+        + np.where(sys_flag & SYSFLAG_BORNHOST_V6, 12, 0)
+        + np.where(sys_flag & SYSFLAG_STOREHOST_V6, 12, 0)
+    )
     body_len = _be(arr, pos + hsize - 4, 4)
     got = body_crcs(gather_slices(pa.py_buffer(arr), pos + hsize, body_len)).astype(np.int64)
     bad = np.flatnonzero(got != _be(arr, pos + 8, 4))
     return int(bad[0]) if len(bad) else n
 
 
-def take_fast(state: AppendState, arr: np.ndarray, pos: np.ndarray, from_log_start: bool,
-              needs_properties: bool) -> tuple[int, str, bool] | None:
+def take_fast(
+    state: AppendState, arr: np.ndarray, pos: np.ndarray, from_log_start: bool, needs_properties: bool
+) -> tuple[int, str, bool] | None:
     """Check the walked records at ``pos`` (relative to ``arr``, the segment) and add them to
     ``state`` up to the first bad one; returns (its index or the count, why, whether the
     caller must still read the markers of rows ``[0, cut)``), or ``None`` for the general
@@ -127,8 +131,10 @@ def take_fast(state: AppendState, arr: np.ndarray, pos: np.ndarray, from_log_sta
             b = int(bad[i])
             k = int(sk[b])
             cut = int(at[i])
-            why = (f"QUEUEOFFSET {int(so[b])} of queue {names[k >> 32]}/{k & 0xFFFFFFFF} breaks its density "
-                   f"(expected {int(expected[b])})")
+            why = (
+                f"QUEUEOFFSET {int(so[b])} of queue {names[k >> 32]}/{k & 0xFFFFFFFF} breaks its density "
+                f"(expected {int(expected[b])})"
+            )
     if cut == 0:
         return 0, why, False
     ok = np.flatnonzero(keep[:cut])

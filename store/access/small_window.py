@@ -53,8 +53,20 @@ SMALL_WINDOW = 64
 
 
 def read_small(
-    commitlog: CommitLog, units: bytes, topic: str, queue_id: int, offset: int, *, max_count: int,
-    max_bytes: int | None, disk: DiskLimits | None, lo: int, hi: int, floor: int, tail: int, check_crc: bool,
+    commitlog: CommitLog,
+    units: bytes,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    *,
+    max_count: int,
+    max_bytes: int | None,
+    disk: DiskLimits | None,
+    lo: int,
+    hi: int,
+    floor: int,
+    tail: int,
+    check_crc: bool,
     columns: tuple[str, ...] | None,
 ) -> GetMessageResult | None:
     """The stored records of the window whose ``units`` (as stored: at most
@@ -69,9 +81,20 @@ def read_small(
     room = len(units) // CQ_UNIT_SIZE
     offs, sizes = array("q", bytes(8 * room)), array("q", bytes(8 * room))
     no_bytes = -1 if max_bytes is None else max_bytes
-    taken = _native_units(units, floor, tail, commitlog.segment_size, max_count, no_bytes,
-                          -1 if disk is None else disk.memory, 0 if disk is None else disk.max_count,
-                          0 if disk is None else disk.max_bytes, MIN_RECORD_SIZE, offs, sizes)
+    taken = _native_units(
+        units,
+        floor,
+        tail,
+        commitlog.segment_size,
+        max_count,
+        no_bytes,
+        -1 if disk is None else disk.memory,
+        0 if disk is None else disk.max_count,
+        0 if disk is None else disk.max_bytes,
+        MIN_RECORD_SIZE,
+        offs,
+        sizes,
+    )
     if taken < 0:  # a filler before the batch is full (-1), a unit out of bounds (-2)
         return None
     del offs[taken:], sizes[taken:]
@@ -81,13 +104,21 @@ def read_small(
         return None
     records = StoredRecords(
         pa.LargeBinaryArray.from_buffers(pa.large_binary(), taken, [None, pa.py_buffer(ends), pa.py_buffer(data)]),
-        np.frombuffer(offs, np.int64), np.frombuffer(sizes, np.int64), np.arange(offset, offset + taken, dtype=np.int64),
+        np.frombuffer(offs, np.int64),
+        np.frombuffer(sizes, np.int64),
+        np.arange(offset, offset + taken, dtype=np.int64),
     )
     return GetMessageResult(GetMessageStatus.FOUND, offset + taken, lo, hi, empty_message_table(columns), records)
 
 
 def _checked_bytes(
-    commitlog: CommitLog, offs: array[int], sizes: array[int], total: int, first: int, topic: bytes, queue_id: int,
+    commitlog: CommitLog,
+    offs: array[int],
+    sizes: array[int],
+    total: int,
+    first: int,
+    topic: bytes,
+    queue_id: int,
     crc: bool,
 ) -> bytearray | None:
     """The records' bytes back to back (``total`` of them), each checked where it lies exactly
@@ -109,8 +140,22 @@ def _checked_bytes(
         if seg is None or not pin(seg):  # (gone: deleted by retention)
             return None
         try:
-            if not _native_copy(seg.array(), seg.start, offs, sizes, a, b - a, first + a, topic, queue_id,
-                                MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS, crc, out, at):
+            if not _native_copy(
+                seg.array(),
+                seg.start,
+                offs,
+                sizes,
+                a,
+                b - a,
+                first + a,
+                topic,
+                queue_id,
+                MIN_TIMESTAMP_MS,
+                MAX_TIMESTAMP_MS,
+                crc,
+                out,
+                at,
+            ):
                 return None
         finally:
             unpin(seg)

@@ -42,25 +42,54 @@ if TYPE_CHECKING:
 
 #: the columns of :func:`stored_rows`' table before the ``find`` ones: a wire put's
 #: (:data:`rmqlog.log.encode.wire_put.WIRE_COLUMNS`), then where each record is
-STORED_ROW_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
-    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.binary()),
-    ("properties", pa.string()), ("reconsumeTimes", pa.int32()),
-    ("commitLogOffset", pa.int64()), ("queueOffset", pa.int64()), ("storeTimestamp", pa.int64()),
-])
+STORED_ROW_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("queueId", pa.int32()),
+        ("body", pa.binary()),
+        ("flag", pa.int32()),
+        ("sysFlag", pa.int32()),
+        ("bornTimestamp", pa.int64()),
+        ("bornHost", pa.binary()),
+        ("properties", pa.string()),
+        ("reconsumeTimes", pa.int32()),
+        ("commitLogOffset", pa.int64()),
+        ("queueOffset", pa.int64()),
+        ("storeTimestamp", pa.int64()),
+    ]
+)
 #: the columns of :func:`wire_records`' table: a put_wire's, then where the record lies
-WIRE_RECORD_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
-    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.binary()),
-    ("properties", pa.string()), ("reconsumeTimes", pa.int32()), ("commitLogOffset", pa.int64()),
-    ("msgId", pa.string()), ("queueOffset", pa.int64()),
-])
+WIRE_RECORD_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("queueId", pa.int32()),
+        ("body", pa.binary()),
+        ("flag", pa.int32()),
+        ("sysFlag", pa.int32()),
+        ("bornTimestamp", pa.int64()),
+        ("bornHost", pa.binary()),
+        ("properties", pa.string()),
+        ("reconsumeTimes", pa.int32()),
+        ("commitLogOffset", pa.int64()),
+        ("msgId", pa.string()),
+        ("queueOffset", pa.int64()),
+    ]
+)
 _HOST_BITS = SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
 
 
-def stored_rows(parts: StoreParts, tail: int, offsets: np.ndarray, *, topic: str, queue_id: int,
-                queue_offsets: np.ndarray, drop: tuple[str, ...], find: tuple[str, ...],
-                crc: bool) -> tuple[pa.Table, np.ndarray]:
+def stored_rows(
+    parts: StoreParts,
+    tail: int,
+    offsets: np.ndarray,
+    *,
+    topic: str,
+    queue_id: int,
+    queue_offsets: np.ndarray,
+    drop: tuple[str, ...],
+    find: tuple[str, ...],
+    crc: bool,
+) -> tuple[pa.Table, np.ndarray]:
     """(the rows found, in request order; ``found``: a bool per requested offset). Raises
     :class:`InvalidArgumentError` when ``offsets`` and ``queue_offsets`` differ in length."""
     offsets = np.asarray(offsets, np.int64).ravel()
@@ -149,13 +178,16 @@ def _columns(parts: list[RecordColumns]) -> dict[str, pa.Array]:
     bytes), ``properties`` (the stored string), ``reconsumeTimes``, ``commitLogOffset``,
     ``queueOffset``, ``storeTimestamp``; typed as :data:`WIRE_RECORD_SCHEMA` and
     :data:`STORED_ROW_SCHEMA` name them."""
+
     def field(name: str) -> np.ndarray:
         return np.concatenate([p.header[name] for p in parts])
 
     return {
         "topic": _join([p.topic for p in parts]),
         "queueId": pa.array(field("queueId").astype(np.int32)),
-        "body": _join([p.body if p.body is not None else pa.nulls(len(p), pa.binary()) for p in parts]).cast(pa.binary()),
+        "body": _join([p.body if p.body is not None else pa.nulls(len(p), pa.binary()) for p in parts]).cast(
+            pa.binary()
+        ),
         "flag": pa.array(field("flag").astype(np.int32)),
         "sysFlag": pa.array(field("sysFlag").astype(np.int32)),
         "bornTimestamp": pa.array(field("bornTimestamp").astype(np.int64)),
@@ -176,8 +208,9 @@ def _table(parts: list[RecordColumns], drop: tuple[str, ...], find: tuple[str, .
     found_cols = [parsed.column(name) for name in find]
     if drop:
         keys = parsed.keys
-        kept = ~np.asarray(pc.or_(pc.is_in(keys, pa.array(list(drop), pa.string())),
-                                  pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
+        kept = ~np.asarray(
+            pc.or_(pc.is_in(keys, pa.array(list(drop), pa.string())), pc.starts_with(keys, STORE_PROPERTY_PREFIX))
+        )
         sel = pa.array(kept)
         pairs = pc.binary_join_element_wise(keys.filter(sel), "\x01", parsed.values.filter(sel), "\x02", "")
         row_offsets = np.zeros(n + 1, np.int32)

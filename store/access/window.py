@@ -117,16 +117,29 @@ def columns_arg(columns: object) -> tuple[str, ...] | None:
         raise InvalidArgumentError(f"columns must be None or a non-empty list of column names, got {columns!r}")
     unknown = [c for c in columns if c not in MESSAGE_SCHEMA.names]
     if unknown:
-        raise InvalidArgumentError(f"columns: {unknown[0]!r} is not a column of the message table ({', '.join(MESSAGE_SCHEMA.names)})")
+        raise InvalidArgumentError(
+            f"columns: {unknown[0]!r} is not a column of the message table ({', '.join(MESSAGE_SCHEMA.names)})"
+        )
     if len(set(columns)) != len(columns):
         raise InvalidArgumentError(f"columns: {next(c for c in columns if columns.count(c) > 1)!r} is named twice")
     return tuple(columns)
 
 
 def read_window(
-    reader: Reader, topic: str, queue_id: int, offset: int, *, max_count: int, max_bytes: int | None,
-    tags: str | None, until: int | None, check_crc: bool | None, raw: bool, disk: DiskLimits | None = None,
-    sql92: Sql92Filter | None = None, columns: tuple[str, ...] | None = None,
+    reader: Reader,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    *,
+    max_count: int,
+    max_bytes: int | None,
+    tags: str | None,
+    until: int | None,
+    check_crc: bool | None,
+    raw: bool,
+    disk: DiskLimits | None = None,
+    sql92: Sql92Filter | None = None,
+    columns: tuple[str, ...] | None = None,
 ) -> GetMessageResult:
     """The window of ``topic``/``queue_id`` from ``offset`` (see the module docstring): at most
     ``max_count`` messages and ``max_bytes`` bytes of records (``None``: no limit), the units
@@ -152,7 +165,9 @@ def read_window(
     if disk is not None:
         _check_disk_limits(disk)
     if sql92 is not None and not isinstance(sql92, Sql92Filter):
-        raise InvalidArgumentError(f"sql92 must be a compiled Sql92Filter (rmqlog.filter.compile_filter) or None, got {type(sql92).__name__}")
+        raise InvalidArgumentError(
+            f"sql92 must be a compiled Sql92Filter (rmqlog.filter.compile_filter) or None, got {type(sql92).__name__}"
+        )
     columns = columns_arg(columns)
 
     def result(status: GetMessageStatus, next_offset: int, lo: int = 0, hi: int = 0, **kw: object) -> GetMessageResult:
@@ -179,9 +194,26 @@ def read_window(
     if raw and wanted is None and sql92 is None and count <= SMALL_WINDOW:
         # a small window: the direct path, else the general read from the same units, bounds and tail
         stored = cq.read_stored(offset, count)
-        direct = None if stored is None else read_small(
-            commitlog, stored, topic, queue_id, offset, max_count=max_count, max_bytes=max_bytes, disk=disk, lo=lo,
-            hi=hi, floor=floor, tail=tail, check_crc=check_crc, columns=columns)
+        direct = (
+            None
+            if stored is None
+            else read_small(
+                commitlog,
+                stored,
+                topic,
+                queue_id,
+                offset,
+                max_count=max_count,
+                max_bytes=max_bytes,
+                disk=disk,
+                lo=lo,
+                hi=hi,
+                floor=floor,
+                tail=tail,
+                check_crc=check_crc,
+                columns=columns,
+            )
+        )
         if direct is not None:
             return direct
         units = np.frombuffer(stored, CQ_UNIT) if stored is not None else np.zeros(0, CQ_UNIT)
@@ -190,7 +222,9 @@ def read_window(
     if not len(units):  # the file holding ``offset`` is not there
         now_lo = reader.read_bounds(cq)[0]
         if now_lo <= offset:
-            raise CorruptStoreError(f"consume-queue segment holding queue offset {offset} is missing", path=str(cq.directory))
+            raise CorruptStoreError(
+                f"consume-queue segment holding queue offset {offset} is missing", path=str(cq.directory)
+            )
         return result(GetMessageStatus.OFFSET_FOUND_NULL, now_lo, lo, hi, removed=(offset, now_lo))
     codes = np.array([java_string_hash(t) for t in wanted], np.int64) if wanted is not None else None
     low = floor  # the first plan: nothing deleted since the bounds (no second listing of the folder)
@@ -209,8 +243,22 @@ def read_window(
             taken, scanned = batch_taken(candidate, size, real, count_limit, bytes_limit)
         else:
             try:
-                taken, scanned = _filtered_batch(commitlog, cq, units, offset, candidate, size, real, count_limit,
-                                                 bytes_limit, sql92, wanted, raw, args, chunks)
+                taken, scanned = _filtered_batch(
+                    commitlog,
+                    cq,
+                    units,
+                    offset,
+                    candidate,
+                    size,
+                    real,
+                    count_limit,
+                    bytes_limit,
+                    sql92,
+                    wanted,
+                    raw,
+                    args,
+                    chunks,
+                )
             except MessagesDeletedError:  # retention overtook the record read: plan again
                 low = commitlog.min_offset()
                 continue
@@ -221,8 +269,11 @@ def read_window(
         gone = np.flatnonzero(removed[:scanned]) if removed is not None else np.zeros(0, np.int64)
         lost = (offset + int(gone[0]), offset + int(gone[-1]) + 1) if len(gone) else None
         if not n_taken:
-            status = GetMessageStatus.MESSAGE_WAS_REMOVING if len(gone) or not real[:scanned].all() \
+            status = (
+                GetMessageStatus.MESSAGE_WAS_REMOVING
+                if len(gone) or not real[:scanned].all()
                 else GetMessageStatus.NO_MATCHED_MESSAGE
+            )
             return result(status, offset + scanned, lo, hi, removed=lost)
         if n_taken == scanned:  # every unit scanned taken (a pull without a filter): a view, no take
             rows: np.ndarray | slice = slice(0, scanned)
@@ -237,20 +288,28 @@ def read_window(
                 # no tag filter: the records checked on their own bytes (None: the general read decides)
                 records = read_unit_stored(commitlog, cq, units[rows], logical, **args) if wanted is None else None  # type: ignore[arg-type]
                 if records is None:
-                    records = _exact_tags(read_unit_records(commitlog, cq, units[rows], logical, **args), wanted, logical)  # type: ignore[arg-type]
+                    records = _exact_tags(
+                        read_unit_records(commitlog, cq, units[rows], logical, **args),  # type: ignore[arg-type]
+                        wanted,
+                        logical,
+                    )
                 messages = empty_message_table(columns)
             elif columns is None:
                 messages = read_units(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
                 records = None
                 if wanted is not None:
-                    messages = messages.filter(pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False))
+                    messages = messages.filter(
+                        pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False)
+                    )
             else:  # the same checked read, only the columns asked for made (and the tags to filter on)
                 made = columns if wanted is None or "tags" in columns else (*columns, "tags")
                 got = read_unit_columns(commitlog, cq, units[rows], logical, **args)  # type: ignore[arg-type]
                 messages = concat_tables([message_table(c, made) for c in got], made)
                 records = None
                 if wanted is not None:
-                    messages = messages.filter(pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False))
+                    messages = messages.filter(
+                        pc.fill_null(pc.is_in(messages["tags"], pa.array(sorted(wanted))), False)
+                    )
                     if made is not columns:
                         messages = messages.select(list(columns))
         except MessagesDeletedError:  # retention overtook the record read: plan again against the new first offset
@@ -267,9 +326,20 @@ _Chunk = tuple[np.ndarray, list[tuple[RecordColumns, pa.LargeBinaryArray | None]
 
 
 def _filtered_batch(
-    commitlog: object, cq: ConsumeQueue, units: np.ndarray, offset: int, candidate: np.ndarray, size: np.ndarray,
-    real: np.ndarray, count_limit: int | np.ndarray, bytes_limit: int | np.ndarray | None, sql92: Sql92Filter,
-    wanted: set[str] | None, raw: bool, args: dict[str, object], chunks: list[_Chunk],
+    commitlog: object,
+    cq: ConsumeQueue,
+    units: np.ndarray,
+    offset: int,
+    candidate: np.ndarray,
+    size: np.ndarray,
+    real: np.ndarray,
+    count_limit: int | np.ndarray,
+    bytes_limit: int | np.ndarray | None,
+    sql92: Sql92Filter,
+    wanted: set[str] | None,
+    raw: bool,
+    args: dict[str, object],
+    chunks: list[_Chunk],
 ) -> tuple[np.ndarray, int]:
     """RocketMQ's scan with a SQL92 filter: a unit is taken when its record's properties match
     (its record read, as Java's ``isMatchedByCommitLog`` reads it), under ``isTheBatchFull``.
@@ -306,7 +376,10 @@ def _filtered_batch(
 
 
 def _chunks_taken(
-    chunks: list[_Chunk], scanned: int, raw: bool, columns: tuple[str, ...] | None = None,
+    chunks: list[_Chunk],
+    scanned: int,
+    raw: bool,
+    columns: tuple[str, ...] | None = None,
 ) -> tuple[pa.Table, StoredRecords | None]:
     """The message table (or with ``raw`` the stored records) of the matching units before
     ``scanned``, from the records :func:`_filtered_batch` read (each segment's part cut to
@@ -342,9 +415,12 @@ def _chunks_taken(
         return empty_message_table(), StoredRecords.empty()
     # a gather's, a filter's and a concatenation's value offsets start at 0: ``data`` is the records
     array = arrays[0] if len(arrays) == 1 else pa.concat_arrays(arrays)
-    return empty_message_table(), StoredRecords(array, np.concatenate(offsets).astype(np.int64),
-                                                np.concatenate(sizes).astype(np.int64),
-                                                np.concatenate(queue_offsets).astype(np.int64))
+    return empty_message_table(), StoredRecords(
+        array,
+        np.concatenate(offsets).astype(np.int64),
+        np.concatenate(sizes).astype(np.int64),
+        np.concatenate(queue_offsets).astype(np.int64),
+    )
 
 
 def _check_disk_limits(disk: object) -> None:
@@ -356,7 +432,11 @@ def _check_disk_limits(disk: object) -> None:
 
 
 def _limits(
-    off: np.ndarray, tail: int, max_count: int, max_bytes: int | None, disk: DiskLimits | None,
+    off: np.ndarray,
+    tail: int,
+    max_count: int,
+    max_bytes: int | None,
+    disk: DiskLimits | None,
 ) -> tuple[int | np.ndarray, int | np.ndarray | None]:
     """The count and byte limit each unit is judged by: the read's own, or for units whose
     records lie on disk (more than ``disk.memory`` bytes behind ``tail``) ``disk``'s."""
@@ -371,7 +451,10 @@ def _limits(
 
 
 def batch_taken(
-    candidate: np.ndarray, size: np.ndarray, real: np.ndarray, max_count: int | np.ndarray,
+    candidate: np.ndarray,
+    size: np.ndarray,
+    real: np.ndarray,
+    max_count: int | np.ndarray,
     max_bytes: int | np.ndarray | None,
 ) -> tuple[np.ndarray, int]:
     """(which of the ``candidate`` units are taken, units scanned) under RocketMQ's
@@ -400,8 +483,9 @@ def batch_taken(
     return candidate[:scanned], scanned
 
 
-def _exact_tags(parts: list[tuple[RecordColumns, pa.LargeBinaryArray]], wanted: set[str] | None,
-                logical: np.ndarray) -> StoredRecords:
+def _exact_tags(
+    parts: list[tuple[RecordColumns, pa.LargeBinaryArray]], wanted: set[str] | None, logical: np.ndarray
+) -> StoredRecords:
     """One :class:`StoredRecords` of the per-segment reads, keeping the exact tags ``wanted``;
     ``logical``: the units' queue offsets (a light message queue's differ from its records' own)."""
     cols = [c for c, _ in parts]

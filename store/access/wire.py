@@ -56,23 +56,33 @@ if TYPE_CHECKING:
     from .reader import QueueReader
 
 #: RocketMQ 4.9.8's ``TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET``: topics no client sends to
-NOT_ALLOWED_SEND_TOPICS = frozenset((
-    "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC",
-    "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-))
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    (
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    )
+)
 
 
 #: RocketMQ's transaction topics: the half messages, their ops (commit/rollback records) and
 #: the half messages checked too often; a broker's own put (``system=True``) may write them
-TRANSACTION_TOPICS = frozenset(("RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC"))
+TRANSACTION_TOPICS = frozenset(
+    ("RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC")
+)
 
 _NOT_ALLOWED_ARRAY = pa.array(sorted(NOT_ALLOWED_SEND_TOPICS), pa.string())
 _NOT_ALLOWED_SYSTEM = NOT_ALLOWED_SEND_TOPICS - TRANSACTION_TOPICS
 _NOT_ALLOWED_SYSTEM_ARRAY = pa.array(sorted(_NOT_ALLOWED_SYSTEM), pa.string())
 #: the store's own topics a put is refused, in the order the put's routing checks them
 #: (:func:`rmqlog.schedule.routing.refuse_topic`): what to give instead
-_WAITING_REFUSALS = ((TIMER_TOPIC, "timed messages: give a deliverTime"),
-                     (SCHEDULE_TOPIC, "delayed messages: give a delayLevel"))
+_WAITING_REFUSALS = (
+    (TIMER_TOPIC, "timed messages: give a deliverTime"),
+    (SCHEDULE_TOPIC, "delayed messages: give a delayLevel"),
+)
 
 
 def _refuse_waiting_topic(col: pa.Array) -> None:
@@ -87,8 +97,9 @@ def _refuse_waiting_topic(col: pa.Array) -> None:
     for name, what in _WAITING_REFUSALS:
         hit = pc.fill_null(pc.equal(col, name), False)
         if pc.any(hit).as_py():
-            raise InvalidMessageError(f"{name} is the store's topic for {what} instead", row=first(np.asarray(hit)),
-                                      field="topic")
+            raise InvalidMessageError(
+                f"{name} is the store's topic for {what} instead", row=first(np.asarray(hit)), field="topic"
+            )
 
 
 def _cluster_arg(cluster: object) -> str | None:
@@ -123,11 +134,28 @@ def wire_messages_table(messages: Sequence[object]) -> pa.Table:
     return pa.Table.from_arrays(arrays, names=list(_WIRE_MESSAGE_COLUMNS))
 
 
-_WIRE_MESSAGE_COLUMNS = ("topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties",
-                         "reconsumeTimes")
-_WIRE_MESSAGE_TYPES = {"topic": pa.string(), "queueId": pa.int64(), "body": pa.binary(), "flag": pa.int64(),
-                       "sysFlag": pa.int64(), "bornTimestamp": pa.int64(), "bornHost": pa.string(),
-                       "properties": pa.string(), "reconsumeTimes": pa.int64()}
+_WIRE_MESSAGE_COLUMNS = (
+    "topic",
+    "queueId",
+    "body",
+    "flag",
+    "sysFlag",
+    "bornTimestamp",
+    "bornHost",
+    "properties",
+    "reconsumeTimes",
+)
+_WIRE_MESSAGE_TYPES = {
+    "topic": pa.string(),
+    "queueId": pa.int64(),
+    "body": pa.binary(),
+    "flag": pa.int64(),
+    "sysFlag": pa.int64(),
+    "bornTimestamp": pa.int64(),
+    "bornHost": pa.string(),
+    "properties": pa.string(),
+    "reconsumeTimes": pa.int64(),
+}
 
 
 def _converts(value: object, typ: pa.DataType) -> bool:
@@ -164,9 +192,17 @@ class WireAccess:
 
     _replica: ReplicaWriter | None = None
 
-    def put_wire(self, table: pa.Table | pa.RecordBatch, *, dispatch: bool = False, cluster: str | None = None,
-                 writer: str | None = None, sequence: int | None = None, system: bool = False,
-                 wait_flush: bool = True) -> pa.Table:
+    def put_wire(
+        self,
+        table: pa.Table | pa.RecordBatch,
+        *,
+        dispatch: bool = False,
+        cluster: str | None = None,
+        writer: str | None = None,
+        sequence: int | None = None,
+        system: bool = False,
+        wait_flush: bool = True,
+    ) -> pa.Table:
         """Append messages as a RocketMQ client sends them (a broker's ``SEND_MESSAGE``,
         ``SEND_MESSAGE_V2`` and the rows of ``SEND_BATCH_MESSAGE``, see
         :func:`rmqlog.decode_message_batch`); all or nothing, like :meth:`put_batch`, and the
@@ -214,8 +250,13 @@ class WireAccess:
         wait_flush = bool_arg("wait_flush", wait_flush)
         not_allowed = _NOT_ALLOWED_SYSTEM if system else NOT_ALLOWED_SEND_TOPICS
         appender = self.appender
-        put, header = wire_table(table, default_born_host=appender.born_host, store_v6=len(appender.store_host) == 20,
-                                 cluster=cluster, system=system)
+        put, header = wire_table(
+            table,
+            default_born_host=appender.born_host,
+            store_v6=len(appender.store_host) == 20,
+            cluster=cluster,
+            system=system,
+        )
         topic = flat(put.column("topic"))
         if pa.types.is_string(topic.type) and not topic.null_count and len(topic) and all_equal(topic):
             # one topic (every broker put of single sends to one topic): one set lookup
@@ -224,24 +265,37 @@ class WireAccess:
             except UnicodeDecodeError:  # every row is this one name: the put names it
                 raise InvalidTopicError("value is not valid UTF-8", row=0, field="topic") from None
             if name in not_allowed:
-                raise InvalidMessageError(f"{name} is a RocketMQ system topic no client may send to", row=0, field="topic")
+                raise InvalidMessageError(
+                    f"{name} is a RocketMQ system topic no client may send to", row=0, field="topic"
+                )
             if header.properties is not None and name in WAITING_TOPICS:
                 _refuse_waiting_topic(topic)
         else:
             if pa.types.is_string(topic.type) or pa.types.is_large_string(topic.type):
-                hit = np.asarray(pc.fill_null(pc.is_in(topic, _NOT_ALLOWED_SYSTEM_ARRAY if system else _NOT_ALLOWED_ARRAY),
-                                              False))
+                hit = np.asarray(
+                    pc.fill_null(pc.is_in(topic, _NOT_ALLOWED_SYSTEM_ARRAY if system else _NOT_ALLOWED_ARRAY), False)
+                )
                 if hit.any():
                     row = int(np.flatnonzero(hit)[0])
-                    raise InvalidMessageError(f"{topic[row].as_py()} is a RocketMQ system topic no client may send to",
-                                              row=row, field="topic")
+                    raise InvalidMessageError(
+                        f"{topic[row].as_py()} is a RocketMQ system topic no client may send to", row=row, field="topic"
+                    )
             if header.properties is not None:
                 _refuse_waiting_topic(topic)
         return appender.put_table(put, marker, dispatch=dispatch, wire=header, wait_flush=wait_flush)[0]
 
-    def put_messages(self, messages: Sequence[WireMessage], *, dispatch: bool = False, cluster: str | None = None,
-                     writer: str | None = None, sequence: int | None = None, system: bool = False,
-                     wait_flush: bool = True, defer_dispatch: bool = False) -> PutRows:
+    def put_messages(
+        self,
+        messages: Sequence[WireMessage],
+        *,
+        dispatch: bool = False,
+        cluster: str | None = None,
+        writer: str | None = None,
+        sequence: int | None = None,
+        system: bool = False,
+        wait_flush: bool = True,
+        defer_dispatch: bool = False,
+    ) -> PutRows:
         """:meth:`put_wire` of a few messages given as :class:`rmqlog.WireMessage` tuples (a
         broker's sends: no table to build), with the same rules, errors and guarantees, and a
         cost in proportion to the messages: a put of up to
@@ -273,19 +327,41 @@ class WireAccess:
             tail = self.published_tail()
             return PutRows([], [], [], 0, tail, tail)
         not_allowed = _NOT_ALLOWED_SYSTEM if system else NOT_ALLOWED_SEND_TOPICS
-        rows = put_direct(self.appender, messages, cluster=cluster, system=system, marker=marker, dispatch=dispatch,
-                          wait_flush=wait_flush, not_allowed=not_allowed, defer_dispatch=defer_dispatch)
+        rows = put_direct(
+            self.appender,
+            messages,
+            cluster=cluster,
+            system=system,
+            marker=marker,
+            dispatch=dispatch,
+            wait_flush=wait_flush,
+            not_allowed=not_allowed,
+            defer_dispatch=defer_dispatch,
+        )
         if rows is not None:
             return rows
-        result = self.put_wire(wire_messages_table(messages), dispatch=dispatch, cluster=cluster, writer=writer,
-                               sequence=sequence, system=system, wait_flush=wait_flush)
+        result = self.put_wire(
+            wire_messages_table(messages),
+            dispatch=dispatch,
+            cluster=cluster,
+            writer=writer,
+            sequence=sequence,
+            system=system,
+            wait_flush=wait_flush,
+        )
         if not result.num_rows:
             tail = self.published_tail()
             return PutRows([], [], [], 0, tail, tail, duplicate=True)
         offsets = result.column("commitLogOffset").to_pylist()
         stamp = result.column("storeTimestamp")[0].value // 1000
-        return PutRows(offsets, result.column("queueOffset").to_pylist(), result.column("msgId").to_pylist(), stamp,
-                       offsets[0], self.published_tail())
+        return PutRows(
+            offsets,
+            result.column("queueOffset").to_pylist(),
+            result.column("msgId").to_pylist(),
+            stamp,
+            offsets[0],
+            self.published_tail(),
+        )
 
     def dispatch_put(self, rows: PutRows) -> bool:
         """The dispatch a :meth:`put_messages` with ``defer_dispatch`` left: the put's units and
@@ -311,8 +387,16 @@ class WireAccess:
         self.parts.flush_service.flush_to(min(offset, self.published_tail()))
         return self.parts.flush_service.flushed().offset
 
-    def stored_rows(self, offsets: np.ndarray, queue_offsets: np.ndarray, *, topic: str, queue_id: int,
-                    drop: tuple[str, ...] = (), find: tuple[str, ...] = ()) -> tuple[pa.Table, np.ndarray]:
+    def stored_rows(
+        self,
+        offsets: np.ndarray,
+        queue_offsets: np.ndarray,
+        *,
+        topic: str,
+        queue_id: int,
+        drop: tuple[str, ...] = (),
+        find: tuple[str, ...] = (),
+    ) -> tuple[pa.Table, np.ndarray]:
         """The records at these commitlog offsets as the rows of a wire put, for a broker that
         puts a stored message again (RocketMQ's transactions: a half message committed to its
         real topic, or put back to be checked later): ``(table, found)``.
@@ -334,8 +418,17 @@ class WireAccess:
         queue_id = queue_id_arg(queue_id)
         offsets, queue_offsets = long_array_arg("offsets", offsets), long_array_arg("queue_offsets", queue_offsets)
         drop, find = _names("drop", drop), _names("find", find)
-        return stored_rows(self.parts, self.published_tail(), offsets, topic=topic, queue_id=queue_id,
-                           queue_offsets=queue_offsets, drop=drop, find=find, crc=self.parts.config.check_crc_on_read)
+        return stored_rows(
+            self.parts,
+            self.published_tail(),
+            offsets,
+            topic=topic,
+            queue_id=queue_id,
+            queue_offsets=queue_offsets,
+            drop=drop,
+            find=find,
+            crc=self.parts.config.check_crc_on_read,
+        )
 
     def on_arrival(self, callback: ArrivalListener) -> Callable[[], None]:
         """Call ``callback(topics: list[str], queue_ids: np.ndarray, max_offsets: np.ndarray)``
@@ -367,7 +460,9 @@ class WireAccess:
             return None
         offsets = np.array([commit_log_offset], np.int64)
         try:
-            parts = commitlog.read_stored_records(offsets, check=RecordCheck(crc=self.parts.config.check_crc_on_read), tail=tail)
+            parts = commitlog.read_stored_records(
+                offsets, check=RecordCheck(crc=self.parts.config.check_crc_on_read), tail=tail
+            )
         except BadRecordError as e:
             raise CorruptRecordError(f"damaged commitlog record: {e.reason}", path=e.path, offset=e.offset) from None
         return stored_records(parts)
@@ -427,19 +522,48 @@ class WireAccess:
         from .stored_rows import wire_records
 
         self._check_open()
-        return wire_records(self.parts, self.published_tail(), long_array_arg("offsets", offsets),
-                            crc=self.parts.config.check_crc_on_read)
+        return wire_records(
+            self.parts,
+            self.published_tail(),
+            long_array_arg("offsets", offsets),
+            crc=self.parts.config.check_crc_on_read,
+        )
 
     @overload
-    def query_by_key(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0, end_ms: int | None = None,
-                     *, check_crc: bool | None = None, raw: Literal[False] = False) -> pa.Table: ...
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        *,
+        check_crc: bool | None = None,
+        raw: Literal[False] = False,
+    ) -> pa.Table: ...
     @overload
-    def query_by_key(self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0, end_ms: int | None = None,
-                     *, check_crc: bool | None = None, raw: Literal[True]) -> StoredRecords: ...
+    def query_by_key(
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        *,
+        check_crc: bool | None = None,
+        raw: Literal[True],
+    ) -> StoredRecords: ...
 
     def query_by_key(
-        self, topic: str, key: str, max_count: int = 32, begin_ms: int = 0, end_ms: int | None = None,
-        *, check_crc: bool | None = None, raw: bool = False,
+        self,
+        topic: str,
+        key: str,
+        max_count: int = 32,
+        begin_ms: int = 0,
+        end_ms: int | None = None,
+        *,
+        check_crc: bool | None = None,
+        raw: bool = False,
     ) -> pa.Table | StoredRecords:
         """The messages of ``topic`` whose ``KEYS`` hold ``key`` (or whose client msgId is
         ``key``), stored in ``[begin_ms, end_ms]`` (ms; ``None``: no end), oldest first, at most
@@ -452,28 +576,59 @@ class WireAccess:
         return self._by_key(topic, text_arg("key", key), max_count, begin_ms, end_ms, check_crc, raw, unique=False)
 
     @overload
-    def query_by_unique_key(self, topic: str, msg_id: str, *, check_crc: bool | None = None,
-                            raw: Literal[False] = False) -> pa.Table: ...
+    def query_by_unique_key(
+        self, topic: str, msg_id: str, *, check_crc: bool | None = None, raw: Literal[False] = False
+    ) -> pa.Table: ...
     @overload
-    def query_by_unique_key(self, topic: str, msg_id: str, *, check_crc: bool | None = None,
-                            raw: Literal[True]) -> StoredRecords: ...
+    def query_by_unique_key(
+        self, topic: str, msg_id: str, *, check_crc: bool | None = None, raw: Literal[True]
+    ) -> StoredRecords: ...
 
-    def query_by_unique_key(self, topic: str, msg_id: str, *, check_crc: bool | None = None,
-                            raw: bool = False) -> pa.Table | StoredRecords:
+    def query_by_unique_key(
+        self, topic: str, msg_id: str, *, check_crc: bool | None = None, raw: bool = False
+    ) -> pa.Table | StoredRecords:
         """The message of ``topic`` whose client msgId (``UNIQ_KEY``) is ``msg_id`` (RocketMQ's
         ``queryMsgByUniqueKey``): a table of one row, or none (``raw=True``: its record
         byte-exact, as :meth:`query_by_key`); errors as :meth:`query_by_key`."""
-        return self._by_key(topic, text_arg("msg_id", msg_id), self.parts.config.max_msgs_num_batch, 0, None, check_crc,
-                            raw, unique=True)
+        return self._by_key(
+            topic,
+            text_arg("msg_id", msg_id),
+            self.parts.config.max_msgs_num_batch,
+            0,
+            None,
+            check_crc,
+            raw,
+            unique=True,
+        )
 
-    def _by_key(self, topic: str, key: str, max_count: int, begin_ms: int, end_ms: int | None, check_crc: object,
-                raw: object, *, unique: bool) -> pa.Table | StoredRecords:
+    def _by_key(
+        self,
+        topic: str,
+        key: str,
+        max_count: int,
+        begin_ms: int,
+        end_ms: int | None,
+        check_crc: object,
+        raw: object,
+        *,
+        unique: bool,
+    ) -> pa.Table | StoredRecords:
         self._check_open()
         validate_topic(topic)
         crc = self.reader.check_crc(check_crc)
         lookup = records_by_key if bool_arg("raw", raw) else messages_by_key
-        return lookup(self._index(), self.parts.commitlog, self.published_tail(), topic, key, max_count=max_count,
-                      begin_ms=begin_ms, end_ms=end_ms, check_crc=crc, unique=unique)
+        return lookup(
+            self._index(),
+            self.parts.commitlog,
+            self.published_tail(),
+            topic,
+            key,
+            max_count=max_count,
+            begin_ms=begin_ms,
+            end_ms=end_ms,
+            check_crc=crc,
+            unique=unique,
+        )
 
     def _index(self) -> IndexService:
         if self.parts.index_service is None:
@@ -503,7 +658,6 @@ class WireAccess:
         if not table.num_rows:
             return -1
         return int(table.column("storeTimestamp").cast(pa.int64())[0].as_py()) // 1000
-
 
     # ------------------------------------------------------------ replication
     def replica_read(self, offset: int, max_bytes: int) -> bytes:

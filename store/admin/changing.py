@@ -24,12 +24,19 @@ def recover(s: MessageStore, args: argparse.Namespace) -> int:
     if r is None:  # cannot happen: an open with repair is the first opener or raises StoreBusyError
         raise CliError("the store was not recovered by this open", USAGE)
     obj = {
-        "abnormal": r.abnormal, "walkStart": r.walk_start, "logEnd": r.log_end, "end": r.end,
-        "droppedBytes": r.dropped_bytes, "redispatched": r.redispatched, "stateRebuilt": r.state_rebuilt,
+        "abnormal": r.abnormal,
+        "walkStart": r.walk_start,
+        "logEnd": r.log_end,
+        "end": r.end,
+        "droppedBytes": r.dropped_bytes,
+        "redispatched": r.redispatched,
+        "stateRebuilt": r.state_rebuilt,
         "problems": list(r.problems),
     }
-    lines = [f"recovered ({'abnormal' if r.abnormal else 'normal'} exit): log ends at {r.end:,}, "
-             f"{r.dropped_bytes:,} B dropped, {r.redispatched:,} records re-dispatched"]
+    lines = [
+        f"recovered ({'abnormal' if r.abnormal else 'normal'} exit): log ends at {r.end:,}, "
+        f"{r.dropped_bytes:,} B dropped, {r.redispatched:,} records re-dispatched"
+    ]
     lines += [f"problem: {p}" for p in r.problems]
     emit(obj, args.json, lines)
     return OK
@@ -55,8 +62,12 @@ def _pass_lines(delayed: dict[int, int], timed: int, lost: int) -> list[str]:
 
 
 def schedule(
-    s: MessageStore, args: argparse.Namespace, *, sleep: Callable[[float], Any] = time.sleep,
-    clock: Callable[[], float] | None = None, quiet_every: float = 60.0,
+    s: MessageStore,
+    args: argparse.Namespace,
+    *,
+    sleep: Callable[[float], Any] = time.sleep,
+    clock: Callable[[], float] | None = None,
+    quiet_every: float = 60.0,
     now_ms: Callable[[], int | None] = lambda: None,
 ) -> int:
     """Scheduler passes: one (``--once``: its result is printed, whatever it is), or one a
@@ -72,17 +83,27 @@ def schedule(
             report = s.scheduler.deliver_due(now_ms())
             delayed = {k: v for k, v in report.delivered.items() if v}
             if args.once or report.total or report.lost:
-                emit({"delivered": report.total, "delayed": sum(delayed.values()),
-                      "levels": {str(k): v for k, v in sorted(delayed.items())}, "timed": report.timed,
-                      "lost": report.lost},
-                     args.json, _pass_lines(delayed, report.timed, report.lost))
+                emit(
+                    {
+                        "delivered": report.total,
+                        "delayed": sum(delayed.values()),
+                        "levels": {str(k): v for k, v in sorted(delayed.items())},
+                        "timed": report.timed,
+                        "lost": report.lost,
+                    },
+                    args.json,
+                    _pass_lines(delayed, report.timed, report.lost),
+                )
                 quiet_since, quiet_passes = clock(), 0
             else:
                 quiet_passes += 1
                 if clock() - quiet_since >= quiet_every:
                     seconds = clock() - quiet_since
-                    emit({"delivered": 0, "quietPasses": quiet_passes, "quietSeconds": round(seconds)}, args.json,
-                         [f"nothing due in the last {seconds:.0f} s ({quiet_passes} pass(es))"])
+                    emit(
+                        {"delivered": 0, "quietPasses": quiet_passes, "quietSeconds": round(seconds)},
+                        args.json,
+                        [f"nothing due in the last {seconds:.0f} s ({quiet_passes} pass(es))"],
+                    )
                     quiet_since, quiet_passes = clock(), 0
             if args.once:
                 return OK
@@ -98,7 +119,8 @@ def clean(s: MessageStore, args: argparse.Namespace) -> int:
         f"deleted {len(report.segments)} commitlog segment(s), {len(report.consume_queue_files)} consume-queue "
         f"file(s), {len(report.index_files)} index file(s): {report.bytes:,} B "
         f"(reason: {report.reason or 'none due'}, disk {report.disk_used_percent:.1f}% used)",
-        f"commitlog starts at {report.log_start:,}" + (f" (was {report.log_start_before:,})" if report.segments else ""),
+        f"commitlog starts at {report.log_start:,}"
+        + (f" (was {report.log_start_before:,})" if report.segments else ""),
     ]
     lines += [f"busy (held by a reader): {path}" for path in report.busy]
     emit(camel(report.to_dict()), args.json, lines)
@@ -112,8 +134,11 @@ def reset_offset(s: MessageStore, args: argparse.Namespace) -> int:
     count = require_queue(s, args.topic, args.queue)
     known = groups(s)
     if args.group not in known and not args.create:
-        raise CliError(f"no consumer group {args.group!r} in {s.paths.root} (none with committed offsets); "
-                       f"groups: {listing(known)}; --create to start a new group", USAGE)
+        raise CliError(
+            f"no consumer group {args.group!r} in {s.paths.root} (none with committed offsets); "
+            f"groups: {listing(known)}; --create to start a new group",
+            USAGE,
+        )
     rows = []
     for q in [args.queue] if args.queue is not None else range(count):
         before = s.committed_offset(args.group, args.topic, q)
@@ -125,6 +150,9 @@ def reset_offset(s: MessageStore, args: argparse.Namespace) -> int:
             offset = s.offset_for_timestamp(args.topic, q, args.timestamp)
         s.commit_offset(args.group, args.topic, q, offset)
         rows.append({"queueId": q, "before": before, "offset": offset})
-    emit({"group": args.group, "topic": args.topic, "queues": rows}, args.json,
-         [f"{args.group} {args.topic}/{r['queueId']}: {r['before']} -> {r['offset']}" for r in rows])
+    emit(
+        {"group": args.group, "topic": args.topic, "queues": rows},
+        args.json,
+        [f"{args.group} {args.topic}/{r['queueId']}: {r['before']} -> {r['offset']}" for r in rows],
+    )
     return OK

@@ -99,37 +99,53 @@ def _parser(extra_commands: Sequence[tuple[str, str]] = ()) -> argparse.Argument
     """The command's arguments; ``extra_commands`` (name, help) are listed with the others in
     ``--help`` (the commands another package serves: the ``rmqlog`` entry point's network
     commands) and parse as nothing more than their name."""
-    ap = argparse.ArgumentParser(prog="rmqlog", description="Inspect and maintain a spark-rmq (RocketMQ-format) store. "
-                                 "Times are ms since the epoch or ISO 8601; a time without a zone is UTC.",
-                                 epilog=HELP)
+    ap = argparse.ArgumentParser(
+        prog="rmqlog",
+        description="Inspect and maintain a spark-rmq (RocketMQ-format) store. "
+        "Times are ms since the epoch or ISO 8601; a time without a zone is UTC.",
+        epilog=HELP,
+    )
     ap.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = ap.add_subparsers(dest="cmd", required=True)
 
-    def command(name: str, help: str, *, aliases: Sequence[str] = (), json_flag: bool = True,
-                reads: bool = False) -> argparse.ArgumentParser:
+    def command(
+        name: str, help: str, *, aliases: Sequence[str] = (), json_flag: bool = True, reads: bool = False
+    ) -> argparse.ArgumentParser:
         # help= is %-formatted by argparse (a literal % written %%), description= is not
         p = sub.add_parser(name, help=help, description=help.replace("%%", "%"), aliases=list(aliases), epilog=HELP)
         p.add_argument("root", help="the store's folder (the one holding commitlog/)")
         if name in WIRE_READING:
-            p.add_argument("--namesrv", metavar="ADDRS", default=None,
-                           help="read through these name servers (HOST:PORT;HOST:PORT) and their brokers instead "
-                                f"of a store's folder: ROOT is then not given (rmqlog {name} --namesrv ADDRS --help)")
-        p.add_argument("--config", metavar="FILE", default=None,
-                       help="a RocketMQ broker.conf (Java properties) with the store's settings, e.g. the retention "
-                            "rules clean applies (default: the defaults of rmqlog.StoreConfig)")
+            p.add_argument(
+                "--namesrv",
+                metavar="ADDRS",
+                default=None,
+                help="read through these name servers (HOST:PORT;HOST:PORT) and their brokers instead "
+                f"of a store's folder: ROOT is then not given (rmqlog {name} --namesrv ADDRS --help)",
+            )
+        p.add_argument(
+            "--config",
+            metavar="FILE",
+            default=None,
+            help="a RocketMQ broker.conf (Java properties) with the store's settings, e.g. the retention "
+            "rules clean applies (default: the defaults of rmqlog.StoreConfig)",
+        )
         if json_flag:
             p.add_argument("--json", action="store_true", help="print one JSON object instead of text")
         if reads:
-            p.add_argument("--read-only", action="store_true",
-                           help="change nothing, not even by opening: no recovery, no dispatch, no file created "
-                                "(the store as it is on disk; works on a read-only mount)")
+            p.add_argument(
+                "--read-only",
+                action="store_true",
+                help="change nothing, not even by opening: no recovery, no dispatch, no file created "
+                "(the store as it is on disk; works on a read-only mount)",
+            )
         return p
 
     command("info", "segments, published and flushed positions, topics and their queue ranges", reads=True)
     p = command("topic-status", "one topic's queues: min and max offsets, messages", reads=True)
     p.add_argument("topic", help="topic name")
-    p = command("read", "messages of one queue as JSON lines (--json: one object, with the status and next offset)",
-                reads=True)
+    p = command(
+        "read", "messages of one queue as JSON lines (--json: one object, with the status and next offset)", reads=True
+    )
     p.add_argument("topic", help="topic name")
     p.add_argument("queue", type=_non_negative, help="queue id")
     p.add_argument("--offset", type=_non_negative, default=None, help="first queue offset (default: the queue's min)")
@@ -139,53 +155,113 @@ def _parser(extra_commands: Sequence[tuple[str, str]] = ()) -> argparse.Argument
     p = command("get", "one message by commitlog offset or message id, as a JSON line", reads=True)
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--offset", type=_non_negative, help="the message's commitlog offset")
-    g.add_argument("--id", help="a msgId: an offset msgId (store host and commitlog offset) or a client msgId "
-                                "(UNIQ_KEY, found through the index files)")
+    g.add_argument(
+        "--id",
+        help="a msgId: an offset msgId (store host and commitlog offset) or a client msgId "
+        "(UNIQ_KEY, found through the index files)",
+    )
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how the body prints (default text)")
-    p = command("query", "messages by key or client msgId through the index files (mqadmin queryMsgByKey / "
-                         "queryMsgByUniqueKey), or by store time (neither --key nor --id)", reads=True)
+    p = command(
+        "query",
+        "messages by key or client msgId through the index files (mqadmin queryMsgByKey / "
+        "queryMsgByUniqueKey), or by store time (neither --key nor --id)",
+        reads=True,
+    )
     p.add_argument("topic", help='topic name; "*" for every topic (a time-range query)')
     g = p.add_mutually_exclusive_group()
     g.add_argument("--key", help="a KEYS token (or a client msgId)")
-    g.add_argument("--id", help="a msgId: a client msgId (UNIQ_KEY: 32 or 56 hex digits, through the index files) "
-                                "or an offset msgId (store host and commitlog offset, as ali-ons prints it)")
-    p.add_argument("--begin", type=_time, default=0, help="stored at or after: ms since the epoch or ISO 8601, no zone: UTC (default: any)")
-    p.add_argument("--end", type=_time, default=None, help="stored at or before: ms since the epoch or ISO 8601, no zone: UTC (default: any)")
-    p.add_argument("--max", type=_positive, default=32,
-                   help="most messages (default 32; a key query returns at most 64, max_msgs_num_batch)")
+    g.add_argument(
+        "--id",
+        help="a msgId: a client msgId (UNIQ_KEY: 32 or 56 hex digits, through the index files) "
+        "or an offset msgId (store host and commitlog offset, as ali-ons prints it)",
+    )
+    p.add_argument(
+        "--begin",
+        type=_time,
+        default=0,
+        help="stored at or after: ms since the epoch or ISO 8601, no zone: UTC (default: any)",
+    )
+    p.add_argument(
+        "--end",
+        type=_time,
+        default=None,
+        help="stored at or before: ms since the epoch or ISO 8601, no zone: UTC (default: any)",
+    )
+    p.add_argument(
+        "--max",
+        type=_positive,
+        default=32,
+        help="most messages (default 32; a key query returns at most 64, max_msgs_num_batch)",
+    )
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
-    p = command("export", "a topic's messages (a queue or every queue, an offset or time range) to JSON lines or Parquet",
-                reads=True)
+    p = command(
+        "export",
+        "a topic's messages (a queue or every queue, an offset or time range) to JSON lines or Parquet",
+        reads=True,
+    )
     p.add_argument("topic", help="topic name")
     p.add_argument("--queue", type=_non_negative, default=None, help="one queue (default: every queue of the topic)")
-    p.add_argument("--from-offset", type=_non_negative, default=None, help="first queue offset (default: each queue's min)")
-    p.add_argument("--to-offset", type=_non_negative, default=None, help="end queue offset, exclusive (default: each queue's max)")
-    p.add_argument("--begin", type=_time, default=None, help="stored at or after: ms since the epoch or ISO 8601, no zone: UTC")
-    p.add_argument("--end", type=_time, default=None, help="stored at or before: ms since the epoch or ISO 8601, no zone: UTC")
-    p.add_argument("--format", choices=("jsonl", "parquet"), required=True, help="jsonl: one JSON object per line; parquet: the message table")
-    p.add_argument("--out", required=True, help="the file to write (replaced if it exists; - for stdout); never inside "
-                                                "the store, links resolved")
-    p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies are written in jsonl (default text)")
-    p = command("reset-offset", "set a consumer group's offsets to the earliest, the latest, or a time (mqadmin resetOffsetByTime)")
+    p.add_argument(
+        "--from-offset", type=_non_negative, default=None, help="first queue offset (default: each queue's min)"
+    )
+    p.add_argument(
+        "--to-offset", type=_non_negative, default=None, help="end queue offset, exclusive (default: each queue's max)"
+    )
+    p.add_argument(
+        "--begin", type=_time, default=None, help="stored at or after: ms since the epoch or ISO 8601, no zone: UTC"
+    )
+    p.add_argument(
+        "--end", type=_time, default=None, help="stored at or before: ms since the epoch or ISO 8601, no zone: UTC"
+    )
+    p.add_argument(
+        "--format",
+        choices=("jsonl", "parquet"),
+        required=True,
+        help="jsonl: one JSON object per line; parquet: the message table",
+    )
+    p.add_argument(
+        "--out",
+        required=True,
+        help="the file to write (replaced if it exists; - for stdout); never inside the store, links resolved",
+    )
+    p.add_argument(
+        "--body", choices=("text", "hex", "none"), default="text", help="how bodies are written in jsonl (default text)"
+    )
+    p = command(
+        "reset-offset",
+        "set a consumer group's offsets to the earliest, the latest, or a time (mqadmin resetOffsetByTime)",
+    )
     p.add_argument("group", help="consumer group")
     p.add_argument("topic", help="topic name")
     g = p.add_mutually_exclusive_group(required=True)
     g.add_argument("--earliest", action="store_true", help="each queue's first offset")
     g.add_argument("--latest", action="store_true", help="each queue's end (skip everything stored)")
-    g.add_argument("--timestamp", type=_time, help="the first message stored at or after: ms since the epoch or ISO 8601, no zone: UTC")
+    g.add_argument(
+        "--timestamp",
+        type=_time,
+        help="the first message stored at or after: ms since the epoch or ISO 8601, no zone: UTC",
+    )
     p.add_argument("--queue", type=_non_negative, default=None, help="one queue (default: every queue of the topic)")
-    p.add_argument("--create", action="store_true",
-                   help="the group may be new (without it, a group with no committed offset is refused: a misspelt name)")
-    p = command("lag", "committed offsets against the queues' ends, per group", aliases=("consumer-progress",), reads=True)
+    p.add_argument(
+        "--create",
+        action="store_true",
+        help="the group may be new (without it, a group with no committed offset is refused: a misspelt name)",
+    )
+    p = command(
+        "lag", "committed offsets against the queues' ends, per group", aliases=("consumer-progress",), reads=True
+    )
     p.add_argument("group", nargs="?", default=None, help="one consumer group (default: every group)")
     command("verify", "check every record (CRCs, header values, queue density) and every unit; read-only", reads=True)
     p = command("recover", "open the store with repair: damaged data is cut and what follows is rebuilt")
     p.add_argument("--repair", action="store_true", required=True, help="required: this command changes the store")
     command("dispatch", "build consume-queue units for records not yet dispatched")
     p = command("schedule", "deliver delayed and timed messages that are due (one pass, or passes every second)")
-    p.add_argument("--once", action="store_true",
-                   help="one pass, then exit (default: a pass every second until interrupted, printing what is "
-                        "delivered and a summary a minute while nothing is)")
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="one pass, then exit (default: a pass every second until interrupted, printing what is "
+        "delivered and a summary a minute while nothing is)",
+    )
     p = command("clean", "one retention pass: delete expired segments and what follows them")
     p.add_argument("--force", action="store_true", help="at any hour, not only those of delete_when")
     dead_letters.add_commands(command, _non_negative, _positive)
@@ -200,11 +276,19 @@ def _export(s: MessageStore, args: argparse.Namespace) -> int:
     from .export import ExportRange, export, plan, total
 
     reading.require_queue(s, args.topic, args.queue)
-    r = ExportRange(args.topic, None if args.queue is None else [args.queue], args.from_offset, args.to_offset,
-                    args.begin, args.end)
-    with tqdm(total=total(plan(s, r)), unit="msg", file=sys.stderr,
-              disable=not sys.stderr.isatty(), desc=f"export {args.topic}") as bar, \
-            open_output(args.out, s.paths.root) as out:
+    r = ExportRange(
+        args.topic, None if args.queue is None else [args.queue], args.from_offset, args.to_offset, args.begin, args.end
+    )
+    with (
+        tqdm(
+            total=total(plan(s, r)),
+            unit="msg",
+            file=sys.stderr,
+            disable=not sys.stderr.isatty(),
+            desc=f"export {args.topic}",
+        ) as bar,
+        open_output(args.out, s.paths.root) as out,
+    ):
         n = export(s, r, out, args.format, body=args.body, progress=bar.update)
     shown = "stdout" if args.out == "-" else args.out
     report = {"exported": n, "out": args.out, "format": args.format}
@@ -217,11 +301,21 @@ def _export(s: MessageStore, args: argparse.Namespace) -> int:
 
 
 COMMANDS: dict[str, Callable[[MessageStore, argparse.Namespace], int]] = {
-    "info": reading.info, "topic-status": reading.topic_status, "read": reading.read, "get": reading.get,
-    "query": reading.query, "lag": reading.lag, "verify": reading.verify, "export": _export,
-    "recover": changing.recover, "dispatch": changing.dispatch, "schedule": changing.schedule,
-    "clean": changing.clean, "reset-offset": changing.reset_offset,
-    "dlq": dead_letters.dead_letters, "dlq-resend": dead_letters.resend,
+    "info": reading.info,
+    "topic-status": reading.topic_status,
+    "read": reading.read,
+    "get": reading.get,
+    "query": reading.query,
+    "lag": reading.lag,
+    "verify": reading.verify,
+    "export": _export,
+    "recover": changing.recover,
+    "dispatch": changing.dispatch,
+    "schedule": changing.schedule,
+    "clean": changing.clean,
+    "reset-offset": changing.reset_offset,
+    "dlq": dead_letters.dead_letters,
+    "dlq-resend": dead_letters.resend,
 }
 
 
@@ -230,8 +324,10 @@ def _check(cmd: str, args: argparse.Namespace) -> None:
     if cmd == "get" and args.id is not None and not _is_message_id(args.id):
         raise CliError(f"not a message id: {args.id!r} (an offset msgId or a client msgId: 32 or 56 hex digits)")
     if cmd == "query" and args.id is not None and not _is_message_id(args.id):
-        raise CliError(f"not a message id: {args.id!r} (an offset msgId, as ali-ons and RocketMQ's send results print "
-                       "it, or a client msgId: 32 or 56 hex digits)")
+        raise CliError(
+            f"not a message id: {args.id!r} (an offset msgId, as ali-ons and RocketMQ's send results print "
+            "it, or a client msgId: 32 or 56 hex digits)"
+        )
     if cmd == "query" and args.topic == "*" and (args.key is not None or args.id is not None):
         raise CliError('a key or msgId query names one topic ("*" is for a time range)')
     if cmd == "export":

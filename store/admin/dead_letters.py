@@ -44,9 +44,12 @@ def _range(s: MessageStore, args: argparse.Namespace) -> tuple[str, int, int]:
         raise CliError(str(exc), USAGE) from None
     topic = DLQ_PREFIX + args.group
     if topic not in s.topics():
-        dead = sorted(t[len(DLQ_PREFIX):] for t in s.topics() if t.startswith(DLQ_PREFIX))
-        raise CliError(f"group {args.group!r} has no dead letters in {s.paths.root} (no topic {topic}); "
-                       f"groups with dead letters: {', '.join(dead) or 'none'}", USAGE)
+        dead = sorted(t[len(DLQ_PREFIX) :] for t in s.topics() if t.startswith(DLQ_PREFIX))
+        raise CliError(
+            f"group {args.group!r} has no dead letters in {s.paths.root} (no topic {topic}); "
+            f"groups with dead letters: {', '.join(dead) or 'none'}",
+            USAGE,
+        )
     lo, hi = s.min_offset(topic, 0), s.max_offset(topic, 0)
     start = lo if args.offset is None else max(lo, args.offset)
     return topic, start, min(hi, start + args.count)
@@ -61,11 +64,16 @@ def dead_letters(s: MessageStore, args: argparse.Namespace) -> int:
     topic, start, end = _range(s, args)
     table = s.read_queue(topic, 0, start, end) if end > start else s.read_queue(topic, 0, start, start)
     origins = _origins(table)
-    messages(table, args.body, args.json, group=args.group, topic=topic, fromOffset=start, toOffset=end, origins=origins)
+    messages(
+        table, args.body, args.json, group=args.group, topic=topic, fromOffset=start, toOffset=end, origins=origins
+    )
     if not args.json:
         where = ", ".join(f"{t}: {n}" for t, n in sorted(origins.items())) or "none"
-        print(f"# {table.num_rows} dead letter(s) of {args.group} at {topic} offsets {start}..{end} "
-              f"(of {s.min_offset(topic, 0)}..{s.max_offset(topic, 0)}); first sent to: {where}", file=sys.stderr)
+        print(
+            f"# {table.num_rows} dead letter(s) of {args.group} at {topic} offsets {start}..{end} "
+            f"(of {s.min_offset(topic, 0)}..{s.max_offset(topic, 0)}); first sent to: {where}",
+            file=sys.stderr,
+        )
     return OK if table.num_rows else NOTHING
 
 
@@ -79,8 +87,11 @@ def resend(s: MessageStore, args: argparse.Namespace) -> int:
         start = min(end, done + 1)
     units = s.read_queue(topic, 0, start, end) if end > start else None
     if units is None or units.num_rows == 0:
-        emit({"group": args.group, "resent": 0, "alreadyResent": skipped_done, "noOrigin": 0, "topics": {}}, args.json,
-             [f"nothing to re-send for {args.group} ({skipped_done} already re-sent)"])
+        emit(
+            {"group": args.group, "resent": 0, "alreadyResent": skipped_done, "noOrigin": 0, "topics": {}},
+            args.json,
+            [f"nothing to re-send for {args.group} ({skipped_done} already re-sent)"],
+        )
         return NOTHING
     records, found = s.wire_records(units.column("commitLogOffset").to_numpy())
     table, has = resend_table(records)
@@ -89,11 +100,21 @@ def resend(s: MessageStore, args: argparse.Namespace) -> int:
     last = int(units.column("queueOffset")[units.num_rows - 1].as_py())
     if not args.dry_run and table.num_rows:
         s.put_wire(table, writer=writer, sequence=last)
-    report = {"group": args.group, "resent": table.num_rows, "dryRun": bool(args.dry_run), "fromOffset": start,
-              "toOffset": last + 1, "alreadyResent": skipped_done, "noOrigin": len(no_origin), "topics": topics}
+    report = {
+        "group": args.group,
+        "resent": table.num_rows,
+        "dryRun": bool(args.dry_run),
+        "fromOffset": start,
+        "toOffset": last + 1,
+        "alreadyResent": skipped_done,
+        "noOrigin": len(no_origin),
+        "topics": topics,
+    }
     verb = "would re-send" if args.dry_run else "re-sent"
-    lines = [f"{verb} {table.num_rows} dead letter(s) of {args.group} (offsets {start}..{last + 1}): "
-             + (", ".join(f"{t}: {n}" for t, n in sorted(topics.items())) or "none")]
+    lines = [
+        f"{verb} {table.num_rows} dead letter(s) of {args.group} (offsets {start}..{last + 1}): "
+        + (", ".join(f"{t}: {n}" for t, n in sorted(topics.items())) or "none")
+    ]
     if skipped_done:
         lines.append(f"{skipped_done} already re-sent before (offsets below {start})")
     if no_origin:
@@ -104,15 +125,20 @@ def resend(s: MessageStore, args: argparse.Namespace) -> int:
 
 def add_commands(command: object, non_negative: object, positive: object) -> None:
     """Add ``dlq`` and ``dlq-resend`` through the CLI's ``command(name, help, ...)`` helper."""
-    p = command("dlq", "a consumer group's dead letters (%%DLQ%%GROUP) as JSON lines", aliases=("dead-letters",),  # type: ignore[operator]
-                reads=True)
+    p = command(
+        "dlq",
+        "a consumer group's dead letters (%%DLQ%%GROUP) as JSON lines",
+        aliases=("dead-letters",),  # type: ignore[operator]
+        reads=True,
+    )
     p.add_argument("group", help="consumer group")
     p.add_argument("--offset", type=non_negative, default=None, help="first queue offset (default: the first)")
     p.add_argument("--count", type=positive, default=10, help="most messages (default 10)")
     p.add_argument("--body", choices=("text", "hex", "none"), default="text", help="how bodies print (default text)")
     p = command("dlq-resend", "send a group's dead letters again to the topics they were first sent to")  # type: ignore[operator]
     p.add_argument("group", help="consumer group")
-    p.add_argument("--offset", type=non_negative, default=None, help="first queue offset (default: the first not re-sent)")
+    p.add_argument(
+        "--offset", type=non_negative, default=None, help="first queue offset (default: the first not re-sent)"
+    )
     p.add_argument("--count", type=positive, default=1000, help="most messages (default 1000)")
     p.add_argument("--dry-run", action="store_true", help="say what would be re-sent, change nothing")
-

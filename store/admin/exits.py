@@ -33,9 +33,11 @@ USAGE = 2
 STORE = 3
 
 #: the table above, for ``rmqlog --help``
-HELP = ("exit status: 0 done; 1 nothing found, or problems found (verify); 2 bad arguments, no store at ROOT, "
-        "an unknown topic, queue or group, a refused output path, a bad --config; 3 the store cannot do it "
-        "(damaged, open in other processes, disk full, I/O error)")
+HELP = (
+    "exit status: 0 done; 1 nothing found, or problems found (verify); 2 bad arguments, no store at ROOT, "
+    "an unknown topic, queue or group, a refused output path, a bad --config; 3 the store cannot do it "
+    "(damaged, open in other processes, disk full, I/O error)"
+)
 
 
 class CliError(Exception):

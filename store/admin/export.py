@@ -47,7 +47,9 @@ def plan(s: MessageStore, r: ExportRange) -> list[tuple[int, int, int]]:
     """(queue, first offset, end offset) of every queue with messages in the range."""
     tc = s.topics().get(r.topic)
     if tc is None:
-        raise InvalidArgumentError(f"no topic {r.topic!r} in {s.paths.root}; topics: {', '.join(sorted(s.topics())) or 'none'}")
+        raise InvalidArgumentError(
+            f"no topic {r.topic!r} in {s.paths.root}; topics: {', '.join(sorted(s.topics())) or 'none'}"
+        )
     count = max(tc.read_queue_nums, tc.write_queue_nums)
     queues = list(range(count)) if r.queues is None else r.queues
     out = []
@@ -77,7 +79,12 @@ def batches(s: MessageStore, topic: str, ranges: list[tuple[int, int, int]]) -> 
 
 
 def export(
-    s: MessageStore, r: ExportRange, out: BinaryIO, fmt: str, *, body: str = "text",
+    s: MessageStore,
+    r: ExportRange,
+    out: BinaryIO,
+    fmt: str,
+    *,
+    body: str = "text",
     progress: Callable[[int], Any] | None = None,
 ) -> int:
     """Write the messages of ``r`` to the binary file ``out`` as ``fmt``; returns how many.

@@ -82,7 +82,7 @@ def _special_bytes(a: pa.Array) -> np.ndarray:
         return np.zeros(0, np.uint8)
     width = np.int64 if pa.types.is_large_string(a.type) else np.int32
     offsets = np.frombuffer(a.buffers()[1], width, n + 1, a.offset * np.dtype(width).itemsize)
-    raw = np.frombuffer(data, np.uint8)[int(offsets[0]):int(offsets[-1])]
+    raw = np.frombuffer(data, np.uint8)[int(offsets[0]) : int(offsets[-1])]
     return np.unique(raw[(raw < 0x20) | (raw == 0x22) | (raw == 0x5C)])
 
 
@@ -151,7 +151,7 @@ def _hex(a: pa.BinaryArray) -> pa.Array:
     offsets = np.frombuffer(a.buffers()[1], np.int32, n + 1, a.offset * 4).astype(np.int64)
     data = a.buffers()[2]
     raw = np.frombuffer(data, np.uint8) if data is not None else np.zeros(0, np.uint8)
-    text = np.take(_HEX, raw[offsets[0]:offsets[-1]]).view(np.uint8)
+    text = np.take(_HEX, raw[offsets[0] : offsets[-1]]).view(np.uint8)
     out = pa.LargeStringArray.from_buffers(n, pa.py_buffer((offsets - offsets[0]) * 2), pa.py_buffer(text))
     quoted = _cat('"', out, '"')
     return pc.if_else(pc.is_null(a), "null", quoted) if a.null_count else quoted
@@ -169,8 +169,9 @@ def _text(a: pa.BinaryArray) -> pa.Array:
         try:
             blocks.append(block.cast(pa.string()))
         except pa.ArrowInvalid:  # this block has a body that is not UTF-8: decode its rows
-            blocks.append(pa.array([None if v is None else v.decode("utf-8", "replace") for v in block.to_pylist()],
-                                   pa.string()))
+            blocks.append(
+                pa.array([None if v is None else v.decode("utf-8", "replace") for v in block.to_pylist()], pa.string())
+            )
     return _strings(pa.concat_arrays(blocks))
 
 
@@ -217,4 +218,4 @@ def lines(batch: pa.RecordBatch | pa.Table, body: str = "text") -> memoryview:
     if n == 0:
         return memoryview(b"")
     offsets = np.frombuffer(text.buffers()[1], np.int64, n + 1, text.offset * 8)
-    return memoryview(text.buffers()[2])[int(offsets[0]):int(offsets[-1])]
+    return memoryview(text.buffers()[2])[int(offsets[0]) : int(offsets[-1])]

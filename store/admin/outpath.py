@@ -38,8 +38,11 @@ def check_outside(out: str, root: str | os.PathLike[str], option: str = "--out")
     real = os.path.realpath(out)
     if _inside(real, real_root):
         shown = out if real == os.path.abspath(out) else f"{out} (resolves to {real})"
-        raise CliError(f"{option} {shown} is inside the store {real_root}: no command writes inside a store it "
-                       "reads; write the file elsewhere", USAGE)
+        raise CliError(
+            f"{option} {shown} is inside the store {real_root}: no command writes inside a store it "
+            "reads; write the file elsewhere",
+            USAGE,
+        )
     return real
 
 
@@ -77,8 +80,11 @@ def open_output(out: str, root: str | os.PathLike[str], option: str = "--out") -
         if st.st_nlink > 1:
             twin = _same_file_in(os.path.realpath(root), st)
             if twin is not None:
-                raise CliError(f"{option} {out} is a hard link to the store's file {twin}: no command writes inside "
-                               "a store it reads", USAGE)
+                raise CliError(
+                    f"{option} {out} is a hard link to the store's file {twin}: no command writes inside "
+                    "a store it reads",
+                    USAGE,
+                )
         os.ftruncate(fd, 0)
         f = os.fdopen(fd, "wb")
     except BaseException:

@@ -53,8 +53,12 @@ def info(s: MessageStore, args: argparse.Namespace) -> int:
     starts = s.commitlog.segments.segment_starts()
     topics = s.topics()
     per_topic: dict[str, dict[str, Any]] = {
-        name: {"writeQueues": tc.write_queue_nums, "readQueues": tc.read_queue_nums,
-               "queues": _queues(s, name, tc.read_queue_nums)} for name, tc in sorted(topics.items())
+        name: {
+            "writeQueues": tc.write_queue_nums,
+            "readQueues": tc.read_queue_nums,
+            "queues": _queues(s, name, tc.read_queue_nums),
+        }
+        for name, tc in sorted(topics.items())
     }
     obj: dict[str, Any] = {
         "root": str(s.paths.root),
@@ -91,11 +95,18 @@ def read(s: MessageStore, args: argparse.Namespace) -> int:
     require_queue(s, args.topic, args.queue)
     offset = args.offset if args.offset is not None else s.min_offset(args.topic, args.queue)
     res = s.get_messages("rmqlog_cli", args.topic, args.queue, offset, max_count=args.count, tags=args.tags)
-    status = {"status": res.status.name, "nextOffset": res.next_begin_offset, "minOffset": res.min_offset,
-              "maxOffset": res.max_offset}
+    status = {
+        "status": res.status.name,
+        "nextOffset": res.next_begin_offset,
+        "minOffset": res.min_offset,
+        "maxOffset": res.max_offset,
+    }
     messages(res.messages, args.body, args.json, **status)
     if not args.json:
-        print(f"# {res.status.name} next={res.next_begin_offset} min={res.min_offset} max={res.max_offset}", file=sys.stderr)
+        print(
+            f"# {res.status.name} next={res.next_begin_offset} min={res.min_offset} max={res.max_offset}",
+            file=sys.stderr,
+        )
     return OK if res.messages.num_rows else NOTHING
 
 
@@ -106,7 +117,9 @@ def get(s: MessageStore, args: argparse.Namespace) -> int:
 
     row = s.message_by_offset(args.offset) if args.offset is not None else s.message_by_id(args.id)
     if row is None:
-        error(f"no message at commitlog offset {args.offset}" if args.offset is not None else _no_message_with_id(args.id))
+        error(
+            f"no message at commitlog offset {args.offset}" if args.offset is not None else _no_message_with_id(args.id)
+        )
         return NOTHING
     messages(pa.Table.from_pylist([row], MESSAGE_SCHEMA), args.body, args.json)
     return OK
@@ -140,11 +153,21 @@ def query(s: MessageStore, args: argparse.Namespace) -> int:
         table = s.query_by_time(args.begin, args.end, topics=topics, max_count=args.max)
     messages(table, args.body, args.json)
     if not table.num_rows:
-        what = (f"msgId {args.id}" if args.id is not None else f"key {args.key!r}" if args.key is not None
-                else "a store time in that range")
-        error(f"no message with {what} in {'any topic' if args.topic == '*' else f'topic {args.topic!r}'}"
-              + (" (the index holds keys of messages stored while message_index_enable was on)"
-                 if args.id is not None or args.key is not None else ""))
+        what = (
+            f"msgId {args.id}"
+            if args.id is not None
+            else f"key {args.key!r}"
+            if args.key is not None
+            else "a store time in that range"
+        )
+        error(
+            f"no message with {what} in {'any topic' if args.topic == '*' else f'topic {args.topic!r}'}"
+            + (
+                " (the index holds keys of messages stored while message_index_enable was on)"
+                if args.id is not None or args.key is not None
+                else ""
+            )
+        )
     return OK if table.num_rows else NOTHING
 
 
@@ -158,16 +181,21 @@ def _no_message_with_id(msg_id: str) -> str:
     raw, offset = parsed
     host = ".".join(str(b) for b in raw[:4]) if len(raw) == 8 else raw[:16].hex()
     port = int.from_bytes(raw[-4:], "big")
-    return (f"no message with msgId {msg_id}: as a client msgId (UNIQ_KEY) the index files hold none, and as an "
-            f"offset msgId it names commitlog offset {offset} of store host {host}:{port}, and this store holds no "
-            "message of that host there")
+    return (
+        f"no message with msgId {msg_id}: as a client msgId (UNIQ_KEY) the index files hold none, and as an "
+        f"offset msgId it names commitlog offset {offset} of store host {host}:{port}, and this store holds no "
+        "message of that host there"
+    )
 
 
 def lag(s: MessageStore, args: argparse.Namespace) -> int:
     known = groups(s)
     if args.group is not None and args.group not in known:
-        raise CliError(f"no consumer group {args.group!r} in {s.paths.root} (none with committed offsets); "
-                       f"groups: {listing(known)}", USAGE)
+        raise CliError(
+            f"no consumer group {args.group!r} in {s.paths.root} (none with committed offsets); "
+            f"groups: {listing(known)}",
+            USAGE,
+        )
     topics = s.topics()
     rows: list[dict[str, Any]] = []
     for g in [args.group] if args.group is not None else known:
@@ -177,12 +205,23 @@ def lag(s: MessageStore, args: argparse.Namespace) -> int:
                 if committed < 0:
                     continue
                 hi = s.max_offset(name, q)
-                rows.append({"group": g, "topic": name, "queueId": q, "committed": committed, "max": hi,
-                             "lag": max(0, hi - committed)})
+                rows.append(
+                    {
+                        "group": g,
+                        "topic": name,
+                        "queueId": q,
+                        "committed": committed,
+                        "max": hi,
+                        "lag": max(0, hi - committed),
+                    }
+                )
     if not rows:
         error("no consumer group has committed offsets")
         return NOTHING
-    lines = [f"{r['group']}  {r['topic']}/{r['queueId']}  committed {r['committed']}  max {r['max']}  lag {r['lag']}" for r in rows]
+    lines = [
+        f"{r['group']}  {r['topic']}/{r['queueId']}  committed {r['committed']}  max {r['max']}  lag {r['lag']}"
+        for r in rows
+    ]
     lines.append(f"total lag {sum(r['lag'] for r in rows)}")
     emit({"offsets": rows, "totalLag": sum(r["lag"] for r in rows)}, args.json, lines)
     return OK
@@ -192,6 +231,7 @@ def verify(s: MessageStore, args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
     with tqdm(unit="B", unit_scale=True, file=sys.stderr, disable=not sys.stderr.isatty(), desc="verify") as bar:
+
         def progress(done: int, total: int) -> None:
             bar.total = total
             bar.update(done - bar.n)
@@ -199,7 +239,9 @@ def verify(s: MessageStore, args: argparse.Namespace) -> int:
         report = s.verify(progress)
     problems = [{"path": p.path, "offset": p.offset, "detail": p.detail} for p in report.problems]
     lines = [f"problem: {p}" for p in report.problems]
-    lines.append(f"{'OK' if report.ok else 'DAMAGED'}: {report.records:,} records, {report.units:,} units, "
-                 f"{len(problems)} problem(s)")
+    lines.append(
+        f"{'OK' if report.ok else 'DAMAGED'}: {report.records:,} records, {report.units:,} units, "
+        f"{len(problems)} problem(s)"
+    )
     emit({"ok": report.ok, "records": report.records, "units": report.units, "problems": problems}, args.json, lines)
     return OK if report.ok else NOTHING

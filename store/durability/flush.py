@@ -234,7 +234,12 @@ class AsyncFlusher:
     wait_first = True  # nothing to flush right after opening
 
     def __init__(
-        self, service: FlushService, *, interval_ms: int, least_pages: int, thorough_interval_ms: int,
+        self,
+        service: FlushService,
+        *,
+        interval_ms: int,
+        least_pages: int,
+        thorough_interval_ms: int,
         clock: Callable[[], float] = SYSTEM_CLOCK.monotonic,
     ) -> None:
         self.service = service

@@ -174,8 +174,11 @@ class StoreLockFile:
 
     def other_owners(self) -> list[Path]:
         """The owner files of other processes (sorted; what was set aside is no owner's)."""
-        return [p for name, _ in safe_open.entries(self.owners_dir)
-                if not safe_open.is_set_aside(name) and (p := self.owners_dir / name) != self._owner_file]
+        return [
+            p
+            for name, _ in safe_open.entries(self.owners_dir)
+            if not safe_open.is_set_aside(name) and (p := self.owners_dir / name) != self._owner_file
+        ]
 
     def holders(self) -> list[int]:
         """The pids that have the store open, as far as this process can tell (for errors):
@@ -225,8 +228,9 @@ class StoreLockFile:
         open (the store's owner)."""
         with self.mutex:
             if self._fd is None or self._count != 1 or not self._try_exclusive():
-                raise StoreBusyError(f"{doing} needs the store to itself", path=str(self.lock_path.parent),
-                                     holders=self.holders())
+                raise StoreBusyError(
+                    f"{doing} needs the store to itself", path=str(self.lock_path.parent), holders=self.holders()
+                )
             try:
                 self._touch(self.recovering_path)
                 try:
@@ -275,16 +279,24 @@ class StoreLockFile:
                 return
             try:
                 if not clean:
-                    log.warning("store %s closed without its final flush; keeping %s so the next open recovers",
-                                self.abort_path.parent, self.abort_path.name)
+                    log.warning(
+                        "store %s closed without its final flush; keeping %s so the next open recovers",
+                        self.abort_path.parent,
+                        self.abort_path.name,
+                    )
                 elif self._try_exclusive():
                     on_last()
                     self._drop_owner_file()
                     dead = self.other_owners()
                     if dead:
-                        log.warning("store %s: %d process(es) exited without closing it (%s); keeping %s so the next "
-                                    "open recovers", self.abort_path.parent, len(dead), ", ".join(p.name for p in dead),
-                                    self.abort_path.name)
+                        log.warning(
+                            "store %s: %d process(es) exited without closing it (%s); keeping %s so the next "
+                            "open recovers",
+                            self.abort_path.parent,
+                            len(dead),
+                            ", ".join(p.name for p in dead),
+                            self.abort_path.name,
+                        )
                     else:
                         safe_open.unlink(self.abort_path)
                 else:

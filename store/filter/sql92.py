@@ -154,7 +154,9 @@ TRUE, FALSE, NULL = Const(BOOLEAN, True), Const(BOOLEAN, False), Const(None, Non
 
 def is_boolean(node: Node) -> bool:
     """Java's ``instanceof BooleanExpression`` (the TRUE, FALSE and NULL constants are)."""
-    return isinstance(node, Not | BoolCast | And | Or | Compare | In) or (isinstance(node, Const) and node.kind in (BOOLEAN, None))
+    return isinstance(node, Not | BoolCast | And | Or | Compare | In) or (
+        isinstance(node, Const) and node.kind in (BOOLEAN, None)
+    )
 
 
 def properties(node: Node) -> tuple[str, ...]:
@@ -318,7 +320,9 @@ class Parser:
 
     def order(self, op: str, left: Node, right: Node, t: Token) -> Node:
         for side in (left, right):  # checkLessThanOperand
-            if (isinstance(side, Const) and side.kind not in NUMERIC) or (not isinstance(side, Const) and is_boolean(side)):
+            if (isinstance(side, Const) and side.kind not in NUMERIC) or (
+                not isinstance(side, Const) and is_boolean(side)
+            ):
                 self.fail(f"value {describe(side)} cannot be compared with {op!r}", t)
         return self.node(Compare(op, left, right), t)
 
@@ -371,7 +375,9 @@ class Parser:
             except EvaluationError as exc:
                 self.fail(f"illegal values of BETWEEN: {exc}", t)
             if not ordered:
-                self.fail(f"illegal values of BETWEEN: {describe(low)} must be less than or equal to {describe(high)}", t)
+                self.fail(
+                    f"illegal values of BETWEEN: {describe(low)} must be less than or equal to {describe(high)}", t
+                )
 
     def unary(self) -> Node:
         t = self.peek()

@@ -46,7 +46,11 @@ class FilterParseError(InvalidArgumentError):
     expression); ``token``: the text there."""
 
     def __init__(self, reason: str, *, position: int | None = None, token: str | None = None) -> None:
-        where = "" if position is None else f" at position {position}" + (f" (token {_short(token)!r})" if token is not None else "")
+        where = (
+            ""
+            if position is None
+            else f" at position {position}" + (f" (token {_short(token)!r})" if token is not None else "")
+        )
         super().__init__(f"invalid SQL92 expression{where}: {reason}")
         self.reason, self.position, self.token = reason, position, token
 
@@ -102,8 +106,8 @@ class Scanner:
                 raise FilterParseError("unexpected character", position=i, token=c)
             return self._emit("FLOAT", text[i:tail], i)
         if c == "'":
-            return self._emit("STRING", text[i:self._string(i)], i)
-        two = text[i:i + 2]
+            return self._emit("STRING", text[i : self._string(i)], i)
+        two = text[i : i + 2]
         if two in _OPS2:
             return self._emit("OP", two, i)
         if c in _OPS1:
@@ -160,9 +164,9 @@ class Scanner:
             self._run_end = self._match(_DIGITS, i)
             dot = text.startswith(".", self._run_end)
             tail = self._fraction(self._run_end, digit_needed=False) if dot else self._exponent(self._run_end)
-            self._run_float = text[self._run_end:tail] if tail is not None else ""
+            self._run_float = text[self._run_end : tail] if tail is not None else ""
         if self._run_float:  # the longer match: a FLOAT is longer than any DECIMAL here
-            return self._emit("FLOAT", text[i:self._run_end] + self._run_float, i)
+            return self._emit("FLOAT", text[i : self._run_end] + self._run_float, i)
         if text[i] == "0":
             return self._emit("DECIMAL", "0", i)
         end = self._run_end + 1 if text.startswith(("l", "L"), self._run_end) else self._run_end

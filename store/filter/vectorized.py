@@ -106,8 +106,11 @@ class _V:
 def _np(a: pa.Array | pa.ChunkedArray) -> np.ndarray:
     if isinstance(a, pa.ChunkedArray):
         a = a.combine_chunks()
-    return np.asarray(a.to_numpy(zero_copy_only=False), dtype=bool) if a.null_count == 0 \
+    return (
+        np.asarray(a.to_numpy(zero_copy_only=False), dtype=bool)
+        if a.null_count == 0
         else np.asarray(pc.fill_null(a, False).to_numpy(zero_copy_only=False), dtype=bool)
+    )
 
 
 def null_mask(arr: pa.Array) -> np.ndarray:
@@ -193,7 +196,9 @@ def _to_numbers_checked(arr: pa.Array, kind: str, valid: np.ndarray) -> tuple[np
         if simple.all():
             values = np.asarray(pc.cast(arr, pa.float64()).to_numpy(zero_copy_only=False), np.float64)
         elif simple.any():
-            values[simple] = np.asarray(pc.cast(arr.filter(pa.array(simple)), pa.float64()).to_numpy(zero_copy_only=False))
+            values[simple] = np.asarray(
+                pc.cast(arr.filter(pa.array(simple)), pa.float64()).to_numpy(zero_copy_only=False)
+            )
         ok = simple.copy()
         for i in np.flatnonzero(valid & ~simple):  # what only Java's syntax allows: one by one
             try:
@@ -414,7 +419,9 @@ class _Eval:
         val = c > 0 if op == ">" else c >= 0 if op == ">=" else c < 0 if op == "<" else c <= 0
         return self.bools(val, both, err)
 
-    def compare_values(self, left: _V, right: _V, order: bool, both: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
+    def compare_values(
+        self, left: _V, right: _V, order: bool, both: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray | None]:
         """Java's compare of the two sides where ``both`` are not null: (-1/0/1 per row, rows
         that threw)."""
         n = self.n
@@ -473,8 +480,11 @@ class _Eval:
         c = v.const[1]
         if v.const[0] == STRING:  # a string constant read as a number: the same rules
             try:
-                x = java_double(str(c)) if kind == DOUBLE else java_int(
-                    str(c), *((INT_MIN, INT_MAX) if kind == INT else (LONG_MIN, LONG_MAX)))
+                x = (
+                    java_double(str(c))
+                    if kind == DOUBLE
+                    else java_int(str(c), *((INT_MIN, INT_MAX) if kind == INT else (LONG_MIN, LONG_MAX)))
+                )
             except EvaluationError:
                 return np.zeros(self.n, np.float64 if kind == DOUBLE else np.int64), np.zeros(self.n, bool)
             c = x

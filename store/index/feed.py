@@ -39,13 +39,23 @@ def index_records(index: IndexService, cols: RecordColumns, parsed: ParsedProper
     if not len(h):
         return 0
     return index.build(
-        cols.topic, cols.offsets, np.asarray(h["storeTimestamp"], np.int64),
-        parsed.column(PROPERTY_UNIQ_KEY), parsed.column(PROPERTY_KEYS), np.asarray(h["sysFlag"]),
+        cols.topic,
+        cols.offsets,
+        np.asarray(h["storeTimestamp"], np.int64),
+        parsed.column(PROPERTY_UNIQ_KEY),
+        parsed.column(PROPERTY_KEYS),
+        np.asarray(h["sysFlag"]),
     )
 
 
 def recover_index(
-    index: IndexService, commitlog: CommitLog, *, abnormal: bool, index_msg_timestamp: int, end: int, dispatched: int,
+    index: IndexService,
+    commitlog: CommitLog,
+    *,
+    abnormal: bool,
+    index_msg_timestamp: int,
+    end: int,
+    dispatched: int,
 ) -> tuple[list[Path], int, int]:
     """Make the index agree with a recovered log; returns (files dropped, entries cut, records
     indexed again). Run by recovery under the dispatch lock, before it dispatches.

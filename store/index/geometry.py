@@ -110,8 +110,11 @@ def store_index_config(config_dir: Path, configured: IndexConfig, *, read_only: 
         _check_files(config_dir.parent / INDEX_DIR, config)
     except ValueError as exc:
         # (the store's first opener sets it aside before it gets here: see set_aside_geometry)
-        raise CorruptStoreError(f"unreadable index geometry ({exc}); open the store with repair=True to rebuild the "
-                                "index files from the log", path=str(path)) from None
+        raise CorruptStoreError(
+            f"unreadable index geometry ({exc}); open the store with repair=True to rebuild the "
+            "index files from the log",
+            path=str(path),
+        ) from None
     return config
 
 

@@ -159,8 +159,12 @@ class IndexAppends:
         entries["timeDiff"] = diffs
         entries["prevIndex"] = prev
         new_header = IndexHeader(
-            begin_ts, int(ts[-1]), begin_phy, int(phy[-1]),
-            hdr.hash_slot_count + int(empty.sum()), count + k,
+            begin_ts,
+            int(ts[-1]),
+            begin_phy,
+            int(phy[-1]),
+            hdr.hash_slot_count + int(empty.sum()),
+            count + k,
         )
         # intent, entries, slots, header (publishes), intent cleared: see the module docstring
         self._pwrite(ENTRY.pack(INTENT_MAGIC, count, count + k, 0), self._entries_at)
@@ -213,11 +217,13 @@ class IndexAppends:
                 elif prev >= count:  # a writer killed mid-batch: walk back (see add_batch)
                     prev = self._published_head(prev, count)
                 empty += prev == INVALID_INDEX
-            entries += ENTRY.pack(h, phy_offsets[i], _time_diff(store_timestamps[i], first_begin if i == 0 else begin_ts),
-                                  prev)
+            entries += ENTRY.pack(
+                h, phy_offsets[i], _time_diff(store_timestamps[i], first_begin if i == 0 else begin_ts), prev
+            )
             heads[slot] = count + i
-        new_header = IndexHeader(begin_ts, store_timestamps[k - 1], begin_phy, phy_offsets[k - 1],
-                                 hdr.hash_slot_count + empty, count + k)
+        new_header = IndexHeader(
+            begin_ts, store_timestamps[k - 1], begin_phy, phy_offsets[k - 1], hdr.hash_slot_count + empty, count + k
+        )
         self._pwrite(ENTRY.pack(INTENT_MAGIC, count, count + k, 0), self._entries_at)
         try:
             self._pwrite(entries, self._entries_at + count * ENTRY_SIZE)
@@ -239,4 +245,3 @@ class IndexAppends:
             self._pwrite(ZERO_ENTRY, self._entries_at)
         except OSError:  # the page was just written: only a failing device gets here
             log.warning("index file %s: could not clear the write intent", self.path, exc_info=True)
-

@@ -80,6 +80,7 @@ from .layout import (
 log = logging.getLogger(__name__)
 assert HEADER.size == HEADER_SIZE and ENTRY.size == ENTRY_SIZE and ENTRY_DTYPE.itemsize == ENTRY_SIZE
 
+
 class CorruptIndexError(CorruptStoreError):
     """An index file is not what it must be: wrong size for the configured slot and entry
     counts, or a header field out of range. ``path`` names the file, ``offset`` the byte of
@@ -114,7 +115,13 @@ class IndexFile(IndexAppends):
     # ------------------------------------------------------------------ open/create
     @classmethod
     def create(
-        cls, path: Path, hash_slot_num: int, index_num: int, *, end_phy_offset: int = 0, end_timestamp: int = 0,
+        cls,
+        path: Path,
+        hash_slot_num: int,
+        index_num: int,
+        *,
+        end_phy_offset: int = 0,
+        end_timestamp: int = 0,
     ) -> IndexFile:
         """Create a new, empty, writable file (RocketMQ's ``new IndexFile(...)`` for the next file).
 
@@ -306,13 +313,23 @@ class IndexFile(IndexAppends):
         mm = self._require_writable()
         hdr = self.header()
         if not 2 <= new_count < hdr.index_count:
-            raise InvalidArgumentError(f"cannot cut index file {self.path} at {new_count} (indexCount {hdr.index_count})")
+            raise InvalidArgumentError(
+                f"cannot cut index file {self.path} at {new_count} (indexCount {hdr.index_count})"
+            )
         _, phy, diff, _ = ENTRY.unpack_from(mm, self._entries_at + (new_count - 1) * ENTRY_SIZE)
         end_ts = max(hdr.begin_timestamp, hdr.begin_timestamp + max(diff, 0) * 1000)
         self._pwrite(ENTRY.pack(INTENT_MAGIC, hdr.index_count, new_count, 0), self._entries_at)
-        self._pwrite(IndexHeader(
-            hdr.begin_timestamp, end_ts, hdr.begin_phy_offset, phy, hdr.hash_slot_count, new_count,
-        ).pack(), 0)
+        self._pwrite(
+            IndexHeader(
+                hdr.begin_timestamp,
+                end_ts,
+                hdr.begin_phy_offset,
+                phy,
+                hdr.hash_slot_count,
+                new_count,
+            ).pack(),
+            0,
+        )
         self.repair(recount=True)
 
     def repair(self, *, recount: bool = False) -> int:
@@ -359,23 +376,44 @@ class IndexFile(IndexAppends):
                 # ahead of the newest entry: no writer leaves that (the field is the newest
                 # entry's offset), a damaged header does; followed, every key of a record
                 # below it would be skipped as already indexed
-                log.warning("index file %s: endPhyOffset %d is past its newest entry's offset %d; corrected",
-                            self.path, hdr.end_phy_offset, last_phy)
+                log.warning(
+                    "index file %s: endPhyOffset %d is past its newest entry's offset %d; corrected",
+                    self.path,
+                    hdr.end_phy_offset,
+                    last_phy,
+                )
             if hdr.begin_phy_offset <= last_phy != hdr.end_phy_offset:
-                self._pwrite(IndexHeader(
-                    hdr.begin_timestamp, hdr.end_timestamp, hdr.begin_phy_offset, last_phy,
-                    hdr.hash_slot_count, count,
-                ).pack(), 0)
+                self._pwrite(
+                    IndexHeader(
+                        hdr.begin_timestamp,
+                        hdr.end_timestamp,
+                        hdr.begin_phy_offset,
+                        last_phy,
+                        hdr.hash_slot_count,
+                        count,
+                    ).pack(),
+                    0,
+                )
         if recount:
             used = int(np.count_nonzero(slots))
             hdr = self.header()
-            self._pwrite(IndexHeader(
-                hdr.begin_timestamp, hdr.end_timestamp, hdr.begin_phy_offset, hdr.end_phy_offset, used, hdr.index_count,
-            ).pack(), 0)
+            self._pwrite(
+                IndexHeader(
+                    hdr.begin_timestamp,
+                    hdr.end_timestamp,
+                    hdr.begin_phy_offset,
+                    hdr.end_phy_offset,
+                    used,
+                    hdr.index_count,
+                ).pack(),
+                0,
+            )
         if self.intent() is not None:
             self._pwrite(ZERO_ENTRY, self._entries_at)
         if fixed:
-            log.warning("index file %s: %d hash slot(s) pointed past the published entries; walked back", self.path, fixed)
+            log.warning(
+                "index file %s: %d hash slot(s) pointed past the published entries; walked back", self.path, fixed
+            )
         return fixed
 
     def _pwrite(self, data: bytes | bytearray | memoryview, offset: int) -> None:
@@ -418,8 +456,12 @@ def _check_header(fields: tuple[int, ...], path: Path, hash_slot_num: int, index
     if not 0 <= count <= index_num:
         raise CorruptIndexError(f"indexCount {count} is outside [0, {index_num}]", path=str(path), offset=36)
     if not 0 <= slot_count <= hash_slot_num:
-        raise CorruptIndexError(f"hashSlotCount {slot_count} is outside [0, {hash_slot_num}]", path=str(path), offset=32)
+        raise CorruptIndexError(
+            f"hashSlotCount {slot_count} is outside [0, {hash_slot_num}]", path=str(path), offset=32
+        )
     if begin_phy < 0:
         raise CorruptIndexError(f"beginPhyOffset {begin_phy} is negative", path=str(path), offset=16)
     if end_phy < begin_phy:
-        raise CorruptIndexError(f"endPhyOffset {end_phy} is below beginPhyOffset {begin_phy}", path=str(path), offset=24)
+        raise CorruptIndexError(
+            f"endPhyOffset {end_phy} is below beginPhyOffset {begin_phy}", path=str(path), offset=24
+        )

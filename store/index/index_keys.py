@@ -81,8 +81,12 @@ def _string_column(arr: pa.Array | pa.ChunkedArray | None, n: int, name: str) ->
         raise InvalidArgumentError(f"{name} has {len(arr)} rows, expected {n}")
     if pa.types.is_dictionary(arr.type):
         arr = arr.dictionary_decode()
-    if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
-            or pa.types.is_binary(arr.type) or pa.types.is_large_binary(arr.type)):
+    if not (
+        pa.types.is_string(arr.type)
+        or pa.types.is_large_string(arr.type)
+        or pa.types.is_binary(arr.type)
+        or pa.types.is_large_binary(arr.type)
+    ):
         raise InvalidArgumentError(f"{name} must be a string column, not {arr.type}")
     return arr
 
@@ -133,8 +137,12 @@ def _topic_prefix_hashes(topics: pa.Array | pa.ChunkedArray, n: int) -> np.ndarr
     if enc.null_count:
         raise InvalidArgumentError("topics has nulls")
     values = enc.dictionary
-    if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)
-            or pa.types.is_binary(values.type) or pa.types.is_large_binary(values.type)):
+    if not (
+        pa.types.is_string(values.type)
+        or pa.types.is_large_string(values.type)
+        or pa.types.is_binary(values.type)
+        or pa.types.is_large_binary(values.type)
+    ):
         raise InvalidArgumentError(f"topics must be a string column, not {topics.type}")
     names = values.to_pylist() if len(values) <= _PREFIX_MEMO_TOPICS else None
     known = [_PREFIX_MEMO.get(name) for name in names] if names is not None else [None]
@@ -147,7 +155,9 @@ def _topic_prefix_hashes(topics: pa.Array | pa.ChunkedArray, n: int) -> np.ndarr
         if names is not None:
             if len(_PREFIX_MEMO) > _PREFIX_MEMO_MAX:
                 _PREFIX_MEMO.clear()
-            _PREFIX_MEMO.update((name, int(v)) for name, v in zip(names, prefix.tolist(), strict=True) if name is not None)
+            _PREFIX_MEMO.update(
+                (name, int(v)) for name, v in zip(names, prefix.tolist(), strict=True) if name is not None
+            )
     if len(prefix) == 1:
         return prefix  # one topic: one value for every row (broadcast)
     return prefix[np.asarray(enc.indices, np.int64)]

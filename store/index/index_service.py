@@ -126,7 +126,11 @@ class IndexService:
     """
 
     def __init__(
-        self, directory: Path, config: IndexConfig | None = None, *, writable: bool = False,
+        self,
+        directory: Path,
+        config: IndexConfig | None = None,
+        *,
+        writable: bool = False,
         now_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
     ) -> None:
         self.directory = Path(directory)
@@ -146,7 +150,12 @@ class IndexService:
     # ------------------------------------------------------------------ open/close
     @classmethod
     def open(
-        cls, root: Path, config: IndexConfig | None = None, *, writable: bool = False, repair: bool = False,
+        cls,
+        root: Path,
+        config: IndexConfig | None = None,
+        *,
+        writable: bool = False,
+        repair: bool = False,
         now_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms,
     ) -> IndexService:
         """Open ``<root>/index`` (created when ``writable``), checking every file's size and header.
@@ -238,8 +247,13 @@ class IndexService:
         self._files = files
 
     def _set_aside(self, path: Path, later: list[str]) -> None:
-        log.error("index file %s is damaged: renamed %s%s; the %d file(s) after it removed, to be rebuilt",
-                  path, path.name, DAMAGED_SUFFIX, len(later))
+        log.error(
+            "index file %s is damaged: renamed %s%s; the %d file(s) after it removed, to be rebuilt",
+            path,
+            path.name,
+            DAMAGED_SUFFIX,
+            len(later),
+        )
         safe_open.rename(path, path.with_name(path.name + DAMAGED_SUFFIX))
         for name in later:
             safe_open.unlink(self.directory / name)
@@ -392,7 +406,9 @@ class IndexService:
         while True:
             try:
                 f = IndexFile.create(
-                    self.directory / name, cfg.max_hash_slot_num, cfg.max_index_num,
+                    self.directory / name,
+                    cfg.max_hash_slot_num,
+                    cfg.max_index_num,
                     end_phy_offset=prev_hdr.end_phy_offset if prev_hdr else 0,
                     end_timestamp=prev_hdr.end_timestamp if prev_hdr else 0,
                 )
@@ -403,7 +419,9 @@ class IndexService:
         return f
 
     # ------------------------------------------------------------------ query
-    def query(self, topic: str, key: str, max_count: int = 64, begin_ms: int = 0, end_ms: int | None = None) -> list[int]:
+    def query(
+        self, topic: str, key: str, max_count: int = 64, begin_ms: int = 0, end_ms: int | None = None
+    ) -> list[int]:
         """Commitlog offsets of the messages indexed under ``topic#key`` stored in
         ``[begin_ms, end_ms]`` (RocketMQ's ``queryOffset``): newest file first, newest entry
         first within a file; at most ``min(max_count, max_msgs_num_batch)``.
@@ -525,8 +543,11 @@ class IndexService:
                     past = hdr.end_phy_offset > commit_log_end or hdr.begin_phy_offset > commit_log_end
                     if past or (hdr.begin_phy_offset >= commit_log_end and len(self._files) > 1):
                         if past:
-                            log.warning("index file %s: empty, with offsets past the log's end %d; removed", f.path,
-                                        commit_log_end)
+                            log.warning(
+                                "index file %s: empty, with offsets past the log's end %d; removed",
+                                f.path,
+                                commit_log_end,
+                            )
                         self._remove_from(len(self._files) - 1)
                         self._refresh()  # the file before it is the last now: opened writable
                         continue

@@ -95,8 +95,10 @@ def java_utf8(arr: pa.Array | pa.ChunkedArray) -> pa.Array:
     if isinstance(arr, pa.ChunkedArray):
         arr = arr.combine_chunks()
     off, data = string_parts(arr)
-    as_string = arr if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type) else arr.view(
-        pa.large_string() if pa.types.is_large_binary(arr.type) else pa.string()
+    as_string = (
+        arr
+        if pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)
+        else arr.view(pa.large_string() if pa.types.is_large_binary(arr.type) else pa.string())
     )
     if is_ascii(data):
         return as_string
@@ -141,9 +143,11 @@ def _utf16_units(data: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     c2 = padded[lead + 2] & 0x3F
     c3 = padded[lead + 3] & 0x3F
     cp = np.where(
-        nb == 1, b0,
+        nb == 1,
+        b0,
         np.where(
-            nb == 2, ((b0 & 0x1F) << 6) | c1,
+            nb == 2,
+            ((b0 & 0x1F) << 6) | c1,
             np.where(nb == 3, ((b0 & 0x0F) << 12) | (c1 << 6) | c2, ((b0 & 0x07) << 18) | (c1 << 12) | (c2 << 6) | c3),
         ),
     )
@@ -264,7 +268,9 @@ def concat_hash(prefix_hash: np.ndarray, suffix_hash: np.ndarray, suffix_len: np
     """Java hash (int32) of ``prefix + suffix`` from the parts' hashes and the suffix's UTF-16 length:
     ``h(a + b) = h(a) * 31^len(b) + h(b)`` (mod 2^32)."""
     with np.errstate(over="ignore"):
-        h = prefix_hash.astype(np.int32).view(np.uint32) * pow31(suffix_len) + suffix_hash.astype(np.int32).view(np.uint32)
+        h = prefix_hash.astype(np.int32).view(np.uint32) * pow31(suffix_len) + suffix_hash.astype(np.int32).view(
+            np.uint32
+        )
     return h.view(np.int32)
 
 

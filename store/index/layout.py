@@ -23,12 +23,9 @@ INTENT_MAGIC = 0x49585752
 ZERO_ENTRY = bytes(ENTRY_SIZE)
 
 
-
-
 def file_size(hash_slot_num: int, index_num: int) -> int:
     """Bytes of an index file with these counts: ``40 + 4*slots + 20*entries``."""
     return HEADER_SIZE + SLOT_SIZE * hash_slot_num + ENTRY_SIZE * index_num
-
 
 
 @dataclass(frozen=True)
@@ -44,8 +41,12 @@ class IndexHeader:
 
     def pack(self) -> bytes:
         return HEADER.pack(
-            self.begin_timestamp, self.end_timestamp, self.begin_phy_offset, self.end_phy_offset,
-            self.hash_slot_count, self.index_count,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
         )
 
     def time_matched(self, begin: int, end: int) -> bool:

@@ -32,8 +32,17 @@ if TYPE_CHECKING:
 
 
 def messages_by_key(
-    index: IndexService, commitlog: CommitLog, tail: int, topic: str, key: str, *, max_count: int,
-    begin_ms: int, end_ms: int | None, check_crc: bool, unique: bool = False,
+    index: IndexService,
+    commitlog: CommitLog,
+    tail: int,
+    topic: str,
+    key: str,
+    *,
+    max_count: int,
+    begin_ms: int,
+    end_ms: int | None,
+    check_crc: bool,
+    unique: bool = False,
 ) -> pa.Table:
     """The messages of ``topic`` carrying ``key``, stored in ``[begin_ms, end_ms]``, oldest
     first, at most ``max_count`` (and the index's ``max_msgs_num_batch``). ``tail``: the
@@ -46,8 +55,17 @@ def messages_by_key(
 
 
 def records_by_key(
-    index: IndexService, commitlog: CommitLog, tail: int, topic: str, key: str, *, max_count: int,
-    begin_ms: int, end_ms: int | None, check_crc: bool, unique: bool = False,
+    index: IndexService,
+    commitlog: CommitLog,
+    tail: int,
+    topic: str,
+    key: str,
+    *,
+    max_count: int,
+    begin_ms: int,
+    end_ms: int | None,
+    check_crc: bool,
+    unique: bool = False,
 ) -> StoredRecords:
     """:func:`messages_by_key`'s records byte-exact (``QUERY_MESSAGE``'s body), oldest first;
     each checked (lengths, and its body CRC with ``check_crc``) before it is copied."""
@@ -63,8 +81,15 @@ def records_by_key(
 
 
 def _found(
-    index: IndexService, commitlog: CommitLog, tail: int, topic: str, key: str, max_count: int, begin_ms: int,
-    end_ms: int | None, unique: bool,
+    index: IndexService,
+    commitlog: CommitLog,
+    tail: int,
+    topic: str,
+    key: str,
+    max_count: int,
+    begin_ms: int,
+    end_ms: int | None,
+    unique: bool,
 ) -> list[tuple[int, Record]]:
     """(offset, record) of each whole record the index points at that really carries ``key``."""
     offsets = index.query(topic, key, max_count, begin_ms, end_ms)
@@ -73,7 +98,12 @@ def _found(
     for o in sorted(set(offsets)):  # at most max_msgs_num_batch (64) candidates
         if low <= o < tail:
             at = commitlog.record_at(o, tail)
-            if at is not None and at.kind is ScanKind.RECORD and at.record is not None and _carries(at.record, topic, key, unique):
+            if (
+                at is not None
+                and at.kind is ScanKind.RECORD
+                and at.record is not None
+                and _carries(at.record, topic, key, unique)
+            ):
                 found.append((o, at.record))
     return found
 

@@ -118,7 +118,12 @@ class SegmentPreparer:
     wait_first = False
 
     def __init__(
-        self, segments: MappedFileQueue, published_tail: Callable[[], int], *, warm: bool, step_pages: int,
+        self,
+        segments: MappedFileQueue,
+        published_tail: Callable[[], int],
+        *,
+        warm: bool,
+        step_pages: int,
         wake: Callable[[SegmentPreparer], None],
     ) -> None:
         self.segments = segments
@@ -195,7 +200,10 @@ class SegmentPreparer:
             if safe_open.kind(segs.directory / segment_name(start)) or safe_open.kind(segs.prepared_path(start)):
                 return False
             segs.create_file(segs.prepared_path(start), start)
-        except (OSError, WrongFileTypeError) as exc:  # a full disk: the writer creates it when it rolls (and reports that)
+        except (
+            OSError,
+            WrongFileTypeError,
+        ) as exc:  # a full disk: the writer creates it when it rolls (and reports that)
             log.warning("could not prepare commitlog segment %d ahead: %s", start, exc)
             return False
         self._prepared.add(start)

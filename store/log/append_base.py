@@ -116,20 +116,19 @@ def parse_base_name(name: str) -> int | None:
     """The generation of a base file's name, ``None`` for any other name."""
     if not name.startswith(BASE_PREFIX) or len(name) != len(BASE_PREFIX) + 16:
         return None
-    digits = name[len(BASE_PREFIX):]
+    digits = name[len(BASE_PREFIX) :]
     if any(c not in "0123456789abcdef" for c in digits):
         return None
     return int(digits, 16)
 
 
-def write_base(root: Path, generation: int, queues: dict[str, int], writers: dict[str, Any], *,
-               durable: bool) -> None:
+def write_base(root: Path, generation: int, queues: dict[str, int], writers: dict[str, Any], *, durable: bool) -> None:
     """Write the base of ``generation`` (``.tmp`` then a rename; the caller holds the append lock).
     Raises :class:`rmqlog.errors.DiskFullError` on a full disk (nothing of it is then used)."""
-    body = json.dumps({"generation": generation, "queues": queues, "writers": writers},
-                      separators=(",", ":")).encode()
-    replace_file(base_path(root, generation), _BASE_HEADER.pack(BASE_MAGIC, zlib.crc32(body), len(body)) + body,
-                 durable=durable)
+    body = json.dumps({"generation": generation, "queues": queues, "writers": writers}, separators=(",", ":")).encode()
+    replace_file(
+        base_path(root, generation), _BASE_HEADER.pack(BASE_MAGIC, zlib.crc32(body), len(body)) + body, durable=durable
+    )
 
 
 def read_base(root: Path, generation: int) -> tuple[dict[str, int], dict[str, Any]]:
@@ -147,7 +146,7 @@ def read_base(root: Path, generation: int) -> tuple[dict[str, int], dict[str, An
     if len(head) < _BASE_HEADER.size:
         raise CorruptStoreError("the append state's base is torn", path=str(path))
     magic, crc, length = _BASE_HEADER.unpack_from(head)
-    body = head[_BASE_HEADER.size:]
+    body = head[_BASE_HEADER.size :]
     if magic != BASE_MAGIC or len(body) != length or zlib.crc32(body) != crc:
         raise CorruptStoreError("the append state's base fails its check", path=str(path))
     try:

@@ -120,8 +120,9 @@ class AppendState:
         return _copy(self)
 
     @classmethod
-    def from_bytes(cls, raw: bytes, path: Path,
-                   bases: Callable[[int], tuple[dict[str, int], dict[str, Any]]] | None = None) -> AppendState:
+    def from_bytes(
+        cls, raw: bytes, path: Path, bases: Callable[[int], tuple[dict[str, int], dict[str, Any]]] | None = None
+    ) -> AppendState:
         """The state of a slot's JSON; ``bases``: the tables of a base generation (raises
         :class:`CorruptStoreError` when it cannot be read)."""
         try:
@@ -136,17 +137,34 @@ class AppendState:
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise CorruptStoreError(f"unreadable append state: {exc}", path=str(path)) from exc
         if not base:
-            return cls(int(d["tail"]), int(d["storeTimestamp"]), LayeredTable(None, queues), LayeredTable(None, writers))
+            return cls(
+                int(d["tail"]), int(d["storeTimestamp"]), LayeredTable(None, queues), LayeredTable(None, writers)
+            )
         assert bases is not None
         base_queues, base_writers = bases(base)
-        return cls(int(d["tail"]), int(d["storeTimestamp"]), LayeredTable(base_queues, queues),
-                   LayeredTable(base_writers, writers), base=base)
+        return cls(
+            int(d["tail"]),
+            int(d["storeTimestamp"]),
+            LayeredTable(base_queues, queues),
+            LayeredTable(base_writers, writers),
+            base=base,
+        )
 
 
 def _copy(state: AppendState) -> AppendState:
     """A copy the caller may change (its deltas are its own; the base is shared, never changed)."""
-    return AppendState(state.tail, state.store_timestamp, state.queues.copy(), state.writers.copy(), state.base,
-                       state.seq, state.slot, state.slot_size, state.ino, state.heads)
+    return AppendState(
+        state.tail,
+        state.store_timestamp,
+        state.queues.copy(),
+        state.writers.copy(),
+        state.base,
+        state.seq,
+        state.slot,
+        state.slot_size,
+        state.ino,
+        state.heads,
+    )
 
 
 MAGIC = b"RMQASTv2"
@@ -417,7 +435,7 @@ class AppendStateFile:
         state.seq, state.slot, state.slot_size, state.ino = seq, slot, size, self._ino
         if state.heads is not None:  # (loaded under this lock hold: the other slot is as read)
             heads = list(state.heads)
-            heads[slot] = data[:_SLOT_HEADER.size]
+            heads[slot] = data[: _SLOT_HEADER.size]
             state.heads = (heads[0], heads[1])
             self.published_version = (self._ino, heads[0], heads[1], state.tail)
         self._remember((self._ino, seq, slot, len(body), crc), state)

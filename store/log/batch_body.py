@@ -74,8 +74,9 @@ def _fixed(raw: np.ndarray, width: int, n: int) -> pa.Array:
     return pa.FixedSizeBinaryArray.from_buffers(pa.binary(width), n, [None, pa.py_buffer(raw)]).cast(pa.large_binary())
 
 
-def encode_message_batch(bodies: pa.Array | pa.ChunkedArray, properties: pa.Array | pa.ChunkedArray,
-                         flags: np.ndarray | None = None) -> bytes:
+def encode_message_batch(
+    bodies: pa.Array | pa.ChunkedArray, properties: pa.Array | pa.ChunkedArray, flags: np.ndarray | None = None
+) -> bytes:
     """The batch body of ``bodies`` (binary) with ``properties`` (string, already in
     RocketMQ's ``name\\x01value\\x02`` form) and ``flags`` (int32, default 0); nulls count as
     empty. :class:`InvalidArgumentError` when one is not such a column (Arrow, or a list) or
@@ -96,15 +97,19 @@ def encode_message_batch(bodies: pa.Array | pa.ChunkedArray, properties: pa.Arra
     plen = np.asarray(pc.binary_length(props), np.int64)
     if int(plen.max()) > MAX_PROPERTIES:
         row = int(np.argmax(plen > MAX_PROPERTIES))
-        raise MessageTooLargeError(f"message {row}: properties of {int(plen[row])} bytes (at most {MAX_PROPERTIES})",
-                                   row=row, field="properties")
+        raise MessageTooLargeError(
+            f"message {row}: properties of {int(plen[row])} bytes (at most {MAX_PROPERTIES})",
+            row=row,
+            field="properties",
+        )
     head = np.zeros((n, 5), ">i4")
     head[:, 0] = BATCH_FIXED + blen + plen
     head[:, 3] = 0 if flags is None else flags
     head[:, 4] = blen
-    joined = pc.binary_join_element_wise(_fixed(head, BATCH_HEAD, n), body, _fixed(plen.astype(">i2"), 2, n), props,
-                                         pa.scalar(b"", pa.large_binary()))
-    offsets = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset: joined.offset + n + 1]
+    joined = pc.binary_join_element_wise(
+        _fixed(head, BATCH_HEAD, n), body, _fixed(plen.astype(">i2"), 2, n), props, pa.scalar(b"", pa.large_binary())
+    )
+    offsets = np.frombuffer(joined.buffers()[1], np.int64)[joined.offset : joined.offset + n + 1]
     data = joined.buffers()[2]
     return data.slice(int(offsets[0]), int(offsets[-1] - offsets[0])).to_pybytes()
 
@@ -161,7 +166,10 @@ def problem_at(buf: bytes | memoryview | np.ndarray, pos: int) -> tuple[str, str
         return "BODYLENGTH", f"BODYLENGTH {body_len} does not fit TOTALSIZE {total}"
     at = pos + BATCH_HEAD + body_len
     props_len = int.from_bytes(bytes(buf[at : at + 2]), "big", signed=True)
-    return "PROPERTIESLENGTH", f"PROPERTIESLENGTH {props_len} is not TOTALSIZE {total} - {BATCH_FIXED} - BODYLENGTH {body_len}"
+    return (
+        "PROPERTIESLENGTH",
+        f"PROPERTIESLENGTH {props_len} is not TOTALSIZE {total} - {BATCH_FIXED} - BODYLENGTH {body_len}",
+    )
 
 
 def _walk(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
@@ -236,7 +244,9 @@ def decode_message_batch(body: bytes | bytearray | memoryview | pa.Buffer, appen
     except pa.ArrowInvalid:
         # joined to valid UTF-8, a message's properties are valid exactly when they are alone
         row = _first_bad_utf8(gather_slices(source, props_start, props_len))
-        raise InvalidMessageError(f"message at byte {int(pos[row])}: PROPERTIES are not UTF-8", row=row, field="PROPERTIES") from None
+        raise InvalidMessageError(
+            f"message at byte {int(pos[row])}: PROPERTIES are not UTF-8", row=row, field="PROPERTIES"
+        ) from None
     if append_properties:
         lengths = np.diff(np.frombuffer(props.buffers()[1], np.int64, count=len(props) + 1))
         _check_properties_size(lengths, pos)
@@ -271,8 +281,11 @@ def _check_properties_size(lengths: np.ndarray, pos: np.ndarray) -> None:
     own pass 32767 UTF-8 bytes (RocketMQ's short length field)."""
     if len(lengths) and int(lengths.max()) > 32767:
         row = int(np.flatnonzero(lengths > 32767)[0])
-        raise MessageTooLargeError(f"message at byte {int(pos[row])}: properties with the batch's own are {lengths[row]} bytes, over 32767",
-                                   row=row, field="PROPERTIES")
+        raise MessageTooLargeError(
+            f"message at byte {int(pos[row])}: properties with the batch's own are {lengths[row]} bytes, over 32767",
+            row=row,
+            field="PROPERTIES",
+        )
 
 
 def _first_bad_utf8(props: pa.Array) -> int:

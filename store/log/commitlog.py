@@ -62,7 +62,10 @@ class AppendResult:
 
 
 def plan_positions(
-    tail: int, lengths: np.ndarray, segment_size: int, rel_starts: np.ndarray | None = None,
+    tail: int,
+    lengths: np.ndarray,
+    segment_size: int,
+    rel_starts: np.ndarray | None = None,
 ) -> tuple[np.ndarray, list[tuple[int, int]]]:
     """Commitlog offset of each record and the blank records that end full segments.
 
@@ -265,14 +268,21 @@ def _first_undecodable(seg: MappedFile, positions: np.ndarray, check: RecordChec
 
 class CommitLog:
     def __init__(
-        self, directory: Path, segment_size: int, *, read_only: bool = False, open_files: OpenFiles | None = None,
-        clock: Clock = SYSTEM_CLOCK, settle: Callable[[], int | None] | None = None,
+        self,
+        directory: Path,
+        segment_size: int,
+        *,
+        read_only: bool = False,
+        open_files: OpenFiles | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        settle: Callable[[], int | None] | None = None,
     ) -> None:
         #: the store's clock: store times are its wall time, never below the last one published
         self.clock = clock
         # (``settle``: a provisional size's, :mod:`rmqlog.segment_sizes`)
-        self.segments = MappedFileQueue(directory, segment_size, read_only=read_only, open_files=open_files,
-                                        settle=settle)
+        self.segments = MappedFileQueue(
+            directory, segment_size, read_only=read_only, open_files=open_files, settle=settle
+        )
         #: bytes of data (not holes) :meth:`scrub` cleared in this process (what it cost)
         self.scrubbed_bytes = 0
 
@@ -339,7 +349,9 @@ class CommitLog:
         return done
 
     def append_all(
-        self, batches: list[EncodedBatch], state: AppendState,
+        self,
+        batches: list[EncodedBatch],
+        state: AppendState,
         while_writing: Callable[[np.ndarray, np.ndarray, int], object] | None = None,
     ) -> list[AppendResult]:
         """Write the batches in turn at ``state.tail``; every write has finished on return.
@@ -359,7 +371,10 @@ class CommitLog:
             return [self._append(b, state, while_writing, pipe) for b in batches]
 
     def _append(
-        self, batch: EncodedBatch, state: AppendState, while_writing: Callable[[np.ndarray, np.ndarray, int], object] | None,
+        self,
+        batch: EncodedBatch,
+        state: AppendState,
+        while_writing: Callable[[np.ndarray, np.ndarray, int], object] | None,
         pipe: _Pipeline,
     ) -> AppendResult:
         """Submit ``batch``'s writes to ``pipe`` (they may still run on return) and advance ``state``."""
@@ -387,7 +402,7 @@ class CommitLog:
                     assert batch.packed_starts is not None
                     lo = int(batch.packed_starts[a])
                     size = int(starts[b - 1] + batch.lengths[b - 1]) - pos
-                    pipe.write(seg, pos - seg.start, packed[lo:lo + size])
+                    pipe.write(seg, pos - seg.start, packed[lo : lo + size])
                     spans = []
                 else:
                     spans = batch.spans(a, b)
@@ -433,7 +448,11 @@ class CommitLog:
             return decode_at(view, offset - seg.start, base=seg.start)
 
     def read_messages(
-        self, offsets: np.ndarray, *, topic: str | None = None, check: RecordCheck | None = None,
+        self,
+        offsets: np.ndarray,
+        *,
+        topic: str | None = None,
+        check: RecordCheck | None = None,
         tail: int | None = None,
     ) -> pa.Table:
         """Decode the records at these commitlog offsets into the message table, in their order.
@@ -450,10 +469,16 @@ class CommitLog:
         offsets = np.asarray(offsets, np.int64)
         if len(offsets) == 0:
             return concat_tables([])
-        return concat_tables(self._read_parts(offsets, topic, check, tail, lambda cols, _source, _at: message_table(cols)))
+        return concat_tables(
+            self._read_parts(offsets, topic, check, tail, lambda cols, _source, _at: message_table(cols))
+        )
 
     def read_record_columns(
-        self, offsets: np.ndarray, *, topic: str | None = None, check: RecordCheck | None = None,
+        self,
+        offsets: np.ndarray,
+        *,
+        topic: str | None = None,
+        check: RecordCheck | None = None,
         tail: int | None = None,
     ) -> list[RecordColumns]:
         """The raw columns of the records at these offsets, one :class:`RecordColumns` per
@@ -462,20 +487,29 @@ class CommitLog:
         return self._read_parts(np.asarray(offsets, np.int64), topic, check, tail, lambda cols, _source, _at: cols)
 
     def read_stored_records(
-        self, offsets: np.ndarray, *, topic: str | None = None, check: RecordCheck | None = None,
+        self,
+        offsets: np.ndarray,
+        *,
+        topic: str | None = None,
+        check: RecordCheck | None = None,
         tail: int | None = None,
     ) -> list[tuple[RecordColumns, pa.LargeBinaryArray]]:
         """The records at these offsets as stored (each record's TOTALSIZE bytes, copied with
         one gather per segment while it is pinned), beside their raw columns, one pair per
         segment they lie in; checked and failing as :meth:`read_messages` (the checks run
         before the gather, so only records that passed them are copied)."""
+
         def stored(cols: RecordColumns, source: pa.Buffer, at: np.ndarray) -> tuple[RecordColumns, pa.LargeBinaryArray]:
             return cols, gather_slices(source, at, cols.header["totalSize"].astype(np.int64))
 
         return self._read_parts(np.asarray(offsets, np.int64), topic, check, tail, stored)
 
     def _read_parts(
-        self, offsets: np.ndarray, topic: str | None, check: RecordCheck | None, tail: int | None,
+        self,
+        offsets: np.ndarray,
+        topic: str | None,
+        check: RecordCheck | None,
+        tail: int | None,
         decode: Callable[[RecordColumns, pa.Buffer, np.ndarray], _T],
     ) -> list[_T]:
         """``decode`` of the columns of each segment's part of ``offsets`` (see :meth:`read_messages`)."""
@@ -490,32 +524,58 @@ class CommitLog:
             if seg is None:
                 if check is None:
                     raise CorruptStoreError("no commitlog segment holds the record", offset=int(part[0]))
-                raise BadRecordError("no commitlog segment holds its record", row=rows.start, offset=int(part[0]),
-                                     against_unit=check.size is not None, path=str(self.segments.directory))
+                raise BadRecordError(
+                    "no commitlog segment holds its record",
+                    row=rows.start,
+                    offset=int(part[0]),
+                    against_unit=check.size is not None,
+                    path=str(self.segments.directory),
+                )
             with pinned(seg) as held:  # a read in progress: retention leaves the file alone
                 if not held:  # deleted by retention before this read reached it
                     if check is None:
-                        raise CorruptStoreError("the commitlog segment holding the record was deleted", offset=int(part[0]))
-                    raise BadRecordError("its commitlog segment was deleted", row=rows.start, offset=int(part[0]),
-                                         against_unit=check.size is not None, path=str(seg.path))
+                        raise CorruptStoreError(
+                            "the commitlog segment holding the record was deleted", offset=int(part[0])
+                        )
+                    raise BadRecordError(
+                        "its commitlog segment was deleted",
+                        row=rows.start,
+                        offset=int(part[0]),
+                        against_unit=check.size is not None,
+                        path=str(seg.path),
+                    )
                 if check is None:
                     at = part - seg.start
                     source = seg.buffer()
                     out.append(decode(read_columns(source, seg.start, at, topic=topic), source, at))
                 else:
                     limit = seg.size if tail is None else min(seg.size, tail - seg.start)
-                    out.append(self._read_checked(seg, part - seg.start, topic, check.rows(rows, limit), rows.start, decode))
+                    out.append(
+                        self._read_checked(seg, part - seg.start, topic, check.rows(rows, limit), rows.start, decode)
+                    )
         return out
 
-    def _read_checked(self, seg: MappedFile, positions: np.ndarray, topic: str | None, check: RecordCheck,
-                      first_row: int, decode: Callable[[RecordColumns, pa.Buffer, np.ndarray], _T]) -> _T:
+    def _read_checked(
+        self,
+        seg: MappedFile,
+        positions: np.ndarray,
+        topic: str | None,
+        check: RecordCheck,
+        first_row: int,
+        decode: Callable[[RecordColumns, pa.Buffer, np.ndarray], _T],
+    ) -> _T:
         """``decode`` of a checked read over one segment; errors name the segment and the row of the read."""
         try:
             source = seg.buffer()
             return decode(read_columns(source, seg.start, positions, topic=topic, check=check), source, positions)
         except BadRecordError as e:
-            raise BadRecordError(e.reason, row=first_row + e.row, offset=int(e.offset or 0), against_unit=e.against_unit,
-                                 path=str(seg.path)) from None
+            raise BadRecordError(
+                e.reason,
+                row=first_row + e.row,
+                offset=int(e.offset or 0),
+                against_unit=e.against_unit,
+                path=str(seg.path),
+            ) from None
         except StoreError:
             raise
         except (ValueError, IndexError, OverflowError, pa.ArrowException) as exc:
@@ -523,8 +583,9 @@ class CommitLog:
             # find the first record the scalar decoder rejects (error path only)
             i, reason = _first_undecodable(seg, positions, check)
             reason = reason or f"undecodable record ({type(exc).__name__}: {exc})"
-            raise BadRecordError(reason, row=first_row + i, offset=seg.start + int(positions[i]), against_unit=False,
-                                 path=str(seg.path)) from exc
+            raise BadRecordError(
+                reason, row=first_row + i, offset=seg.start + int(positions[i]), against_unit=False, path=str(seg.path)
+            ) from exc
 
     def scan(self, start: int, limit: int, *, check_crc: bool = False) -> Iterator[tuple[MappedFile, SegmentScan]]:
         """Walk segments from ``start`` up to ``limit`` (exclusive), following blanks."""

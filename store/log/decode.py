@@ -96,9 +96,14 @@ class RecordColumns:
         if n == len(self.offsets):
             return self
         return RecordColumns(
-            self.offsets[:n], {k: v[:n] for k, v in self.header.items()}, None if self.body is None else self.body.slice(0, n),
-            self.topic.slice(0, n), self.properties.slice(0, n),
-            lambda: (self.born_host.slice(0, n), self.store_host.slice(0, n)), self.store_host_raw[:n], self.born_host_raw[:n],
+            self.offsets[:n],
+            {k: v[:n] for k, v in self.header.items()},
+            None if self.body is None else self.body.slice(0, n),
+            self.topic.slice(0, n),
+            self.properties.slice(0, n),
+            lambda: (self.born_host.slice(0, n), self.store_host.slice(0, n)),
+            self.store_host_raw[:n],
+            self.born_host_raw[:n],
         )
 
 
@@ -140,16 +145,28 @@ class RecordCheck:
     def rows(self, part: slice, limit: int | None) -> RecordCheck:
         """The check of rows ``part`` of the read, within ``limit``."""
         return RecordCheck(
-            size=None if self.size is None else self.size[part], queue_id=self.queue_id,
-            queue_offset=None if self.queue_offset is None else self.queue_offset[part], crc=self.crc, limit=limit,
+            size=None if self.size is None else self.size[part],
+            queue_id=self.queue_id,
+            queue_offset=None if self.queue_offset is None else self.queue_offset[part],
+            crc=self.crc,
+            limit=limit,
         )
 
     def header_fits(self, base: int, positions: np.ndarray) -> None:
         """Before the headers are gathered: each lies inside ``limit``."""
         if self.limit is None:
             return
-        raise_first_bad_row(base, positions, [((positions < 0) | (positions > self.limit - HEADER_V4.itemsize),
-                                        lambda r: "no whole record header before the published tail", self.size is not None)])
+        raise_first_bad_row(
+            base,
+            positions,
+            [
+                (
+                    (positions < 0) | (positions > self.limit - HEADER_V4.itemsize),
+                    lambda r: "no whole record header before the published tail",
+                    self.size is not None,
+                )
+            ],
+        )
 
     def headers(self, base: int, positions: np.ndarray, header: dict[str, np.ndarray]) -> None:
         """The fixed fields, before anything they locate is gathered."""
@@ -157,15 +174,26 @@ class RecordCheck:
         total = header["totalSize"].astype(np.int64)
         unit = self.size is not None
         tests: list[tuple[np.ndarray, Callable[[int], str], bool]] = [
-            (~((magic == MAGIC_V1) | (magic == MAGIC_V2)), lambda r: f"no record there: {not_a_record(magic[r], total[r])}", unit),
+            (
+                ~((magic == MAGIC_V1) | (magic == MAGIC_V2)),
+                lambda r: f"no record there: {not_a_record(magic[r], total[r])}",
+                unit,
+            ),
         ]
         if self.size is not None:
             size = self.size
-            tests.append((total != size, lambda r: f"the record there has TOTALSIZE {total[r]}, the unit says {size[r]}", True))
+            tests.append(
+                (total != size, lambda r: f"the record there has TOTALSIZE {total[r]}, the unit says {size[r]}", True)
+            )
         elif self.limit is not None:
             limit = self.limit
-            tests.append(((total < MIN_RECORD_SIZE) | (total > limit - positions),
-                          lambda r: f"TOTALSIZE {total[r]} out of range", False))
+            tests.append(
+                (
+                    (total < MIN_RECORD_SIZE) | (total > limit - positions),
+                    lambda r: f"TOTALSIZE {total[r]} out of range",
+                    False,
+                )
+            )
         if self.queue_id is not None:
             qid, want = header["queueId"], self.queue_id
             tests.append((qid != want, lambda r: f"the record there is of queue {qid[r]}, not {want}", True))
@@ -178,8 +206,12 @@ class RecordCheck:
         """Header values no store writes (nothing checksums them; the scan's own rule,
         :func:`rmqlog.log.record.field_problems`), once every row's header layout is known."""
         bad, why = field_problems(
-            header["queueId"], header["queueOffset"], header["physicalOffset"], header["bornTimestamp"],
-            header["storeTimestamp"], base + positions,
+            header["queueId"],
+            header["queueOffset"],
+            header["physicalOffset"],
+            header["bornTimestamp"],
+            header["storeTimestamp"],
+            base + positions,
         )
         if bad < len(positions):
             first = np.zeros(len(positions), bool)
@@ -201,7 +233,9 @@ def _trailer_min(magic: np.ndarray) -> np.ndarray:
     return TRAILER_LENGTH_FIELDS + (magic == MAGIC_V2)
 
 
-def raise_first_bad_row(base: int, positions: np.ndarray, tests: list[tuple[np.ndarray, Callable[[int], str], bool]]) -> None:
+def raise_first_bad_row(
+    base: int, positions: np.ndarray, tests: list[tuple[np.ndarray, Callable[[int], str], bool]]
+) -> None:
     """Raise :class:`BadRecordError` for the first row that fails any test.
 
     Each test: (mask of failing rows, the reason for a row, whether the unit is at fault);
@@ -249,7 +283,11 @@ def repeat_string(value: str, n: int) -> pa.StringArray:
 
 
 def _expected_topic(
-    source: pa.Buffer, tl_pos: np.ndarray, magic: np.ndarray, topic: str, ends: np.ndarray | None = None,
+    source: pa.Buffer,
+    tl_pos: np.ndarray,
+    magic: np.ndarray,
+    topic: str,
+    ends: np.ndarray | None = None,
 ) -> tuple[pa.StringArray, np.ndarray, np.ndarray | None] | None:
     """(topic column, topic lengths, PROPERTIESLENGTH fields) if every record at ``tl_pos`` is
     a V1 record of ``topic``.
@@ -330,26 +368,43 @@ def _read_headers(source: pa.Buffer, base: int, positions: np.ndarray, check: Re
 
 
 def _wider_headers(
-    source: pa.Buffer, base: int, positions: np.ndarray, check: RecordCheck | None,
-    fields: dict[str, np.ndarray], names: list[str], v6_bits: np.ndarray,
+    source: pa.Buffer,
+    base: int,
+    positions: np.ndarray,
+    check: RecordCheck | None,
+    fields: dict[str, np.ndarray],
+    names: list[str],
+    v6_bits: np.ndarray,
 ) -> _Headers:
     """Stage 1, for a read with IPv6 hosts: each layout's rows gathered again with its dtype
     (hosts are kept per row: such records are rare)."""
     n = len(positions)
     total = fields["totalSize"].astype(np.int64)
-    hsize = HEADER_V4.itemsize + IPV6_EXTRA * ((v6_bits & SYSFLAG_BORNHOST_V6 != 0).astype(np.int64)
-                                               + (v6_bits & SYSFLAG_STOREHOST_V6 != 0))
+    hsize = HEADER_V4.itemsize + IPV6_EXTRA * (
+        (v6_bits & SYSFLAG_BORNHOST_V6 != 0).astype(np.int64) + (v6_bits & SYSFLAG_STOREHOST_V6 != 0)
+    )
     if check is not None:  # before the wider headers are gathered
-        raise_first_bad_row(base, positions, [(total < hsize + _trailer_min(fields["magic"]),
-                                        lambda r: f"TOTALSIZE {total[r]} is too small for its header", False)])
+        raise_first_bad_row(
+            base,
+            positions,
+            [
+                (
+                    total < hsize + _trailer_min(fields["magic"]),
+                    lambda r: f"TOTALSIZE {total[r]} is too small for its header",
+                    False,
+                )
+            ],
+        )
     born_hosts: list[np.ndarray] = [None] * n  # type: ignore[list-item]
     store_hosts: list[np.ndarray] = [None] * n  # type: ignore[list-item]
     for bits in np.unique(v6_bits):
         rows = np.flatnonzero(v6_bits == bits)
         dt = header_dtype(bool(bits & SYSFLAG_BORNHOST_V6), bool(bits & SYSFLAG_STOREHOST_V6))
-        g = fixed_rows(
-            gather_slices(source, positions[rows], np.full(len(rows), dt.itemsize)), dt.itemsize
-        ).view(dt).ravel()
+        g = (
+            fixed_rows(gather_slices(source, positions[rows], np.full(len(rows), dt.itemsize)), dt.itemsize)
+            .view(dt)
+            .ravel()
+        )
         for name in names:
             fields[name][rows] = g[name]
         for r, b, s in zip(rows.tolist(), g["bornHost"], g["storeHost"], strict=True):
@@ -357,16 +412,29 @@ def _wider_headers(
             store_hosts[r] = np.frombuffer(bytes(s), np.uint8)
 
     def hosts() -> tuple[pa.Array, pa.Array]:
-        return (pa.array([format_host(h.tobytes()) for h in born_hosts], pa.string()),
-                pa.array([format_host(h.tobytes()) for h in store_hosts], pa.string()))
+        return (
+            pa.array([format_host(h.tobytes()) for h in born_hosts], pa.string()),
+            pa.array([format_host(h.tobytes()) for h in store_hosts], pa.string()),
+        )
 
-    return _Headers(fields, hsize, np.array([h.tobytes() for h in born_hosts], dtype=object),
-                    np.array([h.tobytes() for h in store_hosts], dtype=object), hosts)
+    return _Headers(
+        fields,
+        hsize,
+        np.array([h.tobytes() for h in born_hosts], dtype=object),
+        np.array([h.tobytes() for h in store_hosts], dtype=object),
+        hosts,
+    )
 
 
 def _read_topics(
-    source: pa.Buffer, base: int, positions: np.ndarray, tl_pos: np.ndarray, ends: np.ndarray,
-    h: _Headers, topic: str | None, check: RecordCheck | None,
+    source: pa.Buffer,
+    base: int,
+    positions: np.ndarray,
+    tl_pos: np.ndarray,
+    ends: np.ndarray,
+    h: _Headers,
+    topic: str | None,
+    check: RecordCheck | None,
 ) -> tuple[pa.Array, np.ndarray, np.ndarray | None]:
     """Stage 3: the topic after each body (``tl_pos``: its length field). Returns the topic
     column, where each record's PROPERTIESLENGTH field is, and, when the expected topic's
@@ -386,18 +454,42 @@ def _read_topics(
     topic_start = tl_pos + np.where(is_v2, 2, 1)
     if check is not None:
         total = h.fields["totalSize"]
-        raise_first_bad_row(base, positions, [(topic_start + topic_len + 2 > ends,
-                                        lambda r: f"TOPICLENGTH {topic_len[r]} does not fit TOTALSIZE {total[r]}", False)])
+        raise_first_bad_row(
+            base,
+            positions,
+            [
+                (
+                    topic_start + topic_len + 2 > ends,
+                    lambda r: f"TOPICLENGTH {topic_len[r]} does not fit TOTALSIZE {total[r]}",
+                    False,
+                )
+            ],
+        )
     topic_raw = gather_slices(source, topic_start, topic_len)
     if check is not None and topic is not None:
         same = np.asarray(pc.fill_null(pc.equal(topic_raw, pa.scalar(topic.encode(), pa.large_binary())), False))
-        raise_first_bad_row(base, positions, [(~same, lambda r: f"the record there is of topic {topic_raw[r].as_py().decode('utf-8', 'replace')!r}", True)])
+        raise_first_bad_row(
+            base,
+            positions,
+            [
+                (
+                    ~same,
+                    lambda r: f"the record there is of topic {topic_raw[r].as_py().decode('utf-8', 'replace')!r}",
+                    True,
+                )
+            ],
+        )
     return utf8_lossy(topic_raw), topic_start + topic_len, None
 
 
 def _read_properties(
-    source: pa.Buffer, base: int, positions: np.ndarray, pl_pos: np.ndarray, ends: np.ndarray,
-    props_field: np.ndarray | None, check: RecordCheck | None,
+    source: pa.Buffer,
+    base: int,
+    positions: np.ndarray,
+    pl_pos: np.ndarray,
+    ends: np.ndarray,
+    props_field: np.ndarray | None,
+    check: RecordCheck | None,
 ) -> pa.Array:
     """Stage 4: the properties, the rest of each record after PROPERTIESLENGTH (at ``pl_pos``).
     With ``check``, that field must say so: nothing checksums the lengths, so they must add
@@ -408,13 +500,19 @@ def _read_properties(
         if props_field is None:
             pl2 = fixed_rows(gather_slices(source, pl_pos, np.full(len(positions), 2, np.int64)), 2)
             props_field = pl2[:, 0].astype(np.int64) << 8 | pl2[:, 1]
-        raise_first_bad_row(base, positions, [(props_field != props_len,
-                                        lambda r: "lengths do not add up to TOTALSIZE", False)])
+        raise_first_bad_row(
+            base, positions, [(props_field != props_len, lambda r: "lengths do not add up to TOTALSIZE", False)]
+        )
     return utf8_lossy(gather_slices(source, props_start, props_len))
 
 
 def read_columns(
-    source: pa.Buffer, base: int, positions: np.ndarray, *, with_body: bool = True, topic: str | None = None,
+    source: pa.Buffer,
+    base: int,
+    positions: np.ndarray,
+    *,
+    with_body: bool = True,
+    topic: str | None = None,
     check: RecordCheck | None = None,
 ) -> RecordColumns:
     """Decode the records at ``positions`` (relative to ``source``; ``base`` is its commitlog offset).
@@ -439,8 +537,17 @@ def read_columns(
     if check is not None:
         check.fields(base, positions, h.fields)
         room = total - h.size - _trailer_min(h.fields["magic"])  # the two length fields after the body
-        raise_first_bad_row(base, positions, [((body_len < 0) | (body_len > room),
-                                        lambda r: f"BODYLENGTH {body_len[r]} does not fit TOTALSIZE {total[r]}", False)])
+        raise_first_bad_row(
+            base,
+            positions,
+            [
+                (
+                    (body_len < 0) | (body_len > room),
+                    lambda r: f"BODYLENGTH {body_len[r]} does not fit TOTALSIZE {total[r]}",
+                    False,
+                )
+            ],
+        )
     body_start = positions + h.size
     need_body = with_body or (check is not None and check.crc)
     body = to_binary(gather_slices(source, body_start, body_len)) if need_body else None
@@ -450,11 +557,20 @@ def read_columns(
         assert body is not None
         crcs = body_crcs(body)
         stored = h.fields["bodyCRC"]
-        raise_first_bad_row(base, positions, [(crcs != stored,
-                                        lambda r: f"body CRC mismatch: BODYCRC {stored[r]}, the body's CRC {crcs[r]}", False)])
+        raise_first_bad_row(
+            base,
+            positions,
+            [(crcs != stored, lambda r: f"body CRC mismatch: BODYCRC {stored[r]}, the body's CRC {crcs[r]}", False)],
+        )
     return RecordColumns(
-        offsets=base + positions, header=h.fields, body=body if with_body else None, topic=topic_arr,
-        properties=props, hosts=h.hosts, store_host_raw=h.store_raw, born_host_raw=h.born_raw,
+        offsets=base + positions,
+        header=h.fields,
+        body=body if with_body else None,
+        topic=topic_arr,
+        properties=props,
+        hosts=h.hosts,
+        store_host_raw=h.store_raw,
+        born_host_raw=h.born_raw,
     )
 
 
@@ -470,7 +586,10 @@ def msg_ids(cols: RecordColumns) -> pa.Array:
         ids[:, raw.shape[1] :] = cols.offsets.astype(">i8").view(np.uint8).reshape(n, 8)
         return hex_rows(ids)
     return pa.array(
-        [(bytes(h) + int(o).to_bytes(8, "big", signed=True)).hex().upper() for h, o in zip(raw, cols.offsets, strict=True)],
+        [
+            (bytes(h) + int(o).to_bytes(8, "big", signed=True)).hex().upper()
+            for h, o in zip(raw, cols.offsets, strict=True)
+        ],
         pa.string(),
     )
 
@@ -490,7 +609,9 @@ _COLUMN_MAKERS: dict[str, Callable[[RecordColumns, Callable[[], ParsedProperties
     "body": lambda c, p: c.body if c.body is not None else pa.nulls(len(c), pa.binary()),
     "tags": lambda c, p: p().column(PROPERTY_TAGS),
     "keys": lambda c, p: split_keys(p().column(PROPERTY_KEYS)),
-    "properties": lambda c, p: p().map_array(hide_prefix=STORE_PROPERTY_PREFIX),  # the store's markers are not the user's
+    "properties": lambda c, p: p().map_array(
+        hide_prefix=STORE_PROPERTY_PREFIX
+    ),  # the store's markers are not the user's
     "bornTimestamp": lambda c, p: _ms_to_ts(c.header["bornTimestamp"]),
     "storeTimestamp": lambda c, p: _ms_to_ts(c.header["storeTimestamp"]),
     "bornHost": lambda c, p: c.born_host,
@@ -548,4 +669,13 @@ def concat_tables(tables: list[pa.Table], columns: tuple[str, ...] | None = None
     return pa.concat_tables(tables).combine_chunks()
 
 
-__all__ = ["RecordColumns", "RecordCheck", "BadRecordError", "body_crcs", "read_columns", "message_table", "msg_ids", "dispatch_columns"]
+__all__ = [
+    "RecordColumns",
+    "RecordCheck",
+    "BadRecordError",
+    "body_crcs",
+    "read_columns",
+    "message_table",
+    "msg_ids",
+    "dispatch_columns",
+]

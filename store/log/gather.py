@@ -54,9 +54,7 @@ def gather_slices(source: pa.Buffer, starts: np.ndarray, lengths: np.ndarray) ->
     offsets[0:-1:2] = starts
     offsets[1::2] = ends
     offsets[-1] = ends[-1]
-    view = pa.LargeBinaryArray.from_buffers(
-        pa.large_binary(), 2 * n, [None, pa.py_buffer(offsets), source]
-    )
+    view = pa.LargeBinaryArray.from_buffers(pa.large_binary(), 2 * n, [None, pa.py_buffer(offsets), source])
     return view.take(pa.array(np.arange(0, 2 * n, 2, dtype=np.int64)))
 
 
@@ -67,7 +65,9 @@ def _gather_any_order(source: pa.Buffer, starts: np.ndarray, lengths: np.ndarray
     np.cumsum(lengths, out=offsets[1:])
     index = np.arange(int(offsets[-1]), dtype=np.int64) + np.repeat(starts - offsets[:-1], lengths)
     out = np.frombuffer(source, np.uint8)[index]
-    return pa.LargeBinaryArray.from_buffers(pa.large_binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(out)])
+    return pa.LargeBinaryArray.from_buffers(
+        pa.large_binary(), len(starts), [None, pa.py_buffer(offsets), pa.py_buffer(out)]
+    )
 
 
 def fixed_rows(arr: pa.LargeBinaryArray | pa.BinaryArray, width: int) -> np.ndarray:
@@ -75,7 +75,11 @@ def fixed_rows(arr: pa.LargeBinaryArray | pa.BinaryArray, width: int) -> np.ndar
     n = len(arr)
     bufs = arr.buffers()
     offsets_dtype = np.int64 if pa.types.is_large_binary(arr.type) else np.int32
-    first = int(np.frombuffer(bufs[1], offsets_dtype, count=1, offset=arr.offset * np.dtype(offsets_dtype).itemsize)[0]) if n else 0
+    first = (
+        int(np.frombuffer(bufs[1], offsets_dtype, count=1, offset=arr.offset * np.dtype(offsets_dtype).itemsize)[0])
+        if n
+        else 0
+    )
     data = np.frombuffer(bufs[2], np.uint8) if bufs[2] is not None else np.zeros(0, np.uint8)
     return data[first : first + n * width].reshape(n, width)
 
@@ -91,8 +95,9 @@ def to_binary(arr: pa.Array) -> pa.BinaryArray:
         bufs = arr.buffers()
         offsets = np.frombuffer(bufs[1], np.int64, n + 1)
         if bufs[2] is not None and offsets[0] == 0 and offsets[-1] <= _INT32_MAX:
-            return pa.BinaryArray.from_buffers(pa.binary(), n, [bufs[0], pa.py_buffer(offsets.astype(np.int32)), bufs[2]],
-                                               null_count=arr.null_count)
+            return pa.BinaryArray.from_buffers(
+                pa.binary(), n, [bufs[0], pa.py_buffer(offsets.astype(np.int32)), bufs[2]], null_count=arr.null_count
+            )
     return arr.cast(pa.binary())
 
 

@@ -73,8 +73,13 @@ def lmq_entries(queues: pa.Array, offsets: pa.Array, rows: np.ndarray) -> Iterat
             continue
         names, offs = split_queues(names_s), split_queues(offs_s)
         if len(names) != len(offs):
-            log.warning("record %d of a run: %s names %d queues and %d offsets; no LMQ unit",
-                        row, PROPERTY_INNER_MULTI_DISPATCH, len(names), len(offs))
+            log.warning(
+                "record %d of a run: %s names %d queues and %d offsets; no LMQ unit",
+                row,
+                PROPERTY_INNER_MULTI_DISPATCH,
+                len(names),
+                len(offs),
+            )
             continue
         for name, off in zip(names, offs, strict=True):
             if lmq_problem(name) is not None or not (off.isascii() and off.isdigit()):
@@ -84,8 +89,15 @@ def lmq_entries(queues: pa.Array, offsets: pa.Array, rows: np.ndarray) -> Iterat
 
 
 def with_lmq_units(
-    lmq: tuple[pa.Array, pa.Array] | None, keep: np.ndarray, topics: list[str], tidx: np.ndarray, qid: np.ndarray,
-    qoff: np.ndarray, physical: np.ndarray, sizes: np.ndarray, codes: np.ndarray,
+    lmq: tuple[pa.Array, pa.Array] | None,
+    keep: np.ndarray,
+    topics: list[str],
+    tidx: np.ndarray,
+    qid: np.ndarray,
+    qoff: np.ndarray,
+    physical: np.ndarray,
+    sizes: np.ndarray,
+    codes: np.ndarray,
 ) -> tuple[list[str], np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The units of a run of records (the arrays are per record; ``keep``: the records that
     get units) with their LMQ units added when ``lmq`` (the two properties per record) is
@@ -100,10 +112,14 @@ def with_lmq_units(
     index = {t: i for i, t in enumerate(names)}
     rows = np.fromiter((e[0] for e in entries), np.int64, len(entries))
     lt = np.fromiter((index.setdefault(e[1], len(index)) for e in entries), np.int64, len(entries))
-    names.extend(list(index)[len(names):])
+    names.extend(list(index)[len(names) :])
     lo = np.fromiter((e[2] for e in entries), np.int64, len(entries))
-    t, q, o, p, z, c = (np.concatenate((a, b)) for a, b in zip(
-        base, (lt, np.zeros(len(entries), np.int64), lo, physical[rows], sizes[rows], codes[rows]), strict=True))
+    t, q, o, p, z, c = (
+        np.concatenate((a, b))
+        for a, b in zip(
+            base, (lt, np.zeros(len(entries), np.int64), lo, physical[rows], sizes[rows], codes[rows]), strict=True
+        )
+    )
     return names, t, q, o, p, z, c
 
 

@@ -104,7 +104,13 @@ class MappedFile:
     ``None``: never, until :meth:`close`), reopened by its next use."""
 
     def __init__(
-        self, path: Path, start: int, size: int, *, bounded_reads: bool = False, read_only: bool = False,
+        self,
+        path: Path,
+        start: int,
+        size: int,
+        *,
+        bounded_reads: bool = False,
+        read_only: bool = False,
         open_files: OpenFiles | None = None,
     ) -> None:
         self.path = path

@@ -62,8 +62,14 @@ class MappedFileQueue:
     """
 
     def __init__(
-        self, directory: Path, default_size: int, *, infer: bool = True, read_only: bool = False,
-        open_files: OpenFiles | None = None, bounded_reads: bool | None = None,
+        self,
+        directory: Path,
+        default_size: int,
+        *,
+        infer: bool = True,
+        read_only: bool = False,
+        open_files: OpenFiles | None = None,
+        bounded_reads: bool | None = None,
         settle: Callable[[], int | None] | None = None,
     ) -> None:
         self.directory = directory
@@ -126,8 +132,9 @@ class MappedFileQueue:
             return
         size = settle()
         if size is None:
-            found = [n for start, found in self._files() if found == safe_open.FILE
-                     and (n := self._file_size(start)) > 0]
+            found = [
+                n for start, found in self._files() if found == safe_open.FILE and (n := self._file_size(start)) > 0
+            ]
             size = max(set(found), key=found.count) if found else None
         if size is not None:
             self._size, self._settle = size, None
@@ -154,8 +161,11 @@ class MappedFileQueue:
 
     def _files(self) -> list[tuple[int, str]]:
         """(start, what it is) of every segment name in the folder, ascending."""
-        return [(start, found) for name, found in safe_open.entries(self.directory)
-                if (start := parse_segment_name(name)) is not None]
+        return [
+            (start, found)
+            for name, found in safe_open.entries(self.directory)
+            if (start := parse_segment_name(name)) is not None
+        ]
 
     def segment_starts(self) -> list[int]:
         """Start offsets of the segments on disk now, ascending."""
@@ -176,11 +186,16 @@ class MappedFileQueue:
         by retention, as :meth:`drop_below`) and of a mapped file whose name now names another
         file (replaced: its next :meth:`get` maps the new one). Returns the starts, ascending."""
         changes = self._changes
-        names = {start: (name, ino) for name, ino in self.folder.entries() if (start := parse_segment_name(name)) is not None}
+        names = {
+            start: (name, ino) for name, ino in self.folder.entries() if (start := parse_segment_name(name)) is not None
+        }
         starts = sorted(names)
         with self._lock:
-            drop = [k for k, seg in self._segments.items()
-                    if (starts and k < starts[0]) or (seg.ino is not None and k in names and names[k][1] != seg.ino)]
+            drop = [
+                k
+                for k, seg in self._segments.items()
+                if (starts and k < starts[0]) or (seg.ino is not None and k in names and names[k][1] != seg.ino)
+            ]
             dropped = [self._segments.pop(k) for k in drop]
             if changes == self._changes:  # (else this process changed the folder meanwhile: kept none)
                 self._listing = (starts, names)
@@ -224,7 +239,11 @@ class MappedFileQueue:
                 finally:
                     self._changed()  # a new name in the folder (after it: a listing under way keeps none)
             seg = MappedFile(
-                path, start, self.size, bounded_reads=self.bounded_reads, read_only=self.read_only,
+                path,
+                start,
+                self.size,
+                bounded_reads=self.bounded_reads,
+                read_only=self.read_only,
                 open_files=self.open_files,
             )
             self._segments[start] = seg

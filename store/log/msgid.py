@@ -131,9 +131,7 @@ class UniqKeyGenerator:
 
     def __init__(self, ip4: bytes = b"\x7f\x00\x00\x01", wall_ms: Callable[[], int] = SYSTEM_CLOCK.wall_ms) -> None:
         self.wall_ms = wall_ms  # the store's clock: the ids' time since the month's start
-        self._prefix = ip4[:4].rjust(4, b"\x00") + struct.pack(
-            ">Hi", os.getpid() & 0xFFFF, random.getrandbits(31)
-        )
+        self._prefix = ip4[:4].rjust(4, b"\x00") + struct.pack(">Hi", os.getpid() & 0xFFFF, random.getrandbits(31))
         self._head = b"UNIQ_KEY\x01" + self._prefix.hex().upper().encode()
         self._lock = threading.Lock()
         self._last = -1

@@ -54,7 +54,9 @@ def records_table(found: list[tuple[int, Record]], *, check_crc: bool, path: str
         cols["body"].append(r.body)
         cols["tags"].append(last.get(PROPERTY_TAGS))
         cols["keys"].append([k for k in last.get(PROPERTY_KEYS, "").split(KEY_SEPARATOR) if k])
-        cols["properties"].append([(k, v) for k, v in props if not k.startswith(STORE_PROPERTY_PREFIX)])  # not the user's
+        cols["properties"].append(
+            [(k, v) for k, v in props if not k.startswith(STORE_PROPERTY_PREFIX)]
+        )  # not the user's
         cols["bornTimestamp"].append(r.born_timestamp * 1000)
         cols["storeTimestamp"].append(r.store_timestamp * 1000)
         cols["bornHost"].append(format_host(r.born_host))

@@ -47,21 +47,58 @@ STORE_PROPERTY_PREFIX = "RMQLOG_"
 #: ``Message.putUserProperty`` ("used by system"). KEYS, TAGS and UNIQ_KEY are among them but
 #: are accepted here as the wire form of features the store implements (see
 #: :data:`USER_SETTABLE_SYSTEM_PROPERTIES`).
-ROCKETMQ_SYSTEM_PROPERTIES = frozenset((
-    "TRACE_ON", "MSG_REGION", "KEYS", "TAGS", "WAIT", "DELAY", "RETRY_TOPIC", "REAL_TOPIC", "REAL_QID",
-    "TRAN_MSG", "PGROUP", "MIN_OFFSET", "MAX_OFFSET", "BUYER_ID", "ORIGIN_MESSAGE_ID", "TRANSFER_FLAG",
-    "CORRECTION_FLAG", "MQ2_FLAG", "RECONSUME_TIME", "UNIQ_KEY", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME",
-    "INSTANCE_ID", "CORRELATION_ID", "REPLY_TO_CLIENT", "TTL", "ARRIVE_TIME", "PUSH_REPLY_TIME", "CLUSTER",
-    "MSG_TYPE", "INNER_MULTI_QUEUE_OFFSET",
-))
+ROCKETMQ_SYSTEM_PROPERTIES = frozenset(
+    (
+        "TRACE_ON",
+        "MSG_REGION",
+        "KEYS",
+        "TAGS",
+        "WAIT",
+        "DELAY",
+        "RETRY_TOPIC",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "TRAN_MSG",
+        "PGROUP",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "BUYER_ID",
+        "ORIGIN_MESSAGE_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "UNIQ_KEY",
+        "MAX_RECONSUME_TIMES",
+        "CONSUME_START_TIME",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "CLUSTER",
+        "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET",
+    )
+)
 #: Timer properties: RocketMQ 5.x's names. A put's ``TIMER_DELIVER_MS``, ``TIMER_DELAY_MS`` and
 #: ``TIMER_DELAY_SEC`` are taken from its properties as its delivery time
 #: (:mod:`rmqlog.schedule.timer_routing`), and ``DELAY``, 4.x's delay level, as its delay level
 #: (:mod:`rmqlog.schedule.routing`); the others are the store's to set.
-DELAY_PROPERTIES = frozenset((
-    "TIMER_DELAY_SEC", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_ENQUEUE_MS",
-    "TIMER_DEQUEUE_MS", "TIMER_ROLL_TIMES", "TIMER_OUT_MS", "TIMER_DEL_UNIQKEY", "TIMER_DELAY_LEVEL",
-))
+DELAY_PROPERTIES = frozenset(
+    (
+        "TIMER_DELAY_SEC",
+        "TIMER_DELIVER_MS",
+        "TIMER_DELAY_MS",
+        "TIMER_ENQUEUE_MS",
+        "TIMER_DEQUEUE_MS",
+        "TIMER_ROLL_TIMES",
+        "TIMER_OUT_MS",
+        "TIMER_DEL_UNIQKEY",
+        "TIMER_DELAY_LEVEL",
+    )
+)
 #: System names a user may set: KEYS and TAGS (checked against the keys and tags columns) and
 #: UNIQ_KEY (a client message id, kept instead of a generated one; see :data:`UNIQ_KEY_PATTERN`).
 USER_SETTABLE_SYSTEM_PROPERTIES = frozenset((PROPERTY_KEYS, PROPERTY_TAGS, PROPERTY_UNIQ_KEY))
@@ -85,7 +122,7 @@ def _screen() -> np.ndarray:
         assert len(b) < 64
         table[b[0], len(b)] = True
     prefix = STORE_PROPERTY_PREFIX.encode()
-    table[prefix[0], len(prefix):] = True
+    table[prefix[0], len(prefix) :] = True
     return table
 
 
@@ -133,7 +170,11 @@ def find_values(props: pa.Array, names: tuple[str, ...]) -> list[pa.StringArray]
     last one wins, as in Java's map), found in one pass of the C helper over the bytes with
     Java's parsing rules: no map is built. ``None`` without the helper (or for nulls)."""
     props = _flat(props)
-    if _native_copy is None or props.null_count or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type)):
+    if (
+        _native_copy is None
+        or props.null_count
+        or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type))
+    ):
         return None
     distinct = list(dict.fromkeys(names))  # (the C helper fills the first of equal names only)
     n, k = len(props), len(distinct)
@@ -191,7 +232,11 @@ class ParsedProperties:
 
     def _parse_native(self, props: pa.Array) -> bool:
         """One pass of the C helper (:mod:`rmqlog.native`) over the bytes (Java's rules, any input)."""
-        if _native_parse is None or props.null_count or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type)):
+        if (
+            _native_parse is None
+            or props.null_count
+            or not (pa.types.is_string(props.type) or pa.types.is_binary(props.type))
+        ):
             return False
         n = len(props)
         off = np.frombuffer(props.buffers()[1], np.int32, n + 1, props.offset * 4)
@@ -372,8 +417,10 @@ def reserved_name_problem(keys: pa.Array) -> tuple[int, str] | None:
     j = int(np.flatnonzero(np.asarray(bad))[0])
     i, name = int(at[j]), names[j].as_py()
     if name in DELAY_PROPERTIES:
-        return i, (f"property {name!r} is set by the store's timer; give a delivery time with deliverTime, "
-                   "TIMER_DELIVER_MS, TIMER_DELAY_MS or TIMER_DELAY_SEC")
+        return i, (
+            f"property {name!r} is set by the store's timer; give a delivery time with deliverTime, "
+            "TIMER_DELIVER_MS, TIMER_DELAY_MS or TIMER_DELAY_SEC"
+        )
     if name.startswith(STORE_PROPERTY_PREFIX):
         return i, f"property {name!r}: names starting with {STORE_PROPERTY_PREFIX!r} are reserved for the store"
     return i, f"property {name!r} is a RocketMQ system property name; use another name"

@@ -55,8 +55,14 @@ _HEADER = np.arange(HEADER_V4.itemsize, dtype=np.int64)
 
 
 def read_checked(
-    commitlog: CommitLog, offsets: np.ndarray, sizes: np.ndarray, queue_offsets: np.ndarray, *, topic: bytes,
-    queue_id: int, crc: bool,
+    commitlog: CommitLog,
+    offsets: np.ndarray,
+    sizes: np.ndarray,
+    queue_offsets: np.ndarray,
+    *,
+    topic: bytes,
+    queue_id: int,
+    crc: bool,
 ) -> pa.LargeBinaryArray | None:
     """The records at ``offsets`` (int64, ascending; each unit's ``sizes`` bytes) of
     ``commitlog``, checked in place by :func:`records_pass` and then copied back to back into
@@ -82,8 +88,9 @@ def read_checked(
                 return None
             source = seg.array()
             at = part - seg.start
-            if not records_pass(source, at, lengths, part, topic=topic, queue_id=queue_id, queue_offsets=logical,
-                                crc=crc):
+            if not records_pass(
+                source, at, lengths, part, topic=topic, queue_id=queue_id, queue_offsets=logical, crc=crc
+            ):
                 return None
             try:
                 arrays.append(gather_slices(pa.py_buffer(source), at, lengths))
@@ -93,8 +100,15 @@ def read_checked(
 
 
 def records_pass(
-    data: np.ndarray, starts: np.ndarray, sizes: np.ndarray, offsets: np.ndarray, *, topic: bytes, queue_id: int,
-    queue_offsets: np.ndarray, crc: bool,
+    data: np.ndarray,
+    starts: np.ndarray,
+    sizes: np.ndarray,
+    offsets: np.ndarray,
+    *,
+    topic: bytes,
+    queue_id: int,
+    queue_offsets: np.ndarray,
+    crc: bool,
 ) -> bool:
     """Whether the records in ``data`` (uint8: a segment's bytes; record ``i`` at ``starts[i]``,
     its unit's ``sizes[i]`` bytes, from commitlog offset ``offsets[i]``) are each a whole IPv4
@@ -107,17 +121,26 @@ def records_pass(
     if n == 0:
         return True
     if _native_check is not None:  # one C pass over the records (the same checks), GIL released
-        return bool(_native_check(data, starts, sizes, offsets, queue_offsets, topic, queue_id, MIN_TIMESTAMP_MS,
-                                  MAX_TIMESTAMP_MS, crc) == n)
+        return bool(
+            _native_check(
+                data, starts, sizes, offsets, queue_offsets, topic, queue_id, MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS, crc
+            )
+            == n
+        )
     if (sizes < MIN_RECORD_SIZE).any() or (starts < 0).any() or (sizes > len(data) - starts).any():
         return False
     hdr = data[starts[:, None] + _HEADER].view(HEADER_V4).ravel()
-    if not ((hdr["magic"] == MAGIC_V1).all() and (hdr["totalSize"] == sizes).all()
-            and (hdr["sysFlag"] & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) == 0).all()
-            and (hdr["queueId"] == queue_id).all() and (hdr["queueOffset"] == queue_offsets).all()):
+    if not (
+        (hdr["magic"] == MAGIC_V1).all()
+        and (hdr["totalSize"] == sizes).all()
+        and (hdr["sysFlag"] & (SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6) == 0).all()
+        and (hdr["queueId"] == queue_id).all()
+        and (hdr["queueOffset"] == queue_offsets).all()
+    ):
         return False
-    bad, _ = field_problems(hdr["queueId"], hdr["queueOffset"], hdr["physicalOffset"], hdr["bornTimestamp"],
-                            hdr["storeTimestamp"], offsets)
+    bad, _ = field_problems(
+        hdr["queueId"], hdr["queueOffset"], hdr["physicalOffset"], hdr["bornTimestamp"], hdr["storeTimestamp"], offsets
+    )
     if bad < n:
         return False
     body_len = hdr["bodyLength"].astype(np.int64)

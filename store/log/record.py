@@ -111,17 +111,11 @@ def header_size(sys_flag: int) -> int:
     return header_dtype(bool(sys_flag & SYSFLAG_BORNHOST_V6), bool(sys_flag & SYSFLAG_STOREHOST_V6)).itemsize
 
 
-def record_length(body_len: int, topic_len: int, props_len: int, *, born_v6: bool = False,
-                  store_v6: bool = False, v2: bool = False) -> int:
+def record_length(
+    body_len: int, topic_len: int, props_len: int, *, born_v6: bool = False, store_v6: bool = False, v2: bool = False
+) -> int:
     """TOTALSIZE of a record: ``91 + body + topic + properties`` with IPv4 hosts and V1 magic."""
-    return (
-        header_dtype(born_v6, store_v6).itemsize
-        + body_len
-        + (2 if v2 else 1)
-        + topic_len
-        + 2
-        + props_len
-    )
+    return header_dtype(born_v6, store_v6).itemsize + body_len + (2 if v2 else 1) + topic_len + 2 + props_len
 
 
 def _pick_crc32() -> Callable[..., int]:
@@ -171,8 +165,12 @@ def decode_properties(raw: bytes) -> dict[str, str]:
 
 
 def field_problems(
-    queue_id: np.ndarray, queue_offset: np.ndarray, physical_offset: np.ndarray, born_timestamp: np.ndarray,
-    store_timestamp: np.ndarray, expected_offset: np.ndarray | None = None,
+    queue_id: np.ndarray,
+    queue_offset: np.ndarray,
+    physical_offset: np.ndarray,
+    born_timestamp: np.ndarray,
+    store_timestamp: np.ndarray,
+    expected_offset: np.ndarray | None = None,
 ) -> tuple[int, str]:
     """The first record whose header holds a value no store writes: (its index, why); (n, "") if none.
 
@@ -185,11 +183,21 @@ def field_problems(
     checks = [
         (queue_id < 0, "QUEUEID {} is negative", queue_id),
         (queue_offset < 0, "QUEUEOFFSET {} is negative", queue_offset),
-        ((store_timestamp < 0) | (store_timestamp > MAX_TIMESTAMP_MS), "STORETIMESTAMP {} is out of range", store_timestamp),
-        ((born_timestamp < MIN_TIMESTAMP_MS) | (born_timestamp > MAX_TIMESTAMP_MS), "BORNTIMESTAMP {} is out of range", born_timestamp),
+        (
+            (store_timestamp < 0) | (store_timestamp > MAX_TIMESTAMP_MS),
+            "STORETIMESTAMP {} is out of range",
+            store_timestamp,
+        ),
+        (
+            (born_timestamp < MIN_TIMESTAMP_MS) | (born_timestamp > MAX_TIMESTAMP_MS),
+            "BORNTIMESTAMP {} is out of range",
+            born_timestamp,
+        ),
     ]
     if expected_offset is not None:
-        checks.insert(0, (physical_offset != expected_offset, "PHYSICALOFFSET {} is not the record's position", physical_offset))
+        checks.insert(
+            0, (physical_offset != expected_offset, "PHYSICALOFFSET {} is not the record's position", physical_offset)
+        )
     bad = np.zeros(len(queue_id), bool)
     for mask, _, _ in checks:
         bad |= mask
@@ -230,18 +238,32 @@ class Record:
         v2 = self.magic == MAGIC_V2
         topic = self.topic.encode("utf-8")
         dt = header_dtype(born_v6, store_v6)
-        total = record_length(len(self.body), len(topic), len(self.properties),
-                              born_v6=born_v6, store_v6=store_v6, v2=v2)
+        total = record_length(
+            len(self.body), len(topic), len(self.properties), born_v6=born_v6, store_v6=store_v6, v2=v2
+        )
         h = np.zeros(1, dt)
-        sys_flag = self.sys_flag | (SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (
-            SYSFLAG_STOREHOST_V6 if store_v6 else 0)
-        h[0] = (total, self.magic, body_crc(self.body), self.queue_id, self.flag,
-                self.queue_offset, self.physical_offset, sys_flag, self.born_timestamp,
-                self.born_host, self.store_timestamp, self.store_host, self.reconsume_times,
-                self.prepared_transaction_offset, len(self.body))
+        sys_flag = self.sys_flag | (SYSFLAG_BORNHOST_V6 if born_v6 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0)
+        h[0] = (
+            total,
+            self.magic,
+            body_crc(self.body),
+            self.queue_id,
+            self.flag,
+            self.queue_offset,
+            self.physical_offset,
+            sys_flag,
+            self.born_timestamp,
+            self.born_host,
+            self.store_timestamp,
+            self.store_host,
+            self.reconsume_times,
+            self.prepared_transaction_offset,
+            len(self.body),
+        )
         topic_len = struct.pack(">h" if v2 else ">b", len(topic))
-        return b"".join([h.tobytes(), self.body, topic_len, topic,
-                         struct.pack(">h", len(self.properties)), self.properties])
+        return b"".join(
+            [h.tobytes(), self.body, topic_len, topic, struct.pack(">h", len(self.properties)), self.properties]
+        )
 
 
 class ScanKind(enum.Enum):
@@ -271,8 +293,10 @@ def decode_at(buf: memoryview | bytes, pos: int, *, check_crc: bool = False, bas
     """
     left = len(buf) - pos
     if left < 8:
-        return ScanResult(ScanKind.END if left == 0 or not any(bytes(buf[pos:])) else ScanKind.CORRUPT,
-                          reason="fewer than 8 bytes left")
+        return ScanResult(
+            ScanKind.END if left == 0 or not any(bytes(buf[pos:])) else ScanKind.CORRUPT,
+            reason="fewer than 8 bytes left",
+        )
     total, magic = struct.unpack_from(">ii", buf, pos)
     if magic == BLANK_MAGIC:
         if total != left:
@@ -310,8 +334,12 @@ def decode_at(buf: memoryview | bytes, pos: int, *, check_crc: bool = False, bas
     props = bytes(buf[p : p + props_len])
     one = np.ones(1, np.int64)
     bad, why = field_problems(
-        one * int(h["queueId"]), one * int(h["queueOffset"]), one * int(h["physicalOffset"]),
-        one * int(h["bornTimestamp"]), one * int(h["storeTimestamp"]), None if base is None else one * (base + pos),
+        one * int(h["queueId"]),
+        one * int(h["queueOffset"]),
+        one * int(h["physicalOffset"]),
+        one * int(h["bornTimestamp"]),
+        one * int(h["storeTimestamp"]),
+        None if base is None else one * (base + pos),
     )
     if why:
         return ScanResult(ScanKind.CORRUPT, reason=why)
@@ -319,13 +347,22 @@ def decode_at(buf: memoryview | bytes, pos: int, *, check_crc: bool = False, bas
     if check_crc and body_crc(body) != crc:
         return ScanResult(ScanKind.CORRUPT, reason="body CRC mismatch")
     rec = Record(
-        queue_id=int(h["queueId"]), flag=int(h["flag"]), queue_offset=int(h["queueOffset"]),
-        physical_offset=int(h["physicalOffset"]), sys_flag=sys_flag,
-        born_timestamp=int(h["bornTimestamp"]), born_host=bytes(h["bornHost"]),
-        store_timestamp=int(h["storeTimestamp"]), store_host=bytes(h["storeHost"]),
+        queue_id=int(h["queueId"]),
+        flag=int(h["flag"]),
+        queue_offset=int(h["queueOffset"]),
+        physical_offset=int(h["physicalOffset"]),
+        sys_flag=sys_flag,
+        born_timestamp=int(h["bornTimestamp"]),
+        born_host=bytes(h["bornHost"]),
+        store_timestamp=int(h["storeTimestamp"]),
+        store_host=bytes(h["storeHost"]),
         reconsume_times=int(h["reconsumeTimes"]),
-        prepared_transaction_offset=int(h["preparedTransactionOffset"]), body=body,
-        topic=topic.decode("utf-8", "replace"), properties=props, total_size=total, magic=magic,
+        prepared_transaction_offset=int(h["preparedTransactionOffset"]),
+        body=body,
+        topic=topic.decode("utf-8", "replace"),
+        properties=props,
+        total_size=total,
+        magic=magic,
         body_crc=crc,
     )
     return ScanResult(ScanKind.RECORD, size=total, record=rec)

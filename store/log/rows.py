@@ -140,8 +140,12 @@ def _walk(view: memoryview, n: int) -> list[dict[str, Any]]:
         pl_at = topic_at + topic_len
         if pl_at + 2 > end or pl_at + 2 + (view[pl_at] << 8 | view[pl_at + 1]) != end:
             raise _Doubt
-        if (queue_id < 0 or queue_offset < 0 or not 0 <= store_ms <= MAX_TIMESTAMP_MS
-                or not MIN_TIMESTAMP_MS <= born_ms <= MAX_TIMESTAMP_MS):
+        if (
+            queue_id < 0
+            or queue_offset < 0
+            or not 0 <= store_ms <= MAX_TIMESTAMP_MS
+            or not MIN_TIMESTAMP_MS <= born_ms <= MAX_TIMESTAMP_MS
+        ):
             raise _Doubt
         body = bytes(view[body_at:tl_at])
         if crc32(body) & 0x7FFFFFFF != crc:
@@ -153,14 +157,33 @@ def _walk(view: memoryview, n: int) -> list[dict[str, Any]]:
                 tags = value
             elif name == PROPERTY_KEYS:
                 keys = value
-        rows.append(dict(zip(_NAMES, (
-            bytes(view[topic_at:pl_at]).decode("utf-8", "replace"), queue_id, queue_offset, physical,
-            (store_raw + physical.to_bytes(8, "big", signed=True)).hex().upper(), body, tags,
-            [k for k in keys.split(KEY_SEPARATOR) if k] if keys else [],
-            [p for p in props if not p[0].startswith(STORE_PROPERTY_PREFIX)],
-            epoch + td(milliseconds=born_ms), epoch + td(milliseconds=store_ms), _host(born_raw), _host(store_raw),
-            flag, sys_flag, reconsume, crc,
-        ), strict=True)))
+        rows.append(
+            dict(
+                zip(
+                    _NAMES,
+                    (
+                        bytes(view[topic_at:pl_at]).decode("utf-8", "replace"),
+                        queue_id,
+                        queue_offset,
+                        physical,
+                        (store_raw + physical.to_bytes(8, "big", signed=True)).hex().upper(),
+                        body,
+                        tags,
+                        [k for k in keys.split(KEY_SEPARATOR) if k] if keys else [],
+                        [p for p in props if not p[0].startswith(STORE_PROPERTY_PREFIX)],
+                        epoch + td(milliseconds=born_ms),
+                        epoch + td(milliseconds=store_ms),
+                        _host(born_raw),
+                        _host(store_raw),
+                        flag,
+                        sys_flag,
+                        reconsume,
+                        crc,
+                    ),
+                    strict=True,
+                )
+            )
+        )
         pos = end
     return rows
 

@@ -83,7 +83,12 @@ def _be32(seg: np.ndarray, pos: np.ndarray) -> np.ndarray:
 
 
 def scan_segment(
-    seg: np.ndarray, start: int = 0, limit: int | None = None, *, check_crc: bool = False, base: int | None = None,
+    seg: np.ndarray,
+    start: int = 0,
+    limit: int | None = None,
+    *,
+    check_crc: bool = False,
+    base: int | None = None,
     native: bool = True,
 ) -> SegmentScan:
     """Walk the records of ``seg`` (uint8 array of one whole segment) from ``start`` to ``limit``.
@@ -115,8 +120,16 @@ def _scan_native(seg: np.ndarray, start: int, limit: int, check_crc: bool, base:
     room = (limit - start) // 8 + 1
     pos_out, size_out = np.empty(room, np.int64), np.empty(room, np.int64)
     n, end, code, value = _native_walk(
-        seg, start, limit, -1 if base is None else base, HEADER_V4.itemsize, TRAILER_LENGTH_FIELDS,
-        MIN_TIMESTAMP_MS, MAX_TIMESTAMP_MS, pos_out, size_out,
+        seg,
+        start,
+        limit,
+        -1 if base is None else base,
+        HEADER_V4.itemsize,
+        TRAILER_LENGTH_FIELDS,
+        MIN_TIMESTAMP_MS,
+        MAX_TIMESTAMP_MS,
+        pos_out,
+        size_out,
     )
     rec_pos, rec_size = pos_out[:n], size_out[:n]
     bad, detail = (n, "") if code == 0 else (n, _NATIVE_PROBLEMS[code].format(value))
@@ -125,7 +138,9 @@ def _scan_native(seg: np.ndarray, start: int, limit: int, check_crc: bool, base:
         if crc_bad < n:
             bad, detail = crc_bad, "body CRC mismatch"
     if bad < n or code:
-        return SegmentScan(rec_pos[:bad], rec_size[:bad], int(rec_pos[bad]) if bad < n else end, StopReason.CORRUPT, detail)
+        return SegmentScan(
+            rec_pos[:bad], rec_size[:bad], int(rec_pos[bad]) if bad < n else end, StopReason.CORRUPT, detail
+        )
     return _finish(seg, start, limit, rec_pos, rec_size, n, "", base)
 
 
@@ -172,7 +187,13 @@ def _chain(seg: np.ndarray, start: int, limit: int) -> tuple[np.ndarray, np.ndar
 
 
 def _finish(
-    seg: np.ndarray, start: int, limit: int, rec_pos: np.ndarray, rec_size: np.ndarray, bad: int, detail: str,
+    seg: np.ndarray,
+    start: int,
+    limit: int,
+    rec_pos: np.ndarray,
+    rec_size: np.ndarray,
+    bad: int,
+    detail: str,
     base: int | None,
 ) -> SegmentScan:
     """The scan's answer once the chain's records are checked: cut at the first bad one, or
@@ -200,7 +221,11 @@ def _finish(
 
 
 def _first_bad(
-    seg: np.ndarray, pos: np.ndarray, size: np.ndarray, check_crc: bool, base: int | None = None,
+    seg: np.ndarray,
+    pos: np.ndarray,
+    size: np.ndarray,
+    check_crc: bool,
+    base: int | None = None,
 ) -> tuple[int, str]:
     """Index of the first record whose lengths do not add up, whose header holds a value no
     store writes (:func:`rmqlog.log.record.field_problems`), or whose body CRC is wrong.
@@ -230,13 +255,18 @@ def _first_bad(
     first = int(np.argmax(why > 0)) if (why > 0).any() else n
     detail = ""
     if first < n:
-        detail = (f"TOTALSIZE {int(size[first])} out of range" if why[first] == 1
-                  else "lengths do not add up to TOTALSIZE")
+        detail = (
+            f"TOTALSIZE {int(size[first])} out of range" if why[first] == 1 else "lengths do not add up to TOTALSIZE"
+        )
     # header fields nothing checksums, of the records whose lengths are sound
     h = pos[:first]
     store_at = h + np.where(born_v6[:first], 68, 56)
     bad, problem = field_problems(
-        _be32(seg, h + 12), _be(seg, h + 20, 8), _be(seg, h + 28, 8), _be(seg, h + 40, 8), _be(seg, store_at, 8),
+        _be32(seg, h + 12),
+        _be(seg, h + 20, 8),
+        _be(seg, h + 28, 8),
+        _be(seg, h + 40, 8),
+        _be(seg, store_at, 8),
         None if base is None else h + base,
     )
     if bad < first:
@@ -249,15 +279,21 @@ def _first_bad(
 
 
 def _first_crc_mismatch(
-    seg: np.ndarray, pos: np.ndarray, hsize: np.ndarray | None = None, body_len: np.ndarray | None = None,
+    seg: np.ndarray,
+    pos: np.ndarray,
+    hsize: np.ndarray | None = None,
+    body_len: np.ndarray | None = None,
 ) -> int:
     """Index of the first of these records (lengths already checked) whose body CRC is wrong;
     ``len(pos)`` if none."""
     n = len(pos)
     if hsize is None or body_len is None:
         sys_flag = _be32(seg, pos + 36)
-        hsize = (HEADER_V4.itemsize + np.where(sys_flag & SYSFLAG_BORNHOST_V6, 12, 0)
-                 + np.where(sys_flag & SYSFLAG_STOREHOST_V6, 12, 0))
+        hsize = (
+            HEADER_V4.itemsize
+            + np.where(sys_flag & SYSFLAG_BORNHOST_V6, 12, 0)
+            + np.where(sys_flag & SYSFLAG_STOREHOST_V6, 12, 0)
+        )
         body_len = _be32(seg, pos + hsize - 4)
     crc = _be32(seg, pos + 8)
     starts = (pos + hsize).tolist()
@@ -290,7 +326,11 @@ class QueueDensity:
         self.from_log_start = from_log_start
 
     def first_break(
-        self, topics: list[str], topic_index: np.ndarray, queue_id: np.ndarray, queue_offset: np.ndarray,
+        self,
+        topics: list[str],
+        topic_index: np.ndarray,
+        queue_id: np.ndarray,
+        queue_offset: np.ndarray,
         consumable: np.ndarray,
     ) -> tuple[int, str]:
         """(index of the first record that breaks density, why), (n, "") if none; then
@@ -306,7 +346,9 @@ class QueueDensity:
         bad_sorted = np.flatnonzero(same & (so[1:] != so[:-1] + 1)) + 1
         first_of = np.flatnonzero(np.r_[True, ~same]) if len(sk) else np.zeros(0, np.int64)
         unknown = -1 if self.from_log_start else -2  # a queue first seen starts at 0, or anywhere
-        expect = np.array([self.last.get((topics[int(k) >> 32], int(k) & 0xFFFFFFFF), unknown) + 1 for k in sk[first_of]], np.int64)
+        expect = np.array(
+            [self.last.get((topics[int(k) >> 32], int(k) & 0xFFFFFFFF), unknown) + 1 for k in sk[first_of]], np.int64
+        )
         bad_first = first_of[(expect >= 0) & (so[first_of] != expect)] if len(first_of) else first_of
         bad = np.concatenate([bad_sorted, bad_first])
         cut = int(rows[order[bad]].min()) if len(bad) else n

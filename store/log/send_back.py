@@ -54,14 +54,25 @@ FOUND = (PROPERTY_RETRY_TOPIC, PROPERTY_ORIGIN_MESSAGE_ID)
 CLIENT_SYSFLAG_BITS = 0xF
 
 #: the columns :func:`send_back_table` returns: a ``put_wire``'s
-SEND_BACK_SCHEMA = pa.schema([
-    ("topic", pa.string()), ("queueId", pa.int32()), ("body", pa.binary()), ("flag", pa.int32()),
-    ("sysFlag", pa.int32()), ("bornTimestamp", pa.int64()), ("bornHost", pa.binary()),
-    ("properties", pa.string()), ("reconsumeTimes", pa.int32()), ("delayLevel", pa.int32()),
-])
+SEND_BACK_SCHEMA = pa.schema(
+    [
+        ("topic", pa.string()),
+        ("queueId", pa.int32()),
+        ("body", pa.binary()),
+        ("flag", pa.int32()),
+        ("sysFlag", pa.int32()),
+        ("bornTimestamp", pa.int64()),
+        ("bornHost", pa.binary()),
+        ("properties", pa.string()),
+        ("reconsumeTimes", pa.int32()),
+        ("delayLevel", pa.int32()),
+    ]
+)
 
 
-def drop_and_find(props: pa.Array, drop: tuple[str, ...], find: tuple[str, ...]) -> tuple[pa.StringArray, list[pa.Array]]:
+def drop_and_find(
+    props: pa.Array, drop: tuple[str, ...], find: tuple[str, ...]
+) -> tuple[pa.StringArray, list[pa.Array]]:
     """Per row of a properties column: the stored items without the names in ``drop`` and
     the store's ``RMQLOG_*`` markers (``name\\x01value\\x02``... in stored order) and the values of ``find`` (null where absent;
     the last one wins, as in Java's map), by Java's parsing rules."""
@@ -76,14 +87,26 @@ def drop_and_find(props: pa.Array, drop: tuple[str, ...], find: tuple[str, ...])
         row_offsets = np.empty(n + 1, np.int64)
         k = len(find)
         start, length = np.empty(k * n, np.int64), np.empty(k * n, np.int64)
-        _native_copy(data, off, tuple(x.encode() for x in drop), (STORE_PROPERTY_PREFIX.encode(),),
-                     tuple(x.encode() for x in find), out, row_offsets, start, length)
+        _native_copy(
+            data,
+            off,
+            tuple(x.encode() for x in drop),
+            (STORE_PROPERTY_PREFIX.encode(),),
+            tuple(x.encode() for x in find),
+            out,
+            row_offsets,
+            start,
+            length,
+        )
         if row_offsets[-1] < 1 << 31:
-            kept = pa.StringArray.from_buffers(n, pa.py_buffer((row_offsets - row_offsets[0]).astype(np.int32)),
-                                               pa.py_buffer(out[row_offsets[0]: row_offsets[-1]]))
+            kept = pa.StringArray.from_buffers(
+                n,
+                pa.py_buffer((row_offsets - row_offsets[0]).astype(np.int32)),
+                pa.py_buffer(out[row_offsets[0] : row_offsets[-1]]),
+            )
             values = []
             for j in range(k):
-                s, ln = start[j * n: (j + 1) * n], length[j * n: (j + 1) * n]
+                s, ln = start[j * n : (j + 1) * n], length[j * n : (j + 1) * n]
                 found = s >= 0
                 if not found.any():  # (the usual case of a first retry: no Arrow call)
                     values.append(pa.nulls(n, pa.string()))
@@ -93,8 +116,16 @@ def drop_and_find(props: pa.Array, drop: tuple[str, ...], find: tuple[str, ...])
             return kept, values
     parsed = ParsedProperties(props)
     keys = parsed.keys
-    keep = ~np.asarray(pc.fill_null(pc.or_(pc.is_in(keys, pa.array(list(drop), pa.string())),
-                                           pc.starts_with(keys, STORE_PROPERTY_PREFIX)), False)) if len(keys) else np.zeros(0, bool)
+    keep = (
+        ~np.asarray(
+            pc.fill_null(
+                pc.or_(pc.is_in(keys, pa.array(list(drop), pa.string())), pc.starts_with(keys, STORE_PROPERTY_PREFIX)),
+                False,
+            )
+        )
+        if len(keys)
+        else np.zeros(0, bool)
+    )
     sel = pa.array(keep, pa.bool_())
     pairs = pc.binary_join_element_wise(keys.filter(sel), "\x01", parsed.values.filter(sel), "\x02", "")
     row_offsets32 = np.concatenate([[0], np.cumsum(np.bincount(parsed.parent[keep], minlength=n))]).astype(np.int32)
@@ -103,18 +134,30 @@ def drop_and_find(props: pa.Array, drop: tuple[str, ...], find: tuple[str, ...])
 
 
 #: the columns :func:`send_back_table` and :func:`resend_table` read, and their types
-_RECORD_COLUMNS = {"topic": pa.string(), "body": pa.binary(), "flag": pa.int32(), "sysFlag": pa.int32(),
-                   "bornTimestamp": pa.int64(), "bornHost": pa.binary(), "properties": pa.string(),
-                   "reconsumeTimes": pa.int32(), "msgId": pa.string()}
+_RECORD_COLUMNS = {
+    "topic": pa.string(),
+    "body": pa.binary(),
+    "flag": pa.int32(),
+    "sysFlag": pa.int32(),
+    "bornTimestamp": pa.int64(),
+    "bornHost": pa.binary(),
+    "properties": pa.string(),
+    "reconsumeTimes": pa.int32(),
+    "msgId": pa.string(),
+}
 
 
 def _check_records(records: object) -> int:
     """The rows of a ``wire_records`` table; :class:`InvalidArgumentError` for anything else."""
     if not isinstance(records, pa.Table):
-        raise InvalidArgumentError(f"records must be a pyarrow Table of MessageStore.wire_records, not {type(records).__name__}")
+        raise InvalidArgumentError(
+            f"records must be a pyarrow Table of MessageStore.wire_records, not {type(records).__name__}"
+        )
     for name, typ in _RECORD_COLUMNS.items():
         if name not in records.column_names or records.schema.field(name).type != typ:
-            raise InvalidArgumentError(f"records must have column {name!r} of type {typ} (MessageStore.wire_records' columns)")
+            raise InvalidArgumentError(
+                f"records must have column {name!r} of type {typ} (MessageStore.wire_records' columns)"
+            )
         if records.column(name).null_count:
             raise InvalidArgumentError(f"records column {name!r} holds nulls")
     return records.num_rows
@@ -159,21 +202,35 @@ def send_back_table(records: pa.Table, topic: pa.Array, queue_id: np.ndarray, de
     topic = _strings_of(topic, n, "topic")
     queue_id, delay_level = long_array_arg("queue_id", queue_id, n), long_array_arg("delay_level", delay_level, n)
     kept, (retry_topic, origin) = drop_and_find(records.column("properties"), DROPPED, FOUND)
-    no_retry = np.full(n, retry_topic.null_count == n) if retry_topic.null_count in (0, n) \
+    no_retry = (
+        np.full(n, retry_topic.null_count == n)
+        if retry_topic.null_count in (0, n)
         else ~np.asarray(retry_topic.is_valid())
+    )
     no_origin = _absent_or_blank(origin) if n else np.zeros(0, bool)
     levels = np.asarray(delay_level, np.int64)
-    pieces = [*_item(PROPERTY_RETRY_TOPIC, records.column("topic").combine_chunks(), no_retry),
-              *_item(PROPERTY_ORIGIN_MESSAGE_ID, records.column("msgId").combine_chunks(), no_origin)]
+    pieces = [
+        *_item(PROPERTY_RETRY_TOPIC, records.column("topic").combine_chunks(), no_retry),
+        *_item(PROPERTY_ORIGIN_MESSAGE_ID, records.column("msgId").combine_chunks(), no_origin),
+    ]
     props = pc.binary_join_element_wise(kept, *pieces, "") if pieces else kept
     sys_flag = records.column("sysFlag").to_numpy() & CLIENT_SYSFLAG_BITS
     reconsume = records.column("reconsumeTimes").to_numpy().astype(np.int64) + 1
-    return pa.Table.from_arrays([
-        topic.cast(pa.string()), pa.array(np.asarray(queue_id, np.int32)), records.column("body"), records.column("flag"),
-        pa.array(sys_flag.astype(np.int32)), records.column("bornTimestamp"), records.column("bornHost"),
-        props, pa.array(np.minimum(reconsume, (1 << 31) - 1).astype(np.int32)),
-        pa.array(np.minimum(levels, (1 << 31) - 1).astype(np.int32), mask=levels <= 0),
-    ], schema=SEND_BACK_SCHEMA)
+    return pa.Table.from_arrays(
+        [
+            topic.cast(pa.string()),
+            pa.array(np.asarray(queue_id, np.int32)),
+            records.column("body"),
+            records.column("flag"),
+            pa.array(sys_flag.astype(np.int32)),
+            records.column("bornTimestamp"),
+            records.column("bornHost"),
+            props,
+            pa.array(np.minimum(reconsume, (1 << 31) - 1).astype(np.int32)),
+            pa.array(np.minimum(levels, (1 << 31) - 1).astype(np.int32), mask=levels <= 0),
+        ],
+        schema=SEND_BACK_SCHEMA,
+    )
 
 
 #: names a re-sent dead letter loses: the retry's, the delay's and the store's own
@@ -194,9 +251,19 @@ def resend_table(records: pa.Table) -> tuple[pa.Table, np.ndarray]:
     has = np.asarray(pc.is_valid(origin)) if records.num_rows else np.zeros(0, bool)
     n = records.num_rows
     sys_flag = records.column("sysFlag").to_numpy() & CLIENT_SYSFLAG_BITS
-    table = pa.Table.from_arrays([
-        origin, pa.nulls(n, pa.int32()), records.column("body"), records.column("flag"),
-        pa.array(sys_flag.astype(np.int32)), records.column("bornTimestamp"), records.column("bornHost"),
-        kept, pa.array(np.zeros(n, np.int32)), pa.nulls(n, pa.int32()),
-    ], schema=SEND_BACK_SCHEMA)
+    table = pa.Table.from_arrays(
+        [
+            origin,
+            pa.nulls(n, pa.int32()),
+            records.column("body"),
+            records.column("flag"),
+            pa.array(sys_flag.astype(np.int32)),
+            records.column("bornTimestamp"),
+            records.column("bornHost"),
+            kept,
+            pa.array(np.zeros(n, np.int32)),
+            pa.nulls(n, pa.int32()),
+        ],
+        schema=SEND_BACK_SCHEMA,
+    )
     return table.filter(pa.array(has)), has

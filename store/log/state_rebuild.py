@@ -63,8 +63,9 @@ def rebuild_state(commitlog: CommitLog, end: int | None = None, *, check_crc: bo
     return state
 
 
-def _note_records(state: AppendState, seg: MappedFile, scan: SegmentScan, density: QueueDensity,
-                  lmq: bool = False) -> SegmentScan:
+def _note_records(
+    state: AppendState, seg: MappedFile, scan: SegmentScan, density: QueueDensity, lmq: bool = False
+) -> SegmentScan:
     """Add a run of records to ``state``; returns ``scan`` cut at the first record that breaks
     its queue's density (damage: the log ends there)."""
     cols = read_columns(seg.buffer(), seg.start, scan.positions, with_body=False)

@@ -23,7 +23,9 @@ def bytes_view(name: str, value: object) -> memoryview:
     :class:`InvalidArgumentError` naming the argument."""
     if isinstance(value, (bytes, bytearray, memoryview, pa.Buffer)):
         return memoryview(value).cast("B") if isinstance(value, memoryview) else memoryview(value)
-    raise InvalidArgumentError(f"{name} must be bytes, bytearray, memoryview or a pyarrow Buffer, got {type(value).__name__}")
+    raise InvalidArgumentError(
+        f"{name} must be bytes, bytearray, memoryview or a pyarrow Buffer, got {type(value).__name__}"
+    )
 
 
 def decode_records(data: bytes | bytearray | memoryview | pa.Buffer) -> pa.Table:
@@ -63,7 +65,8 @@ def stored_records(parts: list[tuple[RecordColumns, pa.LargeBinaryArray]]) -> St
     # a gather's and a concatenation's value offsets start at 0: ``data`` is the records
     array = parts[0][1] if len(parts) == 1 else pa.concat_arrays([a for _, a in parts])
     return StoredRecords(
-        array, np.concatenate([c.offsets for c in cols]).astype(np.int64),
+        array,
+        np.concatenate([c.offsets for c in cols]).astype(np.int64),
         np.concatenate([c.header["totalSize"] for c in cols]).astype(np.int64),
         np.concatenate([c.header["queueOffset"] for c in cols]).astype(np.int64),
     )

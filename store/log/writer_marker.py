@@ -19,8 +19,13 @@ from .properties import PROPERTY_WRITER, ParsedProperties
 def writer_problem(writer: object) -> str | None:
     """Why ``writer`` is not a usable writer name, or ``None``: a non-empty string of at most
     1024 UTF-8 bytes (no lone surrogate) without \\x00-\\x02 (the properties' separators)."""
-    if (not isinstance(writer, str) or not writer or utf8_problem(writer) is not None or len(writer.encode()) > 1024
-            or any(c in writer for c in "\x00\x01\x02")):
+    if (
+        not isinstance(writer, str)
+        or not writer
+        or utf8_problem(writer) is not None
+        or len(writer.encode()) > 1024
+        or any(c in writer for c in "\x00\x01\x02")
+    ):
         return f"writer must be a non-empty string of at most 1024 UTF-8 bytes without \\x00-\\x02, got {writer!r}"
     return None
 

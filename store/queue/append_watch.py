@@ -56,7 +56,9 @@ _EVENT = struct.Struct("iIII")
 DEBOUNCE_S = 0.001
 #: ``statfs`` ``f_type`` of file systems only this host writes to (linux/magic.h): ext2/3/4,
 #: xfs, btrfs, tmpfs, overlayfs, zfs, f2fs, ramfs
-LOCAL_FILE_SYSTEMS = frozenset((0xEF53, 0x58465342, 0x9123683E, 0x01021994, 0x794C7630, 0x2FC12FC1, 0xF2F52010, 0x858458F6))
+LOCAL_FILE_SYSTEMS = frozenset(
+    (0xEF53, 0x58465342, 0x9123683E, 0x01021994, 0x794C7630, 0x2FC12FC1, 0xF2F52010, 0x858458F6)
+)
 
 
 def _libc() -> ctypes.CDLL | None:

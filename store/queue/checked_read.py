@@ -63,8 +63,16 @@ _T = TypeVar("_T")
 
 
 def read_units(
-    commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: np.ndarray, *, topic: str, queue_id: int,
-    floor: int, tail: int, check_crc: bool,
+    commitlog: CommitLog,
+    cq: ConsumeQueue,
+    units: np.ndarray,
+    logical: np.ndarray,
+    *,
+    topic: str,
+    queue_id: int,
+    floor: int,
+    tail: int,
+    check_crc: bool,
 ) -> pa.Table:
     """The messages ``units`` (consume-queue units, no fillers) point at, checked against them.
 
@@ -76,27 +84,55 @@ def read_units(
 
 
 def read_unit_columns(
-    commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: np.ndarray, *, topic: str, queue_id: int,
-    floor: int, tail: int, check_crc: bool,
+    commitlog: CommitLog,
+    cq: ConsumeQueue,
+    units: np.ndarray,
+    logical: np.ndarray,
+    *,
+    topic: str,
+    queue_id: int,
+    floor: int,
+    tail: int,
+    check_crc: bool,
 ) -> list[RecordColumns]:
     """:func:`read_units` (the same checks and errors) stopping at the records' raw columns, one
     :class:`RecordColumns` per commitlog segment (the scheduler's copies are made from them)."""
-    return _checked(commitlog.read_record_columns, commitlog, cq, units, logical, topic, queue_id, floor, tail, check_crc)
+    return _checked(
+        commitlog.read_record_columns, commitlog, cq, units, logical, topic, queue_id, floor, tail, check_crc
+    )
 
 
 def read_unit_records(
-    commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: np.ndarray, *, topic: str, queue_id: int,
-    floor: int, tail: int, check_crc: bool,
+    commitlog: CommitLog,
+    cq: ConsumeQueue,
+    units: np.ndarray,
+    logical: np.ndarray,
+    *,
+    topic: str,
+    queue_id: int,
+    floor: int,
+    tail: int,
+    check_crc: bool,
 ) -> list[tuple[RecordColumns, pa.LargeBinaryArray]]:
     """:func:`read_units` (the same checks and errors) giving the records as stored, byte-exact,
     beside their raw columns, one pair per commitlog segment
     (:meth:`rmqlog.log.commitlog.CommitLog.read_stored_records`)."""
-    return _checked(commitlog.read_stored_records, commitlog, cq, units, logical, topic, queue_id, floor, tail, check_crc)
+    return _checked(
+        commitlog.read_stored_records, commitlog, cq, units, logical, topic, queue_id, floor, tail, check_crc
+    )
 
 
 def read_unit_stored(
-    commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: np.ndarray, *, topic: str, queue_id: int,
-    floor: int, tail: int, check_crc: bool,
+    commitlog: CommitLog,
+    cq: ConsumeQueue,
+    units: np.ndarray,
+    logical: np.ndarray,
+    *,
+    topic: str,
+    queue_id: int,
+    floor: int,
+    tail: int,
+    check_crc: bool,
 ) -> StoredRecords | None:
     """The fast form of :func:`read_unit_records` for a read without a tag filter: the records
     as stored, checked where they lie and then copied whole, one gather per segment
@@ -113,8 +149,13 @@ def read_unit_stored(
     # ``off.max() < tail`` is false, and the conditions only count together)
     end = off + size
     seg = commitlog.segment_size
-    if not (off.min() >= floor and size.min() >= MIN_RECORD_SIZE and end.max() <= tail and off.max() < tail
-            and (off // seg == (end - 1) // seg).all()):
+    if not (
+        off.min() >= floor
+        and size.min() >= MIN_RECORD_SIZE
+        and end.max() <= tail
+        and off.max() < tail
+        and (off // seg == (end - 1) // seg).all()
+    ):
         return None  # step 1 fails somewhere: check_bounds names it in the general read
     logical = np.asarray(logical, np.int64)
     array = read_checked(commitlog, off, size, logical, topic=topic.encode(), queue_id=queue_id, crc=check_crc)
@@ -122,8 +163,16 @@ def read_unit_stored(
 
 
 def _checked(
-    read: Callable[..., _T], commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: np.ndarray, topic: str,
-    queue_id: int, floor: int, tail: int, check_crc: bool,
+    read: Callable[..., _T],
+    commitlog: CommitLog,
+    cq: ConsumeQueue,
+    units: np.ndarray,
+    logical: np.ndarray,
+    topic: str,
+    queue_id: int,
+    floor: int,
+    tail: int,
+    check_crc: bool,
 ) -> _T:
     try:
         return _read(read, commitlog, units, logical, topic, queue_id, floor, tail, check_crc)
@@ -145,7 +194,12 @@ def _checked(
 
 
 def deleted_error(
-    commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: np.ndarray, topic: str, queue_id: int,
+    commitlog: CommitLog,
+    cq: ConsumeQueue,
+    units: np.ndarray,
+    logical: np.ndarray,
+    topic: str,
+    queue_id: int,
     floor: int,
 ) -> MessagesDeletedError | None:
     """After a failed read: the error to raise when retention deleted records the read needed
@@ -166,8 +220,15 @@ def deleted_error(
 
 
 def _read(
-    read: Callable[..., _T], commitlog: CommitLog, units: np.ndarray, logical: np.ndarray, topic: str, queue_id: int,
-    floor: int, tail: int, check_crc: bool,
+    read: Callable[..., _T],
+    commitlog: CommitLog,
+    units: np.ndarray,
+    logical: np.ndarray,
+    topic: str,
+    queue_id: int,
+    floor: int,
+    tail: int,
+    check_crc: bool,
 ) -> _T:
     off = units["offset"].astype(np.int64)
     size = units["size"].astype(np.int64)
@@ -179,22 +240,30 @@ def _read(
     return read(off, topic=topic, check=check, tail=tail)
 
 
-def check_lmq_units(commitlog: CommitLog, off: np.ndarray, size: np.ndarray, logical: np.ndarray, topic: str,
-                    queue_id: int, tail: int) -> None:
+def check_lmq_units(
+    commitlog: CommitLog, off: np.ndarray, size: np.ndarray, logical: np.ndarray, topic: str, queue_id: int, tail: int
+) -> None:
     """Step 2 for the units of light message queue ``topic`` (the module docstring): raises
     :class:`BadRecordError` (against the unit) for the first whose record is not in the queue
     at its logical offset (a record sent to the queue itself is, as any queue's)."""
     row = 0
     for cols in commitlog.read_record_columns(off, check=RecordCheck(size=size, crc=False), tail=tail):
         n = len(cols.offsets)
-        h, at_ = cols.header, logical[row: row + n]
-        own = (np.asarray(pc.equal(pc.cast(cols.topic, pa.string()), topic).fill_null(False))
-               & (h["queueId"].astype(np.int64) == queue_id) & (h["queueOffset"].astype(np.int64) == at_))
+        h, at_ = cols.header, logical[row : row + n]
+        own = (
+            np.asarray(pc.equal(pc.cast(cols.topic, pa.string()), topic).fill_null(False))
+            & (h["queueId"].astype(np.int64) == queue_id)
+            & (h["queueOffset"].astype(np.int64) == at_)
+        )
         bad = np.flatnonzero(~(own | in_lmq(cols.properties, topic, at_)))
         if len(bad):
             at = row + int(bad[0])
-            raise BadRecordError(f"the record there is not in {topic} at queue offset {int(logical[at])}",
-                                 row=at, offset=int(off[at]), against_unit=True)
+            raise BadRecordError(
+                f"the record there is not in {topic} at queue offset {int(logical[at])}",
+                row=at,
+                offset=int(off[at]),
+                against_unit=True,
+            )
         row += n
 
 
@@ -203,32 +272,55 @@ def check_bounds(off: np.ndarray, size: np.ndarray, floor: int, tail: int, segme
     tests: list[tuple[np.ndarray, Callable[[int], str], bool]] = [
         (off < floor, lambda r: f"it points below the commitlog's first offset {floor}", True),
         # written so that no sum can overflow, whatever the unit holds
-        ((off >= tail) | (size > tail - off), lambda r: f"it points past the published tail {tail} (a {size[r]}-byte record)", True),
+        (
+            (off >= tail) | (size > tail - off),
+            lambda r: f"it points past the published tail {tail} (a {size[r]}-byte record)",
+            True,
+        ),
         (size < MIN_RECORD_SIZE, lambda r: f"its size {size[r]} is smaller than any record", True),
-        (off // segment_size != (off + size - 1) // segment_size, lambda r: "its record would cross a commitlog segment end", True),
+        (
+            off // segment_size != (off + size - 1) // segment_size,
+            lambda r: "its record would cross a commitlog segment end",
+            True,
+        ),
     ]
     raise_first_bad_row(0, off, tests)
 
 
 def _public_error(
-    e: BadRecordError, cq: ConsumeQueue, topic: str, queue_id: int, queue_offset: int, commit_log_offset: int,
+    e: BadRecordError,
+    cq: ConsumeQueue,
+    topic: str,
+    queue_id: int,
+    queue_offset: int,
+    commit_log_offset: int,
 ) -> CorruptQueueError | CorruptRecordError:
     if e.against_unit:
         per = cq.units_per_segment
         path = cq.directory / segment_name(queue_offset // per * per * CQ_UNIT_SIZE)
         return CorruptQueueError(
             f"consume-queue unit of {topic}/{queue_id} does not match the commitlog: {e.reason}",
-            path=str(path), queue_offset=queue_offset, commit_log_offset=commit_log_offset,
+            path=str(path),
+            queue_offset=queue_offset,
+            commit_log_offset=commit_log_offset,
         )
     return CorruptRecordError(
         f"damaged commitlog record ({topic}/{queue_id} queue offset {queue_offset}): {e.reason}",
-        path=e.path, offset=e.offset,
+        path=e.path,
+        offset=e.offset,
     )
 
 
 def unit_store_timestamp(
-    commitlog: CommitLog, cq: ConsumeQueue, units: np.ndarray, logical: int, *, topic: str, queue_id: int,
-    floor: int, tail: int,
+    commitlog: CommitLog,
+    cq: ConsumeQueue,
+    units: np.ndarray,
+    logical: int,
+    *,
+    topic: str,
+    queue_id: int,
+    floor: int,
+    tail: int,
 ) -> int:
     """STORETIMESTAMP (ms) of the record one unit (``units``, one row) points at, the unit
     checked as :func:`read_units` does but without the body CRC (only the header is used).
@@ -245,7 +337,9 @@ def unit_store_timestamp(
         raise (deleted or _public_error(e, cq, topic, queue_id, logical, int(off[0]))) from None
 
 
-def _store_timestamp(commitlog: CommitLog, off: int, size: int, topic: str, queue_id: int, logical: int, tail: int) -> int:
+def _store_timestamp(
+    commitlog: CommitLog, off: int, size: int, topic: str, queue_id: int, logical: int, tail: int
+) -> int:
     def bad(reason: str, unit: bool = True) -> BadRecordError:
         return BadRecordError(reason, row=0, offset=off, against_unit=unit, path=str(seg.path) if seg else None)
 
@@ -276,4 +370,13 @@ def _store_timestamp(commitlog: CommitLog, off: int, size: int, topic: str, queu
     return rec.store_timestamp
 
 
-__all__ = ["read_units", "read_unit_columns", "read_unit_records", "read_unit_stored", "check_bounds", "unit_store_timestamp", "deleted_error", "check_lmq_units"]
+__all__ = [
+    "read_units",
+    "read_unit_columns",
+    "read_unit_records",
+    "read_unit_stored",
+    "check_bounds",
+    "unit_store_timestamp",
+    "deleted_error",
+    "check_lmq_units",
+]

@@ -78,15 +78,26 @@ log = logging.getLogger(__name__)
 
 class ConsumeQueue:
     def __init__(
-        self, directory: Path, segment_size: int, *, read_only: bool = False, open_files: OpenFiles | None = None,
-        bounded_reads: bool | None = None, settle: Callable[[], int | None] | None = None,
+        self,
+        directory: Path,
+        segment_size: int,
+        *,
+        read_only: bool = False,
+        open_files: OpenFiles | None = None,
+        bounded_reads: bool | None = None,
+        settle: Callable[[], int | None] | None = None,
     ) -> None:
         self.directory = directory
         #: the queue's name in the append state's ``queues`` (``"<topic>/<queueId>"``: its folders)
         self.state_key = f"{directory.parent.name}/{directory.name}"
         self.segments = MappedFileQueue(  # one size for every queue
-            directory, segment_size, infer=False, read_only=read_only, open_files=open_files,
-            bounded_reads=bounded_reads, settle=settle,
+            directory,
+            segment_size,
+            infer=False,
+            read_only=read_only,
+            open_files=open_files,
+            bounded_reads=bounded_reads,
+            settle=settle,
         )
         #: (first segment, commitlog min offset, answer) of the last min_offset that searched
         #: inside its first segment: units below the end never change, so it stays true
@@ -135,8 +146,12 @@ class ConsumeQueue:
         expected = published()
         if (expected is None or end < expected) and segs.relists == seen:  # (a listing made now stands)
             last = starts[-1] if starts else -1
-            if (expected is None or not starts or (expected - 1) * CQ_UNIT_SIZE >= last + segs.size
-                    or (last != starts[0] and not segs.still_listed(last))):
+            if (
+                expected is None
+                or not starts
+                or (expected - 1) * CQ_UNIT_SIZE >= last + segs.size
+                or (last != starts[0] and not segs.still_listed(last))
+            ):
                 starts = segs.relist()
                 end = self._end(starts)
                 published()

@@ -29,8 +29,15 @@ assert _UNIT.size == CQ_UNIT_SIZE
 Unit = tuple[str, int, int, int, int, int]
 
 
-def dispatch_direct(dispatcher: Dispatcher, start: int, end: int, units: Sequence[Unit], store_timestamp: int,
-                    index: Callable[[], object] | None = None, version: Hashable | None = None) -> bool:
+def dispatch_direct(
+    dispatcher: Dispatcher,
+    start: int,
+    end: int,
+    units: Sequence[Unit],
+    store_timestamp: int,
+    index: Callable[[], object] | None = None,
+    version: Hashable | None = None,
+) -> bool:
     """Write the units of the records appended and published at ``[start, end)`` (in log order); returns
     whether they are dispatched (by this call, or already by another dispatch), ``False``
     when the dispatcher stands before ``start`` (see the module docstring). Raises what the

@@ -122,7 +122,9 @@ class Dispatcher:
         #: (topics, topic index per row, parsed properties, header, tags hashes) -> the units'
         #: tagsCodes: the schedule topic's are delivery times (:mod:`rmqlog.schedule.levels`);
         #: ``None``: every tagsCode is the tags hash
-        self.codes_hook: Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None = None
+        self.codes_hook: (
+            Callable[[list[str], np.ndarray, ParsedProperties, dict[str, np.ndarray], np.ndarray], np.ndarray] | None
+        ) = None
         #: light message queues on: each record's ``INNER_MULTI_DISPATCH`` queues get a unit too
         self.lmq = False
         #: direct puts of this process (token -> start, real time) between their publish and their
@@ -217,7 +219,9 @@ class Dispatcher:
             return
         except DiskFullError as exc:
             if not required:
-                log.warning("%s; the dispatch position stays where it was, and the next dispatch walks on from there", exc)
+                log.warning(
+                    "%s; the dispatch position stays where it was, and the next dispatch walks on from there", exc
+                )
                 return
             error = exc
         safe_open.unlink(self.state_path)
@@ -319,7 +323,11 @@ class Dispatcher:
         return total
 
     def _dispatch_scan(
-        self, seg: MappedFile, positions: np.ndarray, maxes: Maxes, gaps_ok: set[tuple[str, int]],
+        self,
+        seg: MappedFile,
+        positions: np.ndarray,
+        maxes: Maxes,
+        gaps_ok: set[tuple[str, int]],
         went_back: set[tuple[str, int]],
     ) -> int:
         """Dispatch a run of records of ``seg``; a queue whose units would start past its end
@@ -336,13 +344,23 @@ class Dispatcher:
                 topic, q = behind.key
                 if behind.key not in went_back and behind.resume < seg.start + int(positions[0]):
                     went_back.add(behind.key)
-                    log.warning("consume queue %s/%d: units %d..%d missing; dispatching again from commitlog offset %d",
-                                topic, q, behind.have, behind.first, behind.resume)
+                    log.warning(
+                        "consume queue %s/%d: units %d..%d missing; dispatching again from commitlog offset %d",
+                        topic,
+                        q,
+                        behind.have,
+                        behind.first,
+                        behind.resume,
+                    )
                     raise GoBack(behind.resume) from None
                 gaps_ok.add(behind.key)
 
     def _dispatch_run(
-        self, source, base: int, positions: np.ndarray, maxes: dict[tuple[str, int], int],
+        self,
+        source,
+        base: int,
+        positions: np.ndarray,
+        maxes: dict[tuple[str, int], int],
         gaps_ok: set[tuple[str, int]] | None = None,
     ) -> int:
         cols = read_columns(source, base, positions, with_body=False)
@@ -351,8 +369,10 @@ class Dispatcher:
             self._last_ts = max(self._last_ts, int(h["storeTimestamp"].max()))
         keep = np.asarray(is_consumable(h["sysFlag"]))
         # parsed once: tags here, keys for the index, all three found in one pass when indexing
-        parsed = ParsedProperties(cols.properties, names=(_INDEXED_NAMES if self.index_hook is not None else ())
-                                  + (LMQ_NAMES if self.lmq else ()))
+        parsed = ParsedProperties(
+            cols.properties,
+            names=(_INDEXED_NAMES if self.index_hook is not None else ()) + (LMQ_NAMES if self.lmq else ()),
+        )
         codes = tags_codes(parsed.column(PROPERTY_TAGS))
         topic_codes = cols.topic.dictionary_encode()
         topics = topic_codes.dictionary.to_pylist()
@@ -367,12 +387,27 @@ class Dispatcher:
             if skip.any():
                 log.warning(
                     "commitlog: %d record(s) from offset %d have topics that cannot name a consume queue (%s); not dispatched",
-                    int(skip.sum()), int(cols.offsets[np.flatnonzero(skip)[0]]), ", ".join(repr(topics[i]) for i in unusable),
+                    int(skip.sum()),
+                    int(cols.offsets[np.flatnonzero(skip)[0]]),
+                    ", ".join(repr(topics[i]) for i in unusable),
                 )
             keep = keep & ~skip
         lmq = (parsed.column(LMQ_NAMES[0]), parsed.column(LMQ_NAMES[1])) if self.lmq else None
-        self._write_units(*with_lmq_units(lmq, keep, topics, tidx, h["queueId"].astype(np.int64), h["queueOffset"].astype(np.int64),
-                                          cols.offsets, h["totalSize"], codes), maxes, gaps_ok)
+        self._write_units(
+            *with_lmq_units(
+                lmq,
+                keep,
+                topics,
+                tidx,
+                h["queueId"].astype(np.int64),
+                h["queueOffset"].astype(np.int64),
+                cols.offsets,
+                h["totalSize"],
+                codes,
+            ),
+            maxes,
+            gaps_ok,
+        )
         if crash_points.reached is not None:
             crash_points.reached("dispatch.units")
         if self.index_hook is not None:
@@ -380,9 +415,20 @@ class Dispatcher:
         return int(len(positions))
 
     def dispatch_appended(
-        self, start: int, end: int, topics: list[str], topic_index: np.ndarray, queue_id: np.ndarray,
-        queue_offsets: np.ndarray, physical_offsets: np.ndarray, sizes: np.ndarray, codes: np.ndarray,
-        store_timestamp: int, *, wait_s: float = 0.25, index: Callable[[], object] | None = None,
+        self,
+        start: int,
+        end: int,
+        topics: list[str],
+        topic_index: np.ndarray,
+        queue_id: np.ndarray,
+        queue_offsets: np.ndarray,
+        physical_offsets: np.ndarray,
+        sizes: np.ndarray,
+        codes: np.ndarray,
+        store_timestamp: int,
+        *,
+        wait_s: float = 0.25,
+        index: Callable[[], object] | None = None,
     ) -> int:
         """Dispatch a batch just appended at ``[start, end)`` from its own fields (no re-read).
 
@@ -407,8 +453,9 @@ class Dispatcher:
                 done = pos == start and self.published_tail() >= end
                 if done:
                     try:
-                        self._write_units(topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes,
-                                          maxes, set())
+                        self._write_units(
+                            topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes, maxes, set()
+                        )
                     except QueueBehind:  # a queue misses units below the batch: a dispatch walks for them
                         done = False
                         start = -1
@@ -421,7 +468,12 @@ class Dispatcher:
             if done:
                 self.arrival.notify(maxes)
                 return len(queue_offsets)
-            if start < 0 or pos > start or SYSTEM_CLOCK.monotonic() >= deadline or not self._recent(pos, store_timestamp):
+            if (
+                start < 0
+                or pos > start
+                or SYSTEM_CLOCK.monotonic() >= deadline
+                or not self._recent(pos, store_timestamp)
+            ):
                 return self.dispatch()
             time.sleep(0.005)
 
@@ -432,8 +484,15 @@ class Dispatcher:
         return found is not None and found.record is not None and now_ms - found.record.store_timestamp < 1000
 
     def _write_units(
-        self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,
-        sizes: np.ndarray, codes: np.ndarray, maxes: dict[tuple[str, int], int],
+        self,
+        topics: list[str],
+        tidx: np.ndarray,
+        qid: np.ndarray,
+        qoff: np.ndarray,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        codes: np.ndarray,
+        maxes: dict[tuple[str, int], int],
         gaps_ok: set[tuple[str, int]] | None = None,
     ) -> None:
         """Write the units of records (any order) into their queues, one slice per run.
@@ -461,9 +520,17 @@ class Dispatcher:
             raise
 
     def _write_units_of(
-        self, topics: list[str], tidx: np.ndarray, qid: np.ndarray, qoff: np.ndarray, offsets: np.ndarray,
-        sizes: np.ndarray, codes: np.ndarray, maxes: dict[tuple[str, int], int],
-        before: list[tuple[ConsumeQueue, int, tuple[str, int], int | None]], gaps_ok: set[tuple[str, int]] | None,
+        self,
+        topics: list[str],
+        tidx: np.ndarray,
+        qid: np.ndarray,
+        qoff: np.ndarray,
+        offsets: np.ndarray,
+        sizes: np.ndarray,
+        codes: np.ndarray,
+        maxes: dict[tuple[str, int], int],
+        before: list[tuple[ConsumeQueue, int, tuple[str, int], int | None]],
+        gaps_ok: set[tuple[str, int]] | None,
     ) -> None:
         """:meth:`_write_units`' work; appends each queue and its end to ``before`` as it starts on it."""
         tidx, qid, qoff = np.asarray(tidx, np.int64), np.asarray(qid, np.int64), np.asarray(qoff, np.int64)
@@ -541,6 +608,7 @@ class Dispatcher:
         ``wake`` at once; idle rounds then come every :data:`FULL_ROUND_S` instead of every
         ``interval_ms``. Where it cannot be watched reliably, nothing changes (polled).
         Returns the function that stops the watch."""
+
         def on_publish() -> None:
             # no round for a publish of this process's own direct puts: they dispatch
             # themselves (or wake the dispatcher when they cannot). Told apart by the newest
@@ -548,14 +616,21 @@ class Dispatcher:
             # changes the token, and one before it is found by the direct put's dispatch
             if self.own_version is not None and (self._idle_at is not None or self._direct):
                 token = self.tail_version() if self.tail_version is not None else None
-                if token is not None and token == self.own_version() and (
-                        token == self._idle_at or self._waiting_for_direct()):
+                if (
+                    token is not None
+                    and token == self.own_version()
+                    and (token == self._idle_at or self._waiting_for_direct())
+                ):
                     return
                 # read while our publish is written (its token not named yet; no other process
                 # publishes meanwhile): that publish's event, or an earlier one the put's own
                 # dispatch finds (or it wakes a round, as every other put does)
-                if token is None and self.own_publishing is not None and self.own_publishing() \
-                        and self._waiting_for_direct():
+                if (
+                    token is None
+                    and self.own_publishing is not None
+                    and self.own_publishing()
+                    and self._waiting_for_direct()
+                ):
                     return
             wake()
 
@@ -593,8 +668,13 @@ class Dispatcher:
             watch.close()
         if self._direct and self._waiting_for_direct():  # this process's direct puts dispatch themselves
             return False
-        if (self._idle_at is not None and self._full_at is not None and now - self._full_at < FULL_ROUND_S
-                and self.tail_version is not None and self.tail_version() == self._idle_at):
+        if (
+            self._idle_at is not None
+            and self._full_at is not None
+            and now - self._full_at < FULL_ROUND_S
+            and self.tail_version is not None
+            and self.tail_version() == self._idle_at
+        ):
             return False
         self._full_at = now
         return self.dispatch(max_bytes=DISPATCH_CHUNK) > 0

@@ -33,7 +33,12 @@ class ConsumeQueues:
     descriptor, its files are opened on use and closed when least recently used."""
 
     def __init__(
-        self, paths: StorePaths, configured_size: int, *, read_only: bool = False, open_files: OpenFiles | None = None,
+        self,
+        paths: StorePaths,
+        configured_size: int,
+        *,
+        read_only: bool = False,
+        open_files: OpenFiles | None = None,
         settle: Callable[[], int | None] | None = None,
     ) -> None:
         self.paths = paths
@@ -68,8 +73,11 @@ class ConsumeQueues:
                     if self._settle is not None:
                         self._settled()
                     cq = ConsumeQueue(
-                        self.paths.queue_dir(topic, queue_id), self.segment_size, read_only=self.read_only,
-                        open_files=self.open_files, bounded_reads=self.bounded_reads,
+                        self.paths.queue_dir(topic, queue_id),
+                        self.segment_size,
+                        read_only=self.read_only,
+                        open_files=self.open_files,
+                        bounded_reads=self.bounded_reads,
                         settle=self._settled if self._settle is not None else None,
                     )
                     self._queues[key] = cq
@@ -133,8 +141,14 @@ def segment_size_found(paths: StorePaths, configured: int = 0) -> int | None:
     sizes: dict[int, int] = {}
     seen = 0
     for _, _, cq in queue_dirs(paths):
-        first = min((name for name, found in safe_open.entries(cq)
-                     if found == safe_open.FILE and parse_segment_name(name) is not None), default=None)
+        first = min(
+            (
+                name
+                for name, found in safe_open.entries(cq)
+                if found == safe_open.FILE and parse_segment_name(name) is not None
+            ),
+            default=None,
+        )
         if first is not None and (n := safe_open.lstat(cq / first).st_size) > 0 and n % CQ_UNIT_SIZE == 0:
             sizes[n] = sizes.get(n, 0) + 1
             seen += 1

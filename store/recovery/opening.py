@@ -83,7 +83,11 @@ def take_ownership(parts: StoreParts, *, repair: bool) -> Ownership:
 
 
 def open_as_owner(
-    parts: StoreParts, owned: Ownership, *, repair: bool, set_aside: list[Path],
+    parts: StoreParts,
+    owned: Ownership,
+    *,
+    repair: bool,
+    set_aside: list[Path],
     topics: Callable[[], dict[str, TopicConfig]],
 ) -> RecoveryReport | None:
     """Finish opening as an owner of the store; the first owner recovers it (its report is

@@ -56,8 +56,10 @@ def queues_never_go_back(parts: StoreParts, state: AppendState, report: Recovery
     if ahead:
         state.queues.update(ahead)
         parts.state_file.publish(state)
-        report.problems.append("queues continue after units of records no longer in the commitlog: "
-                               + ", ".join(f"{k} at {v}" for k, v in list(ahead.items())[:5]))
+        report.problems.append(
+            "queues continue after units of records no longer in the commitlog: "
+            + ", ".join(f"{k} at {v}" for k, v in list(ahead.items())[:5])
+        )
 
 
 def cut_queues(parts: StoreParts, end: int) -> int:
@@ -83,8 +85,11 @@ def dispatch(parts: StoreParts) -> int:
         log.error("dispatch at open: %s", exc)
         return 0
     except CorruptStoreError as exc:
-        raise DataLossError(f"{exc.args[0]}; open with repair=True to check every record and drop "
-                            "everything from the damage on", path=exc.path, offset=exc.offset) from exc
+        raise DataLossError(
+            f"{exc.args[0]}; open with repair=True to check every record and drop everything from the damage on",
+            path=exc.path,
+            offset=exc.offset,
+        ) from exc
 
 
 def drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport, *, whole_log: bool) -> None:
@@ -104,8 +109,10 @@ def drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport, *, whole_log:
         segs.wrong.clear()
         segs.odd.clear()
         moved = safe_open.set_aside(cq.directory)
-        msg = (f"consume queue {cq.directory}: {cq.directory / f'{start:020d}'} was {found}, not {safe_open.FILE}: "
-               f"the queue's folder set aside as {moved.name}; rebuilt")
+        msg = (
+            f"consume queue {cq.directory}: {cq.directory / f'{start:020d}'} was {found}, not {safe_open.FILE}: "
+            f"the queue's folder set aside as {moved.name}; rebuilt"
+        )
         log.warning(msg)
         report.problems.append(msg)
         return
@@ -118,8 +125,10 @@ def drop_bad_queue_files(cq: ConsumeQueue, report: RecoveryReport, *, whole_log:
         bad = starts[0]  # its first file zeroed: reads would take the queue to start at the next one
     if bad is None:
         return
-    msg = (f"consume queue {cq.directory}: segment {bad:020d} is missing before it, of the wrong size or "
-           "emptied; rebuilt from there")
+    msg = (
+        f"consume queue {cq.directory}: segment {bad:020d} is missing before it, of the wrong size or "
+        "emptied; rebuilt from there"
+    )
     log.warning(msg)
     report.problems.append(msg)
     for start in starts:
@@ -160,9 +169,11 @@ def complete_queues(parts: StoreParts, state: AppendState, report: RecoveryRepor
     if not behind:
         return 0
     resume = min(parts.dispatcher.resume_point(cq, have) for _, cq, have, _ in behind)
-    msg = (f"{len(behind)} consume queue(s) lack units the commitlog has ("
-           + ", ".join(f"{name}: {have} of {expected}" for name, _, have, expected in behind[:5])
-           + f"); re-dispatched from commitlog offset {resume}")
+    msg = (
+        f"{len(behind)} consume queue(s) lack units the commitlog has ("
+        + ", ".join(f"{name}: {have} of {expected}" for name, _, have, expected in behind[:5])
+        + f"); re-dispatched from commitlog offset {resume}"
+    )
     log.warning(msg)
     report.problems.append(msg)
     with parts.dispatch_lock.held():
@@ -170,7 +181,9 @@ def complete_queues(parts: StoreParts, state: AppendState, report: RecoveryRepor
     done = dispatch(parts)
     still = [name for name, cq, _, expected in behind if cq.max_offset() < expected]
     if still:
-        report.problems.append(f"consume queues still short after re-dispatch (their records are gone): {', '.join(still[:5])}")
+        report.problems.append(
+            f"consume queues still short after re-dispatch (their records are gone): {', '.join(still[:5])}"
+        )
     return done
 
 
@@ -200,8 +213,12 @@ def _lost_head(cq: ConsumeQueue, first: int, mine: np.ndarray, qoff: np.ndarray,
     mine = mine & consumable
     if not mine.any() or int(qoff[mine].min()) >= first:
         return False
-    log.warning("consume queue %s: its files below queue offset %d are gone while the commitlog holds their "
-                "records; rebuilt whole", cq.directory, first)
+    log.warning(
+        "consume queue %s: its files below queue offset %d are gone while the commitlog holds their "
+        "records; rebuilt whole",
+        cq.directory,
+        first,
+    )
     return True
 
 
@@ -224,7 +241,12 @@ def check_units(parts: StoreParts, cut: int, end: int, walked: Walked) -> int:
     for cq in parts.queues.all():
         starts = cq.segments.segment_starts()
         me = walked.queue_ids.get((cq.directory.parent.name, int(cq.directory.name)), -1)
-        if starts and starts[0] > 0 and me >= 0 and _lost_head(cq, starts[0] // CQ_UNIT_SIZE, queue == me, qoff, consumable):
+        if (
+            starts
+            and starts[0] > 0
+            and me >= 0
+            and _lost_head(cq, starts[0] // CQ_UNIT_SIZE, queue == me, qoff, consumable)
+        ):
             cq.truncate(0)  # its first files are gone while the log still has their records: rebuilt whole
             starts = []
         # the whole log was walked (repair): every unit is checked, from the queue's first;
@@ -253,7 +275,9 @@ def check_units(parts: StoreParts, cut: int, end: int, walked: Walked) -> int:
         bad = np.flatnonzero(~ok)
         k = int(bad[0]) if len(bad) else len(u)
         if k < len(u):
-            log.warning("consume queue %s: units from %d do not match the commitlog; re-dispatched", cq.directory, first + k)
+            log.warning(
+                "consume queue %s: units from %d do not match the commitlog; re-dispatched", cq.directory, first + k
+            )
             cq.truncate(first + k)
         # only units that point at their record cover it (a filler's offset 0, or a unit below
         # the log's start, would land on the first walked record: its own queue's unit would

@@ -103,8 +103,12 @@ def trusted_checkpoint(parts: StoreParts) -> Checkpoint | None:
     state = parts.state_file.load()
     ceiling = max(state.store_timestamp if state is not None else 0, parts.clock.wall_ms())
     if cp is not None and not cp.plausible(ceiling):
-        log.warning("checkpoint %s holds times past the newest record and the clock (%s, limit %d); ignored",
-                    parts.checkpoint_file.path, cp, ceiling)
+        log.warning(
+            "checkpoint %s holds times past the newest record and the clock (%s, limit %d); ignored",
+            parts.checkpoint_file.path,
+            cp,
+            ceiling,
+        )
         return None
     return cp
 
@@ -149,14 +153,23 @@ def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> Recov
         # tail); the published tail only for a store without a flush position
         acknowledged = report.flushed if report.flushed is not None else (report.published or 0)
         if report.flushed == 0 and (report.published or 0) > 0:
-            log.warning("commitlog %s holds no segment; %d bytes were published but none flushed (a power loss "
-                        "before the first flush): the log starts over empty", cl.segments.directory, report.published)
+            log.warning(
+                "commitlog %s holds no segment; %d bytes were published but none flushed (a power loss "
+                "before the first flush): the log starts over empty",
+                cl.segments.directory,
+                report.published,
+            )
         if acknowledged > 0:  # every segment gone (commitlog/ emptied or deleted): not a new store
-            msg = (f"commitlog {cl.segments.directory} holds no segment, but {acknowledged} bytes were "
-                   f"{'flushed' if report.flushed is not None else 'published'}")
+            msg = (
+                f"commitlog {cl.segments.directory} holds no segment, but {acknowledged} bytes were "
+                f"{'flushed' if report.flushed is not None else 'published'}"
+            )
             if not repair:
-                raise DataLossError(msg + "; open with repair=True to start over from an empty log",
-                                    path=str(cl.segments.directory), offset=0)
+                raise DataLossError(
+                    msg + "; open with repair=True to start over from an empty log",
+                    path=str(cl.segments.directory),
+                    offset=0,
+                )
             log.error("repair: %s; the log starts over empty", msg)
             report.problems.append(msg)
         report.end = report.log_end = cl.min_offset()
@@ -186,7 +199,9 @@ def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> Recov
     # without F (a RocketMQ store), a bad record with valid segments after it is not a tail
     damaged = (w < f) if f is not None else bool(bad_seg is not None and later_data)
     if damaged:
-        where = bad_seg.path if bad_seg is not None else cl.segments.directory / f"{cl.segments.segment_start_for(w):020d}"
+        where = (
+            bad_seg.path if bad_seg is not None else cl.segments.directory / f"{cl.segments.segment_start_for(w):020d}"
+        )
         if not bad_detail:
             bad_detail = "segment missing" if safe_open.kind(where) is None else "no valid record"
         msg = (
@@ -194,8 +209,9 @@ def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> Recov
             f"at offset {w} (segment {where}); flushed up to {f}, later segments {later_data}"
         )
         if not repair:
-            raise DataLossError(msg + "; open with repair=True to drop everything from there on",
-                                path=str(where), offset=w)
+            raise DataLossError(
+                msg + "; open with repair=True to drop everything from there on", path=str(where), offset=w
+            )
         log.error("repair: %s; dropping everything from offset %d", msg, w)
         report.problems.append(msg)
         end = w
@@ -212,14 +228,18 @@ def recover(parts: StoreParts, *, abnormal: bool, repair: bool = False) -> Recov
             # the walk already checked the CRCs of everything from its start
             state = parts.rebuild_state(end, check_crc=None if start > cl.min_offset() else False)
         except (ValueError, pa.ArrowException) as exc:  # lengths and CRC fine, content not decodable
-            raise CorruptStoreError(f"cannot rebuild the append state from the commitlog: {exc}",
-                                    path=str(cl.segments.directory)) from exc
+            raise CorruptStoreError(
+                f"cannot rebuild the append state from the commitlog: {exc}", path=str(cl.segments.directory)
+            ) from exc
         report.state_rebuilt = True
         if state.tail != end:
             msg = f"commitlog damaged at offset {state.tail}, below the recovered end {end}"
             if not repair:
-                raise DataLossError(msg + "; open with repair=True to drop everything from there on",
-                                    path=str(cl.segments.directory), offset=state.tail)
+                raise DataLossError(
+                    msg + "; open with repair=True to drop everything from there on",
+                    path=str(cl.segments.directory),
+                    offset=state.tail,
+                )
             report.problems.append(msg)
             end = report.end = state.tail
     report.dropped_bytes = _truncate_commitlog(parts, end)
@@ -272,7 +292,9 @@ def _walk(parts: StoreParts, start: int, walked: Walked) -> tuple[int, MappedFil
         if clip and hole > pos:
             limit = min(limit, hole)
         arr = seg.array()
-        res = scan_segment(arr, pos - seg.start, limit - seg.start, check_crc=parts.config.check_crc_on_recover, base=seg.start)
+        res = scan_segment(
+            arr, pos - seg.start, limit - seg.start, check_crc=parts.config.check_crc_on_recover, base=seg.start
+        )
         if len(res.positions):
             cols = read_columns(seg.buffer(), seg.start, res.positions, with_body=False)
             res, cut = _dense(res, cols, density)
@@ -299,7 +321,10 @@ def _dense(res: SegmentScan, cols: RecordColumns, density: QueueDensity) -> tupl
     enc = cols.topic.dictionary_encode()
     h = cols.header
     cut, why = density.first_break(
-        enc.dictionary.to_pylist(), np.asarray(enc.indices, np.int64), h["queueId"], h["queueOffset"],
+        enc.dictionary.to_pylist(),
+        np.asarray(enc.indices, np.int64),
+        h["queueId"],
+        h["queueOffset"],
         np.asarray(is_consumable(h["sysFlag"]), bool),
     )
     if cut == len(res.positions):
@@ -384,7 +409,11 @@ def _count_nonzero(seg: MappedFile, rel: int) -> int:
 
 
 def _finish(
-    parts: StoreParts, report: RecoveryReport, state: AppendState, cut: int, walked: Walked | None = None,
+    parts: StoreParts,
+    report: RecoveryReport,
+    state: AppendState,
+    cut: int,
+    walked: Walked | None = None,
 ) -> None:
     """Make the append state, flush position, consume queues and dispatch position agree with E."""
     end = report.end
@@ -427,7 +456,11 @@ def _recover_index(parts: StoreParts, report: RecoveryReport) -> None:
         return
     cp = trusted_checkpoint(parts)  # unreadable or implausible: no index file is covered, all are rebuilt
     dropped, report.index_entries_cut, report.reindexed = recover_index(
-        parts.index_service, parts.commitlog, abnormal=report.abnormal, index_msg_timestamp=cp.index_msg_timestamp if cp else 0,
-        end=report.end, dispatched=parts.dispatcher.dispatched()[0],
+        parts.index_service,
+        parts.commitlog,
+        abnormal=report.abnormal,
+        index_msg_timestamp=cp.index_msg_timestamp if cp else 0,
+        end=report.end,
+        dispatched=parts.dispatcher.dispatched()[0],
     )
     report.index_files_dropped = [p.name for p in dropped]

@@ -50,8 +50,10 @@ class Walked:
         topics = enc.dictionary.to_pylist()
         key = (np.asarray(enc.indices, np.int64) << 32) | h["queueId"].astype(np.int64)
         uniq, inverse = np.unique(key, return_inverse=True)
-        ids = np.array([self.queue_ids.setdefault((topics[k >> 32], k & 0xFFFFFFFF), len(self.queue_ids))
-                        for k in uniq.tolist()], np.int64)  # one step per queue
+        ids = np.array(
+            [self.queue_ids.setdefault((topics[k >> 32], k & 0xFFFFFFFF), len(self.queue_ids)) for k in uniq.tolist()],
+            np.int64,
+        )  # one step per queue
         self.positions.append(positions.astype(np.int64) + base)
         self.sizes.append(sizes.astype(np.int64))
         self.consumable.append(np.asarray(is_consumable(h["sysFlag"]), bool))
@@ -60,10 +62,16 @@ class Walked:
 
     def arrays(self, end: int) -> tuple[np.ndarray, ...]:
         """(positions, sizes, consumable, queue ids, queue offsets) of the records below ``end``."""
+
         def cat(parts: list[np.ndarray], dtype: type) -> np.ndarray:
             return np.concatenate(parts) if parts else np.zeros(0, dtype)
 
         pos, size = cat(self.positions, np.int64), cat(self.sizes, np.int64)
         keep = pos + size <= end
-        return (pos[keep], size[keep], cat(self.consumable, bool)[keep], cat(self.queues, np.int64)[keep],
-                cat(self.queue_offsets, np.int64)[keep])
+        return (
+            pos[keep],
+            size[keep],
+            cat(self.consumable, bool)[keep],
+            cat(self.queues, np.int64)[keep],
+            cat(self.queue_offsets, np.int64)[keep],
+        )

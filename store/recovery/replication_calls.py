@@ -89,7 +89,9 @@ class ReplicationCalls:
 
     def _replication_checkpoint_file(self) -> ReplicationCheckpointFile:
         parts = self.parts
-        return ReplicationCheckpointFile(parts.paths.replication_checkpoint_json, parts.config_lock, parts.clock.wall_ms)
+        return ReplicationCheckpointFile(
+            parts.paths.replication_checkpoint_json, parts.config_lock, parts.clock.wall_ms
+        )
 
     def replication_checkpoint(self) -> int | None:
         """The offset a replication slave last acknowledged of this store's commitlog while it
@@ -125,10 +127,16 @@ class ReplicationCalls:
         self._check_open("set_delay_offsets")
         if not isinstance(offsets, Mapping):
             raise InvalidArgumentError(f"offsets must be a mapping of level to offset, got {type(offsets).__name__}")
-        table = {int_arg("delay level", level, 1, (1 << 31) - 1): int_arg("delay offset", offset, 0, JAVA_LONG_MAX)
-                 for level, offset in offsets.items()}
+        table = {
+            int_arg("delay level", level, 1, (1 << 31) - 1): int_arg("delay offset", offset, 0, JAVA_LONG_MAX)
+            for level, offset in offsets.items()
+        }
         if self.scheduler in self.services.services:
-            raise StoreBusyError("set_delay_offsets is for a store whose scheduler does not run (a slave's); this "
-                                 "store's scheduler runs", path=str(self.parts.paths.root), holders=[])
+            raise StoreBusyError(
+                "set_delay_offsets is for a store whose scheduler does not run (a slave's); this "
+                "store's scheduler runs",
+                path=str(self.parts.paths.root),
+                holders=[],
+            )
         with self.scheduler.paused():
             save_delay_offsets(self.parts.paths.config_dir / DELAY_OFFSETS, table)

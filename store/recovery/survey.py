@@ -51,29 +51,32 @@ _TOPIC = r"[%|a-zA-Z0-9_-]{1,127}"
 _QUEUE = r"(?:0|[1-9][0-9]{0,9})"
 _SEGMENT = r"[0-9]{20}"
 #: (the entry's path below the root, what belongs there, what it holds), first match wins.
-LAYOUT: list[tuple[re.Pattern[str], str, str]] = [(re.compile(p), k, w) for p, k, w in [
-    ("commitlog", safe_open.FOLDER, LOG),
-    (f"commitlog/{_SEGMENT}", safe_open.FILE, LOG),
-    (r"commitlog/\.[^/]*\.tmp", safe_open.FILE, DERIVED),  # a segment being created
-    (r"commitlog\.(?:deleted|prealloc)", safe_open.FOLDER, DERIVED),
-    (rf"commitlog\.(?:deleted|prealloc)/{_SEGMENT}", safe_open.FILE, DERIVED),
-    ("config", safe_open.FOLDER, CONFIG_FOLDER),
-    (r"config/[^/]+\.json(?:\.bak)?", safe_open.FILE, CONFIG),
-    (r"config/[^/]+\.json\.tmp", safe_open.FILE, DERIVED),  # a replacement cut short
-    ("consumequeue", safe_open.FOLDER, DERIVED),
-    (f"consumequeue/{_TOPIC}", safe_open.FOLDER, DERIVED),
-    (f"consumequeue/{_TOPIC}/{_QUEUE}", safe_open.FOLDER, DERIVED),
-    (f"consumequeue/{_TOPIC}/{_QUEUE}/{_SEGMENT}", safe_open.FILE, DERIVED),
-    ("index", safe_open.FOLDER, DERIVED),
-    (r"index/[0-9]{17}(?:\.creating)?", safe_open.FILE, DERIVED),
-    ("timer", safe_open.FOLDER, DERIVED),
-    ("timer/(?:state|wheel|log)", safe_open.FILE, DERIVED),
-    ("owners", safe_open.FOLDER, DERIVED),
-    ("owners/[^/]+", safe_open.FILE, DERIVED),
-    ("lock", safe_open.FILE, LOCK),
-    (r"checkpoint|abort|recovering|[^/]+\.state|[^/]+\.lock|[^/]+\.state\.tmp", safe_open.FILE, DERIVED),
-    (r"append\.base\.[0-9a-f]{16}(?:\.tmp)?", safe_open.FILE, DERIVED),  # append.state's tables (rebuilt)
-]]
+LAYOUT: list[tuple[re.Pattern[str], str, str]] = [
+    (re.compile(p), k, w)
+    for p, k, w in [
+        ("commitlog", safe_open.FOLDER, LOG),
+        (f"commitlog/{_SEGMENT}", safe_open.FILE, LOG),
+        (r"commitlog/\.[^/]*\.tmp", safe_open.FILE, DERIVED),  # a segment being created
+        (r"commitlog\.(?:deleted|prealloc)", safe_open.FOLDER, DERIVED),
+        (rf"commitlog\.(?:deleted|prealloc)/{_SEGMENT}", safe_open.FILE, DERIVED),
+        ("config", safe_open.FOLDER, CONFIG_FOLDER),
+        (r"config/[^/]+\.json(?:\.bak)?", safe_open.FILE, CONFIG),
+        (r"config/[^/]+\.json\.tmp", safe_open.FILE, DERIVED),  # a replacement cut short
+        ("consumequeue", safe_open.FOLDER, DERIVED),
+        (f"consumequeue/{_TOPIC}", safe_open.FOLDER, DERIVED),
+        (f"consumequeue/{_TOPIC}/{_QUEUE}", safe_open.FOLDER, DERIVED),
+        (f"consumequeue/{_TOPIC}/{_QUEUE}/{_SEGMENT}", safe_open.FILE, DERIVED),
+        ("index", safe_open.FOLDER, DERIVED),
+        (r"index/[0-9]{17}(?:\.creating)?", safe_open.FILE, DERIVED),
+        ("timer", safe_open.FOLDER, DERIVED),
+        ("timer/(?:state|wheel|log)", safe_open.FILE, DERIVED),
+        ("owners", safe_open.FOLDER, DERIVED),
+        ("owners/[^/]+", safe_open.FILE, DERIVED),
+        ("lock", safe_open.FILE, LOCK),
+        (r"checkpoint|abort|recovering|[^/]+\.state|[^/]+\.lock|[^/]+\.state\.tmp", safe_open.FILE, DERIVED),
+        (r"append\.base\.[0-9a-f]{16}(?:\.tmp)?", safe_open.FILE, DERIVED),  # append.state's tables (rebuilt)
+    ]
+]
 #: entries whose presence means a process did not close the store (see the module docstring)
 _CRASH_SIGNS = re.compile(r"abort|recovering|owners(?:/.*)?")
 _QUEUE_DIR = re.compile(f"consumequeue/{_TOPIC}/{_QUEUE}")
@@ -163,6 +166,7 @@ def _replaceable(path: Path) -> bool:
 
 def _done(w: Wrong, moved: str) -> str:
     msg = f"{w.rel} was {w.found}, not {w.expected}: set aside as {moved}" + (
-        "" if w.holds in (LOG, CONFIG_FOLDER, CONFIG) else "; rebuilt")
+        "" if w.holds in (LOG, CONFIG_FOLDER, CONFIG) else "; rebuilt"
+    )
     log.warning("store survey: %s", msg)
     return msg

@@ -86,8 +86,13 @@ def record_boundary(parts: StoreParts, offset: int) -> int:
         return offset
     for seg, scan in commitlog.scan(start, offset):
         if scan.reason is StopReason.CORRUPT:
-            log.warning("commitlog: %s at offset %d of %s, before offset %d", scan.detail, seg.start + scan.end, seg.path,
-                        offset)
+            log.warning(
+                "commitlog: %s at offset %d of %s, before offset %d",
+                scan.detail,
+                seg.start + scan.end,
+                seg.path,
+                offset,
+            )
         return seg.start + scan.end  # (a blank that starts before `offset` ends past it: not kept)
     return start  # (no segment there: not below the tail)
 
@@ -103,16 +108,20 @@ def truncate_log(parts: StoreParts, offset: int, owner: StoreLockFile) -> Trunca
         tail = parts.published_tail()
         low = parts.commitlog.min_offset()
         if not low <= offset <= tail:
-            raise ReplicaOffsetError(f"cannot cut the commitlog at offset {offset}: it holds [{low}, {tail})",
-                                     offset=offset, end=tail)
+            raise ReplicaOffsetError(
+                f"cannot cut the commitlog at offset {offset}: it holds [{low}, {tail})", offset=offset, end=tail
+            )
         end = record_boundary(parts, offset)
         if end == tail:
             return TruncateReport(offset, tail, 0)
         # rebuilt before anything changes: a log that cannot be walked up to the cut fails here
         state = parts.rebuild_state(end, check_crc=False)
         if state.tail != end:
-            raise CorruptStoreError(f"cannot cut the commitlog at {end}: its records end at {state.tail} before it",
-                                    path=str(parts.commitlog.segments.directory), offset=state.tail)
+            raise CorruptStoreError(
+                f"cannot cut the commitlog at {end}: its records end at {state.tail} before it",
+                path=str(parts.commitlog.segments.directory),
+                offset=state.tail,
+            )
         flush = parts.flush_service
         flushed = flush.flushed()
         if flushed.offset > end:

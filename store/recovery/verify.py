@@ -77,7 +77,9 @@ def verify(parts: StoreParts, progress: Callable[[int, int], object] | None = No
     for prev, start in zip(starts, starts[1:], strict=False):
         if start != prev + cl.segment_size:  # a segment between them is missing
             gap = prev + cl.segment_size
-            report.problems.append(Problem(str(cl.segments.directory / f"{gap:020d}"), gap, "commitlog segment missing"))
+            report.problems.append(
+                Problem(str(cl.segments.directory / f"{gap:020d}"), gap, "commitlog segment missing")
+            )
     walk_total = max(0, tail - (starts[0] if starts else tail))
     for start in starts:
         seg = cl.segments.get(start)
@@ -94,8 +96,9 @@ def verify(parts: StoreParts, progress: Callable[[int, int], object] | None = No
         if len(result.positions):
             cut, why = _count_queues(seg, result.positions, dispatched, density, expected, least)
             if cut < len(result.positions):
-                result = SegmentScan(result.positions[:cut], result.sizes[:cut], int(result.positions[cut]),
-                                     StopReason.CORRUPT, why)
+                result = SegmentScan(
+                    result.positions[:cut], result.sizes[:cut], int(result.positions[cut]), StopReason.CORRUPT, why
+                )
                 at = start + result.end
         report.records += len(result.positions)
         if result.reason is StopReason.CORRUPT:
@@ -113,26 +116,36 @@ def verify(parts: StoreParts, progress: Callable[[int, int], object] | None = No
         floor = deleted[topic].queue_offsets.get(qid, 0) if topic in deleted else 0
         have = cq.max_offset() if safe_open.is_folder(cq.directory) else 0
         if have < n:
-            report.problems.append(Problem(
-                str(cq.directory), have,
-                f"units missing: dispatched records of this queue reach queue offset {n - 1}, its units end at {have}",
-            ))
+            report.problems.append(
+                Problem(
+                    str(cq.directory),
+                    have,
+                    f"units missing: dispatched records of this queue reach queue offset {n - 1}, its units end at {have}",
+                )
+            )
         elif (first := max(floor, least.get((topic, qid), n))) < n:
             # a filler stands for a record the log no longer has: one in place of a record the
             # log holds hides it from every reader (and counts as a unit to recovery)
             fill = np.flatnonzero(cq.read(first, n - first)["size"] == FILLER_SIZE)
             if len(fill):
-                report.problems.append(Problem(
-                    str(cq.directory), first + int(fill[0]),
-                    f"filler units in place of records the commitlog holds ({len(fill)} from queue offset "
-                    f"{first + int(fill[0])}): those messages cannot be read",
-                ))
+                report.problems.append(
+                    Problem(
+                        str(cq.directory),
+                        first + int(fill[0]),
+                        f"filler units in place of records the commitlog holds ({len(fill)} from queue offset "
+                        f"{first + int(fill[0])}): those messages cannot be read",
+                    )
+                )
     return report
 
 
 def _count_queues(
-    seg: MappedFile, positions: np.ndarray, dispatched: int, density: QueueDensity,
-    expected: dict[tuple[str, int], int], least: dict[tuple[str, int], int],
+    seg: MappedFile,
+    positions: np.ndarray,
+    dispatched: int,
+    density: QueueDensity,
+    expected: dict[tuple[str, int], int],
+    least: dict[tuple[str, int], int],
 ) -> tuple[int, str]:
     """Check queue-offset density of a run of records and note, per queue, how many units the
     records below the dispatch position need and the lowest of their queue offsets. Returns
@@ -225,6 +238,8 @@ def _verify_queue(parts: StoreParts, cq: ConsumeQueue, tail: int, report: Verify
         bad = np.flatnonzero(~ok)
         if len(bad):
             report.problems.append(
-                Problem(where, int(plog[bad[0]]), f"unit does not match the record at commitlog offset {int(part[bad[0]])}")
+                Problem(
+                    where, int(plog[bad[0]]), f"unit does not match the record at commitlog offset {int(part[bad[0]])}"
+                )
             )
             return

@@ -107,7 +107,10 @@ class Retention:
     wait_first = True  # RocketMQ's clean service starts a while after the broker, too
 
     def __init__(
-        self, parts: StoreParts, *, disk_used: Callable[[Path], float] | None = None,
+        self,
+        parts: StoreParts,
+        *,
+        disk_used: Callable[[Path], float] | None = None,
         wall_ms: Callable[[], int] | None = None,
     ) -> None:
         self.parts = parts
@@ -170,9 +173,16 @@ class Retention:
             if state.queues_cleaned < target and self._clean_queues(target, report):
                 self.state_file.write(RetentionState(state.log_start, target, state.from_))
             if report.segments:
-                log.info("retention (%s): deleted %d commitlog segment(s), %d consume-queue file(s), %d index file(s), "
-                         "%d bytes; the commitlog starts at %d", report.reason, len(report.segments),
-                         len(report.consume_queue_files), len(report.index_files), report.bytes, report.log_start)
+                log.info(
+                    "retention (%s): deleted %d commitlog segment(s), %d consume-queue file(s), %d index file(s), "
+                    "%d bytes; the commitlog starts at %d",
+                    report.reason,
+                    len(report.segments),
+                    len(report.consume_queue_files),
+                    len(report.index_files),
+                    report.bytes,
+                    report.log_start,
+                )
             return report
 
     def _first_segment(self, state: RetentionState | None) -> tuple[int | None, bool]:
@@ -182,8 +192,12 @@ class Retention:
         a listing of the folders (a first pass, a pass cut short, segments removed by hand)."""
         directory = self.parts.paths.commitlog_dir
         size = self.parts.commitlog.segment_size
-        if state is not None and state.checked and safe_open.kind(directory / segment_name(state.log_start)) is not None and (
-                state.log_start < size or safe_open.kind(directory / segment_name(state.log_start - size)) is None):
+        if (
+            state is not None
+            and state.checked
+            and safe_open.kind(directory / segment_name(state.log_start)) is not None
+            and (state.log_start < size or safe_open.kind(directory / segment_name(state.log_start - size)) is None)
+        ):
             return state.log_start, False
         names = _listdir(directory)
         # 20 zero-padded digits sort as the numbers they are: no parse of every name
@@ -198,18 +212,34 @@ class Retention:
         segments go by the usual rules)."""
         parts = self.parts
         flushed = parts.flush_service.state_file.read()
-        doubt = completion_doubt(state, first, parts.commitlog.segment_size, parts.published_tail(),
-                                 flushed.offset if flushed is not None else None, parts.paths.commitlog_dir)
+        doubt = completion_doubt(
+            state,
+            first,
+            parts.commitlog.segment_size,
+            parts.published_tail(),
+            flushed.offset if flushed is not None else None,
+            parts.paths.commitlog_dir,
+        )
         if doubt is None:
             return state
-        log.warning("retention: %s says the commitlog starts at %d, but %s; the segments from %d are kept",
-                    parts.paths.retention_state, state.log_start, doubt, first)
+        log.warning(
+            "retention: %s says the commitlog starts at %d, but %s; the segments from %d are kept",
+            parts.paths.retention_state,
+            state.log_start,
+            doubt,
+            first,
+        )
         state = RetentionState(first, min(state.queues_cleaned, first))
         self.state_file.write(state)
         return state
 
     def _delete_segments(
-        self, now: int, due: policy.Due, state: RetentionState | None, first: int, report: CleanReport,
+        self,
+        now: int,
+        due: policy.Due,
+        state: RetentionState | None,
+        first: int,
+        report: CleanReport,
     ) -> RetentionState | None:
         """Step 1 of the module docstring; returns the state as it now is."""
         parts = self.parts
@@ -233,13 +263,29 @@ class Retention:
         # a pass cut short is completed whatever the hour and the age: what lies below the
         # recorded start goes (still never the last segment, never past the limit)
         complete = state is not None and first < state.log_start
-        doomed = policy.expired_prefix(
-            first, last_write_ms, size, min(limit, state.log_start) if complete and state is not None else limit, now,
-            parts.config.file_reserved_time, at_once=complete, max_num=1 << 62,
-        ) if complete else []
+        doomed = (
+            policy.expired_prefix(
+                first,
+                last_write_ms,
+                size,
+                min(limit, state.log_start) if complete and state is not None else limit,
+                now,
+                parts.config.file_reserved_time,
+                at_once=complete,
+                max_num=1 << 62,
+            )
+            if complete
+            else []
+        )
         if due.any:
             expired = policy.expired_prefix(
-                first, last_write_ms, size, limit, now, parts.config.file_reserved_time, at_once=due.at_once,
+                first,
+                last_write_ms,
+                size,
+                limit,
+                now,
+                parts.config.file_reserved_time,
+                at_once=due.at_once,
                 max_num=parts.config.delete_commit_log_files_max_num,
             )
             doomed = max(doomed, expired, key=len)
@@ -337,8 +383,9 @@ class Retention:
             with self.parts.dispatch_lock.held():  # the index's writers hold it (rmqlog.index.index_service)
                 deleted: Iterable[Any] | None = delete_below(log_start)
         except Exception:  # noqa: BLE001 - the commitlog and queues are done; the index waits
-            log.warning("retention: deleting index files below %d failed; the next pass tries again", log_start,
-                        exc_info=True)
+            log.warning(
+                "retention: deleting index files below %d failed; the next pass tries again", log_start, exc_info=True
+            )
             return False
         for item in deleted or ():
             path, nbytes = item if isinstance(item, tuple) else (item, 0)

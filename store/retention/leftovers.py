@@ -69,11 +69,14 @@ def finish_at_open(parts: StoreParts) -> list[str]:
     if not stale:
         return problems
     flushed = parts.flush_service.state_file.read()
-    doubt = completion_doubt(state, starts[0], segs.size, parts.published_tail(),
-                             flushed.offset if flushed is not None else None, directory)
+    doubt = completion_doubt(
+        state, starts[0], segs.size, parts.published_tail(), flushed.offset if flushed is not None else None, directory
+    )
     if doubt is not None:
-        msg = (f"retention: {parts.paths.retention_state} says the commitlog starts at {state.log_start}, but {doubt}; "
-               f"the {len(stale)} segment(s) below it are kept")
+        msg = (
+            f"retention: {parts.paths.retention_state} says the commitlog starts at {state.log_start}, but {doubt}; "
+            f"the {len(stale)} segment(s) below it are kept"
+        )
         log.warning(msg)
         problems.append(msg)
         return problems
@@ -83,8 +86,10 @@ def finish_at_open(parts: StoreParts) -> list[str]:
         safe_open.unlink(directory / segment_name(start))
     if stale:
         fsync_dir(directory)
-        msg = (f"retention: {len(stale)} commitlog segment(s) below the start {state.log_start} a pass recorded were "
-               f"left by a pass cut short; removed")
+        msg = (
+            f"retention: {len(stale)} commitlog segment(s) below the start {state.log_start} a pass recorded were "
+            f"left by a pass cut short; removed"
+        )
         log.warning(msg)
         problems.append(msg)
     return problems

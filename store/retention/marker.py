@@ -139,8 +139,16 @@ class RetentionStateFile:
         is no file yet and no room for one."""
         from_ = state.from_ if state.from_ is not None else state.log_start
         head = segment_head(self.commitlog_dir, state.log_start)
-        body = json.dumps({"version": VERSION, "logStart": state.log_start, "queuesCleaned": state.queues_cleaned,
-                           "from": from_, "head": head, "crc": _crc(state.log_start, state.queues_cleaned, from_, head)})
+        body = json.dumps(
+            {
+                "version": VERSION,
+                "logStart": state.log_start,
+                "queuesCleaned": state.queues_cleaned,
+                "from": from_,
+                "head": head,
+                "crc": _crc(state.log_start, state.queues_cleaned, from_, head),
+            }
+        )
         data = body.encode().ljust(FILE_SIZE)
         try:
             replace_file(self.path, data, durable=True)
@@ -156,7 +164,12 @@ class RetentionStateFile:
 
 
 def completion_doubt(
-    state: RetentionState, first: int, segment_size: int, tail: int, flushed: int | None, commitlog_dir: Path,
+    state: RetentionState,
+    first: int,
+    segment_size: int,
+    tail: int,
+    flushed: int | None,
+    commitlog_dir: Path,
 ) -> str | None:
     """Why ``state`` may not complete a pass cut short (delete the segments from ``first`` up
     to its ``log_start``), or ``None`` when it agrees with the log (see the module docstring).

@@ -44,7 +44,12 @@ class Due:
     @property
     def reason(self) -> str | None:
         """Why a pass deletes: ``"forced"``, ``"space"``, ``"time"``, ``"manual"`` (first that applies), or ``None``."""
-        for name, on in (("forced", self.at_once), ("space", self.space_full), ("time", self.time_up), ("manual", self.manual)):
+        for name, on in (
+            ("forced", self.at_once),
+            ("space", self.space_full),
+            ("time", self.time_up),
+            ("manual", self.manual),
+        ):
             if on:
                 return name
         return None
@@ -81,8 +86,15 @@ def deletable_below(segment_size: int, tail: int, flushed: int, dispatched: int)
 
 
 def expired_prefix(
-    first: int, last_write_ms: Callable[[int], int | None], segment_size: int, limit: int, now_ms: int,
-    reserved_hours: int, *, at_once: bool, max_num: int,
+    first: int,
+    last_write_ms: Callable[[int], int | None],
+    segment_size: int,
+    limit: int,
+    now_ms: int,
+    reserved_hours: int,
+    *,
+    at_once: bool,
+    max_num: int,
 ) -> list[int]:
     """The start offsets of the segments a pass deletes, oldest first, from the log's
     ``first`` segment on (segments follow each other: ``first + k * segment_size``).

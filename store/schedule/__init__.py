@@ -52,7 +52,9 @@ def install(parts: StoreParts, appender: Appender, reader: QueueReader) -> Delay
     def queue_count(topic: str) -> int:
         count = topics.planned_queue_counts([topic], unknown=0)[0]
         if count < 1:
-            raise InvalidMessageError(f"topic {topic!r} does not exist and auto-creation is off", row=None, field="topic")
+            raise InvalidMessageError(
+                f"topic {topic!r} does not exist and auto-creation is off", row=None, field="topic"
+            )
         return count
 
     def choose(topic: str, n: int) -> np.ndarray:
@@ -84,12 +86,22 @@ def install(parts: StoreParts, appender: Appender, reader: QueueReader) -> Delay
     def put(messages: StoredMessages, copies: Copies, marker: tuple[str, str] | None) -> object:
         # appended as a broker's delivery is (RocketMQ's putMessage): readable once dispatched,
         # by the dispatcher service or a reader's dispatch
-        batch = appender.encode_copies(copies.topic, copies.queue_id, messages.body, messages.flag, messages.born,
-                                       copies.properties, marker, messages.born_host,
-                                       sys_flags=messages.sys_flag, reconsume_times=messages.reconsume_times)
+        batch = appender.encode_copies(
+            copies.topic,
+            copies.queue_id,
+            messages.body,
+            messages.flag,
+            messages.born,
+            copies.properties,
+            marker,
+            messages.born_host,
+            sys_flags=messages.sys_flag,
+            reconsume_times=messages.reconsume_times,
+        )
         return appender.put_encoded(batch, marker, results=False)  # (the pass reads none)
 
     scheduler = DelayScheduler(parts, reader, put, levels)
-    scheduler.timer = TimerDelivery(parts, reader, put, max_delay_ms=max_delay_ms, precision_ms=precision_ms,
-                                    wall_ms=scheduler.now_ms)
+    scheduler.timer = TimerDelivery(
+        parts, reader, put, max_delay_ms=max_delay_ms, precision_ms=precision_ms, wall_ms=scheduler.now_ms
+    )
     return scheduler

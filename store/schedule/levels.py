@@ -27,7 +27,9 @@ def schedule_tags_codes(levels_ms: tuple[int, ...]):  # noqa: ANN201 - returns t
     delays = np.asarray((0, *levels_ms), np.int64)  # index = level
     top = len(levels_ms)
 
-    def hook(topics: list[str], tidx: np.ndarray, parsed: ParsedProperties, header: dict[str, np.ndarray], codes: np.ndarray) -> np.ndarray:
+    def hook(
+        topics: list[str], tidx: np.ndarray, parsed: ParsedProperties, header: dict[str, np.ndarray], codes: np.ndarray
+    ) -> np.ndarray:
         if SCHEDULE_TOPIC not in topics:
             return codes
         rows = np.flatnonzero(tidx == topics.index(SCHEDULE_TOPIC))

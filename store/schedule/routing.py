@@ -85,8 +85,11 @@ def route_delays(table: pa.Table, max_level: int, choose_queues: QueueChooser, q
         both = given & prop_given
         if (both & (level != prop_level)).any():
             row = int(np.flatnonzero(both & (level != prop_level))[0])
-            raise InvalidMessageError(f"delayLevel {level[row]} and property DELAY {prop_level[row]} disagree",
-                                      row=row, field=DELAY_LEVEL_COLUMN)
+            raise InvalidMessageError(
+                f"delayLevel {level[row]} and property DELAY {prop_level[row]} disagree",
+                row=row,
+                field=DELAY_LEVEL_COLUMN,
+            )
         level = np.where(prop_given, prop_level, level)
     refuse_topic(table, SCHEDULE_TOPIC, "delayed messages: give a delayLevel")
     delayed = level > 0
@@ -164,8 +167,11 @@ def take_properties(table: pa.Table, names: tuple[str, ...]) -> tuple[pa.Table, 
     if not hit.any():
         return table, None
     at = pa.array(np.flatnonzero(hit))
-    taken = TakenProperties(parent[np.flatnonzero(hit)], keys.slice(base, len(parent)).take(at),
-                            pm.items.cast(pa.string()).slice(base, len(parent)).take(at))
+    taken = TakenProperties(
+        parent[np.flatnonzero(hit)],
+        keys.slice(base, len(parent)).take(at),
+        pm.items.cast(pa.string()).slice(base, len(parent)).take(at),
+    )
     keep = ~hit
     new_offsets = np.concatenate([[0], np.cumsum(np.bincount(parent[keep], minlength=n))]).astype(np.int32)
     kept_keys = pm.keys.slice(base, len(parent)).filter(pa.array(keep))
@@ -185,8 +191,11 @@ def _take_delay_property(table: pa.Table) -> tuple[pa.Table, np.ndarray, np.ndar
     digits = np.asarray(pc.fill_null(pc.match_substring_regex(values, r"^-?[0-9]{1,9}$"), False))
     if not digits.all():
         j = int(np.flatnonzero(~digits)[0])
-        raise InvalidMessageError(f"property DELAY is {values[j].as_py()!r}, not a delay level (an integer)",
-                                  row=int(taken.rows[j]), field="properties")
+        raise InvalidMessageError(
+            f"property DELAY is {values[j].as_py()!r}, not a delay level (an integer)",
+            row=int(taken.rows[j]),
+            field="properties",
+        )
     level[taken.rows] = np.asarray(values.cast(pa.int64()))  # the last DELAY of a row wins, as in a Java map
     given[taken.rows] = True
     return table, level, given
@@ -204,7 +213,10 @@ def queue_id_column(table: pa.Table) -> tuple[np.ndarray, np.ndarray]:
 
 
 def real_queues(
-    table: pa.Table, waiting: np.ndarray, choose_queues: QueueChooser, queue_count: QueueCount,
+    table: pa.Table,
+    waiting: np.ndarray,
+    choose_queues: QueueChooser,
+    queue_count: QueueCount,
 ) -> tuple[pa.Array, np.ndarray]:
     """(the ``topic`` column as strings, the real queue id per row) for the rows that will wait
     (``waiting``) in a delay or timer topic: each one's topic checked, its ``queueId`` checked
@@ -220,7 +232,9 @@ def real_queues(
     enc = (topics if len(rows) == len(topics) else topics.take(pa.array(rows))).dictionary_encode()
     idx = np.asarray(enc.indices, np.int64)
     if enc.null_count:
-        raise InvalidMessageError("missing topic", row=int(rows[np.flatnonzero(np.asarray(enc.is_null()))[0]]), field="topic")
+        raise InvalidMessageError(
+            "missing topic", row=int(rows[np.flatnonzero(np.asarray(enc.is_null()))[0]]), field="topic"
+        )
     for t, name in enumerate(enc.dictionary.to_pylist()):  # per real topic, not per row
         sel = rows[idx == t]
         problem = topic_problem(name)
@@ -230,8 +244,11 @@ def real_queues(
         given = sel[qvalid[sel]]
         bad = given[(qids[given] < 0) | (qids[given] >= count)]
         if len(bad):
-            raise QueueIdError(f"queue id {qids[bad[0]]} is not a queue of topic {name!r} ({count} queues)",
-                               row=int(bad[0]), field="queueId")
+            raise QueueIdError(
+                f"queue id {qids[bad[0]]} is not a queue of topic {name!r} ({count} queues)",
+                row=int(bad[0]),
+                field="queueId",
+            )
         need = sel[~qvalid[sel]]
         if len(need):
             real_q[need] = choose_queues(name, len(need))
@@ -239,20 +256,34 @@ def real_queues(
 
 
 def _reroute(
-    table: pa.Table, delayed: np.ndarray, level: np.ndarray, choose_queues: QueueChooser, queue_count: QueueCount,
+    table: pa.Table,
+    delayed: np.ndarray,
+    level: np.ndarray,
+    choose_queues: QueueChooser,
+    queue_count: QueueCount,
 ) -> Routed:
     topics, real_q = real_queues(table, delayed, choose_queues, queue_count)
     qvalid, qids = queue_id_column(table)
     every = bool(delayed.all())  # (a broker's send-back: every row; fewer Arrow calls)
     d = pa.array(delayed)
-    new_topics = pa.repeat(pa.scalar(SCHEDULE_TOPIC), len(delayed)) if every else pc.if_else(d, pa.scalar(SCHEDULE_TOPIC), topics)
+    new_topics = (
+        pa.repeat(pa.scalar(SCHEDULE_TOPIC), len(delayed))
+        if every
+        else pc.if_else(d, pa.scalar(SCHEDULE_TOPIC), topics)
+    )
     new_q = np.where(delayed, level - 1, qids)
     new_q_arr = pa.array(new_q.astype(np.int32), mask=~(delayed | qvalid))
     real_q_str = pc.cast(pa.array(real_q), pa.string())
     level_str = pc.cast(pa.array(level), pa.string())
     items = pc.binary_join_element_wise(
-        PROPERTY_REAL_TOPIC + "\x01", topics, "\x02" + PROPERTY_REAL_QID + "\x01", real_q_str,
-        "\x02" + PROPERTY_DELAY + "\x01", level_str, "\x02", "",
+        PROPERTY_REAL_TOPIC + "\x01",
+        topics,
+        "\x02" + PROPERTY_REAL_QID + "\x01",
+        real_q_str,
+        "\x02" + PROPERTY_DELAY + "\x01",
+        level_str,
+        "\x02",
+        "",
     )
     system = (items if every else pc.if_else(d, items, pa.scalar("", pa.string()))).view(pa.binary())
     table = table.set_column(table.column_names.index("topic"), "topic", new_topics)

@@ -128,8 +128,14 @@ class DelayScheduler:
     wait_first = False
 
     def __init__(
-        self, parts: StoreParts, reader: QueueReader, put: Put, levels_ms: tuple[int, ...], *,
-        interval_ms: int = 100, wall_ms: Callable[[], int] | None = None,
+        self,
+        parts: StoreParts,
+        reader: QueueReader,
+        put: Put,
+        levels_ms: tuple[int, ...],
+        *,
+        interval_ms: int = 100,
+        wall_ms: Callable[[], int] | None = None,
     ) -> None:
         self.parts = parts
         self.reader = reader
@@ -208,7 +214,10 @@ class DelayScheduler:
         before = dict(offsets)
         state = self.parts.append_state()
         # the levels that ever had a message (one listing, not a stat per level)
-        queues = {parse_queue_dir_name(name) for name in safe_open.listdir_or_empty(self.parts.paths.consumequeue_dir / SCHEDULE_TOPIC)}
+        queues = {
+            parse_queue_dir_name(name)
+            for name in safe_open.listdir_or_empty(self.parts.paths.consumequeue_dir / SCHEDULE_TOPIC)
+        }
         top = len(self.levels_ms)
         for queue in sorted(q for q in queues if q is not None and q >= 0):
             level = queue + 1
@@ -253,9 +262,16 @@ class DelayScheduler:
                 else:
                     bad = mid
             if good != claimed:
-                log.warning("scheduler: level %d: %s says offset %d, but the log confirms deliveries only up to %d "
-                            "(queue offsets %d..%d); resuming there (a message may be delivered again, none is lost)",
-                            level, FILE_NAME, claimed, good, bounds[0], bounds[1])
+                log.warning(
+                    "scheduler: level %d: %s says offset %d, but the log confirms deliveries only up to %d "
+                    "(queue offsets %d..%d); resuming there (a message may be delivered again, none is lost)",
+                    level,
+                    FILE_NAME,
+                    claimed,
+                    good,
+                    bounds[0],
+                    bounds[1],
+                )
             self._confirmed[key] = good
         return self._confirmed[key]
 
@@ -291,12 +307,24 @@ class DelayScheduler:
             return
         self._warned_removed.add(level)
         top = len(self.levels_ms)
-        log.warning("scheduler: delay level %d is no longer configured (message_delay_level has %d levels) but %d "
-                    "message(s) wait at it; they are delivered with level %d's delay (%d ms)",
-                    level, top, waiting, top, self.levels_ms[-1])
+        log.warning(
+            "scheduler: delay level %d is no longer configured (message_delay_level has %d levels) but %d "
+            "message(s) wait at it; they are delivered with level %d's delay (%d ms)",
+            level,
+            top,
+            waiting,
+            top,
+            self.levels_ms[-1],
+        )
 
     def _deliver_level(
-        self, level: int, queue: int, start: int, now: int, report: PassReport, bounds: tuple[int, int, int],
+        self,
+        level: int,
+        queue: int,
+        start: int,
+        now: int,
+        report: PassReport,
+        bounds: tuple[int, int, int],
     ) -> int:
         cq = self.parts.consume_queue(SCHEDULE_TOPIC, queue)
         lo, hi, floor = bounds
@@ -327,7 +355,8 @@ class DelayScheduler:
             if len(rows):
                 try:
                     messages = StoredMessages.of(
-                        self.reader.read_unit_columns(cq, SCHEDULE_TOPIC, queue, pos, units[:k], rows, floor, None))
+                        self.reader.read_unit_columns(cq, SCHEDULE_TOPIC, queue, pos, units[:k], rows, floor, None)
+                    )
                 except MessagesDeletedError as gone:
                     report.lost += gone.end - pos
                     pos = gone.end
@@ -361,8 +390,16 @@ def resume_offset(level: int, in_file: int | None, delivered: int | None, lo: in
         if in_file is not None and in_file > max(delivered, lo):
             # no pass writes an offset past its writer's sequence (but over deleted units, which
             # lie below the queue's minimum): the file is not the log's
-            log.warning("scheduler: level %d: %s says offset %d, but the log records deliveries up to %d (queue "
-                        "offsets %d..%d); resuming from the log", level, FILE_NAME, in_file, delivered, lo, hi)
+            log.warning(
+                "scheduler: level %d: %s says offset %d, but the log records deliveries up to %d (queue "
+                "offsets %d..%d); resuming from the log",
+                level,
+                FILE_NAME,
+                in_file,
+                delivered,
+                lo,
+                hi,
+            )
         start = delivered
     else:
         start = in_file if in_file is not None else 0
@@ -371,20 +408,39 @@ def resume_offset(level: int, in_file: int | None, delivered: int | None, lo: in
         # message waiting there (the file is certainly wrong, so nothing of it is followed):
         # a level without a marker in the log resumes at its queue's minimum
         fixed = hi if delivered is not None else lo
-        log.warning("scheduler: level %d: offset %d (%s) is past the end of its queue (offsets %d..%d); corrected to %d",
-                    level, start, "the log" if delivered is not None else FILE_NAME, lo, hi, fixed)
+        log.warning(
+            "scheduler: level %d: offset %d (%s) is past the end of its queue (offsets %d..%d); corrected to %d",
+            level,
+            start,
+            "the log" if delivered is not None else FILE_NAME,
+            lo,
+            hi,
+            fixed,
+        )
         start = fixed
     elif start < lo:
-        log.warning("scheduler: level %d: offset %d (%s) is below its queue's minimum %d (offsets %d..%d)",
-                    level, start, "the log" if delivered is not None else FILE_NAME, lo, lo, hi)
+        log.warning(
+            "scheduler: level %d: offset %d (%s) is below its queue's minimum %d (offsets %d..%d)",
+            level,
+            start,
+            "the log" if delivered is not None else FILE_NAME,
+            lo,
+            lo,
+            hi,
+        )
     return start
 
 
 def _head(messages: StoredMessages, n: int) -> StoredMessages:
     """The first ``n`` of ``messages``."""
     return StoredMessages(
-        messages.offsets[:n], messages.flag[:n], messages.born[:n], messages.stored[:n], messages.body.slice(0, n),
-        messages.properties.slice(0, n), None if messages.born_host is None else messages.born_host[:n],
+        messages.offsets[:n],
+        messages.flag[:n],
+        messages.born[:n],
+        messages.stored[:n],
+        messages.body.slice(0, n),
+        messages.properties.slice(0, n),
+        None if messages.born_host is None else messages.born_host[:n],
         None if messages.sys_flag is None else messages.sys_flag[:n],
         None if messages.reconsume_times is None else messages.reconsume_times[:n],
     )

@@ -99,8 +99,9 @@ def timer_tags_codes(precision_ms: int):  # noqa: ANN201 - returns the dispatche
             out[ok] = np.asarray(values.filter(pa.array(ok)).cast(pa.int64()))
         return out, ok
 
-    def hook(topics: list[str], tidx: np.ndarray, parsed: ParsedProperties, header: dict[str, np.ndarray],
-             codes: np.ndarray) -> np.ndarray:
+    def hook(
+        topics: list[str], tidx: np.ndarray, parsed: ParsedProperties, header: dict[str, np.ndarray], codes: np.ndarray
+    ) -> np.ndarray:
         if TIMER_TOPIC not in topics:
             return codes
         rows = np.flatnonzero(tidx == topics.index(TIMER_TOPIC))
@@ -109,8 +110,11 @@ def timer_tags_codes(precision_ms: int):  # noqa: ANN201 - returns the dispatche
         stored = header["storeTimestamp"][rows].astype(np.int64)
         out, has = number(parsed, PROPERTY_TIMER_OUT_MS, rows)
         due = np.where(has, out + precision_ms, stored)  # without any: due when stored
-        for name, scale, relative in ((PROPERTY_TIMER_DELIVER_MS, 1, False), (PROPERTY_TIMER_DELAY_MS, 1, True),
-                                      (PROPERTY_TIMER_DELAY_SEC, 1000, True)):  # the last found wins: RocketMQ's order
+        for name, scale, relative in (
+            (PROPERTY_TIMER_DELIVER_MS, 1, False),
+            (PROPERTY_TIMER_DELAY_MS, 1, True),
+            (PROPERTY_TIMER_DELAY_SEC, 1000, True),
+        ):  # the last found wins: RocketMQ's order
             value, ok = number(parsed, name, rows)
             due = np.where(ok, value * scale + (stored if relative else 0), due)
         codes = np.array(codes, np.int64, copy=True)
@@ -125,7 +129,13 @@ class TimerDelivery:
     put path, ``wall_ms`` the clock of the copies' ``TIMER_DEQUEUE_MS``."""
 
     def __init__(
-        self, parts: StoreParts, reader: QueueReader, put: Put, *, max_delay_ms: int, precision_ms: int,
+        self,
+        parts: StoreParts,
+        reader: QueueReader,
+        put: Put,
+        *,
+        max_delay_ms: int,
+        precision_ms: int,
         wall_ms: Callable[[], int],
     ) -> None:
         self.parts = parts
@@ -201,8 +211,10 @@ class TimerDelivery:
         if lo <= state.enqueued - 1 < hi:
             unit = cq.read(state.enqueued - 1, 1)
             if len(unit) and int(unit["offset"][0]) != state.anchor:
-                return (f"the timer queue's unit {state.enqueued - 1} points at commitlog offset {int(unit['offset'][0])}, "
-                        f"the index enqueued one at {state.anchor}")
+                return (
+                    f"the timer queue's unit {state.enqueued - 1} points at commitlog offset {int(unit['offset'][0])}, "
+                    f"the index enqueued one at {state.anchor}"
+                )
         return self.wheel.check(state)
 
     def _enqueue(self, cq, state: TimerState, hi: int, d_old: int) -> None:  # noqa: ANN001 - a ConsumeQueue
@@ -239,11 +251,18 @@ class TimerDelivery:
         # still dirty: what is due now was taken from the scan, not the wheel, so a pass killed
         # before it delivers them must scan again (cleared when this pass is done)
         self.wheel.save(state)
-        log.info("timer: index rebuilt from %s queue 0 [%d, %d): %d pending", TIMER_TOPIC, lo, state.enqueued, state.pending)
+        log.info(
+            "timer: index rebuilt from %s queue 0 [%d, %d): %d pending", TIMER_TOPIC, lo, state.enqueued, state.pending
+        )
         return state, (np.concatenate(due_parts) if due_parts else np.zeros(0, ENTRY))
 
     def _deliver(
-        self, cq, entries: np.ndarray, floor: int, d_new: int, skip: tuple[int, int] | None,  # noqa: ANN001
+        self,
+        cq,
+        entries: np.ndarray,
+        floor: int,
+        d_new: int,
+        skip: tuple[int, int] | None,  # noqa: ANN001
     ) -> tuple[int, int]:
         """Append the copies of ``entries`` (oldest due first, then queue order) in batches of
         at most :data:`STEP`; ``skip``: the first entries of one due time a killed pass
@@ -271,7 +290,11 @@ class TimerDelivery:
                 sequence = int(due[end]) << SEQ_SHIFT | int(rank[end])
             else:  # more than GROUP_DONE entries share one millisecond: the rest of it goes in this batch
                 end = int(np.searchsorted(due, due[end], side="right"))
-                sequence = (int(due[end - 1]) << SEQ_SHIFT | GROUP_DONE) if end < len(entries) else int(d_new) << SEQ_SHIFT | GROUP_DONE
+                sequence = (
+                    (int(due[end - 1]) << SEQ_SHIFT | GROUP_DONE)
+                    if end < len(entries)
+                    else int(d_new) << SEQ_SHIFT | GROUP_DONE
+                )
             got, gone = self._append(cq, entries[start:end], floor, sequence)
             delivered, lost = delivered + got, lost + gone
             start = end
@@ -284,23 +307,37 @@ class TimerDelivery:
             units = np.zeros(len(batch), CQ_UNIT)
             units["offset"], units["size"], units["tagsCode"] = batch["offset"], batch["size"], batch["due"]
             try:
-                messages = StoredMessages.of(read_unit_columns(
-                    self.parts.commitlog, cq, units, batch["queueOffset"], topic=TIMER_TOPIC, queue_id=0, floor=floor,
-                    tail=self.parts.published_tail(), check_crc=self.reader.check_crc(None),
-                ))
+                messages = StoredMessages.of(
+                    read_unit_columns(
+                        self.parts.commitlog,
+                        cq,
+                        units,
+                        batch["queueOffset"],
+                        topic=TIMER_TOPIC,
+                        queue_id=0,
+                        floor=floor,
+                        tail=self.parts.published_tail(),
+                        check_crc=self.reader.check_crc(None),
+                    )
+                )
                 break
             except MessagesDeletedError as gone:  # retention deleted them before they were due
                 keep = batch["queueOffset"] >= gone.end
                 lost += int((~keep).sum())
-                log.warning("timer: %s queue 0 offsets %d..%d were deleted before delivery", TIMER_TOPIC, gone.start, gone.end)
+                log.warning(
+                    "timer: %s queue 0 offsets %d..%d were deleted before delivery", TIMER_TOPIC, gone.start, gone.end
+                )
                 batch = batch[keep]
         if not len(batch):
             return 0, lost
         n = len(messages)
         copies = delivered_copies(
-            messages, drop=(PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID),
-            add={PROPERTY_TIMER_ENQUEUE_MS: pa.array(messages.stored),
-                 PROPERTY_TIMER_DEQUEUE_MS: pa.array(np.full(n, self.wall_ms(), np.int64))},
+            messages,
+            drop=(PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID),
+            add={
+                PROPERTY_TIMER_ENQUEUE_MS: pa.array(messages.stored),
+                PROPERTY_TIMER_DEQUEUE_MS: pa.array(np.full(n, self.wall_ms(), np.int64)),
+            },
         )
         self.put(messages, copies, writer_marker(TIMER_WRITER, sequence))
         if crash_points.reached is not None:

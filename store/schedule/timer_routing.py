@@ -75,7 +75,11 @@ def out_ms(deliver_ms: np.ndarray, precision_ms: int) -> np.ndarray:
 
 
 def route_timers(
-    table: pa.Table, now_ms: int, max_delay_ms: int, precision_ms: int, choose_queues: QueueChooser,
+    table: pa.Table,
+    now_ms: int,
+    max_delay_ms: int,
+    precision_ms: int,
+    choose_queues: QueueChooser,
     queue_count: QueueCount,
 ) -> TimerRouted:
     """Move the timed rows of ``table`` to the timer topic (see the module docstring).
@@ -114,8 +118,11 @@ def route_timers(
             twice = given & got
             if twice.any():
                 row = int(np.flatnonzero(twice)[0])
-                raise InvalidMessageError(f"gives a delivery time twice ({field[row]} and property {name}): give one",
-                                          row=row, field="properties")
+                raise InvalidMessageError(
+                    f"gives a delivery time twice ({field[row]} and property {name}): give one",
+                    row=row,
+                    field="properties",
+                )
             if name == PROPERTY_TIMER_DELAY_SEC:
                 at = now_ms + value * 1000
             elif name == PROPERTY_TIMER_DELAY_MS:
@@ -135,24 +142,33 @@ def route_timers(
             both = given & np.asarray(col.is_valid()) & (np.asarray(col.fill_null(0).cast(pa.int64())) > 0)
             if both.any():
                 row = int(np.flatnonzero(both)[0])
-                raise InvalidMessageError("gives both a delay level and a delivery time: give one", row=row,
-                                          field=DELAY_LEVEL_COLUMN)
+                raise InvalidMessageError(
+                    "gives both a delay level and a delivery time: give one", row=row, field=DELAY_LEVEL_COLUMN
+                )
     timed = given & (deliver > now_ms)
     too_far = timed & (deliver - now_ms > max_delay_ms)
     if too_far.any():
         row = int(np.flatnonzero(too_far)[0])
         raise InvalidMessageError(
             f"delivery time {int(deliver[row])} is {int(deliver[row] - now_ms) // 1000} s ahead, more than "
-            f"timer_max_delay_sec ({max_delay_ms // 1000} s)", row=row, field=str(field[row]))
+            f"timer_max_delay_sec ({max_delay_ms // 1000} s)",
+            row=row,
+            field=str(field[row]),
+        )
     kept = pc.binary_join_element_wise(pa.array(source.astype(str)), pc.cast(pa.array(raw), pa.string()), "\x01")
     system = pc.if_else(pa.array(given), pc.binary_join_element_wise(kept, "", "\x02"), pa.scalar("", pa.string()))
     if not timed.any():
         return TimerRouted(table, system.cast(pa.binary()))
     topics, real_q = real_queues(table, timed, choose_queues, queue_count)
     items = pc.binary_join_element_wise(
-        PROPERTY_TIMER_OUT_MS + "\x01", pc.cast(pa.array(out_ms(deliver, precision_ms)), pa.string()),
-        "\x02" + PROPERTY_REAL_TOPIC + "\x01", topics, "\x02" + PROPERTY_REAL_QID + "\x01",
-        pc.cast(pa.array(real_q), pa.string()), "\x02", "",
+        PROPERTY_TIMER_OUT_MS + "\x01",
+        pc.cast(pa.array(out_ms(deliver, precision_ms)), pa.string()),
+        "\x02" + PROPERTY_REAL_TOPIC + "\x01",
+        topics,
+        "\x02" + PROPERTY_REAL_QID + "\x01",
+        pc.cast(pa.array(real_q), pa.string()),
+        "\x02",
+        "",
     )
     t = pa.array(timed)
     system = pc.if_else(t, pc.binary_join_element_wise(system, items, ""), system)
@@ -174,8 +190,9 @@ def _deliver_column(col: pa.ChunkedArray) -> tuple[np.ndarray, np.ndarray]:
     if pa.types.is_timestamp(arr.type):
         arr = arr.cast(pa.timestamp("ms"), safe=False).cast(pa.int64())  # sub-ms precision truncated
     elif not pa.types.is_integer(arr.type):
-        raise InvalidMessageError(f"must be a timestamp or int64 (ms) column, not {arr.type}", row=None,
-                                  field=DELIVER_TIME_COLUMN)
+        raise InvalidMessageError(
+            f"must be a timestamp or int64 (ms) column, not {arr.type}", row=None, field=DELIVER_TIME_COLUMN
+        )
     given = np.asarray(arr.is_valid())
     return np.asarray(arr.fill_null(0).cast(pa.int64())), given
 
@@ -192,8 +209,9 @@ def _take_timer_properties(table: pa.Table) -> tuple[pa.Table, dict[str, tuple[n
     digits = np.asarray(pc.fill_null(pc.match_substring_regex(values, r"^-?[0-9]{1,15}$"), False))
     if not digits.all():
         j = int(np.flatnonzero(~digits)[0])
-        raise InvalidMessageError(f"property {which[j].as_py()} is {values[j].as_py()!r}, not a number",
-                                  row=int(rows[j]), field="properties")
+        raise InvalidMessageError(
+            f"property {which[j].as_py()} is {values[j].as_py()!r}, not a number", row=int(rows[j]), field="properties"
+        )
     numbers = np.asarray(values.cast(pa.int64()))
     out: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     taken_rows = np.zeros(n, bool)

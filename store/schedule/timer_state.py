@@ -70,8 +70,20 @@ class TimerState:
     dirty: bool = False
 
     def pack(self) -> bytes:
-        body = _STATE.pack(MAGIC, self.enqueued, self.log_end, self.delivered, self.pending, self.slots,
-                           self.precision, self.generation, self.anchor, self.wheel_sum, self.log_crc, int(self.dirty))
+        body = _STATE.pack(
+            MAGIC,
+            self.enqueued,
+            self.log_end,
+            self.delivered,
+            self.pending,
+            self.slots,
+            self.precision,
+            self.generation,
+            self.anchor,
+            self.wheel_sum,
+            self.log_crc,
+            int(self.dirty),
+        )
         return (body + struct.pack("<I", zlib.crc32(body))).ljust(STATE_SIZE, b"\0")
 
     @classmethod
@@ -83,12 +95,25 @@ class TimerState:
         (crc,) = struct.unpack_from("<I", raw, _STATE.size)
         if zlib.crc32(body) != crc:
             return None
-        magic, enqueued, log_end, delivered, pending, slots, precision, generation, anchor, wheel_sum, log_crc, dirty = (
-            _STATE.unpack(body))
+        (
+            magic,
+            enqueued,
+            log_end,
+            delivered,
+            pending,
+            slots,
+            precision,
+            generation,
+            anchor,
+            wheel_sum,
+            log_crc,
+            dirty,
+        ) = _STATE.unpack(body)
         if magic != MAGIC:
             return None
-        return cls(enqueued, log_end, delivered, pending, slots, precision, generation, anchor, wheel_sum, log_crc,
-                   bool(dirty))
+        return cls(
+            enqueued, log_end, delivered, pending, slots, precision, generation, anchor, wheel_sum, log_crc, bool(dirty)
+        )
 
     def out_of_range(self) -> str | None:
         """What number of the state no index could hold, or ``None`` (checked before anything

@@ -58,8 +58,9 @@ from .timer_state import STATE_SIZE, TimerState, new_generation, slot_sums
 
 __all__ = ["ENTRY", "SLOT", "STATE_SIZE", "TimerIndexDamaged", "TimerState", "TimerWheel", "wheel_slots"]
 
-ENTRY = np.dtype([("prev", "<i8"), ("due", "<i8"), ("offset", "<i8"), ("queueOffset", "<i8"), ("size", "<i4"),
-                  ("reserved", "<i4")])
+ENTRY = np.dtype(
+    [("prev", "<i8"), ("due", "<i8"), ("offset", "<i8"), ("queueOffset", "<i8"), ("size", "<i4"), ("reserved", "<i4")]
+)
 SLOT = np.dtype([("time", "<i8"), ("last", "<i8"), ("count", "<i8")])
 assert ENTRY.itemsize == 40 and SLOT.itemsize == 24
 #: buckets of slack in the wheel beyond twice the longest delay
@@ -113,15 +114,21 @@ class TimerWheel:
         except FileNotFoundError:
             return None
         state = TimerState.unpack(raw)
-        if (state is None or state.dirty or state.slots != self.slots or state.precision != self.precision_ms
-                or state.out_of_range() is not None):
+        if (
+            state is None
+            or state.dirty
+            or state.slots != self.slots
+            or state.precision != self.precision_ms
+            or state.out_of_range() is not None
+        ):
             return None
         return state
 
     def new_state(self, enqueued: int, delivered: int) -> TimerState:
         """A dirty state of this wheel's geometry, nothing indexed (a rebuild's start)."""
-        return TimerState(enqueued=enqueued, delivered=delivered, slots=self.slots, precision=self.precision_ms,
-                          dirty=True)
+        return TimerState(
+            enqueued=enqueued, delivered=delivered, slots=self.slots, precision=self.precision_ms, dirty=True
+        )
 
     def save(self, state: TimerState) -> None:
         """Write ``state`` in place (created the first time)."""
@@ -213,8 +220,9 @@ class TimerWheel:
                 if fresh:
                     os.ftruncate(fd, size)  # sparse: a slot never written reads as empty
                 elif os.fstat(fd).st_size != size:
-                    raise TimerIndexDamaged(f"the timer wheel holds {os.fstat(fd).st_size} bytes, not {size}",
-                                            path=str(self.wheel_path))
+                    raise TimerIndexDamaged(
+                        f"the timer wheel holds {os.fstat(fd).st_size} bytes, not {size}", path=str(self.wheel_path)
+                    )
                 self._wheel_mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
             except OSError as exc:
                 raise_if_disk_full(exc, self.wheel_path, "sizing the timer wheel")
@@ -241,8 +249,10 @@ class TimerWheel:
             try:
                 size = os.fstat(fd).st_size
                 if size < entries * ENTRY.itemsize:
-                    raise TimerIndexDamaged(f"the timer log holds {size // ENTRY.itemsize} entries, its state says "
-                                            f"{entries}", path=str(self.log_path))
+                    raise TimerIndexDamaged(
+                        f"the timer log holds {size // ENTRY.itemsize} entries, its state says {entries}",
+                        path=str(self.log_path),
+                    )
                 self._log_mm = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
             finally:
                 os.close(fd)
@@ -260,8 +270,9 @@ class TimerWheel:
         self._generation = None
 
     # ------------------------------------------------------------ add
-    def add(self, state: TimerState, due: np.ndarray, offset: np.ndarray, queue_offset: np.ndarray,
-            size: np.ndarray) -> None:
+    def add(
+        self, state: TimerState, due: np.ndarray, offset: np.ndarray, queue_offset: np.ndarray, size: np.ndarray
+    ) -> None:
         """Append entries (one per message, any order of ``due``) and link each into its bucket,
         as one vectorized step; ``state`` gets the new ``log_end``, ``pending``, CRC and sum.
         Every ``due`` must be past ``state.delivered`` and within the wheel's span of it."""
@@ -280,15 +291,19 @@ class TimerWheel:
         heads_slot = slot[order][first]
         heads_time = b_sorted[first] * p
         if len(np.unique(heads_slot)) != len(heads_slot):
-            raise CorruptStoreError("two buckets of one enqueue share a timer wheel slot (a delay longer than the wheel "
-                                    "was made for)", path=str(self.wheel_path))
+            raise CorruptStoreError(
+                "two buckets of one enqueue share a timer wheel slot (a delay longer than the wheel was made for)",
+                path=str(self.wheel_path),
+            )
         current = wheel[heads_slot]
         live = (current["count"] > 0) & (current["time"] == heads_time)
         taken = (current["count"] > 0) & (current["time"] != heads_time) & (current["time"] > state.delivered)
         if taken.any():  # a slot damaged, or a delay longer than the wheel was made for
             raise TimerIndexDamaged(
                 f"timer wheel slot {int(heads_slot[taken][0])} still holds bucket {int(current['time'][taken][0])} ms "
-                f"(a delay longer than the wheel was made for)", path=str(self.wheel_path))
+                f"(a delay longer than the wheel was made for)",
+                path=str(self.wheel_path),
+            )
         if (live & ((current["last"] < 0) | (current["last"] >= first_index) | (current["count"] > first_index))).any():
             raise TimerIndexDamaged("a timer wheel slot points past the timer log", path=str(self.wheel_path))
         prev_sorted = np.empty(n, np.int64)
@@ -339,10 +354,7 @@ class TimerWheel:
         wheel = self._slots(state)
         p = self.precision_ms
         b0, b1 = (lo + 1) // p, hi // p
-        if b1 - b0 + 1 >= self.slots:
-            idx = np.arange(self.slots)
-        else:
-            idx = np.arange(b0, b1 + 1) % self.slots
+        idx = np.arange(self.slots) if b1 - b0 + 1 >= self.slots else np.arange(b0, b1 + 1) % self.slots
         slots = wheel[idx]
         live = (slots["count"] > 0) & (slots["time"] >= b0 * p) & (slots["time"] <= b1 * p)
         if not live.any():
@@ -351,10 +363,13 @@ class TimerWheel:
         times, heads, counts = slots["time"], slots["last"], slots["count"]
         n = state.log_end
         # every number checked before anything is sized from it
-        if ((times % p != 0) | ((times // p) % self.slots != idx) | (heads < 0) | (heads >= n) | (counts > n)).any() \
-                or float(counts.sum(dtype=np.float64)) > n:
-            raise TimerIndexDamaged(f"a timer wheel slot of buckets {b0 * p}..{b1 * p} ms does not fit its log of "
-                                    f"{n} entries", path=str(self.wheel_path))
+        if (
+            (times % p != 0) | ((times // p) % self.slots != idx) | (heads < 0) | (heads >= n) | (counts > n)
+        ).any() or float(counts.sum(dtype=np.float64)) > n:
+            raise TimerIndexDamaged(
+                f"a timer wheel slot of buckets {b0 * p}..{b1 * p} ms does not fit its log of {n} entries",
+                path=str(self.wheel_path),
+            )
         log = self._log(state)
         entries = log[self._walk(log, heads, counts)]
         bucket_of = np.repeat(times, counts)  # the walk lays each chain out whole, in slot order
@@ -375,9 +390,11 @@ class TimerWheel:
         else:
             bad = _walk_in_step(log["prev"], heads, counts, out)
         if bad is not None:
-            raise TimerIndexDamaged(f"the timer log chain from entry {int(heads[bad])} ({int(counts[bad])} entries) is "
-                                    f"broken: a link out of the log or not going back, or a chain of another length",
-                                    path=str(self.log_path))
+            raise TimerIndexDamaged(
+                f"the timer log chain from entry {int(heads[bad])} ({int(counts[bad])} entries) is "
+                f"broken: a link out of the log or not going back, or a chain of another length",
+                path=str(self.log_path),
+            )
         return out
 
 

@@ -75,12 +75,16 @@ class StoredMessages:
 
         return cls(
             np.concatenate([p.offsets for p in parts]) if parts else np.zeros(0, np.int64),
-            field("flag"), field("bornTimestamp"), field("storeTimestamp"),
+            field("flag"),
+            field("bornTimestamp"),
+            field("storeTimestamp"),
             join([p.body for p in parts]) if parts else pa.array([], pa.binary()),
             join([p.properties for p in parts]) if parts else pa.array([], pa.string()),
-            np.concatenate([p.born_host_raw for p in parts]) if parts and all(
-                p.born_host_raw.dtype == np.uint8 for p in parts) else None,
-            field("sysFlag") if parts else None, field("reconsumeTimes") if parts else None,
+            np.concatenate([p.born_host_raw for p in parts])
+            if parts and all(p.born_host_raw.dtype == np.uint8 for p in parts)
+            else None,
+            field("sysFlag") if parts else None,
+            field("reconsumeTimes") if parts else None,
         )
 
     def __len__(self) -> int:
@@ -97,7 +101,10 @@ class Copies:
 
 
 def delivered_copies(
-    messages: StoredMessages, *, drop: tuple[str, ...] = (), add: dict[str, pa.Array] | None = None,
+    messages: StoredMessages,
+    *,
+    drop: tuple[str, ...] = (),
+    add: dict[str, pa.Array] | None = None,
 ) -> Copies:
     """The copies of ``messages`` (of ``SCHEDULE_TOPIC_XXXX`` or of the timer topic), in order.
     ``drop``: names the copy loses besides ``DELAY``; ``add``: names the copy gets at the end,
@@ -129,7 +136,8 @@ def delivered_copies(
 def _undeliverable(messages: StoredMessages, bad: np.ndarray) -> CorruptRecordError:
     offset = int(messages.offsets[int(np.flatnonzero(bad)[0])])
     return CorruptRecordError(
-        f"delayed message has no usable {PROPERTY_REAL_TOPIC}/{PROPERTY_REAL_QID}: it cannot be delivered", offset=offset,
+        f"delayed message has no usable {PROPERTY_REAL_TOPIC}/{PROPERTY_REAL_QID}: it cannot be delivered",
+        offset=offset,
     )
 
 
@@ -154,8 +162,17 @@ def _copied(messages: StoredMessages, dropped: tuple[str, ...]) -> tuple[pa.Arra
     out = np.empty(data.size + n, np.uint8)
     row_offsets = np.empty(n + 1, np.int64)
     found_start, found_len = np.empty(2 * n, np.int64), np.empty(2 * n, np.int64)
-    _native_copy(data, off, tuple(name.encode() for name in dropped), (STORE_PROPERTY_PREFIX.encode(),),
-                 (PROPERTY_REAL_TOPIC.encode(), PROPERTY_REAL_QID.encode()), out, row_offsets, found_start, found_len)
+    _native_copy(
+        data,
+        off,
+        tuple(name.encode() for name in dropped),
+        (STORE_PROPERTY_PREFIX.encode(),),
+        (PROPERTY_REAL_TOPIC.encode(), PROPERTY_REAL_QID.encode()),
+        out,
+        row_offsets,
+        found_start,
+        found_len,
+    )
     if row_offsets[-1] >= 1 << 31:
         return None
 
@@ -167,7 +184,9 @@ def _copied(messages: StoredMessages, dropped: tuple[str, ...]) -> tuple[pa.Arra
     real_topic, real_qid = found(0), found(1)
     queue_id = _queue_ids(messages, real_topic, real_qid)
     # whole (name, value) pairs of valid UTF-8 strings, cut at ASCII separators: valid UTF-8
-    kept = pa.StringArray.from_buffers(n, pa.py_buffer(row_offsets.astype(np.int32)), pa.py_buffer(out[: row_offsets[-1]]))
+    kept = pa.StringArray.from_buffers(
+        n, pa.py_buffer(row_offsets.astype(np.int32)), pa.py_buffer(out[: row_offsets[-1]])
+    )
     return real_topic, queue_id, kept
 
 

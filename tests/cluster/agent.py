@@ -53,8 +53,12 @@ class Agent:
         self.attempts: list[list[str]] = []
 
     def producer_(self, o: dict[str, Any]) -> dict[str, Any]:
-        self.producer = Producer("PG", o["namesrv"], send_latency_fault_enable=bool(o.get("fault", True)),
-                                 timeout_s=float(o.get("timeout_s", 3.0)))
+        self.producer = Producer(
+            "PG",
+            o["namesrv"],
+            send_latency_fault_enable=bool(o.get("fault", True)),
+            timeout_s=float(o.get("timeout_s", 3.0)),
+        )
         return {}
 
     def send(self, o: dict[str, Any]) -> dict[str, Any]:
@@ -64,8 +68,16 @@ class Agent:
             try:
                 r = self.producer.send(o["topic"], f"{o.get('prefix', 'm')}-{i}".encode())
                 broker, offset = parse_offset_msg_id(r.offset_msg_id)
-                results.append({"ok": True, "broker": broker, "offset": offset, "queue": r.queue_id,
-                                "key": r.msg_id, "status": r.status})
+                results.append(
+                    {
+                        "ok": True,
+                        "broker": broker,
+                        "offset": offset,
+                        "queue": r.queue_id,
+                        "key": r.msg_id,
+                        "status": r.status,
+                    }
+                )
             except Exception as exc:  # what the caller was told is the point
                 results.append({"ok": False, "error": type(exc).__name__, "text": str(exc)})
         return {"results": results}
@@ -140,13 +152,20 @@ class Agent:
     def pull(self, o: dict[str, Any]) -> dict[str, Any]:
         c = self.consumers.get(o["group"])
         if c is None:
-            c = self.consumers[o["group"]] = PullConsumer(o["group"], o["namesrv"], timeout_s=float(o["timeout_s"]),
-                                                          down_ms=int(o["down_ms"]))
+            c = self.consumers[o["group"]] = PullConsumer(
+                o["group"], o["namesrv"], timeout_s=float(o["timeout_s"]), down_ms=int(o["down_ms"])
+            )
             self._record_attempts(c)
         self.attempts = []
         r = c.pull(o["topic"], int(o["queue"]), int(o["offset"]), int(o.get("max", 32)), broker_name=o.get("broker"))
-        return {"status": r.status, "next": r.next_begin_offset, "addr": r.addr, "broker_id": r.broker_id,
-                "bodies": [b.decode() for b in r.messages.column("body").to_pylist()], "attempts": self.attempts}
+        return {
+            "status": r.status,
+            "next": r.next_begin_offset,
+            "addr": r.addr,
+            "broker_id": r.broker_id,
+            "bodies": [b.decode() for b in r.messages.column("body").to_pylist()],
+            "attempts": self.attempts,
+        }
 
     def _record_attempts(self, c: PullConsumer) -> None:
         """Each request the consumer's failover makes (``RemoteClient._attempt``), with its outcome."""

@@ -28,13 +28,21 @@ NAMESRV_PORT = 9876
 BROKER_PORT = 10911
 AGENT = Path(__file__).with_name("agent.py")
 #: small files: a broker's store stays a few MB
-STORE = {"mappedFileSizeCommitLog": 1 << 20, "mappedFileSizeConsumeQueue": 6000, "maxHashSlotNum": 4000,
-         "maxIndexNum": 16000}
+STORE = {
+    "mappedFileSizeCommitLog": 1 << 20,
+    "mappedFileSizeConsumeQueue": 6000,
+    "maxHashSlotNum": 4000,
+    "maxIndexNum": 16000,
+}
 
 
 def store_config() -> rmqlog.StoreConfig:
-    return rmqlog.StoreConfig(mapped_file_size_commit_log=1 << 20, mapped_file_size_consume_queue=6000,
-                              max_hash_slot_num=4000, max_index_num=16000)
+    return rmqlog.StoreConfig(
+        mapped_file_size_commit_log=1 << 20,
+        mapped_file_size_consume_queue=6000,
+        max_hash_slot_num=4000,
+        max_index_num=16000,
+    )
 
 
 def _ready_line(proc: subprocess.Popen[str], what: str) -> str:
@@ -61,14 +69,28 @@ class Cluster:
 
     def namesrv(self, host: str) -> str:
         addr = f"{self.hosts.addr(host)}:{NAMESRV_PORT}"
-        proc = self.hosts.popen(host, [sys.executable, "-m", "rmqnet", "namesrv", "--listen", addr],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+        proc = self.hosts.popen(
+            host,
+            [sys.executable, "-m", "rmqnet", "namesrv", "--listen", addr],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=subprocess_env(),
+        )
         assert _ready_line(proc, "the name server") == f"listening on {addr}"
         self.namesrv_addr = addr
         return addr
 
-    def broker(self, host: str, name: str, topics: dict[str, int], *, via_proxy: str | None = None,
-               conf: dict[str, str] | None = None, root_name: str | None = None) -> str:
+    def broker(
+        self,
+        host: str,
+        name: str,
+        topics: dict[str, int],
+        *,
+        via_proxy: str | None = None,
+        conf: dict[str, str] | None = None,
+        root_name: str | None = None,
+    ) -> str:
         """Broker group ``name`` (its master unless ``conf`` says otherwise, e.g. ``brokerId``
         and ``brokerRole`` for a slave, whose root is then ``root_name``) on ``host`` over a
         root of its own holding ``topics`` (name -> queues) before it starts; with
@@ -83,12 +105,35 @@ class Cluster:
         self.roots[key] = root
         advertised = self.hosts.addr(via_proxy or host)
         path = self.tmp / f"{key}.conf"
-        lines = {"brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": "0", "brokerIP1": advertised,
-                 "listenPort": str(BROKER_PORT), "namesrvAddr": self.namesrv_addr, **STORE, **(conf or {})}
+        lines = {
+            "brokerClusterName": "DefaultCluster",
+            "brokerName": name,
+            "brokerId": "0",
+            "brokerIP1": advertised,
+            "listenPort": str(BROKER_PORT),
+            "namesrvAddr": self.namesrv_addr,
+            **STORE,
+            **(conf or {}),
+        }
         path.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
-        proc = self.hosts.popen(host, [sys.executable, "-m", "rmqnet", "broker", str(root), "-c", str(path),
-                                       "--listen", f"0.0.0.0:{BROKER_PORT}"],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+        proc = self.hosts.popen(
+            host,
+            [
+                sys.executable,
+                "-m",
+                "rmqnet",
+                "broker",
+                str(root),
+                "-c",
+                str(path),
+                "--listen",
+                f"0.0.0.0:{BROKER_PORT}",
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=subprocess_env(),
+        )
         line = _ready_line(proc, f"broker {name}")
         assert line == f"broker {name} ready at {advertised}:{BROKER_PORT}", line
         self.brokers[key] = proc
@@ -109,8 +154,15 @@ class Cluster:
         return proc.wait(60)
 
     def agent(self, host: str) -> None:
-        self._agent = self.hosts.popen(host, [sys.executable, str(AGENT)], stdin=subprocess.PIPE,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+        self._agent = self.hosts.popen(
+            host,
+            [sys.executable, str(AGENT)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=subprocess_env(),
+        )
         assert json.loads(_ready_line(self._agent, "the agent")) == {"ok": True, "ready": True}
 
     def ask(self, op: str, **order: Any) -> dict[str, Any]:

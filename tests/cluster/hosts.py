@@ -66,7 +66,7 @@ def remove_stale_sets() -> list[str]:
         name = line.split()[0] if line.split() else ""
         if not name.startswith(_PREFIX):
             continue
-        pid = name[len(_PREFIX):].split("x", 1)[0]
+        pid = name[len(_PREFIX) :].split("x", 1)[0]
         if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
             _ip("netns", "del", name, check=False)
             removed.append(name)
@@ -137,11 +137,13 @@ class Hosts:
         self._procs.append(proc)
         return proc
 
-    def run(self, name: str, args: Sequence[str], timeout: float = 60,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, name: str, args: Sequence[str], timeout: float = 60, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
         """``args`` run inside host ``name`` to the end; its output as text."""
-        return subprocess.run(["ip", "netns", "exec", self.ns(name), *args], capture_output=True, text=True,
-                              timeout=timeout, env=env)
+        return subprocess.run(
+            ["ip", "netns", "exec", self.ns(name), *args], capture_output=True, text=True, timeout=timeout, env=env
+        )
 
     def thread_in(self, name: str, fn: Callable[[], None], thread_name: str = "") -> threading.Thread:
         """A started daemon thread that enters host ``name``'s network namespace, then runs

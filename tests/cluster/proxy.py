@@ -93,8 +93,10 @@ class FaultProxy:
             _reset(writer)
             return
         self._conns.update((writer, t_writer))
-        pumps = [asyncio.create_task(self._pump(reader, t_writer, "up")),
-                 asyncio.create_task(self._pump(t_reader, writer, "down"))]
+        pumps = [
+            asyncio.create_task(self._pump(reader, t_writer, "up")),
+            asyncio.create_task(self._pump(t_reader, writer, "down")),
+        ]
         await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
         for p in pumps:
             p.cancel()
@@ -152,12 +154,14 @@ class FaultProxy:
 
     def cut(self) -> int:
         """Reset every open connection; how many proxied connections there were."""
+
         def reset_all() -> int:
             conns = list(self._conns)
             self._conns.clear()
             for w in conns:
                 _reset(w)
             return len(conns) // 2
+
         return int(self._on_loop(reset_all))
 
     def stats(self) -> dict[str, int]:

@@ -60,9 +60,14 @@ class SparkCluster:
 
     def _env(self, host: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
-        env.update(SPARK_LOCAL_IP=self.hosts.addr(host), SPARK_LOCAL_DIRS=str(self.tmp / f"spark-local-{host}"),
-                   PYSPARK_PYTHON=sys.executable, SPARK_DAEMON_MEMORY="256m", SPARK_DAEMON_JAVA_OPTS=JAVA_OPTS,
-                   SPARK_NO_DAEMONIZE="1")
+        env.update(
+            SPARK_LOCAL_IP=self.hosts.addr(host),
+            SPARK_LOCAL_DIRS=str(self.tmp / f"spark-local-{host}"),
+            PYSPARK_PYTHON=sys.executable,
+            SPARK_DAEMON_MEMORY="256m",
+            SPARK_DAEMON_JAVA_OPTS=JAVA_OPTS,
+            SPARK_NO_DAEMONIZE="1",
+        )
         return env
 
     def _start(self, name: str, host: str, argv: list[str]) -> subprocess.Popen[bytes]:
@@ -72,15 +77,46 @@ class SparkCluster:
         """The master and the workers, started together; returns once every worker registered."""
         spark_class = str(spark_home() / "bin" / "spark-class")
         addr = self.hosts.addr(self.master_host)
-        master = self._start("master", self.master_host, [spark_class, "org.apache.spark.deploy.master.Master",
-                                                          "--host", addr, "--port", str(MASTER_PORT),
-                                                          "--webui-port", "8080"])
+        master = self._start(
+            "master",
+            self.master_host,
+            [
+                spark_class,
+                "org.apache.spark.deploy.master.Master",
+                "--host",
+                addr,
+                "--port",
+                str(MASTER_PORT),
+                "--webui-port",
+                "8080",
+            ],
+        )
         workers = []
         for w in self.worker_hosts:
-            workers.append((w, self._start(f"worker-{w}", w, [
-                spark_class, "org.apache.spark.deploy.worker.Worker", "--host", self.hosts.addr(w),
-                "--webui-port", "8081", "--cores", "1", "--memory", "640m",
-                "--work-dir", str(self.tmp / f"spark-work-{w}"), self.url])))
+            workers.append(
+                (
+                    w,
+                    self._start(
+                        f"worker-{w}",
+                        w,
+                        [
+                            spark_class,
+                            "org.apache.spark.deploy.worker.Worker",
+                            "--host",
+                            self.hosts.addr(w),
+                            "--webui-port",
+                            "8081",
+                            "--cores",
+                            "1",
+                            "--memory",
+                            "640m",
+                            "--work-dir",
+                            str(self.tmp / f"spark-work-{w}"),
+                            self.url,
+                        ],
+                    ),
+                )
+            )
         self.procs.wait_for("master", master, f"Starting Spark master at {self.url}")
         for w, proc in workers:
             self.procs.wait_for(f"worker-{w}", proc, "Successfully registered with master")
@@ -95,17 +131,39 @@ class SparkCluster:
         result = self.tmp / f"{name}.result.json"
         spec_file.write_text(json.dumps({**spec, "result": str(result)}))
         driver = self.hosts.addr(self.driver_host)
-        argv = [str(spark_home() / "bin" / "spark-submit"), "--master", self.url,
-                "--conf", f"spark.driver.host={driver}", "--conf", f"spark.driver.bindAddress={driver}",
-                "--conf", f"spark.pyspark.python={sys.executable}",
-                "--conf", f"spark.pyspark.driver.python={sys.executable}",
-                "--conf", "spark.driver.memory=512m", "--conf", "spark.executor.memory=512m",
-                "--conf", "spark.executor.cores=1", "--conf", f"spark.cores.max={len(self.worker_hosts)}",
-                "--conf", f"spark.driver.extraJavaOptions={JAVA_OPTS}",
-                "--conf", f"spark.executor.extraJavaOptions={JAVA_OPTS}",
-                "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=2",
-                "--conf", "spark.task.maxFailures=4",
-                str(JOB), str(spec_file)]
+        argv = [
+            str(spark_home() / "bin" / "spark-submit"),
+            "--master",
+            self.url,
+            "--conf",
+            f"spark.driver.host={driver}",
+            "--conf",
+            f"spark.driver.bindAddress={driver}",
+            "--conf",
+            f"spark.pyspark.python={sys.executable}",
+            "--conf",
+            f"spark.pyspark.driver.python={sys.executable}",
+            "--conf",
+            "spark.driver.memory=512m",
+            "--conf",
+            "spark.executor.memory=512m",
+            "--conf",
+            "spark.executor.cores=1",
+            "--conf",
+            f"spark.cores.max={len(self.worker_hosts)}",
+            "--conf",
+            f"spark.driver.extraJavaOptions={JAVA_OPTS}",
+            "--conf",
+            f"spark.executor.extraJavaOptions={JAVA_OPTS}",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+            "--conf",
+            "spark.task.maxFailures=4",
+            str(JOB),
+            str(spec_file),
+        ]
         return self._start(name, self.driver_host, argv), name, result
 
     def wait(self, proc: subprocess.Popen[bytes], name: str, timeout: float = 120) -> dict[str, Any]:
@@ -130,12 +188,16 @@ class SparkCluster:
     def executor_log(self, skip: Collection[str] = (), workers: Sequence[str] = ()) -> str:
         """Every executor's stderr so far (the workers' ``work/<app>/<id>/stderr``; of the hosts
         ``workers``, else of all) but those of the applications in ``skip``."""
-        return "".join(p.read_text(errors="replace") for w in workers or self.worker_hosts
-                       for p in sorted((self.tmp / f"spark-work-{w}").glob("app-*/*/stderr"))
-                       if p.parent.parent.name not in skip)
+        return "".join(
+            p.read_text(errors="replace")
+            for w in workers or self.worker_hosts
+            for p in sorted((self.tmp / f"spark-work-{w}").glob("app-*/*/stderr"))
+            if p.parent.parent.name not in skip
+        )
 
-    def wait_for_executors(self, done: Callable[[str], bool], what: str, skip: Collection[str] = (),
-                           timeout: float = 60) -> None:
+    def wait_for_executors(
+        self, done: Callable[[str], bool], what: str, skip: Collection[str] = (), timeout: float = 60
+    ) -> None:
         """Until ``done`` holds for the executors' log (:meth:`executor_log` but ``skip``)."""
         deadline = time.monotonic() + timeout
         while not done(self.executor_log(skip)):

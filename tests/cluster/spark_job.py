@@ -61,9 +61,11 @@ def main() -> None:
 def write(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> int:
     start, n = int(s.get("start", 0)), int(s["n"])
     df = spark.range(start, start + n, numPartitions=int(s.get("partitions", 2))).selectExpr(
-        ROWS, "CONCAT('k', CAST(id AS STRING)) AS keys")
+        ROWS, "CONCAT('k', CAST(id AS STRING)) AS keys"
+    )
     df.write.format("rmqlog").option("nameServer", namesrv).option("topic", s["topic"]).options(
-        **s.get("extra", {})).mode("append").save()
+        **s.get("extra", {})
+    ).mode("append").save()
     return n
 
 
@@ -74,8 +76,12 @@ def read(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> list[list[Any]
 
 
 def _stream(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> Any:
-    reader = (spark.readStream.format("rmqlog").option("nameServer", namesrv).option("topics", s["topic"])
-              .option("startingOffsets", "earliest"))
+    reader = (
+        spark.readStream.format("rmqlog")
+        .option("nameServer", namesrv)
+        .option("topics", s["topic"])
+        .option("startingOffsets", "earliest")
+    )
     if s.get("max_per_trigger"):
         reader = reader.option("maxMessagesPerTrigger", str(s["max_per_trigger"]))
     return reader.load().selectExpr("CAST(body AS STRING) AS body")
@@ -83,16 +89,28 @@ def _stream(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> Any:
 
 def read_stream(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> list[str]:
     table = f"t{abs(hash(s['checkpoint']))}"
-    query = (_stream(spark, namesrv, s).writeStream.format("memory").queryName(table)
-             .option("checkpointLocation", s["checkpoint"]).trigger(availableNow=True).start())
+    query = (
+        _stream(spark, namesrv, s)
+        .writeStream.format("memory")
+        .queryName(table)
+        .option("checkpointLocation", s["checkpoint"])
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     return [r.body for r in spark.table(table).collect()]
 
 
 def follow(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> dict[str, Any]:
     table = f"t{abs(hash(s['checkpoint']))}"
-    query = (_stream(spark, namesrv, s).writeStream.format("memory").queryName(table)
-             .option("checkpointLocation", s["checkpoint"]).trigger(processingTime="500 milliseconds").start())
+    query = (
+        _stream(spark, namesrv, s)
+        .writeStream.format("memory")
+        .queryName(table)
+        .option("checkpointLocation", s["checkpoint"])
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     deadline = time.monotonic() + float(s.get("timeout_s", 120))
     count = 0
     moved = time.monotonic()
@@ -116,9 +134,13 @@ def follow(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> dict[str, An
         time.sleep(0.5)  # (waits for the stream)
     error = query.exception()
     query.stop()
-    return {"bodies": [r.body for r in spark.table(table).collect()], "in_time": count >= int(s["n"]),
-            "error": None if error is None else str(error)[:2000], "end": _end_offsets(query.recentProgress),
-            "at_kill": at_kill}
+    return {
+        "bodies": [r.body for r in spark.table(table).collect()],
+        "in_time": count >= int(s["n"]),
+        "error": None if error is None else str(error)[:2000],
+        "end": _end_offsets(query.recentProgress),
+        "at_kill": at_kill,
+    }
 
 
 def _end_offsets(progress: Any) -> dict[str, int]:
@@ -134,13 +156,25 @@ def _end_offsets(progress: Any) -> dict[str, int]:
 
 def stream_write(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> bool:
     spark.conf.set("spark.sql.files.openCostInBytes", str(128 << 20))  # each file a partition of its own
-    rows = (spark.readStream.schema("id LONG").option("maxFilesPerTrigger", int(s.get("files_per_trigger", 2)))
-            .json(s["input"]).selectExpr(ROWS, "CONCAT('k', CAST(id AS STRING)) AS keys"))
-    writer = (rows.writeStream.format("rmqlog").option("nameServer", namesrv).option("topic", s["topic"])
-              .options(**s.get("extra", {})).option("checkpointLocation", s["checkpoint"]))
+    rows = (
+        spark.readStream.schema("id LONG")
+        .option("maxFilesPerTrigger", int(s.get("files_per_trigger", 2)))
+        .json(s["input"])
+        .selectExpr(ROWS, "CONCAT('k', CAST(id AS STRING)) AS keys")
+    )
+    writer = (
+        rows.writeStream.format("rmqlog")
+        .option("nameServer", namesrv)
+        .option("topic", s["topic"])
+        .options(**s.get("extra", {}))
+        .option("checkpointLocation", s["checkpoint"])
+    )
     trigger = s.get("trigger", "available")
-    query = writer.trigger(availableNow=True).start() if trigger == "available" else writer.trigger(
-        processingTime=trigger).start()
+    query = (
+        writer.trigger(availableNow=True).start()
+        if trigger == "available"
+        else writer.trigger(processingTime=trigger).start()
+    )
     query.awaitTermination()
     return True
 
@@ -159,8 +193,15 @@ def wait_file(spark: SparkSession, namesrv: str, s: dict[str, Any]) -> bool:
     return True
 
 
-STEPS = {"write": write, "read": read, "read_stream": read_stream, "follow": follow, "stream_write": stream_write,
-         "touch": touch, "wait_file": wait_file}
+STEPS = {
+    "write": write,
+    "read": read,
+    "read_stream": read_stream,
+    "follow": follow,
+    "stream_write": stream_write,
+    "touch": touch,
+    "wait_file": wait_file,
+}
 
 if __name__ == "__main__":
     main()

@@ -32,8 +32,18 @@ def test_a_cut_master_costs_one_timeout_then_its_slave_serves_the_reads(cluster:
     on_q0 = [f"m-{i}" for i, r in enumerate(sent) if r["queue"] == 0]
 
     def pull(offset: int) -> dict:  # type: ignore[type-arg]
-        return c.ask("pull", namesrv=c.namesrv_addr, group="G", topic=TOPIC, queue=0, offset=offset, max=4,
-                     broker="broker-b", timeout_s=TIMEOUT_S, down_ms=DOWN_MS)
+        return c.ask(
+            "pull",
+            namesrv=c.namesrv_addr,
+            group="G",
+            topic=TOPIC,
+            queue=0,
+            offset=offset,
+            max=4,
+            broker="broker-b",
+            timeout_s=TIMEOUT_S,
+            down_ms=DOWN_MS,
+        )
 
     first = pull(0)
     assert first["status"] == "FOUND" and first["broker_id"] == 0

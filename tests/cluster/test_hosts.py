@@ -39,8 +39,9 @@ SILENCE_S = 0.5
 
 
 def start_echo(hosts: Hosts, host: str, port: int = 7000) -> subprocess.Popen[str]:
-    proc = hosts.popen(host, [sys.executable, "-c", ECHO, hosts.addr(host), str(port)], stdout=subprocess.PIPE,
-                       text=True)
+    proc = hosts.popen(
+        host, [sys.executable, "-c", ECHO, hosts.addr(host), str(port)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
     return proc
 
@@ -79,8 +80,17 @@ def test_hosts_reach_each_other_and_nothing_else(hosts_factory: HostsFactory) ->
     assert in_host(hosts, "b", lambda: echo_once(hosts.addr("a"), 7000, b"hello")) == b"hello"
     links = hosts.run("b", ["ip", "-o", "link", "show"]).stdout
     assert sorted(line.split(":")[1].strip().split("@")[0] for line in links.splitlines()) == ["eth0", "lo"]
-    assert hosts.run("b", ["ip", "route", "show"]).stdout.split() == ["10.231.0.0/24", "dev", "eth0", "proto",
-                                                                      "kernel", "scope", "link", "src", "10.231.0.2"]
+    assert hosts.run("b", ["ip", "route", "show"]).stdout.split() == [
+        "10.231.0.0/24",
+        "dev",
+        "eth0",
+        "proto",
+        "kernel",
+        "scope",
+        "link",
+        "src",
+        "10.231.0.2",
+    ]
     # the root namespace has no way to the hosts: nothing was added to it
     with pytest.raises(OSError):
         echo_once(hosts.addr("a"), 7000, b"x", timeout=SILENCE_S)
@@ -187,5 +197,3 @@ def test_proxy_refuses_new_connections(hosts_factory: HostsFactory) -> None:
             in_host(hosts, "a", lambda: echo_once(hosts.addr("p"), 7000, b"x"))
         proxy.refuse(False)
         assert in_host(hosts, "a", lambda: echo_once(hosts.addr("p"), 7000, b"ok")) == b"ok"
-
-

@@ -44,9 +44,19 @@ def start(c: Cluster, role: str, *, via_proxy: bool = False) -> None:
     if via_proxy:
         c.proxies.append(proxy := _proxy(c))
         master_ha = proxy.address
-    c.broker("c", "broker-b", {}, root_name="slave-b",
-             conf={"brokerId": "1", "brokerRole": "SLAVE", "haMasterAddress": master_ha,
-                   "haSendHeartbeatInterval": "500", "haHousekeepingInterval": "2000"})
+    c.broker(
+        "c",
+        "broker-b",
+        {},
+        root_name="slave-b",
+        conf={
+            "brokerId": "1",
+            "brokerRole": "SLAVE",
+            "haMasterAddress": master_ha,
+            "haSendHeartbeatInterval": "500",
+            "haHousekeepingInterval": "2000",
+        },
+    )
     c.agent("d")
     c.ask("route", namesrv=c.namesrv_addr, topic=TOPIC, brokers=1)
     c.ask("producer", namesrv=c.namesrv_addr, fault=False, timeout_s=3.0)
@@ -102,8 +112,9 @@ def check_replica(c: Cluster, history: list[dict[str, Any]], *, sync: bool) -> d
     slave_end = c.published_tail("slave-b")
     master_end = c.published_tail("broker-b")
     assert slave_end <= master_end
-    assert c.commitlog_bytes("slave-b", slave_end) == c.commitlog_bytes("broker-b", slave_end), \
+    assert c.commitlog_bytes("slave-b", slave_end) == c.commitlog_bytes("broker-b", slave_end), (
         "the slave's commitlog is not the master's up to the slave's end"
+    )
     on_slave = set(c.stored_keys("slave-b", TOPIC))
     acked = [r for r in history if r["ok"] and r["status"] == "SEND_OK"]
     missing = [r for r in acked if r["key"] not in on_slave]
@@ -125,7 +136,7 @@ def test_master_killed_while_sending(cluster: Cluster, role: str) -> None:
     history = send_during(c, 50, lambda: c.kill("broker-b"), 0.4, "kill")
     ok = [r for r in history if r["ok"]]
     assert ok and len(ok) < len(history), "the kill did not land inside the run of sends"
-    assert all(not r["ok"] for r in history[len(ok):]), "a send succeeded after the master died"
+    assert all(not r["ok"] for r in history[len(ok) :]), "a send succeeded after the master died"
     check_replica(c, history, sync=role == "SYNC_MASTER")
 
 
@@ -151,8 +162,9 @@ def test_sync_master_with_its_slave_cut_off(cluster: Cluster) -> None:
     assert counts["slave_end"] == counts["master_end"]  # caught up: the cut sends are on the slave too
 
 
-@pytest.mark.parametrize(("fault", "direction"), [("delay", "down"), ("stall", "down"), ("stall", "up"),
-                                                  ("drop", "down"), ("drop", "up")])
+@pytest.mark.parametrize(
+    ("fault", "direction"), [("delay", "down"), ("stall", "down"), ("stall", "up"), ("drop", "down"), ("drop", "up")]
+)
 def test_sync_master_over_a_faulty_replication_link(cluster: Cluster, fault: str, direction: str) -> None:
     """The replication link through the proxy: transfers (down) or the slave's reports (up)
     delayed, held or lost for a while, then the master is killed: no SEND_OK the slave lacks."""
@@ -202,9 +214,19 @@ def test_failover_promotes_the_slave_and_the_old_master_rejoins_without_divergen
 
     c.stop("slave-b")  # promoted: restarted as the group's master on its own root
     promoted = c.broker("c", "broker-b", {}, root_name="slave-b", conf={"brokerRole": "SYNC_MASTER", **MASTER_CONF})
-    c.broker("b", "broker-b", {}, root_name="broker-b",  # the old master, now its slave
-             conf={"brokerId": "1", "brokerRole": "SLAVE", "haMasterAddress": f"{c.hosts.addr('c')}:{HA_PORT}",
-                   "haSendHeartbeatInterval": "500", "haHousekeepingInterval": "2000"})
+    c.broker(
+        "b",
+        "broker-b",
+        {},
+        root_name="broker-b",  # the old master, now its slave
+        conf={
+            "brokerId": "1",
+            "brokerRole": "SLAVE",
+            "haMasterAddress": f"{c.hosts.addr('c')}:{HA_PORT}",
+            "haSendHeartbeatInterval": "500",
+            "haHousekeepingInterval": "2000",
+        },
+    )
     deadline = time.monotonic() + 60
     after: list[dict[str, Any]] = []
     while not (after and after[-1]["ok"] and after[-1]["status"] == "SEND_OK"):  # the rejoined slave acknowledges

@@ -60,7 +60,8 @@ def test_sends_spread_over_both_brokers_and_skip_a_killed_one(cluster: Cluster) 
     assert all(r["ok"] and r["status"] == "SEND_OK" for r in before)
     # round robin over the 8 queues of the two brokers (sorted by broker name)
     assert [(r["broker"], r["queue"]) for r in before[:8]] == [(addrs["broker-b"], q) for q in range(4)] + [
-        (addrs["broker-c"], q) for q in range(4)]
+        (addrs["broker-c"], q) for q in range(4)
+    ]
     assert brokers_of(before) == {addrs["broker-b"]: 8, addrs["broker-c"]: 8}
 
     c.kill("broker-c")  # kill -9: its connections are reset, new ones refused
@@ -84,15 +85,14 @@ def test_a_cut_link_costs_at_most_the_send_in_flight(cluster: Cluster) -> None:
     # the one send that went to broker-c spent its whole budget waiting; Java answers it with
     # a timeout too (sendDefaultImpl's "call timeout"); every later send goes to broker-b
     assert len(failed) <= 1 and all(after[i]["error"] == "RemotingTimeoutError" for i in failed)
-    assert all(r["ok"] for r in after[(failed[0] + 1) if failed else 0:])
+    assert all(r["ok"] for r in after[(failed[0] + 1) if failed else 0 :])
     assert set(brokers_of(after)) == {addrs["broker-b"]}
     assert c.ask("fault")["table"]["broker-c"][1] > 0  # broker-c was tried, and is out for a while
     c.hosts.heal("c")
     check_history(c, before + after, addrs)
 
 
-@pytest.mark.parametrize(("fault", "direction"), [("stall", "down"), ("stall", "up"), ("drop", "down"),
-                                                   ("drop", "up")])
+@pytest.mark.parametrize(("fault", "direction"), [("stall", "down"), ("stall", "up"), ("drop", "down"), ("drop", "up")])
 def test_a_stalled_or_lossy_proxy_direction_is_handled_as_a_cut(cluster: Cluster, fault: str, direction: str) -> None:
     """Answers or requests held (stall) or lost (drop) on the way to broker-c: the send caught
     there times out, broker-c is out, the rest go to broker-b."""
@@ -122,22 +122,27 @@ def test_consumers_share_both_brokers_queues_and_rebalance_when_one_leaves(clust
     start(c)
     masters = sorted(f"{c.hosts.addr(h)}:{BROKER_PORT}" for h in "bc")
     # a topic created over the wire on every master of the cluster (mqadmin updateTopic -c)
-    assert c.ask("create_topic", namesrv=c.namesrv_addr, cluster="DefaultCluster", topic="T2", queues=4)[
-        "masters"] == masters
+    assert (
+        c.ask("create_topic", namesrv=c.namesrv_addr, cluster="DefaultCluster", topic="T2", queues=4)["masters"]
+        == masters
+    )
     assert c.ask("route", namesrv=c.namesrv_addr, topic="T2", brokers=2)["brokers"] == ["broker-b", "broker-c"]
     for cid in ("cid-1", "cid-2", "cid-3"):
         assert c.ask("member", id=cid, group="G", topic="T2", namesrv=c.namesrv_addr)["brokers"] == masters
     shares = {cid: c.ask("assignment", id=cid, topic="T2")["queues"] for cid in ("cid-1", "cid-2", "cid-3")}
     # 8 queues sorted (broker-b 0..3, broker-c 0..3) among 3 sorted ids: 3, 3, 2
-    assert shares == {"cid-1": [["broker-b", 0], ["broker-b", 1], ["broker-b", 2]],
-                      "cid-2": [["broker-b", 3], ["broker-c", 0], ["broker-c", 1]],
-                      "cid-3": [["broker-c", 2], ["broker-c", 3]]}
+    assert shares == {
+        "cid-1": [["broker-b", 0], ["broker-b", 1], ["broker-b", 2]],
+        "cid-2": [["broker-b", 3], ["broker-c", 0], ["broker-c", 1]],
+        "cid-3": [["broker-c", 2], ["broker-c", 3]],
+    }
     c.ask("leave", id="cid-2", how="unregister")
     assert c.ask("assignment", id="cid-1", topic="T2")["queues"] == [["broker-b", q] for q in range(4)]
     assert c.ask("assignment", id="cid-3", topic="T2")["queues"] == [["broker-c", q] for q in range(4)]
     c.ask("leave", id="cid-3", how="close")  # gone without a word: its connections closed
     assert c.ask("assignment", id="cid-1", topic="T2")["queues"] == [
-        [b, q] for b in ("broker-b", "broker-c") for q in range(4)]
+        [b, q] for b in ("broker-b", "broker-c") for q in range(4)
+    ]
 
 
 def test_a_slow_broker_is_avoided_for_a_while(cluster: Cluster) -> None:
@@ -171,18 +176,27 @@ def test_reading_commands_over_the_wire_see_both_brokers(cluster: Cluster) -> No
         return r["code"], (json.loads(r["stdout"]) if r["code"] == 0 else r["stderr"])
 
     # once as the command itself, a process on host d
-    r = c.hosts.run("d", [sys.executable, "-m", "rmqnet", "topic-status", TOPIC, "--namesrv", c.namesrv_addr],
-                    env=subprocess_env())
+    r = c.hosts.run(
+        "d", [sys.executable, "-m", "rmqnet", "topic-status", TOPIC, "--namesrv", c.namesrv_addr], env=subprocess_env()
+    )
     assert r.returncode == 0 and r.stdout.splitlines()[-1] == f"{TOPIC}/broker-c/3  min 0  max 2  messages 2"
     code, status = rmqlog("topic-status", TOPIC)
-    assert code == 0 and status == {"topic": TOPIC, "queues": [
-        {"brokerName": b, "queueId": q, "min": 0, "max": 2, "messages": 2} for b in ("broker-b", "broker-c")
-        for q in range(4)]}
+    assert code == 0 and status == {
+        "topic": TOPIC,
+        "queues": [
+            {"brokerName": b, "queueId": q, "min": 0, "max": 2, "messages": 2}
+            for b in ("broker-b", "broker-c")
+            for q in range(4)
+        ],
+    }
     code, lag = rmqlog("lag", "G", "--topic", TOPIC)
     # the group committed on broker-c's queue 3 only; the brokers answer 0 for the other queues
     # (they still start at 0: RocketMQ's QUERY_CONSUMER_OFFSET rule), which count as committed 0
     assert code == 0 and lag["totalLag"] == 15
-    assert {(r["brokerName"], r["queueId"]): (r["committed"], r["lag"]) for r in lag["offsets"]}[("broker-c", 3)] == (1, 1)
+    assert {(r["brokerName"], r["queueId"]): (r["committed"], r["lag"]) for r in lag["offsets"]}[("broker-c", 3)] == (
+        1,
+        1,
+    )
     code, info = rmqlog("info")
     assert code == 0 and info["clusters"] == {"DefaultCluster": ["broker-b", "broker-c"]}
     assert {n: b["addrs"] for n, b in info["brokers"].items()} == {n: {"0": a} for n, a in addrs.items()}

@@ -91,9 +91,15 @@ def stray_processes(hosts: Hosts, wait_s: float = 15) -> list[str]:
     and named."""
     deadline = time.monotonic() + wait_s
     while True:
-        stray = sorted({int(p) for h in hosts.names
-                        for p in subprocess.run(["ip", "netns", "pids", hosts.ns(h)], capture_output=True,
-                                                text=True).stdout.split()})
+        stray = sorted(
+            {
+                int(p)
+                for h in hosts.names
+                for p in subprocess.run(
+                    ["ip", "netns", "pids", hosts.ns(h)], capture_output=True, text=True
+                ).stdout.split()
+            }
+        )
         if not stray or time.monotonic() > deadline:
             break
         time.sleep(0.2)  # (waits for the processes to end)
@@ -113,20 +119,34 @@ def start_brokers(s: Setup) -> None:
     c = s.brokers
     c.namesrv("n")
     with ThreadPoolExecutor(4) as pool:  # (each start waits for its broker's ready line)
-        for f in [pool.submit(c.broker, master, group, {TOPIC: 4}, conf={"brokerRole": "SYNC_MASTER"})
-                  for group, (master, _) in GROUPS.items()] + [
-                  pool.submit(c.broker, slave, group, {TOPIC: 4}, root_name=f"{group}-slave", conf={
-                      "brokerId": "1", "brokerRole": "SLAVE",
-                      "haMasterAddress": f"{s.hosts.addr(master)}:{BROKER_PORT + 1}"})
-                  for group, (master, slave) in GROUPS.items()]:
+        for f in [
+            pool.submit(c.broker, master, group, {TOPIC: 4}, conf={"brokerRole": "SYNC_MASTER"})
+            for group, (master, _) in GROUPS.items()
+        ] + [
+            pool.submit(
+                c.broker,
+                slave,
+                group,
+                {TOPIC: 4},
+                root_name=f"{group}-slave",
+                conf={
+                    "brokerId": "1",
+                    "brokerRole": "SLAVE",
+                    "haMasterAddress": f"{s.hosts.addr(master)}:{BROKER_PORT + 1}",
+                },
+            )
+            for group, (master, slave) in GROUPS.items()
+        ]:
             f.result()
     wait_route(s, lambda r: r == {g: [0, 1] for g in GROUPS})
 
 
 def route(s: Setup) -> dict[str, list[int]]:
     """The broker ids the name server routes ``TOPIC`` to, per group (asked from host d)."""
-    code = ("import json, sys\nfrom rmqnet.client import Admin\nwith Admin(sys.argv[1]) as a:\n"
-            " r = a.route(sys.argv[2])\nprint(json.dumps({b.broker_name: sorted(b.broker_addrs) for b in r.broker_datas}))")
+    code = (
+        "import json, sys\nfrom rmqnet.client import Admin\nwith Admin(sys.argv[1]) as a:\n"
+        " r = a.route(sys.argv[2])\nprint(json.dumps({b.broker_name: sorted(b.broker_addrs) for b in r.broker_datas}))"
+    )
     out = s.hosts.run("d", [sys.executable, "-c", code, s.brokers.namesrv_addr, TOPIC], env=subprocess_env())
     assert out.returncode == 0, out.stderr
     return {k: v for k, v in json.loads(out.stdout).items()}
@@ -172,7 +192,8 @@ def once(bodies: list[str], expected: list[str]) -> None:
     missing = sorted(set(expected) - set(counts))
     extra = sorted(set(counts) - set(expected))
     assert not twice and not missing and not extra, (
-        f"{len(twice)} twice {twice[:5]}, {len(missing)} missing {missing[:5]}, {len(extra)} extra {extra[:5]}")
+        f"{len(twice)} twice {twice[:5]}, {len(missing)} missing {missing[:5]}, {len(extra)} extra {extra[:5]}"
+    )
 
 
 def stop_brokers(s: Setup) -> None:
@@ -190,12 +211,22 @@ def test_a_job_on_worker_hosts_writes_through_both_groups_and_reads_back_once(se
     start_brokers(s)
     n = 6000
     apps = s.spark.apps()
-    proc, name, _ = s.spark.submit({"namesrv": s.brokers.namesrv_addr, "steps": [
-        {"name": "write", "op": "write", "topic": TOPIC, "n": n, "partitions": 4},
-        {"name": "read", "op": "read", "topic": TOPIC},
-        {"name": "stream", "op": "read_stream", "topic": TOPIC, "checkpoint": str(s.tmp / "read-ckpt"),
-         "max_per_trigger": n // 3},
-    ]})
+    proc, name, _ = s.spark.submit(
+        {
+            "namesrv": s.brokers.namesrv_addr,
+            "steps": [
+                {"name": "write", "op": "write", "topic": TOPIC, "n": n, "partitions": 4},
+                {"name": "read", "op": "read", "topic": TOPIC},
+                {
+                    "name": "stream",
+                    "op": "read_stream",
+                    "topic": TOPIC,
+                    "checkpoint": str(s.tmp / "read-ckpt"),
+                    "max_per_trigger": n // 3,
+                },
+            ],
+        }
+    )
     out = s.spark.wait(proc, name)
     # the tasks ran on both worker hosts
     for w in s.spark.worker_hosts:
@@ -222,9 +253,11 @@ def test_a_job_on_worker_hosts_writes_through_both_groups_and_reads_back_once(se
 def offsets(s: Setup, group: str) -> int:
     """The messages of ``TOPIC`` on ``group``'s master (the sum of its queues' max offsets), asked
     over the wire from host d."""
-    code = ("import sys\nfrom rmqnet.client import Admin\nwith Admin(sys.argv[1]) as a:\n"
-            " b = next(b for b in a.route(sys.argv[2]).broker_datas if b.broker_name == sys.argv[3])\n"
-            " print(sum(a.max_offset(b.master_addr(), sys.argv[2], q) for q in range(4)))")
+    code = (
+        "import sys\nfrom rmqnet.client import Admin\nwith Admin(sys.argv[1]) as a:\n"
+        " b = next(b for b in a.route(sys.argv[2]).broker_datas if b.broker_name == sys.argv[3])\n"
+        " print(sum(a.max_offset(b.master_addr(), sys.argv[2], q) for q in range(4)))"
+    )
     out = s.hosts.run("d", [sys.executable, "-c", code, s.brokers.namesrv_addr, TOPIC, group], env=subprocess_env())
     assert out.returncode == 0, out.stderr
     return int(out.stdout)
@@ -233,8 +266,9 @@ def offsets(s: Setup, group: str) -> int:
 def waiting(log: str) -> set[int]:
     """The partitions whose chunks the sink logged waiting for a master (writer names are
     ``<query>/<partition>/<layout digest>``)."""
-    return {int(m) for m in re.findall(r"writer '[^']*/(\d+)/[0-9a-f]{8}'\): broker group 'broker-b' .*" + WAITING,
-                                       log)}
+    return {
+        int(m) for m in re.findall(r"writer '[^']*/(\d+)/[0-9a-f]{8}'\): broker group 'broker-b' .*" + WAITING, log)
+    }
 
 
 def drop_files(s: Setup, batch: int, per_batch: int) -> range:
@@ -244,7 +278,7 @@ def drop_files(s: Setup, batch: int, per_batch: int) -> range:
     ids = range(batch * per_batch, (batch + 1) * per_batch)
     staged = s.tmp / f"staged-{batch}"
     staged.mkdir()
-    for part, chunk in enumerate((ids[: per_batch // 3], ids[per_batch // 3:])):
+    for part, chunk in enumerate((ids[: per_batch // 3], ids[per_batch // 3 :])):
         (staged / f"{part}.json").write_text("".join(f'{{"id": {i}}}\n' for i in chunk))
     (s.tmp / "in").mkdir(exist_ok=True)
     staged.rename(s.tmp / "in" / f"b{batch:03d}")
@@ -263,11 +297,17 @@ def test_a_streaming_write_across_a_master_failover_ends_exactly_once(setup: Set
     for batch in range(2):
         drop_files(s, batch, per_batch)
     ckpt = s.tmp / "write-ckpt"
-    stream = {"op": "stream_write", "input": str(s.tmp / "in" / "*"), "checkpoint": str(ckpt), "topic": TOPIC,
-              "extra": {"sendRetryTimeout": "120s"}}
+    stream = {
+        "op": "stream_write",
+        "input": str(s.tmp / "in" / "*"),
+        "checkpoint": str(ckpt),
+        "topic": TOPIC,
+        "extra": {"sendRetryTimeout": "120s"},
+    }
     apps = s.spark.apps()
-    first, first_name, _ = s.spark.submit({"namesrv": s.brokers.namesrv_addr, "steps": [
-        {**stream, "trigger": "500 milliseconds"}]})
+    first, first_name, _ = s.spark.submit(
+        {"namesrv": s.brokers.namesrv_addr, "steps": [{**stream, "trigger": "500 milliseconds"}]}
+    )
     wait_for_file(ckpt / "commits" / "1", first, timeout=120)  # micro-batches 0 and 1 written
     before = offsets(s, "broker-a")
 
@@ -284,10 +324,15 @@ def test_a_streaming_write_across_a_master_failover_ends_exactly_once(setup: Set
 
     drop_files(s, 3, per_batch)
     apps = s.spark.apps()
-    second, second_name, _ = s.spark.submit({"namesrv": s.brokers.namesrv_addr, "steps": [
-        {**stream, "name": "write", "trigger": "available"},
-        {"name": "read", "op": "read", "topic": TOPIC},
-    ]})
+    second, second_name, _ = s.spark.submit(
+        {
+            "namesrv": s.brokers.namesrv_addr,
+            "steps": [
+                {**stream, "name": "write", "trigger": "available"},
+                {"name": "read", "op": "read", "topic": TOPIC},
+            ],
+        }
+    )
     # the replay's tasks routed as the first attempt did, and wait for broker-b (the promotion
     # must not start before every task has its route: while no broker of broker-b is
     # registered the name server routes the topic without it, docs/spark.md)
@@ -296,8 +341,9 @@ def test_a_streaming_write_across_a_master_failover_ends_exactly_once(setup: Set
     # the slave promoted: restarted as broker-b's master over its own root (replicated records
     # and markers); the waiting chunks go there
     assert s.brokers.stop("broker-b-slave") == 0
-    s.brokers.broker("b1", "broker-b", {TOPIC: 4}, root_name="broker-b-slave",
-                     conf={"brokerId": "0", "brokerRole": "ASYNC_MASTER"})
+    s.brokers.broker(
+        "b1", "broker-b", {TOPIC: 4}, root_name="broker-b-slave", conf={"brokerId": "0", "brokerRole": "ASYNC_MASTER"}
+    )
     out = s.spark.wait(second, second_name, timeout=180)
 
     expected = rows(0, 4 * per_batch)
@@ -323,11 +369,24 @@ def test_a_stream_read_goes_on_from_the_slave_while_a_master_is_dead(setup: Setu
     start_brokers(s)
     n = 2400
     sign, killed = s.tmp / "first-batch", s.tmp / "killed"
-    proc, name, _ = s.spark.submit({"namesrv": s.brokers.namesrv_addr, "steps": [
-        {"name": "write", "op": "write", "topic": TOPIC, "n": n, "partitions": 2},
-        {"name": "follow", "op": "follow", "topic": TOPIC, "checkpoint": str(s.tmp / "follow-ckpt"), "n": n,
-         "max_per_trigger": n // 4, "sign": str(sign), "killed": str(killed)},
-    ]})
+    proc, name, _ = s.spark.submit(
+        {
+            "namesrv": s.brokers.namesrv_addr,
+            "steps": [
+                {"name": "write", "op": "write", "topic": TOPIC, "n": n, "partitions": 2},
+                {
+                    "name": "follow",
+                    "op": "follow",
+                    "topic": TOPIC,
+                    "checkpoint": str(s.tmp / "follow-ckpt"),
+                    "n": n,
+                    "max_per_trigger": n // 4,
+                    "sign": str(sign),
+                    "killed": str(killed),
+                },
+            ],
+        }
+    )
     wait_for_file(sign, proc, timeout=120)
     s.brokers.kill("broker-b")
     killed.touch()

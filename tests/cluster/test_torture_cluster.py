@@ -29,9 +29,24 @@ def test_one_trial_per_role_loses_nothing_acknowledged(tmp_path: Path) -> None:
     reason = netns_unavailable()
     if reason is not None:
         pytest.skip(reason)
-    res = subprocess.run([sys.executable, str(JOBS / "torture_cluster.py"), "--trials", "1", "--faults", "kill",
-                          "--run-s", "0.3", "--root", str(tmp_path / "work")],
-                         capture_output=True, text=True, timeout=600, env=subprocess_env())
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(JOBS / "torture_cluster.py"),
+            "--trials",
+            "1",
+            "--faults",
+            "kill",
+            "--run-s",
+            "0.3",
+            "--root",
+            str(tmp_path / "work"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=subprocess_env(),
+    )
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
     for role in tc.ROLES:
         m = re.search(rf"trial {role} 1 kill: (\d+) SEND_OK, lost 0", res.stdout)
@@ -40,10 +55,18 @@ def test_one_trial_per_role_loses_nothing_acknowledged(tmp_path: Path) -> None:
 
 
 def test_the_job_refuses_unknown_roles_and_faults(tmp_path: Path) -> None:
-    for args, said in ((["--roles", "MASTER"], "unknown role 'MASTER'"), (["--faults", "kill,nap"], "unknown fault 'nap'"),
-                       (["--trials", "0"], "--trials must be at least 1")):
-        res = subprocess.run([sys.executable, str(JOBS / "torture_cluster.py"), *args, "--root", str(tmp_path)],
-                             capture_output=True, text=True, timeout=60, env=subprocess_env())
+    for args, said in (
+        (["--roles", "MASTER"], "unknown role 'MASTER'"),
+        (["--faults", "kill,nap"], "unknown fault 'nap'"),
+        (["--trials", "0"], "--trials must be at least 1"),
+    ):
+        res = subprocess.run(
+            [sys.executable, str(JOBS / "torture_cluster.py"), *args, "--root", str(tmp_path)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=subprocess_env(),
+        )
         assert res.returncode == 2 and said in res.stderr, res.stderr
 
 

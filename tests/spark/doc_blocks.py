@@ -51,9 +51,12 @@ def localize(code: str, tmp: Path) -> str:
     checkpoints ``/chk/``, and the
     broker.conf an operator keeps in ``/etc/rocketmq/`` (``tmp/broker.conf``, see
     :func:`broker_conf`)."""
-    return (code.replace("/data/rmq", str(tmp / "rmq")).replace("/data/orders/", f"{tmp / 'orders'}/")
-            .replace("/chk/", f"{tmp / 'chk'}/")
-            .replace("/etc/rocketmq/broker.conf", str(tmp / "broker.conf")))
+    return (
+        code.replace("/data/rmq", str(tmp / "rmq"))
+        .replace("/data/orders/", f"{tmp / 'orders'}/")
+        .replace("/chk/", f"{tmp / 'chk'}/")
+        .replace("/etc/rocketmq/broker.conf", str(tmp / "broker.conf"))
+    )
 
 
 def broker_conf() -> str:
@@ -64,7 +67,21 @@ def broker_conf() -> str:
 
 
 #: the first words of a line that is a command (a block of ``text`` holding one says why it is not run)
-COMMAND_WORDS = ("rmqlog", "python", "make", "node", "npm", "pip", "java", "mqadmin", "bash", "sh", "curl", "cd", "export")
+COMMAND_WORDS = (
+    "rmqlog",
+    "python",
+    "make",
+    "node",
+    "npm",
+    "pip",
+    "java",
+    "mqadmin",
+    "bash",
+    "sh",
+    "curl",
+    "cd",
+    "export",
+)
 
 
 def not_run_reason(block: Block) -> str | None:
@@ -79,7 +96,9 @@ def holds_commands(block: Block) -> bool:
 
 def rmqlog_lines(block: Block) -> list[str]:
     """The lines of a shell block that run the ``rmqlog`` command."""
-    return [line for line in block.code.splitlines() if line.startswith("rmqlog ")] if block.lang in ("bash", "sh") else []
+    return (
+        [line for line in block.code.splitlines() if line.startswith("rmqlog ")] if block.lang in ("bash", "sh") else []
+    )
 
 
 def expected_prints(code: str) -> dict[int, str]:
@@ -106,4 +125,6 @@ def check_prints(block: Block, printed: list[tuple[int, str]]) -> None:
     """Each ``prints:`` line printed, and printed exactly what it says."""
     for line, want in expected_prints(block.code).items():
         got = [text for at, text in printed if at == line]
-        assert got and set(got) == {want}, f"{block.page} line {block.line + line - 1}: printed {got}, the page says {want!r}"
+        assert got and set(got) == {want}, (
+            f"{block.page} line {block.line + line - 1}: printed {got}, the page says {want!r}"
+        )

@@ -38,8 +38,17 @@ def bare_python(dest: Path) -> Path:
     paths = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     (site / "deps.pth").write_text("".join(f"{p}\n" for p in paths))
     python = dest / "bin" / "python"
-    probe = subprocess.run([str(python), "-c", "import pyarrow, pyspark, isal\ntry:\n import rmqlog\nexcept ImportError: print('no store')"],
-                           capture_output=True, text=True, cwd=dest, env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
+    probe = subprocess.run(
+        [
+            str(python),
+            "-c",
+            "import pyarrow, pyspark, isal\ntry:\n import rmqlog\nexcept ImportError: print('no store')",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=dest,
+        env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+    )
     assert probe.stdout.strip() == "no store", probe
     return python
 
@@ -58,9 +67,13 @@ class Processes:
         self.logs = logs
         self.started: list[subprocess.Popen[bytes]] = []
 
-    def start(self, name: str, argv: list[str], env: dict[str, str], cwd: Path | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self, name: str, argv: list[str], env: dict[str, str], cwd: Path | None = None
+    ) -> subprocess.Popen[bytes]:
         with open(self.logs / f"{name}.log", "wb") as log:
-            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=cwd)
+            proc = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True, cwd=cwd
+            )
         self.started.append(proc)
         return proc
 

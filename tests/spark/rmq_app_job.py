@@ -54,22 +54,45 @@ def run(spark, root: str, checkpoints: str, mode: str) -> None:  # type: ignore[
     """The application's jobs on one store (MODE ``kill`` or ``clean``)."""
     os.makedirs(checkpoints, exist_ok=True)
     fmt = "rmqlog_victim" if mode == "kill" else "rmqlog"
-    (spark.range(200, numPartitions=2)
-     .selectExpr("'orders' AS topic", "CAST(id AS STRING) AS body", "array(CAST(id % 7 AS STRING)) AS keys")
-     .write.format(fmt).option("path", root).option("queueSelector", "hash").mode("append").save())
+    (
+        spark.range(200, numPartitions=2)
+        .selectExpr("'orders' AS topic", "CAST(id AS STRING) AS body", "array(CAST(id % 7 AS STRING)) AS keys")
+        .write.format(fmt)
+        .option("path", root)
+        .option("queueSelector", "hash")
+        .mode("append")
+        .save()
+    )
     n = spark.read.format("rmqlog").option("path", root).option("topics", "orders").load().count()
     assert n == 200, n
     back = f"back_{mode}"
-    q = (spark.readStream.format("rmqlog").option("path", root).option("topics", "orders")
-         .option("startingOffsets", "earliest").load()
-         .writeStream.format("memory").queryName(back).option("checkpointLocation", f"{checkpoints}/back").start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("path", root)
+        .option("topics", "orders")
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("memory")
+        .queryName(back)
+        .option("checkpointLocation", f"{checkpoints}/back")
+        .start()
+    )
     q.processAllAvailable()
     q.stop()
     assert spark.table(back).count() == 200
-    q = (spark.readStream.format("rmqlog").option("path", root).option("topics", "orders")
-         .option("startingOffsets", "earliest").load().selectExpr("body", "'copy' AS topic")
-         .writeStream.format("rmqlog").option("path", root).option("checkpointLocation", f"{checkpoints}/copy")
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("path", root)
+        .option("topics", "orders")
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr("body", "'copy' AS topic")
+        .writeStream.format("rmqlog")
+        .option("path", root)
+        .option("checkpointLocation", f"{checkpoints}/copy")
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     from pyspark.sql.functions import udf
 
@@ -79,16 +102,21 @@ def run(spark, root: str, checkpoints: str, mode: str) -> None:  # type: ignore[
 
 def main() -> None:
     args = sys.argv[1:]
-    parts = [tuple(args[i:i + 3]) for i in range(0, len(args), 3)]
+    parts = [tuple(args[i : i + 3]) for i in range(0, len(args), 3)]
     modes = [mode for _, _, mode in parts]
     assert parts and all(len(p) == 3 for p in parts) and set(modes) <= {"kill", "clean"}, args
     assert modes.count("kill") <= 1 and "kill" not in modes[1:], "a kill store comes first"
     victim_checkpoints = parts[0][1]  # (where the victim writes its pid, in MODE kill)
     os.environ["RMQ_APP_CHECKPOINTS"] = victim_checkpoints
-    spark = spark_rmq.local_session("rmq-app", master="local[2,4]", conf={
-        "spark.task.maxFailures": "4", "spark.sql.shuffle.partitions": "2",
-        "spark.executorEnv.RMQ_APP_CHECKPOINTS": victim_checkpoints,
-    })
+    spark = spark_rmq.local_session(
+        "rmq-app",
+        master="local[2,4]",
+        conf={
+            "spark.task.maxFailures": "4",
+            "spark.sql.shuffle.partitions": "2",
+            "spark.executorEnv.RMQ_APP_CHECKPOINTS": victim_checkpoints,
+        },
+    )
     spark.sparkContext.setLogLevel("ERROR")
     spark.dataSource.register(VictimSource)
     for root, checkpoints, mode in parts:

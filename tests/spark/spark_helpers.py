@@ -7,8 +7,16 @@ import pyarrow as pa
 import rmqlog
 
 
-def fill(root: str, topic: str, n: int, *, queues: int = 4, tags: list[str] | None = None,
-         config: rmqlog.StoreConfig | None = None, start: int = 0) -> pa.Table:
+def fill(
+    root: str,
+    topic: str,
+    n: int,
+    *,
+    queues: int = 4,
+    tags: list[str] | None = None,
+    config: rmqlog.StoreConfig | None = None,
+    start: int = 0,
+) -> pa.Table:
     """Append ``n`` messages (body ``m<i>``, round robin over ``queues``) and dispatch them."""
     with rmqlog.MessageStore.open(root, config) as ms:
         if topic not in ms.topics():

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.slow
 JAVA_OPTS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 #: The job spark-submit runs (argv: store root, result file). It must not set a master.
-JOB = textwrap.dedent('''
+JOB = textwrap.dedent("""
     import json, sys
 
     from pyspark.sql import SparkSession
@@ -59,7 +59,7 @@ JOB = textwrap.dedent('''
     with open(result, "w") as f:
         json.dump({"rows": rows, "executors": executors, "master": spark.sparkContext.master}, f)
     spark.stop()
-''')
+""")
 
 
 def test_spark_submit_on_a_standalone_cluster(tmp_path: Path) -> None:
@@ -73,15 +73,47 @@ def _submit_on_a_cluster(tmp_path: Path, processes: Processes) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "SPARK_HOME")}
     # the driver's and the workers' Python: the dependencies, not this project (the job ships it)
     python = bare_python(tmp_path / "venv")
-    env.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_DIRS=str(tmp_path / "local"), PYSPARK_PYTHON=str(python),
-               SPARK_DAEMON_JAVA_OPTS=JAVA_OPTS)  # the master's and the worker's JVMs
+    env.update(
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_LOCAL_DIRS=str(tmp_path / "local"),
+        PYSPARK_PYTHON=str(python),
+        SPARK_DAEMON_JAVA_OPTS=JAVA_OPTS,
+    )  # the master's and the worker's JVMs
     port = free_port()
     master_url = f"spark://127.0.0.1:{port}"
-    master = processes.start("master", [str(spark_class), "org.apache.spark.deploy.master.Master",
-                                        "--host", "127.0.0.1", "--port", str(port), "--webui-port", "0"], env)
-    worker = processes.start("worker", [str(spark_class), "org.apache.spark.deploy.worker.Worker",
-                                        "--host", "127.0.0.1", "--webui-port", "0", "--cores", "2", "--memory", "2g",
-                                        "--work-dir", str(tmp_path / "work"), master_url], env)
+    master = processes.start(
+        "master",
+        [
+            str(spark_class),
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            "0",
+        ],
+        env,
+    )
+    worker = processes.start(
+        "worker",
+        [
+            str(spark_class),
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--webui-port",
+            "0",
+            "--cores",
+            "2",
+            "--memory",
+            "2g",
+            "--work-dir",
+            str(tmp_path / "work"),
+            master_url,
+        ],
+        env,
+    )
     processes.wait_for("master", master, f"Starting Spark master at {master_url}")
     processes.wait_for("worker", worker, "Successfully registered with master")
 
@@ -89,17 +121,32 @@ def _submit_on_a_cluster(tmp_path: Path, processes: Processes) -> None:
     job = tmp_path / "job.py"
     job.write_text(JOB)
     root, result = tmp_path / "store", tmp_path / "result.json"
-    submit = processes.start("submit", [
-        str(spark_submit), "--master", master_url,
-        "--py-files", str(py_files),
-        "--conf", f"spark.pyspark.python={python}",  # the workers' Python
-        "--conf", f"spark.pyspark.driver.python={python}",
-        "--conf", "spark.driver.host=127.0.0.1",
-        "--conf", "spark.executor.memory=1g",
-        "--conf", f"spark.executor.extraJavaOptions={JAVA_OPTS}",  # (the driver's: SPARK_SUBMIT_OPTS, tests/conftest.py)
-        "--conf", "spark.ui.enabled=false",
-        str(job), str(root), str(result),
-    ], env)
+    submit = processes.start(
+        "submit",
+        [
+            str(spark_submit),
+            "--master",
+            master_url,
+            "--py-files",
+            str(py_files),
+            "--conf",
+            f"spark.pyspark.python={python}",  # the workers' Python
+            "--conf",
+            f"spark.pyspark.driver.python={python}",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            "--conf",
+            "spark.executor.memory=1g",
+            "--conf",
+            f"spark.executor.extraJavaOptions={JAVA_OPTS}",  # (the driver's: SPARK_SUBMIT_OPTS, tests/conftest.py)
+            "--conf",
+            "spark.ui.enabled=false",
+            str(job),
+            str(root),
+            str(result),
+        ],
+        env,
+    )
     try:
         code = submit.wait(timeout=240)
     except subprocess.TimeoutExpired:

@@ -50,12 +50,20 @@ def test_the_spark_connect_recipe_runs_as_written(tmp_path: Path) -> None:
 
 def _run(server: str, client: str, port: int, tmp_path: Path, processes: Processes) -> list[str]:
     """Start the server, run the client; returns the lines the client printed."""
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_HOME", "PYTHONPATH", "PYSPARK_PYTHON",
-                                                           "PYSPARK_DRIVER_PYTHON")}
-    proc = processes.start("server", ["bash", "-c", server], env, cwd=tmp_path)  # not the checkout: nothing imported from it
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("SPARK_HOME", "PYTHONPATH", "PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")
+    }
+    proc = processes.start(
+        "server", ["bash", "-c", server], env, cwd=tmp_path
+    )  # not the checkout: nothing imported from it
     processes.wait_for("server", proc, f"Spark Connect server started at: [::]:{port}", timeout=300)
     (tmp_path / "client.py").write_text(client)
-    run = subprocess.run([sys.executable, "client.py"], capture_output=True, text=True, env=env, cwd=tmp_path,
-                         timeout=600)
-    assert run.returncode == 0, f"client exit {run.returncode}:\n{run.stderr[-5000:]}\nserver:\n{processes.log('server')[-3000:]}"
+    run = subprocess.run(
+        [sys.executable, "client.py"], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+    )
+    assert run.returncode == 0, (
+        f"client exit {run.returncode}:\n{run.stderr[-5000:]}\nserver:\n{processes.log('server')[-3000:]}"
+    )
     return run.stdout.splitlines()

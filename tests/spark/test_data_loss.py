@@ -33,11 +33,15 @@ def put(root: str, n: int, *, first: int = 0, queues: int = 2) -> None:
     with rmqlog.MessageStore.open(root, _cfg()) as ms:
         if "orders" not in ms.topics():
             ms.create_topic("orders", queues)
-        ms.put_batch(pa.table({
-            "topic": ["orders"] * n,
-            "body": [f"m{i}".encode().ljust(BODY, b".") for i in range(first, first + n)],
-            "queueId": pa.array([i % queues for i in range(first, first + n)], pa.int32()),
-        }))
+        ms.put_batch(
+            pa.table(
+                {
+                    "topic": ["orders"] * n,
+                    "body": [f"m{i}".encode().ljust(BODY, b".") for i in range(first, first + n)],
+                    "queueId": pa.array([i % queues for i in range(first, first + n)], pa.int32()),
+                }
+            )
+        )
         ms.dispatch()
         ms.flush()
 
@@ -75,19 +79,32 @@ def test_batch_reports_exactly_the_lost_range(spark, store_root: str) -> None:
     assert "failOnDataLoss" in str(err.value)
     with pytest.raises(Exception, match=r"data loss on queue orders/1: offsets \[29, 30\)"):
         read(spark, store_root, startingOffsets='{"orders/0": 30, "orders/1": 29}').count()
-    exact = read(spark, store_root, startingOffsets='{"orders/0": 30, "orders/1": 30}').collect()  # the boundary: no loss
+    exact = read(
+        spark, store_root, startingOffsets='{"orders/0": 30, "orders/1": 30}'
+    ).collect()  # the boundary: no loss
     assert bodies(exact) == list(range(60, 200))
     assert bodies(read(spark, store_root).collect()) == list(range(60, 200))  # earliest: from the first offset stored
-    lenient = read(spark, store_root, startingOffsets='{"orders/0": 0, "orders/1": 0}', failOnDataLoss="false").collect()
+    lenient = read(
+        spark, store_root, startingOffsets='{"orders/0": 0, "orders/1": 0}', failOnDataLoss="false"
+    ).collect()
     assert bodies(lenient) == list(range(60, 200))
 
 
 def _stream(spark, root: str, out: Path, ck: Path, **options: str) -> None:
-    q = (spark.readStream.format("rmqlog").option("path", root).option("topics", "orders")
-         .option("startingOffsets", "earliest").options(**options).load()
-         .select("queueId", "queueOffset", "body")
-         .writeStream.format("parquet").option("path", str(out)).option("checkpointLocation", str(ck))
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("path", root)
+        .option("topics", "orders")
+        .option("startingOffsets", "earliest")
+        .options(**options)
+        .load()
+        .select("queueId", "queueOffset", "body")
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ck))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         q.awaitTermination(300)
     finally:
@@ -136,15 +153,21 @@ def test_read_overtaken_by_retention_names_the_range(store_root: str) -> None:
             assert rest == list(range(120, 300))
 
 
-def test_lenient_stream_skips_a_deleted_range_in_one_step(spark, store_root: str, tmp_path: Path,
-                                                          caplog: pytest.LogCaptureFixture) -> None:
+def test_lenient_stream_skips_a_deleted_range_in_one_step(
+    spark, store_root: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """With failOnDataLoss=false and maxMessagesPerTrigger, a stream whose
     next offsets retention deleted (600 of them) skips to the queue's first offset in one step:
     its first micro-batch has data and the skip is one warning, not one empty micro-batch and
     one warning per 100 deleted offsets."""
     put(store_root, 1000, queues=1)
-    opts = {"path": store_root, "topics": "orders", "startingOffsets": '{"orders/0": 0}',
-            "failOnDataLoss": "false", "maxMessagesPerTrigger": "100"}
+    opts = {
+        "path": store_root,
+        "topics": "orders",
+        "startingOffsets": '{"orders/0": 0}',
+        "failOnDataLoss": "false",
+        "maxMessagesPerTrigger": "100",
+    }
     reader = RmqLogStreamReader(SourceOptions.parse(opts, streaming=True))
     start = reader.initialOffset()
     assert start == {"orders/0": 0}
@@ -159,8 +182,16 @@ def test_lenient_stream_skips_a_deleted_range_in_one_step(spark, store_root: str
     assert skips == ["rmqlog: queue orders/0 lost offsets [0, 600) to retention; skipping them (failOnDataLoss=false)"]
     reader.stop()
 
-    q = (spark.readStream.format("rmqlog").options(**opts).load().select("body")
-         .writeStream.format("memory").queryName("lenient_skip").trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .options(**opts)
+        .load()
+        .select("body")
+        .writeStream.format("memory")
+        .queryName("lenient_skip")
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination(300)
     assert q.exception() is None
     batches = [p["numInputRows"] for p in q.recentProgress]
@@ -169,16 +200,21 @@ def test_lenient_stream_skips_a_deleted_range_in_one_step(spark, store_root: str
 
 
 @pytest.mark.parametrize("fail", [True, False], ids=["fail", "lenient"])
-def test_a_queue_that_now_ends_below_the_query_is_reported_not_skipped(store_root: str, fail: bool,
-                                                                      caplog: pytest.LogCaptureFixture) -> None:
+def test_a_queue_that_now_ends_below_the_query_is_reported_not_skipped(
+    store_root: str, fail: bool, caplog: pytest.LogCaptureFixture
+) -> None:
     """A stream read a queue to offset 10 and stopped; then its log was cut (a repair) or the
     store replaced, and the query restarted from its checkpoint: the queue now ends at 3, and
     the offsets from there on name new messages. The source used to wait at 10, skipping every
     new message below it without a word. failOnDataLoss=true fails naming the queue and both
     offsets; false goes on from the queue's end (one warning), so the new messages are read."""
     put(store_root, 10, queues=1)
-    opts = {"path": store_root, "topics": "orders", "startingOffsets": '{"orders/0": 0}',
-            "failOnDataLoss": str(fail).lower()}
+    opts = {
+        "path": store_root,
+        "topics": "orders",
+        "startingOffsets": '{"orders/0": 0}',
+        "failOnDataLoss": str(fail).lower(),
+    }
     first = RmqLogStreamReader(SourceOptions.parse(opts, streaming=True))
     read_to = first.latestOffset(first.initialOffset(), first.getDefaultReadLimit())
     assert read_to == {"orders/0": 10}
@@ -204,4 +240,5 @@ def test_a_queue_that_now_ends_below_the_query_is_reported_not_skipped(store_roo
     reader.stop()
     assert [r.getMessage() for r in caplog.records if "now ends at" in r.getMessage()] == [
         "rmqlog: queue orders/0 now ends at 3, below offset 10 the query had read to (the log was cut or the store "
-        "replaced); going on from 3 (failOnDataLoss=false)"]
+        "replaced); going on from 3 (failOnDataLoss=false)"
+    ]

@@ -60,11 +60,21 @@ NAMESRV = "127.0.0.1:9876"
 DEPLOYMENT_NAMESRV = "10.0.0.1:9876"
 
 #: Runtime settings ``spark_rmq.local_session()`` sets on an existing session.
-SESSION_SETTINGS = ("spark.sql.shuffle.partitions", "spark.sql.session.timeZone",
-                    "spark.sql.python.filterPushdown.enabled", "spark.sql.execution.arrow.pyspark.enabled")
+SESSION_SETTINGS = (
+    "spark.sql.shuffle.partitions",
+    "spark.sql.session.timeZone",
+    "spark.sql.python.filterPushdown.enabled",
+    "spark.sql.execution.arrow.pyspark.enabled",
+)
 #: The pages whose examples run (the others have none: only layout sketches)
-RUNNABLE = ["README.md", "docs/broker.md", "docs/cluster.md", "docs/operations.md", "docs/spark.md",
-            "docs/store-api.md"]
+RUNNABLE = [
+    "README.md",
+    "docs/broker.md",
+    "docs/cluster.md",
+    "docs/operations.md",
+    "docs/spark.md",
+    "docs/store-api.md",
+]
 
 
 def test_every_page_with_examples_is_run() -> None:
@@ -80,7 +90,9 @@ def test_every_block_is_run_or_says_why_not() -> None:
     an output, and one holding commands says in its first line why it is not run."""
     unlabelled = [b.name for p in PAGES for b in blocks(p) if not b.lang]
     assert unlabelled == [], "blocks without a language (run them, or make them text): " + ", ".join(unlabelled)
-    silent = [b.name for p in PAGES for b in blocks(p) if b.lang == "text" and holds_commands(b) and not not_run_reason(b)]
+    silent = [
+        b.name for p in PAGES for b in blocks(p) if b.lang == "text" and holds_commands(b) and not not_run_reason(b)
+    ]
     assert silent == [], "text blocks of commands that do not say why they are not run: " + ", ".join(silent)
     assert [b.name for p in PAGES for b in blocks(p) if b.lang == "js"] == [f"README.md:{js_line()}"]
 
@@ -125,8 +137,9 @@ def test_every_prometheus_scrape_config_is_valid(tmp_path: Path) -> None:
 
 @pytest.mark.xdist_group(SPARK_GROUP)  # asks for the session by name (not every page uses it)
 @pytest.mark.parametrize("page", RUNNABLE)
-def test_every_example_runs_as_written(page: str, tmp_path: Path, request: pytest.FixtureRequest,
-                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_every_example_runs_as_written(
+    page: str, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
     page_blocks = [b for b in blocks(page) if not is_connect(b)]
     python = [b for b in page_blocks if b.lang == "python"]
     uses_spark = any("spark" in b.code for b in python)
@@ -159,8 +172,9 @@ def test_every_example_runs_as_written(page: str, tmp_path: Path, request: pytes
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     (tmp_path / "broker.conf").write_text(broker_conf())  # what `--config broker.conf` reads
     for line in (line for b in page_blocks for line in rmqlog_lines(b)):
-        done = subprocess.run(["bash", "-c", localize(line, tmp_path)], capture_output=True, text=True, cwd=tmp_path,
-                              env=env, timeout=120)
+        done = subprocess.run(
+            ["bash", "-c", localize(line, tmp_path)], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120
+        )
         assert done.returncode == 0 and done.stdout, (page, line, done.stderr)
 
 
@@ -170,14 +184,20 @@ def check_readme_spark_example(spark, ns: dict, tmp_path: Path) -> None:  # type
     since_ms = int(dt.datetime(2026, 1, 1, tzinfo=dt.UTC).timestamp() * 1000)
     with rmqlog.MessageStore.open(root) as ms:
         stored = [m for q in range(4) for m in ms.read_queue("orders", q, 0, 1 << 40).to_pylist()]
-    want = sum(1 for m in stored if m["tags"] == "paid" and m["queueId"] in (0, 1)
-               and m["storeTimestamp"].timestamp() * 1000 >= since_ms)
+    want = sum(
+        1
+        for m in stored
+        if m["tags"] == "paid" and m["queueId"] in (0, 1) and m["storeTimestamp"].timestamp() * 1000 >= since_ms
+    )
     assert 0 < want < len(stored)  # the filters leave some rows and not all: a source ignoring them fails
     assert ns["batch"].count() == want
     q = ns["stream"].writeStream.format("memory").queryName("readme_stream").trigger(availableNow=True).start()
     q.awaitTermination()
-    got = spark.table("readme_stream").selectExpr("CAST(body AS STRING) AS body", "keys[0] AS key", "queueId",
-                                                  "map_keys(properties) AS names").collect()
+    got = (
+        spark.table("readme_stream")
+        .selectExpr("CAST(body AS STRING) AS body", "keys[0] AS key", "queueId", "map_keys(properties) AS names")
+        .collect()
+    )
     assert len(got) == 60  # 30 from the streaming write, 30 from the routed batch write
     assert Counter(r.key for r in got) == Counter({f"order-{d}": 6 for d in range(10)})
     for r in got:  # hash routing, in the sink (stream) and in route() (batch): one queue per key

@@ -63,10 +63,15 @@ def _kernel_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, store_root: Pat
     """Environment for the kernel: this Python, this checkout, a private TMPDIR; returns it."""
     spec = tmp_path / "jupyter" / "kernels" / "rmq-test"
     spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "spark-rmq tests", "language": "python",
-    }))
+    (spec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                "display_name": "spark-rmq tests",
+                "language": "python",
+            }
+        )
+    )
     monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     scratch = tmp_path / "tmpdir"
@@ -101,8 +106,12 @@ class Kernel:
 
     def _start(self) -> NotebookClient:
         if self.client is None:
-            client = NotebookClient(nbformat.v4.new_notebook(), timeout=600, kernel_name="rmq-test",
-                                    resources={"metadata": {"path": str(self.folder)}})
+            client = NotebookClient(
+                nbformat.v4.new_notebook(),
+                timeout=600,
+                kernel_name="rmq-test",
+                resources={"metadata": {"path": str(self.folder)}},
+            )
             self._kernel = client.setup_kernel()
             self._kernel.__enter__()
             self.client = client
@@ -114,9 +123,15 @@ class Kernel:
         notebook with outputs (also saved in a folder of its own) and that folder."""
         scratch = tmp_path / "tmpdir"
         scratch.mkdir()
-        store = "os.environ.pop('RMQ_STORE', None)" if store_root is None else f"os.environ['RMQ_STORE'] = {str(store_root)!r}"
+        store = (
+            "os.environ.pop('RMQ_STORE', None)"
+            if store_root is None
+            else f"os.environ['RMQ_STORE'] = {str(store_root)!r}"
+        )
         run = copy.deepcopy(nbformat.read(NOTEBOOK, as_version=4))
-        run.cells.insert(0, nbformat.v4.new_code_cell(f"import os, tempfile\n{store}\ntempfile.tempdir = {str(scratch)!r}"))
+        run.cells.insert(
+            0, nbformat.v4.new_code_cell(f"import os, tempfile\n{store}\ntempfile.tempdir = {str(scratch)!r}")
+        )
         client = self._start()
         client.nb = run
         client.reset_execution_trackers()
@@ -166,7 +181,7 @@ def _check_outputs(nb: Any) -> None:
     for title in PLOTS:
         at = next((i for i, c in enumerate(cells) if c.cell_type == "markdown" and title in c.source), None)
         assert at is not None, f"no section {title!r}"
-        plot = next(c for c in cells[at + 1:] if c.cell_type == "code")
+        plot = next(c for c in cells[at + 1 :] if c.cell_type == "code")
         images = [o for o in plot.outputs if "image/png" in o.get("data", {})]
         assert images, f"section {title!r} drew no image; its outputs: {[o.output_type for o in plot.outputs]}"
 
@@ -198,8 +213,15 @@ def _user_store(root: Path, n: int) -> rmqlog.MessageStore:
     """A store with ``n`` dispatched messages in topic ``clicks`` and a group's offset (left open)."""
     ms = rmqlog.MessageStore.open(root, rmqlog.StoreConfig(flush_disk_type="SYNC_FLUSH"))  # no flusher thread
     ms.create_topic("clicks", 3)
-    ms.put_batch(pa.table({"topic": ["clicks"] * n, "body": [b"c" * (i % 700 + 1) for i in range(n)],
-                           "tags": [("view", "buy")[i % 2] for i in range(n)]}))
+    ms.put_batch(
+        pa.table(
+            {
+                "topic": ["clicks"] * n,
+                "body": [b"c" * (i % 700 + 1) for i in range(n)],
+                "tags": [("view", "buy")[i % 2] for i in range(n)],
+            }
+        )
+    )
     ms.dispatch()
     ms.commit_offset("web", "clicks", 1, 10)
     return ms
@@ -211,7 +233,9 @@ def _printed(nb: Any) -> str:
 
 def _assert_unchanged(root: Path, before: dict[str, str]) -> None:
     after = _files(root)
-    assert after.keys() == before.keys(), f"files added {after.keys() - before.keys()}, removed {before.keys() - after.keys()}"
+    assert after.keys() == before.keys(), (
+        f"files added {after.keys() - before.keys()}, removed {before.keys() - after.keys()}"
+    )
     changed = [k for k in before if before[k] != after[k]]
     assert changed == [], f"the notebook changed the user's store: {changed}"
 
@@ -251,8 +275,9 @@ def test_notebook_dispatches_nothing_in_a_store_a_writer_holds(tmp_path: Path, k
     root, n = tmp_path / "user-store", 2_000
     _user_store(root, n).close()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              text=True, env=env)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(root)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
         before = _files(root)

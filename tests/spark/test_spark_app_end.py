@@ -37,8 +37,13 @@ def start(*parts: tuple[Path, Path, str]) -> subprocess.Popen[str]:
     """The application on the stores ``(root, checkpoints, mode)``, in this order."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), str(HERE)])}
     args = [str(a) for part in parts for a in part]
-    return subprocess.Popen([sys.executable, str(HERE / "rmq_app_job.py"), *args],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "rmq_app_job.py"), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def finish(app: subprocess.Popen[str]) -> None:
@@ -66,8 +71,11 @@ def wait_until_nobody_has_it_open(root: Path) -> None:
 def contents(ms: rmqlog.MessageStore) -> dict[str, Counter]:
     out = {}
     for topic, tc in ms.topics().items():
-        out[topic] = Counter(bytes(b).decode() for q in range(tc.read_queue_nums)
-                             for b in ms.read_queue(topic, q, 0, 1 << 40)["body"].to_pylist())
+        out[topic] = Counter(
+            bytes(b).decode()
+            for q in range(tc.read_queue_nums)
+            for b in ms.read_queue(topic, q, 0, 1 << 40)["body"].to_pylist()
+        )
     return out
 
 

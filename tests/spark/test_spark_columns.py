@@ -19,11 +19,19 @@ COLUMNS = "body, keys,queueOffset"
 def _fill(root: str, n: int = 120) -> None:
     with rmqlog.MessageStore.open(root) as ms:
         ms.create_topic("t", 2)
-        ms.put_batch(pa.table({
-            "topic": ["t"] * n, "body": [f"b{i}".encode() for i in range(n)], "queueId": [i % 2 for i in range(n)],
-            "tags": ["A" if i % 3 else "B" for i in range(n)], "keys": [[f"k{i}", "all"] for i in range(n)],
-            "properties": pa.array([[("n", str(i))] for i in range(n)], pa.map_(pa.string(), pa.string()))}),
-            dispatch=True)
+        ms.put_batch(
+            pa.table(
+                {
+                    "topic": ["t"] * n,
+                    "body": [f"b{i}".encode() for i in range(n)],
+                    "queueId": [i % 2 for i in range(n)],
+                    "tags": ["A" if i % 3 else "B" for i in range(n)],
+                    "keys": [[f"k{i}", "all"] for i in range(n)],
+                    "properties": pa.array([[("n", str(i))] for i in range(n)], pa.map_(pa.string(), pa.string())),
+                }
+            ),
+            dispatch=True,
+        )
 
 
 def read(spark, root: str, **options: str):
@@ -66,18 +74,32 @@ def test_time_pushdown_and_key_lookup_keep_their_meaning(spark, store_root: str)
 def test_a_stream_reads_the_columns(spark, store_root: str, tmp_path) -> None:
     _fill(store_root, 10)
     out: list[tuple] = []
-    q = (spark.readStream.format("rmqlog").option("path", store_root).option("topics", "t")
-         .option("startingOffsets", "earliest").option("columns", "queueId,body").load()
-         .writeStream.foreachBatch(lambda df, _: out.extend(tuple(r) for r in df.collect()))
-         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("path", store_root)
+        .option("topics", "t")
+        .option("startingOffsets", "earliest")
+        .option("columns", "queueId,body")
+        .load()
+        .writeStream.foreachBatch(lambda df, _: out.extend(tuple(r) for r in df.collect()))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     assert sorted(out) == sorted((i % 2, f"b{i}".encode()) for i in range(10))
 
 
-@pytest.mark.parametrize(("value", "says"), [
-    ("", "is empty"), (" , ", "is empty"), ("body,nope", "'nope' is not a column"), ("body,body", "'body' is named twice"),
-    ("Body", "'Body' is not a column"),
-])
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [
+        ("", "is empty"),
+        (" , ", "is empty"),
+        ("body,nope", "'nope' is not a column"),
+        ("body,body", "'body' is named twice"),
+        ("Body", "'Body' is not a column"),
+    ],
+)
 def test_a_bad_columns_option_is_the_option_error(spark, store_root: str, value: str, says: str) -> None:
     _fill(store_root, 2)
     with pytest.raises(RmqLogOptionError) as info:

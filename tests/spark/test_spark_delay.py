@@ -23,11 +23,21 @@ S = "SCHEDULE_TOPIC_XXXX"
 
 def _stream(spark, root: str, name: str) -> dict[str, int]:  # type: ignore[no-untyped-def]
     """body -> store time (ms) of what an AvailableNow stream of ``orders`` reads."""
-    q = (spark.readStream.format("rmqlog").option("path", root).option("topics", "orders")
-         .option("startingOffsets", "earliest").load()
-         .writeStream.format("memory").queryName(name).trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("path", root)
+        .option("topics", "orders")
+        .option("startingOffsets", "earliest")
+        .load()
+        .writeStream.format("memory")
+        .queryName(name)
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
-    rows = spark.table(name).selectExpr("CAST(body AS STRING) AS body", "unix_millis(storeTimestamp) AS stored").collect()
+    rows = (
+        spark.table(name).selectExpr("CAST(body AS STRING) AS body", "unix_millis(storeTimestamp) AS stored").collect()
+    )
     got = {r.body: r.stored for r in rows}
     assert len(got) == len(rows), rows  # once
     return got

@@ -33,15 +33,22 @@ def out_bodies(root: str, topic: str = "out") -> Counter:
         if topic not in ms.topics():
             return Counter()
         n = ms.topics()[topic].read_queue_nums
-        return Counter(bytes(b).decode() for q in range(n) for b in ms.read_queue(topic, q, 0, 1 << 40)["body"].to_pylist())
+        return Counter(
+            bytes(b).decode() for q in range(n) for b in ms.read_queue(topic, q, 0, 1 << 40)["body"].to_pylist()
+        )
 
 
 def test_killed_stream_restarted_from_checkpoint_writes_each_row_once(spark, tmp_path: Path) -> None:
     src, dst, ck, marker = (str(tmp_path / n) for n in ("src", "dst", "ck", "marker"))
     fill(src, "in", 240, queues=4)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(HERE.parents[1]), str(HERE)])}
-    job = subprocess.Popen([sys.executable, str(HERE / "rmq_kill_job.py"), src, dst, ck, marker],
-                           env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    job = subprocess.Popen(
+        [sys.executable, str(HERE / "rmq_kill_job.py"), src, dst, ck, marker],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         deadline = time.monotonic() + 180
         while not os.path.exists(marker):  # waiting for the subprocess to reach the kill point
@@ -55,11 +62,20 @@ def test_killed_stream_restarted_from_checkpoint_writes_each_row_once(spark, tmp
     assert 0 < sum(before.values()) < 240  # batch 0 and part of batch 1 made it
     assert max(before.values()) == 1
 
-    q = (spark.readStream.format("rmqlog").option("path", src).option("topics", "in")
-         .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "60").load()
-         .selectExpr("body", "keys", "'out' AS topic")
-         .writeStream.format("rmqlog").option("path", dst).option("checkpointLocation", ck)
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("path", src)
+        .option("topics", "in")
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "60")
+        .load()
+        .selectExpr("body", "keys", "'out' AS topic")
+        .writeStream.format("rmqlog")
+        .option("path", dst)
+        .option("checkpointLocation", ck)
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     after = out_bodies(dst)
     assert after == Counter({f"m{i}": 1 for i in range(240)})
@@ -109,11 +125,20 @@ def test_failed_task_attempts_write_each_row_once(spark, tmp_path: Path) -> None
 
     src = str(tmp_path / "src")
     fill(src, "in", 120, queues=3)
-    q = (spark.readStream.format("rmqlog").option("path", src).option("topics", "in")
-         .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "50").load()
-         .selectExpr("body", "'out' AS topic")
-         .writeStream.format("rmqlog_flaky").option("path", dst).option("checkpointLocation", str(tmp_path / "ck"))
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("path", src)
+        .option("topics", "in")
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "50")
+        .load()
+        .selectExpr("body", "'out' AS topic")
+        .writeStream.format("rmqlog_flaky")
+        .option("path", dst)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     want = Counter({f"m{i}": 1 for i in range(300)})
     want.update(f"m{i}" for i in range(120))

@@ -21,8 +21,12 @@ from tests.wire.failover_procs import Broker, start_groups, wait
 
 TOPIC = "T"
 #: the brokers' transfer limits raised for Spark's pulls (docs/spark.md, "Over the wire")
-LIMITS = {"maxTransferCountOnMessageInMemory": 10_000, "maxTransferBytesOnMessageInMemory": 8 << 20,
-          "maxTransferCountOnMessageInDisk": 10_000, "maxTransferBytesOnMessageInDisk": 8 << 20}
+LIMITS = {
+    "maxTransferCountOnMessageInMemory": 10_000,
+    "maxTransferBytesOnMessageInMemory": 8 << 20,
+    "maxTransferCountOnMessageInDisk": 10_000,
+    "maxTransferBytesOnMessageInDisk": 8 << 20,
+}
 
 
 @pytest.fixture
@@ -44,25 +48,43 @@ def _send(p: Producer, n: int, prefix: str, broker: str | None = None) -> list[s
     return out
 
 
-def test_a_stream_goes_on_across_a_master_killed(spark, tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str],  # noqa: F811
-                                                 brokers: dict[str, Broker]) -> None:
+def test_a_stream_goes_on_across_a_master_killed(
+    spark,
+    tmp_path: Path,
+    namesrv: tuple[subprocess.Popen[str], str],  # noqa: F811
+    brokers: dict[str, Broker],
+) -> None:
     _, ns = namesrv
     a0, a1, b0 = brokers["a0"], brokers["a1"], brokers["b0"]
     ck, out = str(tmp_path / "ck"), str(tmp_path / "out")
     with Admin(ns) as admin, Producer("PG", ns) as p:
         for b in (a0, b0):
             admin.create_topic(b.address, TOPIC, 2)
-        wait("the route of both groups, broker-a with its slave", lambda: {
-            b.broker_name: sorted(b.broker_addrs) for b in admin.route(TOPIC).broker_datas} == {
-            "broker-a": [0, 1], "broker-b": [0]})
+        wait(
+            "the route of both groups, broker-a with its slave",
+            lambda: (
+                {b.broker_name: sorted(b.broker_addrs) for b in admin.route(TOPIC).broker_datas}
+                == {"broker-a": [0, 1], "broker-b": [0]}
+            ),
+        )
         wait("the slave acknowledging", lambda: p.send("PROBE", b"x", broker_name="broker-a").status == "SEND_OK")
         sent = _send(p, 10, "a1", "broker-a") + _send(p, 5, "b1", "broker-b")
 
         def run() -> list[str]:
-            q = (spark.readStream.format("rmqlog").option("nameServer", ns).option("topics", TOPIC)
-                 .option("startingOffsets", "earliest").option("group", "g1").load()
-                 .select("body").writeStream.format("parquet").option("path", out).option("checkpointLocation", ck)
-                 .trigger(availableNow=True).start())
+            q = (
+                spark.readStream.format("rmqlog")
+                .option("nameServer", ns)
+                .option("topics", TOPIC)
+                .option("startingOffsets", "earliest")
+                .option("group", "g1")
+                .load()
+                .select("body")
+                .writeStream.format("parquet")
+                .option("path", out)
+                .option("checkpointLocation", ck)
+                .trigger(availableNow=True)
+                .start()
+            )
             q.awaitTermination()
             return sorted(bytes(r.body).decode() for r in spark.read.parquet(out).collect())
 

@@ -17,11 +17,13 @@ def write(df, root: str, **options: str) -> None:
 
 @pytest.mark.parametrize(
     ("name", "message"),
-    [("RMQLOG_WRITER", r"row 3, field 'properties'.*RMQLOG_WRITER.*reserved for the store"),
-     ("TIMER_DELIVER_MS", r"row 3, field 'properties'.*TIMER_DELIVER_MS is '999 evil', not a number"),
-     ("TIMER_OUT_MS", r"row 3, field 'properties'.*set by the store's timer"),
-     ("DELAY", r"row 3, field 'properties'.*not a delay level"),
-     ("TRAN_MSG", r"row 3, field 'properties'.*'TRAN_MSG' is a RocketMQ system property")],
+    [
+        ("RMQLOG_WRITER", r"row 3, field 'properties'.*RMQLOG_WRITER.*reserved for the store"),
+        ("TIMER_DELIVER_MS", r"row 3, field 'properties'.*TIMER_DELIVER_MS is '999 evil', not a number"),
+        ("TIMER_OUT_MS", r"row 3, field 'properties'.*set by the store's timer"),
+        ("DELAY", r"row 3, field 'properties'.*not a delay level"),
+        ("TRAN_MSG", r"row 3, field 'properties'.*'TRAN_MSG' is a RocketMQ system property"),
+    ],
 )
 def test_a_reserved_property_fails_the_task(spark, store_root: str, name: str, message: str) -> None:
     rows = [(f"b{i}", "orders", {name if i == 3 else "p": "999 evil"}) for i in range(6)]
@@ -33,7 +35,9 @@ def test_a_reserved_property_fails_the_task(spark, store_root: str, name: str, m
 
 
 def test_a_long_queue_id_or_flag_is_named(spark, store_root: str) -> None:
-    df = spark.createDataFrame([("a", "orders", 0, 1), ("b", "orders", 2**31, 1)], "body string, topic string, queueId long, flag long")
+    df = spark.createDataFrame(
+        [("a", "orders", 0, 1), ("b", "orders", 2**31, 1)], "body string, topic string, queueId long, flag long"
+    )
     with pytest.raises(Exception, match=r"row 1, field 'queueId'"):
         write(df.coalesce(1), store_root)
     df = spark.createDataFrame([("a", "orders", 2**40)], "body string, topic string, flag long")
@@ -46,8 +50,14 @@ def test_a_long_queue_id_or_flag_is_named(spark, store_root: str) -> None:
 def test_to_put_table_leaves_wide_integers_to_the_store(tmp_path) -> None:
     """No narrowing cast in the sink (it raised an untyped ArrowInvalid): the store names the row."""
     opts = SinkOptions.parse({"path": str(tmp_path)})
-    tbl = pa.table({"topic": ["T", "T"], "body": ["a", "b"], "queueId": pa.array([0, 2**31], pa.int64()),
-                    "flag": pa.array([1, 2**33], pa.int64())})
+    tbl = pa.table(
+        {
+            "topic": ["T", "T"],
+            "body": ["a", "b"],
+            "queueId": pa.array([0, 2**31], pa.int64()),
+            "flag": pa.array([1, 2**33], pa.int64()),
+        }
+    )
     with rmqlog.MessageStore.open(tmp_path) as ms:
         put = to_put_table(tbl, opts, ms)
         with pytest.raises(rmqlog.QueueIdError) as info:

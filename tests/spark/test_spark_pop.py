@@ -56,18 +56,31 @@ def stream(spark: Any, servers: WireServers, **options: str) -> Any:
 
 
 def test_pop_options_are_checked_strictly() -> None:
-    opts = SourceOptions.parse({**POP, "invisibleTime": "30s", "maxMessagesPerTrigger": "5", "tags": "a || b"},
-                               streaming=True)
-    assert (opts.consume_mode, opts.group, opts.topics, opts.invisible_ms, opts.max_messages, opts.tags) == \
-        ("pop", "sg", ("T",), 30_000, 5, frozenset({"a", "b"}))
+    opts = SourceOptions.parse(
+        {**POP, "invisibleTime": "30s", "maxMessagesPerTrigger": "5", "tags": "a || b"}, streaming=True
+    )
+    assert (opts.consume_mode, opts.group, opts.topics, opts.invisible_ms, opts.max_messages, opts.tags) == (
+        "pop",
+        "sg",
+        ("T",),
+        30_000,
+        5,
+        frozenset({"a", "b"}),
+    )
     assert SourceOptions.parse(POP, streaming=True).invisible_ms == DEFAULT_INVISIBLE_MS
-    assert SourceOptions.parse({"path": "/tmp/x", "topics": "T", "consumeMode": "OFFSETS"},
-                               streaming=True).consume_mode == "offsets"
+    assert (
+        SourceOptions.parse({"path": "/tmp/x", "topics": "T", "consumeMode": "OFFSETS"}, streaming=True).consume_mode
+        == "offsets"
+    )
     refused = [
         ({**POP, "consumeMode": "push"}, "consumeMode", "not one of offsets, pop"),
         ({**POP, "invisibleTime": "soon"}, "invisibleTime", "not a duration"),
         ({**POP, "invisibleTime": "0"}, "invisibleTime", "at least 1 ms"),
-        ({"path": "/tmp/x", "topics": "T", "invisibleTime": "1s"}, "invisibleTime", "only applies with consumeMode=pop"),
+        (
+            {"path": "/tmp/x", "topics": "T", "invisibleTime": "1s"},
+            "invisibleTime",
+            "only applies with consumeMode=pop",
+        ),
         ({k: v for k, v in POP.items() if k != "group"}, "group", "is required with consumeMode=pop"),
         ({k: v for k, v in POP.items() if k != "nameServer"}, "nameServer", "is required"),
         ({**POP, "group": "bad/group"}, "group", "invalid group"),
@@ -87,9 +100,15 @@ def test_pop_options_are_checked_strictly() -> None:
 
 def test_a_pop_stream_acks_each_batch_once_it_committed(spark: Any, servers: WireServers, tmp_path: Path) -> None:
     sent = produce(servers, 20)
-    q = (stream(spark, servers, maxMessagesPerTrigger="8").select("body", "reconsumeTimes")
-         .writeStream.format("memory").queryName("pop_ok").option("checkpointLocation", str(tmp_path / "ck"))
-         .trigger(availableNow=True).start())
+    q = (
+        stream(spark, servers, maxMessagesPerTrigger="8")
+        .select("body", "reconsumeTimes")
+        .writeStream.format("memory")
+        .queryName("pop_ok")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     rows = spark.sql("select body, reconsumeTimes from pop_ok").collect()
     assert sorted(bytes(r.body).decode() for r in rows) == sorted(sent)
@@ -98,22 +117,35 @@ def test_a_pop_stream_acks_each_batch_once_it_committed(spark: Any, servers: Wir
     assert inflight(servers) == 0  # every batch acked, the last one too
 
 
-def test_a_failed_batch_is_not_acked_and_its_messages_come_again(spark: Any, servers: WireServers,
-                                                                  tmp_path: Path) -> None:
+def test_a_failed_batch_is_not_acked_and_its_messages_come_again(
+    spark: Any, servers: WireServers, tmp_path: Path
+) -> None:
     sent = produce(servers, 6)
 
     def fail(df: Any, batch_id: int) -> None:
         raise RuntimeError(f"batch {batch_id} fails")
 
-    q = (stream(spark, servers, invisibleTime="1ms").writeStream.foreachBatch(fail)
-         .option("checkpointLocation", str(tmp_path / "ck1")).trigger(availableNow=True).start())
+    q = (
+        stream(spark, servers, invisibleTime="1ms")
+        .writeStream.foreachBatch(fail)
+        .option("checkpointLocation", str(tmp_path / "ck1"))
+        .trigger(availableNow=True)
+        .start()
+    )
     with pytest.raises(Exception, match="batch 0 fails"):
         q.awaitTermination()
     # not acked: the broker's revive stores them again in the group's POP retry topic
     store = servers.store(BROKER)
     assert wait_until(lambda: store.max_offset("%RETRY%sg_T", 0) == 6 and inflight(servers) == 0, timeout=60)
-    q = (stream(spark, servers).select("body", "topic", "reconsumeTimes").writeStream.format("memory")
-         .queryName("pop_again").option("checkpointLocation", str(tmp_path / "ck2")).trigger(availableNow=True).start())
+    q = (
+        stream(spark, servers)
+        .select("body", "topic", "reconsumeTimes")
+        .writeStream.format("memory")
+        .queryName("pop_again")
+        .option("checkpointLocation", str(tmp_path / "ck2"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     rows = spark.sql("select body, topic, reconsumeTimes from pop_again").collect()
     assert sorted(bytes(r.body).decode() for r in rows) == sorted(sent)

@@ -24,8 +24,13 @@ def test_batch_read_of_a_damaged_body_fails_unless_checkcrc_is_off(spark, store_
         f.write(b"X")
     # unchecked first: a failed task's worker exits without closing the store, so the next
     # open runs the abnormal recovery, which finds the damage too (DataLossError, at open)
-    unchecked = spark.read.format("rmqlog").option("path", store_root).option("topics", "orders").option(
-        "checkCRC", "false").load()
+    unchecked = (
+        spark.read.format("rmqlog")
+        .option("path", store_root)
+        .option("topics", "orders")
+        .option("checkCRC", "false")
+        .load()
+    )
     bodies = {bytes(r.body) for r in unchecked.select("body").collect()}
     assert len(bodies) == 400 and b"X3" in bodies and b"m3" not in bodies
     df = spark.read.format("rmqlog").option("path", store_root).option("topics", "orders").load()

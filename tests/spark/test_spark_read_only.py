@@ -17,8 +17,17 @@ from spark_rmq.options import SourceOptions
 
 def _fill(root: str) -> None:
     with rmqlog.MessageStore.open(root) as s:
-        s.put_batch(pa.table({"topic": ["orders"] * 6, "body": [b"o%d" % i for i in range(6)],
-                              "keys": [[f"order-{i}"] for i in range(6)], "queueId": [0, 1] * 3}), dispatch=True)
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["orders"] * 6,
+                    "body": [b"o%d" % i for i in range(6)],
+                    "keys": [[f"order-{i}"] for i in range(6)],
+                    "queueId": [0, 1] * 3,
+                }
+            ),
+            dispatch=True,
+        )
         s.put_batch(pa.table({"topic": ["orders"] * 3, "body": [b"late"] * 3}))  # not dispatched
 
 
@@ -27,14 +36,25 @@ def test_batch_and_stream_reads_change_nothing(spark, store_root: str, tmp_path:
     before = snapshot(Path(store_root))
 
     def reader():
-        return spark.read.format("rmqlog").option("path", store_root).option("topics", "orders").option("readOnly", "true")
+        return (
+            spark.read.format("rmqlog").option("path", store_root).option("topics", "orders").option("readOnly", "true")
+        )
 
     assert sorted(bytes(r.body) for r in reader().load().select("body").collect()) == [b"o%d" % i for i in range(6)]
     assert [bytes(r.body) for r in reader().option("key", "order-4").load().collect()] == [b"o4"]
-    q = (spark.readStream.format("rmqlog").option("path", store_root).option("topics", "orders")
-         .option("startingOffsets", "earliest").option("readOnly", "true").load()
-         .writeStream.format("memory").queryName("read_only_stream")
-         .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("path", store_root)
+        .option("topics", "orders")
+        .option("startingOffsets", "earliest")
+        .option("readOnly", "true")
+        .load()
+        .writeStream.format("memory")
+        .queryName("read_only_stream")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     try:
         q.awaitTermination(120)
         assert spark.sql("select count(*) from read_only_stream").collect()[0][0] == 6
@@ -45,11 +65,14 @@ def test_batch_and_stream_reads_change_nothing(spark, store_root: str, tmp_path:
     assert spark.read.format("rmqlog").option("path", store_root).option("topics", "orders").load().count() == 9
 
 
-@pytest.mark.parametrize(("options", "name"), [
-    ({"readOnly": "true", "group": "g"}, "group"),
-    ({"readOnly": "true", "deliverDue": "true"}, "deliverDue"),
-    ({"readOnly": "maybe"}, "readOnly"),
-])
+@pytest.mark.parametrize(
+    ("options", "name"),
+    [
+        ({"readOnly": "true", "group": "g"}, "group"),
+        ({"readOnly": "true", "deliverDue": "true"}, "deliverDue"),
+        ({"readOnly": "maybe"}, "readOnly"),
+    ],
+)
 def test_read_only_option_is_checked(options: dict[str, str], name: str) -> None:
     with pytest.raises(RmqLogOptionError) as err:
         SourceOptions.parse({"path": "/x", "topics": "t", **{k.lower(): v for k, v in options.items()}}, streaming=True)

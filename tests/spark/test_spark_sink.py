@@ -42,10 +42,14 @@ def test_batch_write_all_columns(spark, store_root: str) -> None:
 
 
 def test_hash_routing_keeps_keys_on_one_queue_in_order(spark, store_root: str) -> None:
-    df = spark.range(400).select(
-        F.format_string("%d", F.col("id")).alias("body"),
-        F.format_string("user-%d", F.col("id") % 7).alias("user"),
-    ).coalesce(1)
+    df = (
+        spark.range(400)
+        .select(
+            F.format_string("%d", F.col("id")).alias("body"),
+            F.format_string("user-%d", F.col("id") % 7).alias("user"),
+        )
+        .coalesce(1)
+    )
     write(df, store_root, topic="events", queueSelector="hash", shardingKey="user")
     queue_of: dict[str, set[int]] = {}
     for r in sorted(all_messages(store_root, "events"), key=lambda r: (r["queueId"], r["queueOffset"])):
@@ -63,8 +67,9 @@ def test_hash_routing_keeps_keys_on_one_queue_in_order(spark, store_root: str) -
 def test_route_helper_puts_each_queue_in_one_partition(spark, store_root: str) -> None:
     with rmqlog.MessageStore.open(store_root) as ms:
         ms.create_topic("orders", 4)
-    df = spark.range(200).select(F.format_string("%d", "id").alias("body"),
-                                 F.array(F.format_string("order-%d", F.col("id") % 13)).alias("keys"))
+    df = spark.range(200).select(
+        F.format_string("%d", "id").alias("body"), F.array(F.format_string("order-%d", F.col("id") % 13)).alias("keys")
+    )
     routed = spark_rmq.route(df, store_root, topic="orders", queue_selector="hash")
     placement = routed.select("queueId", F.spark_partition_id().alias("p")).distinct().collect()
     parts_per_queue: dict[int, set[int]] = {}
@@ -97,10 +102,12 @@ def test_route_sql_hash_is_java_hashcode_for_any_key(spark) -> None:
 
 @pytest.mark.parametrize(
     ("columns", "message"),
-    [("body string, topic string, extra int", "field 'extra'"),
-     ("topic string", "field 'body'"),
-     ("body string", "field 'topic'"),
-     ("body string, topic string, keys array<int>", "field 'keys'")],
+    [
+        ("body string, topic string, extra int", "field 'extra'"),
+        ("topic string", "field 'body'"),
+        ("body string", "field 'topic'"),
+        ("body string, topic string, keys array<int>", "field 'keys'"),
+    ],
 )
 def test_bad_columns_are_named(spark, store_root: str, columns: str, message: str) -> None:
     df = spark.createDataFrame([], columns)
@@ -113,8 +120,10 @@ def test_bad_row_fails_the_task_and_leaves_nothing(spark, store_root: str) -> No
     df = spark.createDataFrame(rows, "body string, topic string, delayLevel int").coalesce(1)
     with pytest.raises(Exception, match=r"row 7, field 'topic'"):
         write(df, store_root)
-    timed = spark.createDataFrame([("b", "orders", None), ("c", "orders", datetime.datetime(2099, 1, 1))],
-                                  "body string, topic string, deliverTime timestamp")
+    timed = spark.createDataFrame(
+        [("b", "orders", None), ("c", "orders", datetime.datetime(2099, 1, 1))],
+        "body string, topic string, deliverTime timestamp",
+    )
     with pytest.raises(Exception, match=r"row 1, field 'deliverTime'.*timer_max_delay_sec"):  # beyond 3 days
         write(timed.coalesce(1), store_root)
     with rmqlog.MessageStore.open(store_root) as ms:
@@ -124,11 +133,20 @@ def test_bad_row_fails_the_task_and_leaves_nothing(spark, store_root: str) -> No
 def test_stream_to_stream(spark, tmp_path: Path) -> None:
     src, dst = str(tmp_path / "src"), str(tmp_path / "dst")
     fill(src, "in", 90, queues=3)
-    q = (spark.readStream.format("rmqlog").option("path", src).option("topics", "in")
-         .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "40").load()
-         .select("body", "keys", F.lit("out").alias("topic"))
-         .writeStream.format("rmqlog").option("path", dst).option("checkpointLocation", str(tmp_path / "ck"))
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("path", src)
+        .option("topics", "in")
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "40")
+        .load()
+        .select("body", "keys", F.lit("out").alias("topic"))
+        .writeStream.format("rmqlog")
+        .option("path", dst)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     # the sink's commit dispatched: readable right away
     with rmqlog.MessageStore.open(dst) as ms:
@@ -142,22 +160,39 @@ def test_stream_to_stream(spark, tmp_path: Path) -> None:
 def test_hash_routing_of_non_nullable_keys_and_properties(spark, tmp_path: Path) -> None:
     """``array(col)`` of a non-nullable column reaches the sink as list<element: string not null>
     (and a map of non-null values as map<string, string not null>): the README's example."""
-    df = spark.range(60).selectExpr("'orders' AS topic", "CAST(id AS STRING) AS body",
-                                    "array(substring(CAST(id AS STRING), -1, 1)) AS keys",  # the last digit
-                                    "map('n', CAST(id AS STRING)) AS properties")
+    df = spark.range(60).selectExpr(
+        "'orders' AS topic",
+        "CAST(id AS STRING) AS body",
+        "array(substring(CAST(id AS STRING), -1, 1)) AS keys",  # the last digit
+        "map('n', CAST(id AS STRING)) AS properties",
+    )
     assert not df.schema["keys"].dataType.containsNull and not df.schema["properties"].dataType.valueContainsNull
     root = str(tmp_path / "batch")
     write(df.repartition(3), root, queueSelector="hash")
     stream_root = str(tmp_path / "stream")
     src = str(tmp_path / "src")
     fill(src, "in", 60, queues=3)
-    sdf = (spark.readStream.format("rmqlog").option("path", src).option("topics", "in")
-           .option("startingOffsets", "earliest").load()
-           .selectExpr("'orders' AS topic", "CAST(body AS STRING) AS body",
-                       "array(coalesce(substring(CAST(body AS STRING), -1, 1), 'x')) AS keys"))
+    sdf = (
+        spark.readStream.format("rmqlog")
+        .option("path", src)
+        .option("topics", "in")
+        .option("startingOffsets", "earliest")
+        .load()
+        .selectExpr(
+            "'orders' AS topic",
+            "CAST(body AS STRING) AS body",
+            "array(coalesce(substring(CAST(body AS STRING), -1, 1), 'x')) AS keys",
+        )
+    )
     assert not sdf.schema["keys"].dataType.containsNull
-    q = (sdf.writeStream.format("rmqlog").option("path", stream_root).option("queueSelector", "hash")
-         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q = (
+        sdf.writeStream.format("rmqlog")
+        .option("path", stream_root)
+        .option("queueSelector", "hash")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     for where, prefix in ((root, ""), (stream_root, "m")):
         got = all_messages(where, "orders")
@@ -181,7 +216,8 @@ def test_a_task_past_its_buffer_writes_as_it_receives_once(spark, store_root: st
         got = sorted(int(bytes(m["body"])) for m in all_messages(store_root, "orders"))
         assert got == list(range(6000))
         bad = spark.range(3000, numPartitions=1).selectExpr(
-            "IF(id = 2900, 'bad topic!', 'orders') AS topic", "CAST(id AS STRING) AS body")
+            "IF(id = 2900, 'bad topic!', 'orders') AS topic", "CAST(id AS STRING) AS body"
+        )
         with rmqlog.MessageStore.open(store_root) as ms:
             tail = ms.published_tail()
         with pytest.raises(Exception, match=r"row 2900, field 'topic'"):

@@ -47,8 +47,13 @@ def test_batch_read_matches_the_store(spark, store_root: str) -> None:
 
 def test_batch_offsets_timestamps_tags_and_partitions(spark, store_root: str) -> None:
     fill(store_root, "orders", 40, tags=["A", "B", "C"])
-    df = read(spark, store_root, topics="orders", startingOffsets='{"orders/0": 8}',
-              endingOffsets=json.dumps({"orders/0": 9, "orders/1": 2, "orders/2": -1}))
+    df = read(
+        spark,
+        store_root,
+        topics="orders",
+        startingOffsets='{"orders/0": 8}',
+        endingOffsets=json.dumps({"orders/0": 9, "orders/1": 2, "orders/2": -1}),
+    )
     # orders/0: [8, 9); orders/1: [0, 2); orders/2: all 10; orders/3: earliest..latest
     assert sorted((r.queueId, r.queueOffset) for r in df.select("queueId", "queueOffset").collect()) == (
         [(0, 8), (1, 0), (1, 1)] + [(2, i) for i in range(10)] + [(3, i) for i in range(10)]
@@ -67,11 +72,18 @@ def test_small_queues_share_a_task(spark, store_root: str) -> None:
     shared tasks (a task costs far more than reading a few messages); the rows are the same."""
     fill(store_root, "orders", 40, tags=["A", "B"])  # four queues of 10
     fill(store_root, "big", 30, queues=1)
-    rows = sorted((r.topic, r.queueId, r.queueOffset, r.body) for r in read(spark, store_root, topicPattern=".*").collect())
+    rows = sorted(
+        (r.topic, r.queueId, r.queueOffset, r.body) for r in read(spark, store_root, topicPattern=".*").collect()
+    )
     assert len(rows) == 70 and len(set(rows)) == 70
-    for opts, tasks in (({}, 1), ({"packMessagesPerPartition": "0"}, 5), ({"packMessagesPerPartition": "20"}, 3),
-                        ({"packMessagesPerPartition": "25"}, 3), ({"packMessagesPerPartition": "30"}, 3),
-                        ({"packMessagesPerPartition": "41"}, 2)):
+    for opts, tasks in (
+        ({}, 1),
+        ({"packMessagesPerPartition": "0"}, 5),
+        ({"packMessagesPerPartition": "20"}, 3),
+        ({"packMessagesPerPartition": "25"}, 3),
+        ({"packMessagesPerPartition": "30"}, 3),
+        ({"packMessagesPerPartition": "41"}, 2),
+    ):
         df = read(spark, store_root, topicPattern=".*", **opts)
         assert df.rdd.getNumPartitions() == tasks, opts
         assert sorted((r.topic, r.queueId, r.queueOffset, r.body) for r in df.collect()) == rows, opts
@@ -84,8 +96,11 @@ def residual_filters(df) -> list[str]:  # type: ignore[no-untyped-def]
     import re
 
     plan = df._jdf.queryExecution().executedPlan().toString()
-    return [re.sub(r"#\d+L?", "", line.split("Filter ", 1)[1]) for line in plan.splitlines()
-            if re.search(r"\bFilter \(", line)]
+    return [
+        re.sub(r"#\d+L?", "", line.split("Filter ", 1)[1])
+        for line in plan.splitlines()
+        if re.search(r"\bFilter \(", line)
+    ]
 
 
 def test_batch_filter_pushdown(spark, store_root: str) -> None:
@@ -98,7 +113,10 @@ def test_batch_filter_pushdown(spark, store_root: str) -> None:
     assert residual_filters(got) == ["(isnotnull(topic) AND isnotnull(tags))"]
     # ... and the reader got them: one task per selected queue (orders/1, orders/2; unpacked) ...
     assert df.filter(where).rdd.getNumPartitions() == 1  # (small queues share a task)
-    assert read(spark, store_root, topicPattern=".*", packMessagesPerPartition="0").filter(where).rdd.getNumPartitions() == 2
+    assert (
+        read(spark, store_root, topicPattern=".*", packMessagesPerPartition="0").filter(where).rdd.getNumPartitions()
+        == 2
+    )
     # ... and filtered the tags itself (Spark no longer does): only tag A, exactly
     assert sorted(bodies(got.collect())) == sorted(f"m{i}" for i in range(40) if i % 4 in (1, 2) and i % 2 == 0)
     spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
@@ -134,8 +152,9 @@ def test_fail_on_data_loss(spark, store_root: str) -> None:
     with pytest.raises(Exception, match="data loss on queue orders/0") as err:
         read(spark, store_root, topics="orders", startingOffsets='{"orders/0": 0, "orders/1": 0}').count()
     assert "failOnDataLoss" in str(err.value)
-    kept = read(spark, store_root, topics="orders", startingOffsets='{"orders/0": 0, "orders/1": 0}',
-                failOnDataLoss="false").count()
+    kept = read(
+        spark, store_root, topics="orders", startingOffsets='{"orders/0": 0, "orders/1": 0}', failOnDataLoss="false"
+    ).count()
     assert 0 < kept < 200
 
 
@@ -180,8 +199,9 @@ def test_stream_reader_admission_control_and_new_queues(store_root: str) -> None
 
 def test_stream_reader_min_messages_waits_up_to_max_trigger_delay(store_root: str) -> None:
     fill(store_root, "orders", 10, queues=2)
-    r = stream_reader(store_root, topics="orders", startingOffsets="earliest", minMessagesPerTrigger="50",
-                      maxTriggerDelay="10s")
+    r = stream_reader(
+        store_root, topics="orders", startingOffsets="earliest", minMessagesPerTrigger="50", maxTriggerDelay="10s"
+    )
     now = [100.0]
     r.clock = lambda: now[0]
     start = r.initialOffset()
@@ -198,28 +218,49 @@ def test_stream_reader_min_messages_waits_up_to_max_trigger_delay(store_root: st
 
 def test_stream_available_now_with_limits_group_and_timestamp(spark, store_root: str, tmp_path: Path) -> None:
     fill(store_root, "orders", 60, queues=3, tags=["A", "B"])
-    q = (spark.readStream.format("rmqlog").option("path", store_root).option("topics", "orders")
-         .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "25").option("group", "g1")
-         .option("tags", "A").load()
-         .writeStream.format("memory").queryName("avail_now").option("checkpointLocation", str(tmp_path / "ck"))
-         .trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("path", store_root)
+        .option("topics", "orders")
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "25")
+        .option("group", "g1")
+        .option("tags", "A")
+        .load()
+        .writeStream.format("memory")
+        .queryName("avail_now")
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     batches = [p for p in q.recentProgress if p["numInputRows"] > 0]
     assert len(batches) == 3  # 60 messages, 25 per trigger (tags filter rows, not offsets)
     assert sorted(r.body.decode() for r in spark.sql("select body from avail_now").collect()) == sorted(
-        f"m{i}" for i in range(0, 60, 2))
+        f"m{i}" for i in range(0, 60, 2)
+    )
     with rmqlog.MessageStore.open(store_root) as ms:
         assert [ms.committed_offset("g1", "orders", qid) for qid in range(3)] == [20, 20, 20]
     # a stream started at a timestamp reads exactly what was stored at or after it
     res = fill(store_root, "orders", 6, queues=3, start=1000)
     cut = res["storeTimestamp"][0].as_py()
-    df = (spark.readStream.format("rmqlog").option("path", store_root).option("topics", "orders")
-          .option("startingTimestamp", cut.isoformat()).load())
+    df = (
+        spark.readStream.format("rmqlog")
+        .option("path", store_root)
+        .option("topics", "orders")
+        .option("startingTimestamp", cut.isoformat())
+        .load()
+    )
     q = df.writeStream.format("memory").queryName("from_ts").trigger(availableNow=True).start()
     q.awaitTermination()
     got = spark.sql("select body, storeTimestamp from from_ts").collect()
     with rmqlog.MessageStore.open(store_root) as ms:
-        want = [r for qid in range(3) for r in ms.read_queue("orders", qid, 0, 100).to_pylist() if r["storeTimestamp"] >= cut]
+        want = [
+            r
+            for qid in range(3)
+            for r in ms.read_queue("orders", qid, 0, 100).to_pylist()
+            if r["storeTimestamp"] >= cut
+        ]
     assert bodies(got) == bodies(want)
     assert {f"m{1000 + i}" for i in range(6)} <= set(bodies(got))
 
@@ -236,15 +277,25 @@ def test_pushed_filters_narrow_the_plan(store_root: str) -> None:
     reader = RmqLogFilteringReader(SourceOptions.parse({"path": store_root, "topicPattern": ".*"}, streaming=False))
     body = EqualTo(("body",), b"m1")
     naive = GreaterThan(("storeTimestamp",), dt.datetime(2020, 1, 1))  # no time zone: left to Spark
-    left = list(reader.pushFilters([
-        EqualTo(("topic",), "orders"), In(("queueId",), (1, 2)), GreaterThan(("queueId",), 1),
-        EqualTo(("tags",), "A"), LessThanOrEqual(("storeTimestamp",), ts[-1]), body, naive,
-    ]))
+    left = list(
+        reader.pushFilters(
+            [
+                EqualTo(("topic",), "orders"),
+                In(("queueId",), (1, 2)),
+                GreaterThan(("queueId",), 1),
+                EqualTo(("tags",), "A"),
+                LessThanOrEqual(("storeTimestamp",), ts[-1]),
+                body,
+                naive,
+            ]
+        )
+    )
     assert left == [body, naive]
     parts = reader.partitions()
     assert [(p.topic, p.queue_id, p.start, p.end, p.tags) for p in parts] == [("orders", 2, 0, 10, ("A",))]
     assert bodies([r for p in parts for b in reader.read(p) for r in b.to_pylist()]) == sorted(
-        f"m{i}" for i in range(2, 40, 4))
+        f"m{i}" for i in range(2, 40, 4)
+    )
 
 
 def test_batch_read_of_a_missing_store_names_the_path(tmp_path: Path) -> None:
@@ -275,8 +326,15 @@ def test_reads_where_there_is_no_store_fail_and_create_nothing(spark, tmp_path: 
     batch = spark.read.format("rmqlog").option("path", str(path)).option("topics", "t").load()
     with pytest.raises(Exception, match=message):  # when the read is planned
         batch.count()
-    q = (spark.readStream.format("rmqlog").option("path", str(path)).option("topics", "t").load()
-         .writeStream.format("memory").queryName(f"nostore_{kind.replace(' ', '_')}").start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("path", str(path))
+        .option("topics", "t")
+        .load()
+        .writeStream.format("memory")
+        .queryName(f"nostore_{kind.replace(' ', '_')}")
+        .start()
+    )
     with pytest.raises(Exception, match=message):  # when the stream plans its first batch
         q.awaitTermination(120)
     assert not q.isActive
@@ -309,8 +367,16 @@ def test_offsets_past_a_queues_end_are_clamped_not_damage(spark, store_root: str
     fill(store_root, "T", 5, queues=1)
     to_end = read(spark, store_root, topics="T", endingOffsets=json.dumps({"T/0": past}))
     assert sorted(r.queueOffset for r in to_end.select("queueOffset").collect()) == [0, 1, 2, 3, 4]
-    assert read(spark, store_root, topics="T", startingOffsets=json.dumps({"T/0": 3}),
-                endingOffsets=json.dumps({"T/0": past})).count() == 2
+    assert (
+        read(
+            spark,
+            store_root,
+            topics="T",
+            startingOffsets=json.dumps({"T/0": 3}),
+            endingOffsets=json.dumps({"T/0": past}),
+        ).count()
+        == 2
+    )
     assert read(spark, store_root, topics="T", startingOffsets=json.dumps({"T/0": past})).count() == 0
     with rmqlog.MessageStore.open(store_root) as ms:
         assert ms.verify().problems == []

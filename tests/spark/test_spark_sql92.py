@@ -19,10 +19,18 @@ def _fill(root: str, n: int = 200) -> list[dict[str, str]]:
     props = [{"n": str(i), **({"region": ["eu", "us", "ap"][i % 3]} if i % 4 else {})} for i in range(n)]
     with rmqlog.MessageStore.open(root) as ms:
         ms.create_topic("orders", 2)
-        ms.put_batch(pa.table({
-            "topic": ["orders"] * n, "body": [f"b{i}".encode() for i in range(n)], "queueId": [i % 2 for i in range(n)],
-            "tags": ["A" if i % 5 else "B" for i in range(n)],
-            "properties": pa.array([list(p.items()) for p in props], pa.map_(pa.string(), pa.string()))}), dispatch=True)
+        ms.put_batch(
+            pa.table(
+                {
+                    "topic": ["orders"] * n,
+                    "body": [f"b{i}".encode() for i in range(n)],
+                    "queueId": [i % 2 for i in range(n)],
+                    "tags": ["A" if i % 5 else "B" for i in range(n)],
+                    "properties": pa.array([list(p.items()) for p in props], pa.map_(pa.string(), pa.string())),
+                }
+            ),
+            dispatch=True,
+        )
     return props
 
 
@@ -35,10 +43,14 @@ def test_batch_read_keeps_what_the_expression_matches(spark, store_root: str) ->
     expr = "region IN ('eu', 'us') AND n BETWEEN 10 AND 150 OR region IS NULL AND n > 190"
     tree = rmqlog.compile_filter(expr).tree
     want = sorted(f"b{i}" for i, p in enumerate(props) if q.matches(tree, p))
-    got = sorted(bytes(r.body).decode() for r in read(spark, store_root, topics="orders", sql92=expr).select("body").collect())
+    got = sorted(
+        bytes(r.body).decode() for r in read(spark, store_root, topics="orders", sql92=expr).select("body").collect()
+    )
     assert got == want and 0 < len(got) < len(props)
     # with tags too: both apply
-    got = sorted(bytes(r.body).decode() for r in read(spark, store_root, topics="orders", sql92=expr, tags="B").collect())
+    got = sorted(
+        bytes(r.body).decode() for r in read(spark, store_root, topics="orders", sql92=expr, tags="B").collect()
+    )
     assert got == [b for b in want if int(b[1:]) % 5 == 0]
     # a type mismatch matches nothing (Java's evaluation throws for that message), and only
     # that message (a filter that dropped everything, or failed the read, gives 0 too): b7's
@@ -47,17 +59,26 @@ def test_batch_read_keeps_what_the_expression_matches(spark, store_root: str) ->
     assert read(spark, store_root, topics="orders", sql92="region > 1").count() == 0
 
     def bodies(expr: str) -> list[str]:
-        return sorted(bytes(r.body).decode() for r in
-                      read(spark, store_root, topics="orders", sql92=expr).select("body").collect())
+        return sorted(
+            bytes(r.body).decode()
+            for r in read(spark, store_root, topics="orders", sql92=expr).select("body").collect()
+        )
 
     assert bodies("region > 1 OR n = 7 OR n = 8") == ["b8"]
     assert bodies("n = 7 OR region > 1") == ["b7"]
 
 
-@pytest.mark.parametrize(("expr", "where"), [
-    ("n >", "position 3"), ("region = NULL", "position 7"), ("n BETWEEN 9 AND 1", "position 2"),
-    ("n = 1 m = 2", "position 6 (token 'm')"), ("", "empty"), ("(" * 300 + "n = 1" + ")" * 300, "deeper"),
-])
+@pytest.mark.parametrize(
+    ("expr", "where"),
+    [
+        ("n >", "position 3"),
+        ("region = NULL", "position 7"),
+        ("n BETWEEN 9 AND 1", "position 2"),
+        ("n = 1 m = 2", "position 6 (token 'm')"),
+        ("", "empty"),
+        ("(" * 300 + "n = 1" + ")" * 300, "deeper"),
+    ],
+)
 def test_a_malformed_expression_is_the_option_error(spark, store_root: str, expr: str, where: str) -> None:
     _fill(store_root, 4)
     with pytest.raises(RmqLogOptionError) as info:
@@ -79,10 +100,18 @@ def test_the_task_reads_whole_windows(store_root: str) -> None:
 def test_stream_with_sql92(spark, store_root: str, tmp_path) -> None:
     _fill(store_root)
     out = []
-    q_ = (spark.readStream.format("rmqlog").option("path", store_root).option("topics", "orders")
-          .option("startingOffsets", "earliest").option("sql92", "n < 5").load()
-          .writeStream.foreachBatch(lambda df, _: out.extend(bytes(r.body).decode() for r in df.collect()))
-          .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    q_ = (
+        spark.readStream.format("rmqlog")
+        .option("path", store_root)
+        .option("topics", "orders")
+        .option("startingOffsets", "earliest")
+        .option("sql92", "n < 5")
+        .load()
+        .writeStream.foreachBatch(lambda df, _: out.extend(bytes(r.body).decode() for r in df.collect()))
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q_.awaitTermination()
     assert sorted(out) == [f"b{i}" for i in range(5)]
 
@@ -99,14 +128,23 @@ def test_a_wire_range_is_pulled_with_the_sql92_expression(tmp_path) -> None:
         servers.start_broker("broker-a", tmp_path / "a", topics={"T": 1}, enable_property_filter=True)
         with Producer("PG", servers.namesrv) as p:
             for i in range(60):
-                p.send("T", f"m{i}".encode(), tags="x" if i % 2 else "y", properties={"n": str(i)}, queue_id=0,
-                       broker_name="broker-a")
+                p.send(
+                    "T",
+                    f"m{i}".encode(),
+                    tags="x" if i % 2 else "y",
+                    properties={"n": str(i)},
+                    queue_id=0,
+                    broker_name="broker-a",
+                )
         servers.dispatched("broker-a")
         ns = servers.namesrv
-        got = pa.Table.from_batches(list(read_wire_range(WireRange(ns, "T", "broker-a", 0, 0, 60, batch_rows=7, sql92="n >= 40"))))
+        got = pa.Table.from_batches(
+            list(read_wire_range(WireRange(ns, "T", "broker-a", 0, 0, 60, batch_rows=7, sql92="n >= 40")))
+        )
         assert got["queueOffset"].to_pylist() == list(range(40, 60))
-        got = pa.Table.from_batches(list(read_wire_range(WireRange(ns, "T", "broker-a", 0, 0, 50, ("x",), batch_rows=7,
-                                                                   sql92="n >= 40"))))
+        got = pa.Table.from_batches(
+            list(read_wire_range(WireRange(ns, "T", "broker-a", 0, 0, 50, ("x",), batch_rows=7, sql92="n >= 40")))
+        )
         assert got["queueOffset"].to_pylist() == [41, 43, 45, 47, 49]
         servers.start_broker("broker-b", tmp_path / "b", topics={"U": 1})
         with Producer("PG", servers.namesrv) as p:

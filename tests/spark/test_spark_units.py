@@ -47,8 +47,15 @@ def test_bad_source_options_name_the_option(options: dict, option: str) -> None:
 
 def test_source_options_parse() -> None:
     o = SourceOptions.parse(
-        {"path": "/x", "topics": "b, a", "startingOffsets": '{"a/0": 5, "b/1": -2}', "maxtriggerdelay": "30s",
-         "tags": "A || B", "maxMessagesPerPartition": "10", "failOnDataLoss": "false"},
+        {
+            "path": "/x",
+            "topics": "b, a",
+            "startingOffsets": '{"a/0": 5, "b/1": -2}',
+            "maxtriggerdelay": "30s",
+            "tags": "A || B",
+            "maxMessagesPerPartition": "10",
+            "failOnDataLoss": "false",
+        },
         streaming=False,
     )
     assert o.topics == ("a", "b")
@@ -70,8 +77,13 @@ def test_timestamps_and_durations() -> None:
 
 @pytest.mark.parametrize(
     ("options", "option"),
-    [({}, "path"), ({"path": "/x", "topic": "a b"}, "topic"), ({"path": "/x", "queueSelector": "random"}, "queueSelector"),
-     ({"path": "/x", "shardingKey": "user"}, "shardingKey"), ({"path": "/x", "compression": "lz4"}, "compression")],
+    [
+        ({}, "path"),
+        ({"path": "/x", "topic": "a b"}, "topic"),
+        ({"path": "/x", "queueSelector": "random"}, "queueSelector"),
+        ({"path": "/x", "shardingKey": "user"}, "shardingKey"),
+        ({"path": "/x", "compression": "lz4"}, "compression"),
+    ],
 )
 def test_bad_sink_options_name_the_option(options: dict, option: str) -> None:
     with pytest.raises(RmqLogOptionError) as err:
@@ -137,16 +149,28 @@ def test_pack_budget_never_exceeds_max_messages_per_partition() -> None:
     assert SourceOptions.parse(base, streaming=True).pack_budget == 65536
     assert SourceOptions.parse({**base, "packMessagesPerPartition": "0"}, streaming=True).pack_budget == 0
     assert SourceOptions.parse({**base, "maxMessagesPerPartition": "3"}, streaming=True).pack_budget == 3
-    assert SourceOptions.parse({**base, "packMessagesPerPartition": "2", "maxMessagesPerPartition": "3"},
-                               streaming=True).pack_budget == 2
+    assert (
+        SourceOptions.parse(
+            {**base, "packMessagesPerPartition": "2", "maxMessagesPerPartition": "3"}, streaming=True
+        ).pack_budget
+        == 2
+    )
 
 
 def test_plan_ranges_cuts_large_ranges() -> None:
     assert plan_ranges({"t/0": 3, "t/1": 0}, {"t/0": 10, "t/1": 0}, 3) == [("t/0", 3, 6), ("t/0", 6, 9), ("t/0", 9, 10)]
 
 
-@given(st.lists(st.one_of(st.none(), st.text(st.characters(max_codepoint=127), max_size=40),
-                          st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)), max_size=50))
+@given(
+    st.lists(
+        st.one_of(
+            st.none(),
+            st.text(st.characters(max_codepoint=127), max_size=40),
+            st.text(st.characters(blacklist_categories=("Cs",)), max_size=20),
+        ),
+        max_size=50,
+    )
+)
 def test_vectorized_hash_is_java_hashcode(values: list[str | None]) -> None:
     """ASCII and any Unicode (2-, 3- and 4-byte UTF-8; surrogate pairs above U+FFFF, as Java)."""
     got = java_hash(pa.array(values, pa.string()))
@@ -200,7 +224,9 @@ def test_keys_of_any_string_list_type_hash_as_their_joined_string(keys_type: pa.
         joined = keys_as_string(col)
         assert joined.to_pylist() == ["order-1", "a b", None, "日本語", "order-1"]
         queues = hash_queue(joined, np.full(5, 4)).to_pylist()
-        assert queues == [abs(java_string_hash(s)) % 4 if s else None for s in ["order-1", "a b", None, "日本語", "order-1"]]
+        assert queues == [
+            abs(java_string_hash(s)) % 4 if s else None for s in ["order-1", "a b", None, "日本語", "order-1"]
+        ]
 
 
 @pytest.mark.parametrize("keys_type", KEY_LIST_TYPES, ids=str)
@@ -208,15 +234,21 @@ def test_put_batch_takes_keys_and_properties_of_non_nullable_types(tmp_path, key
     import rmqlog
 
     props = pa.map_(pa.string(), pa.field("value", pa.string(), nullable=False))
-    table = pa.table({
-        "topic": ["t", "t"], "body": [b"1", b"2"], "queueId": pa.array([0, 0], pa.int32()),
-        "keys": pa.array([["k1"], ["k2", "k3"]], keys_type),
-        "properties": pa.array([[("p", "1")], [("p", "2"), ("q", "3")]], props),
-    })
+    table = pa.table(
+        {
+            "topic": ["t", "t"],
+            "body": [b"1", b"2"],
+            "queueId": pa.array([0, 0], pa.int32()),
+            "keys": pa.array([["k1"], ["k2", "k3"]], keys_type),
+            "properties": pa.array([[("p", "1")], [("p", "2"), ("q", "3")]], props),
+        }
+    )
     with rmqlog.MessageStore.open(tmp_path / "s") as ms:
         ms.put_batch(table)
         ms.dispatch()
         got = ms.read_queue("t", 0, 0, 2)
     assert got["keys"].to_pylist() == [["k1"], ["k2", "k3"]]
     assert [{k: v for k, v in p if k in ("p", "q")} for p in got["properties"].to_pylist()] == [
-        {"p": "1"}, {"p": "2", "q": "3"}]
+        {"p": "1"},
+        {"p": "2", "q": "3"},
+    ]

@@ -38,8 +38,16 @@ def servers(tmp_path: Path) -> Iterator[WireServers]:
         yield s
 
 
-def produce(servers: WireServers, topic: str, per_queue: int, queues: int = 4, *, start: int = 0,
-            tags: list[str] | None = None, broker: str = BROKER) -> None:
+def produce(
+    servers: WireServers,
+    topic: str,
+    per_queue: int,
+    queues: int = 4,
+    *,
+    start: int = 0,
+    tags: list[str] | None = None,
+    broker: str = BROKER,
+) -> None:
     """``per_queue`` messages ``m<queue>-<i>`` into each queue, then dispatched."""
     with Producer("PG", servers.namesrv) as p:
         for q in range(queues):
@@ -65,7 +73,9 @@ def test_options_over_the_wire_and_the_ones_refused() -> None:
     opts = SourceOptions.parse({"nameServer": " 127.0.0.1:9876 ; 127.0.0.1:9877", "topics": "T"}, streaming=True)
     assert opts.name_server == "127.0.0.1:9876;127.0.0.1:9877" and opts.path == ""
     assert SinkOptions.parse({"nameServer": "127.0.0.1:9876", "topic": "T"}).name_server == "127.0.0.1:9876"
-    ok = SourceOptions.parse({"nameServer": "h:1", "topics": "T", "startingOffsets": '{"T/broker-a/2": 5}'}, streaming=True)
+    ok = SourceOptions.parse(
+        {"nameServer": "h:1", "topics": "T", "startingOffsets": '{"T/broker-a/2": 5}'}, streaming=True
+    )
     assert ok.starting == {"T/broker-a/2": 5}
     refused = [
         ({"nameServer": "h:1", "path": "/tmp/x", "topics": "T"}, "nameServer", "cannot be combined with path"),
@@ -75,8 +85,16 @@ def test_options_over_the_wire_and_the_ones_refused() -> None:
         ({"nameServer": "h:1", "topics": "T", "readOnly": "true"}, "readOnly", "only applies to a store"),
         ({"nameServer": "h:1", "topics": "T", "deliverDue": "false"}, "deliverDue", "only applies to a store"),
         ({"nameServer": "h:1", "topics": "T", "checkCRC": "false"}, "checkCRC", "only applies to a store"),
-        ({"nameServer": "h:1", "topics": "T", "startingOffsets": '{"T/0": 5}'}, "startingOffsets", "topic/brokerName/queueId"),
-        ({"nameServer": "h:1", "topics": "T", "startingOffsets": '{"T/a/b/0": 5}'}, "startingOffsets", "topic/brokerName"),
+        (
+            {"nameServer": "h:1", "topics": "T", "startingOffsets": '{"T/0": 5}'},
+            "startingOffsets",
+            "topic/brokerName/queueId",
+        ),
+        (
+            {"nameServer": "h:1", "topics": "T", "startingOffsets": '{"T/a/b/0": 5}'},
+            "startingOffsets",
+            "topic/brokerName",
+        ),
         ({"topics": "T"}, "path", "or nameServer"),
     ]
     for options, name, text in refused:
@@ -84,8 +102,9 @@ def test_options_over_the_wire_and_the_ones_refused() -> None:
             SourceOptions.parse(options, streaming=True)
         assert err.value.option == name, options
     with pytest.raises(RmqLogOptionError, match="maxBytesPerTrigger"):
-        RmqLogStreamReader(SourceOptions.parse({"nameServer": "h:1", "topics": "T", "maxBytesPerTrigger": "100"},
-                                                   streaming=True))
+        RmqLogStreamReader(
+            SourceOptions.parse({"nameServer": "h:1", "topics": "T", "maxBytesPerTrigger": "100"}, streaming=True)
+        )
 
 
 def test_sink_columns_become_rocketmq_properties_and_bad_rows_are_named() -> None:
@@ -95,16 +114,18 @@ def test_sink_columns_become_rocketmq_properties_and_bad_rows_are_named() -> Non
     from spark_rmq.wire_sink import message_columns, queue_index
 
     opts = SinkOptions.parse({"nameServer": "h:1", "topic": "T"})
-    table = pa.table({
-        "body": pa.array(["a", "b", "c"], pa.string()),
-        "topic": pa.array([None, "U", None], pa.string()),
-        "tags": pa.array(["x", None, ""], pa.string()),
-        "keys": pa.array([["k1", "k2"], [], None], pa.list_(pa.string())),
-        "properties": pa.array([[("p", "1")], None, [("q", "2"), ("r", "3")]], pa.map_(pa.string(), pa.string())),
-        "delayLevel": pa.array([0, 3, None], pa.int32()),
-        "deliverTime": pa.array([None, None, dt.datetime(2030, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", "UTC")),
-        "flag": pa.array([1, None, 7], pa.int32()),
-    })
+    table = pa.table(
+        {
+            "body": pa.array(["a", "b", "c"], pa.string()),
+            "topic": pa.array([None, "U", None], pa.string()),
+            "tags": pa.array(["x", None, ""], pa.string()),
+            "keys": pa.array([["k1", "k2"], [], None], pa.list_(pa.string())),
+            "properties": pa.array([[("p", "1")], None, [("q", "2"), ("r", "3")]], pa.map_(pa.string(), pa.string())),
+            "delayLevel": pa.array([0, 3, None], pa.int32()),
+            "deliverTime": pa.array([None, None, dt.datetime(2030, 1, 1, tzinfo=dt.UTC)], pa.timestamp("us", "UTC")),
+            "flag": pa.array([1, None, 7], pa.int32()),
+        }
+    )
     topic, body, props, flag = message_columns(table.slice(0), opts)
     assert topic.to_pylist() == ["T", "U", "T"] and body.to_pylist() == [b"a", b"b", b"c"]
     assert flag.tolist() == [1, 0, 7]
@@ -118,10 +139,16 @@ def test_sink_columns_become_rocketmq_properties_and_bad_rows_are_named() -> Non
     refused = [
         (table.set_column(0, "body", pa.array(["a", None, "c"])), 1, "body"),
         (table.set_column(2, "tags", pa.array(["x", "y", "bad\x01"])), 2, "tags"),
-        (table.set_column(4, "properties", pa.array([None, None, [("UNIQ_KEY", "1")]], table["properties"].type)), 2,
-         "properties"),
-        (table.set_column(4, "properties", pa.array([None, [("a", "b\x02")], None], table["properties"].type)), 1,
-         "properties"),
+        (
+            table.set_column(4, "properties", pa.array([None, None, [("UNIQ_KEY", "1")]], table["properties"].type)),
+            2,
+            "properties",
+        ),
+        (
+            table.set_column(4, "properties", pa.array([None, [("a", "b\x02")], None], table["properties"].type)),
+            1,
+            "properties",
+        ),
         (table.set_column(5, "delayLevel", pa.array([0, -1, 0], pa.int32())), 1, "delayLevel"),
     ]
     for bad, row, field in refused:
@@ -174,8 +201,9 @@ def test_a_range_is_pulled_and_filtered_exactly(servers: WireServers, tmp_path: 
     with pytest.raises(Exception, match="ends at offset 50, below offset 50"):
         list(read_wire_range(WireRange(ns, "T", BROKER, 0, 0, 60)))
     # the columns option: the tag filter still applies, the rows are cut to the columns
-    cut = pa.Table.from_batches(list(read_wire_range(WireRange(ns, "T", BROKER, 1, 5, 45, ("y",), batch_rows=7,
-                                                               columns=("body",)))))
+    cut = pa.Table.from_batches(
+        list(read_wire_range(WireRange(ns, "T", BROKER, 1, 5, 45, ("y",), batch_rows=7, columns=("body",))))
+    )
     assert cut.column_names == ["body"] and cut["body"].to_pylist() == tagged["body"].to_pylist()
 
 
@@ -184,9 +212,18 @@ def test_stream_reader_plans_from_the_brokers_and_commits_the_group(servers: Wir
 
     servers.start_broker(BROKER, tmp_path / "a", topics={"T": 2})
     produce(servers, "T", 30, queues=2)
-    r = RmqLogStreamReader(SourceOptions.parse(
-        {"nameServer": servers.namesrv, "topics": "T", "startingOffsets": "earliest", "maxMessagesPerTrigger": "20",
-         "group": "g1"}, streaming=True))
+    r = RmqLogStreamReader(
+        SourceOptions.parse(
+            {
+                "nameServer": servers.namesrv,
+                "topics": "T",
+                "startingOffsets": "earliest",
+                "maxMessagesPerTrigger": "20",
+                "group": "g1",
+            },
+            streaming=True,
+        )
+    )
     start = r.initialOffset()
     assert start == {"T/broker-a/0": 0, "T/broker-a/1": 0}
     end = r.latestOffset(start, r.getDefaultReadLimit())
@@ -208,8 +245,11 @@ def test_stream_reader_waits_for_a_broker_that_is_down(servers: WireServers, tmp
     servers.start_broker("broker-b", tmp_path / "b", topics={"T": 1})
     produce(servers, "T", 5, queues=2)
     produce(servers, "T", 3, queues=1, broker="broker-b")
-    r = RmqLogStreamReader(SourceOptions.parse(
-        {"nameServer": servers.namesrv, "topics": "T", "startingOffsets": "earliest"}, streaming=True))
+    r = RmqLogStreamReader(
+        SourceOptions.parse(
+            {"nameServer": servers.namesrv, "topics": "T", "startingOffsets": "earliest"}, streaming=True
+        )
+    )
     start = r.initialOffset()
     assert start == {"T/broker-a/0": 0, "T/broker-a/1": 0, "T/broker-b/0": 0}
     port = servers.port(BROKER)
@@ -242,8 +282,13 @@ def test_batch_read_over_the_wire(spark, servers: WireServers, tmp_path: Path) -
     assert bodies(read(spark, servers, topicPattern="[TU]").collect()) == sorted(wanted(25) + wanted(3, 1))
     tagged = read(spark, servers, topics="T", tags="B").collect()
     assert len(tagged) == 48 and {r.tags for r in tagged} == {"B"}
-    part = read(spark, servers, topics="T", startingOffsets=json.dumps({"T/broker-a/0": 20}),
-                endingOffsets=json.dumps({"T/broker-a/1": 2, "T/broker-a/2": 0, "T/broker-a/3": 0}))
+    part = read(
+        spark,
+        servers,
+        topics="T",
+        startingOffsets=json.dumps({"T/broker-a/0": 20}),
+        endingOffsets=json.dumps({"T/broker-a/1": 2, "T/broker-a/2": 0, "T/broker-a/3": 0}),
+    )
     assert bodies(part.collect()) == sorted([f"m0-{i}" for i in range(20, 25)] + ["m1-0", "m1-1"])
     pushed = read(spark, servers, topicPattern=".*").filter("topic = 'T' and queueId = 3")
     assert bodies(pushed.collect()) == [f"m3-{i}" for i in sorted(range(25), key=str)]
@@ -268,10 +313,21 @@ def test_stream_over_the_wire_with_a_group_and_a_restarted_broker(spark, servers
     out = str(tmp_path / "out")
 
     def run() -> list[str]:
-        q = (spark.readStream.format("rmqlog").option("nameServer", servers.namesrv).option("topics", "T")
-             .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "25").option("group", "g1").load()
-             .select("body").writeStream.format("parquet").option("path", out).option("checkpointLocation", ck)
-             .trigger(availableNow=True).start())
+        q = (
+            spark.readStream.format("rmqlog")
+            .option("nameServer", servers.namesrv)
+            .option("topics", "T")
+            .option("startingOffsets", "earliest")
+            .option("maxMessagesPerTrigger", "25")
+            .option("group", "g1")
+            .load()
+            .select("body")
+            .writeStream.format("parquet")
+            .option("path", out)
+            .option("checkpointLocation", ck)
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination()
         return [bytes(r.body).decode() for r in spark.read.parquet(out).collect()]
 
@@ -298,9 +354,17 @@ def test_starting_timestamp_over_the_wire(spark, servers: WireServers, tmp_path:
     want = bodies(r for r in everything if r.storeTimestamp >= cut)
     assert set(wanted(5, 1, start=5)) <= set(want)  # (queue 1's second batch may share queue 0's ms or not)
     assert bodies(read(spark, servers, topics="T", startingTimestamp=str(cut_ms)).collect()) == want
-    q = (spark.readStream.format("rmqlog").option("nameServer", servers.namesrv).option("topics", "T")
-         .option("startingTimestamp", str(cut_ms)).load()
-         .writeStream.format("memory").queryName("wire_ts").trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("nameServer", servers.namesrv)
+        .option("topics", "T")
+        .option("startingTimestamp", str(cut_ms))
+        .load()
+        .writeStream.format("memory")
+        .queryName("wire_ts")
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     assert bodies(spark.sql("select body from wire_ts").collect()) == want
 
@@ -371,15 +435,21 @@ def out_bodies(servers: WireServers, topic: str = "out", broker: str = BROKER) -
     servers.dispatched(broker)
     store = servers.store(broker)
     n = store.topics()[topic].read_queue_nums
-    return Counter(bytes(b).decode() for q in range(n) for b in store.read_queue(topic, q, 0, 1 << 40)["body"].to_pylist())
+    return Counter(
+        bytes(b).decode() for q in range(n) for b in store.read_queue(topic, q, 0, 1 << 40)["body"].to_pylist()
+    )
 
 
-def test_sink_over_the_wire_with_failing_attempts_then_read_back_once(spark, servers: WireServers, tmp_path: Path) -> None:
+def test_sink_over_the_wire_with_failing_attempts_then_read_back_once(
+    spark, servers: WireServers, tmp_path: Path
+) -> None:
     servers.start_broker(BROKER, tmp_path / "a", topics={"in": 3, "out": 4})
     spark.dataSource.register(FlakyWireSource)
-    df = (spark.range(300).select(F.format_string("m%d", "id").alias("body"), F.lit("out").alias("topic"),
-                                  F.lit("A").alias("tags"))
-          .repartition(3))
+    df = (
+        spark.range(300)
+        .select(F.format_string("m%d", "id").alias("body"), F.lit("out").alias("topic"), F.lit("A").alias("tags"))
+        .repartition(3)
+    )
     df.write.format("rmqlog_wire_flaky").option("nameServer", servers.namesrv).mode("append").save()
     assert out_bodies(servers) == Counter({f"m{i}": 1 for i in range(300)})
     back = read(spark, servers, topics="out").collect()  # the source over the wire reads each once
@@ -387,11 +457,20 @@ def test_sink_over_the_wire_with_failing_attempts_then_read_back_once(spark, ser
     assert {r.tags for r in back} == {"A"}
 
     produce(servers, "in", 40, queues=3)
-    q = (spark.readStream.format("rmqlog").option("nameServer", servers.namesrv).option("topics", "in")
-         .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "50").load()
-         .selectExpr("body", "'out' AS topic")
-         .writeStream.format("rmqlog_wire_flaky").option("nameServer", servers.namesrv)
-         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q = (
+        spark.readStream.format("rmqlog")
+        .option("nameServer", servers.namesrv)
+        .option("topics", "in")
+        .option("startingOffsets", "earliest")
+        .option("maxMessagesPerTrigger", "50")
+        .load()
+        .selectExpr("body", "'out' AS topic")
+        .writeStream.format("rmqlog_wire_flaky")
+        .option("nameServer", servers.namesrv)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     want = Counter({f"m{i}": 1 for i in range(300)})
     want.update(wanted(40, 3))
@@ -404,11 +483,21 @@ def test_a_replayed_micro_batch_adds_nothing(spark, servers: WireServers, tmp_pa
     ck = tmp_path / "ck"
 
     def run() -> int:
-        q = (spark.readStream.format("rmqlog").option("nameServer", servers.namesrv).option("topics", "in")
-             .option("startingOffsets", "earliest").option("maxMessagesPerTrigger", "20").load()
-             .selectExpr("body", "keys", "'out' AS topic")
-             .writeStream.format("rmqlog").option("nameServer", servers.namesrv).option("queueSelector", "hash")
-             .option("checkpointLocation", str(ck)).trigger(availableNow=True).start())
+        q = (
+            spark.readStream.format("rmqlog")
+            .option("nameServer", servers.namesrv)
+            .option("topics", "in")
+            .option("startingOffsets", "earliest")
+            .option("maxMessagesPerTrigger", "20")
+            .load()
+            .selectExpr("body", "keys", "'out' AS topic")
+            .writeStream.format("rmqlog")
+            .option("nameServer", servers.namesrv)
+            .option("queueSelector", "hash")
+            .option("checkpointLocation", str(ck))
+            .trigger(availableNow=True)
+            .start()
+        )
         q.awaitTermination()
         return sum(p["numInputRows"] for p in q.recentProgress)
 
@@ -432,8 +521,14 @@ def test_hash_routing_and_bad_rows_over_the_wire(spark, servers: WireServers, tm
     servers.start_broker(BROKER, tmp_path / "a", topics={"out": 4})
     keys = [f"key-{i}" for i in range(40)]
     df = spark.createDataFrame([(f"m{i}", k) for i, k in enumerate(keys)], "body string, keys string")
-    (df.write.format("rmqlog").option("nameServer", servers.namesrv).option("topic", "out")
-       .option("queueSelector", "hash").mode("append").save())
+    (
+        df.write.format("rmqlog")
+        .option("nameServer", servers.namesrv)
+        .option("topic", "out")
+        .option("queueSelector", "hash")
+        .mode("append")
+        .save()
+    )
     got = {bytes(r.body).decode(): r.queueId for r in read(spark, servers, topics="out").collect()}
     expect = abs(java_hash(pa.array(keys)).astype("int64")) % 4  # SelectMessageQueueByHash
     assert got == {f"m{i}": int(expect[i]) for i in range(40)}
@@ -442,8 +537,14 @@ def test_hash_routing_and_bad_rows_over_the_wire(spark, servers: WireServers, tm
         bad.write.format("rmqlog").option("nameServer", servers.namesrv).option("topic", "out").mode("append").save()
     assert "writable queues" in str(err.value)
     with pytest.raises(Exception, match="cannot be combined with path"):
-        (df.write.format("rmqlog").option("nameServer", servers.namesrv).option("path", str(tmp_path / "p"))
-           .option("topic", "out").mode("append").save())
+        (
+            df.write.format("rmqlog")
+            .option("nameServer", servers.namesrv)
+            .option("path", str(tmp_path / "p"))
+            .option("topic", "out")
+            .mode("append")
+            .save()
+        )
 
 
 def test_sink_and_source_across_two_brokers(spark, servers: WireServers, tmp_path: Path) -> None:
@@ -451,7 +552,9 @@ def test_sink_and_source_across_two_brokers(spark, servers: WireServers, tmp_pat
     servers.start_broker("broker-b", tmp_path / "b", topics={"out": 2})
     spark.dataSource.register(FlakyWireSource)  # every first attempt fails after sending
     df = spark.range(600).select(F.format_string("m%d", "id").alias("body")).repartition(3)
-    df.write.format("rmqlog_wire_flaky").option("nameServer", servers.namesrv).option("topic", "out").mode("append").save()
+    df.write.format("rmqlog_wire_flaky").option("nameServer", servers.namesrv).option("topic", "out").mode(
+        "append"
+    ).save()
     a, b = out_bodies(servers), out_bodies(servers, broker="broker-b")
     assert sum(a.values()) + sum(b.values()) == 600 and not set(a) & set(b)
     assert 150 < sum(b.values()) < 250  # round robin over the six queues: about a third on broker-b's two

@@ -48,21 +48,29 @@ print("exit", flush=True)
 
 
 def run(root: Path, mode: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", SCRIPT, str(root), mode], env=subprocess_env(),
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(root), mode],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def owners(root: Path) -> list[str]:
     return sorted(os.listdir(root / OWNERS_DIR))
 
 
-@pytest.mark.parametrize(("mode", "rc", "out"), [
-    ("idle", -signal.SIGTERM, ""),  # the stream source runner at query.stop()
-    ("hup", -signal.SIGHUP, ""),  # a daemon's worker at spark.stop()
-    ("reading", -signal.SIGTERM, "1\n"),  # reads yield outside the store operation
-    ("exit", 0, "exit\n"),  # atexit
-    ("chained", 3, "chained\n"),  # a handler that was there before runs, then atexit closes
-])
+@pytest.mark.parametrize(
+    ("mode", "rc", "out"),
+    [
+        ("idle", -signal.SIGTERM, ""),  # the stream source runner at query.stop()
+        ("hup", -signal.SIGHUP, ""),  # a daemon's worker at spark.stop()
+        ("reading", -signal.SIGTERM, "1\n"),  # reads yield outside the store operation
+        ("exit", 0, "exit\n"),  # atexit
+        ("chained", 3, "chained\n"),  # a handler that was there before runs, then atexit closes
+    ],
+)
 def test_a_process_ending_normally_leaves_a_clean_store(tmp_path: Path, mode: str, rc: int, out: str) -> None:
     root = tmp_path / "s"
     done = run(root, mode)

@@ -19,8 +19,11 @@ def route(masters: dict[str, str | None], perms: dict[str, int] | None = None) -
     """Groups ``name -> master address`` (``None``: only its slave is registered), 2 queues each."""
     return TopicRouteData(
         [QueueData(name, 2, 2, (perms or {}).get(name, PERM_RW), 0) for name in sorted(masters, reverse=True)],
-        [BrokerData("C", name, {0: addr, 1: f"{name}-slave:1"} if addr else {1: f"{name}-slave:1"})
-         for name, addr in masters.items()])
+        [
+            BrokerData("C", name, {0: addr, 1: f"{name}-slave:1"} if addr else {1: f"{name}-slave:1"})
+            for name, addr in masters.items()
+        ],
+    )
 
 
 def test_a_group_without_a_master_keeps_its_queues() -> None:
@@ -43,8 +46,18 @@ class RecordingProducer:
         self.duplicates = duplicates
         self.calls: list[tuple[str, str, int, str | None, tuple[str, int] | None, float]] = []
 
-    def send_encoded_batch(self, topic: str, body: bytes, *, broker_name: str, queue_id: int, addr: str | None,
-                           via_default: bool, marker: tuple[str, int] | None, master_wait_s: float) -> SendResult:
+    def send_encoded_batch(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        broker_name: str,
+        queue_id: int,
+        addr: str | None,
+        via_default: bool,
+        marker: tuple[str, int] | None,
+        master_wait_s: float,
+    ) -> SendResult:
         assert marker is not None
         self.calls.append((topic, broker_name, queue_id, addr, marker, master_wait_s))
         return SendResult("SEND_OK", "", "", queue_id, 0, broker_name, addr or "", marker[1] in self.duplicates)
@@ -54,12 +67,18 @@ def test_a_task_s_chunks_go_to_their_queues_with_their_markers_and_wait() -> Non
     """Each chunk to the queue and address the task routed over, with the marker's next
     sequence and the option's wait for a master (the wait itself is the client's:
     tests/wire/test_producer_encoded_batch.py); the rows of duplicates are not counted."""
-    chunks = [wire_sink._Chunk("T", "b", "", 0, False, b"x", 3), wire_sink._Chunk("T", "b", "b:1", 1, False, b"y", 4),
-              wire_sink._Chunk("U", "b", "b:1", 0, True, b"z", 5)]
+    chunks = [
+        wire_sink._Chunk("T", "b", "", 0, False, b"x", 3),
+        wire_sink._Chunk("T", "b", "b:1", 1, False, b"y", 4),
+        wire_sink._Chunk("U", "b", "b:1", 0, True, b"z", 5),
+    ]
     p = RecordingProducer(duplicates={11})
     assert wire_sink._send_chunks(p, chunks, "w/0/abcd", 10, 2.5) == 3 + 5  # type: ignore[arg-type]
-    assert p.calls == [("T", "b", 0, "", ("w/0/abcd", 10), 2.5), ("T", "b", 1, "b:1", ("w/0/abcd", 11), 2.5),
-                       ("U", "b", 0, "b:1", ("w/0/abcd", 12), 2.5)]
+    assert p.calls == [
+        ("T", "b", 0, "", ("w/0/abcd", 10), 2.5),
+        ("T", "b", 1, "b:1", ("w/0/abcd", 11), 2.5),
+        ("U", "b", 0, "b:1", ("w/0/abcd", 12), 2.5),
+    ]
 
 
 def test_send_retry_timeout_option() -> None:
@@ -108,12 +127,17 @@ def test_the_writer_name_carries_the_layout_the_task_routed_over() -> None:
     """Two attempts over the same layout share the markers (a replay is a duplicate); over
     another layout (a group missing, added, resized) they are two writers: stored, never
     skipped as duplicates of other rows."""
+
     def q(*groups: tuple[str, int], addr: str = "x:1") -> wire_sink.Queues:
         return wire_sink.Queues(tuple((b, i, addr) for b, n in groups for i in range(n)), False)
 
     same = wire_sink.layout_tag({"T": q(("a", 2), ("b", 2))})
     assert wire_sink.layout_tag({"T": q(("a", 2), ("b", 2), addr="")}) == same  # addresses do not count
-    for other in ({"T": q(("a", 2))}, {"T": q(("a", 2), ("b", 3))}, {"U": q(("a", 2), ("b", 2))},
-                  {"T": q(("a", 2), ("b", 2)), "U": q(("a", 1))}):
+    for other in (
+        {"T": q(("a", 2))},
+        {"T": q(("a", 2), ("b", 3))},
+        {"U": q(("a", 2), ("b", 2))},
+        {"T": q(("a", 2), ("b", 2)), "U": q(("a", 1))},
+    ):
         assert wire_sink.layout_tag(other) != same
     assert len(same) == 8

@@ -52,8 +52,9 @@ class WireServers:
         ns.server.routes.register = watched  # type: ignore[method-assign]
         return ns
 
-    def start_broker(self, name: str, root: Path, *, port: int = 0, topics: dict[str, int] | None = None,
-                     **changes: Any) -> str:
+    def start_broker(
+        self, name: str, root: Path, *, port: int = 0, topics: dict[str, int] | None = None, **changes: Any
+    ) -> str:
         """Start broker ``name`` on ``root`` (created if needed) with ``topics`` (name: queues)
         created first, wait for its registration; its address."""
         store_config = rmqlog.StoreConfig(**changes.pop("store", {}))
@@ -64,7 +65,10 @@ class WireServers:
 
         async def start() -> str:
             config = BrokerConfig(
-                broker_name=name, listen_port=port, namesrv_addr=self.namesrv, store=store_config,
+                broker_name=name,
+                listen_port=port,
+                namesrv_addr=self.namesrv,
+                store=store_config,
                 max_transfer_count_on_message_in_memory=TRANSFER_COUNT,
                 max_transfer_bytes_on_message_in_memory=8 << 20,
                 max_transfer_count_on_message_in_disk=TRANSFER_COUNT,
@@ -81,6 +85,7 @@ class WireServers:
 
     def stop_broker(self, name: str) -> None:
         """Stop broker ``name`` cleanly (unregistered, its store closed)."""
+
         async def stop() -> None:
             proc = self.brokers.pop(name)
             proc.request_stop()
@@ -91,6 +96,7 @@ class WireServers:
     def dispatched(self, name: str) -> None:
         """Make everything broker ``name`` stored readable now (its dispatcher runs on its own
         otherwise, a moment after each send is answered)."""
+
         async def dispatch() -> None:
             store = self.brokers[name].store
             assert store is not None

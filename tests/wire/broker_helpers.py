@@ -47,21 +47,38 @@ class RecordingStore:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._store, name)
 
-    def put_messages(self, messages: list[rmqlog.WireMessage], *, cluster: str | None = None, system: bool = False,
-                     writer: str | None = None, sequence: int | None = None, wait_flush: bool = True,
-                     dispatch: bool = False, defer_dispatch: bool = False) -> rmqlog.PutRows:
+    def put_messages(
+        self,
+        messages: list[rmqlog.WireMessage],
+        *,
+        cluster: str | None = None,
+        system: bool = False,
+        writer: str | None = None,
+        sequence: int | None = None,
+        wait_flush: bool = True,
+        dispatch: bool = False,
+        defer_dispatch: bool = False,
+    ) -> rmqlog.PutRows:
         """:meth:`put_wire` of the messages as the store would store their properties (WAIT
         dropped, CLUSTER set), as :class:`rmqlog.PutRows`."""
         from rmqlog.access.wire import wire_messages_table
 
         result = self.put_wire(wire_messages_table(messages), cluster=cluster)
-        return rmqlog.PutRows(result.column("commitLogOffset").to_pylist(), result.column("queueOffset").to_pylist(),
-                              result.column("msgId").to_pylist(), 0, 0, self._offset)
+        return rmqlog.PutRows(
+            result.column("commitLogOffset").to_pylist(),
+            result.column("queueOffset").to_pylist(),
+            result.column("msgId").to_pylist(),
+            0,
+            0,
+            self._offset,
+        )
 
     def put_wire(self, table: pa.Table, *, cluster: str | None = None, **_: Any) -> pa.Table:
         if cluster is not None and "properties" in table.column_names:
             props = [_stored_properties(p, cluster) for p in table.column("properties").to_pylist()]
-            table = table.set_column(table.schema.get_field_index("properties"), "properties", pa.array(props, pa.string()))
+            table = table.set_column(
+                table.schema.get_field_index("properties"), "properties", pa.array(props, pa.string())
+            )
         fail = self.fail(table) if callable(self.fail) else self.fail
         if fail is not None:
             raise fail
@@ -76,8 +93,14 @@ class RecordingStore:
             ids.append(rc.offset_msg_id(self.host, self._offset))
             self._offset += 100 + len(row["body"])
         n = table.num_rows
-        return pa.table({"commitLogOffset": pa.array(offsets, pa.int64()), "queueOffset": pa.array(qoffs, pa.int64()),
-                         "msgId": pa.array(ids, pa.string()), "storeTimestamp": pa.array([0] * n, pa.int64())})
+        return pa.table(
+            {
+                "commitLogOffset": pa.array(offsets, pa.int64()),
+                "queueOffset": pa.array(qoffs, pa.int64()),
+                "msgId": pa.array(ids, pa.string()),
+                "storeTimestamp": pa.array([0] * n, pa.int64()),
+            }
+        )
 
     def dispatch_put(self, rows: rmqlog.PutRows) -> bool:
         return True
@@ -111,17 +134,40 @@ def encode_batch(messages: list[tuple[bytes, int, dict[str, str]]]) -> bytes:
     return out
 
 
-def send_header(topic: str, *, queue_id: int = 0, props: str = "", sys_flag: int = 0, flag: int = 0,
-                default_topic: str = "TBW102", batch: bool = False, reconsume: int = 0,
-                max_reconsume: int | None = None, unit_mode: bool = False) -> SendMessageHeader:
+def send_header(
+    topic: str,
+    *,
+    queue_id: int = 0,
+    props: str = "",
+    sys_flag: int = 0,
+    flag: int = 0,
+    default_topic: str = "TBW102",
+    batch: bool = False,
+    reconsume: int = 0,
+    max_reconsume: int | None = None,
+    unit_mode: bool = False,
+) -> SendMessageHeader:
     return SendMessageHeader(
-        producer_group="PG", topic=topic, default_topic=default_topic, default_topic_queue_nums=4, queue_id=queue_id,
-        sys_flag=sys_flag, born_timestamp=1_700_000_000_123, flag=flag, properties=props, reconsume_times=reconsume,
-        unit_mode=unit_mode, batch=batch, max_reconsume_times=max_reconsume, broker_name=None)
+        producer_group="PG",
+        topic=topic,
+        default_topic=default_topic,
+        default_topic_queue_nums=4,
+        queue_id=queue_id,
+        sys_flag=sys_flag,
+        born_timestamp=1_700_000_000_123,
+        flag=flag,
+        properties=props,
+        reconsume_times=reconsume,
+        unit_mode=unit_mode,
+        batch=batch,
+        max_reconsume_times=max_reconsume,
+        broker_name=None,
+    )
 
 
-def send_request(header: SendMessageHeader, body: bytes, *, code: int = RequestCode.SEND_MESSAGE_V2,
-                 opaque: int = 1) -> RemotingCommand:
+def send_request(
+    header: SendMessageHeader, body: bytes, *, code: int = RequestCode.SEND_MESSAGE_V2, opaque: int = 1
+) -> RemotingCommand:
     v2 = code != RequestCode.SEND_MESSAGE
     return RemotingCommand(code, opaque, 0, None, header.to_ext(v2), body, "JAVA")
 
@@ -136,8 +182,9 @@ def run(broker: Broker, peer: FakePeer, *requests: RemotingCommand) -> list[Remo
     return asyncio.run(main())
 
 
-def make_broker(store: Any, clock: rmqlog.Clock | None = None, store_config: rmqlog.StoreConfig | None = None,
-                **changes: Any) -> Broker:
+def make_broker(
+    store: Any, clock: rmqlog.Clock | None = None, store_config: rmqlog.StoreConfig | None = None, **changes: Any
+) -> Broker:
     store_cfg = store_config or store.config
     config = BrokerConfig(broker_name="broker-a", store=store_cfg).replace(**changes)
     return Broker(store, config, clock=clock or rmqlog.ManualClock(1_700_000_000_000))

@@ -46,7 +46,9 @@ class FakePeer:
 _opaque = itertools.count(1)
 
 
-def request(code: int, ext: dict[str, Any] | None = None, body: bytes = b"", *, oneway: bool = False) -> RemotingCommand:
+def request(
+    code: int, ext: dict[str, Any] | None = None, body: bytes = b"", *, oneway: bool = False
+) -> RemotingCommand:
     return RemotingCommand(code, next(_opaque), 2 if oneway else 0, None, dict(ext or {}), body, "JAVA", 435)
 
 

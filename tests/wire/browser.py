@@ -42,8 +42,15 @@ def chromium(downloads: Path | None = None) -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000",
-                "--no-first-run", "--disable-extensions"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        "--no-first-run",
+        "--disable-extensions",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
     try:

@@ -36,8 +36,9 @@ def eventually(check: Callable[[], Any], what: str, timeout: float = 10.0) -> An
     return got
 
 
-def with_console(namesrv: str, body: Callable[[TestClient, ConsoleApp], Awaitable[None]], *,
-                 admin: bool = False) -> None:
+def with_console(
+    namesrv: str, body: Callable[[TestClient, ConsoleApp], Awaitable[None]], *, admin: bool = False
+) -> None:
     """Run ``body(client, console)`` against a console over ``namesrv`` (no sampler task: the
     pages' answers feed the history)."""
     backend = WireBackend(namesrv)
@@ -98,9 +99,12 @@ def cluster(tmp: Path, stores: dict[str, dict[str, int]]) -> Iterator[Cluster]:
                 return res
 
             ns.server.routes.register = watched  # type: ignore[method-assign]
-            procs = [launch.BrokerProcess(tmp / name, BrokerConfig(broker_name=name, listen_port=0,
-                                                                     namesrv_addr=ns.address, store=config))
-                     for name in stores]
+            procs = [
+                launch.BrokerProcess(
+                    tmp / name, BrokerConfig(broker_name=name, listen_port=0, namesrv_addr=ns.address, store=config)
+                )
+                for name in stores
+            ]
             try:
                 addrs = [await p.start() for p in procs]
                 await all_in.wait()

@@ -31,16 +31,28 @@ class Broker:
     """``rmqlog broker`` on a fixed port of 127.0.0.1 (a restart keeps its address)."""
 
     def __init__(self, root: Path, conf: Path, ns: str, port: int) -> None:
-        self.args = [sys.executable, "-m", "rmqnet", "broker", str(root), "-c", str(conf), "--listen",
-                     f"127.0.0.1:{port}", "--namesrv", ns]
+        self.args = [
+            sys.executable,
+            "-m",
+            "rmqnet",
+            "broker",
+            str(root),
+            "-c",
+            str(conf),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--namesrv",
+            ns,
+        ]
         self.address = f"127.0.0.1:{port}"
         self.proc: subprocess.Popen[str] | None = None
         self.start()
 
     def start(self) -> None:
         """Start it and wait until it serves (it registers at its first round)."""
-        self.proc = subprocess.Popen(self.args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     env=subprocess_env())
+        self.proc = subprocess.Popen(
+            self.args, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=subprocess_env()
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert line.strip().endswith(f" ready at {self.address}"), line
@@ -68,8 +80,16 @@ class Broker:
 
 def conf(path: Path, name: str, role: str, broker_id: int, **extra: Any) -> Path:
     """A broker.conf: its own HA port (``haListenPort=0``), small segments, ``extra`` keys."""
-    lines = {"brokerClusterName": "C1", "brokerName": name, "brokerId": broker_id, "brokerRole": role,
-             "haListenPort": 0, "slaveTimeout": 3000, "mappedFileSizeCommitLog": 1 << 20, **extra}
+    lines = {
+        "brokerClusterName": "C1",
+        "brokerName": name,
+        "brokerId": broker_id,
+        "brokerRole": role,
+        "haListenPort": 0,
+        "slaveTimeout": 3000,
+        "mappedFileSizeCommitLog": 1 << 20,
+        **extra,
+    }
     path.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
     return path
 
@@ -80,8 +100,11 @@ def start_groups(tmp: Path, ns: str, **extra: Any) -> Iterator[dict[str, Broker]
     and confs under ``tmp``; every one stopped (or killed) at the end."""
     started: dict[str, Broker] = {}
     try:
-        for key, name, role, bid in (("a0", "broker-a", "SYNC_MASTER", 0), ("a1", "broker-a", "SLAVE", 1),
-                                     ("b0", "broker-b", "ASYNC_MASTER", 0)):
+        for key, name, role, bid in (
+            ("a0", "broker-a", "SYNC_MASTER", 0),
+            ("a1", "broker-a", "SLAVE", 1),
+            ("b0", "broker-b", "ASYNC_MASTER", 0),
+        ):
             started[key] = Broker(tmp / key, conf(tmp / f"{key}.conf", name, role, bid, **extra), ns, free_port())
         yield started
     finally:

@@ -36,16 +36,21 @@ class Client:
     async def call(self, name: str, request: Any, timeout: float = 10.0, metadata: Metadata = None) -> Any:
         path, req, res, m = self._method(name)
         if m.server_streaming:
-            stream = self.channel.unary_stream(path, request_serializer=req.SerializeToString,
-                                               response_deserializer=res.FromString)
+            stream = self.channel.unary_stream(
+                path, request_serializer=req.SerializeToString, response_deserializer=res.FromString
+            )
             return [r async for r in stream(request, timeout=timeout, metadata=metadata)]
-        unary = self.channel.unary_unary(path, request_serializer=req.SerializeToString, response_deserializer=res.FromString)
+        unary = self.channel.unary_unary(
+            path, request_serializer=req.SerializeToString, response_deserializer=res.FromString
+        )
         return await unary(request, timeout=timeout, metadata=metadata)
 
     async def telemetry(self, commands: list[Any], timeout: float = 10.0, metadata: Metadata = None) -> list[Any]:
         """One answer read per command written; a stream the server ends early: what it wrote."""
         path, req, res, _ = self._method("Telemetry")
-        bidi = self.channel.stream_stream(path, request_serializer=req.SerializeToString, response_deserializer=res.FromString)
+        bidi = self.channel.stream_stream(
+            path, request_serializer=req.SerializeToString, response_deserializer=res.FromString
+        )
         call = bidi(timeout=timeout, metadata=metadata)
         answers = []
         for cmd in commands:

@@ -28,8 +28,10 @@ class PopServers:
 
     def on_loop(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` run on the servers' loop (where the brokers' state lives)."""
+
         async def call() -> Any:
             return fn(*args)
+
         return asyncio.run_coroutine_threadsafe(call(), self.loop).result(HANG_GUARD_S)
 
     def dispatch(self) -> None:
@@ -76,8 +78,9 @@ def pop_servers(tmp_path: Path, names: tuple[str, ...] = ("broker-a",), **change
             procs = []
             try:
                 for name, root in zip(names, roots, strict=True):
-                    config = BrokerConfig(broker_name=name, listen_port=0, namesrv_addr=ns.address,
-                                          store=store_config).replace(**changes)
+                    config = BrokerConfig(
+                        broker_name=name, listen_port=0, namesrv_addr=ns.address, store=store_config
+                    ).replace(**changes)
                     proc = launch.BrokerProcess(root, config)
                     procs.append(proc)
                     await proc.start()

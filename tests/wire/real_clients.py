@@ -130,15 +130,19 @@ def require_python5_client() -> None:
     """The official Python 5.x client's environment (``.venv-rocketmq5``)."""
     if not ROCKETMQ5_PYTHON.is_file():
         _missing(f"the Python 5.x client's environment {ROCKETMQ5_PYTHON.parent.parent} is missing")
-    probe = subprocess.run([str(ROCKETMQ5_PYTHON), "-c", "import rocketmq; rocketmq.Producer"], capture_output=True, text=True)
+    probe = subprocess.run(
+        [str(ROCKETMQ5_PYTHON), "-c", "import rocketmq; rocketmq.Producer"], capture_output=True, text=True
+    )
     if probe.returncode != 0:
         _missing(f"{ROCKETMQ5_PYTHON} cannot import rocketmq.Producer: {probe.stderr.strip()[-500:]}")
 
 
 def require_rmqlog() -> None:
     if not RMQLOG.is_file():
-        pytest.fail(f"the rmqlog command is not beside {sys.executable} (install the project: make .venv/.installed)",
-                    pytrace=False)
+        pytest.fail(
+            f"the rmqlog command is not beside {sys.executable} (install the project: make .venv/.installed)",
+            pytrace=False,
+        )
 
 
 # --------------------------------------------------------------------------- child processes
@@ -162,14 +166,31 @@ class Child:
     every line of any of them notifies.
     """
 
-    def __init__(self, name: str, argv: list[str], *, env: dict[str, str], log_dir: Path, cwd: Path | None = None,
-                 stdin: bool = False, cond: threading.Condition | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: list[str],
+        *,
+        env: dict[str, str],
+        log_dir: Path,
+        cwd: Path | None = None,
+        stdin: bool = False,
+        cond: threading.Condition | None = None,
+    ) -> None:
         self.name = name
         self.argv = argv
         self.stderr_path = log_dir / f"{name}.stderr"
-        self.proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, bufsize=1,
-                                     errors="replace")
+        self.proc = subprocess.Popen(
+            argv,
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.PIPE if stdin else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            bufsize=1,
+            errors="replace",
+        )
         self.lines: list[str] = []
         self.err_lines: list[str] = []
         self.ended = False
@@ -235,11 +256,14 @@ class Child:
         state = "running" if code is None else f"exited with {code}"
         with self._cond:
             printed = "\n  ".join(self.lines[-40:])
-        return (f"{self.name} (pid {self.pid}, {state}): {' '.join(self.argv)}\n stdout (last lines):\n  {printed}\n"
-                f" stderr (end):\n{self.stderr_tail()}")
+        return (
+            f"{self.name} (pid {self.pid}, {state}): {' '.join(self.argv)}\n stdout (last lines):\n  {printed}\n"
+            f" stderr (end):\n{self.stderr_tail()}"
+        )
 
-    def wait_line(self, predicate: Callable[[str], bool], what: str, timeout: float = EVENT_TIMEOUT,
-                  start: int = 0) -> tuple[int, str]:
+    def wait_line(
+        self, predicate: Callable[[str], bool], what: str, timeout: float = EVENT_TIMEOUT, start: int = 0
+    ) -> tuple[int, str]:
         """The first line at index >= ``start`` that ``predicate`` accepts, with its index."""
         deadline = time.monotonic() + timeout
         with self._cond:
@@ -313,15 +337,25 @@ class Client(Child):
             raise AssertionError(f"{self.name} printed a line that is not an event: {line!r}")
         return event
 
-    def wait_event(self, kind: str, what: str | None = None, *, where: Callable[[dict[str, Any]], bool] | None = None,
-                   timeout: float = EVENT_TIMEOUT, start: int = 0) -> dict[str, Any]:
+    def wait_event(
+        self,
+        kind: str,
+        what: str | None = None,
+        *,
+        where: Callable[[dict[str, Any]], bool] | None = None,
+        timeout: float = EVENT_TIMEOUT,
+        start: int = 0,
+    ) -> dict[str, Any]:
         def match(line: str) -> bool:
             e = self._parse(line)
             return e["event"] == kind and (where is None or where(e))
+
         _, line = self.wait_line(match, what or f"event {kind!r}", timeout, start)
         return self._parse(line)
 
-    def wait_events(self, kind: str, n: int, what: str | None = None, timeout: float = EVENT_TIMEOUT) -> list[dict[str, Any]]:
+    def wait_events(
+        self, kind: str, n: int, what: str | None = None, timeout: float = EVENT_TIMEOUT
+    ) -> list[dict[str, Any]]:
         """Wait until ``n`` events of ``kind`` were printed; all of them (possibly more than ``n``)."""
         count = [0]
 
@@ -329,6 +363,7 @@ class Client(Child):
             if self._parse(line)["event"] == kind:
                 count[0] += 1
             return count[0] >= n
+
         self.wait_line(match, what or f"{n} events {kind!r}", timeout)
         return self.events(kind)
 
@@ -346,8 +381,12 @@ class Netns:
     """
 
     def __init__(self, log_dir: Path) -> None:
-        self.holder = Child("netns", ["unshare", "-n", "sh", "-c", "ip link set lo up && echo up && exec sleep 86400"],
-                            env=dict(os.environ), log_dir=log_dir)
+        self.holder = Child(
+            "netns",
+            ["unshare", "-n", "sh", "-c", "ip link set lo up && echo up && exec sleep 86400"],
+            env=dict(os.environ),
+            log_dir=log_dir,
+        )
         self.holder.wait_line(lambda line: line == "up", "the loopback-only namespace", START_TIMEOUT)
 
     def wrap(self, argv: list[str]) -> list[str]:
@@ -457,14 +496,24 @@ class Cluster:
         if os.environ.get("RMQ_WIRE_DUMP") == "1":
             ports = NS_DUMP_PORTS if self.netns is not None else (free_port(), free_port())
             listen = [f"127.0.0.1:{p}" for p in ports]
-            self.dump = self._server("wire-dump", [sys.executable, str(WIRE_DUMP), listen[0], self.namesrv_addr,
-                                                   listen[1], self.broker_addr])
+            self.dump = self._server(
+                "wire-dump", [sys.executable, str(WIRE_DUMP), listen[0], self.namesrv_addr, listen[1], self.broker_addr]
+            )
             self.client_namesrv_addr = listen[0]
         return self
 
     def _broker_argv(self, conf: Path) -> list[str]:
-        return [str(RMQLOG), "broker", str(self.root), "-c", str(conf), "--listen", self.broker_addr,
-                "--namesrv", self.namesrv_addr]
+        return [
+            str(RMQLOG),
+            "broker",
+            str(self.root),
+            "-c",
+            str(conf),
+            "--listen",
+            self.broker_addr,
+            "--namesrv",
+            self.namesrv_addr,
+        ]
 
     def _server(self, name: str, argv: list[str]) -> Child:
         child = Child(name, self.argv(argv), env=self.env(), log_dir=self.logs, cwd=self.tmp, cond=self.cond)
@@ -497,8 +546,9 @@ class Cluster:
     # ------------------------------------------------------------------ clients
 
     def _client(self, name: str, argv: list[str], *, stdin: bool = False) -> Client:
-        child = Client(name, self.argv(argv), env=self.env(), log_dir=self.logs, cwd=self.tmp, stdin=stdin,
-                       cond=self.cond)
+        child = Client(
+            name, self.argv(argv), env=self.env(), log_dir=self.logs, cwd=self.tmp, stdin=stdin, cond=self.cond
+        )
         self.children.append(child)
         return child
 
@@ -509,12 +559,22 @@ class Cluster:
         opts = {"nameSrv": self.client_namesrv_addr, "group": group, **extra}
         return self._client(name, [node, str(NODE_PRODUCER), json.dumps(opts)], stdin=True)
 
-    def ali_ons_consumer(self, name: str, group: str, topic: str, *, model: str = "CLUSTERING", count: int = 0,
-                         **opts: Any) -> Client:
+    def ali_ons_consumer(
+        self, name: str, group: str, topic: str, *, model: str = "CLUSTERING", count: int = 0, **opts: Any
+    ) -> Client:
         """An ali-ons push consumer (options of consumer.js: ``suspendMillis``, ``rebalanceMillis``, ...)."""
         node = require_ali_ons()
-        all_opts = {"nameSrv": self.client_namesrv_addr, "group": group, "topic": topic, "model": model, "count": count,
-                    "suspendMillis": 2000, "rebalanceMillis": 1000, "pollNameServerMillis": 1000, **opts}
+        all_opts = {
+            "nameSrv": self.client_namesrv_addr,
+            "group": group,
+            "topic": topic,
+            "model": model,
+            "count": count,
+            "suspendMillis": 2000,
+            "rebalanceMillis": 1000,
+            "pollNameServerMillis": 1000,
+            **opts,
+        }
         return self._client(name, [node, str(NODE_CONSUMER), json.dumps(all_opts)])
 
     def cpp(self, name: str, command: str, *, stdin: bool = False, **opts: Any) -> Client:
@@ -528,8 +588,9 @@ class Cluster:
         point is the broker's gRPC endpoint (``grpcListenPort`` in ``conf``)."""
         require_python5_client()
         all_opts = {"endpoints": f"127.0.0.1:{self.conf['grpcListenPort']}", **opts}
-        return self._client(name, [str(ROCKETMQ5_PYTHON), str(PYTHON5_CLIENT), command, json.dumps(all_opts)],
-                            stdin=stdin)
+        return self._client(
+            name, [str(ROCKETMQ5_PYTHON), str(PYTHON5_CLIENT), command, json.dumps(all_opts)], stdin=stdin
+        )
 
     def node5(self, name: str, *, consumer: bool = False, **opts: Any) -> Client:
         """``producer5.js`` (the official Node.js 5.x client's producer; with ``consumer``:
@@ -579,8 +640,14 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def cluster(tmp: Path, *, netns: bool = False, topics: dict[str, int] | None = None,
-            conf: dict[str, str] | None = None, acl: str | None = None) -> Iterator[Cluster]:
+def cluster(
+    tmp: Path,
+    *,
+    netns: bool = False,
+    topics: dict[str, int] | None = None,
+    conf: dict[str, str] | None = None,
+    acl: str | None = None,
+) -> Iterator[Cluster]:
     """A started :class:`Cluster` (in a namespace of its own with ``netns``), stopped at the end."""
     ns = Netns(tmp) if netns else None
     c = Cluster(tmp, ns, dict(topics or {}), dict(conf or {}), acl)
@@ -595,12 +662,16 @@ def cluster(tmp: Path, *, netns: bool = False, topics: dict[str, int] | None = N
 # --------------------------------------------------------------------------- messages
 
 
-def message(topic: str, i: int, *, tags: str | None = None, keys: list[str] | None = None,
-            body: str | None = None) -> dict[str, Any]:
+def message(
+    topic: str, i: int, *, tags: str | None = None, keys: list[str] | None = None, body: str | None = None
+) -> dict[str, Any]:
     """A message spec as the driver scripts read it (``{"topic", "tags", "keys", "body"}``)."""
-    return {"topic": topic, "tags": tags if tags is not None else f"Tag{i % 3}",
-            "keys": keys if keys is not None else [f"key-{topic}-{i}"],
-            "body": body if body is not None else f"body {i} of {topic}"}
+    return {
+        "topic": topic,
+        "tags": tags if tags is not None else f"Tag{i % 3}",
+        "keys": keys if keys is not None else [f"key-{topic}-{i}"],
+        "body": body if body is not None else f"body {i} of {topic}",
+    }
 
 
 def big_body(i: int, size: int = 6000) -> str:
@@ -628,6 +699,7 @@ def send_all(producer: Client, specs: Iterable[Any], kind: str = "sent") -> list
 
     def answered(line: str) -> bool:
         return len(producer.events(kind)) + len(producer.failures()) >= before + n
+
     producer.wait_line(answered, f"{n} send results")
     failures = producer.failures()
     assert not failures, f"sends failed: {failures}\n{producer.describe()}"

@@ -64,13 +64,31 @@ class Groups(rcl.Cluster):
 
     def _group_argv(self, name: str) -> list[str]:
         addr = f"{HOSTS[name]}:{self.ports[name]}"
-        values = {"brokerClusterName": "DefaultCluster", "brokerName": name, "brokerId": "0",
-                  "listenPort": str(self.ports[name]), "namesrvAddr": self.namesrv_addr, "brokerIP1": HOSTS[name],
-                  "autoCreateTopicEnable": "true", "longPollingEnable": "true", "flushDiskType": "ASYNC_FLUSH", **self.conf}
+        values = {
+            "brokerClusterName": "DefaultCluster",
+            "brokerName": name,
+            "brokerId": "0",
+            "listenPort": str(self.ports[name]),
+            "namesrvAddr": self.namesrv_addr,
+            "brokerIP1": HOSTS[name],
+            "autoCreateTopicEnable": "true",
+            "longPollingEnable": "true",
+            "flushDiskType": "ASYNC_FLUSH",
+            **self.conf,
+        }
         conf = self.tmp / f"{name}.conf"
         conf.write_text("".join(f"{k}={v}\n" for k, v in values.items()))
-        return [str(rcl.RMQLOG), "broker", str(self.roots[name]), "-c", str(conf), "--listen", addr,
-                "--namesrv", self.namesrv_addr]
+        return [
+            str(rcl.RMQLOG),
+            "broker",
+            str(self.roots[name]),
+            "-c",
+            str(conf),
+            "--listen",
+            addr,
+            "--namesrv",
+            self.namesrv_addr,
+        ]
 
     def stop_servers(self) -> dict[str, int | None]:
         """Stop both brokers, then the name server (SIGTERM: a clean stop); their exit codes."""

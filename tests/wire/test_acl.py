@@ -78,8 +78,10 @@ accounts:
 def java_signature(ext: dict[str, Any], body: bytes, secret: str) -> str:
     """The Java algorithm written out independently: the values as Java strings, TreeMap order
     of the keys, Signature left out, then the body; base64(HmacSHA1)."""
+
     def text(v: Any) -> str:
         return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
     data = "".join(text(ext[k]) for k in sorted(ext) if k != "Signature").encode() + body
     return base64.b64encode(hmac.new(secret.encode(), data, hashlib.sha1).digest()).decode()
 
@@ -153,9 +155,22 @@ def test_signature_matches_the_java_algorithm_for_strings_numbers_and_booleans()
 
 def test_a_cpp_client_style_request_is_checked_as_strings_with_its_ons_channel(broker: Any) -> None:
     # the C++ client: every value a string, booleans "0"/"1", OnsChannel signed like any field
-    ext = {"producerGroup": "PG", "topic": "T", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
-           "queueId": "0", "sysFlag": "0", "bornTimestamp": "1700000000000", "flag": "0", "properties": "",
-           "reconsumeTimes": "0", "unitMode": "0", "batch": "0", "AccessKey": USER_KEY, "OnsChannel": "ALIYUN"}
+    ext = {
+        "producerGroup": "PG",
+        "topic": "T",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "0",
+        "sysFlag": "0",
+        "bornTimestamp": "1700000000000",
+        "flag": "0",
+        "properties": "",
+        "reconsumeTimes": "0",
+        "unitMode": "0",
+        "batch": "0",
+        "AccessKey": USER_KEY,
+        "OnsChannel": "ALIYUN",
+    }
     ext["Signature"] = java_signature(ext, b"cpp body", USER_SECRET)
     req = RemotingCommand(RequestCode.SEND_MESSAGE, opaque=7, ext_fields=ext, body=b"cpp body", language="CPP")
     (res,) = run(broker, FakePeer(), req)
@@ -199,9 +214,23 @@ def test_topic_and_group_perms_and_the_deny_default(broker: Any, store: Any, put
     assert puts.puts == []
 
     def pull(topic: str, group: str) -> RemotingCommand:
-        return signed(RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields={
-            "consumerGroup": group, "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": 32,
-            "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}))
+        return signed(
+            RemotingCommand(
+                RequestCode.PULL_MESSAGE,
+                ext_fields={
+                    "consumerGroup": group,
+                    "topic": topic,
+                    "queueId": 0,
+                    "queueOffset": 0,
+                    "maxMsgNums": 32,
+                    "sysFlag": 0,
+                    "commitOffset": 0,
+                    "suspendTimeoutMillis": 0,
+                    "subscription": "*",
+                    "subVersion": 0,
+                },
+            )
+        )
 
     (res,) = run(broker, peer, pull("topicC", "groupA"))  # groupA=DENY
     refused(res, "No default permission for group:groupA")
@@ -211,8 +240,11 @@ def test_topic_and_group_perms_and_the_deny_default(broker: Any, store: Any, put
     refused(res, "No default permission for topic:other")
 
     # a heartbeat of a consumer of a denied group, and a commit on a denied group
-    hb = {"clientID": "c1", "producerDataSet": [], "consumerDataSet": [
-        {"groupName": "groupA", "subscriptionDataSet": [{"topic": "topicC", "subString": "*"}]}]}
+    hb = {
+        "clientID": "c1",
+        "producerDataSet": [],
+        "consumerDataSet": [{"groupName": "groupA", "subscriptionDataSet": [{"topic": "topicC", "subString": "*"}]}],
+    }
     (res,) = run(broker, peer, signed(RemotingCommand(RequestCode.HEART_BEAT, body=json.dumps(hb).encode())))
     refused(res, "No default permission for group:groupA")
     commit = {"consumerGroup": "groupA", "topic": "topicC", "queueId": 0, "commitOffset": 1}
@@ -227,9 +259,19 @@ def test_topic_and_group_perms_and_the_deny_default(broker: Any, store: Any, put
 
 
 def test_admin_only_codes_need_an_admin(broker: Any, store: Any) -> None:
-    create = {"topic": "NewTopic", "defaultTopic": "TBW102", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6,
-              "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
-    (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=dict(create))))
+    create = {
+        "topic": "NewTopic",
+        "defaultTopic": "TBW102",
+        "readQueueNums": 2,
+        "writeQueueNums": 2,
+        "perm": 6,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": False,
+    }
+    (res,) = run(
+        broker, FakePeer(), signed(RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=dict(create)))
+    )
     refused(res, f"Need admin permission for request code=17, but accessKey={USER_KEY} is not")
     assert "NewTopic" not in store.topics()
     req = signed(RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=dict(create)), ADMIN_KEY, ADMIN_SECRET)
@@ -251,16 +293,19 @@ def test_topic_delete_and_config_update_need_an_admin_locks_do_not(broker: Any, 
     (res,) = run(broker, FakePeer(), signed(update))
     refused(res, f"Need admin permission for request code=25, but accessKey={USER_KEY} is not")
     assert broker.config.trace_on is True
-    for req in (RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": "Doomed"}),
-                RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, body=b"traceOn=false\n")):
+    for req in (
+        RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": "Doomed"}),
+        RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, body=b"traceOn=false\n"),
+    ):
         (res,) = run(broker, FakePeer(), signed(req, ADMIN_KEY, ADMIN_SECRET))
         assert res is not None and res.code == ResponseCode.SUCCESS, res
     assert "Doomed" not in json.loads((store.paths.config_dir / "topics.json").read_text())["topicConfigTable"]
     assert broker.config.trace_on is False
     # locking queues is not admin-only (RocketMQ 4.9.8's ADMIN_CODE): the group's and the topics' SUB
     # (test_acl_touched.py) are enough
-    lock = json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": [{"brokerName": "b", "queueId": 0,
-                                                                         "topic": "T"}]}).encode()
+    lock = json.dumps(
+        {"consumerGroup": "G", "clientId": "c", "mqSet": [{"brokerName": "b", "queueId": 0, "topic": "T"}]}
+    ).encode()
     (res,) = run(broker, FakePeer(), RemotingCommand(RequestCode.LOCK_BATCH_MQ, body=lock))
     refused(res, "No accessKey is configured")
     (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.LOCK_BATCH_MQ, body=lock)))
@@ -279,11 +324,17 @@ def test_queue_position_codes_need_the_topic_sub(broker: Any) -> None:
     (res,) = run(broker, FakePeer(), req)
     refused(res, "No accessKey is configured")
     # ours, stricter than 4.9.8 (signature only): a queue's positions are the topic's, SUB
-    (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.GET_MAX_OFFSET,
-                                                            ext_fields={"topic": "other", "queueId": 0})))
+    (res,) = run(
+        broker,
+        FakePeer(),
+        signed(RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "other", "queueId": 0})),
+    )
     refused(res, "No default permission for topic:other")
-    (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.GET_MAX_OFFSET,
-                                                            ext_fields={"topic": "topicC", "queueId": 0})))
+    (res,) = run(
+        broker,
+        FakePeer(),
+        signed(RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "topicC", "queueId": 0})),
+    )
     assert res is not None and res.code == ResponseCode.SUCCESS
     # an unknown code passes the ACL first (RocketMQ's default processor is behind the hook)
     (res,) = run(broker, FakePeer(), RemotingCommand(9999))
@@ -322,26 +373,40 @@ def test_white_listed_addresses_pass_without_a_signature(broker: Any, store: Any
     refused(res, f"Check signature failed for accessKey={WHITE_KEY}")
 
 
-@pytest.mark.parametrize(("pattern", "yes", "no"), [
-    ("192.168.0.1", ["192.168.0.1"], ["192.168.0.2"]),
-    ("*", ["1.2.3.4", "::1"], []),
-    ("192.168.0.{1,2}", ["192.168.0.1", "192.168.0.2"], ["192.168.0.3", "192.168.1.1"]),
-    ("192.168.1.1-5", ["192.168.1.1", "192.168.1.5"], ["192.168.1.6", "192.168.2.3"]),
-    ("192.168.*.*", ["192.168.0.1", "192.168.255.9"], ["192.169.0.1"]),
-    ("192.168.1.*", ["192.168.1.0", "192.168.1.255"], ["192.168.10.1"]),
-    ("10.*.1.1", ["10.200.7.7"], ["11.0.1.1"]),  # RocketMQ: the parts after the range are ignored
-    ("1.1.1.1,2.2.2.2", ["2.2.2.2"], ["3.3.3.3"]),
-    ("::1", ["0:0:0:0:0:0:0:1"], ["::2"]),
-    ("1:2:3:4:5:6:7:*", ["1:2:3:4:5:6:7:ffff"], ["1:2:3:4:5:6:8:1"]),
-    ("", [], ["1.2.3.4"]),
-])
+@pytest.mark.parametrize(
+    ("pattern", "yes", "no"),
+    [
+        ("192.168.0.1", ["192.168.0.1"], ["192.168.0.2"]),
+        ("*", ["1.2.3.4", "::1"], []),
+        ("192.168.0.{1,2}", ["192.168.0.1", "192.168.0.2"], ["192.168.0.3", "192.168.1.1"]),
+        ("192.168.1.1-5", ["192.168.1.1", "192.168.1.5"], ["192.168.1.6", "192.168.2.3"]),
+        ("192.168.*.*", ["192.168.0.1", "192.168.255.9"], ["192.169.0.1"]),
+        ("192.168.1.*", ["192.168.1.0", "192.168.1.255"], ["192.168.10.1"]),
+        ("10.*.1.1", ["10.200.7.7"], ["11.0.1.1"]),  # RocketMQ: the parts after the range are ignored
+        ("1.1.1.1,2.2.2.2", ["2.2.2.2"], ["3.3.3.3"]),
+        ("::1", ["0:0:0:0:0:0:0:1"], ["::2"]),
+        ("1:2:3:4:5:6:7:*", ["1:2:3:4:5:6:7:ffff"], ["1:2:3:4:5:6:8:1"]),
+        ("", [], ["1.2.3.4"]),
+    ],
+)
 def test_address_patterns(pattern: str, yes: list[str], no: list[str]) -> None:
     match = address_pattern(pattern)
     assert all(match(ip) for ip in yes) and not any(match(ip) for ip in no)
 
 
-@pytest.mark.parametrize("pattern", ["192.168.*", "192.168.1.5-1", "192.168.1.-5", "192.168.1.300-301",
-                                     "1.2.{1,2}", "300.1.1.1", "not-an-ip", "1.2.3.{a,b}"])
+@pytest.mark.parametrize(
+    "pattern",
+    [
+        "192.168.*",
+        "192.168.1.5-1",
+        "192.168.1.-5",
+        "192.168.1.300-301",
+        "1.2.{1,2}",
+        "300.1.1.1",
+        "not-an-ip",
+        "1.2.3.{a,b}",
+    ],
+)
 def test_patterns_rocketmq_refuses(pattern: str) -> None:
     with pytest.raises(AclPatternError):
         address_pattern(pattern)
@@ -362,14 +427,19 @@ def test_the_files_read_and_their_order(home: Path) -> None:
     assert config.accounts[USER_KEY].secret_key == "otherSecret" and config.accounts[USER_KEY].perms == {}
 
 
-@pytest.mark.parametrize(("text", "what"), [
-    ("accounts: [\n", "not valid YAML"),
-    ("- just\n- a list\n", "not a mapping"),
-    ("accounts:\n  - {accessKey: short, secretKey: 12345678}\n", "length should longer than 6"),
-    ("accounts:\n  - {accessKey: longenough, secretKey: 12345678, topicPerms: [noequals]}\n",
-     "Parse resource permission failed for topic:noequals"),
-    ("globalWhiteRemoteAddresses: [192.168.*]\n", "globalWhiteRemoteAddresses[0]"),
-])
+@pytest.mark.parametrize(
+    ("text", "what"),
+    [
+        ("accounts: [\n", "not valid YAML"),
+        ("- just\n- a list\n", "not a mapping"),
+        ("accounts:\n  - {accessKey: short, secretKey: 12345678}\n", "length should longer than 6"),
+        (
+            "accounts:\n  - {accessKey: longenough, secretKey: 12345678, topicPerms: [noequals]}\n",
+            "Parse resource permission failed for topic:noequals",
+        ),
+        ("globalWhiteRemoteAddresses: [192.168.*]\n", "globalWhiteRemoteAddresses[0]"),
+    ],
+)
 def test_a_malformed_file_is_an_error_naming_it(home: Path, text: str, what: str) -> None:
     path = home / "conf" / "plain_acl.yml"
     path.write_text(text)
@@ -391,7 +461,9 @@ def test_missing_file_or_home_stops_the_broker(home: Path, store: Any, monkeypat
     assert res is not None and res.code == ResponseCode.SUCCESS and plain.acl is None
 
 
-def test_rmqlog_broker_exits_2_on_a_bad_acl_file(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_rmqlog_broker_exits_2_on_a_bad_acl_file(
+    home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("aclEnable=true\nbrokerName=broker-a\n")
     (home / "conf" / "plain_acl.yml").write_text("accounts: {{{\n")
@@ -502,7 +574,14 @@ def test_batches_and_retry_topic_sends_are_checked(broker: Any, puts: Any) -> No
 
 
 def test_unique_key_queries_verify_in_both_signed_forms(broker: Any) -> None:
-    ext = {"topic": "topicC", "key": "k", "maxNum": 32, "beginTimestamp": 0, "endTimestamp": 1, "_UNIQUE_KEY_QUERY": "true"}
+    ext = {
+        "topic": "topicC",
+        "key": "k",
+        "maxNum": 32,
+        "beginTimestamp": 0,
+        "endTimestamp": 1,
+        "_UNIQUE_KEY_QUERY": "true",
+    }
     ours = signed(RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields=dict(ext)))  # left out, as the broker does
     java = RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields=dict(ext, AccessKey=USER_KEY))
     java.ext_fields["Signature"] = java_signature(java.ext_fields, b"", USER_SECRET)  # the Java client signs it
@@ -516,10 +595,22 @@ def test_unique_key_queries_verify_in_both_signed_forms(broker: Any) -> None:
 
 
 def test_heartbeats_of_allowed_groups_and_producers_pass(broker: Any) -> None:
-    hb = {"clientID": "c1", "producerDataSet": [{"groupName": "anyProducer"}], "consumerDataSet": [
-        {"groupName": "groupC", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-         "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
-         "subscriptionDataSet": [{"topic": "topicC", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 0}]}]}
+    hb = {
+        "clientID": "c1",
+        "producerDataSet": [{"groupName": "anyProducer"}],
+        "consumerDataSet": [
+            {
+                "groupName": "groupC",
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "unitMode": False,
+                "subscriptionDataSet": [
+                    {"topic": "topicC", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 0}
+                ],
+            }
+        ],
+    }
     (res,) = run(broker, FakePeer(), signed(RemotingCommand(RequestCode.HEART_BEAT, body=json.dumps(hb).encode())))
     assert res is not None and res.code == ResponseCode.SUCCESS, res.remark
     hb["consumerDataSet"][0]["subscriptionDataSet"][0]["topic"] = "other"  # type: ignore[index]
@@ -537,22 +628,47 @@ def test_a_heartbeat_the_handler_cannot_read_is_refused_in_its_words(broker: Any
     refused(res, "consumerDataSet is not a list of objects")
 
 
-_json = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
-                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
-                     max_leaves=6)
-_codes = st.sampled_from([10, 11, 12, 14, 15, 17, 21, 29, 30, 33, 34, 35, 36, 37, 38, 41, 42, 202, 203, 208, 310, 320,
-                          9999])
-_names = st.sampled_from(["topic", "b", "a", "group", "consumerGroup", "clientID", "queueId", "commitOffset",
-                          "AccessKey", "Signature", "producerGroup", "_UNIQUE_KEY_QUERY", "offset", "commitLogOffset",
-                          "tranStateTableOffset", "SignatureForm", "OnsChannel"])
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=6,
+)
+_codes = st.sampled_from(
+    [10, 11, 12, 14, 15, 17, 21, 29, 30, 33, 34, 35, 36, 37, 38, 41, 42, 202, 203, 208, 310, 320, 9999]
+)
+_names = st.sampled_from(
+    [
+        "topic",
+        "b",
+        "a",
+        "group",
+        "consumerGroup",
+        "clientID",
+        "queueId",
+        "commitOffset",
+        "AccessKey",
+        "Signature",
+        "producerGroup",
+        "_UNIQUE_KEY_QUERY",
+        "offset",
+        "commitLogOffset",
+        "tranStateTableOffset",
+        "SignatureForm",
+        "OnsChannel",
+    ]
+)
 
 
 def test_any_fields_are_refused_or_allowed_never_an_exception(home: Path) -> None:
     v = AccessValidator(load_home())
 
     @settings(max_examples=200, deadline=None)
-    @given(code=_codes, ext=st.dictionaries(_names, _json, max_size=6), body=st.binary(max_size=40),
-           remote=st.sampled_from(["127.0.0.1:1", "10.10.103.9:2", "::1:3", "garbage"]))
+    @given(
+        code=_codes,
+        ext=st.dictionaries(_names, _json, max_size=6),
+        body=st.binary(max_size=40),
+        remote=st.sampled_from(["127.0.0.1:1", "10.10.103.9:2", "::1:3", "garbage"]),
+    )
     def check(code: int, ext: dict[str, Any], body: bytes, remote: str) -> None:
         req = RemotingCommand(code, ext_fields=ext, body=body)
         try:
@@ -571,9 +687,21 @@ def test_pop_ack_and_change_need_sub_on_the_topic_and_the_group(broker: Any) -> 
     peer = FakePeer()
 
     def pop(topic: str, group: str) -> RemotingCommand:
-        return signed(RemotingCommand(RequestCode.POP_MESSAGE, ext_fields={
-            "consumerGroup": group, "topic": topic, "queueId": -1, "maxMsgNums": 32, "invisibleTime": 60000,
-            "pollTime": 0, "bornTime": 0, "initMode": 0}))
+        return signed(
+            RemotingCommand(
+                RequestCode.POP_MESSAGE,
+                ext_fields={
+                    "consumerGroup": group,
+                    "topic": topic,
+                    "queueId": -1,
+                    "maxMsgNums": 32,
+                    "invisibleTime": 60000,
+                    "pollTime": 0,
+                    "bornTime": 0,
+                    "initMode": 0,
+                },
+            )
+        )
 
     (res,) = run(broker, peer, pop("topicC", "groupA"))  # groupA=DENY
     refused(res, "No default permission for group:groupA")
@@ -581,15 +709,43 @@ def test_pop_ack_and_change_need_sub_on_the_topic_and_the_group(broker: Any) -> 
     refused(res, "No default permission for topic:other")
     (res,) = run(broker, peer, pop("topicC", "groupC"))
     assert res is not None and res.code == ResponseCode.POLLING_TIMEOUT  # allowed: the pop ran, found nothing
-    for code, extra in ((RequestCode.ACK_MESSAGE, {}), (RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {"invisibleTime": 1})):
-        (res,) = run(broker, peer, signed(RemotingCommand(code, ext_fields={
-            "consumerGroup": "groupA", "topic": "topicC", "queueId": 0, "extraInfo": "0 1 2 0 0 b 0 0", "offset": 0,
-            **extra})))
+    for code, extra in (
+        (RequestCode.ACK_MESSAGE, {}),
+        (RequestCode.CHANGE_MESSAGE_INVISIBLETIME, {"invisibleTime": 1}),
+    ):
+        (res,) = run(
+            broker,
+            peer,
+            signed(
+                RemotingCommand(
+                    code,
+                    ext_fields={
+                        "consumerGroup": "groupA",
+                        "topic": "topicC",
+                        "queueId": 0,
+                        "extraInfo": "0 1 2 0 0 b 0 0",
+                        "offset": 0,
+                        **extra,
+                    },
+                )
+            ),
+        )
         refused(res, "No default permission for group:groupA")
+
     # an ack of a retried message names the group's POP retry topic: its topic is what is checked
     def ack(topic: str) -> RemotingCommand:
-        return signed(RemotingCommand(RequestCode.ACK_MESSAGE, ext_fields={
-            "consumerGroup": "groupC", "topic": topic, "queueId": 0, "extraInfo": "0 1 2 0 1 b 0 0", "offset": 0}))
+        return signed(
+            RemotingCommand(
+                RequestCode.ACK_MESSAGE,
+                ext_fields={
+                    "consumerGroup": "groupC",
+                    "topic": topic,
+                    "queueId": 0,
+                    "extraInfo": "0 1 2 0 1 b 0 0",
+                    "offset": 0,
+                },
+            )
+        )
 
     (res,) = run(broker, peer, ack("%RETRY%groupC_other"))
     refused(res, "No default permission for topic:other")

@@ -40,8 +40,13 @@ def acl_namesrv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
     monkeypatch.setenv("ROCKETMQ_HOME", str(home))
     conf = tmp_path / "namesrv.conf"
     conf.write_text(f"aclEnable=true\ninnerClientAuthenticationCredentials={CREDS}\n")
-    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0", "-c", str(conf)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0", "-c", str(conf)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -56,18 +61,22 @@ def acl_namesrv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tup
 
 
 def _conf(path: Path, role: str, broker_id: int, extra: str = "") -> Path:
-    path.write_text(f"brokerClusterName=C1\nbrokerName=broker-a\nbrokerId={broker_id}\nbrokerRole={role}\n"
-                    f"aclEnable=true\ninnerClientAuthenticationCredentials={CREDS}\nslaveTimeout=3000\n{extra}")
+    path.write_text(
+        f"brokerClusterName=C1\nbrokerName=broker-a\nbrokerId={broker_id}\nbrokerRole={role}\n"
+        f"aclEnable=true\ninnerClientAuthenticationCredentials={CREDS}\nslaveTimeout=3000\n{extra}"
+    )
     return path
 
 
 def test_an_acl_cluster_of_processes_registers_and_replicates(
-        tmp_path: Path, acl_namesrv: tuple[subprocess.Popen[str], str]) -> None:
+    tmp_path: Path, acl_namesrv: tuple[subprocess.Popen[str], str]
+) -> None:
     ns_proc, ns_addr = acl_namesrv
     assert ns_proc.stderr is not None
     ha_port = free_port()
-    master = BrokerProc(tmp_path / "m", _conf(tmp_path / "m.conf", "SYNC_MASTER", 0, f"haListenPort={ha_port}\n"),
-                        ns_addr)
+    master = BrokerProc(
+        tmp_path / "m", _conf(tmp_path / "m.conf", "SYNC_MASTER", 0, f"haListenPort={ha_port}\n"), ns_addr
+    )
     slave: BrokerProc | None = None
     producer = Producer("PG", ns_addr, access_key=ADMIN_KEY, secret_key=ADMIN_SECRET)
     fake = None

@@ -41,8 +41,18 @@ accounts:
     defaultTopicPerm: DENY
     defaultGroupPerm: DENY
 """
-TOPICS = ["T", "topicA", "topicC", "%RETRY%G", "%DLQ%G", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC",
-          "RMQ_SYS_TRANS_OP_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC", "TBW102"]
+TOPICS = [
+    "T",
+    "topicA",
+    "topicC",
+    "%RETRY%G",
+    "%DLQ%G",
+    "SCHEDULE_TOPIC_XXXX",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "RMQ_SYS_TRACE_TOPIC",
+    "TBW102",
+]
 GROUPS = ["G", "PG", "groupC", "CLIENT_INNER_PRODUCER", ""]
 
 
@@ -54,8 +64,9 @@ def broker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Br
     (home / "conf" / "acl" / "nobody.yml").write_text(NOBODY_ACL)
     monkeypatch.setenv("ROCKETMQ_HOME", str(home))
     root = tmp_path / "store"
-    with rmqlog.MessageStore.open(root, small_store_config(store_host="127.0.0.1:10911"),
-                                  clock=rmqlog.ManualClock(NOW)) as store:
+    with rmqlog.MessageStore.open(
+        root, small_store_config(store_host="127.0.0.1:10911"), clock=rmqlog.ManualClock(NOW)
+    ) as store:
         for topic in ("T", "topicA", "topicC", "RMQ_SYS_TRACE_TOPIC"):
             store.create_topic(topic, 2)
         b = make_broker(store, clock=rmqlog.ManualClock(NOW), acl_enable=True)
@@ -74,18 +85,40 @@ def _populate(b: Broker, store: rmqlog.MessageStore) -> dict[str, int]:
     for topic in ("T", "topicA", "topicC"):
         req = send_request(send_header(topic), f"body of {topic}".encode())
         offsets[topic] = int(_admin(b, req).ext_fields["msgId"][16:], 16)
-    half = send_request(send_header("topicA", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U1\x02",
-                                    sys_flag=4), b"half")
+    half = send_request(
+        send_header("topicA", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U1\x02", sys_flag=4), b"half"
+    )
     offsets["half"] = int(_admin(b, half).ext_fields["msgId"][16:], 16)
     store.dispatch()
-    hb = {"clientID": "owner", "producerDataSet": [{"groupName": "PG"}], "consumerDataSet": [
-        {"groupName": "G", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-         "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
-         "subscriptionDataSet": [{"topic": "T", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 0}]}]}
+    hb = {
+        "clientID": "owner",
+        "producerDataSet": [{"groupName": "PG"}],
+        "consumerDataSet": [
+            {
+                "groupName": "G",
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "unitMode": False,
+                "subscriptionDataSet": [
+                    {"topic": "T", "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 0}
+                ],
+            }
+        ],
+    }
     _admin(b, RemotingCommand(RequestCode.HEART_BEAT, body=json.dumps(hb).encode()))
-    _admin(b, RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields={
-        "consumerGroup": "G", "topic": "T", "queueId": "0", "commitOffset": "1"}))
-    lock = {"consumerGroup": "G", "clientId": "owner", "mqSet": [{"brokerName": "broker-a", "queueId": 0, "topic": "T"}]}
+    _admin(
+        b,
+        RemotingCommand(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            ext_fields={"consumerGroup": "G", "topic": "T", "queueId": "0", "commitOffset": "1"},
+        ),
+    )
+    lock = {
+        "consumerGroup": "G",
+        "clientId": "owner",
+        "mqSet": [{"brokerName": "broker-a", "queueId": 0, "topic": "T"}],
+    }
     _admin(b, RemotingCommand(RequestCode.LOCK_BATCH_MQ, body=json.dumps(lock).encode()))
     back = {"offset": str(offsets["T"]), "group": "G", "delayLevel": "-1", "originMsgId": "X", "originTopic": "T"}
     _admin(b, RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, ext_fields=back))
@@ -94,23 +127,31 @@ def _populate(b: Broker, store: rmqlog.MessageStore) -> dict[str, int]:
 
 
 def files(root: Path) -> dict[str, tuple[int, str]]:
-    return {str(p.relative_to(root)): (p.stat().st_size, hashlib.sha1(p.read_bytes()).hexdigest())
-            for p in sorted(root.rglob("*")) if p.is_file()}
+    return {
+        str(p.relative_to(root)): (p.stat().st_size, hashlib.sha1(p.read_bytes()).hexdigest())
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def tables(b: Broker) -> Any:
     """Every table a request can change, as plain values."""
     c = b.consumers
-    return copy.deepcopy({
-        "offsets": {k: dict(v) for k, v in b.consumer_offsets.table().items()},
-        "consumers": {g: (sorted(i.clients), sorted(i.subscriptions)) for g, i in c.consumer_groups.items()},
-        "producers": {g: sorted(v) for g, v in c.producer_groups.items()},
-        "locks": [(g, q, e.client_id, e.last_update_ms) for (g, q), e in b.queue_locks._order.items()],
-        "topics": sorted(b.topics.all()), "groups": len(b.subscription_groups),
-        "transactions": (dict(b.transactions.resolved), b.transactions.committed, b.transactions.rolled_back),
-        "send_back": (b.send_back.retried, b.send_back.dead), "config": b.config,
-        "delay": b.store.delay_offsets(), "tail": b.store.published_tail(),
-    })
+    return copy.deepcopy(
+        {
+            "offsets": {k: dict(v) for k, v in b.consumer_offsets.table().items()},
+            "consumers": {g: (sorted(i.clients), sorted(i.subscriptions)) for g, i in c.consumer_groups.items()},
+            "producers": {g: sorted(v) for g, v in c.producer_groups.items()},
+            "locks": [(g, q, e.client_id, e.last_update_ms) for (g, q), e in b.queue_locks._order.items()],
+            "topics": sorted(b.topics.all()),
+            "groups": len(b.subscription_groups),
+            "transactions": (dict(b.transactions.resolved), b.transactions.committed, b.transactions.rolled_back),
+            "send_back": (b.send_back.retried, b.send_back.dead),
+            "config": b.config,
+            "delay": b.store.delay_offsets(),
+            "tail": b.store.published_tail(),
+        }
+    )
 
 
 _int = st.sampled_from(["0", "1", "-1", "5", "9223372036854775807", "x", ""])
@@ -124,7 +165,9 @@ def _value(name: str, offsets: list[int]) -> st.SearchStrategy[str]:
     if name in ("offset", "commitLogOffset"):
         return st.sampled_from([str(o) for o in offsets] + ["0", "-1"])
     if name in ("properties", "i"):
-        return st.sampled_from(["", "TRAN_MSG\x01true\x02PGROUP\x01PG\x02", "DELAY\x013\x02", "REAL_TOPIC\x01topicA\x02"])
+        return st.sampled_from(
+            ["", "TRAN_MSG\x01true\x02PGROUP\x01PG\x02", "DELAY\x013\x02", "REAL_TOPIC\x01topicA\x02"]
+        )
     if name in ("subscription", "expressionType", "key", "clientID", "msgId", "transactionId"):
         return st.sampled_from(["*", "TAG", "k", "owner", "U1"])
     return _int
@@ -133,13 +176,32 @@ def _value(name: str, offsets: list[int]) -> st.SearchStrategy[str]:
 def _body(code: int) -> st.SearchStrategy[bytes]:
     group, topic = st.sampled_from(GROUPS), st.sampled_from(TOPICS)
     if code == RequestCode.HEART_BEAT:
-        return st.builds(lambda p, g, t: json.dumps({"clientID": "evil", "producerDataSet": [{"groupName": x} for x in p],
-                                                     "consumerDataSet": [{"groupName": g, "subscriptionDataSet": [
-                                                         {"topic": t, "subString": "*"}]}] if g else []}).encode(),
-                         st.lists(group, max_size=2), group, topic)
+        return st.builds(
+            lambda p, g, t: json.dumps(
+                {
+                    "clientID": "evil",
+                    "producerDataSet": [{"groupName": x} for x in p],
+                    "consumerDataSet": [{"groupName": g, "subscriptionDataSet": [{"topic": t, "subString": "*"}]}]
+                    if g
+                    else [],
+                }
+            ).encode(),
+            st.lists(group, max_size=2),
+            group,
+            topic,
+        )
     if code in (RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ):
-        return st.builds(lambda g, t: json.dumps({"consumerGroup": g, "clientId": "evil", "mqSet": [
-            {"brokerName": "broker-a", "queueId": 0, "topic": t}]}).encode(), group, topic)
+        return st.builds(
+            lambda g, t: json.dumps(
+                {
+                    "consumerGroup": g,
+                    "clientId": "evil",
+                    "mqSet": [{"brokerName": "broker-a", "queueId": 0, "topic": t}],
+                }
+            ).encode(),
+            group,
+            topic,
+        )
     if code == RequestCode.UPDATE_BROKER_CONFIG:
         return st.just(b"traceOn=false\n")
     return st.sampled_from([b"", b"body"])
@@ -162,7 +224,8 @@ def test_the_field_table_lists_every_served_code(broker: tuple[Broker, Path, dic
 
 @pytest.mark.parametrize("code", sorted(DEFINED_FIELDS))
 def test_a_request_of_an_account_without_perms_changes_nothing_and_reads_nothing(
-        broker: tuple[Broker, Path, dict[str, int]], code: int) -> None:
+    broker: tuple[Broker, Path, dict[str, int]], code: int
+) -> None:
     b, root, offsets = broker
     before_files, before_tables = files(root), tables(b)
     answers: set[str] = set()

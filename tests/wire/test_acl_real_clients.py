@@ -47,8 +47,10 @@ def _refused(producer: rcl.Client, specs: list[dict[str, str]]) -> list[dict[str
     sent, failed = len(producer.events("sent")), len(producer.failures())
     for spec in specs:
         producer.write(rcl.message_line(spec))
-    producer.wait_line(lambda _: len(producer.failures()) + len(producer.events("sent")) >= sent + failed + len(specs),
-                       f"{len(specs)} send results")
+    producer.wait_line(
+        lambda _: len(producer.failures()) + len(producer.events("sent")) >= sent + failed + len(specs),
+        f"{len(specs)} send results",
+    )
     assert len(producer.events("sent")) == sent, producer.describe()
     return producer.failures()[failed:]
 
@@ -63,8 +65,7 @@ def test_ali_ons_signs_sends_consumes_retries_and_commits_the_wrong_account_is_r
         producer = c.ali_ons_producer(group="PG_ACL", **CREDS)
         producer.wait_event("ready")
         sent = rcl.send_all(producer, specs)
-        consumer = c.ali_ons_consumer("consumer", group, topic, count=2 * len(specs), failUntil=1,
-                                    **CREDS)
+        consumer = c.ali_ons_consumer("consumer", group, topic, count=2 * len(specs), failUntil=1, **CREDS)
         consumer.wait_event("closed", "each message twice (failed once, then from the retry topic), then close()")
         assert consumer.wait_exit() == 0
         producer.close_stdin()

@@ -62,11 +62,21 @@ def broker(store: rmqlog.MessageStore) -> Broker:
 
 def put(store: rmqlog.MessageStore, topic: str, body: bytes = b"secret") -> int:
     """One message stored and dispatched; its commitlog offset."""
-    res = store.put_wire(pa.table({
-        "topic": [topic], "queueId": [0], "body": [body], "flag": pa.array([0], pa.int32()),
-        "sysFlag": pa.array([0], pa.int32()), "bornHost": ["10.9.8.7:4321"], "properties": ["TAGS\x01a\x02"],
-        "reconsumeTimes": pa.array([0], pa.int32()),
-    }), dispatch=True)
+    res = store.put_wire(
+        pa.table(
+            {
+                "topic": [topic],
+                "queueId": [0],
+                "body": [body],
+                "flag": pa.array([0], pa.int32()),
+                "sysFlag": pa.array([0], pa.int32()),
+                "bornHost": ["10.9.8.7:4321"],
+                "properties": ["TAGS\x01a\x02"],
+                "reconsumeTimes": pa.array([0], pa.int32()),
+            }
+        ),
+        dispatch=True,
+    )
     return int(res.to_pylist()[0]["commitLogOffset"])
 
 
@@ -124,9 +134,21 @@ def test_a_half_message_is_viewed_as_its_real_topics(broker: Broker, store: rmql
     (res,) = run(broker, FakePeer(), user(view(offset)))
     refused(res, "No default permission for topic:topicA")
     # the carrier topic read by name is the admin's only
-    pull = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields={
-        "consumerGroup": "groupC", "topic": HALF_TOPIC, "queueId": 0, "queueOffset": 0, "maxMsgNums": 32,
-        "sysFlag": 0, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
+    pull = RemotingCommand(
+        RequestCode.PULL_MESSAGE,
+        ext_fields={
+            "consumerGroup": "groupC",
+            "topic": HALF_TOPIC,
+            "queueId": 0,
+            "queueOffset": 0,
+            "maxMsgNums": 32,
+            "sysFlag": 0,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": 0,
+            "subscription": "*",
+            "subVersion": 0,
+        },
+    )
     (res,) = run(broker, FakePeer(), user(pull))
     refused(res, f"topic:{HALF_TOPIC} holds other topics' messages: accessKey={USER_KEY} is not admin")
 
@@ -135,8 +157,9 @@ def test_a_half_message_is_viewed_as_its_real_topics(broker: Broker, store: rmql
 
 
 def back(offset: int, group: str) -> RemotingCommand:
-    h = ConsumerSendMsgBackHeader(offset=offset, group=group, delay_level=-1, origin_msg_id="X", origin_topic="T",
-                                  max_reconsume_times=None)
+    h = ConsumerSendMsgBackHeader(
+        offset=offset, group=group, delay_level=-1, origin_msg_id="X", origin_topic="T", max_reconsume_times=None
+    )
     return RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, 1, 0, None, h.to_ext(), b"", "JAVA", 121)
 
 
@@ -155,7 +178,9 @@ def test_send_back_needs_sub_on_the_records_topic(broker: Broker, store: rmqlog.
 # ---- item 5: END_TRANSACTION ---------------------------------------------------------------
 
 
-def send_half(broker: Broker, topic: str, group: str, key: str = ADMIN_KEY, secret: str = ADMIN_SECRET) -> RemotingCommand:
+def send_half(
+    broker: Broker, topic: str, group: str, key: str = ADMIN_KEY, secret: str = ADMIN_SECRET
+) -> RemotingCommand:
     props = f"TRAN_MSG\x01true\x02PGROUP\x01{group}\x02UNIQ_KEY\x01U-{topic}-{group}\x02"
     req = send_request(send_header(topic, props=props, sys_flag=4), b"half body")
     req.ext_fields["a"] = group
@@ -163,14 +188,20 @@ def send_half(broker: Broker, topic: str, group: str, key: str = ADMIN_KEY, secr
 
 
 def end(half: RemotingCommand, group: str) -> RemotingCommand:
-    ext = {"producerGroup": group, "tranStateTableOffset": half.ext_fields["queueOffset"],
-           "commitLogOffset": str(int(half.ext_fields["msgId"][16:], 16)), "commitOrRollback": str(COMMIT),
-           "fromTransactionCheck": "false", "msgId": "M"}
+    ext = {
+        "producerGroup": group,
+        "tranStateTableOffset": half.ext_fields["queueOffset"],
+        "commitLogOffset": str(int(half.ext_fields["msgId"][16:], 16)),
+        "commitOrRollback": str(COMMIT),
+        "fromTransactionCheck": "false",
+        "msgId": "M",
+    }
     return RemotingCommand(RequestCode.END_TRANSACTION, 7, 0, None, ext, b"", "JAVA")
 
 
-def test_end_transaction_needs_pub_on_the_real_topic_and_the_halfs_group(broker: Broker,
-                                                                          store: rmqlog.MessageStore) -> None:
+def test_end_transaction_needs_pub_on_the_real_topic_and_the_halfs_group(
+    broker: Broker, store: rmqlog.MessageStore
+) -> None:
     theirs = send_half(broker, "topicC", "victimPG")  # topicC: SUB only for the user
     (res,) = run(broker, FakePeer(), user(end(theirs, "victimPG")))
     refused(res, "No default permission for topic:topicC")
@@ -191,8 +222,18 @@ def test_end_transaction_needs_pub_on_the_real_topic_and_the_halfs_group(broker:
 # ---- item 7: a 4.x signature bound to its code ---------------------------------------------
 
 
-PULL_FIELDS = {"consumerGroup": "groupC", "topic": "topicC", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
-               "sysFlag": "0", "commitOffset": "5", "suspendTimeoutMillis": "0", "subscription": "*", "subVersion": "0"}
+PULL_FIELDS = {
+    "consumerGroup": "groupC",
+    "topic": "topicC",
+    "queueId": "0",
+    "queueOffset": "0",
+    "maxMsgNums": "32",
+    "sysFlag": "0",
+    "commitOffset": "5",
+    "suspendTimeoutMillis": "0",
+    "subscription": "*",
+    "subVersion": "0",
+}
 
 
 def test_a_signed_pull_replayed_as_update_consumer_offset_is_refused(broker: Broker) -> None:
@@ -200,13 +241,19 @@ def test_a_signed_pull_replayed_as_update_consumer_offset_is_refused(broker: Bro
     assert run(broker, FakePeer(), pull)[0] is not None
     replay = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=dict(pull.ext_fields))  # same signature
     (res,) = run(broker, FakePeer(), replay)
-    refused(res, "request code=15 does not define the field(s) maxMsgNums, queueOffset, subVersion, subscription, "
-                 "suspendTimeoutMillis, sysFlag: a request signed in RocketMQ's 4.x form carries its code's fields only")
+    refused(
+        res,
+        "request code=15 does not define the field(s) maxMsgNums, queueOffset, subVersion, subscription, "
+        "suspendTimeoutMillis, sysFlag: a request signed in RocketMQ's 4.x form carries its code's fields only",
+    )
     assert broker.consumer_offsets.query("groupC", "topicC", 0) == -1
     # a 4.x-signed request with a field its code does not define, however it was made
     extra = user(RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "topicC", "queueId": "0", "x": "1"}))
-    refused(run(broker, FakePeer(), extra)[0], "request code=30 does not define the field(s) x: a request signed in "
-                                               "RocketMQ's 4.x form carries its code's fields only")
+    refused(
+        run(broker, FakePeer(), extra)[0],
+        "request code=30 does not define the field(s) x: a request signed in "
+        "RocketMQ's 4.x form carries its code's fields only",
+    )
     # the session fields and the C++ client's OnsChannel are every code's
     fine = {"topic": "topicC", "queueId": "0", "OnsChannel": "ALIYUN", "SecurityToken": "t"}
     ok(run(broker, FakePeer(), user(RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields=fine)))[0])
@@ -214,7 +261,9 @@ def test_a_signed_pull_replayed_as_update_consumer_offset_is_refused(broker: Bro
 
 def test_the_bound_form_is_verified_by_that_form_only(broker: Broker) -> None:
     commit = {"consumerGroup": "groupC", "topic": "topicC", "queueId": "0", "commitOffset": "3"}
-    req = sign_bound(RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=dict(commit)), USER_KEY, USER_SECRET)
+    req = sign_bound(
+        RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=dict(commit)), USER_KEY, USER_SECRET
+    )
     ok(run(broker, FakePeer(), req)[0])
     assert broker.consumer_offsets.query("groupC", "topicC", 0) == 3
     # it binds the code: the same fields under another code fail the signature
@@ -222,12 +271,16 @@ def test_the_bound_form_is_verified_by_that_form_only(broker: Broker) -> None:
     refused(run(broker, FakePeer(), moved)[0], f"Check signature failed for accessKey={USER_KEY}")
     # and the names: a boundary moved between two values fails too
     shifted = dict(req.ext_fields, consumerGroup="groupCtopic", topic="C")
-    refused(run(broker, FakePeer(), RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=shifted))[0],
-            f"Check signature failed for accessKey={USER_KEY}")
+    refused(
+        run(broker, FakePeer(), RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=shifted))[0],
+        f"Check signature failed for accessKey={USER_KEY}",
+    )
     # a bound request is not held to its code's fields (the code is signed)
-    extra = sign_bound(RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=dict(commit, commitOffset="4",
-                                                                                           rmqlogNote="x")),
-                       USER_KEY, USER_SECRET)
+    extra = sign_bound(
+        RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=dict(commit, commitOffset="4", rmqlogNote="x")),
+        USER_KEY,
+        USER_SECRET,
+    )
     ok(run(broker, FakePeer(), extra)[0])
     # a 4.x signature marked as bound, or an unknown form: refused
     marked = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=dict(commit, SignatureForm="bound-1"))
@@ -248,7 +301,8 @@ def send_to(topic: str, group: str) -> RemotingCommand:
 
 @pytest.mark.parametrize("topic", ["%RETRY%groupA", "%DLQ%groupA"])
 def test_a_send_into_a_groups_retry_or_dead_letter_topic_is_checked_against_that_group(
-        broker: Broker, store: rmqlog.MessageStore, topic: str) -> None:
+    broker: Broker, store: rmqlog.MessageStore, topic: str
+) -> None:
     (res,) = run(broker, FakePeer(), user(send_to(topic, "groupC")))  # groupA=DENY, groupC SUB
     refused(res, "No default permission for group:groupA")
     assert messages(store, topic) == []
@@ -260,8 +314,13 @@ def test_a_send_into_a_groups_retry_or_dead_letter_topic_is_checked_against_that
 
 
 def lock_body(group: str, topic: str) -> bytes:
-    return json.dumps({"consumerGroup": group, "clientId": "attacker",
-                       "mqSet": [{"brokerName": "broker-a", "queueId": 0, "topic": topic}]}).encode()
+    return json.dumps(
+        {
+            "consumerGroup": group,
+            "clientId": "attacker",
+            "mqSet": [{"brokerName": "broker-a", "queueId": 0, "topic": topic}],
+        }
+    ).encode()
 
 
 @pytest.mark.parametrize("code", [RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ])
@@ -274,9 +333,11 @@ def test_lock_and_unlock_need_sub_on_the_group_and_each_topic(broker: Broker, co
     (res,) = run(broker, FakePeer(), user(RemotingCommand(code, body=lock_body("groupC", "other"))))
     refused(res, "No default permission for topic:other")
     assert len(broker.queue_locks) == held == 1
-    for body in (b"[1]", b"{\"consumerGroup\": 5}", b"{\"consumerGroup\": \"g\", \"mqSet\": [{}]}", b"\xff"):
+    for body in (b"[1]", b'{"consumerGroup": 5}', b'{"consumerGroup": "g", "mqSet": [{}]}', b"\xff"):
         (res,) = run(broker, FakePeer(), user(RemotingCommand(code, body=body)))
-        assert res is not None and res.code == ResponseCode.SYSTEM_ERROR and (res.remark or "").startswith(ACL_EXCEPTION)
+        assert (
+            res is not None and res.code == ResponseCode.SYSTEM_ERROR and (res.remark or "").startswith(ACL_EXCEPTION)
+        )
     ok(run(broker, FakePeer(), user(RemotingCommand(code, body=lock_body("groupC", "topicC"))))[0])
 
 
@@ -285,8 +346,16 @@ def test_lock_and_unlock_need_sub_on_the_group_and_each_topic(broker: Broker, co
 
 def test_codes_reading_a_group_or_topic_need_its_sub(broker: Broker, store: rmqlog.MessageStore) -> None:
     cases = [
-        (RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "groupA", "topic": "topicC", "queueId": "0"}, "group:groupA"),
-        (RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "groupC", "topic": "topicA", "queueId": "0"}, "topic:topicA"),
+        (
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": "groupA", "topic": "topicC", "queueId": "0"},
+            "group:groupA",
+        ),
+        (
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": "groupC", "topic": "topicA", "queueId": "0"},
+            "topic:topicA",
+        ),
         (RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "topicA", "queueId": "0", "timestamp": "0"}, "topic:topicA"),
         (RequestCode.GET_MIN_OFFSET, {"topic": "topicA", "queueId": "0"}, "topic:topicA"),
         (RequestCode.GET_EARLIEST_MSG_STORETIME, {"topic": "topicA", "queueId": "0"}, "topic:topicA"),
@@ -303,14 +372,22 @@ def test_codes_reading_a_group_or_topic_need_its_sub(broker: Broker, store: rmql
 
 def test_consume_stats_without_a_topic_needs_every_topic_of_the_group(broker: Broker) -> None:
     broker.consumer_offsets.commit("groupC", "topicA", 0, 1)  # groupC's offsets hold a deny-listed topic
-    (res,) = run(broker, FakePeer(), user(RemotingCommand(RequestCode.GET_CONSUME_STATS,
-                                                          ext_fields={"consumerGroup": "groupC"})))
+    (res,) = run(
+        broker, FakePeer(), user(RemotingCommand(RequestCode.GET_CONSUME_STATS, ext_fields={"consumerGroup": "groupC"}))
+    )
     refused(res, "No default permission for topic:topicA")
 
 
-@pytest.mark.parametrize("code", [RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET,
-                                  RequestCode.GET_ALL_DELAY_OFFSET, RequestCode.GET_BROKER_CONFIG,
-                                  RequestCode.GET_BROKER_RUNTIME_INFO])
+@pytest.mark.parametrize(
+    "code",
+    [
+        RequestCode.GET_ALL_TOPIC_CONFIG,
+        RequestCode.GET_ALL_CONSUMER_OFFSET,
+        RequestCode.GET_ALL_DELAY_OFFSET,
+        RequestCode.GET_BROKER_CONFIG,
+        RequestCode.GET_BROKER_RUNTIME_INFO,
+    ],
+)
 def test_whole_broker_reads_need_an_admin(broker: Broker, code: int) -> None:
     (res,) = run(broker, FakePeer(), user(RemotingCommand(code)))
     refused(res, f"Need admin permission for request code={code}, but accessKey={USER_KEY} is not")
@@ -321,7 +398,11 @@ def test_whole_broker_reads_need_an_admin(broker: Broker, code: int) -> None:
 def test_a_producer_heartbeat_needs_a_perm_on_its_group(broker: Broker) -> None:
     def hb(*producers: str, consumer: str | None = None) -> RemotingCommand:
         consumers = [] if consumer is None else [{"groupName": consumer, "subscriptionDataSet": []}]
-        body = {"clientID": "c1", "producerDataSet": [{"groupName": p} for p in producers], "consumerDataSet": consumers}
+        body = {
+            "clientID": "c1",
+            "producerDataSet": [{"groupName": p} for p in producers],
+            "consumerDataSet": consumers,
+        }
         return user(RemotingCommand(RequestCode.HEART_BEAT, body=json.dumps(body).encode()))
 
     # groupA=DENY: registering as its producer would take its half messages' check-backs
@@ -339,10 +420,15 @@ def test_signature_java_helper_agrees() -> None:
 
 def test_a_refusal_naming_what_the_request_sent_always_encodes(broker: Broker) -> None:
     """Field names and a group echoed in a refusal: a lone surrogate is escaped, the answer encodes."""
-    req = user(RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "topicC", "queueId": "0", "x\udc80": "1"}))
+    req = user(
+        RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "topicC", "queueId": "0", "x\udc80": "1"})
+    )
     (res,) = run(broker, FakePeer(), req)
-    refused(res, "request code=30 does not define the field(s) x\\udc80: a request signed in RocketMQ's 4.x form "
-                 "carries its code's fields only")
+    refused(
+        res,
+        "request code=30 does not define the field(s) x\\udc80: a request signed in RocketMQ's 4.x form "
+        "carries its code's fields only",
+    )
     assert res is not None and encode_bytes(res)
 
 
@@ -351,9 +437,18 @@ def test_the_unsigned_unique_key_flag_is_the_querys_only(broker: Broker) -> None
     request: only QUERY_MESSAGE (12) may carry it."""
     req = user(RemotingCommand(RequestCode.GET_MAX_OFFSET, ext_fields={"topic": "topicC", "queueId": "0"}))
     req.ext_fields["_UNIQUE_KEY_QUERY"] = "true"  # added after signing: the signature still verifies
-    refused(run(broker, FakePeer(), req)[0], "request code=30 does not define the field(s) _UNIQUE_KEY_QUERY: a "
-                                             "request signed in RocketMQ's 4.x form carries its code's fields only")
-    query = {"topic": "topicC", "key": "k", "maxNum": "32", "beginTimestamp": "0", "endTimestamp": "1",
-             "_UNIQUE_KEY_QUERY": "true"}
+    refused(
+        run(broker, FakePeer(), req)[0],
+        "request code=30 does not define the field(s) _UNIQUE_KEY_QUERY: a "
+        "request signed in RocketMQ's 4.x form carries its code's fields only",
+    )
+    query = {
+        "topic": "topicC",
+        "key": "k",
+        "maxNum": "32",
+        "beginTimestamp": "0",
+        "endTimestamp": "1",
+        "_UNIQUE_KEY_QUERY": "true",
+    }
     (res,) = run(broker, FakePeer(), user(RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields=query)))
     assert res is not None and not (res.remark or "").startswith(ACL_EXCEPTION), res

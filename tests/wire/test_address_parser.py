@@ -24,8 +24,27 @@ from rmqnet.remoting.address import (
     with_port,
 )
 
-SAMPLES = ["127.0.0.1:9876", "127.0.0.1:0", "[::1]:10911", "h:65535", "h:65536", "h:", ":1", "h:1 ", " h:1",
-           "h:١٢", "h:1_0", "[]:1", "h", "a:b:1", "[::1]", "h:00001", "h:-1", "", "h:+1"]
+SAMPLES = [
+    "127.0.0.1:9876",
+    "127.0.0.1:0",
+    "[::1]:10911",
+    "h:65535",
+    "h:65536",
+    "h:",
+    ":1",
+    "h:1 ",
+    " h:1",
+    "h:١٢",
+    "h:1_0",
+    "[]:1",
+    "h",
+    "a:b:1",
+    "[::1]",
+    "h:00001",
+    "h:-1",
+    "",
+    "h:+1",
+]
 
 
 def _outcome(parse: object, text: str, lo: int) -> object:
@@ -46,8 +65,19 @@ def test_any_text_agrees(text: str, lo: int) -> None:
     assert _outcome(parse_host_port, text, lo) == _outcome(store_parse, text, lo)
 
 
-ADDRESS_LISTS = ["127.0.0.1:9876", " a:1; b:2 ", "a:1;", "a:1;;b:2", "a:1;a:1", "", " ", "a", "a:1;b",
-                 "[::1]:1;h:65535", 5]
+ADDRESS_LISTS = [
+    "127.0.0.1:9876",
+    " a:1; b:2 ",
+    "a:1;",
+    "a:1;;b:2",
+    "a:1;a:1",
+    "",
+    " ",
+    "a",
+    "a:1;b",
+    "[::1]:1;h:65535",
+    5,
+]
 
 
 @pytest.mark.parametrize("text", ADDRESS_LISTS)
@@ -70,9 +100,20 @@ def test_a_refusal_has_the_stores_words(text: str) -> None:
     assert (str(ours.value), ours.value.problem) == (str(stores.value), stores.value.problem)
 
 
-@pytest.mark.parametrize(("text", "address"), [
-    ("127.0.0.1:10911", True), ("[::1]:10911", True), ("h:0", True), ("broker-a", False), ("broker-a:", False),
-    (":1", False), ("a:b", False), ("h:65536", False), ("h: 1", False)])
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("127.0.0.1:10911", True),
+        ("[::1]:10911", True),
+        ("h:0", True),
+        ("broker-a", False),
+        ("broker-a:", False),
+        (":1", False),
+        ("a:b", False),
+        ("h:65536", False),
+        ("h: 1", False),
+    ],
+)
 def test_an_address_or_a_name(text: str, address: bool) -> None:
     assert is_address(text) is address
     if address:

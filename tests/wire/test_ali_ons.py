@@ -42,7 +42,9 @@ def _check_sends(sent: list[dict[str, Any]], specs: list[dict[str, Any]], queues
 
 def _by_msg_id(sent: list[dict[str, Any]], specs: list[dict[str, Any]]) -> dict[str, tuple[Any, ...]]:
     """msgId -> what a consumer must print for it: queue, offset, tags, keys, body hash."""
-    return {e["msgId"]: (e["queueId"], e["queueOffset"], *rcl.expected([s])[0]) for e, s in zip(sent, specs, strict=True)}
+    return {
+        e["msgId"]: (e["queueId"], e["queueOffset"], *rcl.expected([s])[0]) for e, s in zip(sent, specs, strict=True)
+    }
 
 
 def _got(events: list[dict[str, Any]]) -> list[tuple[str, tuple[Any, ...]]]:
@@ -57,6 +59,7 @@ def _wait_split(c: rcl.Cluster, consumers: list[rcl.Client], queues: int) -> Non
     until then two consumers that started together may both hold every queue and both get a
     message (RocketMQ's at-least-once overlap), so nothing is sent before the split.
     """
+
     def latest(c: rcl.Client) -> tuple[int, list[int]]:
         rebalances = [(i, e) for i, e in enumerate(c.events()) if e["event"] == "rebalance"]
         return (rebalances[-1][0], rebalances[-1][1]["queues"]) if rebalances else (-1, [])
@@ -69,8 +72,12 @@ def _wait_split(c: rcl.Cluster, consumers: list[rcl.Client], queues: int) -> Non
     for x in consumers:
         index, held = latest(x)
         for q in held:
-            x.wait_event("pulling", f"a pull of queue {q} after the rebalance", where=lambda e, q=q: e["queueId"] == q,
-                         start=index)
+            x.wait_event(
+                "pulling",
+                f"a pull of queue {q} after the rebalance",
+                where=lambda e, q=q: e["queueId"] == q,
+                start=index,
+            )
 
 
 def test_producer_sends_and_a_compressed_body_is_stored_as_sent(tmp_path: Path) -> None:
@@ -113,8 +120,7 @@ def test_producer_sends_and_a_compressed_body_is_stored_as_sent(tmp_path: Path) 
             assert r["sysFlag"] & 1 == 0 and r["body"] == spec["body"].encode()
 
 
-def test_two_push_consumers_in_one_group_get_every_message_exactly_once(tmp_path: Path,
-                                                                         record_property: Any) -> None:
+def test_two_push_consumers_in_one_group_get_every_message_exactly_once(tmp_path: Path, record_property: Any) -> None:
     """Clustering: two push consumers split 4 queues; 20 messages (one compressed) reach exactly
     one of them each, from the queue each holds; the delivery latency through a held pull is
     measured (printed and recorded, not asserted)."""
@@ -131,15 +137,20 @@ def test_two_push_consumers_in_one_group_get_every_message_exactly_once(tmp_path
 
         # one message while every queue is parked in a held pull: its latency
         first = rcl.send_all(producer, specs[:1])[0]
-        got_first = [x.wait_event("message", where=lambda e: e["msgId"] == first["msgId"]) for x in (a, b)
-                     if first["queueId"] in x.events("rebalance")[-1]["queues"]][0]
+        got_first = [
+            x.wait_event("message", where=lambda e: e["msgId"] == first["msgId"])
+            for x in (a, b)
+            if first["queueId"] in x.events("rebalance")[-1]["queues"]
+        ][0]
         latency_ms = got_first["receivedAt"] - first["sentAt"]
         print(f"ali-ons delivery latency through a held pull: {latency_ms:.1f} ms (send to handler)")
         record_property("ali_ons_held_pull_latency_ms", round(latency_ms, 2))
 
         sent = [first, *rcl.send_all(producer, specs[1:])]
-        c.wait_for(lambda: len(a.events("message")) + len(b.events("message")) >= len(specs),
-                   "every message across both consumers")
+        c.wait_for(
+            lambda: len(a.events("message")) + len(b.events("message")) >= len(specs),
+            "every message across both consumers",
+        )
         running = {x.name: len(x.events()) for x in (a, b)}  # what each printed before it was told to stop
         for x in (a, b):
             assert x.stop() == 0, x.describe()  # SIGTERM: close() commits the offsets
@@ -158,11 +169,12 @@ def test_two_push_consumers_in_one_group_get_every_message_exactly_once(tmp_path
         # (ali-ons reports its start's lookup asynchronously: the broker creates that topic at the
         # first heartbeat and the name server routes it a registration later, as with RocketMQ),
         # and after the stop the pulls that close() cut short; no other error may come between
-        events = x.events()[:running[x.name]]
+        events = x.events()[: running[x.name]]
         split_at = max(i for i, e in enumerate(events) if e["event"] == "rebalance")
         retry_route = f"No topic route info in name server for the topic: %RETRY%{group}"
-        assert [e for e in events[split_at:] if e["event"] == "error" and retry_route not in e["message"]] == [], \
+        assert [e for e in events[split_at:] if e["event"] == "error" and retry_route not in e["message"]] == [], (
             x.describe()
+        )
 
 
 def test_a_restarted_consumer_gets_nothing_it_already_committed(tmp_path: Path) -> None:
@@ -202,8 +214,9 @@ def test_broadcasting_consumers_each_get_every_message(tmp_path: Path) -> None:
     topic, group = "ALI_BCAST", "CG_ALI_BCAST"
     specs = [rcl.message(topic, i) for i in range(10)]
     with rcl.cluster(tmp_path, topics={topic: 4}) as c:
-        consumers = [c.ali_ons_consumer(f"consumer-{n}", group, topic, model="BROADCASTING", count=len(specs))
-                     for n in (1, 2)]
+        consumers = [
+            c.ali_ons_consumer(f"consumer-{n}", group, topic, model="BROADCASTING", count=len(specs)) for n in (1, 2)
+        ]
         producer = c.ali_ons_producer()
         producer.wait_event("ready")
         for x in consumers:

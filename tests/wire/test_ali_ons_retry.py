@@ -87,11 +87,15 @@ def test_after_the_maximum_it_lands_in_the_dead_letter_topic(tmp_path: Path) -> 
 
     # rmqlog shows it, and sends it back to its topic
     cli = [sys.executable, "-m", "rmqlog"]
-    shown = subprocess.run([*cli, "dlq", str(tmp_path / "store"), group, "--body", "none"], capture_output=True, text=True)
+    shown = subprocess.run(
+        [*cli, "dlq", str(tmp_path / "store"), group, "--body", "none"], capture_output=True, text=True
+    )
     assert shown.returncode == 0, shown.stderr
     [line] = [json.loads(x) for x in shown.stdout.splitlines()]
     assert line["properties"]["ORIGIN_MESSAGE_ID"] == sent["msgId"] and f"first sent to: {topic}: 1" in shown.stderr
-    resent = subprocess.run([*cli, "dlq-resend", str(tmp_path / "store"), group, "--json"], capture_output=True, text=True)
+    resent = subprocess.run(
+        [*cli, "dlq-resend", str(tmp_path / "store"), group, "--json"], capture_output=True, text=True
+    )
     assert resent.returncode == 0, resent.stderr
     assert json.loads(resent.stdout)["topics"] == {topic: 1}
     with rmqlog.MessageStore.open(tmp_path / "store") as s:

@@ -17,9 +17,25 @@ REPO = Path(__file__).resolve().parent.parent.parent
 
 
 def test_bench_grpc_prints_each_target_beside_its_peer(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, str(REPO / "jobs" / "bench_grpc.py"), "--rounds", "2", "--messages", "20",
-                          "--consume", "256", "--root", str(tmp_path / "w"), "--json"],
-                         capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "jobs" / "bench_grpc.py"),
+            "--rounds",
+            "2",
+            "--messages",
+            "20",
+            "--consume",
+            "256",
+            "--root",
+            str(tmp_path / "w"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     lines = [json.loads(line) for line in out.stdout.splitlines()]
     by_name = {f["name"]: f for f in lines}

@@ -21,25 +21,36 @@ import peers_redis as pr  # noqa: E402
 
 from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode, encode_bytes  # noqa: E402
 
-XREAD_REPLY = (b"*1\r\n*2\r\n$11\r\nBenchPull:0\r\n*2\r\n*2\r\n$3\r\n0-1\r\n*2\r\n$4\r\nbody\r\n$3\r\nabc\r\n"
-               b"*2\r\n$3\r\n0-2\r\n*2\r\n$4\r\nbody\r\n$0\r\n\r\n")
+XREAD_REPLY = (
+    b"*1\r\n*2\r\n$11\r\nBenchPull:0\r\n*2\r\n*2\r\n$3\r\n0-1\r\n*2\r\n$4\r\nbody\r\n$3\r\nabc\r\n"
+    b"*2\r\n$3\r\n0-2\r\n*2\r\n$4\r\nbody\r\n$0\r\n\r\n"
+)
 
 
 def _splits(data: bytes) -> list[list[bytes]]:
     """``data`` whole, byte by byte, and cut at every position in two."""
-    return [[data], [data[i:i + 1] for i in range(len(data))], *([data[:i], data[i:]] for i in range(1, len(data)))]
+    return [[data], [data[i : i + 1] for i in range(len(data))], *([data[:i], data[i:]] for i in range(1, len(data)))]
 
 
 def test_resp_commands_are_arrays_of_bulk_strings() -> None:
     assert pr.command("PING") == b"*1\r\n$4\r\nPING\r\n"
     assert pr.xadd("s:0", b"\r\nx") == b"*5\r\n$4\r\nXADD\r\n$3\r\ns:0\r\n$1\r\n*\r\n$4\r\nbody\r\n$3\r\n\r\nx\r\n"
-    assert pr.xread("s:0", "0-32", 32, block_ms=100) == pr.command("XREAD", "BLOCK", 100, "COUNT", 32, "STREAMS", "s:0", "0-32")
+    assert pr.xread("s:0", "0-32", 32, block_ms=100) == pr.command(
+        "XREAD", "BLOCK", 100, "COUNT", 32, "STREAMS", "s:0", "0-32"
+    )
 
 
 def test_resp_reader_hands_back_whole_replies_however_the_bytes_arrive() -> None:
     stream = b"+PONG\r\n$6\r\n1-0\r\nx\r\n-ERR no\r\n:42\r\n$-1\r\n*-1\r\n" + XREAD_REPLY
-    want = [b"PONG", b"1-0\r\nx", pr.RespError("ERR no"), 42, None, None,
-            [[b"BenchPull:0", [[b"0-1", [b"body", b"abc"]], [b"0-2", [b"body", b""]]]]]]
+    want = [
+        b"PONG",
+        b"1-0\r\nx",
+        pr.RespError("ERR no"),
+        42,
+        None,
+        None,
+        [[b"BenchPull:0", [[b"0-1", [b"body", b"abc"]], [b"0-2", [b"body", b""]]]]],
+    ]
     for chunks in _splits(stream):
         reader = pr.RespReader()
         got = [r for c in chunks for r in reader.feed(c)]
@@ -65,12 +76,20 @@ def test_resp_counter_books_replies_errors_and_entries() -> None:
 
 
 def test_nats_reader_hands_back_messages_and_verbs_however_the_bytes_arrive() -> None:
-    stream = (b'INFO {"server_id":"x"}\r\nPING\r\nMSG _INBOX.b.1 1  27\r\n{"stream":"BENCH", "seq":1}\r\n'
-              b"MSG bench.T.0 2 $JS.ACK.BENCH.c.1.2.2.1.0 5\r\nhe\r\no\r\n"
-              b"HMSG _INBOX.b.f 1 28 28\r\nNATS/1.0 404 No Messages\r\n\r\n\r\n+OK\r\n-ERR 'Unknown Protocol'\r\n")
-    want = ["INFO", "PING", pn.Msg("_INBOX.b.1", 1, None, None, b'{"stream":"BENCH", "seq":1}'),
-            pn.Msg("bench.T.0", 2, "$JS.ACK.BENCH.c.1.2.2.1.0", None, b"he\r\no"),
-            pn.Msg("_INBOX.b.f", 1, None, b"NATS/1.0 404 No Messages\r\n\r\n", b""), "+OK", "-ERR 'Unknown Protocol'"]
+    stream = (
+        b'INFO {"server_id":"x"}\r\nPING\r\nMSG _INBOX.b.1 1  27\r\n{"stream":"BENCH", "seq":1}\r\n'
+        b"MSG bench.T.0 2 $JS.ACK.BENCH.c.1.2.2.1.0 5\r\nhe\r\no\r\n"
+        b"HMSG _INBOX.b.f 1 28 28\r\nNATS/1.0 404 No Messages\r\n\r\n\r\n+OK\r\n-ERR 'Unknown Protocol'\r\n"
+    )
+    want = [
+        "INFO",
+        "PING",
+        pn.Msg("_INBOX.b.1", 1, None, None, b'{"stream":"BENCH", "seq":1}'),
+        pn.Msg("bench.T.0", 2, "$JS.ACK.BENCH.c.1.2.2.1.0", None, b"he\r\no"),
+        pn.Msg("_INBOX.b.f", 1, None, b"NATS/1.0 404 No Messages\r\n\r\n", b""),
+        "+OK",
+        "-ERR 'Unknown Protocol'",
+    ]
     for chunks in _splits(stream):
         reader = pn.NatsReader()
         got = [m for c in chunks for m in reader.feed(c)]
@@ -81,15 +100,20 @@ def test_nats_reader_hands_back_messages_and_verbs_however_the_bytes_arrive() ->
 def test_nats_frames() -> None:
     assert pn.pub("bench.T.0", b"ab", "_INBOX.x.1") == b"PUB bench.T.0 _INBOX.x.1 2\r\nab\r\n"
     assert pn.pub("bench.T.0", b"") == b"PUB bench.T.0 0\r\n\r\n"
-    assert pn.fetch("BENCH", "T-0", 32, "_INBOX.x.f") == b'PUB $JS.API.CONSUMER.MSG.NEXT.BENCH.T-0 _INBOX.x.f 12\r\n{"batch":32}\r\n'
+    assert (
+        pn.fetch("BENCH", "T-0", 32, "_INBOX.x.f")
+        == b'PUB $JS.API.CONSUMER.MSG.NEXT.BENCH.T-0 _INBOX.x.f 12\r\n{"batch":32}\r\n'
+    )
     assert pn.subject("BenchPull", 3) == "bench.BenchPull.3"
 
 
 def test_nats_counter_acks_and_fetches() -> None:
     out = SimpleNamespace(codes={}, messages=0)
     acks = pn.NatsCounter(out, batch=None)
-    data = (b'MSG _INBOX.w.1 1 27\r\n{"stream":"BENCH", "seq":1}\r\nPING\r\n'
-            b'MSG _INBOX.w.2 1 40\r\n{"error":{"code":503,"description":"x"}}\r\n')
+    data = (
+        b'MSG _INBOX.w.1 1 27\r\n{"stream":"BENCH", "seq":1}\r\nPING\r\n'
+        b'MSG _INBOX.w.2 1 40\r\n{"error":{"code":503,"description":"x"}}\r\n'
+    )
     assert acks.feed(data) == (2, b"PONG\r\n")
     assert out.codes == {0: 1, pn.ERROR_CODE: 1} and out.messages == 1
     got = SimpleNamespace(codes={}, messages=0)
@@ -141,5 +165,8 @@ def test_report_prints_each_peer_present_and_writes_a_json_line_each(capsys: pyt
     out = capsys.readouterr().out
     assert "(2.00x)   peer A" in out and "(0.50x)   peer C" in out and "peer B" not in out, out
     assert "(no peer present)" in out
-    assert lines == [{"name": "fig", "value": 2.0, "peer": "peer A", "peer_value": 1.0},
-                     {"name": "fig", "value": 2.0, "peer": "peer C", "peer_value": 4.0}, {"name": "alone", "value": 3.0}]
+    assert lines == [
+        {"name": "fig", "value": 2.0, "peer": "peer A", "peer_value": 1.0},
+        {"name": "fig", "value": 2.0, "peer": "peer C", "peer_value": 4.0},
+        {"name": "alone", "value": 3.0},
+    ]

@@ -33,10 +33,20 @@ def store(tmp_path: Path) -> Iterator[RecordingStore]:
 
 
 def _create(topic: str, **fields: object) -> RemotingCommand:
-    ext = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": 8, "writeQueueNums": 8, "perm": 6,
-           "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
+    ext = {
+        "topic": topic,
+        "defaultTopic": "TBW102",
+        "readQueueNums": 8,
+        "writeQueueNums": 8,
+        "perm": 6,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": False,
+    }
     ext.update(fields)
-    return RemotingCommand(RequestCode.UPDATE_AND_CREATE_TOPIC, 1, 0, None, {k: v for k, v in ext.items() if v is not None})
+    return RemotingCommand(
+        RequestCode.UPDATE_AND_CREATE_TOPIC, 1, 0, None, {k: v for k, v in ext.items() if v is not None}
+    )
 
 
 def _call(broker: Broker, req: RemotingCommand) -> RemotingCommand:
@@ -58,17 +68,20 @@ def test_create_topic_goes_to_the_store_and_to_the_topic_table(store: RecordingS
     assert s is not None and s.code == ResponseCode.NO_PERMISSION
 
 
-@pytest.mark.parametrize(("fields", "remark"), [
-    ({"topic": "TBW102"}, "The topic[TBW102] is conflict with system topic."),
-    ({"topic": "rmq_sys_x"}, "The topic[rmq_sys_x] is conflict with system topic."),
-    ({"topic": "a b"}, "illegal characters"),
-    ({"topic": "x" * 128}, "The specified topic is longer than topic max length."),
-    ({"readQueueNums": 0}, "readQueueNums 0 is outside 1..65535"),
-    ({"perm": 9}, "perm 9"),
-    ({"topicFilterType": "ODD"}, "topicFilterType"),
-    ({"perm": None}, "'perm' is missing"),
-    ({"writeQueueNums": "many"}, "'writeQueueNums'"),
-])
+@pytest.mark.parametrize(
+    ("fields", "remark"),
+    [
+        ({"topic": "TBW102"}, "The topic[TBW102] is conflict with system topic."),
+        ({"topic": "rmq_sys_x"}, "The topic[rmq_sys_x] is conflict with system topic."),
+        ({"topic": "a b"}, "illegal characters"),
+        ({"topic": "x" * 128}, "The specified topic is longer than topic max length."),
+        ({"readQueueNums": 0}, "readQueueNums 0 is outside 1..65535"),
+        ({"perm": 9}, "perm 9"),
+        ({"topicFilterType": "ODD"}, "topicFilterType"),
+        ({"perm": None}, "'perm' is missing"),
+        ({"writeQueueNums": "many"}, "'writeQueueNums'"),
+    ],
+)
 def test_create_topic_refusals_are_system_error(store: RecordingStore, fields: dict[str, object], remark: str) -> None:
     broker = make_broker(store)
     before = set(store.topics())
@@ -86,8 +99,15 @@ def test_get_all_topic_config_is_the_serialize_wrapper(store: RecordingStore) ->
     body = json.loads(bytes(r.body))
     assert set(body) == {"topicConfigTable", "dataVersion"} and body["dataVersion"]["counter"] >= 1
     table = body["topicConfigTable"]
-    assert table["T9"] == {"order": False, "perm": 6, "readQueueNums": 2, "topicFilterType": "SINGLE_TAG",
-                           "topicName": "T9", "topicSysFlag": 0, "writeQueueNums": 2}
+    assert table["T9"] == {
+        "order": False,
+        "perm": 6,
+        "readQueueNums": 2,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": "T9",
+        "topicSysFlag": 0,
+        "writeQueueNums": 2,
+    }
     assert table["TBW102"]["perm"] == 7 and table["T10"]["writeQueueNums"] == 8
 
 

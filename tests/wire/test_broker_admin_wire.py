@@ -45,26 +45,49 @@ def broker(store: rmqlog.MessageStore) -> Broker:
     return make_broker(store, clock=rmqlog.ManualClock(T0))
 
 
-def _call(broker: Broker, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
-          peer: FakePeer | None = None) -> RemotingCommand:
+def _call(
+    broker: Broker, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", peer: FakePeer | None = None
+) -> RemotingCommand:
     r = broker.table.process(broker, peer or FakePeer(), RemotingCommand(code, 3, 0, None, ext or {}, body, "JAVA"))
     assert isinstance(r, RemotingCommand)
     return r
 
 
 def _send(broker: Broker, topic: str, n: int, queue_id: int = 0) -> None:
-    res = run(broker, FakePeer(), *[send_request(send_header(topic, queue_id=queue_id), b"m%d" % i, opaque=i)
-                                    for i in range(n)])
+    res = run(
+        broker,
+        FakePeer(),
+        *[send_request(send_header(topic, queue_id=queue_id), b"m%d" % i, opaque=i) for i in range(n)],
+    )
     assert all(r is not None and r.code == ResponseCode.SUCCESS for r in res), [r and r.remark for r in res]
     broker.store.dispatch()
 
 
 def _heartbeat(broker: Broker, peer: FakePeer, group: str, topic: str, client: str = "10.0.0.1@1") -> None:
-    body = {"clientID": client, "producerDataSet": [], "consumerDataSet": [{
-        "groupName": group, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
-        "subscriptionDataSet": [{"topic": topic, "subString": "*", "tagsSet": [], "codeSet": [], "subVersion": 5,
-                                 "classFilterMode": False, "expressionType": "TAG"}]}]}
+    body = {
+        "clientID": client,
+        "producerDataSet": [],
+        "consumerDataSet": [
+            {
+                "groupName": group,
+                "consumeType": "CONSUME_PASSIVELY",
+                "messageModel": "CLUSTERING",
+                "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                "unitMode": False,
+                "subscriptionDataSet": [
+                    {
+                        "topic": topic,
+                        "subString": "*",
+                        "tagsSet": [],
+                        "codeSet": [],
+                        "subVersion": 5,
+                        "classFilterMode": False,
+                        "expressionType": "TAG",
+                    }
+                ],
+            }
+        ],
+    }
     assert _call(broker, RequestCode.HEART_BEAT, body=json.dumps(body).encode(), peer=peer).code == ResponseCode.SUCCESS
 
 
@@ -78,8 +101,10 @@ def test_topic_stats_per_queue_min_max_and_last_update(broker: Broker, store: rm
     assert r.code == ResponseCode.SUCCESS
     text = bytes(r.body).decode()
     # fastjson's form: the MessageQueue object itself is the key
-    assert text.startswith('{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"ST"}:'
-                           '{"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0}')
+    assert text.startswith(
+        '{"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"ST"}:'
+        '{"lastUpdateTimestamp":0,"maxOffset":0,"minOffset":0}'
+    )
     stats = decode_topic_stats(bytes(r.body))
     assert sorted(stats) == [QueueKey("ST", "broker-a", q) for q in range(3)]
     q1 = stats[QueueKey("ST", "broker-a", 1)]
@@ -105,11 +130,15 @@ def test_consume_stats_broker_and_consumer_offsets(broker: Broker, store: rmqlog
     broker.consumer_offsets.commit("CG1", "CS", 0, 3)
     r = _call(broker, RequestCode.GET_CONSUME_STATS, {"consumerGroup": "CG1", "topic": "CS"})
     assert r.code == ResponseCode.SUCCESS
-    assert bytes(r.body).startswith(b'{"consumeTps":0.0,"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"CS"}:')
+    assert bytes(r.body).startswith(
+        b'{"consumeTps":0.0,"offsetTable":{{"brokerName":"broker-a","queueId":0,"topic":"CS"}:'
+    )
     stats = decode_consume_stats(bytes(r.body))
     q0, q1 = stats.offset_table[QueueKey("CS", "broker-a", 0)], stats.offset_table[QueueKey("CS", "broker-a", 1)]
     assert (q0.broker_offset, q0.consumer_offset) == (5, 3)
-    assert q0.last_timestamp == store.read_queue("CS", 0, 2, 3).column("storeTimestamp").cast("int64")[0].as_py() // 1000
+    assert (
+        q0.last_timestamp == store.read_queue("CS", 0, 2, 3).column("storeTimestamp").cast("int64")[0].as_py() // 1000
+    )
     assert (q1.broker_offset, q1.consumer_offset, q1.last_timestamp) == (2, 0, 0)
     assert stats.total_diff() == 4
     # without a topic: every topic the group has offsets of
@@ -120,18 +149,31 @@ def test_consume_stats_broker_and_consumer_offsets(broker: Broker, store: rmqlog
 def test_consume_tps_counts_the_groups_pulls_of_the_last_minute(broker: Broker, store: rmqlog.MessageStore) -> None:
     store.create_topic("TPS", 1)
     _send(broker, "TPS", 6)
-    pull = {"consumerGroup": "CGT", "topic": "TPS", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 4,
-            "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0, "expressionType": "TAG"}
+    pull = {
+        "consumerGroup": "CGT",
+        "topic": "TPS",
+        "queueId": 0,
+        "queueOffset": 0,
+        "maxMsgNums": 32,
+        "sysFlag": 4,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 0,
+        "subscription": "*",
+        "subVersion": 0,
+        "expressionType": "TAG",
+    }
     (res,) = run(broker, FakePeer(), RemotingCommand(RequestCode.PULL_MESSAGE, 1, 0, None, pull, b"", "JAVA"))
     assert res is not None and res.code == ResponseCode.SUCCESS
-    stats = decode_consume_stats(bytes(_call(broker, RequestCode.GET_CONSUME_STATS,
-                                             {"consumerGroup": "CGT", "topic": "TPS"}).body))
+    stats = decode_consume_stats(
+        bytes(_call(broker, RequestCode.GET_CONSUME_STATS, {"consumerGroup": "CGT", "topic": "TPS"}).body)
+    )
     assert stats.consume_tps == pytest.approx(6 / 60)
     clock = broker.clock
     assert isinstance(clock, rmqlog.ManualClock)
     clock.advance(61_000)
-    stats = decode_consume_stats(bytes(_call(broker, RequestCode.GET_CONSUME_STATS,
-                                             {"consumerGroup": "CGT", "topic": "TPS"}).body))
+    stats = decode_consume_stats(
+        bytes(_call(broker, RequestCode.GET_CONSUME_STATS, {"consumerGroup": "CGT", "topic": "TPS"}).body)
+    )
     assert stats.consume_tps == 0.0
 
 
@@ -154,10 +196,14 @@ def test_consumer_connections_of_a_live_group(broker: Broker, store: rmqlog.Mess
     r = _call(broker, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "CGC"})
     assert r.code == ResponseCode.SUCCESS
     body = decode_consumer_connection(bytes(r.body))
-    assert body["connectionSet"] == [{"clientAddr": "10.0.0.1:40000", "clientId": "10.0.0.1@1", "language": "JAVA",
-                                      "version": 435}]
+    assert body["connectionSet"] == [
+        {"clientAddr": "10.0.0.1:40000", "clientId": "10.0.0.1@1", "language": "JAVA", "version": 435}
+    ]
     assert (body["consumeType"], body["messageModel"], body["consumeFromWhere"]) == (
-        "CONSUME_PASSIVELY", "CLUSTERING", "CONSUME_FROM_LAST_OFFSET")
+        "CONSUME_PASSIVELY",
+        "CLUSTERING",
+        "CONSUME_FROM_LAST_OFFSET",
+    )
     assert body["subscriptionTable"]["CC"]["subVersion"] == 5
     assert list(json.loads(bytes(r.body))) == sorted(json.loads(bytes(r.body)))  # fastjson's field order
 
@@ -165,7 +211,10 @@ def test_consumer_connections_of_a_live_group(broker: Broker, store: rmqlog.Mess
 def test_consumer_connections_of_a_group_not_online(broker: Broker) -> None:
     r = _call(broker, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "GONE"})
     assert (r.code, r.remark) == (ResponseCode.CONSUMER_NOT_ONLINE, "the consumer group[GONE] not online")
-    assert _call(broker, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "../g"}).code == ResponseCode.SYSTEM_ERROR
+    assert (
+        _call(broker, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "../g"}).code
+        == ResponseCode.SYSTEM_ERROR
+    )
 
 
 # ------------------------------------------------------------------------------------ 215
@@ -210,14 +259,17 @@ def test_a_deleted_topic_stays_deleted_across_a_broker_restart(tmp_path: Path) -
         assert store.min_offset("GONE", 0) == 3 and store.read_queue("GONE", 0, 3, 4)["body"].to_pylist() == [b"m0"]
 
 
-@pytest.mark.parametrize(("topic", "remark"), [
-    ("TBW102", "The topic[TBW102] is conflict with system topic."),
-    ("SCHEDULE_TOPIC_XXXX", "conflict with system topic"),
-    ("rmq_sys_x", "conflict with system topic"),
-    ("DefaultCluster", "conflict with system topic"),
-    ("../etc", "illegal characters"),
-    ("", "blank"),
-])
+@pytest.mark.parametrize(
+    ("topic", "remark"),
+    [
+        ("TBW102", "The topic[TBW102] is conflict with system topic."),
+        ("SCHEDULE_TOPIC_XXXX", "conflict with system topic"),
+        ("rmq_sys_x", "conflict with system topic"),
+        ("DefaultCluster", "conflict with system topic"),
+        ("../etc", "illegal characters"),
+        ("", "blank"),
+    ],
+)
 def test_delete_topic_refusals(broker: Broker, store: rmqlog.MessageStore, topic: str, remark: str) -> None:
     before = set(broker.topics.all())
     r = _call(broker, RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
@@ -248,8 +300,11 @@ def test_broker_config_is_properties_text_with_a_version(broker: Broker) -> None
 
 
 def test_update_broker_config_takes_effect_and_moves_the_version(broker: Broker, store: rmqlog.MessageStore) -> None:
-    r = _call(broker, RequestCode.UPDATE_BROKER_CONFIG,
-              body=b"brokerPermission=4\nmaxTransferCountOnMessageInMemory=64\nlongPollingEnable=false\n")
+    r = _call(
+        broker,
+        RequestCode.UPDATE_BROKER_CONFIG,
+        body=b"brokerPermission=4\nmaxTransferCountOnMessageInMemory=64\nlongPollingEnable=false\n",
+    )
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert broker.config.broker_permission == 4 and broker.config.max_transfer_count_on_message_in_memory == 64
     assert broker.config.long_polling_enable is False
@@ -257,25 +312,42 @@ def test_update_broker_config_takes_effect_and_moves_the_version(broker: Broker,
     assert props["brokerPermission"] == "4"
     assert json.loads(_call(broker, RequestCode.GET_BROKER_CONFIG).ext_fields["version"])["counter"] == 1
     # the send path reads the new perm: an ordered topic on a broker without the write bit refuses
-    assert _call(broker, RequestCode.UPDATE_AND_CREATE_TOPIC, {
-        "topic": "ORD", "defaultTopic": "TBW102", "readQueueNums": 1, "writeQueueNums": 1, "perm": 6,
-        "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": True}).code == ResponseCode.SUCCESS
+    assert (
+        _call(
+            broker,
+            RequestCode.UPDATE_AND_CREATE_TOPIC,
+            {
+                "topic": "ORD",
+                "defaultTopic": "TBW102",
+                "readQueueNums": 1,
+                "writeQueueNums": 1,
+                "perm": 6,
+                "topicFilterType": "SINGLE_TAG",
+                "topicSysFlag": 0,
+                "order": True,
+            },
+        ).code
+        == ResponseCode.SUCCESS
+    )
     (s,) = run(broker, FakePeer(), send_request(send_header("ORD"), b"x"))
     assert s is not None and s.code == ResponseCode.NO_PERMISSION
 
 
-@pytest.mark.parametrize(("body", "code", "remark"), [
-    (b"brokerConfigPath=/tmp/x\n", ResponseCode.NO_PERMISSION, "Can not update config in black list."),
-    (b"rocketmqHome=/\n", ResponseCode.NO_PERMISSION, "black list"),
-    (b"listenPort=1\n", ResponseCode.NO_PERMISSION, "'listenPort' is read at start only"),
-    (b"flushDiskType=SYNC_FLUSH\n", ResponseCode.NO_PERMISSION, "'flushDiskType' is read at start only"),
-    (b"noSuchKey=1\n", ResponseCode.SYSTEM_ERROR, "unknown config key 'noSuchKey'"),
-    (b"brokerPermission=many\n", ResponseCode.SYSTEM_ERROR, "not an integer"),
-    (b"brokerPermission=9\n", ResponseCode.SYSTEM_ERROR, "broker_permission must be a perm mask"),
-    (b"longPollingEnable=yes\n", ResponseCode.SYSTEM_ERROR, "not a boolean"),
-    (b"accessMessageInMemoryMaxRatio=101\n", ResponseCode.SYSTEM_ERROR, "percentage"),
-    (b"traceOn=false\nlistenPort=1\n", ResponseCode.NO_PERMISSION, "listenPort"),  # all or nothing
-])
+@pytest.mark.parametrize(
+    ("body", "code", "remark"),
+    [
+        (b"brokerConfigPath=/tmp/x\n", ResponseCode.NO_PERMISSION, "Can not update config in black list."),
+        (b"rocketmqHome=/\n", ResponseCode.NO_PERMISSION, "black list"),
+        (b"listenPort=1\n", ResponseCode.NO_PERMISSION, "'listenPort' is read at start only"),
+        (b"flushDiskType=SYNC_FLUSH\n", ResponseCode.NO_PERMISSION, "'flushDiskType' is read at start only"),
+        (b"noSuchKey=1\n", ResponseCode.SYSTEM_ERROR, "unknown config key 'noSuchKey'"),
+        (b"brokerPermission=many\n", ResponseCode.SYSTEM_ERROR, "not an integer"),
+        (b"brokerPermission=9\n", ResponseCode.SYSTEM_ERROR, "broker_permission must be a perm mask"),
+        (b"longPollingEnable=yes\n", ResponseCode.SYSTEM_ERROR, "not a boolean"),
+        (b"accessMessageInMemoryMaxRatio=101\n", ResponseCode.SYSTEM_ERROR, "percentage"),
+        (b"traceOn=false\nlistenPort=1\n", ResponseCode.NO_PERMISSION, "listenPort"),  # all or nothing
+    ],
+)
 def test_update_broker_config_refusals_change_nothing(broker: Broker, body: bytes, code: int, remark: str) -> None:
     before = broker.config
     r = _call(broker, RequestCode.UPDATE_BROKER_CONFIG, body=body)
@@ -295,22 +367,44 @@ def test_fastjson_reader_takes_object_keys_bare_integers_and_standard_json() -> 
             loads_fastjson(bad)
 
 
-_VALUES = st.one_of(st.text(max_size=12), st.integers(-3, 2**40), st.booleans(), st.none(),
-                    st.sampled_from(["T", "TBW102", "../x", "%RETRY%G", " ", "G", "brokerPermission"]))
+_VALUES = st.one_of(
+    st.text(max_size=12),
+    st.integers(-3, 2**40),
+    st.booleans(),
+    st.none(),
+    st.sampled_from(["T", "TBW102", "../x", "%RETRY%G", " ", "G", "brokerPermission"]),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(code=st.sampled_from([RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ, RequestCode.UPDATE_BROKER_CONFIG,
-                             RequestCode.GET_BROKER_CONFIG, RequestCode.GET_TOPIC_STATS_INFO,
-                             RequestCode.GET_CONSUMER_CONNECTION_LIST, RequestCode.GET_CONSUME_STATS,
-                             RequestCode.DELETE_TOPIC_IN_BROKER]),
-       ext=st.dictionaries(st.sampled_from(["topic", "consumerGroup", "clientId"]), _VALUES, max_size=3),
-       body=st.one_of(st.binary(max_size=80), st.text(max_size=80).map(str.encode),
-                      st.builds(lambda g, c, m: json.dumps({"consumerGroup": g, "clientId": c, "mqSet": m}).encode(),
-                                _VALUES, _VALUES, st.lists(st.dictionaries(
-                                    st.sampled_from(["topic", "brokerName", "queueId"]), _VALUES), max_size=3))))
-def test_any_admin_or_lock_request_is_answered_never_raised(broker: Broker, code: int, ext: dict[str, Any],
-                                                            body: bytes) -> None:
+@given(
+    code=st.sampled_from(
+        [
+            RequestCode.LOCK_BATCH_MQ,
+            RequestCode.UNLOCK_BATCH_MQ,
+            RequestCode.UPDATE_BROKER_CONFIG,
+            RequestCode.GET_BROKER_CONFIG,
+            RequestCode.GET_TOPIC_STATS_INFO,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST,
+            RequestCode.GET_CONSUME_STATS,
+            RequestCode.DELETE_TOPIC_IN_BROKER,
+        ]
+    ),
+    ext=st.dictionaries(st.sampled_from(["topic", "consumerGroup", "clientId"]), _VALUES, max_size=3),
+    body=st.one_of(
+        st.binary(max_size=80),
+        st.text(max_size=80).map(str.encode),
+        st.builds(
+            lambda g, c, m: json.dumps({"consumerGroup": g, "clientId": c, "mqSet": m}).encode(),
+            _VALUES,
+            _VALUES,
+            st.lists(st.dictionaries(st.sampled_from(["topic", "brokerName", "queueId"]), _VALUES), max_size=3),
+        ),
+    ),
+)
+def test_any_admin_or_lock_request_is_answered_never_raised(
+    broker: Broker, code: int, ext: dict[str, Any], body: bytes
+) -> None:
     """Whatever the fields and body, each of these codes answers a code (the dispatch table
     turns field errors into SYSTEM_ERROR); no exception escapes a handler."""
     config = broker.config

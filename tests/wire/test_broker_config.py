@@ -21,16 +21,35 @@ from wire.broker_helpers import FakePeer, RecordingStore, make_broker
 
 def test_broker_conf_keys_go_to_the_broker_and_the_store(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
-    conf.write_text("brokerClusterName = C1\nbrokerName=broker-b\nbrokerId=0\nlistenPort=10999\n"
-                    "brokerIP1=127.0.0.2\nnamesrvAddr=127.0.0.1:9876;127.0.0.1:9877\nflushDiskType=SYNC_FLUSH\n"
-                    "autoCreateTopicEnable=false\nlongPollingEnable=false\nshortPollingTimeMills=200\n"
-                    "aclEnable=true\ndefaultTopicQueueNums=6\nmaxMessageSize=2048\nsyncFlushTimeout=100\n"
-                    "sendThreadPoolQueueCapacity=50\nregionId=R1\ntraceOn=false\n")
+    conf.write_text(
+        "brokerClusterName = C1\nbrokerName=broker-b\nbrokerId=0\nlistenPort=10999\n"
+        "brokerIP1=127.0.0.2\nnamesrvAddr=127.0.0.1:9876;127.0.0.1:9877\nflushDiskType=SYNC_FLUSH\n"
+        "autoCreateTopicEnable=false\nlongPollingEnable=false\nshortPollingTimeMills=200\n"
+        "aclEnable=true\ndefaultTopicQueueNums=6\nmaxMessageSize=2048\nsyncFlushTimeout=100\n"
+        "sendThreadPoolQueueCapacity=50\nregionId=R1\ntraceOn=false\n"
+    )
     c = BrokerConfig.from_properties(conf)
-    assert (c.broker_cluster_name, c.broker_name, c.broker_id, c.listen_port, c.broker_ip1) == ("C1", "broker-b", 0, 10999, "127.0.0.2")
+    assert (c.broker_cluster_name, c.broker_name, c.broker_id, c.listen_port, c.broker_ip1) == (
+        "C1",
+        "broker-b",
+        0,
+        10999,
+        "127.0.0.2",
+    )
     assert c.namesrv_list() == ["127.0.0.1:9876", "127.0.0.1:9877"]
-    assert (c.auto_create_topic_enable, c.long_polling_enable, c.short_polling_time_mills, c.acl_enable) == (False, False, 200, True)
-    assert (c.default_topic_queue_nums, c.sync_flush_timeout, c.send_queue_capacity, c.region_id, c.trace_on) == (6, 100, 50, "R1", False)
+    assert (c.auto_create_topic_enable, c.long_polling_enable, c.short_polling_time_mills, c.acl_enable) == (
+        False,
+        False,
+        200,
+        True,
+    )
+    assert (c.default_topic_queue_nums, c.sync_flush_timeout, c.send_queue_capacity, c.region_id, c.trace_on) == (
+        6,
+        100,
+        50,
+        "R1",
+        False,
+    )
     assert c.sync_flush and c.max_message_size == 2048
     assert c.store.store_host == "127.0.0.2:10999" and c.store.default_topic_queue_nums == 6
 
@@ -38,14 +57,25 @@ def test_broker_conf_keys_go_to_the_broker_and_the_store(tmp_path: Path) -> None
 def test_overrides_win_and_defaults_are_rocketmqs(tmp_path: Path) -> None:
     c = BrokerConfig.from_properties(None, namesrv_addr="127.0.0.1:1")
     assert c.broker_ip1 == "127.0.0.1" and c.listen_port == 10911 and c.default_topic_queue_nums == 8
-    assert c.auto_create_topic_enable and c.long_polling_enable and not c.acl_enable and c.namesrv_list() == ["127.0.0.1:1"]
+    assert (
+        c.auto_create_topic_enable
+        and c.long_polling_enable
+        and not c.acl_enable
+        and c.namesrv_list() == ["127.0.0.1:1"]
+    )
 
 
-@pytest.mark.parametrize(("line", "named"), [
-    ("brokerId=x", "brokerId"), ("autoCreateTopicEnable=yes", "autoCreateTopicEnable"),
-    ("listenPort=70000", "listenPort"), ("brokerIP1=not-an-ip", "brokerIP1"),
-    ("flushDiskType=SOMETIMES", "flush_disk_type"), ("syncFlushTimeout=0", "sync_flush_timeout"),
-])
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        ("brokerId=x", "brokerId"),
+        ("autoCreateTopicEnable=yes", "autoCreateTopicEnable"),
+        ("listenPort=70000", "listenPort"),
+        ("brokerIP1=not-an-ip", "brokerIP1"),
+        ("flushDiskType=SOMETIMES", "flush_disk_type"),
+        ("syncFlushTimeout=0", "sync_flush_timeout"),
+    ],
+)
 def test_bad_values_name_the_key(tmp_path: Path, line: str, named: str) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text(line + "\n")

@@ -94,21 +94,28 @@ def test_unlock_frees_only_the_clients_own_queues(broker: Broker) -> None:
     assert lock(broker, "c2", [0, 1]) == [0]
     unlock(broker, "c9", [5])  # nothing locked there: SUCCESS all the same
     now = broker.clock.wall_ms()
-    assert broker.queue_locks.locked("CG_ORDER", now) == {LockedQueue("ORDERS", "broker-a", 0): "c2",
-                                                          LockedQueue("ORDERS", "broker-a", 1): "c1"}
+    assert broker.queue_locks.locked("CG_ORDER", now) == {
+        LockedQueue("ORDERS", "broker-a", 0): "c2",
+        LockedQueue("ORDERS", "broker-a", 1): "c1",
+    }
 
 
-@pytest.mark.parametrize(("body", "remark"), [
-    (b"not json", "is not LockBatchRequestBody JSON"),
-    (b"[]", "not a JSON object"),
-    (json.dumps({"consumerGroup": "../etc", "clientId": "c", "mqSet": []}).encode(), "consumerGroup"),
-    (json.dumps({"consumerGroup": "G", "clientId": "", "mqSet": []}).encode(), "clientId"),
-    (json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": {"x": 1}}).encode(), "mqSet"),
-    (json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": [_mq(0, "a/b")]}).encode(), "topic"),
-    (json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": [_mq(-1)]}).encode(), "queueId"),
-    (json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": [{**_mq(0), "brokerName": None}]}).encode(),
-     "brokerName"),
-])
+@pytest.mark.parametrize(
+    ("body", "remark"),
+    [
+        (b"not json", "is not LockBatchRequestBody JSON"),
+        (b"[]", "not a JSON object"),
+        (json.dumps({"consumerGroup": "../etc", "clientId": "c", "mqSet": []}).encode(), "consumerGroup"),
+        (json.dumps({"consumerGroup": "G", "clientId": "", "mqSet": []}).encode(), "clientId"),
+        (json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": {"x": 1}}).encode(), "mqSet"),
+        (json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": [_mq(0, "a/b")]}).encode(), "topic"),
+        (json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": [_mq(-1)]}).encode(), "queueId"),
+        (
+            json.dumps({"consumerGroup": "G", "clientId": "c", "mqSet": [{**_mq(0), "brokerName": None}]}).encode(),
+            "brokerName",
+        ),
+    ],
+)
 @pytest.mark.parametrize("code", [RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ])
 def test_bad_bodies_are_refused_and_lock_nothing(broker: Broker, code: int, body: bytes, remark: str) -> None:
     r = _call(broker, code, body)
@@ -117,8 +124,9 @@ def test_bad_bodies_are_refused_and_lock_nothing(broker: Broker, code: int, body
 
 
 def test_queue_ids_as_strings_and_duplicates_are_read_as_java_reads_them(broker: Broker) -> None:
-    body = json.dumps({"consumerGroup": "G", "clientId": "c1",
-                       "mqSet": [_mq(0), {**_mq(0), "queueId": "0"}, _mq(2)]}).encode()
+    body = json.dumps(
+        {"consumerGroup": "G", "clientId": "c1", "mqSet": [_mq(0), {**_mq(0), "queueId": "0"}, _mq(2)]}
+    ).encode()
     r = _call(broker, RequestCode.LOCK_BATCH_MQ, body)
     assert sorted(m["queueId"] for m in json.loads(bytes(r.body))["lockOKMQSet"]) == [0, 2]
 

@@ -28,8 +28,9 @@ def broker(tmp_path: Path) -> Any:
     store.close()
 
 
-def put(broker: Any, n: int, *, topic: str = "T", queue_id: int = 0, tags: list[str] | None = None,
-        body: bytes = b"x" * 50) -> pa.Table:
+def put(
+    broker: Any, n: int, *, topic: str = "T", queue_id: int = 0, tags: list[str] | None = None, body: bytes = b"x" * 50
+) -> pa.Table:
     if topic not in broker.store.topics():
         broker.store.create_topic(topic, 4)
     cols: dict[str, Any] = {"topic": [topic] * n, "body": [body] * n, "queueId": [queue_id] * n}
@@ -38,11 +39,27 @@ def put(broker: Any, n: int, *, topic: str = "T", queue_id: int = 0, tags: list[
     return broker.store.put_batch(pa.table(cols), dispatch=True)
 
 
-def pull_req(offset: int = 0, *, topic: str = "T", queue_id: int = 0, max_nums: int = 32, sys_flag: int = 4,
-             subscription: str | None = "*", **extra: Any) -> Any:
-    ext: dict[str, Any] = {"consumerGroup": "G", "topic": topic, "queueId": str(queue_id), "queueOffset": str(offset),
-                           "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": "0",
-                           "suspendTimeoutMillis": "15000", "subVersion": "0"}
+def pull_req(
+    offset: int = 0,
+    *,
+    topic: str = "T",
+    queue_id: int = 0,
+    max_nums: int = 32,
+    sys_flag: int = 4,
+    subscription: str | None = "*",
+    **extra: Any,
+) -> Any:
+    ext: dict[str, Any] = {
+        "consumerGroup": "G",
+        "topic": topic,
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums),
+        "sysFlag": str(sys_flag),
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "15000",
+        "subVersion": "0",
+    }
     if subscription is not None:
         ext["subscription"] = subscription
     ext.update({k: str(v) for k, v in extra.items()})
@@ -112,15 +129,19 @@ def test_nothing_matching_is_retry_immediately_past_the_scan(broker: Any) -> Non
 
 
 # ---------------------------------------------------------------------- statuses
-@pytest.mark.parametrize(("stored", "offset", "code", "remark", "next_offset"), [
-    (0, 0, ResponseCode.PULL_NOT_FOUND, "NO_MESSAGE_IN_QUEUE", 0),
-    (0, 7, ResponseCode.PULL_OFFSET_MOVED, "NO_MESSAGE_IN_QUEUE", 0),
-    (3, 3, ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", 3),
-    (3, 9, ResponseCode.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY", 3),
-    (3, -1, ResponseCode.PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL", 0),
-])
-def test_statuses_as_java_maps_them(broker: Any, stored: int, offset: int, code: int, remark: str,
-                                    next_offset: int) -> None:
+@pytest.mark.parametrize(
+    ("stored", "offset", "code", "remark", "next_offset"),
+    [
+        (0, 0, ResponseCode.PULL_NOT_FOUND, "NO_MESSAGE_IN_QUEUE", 0),
+        (0, 7, ResponseCode.PULL_OFFSET_MOVED, "NO_MESSAGE_IN_QUEUE", 0),
+        (3, 3, ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", 3),
+        (3, 9, ResponseCode.PULL_OFFSET_MOVED, "OFFSET_OVERFLOW_BADLY", 3),
+        (3, -1, ResponseCode.PULL_OFFSET_MOVED, "OFFSET_TOO_SMALL", 0),
+    ],
+)
+def test_statuses_as_java_maps_them(
+    broker: Any, stored: int, offset: int, code: int, remark: str, next_offset: int
+) -> None:
     broker.store.create_topic("T", 4)
     if stored:
         put(broker, stored)

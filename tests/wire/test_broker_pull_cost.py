@@ -33,9 +33,21 @@ def make(tmp_path: Path, **changes: Any) -> Broker:
 
 
 def pull_req(offset: int, queue_id: int = 0, nums: int = 32) -> Any:
-    return request(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": "CG", "topic": "T", "queueId": queue_id, "queueOffset": offset, "maxMsgNums": nums,
-        "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
+    return request(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "CG",
+            "topic": "T",
+            "queueId": queue_id,
+            "queueOffset": offset,
+            "maxMsgNums": nums,
+            "sysFlag": 4,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": 0,
+            "subscription": "*",
+            "subVersion": 0,
+        },
+    )
 
 
 def queue_req(code: int, queue_id: int = 0, **ext: Any) -> Any:
@@ -47,8 +59,10 @@ def broker(tmp_path: Path) -> Any:
     b = make(tmp_path)
     b.store.create_topic("T", 4)
     for q in range(4):  # 120 messages a queue: three consume-queue files each
-        b.store.put_batch(pa.table({"topic": ["T"] * 120, "queueId": pa.array([q] * 120, pa.int32()),
-                                    "body": [b"m" * 50] * 120}), dispatch=True)
+        b.store.put_batch(
+            pa.table({"topic": ["T"] * 120, "queueId": pa.array([q] * 120, pa.int32()), "body": [b"m" * 50] * 120}),
+            dispatch=True,
+        )
     yield b
     b.store.close()
 
@@ -123,8 +137,9 @@ def test_the_pull_settings_are_taken_once_per_config_object(broker: Broker, monk
         assert len(broker.table.process(broker, peer, pull_req(0)).body_bytes()) > 0
     assert taken == [broker.config]
     # UPDATE_BROKER_CONFIG replaces the config: the next pull takes the new one's values
-    res = broker.table.process(broker, peer, request(RequestCode.UPDATE_BROKER_CONFIG, {},
-                                                     b"maxTransferCountOnMessageInMemory=5\n"))
+    res = broker.table.process(
+        broker, peer, request(RequestCode.UPDATE_BROKER_CONFIG, {}, b"maxTransferCountOnMessageInMemory=5\n")
+    )
     assert res.code == ResponseCode.SUCCESS, res.remark
     got = broker.table.process(broker, peer, pull_req(0))
     assert (got.code, got.ext_fields["nextBeginOffset"]) == (ResponseCode.SUCCESS, 5)
@@ -143,8 +158,10 @@ def test_a_pull_checks_two_names_whatever_the_store_holds(tmp_path: Path, monkey
         try:
             b.store.create_topic("T", queues)
             for q in range(queues):
-                b.store.put_batch(pa.table({"topic": ["T"] * n, "queueId": pa.array([q] * n, pa.int32()),
-                                            "body": [b"m" * 50] * n}), dispatch=True)
+                b.store.put_batch(
+                    pa.table({"topic": ["T"] * n, "queueId": pa.array([q] * n, pa.int32()), "body": [b"m" * 50] * n}),
+                    dispatch=True,
+                )
             peer = FakePeer()
             b.table.process(b, peer, pull_req(0, queues - 1))  # (its first look lists)
             checks.clear()

@@ -34,8 +34,10 @@ class Servers:
 
     def on_loop(self, fn: Any, *args: Any) -> Any:
         """Run ``fn(*args)`` on the servers' loop and return its result."""
+
         async def call() -> Any:
             return fn(*args)
+
         return asyncio.run_coroutine_threadsafe(call(), self.loop).result(HANG_GUARD_S)
 
 

@@ -33,9 +33,21 @@ def make(tmp_path: Path, **changes: Any) -> Broker:
 
 
 def pull_req(topic: str, offset: int, timeout_ms: int = 15000) -> Any:
-    return request(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": "CG", "topic": topic, "queueId": 0, "queueOffset": offset, "maxMsgNums": 32, "sysFlag": 6,
-        "commitOffset": 0, "suspendTimeoutMillis": timeout_ms, "subscription": "*", "subVersion": 0})
+    return request(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "CG",
+            "topic": topic,
+            "queueId": 0,
+            "queueOffset": offset,
+            "maxMsgNums": 32,
+            "sysFlag": 6,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": timeout_ms,
+            "subscription": "*",
+            "subVersion": 0,
+        },
+    )
 
 
 @pytest.fixture(scope="module")
@@ -120,22 +132,62 @@ def test_a_stop_answers_the_held_pulls_and_holds_no_new_one(tmp_path: Path) -> N
         b.store.close()
 
 
-FIELDS = ["consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag", "commitOffset",
-          "suspendTimeoutMillis", "subscription", "subVersion", "expressionType", "clientID", "producerGroup",
-          "timestamp", "offset", "key", "maxNum", "beginTimestamp", "endTimestamp", "_UNIQUE_KEY_QUERY"]
-_values = st.one_of(st.none(), st.booleans(), st.integers(-(1 << 70), 1 << 70), st.floats(allow_nan=True),
-                    st.text(max_size=40), st.sampled_from(["T", "0", "1", "-1", "*", "A || B", "%RETRY%G", "../x"]),
-                    st.lists(st.integers(), max_size=3), st.dictionaries(st.text(max_size=5), st.integers(), max_size=2))
-_bodies = st.one_of(st.binary(max_size=200), st.sampled_from([b"{}", b"[]", b"null", b'{"clientID": 5}',
-                                                              b'{"clientID":"c","consumerDataSet":[{"groupName":"G",'
-                                                              b'"subscriptionDataSet":[{"topic":7}]}]}']))
+FIELDS = [
+    "consumerGroup",
+    "topic",
+    "queueId",
+    "queueOffset",
+    "maxMsgNums",
+    "sysFlag",
+    "commitOffset",
+    "suspendTimeoutMillis",
+    "subscription",
+    "subVersion",
+    "expressionType",
+    "clientID",
+    "producerGroup",
+    "timestamp",
+    "offset",
+    "key",
+    "maxNum",
+    "beginTimestamp",
+    "endTimestamp",
+    "_UNIQUE_KEY_QUERY",
+]
+_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(-(1 << 70), 1 << 70),
+    st.floats(allow_nan=True),
+    st.text(max_size=40),
+    st.sampled_from(["T", "0", "1", "-1", "*", "A || B", "%RETRY%G", "../x"]),
+    st.lists(st.integers(), max_size=3),
+    st.dictionaries(st.text(max_size=5), st.integers(), max_size=2),
+)
+_bodies = st.one_of(
+    st.binary(max_size=200),
+    st.sampled_from(
+        [
+            b"{}",
+            b"[]",
+            b"null",
+            b'{"clientID": 5}',
+            b'{"clientID":"c","consumerDataSet":[{"groupName":"G","subscriptionDataSet":[{"topic":7}]}]}',
+        ]
+    ),
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
-@given(code=st.sampled_from(sorted(PULL_SIDE)), ext=st.dictionaries(st.sampled_from(FIELDS), _values, max_size=12),
-       body=_bodies, oneway=st.booleans())
-def test_any_request_is_answered_with_a_code_never_an_exception(shared_broker: Broker, code: int, ext: dict[str, Any],
-                                                                body: bytes, oneway: bool) -> None:
+@given(
+    code=st.sampled_from(sorted(PULL_SIDE)),
+    ext=st.dictionaries(st.sampled_from(FIELDS), _values, max_size=12),
+    body=_bodies,
+    oneway=st.booleans(),
+)
+def test_any_request_is_answered_with_a_code_never_an_exception(
+    shared_broker: Broker, code: int, ext: dict[str, Any], body: bytes, oneway: bool
+) -> None:
     """Whatever a peer puts in the fields and body of the pull side's requests: an answer with
     a response code (a oneway request: none), never an exception, the store unharmed."""
     res = shared_broker.table.process(shared_broker, FakePeer(), request(code, ext, body, oneway=oneway))

@@ -44,23 +44,39 @@ def test_single_send_v2_is_stored_with_rocketmq_fields(store: RecordingStore) ->
     broker = make_broker(store)
     peer = FakePeer("10.1.2.3:40000")
     props = "WAIT\x01true\x02UNIQ_KEY\x017F0000010001\x02TAGS\x01TagA\x02"
-    (r,) = run(broker, peer, send_request(send_header("T1", queue_id=2, props=props, sys_flag=1, flag=7), b"zlib-bytes"))
+    (r,) = run(
+        broker, peer, send_request(send_header("T1", queue_id=2, props=props, sys_flag=1, flag=7), b"zlib-bytes")
+    )
     assert r is not None and r.code == ResponseCode.SUCCESS and r.opaque == 1 and r.is_response
-    assert r.ext_fields == {"msgId": "7F00000100002A9F0000000000000000", "queueId": "2", "queueOffset": "0",
-                            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+    assert r.ext_fields == {
+        "msgId": "7F00000100002A9F0000000000000000",
+        "queueId": "2",
+        "queueOffset": "0",
+        "MSG_REGION": "DefaultRegion",
+        "TRACE_ON": "true",
+    }
     (table,) = store.puts
     row = table.to_pylist()[0]
     # WAIT is not stored, CLUSTER is added (RocketMQ's asyncSendMessage); the compressed bit is kept
-    assert row == {"topic": "T1", "queueId": 2, "body": b"zlib-bytes", "flag": 7, "sysFlag": 1,
-                   "bornTimestamp": 1_700_000_000_123, "bornHost": "10.1.2.3:40000",
-                   "properties": "UNIQ_KEY\x017F0000010001\x02TAGS\x01TagA\x02CLUSTER\x01DefaultCluster\x02",
-                   "reconsumeTimes": 0}
+    assert row == {
+        "topic": "T1",
+        "queueId": 2,
+        "body": b"zlib-bytes",
+        "flag": 7,
+        "sysFlag": 1,
+        "bornTimestamp": 1_700_000_000_123,
+        "bornHost": "10.1.2.3:40000",
+        "properties": "UNIQ_KEY\x017F0000010001\x02TAGS\x01TagA\x02CLUSTER\x01DefaultCluster\x02",
+        "reconsumeTimes": 0,
+    }
 
 
 def test_send_v1_and_the_cpp_clients_string_fields(store: RecordingStore) -> None:
     broker = make_broker(store)
     ext = send_header("T1", queue_id=1).to_ext(False)
-    ext = {k: str(v) if not isinstance(v, bool) else ("1" if v else "0") for k, v in ext.items()}  # C++: all strings, "0"/"1"
+    ext = {
+        k: str(v) if not isinstance(v, bool) else ("1" if v else "0") for k, v in ext.items()
+    }  # C++: all strings, "0"/"1"
     ext.update(AccessKey="", OnsChannel="ALIYUN", Signature="x")
     (r,) = run(broker, FakePeer(), RemotingCommand(RequestCode.SEND_MESSAGE, 9, 0, None, ext, b"b", "CPP"))
     assert _code(r) == ResponseCode.SUCCESS and r is not None and r.ext_fields["queueId"] == "1"
@@ -110,15 +126,19 @@ def test_queue_id_past_the_topics_queues_is_system_error(store: RecordingStore) 
     broker = make_broker(store)
     (r,) = run(broker, FakePeer("1.2.3.4:5"), send_request(send_header("T4", queue_id=4), b"x"))
     assert r is not None and r.code == ResponseCode.SYSTEM_ERROR
-    assert r.remark == ("request queueId[4] is illegal, TopicConfig [topicName=T4, readQueueNums=4, writeQueueNums=4, "
-                        "perm=RW-, topicFilterType=SINGLE_TAG, topicSysFlag=0, order=false] Producer: 1.2.3.4:5")
+    assert r.remark == (
+        "request queueId[4] is illegal, TopicConfig [topicName=T4, readQueueNums=4, writeQueueNums=4, "
+        "perm=RW-, topicFilterType=SINGLE_TAG, topicSysFlag=0, order=false] Producer: 1.2.3.4:5"
+    )
     assert store.puts == []
 
 
 def test_negative_queue_id_picks_a_write_queue(store: RecordingStore) -> None:
     store.create_topic("T4", 4)
     broker = make_broker(store)
-    replies = run(broker, FakePeer(), *[send_request(send_header("T4", queue_id=-1), b"x", opaque=i) for i in range(20)])
+    replies = run(
+        broker, FakePeer(), *[send_request(send_header("T4", queue_id=-1), b"x", opaque=i) for i in range(20)]
+    )
     qids = {int(r.ext_fields["queueId"]) for r in replies if r}
     assert qids <= {0, 1, 2, 3}
     assert store.puts[0].column("queueId").to_pylist() == [int(r.ext_fields["queueId"]) for r in replies if r]
@@ -136,8 +156,9 @@ def test_missing_required_field_is_system_error_naming_it(store: RecordingStore,
 
 def test_bad_topic_names_and_forbidden_topics(store: RecordingStore) -> None:
     broker = make_broker(store)
-    bad, long_, sched = (send_request(send_header(t), b"x", opaque=i)
-                         for i, t in enumerate(["a/b", "x" * 128, "SCHEDULE_TOPIC_XXXX"]))
+    bad, long_, sched = (
+        send_request(send_header(t), b"x", opaque=i) for i, t in enumerate(["a/b", "x" * 128, "SCHEDULE_TOPIC_XXXX"])
+    )
     r1, r2, r3 = run(broker, FakePeer(), bad, long_, sched)
     assert r1 is not None and r1.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in (r1.remark or "")
     assert r2 is not None and r2.remark == "The specified topic is longer than topic max length."
@@ -171,18 +192,23 @@ def test_transactional_message_is_refused_with_reject_transaction_message(store:
     assert r is not None and r.code == ResponseCode.NO_PERMISSION and "transaction" in (r.remark or "")
 
 
-@pytest.mark.parametrize(("error", "code"), [
-    (rmqlog.DiskFullError("disk full"), ResponseCode.SERVICE_NOT_AVAILABLE),
-    (rmqlog.StoreClosedError("closed"), ResponseCode.SERVICE_NOT_AVAILABLE),
-    (rmqlog.StoreBusyError("busy", path="lock", holders=[]), ResponseCode.SYSTEM_BUSY),
-    (rmqlog.MessageTooLargeError("too big", row=0, field="body"), ResponseCode.MESSAGE_ILLEGAL),
-    (OSError(5, "EIO"), ResponseCode.SYSTEM_ERROR),
-])
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (rmqlog.DiskFullError("disk full"), ResponseCode.SERVICE_NOT_AVAILABLE),
+        (rmqlog.StoreClosedError("closed"), ResponseCode.SERVICE_NOT_AVAILABLE),
+        (rmqlog.StoreBusyError("busy", path="lock", holders=[]), ResponseCode.SYSTEM_BUSY),
+        (rmqlog.MessageTooLargeError("too big", row=0, field="body"), ResponseCode.MESSAGE_ILLEGAL),
+        (OSError(5, "EIO"), ResponseCode.SYSTEM_ERROR),
+    ],
+)
 def test_store_errors_are_mapped(store: RecordingStore, error: Exception, code: int) -> None:
     broker = make_broker(store)
     store.fail = error
     (r,) = run(broker, FakePeer(), send_request(send_header("T1"), b"x"))
-    assert r is not None and r.code == code and type(error).__name__ in (r.remark or "") or str(error) in (r.remark or "")
+    assert (
+        r is not None and r.code == code and type(error).__name__ in (r.remark or "") or str(error) in (r.remark or "")
+    )
     assert "msgId" not in (r.ext_fields if r else {})
 
 
@@ -195,8 +221,11 @@ def test_one_bad_message_does_not_fail_the_others_put_with_it(store: RecordingSt
         return None
 
     store.fail = refuse_poison
-    replies = run(broker, FakePeer(), *[send_request(send_header("T1"), b, opaque=i)
-                                        for i, b in enumerate([b"a", b"poison", b"c"])])
+    replies = run(
+        broker,
+        FakePeer(),
+        *[send_request(send_header("T1"), b, opaque=i) for i, b in enumerate([b"a", b"poison", b"c"])],
+    )
     assert [r.code for r in replies if r] == [ResponseCode.SUCCESS, ResponseCode.MESSAGE_ILLEGAL, ResponseCode.SUCCESS]
     assert [t.column("body").to_pylist() for t in store.puts] == [[b"a"], [b"c"]]
 
@@ -221,7 +250,9 @@ def test_sync_flush_answers_after_the_group_commit(store: RecordingStore) -> Non
     gate = store.flush_gate = threading.Event()
 
     async def main() -> None:
-        futs = [broker.table.process(broker, FakePeer(), send_request(send_header("T1"), b"x", opaque=i)) for i in range(3)]
+        futs = [
+            broker.table.process(broker, FakePeer(), send_request(send_header("T1"), b"x", opaque=i)) for i in range(3)
+        ]
         put = asyncio.get_running_loop().create_future()
         asyncio.get_running_loop().call_soon(put.set_result, None)
         await put  # the put ran (its call_soon came first); the flush is held by the gate
@@ -235,7 +266,9 @@ def test_sync_flush_answers_after_the_group_commit(store: RecordingStore) -> Non
 
 
 def test_sync_flush_timeout_is_flush_disk_timeout_with_the_msgid(store: RecordingStore) -> None:
-    broker = make_broker(store, store_config=small_store_config(flush_disk_type=rmqlog.SYNC_FLUSH), sync_flush_timeout=1)
+    broker = make_broker(
+        store, store_config=small_store_config(flush_disk_type=rmqlog.SYNC_FLUSH), sync_flush_timeout=1
+    )
     gate = store.flush_gate = threading.Event()
 
     async def main() -> RemotingCommand | None:
@@ -253,10 +286,13 @@ def test_sync_flush_timeout_is_flush_disk_timeout_with_the_msgid(store: Recordin
 @pytest.mark.parametrize("form", ["320", "cpp-batch-flag"])
 def test_batch_is_one_put_of_its_messages(store: RecordingStore, form: str) -> None:
     broker = make_broker(store)
-    body = encode_batch([(b"one", 0, {"UNIQ_KEY": "A1", "KEYS": "k1"}), (b"two", 3, {}),
-                         (b"three", 0, {"UNIQ_KEY": "A3\x02"[:2]})])
+    body = encode_batch(
+        [(b"one", 0, {"UNIQ_KEY": "A1", "KEYS": "k1"}), (b"two", 3, {}), (b"three", 0, {"UNIQ_KEY": "A3\x02"[:2]})]
+    )
     if form == "320":
-        req = send_request(send_header("TB", queue_id=1, props="WAIT\x01true\x02"), body, code=RequestCode.SEND_BATCH_MESSAGE)
+        req = send_request(
+            send_header("TB", queue_id=1, props="WAIT\x01true\x02"), body, code=RequestCode.SEND_BATCH_MESSAGE
+        )
     else:  # the C++ client 1.0.1: code 10 with batch "1"
         ext = send_header("TB", queue_id=1, props="WAIT\x01true\x02").to_ext(False)
         ext["batch"] = "1"
@@ -272,14 +308,19 @@ def test_batch_is_one_put_of_its_messages(store: RecordingStore, form: str) -> N
     assert [x["body"] for x in rows] == [b"one", b"two", b"three", b"single"]
     assert [x["flag"] for x in rows][:3] == [0, 3, 0]
     cluster = "WAIT\x01true\x02CLUSTER\x01DefaultCluster\x02"  # the request's properties, appended
-    assert [x["properties"] for x in rows][:3] == ["UNIQ_KEY\x01A1\x02KEYS\x01k1\x02" + cluster, cluster,
-                                                   "UNIQ_KEY\x01A3\x02" + cluster]
+    assert [x["properties"] for x in rows][:3] == [
+        "UNIQ_KEY\x01A1\x02KEYS\x01k1\x02" + cluster,
+        cluster,
+        "UNIQ_KEY\x01A3\x02" + cluster,
+    ]
 
 
 def test_batch_over_the_size_limit_or_to_a_retry_topic_is_illegal(store: RecordingStore) -> None:
     broker = make_broker(store, store_config=small_store_config(max_message_size=64))
     big = send_request(send_header("TB"), encode_batch([(b"x" * 60, 0, {})]), code=RequestCode.SEND_BATCH_MESSAGE)
-    retry = send_request(send_header("%RETRY%G"), encode_batch([(b"x", 0, {})]), code=RequestCode.SEND_BATCH_MESSAGE, opaque=2)
+    retry = send_request(
+        send_header("%RETRY%G"), encode_batch([(b"x", 0, {})]), code=RequestCode.SEND_BATCH_MESSAGE, opaque=2
+    )
     r1, r2 = run(broker, FakePeer(), big, retry)
     assert _code(r1) == ResponseCode.MESSAGE_ILLEGAL and _code(r2) == ResponseCode.MESSAGE_ILLEGAL
     assert store.puts == []
@@ -304,10 +345,18 @@ def test_sends_stored_for_real_read_back_by_refcodec(tmp_path: Path) -> None:
     try:
         broker = make_broker(s)
         compressed = zlib.compress(b"a" * 5000)
-        single = send_request(send_header("TR", queue_id=1, sys_flag=1, flag=3,
-                                          props="WAIT\x01true\x02UNIQ_KEY\x01AC1100010001\x02KEYS\x01k1\x02"), compressed)
-        batch = send_request(send_header("TR", queue_id=2), encode_batch([(b"b1", 0, {"UNIQ_KEY": "U1"}), (b"b2", 0, {})]),
-                             code=RequestCode.SEND_BATCH_MESSAGE, opaque=2)
+        single = send_request(
+            send_header(
+                "TR", queue_id=1, sys_flag=1, flag=3, props="WAIT\x01true\x02UNIQ_KEY\x01AC1100010001\x02KEYS\x01k1\x02"
+            ),
+            compressed,
+        )
+        batch = send_request(
+            send_header("TR", queue_id=2),
+            encode_batch([(b"b1", 0, {"UNIQ_KEY": "U1"}), (b"b2", 0, {})]),
+            code=RequestCode.SEND_BATCH_MESSAGE,
+            opaque=2,
+        )
         r1, r2 = run(broker, FakePeer("10.0.0.9:4321"), single, batch)
         assert _code(r1) == ResponseCode.SUCCESS and _code(r2) == ResponseCode.SUCCESS
         s.flush()
@@ -316,7 +365,13 @@ def test_sends_stored_for_real_read_back_by_refcodec(tmp_path: Path) -> None:
     records = walk(root)
     assert [r.body for r in records] == [compressed, b"b1", b"b2"]
     first = records[0]
-    assert (first.topic, first.queue_id, first.sys_flag, first.flag, first.born_host) == ("TR", 1, 1, 3, "10.0.0.9:4321")
+    assert (first.topic, first.queue_id, first.sys_flag, first.flag, first.born_host) == (
+        "TR",
+        1,
+        1,
+        3,
+        "10.0.0.9:4321",
+    )
     assert first.properties["UNIQ_KEY"] == "AC1100010001" and first.properties["CLUSTER"] == "DefaultCluster"
     assert "WAIT" not in first.properties
     assert r1 is not None and r1.ext_fields["msgId"] == first.msg_id
@@ -343,8 +398,18 @@ def test_the_wait_property_is_read_as_javas_parse_reads_it() -> None:
 
     from rmqnet.broker.send import _waits, parse_properties
 
-    items = ["WAIT\x01true", "WAIT\x01false", "WAIT\x01TRUE", "XWAIT\x01false", "WAIT\x01", "WAIT\x01a\x01b",
-             "TAGS\x01t", "K\x01vWAIT\x01false", "WAIT\x01FaLse", ""]
+    items = [
+        "WAIT\x01true",
+        "WAIT\x01false",
+        "WAIT\x01TRUE",
+        "XWAIT\x01false",
+        "WAIT\x01",
+        "WAIT\x01a\x01b",
+        "TAGS\x01t",
+        "K\x01vWAIT\x01false",
+        "WAIT\x01FaLse",
+        "",
+    ]
     rng = random.Random(7)
     for _ in range(5000):
         p = "".join(rng.choice(items) + rng.choice(["\x02", "\x02", ""]) for _ in range(rng.randint(0, 4)))

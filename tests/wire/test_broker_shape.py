@@ -27,8 +27,45 @@ NET = ROOT / "rmqnet"
 BROKER_DOC = ROOT / "docs" / "broker.md"
 #: what the broker serves (docs/broker.md, "Request codes served"; RocketMQ 4.9.8's codes and
 #: RocketMQ 5's POP codes; 200950 ours, the POP in-flight listing)
-SERVED = [10, 11, 12, 14, 15, 17, 21, 25, 26, 28, 29, 30, 31, 32, 33, 34, 35, 36, 37, 38, 41, 42, 43, 45,
-          200, 201, 202, 203, 207, 208, 215, 310, 320, 200050, 200051, 200053, 200950]
+SERVED = [
+    10,
+    11,
+    12,
+    14,
+    15,
+    17,
+    21,
+    25,
+    26,
+    28,
+    29,
+    30,
+    31,
+    32,
+    33,
+    34,
+    35,
+    36,
+    37,
+    38,
+    41,
+    42,
+    43,
+    45,
+    200,
+    201,
+    202,
+    203,
+    207,
+    208,
+    215,
+    310,
+    320,
+    200050,
+    200051,
+    200053,
+    200950,
+]
 
 
 def documented_codes() -> list[int]:
@@ -68,7 +105,9 @@ def test_two_handlers_for_one_code_stop_the_start() -> None:
         return None
 
     with pytest.raises(ValueError, match="request code 10 already has a processor"):
-        ProcessorTable([(RequestCode.SEND_MESSAGE, one), (RequestCode.PULL_MESSAGE, one), (RequestCode.SEND_MESSAGE, one)])
+        ProcessorTable(
+            [(RequestCode.SEND_MESSAGE, one), (RequestCode.PULL_MESSAGE, one), (RequestCode.SEND_MESSAGE, one)]
+        )
 
 
 def test_the_acl_hook_is_declared_with_the_table(broker: Broker) -> None:
@@ -80,8 +119,17 @@ def test_every_service_is_a_field_of_the_broker(broker: Broker) -> None:
     fields = {id(v) for v in vars(broker).values()}
     assert all(id(s) in fields for s in broker.services)
     assert [type(s).__name__ for s in broker.services] == [
-        "StatePersistService", "TransactionCheckService", "ClientRegistry", "PullHoldService", "QueueLocks",
-        "GetNums", "Replication", "PopHoldService", "PopService", "RateSampler"]
+        "StatePersistService",
+        "TransactionCheckService",
+        "ClientRegistry",
+        "PullHoldService",
+        "QueueLocks",
+        "GetNums",
+        "Replication",
+        "PopHoldService",
+        "PopService",
+        "RateSampler",
+    ]
     assert broker.slave_sync is None and broker.registrar is None
 
 
@@ -125,7 +173,9 @@ def test_close_runs_every_services_close_even_after_one_fails(broker: Broker) ->
 # ------------------------------------------------------------------ the source, read
 def _broker_arg(node: ast.expr) -> bool:
     """Whether ``node`` is a broker: ``broker`` or ``<anything>.broker``."""
-    return (isinstance(node, ast.Name) and node.id == "broker") or (isinstance(node, ast.Attribute) and node.attr == "broker")
+    return (isinstance(node, ast.Name) and node.id == "broker") or (
+        isinstance(node, ast.Attribute) and node.attr == "broker"
+    )
 
 
 def _lookups(path: Path, params: bool = True) -> list[str]:
@@ -135,16 +185,25 @@ def _lookups(path: Path, params: bool = True) -> list[str]:
     tree = ast.parse(path.read_text(), str(path))
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id in ("getattr", "hasattr", "setattr", "delattr") and node.args and _broker_arg(node.args[0]):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+            and node.args
+            and _broker_arg(node.args[0])
+        ):
             found.append(f"{path.name}:{node.lineno} {ast.unparse(node)}")
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             if node.name == "install":
                 found.append(f"{path.name}:{node.lineno} def install")
             for arg in node.args.args + node.args.kwonlyargs if params else []:
-                if arg.arg == "broker" and (arg.annotation is None or ast.unparse(arg.annotation).strip("'\"") != "Broker"):
-                    found.append(f"{path.name}:{node.lineno} {node.name}(broker: "
-                                 f"{None if arg.annotation is None else ast.unparse(arg.annotation)})")
+                if arg.arg == "broker" and (
+                    arg.annotation is None or ast.unparse(arg.annotation).strip("'\"") != "Broker"
+                ):
+                    found.append(
+                        f"{path.name}:{node.lineno} {node.name}(broker: "
+                        f"{None if arg.annotation is None else ast.unparse(arg.annotation)})"
+                    )
     return found
 
 
@@ -154,21 +213,28 @@ def test_no_part_of_the_broker_is_found_by_name() -> None:
 
 
 def test_no_type_ignore_on_a_broker_attribute() -> None:
-    ignores = [f"{p.relative_to(ROOT)}:{n}" for p in sorted((NET / "broker").glob("*.py"))
-               for n, line in enumerate(p.read_text().splitlines(), 1) if "type: ignore[attr-defined]" in line]
+    ignores = [
+        f"{p.relative_to(ROOT)}:{n}"
+        for p in sorted((NET / "broker").glob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "type: ignore[attr-defined]" in line
+    ]
     assert ignores == []
 
 
 def test_the_source_scan_finds_what_it_looks_for(tmp_path: Path) -> None:
     """The scan above, on the forms main had (its own check)."""
     src = tmp_path / "old.py"
-    src.write_text("from typing import Any\n"
-                   "def install(broker: Any) -> None:\n"
-                   "    broker.sender = 1  # type: ignore[attr-defined]\n"
-                   "class S:\n"
-                   "    def f(self) -> None:\n"
-                   "        r = getattr(self.broker, 'replication', None)\n"
-                   "def g(broker: Broker) -> None:\n"
-                   "    hasattr(broker, 'holds')\n")
-    assert sorted(f.split(" ", 1)[1] for f in _lookups(src)) == sorted([
-        "def install", "install(broker: Any)", "getattr(self.broker, 'replication', None)", "hasattr(broker, 'holds')"])
+    src.write_text(
+        "from typing import Any\n"
+        "def install(broker: Any) -> None:\n"
+        "    broker.sender = 1  # type: ignore[attr-defined]\n"
+        "class S:\n"
+        "    def f(self) -> None:\n"
+        "        r = getattr(self.broker, 'replication', None)\n"
+        "def g(broker: Broker) -> None:\n"
+        "    hasattr(broker, 'holds')\n"
+    )
+    assert sorted(f.split(" ", 1)[1] for f in _lookups(src)) == sorted(
+        ["def install", "install(broker: Any)", "getattr(self.broker, 'replication', None)", "hasattr(broker, 'holds')"]
+    )

@@ -38,16 +38,40 @@ def put(broker: Any, n: int, *, start: int = 0, topic: str = "T") -> None:
     if topic not in broker.store.topics():
         broker.store.create_topic(topic, 4)
     props = [[("i", str(i)), *([("color", "red")] if i % 10 == 0 else [])] for i in range(start, start + n)]
-    broker.store.put_batch(pa.table({"topic": [topic] * n, "body": [f"m{i}".encode() for i in range(start, start + n)],
-                                     "queueId": [0] * n,
-                                     "properties": pa.array(props, pa.map_(pa.string(), pa.string()))}), dispatch=True)
+    broker.store.put_batch(
+        pa.table(
+            {
+                "topic": [topic] * n,
+                "body": [f"m{i}".encode() for i in range(start, start + n)],
+                "queueId": [0] * n,
+                "properties": pa.array(props, pa.map_(pa.string(), pa.string())),
+            }
+        ),
+        dispatch=True,
+    )
 
 
-def pull_req(offset: int = 0, *, expression: str | None = None, expression_type: str | None = "SQL92", sys_flag: int = 4,
-             max_nums: int = 32, sub_version: int = 0, group: str = "G") -> Any:
-    ext: dict[str, Any] = {"consumerGroup": group, "topic": "T", "queueId": "0", "queueOffset": str(offset),
-                           "maxMsgNums": str(max_nums), "sysFlag": str(sys_flag), "commitOffset": "0",
-                           "suspendTimeoutMillis": "15000", "subVersion": str(sub_version)}
+def pull_req(
+    offset: int = 0,
+    *,
+    expression: str | None = None,
+    expression_type: str | None = "SQL92",
+    sys_flag: int = 4,
+    max_nums: int = 32,
+    sub_version: int = 0,
+    group: str = "G",
+) -> Any:
+    ext: dict[str, Any] = {
+        "consumerGroup": group,
+        "topic": "T",
+        "queueId": "0",
+        "queueOffset": str(offset),
+        "maxMsgNums": str(max_nums),
+        "sysFlag": str(sys_flag),
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "15000",
+        "subVersion": str(sub_version),
+    }
     if expression is not None:
         ext["subscription"] = expression
     if expression_type is not None:
@@ -113,10 +137,24 @@ def test_property_filter_off_is_refused_with_rocketmqs_code(broker: Any) -> None
     assert do_pull(broker, pull_req(0, expression="*", expression_type="TAG")).code == ResponseCode.SUCCESS
 
 
-@pytest.mark.parametrize("expression", [
-    None, "", "i >", "i = NULL", "i > 'x'", "i BETWEEN 9 AND 1", "5 IN ('a')", "i = 1 j = 2", "i LIKE 'a%'",
-    "(" * 1000 + "i = 1" + ")" * 1000, "i IN (" + ",".join(["'v'"] * 20000) + ")", "a > 0.0", "i != 1",
-])
+@pytest.mark.parametrize(
+    "expression",
+    [
+        None,
+        "",
+        "i >",
+        "i = NULL",
+        "i > 'x'",
+        "i BETWEEN 9 AND 1",
+        "5 IN ('a')",
+        "i = 1 j = 2",
+        "i LIKE 'a%'",
+        "(" * 1000 + "i = 1" + ")" * 1000,
+        "i IN (" + ",".join(["'v'"] * 20000) + ")",
+        "a > 0.0",
+        "i != 1",
+    ],
+)
 def test_malformed_sql92_is_subscription_parse_failed(broker: Any, expression: str | None) -> None:
     put(broker, 3)
     res = do_pull(broker, pull_req(0, expression=expression))
@@ -141,11 +179,32 @@ def test_other_expression_types_are_refused(broker: Any) -> None:
 
 # ----------------------------------------------------------- heartbeat filters
 def heartbeat(broker: Any, peer: Any, expression: str, version: int, *, kind: str = "SQL92") -> Any:
-    body = json.dumps({"clientID": "c1", "producerDataSet": [], "consumerDataSet": [{
-        "groupName": "G", "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-        "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET", "unitMode": False,
-        "subscriptionDataSet": [{"topic": "T", "subString": expression, "tagsSet": [], "codeSet": [],
-                                 "subVersion": version, "classFilterMode": False, "expressionType": kind}]}]}).encode()
+    body = json.dumps(
+        {
+            "clientID": "c1",
+            "producerDataSet": [],
+            "consumerDataSet": [
+                {
+                    "groupName": "G",
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_FIRST_OFFSET",
+                    "unitMode": False,
+                    "subscriptionDataSet": [
+                        {
+                            "topic": "T",
+                            "subString": expression,
+                            "tagsSet": [],
+                            "codeSet": [],
+                            "subVersion": version,
+                            "classFilterMode": False,
+                            "expressionType": kind,
+                        }
+                    ],
+                }
+            ],
+        }
+    ).encode()
     return broker.table.process(broker, peer, request(RequestCode.HEART_BEAT, body=body))
 
 
@@ -180,7 +239,9 @@ def test_heartbeat_with_a_malformed_sql92_then_pull_is_filter_data_not_exist(bro
     # and with the switch off, the refusal of the pull is Java's SYSTEM_ERROR
     heartbeat(broker, peer, "i = 1", 4)
     broker.config = broker.config.replace(enable_property_filter=False)
-    assert do_pull(broker, pull_req(0, sys_flag=0, expression_type=None, sub_version=4)).code == ResponseCode.SYSTEM_ERROR
+    assert (
+        do_pull(broker, pull_req(0, sys_flag=0, expression_type=None, sub_version=4)).code == ResponseCode.SYSTEM_ERROR
+    )
 
 
 def test_sixty_kilobytes_of_dashes_are_refused_in_one_pass_by_pull_and_heartbeat(broker: Any, monkeypatch: Any) -> None:
@@ -222,8 +283,10 @@ def test_ali_ons_sql92_subscription_and_our_pull_consumer(tmp_path: Path) -> Non
         consumer.wait_event("ready")
         consumer.wait_event("pulling")
         producer = c.ali_ons_producer()
-        specs = [{**rcl.message("SQ", i), "properties": {"n": str(i), "shade": "red" if i % 2 else "blue"}}
-                 for i in range(12)]
+        specs = [
+            {**rcl.message("SQ", i), "properties": {"n": str(i), "shade": "red" if i % 2 else "blue"}}
+            for i in range(12)
+        ]
         rcl.send_all(producer, specs)
         got = consumer.wait_events("message", 4, "the matching messages")
         assert sorted(e["queueOffset"] for e in got) == [5, 7, 9, 11]

@@ -39,21 +39,40 @@ def taken() -> Iterator[int]:
         s.close()
 
 
-def test_a_taken_port_is_one_line_and_exit_3_for_broker_and_name_server(tmp_path: Path, taken: int,
-                                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    for argv in (["broker", str(tmp_path / "root"), "--listen", f"127.0.0.1:{taken}"],
-                 ["namesrv", "--listen", f"127.0.0.1:{taken}"]):
+def test_a_taken_port_is_one_line_and_exit_3_for_broker_and_name_server(
+    tmp_path: Path, taken: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    for argv in (
+        ["broker", str(tmp_path / "root"), "--listen", f"127.0.0.1:{taken}"],
+        ["namesrv", "--listen", f"127.0.0.1:{taken}"],
+    ):
         assert cli.main(argv) == 3, argv
         out, err = capsys.readouterr()
         (line,) = err.splitlines()
-        assert re.fullmatch(rf"rmqlog {argv[0]}: cannot listen on 127\.0\.0\.1:{taken}: .*(in use|Address).*", line), line
+        assert re.fullmatch(rf"rmqlog {argv[0]}: cannot listen on 127\.0\.0\.1:{taken}: .*(in use|Address).*", line), (
+            line
+        )
 
 
 def test_broker_log_lines_carry_time_and_level(tmp_path: Path, taken: int) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=b\nnoSuchKeyAtAll=1\n")
-    res = subprocess.run([sys.executable, "-m", "rmqnet", "broker", str(tmp_path / "root"), "-c", str(conf),
-                          "--listen", f"127.0.0.1:{taken}"], capture_output=True, text=True, timeout=GUARD_S)
+    res = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rmqnet",
+            "broker",
+            str(tmp_path / "root"),
+            "-c",
+            str(conf),
+            "--listen",
+            f"127.0.0.1:{taken}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=GUARD_S,
+    )
     assert res.returncode == 3, res.stderr
     lines = res.stderr.splitlines()
     warning = [line for line in lines if "noSuchKeyAtAll" in line]
@@ -97,7 +116,8 @@ def test_a_second_broker_process_exits_3_naming_the_root(tmp_path: Path) -> None
         assert res.returncode == 3
         assert res.stderr.splitlines()[-1] == (
             f"rmqlog broker: the store at {root} is served by another broker (pid {first.pid} holds broker.lock); "
-            "one broker per store root: stop it, or give this one another root")
+            "one broker per store root: stop it, or give this one another root"
+        )
     finally:
         first.send_signal(signal.SIGTERM)
         assert first.wait(GUARD_S) == 0

@@ -26,8 +26,9 @@ from tests.wire.real_clients import free_port
 from tests.wire.test_ha_process import BrokerProc, _conf, _send_until_ok
 
 
-def test_broker_status_of_a_master_and_its_slave(tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str],
-                                                 capsys: pytest.CaptureFixture[str]) -> None:
+def test_broker_status_of_a_master_and_its_slave(
+    tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
     ns_proc, ns_addr = namesrv
     master = BrokerProc(tmp_path / "m", _conf(tmp_path / "m.conf", "SYNC_MASTER", 0), ns_addr)
     slave: BrokerProc | None = None
@@ -43,7 +44,12 @@ def test_broker_status_of_a_master_and_its_slave(tmp_path: Path, namesrv: tuple[
         assert obj["namesrv"] == ns_addr and obj["totals"]["brokers"] == 2 and obj["totals"]["unreachable"] == 0
         rows = {r["brokerId"]: r for r in obj["brokers"]}
         m, s = rows[0], rows[1]
-        assert (m["cluster"], m["brokerName"], m["role"], m["address"]) == ("C1", "broker-a", "SYNC_MASTER", master.address)
+        assert (m["cluster"], m["brokerName"], m["role"], m["address"]) == (
+            "C1",
+            "broker-a",
+            "SYNC_MASTER",
+            master.address,
+        )
         assert (s["role"], s["address"]) == ("SLAVE", slave.address)
         assert m["version"] == s["version"] == "V4_9_8"
         assert 0 < m["diskUsedRatio"] <= 1
@@ -64,8 +70,9 @@ def test_broker_status_of_a_master_and_its_slave(tmp_path: Path, namesrv: tuple[
         master.stop()
 
 
-def test_exit_statuses_without_brokers_or_name_server(namesrv: tuple[subprocess.Popen[str], str],
-                                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_exit_statuses_without_brokers_or_name_server(
+    namesrv: tuple[subprocess.Popen[str], str], capsys: pytest.CaptureFixture[str]
+) -> None:
     _, ns_addr = namesrv
     assert main(["broker-status", "--namesrv", ns_addr]) == 1
     assert "no broker is registered" in capsys.readouterr().err
@@ -84,8 +91,13 @@ class _Admin:
     def runtime_info(self, addr: str) -> dict[str, str]:
         if addr.endswith(":2"):
             raise ConnectionRefusedError("refused")
-        return {"brokerVersionDesc": "V4_9_8", "putTps": "3.50 1.00 0.10", "getTransferedTps": "2.00 0 0",
-                "commitLogMaxOffset": "100", "commitLogDiskRatio": "0.25"}
+        return {
+            "brokerVersionDesc": "V4_9_8",
+            "putTps": "3.50 1.00 0.10",
+            "getTransferedTps": "2.00 0 0",
+            "commitLogMaxOffset": "100",
+            "commitLogDiskRatio": "0.25",
+        }
 
 
 def test_a_broker_that_does_not_answer_is_listed_with_its_error() -> None:

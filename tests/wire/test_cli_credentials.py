@@ -40,14 +40,19 @@ def _no_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_admin_commands_sign_with_flags_a_file_or_the_environment(
-        servers: dict[str, Any], capsys: pytest.CaptureFixture[str], tmp_path: Path,  # noqa: F811
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    servers: dict[str, Any],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     broker = servers["broker"]
-    code, out, err = rmqlog(capsys, "topic-list", "--broker", broker, "--access-key", ADMIN_KEY,
-                            "--secret-key", ADMIN_SECRET)
+    code, out, err = rmqlog(
+        capsys, "topic-list", "--broker", broker, "--access-key", ADMIN_KEY, "--secret-key", ADMIN_SECRET
+    )
     assert code == 0 and "topicC" in out, err
-    code, out, err = rmqlog(capsys, "topic-list", "--broker", broker, "--credentials",
-                            str(_creds_file(tmp_path, 0o600)))
+    code, out, err = rmqlog(
+        capsys, "topic-list", "--broker", broker, "--credentials", str(_creds_file(tmp_path, 0o600))
+    )
     assert code == 0 and "topicC" in out, err
     monkeypatch.setenv("RMQ_ACCESS_KEY", ADMIN_KEY)
     monkeypatch.setenv("RMQ_SECRET_KEY", ADMIN_SECRET)
@@ -57,11 +62,13 @@ def test_admin_commands_sign_with_flags_a_file_or_the_environment(
 
 def test_reading_commands_sign_too(servers: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
     ns = servers["namesrv"]
-    code, out, err = rmqlog(capsys, "topic-status", "T", "--namesrv", ns, "--access-key", ADMIN_KEY,
-                            "--secret-key", ADMIN_SECRET, "--json")
+    code, out, err = rmqlog(
+        capsys, "topic-status", "T", "--namesrv", ns, "--access-key", ADMIN_KEY, "--secret-key", ADMIN_SECRET, "--json"
+    )
     assert code == 0, err
-    code, out, err = rmqlog(capsys, "read", "T", "0", "--namesrv", ns, "--access-key", ADMIN_KEY,
-                            "--secret-key", ADMIN_SECRET)
+    code, out, err = rmqlog(
+        capsys, "read", "T", "0", "--namesrv", ns, "--access-key", ADMIN_KEY, "--secret-key", ADMIN_SECRET
+    )
     assert code in (0, 1), err  # (an empty queue: nothing found)
     assert "AclException" not in err
     code, _, err = rmqlog(capsys, "topic-status", "T", "--namesrv", ns)
@@ -69,22 +76,28 @@ def test_reading_commands_sign_too(servers: dict[str, Any], capsys: pytest.Captu
 
 
 def test_without_or_with_wrong_credentials_the_error_says_what_to_give(
-        servers: dict[str, Any], capsys: pytest.CaptureFixture[str]) -> None:  # noqa: F811
+    servers: dict[str, Any],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     broker = servers["broker"]
     code, _, err = rmqlog(capsys, "topic-list", "--broker", broker)
     assert code == 2 and "No accessKey is configured" in err and HINT in err
-    code, _, err = rmqlog(capsys, "topic-list", "--broker", broker, "--access-key", ADMIN_KEY, "--secret-key", "wrong!!")
+    code, _, err = rmqlog(
+        capsys, "topic-list", "--broker", broker, "--access-key", ADMIN_KEY, "--secret-key", "wrong!!"
+    )
     assert code == 2 and f"Check signature failed for accessKey={ADMIN_KEY}" in err and HINT in err
     assert "wrong!!" not in err
 
 
 def test_credentials_that_cannot_be_used_exit_2_before_any_request(
-        capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     # (no broker listens at this address: a request would exit 3)
     code, _, err = rmqlog(capsys, "topic-list", "--broker", "127.0.0.1:1", "--access-key", ADMIN_KEY)
     assert code == 2 and "go together" in err
-    code, _, err = rmqlog(capsys, "topic-list", "--broker", "127.0.0.1:1", "--credentials",
-                          str(_creds_file(tmp_path, 0o644)))
+    code, _, err = rmqlog(
+        capsys, "topic-list", "--broker", "127.0.0.1:1", "--credentials", str(_creds_file(tmp_path, 0o644))
+    )
     assert code == 2 and "chmod 600" in err and ADMIN_SECRET not in err
     code, _, err = rmqlog(capsys, "info", "--namesrv", "127.0.0.1:1", "--credentials", str(tmp_path / "none.yml"))
     assert code == 2 and "none.yml" in err

@@ -58,9 +58,11 @@ class FakeServer:
 
     def route(self, topic: str, queues: int = 4, broker: str = "broker-a", perm: int = 6) -> None:
         """Answer 105 for ``topic`` with a route to this server (fastjson's bare keys, as Java writes them)."""
-        body = (f'{{"brokerDatas":[{{"brokerAddrs":{{0:"{self.addr}"}},"brokerName":"{broker}","cluster":"C"}}],'
-                f'"filterServerTable":{{}},"queueDatas":[{{"brokerName":"{broker}","perm":{perm},'
-                f'"readQueueNums":{queues},"topicSynFlag":0,"writeQueueNums":{queues}}}]}}')
+        body = (
+            f'{{"brokerDatas":[{{"brokerAddrs":{{0:"{self.addr}"}},"brokerName":"{broker}","cluster":"C"}}],'
+            f'"filterServerTable":{{}},"queueDatas":[{{"brokerName":"{broker}","perm":{perm},'
+            f'"readQueueNums":{queues},"topicSynFlag":0,"writeQueueNums":{queues}}}]}}'
+        )
         previous = self.answers.get(105)
 
         def answer(r: RemotingCommand) -> RemotingCommand:
@@ -68,7 +70,11 @@ class FakeServer:
                 return r.reply(ResponseCode.SUCCESS, body=body.encode())
             if previous:
                 return previous(r)
-            return r.reply(ResponseCode.TOPIC_NOT_EXIST, f"No topic route info in name server for the topic: {r.ext_fields.get('topic')}")
+            return r.reply(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {r.ext_fields.get('topic')}",
+            )
+
         self.answers[105] = answer
 
     def stop(self) -> None:
@@ -126,8 +132,15 @@ def test_the_next_name_server_is_asked_when_one_is_down(fake: FakeServer) -> Non
 
 def send_ok(queue_offset: int = 7) -> Answer:
     def answer(r: RemotingCommand) -> RemotingCommand:
-        return r.reply(ResponseCode.SUCCESS, ext_fields={
-            "msgId": "7F00000100002A9F0000000000001234", "queueId": r.ext_fields["e"], "queueOffset": queue_offset})
+        return r.reply(
+            ResponseCode.SUCCESS,
+            ext_fields={
+                "msgId": "7F00000100002A9F0000000000001234",
+                "queueId": r.ext_fields["e"],
+                "queueOffset": queue_offset,
+            },
+        )
+
     return answer
 
 
@@ -141,8 +154,19 @@ def test_send_lays_out_the_v2_header_as_java(fake: FakeServer) -> None:
     ext = req.ext_fields
     assert req.body == b"hello" and req.flag == 0 and req.language == "PYTHON"
     assert {k: ext[k] for k in "abcdefghjkmn"} == {
-        "a": "PG", "b": "T1", "c": "TBW102", "d": "4", "e": "0", "f": "0", "g": "1700000000123", "h": "0",
-        "j": "0", "k": "false", "m": "false", "n": "broker-a"}
+        "a": "PG",
+        "b": "T1",
+        "c": "TBW102",
+        "d": "4",
+        "e": "0",
+        "f": "0",
+        "g": "1700000000123",
+        "h": "0",
+        "j": "0",
+        "k": "false",
+        "m": "false",
+        "n": "broker-a",
+    }
     assert "l" not in ext  # maxReconsumeTimes: only for retries
     p_ = props(ext["i"])
     assert p_.pop("UNIQ_KEY") == res.msg_id and UNIQ.match(res.msg_id)
@@ -173,7 +197,9 @@ def test_a_topic_without_route_is_sent_through_tbw102(fake: FakeServer) -> None:
     assert {r.ext_fields["c"] for r in fake.of(310)} == {"TBW102"}
 
 
-@pytest.mark.parametrize("code, name", [(13, "MESSAGE_ILLEGAL"), (14, "SERVICE_NOT_AVAILABLE"), (2, "SYSTEM_BUSY"), (16, "NO_PERMISSION")])
+@pytest.mark.parametrize(
+    "code, name", [(13, "MESSAGE_ILLEGAL"), (14, "SERVICE_NOT_AVAILABLE"), (2, "SYSTEM_BUSY"), (16, "NO_PERMISSION")]
+)
 def test_a_failed_send_raises_broker_error_with_the_code_name(fake: FakeServer, code: int, name: str) -> None:
     fake.route("T1")
     fake.answers[310] = lambda r: r.reply(code, "the broker's reason")
@@ -183,7 +209,9 @@ def test_a_failed_send_raises_broker_error_with_the_code_name(fake: FakeServer, 
     assert err.value.addr == fake.addr and err.value.request_code == 310
 
 
-@pytest.mark.parametrize("code, status", [(10, "FLUSH_DISK_TIMEOUT"), (11, "SLAVE_NOT_AVAILABLE"), (12, "FLUSH_SLAVE_TIMEOUT")])
+@pytest.mark.parametrize(
+    "code, status", [(10, "FLUSH_DISK_TIMEOUT"), (11, "SLAVE_NOT_AVAILABLE"), (12, "FLUSH_SLAVE_TIMEOUT")]
+)
 def test_stored_but_statuses_are_results_not_errors(fake: FakeServer, code: int, status: str) -> None:
     fake.route("T1")
     fake.answers[310] = lambda r: r.reply(code, ext_fields={"msgId": "X", "queueId": 0, "queueOffset": 3})
@@ -219,10 +247,17 @@ def decode_batch_body(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
 
 def test_send_batch_body_is_java_encode_messages(fake: FakeServer) -> None:
     fake.route("T1")
-    fake.answers[320] = lambda r: r.reply(ResponseCode.SUCCESS, ext_fields={
-        "msgId": "A,B,C", "queueId": r.ext_fields["e"], "queueOffset": 40})
-    table = pa.table({"body": pa.array([b"one", b"", "é".encode() * 300], pa.binary()),
-                      "tags": ["t1", None, "t3"], "keys": ["k1 k2", "", None], "flag": pa.array([0, 5, -1], pa.int32())})
+    fake.answers[320] = lambda r: r.reply(
+        ResponseCode.SUCCESS, ext_fields={"msgId": "A,B,C", "queueId": r.ext_fields["e"], "queueOffset": 40}
+    )
+    table = pa.table(
+        {
+            "body": pa.array([b"one", b"", "é".encode() * 300], pa.binary()),
+            "tags": ["t1", None, "t3"],
+            "keys": ["k1 k2", "", None],
+            "flag": pa.array([0, 5, -1], pa.int32()),
+        }
+    )
     with Producer("PG", fake.addr) as p:
         res = p.send_batch("T1", table, queue_id=1)
     (req,) = fake.of(320)
@@ -231,8 +266,11 @@ def test_send_batch_body_is_java_encode_messages(fake: FakeServer) -> None:
     msgs = decode_batch_body(req.body_bytes())
     assert [(f, b) for f, b, _ in msgs] == [(0, b"one"), (5, b""), (-1, "é".encode() * 300)]
     uniq = [m.pop("UNIQ_KEY") for _, _, m in msgs]
-    assert [m for _, _, m in msgs] == [{"TAGS": "t1", "KEYS": "k1 k2", "WAIT": "true"}, {"WAIT": "true"},
-                                        {"TAGS": "t3", "WAIT": "true"}]
+    assert [m for _, _, m in msgs] == [
+        {"TAGS": "t1", "KEYS": "k1 k2", "WAIT": "true"},
+        {"WAIT": "true"},
+        {"TAGS": "t3", "WAIT": "true"},
+    ]
     assert all(UNIQ.match(u) for u in uniq) and len(set(uniq)) == 3
     assert res.msg_id == ",".join(uniq) and res.offset_msg_id == "A,B,C" and (res.queue_id, res.queue_offset) == (1, 40)
 
@@ -253,24 +291,48 @@ def test_send_batch_takes_a_list_of_bodies_and_refuses_bad_input(fake: FakeServe
 
 
 def records(n: int, start: int = 0) -> bytes:
-    return b"".join(encode_record(
-        topic="T1", body=b"body-%d" % i, queue_id=2, queue_offset=i, physical_offset=1000 + 200 * i,
-        properties={"TAGS": f"tag{i % 2}", "KEYS": f"k{i} x", "UNIQ_KEY": f"{i:032X}"}, flag=i,
-        born_timestamp=1_700_000_000_000 + i, born_host="10.0.0.9:5555", store_timestamp=1_700_000_000_500 + i,
-        store_host="127.0.0.1:10911", reconsume_times=i % 3) for i in range(start, start + n))
+    return b"".join(
+        encode_record(
+            topic="T1",
+            body=b"body-%d" % i,
+            queue_id=2,
+            queue_offset=i,
+            physical_offset=1000 + 200 * i,
+            properties={"TAGS": f"tag{i % 2}", "KEYS": f"k{i} x", "UNIQ_KEY": f"{i:032X}"},
+            flag=i,
+            born_timestamp=1_700_000_000_000 + i,
+            born_host="10.0.0.9:5555",
+            store_timestamp=1_700_000_000_500 + i,
+            store_host="127.0.0.1:10911",
+            reconsume_times=i % 3,
+        )
+        for i in range(start, start + n)
+    )
 
 
 def test_pull_sends_java_header_and_decodes_the_stored_records(fake: FakeServer) -> None:
     fake.route("T1")
-    fake.answers[11] = lambda r: r.reply(ResponseCode.SUCCESS, ext_fields={
-        "suggestWhichBrokerId": 0, "nextBeginOffset": 8, "minOffset": 0, "maxOffset": 20}, body=records(3, 5))
+    fake.answers[11] = lambda r: r.reply(
+        ResponseCode.SUCCESS,
+        ext_fields={"suggestWhichBrokerId": 0, "nextBeginOffset": 8, "minOffset": 0, "maxOffset": 20},
+        body=records(3, 5),
+    )
     with PullConsumer("CG", fake.addr) as c:
         res = c.pull("T1", 2, 5, 3, suspend_ms=1500, subscription="tag0 || tag1")
     (req,) = fake.of(11)
     assert req.ext_fields == {
-        "consumerGroup": "CG", "topic": "T1", "queueId": "2", "queueOffset": "5", "maxMsgNums": "3",
-        "sysFlag": "6", "commitOffset": "0", "suspendTimeoutMillis": "1500", "subscription": "tag0 || tag1",
-        "subVersion": "0", "expressionType": "TAG"}
+        "consumerGroup": "CG",
+        "topic": "T1",
+        "queueId": "2",
+        "queueOffset": "5",
+        "maxMsgNums": "3",
+        "sysFlag": "6",
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "1500",
+        "subscription": "tag0 || tag1",
+        "subVersion": "0",
+        "expressionType": "TAG",
+    }
     assert (res.status, res.next_begin_offset, res.min_offset, res.max_offset) == ("FOUND", 8, 0, 20)
     m = res.messages.to_pylist()
     assert [r["queueOffset"] for r in m] == [5, 6, 7] and [r["body"] for r in m] == [b"body-5", b"body-6", b"body-7"]
@@ -281,7 +343,9 @@ def test_pull_sends_java_header_and_decodes_the_stored_records(fake: FakeServer)
     assert dict(m[0]["properties"])["UNIQ_KEY"] == f"{5:032X}"
 
 
-def test_a_small_pull_reply_is_decoded_without_the_arrow_table_until_asked(fake: FakeServer, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_small_pull_reply_is_decoded_without_the_arrow_table_until_asked(
+    fake: FakeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 42: the pull consumer spent 89% of its busy time building the Arrow table of each
     small reply (~1 ms whatever its size). Now a reply of a few messages is decoded record by
     record; the table's decode runs only when its table is asked for."""
@@ -298,8 +362,11 @@ def test_a_small_pull_reply_is_decoded_without_the_arrow_table_until_asked(fake:
     for module in (consumer_module, records_module):  # wherever the client takes it from
         monkeypatch.setattr(module, "decode_records", counted, raising=False)
     fake.route("T1")
-    fake.answers[11] = lambda r: r.reply(ResponseCode.SUCCESS, ext_fields={
-        "suggestWhichBrokerId": 0, "nextBeginOffset": 8, "minOffset": 0, "maxOffset": 20}, body=records(3, 5))
+    fake.answers[11] = lambda r: r.reply(
+        ResponseCode.SUCCESS,
+        ext_fields={"suggestWhichBrokerId": 0, "nextBeginOffset": 8, "minOffset": 0, "maxOffset": 20},
+        body=records(3, 5),
+    )
     with PullConsumer("CG", fake.addr) as c:
         res = c.pull("T1", 2, 5, 3)
     assert tables == []  # no table built for three messages
@@ -310,7 +377,9 @@ def test_a_small_pull_reply_is_decoded_without_the_arrow_table_until_asked(fake:
 
 def test_pull_without_suspend_sends_sysflag_4(fake: FakeServer) -> None:
     fake.route("T1")
-    fake.answers[11] = lambda r: r.reply(ResponseCode.PULL_NOT_FOUND, ext_fields={"nextBeginOffset": 9, "minOffset": 0, "maxOffset": 9})
+    fake.answers[11] = lambda r: r.reply(
+        ResponseCode.PULL_NOT_FOUND, ext_fields={"nextBeginOffset": 9, "minOffset": 0, "maxOffset": 9}
+    )
     with PullConsumer("CG", fake.addr) as c:
         res = c.pull("T1", 0, 9)
     assert fake.of(11)[0].ext_fields["sysFlag"] == "4" and fake.of(11)[0].ext_fields["maxMsgNums"] == "32"
@@ -354,7 +423,9 @@ def test_a_pull_consumer_waits_for_a_topic_to_be_routed_then_gives_up(fake: Fake
         return inner(r)
 
     fake.answers[105] = late
-    fake.answers[11] = lambda r: r.reply(ResponseCode.PULL_NOT_FOUND, ext_fields={"nextBeginOffset": 0, "minOffset": 0, "maxOffset": 0})
+    fake.answers[11] = lambda r: r.reply(
+        ResponseCode.PULL_NOT_FOUND, ext_fields={"nextBeginOffset": 0, "minOffset": 0, "maxOffset": 0}
+    )
     with PullConsumer("CG", fake.addr) as c:
         assert c.pull("T1", 0, 0).status == "NO_NEW_MSG"
         assert len(asked) == 3
@@ -366,6 +437,7 @@ def test_a_pull_consumer_waits_for_a_topic_to_be_routed_then_gives_up(fake: Fake
 
 def test_a_pull_body_that_is_not_whole_records_is_refused(fake: FakeServer) -> None:
     from rmqlog import CorruptRecordError
+
     fake.route("T1")
     fake.answers[11] = lambda r: r.reply(ResponseCode.SUCCESS, ext_fields={"nextBeginOffset": 1}, body=records(2)[:-5])
     with PullConsumer("CG", fake.addr) as c, pytest.raises(CorruptRecordError):
@@ -375,10 +447,17 @@ def test_a_pull_body_that_is_not_whole_records_is_refused(fake: FakeServer) -> N
 def test_the_decoder_agrees_with_the_store(tmp_path: Any) -> None:
     store = MessageStore.open(tmp_path / "s")
     try:
-        store.put_batch(pa.table({
-            "topic": ["T"] * 4, "queueId": pa.array([0] * 4, pa.int32()), "body": [b"a", b"", b"c" * 5000, b"d"],
-            "tags": ["x", None, "y", ""], "keys": pa.array([["k1"], [], ["k2", "k3"], []], pa.list_(pa.string())),
-        }))
+        store.put_batch(
+            pa.table(
+                {
+                    "topic": ["T"] * 4,
+                    "queueId": pa.array([0] * 4, pa.int32()),
+                    "body": [b"a", b"", b"c" * 5000, b"d"],
+                    "tags": ["x", None, "y", ""],
+                    "keys": pa.array([["k1"], [], ["k2", "k3"], []], pa.list_(pa.string())),
+                }
+            )
+        )
         raw = store.read_window("T", 0, 0, max_count=10, raw=True)
         want = store.read_window("T", 0, 0, max_count=10).messages
     finally:
@@ -397,8 +476,11 @@ def test_admin_offsets_and_topics_send_javas_fields(fake: FakeServer) -> None:
     fake.answers[31] = lambda r: r.reply(0, ext_fields={"offset": 4})
     fake.answers[29] = lambda r: r.reply(0, ext_fields={"offset": 60})
     fake.answers[32] = lambda r: r.reply(0, ext_fields={"timestamp": 1_700_000_000_000})
-    fake.answers[14] = lambda r: (r.reply(0, ext_fields={"offset": 33}) if r.ext_fields["consumerGroup"] == "G"
-                                  else r.reply(ResponseCode.QUERY_NOT_FOUND, "Not found"))
+    fake.answers[14] = lambda r: (
+        r.reply(0, ext_fields={"offset": 33})
+        if r.ext_fields["consumerGroup"] == "G"
+        else r.reply(ResponseCode.QUERY_NOT_FOUND, "Not found")
+    )
     b = fake.addr
     with Admin("127.0.0.1:1") as admin:  # no name server needed for requests to a broker
         assert admin.max_offset(b, "T", 1) == 120
@@ -409,13 +491,25 @@ def test_admin_offsets_and_topics_send_javas_fields(fake: FakeServer) -> None:
         assert admin.query_offset(b, "other", "T", 1) is None
         admin.update_offset(b, "G", "T", 1, 34)
         admin.create_topic(b, "NEWT", 8)
-    assert fake.of(30)[0].ext_fields == fake.of(31)[0].ext_fields == fake.of(32)[0].ext_fields == {"topic": "T", "queueId": "1"}
+    assert (
+        fake.of(30)[0].ext_fields
+        == fake.of(31)[0].ext_fields
+        == fake.of(32)[0].ext_fields
+        == {"topic": "T", "queueId": "1"}
+    )
     assert fake.of(29)[0].ext_fields == {"topic": "T", "queueId": "1", "timestamp": "1699999999000"}
     assert fake.of(14)[0].ext_fields == {"consumerGroup": "G", "topic": "T", "queueId": "1"}
     assert fake.of(15)[0].ext_fields == {"consumerGroup": "G", "topic": "T", "queueId": "1", "commitOffset": "34"}
-    assert fake.of(17)[0].ext_fields == {"topic": "NEWT", "defaultTopic": "TBW102", "readQueueNums": "8",
-                                         "writeQueueNums": "8", "perm": "6", "topicFilterType": "SINGLE_TAG",
-                                         "topicSysFlag": "0", "order": "false"}
+    assert fake.of(17)[0].ext_fields == {
+        "topic": "NEWT",
+        "defaultTopic": "TBW102",
+        "readQueueNums": "8",
+        "writeQueueNums": "8",
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": "0",
+        "order": "false",
+    }
 
 
 def test_admin_errors_are_typed(fake: FakeServer) -> None:
@@ -430,16 +524,23 @@ def test_admin_errors_are_typed(fake: FakeServer) -> None:
 
 def test_query_by_key_asks_every_broker_and_keeps_the_messages_with_the_key(fake: FakeServer) -> None:
     fake.route("T1")
-    fake.answers[12] = lambda r: r.reply(ResponseCode.SUCCESS, ext_fields={
-        "indexLastUpdateTimestamp": 1, "indexLastUpdatePhyoffset": 2}, body=records(4))
+    fake.answers[12] = lambda r: r.reply(
+        ResponseCode.SUCCESS, ext_fields={"indexLastUpdateTimestamp": 1, "indexLastUpdatePhyoffset": 2}, body=records(4)
+    )
     with Admin(fake.addr) as admin:
         by_key = admin.query_by_key("T1", "k2", 10, 5, 6)
         by_uniq = admin.query_by_key("T1", f"{3:032X}", unique=True)
     assert by_key.column("queueOffset").to_pylist() == [2]  # k2 only: the hash collisions dropped
     assert by_uniq.column("queueOffset").to_pylist() == [3]
     first, second = fake.of(12)
-    assert first.ext_fields == {"topic": "T1", "key": "k2", "maxNum": "10", "beginTimestamp": "5",
-                                "endTimestamp": "6", "_UNIQUE_KEY_QUERY": "false"}
+    assert first.ext_fields == {
+        "topic": "T1",
+        "key": "k2",
+        "maxNum": "10",
+        "beginTimestamp": "5",
+        "endTimestamp": "6",
+        "_UNIQUE_KEY_QUERY": "false",
+    }
     assert second.ext_fields["_UNIQUE_KEY_QUERY"] == "true"
     fake.answers[12] = lambda r: r.reply(ResponseCode.QUERY_NOT_FOUND, "no message")
     with Admin(fake.addr) as admin:
@@ -467,8 +568,12 @@ def test_parse_offset_msg_id() -> None:
 
 
 def test_a_route_body_in_standard_json_is_read_too(fake: FakeServer) -> None:
-    body = json.dumps({"queueDatas": [{"brokerName": "b", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}],
-                       "brokerDatas": [{"cluster": "c", "brokerName": "b", "brokerAddrs": {"0": fake.addr}}]}).encode()
+    body = json.dumps(
+        {
+            "queueDatas": [{"brokerName": "b", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}],
+            "brokerDatas": [{"cluster": "c", "brokerName": "b", "brokerAddrs": {"0": fake.addr}}],
+        }
+    ).encode()
     fake.answers[105] = lambda r: r.reply(0, body=body)
     fake.answers[310] = send_ok()
     with Producer("PG", fake.addr) as p:
@@ -493,6 +598,7 @@ def test_a_methods_run_on_the_callers_loop_with_its_own_connections(fake: FakeSe
         assert [r.status for r in results] == ["SEND_OK"] * 10
         assert (await c.apull("T1", 0, 0)).status == "NO_NEW_MSG"
         assert (await p.aroute("T1")).broker_datas[0].broker_name == "broker-a"
+
     asyncio.run(main())
     assert len(p._loops) == 2  # the background loop and this one
     p.close()
@@ -503,6 +609,7 @@ def test_a_methods_run_on_the_callers_loop_with_its_own_connections(fake: FakeSe
 
 def test_uniq_keys_scalar_and_batch_agree() -> None:
     from rmqnet.client import UniqKeys
+
     ids = UniqKeys(b"\x0a\x00\x00\x07")
     now = 1_700_000_000_000
     one, many = ids.next(now), ids.many(3, now)
@@ -514,11 +621,13 @@ def test_uniq_keys_scalar_and_batch_agree() -> None:
 
 def test_a_blocking_call_on_the_client_loop_thread_is_refused(fake: FakeServer) -> None:
     from rmqnet.client.loop import submit
+
     fake.route("T1")
     admin = Admin(fake.addr)
 
     async def inside() -> None:
         admin.route("T1")
+
     with pytest.raises(RuntimeError, match="a-prefixed"):
         submit(inside()).result(timeout=30)
     admin.close()

@@ -27,10 +27,17 @@ def test_ali_ons_is_the_locked_version() -> None:
 
 def test_the_cpp_client_has_an_environment_of_its_own() -> None:
     rcl.require_cpp_client()
-    out = subprocess.run([str(rcl.ROCKETMQ_PYTHON), "-c",
-                          "import importlib.metadata as m, rocketmq.client as c, os; "
-                          "print(m.version('rocketmq'), os.path.exists(os.path.join(os.path.dirname(c.__file__), 'librocketmq.so')))"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            str(rcl.ROCKETMQ_PYTHON),
+            "-c",
+            "import importlib.metadata as m, rocketmq.client as c, os; "
+            "print(m.version('rocketmq'), os.path.exists(os.path.join(os.path.dirname(c.__file__), 'librocketmq.so')))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.split() == ["0.4.4", "True"]
     assert importlib.util.find_spec("rocketmq") is None, "the C++ client leaked into the project's environment"
 
@@ -46,21 +53,31 @@ def test_the_node5_client_is_the_locked_version() -> None:
 
 def test_the_python5_client_has_an_environment_of_its_own() -> None:
     rcl.require_python5_client()
-    out = subprocess.run([str(rcl.ROCKETMQ5_PYTHON), "-c",
-                          "import importlib.metadata as m, rocketmq; print(m.version('rocketmq-python-client'), rocketmq.Producer.__module__)"],
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [
+            str(rcl.ROCKETMQ5_PYTHON),
+            "-c",
+            "import importlib.metadata as m, rocketmq; print(m.version('rocketmq-python-client'), rocketmq.Producer.__module__)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert out.stdout.split() == ["5.1.2", "rocketmq.v5.producer.producer"]
     assert importlib.util.find_spec("rocketmq") is None, "the Python 5.x client leaked into the project's environment"
 
 
-@pytest.mark.parametrize("args, why", [
-    (["pull", "{}"], "a command and its options"),
-    (["consume"], "a command and its options"),
-    (["consume", "{}"], "consume needs endpoints, group, topic"),
-    (["receive", '{"endpoints": "127.0.0.1:1", "group": "G"}'], "receive needs topic"),
-    (["produce", "[1]"], "options are not a JSON object"),
-    (["produce", "{"], "options are not JSON"),
-])
+@pytest.mark.parametrize(
+    "args, why",
+    [
+        (["pull", "{}"], "a command and its options"),
+        (["consume"], "a command and its options"),
+        (["consume", "{}"], "consume needs endpoints, group, topic"),
+        (["receive", '{"endpoints": "127.0.0.1:1", "group": "G"}'], "receive needs topic"),
+        (["produce", "[1]"], "options are not a JSON object"),
+        (["produce", "{"], "options are not JSON"),
+    ],
+)
 def test_python5_client_refuses_bad_arguments(args: list[str], why: str) -> None:
     rcl.require_python5_client()
     out = subprocess.run([str(rcl.ROCKETMQ5_PYTHON), str(rcl.PYTHON5_CLIENT), *args], capture_output=True, text=True)
@@ -84,8 +101,9 @@ def test_the_namespace_has_only_loopback(tmp_path: Path) -> None:
 def test_ali_ons_producer_reports_a_refused_connection(tmp_path: Path) -> None:
     node = rcl.require_ali_ons()
     opts = {"nameSrv": f"127.0.0.1:{rcl.free_port()}"}
-    p = rcl.Client("producer", [node, str(rcl.NODE_PRODUCER), json.dumps(opts)], env=dict(os.environ),
-                   log_dir=tmp_path, stdin=True)
+    p = rcl.Client(
+        "producer", [node, str(rcl.NODE_PRODUCER), json.dumps(opts)], env=dict(os.environ), log_dir=tmp_path, stdin=True
+    )
     try:
         p.wait_event("ready")
         p.write(json.dumps(rcl.message("T", 0)))
@@ -101,8 +119,13 @@ def test_ali_ons_producer_reports_a_refused_connection(tmp_path: Path) -> None:
 @pytest.mark.parametrize("line", ["not json", json.dumps({"topic": "T"})])
 def test_ali_ons_producer_refuses_a_bad_message_line(tmp_path: Path, line: str) -> None:
     node = rcl.require_ali_ons()
-    p = rcl.Client("producer", [node, str(rcl.NODE_PRODUCER), json.dumps({"nameSrv": "127.0.0.1:1"})],
-                   env=dict(os.environ), log_dir=tmp_path, stdin=True)
+    p = rcl.Client(
+        "producer",
+        [node, str(rcl.NODE_PRODUCER), json.dumps({"nameSrv": "127.0.0.1:1"})],
+        env=dict(os.environ),
+        log_dir=tmp_path,
+        stdin=True,
+    )
     try:
         p.wait_event("ready")
         p.write(line)
@@ -132,11 +155,14 @@ def test_cpp_client_reports_a_missing_route(tmp_path: Path) -> None:
     assert "No route info of this topic: T" in failed["message"]
 
 
-@pytest.mark.parametrize(("args", "text"), [
-    (["push"], "usage: cpp_client.py"),
-    (["pull", "{"], "OPTIONS_JSON"),
-    (["push", json.dumps({"nameSrv": "127.0.0.1:1"})], "options group and topic are required"),
-])
+@pytest.mark.parametrize(
+    ("args", "text"),
+    [
+        (["push"], "usage: cpp_client.py"),
+        (["pull", "{"], "OPTIONS_JSON"),
+        (["push", json.dumps({"nameSrv": "127.0.0.1:1"})], "options group and topic are required"),
+    ],
+)
 def test_cpp_client_refuses_bad_arguments(args: list[str], text: str) -> None:
     rcl.require_cpp_client()
     out = subprocess.run([str(rcl.ROCKETMQ_PYTHON), str(rcl.CPP_CLIENT), *args], capture_output=True, text=True)
@@ -145,7 +171,7 @@ def test_cpp_client_refuses_bad_arguments(args: list[str], text: str) -> None:
 
 def test_a_server_that_does_not_start_fails_with_its_stderr(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     fake = tmp_path / "rmqlog"
-    fake.write_text("#!/bin/sh\necho \"no such command: $1\" >&2\nexit 3\n")
+    fake.write_text('#!/bin/sh\necho "no such command: $1" >&2\nexit 3\n')
     fake.chmod(0o755)
     monkeypatch.setattr(rcl, "RMQLOG", fake)
     with pytest.raises(AssertionError) as info, rcl.cluster(tmp_path / "c"):

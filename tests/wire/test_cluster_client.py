@@ -46,13 +46,16 @@ def test_allocate_averagely_java_s_example() -> None:
     assert [[q.queue_id for q in s] for s in shares] == [[0, 1, 2], [3, 4, 5], [6, 7], [8, 9]]
 
 
-@pytest.mark.parametrize(("n", "c", "expected"), [
-    (8, 3, [[0, 1, 2], [3, 4, 5], [6, 7]]),
-    (4, 4, [[0], [1], [2], [3]]),
-    (2, 3, [[0], [1], []]),  # more clients than queues: the last get nothing
-    (1, 1, [[0]]),
-    (7, 2, [[0, 1, 2, 3], [4, 5, 6]]),
-])
+@pytest.mark.parametrize(
+    ("n", "c", "expected"),
+    [
+        (8, 3, [[0, 1, 2], [3, 4, 5], [6, 7]]),
+        (4, 4, [[0], [1], [2], [3]]),
+        (2, 3, [[0], [1], []]),  # more clients than queues: the last get nothing
+        (1, 1, [[0]]),
+        (7, 2, [[0, 1, 2, 3], [4, 5, 6]]),
+    ],
+)
 def test_allocate_averagely_contiguous_runs(n: int, c: int, expected: list[list[int]]) -> None:
     cids = [f"c{i}" for i in range(c)]
     queues = mqs(n)
@@ -68,23 +71,33 @@ def test_allocate_averagely_refusals() -> None:
             allocate_averagely("G", *args)
 
 
-def two_broker_route(order: tuple[str, str] = ("broker-b", "broker-a"), queues: int = 2,
-                     addrs: dict[str, str] | None = None) -> TopicRouteData:
+def two_broker_route(
+    order: tuple[str, str] = ("broker-b", "broker-a"), queues: int = 2, addrs: dict[str, str] | None = None
+) -> TopicRouteData:
     addrs = addrs or {"broker-a": "10.0.0.1:10911", "broker-b": "10.0.0.2:10911"}
-    return TopicRouteData([QueueData(b, queues, queues) for b in order],
-                          [BrokerData("C", b, {0: addrs[b]}) for b in order])
+    return TopicRouteData(
+        [QueueData(b, queues, queues) for b in order], [BrokerData("C", b, {0: addrs[b]}) for b in order]
+    )
 
 
 def test_queues_across_brokers_in_java_s_order() -> None:
     route = two_broker_route()
-    assert publish_queues("T", route) == [QueueRef("T", "broker-a", 0), QueueRef("T", "broker-a", 1),
-                                          QueueRef("T", "broker-b", 0), QueueRef("T", "broker-b", 1)]
+    assert publish_queues("T", route) == [
+        QueueRef("T", "broker-a", 0),
+        QueueRef("T", "broker-a", 1),
+        QueueRef("T", "broker-b", 0),
+        QueueRef("T", "broker-b", 1),
+    ]
     # a broker without a master, or without the write perm, has no queue to send to
     route.broker_datas[0].broker_addrs = {1: "10.0.0.9:10911"}  # broker-b: a slave only
     route.queue_datas[1].perm = 4  # broker-a: read only
     assert publish_queues("T", route) == []
-    assert read_queues("T", route) == [QueueRef("T", "broker-a", 0), QueueRef("T", "broker-a", 1),
-                                       QueueRef("T", "broker-b", 0), QueueRef("T", "broker-b", 1)]
+    assert read_queues("T", route) == [
+        QueueRef("T", "broker-a", 0),
+        QueueRef("T", "broker-a", 1),
+        QueueRef("T", "broker-b", 0),
+        QueueRef("T", "broker-b", 1),
+    ]
     assert publish_queues("T", two_broker_route(queues=8), max_queues=4)[-1] == QueueRef("T", "broker-b", 3)
 
 
@@ -119,8 +132,10 @@ def test_latency_fault_tolerance_as_java_s_test() -> None:
 
 def test_not_available_durations_follow_java_s_tables() -> None:
     f = FaultStrategy(ManualClock(), enabled=True)
-    assert (LATENCY_MAX_MS, NOT_AVAILABLE_MS) == ((50, 100, 550, 1000, 2000, 3000, 15000),
-                                                  (0, 0, 30000, 60000, 120000, 180000, 600000))
+    assert (LATENCY_MAX_MS, NOT_AVAILABLE_MS) == (
+        (50, 100, 550, 1000, 2000, 3000, 15000),
+        (0, 0, 30000, 60000, 120000, 180000, 600000),
+    )
     got = [f.not_available_for(ms) for ms in (0, 49, 50, 549, 550, 999, 1000, 2999, 3000, 14999, 15000, 30000)]
     assert got == [0, 0, 0, 0, 30000, 30000, 60000, 120000, 180000, 180000, 600000, 600000]
     with pytest.raises(ValueError):
@@ -181,8 +196,10 @@ class Brokers:
     @staticmethod
     def _ok(name: str):  # type: ignore[no-untyped-def]
         def answer(r: RemotingCommand) -> RemotingCommand:
-            return r.reply(ResponseCode.SUCCESS, ext_fields={
-                "msgId": name, "queueId": r.ext_fields["e"], "queueOffset": "0"})
+            return r.reply(
+                ResponseCode.SUCCESS, ext_fields={"msgId": name, "queueId": r.ext_fields["e"], "queueOffset": "0"}
+            )
+
         return answer
 
     def sends(self, server: FakeServer) -> list[tuple[str, str]]:
@@ -284,8 +301,9 @@ def test_a_slave_answering_a_send_makes_the_route_asked_again(brokers: Brokers) 
 
 
 def test_a_stored_but_status_is_the_answer_unless_asked_to_try_another_broker(brokers: Brokers) -> None:
-    brokers.a.answers[310] = lambda r: r.reply(ResponseCode.SLAVE_NOT_AVAILABLE, None, {
-        "msgId": "broker-a", "queueId": r.ext_fields["e"], "queueOffset": "0"})
+    brokers.a.answers[310] = lambda r: r.reply(
+        ResponseCode.SLAVE_NOT_AVAILABLE, None, {"msgId": "broker-a", "queueId": r.ext_fields["e"], "queueOffset": "0"}
+    )
     with Producer("PG", brokers.a.addr) as p:
         assert p.send("T", b"x").status == "SLAVE_NOT_AVAILABLE"  # stored on broker-a: the answer
     assert brokers.sends(brokers.b) == []

@@ -22,8 +22,9 @@ from .test_broker_pull_over_the_wire import Servers, servers  # noqa: F401  (the
 def _send(servers: Servers, n: int) -> list[Any]:  # noqa: F811
     """``n`` messages to T queue 1, keys ``k<i>``, bodies JSON; each dispatched before return."""
     with Producer("PG", servers.namesrv) as producer, Admin(servers.namesrv) as admin:
-        sent = [producer.send("T", json.dumps({"i": i}).encode(), tags="TA", keys=[f"k{i}"], queue_id=1)
-                for i in range(n)]
+        sent = [
+            producer.send("T", json.dumps({"i": i}).encode(), tags="TA", keys=[f"k{i}"], queue_id=1) for i in range(n)
+        ]
         eventually(lambda: admin.max_offset("broker-a", "T", 1) >= n, "the messages dispatched")
     return sent
 
@@ -45,7 +46,12 @@ def test_pages_and_their_json_over_a_cluster(servers: Servers) -> None:  # noqa:
         assert cluster["series"]["in"] and cluster["series"]["in"][0][1] >= 0  # the page's answer was sampled
 
         topic = await (await client.get("/api/topics/T")).json()
-        assert [(q["queueId"], q["min"], q["max"]) for q in topic["queues"]] == [(0, 0, 0), (1, 0, 3), (2, 0, 0), (3, 0, 0)]
+        assert [(q["queueId"], q["min"], q["max"]) for q in topic["queues"]] == [
+            (0, 0, 0),
+            (1, 0, 3),
+            (2, 0, 0),
+            (3, 0, 0),
+        ]
         assert topic["series"]["rate"] == []  # one sample: no rate yet
         assert topic["messages"] == 3 and topic["route"]["brokerDatas"][0]["brokerName"] == "broker-a"
         assert "consumers" not in topic  # the refresh leaves the groups out; the page has them
@@ -54,13 +60,16 @@ def test_pages_and_their_json_over_a_cluster(servers: Servers) -> None:  # noqa:
 
         group = await (await client.get("/api/groups/CG_C")).json()
         # every queue of the topics the group committed on (RocketMQ's 208 counts the others from 0)
-        assert group["totalLag"] == 2 and (1, 1, 3) in [(r["queueId"], r["committed"], r["max"]) for r in group["offsets"]]
+        assert group["totalLag"] == 2 and (1, 1, 3) in [
+            (r["queueId"], r["committed"], r["max"]) for r in group["offsets"]
+        ]
         assert group["series"]["lag"][-1][1] == 2.0
         assert "CG_C" in (await (await client.get("/api/groups")).json())["items"]
         assert "total lag" in await (await client.get("/groups/CG_C")).text()
 
-        browse = await (await client.get("/api/messages", params={"topic": "T", "queue": "1", "offset": "1",
-                                                                   "count": "1"})).json()
+        browse = await (
+            await client.get("/api/messages", params={"topic": "T", "queue": "1", "offset": "1", "count": "1"})
+        ).json()
         assert [m["queueOffset"] for m in browse["messages"]] == [1] and browse["nextOffset"] == 2
         m = browse["messages"][0]
         assert m["bodyText"] == '{"i": 1}' and json.loads(m["bodyJson"]) == {"i": 1} and m["bodyHex"].startswith("7b")
@@ -87,7 +96,10 @@ def test_pages_and_their_json_over_a_cluster(servers: Servers) -> None:  # noqa:
         res = await client.get("/messages.jsonl", params={"topic": "T", "queue": "1"})
         lines = [json.loads(line) for line in (await res.text()).splitlines()]
         assert res.content_type == "application/x-ndjson" and [d["body"] for d in lines] == [
-            '{"i": 0}', '{"i": 1}', '{"i": 2}']
+            '{"i": 0}',
+            '{"i": 1}',
+            '{"i": 2}',
+        ]
 
         res = await client.get("/dlq", params={"group": "CG_C"})
         assert res.status == 404 and "%DLQ%CG_C" in await res.text()  # no dead letters: no such topic
@@ -105,13 +117,21 @@ def test_pages_and_their_json_over_a_cluster(servers: Servers) -> None:  # noqa:
 
 def test_bad_input_and_what_is_not_there_are_pages_not_tracebacks(servers: Servers) -> None:  # noqa: F811
     async def body(client: TestClient, console: ConsoleApp) -> None:
-        cases = [("/topics/NOPE", 404, "NOPE"), ("/topics/bad%20name", 400, "topic"),
-                 ("/messages?topic=T&queue=1&count=101", 400, "count"),
-                 ("/messages?topic=T&queue=-1", 400, "queue"), ("/messages?topic=T&queue=9", 400, "queue 9"),
-                 ("/messages?topic=T&key=nokey", 404, "nokey"), ("/messages?topic=T&msgId=zz", 400, "not a message id"),
-                 ("/messages?topic=T&begin=yesterday", 400, "begin"), ("/messages?topic=T&begin=0&after=1,2", 400, "after"), ("/topics?size=201", 400, "size"),
-                 ("/topics?kind=odd", 400, "kind"), ("/groups/NOGROUP", 404, "NOGROUP"),
-                 ("/messages?key=k", 400, "topic")]
+        cases = [
+            ("/topics/NOPE", 404, "NOPE"),
+            ("/topics/bad%20name", 400, "topic"),
+            ("/messages?topic=T&queue=1&count=101", 400, "count"),
+            ("/messages?topic=T&queue=-1", 400, "queue"),
+            ("/messages?topic=T&queue=9", 400, "queue 9"),
+            ("/messages?topic=T&key=nokey", 404, "nokey"),
+            ("/messages?topic=T&msgId=zz", 400, "not a message id"),
+            ("/messages?topic=T&begin=yesterday", 400, "begin"),
+            ("/messages?topic=T&begin=0&after=1,2", 400, "after"),
+            ("/topics?size=201", 400, "size"),
+            ("/topics?kind=odd", 400, "kind"),
+            ("/groups/NOGROUP", 404, "NOGROUP"),
+            ("/messages?key=k", 400, "topic"),
+        ]
         for url, status, words in cases:
             res = await client.get(url)
             text = await res.text()
@@ -138,8 +158,7 @@ def test_2000_topics_found_paged_and_filtered_on_the_server(servers: Servers) ->
         every = await (await client.get("/api/topics", params={"size": "200"})).json()
         assert every["total"] >= 2001 and len(every["items"]) == 200
         system = await (await client.get("/api/topics", params={"kind": "system"})).json()
-        assert "TBW102" in [t["topic"] for t in system["items"]] and all(
-            t["kind"] == "system" for t in system["items"])
+        assert "TBW102" in [t["topic"] for t in system["items"]] and all(t["kind"] == "system" for t in system["items"])
 
     with_console(servers.namesrv, body)
 
@@ -151,10 +170,14 @@ def test_admin_actions_refused_without_admin(servers: Servers) -> None:  # noqa:
     async def body(client: TestClient, console: ConsoleApp) -> None:
         page = await (await client.get("/groups/CG_R")).text()
         assert "reset offsets" not in page and 'name="token"' not in page  # no admin form is shown
-        for path, form in (("/admin/groups/CG_R/reset", {"topic": "T", "offset": "5"}),
-                           ("/admin/groups/CG_R/delete", {}), ("/admin/topics", {"topic": "NEW_T"}),
-                           ("/admin/topics/T/delete", {}), ("/admin/topics/T/send", {"body": "x"}),
-                           ("/admin/dlq/CG_R/resend", {"msgId": "00" * 16})):
+        for path, form in (
+            ("/admin/groups/CG_R/reset", {"topic": "T", "offset": "5"}),
+            ("/admin/groups/CG_R/delete", {}),
+            ("/admin/topics", {"topic": "NEW_T"}),
+            ("/admin/topics/T/delete", {}),
+            ("/admin/topics/T/send", {"body": "x"}),
+            ("/admin/dlq/CG_R/resend", {"msgId": "00" * 16}),
+        ):
             res = await client.post(path, data={**form, "token": console.token})
             text = await res.text()
             assert res.status == 403 and "start it with --admin" in text, path
@@ -178,8 +201,9 @@ def test_admin_reset_send_create_and_delete_with_admin(servers: Servers) -> None
         assert (await (await client.get("/api/groups/CG_A")).json())["totalLag"] == 0
         res = await client.post("/admin/groups/CG_A/reset", data={"topic": "T", "offset": "1", "token": "forged"})
         assert res.status == 403 and "token" in await res.text()
-        res = await client.post("/admin/groups/CG_A/reset", data={"topic": "T", "offset": "1", "time": "0",
-                                                                   "token": token})
+        res = await client.post(
+            "/admin/groups/CG_A/reset", data={"topic": "T", "offset": "1", "time": "0", "token": token}
+        )
         assert res.status == 400 and "one of them" in await res.text()
 
         res = await client.post("/admin/groups/CG_A/reset", data={"topic": "T", "offset": "1", "token": token})
@@ -190,8 +214,9 @@ def test_admin_reset_send_create_and_delete_with_admin(servers: Servers) -> None
         res = await client.post("/api/admin/groups/CG_A/reset", data={"topic": "T", "time": "0", "token": token})
         assert res.status == 200 and {q["offset"] for q in (await res.json())["result"]["queues"]} == {0}
 
-        res = await client.post("/api/admin/topics", data={"topic": "CONSOLE_T", "queues": "2", "perm": "6",
-                                                            "token": token})
+        res = await client.post(
+            "/api/admin/topics", data={"topic": "CONSOLE_T", "queues": "2", "perm": "6", "token": token}
+        )
         assert res.status == 200, await res.text()
         with Admin(servers.namesrv) as admin:
             assert admin.topic_configs(servers.broker)["CONSOLE_T"]["writeQueueNums"] == 2
@@ -231,6 +256,7 @@ def test_dead_letters_listed_and_chosen_ones_re_sent(servers: Servers) -> None: 
                 return admin.max_offset("broker-a", "%DLQ%CG_D", 0) >= 2
             except (BrokerError, TopicNotFoundError):
                 return False
+
         eventually(routed, "the dead letters stored and routed")
 
     async def body(client: TestClient, console: ConsoleApp) -> None:
@@ -239,14 +265,23 @@ def test_dead_letters_listed_and_chosen_ones_re_sent(servers: Servers) -> None: 
         page = await (await client.get("/dlq", params={"group": "CG_D"})).text()
         first = dlq["messages"][0]["msgId"]
         assert f'name="msgId" value="{first}"' in page
-        res = await client.post("/api/admin/dlq/CG_D/resend",
-                                data=[("token", console.token), ("msgId", first), ("msgId", sent[1].offset_msg_id)])
+        res = await client.post(
+            "/api/admin/dlq/CG_D/resend",
+            data=[("token", console.token), ("msgId", first), ("msgId", sent[1].offset_msg_id)],
+        )
         rows = (await res.json())["result"]
         assert res.status == 200 and rows[0]["topic"] == "T" and "not of '%DLQ%CG_D'" in rows[1]["skipped"]
         with Admin(servers.namesrv) as admin:
-            eventually(lambda: admin.max_offset("broker-a", "T", 0) + admin.max_offset("broker-a", "T", 1)
-                       + admin.max_offset("broker-a", "T", 2) + admin.max_offset("broker-a", "T", 3) >= 3,
-                       "the re-sent message stored")
+            eventually(
+                lambda: (
+                    admin.max_offset("broker-a", "T", 0)
+                    + admin.max_offset("broker-a", "T", 1)
+                    + admin.max_offset("broker-a", "T", 2)
+                    + admin.max_offset("broker-a", "T", 3)
+                    >= 3
+                ),
+                "the re-sent message stored",
+            )
         again = await (await client.get("/api/messages", params={"topic": "T", "msgId": rows[0]["newMsgId"]})).json()
         [m] = again["messages"]
         assert m["bodyText"] == '{"i": 0}' and m["keys"] == ["k0"] and m["tags"] == "TA"

@@ -43,7 +43,11 @@ def test_signed_with_credentials_refused_without(servers: dict[str, Any]) -> Non
     for status, body in unsigned[:2]:
         assert status == 409 and "No accessKey is configured" in body["error"], body
     wrong = _pages(WireBackend(ns, access_key=ADMIN_KEY, secret_key="wrong!!"))
-    assert wrong[0][0] == 409 and "Check signature failed" in wrong[0][1]["error"] and "wrong!!" not in wrong[0][1]["error"]
+    assert (
+        wrong[0][0] == 409
+        and "Check signature failed" in wrong[0][1]["error"]
+        and "wrong!!" not in wrong[0][1]["error"]
+    )
 
 
 def test_credentials_that_cannot_be_used_stop_the_command(tmp_path: Path) -> None:

@@ -45,11 +45,22 @@ def _every_page(servers: Cluster, tmp_path: Path) -> None:
     screens.mkdir()
     broker_a = servers.brokers["broker-a"]
     with Producer("PG", servers.namesrv) as producer, Admin(servers.namesrv) as admin:
-        sent = [producer.send("T", json.dumps({"order": i, "item": "book"}).encode(), tags="TB", keys=[f"order-{i}"],
-                              queue_id=1, broker_name="broker-a") for i in range(3)]
+        sent = [
+            producer.send(
+                "T",
+                json.dumps({"order": i, "item": "book"}).encode(),
+                tags="TB",
+                keys=[f"order-{i}"],
+                queue_id=1,
+                broker_name="broker-a",
+            )
+            for i in range(3)
+        ]
         producer.send("T", b"on b", queue_id=0, broker_name="broker-b")
-        eventually(lambda: admin.max_offset("broker-a", "T", 1) >= 3 and admin.max_offset("broker-b", "T", 0) >= 1,
-                   "the messages dispatched")
+        eventually(
+            lambda: admin.max_offset("broker-a", "T", 1) >= 3 and admin.max_offset("broker-b", "T", 0) >= 1,
+            "the messages dispatched",
+        )
         admin.update_offset(broker_a, "CG_B", "T", 1, 0)
         with PullConsumer("CG_DEAD", servers.namesrv) as failing:  # two dead letters of another group
             for row in failing.pull("T", 1, 0, 2, broker_name="broker-a").rows:
@@ -60,15 +71,21 @@ def _every_page(servers: Cluster, tmp_path: Path) -> None:
     served = ServedConsole(ConsoleApp(backend, admin=True, sample_s=0.5))
     try:
         with chromium() as driver:
+
             def shot(name: str) -> None:
                 assert driver.save_screenshot(str(screens / f"{name}.png")), name
 
             driver.get(served.url + "/")
             _wait(driver, lambda d: _text(d, "#live").startswith("live"), "the cluster page refreshed itself")
-            _wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, "svg[data-series='series.in'] polyline"),
-                  "the rate chart drawn from two samples")
-            assert all(name in _text(driver, "#brokers") and addr in _text(driver, "#brokers")
-                       for name, addr in servers.brokers.items())
+            _wait(
+                driver,
+                lambda d: d.find_elements(By.CSS_SELECTOR, "svg[data-series='series.in'] polyline"),
+                "the rate chart drawn from two samples",
+            )
+            assert all(
+                name in _text(driver, "#brokers") and addr in _text(driver, "#brokers")
+                for name, addr in servers.brokers.items()
+            )
             shot("cluster")
 
             driver.get(served.url + "/topics")
@@ -77,12 +94,17 @@ def _every_page(servers: Cluster, tmp_path: Path) -> None:
             box.send_keys("TOPIC_1234")
             box.submit()
             _wait(driver, lambda d: "q=TOPIC_1234" in d.current_url, "the search submitted")
-            assert [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#topics a[href^='/topics/']")] == ["TOPIC_1234"]
+            assert [a.text for a in driver.find_elements(By.CSS_SELECTOR, "#topics a[href^='/topics/']")] == [
+                "TOPIC_1234"
+            ]
             shot("topics")
             driver.find_element(By.LINK_TEXT, "TOPIC_1234").click()
             _wait(driver, lambda d: _text(d, "#topic-name") == "TOPIC_1234", "the topic page")
             driver.get(served.url + "/topics/T")
-            assert "CG_B" in _text(driver, "#consumers") and len(driver.find_elements(By.CSS_SELECTOR, "#queues tbody tr")) == 8
+            assert (
+                "CG_B" in _text(driver, "#consumers")
+                and len(driver.find_elements(By.CSS_SELECTOR, "#queues tbody tr")) == 8
+            )
             shot("topic")
 
             driver.get(served.url + "/messages?topic=T&key=order-1")
@@ -139,12 +161,15 @@ def _every_page(servers: Cluster, tmp_path: Path) -> None:
         try:
             with chromium() as driver:
                 driver.get(read_only.url + "/groups/CG_B")
-                assert not driver.find_elements(By.CSS_SELECTOR, "form.admin-form") and "read-only" in driver.page_source
+                assert (
+                    not driver.find_elements(By.CSS_SELECTOR, "form.admin-form") and "read-only" in driver.page_source
+                )
                 lag = _text(driver, "#total-lag")
                 status = driver.execute_async_script(
                     "const done = arguments[0]; const f = new FormData(); f.append('topic', 'T'); f.append('offset', '0');"
                     "fetch('/admin/groups/CG_B/reset', {method: 'POST', body: f}).then(r => r.text().then("
-                    "t => done([r.status, t])));")
+                    "t => done([r.status, t])));"
+                )
                 assert status[0] == 403 and "start it with --admin" in status[1]
                 driver.get(read_only.url + "/groups/CG_B")
                 assert _text(driver, "#total-lag") == lag  # unchanged
@@ -156,8 +181,19 @@ def _every_page(servers: Cluster, tmp_path: Path) -> None:
         served.close()
         backend.close()
     assert sorted(p.name for p in screens.iterdir()) == sorted(
-        f"{n}.png" for n in ("cluster", "topics", "topic", "messages-by-key", "message-by-id", "group", "reset-done",
-                             "dead-letters", "read-only-group"))
+        f"{n}.png"
+        for n in (
+            "cluster",
+            "topics",
+            "topic",
+            "messages-by-key",
+            "message-by-id",
+            "group",
+            "reset-done",
+            "dead-letters",
+            "read-only-group",
+        )
+    )
 
 
 def _alert(driver: Any) -> Any:

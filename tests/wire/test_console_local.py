@@ -72,8 +72,12 @@ def test_local_store_pages(tmp_path: Path) -> None:
         # every message once, in store time order (the five puts may share a millisecond: the
         # cursor orders them by queue and offset then)
         assert sorted(pages) == [f'{{"n": {i}}}' for i in range(5)] and len(by_time["messages"]) == 3
-        for url, status in (("/topics/NONE", 404), ("/groups/NOGROUP", 404), ("/messages?topic=L&queue=2", 400),
-                            ("/messages?topic=L&queue=0&broker=broker-a", 400)):
+        for url, status in (
+            ("/topics/NONE", 404),
+            ("/groups/NOGROUP", 404),
+            ("/messages?topic=L&queue=2", 400),
+            ("/messages?topic=L&queue=0&broker=broker-a", 400),
+        ):
             assert (await client.get(url)).status == status, url
         res = await client.post("/admin/topics", data={"topic": "X", "token": console.token})
         assert res.status == 403
@@ -87,7 +91,9 @@ def test_a_local_store_takes_no_change_even_with_admin(tmp_path: Path) -> None:
     _store(root)
 
     async def body(client: TestClient, console: ConsoleApp) -> None:
-        res = await client.post("/api/admin/groups/CG_L/reset", data={"topic": "L", "offset": "0", "token": console.token})
+        res = await client.post(
+            "/api/admin/groups/CG_L/reset", data={"topic": "L", "offset": "0", "token": console.token}
+        )
         assert res.status == 403 and "does not take changes" in (await res.json())["error"]
 
     _console(root, body, admin=True)
@@ -106,8 +112,12 @@ def test_the_command_serves_a_store_until_sigterm(tmp_path: Path) -> None:
     assert cli.main(["console", "--path", str(root), "--admin"]) == 2  # a store path takes no change
     assert cli.main(["console", "--path", str(root), "--listen", "nohost"]) == 2
     assert cli.main(["console", "--path", str(tmp_path / "none")]) == 3  # no store there
-    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", "console", "--path", str(root), "--listen", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqnet", "console", "--path", str(root), "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -129,8 +139,15 @@ def test_pages_by_time_hold_every_message_once_when_they_share_a_millisecond(tmp
     root = tmp_path / "root"
     with rmqlog.MessageStore.open(root) as store:
         store.create_topic("B", 3)
-        store.put_batch(pa.table({"topic": ["B"] * 9, "queueId": pa.array([i % 3 for i in range(9)], pa.int32()),
-                                  "body": [b"%d" % i for i in range(9)]}))  # one batch: one store time
+        store.put_batch(
+            pa.table(
+                {
+                    "topic": ["B"] * 9,
+                    "queueId": pa.array([i % 3 for i in range(9)], pa.int32()),
+                    "body": [b"%d" % i for i in range(9)],
+                }
+            )
+        )  # one batch: one store time
         store.dispatch()
     backend = LocalBackend(root)
     try:

@@ -30,11 +30,16 @@ from rmqnet.console.pages import rates, topic_kind
 def test_values_are_checked_naming_them() -> None:
     assert topic_arg("Orders_1") == "Orders_1" and int_arg("count", "100", 1, 100) == 100
     assert time_arg("begin", "1970-01-01T00:00:01") == 1000
-    for call, words in ((lambda: topic_arg("a b"), "topic"), (lambda: topic_arg(""), "topic is empty"),
-                        (lambda: int_arg("count", "101", 1, 100), "count"), (lambda: int_arg("q", "1e3", 0, 9), "q"),
-                        (lambda: int_arg("q", "٣", 0, 9), "q"),  # not an ASCII digit
-                        (lambda: time_arg("end", "soon"), "end"), (lambda: text_arg("key", "a\nb"), "key"),
-                        (lambda: text_arg("key", "x" * 1025), "key")):
+    for call, words in (
+        (lambda: topic_arg("a b"), "topic"),
+        (lambda: topic_arg(""), "topic is empty"),
+        (lambda: int_arg("count", "101", 1, 100), "count"),
+        (lambda: int_arg("q", "1e3", 0, 9), "q"),
+        (lambda: int_arg("q", "٣", 0, 9), "q"),  # not an ASCII digit
+        (lambda: time_arg("end", "soon"), "end"),
+        (lambda: text_arg("key", "a\nb"), "key"),
+        (lambda: text_arg("key", "x" * 1025), "key"),
+    ):
         with pytest.raises(BadRequest, match=words):
             call()
 
@@ -52,9 +57,18 @@ def test_bodies_as_text_json_and_hex() -> None:
 
 
 def test_topic_kinds() -> None:
-    assert [topic_kind(t) for t in ("orders", "%RETRY%g", "%DLQ%g", "TBW102", "rmq_sys_wheel_timer",
-                                     "RMQ_SYS_TRANS_HALF_TOPIC", "SCHEDULE_TOPIC_XXXX")] == [
-        "normal", "retry", "dlq", "system", "system", "system", "system"]
+    assert [
+        topic_kind(t)
+        for t in (
+            "orders",
+            "%RETRY%g",
+            "%DLQ%g",
+            "TBW102",
+            "rmq_sys_wheel_timer",
+            "RMQ_SYS_TRANS_HALF_TOPIC",
+            "SCHEDULE_TOPIC_XXXX",
+        )
+    ] == ["normal", "retry", "dlq", "system", "system", "system", "system"]
 
 
 def test_rates_from_counts() -> None:
@@ -117,9 +131,24 @@ def test_a_message_names_a_few_of_a_thousand_groups_and_counts_them_all() -> Non
     console = ConsoleApp(WireBackend("127.0.0.1:1", timeout_s=1.0), sample_s=0, clock=ManualClock())
     try:
         macro = console.templates.get_template("macros.html").module.messages_table  # type: ignore[attr-defined]
-        shown = {**m, "properties": {}, "bodyText": "", "bodyJson": None, "bodyHex": "", "bodyCut": False, "bodySize": 0,
-                 "msgId": "A" * 32, "uniqKey": None, "storeTimestamp": "", "tags": None, "keys": [],
-                 "bornTimestamp": "", "bornHost": "", "storeHost": "", "reconsumeTimes": 0}
+        shown = {
+            **m,
+            "properties": {},
+            "bodyText": "",
+            "bodyJson": None,
+            "bodyHex": "",
+            "bodyCut": False,
+            "bodySize": 0,
+            "msgId": "A" * 32,
+            "uniqKey": None,
+            "storeTimestamp": "",
+            "tags": None,
+            "keys": [],
+            "bornTimestamp": "",
+            "bornHost": "",
+            "storeHost": "",
+            "reconsumeTimes": 0,
+        }
         html = str(macro([shown]))
     finally:
         console.backend.close()

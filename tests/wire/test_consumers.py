@@ -28,18 +28,42 @@ def broker(tmp_path: Path) -> Any:
     store.close()
 
 
-def heartbeat_body(client_id: str, *, consumer_groups: tuple[str, ...] = ("CG",), producer_groups: tuple[str, ...] = (),
-                   topics: tuple[str, ...] = ("T",), sub: str = "*", sub_version: int = 1) -> bytes:
-    return json.dumps({
-        "clientID": client_id,
-        "producerDataSet": [{"groupName": g} for g in producer_groups],
-        "consumerDataSet": [{
-            "groupName": g, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
-            "subscriptionDataSet": [{"topic": t, "subString": sub, "tagsSet": [] if sub == "*" else [sub],
-                                     "codeSet": [], "subVersion": sub_version, "classFilterMode": False}
-                                    for t in topics]} for g in consumer_groups],
-    }).encode()
+def heartbeat_body(
+    client_id: str,
+    *,
+    consumer_groups: tuple[str, ...] = ("CG",),
+    producer_groups: tuple[str, ...] = (),
+    topics: tuple[str, ...] = ("T",),
+    sub: str = "*",
+    sub_version: int = 1,
+) -> bytes:
+    return json.dumps(
+        {
+            "clientID": client_id,
+            "producerDataSet": [{"groupName": g} for g in producer_groups],
+            "consumerDataSet": [
+                {
+                    "groupName": g,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "unitMode": False,
+                    "subscriptionDataSet": [
+                        {
+                            "topic": t,
+                            "subString": sub,
+                            "tagsSet": [] if sub == "*" else [sub],
+                            "codeSet": [],
+                            "subVersion": sub_version,
+                            "classFilterMode": False,
+                        }
+                        for t in topics
+                    ],
+                }
+                for g in consumer_groups
+            ],
+        }
+    ).encode()
 
 
 def beat(broker: Any, peer: Any, client_id: str, **kw: Any) -> Any:
@@ -48,7 +72,9 @@ def beat(broker: Any, peer: Any, client_id: str, **kw: Any) -> Any:
 
 
 def consumer_list(broker: Any, group: str = "CG") -> Any:
-    return broker.table.process(broker, FakePeer(), request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group}))
+    return broker.table.process(
+        broker, FakePeer(), request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+    )
 
 
 def notified(peer: Any) -> list[str]:
@@ -80,13 +106,16 @@ def test_no_consumer_is_system_error(broker: Any) -> None:
 def test_membership_change_notifies_every_member(broker: Any) -> None:
     p1, p2 = FakePeer(), FakePeer()
     beat(broker, p1, "c1")
-    assert notified(p1) == ["CG"]           # the group changed: its one member is told
+    assert notified(p1) == ["CG"]  # the group changed: its one member is told
     beat(broker, p1, "c1")
-    assert notified(p1) == ["CG"]           # a repeated heartbeat changes nothing
+    assert notified(p1) == ["CG"]  # a repeated heartbeat changes nothing
     beat(broker, p2, "c2")
     assert notified(p1) == ["CG", "CG"] and notified(p2) == ["CG"]
-    res = broker.table.process(broker, p2, request(RequestCode.UNREGISTER_CLIENT,
-                                                   {"clientID": "c2", "consumerGroup": "CG", "producerGroup": ""}))
+    res = broker.table.process(
+        broker,
+        p2,
+        request(RequestCode.UNREGISTER_CLIENT, {"clientID": "c2", "consumerGroup": "CG", "producerGroup": ""}),
+    )
     assert res.code == ResponseCode.SUCCESS
     assert notified(p1) == ["CG"] * 3 and notified(p2) == ["CG"]  # the one who left is not told
     assert json.loads(consumer_list(broker).body_bytes()) == {"consumerIdList": ["c1"]}
@@ -150,15 +179,27 @@ def test_closed_connection_drops_its_clients_and_holds(broker: Any) -> None:
     assert consumer_list(broker).code == ResponseCode.SYSTEM_ERROR
 
 
-@pytest.mark.parametrize(("body", "names"), [
-    (b"{not json", "is not HeartbeatData JSON"),
-    (b"[1]", "not a JSON object"),
-    (json.dumps({"consumerDataSet": []}).encode(), "clientID"),
-    (json.dumps({"clientID": "c", "consumerDataSet": [{"groupName": "bad group!"}]}).encode(), "bad group!"),
-    (json.dumps({"clientID": "c", "consumerDataSet": "x"}).encode(), "consumerDataSet"),
-    (json.dumps({"clientID": "c", "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [
-        {"topic": "T", "subVersion": "soon"}]}]}).encode(), "subVersion"),
-])
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [
+        (b"{not json", "is not HeartbeatData JSON"),
+        (b"[1]", "not a JSON object"),
+        (json.dumps({"consumerDataSet": []}).encode(), "clientID"),
+        (json.dumps({"clientID": "c", "consumerDataSet": [{"groupName": "bad group!"}]}).encode(), "bad group!"),
+        (json.dumps({"clientID": "c", "consumerDataSet": "x"}).encode(), "consumerDataSet"),
+        (
+            json.dumps(
+                {
+                    "clientID": "c",
+                    "consumerDataSet": [
+                        {"groupName": "G", "subscriptionDataSet": [{"topic": "T", "subVersion": "soon"}]}
+                    ],
+                }
+            ).encode(),
+            "subVersion",
+        ),
+    ],
+)
 def test_bad_heartbeat_is_system_error_and_registers_nothing(broker: Any, body: bytes, names: str) -> None:
     res = broker.table.process(broker, FakePeer(), request(RequestCode.HEART_BEAT, body=body))
     assert res.code == ResponseCode.SYSTEM_ERROR and names in res.remark
@@ -172,11 +213,22 @@ def test_unregister_needs_client_id(broker: Any) -> None:
 
 def test_pull_without_its_own_subscription_uses_the_registered_one(broker: Any) -> None:
     broker.store.create_topic("T", 4)
-    broker.store.put_batch(pa.table({"topic": ["T"] * 3, "body": [b"a", b"b", b"c"], "queueId": [0] * 3,
-                                     "tags": ["A", "B", "A"]}), dispatch=True)
+    broker.store.put_batch(
+        pa.table({"topic": ["T"] * 3, "body": [b"a", b"b", b"c"], "queueId": [0] * 3, "tags": ["A", "B", "A"]}),
+        dispatch=True,
+    )
     beat(broker, FakePeer(), "c1", sub="B", sub_version=3)
-    ext = {"consumerGroup": "CG", "topic": "T", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0,
-           "commitOffset": 0, "suspendTimeoutMillis": 0, "subVersion": 3}
+    ext = {
+        "consumerGroup": "CG",
+        "topic": "T",
+        "queueId": 0,
+        "queueOffset": 0,
+        "maxMsgNums": 32,
+        "sysFlag": 0,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 0,
+        "subVersion": 3,
+    }
     res = broker.table.process(broker, FakePeer(), request(RequestCode.PULL_MESSAGE, ext))
     assert res.code == ResponseCode.SUCCESS
     table = broker.store.read_window("T", 0, 1, max_count=1, raw=True)

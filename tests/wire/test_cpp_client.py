@@ -99,8 +99,9 @@ def test_push_consumer_gets_stored_and_new_messages(tmp_path: Path, record_prope
         consumer = c.cpp("push-1", "push", group=group, topic=topic)
         consumer.wait_events("message", 4, "the 4 stored messages")
         new = rcl.send_all(producer, specs[4:5])[0]
-        got_new = consumer.wait_event("message", "the message sent while its pulls were held",
-                                      where=lambda e: e["uniqKey"] == new["msgId"])
+        got_new = consumer.wait_event(
+            "message", "the message sent while its pulls were held", where=lambda e: e["uniqKey"] == new["msgId"]
+        )
         latency_ms = got_new["receivedAt"] - new["sentAt"]
         print(f"C++ client delivery latency through a held pull: {latency_ms:.1f} ms (send to callback)")
         record_property("cpp_held_pull_latency_ms", round(latency_ms, 2))

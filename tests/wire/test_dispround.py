@@ -38,8 +38,12 @@ TOPICS = ("A", "B", "C")
 
 def _cfg() -> rmqlog.StoreConfig:
     # small segments: the commitlog rolls, queues cross segment boundaries, index files fill
-    return rmqlog.StoreConfig(mapped_file_size_commit_log=SMALL_COMMITLOG * 4, mapped_file_size_consume_queue=SMALL_CQ,
-                              max_hash_slot_num=64, max_index_num=90)
+    return rmqlog.StoreConfig(
+        mapped_file_size_commit_log=SMALL_COMMITLOG * 4,
+        mapped_file_size_consume_queue=SMALL_CQ,
+        max_hash_slot_num=64,
+        max_index_num=90,
+    )
 
 
 def _batch(rng: random.Random, serial: list[int]) -> pa.Table:
@@ -51,18 +55,27 @@ def _batch(rng: random.Random, serial: list[int]) -> pa.Table:
         if rng.random() < 0.7:
             items.append("TAGS\x01" + rng.choice(["a", "b", "tag-x", ""]))
         if rng.random() < 0.4:
-            items.append("KEYS\x01" + " ".join(rng.choice(["k1", "k2", "order-7", ""]) for _ in range(rng.randint(1, 3))))
+            items.append(
+                "KEYS\x01" + " ".join(rng.choice(["k1", "k2", "order-7", ""]) for _ in range(rng.randint(1, 3)))
+            )
         if rng.random() < 0.3:
             items.append("u\x01v")
         rng.shuffle(items)
         props.append("".join(f"{it}\x02" for it in items))
-    return pa.table({
-        "topic": [rng.choice(TOPICS) for _ in range(n)],
-        "queueId": [rng.randrange(4) for _ in range(n)],
-        "body": [bytes([rng.randrange(256)]) * rng.randint(1, 60) for _ in range(n)],
-        "flag": [0] * n, "sysFlag": [0] * n, "bornTimestamp": [T0] * n, "bornHost": ["127.0.0.1:5555"] * n,
-        "properties": props, "reconsumeTimes": [0] * n,
-    }, schema=WIRE_SCHEMA)
+    return pa.table(
+        {
+            "topic": [rng.choice(TOPICS) for _ in range(n)],
+            "queueId": [rng.randrange(4) for _ in range(n)],
+            "body": [bytes([rng.randrange(256)]) * rng.randint(1, 60) for _ in range(n)],
+            "flag": [0] * n,
+            "sysFlag": [0] * n,
+            "bornTimestamp": [T0] * n,
+            "bornHost": ["127.0.0.1:5555"] * n,
+            "properties": props,
+            "reconsumeTimes": [0] * n,
+        },
+        schema=WIRE_SCHEMA,
+    )
 
 
 def _run(root: Path, seed: int) -> dict[str, int]:
@@ -116,7 +129,9 @@ def _general_paths(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_rounds_write_the_same_bytes_as_the_general_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int) -> None:
+def test_rounds_write_the_same_bytes_as_the_general_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, seed: int
+) -> None:
     with _general_paths(monkeypatch):
         _run(tmp_path / "general", seed)
     steps = _run(tmp_path / "fast", seed)
@@ -158,8 +173,17 @@ def test_the_state_read_through_a_kept_descriptor_follows_the_file(tmp_path: Pat
         assert a.dispatcher.position_file._read() == path.read_bytes()  # used again: opened again
 
 
-PROPS = ["", "TAGS\x01a\x02", "TAGS\x01a\x02TAGS\x01b\x02", "KEYS\x01k1 k2\x02UNIQ_KEY\x01U\x02", "x\x01y", "TAGS\x01\x02KEYS",
-         "UNIQ_KEY\x01a\x01b\x02", "\x02\x02TAGS\x01é\x02", "KEYS\x01k\x02TAGS\x01t\x02UNIQ_KEY\x01u\x02"]
+PROPS = [
+    "",
+    "TAGS\x01a\x02",
+    "TAGS\x01a\x02TAGS\x01b\x02",
+    "KEYS\x01k1 k2\x02UNIQ_KEY\x01U\x02",
+    "x\x01y",
+    "TAGS\x01\x02KEYS",
+    "UNIQ_KEY\x01a\x01b\x02",
+    "\x02\x02TAGS\x01é\x02",
+    "KEYS\x01k\x02TAGS\x01t\x02UNIQ_KEY\x01u\x02",
+]
 
 
 @pytest.mark.parametrize("seed", range(5))

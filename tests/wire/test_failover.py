@@ -40,40 +40,58 @@ M, S1, S2 = "10.0.0.1:10911", "10.0.0.2:10911", "10.0.0.3:10911"
 # ---- the rules, as tables --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("ids", "broker_id", "only", "expected"), [
-    ((0, 1), 0, True, 0),       # the master when asked for it
-    ((0, 1), 1, True, 1),       # the slave a broker suggested
-    ((1,), 0, True, None),      # no master, onlyThisBroker: nothing (Java then refreshes the route)
-    ((1,), 0, False, 1),        # no master: the group's first address
-    ((0, 2), 1, True, 2),       # a suggested slave id missing: the next id
-    ((0, 3), 1, True, None),    # ... only the next one
-    ((0, 3), 1, False, 0),      # ... else the first address (lowest id)
-    ((2, 3), 0, False, 2),
-    ((), 0, False, None),       # an empty group
-])
-def test_subscribe_id_is_java_s_find_broker_address_in_subscribe(ids: tuple[int, ...], broker_id: int, only: bool,
-                                                                expected: int | None) -> None:
+@pytest.mark.parametrize(
+    ("ids", "broker_id", "only", "expected"),
+    [
+        ((0, 1), 0, True, 0),  # the master when asked for it
+        ((0, 1), 1, True, 1),  # the slave a broker suggested
+        ((1,), 0, True, None),  # no master, onlyThisBroker: nothing (Java then refreshes the route)
+        ((1,), 0, False, 1),  # no master: the group's first address
+        ((0, 2), 1, True, 2),  # a suggested slave id missing: the next id
+        ((0, 3), 1, True, None),  # ... only the next one
+        ((0, 3), 1, False, 0),  # ... else the first address (lowest id)
+        ((2, 3), 0, False, 2),
+        ((), 0, False, None),  # an empty group
+    ],
+)
+def test_subscribe_id_is_java_s_find_broker_address_in_subscribe(
+    ids: tuple[int, ...], broker_id: int, only: bool, expected: int | None
+) -> None:
     assert subscribe_id({i: f"h{i}:1" for i in ids}, broker_id, only) == expected
 
 
-@pytest.mark.parametrize(("ids", "suggested", "pull", "offsets", "admin"), [
-    ((0, 1), 0, [0, 1], [0, 1], [0, 1]),
-    ((0, 1), 1, [1, 0], [0, 1], [0, 1]),        # slaveReadEnable's suggestion: the slave first
-    ((1,), 0, [1], [1], [1]),                   # the master gone: its slave
-    ((0, 1, 2), 2, [2, 0, 1], [0, 1, 2], [0, 1, 2]),
-    ((0, 2), 1, [2, 0], [0, 2], [0, 2]),        # suggested 1, missing: 2
-    ((1, 2), 5, [1, 2], [1, 2], [1, 2]),        # an id nobody has: the lowest first
-    ((), 0, [], [], []),
-])
-def test_orders_of_pulls_offsets_and_admin_questions(ids: tuple[int, ...], suggested: int, pull: list[int],
-                                                     offsets: list[int], admin: list[int]) -> None:
+@pytest.mark.parametrize(
+    ("ids", "suggested", "pull", "offsets", "admin"),
+    [
+        ((0, 1), 0, [0, 1], [0, 1], [0, 1]),
+        ((0, 1), 1, [1, 0], [0, 1], [0, 1]),  # slaveReadEnable's suggestion: the slave first
+        ((1,), 0, [1], [1], [1]),  # the master gone: its slave
+        ((0, 1, 2), 2, [2, 0, 1], [0, 1, 2], [0, 1, 2]),
+        ((0, 2), 1, [2, 0], [0, 2], [0, 2]),  # suggested 1, missing: 2
+        ((1, 2), 5, [1, 2], [1, 2], [1, 2]),  # an id nobody has: the lowest first
+        ((), 0, [], [], []),
+    ],
+)
+def test_orders_of_pulls_offsets_and_admin_questions(
+    ids: tuple[int, ...], suggested: int, pull: list[int], offsets: list[int], admin: list[int]
+) -> None:
     addrs = {i: f"h{i}:1" for i in ids}
     assert (pull_ids(addrs, suggested), offset_ids(addrs), admin_ids(addrs)) == (pull, offsets, admin)
 
 
-@pytest.mark.parametrize(("text", "address"), [
-    ("127.0.0.1:10911", True), ("[::1]:10911", True), ("host.example:1", True), ("broker-a", False),
-    ("broker-a:", False), (":10911", False), ("a:b", False), ("%RETRY%x|y.z", False)])
+@pytest.mark.parametrize(
+    ("text", "address"),
+    [
+        ("127.0.0.1:10911", True),
+        ("[::1]:10911", True),
+        ("host.example:1", True),
+        ("broker-a", False),
+        ("broker-a:", False),
+        (":10911", False),
+        ("a:b", False),
+        ("%RETRY%x|y.z", False),
+    ],
+)
 def test_an_address_is_host_port(text: str, address: bool) -> None:
     assert is_address(text) is address
 
@@ -155,8 +173,9 @@ class Node:
 
 
 def _route_body(groups: dict[str, dict[int, str]]) -> bytes:
-    return TopicRouteData([QueueData(n, 2, 2) for n in sorted(groups)],
-                          [BrokerData("C", n, dict(a)) for n, a in sorted(groups.items())]).encode()
+    return TopicRouteData(
+        [QueueData(n, 2, 2) for n in sorted(groups)], [BrokerData("C", n, dict(a)) for n, a in sorted(groups.items())]
+    ).encode()
 
 
 class Group:
@@ -166,22 +185,35 @@ class Group:
     def __init__(self) -> None:
         self.ns, self.master, self.slave = Node(), Node(), Node()
         self.routed: dict[str, dict[int, str]] = {"broker-a": {0: self.master.addr, 1: self.slave.addr}}
-        self.ns.answers[105] = lambda r: r.reply(ResponseCode.SUCCESS, body=_route_body(self.routed)) \
-            if r.ext_fields.get("topic") == "T" else r.reply(ResponseCode.TOPIC_NOT_EXIST, "no route")
+        self.ns.answers[105] = lambda r: (
+            r.reply(ResponseCode.SUCCESS, body=_route_body(self.routed))
+            if r.ext_fields.get("topic") == "T"
+            else r.reply(ResponseCode.TOPIC_NOT_EXIST, "no route")
+        )
         for node, bid in ((self.master, 0), (self.slave, 1)):
             node.answers[11] = self._pull(bid)
-            node.answers[30] = node.answers[31] = lambda r, bid=bid: r.reply(ResponseCode.SUCCESS, None,
-                                                                             {"offset": 7 + bid})
+            node.answers[30] = node.answers[31] = lambda r, bid=bid: r.reply(
+                ResponseCode.SUCCESS, None, {"offset": 7 + bid}
+            )
             node.answers[14] = lambda r, bid=bid: r.reply(ResponseCode.SUCCESS, None, {"offset": 100 + bid})
-            node.answers[38] = lambda r: r.reply(ResponseCode.SUCCESS, body=json.dumps(
-                {"consumerIdList": ["c1", "c2"]}).encode())
+            node.answers[38] = lambda r: r.reply(
+                ResponseCode.SUCCESS, body=json.dumps({"consumerIdList": ["c1", "c2"]}).encode()
+            )
         self.suggest = 0  # what the master suggests
 
     def _pull(self, bid: int):  # type: ignore[no-untyped-def]
         def answer(r: RemotingCommand) -> RemotingCommand:
-            return r.reply(ResponseCode.PULL_NOT_FOUND, "OFFSET_OVERFLOW_ONE", {
-                "suggestWhichBrokerId": self.suggest if bid == 0 else 0, "nextBeginOffset": 5, "minOffset": 0,
-                "maxOffset": 5})
+            return r.reply(
+                ResponseCode.PULL_NOT_FOUND,
+                "OFFSET_OVERFLOW_ONE",
+                {
+                    "suggestWhichBrokerId": self.suggest if bid == 0 else 0,
+                    "nextBeginOffset": 5,
+                    "minOffset": 0,
+                    "maxOffset": 5,
+                },
+            )
+
         return answer
 
     def pulled_by(self) -> tuple[int, int]:
@@ -214,8 +246,10 @@ def test_pulls_follow_the_suggested_broker_id(grp: Group) -> None:
 
 def test_a_master_gone_is_read_from_its_slave_at_once_and_again_after_its_mark(grp: Group) -> None:
     clock = ManualClock()
-    with PullConsumer("G", grp.ns.addr, clock=clock, down_ms=10_000) as c, \
-            Admin(grp.ns.addr, clock=clock, down_ms=10_000) as admin:
+    with (
+        PullConsumer("G", grp.ns.addr, clock=clock, down_ms=10_000) as c,
+        Admin(grp.ns.addr, clock=clock, down_ms=10_000) as admin,
+    ):
         assert c.pull("T", 0, 5).addr == grp.master.addr
         grp.master.stop()  # refused from now on (the name server still routes it: a cut or a kill not yet seen)
         routes = len(grp.ns.of(105))

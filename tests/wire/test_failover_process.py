@@ -61,8 +61,11 @@ def brokers(tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str]) -> Itera
         yield started
 
 
-def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str],  # noqa: F811
-                                                              brokers: dict[str, Broker]) -> None:
+def test_reads_go_on_from_the_slave_when_the_master_is_killed(
+    tmp_path: Path,
+    namesrv: tuple[subprocess.Popen[str], str],  # noqa: F811
+    brokers: dict[str, Broker],
+) -> None:
     _, ns = namesrv
     a0, a1, b0 = brokers["a0"], brokers["a1"], brokers["b0"]
     admin = Admin(ns, down_ms=DOWN_MS)
@@ -72,13 +75,19 @@ def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, na
     try:
         for b in (a0, b0):
             admin.create_topic(b.address, TOPIC, 2)
-        wait("the route of both groups, broker-a with its slave", lambda: {
-            b.broker_name: sorted(b.broker_addrs) for b in admin.route(TOPIC).broker_datas} == {
-            "broker-a": [0, 1], "broker-b": [0]})
+        wait(
+            "the route of both groups, broker-a with its slave",
+            lambda: (
+                {b.broker_name: sorted(b.broker_addrs) for b in admin.route(TOPIC).broker_datas}
+                == {"broker-a": [0, 1], "broker-b": [0]}
+            ),
+        )
         # SEND_OK from the SYNC_MASTER: the slave holds the message (the first ones may be
         # SLAVE_NOT_AVAILABLE while it connects: stored on the master only, sent again)
-        wait("the slave acknowledging", lambda: producer.send(TOPIC, b"probe", broker_name="broker-a",
-                                                               queue_id=1).status == "SEND_OK")
+        wait(
+            "the slave acknowledging",
+            lambda: producer.send(TOPIC, b"probe", broker_name="broker-a", queue_id=1).status == "SEND_OK",
+        )
         sent = [f"m-{i}".encode() for i in range(40)]
         for body in sent:
             assert producer.send(TOPIC, body, broker_name="broker-a", queue_id=0).status == "SEND_OK"
@@ -88,8 +97,13 @@ def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, na
         assert (first.status, first.addr, first.messages.num_rows) == ("FOUND", a0.address, 10)
         consumer.commit(TOPIC, 0, 10, broker_name="broker-a")
         persisted = tmp_path / "a0" / "config" / "consumerOffset.json"  # before the kill: a kill -9 loses
-        wait("the master persists the commit", lambda: persisted.exists()  # what its last persist had not written
-             and json.loads(persisted.read_text())["offsetTable"][f"{TOPIC}@CG"]["0"] == 10)
+        wait(
+            "the master persists the commit",
+            lambda: (
+                persisted.exists()  # what its last persist had not written
+                and json.loads(persisted.read_text())["offsetTable"][f"{TOPIC}@CG"]["0"] == 10
+            ),
+        )
 
         a0.kill()  # kill -9: its connections reset, its port refuses
         made = record_attempts(consumer)
@@ -112,8 +126,10 @@ def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, na
 
         consumer.commit(TOPIC, 0, 40, broker_name="broker-a")  # lands on the slave
         path = tmp_path / "a1" / "config" / "consumerOffset.json"  # its file: at its next persist
-        wait("the slave persists the commit", lambda: path.exists()
-             and json.loads(path.read_text())["offsetTable"][f"{TOPIC}@CG"]["0"] == 40)
+        wait(
+            "the slave persists the commit",
+            lambda: path.exists() and json.loads(path.read_text())["offsetTable"][f"{TOPIC}@CG"]["0"] == 40,
+        )
         assert consumer.committed(TOPIC, 0, broker_name="broker-a") == 40
         assert admin.max_offset("broker-a", TOPIC, 0) == 40  # by broker name: the slave answers
         assert admin.query_offset("broker-a", "CG", TOPIC, 0) == 40
@@ -131,8 +147,11 @@ def test_reads_go_on_from_the_slave_when_the_master_is_killed(tmp_path: Path, na
         a0.start()  # back on its address: registers, and the route shows it again
         # its registration (the broker's first round), then the route without a master expires
         # (down_ms): the reads go back to it (the wait's timeout is a hang guard, not a bound)
-        back = wait("reads back on the master", lambda: consumer.pull(
-            TOPIC, 0, 40, 32, broker_name="broker-a").addr == a0.address, timeout_s=TIMEOUT_S)
+        back = wait(
+            "reads back on the master",
+            lambda: consumer.pull(TOPIC, 0, 40, 32, broker_name="broker-a").addr == a0.address,
+            timeout_s=TIMEOUT_S,
+        )
         assert back and a0.address not in consumer.down.snapshot()
         # the master never saw the commits its slave took while it was gone
         assert consumer.committed(TOPIC, 0, broker_name="broker-a") == 10

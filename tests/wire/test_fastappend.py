@@ -61,8 +61,13 @@ def test_a_removed_state_file_is_not_read_through_the_old_descriptor(tmp_path: P
 
 
 def _rows(n: int, start: int) -> pa.Table:
-    return pa.table({"topic": ["T"] * n, "queueId": pa.array([0] * n, pa.int32()),
-                     "body": [f"m{start + i}".encode() for i in range(n)]})
+    return pa.table(
+        {
+            "topic": ["T"] * n,
+            "queueId": pa.array([0] * n, pa.int32()),
+            "body": [f"m{start + i}".encode() for i in range(n)],
+        }
+    )
 
 
 def test_two_stores_on_one_root_appending_in_turn_see_each_other(tmp_path: Path) -> None:
@@ -99,8 +104,21 @@ def test_a_name_the_general_path_routes_or_refuses_leaves_the_fast_path(name: st
     assert _joined(["A\x01b\x02", f"K\x01v\x02{name}\x011\x02Z\x01z\x02"]) is None
 
 
-@pytest.mark.parametrize("name", ["WAIX", "WAITT", "DELAX", "REAL_TOPIX", "RMQLOG", "RMQLOX_A", "R" * 31, "R" * 40,
-                                  "TIMER_DELAY_SEC" + "X" * 20, "D" * 5])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "WAIX",
+        "WAITT",
+        "DELAX",
+        "REAL_TOPIX",
+        "RMQLOG",
+        "RMQLOX_A",
+        "R" * 31,
+        "R" * 40,
+        "TIMER_DELAY_SEC" + "X" * 20,
+        "D" * 5,
+    ],
+)
 def test_a_name_only_like_those_stays_on_the_fast_path_whole(name: str) -> None:
     props = ["A\x01b\x02", f"K\x01v\x02{name}\x011\x02Z\x01z\x02"]
     got = _joined(props)
@@ -127,8 +145,16 @@ def test_screened_names_match_a_set_lookup_name_by_name(seed: int) -> None:
 
     def near(name: str) -> str:
         i = rng.randrange(len(name))
-        return rng.choice([name, name, name[:i] + chr(ord(name[i]) ^ 1) + name[i + 1:], name + "X", name[:-1] or "Q",
-                           name + "Y" * 30])
+        return rng.choice(
+            [
+                name,
+                name,
+                name[:i] + chr(ord(name[i]) ^ 1) + name[i + 1 :],
+                name + "X",
+                name[:-1] or "Q",
+                name + "Y" * 30,
+            ]
+        )
 
     rows = [[(near(rng.choice(known)), f"v{rng.randrange(9)}") for _ in range(rng.randint(1, 4))] for _ in range(300)]
     props = ["".join(f"{k}\x01{v}\x02" for k, v in row) for row in rows]
@@ -140,13 +166,15 @@ def test_screened_names_match_a_set_lookup_name_by_name(seed: int) -> None:
         props = ["".join(f"{k}\x01{v}\x02" for k, v in row) for row in rows]
     got = _joined(props, cluster)
     assert got is not None
-    assert got.items.to_pylist() == ["".join(f"{k}\x01{v}\x02" for k, v in row if k not in dropped).encode()
-                                     for row in rows]
+    assert got.items.to_pylist() == [
+        "".join(f"{k}\x01{v}\x02" for k, v in row if k not in dropped).encode() for row in rows
+    ]
 
 
 # ---- queue offsets: the one-queue case against a reference count, any batch size
-def _reference_offsets(topics: list[str], topic_index: np.ndarray, queue_id: np.ndarray,
-                       queues: dict[str, int]) -> np.ndarray:
+def _reference_offsets(
+    topics: list[str], topic_index: np.ndarray, queue_id: np.ndarray, queues: dict[str, int]
+) -> np.ndarray:
     out = np.empty(len(queue_id), np.int64)
     for i, (t, q) in enumerate(zip(topic_index.tolist(), queue_id.tolist(), strict=True)):
         name = f"{topics[t]}/{q}"
@@ -163,7 +191,11 @@ def test_queue_offsets_of_one_queue_and_of_many_match_a_row_by_row_count(seed: i
     for _ in range(40):
         n = int(rng.integers(1, 6))
         topics = ["A"] if rng.random() < 0.6 else ["A", "B"]
-        qid = np.full(n, int(rng.integers(0, 4)), np.int32) if rng.random() < 0.6 else rng.integers(0, 4, n).astype(np.int32)
+        qid = (
+            np.full(n, int(rng.integers(0, 4)), np.int32)
+            if rng.random() < 0.6
+            else rng.integers(0, 4, n).astype(np.int32)
+        )
         tidx = rng.integers(0, len(topics), n).astype(np.int32)
         batch = SimpleNamespace(round_robin=None, topics=topics, topic_index=tidx, queue_id=qid, n=n)
         got = assign_queue_offsets(batch, queues)  # type: ignore[arg-type]

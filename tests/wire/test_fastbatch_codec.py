@@ -28,9 +28,11 @@ def outcome(fn: Any, *args: Any) -> tuple[str, Any]:
 
 
 # ------------------------------------------------------------- JSON headers in
-SEND = (b'{"code":310,"flag":0,"language":"JAVA","opaque":7,"serializeTypeCurrentRPC":"JSON","version":435,'
-        b'"extFields":{"a":"PG","b":"T","c":"TBW102","d":"4","e":"1","f":"0","g":"1700000000000","h":"0",'
-        b'"i":"WAIT\\u0001true\\u0002","j":"0","k":"false","m":"false"}}')
+SEND = (
+    b'{"code":310,"flag":0,"language":"JAVA","opaque":7,"serializeTypeCurrentRPC":"JSON","version":435,'
+    b'"extFields":{"a":"PG","b":"T","c":"TBW102","d":"4","e":"1","f":"0","g":"1700000000000","h":"0",'
+    b'"i":"WAIT\\u0001true\\u0002","j":"0","k":"false","m":"false"}}'
+)
 
 TRICKY = [
     SEND,
@@ -40,16 +42,31 @@ TRICKY = [
     b'{"code":1,"extFields":{"queueOffset":-9223372036854775809}}',
     b'{"code":1,"extFields":{"queueOffset":18446744073709551615}}',
     b'{"code":1,"extFields":{"n":1e400,"m":1.5}}',
-    b'{"code":1,"extFields":{"n":NaN}}', b'{"code":Infinity}',
+    b'{"code":1,"extFields":{"n":NaN}}',
+    b'{"code":Infinity}',
     b'{"code":1,"remark":"\\ud800"}',  # a lone surrogate: json reads it, orjson refuses
     b'\xef\xbb\xbf{"code":1}',  # a byte order mark
-    '{"code":1,"remark":"é"}'.encode("utf-16"), '{"code":1}'.encode("utf-16-le"),
+    '{"code":1,"remark":"é"}'.encode("utf-16"),
+    '{"code":1}'.encode("utf-16-le"),
     b'{"code":1,"remark":"\xed\xa0\x80"}',  # an encoded surrogate (json decodes with surrogatepass)
     b'{"code":1,"extFields":{"a":[1,{"b":2}],"c":{"d":null}}}',
-    b'{"code":1,"other":{"x":[]}}', b'{"code":1,"extFields":[]}', b'{"code":1,"extFields":"x"}',
-    b' \t\r\n{"code" : 1 , "extFields" : { "a" : "b" } } \n', b'{"code":1}\x00', b'{"code":1,}',
-    b'[1,2]', b'"x"', b'null', b'1', b'', b'{', b'{"code":"5","opaque":"x"}', b'{"code":true}',
-    b'{"code":1,"remark":"a\x01b"}', b'{"code":1,"remark":"x\x7f\xc3\xa9\xf0\x9f\x98\x80"}', b'{"code":-0,"flag":1.0}',
+    b'{"code":1,"other":{"x":[]}}',
+    b'{"code":1,"extFields":[]}',
+    b'{"code":1,"extFields":"x"}',
+    b' \t\r\n{"code" : 1 , "extFields" : { "a" : "b" } } \n',
+    b'{"code":1}\x00',
+    b'{"code":1,}',
+    b"[1,2]",
+    b'"x"',
+    b"null",
+    b"1",
+    b"",
+    b"{",
+    b'{"code":"5","opaque":"x"}',
+    b'{"code":true}',
+    b'{"code":1,"remark":"a\x01b"}',
+    b'{"code":1,"remark":"x\x7f\xc3\xa9\xf0\x9f\x98\x80"}',
+    b'{"code":-0,"flag":1.0}',
     b'{"code":1,"extFields":' + b"[" * 1010 + b"]" * 1010 + b"}",  # deeper than json's stack, within orjson's
     b'{"code":1,"extFields":' + b"[" * 1030 + b"]" * 1030 + b"}",
     b'{"code":1,"x":' + b'{"y":' * 900 + b"1" + b"}" * 900 + b"}",
@@ -109,11 +126,24 @@ def every_code_point(step: int = 0x800) -> list[str]:
 
 def commands() -> list[RemotingCommand]:
     base = [
-        RemotingCommand(ResponseCode.SUCCESS, 7, 1, None, {"msgId": "7F00000100002A9F0000000000001234", "queueId": "1",
-                                                           "queueOffset": 17, "TRACE_ON": True, "gone": None}, b"", "JAVA"),
+        RemotingCommand(
+            ResponseCode.SUCCESS,
+            7,
+            1,
+            None,
+            {
+                "msgId": "7F00000100002A9F0000000000001234",
+                "queueId": "1",
+                "queueOffset": 17,
+                "TRACE_ON": True,
+                "gone": None,
+            },
+            b"",
+            "JAVA",
+        ),
         RemotingCommand(RequestCode.SEND_MESSAGE_V2, -1, 0, "", {}),
         RemotingCommand(0, 0, 0, None, {"only": None}),  # extFields that are all null: written empty
-        RemotingCommand(Code.X, True, False, "r\"e\\m\na\tr\x00k\x1f\x7f", {"k\x01": "v\x02", "ü": "é😀"}, b"", "CPP"),
+        RemotingCommand(Code.X, True, False, 'r"e\\m\na\tr\x00k\x1f\x7f', {"k\x01": "v\x02", "ü": "é😀"}, b"", "CPP"),
         RemotingCommand(1, 2**64, 0, None, {}),  # past 64 bits: orjson refuses, json writes it
         RemotingCommand(1, 0, 0, None, {5: "int key", True: "bool key", None: "none key"}),  # type: ignore[dict-item]
         RemotingCommand(1, 0, 0, None, {"f": 1.5, "big": 10**30, "neg": -0.0, "l": [1, "a"]}),
@@ -140,8 +170,11 @@ def test_a_lone_surrogate_fails_in_a_request_and_is_escaped_in_a_response(bad: s
     # with the surrogate escaped (six characters), the same bytes by both paths (issue 43)
     escaped = bad.encode("utf-8", "backslashreplace").decode()
     for flag in (0, 1):
-        for cmd in (RemotingCommand(0, 1, flag, bad, {}), RemotingCommand(0, 1, flag, None, {"k": bad}),
-                    RemotingCommand(0, 1, flag, None, {bad: "v"})):
+        for cmd in (
+            RemotingCommand(0, 1, flag, bad, {}),
+            RemotingCommand(0, 1, flag, None, {"k": bad}),
+            RemotingCommand(0, 1, flag, None, {bad: "v"}),
+        ):
             got = outcome(cmdmod.encode_header, cmd)
             assert got == outcome(cmdmod.encode_header_json, cmd)
             if flag == 0:
@@ -156,8 +189,16 @@ def test_a_reply_round_trips_through_both_readers() -> None:
     req = cmdmod.decode(Frame(0, SEND, b""))
     rep = req.reply(ResponseCode.SUCCESS, "fine ü", {"msgId": "X", "queueOffset": 3})
     header = cmdmod.encode_header(rep)
-    assert json.loads(header) == {"code": 0, "flag": 1, "language": "JAVA", "opaque": 7, "serializeTypeCurrentRPC": "JSON",
-                                  "version": 435, "extFields": {"msgId": "X", "queueOffset": "3"}, "remark": "fine ü"}
+    assert json.loads(header) == {
+        "code": 0,
+        "flag": 1,
+        "language": "JAVA",
+        "opaque": 7,
+        "serializeTypeCurrentRPC": "JSON",
+        "version": 435,
+        "extFields": {"msgId": "X", "queueOffset": "3"},
+        "remark": "fine ü",
+    }
     assert cmdmod.decode_json_header(header) == json.loads(header)
 
 
@@ -232,13 +273,66 @@ class Text(str):
 
 
 VALUES: list[Any] = [
-    "0", "1", "-1", "17", " 5 ", "\t42\n", "+5", "1_000", "\u0663", "\u20035\u2003", "\u00a07", "0x10", "1.0", "1e3", "",
-    " ", "abc", "true", "TRUE", " true ", "False", "0 ", "2147483647", "2147483648", "-2147483648", "-2147483649",
-    "9223372036854775807", "9223372036854775808", "-9223372036854775809", "9" * 50, Text("12"), Text("x"),
-    0, 1, 2, -1, 2**31 - 1, 2**31, -(2**31) - 1, 2**63 - 1, 2**63, -(2**63) - 1, True, False, None,
-    1.0, 1.5, float("nan"), [], [1], {}, {"a": 1}, Code.X,
+    "0",
+    "1",
+    "-1",
+    "17",
+    " 5 ",
+    "\t42\n",
+    "+5",
+    "1_000",
+    "\u0663",
+    "\u20035\u2003",
+    "\u00a07",
+    "0x10",
+    "1.0",
+    "1e3",
+    "",
+    " ",
+    "abc",
+    "true",
+    "TRUE",
+    " true ",
+    "False",
+    "0 ",
+    "2147483647",
+    "2147483648",
+    "-2147483648",
+    "-2147483649",
+    "9223372036854775807",
+    "9223372036854775808",
+    "-9223372036854775809",
+    "9" * 50,
+    Text("12"),
+    Text("x"),
+    0,
+    1,
+    2,
+    -1,
+    2**31 - 1,
+    2**31,
+    -(2**31) - 1,
+    2**63 - 1,
+    2**63,
+    -(2**63) - 1,
+    True,
+    False,
+    None,
+    1.0,
+    1.5,
+    float("nan"),
+    [],
+    [1],
+    {},
+    {"a": 1},
+    Code.X,
 ]
-READERS = [(fields.ext_str, ref_str), (fields.ext_int, ref_int), (fields.ext_long, ref_long), (fields.ext_bool, ref_bool)]
+READERS = [
+    (fields.ext_str, ref_str),
+    (fields.ext_int, ref_int),
+    (fields.ext_long, ref_long),
+    (fields.ext_bool, ref_bool),
+]
 
 
 @pytest.mark.parametrize(("fast", "ref"), READERS, ids=lambda f: getattr(f, "__name__", ""))
@@ -251,11 +345,33 @@ def test_ext_field_readers_answer_as_the_general_readers(fast: Any, ref: Any) ->
 
 
 def test_a_send_header_reads_the_same_in_every_spelling_clients_use() -> None:
-    java = {"producerGroup": "PG", "topic": "T", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4", "queueId": "1",
-            "sysFlag": "0", "bornTimestamp": "1700000000000", "flag": "0", "properties": "a\x01b\x02",
-            "reconsumeTimes": "0", "unitMode": "false", "batch": "1", "maxReconsumeTimes": "16"}
-    alions = {**java, "defaultTopicQueueNums": 4, "queueId": 1, "sysFlag": 0, "bornTimestamp": 1700000000000,
-              "flag": 0, "reconsumeTimes": 0, "unitMode": False, "batch": True, "maxReconsumeTimes": 16}
+    java = {
+        "producerGroup": "PG",
+        "topic": "T",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "1",
+        "sysFlag": "0",
+        "bornTimestamp": "1700000000000",
+        "flag": "0",
+        "properties": "a\x01b\x02",
+        "reconsumeTimes": "0",
+        "unitMode": "false",
+        "batch": "1",
+        "maxReconsumeTimes": "16",
+    }
+    alions = {
+        **java,
+        "defaultTopicQueueNums": 4,
+        "queueId": 1,
+        "sysFlag": 0,
+        "bornTimestamp": 1700000000000,
+        "flag": 0,
+        "reconsumeTimes": 0,
+        "unitMode": False,
+        "batch": True,
+        "maxReconsumeTimes": 16,
+    }
     a, b = SendMessageHeader.read(java, v2=False), SendMessageHeader.read(alions, v2=False)
     assert a == b and a.batch is True and a.queue_id == 1 and a.max_reconsume_times == 16
     with pytest.raises(FieldError, match="queueId"):
@@ -266,8 +382,10 @@ def test_a_send_header_reads_the_same_in_every_spelling_clients_use() -> None:
 @pytest.mark.parametrize("seed", range(5))
 def test_frames_come_out_whole_whatever_the_reads(seed: int) -> None:
     rng = np.random.default_rng(seed)
-    sent = [(int(rng.integers(0, 2)), rng.bytes(int(rng.integers(0, 300))), rng.bytes(int(rng.choice([0, 5, 70_000]))))
-            for _ in range(40)]
+    sent = [
+        (int(rng.integers(0, 2)), rng.bytes(int(rng.integers(0, 300))), rng.bytes(int(rng.choice([0, 5, 70_000]))))
+        for _ in range(40)
+    ]
     stream = b"".join(encode_frame(h, b, t) for t, h, b in sent)
     cuts = np.sort(rng.choice(np.arange(1, len(stream)), size=int(rng.integers(1, 120)), replace=False))
     dec, got = FrameDecoder(), []
@@ -279,8 +397,10 @@ def test_frames_come_out_whole_whatever_the_reads(seed: int) -> None:
     assert dec.buffered == 0
 
 
-@pytest.mark.parametrize("bad", [struct.pack(">i", 3), struct.pack(">ii", 20, 2 << 24 | 4), struct.pack(">ii", 20, 40),
-                                 struct.pack(">i", 1 << 30)])
+@pytest.mark.parametrize(
+    "bad",
+    [struct.pack(">i", 3), struct.pack(">ii", 20, 2 << 24 | 4), struct.pack(">ii", 20, 40), struct.pack(">i", 1 << 30)],
+)
 def test_a_bad_frame_after_good_ones_is_refused_in_any_read(bad: bytes) -> None:
     good = encode_frame(b'{"code":1}', b"body")
     stream = good * 3 + bad + b"\x00" * 24

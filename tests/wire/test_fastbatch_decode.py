@@ -106,7 +106,12 @@ def random_batch(rng: np.random.Generator, n: int) -> bytes:
     for i in range(n):
         body = rng.bytes(int(rng.integers(0, 120)))
         choice = int(rng.integers(0, 4))
-        props = [b"", f"KEYS\x01k{i}\x02".encode(), f"UNIQ_KEY\x01{i:032X}".encode(), "TAGS\x01\u00e9t\u00e9\x02".encode()][choice]
+        props = [
+            b"",
+            f"KEYS\x01k{i}\x02".encode(),
+            f"UNIQ_KEY\x01{i:032X}".encode(),
+            "TAGS\x01\u00e9t\u00e9\x02".encode(),
+        ][choice]
         parts.append(message(body, int(rng.integers(-(2**31), 2**31)), props))
     return b"".join(parts)
 

@@ -73,6 +73,7 @@ class Paths:
                     self.accepted += got is not None
                     self.declined += got is None
                 return got
+
             return spy
 
         monkeypatch.setattr(window, "read_unit_stored", counted(stored, fast == "stored"))
@@ -91,12 +92,30 @@ def outcome(s: rmqlog.MessageStore, topic: str, qid: int, offset: int, **kw: Any
     try:
         r = s.read_window(topic, qid, offset, raw=True, **kw)
     except rmqlog.StoreError as e:
-        return ("error", type(e).__name__, str(e), getattr(e, "path", None), getattr(e, "offset", None),
-                getattr(e, "queue_offset", None), getattr(e, "commit_log_offset", None))
+        return (
+            "error",
+            type(e).__name__,
+            str(e),
+            getattr(e, "path", None),
+            getattr(e, "offset", None),
+            getattr(e, "queue_offset", None),
+            getattr(e, "commit_log_offset", None),
+        )
     rec = r.records
     assert rec is not None
-    return ("ok", r.status, r.next_begin_offset, r.min_offset, r.max_offset, r.removed, rec.data.to_pybytes(),
-            rec.commit_log_offsets.tolist(), rec.sizes.tolist(), rec.queue_offsets.tolist(), len(rec.array))
+    return (
+        "ok",
+        r.status,
+        r.next_begin_offset,
+        r.min_offset,
+        r.max_offset,
+        r.removed,
+        rec.data.to_pybytes(),
+        rec.commit_log_offsets.tolist(),
+        rec.sizes.tolist(),
+        rec.queue_offsets.tolist(),
+        len(rec.array),
+    )
 
 
 def both(s: rmqlog.MessageStore, paths: Paths, topic: str, qid: int, offset: int, **kw: Any) -> tuple[Any, Any]:
@@ -120,12 +139,17 @@ def test_random_intact_reads_are_the_general_reads(root: Path, paths: Paths, nat
             s.create_topic(t, 3)
         n = 400
         topics = [rnd.choice(["T", "TopicLonger"]) for _ in range(n)]
-        s.put_batch(pa.table({
-            "topic": topics, "queueId": pa.array([rnd.randrange(3) for _ in range(n)], pa.int32()),
-            "body": [bytes(rnd.randrange(256) for _ in range(rnd.randint(0, 900))) for _ in range(n)],
-            "tags": pa.array([rnd.choice(["a", "b", None]) for _ in range(n)], pa.string()),
-            "keys": [[f"k{i}"] * rnd.randint(0, 3) for i in range(n)],
-        }))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": topics,
+                    "queueId": pa.array([rnd.randrange(3) for _ in range(n)], pa.int32()),
+                    "body": [bytes(rnd.randrange(256) for _ in range(rnd.randint(0, 900))) for _ in range(n)],
+                    "tags": pa.array([rnd.choice(["a", "b", None]) for _ in range(n)], pa.string()),
+                    "keys": [[f"k{i}"] * rnd.randint(0, 3) for i in range(n)],
+                }
+            )
+        )
         s.dispatch()
         found = 0
         for _ in range(120):
@@ -156,9 +180,16 @@ def live(root: Path) -> Iterator[rmqlog.MessageStore]:
         for t in ("A", "B"):
             s.create_topic(t, 4)
         rows = [(t, q, k) for k in range(30) for t in ("A", "B") for q in range(4)]
-        s.put_batch(pa.table({"topic": [t for t, _, _ in rows], "queueId": pa.array([q for _, q, _ in rows], pa.int32()),
-                              "body": [f"{t}{q}-{k}".encode().ljust(BODY, b".") for t, q, k in rows],
-                              "tags": ["t"] * len(rows)}))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": [t for t, _, _ in rows],
+                    "queueId": pa.array([q for _, q, _ in rows], pa.int32()),
+                    "body": [f"{t}{q}-{k}".encode().ljust(BODY, b".") for t, q, k in rows],
+                    "tags": ["t"] * len(rows),
+                }
+            )
+        )
         s.dispatch()
         yield s
 
@@ -206,13 +237,23 @@ def _unit_damage(s: rmqlog.MessageStore, root: Path, kind: str) -> None:
         raise AssertionError(kind)
 
 
-UNIT_DAMAGE = ["another queue's record", "another topic's record", "the same queue's next record", "past the tail",
-               "the middle of a record", "size + 1", "size - 1", "across a segment end", "a blank record"]
+UNIT_DAMAGE = [
+    "another queue's record",
+    "another topic's record",
+    "the same queue's next record",
+    "past the tail",
+    "the middle of a record",
+    "size + 1",
+    "size - 1",
+    "across a segment end",
+    "a blank record",
+]
 
 
 @pytest.mark.parametrize("kind", UNIT_DAMAGE)
-def test_a_wrong_unit_is_refused_as_the_general_read_refuses_it(live: rmqlog.MessageStore, root: Path, paths: Paths,
-                                                                native: bool, kind: str) -> None:
+def test_a_wrong_unit_is_refused_as_the_general_read_refuses_it(
+    live: rmqlog.MessageStore, root: Path, paths: Paths, native: bool, kind: str
+) -> None:
     _unit_damage(live, root, kind)
     for start, count in ((0, 32), (K, 1), (K - 3, 5)):
         fast, general = both(live, paths, "A", 2, start, max_count=count)
@@ -259,14 +300,30 @@ def _record_damage(root: Path, off: int, kind: str) -> None:
         raise AssertionError(kind)
 
 
-RECORD_DAMAGE = ["a body byte", "BODYCRC", "BODYLENGTH", "BODYLENGTH negative", "TOPICLENGTH", "topic",
-                 "PROPERTIESLENGTH", "MAGIC V2", "MAGIC", "IPv6 born host bit", "PHYSICALOFFSET", "QUEUEID",
-                 "QUEUEOFFSET", "STORETIMESTAMP", "BORNTIMESTAMP", "TOTALSIZE"]
+RECORD_DAMAGE = [
+    "a body byte",
+    "BODYCRC",
+    "BODYLENGTH",
+    "BODYLENGTH negative",
+    "TOPICLENGTH",
+    "topic",
+    "PROPERTIESLENGTH",
+    "MAGIC V2",
+    "MAGIC",
+    "IPv6 born host bit",
+    "PHYSICALOFFSET",
+    "QUEUEID",
+    "QUEUEOFFSET",
+    "STORETIMESTAMP",
+    "BORNTIMESTAMP",
+    "TOTALSIZE",
+]
 
 
 @pytest.mark.parametrize("kind", RECORD_DAMAGE)
-def test_a_damaged_record_is_refused_as_the_general_read_refuses_it(live: rmqlog.MessageStore, root: Path,
-                                                                    paths: Paths, native: bool, kind: str) -> None:
+def test_a_damaged_record_is_refused_as_the_general_read_refuses_it(
+    live: rmqlog.MessageStore, root: Path, paths: Paths, native: bool, kind: str
+) -> None:
     off = unit(root, "A", 2, K)[0]
     _record_damage(root, off, kind)
     for check_crc in (None, False):
@@ -281,8 +338,9 @@ def test_a_damaged_record_is_refused_as_the_general_read_refuses_it(live: rmqlog
     assert paths.declined == declined_with_crc and paths.accepted == 2 - declined_with_crc
 
 
-def test_the_first_bad_unit_in_queue_order_is_named(live: rmqlog.MessageStore, root: Path, paths: Paths,
-                                                   native: bool) -> None:
+def test_the_first_bad_unit_in_queue_order_is_named(
+    live: rmqlog.MessageStore, root: Path, paths: Paths, native: bool
+) -> None:
     off = unit(root, "A", 2, 12)[0]
     _record_damage(root, off, "a body byte")  # a CRC problem (found last by the general decode) first...
     o, sz, _ = unit(root, "A", 1, 14)
@@ -345,7 +403,9 @@ def test_the_batch_of_a_pull_without_filter_is_the_general_rule() -> None:
         assert fast[1] == general[1] and fast[0].tolist() == general[0].tolist(), (size.tolist(), count, nbytes)
 
 
-def reference_window(units: list[tuple[int, int]], start: int, max_count: int, max_bytes: int | None) -> tuple[list[int], int]:
+def reference_window(
+    units: list[tuple[int, int]], start: int, max_count: int, max_bytes: int | None
+) -> tuple[list[int], int]:
     """The window rule unit by unit (fillers are no record and their size no size): the
     queue offsets taken and the units scanned."""
     taken: list[int] = []
@@ -361,8 +421,9 @@ def reference_window(units: list[tuple[int, int]], start: int, max_count: int, m
 
 
 @pytest.mark.parametrize("seed", range(3))
-def test_fillers_among_the_first_units_extend_the_scan(live: rmqlog.MessageStore, root: Path, paths: Paths,
-                                                      seed: int) -> None:
+def test_fillers_among_the_first_units_extend_the_scan(
+    live: rmqlog.MessageStore, root: Path, paths: Paths, seed: int
+) -> None:
     """Filler units (no record) among the units a pull reads first: the read goes on over
     the whole scan and takes what RocketMQ's loop takes."""
     rnd = random.Random(seed)

@@ -65,8 +65,13 @@ class Pair:
 
     def same_queues(self) -> None:
         """Every consume-queue file of both stores holds the same bytes (tagsCode included)."""
+
         def files(root: Path) -> dict[str, bytes]:
-            return {str(p.relative_to(root)): p.read_bytes() for p in sorted((root / "consumequeue").rglob("*")) if p.is_file()}
+            return {
+                str(p.relative_to(root)): p.read_bytes()
+                for p in sorted((root / "consumequeue").rglob("*"))
+                if p.is_file()
+            }
 
         assert files(Path(self.fast.paths.root)) == files(Path(self.slow.paths.root))
 
@@ -85,10 +90,14 @@ def pair(tmp_path: Path):
 def wire(props: list[str | None], **over: Any) -> pa.Table:
     n = len(props)
     cols: dict[str, Any] = {
-        "topic": pa.array(["T"] * n), "queueId": pa.array([i % 4 for i in range(n)], pa.int32()),
-        "body": pa.array([b"body-%d" % i for i in range(n)]), "flag": pa.array([i for i in range(n)], pa.int32()),
-        "sysFlag": pa.array([0] * n, pa.int32()), "bornTimestamp": pa.array([T0 - i for i in range(n)], pa.int64()),
-        "bornHost": pa.array(["10.0.0.1:5555"] * n), "properties": pa.array(props, pa.string()),
+        "topic": pa.array(["T"] * n),
+        "queueId": pa.array([i % 4 for i in range(n)], pa.int32()),
+        "body": pa.array([b"body-%d" % i for i in range(n)]),
+        "flag": pa.array([i for i in range(n)], pa.int32()),
+        "sysFlag": pa.array([0] * n, pa.int32()),
+        "bornTimestamp": pa.array([T0 - i for i in range(n)], pa.int64()),
+        "bornHost": pa.array(["10.0.0.1:5555"] * n),
+        "properties": pa.array(props, pa.string()),
         "reconsumeTimes": pa.array([0] * n, pa.int32()),
     }
     cols.update(over)
@@ -96,10 +105,25 @@ def wire(props: list[str | None], **over: Any) -> pa.Table:
 
 
 #: items every client sends, and names near the slow ones (same first byte and length)
-GOOD_ITEMS = [f"UNIQ_KEY\x01{UNIQ}\x02", "TAGS\x01a\x02", "KEYS\x01k1 k2\x02", "PGROUP\x01pg\x02", "CLUSTER\x01C0\x02",
-              "MY_UNIQ_KEY\x01x\x02", "XTAGS\x01y\x02", "TAGSX\x01z\x02", "RETRY_TOPIC\x01%RETRY%g\x02",
-              "REAL_TOPICS\x01no\x02", "DELAYS\x011\x02", "WAITS\x01w\x02", "MAX_RECONSUME_TIMES\x0116\x02",
-              "TRACE_ON\x01true\x02", "a\x01b\x02", "UNIQ_KEZ\x01q\x02", "TAGZ\x01q\x02"]
+GOOD_ITEMS = [
+    f"UNIQ_KEY\x01{UNIQ}\x02",
+    "TAGS\x01a\x02",
+    "KEYS\x01k1 k2\x02",
+    "PGROUP\x01pg\x02",
+    "CLUSTER\x01C0\x02",
+    "MY_UNIQ_KEY\x01x\x02",
+    "XTAGS\x01y\x02",
+    "TAGSX\x01z\x02",
+    "RETRY_TOPIC\x01%RETRY%g\x02",
+    "REAL_TOPICS\x01no\x02",
+    "DELAYS\x011\x02",
+    "WAITS\x01w\x02",
+    "MAX_RECONSUME_TIMES\x0116\x02",
+    "TRACE_ON\x01true\x02",
+    "a\x01b\x02",
+    "UNIQ_KEZ\x01q\x02",
+    "TAGZ\x01q\x02",
+]
 
 #: one item each that the fast path must leave to the general path
 MISSES = {
@@ -220,8 +244,9 @@ def test_errors_are_the_same_on_both_paths(pair, monkeypatch) -> None:
     big = b"x" * (rmqlog.StoreConfig().max_message_size + 1)
     cases = [
         # the timer topic named before the encoder's checks (a body too large on a later row)
-        wire(["TAGS\x01a\x02", "TAGS\x01b\x02"], topic=pa.array(["rmq_sys_wheel_timer", "T"]),
-             body=pa.array([b"a", big])),
+        wire(
+            ["TAGS\x01a\x02", "TAGS\x01b\x02"], topic=pa.array(["rmq_sys_wheel_timer", "T"]), body=pa.array([b"a", big])
+        ),
         wire(["TAGS\x01a\x02"], topic=pa.array(["rmq_sys_wheel_timer"])),
         wire(["TAGS\x01a\x02", "TAGS\x01a\x02"], topic=pa.array(["T", "rmq_sys_wheel_timer"])),
         wire(["TAGS\x01a\x02"], topic=pa.array(["SCHEDULE_TOPIC_XXXX"])),
@@ -245,7 +270,9 @@ def test_errors_are_the_same_on_both_paths(pair, monkeypatch) -> None:
 
 
 def test_the_fast_path_marks_own_uniq_keys_and_tags_exactly() -> None:
-    props = pa.array([f"UNIQ_KEY\x01{UNIQ}\x02", "MY_UNIQ_KEY\x01x\x02", "XTAGS\x01a\x02", "a\x01b\x02TAGS\x01t\x02", ""])
+    props = pa.array(
+        [f"UNIQ_KEY\x01{UNIQ}\x02", "MY_UNIQ_KEY\x01x\x02", "XTAGS\x01a\x02", "a\x01b\x02TAGS\x01t\x02", ""]
+    )
     joined = wire_put.joined_wire_properties(props, 5, None)
     assert joined is not None and joined.has_tags and joined.suffix == b""
     assert joined.own_uniq is not None and joined.own_uniq.tolist() == [True, False, False, False, False]
@@ -263,6 +290,8 @@ def _two(**over: Any) -> pa.Table:
 
 _RANGE = "is not in [-2147483648, 2147483647]"
 _BORN = "ms is outside 1970-01-01T00:00:00Z..9999-12-31T23:59:59.999Z (0..253402300799999 ms)"
+
+
 #: (table, put_wire's error, put_batch's error (None: not a put_batch column)): the errors of
 #: main before this part (the uint64 flag/sysFlag of put_wire raised Arrow's untyped error then)
 def _both(table: pa.Table, error: tuple[Any, ...]) -> tuple[pa.Table, tuple[Any, ...], tuple[Any, ...]]:
@@ -270,38 +299,71 @@ def _both(table: pa.Table, error: tuple[Any, ...]) -> tuple[pa.Table, tuple[Any,
 
 
 INT_CASES: dict[str, tuple[pa.Table, tuple[Any, ...], tuple[Any, ...] | None]] = {
-    "queueId int8 negative": _both(_two(queueId=pa.array([0, -1], pa.int8())),
-                              ("QueueIdError", "queueId", "queue id -1 is negative")),
-    "queueId null then negative": _both(_two(queueId=pa.array([None, -2], pa.int64())),
-                                   ("QueueIdError", "queueId", "queue id -2 is negative")),
-    "queueId uint64 past int64": _both(_two(queueId=pa.array([0, 2**63], pa.uint64())),
-                                  ("QueueIdError", "queueId", "9223372036854775808 does not fit a 64-bit signed integer")),
-    "queueId int16 over": _both(_two(queueId=pa.array([0, 4], pa.int16())),
-                           ("QueueIdError", "queueId", "queue id 4 is not below 'T''s 4 queues")),
-    "queueId uint32 over": _both(_two(queueId=pa.array([0, 2**32 - 1], pa.uint32())),
-                            ("QueueIdError", "queueId", "queue id 4294967295 is not below 'T''s 4 queues")),
-    "flag int64 over": (_two(flag=pa.array([0, 2**31], pa.int64())), ("InvalidMessageError", "flag", f"2147483648 {_RANGE}"),
-                        ("InvalidMessageError", "flag", "flag does not fit in 32 bits")),
-    "flag uint32 over": (_two(flag=pa.array([0, 2**31], pa.uint32())), ("InvalidMessageError", "flag", f"2147483648 {_RANGE}"),
-                         ("InvalidMessageError", "flag", "flag does not fit in 32 bits")),
-    "flag int64 under": (_two(flag=pa.array([0, -(2**31) - 1], pa.int64())),
-                         ("InvalidMessageError", "flag", f"-2147483649 {_RANGE}"),
-                         ("InvalidMessageError", "flag", "flag does not fit in 32 bits")),
-    "flag uint64 past int64": (_two(flag=pa.array([0, 2**64 - 1], pa.uint64())),
-                               ("InvalidMessageError", "flag", f"18446744073709551615 {_RANGE}"),
-                               ("InvalidMessageError", "flag", "18446744073709551615 does not fit a 64-bit signed integer")),
-    "sysFlag uint32 big": (_two(sysFlag=pa.array([0, 2**31], pa.uint32())),
-                           ("InvalidMessageError", "sysFlag", f"2147483648 {_RANGE}"), None),
-    "sysFlag uint64 past int64": (_two(sysFlag=pa.array([0, 2**64 - 1], pa.uint64())),
-                                  ("InvalidMessageError", "sysFlag", f"18446744073709551615 {_RANGE}"), None),
-    "reconsumeTimes int8 negative": (_two(reconsumeTimes=pa.array([0, -1], pa.int8())),
-                                     ("InvalidMessageError", "reconsumeTimes", "-1 is not in [0, 2147483647]"), None),
-    "reconsumeTimes uint32 big": (_two(reconsumeTimes=pa.array([0, 2**31], pa.uint32())),
-                                  ("InvalidMessageError", "reconsumeTimes", "2147483648 is not in [0, 2147483647]"), None),
-    "bornTimestamp uint64": _both(_two(bornTimestamp=pa.array([0, 2**64 - 1], pa.uint64())),
-                             ("InvalidMessageError", "bornTimestamp", f"18446744073709551615 {_BORN}")),
-    "bornTimestamp int8 negative": _both(_two(bornTimestamp=pa.array([3, -1], pa.int8())),
-                                    ("InvalidMessageError", "bornTimestamp", f"-1 {_BORN}")),
+    "queueId int8 negative": _both(
+        _two(queueId=pa.array([0, -1], pa.int8())), ("QueueIdError", "queueId", "queue id -1 is negative")
+    ),
+    "queueId null then negative": _both(
+        _two(queueId=pa.array([None, -2], pa.int64())), ("QueueIdError", "queueId", "queue id -2 is negative")
+    ),
+    "queueId uint64 past int64": _both(
+        _two(queueId=pa.array([0, 2**63], pa.uint64())),
+        ("QueueIdError", "queueId", "9223372036854775808 does not fit a 64-bit signed integer"),
+    ),
+    "queueId int16 over": _both(
+        _two(queueId=pa.array([0, 4], pa.int16())),
+        ("QueueIdError", "queueId", "queue id 4 is not below 'T''s 4 queues"),
+    ),
+    "queueId uint32 over": _both(
+        _two(queueId=pa.array([0, 2**32 - 1], pa.uint32())),
+        ("QueueIdError", "queueId", "queue id 4294967295 is not below 'T''s 4 queues"),
+    ),
+    "flag int64 over": (
+        _two(flag=pa.array([0, 2**31], pa.int64())),
+        ("InvalidMessageError", "flag", f"2147483648 {_RANGE}"),
+        ("InvalidMessageError", "flag", "flag does not fit in 32 bits"),
+    ),
+    "flag uint32 over": (
+        _two(flag=pa.array([0, 2**31], pa.uint32())),
+        ("InvalidMessageError", "flag", f"2147483648 {_RANGE}"),
+        ("InvalidMessageError", "flag", "flag does not fit in 32 bits"),
+    ),
+    "flag int64 under": (
+        _two(flag=pa.array([0, -(2**31) - 1], pa.int64())),
+        ("InvalidMessageError", "flag", f"-2147483649 {_RANGE}"),
+        ("InvalidMessageError", "flag", "flag does not fit in 32 bits"),
+    ),
+    "flag uint64 past int64": (
+        _two(flag=pa.array([0, 2**64 - 1], pa.uint64())),
+        ("InvalidMessageError", "flag", f"18446744073709551615 {_RANGE}"),
+        ("InvalidMessageError", "flag", "18446744073709551615 does not fit a 64-bit signed integer"),
+    ),
+    "sysFlag uint32 big": (
+        _two(sysFlag=pa.array([0, 2**31], pa.uint32())),
+        ("InvalidMessageError", "sysFlag", f"2147483648 {_RANGE}"),
+        None,
+    ),
+    "sysFlag uint64 past int64": (
+        _two(sysFlag=pa.array([0, 2**64 - 1], pa.uint64())),
+        ("InvalidMessageError", "sysFlag", f"18446744073709551615 {_RANGE}"),
+        None,
+    ),
+    "reconsumeTimes int8 negative": (
+        _two(reconsumeTimes=pa.array([0, -1], pa.int8())),
+        ("InvalidMessageError", "reconsumeTimes", "-1 is not in [0, 2147483647]"),
+        None,
+    ),
+    "reconsumeTimes uint32 big": (
+        _two(reconsumeTimes=pa.array([0, 2**31], pa.uint32())),
+        ("InvalidMessageError", "reconsumeTimes", "2147483648 is not in [0, 2147483647]"),
+        None,
+    ),
+    "bornTimestamp uint64": _both(
+        _two(bornTimestamp=pa.array([0, 2**64 - 1], pa.uint64())),
+        ("InvalidMessageError", "bornTimestamp", f"18446744073709551615 {_BORN}"),
+    ),
+    "bornTimestamp int8 negative": _both(
+        _two(bornTimestamp=pa.array([3, -1], pa.int8())), ("InvalidMessageError", "bornTimestamp", f"-1 {_BORN}")
+    ),
 }
 
 
@@ -316,7 +378,11 @@ def test_integer_columns_are_refused_as_before(tmp_path: Path, case: str) -> Non
             with pytest.raises(rmqlog.InvalidMessageError) as info:
                 put(table)
             assert (type(info.value).__name__, info.value.row, info.value.field, info.value.reason) == (
-                expected[0], 1, expected[1], expected[2])
+                expected[0],
+                1,
+                expected[1],
+                expected[2],
+            )
             assert s.published_tail() == 0  # nothing written
 
 
@@ -327,9 +393,14 @@ def test_integer_columns_of_every_width_store_the_same_values(tmp_path: Path) ->
         for typ in (pa.int8(), pa.uint8(), pa.int16(), pa.int32(), pa.uint32(), pa.int64(), pa.uint64()):
             for nulls in (False, True):
                 mask = pa.array([nulls, False])
-                t = _two(queueId=pa.array([1, 2], typ, mask=mask), flag=pa.array([7, 8], typ, mask=mask),
-                         sysFlag=pa.array([1, 8], typ, mask=mask), reconsumeTimes=pa.array([3, 4], typ, mask=mask),
-                         bornTimestamp=pa.array([5, 6], typ, mask=mask), bornHost=pa.array(["10.0.0.9:7", "10.0.0.9:7"]))
+                t = _two(
+                    queueId=pa.array([1, 2], typ, mask=mask),
+                    flag=pa.array([7, 8], typ, mask=mask),
+                    sysFlag=pa.array([1, 8], typ, mask=mask),
+                    reconsumeTimes=pa.array([3, 4], typ, mask=mask),
+                    bornTimestamp=pa.array([5, 6], typ, mask=mask),
+                    bornHost=pa.array(["10.0.0.9:7", "10.0.0.9:7"]),
+                )
                 res = s.put_wire(t, dispatch=True)
                 got = s.read_window("T", 2, int(res.column("queueOffset")[1].as_py())).messages.to_pylist()[0]
                 assert (got["flag"], got["bornHost"], got["reconsumeTimes"]) == (8, "10.0.0.9:7", 4)
@@ -337,14 +408,21 @@ def test_integer_columns_of_every_width_store_the_same_values(tmp_path: Path) ->
                 assert res.num_rows == 2
                 first_q = 0 if nulls else 1  # a null queue id takes the round robin
                 if not nulls:
-                    row0 = s.read_window("T", first_q, int(res.column("queueOffset")[0].as_py())).messages.to_pylist()[0]
+                    row0 = s.read_window("T", first_q, int(res.column("queueOffset")[0].as_py())).messages.to_pylist()[
+                        0
+                    ]
                     assert (row0["flag"], row0["reconsumeTimes"], row0["sysFlag"] & 1) == (7, 3, 1)
 
 
 #: sysFlag -> put_wire's error as main gave it (None: stored); the screen for the usual flags
 #: (no bit but COMPRESSED, MULTI_TAGS, TRANSACTION_COMMIT) must leave every refusal to the checks
 SYS_FLAGS: dict[int, str | None] = {
-    0: None, 1: None, 2: None, 8: None, 3: None, 11: None,
+    0: None,
+    1: None,
+    2: None,
+    8: None,
+    3: None,
+    11: None,
     4: "sysFlag 4: TRANSACTION_PREPARED (4) is not stored by this store (no transactional messages)",
     12: "sysFlag 12: TRANSACTION_ROLLBACK (12) is not stored by this store (no transactional messages)",
     16: "sysFlag 16: BORNHOST_V6 (16) does not match the host",
@@ -376,15 +454,40 @@ def test_random_property_strings_give_the_same_outcome_on_both_paths(pair, monke
     the fast path (when it takes them) stores what the general path stores, or raises what
     it raises."""
     rng = np.random.default_rng(2929)
-    tokens = ["a", "b1", "\x01", "\x02", "\x01", "\x02", "WAIT", "CLUSTER", "TAGS", "UNIQ_KEY", "KEYS", "DELAY", "3",
-              "REAL_QID", "RMQLOG_X", "TIMER_DELAY_MS", "RETRY_TOPIC", "W", "\u00e9", " "]
+    tokens = [
+        "a",
+        "b1",
+        "\x01",
+        "\x02",
+        "\x01",
+        "\x02",
+        "WAIT",
+        "CLUSTER",
+        "TAGS",
+        "UNIQ_KEY",
+        "KEYS",
+        "DELAY",
+        "3",
+        "REAL_QID",
+        "RMQLOG_X",
+        "TIMER_DELAY_MS",
+        "RETRY_TOPIC",
+        "W",
+        "\u00e9",
+        " ",
+    ]
     taken = 0
     for _ in range(150):
         n = int(rng.integers(1, 5))
         props = ["".join(tokens[j] for j in rng.integers(0, len(tokens), int(rng.integers(0, 9)))) for _ in range(n)]
         if rng.random() < 0.6:  # mostly well formed: name \x01 value \x02 items of those tokens
-            props = ["".join(f"{tokens[int(rng.integers(4, 19))]}\x01{tokens[int(rng.integers(0, 2))]}\x02"
-                             for _ in range(int(rng.integers(0, 4)))) for _ in range(n)]
+            props = [
+                "".join(
+                    f"{tokens[int(rng.integers(4, 19))]}\x01{tokens[int(rng.integers(0, 2))]}\x02"
+                    for _ in range(int(rng.integers(0, 4)))
+                )
+                for _ in range(n)
+            ]
         cluster = "C1" if rng.random() < 0.5 else None
         taken += wire_put.joined_wire_properties(pa.array(props), n, cluster) is not None
         fast, slow = pair.put(monkeypatch, wire(props), cluster=cluster)

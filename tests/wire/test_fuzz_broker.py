@@ -28,8 +28,13 @@ JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
 
 def _run(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(JOBS / "fuzz_broker.py"), "--root", str(tmp_path / "work"), *args],
-                          capture_output=True, text=True, timeout=timeout, env=subprocess_env())
+    return subprocess.run(
+        [sys.executable, str(JOBS / "fuzz_broker.py"), "--root", str(tmp_path / "work"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(),
+    )
 
 
 def _assert_survived(res: subprocess.CompletedProcess[str], cases: int) -> None:
@@ -89,8 +94,15 @@ def test_the_job_flags_an_outcome_its_kind_must_not_have() -> None:
         sys.path.remove(str(JOBS))
     from collections import Counter
 
-    tally = Counter({"unknown_code: answered 3": 5, "unknown_code: closed": 2, "unknown_oneway: no answer": 4,
-                     "unknown_oneway: answered 3": 1, "json: closed": 7})
+    tally = Counter(
+        {
+            "unknown_code: answered 3": 5,
+            "unknown_code: closed": 2,
+            "unknown_oneway: no answer": 4,
+            "unknown_oneway: answered 3": 1,
+            "json: closed": 7,
+        }
+    )
     assert fuzz_broker.unexpected(tally) == {"unknown_code: closed": 2, "unknown_oneway: answered 3": 1}
 
 

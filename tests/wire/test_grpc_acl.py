@@ -62,16 +62,22 @@ accounts:
 """
 
 
-def md(key: str | None = "producerAK", secret: str = "producerSK", date: str | None = DATE,
-       credential: str | None = None) -> list[tuple[str, str]]:
+def md(
+    key: str | None = "producerAK", secret: str = "producerSK", date: str | None = DATE, credential: str | None = None
+) -> list[tuple[str, str]]:
     """The metadata a RocketMQ 5 client sends, signed here with ``hmac`` directly."""
     out = [("x-mq-language", "PYTHON"), ("x-mq-protocol", "GRPC_V2")]
     if date is not None:
         out.append(("x-mq-date-time", date))
     if key is not None:
         sig = hmac.new(secret.encode(), (date or "").encode(), hashlib.sha1).hexdigest()
-        out.append(("authorization", f"MQv2-HMAC-SHA1 Credential={credential if credential is not None else key}, "
-                                     f"SignedHeaders=x-mq-date-time, Signature={sig}"))
+        out.append(
+            (
+                "authorization",
+                f"MQv2-HMAC-SHA1 Credential={credential if credential is not None else key}, "
+                f"SignedHeaders=x-mq-date-time, Signature={sig}",
+            )
+        )
     return out
 
 
@@ -85,8 +91,9 @@ def clock() -> rmqlog.ManualClock:
 
 @pytest.fixture
 def store(tmp_path: Path, clock: rmqlog.ManualClock) -> Iterator[rmqlog.MessageStore]:
-    with rmqlog.MessageStore.open(tmp_path / "store", small_store_config(store_host="127.0.0.1:10911"),
-                                  clock=clock) as s:
+    with rmqlog.MessageStore.open(
+        tmp_path / "store", small_store_config(store_host="127.0.0.1:10911"), clock=clock
+    ) as s:
         yield s
 
 
@@ -97,8 +104,9 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, text: str = PLAIN_ACL)
 
 
 @pytest.fixture
-def broker(store: rmqlog.MessageStore, clock: rmqlog.ManualClock, tmp_path: Path,
-           monkeypatch: pytest.MonkeyPatch) -> Broker:
+def broker(
+    store: rmqlog.MessageStore, clock: rmqlog.ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Broker:
     home(tmp_path, monkeypatch)
     b = make_broker(store, clock=clock, acl_enable=True)
     for topic in ("T1", "T2"):
@@ -112,8 +120,11 @@ def stored(store: rmqlog.MessageStore, topic: str) -> list[dict[str, Any]]:
 
 
 def message(topic: str = "T1", msg_id: str = "A" * 32, kind: int = pb.NORMAL) -> pb.Message:
-    return pb.Message(topic=pb.Resource(name=topic), body=b"hello",
-                      system_properties=pb.SystemProperties(message_id=msg_id, message_type=kind))  # type: ignore[arg-type]
+    return pb.Message(
+        topic=pb.Resource(name=topic),
+        body=b"hello",
+        system_properties=pb.SystemProperties(message_id=msg_id, message_type=kind),
+    )  # type: ignore[arg-type]
 
 
 def send_req(topic: str = "T1", kind: int = pb.NORMAL) -> svc.SendMessageRequest:
@@ -121,9 +132,12 @@ def send_req(topic: str = "T1", kind: int = pb.NORMAL) -> svc.SendMessageRequest
 
 
 def receive_req(group: str = "G", topic: str = "T1") -> svc.ReceiveMessageRequest:
-    req = svc.ReceiveMessageRequest(group=pb.Resource(name=group), batch_size=32,
-                                    message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
-                                    filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"))
+    req = svc.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        batch_size=32,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=0),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+    )
     req.invisible_duration.FromMilliseconds(10_000)
     req.long_polling_timeout.FromMilliseconds(0)
     return req
@@ -131,8 +145,10 @@ def receive_req(group: str = "G", topic: str = "T1") -> svc.ReceiveMessageReques
 
 def calls(broker: Broker, *items: tuple[str, Any, Any]) -> list[Any]:
     """Each ``(method, request, metadata)`` called in order over one channel."""
+
     async def body(c: Client, _: Any) -> list[Any]:
         return [await c.call(method, request, metadata=metadata) for method, request, metadata in items]
+
     return serve(broker, body)
 
 
@@ -150,24 +166,34 @@ def test_the_signature_is_the_clients_known_vector() -> None:
     validator = AccessValidator(AclConfig({"RocketMQ": Account("RocketMQ", "12345678")}))
 
     def caller(sig: str, date: str = "20210309T195445Z") -> Any:
-        return authenticate(validator, [("x-mq-date-time", date), (
-            "authorization", f"MQv2-HMAC-SHA1 Credential=RocketMQ, SignedHeaders=x-mq-date-time, Signature={sig}")],
-            "127.0.0.1:5")
+        return authenticate(
+            validator,
+            [
+                ("x-mq-date-time", date),
+                ("authorization", f"MQv2-HMAC-SHA1 Credential=RocketMQ, SignedHeaders=x-mq-date-time, Signature={sig}"),
+            ],
+            "127.0.0.1:5",
+        )
 
     # the Python client's lower-case hex and Node.js's upper-case are the same signature
     assert caller(vector).account.access_key == caller(vector.upper()).account.access_key == "RocketMQ"
     with pytest.raises(AclRefusal, match="Check signature failed for accessKey=RocketMQ"):
         caller(vector, date="20210309T195446Z")
     assert parse_authorization("MQv2-HMAC-SHA1 Credential=ak/2026/region, Signature=00").access_key == "ak"
-    assert parse_authorization("MQv2-HMAC-SHA1 Credential=, SignedHeaders=x-mq-date-time, Signature=").access_key is None
+    assert (
+        parse_authorization("MQv2-HMAC-SHA1 Credential=, SignedHeaders=x-mq-date-time, Signature=").access_key is None
+    )
 
 
-@pytest.mark.parametrize(("text", "says"), [
-    ("MQv2-HMAC-SHA1", "authorization header is incorrect"),
-    ("MQv2-HMAC-SHA1 Credential", "keyValues length is incorrect"),
-    ("MQv2-HMAC-SHA1 Credential=ak, Signature=xyz1", "not hexadecimal"),
-    ("MQv2-HMAC-SHA1 Credential=ak, Signature=abc", "not hexadecimal"),
-])
+@pytest.mark.parametrize(
+    ("text", "says"),
+    [
+        ("MQv2-HMAC-SHA1", "authorization header is incorrect"),
+        ("MQv2-HMAC-SHA1 Credential", "keyValues length is incorrect"),
+        ("MQv2-HMAC-SHA1 Credential=ak, Signature=xyz1", "not hexadecimal"),
+        ("MQv2-HMAC-SHA1 Credential=ak, Signature=abc", "not hexadecimal"),
+    ],
+)
 def test_a_malformed_authorization_header_is_refused_naming_why(text: str, says: str) -> None:
     with pytest.raises(AclRefusal, match=says):
         parse_authorization(text)
@@ -177,26 +203,36 @@ def test_a_malformed_authorization_header_is_refused_naming_why(text: str, says:
 
 
 def test_the_right_key_routes_and_sends(broker: Broker, store: rmqlog.MessageStore) -> None:
-    route, sent = calls(broker, ("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1")), PRODUCER),
-                        ("SendMessage", send_req(), PRODUCER))
+    route, sent = calls(
+        broker,
+        ("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1")), PRODUCER),
+        ("SendMessage", send_req(), PRODUCER),
+    )
     assert route.status.code == Code.OK and route.message_queues
     assert sent.status.code == Code.OK
     assert [r["body"] for r in stored(store, "T1")] == [b"hello"]
 
 
-@pytest.mark.parametrize(("metadata", "says"), [
-    (md("nobodyAK", "producerSK"), "No acl config for nobodyAK"),
-    (md(secret="wrongSK1"), "Check signature failed for accessKey=producerAK"),
-    (md(None), "No accessKey is configured"),
-    (md(credential=""), "No accessKey is configured"),  # the Python client without credentials
-    (md(date=None), "Check signature failed for accessKey=producerAK"),
-    ([("x-mq-date-time", DATE), ("authorization", "MQv2-HMAC-SHA1")], "authorization header is incorrect"),
-])
-def test_a_call_not_authenticated_is_unauthorized_and_stores_nothing(broker: Broker, store: rmqlog.MessageStore,
-                                                                     metadata: Any, says: str) -> None:
-    sent, route, received = calls(broker, ("SendMessage", send_req(), metadata),
-                                  ("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1")), metadata),
-                                  ("ReceiveMessage", receive_req(), metadata))
+@pytest.mark.parametrize(
+    ("metadata", "says"),
+    [
+        (md("nobodyAK", "producerSK"), "No acl config for nobodyAK"),
+        (md(secret="wrongSK1"), "Check signature failed for accessKey=producerAK"),
+        (md(None), "No accessKey is configured"),
+        (md(credential=""), "No accessKey is configured"),  # the Python client without credentials
+        (md(date=None), "Check signature failed for accessKey=producerAK"),
+        ([("x-mq-date-time", DATE), ("authorization", "MQv2-HMAC-SHA1")], "authorization header is incorrect"),
+    ],
+)
+def test_a_call_not_authenticated_is_unauthorized_and_stores_nothing(
+    broker: Broker, store: rmqlog.MessageStore, metadata: Any, says: str
+) -> None:
+    sent, route, received = calls(
+        broker,
+        ("SendMessage", send_req(), metadata),
+        ("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1")), metadata),
+        ("ReceiveMessage", receive_req(), metadata),
+    )
     for answer in (sent, route, received):
         assert status_of(answer).code == Code.UNAUTHORIZED and says in status_of(answer).message
     assert stored(store, "T1") == []
@@ -210,8 +246,13 @@ def test_a_signature_of_another_date_is_unauthorized(broker: Broker, store: rmql
     assert stored(store, "T1") == []
 
 
-def test_white_listed_addresses_need_no_signature(broker: Broker, store: rmqlog.MessageStore, tmp_path: Path,
-                                                  monkeypatch: pytest.MonkeyPatch, clock: rmqlog.ManualClock) -> None:
+def test_white_listed_addresses_need_no_signature(
+    broker: Broker,
+    store: rmqlog.MessageStore,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    clock: rmqlog.ManualClock,
+) -> None:
     # the account's whiteRemoteAddress (127.0.0.1): no signature, no perm check, as on remoting
     (sent,) = calls(broker, ("SendMessage", send_req("T2"), [("authorization", "MQv2-HMAC-SHA1 Credential=localAK")]))
     assert sent.status.code == Code.OK and len(stored(store, "T2")) == 1
@@ -228,7 +269,9 @@ def test_white_listed_addresses_need_no_signature(broker: Broker, store: rmqlog.
 
 def test_a_send_without_pub_is_forbidden_and_stores_nothing(broker: Broker, store: rmqlog.MessageStore) -> None:
     (t2,) = calls(broker, ("SendMessage", send_req("T2"), PRODUCER))  # T2: SUB only
-    (route,) = calls(broker, ("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1")), md("otherAK", "otherSK1")))
+    (route,) = calls(
+        broker, ("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1")), md("otherAK", "otherSK1"))
+    )
     assert t2.status.code == Code.FORBIDDEN and "topic:T2" in t2.status.message
     assert route.status.code == Code.FORBIDDEN and "topic:T1" in route.status.message
     assert stored(store, "T2") == []
@@ -236,21 +279,30 @@ def test_a_send_without_pub_is_forbidden_and_stores_nothing(broker: Broker, stor
 
 def test_receive_ack_and_change_need_the_group_and_the_topic(broker: Broker, store: rmqlog.MessageStore) -> None:
     calls(broker, ("SendMessage", send_req(), PRODUCER))
-    denied_group, denied_topic = calls(broker, ("ReceiveMessage", receive_req("H"), CONSUMER),
-                                       ("ReceiveMessage", receive_req("G"), PRODUCER))
+    denied_group, denied_topic = calls(
+        broker, ("ReceiveMessage", receive_req("H"), CONSUMER), ("ReceiveMessage", receive_req("G"), PRODUCER)
+    )
     assert status_of(denied_group).code == Code.FORBIDDEN and "group:H" in status_of(denied_group).message
     assert status_of(denied_topic).code == Code.FORBIDDEN
     assert broker.pop.inflight() == 0  # nothing popped by the refused receives
     (got,) = calls(broker, ("ReceiveMessage", receive_req("G"), CONSUMER))
     (msg,) = [r.message for r in got if r.HasField("message")]
     handle = msg.system_properties.receipt_handle
-    ack = svc.AckMessageRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T1"),
-                                entries=[svc.AckMessageEntry(message_id=msg.system_properties.message_id,
-                                                             receipt_handle=handle)])
-    change = svc.ChangeInvisibleDurationRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T1"),
-                                                receipt_handle=handle, message_id=msg.system_properties.message_id)
+    ack = svc.AckMessageRequest(
+        group=pb.Resource(name="G"),
+        topic=pb.Resource(name="T1"),
+        entries=[svc.AckMessageEntry(message_id=msg.system_properties.message_id, receipt_handle=handle)],
+    )
+    change = svc.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="G"),
+        topic=pb.Resource(name="T1"),
+        receipt_handle=handle,
+        message_id=msg.system_properties.message_id,
+    )
     change.invisible_duration.FromMilliseconds(20_000)
-    refused_ack, refused_change = calls(broker, ("AckMessage", ack, PRODUCER), ("ChangeInvisibleDuration", change, OTHER))
+    refused_ack, refused_change = calls(
+        broker, ("AckMessage", ack, PRODUCER), ("ChangeInvisibleDuration", change, OTHER)
+    )
     assert refused_ack.status.code == refused_change.status.code == Code.FORBIDDEN
     assert broker.pop.inflight("G") == 1  # neither acked nor changed: the handle still acks
     (acked,) = calls(broker, ("AckMessage", ack, CONSUMER))
@@ -261,10 +313,17 @@ def test_heartbeat_and_query_assignment_need_the_consumer_group(broker: Broker) 
     hb = svc.HeartbeatRequest(group=pb.Resource(name="H"), client_type=pb.SIMPLE_CONSUMER)
     qa = svc.QueryAssignmentRequest(topic=pb.Resource(name="T1"), group=pb.Resource(name="H"))
     producer_hb = svc.HeartbeatRequest(client_type=pb.PRODUCER)
-    a, b, c, d = calls(broker, ("Heartbeat", hb, CONSUMER), ("QueryAssignment", qa, CONSUMER),
-                       ("Heartbeat", producer_hb, PRODUCER),
-                       ("QueryAssignment", svc.QueryAssignmentRequest(topic=pb.Resource(name="T1"),
-                                                                      group=pb.Resource(name="G")), CONSUMER))
+    a, b, c, d = calls(
+        broker,
+        ("Heartbeat", hb, CONSUMER),
+        ("QueryAssignment", qa, CONSUMER),
+        ("Heartbeat", producer_hb, PRODUCER),
+        (
+            "QueryAssignment",
+            svc.QueryAssignmentRequest(topic=pb.Resource(name="T1"), group=pb.Resource(name="G")),
+            CONSUMER,
+        ),
+    )
     assert a.status.code == b.status.code == Code.FORBIDDEN
     assert c.status.code == d.status.code == Code.OK
 
@@ -280,16 +339,27 @@ def test_telemetry_authorizes_each_settings_command(broker: Broker, monkeypatch:
     monkeypatch.setattr(GrpcProducers, "register", spy)
 
     def pub(topic: str) -> svc.TelemetryCommand:
-        return svc.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(
-            topics=[pb.Resource(name=topic)])))
+        return svc.TelemetryCommand(
+            settings=pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=topic)]))
+        )
 
-    sub = svc.TelemetryCommand(settings=pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(
-        group=pb.Resource(name="G"), subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="T1"))])))
+    sub = svc.TelemetryCommand(
+        settings=pb.Settings(
+            client_type=pb.SIMPLE_CONSUMER,
+            subscription=pb.Subscription(
+                group=pb.Resource(name="G"), subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="T1"))]
+            ),
+        )
+    )
 
     async def body(c: Client, _: Any) -> Any:
-        return (await c.telemetry([pub("T1")], metadata=PRODUCER), await c.telemetry([pub("T2")], metadata=PRODUCER),
-                await c.telemetry([sub], metadata=CONSUMER), await c.telemetry([sub], metadata=PRODUCER),
-                await c.telemetry([svc.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER))], metadata=PRODUCER))
+        return (
+            await c.telemetry([pub("T1")], metadata=PRODUCER),
+            await c.telemetry([pub("T2")], metadata=PRODUCER),
+            await c.telemetry([sub], metadata=CONSUMER),
+            await c.telemetry([sub], metadata=PRODUCER),
+            await c.telemetry([svc.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER))], metadata=PRODUCER),
+        )
 
     ok, denied, sub_ok, sub_denied, neither = serve(broker, body)
     assert ok[0].status.code == Code.OK and ok[0].HasField("settings")
@@ -305,9 +375,13 @@ def test_end_transaction_needs_pub_and_the_halfs_own_topic(broker: Broker, store
     (entry,) = half.entries
 
     def end(topic: str) -> svc.EndTransactionRequest:
-        return svc.EndTransactionRequest(topic=pb.Resource(name=topic), message_id=entry.message_id,
-                                         transaction_id=entry.transaction_id, resolution=pb.COMMIT,
-                                         source=pb.SOURCE_CLIENT)
+        return svc.EndTransactionRequest(
+            topic=pb.Resource(name=topic),
+            message_id=entry.message_id,
+            transaction_id=entry.transaction_id,
+            resolution=pb.COMMIT,
+            source=pb.SOURCE_CLIENT,
+        )
 
     # no PUB on T1; then PUB on T2 naming T1's half (the half's producer group is T1: the
     # remoting END_TRANSACTION rule, checked by the ACL hook for the caller)

@@ -47,8 +47,11 @@ def _command(consumer: rcl.Client, **cmd: Any) -> dict[str, Any]:
     """One command of python5_client.py ``consume``; its answer (an event or a failure)."""
     start = len(consumer.lines)
     consumer.write(json.dumps(cmd))
-    _, line = consumer.wait_line(lambda line: json.loads(line).get("event") in ("received", "acked", "failed"),
-                                 f"the answer to {cmd}", start=start)
+    _, line = consumer.wait_line(
+        lambda line: json.loads(line).get("event") in ("received", "acked", "failed"),
+        f"the answer to {cmd}",
+        start=start,
+    )
     answer: dict[str, Any] = json.loads(line)
     return answer
 
@@ -59,8 +62,9 @@ def _produce(c: rcl.Cluster, name: str, creds: dict[str, str], bodies: list[str]
     producer.wait_event("ready", "the producer's start")
     for body in bodies:
         producer.write(json.dumps({"topic": TOPIC, "body": body}))
-    producer.wait_line(lambda _: len(producer.events("sent")) + len(producer.failures()) >= len(bodies),
-                       "every send answered")
+    producer.wait_line(
+        lambda _: len(producer.events("sent")) + len(producer.failures()) >= len(bodies), "every send answered"
+    )
     producer.close_stdin()
     producer.wait_event("closed")
     assert producer.wait_exit() == 0

@@ -100,8 +100,9 @@ def test_node5_push_consumer_of_one_group_consumes_both_brokers_messages_each_on
         ids = [e["messageId"] for e in sent]
         push = g.push5("node5-push", group="CG_N5C", topic=topic)
         push.wait_event("ready", "the push consumer's start")
-        g.wait_for(lambda: len({e["messageId"] for e in push.events("consumed")}) >= n, "every message consumed",
-                   timeout=60)
+        g.wait_for(
+            lambda: len({e["messageId"] for e in push.events("consumed")}) >= n, "every message consumed", timeout=60
+        )
         push.close_stdin()
         push.wait_event("closed")
         assert push.wait_exit() == 0

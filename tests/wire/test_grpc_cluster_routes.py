@@ -91,18 +91,31 @@ def _assignment(topic: str) -> tuple[str, Any]:
 
 
 def _queues(r: svc.QueryRouteResponse) -> list[tuple[str, int, int, str, int]]:
-    return [(q.broker.name, q.broker.id, q.id, q.broker.endpoints.addresses[0].host, q.broker.endpoints.addresses[0].port)
-            for q in r.message_queues]
+    return [
+        (q.broker.name, q.broker.id, q.id, q.broker.endpoints.addresses[0].host, q.broker.endpoints.addresses[0].port)
+        for q in r.message_queues
+    ]
 
 
 def test_a_topic_on_two_groups_lists_both_groups_queues_each_at_its_masters_endpoint(stores: Any) -> None:
     a, b = _brokers(stores, "127.0.0.1:1")
     (both, only_a, only_b, unknown, assign_both, assign_b), port = _ask(
-        a, b, [_route("BOTH"), _route("ONLY_A"), _route("ONLY_B"), _route("NOPE"), _assignment("BOTH"),
-               _assignment("ONLY_B")])
+        a,
+        b,
+        [
+            _route("BOTH"),
+            _route("ONLY_A"),
+            _route("ONLY_B"),
+            _route("NOPE"),
+            _assignment("BOTH"),
+            _assignment("ONLY_B"),
+        ],
+    )
     assert both.status.code == Code.OK
-    assert _queues(both) == ([("broker-a", 0, q, "127.0.0.1", port) for q in range(4)]
-                             + [("broker-b", 0, q, "127.0.0.2", port) for q in range(2)])
+    assert _queues(both) == (
+        [("broker-a", 0, q, "127.0.0.1", port) for q in range(4)]
+        + [("broker-b", 0, q, "127.0.0.2", port) for q in range(2)]
+    )
     assert {q.permission for q in both.message_queues} == {pb.READ_WRITE}
     assert list(both.message_queues[-1].accept_message_types) == [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
     # a topic on this broker only answers as a lone broker does; one on the other group only: its queues
@@ -111,11 +124,18 @@ def test_a_topic_on_two_groups_lists_both_groups_queues_each_at_its_masters_endp
     assert {q.permission for q in only_b.message_queues} == {pb.READ}
     assert unknown.status.code == Code.TOPIC_NOT_FOUND and not unknown.message_queues
     # one assignment per group (queue -1), each at its own endpoint, as the proxy assigns a push consumer
-    assert [(x.message_queue.broker.name, x.message_queue.id, x.message_queue.permission,
-             x.message_queue.broker.endpoints.addresses[0].host) for x in assign_both.assignments] == [
-        ("broker-a", -1, pb.READ_WRITE, "127.0.0.1"), ("broker-b", -1, pb.READ_WRITE, "127.0.0.2")]
+    assert [
+        (
+            x.message_queue.broker.name,
+            x.message_queue.id,
+            x.message_queue.permission,
+            x.message_queue.broker.endpoints.addresses[0].host,
+        )
+        for x in assign_both.assignments
+    ] == [("broker-a", -1, pb.READ_WRITE, "127.0.0.1"), ("broker-b", -1, pb.READ_WRITE, "127.0.0.2")]
     assert [(x.message_queue.broker.name, x.message_queue.permission) for x in assign_b.assignments] == [
-        ("broker-b", pb.READ)]
+        ("broker-b", pb.READ)
+    ]
 
 
 def test_without_the_other_groups_registration_only_this_brokers_queues(stores: Any) -> None:
@@ -249,14 +269,20 @@ def test_a_group_without_a_master_and_this_brokers_own_group_in_the_route_are_no
     a, _ = _brokers(stores, "127.0.0.1:1")
     route = TopicRouteData(
         [QueueData("broker-a", 8, 8, 6), QueueData("broker-b", 2, 2, 6), QueueData("broker-c", 2, 2, 6)],
-        [BrokerData("C", "broker-a", {0: "10.0.0.1:10911"}), BrokerData("C", "broker-b", {0: B_ADDR, 1: "10.0.0.9:1"}),
-         BrokerData("C", "broker-c", {1: "10.0.0.3:10911"})])
+        [
+            BrokerData("C", "broker-a", {0: "10.0.0.1:10911"}),
+            BrokerData("C", "broker-b", {0: B_ADDR, 1: "10.0.0.9:1"}),
+            BrokerData("C", "broker-c", {1: "10.0.0.3:10911"}),
+        ],
+    )
     look = Lookups()
     look.routes["BOTH"] = route
     service = MessagingService(a, "127.0.0.1", 8081, routes=ClusterRoutes(look, rmqlog.ManualClock(NOW)))
     r = asyncio.run(service.query_route(svc.QueryRouteRequest(topic=pb.Resource(name="BOTH")), None))
-    assert _queues(r) == ([("broker-a", 0, q, "127.0.0.1", 8081) for q in range(4)]
-                          + [("broker-b", 0, q, "127.0.0.2", 8081) for q in range(2)])
+    assert _queues(r) == (
+        [("broker-a", 0, q, "127.0.0.1", 8081) for q in range(4)]
+        + [("broker-b", 0, q, "127.0.0.2", 8081) for q in range(2)]
+    )
 
 
 def test_a_send_is_served_by_the_broker_it_reaches_never_forwarded(stores: Any) -> None:
@@ -267,8 +293,9 @@ def test_a_send_is_served_by_the_broker_it_reaches_never_forwarded(stores: Any) 
 
     def send(topic: str) -> tuple[str, Any]:
         sp = pb.SystemProperties(message_id="0A0000010000000000000000000000B1", message_type=pb.NORMAL)
-        return "SendMessage", svc.SendMessageRequest(messages=[pb.Message(topic=pb.Resource(name=topic), body=b"x",
-                                                                          system_properties=sp)])
+        return "SendMessage", svc.SendMessageRequest(
+            messages=[pb.Message(topic=pb.Resource(name=topic), body=b"x", system_properties=sp)]
+        )
 
     (only_b, both), _ = _ask(a, b, [send("ONLY_B"), send("BOTH")])
     assert only_b.status.code == Code.TOPIC_NOT_FOUND

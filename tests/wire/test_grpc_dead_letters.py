@@ -31,8 +31,9 @@ def clock() -> rmqlog.ManualClock:
 
 @pytest.fixture
 def store(tmp_path: Path, clock: rmqlog.ManualClock) -> Iterator[rmqlog.MessageStore]:
-    with rmqlog.MessageStore.open(tmp_path / "store", small_store_config(store_host="127.0.0.1:10911"),
-                                  clock=clock) as s:
+    with rmqlog.MessageStore.open(
+        tmp_path / "store", small_store_config(store_host="127.0.0.1:10911"), clock=clock
+    ) as s:
         yield s
 
 
@@ -46,15 +47,22 @@ def broker(store: rmqlog.MessageStore, clock: rmqlog.ManualClock) -> Broker:
 def call(broker: Broker, method: str, request: Any, metadata: Any = None) -> Any:
     async def body(c: Client, _: Any) -> Any:
         return await c.call(method, request, metadata=metadata)
+
     return serve(broker, body)
 
 
-def forward_req(msg: pb.Message, group: str = "G", handle: str | None = None) -> svc.ForwardMessageToDeadLetterQueueRequest:
+def forward_req(
+    msg: pb.Message, group: str = "G", handle: str | None = None
+) -> svc.ForwardMessageToDeadLetterQueueRequest:
     sp = msg.system_properties
     return svc.ForwardMessageToDeadLetterQueueRequest(
-        group=pb.Resource(name=group), topic=pb.Resource(name="T1"), message_id=sp.message_id,
-        receipt_handle=sp.receipt_handle if handle is None else handle, delivery_attempt=sp.delivery_attempt,
-        max_delivery_attempts=sp.delivery_attempt)
+        group=pb.Resource(name=group),
+        topic=pb.Resource(name="T1"),
+        message_id=sp.message_id,
+        receipt_handle=sp.receipt_handle if handle is None else handle,
+        delivery_attempt=sp.delivery_attempt,
+        max_delivery_attempts=sp.delivery_attempt,
+    )
 
 
 def dead(store: rmqlog.MessageStore, group: str = "G") -> list[dict[str, Any]]:
@@ -64,7 +72,8 @@ def dead(store: rmqlog.MessageStore, group: str = "G") -> list[dict[str, Any]]:
 
 
 def test_a_forwarded_message_is_in_the_dead_letters_and_never_redelivered(
-        broker: Broker, store: rmqlog.MessageStore, clock: rmqlog.ManualClock) -> None:
+    broker: Broker, store: rmqlog.MessageStore, clock: rmqlog.ManualClock
+) -> None:
     put(store, b"a", b"b")
     first, second = messages(call(broker, "ReceiveMessage", receive_req()))
     r = call(broker, "ForwardMessageToDeadLetterQueue", forward_req(first))
@@ -91,8 +100,9 @@ def test_a_forwarded_message_is_in_the_dead_letters_and_never_redelivered(
     assert late.status.code == Code.INVALID_RECEIPT_HANDLE
 
 
-def test_an_expired_or_bad_handle_stores_nothing(broker: Broker, store: rmqlog.MessageStore,
-                                                clock: rmqlog.ManualClock) -> None:
+def test_an_expired_or_bad_handle_stores_nothing(
+    broker: Broker, store: rmqlog.MessageStore, clock: rmqlog.ManualClock
+) -> None:
     put(store, b"a")
     (msg,) = messages(call(broker, "ReceiveMessage", receive_req()))
     bad = call(broker, "ForwardMessageToDeadLetterQueue", forward_req(msg, handle="not a handle"))
@@ -108,8 +118,9 @@ def test_an_expired_or_bad_handle_stores_nothing(broker: Broker, store: rmqlog.M
     assert broker.pop.inflight("G") == 1  # left to the revive
 
 
-def test_with_acl_forwarding_needs_the_groups_sub(store: rmqlog.MessageStore, clock: rmqlog.ManualClock,
-                                                  tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_with_acl_forwarding_needs_the_groups_sub(
+    store: rmqlog.MessageStore, clock: rmqlog.ManualClock, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home(tmp_path, monkeypatch)
     broker = make_broker(store, clock=clock, acl_enable=True)
     broker.topics.update(rmqlog.TopicConfig("T1", 1, 1))

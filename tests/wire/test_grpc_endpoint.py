@@ -28,8 +28,9 @@ NOW = 1_700_000_000_000
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[rmqlog.MessageStore]:
-    s = rmqlog.MessageStore.open(tmp_path / "store", small_store_config(store_host="127.0.0.1:10911"),
-                                 clock=rmqlog.ManualClock(NOW))
+    s = rmqlog.MessageStore.open(
+        tmp_path / "store", small_store_config(store_host="127.0.0.1:10911"), clock=rmqlog.ManualClock(NOW)
+    )
     try:
         yield s
     finally:
@@ -60,9 +61,18 @@ def props(row: dict[str, Any]) -> dict[str, str]:
     return dict(row["properties"] or [])
 
 
-def message(topic: str = "T1", body: bytes = b"hello", msg_id: str = "0A0000010000000000000000000000A1", *,
-            tag: str | None = "TagA", keys: tuple[str, ...] = ("k1", "k2"), user: dict[str, str] | None = None,
-            kind: int = pb.NORMAL, group: str | None = None, deliver_ms: int | None = None) -> pb.Message:
+def message(
+    topic: str = "T1",
+    body: bytes = b"hello",
+    msg_id: str = "0A0000010000000000000000000000A1",
+    *,
+    tag: str | None = "TagA",
+    keys: tuple[str, ...] = ("k1", "k2"),
+    user: dict[str, str] | None = None,
+    kind: int = pb.NORMAL,
+    group: str | None = None,
+    deliver_ms: int | None = None,
+) -> pb.Message:
     sp = pb.SystemProperties(message_id=msg_id, keys=list(keys), message_type=kind)  # type: ignore[arg-type]
     if tag is not None:
         sp.tag = tag
@@ -88,8 +98,11 @@ def test_query_route_lists_the_topics_queues_with_permissions_types_and_this_end
     broker.topics.update(rmqlog.TopicConfig("T2", read_queue_nums=4, write_queue_nums=2))
 
     async def body(c: Client, endpoint: Any) -> Any:
-        return (await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1"))),
-                await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T2"))), endpoint.port)
+        return (
+            await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1"))),
+            await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T2"))),
+            endpoint.port,
+        )
 
     r1, r2, port = serve(broker, body)
     assert r1.status.code == Code.OK
@@ -104,8 +117,10 @@ def test_query_route_lists_the_topics_queues_with_permissions_types_and_this_end
 
 def test_query_route_of_an_unknown_or_illegal_topic(broker: Broker) -> None:
     async def body(c: Client, _: Any) -> Any:
-        return (await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="Nope"))),
-                await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="bad topic!"))))
+        return (
+            await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="Nope"))),
+            await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="bad topic!"))),
+        )
 
     unknown, illegal = serve(broker, body)
     assert unknown.status.code == Code.TOPIC_NOT_FOUND and not unknown.message_queues
@@ -146,8 +161,10 @@ def test_telemetry_answers_each_settings_with_the_servers(broker: Broker) -> Non
 
 def test_heartbeat_and_termination_are_ok(broker: Broker) -> None:
     async def body(c: Client, _: Any) -> Any:
-        return (await c.call("Heartbeat", svc.HeartbeatRequest(client_type=pb.PRODUCER)),
-                await c.call("NotifyClientTermination", svc.NotifyClientTerminationRequest()))
+        return (
+            await c.call("Heartbeat", svc.HeartbeatRequest(client_type=pb.PRODUCER)),
+            await c.call("NotifyClientTermination", svc.NotifyClientTerminationRequest()),
+        )
 
     hb, bye = serve(broker, body)
     assert hb.status.code == Code.OK and bye.status.code == Code.OK
@@ -156,7 +173,9 @@ def test_heartbeat_and_termination_are_ok(broker: Broker) -> None:
 # ------------------------------------------------------------------------------------ sends
 
 
-def test_a_normal_send_is_stored_with_its_tag_keys_id_and_user_properties(broker: Broker, store: rmqlog.MessageStore) -> None:
+def test_a_normal_send_is_stored_with_its_tag_keys_id_and_user_properties(
+    broker: Broker, store: rmqlog.MessageStore
+) -> None:
     r = send(broker, message(user={"color": "red"}))
     assert r.status.code == Code.OK, r
     (entry,) = r.entries
@@ -165,7 +184,12 @@ def test_a_normal_send_is_stored_with_its_tag_keys_id_and_user_properties(broker
     p = props(row)
     assert bytes(row["body"]) == b"hello"
     assert (p["TAGS"], p["KEYS"], p["UNIQ_KEY"], p["color"], p["PGROUP"]) == (
-        "TagA", "k1 k2", "0A0000010000000000000000000000A1", "red", "T1")
+        "TagA",
+        "k1 k2",
+        "0A0000010000000000000000000000A1",
+        "red",
+        "T1",
+    )
     assert "TRAN_MSG" not in p and "TIMER_DELIVER_MS" not in p
 
 
@@ -187,23 +211,48 @@ def test_a_timed_send_waits_in_the_timer_with_its_delivery_time(broker: Broker, 
     assert stored(store, "T1") == []  # not delivered before its time
     (row,) = stored(store, "rmq_sys_wheel_timer")
     p = props(row)
-    assert p["TIMER_DELIVER_MS"] == str(due) and p["REAL_TOPIC"] == "T1" and p["UNIQ_KEY"] == "0A0000010000000000000000000000A1"
+    assert (
+        p["TIMER_DELIVER_MS"] == str(due)
+        and p["REAL_TOPIC"] == "T1"
+        and p["UNIQ_KEY"] == "0A0000010000000000000000000000A1"
+    )
 
 
-def test_a_transactional_send_is_a_half_message_committed_or_rolled_back(broker: Broker, store: rmqlog.MessageStore) -> None:
+def test_a_transactional_send_is_a_half_message_committed_or_rolled_back(
+    broker: Broker, store: rmqlog.MessageStore
+) -> None:
     async def body(c: Client, _: Any) -> Any:
-        a = await c.call("SendMessage", svc.SendMessageRequest(messages=[message(msg_id="A" * 32, kind=pb.TRANSACTION)]))
-        b = await c.call("SendMessage", svc.SendMessageRequest(messages=[message(msg_id="B" * 32, kind=pb.TRANSACTION)]))
+        a = await c.call(
+            "SendMessage", svc.SendMessageRequest(messages=[message(msg_id="A" * 32, kind=pb.TRANSACTION)])
+        )
+        b = await c.call(
+            "SendMessage", svc.SendMessageRequest(messages=[message(msg_id="B" * 32, kind=pb.TRANSACTION)])
+        )
         assert stored(store, "T1") == []  # halves only
         ends = []
         for sent, resolution in ((a, pb.COMMIT), (b, pb.ROLLBACK)):
             (e,) = sent.entries
-            ends.append(await c.call("EndTransaction", svc.EndTransactionRequest(
-                topic=pb.Resource(name="T1"), message_id=e.message_id, transaction_id=e.transaction_id,
-                resolution=resolution, source=pb.SOURCE_CLIENT)))
-        again = await c.call("EndTransaction", svc.EndTransactionRequest(
-            topic=pb.Resource(name="T1"), message_id="B" * 32, transaction_id=b.entries[0].transaction_id,
-            resolution=pb.COMMIT))
+            ends.append(
+                await c.call(
+                    "EndTransaction",
+                    svc.EndTransactionRequest(
+                        topic=pb.Resource(name="T1"),
+                        message_id=e.message_id,
+                        transaction_id=e.transaction_id,
+                        resolution=resolution,
+                        source=pb.SOURCE_CLIENT,
+                    ),
+                )
+            )
+        again = await c.call(
+            "EndTransaction",
+            svc.EndTransactionRequest(
+                topic=pb.Resource(name="T1"),
+                message_id="B" * 32,
+                transaction_id=b.entries[0].transaction_id,
+                resolution=pb.COMMIT,
+            ),
+        )
         return a, ends, again
 
     a, ends, again = serve(broker, body)
@@ -217,11 +266,23 @@ def test_a_transactional_send_is_a_half_message_committed_or_rolled_back(broker:
 
 def test_end_transaction_with_an_id_this_broker_did_not_issue(broker: Broker, store: rmqlog.MessageStore) -> None:
     async def body(c: Client, _: Any) -> Any:
-        return (await c.call("EndTransaction", svc.EndTransactionRequest(
-                    topic=pb.Resource(name="T1"), message_id="X", transaction_id="not-ours", resolution=pb.COMMIT)),
-                await c.call("EndTransaction", svc.EndTransactionRequest(
-                    topic=pb.Resource(name="T1"), message_id="X", transaction_id=transaction_id(123456, 9),
-                    resolution=pb.COMMIT)))
+        return (
+            await c.call(
+                "EndTransaction",
+                svc.EndTransactionRequest(
+                    topic=pb.Resource(name="T1"), message_id="X", transaction_id="not-ours", resolution=pb.COMMIT
+                ),
+            ),
+            await c.call(
+                "EndTransaction",
+                svc.EndTransactionRequest(
+                    topic=pb.Resource(name="T1"),
+                    message_id="X",
+                    transaction_id=transaction_id(123456, 9),
+                    resolution=pb.COMMIT,
+                ),
+            ),
+        )
 
     bad, nowhere = serve(broker, body)
     assert bad.status.code == Code.INVALID_TRANSACTION_ID
@@ -232,14 +293,17 @@ def test_end_transaction_with_an_id_this_broker_did_not_issue(broker: Broker, st
 # ---------------------------------------------------------------------------- failure paths
 
 
-@pytest.mark.parametrize(("method", "request_"), [
-    ("UpdateOffset", svc.UpdateOffsetRequest()),
-    ("GetOffset", svc.GetOffsetRequest()),
-    ("QueryOffset", svc.QueryOffsetRequest()),
-    ("RecallMessage", svc.RecallMessageRequest()),
-    ("SyncLiteSubscription", svc.SyncLiteSubscriptionRequest()),
-    ("PullMessage", svc.PullMessageRequest()),
-])
+@pytest.mark.parametrize(
+    ("method", "request_"),
+    [
+        ("UpdateOffset", svc.UpdateOffsetRequest()),
+        ("GetOffset", svc.GetOffsetRequest()),
+        ("QueryOffset", svc.QueryOffsetRequest()),
+        ("RecallMessage", svc.RecallMessageRequest()),
+        ("SyncLiteSubscription", svc.SyncLiteSubscriptionRequest()),
+        ("PullMessage", svc.PullMessageRequest()),
+    ],
+)
 def test_every_other_call_answers_unsupported_at_once(broker: Broker, method: str, request_: Any) -> None:
     async def body(c: Client, _: Any) -> Any:
         return await c.call(method, request_, timeout=5.0)
@@ -251,31 +315,37 @@ def test_every_other_call_answers_unsupported_at_once(broker: Broker, method: st
     assert r.status.code == Code.UNSUPPORTED and method in r.status.message
 
 
-def test_a_send_to_an_unknown_topic_is_topic_not_found_and_creates_nothing(broker: Broker, store: rmqlog.MessageStore) -> None:
+def test_a_send_to_an_unknown_topic_is_topic_not_found_and_creates_nothing(
+    broker: Broker, store: rmqlog.MessageStore
+) -> None:
     r = send(broker, message(topic="Unknown"))
     assert r.status.code == Code.TOPIC_NOT_FOUND
     assert broker.topics.get("Unknown") is None and stored(store, "Unknown") == []
 
 
-@pytest.mark.parametrize(("msg", "code"), [
-    (message(body=b""), Code.MESSAGE_BODY_EMPTY),
-    (message(msg_id=""), Code.ILLEGAL_MESSAGE_ID),
-    (message(user={"UNIQ_KEY": "x"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
-    (message(user={"TIMER_DELIVER_MS": "1"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
-    (message(user={"a": "b\x01c"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
-    (message(user={"a\x02": "b"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
-    (message(user={f"k{i}": "v" for i in range(129)}), Code.MESSAGE_PROPERTIES_TOO_LARGE),
-    (message(user={"big": "v" * 20_000}), Code.MESSAGE_PROPERTIES_TOO_LARGE),
-    (message(tag="a|b"), Code.ILLEGAL_MESSAGE_TAG),
-    (message(tag="  "), Code.ILLEGAL_MESSAGE_TAG),
-    (message(keys=("ok", " ")), Code.ILLEGAL_MESSAGE_KEY),
-    (message(kind=pb.FIFO, group=""), Code.ILLEGAL_MESSAGE_GROUP),
-    (message(kind=pb.FIFO, group="g" * 65), Code.ILLEGAL_MESSAGE_GROUP),
-    (message(kind=pb.TRANSACTION, deliver_ms=NOW + 1000), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
-    (message(topic="bad topic"), Code.ILLEGAL_TOPIC),
-])
-def test_a_bad_message_is_refused_with_its_code_and_nothing_is_stored(broker: Broker, store: rmqlog.MessageStore,
-                                                                      msg: pb.Message, code: int) -> None:
+@pytest.mark.parametrize(
+    ("msg", "code"),
+    [
+        (message(body=b""), Code.MESSAGE_BODY_EMPTY),
+        (message(msg_id=""), Code.ILLEGAL_MESSAGE_ID),
+        (message(user={"UNIQ_KEY": "x"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+        (message(user={"TIMER_DELIVER_MS": "1"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+        (message(user={"a": "b\x01c"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+        (message(user={"a\x02": "b"}), Code.ILLEGAL_MESSAGE_PROPERTY_KEY),
+        (message(user={f"k{i}": "v" for i in range(129)}), Code.MESSAGE_PROPERTIES_TOO_LARGE),
+        (message(user={"big": "v" * 20_000}), Code.MESSAGE_PROPERTIES_TOO_LARGE),
+        (message(tag="a|b"), Code.ILLEGAL_MESSAGE_TAG),
+        (message(tag="  "), Code.ILLEGAL_MESSAGE_TAG),
+        (message(keys=("ok", " ")), Code.ILLEGAL_MESSAGE_KEY),
+        (message(kind=pb.FIFO, group=""), Code.ILLEGAL_MESSAGE_GROUP),
+        (message(kind=pb.FIFO, group="g" * 65), Code.ILLEGAL_MESSAGE_GROUP),
+        (message(kind=pb.TRANSACTION, deliver_ms=NOW + 1000), Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE),
+        (message(topic="bad topic"), Code.ILLEGAL_TOPIC),
+    ],
+)
+def test_a_bad_message_is_refused_with_its_code_and_nothing_is_stored(
+    broker: Broker, store: rmqlog.MessageStore, msg: pb.Message, code: int
+) -> None:
     r = send(broker, msg)
     assert r.status.code == code, r
     assert stored(store, "T1") == []
@@ -289,7 +359,9 @@ def test_a_body_past_max_message_size_is_too_large(broker: Broker, store: rmqlog
     assert stored(store, "T1") == []
 
 
-def test_a_request_with_one_good_and_one_bad_message_is_multiple_results(broker: Broker, store: rmqlog.MessageStore) -> None:
+def test_a_request_with_one_good_and_one_bad_message_is_multiple_results(
+    broker: Broker, store: rmqlog.MessageStore
+) -> None:
     r = send(broker, message(), message(msg_id=""))
     assert r.status.code == Code.MULTIPLE_RESULTS
     assert [e.status.code for e in r.entries] == [Code.OK, Code.ILLEGAL_MESSAGE_ID]
@@ -321,16 +393,20 @@ def test_acl_enabled_without_its_files_loaded_refuses_every_call(broker: Broker,
     broker.config = broker.config.replace(acl_enable=True)
 
     async def body(c: Client, _: Any) -> Any:
-        return (await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1"))),
-                await c.call("SendMessage", svc.SendMessageRequest(messages=[message()])),
-                await c.telemetry([svc.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER))]))
+        return (
+            await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1"))),
+            await c.call("SendMessage", svc.SendMessageRequest(messages=[message()])),
+            await c.telemetry([svc.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER))]),
+        )
 
     route, sent, tele = serve(broker, body)
     assert route.status.code == sent.status.code == tele[0].status.code == Code.UNAUTHORIZED
     assert stored(store, "T1") == []
 
 
-def test_a_handler_that_fails_is_answered_internal_server_error(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_handler_that_fails_is_answered_internal_server_error(
+    broker: Broker, monkeypatch: pytest.MonkeyPatch
+) -> None:
     def boom(topic: str) -> None:
         raise RuntimeError("topic table unreadable")
 
@@ -361,8 +437,10 @@ def test_java_string_hash_and_consistent_hash() -> None:
 def test_an_open_telemetry_stream_completes_when_the_broker_begins_to_stop(broker: Broker) -> None:
     async def body(c: Client, _: Any) -> Any:
         call = c.channel.stream_stream(
-            "/apache.rocketmq.v2.MessagingService/Telemetry", request_serializer=svc.TelemetryCommand.SerializeToString,
-            response_deserializer=svc.TelemetryCommand.FromString)(timeout=30)
+            "/apache.rocketmq.v2.MessagingService/Telemetry",
+            request_serializer=svc.TelemetryCommand.SerializeToString,
+            response_deserializer=svc.TelemetryCommand.FromString,
+        )(timeout=30)
         await call.write(svc.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER)))
         first = await call.read()
         broker.begin_stop()  # (the process: SIGTERM)
@@ -372,7 +450,6 @@ def test_an_open_telemetry_stream_completes_when_the_broker_begins_to_stop(broke
     first, rest, code = serve(broker, body)
     assert first.status.code == Code.OK
     assert rest is grpc.aio.EOF and code == grpc.StatusCode.OK  # completed by the server, not cut
-
 
 
 def test_a_telemetry_handler_cancelled_while_waiting_leaves_no_unretrieved_task_error(broker: Broker) -> None:
@@ -418,8 +495,9 @@ def test_a_telemetry_handler_cancelled_while_waiting_leaves_no_unretrieved_task_
 
 
 @pytest.mark.parametrize("method", ["SendMessage", "QueryRoute", "AckMessage", "ReceiveMessage"])
-def test_a_corrupt_request_is_bad_request_without_a_traceback(broker: Broker, store: rmqlog.MessageStore, method: str,
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_a_corrupt_request_is_bad_request_without_a_traceback(
+    broker: Broker, store: rmqlog.MessageStore, method: str, caplog: pytest.LogCaptureFixture
+) -> None:
     from rmqnet.broker.grpc_server import SERVICE
 
     response = message_factory.GetMessageClass(SERVICE.methods_by_name[method].output_type)
@@ -455,8 +533,10 @@ def test_a_slave_offers_its_queues_for_reading_and_refuses_sends(store: rmqlog.M
     slave.topics.update(rmqlog.TopicConfig("T1", 4, 4))
 
     async def body(c: Client, _: Any) -> Any:
-        return (await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1"))),
-                await c.call("SendMessage", svc.SendMessageRequest(messages=[message()])))
+        return (
+            await c.call("QueryRoute", svc.QueryRouteRequest(topic=pb.Resource(name="T1"))),
+            await c.call("SendMessage", svc.SendMessageRequest(messages=[message()])),
+        )
 
     route, sent = serve(slave, body)
     assert {q.permission for q in route.message_queues} == {pb.READ}
@@ -465,8 +545,9 @@ def test_a_slave_offers_its_queues_for_reading_and_refuses_sends(store: rmqlog.M
     assert stored(store, "T1") == []
 
 
-def test_an_orphaned_transaction_is_recovered_over_the_producers_telemetry_stream(broker: Broker,
-                                                                                  store: rmqlog.MessageStore) -> None:
+def test_an_orphaned_transaction_is_recovered_over_the_producers_telemetry_stream(
+    broker: Broker, store: rmqlog.MessageStore
+) -> None:
     """A producer's Telemetry stream is its connection for the check-back: an open half older
     than transactionTimeOut comes back on it as RecoverOrphanedTransactionCommand (the message
     with its id, tag, body and an MD5 digest; a transaction id of the renewed half), and the
@@ -475,21 +556,35 @@ def test_an_orphaned_transaction_is_recovered_over_the_producers_telemetry_strea
 
     async def body(c: Client, _: Any) -> Any:
         call = c.channel.stream_stream(
-            "/apache.rocketmq.v2.MessagingService/Telemetry", request_serializer=svc.TelemetryCommand.SerializeToString,
-            response_deserializer=svc.TelemetryCommand.FromString)(timeout=30, metadata=(("x-mq-client-id", "client-1"),))
-        await call.write(svc.TelemetryCommand(settings=pb.Settings(
-            client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="T1")]))))
+            "/apache.rocketmq.v2.MessagingService/Telemetry",
+            request_serializer=svc.TelemetryCommand.SerializeToString,
+            response_deserializer=svc.TelemetryCommand.FromString,
+        )(timeout=30, metadata=(("x-mq-client-id", "client-1"),))
+        await call.write(
+            svc.TelemetryCommand(
+                settings=pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="T1")]))
+            )
+        )
         assert (await call.read()).status.code == Code.OK
         assert set(broker.consumers.producer_groups) == {"T1"}
-        sent = await c.call("SendMessage", svc.SendMessageRequest(messages=[
-            message(msg_id="C" * 32, kind=pb.TRANSACTION, user={"color": "blue"})]))
+        sent = await c.call(
+            "SendMessage",
+            svc.SendMessageRequest(messages=[message(msg_id="C" * 32, kind=pb.TRANSACTION, user={"color": "blue"})]),
+        )
         assert sent.status.code == Code.OK
         store.dispatch()
         checked = broker.transaction_check.run_once(NOW + 61_000)  # (the injected clock: past transactionTimeOut)
         recover = (await call.read()).recover_orphaned_transaction_command
-        end = await c.call("EndTransaction", svc.EndTransactionRequest(
-            topic=recover.message.topic, message_id=recover.message.system_properties.message_id,
-            transaction_id=recover.transaction_id, resolution=pb.COMMIT, source=pb.SOURCE_SERVER_CHECK))
+        end = await c.call(
+            "EndTransaction",
+            svc.EndTransactionRequest(
+                topic=recover.message.topic,
+                message_id=recover.message.system_properties.message_id,
+                transaction_id=recover.transaction_id,
+                resolution=pb.COMMIT,
+                source=pb.SOURCE_SERVER_CHECK,
+            ),
+        )
         await call.done_writing()
         rest = [r async for r in _drain(call)]
         return checked, recover, sent.entries[0].transaction_id, end, rest
@@ -497,7 +592,12 @@ def test_an_orphaned_transaction_is_recovered_over_the_producers_telemetry_strea
     checked, recover, first_id, end, rest = serve(broker, body)
     assert checked == 1 and rest == []
     m = recover.message
-    assert (m.topic.name, m.body, m.system_properties.message_id, m.system_properties.tag) == ("T1", b"hello", "C" * 32, "TagA")
+    assert (m.topic.name, m.body, m.system_properties.message_id, m.system_properties.tag) == (
+        "T1",
+        b"hello",
+        "C" * 32,
+        "TagA",
+    )
     assert m.system_properties.message_type == pb.TRANSACTION and dict(m.user_properties) == {"color": "blue"}
     assert m.system_properties.body_digest.checksum == hashlib.md5(b"hello").hexdigest().upper()
     assert recover.transaction_id != first_id  # the renewed half's offsets
@@ -518,15 +618,23 @@ def test_a_producers_settings_register_only_known_topics_within_the_caps(broker:
     for t in ("T2", "T3", "T4"):
         broker.topics.update(rmqlog.TopicConfig(t, 1, 1))
     producers = GrpcProducers(broker)
-    settings = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(
-        topics=[pb.Resource(name=n) for n in ("T1", "Unknown", "T2", "T3", "T4")]))
+    settings = pb.Settings(
+        client_type=pb.PRODUCER,
+        publishing=pb.Publishing(topics=[pb.Resource(name=n) for n in ("T1", "Unknown", "T2", "T3", "T4")]),
+    )
     broker.config = broker.config.replace(heartbeat_max_group_nums=3)
     producers.register("c1", "PYTHON", TelemetryPeer("127.0.0.1:1"), settings)
     assert set(broker.consumers.producer_groups) == {"T1", "T2", "T3"}
     broker.config = broker.config.replace(client_group_max_nums=3)  # (three groups held: no new one)
     c2 = TelemetryPeer("127.0.0.1:2")
-    producers.register("c2", "PYTHON", c2, pb.Settings(
-        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=n) for n in ("T4", "T1")])))
+    producers.register(
+        "c2",
+        "PYTHON",
+        c2,
+        pb.Settings(
+            client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name=n) for n in ("T4", "T1")])
+        ),
+    )
     assert set(broker.consumers.producer_groups) == {"T1", "T2", "T3"}
     assert len(broker.consumers.producer_groups["T1"]) == 2
     producers.closed(c2)

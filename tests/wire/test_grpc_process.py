@@ -41,8 +41,13 @@ def test_grpc_listen_port_is_off_unless_set_and_checked(tmp_path: Path) -> None:
 def test_the_broker_process_serves_grpc_and_stops_cleanly_with_a_stream_open(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerName=broker-g\ngrpcListenPort=0\nautoCreateTopicEnable=true\n")
-    proc = subprocess.Popen([str(RMQLOG), "broker", str(tmp_path / "store"), "-c", str(conf), "--listen", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=tmp_path)
+    proc = subprocess.Popen(
+        [str(RMQLOG), "broker", str(tmp_path / "store"), "-c", str(conf), "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        cwd=tmp_path,
+    )
     hold = threading.Event()  # the client's side of the Telemetry stream stays open until set
 
     def commands() -> Iterator[svc.TelemetryCommand]:
@@ -56,14 +61,21 @@ def test_the_broker_process_serves_grpc_and_stops_cleanly_with_a_stream_open(tmp
         address = grpc_line.rsplit(" ", 1)[1].strip()
         assert address.startswith("127.0.0.1:") and int(address.split(":")[1]) > 0
         with grpc.insecure_channel(address) as channel:
-            route = channel.unary_unary(SERVICE + "QueryRoute", request_serializer=svc.QueryRouteRequest.SerializeToString,
-                                        response_deserializer=svc.QueryRouteResponse.FromString)
+            route = channel.unary_unary(
+                SERVICE + "QueryRoute",
+                request_serializer=svc.QueryRouteRequest.SerializeToString,
+                response_deserializer=svc.QueryRouteResponse.FromString,
+            )
             r = route(svc.QueryRouteRequest(topic=pb.Resource(name="TBW102")), timeout=10)
             assert r.status.code == Code.OK and r.message_queues
             assert {(a.host, a.port) for a in r.message_queues[0].broker.endpoints.addresses} == {
-                ("127.0.0.1", int(address.split(":")[1]))}
-            telemetry = channel.stream_stream(SERVICE + "Telemetry", request_serializer=svc.TelemetryCommand.SerializeToString,
-                                              response_deserializer=svc.TelemetryCommand.FromString)
+                ("127.0.0.1", int(address.split(":")[1]))
+            }
+            telemetry = channel.stream_stream(
+                SERVICE + "Telemetry",
+                request_serializer=svc.TelemetryCommand.SerializeToString,
+                response_deserializer=svc.TelemetryCommand.FromString,
+            )
             stream = telemetry(commands(), timeout=60)
             first = next(stream)
             assert first.status.code == Code.OK
@@ -89,10 +101,19 @@ def test_a_port_that_cannot_be_bound_stops_the_start_with_one_line(tmp_path: Pat
         port = taken.getsockname()[1]
         conf = tmp_path / "broker.conf"
         conf.write_text(f"brokerName=broker-g\ngrpcListenPort={port}\n")
-        for name, argv in (("grpc", ["-c", str(conf), "--listen", "127.0.0.1:0"]),
-                           ("remoting", ["--listen", f"127.0.0.1:{port}"])):
-            p = subprocess.run([str(RMQLOG), "broker", str(tmp_path / name), *argv], capture_output=True, text=True,
-                               timeout=60, cwd=tmp_path)
+        for name, argv in (
+            ("grpc", ["-c", str(conf), "--listen", "127.0.0.1:0"]),
+            ("remoting", ["--listen", f"127.0.0.1:{port}"]),
+        ):
+            p = subprocess.run(
+                [str(RMQLOG), "broker", str(tmp_path / name), *argv],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                cwd=tmp_path,
+            )
             assert p.returncode == 3, (name, p.stderr)  # the name server's rule (docs/broker.md, "Running a broker")
             assert "Traceback" not in p.stderr and str(port) in p.stderr, (name, p.stderr)
-            assert p.stderr.strip().splitlines()[-1].startswith(f"rmqlog broker: cannot listen on 127.0.0.1:{port}"), p.stderr
+            assert p.stderr.strip().splitlines()[-1].startswith(f"rmqlog broker: cannot listen on 127.0.0.1:{port}"), (
+                p.stderr
+            )

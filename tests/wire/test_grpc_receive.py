@@ -33,8 +33,9 @@ def clock() -> rmqlog.ManualClock:
 
 @pytest.fixture
 def store(tmp_path: Path, clock: rmqlog.ManualClock) -> Iterator[rmqlog.MessageStore]:
-    with rmqlog.MessageStore.open(tmp_path / "store", small_store_config(store_host="127.0.0.1:10911"),
-                                  clock=clock) as s:
+    with rmqlog.MessageStore.open(
+        tmp_path / "store", small_store_config(store_host="127.0.0.1:10911"), clock=clock
+    ) as s:
         yield s
 
 
@@ -49,16 +50,28 @@ def put(store: rmqlog.MessageStore, *bodies: bytes, queue: int = 0, group: str |
     n = len(bodies)
     extra = f"__SHARDINGKEY\x01{group}\x02" if group else ""
     props = [f"TAGS\x01TagA\x02UNIQ_KEY\x01ID{i:04d}{b.decode()}\x02{extra}" for i, b in enumerate(bodies)]
-    store.put_wire(pa.table({"topic": ["T1"] * n, "queueId": [queue] * n, "body": list(bodies), "properties": props}),
-                   dispatch=True)
+    store.put_wire(
+        pa.table({"topic": ["T1"] * n, "queueId": [queue] * n, "body": list(bodies), "properties": props}),
+        dispatch=True,
+    )
     store.dispatch()
 
 
-def receive_req(group: str = "G", *, batch: int = 32, invisible_ms: int | None = INVISIBLE_MS, polling_ms: int = 0,
-                expression: str = "*", kind: int = pb.TAG) -> svc.ReceiveMessageRequest:
-    req = svc.ReceiveMessageRequest(group=pb.Resource(name=group), batch_size=batch,
-                                    message_queue=pb.MessageQueue(topic=pb.Resource(name="T1"), id=0),
-                                    filter_expression=pb.FilterExpression(type=kind, expression=expression))  # type: ignore[arg-type]
+def receive_req(
+    group: str = "G",
+    *,
+    batch: int = 32,
+    invisible_ms: int | None = INVISIBLE_MS,
+    polling_ms: int = 0,
+    expression: str = "*",
+    kind: int = pb.TAG,
+) -> svc.ReceiveMessageRequest:
+    req = svc.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        batch_size=batch,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="T1"), id=0),
+        filter_expression=pb.FilterExpression(type=kind, expression=expression),
+    )  # type: ignore[arg-type]
     if invisible_ms is not None:
         req.invisible_duration.FromMilliseconds(invisible_ms)
     req.long_polling_timeout.FromMilliseconds(polling_ms)
@@ -68,20 +81,25 @@ def receive_req(group: str = "G", *, batch: int = 32, invisible_ms: int | None =
 def call(broker: Broker, method: str, request: Any, timeout: float = 10.0) -> Any:
     async def body(c: Client, _: Any) -> Any:
         return await c.call(method, request, timeout=timeout)
+
     return serve(broker, body)
 
 
 def ack_req(*handles: str, group: str = "G") -> svc.AckMessageRequest:
-    return svc.AckMessageRequest(group=pb.Resource(name=group), topic=pb.Resource(name="T1"),
-                                 entries=[svc.AckMessageEntry(message_id=f"m{i}", receipt_handle=h)
-                                          for i, h in enumerate(handles)])
+    return svc.AckMessageRequest(
+        group=pb.Resource(name=group),
+        topic=pb.Resource(name="T1"),
+        entries=[svc.AckMessageEntry(message_id=f"m{i}", receipt_handle=h) for i, h in enumerate(handles)],
+    )
 
 
 def messages(responses: list[svc.ReceiveMessageResponse]) -> list[pb.Message]:
     return [r.message for r in responses if r.WhichOneof("content") == "message"]
 
 
-def test_receive_streams_status_then_messages_then_the_delivery_timestamp(broker: Broker, store: rmqlog.MessageStore) -> None:
+def test_receive_streams_status_then_messages_then_the_delivery_timestamp(
+    broker: Broker, store: rmqlog.MessageStore
+) -> None:
     put(store, b"a", b"b", b"c")
     out = call(broker, "ReceiveMessage", receive_req())
     kinds = [r.WhichOneof("content") for r in out]
@@ -92,7 +110,13 @@ def test_receive_streams_status_then_messages_then_the_delivery_timestamp(broker
     assert [m.body for m in msgs] == [b"a", b"b", b"c"]
     sp = msgs[0].system_properties
     assert (msgs[0].topic.name, sp.tag, sp.message_id, sp.delivery_attempt, sp.queue_id, sp.queue_offset) == (
-        "T1", "TagA", "ID0000a", 1, 0, 0)
+        "T1",
+        "TagA",
+        "ID0000a",
+        1,
+        0,
+        0,
+    )
     assert sp.invisible_duration.ToMilliseconds() == INVISIBLE_MS and sp.message_type == pb.NORMAL
     assert sp.receipt_handle.split(" ")[1] == str(NOW)  # RocketMQ's extraInfo: its popTime
     assert sp.HasField("born_timestamp") and sp.HasField("store_timestamp")
@@ -137,7 +161,8 @@ def test_a_held_receive_is_answered_by_an_arrival(broker: Broker, store: rmqlog.
 
 
 def test_acked_messages_are_not_redelivered_and_the_unacked_come_back_with_attempt_2(
-        broker: Broker, store: rmqlog.MessageStore, clock: rmqlog.ManualClock) -> None:
+    broker: Broker, store: rmqlog.MessageStore, clock: rmqlog.ManualClock
+) -> None:
     put(store, b"a", b"b")
     msgs = messages(call(broker, "ReceiveMessage", receive_req()))
     ack = call(broker, "AckMessage", ack_req(msgs[0].system_properties.receipt_handle))
@@ -160,8 +185,15 @@ def test_acked_messages_are_not_redelivered_and_the_unacked_come_back_with_attem
 def test_ack_answers_per_entry_and_multiple_results(broker: Broker, store: rmqlog.MessageStore) -> None:
     put(store, b"a")
     (m,) = messages(call(broker, "ReceiveMessage", receive_req()))
-    r = call(broker, "AckMessage", ack_req(m.system_properties.receipt_handle, "not a handle",
-                                           m.system_properties.receipt_handle.replace(broker.config.broker_name, "other")))
+    r = call(
+        broker,
+        "AckMessage",
+        ack_req(
+            m.system_properties.receipt_handle,
+            "not a handle",
+            m.system_properties.receipt_handle.replace(broker.config.broker_name, "other"),
+        ),
+    )
     assert r.status.code == Code.MULTIPLE_RESULTS
     assert [e.status.code for e in r.entries] == [Code.OK, Code.INVALID_RECEIPT_HANDLE, Code.INVALID_RECEIPT_HANDLE]
     assert [e.message_id for e in r.entries] == ["m0", "m1", "m2"]
@@ -170,12 +202,17 @@ def test_ack_answers_per_entry_and_multiple_results(broker: Broker, store: rmqlo
 
 
 def test_change_invisible_duration_gives_a_new_handle_and_moves_the_redelivery(
-        broker: Broker, store: rmqlog.MessageStore, clock: rmqlog.ManualClock) -> None:
+    broker: Broker, store: rmqlog.MessageStore, clock: rmqlog.ManualClock
+) -> None:
     put(store, b"a")
     (m,) = messages(call(broker, "ReceiveMessage", receive_req()))
     old = m.system_properties.receipt_handle
-    req = svc.ChangeInvisibleDurationRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T1"),
-                                             receipt_handle=old, message_id=m.system_properties.message_id)
+    req = svc.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="G"),
+        topic=pb.Resource(name="T1"),
+        receipt_handle=old,
+        message_id=m.system_properties.message_id,
+    )
     req.invisible_duration.FromMilliseconds(60_000)
     clock.set(NOW + 1)  # (a change in the pop's own ms gets the same popTime: the old handle would name it)
     r = call(broker, "ChangeInvisibleDuration", req)
@@ -183,7 +220,10 @@ def test_change_invisible_duration_gives_a_new_handle_and_moves_the_redelivery(
     # past the first invisible time, before the new one: the revive stores nothing again
     clock.set(NOW + INVISIBLE_MS + 1)
     assert broker.pop.run_once(clock.wall_ms()) == 0
-    assert [r.WhichOneof("content") for r in call(broker, "ReceiveMessage", receive_req())] == ["status", "delivery_timestamp"]
+    assert [r.WhichOneof("content") for r in call(broker, "ReceiveMessage", receive_req())] == [
+        "status",
+        "delivery_timestamp",
+    ]
     # the old handle no longer changes nor acks it; the new one acks it
     assert call(broker, "ChangeInvisibleDuration", req).status.code == Code.INVALID_RECEIPT_HANDLE
     assert call(broker, "AckMessage", ack_req(r.receipt_handle)).status.code == Code.OK
@@ -199,18 +239,25 @@ def test_a_fifo_group_is_served_in_order_one_batch_in_flight(broker: Broker, sto
     assert first[0].system_properties.message_group == "order-1"
     # the queue's batch is in flight: nothing more until it is acked
     assert messages(call(broker, "ReceiveMessage", receive_req("GF"))) == []
-    assert call(broker, "AckMessage", ack_req(*(m.system_properties.receipt_handle for m in first),
-                                              group="GF")).status.code == Code.OK
+    assert (
+        call(
+            broker, "AckMessage", ack_req(*(m.system_properties.receipt_handle for m in first), group="GF")
+        ).status.code
+        == Code.OK
+    )
     assert [m.body for m in messages(call(broker, "ReceiveMessage", receive_req("GF")))] == [b"3"]
 
 
-@pytest.mark.parametrize(("request_", "code", "says"), [
-    (receive_req(invisible_ms=500), Code.ILLEGAL_INVISIBLE_TIME, "minInvisibleTimeMillsForRecv"),
-    (receive_req(invisible_ms=None), Code.ILLEGAL_INVISIBLE_TIME, "required"),
-    (receive_req(batch=0), Code.BAD_REQUEST, "batch_size"),
-    (receive_req(expression="a > 1", kind=pb.SQL), Code.UNSUPPORTED, "SQL92"),
-    (receive_req(group=""), Code.ILLEGAL_CONSUMER_GROUP, "group"),
-])
+@pytest.mark.parametrize(
+    ("request_", "code", "says"),
+    [
+        (receive_req(invisible_ms=500), Code.ILLEGAL_INVISIBLE_TIME, "minInvisibleTimeMillsForRecv"),
+        (receive_req(invisible_ms=None), Code.ILLEGAL_INVISIBLE_TIME, "required"),
+        (receive_req(batch=0), Code.BAD_REQUEST, "batch_size"),
+        (receive_req(expression="a > 1", kind=pb.SQL), Code.UNSUPPORTED, "SQL92"),
+        (receive_req(group=""), Code.ILLEGAL_CONSUMER_GROUP, "group"),
+    ],
+)
 def test_a_bad_receive_is_one_typed_status(broker: Broker, request_: Any, code: int, says: str) -> None:
     out = call(broker, "ReceiveMessage", request_)
     assert [r.WhichOneof("content") for r in out] == ["status", "delivery_timestamp"]
@@ -225,8 +272,9 @@ def test_a_receive_of_an_unknown_topic_is_topic_not_found(broker: Broker) -> Non
 
 
 def test_change_refuses_a_bad_handle_and_duration(broker: Broker) -> None:
-    req = svc.ChangeInvisibleDurationRequest(group=pb.Resource(name="G"), topic=pb.Resource(name="T1"),
-                                             receipt_handle="junk", message_id="x")
+    req = svc.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="G"), topic=pb.Resource(name="T1"), receipt_handle="junk", message_id="x"
+    )
     req.invisible_duration.FromMilliseconds(1000)
     assert call(broker, "ChangeInvisibleDuration", req).status.code == Code.INVALID_RECEIPT_HANDLE
     req.invisible_duration.FromMilliseconds(0)
@@ -242,7 +290,9 @@ def test_a_fifo_groups_consumer_settings_say_fifo(broker: Broker) -> None:
         return pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name=group)))
 
     async def body(c: Client, _: Any) -> Any:
-        return await c.telemetry([svc.TelemetryCommand(settings=settings("GF")), svc.TelemetryCommand(settings=settings("G"))])
+        return await c.telemetry(
+            [svc.TelemetryCommand(settings=settings("GF")), svc.TelemetryCommand(settings=settings("G"))]
+        )
 
     fifo, plain = serve(broker, body)
     assert (fifo.settings.subscription.fifo, plain.settings.subscription.fifo) == (True, False)
@@ -251,7 +301,8 @@ def test_a_fifo_groups_consumer_settings_say_fifo(broker: Broker) -> None:
 
 
 def test_a_receive_stream_broken_midway_makes_the_unwritten_messages_visible_in_1s(
-        broker: Broker, store: rmqlog.MessageStore, clock: rmqlog.ManualClock) -> None:
+    broker: Broker, store: rmqlog.MessageStore, clock: rmqlog.ManualClock
+) -> None:
     """The client goes away after the first message: it and the two not written are changed to
     be visible again 1 s later (the proxy's nack), not after the 10 s invisible time."""
     import asyncio
@@ -272,8 +323,9 @@ def test_a_receive_stream_broken_midway_makes_the_unwritten_messages_visible_in_
     assert broker.pop.run_once(clock.wall_ms()) == 3
 
 
-def test_a_receive_read_to_its_end_is_not_nacked(broker: Broker, store: rmqlog.MessageStore,
-                                                 clock: rmqlog.ManualClock) -> None:
+def test_a_receive_read_to_its_end_is_not_nacked(
+    broker: Broker, store: rmqlog.MessageStore, clock: rmqlog.ManualClock
+) -> None:
     put(store, b"a", b"b")
     assert len(messages(call(broker, "ReceiveMessage", receive_req()))) == 2
     clock.set(NOW + 1001)

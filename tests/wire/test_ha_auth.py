@@ -58,13 +58,19 @@ def _run(test: Any) -> None:
     async def guarded() -> None:
         async with asyncio.timeout(GUARD_S):
             await test()
+
     asyncio.run(guarded())
 
 
 def _broker(root: Path, role: str, **changes: Any) -> Broker:
     store = rmqlog.MessageStore.open(root, rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10))
-    config = BrokerConfig(broker_name="broker-a", broker_role=role, ha_listen_port=0,
-                          broker_id=1 if role == "SLAVE" else 0, store=store.config).replace(**changes)
+    config = BrokerConfig(
+        broker_name="broker-a",
+        broker_role=role,
+        ha_listen_port=0,
+        broker_id=1 if role == "SLAVE" else 0,
+        store=store.config,
+    ).replace(**changes)
     return Broker(store, config, clock=rmqlog.SystemClock(), address="127.0.0.1:10911")
 
 
@@ -108,7 +114,7 @@ class FakeSlave:
                     offset, size = struct.unpack_from(">qi", buf)
                     if len(buf) < 12 + size:
                         break
-                    buf = buf[12 + size:]
+                    buf = buf[12 + size :]
                     writer.write(struct.pack(">q", offset + size))  # "I hold it" (it holds nothing)
                     self.reports += 1
         except ConnectionError:
@@ -171,11 +177,15 @@ def test_the_ha_port_streams_nothing_to_an_unauthenticated_client(tmp_path: Path
 
 
 @pytest.mark.parametrize("proof", ["wrong-secret", "not-admin", "unknown-key"])
-def test_a_fake_slave_with_a_wrong_proof_gets_a_refusal_and_nothing_else(tmp_path: Path, home: Path,
-                                                                        proof: str) -> None:
+def test_a_fake_slave_with_a_wrong_proof_gets_a_refusal_and_nothing_else(
+    tmp_path: Path, home: Path, proof: str
+) -> None:
     master = _broker(tmp_path / "m", "SYNC_MASTER", acl_enable=True, slave_timeout=200)
-    key, secret = {"wrong-secret": (ADMIN_KEY, "not-the-secret"), "not-admin": (USER_KEY, USER_SECRET),
-                   "unknown-key": ("nobody-at-all", ADMIN_SECRET)}[proof]
+    key, secret = {
+        "wrong-secret": (ADMIN_KEY, "not-the-secret"),
+        "not-admin": (USER_KEY, USER_SECRET),
+        "unknown-key": ("nobody-at-all", ADMIN_SECRET),
+    }[proof]
 
     async def body() -> None:
         assert (await _send(master, b"secret-record")).code == ResponseCode.SLAVE_NOT_AVAILABLE
@@ -231,8 +241,9 @@ def test_a_slave_of_ours_with_the_cluster_credentials_replicates(tmp_path: Path,
     """ACL on both ends (the proof: an admin account of the master's ACL), or ACL off and the
     master's own cluster credentials."""
     creds = _creds(ADMIN_KEY, ADMIN_SECRET) if where == "acl" else _creds("cluster-ak", "cluster-sk")
-    master_conf: dict[str, Any] = {"acl_enable": True} if where == "acl" else \
-        {"inner_client_authentication_credentials": creds}
+    master_conf: dict[str, Any] = (
+        {"acl_enable": True} if where == "acl" else {"inner_client_authentication_credentials": creds}
+    )
     master = _broker(tmp_path / "m", "SYNC_MASTER", **master_conf)
     slave = _broker(tmp_path / "s", "SLAVE", acl_enable=where == "acl", inner_client_authentication_credentials=creds)
 
@@ -341,8 +352,10 @@ def test_bad_cluster_credentials_fail_the_config_without_the_secret(value: str) 
 
 def test_the_keys_read_from_broker_conf(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
-    conf.write_text('innerClientAuthenticationCredentials={"accessKey":"ak-1","secretKey":"s:e=c#"}\n'
-                    "haSlaveAllowList=10.0.0.1,10.0.0.2\n")
+    conf.write_text(
+        'innerClientAuthenticationCredentials={"accessKey":"ak-1","secretKey":"s:e=c#"}\n'
+        "haSlaveAllowList=10.0.0.1,10.0.0.2\n"
+    )
     config = BrokerConfig.from_properties(conf)
     assert config.inner_credentials == ("ak-1", "s:e=c#")
     assert config.ha_slave_allow_list == "10.0.0.1,10.0.0.2"
@@ -354,8 +367,12 @@ def test_a_bad_allow_list_fails_the_config() -> None:
 
 
 def test_the_broker_config_answer_holds_no_secret(tmp_path: Path) -> None:
-    broker = _broker(tmp_path / "b", "ASYNC_MASTER", inner_client_authentication_credentials=_creds("ak-x", "sk-secret"),
-                     ha_slave_allow_list="10.0.0.*")
+    broker = _broker(
+        tmp_path / "b",
+        "ASYNC_MASTER",
+        inner_client_authentication_credentials=_creds("ak-x", "sk-secret"),
+        ha_slave_allow_list="10.0.0.*",
+    )
     props = config_properties(broker)
     assert props["haSlaveAllowList"] == "10.0.0.*"
     assert "innerClientAuthenticationCredentials" not in props and "sk-secret" not in "".join(props.values())

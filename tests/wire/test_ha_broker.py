@@ -30,13 +30,19 @@ def _run(test: Any) -> None:
     async def guarded() -> None:
         async with asyncio.timeout(GUARD_S):
             await test()
+
     asyncio.run(guarded())
 
 
 def _broker(root: Path, role: str, **changes: Any) -> Broker:
     store = rmqlog.MessageStore.open(root, rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10))
-    config = BrokerConfig(broker_name="broker-a", broker_role=role, ha_listen_port=0,
-                          broker_id=1 if role == "SLAVE" else 0, store=store.config).replace(**changes)
+    config = BrokerConfig(
+        broker_name="broker-a",
+        broker_role=role,
+        ha_listen_port=0,
+        broker_id=1 if role == "SLAVE" else 0,
+        store=store.config,
+    ).replace(**changes)
     return Broker(store, config, clock=rmqlog.SystemClock(), address="127.0.0.1:10911")
 
 
@@ -136,10 +142,26 @@ def test_slave_refuses_sends_and_serves_pulls(tmp_path: Path) -> None:
             assert (await _send(master, b"m%d" % i)).code == ResponseCode.SUCCESS
         await _caught_up(client, slave, master)
         slave.store.dispatch()
-        pull = RemotingCommand(RequestCode.PULL_MESSAGE, 7, 0, None, {
-            "consumerGroup": "G", "topic": "TopicA", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32,
-            "sysFlag": 1 | 4, "commitOffset": 2, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0,
-        }, b"", "JAVA")
+        pull = RemotingCommand(
+            RequestCode.PULL_MESSAGE,
+            7,
+            0,
+            None,
+            {
+                "consumerGroup": "G",
+                "topic": "TopicA",
+                "queueId": 0,
+                "queueOffset": 0,
+                "maxMsgNums": 32,
+                "sysFlag": 1 | 4,
+                "commitOffset": 2,
+                "suspendTimeoutMillis": 0,
+                "subscription": "*",
+                "subVersion": 0,
+            },
+            b"",
+            "JAVA",
+        )
         got = slave.table.process(slave, FakePeer(), pull)
         if asyncio.isfuture(got):
             got = await got
@@ -199,10 +221,26 @@ def test_registration_hands_the_slave_its_masters_ha_address(tmp_path: Path) -> 
 
 
 def _pull(broker: Broker, offset: int, nums: int = 32) -> RemotingCommand:
-    req = RemotingCommand(RequestCode.PULL_MESSAGE, 9, 0, None, {
-        "consumerGroup": "G", "topic": "TopicA", "queueId": 0, "queueOffset": offset, "maxMsgNums": nums,
-        "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0,
-    }, b"", "JAVA")
+    req = RemotingCommand(
+        RequestCode.PULL_MESSAGE,
+        9,
+        0,
+        None,
+        {
+            "consumerGroup": "G",
+            "topic": "TopicA",
+            "queueId": 0,
+            "queueOffset": offset,
+            "maxMsgNums": nums,
+            "sysFlag": 4,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": 0,
+            "subscription": "*",
+            "subVersion": 0,
+        },
+        b"",
+        "JAVA",
+    )
     got = broker.table.process(broker, FakePeer(), req)
     assert isinstance(got, RemotingCommand)
     return got
@@ -289,8 +327,11 @@ def test_slave_copies_its_masters_topics_offsets_and_delay_offsets(tmp_path: Pat
         task = sync.run_once(start + FIRST_DELAY_MS + 10)
         assert task is not None
         await task
-        assert asked == [RequestCode.GET_ALL_TOPIC_CONFIG, RequestCode.GET_ALL_CONSUMER_OFFSET,
-                         RequestCode.GET_ALL_DELAY_OFFSET]
+        assert asked == [
+            RequestCode.GET_ALL_TOPIC_CONFIG,
+            RequestCode.GET_ALL_CONSUMER_OFFSET,
+            RequestCode.GET_ALL_DELAY_OFFSET,
+        ]
         assert sync.rounds == 1 and sync.last_error is None
         assert slave.store.delay_offsets() == {1: 4, 3: 0, 18: 12}
         assert sync.run_once(start + FIRST_DELAY_MS + PERIOD_MS) is None  # the next round: 10 s on
@@ -397,8 +438,9 @@ def test_a_topic_deleted_on_the_master_leaves_its_slaves_table(tmp_path: Path) -
         await task
         assert slave.consumer_offsets.query("G1", "Doomed", 0) == 4
         slave.state.persist_all()
-        res = master.table.process(master, FakePeer(), RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, 3,
-                                                                       ext_fields={"topic": "Doomed"}))
+        res = master.table.process(
+            master, FakePeer(), RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, 3, ext_fields={"topic": "Doomed"})
+        )
         assert isinstance(res, RemotingCommand) and res.code == ResponseCode.SUCCESS, res.remark
         task = sync.run_once(start + FIRST_DELAY_MS + 10 + PERIOD_MS)
         assert task is not None
@@ -465,6 +507,8 @@ def test_a_topic_missing_from_the_masters_snapshot_keeps_its_units_on_the_slave(
     assert promoted.topics.get("Fresh") is not None and "Fresh" in promoted.store.topics()
     assert promoted.store.read_queue("Fresh", 0, 0, 4).num_rows == 4
     promoted.store.close()
+
+
 async def _stalled_slave(master: Broker) -> asyncio.StreamWriter:
     """A slave that reports the master's tail once and acknowledges only what the test writes."""
     await master.replication.start()
@@ -478,9 +522,14 @@ async def _stalled_slave(master: Broker) -> asyncio.StreamWriter:
 
 
 def _end_request(half: RemotingCommand, outcome: int) -> RemotingCommand:
-    ext = {"producerGroup": "PG", "tranStateTableOffset": half.ext_fields["queueOffset"],
-           "commitLogOffset": str(int(half.ext_fields["msgId"][16:], 16)), "commitOrRollback": str(outcome),
-           "fromTransactionCheck": "false", "msgId": "M"}
+    ext = {
+        "producerGroup": "PG",
+        "tranStateTableOffset": half.ext_fields["queueOffset"],
+        "commitLogOffset": str(int(half.ext_fields["msgId"][16:], 16)),
+        "commitOrRollback": str(outcome),
+        "fromTransactionCheck": "false",
+        "msgId": "M",
+    }
     return RemotingCommand(RequestCode.END_TRANSACTION, 9, 0, None, ext, b"", "JAVA")
 
 
@@ -492,13 +541,17 @@ def test_sync_master_answers_end_transaction_once_the_slave_holds_it(tmp_path: P
     async def body() -> None:
         writer = await _stalled_slave(master)
         # the half message, not waiting for the slave (WAIT=false), acknowledged at once
-        half = await _send(master, b"tx", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U1\x02WAIT\x01false\x02")
+        half = await _send(
+            master, b"tx", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U1\x02WAIT\x01false\x02"
+        )
         assert half.code == ResponseCode.SUCCESS, half.remark
         writer.write(struct.pack(">q", master.store.published_tail()))
         before = master.store.published_tail()
         for outcome in (8, 12):  # a commit, then (a second half) a rollback
             if outcome == 12:
-                half = await _send(master, b"tx2", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U2\x02WAIT\x01false\x02")
+                half = await _send(
+                    master, b"tx2", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U2\x02WAIT\x01false\x02"
+                )
                 before = master.store.published_tail()
                 writer.write(struct.pack(">q", before))
             res = master.table.process(master, FakePeer(), _end_request(half, outcome))
@@ -531,7 +584,9 @@ def test_sync_master_answers_end_transaction_success_without_a_slave(tmp_path: P
         answer = await res if asyncio.isfuture(res) else res
         assert answer.code == ResponseCode.SUCCESS
         writer = await _stalled_slave(master)
-        half = await _send(master, b"tx2", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U2\x02WAIT\x01false\x02")
+        half = await _send(
+            master, b"tx2", props="TRAN_MSG\x01true\x02PGROUP\x01PG\x02UNIQ_KEY\x01U2\x02WAIT\x01false\x02"
+        )
         res = master.table.process(master, FakePeer(), _end_request(half, 8))
         answer = await res  # the slave never acknowledges: slaveTimeout, then SUCCESS
         assert answer.code == ResponseCode.SUCCESS

@@ -42,13 +42,19 @@ def _run(test: Callable[[], Any]) -> None:
     async def guarded() -> None:
         async with asyncio.timeout(GUARD_S):
             await test()
+
     asyncio.run(guarded())
 
 
 def _broker(root: Path, role: str, clock: rmqlog.Clock) -> Broker:
     store = rmqlog.MessageStore.open(root, rmqlog.StoreConfig(mapped_file_size_commit_log=64 << 10), clock=clock)
-    config = BrokerConfig(broker_name="broker-a", broker_role=role, ha_listen_port=0,
-                          broker_id=1 if role == "SLAVE" else 0, store=store.config)
+    config = BrokerConfig(
+        broker_name="broker-a",
+        broker_role=role,
+        ha_listen_port=0,
+        broker_id=1 if role == "SLAVE" else 0,
+        store=store.config,
+    )
     return Broker(store, config, clock=rmqlog.SystemClock(), address="127.0.0.1:10911")
 
 
@@ -156,13 +162,31 @@ class BrokerProc:
     def __init__(self, root: Path, role: str, broker_id: int, namesrv: str) -> None:
         BrokerProc.count += 1
         conf = root.with_name(f"{root.name}.{BrokerProc.count}.conf")
-        conf.write_text(f"brokerClusterName=C1\nbrokerName=broker-a\nbrokerId={broker_id}\nbrokerRole={role}\n"
-                        f"mappedFileSizeCommitLog={SEGMENT}\nslaveTimeout=3000\nhaSendHeartbeatInterval=1000\n")
+        conf.write_text(
+            f"brokerClusterName=C1\nbrokerName=broker-a\nbrokerId={broker_id}\nbrokerRole={role}\n"
+            f"mappedFileSizeCommitLog={SEGMENT}\nslaveTimeout=3000\nhaSendHeartbeatInterval=1000\n"
+        )
         self.log_path = root.with_name(f"{root.name}.{BrokerProc.count}.log")
         self._log = open(self.log_path, "w")  # noqa: SIM115 - closed by stop/kill
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rmqnet", "broker", str(root), "-c", str(conf), "--listen", "127.0.0.1:0",
-             "--namesrv", namesrv], stdout=subprocess.PIPE, stderr=self._log, text=True, env=subprocess_env())
+            [
+                sys.executable,
+                "-m",
+                "rmqnet",
+                "broker",
+                str(root),
+                "-c",
+                str(conf),
+                "--listen",
+                "127.0.0.1:0",
+                "--namesrv",
+                namesrv,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            env=subprocess_env(),
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert " ready at 127.0.0.1:" in line, line + self.log_path.read_text()[-3000:]
@@ -230,7 +254,8 @@ def _identical(new: Path, old: Path) -> int:
 
 
 def test_async_master_killed_its_slave_promoted_and_the_old_master_rejoins(
-        tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str]) -> None:
+    tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str]
+) -> None:
     ns_proc, ns_addr = namesrv
     assert ns_proc.stderr is not None
     m_root, s_root = tmp_path / "m", tmp_path / "s"
@@ -241,7 +266,9 @@ def test_async_master_killed_its_slave_promoted_and_the_old_master_rejoins(
         slave = BrokerProc(s_root, "SLAVE", 1, ns_addr)
         procs.append(slave)
         read_until(ns_proc.stderr, f"broker registered: broker-a id 1 at {slave.address}")
-        with contextlib.closing(Producer("PG", ns_addr, timeout_s=10.0)) as producer:  # (a send may wait slaveTimeout, 3 s)
+        with contextlib.closing(
+            Producer("PG", ns_addr, timeout_s=10.0)
+        ) as producer:  # (a send may wait slaveTimeout, 3 s)
             for i in range(200):  # over three 64 KiB segments
                 assert producer.send("HA", b"shared-%03d-" % i + bytes([i % 251]) * 700).status == "SEND_OK"
             assert wait_until(lambda: _ack(m_root) == _end(m_root), TIMEOUT_S, 0.1)  # the slave holds it all
@@ -261,8 +288,9 @@ def test_async_master_killed_its_slave_promoted_and_the_old_master_rejoins(
                 assert producer.send("HA", b"new-%03d-" % i + bytes([9]) * 700).status == "SEND_OK"
         rejoined = BrokerProc(m_root, "SLAVE", 1, ns_addr)  # the old master restarted as its slave
         procs.append(rejoined)
-        assert wait_until(lambda: _ack(s_root) == _end(s_root) and _ack(m_root) is None, TIMEOUT_S, 0.1), \
+        assert wait_until(lambda: _ack(s_root) == _end(s_root) and _ack(m_root) is None, TIMEOUT_S, 0.1), (
             rejoined.log()[-3000:]
+        )
         with contextlib.closing(Producer("PG3", ns_addr, timeout_s=10.0)) as producer:  # and replication goes on
             for i in range(20):
                 assert producer.send("HA", b"more-%03d" % i).status == "SEND_OK"
@@ -296,7 +324,8 @@ def _send_marked(address: str, body: bytes, sequence: int) -> RemotingCommand:
 
 
 def test_sync_master_every_send_ok_is_on_the_promoted_slave(
-        tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str]) -> None:
+    tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str]
+) -> None:
     ns_proc, ns_addr = namesrv
     assert ns_proc.stderr is not None
     m_root, s_root = tmp_path / "m", tmp_path / "s"
@@ -309,7 +338,9 @@ def test_sync_master_every_send_ok_is_on_the_promoted_slave(
         slave = BrokerProc(s_root, "SLAVE", 1, ns_addr)
         procs.append(slave)
         read_until(ns_proc.stderr, f"broker registered: broker-a id 1 at {slave.address}")
-        with contextlib.closing(Producer("PG", ns_addr, timeout_s=10.0)) as producer:  # (a send may wait slaveTimeout, 3 s)
+        with contextlib.closing(
+            Producer("PG", ns_addr, timeout_s=10.0)
+        ) as producer:  # (a send may wait slaveTimeout, 3 s)
             for i in range(10_000):  # until the slave is in reach
                 body = b"first-%d" % i
                 (ok if producer.send("HA", body).status == "SEND_OK" else not_ok).append(body)

@@ -27,8 +27,24 @@ TIMEOUT_S = 60
 class BrokerProc:
     def __init__(self, root: Path, conf: Path, namesrv: str) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "rmqnet", "broker", str(root), "-c", str(conf), "--listen", "127.0.0.1:0",
-             "--namesrv", namesrv], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=subprocess_env())
+            [
+                sys.executable,
+                "-m",
+                "rmqnet",
+                "broker",
+                str(root),
+                "-c",
+                str(conf),
+                "--listen",
+                "127.0.0.1:0",
+                "--namesrv",
+                namesrv,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=subprocess_env(),
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert " ready at 127.0.0.1:" in line, line
@@ -50,8 +66,10 @@ class BrokerProc:
 
 
 def _conf(path: Path, role: str, broker_id: int) -> Path:
-    path.write_text(f"brokerClusterName=C1\nbrokerName=broker-a\nbrokerId={broker_id}\nbrokerRole={role}\n"
-                    f"mappedFileSizeCommitLog={SEGMENT}\nslaveTimeout=3000\n")
+    path.write_text(
+        f"brokerClusterName=C1\nbrokerName=broker-a\nbrokerId={broker_id}\nbrokerRole={role}\n"
+        f"mappedFileSizeCommitLog={SEGMENT}\nslaveTimeout=3000\n"
+    )
     return path
 
 

@@ -34,11 +34,11 @@ LOG = bytes(random.Random(5).randbytes(10_000))
 
 def _local(offset: int, n: int) -> bytes:
     assert offset >= 0 and offset + n <= len(LOG)
-    return LOG[offset:offset + n]
+    return LOG[offset : offset + n]
 
 
 def _stream(data: bytes, start: int, size: int = 700) -> list[Transfer]:
-    return [Transfer(start + i, data[i:i + size]) for i in range(0, len(data), size)]
+    return [Transfer(start + i, data[i : i + size]) for i in range(0, len(data), size)]
 
 
 def test_verifier_match_then_the_rest() -> None:
@@ -111,6 +111,7 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
     async def guarded() -> None:
         async with asyncio.timeout(GUARD_S):
             await test()
+
     asyncio.run(guarded())
 
 
@@ -141,7 +142,9 @@ def _log_bytes(root: Path, upto: int) -> bytes:
     return b"".join(out)
 
 
-async def _rejoin(old: rmqlog.MessageStore, master: str, done: Callable[[], bool], client: HAClient | None = None) -> HAClient:
+async def _rejoin(
+    old: rmqlog.MessageStore, master: str, done: Callable[[], bool], client: HAClient | None = None
+) -> HAClient:
     """Run ``old``'s HA client against ``master`` until ``done()``."""
     clock = rmqlog.ManualClock()
     client = client or HAClient(old, master, clock=clock, backoff_min_ms=0)
@@ -187,8 +190,10 @@ def test_diverged_tail_is_cut_and_the_logs_end_identical(tmp_path: Path, acked: 
     assert old.verify().problems == []
     for t in ("T0", "T1", "T2"):
         for q in range(4):
-            assert old.read_queue(t, q, 0, 10_000).column("body").to_pylist() == \
-                new.read_queue(t, q, 0, 10_000).column("body").to_pylist()
+            assert (
+                old.read_queue(t, q, 0, 10_000).column("body").to_pylist()
+                == new.read_queue(t, q, 0, 10_000).column("body").to_pylist()
+            )
     assert old.replication_checkpoint() is None
     old.close()
     new.close()

@@ -35,6 +35,7 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
     async def guarded() -> None:
         async with asyncio.timeout(GUARD_S):
             await test()
+
     asyncio.run(guarded())
 
 
@@ -182,13 +183,16 @@ def test_replication_across_rolls_restart_and_more_sends(tmp_path: Path) -> None
     assert slave.published_tail() == tail
     assert _log_bytes(tmp_path / "s", tail) == _log_bytes(tmp_path / "m", tail)
     assert len(rc.walk_commitlog(str(tmp_path / "s" / "commitlog"), SEG)) == len(
-        rc.walk_commitlog(str(tmp_path / "m" / "commitlog"), SEG))
+        rc.walk_commitlog(str(tmp_path / "m" / "commitlog"), SEG)
+    )
     slave.dispatch()
     master.dispatch()
     for t in ("T0", "T1", "T2"):
         for q in range(4):
-            assert slave.read_queue(t, q, 0, 10_000).column("body").to_pylist() == \
-                   master.read_queue(t, q, 0, 10_000).column("body").to_pylist()
+            assert (
+                slave.read_queue(t, q, 0, 10_000).column("body").to_pylist()
+                == master.read_queue(t, q, 0, 10_000).column("body").to_pylist()
+            )
     master.close()
     slave.close()
 
@@ -272,7 +276,7 @@ def test_foreign_stream_refused_nothing_appended(tmp_path: Path) -> None:
     run(body)
     assert slave.published_tail() == good_end == slave.replica_end()
     assert _log_bytes(tmp_path / "s", good_end) == _log_bytes(tmp_path / "m", good_end)
-    assert not any((tmp_path / "s" / "commitlog" / f"{good_end // SEG * SEG:020d}").read_bytes()[good_end % SEG:])
+    assert not any((tmp_path / "s" / "commitlog" / f"{good_end // SEG * SEG:020d}").read_bytes()[good_end % SEG :])
     for s in (master, other, slave):
         s.close()
 
@@ -305,7 +309,7 @@ def test_codec_readers_in_pieces() -> None:
         ReportReader().feed(struct.pack(">q", -1))
     transfers = TransferReader(max_size=100)
     stream = struct.pack(">qi", 5, 3) + b"abc" + struct.pack(">qi", 8, 0)
-    got = [t for i in range(len(stream)) for t in transfers.feed(stream[i:i + 1])]
+    got = [t for i in range(len(stream)) for t in transfers.feed(stream[i : i + 1])]
     assert [(t.offset, t.data) for t in got] == [(5, b"abc"), (8, b"")]
     with pytest.raises(HAProtocolError):
         TransferReader(max_size=100).feed(struct.pack(">qi", 0, 101))
@@ -356,7 +360,7 @@ def test_codec_readers_take_any_bytes_in_any_chunks() -> None:
         reports, transfers = ReportReader(), TransferReader(max_size=64)
         pieces, at = [], 0
         for c in cuts:
-            pieces.append(data[at:at + c])
+            pieces.append(data[at : at + c])
             at += c
         pieces.append(data[at:])
         got: list[int] = []
@@ -385,7 +389,7 @@ def test_codec_readers_take_any_bytes_in_any_chunks() -> None:
             off, size = struct.unpack_from(">qi", data, pos)
             if len(data) - pos - 12 < size:
                 break
-            expect.append((off, data[pos + 12:pos + 12 + size]))
+            expect.append((off, data[pos + 12 : pos + 12 + size]))
             pos += 12 + size
         if t_ok:
             assert seen == expect

@@ -33,16 +33,20 @@ def _fill(store: rmqlog.MessageStore, rounds: int, seed: int = 1) -> None:
     for r in range(rounds):
         n = rnd.randint(1, 6)
         bodies = [rnd.randbytes(rnd.randint(0, 700)) for _ in range(n)]
-        table = pa.table({"topic": [f"T{r % 3}"] * n, "body": bodies,
-                          "queueId": pa.array([rnd.randint(0, 3) for _ in range(n)], pa.int32())})
+        table = pa.table(
+            {
+                "topic": [f"T{r % 3}"] * n,
+                "body": bodies,
+                "queueId": pa.array([rnd.randint(0, 3) for _ in range(n)], pa.int32()),
+            }
+        )
         if r % 5 == 4:
             store.put_batch(table, writer=f"sink/{r % 2}", sequence=r)
         else:
             store.put_batch(table)
 
 
-def _replicate(master: rmqlog.MessageStore, slave: rmqlog.MessageStore, chunk: int | None = None,
-               seed: int = 2) -> int:
+def _replicate(master: rmqlog.MessageStore, slave: rmqlog.MessageStore, chunk: int | None = None, seed: int = 2) -> int:
     """Stream the master's log to the slave in transfers of at most ``chunk`` bytes (random
     sizes when None), as the HA service does; returns the number of transfers."""
     rnd = random.Random(seed)
@@ -78,10 +82,16 @@ def test_slave_log_is_byte_identical_across_rolls(tmp_path: Path, chunk: int | N
         ref_m = rc.walk_commitlog(str(tmp_path / "m" / "commitlog"), SEG)
         ref_s = rc.walk_commitlog(str(tmp_path / "s" / "commitlog"), SEG)
         assert [r.physical_offset for r in ref_s] == [r.physical_offset for r in ref_m]
-        assert [(r.topic, r.queue_id, r.queue_offset, r.body) for r in ref_s] == \
-               [(r.topic, r.queue_id, r.queue_offset, r.body) for r in ref_m]
+        assert [(r.topic, r.queue_id, r.queue_offset, r.body) for r in ref_s] == [
+            (r.topic, r.queue_id, r.queue_offset, r.body) for r in ref_m
+        ]
         ms, ss = master.append_state(), slave.append_state()
-        assert (ss.tail, ss.queues, ss.writers, ss.store_timestamp) == (ms.tail, ms.queues, ms.writers, ms.store_timestamp)
+        assert (ss.tail, ss.queues, ss.writers, ss.store_timestamp) == (
+            ms.tail,
+            ms.queues,
+            ms.writers,
+            ms.store_timestamp,
+        )
         master.dispatch()
         slave.dispatch()
         for t in ("T0", "T1", "T2"):
@@ -106,7 +116,9 @@ def test_promoted_slave_continues_queues_and_markers(tmp_path: Path) -> None:
     promoted = _open(tmp_path / "s")  # reopened (recovery as a first opener): a master now
     try:
         res = promoted.put_batch(pa.table({"topic": ["T0"], "body": [b"x"], "queueId": pa.array([1], pa.int32())}))
-        before = [r for r in rc.walk_commitlog(str(tmp_path / "s" / "commitlog"), SEG) if (r.topic, r.queue_id) == ("T0", 1)]
+        before = [
+            r for r in rc.walk_commitlog(str(tmp_path / "s" / "commitlog"), SEG) if (r.topic, r.queue_id) == ("T0", 1)
+        ]
         assert res.column("queueOffset")[0].as_py() == before[-2].queue_offset + 1
         # a replayed idempotent batch of the old master's writer is a no-op on the promoted slave
         again = promoted.put_batch(pa.table({"topic": ["T0"], "body": [b"dup"]}), writer="sink/1", sequence=9)
@@ -141,9 +153,9 @@ def test_partial_record_waits_and_restart_resumes(tmp_path: Path) -> None:
 def _first_records(master: rmqlog.MessageStore) -> tuple[bytes, list[int]]:
     data = master.replica_read(0, SEG)
     starts, pos = [], 0
-    while pos + 8 <= len(data) and int.from_bytes(data[pos + 4:pos + 8], "big", signed=True) != -875286124:
+    while pos + 8 <= len(data) and int.from_bytes(data[pos + 4 : pos + 8], "big", signed=True) != -875286124:
         starts.append(pos)
-        size = int.from_bytes(data[pos:pos + 4], "big")
+        size = int.from_bytes(data[pos : pos + 4], "big")
         if size == 0 or pos + size > len(data):
             break
         pos += size
@@ -163,17 +175,17 @@ def test_damaged_record_refused_nothing_past_it(tmp_path: Path, damage: str) -> 
         if damage == "crc":
             bad[at + 8] ^= 0x40
         elif damage == "physical":
-            bad[at + 28:at + 36] = (at + 1).to_bytes(8, "big")
+            bad[at + 28 : at + 36] = (at + 1).to_bytes(8, "big")
         elif damage == "queue_offset":
-            bad[at + 20:at + 28] = (1000).to_bytes(8, "big")
+            bad[at + 20 : at + 28] = (1000).to_bytes(8, "big")
         elif damage == "magic":
             bad[at + 4] ^= 0xFF
         elif damage == "size":
-            bad[at:at + 4] = (1 << 30).to_bytes(4, "big")
+            bad[at : at + 4] = (1 << 30).to_bytes(4, "big")
         else:  # a topic name the store refuses (a path): same length, so the record still adds up
-            rec = master.replica_read(at, int.from_bytes(data[at:at + 4], "big"))
+            rec = master.replica_read(at, int.from_bytes(data[at : at + 4], "big"))
             tpos = rec.index(b"T", 100)
-            bad[at + tpos:at + tpos + 2] = b"/."
+            bad[at + tpos : at + tpos + 2] = b"/."
         end = min(len(bad), starts[-1])
         with pytest.raises(ReplicaStreamError) as info:
             slave.replica_append(0, bytes(bad[:end]))
@@ -252,9 +264,9 @@ def test_restart_inside_a_segment_blank_resumes_at_the_blank(tmp_path: Path) -> 
         end0 = [r for r in rc.walk_commitlog(str(tmp_path / "m" / "commitlog"), SEG) if r.physical_offset < SEG][-1]
         blank_at = end0.physical_offset + end0.total_size
         assert SEG - blank_at >= 16  # a blank of some size ends the segment
-        slave.replica_append(0, first[:blank_at + 4])  # the blank's header cut in two
+        slave.replica_append(0, first[: blank_at + 4])  # the blank's header cut in two
         assert slave.published_tail() == blank_at
-        slave.replica_append(blank_at + 4, first[blank_at + 4:SEG - 3])
+        slave.replica_append(blank_at + 4, first[blank_at + 4 : SEG - 3])
         assert slave.published_tail() == blank_at  # published only once the segment's last byte came
         slave.close()
         slave = _open(tmp_path / "s")
@@ -285,15 +297,15 @@ def test_fast_checks_agree_with_the_general_ones(tmp_path: Path, seed: int, kind
     at = victim.physical_offset
     bad = bytearray(log)
     if kind == "queue_offset":
-        bad[at + 20:at + 28] = (victim.queue_offset + rnd.choice([1, 2, -1])).to_bytes(8, "big", signed=True)
+        bad[at + 20 : at + 28] = (victim.queue_offset + rnd.choice([1, 2, -1])).to_bytes(8, "big", signed=True)
     elif kind == "queue_id":
-        bad[at + 12:at + 16] = (victim.queue_id + 9).to_bytes(4, "big")
+        bad[at + 12 : at + 16] = (victim.queue_id + 9).to_bytes(4, "big")
     elif kind == "crc":
         bad[at + 8] ^= 0x10
     elif kind == "topic":
-        body_len = int.from_bytes(log[at + 84:at + 88], "big")  # IPv4 hosts: an 88-byte header
+        body_len = int.from_bytes(log[at + 84 : at + 88], "big")  # IPv4 hosts: an 88-byte header
         tpos = at + 88 + body_len + 1  # after the 1-byte topic length (MAGIC_V1)
-        assert bytes(log[tpos:tpos + len(victim.topic)]) == victim.topic.encode()
+        assert bytes(log[tpos : tpos + len(victim.topic)]) == victim.topic.encode()
         bad[tpos] = ord("/")
     outcomes = []
     for fast in (True, False):
@@ -308,7 +320,7 @@ def test_fast_checks_agree_with_the_general_ones(tmp_path: Path, seed: int, kind
                     break
                 n = min(r2.randint(1, 3000), SEG - end % SEG, tail - end)
                 try:
-                    slave.replica_append(end, bytes(bad[end:end + n]))
+                    slave.replica_append(end, bytes(bad[end : end + n]))
                     steps.append(("ok", slave.published_tail()))
                 except ReplicaStreamError as exc:
                     steps.append(("refused", exc.offset, str(exc).split("; file")[0]))
@@ -322,8 +334,11 @@ def test_fast_checks_agree_with_the_general_ones(tmp_path: Path, seed: int, kind
 
 
 def test_an_empty_slave_starts_at_the_masters_first_segment(tmp_path: Path) -> None:
-    cfg = small_store_config(mapped_file_size_commit_log=SEG, max_message_size=1024, delete_when="00;01;02;03;04;05;06;"
-                             "07;08;09;10;11;12;13;14;15;16;17;18;19;20;21;22;23")
+    cfg = small_store_config(
+        mapped_file_size_commit_log=SEG,
+        max_message_size=1024,
+        delete_when="00;01;02;03;04;05;06;07;08;09;10;11;12;13;14;15;16;17;18;19;20;21;22;23",
+    )
     master = rmqlog.MessageStore.open(tmp_path / "m", cfg)
     slave = rmqlog.MessageStore.open(tmp_path / "s", cfg)
     try:
@@ -348,14 +363,20 @@ def test_an_empty_slave_starts_at_the_masters_first_segment(tmp_path: Path) -> N
         assert slave.published_tail() == tail
         for start, path in rc.list_segments(str(tmp_path / "s" / "commitlog")):
             assert start >= first
-            assert Path(path).read_bytes()[: min(SEG, tail - start)] == \
-                (tmp_path / "m" / "commitlog" / f"{start:020d}").read_bytes()[: min(SEG, tail - start)]
+            assert (
+                Path(path).read_bytes()[: min(SEG, tail - start)]
+                == (tmp_path / "m" / "commitlog" / f"{start:020d}").read_bytes()[: min(SEG, tail - start)]
+            )
         slave.dispatch()
         master.close()
         slave.close()
         slave = rmqlog.MessageStore.open(tmp_path / "s", cfg)  # reopened: recovery keeps it all
         assert slave.published_tail() == tail and slave.commit_log_min_offset() == first
-        kept = [r.body for r in rc.walk_commitlog(str(tmp_path / "s" / "commitlog"), SEG) if (r.topic, r.queue_id) == ("T0", 0)]
+        kept = [
+            r.body
+            for r in rc.walk_commitlog(str(tmp_path / "s" / "commitlog"), SEG)
+            if (r.topic, r.queue_id) == ("T0", 0)
+        ]
         assert kept and slave.read_queue("T0", 0, 0, 1000).column("body").to_pylist() == kept
     finally:
         slave.close()

@@ -56,6 +56,7 @@ class Counts:
             def wrapper(*a, **k):  # noqa: ANN002, ANN003, ANN202
                 self.n[key] += 1
                 return fn(*a, **k)
+
             return wrapper
 
         monkeypatch.setattr(InterProcessLock, "acquire", counting("lock", InterProcessLock.acquire))
@@ -74,7 +75,9 @@ class Counts:
 
 
 # ------------------------------------------------------------------ the idle round
-def test_an_idle_round_takes_no_lock_and_reads_no_file(store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_idle_round_takes_no_lock_and_reads_no_file(
+    store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     d = store.dispatcher
     store.put_batch(ROW)
     assert d.run_once(10.0) is True  # the put's record: a full round
@@ -91,7 +94,9 @@ def test_an_idle_round_takes_no_lock_and_reads_no_file(store: rmqlog.MessageStor
     assert d.position() == store.published_tail() and store.max_offset("T", 0) == 2
 
 
-def test_an_idle_round_still_does_a_full_look_once_a_second(store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_idle_round_still_does_a_full_look_once_a_second(
+    store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The safety net (FULL_ROUND_S): a token that did not change is not trusted for longer."""
     d = store.dispatcher
     store.put_batch(ROW)
@@ -231,7 +236,9 @@ def test_the_fast_path_never_misses_what_a_full_round_would_dispatch(tmp_path: P
             op = rng.choice(["mine", "other", "other-dispatch", "idle", "idle"])
             if op != "idle":
                 writer = s if op == "mine" else other
-                writer.put_batch(rows(rng.choice("XY"), rng.randrange(4), rng.randrange(1, 4)), dispatch=op == "other-dispatch")
+                writer.put_batch(
+                    rows(rng.choice("XY"), rng.randrange(4), rng.randrange(1, 4)), dispatch=op == "other-dispatch"
+                )
             now += 0.001
             while d.run_once(now):
                 now += 0.001
@@ -356,8 +363,10 @@ def test_another_writers_put_wakes_the_watching_dispatcher(tmp_path: Path) -> No
     """An hour between rounds: only the watch of append.state can make the started dispatcher
     take what another open of the root (another process, as far as this store knows) appended."""
     cfg = rmqlog.StoreConfig(reput_interval_ms=3_600_000)
-    with rmqlog.MessageStore.open(tmp_path / "s", cfg, clock=rmqlog.ManualClock()) as s, \
-            rmqlog.MessageStore.open(tmp_path / "s", cfg) as other:
+    with (
+        rmqlog.MessageStore.open(tmp_path / "s", cfg, clock=rmqlog.ManualClock()) as s,
+        rmqlog.MessageStore.open(tmp_path / "s", cfg) as other,
+    ):
         arrived = threading.Event()
         s.on_arrival(lambda t, q, m: arrived.set() if "F" in t else None)
         s.start_services()
@@ -426,6 +435,7 @@ class Attachable:
 
         def detach() -> None:
             self.detached += 1
+
         return detach
 
 
@@ -446,9 +456,12 @@ def test_the_loop_attaches_a_service_and_detaches_it_when_removed() -> None:
     assert b.detached == 1 and a.detached == 1
 
 
-def test_a_watch_that_stops_wakes_the_dispatcher_which_polls_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_watch_that_stops_wakes_the_dispatcher_which_polls_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The watch's thread fails (here: handling its events raises): it says so and wakes the
     dispatcher, which goes back to its polling interval and takes the other writer's record."""
+
     def broken(self: AppendWatch, data: bytes) -> bool:
         raise OSError(5, "Input/output error")
 
@@ -512,7 +525,7 @@ def test_a_publish_caught_mid_write_is_dispatched_in_the_next_round(tmp_path: Pa
         size = int.from_bytes(after[8:12], "big")  # the slots' size (the file's header)
         slot_at = 16 if at < 16 + size else 16 + size  # the slot the publish wrote
         torn = bytearray(before)
-        torn[slot_at:slot_at + 16] = after[slot_at:slot_at + 16]
+        torn[slot_at : slot_at + 16] = after[slot_at : slot_at + 16]
         path.write_bytes(bytes(torn))
         s.parts.state_file._cache = None  # (the writer had not yet remembered what it publishes)
         assert d.run_once(100.1) is False  # the previous state: nothing new to it

@@ -65,8 +65,9 @@ def _serve(tmp_path: Path, **store: Any) -> Iterator[tuple[str, str, Any]]:
                 return res
 
             ns.server.routes.register = watched  # type: ignore[method-assign]
-            proc = launch.BrokerProcess(root, BrokerConfig(broker_name="broker-a", listen_port=0, namesrv_addr=ns.address,
-                                                           store=store_config))
+            proc = launch.BrokerProcess(
+                root, BrokerConfig(broker_name="broker-a", listen_port=0, namesrv_addr=ns.address, store=store_config)
+            )
             try:
                 ready["broker"] = await proc.start()
                 ready["proc"] = proc
@@ -206,12 +207,16 @@ accounts:
 """
 
 
-def test_the_lmqs_a_send_names_and_an_lmq_pulled_are_topics_under_acl(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_lmqs_a_send_names_and_an_lmq_pulled_are_topics_under_acl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     home = tmp_path / "home"
     (home / "conf").mkdir(parents=True)
     (home / "conf" / "plain_acl.yml").write_text(LMQ_ACL)
     monkeypatch.setenv("ROCKETMQ_HOME", str(home))
-    with rmqlog.MessageStore.open(tmp_path / "s", rmqlog.StoreConfig(enable_lmq=True, enable_multi_dispatch=True)) as store:
+    with rmqlog.MessageStore.open(
+        tmp_path / "s", rmqlog.StoreConfig(enable_lmq=True, enable_multi_dispatch=True)
+    ) as store:
         store.create_topic("T", 4)
         puts = RecordingStore(store)
         broker = make_broker(puts, acl_enable=True)
@@ -228,9 +233,21 @@ def test_the_lmqs_a_send_names_and_an_lmq_pulled_are_topics_under_acl(tmp_path: 
             return res
 
         def pull(topic: str) -> RemotingCommand:
-            req = RemotingCommand(RequestCode.PULL_MESSAGE, ext_fields={
-                "consumerGroup": "G", "topic": topic, "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 0,
-                "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
+            req = RemotingCommand(
+                RequestCode.PULL_MESSAGE,
+                ext_fields={
+                    "consumerGroup": "G",
+                    "topic": topic,
+                    "queueId": 0,
+                    "queueOffset": 0,
+                    "maxMsgNums": 32,
+                    "sysFlag": 0,
+                    "commitOffset": 0,
+                    "suspendTimeoutMillis": 0,
+                    "subscription": "*",
+                    "subVersion": 0,
+                },
+            )
             (res,) = run(broker, peer, sign(req, "RocketMQ", "12345678"))
             assert res is not None
             return res
@@ -249,8 +266,17 @@ def test_pop_of_an_lmq_hands_out_its_offsets_and_redelivers_through_the_retry_to
     config = rmqlog.StoreConfig(enable_lmq=True, enable_multi_dispatch=True)
     with rmqlog.MessageStore.open(tmp_path / "s", config, clock=clock) as store:
         store.create_topic("T", 2)
-        store.put_wire(pa.table({"topic": ["T"] * 3, "queueId": [0, 1, 0], "body": [b"a", b"b", b"c"],
-                                 "properties": ["INNER_MULTI_DISPATCH\x01%LMQ%a\x02"] * 3}), dispatch=True)
+        store.put_wire(
+            pa.table(
+                {
+                    "topic": ["T"] * 3,
+                    "queueId": [0, 1, 0],
+                    "body": [b"a", b"b", b"c"],
+                    "properties": ["INNER_MULTI_DISPATCH\x01%LMQ%a\x02"] * 3,
+                }
+            ),
+            dispatch=True,
+        )
         broker = make_broker(store, broker_name="bk", clock=clock)
         got = broker.pop.pop("G", "%LMQ%a", -1, 32, 60_000, t0)
         assert [m["body"] for m in _popped(got)] == [b"a", b"b", b"c"]
@@ -274,12 +300,20 @@ def test_a_broker_never_stores_lmqs_as_topics(tmp_path: Path) -> None:
     config = rmqlog.StoreConfig(enable_lmq=True, enable_multi_dispatch=True)
     with rmqlog.MessageStore.open(tmp_path / "s", config) as store:
         store.create_topic("T", 2)
-        store.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"a"],
-                                 "properties": ["INNER_MULTI_DISPATCH\x01%LMQ%a\x02"]}), dispatch=True)
+        store.put_wire(
+            pa.table(
+                {"topic": ["T"], "queueId": [0], "body": [b"a"], "properties": ["INNER_MULTI_DISPATCH\x01%LMQ%a\x02"]}
+            ),
+            dispatch=True,
+        )
         assert "%LMQ%a" in store.topics()  # its consume queue, on disk
         broker = make_broker(store)  # at start: topics found from consume queues only are adopted, LMQs not
-        store.put_wire(pa.table({"topic": ["T"], "queueId": [1], "body": [b"b"],
-                                 "properties": ["INNER_MULTI_DISPATCH\x01%LMQ%b\x02"]}), dispatch=True)  # an arrival
+        store.put_wire(
+            pa.table(
+                {"topic": ["T"], "queueId": [1], "body": [b"b"], "properties": ["INNER_MULTI_DISPATCH\x01%LMQ%b\x02"]}
+            ),
+            dispatch=True,
+        )  # an arrival
         assert not [t for t in broker.topics.all() if t.startswith("%LMQ%")]
         assert broker.topics.get("%LMQ%b") == rmqlog.TopicConfig("%LMQ%b", 1, 1, 6)
         broker.state.persist_all()

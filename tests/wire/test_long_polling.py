@@ -35,16 +35,30 @@ def broker(tmp_path: Path) -> Any:
 
 def put(broker: Any, tags: list[str], queue_id: int = 0) -> pa.Table:
     n = len(tags)
-    return broker.store.put_batch(pa.table({"topic": ["T"] * n, "body": [b"m%d" % i for i in range(n)],
-                                            "queueId": [queue_id] * n, "tags": tags}), dispatch=True)
+    return broker.store.put_batch(
+        pa.table({"topic": ["T"] * n, "body": [b"m%d" % i for i in range(n)], "queueId": [queue_id] * n, "tags": tags}),
+        dispatch=True,
+    )
 
 
-def pull_req(offset: int, *, queue_id: int = 0, subscription: str = "*", timeout_ms: int = 15000,
-             sys_flag: int = SUSPEND_SUB) -> Any:
-    return request(RequestCode.PULL_MESSAGE, {
-        "consumerGroup": "G", "topic": "T", "queueId": queue_id, "queueOffset": offset, "maxMsgNums": 32,
-        "sysFlag": sys_flag, "commitOffset": 0, "suspendTimeoutMillis": timeout_ms, "subscription": subscription,
-        "subVersion": 0})
+def pull_req(
+    offset: int, *, queue_id: int = 0, subscription: str = "*", timeout_ms: int = 15000, sys_flag: int = SUSPEND_SUB
+) -> Any:
+    return request(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "G",
+            "topic": "T",
+            "queueId": queue_id,
+            "queueOffset": offset,
+            "maxMsgNums": 32,
+            "sysFlag": sys_flag,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": timeout_ms,
+            "subscription": subscription,
+            "subVersion": 0,
+        },
+    )
 
 
 def held(broker: Any, req: Any, peer: Any = None) -> asyncio.Future[Any]:
@@ -63,8 +77,10 @@ async def turn() -> None:
 def record_bytes(broker: Any, results: pa.Table, queue_id: int = 0) -> bytes:
     qo = results["queueOffset"].to_pylist()
     sizes = broker.store.record_sizes("T", queue_id, 0, max(qo) + 1)
-    return b"".join(segment_bytes(broker.store.paths.root, o, int(sizes[q]))
-                    for o, q in zip(results["commitLogOffset"].to_pylist(), qo, strict=True))
+    return b"".join(
+        segment_bytes(broker.store.paths.root, o, int(sizes[q]))
+        for o, q in zip(results["commitLogOffset"].to_pylist(), qo, strict=True)
+    )
 
 
 def test_held_pull_answered_on_arrival(broker: Any) -> None:
@@ -88,8 +104,8 @@ def test_arrival_on_another_queue_or_below_the_offset_does_not_answer(broker: An
         put(broker, ["A"])
         fut = held(broker, pull_req(1))
         put(broker, ["A"], queue_id=1)
-        broker.holds.notify_arrival("T", 1, 1)   # another queue
-        broker.holds.notify_arrival("T", 0, 1)   # not past the held offset
+        broker.holds.notify_arrival("T", 1, 1)  # another queue
+        broker.holds.notify_arrival("T", 0, 1)  # not past the held offset
         await turn()
         assert not fut.done() and len(broker.holds) == 1
         put(broker, ["A"])
@@ -136,6 +152,7 @@ def test_non_matching_tag_keeps_the_pull_held(broker: Any) -> None:
 def test_non_matching_then_timeout_moves_past_the_scanned(broker: Any) -> None:
     """At the deadline the pull is re-run and its answer sent, as Java's wake-up does: the
     units scanned and filtered out are skipped (20), so the consumer does not rescan them."""
+
     async def go() -> None:
         fut = held(broker, pull_req(0, subscription="A", timeout_ms=1000))
         put(broker, ["B", "B"])
@@ -204,6 +221,7 @@ def test_short_polling_holds_for_short_polling_time(broker: Any) -> None:
 def test_arrival_on_the_loop_thread_is_answered_inside_the_notifying_call(broker: Any) -> None:
     """On the loop's thread (a broker's put dispatching itself) the held pull is answered at
     once, so that its answer leaves in the same turn of the loop as the send's."""
+
     async def go() -> None:
         fut = held(broker, pull_req(0))
         broker.store.put_wire(pa.table({"topic": ["T"], "queueId": [0], "body": [b"A"]}))  # not dispatched
@@ -219,6 +237,7 @@ def test_arrival_on_the_loop_thread_is_answered_inside_the_notifying_call(broker
 def test_the_store_dispatcher_wakes_held_pulls(broker: Any) -> None:
     """No hand-made notify: the store's arrival signal (``MessageStore.on_arrival``, which
     the broker subscribes its hold service to) wakes the held pull when a put is dispatched."""
+
     async def go() -> None:
         other = held(broker, pull_req(0, queue_id=1))
         fut = held(broker, pull_req(0))
@@ -233,6 +252,7 @@ def test_the_store_dispatcher_wakes_held_pulls(broker: Any) -> None:
 def test_the_background_dispatcher_wakes_held_pulls(broker: Any) -> None:
     """Appends not dispatched by their writer (another process, a Spark sink) are found by the
     store's background dispatcher, on its own thread; its signal wakes the held pull."""
+
     async def go() -> None:
         fut = held(broker, pull_req(0))
         broker.store.put_batch(pa.table({"topic": ["T"], "body": [b"late"], "queueId": [0]}))  # no dispatch
@@ -327,11 +347,11 @@ def test_pulls_answered_early_do_not_grow_the_deadline_heap() -> None:
     run(go())
 
 
-
 def test_appends_by_another_opener_wake_held_pulls(broker: Any) -> None:
     """A second opener of the store root (a Spark sink, another process) appends without
     dispatching; the broker's store finds those records on its next dispatch and its arrival
     signal wakes the held pull."""
+
     async def go() -> None:
         fut = held(broker, pull_req(0))
         other = rmqlog.MessageStore.open(broker.store.paths.root, broker.store.config, clock=broker.clock)

@@ -54,9 +54,18 @@ def value(page: dict[str, Any], name: str, **labels: str) -> float:
 
 
 def _pull(broker: Any, offset: int, group: str = "G", queue_id: int = 0) -> Any:
-    ext = {"consumerGroup": group, "topic": "T", "queueId": str(queue_id), "queueOffset": str(offset),
-           "maxMsgNums": "32", "sysFlag": "4", "commitOffset": "0", "suspendTimeoutMillis": "15000",
-           "subVersion": "0", "subscription": "*"}
+    ext = {
+        "consumerGroup": group,
+        "topic": "T",
+        "queueId": str(queue_id),
+        "queueOffset": str(offset),
+        "maxMsgNums": "32",
+        "sysFlag": "4",
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "15000",
+        "subVersion": "0",
+        "subscription": "*",
+    }
     res = broker.table.process(broker, FakePeer(), request(RequestCode.PULL_MESSAGE, ext))
     assert res.code == ResponseCode.SUCCESS, res.remark
     return res
@@ -195,7 +204,10 @@ def test_rpc_latency_by_request_and_response_code() -> None:
 def test_the_endpoint_listens_on_127_0_0_1_by_default(broker: Any) -> None:
     config = BrokerConfig()
     assert (config.metrics_exporter_type, config.metrics_prom_exporter_host, config.metrics_prom_exporter_port) == (
-        "DISABLE", "127.0.0.1", 5557)
+        "DISABLE",
+        "127.0.0.1",
+        5557,
+    )
     ep = endpoint(broker, port=0)
     ep.start()
     try:
@@ -208,15 +220,19 @@ def test_the_endpoint_listens_on_127_0_0_1_by_default(broker: Any) -> None:
         ep.stop()
 
 
-@pytest.mark.parametrize(("line", "named"), [
-    ("metricsExporterType=OTLP_GRPC", "metrics_exporter_type"),
-    ("metricsExporterType=prometheus", "metrics_exporter_type"),
-    ("metricsPromExporterPort=70000", "metrics_prom_exporter_port"),
-    ("metricsPromExporterPort=x", "metricsPromExporterPort"),
-    ("metricsPromExporterHost=localhost", "metrics_prom_exporter_host"),
-])
-def test_bad_metrics_keys_are_refused_at_start(tmp_path: Path, line: str, named: str,
-                                               capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(
+    ("line", "named"),
+    [
+        ("metricsExporterType=OTLP_GRPC", "metrics_exporter_type"),
+        ("metricsExporterType=prometheus", "metrics_exporter_type"),
+        ("metricsPromExporterPort=70000", "metrics_prom_exporter_port"),
+        ("metricsPromExporterPort=x", "metricsPromExporterPort"),
+        ("metricsPromExporterHost=localhost", "metrics_prom_exporter_host"),
+    ],
+)
+def test_bad_metrics_keys_are_refused_at_start(
+    tmp_path: Path, line: str, named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text(f"brokerName=b\n{line}\n")
     with pytest.raises(ConfigError, match=named):
@@ -248,8 +264,9 @@ def test_the_name_server_serves_its_own_metrics(tmp_path: Path) -> None:
                 assert res.code == ResponseCode.TOPIC_NOT_EXIST
             conn.close()
             assert ns.metrics._server.server_address[0] == "127.0.0.1"
-            text = await asyncio.to_thread(lambda: urllib.request.urlopen(
-                f"http://{ns.metrics.address}/metrics", timeout=30).read().decode())
+            text = await asyncio.to_thread(
+                lambda: urllib.request.urlopen(f"http://{ns.metrics.address}/metrics", timeout=30).read().decode()
+            )
             return text, plain.metrics is None
         finally:
             await ns.stop(1)
@@ -261,8 +278,11 @@ def test_the_name_server_serves_its_own_metrics(tmp_path: Path) -> None:
     for family in text_string_to_metric_families(text):
         for s in family.samples:
             page[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    route = [v for (name, labels), v in page.items() if name == "rocketmq_rpc_latency_count"
-             and dict(labels)["request_code"] == "get_routeinfo_by_topic"]
+    route = [
+        v
+        for (name, labels), v in page.items()
+        if name == "rocketmq_rpc_latency_count" and dict(labels)["request_code"] == "get_routeinfo_by_topic"
+    ]
     assert route == [3]
     assert all(dict(labels)["node_type"] == "nameserver" for _, labels in page)
     assert [v for (name, _), v in page.items() if name == "rocketmq_topic_number"] == [0]
@@ -279,15 +299,19 @@ def test_the_transport_tells_the_observer_of_every_answer_once() -> None:
 
     def handler(conn: Any, req: Cmd) -> Any:
         if req.code == RequestCode.PULL_MESSAGE:
+
             async def later() -> Cmd:
                 await asyncio.sleep(0)
                 return req.reply(ResponseCode.PULL_NOT_FOUND)
+
             return later()
         return req.reply(ResponseCode.SUCCESS)
 
     async def main() -> None:
         server = RemotingServer(handler)
-        server.observer = lambda code, rcode, elapsed, waited: seen.append((code, rcode, waited)) if elapsed >= 0 else None
+        server.observer = lambda code, rcode, elapsed, waited: (
+            seen.append((code, rcode, waited)) if elapsed >= 0 else None
+        )
         await server.start()
         conn = await ClientConnection.connect("127.0.0.1", server.port)
         try:
@@ -300,9 +324,11 @@ def test_the_transport_tells_the_observer_of_every_answer_once() -> None:
             await server.stop(1)
 
     asyncio.run(main())
-    assert seen == [(RequestCode.GET_MAX_OFFSET, ResponseCode.SUCCESS, False),
-                    (RequestCode.PULL_MESSAGE, ResponseCode.PULL_NOT_FOUND, True),
-                    (RequestCode.GET_MIN_OFFSET, ResponseCode.SUCCESS, False)]
+    assert seen == [
+        (RequestCode.GET_MAX_OFFSET, ResponseCode.SUCCESS, False),
+        (RequestCode.PULL_MESSAGE, ResponseCode.PULL_NOT_FOUND, True),
+        (RequestCode.GET_MIN_OFFSET, ResponseCode.SUCCESS, False),
+    ]
 
 
 def test_rmqlog_namesrv_metrics_listen_prints_and_serves_its_address() -> None:
@@ -311,9 +337,13 @@ def test_rmqlog_namesrv_metrics_listen_prints_and_serves_its_address() -> None:
 
     from tests.conftest import subprocess_env
 
-    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0",
-                             "--metrics-listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                            text=True, env=subprocess_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=subprocess_env(),
+    )
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().startswith("listening on 127.0.0.1:")
@@ -337,8 +367,10 @@ def test_the_endpoint_answers_404_elsewhere_and_500_naming_a_failed_render() -> 
     def failing() -> bytes:
         raise rmqlog.StoreClosedError("the store is closed")
 
-    for page, path, status, text in ((lambda: b"x 1\n", "/other", 404, "not found"),
-                                     (failing, "/metrics", 500, "StoreClosedError: the store is closed")):
+    for page, path, status, text in (
+        (lambda: b"x 1\n", "/other", 404, "not found"),
+        (failing, "/metrics", 500, "StoreClosedError: the store is closed"),
+    ):
         ep = MetricsEndpoint(page)
         ep.start()
         try:

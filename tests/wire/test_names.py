@@ -15,12 +15,15 @@ import rmqlog.log.send_back as store_send_back
 from rmqnet.remoting import names
 
 HELD_EQUAL = [
-    (names.PERM_READ, store_topics.PERM_READ), (names.PERM_WRITE, store_topics.PERM_WRITE),
+    (names.PERM_READ, store_topics.PERM_READ),
+    (names.PERM_WRITE, store_topics.PERM_WRITE),
     (names.PERM_INHERIT, store_topics.PERM_INHERIT),
     (names.NAME_VALUE_SEPARATOR, store_record.NAME_VALUE_SEPARATOR),
     (names.PROPERTY_SEPARATOR, store_record.PROPERTY_SEPARATOR),
-    (names.DLQ_PREFIX, store_dlq.DLQ_PREFIX), (names.SCHEDULE_TOPIC, store_properties.SCHEDULE_TOPIC),
-    (names.PROPERTY_KEYS, store_properties.PROPERTY_KEYS), (names.PROPERTY_TAGS, store_properties.PROPERTY_TAGS),
+    (names.DLQ_PREFIX, store_dlq.DLQ_PREFIX),
+    (names.SCHEDULE_TOPIC, store_properties.SCHEDULE_TOPIC),
+    (names.PROPERTY_KEYS, store_properties.PROPERTY_KEYS),
+    (names.PROPERTY_TAGS, store_properties.PROPERTY_TAGS),
     (names.PROPERTY_UNIQ_KEY, store_properties.PROPERTY_UNIQ_KEY),
     (names.PROPERTY_DELAY, store_properties.PROPERTY_DELAY),
     (names.PROPERTY_REAL_TOPIC, store_properties.PROPERTY_REAL_TOPIC),
@@ -44,10 +47,20 @@ def test_a_groups_topics() -> None:
     assert names.is_dlq_topic("%DLQ%G") and not names.is_dlq_topic("G%DLQ%")
 
 
-@pytest.mark.parametrize(("topic", "system"), [
-    ("TBW102", True), ("SCHEDULE_TOPIC_XXXX", True), ("RMQ_SYS_TRANS_HALF_TOPIC", True), ("rmq_sys_anything", True),
-    ("OFFSET_MOVED_EVENT", True), ("RMQ_SYS_OTHER", False), ("%RETRY%G", False), ("T", False),
-    ("DefaultHeartBeatSyncerTopic", False)])
+@pytest.mark.parametrize(
+    ("topic", "system"),
+    [
+        ("TBW102", True),
+        ("SCHEDULE_TOPIC_XXXX", True),
+        ("RMQ_SYS_TRANS_HALF_TOPIC", True),
+        ("rmq_sys_anything", True),
+        ("OFFSET_MOVED_EVENT", True),
+        ("RMQ_SYS_OTHER", False),
+        ("%RETRY%G", False),
+        ("T", False),
+        ("DefaultHeartBeatSyncerTopic", False),
+    ],
+)
 def test_system_topics_are_topic_validators(topic: str, system: bool) -> None:
     assert names.is_system_topic(topic) is system
 

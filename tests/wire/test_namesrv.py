@@ -35,15 +35,29 @@ TIP = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 def _topic_json(name: str, queues: int = 4, perm: int = 6) -> dict[str, Any]:
     # fastjson writes a TopicConfig's getters in name order
-    return {"order": False, "perm": perm, "readQueueNums": queues, "topicFilterType": "SINGLE_TAG",
-            "topicName": name, "topicSysFlag": 0, "writeQueueNums": queues}
+    return {
+        "order": False,
+        "perm": perm,
+        "readQueueNums": queues,
+        "topicFilterType": "SINGLE_TAG",
+        "topicName": name,
+        "topicSysFlag": 0,
+        "writeQueueNums": queues,
+    }
 
 
 def _java_body(topics: dict[str, dict[str, Any]], version: tuple[int, int] = (1700000000000, 0)) -> bytes:
     """A RegisterBrokerBody as Java's fastjson writes it (uncompressed)."""
-    return json.dumps({"filterServerList": [], "topicConfigSerializeWrapper": {
-        "dataVersion": {"counter": version[1], "timestamp": version[0]}, "topicConfigTable": topics}},
-        separators=(",", ":")).encode()
+    return json.dumps(
+        {
+            "filterServerList": [],
+            "topicConfigSerializeWrapper": {
+                "dataVersion": {"counter": version[1], "timestamp": version[0]},
+                "topicConfigTable": topics,
+            },
+        },
+        separators=(",", ":"),
+    ).encode()
 
 
 def _java_compressed(version: bytes, lines: list[bytes], filters: bytes = b"[]") -> bytes:
@@ -54,13 +68,30 @@ def _java_compressed(version: bytes, lines: list[bytes], filters: bytes = b"[]")
     return zlib.compress(raw, 9)
 
 
-def _register(ns: NameServer, now_ms: int, *, name: str = "broker-a", addr: str = ADDR_A, broker_id: int = 0,
-              cluster: str = "DefaultCluster", body: bytes | None = None, compressed: bool = False,
-              crc: int | None = None, conn: object = None, opaque: int = 1) -> RemotingCommand:
+def _register(
+    ns: NameServer,
+    now_ms: int,
+    *,
+    name: str = "broker-a",
+    addr: str = ADDR_A,
+    broker_id: int = 0,
+    cluster: str = "DefaultCluster",
+    body: bytes | None = None,
+    compressed: bool = False,
+    crc: int | None = None,
+    conn: object = None,
+    opaque: int = 1,
+) -> RemotingCommand:
     body = _java_body({"T1": _topic_json("T1")}) if body is None else body
-    ext = {"brokerName": name, "brokerAddr": addr, "clusterName": cluster, "haServerAddr": addr.replace("0911", "0912"),
-           "brokerId": str(broker_id), "compressed": "true" if compressed else "false",
-           "bodyCrc32": str(body_crc32(body) if crc is None else crc)}
+    ext = {
+        "brokerName": name,
+        "brokerAddr": addr,
+        "clusterName": cluster,
+        "haServerAddr": addr.replace("0911", "0912"),
+        "brokerId": str(broker_id),
+        "compressed": "true" if compressed else "false",
+        "bodyCrc32": str(body_crc32(body) if crc is None else crc),
+    }
     res = ns.handle(RemotingCommand(RequestCode.REGISTER_BROKER, opaque, ext_fields=ext, body=body), now_ms, conn)
     assert res is not None and res.opaque == opaque and res.is_response
     return res
@@ -85,7 +116,9 @@ def test_a_registered_topic_is_routed_in_standard_json() -> None:
     route = _route_json(ns, "T1")
     assert route == {
         "orderTopicConf": None,
-        "queueDatas": [{"brokerName": "broker-a", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "topicSynFlag": 0}],
+        "queueDatas": [
+            {"brokerName": "broker-a", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6, "topicSynFlag": 0}
+        ],
         "brokerDatas": [{"cluster": "DefaultCluster", "brokerName": "broker-a", "brokerAddrs": {"0": ADDR_A}}],
         "filterServerTable": {},
     }
@@ -96,8 +129,11 @@ def test_an_unknown_topic_is_topic_not_exist_with_javas_remark() -> None:
     ns = NameServer()
     _register(ns, 0)
     res = _route(ns, "nope")
-    assert (res.code, res.remark, res.body_bytes()) == (ResponseCode.TOPIC_NOT_EXIST,
-                                                        "No topic route info in name server for the topic: nope" + TIP, b"")
+    assert (res.code, res.remark, res.body_bytes()) == (
+        ResponseCode.TOPIC_NOT_EXIST,
+        "No topic route info in name server for the topic: nope" + TIP,
+        b"",
+    )
 
 
 def test_tbw102_and_retry_topics_are_routed_only_when_a_broker_registered_them() -> None:
@@ -105,8 +141,10 @@ def test_tbw102_and_retry_topics_are_routed_only_when_a_broker_registered_them()
     _register(ns, 0, body=_java_body({"T1": _topic_json("T1")}))
     assert _route(ns, "TBW102").code == ResponseCode.TOPIC_NOT_EXIST
     assert _route(ns, "%RETRY%G1").code == ResponseCode.TOPIC_NOT_EXIST
-    body = _java_body({"T1": _topic_json("T1"), "TBW102": _topic_json("TBW102", 8, 7),
-                       "%RETRY%G1": _topic_json("%RETRY%G1", 1)}, version=(1700000000000, 1))
+    body = _java_body(
+        {"T1": _topic_json("T1"), "TBW102": _topic_json("TBW102", 8, 7), "%RETRY%G1": _topic_json("%RETRY%G1", 1)},
+        version=(1700000000000, 1),
+    )
     _register(ns, 10, body=body)
     assert _route_json(ns, "TBW102")["queueDatas"][0]["perm"] == 7
     assert _route_json(ns, "%RETRY%G1")["queueDatas"][0]["readQueueNums"] == 1
@@ -114,7 +152,9 @@ def test_tbw102_and_retry_topics_are_routed_only_when_a_broker_registered_them()
 
 def test_two_brokers_of_a_topic_are_both_in_its_route_and_the_cluster_info() -> None:
     ns = NameServer()
-    _register(ns, 0, name="broker-b", addr=ADDR_B, body=_java_body({"T1": _topic_json("T1", 2), "T2": _topic_json("T2")}))
+    _register(
+        ns, 0, name="broker-b", addr=ADDR_B, body=_java_body({"T1": _topic_json("T1", 2), "T2": _topic_json("T2")})
+    )
     _register(ns, 0)
     route = _route_json(ns, "T1")
     assert [q["brokerName"] for q in route["queueDatas"]] == ["broker-a", "broker-b"]
@@ -126,8 +166,10 @@ def test_two_brokers_of_a_topic_are_both_in_its_route_and_the_cluster_info() -> 
     assert json.loads(res.body_bytes()) == {
         "brokerAddrTable": {
             "broker-a": {"cluster": "DefaultCluster", "brokerName": "broker-a", "brokerAddrs": {"0": ADDR_A}},
-            "broker-b": {"cluster": "DefaultCluster", "brokerName": "broker-b", "brokerAddrs": {"0": ADDR_B}}},
-        "clusterAddrTable": {"DefaultCluster": ["broker-a", "broker-b"]}}
+            "broker-b": {"cluster": "DefaultCluster", "brokerName": "broker-b", "brokerAddrs": {"0": ADDR_B}},
+        },
+        "clusterAddrTable": {"DefaultCluster": ["broker-a", "broker-b"]},
+    }
     info = ClusterInfo.decode(res.body_bytes())
     assert info.broker_addr_table["broker-b"].broker_addrs == {0: ADDR_B}
     res = ns.handle(RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, 4), 0)
@@ -255,12 +297,15 @@ def test_the_crc_is_javas_with_the_sign_bit_cleared() -> None:
 
 def test_a_compressed_body_laid_out_as_java_writes_it_is_decoded() -> None:
     ns = NameServer()
-    body = _java_compressed(b'{"counter":3,"timestamp":1700000000123}',
-                            [b"T1 4 4 6 SINGLE_TAG", b"%RETRY%G1 1 1 6 SINGLE_TAG", b"RO 8 2 4 MULTI_TAG"])
+    body = _java_compressed(
+        b'{"counter":3,"timestamp":1700000000123}',
+        [b"T1 4 4 6 SINGLE_TAG", b"%RETRY%G1 1 1 6 SINGLE_TAG", b"RO 8 2 4 MULTI_TAG"],
+    )
     assert _register(ns, 0, body=body, compressed=True).code == ResponseCode.SUCCESS
     assert ns.routes.live[ADDR_A].data_version == DataVersion(1700000000123, 3)
     assert _route_json(ns, "RO")["queueDatas"] == [
-        {"brokerName": "broker-a", "readQueueNums": 8, "writeQueueNums": 2, "perm": 4, "topicSynFlag": 0}]
+        {"brokerName": "broker-a", "readQueueNums": 8, "writeQueueNums": 2, "perm": 4, "topicSynFlag": 0}
+    ]
     assert _route_json(ns, "%RETRY%G1")["queueDatas"][0]["writeQueueNums"] == 1
     decoded = RegisterBrokerBody.decode(body, compressed=True)
     assert decoded.topics["RO"] == TopicConfigData("RO", 8, 2, 4, "MULTI_TAG")
@@ -269,8 +314,14 @@ def test_a_compressed_body_laid_out_as_java_writes_it_is_decoded() -> None:
 
 @pytest.mark.parametrize("compressed", [False, True])
 def test_our_encoding_reads_back_in_both_forms(compressed: bool) -> None:
-    body = RegisterBrokerBody({"T": TopicConfigData("T", 4, 4, 6, "SINGLE_TAG", 0, False),
-                               "U": TopicConfigData("U", 2, 1, 2, "MULTI_TAG", 0, False)}, DataVersion(9, 4), ["f:1"])
+    body = RegisterBrokerBody(
+        {
+            "T": TopicConfigData("T", 4, 4, 6, "SINGLE_TAG", 0, False),
+            "U": TopicConfigData("U", 2, 1, 2, "MULTI_TAG", 0, False),
+        },
+        DataVersion(9, 4),
+        ["f:1"],
+    )
     assert RegisterBrokerBody.decode(body.encode(compressed), compressed) == body
 
 
@@ -278,8 +329,14 @@ def test_our_compressed_encoding_is_javas_layout() -> None:
     body = RegisterBrokerBody({"T": TopicConfigData("T", 4, 4, 6)}, DataVersion(9, 4))
     version = b'{"counter":4,"timestamp":9}'  # fastjson: fields in name order
     assert zlib.decompress(body.encode(compressed=True)) == (
-        struct.pack(">i", len(version)) + version + struct.pack(">i", 1)
-        + struct.pack(">i", 18) + b"T 4 4 6 SINGLE_TAG" + struct.pack(">i", 2) + b"[]")
+        struct.pack(">i", len(version))
+        + version
+        + struct.pack(">i", 1)
+        + struct.pack(">i", 18)
+        + b"T 4 4 6 SINGLE_TAG"
+        + struct.pack(">i", 2)
+        + b"[]"
+    )
 
 
 def test_an_empty_body_registers_a_broker_without_topics() -> None:
@@ -293,7 +350,11 @@ BAD_BODIES = [
     (b"{not json", False, "is not a RegisterBrokerBody JSON"),
     (b"[1,2]", False, "is a JSON list, not a RegisterBrokerBody object"),
     (b'{"topicConfigSerializeWrapper":{"topicConfigTable":[]}}', False, "topicConfigTable is not an object"),
-    (_java_body({"T": {**_topic_json("T"), "readQueueNums": "four"}}), False, "readQueueNums is 'four', not a Java int"),
+    (
+        _java_body({"T": {**_topic_json("T"), "readQueueNums": "four"}}),
+        False,
+        "readQueueNums is 'four', not a Java int",
+    ),
     (_java_body({"T": {**_topic_json("T"), "perm": 1 << 40}}), False, "perm is 1099511627776, not a Java int"),
     (_java_body({"T": {**_topic_json("T"), "topicFilterType": "SQL"}}), False, "topicFilterType is 'SQL'"),
     (_java_body({"T": {**_topic_json("T"), "topicName": ""}}), False, "topicName is '', not a non-empty string"),
@@ -301,17 +362,22 @@ BAD_BODIES = [
     (b'{"filterServerList":{"a":1}}', False, "filterServerList is"),
     (b"\x00\x01 not zlib", True, "is not a zlib stream"),
     (zlib.compress(struct.pack(">i", 100) + b"{}"), True, "the data version of 100 bytes"),
-    (zlib.compress(struct.pack(">i", 2) + b"{}" + struct.pack(">i", 1_000_000)), True, "1000000 topic configs cannot fit"),
+    (
+        zlib.compress(struct.pack(">i", 2) + b"{}" + struct.pack(">i", 1_000_000)),
+        True,
+        "1000000 topic configs cannot fit",
+    ),
     (_java_compressed(b"{}", [b"T1 4 4 6"]), True, "has 4 fields, not 5"),
     (_java_compressed(b"{}", [b"T1 4 x 6 SINGLE_TAG"]), True, "is not an int"),
-    (_java_compressed(b"{}", [b"T1 4 4 6 SINGLE_TAG"]) [:-6] + b"\x00" * 6, True, "is not a zlib stream"),
+    (_java_compressed(b"{}", [b"T1 4 4 6 SINGLE_TAG"])[:-6] + b"\x00" * 6, True, "is not a zlib stream"),
     (_java_compressed(b"{}", [b"T1 4 4 6 SINGLE_TAG"], b"[]xx"), True, "is not a filter server list JSON"),
 ]
 
 
 @pytest.mark.parametrize(("body", "compressed", "remark"), BAD_BODIES)
-def test_a_malformed_body_is_system_error_naming_it_and_changes_nothing(body: bytes, compressed: bool,
-                                                                         remark: str) -> None:
+def test_a_malformed_body_is_system_error_naming_it_and_changes_nothing(
+    body: bytes, compressed: bool, remark: str
+) -> None:
     ns = NameServer()
     res = _register(ns, 0, body=body, compressed=compressed)
     assert res.code == ResponseCode.SYSTEM_ERROR
@@ -327,16 +393,36 @@ def test_a_compressed_body_that_inflates_past_the_cap_is_refused(monkeypatch: py
         RegisterBrokerBody.decode(bomb, compressed=True)
 
 
-@pytest.mark.parametrize(("code", "ext", "field"), [
-    (RequestCode.REGISTER_BROKER, {"brokerAddr": ADDR_A, "clusterName": "c", "haServerAddr": "", "brokerId": 0}, "brokerName"),
-    (RequestCode.REGISTER_BROKER, {"brokerName": "b", "brokerAddr": ADDR_A, "clusterName": "c", "haServerAddr": "",
-                                   "brokerId": "zero"}, "brokerId"),
-    (RequestCode.REGISTER_BROKER, {"brokerName": "b", "brokerAddr": ADDR_A, "clusterName": "c", "haServerAddr": "",
-                                   "brokerId": 0, "compressed": "maybe"}, "compressed"),
-    (RequestCode.UNREGISTER_BROKER, {"brokerName": "b", "brokerAddr": ADDR_A, "clusterName": "c"}, "brokerId"),
-    (RequestCode.GET_ROUTEINFO_BY_TOPIC, {}, "topic"),
-    (RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG"}, "key"),
-])
+@pytest.mark.parametrize(
+    ("code", "ext", "field"),
+    [
+        (
+            RequestCode.REGISTER_BROKER,
+            {"brokerAddr": ADDR_A, "clusterName": "c", "haServerAddr": "", "brokerId": 0},
+            "brokerName",
+        ),
+        (
+            RequestCode.REGISTER_BROKER,
+            {"brokerName": "b", "brokerAddr": ADDR_A, "clusterName": "c", "haServerAddr": "", "brokerId": "zero"},
+            "brokerId",
+        ),
+        (
+            RequestCode.REGISTER_BROKER,
+            {
+                "brokerName": "b",
+                "brokerAddr": ADDR_A,
+                "clusterName": "c",
+                "haServerAddr": "",
+                "brokerId": 0,
+                "compressed": "maybe",
+            },
+            "compressed",
+        ),
+        (RequestCode.UNREGISTER_BROKER, {"brokerName": "b", "brokerAddr": ADDR_A, "clusterName": "c"}, "brokerId"),
+        (RequestCode.GET_ROUTEINFO_BY_TOPIC, {}, "topic"),
+        (RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG"}, "key"),
+    ],
+)
 def test_a_missing_or_mistyped_field_is_system_error_naming_it(code: int, ext: dict[str, Any], field: str) -> None:
     ns = NameServer()
     res = ns.handle(RemotingCommand(code, 5, ext_fields=ext), 0)
@@ -348,8 +434,16 @@ def test_a_missing_or_mistyped_field_is_system_error_naming_it(code: int, ext: d
 def test_extfields_as_json_numbers_and_booleans_are_read() -> None:
     ns = NameServer()
     body = _java_body({"T1": _topic_json("T1")})
-    ext = {"brokerName": "broker-a", "brokerAddr": ADDR_A, "clusterName": "c", "haServerAddr": "", "brokerId": 0,
-           "compressed": False, "bodyCrc32": body_crc32(body), "AccessKey": "ignored"}
+    ext = {
+        "brokerName": "broker-a",
+        "brokerAddr": ADDR_A,
+        "clusterName": "c",
+        "haServerAddr": "",
+        "brokerId": 0,
+        "compressed": False,
+        "bodyCrc32": body_crc32(body),
+        "AccessKey": "ignored",
+    }
     res = ns.handle(RemotingCommand(RequestCode.REGISTER_BROKER, 1, ext_fields=ext, body=body), 0)
     assert res is not None and res.code == ResponseCode.SUCCESS
     assert _route(ns, "T1").code == ResponseCode.SUCCESS
@@ -357,17 +451,22 @@ def test_extfields_as_json_numbers_and_booleans_are_read() -> None:
 
 def test_get_kv_config_is_query_not_found_as_java_answers_an_absent_key() -> None:
     ns = NameServer()
-    res = ns.handle(RemotingCommand(RequestCode.GET_KV_CONFIG, 2,
-                                    ext_fields={"namespace": "ORDER_TOPIC_CONFIG", "key": "T1"}), 0)
+    res = ns.handle(
+        RemotingCommand(RequestCode.GET_KV_CONFIG, 2, ext_fields={"namespace": "ORDER_TOPIC_CONFIG", "key": "T1"}), 0
+    )
     assert res is not None and (res.code, res.remark) == (
-        ResponseCode.QUERY_NOT_FOUND, "No config item, Namespace: ORDER_TOPIC_CONFIG Key: T1")
+        ResponseCode.QUERY_NOT_FOUND,
+        "No config item, Namespace: ORDER_TOPIC_CONFIG Key: T1",
+    )
 
 
 def test_an_unknown_code_is_not_supported_and_a_oneway_request_gets_no_answer() -> None:
     ns = NameServer()
     res = ns.handle(RemotingCommand(34, 11), 0)
-    assert res is not None and (res.code, res.remark) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                                                          " request type 34 not supported")
+    assert res is not None and (res.code, res.remark) == (
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+        " request type 34 not supported",
+    )
     body = _java_body({"T1": _topic_json("T1")})
     ext = {"brokerName": "broker-a", "brokerAddr": ADDR_A, "clusterName": "c", "haServerAddr": "", "brokerId": "0"}
     oneway = RemotingCommand(RequestCode.REGISTER_BROKER, 12, FLAG_ONEWAY, ext_fields=ext, body=body)
@@ -392,15 +491,38 @@ def test_any_body_is_registered_or_refused_with_a_field_error(body: bytes, compr
         assert exc.field == "body"
 
 
-_ext_values = st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=12),
-                        st.lists(st.integers(), max_size=2), st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+_ext_values = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.text(max_size=12),
+    st.lists(st.integers(), max_size=2),
+    st.dictionaries(st.text(max_size=3), st.integers(), max_size=2),
+)
 
 
 @settings(max_examples=300, deadline=None)
-@given(code=st.sampled_from([101, 103, 104, 105, 106, 206, 0, -1, 1 << 20]),
-       ext=st.dictionaries(st.sampled_from(["brokerName", "brokerAddr", "clusterName", "haServerAddr", "brokerId",
-                                            "compressed", "bodyCrc32", "topic", "namespace", "key"]), _ext_values),
-       body=st.binary(max_size=64))
+@given(
+    code=st.sampled_from([101, 103, 104, 105, 106, 206, 0, -1, 1 << 20]),
+    ext=st.dictionaries(
+        st.sampled_from(
+            [
+                "brokerName",
+                "brokerAddr",
+                "clusterName",
+                "haServerAddr",
+                "brokerId",
+                "compressed",
+                "bodyCrc32",
+                "topic",
+                "namespace",
+                "key",
+            ]
+        ),
+        _ext_values,
+    ),
+    body=st.binary(max_size=64),
+)
 def test_any_request_is_answered_with_a_code_never_an_exception(code: int, ext: dict[str, Any], body: bytes) -> None:
     res = NameServer().handle(RemotingCommand(code, 3, ext_fields=ext, body=body), 0)
     assert res is not None and res.opaque == 3 and res.is_response

@@ -61,11 +61,24 @@ def bound_signature(code: int, ext: dict[str, str], body: bytes, secret: str) ->
     return base64.b64encode(hmac.new(secret.encode(), data, hashlib.sha1).digest()).decode()
 
 
-def register_cmd(opaque: int, addr: str, *, name: str = "broker-a", broker_id: int = 0,
-                 topics: tuple[str, ...] = ("T1",), signed_by: tuple[str, str] | None = None) -> RemotingCommand:
+def register_cmd(
+    opaque: int,
+    addr: str,
+    *,
+    name: str = "broker-a",
+    broker_id: int = 0,
+    topics: tuple[str, ...] = ("T1",),
+    signed_by: tuple[str, str] | None = None,
+) -> RemotingCommand:
     body = RegisterBrokerBody({t: TopicConfigData(t, 4, 4) for t in topics}).encode()
-    ext = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in RegisterBrokerHeader(
-        name, addr, "DefaultCluster", addr.replace("0911", "0912"), broker_id, False, body_crc32(body)).to_ext().items()}
+    ext = {
+        k: str(v).lower() if isinstance(v, bool) else str(v)
+        for k, v in RegisterBrokerHeader(
+            name, addr, "DefaultCluster", addr.replace("0911", "0912"), broker_id, False, body_crc32(body)
+        )
+        .to_ext()
+        .items()
+    }
     if signed_by is not None:
         ext["AccessKey"], ext["SignatureForm"] = signed_by[0], "bound-1"
         ext["Signature"] = bound_signature(RequestCode.REGISTER_BROKER, ext, body, signed_by[1])
@@ -139,7 +152,9 @@ def test_an_anonymous_registration_does_not_repoint_a_live_brokers_route(namesrv
     try:
         assert broker.call(register_cmd(1, REAL)).code == ResponseCode.SUCCESS
         res = attacker.call(register_cmd(2, FAKE))
-        assert res.code == ResponseCode.NO_PERMISSION and REAL in (res.remark or "") and "broker-a" in (res.remark or "")
+        assert (
+            res.code == ResponseCode.NO_PERMISSION and REAL in (res.remark or "") and "broker-a" in (res.remark or "")
+        )
         assert client.addrs() == {"0": REAL}
         # an unregistration from another connection does not free it either
         res = attacker.call(unregister_cmd(3, REAL))
@@ -188,8 +203,9 @@ def test_a_closed_connection_frees_the_name_for_a_new_address(namesrv: int) -> N
         client.close()
 
 
-@pytest.mark.parametrize("namesrv", [{"aclEnable": "true", "innerClientAuthenticationCredentials": CREDS}],
-                         indirect=True)
+@pytest.mark.parametrize(
+    "namesrv", [{"aclEnable": "true", "innerClientAuthenticationCredentials": CREDS}], indirect=True
+)
 def test_with_acl_only_a_registration_signed_with_the_cluster_credentials_is_taken(namesrv: int) -> None:
     w, client = Wire(namesrv), Wire(namesrv)
     try:
@@ -239,10 +255,18 @@ def test_the_registrar_signs_with_the_cluster_credentials() -> None:
         return res
 
     def registrar(creds: tuple[str, str] | None, addr: str) -> Registrar:
-        config = SimpleNamespace(broker_cluster_name="DefaultCluster", broker_name="broker-a", broker_id=0,
-                                 namesrv_addr="127.0.0.1:9876", register_name_server_period=30_000,
-                                 register_broker_timeout_mills=3000, inner_credentials=creds)
-        topics = SimpleNamespace(all=lambda: {"T1": TopicConfig("T1", 4, 4)}, data_version={"counter": 1, "timestamp": 5})
+        config = SimpleNamespace(
+            broker_cluster_name="DefaultCluster",
+            broker_name="broker-a",
+            broker_id=0,
+            namesrv_addr="127.0.0.1:9876",
+            register_name_server_period=30_000,
+            register_broker_timeout_mills=3000,
+            inner_credentials=creds,
+        )
+        topics = SimpleNamespace(
+            all=lambda: {"T1": TopicConfig("T1", 4, 4)}, data_version={"counter": 1, "timestamp": 5}
+        )
         return Registrar(SimpleNamespace(config=config, address=addr, topics=topics), invoke=invoke)  # type: ignore[arg-type]
 
     async def body() -> None:
@@ -264,13 +288,18 @@ def test_the_policy_checks_the_allow_list_before_anything() -> None:
     assert "does not verify" in (policy.refusal(replay, "10.0.0.7:5000") or "")
 
 
-@pytest.mark.parametrize("conf, error", [
-    ({"aclEnable": "true"}, "needs innerClientAuthenticationCredentials"),
-    ({"aclEnable": "yes"}, "is not true or false"),
-    ({"aclEnable": "true", "innerClientAuthenticationCredentials": '{"accessKey": "a", "secretKey": ""}'},
-     "needs accessKey and secretKey"),
-    ({"registerBrokerAllowList": "1.2.3.300"}, "registerBrokerAllowList"),
-])
+@pytest.mark.parametrize(
+    "conf, error",
+    [
+        ({"aclEnable": "true"}, "needs innerClientAuthenticationCredentials"),
+        ({"aclEnable": "yes"}, "is not true or false"),
+        (
+            {"aclEnable": "true", "innerClientAuthenticationCredentials": '{"accessKey": "a", "secretKey": ""}'},
+            "needs accessKey and secretKey",
+        ),
+        ({"registerBrokerAllowList": "1.2.3.300"}, "registerBrokerAllowList"),
+    ],
+)
 def test_a_wrong_namesrv_conf_fails_the_start_with_exit_2(tmp_path: Path, conf: dict[str, str], error: str) -> None:
     with pytest.raises(NamesrvConfigError, match=error):
         path = tmp_path / "n.conf"

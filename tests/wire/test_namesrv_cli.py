@@ -21,7 +21,9 @@ def test_the_rmqlog_script_is_the_network_entry_point() -> None:
     assert script.value == "rmqnet.cli:main"
 
 
-def test_store_commands_and_version_are_handed_over_unchanged(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_store_commands_and_version_are_handed_over_unchanged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     empty = tmp_path / "not-a-store"
     empty.mkdir()
     assert main(["info", str(empty)]) == 2  # the store command's status for a missing store
@@ -34,16 +36,24 @@ def test_store_commands_and_version_are_handed_over_unchanged(tmp_path: Path, ca
 
 @pytest.mark.parametrize("module", ["rmqnet", "rmqlog"])
 def test_python_dash_m_serves_the_store_commands(tmp_path: Path, module: str) -> None:
-    r = subprocess.run([sys.executable, "-m", module, "info", str(tmp_path / "none")], capture_output=True, text=True,
-                       env=subprocess_env(), timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", module, "info", str(tmp_path / "none")],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=120,
+    )
     assert r.returncode == 2 and "none" in r.stderr
-    r = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True,
-                       env=subprocess_env(), timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", module, "--version"], capture_output=True, text=True, env=subprocess_env(), timeout=120
+    )
     assert (r.returncode, r.stdout.strip()) == (0, "rmqlog 0.1.0")
 
 
-@pytest.mark.parametrize("args", [["namesrv", "--listen", "9876"], ["namesrv", "--listen", "127.0.0.1:70000"],
-                                  ["namesrv", "--bogus"], ["broker"]])
+@pytest.mark.parametrize(
+    "args",
+    [["namesrv", "--listen", "9876"], ["namesrv", "--listen", "127.0.0.1:70000"], ["namesrv", "--bogus"], ["broker"]],
+)
 def test_wrong_arguments_of_a_network_command_exit_2(args: list[str], capsys: pytest.CaptureFixture[str]) -> None:
     assert main(args) == 2
     assert "usage: rmqlog" in capsys.readouterr().err
@@ -59,14 +69,31 @@ def test_the_broker_command_calls_the_launcher_with_its_arguments(monkeypatch: p
     fake = types.ModuleType("rmqnet.broker.launch")
     fake.main = lambda *a: calls.append(a) or 0  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "rmqnet.broker.launch", fake)
-    assert main(["broker", "/data/store", "-c", "b.conf", "--listen", "127.0.0.1:10911",
-                 "--namesrv", "127.0.0.1:9876;127.0.0.1:9877"]) == 0
+    assert (
+        main(
+            [
+                "broker",
+                "/data/store",
+                "-c",
+                "b.conf",
+                "--listen",
+                "127.0.0.1:10911",
+                "--namesrv",
+                "127.0.0.1:9876;127.0.0.1:9877",
+            ]
+        )
+        == 0
+    )
     assert main(["broker", "/data/other"]) == 0
-    assert calls == [("/data/store", "b.conf", "127.0.0.1:10911", "127.0.0.1:9876;127.0.0.1:9877"),
-                     ("/data/other", None, None, None)]
+    assert calls == [
+        ("/data/store", "b.conf", "127.0.0.1:10911", "127.0.0.1:9876;127.0.0.1:9877"),
+        ("/data/other", None, None, None),
+    ]
 
 
-@pytest.mark.parametrize(("text", "expected"), [("127.0.0.1:9876", ("127.0.0.1", 9876)),
-                                                ("0.0.0.0:0", ("0.0.0.0", 0)), ("[::1]:9876", ("::1", 9876))])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("127.0.0.1:9876", ("127.0.0.1", 9876)), ("0.0.0.0:0", ("0.0.0.0", 0)), ("[::1]:9876", ("::1", 9876))],
+)
 def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
     assert parse_listen(text) == expected

@@ -43,7 +43,9 @@ print(json.dumps({"code": code, "rss_kib": rss_kib, "heavy": heavy}))
 
 
 def test_the_name_server_process_imports_no_store_pyarrow_pandas_or_numpy() -> None:
-    r = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=subprocess_env(), timeout=GUARD_S)
+    r = subprocess.run(
+        [sys.executable, "-c", CHILD], capture_output=True, text=True, env=subprocess_env(), timeout=GUARD_S
+    )
     assert r.returncode == 0, r.stderr
     got = json.loads(r.stdout.strip().splitlines()[-1])
     assert got["code"] == 17  # TOPIC_NOT_EXIST: it served
@@ -65,8 +67,13 @@ def test_the_rmqlog_namesrv_command_imports_none_of_them_either(tmp_path: Path) 
     cmd = [str(script)] if script.exists() else [sys.executable, "-m", "rmqnet"]
     err_path = tmp_path / "namesrv.stderr"
     with open(err_path, "w") as err:
-        proc = subprocess.Popen([*cmd, "namesrv", "--listen", "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=err,
-                                text=True, env={**subprocess_env(), "PYTHONPROFILEIMPORTTIME": "1"})
+        proc = subprocess.Popen(
+            [*cmd, "namesrv", "--listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            env={**subprocess_env(), "PYTHONPROFILEIMPORTTIME": "1"},
+        )
         try:
             assert proc.stdout is not None
             line = proc.stdout.readline()

@@ -43,8 +43,9 @@ BROKER = "127.0.0.1:10911"
 
 def _register_cmd(opaque: int, topics: list[str]) -> RemotingCommand:
     body = RegisterBrokerBody({t: TopicConfigData(t, 4, 4) for t in topics}).encode()
-    ext = RegisterBrokerHeader("broker-a", BROKER, "DefaultCluster", "127.0.0.1:10912", 0, False,
-                               body_crc32(body)).to_ext()
+    ext = RegisterBrokerHeader(
+        "broker-a", BROKER, "DefaultCluster", "127.0.0.1:10912", 0, False, body_crc32(body)
+    ).to_ext()
     return RemotingCommand(RequestCode.REGISTER_BROKER, opaque, ext_fields=ext, body=body, language="JAVA")
 
 
@@ -76,8 +77,13 @@ class Wire:
 
 @pytest.fixture
 def namesrv_process() -> Iterator[tuple[subprocess.Popen[str], int]]:
-    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=subprocess_env())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rmqnet", "namesrv", "--listen", "127.0.0.1:0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=subprocess_env(),
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # printed once it listens; '' if it died first
@@ -93,7 +99,8 @@ def namesrv_process() -> Iterator[tuple[subprocess.Popen[str], int]]:
 
 
 def test_the_namesrv_command_routes_over_a_socket_and_stops_on_sigterm(
-        namesrv_process: tuple[subprocess.Popen[str], int]) -> None:
+    namesrv_process: tuple[subprocess.Popen[str], int],
+) -> None:
     proc, port = namesrv_process
     broker = Wire(port)
     client = Wire(port)
@@ -105,7 +112,8 @@ def test_the_namesrv_command_routes_over_a_socket_and_stops_on_sigterm(
         res = client.call(_route_cmd(3, "T1"))
         assert res.code == ResponseCode.SUCCESS
         assert json.loads(res.body_bytes())["brokerDatas"] == [
-            {"cluster": "DefaultCluster", "brokerName": "broker-a", "brokerAddrs": {"0": BROKER}}]
+            {"cluster": "DefaultCluster", "brokerName": "broker-a", "brokerAddrs": {"0": BROKER}}
+        ]
         res = client.call(RemotingCommand(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER, 4))
         assert json.loads(res.body_bytes()) == {"topicList": ["T1", "TBW102"]}
         res = client.call(RemotingCommand(12345, 5))
@@ -120,8 +128,13 @@ def test_the_namesrv_command_routes_over_a_socket_and_stops_on_sigterm(
 
 def test_an_address_in_use_exits_3(namesrv_process: tuple[subprocess.Popen[str], int]) -> None:
     _, port = namesrv_process
-    r = subprocess.run([sys.executable, "-m", "rmqnet", "namesrv", "--listen", f"127.0.0.1:{port}"],
-                       capture_output=True, text=True, env=subprocess_env(), timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "rmqnet", "namesrv", "--listen", f"127.0.0.1:{port}"],
+        capture_output=True,
+        text=True,
+        env=subprocess_env(),
+        timeout=60,
+    )
     assert r.returncode == 3 and f"cannot listen on 127.0.0.1:{port}" in r.stderr
 
 
@@ -142,8 +155,9 @@ def test_a_broker_process_registers_over_the_transport_and_unregisters_on_stop(t
             return res
 
         ns.server.routes.register = watched  # type: ignore[method-assign]
-        config = BrokerConfig(broker_name="broker-a", listen_port=0, namesrv_addr=f"{ns.address};127.0.0.1:1",
-                              store=small_store_config())
+        config = BrokerConfig(
+            broker_name="broker-a", listen_port=0, namesrv_addr=f"{ns.address};127.0.0.1:1", store=small_store_config()
+        )
         proc = launch.BrokerProcess(tmp_path / "root", config)
         client = await ClientConnection.connect("127.0.0.1", ns.port)
         try:
@@ -218,13 +232,30 @@ def _read_until(stream: Any, text: str) -> list[str]:
 
 
 def test_rmqlog_broker_registers_with_rmqlog_namesrv_and_unregisters_on_sigterm(
-        tmp_path: Path, namesrv_process: tuple[subprocess.Popen[str], int]) -> None:
+    tmp_path: Path, namesrv_process: tuple[subprocess.Popen[str], int]
+) -> None:
     ns_proc, port = namesrv_process
     conf = tmp_path / "broker.conf"
     conf.write_text("brokerClusterName = C1\nbrokerName = broker-x\nbrokerId = 0\n")
-    broker = subprocess.Popen([sys.executable, "-m", "rmqnet", "broker", str(tmp_path / "root"), "-c", str(conf),
-                               "--listen", "127.0.0.1:0", "--namesrv", f"127.0.0.1:{port}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=subprocess_env())
+    broker = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rmqnet",
+            "broker",
+            str(tmp_path / "root"),
+            "-c",
+            str(conf),
+            "--listen",
+            "127.0.0.1:0",
+            "--namesrv",
+            f"127.0.0.1:{port}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=subprocess_env(),
+    )
     client = Wire(port)
     try:
         assert broker.stdout is not None and ns_proc.stderr is not None
@@ -235,7 +266,8 @@ def test_rmqlog_broker_registers_with_rmqlog_namesrv_and_unregisters_on_sigterm(
         res = client.call(_route_cmd(1, "TBW102"))
         assert res.code == ResponseCode.SUCCESS
         assert json.loads(res.body_bytes())["brokerDatas"] == [
-            {"cluster": "C1", "brokerName": "broker-x", "brokerAddrs": {"0": address}}]
+            {"cluster": "C1", "brokerName": "broker-x", "brokerAddrs": {"0": address}}
+        ]
         broker.send_signal(signal.SIGTERM)
         assert broker.wait(timeout=60) == 0
         _read_until(ns_proc.stderr, f"broker unregistered: broker-x id 0 at {address} (OK)")

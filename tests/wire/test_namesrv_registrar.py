@@ -40,8 +40,9 @@ class Wire:
         return res
 
     def route(self, addr: str, topic: str) -> RemotingCommand:
-        res = self.servers[addr].handle(RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, 1,
-                                                        ext_fields={"topic": topic}), self.clock.wall_ms())
+        res = self.servers[addr].handle(
+            RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, 1, ext_fields={"topic": topic}), self.clock.wall_ms()
+        )
         assert res is not None
         return res
 
@@ -61,11 +62,22 @@ class Topics:
         self.data_version = {"counter": self.data_version["counter"] + 1, "timestamp": 2_000}
 
 
-def _broker(topics: Topics, *, namesrv: str = f"{NS1};{NS2}", broker_id: int = 0, addr: str = "127.0.0.1:10911",
-            period: int = REGISTER_PERIOD_MS) -> Any:
-    config = SimpleNamespace(broker_cluster_name="DefaultCluster", broker_name="broker-a", broker_id=broker_id,
-                             namesrv_addr=namesrv, register_name_server_period=period,
-                             register_broker_timeout_mills=6000)
+def _broker(
+    topics: Topics,
+    *,
+    namesrv: str = f"{NS1};{NS2}",
+    broker_id: int = 0,
+    addr: str = "127.0.0.1:10911",
+    period: int = REGISTER_PERIOD_MS,
+) -> Any:
+    config = SimpleNamespace(
+        broker_cluster_name="DefaultCluster",
+        broker_name="broker-a",
+        broker_id=broker_id,
+        namesrv_addr=namesrv,
+        register_name_server_period=period,
+        register_broker_timeout_mills=6000,
+    )
     return SimpleNamespace(config=config, address=addr, topics=topics)
 
 
@@ -86,8 +98,9 @@ def test_it_registers_with_every_name_server_at_the_first_round_then_every_perio
     assert _round(r, clock.wall_ms()) == 2
     for ns in (NS1, NS2):
         route = json.loads(wire.route(ns, "T1").body_bytes())
-        assert route["brokerDatas"] == [{"cluster": "DefaultCluster", "brokerName": "broker-a",
-                                         "brokerAddrs": {"0": "127.0.0.1:10911"}}]
+        assert route["brokerDatas"] == [
+            {"cluster": "DefaultCluster", "brokerName": "broker-a", "brokerAddrs": {"0": "127.0.0.1:10911"}}
+        ]
         assert json.loads(wire.route(ns, "TBW102").body_bytes())["queueDatas"][0]["perm"] == 7
         assert wire.servers[ns].routes.live["127.0.0.1:10911"].data_version == DataVersion(1_000, 0)
     assert len(wire.sent) == 2
@@ -177,11 +190,18 @@ def test_the_request_carries_javas_header_and_a_checked_body(compressed: bool) -
     wire = Wire(clock, NS1)
     r = Registrar(_broker(Topics(TopicConfig("T1")), namesrv=NS1), invoke=wire.invoke, compressed=compressed)
     _round(r, clock.wall_ms())
-    (_, req), = wire.sent
+    ((_, req),) = wire.sent
     assert req.code == RequestCode.REGISTER_BROKER
     assert req.ext_fields["haServerAddr"] == "127.0.0.1:10912"
-    assert set(req.ext_fields) == {"brokerName", "brokerAddr", "clusterName", "haServerAddr", "brokerId",
-                                   "compressed", "bodyCrc32"}
+    assert set(req.ext_fields) == {
+        "brokerName",
+        "brokerAddr",
+        "clusterName",
+        "haServerAddr",
+        "brokerId",
+        "compressed",
+        "bodyCrc32",
+    }
     assert req.ext_fields["compressed"] is compressed and req.ext_fields["bodyCrc32"] != 0
     assert wire.route(NS1, "T1").code == ResponseCode.SUCCESS
 
@@ -190,8 +210,9 @@ def test_a_slave_learns_its_masters_addresses() -> None:
     clock = ManualClock(1_000_000)
     wire = Wire(clock, NS1)
     master = Registrar(_broker(Topics(TopicConfig("T1")), namesrv=NS1), invoke=wire.invoke)
-    slave = Registrar(_broker(Topics(TopicConfig("T1")), namesrv=NS1, broker_id=1, addr="127.0.0.1:10921"),
-                      invoke=wire.invoke)
+    slave = Registrar(
+        _broker(Topics(TopicConfig("T1")), namesrv=NS1, broker_id=1, addr="127.0.0.1:10921"), invoke=wire.invoke
+    )
     _round(master, clock.wall_ms())
     _round(slave, clock.wall_ms())
     assert slave.results[NS1].master_addr == "127.0.0.1:10911"
@@ -211,11 +232,14 @@ def test_close_unregisters_and_survives_a_name_server_down() -> None:
     assert wire.servers[NS1].routes.live == {}
 
 
-@pytest.mark.parametrize(("text", "expected"), [
-    ("127.0.0.1:9876", ["127.0.0.1:9876"]),
-    (" 127.0.0.1:9876; 10.0.0.2:9877 ;", ["127.0.0.1:9876", "10.0.0.2:9877"]),
-    ("", []),
-])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("127.0.0.1:9876", ["127.0.0.1:9876"]),
+        (" 127.0.0.1:9876; 10.0.0.2:9877 ;", ["127.0.0.1:9876", "10.0.0.2:9877"]),
+        ("", []),
+    ],
+)
 def test_namesrv_addr_is_split_on_semicolons(text: str, expected: list[str]) -> None:
     assert parse_namesrv_addr(text) == expected
 

@@ -78,7 +78,9 @@ def test_node5_producer_sends_every_message_type(tmp_path: Path) -> None:
     assert ids[1] not in by_id and _props(timer[ids[1]])["TIMER_DELIVER_MS"] == str(deliver_at_ms)
     fifo = [by_id[i] for i in ids[2:6]]
     assert {r["queueId"] for r in fifo} == {consistent_hash("order-9", 4)}  # the broker's choice, not the client's
-    assert [bytes(r["body"]) for r in sorted(fifo, key=lambda r: r["queueOffset"])] == [f"fifo-{i}".encode() for i in range(4)]
+    assert [bytes(r["body"]) for r in sorted(fifo, key=lambda r: r["queueOffset"])] == [
+        f"fifo-{i}".encode() for i in range(4)
+    ]
     assert bytes(by_id[ids[6]]["body"]) == b"tx-commit" and ids[7] not in by_id
 
 

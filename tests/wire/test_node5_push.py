@@ -28,8 +28,11 @@ def test_node5_push_consumer_consumes_acks_and_gets_a_failed_message_again(tmp_p
         push = c.push5("node5-push", group=GROUP, topic=TOPIC, fail=["p3"])
         push.wait_event("ready", "the push consumer's start")
         # every message once, p3 failed once and then consumed at attempt 2
-        c.wait_for(lambda: len({e["body"] for e in push.events("consumed") if e["result"] == "SUCCESS"}) == 8,
-                   "every message consumed", timeout=60)
+        c.wait_for(
+            lambda: len({e["body"] for e in push.events("consumed") if e["result"] == "SUCCESS"}) == 8,
+            "every message consumed",
+            timeout=60,
+        )
         push.close_stdin()
         push.wait_event("closed")
         assert push.wait_exit() == 0
@@ -40,7 +43,9 @@ def test_node5_push_consumer_consumes_acks_and_gets_a_failed_message_again(tmp_p
     p3 = [e for e in consumed if e["body"] == "p3"]
     assert [(e["attempt"], e["result"]) for e in p3] == [(1, "FAILURE"), (2, "SUCCESS")]
     others = [e for e in consumed if e["body"] != "p3"]
-    assert sorted(e["body"] for e in others) == [f"p{i}" for i in range(8) if i != 3] and {e["attempt"] for e in others} == {1}
+    assert sorted(e["body"] for e in others) == [f"p{i}" for i in range(8) if i != 3] and {
+        e["attempt"] for e in others
+    } == {1}
 
 
 def test_push5_refuses_bad_options() -> None:

@@ -35,8 +35,7 @@ def call(broker: Any, code: int, oneway: bool = False, **ext: Any) -> Any:
 
 
 def put(broker: Any, n: int, queue_id: int = 0) -> None:
-    broker.store.put_batch(pa.table({"topic": ["T"] * n, "body": [b"x"] * n, "queueId": [queue_id] * n}),
-                           dispatch=True)
+    broker.store.put_batch(pa.table({"topic": ["T"] * n, "body": [b"x"] * n, "queueId": [queue_id] * n}), dispatch=True)
 
 
 def committed(broker: Any, group: str, queue_id: int) -> int:
@@ -60,8 +59,18 @@ def test_update_negative_is_ignored_and_oneway_unanswered(broker: Any) -> None:
     call(broker, RequestCode.UPDATE_CONSUMER_OFFSET, consumerGroup="G", topic="T", queueId=0, commitOffset=5)
     res = call(broker, RequestCode.UPDATE_CONSUMER_OFFSET, consumerGroup="G", topic="T", queueId=0, commitOffset=-1)
     assert res.code == ResponseCode.SUCCESS and committed(broker, "G", 0) == 5
-    assert call(broker, RequestCode.UPDATE_CONSUMER_OFFSET, oneway=True, consumerGroup="G", topic="T", queueId=0,
-                commitOffset=7) is None
+    assert (
+        call(
+            broker,
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            oneway=True,
+            consumerGroup="G",
+            topic="T",
+            queueId=0,
+            commitOffset=7,
+        )
+        is None
+    )
     assert committed(broker, "G", 0) == 7
 
 
@@ -73,16 +82,18 @@ def test_query_with_none_stored_on_a_queue_from_zero_is_zero(broker: Any) -> Non
     assert res.code == ResponseCode.SUCCESS and res.ext_fields == {"offset": 0}
 
 
-def test_query_with_none_stored_and_the_first_record_on_disk_is_not_found(broker: Any,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_query_with_none_stored_and_the_first_record_on_disk_is_not_found(
+    broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     put(broker, 3)
     monkeypatch.setattr(pull, "total_memory", lambda: 10)
     res = call(broker, RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup="New", topic="T", queueId=0)
     assert res.code == ResponseCode.QUERY_NOT_FOUND and "maybe this group consumer boot first" in res.remark
 
 
-def test_query_with_none_stored_and_min_offset_above_zero_is_not_found(broker: Any,
-                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_query_with_none_stored_and_min_offset_above_zero_is_not_found(
+    broker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
     put(broker, 3)
     monkeypatch.setattr(broker.store, "min_offset", lambda topic, queue_id: 2)  # as after retention
     res = call(broker, RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup="New", topic="T", queueId=0)
@@ -101,10 +112,12 @@ def test_search_offset_by_timestamp(broker: Any) -> None:
     put(broker, 2)
     broker.clock.advance(1000)
     put(broker, 3)
+
     def search(ts: int) -> int:
         res = call(broker, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic="T", queueId=0, timestamp=ts)
         assert res.code == ResponseCode.SUCCESS
         return int(res.ext_fields["offset"])
+
     assert search(0) == 0
     assert search(T0 + 1) == 2
     assert search(T0 + 1000) == 2
@@ -121,18 +134,24 @@ def test_earliest_msg_storetime(broker: Any) -> None:
     assert res.ext_fields == {"timestamp": T0}
 
 
-@pytest.mark.parametrize(("code", "ext", "names"), [
-    (RequestCode.QUERY_CONSUMER_OFFSET, {"topic": "T", "queueId": 0}, "consumerGroup"),
-    (RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "T", "queueId": 0}, "commitOffset"),
-    (RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": "x"}, "queueId"),
-    (RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "T", "queueId": 0}, "timestamp"),
-    (RequestCode.GET_MIN_OFFSET, {"topic": "../etc", "queueId": 0}, "../etc"),
-    (RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": -1}, "queue_id"),
-    (RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "bad group", "topic": "T", "queueId": 0}, "bad group"),
-    (RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "T", "queueId": 9, "commitOffset": 1},
-     "queue_id 9"),
-    (RequestCode.GET_EARLIEST_MSG_STORETIME, {"topic": "a/b", "queueId": 0}, "a/b"),
-])
+@pytest.mark.parametrize(
+    ("code", "ext", "names"),
+    [
+        (RequestCode.QUERY_CONSUMER_OFFSET, {"topic": "T", "queueId": 0}, "consumerGroup"),
+        (RequestCode.UPDATE_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "T", "queueId": 0}, "commitOffset"),
+        (RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": "x"}, "queueId"),
+        (RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {"topic": "T", "queueId": 0}, "timestamp"),
+        (RequestCode.GET_MIN_OFFSET, {"topic": "../etc", "queueId": 0}, "../etc"),
+        (RequestCode.GET_MAX_OFFSET, {"topic": "T", "queueId": -1}, "queue_id"),
+        (RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "bad group", "topic": "T", "queueId": 0}, "bad group"),
+        (
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "G", "topic": "T", "queueId": 9, "commitOffset": 1},
+            "queue_id 9",
+        ),
+        (RequestCode.GET_EARLIEST_MSG_STORETIME, {"topic": "a/b", "queueId": 0}, "a/b"),
+    ],
+)
 def test_failures_are_system_error_naming_the_field(broker: Any, code: int, ext: dict[str, Any], names: str) -> None:
     res = call(broker, code, **ext)
     assert res.code == ResponseCode.SYSTEM_ERROR and names in res.remark

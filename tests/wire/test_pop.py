@@ -39,8 +39,17 @@ def store(tmp_path: Path, clock: rmqlog.ManualClock) -> Iterator[rmqlog.MessageS
 
 def put(store: rmqlog.MessageStore, *bodies: bytes, queue: int = 0, tags: str = "TagA") -> None:
     n = len(bodies)
-    store.put_wire(pa.table({"topic": ["T"] * n, "queueId": [queue] * n, "body": list(bodies),
-                             "properties": [f"TAGS\x01{tags}\x02"] * n}), dispatch=True)
+    store.put_wire(
+        pa.table(
+            {
+                "topic": ["T"] * n,
+                "queueId": [queue] * n,
+                "body": list(bodies),
+                "properties": [f"TAGS\x01{tags}\x02"] * n,
+            }
+        ),
+        dispatch=True,
+    )
     store.dispatch()
 
 
@@ -56,8 +65,17 @@ def bodies(result: PopResult) -> list[bytes]:
     return [m["body"] for m in decoded(result)]
 
 
-def pop(broker: Broker, now: int, n: int = 32, *, queue: int = -1, order: bool = False, group: str = "G",
-        invisible: int = INVISIBLE, tags: str | None = None) -> PopResult:
+def pop(
+    broker: Broker,
+    now: int,
+    n: int = 32,
+    *,
+    queue: int = -1,
+    order: bool = False,
+    group: str = "G",
+    invisible: int = INVISIBLE,
+    tags: str | None = None,
+) -> PopResult:
     return broker.pop.pop(group, "T", queue, n, invisible, now, order=order, tags=tags)
 
 
@@ -78,7 +96,8 @@ def test_a_pop_hands_out_messages_with_rocketmqs_receipt_handles(store: rmqlog.M
 
 
 def test_acked_messages_are_not_redelivered_the_unacked_are_with_their_attempt_raised(
-        store: rmqlog.MessageStore) -> None:
+    store: rmqlog.MessageStore,
+) -> None:
     put(store, b"a", b"b", b"c")
     broker = make_broker(store)
     got = pop(broker, T0)
@@ -211,13 +230,16 @@ def test_a_tag_filter_moves_the_position_past_what_it_skips(store: rmqlog.Messag
     assert broker.pop.state.positions[("G", "T", 0)] == 3
 
 
-@pytest.mark.parametrize(("args", "code"), [
-    ({"topic": "NOPE"}, ResponseCode.TOPIC_NOT_EXIST),
-    ({"queue": 7}, ResponseCode.SYSTEM_ERROR),
-    ({"n": 33}, ResponseCode.SYSTEM_ERROR),
-    ({"invisible": 0}, ResponseCode.SYSTEM_ERROR),
-    ({"group": "bad group!"}, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST),
-])
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        ({"topic": "NOPE"}, ResponseCode.TOPIC_NOT_EXIST),
+        ({"queue": 7}, ResponseCode.SYSTEM_ERROR),
+        ({"n": 33}, ResponseCode.SYSTEM_ERROR),
+        ({"invisible": 0}, ResponseCode.SYSTEM_ERROR),
+        ({"group": "bad group!"}, ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST),
+    ],
+)
 def test_refusals_carry_rocketmqs_codes(store: rmqlog.MessageStore, args: dict[str, Any], code: int) -> None:
     broker = make_broker(store)
     kw: dict[str, Any] = {"group": "G", "topic": "T", "queue": -1, "n": 1, "invisible": INVISIBLE, "tags": None} | args
@@ -240,7 +262,8 @@ def test_a_malformed_handle_is_a_handle_error(text: str) -> None:
 
 
 def test_a_new_broker_over_the_same_store_redelivers_the_unacked_and_not_the_acked(
-        store: rmqlog.MessageStore, clock: rmqlog.ManualClock) -> None:
+    store: rmqlog.MessageStore, clock: rmqlog.ManualClock
+) -> None:
     put(store, b"a", b"b", b"c")
     broker = make_broker(store, clock=clock)
     got = pop(broker, T0)
@@ -306,8 +329,9 @@ def test_a_pops_messages_decoded_carry_their_handles_and_orderly_attempts(store:
     again = again_result.messages()
     assert again.column("reconsumeTimes").to_pylist() == [1, 1]  # the attempt of this delivery
     rows = again_result.rows()  # the same, row by row
-    assert [(r["body"], r["reconsumeTimes"], r["receiptHandle"]) for r in rows] == list(zip(
-        again.column("body").to_pylist(), [1, 1], again.column("receiptHandle").to_pylist(), strict=True))
+    assert [(r["body"], r["reconsumeTimes"], r["receiptHandle"]) for r in rows] == list(
+        zip(again.column("body").to_pylist(), [1, 1], again.column("receiptHandle").to_pylist(), strict=True)
+    )
     assert pop(broker, T0 + INVISIBLE + 1, queue=1).messages().num_rows == 0
 
 
@@ -322,7 +346,8 @@ def test_an_orderly_ack_that_frees_its_queue_wakes_the_pops_held_on_it(store: rm
 
 
 def test_a_revive_interrupted_after_its_put_is_done_again_without_a_second_copy(
-        store: rmqlog.MessageStore, clock: rmqlog.ManualClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: rmqlog.MessageStore, clock: rmqlog.ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     put(store, b"a", b"b")
     broker = make_broker(store, clock=clock)
     got = pop(broker, T0)
@@ -368,7 +393,8 @@ def test_a_message_changed_twice_in_one_millisecond_keeps_its_newest_handle(stor
 
 
 def test_an_orderly_change_moves_its_batchs_visibility_across_a_restart(
-        store: rmqlog.MessageStore, clock: rmqlog.ManualClock) -> None:
+    store: rmqlog.MessageStore, clock: rmqlog.ManualClock
+) -> None:
     put(store, b"1", b"2")
     broker = make_broker(store, clock=clock)
     [h] = pop(broker, T0, 1, queue=0, order=True).handles
@@ -381,8 +407,9 @@ def test_an_orderly_change_moves_its_batchs_visibility_across_a_restart(
     assert bodies(pop(again, T0 + 61_000, 1, queue=0, order=True)) == [b"1"]  # then again, in order
 
 
-def test_a_compaction_keeps_a_revive_in_progress(store: rmqlog.MessageStore, clock: rmqlog.ManualClock,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_compaction_keeps_a_revive_in_progress(
+    store: rmqlog.MessageStore, clock: rmqlog.ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
     put(store, b"a")
     broker = make_broker(store, clock=clock)
     pop(broker, T0)
@@ -401,9 +428,11 @@ def test_a_compaction_keeps_a_revive_in_progress(store: rmqlog.MessageStore, clo
 
 def test_a_slave_serves_no_pop(store: rmqlog.MessageStore) -> None:
     slave = make_broker(store, broker_role="SLAVE", broker_id=1)
-    for call in (lambda: pop(slave, T0),
-                 lambda: slave.pop.ack("G", "T", ExtraInfo.parse("0 1 2 0 0 bk 0 0"), T0),
-                 lambda: slave.pop.change_invisible("G", "T", ExtraInfo.parse("0 1 2 0 0 bk 0 0"), 5000, T0)):
+    for call in (
+        lambda: pop(slave, T0),
+        lambda: slave.pop.ack("G", "T", ExtraInfo.parse("0 1 2 0 0 bk 0 0"), T0),
+        lambda: slave.pop.change_invisible("G", "T", ExtraInfo.parse("0 1 2 0 0 bk 0 0"), 5000, T0),
+    ):
         with pytest.raises(PopRefused) as e:
             call()
         assert e.value.code == ResponseCode.SERVICE_NOT_AVAILABLE

@@ -55,8 +55,10 @@ def test_pop_reads_both_brokers_and_acked_messages_come_no_more(two: PopServers)
         assert sorted(uniq(r) for r in rows) == sorted(ids)
         handles = [Handle.parse(r["receiptHandle"]) for r in rows]
         assert {h.broker_name for h in handles} == {"broker-a", "broker-b"}
-        assert all((h.queue_id, h.offset, h.topic_type) == (r["queueId"], r["queueOffset"], "0")
-                   for h, r in zip(handles, rows, strict=True))
+        assert all(
+            (h.queue_id, h.offset, h.topic_type) == (r["queueId"], r["queueOffset"], "0")
+            for h, r in zip(handles, rows, strict=True)
+        )
         assert two.inflight("CG") == 12
         consumer.ack_many("T", [r["receiptHandle"] for r in rows])
         assert two.inflight("CG") == 0
@@ -132,8 +134,10 @@ def test_refusals_are_typed(tmp_path: Path) -> None:
 
 def test_an_acl_refusal_is_a_broker_error(servers: dict[str, Any]) -> None:  # noqa: F811
     ns = servers["namesrv"]
-    with PopConsumer("groupA", ns, access_key=USER_KEY, secret_key=USER_SECRET) as denied, \
-            PopConsumer("groupC", ns, access_key=USER_KEY, secret_key=USER_SECRET) as allowed:
+    with (
+        PopConsumer("groupA", ns, access_key=USER_KEY, secret_key=USER_SECRET) as denied,
+        PopConsumer("groupC", ns, access_key=USER_KEY, secret_key=USER_SECRET) as allowed,
+    ):
         with pytest.raises(BrokerError) as err:
             denied.pop("T")
         assert err.value.code == ResponseCode.SYSTEM_ERROR and "groupA" in str(err.value)
@@ -149,8 +153,9 @@ def rmqlog(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, st
     return code, out, err
 
 
-def test_pop_status_lists_what_is_in_flight_on_every_broker(two: PopServers,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_pop_status_lists_what_is_in_flight_on_every_broker(
+    two: PopServers, capsys: pytest.CaptureFixture[str]
+) -> None:
     send(two.namesrv, 6)
     ns = two.namesrv
     with PopConsumer("CG", ns) as consumer:
@@ -163,8 +168,14 @@ def test_pop_status_lists_what_is_in_flight_on_every_broker(two: PopServers,
         listed = sorted((m["brokerName"], m["queueId"], m["offset"]) for m in got["messages"])
         held = sorted((Handle.parse(r["receiptHandle"]).broker_name, r["queueId"], r["queueOffset"]) for r in rows[1:])
         assert listed == held
-        assert all(m["topic"] == "T" and m["invisibleTime"] == 600_000 and m["attempt"] is None
-                   and m["inflightMs"] >= 0 and m["visibleInMs"] == 600_000 - m["inflightMs"] for m in got["messages"])
+        assert all(
+            m["topic"] == "T"
+            and m["invisibleTime"] == 600_000
+            and m["attempt"] is None
+            and m["inflightMs"] >= 0
+            and m["visibleInMs"] == 600_000 - m["inflightMs"]
+            for m in got["messages"]
+        )
         code, out, _ = rmqlog(capsys, "pop-status", "--namesrv", ns, "--group", "CG", "--topic", "T", "--max", "1")
         assert code == 0 and out.count("in flight") == 2 + 1  # one listed per broker, then the total line
         assert out.splitlines()[-1] == "total in flight 5 (2 listed)"
@@ -179,8 +190,9 @@ def test_pop_status_lists_what_is_in_flight_on_every_broker(two: PopServers,
         assert code == 2 and "--max" in err
 
 
-def test_pop_status_lists_a_retried_message_in_its_retry_topic(tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_pop_status_lists_a_retried_message_in_its_retry_topic(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pop_servers(tmp_path) as s, PopConsumer("CG", s.namesrv) as consumer:
         send(s.namesrv, 1)
         pop_all(consumer, 1, invisible_ms=1)
@@ -190,8 +202,10 @@ def test_pop_status_lists_a_retried_message_in_its_retry_topic(tmp_path: Path,
         assert out.splitlines()[0].startswith(f"CG  %RETRY%CG_T/broker-a/0  offset {again['queueOffset']}  in flight ")
 
 
-def test_pop_status_is_authorized_under_acl(servers: dict[str, Any],  # noqa: F811
-                                            capsys: pytest.CaptureFixture[str]) -> None:
+def test_pop_status_is_authorized_under_acl(
+    servers: dict[str, Any],  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     ns = servers["namesrv"]
     creds = ("--access-key", USER_KEY, "--secret-key", USER_SECRET)
     code, _, err = rmqlog(capsys, "pop-status", "--namesrv", ns, "--group", "groupA", "--topic", "T", *creds)

@@ -28,9 +28,19 @@ DEADLINE_S = 60
 
 def _pop(admin: Admin, addr: str, n: int = 16) -> RemotingCommand:
     now = int(time.time() * 1000)
-    ext = {"consumerGroup": GROUP, "topic": TOPIC, "queueId": "-1", "maxMsgNums": str(n),
-           "invisibleTime": str(INVISIBLE_MS), "pollTime": "0", "bornTime": str(now), "initMode": "0",
-           "expType": "TAG", "exp": "*", "order": "false"}
+    ext = {
+        "consumerGroup": GROUP,
+        "topic": TOPIC,
+        "queueId": "-1",
+        "maxMsgNums": str(n),
+        "invisibleTime": str(INVISIBLE_MS),
+        "pollTime": "0",
+        "bornTime": str(now),
+        "initMode": "0",
+        "expType": "TAG",
+        "exp": "*",
+        "order": "false",
+    }
     cmd = RemotingCommand(RequestCode.POP_MESSAGE, 0, 0, None, ext, b"", "JAVA")
     return call(admin.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT)))
 
@@ -47,14 +57,21 @@ def _messages(res: RemotingCommand) -> list[dict[str, object]]:
     out = rmqlog.decode_records(res.body_bytes()).to_pylist()
     for m in out:
         mark = "1" if str(m["topic"]).startswith("%RETRY%") else "0"
-        m["handle"] = (f"{starts[(mark, m['queueId'])]} {ext['popTime']} {ext['invisibleTime']} {ext['reviveQid']} "
-                       f"{mark} broker-a {m['queueId']} {m['queueOffset']}")
+        m["handle"] = (
+            f"{starts[(mark, m['queueId'])]} {ext['popTime']} {ext['invisibleTime']} {ext['reviveQid']} "
+            f"{mark} broker-a {m['queueId']} {m['queueOffset']}"
+        )
     return out
 
 
 def _ack(admin: Admin, addr: str, m: dict[str, object]) -> None:
-    ext = {"consumerGroup": GROUP, "topic": str(m["topic"]), "queueId": str(m["queueId"]),
-           "extraInfo": str(m["handle"]), "offset": str(m["queueOffset"])}
+    ext = {
+        "consumerGroup": GROUP,
+        "topic": str(m["topic"]),
+        "queueId": str(m["queueId"]),
+        "extraInfo": str(m["handle"]),
+        "offset": str(m["queueOffset"]),
+    }
     call(admin.invoke(addr, RemotingCommand(RequestCode.ACK_MESSAGE, 0, 0, None, ext, b"", "JAVA")))
 
 

@@ -39,8 +39,9 @@ def clock() -> rmqlog.ManualClock:
 
 @pytest.fixture
 def store(tmp_path: Path, clock: rmqlog.ManualClock) -> Iterator[rmqlog.MessageStore]:
-    with rmqlog.MessageStore.open(tmp_path / "store", small_store_config(store_host="127.0.0.1:10911"),
-                                  clock=clock) as s:
+    with rmqlog.MessageStore.open(
+        tmp_path / "store", small_store_config(store_host="127.0.0.1:10911"), clock=clock
+    ) as s:
         s.create_topic("T", 1)
         yield s
 
@@ -54,15 +55,29 @@ def put(store: rmqlog.MessageStore, *numbers: int) -> None:
     """One message per number on queue 0: body ``m<i>``, property ``i``; ``color=red`` on the even."""
     props = [f"TAGS\x01TagA\x02i\x01{i}\x02" + ("color\x01red\x02" if i % 2 == 0 else "") for i in numbers]
     n = len(numbers)
-    store.put_wire(pa.table({"topic": ["T"] * n, "queueId": [0] * n, "body": [f"m{i}".encode() for i in numbers],
-                             "properties": props}), dispatch=True)
+    store.put_wire(
+        pa.table(
+            {"topic": ["T"] * n, "queueId": [0] * n, "body": [f"m{i}".encode() for i in numbers], "properties": props}
+        ),
+        dispatch=True,
+    )
     store.dispatch()
 
 
 def pop_req(exp: str, exp_type: str = "SQL92", *, poll: int = 0) -> RemotingCommand:
-    fields = {"consumerGroup": "G", "topic": "T", "queueId": "-1", "maxMsgNums": "32",
-              "invisibleTime": str(INVISIBLE), "pollTime": str(poll), "bornTime": "0", "initMode": "0",
-              "expType": exp_type, "exp": exp, "order": "false"}
+    fields = {
+        "consumerGroup": "G",
+        "topic": "T",
+        "queueId": "-1",
+        "maxMsgNums": "32",
+        "invisibleTime": str(INVISIBLE),
+        "pollTime": str(poll),
+        "bornTime": "0",
+        "initMode": "0",
+        "expType": exp_type,
+        "exp": exp,
+        "order": "false",
+    }
     return RemotingCommand(RequestCode.POP_MESSAGE, 1, 0, None, fields, b"", "JAVA")
 
 
@@ -141,8 +156,7 @@ def test_an_orderly_sql92_pop_hands_out_the_matching_in_order_one_batch_at_a_tim
     put(broker.store, *range(8))
 
     def pop(now: int) -> list[dict[str, Any]]:
-        return broker.pop.pop("G", "T", 0, 2, INVISIBLE, now, order=True, tags="color = 'red'",
-                              exp_type="SQL92").rows()
+        return broker.pop.pop("G", "T", 0, 2, INVISIBLE, now, order=True, tags="color = 'red'", exp_type="SQL92").rows()
 
     first = pop(T0)
     assert [bytes(r["body"]) for r in first] == [b"m0", b"m2"]
@@ -179,15 +193,20 @@ def test_sql92_pops_use_the_pulls_compiled_expression_cache(broker: Broker) -> N
     assert (after.misses - before.misses, after.hits - before.hits) == (1, 1)
 
 
-@pytest.mark.parametrize(("exp", "exp_type", "code", "says"), [
-    ("i >", "SQL92", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"),
-    ("i = 'a", "SQL92", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"),
-    ("a = 1", "XPATH", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"),
-    ("(" * 200_000 + "a = 1", "SQL92", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse"),
-    ("a = " + "'x" * 100_000, "SQL92", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse"),
-], ids=["incomplete", "unterminated", "other-type", "200k-parens", "100k-quotes"])
+@pytest.mark.parametrize(
+    ("exp", "exp_type", "code", "says"),
+    [
+        ("i >", "SQL92", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"),
+        ("i = 'a", "SQL92", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"),
+        ("a = 1", "XPATH", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"),
+        ("(" * 200_000 + "a = 1", "SQL92", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse"),
+        ("a = " + "'x" * 100_000, "SQL92", ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse"),
+    ],
+    ids=["incomplete", "unterminated", "other-type", "200k-parens", "100k-quotes"],
+)
 def test_an_expression_that_does_not_parse_is_refused_and_changes_nothing(
-        broker: Broker, exp: str, exp_type: str, code: int, says: str) -> None:
+    broker: Broker, exp: str, exp_type: str, code: int, says: str
+) -> None:
     put(broker.store, 1, 2)
     res = one(broker, pop_req(exp, exp_type))
     assert res.code == code and says in (res.remark or ""), (res.code, res.remark)
@@ -195,13 +214,16 @@ def test_an_expression_that_does_not_parse_is_refused_and_changes_nothing(
     assert popped(broker, "*", "TAG") == [b"m1", b"m2"]
 
 
-def test_sql92_on_a_broker_without_enable_property_filter_is_refused(store: rmqlog.MessageStore,
-                                                                      clock: rmqlog.ManualClock) -> None:
+def test_sql92_on_a_broker_without_enable_property_filter_is_refused(
+    store: rmqlog.MessageStore, clock: rmqlog.ManualClock
+) -> None:
     broker = make_broker(store, clock=clock, broker_name="bk")
     put(store, 1, 2)
     res = one(broker, pop_req("i = 1"))
-    assert (res.code, res.remark) == (ResponseCode.SYSTEM_ERROR,
-                                      "The broker does not support consumer to filter message by SQL92")
+    assert (res.code, res.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "The broker does not support consumer to filter message by SQL92",
+    )
     assert broker.pop.inflight() == 0 and broker.consumer_offsets.query("G", "T", 0) < 0
     # a malformed expression is a parse failure first (the pull's order)
     assert one(broker, pop_req("i >")).code == ResponseCode.SUBSCRIPTION_PARSE_FAILED
@@ -210,9 +232,12 @@ def test_sql92_on_a_broker_without_enable_property_filter_is_refused(store: rmql
 
 # ---------------------------------------------------------------------- gRPC
 def receive_req(expression: str, kind: int = pb.SQL) -> svc.ReceiveMessageRequest:
-    req = svc.ReceiveMessageRequest(group=pb.Resource(name="G"), batch_size=32,
-                                    message_queue=pb.MessageQueue(topic=pb.Resource(name="T"), id=0),
-                                    filter_expression=pb.FilterExpression(type=kind, expression=expression))  # type: ignore[arg-type]
+    req = svc.ReceiveMessageRequest(
+        group=pb.Resource(name="G"),
+        batch_size=32,
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="T"), id=0),
+        filter_expression=pb.FilterExpression(type=kind, expression=expression),
+    )  # type: ignore[arg-type]
     req.invisible_duration.FromMilliseconds(INVISIBLE)
     req.long_polling_timeout.FromMilliseconds(0)
     return req
@@ -221,6 +246,7 @@ def receive_req(expression: str, kind: int = pb.SQL) -> svc.ReceiveMessageReques
 def receive(broker: Broker, req: svc.ReceiveMessageRequest) -> tuple[int, str, list[pb.Message]]:
     async def body(c: Client, _: Any) -> Any:
         return await c.call("ReceiveMessage", req, timeout=10.0)
+
     out = serve(broker, body)
     assert out[-1].WhichOneof("content") == "delivery_timestamp"
     return out[0].status.code, out[0].status.message, [r.message for r in out if r.WhichOneof("content") == "message"]
@@ -236,20 +262,25 @@ def test_a_grpc_sql_filter_receives_the_matching_and_skips_the_others(broker: Br
     assert broker.pop.inflight("G") == 2
 
 
-@pytest.mark.parametrize(("expression", "code", "says"), [
-    ("i >", Code.ILLEGAL_FILTER_EXPRESSION, "parse"),
-    ("", Code.ILLEGAL_FILTER_EXPRESSION, "Expression can't be null"),
-])
+@pytest.mark.parametrize(
+    ("expression", "code", "says"),
+    [
+        ("i >", Code.ILLEGAL_FILTER_EXPRESSION, "parse"),
+        ("", Code.ILLEGAL_FILTER_EXPRESSION, "Expression can't be null"),
+    ],
+)
 def test_a_grpc_sql_filter_that_does_not_parse_is_illegal_filter_expression(
-        broker: Broker, expression: str, code: int, says: str) -> None:
+    broker: Broker, expression: str, code: int, says: str
+) -> None:
     put(broker.store, 1)
     got = receive(broker, receive_req(expression))
     assert got[0] == code and says in got[1] and got[2] == []
     assert broker.pop.inflight() == 0
 
 
-def test_a_grpc_sql_filter_without_enable_property_filter_is_unsupported(store: rmqlog.MessageStore,
-                                                                          clock: rmqlog.ManualClock) -> None:
+def test_a_grpc_sql_filter_without_enable_property_filter_is_unsupported(
+    store: rmqlog.MessageStore, clock: rmqlog.ManualClock
+) -> None:
     broker = make_broker(store, clock=clock, broker_name="bk")
     put(store, 1)
     code, message, got = receive(broker, receive_req("i = 1"))

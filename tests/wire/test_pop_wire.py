@@ -44,21 +44,37 @@ def broker(store: rmqlog.MessageStore, clock: rmqlog.ManualClock) -> Broker:
 
 def put(store: rmqlog.MessageStore, *bodies: bytes, queue: int = 0) -> None:
     n = len(bodies)
-    store.put_wire(pa.table({"topic": ["T"] * n, "queueId": [queue] * n, "body": list(bodies),
-                             "properties": ["TAGS\x01TagA\x02"] * n}), dispatch=True)
+    store.put_wire(
+        pa.table(
+            {"topic": ["T"] * n, "queueId": [queue] * n, "body": list(bodies), "properties": ["TAGS\x01TagA\x02"] * n}
+        ),
+        dispatch=True,
+    )
     store.dispatch()
 
 
-def pop_req(queue: int = -1, n: int = 32, *, poll: int = 0, born: int = T0, order: bool = False,
-            **ext: Any) -> RemotingCommand:
-    fields = {"consumerGroup": "G", "topic": "T", "queueId": str(queue), "maxMsgNums": str(n),
-              "invisibleTime": str(INVISIBLE), "pollTime": str(poll), "bornTime": str(born), "initMode": "0",
-              "expType": "TAG", "exp": "*", "order": "true" if order else "false"}
+def pop_req(
+    queue: int = -1, n: int = 32, *, poll: int = 0, born: int = T0, order: bool = False, **ext: Any
+) -> RemotingCommand:
+    fields = {
+        "consumerGroup": "G",
+        "topic": "T",
+        "queueId": str(queue),
+        "maxMsgNums": str(n),
+        "invisibleTime": str(INVISIBLE),
+        "pollTime": str(poll),
+        "bornTime": str(born),
+        "initMode": "0",
+        "expType": "TAG",
+        "exp": "*",
+        "order": "true" if order else "false",
+    }
     return RemotingCommand(RequestCode.POP_MESSAGE, 1, 0, None, {**fields, **ext}, b"", "JAVA")
 
 
-def ack_req(topic: str, queue: int, extra: str, offset: int, *, code: int = RequestCode.ACK_MESSAGE,
-            **ext: Any) -> RemotingCommand:
+def ack_req(
+    topic: str, queue: int, extra: str, offset: int, *, code: int = RequestCode.ACK_MESSAGE, **ext: Any
+) -> RemotingCommand:
     fields = {"consumerGroup": "G", "topic": topic, "queueId": str(queue), "extraInfo": extra, "offset": str(offset)}
     return RemotingCommand(code, 2, 0, None, {**fields, **ext}, b"", "JAVA")
 
@@ -81,8 +97,10 @@ def client_messages(res: RemotingCommand) -> list[dict[str, Any]]:
     for m in msgs:
         mark = "1" if m["topic"].startswith("%RETRY%") else "0"
         start = starts[f"{mark}@{m['queueId']}"]
-        m["POP_CK"] = (f"{start} {ext['popTime']} {ext['invisibleTime']} {ext['reviveQid']} {mark} bk "
-                       f"{m['queueId']} {m['queueOffset']}")
+        m["POP_CK"] = (
+            f"{start} {ext['popTime']} {ext['invisibleTime']} {ext['reviveQid']} {mark} bk "
+            f"{m['queueId']} {m['queueOffset']}"
+        )
     return msgs
 
 
@@ -92,8 +110,13 @@ def test_a_pop_answers_the_records_and_the_header_a_java_client_builds_handles_f
     assert (res.code, res.remark) == (ResponseCode.SUCCESS, "FOUND")
     ext = res.ext_fields
     assert {k: str(v) for k, v in ext.items()} == {
-        "popTime": str(T0), "invisibleTime": str(INVISIBLE), "reviveQid": "0", "restNum": "0",
-        "startOffsetInfo": "0 0 0", "msgOffsetInfo": "0 0 0,1"}
+        "popTime": str(T0),
+        "invisibleTime": str(INVISIBLE),
+        "reviveQid": "0",
+        "restNum": "0",
+        "startOffsetInfo": "0 0 0",
+        "msgOffsetInfo": "0 0 0,1",
+    }
     msgs = client_messages(res)
     assert [m["body"] for m in msgs] == [b"a", b"b"]
     for m in msgs:  # acked with the header Java's consumer sends
@@ -118,13 +141,18 @@ def test_change_invisible_answers_the_new_handle_and_the_old_one_changes_nothing
     put(broker.store, b"a")
     [m] = client_messages(one(broker, pop_req()))
     broker.clock.advance(1000)  # type: ignore[attr-defined]
-    res = one(broker, ack_req("T", 0, m["POP_CK"], 0, code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
-                              invisibleTime="60000"))
+    res = one(
+        broker, ack_req("T", 0, m["POP_CK"], 0, code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME, invisibleTime="60000")
+    )
     assert res.code == ResponseCode.SUCCESS
-    assert {k: str(v) for k, v in res.ext_fields.items()} == {"popTime": str(T0 + 1000), "invisibleTime": "60000",
-                                                              "reviveQid": "0"}
-    again = one(broker, ack_req("T", 0, m["POP_CK"], 0, code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME,
-                                invisibleTime="60000"))
+    assert {k: str(v) for k, v in res.ext_fields.items()} == {
+        "popTime": str(T0 + 1000),
+        "invisibleTime": "60000",
+        "reviveQid": "0",
+    }
+    again = one(
+        broker, ack_req("T", 0, m["POP_CK"], 0, code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME, invisibleTime="60000")
+    )
     assert again.code == ResponseCode.NO_MESSAGE
     assert broker.pop.run_once(T0 + INVISIBLE + 1) == 0  # the new handle holds it
     new = f"0 {T0 + 1000} 60000 0 0 bk 0 0"
@@ -168,28 +196,42 @@ def test_a_held_pop_with_nothing_arriving_answers_polling_timeout_at_its_deadlin
     assert res is not None and res.code == ResponseCode.POLLING_TIMEOUT and len(broker.pop_holds) == 0
 
 
-@pytest.mark.parametrize(("req", "code", "remark"), [
-    (pop_req(born=T0 - 10_000), ResponseCode.POLLING_TIMEOUT, "pop message is timeout too much"),
-    (pop_req(topic="NOPE"), ResponseCode.TOPIC_NOT_EXIST, "topic[NOPE] not exist"),
-    (pop_req(n=33), ResponseCode.SYSTEM_ERROR, "greater than 32"),
-    (pop_req(queue=5), ResponseCode.SYSTEM_ERROR, "queueId[5] is illegal"),
-    (pop_req(expType="SQL92", exp="a = 1"), ResponseCode.SYSTEM_ERROR, "filter message by SQL92"),
-    (pop_req(expType="SQL92"), ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription"),
-    (pop_req(consumerGroup="no such group!"), ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, "does not exist"),
-    (RemotingCommand(RequestCode.POP_MESSAGE, 1, 0, None, {"consumerGroup": "G", "topic": "T"}, b"", "JAVA"),
-     ResponseCode.SYSTEM_ERROR, "queueId"),
-    (ack_req("NOPE", 0, "0 1 2 0 0 bk 0 0", 0), ResponseCode.TOPIC_NOT_EXIST, "topic[NOPE] not exist"),
-    (ack_req("T", 9, "0 1 2 0 0 bk 9 0", 0), ResponseCode.MESSAGE_ILLEGAL, "queueId[9] is illegal"),
-    (ack_req("T", 0, "0 1 2 0 0 bk 0 7", 7), ResponseCode.NO_MESSAGE, "offset is illegal"),
-    (ack_req("T", 0, "garbage", 0), ResponseCode.SYSTEM_ERROR, "extraInfo"),
-    (ack_req("T", 0, "0 1 2 0 7 bk 0 0", 0), ResponseCode.SYSTEM_ERROR, "topic type"),
-    (ack_req("T", 0, "0 1 2 0 0 bk 0 0", 0, code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME, invisibleTime="0"),
-     ResponseCode.SYSTEM_ERROR, "invisibleTime 0"),
-    (ack_req("T", 0, "0 1 2 0 0 bk 0 0", 0, code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME, invisibleTime="5000"),
-     ResponseCode.NO_MESSAGE, "not in flight"),
-], ids=lambda v: str(v)[:30])
-def test_refusals_answer_javas_codes_and_change_nothing(broker: Broker, req: RemotingCommand, code: int,
-                                                        remark: str) -> None:
+@pytest.mark.parametrize(
+    ("req", "code", "remark"),
+    [
+        (pop_req(born=T0 - 10_000), ResponseCode.POLLING_TIMEOUT, "pop message is timeout too much"),
+        (pop_req(topic="NOPE"), ResponseCode.TOPIC_NOT_EXIST, "topic[NOPE] not exist"),
+        (pop_req(n=33), ResponseCode.SYSTEM_ERROR, "greater than 32"),
+        (pop_req(queue=5), ResponseCode.SYSTEM_ERROR, "queueId[5] is illegal"),
+        (pop_req(expType="SQL92", exp="a = 1"), ResponseCode.SYSTEM_ERROR, "filter message by SQL92"),
+        (pop_req(expType="SQL92"), ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription"),
+        (pop_req(consumerGroup="no such group!"), ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, "does not exist"),
+        (
+            RemotingCommand(RequestCode.POP_MESSAGE, 1, 0, None, {"consumerGroup": "G", "topic": "T"}, b"", "JAVA"),
+            ResponseCode.SYSTEM_ERROR,
+            "queueId",
+        ),
+        (ack_req("NOPE", 0, "0 1 2 0 0 bk 0 0", 0), ResponseCode.TOPIC_NOT_EXIST, "topic[NOPE] not exist"),
+        (ack_req("T", 9, "0 1 2 0 0 bk 9 0", 0), ResponseCode.MESSAGE_ILLEGAL, "queueId[9] is illegal"),
+        (ack_req("T", 0, "0 1 2 0 0 bk 0 7", 7), ResponseCode.NO_MESSAGE, "offset is illegal"),
+        (ack_req("T", 0, "garbage", 0), ResponseCode.SYSTEM_ERROR, "extraInfo"),
+        (ack_req("T", 0, "0 1 2 0 7 bk 0 0", 0), ResponseCode.SYSTEM_ERROR, "topic type"),
+        (
+            ack_req("T", 0, "0 1 2 0 0 bk 0 0", 0, code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME, invisibleTime="0"),
+            ResponseCode.SYSTEM_ERROR,
+            "invisibleTime 0",
+        ),
+        (
+            ack_req("T", 0, "0 1 2 0 0 bk 0 0", 0, code=RequestCode.CHANGE_MESSAGE_INVISIBLETIME, invisibleTime="5000"),
+            ResponseCode.NO_MESSAGE,
+            "not in flight",
+        ),
+    ],
+    ids=lambda v: str(v)[:30],
+)
+def test_refusals_answer_javas_codes_and_change_nothing(
+    broker: Broker, req: RemotingCommand, code: int, remark: str
+) -> None:
     put(broker.store, b"a")
     res = one(broker, req)
     assert res.code == code and res.remark is not None and remark in res.remark, res.remark
@@ -236,8 +278,9 @@ def test_a_pop_without_born_time_is_taken_as_born_now(broker: Broker) -> None:
 
 @pytest.fixture
 def sync_broker(tmp_path: Path, clock: rmqlog.ManualClock) -> Iterator[Broker]:
-    with rmqlog.MessageStore.open(tmp_path / "sync", small_store_config(flush_disk_type="SYNC_FLUSH"),
-                                  clock=clock) as s:
+    with rmqlog.MessageStore.open(
+        tmp_path / "sync", small_store_config(flush_disk_type="SYNC_FLUSH"), clock=clock
+    ) as s:
         s.create_topic("T", 2)
         yield make_broker(s, clock=clock, broker_name="bk")
 
@@ -257,8 +300,11 @@ def test_under_sync_flush_pops_and_acks_answer_after_one_sync_off_the_loop(sync_
 
     log.sync = recorded  # type: ignore[method-assign]
     res = run(broker, FakePeer(), pop_req(0, 1), pop_req(1, 1), pop_req(0, 1))  # one loop turn
-    assert [r.code for r in res if r is not None] == [ResponseCode.SUCCESS, ResponseCode.POLLING_TIMEOUT,
-                                                       ResponseCode.SUCCESS]
+    assert [r.code for r in res if r is not None] == [
+        ResponseCode.SUCCESS,
+        ResponseCode.POLLING_TIMEOUT,
+        ResponseCode.SUCCESS,
+    ]
     assert broker.pop.sync.syncs == 1 and threading.get_ident() not in threads  # one fsync, in a worker
     assert log.synced_writes == log.writes
     msgs = [m for r in res if r is not None and r.code == ResponseCode.SUCCESS for m in client_messages(r)]
@@ -300,8 +346,9 @@ def test_under_sync_flush_a_held_pop_answers_after_the_sync(sync_broker: Broker)
 
 
 def inflight_req(**ext: Any) -> RemotingCommand:
-    return RemotingCommand(RequestCode.GET_POP_INFLIGHT, 3, 0, None, {"consumerGroup": "G", "topic": "T", **ext},
-                           b"", "JAVA")
+    return RemotingCommand(
+        RequestCode.GET_POP_INFLIGHT, 3, 0, None, {"consumerGroup": "G", "topic": "T", **ext}, b"", "JAVA"
+    )
 
 
 def test_get_pop_inflight_lists_unacked_messages_and_refuses_what_it_cannot_answer(broker: Broker) -> None:
@@ -310,9 +357,15 @@ def test_get_pop_inflight_lists_unacked_messages_and_refuses_what_it_cannot_answ
     one(broker, ack_req("T", 0, msgs[1]["POP_CK"], 1))
     res = one(broker, inflight_req())
     assert res.code == ResponseCode.SUCCESS
-    assert json.loads(res.body_bytes()) == {"brokerName": "bk", "now": T0, "total": 2, "messages": [
-        {"topic": "T", "queueId": 0, "offset": o, "popTime": T0, "invisibleTime": INVISIBLE, "attempt": None}
-        for o in (0, 2)]}
+    assert json.loads(res.body_bytes()) == {
+        "brokerName": "bk",
+        "now": T0,
+        "total": 2,
+        "messages": [
+            {"topic": "T", "queueId": 0, "offset": o, "popTime": T0, "invisibleTime": INVISIBLE, "attempt": None}
+            for o in (0, 2)
+        ],
+    }
     assert json.loads(one(broker, inflight_req(maxNum="1")).body_bytes())["messages"][0]["offset"] == 0
     assert json.loads(one(broker, inflight_req(consumerGroup="other")).body_bytes())["total"] == 0
     assert one(broker, inflight_req(topic="Nope")).code == ResponseCode.TOPIC_NOT_EXIST

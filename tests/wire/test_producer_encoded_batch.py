@@ -23,8 +23,11 @@ def route(masters: dict[str, str | None]) -> TopicRouteData:
     """Groups ``name -> master address`` (``None``: only its slave is registered), 2 queues each."""
     return TopicRouteData(
         [QueueData(name, 2, 2, PERM_RW, 0) for name in sorted(masters, reverse=True)],
-        [BrokerData("C", name, {0: addr, 1: f"{name}-slave:1"} if addr else {1: f"{name}-slave:1"})
-         for name, addr in masters.items()])
+        [
+            BrokerData("C", name, {0: addr, 1: f"{name}-slave:1"} if addr else {1: f"{name}-slave:1"})
+            for name, addr in masters.items()
+        ],
+    )
 
 
 class ScriptedProducer(Producer):
@@ -32,8 +35,14 @@ class ScriptedProducer(Producer):
     ``dead`` addresses refuse the connection, ``slaves`` answer as a slave does, ``busy``
     answers SYSTEM_BUSY that many times first, ``duplicate`` answers as a replay."""
 
-    def __init__(self, routes: list[TopicRouteData], dead: set[str] | frozenset[str] = frozenset(),
-                 slaves: frozenset[str] = frozenset(), busy: int = 0, duplicate: bool = False) -> None:
+    def __init__(
+        self,
+        routes: list[TopicRouteData],
+        dead: set[str] | frozenset[str] = frozenset(),
+        slaves: frozenset[str] = frozenset(),
+        busy: int = 0,
+        duplicate: bool = False,
+    ) -> None:
         super().__init__("PG", "127.0.0.1:1")
         self.script = routes
         self.dead = dead
@@ -48,8 +57,9 @@ class ScriptedProducer(Producer):
         self.asked += 1
         return self.script[min(self.asked - 1, len(self.script) - 1)]
 
-    async def invoke(self, addr: str, cmd: RemotingCommand, timeout_s: float | None = None,
-                     ok: Any = (ResponseCode.SUCCESS,)) -> RemotingCommand:
+    async def invoke(
+        self, addr: str, cmd: RemotingCommand, timeout_s: float | None = None, ok: Any = (ResponseCode.SUCCESS,)
+    ) -> RemotingCommand:
         self.sent.append(addr)
         self.commands.append(cmd)
         if addr in self.dead:
@@ -66,8 +76,9 @@ class ScriptedProducer(Producer):
 
 
 def send(p: ScriptedProducer, addr: str | None, wait_s: float, **kw: Any) -> SendResult:
-    return asyncio.run(p.asend_encoded_batch("T", b"body", broker_name="b", queue_id=1, addr=addr,
-                                             master_wait_s=wait_s, **kw))
+    return asyncio.run(
+        p.asend_encoded_batch("T", b"body", broker_name="b", queue_id=1, addr=addr, master_wait_s=wait_s, **kw)
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -49,11 +49,28 @@ def broker(tmp_path: Path, namesrv: tuple[subprocess.Popen[str], str]) -> Iterat
     """A broker process with /metrics on a free port: (its address, its metrics address, the name server's)."""
     ns_proc, ns_addr = namesrv
     conf = tmp_path / "broker.conf"
-    conf.write_text("brokerClusterName=PromCluster\nbrokerName=broker-p\nmetricsExporterType=PROM\n"
-                    "metricsPromExporterPort=0\n")
-    proc = subprocess.Popen([sys.executable, "-m", "rmqnet", "broker", str(tmp_path / "store"), "-c", str(conf),
-                             "--listen", "127.0.0.1:0", "--namesrv", ns_addr], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=subprocess_env())
+    conf.write_text(
+        "brokerClusterName=PromCluster\nbrokerName=broker-p\nmetricsExporterType=PROM\nmetricsPromExporterPort=0\n"
+    )
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rmqnet",
+            "broker",
+            str(tmp_path / "store"),
+            "-c",
+            str(conf),
+            "--listen",
+            "127.0.0.1:0",
+            "--namesrv",
+            ns_addr,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=subprocess_env(),
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -78,11 +95,21 @@ def prometheus(tmp_path: Path, broker: tuple[str, str, str]) -> Iterator[str]:
     binary = prometheus_binary()
     port = free_port()
     config = tmp_path / "prometheus.yml"
-    config.write_text("global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
-                      f"  - job_name: rocketmq\n    static_configs:\n      - targets: ['{broker[1]}']\n")
+    config.write_text(
+        "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\nscrape_configs:\n"
+        f"  - job_name: rocketmq\n    static_configs:\n      - targets: ['{broker[1]}']\n"
+    )
     log = (tmp_path / "prometheus.log").open("w")
-    proc = subprocess.Popen([binary, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-                             f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         _until(lambda: _get(f"{url}/-/ready") is not None, "Prometheus never became ready", tmp_path)
@@ -172,10 +199,19 @@ def test_prometheus_scrapes_the_sends_and_the_lag(prometheus: str, broker: tuple
     node = 'cluster="PromCluster",node_type="broker",node_id="broker-p"'
     _converges(prometheus, f'sum(rocketmq_messages_in_total{{{node},topic="{TOPIC}",message_type="normal"}})', SENT)
     _converges(prometheus, f'sum(rocketmq_messages_out_total{{{node},topic="{TOPIC}",consumer_group="PromG"}})', SENT)
-    _converges(prometheus, f'sum(rocketmq_consumer_lag_messages{{{node},topic="{TOPIC}",consumer_group="PromG"}})',
-               SENT - sum(committed.values()))
-    _converges(prometheus, f'sum(rocketmq_consumer_inflight_messages{{{node},topic="{TOPIC}",consumer_group="PromG"}})',
-               SENT - sum(committed.values()))
-    _converges(prometheus, f'sum(rocketmq_rpc_latency_count{{{node},request_code="send_message_v2",'
-                           'response_code="success"})', SENT)
-    assert (_query(prometheus, f'rocketmq_storage_size{{{node}}}') or 0) > 0
+    _converges(
+        prometheus,
+        f'sum(rocketmq_consumer_lag_messages{{{node},topic="{TOPIC}",consumer_group="PromG"}})',
+        SENT - sum(committed.values()),
+    )
+    _converges(
+        prometheus,
+        f'sum(rocketmq_consumer_inflight_messages{{{node},topic="{TOPIC}",consumer_group="PromG"}})',
+        SENT - sum(committed.values()),
+    )
+    _converges(
+        prometheus,
+        f'sum(rocketmq_rpc_latency_count{{{node},request_code="send_message_v2",response_code="success"}})',
+        SENT,
+    )
+    assert (_query(prometheus, f"rocketmq_storage_size{{{node}}}") or 0) > 0

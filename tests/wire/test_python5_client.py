@@ -90,7 +90,9 @@ def test_python5_producer_sends_every_message_type(tmp_path: Path) -> None:
     # FIFO: one queue (the group's), in the order sent, the group stored
     fifo = [by_id[i] for i in ids[3:8]]
     assert {r["queueId"] for r in fifo} == {consistent_hash("order-1", 4)}
-    assert [bytes(r["body"]) for r in sorted(fifo, key=lambda r: r["queueOffset"])] == [f"fifo-{i}".encode() for i in range(5)]
+    assert [bytes(r["body"]) for r in sorted(fifo, key=lambda r: r["queueOffset"])] == [
+        f"fifo-{i}".encode() for i in range(5)
+    ]
     assert {_props(r)["__SHARDINGKEY"] for r in fifo} == {"order-1"}
     # transactions: both halves stored; the committed one delivered, the rolled back one not
     assert {ids[8], ids[9]} <= halves
@@ -140,7 +142,9 @@ def _do(consumer: rcl.Client, event: str, **cmd: Any) -> dict[str, Any]:
     return consumer.events(event)[-1]
 
 
-def _receive_until(consumer: rcl.Client, count: int, invisible: int, *, n: int = 32, tries: int = 8) -> list[dict[str, Any]]:
+def _receive_until(
+    consumer: rcl.Client, count: int, invisible: int, *, n: int = 32, tries: int = 8
+) -> list[dict[str, Any]]:
     """Receives until ``count`` messages came (each receive long-polls: an empty one waited)."""
     got: list[dict[str, Any]] = []
     for _ in range(tries):
@@ -187,8 +191,7 @@ def test_python5_simple_consumer_receives_acks_and_gets_the_unacked_again_with_a
     assert sorted(m["messageId"] for m in first) == sorted(ids)
     assert {(m["attempt"], m["corrupted"]) for m in first} == {(1, False)}
     assert sorted(m["body"] for m in first) == ["m0", "m1", "m2"]
-    assert [(m["messageId"], m["body"], m["attempt"]) for m in again] == [
-        (first[2]["messageId"], first[2]["body"], 2)]
+    assert [(m["messageId"], m["body"], m["attempt"]) for m in again] == [(first[2]["messageId"], first[2]["body"], 2)]
     assert after == []
 
 
@@ -232,8 +235,9 @@ def test_python5_fifo_group_arrives_in_order(tmp_path: Path) -> None:
 
 
 def _sql_consumer(c: rcl.Cluster, group: str, sql: str) -> rcl.Client:
-    consumer = c.python5(f"python5-consumer-{group}", "consume", stdin=True, group=group, topic=TOPIC, awaitSeconds=5,
-                         sql=sql)
+    consumer = c.python5(
+        f"python5-consumer-{group}", "consume", stdin=True, group=group, topic=TOPIC, awaitSeconds=5, sql=sql
+    )
     consumer.wait_event("ready", "the simple consumer's start")
     return consumer
 
@@ -245,8 +249,14 @@ def test_python5_simple_consumer_with_a_sql92_filter_receives_only_the_matching(
     rcl.require_python5_client()
     conf = {"grpcListenPort": str(rcl.free_port()), "enablePropertyFilter": "true", **POP_CONF}
     with rcl.cluster(tmp_path, topics={TOPIC: 4}, conf=conf) as c:
-        _send(c, [{"topic": TOPIC, "body": f"m{i}", "props": {"n": str(i), "color": "red" if i % 2 else "blue"}}
-                  for i in range(6)], [TOPIC])
+        _send(
+            c,
+            [
+                {"topic": TOPIC, "body": f"m{i}", "props": {"n": str(i), "color": "red" if i % 2 else "blue"}}
+                for i in range(6)
+            ],
+            [TOPIC],
+        )
         consumer = _sql_consumer(c, "CG_P5S", "n >= 3 AND color = 'red'")
         got = _receive_until(consumer, 2, invisible=30)
         _do(consumer, "acked", op="ack", ids=[m["messageId"] for m in got])
@@ -293,7 +303,12 @@ def test_python5_orphaned_transaction_is_recovered_by_the_producers_checker(tmp_
 
     assert "ended" not in sent
     assert (checked["messageId"], checked["topic"], checked["body"], checked["tag"], checked["corrupted"]) == (
-        sent["messageId"], TOPIC, "orphan", "TagO", False)
+        sent["messageId"],
+        TOPIC,
+        "orphan",
+        "TagO",
+        False,
+    )
     assert ended["code"] == 20000  # Code.OK
     store = rmqlog.MessageStore.open(c.root)
     try:

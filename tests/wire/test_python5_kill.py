@@ -63,6 +63,8 @@ def test_python5_consumer_gets_the_unacked_again_after_a_kill_9_and_never_the_ac
 
     assert sorted(m["messageId"] for m in first) == sorted(ids)
     unacked = {m["messageId"] for m in first} - {m["messageId"] for m in acked}
-    assert sorted(m["messageId"] for m in again) == sorted(unacked), "an unacked message was lost, or an acked one came again"
+    assert sorted(m["messageId"] for m in again) == sorted(unacked), (
+        "an unacked message was lost, or an acked one came again"
+    )
     assert {m["attempt"] for m in again} == {2} and sorted(m["body"] for m in again) == ["k3", "k4", "k5"]
     assert after["event"] == "received" and after["messages"] == [], "a message came a third time after its ack"

@@ -36,8 +36,12 @@ def broker(tmp_path: Path) -> Any:
 def put(broker: Any, topic: str, keys: list[list[str]], queue_id: int = 0) -> list[tuple[int, int]]:
     """(commitLogOffset, size) of each message put."""
     n = len(keys)
-    res = broker.store.put_batch(pa.table({"topic": [topic] * n, "body": [b"body%d" % i for i in range(n)],
-                                           "queueId": [queue_id] * n, "keys": keys}), dispatch=True)
+    res = broker.store.put_batch(
+        pa.table(
+            {"topic": [topic] * n, "body": [b"body%d" % i for i in range(n)], "queueId": [queue_id] * n, "keys": keys}
+        ),
+        dispatch=True,
+    )
     broker.store.dispatch()
     offs, qos = res["commitLogOffset"].to_pylist(), res["queueOffset"].to_pylist()
     sizes = broker.store.record_sizes(topic, queue_id, 0, max(qos) + 1)
@@ -48,8 +52,9 @@ def stored(broker: Any, records: list[tuple[int, int]]) -> bytes:
     return b"".join(segment_bytes(broker.store.paths.root, o, s) for o, s in records)
 
 
-def query_req(topic: str, key: str, *, max_num: int = 32, begin: int = 0, end: int = 1 << 62,
-              unique: bool = False) -> Any:
+def query_req(
+    topic: str, key: str, *, max_num: int = 32, begin: int = 0, end: int = 1 << 62, unique: bool = False
+) -> Any:
     ext: dict[str, Any] = {"topic": topic, "key": key, "maxNum": max_num, "beginTimestamp": begin, "endTimestamp": end}
     if unique:
         ext["_UNIQUE_KEY_QUERY"] = "true"
@@ -67,7 +72,10 @@ def test_query_by_key_body_is_the_stored_records(broker: Any) -> None:
     assert res.code == ResponseCode.SUCCESS and isinstance(res.body, list)
     assert res.body_bytes() == stored(broker, [recs[0], recs[2]])
     ts, phy = broker.store.index_last_update()  # the newest index file's end, as Java reports it
-    assert (int(res.ext_fields["indexLastUpdateTimestamp"]), int(res.ext_fields["indexLastUpdatePhyoffset"])) == (ts, phy)
+    assert (int(res.ext_fields["indexLastUpdateTimestamp"]), int(res.ext_fields["indexLastUpdatePhyoffset"])) == (
+        ts,
+        phy,
+    )
     assert ts == T0 and phy >= recs[2][0]
 
 
@@ -85,7 +93,9 @@ def test_query_max_num_and_time_range(broker: Any) -> None:
 def test_query_not_found(broker: Any) -> None:
     put(broker, "T", [["k1"]])
     res = call(broker, query_req("T", "nothing"))
-    assert res.code == ResponseCode.QUERY_NOT_FOUND and res.remark == "can not find message, maybe time range not correct"
+    assert (
+        res.code == ResponseCode.QUERY_NOT_FOUND and res.remark == "can not find message, maybe time range not correct"
+    )
     res = call(broker, query_req("T", "k1", begin=T0 + 1))
     assert res.code == ResponseCode.QUERY_NOT_FOUND
 
@@ -109,11 +119,14 @@ def test_query_without_index(tmp_path: Path) -> None:
         b.store.close()
 
 
-@pytest.mark.parametrize(("ext", "names"), [
-    ({"topic": "T", "key": "k", "maxNum": 1, "beginTimestamp": 0}, "endTimestamp"),
-    ({"topic": "T", "maxNum": 1, "beginTimestamp": 0, "endTimestamp": 1}, "key"),
-    ({"topic": "a/../b", "key": "k", "maxNum": 1, "beginTimestamp": 0, "endTimestamp": 1}, "a/../b"),
-])
+@pytest.mark.parametrize(
+    ("ext", "names"),
+    [
+        ({"topic": "T", "key": "k", "maxNum": 1, "beginTimestamp": 0}, "endTimestamp"),
+        ({"topic": "T", "maxNum": 1, "beginTimestamp": 0, "endTimestamp": 1}, "key"),
+        ({"topic": "a/../b", "key": "k", "maxNum": 1, "beginTimestamp": 0, "endTimestamp": 1}, "a/../b"),
+    ],
+)
 def test_query_bad_fields(broker: Any, ext: dict[str, Any], names: str) -> None:
     res = call(broker, request(RequestCode.QUERY_MESSAGE, ext))
     assert res.code == ResponseCode.SYSTEM_ERROR and names in res.remark
@@ -145,7 +158,7 @@ def test_view_never_returns_a_record_forged_inside_a_body(broker: Any) -> None:
     """A message body holding bytes that look like a stored record (valid lengths and CRC,
     its PHYSICALOFFSET set to where it will lie): the store reads a record there, but no
     queue lists it, so VIEW_MESSAGE_BY_ID refuses it."""
-    (offset, size), = put(broker, "T", [["a"]])
+    ((offset, size),) = put(broker, "T", [["a"]])
     original = bytearray(segment_bytes(broker.store.paths.root, offset, size))
     body_start = 88  # TOTALSIZE..BODYLENGTH: the fixed header before a v4 record's body
     where = broker.store.published_tail() + body_start
@@ -156,4 +169,3 @@ def test_view_never_returns_a_record_forged_inside_a_body(broker: Any) -> None:
     assert res.code == ResponseCode.SYSTEM_ERROR and res.body_bytes() == b""
     res = call(broker, request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": offset}))
     assert res.code == ResponseCode.SUCCESS
-

@@ -29,8 +29,11 @@ def _snippet() -> str:
     return code
 
 
-def test_the_readme_ali_ons_snippet_runs_and_its_message_is_found(servers: Servers, tmp_path: Path,  # noqa: F811
-                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_readme_ali_ons_snippet_runs_and_its_message_is_found(
+    servers: Servers,  # noqa: F811
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     node = require_ali_ons()
     code = _snippet()
     assert "127.0.0.1:9876" in code
@@ -39,8 +42,14 @@ def test_the_readme_ali_ons_snippet_runs_and_its_message_is_found(servers: Serve
     with Admin(servers.namesrv) as admin:  # ali-ons cannot create a topic by sending (tests/wire/test_ali_ons.py)
         admin.create_topic(servers.broker, "orders", 4)
         eventually(lambda: "orders" in admin.topic_list(), "orders routed")
-    run = subprocess.run([node, str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path,
-                         env={**os.environ, "NODE_PATH": str(NODE_DIR / "node_modules")})
+    run = subprocess.run(
+        [node, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "NODE_PATH": str(NODE_DIR / "node_modules")},
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     status, msg_id = run.stdout.split()
     assert status == "SEND_OK" and re.fullmatch(r"[0-9A-F]{32}", msg_id), run.stdout

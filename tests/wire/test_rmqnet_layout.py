@@ -37,7 +37,14 @@ from test_layout import (
 
 ROOT = Path(__file__).resolve().parents[2]
 NET = ROOT / "rmqnet"
-FLOORS = (("remoting",), ("grpc",), ("transport", "metrics"), ("client", "namesrv", "ha"), ("broker", "console"), ("cli",))
+FLOORS = (
+    ("remoting",),
+    ("grpc",),
+    ("transport", "metrics"),
+    ("client", "namesrv", "ha"),
+    ("broker", "console"),
+    ("cli",),
+)
 FLOOR = {unit: n for n, units in enumerate(FLOORS) for unit in units}
 #: what the command may take from the store beyond its public API: the store's own command
 COMMAND_HANDS_OVER = {"rmqlog.admin.cli"}
@@ -80,8 +87,9 @@ def test_no_import_cycles() -> None:
 
 def test_a_type_only_import_back_is_no_cycle_but_one_that_runs_is(tmp_path: Path) -> None:
     (tmp_path / "broker.py").write_text("from . import send\n")
-    (tmp_path / "send.py").write_text("from typing import TYPE_CHECKING\n"
-                                      "if TYPE_CHECKING:\n    from .broker import Broker\n")
+    (tmp_path / "send.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .broker import Broker\n"
+    )
     (tmp_path / "pull.py").write_text("def rerun():\n    from .broker import Broker\n")
     mods = {f"rmqnet.broker.{p.stem}": p for p in tmp_path.glob("*.py")}
     assert _cycles(_imports(mods, type_only=False)) == []
@@ -92,8 +100,11 @@ def test_a_type_only_import_back_is_no_cycle_but_one_that_runs_is(tmp_path: Path
 
 def test_the_store_is_reached_through_its_public_api_only() -> None:
     public, modules = _public_api()
-    bad = [f"{p.relative_to(ROOT)}: {b}" for p in sorted(NET.rglob("*.py"))
-           for b in _private_uses(p, public, modules | (COMMAND_HANDS_OVER if p.name == "cli.py" else set()))]
+    bad = [
+        f"{p.relative_to(ROOT)}: {b}"
+        for p in sorted(NET.rglob("*.py"))
+        for b in _private_uses(p, public, modules | (COMMAND_HANDS_OVER if p.name == "cli.py" else set()))
+    ]
     assert bad == [], "rmqnet reaching into the store: " + ", ".join(bad)
 
 
@@ -102,8 +113,13 @@ def test_the_wire_codec_does_no_io() -> None:
     found = []
     for path in sorted([*(NET / "remoting").rglob("*.py"), *(NET / "grpc").rglob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in banned]
     assert found == []
 
@@ -114,14 +130,20 @@ def test_no_module_reads_the_time_itself() -> None:
 
 
 def test_no_module_over_600_lines() -> None:
-    long = {str(p.relative_to(ROOT)): n for p in sorted(NET.rglob("*.py")) if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in sorted(NET.rglob("*.py"))
+        if (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
     assert long == {}
 
 
 def test_the_architecture_table_names_every_module() -> None:
     text = ARCHITECTURE.read_text()
     section = text.split("\n## The network side", 1)[1].split("\n## ", 1)[0]
-    named = re.findall(r"`([\w/]+\.py)`", "\n".join(line.split("|")[1] for line in section.splitlines() if line.startswith("| `")))
+    named = re.findall(
+        r"`([\w/]+\.py)`", "\n".join(line.split("|")[1] for line in section.splitlines() if line.startswith("| `"))
+    )
     on_disk = sorted(str(p.relative_to(NET)) for p in NET.rglob("*.py"))
     assert sorted(set(on_disk) - set(named)) == [], "rmqnet modules missing from docs/architecture.md's table"
     assert sorted(set(named) - set(on_disk)) == [], "docs/architecture.md names rmqnet modules that do not exist"
@@ -161,8 +183,9 @@ def test_rocketmq_names_are_declared_once() -> None:
 
 
 def test_the_names_rule_finds_each_kind(tmp_path: Path) -> None:
-    (tmp_path / "m.py").write_text('PERM_READ = 4\nT = "%RETRY%" + g\nD = f"%DLQ%{g}"\nS = "TAGS\\x01a\\x02"\n'
-                                   'B = b"\\x01"\nR = RETRY_PREFIX + g\n')
+    (tmp_path / "m.py").write_text(
+        'PERM_READ = 4\nT = "%RETRY%" + g\nD = f"%DLQ%{g}"\nS = "TAGS\\x01a\\x02"\nB = b"\\x01"\nR = RETRY_PREFIX + g\n'
+    )
     assert len(_vocabulary_literals(tmp_path / "m.py")) == 4  # (bytes and the imported prefix are no declaration)
     assert len(_vocabulary_literals(tmp_path / "m.py", separators=False)) == 3
 
@@ -172,12 +195,21 @@ def _address_parses(path: Path) -> list[str]:
     parsers: rmqnet's commands and peers go through ``rmqnet.remoting.address``."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("rsplit", "rpartition")
-                and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value == ":"):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("rsplit", "rpartition")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value == ":"
+        ):
             found.append(f"{path.name}:{node.lineno}: {node.func.attr}(':')")
         if isinstance(node, ast.ImportFrom) and node.module == "rmqlog.values":
-            found += [f"{path.name}:{node.lineno}: rmqlog.values.{a.name}" for a in node.names
-                      if a.name in ("parse_host_port", "parse_addresses")]
+            found += [
+                f"{path.name}:{node.lineno}: rmqlog.values.{a.name}"
+                for a in node.names
+                if a.name in ("parse_host_port", "parse_addresses")
+            ]
     return found
 
 
@@ -187,13 +219,20 @@ def test_addresses_are_parsed_in_one_module() -> None:
 
 
 def test_the_address_rule_finds_each_kind(tmp_path: Path) -> None:
-    (tmp_path / "m.py").write_text('from rmqlog.values import parse_host_port\nh, _, p = a.rpartition(":")\n'
-                                   'h, p = a.rsplit(":", 1)\nk, v = line.partition(":")\n')
+    (tmp_path / "m.py").write_text(
+        'from rmqlog.values import parse_host_port\nh, _, p = a.rpartition(":")\n'
+        'h, p = a.rsplit(":", 1)\nk, v = line.partition(":")\n'
+    )
     assert len(_address_parses(tmp_path / "m.py")) == 3
 
 
 def test_the_heartbeat_body_is_read_in_one_module() -> None:
-    found = [f"{p.relative_to(ROOT)}:{node.lineno}" for p in _sources(NET) if p != HEARTBEAT
-             for node in ast.walk(ast.parse(p.read_text(), str(p)))
-             if isinstance(node, ast.Call) and any(isinstance(a, ast.Constant) and a.value == "HeartbeatData" for a in node.args)]
+    found = [
+        f"{p.relative_to(ROOT)}:{node.lineno}"
+        for p in _sources(NET)
+        if p != HEARTBEAT
+        for node in ast.walk(ast.parse(p.read_text(), str(p)))
+        if isinstance(node, ast.Call)
+        and any(isinstance(a, ast.Constant) and a.value == "HeartbeatData" for a in node.args)
+    ]
     assert found == [], "HeartbeatData parsed outside rmqnet/remoting/heartbeat.py: " + ", ".join(found)

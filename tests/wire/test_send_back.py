@@ -26,26 +26,54 @@ SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[rmqlog.MessageStore]:
-    with rmqlog.MessageStore.open(tmp_path / "store", small_store_config(), clock=rmqlog.ManualClock(1_700_000_000_000)) as s:
+    with rmqlog.MessageStore.open(
+        tmp_path / "store", small_store_config(), clock=rmqlog.ManualClock(1_700_000_000_000)
+    ) as s:
         s.create_topic("T", 2)
         yield s
 
 
 def put(store: rmqlog.MessageStore, *bodies: bytes, sys_flag: int = 0, reconsume: int = 0) -> list[dict[str, Any]]:
     n = len(bodies)
-    res = store.put_wire(pa.table({
-        "topic": ["T"] * n, "queueId": [0] * n, "body": list(bodies), "flag": pa.array([9] * n, pa.int32()),
-        "sysFlag": pa.array([sys_flag] * n, pa.int32()), "bornHost": ["10.9.8.7:4321"] * n,
-        "properties": ["TAGS\x01TagA\x02KEYS\x01k1\x02"] * n, "reconsumeTimes": pa.array([reconsume] * n, pa.int32()),
-    }), dispatch=True)
+    res = store.put_wire(
+        pa.table(
+            {
+                "topic": ["T"] * n,
+                "queueId": [0] * n,
+                "body": list(bodies),
+                "flag": pa.array([9] * n, pa.int32()),
+                "sysFlag": pa.array([sys_flag] * n, pa.int32()),
+                "bornHost": ["10.9.8.7:4321"] * n,
+                "properties": ["TAGS\x01TagA\x02KEYS\x01k1\x02"] * n,
+                "reconsumeTimes": pa.array([reconsume] * n, pa.int32()),
+            }
+        ),
+        dispatch=True,
+    )
     return res.to_pylist()
 
 
-def back(offset: int, group: str = "G", delay: int = 0, *, max_reconsume: int | None = None, version: int = 121,
-         opaque: int = 1, **ext: Any) -> RemotingCommand:
-    h = ConsumerSendMsgBackHeader(offset=offset, group=group, delay_level=delay, origin_msg_id="X", origin_topic="T",
-                                  max_reconsume_times=max_reconsume)
-    return RemotingCommand(RequestCode.CONSUMER_SEND_MSG_BACK, opaque, 0, None, {**h.to_ext(), **ext}, b"", "JAVA", version)
+def back(
+    offset: int,
+    group: str = "G",
+    delay: int = 0,
+    *,
+    max_reconsume: int | None = None,
+    version: int = 121,
+    opaque: int = 1,
+    **ext: Any,
+) -> RemotingCommand:
+    h = ConsumerSendMsgBackHeader(
+        offset=offset,
+        group=group,
+        delay_level=delay,
+        origin_msg_id="X",
+        origin_topic="T",
+        max_reconsume_times=max_reconsume,
+    )
+    return RemotingCommand(
+        RequestCode.CONSUMER_SEND_MSG_BACK, opaque, 0, None, {**h.to_ext(), **ext}, b"", "JAVA", version
+    )
 
 
 def rows(store: rmqlog.MessageStore, topic: str, queue: int = 0) -> list[dict[str, Any]]:
@@ -97,9 +125,13 @@ def test_the_requested_delay_level_and_the_next_retry_keep_the_origin(store: rmq
 def test_at_the_maximum_or_with_a_negative_level_it_is_a_dead_letter(store: rmqlog.MessageStore) -> None:
     a, b, c = put(store, b"a", b"b", b"c", reconsume=2)
     broker = make_broker(store)
-    replies = run(broker, FakePeer(), back(a["commitLogOffset"], max_reconsume=2, opaque=1),
-                  back(b["commitLogOffset"], delay=-1, opaque=2),
-                  back(c["commitLogOffset"], max_reconsume=3, opaque=3))
+    replies = run(
+        broker,
+        FakePeer(),
+        back(a["commitLogOffset"], max_reconsume=2, opaque=1),
+        back(b["commitLogOffset"], delay=-1, opaque=2),
+        back(c["commitLogOffset"], max_reconsume=3, opaque=3),
+    )
     assert [code(r) for r in replies] == [ResponseCode.SUCCESS] * 3
     dead = rows(store, "%DLQ%G")
     assert [(d["body"], d["reconsumeTimes"]) for d in dead] == [(b"a", 3), (b"b", 3)]
@@ -114,26 +146,36 @@ def test_the_request_max_counts_from_client_version_v3_4_9(store: rmqlog.Message
     [m] = put(store, b"old", reconsume=2)
     broker = make_broker(store)
     # an older client's maxReconsumeTimes is not read: the group's 16
-    assert code(run(broker, FakePeer(), back(m["commitLogOffset"], max_reconsume=2, version=63))[0]) == ResponseCode.SUCCESS
+    assert (
+        code(run(broker, FakePeer(), back(m["commitLogOffset"], max_reconsume=2, version=63))[0])
+        == ResponseCode.SUCCESS
+    )
     assert rows(store, "%DLQ%G") == [] and len(rows(store, SCHEDULE, 4)) == 1
     [m2] = put(store, b"x", reconsume=16)
     run(broker, FakePeer(), back(m2["commitLogOffset"], version=63))
     assert [d["body"] for d in rows(store, "%DLQ%G")] == [b"x"]
 
 
-def test_send_backs_arriving_together_are_one_read_and_one_put(store: rmqlog.MessageStore,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_send_backs_arriving_together_are_one_read_and_one_put(
+    store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     ms = put(store, *[b"m%d" % i for i in range(50)])
     broker = make_broker(store)
     calls: list[str] = []
     for name in ("wire_records", "put_wire"):
         real = getattr(store, name)
         monkeypatch.setattr(store, name, lambda *a, _r=real, _n=name, **k: (calls.append(_n), _r(*a, **k))[1])
-    replies = run(broker, FakePeer(), *[back(m["commitLogOffset"], group=f"G{i % 3}", opaque=i) for i, m in enumerate(ms)])
-    assert [code(r) for r in replies] == [ResponseCode.SUCCESS] * 50 and [r.opaque for r in replies if r] == list(range(50))
+    replies = run(
+        broker, FakePeer(), *[back(m["commitLogOffset"], group=f"G{i % 3}", opaque=i) for i, m in enumerate(ms)]
+    )
+    assert [code(r) for r in replies] == [ResponseCode.SUCCESS] * 50 and [r.opaque for r in replies if r] == list(
+        range(50)
+    )
     assert calls == ["wire_records", "put_wire"]
     store.deliver_due(FAR)
-    assert sorted(m["body"] for g in range(3) for m in rows(store, f"%RETRY%G{g}")) == sorted(b"m%d" % i for i in range(50))
+    assert sorted(m["body"] for g in range(3) for m in rows(store, f"%RETRY%G{g}")) == sorted(
+        b"m%d" % i for i in range(50)
+    )
 
 
 # ------------------------------------------------------------------ failures
@@ -141,11 +183,19 @@ def test_an_offset_that_starts_no_record_is_refused_alone(store: rmqlog.MessageS
     a, b = put(store, b"first", b"second")
     broker = make_broker(store)
     bad = [-5, 1 << 40, a["commitLogOffset"] + 3]
-    replies = run(broker, FakePeer(), back(a["commitLogOffset"], opaque=1), *[back(o, opaque=10 + i) for i, o in enumerate(bad)],
-                  back(b["commitLogOffset"], opaque=2))
+    replies = run(
+        broker,
+        FakePeer(),
+        back(a["commitLogOffset"], opaque=1),
+        *[back(o, opaque=10 + i) for i, o in enumerate(bad)],
+        back(b["commitLogOffset"], opaque=2),
+    )
     assert code(replies[0]) == code(replies[-1]) == ResponseCode.SUCCESS
     for r, o in zip(replies[1:-1], bad, strict=True):
-        assert r is not None and (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {o}")
+        assert r is not None and (r.code, r.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            f"look message by offset failed, {o}",
+        )
     store.deliver_due(FAR)
     assert [m["body"] for m in rows(store, "%RETRY%G")] == [b"first", b"second"]
 
@@ -163,7 +213,10 @@ def test_a_bad_group_is_subscription_group_not_exist(store: rmqlog.MessageStore,
 def test_without_auto_created_groups_only_known_groups_send_back(store: rmqlog.MessageStore) -> None:
     [m] = put(store, b"x")
     broker = make_broker(store, auto_create_subscription_group=False)
-    assert code(run(broker, FakePeer(), back(m["commitLogOffset"], group="Unknown"))[0]) == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    assert (
+        code(run(broker, FakePeer(), back(m["commitLogOffset"], group="Unknown"))[0])
+        == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    )
     broker.topics.create_retry("Known")
     assert code(run(broker, FakePeer(), back(m["commitLogOffset"], group="Known"))[0]) == ResponseCode.SUCCESS
 
@@ -177,7 +230,9 @@ def test_a_missing_required_field_is_system_error_naming_it(store: rmqlog.Messag
     assert r is not None and r.code == ResponseCode.SYSTEM_ERROR and r.remark is not None and missing in r.remark
 
 
-def test_a_store_error_is_mapped_and_nothing_is_stored(store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_store_error_is_mapped_and_nothing_is_stored(
+    store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     [m] = put(store, b"x")
     broker = make_broker(store)
 
@@ -222,10 +277,20 @@ def test_the_keys_update_broker_config_changes_count_at_once(store: rmqlog.Messa
     assert code(run(broker, FakePeer(), update)[0]) == ResponseCode.SUCCESS
     (r,) = run(broker, FakePeer(), back(m["commitLogOffset"]))
     assert r is not None and r.code == ResponseCode.NO_PERMISSION and "sending message is forbidden" in (r.remark or "")
-    update = RemotingCommand(RequestCode.UPDATE_BROKER_CONFIG, 10, 0, None, {}, b"brokerPermission=6\n"
-                             b"autoCreateSubscriptionGroup=false\n", "JAVA")
+    update = RemotingCommand(
+        RequestCode.UPDATE_BROKER_CONFIG,
+        10,
+        0,
+        None,
+        {},
+        b"brokerPermission=6\nautoCreateSubscriptionGroup=false\n",
+        "JAVA",
+    )
     assert code(run(broker, FakePeer(), update)[0]) == ResponseCode.SUCCESS
-    assert code(run(broker, FakePeer(), back(m["commitLogOffset"], group="Unknown"))[0]) == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    assert (
+        code(run(broker, FakePeer(), back(m["commitLogOffset"], group="Unknown"))[0])
+        == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST
+    )
     assert rows(store, "%RETRY%G") == [] and rows(store, SCHEDULE, 2) == []  # nothing was stored
 
 
@@ -239,8 +304,9 @@ def test_reserved_property_names_from_users_are_still_refused(store: rmqlog.Mess
         store.put("T", b"x", properties={"ORIGIN_MESSAGE_ID": "v"})
 
 
-def test_acl_checks_code_36_against_the_retry_group(store: rmqlog.MessageStore, tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_acl_checks_code_36_against_the_retry_group(
+    store: rmqlog.MessageStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """With aclEnable: 36 needs ``%RETRY%<group>`` SUB (PlainAccessValidator); refused, nothing is stored."""
     from rmqnet.broker.acl import ACL_EXCEPTION
     from rmqnet.remoting.acl_sign import sign
@@ -252,9 +318,13 @@ def test_acl_checks_code_36_against_the_retry_group(store: rmqlog.MessageStore, 
     monkeypatch.setenv("ROCKETMQ_HOME", str(home))
     [m] = put(store, b"x")
     broker = make_broker(store, acl_enable=True)
-    (r,) = run(broker, FakePeer(), sign(back(m["commitLogOffset"], group="groupA"), USER_KEY, USER_SECRET))  # groupA=DENY
-    assert r is not None and (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR,
-                                                    f"{ACL_EXCEPTION}: No default permission for group:groupA")
+    (r,) = run(
+        broker, FakePeer(), sign(back(m["commitLogOffset"], group="groupA"), USER_KEY, USER_SECRET)
+    )  # groupA=DENY
+    assert r is not None and (r.code, r.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        f"{ACL_EXCEPTION}: No default permission for group:groupA",
+    )
     (r,) = run(broker, FakePeer(), back(m["commitLogOffset"], group="groupC"))  # unsigned
     assert r is not None and r.code == ResponseCode.SYSTEM_ERROR and "No accessKey" in (r.remark or "")
     assert "%RETRY%groupA" not in store.topics() and rows(store, SCHEDULE, 2) == []

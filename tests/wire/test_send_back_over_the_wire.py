@@ -25,8 +25,10 @@ def _pull_one(consumer: PullConsumer, topic: str, offset: int = 0) -> dict:
     raise AssertionError(f"nothing arrived on {topic}")
 
 
-def test_send_back_retries_then_dead_letters_over_the_wire(servers: Servers,  # noqa: F811
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_send_back_retries_then_dead_letters_over_the_wire(
+    servers: Servers,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with Producer("PG", servers.namesrv) as producer, PullConsumer("CG", servers.namesrv) as consumer:
         sent = producer.send("T", b"fails", tags="A", keys=["k1"], queue_id=0)
         [msg] = consumer.pull("T", 0, 0, suspend_ms=5_000).messages.to_pylist()

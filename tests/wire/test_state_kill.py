@@ -28,9 +28,13 @@ class BrokerProc:
     """``rmqlog broker`` on a free port of 127.0.0.1, no name server."""
 
     def __init__(self, root: Path, conf: Path) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "rmqnet", "broker", str(root), "-c", str(conf), "--listen",
-                                      "127.0.0.1:0"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                     env=subprocess_env())
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rmqnet", "broker", str(root), "-c", str(conf), "--listen", "127.0.0.1:0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            env=subprocess_env(),
+        )
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         assert " ready at 127.0.0.1:" in line, line
@@ -75,7 +79,9 @@ def _commit(admin: Admin, broker: str, offsets: dict[tuple[str, int], int]) -> N
 
 def test_offsets_persisted_on_a_schedule_survive_a_kill_9(tmp_path: Path) -> None:
     root, conf = tmp_path / "store", tmp_path / "broker.conf"
-    conf.write_text(f"brokerName=broker-a\nflushConsumerOffsetInterval={INTERVAL_MS}\nmappedFileSizeCommitLog={1 << 20}\n")
+    conf.write_text(
+        f"brokerName=broker-a\nflushConsumerOffsetInterval={INTERVAL_MS}\nmappedFileSizeCommitLog={1 << 20}\n"
+    )
     broker = BrokerProc(root, conf)
     admin = Admin("127.0.0.1:9")  # (no name server: every call names the broker's address)
     try:

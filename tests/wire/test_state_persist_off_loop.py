@@ -41,8 +41,9 @@ class HeldMerge:
     """``store.merge_consumer_offsets`` held at its start until :meth:`release` (or failing
     with ``error`` once released)."""
 
-    def __init__(self, store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch,
-                 error: BaseException | None = None) -> None:
+    def __init__(
+        self, store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch, error: BaseException | None = None
+    ) -> None:
         self.entered, self.released = threading.Event(), threading.Event()
         real = store.merge_consumer_offsets
 
@@ -78,8 +79,9 @@ def in_thread(fn: Any) -> tuple[threading.Thread, list[BaseException]]:
     return t, errors
 
 
-def test_a_commit_during_a_persist_goes_on_and_wins(root: Path, store: rmqlog.MessageStore,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_commit_during_a_persist_goes_on_and_wins(
+    root: Path, store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     table = ConsumerOffsetTable(store)
     table.commit("G", "T", 0, 5)
     held = HeldMerge(store, monkeypatch)
@@ -102,7 +104,8 @@ def test_a_commit_during_a_persist_goes_on_and_wins(root: Path, store: rmqlog.Me
 
 
 def test_a_persist_that_reads_another_writers_file_keeps_the_commits_made_meanwhile(
-        root: Path, store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    root: Path, store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     table = ConsumerOffsetTable(store)
     table.commit("G", "T", 0, 5)
     assert table.persist()
@@ -126,7 +129,8 @@ def test_a_persist_that_reads_another_writers_file_keeps_the_commits_made_meanwh
 
 
 def test_a_failed_persist_keeps_its_changes_and_a_newer_commit_wins(
-        root: Path, store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    root: Path, store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     table = ConsumerOffsetTable(store)
     table.commit("G", "T", 0, 5)
     table.commit("G", "T", 1, 5)

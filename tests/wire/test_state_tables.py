@@ -93,16 +93,20 @@ def started(broker: Broker) -> Broker:
     return broker
 
 
-def call(broker: Broker, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
-         peer: FakePeer | None = None) -> RemotingCommand:
+def call(
+    broker: Broker, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", peer: FakePeer | None = None
+) -> RemotingCommand:
     res = broker.table.process(broker, peer or FakePeer(), RemotingCommand(code, 3, 0, None, ext or {}, body, "JAVA"))
     assert isinstance(res, RemotingCommand)
     return res
 
 
 def commit(broker: Broker, group: str, queue_id: int, offset: int, topic: str = "T") -> None:
-    res = call(broker, RequestCode.UPDATE_CONSUMER_OFFSET,
-               {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset})
+    res = call(
+        broker,
+        RequestCode.UPDATE_CONSUMER_OFFSET,
+        {"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
+    )
     assert res.code == ResponseCode.SUCCESS, res.remark
 
 
@@ -113,8 +117,18 @@ def query(broker: Broker, group: str, queue_id: int, topic: str = "T") -> int:
 
 
 def pull_commit(broker: Broker, group: str, queue_id: int, offset: int) -> RemotingCommand:
-    ext = {"consumerGroup": group, "topic": "T", "queueId": queue_id, "queueOffset": 0, "maxMsgNums": 32,
-           "sysFlag": 1 | 4, "commitOffset": offset, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}
+    ext = {
+        "consumerGroup": group,
+        "topic": "T",
+        "queueId": queue_id,
+        "queueOffset": 0,
+        "maxMsgNums": 32,
+        "sysFlag": 1 | 4,
+        "commitOffset": offset,
+        "suspendTimeoutMillis": 0,
+        "subscription": "*",
+        "subVersion": 0,
+    }
     return call(broker, RequestCode.PULL_MESSAGE, ext)
 
 
@@ -131,8 +145,9 @@ def offsets_file(root: Path) -> dict[str, dict[str, int]]:
 # ------------------------------------------------------------------ consumer offsets
 
 
-def test_commits_and_queries_touch_no_file_until_the_persist_round(broker: Broker, root: Path,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_commits_and_queries_touch_no_file_until_the_persist_round(
+    broker: Broker, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Every commit or query reloaded and rewrote the whole consumerOffset.json (0.7-0.9 s a
     request at 100 k entries): now they are in memory, at any size, and the file is written
     once per ``flushConsumerOffsetInterval`` when something changed."""
@@ -167,10 +182,12 @@ def test_a_commit_of_another_process_is_visible_after_a_persist(broker: Broker, 
     commit(broker, "G", 0, 5)
     rounds(broker, T0, T0 + 5000)
     commit(broker, "G", 0, 6)  # the broker's change since its last persist ...
-    code = ("import sys, rmqlog\n"
-            "with rmqlog.MessageStore.open(sys.argv[1]) as s:\n"
-            "    s.commit_offset('G', 'T', 0, 100)\n"  # ... and another process's of the same entry
-            "    s.commit_offset('Spark', 'T', 2, 42)\n")
+    code = (
+        "import sys, rmqlog\n"
+        "with rmqlog.MessageStore.open(sys.argv[1]) as s:\n"
+        "    s.commit_offset('G', 'T', 0, 100)\n"  # ... and another process's of the same entry
+        "    s.commit_offset('Spark', 'T', 2, 42)\n"
+    )
     subprocess.run([sys.executable, "-c", code, str(root)], check=True, env=subprocess_env(), timeout=120)
     rounds(broker, T0 + 10_000)
     assert query(broker, "Spark", 2) == 42  # taken in
@@ -180,12 +197,18 @@ def test_a_commit_of_another_process_is_visible_after_a_persist(broker: Broker, 
 
 
 def test_the_brokers_commits_are_visible_to_rmqlog_lag_after_a_persist(broker: Broker, root: Path) -> None:
-    broker.store.put_batch(__import__("pyarrow").table({"topic": ["T"] * 5, "body": [b"x"] * 5, "queueId": [1] * 5}),
-                           dispatch=True)
+    broker.store.put_batch(
+        __import__("pyarrow").table({"topic": ["T"] * 5, "body": [b"x"] * 5, "queueId": [1] * 5}), dispatch=True
+    )
     commit(broker, "LagGroup", 1, 3)
     broker.state.persist_all()  # (what the schedule and the clean stop do)
-    out = subprocess.run([sys.executable, "-m", "rmqnet", "lag", str(root), "LagGroup", "--json"], env=subprocess_env(),
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-m", "rmqnet", "lag", str(root), "LagGroup", "--json"],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     lag = json.loads(out.stdout)
     assert lag["offsets"] == [{"group": "LagGroup", "topic": "T", "queueId": 1, "committed": 3, "max": 5, "lag": 2}]
@@ -205,9 +228,11 @@ def test_consume_stats_and_all_offsets_read_the_table(broker: Broker, monkeypatc
 
 
 def test_a_commit_the_store_refuses_changes_nothing(broker: Broker) -> None:
-    for ext, name in [({"consumerGroup": "bad g", "topic": "T", "queueId": 0, "commitOffset": 1}, "bad g"),
-                      ({"consumerGroup": "G", "topic": "T", "queueId": 9, "commitOffset": 1}, "queue_id 9"),
-                      ({"consumerGroup": "G", "topic": "a/b", "queueId": 0, "commitOffset": 1}, "a/b")]:
+    for ext, name in [
+        ({"consumerGroup": "bad g", "topic": "T", "queueId": 0, "commitOffset": 1}, "bad g"),
+        ({"consumerGroup": "G", "topic": "T", "queueId": 9, "commitOffset": 1}, "queue_id 9"),
+        ({"consumerGroup": "G", "topic": "a/b", "queueId": 0, "commitOffset": 1}, "a/b"),
+    ]:
         res = call(broker, RequestCode.UPDATE_CONSUMER_OFFSET, ext)
         assert res.code == ResponseCode.SYSTEM_ERROR and name in (res.remark or "")
     assert len(broker.consumer_offsets) == 0 and broker.consumer_offsets.pending == 0
@@ -223,9 +248,26 @@ def test_an_unknown_topic_reads_no_file_and_walks_no_folder(broker: Broker, monk
         broker.store.create_topic(f"Known{i}", 2)
     ops = FileOps(monkeypatch)
     for i in range(40):
-        res = pull_commit(broker, "G", 0, -1) if i == 0 else call(broker, RequestCode.PULL_MESSAGE, {
-            "consumerGroup": "G", "topic": f"Nope{i}", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 4,
-            "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0})
+        res = (
+            pull_commit(broker, "G", 0, -1)
+            if i == 0
+            else call(
+                broker,
+                RequestCode.PULL_MESSAGE,
+                {
+                    "consumerGroup": "G",
+                    "topic": f"Nope{i}",
+                    "queueId": 0,
+                    "queueOffset": 0,
+                    "maxMsgNums": 32,
+                    "sysFlag": 4,
+                    "commitOffset": 0,
+                    "suspendTimeoutMillis": 0,
+                    "subscription": "*",
+                    "subVersion": 0,
+                },
+            )
+        )
         assert res.code in (ResponseCode.TOPIC_NOT_EXIST, ResponseCode.PULL_NOT_FOUND)
     assert call(broker, RequestCode.GET_TOPIC_STATS_INFO, {"topic": "Nope"}).code == ResponseCode.TOPIC_NOT_EXIST
     assert call(broker, RequestCode.GET_MAX_OFFSET, {"topic": "Nope", "queueId": 0}).ext_fields == {"offset": 0}
@@ -233,8 +275,9 @@ def test_an_unknown_topic_reads_no_file_and_walks_no_folder(broker: Broker, monk
     assert ops.none(), (ops.reads, ops.writes, ops.walks)
 
 
-def test_auto_creation_writes_topics_json_at_the_persist_round_only(broker: Broker, root: Path,
-                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_auto_creation_writes_topics_json_at_the_persist_round_only(
+    broker: Broker, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Auto-creating a topic rewrote topics.json (and re-read it, and walked the queue
     folders): 0.8-1.7 s at 10 k topics. Now: in memory, written by the next persist round."""
     rounds(broker, T0)
@@ -255,8 +298,16 @@ def test_topic_perm_and_order_survive_a_restart(root: Path) -> None:
     only and lost at a restart."""
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         b = make_broker(s)
-        ext = {"topic": "RO", "defaultTopic": "TBW102", "readQueueNums": 2, "writeQueueNums": 2, "perm": 4,
-               "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": "true"}
+        ext = {
+            "topic": "RO",
+            "defaultTopic": "TBW102",
+            "readQueueNums": 2,
+            "writeQueueNums": 2,
+            "perm": 4,
+            "topicFilterType": "SINGLE_TAG",
+            "topicSysFlag": 0,
+            "order": "true",
+        }
         assert call(b, RequestCode.UPDATE_AND_CREATE_TOPIC, ext).code == ResponseCode.SUCCESS
     with rmqlog.MessageStore.open(root, small_store_config()) as s:
         tc = make_broker(s).topics.get("RO")
@@ -266,8 +317,12 @@ def test_topic_perm_and_order_survive_a_restart(root: Path) -> None:
 def test_auto_creation_past_the_cap_is_topic_not_exist(store: rmqlog.MessageStore) -> None:
     probe = make_broker(store)
     broker = make_broker(store, auto_create_topic_max_nums=probe.topics.count() + 2)
-    for name, code in [("New1", ResponseCode.SUCCESS), ("New2", ResponseCode.SUCCESS),
-                       ("New3", ResponseCode.TOPIC_NOT_EXIST), ("New4", ResponseCode.TOPIC_NOT_EXIST)]:
+    for name, code in [
+        ("New1", ResponseCode.SUCCESS),
+        ("New2", ResponseCode.SUCCESS),
+        ("New3", ResponseCode.TOPIC_NOT_EXIST),
+        ("New4", ResponseCode.TOPIC_NOT_EXIST),
+    ]:
         (res,) = run(broker, FakePeer(), send_request(send_header(name), b"x"))
         assert res is not None and res.code == code, (name, res and res.remark)
     assert broker.topics.get("New3") is None and broker.topics.refused == 2
@@ -281,8 +336,12 @@ def test_the_cap_changed_by_update_broker_config_counts_at_once(store: rmqlog.Me
     broker = make_broker(store)
     cap = broker.topics.count() + 1
     assert call(broker, RequestCode.UPDATE_BROKER_CONFIG, body=f"autoCreateTopicMaxNums={cap}\n".encode()).code == 0
-    codes = [r.code for name in ("New1", "New2") for r in run(broker, FakePeer(), send_request(send_header(name), b"x"))
-             if r is not None]
+    codes = [
+        r.code
+        for name in ("New1", "New2")
+        for r in run(broker, FakePeer(), send_request(send_header(name), b"x"))
+        if r is not None
+    ]
     assert codes == [ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST]
     assert broker.topics.get("New2") is None and broker.topics.refused == 1
 
@@ -291,9 +350,12 @@ def test_a_topic_only_the_log_has_is_found_when_its_units_arrive(store: rmqlog.M
     """A slave's replicated records (or another process's puts) name a topic the broker does
     not know: the dispatcher's arrival signal takes it in, without a walk of the folders."""
     broker = make_broker(store)
-    other = store.put_batch(__import__("pyarrow").table({"topic": ["Elsewhere"] * 2, "body": [b"x", b"y"],
-                                                         "queueId": [0, 2]}))
-    assert other.num_rows == 2 and broker.topics.get("Elsewhere") is not None  # (the put auto-created it in topics.json)
+    other = store.put_batch(
+        __import__("pyarrow").table({"topic": ["Elsewhere"] * 2, "body": [b"x", b"y"], "queueId": [0, 2]})
+    )
+    assert (
+        other.num_rows == 2 and broker.topics.get("Elsewhere") is not None
+    )  # (the put auto-created it in topics.json)
     store.put_topic(rmqlog.TopicConfig("Gone", 1, 1), persist=True)
     broker.topics._arrived(["Replicated", "Replicated"], [0, 5], [1, 1])
     tc = broker.topics.get("Replicated")
@@ -304,13 +366,28 @@ def test_a_topic_only_the_log_has_is_found_when_its_units_arrive(store: rmqlog.M
 
 
 def heartbeat(groups: list[str], producers: tuple[str, ...] = (), client: str = "10.0.0.1@1") -> bytes:
-    return json.dumps({"clientID": client, "producerDataSet": [{"groupName": g} for g in producers], "consumerDataSet": [
-        {"groupName": g, "consumeType": "CONSUME_PASSIVELY", "messageModel": "CLUSTERING",
-         "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET", "unitMode": False,
-         "subscriptionDataSet": [{"topic": "T", "subString": "*", "subVersion": 1}]} for g in groups]}).encode()
+    return json.dumps(
+        {
+            "clientID": client,
+            "producerDataSet": [{"groupName": g} for g in producers],
+            "consumerDataSet": [
+                {
+                    "groupName": g,
+                    "consumeType": "CONSUME_PASSIVELY",
+                    "messageModel": "CLUSTERING",
+                    "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+                    "unitMode": False,
+                    "subscriptionDataSet": [{"topic": "T", "subString": "*", "subVersion": 1}],
+                }
+                for g in groups
+            ],
+        }
+    ).encode()
 
 
-def test_a_heartbeat_of_400_new_groups_writes_no_file(broker: Broker, root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_heartbeat_of_400_new_groups_writes_no_file(
+    broker: Broker, root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """One heartbeat naming 400 new consumer groups froze the broker ~3 s: each group's retry
     topic was written to topics.json (and the file re-read, the folders walked)."""
     rounds(broker, T0)
@@ -325,7 +402,9 @@ def test_a_heartbeat_of_400_new_groups_writes_no_file(broker: Broker, root: Path
     assert sorted(ops.writes) == ["subscriptionGroup.json", "topics.json"]
     saved = json.loads((root / "config" / "subscriptionGroup.json").read_text())["subscriptionGroupTable"]
     assert set(groups) <= set(saved) and saved["CG7"]["retryQueueNums"] == 1
-    assert {f"%RETRY%{g}" for g in groups} <= set(json.loads((root / "config" / "topics.json").read_text())["topicConfigTable"])
+    assert {f"%RETRY%{g}" for g in groups} <= set(
+        json.loads((root / "config" / "topics.json").read_text())["topicConfigTable"]
+    )
 
 
 def _nothing_registered(broker: Broker, groups: list[str]) -> None:
@@ -351,14 +430,19 @@ def test_a_heartbeat_past_the_registry_cap_is_refused_and_changes_nothing(store:
     res = call(broker, RequestCode.HEART_BEAT, body=heartbeat(["A", "C"], client="10.0.0.2@1"))
     assert res.code == ResponseCode.SYSTEM_ERROR and "clientGroupMaxNums 2" in (res.remark or "")
     _nothing_registered(broker, ["C"])
-    assert call(broker, RequestCode.HEART_BEAT, body=heartbeat(["A", "B"], client="10.0.0.3@1")).code == ResponseCode.SUCCESS
+    assert (
+        call(broker, RequestCode.HEART_BEAT, body=heartbeat(["A", "B"], client="10.0.0.3@1")).code
+        == ResponseCode.SUCCESS
+    )
 
 
 def test_a_heartbeat_past_the_subscription_group_cap_is_26_and_changes_nothing(store: rmqlog.MessageStore) -> None:
     probe = make_broker(store)
     broker = make_broker(store, auto_create_subscription_group_max_nums=len(probe.subscription_groups) + 1)
     res = call(broker, RequestCode.HEART_BEAT, body=heartbeat(["A", "B"]))
-    assert res.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "autoCreateSubscriptionGroupMaxNums" in (res.remark or "")
+    assert res.code == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST and "autoCreateSubscriptionGroupMaxNums" in (
+        res.remark or ""
+    )
     _nothing_registered(broker, ["A", "B"])
     assert call(broker, RequestCode.HEART_BEAT, body=heartbeat(["A"])).code == ResponseCode.SUCCESS
 
@@ -383,11 +467,19 @@ def test_a_closed_connection_leaves_only_its_groups(broker: Broker) -> None:
 
 def test_the_broker_conf_keys_of_the_state_tables(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
-    conf.write_text("flushConsumerOffsetInterval=250\nautoCreateTopicMaxNums=7\nheartbeatMaxGroupNums=9\n"
-                    "clientGroupMaxNums=11\nautoCreateSubscriptionGroupMaxNums=13\nqueueLockMaxNums=15\n")
+    conf.write_text(
+        "flushConsumerOffsetInterval=250\nautoCreateTopicMaxNums=7\nheartbeatMaxGroupNums=9\n"
+        "clientGroupMaxNums=11\nautoCreateSubscriptionGroupMaxNums=13\nqueueLockMaxNums=15\n"
+    )
     c = BrokerConfig.from_properties(conf)
-    assert (c.flush_consumer_offset_interval, c.auto_create_topic_max_nums, c.heartbeat_max_group_nums,
-            c.client_group_max_nums, c.auto_create_subscription_group_max_nums, c.queue_lock_max_nums) == (250, 7, 9, 11, 13, 15)
+    assert (
+        c.flush_consumer_offset_interval,
+        c.auto_create_topic_max_nums,
+        c.heartbeat_max_group_nums,
+        c.client_group_max_nums,
+        c.auto_create_subscription_group_max_nums,
+        c.queue_lock_max_nums,
+    ) == (250, 7, 9, 11, 13, 15)
     conf.write_text("heartbeatMaxGroupNums=0\n")
     with pytest.raises(rmqlog.ConfigError, match="heartbeat_max_group_nums"):
         BrokerConfig.from_properties(conf)
@@ -397,8 +489,13 @@ def test_the_broker_conf_keys_of_the_state_tables(tmp_path: Path) -> None:
 
 
 def lock_body(group: str, client: str, queues: list[int], topic: str = "T") -> bytes:
-    return json.dumps({"clientId": client, "consumerGroup": group,
-                       "mqSet": [{"brokerName": "broker-a", "queueId": q, "topic": topic} for q in queues]}).encode()
+    return json.dumps(
+        {
+            "clientId": client,
+            "consumerGroup": group,
+            "mqSet": [{"brokerName": "broker-a", "queueId": q, "topic": topic} for q in queues],
+        }
+    ).encode()
 
 
 def locked(broker: Broker, group: str, client: str, queues: list[int]) -> list[int]:
@@ -433,7 +530,9 @@ def test_the_lock_table_is_bounded(store: rmqlog.MessageStore) -> None:
     assert broker.queue_locks.refused == 3
 
 
-def test_a_broker_over_an_unreadable_offsets_file_does_not_start(root: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_broker_over_an_unreadable_offsets_file_does_not_start(
+    root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """As RocketMQ's ``ConfigManager.load``: exit 1 naming the file, no traceback."""
     from rmqnet.broker import launch
 
@@ -445,8 +544,9 @@ def test_a_broker_over_an_unreadable_offsets_file_does_not_start(root: Path, cap
     assert "CorruptStoreError" in err and "consumerOffset.json" in err and "Traceback" not in err
 
 
-def test_a_topic_found_from_the_log_grows_with_the_queues_that_get_units(broker: Broker, store: rmqlog.MessageStore,
-                                                                         root: Path) -> None:
+def test_a_topic_found_from_the_log_grows_with_the_queues_that_get_units(
+    broker: Broker, store: rmqlog.MessageStore, root: Path
+) -> None:
     """Records of a topic the broker does not know, dispatched by another opener (a slave's
     replicated records, another process's puts): the topic is taken in with as many queues as
     got units, and grown when a later queue gets some (a slave saw queue 0 first and then
@@ -458,8 +558,10 @@ def test_a_topic_found_from_the_log_grows_with_the_queues_that_get_units(broker:
         other.create_topic("Found", 4)
 
         def put(queue_id: int) -> None:
-            other.put_wire(pa.table({"topic": ["Found"], "queueId": pa.array([queue_id], pa.int32()), "body": [b"x"]}),
-                           dispatch=True)
+            other.put_wire(
+                pa.table({"topic": ["Found"], "queueId": pa.array([queue_id], pa.int32()), "body": [b"x"]}),
+                dispatch=True,
+            )
             store.dispatch()  # this process's next dispatch tells of the other's units
 
         put(0)

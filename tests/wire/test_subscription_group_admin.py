@@ -59,8 +59,18 @@ def listed(broker: Broker) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
 
 
 def pull(broker: Broker, group: str) -> RemotingCommand:
-    ext = {"consumerGroup": group, "topic": "T", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32,
-           "sysFlag": 4, "commitOffset": 0, "suspendTimeoutMillis": 0, "subscription": "*", "subVersion": 0}
+    ext = {
+        "consumerGroup": group,
+        "topic": "T",
+        "queueId": 0,
+        "queueOffset": 0,
+        "maxMsgNums": 32,
+        "sysFlag": 4,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 0,
+        "subscription": "*",
+        "subVersion": 0,
+    }
     return call(broker, RequestCode.PULL_MESSAGE, ext)
 
 
@@ -91,16 +101,21 @@ def test_a_group_created_is_listed_with_its_fields_and_a_new_version(broker: Bro
     assert listed(broker)[0]["G1"]["retryMaxTimes"] == 5 and listed(broker)[0]["G1"]["retryQueueNums"] == 1
 
 
-@pytest.mark.parametrize(("body", "names"), [
-    (b"", "empty"),
-    (b"not json", "body"),
-    (b"[1, 2]", "SubscriptionGroupConfig object"),
-    (b'{"consumeEnable": true}', "groupName"),
-    (b'{"groupName": "bad/name"}', "bad/name"),
-    (b'{"groupName": "G2", "retryMaxTimes": "many"}', "retryMaxTimes"),
-    (b'{"groupName": "G2", "consumeEnable": 1}', "consumeEnable"),
-])
-def test_a_bad_body_is_refused_naming_what_is_wrong_and_changes_nothing(broker: Broker, body: bytes, names: str) -> None:
+@pytest.mark.parametrize(
+    ("body", "names"),
+    [
+        (b"", "empty"),
+        (b"not json", "body"),
+        (b"[1, 2]", "SubscriptionGroupConfig object"),
+        (b'{"consumeEnable": true}', "groupName"),
+        (b'{"groupName": "bad/name"}', "bad/name"),
+        (b'{"groupName": "G2", "retryMaxTimes": "many"}', "retryMaxTimes"),
+        (b'{"groupName": "G2", "consumeEnable": 1}', "consumeEnable"),
+    ],
+)
+def test_a_bad_body_is_refused_naming_what_is_wrong_and_changes_nothing(
+    broker: Broker, body: bytes, names: str
+) -> None:
     table, version = listed(broker)
     res = call(broker, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
     assert res.code == ResponseCode.SYSTEM_ERROR and names in (res.remark or ""), res.remark
@@ -139,8 +154,10 @@ def test_delete_removes_the_group_and_with_remove_offset_its_offsets(broker: Bro
 def test_a_slave_refuses_to_change_groups(store: rmqlog.MessageStore) -> None:
     slave = make_broker(store, clock=rmqlog.ManualClock(T0), broker_id=1, broker_role="SLAVE")
     table, version = listed(slave)
-    for res in (create(slave, {"groupName": "G1"}),
-                call(slave, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "TOOLS_CONSUMER"})):
+    for res in (
+        create(slave, {"groupName": "G1"}),
+        call(slave, RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "TOOLS_CONSUMER"}),
+    ):
         assert res.code == ResponseCode.SYSTEM_ERROR and "slave" in (res.remark or "")
     assert listed(slave) == (table, version)
 

@@ -21,9 +21,11 @@ NOW = 1_700_000_000_000
 
 
 def _broker(tmp_path: Path) -> tuple[Any, list[tuple[int, bool]]]:
-    store = rmqlog.MessageStore.open(tmp_path / "s", small_store_config(store_host="127.0.0.1:10911",
-                                                                         flush_disk_type="SYNC_FLUSH"),
-                                     clock=rmqlog.ManualClock(NOW))
+    store = rmqlog.MessageStore.open(
+        tmp_path / "s",
+        small_store_config(store_host="127.0.0.1:10911", flush_disk_type="SYNC_FLUSH"),
+        clock=rmqlog.ManualClock(NOW),
+    )
     broker = make_broker(store, clock=rmqlog.ManualClock(NOW))
     broker.topics.update(rmqlog.TopicConfig("T1", 4, 4))
     syncs: list[tuple[int, bool]] = []  # (thread, whether it was the loop's)
@@ -50,8 +52,9 @@ def test_sends_send_backs_and_transaction_ends_never_sync_on_the_loop(tmp_path: 
         assert sent is not None and sent.code == ResponseCode.SUCCESS
         assert syncs and not any(on_loop for _, on_loop in syncs)  # the group commit ran, off the loop
         syncs.clear()
-        (half,) = _on_loop(broker, FakePeer(), send_request(send_header("T1", queue_id=2, props=half_props("U1"), sys_flag=4),
-                                                             b"h"))
+        (half,) = _on_loop(
+            broker, FakePeer(), send_request(send_header("T1", queue_id=2, props=half_props("U1"), sys_flag=4), b"h")
+        )
         assert half is not None and half.code == ResponseCode.SUCCESS
         syncs.clear()
         (ended,) = _on_loop(broker, FakePeer(), end_request(half, 8))  # commit

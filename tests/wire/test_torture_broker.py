@@ -24,8 +24,13 @@ import torture_broker as tb  # noqa: E402
 
 
 def _run(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(JOBS / "torture_broker.py"), "--root", str(tmp_path / "work"), *args],
-                          capture_output=True, text=True, timeout=timeout, env=subprocess_env())
+    return subprocess.run(
+        [sys.executable, str(JOBS / "torture_broker.py"), "--root", str(tmp_path / "work"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(),
+    )
 
 
 def test_one_trial_kill_restart_loses_nothing(tmp_path: Path) -> None:
@@ -89,7 +94,11 @@ def test_checker_counts_a_lost_send() -> None:
 
 
 def test_checker_counts_a_wrong_body_offset_or_try_as_lost() -> None:
-    for damaged in ((tb.make_body(SEED, 0, 7), 0, 1), (tb.make_body(SEED, 0, 0), 8, 1), (tb.make_body(SEED, 0, 0), 0, 2)):
+    for damaged in (
+        (tb.make_body(SEED, 0, 7), 0, 1),
+        (tb.make_body(SEED, 0, 0), 8, 1),
+        (tb.make_body(SEED, 0, 0), 0, 2),
+    ):
         ledgers, stored = _history()
         stored[(0, 0)] = damaged
         counts = tb.Counts()

@@ -19,16 +19,25 @@ JOBS = Path(__file__).resolve().parents[2] / "jobs"
 
 
 def _run(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(JOBS / "torture_pop.py"), "--root", str(tmp_path / "work"), *args],
-                          capture_output=True, text=True, timeout=timeout, env=subprocess_env())
+    return subprocess.run(
+        [sys.executable, str(JOBS / "torture_pop.py"), "--root", str(tmp_path / "work"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(),
+    )
 
 
 def test_one_trial_kill_restart_nothing_lost_every_redelivery_explained(tmp_path: Path) -> None:
-    res = _run(tmp_path, "--trials", "1", "--messages", "40", "--kills", "1", "--run-s", "0.5", "--seed", "5",
-               timeout=300)
+    res = _run(
+        tmp_path, "--trials", "1", "--messages", "40", "--kills", "1", "--run-s", "0.5", "--seed", "5", timeout=300
+    )
     assert res.returncode == 0, res.stdout[-4000:] + res.stderr[-4000:]
-    m = re.search(r"trial 1: 1 kills, 40 sent, (\d+) deliveries \((\d+) redelivered\), (\d+) confirmed acks, "
-                  r"(\d+) acks of unknown outcome", res.stdout)
+    m = re.search(
+        r"trial 1: 1 kills, 40 sent, (\d+) deliveries \((\d+) redelivered\), (\d+) confirmed acks, "
+        r"(\d+) acks of unknown outcome",
+        res.stdout,
+    )
     assert m is not None and int(m.group(1)) == 40 + int(m.group(2)), res.stdout
     assert int(m.group(3)) + int(m.group(4)) == 40, res.stdout  # every message acked, most of them confirmed
     assert "1 trials, 0 lost, 0 unexplained, 0 bad" in res.stdout

@@ -27,8 +27,13 @@ import torture_send_back as tsb  # noqa: E402
 
 
 def _run(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(JOBS / "torture_send_back.py"), "--root", str(tmp_path / "work"), *args],
-                          capture_output=True, text=True, timeout=timeout, env=subprocess_env())
+    return subprocess.run(
+        [sys.executable, str(JOBS / "torture_send_back.py"), "--root", str(tmp_path / "work"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(),
+    )
 
 
 def test_one_trial_kill_restart_retries_and_dead_letters_once(tmp_path: Path) -> None:
@@ -115,8 +120,9 @@ def test_checker_counts_each_kind_of_failure() -> None:
     stored[tsb.RETRY].append(_copy(n1))  # n1 also in the wrong topic
     stored[tsb.DLQ] = [c if tsb.body_id(c[0]) != m2 else _copy(m2, reconsume=0) for c in stored[tsb.DLQ]]
     stored[tsb.DLQ] = [c if tsb.body_id(c[0]) != n2 else _copy(n2, ORIGIN_MESSAGE_ID="x") for c in stored[tsb.DLQ]]
-    stored[tsb.RETRY] = [c if tsb.body_id(c[0]) != r2 else _copy(r2, RETRY_TOPIC="%RETRY%RT_CG")
-                         for c in stored[tsb.RETRY]]
+    stored[tsb.RETRY] = [
+        c if tsb.body_id(c[0]) != r2 else _copy(r2, RETRY_TOPIC="%RETRY%RT_CG") for c in stored[tsb.RETRY]
+    ]
     stored[tsb.DLQ].append((b"rb:9999:x", {}, 1))  # a body no one sent
     counts = tsb.Counts()
     tsb.check(SEED, TOTAL, {i: _origin(i) for i in range(TOTAL)}, _history(set(range(TOTAL))), stored, counts)
@@ -130,8 +136,9 @@ def test_an_unanswered_try_may_leave_one_more_copy() -> None:
     stored[tsb.RETRY].append(_copy(r1))  # tried twice (the first reply cut): two copies allowed
     stored[tsb.RETRY] += [_copy(r2), _copy(r2)]  # tried twice: three copies are one too many
     counts = tsb.Counts()
-    tsb.check(SEED, TOTAL, {i: _origin(i) for i in range(TOTAL)}, _history(set(range(TOTAL)), {r1: 2, r2: 2}),
-              stored, counts)
+    tsb.check(
+        SEED, TOTAL, {i: _origin(i) for i in range(TOTAL)}, _history(set(range(TOTAL)), {r1: 2, r2: 2}), stored, counts
+    )
     assert (counts.lost, counts.dup, counts.bad) == (0, 1, 0), counts.problems
     assert counts.retry_copies["retry"] == 1 and counts.retried["retry"] == 2
 
@@ -141,6 +148,7 @@ def test_a_send_back_never_answered_is_bad_and_may_be_absent() -> None:
     stored = _good()
     stored[tsb.DLQ] = [c for c in stored[tsb.DLQ] if tsb.body_id(c[0]) != m1]
     counts = tsb.Counts()
-    tsb.check(SEED, TOTAL, {i: _origin(i) for i in range(TOTAL)}, _history(set(range(TOTAL)) - {m1}, {m1: 3}),
-              stored, counts)
+    tsb.check(
+        SEED, TOTAL, {i: _origin(i) for i in range(TOTAL)}, _history(set(range(TOTAL)) - {m1}, {m1: 3}), stored, counts
+    )
     assert (counts.lost, counts.dup, counts.bad) == (0, 0, 1), counts.problems

@@ -25,8 +25,13 @@ import torture_transactions as tt  # noqa: E402
 
 
 def _run(tmp_path: Path, *args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(JOBS / "torture_transactions.py"), "--root", str(tmp_path / "work"), *args],
-                          capture_output=True, text=True, timeout=timeout, env=subprocess_env())
+    return subprocess.run(
+        [sys.executable, str(JOBS / "torture_transactions.py"), "--root", str(tmp_path / "work"), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=subprocess_env(),
+    )
 
 
 def test_one_trial_kill_restart_commits_once_and_rolls_back(tmp_path: Path) -> None:
@@ -64,9 +69,24 @@ def test_a_broker_refusing_every_direct_end_fails_the_trial(tmp_path: Path) -> N
     (mutant / "sitecustomize.py").write_text(REFUSING_BROKER)
     env = subprocess_env()
     env["PYTHONPATH"] = f"{mutant}:{env['PYTHONPATH']}"
-    res = subprocess.run([sys.executable, str(JOBS / "torture_transactions.py"), "--root", str(tmp_path / "work"),
-                          "--trials", "1", "--run-s", "0.3", "--seed", "7"],
-                         capture_output=True, text=True, timeout=300, env=env)
+    res = subprocess.run(
+        [
+            sys.executable,
+            str(JOBS / "torture_transactions.py"),
+            "--root",
+            str(tmp_path / "work"),
+            "--trials",
+            "1",
+            "--run-s",
+            "0.3",
+            "--seed",
+            "7",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert res.returncode == 1, res.stdout[-4000:] + res.stderr[-4000:]
     m = re.search(r"1 trials, 0 lost, 0 duplicated, 0 leaked, (\d+) bad", res.stdout)
     assert m is not None and int(m.group(1)) > 0, res.stdout[-4000:]

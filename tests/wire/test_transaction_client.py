@@ -40,8 +40,14 @@ def servers(tmp_path: Path) -> Iterator[dict[str, Any]]:
             ns = NameServerProcess("127.0.0.1", 0)
             await ns.start()
             # checked back as soon as the check service's next round (every 200 ms) finds it open
-            config = BrokerConfig(broker_name="broker-a", listen_port=0, namesrv_addr=ns.address, store=store_config,
-                                  transaction_time_out=0, transaction_check_interval=200)
+            config = BrokerConfig(
+                broker_name="broker-a",
+                listen_port=0,
+                namesrv_addr=ns.address,
+                store=store_config,
+                transaction_time_out=0,
+                transaction_check_interval=200,
+            )
             proc = launch.BrokerProcess(root, config)
             try:
                 await proc.start()
@@ -103,13 +109,21 @@ def test_commit_rollback_and_a_check_back(servers: dict[str, Any]) -> None:
         raise RuntimeError("the local transaction broke")
 
     d = producer.send_in_transaction("T", b"broken-local", failing)  # UNKNOW: checked back too
-    assert (a.state, b.state, c.state, d.state) == (State.COMMIT_MESSAGE, State.ROLLBACK_MESSAGE, State.UNKNOW, State.UNKNOW)
+    assert (a.state, b.state, c.state, d.state) == (
+        State.COMMIT_MESSAGE,
+        State.ROLLBACK_MESSAGE,
+        State.UNKNOW,
+        State.UNKNOW,
+    )
     assert a.send.status == "SEND_OK" and a.send.broker_name == "broker-a"
-    wait_for(lambda: bodies(servers["namesrv"]) == [b"ask-me", b"broken-local", b"commit-me"], "the check-backs committed")
+    wait_for(
+        lambda: bodies(servers["namesrv"]) == [b"ask-me", b"broken-local", b"commit-me"], "the check-backs committed"
+    )
     assert sorted(asked) == [b"ask-me", b"broken-local"] and producer.checks_answered == 2
     # ending it again from the client: answered, nothing stored again; the other outcome refused
     again = producer.aend_transaction("T", a.send, State.COMMIT_MESSAGE)
     from rmqnet.client.loop import call
+
     res = call(again)
     assert res is not None and "already committed" in (res.remark or "")
     with pytest.raises(BrokerError):
@@ -118,7 +132,9 @@ def test_commit_rollback_and_a_check_back(servers: dict[str, Any]) -> None:
     producer.close()
 
 
-def test_the_end_goes_to_the_broker_that_stored_the_half(servers: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_end_goes_to_the_broker_that_stored_the_half(
+    servers: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Issue 44 item 4: a transaction on a topic the name server has no route for yet (the
     broker made it from TBW102 with the half message; its registration not yet in): the END
     goes to the broker named by the half send's result, as Java's client does

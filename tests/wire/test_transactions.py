@@ -28,8 +28,9 @@ def root(tmp_path: Path) -> Path:
 
 
 def open_store(root: Path) -> rmqlog.MessageStore:
-    return rmqlog.MessageStore.open(root, small_store_config(store_host="127.0.0.1:10911"),
-                                    clock=rmqlog.ManualClock(NOW))
+    return rmqlog.MessageStore.open(
+        root, small_store_config(store_host="127.0.0.1:10911"), clock=rmqlog.ManualClock(NOW)
+    )
 
 
 @pytest.fixture
@@ -52,10 +53,14 @@ def half_props(uniq: str, group: str = "PG", extra: str = "") -> str:
     return f"TRAN_MSG\x01true\x02PGROUP\x01{group}\x02UNIQ_KEY\x01{uniq}\x02TAGS\x01ta\x02{extra}"
 
 
-def send_half(broker: Broker, uniq: str, body: bytes = b"hello", queue_id: int = 2, group: str = "PG",
-              extra: str = "") -> RemotingCommand:
-    (r,) = run(broker, FakePeer(), send_request(send_header("T1", queue_id=queue_id, props=half_props(uniq, group, extra),
-                                                            sys_flag=4), body))
+def send_half(
+    broker: Broker, uniq: str, body: bytes = b"hello", queue_id: int = 2, group: str = "PG", extra: str = ""
+) -> RemotingCommand:
+    (r,) = run(
+        broker,
+        FakePeer(),
+        send_request(send_header("T1", queue_id=queue_id, props=half_props(uniq, group, extra), sys_flag=4), body),
+    )
     assert r is not None
     return r
 
@@ -65,11 +70,23 @@ def offsets_of(reply: RemotingCommand) -> tuple[int, int]:
     return int(reply.ext_fields["msgId"][16:], 16), int(reply.ext_fields["queueOffset"])
 
 
-def end_request(reply_or_offsets: RemotingCommand | tuple[int, int], outcome: int, *, group: str = "PG",
-                from_check: bool = False, opaque: int = 7) -> RemotingCommand:
+def end_request(
+    reply_or_offsets: RemotingCommand | tuple[int, int],
+    outcome: int,
+    *,
+    group: str = "PG",
+    from_check: bool = False,
+    opaque: int = 7,
+) -> RemotingCommand:
     off, qoff = offsets_of(reply_or_offsets) if isinstance(reply_or_offsets, RemotingCommand) else reply_or_offsets
-    ext = {"producerGroup": group, "tranStateTableOffset": str(qoff), "commitLogOffset": str(off),
-           "commitOrRollback": str(outcome), "fromTransactionCheck": "true" if from_check else "false", "msgId": "M"}
+    ext = {
+        "producerGroup": group,
+        "tranStateTableOffset": str(qoff),
+        "commitLogOffset": str(off),
+        "commitOrRollback": str(outcome),
+        "fromTransactionCheck": "true" if from_check else "false",
+        "msgId": "M",
+    }
     return RemotingCommand(RequestCode.END_TRANSACTION, opaque, 0, None, ext, b"", "JAVA")
 
 
@@ -143,8 +160,11 @@ def test_ends_arriving_together_are_one_store_put(store: rmqlog.MessageStore) ->
         return real_put(table, **kw)
 
     store.put_wire = counting  # type: ignore[method-assign]
-    replies = run(broker, FakePeer(), *[end_request(h, COMMIT if i % 2 == 0 else ROLLBACK, opaque=i)
-                                        for i, h in enumerate(halves)])
+    replies = run(
+        broker,
+        FakePeer(),
+        *[end_request(h, COMMIT if i % 2 == 0 else ROLLBACK, opaque=i) for i, h in enumerate(halves)],
+    )
     assert all(r is not None and r.code == ResponseCode.SUCCESS for r in replies)
     assert puts == [20 + 40]  # 20 committed messages and 40 op records, one all-or-nothing put
     bodies = sorted(m["body"] for q in range(4) for m in messages(store, "T1", q))
@@ -155,11 +175,14 @@ def test_unknown_transaction_wrong_offsets_and_wrong_group(store: rmqlog.Message
     broker = broker_over(store)
     r = send_half(broker, "U1")
     off, qoff = offsets_of(r)
-    replies = run(broker, FakePeer(),
-                  end_request((off + 1, qoff), COMMIT, opaque=1),  # no record starts there
-                  end_request((off, qoff + 5), COMMIT, opaque=2),  # not that half's queue offset
-                  end_request((1 << 40, 0), COMMIT, opaque=3),  # past the log
-                  end_request(r, COMMIT, group="OTHER", opaque=4))
+    replies = run(
+        broker,
+        FakePeer(),
+        end_request((off + 1, qoff), COMMIT, opaque=1),  # no record starts there
+        end_request((off, qoff + 5), COMMIT, opaque=2),  # not that half's queue offset
+        end_request((1 << 40, 0), COMMIT, opaque=3),  # past the log
+        end_request(r, COMMIT, group="OTHER", opaque=4),
+    )
     remarks = [(x.code, x.remark) for x in replies if x is not None]
     assert remarks[:3] == [(ResponseCode.SYSTEM_ERROR, "Find prepared transaction message failed")] * 3
     assert remarks[3] == (ResponseCode.SYSTEM_ERROR, "The producer group wrong")
@@ -171,11 +194,31 @@ def test_unknown_transaction_wrong_offsets_and_wrong_group(store: rmqlog.Message
     assert x is not None and x.code == ResponseCode.SYSTEM_ERROR
 
 
-@pytest.mark.parametrize("ext", [
-    {"producerGroup": "PG", "commitLogOffset": "0", "commitOrRollback": "8", "msgId": "M"},  # no tranStateTableOffset
-    {"producerGroup": "PG", "tranStateTableOffset": "0", "commitLogOffset": "0", "commitOrRollback": "5", "msgId": "M"},
-    {"producerGroup": "PG", "tranStateTableOffset": "x", "commitLogOffset": "0", "commitOrRollback": "8", "msgId": "M"},
-])
+@pytest.mark.parametrize(
+    "ext",
+    [
+        {
+            "producerGroup": "PG",
+            "commitLogOffset": "0",
+            "commitOrRollback": "8",
+            "msgId": "M",
+        },  # no tranStateTableOffset
+        {
+            "producerGroup": "PG",
+            "tranStateTableOffset": "0",
+            "commitLogOffset": "0",
+            "commitOrRollback": "5",
+            "msgId": "M",
+        },
+        {
+            "producerGroup": "PG",
+            "tranStateTableOffset": "x",
+            "commitLogOffset": "0",
+            "commitOrRollback": "8",
+            "msgId": "M",
+        },
+    ],
+)
 def test_bad_header_is_system_error(store: rmqlog.MessageStore, ext: dict[str, str]) -> None:
     broker = broker_over(store)
     (r,) = run(broker, FakePeer(), RemotingCommand(RequestCode.END_TRANSACTION, 1, 0, None, ext, b"", "JAVA"))
@@ -222,8 +265,13 @@ def test_recover_after_restart_an_end_replayed_stores_nothing(root: Path) -> Non
     try:
         broker = broker_over(s)
         assert broker.transactions.resolved == {"U0": "COMMIT", "U1": "ROLLBACK"}
-        a, b, c = run(broker, FakePeer(), end_request(r1, COMMIT), end_request(r2, COMMIT, opaque=2),
-                      end_request(r3, COMMIT, opaque=3))
+        a, b, c = run(
+            broker,
+            FakePeer(),
+            end_request(r1, COMMIT),
+            end_request(r2, COMMIT, opaque=2),
+            end_request(r3, COMMIT, opaque=3),
+        )
         assert a is not None and "already committed" in (a.remark or "")
         assert b is not None and b.code == ResponseCode.SYSTEM_ERROR
         assert c is not None and c.code == ResponseCode.SUCCESS and c.remark is None
@@ -326,7 +374,8 @@ def test_check_back_with_no_producer_connection(store: rmqlog.MessageStore) -> N
 
 
 def test_the_check_back_test_catches_a_check_service_sending_to_closed_connections(
-        store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    store: rmqlog.MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The mutant of the check service (every connection of the group, closed ones too) sends
     to the closed connection of the test above: that test's setup sees it."""
     from rmqnet.broker.transaction_check import TransactionCheckService
@@ -356,8 +405,10 @@ def test_resolved_halves_are_passed_over_and_young_ones_stop_the_round(store: rm
 
 def test_relabel_keeps_the_record_whole() -> None:
     import refcodec as rc
-    record = rc.encode_record(topic=HALF_TOPIC, body=b"abc", queue_id=0, queue_offset=4, physical_offset=0,
-                              properties={"A": "1"})
+
+    record = rc.encode_record(
+        topic=HALF_TOPIC, body=b"abc", queue_id=0, queue_offset=4, physical_offset=0, properties={"A": "1"}
+    )
     out = relabel(record, "T1", 3)
     (msg,) = rmqlog.decode_records(out).to_pylist()
     assert (msg["topic"], msg["queueId"], msg["body"], dict(msg["properties"])["A"]) == ("T1", 3, b"abc", "1")

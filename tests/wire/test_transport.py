@@ -43,6 +43,7 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
     async def guarded() -> None:
         async with asyncio.timeout(GUARD_S):
             await test()
+
     asyncio.run(guarded())
 
 
@@ -137,6 +138,7 @@ def test_concurrent_requests_are_answered_out_of_order_by_opaque() -> None:
         assert order == [2, 0, 1]
         client.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -146,9 +148,11 @@ def test_a_slow_request_does_not_hold_back_a_fast_one_on_the_same_connection() -
 
         def handler(conn: Connection, r: RemotingCommand) -> Any:
             if r.code == 11:
+
                 async def held() -> RemotingCommand:
                     await gate.wait()
                     return r.reply(ResponseCode.SUCCESS, ext_fields={"held": "yes"})
+
                 return held()
             return echo(conn, r)
 
@@ -162,6 +166,7 @@ def test_a_slow_request_does_not_hold_back_a_fast_one_on_the_same_connection() -
         assert (await slow).ext_fields == {"held": "yes"}
         client.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -175,6 +180,7 @@ def test_an_answer_carries_the_request_opaque_even_from_a_canned_command() -> No
         assert (a.opaque, b.opaque) == (41, 42) and a.flag & FLAG_RESPONSE and a.remark == "canned"
         raw.writer.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -193,13 +199,17 @@ def test_a_oneway_request_is_never_answered_whatever_the_handler_does(caplog: py
             if r.code == 2:
                 raise RuntimeError("boom in a oneway")
             if r.code == 3:
+
                 async def fails() -> None:
                     async_done.set()
                     raise RuntimeError("async boom in a oneway")
+
                 return fails()
             if r.code == 4:
+
                 async def answers() -> RemotingCommand:
                     return r.reply(ResponseCode.SUCCESS)
+
                 return answers()
             return echo(conn, r)
 
@@ -215,6 +225,7 @@ def test_a_oneway_request_is_never_answered_whatever_the_handler_does(caplog: py
         assert handled == [1, 2, 3, 4, 10, 10]
         raw.writer.close()
         await server.stop(1)
+
     with caplog.at_level(logging.ERROR, "rmqnet.transport"):
         run(t)
     assert "boom in a oneway" in caplog.text and "async boom in a oneway" in caplog.text
@@ -222,7 +233,8 @@ def test_a_oneway_request_is_never_answered_whatever_the_handler_does(caplog: py
 
 @pytest.mark.parametrize("mode", ["sync", "async"])
 def test_a_handler_exception_is_system_error_and_the_connection_stays_usable(
-        mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    mode: str, caplog: pytest.LogCaptureFixture
+) -> None:
     async def t() -> None:
         def handler(conn: Connection, r: RemotingCommand) -> Any:
             if r.code == 99:
@@ -231,6 +243,7 @@ def test_a_handler_exception_is_system_error_and_the_connection_stays_usable(
 
                 async def fails() -> None:
                     raise ValueError("bad value 42")
+
                 return fails()
             return echo(conn, r)
 
@@ -242,6 +255,7 @@ def test_a_handler_exception_is_system_error_and_the_connection_stays_usable(
         assert not client.closed and len(server.connections) == 1
         client.close()
         await server.stop(1)
+
     with caplog.at_level(logging.ERROR, "rmqnet.transport"):
         run(t)
     assert "request code 99" in caplog.text and "bad value 42" in caplog.text
@@ -256,6 +270,7 @@ def test_a_handler_returning_something_not_a_command_is_system_error() -> None:
         assert (await client.invoke(req(10, n=1))).code == ResponseCode.SUCCESS
         client.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -281,6 +296,7 @@ def test_the_default_request_handler_answers_request_code_not_supported() -> Non
         assert "request type 39 not supported" in (answers[0].remark or "")
         client.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -292,8 +308,12 @@ BAD_FRAMES = {
     "bad JSON header": encode_frame(b"{not json", b""),
     "header not an object": encode_frame(b"[1,2]", b""),
 }
-PROBLEM = {"oversized frame": "frame length", "bad serialize type": "unknown serialize type",
-           "bad JSON header": "does not parse", "header not an object": "not an object"}
+PROBLEM = {
+    "oversized frame": "frame length",
+    "bad serialize type": "unknown serialize type",
+    "bad JSON header": "does not parse",
+    "header not an object": "not an object",
+}
 
 
 @pytest.mark.parametrize("bad", sorted(BAD_FRAMES))
@@ -312,6 +332,7 @@ def test_a_malformed_frame_closes_only_that_connection(bad: str, caplog: pytest.
         assert server.connections == [s for s in server.connections if not s.closed] and len(server.connections) == 1
         healthy.close()
         await server.stop(1)
+
     with caplog.at_level(logging.WARNING, "rmqnet.transport"):
         run(t)
     lines = [r.getMessage() for r in caplog.records if r.name.startswith("rmqnet.transport")]
@@ -327,6 +348,7 @@ def test_frame_caps_come_from_the_limits() -> None:
             await client.invoke(req(10, body=b"x" * 2000))
         assert client.closed
         await server.stop(1)
+
     run(t)
 
 
@@ -345,6 +367,7 @@ def test_a_client_stalled_mid_frame_blocks_nobody_and_is_served_when_it_finishes
         other.close()
         raw.writer.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -365,6 +388,7 @@ def test_the_in_flight_bound_pauses_reading_until_a_request_finishes() -> None:
             async def held() -> RemotingCommand:
                 await gate
                 return r.reply(ResponseCode.SUCCESS)
+
             return held()
 
         server = await serve(handler, limits=Limits(max_in_flight=4))
@@ -382,6 +406,7 @@ def test_the_in_flight_bound_pauses_reading_until_a_request_finishes() -> None:
         assert conn.reading and conn.in_flight == 0
         raw.writer.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -398,6 +423,7 @@ def test_a_full_write_buffer_pauses_reading_until_it_drains() -> None:
         assert (await client.invoke(req(10, n=3))).ext_fields == {"echo": "3"}
         client.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -421,6 +447,7 @@ def test_a_dialler_with_a_full_write_buffer_keeps_reading_and_its_invokes_wait()
         assert (await waiting).ext_fields == {"echo": "9"}
         client.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -437,6 +464,7 @@ def test_idle_connections_are_closed_by_the_sweeper_on_a_manual_clock() -> None:
                 async def held() -> RemotingCommand:
                     await gate.wait()
                     return r.reply(ResponseCode.SUCCESS)
+
                 return held()
             return echo(conn, r)
 
@@ -464,6 +492,7 @@ def test_idle_connections_are_closed_by_the_sweeper_on_a_manual_clock() -> None:
         assert (await parked).code == ResponseCode.SUCCESS
         holder.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -477,10 +506,12 @@ def test_stop_answers_in_flight_requests_and_refuses_new_connections() -> None:
 
         def handler(conn: Connection, r: RemotingCommand) -> Any:
             if r.code == 11:
+
                 async def held() -> RemotingCommand:
                     entered.set()
                     await gate.wait()
                     return r.reply(ResponseCode.SUCCESS, ext_fields={"after": "stop"})
+
                 return held()
             return echo(conn, r)
 
@@ -500,6 +531,7 @@ def test_stop_answers_in_flight_requests_and_refuses_new_connections() -> None:
         await stopping
         await client.wait_closed()
         assert server.connections == []
+
     run(t)
 
 
@@ -514,6 +546,7 @@ def test_requests_read_but_not_started_when_stopping_are_answered_service_not_av
             async def held() -> RemotingCommand:
                 await gate
                 return r.reply(ResponseCode.SUCCESS)
+
             return held()
 
         server = await serve(handler, limits=Limits(max_in_flight=1))
@@ -528,6 +561,7 @@ def test_requests_read_but_not_started_when_stopping_are_answered_service_not_av
         assert second.opaque == 1 and second.code == ResponseCode.SUCCESS
         await stopping
         assert await raw.closed_by_server() == b""  # and nothing for the oneway
+
     run(t)
 
 
@@ -547,6 +581,7 @@ def test_an_invoke_timeout_is_typed_and_names_the_code_and_peer() -> None:
         client.close()
         never.cancel()
         await server.stop(1)
+
     run(t)
 
 
@@ -576,6 +611,7 @@ def test_every_pending_request_fails_with_connection_lost_when_the_socket_closes
         with pytest.raises(ConnectionLostError):
             client.invoke_oneway(req(10))
         await server.stop(1)
+
     run(t)
 
 
@@ -586,6 +622,7 @@ def test_connecting_to_a_closed_port_is_connection_lost() -> None:
         await server.stop(1)
         with pytest.raises(ConnectionLostError, match=f"127.0.0.1:{port}"):
             await ClientConnection.connect("127.0.0.1", port)
+
     run(t)
 
 
@@ -624,6 +661,7 @@ def test_the_server_invokes_and_notifies_the_client_and_close_callbacks_run() ->
         await gone.wait()
         assert conn.closed and server.connections == []
         await server.stop(1)
+
     run(t)
 
 
@@ -650,6 +688,7 @@ def test_many_requests_in_one_write_are_answered_in_one_write() -> None:
         assert len(writes) < 50 and sum(writes) >= 50  # batched: fewer writes than answers
         raw.writer.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -688,6 +727,7 @@ def test_futures_completed_by_complete_are_answered_by_flush_completed_in_the_sa
         assert written[1] == ("after flush", 0)  # ... and written by flush_completed, not later
         raw.writer.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -702,18 +742,21 @@ def test_json_headers_from_a_java_client_are_served() -> None:
     async def t() -> None:
         server = await serve(echo)
         raw = await Raw.open(server)
-        h = json.dumps({"code": 10, "language": "JAVA", "version": 435, "opaque": 3, "flag": 0,
-                        "extFields": {"n": 12}}).encode()
+        h = json.dumps(
+            {"code": 10, "language": "JAVA", "version": 435, "opaque": 3, "flag": 0, "extFields": {"n": 12}}
+        ).encode()
         await raw.send(encode_frame(h, b"payload"))
         res = await raw.next()
         assert res.opaque == 3 and res.ext_fields == {"echo": "12"} and res.body == b"payload"
         raw.writer.close()
         await server.stop(1)
+
     run(t)
 
 
 def test_garbage_from_many_peers_harms_neither_the_server_nor_a_healthy_client() -> None:
     import random
+
     rng = random.Random(29)
 
     def garbage() -> bytes:
@@ -721,10 +764,16 @@ def test_garbage_from_many_peers_harms_neither_the_server_nor_a_healthy_client()
         if kind == 0:  # random bytes
             return rng.randbytes(rng.randrange(1, 300))
         if kind == 1:  # a plausible prefix, then noise
-            return struct.pack(">ii", rng.randrange(-5, 2000), rng.randrange(-5, 1 << 26)) + rng.randbytes(rng.randrange(0, 100))
+            return struct.pack(">ii", rng.randrange(-5, 2000), rng.randrange(-5, 1 << 26)) + rng.randbytes(
+                rng.randrange(0, 100)
+            )
         if kind == 2:  # JSON headers with fields of the wrong types
-            h = {"code": rng.choice([10, "x", None, [1], 2**70]), "opaque": rng.choice([1, "2", {}, -1]),
-                 "flag": rng.choice([0, 1, 2, "z"]), "extFields": rng.choice([{}, [], "s", {"n": [1]}])}
+            h = {
+                "code": rng.choice([10, "x", None, [1], 2**70]),
+                "opaque": rng.choice([1, "2", {}, -1]),
+                "flag": rng.choice([0, 1, 2, "z"]),
+                "extFields": rng.choice([{}, [], "s", {"n": [1]}]),
+            }
             return encode_frame(json.dumps(h).encode(), rng.randbytes(rng.randrange(0, 20)))
         if kind == 3:  # binary headers cut anywhere
             hdr = struct.pack(">hbhii", 10, 0, 1, 3, 0) + struct.pack(">i", 50) + b"r"
@@ -747,6 +796,7 @@ def test_garbage_from_many_peers_harms_neither_the_server_nor_a_healthy_client()
         assert [c.remote for c in server.connections] == [client_local(healthy)]  # every garbage peer gone
         healthy.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -789,4 +839,5 @@ def test_close_callbacks_run_at_the_peer_s_eof_before_requests_read_with_it() ->
             a.close()
             b.close()
             await server.stop(1)
+
     run(t)

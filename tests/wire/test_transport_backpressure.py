@@ -37,6 +37,7 @@ def run(test: Callable[[], Awaitable[None]]) -> None:
     async def guarded() -> None:
         async with asyncio.timeout(GUARD_S):
             await test()
+
     asyncio.run(guarded())
 
 
@@ -66,12 +67,14 @@ def big_or_echo(served: list[int]) -> Any:
             served.append(r.opaque)
             return r.reply(ResponseCode.SUCCESS, body=b"x" * ANSWER)
         return r.reply(ResponseCode.SUCCESS, ext_fields={"echo": r.ext_fields.get("n", "")})
+
     return handler
 
 
 def test_one_read_of_many_requests_queues_answers_up_to_the_high_mark_only() -> None:
     """The defect itself: every request of one read was served and answered into the write
     buffer before the high mark was looked at (200 requests here: 50 MiB buffered)."""
+
     async def t() -> None:
         served: list[int] = []
         server = RemotingServer(big_or_echo(served), limits=Limits(write_high=HIGH, write_low=LOW), sweep_interval_s=0)
@@ -89,6 +92,7 @@ def test_one_read_of_many_requests_queues_answers_up_to_the_high_mark_only() -> 
         assert len(served) < n
         writer.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -103,8 +107,13 @@ def test_a_peer_that_does_not_read_is_not_served_past_the_high_mark_then_closed_
         n = 200  # 50 MiB of answers asked for in one write of ~20 KB
         writer.write(b"".join(frame(RequestCode.VIEW_MESSAGE_BY_ID, i) for i in range(n)))
         await writer.drain()
-        await until(lambda: len(server.connections) == 1 and not server.connections[0].reading
-                    and server.connections[0].buffered > HIGH)
+        await until(
+            lambda: (
+                len(server.connections) == 1
+                and not server.connections[0].reading
+                and server.connections[0].buffered > HIGH
+            )
+        )
         (deaf,) = server.connections
         for _ in range(20):  # the loop turns: nothing more is served while the peer does not read
             await asyncio.sleep(0)
@@ -128,6 +137,7 @@ def test_a_peer_that_does_not_read_is_not_served_past_the_high_mark_then_closed_
         healthy.close()
         writer.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -151,6 +161,7 @@ def test_a_reader_that_catches_up_is_served_to_the_end() -> None:
         assert served == list(range(n)) and conn.buffered_peak <= HIGH + ANSWER + 1024
         writer.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -167,6 +178,7 @@ def test_answers_in_flight_past_the_write_limit_close_the_connection(caplog: pyt
             async def held() -> RemotingCommand:  # a held pull answered with a large body
                 await gate.wait()
                 return r.reply(ResponseCode.SUCCESS, body=b"y" * ANSWER)
+
             return held()
 
         limits = Limits(write_high=HIGH, write_low=LOW, write_limit=LIMIT, write_timeout_ms=0, idle_ms=0)
@@ -188,6 +200,7 @@ def test_answers_in_flight_past_the_write_limit_close_the_connection(caplog: pyt
         healthy.close()
         writer.close()
         await server.stop(1)
+
     run(t)
 
 
@@ -201,10 +214,18 @@ def test_the_broker_reads_its_bounds_from_broker_conf_and_a_deaf_viewer_costs_it
         res = store.put_batch(pa.table({"topic": ["T"], "body": [b"z" * (1 << 20)], "queueId": [0]}), dispatch=True)
         offset = res["commitLogOffset"][0].as_py()
     conf = tmp_path / "broker.conf"
-    conf.write_text(f"writeBufferHighWaterMark={HIGH}\nwriteBufferLowWaterMark={LOW}\nwriteBufferLimit={LIMIT}\n"
-                    "writeStallTimeoutMills=0\nserverChannelMaxIdleTimeSeconds=0\nautoCreateTopicEnable=false\n")
+    conf.write_text(
+        f"writeBufferHighWaterMark={HIGH}\nwriteBufferLowWaterMark={LOW}\nwriteBufferLimit={LIMIT}\n"
+        "writeStallTimeoutMills=0\nserverChannelMaxIdleTimeSeconds=0\nautoCreateTopicEnable=false\n"
+    )
     config = BrokerConfig.from_properties(conf, listen_port=0).replace(store=store_config)
-    assert config.limits() == {"write_high": HIGH, "write_low": LOW, "write_limit": LIMIT, "write_timeout_ms": 0, "idle_ms": 0}
+    assert config.limits() == {
+        "write_high": HIGH,
+        "write_low": LOW,
+        "write_limit": LIMIT,
+        "write_timeout_ms": 0,
+        "idle_ms": 0,
+    }
 
     async def t() -> None:
         proc = launch.BrokerProcess(root, config)
@@ -215,8 +236,13 @@ def test_the_broker_reads_its_bounds_from_broker_conf_and_a_deaf_viewer_costs_it
             reader, writer = await deaf_peer(server.port)
             writer.write(b"".join(frame(RequestCode.VIEW_MESSAGE_BY_ID, i, {"offset": str(offset)}) for i in range(60)))
             await writer.drain()
-            await until(lambda: len(server.connections) == 1 and not server.connections[0].reading
-                        and server.connections[0].buffered > HIGH)
+            await until(
+                lambda: (
+                    len(server.connections) == 1
+                    and not server.connections[0].reading
+                    and server.connections[0].buffered > HIGH
+                )
+            )
             (deaf,) = server.connections
             assert deaf.buffered_peak <= HIGH + (1 << 20) + 4096
             healthy = await ClientConnection.connect("127.0.0.1", server.port)
@@ -228,6 +254,7 @@ def test_the_broker_reads_its_bounds_from_broker_conf_and_a_deaf_viewer_costs_it
         finally:
             proc.request_stop()
             await proc.wait_stopped(1)
+
     run(t)
 
 
@@ -236,11 +263,20 @@ def test_limits_and_broker_conf_refuse_inconsistent_bounds(tmp_path: Path) -> No
         Limits(write_high=10, write_low=5, write_limit=9)
     with pytest.raises(ValueError, match="write_timeout_ms"):
         Limits(write_timeout_ms=-1)
-    for line, named in (("writeBufferLimit=10", "write_buffer_limit"), ("writeBufferHighWaterMark=0", "write_buffer_high"),
-                        ("writeBufferLowWaterMark=99999999", "write_buffer_low"), ("writeStallTimeoutMills=-1", "write_stall")):
+    for line, named in (
+        ("writeBufferLimit=10", "write_buffer_limit"),
+        ("writeBufferHighWaterMark=0", "write_buffer_high"),
+        ("writeBufferLowWaterMark=99999999", "write_buffer_low"),
+        ("writeStallTimeoutMills=-1", "write_stall"),
+    ):
         conf = tmp_path / "broker.conf"
         conf.write_text(line + "\n")
         with pytest.raises(rmqlog.ConfigError, match=named):
             BrokerConfig.from_properties(conf)
-    assert BrokerConfig().limits() == {"write_high": 4 << 20, "write_low": 1 << 20, "write_limit": 64 << 20,
-                                       "write_timeout_ms": 30_000, "idle_ms": 120_000}
+    assert BrokerConfig().limits() == {
+        "write_high": 4 << 20,
+        "write_low": 1 << 20,
+        "write_limit": 64 << 20,
+        "write_timeout_ms": 30_000,
+        "idle_ms": 120_000,
+    }

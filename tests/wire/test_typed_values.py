@@ -103,13 +103,23 @@ def acl_servers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dic
     yield from _serve(tmp_path, acl=True)
 
 
-def raw_call(addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"",
-             opaque: int = 7) -> tuple[dict[str, Any], bytes]:
+def raw_call(
+    addr: str, code: int, ext: dict[str, Any] | None = None, body: bytes = b"", opaque: int = 7
+) -> tuple[dict[str, Any], bytes]:
     """One request as raw bytes: a JSON header written by ``json.dumps`` (a lone surrogate
     becomes the escape ``\\ud800``, as any JSON writer puts it), the answer's header object and
     body as read off the socket."""
-    header = json.dumps({"code": code, "language": "JAVA", "version": 435, "opaque": opaque, "flag": 0,
-                         "extFields": ext or {}, "serializeTypeCurrentRPC": "JSON"}).encode()
+    header = json.dumps(
+        {
+            "code": code,
+            "language": "JAVA",
+            "version": 435,
+            "opaque": opaque,
+            "flag": 0,
+            "extFields": ext or {},
+            "serializeTypeCurrentRPC": "JSON",
+        }
+    ).encode()
     host, port = addr.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=HANG_GUARD_S) as sock:
         sock.sendall(_II.pack(4 + len(header) + len(body), len(header)) + header + body)
@@ -157,15 +167,18 @@ def nested(what: bytes = b"[") -> bytes:
 
 
 def test_a_heartbeat_nested_deep_is_a_typed_answer(servers: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
-    body = b'{"clientID":"c1","consumerDataSet":[{"groupName":"G","subscriptionDataSet":' + nested() + b"]" * DEEP + b"}]}"
+    body = (
+        b'{"clientID":"c1","consumerDataSet":[{"groupName":"G","subscriptionDataSet":' + nested() + b"]" * DEEP + b"}]}"
+    )
     answer, _ = raw_call(servers["broker"], RequestCode.HEART_BEAT, {}, body)
     assert "nested" in typed(answer, "HeartbeatData")
     assert servers["proc"].broker.consumers.consumer_ids("G") == []
     clean_log(caplog)
 
 
-def test_a_heartbeat_nested_deep_is_refused_by_the_acl_check_typed(acl_servers: dict[str, Any],
-                                                                    caplog: pytest.LogCaptureFixture) -> None:
+def test_a_heartbeat_nested_deep_is_refused_by_the_acl_check_typed(
+    acl_servers: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     from rmqnet.remoting.acl_sign import sign
 
     req = RemotingCommand(RequestCode.HEART_BEAT, 7, 0, None, {}, nested(b'{"a":'), "JAVA")
@@ -177,8 +190,9 @@ def test_a_heartbeat_nested_deep_is_refused_by_the_acl_check_typed(acl_servers: 
 
 
 @pytest.mark.parametrize("code", [RequestCode.LOCK_BATCH_MQ, RequestCode.UNLOCK_BATCH_MQ])
-def test_a_lock_body_nested_deep_is_a_typed_answer(servers: dict[str, Any], caplog: pytest.LogCaptureFixture,
-                                                   code: int) -> None:
+def test_a_lock_body_nested_deep_is_a_typed_answer(
+    servers: dict[str, Any], caplog: pytest.LogCaptureFixture, code: int
+) -> None:
     body = b'{"consumerGroup":"G","clientId":"c","mqSet":' + nested() + b"}"
     answer, _ = raw_call(servers["broker"], code, {}, body)
     assert "nested" in typed(answer, "LockBatchRequestBody")
@@ -186,12 +200,20 @@ def test_a_lock_body_nested_deep_is_a_typed_answer(servers: dict[str, Any], capl
 
 
 def _register_ext(name: str = "broker-x") -> dict[str, Any]:
-    return RegisterBrokerHeader(broker_name=name, broker_addr="127.0.0.1:1", cluster_name="C", ha_server_addr="",
-                                broker_id=0, compressed=False, body_crc32=0).to_ext()
+    return RegisterBrokerHeader(
+        broker_name=name,
+        broker_addr="127.0.0.1:1",
+        cluster_name="C",
+        ha_server_addr="",
+        broker_id=0,
+        compressed=False,
+        body_crc32=0,
+    ).to_ext()
 
 
-def test_a_register_broker_body_nested_deep_is_a_typed_answer(servers: dict[str, Any],
-                                                               caplog: pytest.LogCaptureFixture) -> None:
+def test_a_register_broker_body_nested_deep_is_a_typed_answer(
+    servers: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     body = b'{"topicConfigSerializeWrapper":{"topicConfigTable":{"T":' + nested(b'{"a":') + b"}}}"
     answer, _ = raw_call(servers["namesrv"], RequestCode.REGISTER_BROKER, _register_ext(), body)
     assert "nested" in typed(answer, "RegisterBrokerBody")
@@ -200,11 +222,18 @@ def test_a_register_broker_body_nested_deep_is_a_typed_answer(servers: dict[str,
 
 
 def test_a_register_broker_body_with_a_lone_surrogate_is_a_typed_answer(
-        servers: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    servers: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     # it was registered, and every later topic list (206) and cluster info answer failed to encode
-    wrapper = {"topicConfigSerializeWrapper": {"topicConfigTable": {f"T{LONE}": {
-        "topicName": f"T{LONE}", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}},
-        "dataVersion": {"timestamp": 1, "counter": 1}}, "filterServerList": []}
+    wrapper = {
+        "topicConfigSerializeWrapper": {
+            "topicConfigTable": {
+                f"T{LONE}": {"topicName": f"T{LONE}", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6}
+            },
+            "dataVersion": {"timestamp": 1, "counter": 1},
+        },
+        "filterServerList": [],
+    }
     answer, _ = raw_call(servers["namesrv"], RequestCode.REGISTER_BROKER, _register_ext(), json.dumps(wrapper).encode())
     assert "lone surrogate" in typed(answer, "RegisterBrokerBody")
     listed, body = raw_call(servers["namesrv"], RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
@@ -215,8 +244,9 @@ def test_a_register_broker_body_with_a_lone_surrogate_is_a_typed_answer(
 # ---- item 11: lone surrogates in the header's strings --------------------------------------------
 
 
-def test_a_lone_surrogate_in_a_sends_properties_is_refused_typed(servers: dict[str, Any],
-                                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_a_lone_surrogate_in_a_sends_properties_is_refused_typed(
+    servers: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     ext = send_header("T", props=f"KEYS\x01k{LONE}\x02").to_ext(True)
     answer, _ = raw_call(servers["broker"], RequestCode.SEND_MESSAGE_V2, ext, b"hello")
     assert "lone surrogate" in typed(answer, "'i'")
@@ -225,60 +255,104 @@ def test_a_lone_surrogate_in_a_sends_properties_is_refused_typed(servers: dict[s
 
 
 @pytest.mark.parametrize("code", [RequestCode.UPDATE_AND_CREATE_TOPIC, RequestCode.DELETE_TOPIC_IN_BROKER])
-def test_a_lone_surrogate_in_a_topic_of_17_and_215_is_refused_typed(servers: dict[str, Any],
-                                                                   caplog: pytest.LogCaptureFixture, code: int) -> None:
-    ext = {"topic": f"A{LONE}", "defaultTopic": "TBW102", "readQueueNums": 4, "writeQueueNums": 4, "perm": 6,
-           "topicFilterType": "SINGLE_TAG", "topicSysFlag": 0, "order": False}
+def test_a_lone_surrogate_in_a_topic_of_17_and_215_is_refused_typed(
+    servers: dict[str, Any], caplog: pytest.LogCaptureFixture, code: int
+) -> None:
+    ext = {
+        "topic": f"A{LONE}",
+        "defaultTopic": "TBW102",
+        "readQueueNums": 4,
+        "writeQueueNums": 4,
+        "perm": 6,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": False,
+    }
     answer, _ = raw_call(servers["broker"], code, ext)
     typed(answer, "'topic'", "lone surrogate")
     assert servers["proc"].broker.topics.get(f"A{LONE}") is None
     clean_log(caplog)
 
 
-def test_a_lone_surrogate_in_a_sql92_literal_is_refused_typed(servers: dict[str, Any],
-                                                             caplog: pytest.LogCaptureFixture) -> None:
-    sent, _ = raw_call(servers["broker"], RequestCode.SEND_MESSAGE_V2, send_header("T", props="a\x01x\x02").to_ext(True),
-                       b"m")
+def test_a_lone_surrogate_in_a_sql92_literal_is_refused_typed(
+    servers: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    sent, _ = raw_call(
+        servers["broker"], RequestCode.SEND_MESSAGE_V2, send_header("T", props="a\x01x\x02").to_ext(True), b"m"
+    )
     assert sent["code"] == ResponseCode.SUCCESS
     # the subscription of the request itself (sysFlag 4), held until the message is dispatched (2)
-    ext = {"consumerGroup": "G", "topic": "T", "queueId": 0, "queueOffset": 0, "maxMsgNums": 32, "sysFlag": 6,
-           "commitOffset": 0, "suspendTimeoutMillis": 5000, "subscription": f"a = 'x{LONE}'", "subVersion": 1,
-           "expressionType": "SQL92"}
+    ext = {
+        "consumerGroup": "G",
+        "topic": "T",
+        "queueId": 0,
+        "queueOffset": 0,
+        "maxMsgNums": 32,
+        "sysFlag": 6,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 5000,
+        "subscription": f"a = 'x{LONE}'",
+        "subVersion": 1,
+        "expressionType": "SQL92",
+    }
     answer, _ = raw_call(servers["broker"], RequestCode.PULL_MESSAGE, ext)
     typed(answer, "'subscription'", "lone surrogate")
     clean_log(caplog)
 
 
 ECHOED = [
-    (RequestCode.PULL_MESSAGE, {"consumerGroup": "G", "topic": f"N{LONE}", "queueId": 0, "queueOffset": 0,
-                                "maxMsgNums": 32, "sysFlag": 2, "commitOffset": 0, "suspendTimeoutMillis": 0,
-                                "subVersion": 1}, "'topic'"),
-    (RequestCode.CONSUMER_SEND_MSG_BACK, {"offset": 0, "group": f"G{LONE}", "delayLevel": 0, "originMsgId": "x",
-                                          "originTopic": "T"}, "'group'"),
+    (
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": "G",
+            "topic": f"N{LONE}",
+            "queueId": 0,
+            "queueOffset": 0,
+            "maxMsgNums": 32,
+            "sysFlag": 2,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": 0,
+            "subVersion": 1,
+        },
+        "'topic'",
+    ),
+    (
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {"offset": 0, "group": f"G{LONE}", "delayLevel": 0, "originMsgId": "x", "originTopic": "T"},
+        "'group'",
+    ),
     (RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": f"G{LONE}"}, "'consumerGroup'"),
 ]
 
 
 @pytest.mark.parametrize(("code", "ext", "field"), ECHOED, ids=["11", "36", "38"])
-def test_a_lone_surrogate_a_remark_would_echo_is_refused_typed(servers: dict[str, Any], caplog: pytest.LogCaptureFixture,
-                                                              code: int, ext: dict[str, Any], field: str) -> None:
+def test_a_lone_surrogate_a_remark_would_echo_is_refused_typed(
+    servers: dict[str, Any], caplog: pytest.LogCaptureFixture, code: int, ext: dict[str, Any], field: str
+) -> None:
     answer, _ = raw_call(servers["broker"], code, ext)
     typed(answer, field, "lone surrogate")
     clean_log(caplog)
 
 
-def test_a_lone_surrogate_in_a_route_query_is_refused_typed(servers: dict[str, Any],
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_a_lone_surrogate_in_a_route_query_is_refused_typed(
+    servers: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     answer, _ = raw_call(servers["namesrv"], RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": f"T{LONE}"})
     typed(answer, "'topic'", "lone surrogate")
     clean_log(caplog)
 
 
-def test_a_lone_surrogate_in_a_heartbeat_body_is_refused_typed(servers: dict[str, Any],
-                                                              caplog: pytest.LogCaptureFixture) -> None:
+def test_a_lone_surrogate_in_a_heartbeat_body_is_refused_typed(
+    servers: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     # registered, the client id came back in 38's body, which did not encode
-    body = json.dumps({"clientID": f"c{LONE}", "producerDataSet": [], "consumerDataSet": [
-        {"groupName": "G", "subscriptionDataSet": [{"topic": "T", "subString": "*"}]}]}).encode()
+    body = json.dumps(
+        {
+            "clientID": f"c{LONE}",
+            "producerDataSet": [],
+            "consumerDataSet": [{"groupName": "G", "subscriptionDataSet": [{"topic": "T", "subString": "*"}]}],
+        }
+    ).encode()
     answer, _ = raw_call(servers["broker"], RequestCode.HEART_BEAT, {}, body)
     typed(answer, "HeartbeatData", "lone surrogate")
     listed, _ = raw_call(servers["broker"], RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "G"})
@@ -288,9 +362,9 @@ def test_a_lone_surrogate_in_a_heartbeat_body_is_refused_typed(servers: dict[str
 
 def test_a_valid_surrogate_pair_is_text() -> None:
     # "\ud83d\ude00" is one character (U+1F600): read as such, never refused
-    header = json.dumps({"code": 38, "opaque": 1, "flag": 0, "extFields": {"consumerGroup": "G\U0001F600"}}).encode()
+    header = json.dumps({"code": 38, "opaque": 1, "flag": 0, "extFields": {"consumerGroup": "G\U0001f600"}}).encode()
     (frame,) = FrameDecoder().feed(_II.pack(4 + len(header), len(header)) + header)
-    assert decode(frame).ext_fields["consumerGroup"] == "G\U0001F600"
+    assert decode(frame).ext_fields["consumerGroup"] == "G\U0001f600"
 
 
 # ---- the answer path ---------------------------------------------------------------------------
@@ -304,7 +378,8 @@ def test_an_answer_whose_remark_cannot_encode_is_sent_escaped() -> None:
 
 
 def test_a_oneway_request_holding_a_lone_surrogate_is_dropped_and_the_connection_kept(
-        servers: dict[str, Any], caplog: pytest.LogCaptureFixture) -> None:
+    servers: dict[str, Any], caplog: pytest.LogCaptureFixture
+) -> None:
     def frame(code: int, ext: dict[str, Any], opaque: int, flag: int) -> bytes:
         header = json.dumps({"code": code, "opaque": opaque, "flag": flag, "extFields": ext}).encode()
         return _II.pack(4 + len(header), len(header)) + header
@@ -312,8 +387,10 @@ def test_a_oneway_request_holding_a_lone_surrogate_is_dropped_and_the_connection
     host, port = servers["broker"].rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=HANG_GUARD_S) as sock:
         # one write: the oneway refusal (nothing to answer), then a request answered on the same connection
-        sock.sendall(frame(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": f"G{LONE}"}, 1, 2)
-                     + frame(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": f"H{LONE}"}, 2, 0))
+        sock.sendall(
+            frame(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": f"G{LONE}"}, 1, 2)
+            + frame(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": f"H{LONE}"}, 2, 0)
+        )
         length, word = _II.unpack(_read(sock, 8))
         answer = json.loads(_read(sock, length - 4)[: word & 0xFFFFFF])
     assert answer["opaque"] == 2  # the oneway one got nothing, the connection served the next

@@ -42,8 +42,10 @@ def test_admin_client_topics_stats_and_config(servers: Servers) -> None:  # noqa
         assert admin.topic_configs(b)["ADM"]["readQueueNums"] == 3
         for i in range(3):
             producer.send("T", b"m%d" % i, queue_id=1)
-        q1 = eventually(lambda: (o := admin.topic_stats(b, "T")[QueueKey("T", "broker-a", 1)]).max_offset == 3 and o,
-                        "the 3 messages dispatched")
+        q1 = eventually(
+            lambda: (o := admin.topic_stats(b, "T")[QueueKey("T", "broker-a", 1)]).max_offset == 3 and o,
+            "the 3 messages dispatched",
+        )
         assert (q1.min_offset, q1.max_offset) == (0, 3) and q1.last_update_timestamp > 0
         with pytest.raises(BrokerError) as info:
             admin.topic_stats(b, "NOPE")
@@ -88,8 +90,10 @@ def test_delete_topic_leaves_the_route_at_the_next_registration(servers: Servers
 
 def test_two_members_lock_disjoint_queues(servers: Servers) -> None:  # noqa: F811
     queues = [QueueRef("T", "broker-a", i) for i in range(4)]
-    with GroupMember("CG_ORD", servers.namesrv, client_id="10.0.0.1@1") as one, \
-            GroupMember("CG_ORD", servers.namesrv, client_id="10.0.0.1@2") as two:
+    with (
+        GroupMember("CG_ORD", servers.namesrv, client_id="10.0.0.1@1") as one,
+        GroupMember("CG_ORD", servers.namesrv, client_id="10.0.0.1@2") as two,
+    ):
         assert one.lock(queues[:2]) == queues[:2]
         assert two.lock(queues) == queues[2:]  # the first two are one's
         one.unlock(queues[:1])

@@ -39,14 +39,26 @@ def test_messages_print_as_the_store_s_command_prints_them(tmp_path: Path, body:
     """message_line (rmqnet's, per row) against rmqlog.admin.jsonl.lines (the store command's,
     vectorized) for the same records: quotes, control characters, non-ASCII, bodies that are
     not UTF-8, keys, properties, no tags."""
-    bodies = [b"plain", 'quote " back \\ tab \t nl \n \u00e9\u4e2d\U0001f600'.encode(), b"\xff\xfe not utf-8",
-              b"", bytes(range(32))]
+    bodies = [
+        b"plain",
+        'quote " back \\ tab \t nl \n \u00e9\u4e2d\U0001f600'.encode(),
+        b"\xff\xfe not utf-8",
+        b"",
+        bytes(range(32)),
+    ]
     with rmqlog.MessageStore.open(tmp_path / "root", small_store_config()) as s:
         s.create_topic("T", 1)
-        s.put_batch(pa.table({
-            "topic": ["T"] * 5, "queueId": pa.array([0] * 5, pa.int32()), "body": pa.array(bodies, pa.binary()),
-            "tags": ["a", None, "\u00e9", "x\"y", ""], "keys": [["k1", "k2"], None, ["\u4e2d"], [], ["a\tb"]],
-        }))
+        s.put_batch(
+            pa.table(
+                {
+                    "topic": ["T"] * 5,
+                    "queueId": pa.array([0] * 5, pa.int32()),
+                    "body": pa.array(bodies, pa.binary()),
+                    "tags": ["a", None, "\u00e9", 'x"y', ""],
+                    "keys": [["k1", "k2"], None, ["\u4e2d"], [], ["a\tb"]],
+                }
+            )
+        )
         s.dispatch()
         table = s.get_messages("g", "T", 0, 0, max_count=10).messages
     assert table.num_rows == 5

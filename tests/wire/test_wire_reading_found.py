@@ -24,16 +24,20 @@ def rmqlog(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, st
     return code, out, err
 
 
-def test_lag_without_topic_lists_the_group_s_topics_with_their_lag(servers: Servers,  # noqa: F811
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_lag_without_topic_lists_the_group_s_topics_with_their_lag(
+    servers: Servers,  # noqa: F811
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with Admin(servers.namesrv) as admin, Producer("PG", servers.namesrv) as producer:
         admin.create_topic(servers.broker, "LAGT", 2)
         eventually(lambda: "LAGT" in admin.topic_list(), "LAGT routed")
         for i in range(6):
             producer.send("LAGT", b"m%d" % i, queue_id=i % 2)
             producer.send("T", b"other%d" % i, queue_id=0)  # a topic the group never read
-        eventually(lambda: admin.max_offset("broker-a", "LAGT", 1) == 3 and admin.max_offset("broker-a", "T", 0) == 6,
-                   "dispatched")
+        eventually(
+            lambda: admin.max_offset("broker-a", "LAGT", 1) == 3 and admin.max_offset("broker-a", "T", 0) == 6,
+            "dispatched",
+        )
         admin.update_offset(servers.broker, "CGL", "LAGT", 0, 3)  # read everything
         admin.update_offset(servers.broker, "CGL", "LAGT", 1, 1)  # 2 behind
     code, out, err = rmqlog(capsys, "lag", "--namesrv", servers.namesrv, "CGL", "--json")
@@ -57,10 +61,12 @@ def test_an_offset_msg_id_is_found_by_query_and_get(servers: Servers, capsys: py
         sent = producer.send("T", b"find me", queue_id=2, keys=["k-1"])
         eventually(lambda: admin.max_offset("broker-a", "T", 2) == 1, "dispatched")
     assert sent.offset_msg_id != sent.msg_id
-    for argv in (("query", "--namesrv", servers.namesrv, "T", "--id", sent.offset_msg_id),
-                 ("get", "--namesrv", servers.namesrv, "--id", sent.offset_msg_id),
-                 ("get", "--namesrv", servers.namesrv, "--id", sent.msg_id, "--topic", "T"),
-                 ("query", "--namesrv", servers.namesrv, "T", "--id", sent.msg_id)):
+    for argv in (
+        ("query", "--namesrv", servers.namesrv, "T", "--id", sent.offset_msg_id),
+        ("get", "--namesrv", servers.namesrv, "--id", sent.offset_msg_id),
+        ("get", "--namesrv", servers.namesrv, "--id", sent.msg_id, "--topic", "T"),
+        ("query", "--namesrv", servers.namesrv, "T", "--id", sent.msg_id),
+    ):
         code, out, err = rmqlog(capsys, *argv)
         assert code == 0, (argv, err)
         (line,) = out.splitlines()
@@ -77,6 +83,13 @@ def test_what_finds_nothing_says_why_with_status_1(servers: Servers, capsys: pyt
     far = sent.offset_msg_id[:16] + f"{1 << 40:016X}"
     code, out, err = rmqlog(capsys, "get", "--namesrv", servers.namesrv, "--id", far)
     assert (code, out) == (1, "") and f"no message with msgId {far}" in err and "commitlog offset" in err
-    code, out, err = rmqlog(capsys, "query", "--namesrv", servers.namesrv, "T", "--id", sent.msg_id[:-1] + "0"
-                            if sent.msg_id[-1] != "0" else sent.msg_id[:-1] + "1")
+    code, out, err = rmqlog(
+        capsys,
+        "query",
+        "--namesrv",
+        servers.namesrv,
+        "T",
+        "--id",
+        sent.msg_id[:-1] + "0" if sent.msg_id[-1] != "0" else sent.msg_id[:-1] + "1",
+    )
     assert (code, out) == (1, "") and "no message with msgId" in err

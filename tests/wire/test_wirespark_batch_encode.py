@@ -70,10 +70,13 @@ def test_the_same_bytes_as_the_numpy_reference_on_random_batches() -> None:
     rng = np.random.default_rng(30)
     for _ in range(300):
         n = int(rng.integers(0, 50))
-        bodies = pa.array([None if rng.random() < 0.1 else rng.bytes(int(rng.integers(0, 400))) for _ in range(n)],
-                          pa.binary())
-        props = pa.array([None if rng.random() < 0.1 else "k\x01" + "v" * int(rng.integers(0, 80)) + "\x02"
-                          for _ in range(n)], pa.string())
+        bodies = pa.array(
+            [None if rng.random() < 0.1 else rng.bytes(int(rng.integers(0, 400))) for _ in range(n)], pa.binary()
+        )
+        props = pa.array(
+            [None if rng.random() < 0.1 else "k\x01" + "v" * int(rng.integers(0, 80)) + "\x02" for _ in range(n)],
+            pa.string(),
+        )
         flags = rng.integers(-(2**31), 2**31, n).astype(np.int32) if rng.random() < 0.5 else None
         if n > 4 and rng.random() < 0.5:  # slices of larger arrays (offsets not at 0)
             bodies, props, flags = bodies.slice(3), props.slice(3), None if flags is None else flags[3:]
@@ -96,14 +99,17 @@ def test_chunked_and_large_inputs_and_the_properties_cap() -> None:
             encode(pa.array([b"a"]), pa.array(["", ""]))
 
 
-@pytest.mark.parametrize("args, says", [
-    ((None, None), "bodies must be a column of binary values"),
-    (([b"a"], None), "properties must be a column of string values"),
-    (([b"a"], [1]), "properties must be a column of string values"),
-    (([b"a", b"b"], ["x"]), "differ in length"),
-    (([b"a"], ["x"], ["q"]), "flags must be a 1-D array of integers"),
-    (([b"a"], ["x"], [1 << 40]), "a flag is outside Java's int"),
-])
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        ((None, None), "bodies must be a column of binary values"),
+        (([b"a"], None), "properties must be a column of string values"),
+        (([b"a"], [1]), "properties must be a column of string values"),
+        (([b"a", b"b"], ["x"]), "differ in length"),
+        (([b"a"], ["x"], ["q"]), "flags must be a 1-D array of integers"),
+        (([b"a"], ["x"], [1 << 40]), "a flag is outside Java's int"),
+    ],
+)
 def test_arguments_that_are_not_columns_are_refused_typed(args: tuple[object, ...], says: str) -> None:
     """Found by the API's argument fuzzing: ``None`` or a tuple of them raised TypeError and
     AttributeError from inside the encoder."""

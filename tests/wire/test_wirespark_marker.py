@@ -52,18 +52,26 @@ def test_marker_fields_are_read_leniently_and_checked() -> None:
     assert IdempotenceMarker.read({"rmqlogWriter": "q/1", "rmqlogSequence": 5}) == IdempotenceMarker("q/1", 5)
     assert IdempotenceMarker.read({"rmqlogWriter": "q/1", "rmqlogSequence": "5"}) == IdempotenceMarker("q/1", 5)
     assert IdempotenceMarker("q/1", 5).to_ext() == {"rmqlogWriter": "q/1", "rmqlogSequence": "5"}
-    for ext, name in [({"rmqlogWriter": "q"}, "rmqlogSequence"), ({"rmqlogSequence": "1"}, "rmqlogWriter"),
-                      ({"rmqlogWriter": "q", "rmqlogSequence": "x"}, "rmqlogSequence"),
-                      ({"rmqlogWriter": "q", "rmqlogSequence": "-1"}, "rmqlogSequence")]:
+    for ext, name in [
+        ({"rmqlogWriter": "q"}, "rmqlogSequence"),
+        ({"rmqlogSequence": "1"}, "rmqlogWriter"),
+        ({"rmqlogWriter": "q", "rmqlogSequence": "x"}, "rmqlogSequence"),
+        ({"rmqlogWriter": "q", "rmqlogSequence": "-1"}, "rmqlogSequence"),
+    ]:
         with pytest.raises(FieldError) as err:
             IdempotenceMarker.read(ext)
         assert err.value.field == name
 
 
-def batch_request(queue_id: int, bodies_: list[bytes], marker: IdempotenceMarker | None, opaque: int = 1) -> RemotingCommand:
-    req = send_request(send_header("T", queue_id=queue_id, batch=True),
-                       encode_batch([(b, 0, {"UNIQ_KEY": f"{i:032X}"}) for i, b in enumerate(bodies_)]),
-                       code=RequestCode.SEND_BATCH_MESSAGE, opaque=opaque)
+def batch_request(
+    queue_id: int, bodies_: list[bytes], marker: IdempotenceMarker | None, opaque: int = 1
+) -> RemotingCommand:
+    req = send_request(
+        send_header("T", queue_id=queue_id, batch=True),
+        encode_batch([(b, 0, {"UNIQ_KEY": f"{i:032X}"}) for i, b in enumerate(bodies_)]),
+        code=RequestCode.SEND_BATCH_MESSAGE,
+        opaque=opaque,
+    )
     if marker is not None:
         req.ext_fields.update(marker.to_ext())
     return req
@@ -90,7 +98,9 @@ def test_broker_applies_the_marker_a_replay_stores_nothing(store: rmqlog.Message
     assert older.ext_fields["queueOffset"] == "-1"
     assert bodies(store, 0) == [b"x", b"y", b"z"]
     # another broker on the same store (a restart) keeps the writer's sequence, not the answers
-    (restarted,) = run(make_broker(store), peer, batch_request(0, [b"z"], IdempotenceMarker("spark-query/q/0", (2 << 20) + 1)))
+    (restarted,) = run(
+        make_broker(store), peer, batch_request(0, [b"z"], IdempotenceMarker("spark-query/q/0", (2 << 20) + 1))
+    )
     assert restarted is not None and restarted.ext_fields["rmqlogDuplicate"] == "true"
     assert restarted.ext_fields["msgId"] == "" and bodies(store, 0) == [b"x", b"y", b"z"]
 

@@ -47,8 +47,16 @@ def split(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, link: str, conn: int, requests: bool,
-               routes: set[int], rewrite: tuple[bytes, bytes] | None) -> None:
+async def pump(
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    *,
+    link: str,
+    conn: int,
+    requests: bool,
+    routes: set[int],
+    rewrite: tuple[bytes, bytes] | None,
+) -> None:
     """Copy frames from ``reader`` to ``writer``, logging each; requests record the opaques of
     route lookups so that their answers can be rewritten."""
     decoder: FrameDecoder | None = FrameDecoder()
@@ -70,17 +78,28 @@ async def pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, *, li
                 await writer.drain()
                 continue
             for frame in frames:
-                del held[:8 + len(frame.header) + len(frame.body)]
+                del held[: 8 + len(frame.header) + len(frame.body)]
                 out = encode_frame(frame.header, frame.body, frame.serialize_type)
-                entry: dict[str, Any] = {"t": time.time() * 1000, "link": link, "conn": conn,
-                                         "dir": "request" if requests else "response"}
+                entry: dict[str, Any] = {
+                    "t": time.time() * 1000,
+                    "link": link,
+                    "conn": conn,
+                    "dir": "request" if requests else "response",
+                }
                 try:
                     cmd = decode(frame)
                 except RemotingError as exc:
                     entry["error"] = str(exc)
                 else:
-                    entry.update(code=cmd.code, opaque=cmd.opaque, flag=cmd.flag, remark=cmd.remark,
-                                 ext=cmd.ext_fields, language=cmd.language, bodyLength=len(frame.body))
+                    entry.update(
+                        code=cmd.code,
+                        opaque=cmd.opaque,
+                        flag=cmd.flag,
+                        remark=cmd.remark,
+                        ext=cmd.ext_fields,
+                        language=cmd.language,
+                        bodyLength=len(frame.body),
+                    )
                     if requests:
                         if cmd.code == ROUTE:
                             routes.add(cmd.opaque)
@@ -123,7 +142,10 @@ async def proxy(listen: str, upstream: str, link: str, rewrite: tuple[bytes, byt
 
 async def main(namesrv_listen: str, namesrv: str, broker_listen: str, broker: str) -> None:
     rewrite = (broker.encode(), broker_listen.encode())
-    servers = [await proxy(namesrv_listen, namesrv, "namesrv", rewrite), await proxy(broker_listen, broker, "broker", None)]
+    servers = [
+        await proxy(namesrv_listen, namesrv, "namesrv", rewrite),
+        await proxy(broker_listen, broker, "broker", None),
+    ]
     print("ready", flush=True)
     await asyncio.gather(*(s.serve_forever() for s in servers))
 

@@ -124,7 +124,9 @@ class EncodedBatch:
         h = self._header(a, b)
         m, width = b - a, h.dtype.itemsize
         hdr = pa.BinaryArray.from_buffers(
-            pa.binary(), m, [None, pa.py_buffer(np.arange(0, width * (m + 1), width, dtype=np.int32)), pa.py_buffer(h)],
+            pa.binary(),
+            m,
+            [None, pa.py_buffer(np.arange(0, width * (m + 1), width, dtype=np.int32)), pa.py_buffer(h)],
         )
         trailer = chunk_pieces(self.trailer, a, b)
         joined = pc.binary_join_element_wise(hdr, self.body.slice(a, m), *trailer, _EMPTY_BIN)
@@ -158,9 +160,13 @@ class EncodedBatch:
                 pieces.append((data if data is not None else b"", data_and_offsets(p)[1]))
         body_data = self.body.buffers()[2]
         native.pack_records(
-            header, header.dtype.itemsize, on_demand,
-            body_data if body_data is not None else b"", data_and_offsets(self.body, a, b)[1],
-            pieces, out,
+            header,
+            header.dtype.itemsize,
+            on_demand,
+            body_data if body_data is not None else b"",
+            data_and_offsets(self.body, a, b)[1],
+            pieces,
+            out,
         )
 
     def prepack(self) -> None:
@@ -188,10 +194,14 @@ class EncodedBatch:
         assert native.patch_records is not None  # built with pack_records, which prepack needs
         # one C call (numpy's fancy indexing of the three fields cost ~20 us more a put)
         native.patch_records(
-            self.packed, self.packed_starts,
+            self.packed,
+            self.packed_starts,
             (fields["queueOffset"][1], fields["physicalOffset"][1], fields["storeTimestamp"][1]),
-            (np.ascontiguousarray(queue_offsets, np.int64), np.ascontiguousarray(physical_offsets, np.int64),
-             int64_filled(self.n, store_ts)),
+            (
+                np.ascontiguousarray(queue_offsets, np.int64),
+                np.ascontiguousarray(physical_offsets, np.int64),
+                int64_filled(self.n, store_ts),
+            ),
         )
 
     def iovecs(self, a: int, b: int) -> tuple[np.ndarray, tuple[np.ndarray, pa.Array]]:

@@ -90,13 +90,16 @@ def check_utf8_column(column: object, field: object, *, topic: object = False) -
     the row of the first value of ``column`` (a string or large_string array) that is not
     UTF-8, as a put would; :class:`InvalidArgumentError` for anything else."""
     field, topic = text_arg("field", field), bool_arg("topic", topic)
-    if not isinstance(column, pa.Array) or not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
+    if not isinstance(column, pa.Array) or not (
+        pa.types.is_string(column.type) or pa.types.is_large_string(column.type)
+    ):
         raise InvalidArgumentError(f"column must be a string array, got {type(column).__name__}")
     utf8_checked(column, field, error=InvalidTopicError if topic else InvalidMessageError)
 
 
-def utf8_checked(col: pa.Array, field: str, parent: np.ndarray | None = None,
-                 error: type[InvalidMessageError] = InvalidMessageError) -> None:
+def utf8_checked(
+    col: pa.Array, field: str, parent: np.ndarray | None = None, error: type[InvalidMessageError] = InvalidMessageError
+) -> None:
     """Refuse a value of a string column that is not UTF-8, naming its row (``parent``: the
     table row of each value, for flattened lists and maps). Arrow takes such values (built from
     binary buffers, or Spark's ``CAST(binary AS STRING)``); RocketMQ's decoder and every reader
@@ -232,11 +235,17 @@ def body_column(col: pa.Array, n: int, max_message_size: int) -> tuple[pa.Binary
     if not pa.types.is_binary(body.type):
         raise InvalidMessageError(f"must be binary or string, got {body.type}", row=0 if n else None, field="body")
     if body.null_count:
-        raise InvalidMessageError("body is null (an empty body is valid, a missing one is not)", row=first(np.asarray(body.is_null())), field="body")
+        raise InvalidMessageError(
+            "body is null (an empty body is valid, a missing one is not)",
+            row=first(np.asarray(body.is_null())),
+            field="body",
+        )
     body_len = value_lengths(body)
     if n and body_len.max() > max_message_size:
         row = first(body_len > max_message_size)
-        raise MessageTooLargeError(f"body is {body_len[row]} bytes, over max_message_size {max_message_size}", row=row, field="body")
+        raise MessageTooLargeError(
+            f"body is {body_len[row]} bytes, over max_message_size {max_message_size}", row=row, field="body"
+        )
     return body, body_len
 
 
@@ -246,15 +255,23 @@ def write_queue_counts(queue_counts: QueueCounts, topics: list[str], topic_index
     counts = np.asarray(queue_counts(topics) if topics else [], dtype=np.int64)
     if (counts < 0).any():
         i = int(np.flatnonzero(counts < 0)[0])
-        raise InvalidTopicError(f"topic {topics[i]!r} does not exist and auto-creation is off", row=first(topic_index == i), field="topic")
+        raise InvalidTopicError(
+            f"topic {topics[i]!r} does not exist and auto-creation is off", row=first(topic_index == i), field="topic"
+        )
     if (counts == 0).any():
         i = int(np.flatnonzero(counts == 0)[0])
-        raise InvalidTopicError(f"topic {topics[i]!r} has no write queues (writeQueueNums 0)", row=first(topic_index == i), field="topic")
+        raise InvalidTopicError(
+            f"topic {topics[i]!r} has no write queues (writeQueueNums 0)", row=first(topic_index == i), field="topic"
+        )
     return counts
 
 
 def queue_id_column(
-    col: pa.Array | None, n: int, topics: list[str], topic_index: np.ndarray, counts: np.ndarray,
+    col: pa.Array | None,
+    n: int,
+    topics: list[str],
+    topic_index: np.ndarray,
+    counts: np.ndarray,
     round_robin: RoundRobin,
 ) -> tuple[np.ndarray, tuple[int, int] | None]:
     """(queue id per row, the round-robin cycle ``(first, count)`` when every row is of one
@@ -280,7 +297,11 @@ def queue_id_column(
     over = queue_id >= limit
     if over.any():
         row = first(over)
-        raise QueueIdError(f"queue id {queue_id[row]} is not below {topics[topic_index[row]]!r}'s {limit[row]} queues", row=row, field="queueId")
+        raise QueueIdError(
+            f"queue id {queue_id[row]} is not below {topics[topic_index[row]]!r}'s {limit[row]} queues",
+            row=row,
+            field="queueId",
+        )
     missing = queue_id < 0
     cycle: tuple[int, int] | None = None
     if len(topics) == 1 and n and missing.all():  # the default: one topic, no queue ids
@@ -336,11 +357,17 @@ def born_column(col: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
     if pa.types.is_timestamp(col.type):
         unit, raw = col.type.unit, col.cast(pa.int64())  # the stored integers, no conversion
         per_ms = _PER_MS[unit]
-        lo, hi = (BORN_MS_MIN, BORN_MS_MAX // 1000) if per_ms is None else (BORN_MS_MIN * per_ms, BORN_MS_MAX * per_ms + per_ms - 1)
+        lo, hi = (
+            (BORN_MS_MIN, BORN_MS_MAX // 1000)
+            if per_ms is None
+            else (BORN_MS_MIN * per_ms, BORN_MS_MAX * per_ms + per_ms - 1)
+        )
     elif pa.types.is_integer(col.type):
         unit, raw, lo, hi, per_ms = "ms", col, BORN_MS_MIN, BORN_MS_MAX, 1
     else:
-        raise InvalidMessageError(f"must be a timestamp or int64 ms, got {col.type}", row=0 if n else None, field="bornTimestamp")
+        raise InvalidMessageError(
+            f"must be a timestamp or int64 ms, got {col.type}", row=0 if n else None, field="bornTimestamp"
+        )
     # uint64 stays uint64: compared before any cast
     values = raw.to_numpy() if not raw.null_count else np.asarray(pc.fill_null(raw, 0))
     valid = ~np.asarray(raw.is_null()) if raw.null_count else None
@@ -351,7 +378,9 @@ def born_column(col: pa.Array | None, n: int, now_ms: int) -> np.ndarray:
         row = first(bad)
         raise InvalidMessageError(
             f"{values[row]} {unit} is outside 1970-01-01T00:00:00Z..9999-12-31T23:59:59.999Z "
-            f"({BORN_MS_MIN}..{BORN_MS_MAX} ms)", row=row, field="bornTimestamp",
+            f"({BORN_MS_MIN}..{BORN_MS_MAX} ms)",
+            row=row,
+            field="bornTimestamp",
         )
     ms = values.astype(np.int64)
     if per_ms is None:

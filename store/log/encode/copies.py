@@ -42,9 +42,19 @@ _CLIENT_BITS = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TRANSACTION_MAS
 
 
 def prepare_copies(
-    topic: pa.Array, queue_id: np.ndarray, body: pa.BinaryArray, flag: np.ndarray, born: np.ndarray,
-    properties: pa.Array, *, marker: tuple[str, str] | None, store_host: bytes, born_host: bytes | np.ndarray,
-    uniq_keys: UniqKeyGenerator, max_record_size: int, sys_flags: np.ndarray | None = None,
+    topic: pa.Array,
+    queue_id: np.ndarray,
+    body: pa.BinaryArray,
+    flag: np.ndarray,
+    born: np.ndarray,
+    properties: pa.Array,
+    *,
+    marker: tuple[str, str] | None,
+    store_host: bytes,
+    born_host: bytes | np.ndarray,
+    uniq_keys: UniqKeyGenerator,
+    max_record_size: int,
+    sys_flags: np.ndarray | None = None,
     reconsume_times: np.ndarray | None = None,
 ) -> EncodedBatch:
     """The encoded copies, one per row: ``topic`` (strings) and ``queue_id`` where they go,
@@ -59,8 +69,9 @@ def prepare_copies(
     topics, topic_index = topic_column(topic, n)
     for i, name in enumerate(topics):
         if name in WAITING_TOPICS:  # a copy must leave the waiting topics, or it would wait again
-            raise InvalidTopicError(f"a delivered copy cannot go to {name}", row=int(np.flatnonzero(topic_index == i)[0]),
-                                    field="topic")
+            raise InvalidTopicError(
+                f"a delivered copy cannot go to {name}", row=int(np.flatnonzero(topic_index == i)[0]), field="topic"
+            )
     body_len = value_lengths(body)
     props = build_properties({}, n, uniq_keys, marker, system_properties=properties)
     born_v6 = isinstance(born_host, bytes) and len(born_host) == 20
@@ -72,14 +83,29 @@ def prepare_copies(
     if sys_flags is not None and len(sys_flags) and (np.asarray(sys_flags) & _CLIENT_BITS).any():
         flags = (np.asarray(sys_flags, np.int64) & _CLIENT_BITS | host_bits).astype(np.int32)
     header = HeaderColumns(
-        dtype=dt, lengths=lengths, queue_id=queue_id, flag=np.asarray(flag, np.int64),
-        born=np.asarray(born, np.int64), body_len=body_len, sys_flag=flags,
-        born_host=born_host, store_host=store_host,
+        dtype=dt,
+        lengths=lengths,
+        queue_id=queue_id,
+        flag=np.asarray(flag, np.int64),
+        born=np.asarray(born, np.int64),
+        body_len=body_len,
+        sys_flag=flags,
+        born_host=born_host,
+        store_host=store_host,
         reconsume_times=None if reconsume_times is None else np.asarray(reconsume_times, np.int32),
     )
     return EncodedBatch(
-        n=n, topics=topics, topic_index=topic_index, queue_id=queue_id, header=header, body=body, trailer=trailer,
-        lengths=lengths, crcs=BodyCrcs(body, body_len), large_bodies=n > 0 and int(body_len.sum()) >= LARGE_BODY * n,
+        n=n,
+        topics=topics,
+        topic_index=topic_index,
+        queue_id=queue_id,
+        header=header,
+        body=body,
+        trailer=trailer,
+        lengths=lengths,
+        crcs=BodyCrcs(body, body_len),
+        large_bodies=n > 0 and int(body_len.sum()) >= LARGE_BODY * n,
         # TAGS is one of the copied properties: a dispatch reads the records for their tagsCode
-        tags=None, tags_from_properties=True,
+        tags=None,
+        tags_from_properties=True,
     )

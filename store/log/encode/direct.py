@@ -105,9 +105,17 @@ def _topic_ok(topic: str) -> bool:
 
 
 def encode_direct(
-    messages: Sequence[WireMessage], *, cluster: str | None, system: bool, store_host: bytes,
-    default_born_host: bytes, uniq: UniqKeyGenerator, max_message_size: int, max_record_size: int,
-    not_allowed: frozenset[str], marker: tuple[str, str] | None = None,
+    messages: Sequence[WireMessage],
+    *,
+    cluster: str | None,
+    system: bool,
+    store_host: bytes,
+    default_born_host: bytes,
+    uniq: UniqKeyGenerator,
+    max_message_size: int,
+    max_record_size: int,
+    not_allowed: frozenset[str],
+    marker: tuple[str, str] | None = None,
 ) -> list[DirectRecord] | None:
     """The records of ``messages`` (see the module docstring), or ``None`` when one of them is
     not a clean message (the caller takes the vectorized path)."""
@@ -132,9 +140,16 @@ def encode_direct(
         if type(body) is not bytes or len(body) > max_message_size:
             return None
         flag, sys_flag, born, reconsume = m.flag, m.sys_flag, m.born_timestamp, m.reconsume_times
-        if (type(flag) is not int or not _INT32[0] <= flag <= _INT32[1] or type(sys_flag) is not int
-                or sys_flag & ~_KEPT_BITS or type(born) is not int or not BORN_MS_MIN <= born <= MAX_TIMESTAMP_MS
-                or type(reconsume) is not int or not 0 <= reconsume <= _INT32[1]):
+        if (
+            type(flag) is not int
+            or not _INT32[0] <= flag <= _INT32[1]
+            or type(sys_flag) is not int
+            or sys_flag & ~_KEPT_BITS
+            or type(born) is not int
+            or not BORN_MS_MIN <= born <= MAX_TIMESTAMP_MS
+            or type(reconsume) is not int
+            or not 0 <= reconsume <= _INT32[1]
+        ):
             return None
         host = m.born_host
         if host is None:
@@ -159,7 +174,14 @@ def encode_direct(
                 return None
             for item in props[:-1].split("\x02"):
                 name, sep, value = item.partition("\x01")
-                if not sep or not name or not value or "\x01" in value or name in slow or name.startswith(STORE_PROPERTY_PREFIX):
+                if (
+                    not sep
+                    or not name
+                    or not value
+                    or "\x01" in value
+                    or name in slow
+                    or name.startswith(STORE_PROPERTY_PREFIX)
+                ):
                     return None
                 if name == PROPERTY_WAIT or (cluster and name == PROPERTY_CLUSTER):
                     continue
@@ -187,18 +209,47 @@ def encode_direct(
         size = header.size + len(body) + 1 + len(raw_topic) + 2 + len(raw_props)
         if size > max_record_size:
             return None
-        flags = sys_flag | (SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0)
+        flags = (
+            sys_flag | (SYSFLAG_BORNHOST_V6 if len(born_host) == 20 else 0) | (SYSFLAG_STOREHOST_V6 if store_v6 else 0)
+        )
         data = bytearray(size)
-        header.pack_into(data, 0, size, MAGIC_V1, body_crc(body), queue_id, flag, 0, 0, flags, born, born_host, 0,
-                         store_host, reconsume, 0, len(body))
+        header.pack_into(
+            data,
+            0,
+            size,
+            MAGIC_V1,
+            body_crc(body),
+            queue_id,
+            flag,
+            0,
+            0,
+            flags,
+            born,
+            born_host,
+            0,
+            store_host,
+            reconsume,
+            0,
+            len(body),
+        )
         at = header.size
-        data[at:at + len(body)] = body
+        data[at : at + len(body)] = body
         at += len(body)
         data[at] = len(raw_topic)
-        data[at + 1:at + 1 + len(raw_topic)] = raw_topic
+        data[at + 1 : at + 1 + len(raw_topic)] = raw_topic
         at += 1 + len(raw_topic)
-        data[at:at + 2] = len(raw_props).to_bytes(2, "big")
-        data[at + 2:] = raw_props
-        out.append(DirectRecord(data, topic, queue_id, f"{topic}/{queue_id}",
-                                java_string_hash(tags) if tags is not None else 0, uniq_key, keys, 48 + len(born_host)))
+        data[at : at + 2] = len(raw_props).to_bytes(2, "big")
+        data[at + 2 :] = raw_props
+        out.append(
+            DirectRecord(
+                data,
+                topic,
+                queue_id,
+                f"{topic}/{queue_id}",
+                java_string_hash(tags) if tags is not None else 0,
+                uniq_key,
+                keys,
+                48 + len(born_host),
+            )
+        )
     return out

@@ -82,6 +82,11 @@ def plain_template(born_host: bytes, store_host: bytes) -> tuple[np.dtype, bytes
     h["storeHost"] = np.frombuffer(store_host, dt["storeHost"])[0]
     fields = dt.fields
     assert fields is not None  # the C helper writes these fields at fixed offsets
-    assert (fields["totalSize"][1], fields["bodyCRC"][1], fields["queueId"][1], fields["bornTimestamp"][1],
-            fields["bodyLength"][1]) == (0, 8, 12, 40, dt.itemsize - 4)
+    assert (
+        fields["totalSize"][1],
+        fields["bodyCRC"][1],
+        fields["queueId"][1],
+        fields["bornTimestamp"][1],
+        fields["bodyLength"][1],
+    ) == (0, 8, 12, 40, dt.itemsize - 4)
     return dt, h.tobytes()

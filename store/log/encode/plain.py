@@ -45,7 +45,9 @@ def _plain_trailer_head(topic: str, uniq_head: bytes) -> bytes:
 def _plain_columns(table: pa.Table | pa.RecordBatch) -> tuple[pa.StringArray, pa.BinaryArray] | None:
     """(topic, body) of a table shaped as a plain batch (see the module docstring), else ``None``."""
     names = table.column_names
-    if len(names) == 3 and "queueId" in names and len(set(names)) == 3:  # all null (as a Spark sink sends it): round robin
+    if (
+        len(names) == 3 and "queueId" in names and len(set(names)) == 3
+    ):  # all null (as a Spark sink sends it): round robin
         qid = table.column("queueId")
         if qid.null_count != table.num_rows or not (pa.types.is_integer(qid.type) or pa.types.is_null(qid.type)):
             return None
@@ -63,8 +65,15 @@ def _plain_columns(table: pa.Table | pa.RecordBatch) -> tuple[pa.StringArray, pa
 
 
 def prepare_plain(
-    table: pa.Table | pa.RecordBatch, queue_counts: QueueCounts, max_message_size: int, max_record_size: int,
-    store_host: bytes, born_host: bytes, uniq_keys: UniqKeyGenerator, round_robin: RoundRobin, now_ms: int,
+    table: pa.Table | pa.RecordBatch,
+    queue_counts: QueueCounts,
+    max_message_size: int,
+    max_record_size: int,
+    store_host: bytes,
+    born_host: bytes,
+    uniq_keys: UniqKeyGenerator,
+    round_robin: RoundRobin,
+    now_ms: int,
 ) -> EncodedBatch | None:
     """A plain batch encoded and packed by one call of the C helper; ``None`` when the batch is
     not one (see the module docstring), or without the helper. ``now_ms``: the rows' born time
@@ -101,18 +110,46 @@ def prepare_plain(
     first = round_robin(name, count, n)
     lengths, starts, queue_id = np.empty(n, np.int64), np.empty(n, np.int64), np.empty(n, np.int32)
     packed = native.pack_plain(
-        template, now_ms, data, buffers[1], body.offset, n, head, uniq_keys.reserve(n), first, count, max_body,
-        lengths, starts, queue_id,
+        template,
+        now_ms,
+        data,
+        buffers[1],
+        body.offset,
+        n,
+        head,
+        uniq_keys.reserve(n),
+        first,
+        count,
+        max_body,
+        lengths,
+        starts,
+        queue_id,
     )
     assert packed is not None, "longest_value checked the bodies"
     header = HeaderColumns(
-        dtype=dt, lengths=lengths, queue_id=queue_id, flag=np.zeros(n, np.int64), born=int64_filled(n, now_ms),
-        body_len=lengths - fixed, sys_flag=sys_flag(born_host, store_host), born_host=born_host, store_host=store_host,
+        dtype=dt,
+        lengths=lengths,
+        queue_id=queue_id,
+        flag=np.zeros(n, np.int64),
+        born=int64_filled(n, now_ms),
+        body_len=lengths - fixed,
+        sys_flag=sys_flag(born_host, store_host),
+        born_host=born_host,
+        store_host=store_host,
     )
     return EncodedBatch(
-        n=n, topics=[name], topic_index=np.zeros(n, np.int64), queue_id=queue_id, header=header, body=body,
-        trailer=[], lengths=lengths, crcs=BodyCrcs.computed_in_pack(body),
+        n=n,
+        topics=[name],
+        topic_index=np.zeros(n, np.int64),
+        queue_id=queue_id,
+        header=header,
+        body=body,
+        trailer=[],
+        lengths=lengths,
+        crcs=BodyCrcs.computed_in_pack(body),
         large_bodies=len(packed) - n * fixed >= LARGE_BODY * n,
-        round_robin=(first, count), packed=np.frombuffer(packed, np.uint8), packed_starts=starts,
+        round_robin=(first, count),
+        packed=np.frombuffer(packed, np.uint8),
+        packed_starts=starts,
         index_from_batch=True,
     )

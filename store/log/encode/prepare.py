@@ -66,11 +66,22 @@ def prepare_batch(
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     if not isinstance(table, pa.Table):
-        raise InvalidMessageError(f"put_batch takes a pyarrow Table or RecordBatch, not {type(table).__name__}", row=None, field="*")
+        raise InvalidMessageError(
+            f"put_batch takes a pyarrow Table or RecordBatch, not {type(table).__name__}", row=None, field="*"
+        )
     now_ms = SYSTEM_CLOCK.wall_ms() if born_ms is None else born_ms
     if plain and last_row_property is None and system_properties is None and wire is None:
-        packed = prepare_plain(table, queue_counts, max_message_size, max_record_size, store_host, born_host,
-                               uniq_keys, round_robin, now_ms)
+        packed = prepare_plain(
+            table,
+            queue_counts,
+            max_message_size,
+            max_record_size,
+            store_host,
+            born_host,
+            uniq_keys,
+            round_robin,
+            now_ms,
+        )
         if packed is not None:
             return packed
     cols = checked_columns(table)
@@ -81,8 +92,15 @@ def prepare_batch(
     crcs = BodyCrcs(body, body_len)  # in the background, overlapping the Arrow kernels below
     counts = write_queue_counts(queue_counts, topics, topic_index)
     queue_id, cycle = queue_id_column(cols.get("queueId"), n, topics, topic_index, counts, round_robin)
-    props = build_properties(cols, n, uniq_keys, last_row_property, system_properties, wire=wire is not None,
-                             joined=None if wire is None else wire.properties)
+    props = build_properties(
+        cols,
+        n,
+        uniq_keys,
+        last_row_property,
+        system_properties,
+        wire=wire is not None,
+        joined=None if wire is None else wire.properties,
+    )
     flag = flag_column(cols.get("flag"), n)
     born = born_column(cols.get("bornTimestamp"), n, now_ms)
     born_hosts: bytes | np.ndarray = born_host if wire is None else wire.born_host
@@ -94,13 +112,31 @@ def prepare_batch(
     trailer, lengths = layout_trailer(topics, topic_index, props, dt.itemsize + body_len, max_record_size)
     # the header: its fields now, its rows chunk by chunk as they are written
     header = HeaderColumns(
-        dtype=dt, lengths=lengths, queue_id=queue_id, flag=flag, born=born, body_len=body_len,
-        sys_flag=flags, born_host=born_hosts, store_host=store_host,
+        dtype=dt,
+        lengths=lengths,
+        queue_id=queue_id,
+        flag=flag,
+        born=born,
+        body_len=body_len,
+        sys_flag=flags,
+        born_host=born_hosts,
+        store_host=store_host,
         reconsume_times=None if wire is None else wire.reconsume_times,
     )
     return EncodedBatch(
-        n=n, topics=topics, topic_index=topic_index, queue_id=queue_id.astype(np.int32), header=header,
-        body=body, trailer=trailer, lengths=lengths, crcs=crcs, large_bodies=large,
-        tags=props.tags, tags_from_properties=props.tags_from_properties, round_robin=cycle,
-        keys=props.keys, index_from_batch=props.index_from_batch,
+        n=n,
+        topics=topics,
+        topic_index=topic_index,
+        queue_id=queue_id.astype(np.int32),
+        header=header,
+        body=body,
+        trailer=trailer,
+        lengths=lengths,
+        crcs=crcs,
+        large_bodies=large,
+        tags=props.tags,
+        tags_from_properties=props.tags_from_properties,
+        round_robin=cycle,
+        keys=props.keys,
+        index_from_batch=props.index_from_batch,
     )

@@ -14,8 +14,16 @@ from ...paths import validate_topic
 
 
 def single_message_table(
-    topic: str, body: bytes | str, *, queue_id: int | None, tags: str | None, keys: Iterable[str] | str,
-    properties: Mapping[str, str] | None, flag: int, delay_level: int | None = None, deliver_time_ms: int | None = None,
+    topic: str,
+    body: bytes | str,
+    *,
+    queue_id: int | None,
+    tags: str | None,
+    keys: Iterable[str] | str,
+    properties: Mapping[str, str] | None,
+    flag: int,
+    delay_level: int | None = None,
+    deliver_time_ms: int | None = None,
 ) -> pa.Table:
     """The row of one message; ``keys`` as a list or a space-separated string (RocketMQ's form)."""
     validate_topic(topic, row=0)
@@ -29,23 +37,35 @@ def single_message_table(
     if not isinstance(body, bytes | bytearray | memoryview | str):
         raise InvalidMessageError(f"body must be bytes or str, got {type(body).__name__}", row=0, field="body")
     if properties is not None and not isinstance(properties, Mapping):
-        raise InvalidMessageError(f"properties must be a mapping of strings, got {type(properties).__name__}", row=0, field="properties")
+        raise InvalidMessageError(
+            f"properties must be a mapping of strings, got {type(properties).__name__}", row=0, field="properties"
+        )
     checks = (
         ("tags", tags is None or isinstance(tags, str)),
         ("keys", all(isinstance(k, str) for k in keys)),
-        ("properties", properties is None or all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items())),
+        (
+            "properties",
+            properties is None or all(isinstance(k, str) and isinstance(v, str) for k, v in properties.items()),
+        ),
         ("flag", isinstance(flag, int) and not isinstance(flag, bool)),
         ("queueId", queue_id is None or (isinstance(queue_id, int) and not isinstance(queue_id, bool))),
         ("delayLevel", delay_level is None or (isinstance(delay_level, int) and not isinstance(delay_level, bool))),
-        ("deliverTime", deliver_time_ms is None or (isinstance(deliver_time_ms, int) and not isinstance(deliver_time_ms, bool))),
+        (
+            "deliverTime",
+            deliver_time_ms is None or (isinstance(deliver_time_ms, int) and not isinstance(deliver_time_ms, bool)),
+        ),
     )
     for name, ok in checks:
         if not ok:
             raise InvalidMessageError("has a value of the wrong type", row=0, field=name)
     # text that cannot be UTF-8 (a lone surrogate): the batch path would meet it as bytes
     # that are not UTF-8; here Arrow would raise an untyped UnicodeEncodeError first
-    texts = [("body", body if isinstance(body, str) else ""), ("tags", tags or ""), *(("keys", k) for k in keys),
-             *(("properties", t) for kv in (properties or {}).items() for t in kv)]
+    texts = [
+        ("body", body if isinstance(body, str) else ""),
+        ("tags", tags or ""),
+        *(("keys", k) for k in keys),
+        *(("properties", t) for kv in (properties or {}).items() for t in kv),
+    ]
     for name, text in texts:
         problem = utf8_problem(text)
         if problem is not None:

@@ -76,8 +76,14 @@ class LazyUniqKeys:
         """The 32-hex ids of rows ``[0, n)`` as made, when every row got one made here (none
         given, every chunk made once), else ``None``."""
         made = sorted(self.made, key=lambda m: m[0])
-        if self.given is not None or sum(len(items) for _, items in made) != n or \
-                any(a != b for a, b in zip([m[0] for m in made], np.cumsum([0] + [len(i) for _, i in made[:-1]]), strict=True)):
+        if (
+            self.given is not None
+            or sum(len(items) for _, items in made) != n
+            or any(
+                a != b
+                for a, b in zip([m[0] for m in made], np.cumsum([0] + [len(i) for _, i in made[:-1]]), strict=True)
+            )
+        ):
             return None
         rows = [np.frombuffer(items.buffers()[2], np.uint8)[: len(items) * UNIQ_PROPERTY_WIDTH] for _, items in made]
         data = (np.concatenate(rows) if len(rows) != 1 else rows[0]).reshape(n, UNIQ_PROPERTY_WIDTH)
@@ -119,8 +125,14 @@ class Properties:
 
 
 def build_properties(
-    cols: dict[str, pa.Array], n: int, uniq_keys: UniqKeyGenerator, last_row_property: tuple[str, str] | None,
-    system_properties: pa.Array | None = None, *, wire: bool = False, joined: JoinedProperties | None = None,
+    cols: dict[str, pa.Array],
+    n: int,
+    uniq_keys: UniqKeyGenerator,
+    last_row_property: tuple[str, str] | None,
+    system_properties: pa.Array | None = None,
+    *,
+    wire: bool = False,
+    joined: JoinedProperties | None = None,
 ) -> Properties:
     """PROPERTIES of every row (see the module docstring); raises naming the first bad row.
     ``system_properties``: the store's own items per row, pre-joined (binary, empty: none).
@@ -165,8 +177,12 @@ def build_properties(
     pieces, props_len = _pieces_and_lengths(parts, n)
     if n and props_len.max() > PROPERTIES_MAX_BYTES:
         row = first(props_len > PROPERTIES_MAX_BYTES)
-        raise MessageTooLargeError(f"properties are {props_len[row]} bytes, over {PROPERTIES_MAX_BYTES}", row=row, field="properties")
-    index_from_batch = system_properties is None and joined is None and not wire and not user_has_keys and not has_uniq.any()
+        raise MessageTooLargeError(
+            f"properties are {props_len[row]} bytes, over {PROPERTIES_MAX_BYTES}", row=row, field="properties"
+        )
+    index_from_batch = (
+        system_properties is None and joined is None and not wire and not user_has_keys and not has_uniq.any()
+    )
     return Properties(pieces, props_len, tags_col, user_has_tags, keys_value, index_from_batch)
 
 
@@ -174,7 +190,9 @@ def _user_properties(pm: pa.Array, n: int, has_uniq: np.ndarray, wire: bool = Fa
     """The ``properties`` map column joined per row; marks ``has_uniq`` (rows giving their own
     UNIQ_KEY). Returns (the joined column, whether a map names TAGS, whether one names KEYS)."""
     if not pa.types.is_map(pm.type) or not (is_stringish(pm.type.key_type) and is_stringish(pm.type.item_type)):
-        raise InvalidMessageError(f"must be map<string,string>, got {pm.type}", row=0 if n else None, field="properties")
+        raise InvalidMessageError(
+            f"must be map<string,string>, got {pm.type}", row=0 if n else None, field="properties"
+        )
     offsets = list_offsets(pm)
     lens = np.diff(offsets)
     lens[np.asarray(pm.is_null())] = 0
@@ -205,14 +223,18 @@ def _check_names_and_values(keys: pa.Array, vals: pa.Array, parent: np.ndarray) 
     no empty name, no separator in either."""
     if vals.null_count:
         i = first(np.asarray(vals.is_null()))
-        raise InvalidMessageError(f"property {keys[i].as_py()!r} has a null value", row=int(parent[i]), field="properties")
+        raise InvalidMessageError(
+            f"property {keys[i].as_py()!r} has a null value", row=int(parent[i]), field="properties"
+        )
     empty = np.asarray(pc.equal(pc.binary_length(keys), 0)) if len(keys) else np.zeros(0, bool)
     if empty.any():
         raise InvalidMessageError("a property name is empty", row=int(parent[first(empty)]), field="properties")
     blank = np.asarray(pc.equal(pc.binary_length(vals), 0)) if len(vals) else np.zeros(0, bool)
     if blank.any():
         i = first(blank)
-        raise InvalidMessageError(f"property {keys[i].as_py()!r} has an empty value", row=int(parent[i]), field="properties")
+        raise InvalidMessageError(
+            f"property {keys[i].as_py()!r} has an empty value", row=int(parent[i]), field="properties"
+        )
     utf8_checked(keys, "properties", parent)
     utf8_checked(vals, "properties", parent)
     no_separators(keys, "properties", parent)
@@ -232,7 +254,8 @@ def _check_property_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray, is
     if i_bad is not None:
         raise InvalidMessageError(
             f"property 'UNIQ_KEY' {vals[i_bad].as_py()!r} is not a RocketMQ client message id (32 or 56 uppercase hex digits)",
-            row=int(parent[i_bad]), field="properties",
+            row=int(parent[i_bad]),
+            field="properties",
         )
 
 
@@ -263,9 +286,15 @@ def _keys_value(kc: pa.Array, n: int, user_has_keys: bool) -> pa.Array:
         if kc.null_count:
             keys_value = pc.if_else(kc.is_null(), _NO_STRING, keys_value)
     else:
-        raise InvalidMessageError(f"must be list<string> (or a space-separated string), got {kc.type}", row=0 if n else None, field="keys")
+        raise InvalidMessageError(
+            f"must be list<string> (or a space-separated string), got {kc.type}", row=0 if n else None, field="keys"
+        )
     if user_has_keys and keys_value.null_count < n:
-        raise InvalidMessageError("KEYS given both as the keys column and in properties", row=first(~np.asarray(keys_value.is_null())), field="keys")
+        raise InvalidMessageError(
+            "KEYS given both as the keys column and in properties",
+            row=first(~np.asarray(keys_value.is_null())),
+            field="keys",
+        )
     return keys_value
 
 
@@ -274,7 +303,9 @@ def _tags_property(col: pa.Array, n: int, user_has_tags: bool) -> tuple[_Part, p
     tags = as_string(col, "tags")
     no_separators(tags, "tags")
     if user_has_tags and tags.null_count < n:
-        raise InvalidMessageError("TAGS given both as the tags column and in properties", row=first(~np.asarray(tags.is_null())), field="tags")
+        raise InvalidMessageError(
+            "TAGS given both as the tags column and in properties", row=first(~np.asarray(tags.is_null())), field="tags"
+        )
     if n and may_be_empty(tags):  # an empty tag is no tag (Java's decoder drops it)
         tags = pc.if_else(pc.equal(pc.binary_length(tags), 0), _NO_STRING, tags)
     if tags.null_count:
@@ -309,7 +340,11 @@ def _pieces_and_lengths(parts: list[_Part], n: int) -> tuple[list[Piece], np.nda
 
 
 def layout_trailer(
-    topics: list[str], topic_index: np.ndarray, props: Properties, before_trailer: np.ndarray, max_record_size: int,
+    topics: list[str],
+    topic_index: np.ndarray,
+    props: Properties,
+    before_trailer: np.ndarray,
+    max_record_size: int,
 ) -> tuple[list[Piece], np.ndarray]:
     """(the trailer's join pieces, TOTALSIZE per row). ``before_trailer``: each record's header
     and body bytes. A record over ``max_record_size`` (what a segment can hold) is refused."""
@@ -319,7 +354,9 @@ def layout_trailer(
     lengths = before_trailer + TRAILER_LENGTH_FIELDS + topic_len + props.lengths
     if n and lengths.max() > max_record_size:
         row = first(lengths > max_record_size)
-        raise MessageTooLargeError(f"record of {lengths[row]} bytes does not fit a commitlog segment", row=row, field="body")
+        raise MessageTooLargeError(
+            f"record of {lengths[row]} bytes does not fit a commitlog segment", row=row, field="body"
+        )
     # a piece equal on every row is passed to the join as a scalar (cheaper than a column)
     prefixes = [bytes([len(t)]) + t for t in topic_bytes]
     topic_prefix: pa.Array | pa.Scalar
@@ -352,5 +389,7 @@ def merge_scalars(pieces: list[Piece]) -> list[Piece]:
 
 def chunk_pieces(pieces: list[Piece], a: int, b: int) -> list[pa.Array | pa.Scalar]:
     """The join pieces of rows ``[a, b)``."""
-    return [p if isinstance(p, pa.Scalar) else p.make(a, b) if isinstance(p, LazyUniqKeys) else p.slice(a, b - a)
-            for p in pieces]
+    return [
+        p if isinstance(p, pa.Scalar) else p.make(a, b) if isinstance(p, LazyUniqKeys) else p.slice(a, b - a)
+        for p in pieces
+    ]

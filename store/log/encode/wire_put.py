@@ -89,18 +89,31 @@ from .arrays import all_equal, first, flat, is_stringish
 from .columns import utf8_checked
 from .trailer import JoinedProperties
 
-WIRE_COLUMNS = ("topic", "queueId", "body", "flag", "sysFlag", "bornTimestamp", "bornHost", "properties", "reconsumeTimes",
-                "delayLevel")
+WIRE_COLUMNS = (
+    "topic",
+    "queueId",
+    "body",
+    "flag",
+    "sysFlag",
+    "bornTimestamp",
+    "bornHost",
+    "properties",
+    "reconsumeTimes",
+    "delayLevel",
+)
 #: Property names a wire put may not carry: the store's to set (see the module docstring).
 WIRE_RESERVED = frozenset((PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID)) | (
-    DELAY_PROPERTIES - {"TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"})
+    DELAY_PROPERTIES - {"TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC"}
+)
 #: the reserved names a broker's own put (``system=True``: a transaction's half message) stores
 SYSTEM_ALLOWED = frozenset((PROPERTY_REAL_TOPIC, PROPERTY_REAL_QID))
 PROPERTY_WAIT = "WAIT"
 PROPERTY_CLUSTER = "CLUSTER"
 #: the client's bits a put keeps (the others are refused, or the store's host bits)
 _KEPT_BITS = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TRANSACTION_COMMIT
-_KNOWN_BITS = SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TRANSACTION_MASK | SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+_KNOWN_BITS = (
+    SYSFLAG_COMPRESSED | SYSFLAG_MULTI_TAGS | SYSFLAG_TRANSACTION_MASK | SYSFLAG_BORNHOST_V6 | SYSFLAG_STOREHOST_V6
+)
 
 
 @dataclass(frozen=True)
@@ -168,16 +181,23 @@ def wire_sys_flag(table: pa.Table, n: int, born_v6: bool, store_v6: bool) -> np.
     unknown = (flags & ~_KNOWN_BITS) != 0
     if unknown.any():
         row = first(unknown)
-        raise InvalidMessageError(f"sysFlag {flags[row]} has bits no put may set: {flags[row] & ~_KNOWN_BITS:#x}",
-                                  row=row, field="sysFlag")
+        raise InvalidMessageError(
+            f"sysFlag {flags[row]} has bits no put may set: {flags[row] & ~_KNOWN_BITS:#x}", row=row, field="sysFlag"
+        )
     tran = flags & SYSFLAG_TRANSACTION_MASK
     half = (tran == SYSFLAG_TRANSACTION_PREPARED) | (tran == SYSFLAG_TRANSACTION_ROLLBACK)
     if half.any():
         row = first(half)
         what = "TRANSACTION_PREPARED (4)" if tran[row] == SYSFLAG_TRANSACTION_PREPARED else "TRANSACTION_ROLLBACK (12)"
-        raise InvalidMessageError(f"sysFlag {flags[row]}: {what} is not stored by this store (no transactional messages)",
-                                  row=row, field="sysFlag")
-    for bit, v6, what in ((SYSFLAG_BORNHOST_V6, born_v6, "BORNHOST_V6 (16)"), (SYSFLAG_STOREHOST_V6, store_v6, "STOREHOST_V6 (32)")):
+        raise InvalidMessageError(
+            f"sysFlag {flags[row]}: {what} is not stored by this store (no transactional messages)",
+            row=row,
+            field="sysFlag",
+        )
+    for bit, v6, what in (
+        (SYSFLAG_BORNHOST_V6, born_v6, "BORNHOST_V6 (16)"),
+        (SYSFLAG_STOREHOST_V6, store_v6, "STOREHOST_V6 (32)"),
+    ):
         wrong = ((flags & bit) != 0) & (not v6)
         if wrong.any():
             row = first(wrong)
@@ -214,8 +234,11 @@ def wire_born_hosts(table: pa.Table, n: int, default: bytes) -> np.ndarray:
     widths = np.array([len(r) for r in raw], np.int64)[idx]
     if (widths == 0).any():
         row = first(widths == 0)
-        raise InvalidMessageError(f"{col[row].as_py()!r} is not a host ('ip:port', '[v6]:port', or its 8/20 record bytes)",
-                                  row=row, field="bornHost")
+        raise InvalidMessageError(
+            f"{col[row].as_py()!r} is not a host ('ip:port', '[v6]:port', or its 8/20 record bytes)",
+            row=row,
+            field="bornHost",
+        )
     if (widths != widths[0]).any():
         row = first(widths != widths[0])
         raise InvalidMessageError("mixes IPv4 and IPv6 born hosts in one batch", row=row, field="bornHost")
@@ -244,8 +267,9 @@ def _host_bytes_now(value: str) -> bytes:
 _host_bytes_cached = functools.lru_cache(maxsize=1024)(_host_bytes_now)
 
 
-def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None,
-                          system: bool = False) -> pa.MapArray:
+def parse_wire_properties(
+    col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None, system: bool = False
+) -> pa.MapArray:
     """The wire properties strings as a ``map<string,string>`` column (module docstring)."""
     if isinstance(col, pa.ChunkedArray):
         col = col.combine_chunks()
@@ -259,8 +283,9 @@ def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str 
         except pa.ArrowInvalid:
             raise InvalidMessageError("is not UTF-8", row=_first_bad_utf8(col), field="properties") from None
     if not (pa.types.is_string(col.type) or pa.types.is_large_string(col.type)):
-        raise InvalidMessageError(f"must be the wire string (string or binary), not {col.type}", row=0 if n else None,
-                                  field="properties")
+        raise InvalidMessageError(
+            f"must be the wire string (string or binary), not {col.type}", row=0 if n else None, field="properties"
+        )
     col = pc.fill_null(col.cast(pa.string()), "")
     items = pc.split_pattern(col, "\x02")
     offsets = np.asarray(items.offsets, np.int64)
@@ -292,8 +317,13 @@ def parse_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str 
 #: Names a wire put's fast path leaves to the general path (:func:`parse_wire_properties`):
 #: the refused ones, the routed ``DELAY`` and timer inputs, and ``INNER_MULTI_DISPATCH`` (a
 #: put naming light message queues reads the map: :mod:`rmqlog.access.lmq`)
-_SLOW_NAMES = WIRE_RESERVED | {PROPERTY_DELAY, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS, PROPERTY_TIMER_DELIVER_MS,
-                               PROPERTY_INNER_MULTI_DISPATCH}
+_SLOW_NAMES = WIRE_RESERVED | {
+    PROPERTY_DELAY,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_INNER_MULTI_DISPATCH,
+}
 #: Names whose items the fast path drops, as the general path does: ``WAIT`` (every Java
 #: client's message carries it), and ``CLUSTER`` when the put gives its own (by ``cluster``)
 _DROPPED_NAMES = {False: frozenset((PROPERTY_WAIT,)), True: frozenset((PROPERTY_WAIT, PROPERTY_CLUSTER))}
@@ -309,7 +339,7 @@ def _name_screen(names: frozenset[str]) -> np.ndarray:
         b = name.encode()
         table[b[0], min(len(b), 64)] = True
     prefix = STORE_PROPERTY_PREFIX.encode()
-    table[prefix[0], len(prefix):] = True
+    table[prefix[0], len(prefix) :] = True
     return table
 
 
@@ -322,8 +352,10 @@ assert all(len(name.encode()) < _EXACT_WIDTH for name in _SLOW_NAMES | _DROPPED_
 #: the masks keeping a name's first ``L`` bytes of its padded words (row ``L``), native order
 _LEN_MASKS = np.tril(np.full((_EXACT_WIDTH + 1, _EXACT_WIDTH), 0xFF, np.uint8), -1).view(np.uint64)
 #: the store's prefix as the first word of a padded name, and the mask of its bytes
-_PREFIX_WORD, _PREFIX_MASK = (np.frombuffer(STORE_PROPERTY_PREFIX.encode().ljust(8, b"\0"), np.uint64)[0],
-                              _LEN_MASKS[len(STORE_PROPERTY_PREFIX.encode()), 0])
+_PREFIX_WORD, _PREFIX_MASK = (
+    np.frombuffer(STORE_PROPERTY_PREFIX.encode().ljust(8, b"\0"), np.uint64)[0],
+    _LEN_MASKS[len(STORE_PROPERTY_PREFIX.encode()), 0],
+)
 assert len(STORE_PROPERTY_PREFIX.encode()) <= 8
 #: odd multipliers mixing a padded name's words into one hash
 _MIX = np.array([0x9E3779B97F4A7C15, 0xC2B2AE3D27D4EB4F, 0x165667B19E3779F9, 0xD6E8FEB86659FD93], np.uint64)
@@ -340,8 +372,9 @@ class _NameSet:
     an exact compare of the words with the entry found (a hash collision is never a hit)."""
 
     def __init__(self, names: frozenset[str]) -> None:
-        words = np.frombuffer(b"".join(n.encode().ljust(_EXACT_WIDTH, b"\0") for n in sorted(names)),
-                              np.uint64).reshape(len(names), _EXACT_WIDTH // 8)
+        words = np.frombuffer(
+            b"".join(n.encode().ljust(_EXACT_WIDTH, b"\0") for n in sorted(names)), np.uint64
+        ).reshape(len(names), _EXACT_WIDTH // 8)
         hashes = _hash_words(words)
         order = np.argsort(hashes)
         self.hashes, self.words = hashes[order], words[order]
@@ -372,8 +405,9 @@ def _padded_names(raw: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> n
     return words
 
 
-def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None,
-                           system: bool = False) -> JoinedProperties | None:
+def joined_wire_properties(
+    col: pa.Array | pa.ChunkedArray, n: int, cluster: str | None, system: bool = False
+) -> JoinedProperties | None:
     """The fast path of :func:`parse_wire_properties`: the wire strings kept as they are
     (less their ``WAIT`` items, and ``CLUSTER`` ones when ``cluster`` is given) when that
     gives the same stored bytes; ``None`` (take the general path) otherwise.
@@ -438,8 +472,14 @@ def joined_wire_properties(col: pa.Array | pa.ChunkedArray, n: int, cluster: str
     return JoinedProperties(items, suffix, own_uniq, has_tags is not None)
 
 
-def _drop_items(raw: np.ndarray, rel: np.ndarray, item_start: np.ndarray, name_len: np.ndarray, item_end: np.ndarray,
-                drop: np.ndarray) -> tuple[pa.BinaryArray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _drop_items(
+    raw: np.ndarray,
+    rel: np.ndarray,
+    item_start: np.ndarray,
+    name_len: np.ndarray,
+    item_end: np.ndarray,
+    drop: np.ndarray,
+) -> tuple[pa.BinaryArray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """The rows without the items ``drop`` (their indices; items never cross rows): (the
     rows, their bytes, their offsets, the kept items' starts and name lengths in them)."""
     d_start, d_len = item_start[drop], item_end[drop] - item_start[drop]
@@ -456,13 +496,15 @@ def _drop_items(raw: np.ndarray, rel: np.ndarray, item_start: np.ndarray, name_l
     keep[drop] = False
     kept_start = item_start[keep]
     kept_start = kept_start - before[np.searchsorted(d_start, kept_start)]
-    rows = pa.BinaryArray.from_buffers(pa.binary(), len(rel) - 1,
-                                       [None, pa.py_buffer(new_rel.astype(np.int32)), pa.py_buffer(new_raw)])
+    rows = pa.BinaryArray.from_buffers(
+        pa.binary(), len(rel) - 1, [None, pa.py_buffer(new_rel.astype(np.int32)), pa.py_buffer(new_raw)]
+    )
     return rows, new_raw, new_rel, kept_start, name_len[keep]
 
 
-def _rows_naming(raw: np.ndarray, name_start: np.ndarray, name_len: np.ndarray, name: np.ndarray, rel: np.ndarray,
-                 n: int) -> np.ndarray | None:
+def _rows_naming(
+    raw: np.ndarray, name_start: np.ndarray, name_len: np.ndarray, name: np.ndarray, rel: np.ndarray, n: int
+) -> np.ndarray | None:
     """Which rows have an item named ``name`` (``None``: none does)."""
     cand = np.flatnonzero(name_len == len(name))
     if not len(cand):
@@ -472,7 +514,9 @@ def _rows_naming(raw: np.ndarray, name_start: np.ndarray, name_len: np.ndarray, 
     width = len(name)
     # every ``width`` bytes from each position (a strided view made in C: sliding_window_view's
     # Python costs ~20 us a call)
-    windows = np.ndarray((len(raw) - width + 1, width), np.uint8, raw, 0, (raw.strides[0], raw.strides[0]))[name_start[cand]]
+    windows = np.ndarray((len(raw) - width + 1, width), np.uint8, raw, 0, (raw.strides[0], raw.strides[0]))[
+        name_start[cand]
+    ]
     hit = cand[windows.view(word).ravel() == name.view(word)[0]]
     if not len(hit):
         return None
@@ -487,16 +531,20 @@ def _check_wire_names(keys: pa.Array, vals: pa.Array, parent: np.ndarray, system
     if not len(keys):
         return
     reserved = WIRE_RESERVED - SYSTEM_ALLOWED if system else WIRE_RESERVED
-    bad = np.asarray(pc.or_(pc.is_in(keys, pa.array(sorted(reserved), pa.string())),
-                            pc.starts_with(keys, STORE_PROPERTY_PREFIX)))
+    bad = np.asarray(
+        pc.or_(pc.is_in(keys, pa.array(sorted(reserved), pa.string())), pc.starts_with(keys, STORE_PROPERTY_PREFIX))
+    )
     if bad.any():
         i = first(bad)
-        raise InvalidMessageError(f"property {keys[i].as_py()!r} is the store's to set", row=int(parent[i]), field="properties")
+        raise InvalidMessageError(
+            f"property {keys[i].as_py()!r} is the store's to set", row=int(parent[i]), field="properties"
+        )
     sep = np.asarray(pc.match_substring(vals, "\x01"))
     if sep.any():
         i = first(sep)
-        raise InvalidMessageError(f"property {keys[i].as_py()!r} has a value holding \\x01", row=int(parent[i]),
-                                  field="properties")
+        raise InvalidMessageError(
+            f"property {keys[i].as_py()!r} has a value holding \\x01", row=int(parent[i]), field="properties"
+        )
 
 
 def _first_bad_utf8(col: pa.Array) -> int:
@@ -511,19 +559,29 @@ def _first_bad_utf8(col: pa.Array) -> int:
     return lo
 
 
-def wire_table(table: pa.Table | pa.RecordBatch, *, default_born_host: bytes, store_v6: bool,
-               cluster: str | None = None, system: bool = False) -> tuple[pa.Table, WireHeader]:
+def wire_table(
+    table: pa.Table | pa.RecordBatch,
+    *,
+    default_born_host: bytes,
+    store_v6: bool,
+    cluster: str | None = None,
+    system: bool = False,
+) -> tuple[pa.Table, WireHeader]:
     """(the put path's table, the header fields it has no column for) of a wire put
     (``system``: a broker's own rows, ``REAL_TOPIC``/``REAL_QID`` allowed); raises
     :class:`InvalidMessageError` naming the first bad row and field (module docstring)."""
     if isinstance(table, pa.RecordBatch):
         table = pa.Table.from_batches([table])
     if not isinstance(table, pa.Table):
-        raise InvalidMessageError(f"put_wire takes a pyarrow Table or RecordBatch, not {type(table).__name__}", row=None, field="*")
+        raise InvalidMessageError(
+            f"put_wire takes a pyarrow Table or RecordBatch, not {type(table).__name__}", row=None, field="*"
+        )
     names = table.column_names
     for name in names:
         if name not in WIRE_COLUMNS:
-            raise InvalidMessageError(f"unknown column (a wire put has {', '.join(WIRE_COLUMNS)})", row=None, field=name)
+            raise InvalidMessageError(
+                f"unknown column (a wire put has {', '.join(WIRE_COLUMNS)})", row=None, field=name
+            )
     if len(set(names)) != len(names):
         raise InvalidMessageError("a column is given twice", row=None, field="*")
     for name in ("topic", "body"):
@@ -536,9 +594,11 @@ def wire_table(table: pa.Table | pa.RecordBatch, *, default_born_host: bytes, st
     flag = _int_column(table, "flag", n, 0, -(1 << 31), (1 << 31) - 1)
     given_flag = table.column("flag") if "flag" in names else None
     cols: dict[str, pa.Array | pa.ChunkedArray] = {
-        "topic": table.column("topic"), "body": table.column("body"),
+        "topic": table.column("topic"),
+        "body": table.column("body"),
         # an int32 column without nulls holds these very values (every int32 is in range)
-        "flag": given_flag if given_flag is not None and given_flag.type == pa.int32() and not given_flag.null_count
+        "flag": given_flag
+        if given_flag is not None and given_flag.type == pa.int32() and not given_flag.null_count
         else pa.array(flag.astype(np.int32)),
     }
     for name in ("queueId", "bornTimestamp", "delayLevel"):
@@ -550,4 +610,3 @@ def wire_table(table: pa.Table | pa.RecordBatch, *, default_born_host: bytes, st
         cols["properties"] = parse_wire_properties(props, n, cluster, system)
     header = WireHeader(sys_flag=sys_flag, reconsume_times=reconsume, born_host=born, properties=joined)
     return pa.table(cols), header
-

@@ -58,7 +58,7 @@ def text(value):
 
 def make_message(rocketmq, spec):
     if not isinstance(spec, dict) or not isinstance(spec.get("topic"), str) or not isinstance(spec.get("body"), str):
-        fail(2, f"a message needs \"topic\" and \"body\" strings: {spec!r}")
+        fail(2, f'a message needs "topic" and "body" strings: {spec!r}')
     msg = rocketmq.Message(spec["topic"])
     if spec.get("tags"):
         msg.set_tags(spec["tags"])

@@ -108,8 +108,9 @@ def consume(opts):
 
     config = ClientConfiguration(opts["endpoints"], credentials(opts))
     expression = FilterExpression(opts["sql"], FilterType.SQL) if opts.get("sql") else FilterExpression()
-    consumer = SimpleConsumer(config, opts["group"], {opts["topic"]: expression},
-                              await_duration=int(opts.get("awaitSeconds", 5)))
+    consumer = SimpleConsumer(
+        config, opts["group"], {opts["topic"]: expression}, await_duration=int(opts.get("awaitSeconds", 5))
+    )
     try:
         consumer.startup()
     except Exception as exc:  # noqa: BLE001 - reported to the test
@@ -125,9 +126,21 @@ def consume(opts):
                     got = consumer.receive(int(cmd.get("n", 32)), int(cmd.get("invisible", 15)))
                     for m in got:
                         kept[m.message_id] = m
-                    emit({"event": "received", "messages": [
-                        {"messageId": m.message_id, "body": m.body.decode(), "attempt": m.delivery_attempt,
-                         "group": m.message_group, "corrupted": m.corrupted} for m in got]})
+                    emit(
+                        {
+                            "event": "received",
+                            "messages": [
+                                {
+                                    "messageId": m.message_id,
+                                    "body": m.body.decode(),
+                                    "attempt": m.delivery_attempt,
+                                    "group": m.message_group,
+                                    "corrupted": m.corrupted,
+                                }
+                                for m in got
+                            ],
+                        }
+                    )
                 elif cmd["op"] == "ack":
                     for i in cmd["ids"]:
                         consumer.ack(kept[i])
@@ -136,8 +149,14 @@ def consume(opts):
                     consumer.change_invisible_duration(kept[cmd["id"]], int(cmd["invisible"]))
                     emit({"event": "changed", "id": cmd["id"]})
             except Exception as exc:  # noqa: BLE001 - reported to the test
-                emit({"event": "failed", "op": cmd.get("op"), "error": f"{type(exc).__name__}: {exc}",
-                      "code": error_code(exc)})
+                emit(
+                    {
+                        "event": "failed",
+                        "op": cmd.get("op"),
+                        "error": f"{type(exc).__name__}: {exc}",
+                        "code": error_code(exc),
+                    }
+                )
     finally:
         consumer.shutdown()
     emit({"event": "closed"})
@@ -146,8 +165,11 @@ def consume(opts):
 
 # The options each command needs; one missing, or options that are not a JSON object, is a
 # usage error (exit 2), never a traceback from inside the client.
-REQUIRED = {"produce": ("endpoints", "topics"), "receive": ("endpoints", "group", "topic"),
-            "consume": ("endpoints", "group", "topic")}
+REQUIRED = {
+    "produce": ("endpoints", "topics"),
+    "receive": ("endpoints", "group", "topic"),
+    "consume": ("endpoints", "group", "topic"),
+}
 
 
 def usage(why):
@@ -180,8 +202,16 @@ def main(argv):
         """The broker's check-back of an orphaned transaction: answered ``checkerResolution``."""
 
         def check(self, message):
-            emit({"event": "checked", "messageId": message.message_id, "topic": message.topic,
-                  "body": message.body.decode(), "tag": message.tag, "corrupted": message.corrupted})
+            emit(
+                {
+                    "event": "checked",
+                    "messageId": message.message_id,
+                    "topic": message.topic,
+                    "body": message.body.decode(),
+                    "tag": message.tag,
+                    "corrupted": message.corrupted,
+                }
+            )
             return resolution
 
     # the answer to the broker of a check (EndTransaction from SOURCE_SERVER_CHECK) is only logged
@@ -231,8 +261,13 @@ def main(argv):
             try:
                 tx = producer.begin_transaction() if spec.get("tx") else None
                 receipt = producer.send(msg, tx) if tx is not None else producer.send(msg)
-                out = {"event": "sent", "i": i, "messageId": receipt.message_id, "offset": receipt.offset,
-                       "transactionId": receipt.transaction_id}
+                out = {
+                    "event": "sent",
+                    "i": i,
+                    "messageId": receipt.message_id,
+                    "offset": receipt.offset,
+                    "transactionId": receipt.transaction_id,
+                }
                 if tx is not None and spec["tx"] in ("commit", "rollback"):
                     (tx.commit() if spec["tx"] == "commit" else tx.rollback())
                     out["ended"] = spec["tx"]
