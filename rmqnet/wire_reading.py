@@ -1,5 +1,6 @@
 """The ``rmqlog`` reading commands over the wire: ``info``, ``topic-status``, ``lag`` (and its
-other name ``consumer-progress``), ``read``, ``get``, ``query`` and ``dlq`` given ``--namesrv HOST:PORT[;HOST:PORT]`` in place of a
+other name ``consumer-progress``), ``read``, ``get``, ``query`` and ``dlq`` given ``--namesrv HOST:PORT[;HOST:PORT]`` in
+place of a
 store root, answered by the name server and the brokers it routes to (our
 :class:`~rmqnet.client.Admin`), so they work from any host that reaches the cluster, across
 every broker group.

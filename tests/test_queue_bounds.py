@@ -203,7 +203,8 @@ from conftest import small_store_config
 with rmqlog.MessageStore.open(sys.argv[1], small_store_config()) as s:
     for k in range(3):
         s.put_batch(pa.table({{"topic": ["T"] * 40, "queueId": pa.array([0] * 40, pa.int32()),
-                              "body": [str(40 * k + i + 10).encode().ljust(60, b".") for i in range(40)]}}), dispatch=True)
+                              "body": [str(40 * k + i + 10).encode().ljust(60, b".") for i in range(40)]}}),
+                                  dispatch=True)
 """
 
 

@@ -41,7 +41,8 @@ reads: an output path inside the root, links resolved, is refused before anythin
 known ones, with the same exit status in every command. Exit statuses
 (:mod:`rmqlog.admin.exits`): 0 done, 1 nothing found or problems found, 2 what was asked is
 wrong, 3 the store cannot do it. The commands live in :mod:`rmqlog.admin.reading`,
-:mod:`rmqlog.admin.changing`, :mod:`rmqlog.admin.export` and :mod:`rmqlog.admin.dead_letters`; this module holds the arguments
+:mod:`rmqlog.admin.changing`, :mod:`rmqlog.admin.export` and :mod:`rmqlog.admin.dead_letters`; this module holds the
+arguments
 (argparse: help for every subcommand and argument) and the dispatch.
 """
 
