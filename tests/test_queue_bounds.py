@@ -41,14 +41,18 @@ def bodies(s: rmqlog.MessageStore, topic: str = "T", qid: int = 0) -> list[int]:
 
 
 @pytest.fixture
-def listings(monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """Every folder reached by its path from now on (a listing by path starts so:
-    ``safe_open.listdir``, ``entries`` and the kept handles' listings all open the folder)."""
+def listings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> list[str]:
+    """Every folder of this test's stores reached by its path from now on (a listing by path
+    starts so: ``safe_open.listdir``, ``entries`` and the kept handles' listings all open the
+    folder). Only folders under the test's own ``tmp_path`` count: a store an earlier test of
+    the same worker left to the collector may still have a thread listing its own folders."""
     seen: list[str] = []
     real = safe_open.open_folder
+    mine = str(tmp_path) + "/"
 
     def counting(path: safe_open.PathLike) -> int:
-        seen.append(str(path))
+        if str(path).startswith(mine):
+            seen.append(str(path))
         return real(path)
 
     monkeypatch.setattr(safe_open, "open_folder", counting)
