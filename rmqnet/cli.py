@@ -109,7 +109,7 @@ def _parser() -> argparse.ArgumentParser:
         "--config",
         metavar="namesrv.conf",
         help="who may register brokers: aclEnable, innerClientAuthenticationCredentials, "
-        'registerBrokerAllowList (docs/broker.md "Access control")',
+        'registerBrokerAllowList (docs/access-control.md "Registration")',
     )
     ns.add_argument(
         "--metrics-listen",
