@@ -44,8 +44,8 @@ STORE = CANNOT
 HELP = (
     "exit status: 0 done; 1 nothing found, or problems found (verify); 2 bad arguments, no store at ROOT, "
     "an unknown topic, queue or group, a refused output path, a bad --config, unusable credentials, a "
-    "broker's refusal (ACL included); 3 it cannot be done (the store damaged, open in other processes, "
-    "disk full, I/O error; a name server or broker unreachable, timed out or busy)"
+    "broker's refusal (ACL included); 3 the store cannot do it (damaged, open in other processes, disk full, "
+    "I/O error) or the cluster cannot (a name server or broker unreachable, timed out or busy)"
 )
 
 
