@@ -45,18 +45,6 @@ from ..remoting.names import PERM_RW
 from .failures import run
 from .options import add_common, add_credentials, credentials_of, parse
 
-COMMANDS = (
-    "topic-list",
-    "topic-create",
-    "topic-delete",
-    "topic-stats",
-    "consumer-status",
-    "broker-config",
-    "group-list",
-    "group-create",
-    "group-delete",
-)
-
 
 def _count(low: int, high: int) -> Any:
     """An integer argument in ``[low, high]`` (:func:`rmqlog.values.parse_int`: ASCII digits only)."""

@@ -23,8 +23,6 @@ from ..client.cluster_status import cluster_status
 from .failures import run
 from .options import add_common, parse
 
-COMMANDS = ("broker-status",)
-
 
 def _parser() -> ArgumentParser:
     ap = ArgumentParser(

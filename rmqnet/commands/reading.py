@@ -50,19 +50,6 @@ from .options import add_common, add_credentials, credentials_of, parse
 from .reading_messages import dead_letters, get, query, read
 from .reading_queues import info, lag, pop_status, topic_status
 
-COMMANDS = (
-    "info",
-    "topic-status",
-    "lag",
-    "consumer-progress",
-    "read",
-    "get",
-    "query",
-    "dlq",
-    "dead-letters",
-    "pop-status",
-)
-
 
 def _parser() -> ArgumentParser:
     ap = ArgumentParser(prog="rmqlog", description="The reading commands over the wire (--namesrv).")
@@ -149,23 +136,26 @@ def _time(text: str) -> int:
         raise argparse.ArgumentTypeError(str(exc).removeprefix("time: ")) from None
 
 
+HANDLERS = {
+    "info": info,
+    "topic-status": topic_status,
+    "lag": lag,
+    "consumer-progress": lag,
+    "read": read,
+    "get": get,
+    "query": query,
+    "dlq": dead_letters,
+    "dead-letters": dead_letters,
+    "pop-status": pop_status,
+}
+
+
 def main(argv: Sequence[str]) -> int:
     """A reading command over the wire (``rmqnet.cli`` saw ``--namesrv``): its exit status."""
     args = parse(_parser(), argv)
     if isinstance(args, int):
         return args
-    handler = {
-        "info": info,
-        "topic-status": topic_status,
-        "lag": lag,
-        "consumer-progress": lag,
-        "read": read,
-        "get": get,
-        "query": query,
-        "dlq": dead_letters,
-        "dead-letters": dead_letters,
-        "pop-status": pop_status,
-    }[args.cmd]
+    handler = HANDLERS[args.cmd]
     try:
         ak, sk = credentials_of(args)
         admin = Admin(args.namesrv, timeout_s=args.timeout, access_key=ak, secret_key=sk)

@@ -50,6 +50,7 @@ def addressed(route: TopicRouteData, name: str) -> bool:
 
 
 def route_of(admin: Admin, topic: str) -> TopicRouteData:
+    """``topic``'s route; an unknown topic refused (exit 2) naming the known ones, as the store's commands do."""
     try:
         return admin.route(topic)
     except TopicNotFoundError:

@@ -66,6 +66,13 @@ ADMIN = [
 ]
 
 
+def test_every_network_command_is_dispatched_and_tried_here() -> None:
+    from rmqnet.commands import broker_admin, reading
+
+    assert sorted(reading.HANDLERS) == sorted([*cli.WIRE_READING, "pop-status"]) == sorted(a[0] for a in READING)
+    assert sorted(broker_admin.HANDLERS) == sorted(cli.WIRE_ADMIN) == sorted({a[0] for a in ADMIN})
+
+
 @pytest.mark.parametrize("json", [[], ["--json"]], ids=["text", "json"])
 @pytest.mark.parametrize("argv", READING, ids=lambda a: a[0])
 def test_a_reading_command_without_a_name_server_exits_3(
