@@ -61,7 +61,7 @@ from ..values import arg_type, parse_int
 from . import changing, dead_letters, reading
 from .exits import HELP, STORE, CliError, code_for
 from .outpath import check_outside, open_output
-from .render import emit, error
+from .render import ArgumentParser, emit, error
 
 
 def _version() -> str:
@@ -100,7 +100,7 @@ def _parser(extra_commands: Sequence[tuple[str, str]] = ()) -> argparse.Argument
     """The command's arguments; ``extra_commands`` (name, help) are listed with the others in
     ``--help`` (the commands another package serves: the ``rmqlog`` entry point's network
     commands) and parse as nothing more than their name."""
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         prog="rmqlog",
         description="Inspect and maintain a spark-rmq (RocketMQ-format) store. "
         "Times are ms since the epoch or ISO 8601; a time without a zone is UTC.",
