@@ -1,4 +1,4 @@
-"""What jobs/quickstart.py says it measured (issue 44, item 12): Spark's warm-up in the first
+"""What jobs/quickstart.py says it measured: Spark's warm-up in the first
 micro-batch apart from the steady rate of the others (the whole run's rate was mostly Spark's
 start). The run itself: tests/spark/test_quickstart.py."""
 

@@ -19,7 +19,7 @@ import pytest
 import refcodec as rc
 import rmqlog
 from rmqlog.errors import ReplicaOffsetError, ReplicaStreamError
-from tests.conftest import small_store_config
+from conftest import small_store_config
 
 SEG = 4096
 
