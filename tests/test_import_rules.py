@@ -70,9 +70,7 @@ def test_the_by_name_check_finds_each_kind(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("folder", sorted(PACKAGES))
 def test_no_module_is_loaded_by_name(folder: str) -> None:
-    found = {
-        str(p.relative_to(ROOT)): f for p in sorted((ROOT / folder).rglob("*.py")) if (f := _loads_by_name(p))
-    }
+    found = {str(p.relative_to(ROOT)): f for p in sorted((ROOT / folder).rglob("*.py")) if (f := _loads_by_name(p))}
     assert found == {}, f"modules loaded by name in {folder}/ (write an import statement): {found}"
 
 
