@@ -1,7 +1,8 @@
-"""The ACL authorizes what a request touches, not only what it names (the
-record at an offset, a half's group, retry topics' groups, locked queues, admin reads): raw frames built from RocketMQ 4.9.8's field names, signed by the Java algorithm,
-handled by a broker over a real store with ``aclEnable=true``. Each refusal is checked to read
-nothing back and to store and change nothing."""
+"""The ACL authorizes what a request touches, not only what it names (the record at an offset,
+a half's group, retry topics' groups, locked queues, admin reads): raw frames built from
+RocketMQ 4.9.8's field names, signed by the Java algorithm, handled by a broker over a real
+store with ``aclEnable=true``. Each refusal is checked to read nothing back and to store and
+change nothing."""
 
 from __future__ import annotations
 
