@@ -47,9 +47,10 @@ import rmqlog
 from rmqlog import FilterParseError, Sql92Filter
 from rmqlog.paths import topic_problem, validate_group
 
-from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode, ext_str
+from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode
 from ..remoting.heartbeat import ConsumerData, HeartbeatData, HeartbeatError, Subscription
 from ..remoting.names import RETRY_PREFIX, retry_topic
+from ..remoting.request_headers import ConsumerGroupHeader, UnregisterClientHeader
 from .holds import connection_closed, watch_close
 from .peer import Peer
 from .pull import compiled
@@ -356,19 +357,18 @@ def heart_beat(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingComm
 
 
 def unregister_client(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    ext_str(req.ext_fields, "clientID")  # required (Java's @CFNotNull); the connection says who
+    # clientID is required (Java's @CFNotNull) but not used: the connection says who
+    h = UnregisterClientHeader.read(req.ext_fields)
     registry = broker.consumers
-    producer_group = ext_str(req.ext_fields, "producerGroup", None)
-    if producer_group:
-        registry.unregister_producer(producer_group, peer)
-    consumer_group = ext_str(req.ext_fields, "consumerGroup", None)
-    if consumer_group:
-        registry.unregister_consumer(consumer_group, peer)
+    if h.producer_group:
+        registry.unregister_producer(h.producer_group, peer)
+    if h.consumer_group:
+        registry.unregister_consumer(h.consumer_group, peer)
     return req.reply(ResponseCode.SUCCESS)
 
 
 def get_consumer_list_by_group(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    group = ext_str(req.ext_fields, "consumerGroup")
+    group = ConsumerGroupHeader.read(req.ext_fields).consumer_group
     ids = broker.consumers.consumer_ids(group)
     if not ids:
         return req.reply(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
