@@ -58,9 +58,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torture_common as tc  # noqa: E402
 
+from rmqnet.remoting.names import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC  # noqa: E402
+
 TOPIC = "TXN"
 QUEUES = 4
-HALF_TOPIC, OP_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+HALF_TOPIC, OP_TOPIC = TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 #: transactions each producer must end after the restart before they stop starting new ones
 AFTER_RESTART = 2
 

@@ -124,7 +124,7 @@ def _store_time(store: MessageStore, topic: str, queue_id: int, offset: int) -> 
 def _names(req: RemotingCommand, *, group: bool = False, topic: bool = False) -> tuple[str, str] | RemotingCommand:
     if group:
         h = ConsumeStatsHeader.read(req.ext_fields)
-        g, t = h.consumer_group, h.topic
+        g, t = h.consumer_group, h.topic or ""
     else:
         g, t = "", TopicHeader.read(req.ext_fields).topic
     try:

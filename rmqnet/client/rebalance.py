@@ -38,6 +38,7 @@ from rmqlog import Clock
 from ..remoting import FieldError, RemotingCommand, RequestCode, ResponseCode
 from ..remoting.heartbeat import ConsumerData, HeartbeatData, Subscription
 from ..remoting.json_values import loads_body
+from ..remoting.request_headers import ConsumerGroupHeader, UnregisterClientHeader
 from ..remoting.route import TopicRouteData
 from ..transport import Limits
 from .allocate import allocate_averagely, read_queues
@@ -151,7 +152,10 @@ class GroupMember(RemoteClient):
             raise NoRouteError(f"topic {topic!r}: no broker address in its route")
         lost: OSError | None = None
         for addr in addrs:
-            cmd = RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields={"consumerGroup": self.group})
+            cmd = RemotingCommand(
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                ext_fields=ConsumerGroupHeader(consumer_group=self.group).to_ext(),
+            )
             try:
                 res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
             except OSError as exc:
@@ -235,7 +239,9 @@ class GroupMember(RemoteClient):
         return await self._to_all(
             lambda: RemotingCommand(
                 RequestCode.UNREGISTER_CLIENT,
-                ext_fields={"clientID": self.client_id, "consumerGroup": self.group, "producerGroup": ""},
+                ext_fields=UnregisterClientHeader(
+                    client_id=self.client_id, consumer_group=self.group, producer_group=""
+                ).to_ext(),
             )
         )
 

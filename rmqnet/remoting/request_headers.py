@@ -111,11 +111,11 @@ class ConsumerGroupHeader(Header):
 @header
 @dataclass(slots=True, kw_only=True)
 class ConsumeStatsHeader(Header):
-    """``GetConsumeStatsRequestHeader`` (GET_CONSUME_STATS); ``topic`` empty: every topic of
-    the group."""
+    """``GetConsumeStatsRequestHeader`` (GET_CONSUME_STATS); ``topic`` absent or blank: every
+    topic of the group."""
 
     consumer_group: str = java("consumerGroup", STR)
-    topic: str = java("topic", STR, "")
+    topic: str | None = java("topic", STR, None)
 
 
 @header
