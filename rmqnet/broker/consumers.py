@@ -39,7 +39,6 @@ wrong, and nothing of it is registered.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,6 +47,7 @@ from rmqlog import FilterParseError, Sql92Filter
 from rmqlog.paths import topic_problem, validate_group
 
 from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode
+from ..remoting.group_bodies import encode_consumer_ids
 from ..remoting.heartbeat import ConsumerData, HeartbeatData, HeartbeatError, Subscription
 from ..remoting.names import RETRY_PREFIX, retry_topic
 from ..remoting.request_headers import ConsumerGroupHeader, UnregisterClientHeader
@@ -372,9 +372,7 @@ def get_consumer_list_by_group(broker: Broker, peer: Peer, req: RemotingCommand)
     ids = broker.consumers.consumer_ids(group)
     if not ids:
         return req.reply(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-    return req.reply(
-        ResponseCode.SUCCESS, None, None, json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode()
-    )
+    return req.reply(ResponseCode.SUCCESS, None, None, encode_consumer_ids(ids))
 
 
 def on_close(broker: Broker, peer: Peer) -> None:
