@@ -248,7 +248,7 @@ class ClientRegistry:
                 next(self._opaque),
                 FLAG_ONEWAY,
                 None,
-                {"consumerGroup": info.name},
+                ConsumerGroupHeader(consumer_group=info.name).to_ext(),  # NotifyConsumerIdsChangedRequestHeader
                 b"",
                 "JAVA",
             )

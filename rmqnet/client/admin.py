@@ -34,6 +34,7 @@ from ..remoting.admin_bodies import (
     decode_consumer_connection,
     decode_subscription_groups,
     decode_topic_stats,
+    encode_subscription_group,
     parse_properties,
     properties_text,
 )
@@ -353,7 +354,7 @@ class Admin(RemoteClient):
         ``broker_addr`` (code 200); ``fields`` by RocketMQ's names (``consumeEnable=False``,
         ``retryMaxTimes=3``...; the others take RocketMQ's defaults). Raises
         :class:`BrokerError` naming a bad name or field, or from a slave."""
-        body = json.dumps({**fields, "groupName": group}).encode()
+        body = encode_subscription_group(group, fields)
         call(self.invoke(broker_addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)))
 
     def delete_group(self, broker_addr: str, group: str, *, remove_offset: bool = False) -> None:

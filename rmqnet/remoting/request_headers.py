@@ -103,7 +103,7 @@ class ViewMessageHeader(Header):
 @dataclass(slots=True, kw_only=True)
 class ConsumerGroupHeader(Header):
     """A request naming one consumer group: ``GetConsumerListByGroupRequestHeader``,
-    ``GetConsumerConnectionListRequestHeader``."""
+    ``GetConsumerConnectionListRequestHeader``, ``NotifyConsumerIdsChangedRequestHeader``."""
 
     consumer_group: str = java("consumerGroup", STR)
 
