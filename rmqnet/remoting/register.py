@@ -51,7 +51,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import FieldError
-from .fields import ext_str
 from .header_table import BOOL, INT, LONG, STR, Header, header, java
 from .json_values import loads_body
 from .names import PERM_RW
@@ -327,22 +326,21 @@ class UnregisterBrokerHeader(Header):
     broker_id: int = java("brokerId", LONG)
 
 
-@dataclass(frozen=True, slots=True)
-class RegisterBrokerResult:
+@header
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterBrokerResult(Header):
     """``RegisterBrokerResponseHeader``: for a slave, its master's address and HA address
-    (empty for a master, or while the master is not registered)."""
+    (empty for a master, or while the master is not registered: absent and empty alike)."""
 
-    ha_server_addr: str | None = None
-    master_addr: str | None = None
+    ha_server_addr: str | None = java("haServerAddr", STR, None)
+    master_addr: str | None = java("masterAddr", STR, None)
 
-    def to_ext(self) -> dict[str, Any]:
-        return {k: v for k, v in (("haServerAddr", self.ha_server_addr), ("masterAddr", self.master_addr)) if v}
-
-    @staticmethod
-    def read(ext: dict[str, Any]) -> RegisterBrokerResult:
-        return RegisterBrokerResult(
-            ext_str(ext, "haServerAddr", None) or None, ext_str(ext, "masterAddr", None) or None
-        )
+    def __post_init__(self) -> None:
+        # an empty address is none (the name server may send "" for a master)
+        if not self.ha_server_addr:
+            object.__setattr__(self, "ha_server_addr", None)
+        if not self.master_addr:
+            object.__setattr__(self, "master_addr", None)
 
 
 @dataclass(slots=True)
