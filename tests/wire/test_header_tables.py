@@ -12,7 +12,7 @@ from rmqnet.remoting import FieldError
 from rmqnet.remoting.header_table import BOOL, INT, LONG, STR, Header, header, java
 from rmqnet.remoting.headers import SEND_V2_NAMES, EndTransactionHeader, PullMessageHeader, SendMessageHeader
 from rmqnet.remoting.pop_headers import PopMessageHeader
-from rmqnet.remoting.register import RegisterBrokerHeader
+from rmqnet.remoting.register import RegisterBrokerHeader, RegisterBrokerResult
 from rmqnet.remoting.request_headers import (
     ConsumeStatsHeader,
     CreateTopicHeader,
@@ -183,3 +183,11 @@ def test_end_transaction_keeps_javas_check_of_the_outcome() -> None:
 )
 def test_declared_headers_round_trip(h: Header) -> None:
     assert type(h).read(h.to_ext()) == h
+
+
+def test_the_registration_answer_reads_an_empty_address_as_none() -> None:
+    assert RegisterBrokerResult.read({"haServerAddr": "", "masterAddr": "h:1"}) == RegisterBrokerResult(
+        master_addr="h:1"
+    )
+    assert RegisterBrokerResult(ha_server_addr="", master_addr=None).to_ext() == {}
+    assert RegisterBrokerResult.read({}) == RegisterBrokerResult()
