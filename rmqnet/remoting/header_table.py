@@ -6,7 +6,7 @@ required (``@CFNotNull``) or a default. :func:`header` turns the declaration int
 :class:`HeaderTable` and derives from it, once at import, both directions:
 
 - ``read(ext)``: the lenient readers of :mod:`.fields` field by field, generated as one
-  straight-line function (the same calls a hand-written reader makes, with a string's common
+  straight-line function (the same calls a hand-written reader makes, each reader's common
   case answered inline), so a hot-path header costs no loop over its table per request;
   a missing required field or a value of the wrong type raises
   :class:`~rmqnet.remoting.errors.FieldError` naming the Java field.
@@ -91,8 +91,7 @@ def _compile_reader(cls: type, fields: tuple[Field, ...]) -> Callable[[Mapping[s
     its reader inline (a string for a string, a JSON boolean for a boolean, a decimal string
     or an int in range for a number: the first steps of :mod:`.fields`' readers, which answer
     exactly what their general path would), anything else to the reader itself."""
-    env: dict[str, Any] = {"_cls": cls, "ext_str": ext_str, "ext_int": ext_int, "ext_long": ext_long}
-    env["ext_bool"] = ext_bool
+    env: dict[str, Any] = {"_cls": cls, **{r.__name__: r for r in _READERS.values()}}
     lines = ["def read(ext):", "    get = ext.get"]
     args = []
     for i, f in enumerate(fields):
