@@ -35,12 +35,13 @@ from broker_servers import Server, med
 from harness import Bench
 
 import rmqlog
+from rmqnet.remoting.names import SCHEDULE_TOPIC
 
 TOPIC = "BenchBack"
 QUEUES = 4
 WORKERS = 4
 WINDOW = 16
-SCHEDULE = "SCHEDULE_TOPIC_XXXX"
+SCHEDULE = SCHEDULE_TOPIC
 
 
 def _round(work: Path, n: int) -> tuple[float, float]:

@@ -101,7 +101,7 @@ def main() -> None:
         import pyarrow.compute as pc
 
         import rmqlog
-        from rmqlog.log.properties import ParsedProperties
+        from rmqlog.log.properties import PROPERTY_TAGS, ParsedProperties
 
         n, rounds = ap.args.messages, ap.args.rounds
         root = work / "store"
@@ -128,7 +128,7 @@ def main() -> None:
                         if sql:
                             hits += int(np.count_nonzero(flt.mask_properties(window)))
                         else:
-                            tags = ParsedProperties(window).column("TAGS")
+                            tags = ParsedProperties(window).column(PROPERTY_TAGS)
                             hits += int(np.count_nonzero(np.asarray(pc.fill_null(pc.is_in(tags, wanted), False))))
                     best.append(time.perf_counter() - t)
                 return n / statistics.median(best), hits

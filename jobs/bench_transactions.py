@@ -43,6 +43,7 @@ from rmqnet.remoting import (
     encode_bytes,
 )
 from rmqnet.remoting.command import decode_json_header
+from rmqnet.remoting.names import AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 
 TOPIC = "BenchTxn"
 QUEUES = 4
@@ -58,8 +59,8 @@ def send_frames(n: int, body: int, half: bool, tag: str) -> list[bytes]:
         ext = SendMessageHeader(
             producer_group=GROUP,
             topic=TOPIC,
-            default_topic="TBW102",
-            default_topic_queue_nums=4,
+            default_topic=AUTO_CREATE_TOPIC,
+            default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS,
             queue_id=i % QUEUES,
             sys_flag=4 if half else 0,
             born_timestamp=int(time.time() * 1000),

@@ -193,7 +193,12 @@ def _register(opaque: int, broker: int, topics: list[str]) -> bytes:
     body = RegisterBrokerBody({t: TopicConfigData(t, 4, 4) for t in topics}).encode()
     addr = f"127.0.0.1:{20000 + broker}"
     ext = RegisterBrokerHeader(
-        f"bench-{broker}", addr, "BenchCluster", f"127.0.0.1:{30000 + broker}", 0, False, body_crc32(body)
+        broker_name=f"bench-{broker}",
+        broker_addr=addr,
+        cluster_name="BenchCluster",
+        ha_server_addr=f"127.0.0.1:{30000 + broker}",
+        broker_id=0,
+        body_crc32=body_crc32(body),
     ).to_ext()
     return encode_bytes(
         RemotingCommand(RequestCode.REGISTER_BROKER, opaque, ext_fields=ext, body=body, language="JAVA")

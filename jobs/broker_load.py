@@ -63,6 +63,7 @@ from rmqnet.remoting import (
 )
 from rmqnet.remoting.command import decode_json_header
 from rmqnet.remoting.headers import PULL_SUBSCRIPTION, PULL_SUSPEND
+from rmqnet.remoting.names import AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS
 
 HOST = "127.0.0.1"
 GROUP = "bench_pg"
@@ -103,8 +104,8 @@ def send_cmd(
     ext = SendMessageHeader(
         producer_group=GROUP,
         topic=topic,
-        default_topic="TBW102",
-        default_topic_queue_nums=4,
+        default_topic=AUTO_CREATE_TOPIC,
+        default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS,
         queue_id=queue_id,
         sys_flag=0,
         born_timestamp=int(time.time() * 1000),

@@ -51,6 +51,7 @@ from rmqlog.config_files import TopicConfig, dump_fastjson
 from rmqnet.client import encode_messages
 from rmqnet.remoting import PullMessageHeader, RemotingCommand, RequestCode, encode_bytes
 from rmqnet.remoting.headers import PULL_COMMIT_OFFSET, PULL_SUBSCRIPTION
+from rmqnet.remoting.names import retry_topic
 
 if TYPE_CHECKING:
     from bench_broker import Run
@@ -104,7 +105,7 @@ def build(root: Path, config: rmqlog.StoreConfig, *, topics: int, groups: int, o
         store.create_topic(TOPIC, 4)
         for i in range(SMALL_TOPICS - 1):
             store.create_topic(f"BenchStateSmall{i}", 4)
-        store.create_topic(f"%RETRY%{GROUP}", 1)
+        store.create_topic(retry_topic(GROUP), 1)
         if filled:
             rows = min(filled, topics)
             store.put_batch(
@@ -119,7 +120,7 @@ def build(root: Path, config: rmqlog.StoreConfig, *, topics: int, groups: int, o
             )
     extra = {n: TopicConfig(n, 4, 4) for n in names}
     gnames = group_names(groups)
-    extra.update({f"%RETRY%{g}": TopicConfig(f"%RETRY%{g}", 1, 1) for g in gnames})
+    extra.update({retry_topic(g): TopicConfig(retry_topic(g), 1, 1) for g in gnames})
     if extra:
         _topics_json(root, extra)
     table: dict[str, dict[str, int]] = {f"{TOPIC}@{GROUP}": {"1": 0}}

@@ -74,6 +74,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from torture_common import GUARD_S, start_process  # noqa: E402
 
+from rmqnet.remoting.names import AUTO_CREATE_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC  # noqa: E402
+
 TOPIC = "FUZZ"
 QUEUES = 4
 MAX_FRAME = 16 * 1024 * 1024
@@ -214,9 +216,9 @@ def _bad_value(rng: random.Random) -> Any:
             "..",
             "/abs/path",
             "a/b",
-            "%RETRY%",
-            "SCHEDULE_TOPIC_XXXX",
-            "TBW102",
+            RETRY_PREFIX,
+            SCHEDULE_TOPIC,
+            AUTO_CREATE_TOPIC,
             TOPIC,
             "\x00\x01\x02",
             "é" * 50,
@@ -307,7 +309,7 @@ def case_bad_fields(rng: random.Random) -> bytes:
             continue  # missing
         ext[name] = _bad_value(rng) if r < 0.7 else rng.choice(["0", "1", "4", TOPIC, "G", "-1"])
     if code == 17 and isinstance(ext.get("topic"), str) and rng.random() < 0.9:
-        ext["topic"] = rng.choice(["../x", "a/b", "", "x" * 300, "..", "%RETRY%G", "SCHEDULE_TOPIC_XXXX"])
+        ext["topic"] = rng.choice(["../x", "a/b", "", "x" * 300, "..", f"{RETRY_PREFIX}G", SCHEDULE_TOPIC])
     body = rng.choice(
         [
             b"",

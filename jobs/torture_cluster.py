@@ -253,6 +253,7 @@ def wait_oks(ledger: Path, n: int, proc: subprocess.Popen[bytes]) -> None:
 def stored(root: Path, *, read_only: bool) -> tuple[set[str], int]:
     """The UNIQ_KEYs of the topic in ``root`` and its published end."""
     import rmqlog
+    from rmqlog.log.properties import PROPERTY_UNIQ_KEY
 
     keys: set[str] = set()
     with rmqlog.MessageStore.open(
@@ -268,7 +269,7 @@ def stored(root: Path, *, read_only: bool) -> tuple[set[str], int]:
                 res = store.get_messages("checker", TOPIC, qid, offset, max_count=512)
                 if res.status != rmqlog.GetMessageStatus.FOUND:
                     break
-                keys.update(dict(p)["UNIQ_KEY"] for p in res.messages.column("properties").to_pylist())
+                keys.update(dict(p)[PROPERTY_UNIQ_KEY] for p in res.messages.column("properties").to_pylist())
                 offset = res.next_begin_offset
         return keys, store.published_tail()
 

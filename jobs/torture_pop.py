@@ -53,10 +53,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torture_common as tc  # noqa: E402
 
+from rmqnet.remoting.names import AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, RETRY_PREFIX  # noqa: E402
+
 TOPIC = "PT"
 QUEUES = 4
 GROUP = "PT_CG"
-RETRY = f"%RETRY%{GROUP}_{TOPIC}"
+RETRY = f"{RETRY_PREFIX}{GROUP}_{TOPIC}"  # the group's POP retry topic of TOPIC
 BATCH = 16
 #: ms before a handle's invisible time ends by which an ack must be answered to count as confirmed
 MARGIN_MS = 50
@@ -175,7 +177,7 @@ class Consumer:
             i = self._check_delivery(m, pop_time, invisible, answered)
             if i is None or not wants_ack(self.seed, i, len(self.messages[i].deliveries) - 1):
                 continue
-            mark = "1" if str(m["topic"]).startswith("%RETRY%") else "0"
+            mark = "1" if str(m["topic"]).startswith(RETRY_PREFIX) else "0"
             handle = (
                 f"{starts[(mark, m['queueId'])]} {pop_time} {invisible} {h['reviveQid']} {mark} pop "
                 f"{m['queueId']} {m['queueOffset']}"
@@ -248,8 +250,8 @@ def send_all(addr: str, n: int) -> None:
             h = SendMessageHeader(
                 producer_group="PT_PG",
                 topic=TOPIC,
-                default_topic="TBW102",
-                default_topic_queue_nums=4,
+                default_topic=AUTO_CREATE_TOPIC,
+                default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS,
                 queue_id=i % QUEUES,
                 sys_flag=0,
                 born_timestamp=int(time.time() * 1000),

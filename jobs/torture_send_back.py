@@ -60,11 +60,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torture_common as tc  # noqa: E402
 
+from rmqnet.remoting.names import SCHEDULE_TOPIC, dlq_topic, retry_topic  # noqa: E402
+
 TOPIC = "RT"
 QUEUES = 4
 GROUP = "RT_CG"
-RETRY, DLQ = f"%RETRY%{GROUP}", f"%DLQ%{GROUP}"
-SCHEDULE = "SCHEDULE_TOPIC_XXXX"
+RETRY, DLQ = retry_topic(GROUP), dlq_topic(GROUP)
+SCHEDULE = SCHEDULE_TOPIC
 DELAY_LEVELS = "1s 1s 2s 1s 1s"
 MODES = ("retry", "max", "negative")
 WINDOW = 4

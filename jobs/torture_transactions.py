@@ -58,9 +58,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torture_common as tc  # noqa: E402
 
+from rmqnet.remoting.names import (  # noqa: E402
+    PROPERTY_TRANSACTION_ID,
+    PROPERTY_UNIQ_KEY,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
+
 TOPIC = "TXN"
 QUEUES = 4
-HALF_TOPIC, OP_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+HALF_TOPIC, OP_TOPIC = TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 #: transactions each producer must end after the restart before they stop starting new ones
 AFTER_RESTART = 2
 
@@ -243,9 +250,9 @@ def open_halves(root: Path, conf: Path) -> int:
         ended: set[str] = set()
         if OP_TOPIC in store.topics():
             ops = tc.read_whole_queue(store, OP_TOPIC, 0)
-            ended = set(pc.map_lookup(ops.column("properties"), "__transactionId__", "last").to_pylist())
+            ended = set(pc.map_lookup(ops.column("properties"), PROPERTY_TRANSACTION_ID, "last").to_pylist())
         halves = tc.read_whole_queue(store, HALF_TOPIC, 0)
-        keys = set(pc.map_lookup(halves.column("properties"), "UNIQ_KEY", "last").to_pylist())
+        keys = set(pc.map_lookup(halves.column("properties"), PROPERTY_UNIQ_KEY, "last").to_pylist())
         return len(keys - ended)
 
 

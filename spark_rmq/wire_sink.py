@@ -75,6 +75,8 @@ from pyspark.sql.datasource import WriterCommitMessage
 
 from rmqlog import InvalidMessageError, check_utf8_column
 from rmqnet.client import (
+    AUTO_CREATE_TOPIC,
+    DEFAULT_TOPIC_QUEUE_NUMS,
     NAME_VALUE_SEP,
     PERM_WRITE,
     PROPERTY_SEP,
@@ -94,8 +96,6 @@ from .sink_target import SinkCommit
 CHUNK_BYTES = 4 * 1024 * 1024 - 64 * 1024
 #: chunks per (task, broker) in one micro-batch: ``sequence = batchId * CHUNKS + k``
 CHUNKS = 1 << 20
-AUTO_CREATE_TOPIC = "TBW102"
-DEFAULT_TOPIC_QUEUES = 4
 PRODUCER_GROUP = "rmqlog_spark_sink"
 #: property names the sink sets itself: refused in the ``properties`` column
 OWN_NAMES = ("TAGS", "KEYS", "WAIT", "DELAY", "UNIQ_KEY", "TIMER_DELIVER_MS", "TIMER_DELAY_MS", "TIMER_DELAY_SEC")
@@ -182,7 +182,7 @@ def _writable(route: TopicRouteData, via_default: bool) -> list[tuple[str, int, 
     out: list[tuple[str, int, str]] = []
     for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
         if q.perm & PERM_WRITE and q.broker_name in masters:
-            nums = min(q.write_queue_nums, DEFAULT_TOPIC_QUEUES) if via_default else q.write_queue_nums
+            nums = min(q.write_queue_nums, DEFAULT_TOPIC_QUEUE_NUMS) if via_default else q.write_queue_nums
             out.extend((q.broker_name, i, masters[q.broker_name]) for i in range(nums))
     return out
 

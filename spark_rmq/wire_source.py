@@ -37,7 +37,7 @@ import numpy as np
 from pyspark.sql.datasource import InputPartition
 
 from rmqlog import WAITING_TOPICS
-from rmqnet.client import PERM_READ, Admin, NoRouteError, TopicNotFoundError, TopicRouteData
+from rmqnet.client import AUTO_CREATE_TOPIC, PERM_READ, Admin, NoRouteError, TopicNotFoundError, TopicRouteData
 
 from .errors import RmqLogOptionError
 from .offsets import queue_key, split_key
@@ -45,9 +45,6 @@ from .options import SourceOptions, broker_name_problem
 from .wire_read import WireKeyLookup, WireRange
 
 log = logging.getLogger(__name__)
-
-#: RocketMQ's ``createTopicKey``: a template topic, never read by a pattern
-AUTO_CREATE_TOPIC = "TBW102"
 
 
 def wire_queue(topic: str, broker: str, queue_id: int) -> tuple[str, int]:
@@ -103,7 +100,7 @@ class BrokerQueues:
         return sorted(
             t
             for t in self.admin.topic_list()
-            if pattern.fullmatch(t) and t not in WAITING_TOPICS and t != AUTO_CREATE_TOPIC
+            if pattern.fullmatch(t) and t not in WAITING_TOPICS and t != AUTO_CREATE_TOPIC  # (a template topic)
         )
 
     def queues(self) -> list[tuple[str, int]]:

@@ -19,7 +19,7 @@ from typing import Any
 
 import rmqlog
 
-from ..remoting import FieldError, RemotingCommand, RequestCode, ext_int, ext_long, ext_str
+from ..remoting import FieldError, RemotingCommand, RequestCode, ext_long, ext_str
 from ..remoting.acl_sign import java_text
 from ..remoting.heartbeat import HeartbeatData, HeartbeatError
 from ..remoting.json_values import loads_body
@@ -29,6 +29,12 @@ from ..remoting.names import (
     RETRY_PREFIX,
     property_mark,
     retry_topic,
+)
+from ..remoting.request_headers import (
+    ConsumerGroupHeader,
+    QueryConsumerOffsetHeader,
+    UpdateConsumerOffsetHeader,
+    ViewMessageHeader,
 )
 from .acl_files import ANY, PUB, SUB
 from .acl_records import (
@@ -251,7 +257,7 @@ def named(req: RemotingCommand) -> Needs:
         ):
             needs.add(_field(ext, "topic"), SUB)  # (missing: the handler refuses it, naming it)
         elif code == RequestCode.VIEW_MESSAGE_BY_ID:
-            ext_long(ext, "offset")
+            ViewMessageHeader.read(ext)  # (its offset is read by touched())
         elif code == RequestCode.HEART_BEAT:
             _heartbeat(needs, req)
         elif code == RequestCode.UNREGISTER_CLIENT:
@@ -261,15 +267,16 @@ def named(req: RemotingCommand) -> Needs:
                 needs.add(retry_topic(consumer), SUB)
             _producer_groups(needs, [_field(ext, "producerGroup")])
         elif code == RequestCode.GET_CONSUMER_LIST_BY_GROUP:
-            needs.add(retry_topic(ext_str(ext, "consumerGroup")), SUB)
+            needs.add(retry_topic(ConsumerGroupHeader.read(ext).consumer_group), SUB)
         elif code == RequestCode.GET_CONSUMER_CONNECTION_LIST:
             needs.add(group_resource(ext.get("consumerGroup")), SUB)
         elif code in (RequestCode.UPDATE_CONSUMER_OFFSET, RequestCode.QUERY_CONSUMER_OFFSET):
-            needs.add(retry_topic(ext_str(ext, "consumerGroup")), SUB)
-            needs.add(ext_str(ext, "topic"), SUB)
-            ext_int(ext, "queueId")
-            if code == RequestCode.UPDATE_CONSUMER_OFFSET:
-                ext_long(ext, "commitOffset")
+            offsets = (
+                UpdateConsumerOffsetHeader if code == RequestCode.UPDATE_CONSUMER_OFFSET else QueryConsumerOffsetHeader
+            )
+            h = offsets.read(ext)
+            needs.add(retry_topic(h.consumer_group), SUB)
+            needs.add(h.topic, SUB)
         elif code == RequestCode.GET_CONSUME_STATS:
             needs.add(group_resource(ext.get("consumerGroup")), SUB)
             topic = _field(ext, "topic")

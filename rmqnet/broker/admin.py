@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from rmqlog import InvalidArgumentError, InvalidTopicError, StoreError, TopicConfig
 
-from ..remoting import RemotingCommand, ResponseCode, ext_bool, ext_int, ext_str, names
+from ..remoting import RemotingCommand, ResponseCode, names
+from ..remoting.request_headers import CreateTopicHeader, TopicHeader
 from .peer import Peer
 
 if TYPE_CHECKING:
@@ -52,14 +53,9 @@ def is_system_topic(broker: Broker, topic: str) -> bool:
 
 
 def update_and_create_topic(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    ext = req.ext_fields
-    topic = ext_str(ext, "topic")
-    ext_str(ext, "defaultTopic")  # required by RocketMQ's header, unused
-    read_n, write_n = ext_int(ext, "readQueueNums"), ext_int(ext, "writeQueueNums")
-    perm = ext_int(ext, "perm")
-    filter_type = ext_str(ext, "topicFilterType")
-    sys_flag = ext_int(ext, "topicSysFlag", 0)
-    order = ext_bool(ext, "order", False)
+    h = CreateTopicHeader.read(req.ext_fields)
+    topic, read_n, write_n, perm = h.topic, h.read_queue_nums, h.write_queue_nums, h.perm
+    filter_type, sys_flag, order = h.topic_filter_type, h.topic_sys_flag, h.order
     if not topic.strip():
         return req.reply(ResponseCode.SYSTEM_ERROR, "The specified topic is blank.")
     if is_system_topic(broker, topic):
@@ -86,7 +82,7 @@ SLAVE_REMARK = "Can't modify topic or subscription group from slave broker, plea
 
 def delete_topic(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     """215 (see the module docstring)."""
-    topic = ext_str(req.ext_fields, "topic")
+    topic = TopicHeader.read(req.ext_fields).topic
     if broker.config.slave:
         return req.reply(ResponseCode.SYSTEM_ERROR, SLAVE_REMARK)
     if not topic.strip():

@@ -28,8 +28,9 @@ from typing import TYPE_CHECKING
 from rmqlog import InvalidGroupError, StoreError, SubscriptionGroupConfig
 from rmqlog.paths import validate_group
 
-from ..remoting import FieldError, RemotingCommand, ResponseCode, ext_bool, ext_str
+from ..remoting import FieldError, RemotingCommand, ResponseCode
 from ..remoting.admin_bodies import decode_subscription_group, encode_subscription_groups
+from ..remoting.request_headers import DeleteSubscriptionGroupHeader
 from .admin import SLAVE_REMARK
 from .peer import Peer
 
@@ -64,8 +65,8 @@ def get_all_subscription_group(broker: Broker, peer: Peer, req: RemotingCommand)
 
 def delete_subscription_group(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     """207 (see the module docstring)."""
-    group = ext_str(req.ext_fields, "groupName")
-    remove_offset = ext_bool(req.ext_fields, "removeOffset", False)
+    h = DeleteSubscriptionGroupHeader.read(req.ext_fields)
+    group, remove_offset = h.group_name, h.remove_offset
     if broker.config.slave:
         return req.reply(ResponseCode.SYSTEM_ERROR, SLAVE_REMARK)
     try:

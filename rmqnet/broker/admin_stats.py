@@ -36,7 +36,7 @@ import rmqlog
 from rmqlog import MessageStore
 from rmqlog.paths import validate_group, validate_topic
 
-from ..remoting import RemotingCommand, ResponseCode, ext_str
+from ..remoting import RemotingCommand, ResponseCode
 from ..remoting.admin_bodies import (
     ConsumeStats,
     OffsetWrapper,
@@ -46,6 +46,7 @@ from ..remoting.admin_bodies import (
     encode_consumer_connection,
     encode_topic_stats,
 )
+from ..remoting.request_headers import ConsumeStatsHeader, TopicHeader
 from .peer import Peer
 
 if TYPE_CHECKING:
@@ -121,8 +122,11 @@ def _store_time(store: MessageStore, topic: str, queue_id: int, offset: int) -> 
 
 
 def _names(req: RemotingCommand, *, group: bool = False, topic: bool = False) -> tuple[str, str] | RemotingCommand:
-    g = ext_str(req.ext_fields, "consumerGroup") if group else ""
-    t = ext_str(req.ext_fields, "topic") if topic else ext_str(req.ext_fields, "topic", "")
+    if group:
+        h = ConsumeStatsHeader.read(req.ext_fields)
+        g, t = h.consumer_group, h.topic or ""
+    else:
+        g, t = "", TopicHeader.read(req.ext_fields).topic
     try:
         if group:
             validate_group(g)

@@ -40,7 +40,6 @@ wrong, and nothing of it is registered.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -48,9 +47,11 @@ import rmqlog
 from rmqlog import FilterParseError, Sql92Filter
 from rmqlog.paths import topic_problem, validate_group
 
-from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode, ext_str
+from ..remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode
+from ..remoting.group_bodies import encode_consumer_ids
 from ..remoting.heartbeat import ConsumerData, HeartbeatData, HeartbeatError, Subscription
 from ..remoting.names import RETRY_PREFIX, retry_topic
+from ..remoting.request_headers import ConsumerGroupHeader, UnregisterClientHeader
 from .holds import connection_closed, watch_close
 from .peer import Peer
 from .pull import compiled
@@ -248,7 +249,7 @@ class ClientRegistry:
                 next(self._opaque),
                 FLAG_ONEWAY,
                 None,
-                {"consumerGroup": info.name},
+                ConsumerGroupHeader(consumer_group=info.name).to_ext(),  # NotifyConsumerIdsChangedRequestHeader
                 b"",
                 "JAVA",
             )
@@ -357,25 +358,22 @@ def heart_beat(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingComm
 
 
 def unregister_client(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    ext_str(req.ext_fields, "clientID")  # required (Java's @CFNotNull); the connection says who
+    # clientID is required (Java's @CFNotNull) but not used: the connection says who
+    h = UnregisterClientHeader.read(req.ext_fields)
     registry = broker.consumers
-    producer_group = ext_str(req.ext_fields, "producerGroup", None)
-    if producer_group:
-        registry.unregister_producer(producer_group, peer)
-    consumer_group = ext_str(req.ext_fields, "consumerGroup", None)
-    if consumer_group:
-        registry.unregister_consumer(consumer_group, peer)
+    if h.producer_group:
+        registry.unregister_producer(h.producer_group, peer)
+    if h.consumer_group:
+        registry.unregister_consumer(h.consumer_group, peer)
     return req.reply(ResponseCode.SUCCESS)
 
 
 def get_consumer_list_by_group(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    group = ext_str(req.ext_fields, "consumerGroup")
+    group = ConsumerGroupHeader.read(req.ext_fields).consumer_group
     ids = broker.consumers.consumer_ids(group)
     if not ids:
         return req.reply(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
-    return req.reply(
-        ResponseCode.SUCCESS, None, None, json.dumps({"consumerIdList": ids}, separators=(",", ":")).encode()
-    )
+    return req.reply(ResponseCode.SUCCESS, None, None, encode_consumer_ids(ids))
 
 
 def on_close(broker: Broker, peer: Peer) -> None:

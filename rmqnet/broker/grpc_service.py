@@ -80,7 +80,7 @@ from ..remoting.headers import (
     TRANSACTION_ROLLBACK_TYPE,
     EndTransactionHeader,
 )
-from ..remoting.names import AUTO_CREATE_TOPIC, PERM_READ, PERM_WRITE
+from ..remoting.names import AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, PERM_READ, PERM_WRITE
 from ..remoting.route import MASTER_ID, QueueData, TopicRouteData
 from .acl_grpc import caller_attrs, refused, settings_needs
 from .grpc_consumers import GrpcConsumers
@@ -348,7 +348,7 @@ class MessagingService:
                 producer_group=topic,
                 topic=topic,
                 default_topic=AUTO_CREATE_TOPIC,
-                default_topic_queue_nums=4,
+                default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS,
                 queue_id=queue_id,
                 sys_flag=out.sys_flag,
                 born_timestamp=now,

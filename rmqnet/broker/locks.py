@@ -41,19 +41,18 @@ unlocked. Java checks none of them (a null client id fails with a NullPointerExc
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import rmqlog
 from rmqlog.paths import validate_group, validate_topic
 
-from ..remoting import FieldError, RemotingCommand, ResponseCode
+from ..remoting import RemotingCommand, ResponseCode
 from ..remoting.admin_bodies import QueueKey
-from ..remoting.json_values import loads_body
+from ..remoting.group_bodies import LockBatchBody, LockBodyError, encode_lock_ok
 from .peer import Peer
 
 if TYPE_CHECKING:
@@ -63,15 +62,8 @@ log = logging.getLogger(__name__)
 
 #: ``RebalanceLockManager.REBALANCE_LOCK_MAX_LIVE_TIME`` (ms)
 LOCK_MAX_LIVE_MS = 60_000
-#: the most queues one request may name (a body of 16 MiB holds ~250,000; the cap keeps one
-#: request's work bounded)
-MAX_QUEUES_PER_REQUEST = 65_536
 #: ``queueLockMaxNums``'s default: the most locks the table holds
 QUEUE_LOCK_MAX_NUMS = 200_000
-
-
-class LockBodyError(ValueError):
-    """A 41/42 body that is not a ``LockBatchRequestBody`` (names the field)."""
 
 
 #: a ``MessageQueue`` as the lock table keys it (topic, brokerName, queueId)
@@ -80,7 +72,8 @@ LockedQueue = QueueKey
 
 @dataclass(frozen=True, slots=True)
 class LockBatchRequest:
-    """``LockBatchRequestBody`` / ``UnlockBatchRequestBody``."""
+    """A 41/42 body (:class:`~rmqnet.remoting.group_bodies.LockBatchBody`) with its names
+    checked as the store's: the group, each queue's topic."""
 
     group: str
     client_id: str
@@ -89,43 +82,17 @@ class LockBatchRequest:
     @staticmethod
     def decode(body: bytes) -> LockBatchRequest:
         """Parse and check a 41/42 body; :class:`LockBodyError` naming what is wrong."""
+        b = LockBatchBody.decode(body)
         try:
-            obj = loads_body(body, "LockBatchRequestBody")
-        except FieldError as exc:
-            raise LockBodyError(str(exc)) from None
-        if not isinstance(obj, dict):
-            raise LockBodyError("the lock body is not a JSON object")
-        try:
-            group = validate_group(obj.get("consumerGroup"))
+            group = validate_group(b.consumer_group)
         except rmqlog.StoreError as exc:
             raise LockBodyError(f"consumerGroup: {exc}") from None
-        client = obj.get("clientId")
-        if not isinstance(client, str) or not client:
-            raise LockBodyError(f"clientId is {client!r}, not a non-empty string")
-        mqs = obj.get("mqSet")
-        if mqs is None:
-            mqs = []
-        if not isinstance(mqs, list) or not all(isinstance(m, dict) for m in mqs):
-            raise LockBodyError("mqSet is not a list of MessageQueue objects")
-        if len(mqs) > MAX_QUEUES_PER_REQUEST:
-            raise LockBodyError(f"mqSet names {len(mqs)} queues, more than {MAX_QUEUES_PER_REQUEST}")
-        return LockBatchRequest(group, client, tuple(dict.fromkeys(_queue(m) for m in mqs)))
-
-
-def _queue(m: dict[str, Any]) -> LockedQueue:
-    try:
-        topic = validate_topic(m.get("topic"))
-    except rmqlog.StoreError as exc:
-        raise LockBodyError(f"mqSet[].topic: {exc}") from None
-    broker = m.get("brokerName")
-    if not isinstance(broker, str) or not broker:
-        raise LockBodyError(f"mqSet[].brokerName is {broker!r}, not a non-empty string")
-    qid = m.get("queueId")
-    if isinstance(qid, str) and qid.strip().isdigit():
-        qid = int(qid)
-    if isinstance(qid, bool) or not isinstance(qid, int) or not 0 <= qid < 2**31:
-        raise LockBodyError(f"mqSet[].queueId is {qid!r}, not a queue id 0..2147483647")
-    return LockedQueue(topic, broker, qid)
+        for q in b.mq_set:
+            try:
+                validate_topic(q.topic)
+            except rmqlog.StoreError as exc:
+                raise LockBodyError(f"mqSet[].topic: {exc}") from None
+        return LockBatchRequest(group, b.client_id, b.mq_set)
 
 
 @dataclass(slots=True)
@@ -255,7 +222,7 @@ def lock_batch_mq(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingC
     granted = broker.queue_locks.try_lock(
         body.group, body.queues, body.client_id, broker.clock.wall_ms(), broker.config.queue_lock_max_nums
     )
-    answer = json.dumps({"lockOKMQSet": [mq.to_json() for mq in granted]}, separators=(",", ":")).encode()
+    answer = encode_lock_ok(granted)
     return req.reply(ResponseCode.SUCCESS, None, None, answer)
 
 

@@ -33,7 +33,13 @@ import rmqlog
 from rmqlog.arguments import queue_id_arg
 from rmqlog.paths import validate_group, validate_topic
 
-from ..remoting import RemotingCommand, ResponseCode, ext_int, ext_long, ext_str
+from ..remoting import RemotingCommand, ResponseCode
+from ..remoting.request_headers import (
+    QueryConsumerOffsetHeader,
+    QueueHeader,
+    SearchOffsetHeader,
+    UpdateConsumerOffsetHeader,
+)
 from . import pull
 from .consumer_offsets import commit_offset
 from .peer import Peer
@@ -45,7 +51,8 @@ Handler = Callable[["Broker", Peer, RemotingCommand], RemotingCommand]
 
 
 def _queue(req: RemotingCommand) -> tuple[str, int]:
-    return ext_str(req.ext_fields, "topic"), ext_int(req.ext_fields, "queueId")
+    h = QueueHeader.read(req.ext_fields)
+    return h.topic, h.queue_id
 
 
 def _offset_reply(req: RemotingCommand, offset: int) -> RemotingCommand:
@@ -81,8 +88,8 @@ def _store_failures(handler: Handler) -> Handler:
 
 @_store_failures
 def query_consumer_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    group = ext_str(req.ext_fields, "consumerGroup")
-    topic, queue_id = _queue(req)
+    h = QueryConsumerOffsetHeader.read(req.ext_fields)
+    group, topic, queue_id = h.consumer_group, h.topic, h.queue_id
     offset = broker.consumer_offsets.query(validate_group(group), validate_topic(topic), queue_id_arg(queue_id))
     if offset >= 0:
         return _offset_reply(req, offset)
@@ -93,9 +100,8 @@ def query_consumer_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> R
 
 @_store_failures
 def update_consumer_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    group = ext_str(req.ext_fields, "consumerGroup")
-    topic, queue_id = _queue(req)
-    offset = ext_long(req.ext_fields, "commitOffset")
+    h = UpdateConsumerOffsetHeader.read(req.ext_fields)
+    group, topic, queue_id, offset = h.consumer_group, h.topic, h.queue_id, h.commit_offset
     if offset >= 0:  # ali-ons sends -1 for a queue it never consumed: nothing to store
         commit_offset(broker, group, topic, queue_id, offset)
     return req.reply(ResponseCode.SUCCESS)
@@ -103,8 +109,8 @@ def update_consumer_offset(broker: Broker, peer: Peer, req: RemotingCommand) -> 
 
 @_store_failures
 def search_offset_by_timestamp(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    topic, queue_id = _queue(req)
-    return _offset_reply(req, broker.store.offset_for_timestamp(topic, queue_id, ext_long(req.ext_fields, "timestamp")))
+    h = SearchOffsetHeader.read(req.ext_fields)
+    return _offset_reply(req, broker.store.offset_for_timestamp(h.topic, h.queue_id, h.timestamp))
 
 
 @_store_failures

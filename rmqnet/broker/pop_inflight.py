@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 import rmqlog
 from rmqlog.paths import validate_group, validate_topic
 
-from ..remoting import FieldError, RemotingCommand, ResponseCode, ext_int, ext_str
+from ..remoting import FieldError, RemotingCommand, ResponseCode
 from ..remoting.names import RETRY_PREFIX
+from ..remoting.request_headers import PopInflightHeader
 from .peer import Peer
 from .pop_handle import pop_retry_topic
 
@@ -36,11 +37,11 @@ DEFAULT_MAX, MOST = 1000, 10_000
 
 def get_pop_inflight(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     """The GET_POP_INFLIGHT handler (see the module docstring)."""
-    group, topic = ext_str(req.ext_fields, "consumerGroup"), ext_str(req.ext_fields, "topic")
     try:
-        most = ext_int(req.ext_fields, "maxNum", DEFAULT_MAX)
+        h = PopInflightHeader.read(req.ext_fields)
     except FieldError as exc:
         return req.reply(ResponseCode.SYSTEM_ERROR, str(exc))
+    group, topic, most = h.consumer_group, h.topic, DEFAULT_MAX if h.max_num is None else h.max_num
     if not 1 <= most <= MOST:
         return req.reply(ResponseCode.SYSTEM_ERROR, f"maxNum {most} is outside 1..{MOST}")
     try:

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING
 
 import rmqlog
 
-from ..remoting import RemotingCommand, ResponseCode, ext_int, ext_long, ext_str
+from ..remoting import RemotingCommand, ResponseCode
+from ..remoting.request_headers import QueryMessageHeader, ViewMessageHeader
 from . import pull
 from .peer import Peer
 
@@ -40,9 +41,8 @@ UNIQUE_MSG_QUERY_FLAG = "_UNIQUE_KEY_QUERY"
 
 def query_message(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
     ext = req.ext_fields
-    topic, key = ext_str(ext, "topic"), ext_str(ext, "key")
-    max_num = ext_int(ext, "maxNum")
-    begin, end = ext_long(ext, "beginTimestamp"), ext_long(ext, "endTimestamp")
+    h = QueryMessageHeader.read(ext)
+    topic, key, max_num, begin, end = h.topic, h.key, h.max_num, h.begin_timestamp, h.end_timestamp
     unique = str(ext.get(UNIQUE_MSG_QUERY_FLAG, "")).lower() == "true"
     store: rmqlog.MessageStore = broker.store
     try:
@@ -75,7 +75,7 @@ def _first(records: rmqlog.StoredRecords, n: int) -> rmqlog.StoredRecords:
 
 
 def view_message_by_id(broker: Broker, peer: Peer, req: RemotingCommand) -> RemotingCommand:
-    offset = ext_long(req.ext_fields, "offset")
+    offset = ViewMessageHeader.read(req.ext_fields).offset
     store: rmqlog.MessageStore = broker.store
     not_found = req.reply(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}")
     try:

@@ -25,6 +25,7 @@ for a connection that fails); the default, :class:`NameServerLinks`, is the tran
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -119,12 +120,12 @@ class Registrar:
             except ValueError as exc:  # as Java, a bad entry fails alone (there: at each connect)
                 log.warning("broker %s: %s: not registering there", cfg.broker_name, exc)
         self.header = RegisterBrokerHeader(
-            cfg.broker_name,
-            broker.address,
-            cfg.broker_cluster_name,
-            ha_server_addr or ha_address(broker.address),
-            cfg.broker_id,
-            compressed,
+            broker_name=cfg.broker_name,
+            broker_addr=broker.address,
+            cluster_name=cfg.broker_cluster_name,
+            ha_server_addr=ha_server_addr or ha_address(broker.address),
+            broker_id=cfg.broker_id,
+            compressed=compressed,
         )
         #: (accessKey, secretKey) the requests are signed with (None: unsigned)
         self.credentials: tuple[str, str] | None = getattr(cfg, "inner_credentials", None)
@@ -175,9 +176,7 @@ class Registrar:
         self._sent_version = version
         body = RegisterBrokerBody(table, version).encode(self.header.compressed)
         h = self.header
-        ext = RegisterBrokerHeader(
-            h.broker_name, h.broker_addr, h.cluster_name, h.ha_server_addr, h.broker_id, h.compressed, body_crc32(body)
-        ).to_ext()
+        ext = dataclasses.replace(h, body_crc32=body_crc32(body)).to_ext()
         outcomes = await asyncio.gather(
             *(self._send(addr, RequestCode.REGISTER_BROKER, ext, body) for addr in self.namesrv_addrs)
         )
@@ -191,7 +190,9 @@ class Registrar:
     async def unregister_all(self) -> int:
         """UNREGISTER_BROKER to every name server; the number that accepted (failures logged)."""
         h = self.header
-        ext = UnregisterBrokerHeader(h.broker_name, h.broker_addr, h.cluster_name, h.broker_id).to_ext()
+        ext = UnregisterBrokerHeader(
+            broker_name=h.broker_name, broker_addr=h.broker_addr, cluster_name=h.cluster_name, broker_id=h.broker_id
+        ).to_ext()
         outcomes = await asyncio.gather(
             *(self._send(addr, RequestCode.UNREGISTER_BROKER, ext, b"") for addr in self.namesrv_addrs)
         )

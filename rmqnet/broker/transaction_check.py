@@ -229,7 +229,13 @@ class TransactionCheckService:
             if record is None:
                 continue
             body = relabel(bytes(record.data), topic or "", int(qid or 0))
-            header = CheckTransactionStateHeader(qoff, offset, key, key, msg_id)
+            header = CheckTransactionStateHeader(
+                tran_state_table_offset=qoff,
+                commit_log_offset=offset,
+                msg_id=key,
+                transaction_id=key,
+                offset_msg_id=msg_id,
+            )
             peer.send_oneway(
                 RemotingCommand(RequestCode.CHECK_TRANSACTION_STATE, ext_fields=header.to_ext(), body=body)
             )

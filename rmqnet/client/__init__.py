@@ -10,7 +10,7 @@ network side (``tests/test_layout.py``): with it the route's vocabulary a caller
 
 from rmqlog import encode_message_batch
 
-from ..remoting.names import PERM_READ, PERM_WRITE, retry_topic
+from ..remoting.names import AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, PERM_READ, PERM_WRITE, retry_topic
 from ..remoting.route import TopicRouteData
 from .admin import Admin, parse_offset_msg_id
 from .allocate import allocate_averagely, read_queues
@@ -29,6 +29,8 @@ from .transaction import LocalTransactionState, TransactionProducer, Transaction
 encode_messages = encode_message_batch
 
 __all__ = [
+    "AUTO_CREATE_TOPIC",
+    "DEFAULT_TOPIC_QUEUE_NUMS",
     "Admin",
     "parse_offset_msg_id",
     "encode_messages",

@@ -34,12 +34,28 @@ from ..remoting.admin_bodies import (
     decode_consumer_connection,
     decode_subscription_groups,
     decode_topic_stats,
+    encode_subscription_group,
     parse_properties,
     properties_text,
 )
 from ..remoting.errors import FieldError
-from ..remoting.names import PERM_RW
+from ..remoting.names import AUTO_CREATE_TOPIC, PERM_RW
 from ..remoting.register import ClusterInfo, decode_topic_list
+from ..remoting.request_headers import (
+    ConsumerGroupHeader,
+    ConsumeStatsHeader,
+    CreateTopicHeader,
+    DeleteSubscriptionGroupHeader,
+    DeleteTopicFromNamesrvHeader,
+    PopInflightHeader,
+    QueryConsumerOffsetHeader,
+    QueryMessageHeader,
+    QueueHeader,
+    SearchOffsetHeader,
+    TopicHeader,
+    UpdateConsumerOffsetHeader,
+    ViewMessageHeader,
+)
 from ..remoting.route import loads_fastjson
 from ..transport import Limits
 from .errors import BrokerError, ClientError, NoRouteError
@@ -111,48 +127,46 @@ class Admin(RemoteClient):
 
     # ---- queue offsets -----------------------------------------------------------------
 
-    async def _queue_value(self, code: int, broker: str, topic: str, ext: dict[str, Any], name: str = "offset") -> int:
+    async def _queue_value(
+        self, code: int, broker: str, header: QueueHeader | SearchOffsetHeader, name: str = "offset"
+    ) -> int:
+        topic = header.topic
+
         async def send(addr: str) -> int:
-            return _offset(await self.invoke(addr, RemotingCommand(code, ext_fields={"topic": topic, **ext})), name)
+            return _offset(await self.invoke(addr, RemotingCommand(code, ext_fields=header.to_ext())), name)
 
         return await self.on_broker(topic, broker, admin_ids, send)
 
     def max_offset(self, broker: str, topic: str, queue_id: int) -> int:
         """The queue's max offset (code 30: the offset the next message gets)."""
-        return call(self._queue_value(RequestCode.GET_MAX_OFFSET, broker, topic, {"queueId": queue_id}))
+        return call(self.amax_offset(broker, topic, queue_id))
 
     async def amax_offset(self, broker: str, topic: str, queue_id: int) -> int:
-        return await self._queue_value(RequestCode.GET_MAX_OFFSET, broker, topic, {"queueId": queue_id})
+        return await self._queue_value(RequestCode.GET_MAX_OFFSET, broker, QueueHeader(topic=topic, queue_id=queue_id))
 
     def min_offset(self, broker: str, topic: str, queue_id: int) -> int:
         """The queue's min offset (code 31)."""
-        return call(self._queue_value(RequestCode.GET_MIN_OFFSET, broker, topic, {"queueId": queue_id}))
+        return call(self.amin_offset(broker, topic, queue_id))
 
     async def amin_offset(self, broker: str, topic: str, queue_id: int) -> int:
-        return await self._queue_value(RequestCode.GET_MIN_OFFSET, broker, topic, {"queueId": queue_id})
+        return await self._queue_value(RequestCode.GET_MIN_OFFSET, broker, QueueHeader(topic=topic, queue_id=queue_id))
 
     def search_offset(self, broker: str, topic: str, queue_id: int, ts_ms: int) -> int:
         """The offset of the queue's first message stored at or after ``ts_ms`` (code 29)."""
-        return call(
-            self._queue_value(
-                RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, broker, topic, {"queueId": queue_id, "timestamp": ts_ms}
-            )
-        )
+        header = SearchOffsetHeader(topic=topic, queue_id=queue_id, timestamp=ts_ms)
+        return call(self._queue_value(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, broker, header))
 
     def earliest_store_time(self, broker: str, topic: str, queue_id: int) -> int:
         """The store time (ms) of the queue's first message (code 32)."""
-        return call(
-            self._queue_value(RequestCode.GET_EARLIEST_MSG_STORETIME, broker, topic, {"queueId": queue_id}, "timestamp")
-        )
+        header = QueueHeader(topic=topic, queue_id=queue_id)
+        return call(self._queue_value(RequestCode.GET_EARLIEST_MSG_STORETIME, broker, header, "timestamp"))
 
     # ---- consumer offsets --------------------------------------------------------------
 
     async def _query_offset(self, broker: str, group: str, topic: str, queue_id: int) -> int | None:
         async def send(addr: str) -> int | None:
-            cmd = RemotingCommand(
-                RequestCode.QUERY_CONSUMER_OFFSET,
-                ext_fields={"consumerGroup": group, "topic": topic, "queueId": queue_id},
-            )
+            header = QueryConsumerOffsetHeader(consumer_group=group, topic=topic, queue_id=queue_id)
+            cmd = RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET, ext_fields=header.to_ext())
             res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
             return None if res.code == ResponseCode.QUERY_NOT_FOUND else _offset(res)
 
@@ -168,10 +182,10 @@ class Admin(RemoteClient):
 
     async def _update_offset(self, broker: str, group: str, topic: str, queue_id: int, offset: int) -> None:
         async def send(addr: str) -> None:
-            cmd = RemotingCommand(
-                RequestCode.UPDATE_CONSUMER_OFFSET,
-                ext_fields={"consumerGroup": group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
+            header = UpdateConsumerOffsetHeader(
+                consumer_group=group, topic=topic, queue_id=queue_id, commit_offset=offset
             )
+            cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=header.to_ext())
             await self.invoke(addr, cmd)
 
         await self.on_broker(topic, broker, offset_ids, send)
@@ -189,16 +203,15 @@ class Admin(RemoteClient):
     ) -> None:
         cmd = RemotingCommand(
             RequestCode.UPDATE_AND_CREATE_TOPIC,
-            ext_fields={
-                "topic": topic,
-                "defaultTopic": "TBW102",
-                "readQueueNums": read_queues or queues,
-                "writeQueueNums": queues,
-                "perm": perm,
-                "topicFilterType": "SINGLE_TAG",
-                "topicSysFlag": 0,
-                "order": order,
-            },
+            ext_fields=CreateTopicHeader(
+                topic=topic,
+                default_topic=AUTO_CREATE_TOPIC,
+                read_queue_nums=read_queues or queues,
+                write_queue_nums=queues,
+                perm=perm,
+                topic_filter_type="SINGLE_TAG",
+                order=order,
+            ).to_ext(),
         )
         await self.invoke(broker, cmd)
         self._routes.pop(topic, None)
@@ -275,7 +288,10 @@ class Admin(RemoteClient):
         return call(self._create_topic_in_cluster(cluster, topic, queues, perm, order))
 
     async def _delete_topic(self, broker_addr: str, topic: str) -> None:
-        await self.invoke(broker_addr, RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields={"topic": topic}))
+        await self.invoke(
+            broker_addr,
+            RemotingCommand(RequestCode.DELETE_TOPIC_IN_BROKER, ext_fields=TopicHeader(topic=topic).to_ext()),
+        )
         self._routes.pop(topic, None)
 
     def delete_topic(self, broker_addr: str, topic: str) -> None:
@@ -298,7 +314,8 @@ class Admin(RemoteClient):
             await self.invoke(
                 ns,
                 RemotingCommand(
-                    RequestCode.DELETE_TOPIC_IN_NAMESRV, ext_fields={"topic": topic, "clusterName": cluster}
+                    RequestCode.DELETE_TOPIC_IN_NAMESRV,
+                    ext_fields=DeleteTopicFromNamesrvHeader(topic=topic, cluster_name=cluster).to_ext(),
                 ),
             )
         return masters
@@ -337,21 +354,24 @@ class Admin(RemoteClient):
         ``broker_addr`` (code 200); ``fields`` by RocketMQ's names (``consumeEnable=False``,
         ``retryMaxTimes=3``...; the others take RocketMQ's defaults). Raises
         :class:`BrokerError` naming a bad name or field, or from a slave."""
-        body = json.dumps({**fields, "groupName": group}).encode()
+        body = encode_subscription_group(group, fields)
         call(self.invoke(broker_addr, RemotingCommand(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)))
 
     def delete_group(self, broker_addr: str, group: str, *, remove_offset: bool = False) -> None:
         """``mqadmin deleteSubGroup -b``: remove ``group``'s config from the broker at
         ``broker_addr`` (code 207), with ``remove_offset`` its committed offsets too. Raises
         :class:`BrokerError` (a bad name, a slave)."""
-        ext = {"groupName": group, "removeOffset": "true" if remove_offset else "false"}
+        ext = DeleteSubscriptionGroupHeader(group_name=group, remove_offset=remove_offset).to_ext()
         call(self.invoke(broker_addr, RemotingCommand(RequestCode.DELETE_SUBSCRIPTIONGROUP, ext_fields=ext)))
 
     def topic_stats(self, broker_addr: str, topic: str) -> dict[QueueKey, TopicOffset]:
         """Each write queue of ``topic`` on the broker at ``broker_addr``: min and max offset, the
         store time of its last message (code 202). Raises :class:`BrokerError` (TOPIC_NOT_EXIST)."""
         res = call(
-            self.invoke(broker_addr, RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO, ext_fields={"topic": topic}))
+            self.invoke(
+                broker_addr,
+                RemotingCommand(RequestCode.GET_TOPIC_STATS_INFO, ext_fields=TopicHeader(topic=topic).to_ext()),
+            )
         )
         return _decoded(res, decode_topic_stats)
 
@@ -360,7 +380,7 @@ class Admin(RemoteClient):
         broker's and the group's offsets and the store time of the last message consumed, and
         the messages it pulled per second over the last minute; ``topic`` ``None``: every
         topic the group committed offsets of."""
-        ext = {"consumerGroup": group, **({"topic": topic} if topic else {})}
+        ext = ConsumeStatsHeader(consumer_group=group, topic=topic or None).to_ext()
         res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_CONSUME_STATS, ext_fields=ext)))
         return _decoded(res, decode_consume_stats)
 
@@ -368,7 +388,7 @@ class Admin(RemoteClient):
         """``group``'s POP messages of ``topic`` (and its POP retry topics) handed out and not
         acked on the broker at ``broker_addr`` (code 200950, ours: ``rmqnet.broker.pop_inflight``):
         ``brokerName``, ``now``, ``total`` and the first ``max_num`` ``messages``."""
-        ext = {"consumerGroup": group, "topic": topic, "maxNum": max_num}
+        ext = PopInflightHeader(consumer_group=group, topic=topic, max_num=max_num).to_ext()
         res = call(self.invoke(broker_addr, RemotingCommand(RequestCode.GET_POP_INFLIGHT, ext_fields=ext)))
         return _decoded(res, json.loads)
 
@@ -376,7 +396,9 @@ class Admin(RemoteClient):
         """``group``'s live consumers on the broker at ``broker_addr`` (code 203:
         ``ConsumerConnection`` JSON: ``connectionSet``, ``subscriptionTable``, ``consumeType``,
         ``messageModel``, ``consumeFromWhere``); ``None`` when none is online (206)."""
-        cmd = RemotingCommand(RequestCode.GET_CONSUMER_CONNECTION_LIST, ext_fields={"consumerGroup": group})
+        cmd = RemotingCommand(
+            RequestCode.GET_CONSUMER_CONNECTION_LIST, ext_fields=ConsumerGroupHeader(consumer_group=group).to_ext()
+        )
         res = call(self.invoke(broker_addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE)))
         return None if res.code == ResponseCode.CONSUMER_NOT_ONLINE else _decoded(res, decode_consumer_connection)
 
@@ -405,17 +427,9 @@ class Admin(RemoteClient):
         tables = []
 
         async def send(addr: str) -> RemotingCommand:
-            cmd = RemotingCommand(
-                RequestCode.QUERY_MESSAGE,
-                ext_fields={
-                    "topic": topic,
-                    "key": key,
-                    "maxNum": max_num,
-                    "beginTimestamp": begin,
-                    "endTimestamp": end,
-                    UNIQUE_KEY_QUERY: unique,
-                },
-            )
+            header = QueryMessageHeader(topic=topic, key=key, max_num=max_num, begin_timestamp=begin, end_timestamp=end)
+            ext = {**header.to_ext(), UNIQUE_KEY_QUERY: "true" if unique else "false"}
+            cmd = RemotingCommand(RequestCode.QUERY_MESSAGE, ext_fields=ext)
             return await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
 
         for b in route.broker_datas:
@@ -438,7 +452,9 @@ class Admin(RemoteClient):
 
     async def _view_by_id(self, offset_msg_id: str) -> pa.Table:
         addr, offset = parse_offset_msg_id(offset_msg_id)
-        res = await self.invoke(addr, RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID, ext_fields={"offset": offset}))
+        res = await self.invoke(
+            addr, RemotingCommand(RequestCode.VIEW_MESSAGE_BY_ID, ext_fields=ViewMessageHeader(offset=offset).to_ext())
+        )
         return decode_records(res.body_bytes())
 
     def view_by_id(self, offset_msg_id: str) -> pa.Table:

@@ -36,6 +36,7 @@ from ..remoting import (
 )
 from ..remoting.headers import PULL_SUBSCRIPTION, PULL_SUSPEND
 from ..remoting.names import PERM_READ
+from ..remoting.request_headers import QueryConsumerOffsetHeader, UpdateConsumerOffsetHeader
 from ..remoting.route import MASTER_ID, TopicRouteData
 from ..transport import Limits
 from .errors import NoRouteError
@@ -241,10 +242,10 @@ class PullConsumer(RemoteClient):
         name = await self._broker(topic, queue_id, broker_name, PERM_READ)
 
         async def send(addr: str) -> None:
-            cmd = RemotingCommand(
-                RequestCode.UPDATE_CONSUMER_OFFSET,
-                ext_fields={"consumerGroup": self.group, "topic": topic, "queueId": queue_id, "commitOffset": offset},
+            header = UpdateConsumerOffsetHeader(
+                consumer_group=self.group, topic=topic, queue_id=queue_id, commit_offset=offset
             )
+            cmd = RemotingCommand(RequestCode.UPDATE_CONSUMER_OFFSET, ext_fields=header.to_ext())
             await self.invoke(addr, cmd)
 
         await self.on_broker(topic, name, offset_ids, send)
@@ -261,10 +262,8 @@ class PullConsumer(RemoteClient):
         name = await self._broker(topic, queue_id, broker_name, PERM_READ)
 
         async def send(addr: str) -> int | None:
-            cmd = RemotingCommand(
-                RequestCode.QUERY_CONSUMER_OFFSET,
-                ext_fields={"consumerGroup": self.group, "topic": topic, "queueId": queue_id},
-            )
+            header = QueryConsumerOffsetHeader(consumer_group=self.group, topic=topic, queue_id=queue_id)
+            cmd = RemotingCommand(RequestCode.QUERY_CONSUMER_OFFSET, ext_fields=header.to_ext())
             res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND))
             return None if res.code == ResponseCode.QUERY_NOT_FOUND else int(res.ext_fields["offset"])
 

@@ -249,7 +249,9 @@ class PopConsumer(RemoteClient):
 
     async def _ack(self, topic: str, handle: str) -> None:
         def build(real: str, h: Handle) -> RemotingCommand:
-            header = AckMessageHeader(self.group, real, h.queue_id, handle, h.offset)
+            header = AckMessageHeader(
+                consumer_group=self.group, topic=real, queue_id=h.queue_id, extra_info=handle, offset=h.offset
+            )
             return RemotingCommand(RequestCode.ACK_MESSAGE, ext_fields=header.to_ext())
 
         await self._on_handle(topic, handle, build)
@@ -278,7 +280,14 @@ class PopConsumer(RemoteClient):
 
     async def _change(self, topic: str, handle: str, invisible_ms: int) -> str:
         def build(real: str, h: Handle) -> RemotingCommand:
-            header = ChangeInvisibleTimeHeader(self.group, real, h.queue_id, handle, h.offset, invisible_ms)
+            header = ChangeInvisibleTimeHeader(
+                consumer_group=self.group,
+                topic=real,
+                queue_id=h.queue_id,
+                extra_info=handle,
+                offset=h.offset,
+                invisible_time=invisible_ms,
+            )
             return RemotingCommand(RequestCode.CHANGE_MESSAGE_INVISIBLETIME, ext_fields=header.to_ext())
 
         res = await self._on_handle(topic, handle, build)

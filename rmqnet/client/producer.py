@@ -44,7 +44,7 @@ from rmqlog import Clock, encode_message_batch
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
 from ..remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
-from ..remoting.names import AUTO_CREATE_TOPIC, PERM_WRITE
+from ..remoting.names import AUTO_CREATE_TOPIC, DEFAULT_TOPIC_QUEUE_NUMS, PERM_WRITE
 from ..remoting.route import TopicRouteData
 from ..transport import ConnectionLostError, Limits, RemotingTimeoutError
 from .errors import BrokerError, NoRouteError, TopicNotFoundError
@@ -53,8 +53,6 @@ from .loop import call, submit
 from .message import NAME_VALUE_SEP, PROPERTY_SEP, UniqKeys, message_properties, properties_string
 from .remote import RemoteClient, master_addr
 
-#: RocketMQ's ``defaultTopicQueueNums`` (``createTopicKey``: names.AUTO_CREATE_TOPIC)
-DEFAULT_TOPIC_QUEUES = 4
 #: ``DefaultMQProducer.retryResponseCodes``: broker answers after which a send is tried again
 RETRY_CODES = frozenset(
     {
@@ -180,7 +178,7 @@ class Producer(RemoteClient):
             producer_group=self.group,
             topic=topic,
             default_topic=AUTO_CREATE_TOPIC,
-            default_topic_queue_nums=DEFAULT_TOPIC_QUEUES,
+            default_topic_queue_nums=DEFAULT_TOPIC_QUEUE_NUMS,
             queue_id=t.queue_id,
             sys_flag=0,
             born_timestamp=self.clock.wall_ms(),
@@ -266,7 +264,7 @@ class Producer(RemoteClient):
     async def _send_default(self, topic: str, make: Callable[[_Target], RemotingCommand], uniq: str) -> SendResult:
         """``sendDefaultImpl`` (module docstring): attempts on queues chosen by ``self.fault``."""
         route, via_default = await self._publish_route(topic)
-        queues = publish_queues(topic, route, DEFAULT_TOPIC_QUEUES if via_default else None)
+        queues = publish_queues(topic, route, DEFAULT_TOPIC_QUEUE_NUMS if via_default else None)
         if not queues:
             raise NoRouteError(f"topic {topic!r}: no writable queue in its route")
         loop = asyncio.get_running_loop()
@@ -537,7 +535,7 @@ def _write_queues(route: TopicRouteData, via_default: bool) -> list[tuple[str, i
     out: list[tuple[str, int]] = []
     for q in route.queue_datas:
         if q.perm & PERM_WRITE:
-            nums = min(q.write_queue_nums, DEFAULT_TOPIC_QUEUES) if via_default else q.write_queue_nums
+            nums = min(q.write_queue_nums, DEFAULT_TOPIC_QUEUE_NUMS) if via_default else q.write_queue_nums
             out.extend((q.broker_name, i) for i in range(nums))
     return out
 

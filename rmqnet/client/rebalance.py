@@ -28,7 +28,6 @@ only those, and locks them again well within the broker's 60 s expiry (Java: eve
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import socket
 from collections.abc import Callable
@@ -36,8 +35,10 @@ from collections.abc import Callable
 from rmqlog import Clock
 
 from ..remoting import FieldError, RemotingCommand, RequestCode, ResponseCode
+from ..remoting.admin_bodies import QueueKey
+from ..remoting.group_bodies import LockBatchBody, decode_consumer_ids, decode_lock_ok
 from ..remoting.heartbeat import ConsumerData, HeartbeatData, Subscription
-from ..remoting.json_values import loads_body
+from ..remoting.request_headers import ConsumerGroupHeader, UnregisterClientHeader
 from ..remoting.route import TopicRouteData
 from ..transport import Limits
 from .allocate import allocate_averagely, read_queues
@@ -151,7 +152,10 @@ class GroupMember(RemoteClient):
             raise NoRouteError(f"topic {topic!r}: no broker address in its route")
         lost: OSError | None = None
         for addr in addrs:
-            cmd = RemotingCommand(RequestCode.GET_CONSUMER_LIST_BY_GROUP, ext_fields={"consumerGroup": self.group})
+            cmd = RemotingCommand(
+                RequestCode.GET_CONSUMER_LIST_BY_GROUP,
+                ext_fields=ConsumerGroupHeader(consumer_group=self.group).to_ext(),
+            )
             try:
                 res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR))
             except OSError as exc:
@@ -166,7 +170,7 @@ class GroupMember(RemoteClient):
         if res.code == ResponseCode.SYSTEM_ERROR:  # "no consumer for this group": nobody to share with
             return []
         try:
-            ids = loads_body(res.body_bytes(), "GetConsumerListByGroupResponseBody")["consumerIdList"]
+            ids = decode_consumer_ids(res.body_bytes())
         except (FieldError, KeyError, TypeError) as exc:
             raise ClientError(f"group {self.group!r}: a consumer list that is not one ({exc})") from None
         return sorted(str(i) for i in ids)
@@ -200,20 +204,14 @@ class GroupMember(RemoteClient):
             addr = next((b.master_addr() for b in route.broker_datas if b.broker_name == name), None)
             if not addr:
                 raise NoRouteError(f"broker {name!r} has no master in the route of {mqs[0].topic!r}")
-            body = json.dumps(
-                {
-                    "consumerGroup": self.group,
-                    "clientId": self.client_id,
-                    "mqSet": [{"brokerName": q.broker_name, "queueId": q.queue_id, "topic": q.topic} for q in mqs],
-                },
-                separators=(",", ":"),
+            body = LockBatchBody(
+                self.group, self.client_id, tuple(QueueKey(q.topic, q.broker_name, q.queue_id) for q in mqs)
             ).encode()
             res = await self.invoke(addr, RemotingCommand(code, body=body))
             if code != RequestCode.LOCK_BATCH_MQ:
                 continue
             try:
-                got = loads_body(res.body_bytes(), "LockBatchResponseBody")["lockOKMQSet"]
-                held += [QueueRef(str(m["topic"]), str(m["brokerName"]), int(m["queueId"])) for m in got]
+                held += [QueueRef(q.topic, q.broker_name, q.queue_id) for q in decode_lock_ok(res.body_bytes())]
             except (FieldError, ValueError, KeyError, TypeError) as exc:
                 raise ClientError(f"{addr}: a LOCK_BATCH_MQ answer that is not LockBatchResponseBody ({exc})") from None
         return sorted(held)
@@ -235,7 +233,9 @@ class GroupMember(RemoteClient):
         return await self._to_all(
             lambda: RemotingCommand(
                 RequestCode.UNREGISTER_CLIENT,
-                ext_fields={"clientID": self.client_id, "consumerGroup": self.group, "producerGroup": ""},
+                ext_fields=UnregisterClientHeader(
+                    client_id=self.client_id, consumer_group=self.group, producer_group=""
+                ).to_ext(),
             )
         )
 

@@ -29,6 +29,7 @@ from rmqlog import Clock, SystemClock
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.acl_sign import sign_bound
 from ..remoting.address import is_address, parse_addresses, split_address
+from ..remoting.request_headers import TopicHeader
 from ..remoting.route import MASTER_ID, TopicRouteData
 from ..transport import ClientConnection, Limits
 from .errors import BrokerError, NoRouteError, TopicNotFoundError
@@ -161,7 +162,7 @@ class RemoteClient:
         turn); :class:`TopicNotFoundError` if it has none."""
         last: Exception | None = None
         for addr in self.namesrv_addrs:
-            cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields={"topic": topic})
+            cmd = RemotingCommand(RequestCode.GET_ROUTEINFO_BY_TOPIC, ext_fields=TopicHeader(topic=topic).to_ext())
             try:
                 res = await self.invoke(addr, cmd, ok=(ResponseCode.SUCCESS, ResponseCode.TOPIC_NOT_EXIST))
             except (OSError, BrokerError) as exc:

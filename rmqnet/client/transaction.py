@@ -135,7 +135,12 @@ class TransactionProducer(Producer):
         addr = result.broker_addr or master_addr(await self._cached_route(topic), result.broker_name, topic)
         _, offset = parse_offset_msg_id(result.offset_msg_id)
         header = EndTransactionHeader(
-            self.group, result.queue_offset, offset, state.value, False, result.msg_id, result.msg_id
+            producer_group=self.group,
+            tran_state_table_offset=result.queue_offset,
+            commit_log_offset=offset,
+            commit_or_rollback=state.value,
+            msg_id=result.msg_id,
+            transaction_id=result.msg_id,
         )
         cmd = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=header.to_ext())
         if state is LocalTransactionState.UNKNOW:
@@ -195,13 +200,13 @@ class TransactionProducer(Producer):
             state = LocalTransactionState.UNKNOW
         props = dict(message.get("properties") or [])
         end = EndTransactionHeader(
-            props.get("PGROUP", self.group),
-            header.tran_state_table_offset,
-            header.commit_log_offset,
-            state.value,
-            True,
-            header.msg_id or "",
-            header.transaction_id,
+            producer_group=props.get("PGROUP", self.group),
+            tran_state_table_offset=header.tran_state_table_offset,
+            commit_log_offset=header.commit_log_offset,
+            commit_or_rollback=state.value,
+            from_transaction_check=True,
+            msg_id=header.msg_id or "",
+            transaction_id=header.transaction_id,
         )
         cmd = RemotingCommand(RequestCode.END_TRANSACTION, ext_fields=end.to_ext())
         if self.credentials is not None:

@@ -94,7 +94,7 @@ class RouteTable:
             master = data.broker_addrs.get(MASTER_ID)
             master_live = self.live.get(master) if master is not None else None
             if master_live is not None:
-                return RegisterBrokerResult(master_live.ha_server_addr or None, master)
+                return RegisterBrokerResult(ha_server_addr=master_live.ha_server_addr, master_addr=master)
         return RegisterBrokerResult()
 
     def holder(self, broker_name: str, broker_id: int) -> str | None:

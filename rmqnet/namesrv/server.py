@@ -39,7 +39,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Hashable
 
-from ..remoting import FieldError, RemotingCommand, RequestCode, ResponseCode, ext_str
+from ..remoting import FieldError, RemotingCommand, RequestCode, ResponseCode
 from ..remoting.register import (
     RegisterBrokerBody,
     RegisterBrokerHeader,
@@ -47,6 +47,7 @@ from ..remoting.register import (
     body_crc32,
     encode_topic_list,
 )
+from ..remoting.request_headers import DeleteTopicFromNamesrvHeader, GetKVConfigHeader, TopicHeader
 from .admission import RegistrationPolicy
 from .routes import BROKER_CHANNEL_EXPIRED_TIME, RouteTable
 
@@ -114,8 +115,8 @@ class NameServer:
 
     # ------------------------------------------------------------------ handlers
     def _get_kv_config(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
-        ns, key = ext_str(req.ext_fields, "namespace"), ext_str(req.ext_fields, "key")
-        return req.reply(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {ns} Key: {key}")
+        h = GetKVConfigHeader.read(req.ext_fields)
+        return req.reply(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace} Key: {h.key}")
 
     def _register_broker(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
         h = RegisterBrokerHeader.read(req.ext_fields)
@@ -192,7 +193,7 @@ class NameServer:
         return req.reply(ResponseCode.SUCCESS)
 
     def _route(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
-        topic = ext_str(req.ext_fields, "topic")
+        topic = TopicHeader.read(req.ext_fields).topic
         route = self.routes.route(topic)
         if route is None:
             return req.reply(
@@ -210,9 +211,8 @@ class NameServer:
         return req.reply(ResponseCode.SUCCESS, body=encode_topic_list(self.routes.topic_list()))
 
     def _delete_topic(self, req: RemotingCommand, now_ms: int, conn: Hashable | None) -> RemotingCommand:
-        topic = ext_str(req.ext_fields, "topic")
-        cluster = ext_str(req.ext_fields, "clusterName", "")
-        self.routes.delete_topic(topic, cluster or None)
+        h = DeleteTopicFromNamesrvHeader.read(req.ext_fields)
+        self.routes.delete_topic(h.topic, h.cluster_name or None)
         return req.reply(ResponseCode.SUCCESS)
 
 

@@ -210,6 +210,13 @@ def decode_subscription_groups(body: bytes) -> tuple[dict[str, dict[str, Any]], 
     return {str(k): v for k, v in table.items()}, version
 
 
+def encode_subscription_group(group: str, fields: dict[str, Any]) -> bytes:
+    """200's body: ``group``'s ``SubscriptionGroupConfig`` with ``fields`` by RocketMQ's names
+    (fields sorted, as fastjson writes them; non-ASCII escaped, so any name the broker is to
+    judge can be sent)."""
+    return json.dumps({**fields, "groupName": group}, separators=(",", ":"), sort_keys=True).encode()
+
+
 def decode_subscription_group(body: bytes) -> dict[str, Any]:
     """200's body, a ``SubscriptionGroupConfig`` object with a ``groupName`` string;
     :class:`FieldError` naming what is wrong (the values are checked by the broker)."""

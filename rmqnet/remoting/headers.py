@@ -5,11 +5,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from .errors import FieldError
-from .fields import ext_bool, ext_int, ext_long, ext_str
+from .fields import ext_long, ext_str
+from .header_table import BOOL, INT, LONG, STR, Header, header, java
 
 #: SEND_MESSAGE_V2's one-letter names (``SendMessageRequestHeaderV2``), by V1 name
 SEND_V2_NAMES = {
@@ -28,153 +30,71 @@ SEND_V2_NAMES = {
     "batch": "m",
     "brokerName": "n",
 }
-_SEND_V1_NAMES = {k: k for k in SEND_V2_NAMES}
 
 
-@dataclass(slots=True)
-class SendMessageHeader:
-    producer_group: str
-    topic: str
-    default_topic: str
-    default_topic_queue_nums: int
-    queue_id: int
-    sys_flag: int
-    born_timestamp: int
-    flag: int
-    properties: str
-    reconsume_times: int
-    unit_mode: bool
-    batch: bool
-    max_reconsume_times: int | None
-    broker_name: str | None
+@header
+@dataclass(slots=True, kw_only=True)
+class SendMessageHeader(Header):
+    producer_group: str = java("producerGroup", STR)
+    topic: str = java("topic", STR)
+    default_topic: str = java("defaultTopic", STR)
+    default_topic_queue_nums: int = java("defaultTopicQueueNums", INT)
+    queue_id: int = java("queueId", INT)
+    sys_flag: int = java("sysFlag", INT)
+    born_timestamp: int = java("bornTimestamp", LONG)
+    flag: int = java("flag", INT)
+    properties: str = java("properties", STR, "")
+    reconsume_times: int = java("reconsumeTimes", INT, 0)
+    unit_mode: bool = java("unitMode", BOOL, False)
+    batch: bool = java("batch", BOOL, False)
+    max_reconsume_times: int | None = java("maxReconsumeTimes", INT, None)
+    broker_name: str | None = java("brokerName", STR, None)
 
     @staticmethod
-    def read(ext: dict[str, Any], v2: bool) -> SendMessageHeader:
+    def read(ext: Mapping[str, Any], v2: bool = False) -> SendMessageHeader:
         """The header of SEND_MESSAGE (``v2=False``), or of SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE
         (``v2=True``: the one-letter names)."""
-        n = SEND_V2_NAMES if v2 else _SEND_V1_NAMES
-        return SendMessageHeader(
-            producer_group=ext_str(ext, n["producerGroup"]),
-            topic=ext_str(ext, n["topic"]),
-            default_topic=ext_str(ext, n["defaultTopic"]),
-            default_topic_queue_nums=ext_int(ext, n["defaultTopicQueueNums"]),
-            queue_id=ext_int(ext, n["queueId"]),
-            sys_flag=ext_int(ext, n["sysFlag"]),
-            born_timestamp=ext_long(ext, n["bornTimestamp"]),
-            flag=ext_int(ext, n["flag"]),
-            properties=ext_str(ext, n["properties"], ""),
-            reconsume_times=ext_int(ext, n["reconsumeTimes"], 0),
-            unit_mode=ext_bool(ext, n["unitMode"], False),
-            batch=ext_bool(ext, n["batch"], False),
-            max_reconsume_times=ext_int(ext, n["maxReconsumeTimes"], None),
-            broker_name=ext_str(ext, n["brokerName"], None),
-        )
+        return _SEND_V2.read(ext) if v2 else SendMessageHeader.TABLE.read(ext)
 
-    def to_ext(self, v2: bool) -> dict[str, Any]:
+    def to_ext(self, v2: bool = False) -> dict[str, str]:
         """extFields of this header (for our client), one-letter names when ``v2``."""
-        values = {
-            "producerGroup": self.producer_group,
-            "topic": self.topic,
-            "defaultTopic": self.default_topic,
-            "defaultTopicQueueNums": self.default_topic_queue_nums,
-            "queueId": self.queue_id,
-            "sysFlag": self.sys_flag,
-            "bornTimestamp": self.born_timestamp,
-            "flag": self.flag,
-            "properties": self.properties,
-            "reconsumeTimes": self.reconsume_times,
-            "unitMode": self.unit_mode,
-            "batch": self.batch,
-            "maxReconsumeTimes": self.max_reconsume_times,
-            "brokerName": self.broker_name,
-        }
-        return {(SEND_V2_NAMES[k] if v2 else k): v for k, v in values.items() if v is not None}
+        return (_SEND_V2 if v2 else self.TABLE).to_ext(self)
 
 
-@dataclass(slots=True)
-class PullMessageHeader:
-    consumer_group: str
-    topic: str
-    queue_id: int
-    queue_offset: int
-    max_msg_nums: int
-    sys_flag: int
-    commit_offset: int
-    suspend_timeout_millis: int
-    subscription: str | None
-    sub_version: int
-    expression_type: str | None
-
-    @staticmethod
-    def read(ext: dict[str, Any]) -> PullMessageHeader:
-        return PullMessageHeader(
-            consumer_group=ext_str(ext, "consumerGroup"),
-            topic=ext_str(ext, "topic"),
-            queue_id=ext_int(ext, "queueId"),
-            queue_offset=ext_long(ext, "queueOffset"),
-            max_msg_nums=ext_int(ext, "maxMsgNums"),
-            sys_flag=ext_int(ext, "sysFlag"),
-            commit_offset=ext_long(ext, "commitOffset"),
-            suspend_timeout_millis=ext_long(ext, "suspendTimeoutMillis"),
-            subscription=ext_str(ext, "subscription", None),
-            sub_version=ext_long(ext, "subVersion"),
-            expression_type=ext_str(ext, "expressionType", None),
-        )
-
-    def to_ext(self) -> dict[str, Any]:
-        return {
-            "consumerGroup": self.consumer_group,
-            "topic": self.topic,
-            "queueId": self.queue_id,
-            "queueOffset": self.queue_offset,
-            "maxMsgNums": self.max_msg_nums,
-            "sysFlag": self.sys_flag,
-            "commitOffset": self.commit_offset,
-            "suspendTimeoutMillis": self.suspend_timeout_millis,
-            **({"subscription": self.subscription} if self.subscription is not None else {}),
-            "subVersion": self.sub_version,
-            **({"expressionType": self.expression_type} if self.expression_type is not None else {}),
-        }
+_SEND_V2 = SendMessageHeader.TABLE.renamed(SEND_V2_NAMES)
 
 
-@dataclass(slots=True)
-class ConsumerSendMsgBackHeader:
+@header
+@dataclass(slots=True, kw_only=True)
+class PullMessageHeader(Header):
+    consumer_group: str = java("consumerGroup", STR)
+    topic: str = java("topic", STR)
+    queue_id: int = java("queueId", INT)
+    queue_offset: int = java("queueOffset", LONG)
+    max_msg_nums: int = java("maxMsgNums", INT)
+    sys_flag: int = java("sysFlag", INT)
+    commit_offset: int = java("commitOffset", LONG)
+    suspend_timeout_millis: int = java("suspendTimeoutMillis", LONG)
+    subscription: str | None = java("subscription", STR, None)
+    sub_version: int = java("subVersion", LONG)
+    expression_type: str | None = java("expressionType", STR, None)
+
+
+@header
+@dataclass(slots=True, kw_only=True)
+class ConsumerSendMsgBackHeader(Header):
     """``ConsumerSendMsgBackRequestHeader`` (CONSUMER_SEND_MSG_BACK, 36): ``offset`` (the
     message's commitlog offset), ``group`` and ``delayLevel`` required; ``originMsgId``,
     ``originTopic`` (read, not used by the broker, as in Java), ``unitMode``,
     ``maxReconsumeTimes`` (``None``: the group's, 16)."""
 
-    offset: int
-    group: str
-    delay_level: int
-    origin_msg_id: str | None = None
-    origin_topic: str | None = None
-    unit_mode: bool = False
-    max_reconsume_times: int | None = None
-
-    @staticmethod
-    def read(ext: dict[str, Any]) -> ConsumerSendMsgBackHeader:
-        return ConsumerSendMsgBackHeader(
-            offset=ext_long(ext, "offset"),
-            group=ext_str(ext, "group"),
-            delay_level=ext_int(ext, "delayLevel"),
-            origin_msg_id=ext_str(ext, "originMsgId", None),
-            origin_topic=ext_str(ext, "originTopic", None),
-            unit_mode=ext_bool(ext, "unitMode", False),
-            max_reconsume_times=ext_int(ext, "maxReconsumeTimes", None),
-        )
-
-    def to_ext(self) -> dict[str, Any]:
-        values = {
-            "offset": self.offset,
-            "group": self.group,
-            "delayLevel": self.delay_level,
-            "originMsgId": self.origin_msg_id,
-            "originTopic": self.origin_topic,
-            "unitMode": self.unit_mode,
-            "maxReconsumeTimes": self.max_reconsume_times,
-        }
-        return {k: v for k, v in values.items() if v is not None}
+    offset: int = java("offset", LONG)
+    group: str = java("group", STR)
+    delay_level: int = java("delayLevel", INT)
+    origin_msg_id: str | None = java("originMsgId", STR, None)
+    origin_topic: str | None = java("originTopic", STR, None)
+    unit_mode: bool = java("unitMode", BOOL, False)
+    max_reconsume_times: int | None = java("maxReconsumeTimes", INT, None)
 
 
 #: PullSysFlag bits (``PullSysFlag``)
@@ -231,81 +151,40 @@ class IdempotenceMarker:
 TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE = 0, 8, 12
 
 
-@dataclass(slots=True)
-class EndTransactionHeader:
+@header
+@dataclass(slots=True, kw_only=True)
+class EndTransactionHeader(Header):
     """END_TRANSACTION (37)'s ``EndTransactionRequestHeader``: the half message by its queue
     offset (``tranStateTableOffset``) and commitlog offset, the outcome (0 unknown, 8 commit,
     12 rollback), whether it answers a check-back; ``msgId``/``transactionId`` (the client's
     UNIQ_KEY) for the logs."""
 
-    producer_group: str
-    tran_state_table_offset: int
-    commit_log_offset: int
-    commit_or_rollback: int
-    from_transaction_check: bool
-    msg_id: str
-    transaction_id: str | None
+    producer_group: str = java("producerGroup", STR)
+    tran_state_table_offset: int = java("tranStateTableOffset", LONG)
+    commit_log_offset: int = java("commitLogOffset", LONG)
+    commit_or_rollback: int = java("commitOrRollback", INT)
+    from_transaction_check: bool = java("fromTransactionCheck", BOOL, False)
+    msg_id: str = java("msgId", STR)
+    transaction_id: str | None = java("transactionId", STR, None)
 
-    @staticmethod
-    def read(ext: dict[str, Any]) -> EndTransactionHeader:
-        h = EndTransactionHeader(
-            producer_group=ext_str(ext, "producerGroup"),
-            tran_state_table_offset=ext_long(ext, "tranStateTableOffset"),
-            commit_log_offset=ext_long(ext, "commitLogOffset"),
-            commit_or_rollback=ext_int(ext, "commitOrRollback"),
-            from_transaction_check=ext_bool(ext, "fromTransactionCheck", False),
-            msg_id=ext_str(ext, "msgId"),
-            transaction_id=ext_str(ext, "transactionId", None),
-        )
+    @classmethod
+    def read(cls, ext: Mapping[str, Any]) -> EndTransactionHeader:
+        h: EndTransactionHeader = cls.TABLE.read(ext)
         if h.commit_or_rollback not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
             # Java's checkFields: "commitOrRollback field wrong"
             raise FieldError("commitOrRollback", f"is {h.commit_or_rollback}, not 0, 8 or 12")
         return h
 
-    def to_ext(self) -> dict[str, Any]:
-        return {
-            "producerGroup": self.producer_group,
-            "tranStateTableOffset": self.tran_state_table_offset,
-            "commitLogOffset": self.commit_log_offset,
-            "commitOrRollback": self.commit_or_rollback,
-            "fromTransactionCheck": self.from_transaction_check,
-            "msgId": self.msg_id,
-            **({"transactionId": self.transaction_id} if self.transaction_id is not None else {}),
-        }
 
-
-@dataclass(slots=True)
-class CheckTransactionStateHeader:
+@header
+@dataclass(slots=True, kw_only=True)
+class CheckTransactionStateHeader(Header):
     """CHECK_TRANSACTION_STATE (39)'s ``CheckTransactionStateRequestHeader``, sent by the broker
     to a producer of the half message's group (oneway; the body is the half message encoded
     with its real topic and queue)."""
 
-    tran_state_table_offset: int
-    commit_log_offset: int
-    msg_id: str | None
-    transaction_id: str | None
-    offset_msg_id: str | None
-
-    @staticmethod
-    def read(ext: dict[str, Any]) -> CheckTransactionStateHeader:
-        return CheckTransactionStateHeader(
-            tran_state_table_offset=ext_long(ext, "tranStateTableOffset"),
-            commit_log_offset=ext_long(ext, "commitLogOffset"),
-            msg_id=ext_str(ext, "msgId", None),
-            transaction_id=ext_str(ext, "transactionId", None),
-            offset_msg_id=ext_str(ext, "offsetMsgId", None),
-        )
-
-    def to_ext(self) -> dict[str, Any]:
-        out: dict[str, Any] = {
-            "tranStateTableOffset": self.tran_state_table_offset,
-            "commitLogOffset": self.commit_log_offset,
-        }
-        for key, value in (
-            ("msgId", self.msg_id),
-            ("transactionId", self.transaction_id),
-            ("offsetMsgId", self.offset_msg_id),
-        ):
-            if value is not None:
-                out[key] = value
-        return out
+    tran_state_table_offset: int = java("tranStateTableOffset", LONG)
+    commit_log_offset: int = java("commitLogOffset", LONG)
+    msg_id: str | None = java("msgId", STR, None)
+    transaction_id: str | None = java("transactionId", STR, None)
+    offset_msg_id: str | None = java("offsetMsgId", STR, None)

@@ -48,6 +48,8 @@ def is_dlq_topic(topic: str) -> bool:
 
 # ------------------------------------------------------------ system topics (TopicValidator)
 AUTO_CREATE_TOPIC = "TBW102"
+#: ``DefaultMQProducer.defaultTopicQueueNums``: the queues a topic made from AUTO_CREATE_TOPIC gets
+DEFAULT_TOPIC_QUEUE_NUMS = 4
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"

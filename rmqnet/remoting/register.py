@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import FieldError
-from .fields import ext_bool, ext_int, ext_long, ext_str
+from .header_table import BOOL, INT, LONG, STR, Header, header, java
 from .json_values import loads_body
 from .names import PERM_RW
 from .route import BrokerData, loads_fastjson
@@ -301,85 +301,46 @@ def _decode_compressed(body: bytes) -> RegisterBrokerBody:
     return RegisterBrokerBody(topics, version, filters)
 
 
-@dataclass(frozen=True, slots=True)
-class RegisterBrokerHeader:
+@header
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterBrokerHeader(Header):
     """``RegisterBrokerRequestHeader``."""
 
-    broker_name: str
-    broker_addr: str
-    cluster_name: str
-    ha_server_addr: str
-    broker_id: int
-    compressed: bool = False
-    body_crc32: int = 0
-
-    @staticmethod
-    def read(ext: dict[str, Any]) -> RegisterBrokerHeader:
-        return RegisterBrokerHeader(
-            ext_str(ext, "brokerName"),
-            ext_str(ext, "brokerAddr"),
-            ext_str(ext, "clusterName"),
-            ext_str(ext, "haServerAddr"),
-            ext_long(ext, "brokerId"),
-            ext_bool(ext, "compressed", False),
-            ext_int(ext, "bodyCrc32", 0),
-        )
-
-    def to_ext(self) -> dict[str, Any]:
-        return {
-            "brokerName": self.broker_name,
-            "brokerAddr": self.broker_addr,
-            "clusterName": self.cluster_name,
-            "haServerAddr": self.ha_server_addr,
-            "brokerId": self.broker_id,
-            "compressed": self.compressed,
-            "bodyCrc32": self.body_crc32,
-        }
+    broker_name: str = java("brokerName", STR)
+    broker_addr: str = java("brokerAddr", STR)
+    cluster_name: str = java("clusterName", STR)
+    ha_server_addr: str = java("haServerAddr", STR)
+    broker_id: int = java("brokerId", LONG)
+    compressed: bool = java("compressed", BOOL, False)
+    body_crc32: int = java("bodyCrc32", INT, 0)
 
 
-@dataclass(frozen=True, slots=True)
-class UnregisterBrokerHeader:
+@header
+@dataclass(frozen=True, slots=True, kw_only=True)
+class UnregisterBrokerHeader(Header):
     """``UnRegisterBrokerRequestHeader``."""
 
-    broker_name: str
-    broker_addr: str
-    cluster_name: str
-    broker_id: int
-
-    @staticmethod
-    def read(ext: dict[str, Any]) -> UnregisterBrokerHeader:
-        return UnregisterBrokerHeader(
-            ext_str(ext, "brokerName"),
-            ext_str(ext, "brokerAddr"),
-            ext_str(ext, "clusterName"),
-            ext_long(ext, "brokerId"),
-        )
-
-    def to_ext(self) -> dict[str, Any]:
-        return {
-            "brokerName": self.broker_name,
-            "brokerAddr": self.broker_addr,
-            "clusterName": self.cluster_name,
-            "brokerId": self.broker_id,
-        }
+    broker_name: str = java("brokerName", STR)
+    broker_addr: str = java("brokerAddr", STR)
+    cluster_name: str = java("clusterName", STR)
+    broker_id: int = java("brokerId", LONG)
 
 
-@dataclass(frozen=True, slots=True)
-class RegisterBrokerResult:
+@header
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RegisterBrokerResult(Header):
     """``RegisterBrokerResponseHeader``: for a slave, its master's address and HA address
-    (empty for a master, or while the master is not registered)."""
+    (empty for a master, or while the master is not registered: absent and empty alike)."""
 
-    ha_server_addr: str | None = None
-    master_addr: str | None = None
+    ha_server_addr: str | None = java("haServerAddr", STR, None)
+    master_addr: str | None = java("masterAddr", STR, None)
 
-    def to_ext(self) -> dict[str, Any]:
-        return {k: v for k, v in (("haServerAddr", self.ha_server_addr), ("masterAddr", self.master_addr)) if v}
-
-    @staticmethod
-    def read(ext: dict[str, Any]) -> RegisterBrokerResult:
-        return RegisterBrokerResult(
-            ext_str(ext, "haServerAddr", None) or None, ext_str(ext, "masterAddr", None) or None
-        )
+    def __post_init__(self) -> None:
+        # an empty address is none (the name server may send "" for a master)
+        if not self.ha_server_addr:
+            object.__setattr__(self, "ha_server_addr", None)
+        if not self.master_addr:
+            object.__setattr__(self, "master_addr", None)
 
 
 @dataclass(slots=True)

@@ -74,7 +74,12 @@ def register_cmd(
     ext = {
         k: str(v).lower() if isinstance(v, bool) else str(v)
         for k, v in RegisterBrokerHeader(
-            name, addr, "DefaultCluster", addr.replace("0911", "0912"), broker_id, False, body_crc32(body)
+            broker_name=name,
+            broker_addr=addr,
+            cluster_name="DefaultCluster",
+            ha_server_addr=addr.replace("0911", "0912"),
+            broker_id=broker_id,
+            body_crc32=body_crc32(body),
         )
         .to_ext()
         .items()

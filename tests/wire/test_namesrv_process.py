@@ -44,7 +44,12 @@ BROKER = "127.0.0.1:10911"
 def _register_cmd(opaque: int, topics: list[str]) -> RemotingCommand:
     body = RegisterBrokerBody({t: TopicConfigData(t, 4, 4) for t in topics}).encode()
     ext = RegisterBrokerHeader(
-        "broker-a", BROKER, "DefaultCluster", "127.0.0.1:10912", 0, False, body_crc32(body)
+        broker_name="broker-a",
+        broker_addr=BROKER,
+        cluster_name="DefaultCluster",
+        ha_server_addr="127.0.0.1:10912",
+        broker_id=0,
+        body_crc32=body_crc32(body),
     ).to_ext()
     return RemotingCommand(RequestCode.REGISTER_BROKER, opaque, ext_fields=ext, body=body, language="JAVA")
 

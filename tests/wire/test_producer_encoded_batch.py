@@ -92,8 +92,9 @@ def test_the_batch_goes_to_its_queue_with_the_marker() -> None:
     (cmd,) = p.commands
     ext = cmd.ext_fields
     assert cmd.code == RequestCode.SEND_BATCH_MESSAGE and bytes(cmd.body or b"") == b"body"
-    # (SendMessageRequestHeaderV2's short names: b topic, e queueId, m batch, n brokerName)
-    assert (ext["b"], ext["e"], ext["m"], ext["n"]) == ("T", 1, True, "b")
+    # (SendMessageRequestHeaderV2's short names: b topic, e queueId, m batch, n brokerName; as
+    # Java writes extFields, every value a string)
+    assert (ext["b"], ext["e"], ext["m"], ext["n"]) == ("T", "1", "true", "b")
     assert (ext["rmqlogWriter"], ext["rmqlogSequence"]) == ("job/3/abcd", "5")
     assert p.sent == ["b:1"] and p.asked == 0  # the caller's address: no route asked
     assert (result.status, result.broker_name, result.queue_offset, result.duplicate) == ("SEND_OK", "b", 7, False)
