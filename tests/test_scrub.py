@@ -27,8 +27,8 @@ import pytest
 from conftest import subprocess_env, walk
 
 import rmqlog
-import rmqlog.log.write_pipeline as wp
 import rmqlog.log.mapped_file as mf
+import rmqlog.log.write_pipeline as wp
 
 MiB = 1 << 20
 PAGE = mmap.PAGESIZE

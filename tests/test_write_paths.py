@@ -26,8 +26,8 @@ from conftest import walk
 
 import refcodec as rc
 import rmqlog
-import rmqlog.log.write_pipeline as wp
 import rmqlog.log.mapped_file as mf
+import rmqlog.log.write_pipeline as wp
 from rmqlog.log.encode import arrays as enc_arrays
 from rmqlog.log.encode import crc as enc_crc
 from rmqlog.log.encode import header as enc_header

@@ -141,7 +141,8 @@ def test_screened_names_match_a_set_lookup_name_by_name(seed: int) -> None:
     lookup decides as Python's set membership of each name does."""
     rng = random.Random(seed)
     cluster = rng.choice([None, "C1"])
-    known = sorted(kept_properties._SLOW_NAMES | kept_properties._DROPPED_NAMES[True]) + ["RMQLOG_A", "UNIQ_KEY", "TAGS"]
+    names = kept_properties._SLOW_NAMES | kept_properties._DROPPED_NAMES[True]
+    known = sorted(names) + ["RMQLOG_A", "UNIQ_KEY", "TAGS"]
 
     def near(name: str) -> str:
         i = rng.randrange(len(name))
