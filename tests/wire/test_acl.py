@@ -30,7 +30,6 @@ from rmqnet.remoting.acl_sign import content, sign, signature
 
 from .broker_helpers import (
     FakePeer,
-    LiveCluster,
     RecordingStore,
     live_cluster,
     make_broker,
@@ -494,18 +493,20 @@ def test_validator_refusals_are_exceptions_with_rocketmq_messages(home: Path) ->
 
 
 @pytest.fixture
-def servers(tmp_path: Path, home: Path) -> Iterator[LiveCluster]:
+def servers(tmp_path: Path, home: Path) -> Iterator[dict[str, Any]]:
+    """The name server (``namesrv``), broker ``broker-a`` (its address ``broker``, its process
+    ``proc``) with ``aclEnable=true``, its store holding topics ``T`` and ``topicC``."""
     root = tmp_path / "root"
     with rmqlog.MessageStore.open(root) as s:
         s.create_topic("T", 4)
         s.create_topic("topicC", 4)
     config = BrokerConfig(broker_name="broker-a", listen_port=0, acl_enable=True)
-    with live_cluster({"broker-a": (root, config)}, "acl-servers") as cluster:
-        yield cluster
+    with live_cluster({"broker-a": (root, config)}, "acl-servers") as live:
+        yield {"namesrv": live.namesrv, "broker": live.addresses["broker-a"], "proc": live.procs["broker-a"]}
 
 
-def test_over_a_socket_our_client_signs_and_the_unsigned_one_is_refused(servers: LiveCluster) -> None:
-    ns, store = servers.namesrv, servers.procs["broker-a"].store
+def test_over_a_socket_our_client_signs_and_the_unsigned_one_is_refused(servers: dict[str, Any]) -> None:
+    ns, store = servers["namesrv"], servers["proc"].store
     producer = Producer("groupB", ns, access_key=USER_KEY, secret_key=USER_SECRET)
     consumer = PullConsumer("groupC", ns, access_key=USER_KEY, secret_key=USER_SECRET)
     anonymous = Producer("PG", ns)
@@ -515,7 +516,7 @@ def test_over_a_socket_our_client_signs_and_the_unsigned_one_is_refused(servers:
         got = consumer.pull("T", 0, 0, suspend_ms=60_000)  # a long poll: dispatch follows SEND_OK
         assert got.status == "FOUND" and got.messages["body"].to_pylist() == [b"signed body"]
         consumer.commit("T", 0, 1)
-        assert servers.procs["broker-a"].broker.consumer_offsets.query("groupC", "T", 0) == 1
+        assert servers["proc"].broker.consumer_offsets.query("groupC", "T", 0) == 1
         with pytest.raises(BrokerError) as err:
             anonymous.send("T", b"unsigned", queue_id=0)
         assert err.value.code == ResponseCode.SYSTEM_ERROR
