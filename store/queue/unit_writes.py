@@ -38,14 +38,15 @@ def write_units(
 
     All or nothing: if a write fails (a full disk), the queues this call wrote go back to
     where they ended before it (and ``maxes`` with them). A process killed part-way is
-    another matter: some queues then have the run's units and others not, which is why
-    :meth:`~rmqlog.queue.dispatcher.Dispatcher._derive_position` looks at every queue the append state knows, and why a gap
+    another matter: some queues then have the run's units and others not, which is why the
+    dispatcher's position is derived from every queue the append state knows, and why a gap
     is walked back for (``gaps_ok``: the queues whose gaps may be filled; ``None``: all,
     else :class:`QueueBehind` for the others).
     """
+    key, qoff, units = _by_queue(topics, tidx, qid, qoff, offsets, sizes, codes)
     before: list[tuple[ConsumeQueue, int, tuple[str, int], int | None]] = []
     try:
-        _write_units_of(queue_for, resume_point, topics, tidx, qid, qoff, offsets, sizes, codes, maxes, before, gaps_ok)
+        _write_runs(queue_for, resume_point, topics, key, qoff, units, maxes, before, gaps_ok)
     except BaseException:
         for cq, end, key, prior in reversed(before):
             if prior is None:
@@ -59,9 +60,7 @@ def write_units(
         raise
 
 
-def _write_units_of(
-    queue_for: QueueFor,
-    resume_point: ResumePoint,
+def _by_queue(
     topics: list[str],
     tidx: np.ndarray,
     qid: np.ndarray,
@@ -69,11 +68,9 @@ def _write_units_of(
     offsets: np.ndarray,
     sizes: np.ndarray,
     codes: np.ndarray,
-    maxes: dict[tuple[str, int], int],
-    before: list[tuple[ConsumeQueue, int, tuple[str, int], int | None]],
-    gaps_ok: set[tuple[str, int]] | None,
-) -> None:
-    """:func:`write_units`' work; appends each queue and its end to ``before`` as it starts on it."""
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The units grouped by queue, each queue's in offset order: (each unit's queue key
+    ``topic index << 32 | queue id``, its queue offset, the units)."""
     tidx, qid, qoff = np.asarray(tidx, np.int64), np.asarray(qid, np.int64), np.asarray(qoff, np.int64)
     span = int(qid.max()) + 1 if len(qid) else 1
     order = None
@@ -97,6 +94,22 @@ def _write_units_of(
     units["offset"] = np.asarray(offsets)[order]
     units["size"] = np.asarray(sizes)[order]
     units["tagsCode"] = np.asarray(codes)[order]
+    return key, qoff, units
+
+
+def _write_runs(
+    queue_for: QueueFor,
+    resume_point: ResumePoint,
+    topics: list[str],
+    key: np.ndarray,
+    qoff: np.ndarray,
+    units: np.ndarray,
+    maxes: dict[tuple[str, int], int],
+    before: list[tuple[ConsumeQueue, int, tuple[str, int], int | None]],
+    gaps_ok: set[tuple[str, int]] | None,
+) -> None:
+    """:func:`write_units`' writes, one slice per run of each queue; appends each queue and its
+    end to ``before`` as it starts on it."""
     bounds = np.flatnonzero(np.diff(key)) + 1
     edges = [0, *bounds.tolist(), len(key)]  # (lists: np.r_ costs ~25 us a call, and this runs per queue)
     for lo, hi in zip(edges[:-1], edges[1:], strict=True):
