@@ -317,6 +317,15 @@ class GrpcConsumers:
             return status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
         return None
 
+    def _handle_of(self, topic: str, text: str, *problems: tuple[bool, int, str]) -> pb.Status | ExtraInfo:
+        """:meth:`_refusal`, then the receipt handle ``text`` parsed (INVALID_RECEIPT_HANDLE when
+        it is not one of this broker's)."""
+        refused = self._refusal(topic, *problems)
+        if refused is not None:
+            return refused
+        handle = self._handle(text)
+        return status(Code.INVALID_RECEIPT_HANDLE, handle) if isinstance(handle, str) else handle
+
     async def ack(self, req: svc.AckMessageRequest, ctx: Any) -> svc.AckMessageResponse:
         """The AckMessage answer (module docstring)."""
         group, topic = req.group.name, req.topic.name
@@ -360,19 +369,17 @@ class GrpcConsumers:
         out = svc.ChangeInvisibleDurationResponse
         group, topic = req.group.name, req.topic.name
         invisible, most = _millis(req.invisible_duration), self.broker.config.max_invisible_time_mills
-        refused = self._refusal(
+        handle = self._handle_of(
             topic,
+            req.receipt_handle,
             (
                 not 0 < invisible <= most,
                 Code.ILLEGAL_INVISIBLE_TIME,
                 f"invisible_duration {invisible} ms is outside (0, {most}] (maxInvisibleTimeMills)",
             ),
         )
-        if refused is not None:
-            return out(status=refused)
-        handle = self._handle(req.receipt_handle)
-        if isinstance(handle, str):
-            return out(status=status(Code.INVALID_RECEIPT_HANDLE, handle))
+        if isinstance(handle, pb.Status):
+            return out(status=handle)
         try:
             found, new = self.broker.pop.change_invisible(group, topic, handle, invisible, self.broker.clock.wall_ms())
         except PopRefused as exc:
@@ -395,12 +402,9 @@ class GrpcConsumers:
         """The ForwardMessageToDeadLetterQueue answer (module docstring); ``peer`` the caller's."""
         out = svc.ForwardMessageToDeadLetterQueueResponse
         group, topic = req.group.name, req.topic.name
-        refused = self._refusal(topic, (not group, Code.ILLEGAL_CONSUMER_GROUP, "group is empty"))
-        if refused is not None:
-            return out(status=refused)
-        handle = self._handle(req.receipt_handle)
-        if isinstance(handle, str):
-            return out(status=status(Code.INVALID_RECEIPT_HANDLE, handle))
+        handle = self._handle_of(topic, req.receipt_handle, (not group, Code.ILLEGAL_CONSUMER_GROUP, "group is empty"))
+        if isinstance(handle, pb.Status):
+            return out(status=handle)
         try:
             found, offset = self.broker.pop.in_flight(group, topic, handle, self.broker.clock.wall_ms())
         except HandleError as exc:
