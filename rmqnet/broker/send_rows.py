@@ -104,7 +104,8 @@ def repeat_value(value: Any, typ: pa.DataType, n: int) -> pa.Array:
 
 def concat_rows(rows: list[pa.Table | tuple[Any, ...]], cluster: str) -> pa.Table:
     """The rows of sends in order (a batch's table, or one message's column values), as one
-    :data:`WIRE_SCHEMA` table; single sends' properties as stored (WAIT dropped, CLUSTER set: what the store's ``cluster`` does)."""
+    :data:`WIRE_SCHEMA` table; single sends' properties as stored (WAIT dropped, CLUSTER set:
+    what the store's ``cluster`` does)."""
     parts: list[pa.Table] = []
     run: list[tuple[Any, ...]] = []
     for r in rows:
