@@ -48,11 +48,11 @@ def write_units(
     try:
         _write_runs(queue_for, resume_point, topics, key, qoff, units, maxes, before, gaps_ok)
     except BaseException:
-        for cq, end, key, prior in reversed(before):
+        for cq, end, queue, prior in reversed(before):
             if prior is None:
-                maxes.pop(key, None)
+                maxes.pop(queue, None)
             else:
-                maxes[key] = prior
+                maxes[queue] = prior
             try:
                 cq.truncate(end)
             except OSError:
