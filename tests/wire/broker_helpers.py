@@ -218,6 +218,8 @@ class LiveCluster:
     procs: dict[str, launch.BrokerProcess]
     addresses: dict[str, str]
     loop: asyncio.AbstractEventLoop
+    #: the name server itself (its routes), on the same loop
+    ns: NameServerProcess
 
     def on_loop(self, fn: Any, *args: Any) -> Any:
         """``fn(*args)`` run on the servers' loop (where the brokers' state lives)."""
@@ -260,7 +262,7 @@ def live_cluster(brokers: dict[str, tuple[Path, BrokerConfig]], thread_name: str
                     procs[name] = launch.BrokerProcess(root, config.replace(namesrv_addr=ns.address))
                     addresses[name] = await procs[name].start()
                 await all_in.wait()
-                ready["cluster"] = LiveCluster(ns.address, procs, addresses, asyncio.get_running_loop())
+                ready["cluster"] = LiveCluster(ns.address, procs, addresses, asyncio.get_running_loop(), ns)
                 started.set()
                 await asyncio.get_running_loop().run_in_executor(None, stop.wait)
             finally:

@@ -46,4 +46,4 @@ def pop_servers(tmp_path: Path, names: tuple[str, ...] = ("broker-a",), **change
         for name, root in zip(names, roots, strict=True)
     }
     with live_cluster(brokers, "pop-servers") as live:
-        yield PopServers(live.namesrv, live.procs, live.addresses, live.loop)
+        yield PopServers(live.namesrv, live.procs, live.addresses, live.loop, live.ns)

@@ -47,7 +47,7 @@ def servers(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Servers]
         store.persist_topics()
     config = BrokerConfig(broker_name="broker-a", listen_port=0, store=store_config)
     with live_cluster({"broker-a": (root, config)}, "servers") as live:
-        yield Servers(live.namesrv, live.procs, live.addresses, live.loop)
+        yield Servers(live.namesrv, live.procs, live.addresses, live.loop, live.ns)
 
 
 def test_long_poll_woken_by_a_send_and_the_group_s_progress(servers: Servers) -> None:
