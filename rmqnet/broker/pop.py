@@ -272,8 +272,7 @@ class PopService:
         recs = res.records
         if res.status != _S.FOUND or recs is None or not len(recs):
             if res.next_begin_offset > pos:
-                records.append({"k": "pos", "g": group, "t": topic, "q": qid, "n": res.next_begin_offset})
-                self._commit(group, topic, qid, res.next_begin_offset)
+                self._moved(records, group, topic, qid, res.next_begin_offset)
             return None
         ck = Checkpoint(
             self.state.new_id(),
@@ -322,8 +321,7 @@ class PopService:
         recs = res.records
         if res.status != _S.FOUND or recs is None or not len(recs):
             if prev is None and res.next_begin_offset > pos:
-                records.append({"k": "pos", "g": group, "t": topic, "q": qid, "n": res.next_begin_offset})
-                self._commit(group, topic, qid, res.next_begin_offset)
+                self._moved(records, group, topic, qid, res.next_begin_offset)
             return None
         offsets, commits = recs.queue_offsets.astype(np.int64), recs.commit_log_offsets.astype(np.int64)
         attempts = np.zeros(len(offsets), np.int64)
@@ -368,6 +366,12 @@ class PopService:
         records.append(ck.record(replaces=prev.id if prev is not None else None))
         give = np.flatnonzero(~ck.acked[:n])
         return _Taken(ck, recs if len(give) == n else take(recs, give), give, dead)
+
+    def _moved(self, records: list[dict[str, Any]], group: str, topic: str, qid: int, offset: int) -> None:
+        """The group's position moved past what the read skipped (a filter, a gap): logged
+        with the pop's records, and committed."""
+        records.append({"k": "pos", "g": group, "t": topic, "q": qid, "n": offset})
+        self._commit(group, topic, qid, offset)
 
     def _commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """The group's position into the broker's offset table too (GET_CONSUME_STATS shows it)."""
