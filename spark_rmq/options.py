@@ -15,27 +15,32 @@ from dataclasses import dataclass
 from typing import Any
 
 from rmqlog import parse_tag_filter
-from rmqlog.arguments import JAVA_INT_MAX, JAVA_LONG_MAX, utf8_problem
-from rmqlog.errors import InvalidArgumentError, StoreError
-from rmqlog.paths import root_arg, validate_group, validate_topic
-from rmqlog.times import parse_time_ms
-from rmqlog.values import (
-    InvalidValueError,
-    parse_addresses,
-    parse_bool,
-    parse_enum,
-    parse_int,
-    parse_list,
-)
-from rmqlog.values import parse_duration_ms as _duration
+from rmqlog.arguments import JAVA_INT_MAX
+from rmqlog.errors import StoreError
+from rmqlog.paths import root_arg, validate_group
+from rmqlog.values import parse_enum, parse_list
 
 from .errors import RmqLogOptionError
+from .option_values import EARLIEST_OFFSET as EARLIEST_OFFSET
+from .option_values import LATEST_OFFSET as LATEST_OFFSET
+from .option_values import (
+    bool_option,
+    count_value,
+    option_value,
+    parse_name_server,
+    parse_sql92,
+    parse_wire_offsets_json,
+    positive_int,
+    strict,
+    valid_topic,
+)
+from .option_values import broker_name_problem as broker_name_problem
+from .option_values import parse_duration_ms as parse_duration_ms
+from .option_values import parse_offsets_json as parse_offsets_json
+from .option_values import parse_timestamp_ms as parse_timestamp_ms
 
 EARLIEST = "earliest"
 LATEST = "latest"
-#: In a JSON offsets object, -2 means the queue's first offset and -1 its end (as in Kafka).
-EARLIEST_OFFSET = -2
-LATEST_OFFSET = -1
 DEFAULT_MAX_TRIGGER_DELAY_MS = 15 * 60 * 1000
 DEFAULT_READ_BATCH_ROWS = 65536
 DEFAULT_PACK_MESSAGES = 65536
@@ -108,29 +113,6 @@ POP_SOURCE_OPTIONS = (
 DEFAULT_INVISIBLE_MS = 5 * 60 * 1000
 
 
-def _get(options: Mapping[str, str], name: str) -> str | None:
-    """Case-insensitive lookup (Spark lower-cases keys; plain dicts in tests may not). A value
-    that is not a string that can be UTF-8 is refused (Spark passes strings; a Python caller
-    of ``parse`` might not)."""
-    value = options.get(name.lower())
-    if value is None:
-        for k, v in options.items():
-            if k.lower() == name.lower():
-                value = v
-                break
-    return None if value is None else _text(name, value)
-
-
-def _text(name: str, raw: object) -> str:
-    """``raw`` if it is a str that can be UTF-8; else :class:`RmqLogOptionError` naming the option."""
-    if not isinstance(raw, str):
-        raise RmqLogOptionError(name, f"must be a string, got {type(raw).__name__} {raw!r}"[:200])
-    problem = utf8_problem(raw)
-    if problem is not None:
-        raise RmqLogOptionError(name, f"{raw!r} {problem}")
-    return raw
-
-
 def _check_unknown(options: Mapping[str, str], known: set[str]) -> None:
     if not isinstance(options, Mapping):
         raise RmqLogOptionError(
@@ -141,76 +123,6 @@ def _check_unknown(options: Mapping[str, str], known: set[str]) -> None:
             raise RmqLogOptionError(str(key), f"an option name must be a string, got {type(key).__name__}")
         if key.lower() not in known and key.lower() not in _SPARK_OPTIONS:
             raise RmqLogOptionError(key, f"unknown option; known: {', '.join(sorted(known))}")
-
-
-def _strict(name: str, parse: Any, *args: Any, **kw: Any) -> Any:
-    """``parse(name, *args)`` of :mod:`rmqlog.values` (the one parser of each kind of value),
-    its :class:`~rmqlog.values.InvalidValueError` re-raised as :class:`RmqLogOptionError`."""
-    try:
-        return parse(name, *args, **kw)
-    except InvalidValueError as exc:
-        raise RmqLogOptionError(name, exc.problem) from None
-
-
-def _positive_int(options: Mapping[str, str], name: str) -> int | None:
-    raw = _get(options, name)
-    return None if raw is None else _count(raw, name, 1)
-
-
-def _count(raw: str, name: str, least: int) -> int:
-    """``raw`` as an int from ``least`` (0 or 1) to Java's long maximum, else the option's error."""
-    return int(_strict(name, parse_int, raw, least, JAVA_LONG_MAX))
-
-
-def _bool(options: Mapping[str, str], name: str, default: bool) -> bool:
-    """``true`` or ``false`` (any case); absent: ``default``."""
-    raw = _get(options, name)
-    return default if raw is None else bool(_strict(name, parse_bool, raw))
-
-
-def parse_duration_ms(name: str, raw: str) -> int:
-    """``"500ms"``, ``"30s"``, ``"15m"``, ``"1h"`` or a bare number of milliseconds
-    (:func:`rmqlog.values.parse_duration_ms`)."""
-    return int(_strict(name, _duration, _text(name, raw)))
-
-
-def parse_timestamp_ms(name: str, raw: str) -> int:
-    """Milliseconds since the epoch, or ISO 8601: :func:`rmqlog.times.parse_time_ms`, the
-    store's one time parser (a time without a zone is UTC, as in the ``rmqlog`` command)."""
-    raw = _text(name, raw)
-    try:
-        return parse_time_ms(raw, what=name)
-    except InvalidArgumentError:
-        raise RmqLogOptionError(
-            name, f"must be milliseconds since the epoch or ISO 8601 (no zone: UTC), got {raw!r}"
-        ) from None
-
-
-def parse_offsets_json(name: str, raw: str) -> dict[str, int]:
-    """``{"topic/queueId": offset}``; offsets are >= 0, or -2 (earliest) / -1 (latest)."""
-    try:
-        data = json.loads(_text(name, raw))
-    except (ValueError, RecursionError) as exc:  # JSONDecodeError; an int of 4,300+ digits; nesting too deep
-        raise RmqLogOptionError(name, f"is neither earliest, latest nor JSON: {str(exc)[:100]}") from None
-    if not isinstance(data, dict):
-        raise RmqLogOptionError(name, 'JSON must be an object like {"topic/0": 42}')
-    out: dict[str, int] = {}
-    for key, value in data.items():
-        topic, _, qid = str(key).rpartition("/")
-        if not topic or not (qid.isascii() and qid.isdigit() and len(qid) <= 10 and int(qid) <= JAVA_INT_MAX):
-            raise RmqLogOptionError(name, f"key {key!r} is not 'topic/queueId' (a queue id in [0, 2**31))")
-        _valid_topic(name, topic)
-        if not isinstance(value, int) or isinstance(value, bool) or not EARLIEST_OFFSET <= value <= JAVA_LONG_MAX:
-            raise RmqLogOptionError(name, f"offset of {key!r} must be an integer >= -2, got {value!r}")
-        out[f"{topic}/{int(qid)}"] = value
-    return out
-
-
-def _valid_topic(option: str, topic: str) -> str:
-    try:
-        return validate_topic(topic)
-    except StoreError as exc:  # the store's InvalidTopicError; re-raised naming the option
-        raise RmqLogOptionError(option, f"invalid topic {topic!r}: {exc}") from None
 
 
 @dataclass(frozen=True)
@@ -259,76 +171,76 @@ class SourceOptions:
     @classmethod
     def parse(cls, options: Mapping[str, str], *, streaming: bool) -> SourceOptions:
         _check_unknown(options, SOURCE_OPTIONS)
-        if (raw := _get(options, "consumeMode")) is not None and _strict(
+        if (raw := option_value(options, "consumeMode")) is not None and strict(
             "consumeMode", parse_enum, raw, CONSUME_MODES
         ) == "pop":
             return cls._parse_pop(options, streaming)
-        if _get(options, "invisibleTime") is not None:
+        if option_value(options, "invisibleTime") is not None:
             raise RmqLogOptionError("invisibleTime", "only applies with consumeMode=pop")
         path, name_server = _path_or_name_server(options)
         if name_server is not None:
             for name in PATH_ONLY_SOURCE_OPTIONS:
-                if _get(options, name) is not None:
+                if option_value(options, name) is not None:
                     raise RmqLogOptionError(
                         name, "only applies to a store read from its files (path), not with nameServer"
                     )
-        given = [n for n in ("topics", "topicPattern", "assign") if _get(options, n) is not None]
+        given = [n for n in ("topics", "topicPattern", "assign") if option_value(options, n) is not None]
         if len(given) != 1:
             raise RmqLogOptionError(
                 "topics", f"exactly one of topics, topicPattern or assign must be set, got {given or 'none'}"
             )
         kw: dict[str, Any] = {"path": path, "name_server": name_server}
-        if (raw := _get(options, "topics")) is not None:
-            names = _strict("topics", parse_list, raw)
-            kw["topics"] = tuple(sorted(_valid_topic("topics", t) for t in names))
-        if (raw := _get(options, "topicPattern")) is not None:
+        if (raw := option_value(options, "topics")) is not None:
+            names = strict("topics", parse_list, raw)
+            kw["topics"] = tuple(sorted(valid_topic("topics", t) for t in names))
+        if (raw := option_value(options, "topicPattern")) is not None:
             try:
                 re.compile(raw)
             except (re.error, OverflowError, RecursionError) as exc:  # a repeat count too large, nesting too deep
                 raise RmqLogOptionError("topicPattern", f"is not a valid regex: {exc}") from None
             kw["topic_pattern"] = raw
-        if (raw := _get(options, "assign")) is not None:
+        if (raw := option_value(options, "assign")) is not None:
             kw["assign"] = _parse_assign(raw)
         kw["starting"] = _start_or_end(options, "startingOffsets", wire=name_server is not None)
-        if (raw := _get(options, "startingTimestamp")) is not None:
-            if _get(options, "startingOffsets") is not None:
+        if (raw := option_value(options, "startingTimestamp")) is not None:
+            if option_value(options, "startingOffsets") is not None:
                 raise RmqLogOptionError("startingTimestamp", "cannot be combined with startingOffsets")
             kw["starting_timestamp"] = parse_timestamp_ms("startingTimestamp", raw)
         for name in ("endingOffsets", "endingTimestamp"):
-            if streaming and _get(options, name) is not None:
+            if streaming and option_value(options, name) is not None:
                 raise RmqLogOptionError(name, "is for batch reads only (spark.read)")
         kw["ending"] = _start_or_end(options, "endingOffsets", wire=name_server is not None)
-        if (raw := _get(options, "endingTimestamp")) is not None:
+        if (raw := option_value(options, "endingTimestamp")) is not None:
             if kw["ending"] is not None:
                 raise RmqLogOptionError("endingTimestamp", "cannot be combined with endingOffsets")
             kw["ending_timestamp"] = parse_timestamp_ms("endingTimestamp", raw)
         if kw["ending"] == EARLIEST:
             raise RmqLogOptionError("endingOffsets", "must be latest or JSON, not earliest")
-        kw["max_messages"] = _positive_int(options, "maxMessagesPerTrigger")
-        kw["max_bytes"] = _positive_int(options, "maxBytesPerTrigger")
-        kw["min_messages"] = _positive_int(options, "minMessagesPerTrigger")
-        if (raw := _get(options, "maxTriggerDelay")) is not None:
+        kw["max_messages"] = positive_int(options, "maxMessagesPerTrigger")
+        kw["max_bytes"] = positive_int(options, "maxBytesPerTrigger")
+        kw["min_messages"] = positive_int(options, "minMessagesPerTrigger")
+        if (raw := option_value(options, "maxTriggerDelay")) is not None:
             kw["max_trigger_delay_ms"] = parse_duration_ms("maxTriggerDelay", raw)
         if kw["min_messages"] and kw["max_messages"] and kw["min_messages"] > kw["max_messages"]:
             raise RmqLogOptionError("minMessagesPerTrigger", "must not exceed maxMessagesPerTrigger")
-        kw["max_messages_per_partition"] = _positive_int(options, "maxMessagesPerPartition")
-        if (raw := _get(options, "packMessagesPerPartition")) is not None:
-            kw["pack_messages"] = _count(raw, "packMessagesPerPartition", 0)
-        if (raw := _get(options, "tags")) is not None:
+        kw["max_messages_per_partition"] = positive_int(options, "maxMessagesPerPartition")
+        if (raw := option_value(options, "packMessagesPerPartition")) is not None:
+            kw["pack_messages"] = count_value(raw, "packMessagesPerPartition", 0)
+        if (raw := option_value(options, "tags")) is not None:
             wanted = parse_tag_filter(raw)  # _get refused what it would
             kw["tags"] = frozenset(wanted) if wanted is not None else None
-        if (raw := _get(options, "sql92")) is not None:
+        if (raw := option_value(options, "sql92")) is not None:
             kw["sql92"] = parse_sql92(raw)
-        if (raw := _get(options, "group")) is not None:
+        if (raw := option_value(options, "group")) is not None:
             try:
                 kw["group"] = validate_group(raw)
             except StoreError as exc:
                 raise RmqLogOptionError("group", f"invalid group {raw!r}: {exc}") from None
-        kw["fail_on_data_loss"] = _bool(options, "failOnDataLoss", True)
-        kw["read_batch_rows"] = _positive_int(options, "readBatchRows") or DEFAULT_READ_BATCH_ROWS
-        kw["check_crc"] = _bool(options, "checkCRC", True)
-        kw["read_only"] = _bool(options, "readOnly", False)
-        kw["deliver_due"] = _bool(options, "deliverDue", not kw["read_only"])
+        kw["fail_on_data_loss"] = bool_option(options, "failOnDataLoss", True)
+        kw["read_batch_rows"] = positive_int(options, "readBatchRows") or DEFAULT_READ_BATCH_ROWS
+        kw["check_crc"] = bool_option(options, "checkCRC", True)
+        kw["read_only"] = bool_option(options, "readOnly", False)
+        kw["deliver_due"] = bool_option(options, "deliverDue", not kw["read_only"])
         if kw["read_only"] and kw["deliver_due"]:
             raise RmqLogOptionError("deliverDue", "cannot be true with readOnly (delivering writes into the store)")
         if kw["read_only"] and kw.get("group") is not None:
@@ -354,32 +266,32 @@ class SourceOptions:
                 raise RmqLogOptionError(
                     shown, f"does not apply with consumeMode=pop (it takes {', '.join(POP_SOURCE_OPTIONS)})"
                 )
-        if _get(options, "path"):
+        if option_value(options, "path"):
             raise RmqLogOptionError(
                 "path", "does not apply with consumeMode=pop (POP is served by brokers: nameServer)"
             )
         for name in ("nameServer", "topics", "group"):
-            if _get(options, name) is None:
+            if option_value(options, name) is None:
                 raise RmqLogOptionError(name, "is required with consumeMode=pop")
         kw: dict[str, Any] = {
             "path": "",
             "consume_mode": "pop",
-            "name_server": parse_name_server(_get(options, "nameServer") or ""),
+            "name_server": parse_name_server(option_value(options, "nameServer") or ""),
         }
         kw["topics"] = tuple(
-            sorted(_valid_topic("topics", t) for t in _strict("topics", parse_list, _get(options, "topics")))
+            sorted(valid_topic("topics", t) for t in strict("topics", parse_list, option_value(options, "topics")))
         )
-        group = _get(options, "group") or ""
+        group = option_value(options, "group") or ""
         try:
             kw["group"] = validate_group(group)
         except StoreError as exc:
             raise RmqLogOptionError("group", f"invalid group {group!r}: {exc}") from None
-        if (raw := _get(options, "invisibleTime")) is not None:
+        if (raw := option_value(options, "invisibleTime")) is not None:
             kw["invisible_ms"] = parse_duration_ms("invisibleTime", raw)
             if kw["invisible_ms"] < 1:
                 raise RmqLogOptionError("invisibleTime", f"must be at least 1 ms, got {raw!r}")
-        kw["max_messages"] = _positive_int(options, "maxMessagesPerTrigger")
-        if (raw := _get(options, "tags")) is not None:
+        kw["max_messages"] = positive_int(options, "maxMessagesPerTrigger")
+        if (raw := option_value(options, "tags")) is not None:
             wanted = parse_tag_filter(raw)
             kw["tags"] = frozenset(wanted) if wanted is not None else None
         kw["columns"] = parse_columns(options)
@@ -406,10 +318,10 @@ def parse_columns(options: Mapping[str, str]) -> tuple[str, ...] | None:
 
     if not isinstance(options, Mapping) or not all(isinstance(k, str) for k in options):
         raise RmqLogOptionError("options", "must be a mapping of option names (strings) to strings")
-    raw = _get(options, "columns")
+    raw = option_value(options, "columns")
     if raw is None:
         return None
-    names = _strict("columns", parse_list, raw)
+    names = strict("columns", parse_list, raw)
     known = MESSAGE_SCHEMA.names
     for name in names:
         if name not in known:
@@ -417,22 +329,9 @@ def parse_columns(options: Mapping[str, str]) -> tuple[str, ...] | None:
     return tuple(names)
 
 
-def parse_sql92(raw: str) -> str:
-    """The ``sql92`` option: an expression RocketMQ's SQL92 parser accepts
-    (:func:`rmqlog.compile_filter`); else :class:`RmqLogOptionError` naming the option, the
-    position and the token."""
-    from rmqlog import FilterParseError, compile_filter
-
-    try:
-        compile_filter(raw)
-    except FilterParseError as exc:
-        raise RmqLogOptionError("sql92", str(exc)) from None
-    return raw
-
-
 def _key_options(options: Mapping[str, str], kw: dict[str, object], streaming: bool) -> None:
     """``key`` / ``msgId``: a batch lookup through the index files, in the topics of ``topics``."""
-    given = [n for n in ("key", "msgId") if _get(options, n) is not None]
+    given = [n for n in ("key", "msgId") if option_value(options, n) is not None]
     if not given:
         return
     name = given[0]
@@ -452,9 +351,9 @@ def _key_options(options: Mapping[str, str], kw: dict[str, object], streaming: b
         "maxMessagesPerPartition",
         "group",
     ):
-        if _get(options, other) is not None:
+        if option_value(options, other) is not None:
             raise RmqLogOptionError(name, f"cannot be combined with {other}")
-    raw = _get(options, name) or ""
+    raw = option_value(options, name) or ""
     if not raw:
         raise RmqLogOptionError(name, "must not be empty")
     if name == "msgId":
@@ -469,7 +368,7 @@ def _key_options(options: Mapping[str, str], kw: dict[str, object], streaming: b
 
 def _path(options: Mapping[str, str]) -> str:
     """The required ``path``: a store root a :class:`rmqlog.MessageStore` can be opened at."""
-    path = _get(options, "path")
+    path = option_value(options, "path")
     if not path:
         raise RmqLogOptionError("path", "is required (the store root directory), or nameServer to reach brokers")
     try:
@@ -482,64 +381,21 @@ def _path(options: Mapping[str, str]) -> str:
 def _path_or_name_server(options: Mapping[str, str]) -> tuple[str, str | None]:
     """``(path, None)`` for a store's files, ``("", name servers)`` over the wire: exactly one
     of ``path`` and ``nameServer``."""
-    raw = _get(options, "nameServer")
+    raw = option_value(options, "nameServer")
     if raw is None:
         return _path(options), None
-    if _get(options, "path"):
+    if option_value(options, "path"):
         raise RmqLogOptionError("nameServer", "cannot be combined with path (a store's files or brokers, not both)")
     return "", parse_name_server(raw)
 
 
-def parse_name_server(raw: str) -> str:
-    """``host:port`` name server addresses separated by ``;`` (RocketMQ's ``namesrvAddr``),
-    normalized (blanks dropped); :class:`RmqLogOptionError` naming ``nameServer`` otherwise."""
-    return ";".join(_strict("nameServer", parse_addresses, _text("nameServer", raw)))
-
-
 def _start_or_end(options: Mapping[str, str], name: str, *, wire: bool = False) -> str | dict[str, int] | None:
-    raw = _get(options, name)
+    raw = option_value(options, name)
     if raw is None:
         return None
     if raw.lower() in (EARLIEST, LATEST):  # any case; no blanks around (a value is exactly valid or refused)
         return raw.lower()
     return parse_wire_offsets_json(name, raw) if wire else parse_offsets_json(name, raw)
-
-
-def parse_wire_offsets_json(name: str, raw: str) -> dict[str, int]:
-    """Over the wire: ``{"topic/brokerName/queueId": offset}`` (a queue is named by its
-    broker too, as RocketMQ's ``MessageQueue``); offsets as in :func:`parse_offsets_json`."""
-    try:
-        data = json.loads(_text(name, raw))
-    except (ValueError, RecursionError) as exc:
-        raise RmqLogOptionError(name, f"is neither earliest, latest nor JSON: {str(exc)[:100]}") from None
-    if not isinstance(data, dict):
-        raise RmqLogOptionError(name, 'JSON must be an object like {"topic/broker-a/0": 42}')
-    out: dict[str, int] = {}
-    for key, value in data.items():
-        parts = str(key).split("/")
-        if len(parts) != 3 or not _is_queue_id(parts[2]) or broker_name_problem(parts[1]) is not None:
-            raise RmqLogOptionError(name, f"key {key!r} is not 'topic/brokerName/queueId' (a queue id in [0, 2**31))")
-        _valid_topic(name, parts[0])
-        if not isinstance(value, int) or isinstance(value, bool) or not EARLIEST_OFFSET <= value <= JAVA_LONG_MAX:
-            raise RmqLogOptionError(name, f"offset of {key!r} must be an integer >= -2, got {value!r}")
-        out[f"{parts[0]}/{parts[1]}/{int(parts[2])}"] = value
-    return out
-
-
-def _is_queue_id(text: str) -> bool:
-    return text.isascii() and text.isdigit() and len(text) <= 10 and int(text) <= JAVA_INT_MAX
-
-
-_BROKER_NAME = re.compile(r"[A-Za-z0-9_.:%|-]{1,127}")
-
-
-def broker_name_problem(name: object) -> str | None:
-    """Why ``name`` cannot be a broker name in a queue key (it comes from the network: a name
-    server's route), or ``None``: 1-127 characters of ``A-Za-z0-9_.:%|-`` (no ``/``, which
-    separates the key's parts)."""
-    if not isinstance(name, str) or not _BROKER_NAME.fullmatch(name):
-        return f"broker name {str(name)[:60]!r} is not 1-127 characters of A-Za-z0-9_.:%|-"
-    return None
 
 
 def _parse_assign(raw: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -551,7 +407,7 @@ def _parse_assign(raw: str) -> tuple[tuple[str, tuple[int, ...]], ...]:
         raise RmqLogOptionError("assign", 'must be a JSON object like {"orders": [0, 1]}')
     out = []
     for topic, qids in sorted(data.items()):
-        _valid_topic("assign", topic)
+        valid_topic("assign", topic)
         if not isinstance(qids, list) or not all(
             isinstance(q, int) and not isinstance(q, bool) and 0 <= q <= JAVA_INT_MAX for q in qids
         ):
@@ -585,14 +441,16 @@ class SinkOptions:
     def parse(cls, options: Mapping[str, str]) -> SinkOptions:
         _check_unknown(options, SINK_OPTIONS)
         path, name_server = _path_or_name_server(options)
-        topic = _get(options, "topic")
+        topic = option_value(options, "topic")
         if topic is not None:
-            _valid_topic("topic", topic)
-        selector = _strict("queueSelector", parse_enum, _get(options, "queueSelector") or "roundRobin", QUEUE_SELECTORS)
-        sharding_key = _get(options, "shardingKey")
+            valid_topic("topic", topic)
+        selector = strict(
+            "queueSelector", parse_enum, option_value(options, "queueSelector") or "roundRobin", QUEUE_SELECTORS
+        )
+        sharding_key = option_value(options, "shardingKey")
         if sharding_key is not None and selector != "hash":
             raise RmqLogOptionError("shardingKey", "only applies with queueSelector=hash")
-        writer_id = _get(options, "writerId")
+        writer_id = option_value(options, "writerId")
         # the store's writer name is "spark-job/<writerId>/<partition>", at most 1024 bytes
         if writer_id is not None and (
             not writer_id or any(c in writer_id for c in "\x00\x01\x02") or len(writer_id.encode()) > 512
@@ -601,14 +459,14 @@ class SinkOptions:
                 "writerId", "must be a non-empty string of at most 512 UTF-8 bytes without \\x00-\\x02"
             )
         kw: dict[str, Any] = {}
-        if (raw := _get(options, "sendRetryTimeout")) is not None:
+        if (raw := option_value(options, "sendRetryTimeout")) is not None:
             if name_server is None:
                 raise RmqLogOptionError("sendRetryTimeout", "only applies with nameServer (sending through brokers)")
             kw["send_retry_s"] = parse_duration_ms("sendRetryTimeout", raw) / 1000
-        if _get(options, "bufferBytes") is not None:
+        if option_value(options, "bufferBytes") is not None:
             if name_server is not None:
                 raise RmqLogOptionError("bufferBytes", "only applies to a store written through its files (path)")
-            kw["buffer_bytes"] = _positive_int(options, "bufferBytes")
+            kw["buffer_bytes"] = positive_int(options, "bufferBytes")
         return cls(
             path=path,
             topic=topic,

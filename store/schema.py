@@ -40,3 +40,17 @@ PUT_RESULT_SCHEMA = pa.schema(
         pa.field("storeTimestamp", TS),
     ]
 )
+
+#: a stored record's columns as a wire put takes them (bornHost as the record's bytes): the
+#: first columns of the store's tables of stored rows, sent-back rows and wire records
+WIRE_PUT_FIELDS = (
+    pa.field("topic", pa.string()),
+    pa.field("queueId", pa.int32()),
+    pa.field("body", pa.binary()),
+    pa.field("flag", pa.int32()),
+    pa.field("sysFlag", pa.int32()),
+    pa.field("bornTimestamp", pa.int64()),
+    pa.field("bornHost", pa.binary()),
+    pa.field("properties", pa.string()),
+    pa.field("reconsumeTimes", pa.int32()),
+)

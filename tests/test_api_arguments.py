@@ -4,7 +4,7 @@ Every public method of :class:`rmqlog.MessageStore` (found by introspection: a m
 later is driven too, and one this file does not know how to call fails
 :func:`test_every_public_method_is_driven`), the package's top-level functions,
 ``StoreConfig(...)`` and its broker.conf loading, and every option parser of
-``spark_rmq/options.py`` are called with arbitrary values: None, bools, ints of any size,
+``spark_rmq/options.py`` and ``option_values.py`` are called with arbitrary values: None, bools, ints of any size,
 floats with nan/inf, bytes, text with lone surrogates and NULs, lists, dicts, plain objects,
 numpy scalars and arrays, Arrow arrays, tables and scalars of odd types, strings that are not
 UTF-8. Each parameter gets either such a value or a plausible one (a topic of the store, a
@@ -43,6 +43,7 @@ from hypothesis import strategies as st
 
 import rmqlog
 from rmqlog import InvalidMessageError, InvalidTopicError, StoreConfig, StoreError
+from spark_rmq import option_values as spark_option_values
 from spark_rmq import options as spark_options
 
 EXAMPLES = int(os.environ.get("RMQ_API_EXAMPLES", "25"))
@@ -885,12 +886,14 @@ def _options(names: list[str]) -> st.SearchStrategy[dict[Any, Any]]:
 
 
 def _option_parsers() -> dict[str, Callable[..., Any]]:
-    """The option parsers of spark_rmq/options.py: its parse_* functions and each options
-    class's ``parse``; found by name, so a new one is driven (and must be known below)."""
+    """The option parsers of spark_rmq/options.py and spark_rmq/option_values.py: their parse_*
+    functions and each options class's ``parse``; found by name, so a new one is driven (and
+    must be known below)."""
     out: dict[str, Callable[..., Any]] = {
         name: f
-        for name, f in vars(spark_options).items()
-        if inspect.isfunction(f) and name.startswith("parse") and f.__module__ == spark_options.__name__
+        for module in (spark_options, spark_option_values)
+        for name, f in vars(module).items()
+        if inspect.isfunction(f) and name.startswith("parse") and f.__module__ == module.__name__
     }
     for name, cls in vars(spark_options).items():
         if inspect.isclass(cls) and cls.__module__ == spark_options.__name__ and hasattr(cls, "parse"):

@@ -22,7 +22,7 @@ import pytest
 import rmqlog
 from rmqlog.log.append_state import AppendState, AppendStateFile
 from rmqlog.log.commitlog import assign_queue_offsets
-from rmqlog.log.encode import wire_put
+from rmqlog.log.encode import kept_properties, wire_put
 from rmqlog.log.encode.trailer import JoinedProperties
 
 
@@ -99,7 +99,7 @@ def _joined(props: list[str], cluster: str | None = None) -> JoinedProperties | 
     return wire_put.joined_wire_properties(pa.array(props, pa.string()), len(props), cluster)
 
 
-@pytest.mark.parametrize("name", sorted(wire_put._SLOW_NAMES) + ["RMQLOG_X", "RMQLOG_" + "Y" * 60])
+@pytest.mark.parametrize("name", sorted(kept_properties._SLOW_NAMES) + ["RMQLOG_X", "RMQLOG_" + "Y" * 60])
 def test_a_name_the_general_path_routes_or_refuses_leaves_the_fast_path(name: str) -> None:
     assert _joined(["A\x01b\x02", f"K\x01v\x02{name}\x011\x02Z\x01z\x02"]) is None
 
@@ -141,7 +141,8 @@ def test_screened_names_match_a_set_lookup_name_by_name(seed: int) -> None:
     lookup decides as Python's set membership of each name does."""
     rng = random.Random(seed)
     cluster = rng.choice([None, "C1"])
-    known = sorted(wire_put._SLOW_NAMES | wire_put._DROPPED_NAMES[True]) + ["RMQLOG_A", "UNIQ_KEY", "TAGS"]
+    names = kept_properties._SLOW_NAMES | kept_properties._DROPPED_NAMES[True]
+    known = sorted(names) + ["RMQLOG_A", "UNIQ_KEY", "TAGS"]
 
     def near(name: str) -> str:
         i = rng.randrange(len(name))
@@ -158,8 +159,8 @@ def test_screened_names_match_a_set_lookup_name_by_name(seed: int) -> None:
 
     rows = [[(near(rng.choice(known)), f"v{rng.randrange(9)}") for _ in range(rng.randint(1, 4))] for _ in range(300)]
     props = ["".join(f"{k}\x01{v}\x02" for k, v in row) for row in rows]
-    slow = wire_put._SLOW_NAMES
-    dropped = wire_put._DROPPED_NAMES[cluster is not None]
+    slow = kept_properties._SLOW_NAMES
+    dropped = kept_properties._DROPPED_NAMES[cluster is not None]
     if any(k in slow or k.startswith("RMQLOG_") for row in rows for k, _ in row):
         assert _joined(props, cluster) is None
         rows = [[(k, v) for k, v in row if k not in slow and not k.startswith("RMQLOG_")] for row in rows]

@@ -15,7 +15,7 @@ import rmqlog.native as native
 
 #: (module, its name for a helper function): every user of the helper
 USERS = [
-    ("rmqlog.log.commitlog", "_ChunkWriter"),
+    ("rmqlog.log.write_pipeline", "_ChunkWriter"),
     ("rmqlog.log.decode", "_crc32_batch"),
     ("rmqlog.log.gather", "_native_gather"),
     ("rmqlog.log.msgid", "_hexlify"),

@@ -1,7 +1,7 @@
 """A killed writer's leftovers: the bytes past the published tail that the next append clears.
 
 What a killed writer can leave: its batch's writes run in log order from the tail, one after
-the other (``_Pipeline``), each a ``pwrite`` that a kill cuts short at most, so the bytes it
+the other (``WritePipeline``), each a ``pwrite`` that a kill cuts short at most, so the bytes it
 leaves are a prefix of the batch, contiguous from the tail: the tail's segment, the blank that
 ends it when the batch rolled over, and the start of the segments after it. The cost of the
 clearing must follow what was left, measured here as bytes cleared (``scrubbed_bytes``) and
@@ -27,8 +27,8 @@ import pytest
 from conftest import subprocess_env, walk
 
 import rmqlog
-import rmqlog.log.commitlog as cl
 import rmqlog.log.mapped_file as mf
+import rmqlog.log.write_pipeline as wp
 
 MiB = 1 << 20
 PAGE = mmap.PAGESIZE
@@ -249,7 +249,7 @@ def test_clearing_without_hole_punching_zeroes_only_non_zero_bytes(
     assert nonzero_past(root, new_tail, 16 * MiB) == 0
 
 
-@pytest.mark.skipif(cl._ChunkWriter is None, reason="rmqlog._native is not built")
+@pytest.mark.skipif(wp._ChunkWriter is None, reason="rmqlog._native is not built")
 def test_the_pipeline_is_one_ordered_stream(tmp_path: Path) -> None:
     """A write handed to the thread pool after one handed to the native writer starts only
     once that one is done (a batch of large bodies after a packed one, in one append): so a
@@ -265,7 +265,7 @@ def test_the_pipeline_is_one_ordered_stream(tmp_path: Path) -> None:
     def look() -> None:
         seen.append(seg.read(size - PAGE - 1, 1))  # the last byte of the native write
 
-    with cl._Pipeline(99) as pipe:
+    with wp.WritePipeline(99) as pipe:
         pipe.write(seg, 0, big)  # native, ~10 ms or more
         pipe.submit(look)
     seg.close()

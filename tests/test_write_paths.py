@@ -26,8 +26,8 @@ from conftest import walk
 
 import refcodec as rc
 import rmqlog
-import rmqlog.log.commitlog as cl
 import rmqlog.log.mapped_file as mf
+import rmqlog.log.write_pipeline as wp
 from rmqlog.log.encode import arrays as enc_arrays
 from rmqlog.log.encode import crc as enc_crc
 from rmqlog.log.encode import header as enc_header
@@ -133,7 +133,7 @@ def _read_only_write_fds(m: pytest.MonkeyPatch, after: int = 0) -> list[int]:
 
 def _native_writes(write_path: str) -> bool:
     """Whether packed chunks go to the native ChunkWriter (not through ``MappedFile.write``)."""
-    return write_path != "python" and cl._ChunkWriter is not None
+    return write_path != "python" and wp._ChunkWriter is not None
 
 
 @pytest.mark.parametrize("body_size", [100, LARGE_BODY * 2])
@@ -180,7 +180,7 @@ def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
     import time
     import weakref
 
-    from rmqlog.log.commitlog import _IN_FLIGHT, _Pipeline
+    from rmqlog.log.write_pipeline import IN_FLIGHT, WritePipeline
 
     class Chunk:
         pass
@@ -194,20 +194,20 @@ def test_pipeline_keeps_what_a_write_reads_until_it_is_done() -> None:
         time.sleep(0.01)  # (a slow write on the pipeline's thread, so later chunks queue behind it)
         alive_at_end.append(refs[i]() is not None)
 
-    with _Pipeline(99) as pipe:
-        for i in range(_IN_FLIGHT + 3):
+    with WritePipeline(99) as pipe:
+        for i in range(IN_FLIGHT + 3):
             chunk = Chunk()
             refs.append(weakref.ref(chunk))
-            if i == _IN_FLIGHT:
+            if i == IN_FLIGHT:
                 release.set()  # the first writes finish only while later chunks are queued
             pipe.submit(slow_write, i, keep=chunk)
             del chunk
-    assert alive_at_end == [True] * (_IN_FLIGHT + 3)
+    assert alive_at_end == [True] * (IN_FLIGHT + 3)
     assert all(r() is None for r in refs)  # and released afterwards
 
 
 def test_pipeline_raises_the_first_failure_after_all_writes() -> None:
-    from rmqlog.log.commitlog import _Pipeline
+    from rmqlog.log.write_pipeline import WritePipeline
 
     done: list[int] = []
 
@@ -216,7 +216,7 @@ def test_pipeline_raises_the_first_failure_after_all_writes() -> None:
             raise OSError(errno.EIO, "injected")
         done.append(i)
 
-    with pytest.raises(OSError), _Pipeline(99) as pipe:
+    with pytest.raises(OSError), WritePipeline(99) as pipe:
         for i in range(4):
             pipe.submit(write, i)
     # the failure surfaces when the next chunk waits for room; nothing more is queued, and
@@ -225,7 +225,7 @@ def test_pipeline_raises_the_first_failure_after_all_writes() -> None:
     assert done == [0]
 
     done.clear()
-    with pytest.raises(OSError), _Pipeline(99) as pipe:  # failing in the last, exit raises it
+    with pytest.raises(OSError), WritePipeline(99) as pipe:  # failing in the last, exit raises it
         for i in range(2):
             pipe.submit(write, i)
     assert done == [0]
@@ -522,9 +522,9 @@ def test_small_puts_are_packed_before_the_lock_and_patched_under_it(
     assert len(cut) >= 2  # batches that a roll cut in two
 
 
-@pytest.mark.skipif(cl._ChunkWriter is None, reason="rmqlog._native is not built")
+@pytest.mark.skipif(wp._ChunkWriter is None, reason="rmqlog._native is not built")
 def test_chunk_writer_writes_in_order_and_reports_the_first_failure(tmp_path: Path) -> None:
-    w = cl._ChunkWriter(2)
+    w = wp._ChunkWriter(2)
     path = tmp_path / "out"
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
     try:
@@ -543,7 +543,7 @@ def test_chunk_writer_writes_in_order_and_reports_the_first_failure(tmp_path: Pa
         os.close(fd)
     ro = os.open(path, os.O_RDONLY)
     try:
-        w = cl._ChunkWriter(1)
+        w = wp._ChunkWriter(1)
         good = os.open(path, os.O_RDWR)
         b = np.full(10, 7, np.uint8)
         w.submit(good, 0, b.ctypes.data, 10)
@@ -559,13 +559,13 @@ def test_chunk_writer_writes_in_order_and_reports_the_first_failure(tmp_path: Pa
     finally:
         os.close(ro)
     with pytest.raises(ValueError):
-        cl._ChunkWriter(0)
+        wp._ChunkWriter(0)
     with pytest.raises(ValueError):
-        cl._ChunkWriter(2).submit(0, -1, 0, 10)
-    cl._ChunkWriter(2)  # dropped without finish(): its thread is joined, not leaked
+        wp._ChunkWriter(2).submit(0, -1, 0, 10)
+    wp._ChunkWriter(2)  # dropped without finish(): its thread is joined, not leaked
 
 
-@pytest.mark.skipif(cl._ChunkWriter is None, reason="rmqlog._native is not built")
+@pytest.mark.skipif(wp._ChunkWriter is None, reason="rmqlog._native is not built")
 def test_disk_full_on_the_native_writer_is_typed_and_harmless(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """ENOSPC on the ChunkWriter thread (a /dev/full descriptor from the 3rd chunk on) becomes
     DiskFullError; nothing is published, and the next put lands at the old tail."""

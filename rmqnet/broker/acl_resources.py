@@ -47,7 +47,7 @@ from .acl_records import (
     record_at,
 )
 from .pop_handle import normal_topic
-from .send import parse_properties
+from .send_rows import parse_properties
 
 #: ``Permission.ADMIN_CODE`` (UPDATE_AND_CREATE_TOPIC, UPDATE_BROKER_CONFIG,
 #: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP, DELETE_TOPIC_IN_BROKER), and

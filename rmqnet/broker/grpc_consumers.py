@@ -116,6 +116,16 @@ def _refused(exc: PopRefused) -> pb.Status:
     return status(_BY_POP.get(exc.code, Code.INTERNAL_SERVER_ERROR), exc.remark)
 
 
+def _not_in_flight(found: AckStatus) -> pb.Status:
+    """INVALID_RECEIPT_HANDLE for a handle whose message is not in flight under it."""
+    if found is AckStatus.EXPIRED:
+        return status(Code.INVALID_RECEIPT_HANDLE, "receipt handle is expired")
+    return status(
+        Code.INVALID_RECEIPT_HANDLE,
+        "the message is not in flight under this receipt handle (acked or changed already)",
+    )
+
+
 def _millis(duration: Any) -> int:
     return int(duration.seconds) * 1000 + int(duration.nanos) // 1_000_000
 
@@ -293,17 +303,36 @@ class GrpcConsumers:
             return f"receipt handle names broker {info.broker_name!r}, not this one"
         return info
 
-    async def ack(self, req: svc.AckMessageRequest, ctx: Any) -> svc.AckMessageResponse:
-        """The AckMessage answer (module docstring)."""
-        group, topic = req.group.name, req.topic.name
+    def _refusal(self, topic: str, *problems: tuple[bool, int, str]) -> pb.Status | None:
+        """The status refusing a request on ``topic``, in the proxy's order: the topic's name,
+        then the first of ``problems`` (whether, code, message) that holds, then the topic's
+        existence; ``None`` when nothing refuses it."""
         try:
             check_topic(topic)
         except GrpcStatusError as exc:
-            return svc.AckMessageResponse(status=status(exc.code, exc.message))
-        if not req.entries:
-            return svc.AckMessageResponse(status=status(Code.BAD_REQUEST, "no entry to ack"))
+            return status(exc.code, exc.message)
+        for bad, code, message in problems:
+            if bad:
+                return status(code, message)
         if self.broker.topics.get(topic) is None:
-            return svc.AckMessageResponse(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
+            return status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist")
+        return None
+
+    def _handle_of(self, topic: str, text: str, *problems: tuple[bool, int, str]) -> pb.Status | ExtraInfo:
+        """:meth:`_refusal`, then the receipt handle ``text`` parsed (INVALID_RECEIPT_HANDLE when
+        it is not one of this broker's)."""
+        refused = self._refusal(topic, *problems)
+        if refused is not None:
+            return refused
+        handle = self._handle(text)
+        return status(Code.INVALID_RECEIPT_HANDLE, handle) if isinstance(handle, str) else handle
+
+    async def ack(self, req: svc.AckMessageRequest, ctx: Any) -> svc.AckMessageResponse:
+        """The AckMessage answer (module docstring)."""
+        group, topic = req.group.name, req.topic.name
+        refused = self._refusal(topic, (not req.entries, Code.BAD_REQUEST, "no entry to ack"))
+        if refused is not None:
+            return svc.AckMessageResponse(status=refused)
         parsed = [self._handle(e.receipt_handle) for e in req.entries]
         valid = [p for p in parsed if isinstance(p, ExtraInfo)]
         now = self.broker.clock.wall_ms()
@@ -340,24 +369,18 @@ class GrpcConsumers:
         """The ChangeInvisibleDuration answer (module docstring)."""
         out = svc.ChangeInvisibleDurationResponse
         group, topic = req.group.name, req.topic.name
-        try:
-            check_topic(topic)
-        except GrpcStatusError as exc:
-            return out(status=status(exc.code, exc.message))
-        invisible = _millis(req.invisible_duration)
-        if not 0 < invisible <= self.broker.config.max_invisible_time_mills:
-            return out(
-                status=status(
-                    Code.ILLEGAL_INVISIBLE_TIME,
-                    f"invisible_duration {invisible} ms is outside "
-                    f"(0, {self.broker.config.max_invisible_time_mills}] (maxInvisibleTimeMills)",
-                )
-            )
-        if self.broker.topics.get(topic) is None:
-            return out(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
-        handle = self._handle(req.receipt_handle)
-        if isinstance(handle, str):
-            return out(status=status(Code.INVALID_RECEIPT_HANDLE, handle))
+        invisible, most = _millis(req.invisible_duration), self.broker.config.max_invisible_time_mills
+        handle = self._handle_of(
+            topic,
+            req.receipt_handle,
+            (
+                not 0 < invisible <= most,
+                Code.ILLEGAL_INVISIBLE_TIME,
+                f"invisible_duration {invisible} ms is outside (0, {most}] (maxInvisibleTimeMills)",
+            ),
+        )
+        if isinstance(handle, pb.Status):
+            return out(status=handle)
         try:
             found, new = self.broker.pop.change_invisible(group, topic, handle, invisible, self.broker.clock.wall_ms())
         except PopRefused as exc:
@@ -365,12 +388,7 @@ class GrpcConsumers:
         except rmqlog.StoreError as exc:
             return out(status=status(Code.INTERNAL_SERVER_ERROR, f"the store failed: {exc}"))
         if found is not AckStatus.OK or new is None:
-            why = (
-                "receipt handle is expired"
-                if found is AckStatus.EXPIRED
-                else "the message is not in flight under this receipt handle (acked or changed already)"
-            )
-            return out(status=status(Code.INVALID_RECEIPT_HANDLE, why))
+            return out(status=_not_in_flight(found))
         failed = await self._synced()
         if failed is not None:
             return out(status=failed)
@@ -385,28 +403,15 @@ class GrpcConsumers:
         """The ForwardMessageToDeadLetterQueue answer (module docstring); ``peer`` the caller's."""
         out = svc.ForwardMessageToDeadLetterQueueResponse
         group, topic = req.group.name, req.topic.name
-        try:
-            check_topic(topic)
-        except GrpcStatusError as exc:
-            return out(status=status(exc.code, exc.message))
-        if not group:
-            return out(status=status(Code.ILLEGAL_CONSUMER_GROUP, "group is empty"))
-        if self.broker.topics.get(topic) is None:
-            return out(status=status(Code.TOPIC_NOT_FOUND, f"topic {topic} does not exist"))
-        handle = self._handle(req.receipt_handle)
-        if isinstance(handle, str):
-            return out(status=status(Code.INVALID_RECEIPT_HANDLE, handle))
+        handle = self._handle_of(topic, req.receipt_handle, (not group, Code.ILLEGAL_CONSUMER_GROUP, "group is empty"))
+        if isinstance(handle, pb.Status):
+            return out(status=handle)
         try:
             found, offset = self.broker.pop.in_flight(group, topic, handle, self.broker.clock.wall_ms())
         except HandleError as exc:
             return out(status=status(Code.INVALID_RECEIPT_HANDLE, f"receipt handle is malformed: {exc}"))
         if found is not AckStatus.OK or offset is None:
-            why = (
-                "receipt handle is expired"
-                if found is AckStatus.EXPIRED
-                else "the message is not in flight under this receipt handle (acked or changed already)"
-            )
-            return out(status=status(Code.INVALID_RECEIPT_HANDLE, why))
+            return out(status=_not_in_flight(found))
         header = ConsumerSendMsgBackHeader(
             offset=offset,
             group=group,

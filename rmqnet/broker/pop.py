@@ -54,62 +54,39 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pyarrow as pa
 
 import rmqlog
-from rmqlog import GetMessageStatus, PopLog, StoredRecords, send_back_table
+from rmqlog import GetMessageStatus, PopLog, StoredRecords
 
 from ..remoting import ResponseCode
-from ..remoting.names import DLQ_PREFIX, PERM_READ, RETRY_PREFIX, dlq_topic
+from ..remoting.names import RETRY_PREFIX, dlq_topic
 from .consumer_offsets import commit_offset
+from .pop_checks import MAX_POP_NUMS, FilterUnsupported, PopRefused, check_pop, check_slave
 from .pop_handle import (
     ORDER_REVIVE_QID,
     ExtraInfo,
     handle_texts,
-    normal_topic,
     pop_retry_topic,
     real_topic,
 )
 from .pop_result import PoppedQueue, PopResult, take
+from .pop_revive import PopRevive
 from .pop_state import Checkpoint, PopState
 from .pop_sync import PopLogSync
-from .pull import SQL92, Filter, compiled
+from .pull import Filter
 
 if TYPE_CHECKING:
     from .broker import Broker
 
 log = logging.getLogger(__name__)
 
-#: ``PopMessageProcessor``: at most 32 messages a pop
-MAX_POP_NUMS = 32
 #: ``ConsumeInitMode``: where a group without a position starts
 INIT_MIN, INIT_MAX = 0, 1
 #: every this many pops the retry topic is read first (``popFromRetryProbability`` = 20 %)
 RETRY_FIRST_EVERY = 5
-#: the messages one revive round stores again at most (the rest: next round)
-REVIVE_BATCH = 4096
-#: the store's idempotence writer of the revive's puts (their sequence: the revive's)
-REVIVE_WRITER = "rmqnet.pop.revive"
-#: a group's ``retryMaxTimes`` when it has no config
-DEFAULT_RETRY_MAX = 16
 
 _S = GetMessageStatus
 _MOVED = (_S.OFFSET_TOO_SMALL, _S.OFFSET_OVERFLOW_BADLY, _S.OFFSET_FOUND_NULL)
-
-
-class PopRefused(Exception):
-    """A pop, ack or change refused: ``code`` is RocketMQ's response code
-    (:class:`rmqnet.remoting.ResponseCode`), the message its remark naming what was wrong."""
-
-    def __init__(self, code: int, remark: str) -> None:
-        super().__init__(remark)
-        self.code = code
-        self.remark = remark
-
-
-class FilterUnsupported(PopRefused):
-    """A SQL92 pop on a broker with ``enablePropertyFilter=false`` (SYSTEM_ERROR, the pull's
-    remark; the gRPC endpoint answers it ``UNSUPPORTED``)."""
 
 
 class AckStatus(enum.Enum):
@@ -146,8 +123,10 @@ class PopService:
         #: under SYNC_FLUSH, the log synced before each answer (:meth:`synced`)
         self.sync = PopLogSync(self.state.log, lambda: self.broker.config.sync_flush)
         self._turns = itertools.count()
-        #: counters since start: messages handed out, acked, revived to retry, dead-lettered
-        self.popped = self.acked = self.revived = self.dead = 0
+        #: counters since start: messages handed out, acked (revived, dead: :attr:`revive`'s)
+        self.popped = self.acked = 0
+        #: the revive, and the store of records again (also an orderly pop's dead letters)
+        self.revive = PopRevive(broker, self.state, self.sync)
 
     def synced(self) -> asyncio.Future[None] | None:
         """Under ``SYNC_FLUSH``: a future done once every change so far is on disk (answer
@@ -185,7 +164,7 @@ class PopService:
         SUBSCRIPTION_GROUP_NOT_EXIST; an expression that does not parse, or of another type:
         SUBSCRIPTION_PARSE_FAILED; SQL92 with ``enablePropertyFilter=false``:
         :class:`FilterUnsupported`); the store's errors (a full disk for the log)."""
-        tc, retry_max, flt = self._check_pop(group, topic, queue_id, max_count, invisible_ms, tags, exp_type)
+        tc, retry_max, flt = check_pop(self.broker, group, topic, queue_id, max_count, invisible_ms, tags, exp_type)
         turn = next(self._turns)
         queues = list(range(tc.read_queue_nums)) if queue_id < 0 else [queue_id]
         shift = turn % len(queues)
@@ -214,7 +193,7 @@ class PopService:
                     left -= len(one.handed)
         dead = [got for got in taken if len(got.dead)]
         if dead:  # orderly messages past retryMaxTimes: stored to the dead letters before the log says so
-            self._store_again(
+            self.revive.store_again(
                 np.concatenate([got.ck.commit_offsets[got.dead] for got in dead]),
                 [dlq_topic(got.ck.group) for got in dead for _ in range(len(got.dead))],
             )
@@ -241,93 +220,6 @@ class PopService:
                 self._commit(ck.group, ck.topic, ck.queue_id, ck.next_offset)
         self.popped += len(result)
         return result
-
-    def _check_slave(self) -> None:
-        """A SLAVE serves no POP: its store takes only its master's bytes, so it could neither
-        revive nor keep positions (clients and RocketMQ's proxy pop masters, broker id 0)."""
-        if self.broker.replication.slave:
-            raise PopRefused(
-                ResponseCode.SERVICE_NOT_AVAILABLE, "the broker is a slave: POP consumption is served by its master"
-            )
-
-    def _check_pop(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        max_count: int,
-        invisible_ms: int,
-        exp: str | None,
-        exp_type: str | None,
-    ) -> tuple[rmqlog.TopicConfig, int, Filter]:
-        self._check_slave()
-        cfg = self.broker.config
-        if not cfg.broker_permission & PERM_READ:
-            raise PopRefused(ResponseCode.NO_PERMISSION, f"the broker[{cfg.broker_ip1}] pop message is forbidden")
-        if max_count > MAX_POP_NUMS or max_count < 1:
-            raise PopRefused(
-                ResponseCode.SYSTEM_ERROR,
-                f"the broker[{cfg.broker_ip1}] pop message's num is greater than 32 (maxMsgNums {max_count})"
-                if max_count > MAX_POP_NUMS
-                else f"maxMsgNums {max_count} is below 1",
-            )
-        if invisible_ms <= 0:
-            raise PopRefused(ResponseCode.SYSTEM_ERROR, f"invisibleTime {invisible_ms} is not positive")
-        tc = self.broker.topics.get(topic)
-        if tc is None:
-            raise PopRefused(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        if not tc.perm & PERM_READ:
-            raise PopRefused(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
-        if queue_id >= tc.read_queue_nums or queue_id < -1:
-            raise PopRefused(
-                ResponseCode.SYSTEM_ERROR,
-                f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:[{tc.read_queue_nums}]",
-            )
-        sub = self._group(group)
-        if not sub.consume_enable:
-            raise PopRefused(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
-        return tc, sub.retry_max_times, self._filter(exp, exp_type)
-
-    def _filter(self, exp: str | None, exp_type: str | None) -> Filter:
-        """``PopMessageProcessor``'s filter of ``exp`` (none when it is empty, whatever its type):
-        a tag expression, or a SQL92 one compiled (the pull's cache); another type or an
-        expression that does not parse: SUBSCRIPTION_PARSE_FAILED. SQL92 on a broker with
-        ``enablePropertyFilter=false``: refused as a pull is (Java's POP does not check; see
-        docs/decisions.md)."""
-        if not exp:
-            return None, None
-        try:
-            if exp_type in (None, "", "TAG"):
-                if exp != "*":
-                    rmqlog.parse_tag_filter(exp)
-                return exp, None
-            if exp_type != SQL92:
-                raise rmqlog.FilterParseError(f"no filter of type {exp_type}")
-            sql = compiled(exp)
-        except rmqlog.StoreError:
-            raise PopRefused(
-                ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"
-            ) from None
-        if not self.broker.config.enable_property_filter:
-            raise FilterUnsupported(
-                ResponseCode.SYSTEM_ERROR, f"The broker does not support consumer to filter message by {SQL92}"
-            )
-        return None, sql
-
-    def _group(self, group: str) -> rmqlog.SubscriptionGroupConfig:
-        cfg = self.broker.config
-        try:
-            rmqlog.paths.validate_group(group)
-            sub = self.broker.subscription_groups.find_or_create(
-                group, auto_create=cfg.auto_create_subscription_group, cap=cfg.auto_create_subscription_group_max_nums
-            )
-        except Exception as exc:  # noqa: BLE001 - a bad name or a full table: the group does not exist
-            raise PopRefused(
-                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist, {exc}"
-            ) from None
-        if sub is None:
-            raise PopRefused(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist")
-        return sub
 
     def _position(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
         """The group's position in the queue: the log's, else the committed offset, else
@@ -380,8 +272,7 @@ class PopService:
         recs = res.records
         if res.status != _S.FOUND or recs is None or not len(recs):
             if res.next_begin_offset > pos:
-                records.append({"k": "pos", "g": group, "t": topic, "q": qid, "n": res.next_begin_offset})
-                self._commit(group, topic, qid, res.next_begin_offset)
+                self._moved(records, group, topic, qid, res.next_begin_offset)
             return None
         ck = Checkpoint(
             self.state.new_id(),
@@ -430,8 +321,7 @@ class PopService:
         recs = res.records
         if res.status != _S.FOUND or recs is None or not len(recs):
             if prev is None and res.next_begin_offset > pos:
-                records.append({"k": "pos", "g": group, "t": topic, "q": qid, "n": res.next_begin_offset})
-                self._commit(group, topic, qid, res.next_begin_offset)
+                self._moved(records, group, topic, qid, res.next_begin_offset)
             return None
         offsets, commits = recs.queue_offsets.astype(np.int64), recs.commit_log_offsets.astype(np.int64)
         attempts = np.zeros(len(offsets), np.int64)
@@ -477,6 +367,12 @@ class PopService:
         give = np.flatnonzero(~ck.acked[:n])
         return _Taken(ck, recs if len(give) == n else take(recs, give), give, dead)
 
+    def _moved(self, records: list[dict[str, Any]], group: str, topic: str, qid: int, offset: int) -> None:
+        """The group's position moved past what the read skipped (a filter, a gap): logged
+        with the pop's records, and committed."""
+        records.append({"k": "pos", "g": group, "t": topic, "q": qid, "n": offset})
+        self._commit(group, topic, qid, offset)
+
     def _commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """The group's position into the broker's offset table too (GET_CONSUME_STATS shows it)."""
         with contextlib.suppress(rmqlog.StoreError):
@@ -493,7 +389,7 @@ class PopService:
         """:meth:`ack` of several handles with one write to the log (a gRPC AckMessage's
         entries); one status per handle, in order (a handle given twice: OK, then GONE).
         Raises :class:`PopRefused` (SERVICE_NOT_AVAILABLE) on a slave; the log's errors."""
-        self._check_slave()
+        check_slave(self.broker)
         statuses: list[AckStatus] = []
         per_ck: dict[int, list[int]] = {}
         done: list[Checkpoint] = []
@@ -527,7 +423,7 @@ class PopService:
         """A new invisible time for the message of ``handle``, from ``now_ms``: ``(OK, the new
         handle)``, or ``(GONE | EXPIRED, None)`` changing nothing. Raises :class:`PopRefused`
         (SYSTEM_ERROR) for a time that is not positive; the log's errors."""
-        self._check_slave()
+        check_slave(self.broker)
         if invisible_ms <= 0:
             raise PopRefused(ResponseCode.SYSTEM_ERROR, f"invisibleTime {invisible_ms} is not positive")
         found = self.state.find(
@@ -578,96 +474,23 @@ class PopService:
 
     # --------------------------------------------------------------- revive
     def run_once(self, now_ms: int) -> int:
-        """One revive round (``PopReviveService``): every checkpoint whose invisible time has
-        passed, its unacked messages stored again (see the module docstring); then a
-        compaction of the log when due. Returns the messages stored again. A revive is
-        idempotent: its intent (``rv``: a sequence and the checkpoints) is logged first, its
-        put carries the store's idempotence marker (writer :data:`REVIVE_WRITER`, that
-        sequence), and ``done`` follows; a revive a crash interrupted is done again, the same
-        checkpoints with the same sequence, before anything else (the store skips the put if
-        it was made). A failed put leaves its intent for the next round (raised)."""
-        n = 0
-        for seq, ids in sorted(self.state.pending.items()):  # interrupted by a crash: again, the same
-            n += self._revive([self.state.cks[i] for i in ids if i in self.state.cks], seq)
-        due = self.state.due(now_ms, REVIVE_BATCH)
-        if due:
-            seq = self.state.revive_seq
-            self.state.write([{"k": "rv", "seq": seq, "ids": [ck.id for ck in due]}])
-            n += self._revive(due, seq)
-        if not self.sync.busy:  # (never rewritten under a sync in flight)
-            self.state.compact()
-        return n
+        """One revive round (:meth:`rmqnet.broker.pop_revive.PopRevive.run_once`): returns the
+        messages stored again."""
+        return self.revive.run_once(now_ms)
 
-    def _revive(self, due: list[Checkpoint], seq: int) -> int:
-        parts = [ck.commit_offsets[~ck.acked] for ck in due]
-        offsets = np.concatenate(parts) if parts else np.zeros(0, np.int64)
-        groups = [ck.group for ck, p in zip(due, parts, strict=True) for _ in range(len(p))]
-        retry = [
-            pop_retry_topic(ck.group, _normal(ck)) for ck, p in zip(due, parts, strict=True) for _ in range(len(p))
-        ]
-        n = self._store_again(offsets, retry, groups, sequence=seq) if len(offsets) else 0
-        self.state.write([{"k": "done", "seq": seq, "ids": [ck.id for ck in due]}])
-        return n
+    @property
+    def revived(self) -> int:
+        """Messages revived to a retry topic since start."""
+        return self.revive.revived
 
-    def _store_again(
-        self, offsets: np.ndarray, topics_to: list[str], groups: list[str] | None = None, *, sequence: int | None = None
-    ) -> int:
-        """The records at ``offsets`` stored again, each to its topic in ``topics_to`` (a POP
-        retry topic, or ``%DLQ%<group>``) or, with its ``group`` given and past that group's
-        ``retryMaxTimes`` (or when its retry topic makes no topic name), to ``%DLQ%<group>``:
-        one read, one put (``reconsumeTimes + 1``, ``RETRY_TOPIC`` the first topic:
-        :func:`rmqlog.send_back_table`). Records no longer in the log (retention) are logged
-        and skipped. ``sequence``: the put is idempotent under :data:`REVIVE_WRITER` (a
-        sequence the store already has: nothing stored). Raises the store's errors (nothing is
-        stored then)."""
-        records, found = self.store.wire_records(offsets)
-        if len(found) < len(offsets):
-            log.warning(
-                "POP revive: %d of %d messages are no longer in the commitlog", len(offsets) - len(found), len(offsets)
-            )
-        if not len(found):
-            return 0
-        topics = [topics_to[i] for i in found.tolist()]
-        dead = np.array([t.startswith(DLQ_PREFIX) for t in topics], bool)
-        if groups is not None:
-            by = [groups[i] for i in found.tolist()]
-            limits = {g: self._retry_max(g) for g in set(by)}
-            reconsume = records.column("reconsumeTimes").to_numpy().astype(np.int64)
-            dead |= reconsume >= np.array([limits[g] for g in by], np.int64)
-            for name, group in {t: g for t, g in zip(topics, by, strict=True) if not t.startswith(DLQ_PREFIX)}.items():
-                try:
-                    self.broker.topics.create_retry(name[len(RETRY_PREFIX) :])
-                except rmqlog.InvalidTopicError as exc:
-                    # group + "_" + topic makes no topic name (over 127 bytes): the dead letters,
-                    # never a revive that fails every round
-                    log.warning("POP revive: no retry topic %s (%s): to %s%s", name, exc, DLQ_PREFIX, group)
-                    dead |= np.array([t == name for t in topics], bool)
-            topics = [dlq_topic(g) if d else t for g, t, d in zip(by, topics, dead.tolist(), strict=True)]
-        for name in {t for t in topics if t.startswith(DLQ_PREFIX)}:
-            self.broker.topics.create_dlq(name[len(DLQ_PREFIX) :])
-        n = len(topics)
-        table = send_back_table(records, pa.array(topics, pa.string()), np.zeros(n, np.int32), np.zeros(n, np.int64))
-        if sequence is None:
-            self.store.put_wire(table, wait_flush=False)
-        else:
-            self.store.put_wire(table, wait_flush=False, writer=REVIVE_WRITER, sequence=sequence)
-        self.broker.replication.appended()
-        deaths = int(dead.sum())
-        self.dead += deaths
-        self.revived += n - deaths
-        return n
-
-    def _retry_max(self, group: str) -> int:
-        sub = self.broker.subscription_groups.find(group)
-        return sub.retry_max_times if sub is not None else DEFAULT_RETRY_MAX
+    @property
+    def dead(self) -> int:
+        """Messages dead-lettered since start (by the revive and by orderly pops)."""
+        return self.revive.dead
 
     def inflight(self, group: str | None = None) -> int:
         """Messages handed out and not acked (of ``group``, or all)."""
         return self.state.inflight(group)
-
-
-def _normal(ck: Checkpoint) -> str:
-    return normal_topic(ck.topic, ck.group)
 
 
 def _replace(handle: ExtraInfo, **changes: Any) -> ExtraInfo:

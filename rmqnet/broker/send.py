@@ -54,27 +54,33 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 import rmqlog
-from rmqlog import InvalidMessageError, MessageStore, TopicConfig, WireMessage
+from rmqlog import InvalidMessageError, TopicConfig, WireMessage
 from rmqlog.paths import TOPIC_MAX_BYTES
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode, SendMessageHeader
 from ..remoting.headers import DUPLICATE_FIELD, IdempotenceMarker
 from ..remoting.names import (
     DLQ_PREFIX,
-    NAME_VALUE_SEPARATOR,
     NOT_ALLOWED_SEND_TOPICS,
     PERM_WRITE,
-    PROPERTY_SEPARATOR,
     PROPERTY_TRAN_MSG,
-    PROPERTY_WAIT,
     RETRY_PREFIX,
-    properties_text,
     property_mark,
 )
 from ..transport import complete, flush_completed
 from .codes import STOPPING_REMARK, SYSTEM_BUSY_REMARK, illegal_remark, store_error_code
 from .metrics import NORMAL, message_type
 from .peer import Peer
+from .send_rows import (
+    WIRE_SCHEMA,
+    concat_rows,
+    decode_batch,
+    format_properties,
+    parse_properties,
+    put_wire,
+    repeat_value,
+    waits_for_store,
+)
 from .topics import topic_text
 from .transactions import HALF_TOPIC
 
@@ -84,71 +90,14 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: the columns of a put (``MessageStore.put_wire``), in this order and of these types
-WIRE_SCHEMA = pa.schema(
-    [
-        ("topic", pa.string()),
-        ("queueId", pa.int32()),
-        ("body", pa.binary()),
-        ("flag", pa.int32()),
-        ("sysFlag", pa.int32()),
-        ("bornTimestamp", pa.int64()),
-        ("bornHost", pa.string()),
-        ("properties", pa.string()),
-        ("reconsumeTimes", pa.int32()),
-    ]
-)
 #: writers whose last idempotent send's answer is kept (memory: a few hundred bytes each)
 MARKED_ANSWERS = 4096
 #: RocketMQ's largest properties string (a Java short)
 MAX_PROPERTIES = 32767
 #: RocketMQ's ``maxReconsumeTimes`` default (``SubscriptionGroupConfig.retryMaxTimes``)
 DEFAULT_MAX_RECONSUME = 16
-_TRAN_MARK, _WAIT_MARK = property_mark(PROPERTY_TRAN_MSG), property_mark(PROPERTY_WAIT)
+_TRAN_MARK = property_mark(PROPERTY_TRAN_MSG)
 _TOPIC_CHARS = frozenset("%|abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
-
-
-def put_wire(
-    store: MessageStore,
-    table: pa.Table,
-    marker: IdempotenceMarker | None = None,
-    system: bool = False,
-    cluster: str | None = None,
-) -> pa.Table:
-    """Append ``table`` (:data:`WIRE_SCHEMA`) as one all-or-nothing batch; per row
-    ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``. The one place a send
-    reaches the store (``MessageStore.put_wire``, the store's put of wire-form messages). With
-    ``marker``, the store's idempotent put: a replay writes nothing and returns no row.
-    ``system``: half messages (:mod:`rmqnet.broker.transactions`), the broker's own rows."""
-    if marker is None:
-        return store.put_wire(table, system=system, cluster=cluster, wait_flush=False)
-    return store.put_wire(
-        table, writer=marker.writer, sequence=marker.sequence, system=system, cluster=cluster, wait_flush=False
-    )
-
-
-def decode_batch(body: bytes, append_properties: str) -> pa.Table:
-    """A SEND_BATCH_MESSAGE body (``MessageDecoder.encodeMessages``) as columns ``body``,
-    ``flag``, ``properties`` (each message's with ``append_properties`` appended), by the
-    store's vectorized decoder. Raises :class:`rmqlog.InvalidMessageError` for a body that is
-    not such a batch, :class:`rmqlog.MessageTooLargeError` for properties past 32767 bytes."""
-    return rmqlog.decode_message_batch(body, append_properties)
-
-
-def parse_properties(text: str) -> dict[str, str]:
-    """RocketMQ's ``string2messageProperties``: ``name\\x01value\\x02``...; an entry without
-    exactly one ``\\x01`` is dropped, as Java drops it."""
-    out: dict[str, str] = {}
-    for item in text.split(PROPERTY_SEPARATOR):
-        kv = item.split(NAME_VALUE_SEPARATOR)
-        if len(kv) == 2:
-            out[kv[0]] = kv[1]
-    return out
-
-
-def format_properties(props: dict[str, str]) -> str:
-    """RocketMQ's ``messageProperties2String`` (every entry ends with ``\\x02``)."""
-    return properties_text(props)
 
 
 @dataclass(slots=True)
@@ -240,7 +189,7 @@ class SendService:
             count,
             queue_id,
             extra,
-            _waits(header.properties),
+            waits_for_store(header.properties),
             marker,
             half=half,
             counted=(header.topic, kind, nbytes),
@@ -380,13 +329,13 @@ class SendService:
         # body and flag are binary and int32 already (decode_message_batch's schema): no cast
         table = pa.Table.from_arrays(
             [
-                _repeat(topic, pa.string(), n),
+                repeat_value(topic, pa.string(), n),
                 pa.array(zeros + queue_id),
                 decoded.column("body"),
                 decoded.column("flag"),
                 pa.array(zeros + h.sys_flag),
                 pa.array(np.full(n, h.born_timestamp, dtype=np.int64)),
-                _repeat(born_host, pa.string(), n),
+                repeat_value(born_host, pa.string(), n),
                 merged,
                 pa.array(zeros + h.reconsume_times),
             ],
@@ -477,7 +426,9 @@ class SendService:
                 # a batch's messages keep the request's properties, WAIT included, with CLUSTER
                 # set by _batch_rows (Java's MessageExtBatchEncoder): no ``cluster`` for the
                 # store to apply; single sends put with them get WAIT dropped and CLUSTER here
-                result = put_wire(self.store, _concat(sends, cluster), marker, system=sends[0].half)
+                result = put_wire(
+                    self.store, concat_rows([s.rows for s in sends], cluster), marker, system=sends[0].half
+                )
                 duplicate = marker is not None and result.num_rows == 0
                 msg_ids = result.column("msgId").to_pylist()
                 queue_offsets = result.column("queueOffset").to_pylist()
@@ -640,55 +591,5 @@ class SendService:
         return self._pending_count
 
 
-def _waits(properties: str) -> bool:
-    """Java's ``isWaitStoreMsgOK``: no ``WAIT`` property, or one ``Boolean.parseBoolean`` reads
-    as true. Every Java client's message carries ``WAIT``: its value is found from its item
-    (the last one, as the parse keeps it) without parsing the rest; an item the parse would
-    treat otherwise (a value holding ``\\x01``) takes the parse."""
-    if _WAIT_MARK not in properties:
-        return True
-    at = properties.rfind(_WAIT_MARK)
-    end = properties.find(PROPERTY_SEPARATOR, at)
-    start = at + len(_WAIT_MARK)
-    value = properties[start:] if end < 0 else properties[start:end]
-    if (at and properties[at - 1] != PROPERTY_SEPARATOR) or NAME_VALUE_SEPARATOR in value:
-        parsed = parse_properties(properties).get(PROPERTY_WAIT)  # (a name ending in WAIT, a value holding \x01)
-        return parsed is None or parsed.lower() == "true"
-    return value.lower() == "true"
-
-
 def _resolve(s: _Send, reply: RemotingCommand | None) -> None:
     complete(s.future, reply)  # (its answer queued now; written by flush_completed in this turn)
-
-
-def _repeat(value: Any, typ: pa.DataType, n: int) -> pa.Array:
-    """``value`` ``n`` times (Arrow fills the array from one scalar: no Python loop)."""
-    return pa.repeat(pa.scalar(value, typ), n)
-
-
-def _concat(sends: list[_Send], cluster: str) -> pa.Table:
-    """The rows of ``sends`` in order, as one :data:`WIRE_SCHEMA` table; single sends'
-    properties as stored (WAIT dropped, CLUSTER set: what the store's ``cluster`` does)."""
-    parts: list[pa.Table] = []
-    run: list[tuple[Any, ...]] = []
-    for s in sends:
-        if isinstance(s.rows, pa.Table):
-            if run:
-                parts.append(_singles_table(run))
-                run = []
-            parts.append(s.rows)
-        else:
-            props = parse_properties(s.rows[7])
-            props.pop("WAIT", None)
-            props["CLUSTER"] = cluster
-            run.append((*s.rows[:7], format_properties(props), *s.rows[8:]))
-    if run:
-        parts.append(_singles_table(run))
-    return pa.concat_tables(parts)
-
-
-def _singles_table(rows: list[tuple[Any, ...]]) -> pa.Table:
-    columns = list(zip(*rows, strict=True))
-    return pa.Table.from_arrays(
-        [pa.array(col, f.type) for col, f in zip(columns, WIRE_SCHEMA, strict=True)], schema=WIRE_SCHEMA
-    )

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from rmqlog import MESSAGE_SCHEMA, Clock
+from rmqlog import MESSAGE_SCHEMA
 
 from ..remoting import RemotingCommand, RequestCode, ResponseCode
 from ..remoting.admin_bodies import (
@@ -57,9 +57,8 @@ from ..remoting.request_headers import (
     ViewMessageHeader,
 )
 from ..remoting.route import loads_fastjson
-from ..transport import Limits
 from .errors import BrokerError, ClientError, NoRouteError
-from .failover import DOWN_MS, admin_ids, offset_ids
+from .failover import admin_ids, offset_ids
 from .loop import call
 from .records import decode_records
 from .remote import RemoteClient
@@ -103,27 +102,6 @@ class Admin(RemoteClient):
     asyncio side needs most. ``route`` is :meth:`RemoteClient.route`. ``broker`` (module
     docstring): a broker name of the topic's route (its master, else a slave), or an
     address (that broker alone)."""
-
-    def __init__(
-        self,
-        namesrv: str = "127.0.0.1:9876",
-        *,
-        timeout_s: float = 3.0,
-        limits: Limits | None = None,
-        access_key: str | None = None,
-        secret_key: str | None = None,
-        clock: Clock | None = None,
-        down_ms: int = DOWN_MS,
-    ) -> None:
-        super().__init__(
-            namesrv,
-            timeout_s=timeout_s,
-            limits=limits,
-            clock=clock,
-            access_key=access_key,
-            secret_key=secret_key,
-            down_ms=down_ms,
-        )
 
     # ---- queue offsets -----------------------------------------------------------------
 

@@ -13,7 +13,8 @@ The transport imports nothing of the store (the name server stands on it alone).
 """
 
 from .client import ClientConnection, connect
-from .connection import Connection, RequestHandler, complete, flush_completed
+from .completions import complete, flush_completed
+from .connection import Connection, RequestHandler
 from .errors import ConnectionLostError, RemotingTimeoutError, TransportError
 from .idle import IdleSweeper, LoopClock, MonotonicClock
 from .limits import Limits

@@ -73,6 +73,7 @@ from ..remoting import (
     decode,
     encode,
 )
+from .completions import flush_later
 from .errors import ConnectionLostError, RemotingTimeoutError
 from .limits import Limits
 
@@ -369,8 +370,7 @@ class Connection(asyncio.Protocol):
 
     def _after_answer(self, eager: bool) -> None:
         if eager:  # written by flush_completed() in this turn of the loop
-            _COMPLETED.add(self)
-            _schedule_completed(self._loop)
+            flush_later(self._flush, self._loop)
         else:
             self._schedule_flush()
 
@@ -560,45 +560,6 @@ class Connection(asyncio.Protocol):
         log.warning("closing the connection from %s: %s", self.remote, problem)
         self._wbuf, self._wbuf_bytes = [], 0
         self.abort()
-
-
-#: connections with answers queued by :func:`complete`, written by :func:`flush_completed`
-_COMPLETED: set[Connection] = set()
-_completed_scheduled = False
-
-
-def complete(fut: asyncio.Future[Any], result: Any) -> None:
-    """Resolve a processor's future with ``result`` (if not done yet) and, when a connection
-    awaits it, queue its answer now instead of in a done callback a loop turn later; the
-    answers are written by :func:`flush_completed`, which the caller runs once it has completed
-    a round of futures (a broker's put: its sends' answers and the held pulls it woke leave in
-    one write per connection, in this turn of the loop). A call of it is also scheduled, in
-    case the caller does not get to it."""
-    if fut.done():
-        return
-    fut.set_result(result)
-    finish = getattr(fut, "rmq_finish", None)
-    if finish is not None:
-        finish()
-
-
-def flush_completed() -> None:
-    """Write the answers :func:`complete` queued (one write per connection)."""
-    while _COMPLETED:
-        _COMPLETED.pop()._flush()
-
-
-def _schedule_completed(loop: asyncio.AbstractEventLoop | None) -> None:
-    global _completed_scheduled
-    if not _completed_scheduled and loop is not None:
-        _completed_scheduled = True
-        loop.call_soon(_flush_completed_later)
-
-
-def _flush_completed_later() -> None:
-    global _completed_scheduled
-    _completed_scheduled = False
-    flush_completed()
 
 
 def _describe(exc: BaseException) -> str:

@@ -36,6 +36,7 @@ from ..errors import CorruptRecordError, InvalidArgumentError
 from ..log.decode import BadRecordError, RecordCheck, RecordColumns, msg_ids
 from ..log.properties import STORE_PROPERTY_PREFIX, ParsedProperties
 from ..log.record import SYSFLAG_BORNHOST_V6, SYSFLAG_STOREHOST_V6, ScanKind
+from ..schema import WIRE_PUT_FIELDS
 
 if TYPE_CHECKING:
     from ..parts import StoreParts
@@ -44,15 +45,7 @@ if TYPE_CHECKING:
 #: (:data:`rmqlog.log.encode.wire_put.WIRE_COLUMNS`), then where each record is
 STORED_ROW_SCHEMA = pa.schema(
     [
-        ("topic", pa.string()),
-        ("queueId", pa.int32()),
-        ("body", pa.binary()),
-        ("flag", pa.int32()),
-        ("sysFlag", pa.int32()),
-        ("bornTimestamp", pa.int64()),
-        ("bornHost", pa.binary()),
-        ("properties", pa.string()),
-        ("reconsumeTimes", pa.int32()),
+        *WIRE_PUT_FIELDS,
         ("commitLogOffset", pa.int64()),
         ("queueOffset", pa.int64()),
         ("storeTimestamp", pa.int64()),
@@ -61,15 +54,7 @@ STORED_ROW_SCHEMA = pa.schema(
 #: the columns of :func:`wire_records`' table: a put_wire's, then where the record lies
 WIRE_RECORD_SCHEMA = pa.schema(
     [
-        ("topic", pa.string()),
-        ("queueId", pa.int32()),
-        ("body", pa.binary()),
-        ("flag", pa.int32()),
-        ("sysFlag", pa.int32()),
-        ("bornTimestamp", pa.int64()),
-        ("bornHost", pa.binary()),
-        ("properties", pa.string()),
-        ("reconsumeTimes", pa.int32()),
+        *WIRE_PUT_FIELDS,
         ("commitLogOffset", pa.int64()),
         ("msgId", pa.string()),
         ("queueOffset", pa.int64()),

@@ -34,7 +34,7 @@ from typing import Any
 from .. import safe_open
 from ..errors import ConfigError, CorruptStoreError
 from ..fileio import replace_file
-from .index_service import DAMAGED_SUFFIX, INDEX_DIR, IndexConfig, index_file_names
+from .index_config import DAMAGED_SUFFIX, INDEX_DIR, IndexConfig, index_file_names
 from .layout import file_size
 
 log = logging.getLogger(__name__)

@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from ..arguments import long_array_arg
 from ..errors import InvalidArgumentError
 from ..native import copy_properties as _native_copy
+from ..schema import WIRE_PUT_FIELDS
 from .gather import gather_slices, to_binary
 from .properties import (
     PROPERTY_DELAY,
@@ -56,15 +57,7 @@ CLIENT_SYSFLAG_BITS = 0xF
 #: the columns :func:`send_back_table` returns: a ``put_wire``'s
 SEND_BACK_SCHEMA = pa.schema(
     [
-        ("topic", pa.string()),
-        ("queueId", pa.int32()),
-        ("body", pa.binary()),
-        ("flag", pa.int32()),
-        ("sysFlag", pa.int32()),
-        ("bornTimestamp", pa.int64()),
-        ("bornHost", pa.binary()),
-        ("properties", pa.string()),
-        ("reconsumeTimes", pa.int32()),
+        *WIRE_PUT_FIELDS,
         ("delayLevel", pa.int32()),
     ]
 )

@@ -43,18 +43,12 @@ import pyarrow.compute as pc
 
 from ..errors import CorruptQueueError, CorruptRecordError, MessagesDeletedError
 from ..log.commitlog import CommitLog
-from ..log.decode import (
-    MIN_RECORD_SIZE,
-    BadRecordError,
-    RecordCheck,
-    RecordColumns,
-    not_a_record,
-    raise_first_bad_row,
-)
+from ..log.decode import MIN_RECORD_SIZE, BadRecordError, RecordCheck, RecordColumns
 from ..log.lmq import LMQ_PREFIX, in_lmq
 from ..log.pins import pinned
 from ..log.raw_check import read_checked
 from ..log.record import MAGIC_V1, MAGIC_V2
+from ..log.record_check import not_a_record, raise_first_bad_row
 from ..paths import segment_name
 from ..results import StoredRecords
 from .consume_queue import CQ_UNIT_SIZE, ConsumeQueue

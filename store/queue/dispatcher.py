@@ -53,9 +53,10 @@ from ..log.record import is_consumable
 from ..paths import topic_problem
 from .append_watch import AppendWatch
 from .arrival import ArrivalListener, ArrivalSignal, Maxes
-from .consume_queue import CQ_UNIT, FILLER_SIZE, ConsumeQueue
+from .consume_queue import FILLER_SIZE, ConsumeQueue
 from .dispatch_position import DispatchPositionFile
 from .gaps import GoBack, QueueBehind, queue_name_ok
+from .unit_writes import write_units
 
 log = logging.getLogger(__name__)
 
@@ -394,7 +395,9 @@ class Dispatcher:
                 )
             keep = keep & ~skip
         lmq = (parsed.column(LMQ_NAMES[0]), parsed.column(LMQ_NAMES[1])) if self.lmq else None
-        self._write_units(
+        write_units(
+            self.queue_for,
+            self.resume_point,
             *with_lmq_units(
                 lmq,
                 keep,
@@ -454,8 +457,18 @@ class Dispatcher:
                 done = pos == start and self.published_tail() >= end
                 if done:
                     try:
-                        self._write_units(
-                            topics, topic_index, queue_id, queue_offsets, physical_offsets, sizes, codes, maxes, set()
+                        write_units(
+                            self.queue_for,
+                            self.resume_point,
+                            topics,
+                            topic_index,
+                            queue_id,
+                            queue_offsets,
+                            physical_offsets,
+                            sizes,
+                            codes,
+                            maxes,
+                            set(),
                         )
                     except QueueBehind:  # a queue misses units below the batch: a dispatch walks for them
                         done = False
@@ -483,110 +496,6 @@ class Dispatcher:
         writer did not ask for a dispatch, and waiting for one would be in vain)."""
         found = self.commitlog.record_at(pos, self.published_tail())
         return found is not None and found.record is not None and now_ms - found.record.store_timestamp < 1000
-
-    def _write_units(
-        self,
-        topics: list[str],
-        tidx: np.ndarray,
-        qid: np.ndarray,
-        qoff: np.ndarray,
-        offsets: np.ndarray,
-        sizes: np.ndarray,
-        codes: np.ndarray,
-        maxes: dict[tuple[str, int], int],
-        gaps_ok: set[tuple[str, int]] | None = None,
-    ) -> None:
-        """Write the units of records (any order) into their queues, one slice per run.
-
-        All or nothing: if a write fails (a full disk), the queues this call wrote go back to
-        where they ended before it (and ``maxes`` with them). A process killed part-way is
-        another matter: some queues then have the run's units and others not, which is why
-        :meth:`_derive_position` looks at every queue the append state knows, and why a gap
-        is walked back for (``gaps_ok``: the queues whose gaps may be filled; ``None``: all,
-        else :class:`QueueBehind` for the others).
-        """
-        before: list[tuple[ConsumeQueue, int, tuple[str, int], int | None]] = []
-        try:
-            self._write_units_of(topics, tidx, qid, qoff, offsets, sizes, codes, maxes, before, gaps_ok)
-        except BaseException:
-            for cq, end, key, prior in reversed(before):
-                if prior is None:
-                    maxes.pop(key, None)
-                else:
-                    maxes[key] = prior
-                try:
-                    cq.truncate(end)
-                except OSError:
-                    log.warning("could not undo the units written to %s past %d", cq.directory, end, exc_info=True)
-            raise
-
-    def _write_units_of(
-        self,
-        topics: list[str],
-        tidx: np.ndarray,
-        qid: np.ndarray,
-        qoff: np.ndarray,
-        offsets: np.ndarray,
-        sizes: np.ndarray,
-        codes: np.ndarray,
-        maxes: dict[tuple[str, int], int],
-        before: list[tuple[ConsumeQueue, int, tuple[str, int], int | None]],
-        gaps_ok: set[tuple[str, int]] | None,
-    ) -> None:
-        """:meth:`_write_units`' work; appends each queue and its end to ``before`` as it starts on it."""
-        tidx, qid, qoff = np.asarray(tidx, np.int64), np.asarray(qid, np.int64), np.asarray(qoff, np.int64)
-        span = int(qid.max()) + 1 if len(qid) else 1
-        order = None
-        if len(topics) * span <= 1 << 16:
-            # records come in log order, where each queue's offsets already increase: a
-            # stable sort by queue alone (a radix sort on 16-bit keys, linear) groups them,
-            # checked below; lexsort on (queue, offset) cost ~100 ms per million units
-            dense = (tidx * span + qid).astype(np.uint16)
-            order = np.argsort(dense, kind="stable")
-            sd = dense[order]
-            same = sd[1:] == sd[:-1]
-            sorted_qoff = qoff[order]
-            if not (np.diff(sorted_qoff)[same] > 0).all():
-                order = None
-        if order is None:
-            order = np.lexsort((qoff, (tidx << 32) | qid))
-            sorted_qoff = qoff[order]
-        key = ((tidx << 32) | qid)[order]
-        qoff = sorted_qoff
-        units = np.empty(len(key), CQ_UNIT)
-        units["offset"] = np.asarray(offsets)[order]
-        units["size"] = np.asarray(sizes)[order]
-        units["tagsCode"] = np.asarray(codes)[order]
-        bounds = np.flatnonzero(np.diff(key)) + 1
-        edges = [0, *bounds.tolist(), len(key)]  # (lists: np.r_ costs ~25 us a call, and this runs per queue)
-        for lo, hi in zip(edges[:-1], edges[1:], strict=True):
-            if hi <= lo:
-                continue
-            k = int(key[lo])
-            topic, q = topics[k >> 32], k & 0xFFFFFFFF
-            cq = self.queue_for(topic, q)
-            prior = maxes.get((topic, q))
-            cur = cq.max_offset() if prior is None else prior
-            # runs of consecutive queue offsets (a gap: records not walked, or not in the log)
-            run_breaks = np.flatnonzero(np.diff(qoff[lo:hi]) != 1) + 1
-            runs = [0, *run_breaks.tolist(), hi - lo]
-            if gaps_ok is not None and (topic, q) not in gaps_ok:
-                end = cur  # before writing anything: would a run start past the queue's end?
-                for a, b in zip(runs[:-1], runs[1:], strict=True):
-                    first = int(qoff[lo + a])
-                    if first > end:
-                        raise QueueBehind((topic, q), end, first, self.resume_point(cq, cur))
-                    end = max(end, first + (b - a))
-            before.append((cq, cur, (topic, q), prior))
-            for a, b in zip(runs[:-1], runs[1:], strict=True):
-                first = int(qoff[lo + a])
-                if first > cur:
-                    log.warning("consume queue %s/%d: gap %d..%d filled", topic, q, cur, first)
-                cq.write(first, units[lo + a : lo + b], cur)
-                cur = max(cur, first + (b - a))
-            if crash_points.reached is not None:
-                crash_points.reached("dispatch.queue")
-            maxes[(topic, q)] = cur
 
     def resume_point(self, cq: ConsumeQueue, have: int | None = None) -> int:
         """Where walking the log must start for ``cq`` to get its units from ``have`` (its

@@ -20,7 +20,7 @@ def queue_name_ok(name: str) -> bool:
 
 
 class QueueBehind(Exception):
-    """A run's units of one queue start past the queue's end (``Dispatcher._write_units_of``):
+    """A run's units of one queue start past the queue's end (:func:`rmqlog.queue.unit_writes.write_units`):
     the records between may be in the log, below where this dispatch started (a dispatch killed
     between two queues' writes, then a position derived from the queues that got theirs; a
     queue's files lost). ``resume``: where walking again would reach them."""

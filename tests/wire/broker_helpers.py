@@ -1,22 +1,30 @@
 """Stand-ins shared by the broker's tests: a peer, a store whose ``put_wire`` and ``flush`` are
-recorded (over a real store for topics), RocketMQ's batch body encoder, request builders, and
-:func:`read_until` for a broker or name server process's log."""
+recorded (over a real store for topics), RocketMQ's batch body encoder, request builders,
+:func:`read_until` for a broker or name server process's log, and a live cluster in process
+(:func:`live_cluster`: a name server and broker processes on an event loop of a thread)."""
 
 from __future__ import annotations
 
 import asyncio
 import struct
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 
 import refcodec as rc
 import rmqlog
+from rmqnet.broker import launch
 from rmqnet.broker.broker import Broker
 from rmqnet.broker.config import BrokerConfig
+from rmqnet.namesrv.process import NameServerProcess
 from rmqnet.remoting import RemotingCommand, RequestCode, SendMessageHeader
+
+from .brokerpull_support import HANG_GUARD_S
 
 
 class FakePeer:
@@ -199,3 +207,81 @@ def read_until(stream: Any, text: str) -> str:
         if text in line:
             return line
     raise AssertionError(f"{text!r} never came: {''.join(lines)[-3000:]}")
+
+
+@dataclass
+class LiveCluster:
+    """A name server and broker processes on one event loop of a thread (:func:`live_cluster`)."""
+
+    namesrv: str
+    #: the broker processes and their addresses, by broker name (in the order given)
+    procs: dict[str, launch.BrokerProcess]
+    addresses: dict[str, str]
+    loop: asyncio.AbstractEventLoop
+    #: the name server itself (its routes), on the same loop
+    ns: NameServerProcess
+
+    def on_loop(self, fn: Any, *args: Any) -> Any:
+        """``fn(*args)`` run on the servers' loop (where the brokers' state lives)."""
+
+        async def call() -> Any:
+            return fn(*args)
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(HANG_GUARD_S)
+
+
+@contextmanager
+def live_cluster(brokers: dict[str, tuple[Path, BrokerConfig]], thread_name: str = "cluster") -> Iterator[LiveCluster]:
+    """A name server on 127.0.0.1 and a :class:`~rmqnet.broker.launch.BrokerProcess` per entry of
+    ``brokers`` (broker name: its root and its config, pointed at the name server here), started
+    in order on an event loop of a thread; returns once every broker registered. At the end the
+    brokers stop (one a test stopped itself is not asked again), then the name server."""
+    ready: dict[str, LiveCluster] = {}
+    started, stop = threading.Event(), threading.Event()
+
+    def serve() -> None:
+        async def main() -> None:
+            ns = NameServerProcess("127.0.0.1", 0)
+            await ns.start()
+            seen: set[str] = set()
+            all_in = asyncio.Event()
+            register = ns.server.routes.register
+
+            def watched(**kw: Any) -> Any:
+                res = register(**kw)
+                seen.add(kw.get("broker_name", ""))
+                if seen >= brokers.keys():
+                    all_in.set()
+                return res
+
+            ns.server.routes.register = watched  # type: ignore[method-assign]
+            procs: dict[str, launch.BrokerProcess] = {}
+            addresses: dict[str, str] = {}
+            try:
+                for name, (root, config) in brokers.items():
+                    procs[name] = launch.BrokerProcess(root, config.replace(namesrv_addr=ns.address))
+                    addresses[name] = await procs[name].start()
+                await all_in.wait()
+                ready["cluster"] = LiveCluster(ns.address, procs, addresses, asyncio.get_running_loop(), ns)
+                started.set()
+                await asyncio.get_running_loop().run_in_executor(None, stop.wait)
+            finally:
+                for proc in procs.values():
+                    if not proc._stop.is_set():
+                        proc.request_stop()
+                    await proc.wait_stopped(grace_s=1.0)
+                await ns.stop()
+
+        try:
+            asyncio.run(main())
+        finally:
+            started.set()
+
+    thread = threading.Thread(target=serve, name=thread_name)
+    thread.start()
+    assert started.wait(HANG_GUARD_S) and "cluster" in ready, "the servers did not start"
+    try:
+        yield ready["cluster"]
+    finally:
+        stop.set()
+        thread.join(HANG_GUARD_S)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -18,12 +17,11 @@ from typing import Any
 from aiohttp.test_utils import TestClient, TestServer
 
 import rmqlog
-from rmqnet.broker import launch
 from rmqnet.broker.config import BrokerConfig
 from rmqnet.console import ConsoleApp, WireBackend, make_app
-from rmqnet.namesrv.process import NameServerProcess
 
-from .brokerpull_support import HANG_GUARD_S, SEGMENT
+from .broker_helpers import live_cluster
+from .brokerpull_support import SEGMENT
 
 
 def eventually(check: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
@@ -80,54 +78,6 @@ def cluster(tmp: Path, stores: dict[str, dict[str, int]]) -> Iterator[Cluster]:
             for topic, queues in topics.items():
                 store.put_topic(rmqlog.TopicConfig(topic, queues, queues), persist=False)
             store.persist_topics()
-    ready: dict[str, Any] = {}
-    started, stop = threading.Event(), threading.Event()
-
-    def serve() -> None:
-        async def main() -> None:
-            ns = NameServerProcess("127.0.0.1", 0)
-            await ns.start()
-            seen: set[str] = set()
-            all_in = asyncio.Event()
-            register = ns.server.routes.register
-
-            def watched(**kw: Any) -> Any:
-                res = register(**kw)
-                seen.add(kw.get("broker_name", ""))
-                if seen >= stores.keys():
-                    all_in.set()
-                return res
-
-            ns.server.routes.register = watched  # type: ignore[method-assign]
-            procs = [
-                launch.BrokerProcess(
-                    tmp / name, BrokerConfig(broker_name=name, listen_port=0, namesrv_addr=ns.address, store=config)
-                )
-                for name in stores
-            ]
-            try:
-                addrs = [await p.start() for p in procs]
-                await all_in.wait()
-                ready.update(namesrv=ns.address, brokers=dict(zip(stores, addrs, strict=True)))
-                started.set()
-                await asyncio.get_running_loop().run_in_executor(None, stop.wait)
-            finally:
-                for p in procs:
-                    if not p._stop.is_set():
-                        p.request_stop()
-                    await p.wait_stopped(grace_s=1.0)
-                await ns.stop()
-
-        try:
-            asyncio.run(main())
-        finally:
-            started.set()
-
-    thread = threading.Thread(target=serve, name="cluster")
-    thread.start()
-    assert started.wait(HANG_GUARD_S) and "namesrv" in ready, "the cluster did not start"
-    try:
-        yield Cluster(ready["namesrv"], ready["brokers"])
-    finally:
-        stop.set()
-        thread.join(HANG_GUARD_S)
+    brokers = {name: (tmp / name, BrokerConfig(broker_name=name, listen_port=0, store=config)) for name in stores}
+    with live_cluster(brokers) as live:
+        yield Cluster(live.namesrv, live.addresses)

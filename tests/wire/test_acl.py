@@ -6,12 +6,10 @@ with our client signing."""
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import hmac
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,12 +25,18 @@ from rmqnet.broker.acl_address import AclPatternError, address_pattern
 from rmqnet.broker.acl_files import AclConfigError, acl_files, load_home
 from rmqnet.broker.config import BrokerConfig
 from rmqnet.client import BrokerError, Producer, PullConsumer
-from rmqnet.namesrv.process import NameServerProcess
 from rmqnet.remoting import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode
 from rmqnet.remoting.acl_sign import content, sign, signature
 
-from .broker_helpers import FakePeer, RecordingStore, make_broker, run, send_header, send_request
-from .brokerpull_support import HANG_GUARD_S
+from .broker_helpers import (
+    FakePeer,
+    RecordingStore,
+    live_cluster,
+    make_broker,
+    run,
+    send_header,
+    send_request,
+)
 
 ADMIN_KEY, ADMIN_SECRET = "rocketmq2", "12345678"
 USER_KEY, USER_SECRET = "RocketMQ", "12345678"
@@ -490,52 +494,15 @@ def test_validator_refusals_are_exceptions_with_rocketmq_messages(home: Path) ->
 
 @pytest.fixture
 def servers(tmp_path: Path, home: Path) -> Iterator[dict[str, Any]]:
+    """The name server (``namesrv``), broker ``broker-a`` (its address ``broker``, its process
+    ``proc``) with ``aclEnable=true``, its store holding topics ``T`` and ``topicC``."""
     root = tmp_path / "root"
     with rmqlog.MessageStore.open(root) as s:
         s.create_topic("T", 4)
         s.create_topic("topicC", 4)
-    ready: dict[str, Any] = {}
-    started, stop = threading.Event(), threading.Event()
-
-    def serve() -> None:
-        async def main() -> None:
-            ns = NameServerProcess("127.0.0.1", 0)
-            await ns.start()
-            registered = asyncio.Event()
-            register = ns.server.routes.register
-
-            def watched(**kw: Any) -> Any:
-                res = register(**kw)
-                registered.set()
-                return res
-
-            ns.server.routes.register = watched  # type: ignore[method-assign]
-            config = BrokerConfig(broker_name="broker-a", listen_port=0, namesrv_addr=ns.address, acl_enable=True)
-            proc = launch.BrokerProcess(root, config)
-            try:
-                ready["broker"] = await proc.start()
-                await registered.wait()
-                ready.update(namesrv=ns.address, proc=proc)
-                started.set()
-                await asyncio.get_running_loop().run_in_executor(None, stop.wait)
-            finally:
-                proc.request_stop()
-                await proc.wait_stopped(grace_s=1.0)
-                await ns.stop()
-
-        try:
-            asyncio.run(main())
-        finally:
-            started.set()
-
-    thread = threading.Thread(target=serve, name="acl-servers")
-    thread.start()
-    assert started.wait(HANG_GUARD_S) and "proc" in ready, "the servers did not start"
-    try:
-        yield ready
-    finally:
-        stop.set()
-        thread.join(HANG_GUARD_S)
+    config = BrokerConfig(broker_name="broker-a", listen_port=0, acl_enable=True)
+    with live_cluster({"broker-a": (root, config)}, "acl-servers") as live:
+        yield {"namesrv": live.namesrv, "broker": live.addresses["broker-a"], "proc": live.procs["broker-a"]}
 
 
 def test_over_a_socket_our_client_signs_and_the_unsigned_one_is_refused(servers: dict[str, Any]) -> None:

@@ -6,11 +6,9 @@ held pull. Every wait is on an event the test causes; nothing sleeps."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,25 +18,21 @@ import rmqlog
 from rmqnet.broker import launch
 from rmqnet.broker.config import BrokerConfig
 from rmqnet.client import Admin, Producer, PullConsumer
-from rmqnet.namesrv.process import NameServerProcess
 
+from .broker_helpers import LiveCluster, live_cluster
 from .brokerpull_support import HANG_GUARD_S, SEGMENT
 
 
-@dataclass
-class Servers:
-    namesrv: str
-    broker: str
-    proc: launch.BrokerProcess
-    loop: asyncio.AbstractEventLoop
+class Servers(LiveCluster):
+    """The cluster of one broker, ``broker-a``."""
 
-    def on_loop(self, fn: Any, *args: Any) -> Any:
-        """Run ``fn(*args)`` on the servers' loop and return its result."""
+    @property
+    def broker(self) -> str:
+        return self.addresses["broker-a"]
 
-        async def call() -> Any:
-            return fn(*args)
-
-        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(HANG_GUARD_S)
+    @property
+    def proc(self) -> launch.BrokerProcess:
+        return self.procs["broker-a"]
 
 
 @pytest.fixture
@@ -51,49 +45,9 @@ def servers(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Servers]
         for name, queues in getattr(request, "param", {}).items():
             store.put_topic(rmqlog.TopicConfig(name, queues, queues), persist=False)
         store.persist_topics()
-    ready: dict[str, Any] = {}
-    started, stop = threading.Event(), threading.Event()
-
-    def serve() -> None:
-        async def main() -> None:
-            ns = NameServerProcess("127.0.0.1", 0)
-            await ns.start()
-            registered = asyncio.Event()
-            register = ns.server.routes.register
-
-            def watched(**kw: Any) -> Any:
-                res = register(**kw)
-                registered.set()
-                return res
-
-            ns.server.routes.register = watched  # type: ignore[method-assign]
-            config = BrokerConfig(broker_name="broker-a", listen_port=0, namesrv_addr=ns.address, store=store_config)
-            proc = launch.BrokerProcess(root, config)
-            try:
-                ready["broker"] = await proc.start()
-                await registered.wait()
-                ready.update(namesrv=ns.address, proc=proc, loop=asyncio.get_running_loop())
-                started.set()
-                await asyncio.get_running_loop().run_in_executor(None, stop.wait)
-            finally:
-                if not proc._stop.is_set():
-                    proc.request_stop()
-                await proc.wait_stopped(grace_s=1.0)
-                await ns.stop()
-
-        try:
-            asyncio.run(main())
-        finally:
-            started.set()
-
-    thread = threading.Thread(target=serve, name="servers")
-    thread.start()
-    assert started.wait(HANG_GUARD_S) and "loop" in ready, "the servers did not start"
-    try:
-        yield Servers(ready["namesrv"], ready["broker"], ready["proc"], ready["loop"])
-    finally:
-        stop.set()
-        thread.join(HANG_GUARD_S)
+    config = BrokerConfig(broker_name="broker-a", listen_port=0, store=store_config)
+    with live_cluster({"broker-a": (root, config)}, "servers") as live:
+        yield Servers(live.namesrv, live.procs, live.addresses, live.loop, live.ns)
 
 
 def test_long_poll_woken_by_a_send_and_the_group_s_progress(servers: Servers) -> None:

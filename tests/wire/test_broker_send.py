@@ -392,11 +392,11 @@ def test_a_malformed_batch_body_is_message_illegal_and_stores_nothing(tmp_path: 
 
 
 def test_the_wait_property_is_read_as_javas_parse_reads_it() -> None:
-    """``_waits`` finds WAIT's value from its item without parsing the rest; pinned to the
+    """``waits_for_store`` finds WAIT's value from its item without parsing the rest; pinned to the
     parse (``string2messageProperties``, the last item wins) on random properties."""
     import random
 
-    from rmqnet.broker.send import _waits, parse_properties
+    from rmqnet.broker.send_rows import parse_properties, waits_for_store
 
     items = [
         "WAIT\x01true",
@@ -414,4 +414,4 @@ def test_the_wait_property_is_read_as_javas_parse_reads_it() -> None:
     for _ in range(5000):
         p = "".join(rng.choice(items) + rng.choice(["\x02", "\x02", ""]) for _ in range(rng.randint(0, 4)))
         value = parse_properties(p).get("WAIT")
-        assert _waits(p) == (value is None or value.lower() == "true"), repr(p)
+        assert waits_for_store(p) == (value is None or value.lower() == "true"), repr(p)

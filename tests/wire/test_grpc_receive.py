@@ -281,6 +281,48 @@ def test_change_refuses_a_bad_handle_and_duration(broker: Broker) -> None:
     assert call(broker, "ChangeInvisibleDuration", req).status.code == Code.ILLEGAL_INVISIBLE_TIME
 
 
+def test_ack_change_and_forward_refuse_in_the_proxy_s_order(broker: Broker) -> None:
+    """The topic's name first, then the request's own problem, then the topic's existence,
+    then the receipt handle: each refusal with its own code."""
+
+    def ack(topic: str, *handles: str) -> int:
+        req = ack_req(*handles)
+        req.topic.name = topic
+        return int(call(broker, "AckMessage", req).status.code)
+
+    def change(topic: str, ms: int, handle: str = "junk") -> int:
+        req = svc.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name="G"), topic=pb.Resource(name=topic), receipt_handle=handle, message_id="x"
+        )
+        req.invisible_duration.FromMilliseconds(ms)
+        return int(call(broker, "ChangeInvisibleDuration", req).status.code)
+
+    def forward(topic: str, group: str, handle: str = "junk") -> int:
+        req = svc.ForwardMessageToDeadLetterQueueRequest(
+            group=pb.Resource(name=group), topic=pb.Resource(name=topic), receipt_handle=handle, message_id="x"
+        )
+        return int(call(broker, "ForwardMessageToDeadLetterQueue", req).status.code)
+
+    assert [ack("bad topic"), ack("Nope"), ack("Nope", "junk"), ack("T1", "junk")] == [
+        Code.ILLEGAL_TOPIC,
+        Code.BAD_REQUEST,
+        Code.TOPIC_NOT_FOUND,
+        Code.INVALID_RECEIPT_HANDLE,
+    ]
+    assert [change("bad topic", 0), change("Nope", 0), change("Nope", 1000), change("T1", 1000)] == [
+        Code.ILLEGAL_TOPIC,
+        Code.ILLEGAL_INVISIBLE_TIME,
+        Code.TOPIC_NOT_FOUND,
+        Code.INVALID_RECEIPT_HANDLE,
+    ]
+    assert [forward("bad topic", ""), forward("Nope", ""), forward("Nope", "G"), forward("T1", "G")] == [
+        Code.ILLEGAL_TOPIC,
+        Code.ILLEGAL_CONSUMER_GROUP,
+        Code.TOPIC_NOT_FOUND,
+        Code.INVALID_RECEIPT_HANDLE,
+    ]
+
+
 def test_a_fifo_groups_consumer_settings_say_fifo(broker: Broker) -> None:
     """The Settings answered on Telemetry carry ``fifo`` = the group's consumeMessageOrderly
     (the simple consumer never sets it itself) and its attempts."""

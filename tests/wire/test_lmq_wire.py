@@ -10,7 +10,6 @@ group's retry topic)."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -21,13 +20,11 @@ import pyarrow as pa
 import pytest
 
 import rmqlog
-from rmqnet.broker import launch
 from rmqnet.broker.acl import ACL_EXCEPTION
 from rmqnet.broker.config import BrokerConfig
 from rmqnet.broker.pop import AckStatus
 from rmqnet.broker.pop_handle import ExtraInfo
 from rmqnet.client import BrokerError, Producer, PullConsumer
-from rmqnet.namesrv.process import NameServerProcess
 from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode
 from rmqnet.remoting.acl_sign import sign
 
@@ -35,6 +32,7 @@ from .broker_helpers import (
     FakePeer,
     RecordingStore,
     encode_batch,
+    live_cluster,
     make_broker,
     run,
     send_header,
@@ -49,50 +47,9 @@ def _serve(tmp_path: Path, **store: Any) -> Iterator[tuple[str, str, Any]]:
     store_config = rmqlog.StoreConfig(mapped_file_size_commit_log=SEGMENT, **store)
     with rmqlog.MessageStore.open(root, store_config) as s:
         s.create_topic("T", 2)
-    ready: dict[str, Any] = {}
-    started, stop = threading.Event(), threading.Event()
-
-    def serve() -> None:
-        async def main() -> None:
-            ns = NameServerProcess("127.0.0.1", 0)
-            await ns.start()
-            registered = asyncio.Event()
-            register = ns.server.routes.register
-
-            def watched(**kw: Any) -> Any:
-                res = register(**kw)
-                registered.set()
-                return res
-
-            ns.server.routes.register = watched  # type: ignore[method-assign]
-            proc = launch.BrokerProcess(
-                root, BrokerConfig(broker_name="broker-a", listen_port=0, namesrv_addr=ns.address, store=store_config)
-            )
-            try:
-                ready["broker"] = await proc.start()
-                ready["proc"] = proc
-                await registered.wait()  # (a route before the first send)
-                ready["namesrv"] = ns.address
-                started.set()
-                await asyncio.get_running_loop().run_in_executor(None, stop.wait)
-            finally:
-                proc.request_stop()
-                await proc.wait_stopped(grace_s=1.0)
-                await ns.stop()
-
-        try:
-            asyncio.run(main())
-        finally:
-            started.set()
-
-    thread = threading.Thread(target=serve, name="servers")
-    thread.start()
-    assert started.wait(HANG_GUARD_S) and "namesrv" in ready, "the servers did not start"
-    try:
-        yield ready["namesrv"], ready["broker"], ready["proc"]
-    finally:
-        stop.set()
-        thread.join(HANG_GUARD_S)
+    config = BrokerConfig(broker_name="broker-a", listen_port=0, store=store_config)
+    with live_cluster({"broker-a": (root, config)}, "servers") as live:
+        yield live.namesrv, live.addresses["broker-a"], live.procs["broker-a"]
 
 
 @pytest.fixture

@@ -14,12 +14,10 @@ holds no traceback and no error.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import socket
 import struct
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,15 +25,13 @@ from typing import Any
 import pytest
 
 import rmqlog
-from rmqnet.broker import launch
 from rmqnet.broker.acl import ACL_EXCEPTION
 from rmqnet.broker.config import BrokerConfig
-from rmqnet.namesrv.process import NameServerProcess
 from rmqnet.remoting import RemotingCommand, RequestCode, ResponseCode, decode, encode_bytes
 from rmqnet.remoting.frame import FrameDecoder
 from rmqnet.remoting.register import RegisterBrokerHeader
 
-from .broker_helpers import send_header
+from .broker_helpers import live_cluster, send_header
 from .brokerpull_support import HANG_GUARD_S
 
 LONE = "\ud800"
@@ -55,38 +51,10 @@ def _serve(tmp_path: Path, acl: bool) -> Iterator[dict[str, Any]]:
     root = tmp_path / "root"
     with rmqlog.MessageStore.open(root) as s:
         s.create_topic("T", 4)
-    ready: dict[str, Any] = {}
-    started, stop = threading.Event(), threading.Event()
-
-    def serve() -> None:
-        async def main() -> None:
-            ns = NameServerProcess("127.0.0.1", 0)
-            await ns.start()
-            config = BrokerConfig(broker_name="broker-a", listen_port=0, acl_enable=acl, enable_property_filter=True)
-            proc = launch.BrokerProcess(root, config)
-            try:
-                ready["broker"] = await proc.start()
-                ready.update(namesrv=ns.address, proc=proc, ns=ns)
-                started.set()
-                await asyncio.get_running_loop().run_in_executor(None, stop.wait)
-            finally:
-                proc.request_stop()
-                await proc.wait_stopped(grace_s=1.0)
-                await ns.stop()
-
-        try:
-            asyncio.run(main())
-        finally:
-            started.set()
-
-    thread = threading.Thread(target=serve, name="typed-values-servers")
-    thread.start()
-    assert started.wait(HANG_GUARD_S) and "proc" in ready, "the servers did not start"
-    try:
-        yield ready
-    finally:
-        stop.set()
-        thread.join(HANG_GUARD_S)
+    config = BrokerConfig(broker_name="broker-a", listen_port=0, acl_enable=acl, enable_property_filter=True)
+    with live_cluster({"broker-a": (root, config)}, "typed-values-servers") as live:
+        proc = live.procs["broker-a"]
+        yield {"broker": live.addresses["broker-a"], "namesrv": live.namesrv, "proc": proc, "ns": live.ns}
 
 
 @pytest.fixture

@@ -414,7 +414,9 @@ def test_a_compaction_keeps_a_revive_in_progress(
     broker = make_broker(store, clock=clock)
     pop(broker, T0)
     state = broker.pop.state
-    monkeypatch.setattr(broker.pop, "_store_again", lambda *a, **k: (_ for _ in ()).throw(rmqlog.DiskFullError("full")))
+    monkeypatch.setattr(
+        broker.pop.revive, "store_again", lambda *a, **k: (_ for _ in ()).throw(rmqlog.DiskFullError("full"))
+    )
     with pytest.raises(rmqlog.DiskFullError):
         broker.pop.run_once(T0 + INVISIBLE)  # the intent is logged, the put failed
     assert list(state.pending.values()) == [[1]] and state.compact(force=True)

@@ -5,8 +5,6 @@ check-back, and a pull consumer seeing the committed messages only."""
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,13 +13,12 @@ from typing import Any
 import pytest
 
 import rmqlog
-from rmqnet.broker import launch
 from rmqnet.broker.config import BrokerConfig
 from rmqnet.client import LocalTransactionState, PullConsumer, TransactionProducer
 from rmqnet.client.errors import BrokerError
-from rmqnet.namesrv.process import NameServerProcess
 
-from .brokerpull_support import HANG_GUARD_S, SEGMENT
+from .broker_helpers import live_cluster
+from .brokerpull_support import SEGMENT
 
 State = LocalTransactionState
 
@@ -32,48 +29,16 @@ def servers(tmp_path: Path) -> Iterator[dict[str, Any]]:
     store_config = rmqlog.StoreConfig(mapped_file_size_commit_log=SEGMENT)
     with rmqlog.MessageStore.open(root, store_config) as store:
         store.create_topic("T", 2)
-    ready: dict[str, Any] = {}
-    started, stop = threading.Event(), threading.Event()
-
-    def serve() -> None:
-        async def main() -> None:
-            ns = NameServerProcess("127.0.0.1", 0)
-            await ns.start()
-            # checked back as soon as the check service's next round (every 200 ms) finds it open
-            config = BrokerConfig(
-                broker_name="broker-a",
-                listen_port=0,
-                namesrv_addr=ns.address,
-                store=store_config,
-                transaction_time_out=0,
-                transaction_check_interval=200,
-            )
-            proc = launch.BrokerProcess(root, config)
-            try:
-                await proc.start()
-                while ns.server.routes.route("T") is None:  # registered
-                    await asyncio.sleep(0.01)
-                ready.update(namesrv=ns.address, proc=proc, ns=ns)
-                started.set()
-                await asyncio.get_running_loop().run_in_executor(None, stop.wait)
-            finally:
-                proc.request_stop()
-                await proc.wait_stopped(grace_s=1.0)
-                await ns.stop()
-
-        try:
-            asyncio.run(main())
-        finally:
-            started.set()
-
-    thread = threading.Thread(target=serve, name="servers")
-    thread.start()
-    assert started.wait(HANG_GUARD_S) and "proc" in ready, "the servers did not start"
-    try:
-        yield ready
-    finally:
-        stop.set()
-        thread.join(HANG_GUARD_S)
+    # checked back as soon as the check service's next round (every 200 ms) finds it open
+    config = BrokerConfig(
+        broker_name="broker-a",
+        listen_port=0,
+        store=store_config,
+        transaction_time_out=0,
+        transaction_check_interval=200,
+    )
+    with live_cluster({"broker-a": (root, config)}, "servers") as live:
+        yield {"namesrv": live.namesrv, "proc": live.procs["broker-a"], "ns": live.ns}
 
 
 def bodies(namesrv: str) -> list[bytes]:

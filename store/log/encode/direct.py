@@ -43,14 +43,8 @@ from ..record import (
     body_crc,
 )
 from .columns import BORN_MS_MIN
-from .wire_put import (
-    _KEPT_BITS,
-    _SLOW_NAMES,
-    PROPERTY_CLUSTER,
-    PROPERTY_WAIT,
-    SYSTEM_ALLOWED,
-    _host_bytes,
-)
+from .kept_properties import _SLOW_NAMES, PROPERTY_CLUSTER, PROPERTY_WAIT, SYSTEM_ALLOWED
+from .wire_put import _KEPT_BITS, _host_bytes
 
 #: the largest put the direct path takes (past it the vectorized path's fixed cost is paid
 #: back by its per-row cost: measured crossover ~100 messages on this VM)

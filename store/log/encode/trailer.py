@@ -97,7 +97,7 @@ _Part: TypeAlias = pa.Array | pa.Scalar | LazyUniqKeys | tuple[pa.Scalar, pa.Arr
 @dataclass(frozen=True)
 class JoinedProperties:
     """A batch's user properties already in their stored form and checked (a wire put's
-    fast path, :func:`rmqlog.log.encode.wire_put.joined_wire_properties`): ``items`` per row
+    fast path, :func:`rmqlog.log.encode.kept_properties.joined_wire_properties`): ``items`` per row
     (binary: ``name\x01value\x02``... exactly as the map column would be joined), ``suffix``
     added to every row after them (``b""``: none), ``own_uniq`` the rows carrying their own
     ``UNIQ_KEY`` (``None``: none) and ``has_tags`` whether some row names ``TAGS``."""
