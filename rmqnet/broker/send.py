@@ -84,7 +84,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: the columns of a put (``MessageStore.put_wire``), in this order and of these types
+#: the columns of a put (``MessageStore.wire.put_wire``), in this order and of these types
 WIRE_SCHEMA = pa.schema(
     [
         ("topic", pa.string()),
@@ -117,12 +117,12 @@ def put_wire(
 ) -> pa.Table:
     """Append ``table`` (:data:`WIRE_SCHEMA`) as one all-or-nothing batch; per row
     ``commitLogOffset``, ``queueOffset``, ``msgId``, ``storeTimestamp``. The one place a send
-    reaches the store (``MessageStore.put_wire``, the store's put of wire-form messages). With
+    reaches the store (``MessageStore.wire.put_wire``, the store's put of wire-form messages). With
     ``marker``, the store's idempotent put: a replay writes nothing and returns no row.
     ``system``: half messages (:mod:`rmqnet.broker.transactions`), the broker's own rows."""
     if marker is None:
-        return store.put_wire(table, system=system, cluster=cluster, wait_flush=False)
-    return store.put_wire(
+        return store.wire.put_wire(table, system=system, cluster=cluster, wait_flush=False)
+    return store.wire.put_wire(
         table, writer=marker.writer, sequence=marker.sequence, system=system, cluster=cluster, wait_flush=False
     )
 
@@ -449,7 +449,7 @@ class SendService:
         dispatched, self._undispatched = self._undispatched, []
         for rows in dispatched:  # ... then the puts' units and index entries, which wake held pulls
             try:
-                self.store.dispatch_put(rows)
+                self.store.wire.dispatch_put(rows)
             except Exception:  # noqa: BLE001 - the put is stored and answered: the dispatcher takes it
                 log.exception("dispatching a put failed; the store's dispatcher takes it")
         if dispatched:
@@ -461,8 +461,8 @@ class SendService:
         try:
             if all(not isinstance(s.rows, pa.Table) for s in sends):
                 # single sends (the usual case): the store's put of a few messages, with no
-                # table built (:meth:`rmqlog.MessageStore.put_messages`)
-                rows = self.store.put_messages(
+                # table built (:meth:`rmqlog.access.wire.WireCalls.put_messages`)
+                rows = self.store.wire.put_messages(
                     [WireMessage(*s.rows) for s in sends],
                     cluster=cluster,
                     system=sends[0].half,
@@ -593,7 +593,7 @@ class SendService:
 
     def _group_commit(self) -> int:
         """One sync covering every put so far (a worker thread: the loop never waits for a disk)."""
-        return self.store.flush_to(self.store.published_tail())
+        return self.store.wire.flush_to(self.store.published_tail())
 
     def _flush_late(self, round_: list[_Send]) -> None:
         for s in round_:
