@@ -118,5 +118,7 @@ def test_stored_rows_put_again_keep_what_was_sent(store: rmqlog.MessageStore) ->
 def test_stored_rows_refuses_mismatched_lengths(store: rmqlog.MessageStore) -> None:
     with pytest.raises(rmqlog.InvalidArgumentError):
         store.wire.stored_rows(np.array([0, 1]), np.array([0]), topic=HALF, queue_id=0)
-    rows, found = store.wire.stored_rows(np.array([], np.int64), np.array([], np.int64), topic=HALF, queue_id=0, find=("X",))
+    rows, found = store.wire.stored_rows(
+        np.array([], np.int64), np.array([], np.int64), topic=HALF, queue_id=0, find=("X",)
+    )
     assert rows.num_rows == 0 and "X" in rows.column_names and len(found) == 0

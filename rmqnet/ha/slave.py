@@ -238,7 +238,9 @@ class HAClient:
                 check_offsets(transfers, end)
                 for t in join_transfers(transfers, segment):
                     if t.data:
-                        end = await loop.run_in_executor(self._executor, self.store.replica.replica_append, t.offset, t.data)
+                        end = await loop.run_in_executor(
+                            self._executor, self.store.replica.replica_append, t.offset, t.data
+                        )
                         self.backoff_ms = self.backoff_min_ms  # a working session
                         self.progress.set()
                 self._report(end)

@@ -12,9 +12,9 @@ side's pull to come. The rules, each RocketMQ's unless said:
 | offset < min offset | ``OFFSET_TOO_SMALL`` | min offset |
 | offset == max offset | ``OFFSET_OVERFLOW_ONE`` | offset |
 | offset > max offset | ``OFFSET_OVERFLOW_BADLY`` | max offset |
-| the consume-queue file holding offset went meanwhile (retention) | ``OFFSET_FOUND_NULL`` | the queue's min offset now (1) |
+| the consume-queue file holding offset went (retention) | ``OFFSET_FOUND_NULL`` | the queue's min offset now (1) |
 | a message found | ``FOUND`` | offset + units scanned |
-| none found, a matching unit's record deleted meanwhile (or a filler) | ``MESSAGE_WAS_REMOVING`` | offset + units scanned |
+| none found, a matching unit's record deleted (or a filler) | ``MESSAGE_WAS_REMOVING`` | offset + units scanned |
 | none found, every unit filtered out | ``NO_MATCHED_MESSAGE`` | offset + units scanned |
 
 (1) RocketMQ answers the first offset of the next consume-queue file; a consumer that goes

@@ -366,7 +366,11 @@ def test_record_head_is_where_a_listed_record_belongs(store):
     head = store.wire.record_head(offset)
     assert (head.topic, head.queue_id, head.queue_offset) == ("T", 2, 0)
     assert head.properties["KEYS"] == "k" and head.properties["P"] == "R"
-    assert store.wire.record_head(offset + 1) is None and store.wire.record_head(-1) is None and store.wire.record_head(10**9) is None
+    assert (
+        store.wire.record_head(offset + 1) is None
+        and store.wire.record_head(-1) is None
+        and store.wire.record_head(10**9) is None
+    )
     pending = store.wire.put_wire(wire_row(), dispatch=False).column("commitLogOffset")[0].as_py()
     assert store.wire.record_at(pending) is not None and store.wire.record_head(pending) is None  # no unit yet
     store.dispatch()
