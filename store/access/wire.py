@@ -32,6 +32,7 @@ from ..errors import (
     InvalidArgumentError,
     InvalidMessageError,
     InvalidTopicError,
+    out_of_files_typed,
 )
 from ..log.decode import BadRecordError, RecordCheck
 from ..log.encode.arrays import all_equal, first, flat
@@ -174,6 +175,7 @@ def _names(name: str, value: object) -> tuple[str, ...]:
     return tuple(value)
 
 
+@out_of_files_typed  # (as the store's own calls: running out of descriptors is a typed error)
 class WireCalls:
     """The broker's calls of a store, ``store.wire`` (see the module docstring)."""
 

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from ..access.replica import ReplicaWriter, replica_read
 from ..arguments import JAVA_LONG_MAX, int_arg, optional_int_arg
 from ..durability.replication_checkpoint import ReplicationCheckpointFile
-from ..errors import InvalidArgumentError, StoreBusyError
+from ..errors import InvalidArgumentError, StoreBusyError, out_of_files_typed
 from ..schedule.delay_offsets import FILE_NAME as DELAY_OFFSETS
 from ..schedule.delay_offsets import load_delay_offsets, save_delay_offsets
 from .truncate import record_boundary, truncate_log
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from ..service import ServiceLoop
 
 
+@out_of_files_typed  # (as the store's own calls: running out of descriptors is a typed error)
 class ReplicaCalls:
     """Replication's calls of a store, ``store.replica`` (see the module docstring)."""
 
