@@ -310,7 +310,7 @@ def test_fast_checks_agree_with_the_general_ones(tmp_path: Path, seed: int, kind
     outcomes = []
     for fast in (True, False):
         slave = _open(tmp_path / f"s{fast}")
-        slave._replica_writer().fast = fast
+        slave.replica._replica_writer().fast = fast
         steps = []
         r2 = random.Random(seed)
         try:
