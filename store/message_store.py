@@ -104,7 +104,7 @@ class MessageStore(CatalogCalls):
         self.commitlog, self.dispatcher, self.flush_service = parts.commitlog, parts.dispatcher, parts.flush_service
         self.topic_config, self.consumer_offsets = parts.topic_config, parts.consumer_offsets
         self.services, self.appender, self.reader = built.services, built.appender, built.reader
-        self.preparer, self.catalog, self.retention = built.appender.preparer, built.catalog, built.retention
+        self.preparer, self._catalog, self.retention = built.appender.preparer, built.catalog, built.retention
         self.scheduler, self.recovery, self.flusher = built.scheduler, built.recovery, built.flusher
         #: the broker's calls (:mod:`rmqlog.access.wire`) and replication's (:mod:`rmqlog.recovery.replication_calls`)
         self.wire, self.replica = built.wire, built.replica
@@ -482,7 +482,7 @@ class MessageStore(CatalogCalls):
         commitlog offset, what a put returns) or a client msgId (the ``UNIQ_KEY`` property,
         found through the index files of every topic). Raises as :meth:`message_by_offset`."""
         self._check_open()
-        return self.reader.message_by_id(text_arg("msg_id", msg_id), self.catalog.topics)
+        return self.reader.message_by_id(text_arg("msg_id", msg_id), self._catalog.topics)
 
     def query_by_time(
         self,
@@ -497,7 +497,7 @@ class MessageStore(CatalogCalls):
         binary search on store time, no index needed. Raises :class:`InvalidArgumentError` for a
         bad argument, :class:`rmqlog.errors.InvalidTopicError` for a bad topic name."""
         self._check_open()
-        return self.reader.query_by_time(self.catalog.topics(), topics, begin_ms, end_ms, max_count)
+        return self.reader.query_by_time(self._catalog.topics(), topics, begin_ms, end_ms, max_count)
 
     @overload
     def query_by_key(
